@@ -1,0 +1,297 @@
+"""The runtime facade: an agent bound to one thread, driving the run loop."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from types import TracebackType
+
+from covonaut_es.config import AgentConfig, CheckpointSettings
+from covonaut_es.domain import AgentThread, RunMode, ThreadState
+from covonaut_es.errors import ConfigurationError, ThreadStateError
+from covonaut_es.runloop import (
+    Commit,
+    Complete,
+    Effect,
+    NextToolReport,
+    PreparedCall,
+    Program,
+    RunSettings,
+    RunTool,
+    StartTools,
+    ToolReport,
+    run_program,
+)
+from covonaut_es.values import (
+    Checkpoint,
+    CheckpointReason,
+    Interrupt,
+    Message,
+    PendingToolCall,
+    Role,
+    ThreadStatus,
+    Usage,
+)
+
+logger = logging.getLogger("covonaut_es")
+
+DEFAULT_THREAD_ID = "default"
+
+
+class Agent:
+    """An LLM agent whose state is the event-sourced thread it is bound to.
+
+    The thread id comes from ``config.checkpoint.thread_id``. If the store already has
+    that thread, the agent continues it; otherwise the first run starts it.
+
+    A run returns the final answer, or ``""`` when a tool interrupted it: check
+    :attr:`interrupted` after every run (B13).
+    """
+
+    def __init__(self, config: AgentConfig) -> None:
+        self.config = config
+        settings = config.checkpoint
+        self._thread_id = settings.thread_id if settings else DEFAULT_THREAD_ID
+        if settings and not self._thread_id:
+            logger.warning(
+                "agent %r has no thread id: using %r; unrelated sessions must not share "
+                "it, so set CheckpointSettings(thread_id=...) per user and session",
+                config.name,
+                DEFAULT_THREAD_ID,
+            )
+            self._thread_id = DEFAULT_THREAD_ID
+        self._thread: AgentThread | None = None
+        self._steering: deque[Message] = deque()
+        self._run_lock = threading.Lock()
+
+    # State ------------------------------------------------------------------------
+
+    @property
+    def thread_id(self) -> str:
+        """The id of the thread this agent runs."""
+        return self._thread_id
+
+    @property
+    def state(self) -> ThreadState:
+        """A read-only copy of the thread's current state."""
+        return self._current.state
+
+    @property
+    def status(self) -> ThreadStatus:
+        """The thread's status."""
+        return self._current.status
+
+    @property
+    def messages(self) -> tuple[Message, ...]:
+        """Every message of the thread, oldest first."""
+        return tuple(self._current.messages)
+
+    @property
+    def usage(self) -> Usage:
+        """Token usage accumulated over the thread's runs."""
+        return self._current.usage
+
+    @property
+    def interrupted(self) -> Interrupt | None:
+        """The pending interrupt (the first, if a batch raised several), or None."""
+        interrupts = self._current.interrupts
+        return interrupts[0] if interrupts else None
+
+    @property
+    def interrupts(self) -> tuple[Interrupt, ...]:
+        """Every pending interrupt."""
+        return tuple(self._current.interrupts)
+
+    @property
+    def in_doubt(self) -> tuple[PendingToolCall, ...]:
+        """Tool calls recorded as called whose result was never recorded (B5)."""
+        return self._current.in_doubt
+
+    # Commands ---------------------------------------------------------------------
+
+    def run(self, input: str) -> str:
+        """Append a user message and run until an answer or an interrupt (B16)."""
+        return self._drive(RunMode.RUN, input)
+
+    def continue_run(self) -> str:
+        """Run on from the history without new input (B16)."""
+        return self._drive(RunMode.CONTINUE, None)
+
+    def resume(self) -> str:
+        """Clear the pending interrupt and run on from the recorded tool results; the
+        interrupted call is never run again (B15, B16).
+
+        Raises:
+            NotInterruptedError: No interrupt is pending.
+        """
+        return self._drive(RunMode.RESUME, None)
+
+    def steer(self, message: str | Message) -> None:
+        """Queue a message for the model; it is recorded when the next model call is
+        prepared (B14). A string is a user message."""
+        if isinstance(message, str):
+            message = Message(Role.USER, message)
+        self._steering.append(message)
+
+    def save_checkpoint(self) -> int:
+        """Save a checkpoint now and return its sequence number."""
+        settings = self._require_checkpointing("save_checkpoint()")
+        with self._run_lock:
+            thread = self._current
+            checkpoint = thread.save_checkpoint(
+                CheckpointReason.MANUAL,
+                retain=settings.store.max_checkpoints_per_thread,
+                now=self.config.clock(),
+            )
+            self._persist(thread, Commit(checkpoint=True))
+            return checkpoint.sequence
+
+    def restore_latest_checkpoint(self, thread_id: str | None = None) -> Checkpoint | None:
+        """Bind this agent to a stored thread and load its latest committed state.
+
+        Restores state and interrupt information only: the model is not called (B16).
+        Then call ``run``, ``continue_run`` or ``resume``.
+
+        Args:
+            thread_id: The thread to restore; defaults to the configured one.
+
+        Returns:
+            The thread's newest checkpoint, or None if none was saved yet.
+
+        Raises:
+            ThreadNotFoundError: The store has no such thread.
+        """
+        settings = self._require_checkpointing("restore_latest_checkpoint()")
+        with self._run_lock:
+            thread = settings.store.load(thread_id or self._thread_id)
+            self._thread_id = thread.thread_id
+            self._thread = thread
+            return thread.checkpoints[-1] if thread.checkpoints else None
+
+    def close(self) -> None:
+        """Forget the in-memory thread; nothing unsaved is written."""
+        self._thread = None
+
+    def __enter__(self) -> Agent:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # Driving ----------------------------------------------------------------------
+
+    @property
+    def _current(self) -> AgentThread:
+        if self._thread is None:
+            settings = self.config.checkpoint
+            found = settings.store.find(self._thread_id) if settings else None
+            self._thread = found or AgentThread.start(self._thread_id, now=self.config.clock())
+        return self._thread
+
+    def _drive(self, mode: RunMode, user_input: str | None) -> str:
+        if not self._run_lock.acquire(blocking=False):
+            msg = f"agent for thread {self._thread_id!r} is already running"
+            raise ThreadStateError(msg)
+        try:
+            program = run_program(
+                self._current,
+                self.config,
+                self._run_settings(),
+                mode,
+                user_input=user_input,
+                steering=self._drain_steering,
+            )
+            return _SyncDriver(self).drive(program)
+        finally:
+            self._run_lock.release()
+
+    def _run_settings(self) -> RunSettings:
+        settings = self.config.checkpoint
+        if settings is None:
+            return RunSettings(checkpointing=False)
+        return RunSettings(
+            checkpointing=True,
+            retain=settings.store.max_checkpoints_per_thread,
+            save_on_turn_start=settings.save_on_turn_start,
+            skip_save_on_turn_end=settings.skip_save_on_turn_end,
+        )
+
+    def _drain_steering(self) -> tuple[Message, ...]:
+        drained = []
+        while self._steering:
+            drained.append(self._steering.popleft())
+        return tuple(drained)
+
+    def _persist(self, thread: AgentThread, commit: Commit) -> None:
+        settings = self.config.checkpoint
+        if settings is None:
+            return
+        if commit.checkpoint or settings.durability == "step":
+            settings.store.save(thread)
+        if commit.checkpoint:
+            settings.store.save_checkpoint_snapshot(thread)
+
+    def _require_checkpointing(self, operation: str) -> CheckpointSettings:
+        if self.config.checkpoint is None:
+            msg = f"{operation} needs AgentConfig(checkpoint=CheckpointSettings(store=...))"
+            raise ConfigurationError(msg)
+        return self.config.checkpoint
+
+
+class _SyncDriver:
+    """Performs the run loop's effects with blocking calls."""
+
+    def __init__(self, agent: Agent) -> None:
+        self._agent = agent
+        self._pending: Iterator[Future[ToolReport]] | None = None
+
+    def drive(self, program: Program) -> str:
+        reply: object = None
+        error: BaseException | None = None
+        while True:
+            try:
+                effect = program.throw(error) if error else program.send(reply)
+            except StopIteration as stop:
+                return str(stop.value)
+            reply, error = None, None
+            try:
+                reply = self._perform(effect)
+            except Exception as exc:
+                error = exc
+
+    def _perform(self, effect: Effect) -> object:
+        agent = self._agent
+        match effect:
+            case Complete(request):
+                return agent.config.provider.complete(request)
+            case Commit():
+                agent._persist(agent._current, effect)
+                return None
+            case RunTool(prepared):
+                return _execute(prepared)
+            case StartTools(calls):
+                executor = ThreadPoolExecutor(max_workers=len(calls), thread_name_prefix="tool")
+                futures = [executor.submit(_execute, prepared) for prepared in calls]
+                executor.shutdown(wait=False)
+                self._pending = as_completed(futures)
+                return None
+            case NextToolReport():
+                assert self._pending is not None
+                return next(self._pending).result()
+        raise AssertionError(f"unknown effect {effect!r}")  # pragma: no cover
+
+
+def _execute(prepared: PreparedCall) -> ToolReport:
+    try:
+        value = prepared.tool.func(prepared.context, prepared.args)
+    except Exception as exc:
+        return ToolReport.raised(prepared, exc)
+    return ToolReport.returned(prepared, value)

@@ -1,0 +1,100 @@
+"""Configuration of an agent and of its checkpoints."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Literal
+
+import attrs
+
+from covonaut_es.compaction import Compactor
+from covonaut_es.providers import Provider
+from covonaut_es.store import Store
+from covonaut_es.tools import Tool
+
+Durability = Literal["step", "checkpoint"]
+
+
+def utc_now() -> datetime:
+    """The current time in UTC: the default clock."""
+    return datetime.now(UTC)
+
+
+def _positive(_: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if value < 1:
+        msg = f"{attribute.name} must be at least 1, got {value}"
+        raise ValueError(msg)
+
+
+def _unique_tools(
+    _: object, __: attrs.Attribute[tuple[Tool, ...]], tools: tuple[Tool, ...]
+) -> None:
+    names = [tool.name for tool in tools]
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        msg = f"tool names must be unique, these repeat: {duplicates}"
+        raise ValueError(msg)
+
+
+@attrs.frozen(kw_only=True)
+class CheckpointSettings:
+    """Where and when an agent saves its thread.
+
+    Attributes:
+        store: The thread store (see :func:`~covonaut_es.open_store`).
+        thread_id: The conversation's id. Empty means ``"default"``, with a warning:
+            unrelated sessions must never share a thread id (B10).
+        save_on_turn_start: Also checkpoint at the start of each turn, after steering
+            and compaction, before the model is called (B7).
+        skip_save_on_turn_end: Do not checkpoint at the end of each turn (B8).
+        durability: ``"step"`` (default) commits events at every step boundary, so the
+            intent to call a tool is stored before the tool runs; ``"checkpoint"``
+            commits only when a checkpoint is saved.
+    """
+
+    store: Store
+    thread_id: str = ""
+    save_on_turn_start: bool = False
+    skip_save_on_turn_end: bool = False
+    durability: Durability = attrs.field(
+        default="step", validator=attrs.validators.in_(("step", "checkpoint"))
+    )
+
+
+@attrs.frozen(kw_only=True)
+class AgentConfig:
+    """Everything an :class:`~covonaut_es.Agent` needs.
+
+    Attributes:
+        provider: The model provider.
+        model: The model name passed to the provider.
+        name: A name for logs.
+        tools: The tools the model may call; names must be unique.
+        system_prompt: Recorded once per thread, as its first message.
+        max_turns: Model calls allowed per ``run``/``continue_run``/``resume`` call; the
+            last one asks the model to answer without tools.
+        checkpoint: Persistence; without it the thread lives only in this object.
+        parallel_tools: Run the calls of one model response concurrently.
+        compactor: Decides when to compact the context (see ``SummarizingCompactor``).
+        max_tokens: Passed to the provider.
+        temperature: Passed to the provider.
+        clock: Source of event timestamps.
+    """
+
+    provider: Provider
+    model: str = ""
+    name: str = "agent"
+    tools: tuple[Tool, ...] = attrs.field(default=(), converter=tuple, validator=_unique_tools)
+    system_prompt: str = ""
+    max_turns: int = attrs.field(default=10, validator=_positive)
+    checkpoint: CheckpointSettings | None = None
+    parallel_tools: bool = False
+    compactor: Compactor | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    clock: Callable[[], datetime] = utc_now
+
+    def tool(self, name: str) -> Tool | None:
+        """The tool with that name, if configured."""
+        return next((tool for tool in self.tools if tool.name == name), None)

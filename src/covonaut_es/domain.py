@@ -1,0 +1,480 @@
+"""The agent thread as an event-sourced aggregate.
+
+``AgentThread`` holds everything an agent knows about one conversation and derives it
+only from its events. Command methods validate and then trigger exactly one event
+each (or one per item); ``apply`` methods on the nested event classes are the only
+code that changes state. The aggregate does no I/O and reads no clock: every command
+takes the time from its caller.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any, ClassVar
+from uuid import UUID, uuid5
+
+import msgspec
+from eventsourcing.domain import Aggregate, Snapshot
+from eventsourcing.utils import get_topic
+
+from covonaut_es.errors import (
+    InterruptPendingError,
+    NotInterruptedError,
+    ThreadStateError,
+    ToolCallsInDoubtError,
+)
+from covonaut_es.values import (
+    Checkpoint,
+    CheckpointReason,
+    Interrupt,
+    Message,
+    PendingToolCall,
+    Role,
+    ThreadStatus,
+    ToolCall,
+    Usage,
+)
+
+THREAD_NAMESPACE = UUID("6f1d2a8e-5b7c-4c39-9a51-2f0e8c4d7b13")
+"""Namespace of the uuid5 that maps a thread id to its aggregate id. Never change it."""
+
+
+class RunMode(enum.StrEnum):
+    """How a run was started (B16)."""
+
+    RUN = "run"
+    CONTINUE = "continue"
+    RESUME = "resume"
+
+
+class ToolOutcome(enum.StrEnum):
+    """How a tool call ended, as recorded with its result."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+    NOT_EXECUTED = "not_executed"
+
+
+class Compaction(msgspec.Struct, frozen=True):
+    """The latest context compaction: the model sees ``summary`` then
+    ``messages[first_kept:]``; the full history stays in the stream."""
+
+    summary: str
+    first_kept: int
+
+
+class ThreadState(msgspec.Struct, frozen=True):
+    """A read-only copy of a thread's state at one version.
+
+    Attributes:
+        thread_id: The thread's id.
+        version: The version of the last event applied.
+        status: Where the thread stands.
+        messages: Every message, including system, steering and tool messages.
+        turn: Turns started so far, over all runs.
+        usage: Token usage accumulated over all runs.
+        interrupts: Pending interrupts, empty unless the thread is interrupted.
+        open_calls: Calls recorded as called that have no result yet.
+        checkpoints: Retained checkpoints, oldest first.
+        compaction: The latest context compaction, if any.
+        error: The last failure's message while the status is ``error``.
+    """
+
+    thread_id: str
+    version: int
+    status: ThreadStatus
+    messages: tuple[Message, ...]
+    turn: int
+    usage: Usage
+    interrupts: tuple[Interrupt, ...]
+    open_calls: tuple[PendingToolCall, ...]
+    checkpoints: tuple[Checkpoint, ...]
+    compaction: Compaction | None
+    error: str | None
+
+
+def thread_aggregate_id(thread_id: str) -> UUID:
+    """The aggregate id of a thread: a uuid5 of its thread id."""
+    return uuid5(THREAD_NAMESPACE, thread_id)
+
+
+class AgentThread(Aggregate):
+    """One conversation's agent state, derived from its events."""
+
+    thread_id: str
+    status: ThreadStatus
+    messages: list[Message]
+    turn: int
+    usage: Usage
+    interrupts: list[Interrupt]
+    open_calls: dict[str, PendingToolCall]
+    checkpoints: list[Checkpoint]
+    next_checkpoint_sequence: int
+    compaction: Compaction | None
+    error: str | None
+
+    class Event(Aggregate.Event):
+        """Base class of the thread's events."""
+
+        # Redeclared: the generic annotation inherited from eventsourcing reads as Any
+        # to msgspec, which then cannot decode the id.
+        originator_id: UUID
+
+    class Started(Event, Aggregate.Created):
+        """The thread was created."""
+
+        thread_id: str
+
+    class RunStarted(Event):
+        """``run``, ``continue_run`` or ``resume`` started a run."""
+
+        mode: RunMode
+
+        def apply(self, thread: AgentThread) -> None:
+            thread.status = ThreadStatus.RUNNING
+            thread.error = None
+
+    class MessageAppended(Event):
+        """A system, user or assistant message was added; assistant messages carry
+        the usage the provider reported for them."""
+
+        message: Message
+        usage: Usage | None = None
+
+        def apply(self, thread: AgentThread) -> None:
+            thread.messages.append(self.message)
+            if self.usage is not None:
+                thread.usage = thread.usage + self.usage
+
+    class ToolCalled(Event):
+        """Write-ahead record of a tool call, saved before the tool runs (B5)."""
+
+        call: ToolCall
+        idempotency_key: str
+
+        def apply(self, thread: AgentThread) -> None:
+            thread.open_calls[self.call.id] = PendingToolCall(self.call, self.idempotency_key)
+
+    class ToolResultRecorded(Event):
+        """A tool call's result is known; it becomes a tool message."""
+
+        tool_call_id: str
+        tool_name: str
+        content: str
+        outcome: ToolOutcome
+
+        def apply(self, thread: AgentThread) -> None:
+            del thread.open_calls[self.tool_call_id]
+            thread.messages.append(
+                Message(
+                    Role.TOOL, self.content, tool_call_id=self.tool_call_id, name=self.tool_name
+                )
+            )
+
+    class Interrupted(Event):
+        """A tool paused the run (B13)."""
+
+        interrupt: Interrupt
+
+        def apply(self, thread: AgentThread) -> None:
+            thread.interrupts.append(self.interrupt)
+            thread.status = ThreadStatus.INTERRUPTED
+
+    class Steered(Event):
+        """A queued steering message was applied before a model call (B14)."""
+
+        message: Message
+
+        def apply(self, thread: AgentThread) -> None:
+            thread.messages.append(self.message)
+
+    class Resumed(Event):
+        """The pending interrupts were cleared by ``resume()`` (B16)."""
+
+        def apply(self, thread: AgentThread) -> None:
+            thread.interrupts.clear()
+            thread.status = ThreadStatus.RUNNING
+
+    class TurnStarted(Event):
+        """A turn (one model call and its tool calls) began."""
+
+        turn: int
+
+        def apply(self, thread: AgentThread) -> None:
+            thread.turn = self.turn
+
+    class TurnEnded(Event):
+        """The turn's tool calls all have results."""
+
+        turn: int
+
+        def apply(self, thread: AgentThread) -> None:
+            pass
+
+    class Compacted(Event):
+        """The context the model sees was compacted; no message was deleted."""
+
+        compaction: Compaction
+        usage: Usage | None = None
+
+        def apply(self, thread: AgentThread) -> None:
+            thread.compaction = self.compaction
+            if self.usage is not None:
+                thread.usage = thread.usage + self.usage
+
+    class RunFinished(Event):
+        """The model gave a final answer."""
+
+        output: str
+
+        def apply(self, thread: AgentThread) -> None:
+            thread.status = ThreadStatus.FINISHED
+
+    class RunFailed(Event):
+        """The run ended in an error (provider failure, turn limit)."""
+
+        error_type: str
+        message: str
+
+        def apply(self, thread: AgentThread) -> None:
+            thread.status = ThreadStatus.ERROR
+            thread.error = f"{self.error_type}: {self.message}"
+
+    class CheckpointSaved(Event):
+        """A checkpoint was saved; only the newest ``retain`` are kept (0 keeps all).
+
+        Evicting a checkpoint forgets its record, never an event (B11).
+        """
+
+        checkpoint: Checkpoint
+        retain: int
+
+        def apply(self, thread: AgentThread) -> None:
+            thread.checkpoints.append(self.checkpoint)
+            thread.next_checkpoint_sequence = self.checkpoint.sequence + 1
+            if self.retain and len(thread.checkpoints) > self.retain:
+                del thread.checkpoints[: -self.retain]
+
+    def __init__(self, thread_id: str) -> None:
+        self.thread_id = thread_id
+        self.status = ThreadStatus.IDLE
+        self.messages = []
+        self.turn = 0
+        self.usage = Usage()
+        self.interrupts = []
+        self.open_calls = {}
+        self.checkpoints = []
+        self.next_checkpoint_sequence = 1
+        self.compaction = None
+        self.error = None
+
+    # Commands ---------------------------------------------------------------------
+
+    @classmethod
+    def start(cls, thread_id: str, *, now: datetime) -> AgentThread:
+        """Create a new thread."""
+        return cls._create(
+            cls.Started, id=thread_aggregate_id(thread_id), thread_id=thread_id, timestamp=now
+        )
+
+    def start_run(self, mode: RunMode, *, now: datetime) -> None:
+        """Begin a run; ``resume`` needs a pending interrupt, the others refuse one."""
+        self._refuse_calls_in_doubt()
+        if mode is RunMode.RESUME:
+            if not self.interrupts:
+                msg = (
+                    f"thread {self.thread_id!r} has no pending interrupt to resume "
+                    f"(status {self.status}); use run() or continue_run()"
+                )
+                raise NotInterruptedError(msg)
+        elif self.interrupts:
+            msg = (
+                f"thread {self.thread_id!r} is paused on an interrupt "
+                f"({self.interrupts[0].reason!r}); decide it, steer, then call resume()"
+            )
+            raise InterruptPendingError(msg)
+        self.trigger_event(self.RunStarted, mode=mode, timestamp=now)
+        if mode is RunMode.RESUME:
+            self.trigger_event(self.Resumed, timestamp=now)
+
+    def append_message(
+        self, message: Message, *, now: datetime, usage: Usage | None = None
+    ) -> None:
+        """Add a system, user or assistant message."""
+        if message.role is Role.TOOL:
+            msg = "tool messages are recorded with record_tool_result(), not append_message()"
+            raise ThreadStateError(msg)
+        self.trigger_event(self.MessageAppended, message=message, usage=usage, timestamp=now)
+
+    def call_tools(self, calls: Iterable[ToolCall], *, now: datetime) -> None:
+        """Record the intent to call each tool before any of them runs."""
+        for call in calls:
+            key = self._idempotency_key(call)
+            self.trigger_event(self.ToolCalled, call=call, idempotency_key=key, timestamp=now)
+
+    def record_tool_result(
+        self, tool_call_id: str, content: str, outcome: ToolOutcome, *, now: datetime
+    ) -> None:
+        """Record the result of an open tool call."""
+        pending = self.open_calls.get(tool_call_id)
+        if pending is None:
+            msg = f"tool call {tool_call_id!r} of thread {self.thread_id!r} is not open"
+            raise ThreadStateError(msg)
+        self.trigger_event(
+            self.ToolResultRecorded,
+            tool_call_id=tool_call_id,
+            tool_name=pending.call.name,
+            content=content,
+            outcome=outcome,
+            timestamp=now,
+        )
+
+    def interrupt(self, interrupt: Interrupt, *, now: datetime) -> None:
+        """Record an interrupt raised by a tool."""
+        self.trigger_event(self.Interrupted, interrupt=interrupt, timestamp=now)
+
+    def steer(self, message: Message, *, now: datetime) -> None:
+        """Apply a steering message."""
+        self.trigger_event(self.Steered, message=message, timestamp=now)
+
+    def start_turn(self, *, now: datetime) -> None:
+        """Begin the next turn."""
+        self.trigger_event(self.TurnStarted, turn=self.turn + 1, timestamp=now)
+
+    def end_turn(self, *, now: datetime) -> None:
+        """End the current turn; every call of the turn must have a result."""
+        if self.open_calls:
+            msg = f"turn {self.turn} of thread {self.thread_id!r} still has open tool calls"
+            raise ThreadStateError(msg)
+        self.trigger_event(self.TurnEnded, turn=self.turn, timestamp=now)
+
+    def compact(self, compaction: Compaction, *, now: datetime, usage: Usage | None) -> None:
+        """Record a context compaction."""
+        if not 0 <= compaction.first_kept <= len(self.messages):
+            msg = (
+                f"compaction keeps messages from index {compaction.first_kept}, "
+                f"but the thread has {len(self.messages)} messages"
+            )
+            raise ThreadStateError(msg)
+        self.trigger_event(self.Compacted, compaction=compaction, usage=usage, timestamp=now)
+
+    def finish(self, output: str, *, now: datetime) -> None:
+        """Record the final answer."""
+        self.trigger_event(self.RunFinished, output=output, timestamp=now)
+
+    def fail(self, error_type: str, message: str, *, now: datetime) -> None:
+        """Record that the run failed."""
+        self.trigger_event(self.RunFailed, error_type=error_type, message=message, timestamp=now)
+
+    def save_checkpoint(
+        self, reason: CheckpointReason, *, retain: int, now: datetime
+    ) -> Checkpoint:
+        """Record a checkpoint at the version this event gets."""
+        checkpoint = Checkpoint(
+            sequence=self.next_checkpoint_sequence,
+            version=self.version + 1,
+            turn=self.turn,
+            status=self.status,
+            reason=reason,
+            saved_at=now,
+        )
+        self.trigger_event(
+            self.CheckpointSaved, checkpoint=checkpoint, retain=retain, timestamp=now
+        )
+        return checkpoint
+
+    # Queries ----------------------------------------------------------------------
+
+    @property
+    def in_doubt(self) -> tuple[PendingToolCall, ...]:
+        """Calls recorded as called whose result was never recorded.
+
+        Outside a live run every open call is in doubt: the tool may or may not have
+        run before the process stopped (B5).
+        """
+        return tuple(self.open_calls.values())
+
+    @property
+    def state(self) -> ThreadState:
+        """A read-only copy of the current state."""
+        return ThreadState(
+            thread_id=self.thread_id,
+            version=self.version,
+            status=self.status,
+            messages=tuple(self.messages),
+            turn=self.turn,
+            usage=self.usage,
+            interrupts=tuple(self.interrupts),
+            open_calls=tuple(self.open_calls.values()),
+            checkpoints=tuple(self.checkpoints),
+            compaction=self.compaction,
+            error=self.error,
+        )
+
+    def _refuse_calls_in_doubt(self) -> None:
+        if self.open_calls:
+            ids = tuple(self.open_calls)
+            msg = (
+                f"thread {self.thread_id!r} has tool calls in doubt {list(ids)}: they were "
+                "recorded as called but no result was recorded, so they may or may not have "
+                "run; check the external state and settle each one first"
+            )
+            raise ToolCallsInDoubtError(msg, tool_call_ids=ids)
+
+    def _idempotency_key(self, call: ToolCall) -> str:
+        # The version the ToolCalled event will get makes the key unique even when a
+        # model reuses call ids across turns; recording the key keeps it stable.
+        material = f"{self.thread_id}\x00{self.version + 1}\x00{call.id}".encode()
+        return hashlib.sha256(material).hexdigest()[:32]
+
+
+class ThreadSnapshot(Snapshot):
+    """A snapshot of an :class:`AgentThread`, decoded with the thread's own types.
+
+    Its timestamp is the thread's last modification, so taking it reads no clock.
+    """
+
+    aggregate_class: ClassVar[type[AgentThread]] = AgentThread
+
+    @classmethod
+    def take(cls, aggregate: Any) -> ThreadSnapshot:
+        state = {
+            k: v
+            for k, v in vars(aggregate).items()
+            if k not in ("_id", "_version", "_pending_events")
+        }
+        return cls(
+            originator_id=aggregate.id,
+            originator_version=aggregate.version,
+            timestamp=aggregate.modified_on,
+            topic=get_topic(type(aggregate)),
+            state=state,
+        )
+
+    def mutate(self, _: None) -> AgentThread:
+        thread = object.__new__(self.aggregate_class)
+        thread.__dict__.update(
+            self.state,
+            _id=self.originator_id,
+            _version=self.originator_version,
+            _pending_events=[],
+        )
+        return thread
+
+
+AgentThread.Snapshot = ThreadSnapshot
+
+
+def project_thread(thread: AgentThread | None, events: Iterable[Any]) -> AgentThread | None:
+    """Fold events (a snapshot first, if any) into a thread.
+
+    Passed to the repository instead of eventsourcing's ``project_aggregate``, which
+    spends most of a load in a runtime protocol check per event.
+    """
+    for event in events:
+        thread = event.mutate(thread)
+    return thread

@@ -1,0 +1,104 @@
+"""The library's exceptions.
+
+Every exception derives from :class:`CovonautError` and also from the builtin a caller
+would naturally catch, so ``except LookupError`` finds a missing thread.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class CovonautError(Exception):
+    """Base class of every error raised by covonaut-es."""
+
+
+class ConfigurationError(CovonautError, ValueError):
+    """A configuration value is missing or invalid."""
+
+
+class StoreURLError(ConfigurationError):
+    """A store URL has an unknown scheme or is malformed."""
+
+
+class ThreadNotFoundError(CovonautError, LookupError):
+    """No thread with the given id exists in the store."""
+
+
+class ThreadConflictError(CovonautError, RuntimeError):
+    """Another writer appended to the thread first (optimistic concurrency).
+
+    Attributes:
+        thread_id: The contested thread.
+        expected_version: The version this writer started from.
+    """
+
+    def __init__(self, message: str, *, thread_id: str, expected_version: int) -> None:
+        super().__init__(message)
+        self.thread_id = thread_id
+        self.expected_version = expected_version
+
+
+class ThreadStateError(CovonautError, RuntimeError):
+    """The thread is not in a state that allows the requested operation."""
+
+
+class NotInterruptedError(ThreadStateError):
+    """``resume()`` was called but no interrupt is pending (B16)."""
+
+
+class InterruptPendingError(ThreadStateError):
+    """An interrupt is pending: decide it and call ``resume()`` (B16)."""
+
+
+class ToolCallsInDoubtError(ThreadStateError):
+    """Some tool calls were recorded as called but have no recorded result (B5).
+
+    Attributes:
+        tool_call_ids: The calls in doubt; settle each with ``Agent.settle``.
+    """
+
+    def __init__(self, message: str, *, tool_call_ids: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.tool_call_ids = tool_call_ids
+
+
+class MaxTurnsExceededError(CovonautError, RuntimeError):
+    """The model still asked for tools on the last turn ``max_turns`` allowed."""
+
+
+class ProviderError(CovonautError, RuntimeError):
+    """The model provider failed; the thread records the failure and can continue."""
+
+
+class ScriptExhaustedError(ProviderError):
+    """A :class:`~covonaut_es.ScriptedProvider` was asked for more responses than scripted."""
+
+
+class SerializationError(CovonautError, ValueError):
+    """Stored bytes could not be decoded into the expected type."""
+
+
+class SchemaVersionError(SerializationError):
+    """Stored data has a schema version this code does not support (B23)."""
+
+
+class MissingUpcasterError(SerializationError):
+    """No upcaster exists for a version step that stored data needs (B22)."""
+
+
+class InterruptError(CovonautError):
+    """Raised by a tool to pause the run (B12).
+
+    The agent records the interrupt and a tool result explaining it, then returns; the
+    application decides and calls ``resume()``.
+
+    Attributes:
+        reason: Why the run pauses, for a person to read.
+        data: Optional structured data for the application (JSON-encodable).
+    """
+
+    def __init__(self, reason: str, data: Any = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.data = data

@@ -1,0 +1,232 @@
+"""msgspec encoding behind eventsourcing's ``Mapper``.
+
+The stock mapper hands an event's ``__dict__`` to a transcoder and gets plain dicts and
+strings back for nested values. This mapper keeps eventsourcing's pipeline (topic,
+compression, encryption, upcasting on read) but encodes with msgspec and decodes each
+stored payload into a msgspec Struct generated from the event class's own annotations,
+so nested Structs, enums and datetimes come back as the types they were.
+
+Every payload carries its schema version as ``class_version`` (events: the event
+class's ``class_version``; snapshots: the aggregate class's). Data without one is
+version 0, and 0 -> 1 is the identity (B24). Data newer than the code is refused (B23);
+older data is upgraded one step at a time by ``upcast_vN_vN+1`` static methods (B22).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections.abc import Callable
+from datetime import datetime
+from functools import cache
+from typing import Any
+from uuid import UUID
+
+import msgspec
+from eventsourcing.domain import CanSnapshotAggregate, DomainEventProtocol
+from eventsourcing.persistence import Cipher, Compressor, Mapper, StoredEvent, Transcoder
+from eventsourcing.utils import get_topic, resolve_topic
+
+from covonaut_es.errors import MissingUpcasterError, SchemaVersionError, SerializationError
+
+VERSION_KEY = "class_version"
+_IDENTITY_FIELDS = frozenset({"originator_id", "originator_version"})
+
+
+class JsonTranscoder(Transcoder):
+    """Untyped msgspec JSON, used where a payload must be read before its type is known."""
+
+    def encode(self, obj: Any) -> bytes:
+        return msgspec.json.encode(obj)
+
+    def decode(self, data: bytes) -> Any:
+        return msgspec.json.decode(data)
+
+
+def schema_version(cls: type) -> int:
+    """The schema version the running code writes for an event or aggregate class."""
+    return int(getattr(cls, "class_version", 1))
+
+
+class _Codec:
+    """Encodes and decodes the payload of one stored class."""
+
+    def __init__(self, owner: type, payload_type: type[msgspec.Struct]) -> None:
+        self.owner = owner  # the class whose class_version and upcasters apply
+        self.version = schema_version(owner)
+        self.decoder = msgspec.json.Decoder(payload_type)
+        self.payload_type = payload_type
+        self.field_names = tuple(n for n in payload_type.__struct_fields__ if n != VERSION_KEY)
+
+    def encode(self, obj: object) -> bytes:
+        state = {k: v for k, v in vars(obj).items() if k not in _IDENTITY_FIELDS}
+        state[VERSION_KEY] = self.version
+        return msgspec.json.encode(state)
+
+    def decode(self, data: bytes, *, where: str) -> dict[str, Any]:
+        try:
+            payload = self.decoder.decode(data)
+        except msgspec.ValidationError:
+            # Not in today's shape: an older version to upcast, or bad data.
+            return self._decode_older(data, where=where)
+        if payload.class_version != self.version:  # type: ignore[attr-defined]
+            return self._decode_older(data, where=where)
+        return self._fields(payload)
+
+    def _fields(self, payload: msgspec.Struct) -> dict[str, Any]:
+        return {name: getattr(payload, name) for name in self.field_names}
+
+    def _upcast(self, payload: dict[str, Any], stored: int) -> dict[str, Any]:
+        return upcast(self.owner, payload, stored, self.version)
+
+    def _decode_older(self, data: bytes, *, where: str) -> dict[str, Any]:
+        try:
+            state = msgspec.json.decode(data)
+        except msgspec.DecodeError as exc:
+            msg = f"{where}: stored payload is not valid JSON: {exc}"
+            raise SerializationError(msg) from exc
+        if not isinstance(state, dict):
+            msg = f"{where}: stored payload is a {type(state).__name__}, expected an object"
+            raise SerializationError(msg)
+        stored = state.pop(VERSION_KEY, 0)
+        name = self.owner.__qualname__
+        if not isinstance(stored, int) or stored > self.version:
+            msg = (
+                f"{where}: {name} data has schema version {stored!r}, but this code "
+                f"supports up to version {self.version}; upgrade covonaut-es to read it"
+            )
+            raise SchemaVersionError(msg)
+        state = self._upcast(state, stored)
+        state[VERSION_KEY] = self.version
+        try:
+            payload = msgspec.convert(state, self.payload_type)
+        except msgspec.ValidationError as exc:
+            msg = f"{where}: {name} data (schema version {stored}) does not decode: {exc}"
+            raise SerializationError(msg) from exc
+        return self._fields(payload)
+
+
+class _SnapshotCodec(_Codec):
+    """A snapshot's ``state`` is decoded typed, then handed on as the dict that
+    eventsourcing's snapshot protocol expects."""
+
+    def _fields(self, payload: msgspec.Struct) -> dict[str, Any]:
+        fields = super()._fields(payload)
+        fields["state"] = msgspec.structs.asdict(fields["state"])
+        return fields
+
+    def _upcast(self, payload: dict[str, Any], stored: int) -> dict[str, Any]:
+        # Aggregate upcasters see the aggregate's state, not the snapshot envelope.
+        payload["state"] = upcast(self.owner, payload.get("state", {}), stored, self.version)
+        return payload
+
+
+def upcast(cls: type, state: dict[str, Any], stored: int, current: int) -> dict[str, Any]:
+    """Upgrade ``state`` from version ``stored`` to ``current``, one step at a time."""
+    for step in range(stored, current):
+        if step == 0:
+            continue  # data written without a version is version 0 (B24)
+        upcaster: Callable[[dict[str, Any]], None] | None = getattr(
+            cls, f"upcast_v{step}_v{step + 1}", None
+        )
+        if upcaster is None:
+            msg = (
+                f"{cls.__qualname__} has no upcaster for schema version {step} -> {step + 1}; "
+                f"add a static method upcast_v{step}_v{step + 1}(state)"
+            )
+            raise MissingUpcasterError(msg)
+        upcaster(state)
+    return state
+
+
+def _field_types(cls: type) -> list[tuple[str, Any]]:
+    hints = typing.get_type_hints(cls)
+    return [
+        (f.name, hints[f.name]) for f in dataclasses.fields(cls) if f.name not in _IDENTITY_FIELDS
+    ]
+
+
+def _aggregate_state_fields(aggregate_cls: type) -> list[tuple[str, Any]]:
+    hints = typing.get_type_hints(aggregate_cls)
+    own = [name for name in aggregate_cls.__annotations__ if not name.isupper()]
+    return [("_created_on", datetime), ("_modified_on", datetime)] + [
+        (name, hints[name]) for name in own
+    ]
+
+
+@cache
+def codec_for(cls: type) -> _Codec:
+    """The codec of an event or snapshot class, built once from its annotations."""
+    version_field = (VERSION_KEY, int, 0)
+    if issubclass(cls, CanSnapshotAggregate):
+        aggregate_cls: type = cls.aggregate_class  # type: ignore[attr-defined]
+        state_type = msgspec.defstruct(
+            f"{aggregate_cls.__name__}State", _aggregate_state_fields(aggregate_cls)
+        )
+        fields: list[tuple[str, Any] | tuple[str, Any, Any]] = [
+            ("timestamp", datetime),
+            ("topic", str),
+            ("state", state_type),
+            version_field,
+        ]
+        return _SnapshotCodec(
+            aggregate_cls, msgspec.defstruct(f"{cls.__qualname__}Payload", fields)
+        )
+    payload_type = msgspec.defstruct(
+        f"{cls.__qualname__}Payload", [*_field_types(cls), version_field]
+    )
+    return _Codec(cls, payload_type)
+
+
+class MsgspecMapper(Mapper[UUID]):
+    """A ``Mapper`` that encodes with msgspec and decodes into the declared types.
+
+    Compression and encryption run as in eventsourcing's own mapper, after encoding and
+    before decoding.
+    """
+
+    def __init__(self, compressor: Compressor | None = None, cipher: Cipher | None = None):
+        super().__init__(JsonTranscoder(), compressor=compressor, cipher=cipher)
+
+    def to_stored_event(self, domain_event: DomainEventProtocol[UUID]) -> StoredEvent:
+        cls = type(domain_event)
+        data = codec_for(cls).encode(domain_event)
+        if self.compressor:
+            data = self.compressor.compress(data)
+        if self.cipher:
+            data = self.cipher.encrypt(data)
+        return StoredEvent(
+            originator_id=domain_event.originator_id,
+            originator_version=domain_event.originator_version,
+            topic=get_topic(cls),
+            state=data,
+        )
+
+    def to_domain_event(self, stored_event: StoredEvent) -> DomainEventProtocol[UUID]:
+        where = (
+            f"stored event {stored_event.topic!r} of {stored_event.originator_id} "
+            f"at version {stored_event.originator_version}"
+        )
+        try:
+            cls = resolve_topic(stored_event.topic)
+        except Exception as exc:
+            msg = f"{where}: its type is unknown to this code: {exc}"
+            raise SerializationError(msg) from exc
+        data = stored_event.state
+        try:
+            if self.cipher:
+                data = self.cipher.decrypt(data)
+            if self.compressor:
+                data = self.compressor.decompress(data)
+        except Exception as exc:
+            msg = f"{where}: cannot decrypt or decompress it (wrong key or corrupt data): {exc}"
+            raise SerializationError(msg) from exc
+        state = codec_for(cls).decode(data, where=where)
+        originator_id = stored_event.originator_id
+        state["originator_id"] = (
+            originator_id if isinstance(originator_id, UUID) else UUID(originator_id)
+        )
+        state["originator_version"] = stored_event.originator_version
+        event = object.__new__(cls)
+        object.__setattr__(event, "__dict__", state)
+        return typing.cast(DomainEventProtocol[UUID], event)

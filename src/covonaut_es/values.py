@@ -1,0 +1,200 @@
+"""Immutable value types shared by the domain, the runtime and the providers.
+
+Every type here is a frozen ``msgspec.Struct``: they are stored inside events and
+snapshots, so msgspec must be able to encode them and decode them back to the same
+types. Change one with ``msgspec.structs.replace``.
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import datetime
+from typing import Any
+
+import msgspec
+
+JsonValue = Any
+"""A value that ``msgspec.json`` can encode: None, bool, int, float, str, list, dict."""
+
+
+class Role(enum.StrEnum):
+    """Who wrote a message."""
+
+    SYSTEM = "system"
+    USER = "user"
+    ASSISTANT = "assistant"
+    TOOL = "tool"
+
+
+class ThreadStatus(enum.StrEnum):
+    """Where a thread stands between and during runs."""
+
+    IDLE = "idle"
+    """Started, nothing has run yet."""
+    RUNNING = "running"
+    """A run is in progress (or a process died during one)."""
+    FINISHED = "finished"
+    """The model gave a final answer."""
+    ERROR = "error"
+    """The last run failed; the thread can be continued."""
+    INTERRUPTED = "interrupted"
+    """A tool paused the run; ``resume()`` continues it."""
+
+
+class ToolCall(msgspec.Struct, frozen=True):
+    """A tool call requested by the model.
+
+    Attributes:
+        id: The call id the model gave; unique within its response.
+        name: The tool's name.
+        arguments: The JSON text of the arguments, exactly as the model produced it.
+    """
+
+    id: str
+    name: str
+    arguments: str = "{}"
+
+
+class Message(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One message of the conversation.
+
+    Attributes:
+        role: Who wrote it.
+        content: Its text.
+        tool_calls: Calls requested by an assistant message.
+        tool_call_id: For a tool message, the call it answers.
+        name: For a tool message, the tool's name; otherwise an optional author name.
+    """
+
+    role: Role
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+
+
+class Usage(msgspec.Struct, frozen=True, omit_defaults=True):
+    """Token usage reported by a provider; usages add up."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        """Input and output tokens together."""
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+        )
+
+
+class Interrupt(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A pause requested by a tool (B12, B13).
+
+    Attributes:
+        reason: Why the run paused, for a person to read.
+        data: Structured data for the application, e.g. a review request.
+        tool_call_id: The call whose tool raised the interrupt.
+        tool_name: That tool's name.
+    """
+
+    reason: str
+    data: JsonValue = None
+    tool_call_id: str = ""
+    tool_name: str = ""
+
+
+class PendingToolCall(msgspec.Struct, frozen=True):
+    """A tool call recorded as called (write-ahead) that has no result yet.
+
+    Attributes:
+        call: The call as the model requested it.
+        idempotency_key: A key that stays the same for this call across restores; hand it
+            to external systems so that a repeated call can be recognised.
+    """
+
+    call: ToolCall
+    idempotency_key: str
+
+
+class CheckpointReason(enum.StrEnum):
+    """Why a checkpoint was saved."""
+
+    TURN_START = "turn_start"
+    TURN_END = "turn_end"
+    INTERRUPT = "interrupt"
+    MANUAL = "manual"
+
+
+class Checkpoint(msgspec.Struct, frozen=True):
+    """A named point in a thread's stream (B3).
+
+    A checkpoint is a small record; the state it names is rebuilt from the nearest
+    stored snapshot at or below ``version`` plus the events after it (see ADR 0003).
+
+    Attributes:
+        sequence: Per-thread number, increasing from 1.
+        version: The thread's version when the checkpoint was saved.
+        turn: The thread's turn counter at that point.
+        status: The thread's status at that point.
+        reason: Why it was saved.
+        saved_at: When it was saved.
+    """
+
+    sequence: int
+    version: int
+    turn: int
+    status: ThreadStatus
+    reason: CheckpointReason
+    saved_at: datetime
+
+
+class ToolSpec(msgspec.Struct, frozen=True):
+    """A tool as the model is told about it: name, description, JSON schema."""
+
+    name: str
+    description: str
+    parameters: dict[str, JsonValue]
+
+
+class ProviderRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """What the runtime asks a model provider.
+
+    Attributes:
+        model: The model name from the agent's configuration.
+        messages: The context the model sees (after compaction).
+        tools: The tools the model may call; empty on a final turn.
+        max_tokens: An optional cap on the answer's length.
+        temperature: Optional sampling temperature.
+    """
+
+    model: str
+    messages: tuple[Message, ...]
+    tools: tuple[ToolSpec, ...] = ()
+    max_tokens: int | None = None
+    temperature: float | None = None
+
+
+class ProviderResponse(msgspec.Struct, frozen=True, kw_only=True):
+    """A provider's complete answer: text, tool calls, or both."""
+
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    usage: Usage | None = None
+    finish_reason: str | None = None
+
+
+class StreamDelta(msgspec.Struct, frozen=True, kw_only=True):
+    """One piece of a streamed answer.
+
+    Text arrives in ``content`` pieces; tool calls arrive whole; ``usage`` and
+    ``finish_reason`` arrive with the last delta.
+    """
+
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    usage: Usage | None = None
+    finish_reason: str | None = None

@@ -1,0 +1,52 @@
+"""The throwaway PostgreSQL server used by the PostgreSQL tests."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import psycopg
+import pytest
+
+from postgres_server import (
+    URL_ENV,
+    PostgresServer,
+    PostgresUnavailable,
+    find_binaries,
+    start_or_unavailable,
+)
+
+pytestmark = pytest.mark.postgres
+
+
+def _server_major_version(url: str) -> int:
+    with psycopg.connect(url) as conn:
+        row = conn.execute("select version()").fetchone()
+    assert row is not None
+    match = re.match(r"PostgreSQL (\d+)", row[0])
+    assert match, row[0]
+    return int(match.group(1))
+
+
+def test_postgres_url_fixture_gives_a_postgresql_15_or_later(postgres_url: str) -> None:
+    assert _server_major_version(postgres_url) >= 15
+
+
+def test_throwaway_server_starts_serves_and_is_removed_on_stop() -> None:
+    if os.environ.get(URL_ENV):
+        try:
+            find_binaries()
+        except PostgresUnavailable as exc:
+            pytest.skip(f"{exc}; the other PostgreSQL tests use {URL_ENV}")
+    server = PostgresServer()
+    start_or_unavailable(server)
+    try:
+        assert server.running
+        assert server.data_dir.is_dir()
+        assert server.url.endswith("/covonaut_test")
+        assert _server_major_version(server.url) >= 15
+    finally:
+        server.stop()
+    assert not server.running
+    assert not server.base_dir.exists()
+    server.stop()  # idempotent
