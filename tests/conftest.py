@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
+from covonaut_es import Store, open_store
 from postgres_server import URL_ENV, PostgresServer, start_or_unavailable
 
 
@@ -28,3 +32,53 @@ def postgres_url() -> Iterator[str]:
         yield url
     finally:
         server.stop()
+
+
+@pytest.fixture
+def postgres_database(postgres_url: str) -> Iterator[str]:
+    """A fresh, empty database on the session's PostgreSQL server, dropped afterwards."""
+    import psycopg
+
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    yield postgres_url.rsplit("/", 1)[0] + f"/{name}"
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The URL of an empty store of each kind: the contract suite runs on all three."""
+    if request.param == "memory":
+        return "memory://"
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'threads.db'}"
+    return str(request.getfixturevalue("postgres_database"))
+
+
+@pytest.fixture
+def open_test_store(store_url: str) -> Iterator[Callable[..., Store]]:
+    """Open stores on ``store_url``; at teardown, every thread they hold must replay
+    from its events alone to the state loaded through snapshots (the replay law)."""
+    opened: list[Store] = []
+
+    def open_(**options: Any) -> Store:
+        store = open_store(store_url, **options)
+        opened.append(store)
+        return store
+
+    yield open_
+    try:
+        for store in opened:
+            for thread_id in store.thread_ids():
+                assert store.replay_state(thread_id) == store.state_at(thread_id), thread_id
+    finally:
+        for store in opened:
+            store.close()
+
+
+@pytest.fixture
+def store(open_test_store: Callable[..., Store]) -> Store:
+    """One store of each kind (see ``store_url``)."""
+    return open_test_store()

@@ -18,7 +18,7 @@ from uuid import UUID, uuid5
 
 import msgspec
 from eventsourcing.domain import Aggregate, Snapshot
-from eventsourcing.utils import get_topic
+from eventsourcing.utils import get_topic, register_topic
 
 from covonaut_es.errors import (
     InterruptPendingError,
@@ -102,8 +102,12 @@ def thread_aggregate_id(thread_id: str) -> UUID:
     return uuid5(THREAD_NAMESPACE, thread_id)
 
 
-class AgentThread(Aggregate):
+class AgentThread(Aggregate, created_event_name="Started"):
     """One conversation's agent state, derived from its events."""
+
+    # Explicit topics are stored with every event: short, and independent of where the
+    # classes live, so modules can move without breaking stored data.
+    TOPIC = "covonaut.thread"
 
     thread_id: str
     status: ThreadStatus
@@ -127,10 +131,17 @@ class AgentThread(Aggregate):
     class Started(Event, Aggregate.Created):
         """The thread was created."""
 
+        TOPIC = "covonaut.thread.Started"
+
         thread_id: str
+
+    # eventsourcing would otherwise define a `Created` class of its own.
+    Created = Started
 
     class RunStarted(Event):
         """``run``, ``continue_run`` or ``resume`` started a run."""
+
+        TOPIC = "covonaut.thread.RunStarted"
 
         mode: RunMode
 
@@ -141,6 +152,8 @@ class AgentThread(Aggregate):
     class MessageAppended(Event):
         """A system, user or assistant message was added; assistant messages carry
         the usage the provider reported for them."""
+
+        TOPIC = "covonaut.thread.MessageAppended"
 
         message: Message
         usage: Usage | None = None
@@ -153,6 +166,8 @@ class AgentThread(Aggregate):
     class ToolCalled(Event):
         """Write-ahead record of a tool call, saved before the tool runs (B5)."""
 
+        TOPIC = "covonaut.thread.ToolCalled"
+
         call: ToolCall
         idempotency_key: str
 
@@ -161,6 +176,8 @@ class AgentThread(Aggregate):
 
     class ToolResultRecorded(Event):
         """A tool call's result is known; it becomes a tool message."""
+
+        TOPIC = "covonaut.thread.ToolResultRecorded"
 
         tool_call_id: str
         tool_name: str
@@ -178,6 +195,8 @@ class AgentThread(Aggregate):
     class Interrupted(Event):
         """A tool paused the run (B13)."""
 
+        TOPIC = "covonaut.thread.Interrupted"
+
         interrupt: Interrupt
 
         def apply(self, thread: AgentThread) -> None:
@@ -187,6 +206,8 @@ class AgentThread(Aggregate):
     class Steered(Event):
         """A queued steering message was applied before a model call (B14)."""
 
+        TOPIC = "covonaut.thread.Steered"
+
         message: Message
 
         def apply(self, thread: AgentThread) -> None:
@@ -195,6 +216,8 @@ class AgentThread(Aggregate):
     class Resumed(Event):
         """The pending interrupts were cleared by ``resume()`` (B16)."""
 
+        TOPIC = "covonaut.thread.Resumed"
+
         def apply(self, thread: AgentThread) -> None:
             thread.interrupts.clear()
             thread.status = ThreadStatus.RUNNING
@@ -202,21 +225,17 @@ class AgentThread(Aggregate):
     class TurnStarted(Event):
         """A turn (one model call and its tool calls) began."""
 
+        TOPIC = "covonaut.thread.TurnStarted"
+
         turn: int
 
         def apply(self, thread: AgentThread) -> None:
             thread.turn = self.turn
 
-    class TurnEnded(Event):
-        """The turn's tool calls all have results."""
-
-        turn: int
-
-        def apply(self, thread: AgentThread) -> None:
-            pass
-
     class Compacted(Event):
         """The context the model sees was compacted; no message was deleted."""
+
+        TOPIC = "covonaut.thread.Compacted"
 
         compaction: Compaction
         usage: Usage | None = None
@@ -229,6 +248,8 @@ class AgentThread(Aggregate):
     class RunFinished(Event):
         """The model gave a final answer."""
 
+        TOPIC = "covonaut.thread.RunFinished"
+
         output: str
 
         def apply(self, thread: AgentThread) -> None:
@@ -236,6 +257,8 @@ class AgentThread(Aggregate):
 
     class RunFailed(Event):
         """The run ended in an error (provider failure, turn limit)."""
+
+        TOPIC = "covonaut.thread.RunFailed"
 
         error_type: str
         message: str
@@ -247,15 +270,28 @@ class AgentThread(Aggregate):
     class CheckpointSaved(Event):
         """A checkpoint was saved; only the newest ``retain`` are kept (0 keeps all).
 
-        Evicting a checkpoint forgets its record, never an event (B11).
+        The checkpoint's other fields are the thread's at this event, so they are
+        derived rather than stored. Evicting a checkpoint forgets its record, never an
+        event (B11).
         """
 
-        checkpoint: Checkpoint
+        TOPIC = "covonaut.thread.CheckpointSaved"
+
+        reason: CheckpointReason
         retain: int
 
         def apply(self, thread: AgentThread) -> None:
-            thread.checkpoints.append(self.checkpoint)
-            thread.next_checkpoint_sequence = self.checkpoint.sequence + 1
+            thread.checkpoints.append(
+                Checkpoint(
+                    sequence=thread.next_checkpoint_sequence,
+                    version=self.originator_version,
+                    turn=thread.turn,
+                    status=thread.status,
+                    reason=self.reason,
+                    saved_at=self.timestamp,
+                )
+            )
+            thread.next_checkpoint_sequence += 1
             if self.retain and len(thread.checkpoints) > self.retain:
                 del thread.checkpoints[: -self.retain]
 
@@ -345,13 +381,6 @@ class AgentThread(Aggregate):
         """Begin the next turn."""
         self.trigger_event(self.TurnStarted, turn=self.turn + 1, timestamp=now)
 
-    def end_turn(self, *, now: datetime) -> None:
-        """End the current turn; every call of the turn must have a result."""
-        if self.open_calls:
-            msg = f"turn {self.turn} of thread {self.thread_id!r} still has open tool calls"
-            raise ThreadStateError(msg)
-        self.trigger_event(self.TurnEnded, turn=self.turn, timestamp=now)
-
     def compact(self, compaction: Compaction, *, now: datetime, usage: Usage | None) -> None:
         """Record a context compaction."""
         if not 0 <= compaction.first_kept <= len(self.messages):
@@ -373,19 +402,9 @@ class AgentThread(Aggregate):
     def save_checkpoint(
         self, reason: CheckpointReason, *, retain: int, now: datetime
     ) -> Checkpoint:
-        """Record a checkpoint at the version this event gets."""
-        checkpoint = Checkpoint(
-            sequence=self.next_checkpoint_sequence,
-            version=self.version + 1,
-            turn=self.turn,
-            status=self.status,
-            reason=reason,
-            saved_at=now,
-        )
-        self.trigger_event(
-            self.CheckpointSaved, checkpoint=checkpoint, retain=retain, timestamp=now
-        )
-        return checkpoint
+        """Record a checkpoint; its version is the one this event gets."""
+        self.trigger_event(self.CheckpointSaved, reason=reason, retain=retain, timestamp=now)
+        return self.checkpoints[-1]
 
     # Queries ----------------------------------------------------------------------
 
@@ -438,6 +457,7 @@ class ThreadSnapshot(Snapshot):
     Its timestamp is the thread's last modification, so taking it reads no clock.
     """
 
+    TOPIC = "covonaut.thread.Snapshot"
     aggregate_class: ClassVar[type[AgentThread]] = AgentThread
 
     @classmethod
@@ -467,6 +487,8 @@ class ThreadSnapshot(Snapshot):
 
 
 AgentThread.Snapshot = ThreadSnapshot
+
+register_topic(ThreadSnapshot.TOPIC, ThreadSnapshot)
 
 
 def project_thread(thread: AgentThread | None, events: Iterable[Any]) -> AgentThread | None:

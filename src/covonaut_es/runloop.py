@@ -188,14 +188,12 @@ def run_program(
         yield Commit()  # write-ahead: the intent to call is stored before any tool runs
 
         if not calls:
-            thread.end_turn(now=now())
             thread.finish(response.content, now=now())
             yield from _end_of_turn(thread, settings, now())
             return response.content
         if final_turn:
             yield from _refuse_calls_on_final_turn(thread, config, calls)
         yield from _run_tools(thread, config, calls)
-        thread.end_turn(now=now())
         if thread.interrupts:
             yield from _checkpoint(thread, settings, CheckpointReason.INTERRUPT, now())
             return ""
@@ -295,7 +293,6 @@ def _refuse_calls_on_final_turn(
     note = "Not executed: the run reached its turn limit."
     for call in calls:
         thread.record_tool_result(call.id, note, ToolOutcome.NOT_EXECUTED, now=now())
-    thread.end_turn(now=now())
     msg = (
         f"the model still called tools on turn {config.max_turns}, the last one "
         f"max_turns={config.max_turns} allows; continue_run() gives it more turns"

@@ -6,8 +6,8 @@ compression, encryption, upcasting on read) but encodes with msgspec and decodes
 stored payload into a msgspec Struct generated from the event class's own annotations,
 so nested Structs, enums and datetimes come back as the types they were.
 
-Every payload carries its schema version as ``class_version`` (events: the event
-class's ``class_version``; snapshots: the aggregate class's). Data without one is
+Every payload carries its schema version under ``"_v"``: the ``class_version`` of the
+event class, or for snapshots of the aggregate class. Data without one is
 version 0, and 0 -> 1 is the identity (B24). Data newer than the code is refused (B23);
 older data is upgraded one step at a time by ``upcast_vN_vN+1`` static methods (B22).
 """
@@ -29,7 +29,7 @@ from eventsourcing.utils import get_topic, resolve_topic
 
 from covonaut_es.errors import MissingUpcasterError, SchemaVersionError, SerializationError
 
-VERSION_KEY = "class_version"
+VERSION_KEY = "_v"
 _IDENTITY_FIELDS = frozenset({"originator_id", "originator_version"})
 
 
@@ -66,10 +66,10 @@ class _Codec:
     def decode(self, data: bytes, *, where: str) -> dict[str, Any]:
         try:
             payload = self.decoder.decode(data)
-        except msgspec.ValidationError:
+        except msgspec.DecodeError:  # includes ValidationError
             # Not in today's shape: an older version to upcast, or bad data.
             return self._decode_older(data, where=where)
-        if payload.class_version != self.version:  # type: ignore[attr-defined]
+        if getattr(payload, VERSION_KEY) != self.version:
             return self._decode_older(data, where=where)
         return self._fields(payload)
 

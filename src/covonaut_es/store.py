@@ -11,14 +11,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from types import TracebackType
 from typing import Any
 from uuid import UUID
 
 from eventsourcing.application import AggregateNotFoundError, Application
 from eventsourcing.persistence import IntegrityError
-from eventsourcing.utils import Environment, EnvType
+from eventsourcing.utils import Environment, EnvType, get_topic
 
 from covonaut_es.domain import (
     AgentThread,
@@ -33,6 +33,8 @@ from covonaut_es.store_urls import persistence_env, redact
 from covonaut_es.values import Checkpoint
 
 logger = logging.getLogger("covonaut_es")
+
+_LOG_BATCH = 500
 
 SNAPSHOT_MIN_VERSION = 64
 """No snapshot is written for a thread shorter than this: replaying it is cheap."""
@@ -166,6 +168,23 @@ class Store:
             self._app.snapshots.put([ThreadSnapshot.take(thread)])
         self._remember_snapshot(aggregate_id, thread.version)
         return True
+
+    def thread_ids(self) -> Iterator[str]:
+        """The ids of all threads, oldest first, read from the store's event log."""
+        started_topic = get_topic(AgentThread.Started)
+        recorder = self._app.recorder
+        position: int | None = None
+        while True:
+            batch = recorder.select_notifications(
+                position, _LOG_BATCH, topics=[started_topic], inclusive_of_start=False
+            )
+            for notification in batch:
+                started = self._app.mapper.to_domain_event(notification)
+                assert isinstance(started, AgentThread.Started)
+                yield started.thread_id
+            if len(batch) < _LOG_BATCH:
+                return
+            position = batch[-1].id
 
     def checkpoints(self, thread_id: str) -> tuple[Checkpoint, ...]:
         """The thread's retained checkpoints, oldest first."""

@@ -1,0 +1,357 @@
+"""The agent's behaviour rules from SPEC.md (B6-B8, B10-B17), on every store."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from covonaut_es import (
+    Agent,
+    AgentConfig,
+    AgentThread,
+    CheckpointReason,
+    CheckpointSettings,
+    ConfigurationError,
+    InterruptError,
+    InterruptPendingError,
+    NotInterruptedError,
+    ProviderRequest,
+    ProviderResponse,
+    Role,
+    ScriptedProvider,
+    Store,
+    ThreadStatus,
+    Tool,
+    ToolContext,
+    ToolOutcome,
+)
+from support import OBJECT_SCHEMA, answer, call, echo_tool, review_tool, ticking_clock
+
+
+def make_config(store: Store | None, script: list[Any], **options: Any) -> AgentConfig:
+    checkpoint_options = {
+        k: options.pop(k)
+        for k in ("save_on_turn_start", "skip_save_on_turn_end", "durability")
+        if k in options
+    }
+    checkpoint = (
+        None
+        if store is None
+        else CheckpointSettings(
+            store=store, thread_id=options.pop("thread_id", "t1"), **checkpoint_options
+        )
+    )
+    options.setdefault("tools", [echo_tool(), review_tool()])
+    return AgentConfig(
+        provider=ScriptedProvider(script),
+        model="test-model",
+        checkpoint=checkpoint,
+        clock=ticking_clock(),
+        **options,
+    )
+
+
+def test_b6_checkpoint_saved_at_end_of_every_turn(store: Store) -> None:
+    """B6: with checkpointing configured, every turn end saves a checkpoint."""
+    script = [call(("c1", "echo", '{"text": "a"}')), call(("c2", "echo", '{"text": "b"}'))]
+    agent = Agent(make_config(store, [*script, answer("done")]))
+    assert agent.run("go") == "done"
+    checkpoints = store.checkpoints("t1")
+    assert [c.reason for c in checkpoints] == [CheckpointReason.TURN_END] * 3
+    assert [c.turn for c in checkpoints] == [1, 2, 3]
+    assert [c.sequence for c in checkpoints] == [1, 2, 3]
+    assert checkpoints[-1].status is ThreadStatus.FINISHED
+
+
+def test_b7_save_on_turn_start_after_steering_and_before_model_call(store: Store) -> None:
+    """B7: a turn-start checkpoint follows steering (and compaction) and precedes the
+    model call."""
+    seen_at_call: list[int] = []
+
+    def respond(request: ProviderRequest) -> ProviderResponse:
+        seen_at_call.append(len(store.checkpoints("t1")))
+        return answer("ok")
+
+    config = make_config(store, [respond], save_on_turn_start=True)
+    agent = Agent(config)
+    agent.steer("be brief")
+    agent.run("hello")
+    checkpoints = store.checkpoints("t1")
+    assert [c.reason for c in checkpoints] == [
+        CheckpointReason.TURN_START,
+        CheckpointReason.TURN_END,
+    ]
+    assert seen_at_call == [1]  # the turn-start checkpoint was stored before the call
+    state_at_start = store.state_at("t1", checkpoints[0].version)
+    assert state_at_start.messages[-1].content == "be brief"  # steering already applied
+
+
+def test_b8_skip_save_on_turn_end(store: Store) -> None:
+    """B8: skip_save_on_turn_end=True saves no end-of-turn checkpoint."""
+    agent = Agent(make_config(store, [answer("done")], skip_save_on_turn_end=True))
+    agent.run("go")
+    assert store.checkpoints("t1") == ()
+    assert store.state_at("t1").status is ThreadStatus.FINISHED  # step durability kept it
+
+
+def test_b9_store_shared_by_concurrent_agents_on_different_threads(store: Store) -> None:
+    """B9: one store serves several agents on different threads at the same time."""
+    errors: list[BaseException] = []
+
+    def work(n: int) -> None:
+        try:
+            script = [call((f"c{n}", "echo", '{"text": "x"}')), answer(f"done {n}")]
+            agent = Agent(make_config(store, script, thread_id=f"user-{n}"))
+            assert agent.run("go") == f"done {n}"
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    workers = [threading.Thread(target=work, args=(n,)) for n in range(6)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert errors == []
+    for n in range(6):
+        assert store.state_at(f"user-{n}").status is ThreadStatus.FINISHED
+
+
+def test_b10_empty_thread_id_means_default_and_warns(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    """B10: an empty thread id is "default", and the agent warns about it."""
+    with caplog.at_level(logging.WARNING, logger="covonaut_es"):
+        agent = Agent(make_config(store, [answer("hi")], thread_id=""))
+    assert agent.thread_id == "default"
+    assert "unrelated sessions must not share" in caplog.text
+    agent.run("hello")
+    assert store.state_at("default").status is ThreadStatus.FINISHED
+
+
+def test_b11_cap_evicts_oldest_checkpoints_but_no_events(
+    open_test_store: Callable[..., Store],
+) -> None:
+    """B11: max_checkpoints_per_thread keeps the newest checkpoints; events stay."""
+    store = open_test_store(max_checkpoints_per_thread=2)
+    script = [call((f"c{i}", "echo", '{"text": "x"}')) for i in range(4)]
+    agent = Agent(make_config(store, [*script, answer("done")]))
+    agent.run("go")
+    checkpoints = store.checkpoints("t1")
+    assert [c.sequence for c in checkpoints] == [4, 5]
+    history = store.history("t1")
+    assert [e.originator_version for e in history] == list(range(1, agent.state.version + 1))
+    assert sum(isinstance(e, AgentThread.CheckpointSaved) for e in history) == 5
+    assert store.replay_state("t1").messages == agent.messages
+
+
+def test_b11_zero_means_no_cap(store: Store) -> None:
+    """B11: a cap of 0 keeps every checkpoint."""
+    script = [call((f"c{i}", "echo", '{"text": "x"}')) for i in range(3)]
+    Agent(make_config(store, [*script, answer("done")])).run("go")
+    assert [c.sequence for c in store.checkpoints("t1")] == [1, 2, 3, 4]
+
+
+def test_b12_b13_interrupt_records_reason_data_and_explaining_tool_result(store: Store) -> None:
+    """B12, B13: a tool's InterruptError is recorded with reason, data, call id and tool
+    name, plus a tool result explaining the pause; run() returns normally."""
+    agent = Agent(make_config(store, [call(("r1", "review", "{}"))]))
+    output = agent.run("pay the invoice")
+    assert output == ""  # not a final answer: check `interrupted`
+    assert agent.status is ThreadStatus.INTERRUPTED
+    interrupt = agent.interrupted
+    assert interrupt is not None
+    assert (interrupt.reason, interrupt.data) == ("human review required", {"request_id": "r1"})
+    assert (interrupt.tool_call_id, interrupt.tool_name) == ("r1", "review")
+    tool_message = agent.messages[-1]
+    assert tool_message.role is Role.TOOL and tool_message.tool_call_id == "r1"
+    assert "human review required" in tool_message.content
+    assert store.checkpoints("t1")[-1].reason is CheckpointReason.INTERRUPT
+
+
+def test_b13_interrupt_without_data(store: Store) -> None:
+    """B13: data is optional."""
+
+    def pause(ctx: ToolContext, args: dict[str, Any]) -> Any:
+        raise InterruptError("wait")
+
+    tools = [Tool("pause", "Pause", OBJECT_SCHEMA, pause)]
+    agent = Agent(make_config(store, [call(("p", "pause", "{}"))], tools=tools))
+    agent.run("go")
+    assert agent.interrupted is not None
+    assert agent.interrupted.data is None
+
+
+def test_b14_b15_steer_and_resume_never_reruns_the_interrupted_call(store: Store) -> None:
+    """B14, B15: the application steers and resumes; the run continues from the
+    recorded tool result and the interrupted tool is not run again."""
+    executions: list[str] = []
+    script = [call(("r1", "review", "{}")), answer("approved and done")]
+    agent = Agent(make_config(store, script, tools=[review_tool(executions)]))
+    agent.run("go")
+    agent.steer("The reviewer approved.")
+    assert agent.resume() == "approved and done"
+    assert executions == ["r1"]
+    assert agent.interrupted is None
+    assert agent.status is ThreadStatus.FINISHED
+    request = agent.config.provider.requests[-1]  # type: ignore[attr-defined]
+    contents = [m.content for m in request.messages]
+    assert "The reviewer approved." in contents
+    assert request.messages[-1].content == "The reviewer approved."
+
+
+def test_b14_steering_survives_a_restart_once_recorded(store: Store) -> None:
+    """B14: a steering message becomes an event when the next model call is prepared."""
+    script = [call(("r1", "review", "{}")), ProviderResponse(content="x")]
+    agent = Agent(make_config(store, script))
+    agent.run("go")
+    agent.steer("note this")
+    agent.resume()
+    restored = Agent(make_config(store, []))
+    restored.restore_latest_checkpoint()
+    assert any(m.content == "note this" for m in restored.messages)
+
+
+def test_b16_restore_never_calls_the_model(store: Store) -> None:
+    """B16: restoring loads state and interrupt information only."""
+    Agent(make_config(store, [call(("r1", "review", "{}"))])).run("go")
+    provider = ScriptedProvider([])
+    config = make_config(store, [])
+    restored = Agent(
+        AgentConfig(
+            provider=provider, checkpoint=config.checkpoint, tools=config.tools, clock=config.clock
+        )
+    )
+    checkpoint = restored.restore_latest_checkpoint("t1")
+    assert checkpoint is not None and checkpoint.reason is CheckpointReason.INTERRUPT
+    assert restored.interrupted is not None
+    assert provider.requests == []
+
+
+def test_b16_resume_requires_a_pending_interrupt(store: Store) -> None:
+    """B16: resume() without a pending interrupt raises a clear error."""
+    agent = Agent(make_config(store, [answer("done")]))
+    agent.run("go")
+    with pytest.raises(NotInterruptedError, match="no pending interrupt"):
+        agent.resume()
+
+
+def test_b16_run_and_continue_refuse_while_interrupted(store: Store) -> None:
+    """B16: run() and continue_run() refuse a pending interrupt; resume() decides it."""
+    agent = Agent(make_config(store, [call(("r1", "review", "{}")), answer("done")]))
+    agent.run("go")
+    with pytest.raises(InterruptPendingError, match="resume"):
+        agent.run("something else")
+    with pytest.raises(InterruptPendingError):
+        agent.continue_run()
+    assert agent.resume() == "done"
+
+
+def test_b16_continue_run_runs_on_without_new_input(store: Store) -> None:
+    """B16: continue_run() appends no user message."""
+    agent = Agent(make_config(store, [answer("first"), answer("second")]))
+    agent.run("go")
+    count = len(agent.messages)
+    assert agent.continue_run() == "second"
+    assert len(agent.messages) == count + 1
+    assert agent.messages[-1].role is Role.ASSISTANT
+
+
+def test_b16_run_after_restore_appends_input(store: Store) -> None:
+    """B16: run(input) after a restore appends the user message and runs."""
+    Agent(make_config(store, [answer("first")])).run("one")
+    restored = Agent(make_config(store, [answer("second")]))
+    restored.restore_latest_checkpoint()
+    assert restored.run("two") == "second"
+    assert [m.content for m in restored.messages if m.role is Role.USER] == ["one", "two"]
+
+
+def test_b17_parallel_batch_records_every_result_when_one_interrupts(store: Store) -> None:
+    """B17: with parallel tools, the other calls of the batch complete and are recorded."""
+    executions: list[str] = []
+    batch = call(
+        ("e1", "echo", '{"text": "a"}'), ("r1", "review", "{}"), ("e2", "echo", '{"text": "b"}')
+    )
+    config = make_config(
+        store, [batch], parallel_tools=True, tools=[echo_tool(executions), review_tool()]
+    )
+    agent = Agent(config)
+    agent.run("go")
+    assert sorted(executions) == ["e1", "e2"]
+    results = {m.tool_call_id: m.content for m in agent.messages if m.role is Role.TOOL}
+    assert set(results) == {"e1", "r1", "e2"}
+    assert agent.in_doubt == ()
+    assert agent.interrupted is not None and agent.interrupted.tool_call_id == "r1"
+
+
+def test_b17_parallel_batch_records_several_interrupts(store: Store) -> None:
+    """B17: several interrupts of one batch are all recorded."""
+    batch = call(("r1", "review", "{}"), ("r2", "review", "{}"))
+    agent = Agent(make_config(store, [batch, answer("done")], parallel_tools=True))
+    agent.run("go")
+    assert sorted(i.tool_call_id for i in agent.interrupts) == ["r1", "r2"]
+    assert agent.resume() == "done"
+    assert agent.interrupts == ()
+
+
+def test_b17_parallel_calls_really_run_concurrently(store: Store) -> None:
+    """B17: the calls of a parallel batch overlap in time."""
+    barrier = threading.Barrier(2, timeout=10)
+
+    def meet(ctx: ToolContext, args: dict[str, Any]) -> Any:
+        barrier.wait()  # only returns when both calls are running at once
+        return "met"
+
+    tools = [Tool("meet", "Meet", OBJECT_SCHEMA, meet)]
+    batch = call(("m1", "meet", "{}"), ("m2", "meet", "{}"))
+    agent = Agent(make_config(store, [batch, answer("done")], parallel_tools=True, tools=tools))
+    assert agent.run("go") == "done"
+
+
+def test_b17_sequential_calls_after_an_interrupt_are_recorded_as_not_executed(
+    store: Store,
+) -> None:
+    """B17: sequentially, calls after the interrupting one are recorded, not run."""
+    executions: list[str] = []
+    batch = call(("r1", "review", "{}"), ("e1", "echo", '{"text": "a"}'))
+    config = make_config(store, [batch], tools=[echo_tool(executions), review_tool()])
+    agent = Agent(config)
+    agent.run("go")
+    assert executions == []
+    results = store.history("t1")
+    outcomes = {e.tool_call_id: e.outcome for e in results if hasattr(e, "outcome")}
+    assert outcomes == {"r1": ToolOutcome.INTERRUPTED, "e1": ToolOutcome.NOT_EXECUTED}
+    assert agent.in_doubt == ()
+
+
+def test_checkpointing_needs_a_store() -> None:
+    """save_checkpoint() without checkpoint settings is a configuration error."""
+    agent = Agent(make_config(None, [answer("x")]))
+    assert agent.run("go") == "x"
+    with pytest.raises(ConfigurationError, match="CheckpointSettings"):
+        agent.save_checkpoint()
+
+
+def test_manual_checkpoint_returns_increasing_sequence(store: Store) -> None:
+    """save_checkpoint() records a manual checkpoint and returns its sequence number."""
+    agent = Agent(make_config(store, [answer("x")], durability="checkpoint"))
+    agent.run("go")
+    assert agent.save_checkpoint() == 2
+    assert store.checkpoints("t1")[-1].reason is CheckpointReason.MANUAL
+
+
+def test_checkpoint_durability_commits_only_at_checkpoints(store: Store) -> None:
+    """durability="checkpoint" stores nothing between checkpoints."""
+    seen: list[bool] = []
+
+    def respond(request: ProviderRequest) -> ProviderResponse:
+        seen.append(store.exists("t1"))
+        return answer("ok")
+
+    agent = Agent(make_config(store, [respond], durability="checkpoint"))
+    agent.run("go")
+    assert seen == [False]
+    assert store.state_at("t1") == agent.state

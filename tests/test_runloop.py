@@ -1,0 +1,235 @@
+"""The run loop: tool argument handling, turn limits, failures, compaction."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from covonaut_es import (
+    Agent,
+    AgentConfig,
+    CheckpointSettings,
+    MaxTurnsExceededError,
+    Message,
+    ProviderError,
+    ProviderRequest,
+    ProviderResponse,
+    Role,
+    ScriptedProvider,
+    ScriptExhaustedError,
+    Store,
+    SummarizingCompactor,
+    ThreadStatus,
+    Tool,
+    ToolContext,
+    Usage,
+)
+from covonaut_es.compaction import SUMMARY_PREFIX, context_messages
+from covonaut_es.runloop import FINAL_TURN_INSTRUCTION
+from support import OBJECT_SCHEMA, answer, call, echo_tool, ticking_clock
+
+
+def agent_on(store: Store, script: list[Any], **options: Any) -> Agent:
+    options.setdefault("tools", [echo_tool()])
+    return Agent(
+        AgentConfig(
+            provider=ScriptedProvider(script),
+            model="m",
+            checkpoint=CheckpointSettings(store=store, thread_id="t"),
+            clock=ticking_clock(),
+            **options,
+        )
+    )
+
+
+def tool_results(agent: Agent) -> dict[str, str]:
+    return {m.tool_call_id or "": m.content for m in agent.messages if m.role is Role.TOOL}
+
+
+def test_invalid_json_arguments_become_an_error_result(store: Store) -> None:
+    """Arguments that are not JSON reach the model as an error result, not an exception."""
+    agent = agent_on(store, [call(("c1", "echo", "{not json")), answer("sorry")])
+    assert agent.run("go") == "sorry"
+    assert "not valid JSON" in tool_results(agent)["c1"]
+
+
+def test_arguments_are_validated_against_the_schema(store: Store) -> None:
+    """Arguments that break the tool's JSON schema are refused before the call."""
+    log: list[str] = []
+    script = [
+        call(
+            ("c1", "echo", '{"text": 5}'),
+            ("c2", "echo", "{}"),
+            ("c3", "echo", '{"text": "a", "x": 1}'),
+        ),
+        answer("ok"),
+    ]
+    agent = agent_on(store, script, tools=[echo_tool(log)])
+    agent.run("go")
+    results = tool_results(agent)
+    assert "$.text: expected string, got integer" in results["c1"]
+    assert "missing required property 'text'" in results["c2"]
+    assert "unexpected property 'x'" in results["c3"]
+    assert log == []
+
+
+def test_unknown_tool_becomes_an_error_result(store: Store) -> None:
+    """A call to a tool that does not exist is answered with an error result."""
+    agent = agent_on(store, [call(("c1", "nope", "{}")), answer("ok")])
+    agent.run("go")
+    assert "no tool named 'nope'" in tool_results(agent)["c1"]
+
+
+def test_tool_exception_becomes_an_error_result(store: Store) -> None:
+    """A tool that raises gives the model an error result; the run goes on."""
+
+    def broken(ctx: ToolContext, args: dict[str, Any]) -> Any:
+        raise RuntimeError("disk full")
+
+    tools = [Tool("broken", "Breaks", OBJECT_SCHEMA, broken)]
+    agent = agent_on(store, [call(("c1", "broken", "{}")), answer("handled")], tools=tools)
+    assert agent.run("go") == "handled"
+    assert "RuntimeError: disk full" in tool_results(agent)["c1"]
+
+
+def test_tool_context_carries_thread_call_and_idempotency_key(store: Store) -> None:
+    """ToolContext names the thread, the call and a key that the stream records."""
+    seen: list[ToolContext] = []
+
+    def record(ctx: ToolContext, args: dict[str, Any]) -> Any:
+        seen.append(ctx)
+        return "ok"
+
+    tools = [Tool("record", "Records", OBJECT_SCHEMA, record)]
+    agent = agent_on(store, [call(("c1", "record", "{}")), answer("ok")], tools=tools)
+    agent.run("go")
+    (ctx,) = seen
+    assert (ctx.thread_id, ctx.tool_call_id, ctx.tool_name) == ("t", "c1", "record")
+    called = [e for e in store.history("t") if type(e).__name__ == "ToolCalled"]
+    assert called[0].idempotency_key == ctx.idempotency_key
+
+
+def test_max_turns_gives_a_final_turn_instruction(store: Store) -> None:
+    """max_turns: the last allowed turn offers no tools and asks for a final answer."""
+    provider = ScriptedProvider([call(("c1", "echo", '{"text": "a"}')), answer("wrapped up")])
+    agent = Agent(
+        AgentConfig(
+            provider=provider,
+            tools=[echo_tool()],
+            max_turns=2,
+            checkpoint=CheckpointSettings(store=store, thread_id="t"),
+        )
+    )
+    assert agent.run("go") == "wrapped up"
+    first, last = provider.requests
+    assert first.tools and not last.tools
+    assert last.messages[-1] == Message(Role.SYSTEM, FINAL_TURN_INSTRUCTION)
+    assert FINAL_TURN_INSTRUCTION not in [m.content for m in agent.messages]
+
+
+def test_max_turns_is_per_call_and_enforced(store: Store) -> None:
+    """A model that keeps calling tools stops at max_turns with a typed error; the
+    calls of the last turn are recorded as not executed and continue_run goes on."""
+    log: list[str] = []
+    script = [call((f"c{i}", "echo", '{"text": "a"}')) for i in range(3)]
+    agent = agent_on(store, [*script, answer("finally")], tools=[echo_tool(log)], max_turns=2)
+    with pytest.raises(MaxTurnsExceededError, match="max_turns=2"):
+        agent.run("go")
+    assert log == ["c0"]
+    assert agent.status is ThreadStatus.ERROR
+    assert "Not executed" in tool_results(agent)["c1"]
+    assert agent.continue_run() == "finally"  # c2 runs on its first turn, then the answer
+    assert log == ["c0", "c2"]
+
+
+def test_provider_error_is_recorded_and_the_thread_can_continue(store: Store) -> None:
+    """A provider failure ends the run with status error, a recorded failure event
+    and a typed exception; continue_run() later works."""
+    agent = agent_on(store, [ConnectionError("network down"), answer("back")])
+    with pytest.raises(ProviderError, match="network down") as info:
+        agent.run("go")
+    assert isinstance(info.value.__cause__, ConnectionError)
+    assert agent.status is ThreadStatus.ERROR
+    assert store.state_at("t").error == "ConnectionError: network down"
+    assert agent.continue_run() == "back"
+    assert agent.state.error is None
+
+
+def test_provider_errors_of_the_library_keep_their_type(store: Store) -> None:
+    """A ProviderError subclass from the provider is re-raised as it is."""
+    agent = agent_on(store, [])
+    with pytest.raises(ScriptExhaustedError):
+        agent.run("go")
+    assert agent.status is ThreadStatus.ERROR
+
+
+def test_system_prompt_is_recorded_once_per_thread(store: Store) -> None:
+    """The system prompt is the thread's first message, recorded once."""
+    agent = agent_on(store, [answer("a"), answer("b")], system_prompt="Be kind.")
+    agent.run("one")
+    agent.run("two")
+    system = [m for m in agent.messages if m.role is Role.SYSTEM]
+    assert system == [Message(Role.SYSTEM, "Be kind.")]
+    assert agent.messages[0] == system[0]
+
+
+def test_usage_accumulates(store: Store) -> None:
+    """Token usage adds up over model calls and runs."""
+    agent = agent_on(store, [answer("a", tokens=3), answer("b", tokens=4)])
+    agent.run("one")
+    agent.run("two")
+    assert agent.usage == Usage(7, 7)
+    assert agent.usage.total_tokens == 14
+
+
+def test_compaction_summarizes_without_destroying_history(store: Store) -> None:
+    """A compactor's summary replaces old context for the model; the stream keeps all."""
+    long_text = "x" * 300
+
+    def respond(request: ProviderRequest) -> ProviderResponse:
+        if request.messages[0].content.startswith("Summarize"):
+            return ProviderResponse(content="SUMMARY", usage=Usage(1, 1))
+        return answer("ok")
+
+    provider = ScriptedProvider(respond=respond)
+    compactor = SummarizingCompactor(max_context_chars=1000, keep_last=2, keep_chars=700)
+    agent = Agent(
+        AgentConfig(
+            provider=provider,
+            system_prompt="sys",
+            compactor=compactor,
+            checkpoint=CheckpointSettings(store=store, thread_id="t"),
+        )
+    )
+    for _ in range(5):
+        agent.run(long_text)
+    compaction = agent.state.compaction
+    assert compaction is not None and compaction.summary == "SUMMARY"
+    model_requests = [r for r in provider.requests if r.messages[-1].content == long_text]
+    last = model_requests[-1]
+    assert last.messages[0] == Message(Role.SYSTEM, "sys")
+    assert last.messages[1].content == SUMMARY_PREFIX + "SUMMARY"
+    assert sum(len(m.content) for m in last.messages) < 1000
+    assert len(agent.messages) == 11  # system + 5 x (user, assistant): nothing deleted
+    history_types = [type(e).__name__ for e in store.history("t")]
+    assert "Compacted" in history_types
+
+
+def test_context_messages_never_start_the_tail_with_a_tool_result() -> None:
+    """The kept tail never starts with a tool result whose call was summarized away."""
+    messages = [
+        Message(Role.SYSTEM, "s"),
+        Message(Role.USER, "u" * 50),
+        Message(Role.ASSISTANT, "", tool_calls=()),
+        Message(Role.TOOL, "r" * 10, tool_call_id="c"),
+        Message(Role.USER, "u"),
+    ]
+    compactor = SummarizingCompactor(max_context_chars=10, keep_last=2, keep_chars=100)
+    plan = compactor.plan(messages, None, model="m")
+    assert plan is not None
+    assert messages[plan.first_kept].role is not Role.TOOL
+    from covonaut_es import Compaction
+
+    view = context_messages(messages, Compaction("s", plan.first_kept))
+    assert view[0].role is Role.SYSTEM and view[1].content.startswith(SUMMARY_PREFIX)

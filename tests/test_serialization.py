@@ -1,0 +1,217 @@
+"""The msgspec mapper: typed round trips, schema versions, compression, encryption."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID
+
+import msgspec
+import pytest
+from eventsourcing.compressor import ZlibCompressor
+from eventsourcing.persistence import StoredEvent
+
+from covonaut_es import (
+    AgentThread,
+    CheckpointReason,
+    Compaction,
+    Interrupt,
+    Message,
+    MissingUpcasterError,
+    Role,
+    RunMode,
+    SchemaVersionError,
+    SerializationError,
+    ToolCall,
+    ToolOutcome,
+    Usage,
+)
+from covonaut_es.domain import ThreadSnapshot, thread_aggregate_id
+from covonaut_es.serialization import MsgspecMapper
+
+NOW = datetime(2026, 3, 4, 5, 6, 7, 890123, tzinfo=UTC)
+ID = thread_aggregate_id("t")
+
+SAMPLES: dict[type, dict[str, Any]] = {
+    AgentThread.Started: {"thread_id": "t", "originator_topic": "covonaut.thread"},
+    AgentThread.RunStarted: {"mode": RunMode.RESUME},
+    AgentThread.MessageAppended: {
+        "message": Message(
+            Role.ASSISTANT, "hi", tool_calls=(ToolCall("c1", "echo", '{"a": 1}'),), name="bot"
+        ),
+        "usage": Usage(3, 4),
+    },
+    AgentThread.ToolCalled: {"call": ToolCall("c1", "echo", "{}"), "idempotency_key": "k"},
+    AgentThread.ToolResultRecorded: {
+        "tool_call_id": "c1",
+        "tool_name": "echo",
+        "content": "ok",
+        "outcome": ToolOutcome.FAILED,
+    },
+    AgentThread.Interrupted: {
+        "interrupt": Interrupt("why", {"nested": [1, {"x": None}]}, "c1", "review")
+    },
+    AgentThread.Steered: {"message": Message(Role.USER, "approved?")},
+    AgentThread.Resumed: {},
+    AgentThread.TurnStarted: {"turn": 2},
+    AgentThread.Compacted: {"compaction": Compaction("sum", 3), "usage": None},
+    AgentThread.RunFinished: {"output": "done"},
+    AgentThread.RunFailed: {"error_type": "ProviderError", "message": "boom"},
+    AgentThread.CheckpointSaved: {"reason": CheckpointReason.INTERRUPT, "retain": 3},
+}
+
+
+def event_classes() -> list[type]:
+    return [
+        value
+        for value in vars(AgentThread).values()
+        if isinstance(value, type)
+        and issubclass(value, AgentThread.Event)
+        and value is not AgentThread.Event
+    ]
+
+
+def make_event(cls: type, version: int = 2) -> Any:
+    return cls(originator_id=ID, originator_version=version, timestamp=NOW, **SAMPLES[cls])
+
+
+def assert_same_types(left: Any, right: Any) -> None:
+    assert type(left) is type(right)
+    if isinstance(left, msgspec.Struct):
+        for field in left.__struct_fields__:
+            assert_same_types(getattr(left, field), getattr(right, field))
+    elif isinstance(left, list | tuple):
+        for a, b in zip(left, right, strict=True):
+            assert_same_types(a, b)
+    elif isinstance(left, dict):
+        for key in left:
+            assert_same_types(left[key], right[key])
+
+
+def test_every_event_type_has_a_sample() -> None:
+    """Adding an event type without a round-trip sample fails here."""
+    assert set(event_classes()) == set(SAMPLES)
+
+
+@pytest.mark.parametrize("compress", [False, True])
+@pytest.mark.parametrize("cls", list(SAMPLES), ids=lambda c: c.__name__)
+def test_event_round_trip_is_equal_including_types(cls: type, compress: bool) -> None:
+    """Every event decodes to an equal event whose nested values have their types."""
+    mapper = MsgspecMapper(compressor=ZlibCompressor() if compress else None)
+    event = make_event(cls)
+    decoded = mapper.to_domain_event(mapper.to_stored_event(event))
+    assert decoded == event
+    assert type(decoded) is cls
+    for name, value in vars(event).items():
+        assert_same_types(value, getattr(decoded, name))
+
+
+def test_snapshot_round_trip_restores_the_typed_thread() -> None:
+    """A snapshot decodes to a thread whose state equals the original, types included."""
+    thread = AgentThread.start("t", now=NOW)
+    thread.start_run(RunMode.RUN, now=NOW)
+    thread.append_message(Message(Role.USER, "hi"), now=NOW)
+    thread.append_message(
+        Message(Role.ASSISTANT, tool_calls=(ToolCall("c1", "echo", "{}"),)),
+        usage=Usage(1, 2),
+        now=NOW,
+    )
+    thread.call_tools([ToolCall("c1", "echo", "{}")], now=NOW)
+    thread.interrupt(Interrupt("why", {"a": 1}, "c1", "echo"), now=NOW)
+    thread.save_checkpoint(CheckpointReason.INTERRUPT, retain=0, now=NOW)
+    thread.compact(Compaction("s", 1), usage=Usage(5, 5), now=NOW)
+    mapper = MsgspecMapper()
+    snapshot = ThreadSnapshot.take(thread)
+    decoded = mapper.to_domain_event(mapper.to_stored_event(snapshot))
+    restored = decoded.mutate(None)
+    assert isinstance(restored, AgentThread)
+    assert restored.state == thread.state
+    assert restored.version == thread.version
+    assert_same_types(restored.state, thread.state)
+    assert restored.modified_on == thread.modified_on
+
+
+def stored(cls: type, payload: dict[str, Any]) -> StoredEvent:
+    return StoredEvent(
+        originator_id=ID,
+        originator_version=2,
+        topic=cls.TOPIC,
+        state=msgspec.json.encode(payload),
+    )
+
+
+def test_b23_data_newer_than_the_code_is_refused() -> None:
+    """B23: a stored version above the code's raises SchemaVersionError naming both."""
+    payload = {"timestamp": NOW.isoformat(), "turn": 1, "_v": 7}
+    with pytest.raises(
+        SchemaVersionError, match=r"TurnStarted data has schema version 7.*up to version 1"
+    ):
+        MsgspecMapper().to_domain_event(stored(AgentThread.TurnStarted, payload))
+
+
+def test_b24_data_without_a_version_is_version_zero() -> None:
+    """B24: a payload without class_version is version 0, upgraded to 1 unchanged."""
+    payload = {"timestamp": NOW.isoformat(), "turn": 4}
+    event = MsgspecMapper().to_domain_event(stored(AgentThread.TurnStarted, payload))
+    assert isinstance(event, AgentThread.TurnStarted)
+    assert event.turn == 4
+
+
+def test_b22_missing_upcaster_step_is_named() -> None:
+    """B22: data two versions old needs every step; a missing one is named."""
+
+    class Later(AgentThread.TurnStarted):
+        class_version = 3
+
+        @staticmethod
+        def upcast_v2_v3(state: dict[str, Any]) -> None:
+            state["turn"] += 100
+
+    from covonaut_es.serialization import codec_for
+
+    payload = msgspec.json.encode({"timestamp": NOW.isoformat(), "turn": 1, "_v": 1})
+    with pytest.raises(MissingUpcasterError, match="1 -> 2"):
+        codec_for(Later).decode(payload, where="test")
+
+
+def test_upcasters_run_in_order() -> None:
+    """B22: each step's upcaster runs once, in version order."""
+
+    class Later(AgentThread.TurnStarted):
+        class_version = 3
+
+        @staticmethod
+        def upcast_v1_v2(state: dict[str, Any]) -> None:
+            state["turn"] *= 10
+
+        @staticmethod
+        def upcast_v2_v3(state: dict[str, Any]) -> None:
+            state["turn"] += 1
+
+    from covonaut_es.serialization import codec_for
+
+    payload = msgspec.json.encode({"timestamp": NOW.isoformat(), "turn": 2, "_v": 1})
+    assert codec_for(Later).decode(payload, where="test")["turn"] == 21
+
+
+def test_corrupt_payload_is_a_serialization_error() -> None:
+    """Bytes that are not JSON raise SerializationError naming the event."""
+    bad = StoredEvent(ID, 2, "covonaut.thread.TurnStarted", b"\x00garbage")
+    with pytest.raises(SerializationError, match="TurnStarted"):
+        MsgspecMapper().to_domain_event(bad)
+
+
+def test_unknown_topic_is_a_serialization_error() -> None:
+    """A topic this code does not know raises SerializationError."""
+    bad = StoredEvent(ID, 2, "covonaut.thread.Vanished", b"{}")
+    with pytest.raises(SerializationError, match="unknown"):
+        MsgspecMapper().to_domain_event(bad)
+
+
+def test_ids_decode_as_uuid() -> None:
+    """The originator id comes back as a UUID whether stored as UUID or text."""
+    event = make_event(AgentThread.TurnStarted)
+    record = MsgspecMapper().to_stored_event(event)
+    text_record = StoredEvent(str(record.originator_id), 2, record.topic, record.state)
+    decoded = MsgspecMapper().to_domain_event(text_record)
+    assert isinstance(decoded.originator_id, UUID)
