@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-DEMO   ?= examples/recovery.py
+DEMO   ?= examples/restart_recovery.py
 
 # Only the source folders that exist (examples/ may not yet).
 LINT_PATHS := $(wildcard src tests examples)

@@ -39,3 +39,24 @@ def test_recovery_example_prints_the_three_lines() -> None:
     expected = re.search(r"prints\n\n```text\n(.*?)```", README.read_text(), flags=re.S)
     assert expected is not None
     assert result.stdout == expected.group(1)
+
+
+def test_restart_recovery_example_runs_two_processes(tmp_path: Path) -> None:
+    """examples/restart_recovery.py: a second process restores from the SQLite file
+    after the first exited, and resumes to the final answer (B26)."""
+    db = tmp_path / "threads.db"
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "restart_recovery.py"), str(db)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    first = re.fullmatch(
+        r"process 1 \(pid (\d+)\): paused: host review required; exiting", lines[0]
+    )
+    second = re.fullmatch(r"process 2 \(pid (\d+)\): restored checkpoint 1 .*preview-1", lines[1])
+    assert first and second and first.group(1) != second.group(1)
+    assert lines[2].endswith("resumed: Review recorded. No external action was performed.")
+    assert db.exists()

@@ -48,6 +48,13 @@ SAMPLES: dict[type, dict[str, Any]] = {
         "content": "ok",
         "outcome": ToolOutcome.FAILED,
     },
+    AgentThread.ToolCallSettled: {
+        "tool_call_id": "c1",
+        "tool_name": "echo",
+        "content": "found in the ledger",
+        "outcome": ToolOutcome.SETTLED,
+    },
+    AgentThread.ToolCallRetried: {"tool_call_id": "c1"},
     AgentThread.Interrupted: {
         "interrupt": Interrupt("why", {"nested": [1, {"x": None}]}, "c1", "review")
     },

@@ -19,6 +19,7 @@ from covonaut_es.errors import (
     SchemaVersionError,
     ScriptExhaustedError,
     SerializationError,
+    StoreUnavailableError,
     StoreURLError,
     ThreadConflictError,
     ThreadNotFoundError,
@@ -26,7 +27,7 @@ from covonaut_es.errors import (
     ToolCallsInDoubtError,
 )
 from covonaut_es.providers import Provider, ScriptedProvider, collect_stream
-from covonaut_es.store import Store, open_store
+from covonaut_es.store import Store, create_cipher_key, open_store
 from covonaut_es.tools import Tool, ToolContext
 from covonaut_es.values import (
     Checkpoint,
@@ -76,6 +77,7 @@ __all__ = [
     "SerializationError",
     "Store",
     "StoreURLError",
+    "StoreUnavailableError",
     "StreamDelta",
     "SummarizingCompactor",
     "ThreadConflictError",
@@ -91,5 +93,6 @@ __all__ = [
     "ToolSpec",
     "Usage",
     "collect_stream",
+    "create_cipher_key",
     "open_store",
 ]

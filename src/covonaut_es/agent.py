@@ -5,13 +5,14 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from types import TracebackType
+from typing import Any
 
 from covonaut_es.config import AgentConfig, CheckpointSettings
 from covonaut_es.domain import AgentThread, RunMode, ThreadState
-from covonaut_es.errors import ConfigurationError, ThreadStateError
+from covonaut_es.errors import ConfigurationError, ThreadConflictError, ThreadStateError
 from covonaut_es.runloop import (
     Commit,
     Complete,
@@ -23,8 +24,10 @@ from covonaut_es.runloop import (
     RunTool,
     StartTools,
     ToolReport,
+    retry_program,
     run_program,
 )
+from covonaut_es.tools import result_text
 from covonaut_es.values import (
     Checkpoint,
     CheckpointReason,
@@ -39,6 +42,7 @@ from covonaut_es.values import (
 logger = logging.getLogger("covonaut_es")
 
 DEFAULT_THREAD_ID = "default"
+_NO_RESULT: Any = object()
 
 
 class Agent:
@@ -136,6 +140,28 @@ class Agent:
             message = Message(Role.USER, message)
         self._steering.append(message)
 
+    def settle(self, tool_call_id: str, *, result: Any = _NO_RESULT, retry: bool = False) -> None:
+        """Settle a tool call in doubt (B5): after checking the external state, either
+        record its ``result`` or run it again with ``retry=True`` (same idempotency key).
+
+        Settling is recorded as an event. Nothing ever re-runs a call in doubt unless
+        settled with ``retry=True`` or its tool is declared ``idempotent``.
+
+        Raises:
+            ThreadStateError: The call is not open, or neither or both of ``result``
+                and ``retry`` were given.
+        """
+        if (result is _NO_RESULT) == (not retry):
+            msg = "settle() takes exactly one of result=... or retry=True"
+            raise ThreadStateError(msg)
+        if retry:
+            self._perform(lambda thread: retry_program(thread, self.config, tool_call_id))
+            return
+        with self._run_lock:
+            thread = self._current
+            thread.settle(tool_call_id, result_text(result), now=self.config.clock())
+            self._persist(thread, Commit())
+
     def save_checkpoint(self) -> int:
         """Save a checkpoint now and return its sequence number."""
         settings = self._require_checkpointing("save_checkpoint()")
@@ -197,19 +223,26 @@ class Agent:
         return self._thread
 
     def _drive(self, mode: RunMode, user_input: str | None) -> str:
-        if not self._run_lock.acquire(blocking=False):
-            msg = f"agent for thread {self._thread_id!r} is already running"
-            raise ThreadStateError(msg)
-        try:
-            program = run_program(
-                self._current,
+        return self._perform(
+            lambda thread: run_program(
+                thread,
                 self.config,
                 self._run_settings(),
                 mode,
                 user_input=user_input,
                 steering=self._drain_steering,
             )
-            return _SyncDriver(self).drive(program)
+        )
+
+    def _perform(self, make_program: Callable[[AgentThread], Program]) -> str:
+        if not self._run_lock.acquire(blocking=False):
+            msg = f"agent for thread {self._thread_id!r} is already running"
+            raise ThreadStateError(msg)
+        try:
+            return _SyncDriver(self).drive(make_program(self._current))
+        except ThreadConflictError:
+            self._thread = None  # diverged from the store: reload on next use
+            raise
         finally:
             self._run_lock.release()
 

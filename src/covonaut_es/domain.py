@@ -57,6 +57,7 @@ class ToolOutcome(enum.StrEnum):
     FAILED = "failed"
     INTERRUPTED = "interrupted"
     NOT_EXECUTED = "not_executed"
+    SETTLED = "settled"
 
 
 class Compaction(msgspec.Struct, frozen=True):
@@ -191,6 +192,23 @@ class AgentThread(Aggregate, created_event_name="Started"):
                     Role.TOOL, self.content, tool_call_id=self.tool_call_id, name=self.tool_name
                 )
             )
+
+    class ToolCallSettled(ToolResultRecorded):
+        """The application settled a call in doubt with the result it found by checking
+        the external state (B5)."""
+
+        TOPIC = "covonaut.thread.ToolCallSettled"
+
+    class ToolCallRetried(Event):
+        """The application (or the tool's ``idempotent`` flag) chose to run a call in
+        doubt again, with the same idempotency key (B5)."""
+
+        TOPIC = "covonaut.thread.ToolCallRetried"
+
+        tool_call_id: str
+
+        def apply(self, thread: AgentThread) -> None:
+            pass  # the call stays open until its result is recorded
 
     class Interrupted(Event):
         """A tool paused the run (B13)."""
@@ -356,10 +374,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
         self, tool_call_id: str, content: str, outcome: ToolOutcome, *, now: datetime
     ) -> None:
         """Record the result of an open tool call."""
-        pending = self.open_calls.get(tool_call_id)
-        if pending is None:
-            msg = f"tool call {tool_call_id!r} of thread {self.thread_id!r} is not open"
-            raise ThreadStateError(msg)
+        pending = self._open_call(tool_call_id)
         self.trigger_event(
             self.ToolResultRecorded,
             tool_call_id=tool_call_id,
@@ -368,6 +383,24 @@ class AgentThread(Aggregate, created_event_name="Started"):
             outcome=outcome,
             timestamp=now,
         )
+
+    def settle(self, tool_call_id: str, content: str, *, now: datetime) -> None:
+        """Record the result of a call in doubt, as the application established it."""
+        pending = self._open_call(tool_call_id)
+        self.trigger_event(
+            self.ToolCallSettled,
+            tool_call_id=tool_call_id,
+            tool_name=pending.call.name,
+            content=content,
+            outcome=ToolOutcome.SETTLED,
+            timestamp=now,
+        )
+
+    def retry_tool_call(self, tool_call_id: str, *, now: datetime) -> PendingToolCall:
+        """Record the decision to run a call in doubt again; returns the call."""
+        pending = self._open_call(tool_call_id)
+        self.trigger_event(self.ToolCallRetried, tool_call_id=tool_call_id, timestamp=now)
+        return pending
 
     def interrupt(self, interrupt: Interrupt, *, now: datetime) -> None:
         """Record an interrupt raised by a tool."""
@@ -433,6 +466,16 @@ class AgentThread(Aggregate, created_event_name="Started"):
             compaction=self.compaction,
             error=self.error,
         )
+
+    def _open_call(self, tool_call_id: str) -> PendingToolCall:
+        pending = self.open_calls.get(tool_call_id)
+        if pending is None:
+            msg = (
+                f"tool call {tool_call_id!r} of thread {self.thread_id!r} is not open: "
+                f"open calls are {list(self.open_calls)}"
+            )
+            raise ThreadStateError(msg)
+        return pending
 
     def _refuse_calls_in_doubt(self) -> None:
         if self.open_calls:

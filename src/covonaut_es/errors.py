@@ -21,6 +21,10 @@ class StoreURLError(ConfigurationError):
     """A store URL has an unknown scheme or is malformed."""
 
 
+class StoreUnavailableError(CovonautError, ConnectionError):
+    """The store's database cannot be reached or refused the connection."""
+
+
 class ThreadNotFoundError(CovonautError, LookupError):
     """No thread with the given id exists in the store."""
 

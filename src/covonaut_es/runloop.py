@@ -157,6 +157,7 @@ def run_program(
     Returns the final answer, or ``""`` when the run paused on an interrupt.
     """
     now = config.clock
+    yield from _retry_idempotent_calls(thread, config)
     thread.start_run(mode, now=now())
     if not thread.messages and config.system_prompt:
         thread.append_message(Message(Role.SYSTEM, config.system_prompt), now=now())
@@ -250,19 +251,11 @@ def _run_tools(
     now = config.clock
     prepared: list[PreparedCall] = []
     for call in calls:
-        tool = config.tool(call.name)
-        try:
-            if tool is None:
-                msg = f"there is no tool named {call.name!r}"
-                raise ArgumentsError(msg)
-            args = parse_arguments(tool, call)
-        except ArgumentsError as exc:
-            thread.record_tool_result(call.id, f"Error: {exc}", ToolOutcome.FAILED, now=now())
+        item = _prepare(thread, config, call)
+        if item is None:
             yield Commit()
-            continue
-        key = thread.open_calls[call.id].idempotency_key
-        context = ToolContext(thread.thread_id, call.id, call.name, key)
-        prepared.append(PreparedCall(tool, call, args, context))
+        else:
+            prepared.append(item)
 
     if config.parallel_tools and len(prepared) > 1:
         yield StartTools(tuple(prepared))
@@ -278,6 +271,40 @@ def _run_tools(
         _record(thread, (yield RunTool(item)), now())
         yield Commit()
     yield Commit()
+
+
+def _prepare(thread: AgentThread, config: AgentConfig, call: ToolCall) -> PreparedCall | None:
+    """Validate a call; an invalid one gets its error result recorded and None."""
+    tool = config.tool(call.name)
+    try:
+        if tool is None:
+            msg = f"there is no tool named {call.name!r}"
+            raise ArgumentsError(msg)
+        args = parse_arguments(tool, call)
+    except ArgumentsError as exc:
+        thread.record_tool_result(call.id, f"Error: {exc}", ToolOutcome.FAILED, now=config.clock())
+        return None
+    key = thread.open_calls[call.id].idempotency_key
+    return PreparedCall(tool, call, args, ToolContext(thread.thread_id, call.id, call.name, key))
+
+
+def retry_program(thread: AgentThread, config: AgentConfig, tool_call_id: str) -> Program:
+    """Run a call in doubt again with its idempotency key and record the result."""
+    pending = thread.retry_tool_call(tool_call_id, now=config.clock())
+    yield Commit()
+    prepared = _prepare(thread, config, pending.call)
+    if prepared is not None:
+        _record(thread, (yield RunTool(prepared)), config.clock())
+    yield Commit()
+    return ""
+
+
+def _retry_idempotent_calls(thread: AgentThread, config: AgentConfig) -> Program:
+    for pending in thread.in_doubt:
+        tool = config.tool(pending.call.name)
+        if tool is not None and tool.idempotent:
+            yield from retry_program(thread, config, pending.call.id)
+    return ""
 
 
 def _record(thread: AgentThread, report: ToolReport, now: datetime) -> None:

@@ -8,8 +8,10 @@ it.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import contextlib
-import logging
+import secrets
 import threading
 from collections.abc import Iterator, Mapping
 from types import TracebackType
@@ -17,7 +19,7 @@ from typing import Any
 from uuid import UUID
 
 from eventsourcing.application import AggregateNotFoundError, Application
-from eventsourcing.persistence import IntegrityError
+from eventsourcing.persistence import IntegrityError, PersistenceError
 from eventsourcing.utils import Environment, EnvType, get_topic
 
 from covonaut_es.domain import (
@@ -27,12 +29,15 @@ from covonaut_es.domain import (
     project_thread,
     thread_aggregate_id,
 )
-from covonaut_es.errors import ConfigurationError, ThreadConflictError, ThreadNotFoundError
+from covonaut_es.errors import (
+    ConfigurationError,
+    StoreUnavailableError,
+    ThreadConflictError,
+    ThreadNotFoundError,
+)
 from covonaut_es.serialization import MsgspecMapper
 from covonaut_es.store_urls import persistence_env, redact
 from covonaut_es.values import Checkpoint
-
-logger = logging.getLogger("covonaut_es")
 
 _LOG_BATCH = 500
 
@@ -77,7 +82,7 @@ class Store:
             raise ConfigurationError(msg)
         self.url = redact(url)
         self.max_checkpoints_per_thread = max_checkpoints_per_thread
-        self._app = _ThreadsApplication(env=dict(env))
+        self._app = _open_application(self.url, env)
         self._snapshot_versions: dict[UUID, int] = {}
         self._lock = threading.Lock()
 
@@ -235,6 +240,72 @@ class Store:
                 self._snapshot_versions[aggregate_id] = version
 
 
+_SCHEMA_LOCK_KEY = 0x636F766F  # "covo": serializes table creation across processes
+
+
+@contextlib.contextmanager
+def _schema_setup_lock(env: Mapping[str, str]) -> Iterator[None]:
+    """Hold a PostgreSQL advisory lock while eventsourcing creates its tables: processes
+    opening a new database at the same moment otherwise fail with "tuple concurrently
+    updated"."""
+    if env["PERSISTENCE_MODULE"] != "eventsourcing.postgres":
+        yield
+        return
+    import psycopg
+
+    try:
+        conn = psycopg.connect(
+            host=env["POSTGRES_HOST"],
+            port=env["POSTGRES_PORT"],
+            dbname=env["POSTGRES_DBNAME"],
+            user=env["POSTGRES_USER"] or None,
+            password=env["POSTGRES_PASSWORD"] or None,
+            connect_timeout=int(env["POSTGRES_CONNECT_TIMEOUT"]),
+            autocommit=True,
+        )
+    except psycopg.Error as exc:
+        msg = (
+            f"cannot connect to PostgreSQL at {env['POSTGRES_HOST']}:{env['POSTGRES_PORT']}: {exc}"
+        )
+        raise StoreUnavailableError(msg) from exc
+    with conn:
+        conn.execute("SELECT pg_advisory_lock(%s)", (_SCHEMA_LOCK_KEY,))
+        try:
+            yield
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(%s)", (_SCHEMA_LOCK_KEY,))
+
+
+def _open_application(url: str, env: Mapping[str, str]) -> _ThreadsApplication:
+    try:
+        with _schema_setup_lock(env):
+            return _ThreadsApplication(env=dict(env))
+    except ImportError as exc:
+        extra = "encryption" if "CIPHER_KEY" in env else "postgres"
+        msg = f"store {url} needs a missing package ({exc}); install 'covonaut-es[{extra}]'"
+        raise ConfigurationError(msg) from exc
+    except (ValueError, binascii.Error) as exc:
+        msg = (
+            f"store {url}: invalid cipher key ({exc}); expected the base64 of 16, 24 or 32 "
+            "bytes, as create_cipher_key() returns"
+        )
+        raise ConfigurationError(msg) from exc
+    except PersistenceError as exc:
+        msg = f"cannot open store {url}: {exc}"
+        raise StoreUnavailableError(msg) from exc
+
+
+def create_cipher_key(num_bytes: int = 32) -> str:
+    """A new random AES key for ``open_store(..., cipher_key=...)``: base64 text.
+
+    Keep it secret and safe: without it the store cannot be read.
+    """
+    if num_bytes not in (16, 24, 32):
+        msg = f"an AES key has 16, 24 or 32 bytes, not {num_bytes}"
+        raise ConfigurationError(msg)
+    return base64.b64encode(secrets.token_bytes(num_bytes)).decode()
+
+
 def open_store(
     url: str,
     *,
@@ -257,6 +328,8 @@ def open_store(
 
     Raises:
         StoreURLError: The URL's scheme is unknown or the URL is malformed.
+        ConfigurationError: An option is invalid or its optional package is missing.
+        StoreUnavailableError: The database cannot be reached.
     """
     env = persistence_env(url)
     if cipher_key is not None:

@@ -65,6 +65,7 @@ def _postgres_env(url: str) -> dict[str, str]:
         "POSTGRES_PORT": str(port),
         "POSTGRES_USER": unquote(parts.username or ""),
         "POSTGRES_PASSWORD": unquote(parts.password or ""),
+        "POSTGRES_CONNECT_TIMEOUT": "5",
         "IS_SNAPSHOTTING_ENABLED": "y",
     }
 

@@ -1,0 +1,102 @@
+"""Recovery across a restart (B26): two OS processes, one SQLite file.
+
+The first process runs until a tool asks for a human review, checkpoints the interrupt
+to the SQLite file and exits. The second process, started only after the first has
+exited, restores the thread from the file, is steered with the reviewer's decision and
+resumes to the final answer. No model credentials are needed: a scripted provider plays
+the model.
+
+Run it with ``python examples/restart_recovery.py [path/to/threads.db]``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from covonaut_es import (
+    Agent,
+    AgentConfig,
+    CheckpointSettings,
+    InterruptError,
+    ProviderRequest,
+    ProviderResponse,
+    Role,
+    ScriptedProvider,
+    Tool,
+    ToolCall,
+    ToolContext,
+    open_store,
+)
+
+THREAD_ID = "review-thread"
+
+
+def review_model(request: ProviderRequest) -> ProviderResponse:
+    """Answer once a tool result is in the context; until then, ask for a review."""
+    if any(message.role is Role.TOOL for message in request.messages):
+        return ProviderResponse(content="Review recorded. No external action was performed.")
+    return ProviderResponse(tool_calls=(ToolCall("review-1", "request_review", "{}"),))
+
+
+def request_review(ctx: ToolContext, args: dict[str, Any]) -> Any:
+    """Pause the run until a person has looked at the preview."""
+    raise InterruptError("host review required", {"request_id": "preview-1"})
+
+
+def make_agent(db: Path) -> Agent:
+    return Agent(
+        AgentConfig(
+            model="offline-review",
+            provider=ScriptedProvider(respond=review_model),
+            max_turns=5,
+            checkpoint=CheckpointSettings(store=open_store(f"sqlite:///{db}"), thread_id=THREAD_ID),
+            tools=[
+                Tool(
+                    "request_review", "Pause for a host review", {"type": "object"}, request_review
+                )
+            ],
+        )
+    )
+
+
+def first_process(db: Path) -> None:
+    agent = make_agent(db)
+    agent.run("Prepare a request for review.")
+    assert agent.interrupted is not None, "expected a review interrupt"
+    print(f"process 1 (pid {os.getpid()}): paused: {agent.interrupted.reason}; exiting")
+
+
+def second_process(db: Path) -> None:
+    agent = make_agent(db)
+    checkpoint = agent.restore_latest_checkpoint(THREAD_ID)
+    assert checkpoint is not None and agent.interrupted is not None
+    print(
+        f"process 2 (pid {os.getpid()}): restored checkpoint {checkpoint.sequence} "
+        f"({checkpoint.reason}) of {THREAD_ID!r}: review {agent.interrupted.data['request_id']}"
+    )
+    agent.steer("I reviewed the preview. Continue without external actions.")
+    print(f"process 2 (pid {os.getpid()}): resumed: {agent.resume()}")
+
+
+def main() -> None:
+    if len(sys.argv) == 3:
+        phase, db = sys.argv[1], Path(sys.argv[2])
+        if phase == "first":
+            first_process(db)
+        else:
+            second_process(db)
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(sys.argv[1]) if len(sys.argv) == 2 else Path(tmp) / "threads.db"
+        for phase in ("first", "second"):  # one after the other: the first has exited
+            subprocess.run([sys.executable, __file__, phase, str(db)], check=True)
+        print(f"both processes used {db.name}; the second started after the first exited")
+
+
+if __name__ == "__main__":
+    main()

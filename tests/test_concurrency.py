@@ -1,0 +1,102 @@
+"""Optimistic concurrency (B9): agents in several OS processes race on one thread."""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+import race_worker
+from covonaut_es import (
+    Agent,
+    AgentConfig,
+    CheckpointSettings,
+    Role,
+    ScriptedProvider,
+    Store,
+    ThreadConflictError,
+    open_store,
+)
+from support import answer
+
+RACERS = 4
+ROUNDS = 5
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A store several processes can open: a SQLite file or a PostgreSQL database."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'threads.db'}"
+    return str(request.getfixturevalue("postgres_database"))
+
+
+@pytest.mark.slow
+def test_b9_racing_processes_one_winner_per_version_no_gaps_no_duplicates(
+    shared_url: str,
+) -> None:
+    """Each version is won by exactly one writer; losers get ThreadConflictError; the
+    final stream has no gaps or duplicates and keeps every winner's message."""
+    with open_store(shared_url) as store:
+        config = AgentConfig(
+            provider=ScriptedProvider([answer("ready")]),
+            checkpoint=CheckpointSettings(store=store, thread_id="contested"),
+        )
+        Agent(config).run("start")
+    context = multiprocessing.get_context("spawn")
+    barrier, queue = context.Barrier(RACERS), context.Queue()
+    racers = [
+        context.Process(
+            target=race_worker.race,
+            args=(shared_url, "contested", racer, ROUNDS, barrier, queue),
+        )
+        for racer in range(RACERS)
+    ]
+    for process in racers:
+        process.start()
+    results = [queue.get(timeout=120) for _ in racers]
+    for process in racers:
+        process.join(timeout=60)
+        assert process.exitcode == 0
+    outcomes = [outcome for racer in results for outcome in racer]
+    assert [detail for kind, detail in outcomes if kind == "error"] == []
+    won = [detail for kind, detail in outcomes if kind == "won"]
+    lost = [detail for kind, detail in outcomes if kind == "lost"]
+    assert len(won) + len(lost) == RACERS * ROUNDS
+    assert len(won) >= ROUNDS  # every round has a winner
+    assert lost, "the racers never collided: the test did not race"
+    with open_store(shared_url) as store:
+        history = store.history("contested")
+        versions = [event.originator_version for event in history]
+        assert versions == list(range(1, len(history) + 1))
+        users = [m.content for m in store.state_at("contested").messages if m.role is Role.USER]
+        assert Counter(users[1:]) == Counter(won)  # each winner's input exactly once
+        assert all(1 <= version < len(history) for version in lost)
+        assert store.replay_state("contested") == store.state_at("contested")
+
+
+def test_b9_a_stale_agent_gets_a_conflict_and_reloads(store: Store) -> None:
+    """An agent behind the store's head gets ThreadConflictError naming the thread and
+    the version it started from, stores nothing, and works again after reloading."""
+
+    def agent(text: str) -> Agent:
+        return Agent(
+            AgentConfig(
+                provider=ScriptedProvider([answer(text)]),
+                checkpoint=CheckpointSettings(store=store, thread_id="t"),
+            )
+        )
+
+    agent("one").run("hello")
+    stale = agent("fresh")
+    stale.restore_latest_checkpoint()
+    agent("two").run("again")
+    version = store.state_at("t").version
+    with pytest.raises(ThreadConflictError, match="'t'") as info:
+        stale.run("stale")  # conflicts at its first commit, before calling the model
+    assert info.value.thread_id == "t"
+    assert info.value.expected_version < version
+    assert store.state_at("t").version == version  # nothing of the loser was stored
+    assert stale.run("now current") == "fresh"

@@ -1,0 +1,132 @@
+"""Kill tests (B4, B5): a worker process dies at every step boundary, or inside a tool
+after its side effect, and a new process restores the thread.
+
+The reference run records, after every commit, the thread's version and its open calls;
+a killed run must restore to exactly that commit (nothing lost once a commit returned,
+nothing after it), report exactly those calls in doubt, and, settled by looking them up
+in the external ledger, finish without charging any card twice.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from covonaut_es import open_store
+
+WORKER = Path(__file__).parent / "kill_worker.py"
+KILLED = 17
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def durable_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A store that survives its process: a SQLite file or a PostgreSQL database."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'threads.db'}"
+    return str(request.getfixturevalue("postgres_database"))
+
+
+def worker(url: str, thread: str, durability: str, ledger: Path, *args: str) -> Any:
+    return subprocess.run(
+        [sys.executable, str(WORKER), url, thread, durability, str(ledger), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=WORKER.parent,
+    )
+
+
+def reference_commits(url: str, durability: str, tmp_path: Path) -> list[dict[str, Any]]:
+    result = worker(url, "reference", durability, tmp_path / "reference.ledger", "first")
+    assert result.returncode == 0, result.stderr
+    return [json.loads(line) for line in result.stdout.splitlines()]
+
+
+def charges(ledger: Path) -> Counter[str]:
+    lines = ledger.read_text().splitlines() if ledger.exists() else []
+    return Counter(line.split()[1] for line in lines)
+
+
+def finish(url: str, thread: str, durability: str, ledger: Path) -> dict[str, Any]:
+    result = worker(url, thread, durability, ledger, "second")
+    assert result.returncode == 0, result.stderr
+    report: dict[str, Any] = json.loads(result.stdout.splitlines()[-1])
+    assert report["output"] == "All charges done and reviewed."
+    return report
+
+
+@pytest.mark.slow
+def test_b5_kill_at_every_step_boundary_with_step_durability(
+    durable_url: str, tmp_path: Path
+) -> None:
+    """Step durability: a kill after any commit restores exactly that commit, reports
+    exactly the uncommitted results in doubt, and no charge runs twice."""
+    commits = reference_commits(durable_url, "step", tmp_path)
+    assert len(commits) >= 8
+    for n, expected in enumerate(commits, start=1):
+        thread, ledger = f"kill-{n}", tmp_path / f"kill-{n}.ledger"
+        killed = worker(durable_url, thread, "step", ledger, "first", f"save:{n}")
+        assert killed.returncode == KILLED, killed.stderr
+        with open_store(durable_url) as store:
+            state = store.state_at(thread)
+            assert state.version == expected["version"]
+            assert sorted(c.call.id for c in state.open_calls) == expected["open"]
+            assert store.replay_state(thread) == state
+        report = finish(durable_url, thread, "step", ledger)
+        assert sorted(report["in_doubt"]) == expected["open"]
+        assert set(charges(ledger).values()) <= {1}, (n, charges(ledger))
+        assert set(charges(ledger)) == {"charge-1", "charge-2"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("call_id", ["charge-1", "charge-2"])
+def test_b5_kill_inside_a_tool_after_its_side_effect(
+    durable_url: str, tmp_path: Path, call_id: str
+) -> None:
+    """A tool that did its work but died before its result was recorded is reported in
+    doubt, settled from the ledger, and never run again."""
+    ledger = tmp_path / "ledger"
+    killed = worker(durable_url, "t", "step", ledger, "first", f"tool:{call_id}")
+    assert killed.returncode == KILLED, killed.stderr
+    report = finish(durable_url, "t", "step", ledger)
+    assert call_id in report["in_doubt"]
+    assert charges(ledger) == Counter({"charge-1": 1, "charge-2": 1})
+
+
+@pytest.mark.slow
+def test_b4_checkpoint_durability_restores_the_last_checkpoint(
+    durable_url: str, tmp_path: Path
+) -> None:
+    """Checkpoint durability: a kill after any checkpoint restores that checkpoint."""
+    commits = reference_commits(durable_url, "checkpoint", tmp_path)
+    assert all(c["open"] == [] for c in commits)  # checkpoints fall between tool calls
+    for n, expected in enumerate(commits, start=1):
+        thread, ledger = f"ckpt-{n}", tmp_path / f"ckpt-{n}.ledger"
+        killed = worker(durable_url, thread, "checkpoint", ledger, "first", f"save:{n}")
+        assert killed.returncode == KILLED, killed.stderr
+        with open_store(durable_url) as store:
+            assert store.state_at(thread).version == expected["version"]
+            assert store.checkpoints(thread)[-1].version == expected["version"]
+        finish(durable_url, thread, "checkpoint", ledger)
+
+
+@pytest.mark.slow
+def test_b4_checkpoint_durability_repeats_a_side_effect_with_the_same_key(
+    durable_url: str, tmp_path: Path
+) -> None:
+    """B4: with checkpoint durability a tool that ran before the crash runs again after
+    the restore, but with the same idempotency key, so the external system can tell."""
+    ledger = tmp_path / "ledger"
+    killed = worker(durable_url, "t", "checkpoint", ledger, "first", "tool:charge-1")
+    assert killed.returncode == KILLED, killed.stderr
+    finish(durable_url, "t", "checkpoint", ledger)
+    lines = [line.split() for line in ledger.read_text().splitlines()]
+    first_charges = [key for key, call_id, _ in lines if call_id == "charge-1"]
+    assert len(first_charges) == 2
+    assert first_charges[0] == first_charges[1]

@@ -1,0 +1,213 @@
+"""Stores: URLs, errors, encryption and compression at rest, history, time travel."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import psycopg
+import pytest
+from eventsourcing.cryptography import AESCipher
+from eventsourcing.utils import Environment
+
+from covonaut_es import (
+    Agent,
+    AgentConfig,
+    CheckpointSettings,
+    ConfigurationError,
+    ScriptedProvider,
+    SerializationError,
+    Store,
+    StoreUnavailableError,
+    StoreURLError,
+    ThreadNotFoundError,
+    create_cipher_key,
+    open_store,
+)
+from covonaut_es.serialization import MsgspecMapper
+from support import answer, call, echo_tool
+
+SECRET = "TOP-SECRET-PLAINTEXT-4711"
+
+
+def talk(store: Store, thread_id: str = "t") -> Agent:
+    script = [call(("c1", "echo", f'{{"text": "{SECRET}"}}')), answer(f"I said {SECRET}")]
+    agent = Agent(
+        AgentConfig(
+            provider=ScriptedProvider(script),
+            tools=[echo_tool()],
+            checkpoint=CheckpointSettings(store=store, thread_id=thread_id),
+        )
+    )
+    agent.run(f"Please repeat {SECRET}")
+    return agent
+
+
+def raw_records(store: Store) -> list[bytes]:
+    """Every stored event's bytes as the recorder holds them (all back ends)."""
+    recorder = store._app.recorder
+    return [n.state for n in recorder.select_notifications(None, 10_000)]
+
+
+def stored_bytes(store_url: str) -> bytes:
+    """What the database holds, read behind the library's back."""
+    if store_url.startswith("sqlite"):
+        path = Path(store_url.removeprefix("sqlite:///"))
+        return b"".join(p.read_bytes() for p in path.parent.glob(path.name + "*"))
+    if store_url.startswith("postgresql"):
+        with psycopg.connect(store_url) as conn:
+            rows = conn.execute(
+                "SELECT state FROM covonaut_events UNION ALL SELECT state FROM covonaut_snapshots"
+            ).fetchall()
+        return b"".join(bytes(row[0]) for row in rows)
+    return b""
+
+
+def test_plain_store_holds_plaintext(store_url: str, store: Store) -> None:
+    """Without a cipher, the message is readable in the stored bytes (the control)."""
+    talk(store)
+    assert any(SECRET.encode() in record for record in raw_records(store))
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_encryption_leaves_no_plaintext_at_rest(
+    store_url: str, open_test_store: Callable[..., Store], compress: bool
+) -> None:
+    """With cipher_key, no stored byte reveals a message, and the thread reads back."""
+    key = create_cipher_key()
+    store = open_test_store(cipher_key=key, compress=compress)
+    agent = talk(store)
+    assert not any(SECRET.encode() in record for record in raw_records(store))
+    assert SECRET.encode() not in stored_bytes(store_url)
+    assert store.state_at("t") == agent.state
+
+
+def test_a_wrong_key_is_a_clear_error_not_garbage(
+    store_url: str, open_test_store: Callable[..., Store]
+) -> None:
+    """Reading with another key (or none) raises SerializationError naming the event."""
+    store = open_test_store(cipher_key=create_cipher_key())
+    talk(store)
+    if store_url == "memory://":  # cannot be reopened: decode its records with another key
+        env = Environment("test", {"CIPHER_KEY": create_cipher_key()})
+        mapper = MsgspecMapper(cipher=AESCipher(env))
+        record = store._app.recorder.select_notifications(None, 1)[0]
+        with pytest.raises(SerializationError, match="wrong key or corrupt data"):
+            mapper.to_domain_event(record)
+        return
+    wrong = open_store(store_url, cipher_key=create_cipher_key())
+    with wrong, pytest.raises(SerializationError, match="wrong key or corrupt data"):
+        wrong.load("t")
+    with open_store(store_url) as keyless, pytest.raises(SerializationError):
+        keyless.load("t")
+
+
+def test_compression_shrinks_records() -> None:
+    """compress=True stores the same thread in fewer bytes."""
+    plain, packed = open_store("memory://"), open_store("memory://", compress=True)
+    long_answer = "all work and no play " * 50
+    for store in (plain, packed):
+        Agent(
+            AgentConfig(
+                provider=ScriptedProvider([answer(long_answer)]),
+                checkpoint=CheckpointSettings(store=store, thread_id="t"),
+            )
+        ).run("go")
+    assert sum(map(len, raw_records(packed))) < sum(map(len, raw_records(plain))) / 2
+    assert packed.state_at("t").messages[-1].content == long_answer
+
+
+def test_invalid_cipher_key_is_a_configuration_error(store_url: str) -> None:
+    """A key that is not base64 of 16, 24 or 32 bytes is refused at open."""
+    with pytest.raises(ConfigurationError, match="cipher key"):
+        open_store(store_url, cipher_key="not-a-key")
+    with pytest.raises(ConfigurationError, match="16, 24 or 32"):
+        create_cipher_key(7)
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["", "redis://localhost", "sqlite://", "sqlite:///", "postgresql://host-only", "memory:"],
+)
+def test_bad_store_urls_are_refused_with_the_expected_forms(url: str) -> None:
+    """An unknown or incomplete URL raises StoreURLError naming what is expected."""
+    with pytest.raises(StoreURLError, match="store URL"):
+        open_store(url)
+
+
+def test_sqlite_url_with_missing_directory_is_refused(tmp_path: Path) -> None:
+    """A SQLite path in a directory that does not exist is refused, not created."""
+    with pytest.raises(StoreURLError, match="does not exist"):
+        open_store(f"sqlite:///{tmp_path / 'missing' / 'x.db'}")
+
+
+def test_sqlite_store_survives_reopening(tmp_path: Path) -> None:
+    """A SQLite store restores after its first Store object is closed (B9)."""
+    url = f"sqlite:///{tmp_path / 'threads.db'}"
+    with open_store(url) as store:
+        state = talk(store).state
+    with open_store(url) as reopened:
+        assert reopened.state_at("t") == state
+
+
+def test_missing_thread_is_a_lookup_error(store: Store) -> None:
+    """Loading an unknown thread raises ThreadNotFoundError (a LookupError)."""
+    with pytest.raises(ThreadNotFoundError, match="'ghost' not found"):
+        store.load("ghost")
+    with pytest.raises(LookupError):
+        store.history("ghost")
+    assert store.find("ghost") is None
+    assert not store.exists("ghost")
+
+
+def test_history_lists_events_in_order_with_versions_and_times(store: Store) -> None:
+    """history() returns every event, versions 1..n, timestamps non-decreasing."""
+    agent = talk(store)
+    history = store.history("t")
+    assert [e.originator_version for e in history] == list(range(1, agent.state.version + 1))
+    times = [e.timestamp for e in history]
+    assert times == sorted(times)
+    assert type(history[0]).__name__ == "Started"
+
+
+def test_state_at_any_version_is_read_only_time_travel(store: Store) -> None:
+    """state_at(thread, v) is the state as of event v; the thread is unchanged."""
+    agent = talk(store)
+    states = [store.state_at("t", v) for v in range(1, agent.state.version + 1)]
+    assert [s.version for s in states] == list(range(1, agent.state.version + 1))
+    assert [len(s.messages) for s in states] == sorted(len(s.messages) for s in states)
+    assert states[-1] == agent.state
+    with pytest.raises(ThreadNotFoundError):
+        store.state_at("t", 0)
+
+
+def test_thread_ids_lists_every_thread(store: Store) -> None:
+    """thread_ids() lists threads in creation order."""
+    for name in ("b", "a", "c"):
+        talk(store, name)
+    assert list(store.thread_ids()) == ["b", "a", "c"]
+
+
+def test_postgres_table_names_are_explicit(postgres_database: str) -> None:
+    """PostgreSQL tables are named after the store, not after Python classes."""
+    with open_store(postgres_database) as store:
+        talk(store)
+    with psycopg.connect(postgres_database) as conn:
+        names = {
+            row[0]
+            for row in conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = 'public'"
+            ).fetchall()
+        }
+    assert {"covonaut_events", "covonaut_snapshots"} <= names
+
+
+def test_unreachable_postgres_is_store_unavailable() -> None:
+    """A PostgreSQL server that refuses connections raises StoreUnavailableError."""
+    import socket
+
+    with socket.socket() as probe:  # a loopback port with nothing listening
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with pytest.raises(StoreUnavailableError, match="cannot connect"):
+        open_store(f"postgresql://postgres@127.0.0.1:{port}/nothing")
