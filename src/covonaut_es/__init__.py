@@ -6,7 +6,7 @@ The public API is what ``__all__`` lists; every other module is internal.
 from covonaut_es.agent import Agent
 from covonaut_es.compaction import CompactionPlan, Compactor, SummarizingCompactor
 from covonaut_es.config import AgentConfig, CheckpointSettings
-from covonaut_es.domain import AgentThread, Compaction, RunMode, ThreadState, ToolOutcome
+from covonaut_es.domain import AgentThread
 from covonaut_es.errors import (
     ConfigurationError,
     CovonautError,
@@ -32,15 +32,19 @@ from covonaut_es.tools import Tool, ToolContext
 from covonaut_es.values import (
     Checkpoint,
     CheckpointReason,
+    Compaction,
     Interrupt,
     Message,
     PendingToolCall,
     ProviderRequest,
     ProviderResponse,
     Role,
+    RunMode,
     StreamDelta,
+    ThreadState,
     ThreadStatus,
     ToolCall,
+    ToolOutcome,
     ToolSpec,
     Usage,
 )

@@ -11,7 +11,7 @@ from types import TracebackType
 from typing import Any
 
 from covonaut_es.config import AgentConfig, CheckpointSettings
-from covonaut_es.domain import AgentThread, RunMode, ThreadState
+from covonaut_es.domain import AgentThread
 from covonaut_es.errors import ConfigurationError, ThreadConflictError, ThreadStateError
 from covonaut_es.runloop import (
     Commit,
@@ -35,6 +35,8 @@ from covonaut_es.values import (
     Message,
     PendingToolCall,
     Role,
+    RunMode,
+    ThreadState,
     ThreadStatus,
     Usage,
 )

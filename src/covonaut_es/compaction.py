@@ -14,8 +14,7 @@ from typing import Protocol
 import attrs
 import msgspec
 
-from covonaut_es.domain import Compaction
-from covonaut_es.values import Message, ProviderRequest, Role
+from covonaut_es.values import Compaction, Message, ProviderRequest, Role
 
 SUMMARY_PREFIX = "Summary of the earlier conversation:\n"
 

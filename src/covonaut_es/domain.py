@@ -9,14 +9,12 @@ takes the time from its caller.
 
 from __future__ import annotations
 
-import enum
 import hashlib
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, ClassVar
 from uuid import UUID, uuid5
 
-import msgspec
 from eventsourcing.domain import Aggregate, Snapshot
 from eventsourcing.utils import get_topic, register_topic
 
@@ -29,73 +27,21 @@ from covonaut_es.errors import (
 from covonaut_es.values import (
     Checkpoint,
     CheckpointReason,
+    Compaction,
     Interrupt,
     Message,
     PendingToolCall,
     Role,
+    RunMode,
+    ThreadState,
     ThreadStatus,
     ToolCall,
+    ToolOutcome,
     Usage,
 )
 
 THREAD_NAMESPACE = UUID("6f1d2a8e-5b7c-4c39-9a51-2f0e8c4d7b13")
 """Namespace of the uuid5 that maps a thread id to its aggregate id. Never change it."""
-
-
-class RunMode(enum.StrEnum):
-    """How a run was started (B16)."""
-
-    RUN = "run"
-    CONTINUE = "continue"
-    RESUME = "resume"
-
-
-class ToolOutcome(enum.StrEnum):
-    """How a tool call ended, as recorded with its result."""
-
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    INTERRUPTED = "interrupted"
-    NOT_EXECUTED = "not_executed"
-    SETTLED = "settled"
-
-
-class Compaction(msgspec.Struct, frozen=True):
-    """The latest context compaction: the model sees ``summary`` then
-    ``messages[first_kept:]``; the full history stays in the stream."""
-
-    summary: str
-    first_kept: int
-
-
-class ThreadState(msgspec.Struct, frozen=True):
-    """A read-only copy of a thread's state at one version.
-
-    Attributes:
-        thread_id: The thread's id.
-        version: The version of the last event applied.
-        status: Where the thread stands.
-        messages: Every message, including system, steering and tool messages.
-        turn: Turns started so far, over all runs.
-        usage: Token usage accumulated over all runs.
-        interrupts: Pending interrupts, empty unless the thread is interrupted.
-        open_calls: Calls recorded as called that have no result yet.
-        checkpoints: Retained checkpoints, oldest first.
-        compaction: The latest context compaction, if any.
-        error: The last failure's message while the status is ``error``.
-    """
-
-    thread_id: str
-    version: int
-    status: ThreadStatus
-    messages: tuple[Message, ...]
-    turn: int
-    usage: Usage
-    interrupts: tuple[Interrupt, ...]
-    open_calls: tuple[PendingToolCall, ...]
-    checkpoints: tuple[Checkpoint, ...]
-    compaction: Compaction | None
-    error: str | None
 
 
 def thread_aggregate_id(thread_id: str) -> UUID:

@@ -18,7 +18,7 @@ import msgspec
 
 from covonaut_es.compaction import context_messages
 from covonaut_es.config import AgentConfig
-from covonaut_es.domain import AgentThread, Compaction, RunMode, ToolOutcome
+from covonaut_es.domain import AgentThread
 from covonaut_es.errors import (
     CovonautError,
     InterruptError,
@@ -28,12 +28,15 @@ from covonaut_es.errors import (
 from covonaut_es.tools import ArgumentsError, Tool, ToolContext, parse_arguments, result_text
 from covonaut_es.values import (
     CheckpointReason,
+    Compaction,
     Interrupt,
     Message,
     ProviderRequest,
     ProviderResponse,
     Role,
+    RunMode,
     ToolCall,
+    ToolOutcome,
 )
 
 FINAL_TURN_INSTRUCTION = (

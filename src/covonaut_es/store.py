@@ -25,7 +25,6 @@ from eventsourcing.utils import Environment, EnvType, get_topic
 from covonaut_es.domain import (
     AgentThread,
     ThreadSnapshot,
-    ThreadState,
     project_thread,
     thread_aggregate_id,
 )
@@ -37,7 +36,7 @@ from covonaut_es.errors import (
 )
 from covonaut_es.serialization import MsgspecMapper
 from covonaut_es.store_urls import persistence_env, redact
-from covonaut_es.values import Checkpoint
+from covonaut_es.values import Checkpoint, ThreadState
 
 _LOG_BATCH = 500
 
