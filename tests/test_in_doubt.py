@@ -20,7 +20,6 @@ from covonaut_es import (
     ToolContext,
     ToolOutcome,
 )
-
 from support import OBJECT_SCHEMA, answer, call, ticking_clock
 
 
@@ -125,7 +124,7 @@ def test_b5_restore_itself_never_runs_a_call_in_doubt(store: Store) -> None:
 def test_settle_refuses_an_unknown_call_and_a_bad_combination(store: Store) -> None:
     """settle() names what was wrong: an unknown call, or result and retry together."""
     agent = crash_in_tool(store, crashing_tool([]))
-    with pytest.raises(ThreadStateError, match="'nope' .* is not open"):
+    with pytest.raises(ThreadStateError, match=r"'nope' .* is not open"):
         agent.settle("nope", result="x")
     with pytest.raises(ThreadStateError, match="exactly one"):
         agent.settle("c1", result="x", retry=True)

@@ -1,7 +1,11 @@
 """covonaut-es: durable, reviewable LLM agents as event-sourced aggregates.
 
-The public API is what ``__all__`` lists; every other module is internal.
+The public API is what ``__all__`` lists; every other module is internal. The model
+provider adapters are imported on first use, so that their SDKs stay optional extras.
 """
+
+import importlib
+from typing import TYPE_CHECKING
 
 from covonaut_es.agent import Agent
 from covonaut_es.compaction import CompactionPlan, Compactor, SummarizingCompactor
@@ -15,7 +19,11 @@ from covonaut_es.errors import (
     MaxTurnsExceededError,
     MissingUpcasterError,
     NotInterruptedError,
+    ProviderConnectionError,
     ProviderError,
+    ProviderRateLimitError,
+    ProviderRequestError,
+    ProviderServerError,
     SchemaVersionError,
     ScriptExhaustedError,
     SerializationError,
@@ -27,6 +35,7 @@ from covonaut_es.errors import (
     ToolCallsInDoubtError,
 )
 from covonaut_es.providers import Provider, ScriptedProvider, collect_stream
+from covonaut_es.retry import RetryPolicy
 from covonaut_es.store import Store, create_cipher_key, open_store
 from covonaut_es.tools import Tool, ToolContext
 from covonaut_es.values import (
@@ -49,10 +58,15 @@ from covonaut_es.values import (
     Usage,
 )
 
+if TYPE_CHECKING:
+    from covonaut_es.anthropic_provider import AnthropicProvider
+    from covonaut_es.openai_provider import OpenAIProvider
+
 __all__ = [
     "Agent",
     "AgentConfig",
     "AgentThread",
+    "AnthropicProvider",
     "Checkpoint",
     "CheckpointReason",
     "CheckpointSettings",
@@ -68,11 +82,17 @@ __all__ = [
     "Message",
     "MissingUpcasterError",
     "NotInterruptedError",
+    "OpenAIProvider",
     "PendingToolCall",
     "Provider",
+    "ProviderConnectionError",
     "ProviderError",
+    "ProviderRateLimitError",
     "ProviderRequest",
+    "ProviderRequestError",
     "ProviderResponse",
+    "ProviderServerError",
+    "RetryPolicy",
     "Role",
     "RunMode",
     "SchemaVersionError",
@@ -100,3 +120,34 @@ __all__ = [
     "create_cipher_key",
     "open_store",
 ]
+
+# Attribute -> (module, SDK package, extra): the adapters that need an optional SDK.
+_LAZY_PROVIDERS = {
+    "AnthropicProvider": ("covonaut_es.anthropic_provider", "anthropic", "anthropic"),
+    "OpenAIProvider": ("covonaut_es.openai_provider", "openai", "openai"),
+}
+
+
+def __getattr__(name: str) -> object:
+    """Import a provider adapter on first access (PEP 562).
+
+    Raises:
+        ImportError: The adapter's SDK is not installed; the message names the extra.
+    """
+    if name not in _LAZY_PROVIDERS:
+        msg = f"module {__name__!r} has no attribute {name!r}"
+        raise AttributeError(msg)
+    module_name, package, extra = _LAZY_PROVIDERS[name]
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or exc.name.partition(".")[0] != package:
+            raise
+        msg = (
+            f"covonaut_es.{name} needs the {package!r} package, which is not installed: "
+            f"pip install 'covonaut-es[{extra}]'"
+        )
+        raise ImportError(msg, name=package) from exc
+    value: object = getattr(module, name)
+    globals()[name] = value
+    return value

@@ -75,6 +75,46 @@ class ProviderError(CovonautError, RuntimeError):
     """The model provider failed; the thread records the failure and can continue."""
 
 
+class _ProviderCallError(ProviderError):
+    """A call to a model provider's API failed (internal base of the four below).
+
+    Attributes:
+        status_code: The HTTP status the API answered with; for an error reported
+            inside a stream, the status its error type stands for; None when there was
+            no answer (connection errors).
+        retry_after: Seconds the API asked the caller to wait before trying again
+            (its ``retry-after`` header), or None.
+    """
+
+    def __init__(
+        self, message: str, *, status_code: int | None = None, retry_after: float | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.retry_after = retry_after
+
+
+class ProviderRateLimitError(_ProviderCallError):
+    """The provider's API refused the call for now: too many requests or tokens (429).
+
+    Retried with backoff by the provider adapters (see :class:`~covonaut_es.RetryPolicy`).
+    """
+
+
+class ProviderServerError(_ProviderCallError):
+    """The provider's API failed on its side (5xx, overloaded). Retried with backoff."""
+
+
+class ProviderRequestError(_ProviderCallError):
+    """The provider's API rejected the call itself: bad request, authentication,
+    permission, unknown model (4xx other than 429). Never retried: fix the request."""
+
+
+class ProviderConnectionError(_ProviderCallError):
+    """The provider's API could not be reached or did not answer in time. Retried with
+    backoff."""
+
+
 class ScriptExhaustedError(ProviderError):
     """A :class:`~covonaut_es.ScriptedProvider` was asked for more responses than scripted."""
 
