@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import anthropic
+import msgspec
 import pytest
 
 import covonaut_es
@@ -573,3 +574,13 @@ def test_agent_runs_through_tool_calls(server: WireServer, provider: AnthropicPr
             {"type": "tool_result", "tool_use_id": LYON.id, "content": LYON_RESULT},
         ],
     }
+
+
+def test_final_turn_forbids_tool_calls_but_keeps_tools(
+    server: WireServer, provider: AnthropicProvider
+) -> None:
+    """tool_choice="none" is sent as {"type": "none"}; the tools stay declared."""
+    server.reply(json_reply(ANSWER_MESSAGE))
+    provider.complete(msgspec.structs.replace(ask(), tool_choice="none"))
+    assert server.bodies[0]["tool_choice"] == {"type": "none"}
+    assert server.bodies[0]["tools"]

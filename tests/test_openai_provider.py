@@ -8,6 +8,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+import msgspec
 import openai
 import pytest
 
@@ -539,3 +540,14 @@ def test_agent_runs_through_a_tool_call(server: WireServer, provider: OpenAIProv
         "tool_call_id": CALL.id,
         "content": WEATHER_RESULT,
     }
+
+
+def test_final_turn_forbids_tool_calls_but_keeps_tools(
+    server: WireServer, provider: OpenAIProvider
+) -> None:
+    """tool_choice="none" is sent as such; the tools stay declared."""
+    server.reply(json_reply(ANSWER_COMPLETION))
+    request = msgspec.structs.replace(ask(), tool_choice="none")
+    provider.complete(request)
+    assert server.bodies[0]["tool_choice"] == "none"
+    assert server.bodies[0]["tools"]

@@ -111,7 +111,7 @@ def test_tool_context_carries_thread_call_and_idempotency_key(store: Store) -> N
 
 
 def test_max_turns_gives_a_final_turn_instruction(store: Store) -> None:
-    """max_turns: the last allowed turn offers no tools and asks for a final answer."""
+    """max_turns: the last allowed turn forbids tool calls and asks for a final answer."""
     provider = ScriptedProvider([call(("c1", "echo", '{"text": "a"}')), answer("wrapped up")])
     agent = Agent(
         AgentConfig(
@@ -123,7 +123,8 @@ def test_max_turns_gives_a_final_turn_instruction(store: Store) -> None:
     )
     assert agent.run("go") == "wrapped up"
     first, last = provider.requests
-    assert first.tools and not last.tools
+    assert first.tools == last.tools  # still declared: the history refers to them
+    assert (first.tool_choice, last.tool_choice) == ("auto", "none")
     assert last.messages[-1] == Message(Role.SYSTEM, FINAL_TURN_INSTRUCTION)
     assert FINAL_TURN_INSTRUCTION not in [m.content for m in agent.messages]
 

@@ -226,6 +226,8 @@ class AnthropicProvider:
             params["system"] = system
         if request.tools:
             params["tools"] = [_tool(spec) for spec in request.tools]
+            if request.tool_choice == "none":
+                params["tool_choice"] = {"type": "none"}
         return params
 
 

@@ -218,6 +218,8 @@ class OpenAIProvider:
         }
         if request.tools:
             params["tools"] = [_tool(spec) for spec in request.tools]
+            if request.tool_choice == "none":
+                params["tool_choice"] = "none"
         if request.max_tokens is not None:
             params[self._max_tokens_parameter] = request.max_tokens
         if request.temperature is not None:

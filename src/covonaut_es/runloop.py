@@ -40,7 +40,7 @@ from covonaut_es.values import (
 )
 
 FINAL_TURN_INSTRUCTION = (
-    "This is the last turn of this run: tools are no longer available. "
+    "This is the last turn of this run: do not call any tool. "
     "Give your final answer now from what you already know."
 )
 
@@ -206,16 +206,16 @@ def run_program(
 
 
 def build_request(thread: AgentThread, config: AgentConfig, *, final_turn: bool) -> ProviderRequest:
-    """The request for the next model call: compacted context, tools unless final."""
+    """The request for the next model call: the compacted context and the tools; on the
+    final turn the model is told to answer and may call no tool."""
     messages = context_messages(thread.messages, thread.compaction)
-    tools = tuple(tool.spec for tool in config.tools)
     if final_turn:
         messages.append(Message(Role.SYSTEM, FINAL_TURN_INSTRUCTION))
-        tools = ()
     return ProviderRequest(
         model=config.model,
         messages=tuple(messages),
-        tools=tools,
+        tools=tuple(tool.spec for tool in config.tools),
+        tool_choice="none" if final_turn else "auto",
         max_tokens=config.max_tokens,
         temperature=config.temperature,
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -166,7 +166,10 @@ class ProviderRequest(msgspec.Struct, frozen=True, kw_only=True):
     Attributes:
         model: The model name from the agent's configuration.
         messages: The context the model sees (after compaction).
-        tools: The tools the model may call; empty on a final turn.
+        tools: The tools the model knows about.
+        tool_choice: ``"auto"``: the model may call tools; ``"none"``: it must answer in
+            text (the last turn of a run). Tools stay declared either way, since some
+            APIs refuse a history with tool calls but no tool definitions.
         max_tokens: An optional cap on the answer's length.
         temperature: Optional sampling temperature.
     """
@@ -174,6 +177,7 @@ class ProviderRequest(msgspec.Struct, frozen=True, kw_only=True):
     model: str
     messages: tuple[Message, ...]
     tools: tuple[ToolSpec, ...] = ()
+    tool_choice: Literal["auto", "none"] = "auto"
     max_tokens: int | None = None
     temperature: float | None = None
 
