@@ -60,3 +60,21 @@ def test_restart_recovery_example_runs_two_processes(tmp_path: Path) -> None:
     assert first and second and first.group(1) != second.group(1)
     assert lines[2].endswith("resumed: Review recorded. No external action was performed.")
     assert db.exists()
+
+
+def test_branching_example_prints_both_outcomes_and_the_tree() -> None:
+    """examples/branching.py: two branches of one review end differently."""
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "branching.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert "Approved branch: Understood: The reviewer approved the payment." in lines
+    assert "Rejected branch: Understood: The reviewer rejected the payment." in lines
+    assert lines[-2:] == [
+        "invoice-17 [approved]",
+        "  invoice-17/rejected (from version 9) [rejected]",
+    ]

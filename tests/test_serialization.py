@@ -16,6 +16,7 @@ from covonaut_es import (
     CheckpointReason,
     Compaction,
     Interrupt,
+    Label,
     Message,
     MissingUpcasterError,
     Role,
@@ -55,6 +56,13 @@ SAMPLES: dict[type, dict[str, Any]] = {
         "outcome": ToolOutcome.SETTLED,
     },
     AgentThread.ToolCallRetried: {"tool_call_id": "c1"},
+    AgentThread.Forked: {
+        "thread_id": "f",
+        "parent_thread_id": "t",
+        "parent_version": 1,
+        "interrupts": (Interrupt("why", {"a": 1}, "c1", "review"),),
+    },
+    AgentThread.Labelled: {"label": Label("best", 3)},
     AgentThread.Interrupted: {
         "interrupt": Interrupt("why", {"nested": [1, {"x": None}]}, "c1", "review")
     },

@@ -12,6 +12,7 @@ from covonaut_es.compaction import CompactionPlan, Compactor, SummarizingCompact
 from covonaut_es.config import AgentConfig, CheckpointSettings
 from covonaut_es.domain import AgentThread
 from covonaut_es.errors import (
+    CheckpointNotFoundError,
     ConfigurationError,
     CovonautError,
     InterruptError,
@@ -38,11 +39,13 @@ from covonaut_es.providers import Provider, ScriptedProvider, collect_stream
 from covonaut_es.retry import RetryPolicy
 from covonaut_es.store import Store, create_cipher_key, open_store
 from covonaut_es.tools import Tool, ToolContext
+from covonaut_es.tree import BranchPoint, ForkRecord, SessionTree, ThreadTree, TreeStats
 from covonaut_es.values import (
     Checkpoint,
     CheckpointReason,
     Compaction,
     Interrupt,
+    Label,
     Message,
     PendingToolCall,
     ProviderRequest,
@@ -50,6 +53,7 @@ from covonaut_es.values import (
     Role,
     RunMode,
     StreamDelta,
+    ThreadParent,
     ThreadState,
     ThreadStatus,
     ToolCall,
@@ -67,7 +71,9 @@ __all__ = [
     "AgentConfig",
     "AgentThread",
     "AnthropicProvider",
+    "BranchPoint",
     "Checkpoint",
+    "CheckpointNotFoundError",
     "CheckpointReason",
     "CheckpointSettings",
     "Compaction",
@@ -75,9 +81,11 @@ __all__ = [
     "Compactor",
     "ConfigurationError",
     "CovonautError",
+    "ForkRecord",
     "Interrupt",
     "InterruptError",
     "InterruptPendingError",
+    "Label",
     "MaxTurnsExceededError",
     "Message",
     "MissingUpcasterError",
@@ -99,6 +107,7 @@ __all__ = [
     "ScriptExhaustedError",
     "ScriptedProvider",
     "SerializationError",
+    "SessionTree",
     "Store",
     "StoreURLError",
     "StoreUnavailableError",
@@ -106,15 +115,18 @@ __all__ = [
     "SummarizingCompactor",
     "ThreadConflictError",
     "ThreadNotFoundError",
+    "ThreadParent",
     "ThreadState",
     "ThreadStateError",
     "ThreadStatus",
+    "ThreadTree",
     "Tool",
     "ToolCall",
     "ToolCallsInDoubtError",
     "ToolContext",
     "ToolOutcome",
     "ToolSpec",
+    "TreeStats",
     "Usage",
     "collect_stream",
     "create_cipher_key",

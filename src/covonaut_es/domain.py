@@ -29,10 +29,12 @@ from covonaut_es.values import (
     CheckpointReason,
     Compaction,
     Interrupt,
+    Label,
     Message,
     PendingToolCall,
     Role,
     RunMode,
+    ThreadParent,
     ThreadState,
     ThreadStatus,
     ToolCall,
@@ -67,6 +69,8 @@ class AgentThread(Aggregate, created_event_name="Started"):
     next_checkpoint_sequence: int
     compaction: Compaction | None
     error: str | None
+    parent: ThreadParent | None
+    labels: list[Label]
 
     class Event(Aggregate.Event):
         """Base class of the thread's events."""
@@ -259,6 +263,55 @@ class AgentThread(Aggregate, created_event_name="Started"):
             if self.retain and len(thread.checkpoints) > self.retain:
                 del thread.checkpoints[: -self.retain]
 
+    class Forked(Event):
+        """The thread was created as a branch of another thread at ``parent_version``.
+
+        Its stream continues the parent's numbering (this event is version
+        ``parent_version + 1``) and holds no copy of the parent's events: loading a
+        fork loads the parent as of that version and grafts this event onto it.
+        ``interrupts`` repeats the inherited pending interrupts so that projections
+        need not walk the parent chain.
+        """
+
+        TOPIC = "covonaut.thread.Forked"
+
+        thread_id: str
+        parent_thread_id: str
+        parent_version: int
+        interrupts: tuple[Interrupt, ...]
+
+        def graft(self, base: AgentThread) -> AgentThread:
+            """Turn ``base``, the parent as of ``parent_version``, into this fork."""
+            if (base.thread_id, base.version) != (self.parent_thread_id, self.parent_version):
+                msg = (
+                    f"fork {self.thread_id!r} branches from {self.parent_thread_id!r} at "
+                    f"version {self.parent_version}, not {base.thread_id!r} at {base.version}"
+                )
+                raise ThreadStateError(msg)
+            base.__dict__.update(
+                _id=self.originator_id,
+                _version=self.originator_version,
+                _modified_on=self.timestamp,
+                thread_id=self.thread_id,
+                parent=ThreadParent(self.parent_thread_id, self.parent_version),
+            )
+            return base
+
+        def apply(self, thread: AgentThread) -> None:
+            msg = "a Forked event starts a stream: it is grafted onto its parent, not applied"
+            raise ThreadStateError(msg)
+
+    class Labelled(Event):
+        """A label was given to the thread, or to one of its versions."""
+
+        TOPIC = "covonaut.thread.Labelled"
+
+        label: Label
+
+        def apply(self, thread: AgentThread) -> None:
+            thread.labels = [label for label in thread.labels if label.name != self.label.name]
+            thread.labels.append(self.label)
+
     def __init__(self, thread_id: str) -> None:
         self.thread_id = thread_id
         self.status = ThreadStatus.IDLE
@@ -271,6 +324,8 @@ class AgentThread(Aggregate, created_event_name="Started"):
         self.next_checkpoint_sequence = 1
         self.compaction = None
         self.error = None
+        self.parent = None
+        self.labels = []
 
     # Commands ---------------------------------------------------------------------
 
@@ -385,6 +440,43 @@ class AgentThread(Aggregate, created_event_name="Started"):
         self.trigger_event(self.CheckpointSaved, reason=reason, retain=retain, timestamp=now)
         return self.checkpoints[-1]
 
+    def branch(self, new_thread_id: str, *, now: datetime) -> AgentThread:
+        """Turn this loaded copy of the thread into a new fork at its current version.
+
+        The returned thread (this object, re-identified) has one pending ``Forked``
+        event; saving it creates the fork. Load a fresh copy to go on with the parent.
+        """
+        if self.pending_events:
+            msg = f"thread {self.thread_id!r} has unsaved events: save or reload it before forking"
+            raise ThreadStateError(msg)
+        # eventsourcing makes event classes dataclasses at run time, out of mypy's sight.
+        event_class: Any = self.Forked
+        forked: AgentThread.Forked = event_class(
+            originator_id=thread_aggregate_id(new_thread_id),
+            originator_version=self.version + 1,
+            timestamp=now,
+            thread_id=new_thread_id,
+            parent_thread_id=self.thread_id,
+            parent_version=self.version,
+            interrupts=tuple(self.interrupts),
+        )
+        fork = forked.graft(self)
+        fork.pending_events.append(forked)
+        return fork
+
+    def label(self, name: str, *, version: int | None, now: datetime) -> None:
+        """Give the thread (or one of its versions) a label; a name labels one thing."""
+        if not name.strip():
+            msg = "a label needs a non-empty name"
+            raise ThreadStateError(msg)
+        if version is not None and not 1 <= version <= self.version:
+            msg = (
+                f"thread {self.thread_id!r} has versions 1 to {self.version}, "
+                f"so version {version} cannot be labelled"
+            )
+            raise ThreadStateError(msg)
+        self.trigger_event(self.Labelled, label=Label(name, version), timestamp=now)
+
     # Queries ----------------------------------------------------------------------
 
     @property
@@ -411,6 +503,8 @@ class AgentThread(Aggregate, created_event_name="Started"):
             checkpoints=tuple(self.checkpoints),
             compaction=self.compaction,
             error=self.error,
+            parent=self.parent,
+            labels=tuple(self.labels),
         )
 
     def _open_call(self, tool_call_id: str) -> PendingToolCall:

@@ -29,6 +29,10 @@ class ThreadNotFoundError(CovonautError, LookupError):
     """No thread with the given id exists in the store."""
 
 
+class CheckpointNotFoundError(CovonautError, LookupError):
+    """The thread has no (retained) checkpoint with that sequence number."""
+
+
 class ThreadConflictError(CovonautError, RuntimeError):
     """Another writer appended to the thread first (optimistic concurrency).
 

@@ -146,12 +146,25 @@ def _field_types(cls: type) -> list[tuple[str, Any]]:
     ]
 
 
-def _aggregate_state_fields(aggregate_cls: type) -> list[tuple[str, Any]]:
+def _aggregate_state_fields(aggregate_cls: type) -> list[tuple[str, Any, Any]]:
     hints = typing.get_type_hints(aggregate_cls)
     own = [name for name in aggregate_cls.__annotations__ if not name.isupper()]
-    return [("_created_on", datetime), ("_modified_on", datetime)] + [
-        (name, hints[name]) for name in own
+    fields: list[tuple[str, Any, Any]] = [
+        ("_created_on", datetime, msgspec.NODEFAULT),
+        ("_modified_on", datetime, msgspec.NODEFAULT),
     ]
+    return fields + [(name, hints[name], _state_default(hints[name])) for name in own]
+
+
+def _state_default(annotation: Any) -> Any:
+    """Optional and collection state fields default to empty, so that snapshots written
+    before such a field was added still decode; any other new field needs a version."""
+    origin = typing.get_origin(annotation) or annotation
+    if origin in (list, dict):
+        return msgspec.field(default_factory=origin)
+    if type(None) in typing.get_args(annotation):
+        return None
+    return msgspec.NODEFAULT
 
 
 @cache
@@ -161,7 +174,7 @@ def codec_for(cls: type) -> _Codec:
     if issubclass(cls, CanSnapshotAggregate):
         aggregate_cls: type = cls.aggregate_class  # type: ignore[attr-defined]
         state_type = msgspec.defstruct(
-            f"{aggregate_cls.__name__}State", _aggregate_state_fields(aggregate_cls)
+            f"{aggregate_cls.__name__}State", _aggregate_state_fields(aggregate_cls), kw_only=True
         )
         fields: list[tuple[str, Any] | tuple[str, Any, Any]] = [
             ("timestamp", datetime),

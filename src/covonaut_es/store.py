@@ -13,22 +13,20 @@ import binascii
 import contextlib
 import secrets
 import threading
+import uuid
 from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol
 from uuid import UUID
 
 from eventsourcing.application import AggregateNotFoundError, Application
 from eventsourcing.persistence import IntegrityError, PersistenceError
 from eventsourcing.utils import Environment, EnvType, get_topic
 
-from covonaut_es.domain import (
-    AgentThread,
-    ThreadSnapshot,
-    project_thread,
-    thread_aggregate_id,
-)
+from covonaut_es.domain import AgentThread, ThreadSnapshot, thread_aggregate_id
 from covonaut_es.errors import (
+    CheckpointNotFoundError,
     ConfigurationError,
     StoreUnavailableError,
     ThreadConflictError,
@@ -36,9 +34,15 @@ from covonaut_es.errors import (
 )
 from covonaut_es.serialization import MsgspecMapper
 from covonaut_es.store_urls import persistence_env, redact
-from covonaut_es.values import Checkpoint, ThreadState
+from covonaut_es.tree import BranchPoint, ForkRecord, SessionTree, ThreadTree, TreeStats
+from covonaut_es.values import Checkpoint, ThreadParent, ThreadState
 
 _LOG_BATCH = 500
+
+
+class _BaseLoader(Protocol):
+    def __call__(self, thread_id: str, *, version: int | None = None) -> AgentThread | None: ...
+
 
 SNAPSHOT_MIN_VERSION = 64
 """No snapshot is written for a thread shorter than this: replaying it is cheap."""
@@ -103,6 +107,8 @@ class Store:
 
     def find(self, thread_id: str, *, version: int | None = None) -> AgentThread | None:
         """Like :meth:`load`, but None when the thread does not exist."""
+        if version is not None and version < 1:
+            return None
         aggregate_id = thread_aggregate_id(thread_id)
         snapshot_seen: list[int] = []
 
@@ -110,18 +116,43 @@ class Store:
             for event in events:
                 if isinstance(event, ThreadSnapshot):
                     snapshot_seen.append(event.originator_version)
-                thread = event.mutate(thread)
+                thread = self._fold(thread, event, self.find)
             return thread
 
-        if version is not None and version < 1:
-            return None
         try:
             thread = self._app.repository.get(aggregate_id, version=version, projector_func=project)
         except AggregateNotFoundError:
-            return None
+            return self._inherited(thread_id, version, self.find)
         if snapshot_seen and version is None:
             self._remember_snapshot(aggregate_id, snapshot_seen[0])
         return thread
+
+    def _fold(
+        self, thread: AgentThread | None, event: Any, load_base: _BaseLoader
+    ) -> AgentThread | None:
+        if thread is None and isinstance(event, AgentThread.Forked):
+            base = load_base(event.parent_thread_id, version=event.parent_version)
+            if base is None:
+                msg = (
+                    f"fork {event.thread_id!r} branches from {event.parent_thread_id!r} at "
+                    f"version {event.parent_version}, which is missing from {self.url}"
+                )
+                raise ThreadNotFoundError(msg)
+            return event.graft(base)
+        return event.mutate(thread)  # type: ignore[no-any-return]
+
+    def _inherited(
+        self, thread_id: str, version: int | None, load_base: _BaseLoader
+    ) -> AgentThread | None:
+        """A fork's versions up to its branch point are its parent's."""
+        forked = self._forked_event(thread_id)
+        if forked is None or version is None or version > forked.parent_version:
+            return None
+        return load_base(forked.parent_thread_id, version=version)
+
+    def _forked_event(self, thread_id: str) -> AgentThread.Forked | None:
+        first = next(iter(self._app.events.get(thread_aggregate_id(thread_id), limit=1)), None)
+        return first if isinstance(first, AgentThread.Forked) else None
 
     def exists(self, thread_id: str) -> bool:
         """Whether the thread has any events."""
@@ -142,7 +173,6 @@ class Store:
         try:
             self._app.save(thread)
         except IntegrityError as exc:
-            # Put the events back: the caller may want to inspect what was refused.
             msg = (
                 f"thread {thread.thread_id!r} was changed by another writer: this writer "
                 f"started from version {expected} but that version is no longer the head; "
@@ -174,34 +204,27 @@ class Store:
         return True
 
     def thread_ids(self) -> Iterator[str]:
-        """The ids of all threads, oldest first, read from the store's event log."""
-        started_topic = get_topic(AgentThread.Started)
-        recorder = self._app.recorder
-        position: int | None = None
-        while True:
-            batch = recorder.select_notifications(
-                position, _LOG_BATCH, topics=[started_topic], inclusive_of_start=False
-            )
-            for notification in batch:
-                started = self._app.mapper.to_domain_event(notification)
-                assert isinstance(started, AgentThread.Started)
-                yield started.thread_id
-            if len(batch) < _LOG_BATCH:
-                return
-            position = batch[-1].id
+        """The ids of all threads, forks included, in creation order."""
+        for event in self._events_of_type(AgentThread.Started, AgentThread.Forked):
+            yield event.thread_id
 
     def checkpoints(self, thread_id: str) -> tuple[Checkpoint, ...]:
         """The thread's retained checkpoints, oldest first."""
         return tuple(self.load(thread_id).checkpoints)
 
     def history(self, thread_id: str) -> tuple[AgentThread.Event, ...]:
-        """Every event of the thread in order; each has ``originator_version`` and
-        ``timestamp``."""
-        events = tuple(self._app.events.get(thread_aggregate_id(thread_id)))
-        if not events:
+        """Every event of the thread in order, a fork's inherited events first; each
+        has ``originator_version`` and ``timestamp``."""
+        own: tuple[AgentThread.Event, ...] = tuple(
+            self._app.events.get(thread_aggregate_id(thread_id))  # type: ignore[arg-type]
+        )
+        if not own:
             msg = f"thread {thread_id!r} not found in store {self.url}"
             raise ThreadNotFoundError(msg)
-        return events  # type: ignore[return-value]
+        if isinstance(own[0], AgentThread.Forked):
+            inherited = self.history(own[0].parent_thread_id)[: own[0].parent_version]
+            return inherited + own
+        return own
 
     def state_at(self, thread_id: str, version: int | None = None) -> ThreadState:
         """The thread's state as of ``version`` (default: the head), read-only."""
@@ -209,9 +232,148 @@ class Store:
 
     def replay_state(self, thread_id: str) -> ThreadState:
         """The thread's state rebuilt from its events alone, ignoring snapshots."""
-        thread = project_thread(None, self.history(thread_id))
-        assert isinstance(thread, AgentThread)
+        thread = self._replay(thread_id)
+        if thread is None:
+            msg = f"thread {thread_id!r} not found in store {self.url}"
+            raise ThreadNotFoundError(msg)
         return thread.state
+
+    def _replay(self, thread_id: str, *, version: int | None = None) -> AgentThread | None:
+        thread: AgentThread | None = None
+        for event in self._app.events.get(thread_aggregate_id(thread_id), lte=version):
+            thread = self._fold(thread, event, self._replay)
+        return thread or self._inherited(thread_id, version, self._replay)
+
+    # Forks and the session tree (B2) ---------------------------------------------
+
+    def fork(
+        self,
+        thread_id: str,
+        *,
+        at_version: int | None = None,
+        at_checkpoint: int | None = None,
+        new_thread_id: str | None = None,
+    ) -> str:
+        """Create a thread whose history is ``thread_id``'s stream up to a version.
+
+        The fork stores one small ``Forked`` event and no copy of the parent's events;
+        the parent is not written to. Forking at an interrupt gives a branch paused on
+        the same interrupt.
+
+        Args:
+            thread_id: The parent thread.
+            at_version: The parent's version to branch at (default: its head).
+            at_checkpoint: Or the sequence number of one of the parent's checkpoints.
+            new_thread_id: The fork's id (default: derived from the parent's, unique).
+
+        Returns:
+            The new thread's id.
+
+        Raises:
+            ThreadNotFoundError: The parent, the version or the checkpoint is missing.
+            ThreadConflictError: A thread with ``new_thread_id`` already exists.
+        """
+        if at_version is not None and at_checkpoint is not None:
+            msg = "fork() takes at_version or at_checkpoint, not both"
+            raise ConfigurationError(msg)
+        if at_checkpoint is not None:
+            at_version = self._checkpoint_version(thread_id, at_checkpoint)
+        head = self.load(thread_id)
+        if at_version is not None and not 1 <= at_version <= head.version:
+            msg = (
+                f"thread {thread_id!r} has versions 1 to {head.version}; "
+                f"it cannot be forked at version {at_version}"
+            )
+            raise ThreadNotFoundError(msg)
+        base = (
+            head if at_version in (None, head.version) else self.load(thread_id, version=at_version)
+        )
+        new_thread_id = new_thread_id or f"{thread_id}~{uuid.uuid4().hex[:8]}"
+        if self.exists(new_thread_id):
+            msg = f"cannot fork {thread_id!r} as {new_thread_id!r}: that thread already exists"
+            raise ThreadConflictError(msg, thread_id=new_thread_id, expected_version=0)
+        self.save(base.branch(new_thread_id, now=datetime.now(UTC)))
+        return new_thread_id
+
+    def label(self, thread_id: str, label: str, *, version: int | None = None) -> None:
+        """Label a thread, or one of its versions; labels are events of the thread."""
+        thread = self.load(thread_id)
+        thread.label(label, version=version, now=datetime.now(UTC))
+        self.save(thread)
+
+    def forks(self) -> tuple[ForkRecord, ...]:
+        """Every fork in the store, read from the event log."""
+        return tuple(
+            ForkRecord(
+                event.thread_id,
+                ThreadParent(event.parent_thread_id, event.parent_version),
+                event.timestamp,
+            )
+            for event in self._events_of_type(AgentThread.Forked)
+        )
+
+    def session_tree(self) -> SessionTree:
+        """The tree of all threads linked by forks, for several queries at once."""
+        return SessionTree(self.forks())
+
+    def parent(self, thread_id: str) -> ThreadParent | None:
+        """The thread and version a fork branched from; None for a root."""
+        forked = self._forked_event(thread_id)
+        return ThreadParent(forked.parent_thread_id, forked.parent_version) if forked else None
+
+    def children(self, thread_id: str) -> tuple[str, ...]:
+        """The direct forks of a thread, oldest first."""
+        return self.session_tree().children(thread_id)
+
+    def path_to_root(self, thread_id: str) -> tuple[str, ...]:
+        """The thread, its parent, and so on up to the root."""
+        return self.session_tree().path_to_root(thread_id)
+
+    def leaves(self, root_thread_id: str) -> tuple[str, ...]:
+        """Threads under the root (the root included) that have no forks."""
+        return self.session_tree().leaves(root_thread_id)
+
+    def branch_points(self, root_thread_id: str) -> tuple[BranchPoint, ...]:
+        """Every (thread, version) under the root that forks branched from."""
+        return self.session_tree().branch_points(root_thread_id)
+
+    def tree(self, root_thread_id: str) -> ThreadTree:
+        """The nested tree of forks under the root, with every thread's labels."""
+        self.load(root_thread_id)  # a clear error for an unknown root
+        return self.session_tree().tree(
+            root_thread_id, lambda thread_id: tuple(self.load(thread_id).labels)
+        )
+
+    def tree_stats(self, root_thread_id: str) -> TreeStats:
+        """Counts over the tree under the root: threads, forks, depth, leaves, branch
+        points."""
+        return self.session_tree().stats(root_thread_id)
+
+    def _checkpoint_version(self, thread_id: str, sequence: int) -> int:
+        checkpoints = self.checkpoints(thread_id)
+        for checkpoint in checkpoints:
+            if checkpoint.sequence == sequence:
+                return checkpoint.version
+        msg = (
+            f"thread {thread_id!r} has no checkpoint {sequence}; it keeps "
+            f"{[c.sequence for c in checkpoints]}"
+        )
+        raise CheckpointNotFoundError(msg)
+
+    def _events_of_type(self, *event_classes: type[AgentThread.Event]) -> Iterator[Any]:
+        """Events of these types across all threads, in log order (filtered in SQL)."""
+        topics = [get_topic(cls) for cls in event_classes]
+        recorder = self._app.recorder
+        position: int | None = None
+        while True:
+            batch = recorder.select_notifications(
+                position, _LOG_BATCH, topics=topics, inclusive_of_start=False
+            )
+            for notification in batch:
+                yield self._app.mapper.to_domain_event(notification)
+            if len(batch) < _LOG_BATCH:
+                return
+            position = batch[-1].id
 
     # Lifecycle --------------------------------------------------------------------
 

@@ -230,6 +230,20 @@ class Compaction(msgspec.Struct, frozen=True):
     first_kept: int
 
 
+class ThreadParent(msgspec.Struct, frozen=True):
+    """Where a forked thread branched off: its parent thread and the parent's version."""
+
+    thread_id: str
+    version: int
+
+
+class Label(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A name given to a thread, or to one version of it when ``version`` is set."""
+
+    name: str
+    version: int | None = None
+
+
 class ThreadState(msgspec.Struct, frozen=True):
     """A read-only copy of a thread's state at one version.
 
@@ -245,6 +259,8 @@ class ThreadState(msgspec.Struct, frozen=True):
         checkpoints: Retained checkpoints, oldest first.
         compaction: The latest context compaction, if any.
         error: The last failure's message while the status is ``error``.
+        parent: For a fork, the thread and version it branched from.
+        labels: Names given to the thread or to its versions.
     """
 
     thread_id: str
@@ -258,3 +274,5 @@ class ThreadState(msgspec.Struct, frozen=True):
     checkpoints: tuple[Checkpoint, ...]
     compaction: Compaction | None
     error: str | None
+    parent: ThreadParent | None = None
+    labels: tuple[Label, ...] = ()
