@@ -230,3 +230,13 @@ def test_ids_decode_as_uuid() -> None:
     text_record = StoredEvent(str(record.originator_id), 2, record.topic, record.state)
     decoded = MsgspecMapper().to_domain_event(text_record)
     assert isinstance(decoded.originator_id, UUID)
+
+
+def test_the_chain_hash_travels_with_the_event() -> None:
+    """An event's tamper-evidence hash is stored with it and decoded back."""
+    thread = AgentThread.start("t", now=NOW)
+    thread.start_run(RunMode.RUN, now=NOW)
+    mapper = MsgspecMapper()
+    for event in thread.collect_events():
+        decoded = mapper.to_domain_event(mapper.to_stored_event(event))
+        assert decoded.__dict__["chain"] == event.__dict__["chain"] != ""

@@ -8,6 +8,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 from covonaut_es.agent import Agent
+from covonaut_es.audit import AuditEntry, AuditFinding, AuditReport
 from covonaut_es.compaction import CompactionPlan, Compactor, SummarizingCompactor
 from covonaut_es.config import AgentConfig, CheckpointSettings
 from covonaut_es.domain import AgentThread
@@ -71,6 +72,9 @@ __all__ = [
     "AgentConfig",
     "AgentThread",
     "AnthropicProvider",
+    "AuditEntry",
+    "AuditFinding",
+    "AuditReport",
     "BranchPoint",
     "Checkpoint",
     "CheckpointNotFoundError",

@@ -24,6 +24,7 @@ from covonaut_es.errors import (
     ThreadStateError,
     ToolCallsInDoubtError,
 )
+from covonaut_es.integrity import CHAIN_KEY, UNCHAINED, seal
 from covonaut_es.values import (
     Checkpoint,
     CheckpointReason,
@@ -71,13 +72,23 @@ class AgentThread(Aggregate, created_event_name="Started"):
     error: str | None
     parent: ThreadParent | None
     labels: list[Label]
+    chain_head: str | None
 
     class Event(Aggregate.Event):
-        """Base class of the thread's events."""
+        """Base class of the thread's events.
+
+        Besides its fields, every event carries ``chain``, its tamper-evidence hash
+        (see :mod:`covonaut_es.integrity`), set when the event is triggered.
+        """
 
         # Redeclared: the generic annotation inherited from eventsourcing reads as Any
         # to msgspec, which then cannot decode the id.
         originator_id: UUID
+
+        def mutate(self, aggregate: Any) -> Any:
+            thread: Any = super().mutate(aggregate)
+            thread.chain_head = self.__dict__.get(CHAIN_KEY, UNCHAINED)
+            return thread
 
     class Started(Event, Aggregate.Created):
         """The thread was created."""
@@ -294,6 +305,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
                 _modified_on=self.timestamp,
                 thread_id=self.thread_id,
                 parent=ThreadParent(self.parent_thread_id, self.parent_version),
+                chain_head=self.__dict__.get(CHAIN_KEY, UNCHAINED),
             )
             return base
 
@@ -326,15 +338,24 @@ class AgentThread(Aggregate, created_event_name="Started"):
         self.error = None
         self.parent = None
         self.labels = []
+        self.chain_head = UNCHAINED
 
     # Commands ---------------------------------------------------------------------
 
     @classmethod
     def start(cls, thread_id: str, *, now: datetime) -> AgentThread:
         """Create a new thread."""
-        return cls._create(
+        thread = cls._create(
             cls.Started, id=thread_aggregate_id(thread_id), thread_id=thread_id, timestamp=now
         )
+        thread.chain_head = seal(thread.pending_events[0], cls.Started.TOPIC, UNCHAINED)
+        return thread
+
+    def trigger_event(self, event_class: type[Any], **kwargs: Any) -> None:
+        """Trigger an event and seal it into the thread's hash chain."""
+        previous = self.chain_head or UNCHAINED
+        super().trigger_event(event_class, **kwargs)
+        self.chain_head = seal(self.pending_events[-1], event_class.TOPIC, previous)
 
     def start_run(self, mode: RunMode, *, now: datetime) -> None:
         """Begin a run; ``resume`` needs a pending interrupt, the others refuse one."""
@@ -460,6 +481,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
             parent_version=self.version,
             interrupts=tuple(self.interrupts),
         )
+        seal(forked, forked.TOPIC, self.chain_head or UNCHAINED)  # continues the parent's
         fork = forked.graft(self)
         fork.pending_events.append(forked)
         return fork

@@ -28,6 +28,7 @@ from eventsourcing.persistence import Cipher, Compressor, Mapper, StoredEvent, T
 from eventsourcing.utils import get_topic, resolve_topic
 
 from covonaut_es.errors import MissingUpcasterError, SchemaVersionError, SerializationError
+from covonaut_es.integrity import CHAIN_KEY, UNCHAINED
 
 VERSION_KEY = "_v"
 _IDENTITY_FIELDS = frozenset({"originator_id", "originator_version"})
@@ -185,8 +186,10 @@ def codec_for(cls: type) -> _Codec:
         return _SnapshotCodec(
             aggregate_cls, msgspec.defstruct(f"{cls.__qualname__}Payload", fields)
         )
+    # The chain hash travels with every event's payload, outside its dataclass fields.
+    chain_field = (CHAIN_KEY, str, UNCHAINED)
     payload_type = msgspec.defstruct(
-        f"{cls.__qualname__}Payload", [*_field_types(cls), version_field]
+        f"{cls.__qualname__}Payload", [*_field_types(cls), chain_field, version_field]
     )
     return _Codec(cls, payload_type)
 
@@ -215,16 +218,12 @@ class MsgspecMapper(Mapper[UUID]):
             state=data,
         )
 
-    def to_domain_event(self, stored_event: StoredEvent) -> DomainEventProtocol[UUID]:
-        where = (
-            f"stored event {stored_event.topic!r} of {stored_event.originator_id} "
-            f"at version {stored_event.originator_version}"
-        )
-        try:
-            cls = resolve_topic(stored_event.topic)
-        except Exception as exc:
-            msg = f"{where}: its type is unknown to this code: {exc}"
-            raise SerializationError(msg) from exc
+    def plain_payload(self, stored_event: StoredEvent) -> bytes:
+        """The stored payload decrypted and decompressed: the JSON the codec wrote.
+
+        Raises:
+            SerializationError: The key is wrong or the bytes are corrupt.
+        """
         data = stored_event.state
         try:
             if self.cipher:
@@ -232,9 +231,21 @@ class MsgspecMapper(Mapper[UUID]):
             if self.compressor:
                 data = self.compressor.decompress(data)
         except Exception as exc:
-            msg = f"{where}: cannot decrypt or decompress it (wrong key or corrupt data): {exc}"
+            msg = (
+                f"{_where(stored_event)}: cannot decrypt or decompress it "
+                f"(wrong key or corrupt data): {exc}"
+            )
             raise SerializationError(msg) from exc
-        state = codec_for(cls).decode(data, where=where)
+        return data
+
+    def to_domain_event(self, stored_event: StoredEvent) -> DomainEventProtocol[UUID]:
+        where = _where(stored_event)
+        try:
+            cls = resolve_topic(stored_event.topic)
+        except Exception as exc:
+            msg = f"{where}: its type is unknown to this code: {exc}"
+            raise SerializationError(msg) from exc
+        state = codec_for(cls).decode(self.plain_payload(stored_event), where=where)
         originator_id = stored_event.originator_id
         state["originator_id"] = (
             originator_id if isinstance(originator_id, UUID) else UUID(originator_id)
@@ -243,3 +254,10 @@ class MsgspecMapper(Mapper[UUID]):
         event = object.__new__(cls)
         object.__setattr__(event, "__dict__", state)
         return typing.cast(DomainEventProtocol[UUID], event)
+
+
+def _where(stored_event: StoredEvent) -> str:
+    return (
+        f"stored event {stored_event.topic!r} of {stored_event.originator_id} "
+        f"at version {stored_event.originator_version}"
+    )

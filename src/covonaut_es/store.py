@@ -21,9 +21,11 @@ from typing import Any, Protocol
 from uuid import UUID
 
 from eventsourcing.application import AggregateNotFoundError, Application
-from eventsourcing.persistence import IntegrityError, PersistenceError
+from eventsourcing.persistence import IntegrityError, PersistenceError, StoredEvent
 from eventsourcing.utils import Environment, EnvType, get_topic
 
+from covonaut_es import audit
+from covonaut_es.audit import AuditEntry, AuditReport
 from covonaut_es.domain import AgentThread, ThreadSnapshot, thread_aggregate_id
 from covonaut_es.errors import (
     CheckpointNotFoundError,
@@ -243,6 +245,40 @@ class Store:
         for event in self._app.events.get(thread_aggregate_id(thread_id), lte=version):
             thread = self._fold(thread, event, self._replay)
         return thread or self._inherited(thread_id, version, self._replay)
+
+    # Audits -------------------------------------------------------------------------
+
+    def replay(self, thread_id: str) -> Iterator[AuditEntry]:
+        """Each event of the thread (a fork's inherited ones first) with its version,
+        time and a readable summary, read from the log alone."""
+        return audit.replay(self, thread_id)
+
+    def verify(self, thread_id: str) -> AuditReport:
+        """Check the thread's hash chain, and its checkpoints and snapshots against the
+        state rebuilt from its events alone; see :class:`~covonaut_es.AuditReport`."""
+        return audit.verify(self, thread_id)
+
+    def stored_records(self, thread_id: str) -> tuple[StoredEvent, ...]:
+        """The thread's records exactly as the database holds them, a fork's inherited
+        ones first. For audits; nothing is decoded."""
+        own = tuple(self._app.recorder.select_events(thread_aggregate_id(thread_id)))
+        forked = self._forked_event(thread_id)
+        if forked is None:
+            return own
+        inherited = self.stored_records(forked.parent_thread_id)[: forked.parent_version]
+        return inherited + own
+
+    def plain_payload(self, record: StoredEvent) -> bytes:
+        """A stored record's payload decrypted and decompressed."""
+        mapper = self._app.mapper
+        assert isinstance(mapper, MsgspecMapper)
+        return mapper.plain_payload(record)
+
+    def snapshot_states(self, thread_id: str) -> tuple[ThreadState, ...]:
+        """The states held by the thread's own stored snapshots, oldest first."""
+        assert self._app.snapshots is not None
+        snapshots = self._app.snapshots.get(thread_aggregate_id(thread_id))
+        return tuple(snapshot.mutate(None).state for snapshot in snapshots)  # type: ignore[attr-defined]
 
     # Forks and the session tree (B2) ---------------------------------------------
 
