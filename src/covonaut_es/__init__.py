@@ -11,6 +11,7 @@ from covonaut_es.agent import Agent
 from covonaut_es.compaction import CompactionPlan, Compactor, SummarizingCompactor
 from covonaut_es.config import AgentConfig, CheckpointSettings
 from covonaut_es.domain import AgentThread
+from covonaut_es.embedding import AgentApplication
 from covonaut_es.errors import (
     CheckpointNotFoundError,
     ConfigurationError,
@@ -35,7 +36,7 @@ from covonaut_es.errors import (
     ThreadStateError,
     ToolCallsInDoubtError,
 )
-from covonaut_es.providers import Provider, ScriptedProvider, collect_stream
+from covonaut_es.providers import AsyncProvider, Provider, ScriptedProvider, collect_stream
 from covonaut_es.retry import RetryPolicy
 from covonaut_es.store import Store, create_cipher_key, open_store
 from covonaut_es.tools import Tool, ToolContext
@@ -68,9 +69,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Agent",
+    "AgentApplication",
     "AgentConfig",
     "AgentThread",
     "AnthropicProvider",
+    "AsyncProvider",
     "BranchPoint",
     "Checkpoint",
     "CheckpointNotFoundError",

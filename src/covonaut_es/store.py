@@ -24,7 +24,9 @@ from eventsourcing.application import AggregateNotFoundError, Application
 from eventsourcing.persistence import IntegrityError, PersistenceError
 from eventsourcing.utils import Environment, EnvType, get_topic
 
+from covonaut_es.aio import in_worker_thread
 from covonaut_es.domain import AgentThread, ThreadSnapshot, thread_aggregate_id
+from covonaut_es.embedding import AgentApplication
 from covonaut_es.errors import (
     CheckpointNotFoundError,
     ConfigurationError,
@@ -48,7 +50,7 @@ SNAPSHOT_MIN_VERSION = 64
 """No snapshot is written for a thread shorter than this: replaying it is cheap."""
 
 
-class _ThreadsApplication(Application[UUID]):
+class _ThreadsApplication(AgentApplication):
     # Explicit and stable: PostgreSQL table names derive from it.
     name = "covonaut"
     snapshot_class = ThreadSnapshot
@@ -57,9 +59,6 @@ class _ThreadsApplication(Application[UUID]):
         # Only what open_store() passed: variables in os.environ must not redirect a
         # store to another database behind the caller's back.
         return Environment(name, dict(env or {}))
-
-    def construct_mapper(self) -> MsgspecMapper:
-        return MsgspecMapper(compressor=self.factory.compressor(), cipher=self.factory.cipher())
 
 
 class Store:
@@ -76,6 +75,7 @@ class Store:
         env: Mapping[str, str],
         *,
         max_checkpoints_per_thread: int = 0,
+        application: Application[UUID] | None = None,
     ) -> None:
         if max_checkpoints_per_thread < 0:
             msg = (
@@ -85,9 +85,41 @@ class Store:
             raise ConfigurationError(msg)
         self.url = redact(url)
         self.max_checkpoints_per_thread = max_checkpoints_per_thread
-        self._app = _open_application(self.url, env)
+        self._owns_app = application is None
+        self._app = application or _open_application(self.url, env)
         self._snapshot_versions: dict[UUID, int] = {}
         self._lock = threading.Lock()
+
+    @classmethod
+    def from_application(
+        cls, application: Application[UUID], *, max_checkpoints_per_thread: int = 0
+    ) -> Store:
+        """A store of the threads kept in your own eventsourcing application.
+
+        Agents configured with it load and save their threads through ``application``,
+        in its database, beside your aggregates; ``store.load(thread_id)`` gives you a
+        thread to change and save together with them: ``application.save(claim,
+        thread)``. Closing the store leaves the application open.
+
+        Args:
+            application: An application whose mapper is covonaut_es's: subclass
+                :class:`~covonaut_es.AgentApplication`.
+            max_checkpoints_per_thread: As for :func:`open_store`.
+
+        Raises:
+            ConfigurationError: The application's mapper cannot read agent threads.
+        """
+        if not isinstance(application.mapper, MsgspecMapper):
+            msg = (
+                f"{type(application).__name__} maps events with "
+                f"{type(application.mapper).__name__}, which cannot read agent threads; "
+                "make covonaut_es.AgentApplication its base class (or a mixin)"
+            )
+            raise ConfigurationError(msg)
+        url = f"application:{type(application).__name__}"
+        return cls(
+            url, {}, max_checkpoints_per_thread=max_checkpoints_per_thread, application=application
+        )
 
     # Threads ----------------------------------------------------------------------
 
@@ -197,7 +229,8 @@ class Store:
             last = self._snapshot_versions.get(aggregate_id, 0)
         if thread.version < max(SNAPSHOT_MIN_VERSION, 2 * last):
             return False
-        assert self._app.snapshots is not None
+        if self._app.snapshots is None:
+            return False  # an application of the caller's, with snapshotting off
         with contextlib.suppress(IntegrityError):  # another writer stored this very one
             self._app.snapshots.put([ThreadSnapshot.take(thread)])
         self._remember_snapshot(aggregate_id, thread.version)
@@ -237,6 +270,14 @@ class Store:
             msg = f"thread {thread_id!r} not found in store {self.url}"
             raise ThreadNotFoundError(msg)
         return thread.state
+
+    aload = in_worker_thread(load)
+    afind = in_worker_thread(find)
+    aexists = in_worker_thread(exists)
+    acheckpoints = in_worker_thread(checkpoints)
+    ahistory = in_worker_thread(history)
+    astate_at = in_worker_thread(state_at)
+    areplay_state = in_worker_thread(replay_state)
 
     def _replay(self, thread_id: str, *, version: int | None = None) -> AgentThread | None:
         thread: AgentThread | None = None
@@ -378,8 +419,12 @@ class Store:
     # Lifecycle --------------------------------------------------------------------
 
     def close(self) -> None:
-        """Release connections. The store cannot be used afterwards."""
-        self._app.close()
+        """Release connections. The store cannot be used afterwards.
+
+        A store made by :meth:`from_application` leaves the application open.
+        """
+        if self._owns_app:
+            self._app.close()
 
     def __enter__(self) -> Store:
         return self
