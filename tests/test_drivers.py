@@ -251,11 +251,11 @@ def test_b5_asettle_records_a_result_or_retries_with_the_same_key(store: Store) 
         return "charged"
 
     script = [call(("c1", "charge", "{}"), ("c2", "charge", "{}")), answer("both settled")]
-    config_tools = [async_tool("charge", charge)]
+    tools = [async_tool("charge", charge)]
     with pytest.raises(SystemExit):
-        asyncio.run(async_agent(store, script, tools=config_tools).arun("charge twice"))
+        asyncio.run(async_agent(store, script, tools=tools).arun("charge twice"))
 
-    agent = async_agent(store, script[1:], tools=config_tools)
+    agent = async_agent(store, script[1:], tools=tools)
     asyncio.run(agent.arestore_latest_checkpoint())
     assert [p.call.id for p in agent.in_doubt] == ["c1", "c2"]
     with pytest.raises(ToolCallsInDoubtError):
