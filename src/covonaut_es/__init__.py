@@ -8,10 +8,10 @@ import importlib
 from typing import TYPE_CHECKING
 
 from covonaut_es.agent import Agent
+from covonaut_es.application import AgentApplication
 from covonaut_es.compaction import CompactionPlan, Compactor, SummarizingCompactor
 from covonaut_es.config import AgentConfig, CheckpointSettings
 from covonaut_es.domain import AgentThread
-from covonaut_es.embedding import AgentApplication
 from covonaut_es.errors import (
     CheckpointNotFoundError,
     ConfigurationError,

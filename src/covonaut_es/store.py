@@ -1,15 +1,15 @@
 """Thread stores: where threads' event streams and snapshots live.
 
 A :class:`Store` wraps one eventsourcing ``Application`` configured for one back end
-(in memory, a SQLite file, PostgreSQL) with the msgspec mapper. It is the only module
-that talks to eventsourcing's persistence; the runtime loads and saves threads through
-it.
+(in memory, a SQLite file, PostgreSQL) with the msgspec mapper: one that
+:mod:`covonaut_es.application` opens, or the user's own. With that module it is the only
+code that talks to eventsourcing's persistence; the runtime loads and saves threads
+through it.
 """
 
 from __future__ import annotations
 
 import base64
-import binascii
 import contextlib
 import secrets
 import threading
@@ -21,16 +21,15 @@ from typing import Any, Protocol
 from uuid import UUID
 
 from eventsourcing.application import AggregateNotFoundError, Application
-from eventsourcing.persistence import IntegrityError, PersistenceError
-from eventsourcing.utils import Environment, EnvType, get_topic
+from eventsourcing.persistence import IntegrityError
+from eventsourcing.utils import get_topic
 
 from covonaut_es.aio import in_worker_thread
+from covonaut_es.application import open_application
 from covonaut_es.domain import AgentThread, ThreadSnapshot, thread_aggregate_id
-from covonaut_es.embedding import AgentApplication
 from covonaut_es.errors import (
     CheckpointNotFoundError,
     ConfigurationError,
-    StoreUnavailableError,
     ThreadConflictError,
     ThreadNotFoundError,
 )
@@ -48,17 +47,6 @@ class _BaseLoader(Protocol):
 
 SNAPSHOT_MIN_VERSION = 64
 """No snapshot is written for a thread shorter than this: replaying it is cheap."""
-
-
-class _ThreadsApplication(AgentApplication):
-    # Explicit and stable: PostgreSQL table names derive from it.
-    name = "covonaut"
-    snapshot_class = ThreadSnapshot
-
-    def construct_env(self, name: str, env: EnvType | None = None) -> Environment:
-        # Only what open_store() passed: variables in os.environ must not redirect a
-        # store to another database behind the caller's back.
-        return Environment(name, dict(env or {}))
 
 
 class Store:
@@ -86,7 +74,7 @@ class Store:
         self.url = redact(url)
         self.max_checkpoints_per_thread = max_checkpoints_per_thread
         self._owns_app = application is None
-        self._app = application or _open_application(self.url, env)
+        self._app = application or open_application(self.url, env)
         self._snapshot_versions: dict[UUID, int] = {}
         self._lock = threading.Lock()
 
@@ -444,61 +432,6 @@ class Store:
         with self._lock:
             if version > self._snapshot_versions.get(aggregate_id, 0):
                 self._snapshot_versions[aggregate_id] = version
-
-
-_SCHEMA_LOCK_KEY = 0x636F766F  # "covo": serializes table creation across processes
-
-
-@contextlib.contextmanager
-def _schema_setup_lock(env: Mapping[str, str]) -> Iterator[None]:
-    """Hold a PostgreSQL advisory lock while eventsourcing creates its tables: processes
-    opening a new database at the same moment otherwise fail with "tuple concurrently
-    updated"."""
-    if env["PERSISTENCE_MODULE"] != "eventsourcing.postgres":
-        yield
-        return
-    import psycopg
-
-    try:
-        conn = psycopg.connect(
-            host=env["POSTGRES_HOST"],
-            port=env["POSTGRES_PORT"],
-            dbname=env["POSTGRES_DBNAME"],
-            user=env["POSTGRES_USER"] or None,
-            password=env["POSTGRES_PASSWORD"] or None,
-            connect_timeout=int(env["POSTGRES_CONNECT_TIMEOUT"]),
-            autocommit=True,
-        )
-    except psycopg.Error as exc:
-        msg = (
-            f"cannot connect to PostgreSQL at {env['POSTGRES_HOST']}:{env['POSTGRES_PORT']}: {exc}"
-        )
-        raise StoreUnavailableError(msg) from exc
-    with conn:
-        conn.execute("SELECT pg_advisory_lock(%s)", (_SCHEMA_LOCK_KEY,))
-        try:
-            yield
-        finally:
-            conn.execute("SELECT pg_advisory_unlock(%s)", (_SCHEMA_LOCK_KEY,))
-
-
-def _open_application(url: str, env: Mapping[str, str]) -> _ThreadsApplication:
-    try:
-        with _schema_setup_lock(env):
-            return _ThreadsApplication(env=dict(env))
-    except ImportError as exc:
-        extra = "encryption" if "CIPHER_KEY" in env else "postgres"
-        msg = f"store {url} needs a missing package ({exc}); install 'covonaut-es[{extra}]'"
-        raise ConfigurationError(msg) from exc
-    except (ValueError, binascii.Error) as exc:
-        msg = (
-            f"store {url}: invalid cipher key ({exc}); expected the base64 of 16, 24 or 32 "
-            "bytes, as create_cipher_key() returns"
-        )
-        raise ConfigurationError(msg) from exc
-    except PersistenceError as exc:
-        msg = f"cannot open store {url}: {exc}"
-        raise StoreUnavailableError(msg) from exc
 
 
 def create_cipher_key(num_bytes: int = 32) -> str:
