@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from covonaut_es import (
     InterruptError,
+    ProviderRequest,
     ProviderResponse,
+    ScriptedProvider,
     Tool,
     ToolCall,
     ToolContext,
     Usage,
 )
+from covonaut_es.providers import Responder, ScriptItem
 
 OBJECT_SCHEMA: dict[str, Any] = {"type": "object"}
 
@@ -67,3 +71,21 @@ def review_tool(log: list[str] | None = None, *, data: Any = None) -> Tool:
         raise InterruptError("human review required", data or {"request_id": ctx.tool_call_id})
 
     return Tool("review", "Ask a person to review", OBJECT_SCHEMA, review)
+
+
+class AsyncScriptedProvider:
+    """An ``async def complete`` provider: yields to the event loop, then plays the next
+    item of a :class:`ScriptedProvider`'s script."""
+
+    def __init__(self, script: Iterable[ScriptItem] = (), *, respond: Responder | None = None):
+        self.scripted = ScriptedProvider(script, respond=respond)
+
+    async def complete(self, request: ProviderRequest) -> ProviderResponse:
+        """Answer after letting other tasks run."""
+        await asyncio.sleep(0)
+        return self.scripted.complete(request)
+
+    @property
+    def requests(self) -> list[ProviderRequest]:
+        """Every request received, in order."""
+        return self.scripted.requests

@@ -19,6 +19,7 @@ from covonaut_es import (
     InterruptError,
     InterruptPendingError,
     NotInterruptedError,
+    ProviderError,
     ProviderRequest,
     ProviderResponse,
     Role,
@@ -355,3 +356,102 @@ def test_checkpoint_durability_commits_only_at_checkpoints(store: Store) -> None
     agent.run("go")
     assert seen == [False]
     assert store.state_at("t1") == agent.state
+
+
+def test_on_event_sees_every_event_once_in_order_after_its_commit(store: Store) -> None:
+    """AgentConfig.on_event gets each event once, in version order, after the step that
+    recorded it is stored, and before the tool that the step prepared runs."""
+    seen: list[AgentThread.Event] = []
+    stored_when_seen: list[bool] = []
+
+    def on_event(event: AgentThread.Event) -> None:
+        seen.append(event)
+        stored_when_seen.append(store.state_at("t1").version >= event.originator_version)
+
+    def echo_seen(ctx: ToolContext, args: dict[str, Any]) -> Any:
+        return [type(e).__name__ for e in seen[-2:]]
+
+    tools = [Tool("echo", "Echo", OBJECT_SCHEMA, echo_seen)]
+    script = [call(("c1", "echo", "{}")), answer("done")]
+    agent = Agent(make_config(store, script, tools=tools, on_event=on_event))
+    agent.run("go")
+    history = store.history("t1")
+    assert [(type(e), e.originator_version) for e in seen] == [
+        (type(e), e.originator_version) for e in history
+    ]
+    assert all(stored_when_seen)
+    tool_message = next(m for m in agent.messages if m.role is Role.TOOL)
+    assert tool_message.content == '["MessageAppended","ToolCalled"]'
+
+
+def test_on_event_reports_only_new_events_after_a_restore(store: Store) -> None:
+    """A restored agent reports the events it records, not the stored history."""
+    Agent(make_config(store, [answer("first")])).run("one")
+    seen: list[AgentThread.Event] = []
+    restored = Agent(make_config(store, [answer("second")], on_event=seen.append))
+    restored.restore_latest_checkpoint()
+    version = restored.state.version
+    restored.run("two")
+    assert [e.originator_version for e in seen] == list(
+        range(version + 1, restored.state.version + 1)
+    )
+
+
+def test_on_event_with_checkpoint_durability_reports_at_every_step(store: Store) -> None:
+    """With durability="checkpoint", events are reported at each step boundary, before
+    they are stored, so a live view does not wait for the next checkpoint."""
+    seen: list[str] = []
+
+    def respond(request: ProviderRequest) -> ProviderResponse:
+        assert "RunStarted" in seen and not store.exists("t1")
+        return answer("ok")
+
+    agent = Agent(
+        make_config(
+            store,
+            [respond],
+            durability="checkpoint",
+            on_event=lambda e: seen.append(type(e).__name__),
+        )
+    )
+    agent.run("go")
+    assert seen[-2:] == ["RunFinished", "CheckpointSaved"]
+
+
+def test_a_failing_on_event_callback_is_logged_and_the_run_goes_on(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An exception in on_event is logged on the covonaut_es logger; it neither stops
+    the run nor leaves anything unsaved."""
+
+    def broken(event: AgentThread.Event) -> None:
+        raise RuntimeError("the UI went away")
+
+    agent = Agent(make_config(store, [answer("done")], on_event=broken))
+    with caplog.at_level(logging.ERROR, logger="covonaut_es"):
+        assert agent.run("go") == "done"
+    assert "on_event callback of agent 'agent' failed" in caplog.text
+    assert "the UI went away" in caplog.text
+    assert store.state_at("t1") == agent.state
+
+
+def test_runs_are_logged_on_the_covonaut_es_logger(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Run boundaries are logged at INFO and failures at WARNING; message contents
+    never reach the log."""
+    agent = Agent(make_config(store, [call(("r1", "review", "{}")), ValueError("boom")]))
+    with caplog.at_level(logging.INFO, logger="covonaut_es"):
+        agent.run("a secret question")
+        agent.steer("approved")
+        with pytest.raises(ProviderError):
+            agent.resume()
+    records = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert records[0] == ("INFO", "thread 't1': run started at version 2")
+    assert any(
+        level == "INFO" and "paused at version" in text and "'review'" in text
+        for level, text in records
+    )
+    assert any("resume started" in text for _, text in records)
+    assert records[-1][0] == "WARNING" and "ValueError: boom" in records[-1][1]
+    assert "a secret question" not in caplog.text

@@ -78,3 +78,22 @@ def test_branching_example_prints_both_outcomes_and_the_tree() -> None:
         "invoice-17 [approved]",
         "  invoice-17/rejected (from version 9) [rejected]",
     ]
+
+
+def test_embedded_domain_app_example_runs_on_a_sqlite_file(tmp_path: Path) -> None:
+    """examples/embedded_domain_app.py pauses the review, approves the claim and the
+    note to the agent together, and the agent resumes from the note."""
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "embedded_domain_app.py"), "expenses.db"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "Paused: manager approval needed",
+        "Approved by: maria",
+        "Reimbursement queued: maria approved the claim for 42.50.",
+    ]
+    assert (tmp_path / "expenses.db").exists()

@@ -8,6 +8,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 from covonaut_es.agent import Agent
+from covonaut_es.application import AgentApplication
 from covonaut_es.audit import AuditEntry, AuditFinding, AuditReport
 from covonaut_es.compaction import CompactionPlan, Compactor, SummarizingCompactor
 from covonaut_es.config import AgentConfig, CheckpointSettings
@@ -36,7 +37,7 @@ from covonaut_es.errors import (
     ThreadStateError,
     ToolCallsInDoubtError,
 )
-from covonaut_es.providers import Provider, ScriptedProvider, collect_stream
+from covonaut_es.providers import AsyncProvider, Provider, ScriptedProvider, collect_stream
 from covonaut_es.retry import RetryPolicy
 from covonaut_es.store import Store, create_cipher_key, open_store
 from covonaut_es.tools import Tool, ToolContext
@@ -69,9 +70,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Agent",
+    "AgentApplication",
     "AgentConfig",
     "AgentThread",
     "AnthropicProvider",
+    "AsyncProvider",
     "AuditEntry",
     "AuditFinding",
     "AuditReport",

@@ -2,30 +2,27 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
+from covonaut_es.aio import in_worker_thread
 from covonaut_es.config import AgentConfig, CheckpointSettings
 from covonaut_es.domain import AgentThread
+from covonaut_es.drivers import AsyncDriver, SyncDriver
 from covonaut_es.errors import ConfigurationError, ThreadConflictError, ThreadStateError
 from covonaut_es.runloop import (
     Commit,
-    Complete,
-    Effect,
-    NextToolReport,
-    PreparedCall,
     Program,
     RunSettings,
-    RunTool,
-    StartTools,
-    ToolReport,
     retry_program,
     run_program,
+    settle_program,
 )
 from covonaut_es.tools import result_text
 from covonaut_es.values import (
@@ -55,6 +52,11 @@ class Agent:
 
     A run returns the final answer, or ``""`` when a tool interrupted it: check
     :attr:`interrupted` after every run (B13).
+
+    ``arun``, ``acontinue_run``, ``aresume`` and ``asettle`` are the same commands for
+    asyncio: they drive the same run loop, await ``async def`` providers and tools, run
+    blocking ones and every store call in worker threads, and run a parallel batch of
+    tool calls as concurrent tasks. One agent runs one command at a time, either way.
     """
 
     def __init__(self, config: AgentConfig) -> None:
@@ -70,6 +72,7 @@ class Agent:
             )
             self._thread_id = DEFAULT_THREAD_ID
         self._thread: AgentThread | None = None
+        self._published_version = 0  # the last event handed to on_event and the log
         self._steering: deque[Message] = deque()
         self._run_lock = threading.Lock()
 
@@ -135,6 +138,22 @@ class Agent:
         """
         return self._drive(RunMode.RESUME, None)
 
+    async def arun(self, input: str) -> str:
+        """Like :meth:`run`, awaited."""
+        return await self._adrive(RunMode.RUN, input)
+
+    async def acontinue_run(self) -> str:
+        """Like :meth:`continue_run`, awaited."""
+        return await self._adrive(RunMode.CONTINUE, None)
+
+    async def aresume(self) -> str:
+        """Like :meth:`resume`, awaited.
+
+        Raises:
+            NotInterruptedError: No interrupt is pending.
+        """
+        return await self._adrive(RunMode.RESUME, None)
+
     def steer(self, message: str | Message) -> None:
         """Queue a message for the model; it is recorded when the next model call is
         prepared (B14). A string is a user message."""
@@ -153,16 +172,13 @@ class Agent:
             ThreadStateError: The call is not open, or neither or both of ``result``
                 and ``retry`` were given.
         """
-        if (result is _NO_RESULT) == (not retry):
-            msg = "settle() takes exactly one of result=... or retry=True"
-            raise ThreadStateError(msg)
-        if retry:
-            self._perform(lambda thread: retry_program(thread, self.config, tool_call_id))
-            return
-        with self._run_lock:
-            thread = self._current
-            thread.settle(tool_call_id, result_text(result), now=self.config.clock())
-            self._persist(thread, Commit())
+        self._perform(self._settling(tool_call_id, result, retry))
+
+    async def asettle(
+        self, tool_call_id: str, *, result: Any = _NO_RESULT, retry: bool = False
+    ) -> None:
+        """Like :meth:`settle`, awaited."""
+        await self._aperform(self._settling(tool_call_id, result, retry))
 
     def save_checkpoint(self) -> int:
         """Save a checkpoint now and return its sequence number."""
@@ -196,8 +212,11 @@ class Agent:
         with self._run_lock:
             thread = settings.store.load(thread_id or self._thread_id)
             self._thread_id = thread.thread_id
-            self._thread = thread
+            self._bind(thread)
             return thread.checkpoints[-1] if thread.checkpoints else None
+
+    asave_checkpoint = in_worker_thread(save_checkpoint)
+    arestore_latest_checkpoint = in_worker_thread(restore_latest_checkpoint)
 
     def close(self) -> None:
         """Forget the in-memory thread; nothing unsaved is written."""
@@ -221,27 +240,62 @@ class Agent:
         if self._thread is None:
             settings = self.config.checkpoint
             found = settings.store.find(self._thread_id) if settings else None
-            self._thread = found or AgentThread.start(self._thread_id, now=self.config.clock())
+            thread = found or AgentThread.start(self._thread_id, now=self.config.clock())
+            self._bind(thread)
+            return thread
         return self._thread
 
+    def _bind(self, thread: AgentThread) -> None:
+        self._thread = thread
+        # Events already stored are history, not news: publish only what comes next.
+        self._published_version = thread.version - len(thread.pending_events)
+
     def _drive(self, mode: RunMode, user_input: str | None) -> str:
-        return self._perform(
-            lambda thread: run_program(
-                thread,
-                self.config,
-                self._run_settings(),
-                mode,
-                user_input=user_input,
-                steering=self._drain_steering,
-            )
+        return self._perform(self._running(mode, user_input))
+
+    async def _adrive(self, mode: RunMode, user_input: str | None) -> str:
+        return await self._aperform(self._running(mode, user_input))
+
+    def _running(self, mode: RunMode, user_input: str | None) -> Callable[[AgentThread], Program]:
+        return lambda thread: run_program(
+            thread,
+            self.config,
+            self._run_settings(),
+            mode,
+            user_input=user_input,
+            steering=self._drain_steering,
         )
 
+    def _settling(
+        self, tool_call_id: str, result: Any, retry: bool
+    ) -> Callable[[AgentThread], Program]:
+        if (result is _NO_RESULT) == (not retry):
+            msg = "settle() takes exactly one of result=... or retry=True"
+            raise ThreadStateError(msg)
+        if retry:
+            return lambda thread: retry_program(thread, self.config, tool_call_id)
+        content = result_text(result)
+        return lambda thread: settle_program(thread, self.config, tool_call_id, content)
+
     def _perform(self, make_program: Callable[[AgentThread], Program]) -> str:
+        with self._exclusive():
+            driver = SyncDriver(self.config.provider, self._commit)
+            return driver.drive(make_program(self._current))
+
+    async def _aperform(self, make_program: Callable[[AgentThread], Program]) -> str:
+        with self._exclusive():
+            # Reading _current may load the thread from the store: keep it off the loop.
+            thread = await asyncio.to_thread(lambda: self._current)
+            driver = AsyncDriver(self.config.provider, self._acommit)
+            return await driver.drive(make_program(thread))
+
+    @contextlib.contextmanager
+    def _exclusive(self) -> Iterator[None]:
         if not self._run_lock.acquire(blocking=False):
             msg = f"agent for thread {self._thread_id!r} is already running"
             raise ThreadStateError(msg)
         try:
-            return _SyncDriver(self).drive(make_program(self._current))
+            yield
         except ThreadConflictError:
             self._thread = None  # diverged from the store: reload on next use
             raise
@@ -265,14 +319,45 @@ class Agent:
             drained.append(self._steering.popleft())
         return tuple(drained)
 
+    def _commit(self, commit: Commit) -> None:
+        self._persist(self._current, commit)
+
+    async def _acommit(self, commit: Commit) -> None:
+        self._publish(await asyncio.to_thread(self._store_step, self._current, commit))
+
     def _persist(self, thread: AgentThread, commit: Commit) -> None:
+        self._publish(self._store_step(thread, commit))
+
+    def _store_step(self, thread: AgentThread, commit: Commit) -> Sequence[AgentThread.Event]:
+        """Save what the commit asks for; returns the events it makes news of."""
+        news = [
+            cast(AgentThread.Event, event)
+            for event in thread.pending_events
+            if event.originator_version > self._published_version
+        ]
         settings = self.config.checkpoint
         if settings is None:
-            return
+            return news
         if commit.checkpoint or settings.durability == "step":
             settings.store.save(thread)
         if commit.checkpoint:
             settings.store.save_checkpoint_snapshot(thread)
+        return news
+
+    def _publish(self, events: Sequence[AgentThread.Event]) -> None:
+        for event in events:
+            self._published_version = event.originator_version
+            _log_event(self._thread_id, event)
+            if self.config.on_event is None:
+                continue
+            try:
+                self.config.on_event(event)
+            except Exception:
+                logger.exception(
+                    "on_event callback of agent %r failed on %s; the run goes on",
+                    self.config.name,
+                    type(event).__name__,
+                )
 
     def _require_checkpointing(self, operation: str) -> CheckpointSettings:
         if self.config.checkpoint is None:
@@ -281,52 +366,30 @@ class Agent:
         return self.config.checkpoint
 
 
-class _SyncDriver:
-    """Performs the run loop's effects with blocking calls."""
-
-    def __init__(self, agent: Agent) -> None:
-        self._agent = agent
-        self._pending: Iterator[Future[ToolReport]] | None = None
-
-    def drive(self, program: Program) -> str:
-        reply: object = None
-        error: BaseException | None = None
-        while True:
-            try:
-                effect = program.throw(error) if error else program.send(reply)
-            except StopIteration as stop:
-                return str(stop.value)
-            reply, error = None, None
-            try:
-                reply = self._perform(effect)
-            except Exception as exc:
-                error = exc
-
-    def _perform(self, effect: Effect) -> object:
-        agent = self._agent
-        match effect:
-            case Complete(request):
-                return agent.config.provider.complete(request)
-            case Commit():
-                agent._persist(agent._current, effect)
-                return None
-            case RunTool(prepared):
-                return _execute(prepared)
-            case StartTools(calls):
-                executor = ThreadPoolExecutor(max_workers=len(calls), thread_name_prefix="tool")
-                futures = [executor.submit(_execute, prepared) for prepared in calls]
-                executor.shutdown(wait=False)
-                self._pending = as_completed(futures)
-                return None
-            case NextToolReport():
-                assert self._pending is not None
-                return next(self._pending).result()
-        raise AssertionError(f"unknown effect {effect!r}")  # pragma: no cover
-
-
-def _execute(prepared: PreparedCall) -> ToolReport:
-    try:
-        value = prepared.tool.func(prepared.context, prepared.args)
-    except Exception as exc:
-        return ToolReport.raised(prepared, exc)
-    return ToolReport.returned(prepared, value)
+def _log_event(thread_id: str, event: AgentThread.Event) -> None:
+    # Run boundaries at INFO, failures at WARNING, every other event at DEBUG. Contents
+    # of messages and tool results are never logged: they may hold personal data.
+    version = event.originator_version
+    match event:
+        case AgentThread.RunStarted(mode=mode):
+            logger.info("thread %r: %s started at version %d", thread_id, mode, version)
+        case AgentThread.RunFinished():
+            logger.info("thread %r: run finished at version %d", thread_id, version)
+        case AgentThread.Interrupted(interrupt=interrupt):
+            logger.info(
+                "thread %r: paused at version %d by tool %r: %s",
+                thread_id,
+                version,
+                interrupt.tool_name,
+                interrupt.reason,
+            )
+        case AgentThread.RunFailed(error_type=error_type, message=message):
+            logger.warning(
+                "thread %r: run failed at version %d: %s: %s",
+                thread_id,
+                version,
+                error_type,
+                message,
+            )
+        case _:
+            logger.debug("thread %r: %s at version %d", thread_id, type(event).__name__, version)

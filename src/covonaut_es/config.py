@@ -9,7 +9,8 @@ from typing import Literal
 import attrs
 
 from covonaut_es.compaction import Compactor
-from covonaut_es.providers import Provider
+from covonaut_es.domain import AgentThread
+from covonaut_es.providers import AsyncProvider, Provider
 from covonaut_es.store import Store
 from covonaut_es.tools import Tool
 
@@ -67,7 +68,8 @@ class AgentConfig:
     """Everything an :class:`~covonaut_es.Agent` needs.
 
     Attributes:
-        provider: The model provider.
+        provider: The model provider, blocking or ``async def`` (either works with
+            both ``run`` and ``arun``).
         model: The model name passed to the provider.
         name: A name for logs.
         tools: The tools the model may call; names must be unique.
@@ -80,9 +82,14 @@ class AgentConfig:
         max_tokens: Passed to the provider.
         temperature: Passed to the provider.
         clock: Source of event timestamps.
+        on_event: Called with each of the thread's events, in order, once the step that
+            recorded it is committed (with ``durability="checkpoint"``: once the step
+            ends), on the thread that drives the run (the event loop's, for ``arun``).
+            For live views and streaming UIs; an exception it raises is logged and
+            does not stop the run.
     """
 
-    provider: Provider
+    provider: Provider | AsyncProvider
     model: str = ""
     name: str = "agent"
     tools: tuple[Tool, ...] = attrs.field(default=(), converter=tuple, validator=_unique_tools)
@@ -94,6 +101,7 @@ class AgentConfig:
     max_tokens: int | None = None
     temperature: float | None = None
     clock: Callable[[], datetime] = utc_now
+    on_event: Callable[[AgentThread.Event], None] | None = None
 
     def tool(self, name: str) -> Tool | None:
         """The tool with that name, if configured."""

@@ -28,6 +28,21 @@ class Provider(Protocol):
         ...
 
 
+@runtime_checkable
+class AsyncProvider(Protocol):
+    """A model provider whose ``complete`` is ``async def``.
+
+    ``Agent.arun`` and its siblings await it; the blocking ``Agent.run`` runs it to
+    completion in an event loop of its own. A blocking :class:`Provider` may also offer
+    an ``async def acomplete(request)``, which the async methods then prefer to calling
+    ``complete`` in a worker thread.
+    """
+
+    async def complete(self, request: ProviderRequest) -> ProviderResponse:
+        """Answer the request in one piece."""
+        ...
+
+
 Responder = Callable[[ProviderRequest], ProviderResponse]
 ScriptItem = ProviderResponse | Responder | BaseException
 

@@ -3,8 +3,8 @@
 :func:`run_program` is a generator: it changes the thread (pure commands on the
 aggregate) and *yields* an effect whenever I/O is needed: ask the model, run a tool,
 commit to the store. A driver performs each effect and sends the result back (or
-throws the exception it raised). The synchronous driver lives in :mod:`agent`; an
-asynchronous one performs the same effects with ``await`` and shares every decision.
+throws the exception it raised). The drivers in :mod:`covonaut_es.drivers` perform
+them with blocking calls or with ``await``, and share every decision.
 """
 
 from __future__ import annotations
@@ -298,6 +298,15 @@ def retry_program(thread: AgentThread, config: AgentConfig, tool_call_id: str) -
     prepared = _prepare(thread, config, pending.call)
     if prepared is not None:
         _record(thread, (yield RunTool(prepared)), config.clock())
+    yield Commit()
+    return ""
+
+
+def settle_program(
+    thread: AgentThread, config: AgentConfig, tool_call_id: str, content: str
+) -> Program:
+    """Record the result the application found for a call in doubt."""
+    thread.settle(tool_call_id, content, now=config.clock())
     yield Commit()
     return ""
 

@@ -15,6 +15,7 @@ older data is upgraded one step at a time by ``upcast_vN_vN+1`` static methods (
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import typing
 from collections.abc import Callable
 from datetime import datetime
@@ -142,9 +143,22 @@ def upcast(cls: type, state: dict[str, Any], stored: int, current: int) -> dict[
 
 def _field_types(cls: type) -> list[tuple[str, Any]]:
     hints = typing.get_type_hints(cls)
-    return [
-        (f.name, hints[f.name]) for f in dataclasses.fields(cls) if f.name not in _IDENTITY_FIELDS
+    fields = [
+        (f.name, hints.get(f.name, inspect.Parameter.empty))
+        for f in dataclasses.fields(cls)
+        if f.name not in _IDENTITY_FIELDS
     ]
+    untyped = [name for name, hint in fields if hint is inspect.Parameter.empty]
+    if untyped:
+        # Refused before anything is stored: an untyped field would be written fine and
+        # then come back as whatever JSON makes of it, or not decode at all.
+        msg = (
+            f"event {cls.__qualname__} has fields without a type annotation: {untyped}; "
+            "the msgspec mapper decodes every field into its declared type, so annotate "
+            "each one (for an @event method, annotate its parameters)"
+        )
+        raise SerializationError(msg)
+    return fields
 
 
 def _aggregate_state_fields(aggregate_cls: type) -> list[tuple[str, Any, Any]]:
@@ -173,7 +187,15 @@ def codec_for(cls: type) -> _Codec:
     """The codec of an event or snapshot class, built once from its annotations."""
     version_field = (VERSION_KEY, int, 0)
     if issubclass(cls, CanSnapshotAggregate):
-        aggregate_cls: type = cls.aggregate_class  # type: ignore[attr-defined]
+        aggregate_cls: type | None = getattr(cls, "aggregate_class", None)
+        if aggregate_cls is None:
+            msg = (
+                f"snapshot class {cls.__qualname__} does not name the aggregate class whose "
+                "state it holds (an aggregate_class attribute), so the msgspec mapper cannot "
+                "decode that state into its types; take no snapshots of that aggregate "
+                "(leave it out of snapshotting_intervals)"
+            )
+            raise SerializationError(msg)
         state_type = msgspec.defstruct(
             f"{aggregate_cls.__name__}State", _aggregate_state_fields(aggregate_cls), kw_only=True
         )

@@ -1,15 +1,15 @@
 """Thread stores: where threads' event streams and snapshots live.
 
 A :class:`Store` wraps one eventsourcing ``Application`` configured for one back end
-(in memory, a SQLite file, PostgreSQL) with the msgspec mapper. It is the only module
-that talks to eventsourcing's persistence; the runtime loads and saves threads through
-it.
+(in memory, a SQLite file, PostgreSQL) with the msgspec mapper: one that
+:mod:`covonaut_es.application` opens, or the user's own. With that module it is the only
+code that talks to eventsourcing's persistence; the runtime loads and saves threads
+through it.
 """
 
 from __future__ import annotations
 
 import base64
-import binascii
 import contextlib
 import secrets
 import threading
@@ -21,16 +21,17 @@ from typing import Any, Protocol
 from uuid import UUID
 
 from eventsourcing.application import AggregateNotFoundError, Application
-from eventsourcing.persistence import IntegrityError, PersistenceError, StoredEvent
-from eventsourcing.utils import Environment, EnvType, get_topic
+from eventsourcing.persistence import IntegrityError, StoredEvent
+from eventsourcing.utils import get_topic
 
 from covonaut_es import audit
+from covonaut_es.aio import in_worker_thread
+from covonaut_es.application import open_application
 from covonaut_es.audit import AuditEntry, AuditReport
 from covonaut_es.domain import AgentThread, ThreadSnapshot, thread_aggregate_id
 from covonaut_es.errors import (
     CheckpointNotFoundError,
     ConfigurationError,
-    StoreUnavailableError,
     ThreadConflictError,
     ThreadNotFoundError,
 )
@@ -50,20 +51,6 @@ SNAPSHOT_MIN_VERSION = 64
 """No snapshot is written for a thread shorter than this: replaying it is cheap."""
 
 
-class _ThreadsApplication(Application[UUID]):
-    # Explicit and stable: PostgreSQL table names derive from it.
-    name = "covonaut"
-    snapshot_class = ThreadSnapshot
-
-    def construct_env(self, name: str, env: EnvType | None = None) -> Environment:
-        # Only what open_store() passed: variables in os.environ must not redirect a
-        # store to another database behind the caller's back.
-        return Environment(name, dict(env or {}))
-
-    def construct_mapper(self) -> MsgspecMapper:
-        return MsgspecMapper(compressor=self.factory.compressor(), cipher=self.factory.cipher())
-
-
 class Store:
     """Threads' event streams, snapshots and checkpoints in one back end.
 
@@ -78,6 +65,7 @@ class Store:
         env: Mapping[str, str],
         *,
         max_checkpoints_per_thread: int = 0,
+        application: Application[UUID] | None = None,
     ) -> None:
         if max_checkpoints_per_thread < 0:
             msg = (
@@ -87,9 +75,41 @@ class Store:
             raise ConfigurationError(msg)
         self.url = redact(url)
         self.max_checkpoints_per_thread = max_checkpoints_per_thread
-        self._app = _open_application(self.url, env)
+        self._owns_app = application is None
+        self._app = application or open_application(self.url, env)
         self._snapshot_versions: dict[UUID, int] = {}
         self._lock = threading.Lock()
+
+    @classmethod
+    def from_application(
+        cls, application: Application[UUID], *, max_checkpoints_per_thread: int = 0
+    ) -> Store:
+        """A store of the threads kept in your own eventsourcing application.
+
+        Agents configured with it load and save their threads through ``application``,
+        in its database, beside your aggregates; ``store.load(thread_id)`` gives you a
+        thread to change and save together with them: ``application.save(claim,
+        thread)``. Closing the store leaves the application open.
+
+        Args:
+            application: An application whose mapper is covonaut_es's: subclass
+                :class:`~covonaut_es.AgentApplication`.
+            max_checkpoints_per_thread: As for :func:`open_store`.
+
+        Raises:
+            ConfigurationError: The application's mapper cannot read agent threads.
+        """
+        if not isinstance(application.mapper, MsgspecMapper):
+            msg = (
+                f"{type(application).__name__} maps events with "
+                f"{type(application.mapper).__name__}, which cannot read agent threads; "
+                "make covonaut_es.AgentApplication its base class (or a mixin)"
+            )
+            raise ConfigurationError(msg)
+        url = f"application:{type(application).__name__}"
+        return cls(
+            url, {}, max_checkpoints_per_thread=max_checkpoints_per_thread, application=application
+        )
 
     # Threads ----------------------------------------------------------------------
 
@@ -199,7 +219,8 @@ class Store:
             last = self._snapshot_versions.get(aggregate_id, 0)
         if thread.version < max(SNAPSHOT_MIN_VERSION, 2 * last):
             return False
-        assert self._app.snapshots is not None
+        if self._app.snapshots is None:
+            return False  # an application of the caller's, with snapshotting off
         with contextlib.suppress(IntegrityError):  # another writer stored this very one
             self._app.snapshots.put([ThreadSnapshot.take(thread)])
         self._remember_snapshot(aggregate_id, thread.version)
@@ -239,6 +260,14 @@ class Store:
             msg = f"thread {thread_id!r} not found in store {self.url}"
             raise ThreadNotFoundError(msg)
         return thread.state
+
+    aload = in_worker_thread(load)
+    afind = in_worker_thread(find)
+    aexists = in_worker_thread(exists)
+    acheckpoints = in_worker_thread(checkpoints)
+    ahistory = in_worker_thread(history)
+    astate_at = in_worker_thread(state_at)
+    areplay_state = in_worker_thread(replay_state)
 
     def _replay(self, thread_id: str, *, version: int | None = None) -> AgentThread | None:
         thread: AgentThread | None = None
@@ -414,8 +443,12 @@ class Store:
     # Lifecycle --------------------------------------------------------------------
 
     def close(self) -> None:
-        """Release connections. The store cannot be used afterwards."""
-        self._app.close()
+        """Release connections. The store cannot be used afterwards.
+
+        A store made by :meth:`from_application` leaves the application open.
+        """
+        if self._owns_app:
+            self._app.close()
 
     def __enter__(self) -> Store:
         return self
@@ -435,61 +468,6 @@ class Store:
         with self._lock:
             if version > self._snapshot_versions.get(aggregate_id, 0):
                 self._snapshot_versions[aggregate_id] = version
-
-
-_SCHEMA_LOCK_KEY = 0x636F766F  # "covo": serializes table creation across processes
-
-
-@contextlib.contextmanager
-def _schema_setup_lock(env: Mapping[str, str]) -> Iterator[None]:
-    """Hold a PostgreSQL advisory lock while eventsourcing creates its tables: processes
-    opening a new database at the same moment otherwise fail with "tuple concurrently
-    updated"."""
-    if env["PERSISTENCE_MODULE"] != "eventsourcing.postgres":
-        yield
-        return
-    import psycopg
-
-    try:
-        conn = psycopg.connect(
-            host=env["POSTGRES_HOST"],
-            port=env["POSTGRES_PORT"],
-            dbname=env["POSTGRES_DBNAME"],
-            user=env["POSTGRES_USER"] or None,
-            password=env["POSTGRES_PASSWORD"] or None,
-            connect_timeout=int(env["POSTGRES_CONNECT_TIMEOUT"]),
-            autocommit=True,
-        )
-    except psycopg.Error as exc:
-        msg = (
-            f"cannot connect to PostgreSQL at {env['POSTGRES_HOST']}:{env['POSTGRES_PORT']}: {exc}"
-        )
-        raise StoreUnavailableError(msg) from exc
-    with conn:
-        conn.execute("SELECT pg_advisory_lock(%s)", (_SCHEMA_LOCK_KEY,))
-        try:
-            yield
-        finally:
-            conn.execute("SELECT pg_advisory_unlock(%s)", (_SCHEMA_LOCK_KEY,))
-
-
-def _open_application(url: str, env: Mapping[str, str]) -> _ThreadsApplication:
-    try:
-        with _schema_setup_lock(env):
-            return _ThreadsApplication(env=dict(env))
-    except ImportError as exc:
-        extra = "encryption" if "CIPHER_KEY" in env else "postgres"
-        msg = f"store {url} needs a missing package ({exc}); install 'covonaut-es[{extra}]'"
-        raise ConfigurationError(msg) from exc
-    except (ValueError, binascii.Error) as exc:
-        msg = (
-            f"store {url}: invalid cipher key ({exc}); expected the base64 of 16, 24 or 32 "
-            "bytes, as create_cipher_key() returns"
-        )
-        raise ConfigurationError(msg) from exc
-    except PersistenceError as exc:
-        msg = f"cannot open store {url}: {exc}"
-        raise StoreUnavailableError(msg) from exc
 
 
 def create_cipher_key(num_bytes: int = 32) -> str:
