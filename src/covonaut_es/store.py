@@ -37,8 +37,8 @@ from covonaut_es.errors import (
 )
 from covonaut_es.serialization import MsgspecMapper
 from covonaut_es.store_urls import persistence_env, redact
-from covonaut_es.tree import BranchPoint, ForkRecord, SessionTree, ThreadTree, TreeStats
-from covonaut_es.values import Checkpoint, ThreadParent, ThreadState
+from covonaut_es.tree import ForkRecord, SessionTreeQueries
+from covonaut_es.values import Checkpoint, Label, ThreadParent, ThreadState
 
 _LOG_BATCH = 500
 
@@ -51,7 +51,7 @@ SNAPSHOT_MIN_VERSION = 64
 """No snapshot is written for a thread shorter than this: replaying it is cheap."""
 
 
-class Store:
+class Store(SessionTreeQueries):
     """Threads' event streams, snapshots and checkpoints in one back end.
 
     Create one with :func:`open_store`. A store is safe to share between agents and
@@ -377,42 +377,13 @@ class Store:
             for event in self._events_of_type(AgentThread.Forked)
         )
 
-    def session_tree(self) -> SessionTree:
-        """The tree of all threads linked by forks, for several queries at once."""
-        return SessionTree(self.forks())
-
     def parent(self, thread_id: str) -> ThreadParent | None:
         """The thread and version a fork branched from; None for a root."""
         forked = self._forked_event(thread_id)
         return ThreadParent(forked.parent_thread_id, forked.parent_version) if forked else None
 
-    def children(self, thread_id: str) -> tuple[str, ...]:
-        """The direct forks of a thread, oldest first."""
-        return self.session_tree().children(thread_id)
-
-    def path_to_root(self, thread_id: str) -> tuple[str, ...]:
-        """The thread, its parent, and so on up to the root."""
-        return self.session_tree().path_to_root(thread_id)
-
-    def leaves(self, root_thread_id: str) -> tuple[str, ...]:
-        """Threads under the root (the root included) that have no forks."""
-        return self.session_tree().leaves(root_thread_id)
-
-    def branch_points(self, root_thread_id: str) -> tuple[BranchPoint, ...]:
-        """Every (thread, version) under the root that forks branched from."""
-        return self.session_tree().branch_points(root_thread_id)
-
-    def tree(self, root_thread_id: str) -> ThreadTree:
-        """The nested tree of forks under the root, with every thread's labels."""
-        self.load(root_thread_id)  # a clear error for an unknown root
-        return self.session_tree().tree(
-            root_thread_id, lambda thread_id: tuple(self.load(thread_id).labels)
-        )
-
-    def tree_stats(self, root_thread_id: str) -> TreeStats:
-        """Counts over the tree under the root: threads, forks, depth, leaves, branch
-        points."""
-        return self.session_tree().stats(root_thread_id)
+    def _labels_of(self, thread_id: str) -> tuple[Label, ...]:
+        return tuple(self.load(thread_id).labels)
 
     def _checkpoint_version(self, thread_id: str, sequence: int) -> int:
         checkpoints = self.checkpoints(thread_id)
