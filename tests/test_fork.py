@@ -26,6 +26,7 @@ from covonaut_es import (
     ThreadConflictError,
     ThreadNotFoundError,
     ThreadParent,
+    ThreadStateError,
     ThreadStatus,
     open_store,
 )
@@ -288,3 +289,14 @@ def test_a_fork_between_a_call_and_its_result_inherits_the_call_in_doubt(store: 
     fork = store.fork("root", at_version=called.originator_version)
     branch = agent_on(store, fork, [answer("ok")])
     assert [p.call.id for p in branch.in_doubt] == [called.call.id]
+
+
+def test_an_abandoned_thread_is_forked_from_before_it_was_abandoned(store: Store) -> None:
+    """Forking at or after the abandonment is refused; an earlier version works."""
+    conversation(store, "root", 1)
+    before = store.state_at("root").version
+    store.abandon("root", "wrong direction")
+    with pytest.raises(ThreadStateError, match="before it was abandoned"):
+        store.fork("root")
+    fork = store.fork("root", at_version=before)
+    assert agent_on(store, fork, [answer("again")]).run("retry") == "again"

@@ -63,6 +63,7 @@ SAMPLES: dict[type, dict[str, Any]] = {
         "interrupts": (Interrupt("why", {"a": 1}, "c1", "review"),),
     },
     AgentThread.Labelled: {"label": Label("best", 3)},
+    AgentThread.Abandoned: {"reason": "customer left"},
     AgentThread.Interrupted: {
         "interrupt": Interrupt("why", {"nested": [1, {"x": None}]}, "c1", "review")
     },

@@ -38,7 +38,9 @@ from covonaut_es.errors import (
     ToolCallsInDoubtError,
 )
 from covonaut_es.providers import AsyncProvider, Provider, ScriptedProvider, collect_stream
+from covonaut_es.queue_items import PendingReview
 from covonaut_es.retry import RetryPolicy
+from covonaut_es.review_queue import ReviewQueue
 from covonaut_es.store import Store, create_cipher_key, open_store
 from covonaut_es.tools import Tool, ToolContext
 from covonaut_es.tree import BranchPoint, ForkRecord, SessionTree, ThreadTree, TreeStats
@@ -98,6 +100,7 @@ __all__ = [
     "MissingUpcasterError",
     "NotInterruptedError",
     "OpenAIProvider",
+    "PendingReview",
     "PendingToolCall",
     "Provider",
     "ProviderConnectionError",
@@ -108,6 +111,7 @@ __all__ = [
     "ProviderResponse",
     "ProviderServerError",
     "RetryPolicy",
+    "ReviewQueue",
     "Role",
     "RunMode",
     "SchemaVersionError",

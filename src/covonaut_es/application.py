@@ -44,9 +44,13 @@ class AgentApplication(Application[UUID]):
         return MsgspecMapper(compressor=self.factory.compressor(), cipher=self.factory.cipher())
 
 
+STORE_APPLICATION_NAME = "covonaut"
+"""Names a store's tables on PostgreSQL and its position in projections' tracking."""
+
+
 class _ThreadsApplication(AgentApplication):
     # Explicit and stable: PostgreSQL table names derive from it.
-    name = "covonaut"
+    name = STORE_APPLICATION_NAME
     snapshot_class = ThreadSnapshot
 
     def construct_env(self, name: str, env: EnvType | None = None) -> Environment:

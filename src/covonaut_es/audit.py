@@ -115,6 +115,7 @@ _SUMMARIES: dict[type[Any], Callable[[Any], str]] = {
     AgentThread.RunFinished: lambda e: f"answered: {_clip(e.output)}",
     AgentThread.RunFailed: lambda e: f"failed: {e.error_type}: {_clip(e.message)}",
     AgentThread.CheckpointSaved: lambda e: f"checkpoint saved ({e.reason})",
+    AgentThread.Abandoned: lambda e: f"abandoned: {e.reason}" if e.reason else "abandoned",
     AgentThread.Labelled: lambda e: (
         f"labelled {e.label.name!r}"
         + ("" if e.label.version is None else f" at version {e.label.version}")

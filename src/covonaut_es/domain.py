@@ -313,6 +313,17 @@ class AgentThread(Aggregate, created_event_name="Started"):
             msg = "a Forked event starts a stream: it is grafted onto its parent, not applied"
             raise ThreadStateError(msg)
 
+    class Abandoned(Event):
+        """The application gave the thread up: its pending interrupts will never be
+        decided, and no run starts on it again."""
+
+        TOPIC = "covonaut.thread.Abandoned"
+
+        reason: str
+
+        def apply(self, thread: AgentThread) -> None:
+            thread.status = ThreadStatus.ABANDONED
+
     class Labelled(Event):
         """A label was given to the thread, or to one of its versions."""
 
@@ -359,6 +370,9 @@ class AgentThread(Aggregate, created_event_name="Started"):
 
     def start_run(self, mode: RunMode, *, now: datetime) -> None:
         """Begin a run; ``resume`` needs a pending interrupt, the others refuse one."""
+        if self.status is ThreadStatus.ABANDONED:
+            msg = f"thread {self.thread_id!r} was abandoned: fork it to go on from any version"
+            raise ThreadStateError(msg)
         self._refuse_calls_in_doubt()
         if mode is RunMode.RESUME:
             if not self.interrupts:
@@ -470,6 +484,12 @@ class AgentThread(Aggregate, created_event_name="Started"):
         if self.pending_events:
             msg = f"thread {self.thread_id!r} has unsaved events: save or reload it before forking"
             raise ThreadStateError(msg)
+        if self.status is ThreadStatus.ABANDONED:
+            msg = (
+                f"thread {self.thread_id!r} is abandoned at version {self.version}: "
+                "fork it at a version before it was abandoned"
+            )
+            raise ThreadStateError(msg)
         # eventsourcing makes event classes dataclasses at run time, out of mypy's sight.
         event_class: Any = self.Forked
         forked: AgentThread.Forked = event_class(
@@ -485,6 +505,13 @@ class AgentThread(Aggregate, created_event_name="Started"):
         fork = forked.graft(self)
         fork.pending_events.append(forked)
         return fork
+
+    def abandon(self, reason: str, *, now: datetime) -> None:
+        """Give the thread up."""
+        if self.status is ThreadStatus.ABANDONED:
+            msg = f"thread {self.thread_id!r} is already abandoned"
+            raise ThreadStateError(msg)
+        self.trigger_event(self.Abandoned, reason=reason, timestamp=now)
 
     def label(self, name: str, *, version: int | None, now: datetime) -> None:
         """Give the thread (or one of its versions) a label; a name labels one thing."""

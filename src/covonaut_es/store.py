@@ -36,7 +36,7 @@ from covonaut_es.errors import (
     ThreadNotFoundError,
 )
 from covonaut_es.serialization import MsgspecMapper
-from covonaut_es.store_urls import persistence_env, redact
+from covonaut_es.store_urls import canonical_url, redact, store_env
 from covonaut_es.tree import ForkRecord, SessionTreeQueries
 from covonaut_es.values import Checkpoint, Label, ThreadParent, ThreadState
 
@@ -226,6 +226,19 @@ class Store(SessionTreeQueries):
         self._remember_snapshot(aggregate_id, thread.version)
         return True
 
+    def log_position(self) -> int:
+        """The position of the newest event in the store's log (0 when empty):
+        projections have caught up when they reach it."""
+        return self._app.recorder.max_notification_id() or 0
+
+    def has_events_after(self, position: int, *event_types: type[AgentThread.Event]) -> bool:
+        """Whether the log holds events (of these types, or any) after ``position``."""
+        topics = [get_topic(cls) for cls in event_types]
+        found = self._app.recorder.select_notifications(
+            position, 1, topics=topics, inclusive_of_start=False
+        )
+        return bool(found)
+
     def thread_ids(self) -> Iterator[str]:
         """The ids of all threads, forks included, in creation order."""
         for event in self._events_of_type(AgentThread.Started, AgentThread.Forked):
@@ -360,6 +373,13 @@ class Store(SessionTreeQueries):
         self.save(base.branch(new_thread_id, now=datetime.now(UTC)))
         return new_thread_id
 
+    def abandon(self, thread_id: str, reason: str = "") -> None:
+        """Give a thread up: its pending reviews leave the reviewer queue and no run
+        starts on it again (a fork of it still can)."""
+        thread = self.load(thread_id)
+        thread.abandon(reason, now=datetime.now(UTC))
+        self.save(thread)
+
     def label(self, thread_id: str, label: str, *, version: int | None = None) -> None:
         """Label a thread, or one of its versions; labels are events of the thread."""
         thread = self.load(thread_id)
@@ -462,7 +482,9 @@ def open_store(
     """Open a thread store.
 
     Args:
-        url: ``memory://`` (this process only, lost at exit), ``sqlite:///path.db``
+        url: ``memory://`` (this process only, lost at exit; ``memory://NAME`` is
+            shared by stores and projections of this process that use the same name),
+            ``sqlite:///path.db``
             (a file; ``sqlite:////abs/path.db`` for an absolute path) or
             ``postgresql://user:password@host:port/dbname`` (needs the ``postgres`` extra).
         max_checkpoints_per_thread: Keep only this many newest checkpoints per thread;
@@ -477,10 +499,7 @@ def open_store(
         ConfigurationError: An option is invalid or its optional package is missing.
         StoreUnavailableError: The database cannot be reached.
     """
-    env = persistence_env(url)
-    if cipher_key is not None:
-        env["CIPHER_TOPIC"] = "eventsourcing.cryptography:AESCipher"
-        env["CIPHER_KEY"] = cipher_key
-    if compress:
-        env["COMPRESSOR_TOPIC"] = "eventsourcing.compressor:ZlibCompressor"
-    return Store(url, env, max_checkpoints_per_thread=max_checkpoints_per_thread)
+    env = store_env(url, cipher_key=cipher_key, compress=compress)
+    return Store(
+        canonical_url(url, env), env, max_checkpoints_per_thread=max_checkpoints_per_thread
+    )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -19,12 +21,16 @@ def persistence_env(url: str) -> dict[str, str]:
     scheme, sep, rest = url.partition("://")
     if not sep or scheme not in (*SCHEMES, "postgres"):
         msg = (
-            f"store URL {url!r} is not understood: expected memory://, "
+            f"store URL {url!r} is not understood: expected memory:// (or memory://NAME), "
             "sqlite:///path/to/file.db or postgresql://user:password@host:port/dbname"
         )
         raise StoreURLError(msg)
     if scheme == "memory":
-        return {"PERSISTENCE_MODULE": "eventsourcing.popo", "IS_SNAPSHOTTING_ENABLED": "y"}
+        return {
+            "PERSISTENCE_MODULE": "covonaut_es.memory",
+            "MEMORY_STORE_NAME": unquote(rest) or f"anonymous-{uuid.uuid4().hex}",
+            "IS_SNAPSHOTTING_ENABLED": "y",
+        }
     if scheme == "sqlite":
         return _sqlite_env(url, rest)
     return _postgres_env(url)
@@ -41,6 +47,7 @@ def _sqlite_env(url: str, rest: str) -> dict[str, str]:
         raise StoreURLError(msg)
     return {
         "PERSISTENCE_MODULE": "eventsourcing.sqlite",
+        "APPLICATION_RECORDER_TOPIC": "covonaut_es.polling:PollingSQLiteApplicationRecorder",
         "SQLITE_DBNAME": str(path),
         "SQLITE_LOCK_TIMEOUT": "30",
         "IS_SNAPSHOTTING_ENABLED": "y",
@@ -68,6 +75,26 @@ def _postgres_env(url: str) -> dict[str, str]:
         "POSTGRES_CONNECT_TIMEOUT": "5",
         "IS_SNAPSHOTTING_ENABLED": "y",
     }
+
+
+def store_env(url: str, *, cipher_key: str | None = None, compress: bool = False) -> dict[str, str]:
+    """The eventsourcing environment of a store: its URL's settings, plus encryption
+    (AES-GCM under ``cipher_key``) and zlib compression when asked for."""
+    env = persistence_env(url)
+    if cipher_key is not None:
+        env["CIPHER_TOPIC"] = "eventsourcing.cryptography:AESCipher"
+        env["CIPHER_KEY"] = cipher_key
+    if compress:
+        env["COMPRESSOR_TOPIC"] = "eventsourcing.compressor:ZlibCompressor"
+    return env
+
+
+def canonical_url(url: str, env: Mapping[str, str]) -> str:
+    """The URL that opens the same store again: an anonymous ``memory://`` store gets
+    the name it was given, so that projections in this process can follow it."""
+    if env["PERSISTENCE_MODULE"] == "covonaut_es.memory":
+        return f"memory://{env['MEMORY_STORE_NAME']}"
+    return url
 
 
 def redact(url: str) -> str:

@@ -39,6 +39,8 @@ class ThreadStatus(enum.StrEnum):
     """The last run failed; the thread can be continued."""
     INTERRUPTED = "interrupted"
     """A tool paused the run; ``resume()`` continues it."""
+    ABANDONED = "abandoned"
+    """The application gave the thread up; nothing runs on it any more."""
 
 
 class ToolCall(msgspec.Struct, frozen=True):

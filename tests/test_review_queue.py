@@ -1,0 +1,219 @@
+"""The reviewer queue projection: in process, as a separate process that is killed,
+and rebuilt from zero."""
+
+from __future__ import annotations
+
+import signal
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from covonaut_es import (
+    Agent,
+    AgentConfig,
+    CheckpointSettings,
+    ReviewQueue,
+    ScriptedProvider,
+    Store,
+    open_store,
+)
+from covonaut_es.queue_items import QUEUE_EVENT_TYPES
+from support import answer, call, review_tool
+
+
+def pause(store: Store, thread_id: str, *call_ids: str) -> Agent:
+    """Run a thread until its review tools interrupt it."""
+    script = [call(*((c, "review", "{}") for c in call_ids)), answer("done")]
+    agent = Agent(
+        AgentConfig(
+            provider=ScriptedProvider(script),
+            tools=[review_tool()],
+            parallel_tools=True,
+            checkpoint=CheckpointSettings(store=store, thread_id=thread_id),
+        )
+    )
+    agent.run("go")
+    return agent
+
+
+def expected_queue(store: Store) -> set[tuple[str, str]]:
+    """The queue computed from the threads' states: the independent oracle."""
+    return {
+        (thread_id, interrupt.tool_call_id)
+        for thread_id in store.thread_ids()
+        for state in [store.state_at(thread_id)]
+        if state.status.value != "abandoned"
+        for interrupt in state.interrupts
+    }
+
+
+def keys(queue: ReviewQueue) -> set[tuple[str, str]]:
+    return {(item.thread_id, item.item_id) for item in queue.pending()}
+
+
+def test_queue_follows_interrupts_resumes_forks_and_abandons(store: Store) -> None:
+    """Interrupts enter the queue; resuming, abandoning remove them; a fork adds the
+    interrupts it inherited, naming its parent."""
+    queue = ReviewQueue(store.url)
+    with queue.follow():
+        pause(store, "a", "r1", "r2")
+        resumed = pause(store, "b", "r3")
+        pause(store, "c", "r4")
+        resumed.steer("approved")
+        resumed.resume()
+        store.fork("a", new_thread_id="a-branch")
+        store.abandon("c", "customer left")
+        queue.wait_until_current(store)
+    items = {(i.thread_id, i.item_id): i for i in queue.pending()}
+    assert set(items) == {("a", "r1"), ("a", "r2"), ("a-branch", "r1"), ("a-branch", "r2")}
+    assert set(items) == expected_queue(store)
+    assert items["a-branch", "r1"].branch_parent == "a"
+    first = items["a", "r1"]
+    assert (first.tool_name, first.reason, first.data) == (
+        "review",
+        "human review required",
+        {"request_id": "r1"},
+    )
+    assert not store.has_events_after(queue.position(), *QUEUE_EVENT_TYPES)
+
+
+def test_queue_restarts_where_it_stopped(store: Store) -> None:
+    """A second runner continues from the view's tracking position: nothing twice."""
+    queue = ReviewQueue(store.url)
+    with queue.follow():
+        pause(store, "a", "r1")
+        queue.wait_until_current(store)
+    pause(store, "b", "r2")  # while nobody follows
+    with queue.follow():
+        queue.wait_until_current(store)
+    assert keys(queue) == {("a", "r1"), ("b", "r2")}
+
+
+def test_queue_in_its_own_database(tmp_path: Path) -> None:
+    """The view can live in another database than the store."""
+    store = open_store(f"sqlite:///{tmp_path / 'threads.db'}")
+    queue = ReviewQueue(store.url, view_url=f"sqlite:///{tmp_path / 'queue.db'}")
+    with queue.follow():
+        pause(store, "a", "r1")
+        queue.wait_until_current(store)
+    assert keys(queue) == {("a", "r1")}
+    with sqlite3.connect(tmp_path / "queue.db") as conn:
+        assert conn.execute("SELECT count(*) FROM covonaut_review_queue").fetchone() == (1,)
+    with sqlite3.connect(tmp_path / "threads.db") as conn:
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+    assert "covonaut_review_queue" not in tables
+
+
+def test_listing_the_queue_is_one_indexed_query(tmp_path: Path) -> None:
+    """SQLite plans the listing as a scan of the queue's index, not of the streams."""
+    from covonaut_es.queue_views import SELECT_PENDING
+
+    store = open_store(f"sqlite:///{tmp_path / 'threads.db'}")
+    ReviewQueue(store.url).view()
+    with sqlite3.connect(tmp_path / "threads.db") as conn:
+        plan = " ".join(str(row) for row in conn.execute("EXPLAIN QUERY PLAN " + SELECT_PENDING))
+    assert "covonaut_review_queue_by_time" in plan
+    assert "stored_events" not in plan
+
+
+actions = st.lists(
+    st.tuples(st.sampled_from(["pause", "resume", "fork", "abandon"]), st.integers(0, 3)),
+    min_size=1,
+    max_size=12,
+)
+
+
+@settings(
+    max_examples=10,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(plan=actions)
+def test_rebuilding_from_zero_equals_following_incrementally(
+    tmp_path_factory: pytest.TempPathFactory, plan: list[tuple[str, int]]
+) -> None:
+    """Property: a view built from position zero after the fact equals the view that
+    followed every step as it happened, and both equal the oracle."""
+    folder = tmp_path_factory.mktemp("queue")
+    store = open_store(f"sqlite:///{folder / 'threads.db'}")
+    incremental = ReviewQueue(store.url)
+    agents: dict[str, Agent] = {}
+    with incremental.follow():
+        for step, (action, n) in enumerate(plan):
+            thread_id = f"t{n}"
+            state = store.find(thread_id)
+            if action == "pause" and (state is None or state.status.value == "finished"):
+                agents[thread_id] = pause(store, thread_id, f"r{step}")
+            elif action == "resume" and state is not None and state.interrupts:
+                agent = agents.get(thread_id) or Agent(agents_config(store, thread_id))
+                if state.status.value != "abandoned":
+                    agent.restore_latest_checkpoint(thread_id)
+                    agent.steer("decided")
+                    agent.resume()
+            elif action == "fork" and state is not None and state.status.value != "abandoned":
+                store.fork(thread_id)
+            elif action == "abandon" and state is not None and state.status.value != "abandoned":
+                store.abandon(thread_id)
+            incremental.wait_until_current(store)
+    rebuilt = ReviewQueue(store.url, view_url=f"sqlite:///{folder / 'rebuilt.db'}")
+    with rebuilt.follow():
+        rebuilt.wait_until_current(store)
+    assert rebuilt.pending() == incremental.pending()
+    assert keys(incremental) == expected_queue(store)
+
+
+def agents_config(store: Store, thread_id: str) -> AgentConfig:
+    return AgentConfig(
+        provider=ScriptedProvider([answer("done")]),
+        tools=[review_tool()],
+        checkpoint=CheckpointSettings(store=store, thread_id=thread_id),
+    )
+
+
+FOLLOWER = "from covonaut_es import ReviewQueue; import sys; ReviewQueue(sys.argv[1]).run_forever()"
+
+
+def start_follower(url: str) -> subprocess.Popen[Any]:
+    return subprocess.Popen([sys.executable, "-c", FOLLOWER, url], stderr=subprocess.DEVNULL)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def durable_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A store another process can follow."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'threads.db'}"
+    return str(request.getfixturevalue("postgres_database"))
+
+
+@pytest.mark.slow
+def test_separate_process_projection_survives_sigkill(durable_url: str) -> None:
+    """A projection process killed with SIGKILL mid-stream and started again ends with
+    exactly the expected queue."""
+    store = open_store(durable_url)
+    queue = ReviewQueue(durable_url)
+    follower = start_follower(durable_url)
+    try:
+        for n in range(12):
+            agent = pause(store, f"t{n}", f"r{n}")
+            if n % 3 == 0:
+                agent.steer("ok")
+                agent.resume()
+            if n == 5:
+                queue.wait_until_current(store, timeout=30)
+                follower.send_signal(signal.SIGKILL)
+                follower.wait(timeout=10)
+        assert store.has_events_after(queue.position())  # it really missed events
+        follower = start_follower(durable_url)
+        queue.wait_until_current(store, timeout=30)
+    finally:
+        follower.send_signal(signal.SIGKILL)
+        follower.wait(timeout=10)
+    assert keys(queue) == expected_queue(store)
+    assert len(queue.pending()) == 8
+    assert len({(i.thread_id, i.item_id) for i in queue.pending()}) == len(queue.pending())
