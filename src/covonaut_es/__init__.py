@@ -9,6 +9,15 @@ from typing import TYPE_CHECKING
 
 from covonaut_es.agent import Agent
 from covonaut_es.application import AgentApplication
+from covonaut_es.approvals import (
+    Decision,
+    HmacReviewerVerifier,
+    Review,
+    ReviewDecision,
+    ReviewerVerifier,
+    ReviewRequest,
+    operation_digest,
+)
 from covonaut_es.audit import AuditEntry, AuditFinding, AuditReport
 from covonaut_es.compaction import CompactionPlan, Compactor, SummarizingCompactor
 from covonaut_es.config import AgentConfig, CheckpointSettings
@@ -27,9 +36,13 @@ from covonaut_es.errors import (
     ProviderRateLimitError,
     ProviderRequestError,
     ProviderServerError,
+    ReviewerNotVerifiedError,
+    ReviewNotFoundError,
+    ReviewPendingError,
     SchemaVersionError,
     ScriptExhaustedError,
     SerializationError,
+    StaleReviewError,
     StoreUnavailableError,
     StoreURLError,
     ThreadConflictError,
@@ -40,7 +53,7 @@ from covonaut_es.errors import (
 from covonaut_es.providers import AsyncProvider, Provider, ScriptedProvider, collect_stream
 from covonaut_es.retry import RetryPolicy
 from covonaut_es.store import Store, create_cipher_key, open_store
-from covonaut_es.tools import Tool, ToolContext
+from covonaut_es.tools import ApprovalPolicy, Tool, ToolContext
 from covonaut_es.tree import BranchPoint, ForkRecord, SessionTree, ThreadTree, TreeStats
 from covonaut_es.values import (
     Checkpoint,
@@ -74,6 +87,7 @@ __all__ = [
     "AgentConfig",
     "AgentThread",
     "AnthropicProvider",
+    "ApprovalPolicy",
     "AsyncProvider",
     "AuditEntry",
     "AuditFinding",
@@ -88,7 +102,9 @@ __all__ = [
     "Compactor",
     "ConfigurationError",
     "CovonautError",
+    "Decision",
     "ForkRecord",
+    "HmacReviewerVerifier",
     "Interrupt",
     "InterruptError",
     "InterruptPendingError",
@@ -108,6 +124,13 @@ __all__ = [
     "ProviderResponse",
     "ProviderServerError",
     "RetryPolicy",
+    "Review",
+    "ReviewDecision",
+    "ReviewNotFoundError",
+    "ReviewPendingError",
+    "ReviewRequest",
+    "ReviewerNotVerifiedError",
+    "ReviewerVerifier",
     "Role",
     "RunMode",
     "SchemaVersionError",
@@ -115,6 +138,7 @@ __all__ = [
     "ScriptedProvider",
     "SerializationError",
     "SessionTree",
+    "StaleReviewError",
     "Store",
     "StoreURLError",
     "StoreUnavailableError",
@@ -138,6 +162,7 @@ __all__ = [
     "collect_stream",
     "create_cipher_key",
     "open_store",
+    "operation_digest",
 ]
 
 # Attribute -> (module, SDK package, extra): the adapters that need an optional SDK.
