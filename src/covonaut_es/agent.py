@@ -289,16 +289,25 @@ class Agent:
     ) -> ReviewDecision:
         reviewer = self._require_verifier().verify(credential)  # before anything is read
         with self._run_lock:
-            thread = self._current
-            decided = thread.decide_review(
-                review_id, decision, reviewer=reviewer, comment=comment, now=self.config.clock()
-            )
             try:
-                self._persist(thread, Commit(always=True))
-            except Exception:
-                self._thread = None  # not stored (e.g. decided on a stale copy): reload
-                raise
-            return decided
+                return self._record_decision(review_id, decision, reviewer, comment)
+            except ThreadConflictError:
+                # Decided on a stale copy: check the decision again on the stored head.
+                return self._record_decision(review_id, decision, reviewer, comment)
+
+    def _record_decision(
+        self, review_id: str, decision: Decision, reviewer: str, comment: str
+    ) -> ReviewDecision:
+        thread = self._current
+        decided = thread.decide_review(
+            review_id, decision, reviewer=reviewer, comment=comment, now=self.config.clock()
+        )
+        try:
+            self._persist(thread, Commit(always=True))
+        except Exception:
+            self._thread = None  # the decision is not stored: reload on next use
+            raise
+        return decided
 
     def _require_verifier(self) -> ReviewerVerifier:
         if self.config.reviewer_verifier is None:

@@ -15,6 +15,7 @@ import binascii
 import enum
 import hashlib
 import hmac
+import logging
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -258,7 +259,9 @@ class ReviewerVerifier(Protocol):
 
 
 _TOKEN_CONTEXT = b"covonaut-es reviewer token v1\x00"
-MIN_SECRET_BYTES = 32
+RECOMMENDED_SECRET_BYTES = 32
+
+logger = logging.getLogger("covonaut_es")
 
 
 class _TokenClaims(msgspec.Struct, frozen=True):
@@ -270,13 +273,24 @@ def _secret_bytes(secret: str | bytes) -> bytes:
     return secret.encode() if isinstance(secret, str) else bytes(secret)
 
 
-def _long_enough(_: object, __: attrs.Attribute[bytes], secret: bytes) -> None:
-    if len(secret) < MIN_SECRET_BYTES:
+def _check_secret(_: object, __: attrs.Attribute[bytes], secret: bytes) -> None:
+    if not secret:
         msg = (
-            f"an HMAC reviewer secret needs at least {MIN_SECRET_BYTES} bytes, got "
-            f"{len(secret)}; generate one with secrets.token_bytes({MIN_SECRET_BYTES})"
+            "an HMAC reviewer secret must not be empty; generate one with "
+            f"secrets.token_bytes({RECOMMENDED_SECRET_BYTES})"
         )
         raise ConfigurationError(msg)
+    if len(secret) < RECOMMENDED_SECRET_BYTES:
+        logger.warning(
+            "HMAC reviewer secret has %d bytes, fewer than the %d recommended: tokens are "
+            "easier to forge by guessing it",
+            len(secret),
+            RECOMMENDED_SECRET_BYTES,
+        )
+
+
+def _epoch_seconds() -> float:
+    return time.time()  # looked up per call, so tests may patch time.time
 
 
 def _b64(data: bytes) -> str:
@@ -296,21 +310,20 @@ class HmacReviewerVerifier:
     are recorded: both sides need the same secret, and nothing else.
 
     Attributes:
-        secret: At least 32 bytes (a ``str`` is taken as UTF-8). Keep it secret: whoever
-            has it can issue tokens for any reviewer.
+        secret: Random bytes, 32 or more (a ``str`` is taken as UTF-8); a shorter one
+            is logged as a warning. Keep it secret: whoever has it can issue tokens for
+            any reviewer.
         clock: Seconds since the epoch, for expiry.
     """
 
-    secret: bytes = attrs.field(converter=_secret_bytes, validator=_long_enough, repr=False)
-    clock: Callable[[], float] = attrs.field(default=time.time, kw_only=True)
+    secret: bytes = attrs.field(converter=_secret_bytes, validator=_check_secret, repr=False)
+    clock: Callable[[], float] = attrs.field(default=_epoch_seconds, kw_only=True)
 
     def issue_token(self, reviewer_id: str, ttl_seconds: float) -> str:
-        """A token that verifies as ``reviewer_id`` for ``ttl_seconds`` from now."""
+        """A token that verifies as ``reviewer_id`` for ``ttl_seconds`` from now (zero
+        or less gives a token that is already expired)."""
         if not reviewer_id:
             msg = "a reviewer id must not be empty"
-            raise ValueError(msg)
-        if not ttl_seconds > 0:
-            msg = f"a token's ttl_seconds must be positive, got {ttl_seconds}"
             raise ValueError(msg)
         claims = _TokenClaims(sub=reviewer_id, exp=self.clock() + ttl_seconds)
         payload = _b64(msgspec.json.encode(claims))
