@@ -16,6 +16,7 @@ from covonaut_es.approvals import (
     ReviewDecision,
     ReviewerVerifier,
     ReviewRequest,
+    canonical_json,
     operation_digest,
 )
 from covonaut_es.audit import AuditEntry, AuditFinding, AuditReport
@@ -159,6 +160,7 @@ __all__ = [
     "ToolSpec",
     "TreeStats",
     "Usage",
+    "canonical_json",
     "collect_stream",
     "create_cipher_key",
     "open_store",
