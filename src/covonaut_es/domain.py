@@ -678,8 +678,8 @@ class AgentThread(Aggregate, created_event_name="Started"):
             raise ReviewPendingError(msg, review_ids=ids)
 
     def _refuse_calls_in_doubt(self) -> None:
-        if self.in_doubt:
-            ids = tuple(p.call.id for p in self.in_doubt)
+        if in_doubt := self.in_doubt:
+            ids = tuple(p.call.id for p in in_doubt)
             msg = (
                 f"thread {self.thread_id!r} has tool calls in doubt {list(ids)}: they were "
                 "recorded as called but no result was recorded, so they may or may not have "

@@ -310,6 +310,7 @@ def _admit(
     call = item.call
     review = None
     if item.tool.needs_approval(item.args):
+        # Digest the very dict the tool will get, after the policy has seen it.
         review = thread.reviews.standing(operation_digest(call.name, item.args), call.id)
         if review is None:
             thread.request_review(call, item.args, now=now)
@@ -342,8 +343,8 @@ def retry_program(thread: AgentThread, config: AgentConfig, tool_call_id: str) -
     pending = thread.retry_tool_call(tool_call_id, now=config.clock())
     yield Commit()
     prepared = _prepare(thread, config, pending.call)
-    admitted = prepared and _admit(thread, prepared, config.clock())
-    if admitted:
+    admitted = None if prepared is None else _admit(thread, prepared, config.clock())
+    if admitted is not None:
         yield Commit(always=_authorized(admitted))
         _record(thread, (yield RunTool(admitted)), config.clock())
     yield Commit()
