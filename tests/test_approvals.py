@@ -18,6 +18,7 @@ from covonaut_es import (
     ConfigurationError,
     Decision,
     HmacReviewerVerifier,
+    InterruptPendingError,
     ProviderResponse,
     ReviewerNotVerifiedError,
     ReviewNotFoundError,
@@ -191,6 +192,7 @@ def test_every_call_of_a_batch_gets_its_own_review(store: Store) -> None:
     with pytest.raises(ReviewPendingError, match=second.review_id) as info:
         agent.resume()
     assert info.value.review_ids == (second.review_id,)
+    assert isinstance(info.value, InterruptPendingError)
     agent.reject(second.review_id, reviewer=ALICE, reason="no")
     assert agent.resume() == "done"
     assert runs == []
@@ -312,6 +314,18 @@ def test_b20_approval_is_not_reused_for_a_second_call(store: Store) -> None:
     assert agent.resume() == "Paid once."
     assert [r.tool_call_id for r in runs] == ["c2"]
     assert "already used by call c2" in tool_results(agent)["c3"]
+    assert event_kinds(store).count("ApprovalUsed") == 1
+
+
+def test_b20_reused_call_id_does_not_reuse_the_approval(store: Store) -> None:
+    """A model that gives a later call the id of the call that used the approval gets
+    no second execution: a use is bound to the call's record, not to its id."""
+    runs: list[ToolContext] = []
+    script = [call(("c1", "pay", PAY_40)), call(("c1", "pay", PAY_40)), answer("Paid.")]
+    agent = paused_on_review(store, script, runs)
+    agent.approve(review_id(agent), reviewer=ALICE)
+    assert agent.resume() == "Paid."
+    assert len(runs) == 1
     assert event_kinds(store).count("ApprovalUsed") == 1
 
 

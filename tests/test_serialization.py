@@ -85,7 +85,7 @@ SAMPLES: dict[type, dict[str, Any]] = {
         "decision": Decision.REJECTED,
         "comment": "too much",
     },
-    AgentThread.ApprovalUsed: {"review_id": "r1", "tool_call_id": "c2"},
+    AgentThread.ApprovalUsed: {"review_id": "r1", "tool_call_id": "c2", "idempotency_key": "k"},
 }
 
 

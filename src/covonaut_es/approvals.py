@@ -94,12 +94,15 @@ class Review(msgspec.Struct, frozen=True, omit_defaults=True):
     Attributes:
         request: What was asked.
         decision: The decision, or None while pending.
-        used_by: For an approval, the tool call it authorized, once used (B20).
+        used_by: For an approval, the id of the tool call it authorized, once used (B20).
+        used_by_key: That call's idempotency key: unlike call ids, which models may
+            repeat, it names one recorded call.
     """
 
     request: ReviewRequest
     decision: ReviewDecision | None = None
     used_by: str | None = None
+    used_by_key: str | None = None
 
     @property
     def pending(self) -> bool:
@@ -116,9 +119,9 @@ class Review(msgspec.Struct, frozen=True, omit_defaults=True):
         """Whether this is an approval that no call has used yet."""
         return self.approved and self.used_by is None
 
-    def authorizes(self, tool_call_id: str) -> bool:
-        """Whether this is an approval used by exactly that call."""
-        return self.approved and self.used_by == tool_call_id
+    def authorizes(self, idempotency_key: str) -> bool:
+        """Whether this is an approval used by the call with that idempotency key."""
+        return self.approved and self.used_by_key == idempotency_key
 
 
 class ReviewLedger(msgspec.Struct, frozen=True):
@@ -169,8 +172,9 @@ class ReviewLedger(msgspec.Struct, frozen=True):
         """The pending review that holds back that call, if any."""
         return next((r for r in self.pending if r.request.tool_call_id == tool_call_id), None)
 
-    def standing(self, digest: str, tool_call_id: str) -> Review | None:
-        """The decided review that rules on a call of the operation ``digest`` now.
+    def standing(self, digest: str, idempotency_key: str) -> Review | None:
+        """The decided review that rules on a call of the operation ``digest``, with
+        that idempotency key, now.
 
         In order: an approval that call already used (a retry of the same call), an
         unused approval, a rejection, an approval used by another call. None when no
@@ -182,7 +186,7 @@ class ReviewLedger(msgspec.Struct, frozen=True):
             if r.request.digest == digest and not r.pending
         ]
         rulings = (
-            (r for r in decided if r.authorizes(tool_call_id)),
+            (r for r in decided if r.authorizes(idempotency_key)),
             (r for r in decided if r.usable),
             (r for r in decided if not r.approved),
             iter(decided),
@@ -201,9 +205,9 @@ class ReviewLedger(msgspec.Struct, frozen=True):
         """With a review's decision recorded."""
         return self._replace(decision.review_id, decision=decision)
 
-    def used(self, review_id: str, tool_call_id: str) -> ReviewLedger:
+    def used(self, review_id: str, tool_call_id: str, idempotency_key: str) -> ReviewLedger:
         """With an approval marked as used by a call."""
-        return self._replace(review_id, used_by=tool_call_id)
+        return self._replace(review_id, used_by=tool_call_id, used_by_key=idempotency_key)
 
     def lapsed(self) -> ReviewLedger:
         """With every decision so far no longer standing (new user input)."""

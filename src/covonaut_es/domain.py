@@ -381,9 +381,12 @@ class AgentThread(Aggregate, created_event_name="Started"):
 
         review_id: str
         tool_call_id: str
+        idempotency_key: str
 
         def apply(self, thread: AgentThread) -> None:
-            thread.reviews = thread.reviews.used(self.review_id, self.tool_call_id)
+            thread.reviews = thread.reviews.used(
+                self.review_id, self.tool_call_id, self.idempotency_key
+            )
 
     def __init__(self, thread_id: str) -> None:
         self.thread_id = thread_id
@@ -605,13 +608,17 @@ class AgentThread(Aggregate, created_event_name="Started"):
 
     def use_approval(self, review_id: str, tool_call_id: str, *, now: datetime) -> ReviewDecision:
         """Spend an unused approval on an open call of its operation, before it runs."""
-        self._open_call(tool_call_id)
+        pending = self._open_call(tool_call_id)
         review = self.reviews.get(review_id)
         if review is None or review.decision is None or not review.usable:
             msg = f"review {review_id!r} of thread {self.thread_id!r} is not an unused approval"
             raise ThreadStateError(msg)
         self.trigger_event(
-            self.ApprovalUsed, review_id=review_id, tool_call_id=tool_call_id, timestamp=now
+            self.ApprovalUsed,
+            review_id=review_id,
+            tool_call_id=tool_call_id,
+            idempotency_key=pending.idempotency_key,
+            timestamp=now,
         )
         return review.decision
 

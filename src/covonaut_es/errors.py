@@ -71,7 +71,7 @@ class ToolCallsInDoubtError(ThreadStateError):
         self.tool_call_ids = tool_call_ids
 
 
-class ReviewPendingError(ThreadStateError):
+class ReviewPendingError(InterruptPendingError):
     """``resume()`` was called while reviews of the batch still await a decision.
 
     Attributes:

@@ -307,11 +307,11 @@ def _admit(
     ``paused``: an earlier call of the batch paused the run, so nothing more runs, but
     a call without a standing decision still gets its own review.
     """
-    call = item.call
+    call, key = item.call, item.context.idempotency_key
     review = None
     if item.tool.needs_approval(item.args):
         # Digest the very dict the tool will get, after the policy has seen it.
-        review = thread.reviews.standing(operation_digest(call.name, item.args), call.id)
+        review = thread.reviews.standing(operation_digest(call.name, item.args), key)
         if review is None:
             thread.request_review(call, item.args, now=now)
             return None
@@ -321,7 +321,7 @@ def _admit(
         return None
     if review is None:
         return item
-    if not (review.usable or review.authorizes(call.id)):
+    if not (review.usable or review.authorizes(key)):
         thread.record_tool_result(call.id, refusal_text(review), ToolOutcome.NOT_EXECUTED, now=now)
         return None
     approval = review.decision
