@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -20,9 +21,11 @@ from covonaut_es import (
     HmacReviewerVerifier,
     InterruptPendingError,
     ProviderResponse,
+    ReviewDecision,
     ReviewerNotVerifiedError,
     ReviewNotFoundError,
     ReviewPendingError,
+    ReviewRequest,
     Role,
     ScriptedProvider,
     StaleReviewError,
@@ -35,6 +38,7 @@ from covonaut_es import (
     ToolContext,
     operation_digest,
 )
+from covonaut_es.approvals import ReviewLedger
 from support import answer, call, echo_tool, ticking_clock
 
 SECRET = secrets.token_bytes(32)
@@ -261,6 +265,29 @@ def test_settle_refuses_a_call_awaiting_review(store: Store) -> None:
         agent.settle("c1", result="paid")
     with pytest.raises(ThreadStateError, match="awaits review"):
         agent.settle("c1", retry=True)
+
+
+def test_a_verifier_that_returns_no_reviewer_id_verifies_no_one(store: Store) -> None:
+    """A custom verifier returning an empty id records nothing."""
+
+    class Careless:
+        def verify(self, credential: Any) -> str:
+            return ""
+
+    agent = paused_on_review(store, [], [], reviewer_verifier=Careless())
+    before = event_kinds(store)
+    with pytest.raises(ReviewerNotVerifiedError, match="instead of a reviewer id"):
+        agent.approve(review_id(agent), reviewer="anyone")
+    assert event_kinds(store) == before
+
+
+def test_an_approval_counts_only_in_the_thread_that_requested_it() -> None:
+    """A review inherited from another thread's history (a fork) authorizes nothing."""
+    request = ReviewRequest("r1", "parent", "pay", {"amount": 40}, "d", "c1")
+    decision = ReviewDecision("r1", "d", Decision.APPROVED, "alice", "", datetime.now(UTC))
+    ledger = ReviewLedger().requested(request).decided(decision)
+    assert ledger.standing("d", "k", thread_id="parent") is not None
+    assert ledger.standing("d", "k", thread_id="fork") is None
 
 
 def test_deciding_without_a_verifier_is_a_configuration_error(store: Store) -> None:

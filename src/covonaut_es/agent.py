@@ -16,7 +16,12 @@ from covonaut_es.approvals import Decision, ReviewDecision, ReviewerVerifier, Re
 from covonaut_es.config import AgentConfig, CheckpointSettings
 from covonaut_es.domain import AgentThread
 from covonaut_es.drivers import AsyncDriver, SyncDriver
-from covonaut_es.errors import ConfigurationError, ThreadConflictError, ThreadStateError
+from covonaut_es.errors import (
+    ConfigurationError,
+    ReviewerNotVerifiedError,
+    ThreadConflictError,
+    ThreadStateError,
+)
 from covonaut_es.runloop import (
     Commit,
     Program,
@@ -288,6 +293,12 @@ class Agent:
         self, review_id: str, decision: Decision, credential: Any, comment: str
     ) -> ReviewDecision:
         reviewer = self._require_verifier().verify(credential)  # before anything is read
+        if not isinstance(reviewer, str) or not reviewer:
+            msg = (
+                f"the reviewer verifier returned {reviewer!r} instead of a reviewer id; "
+                "a ReviewerVerifier must return a non-empty string or raise"
+            )
+            raise ReviewerNotVerifiedError(msg)
         with self._run_lock:
             try:
                 return self._record_decision(review_id, decision, reviewer, comment)

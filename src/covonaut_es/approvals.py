@@ -172,18 +172,20 @@ class ReviewLedger(msgspec.Struct, frozen=True):
         """The pending review that holds back that call, if any."""
         return next((r for r in self.pending if r.request.tool_call_id == tool_call_id), None)
 
-    def standing(self, digest: str, idempotency_key: str) -> Review | None:
-        """The decided review that rules on a call of the operation ``digest``, with
-        that idempotency key, now.
+    def standing(self, digest: str, idempotency_key: str, *, thread_id: str) -> Review | None:
+        """The decided review that rules now on a call of thread ``thread_id`` with that
+        operation digest and idempotency key.
 
         In order: an approval that call already used (a retry of the same call), an
         unused approval, a rejection, an approval used by another call. None when no
-        decision stands, so the call needs a review of its own.
+        decision stands, so the call needs a review of its own. Reviews requested by
+        another thread never count: a fork inherits its parent's history, and an
+        approval spendable in both would run twice.
         """
         decided = [
             r
             for r in self.reviews[self.standing_from :]
-            if r.request.digest == digest and not r.pending
+            if r.request.digest == digest and r.request.thread_id == thread_id and not r.pending
         ]
         rulings = (
             (r for r in decided if r.authorizes(idempotency_key)),

@@ -311,7 +311,8 @@ def _admit(
     review = None
     if item.tool.needs_approval(item.args):
         # Digest the very dict the tool will get, after the policy has seen it.
-        review = thread.reviews.standing(operation_digest(call.name, item.args), key)
+        digest = operation_digest(call.name, item.args)
+        review = thread.reviews.standing(digest, key, thread_id=thread.thread_id)
         if review is None:
             thread.request_review(call, item.args, now=now)
             return None
