@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import secrets
 import time
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -21,11 +20,9 @@ from covonaut_es import (
     HmacReviewerVerifier,
     InterruptPendingError,
     ProviderResponse,
-    ReviewDecision,
     ReviewerNotVerifiedError,
     ReviewNotFoundError,
     ReviewPendingError,
-    ReviewRequest,
     Role,
     ScriptedProvider,
     StaleReviewError,
@@ -38,7 +35,6 @@ from covonaut_es import (
     ToolContext,
     operation_digest,
 )
-from covonaut_es.approvals import ReviewLedger
 from support import answer, call, echo_tool, ticking_clock
 
 SECRET = secrets.token_bytes(32)
@@ -281,13 +277,35 @@ def test_a_verifier_that_returns_no_reviewer_id_verifies_no_one(store: Store) ->
     assert event_kinds(store) == before
 
 
-def test_an_approval_counts_only_in_the_thread_that_requested_it() -> None:
-    """A review inherited from another thread's history (a fork) authorizes nothing."""
-    request = ReviewRequest("r1", "parent", "pay", {"amount": 40}, "d", "c1")
-    decision = ReviewDecision("r1", "d", Decision.APPROVED, "alice", "", datetime.now(UTC))
-    ledger = ReviewLedger().requested(request).decided(decision)
-    assert ledger.standing("d", "k", thread_id="parent") is not None
-    assert ledger.standing("d", "k", thread_id="fork") is None
+def test_a_fork_does_not_inherit_the_authority_of_an_unused_approval(store: Store) -> None:
+    """An approval decided before a fork authorizes calls of its own thread only: the
+    fork asks again, so the payment cannot run once in each branch."""
+    runs: list[ToolContext] = []
+    script = [call(("c2", "pay", PAY_40)), answer("Paid.")]
+    agent = paused_on_review(store, script, runs)
+    agent.approve(review_id(agent), reviewer=ALICE)
+    fork = store.fork("t", new_thread_id="t/branch")
+    branch = make_agent(store, [call(("c2", "pay", PAY_40))], runs, thread_id=fork)
+    assert branch.resume() == ""
+    assert runs == [] and [r.tool_call_id for r in branch.pending_reviews] == ["c2"]
+    assert agent.resume() == "Paid." and [r.tool_call_id for r in runs] == ["c2"]
+
+
+def test_a_fork_paused_on_a_review_can_decide_it_its_own_way(store: Store) -> None:
+    """Forked at a pending review, each branch decides it; each approval counts only
+    in its branch."""
+    runs: list[ToolContext] = []
+    agent = paused_on_review(store, [call(("c2", "pay", PAY_40)), answer("Paid.")], runs)
+    fork = store.fork("t", new_thread_id="t/rejected")
+    branch = make_agent(
+        store, [call(("c2", "pay", PAY_40)), answer("Not paid.")], runs, thread_id=fork
+    )
+    branch.reject(review_id(branch), reviewer=BOB, reason="no")
+    agent.approve(review_id(agent), reviewer=ALICE)
+    assert branch.resume() == "Not paid."
+    assert agent.resume() == "Paid."
+    assert [r.tool_call_id for r in runs] == ["c2"]
+    assert "rejected by bob" in tool_results(branch)["c2"]
 
 
 def test_deciding_without_a_verifier_is_a_configuration_error(store: Store) -> None:

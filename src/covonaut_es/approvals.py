@@ -78,6 +78,9 @@ class ReviewDecision(msgspec.Struct, frozen=True):
         reviewer: The reviewer id the :class:`ReviewerVerifier` returned.
         comment: The reviewer's comment, or the reason for a rejection.
         decided_at: When the decision was recorded.
+        thread_id: The thread whose stream recorded it; an approval authorizes calls of
+            that thread only (a fork inherits the decisions made before it, not their
+            authority).
     """
 
     review_id: str
@@ -86,6 +89,7 @@ class ReviewDecision(msgspec.Struct, frozen=True):
     reviewer: str
     comment: str
     decided_at: datetime
+    thread_id: str
 
 
 class Review(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -178,14 +182,16 @@ class ReviewLedger(msgspec.Struct, frozen=True):
 
         In order: an approval that call already used (a retry of the same call), an
         unused approval, a rejection, an approval used by another call. None when no
-        decision stands, so the call needs a review of its own. Reviews requested by
+        decision stands, so the call needs a review of its own. Decisions recorded by
         another thread never count: a fork inherits its parent's history, and an
         approval spendable in both would run twice.
         """
         decided = [
             r
             for r in self.reviews[self.standing_from :]
-            if r.request.digest == digest and r.request.thread_id == thread_id and not r.pending
+            if r.request.digest == digest
+            and r.decision is not None
+            and r.decision.thread_id == thread_id
         ]
         rulings = (
             (r for r in decided if r.authorizes(idempotency_key)),

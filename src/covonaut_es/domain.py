@@ -370,6 +370,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
                     self.reviewer,
                     self.comment,
                     decided_at=self.timestamp,
+                    thread_id=thread.thread_id,
                 )
             )
 
