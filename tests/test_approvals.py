@@ -3,6 +3,7 @@ reviewers, single use; the security cases run on every store."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import secrets
 import time
@@ -150,6 +151,21 @@ def test_b19_approved_operation_runs_once_when_the_model_calls_it_again(store: S
     assert "Approved by alice" in tool_results(agent)["c1"]
     (review,) = agent.state.reviews
     assert review.used_by == "c2"
+
+
+def test_async_review_round_trip_runs_the_approved_call_once(store: Store) -> None:
+    """aapprove() and aresume() gate the call exactly like their blocking twins."""
+    runs: list[ToolContext] = []
+    script = [call(("c1", "pay", PAY_40)), call(("c2", "pay", PAY_40)), answer("Paid.")]
+    agent = make_agent(store, script, runs)
+
+    async def review_and_resume() -> str:
+        assert await agent.arun("Pay bob 40.") == ""
+        await agent.aapprove(review_id(agent), reviewer=ALICE)
+        return await agent.aresume()
+
+    assert asyncio.run(review_and_resume()) == "Paid."
+    assert [(r.tool_call_id, r.approval is not None) for r in runs] == [("c2", True)]
 
 
 def test_b19_a_decision_is_an_event_naming_reviewer_review_digest_and_time(store: Store) -> None:

@@ -211,6 +211,7 @@ class Agent:
             ReviewNotFoundError: This thread has no such review.
             StaleReviewError: The review was decided already.
             ConfigurationError: No reviewer verifier is configured.
+            ThreadStateError: The agent is running.
         """
         return self._decide(review_id, Decision.APPROVED, reviewer, comment)
 
@@ -255,6 +256,8 @@ class Agent:
             return thread.checkpoints[-1] if thread.checkpoints else None
 
     asave_checkpoint = in_worker_thread(save_checkpoint)
+    aapprove = in_worker_thread(approve)
+    areject = in_worker_thread(reject)
     arestore_latest_checkpoint = in_worker_thread(restore_latest_checkpoint)
 
     def close(self) -> None:
@@ -299,7 +302,7 @@ class Agent:
                 "a ReviewerVerifier must return a non-empty string or raise"
             )
             raise ReviewerNotVerifiedError(msg)
-        with self._run_lock:
+        with self._exclusive():
             try:
                 return self._record_decision(review_id, decision, reviewer, comment)
             except ThreadConflictError:
