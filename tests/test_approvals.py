@@ -182,6 +182,22 @@ def test_b19_a_decision_is_an_event_naming_reviewer_review_digest_and_time(store
     assert recorded is not None and recorded.decided_at == decided.timestamp
 
 
+def test_audit_replay_tells_who_decided_which_operation(store: Store) -> None:
+    """store.replay() summarizes the request, the decision with reviewer and digest,
+    and the call that used the approval."""
+    agent = paused_on_review(store, [call(("c2", "pay", PAY_40)), answer("Paid.")], [])
+    rid = review_id(agent)
+    agent.approve(rid, reviewer=ALICE, comment="ok")
+    agent.resume()
+    digest = operation_digest("pay", {"amount": 40, "to": "bob"})
+    summaries = {e.kind: e.summary for e in store.replay("t")}
+    assert summaries["ReviewRequested"] == (
+        f'review {rid} of pay({{"amount":40,"to":"bob"}}) requested, digest {digest}'
+    )
+    assert summaries["ReviewDecided"] == f"review {rid} approved by alice, digest {digest}: ok"
+    assert summaries["ApprovalUsed"] == f"approval of review {rid} used by call c2"
+
+
 def test_rejection_is_a_tool_result_and_the_model_carries_on(store: Store) -> None:
     """The model reads that the operation was rejected and why; the run finishes."""
     runs: list[ToolContext] = []
