@@ -184,7 +184,7 @@ def test_b19_a_decision_is_an_event_naming_reviewer_review_digest_and_time(store
 
 def test_audit_replay_tells_who_decided_which_operation(store: Store) -> None:
     """store.replay() summarizes the request, the decision with reviewer and digest,
-    and the call that used the approval."""
+    and the call that used the approval; the hash chain covers them."""
     agent = paused_on_review(store, [call(("c2", "pay", PAY_40)), answer("Paid.")], [])
     rid = review_id(agent)
     agent.approve(rid, reviewer=ALICE, comment="ok")
@@ -196,6 +196,7 @@ def test_audit_replay_tells_who_decided_which_operation(store: Store) -> None:
     )
     assert summaries["ReviewDecided"] == f"review {rid} approved by alice, digest {digest}: ok"
     assert summaries["ApprovalUsed"] == f"approval of review {rid} used by call c2"
+    assert store.verify("t").ok
 
 
 def test_rejection_is_a_tool_result_and_the_model_carries_on(store: Store) -> None:
