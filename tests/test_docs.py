@@ -97,3 +97,22 @@ def test_embedded_domain_app_example_runs_on_a_sqlite_file(tmp_path: Path) -> No
         "Reimbursement queued: maria approved the claim for 42.50.",
     ]
     assert (tmp_path / "expenses.db").exists()
+
+
+def test_approval_gate_example_audits_each_decision() -> None:
+    """examples/approval_gate.py pays once, on the approval, and its audit names the
+    reviewer and the operation digest of each decision."""
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "approval_gate.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert out.count("bank: 120.00 EUR to ACME Ltd, approved by alice@finance") == 1
+    audit = out.split("Audit of accounts-payable\n")[1]
+    decisions = re.findall(r"(\S+@finance) (approved|rejected) send_payment", audit)
+    assert decisions == [("bob@finance", "rejected"), ("alice@finance", "approved")]
+    assert len(re.findall(r"digest [0-9a-f]{64}", audit)) == 2
+    assert re.search(r"approval [0-9a-f]{32} used by call \S+", audit)

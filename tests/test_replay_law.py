@@ -1,7 +1,8 @@
 """Property: a thread's state is a fold of its stored events.
 
-Random conversations (tool calls that succeed, fail, interrupt or are invalid; steering;
-resumes; manual checkpoints; parallel or sequential batches) run on a real store; after
+Random conversations (tool calls that succeed, fail, interrupt, wait for a review or are
+invalid; steering; approvals and rejections; resumes; manual checkpoints; parallel or
+sequential batches) run on a real store; after
 every step, replaying the stored events alone gives the live agent's state, and so does
 loading through snapshots. Every store the other tests open is checked the same way at
 teardown (see ``conftest.open_test_store``).
@@ -21,6 +22,7 @@ from covonaut_es import (
     AgentConfig,
     CheckpointSettings,
     CovonautError,
+    HmacReviewerVerifier,
     ProviderResponse,
     ScriptedProvider,
     Tool,
@@ -35,7 +37,18 @@ def broken(ctx: ToolContext, args: dict[str, Any]) -> Any:
     raise ValueError("broken tool")
 
 
-TOOLS = [echo_tool(), review_tool(), Tool("broken", "Fails", OBJECT_SCHEMA, broken)]
+def pay(ctx: ToolContext, args: dict[str, Any]) -> Any:
+    return {"paid": args}
+
+
+TOOLS = [
+    echo_tool(),
+    review_tool(),
+    Tool("broken", "Fails", OBJECT_SCHEMA, broken),
+    Tool("pay", "Pays after approval", OBJECT_SCHEMA, pay, requires_approval=True),
+]
+VERIFIER = HmacReviewerVerifier(b"replay-law-secret-of-32-bytes...")
+AUDITOR = VERIFIER.issue_token("auditor", ttl_seconds=3600)
 
 tool_calls = st.lists(
     st.sampled_from(
@@ -45,6 +58,9 @@ tool_calls = st.lists(
             ("review", "{}"),
             ("broken", "{}"),
             ("missing", "{}"),
+            # One operation, twice as likely: approvals then get used, and reused.
+            ("pay", '{"n": 1}'),
+            ("pay", '{ "n" : 1 }'),
         ]
     ),
     min_size=1,
@@ -59,9 +75,20 @@ responses = st.one_of(
     ),
 )
 FINAL = ProviderResponse(content="final")
-moves = st.lists(
-    st.sampled_from(["run", "continue", "resume", "steer", "checkpoint"]), min_size=1, max_size=12
-)
+# Approving and resuming are listed twice, so that approvals often get used.
+MOVES = ["run", "continue", "resume", "resume", "steer", "checkpoint", "approve", "approve"]
+moves = st.lists(st.sampled_from([*MOVES, "reject"]), min_size=1, max_size=12)
+
+
+def decide_first_review(agent: Agent, *, approve: bool) -> None:
+    """Approve or reject the oldest pending review, if there is one."""
+    if not agent.pending_reviews:
+        return
+    review_id = agent.pending_reviews[0].review_id
+    if approve:
+        agent.approve(review_id, reviewer=AUDITOR)
+    else:
+        agent.reject(review_id, reviewer=AUDITOR, reason="no")
 
 
 @settings(
@@ -96,6 +123,7 @@ def test_replaying_stored_events_gives_the_live_state(
                 parallel_tools=parallel,
                 checkpoint=CheckpointSettings(store=store, thread_id="law"),
                 clock=ticking_clock(),
+                reviewer_verifier=VERIFIER,
             )
         )
         for move in plan:
@@ -108,6 +136,8 @@ def test_replaying_stored_events_gives_the_live_state(
                     agent.resume()
                 elif move == "steer":
                     agent.steer("steering")
+                elif move in ("approve", "reject"):
+                    decide_first_review(agent, approve=move == "approve")
                 else:
                     agent.save_checkpoint()
             except CovonautError:

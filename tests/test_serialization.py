@@ -15,10 +15,12 @@ from covonaut_es import (
     AgentThread,
     CheckpointReason,
     Compaction,
+    Decision,
     Interrupt,
     Label,
     Message,
     MissingUpcasterError,
+    ReviewRequest,
     Role,
     RunMode,
     SchemaVersionError,
@@ -74,6 +76,17 @@ SAMPLES: dict[type, dict[str, Any]] = {
     AgentThread.RunFinished: {"output": "done"},
     AgentThread.RunFailed: {"error_type": "ProviderError", "message": "boom"},
     AgentThread.CheckpointSaved: {"reason": CheckpointReason.INTERRUPT, "retain": 3},
+    AgentThread.ReviewRequested: {
+        "request": ReviewRequest("r1", "t", "pay", {"amount": 40.5, "to": ["a"]}, "d", "c1")
+    },
+    AgentThread.ReviewDecided: {
+        "review_id": "r1",
+        "digest": "d",
+        "reviewer": "alice",
+        "decision": Decision.REJECTED,
+        "comment": "too much",
+    },
+    AgentThread.ApprovalUsed: {"review_id": "r1", "tool_call_id": "c2", "idempotency_key": "k"},
 }
 
 
@@ -136,6 +149,12 @@ def test_snapshot_round_trip_restores_the_typed_thread() -> None:
     thread.interrupt(Interrupt("why", {"a": 1}, "c1", "echo"), now=NOW)
     thread.save_checkpoint(CheckpointReason.INTERRUPT, retain=0, now=NOW)
     thread.compact(Compaction("s", 1), usage=Usage(5, 5), now=NOW)
+    thread.call_tools([ToolCall("c2", "pay", '{"amount": 4}')], now=NOW)
+    thread.request_review(ToolCall("c2", "pay", '{"amount": 4}'), {"amount": 4}, now=NOW)
+    (review,) = thread.reviews.pending
+    thread.decide_review(
+        review.request.review_id, Decision.APPROVED, reviewer="alice", comment="", now=NOW
+    )
     mapper = MsgspecMapper()
     snapshot = ThreadSnapshot.take(thread)
     decoded = mapper.to_domain_event(mapper.to_stored_event(snapshot))
@@ -145,6 +164,19 @@ def test_snapshot_round_trip_restores_the_typed_thread() -> None:
     assert restored.version == thread.version
     assert_same_types(restored.state, thread.state)
     assert restored.modified_on == thread.modified_on
+
+
+def test_snapshot_from_before_reviews_decodes_with_no_reviews() -> None:
+    """A snapshot whose state predates the review ledger decodes with an empty one."""
+    thread = AgentThread.start("t", now=NOW)
+    mapper = MsgspecMapper()
+    record = mapper.to_stored_event(ThreadSnapshot.take(thread))
+    payload = msgspec.json.decode(record.state)
+    del payload["state"]["reviews"]
+    older = StoredEvent(ID, record.originator_version, record.topic, msgspec.json.encode(payload))
+    restored = mapper.to_domain_event(older).mutate(None)
+    assert restored.state == thread.state
+    assert restored.state.reviews == ()
 
 
 def stored(cls: type, payload: dict[str, Any]) -> StoredEvent:

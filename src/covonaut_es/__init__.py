@@ -9,6 +9,16 @@ from typing import TYPE_CHECKING
 
 from covonaut_es.agent import Agent
 from covonaut_es.application import AgentApplication
+from covonaut_es.approvals import (
+    Decision,
+    HmacReviewerVerifier,
+    Review,
+    ReviewDecision,
+    ReviewerVerifier,
+    ReviewRequest,
+    canonical_json,
+    operation_digest,
+)
 from covonaut_es.audit import AuditEntry, AuditFinding, AuditReport
 from covonaut_es.compaction import CompactionPlan, Compactor, SummarizingCompactor
 from covonaut_es.config import AgentConfig, CheckpointSettings
@@ -27,9 +37,13 @@ from covonaut_es.errors import (
     ProviderRateLimitError,
     ProviderRequestError,
     ProviderServerError,
+    ReviewerNotVerifiedError,
+    ReviewNotFoundError,
+    ReviewPendingError,
     SchemaVersionError,
     ScriptExhaustedError,
     SerializationError,
+    StaleReviewError,
     StoreUnavailableError,
     StoreURLError,
     ThreadConflictError,
@@ -42,7 +56,7 @@ from covonaut_es.queue_items import PendingReview
 from covonaut_es.retry import RetryPolicy
 from covonaut_es.review_queue import ReviewQueue
 from covonaut_es.store import Store, create_cipher_key, open_store
-from covonaut_es.tools import Tool, ToolContext
+from covonaut_es.tools import ApprovalPolicy, Tool, ToolContext
 from covonaut_es.tree import BranchPoint, ForkRecord, SessionTree, ThreadTree, TreeStats
 from covonaut_es.values import (
     Checkpoint,
@@ -76,6 +90,7 @@ __all__ = [
     "AgentConfig",
     "AgentThread",
     "AnthropicProvider",
+    "ApprovalPolicy",
     "AsyncProvider",
     "AuditEntry",
     "AuditFinding",
@@ -90,7 +105,9 @@ __all__ = [
     "Compactor",
     "ConfigurationError",
     "CovonautError",
+    "Decision",
     "ForkRecord",
+    "HmacReviewerVerifier",
     "Interrupt",
     "InterruptError",
     "InterruptPendingError",
@@ -111,7 +128,14 @@ __all__ = [
     "ProviderResponse",
     "ProviderServerError",
     "RetryPolicy",
+    "Review",
+    "ReviewDecision",
+    "ReviewNotFoundError",
+    "ReviewPendingError",
     "ReviewQueue",
+    "ReviewRequest",
+    "ReviewerNotVerifiedError",
+    "ReviewerVerifier",
     "Role",
     "RunMode",
     "SchemaVersionError",
@@ -119,6 +143,7 @@ __all__ = [
     "ScriptedProvider",
     "SerializationError",
     "SessionTree",
+    "StaleReviewError",
     "Store",
     "StoreURLError",
     "StoreUnavailableError",
@@ -139,9 +164,11 @@ __all__ = [
     "ToolSpec",
     "TreeStats",
     "Usage",
+    "canonical_json",
     "collect_stream",
     "create_cipher_key",
     "open_store",
+    "operation_digest",
 ]
 
 # Attribute -> (module, SDK package, extra): the adapters that need an optional SDK.

@@ -12,10 +12,16 @@ from types import TracebackType
 from typing import Any, cast
 
 from covonaut_es.aio import in_worker_thread
+from covonaut_es.approvals import Decision, ReviewDecision, ReviewerVerifier, ReviewRequest
 from covonaut_es.config import AgentConfig, CheckpointSettings
 from covonaut_es.domain import AgentThread
 from covonaut_es.drivers import AsyncDriver, SyncDriver
-from covonaut_es.errors import ConfigurationError, ThreadConflictError, ThreadStateError
+from covonaut_es.errors import (
+    ConfigurationError,
+    ReviewerNotVerifiedError,
+    ThreadConflictError,
+    ThreadStateError,
+)
 from covonaut_es.runloop import (
     Commit,
     Program,
@@ -119,6 +125,11 @@ class Agent:
         """Tool calls recorded as called whose result was never recorded (B5)."""
         return self._current.in_doubt
 
+    @property
+    def pending_reviews(self) -> tuple[ReviewRequest, ...]:
+        """Review requests awaiting a decision; ``resume()`` needs every one decided."""
+        return tuple(review.request for review in self._current.reviews.pending)
+
     # Commands ---------------------------------------------------------------------
 
     def run(self, input: str) -> str:
@@ -180,6 +191,35 @@ class Agent:
         """Like :meth:`settle`, awaited."""
         await self._aperform(self._settling(tool_call_id, result, retry))
 
+    def approve(self, review_id: str, *, reviewer: Any, comment: str = "") -> ReviewDecision:
+        """Approve the exact operation of a pending review (B19).
+
+        The approval authorizes one later call of the same tool with the same arguments
+        (B20): after ``resume()`` the model calls the tool again and the call runs.
+
+        Args:
+            review_id: From the review request (the interrupt's data).
+            reviewer: The reviewer's credential, checked by
+                ``AgentConfig.reviewer_verifier``; the decision names the verified id.
+            comment: Recorded with the decision; the model reads it.
+
+        Returns:
+            The recorded decision.
+
+        Raises:
+            ReviewerNotVerifiedError: The credential does not verify; nothing is recorded.
+            ReviewNotFoundError: This thread has no such review.
+            StaleReviewError: The review was decided already.
+            ConfigurationError: No reviewer verifier is configured.
+            ThreadStateError: The agent is running.
+        """
+        return self._decide(review_id, Decision.APPROVED, reviewer, comment)
+
+    def reject(self, review_id: str, *, reviewer: Any, reason: str = "") -> ReviewDecision:
+        """Reject the operation of a pending review; the model reads the reason as the
+        call's result after ``resume()``. Arguments and errors as :meth:`approve`."""
+        return self._decide(review_id, Decision.REJECTED, reviewer, reason)
+
     def save_checkpoint(self) -> int:
         """Save a checkpoint now and return its sequence number."""
         settings = self._require_checkpointing("save_checkpoint()")
@@ -216,6 +256,8 @@ class Agent:
             return thread.checkpoints[-1] if thread.checkpoints else None
 
     asave_checkpoint = in_worker_thread(save_checkpoint)
+    aapprove = in_worker_thread(approve)
+    areject = in_worker_thread(reject)
     arestore_latest_checkpoint = in_worker_thread(restore_latest_checkpoint)
 
     def close(self) -> None:
@@ -249,6 +291,46 @@ class Agent:
         self._thread = thread
         # Events already stored are history, not news: publish only what comes next.
         self._published_version = thread.version - len(thread.pending_events)
+
+    def _decide(
+        self, review_id: str, decision: Decision, credential: Any, comment: str
+    ) -> ReviewDecision:
+        reviewer = self._require_verifier().verify(credential)  # before anything is read
+        if not isinstance(reviewer, str) or not reviewer:
+            msg = (
+                f"the reviewer verifier returned {reviewer!r} instead of a reviewer id; "
+                "a ReviewerVerifier must return a non-empty string or raise"
+            )
+            raise ReviewerNotVerifiedError(msg)
+        with self._exclusive():
+            try:
+                return self._record_decision(review_id, decision, reviewer, comment)
+            except ThreadConflictError:
+                # Decided on a stale copy: check the decision again on the stored head.
+                return self._record_decision(review_id, decision, reviewer, comment)
+
+    def _record_decision(
+        self, review_id: str, decision: Decision, reviewer: str, comment: str
+    ) -> ReviewDecision:
+        thread = self._current
+        decided = thread.decide_review(
+            review_id, decision, reviewer=reviewer, comment=comment, now=self.config.clock()
+        )
+        try:
+            self._persist(thread, Commit(always=True))
+        except Exception:
+            self._thread = None  # the decision is not stored: reload on next use
+            raise
+        return decided
+
+    def _require_verifier(self) -> ReviewerVerifier:
+        if self.config.reviewer_verifier is None:
+            msg = (
+                "approve() and reject() need AgentConfig(reviewer_verifier=...) to verify "
+                "who decides, e.g. HmacReviewerVerifier(secret)"
+            )
+            raise ConfigurationError(msg)
+        return self.config.reviewer_verifier
 
     def _drive(self, mode: RunMode, user_input: str | None) -> str:
         return self._perform(self._running(mode, user_input))
@@ -338,7 +420,7 @@ class Agent:
         settings = self.config.checkpoint
         if settings is None:
             return news
-        if commit.checkpoint or settings.durability == "step":
+        if commit.checkpoint or commit.always or settings.durability == "step":
             settings.store.save(thread)
         if commit.checkpoint:
             settings.store.save_checkpoint_snapshot(thread)

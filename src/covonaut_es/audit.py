@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from covonaut_es.approvals import canonical_json
 from covonaut_es.domain import AgentThread, thread_aggregate_id
 from covonaut_es.errors import SerializationError
 from covonaut_es.integrity import CHAIN_KEY, UNCHAINED, chain_hash
@@ -119,6 +120,18 @@ _SUMMARIES: dict[type[Any], Callable[[Any], str]] = {
     AgentThread.Labelled: lambda e: (
         f"labelled {e.label.name!r}"
         + ("" if e.label.version is None else f" at version {e.label.version}")
+    ),
+    AgentThread.ReviewRequested: lambda e: (
+        f"review {e.request.review_id} of {e.request.tool_name}"
+        f"({_clip(canonical_json(e.request.arguments).decode(), 60)}) requested, "
+        f"digest {e.request.digest}"
+    ),
+    AgentThread.ReviewDecided: lambda e: (
+        f"review {e.review_id} {e.decision} by {e.reviewer}, digest {e.digest}"
+        + (f": {_clip(e.comment, 60)}" if e.comment else "")
+    ),
+    AgentThread.ApprovalUsed: lambda e: (
+        f"approval of review {e.review_id} used by call {e.tool_call_id}"
     ),
 }
 

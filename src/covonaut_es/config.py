@@ -8,6 +8,7 @@ from typing import Literal
 
 import attrs
 
+from covonaut_es.approvals import ReviewerVerifier
 from covonaut_es.compaction import Compactor
 from covonaut_es.domain import AgentThread
 from covonaut_es.providers import AsyncProvider, Provider
@@ -87,6 +88,8 @@ class AgentConfig:
             ends), on the thread that drives the run (the event loop's, for ``arun``).
             For live views and streaming UIs; an exception it raises is logged and
             does not stop the run.
+        reviewer_verifier: Verifies reviewers' credentials for ``Agent.approve`` and
+            ``Agent.reject`` (see ``HmacReviewerVerifier``).
     """
 
     provider: Provider | AsyncProvider
@@ -102,6 +105,7 @@ class AgentConfig:
     temperature: float | None = None
     clock: Callable[[], datetime] = utc_now
     on_event: Callable[[AgentThread.Event], None] | None = None
+    reviewer_verifier: ReviewerVerifier | None = None
 
     def tool(self, name: str) -> Tool | None:
         """The tool with that name, if configured."""

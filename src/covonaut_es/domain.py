@@ -15,12 +15,24 @@ from datetime import datetime
 from typing import Any, ClassVar
 from uuid import UUID, uuid5
 
+import msgspec
 from eventsourcing.domain import Aggregate, Snapshot
 from eventsourcing.utils import get_topic, register_topic
 
+from covonaut_es.approvals import (
+    Decision,
+    ReviewDecision,
+    ReviewLedger,
+    ReviewRequest,
+    canonical_json,
+    decision_text,
+    operation_digest,
+    review_reason,
+)
 from covonaut_es.errors import (
     InterruptPendingError,
     NotInterruptedError,
+    ReviewPendingError,
     ThreadStateError,
     ToolCallsInDoubtError,
 )
@@ -73,6 +85,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
     parent: ThreadParent | None
     labels: list[Label]
     chain_head: str | None
+    reviews: ReviewLedger
 
     class Event(Aggregate.Event):
         """Base class of the thread's events.
@@ -110,6 +123,8 @@ class AgentThread(Aggregate, created_event_name="Started"):
         def apply(self, thread: AgentThread) -> None:
             thread.status = ThreadStatus.RUNNING
             thread.error = None
+            if self.mode is RunMode.RUN:  # new user input: past decisions stop standing
+                thread.reviews = thread.reviews.lapsed()
 
     class MessageAppended(Event):
         """A system, user or assistant message was added; assistant messages carry
@@ -335,6 +350,56 @@ class AgentThread(Aggregate, created_event_name="Started"):
             thread.labels = [label for label in thread.labels if label.name != self.label.name]
             thread.labels.append(self.label)
 
+    class ReviewRequested(Event):
+        """A call needs an approval that is not on record: a person must review its
+        exact operation (B19). An ``Interrupted`` event with the request follows."""
+
+        TOPIC = "covonaut.thread.ReviewRequested"
+
+        request: ReviewRequest
+
+        def apply(self, thread: AgentThread) -> None:
+            thread.reviews = thread.reviews.requested(self.request)
+
+    class ReviewDecided(Event):
+        """A verified reviewer approved or rejected the operation of a review (B19)."""
+
+        TOPIC = "covonaut.thread.ReviewDecided"
+
+        review_id: str
+        digest: str
+        reviewer: str
+        decision: Decision
+        comment: str
+
+        def apply(self, thread: AgentThread) -> None:
+            thread.reviews = thread.reviews.decided(
+                ReviewDecision(
+                    self.review_id,
+                    self.digest,
+                    self.decision,
+                    self.reviewer,
+                    self.comment,
+                    decided_at=self.timestamp,
+                    thread_id=thread.thread_id,
+                )
+            )
+
+    class ApprovalUsed(Event):
+        """An approval authorized one call, recorded before the call runs; it
+        authorizes no other (B20)."""
+
+        TOPIC = "covonaut.thread.ApprovalUsed"
+
+        review_id: str
+        tool_call_id: str
+        idempotency_key: str
+
+        def apply(self, thread: AgentThread) -> None:
+            thread.reviews = thread.reviews.used(
+                self.review_id, self.tool_call_id, self.idempotency_key
+            )
+
     def __init__(self, thread_id: str) -> None:
         self.thread_id = thread_id
         self.status = ThreadStatus.IDLE
@@ -350,6 +415,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
         self.parent = None
         self.labels = []
         self.chain_head = UNCHAINED
+        self.reviews = ReviewLedger()
 
     # Commands ---------------------------------------------------------------------
 
@@ -375,6 +441,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
             raise ThreadStateError(msg)
         self._refuse_calls_in_doubt()
         if mode is RunMode.RESUME:
+            self._refuse_pending_reviews()
             if not self.interrupts:
                 msg = (
                     f"thread {self.thread_id!r} has no pending interrupt to resume "
@@ -403,7 +470,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
     def call_tools(self, calls: Iterable[ToolCall], *, now: datetime) -> None:
         """Record the intent to call each tool before any of them runs."""
         for call in calls:
-            key = self._idempotency_key(call)
+            key = self._next_event_key(call)
             self.trigger_event(self.ToolCalled, call=call, idempotency_key=key, timestamp=now)
 
     def record_tool_result(
@@ -422,7 +489,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
 
     def settle(self, tool_call_id: str, content: str, *, now: datetime) -> None:
         """Record the result of a call in doubt, as the application established it."""
-        pending = self._open_call(tool_call_id)
+        pending = self._call_in_doubt(tool_call_id)
         self.trigger_event(
             self.ToolCallSettled,
             tool_call_id=tool_call_id,
@@ -434,7 +501,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
 
     def retry_tool_call(self, tool_call_id: str, *, now: datetime) -> PendingToolCall:
         """Record the decision to run a call in doubt again; returns the call."""
-        pending = self._open_call(tool_call_id)
+        pending = self._call_in_doubt(tool_call_id)
         self.trigger_event(self.ToolCallRetried, tool_call_id=tool_call_id, timestamp=now)
         return pending
 
@@ -526,16 +593,73 @@ class AgentThread(Aggregate, created_event_name="Started"):
             raise ThreadStateError(msg)
         self.trigger_event(self.Labelled, label=Label(name, version), timestamp=now)
 
+    def request_review(
+        self, call: ToolCall, arguments: dict[str, Any], *, now: datetime
+    ) -> ReviewRequest:
+        """Hold back an open call for a person's review of its exact operation, and
+        pause the run on it: the request is the interrupt's data."""
+        self._open_call(call.id)
+        request = ReviewRequest(
+            review_id=self._next_event_key(call),
+            thread_id=self.thread_id,
+            tool_name=call.name,
+            arguments=msgspec.json.decode(canonical_json(arguments)),
+            digest=operation_digest(call.name, arguments),
+            tool_call_id=call.id,
+        )
+        self.trigger_event(self.ReviewRequested, request=request, timestamp=now)
+        interrupt = Interrupt(review_reason(request), request.to_data(), call.id, call.name)
+        self.interrupt(interrupt, now=now)
+        return request
+
+    def decide_review(
+        self, review_id: str, decision: Decision, *, reviewer: str, comment: str, now: datetime
+    ) -> ReviewDecision:
+        """Record a verified reviewer's decision, and as the held-back call's result
+        what it means for the model. ``reviewer`` must come from a verifier."""
+        review = self.reviews.undecided(review_id, thread_id=self.thread_id)
+        self.trigger_event(
+            self.ReviewDecided,
+            review_id=review_id,
+            digest=review.request.digest,
+            reviewer=reviewer,
+            decision=decision,
+            comment=comment,
+            timestamp=now,
+        )
+        decided = self.reviews.get(review_id)
+        assert decided is not None and decided.decision is not None
+        self.record_tool_result(
+            review.request.tool_call_id, decision_text(decided), ToolOutcome.NOT_EXECUTED, now=now
+        )
+        return decided.decision
+
+    def use_approval(self, review_id: str, tool_call_id: str, *, now: datetime) -> ReviewDecision:
+        """Spend an unused approval on an open call of its operation, before it runs."""
+        pending = self._open_call(tool_call_id)
+        review = self.reviews.get(review_id)
+        if review is None or review.decision is None or not review.usable:
+            msg = f"review {review_id!r} of thread {self.thread_id!r} is not an unused approval"
+            raise ThreadStateError(msg)
+        self.trigger_event(
+            self.ApprovalUsed,
+            review_id=review_id,
+            tool_call_id=tool_call_id,
+            idempotency_key=pending.idempotency_key,
+            timestamp=now,
+        )
+        return review.decision
+
     # Queries ----------------------------------------------------------------------
 
     @property
     def in_doubt(self) -> tuple[PendingToolCall, ...]:
         """Calls recorded as called whose result was never recorded.
 
-        Outside a live run every open call is in doubt: the tool may or may not have
-        run before the process stopped (B5).
+        Outside a live run every open call is in doubt (the tool may or may not have
+        run before the process stopped, B5), except those held back for a review.
         """
-        return tuple(self.open_calls.values())
+        return tuple(p for p in self.open_calls.values() if not self.reviews.awaiting(p.call.id))
 
     @property
     def state(self) -> ThreadState:
@@ -554,6 +678,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
             error=self.error,
             parent=self.parent,
             labels=tuple(self.labels),
+            reviews=self.reviews.reviews,
         )
 
     def _open_call(self, tool_call_id: str) -> PendingToolCall:
@@ -566,9 +691,30 @@ class AgentThread(Aggregate, created_event_name="Started"):
             raise ThreadStateError(msg)
         return pending
 
+    def _call_in_doubt(self, tool_call_id: str) -> PendingToolCall:
+        pending = self._open_call(tool_call_id)
+        review = self.reviews.awaiting(tool_call_id)
+        if review is not None:
+            msg = (
+                f"tool call {tool_call_id!r} of thread {self.thread_id!r} is not in doubt: "
+                f"it never ran and awaits review {review.request.review_id!r}; approve or "
+                "reject that review instead"
+            )
+            raise ThreadStateError(msg)
+        return pending
+
+    def _refuse_pending_reviews(self) -> None:
+        if self.reviews.pending:
+            ids = tuple(r.request.review_id for r in self.reviews.pending)
+            msg = (
+                f"thread {self.thread_id!r} has reviews awaiting a decision {list(ids)}: "
+                "approve or reject each, then call resume()"
+            )
+            raise ReviewPendingError(msg, review_ids=ids)
+
     def _refuse_calls_in_doubt(self) -> None:
-        if self.open_calls:
-            ids = tuple(self.open_calls)
+        if in_doubt := self.in_doubt:
+            ids = tuple(p.call.id for p in in_doubt)
             msg = (
                 f"thread {self.thread_id!r} has tool calls in doubt {list(ids)}: they were "
                 "recorded as called but no result was recorded, so they may or may not have "
@@ -576,9 +722,9 @@ class AgentThread(Aggregate, created_event_name="Started"):
             )
             raise ToolCallsInDoubtError(msg, tool_call_ids=ids)
 
-    def _idempotency_key(self, call: ToolCall) -> str:
-        # The version the ToolCalled event will get makes the key unique even when a
-        # model reuses call ids across turns; recording the key keeps it stable.
+    def _next_event_key(self, call: ToolCall) -> str:
+        # The version the next event will get makes the key unique even when a model
+        # reuses call ids across turns; recording the key keeps it stable.
         material = f"{self.thread_id}\x00{self.version + 1}\x00{call.id}".encode()
         return hashlib.sha256(material).hexdigest()[:32]
 

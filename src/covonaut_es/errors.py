@@ -71,6 +71,31 @@ class ToolCallsInDoubtError(ThreadStateError):
         self.tool_call_ids = tool_call_ids
 
 
+class ReviewPendingError(InterruptPendingError):
+    """``resume()`` was called while reviews of the batch still await a decision.
+
+    Attributes:
+        review_ids: The reviews to approve or reject first.
+    """
+
+    def __init__(self, message: str, *, review_ids: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.review_ids = review_ids
+
+
+class StaleReviewError(ThreadStateError):
+    """The review no longer awaits a decision: it was decided already and the thread
+    may have moved on. A review is decided once."""
+
+
+class ReviewNotFoundError(CovonautError, LookupError):
+    """The thread has no review with that id (it may belong to another thread)."""
+
+
+class ReviewerNotVerifiedError(CovonautError, PermissionError):
+    """The reviewer's credential could not be verified; nothing was recorded."""
+
+
 class MaxTurnsExceededError(CovonautError, RuntimeError):
     """The model still asked for tools on the last turn ``max_turns`` allowed."""
 

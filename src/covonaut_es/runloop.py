@@ -16,6 +16,7 @@ from typing import Any
 import attrs
 import msgspec
 
+from covonaut_es.approvals import operation_digest, refusal_text
 from covonaut_es.compaction import context_messages
 from covonaut_es.config import AgentConfig
 from covonaut_es.domain import AgentThread
@@ -57,9 +58,12 @@ class Complete:
 @attrs.frozen
 class Commit:
     """A step boundary. ``checkpoint`` marks a saved checkpoint, which is committed in
-    every durability mode and may be followed by a snapshot."""
+    every durability mode and may be followed by a snapshot. ``always`` commits in
+    every durability mode too: an approval is marked used in the store before its tool
+    runs, and a reviewer's decision is never left in memory only."""
 
     checkpoint: bool = False
+    always: bool = False
 
 
 @attrs.frozen
@@ -261,17 +265,20 @@ def _run_tools(
             prepared.append(item)
 
     if config.parallel_tools and len(prepared) > 1:
-        yield StartTools(tuple(prepared))
-        for _ in prepared:
+        runnable = [a for item in prepared if (a := _admit(thread, item, now())) is not None]
+        yield Commit(always=any(_authorized(a) for a in runnable))
+        if runnable:
+            yield StartTools(tuple(runnable))
+        for _ in runnable:
             _record(thread, (yield NextToolReport()), now())
             yield Commit()
         return
     for item in prepared:
-        if thread.interrupts:
-            reason = "Not executed: an earlier call in this batch paused the run."
-            thread.record_tool_result(item.call.id, reason, ToolOutcome.NOT_EXECUTED, now=now())
+        admitted = _admit(thread, item, now(), paused=bool(thread.interrupts))
+        if admitted is None:
             continue
-        _record(thread, (yield RunTool(item)), now())
+        yield Commit(always=_authorized(admitted))
+        _record(thread, (yield RunTool(admitted)), now())
         yield Commit()
     yield Commit()
 
@@ -291,13 +298,56 @@ def _prepare(thread: AgentThread, config: AgentConfig, call: ToolCall) -> Prepar
     return PreparedCall(tool, call, args, ToolContext(thread.thread_id, call.id, call.name, key))
 
 
+def _admit(
+    thread: AgentThread, item: PreparedCall, now: datetime, *, paused: bool = False
+) -> PreparedCall | None:
+    """Let a prepared call run now, with the approval that authorizes it if its tool
+    requires one; otherwise record why it does not run, or ask for its review.
+
+    ``paused``: an earlier call of the batch paused the run, so nothing more runs, but
+    a call without a standing decision still gets its own review.
+    """
+    call, key = item.call, item.context.idempotency_key
+    review = None
+    if item.tool.needs_approval(item.args):
+        # Digest the very dict the tool will get, after the policy has seen it.
+        digest = operation_digest(call.name, item.args)
+        review = thread.reviews.standing(digest, key, thread_id=thread.thread_id)
+        if review is None:
+            thread.request_review(call, item.args, now=now)
+            return None
+    if paused:
+        note = "Not executed: an earlier call in this batch paused the run."
+        thread.record_tool_result(call.id, note, ToolOutcome.NOT_EXECUTED, now=now)
+        return None
+    if review is None:
+        return item
+    if not (review.usable or review.authorizes(key)):
+        thread.record_tool_result(call.id, refusal_text(review), ToolOutcome.NOT_EXECUTED, now=now)
+        return None
+    approval = review.decision
+    if review.usable:
+        approval = thread.use_approval(review.request.review_id, call.id, now=now)
+    return attrs.evolve(item, context=attrs.evolve(item.context, approval=approval))
+
+
+def _authorized(item: PreparedCall) -> bool:
+    return item.context.approval is not None
+
+
 def retry_program(thread: AgentThread, config: AgentConfig, tool_call_id: str) -> Program:
-    """Run a call in doubt again with its idempotency key and record the result."""
+    """Run a call in doubt again with its idempotency key and record the result.
+
+    A call whose tool requires approval is admitted as any call is: the approval it
+    used authorizes it again, since it is the same call.
+    """
     pending = thread.retry_tool_call(tool_call_id, now=config.clock())
     yield Commit()
     prepared = _prepare(thread, config, pending.call)
-    if prepared is not None:
-        _record(thread, (yield RunTool(prepared)), config.clock())
+    admitted = None if prepared is None else _admit(thread, prepared, config.clock())
+    if admitted is not None:
+        yield Commit(always=_authorized(admitted))
+        _record(thread, (yield RunTool(admitted)), config.clock())
     yield Commit()
     return ""
 

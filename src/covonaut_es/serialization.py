@@ -172,14 +172,23 @@ def _aggregate_state_fields(aggregate_cls: type) -> list[tuple[str, Any, Any]]:
 
 
 def _state_default(annotation: Any) -> Any:
-    """Optional and collection state fields default to empty, so that snapshots written
-    before such a field was added still decode; any other new field needs a version."""
+    """Optional, collection and all-default Struct state fields default to empty, so
+    that snapshots written before such a field was added still decode; any other new
+    field needs a version."""
     origin = typing.get_origin(annotation) or annotation
-    if origin in (list, dict):
+    if origin in (list, dict) or _all_defaults(origin):
         return msgspec.field(default_factory=origin)
     if type(None) in typing.get_args(annotation):
         return None
     return msgspec.NODEFAULT
+
+
+def _all_defaults(cls: Any) -> bool:
+    return (
+        isinstance(cls, type)
+        and issubclass(cls, msgspec.Struct)
+        and not any(f.required for f in msgspec.structs.fields(cls))
+    )
 
 
 @cache

@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
 import msgspec
 
+from covonaut_es.approvals import ReviewDecision
 from covonaut_es.schema import validation_error
 from covonaut_es.values import JsonValue, ToolCall, ToolSpec
 
 ToolFunction = Callable[["ToolContext", dict[str, Any]], Any]
 """``func(ctx, args)``: returns any JSON-encodable value, or raises ``InterruptError``."""
+
+ApprovalPolicy = Callable[[dict[str, Any]], bool]
+"""``policy(args)``: whether a call with these validated arguments needs approval."""
+
+logger = logging.getLogger("covonaut_es")
 
 
 @attrs.frozen
@@ -25,12 +32,16 @@ class ToolContext:
         tool_name: The tool's name.
         idempotency_key: Stable for this call across restores and retries: pass it to
             external systems so a repeated call is recognised (B5).
+        approval: For a tool that requires approval, the recorded decision that
+            authorized this very call (its ``digest`` is this call's operation digest);
+            None otherwise.
     """
 
     thread_id: str
     tool_call_id: str
     tool_name: str
     idempotency_key: str
+    approval: ReviewDecision | None = None
 
 
 def _check_name(_: Any, __: attrs.Attribute[str], value: str) -> None:
@@ -52,6 +63,9 @@ class Tool:
             to the model as is). Raise ``InterruptError`` to pause the run.
         idempotent: Running the call twice is harmless, so a call left in doubt by a
             crash is retried automatically with the same idempotency key.
+        requires_approval: ``True``, or a policy ``policy(args) -> bool`` deciding per
+            call: such a call runs only with an unused approval of its exact operation
+            on record; without one, the run pauses for a review (B19, B20).
     """
 
     name: str = attrs.field(validator=_check_name)
@@ -59,11 +73,31 @@ class Tool:
     parameters: Mapping[str, JsonValue]
     func: ToolFunction = attrs.field(validator=attrs.validators.is_callable())
     idempotent: bool = attrs.field(kw_only=True, default=False)
+    requires_approval: bool | ApprovalPolicy = attrs.field(
+        kw_only=True,
+        default=False,
+        validator=attrs.validators.or_(
+            attrs.validators.instance_of(bool), attrs.validators.is_callable()
+        ),
+    )
 
     @property
     def spec(self) -> ToolSpec:
         """How the model is told about this tool."""
         return ToolSpec(self.name, self.description, dict(self.parameters))
+
+    def needs_approval(self, args: dict[str, Any]) -> bool:
+        """Whether a call with these validated arguments needs an approval.
+
+        A policy that raises fails closed: the call needs an approval.
+        """
+        if isinstance(self.requires_approval, bool):
+            return self.requires_approval
+        try:
+            return bool(self.requires_approval(args))
+        except Exception:
+            logger.exception("approval policy of tool %r failed: approval required", self.name)
+            return True
 
 
 class ArgumentsError(ValueError):

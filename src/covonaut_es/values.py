@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from covonaut_es.approvals import Review
+
 JsonValue = Any
 """A value that ``msgspec.json`` can encode: None, bool, int, float, str, list, dict."""
 
@@ -263,6 +265,8 @@ class ThreadState(msgspec.Struct, frozen=True):
         error: The last failure's message while the status is ``error``.
         parent: For a fork, the thread and version it branched from.
         labels: Names given to the thread or to its versions.
+        reviews: Every review of the thread, in request order, with its decision and
+            the call that used it.
     """
 
     thread_id: str
@@ -278,3 +282,4 @@ class ThreadState(msgspec.Struct, frozen=True):
     error: str | None
     parent: ThreadParent | None = None
     labels: tuple[Label, ...] = ()
+    reviews: tuple[Review, ...] = ()
