@@ -217,3 +217,36 @@ def test_separate_process_projection_survives_sigkill(durable_url: str) -> None:
     assert keys(queue) == expected_queue(store)
     assert len(queue.pending()) == 8
     assert len({(i.thread_id, i.item_id) for i in queue.pending()}) == len(queue.pending())
+
+
+def test_review_requests_carry_their_ids_and_leave_when_decided(store: Store) -> None:
+    """A review request is listed under its review id with the operation digest, and
+    leaves the queue as soon as it is decided, before any resume."""
+    import secrets
+
+    from covonaut_es import HmacReviewerVerifier, Tool
+
+    verifier = HmacReviewerVerifier(secrets.token_bytes(32))
+    pay = Tool("pay", "Pay", {"type": "object"}, lambda ctx, args: "paid", requires_approval=True)
+    agent = Agent(
+        AgentConfig(
+            provider=ScriptedProvider([call(("p1", "pay", '{"amount": 3}'))]),
+            tools=[pay],
+            reviewer_verifier=verifier,
+            checkpoint=CheckpointSettings(store=store, thread_id="payer"),
+        )
+    )
+    queue = ReviewQueue(store.url)
+    with queue.follow():
+        agent.run("pay 3")
+        queue.wait_until_current(store)
+        (item,) = queue.pending()
+        request = agent.interrupted.data if agent.interrupted else {}
+        assert (item.item_id, item.review_id, item.digest) == (
+            request["review_id"],
+            request["review_id"],
+            request["digest"],
+        )
+        agent.approve(item.item_id, reviewer=verifier.issue_token("ann", ttl_seconds=60))
+        queue.wait_until_current(store)
+    assert queue.pending() == ()

@@ -22,7 +22,8 @@ class PendingReview(msgspec.Struct, frozen=True, kw_only=True):
 
     Attributes:
         thread_id: The paused thread.
-        item_id: The interrupting tool call's id (unique within the thread).
+        item_id: The review id of a review request, else the interrupting tool call's
+            id (unique within the thread).
         review_id: The review request's id, when the interrupt is one.
         tool_name: The tool that asked.
         digest: The operation digest of a review request (tool name and arguments).
@@ -75,6 +76,7 @@ QUEUE_EVENT_TYPES: tuple[type[AgentThread.Event], ...] = (
     AgentThread.Started,
     AgentThread.Forked,
     AgentThread.Interrupted,
+    AgentThread.ReviewDecided,
     AgentThread.Resumed,
     AgentThread.Abandoned,
 )
@@ -86,10 +88,11 @@ def pending_from(
 ) -> PendingReview:
     """The queue item of an interrupt (a review request's data fills in its fields)."""
     data = interrupt.data if isinstance(interrupt.data, dict) else {}
+    review_id = data.get("review_id")
     return PendingReview(
         thread_id=thread_id,
-        item_id=interrupt.tool_call_id,
-        review_id=data.get("review_id"),
+        item_id=review_id or interrupt.tool_call_id,
+        review_id=review_id,
         tool_name=interrupt.tool_name,
         digest=data.get("digest"),
         reason=interrupt.reason,
@@ -115,6 +118,8 @@ def changes_for(event: Any, thread_id_of: Callable[[str], str | None]) -> list[Q
         return []  # a thread written by code older than the queue's first event
     if isinstance(event, AgentThread.Interrupted):
         return [ItemAdded(pending_from(event.interrupt, thread_id, event.timestamp))]
+    if isinstance(event, AgentThread.ReviewDecided):
+        return [ItemRemoved(thread_id, event.review_id)]
     if isinstance(event, AgentThread.Resumed | AgentThread.Abandoned):
         return [ThreadCleared(thread_id)]
     return []
