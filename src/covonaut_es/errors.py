@@ -175,3 +175,7 @@ class InterruptError(CovonautError):
         super().__init__(reason)
         self.reason = reason
         self.data = data
+
+
+class TransferError(CovonautError, ValueError):
+    """An export to import is malformed or does not verify; nothing was written."""

@@ -237,17 +237,21 @@ class MsgspecMapper(Mapper[UUID]):
 
     def to_stored_event(self, domain_event: DomainEventProtocol[UUID]) -> StoredEvent:
         cls = type(domain_event)
-        data = codec_for(cls).encode(domain_event)
-        if self.compressor:
-            data = self.compressor.compress(data)
-        if self.cipher:
-            data = self.cipher.encrypt(data)
         return StoredEvent(
             originator_id=domain_event.originator_id,
             originator_version=domain_event.originator_version,
             topic=get_topic(cls),
-            state=data,
+            state=self.stored_payload(codec_for(cls).encode(domain_event)),
         )
+
+    def stored_payload(self, plain: bytes) -> bytes:
+        """The bytes to store for an encoded payload: compressed, then encrypted, as
+        configured. The inverse of :meth:`plain_payload`."""
+        if self.compressor:
+            plain = self.compressor.compress(plain)
+        if self.cipher:
+            plain = self.cipher.encrypt(plain)
+        return plain
 
     def plain_payload(self, stored_event: StoredEvent) -> bytes:
         """The stored payload decrypted and decompressed: the JSON the codec wrote.

@@ -14,7 +14,7 @@ import contextlib
 import secrets
 import threading
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Protocol
@@ -310,11 +310,32 @@ class Store(SessionTreeQueries):
         inherited = self.stored_records(forked.parent_thread_id)[: forked.parent_version]
         return inherited + own
 
+    def insert_records(self, records: Iterable[StoredEvent]) -> None:
+        """Write records whose payloads are plain JSON, compressed and encrypted as this
+        store is configured, in one transaction. For imports; see ``transfer``."""
+        mapper = self._mapper
+        sealed = [
+            StoredEvent(
+                r.originator_id, r.originator_version, r.topic, mapper.stored_payload(r.state)
+            )
+            for r in records
+        ]
+        try:
+            self._app.recorder.insert_events(sealed)
+        except IntegrityError as exc:
+            thread = str(sealed[0].originator_id) if sealed else "?"
+            msg = f"records for {thread} conflict with stored ones; nothing was written"
+            raise ThreadConflictError(msg, thread_id=thread, expected_version=0) from exc
+
     def plain_payload(self, record: StoredEvent) -> bytes:
         """A stored record's payload decrypted and decompressed."""
+        return self._mapper.plain_payload(record)
+
+    @property
+    def _mapper(self) -> MsgspecMapper:
         mapper = self._app.mapper
         assert isinstance(mapper, MsgspecMapper)
-        return mapper.plain_payload(record)
+        return mapper
 
     def snapshot_states(self, thread_id: str) -> tuple[ThreadState, ...]:
         """The states held by the thread's own stored snapshots, oldest first."""

@@ -1,0 +1,244 @@
+"""The ``covonaut-es`` command line, run as a real process for every command."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from covonaut_es import (
+    Agent,
+    AgentConfig,
+    CheckpointSettings,
+    HmacReviewerVerifier,
+    ScriptedProvider,
+    Tool,
+    open_store,
+)
+from support import answer, call, echo_tool, review_tool
+
+SECRET = secrets.token_hex(32)
+
+
+def covonaut(*args: str, store: str | None = None, stdin: str | None = None) -> Any:
+    """Run the installed console script (``python -m covonaut_es`` if it is missing)."""
+    script = shutil.which("covonaut-es", path=str(Path(sys.executable).parent))
+    command = [script] if script else [sys.executable, "-m", "covonaut_es"]
+    env = {**os.environ, "COVONAUT_ES_REVIEWER_SECRET": SECRET}
+    if store:
+        env["COVONAUT_ES_STORE"] = store
+    return subprocess.run(
+        [*command, *args], capture_output=True, text=True, env=env, input=stdin, timeout=120
+    )
+
+
+@pytest.fixture
+def url(tmp_path: Path) -> str:
+    """A SQLite store with a finished thread, a paused one and a review request."""
+    url = f"sqlite:///{tmp_path / 'threads.db'}"
+    with open_store(url) as store:
+        script = [call(("c1", "echo", '{"text": "hi"}')), answer("done")]
+        Agent(
+            AgentConfig(
+                provider=ScriptedProvider(script),
+                tools=[echo_tool()],
+                checkpoint=CheckpointSettings(store=store, thread_id="finished"),
+            )
+        ).run("go")
+        Agent(
+            AgentConfig(
+                provider=ScriptedProvider([call(("r1", "review", "{}"))]),
+                tools=[review_tool()],
+                checkpoint=CheckpointSettings(store=store, thread_id="paused"),
+            )
+        ).run("go")
+        pay = Tool("pay", "Pay", {"type": "object"}, lambda c, a: "paid", requires_approval=True)
+        Agent(
+            AgentConfig(
+                provider=ScriptedProvider([call(("p1", "pay", '{"amount": 7}'))]),
+                tools=[pay],
+                reviewer_verifier=HmacReviewerVerifier(SECRET.encode()),
+                checkpoint=CheckpointSettings(store=store, thread_id="payment"),
+            )
+        ).run("pay 7")
+    return url
+
+
+def review_id(url: str) -> str:
+    with open_store(url) as store:
+        (review,) = store.state_at("payment").reviews
+    return review.request.review_id
+
+
+def token(reviewer: str) -> str:
+    return HmacReviewerVerifier(SECRET.encode()).issue_token(reviewer, ttl_seconds=600)
+
+
+def test_threads_lists_status_turns_activity_and_reviews(url: str) -> None:
+    """threads: a table by default, JSON with --json; the store may come from the env."""
+    table = covonaut("threads", store=url)
+    assert table.returncode == 0, table.stderr
+    assert table.stdout.splitlines()[0].split() == [
+        "THREAD",
+        "STATUS",
+        "TURNS",
+        "LAST_ACTIVITY",
+        "PENDING_REVIEWS",
+    ]
+    rows = json.loads(covonaut("threads", "--json", "--store", url).stdout)
+    assert {r["thread"]: (r["status"], r["pending_reviews"]) for r in rows} == {
+        "finished": ("finished", 0),
+        "paused": ("interrupted", 0),
+        "payment": ("interrupted", 1),
+    }
+
+
+def test_show_history_and_replay(url: str) -> None:
+    """show, history and replay read one thread; replay --verify reports it intact."""
+    shown = covonaut("show", "paused", store=url)
+    assert "interrupted" in shown.stdout and "human review required" in shown.stdout
+    assert json.loads(covonaut("show", "paused", "--json", store=url).stdout)["status"] == (
+        "interrupted"
+    )
+    history = covonaut("history", "finished", store=url).stdout.splitlines()
+    assert history[1].split()[0] == "1" and "Started" in history[1]
+    replayed = covonaut("replay", "finished", "--verify", store=url)
+    assert replayed.returncode == 0
+    assert "answered: done" in replayed.stdout and "intact" in replayed.stdout
+    report = json.loads(covonaut("replay", "finished", "--verify", "--json", store=url).stdout)
+    assert report["verify"]["ok"] is True
+
+
+def test_replay_verify_fails_on_tampering(url: str) -> None:
+    """replay --verify exits 1 and names the version of an altered record."""
+    import sqlite3
+
+    db = url.removeprefix("sqlite:///")
+    with sqlite3.connect(db) as conn:
+        conn.execute(
+            "UPDATE stored_events SET state = replace(state, 'done', 'DONE') "
+            "WHERE originator_version = 10"
+        )
+    result = covonaut("replay", "finished", "--verify", store=url)
+    assert result.returncode == 1
+    assert "version 10: hash chain broken" in result.stdout
+
+
+def test_reviews_then_approve_and_reject(url: str) -> None:
+    """reviews lists the queue; approve and reject decide from the command line."""
+    listed = json.loads(covonaut("reviews", "--json", store=url).stdout)
+    assert {(r["thread"], r["tool"]) for r in listed} == {("paused", "review"), ("payment", "pay")}
+    review = review_id(url)
+    decided = covonaut("approve", review, "--reviewer-token", token("ann"), "--json", store=url)
+    assert decided.returncode == 0, decided.stderr
+    (row,) = json.loads(decided.stdout)
+    assert (row["decision"], row["reviewer"], row["thread"]) == ("approved", "ann", "payment")
+    again = covonaut(
+        "reject", review, "--reviewer-token", token("bob"), "--reason", "no", store=url
+    )
+    assert again.returncode == 2 and "already" in again.stderr
+    listed = json.loads(covonaut("reviews", "--json", store=url).stdout)
+    assert [r["thread"] for r in listed] == ["paused"]
+
+
+def test_reviews_follow_prints_new_items(url: str) -> None:
+    """reviews --follow keeps running and prints the queue when it changes."""
+    env = {**os.environ, "COVONAUT_ES_STORE": url}
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "covonaut_es", "reviews", "--follow", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    )
+    try:
+        assert follower.stdout is not None
+        first = json.loads(follower.stdout.readline())
+        assert len(first) == 2
+        with open_store(url) as store:
+            store.abandon("paused")
+        second = json.loads(follower.stdout.readline())
+        assert [r["thread"] for r in second] == ["payment"]
+    finally:
+        follower.send_signal(signal.SIGTERM)
+        follower.wait(timeout=10)
+        if follower.stdout:
+            follower.stdout.close()
+
+
+def test_a_bad_token_is_refused_and_records_nothing(url: str) -> None:
+    """approve with a forged token exits 2 and the review stays pending."""
+    forged = HmacReviewerVerifier(secrets.token_bytes(32)).issue_token("eve", ttl_seconds=60)
+    result = covonaut("approve", review_id(url), "--reviewer-token", forged, store=url)
+    assert result.returncode == 2
+    assert "not verified" in result.stderr.lower() or "signature" in result.stderr.lower()
+    assert len(json.loads(covonaut("reviews", "--json", store=url).stdout)) == 2
+
+
+def test_fork_and_tree(url: str) -> None:
+    """fork prints the new thread; tree shows it under its parent."""
+    forked = covonaut("fork", "finished", "--at", "5", "--as", "retry", store=url)
+    assert forked.returncode == 0, forked.stderr
+    assert "retry" in forked.stdout
+    assert covonaut("tree", "finished", store=url).stdout.splitlines() == [
+        "finished",
+        "  retry @5",
+    ]
+
+
+def test_export_and_import_round_trip(url: str, tmp_path: Path) -> None:
+    """export writes JSON Lines; import into another store gives the same thread, whose
+    hash chain still verifies."""
+    exported = covonaut("export", "finished", store=url)
+    lines = exported.stdout.splitlines()
+    assert lines and all(json.loads(line)["thread_id"] == "finished" for line in lines)
+    other = f"sqlite:///{tmp_path / 'other.db'}"
+    imported = covonaut("import", store=other, stdin=exported.stdout)
+    assert imported.returncode == 0, imported.stderr
+    with open_store(url) as source, open_store(other) as target:
+        assert target.state_at("finished") == source.state_at("finished")
+        assert target.verify("finished").ok
+    twice = covonaut("import", store=other, stdin=exported.stdout)
+    assert twice.returncode == 2 and "already has it" in twice.stderr
+
+
+def test_import_refuses_an_altered_export(url: str, tmp_path: Path) -> None:
+    """An export edited by hand fails its hash chain; nothing is written."""
+    exported = covonaut("export", "finished", store=url).stdout.replace('"go"', '"GO"')
+    other = f"sqlite:///{tmp_path / 'other.db'}"
+    result = covonaut("import", store=other, stdin=exported)
+    assert result.returncode == 2 and "hash chain" in result.stderr
+    assert json.loads(covonaut("threads", "--json", store=other).stdout) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("show", "ghost"), "not found"),
+        (("threads", "--store", "redis://x"), "not understood"),
+        (("threads", "--store", ""), "no store"),
+        (("fork", "finished", "--at", "999"), "cannot be forked"),
+    ],
+)
+def test_bad_input_is_a_clear_error(url: str, args: tuple[str, ...], message: str) -> None:
+    """Unknown threads, bad URLs, missing stores: exit 2 with a message on stderr."""
+    result = covonaut(*args, store=url)
+    assert result.returncode == 2
+    assert message in result.stderr
+
+
+def test_every_command_has_help() -> None:
+    """--help works for each command without a store."""
+    for command in ("threads", "show", "history", "replay", "reviews", "approve", "reject"):
+        result = covonaut(command, "--help")
+        assert result.returncode == 0 and command in result.stdout
+    for command in ("fork", "tree", "export", "import", "migrate"):
+        assert covonaut(command, "--help").returncode == 0
