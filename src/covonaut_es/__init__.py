@@ -44,13 +44,16 @@ from covonaut_es.errors import (
     ScriptExhaustedError,
     SerializationError,
     StaleReviewError,
+    StaleSnapshotError,
     StoreUnavailableError,
     StoreURLError,
     ThreadConflictError,
     ThreadNotFoundError,
     ThreadStateError,
     ToolCallsInDoubtError,
+    UpcasterError,
 )
+from covonaut_es.migrations import check_upcasters
 from covonaut_es.providers import AsyncProvider, Provider, ScriptedProvider, collect_stream
 from covonaut_es.queue_items import PendingReview
 from covonaut_es.retry import RetryPolicy
@@ -58,6 +61,7 @@ from covonaut_es.review_queue import ReviewQueue
 from covonaut_es.store import Store, create_cipher_key, open_store
 from covonaut_es.tools import ApprovalPolicy, Tool, ToolContext
 from covonaut_es.tree import BranchPoint, ForkRecord, SessionTree, ThreadTree, TreeStats
+from covonaut_es.upcasting import Upcaster
 from covonaut_es.values import (
     Checkpoint,
     CheckpointReason,
@@ -144,6 +148,7 @@ __all__ = [
     "SerializationError",
     "SessionTree",
     "StaleReviewError",
+    "StaleSnapshotError",
     "Store",
     "StoreURLError",
     "StoreUnavailableError",
@@ -163,8 +168,11 @@ __all__ = [
     "ToolOutcome",
     "ToolSpec",
     "TreeStats",
+    "Upcaster",
+    "UpcasterError",
     "Usage",
     "canonical_json",
+    "check_upcasters",
     "collect_stream",
     "create_cipher_key",
     "open_store",

@@ -250,7 +250,9 @@ class Agent:
         """
         settings = self._require_checkpointing("restore_latest_checkpoint()")
         with self._run_lock:
-            thread = settings.store.load(thread_id or self._thread_id)
+            thread = settings.store.load(
+                thread_id or self._thread_id, snapshot_migrators=settings.migrators
+            )
             self._thread_id = thread.thread_id
             self._bind(thread)
             return thread.checkpoints[-1] if thread.checkpoints else None
@@ -281,7 +283,11 @@ class Agent:
     def _current(self) -> AgentThread:
         if self._thread is None:
             settings = self.config.checkpoint
-            found = settings.store.find(self._thread_id) if settings else None
+            found = (
+                settings.store.find(self._thread_id, snapshot_migrators=settings.migrators)
+                if settings
+                else None
+            )
             thread = found or AgentThread.start(self._thread_id, now=self.config.clock())
             self._bind(thread)
             return thread

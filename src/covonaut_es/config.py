@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Literal
 
@@ -11,9 +11,11 @@ import attrs
 from covonaut_es.approvals import ReviewerVerifier
 from covonaut_es.compaction import Compactor
 from covonaut_es.domain import AgentThread
+from covonaut_es.migrations import thread_snapshot_schema
 from covonaut_es.providers import AsyncProvider, Provider
 from covonaut_es.store import Store
 from covonaut_es.tools import Tool
+from covonaut_es.upcasting import NO_MIGRATORS, Upcaster, frozen_steps
 
 Durability = Literal["step", "checkpoint"]
 
@@ -39,6 +41,12 @@ def _unique_tools(
         raise ValueError(msg)
 
 
+def _snapshot_steps(
+    _: object, attribute: attrs.Attribute[Mapping[int, Upcaster]], steps: Mapping[int, Upcaster]
+) -> None:
+    thread_snapshot_schema().check_steps(steps, what=f"CheckpointSettings.{attribute.name}")
+
+
 @attrs.frozen(kw_only=True)
 class CheckpointSettings:
     """Where and when an agent saves its thread.
@@ -53,6 +61,10 @@ class CheckpointSettings:
         durability: ``"step"`` (default) commits events at every step boundary, so the
             intent to call a tool is stored before the tool runs; ``"checkpoint"``
             commits only when a checkpoint is saved.
+        migrators: Upcasters for the thread's snapshots, keyed by the schema version
+            they upgrade from; each replaces the library's own for that step (B25). A
+            snapshot that cannot be upgraded is passed over and the thread rebuilt from
+            its events.
     """
 
     store: Store
@@ -61,6 +73,9 @@ class CheckpointSettings:
     skip_save_on_turn_end: bool = False
     durability: Durability = attrs.field(
         default="step", validator=attrs.validators.in_(("step", "checkpoint"))
+    )
+    migrators: Mapping[int, Upcaster] = attrs.field(
+        default=NO_MIGRATORS, converter=frozen_steps, validator=_snapshot_steps
     )
 
 

@@ -20,13 +20,13 @@ from types import TracebackType
 from typing import Any, Protocol
 from uuid import UUID
 
-from eventsourcing.application import AggregateNotFoundError, Application
+from eventsourcing.application import AggregateNotFoundError, Application, Repository
 from eventsourcing.persistence import IntegrityError, StoredEvent
 from eventsourcing.utils import get_topic
 
 from covonaut_es import audit
 from covonaut_es.aio import in_worker_thread
-from covonaut_es.application import open_application
+from covonaut_es.application import SnapshotCache, open_application
 from covonaut_es.audit import AuditEntry, AuditReport
 from covonaut_es.domain import AgentThread, ThreadSnapshot, thread_aggregate_id
 from covonaut_es.errors import (
@@ -38,6 +38,7 @@ from covonaut_es.errors import (
 from covonaut_es.serialization import MsgspecMapper
 from covonaut_es.store_urls import canonical_url, redact, store_env
 from covonaut_es.tree import ForkRecord, SessionTreeQueries
+from covonaut_es.upcasting import NO_MIGRATORS, Upcaster
 from covonaut_es.values import Checkpoint, Label, ThreadParent, ThreadState
 
 _LOG_BATCH = 500
@@ -113,21 +114,42 @@ class Store(SessionTreeQueries):
 
     # Threads ----------------------------------------------------------------------
 
-    def load(self, thread_id: str, *, version: int | None = None) -> AgentThread:
+    def load(
+        self,
+        thread_id: str,
+        *,
+        version: int | None = None,
+        snapshot_migrators: Mapping[int, Upcaster] = NO_MIGRATORS,
+    ) -> AgentThread:
         """Rebuild a thread from its newest snapshot at or below ``version`` and the
         events after it.
 
+        Args:
+            thread_id: The thread.
+            version: The version to rebuild; the head by default.
+            snapshot_migrators: The application's upcasters for snapshots, replacing
+                the library's own for their steps (``CheckpointSettings.migrators``). A
+                snapshot that cannot be upgraded is passed over and the thread rebuilt
+                from its events.
+
         Raises:
             ThreadNotFoundError: The thread has no events (at that version).
+            SerializationError: A stored event cannot be read.
         """
-        thread = self.find(thread_id, version=version)
+        thread = self.find(thread_id, version=version, snapshot_migrators=snapshot_migrators)
         if thread is None:
             at = "" if version is None else f" at version {version}"
             msg = f"thread {thread_id!r} not found{at} in store {self.url}"
             raise ThreadNotFoundError(msg)
         return thread
 
-    def find(self, thread_id: str, *, version: int | None = None) -> AgentThread | None:
+    def find(
+        self,
+        thread_id: str,
+        *,
+        version: int | None = None,
+        snapshot_migrators: Mapping[int, Upcaster] = NO_MIGRATORS,
+    ) -> AgentThread | None:
         """Like :meth:`load`, but None when the thread does not exist."""
         if version is not None and version < 1:
             return None
@@ -142,7 +164,9 @@ class Store(SessionTreeQueries):
             return thread
 
         try:
-            thread = self._app.repository.get(aggregate_id, version=version, projector_func=project)
+            thread = self._repository(snapshot_migrators).get(
+                aggregate_id, version=version, projector_func=project
+            )
         except AggregateNotFoundError:
             return self._inherited(thread_id, version, self.find)
         if snapshot_seen and version is None:
@@ -454,6 +478,15 @@ class Store(SessionTreeQueries):
 
     def __repr__(self) -> str:
         return f"Store({self.url!r})"
+
+    def _repository(self, snapshot_migrators: Mapping[int, Upcaster]) -> Repository[UUID]:
+        if not snapshot_migrators:
+            return self._app.repository
+        assert self._app.snapshots is not None
+        mapper = self._app.mapper
+        assert isinstance(mapper, MsgspecMapper)
+        cache = SnapshotCache(mapper, self._app.snapshots.recorder, snapshot_migrators)
+        return Repository(self._app.events, snapshot_store=cache)
 
     def _remember_snapshot(self, aggregate_id: UUID, version: int) -> None:
         with self._lock:

@@ -1,0 +1,94 @@
+"""The library's schema registry: the current version and the upcasters of every stored type.
+
+A stored type declares the version the code writes as ``class_version`` (eventsourcing's
+convention): each event class nested in :class:`~covonaut_es.AgentThread`, the aggregate
+itself for its snapshots, and :class:`~covonaut_es.StateDocument` for named states.
+The upcasters live here, one function per step, keyed by the version they upgrade from.
+ADR 0007 says when a change needs a new version and how to add a step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+
+from covonaut_es.domain import AgentThread, ThreadSnapshot
+from covonaut_es.errors import MissingUpcasterError
+from covonaut_es.upcasting import Schema, Upcaster
+from covonaut_es.values import StateDocument
+
+EVENT_UPCASTERS: dict[type, Mapping[int, Upcaster]] = {}
+"""Upcasters of the thread's event types, by event class."""
+
+SNAPSHOT_UPCASTERS: Mapping[int, Upcaster] = {}
+"""Upcasters of the thread's snapshot state (``AgentThread.class_version``)."""
+
+STATE_DOCUMENT_UPCASTERS: Mapping[int, Upcaster] = {}
+"""Upcasters of named state documents (``StateDocument.class_version``)."""
+
+
+def class_version(cls: type) -> int:
+    """The schema version the running code writes for a stored class."""
+    return int(getattr(cls, "class_version", 1))
+
+
+def event_classes() -> Iterator[type[AgentThread.Event]]:
+    """Every event type of the thread, in declaration order."""
+    for value in vars(AgentThread).values():
+        is_event = isinstance(value, type) and issubclass(value, AgentThread.Event)
+        if is_event and value is not AgentThread.Event:
+            yield value
+
+
+def schema_for(cls: type) -> Schema:
+    """The schema of a stored class: a thread event, the thread's snapshot, or another
+    class (with no upcasters)."""
+    if issubclass(cls, ThreadSnapshot):
+        return thread_snapshot_schema()
+    return Schema(cls.__qualname__, class_version(cls), EVENT_UPCASTERS.get(cls, {}))
+
+
+def thread_snapshot_schema() -> Schema:
+    """The schema of the thread's snapshots: the aggregate's state."""
+    return Schema(ThreadSnapshot.__qualname__, class_version(AgentThread), SNAPSHOT_UPCASTERS)
+
+
+def state_document_schema() -> Schema:
+    """The schema of named state documents."""
+    return Schema(
+        StateDocument.__qualname__, class_version(StateDocument), STATE_DOCUMENT_UPCASTERS
+    )
+
+
+def registry() -> tuple[Schema, ...]:
+    """The schema of every type the library stores."""
+    return (
+        *(schema_for(cls) for cls in event_classes()),
+        thread_snapshot_schema(),
+        state_document_schema(),
+    )
+
+
+def check_upcasters(schemas: Iterable[Schema] | None = None) -> None:
+    """Check that every stored type has an upcaster for each step up to its version.
+
+    Stores run this when they open, before any data is read, so a version bumped
+    without its upcaster fails at once rather than when old data turns up.
+
+    Args:
+        schemas: The schemas to check; by default the library's whole registry.
+
+    Raises:
+        MissingUpcasterError: Naming every type and step without an upcaster.
+        ConfigurationError: An upcaster is registered for a step its type does not have.
+    """
+    gaps = [
+        f"{schema.name} {step} -> {step + 1}"
+        for schema in (registry() if schemas is None else schemas)
+        for step in schema.missing_steps()
+    ]
+    if gaps:
+        msg = (
+            f"these schema steps have no upcaster: {', '.join(gaps)}; add one function per "
+            "step to covonaut_es.migrations (see ADR 0007)"
+        )
+        raise MissingUpcasterError(msg)
