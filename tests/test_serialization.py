@@ -25,12 +25,15 @@ from covonaut_es import (
     RunMode,
     SchemaVersionError,
     SerializationError,
+    StateDocument,
+    ThreadStatus,
     ToolCall,
     ToolOutcome,
     Usage,
 )
 from covonaut_es.domain import ThreadSnapshot, thread_aggregate_id
 from covonaut_es.migrations import EVENT_UPCASTERS
+from covonaut_es.named_state import StateSaved, state_stream_id
 from covonaut_es.serialization import MsgspecMapper, codec_for
 
 NOW = datetime(2026, 3, 4, 5, 6, 7, 890123, tzinfo=UTC)
@@ -38,6 +41,24 @@ ID = thread_aggregate_id("t")
 
 SAMPLES: dict[type, dict[str, Any]] = {
     AgentThread.Started: {"thread_id": "t", "originator_topic": "covonaut.thread"},
+    AgentThread.StartedFromState: {
+        "thread_id": "t",
+        "originator_topic": "covonaut.thread",
+        "key": "review-pending",
+        "document": StateDocument(
+            thread_id="source",
+            version=9,
+            saved_at=NOW,
+            status=ThreadStatus.INTERRUPTED,
+            messages=(Message(Role.USER, "pay"), Message(Role.TOOL, "paused", tool_call_id="c1")),
+            turn=2,
+            usage=Usage(5, 6),
+            interrupts=(Interrupt("why", {"amount": 40}, "c1", "review"),),
+            compaction=Compaction("earlier", 1),
+            error=None,
+        ),
+        "stored_version": 0,
+    },
     AgentThread.RunStarted: {"mode": RunMode.RESUME},
     AgentThread.MessageAppended: {
         "message": Message(
@@ -134,6 +155,24 @@ def test_event_round_trip_is_equal_including_types(cls: type, compress: bool) ->
     assert type(decoded) is cls
     for name, value in vars(event).items():
         assert_same_types(value, getattr(decoded, name))
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_named_state_record_round_trip_keeps_the_document_as_given(compress: bool) -> None:
+    """A StateSaved record decodes to the JSON object it was given, nested values
+    included, whatever the document's own schema version."""
+    mapper = MsgspecMapper(compressor=ZlibCompressor() if compress else None)
+    document = {"_v": 0, "messages": [{"role": "user", "content": "hi"}], "extra": None}
+    event = StateSaved(
+        originator_id=state_stream_id("k"),
+        originator_version=3,
+        timestamp=NOW,
+        key="k",
+        document=document,
+    )
+    decoded = mapper.to_domain_event(mapper.to_stored_event(event))
+    assert decoded == event
+    assert type(decoded) is StateSaved
 
 
 def test_snapshot_round_trip_restores_the_typed_thread() -> None:

@@ -29,6 +29,7 @@ from covonaut_es.errors import (
     CovonautError,
     InterruptError,
     InterruptPendingError,
+    InvalidStateKeyError,
     MaxTurnsExceededError,
     MissingUpcasterError,
     NotInterruptedError,
@@ -45,6 +46,7 @@ from covonaut_es.errors import (
     SerializationError,
     StaleReviewError,
     StaleSnapshotError,
+    StateNotFoundError,
     StoreUnavailableError,
     StoreURLError,
     ThreadConflictError,
@@ -58,6 +60,7 @@ from covonaut_es.providers import AsyncProvider, Provider, ScriptedProvider, col
 from covonaut_es.queue_items import PendingReview
 from covonaut_es.retry import RetryPolicy
 from covonaut_es.review_queue import ReviewQueue
+from covonaut_es.states import FileStateStore, MemoryStateStore, StateStore
 from covonaut_es.store import Store, create_cipher_key, open_store
 from covonaut_es.tools import ApprovalPolicy, Tool, ToolContext
 from covonaut_es.tree import BranchPoint, ForkRecord, SessionTree, ThreadTree, TreeStats
@@ -74,6 +77,7 @@ from covonaut_es.values import (
     ProviderResponse,
     Role,
     RunMode,
+    StateDocument,
     StreamDelta,
     ThreadParent,
     ThreadState,
@@ -110,13 +114,16 @@ __all__ = [
     "ConfigurationError",
     "CovonautError",
     "Decision",
+    "FileStateStore",
     "ForkRecord",
     "HmacReviewerVerifier",
     "Interrupt",
     "InterruptError",
     "InterruptPendingError",
+    "InvalidStateKeyError",
     "Label",
     "MaxTurnsExceededError",
+    "MemoryStateStore",
     "Message",
     "MissingUpcasterError",
     "NotInterruptedError",
@@ -149,6 +156,9 @@ __all__ = [
     "SessionTree",
     "StaleReviewError",
     "StaleSnapshotError",
+    "StateDocument",
+    "StateNotFoundError",
+    "StateStore",
     "Store",
     "StoreURLError",
     "StoreUnavailableError",

@@ -11,8 +11,10 @@ import attrs
 from covonaut_es.approvals import ReviewerVerifier
 from covonaut_es.compaction import Compactor
 from covonaut_es.domain import AgentThread
-from covonaut_es.migrations import thread_snapshot_schema
+from covonaut_es.errors import ConfigurationError
+from covonaut_es.migrations import state_document_schema, thread_snapshot_schema
 from covonaut_es.providers import AsyncProvider, Provider
+from covonaut_es.states import StateStore
 from covonaut_es.store import Store
 from covonaut_es.tools import Tool
 from covonaut_es.upcasting import NO_MIGRATORS, Upcaster, frozen_steps
@@ -45,6 +47,21 @@ def _snapshot_steps(
     _: object, attribute: attrs.Attribute[Mapping[int, Upcaster]], steps: Mapping[int, Upcaster]
 ) -> None:
     thread_snapshot_schema().check_steps(steps, what=f"CheckpointSettings.{attribute.name}")
+
+
+def _state_store(_: object, __: attrs.Attribute[StateStore | None], store: object) -> None:
+    if store is not None and not isinstance(store, StateStore):
+        msg = (
+            "AgentConfig.state_store must be a MemoryStateStore, a FileStateStore or a "
+            f"Store (anything with write_state and read_state), got {store!r}"
+        )
+        raise ConfigurationError(msg)
+
+
+def _state_document_steps(
+    _: object, attribute: attrs.Attribute[Mapping[int, Upcaster]], steps: Mapping[int, Upcaster]
+) -> None:
+    state_document_schema().check_steps(steps, what=f"AgentConfig.{attribute.name}")
 
 
 @attrs.frozen(kw_only=True)
@@ -105,6 +122,11 @@ class AgentConfig:
             does not stop the run.
         reviewer_verifier: Verifies reviewers' credentials for ``Agent.approve`` and
             ``Agent.reject`` (see ``HmacReviewerVerifier``).
+        state_store: Where ``save_state`` and ``load_state`` keep named states (B1): a
+            :class:`~covonaut_es.MemoryStateStore`, a :class:`~covonaut_es.FileStateStore`
+            or a thread :class:`~covonaut_es.Store`.
+        state_migrators: Upcasters for state documents, keyed by the schema version
+            they upgrade from; each replaces the library's own for that step (B25).
     """
 
     provider: Provider | AsyncProvider
@@ -121,6 +143,10 @@ class AgentConfig:
     clock: Callable[[], datetime] = utc_now
     on_event: Callable[[AgentThread.Event], None] | None = None
     reviewer_verifier: ReviewerVerifier | None = None
+    state_store: StateStore | None = attrs.field(default=None, validator=_state_store)
+    state_migrators: Mapping[int, Upcaster] = attrs.field(
+        default=NO_MIGRATORS, converter=frozen_steps, validator=_state_document_steps
+    )
 
     def tool(self, name: str) -> Tool | None:
         """The tool with that name, if configured."""

@@ -47,6 +47,7 @@ from covonaut_es.values import (
     PendingToolCall,
     Role,
     RunMode,
+    StateDocument,
     ThreadParent,
     ThreadState,
     ThreadStatus,
@@ -112,6 +113,26 @@ class AgentThread(Aggregate, created_event_name="Started"):
 
     # eventsourcing would otherwise define a `Created` class of its own.
     Created = Started
+
+    class StartedFromState(Started):
+        """The thread was started from a named state (B1): it records the key, the
+        document as migrated, and the schema version the document was stored at."""
+
+        TOPIC = "covonaut.thread.StartedFromState"
+
+        key: str
+        document: StateDocument
+        stored_version: int
+
+        def apply(self, thread: AgentThread) -> None:
+            document = self.document
+            thread.status = document.status
+            thread.messages = list(document.messages)
+            thread.turn = document.turn
+            thread.usage = document.usage
+            thread.interrupts = list(document.interrupts)
+            thread.compaction = document.compaction
+            thread.error = document.error
 
     class RunStarted(Event):
         """``run``, ``continue_run`` or ``resume`` started a run."""
@@ -433,6 +454,30 @@ class AgentThread(Aggregate, created_event_name="Started"):
         previous = self.chain_head or UNCHAINED
         super().trigger_event(event_class, **kwargs)
         self.chain_head = seal(self.pending_events[-1], event_class.TOPIC, previous)
+
+    @classmethod
+    def start_from_state(
+        cls,
+        thread_id: str,
+        *,
+        key: str,
+        document: StateDocument,
+        stored_version: int,
+        now: datetime,
+    ) -> AgentThread:
+        """Create a thread continuing from a named state ``document`` saved under ``key``,
+        already migrated from schema version ``stored_version`` (B1)."""
+        thread = cls._create(
+            cls.StartedFromState,
+            id=thread_aggregate_id(thread_id),
+            thread_id=thread_id,
+            key=key,
+            document=document,
+            stored_version=stored_version,
+            timestamp=now,
+        )
+        thread.chain_head = seal(thread.pending_events[0], cls.StartedFromState.TOPIC, UNCHAINED)
+        return thread
 
     def start_run(self, mode: RunMode, *, now: datetime) -> None:
         """Begin a run; ``resume`` needs a pending interrupt, the others refuse one."""

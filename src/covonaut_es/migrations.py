@@ -2,7 +2,8 @@
 
 A stored type declares the version the code writes as ``class_version`` (eventsourcing's
 convention): each event class nested in :class:`~covonaut_es.AgentThread`, the aggregate
-itself for its snapshots, and :class:`~covonaut_es.StateDocument` for named states.
+itself for its snapshots, :class:`~covonaut_es.StateDocument` for named states, and the
+event that records a named state in a thread store.
 The upcasters live here, one function per step, keyed by the version they upgrade from.
 ADR 0007 says when a change needs a new version and how to add a step.
 """
@@ -13,11 +14,12 @@ from collections.abc import Iterable, Iterator, Mapping
 
 from covonaut_es.domain import AgentThread, ThreadSnapshot
 from covonaut_es.errors import MissingUpcasterError
+from covonaut_es.named_state import StateSaved
 from covonaut_es.upcasting import Schema, Upcaster
 from covonaut_es.values import StateDocument
 
 EVENT_UPCASTERS: dict[type, Mapping[int, Upcaster]] = {}
-"""Upcasters of the thread's event types, by event class."""
+"""Upcasters of the stored event types, by event class."""
 
 SNAPSHOT_UPCASTERS: Mapping[int, Upcaster] = {}
 """Upcasters of the thread's snapshot state (``AgentThread.class_version``)."""
@@ -63,6 +65,7 @@ def registry() -> tuple[Schema, ...]:
     """The schema of every type the library stores."""
     return (
         *(schema_for(cls) for cls in event_classes()),
+        schema_for(StateSaved),
         thread_snapshot_schema(),
         state_document_schema(),
     )

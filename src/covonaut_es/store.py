@@ -35,6 +35,7 @@ from covonaut_es.errors import (
     ThreadConflictError,
     ThreadNotFoundError,
 )
+from covonaut_es.named_state import StateSaved, state_stream_id
 from covonaut_es.serialization import MsgspecMapper
 from covonaut_es.store_urls import canonical_url, redact, store_env
 from covonaut_es.tree import ForkRecord, SessionTreeQueries
@@ -265,7 +266,9 @@ class Store(SessionTreeQueries):
 
     def thread_ids(self) -> Iterator[str]:
         """The ids of all threads, forks included, in creation order."""
-        for event in self._events_of_type(AgentThread.Started, AgentThread.Forked):
+        for event in self._events_of_type(
+            AgentThread.Started, AgentThread.StartedFromState, AgentThread.Forked
+        ):
             yield event.thread_id
 
     def checkpoints(self, thread_id: str) -> tuple[Checkpoint, ...]:
@@ -454,6 +457,42 @@ class Store(SessionTreeQueries):
             if len(batch) < _LOG_BATCH:
                 return
             position = batch[-1].id
+
+    # Named states (B1) -------------------------------------------------------------
+
+    def write_state(self, key: str, document: Mapping[str, Any]) -> None:
+        """Save a named state document under ``key``; the last save wins.
+
+        Each save is an event in the key's own stream, so the store keeps every save.
+
+        Raises:
+            InvalidStateKeyError: The key is not allowed.
+        """
+        stream = state_stream_id(key)
+        while True:
+            last = self._app.recorder.select_events(stream, desc=True, limit=1)
+            saved = StateSaved(
+                originator_id=stream,
+                originator_version=last[0].originator_version + 1 if last else 1,
+                timestamp=StateSaved.create_timestamp(),
+                key=key,
+                document=dict(document),
+            )
+            with contextlib.suppress(IntegrityError):  # another writer saved first: go after it
+                self._app.events.put([saved])
+                return
+
+    def read_state(self, key: str) -> dict[str, Any] | None:
+        """The document last saved under ``key``, or None.
+
+        Raises:
+            InvalidStateKeyError: The key is not allowed.
+            SerializationError: The stored record cannot be read.
+        """
+        for saved in self._app.events.get(state_stream_id(key), desc=True, limit=1):
+            assert isinstance(saved, StateSaved)
+            return saved.document
+        return None
 
     # Lifecycle --------------------------------------------------------------------
 
