@@ -249,7 +249,7 @@ def test_file_writes_are_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     assert states.read_state("k") == {"_v": 1, "n": 1}
     assert [p.name for p in tmp_path.iterdir()] == ["k.json"]
     assert json.loads((tmp_path / "k.json").read_text()) == {"_v": 1, "n": 1}
-    assert list(states.keys()) == ["k"]
+    assert list(states.state_keys()) == ["k"]
 
 
 def test_a_corrupt_state_file_is_named(tmp_path: Path) -> None:

@@ -32,7 +32,7 @@ from covonaut_es import (
 )
 from covonaut_es.domain import ThreadSnapshot
 from covonaut_es.serialization import MsgspecMapper
-from support import answer, call, echo_tool
+from support import answer, call, echo_tool, put_raw_snapshot
 
 SECRET = "TOP-SECRET-PLAINTEXT-4711"
 
@@ -225,20 +225,17 @@ def test_unreachable_postgres_is_store_unavailable() -> None:
 
 def put_snapshot(store: Store, thread_id: str, edit: Callable[[dict[str, Any]], object]) -> None:
     """Store a snapshot of the thread's head whose payload ``edit`` has changed."""
-    snapshot = ThreadSnapshot.take(store.load(thread_id))
-    record = store._app.mapper.to_stored_event(snapshot)
+    record = MsgspecMapper().to_stored_event(ThreadSnapshot.take(store.load(thread_id)))
     payload = msgspec.json.decode(record.state)
     edit(payload)
-    assert store._app.snapshots is not None
-    store._app.snapshots.recorder.insert_events(
-        [
-            StoredEvent(
-                record.originator_id,
-                record.originator_version,
-                record.topic,
-                msgspec.json.encode(payload),
-            )
-        ]
+    put_raw_snapshot(
+        store,
+        StoredEvent(
+            record.originator_id,
+            record.originator_version,
+            record.topic,
+            msgspec.json.encode(payload),
+        ),
     )
 
 

@@ -34,6 +34,10 @@ from covonaut_es.migrations import check_upcasters, schema_for
 from covonaut_es.upcasting import NO_MIGRATORS, VERSION_KEY, Schema, Upcaster, stored_version
 
 _IDENTITY_FIELDS = frozenset({"originator_id", "originator_version"})
+_UNREADABLE_HINT = (
+    "; it is damaged, or encrypted or compressed and read without the store's cipher key "
+    "or compress option"
+)
 
 
 class JsonTranscoder(Transcoder):
@@ -83,7 +87,7 @@ class _Codec:
     def _decode_older(
         self, data: bytes, *, where: str, migrators: Mapping[int, Upcaster]
     ) -> dict[str, Any]:
-        state = decode_object(data, where=where)
+        state = decode_object(data, where=where, hint=_UNREADABLE_HINT)
         stored = stored_version(state)
         state = self._upgrade(state, where, migrators)
         try:
@@ -120,8 +124,8 @@ class _SnapshotCodec(_Codec):
         return payload
 
 
-def decode_object(data: bytes, *, where: str) -> dict[str, Any]:
-    """Decode stored JSON that must be an object.
+def decode_object(data: bytes, *, where: str, hint: str = "") -> dict[str, Any]:
+    """Decode stored JSON that must be an object; ``hint`` follows a JSON error.
 
     Raises:
         SerializationError: The bytes are not JSON, or not a JSON object.
@@ -129,7 +133,7 @@ def decode_object(data: bytes, *, where: str) -> dict[str, Any]:
     try:
         decoded = msgspec.json.decode(data)
     except msgspec.DecodeError as exc:
-        msg = f"{where}: stored payload is not valid JSON: {exc}"
+        msg = f"{where}: stored payload is not valid JSON ({exc}){hint}"
         raise SerializationError(msg) from exc
     if not isinstance(decoded, dict):
         msg = f"{where}: stored payload is a {type(decoded).__name__}, expected an object"

@@ -109,7 +109,7 @@ class FileStateStore:
             return None
         return decode_object(data, where=f"state file {str(file)!r}")
 
-    def keys(self) -> Iterator[str]:
+    def state_keys(self) -> Iterator[str]:
         """The keys of the saved documents, in sorted order."""
         for file in sorted(self.path.glob("*.json")):
             with contextlib.suppress(ValueError):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import os
 import secrets
 import threading
 import uuid
@@ -32,6 +33,7 @@ from covonaut_es.domain import AgentThread, ThreadSnapshot, thread_aggregate_id
 from covonaut_es.errors import (
     CheckpointNotFoundError,
     ConfigurationError,
+    StoreUnavailableError,
     ThreadConflictError,
     ThreadNotFoundError,
 )
@@ -343,6 +345,35 @@ class Store(SessionTreeQueries):
         assert isinstance(mapper, MsgspecMapper)
         return mapper.plain_payload(record)
 
+    def all_stored_records(self) -> Iterator[StoredEvent]:
+        """Every record in the store exactly as the database holds it: the events in log
+        order, then each stream's snapshots. For audits and migration checks."""
+        streams: dict[UUID, None] = {}
+        position: int | None = None
+        while True:
+            batch = self._app.recorder.select_notifications(
+                position, _LOG_BATCH, inclusive_of_start=False
+            )
+            for notification in batch:
+                streams.setdefault(UUID(str(notification.originator_id)))
+                yield notification
+            if len(batch) < _LOG_BATCH:
+                break
+            position = batch[-1].id
+        assert self._app.snapshots is not None
+        for stream in streams:
+            yield from self._app.snapshots.recorder.select_events(stream)
+
+    def read_record(self, record: StoredEvent) -> object:
+        """A stored record decoded and upgraded to this code's schema, as a load reads it.
+
+        Raises:
+            SerializationError: It cannot be read; the subclass says why.
+        """
+        mapper = self._app.mapper
+        assert isinstance(mapper, MsgspecMapper)
+        return mapper.decode(record)
+
     def snapshot_states(self, thread_id: str) -> tuple[ThreadState, ...]:
         """The states held by the thread's own stored snapshots, oldest first."""
         assert self._app.snapshots is not None
@@ -550,6 +581,7 @@ def open_store(
     max_checkpoints_per_thread: int = 0,
     cipher_key: str | None = None,
     compress: bool = False,
+    create_tables: bool = True,
 ) -> Store:
     """Open a thread store.
 
@@ -565,6 +597,8 @@ def open_store(
             (base64 of 16, 24 or 32 bytes; see :func:`create_cipher_key`). Needs the
             ``encryption`` extra.
         compress: Compress stored events and snapshots with zlib.
+        create_tables: Create the store's tables (and a SQLite file) when they are
+            missing. Tools that must not write pass False.
 
     Raises:
         StoreURLError: The URL's scheme is unknown or the URL is malformed.
@@ -572,6 +606,12 @@ def open_store(
         StoreUnavailableError: The database cannot be reached.
     """
     env = store_env(url, cipher_key=cipher_key, compress=compress)
+    if not create_tables:
+        env["CREATE_TABLE"] = "n"
+        sqlite_file = env.get("SQLITE_DBNAME")
+        if sqlite_file is not None and not os.path.exists(sqlite_file):
+            msg = f"store {redact(url)}: there is no SQLite file {sqlite_file!r} to open"
+            raise StoreUnavailableError(msg)
     return Store(
         canonical_url(url, env), env, max_checkpoints_per_thread=max_checkpoints_per_thread
     )
