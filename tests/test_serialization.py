@@ -62,9 +62,12 @@ SAMPLES: dict[type, dict[str, Any]] = {
     AgentThread.RunStarted: {"mode": RunMode.RESUME},
     AgentThread.MessageAppended: {
         "message": Message(
-            Role.ASSISTANT, "hi", tool_calls=(ToolCall("c1", "echo", '{"a": 1}'),), name="bot"
+            Role.ASSISTANT,
+            "hi",
+            tool_calls=(ToolCall("c1", "echo", '{"a": 1}'),),
+            name="bot",
+            usage=Usage(3, 4),
         ),
-        "usage": Usage(3, 4),
     },
     AgentThread.ToolCalled: {"call": ToolCall("c1", "echo", "{}"), "idempotency_key": "k"},
     AgentThread.ToolResultRecorded: {
@@ -181,8 +184,7 @@ def test_snapshot_round_trip_restores_the_typed_thread() -> None:
     thread.start_run(RunMode.RUN, now=NOW)
     thread.append_message(Message(Role.USER, "hi"), now=NOW)
     thread.append_message(
-        Message(Role.ASSISTANT, tool_calls=(ToolCall("c1", "echo", "{}"),)),
-        usage=Usage(1, 2),
+        Message(Role.ASSISTANT, tool_calls=(ToolCall("c1", "echo", "{}"),), usage=Usage(1, 2)),
         now=NOW,
     )
     thread.call_tools([ToolCall("c1", "echo", "{}")], now=NOW)
@@ -287,17 +289,16 @@ def test_b25_snapshot_migrators_see_the_thread_state_with_its_version() -> None:
     thread.start_turn(now=NOW)
     mapper = MsgspecMapper()
     record = mapper.to_stored_event(ThreadSnapshot.take(thread))
-    unversioned = msgspec.json.decode(record.state)
-    del unversioned["_v"]
+    older = {**msgspec.json.decode(record.state), "_v": 1}
     seen: list[dict[str, Any]] = []
 
     def migrate(state: dict[str, Any]) -> dict[str, Any]:
         seen.append(dict(state))
-        return {**state, "turn": 7, "_v": 1}
+        return {**state, "turn": 7, "_v": 2}
 
-    old = StoredEvent(ID, record.originator_version, record.topic, msgspec.json.encode(unversioned))
-    restored = mapper.decode(old, migrators={0: migrate}).mutate(None)
-    assert seen[0]["_v"] == 0 and seen[0]["thread_id"] == "t" and "state" not in seen[0]
+    old = StoredEvent(ID, record.originator_version, record.topic, msgspec.json.encode(older))
+    restored = mapper.decode(old, migrators={1: migrate}).mutate(None)
+    assert seen[0]["_v"] == 1 and seen[0]["thread_id"] == "t" and "state" not in seen[0]
     assert isinstance(restored, AgentThread)
     assert restored.turn == 7
 

@@ -249,19 +249,23 @@ def test_b25_a_snapshot_that_cannot_be_read_falls_back_to_the_events(
     with caplog.at_level(logging.WARNING, logger="covonaut_es"):
         assert store.state_at("t") == state
     assert "rebuilding the thread from its events" in caplog.text
-    assert "ThreadSnapshot data (schema version 1) does not decode" in caplog.text
+    assert "ThreadSnapshot data (schema version 2) does not decode" in caplog.text
 
 
 def test_b25_a_checkpoint_migrator_replaces_the_librarys_step(store: Store) -> None:
     """B25: CheckpointSettings(migrators={v: fn}) upgrades snapshots at version v with fn
-    instead of the library's upcaster (here the 0 -> 1 identity)."""
+    instead of the library's upcaster: here the 0 -> 1 identity and the 1 -> 2 rebuild."""
     talk(store)
     put_snapshot(store, "t", lambda payload: payload.pop("_v"))
 
     def migrate(state: dict[str, Any]) -> dict[str, Any]:
         return {**state, "turn": 41, "_v": 1}
 
-    settings = CheckpointSettings(store=store, thread_id="t", migrators={0: migrate})
+    def current(state: dict[str, Any]) -> dict[str, Any]:
+        return {**state, "_v": 2}
+
+    migrators = {0: migrate, 1: current}
+    settings = CheckpointSettings(store=store, thread_id="t", migrators=migrators)
     agent = Agent(AgentConfig(provider=ScriptedProvider([]), checkpoint=settings))
     agent.restore_latest_checkpoint()
     assert agent.state.turn == 41
@@ -294,7 +298,7 @@ def test_b23_a_snapshot_newer_than_the_code_is_an_error(store_url: str) -> None:
         state = talk(store).state
         put_snapshot(store, "t", lambda payload: payload.update(_v=99))
         with pytest.raises(
-            SchemaVersionError, match=r"ThreadSnapshot data has schema version 99.*up to version 1"
+            SchemaVersionError, match=r"ThreadSnapshot data has schema version 99.*up to version 2"
         ):
             store.load("t")
         assert store.replay_state("t") == state

@@ -71,6 +71,8 @@ class AgentThread(Aggregate, created_event_name="Started"):
     # Explicit topics are stored with every event: short, and independent of where the
     # classes live, so modules can move without breaking stored data.
     TOPIC = "covonaut.thread"
+    # The schema version of snapshots; see covonaut_es.migrations and ADR 0007.
+    class_version = 2
 
     thread_id: str
     status: ThreadStatus
@@ -148,18 +150,18 @@ class AgentThread(Aggregate, created_event_name="Started"):
                 thread.reviews = thread.reviews.lapsed()
 
     class MessageAppended(Event):
-        """A system, user or assistant message was added; assistant messages carry
-        the usage the provider reported for them."""
+        """A system, user or assistant message was added; an assistant message carries
+        the usage the provider reported for it."""
 
         TOPIC = "covonaut.thread.MessageAppended"
+        class_version = 2
 
         message: Message
-        usage: Usage | None = None
 
         def apply(self, thread: AgentThread) -> None:
             thread.messages.append(self.message)
-            if self.usage is not None:
-                thread.usage = thread.usage + self.usage
+            if self.message.usage is not None:
+                thread.usage = thread.usage + self.message.usage
 
     class ToolCalled(Event):
         """Write-ahead record of a tool call, saved before the tool runs (B5)."""
@@ -503,14 +505,12 @@ class AgentThread(Aggregate, created_event_name="Started"):
         if mode is RunMode.RESUME:
             self.trigger_event(self.Resumed, timestamp=now)
 
-    def append_message(
-        self, message: Message, *, now: datetime, usage: Usage | None = None
-    ) -> None:
+    def append_message(self, message: Message, *, now: datetime) -> None:
         """Add a system, user or assistant message."""
         if message.role is Role.TOOL:
             msg = "tool messages are recorded with record_tool_result(), not append_message()"
             raise ThreadStateError(msg)
-        self.trigger_event(self.MessageAppended, message=message, usage=usage, timestamp=now)
+        self.trigger_event(self.MessageAppended, message=message, timestamp=now)
 
     def call_tools(self, calls: Iterable[ToolCall], *, now: datetime) -> None:
         """Record the intent to call each tool before any of them runs."""

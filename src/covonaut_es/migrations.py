@@ -11,20 +11,50 @@ ADR 0007 says when a change needs a new version and how to add a step.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
 
 from covonaut_es.domain import AgentThread, ThreadSnapshot
-from covonaut_es.errors import MissingUpcasterError
+from covonaut_es.errors import MissingUpcasterError, StaleSnapshotError
 from covonaut_es.named_state import StateSaved
-from covonaut_es.upcasting import Schema, Upcaster
+from covonaut_es.upcasting import VERSION_KEY, Schema, Upcaster
 from covonaut_es.values import StateDocument
 
-EVENT_UPCASTERS: dict[type, Mapping[int, Upcaster]] = {}
+# Version 2: per-message usage. An assistant message carries the usage the provider
+# reported for it (Message.usage), so that what each answer cost is in the state.
+
+
+def message_appended_v1_v2(payload: dict[str, Any]) -> dict[str, Any]:
+    """MessageAppended v2 keeps the usage inside its message instead of beside it."""
+    usage = payload.pop("usage", None)
+    if usage is not None:
+        payload["message"] = {**payload["message"], "usage": usage}
+    return {**payload, VERSION_KEY: 2}
+
+
+def thread_snapshot_v1_v2(state: dict[str, Any]) -> dict[str, Any]:
+    """A v1 snapshot's messages have no usage, and only the events know it: rebuild."""
+    msg = (
+        "ThreadSnapshot v1 predates per-message usage, which only the thread's events "
+        "hold, so it cannot be upgraded to v2"
+    )
+    raise StaleSnapshotError(msg)
+
+
+def state_document_v1_v2(document: dict[str, Any]) -> dict[str, Any]:
+    """A v1 document predates per-message usage: its messages keep none (its total
+    usage is whole), and its version tells a reader that absence means unrecorded."""
+    return {**document, VERSION_KEY: 2}
+
+
+EVENT_UPCASTERS: dict[type, Mapping[int, Upcaster]] = {
+    AgentThread.MessageAppended: {1: message_appended_v1_v2},
+}
 """Upcasters of the stored event types, by event class."""
 
-SNAPSHOT_UPCASTERS: Mapping[int, Upcaster] = {}
+SNAPSHOT_UPCASTERS: Mapping[int, Upcaster] = {1: thread_snapshot_v1_v2}
 """Upcasters of the thread's snapshot state (``AgentThread.class_version``)."""
 
-STATE_DOCUMENT_UPCASTERS: Mapping[int, Upcaster] = {}
+STATE_DOCUMENT_UPCASTERS: Mapping[int, Upcaster] = {1: state_document_v1_v2}
 """Upcasters of named state documents (``StateDocument.class_version``)."""
 
 

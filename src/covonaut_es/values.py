@@ -68,6 +68,7 @@ class Message(msgspec.Struct, frozen=True, omit_defaults=True):
         tool_calls: Calls requested by an assistant message.
         tool_call_id: For a tool message, the call it answers.
         name: For a tool message, the tool's name; otherwise an optional author name.
+        usage: For an assistant message, the tokens the provider reported for it.
     """
 
     role: Role
@@ -75,6 +76,7 @@ class Message(msgspec.Struct, frozen=True, omit_defaults=True):
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
     name: str | None = None
+    usage: Usage | None = None
 
 
 class Usage(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -305,7 +307,7 @@ class StateDocument(msgspec.Struct, frozen=True, kw_only=True):
         error: The last failure's message while the status is ``error``.
     """
 
-    class_version: ClassVar[int] = 1
+    class_version: ClassVar[int] = 2
 
     thread_id: str
     version: int
