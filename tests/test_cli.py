@@ -37,14 +37,6 @@ def covonaut_es(
     )
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def durable_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A store another process can open: a SQLite file or a PostgreSQL database."""
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'threads.db'}"
-    return str(request.getfixturevalue("postgres_database"))
-
-
 def fingerprint(url: str) -> object:
     """Everything the store holds, read behind the library's back."""
     if url.startswith("sqlite"):
@@ -56,12 +48,12 @@ def fingerprint(url: str) -> object:
         ).fetchone()
 
 
-def test_a_clean_store_exits_0_and_prints_the_counts(durable_url: str) -> None:
+def test_a_clean_store_exits_0_and_prints_the_counts(shared_url: str) -> None:
     """On a store where everything upgrades the check exits 0 and prints a row per
     type and stored version."""
-    with open_store(durable_url) as store:
+    with open_store(shared_url) as store:
         converse(store, "a")
-    result = covonaut_es("migrate", "--check", "--store", durable_url)
+    result = covonaut_es("migrate", "--check", "--store", shared_url)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0].startswith("Checked ") and lines[0].endswith("; nothing was written.")
@@ -71,24 +63,24 @@ def test_a_clean_store_exits_0_and_prints_the_counts(durable_url: str) -> None:
     assert result.stderr == ""  # not a terminal: no progress bar
 
 
-def test_a_corrupt_and_a_too_new_record_exit_non_zero_naming_both(durable_url: str) -> None:
+def test_a_corrupt_and_a_too_new_record_exit_non_zero_naming_both(shared_url: str) -> None:
     """A damaged record and one from newer code are reported by thread and version,
     and the exit status is 1; the store is left exactly as it was."""
-    with open_store(durable_url) as store:
+    with open_store(shared_url) as store:
         converse(store, "a")
         converse(store, "b")
         corrupt = append_raw_event(store, "a", AgentThread.TurnStarted.TOPIC, b"{broken")
         newer = msgspec.json.encode({"timestamp": "2026-01-01T00:00:00Z", "turn": 9, "_v": 7})
         too_new = append_raw_event(store, "b", AgentThread.TurnStarted.TOPIC, newer)
-    before = fingerprint(durable_url)
+    before = fingerprint(shared_url)
 
-    result = covonaut_es("migrate", "--dry-run", "--store", durable_url)
+    result = covonaut_es("migrate", "--dry-run", "--store", shared_url)
     assert result.returncode == 1, result.stderr
     out = result.stdout
     assert f"thread 'a', event {corrupt} (AgentThread.TurnStarted, schema v?): Serialization" in out
     assert f"thread 'b', event {too_new} (AgentThread.TurnStarted, schema v7): SchemaVersion" in out
     assert out.splitlines()[-1].startswith("FAILED: 2 of ")
-    assert fingerprint(durable_url) == before
+    assert fingerprint(shared_url) == before
 
 
 def test_encrypted_and_compressed_stores_are_read_with_their_key(tmp_path: Path) -> None:
