@@ -58,6 +58,18 @@ def test_a_corrupt_and_a_too_new_record_are_reported_by_thread_and_version(store
     assert text.endswith(f"FAILED: 2 of {report.records} records do not upgrade.")
 
 
+def test_a_failure_in_a_fork_names_the_fork(store_url: str) -> None:
+    """A record that does not upgrade in a forked thread is reported by the fork's id."""
+    with open_store(store_url) as store:
+        converse(store, "a")
+        fork = store.fork("a", new_thread_id="a-fork")
+        version = append_raw_event(store, fork, TURN_STARTED, b"[]")
+        report = check_store(store)
+    assert [(f.owner, f.position) for f in report.failures] == [
+        ("thread 'a-fork'", f"event {version}")
+    ]
+
+
 def test_named_state_files_are_checked_too(store: Store, tmp_path: Path) -> None:
     """Documents in a state directory are upgraded and counted; a too-new one and a
     damaged one are failures naming their keys."""

@@ -129,7 +129,7 @@ class _Checker:
         except Exception as exc:  # any failure is reported; the check goes on
             self._fail(owner, position, name, version, exc)
             return
-        if isinstance(decoded, AgentThread.Started):
+        if isinstance(decoded, AgentThread.Started | AgentThread.Forked):
             self.owners[stream] = f"thread {decoded.thread_id!r}"
         elif isinstance(decoded, StateSaved):
             self.owners[stream] = f"state {decoded.key!r}"
