@@ -57,6 +57,15 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return str(request.getfixturevalue("postgres_database"))
 
 
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A store on disk, which other processes can open too: a SQLite file or a
+    PostgreSQL database."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'threads.db'}"
+    return str(request.getfixturevalue("postgres_database"))
+
+
 @pytest.fixture
 def open_test_store(store_url: str) -> Iterator[Callable[..., Store]]:
     """Open stores on ``store_url``; at teardown, every thread they hold must replay

@@ -1,4 +1,4 @@
-"""Builders shared by the tests: a fixed clock, scripted responses and tools."""
+"""Builders shared by the tests: a fixed clock, scripted responses, tools, raw records."""
 
 from __future__ import annotations
 
@@ -8,16 +8,23 @@ from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from eventsourcing.persistence import StoredEvent
+
 from covonaut_es import (
+    Agent,
+    AgentConfig,
+    CheckpointSettings,
     InterruptError,
     ProviderRequest,
     ProviderResponse,
     ScriptedProvider,
+    Store,
     Tool,
     ToolCall,
     ToolContext,
     Usage,
 )
+from covonaut_es.domain import thread_aggregate_id
 from covonaut_es.providers import Responder, ScriptItem
 
 OBJECT_SCHEMA: dict[str, Any] = {"type": "object"}
@@ -89,3 +96,35 @@ class AsyncScriptedProvider:
     def requests(self) -> list[ProviderRequest]:
         """Every request received, in order."""
         return self.scripted.requests
+
+
+def converse(store: Store, thread_id: str) -> Agent:
+    """One run with a tool call on ``store``, its state then saved there under the
+    thread's id."""
+    agent = Agent(
+        AgentConfig(
+            provider=ScriptedProvider([call(("c1", "echo", '{"text": "x"}')), answer("done")]),
+            tools=[echo_tool()],
+            checkpoint=CheckpointSettings(store=store, thread_id=thread_id),
+            state_store=store,
+            clock=ticking_clock(),
+        )
+    )
+    agent.run("go")
+    agent.save_state(thread_id)
+    return agent
+
+
+def append_raw_event(store: Store, thread_id: str, topic: str, payload: bytes) -> int:
+    """Write a record behind the library's back, after the thread's last event, as data
+    from other code (newer, or damaged) would be; returns its version."""
+    version = store.load(thread_id).version + 1
+    record = StoredEvent(thread_aggregate_id(thread_id), version, topic, payload)
+    store._app.recorder.insert_events([record])
+    return version
+
+
+def put_raw_snapshot(store: Store, record: StoredEvent) -> None:
+    """Write a snapshot record behind the library's back."""
+    assert store._app.snapshots is not None
+    store._app.snapshots.recorder.insert_events([record])

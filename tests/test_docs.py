@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -21,8 +22,15 @@ def python_blocks(path: Path) -> list[str]:
 def test_readme_python_block_runs(index: int, tmp_path: Path) -> None:
     """Each ```python block of the README runs without error in a fresh interpreter."""
     code = python_blocks(README)[index]
+    # This checkout's sources, also when PYTHONPATH is relative to another directory.
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     result = subprocess.run(
-        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 0, result.stderr
 

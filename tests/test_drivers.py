@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -330,14 +329,6 @@ def test_cancelling_arun_leaves_the_started_calls_in_doubt(store: Store) -> None
 
     asyncio.run(main())
     assert sorted(p.call.id for p in store.load("t").in_doubt) == ["h1", "h2"]
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A store on disk: a SQLite file or a PostgreSQL database."""
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'threads.db'}"
-    return str(request.getfixturevalue("postgres_database"))
 
 
 def test_b9_fifty_threads_run_concurrently_in_one_event_loop(shared_url: str) -> None:

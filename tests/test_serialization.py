@@ -25,24 +25,49 @@ from covonaut_es import (
     RunMode,
     SchemaVersionError,
     SerializationError,
+    StateDocument,
+    ThreadStatus,
     ToolCall,
     ToolOutcome,
     Usage,
 )
 from covonaut_es.domain import ThreadSnapshot, thread_aggregate_id
-from covonaut_es.serialization import MsgspecMapper
+from covonaut_es.migrations import EVENT_UPCASTERS
+from covonaut_es.named_state import StateSaved, state_stream_id
+from covonaut_es.serialization import MsgspecMapper, codec_for
 
 NOW = datetime(2026, 3, 4, 5, 6, 7, 890123, tzinfo=UTC)
 ID = thread_aggregate_id("t")
 
 SAMPLES: dict[type, dict[str, Any]] = {
     AgentThread.Started: {"thread_id": "t", "originator_topic": "covonaut.thread"},
+    AgentThread.StartedFromState: {
+        "thread_id": "t",
+        "originator_topic": "covonaut.thread",
+        "key": "review-pending",
+        "document": StateDocument(
+            thread_id="source",
+            version=9,
+            saved_at=NOW,
+            status=ThreadStatus.INTERRUPTED,
+            messages=(Message(Role.USER, "pay"), Message(Role.TOOL, "paused", tool_call_id="c1")),
+            turn=2,
+            usage=Usage(5, 6),
+            interrupts=(Interrupt("why", {"amount": 40}, "c1", "review"),),
+            compaction=Compaction("earlier", 1),
+            error=None,
+        ),
+        "stored_version": 0,
+    },
     AgentThread.RunStarted: {"mode": RunMode.RESUME},
     AgentThread.MessageAppended: {
         "message": Message(
-            Role.ASSISTANT, "hi", tool_calls=(ToolCall("c1", "echo", '{"a": 1}'),), name="bot"
+            Role.ASSISTANT,
+            "hi",
+            tool_calls=(ToolCall("c1", "echo", '{"a": 1}'),),
+            name="bot",
+            usage=Usage(3, 4),
         ),
-        "usage": Usage(3, 4),
     },
     AgentThread.ToolCalled: {"call": ToolCall("c1", "echo", "{}"), "idempotency_key": "k"},
     AgentThread.ToolResultRecorded: {
@@ -135,14 +160,31 @@ def test_event_round_trip_is_equal_including_types(cls: type, compress: bool) ->
         assert_same_types(value, getattr(decoded, name))
 
 
+@pytest.mark.parametrize("compress", [False, True])
+def test_named_state_record_round_trip_keeps_the_document_as_given(compress: bool) -> None:
+    """A StateSaved record decodes to the JSON object it was given, nested values
+    included, whatever the document's own schema version."""
+    mapper = MsgspecMapper(compressor=ZlibCompressor() if compress else None)
+    document = {"_v": 0, "messages": [{"role": "user", "content": "hi"}], "extra": None}
+    event = StateSaved(
+        originator_id=state_stream_id("k"),
+        originator_version=3,
+        timestamp=NOW,
+        key="k",
+        document=document,
+    )
+    decoded = mapper.to_domain_event(mapper.to_stored_event(event))
+    assert decoded == event
+    assert type(decoded) is StateSaved
+
+
 def test_snapshot_round_trip_restores_the_typed_thread() -> None:
     """A snapshot decodes to a thread whose state equals the original, types included."""
     thread = AgentThread.start("t", now=NOW)
     thread.start_run(RunMode.RUN, now=NOW)
     thread.append_message(Message(Role.USER, "hi"), now=NOW)
     thread.append_message(
-        Message(Role.ASSISTANT, tool_calls=(ToolCall("c1", "echo", "{}"),)),
-        usage=Usage(1, 2),
+        Message(Role.ASSISTANT, tool_calls=(ToolCall("c1", "echo", "{}"),), usage=Usage(1, 2)),
         now=NOW,
     )
     thread.call_tools([ToolCall("c1", "echo", "{}")], now=NOW)
@@ -205,41 +247,60 @@ def test_b24_data_without_a_version_is_version_zero() -> None:
     assert event.turn == 4
 
 
-def test_b22_missing_upcaster_step_is_named() -> None:
-    """B22: data two versions old needs every step; a missing one is named."""
+def later_turn_started(monkeypatch: pytest.MonkeyPatch, upcasters: dict[int, Any]) -> type:
+    """A TurnStarted at version 3 with the given upcasters in the registry."""
 
     class Later(AgentThread.TurnStarted):
         class_version = 3
 
-        @staticmethod
-        def upcast_v2_v3(state: dict[str, Any]) -> None:
-            state["turn"] += 100
-
-    from covonaut_es.serialization import codec_for
-
-    payload = msgspec.json.encode({"timestamp": NOW.isoformat(), "turn": 1, "_v": 1})
-    with pytest.raises(MissingUpcasterError, match="1 -> 2"):
-        codec_for(Later).decode(payload, where="test")
+    monkeypatch.setitem(EVENT_UPCASTERS, Later, upcasters)
+    return Later
 
 
-def test_upcasters_run_in_order() -> None:
-    """B22: each step's upcaster runs once, in version order."""
-
-    class Later(AgentThread.TurnStarted):
-        class_version = 3
-
-        @staticmethod
-        def upcast_v1_v2(state: dict[str, Any]) -> None:
-            state["turn"] *= 10
-
-        @staticmethod
-        def upcast_v2_v3(state: dict[str, Any]) -> None:
-            state["turn"] += 1
-
-    from covonaut_es.serialization import codec_for
-
+def test_b22_stored_events_are_upgraded_by_the_registrys_upcasters_in_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """B22: a v1 event passes through 1 -> 2, then 2 -> 3, on read."""
+    later = later_turn_started(
+        monkeypatch,
+        {
+            1: lambda state: {**state, "turn": state["turn"] * 10, "_v": 2},
+            2: lambda state: {**state, "turn": state["turn"] + 1, "_v": 3},
+        },
+    )
     payload = msgspec.json.encode({"timestamp": NOW.isoformat(), "turn": 2, "_v": 1})
-    assert codec_for(Later).decode(payload, where="test")["turn"] == 21
+    assert codec_for(later).decode(payload, where="test")["turn"] == 21
+
+
+def test_b22_a_missing_step_fails_when_the_event_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """B22: reading data that needs a step without an upcaster names the step."""
+    later = later_turn_started(monkeypatch, {2: lambda state: {**state, "_v": 3}})
+    payload = msgspec.json.encode({"timestamp": NOW.isoformat(), "turn": 1, "_v": 1})
+    with pytest.raises(
+        MissingUpcasterError, match=r"Later has no upcaster for schema version 1 -> 2"
+    ):
+        codec_for(later).decode(payload, where="test")
+
+
+def test_b25_snapshot_migrators_see_the_thread_state_with_its_version() -> None:
+    """B25: a snapshot migrator gets the aggregate's state (not the envelope) with its
+    stored version, and what it returns is what the thread is restored from."""
+    thread = AgentThread.start("t", now=NOW)
+    thread.start_turn(now=NOW)
+    mapper = MsgspecMapper()
+    record = mapper.to_stored_event(ThreadSnapshot.take(thread))
+    older = {**msgspec.json.decode(record.state), "_v": 1}
+    seen: list[dict[str, Any]] = []
+
+    def migrate(state: dict[str, Any]) -> dict[str, Any]:
+        seen.append(dict(state))
+        return {**state, "turn": 7, "_v": 2}
+
+    old = StoredEvent(ID, record.originator_version, record.topic, msgspec.json.encode(older))
+    restored = mapper.decode(old, migrators={1: migrate}).mutate(None)
+    assert seen[0]["_v"] == 1 and seen[0]["thread_id"] == "t" and "state" not in seen[0]
+    assert isinstance(restored, AgentThread)
+    assert restored.turn == 7
 
 
 def test_corrupt_payload_is_a_serialization_error() -> None:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import msgspec
 import psycopg
 import pytest
 from eventsourcing.cryptography import AESCipher
+from eventsourcing.persistence import StoredEvent
 from eventsourcing.utils import Environment
 
 from covonaut_es import (
@@ -15,8 +19,10 @@ from covonaut_es import (
     AgentConfig,
     CheckpointSettings,
     ConfigurationError,
+    SchemaVersionError,
     ScriptedProvider,
     SerializationError,
+    StaleSnapshotError,
     Store,
     StoreUnavailableError,
     StoreURLError,
@@ -24,8 +30,9 @@ from covonaut_es import (
     create_cipher_key,
     open_store,
 )
+from covonaut_es.domain import ThreadSnapshot
 from covonaut_es.serialization import MsgspecMapper
-from support import answer, call, echo_tool
+from support import answer, call, echo_tool, put_raw_snapshot
 
 SECRET = "TOP-SECRET-PLAINTEXT-4711"
 
@@ -211,3 +218,93 @@ def test_unreachable_postgres_is_store_unavailable() -> None:
         port = probe.getsockname()[1]
     with pytest.raises(StoreUnavailableError, match="cannot connect"):
         open_store(f"postgresql://postgres@127.0.0.1:{port}/nothing")
+
+
+# Snapshots as a cache (B23, B25) --------------------------------------------------------
+
+
+def put_snapshot(store: Store, thread_id: str, edit: Callable[[dict[str, Any]], object]) -> None:
+    """Store a snapshot of the thread's head whose payload ``edit`` has changed."""
+    record = MsgspecMapper().to_stored_event(ThreadSnapshot.take(store.load(thread_id)))
+    payload = msgspec.json.decode(record.state)
+    edit(payload)
+    put_raw_snapshot(
+        store,
+        StoredEvent(
+            record.originator_id,
+            record.originator_version,
+            record.topic,
+            msgspec.json.encode(payload),
+        ),
+    )
+
+
+def test_b25_a_snapshot_that_cannot_be_read_falls_back_to_the_events(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    """B25: a snapshot that does not decode is passed over with a log line, and the
+    thread is rebuilt from its events: never wrong state."""
+    state = talk(store).state
+    put_snapshot(store, "t", lambda payload: payload["state"].update(turn="not a number"))
+    with caplog.at_level(logging.WARNING, logger="covonaut_es"):
+        assert store.state_at("t") == state
+    assert "rebuilding the thread from its events" in caplog.text
+    assert "ThreadSnapshot data (schema version 2) does not decode" in caplog.text
+
+
+def test_b25_a_checkpoint_migrator_replaces_the_librarys_step(store: Store) -> None:
+    """B25: CheckpointSettings(migrators={v: fn}) upgrades snapshots at version v with fn
+    instead of the library's upcaster: here the 0 -> 1 identity and the 1 -> 2 rebuild."""
+    talk(store)
+    put_snapshot(store, "t", lambda payload: payload.pop("_v"))
+
+    def migrate(state: dict[str, Any]) -> dict[str, Any]:
+        return {**state, "turn": 41, "_v": 1}
+
+    def current(state: dict[str, Any]) -> dict[str, Any]:
+        return {**state, "_v": 2}
+
+    migrators = {0: migrate, 1: current}
+    settings = CheckpointSettings(store=store, thread_id="t", migrators=migrators)
+    agent = Agent(AgentConfig(provider=ScriptedProvider([]), checkpoint=settings))
+    agent.restore_latest_checkpoint()
+    assert agent.state.turn == 41
+    assert store.state_at("t") == store.replay_state("t")  # the store keeps the library steps
+
+
+def test_b25_a_migrator_can_ask_for_a_rebuild_from_the_events(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    """B25: a checkpoint migrator raising StaleSnapshotError makes the restore replay the
+    events, and says so in a log line."""
+    state = talk(store).state
+    put_snapshot(store, "t", lambda payload: payload.pop("_v"))
+
+    def stale(state: dict[str, Any]) -> dict[str, Any]:
+        raise StaleSnapshotError("these snapshots predate our message format")
+
+    settings = CheckpointSettings(store=store, thread_id="t", migrators={0: stale})
+    agent = Agent(AgentConfig(provider=ScriptedProvider([]), checkpoint=settings))
+    with caplog.at_level(logging.INFO, logger="covonaut_es"):
+        agent.restore_latest_checkpoint()
+    assert agent.state == state
+    assert "predate our message format; rebuilding the thread from its events" in caplog.text
+
+
+def test_b23_a_snapshot_newer_than_the_code_is_an_error(store_url: str) -> None:
+    """B23: a snapshot written by newer code is refused, not passed over, naming the
+    type and both versions; the thread's events are left as they were."""
+    with open_store(store_url) as store:
+        state = talk(store).state
+        put_snapshot(store, "t", lambda payload: payload.update(_v=99))
+        with pytest.raises(
+            SchemaVersionError, match=r"ThreadSnapshot data has schema version 99.*up to version 2"
+        ):
+            store.load("t")
+        assert store.replay_state("t") == state
+
+
+def test_checkpoint_migrators_for_steps_that_do_not_exist_are_refused(store: Store) -> None:
+    """A migrator keyed by a version the snapshots never had is a ConfigurationError."""
+    with pytest.raises(ConfigurationError, match=r"CheckpointSettings\.migrators: 5 is not a step"):
+        CheckpointSettings(store=store, migrators={5: lambda state: state})

@@ -29,6 +29,7 @@ from covonaut_es.errors import (
     CovonautError,
     InterruptError,
     InterruptPendingError,
+    InvalidStateKeyError,
     MaxTurnsExceededError,
     MissingUpcasterError,
     NotInterruptedError,
@@ -44,20 +45,26 @@ from covonaut_es.errors import (
     ScriptExhaustedError,
     SerializationError,
     StaleReviewError,
+    StaleSnapshotError,
+    StateNotFoundError,
     StoreUnavailableError,
     StoreURLError,
     ThreadConflictError,
     ThreadNotFoundError,
     ThreadStateError,
     ToolCallsInDoubtError,
+    UpcasterError,
 )
+from covonaut_es.migrations import check_upcasters
 from covonaut_es.providers import AsyncProvider, Provider, ScriptedProvider, collect_stream
 from covonaut_es.queue_items import PendingReview
 from covonaut_es.retry import RetryPolicy
 from covonaut_es.review_queue import ReviewQueue
+from covonaut_es.states import FileStateStore, MemoryStateStore, StateStore
 from covonaut_es.store import Store, create_cipher_key, open_store
 from covonaut_es.tools import ApprovalPolicy, Tool, ToolContext
 from covonaut_es.tree import BranchPoint, ForkRecord, SessionTree, ThreadTree, TreeStats
+from covonaut_es.upcasting import Upcaster
 from covonaut_es.values import (
     Checkpoint,
     CheckpointReason,
@@ -70,6 +77,7 @@ from covonaut_es.values import (
     ProviderResponse,
     Role,
     RunMode,
+    StateDocument,
     StreamDelta,
     ThreadParent,
     ThreadState,
@@ -106,13 +114,16 @@ __all__ = [
     "ConfigurationError",
     "CovonautError",
     "Decision",
+    "FileStateStore",
     "ForkRecord",
     "HmacReviewerVerifier",
     "Interrupt",
     "InterruptError",
     "InterruptPendingError",
+    "InvalidStateKeyError",
     "Label",
     "MaxTurnsExceededError",
+    "MemoryStateStore",
     "Message",
     "MissingUpcasterError",
     "NotInterruptedError",
@@ -144,6 +155,10 @@ __all__ = [
     "SerializationError",
     "SessionTree",
     "StaleReviewError",
+    "StaleSnapshotError",
+    "StateDocument",
+    "StateNotFoundError",
+    "StateStore",
     "Store",
     "StoreURLError",
     "StoreUnavailableError",
@@ -163,8 +178,11 @@ __all__ = [
     "ToolOutcome",
     "ToolSpec",
     "TreeStats",
+    "Upcaster",
+    "UpcasterError",
     "Usage",
     "canonical_json",
+    "check_upcasters",
     "collect_stream",
     "create_cipher_key",
     "open_store",

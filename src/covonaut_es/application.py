@@ -11,16 +11,28 @@ from __future__ import annotations
 
 import binascii
 import contextlib
+import logging
 from collections.abc import Iterator, Mapping
 from uuid import UUID
 
 from eventsourcing.application import Application
-from eventsourcing.persistence import PersistenceError
+from eventsourcing.domain import DomainEventProtocol
+from eventsourcing.persistence import AggregateRecorder, EventStore, PersistenceError
 from eventsourcing.utils import Environment, EnvType
 
 from covonaut_es.domain import ThreadSnapshot
-from covonaut_es.errors import ConfigurationError, StoreUnavailableError
+from covonaut_es.errors import (
+    ConfigurationError,
+    CovonautError,
+    SchemaVersionError,
+    SerializationError,
+    StaleSnapshotError,
+    StoreUnavailableError,
+)
 from covonaut_es.serialization import MsgspecMapper
+from covonaut_es.upcasting import NO_MIGRATORS, Upcaster
+
+logger = logging.getLogger("covonaut_es")
 
 
 class AgentApplication(Application[UUID]):
@@ -42,6 +54,56 @@ class AgentApplication(Application[UUID]):
     def construct_mapper(self) -> MsgspecMapper:
         """covonaut_es's msgspec mapper, with the configured compressor and cipher."""
         return MsgspecMapper(compressor=self.factory.compressor(), cipher=self.factory.cipher())
+
+    def construct_snapshot_store(self) -> SnapshotCache:
+        """The snapshot store, read as a cache: see :class:`SnapshotCache`."""
+        assert isinstance(self.mapper, MsgspecMapper)
+        return SnapshotCache(self.mapper, self.factory.aggregate_recorder(purpose="snapshots"))
+
+
+class SnapshotCache(EventStore[UUID]):
+    """The snapshot store, read as a cache (B25, ADR 0007). Internal.
+
+    A snapshot that cannot be upgraded to the current schema is passed over with a log
+    line, so the repository rebuilds the thread from its events. A snapshot newer than
+    the code is an error, as for events (B23).
+
+    Args:
+        mapper: The application's mapper.
+        recorder: The snapshots' recorder.
+        migrators: The application's upcasters for snapshots, each replacing the
+            library's own for its step.
+    """
+
+    def __init__(
+        self,
+        mapper: MsgspecMapper,
+        recorder: AggregateRecorder,
+        migrators: Mapping[int, Upcaster] = NO_MIGRATORS,
+    ) -> None:
+        super().__init__(mapper, recorder)
+        self._decoder = mapper
+        self._migrators = migrators
+
+    def get(
+        self,
+        originator_id: UUID,
+        *,
+        gt: int | None = None,
+        lte: int | None = None,
+        desc: bool = False,
+        limit: int | None = None,
+    ) -> Iterator[DomainEventProtocol[UUID]]:
+        records = self.recorder.select_events(originator_id, gt=gt, lte=lte, desc=desc, limit=limit)
+        for record in records:
+            try:
+                yield self._decoder.decode(record, migrators=self._migrators)
+            except SchemaVersionError:
+                raise
+            except SerializationError as exc:
+                # Expected after an upgrade that snapshots cannot follow; else worth a look.
+                level = logging.INFO if isinstance(exc, StaleSnapshotError) else logging.WARNING
+                logger.log(level, "%s; rebuilding the thread from its events", exc)
 
 
 STORE_APPLICATION_NAME = "covonaut"
@@ -107,6 +169,8 @@ def open_application(url: str, env: Mapping[str, str]) -> AgentApplication:
     try:
         with _schema_setup_lock(env):
             return _ThreadsApplication(env=dict(env))
+    except CovonautError:
+        raise  # e.g. a gap in the upcasters, found before any data is read
     except ImportError as exc:
         extra = "encryption" if "CIPHER_KEY" in env else "postgres"
         msg = f"store {url} needs a missing package ({exc}); install 'covonaut-es[{extra}]'"

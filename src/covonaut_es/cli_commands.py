@@ -20,6 +20,7 @@ import msgspec
 
 from covonaut_es.agent import Agent
 from covonaut_es.approvals import HmacReviewerVerifier
+from covonaut_es.cli import EXIT_FAILURES, EXIT_OK, EXIT_USAGE, STORE_ENV, Subcommands
 from covonaut_es.config import AgentConfig, CheckpointSettings
 from covonaut_es.errors import CovonautError
 from covonaut_es.providers import ScriptedProvider
@@ -28,11 +29,8 @@ from covonaut_es.store import Store, open_store
 from covonaut_es.transfer import export_thread, import_threads
 from covonaut_es.tree import ThreadTree
 
-STORE_ENV = "COVONAUT_ES_STORE"
 REVIEWER_SECRET_ENV = "COVONAUT_ES_REVIEWER_SECRET"
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
-Subcommands = Any  # argparse's _SubParsersAction, which it does not export
 Command = Callable[[argparse.Namespace], int]
 
 
@@ -229,7 +227,7 @@ def replay(args: argparse.Namespace) -> int:
             )
             for finding in report.findings:
                 print(f"  version {finding.version}: {finding.problem}")
-    return EXIT_OK if report is None or report.ok else EXIT_FAILED
+    return EXIT_OK if report is None or report.ok else EXIT_FAILURES
 
 
 # reviews, approve, reject ---------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Literal
 
@@ -11,9 +11,13 @@ import attrs
 from covonaut_es.approvals import ReviewerVerifier
 from covonaut_es.compaction import Compactor
 from covonaut_es.domain import AgentThread
+from covonaut_es.errors import ConfigurationError
+from covonaut_es.migrations import state_document_schema, thread_snapshot_schema
 from covonaut_es.providers import AsyncProvider, Provider
+from covonaut_es.states import StateStore
 from covonaut_es.store import Store
 from covonaut_es.tools import Tool
+from covonaut_es.upcasting import NO_MIGRATORS, Upcaster, frozen_steps
 
 Durability = Literal["step", "checkpoint"]
 
@@ -39,6 +43,27 @@ def _unique_tools(
         raise ValueError(msg)
 
 
+def _snapshot_steps(
+    _: object, attribute: attrs.Attribute[Mapping[int, Upcaster]], steps: Mapping[int, Upcaster]
+) -> None:
+    thread_snapshot_schema().check_steps(steps, what=f"CheckpointSettings.{attribute.name}")
+
+
+def _state_store(_: object, __: attrs.Attribute[StateStore | None], store: object) -> None:
+    if store is not None and not isinstance(store, StateStore):
+        msg = (
+            "AgentConfig.state_store must be a MemoryStateStore, a FileStateStore or a "
+            f"Store (anything with write_state and read_state), got {store!r}"
+        )
+        raise ConfigurationError(msg)
+
+
+def _state_document_steps(
+    _: object, attribute: attrs.Attribute[Mapping[int, Upcaster]], steps: Mapping[int, Upcaster]
+) -> None:
+    state_document_schema().check_steps(steps, what=f"AgentConfig.{attribute.name}")
+
+
 @attrs.frozen(kw_only=True)
 class CheckpointSettings:
     """Where and when an agent saves its thread.
@@ -53,6 +78,10 @@ class CheckpointSettings:
         durability: ``"step"`` (default) commits events at every step boundary, so the
             intent to call a tool is stored before the tool runs; ``"checkpoint"``
             commits only when a checkpoint is saved.
+        migrators: Upcasters for the thread's snapshots, keyed by the schema version
+            they upgrade from; each replaces the library's own for that step (B25). A
+            snapshot that cannot be upgraded is passed over and the thread rebuilt from
+            its events.
     """
 
     store: Store
@@ -61,6 +90,9 @@ class CheckpointSettings:
     skip_save_on_turn_end: bool = False
     durability: Durability = attrs.field(
         default="step", validator=attrs.validators.in_(("step", "checkpoint"))
+    )
+    migrators: Mapping[int, Upcaster] = attrs.field(
+        default=NO_MIGRATORS, converter=frozen_steps, validator=_snapshot_steps
     )
 
 
@@ -90,6 +122,11 @@ class AgentConfig:
             does not stop the run.
         reviewer_verifier: Verifies reviewers' credentials for ``Agent.approve`` and
             ``Agent.reject`` (see ``HmacReviewerVerifier``).
+        state_store: Where ``save_state`` and ``load_state`` keep named states (B1): a
+            :class:`~covonaut_es.MemoryStateStore`, a :class:`~covonaut_es.FileStateStore`
+            or a thread :class:`~covonaut_es.Store`.
+        state_migrators: Upcasters for state documents, keyed by the schema version
+            they upgrade from; each replaces the library's own for that step (B25).
     """
 
     provider: Provider | AsyncProvider
@@ -106,6 +143,10 @@ class AgentConfig:
     clock: Callable[[], datetime] = utc_now
     on_event: Callable[[AgentThread.Event], None] | None = None
     reviewer_verifier: ReviewerVerifier | None = None
+    state_store: StateStore | None = attrs.field(default=None, validator=_state_store)
+    state_migrators: Mapping[int, Upcaster] = attrs.field(
+        default=NO_MIGRATORS, converter=frozen_steps, validator=_state_document_steps
+    )
 
     def tool(self, name: str) -> Tool | None:
         """The tool with that name, if configured."""

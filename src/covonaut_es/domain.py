@@ -47,6 +47,7 @@ from covonaut_es.values import (
     PendingToolCall,
     Role,
     RunMode,
+    StateDocument,
     ThreadParent,
     ThreadState,
     ThreadStatus,
@@ -70,6 +71,8 @@ class AgentThread(Aggregate, created_event_name="Started"):
     # Explicit topics are stored with every event: short, and independent of where the
     # classes live, so modules can move without breaking stored data.
     TOPIC = "covonaut.thread"
+    # The schema version of snapshots; see covonaut_es.migrations and ADR 0007.
+    class_version = 2
 
     thread_id: str
     status: ThreadStatus
@@ -113,6 +116,26 @@ class AgentThread(Aggregate, created_event_name="Started"):
     # eventsourcing would otherwise define a `Created` class of its own.
     Created = Started
 
+    class StartedFromState(Started):
+        """The thread was started from a named state (B1): it records the key, the
+        document as migrated, and the schema version the document was stored at."""
+
+        TOPIC = "covonaut.thread.StartedFromState"
+
+        key: str
+        document: StateDocument
+        stored_version: int
+
+        def apply(self, thread: AgentThread) -> None:
+            document = self.document
+            thread.status = document.status
+            thread.messages = list(document.messages)
+            thread.turn = document.turn
+            thread.usage = document.usage
+            thread.interrupts = list(document.interrupts)
+            thread.compaction = document.compaction
+            thread.error = document.error
+
     class RunStarted(Event):
         """``run``, ``continue_run`` or ``resume`` started a run."""
 
@@ -127,18 +150,18 @@ class AgentThread(Aggregate, created_event_name="Started"):
                 thread.reviews = thread.reviews.lapsed()
 
     class MessageAppended(Event):
-        """A system, user or assistant message was added; assistant messages carry
-        the usage the provider reported for them."""
+        """A system, user or assistant message was added; an assistant message carries
+        the usage the provider reported for it."""
 
         TOPIC = "covonaut.thread.MessageAppended"
+        class_version = 2
 
         message: Message
-        usage: Usage | None = None
 
         def apply(self, thread: AgentThread) -> None:
             thread.messages.append(self.message)
-            if self.usage is not None:
-                thread.usage = thread.usage + self.usage
+            if self.message.usage is not None:
+                thread.usage = thread.usage + self.message.usage
 
     class ToolCalled(Event):
         """Write-ahead record of a tool call, saved before the tool runs (B5)."""
@@ -434,6 +457,30 @@ class AgentThread(Aggregate, created_event_name="Started"):
         super().trigger_event(event_class, **kwargs)
         self.chain_head = seal(self.pending_events[-1], event_class.TOPIC, previous)
 
+    @classmethod
+    def start_from_state(
+        cls,
+        thread_id: str,
+        *,
+        key: str,
+        document: StateDocument,
+        stored_version: int,
+        now: datetime,
+    ) -> AgentThread:
+        """Create a thread continuing from a named state ``document`` saved under ``key``,
+        already migrated from schema version ``stored_version`` (B1)."""
+        thread = cls._create(
+            cls.StartedFromState,
+            id=thread_aggregate_id(thread_id),
+            thread_id=thread_id,
+            key=key,
+            document=document,
+            stored_version=stored_version,
+            timestamp=now,
+        )
+        thread.chain_head = seal(thread.pending_events[0], cls.StartedFromState.TOPIC, UNCHAINED)
+        return thread
+
     def start_run(self, mode: RunMode, *, now: datetime) -> None:
         """Begin a run; ``resume`` needs a pending interrupt, the others refuse one."""
         if self.status is ThreadStatus.ABANDONED:
@@ -458,14 +505,12 @@ class AgentThread(Aggregate, created_event_name="Started"):
         if mode is RunMode.RESUME:
             self.trigger_event(self.Resumed, timestamp=now)
 
-    def append_message(
-        self, message: Message, *, now: datetime, usage: Usage | None = None
-    ) -> None:
+    def append_message(self, message: Message, *, now: datetime) -> None:
         """Add a system, user or assistant message."""
         if message.role is Role.TOOL:
             msg = "tool messages are recorded with record_tool_result(), not append_message()"
             raise ThreadStateError(msg)
-        self.trigger_event(self.MessageAppended, message=message, usage=usage, timestamp=now)
+        self.trigger_event(self.MessageAppended, message=message, timestamp=now)
 
     def call_tools(self, calls: Iterable[ToolCall], *, now: datetime) -> None:
         """Record the intent to call each tool before any of them runs."""

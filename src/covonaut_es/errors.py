@@ -153,11 +153,32 @@ class SerializationError(CovonautError, ValueError):
 
 
 class SchemaVersionError(SerializationError):
-    """Stored data has a schema version this code does not support (B23)."""
+    """A schema version breaks the one-step order (B23): stored data is newer than this
+    code supports, or an upcaster returned another version than the next one."""
 
 
 class MissingUpcasterError(SerializationError):
     """No upcaster exists for a version step that stored data needs (B22)."""
+
+
+class UpcasterError(SerializationError):
+    """An upcaster failed on stored data, or returned something other than a document."""
+
+
+class StaleSnapshotError(SerializationError):
+    """A snapshot cannot be upgraded to the current schema; the thread is rebuilt from its
+    events instead, since snapshots are only a cache (B25).
+
+    Raise it from a checkpoint migrator to ask for that rebuild.
+    """
+
+
+class StateNotFoundError(CovonautError, LookupError):
+    """No named state is saved under the given key (B1)."""
+
+
+class InvalidStateKeyError(CovonautError, ValueError):
+    """A named state's key is empty, too long or has characters a key may not have."""
 
 
 class InterruptError(CovonautError):

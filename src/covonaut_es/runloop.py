@@ -188,8 +188,7 @@ def run_program(
         response = yield from _ask(thread, request, now)
         calls = response.tool_calls
         thread.append_message(
-            Message(Role.ASSISTANT, response.content, tool_calls=calls),
-            usage=response.usage,
+            Message(Role.ASSISTANT, response.content, tool_calls=calls, usage=response.usage),
             now=now(),
         )
         thread.call_tools(calls, now=now())

@@ -7,9 +7,9 @@ stored payload into a msgspec Struct generated from the event class's own annota
 so nested Structs, enums and datetimes come back as the types they were.
 
 Every payload carries its schema version under ``"_v"``: the ``class_version`` of the
-event class, or for snapshots of the aggregate class. Data without one is
-version 0, and 0 -> 1 is the identity (B24). Data newer than the code is refused (B23);
-older data is upgraded one step at a time by ``upcast_vN_vN+1`` static methods (B22).
+event class, or for snapshots of the aggregate class. Older data is upgraded in memory
+by the upcasters of :mod:`covonaut_es.migrations` under the rules of
+:mod:`covonaut_es.upcasting`; data newer than the code is refused.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import typing
-from collections.abc import Callable
+from collections.abc import Mapping
 from datetime import datetime
 from functools import cache
 from typing import Any
@@ -28,11 +28,16 @@ from eventsourcing.domain import CanSnapshotAggregate, DomainEventProtocol
 from eventsourcing.persistence import Cipher, Compressor, Mapper, StoredEvent, Transcoder
 from eventsourcing.utils import get_topic, resolve_topic
 
-from covonaut_es.errors import MissingUpcasterError, SchemaVersionError, SerializationError
+from covonaut_es.errors import SerializationError
 from covonaut_es.integrity import CHAIN_KEY, UNCHAINED
+from covonaut_es.migrations import check_upcasters, schema_for
+from covonaut_es.upcasting import NO_MIGRATORS, VERSION_KEY, Schema, Upcaster, stored_version
 
-VERSION_KEY = "_v"
 _IDENTITY_FIELDS = frozenset({"originator_id", "originator_version"})
+_UNREADABLE_HINT = (
+    "; it is damaged, or encrypted or compressed and read without the store's cipher key "
+    "or compress option"
+)
 
 
 class JsonTranscoder(Transcoder):
@@ -45,65 +50,52 @@ class JsonTranscoder(Transcoder):
         return msgspec.json.decode(data)
 
 
-def schema_version(cls: type) -> int:
-    """The schema version the running code writes for an event or aggregate class."""
-    return int(getattr(cls, "class_version", 1))
-
-
 class _Codec:
     """Encodes and decodes the payload of one stored class."""
 
-    def __init__(self, owner: type, payload_type: type[msgspec.Struct]) -> None:
-        self.owner = owner  # the class whose class_version and upcasters apply
-        self.version = schema_version(owner)
+    def __init__(self, schema: Schema, payload_type: type[msgspec.Struct]) -> None:
+        self.schema = schema
         self.decoder = msgspec.json.Decoder(payload_type)
         self.payload_type = payload_type
         self.field_names = tuple(n for n in payload_type.__struct_fields__ if n != VERSION_KEY)
 
     def encode(self, obj: object) -> bytes:
         state = {k: v for k, v in vars(obj).items() if k not in _IDENTITY_FIELDS}
-        state[VERSION_KEY] = self.version
+        state[VERSION_KEY] = self.schema.version
         return msgspec.json.encode(state)
 
-    def decode(self, data: bytes, *, where: str) -> dict[str, Any]:
+    def decode(
+        self, data: bytes, *, where: str, migrators: Mapping[int, Upcaster] = NO_MIGRATORS
+    ) -> dict[str, Any]:
         try:
             payload = self.decoder.decode(data)
         except msgspec.DecodeError:  # includes ValidationError
             # Not in today's shape: an older version to upcast, or bad data.
-            return self._decode_older(data, where=where)
-        if getattr(payload, VERSION_KEY) != self.version:
-            return self._decode_older(data, where=where)
+            return self._decode_older(data, where=where, migrators=migrators)
+        if getattr(payload, VERSION_KEY) != self.schema.version:
+            return self._decode_older(data, where=where, migrators=migrators)
         return self._fields(payload)
 
     def _fields(self, payload: msgspec.Struct) -> dict[str, Any]:
         return {name: getattr(payload, name) for name in self.field_names}
 
-    def _upcast(self, payload: dict[str, Any], stored: int) -> dict[str, Any]:
-        return upcast(self.owner, payload, stored, self.version)
+    def _upgrade(
+        self, payload: dict[str, Any], where: str, migrators: Mapping[int, Upcaster]
+    ) -> dict[str, Any]:
+        return self.schema.upgrade(payload, where=where, migrators=migrators)
 
-    def _decode_older(self, data: bytes, *, where: str) -> dict[str, Any]:
-        try:
-            state = msgspec.json.decode(data)
-        except msgspec.DecodeError as exc:
-            msg = f"{where}: stored payload is not valid JSON: {exc}"
-            raise SerializationError(msg) from exc
-        if not isinstance(state, dict):
-            msg = f"{where}: stored payload is a {type(state).__name__}, expected an object"
-            raise SerializationError(msg)
-        stored = state.pop(VERSION_KEY, 0)
-        name = self.owner.__qualname__
-        if not isinstance(stored, int) or stored > self.version:
-            msg = (
-                f"{where}: {name} data has schema version {stored!r}, but this code "
-                f"supports up to version {self.version}; upgrade covonaut-es to read it"
-            )
-            raise SchemaVersionError(msg)
-        state = self._upcast(state, stored)
-        state[VERSION_KEY] = self.version
+    def _decode_older(
+        self, data: bytes, *, where: str, migrators: Mapping[int, Upcaster]
+    ) -> dict[str, Any]:
+        state = decode_object(data, where=where, hint=_UNREADABLE_HINT)
+        stored = stored_version(state)
+        state = self._upgrade(state, where, migrators)
         try:
             payload = msgspec.convert(state, self.payload_type)
         except msgspec.ValidationError as exc:
-            msg = f"{where}: {name} data (schema version {stored}) does not decode: {exc}"
+            msg = (
+                f"{where}: {self.schema.name} data (schema version {stored}) does not decode: {exc}"
+            )
             raise SerializationError(msg) from exc
         return self._fields(payload)
 
@@ -117,28 +109,36 @@ class _SnapshotCodec(_Codec):
         fields["state"] = msgspec.structs.asdict(fields["state"])
         return fields
 
-    def _upcast(self, payload: dict[str, Any], stored: int) -> dict[str, Any]:
-        # Aggregate upcasters see the aggregate's state, not the snapshot envelope.
-        payload["state"] = upcast(self.owner, payload.get("state", {}), stored, self.version)
+    def _upgrade(
+        self, payload: dict[str, Any], where: str, migrators: Mapping[int, Upcaster]
+    ) -> dict[str, Any]:
+        # Upcasters see the aggregate's state, versioned, not the snapshot's envelope.
+        state = payload.get("state")
+        if not isinstance(state, dict):
+            msg = f"{where}: the snapshot's state is a {type(state).__name__}, expected an object"
+            raise SerializationError(msg)
+        state = {**state, VERSION_KEY: stored_version(payload)}
+        state = self.schema.upgrade(state, where=where, migrators=migrators)
+        payload[VERSION_KEY] = state.pop(VERSION_KEY)
+        payload["state"] = state
         return payload
 
 
-def upcast(cls: type, state: dict[str, Any], stored: int, current: int) -> dict[str, Any]:
-    """Upgrade ``state`` from version ``stored`` to ``current``, one step at a time."""
-    for step in range(stored, current):
-        if step == 0:
-            continue  # data written without a version is version 0 (B24)
-        upcaster: Callable[[dict[str, Any]], None] | None = getattr(
-            cls, f"upcast_v{step}_v{step + 1}", None
-        )
-        if upcaster is None:
-            msg = (
-                f"{cls.__qualname__} has no upcaster for schema version {step} -> {step + 1}; "
-                f"add a static method upcast_v{step}_v{step + 1}(state)"
-            )
-            raise MissingUpcasterError(msg)
-        upcaster(state)
-    return state
+def decode_object(data: bytes, *, where: str, hint: str = "") -> dict[str, Any]:
+    """Decode stored JSON that must be an object; ``hint`` follows a JSON error.
+
+    Raises:
+        SerializationError: The bytes are not JSON, or not a JSON object.
+    """
+    try:
+        decoded = msgspec.json.decode(data)
+    except msgspec.DecodeError as exc:
+        msg = f"{where}: stored payload is not valid JSON ({exc}){hint}"
+        raise SerializationError(msg) from exc
+    if not isinstance(decoded, dict):
+        msg = f"{where}: stored payload is a {type(decoded).__name__}, expected an object"
+        raise SerializationError(msg)
+    return decoded
 
 
 def _field_types(cls: type) -> list[tuple[str, Any]]:
@@ -195,6 +195,7 @@ def _all_defaults(cls: Any) -> bool:
 def codec_for(cls: type) -> _Codec:
     """The codec of an event or snapshot class, built once from its annotations."""
     version_field = (VERSION_KEY, int, 0)
+    schema = schema_for(cls)
     if issubclass(cls, CanSnapshotAggregate):
         aggregate_cls: type | None = getattr(cls, "aggregate_class", None)
         if aggregate_cls is None:
@@ -214,25 +215,25 @@ def codec_for(cls: type) -> _Codec:
             ("state", state_type),
             version_field,
         ]
-        return _SnapshotCodec(
-            aggregate_cls, msgspec.defstruct(f"{cls.__qualname__}Payload", fields)
-        )
+        return _SnapshotCodec(schema, msgspec.defstruct(f"{cls.__qualname__}Payload", fields))
     # The chain hash travels with every event's payload, outside its dataclass fields.
     chain_field = (CHAIN_KEY, str, UNCHAINED)
     payload_type = msgspec.defstruct(
         f"{cls.__qualname__}Payload", [*_field_types(cls), chain_field, version_field]
     )
-    return _Codec(cls, payload_type)
+    return _Codec(schema, payload_type)
 
 
 class MsgspecMapper(Mapper[UUID]):
     """A ``Mapper`` that encodes with msgspec and decodes into the declared types.
 
     Compression and encryption run as in eventsourcing's own mapper, after encoding and
-    before decoding.
+    before decoding. Creating one checks the upcaster registry, so that a missing step
+    fails before any data is read.
     """
 
     def __init__(self, compressor: Compressor | None = None, cipher: Cipher | None = None):
+        check_upcasters()
         super().__init__(JsonTranscoder(), compressor=compressor, cipher=cipher)
 
     def to_stored_event(self, domain_event: DomainEventProtocol[UUID]) -> StoredEvent:
@@ -253,6 +254,41 @@ class MsgspecMapper(Mapper[UUID]):
             plain = self.cipher.encrypt(plain)
         return plain
 
+    def to_domain_event(self, stored_event: StoredEvent) -> DomainEventProtocol[UUID]:
+        return self.decode(stored_event)
+
+    def decode(
+        self, stored_event: StoredEvent, *, migrators: Mapping[int, Upcaster] = NO_MIGRATORS
+    ) -> DomainEventProtocol[UUID]:
+        """Decode a stored record, upgrading it in memory to the current schema.
+
+        Args:
+            stored_event: The record as the recorder holds it.
+            migrators: The application's upcasters for this record's type; each
+                replaces the library's own for its step (B25).
+
+        Raises:
+            SerializationError: The record cannot be read (a subclass says why:
+                ``SchemaVersionError``, ``MissingUpcasterError``, ``UpcasterError``,
+                ``StaleSnapshotError``).
+        """
+        where = _where(stored_event)
+        try:
+            cls = resolve_topic(stored_event.topic)
+        except Exception as exc:
+            msg = f"{where}: its type is unknown to this code: {exc}"
+            raise SerializationError(msg) from exc
+        payload = self.plain_payload(stored_event)
+        state = codec_for(cls).decode(payload, where=where, migrators=migrators)
+        originator_id = stored_event.originator_id
+        state["originator_id"] = (
+            originator_id if isinstance(originator_id, UUID) else UUID(originator_id)
+        )
+        state["originator_version"] = stored_event.originator_version
+        event: object = object.__new__(cls)
+        object.__setattr__(event, "__dict__", state)
+        return typing.cast(DomainEventProtocol[UUID], event)
+
     def plain_payload(self, stored_event: StoredEvent) -> bytes:
         """The stored payload decrypted and decompressed: the JSON the codec wrote.
 
@@ -272,23 +308,6 @@ class MsgspecMapper(Mapper[UUID]):
             )
             raise SerializationError(msg) from exc
         return data
-
-    def to_domain_event(self, stored_event: StoredEvent) -> DomainEventProtocol[UUID]:
-        where = _where(stored_event)
-        try:
-            cls = resolve_topic(stored_event.topic)
-        except Exception as exc:
-            msg = f"{where}: its type is unknown to this code: {exc}"
-            raise SerializationError(msg) from exc
-        state = codec_for(cls).decode(self.plain_payload(stored_event), where=where)
-        originator_id = stored_event.originator_id
-        state["originator_id"] = (
-            originator_id if isinstance(originator_id, UUID) else UUID(originator_id)
-        )
-        state["originator_version"] = stored_event.originator_version
-        event = object.__new__(cls)
-        object.__setattr__(event, "__dict__", state)
-        return typing.cast(DomainEventProtocol[UUID], event)
 
 
 def _where(stored_event: StoredEvent) -> str:

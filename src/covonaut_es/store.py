@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import os
 import secrets
 import threading
 import uuid
@@ -20,24 +21,27 @@ from types import TracebackType
 from typing import Any, Protocol
 from uuid import UUID
 
-from eventsourcing.application import AggregateNotFoundError, Application
+from eventsourcing.application import AggregateNotFoundError, Application, Repository
 from eventsourcing.persistence import IntegrityError, StoredEvent
 from eventsourcing.utils import get_topic
 
 from covonaut_es import audit
 from covonaut_es.aio import in_worker_thread
-from covonaut_es.application import open_application
+from covonaut_es.application import SnapshotCache, open_application
 from covonaut_es.audit import AuditEntry, AuditReport
 from covonaut_es.domain import AgentThread, ThreadSnapshot, thread_aggregate_id
 from covonaut_es.errors import (
     CheckpointNotFoundError,
     ConfigurationError,
+    StoreUnavailableError,
     ThreadConflictError,
     ThreadNotFoundError,
 )
+from covonaut_es.named_state import StateSaved, state_stream_id
 from covonaut_es.serialization import MsgspecMapper
 from covonaut_es.store_urls import canonical_url, redact, store_env
 from covonaut_es.tree import ForkRecord, SessionTreeQueries
+from covonaut_es.upcasting import NO_MIGRATORS, Upcaster
 from covonaut_es.values import Checkpoint, Label, ThreadParent, ThreadState
 
 _LOG_BATCH = 500
@@ -113,21 +117,42 @@ class Store(SessionTreeQueries):
 
     # Threads ----------------------------------------------------------------------
 
-    def load(self, thread_id: str, *, version: int | None = None) -> AgentThread:
+    def load(
+        self,
+        thread_id: str,
+        *,
+        version: int | None = None,
+        snapshot_migrators: Mapping[int, Upcaster] = NO_MIGRATORS,
+    ) -> AgentThread:
         """Rebuild a thread from its newest snapshot at or below ``version`` and the
         events after it.
 
+        Args:
+            thread_id: The thread.
+            version: The version to rebuild; the head by default.
+            snapshot_migrators: The application's upcasters for snapshots, replacing
+                the library's own for their steps (``CheckpointSettings.migrators``). A
+                snapshot that cannot be upgraded is passed over and the thread rebuilt
+                from its events.
+
         Raises:
             ThreadNotFoundError: The thread has no events (at that version).
+            SerializationError: A stored event cannot be read.
         """
-        thread = self.find(thread_id, version=version)
+        thread = self.find(thread_id, version=version, snapshot_migrators=snapshot_migrators)
         if thread is None:
             at = "" if version is None else f" at version {version}"
             msg = f"thread {thread_id!r} not found{at} in store {self.url}"
             raise ThreadNotFoundError(msg)
         return thread
 
-    def find(self, thread_id: str, *, version: int | None = None) -> AgentThread | None:
+    def find(
+        self,
+        thread_id: str,
+        *,
+        version: int | None = None,
+        snapshot_migrators: Mapping[int, Upcaster] = NO_MIGRATORS,
+    ) -> AgentThread | None:
         """Like :meth:`load`, but None when the thread does not exist."""
         if version is not None and version < 1:
             return None
@@ -142,7 +167,9 @@ class Store(SessionTreeQueries):
             return thread
 
         try:
-            thread = self._app.repository.get(aggregate_id, version=version, projector_func=project)
+            thread = self._repository(snapshot_migrators).get(
+                aggregate_id, version=version, projector_func=project
+            )
         except AggregateNotFoundError:
             return self._inherited(thread_id, version, self.find)
         if snapshot_seen and version is None:
@@ -241,7 +268,9 @@ class Store(SessionTreeQueries):
 
     def thread_ids(self) -> Iterator[str]:
         """The ids of all threads, forks included, in creation order."""
-        for event in self._events_of_type(AgentThread.Started, AgentThread.Forked):
+        for event in self._events_of_type(
+            AgentThread.Started, AgentThread.StartedFromState, AgentThread.Forked
+        ):
             yield event.thread_id
 
     def checkpoints(self, thread_id: str) -> tuple[Checkpoint, ...]:
@@ -336,6 +365,35 @@ class Store(SessionTreeQueries):
         mapper = self._app.mapper
         assert isinstance(mapper, MsgspecMapper)
         return mapper
+
+    def all_stored_records(self) -> Iterator[StoredEvent]:
+        """Every record in the store exactly as the database holds it: the events in log
+        order, then each stream's snapshots. For audits and migration checks."""
+        streams: dict[UUID, None] = {}
+        position: int | None = None
+        while True:
+            batch = self._app.recorder.select_notifications(
+                position, _LOG_BATCH, inclusive_of_start=False
+            )
+            for notification in batch:
+                streams.setdefault(UUID(str(notification.originator_id)))
+                yield notification
+            if len(batch) < _LOG_BATCH:
+                break
+            position = batch[-1].id
+        assert self._app.snapshots is not None
+        for stream in streams:
+            yield from self._app.snapshots.recorder.select_events(stream)
+
+    def read_record(self, record: StoredEvent) -> object:
+        """A stored record decoded and upgraded to this code's schema, as a load reads it.
+
+        Raises:
+            SerializationError: It cannot be read; the subclass says why.
+        """
+        mapper = self._app.mapper
+        assert isinstance(mapper, MsgspecMapper)
+        return mapper.decode(record)
 
     def snapshot_states(self, thread_id: str) -> tuple[ThreadState, ...]:
         """The states held by the thread's own stored snapshots, oldest first."""
@@ -452,6 +510,42 @@ class Store(SessionTreeQueries):
                 return
             position = batch[-1].id
 
+    # Named states (B1) -------------------------------------------------------------
+
+    def write_state(self, key: str, document: Mapping[str, Any]) -> None:
+        """Save a named state document under ``key``; the last save wins.
+
+        Each save is an event in the key's own stream, so the store keeps every save.
+
+        Raises:
+            InvalidStateKeyError: The key is not allowed.
+        """
+        stream = state_stream_id(key)
+        while True:
+            last = self._app.recorder.select_events(stream, desc=True, limit=1)
+            saved = StateSaved(
+                originator_id=stream,
+                originator_version=last[0].originator_version + 1 if last else 1,
+                timestamp=StateSaved.create_timestamp(),
+                key=key,
+                document=dict(document),
+            )
+            with contextlib.suppress(IntegrityError):  # another writer saved first: go after it
+                self._app.events.put([saved])
+                return
+
+    def read_state(self, key: str) -> dict[str, Any] | None:
+        """The document last saved under ``key``, or None.
+
+        Raises:
+            InvalidStateKeyError: The key is not allowed.
+            SerializationError: The stored record cannot be read.
+        """
+        for saved in self._app.events.get(state_stream_id(key), desc=True, limit=1):
+            assert isinstance(saved, StateSaved)
+            return saved.document
+        return None
+
     # Lifecycle --------------------------------------------------------------------
 
     def close(self) -> None:
@@ -476,6 +570,15 @@ class Store(SessionTreeQueries):
     def __repr__(self) -> str:
         return f"Store({self.url!r})"
 
+    def _repository(self, snapshot_migrators: Mapping[int, Upcaster]) -> Repository[UUID]:
+        if not snapshot_migrators:
+            return self._app.repository
+        assert self._app.snapshots is not None
+        mapper = self._app.mapper
+        assert isinstance(mapper, MsgspecMapper)
+        cache = SnapshotCache(mapper, self._app.snapshots.recorder, snapshot_migrators)
+        return Repository(self._app.events, snapshot_store=cache)
+
     def _remember_snapshot(self, aggregate_id: UUID, version: int) -> None:
         with self._lock:
             if version > self._snapshot_versions.get(aggregate_id, 0):
@@ -499,6 +602,7 @@ def open_store(
     max_checkpoints_per_thread: int = 0,
     cipher_key: str | None = None,
     compress: bool = False,
+    create_tables: bool = True,
 ) -> Store:
     """Open a thread store.
 
@@ -514,6 +618,8 @@ def open_store(
             (base64 of 16, 24 or 32 bytes; see :func:`create_cipher_key`). Needs the
             ``encryption`` extra.
         compress: Compress stored events and snapshots with zlib.
+        create_tables: Create the store's tables (and a SQLite file) when they are
+            missing. Tools that must not write pass False.
 
     Raises:
         StoreURLError: The URL's scheme is unknown or the URL is malformed.
@@ -521,6 +627,12 @@ def open_store(
         StoreUnavailableError: The database cannot be reached.
     """
     env = store_env(url, cipher_key=cipher_key, compress=compress)
+    if not create_tables:
+        env["CREATE_TABLE"] = "n"
+        sqlite_file = env.get("SQLITE_DBNAME")
+        if sqlite_file is not None and not os.path.exists(sqlite_file):
+            msg = f"store {redact(url)}: there is no SQLite file {sqlite_file!r} to open"
+            raise StoreUnavailableError(msg)
     return Store(
         canonical_url(url, env), env, max_checkpoints_per_thread=max_checkpoints_per_thread
     )

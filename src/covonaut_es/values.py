@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import msgspec
 
@@ -68,6 +68,7 @@ class Message(msgspec.Struct, frozen=True, omit_defaults=True):
         tool_calls: Calls requested by an assistant message.
         tool_call_id: For a tool message, the call it answers.
         name: For a tool message, the tool's name; otherwise an optional author name.
+        usage: For an assistant message, the tokens the provider reported for it.
     """
 
     role: Role
@@ -75,6 +76,7 @@ class Message(msgspec.Struct, frozen=True, omit_defaults=True):
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
     name: str | None = None
+    usage: Usage | None = None
 
 
 class Usage(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -283,3 +285,37 @@ class ThreadState(msgspec.Struct, frozen=True):
     parent: ThreadParent | None = None
     labels: tuple[Label, ...] = ()
     reviews: tuple[Review, ...] = ()
+
+
+class StateDocument(msgspec.Struct, frozen=True, kw_only=True):
+    """A named state (B1): a self-contained copy of a thread's state under a key.
+
+    It holds what continuing the conversation needs, not the history of how it got
+    there. It is stored as a JSON object with its schema version under ``"_v"``, and
+    migrated on read like events and snapshots.
+
+    Attributes:
+        thread_id: The thread it was saved from.
+        version: That thread's version when it was saved.
+        saved_at: When it was saved.
+        status: The thread's status.
+        messages: Every message, including system, steering and tool messages.
+        turn: Turns started so far.
+        usage: Token usage accumulated so far.
+        interrupts: Pending interrupts.
+        compaction: The latest context compaction, if any.
+        error: The last failure's message while the status is ``error``.
+    """
+
+    class_version: ClassVar[int] = 2
+
+    thread_id: str
+    version: int
+    saved_at: datetime
+    status: ThreadStatus
+    messages: tuple[Message, ...]
+    turn: int
+    usage: Usage
+    interrupts: tuple[Interrupt, ...] = ()
+    compaction: Compaction | None = None
+    error: str | None = None

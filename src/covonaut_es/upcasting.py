@@ -1,0 +1,162 @@
+"""Schema versions and the rules for upgrading stored data one version step at a time.
+
+Every stored document (an event's payload, a snapshot's state, a named state) carries
+the schema version it was written at under ``"_v"``. Reading upgrades older data in
+memory with one upcaster per step, in order (B22); stored data is never rewritten.
+Data without a version is version 0, and 0 -> 1 is the identity unless an upcaster is
+given for it (B24). Data newer than the code, and an upcaster that does not return the
+next version, are errors (B23).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+import attrs
+
+from covonaut_es.errors import (
+    ConfigurationError,
+    CovonautError,
+    MissingUpcasterError,
+    SchemaVersionError,
+    UpcasterError,
+)
+
+VERSION_KEY = "_v"
+"""The key under which every stored document carries its schema version."""
+
+Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
+"""Upgrades a document by exactly one version: it receives the document with
+``"_v": v`` and returns it with ``"_v": v + 1``. It may change its argument."""
+
+NO_MIGRATORS: Mapping[int, Upcaster] = MappingProxyType({})
+
+
+def frozen_steps(steps: Mapping[int, Upcaster]) -> Mapping[int, Upcaster]:
+    """A read-only copy of upcasters keyed by step, so that they cannot change later."""
+    return MappingProxyType(dict(steps))
+
+
+def stored_version(document: Mapping[str, Any]) -> object:
+    """The schema version a document was written at: 0 when it has none (B24)."""
+    return document.get(VERSION_KEY, 0)
+
+
+@attrs.frozen
+class Schema:
+    """How one stored type is versioned.
+
+    Attributes:
+        name: The type's name, used in every message.
+        version: The version the running code writes and reads.
+        upcasters: One upcaster per step, keyed by the version it upgrades from. Every
+            step from 1 up to ``version`` needs one; 0 -> 1 is the identity unless given.
+    """
+
+    name: str
+    version: int
+    upcasters: Mapping[int, Upcaster] = attrs.field(default=NO_MIGRATORS, converter=frozen_steps)
+
+    def __attrs_post_init__(self) -> None:
+        self.check_steps(self.upcasters, what=f"{self.name} upcasters")
+
+    def check_steps(self, steps: Mapping[int, Upcaster], *, what: str) -> None:
+        """Refuse upcasters keyed by a step this schema does not have.
+
+        Raises:
+            ConfigurationError: A key is not a version from 0 to ``version - 1``, or a
+                value is not callable.
+        """
+        for step, upcaster in steps.items():
+            if not isinstance(step, int) or isinstance(step, bool) or not 0 <= step < self.version:
+                msg = (
+                    f"{what}: {step!r} is not a step of {self.name}, whose current version is "
+                    f"{self.version}; key each upcaster by the version it upgrades from, "
+                    f"0 to {self.version - 1}"
+                )
+                raise ConfigurationError(msg)
+            if not callable(upcaster):
+                msg = f"{what}: the upcaster for {step} -> {step + 1} is not callable"
+                raise ConfigurationError(msg)
+
+    def missing_steps(self) -> tuple[int, ...]:
+        """The steps from 1 to the current version that have no upcaster."""
+        return tuple(step for step in range(1, self.version) if step not in self.upcasters)
+
+    def upgrade(
+        self,
+        document: dict[str, Any],
+        *,
+        where: str,
+        migrators: Mapping[int, Upcaster] = NO_MIGRATORS,
+    ) -> dict[str, Any]:
+        """Upgrade a stored document to the current version, one step at a time.
+
+        Args:
+            document: The decoded document; its ``"_v"`` says its version.
+            where: What is being read, for messages (e.g. the event and thread).
+            migrators: The application's upcasters; each replaces the schema's own for
+                its step (B25).
+
+        Returns:
+            The document at the current version, with ``"_v"`` set to it.
+
+        Raises:
+            SchemaVersionError: The document is newer than the code, its version is not
+                a version, or an upcaster returned another version than the next one.
+            MissingUpcasterError: A step has no upcaster.
+            UpcasterError: An upcaster failed or returned something other than a dict.
+        """
+        stored = stored_version(document)
+        if not isinstance(stored, int) or isinstance(stored, bool) or stored < 0:
+            msg = f"{where}: {self.name} data has schema version {stored!r}, which is not a version"
+            raise SchemaVersionError(msg)
+        if stored > self.version:
+            msg = (
+                f"{where}: {self.name} data has schema version {stored}, but this code "
+                f"supports up to version {self.version}; upgrade covonaut-es to read it"
+            )
+            raise SchemaVersionError(msg)
+        for step in range(stored, self.version):
+            document = self._step(document, step, where, migrators.get(step))
+        return document
+
+    def _step(
+        self, document: dict[str, Any], step: int, where: str, migrator: Upcaster | None
+    ) -> dict[str, Any]:
+        upcaster = migrator if migrator is not None else self.upcasters.get(step)
+        if upcaster is None:
+            if step == 0:
+                return {**document, VERSION_KEY: 1}  # unversioned data is version 0 (B24)
+            msg = (
+                f"{where}: {self.name} has no upcaster for schema version {step} -> "
+                f"{step + 1}; add one to covonaut_es.migrations"
+            )
+            raise MissingUpcasterError(msg)
+        try:
+            upgraded = upcaster(document)
+        except CovonautError:
+            raise
+        except Exception as exc:
+            msg = (
+                f"{where}: the {self.name} upcaster for {step} -> {step + 1} failed: "
+                f"{type(exc).__name__}: {exc}"
+            )
+            raise UpcasterError(msg) from exc
+        if not isinstance(upgraded, dict):
+            msg = (
+                f"{where}: the {self.name} upcaster for {step} -> {step + 1} returned a "
+                f"{type(upgraded).__name__}; it must return the upgraded document as a dict"
+            )
+            raise UpcasterError(msg)
+        found = stored_version(upgraded)
+        if found != step + 1 or isinstance(found, bool):
+            msg = (
+                f"{where}: the {self.name} upcaster for {step} -> {step + 1} returned "
+                f"schema version {found!r}; an upcaster upgrades exactly one step, so it "
+                f"must return the document with {VERSION_KEY!r} set to {step + 1}"
+            )
+            raise SchemaVersionError(msg)
+        return upgraded

@@ -1,0 +1,199 @@
+"""The covonaut-es command line: ``migrate --check`` in a real subprocess."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pty
+import subprocess
+import sys
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+
+import msgspec
+import psycopg
+import pytest
+
+from covonaut_es import AgentThread, create_cipher_key, open_store
+from covonaut_es.cli import main
+from support import append_raw_event, converse
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def covonaut_es(
+    *args: str, env: dict[str, str] | None = None, stderr: int = subprocess.PIPE
+) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m covonaut_es`` with this checkout's sources."""
+    return subprocess.run(
+        [sys.executable, "-m", "covonaut_es", *args],
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src"), **(env or {})},
+        check=False,
+    )
+
+
+def fingerprint(url: str) -> object:
+    """Everything the store holds, read behind the library's back."""
+    if url.startswith("sqlite"):
+        return Path(url.removeprefix("sqlite:///")).read_bytes()
+    with psycopg.connect(url) as conn:
+        return conn.execute(
+            "SELECT (SELECT array_agg(md5(state) ORDER BY notification_id) FROM covonaut_events),"
+            " (SELECT array_agg(md5(state)) FROM covonaut_snapshots)"
+        ).fetchone()
+
+
+def test_a_clean_store_exits_0_and_prints_the_counts(shared_url: str) -> None:
+    """On a store where everything upgrades the check exits 0 and prints a row per
+    type and stored version."""
+    with open_store(shared_url) as store:
+        converse(store, "a")
+    result = covonaut_es("migrate", "--check", "--store", shared_url)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("Checked ") and lines[0].endswith("; nothing was written.")
+    assert any(line.split()[:4] == ["AgentThread.Started", "v1", "v1", "1"] for line in lines)
+    assert any(line.split()[:3] == ["StateDocument", "v2", "v2"] for line in lines)
+    assert lines[-1].startswith("OK: all ")
+    assert result.stderr == ""  # not a terminal: no progress bar
+
+
+def test_a_corrupt_and_a_too_new_record_exit_non_zero_naming_both(shared_url: str) -> None:
+    """A damaged record and one from newer code are reported by thread and version,
+    and the exit status is 1; the store is left exactly as it was."""
+    with open_store(shared_url) as store:
+        converse(store, "a")
+        converse(store, "b")
+        corrupt = append_raw_event(store, "a", AgentThread.TurnStarted.TOPIC, b"{broken")
+        newer = msgspec.json.encode({"timestamp": "2026-01-01T00:00:00Z", "turn": 9, "_v": 7})
+        too_new = append_raw_event(store, "b", AgentThread.TurnStarted.TOPIC, newer)
+    before = fingerprint(shared_url)
+
+    result = covonaut_es("migrate", "--dry-run", "--store", shared_url)
+    assert result.returncode == 1, result.stderr
+    out = result.stdout
+    assert f"thread 'a', event {corrupt} (AgentThread.TurnStarted, schema v?): Serialization" in out
+    assert f"thread 'b', event {too_new} (AgentThread.TurnStarted, schema v7): SchemaVersion" in out
+    assert out.splitlines()[-1].startswith("FAILED: 2 of ")
+    assert fingerprint(shared_url) == before
+
+
+def test_encrypted_and_compressed_stores_are_read_with_their_key(tmp_path: Path) -> None:
+    """--cipher-key-env and --compressed open the store as the application does;
+    without the key every record is a failure."""
+    url = f"sqlite:///{tmp_path / 'secret.db'}"
+    key = create_cipher_key()
+    with open_store(url, cipher_key=key, compress=True) as store:
+        converse(store, "a")
+    options = ["--cipher-key-env", "APP_KEY", "--compressed"]
+    keyed = covonaut_es("migrate", "--check", "--store", url, *options, env={"APP_KEY": key})
+    assert keyed.returncode == 0, keyed.stdout + keyed.stderr
+    keyless = covonaut_es("migrate", "--check", "--store", url)
+    assert keyless.returncode == 1
+    assert "read without the store's cipher key or compress option" in keyless.stdout
+
+
+def test_named_state_files_are_checked_with_states(tmp_path: Path) -> None:
+    """--states DIR checks a directory of named states along with the store."""
+    url = f"sqlite:///{tmp_path / 'threads.db'}"
+    with open_store(url) as store:
+        converse(store, "a")
+        document = store.read_state("a")
+    (tmp_path / "states").mkdir()
+    (tmp_path / "states" / "old.json").write_bytes(msgspec.json.encode({**document, "_v": 0}))
+    result = covonaut_es("migrate", "--check", "--store", url, "--states", str(tmp_path / "states"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert any(line.split()[:2] == ["StateDocument", "v0"] for line in result.stdout.splitlines())
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["migrate", "--store", "sqlite:///x.db"], "required: --check/--dry-run"),
+        (["migrate", "--check"], "no store"),
+        (["migrate", "--check", "--store", "sqlite:///missing.db"], "no SQLite file"),
+        (["migrate", "--check", "--store", "redis://x"], "is not understood"),
+        (["migrate", "--check", "--store", "memory://", "--states", "nowhere"], "not a directory"),
+        (
+            ["migrate", "--check", "--store", "memory://", "--cipher-key-env", "UNSET_KEY_VAR"],
+            "not set",
+        ),
+        ([], "required: COMMAND"),
+    ],
+)
+def test_usage_errors_exit_2_and_create_nothing(
+    args: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Bad arguments or an unopenable store exit 2 with a message, writing nothing."""
+    os.environ.pop("UNSET_KEY_VAR", None)
+    cwd = Path.cwd()
+    os.chdir(tmp_path)
+    try:
+        with pytest.raises(SystemExit) as exit_:
+            raise SystemExit(main(args))
+    finally:
+        os.chdir(cwd)
+    assert exit_.value.code == 2
+    assert message in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_postgres_database_without_tables_is_not_written(postgres_database: str) -> None:
+    """Checking a database that has no covonaut tables exits 2 and creates none."""
+    result = covonaut_es("migrate", "--check", "--store", postgres_database)
+    assert result.returncode == 2
+    assert "cannot read store" in result.stderr
+    with psycopg.connect(postgres_database) as conn:
+        tables = conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+        assert tables.fetchall() == []
+
+
+def test_progress_bar_on_a_terminal(tmp_path: Path) -> None:
+    """With stderr on a terminal the check draws a progress bar there; stdout keeps the
+    report."""
+    url = f"sqlite:///{tmp_path / 'threads.db'}"
+    with open_store(url) as store:
+        converse(store, "a")
+    terminal, child_end = pty.openpty()
+    try:
+        result = covonaut_es("migrate", "--check", "--store", url, stderr=child_end)
+        os.close(child_end)
+        drawn = read_all(terminal)
+    finally:
+        os.close(terminal)
+    assert result.returncode == 0
+    assert "\r[##############################] " in drawn and "records" in drawn
+    assert "[#" not in result.stdout
+
+
+def read_all(descriptor: int) -> str:
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(descriptor, 4096)
+        except OSError:  # EIO: the terminal's other end is closed
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    return b"".join(chunks).decode()
+
+
+def test_the_console_script_entry_point_resolves() -> None:
+    """pyproject's [project.scripts] covonaut-es names covonaut_es.cli:main."""
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    module, _, name = scripts["covonaut-es"].partition(":")
+    target: Callable[..., int] = getattr(importlib.import_module(module), name)
+    assert target is main
+
+
+def test_the_module_runs_as_a_program() -> None:
+    """python -m covonaut_es --help describes the command and its subcommands."""
+    result = covonaut_es("--help")
+    assert result.returncode == 0
+    assert "migrate" in result.stdout

@@ -1,0 +1,129 @@
+"""The upcasting rules (B21-B25): one step at a time, in order, strict about versions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from covonaut_es import (
+    ConfigurationError,
+    MissingUpcasterError,
+    SchemaVersionError,
+    UpcasterError,
+)
+from covonaut_es.upcasting import Schema
+
+
+def add_step(step: int, field: str) -> Any:
+    """An upcaster for ``step -> step + 1`` that records itself in ``field``."""
+
+    def upcast(document: dict[str, Any]) -> dict[str, Any]:
+        return {**document, field: [*document.get(field, []), step], "_v": step + 1}
+
+    return upcast
+
+
+THREE = Schema("Sample", 3, {1: add_step(1, "steps"), 2: add_step(2, "steps")})
+
+
+def test_b22_upcasters_run_once_each_in_version_order() -> None:
+    """B22: data at version 1 passes through 1 -> 2, then 2 -> 3, and nothing else."""
+    upgraded = THREE.upgrade({"_v": 1, "x": 0}, where="test")
+    assert upgraded == {"_v": 3, "x": 0, "steps": [1, 2]}
+
+
+def test_current_data_is_left_alone() -> None:
+    """Data at the current version runs no upcaster."""
+    assert THREE.upgrade({"_v": 3, "x": 0}, where="test") == {"_v": 3, "x": 0}
+
+
+def test_b24_unversioned_data_is_version_zero_and_zero_to_one_is_the_identity() -> None:
+    """B24: data without "_v" is version 0; 0 -> 1 changes nothing but the version."""
+    assert THREE.upgrade({"x": 0}, where="test") == {"_v": 3, "x": 0, "steps": [1, 2]}
+
+
+def test_b23_data_newer_than_the_code_names_type_and_both_versions() -> None:
+    """B23: a stored version above the current one is refused, naming the type, the
+    stored version and the supported one."""
+    with pytest.raises(
+        SchemaVersionError, match=r"Sample data has schema version 4.*up to version 3"
+    ):
+        THREE.upgrade({"_v": 4}, where="test")
+
+
+@pytest.mark.parametrize("version", ["2", -1, None, True, 1.5])
+def test_a_version_that_is_not_a_version_is_refused(version: object) -> None:
+    """A "_v" that is not a non-negative integer is a SchemaVersionError."""
+    with pytest.raises(SchemaVersionError, match="not a version"):
+        THREE.upgrade({"_v": version}, where="test")
+
+
+def test_b22_a_missing_step_names_the_type_and_the_step() -> None:
+    """B22: upgrading across a step without an upcaster raises MissingUpcasterError."""
+    gap = Schema("Gappy", 3, {2: add_step(2, "steps")})
+    with pytest.raises(
+        MissingUpcasterError, match=r"Gappy has no upcaster for schema version 1 -> 2"
+    ):
+        gap.upgrade({"_v": 1}, where="test")
+
+
+@pytest.mark.parametrize("returned", [3, 1, None, True])
+def test_b23_an_upcaster_returning_another_version_than_the_next_is_refused(
+    returned: object,
+) -> None:
+    """B23: an upcaster that skips a version, stays at its version or drops "_v" is
+    refused, naming the step and what it returned."""
+    schema = Schema("Skippy", 3, {1: lambda d: {**d, "_v": returned}, 2: add_step(2, "s")})
+    with pytest.raises(
+        SchemaVersionError, match=r"Skippy upcaster for 1 -> 2 returned schema version"
+    ):
+        schema.upgrade({"_v": 1}, where="test")
+
+
+def test_an_upcaster_that_fails_is_named_and_chained() -> None:
+    """An exception inside an upcaster becomes an UpcasterError naming the step."""
+
+    def broken(document: dict[str, Any]) -> dict[str, Any]:
+        return {**document, "_v": 2, "total": document["missing"]}
+
+    schema = Schema("Broken", 2, {1: broken})
+    with pytest.raises(UpcasterError, match=r"Broken upcaster for 1 -> 2 failed: KeyError") as info:
+        schema.upgrade({"_v": 1}, where="test")
+    assert isinstance(info.value.__cause__, KeyError)
+
+
+def test_an_upcaster_must_return_a_dict() -> None:
+    """An upcaster that returns something other than a dict is an UpcasterError."""
+    schema = Schema("Listy", 2, {1: lambda d: [d]})  # type: ignore[arg-type,return-value]
+    with pytest.raises(UpcasterError, match="returned a list"):
+        schema.upgrade({"_v": 1}, where="test")
+
+
+def test_b25_a_migrator_replaces_the_schemas_own_upcaster_for_its_step() -> None:
+    """B25: an application's migrator runs instead of the library's for that step only."""
+    upgraded = THREE.upgrade(
+        {"_v": 0}, where="test", migrators={0: add_step(0, "app"), 2: add_step(2, "app")}
+    )
+    assert upgraded == {"_v": 3, "app": [0, 2], "steps": [1]}
+
+
+@pytest.mark.parametrize("step", [-1, 3, 7, "1", True])
+def test_upcasters_for_steps_the_schema_does_not_have_are_refused(step: object) -> None:
+    """An upcaster keyed by a version outside 0..current-1 could never run: refused."""
+    with pytest.raises(ConfigurationError, match="not a step of Sample"):
+        Schema("Sample", 3, {step: add_step(1, "s")})  # type: ignore[dict-item]
+    with pytest.raises(ConfigurationError, match="not a step of Sample"):
+        THREE.check_steps({step: add_step(1, "s")}, what="migrators")  # type: ignore[dict-item]
+
+
+def test_an_upcaster_must_be_callable() -> None:
+    """A migrator that is not callable is refused when it is configured."""
+    with pytest.raises(ConfigurationError, match="1 -> 2 is not callable"):
+        THREE.check_steps({1: "upcast_v1_v2"}, what="migrators")  # type: ignore[dict-item]
+
+
+def test_missing_steps_lists_every_gap() -> None:
+    """missing_steps names each step from 1 to the current version without an upcaster."""
+    assert Schema("Gappy", 4, {2: add_step(2, "s")}).missing_steps() == (1, 3)
+    assert THREE.missing_steps() == ()
