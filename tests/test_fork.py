@@ -261,6 +261,8 @@ def test_fork_law_parent_prefix_plus_fork_events(
             for pending in branch.in_doubt:  # forked between a call and its result
                 branch.settle(pending.call.id, result="settled in the fork")
             branch.run("fork input")
+            forked = store.history(fork)[at]
+            assert forked.interrupts == store.state_at("p", at).interrupts  # for projections
             own = store.history(fork)[at + 1 :]  # after the Forked event
             expected = AgentThread.Forked.graft(
                 store.history(fork)[at], store.load("p", version=at)
@@ -300,3 +302,27 @@ def test_an_abandoned_thread_is_forked_from_before_it_was_abandoned(store: Store
         store.fork("root")
     fork = store.fork("root", at_version=before)
     assert agent_on(store, fork, [answer("again")]).run("retry") == "again"
+
+
+def test_a_fork_records_exactly_the_interrupts_pending_at_its_version(store: Store) -> None:
+    """Forked.interrupts, read from the tail of the stream, equals the state's pending
+    interrupts at every version of a thread that pauses, resumes and pauses again."""
+    script = [
+        call(("r1", "review", "{}"), ("r2", "review", "{}")),
+        call(("e1", "echo", '{"text": "x"}')),
+        call(("r3", "review", "{}")),
+        answer("done"),
+    ]
+    agent = agent_on(store, "root", script)
+    agent.run("go")
+    agent.steer("ok")
+    agent.resume()
+    head = store.state_at("root").version
+    for version in range(1, head + 1):
+        fork = store.fork("root", at_version=version)
+        forked = store.history(fork)[version]
+        assert isinstance(forked, AgentThread.Forked)
+        assert forked.interrupts == store.state_at("root", version).interrupts, version
+        assert store.replay_state(fork).interrupts == forked.interrupts
+    nested = store.fork(fork, at_version=3)  # an inherited version of a fork
+    assert store.parent(nested) == ThreadParent("root", 3)

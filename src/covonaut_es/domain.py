@@ -587,37 +587,6 @@ class AgentThread(Aggregate, created_event_name="Started"):
         self.trigger_event(self.CheckpointSaved, reason=reason, retain=retain, timestamp=now)
         return self.checkpoints[-1]
 
-    def branch(self, new_thread_id: str, *, now: datetime) -> AgentThread:
-        """Turn this loaded copy of the thread into a new fork at its current version.
-
-        The returned thread (this object, re-identified) has one pending ``Forked``
-        event; saving it creates the fork. Load a fresh copy to go on with the parent.
-        """
-        if self.pending_events:
-            msg = f"thread {self.thread_id!r} has unsaved events: save or reload it before forking"
-            raise ThreadStateError(msg)
-        if self.status is ThreadStatus.ABANDONED:
-            msg = (
-                f"thread {self.thread_id!r} is abandoned at version {self.version}: "
-                "fork it at a version before it was abandoned"
-            )
-            raise ThreadStateError(msg)
-        # eventsourcing makes event classes dataclasses at run time, out of mypy's sight.
-        event_class: Any = self.Forked
-        forked: AgentThread.Forked = event_class(
-            originator_id=thread_aggregate_id(new_thread_id),
-            originator_version=self.version + 1,
-            timestamp=now,
-            thread_id=new_thread_id,
-            parent_thread_id=self.thread_id,
-            parent_version=self.version,
-            interrupts=tuple(self.interrupts),
-        )
-        seal(forked, forked.TOPIC, self.chain_head or UNCHAINED)  # continues the parent's
-        fork = forked.graft(self)
-        fork.pending_events.append(forked)
-        return fork
-
     def abandon(self, reason: str, *, now: datetime) -> None:
         """Give the thread up."""
         if self.status is ThreadStatus.ABANDONED:
@@ -772,6 +741,56 @@ class AgentThread(Aggregate, created_event_name="Started"):
         # reuses call ids across turns; recording the key keeps it stable.
         material = f"{self.thread_id}\x00{self.version + 1}\x00{call.id}".encode()
         return hashlib.sha256(material).hexdigest()[:32]
+
+
+def fork_point(newest_first: Iterable[Any]) -> tuple[tuple[Interrupt, ...], bool]:
+    """What a fork at some version inherits, from the events up to it, newest first.
+
+    Returns the interrupts pending at that version and whether the thread was abandoned
+    by then. Reads back only to the start of the last turn, run or resume (no interrupt
+    is pending at any of them: interrupts end a run, and only ``resume`` starts one
+    over them, clearing them) or to the fork that started the stream, which records its
+    own; so forking costs the same however long the thread is.
+    """
+    interrupts: list[Interrupt] = []
+    for event in newest_first:
+        if isinstance(event, AgentThread.Abandoned):
+            return (), True
+        if isinstance(event, AgentThread.Interrupted):
+            interrupts.append(event.interrupt)
+        elif isinstance(event, AgentThread.Forked):
+            interrupts.extend(reversed(event.interrupts))
+            break
+        elif isinstance(event, AgentThread.Resumed | AgentThread.TurnStarted) or (
+            isinstance(event, AgentThread.RunStarted) and event.mode is not RunMode.RESUME
+        ):
+            break
+    return tuple(reversed(interrupts)), False
+
+
+def fork_event(
+    parent_thread_id: str,
+    parent_version: int,
+    *,
+    new_thread_id: str,
+    interrupts: tuple[Interrupt, ...],
+    previous_chain: str,
+    now: datetime,
+) -> AgentThread.Forked:
+    """The event that starts a fork, sealed into the parent's hash chain."""
+    # eventsourcing makes event classes dataclasses at run time, out of mypy's sight.
+    event_class: Any = AgentThread.Forked
+    forked: AgentThread.Forked = event_class(
+        originator_id=thread_aggregate_id(new_thread_id),
+        originator_version=parent_version + 1,
+        timestamp=now,
+        thread_id=new_thread_id,
+        parent_thread_id=parent_thread_id,
+        parent_version=parent_version,
+        interrupts=interrupts,
+    )
+    seal(forked, forked.TOPIC, previous_chain)
+    return forked
 
 
 class ThreadSnapshot(Snapshot):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import itertools
 import os
 import secrets
 import threading
@@ -29,14 +30,22 @@ from covonaut_es import audit
 from covonaut_es.aio import in_worker_thread
 from covonaut_es.application import SnapshotCache, open_application
 from covonaut_es.audit import AuditEntry, AuditReport
-from covonaut_es.domain import AgentThread, ThreadSnapshot, thread_aggregate_id
+from covonaut_es.domain import (
+    AgentThread,
+    ThreadSnapshot,
+    fork_event,
+    fork_point,
+    thread_aggregate_id,
+)
 from covonaut_es.errors import (
     CheckpointNotFoundError,
     ConfigurationError,
     StoreUnavailableError,
     ThreadConflictError,
     ThreadNotFoundError,
+    ThreadStateError,
 )
+from covonaut_es.integrity import CHAIN_KEY, UNCHAINED
 from covonaut_es.named_state import StateSaved, state_stream_id
 from covonaut_es.serialization import MsgspecMapper
 from covonaut_es.store_urls import canonical_url, redact, store_env
@@ -198,6 +207,24 @@ class Store(SessionTreeQueries):
         if forked is None or version is None or version > forked.parent_version:
             return None
         return load_base(forked.parent_thread_id, version=version)
+
+    def _head_version(self, thread_id: str) -> int:
+        aggregate_id = thread_aggregate_id(thread_id)
+        newest = self._app.recorder.select_events(aggregate_id, desc=True, limit=1)
+        if not newest:
+            msg = f"thread {thread_id!r} not found in store {self.url}"
+            raise ThreadNotFoundError(msg)
+        return newest[0].originator_version
+
+    def _newest_first(self, thread_id: str, version: int) -> Iterator[Any]:
+        """The thread's own events up to ``version``, newest first, read in pages."""
+        aggregate_id = thread_aggregate_id(thread_id)
+        while version >= 1:
+            page = list(self._app.events.get(aggregate_id, lte=version, desc=True, limit=16))
+            yield from page
+            if len(page) < 16:
+                return
+            version = page[-1].originator_version - 1
 
     def _forked_event(self, thread_id: str) -> AgentThread.Forked | None:
         first = next(iter(self._app.events.get(thread_aggregate_id(thread_id), limit=1)), None)
@@ -435,21 +462,42 @@ class Store(SessionTreeQueries):
             raise ConfigurationError(msg)
         if at_checkpoint is not None:
             at_version = self._checkpoint_version(thread_id, at_checkpoint)
-        head = self.load(thread_id)
-        if at_version is not None and not 1 <= at_version <= head.version:
+        head = self._head_version(thread_id)
+        version = head if at_version is None else at_version
+        if not 1 <= version <= head:
             msg = (
-                f"thread {thread_id!r} has versions 1 to {head.version}; "
-                f"it cannot be forked at version {at_version}"
+                f"thread {thread_id!r} has versions 1 to {head}; "
+                f"it cannot be forked at version {version}"
             )
             raise ThreadNotFoundError(msg)
-        base = (
-            head if at_version in (None, head.version) else self.load(thread_id, version=at_version)
-        )
+        while (forked := self._forked_event(thread_id)) and version <= forked.parent_version:
+            thread_id = forked.parent_thread_id  # an inherited version: branch from its owner
         new_thread_id = new_thread_id or f"{thread_id}~{uuid.uuid4().hex[:8]}"
         if self.exists(new_thread_id):
             msg = f"cannot fork {thread_id!r} as {new_thread_id!r}: that thread already exists"
             raise ThreadConflictError(msg, thread_id=new_thread_id, expected_version=0)
-        self.save(base.branch(new_thread_id, now=datetime.now(UTC)))
+        newest_first = self._newest_first(thread_id, version)
+        newest = next(newest_first)
+        interrupts, abandoned = fork_point(itertools.chain([newest], newest_first))
+        if abandoned:
+            msg = (
+                f"thread {thread_id!r} is abandoned at version {version}: "
+                "fork it at a version before it was abandoned"
+            )
+            raise ThreadStateError(msg)
+        event = fork_event(
+            thread_id,
+            version,
+            new_thread_id=new_thread_id,
+            interrupts=interrupts,
+            previous_chain=newest.__dict__.get(CHAIN_KEY, UNCHAINED),
+            now=datetime.now(UTC),
+        )
+        try:
+            self._app.events.put([event])
+        except IntegrityError as exc:
+            msg = f"cannot fork {thread_id!r} as {new_thread_id!r}: that thread already exists"
+            raise ThreadConflictError(msg, thread_id=new_thread_id, expected_version=0) from exc
         return new_thread_id
 
     def abandon(self, thread_id: str, reason: str = "") -> None:
