@@ -13,14 +13,15 @@ import binascii
 import contextlib
 import logging
 from collections.abc import Iterator, Mapping
+from typing import Any
 from uuid import UUID
 
-from eventsourcing.application import Application
+from eventsourcing.application import Application, ProcessingEvent
 from eventsourcing.domain import DomainEventProtocol
-from eventsourcing.persistence import AggregateRecorder, EventStore, PersistenceError
+from eventsourcing.persistence import AggregateRecorder, EventStore, PersistenceError, Recording
 from eventsourcing.utils import Environment, EnvType
 
-from covonaut_es.domain import ThreadSnapshot
+from covonaut_es.domain import AgentThread, ThreadSnapshot
 from covonaut_es.errors import (
     ConfigurationError,
     CovonautError,
@@ -119,6 +120,26 @@ class _ThreadsApplication(AgentApplication):
         # Only what open_store() passed: variables in os.environ must not redirect a
         # store to another database behind the caller's back.
         return Environment(name, dict(env or {}))
+
+    def save(self, *objs: Any, **kwargs: Any) -> list[Recording[UUID]]:
+        """As eventsourcing's ``save``, collecting threads' events without its two
+        runtime protocol checks per save (a fifth of a turn's persistence cost)."""
+        processing_event = _ThreadsProcessingEvent()
+        processing_event.collect_events(*objs, **kwargs)
+        recordings = self._record(processing_event)
+        self._take_snapshots(processing_event)
+        self._notify(recordings)
+        return recordings
+
+
+class _ThreadsProcessingEvent(ProcessingEvent[UUID]):
+    def collect_events(self, *objs: Any, **kwargs: Any) -> None:
+        threads = [obj for obj in objs if type(obj) is AgentThread]
+        for thread in threads:
+            self.events.extend(thread.collect_events())
+            self.aggregates[thread.id] = thread
+        others = [obj for obj in objs if type(obj) is not AgentThread]
+        super().collect_events(*others, **kwargs)
 
 
 _SCHEMA_LOCK_KEY = 0x636F766F  # "covo": serializes table creation across processes
