@@ -1,20 +1,21 @@
 """Branching: run to a review, fork the thread, decide differently in each branch.
 
-The original thread pauses on a payment review. A fork at that point is paused on the
-same review; one branch is told the payment was approved, the other that it was
-rejected, and each resumes to its own answer. The parent's events are shared, not
+The original thread pauses on a payment that needs approval. A fork taken at that point
+is paused on the same review; a reviewer approves it in the original and rejects it in
+the branch, and each resumes to its own outcome. The parent's events are shared, not
 copied: the fork stores one small event.
 """
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
 from covonaut_es import (
     Agent,
     AgentConfig,
     CheckpointSettings,
-    InterruptError,
+    HmacReviewerVerifier,
     ProviderRequest,
     ProviderResponse,
     Role,
@@ -27,24 +28,38 @@ from covonaut_es import (
     open_store,
 )
 
+VERIFIER = HmacReviewerVerifier(secrets.token_bytes(32))
+REVIEWER = VERIFIER.issue_token("rita@finance", ttl_seconds=600)
+
 
 def payments_model(request: ProviderRequest) -> ProviderResponse:
-    """Ask for the payment; once a person decided, report what they said."""
-    decision = [m.content for m in request.messages if m.role is Role.USER][-1]
-    if any(m.role is Role.TOOL for m in request.messages):
-        return ProviderResponse(content=f"Understood: {decision}")
-    return ProviderResponse(tool_calls=(ToolCall("pay-1", "send_payment", '{"amount": 120}'),))
+    """Ask to pay; once approved, pay; once rejected or paid, say what happened."""
+    last = request.messages[-1]
+    pay = ToolCall(f"pay-{len(request.messages)}", "send_payment", '{"amount": 120}')
+    if last.role is not Role.TOOL or last.content.startswith("Approved"):
+        return ProviderResponse(tool_calls=(pay,))
+    return ProviderResponse(content=f"Outcome: {last.content}")
 
 
 def send_payment(ctx: ToolContext, args: dict[str, Any]) -> Any:
-    raise InterruptError("payment needs a review", {"amount": args["amount"]})
+    assert ctx.approval is not None  # the runtime runs it only on a recorded approval
+    return f"paid {args['amount']}, approved by {ctx.approval.reviewer}"
 
 
 def agent(store: Store, thread_id: str) -> Agent:
     return Agent(
         AgentConfig(
             provider=ScriptedProvider(respond=payments_model),
-            tools=[Tool("send_payment", "Send a payment", {"type": "object"}, send_payment)],
+            tools=[
+                Tool(
+                    "send_payment",
+                    "Send a payment",
+                    {"type": "object"},
+                    send_payment,
+                    requires_approval=True,
+                )
+            ],
+            reviewer_verifier=VERIFIER,
             checkpoint=CheckpointSettings(store=store, thread_id=thread_id),
         )
     )
@@ -63,17 +78,18 @@ def main() -> None:
     original = agent(store, "invoice-17")
     original.run("Pay invoice 17.")
     assert original.interrupted is not None
-    print("Paused:", original.interrupted.reason, original.interrupted.data)
+    review_id = original.interrupted.data["review_id"]
+    print("Paused:", original.interrupted.reason)
 
-    rejected_id = store.fork("invoice-17", new_thread_id="invoice-17/rejected")
-    approved, rejected = original, agent(store, rejected_id)
-    approved.steer("The reviewer approved the payment.")
-    rejected.steer("The reviewer rejected the payment.")
-    print("Approved branch:", approved.resume())
-    print("Rejected branch:", rejected.resume())
+    branch_id = store.fork("invoice-17", new_thread_id="invoice-17/rejected")
+    branch = agent(store, branch_id)
+    original.approve(review_id, reviewer=REVIEWER, comment="refund confirmed")
+    branch.reject(review_id, reviewer=REVIEWER, reason="already paid by card")
+    print("Approved branch:", original.resume())
+    print("Rejected branch:", branch.resume())
 
     store.label("invoice-17", "approved")
-    store.label(rejected_id, "rejected")
+    store.label(branch_id, "rejected")
     show(store.tree("invoice-17"))
 
 

@@ -80,8 +80,10 @@ def test_branching_example_prints_both_outcomes_and_the_tree() -> None:
     )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert "Approved branch: Understood: The reviewer approved the payment." in lines
-    assert "Rejected branch: Understood: The reviewer rejected the payment." in lines
+    assert "Approved branch: Outcome: paid 120, approved by rita@finance" in lines
+    assert any(
+        line.startswith("Rejected branch: Outcome: Rejected by rita@finance") for line in lines
+    )
     assert lines[-2:] == [
         "invoice-17 [approved]",
         "  invoice-17/rejected (from version 9) [rejected]",
