@@ -126,3 +126,19 @@ def test_approval_gate_example_audits_each_decision() -> None:
     assert decisions == [("bob@finance", "rejected"), ("alice@finance", "approved")]
     assert len(re.findall(r"digest [0-9a-f]{64}", audit)) == 2
     assert re.search(r"approval [0-9a-f]{32} used by call \S+", audit)
+
+
+def test_reviewer_queue_example_approves_from_the_command_line() -> None:
+    """examples/reviewer_queue.py: a separate process keeps the queue; after a reviewer
+    approves bob's payment on the command line, the queue lists the other two."""
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "reviewer_queue.py")],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert result.returncode == 0, result.stderr
+    before, after = result.stdout.split("Queue after:")
+    assert [line.split()[0] for line in before.splitlines()[1:4]] == ["ann", "bob", "cleo"]
+    assert "approved  rita" in before
+    assert [line.split()[0] for line in after.strip().splitlines()] == ["ann", "cleo"]
