@@ -10,7 +10,7 @@ DEMO   ?= examples/restart_recovery.py
 # Only the source folders that exist (examples/ may not yet).
 LINT_PATHS := $(wildcard src tests examples)
 
-.PHONY: venv lint typecheck test demo clean
+.PHONY: venv lint typecheck test demo bench clean
 
 venv: $(STAMP)
 
@@ -32,6 +32,11 @@ test: $(STAMP) lint typecheck
 
 demo: $(STAMP)
 	$(BIN)/python $(DEMO)
+
+# Installs the pinned peers (LangGraph) and writes BENCHMARKS.md; takes several minutes.
+bench: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[bench]'
+	$(BIN)/python benchmarks/run.py
 
 clean:
 	rm -rf $(VENV) build dist .pytest_cache .mypy_cache .ruff_cache .hypothesis

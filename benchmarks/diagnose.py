@@ -1,0 +1,345 @@
+"""Diagnosis: where the bytes and the time go, for the targets the figures judge.
+
+Every diagnosis runs on every run (also in quick mode, so it cannot rot); a target that
+was missed gets its explanation from the diagnosis, with the measured numbers. The
+profiles are cProfile's, which inflates Python-level costs against C calls: read them
+for where the time goes, not for absolute figures. "What if" rows change nothing in the
+library: they use public options (`open_store(compress=True)`) or the public
+`Store.save_checkpoint_snapshot` on a copy of the database, to show what a change would
+buy before anyone makes it.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import pstats
+import re
+import sqlite3
+import time
+from contextlib import closing
+from typing import TYPE_CHECKING, Any
+
+import workload
+from harness import BUDGET_S, Context, cli, isolated, log
+from report import MISSED, Section, Table, intro, ratio, seconds, size, times
+from single_thread import LONG_T, REFERENCE_T
+
+from covonaut_es import Agent, open_store
+
+if TYPE_CHECKING:
+    from harness import Progress
+
+TOP = 12
+
+
+def _label(entry: tuple[str, int, str]) -> str:
+    filename, line, name = entry
+    if filename == "~":
+        return name.replace("{method ", "{").replace(" objects}", "}")
+    for marker in ("site-packages/", "/src/", "/benchmarks/"):
+        if marker in filename:
+            filename = filename.split(marker, 1)[1]
+            break
+    else:
+        filename = re.sub(r".*/lib/python3\.\d+/", "", filename)
+    return f"{filename}:{line} {name}"
+
+
+def profile(action: Any, sort: str = "tottime") -> list[list[Any]]:
+    """``action()`` under cProfile: the top functions as ``[label, calls, tottime,
+    cumtime]``."""
+    profiler = cProfile.Profile()
+    profiler.runcall(action)
+    stats = pstats.Stats(profiler)
+    entries = stats.stats  # type: ignore[attr-defined]
+    index = 2 if sort == "tottime" else 3
+    top = sorted(entries.items(), key=lambda item: item[1][index], reverse=True)[:TOP]
+    return [[_label(key), value[1], value[2], value[3]] for key, value in top]
+
+
+def _profile_table(title: str, rows: list[list[Any]]) -> Table:
+    return Table(
+        title,
+        ["function", "calls", "own time", "with callees"],
+        [[f"`{r[0]}`", str(r[1]), seconds(r[2]), seconds(r[3])] for r in rows],
+    )
+
+
+# Children --------------------------------------------------------------------------------
+
+
+def run_storage(progress: Progress, target: str) -> None:
+    """Where the bytes of a SQLite store go."""
+    with closing(sqlite3.connect(target)) as con:
+        try:
+            pages = dict(con.execute("SELECT name, sum(pgsize) FROM dbstat GROUP BY name"))
+        except sqlite3.OperationalError:  # SQLite built without the dbstat table
+            pages = {}
+        topics = con.execute(
+            "SELECT topic, count(*), sum(length(state)), sum(length(topic)), "
+            "sum(length(originator_id)) FROM stored_events GROUP BY topic ORDER BY 3 DESC"
+        ).fetchall()
+        snapshots = con.execute(
+            "SELECT count(*), coalesce(sum(length(state)), 0), max(originator_version) "
+            "FROM stored_snapshots"
+        ).fetchone()
+    progress.update(pages=pages, topics=topics, snapshots=snapshots)
+
+
+def run_restore(progress: Progress, target: str, copy: str) -> None:
+    """Profile ``store.load`` and time it again with a snapshot at the head."""
+    url = workload.store_url(target)
+    with closing(open_store(url)) as store:
+        thread = store.load(workload.THREAD_ID)
+        loads = []
+        for _ in range(workload.REPEAT_LOADS):
+            start = time.perf_counter()
+            store.load(workload.THREAD_ID)
+            loads.append(time.perf_counter() - start)
+        rows = profile(lambda: [store.load(workload.THREAD_ID) for _ in range(5)])
+    with closing(sqlite3.connect(target)) as con:
+        (snapshot,) = con.execute("SELECT max(originator_version) FROM stored_snapshots").fetchone()
+        with closing(sqlite3.connect(copy)) as dst:
+            con.backup(dst)
+    progress.update(
+        head=thread.version, snapshot=snapshot, load_s=workload.median(loads), profile=rows
+    )
+    # A store that never loaded this thread writes a snapshot at once (public API).
+    with closing(open_store(workload.store_url(copy))) as fresh:
+        written = fresh.save_checkpoint_snapshot(thread)
+    with closing(open_store(workload.store_url(copy))) as store:
+        loads = []
+        for _ in range(workload.REPEAT_LOADS):
+            start = time.perf_counter()
+            store.load(workload.THREAD_ID)
+            loads.append(time.perf_counter() - start)
+        at_head = profile(lambda: [store.load(workload.THREAD_ID) for _ in range(5)])
+    progress.update(
+        snapshot_written=written, load_at_head_s=workload.median(loads), profile_at_head=at_head
+    )
+
+
+def run_persistence(progress: Progress, target: str, turns: int) -> None:
+    """Profile one run of the workload, and split the persistence time."""
+    with closing(open_store("memory://")) as warm:
+        Agent(workload.agent_config(warm, workload.Model(workload.WARMUP_TURNS))).run("warm")
+    workload.prepare(turns)
+    with closing(open_store(workload.store_url(target))) as store:
+        timer = workload.PersistenceTimer(store)
+        agent = Agent(workload.agent_config(store, workload.Model(turns)))
+        profiler = cProfile.Profile()
+        profiler.runcall(agent.run, workload.PROMPT)
+    stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
+    # Where the client waits on the database: sqlite3's C calls (including the fsync of
+    # a commit); psycopg's Connection.wait and pipeline _communicate_gen, whose own time
+    # is the unprofiled C calls that wait on and talk to the server's socket.
+    database = 0.0
+    for (filename, _, name), value in stats.items():
+        if (filename == "~" and "sqlite3." in name) or (
+            (filename.endswith("psycopg/connection.py") and name == "wait")
+            or (filename.endswith("psycopg/_pipeline_base.py") and name == "_communicate_gen")
+        ):
+            database += value[2]
+    rows = sorted(stats.items(), key=lambda item: item[1][2], reverse=True)[:TOP]
+    progress.update(
+        persistence_s=timer.seconds,
+        database_s=database,
+        total_s=sum(value[2] for value in stats.values()),
+        profile=[[_label(key), value[1], value[2], value[3]] for key, value in rows],
+    )
+
+
+# Sections --------------------------------------------------------------------------------
+
+
+def storage(ctx: Context) -> Table:
+    """Where the bytes of the reference thread go, and what compression would change."""
+    turns = REFERENCE_T if REFERENCE_T in ctx.turns else max(ctx.turns)
+    ours = ctx.ours("sqlite", turns)[0]
+    log(f"diagnose: storage at T={turns}")
+    found = isolated(run_storage, BUDGET_S, target=ours["target"])
+    compressed_target = ctx.target("sqlite", f"compressed_{turns}")
+    compressed = isolated(
+        workload.run_ours,
+        BUDGET_S,
+        target=compressed_target,
+        turns=turns,
+        history=False,
+        compress=True,
+    )
+    ctx.discard("sqlite", f"compressed_{turns}")
+    total, logical = ours.get("bytes"), ours.get("logical_bytes")
+    table = Table(
+        f"SQLite, T={turns}: where the {size(total)} go ({times(ratio(total, logical))} the "
+        f"logical {size(logical)})",
+        ["part", "rows", "bytes", "share of file", "per turn"],
+    )
+    if "error" in found:
+        table.notes.append(f"failed: `{found['error'].splitlines()[-1]}`")
+        return table
+    pages = found["pages"]
+
+    def part(label: str, rows: str, bytes_: float) -> list[str]:
+        return [label, rows, size(bytes_), f"{ratio(bytes_, total):.0%}", size(bytes_ / turns)]
+
+    for name, bytes_ in sorted(pages.items(), key=lambda item: -item[1]):
+        table.rows.append(part(f"pages of `{name}`", "", bytes_))
+    for topic, count, state, _, _ in found["topics"]:
+        table.rows.append(part(f"payload of `{topic.rsplit('.', 1)[-1]}`", str(count), state))
+    events = sum(row[1] for row in found["topics"])
+    count, snapshot_bytes, last = found["snapshots"]
+    table.rows += [
+        part("topic strings, one per event", str(events), sum(r[3] for r in found["topics"])),
+        part(
+            "hex thread ids, one per event (the key index holds them again)",
+            str(events),
+            sum(r[4] for r in found["topics"]),
+        ),
+        part(f"snapshot payloads (newest at version {last})", str(count), snapshot_bytes),
+    ]
+    without = (total or 0) - pages.get("stored_snapshots", snapshot_bytes)
+    table.notes += [
+        f"What if there were no snapshots: about {size(without)}, "
+        f"{times(ratio(without, logical))} the logical bytes (now {times(ratio(total, logical))}).",
+        f"What if `open_store(..., compress=True)` (a public option; zlib per event): "
+        f"{size(compressed.get('bytes'))}, {times(ratio(compressed.get('bytes'), logical))} "
+        "the logical bytes.",
+    ]
+    target = ctx.targets.get("storage-logical")
+    if target and target.status == MISSED:
+        target.explanation = (
+            f"Cause: snapshots are {ratio(snapshot_bytes, total):.0%} of the file "
+            "(`Store.save_checkpoint_snapshot` in `store.py` keeps every snapshot of the "
+            "doubling policy of ADR 0003, together about 2x the newest state), and each "
+            f"turn stores {events / turns:.1f} events, of which only the message events carry "
+            "conversation; every event row repeats its topic string and hex thread id "
+            "(eventsourcing's SQLite schema, in `_ThreadsApplication`). Without snapshots "
+            f"the file would be {times(ratio(without, logical))} the logical bytes; with "
+            f"`compress=True` {times(ratio(compressed.get('bytes'), logical))}. See Diagnosis."
+        )
+    return table
+
+
+def restore(ctx: Context) -> list[Table]:
+    """Profile of a restore at the longest T, and the same restore from a snapshot at
+    the head."""
+    turns = LONG_T if LONG_T in ctx.turns else max(ctx.turns)
+    ours = ctx.ours("sqlite", turns)[0]
+    log(f"diagnose: restore at T={turns}")
+    copy = ctx.target("sqlite", f"restore_copy_{turns}")
+    found = isolated(run_restore, BUDGET_S, target=ours["target"], copy=copy)
+    ctx.discard("sqlite", f"restore_copy_{turns}")
+    if "error" in found:
+        return [Table("restore", [], notes=[f"failed: `{found['error'].splitlines()[-1]}`"])]
+    decode = ours.get("decode_latest_s")
+    head, snapshot = found["head"], found["snapshot"] or 0
+    table = _profile_table(
+        f"SQLite, T={turns}: `store.load` x5 under cProfile, by own time", found["profile"]
+    )
+    replayed = head - snapshot
+    now, after = found["load_s"], found.get("load_at_head_s")
+    where = (
+        f"the newest snapshot is at version {snapshot}, so a restore decodes it and then "
+        if snapshot
+        else "there is no snapshot yet, so a restore "
+    )
+    table.notes += [
+        f"The head is version {head}; {where}replays {replayed} events "
+        f"({replayed / head:.0%} of the thread).",
+        f"Restore now: {seconds(now)}, {times(ratio(now, decode))} the decode of the latest "
+        f"state ({seconds(decode)}).",
+        f"What if a snapshot were at the head (written with the public "
+        f"`Store.save_checkpoint_snapshot` on a copy): {seconds(after)}, "
+        f"{times(ratio(after, decode))} the decode time.",
+    ]
+    top = ", ".join(f"`{row[0]}`" for row in found["profile"][:4])
+    head_top = ", ".join(f"`{row[0]}`" for row in found.get("profile_at_head", [])[:3])
+    at_head_verdict = (
+        "within the target: a snapshot at the newest checkpoint would meet it"
+        if ratio(after, decode) <= 2
+        else f"still above 2x: the snapshot's own path ({head_top}) costs that much"
+    )
+    for key in ("restore-decode", "restore-peer"):
+        target = ctx.targets.get(key)
+        if target and target.status == MISSED:
+            target.explanation = (
+                f"Cause: `Store.find` (`store.py`) loads the newest snapshot, at version "
+                f"{snapshot} of {head}, and replays the {replayed} events after it through "
+                "eventsourcing's repository and `MsgspecMapper.to_domain_event` "
+                f"(`serialization.py`); by own time the profile's top functions are {top}. "
+                "The doubling snapshot policy (ADR 0003) lets that tail grow to half the "
+                f"thread. In the diagnosis run a restore took {times(ratio(now, decode))} the "
+                f"decode time, and {times(ratio(after, decode))} from a snapshot at the head "
+                f"({at_head_verdict}). See Diagnosis."
+            )
+    at_head = _profile_table(
+        f"SQLite, T={turns}: `store.load` x5 from a snapshot at the head (the what-if), "
+        "by own time",
+        found.get("profile_at_head", []),
+    )
+    return [table, at_head]
+
+
+def persistence(ctx: Context) -> list[Table]:
+    """Profile of a whole run on each backend, split into database time and the rest."""
+    turns = REFERENCE_T if REFERENCE_T in ctx.turns else max(ctx.turns)
+    tables = []
+    for backend in ctx.backends:
+        log(f"diagnose: persistence on {backend} at T={turns}")
+        name = f"profile_{backend}_{turns}"
+        found = isolated(run_persistence, BUDGET_S, target=ctx.target(backend, name), turns=turns)
+        ctx.discard(backend, name)
+        if "error" in found:
+            tables.append(
+                Table(backend, [], notes=[f"failed: `{found['error'].splitlines()[-1]}`"])
+            )
+            continue
+        table = _profile_table(
+            f"{backend}, T={turns}: one run under cProfile, by own time", found["profile"]
+        )
+        share = ratio(found["database_s"], found["persistence_s"])
+        table.notes.append(
+            f"Under the profiler, {seconds(found['persistence_s'] / turns)} per turn is "
+            f"persistence (inside `Store.save` / `save_checkpoint_snapshot`), of which "
+            f"{share:.0%} is the client waiting in the database driver (SQLite's C calls, "
+            "fsync included; psycopg's socket waits and pipeline I/O) and the rest Python in "
+            "eventsourcing, psycopg and covonaut_es; the whole run is "
+            f"{seconds(found['total_s'] / turns)} per turn."
+        )
+        tables.append(table)
+        target = ctx.targets.get("persistence")
+        if backend == "sqlite" and target and target.status == MISSED:
+            target.explanation = _persistence_cause(ctx, turns, share)
+    return tables
+
+
+def _persistence_cause(ctx: Context, turns: int, share: float) -> str:
+    runs = [run for run in ctx.ours("sqlite", turns) if "raw_s" in run]
+    ours = workload.median([run["persistence_s"] for run in runs])
+    raw = workload.median([run["raw_s"] for run in runs])
+    commits = runs[0]["raw_commits"] if runs else 0
+    return (
+        f"Cause: the same rows in the same {commits / turns:.1f} transactions per turn cost "
+        f"{seconds(raw / turns)} per turn with bare statements and {seconds(ours / turns)} "
+        f"in our store, {seconds((ours - raw) / max(commits, 1))} more per transaction. "
+        f"Under cProfile {share:.0%} of our persistence time is the client blocked in "
+        "SQLite (the same commits and fsyncs as the limit); the rest is Python per commit "
+        "on the path `Store.save` (`store.py`) -> eventsourcing `Application.save` "
+        "(runtime `Protocol` checks in `collect_events`, `_take_snapshots`, the recorder's "
+        "transaction and connection-pool wrappers, one `execute` per event) -> "
+        "`MsgspecMapper.to_stored_event` (`serialization.py`). Fewer commits per turn "
+        "(figure 8 shows how many) would cut both parts. See Diagnosis."
+    )
+
+
+def run(ctx: Context) -> list[Section]:
+    """The diagnosis section."""
+    section = Section("Diagnosis", intro(__doc__))
+    section.tables.append(storage(ctx))
+    section.tables += restore(ctx)
+    section.tables += persistence(ctx)
+    return [section]
+
+
+if __name__ == "__main__":
+    raise SystemExit(cli([run]))

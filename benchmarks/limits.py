@@ -1,0 +1,92 @@
+"""Figure 8: the limits, and our costs as multiples of them.
+
+Write: our per-turn persistence cost is the time spent inside ``Store.save`` and
+``Store.save_checkpoint_snapshot`` during the figure-1 runs (measured around those two
+calls; everything else of a turn is not persistence), divided by T. The limit writes
+exactly the same rows (the bytes our store wrote, read back from it) in the same
+transactions, with bare ``INSERT`` + ``COMMIT``: ``sqlite3`` on a fresh WAL file with the
+same schema and the same (default, ``FULL``) ``synchronous`` setting, or psycopg on a
+fresh PostgreSQL database with a plain table of the same key.
+
+Decode: the events per second of ``store.history`` (figure 5) against decoding the same
+payloads, already in memory, with ``msgspec.json.Decoder()``.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from harness import Context, cli
+from replay import measure
+from report import Section, Table, Target, intro, rate, ratio, seconds, size, status, times
+from single_thread import REFERENCE_T
+
+TARGET_MULTIPLE = 2.0
+
+
+def run(ctx: Context) -> list[Section]:
+    """Figure 8."""
+    section = Section("8. The limits", intro(__doc__))
+    table = Table(
+        "per-turn persistence against raw INSERT + COMMIT of the same bytes",
+        [
+            "store",
+            "T",
+            "commits per turn",
+            "bytes per turn",
+            "ours per turn",
+            "limit per turn",
+            "ours / limit",
+        ],
+    )
+    multiple = float("nan")
+    for backend in ctx.backends:
+        for turns in ctx.turns:
+            runs = [r for r in ctx.ours(backend, turns) if "raw_s" in r]
+            if not runs:
+                failed = ctx.ours(backend, turns)[-1].get("error", "no measurement")
+                table.notes.append(f"{backend}, T={turns}: `{failed.splitlines()[-1]}`")
+                continue
+            m = statistics.median(r["persistence_s"] / r["raw_s"] for r in runs)
+            if backend == "sqlite" and turns == REFERENCE_T:
+                multiple = m
+            table.rows.append(
+                [
+                    backend,
+                    str(turns),
+                    f"{runs[0]['raw_commits'] / turns:.2f}",
+                    size(runs[0]["raw_bytes"] / turns),
+                    seconds(statistics.median(r["persistence_s"] for r in runs) / turns),
+                    seconds(statistics.median(r["raw_s"] for r in runs) / turns),
+                    times(m),
+                ]
+            )
+    table.notes.append(
+        "Each figure-1 run writes its limit right after itself, in the same process, so "
+        "that both meet the same disk and load; per-turn times are medians over the runs, "
+        "and the multiple is the median of each run's own multiple."
+    )
+    decode = Table(
+        "decode: events per second",
+        ["store", "events", "ours: store.history", "limit: msgspec decode", "limit / ours"],
+    )
+    for backend in ctx.backends:
+        result = measure(ctx, backend)
+        events = result.get("events", 0)
+        ours, limit = ratio(events, result.get("history_s")), ratio(events, result.get("decode_s"))
+        decode.rows.append(
+            [backend, str(events), rate(ours), rate(limit), times(ratio(limit, ours))]
+        )
+    section.tables += [table, decode]
+    ctx.targets["persistence"] = target = Target(
+        f"per-turn persistence at T={REFERENCE_T} (SQLite): at most 2x raw SQLite "
+        "INSERT+COMMIT of the same bytes",
+        f"{times(multiple)} the raw cost",
+        status(None if multiple != multiple else multiple <= TARGET_MULTIPLE),
+    )
+    section.targets.append(target)
+    return [section]
+
+
+if __name__ == "__main__":
+    raise SystemExit(cli([run]))

@@ -1,0 +1,30 @@
+"""Run every benchmark and write BENCHMARKS.md (``--quick``: tiny T, for the tests).
+
+    .venv/bin/python benchmarks/run.py [--quick] [--output PATH]
+
+Each figure module can also run alone, e.g. ``benchmarks/writers.py --quick``.
+"""
+
+from __future__ import annotations
+
+import diagnose
+import fork
+import limits
+import queue_lag
+import replay
+import single_thread
+import writers
+from harness import cli
+
+FIGURES = [
+    single_thread.run,  # 1-3
+    fork.run,  # 4
+    replay.run,  # 5
+    writers.run,  # 6
+    queue_lag.run,  # 7
+    limits.run,  # 8
+    diagnose.run,  # why the missed targets were missed
+]
+
+if __name__ == "__main__":
+    raise SystemExit(cli(FIGURES))

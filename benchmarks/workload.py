@@ -1,0 +1,447 @@
+"""The benchmark workload and the code that drives each system through it.
+
+Every benchmark uses the same conversation: a user prompt, then ``turns`` turns in which
+the model answers with about 200 bytes of text and one tool call and the tool returns
+about 400 bytes, then one final text answer. Both systems make the same model calls,
+tool calls and messages (2 x turns + 2 messages), and their text is the same
+deterministic English-like prose (so compression figures are not flattered by
+repeated characters).
+
+Each ``run_*`` function is meant to run in a fresh process (``harness.isolated``):
+it warms up on an in-memory store, then reports each measurement to its ``progress``
+as soon as it has it, so a run killed for exceeding its budget keeps what it measured.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import random
+import sqlite3
+import statistics
+import time
+from collections.abc import Callable
+from contextlib import closing
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from covonaut_es import (
+    Agent,
+    AgentConfig,
+    CheckpointSettings,
+    ProviderRequest,
+    ProviderResponse,
+    ScriptedProvider,
+    Store,
+    ThreadState,
+    Tool,
+    ToolCall,
+    ToolContext,
+    open_store,
+)
+
+if TYPE_CHECKING:
+    from harness import Progress
+
+TEXT_BYTES = 200
+"""Bytes of text in each model answer."""
+RESULT_BYTES = 400
+"""Bytes of text each tool call returns."""
+TOOL_NAME = "lookup"
+PROMPT = "Research the history of the printing press and report what you find."
+THREAD_ID = "t"
+WARMUP_TURNS = 3
+REPEAT_LOADS = 5
+"""Restores per measurement; the median is reported."""
+
+_TEXT = (
+    "the of and to in is was for on that with as by at from his an were are which this "
+    "be had it not or have one their first new after also other two its time who been "
+    "they more but years all when during there city into only has most later would "
+    "between history first printing press paper ink type book made work used early "
+    "europe century small large press metal letters machine print copies world trade "
+)
+_WORDS = tuple(_TEXT.split())
+
+
+def prose(size: int, seed: int) -> str:
+    """Deterministic English-like ASCII text of exactly ``size`` bytes."""
+    rng = random.Random(seed)
+    words: list[str] = []
+    length = 0
+    while length < size:
+        word = rng.choice(_WORDS)
+        words.append(word)
+        length += len(word) + 1
+    return " ".join(words)[:size]
+
+
+@functools.cache
+def answer(turn: int) -> str:
+    """The model's text on ``turn`` (0-based)."""
+    return prose(TEXT_BYTES, 2 * turn)
+
+
+@functools.cache
+def arguments(turn: int) -> str:
+    """The JSON arguments of the tool call on ``turn``."""
+    return msgspec.json.encode({"query": prose(40, 10**6 + turn), "n": turn}).decode()
+
+
+@functools.cache
+def tool_result(turn: int) -> str:
+    """What the tool returns for the call made on ``turn``."""
+    return prose(RESULT_BYTES, 2 * turn + 1)
+
+
+def prepare(turns: int) -> None:
+    """Generate the texts of ``turns`` turns ahead, so no run times their making."""
+    for turn in range(turns + 1):
+        answer(turn), arguments(turn), tool_result(turn)
+
+
+TOOL_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"query": {"type": "string"}, "n": {"type": "integer"}},
+    "required": ["query", "n"],
+}
+
+
+def median(values: list[float]) -> float:
+    """The median, or NaN for no values."""
+    return statistics.median(values) if values else float("nan")
+
+
+def flatness(stamps: list[float]) -> tuple[float, float, float]:
+    """Median per-turn time of the first and last 10% of turns, and their ratio.
+
+    ``stamps`` are the times of the model calls; a turn's time runs from its model call
+    to the next one, so it covers the commits, the tool call and the checkpoint.
+    """
+    times = [b - a for a, b in itertools.pairwise(stamps)]
+    k = max(1, len(times) // 10)
+    first, last = median(times[:k]), median(times[-k:])
+    return first, last, last / first
+
+
+# Sizes ----------------------------------------------------------------------------------
+
+
+def sqlite_bytes(path: Path) -> int:
+    """The file's size after a WAL checkpoint (plus whatever WAL is left)."""
+    with closing(sqlite3.connect(path)) as con:
+        con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    wal = Path(f"{path}-wal")
+    return path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
+
+
+def postgres_bytes(url: str) -> int:
+    """``pg_total_relation_size`` (heap, indexes, TOAST) summed over all user tables."""
+    query = """
+        SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint
+        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE c.relkind IN ('r', 'p', 'm')
+          AND n.nspname NOT IN ('pg_catalog', 'information_schema')
+    """
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        row = conn.execute(query).fetchone()
+    return int(row[0]) if row else 0
+
+
+def store_bytes(target: str) -> int:
+    """Bytes stored at a SQLite path or a PostgreSQL URL."""
+    if target.startswith("postgresql://"):
+        return postgres_bytes(target)
+    return sqlite_bytes(Path(target))
+
+
+def row_bytes(target: str) -> int:
+    """The bytes of every stored value in every table (no page or index overhead):
+    ``length()`` of each column in SQLite, ``pg_column_size`` of each row in PostgreSQL.
+    The difference across an operation is what it wrote, at byte granularity."""
+    if target.startswith("postgresql://"):
+        import psycopg
+
+        total = 0
+        with psycopg.connect(target) as conn:
+            tables = conn.execute(
+                "SELECT quote_ident(tablename) FROM pg_tables WHERE schemaname = 'public'"
+            ).fetchall()
+            for (name,) in tables:
+                query = f"SELECT coalesce(sum(pg_column_size(t.*)), 0) FROM {name} t"
+                row = conn.execute(query).fetchone()  # type: ignore[arg-type]
+                total += int(row[0]) if row else 0
+        return total
+    total = 0
+    with closing(sqlite3.connect(target)) as con:
+        tables = con.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+        for (name,) in tables:
+            columns = [row[1] for row in con.execute(f"PRAGMA table_info({name})")]
+            lengths = " + ".join(f"coalesce(length({c}), 0)" for c in columns)
+            total += con.execute(f"SELECT coalesce(sum({lengths}), 0) FROM {name}").fetchone()[0]
+    return int(total)
+
+
+def commit_probe(directory: Path, commits: int = 100) -> float:
+    """Median seconds of a one-row ``INSERT`` + ``COMMIT`` into a fresh WAL SQLite file:
+    how fast this disk syncs right now (other work on the machine changes it)."""
+    path = directory / "probe.db"
+    durations = []
+    with closing(sqlite3.connect(path, isolation_level=None)) as con:
+        con.execute("PRAGMA journal_mode=WAL")
+        con.execute("CREATE TABLE probe (n INTEGER PRIMARY KEY, payload BLOB)")
+        for n in range(commits):
+            start = time.perf_counter()
+            con.execute("BEGIN")
+            con.execute("INSERT INTO probe VALUES (?, ?)", (n, b"x" * 400))
+            con.execute("COMMIT")
+            durations.append(time.perf_counter() - start)
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    return statistics.median(durations)
+
+
+def store_url(target: str) -> str:
+    """Our store URL for a SQLite path or a PostgreSQL URL."""
+    return target if target.startswith("postgresql://") else f"sqlite:///{target}"
+
+
+# Stored rows and the raw write limit ------------------------------------------------------
+
+LONGEST = "SELECT originator_id FROM {} GROUP BY 1 ORDER BY count(*) DESC LIMIT 1"
+SELECT = (
+    "SELECT originator_id, originator_version, topic, state FROM {} "
+    "WHERE originator_id = {} ORDER BY originator_version"
+)
+Row = tuple[Any, int, str, bytes]
+
+
+class Reader:
+    """Reads the stored rows of the longest thread at a SQLite path or PostgreSQL URL
+    with bare SQL, on one connection: ``(originator_id, version, topic, payload)``."""
+
+    def __init__(self, target: str) -> None:
+        self.postgres = target.startswith("postgresql://")
+        if self.postgres:
+            import psycopg
+
+            self.conn: Any = psycopg.connect(target, autocommit=True)
+            self.tables = ("covonaut_events", "covonaut_snapshots")
+        else:
+            self.conn = sqlite3.connect(target)
+            self.tables = ("stored_events", "stored_snapshots")
+        [(self.originator,)] = self.conn.execute(LONGEST.format(self.tables[0])).fetchall()
+
+    def rows(self, *, snapshots: bool = False) -> list[Row]:
+        """The thread's events (or snapshots) in version order."""
+        statement = SELECT.format(self.tables[snapshots], "%s" if self.postgres else "?")
+        found = self.conn.execute(statement, (self.originator,)).fetchall()
+        if self.postgres:
+            return [(i, v, topic, bytes(state)) for i, v, topic, state in found]
+        return list(found)
+
+    def close(self) -> None:
+        """Close the connection."""
+        self.conn.close()
+
+
+def rows(target: str, *, snapshots: bool = False) -> list[Row]:
+    """The stored events (or snapshots) of the longest thread at ``target``."""
+    with closing(Reader(target)) as reader:
+        return reader.rows(snapshots=snapshots)
+
+
+Write = Callable[[str, list[Row]], None]
+
+
+def _sqlite_writer(source: str, target: str) -> tuple[Any, Write]:
+    with closing(sqlite3.connect(source)) as con:
+        ddl = [sql for (sql,) in con.execute("SELECT sql FROM sqlite_master WHERE type = 'table'")]
+    conn = sqlite3.connect(target, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    for statement in ddl:
+        conn.execute(statement)
+
+    def write(table: str, batch: list[Row]) -> None:
+        conn.execute("BEGIN")
+        conn.executemany(f"INSERT INTO {table} VALUES (?, ?, ?, ?)", batch)
+        conn.execute("COMMIT")
+
+    return conn, write
+
+
+def _postgres_writer(target: str) -> tuple[Any, Write]:
+    import psycopg
+
+    conn = psycopg.connect(target)
+    for table in ("stored_events", "stored_snapshots"):
+        conn.execute(
+            f"CREATE TABLE {table} (originator_id uuid, originator_version bigint, "
+            "topic text, state bytea, PRIMARY KEY (originator_id, originator_version))"
+        )
+    conn.commit()
+
+    def write(table: str, batch: list[Row]) -> None:
+        with conn.cursor() as cursor:
+            cursor.executemany(f"INSERT INTO {table} VALUES (%s, %s, %s, %s)", batch)
+        conn.commit()
+
+    return conn, write
+
+
+def raw_write(source: str, target: str, groups: list[list[int]]) -> dict[str, Any]:
+    """The write limit: the source's rows written again into an empty ``target`` (a
+    SQLite file with the same schema, or a PostgreSQL database) in the source run's
+    transactions, with bare ``INSERT`` + ``COMMIT``."""
+    events, snapshots = rows(source), rows(source, snapshots=True)
+    if target.startswith("postgresql://"):
+        conn, write = _postgres_writer(target)
+    else:
+        conn, write = _sqlite_writer(source, target)
+    position, pending = 0, iter(snapshots)
+    start = time.perf_counter()
+    for count, snapshot in groups:
+        write("stored_events", events[position : position + count])
+        position += count
+        if snapshot:
+            write("stored_snapshots", [next(pending)])
+    seconds = time.perf_counter() - start
+    conn.close()
+    return {
+        "raw_s": seconds,
+        "raw_commits": len(groups) + len(snapshots),
+        "raw_bytes": sum(len(row[3]) for row in events + snapshots),
+    }
+
+
+# Our side ------------------------------------------------------------------------------
+
+
+class Model:
+    """Scripted model: ``turns`` answers with a tool call, then a final answer; it
+    records the time of every call."""
+
+    def __init__(self, turns: int) -> None:
+        self.turns = turns
+        self.stamps: list[float] = []
+
+    def __call__(self, request: ProviderRequest) -> ProviderResponse:
+        turn = len(self.stamps)
+        self.stamps.append(time.perf_counter())
+        if turn < self.turns:
+            call = ToolCall(f"call_{turn}", TOOL_NAME, arguments(turn))
+            return ProviderResponse(content=answer(turn), tool_calls=(call,))
+        return ProviderResponse(content=answer(turn))
+
+
+def _lookup(ctx: ToolContext, args: dict[str, Any]) -> str:
+    return tool_result(int(args["n"]))
+
+
+LOOKUP = Tool(TOOL_NAME, "Look up a fact", TOOL_SCHEMA, _lookup)
+
+
+def agent_config(store: Store, model: Model, thread_id: str = THREAD_ID) -> AgentConfig:
+    """Our agent for the workload; one ``run()`` does all of the model's turns."""
+    return AgentConfig(
+        provider=ScriptedProvider(respond=model),
+        model="bench",
+        max_turns=model.turns + 1,
+        tools=[LOOKUP],
+        checkpoint=CheckpointSettings(store=store, thread_id=thread_id),
+    )
+
+
+class PersistenceTimer:
+    """Times every commit and snapshot of a store, and records how many events each
+    commit wrote (wraps the two methods on the instance; the library is unchanged)."""
+
+    def __init__(self, store: Store) -> None:
+        self.seconds = 0.0
+        self.groups: list[list[int]] = []  # [events in the commit, snapshot written]
+        save, snapshot = store.save, store.save_checkpoint_snapshot
+
+        def timed_save(thread: Any) -> None:
+            events = len(thread.pending_events)
+            start = time.perf_counter()
+            save(thread)
+            self.seconds += time.perf_counter() - start
+            if events:
+                self.groups.append([events, 0])
+
+        def timed_snapshot(thread: Any) -> bool:
+            start = time.perf_counter()
+            written = snapshot(thread)
+            self.seconds += time.perf_counter() - start
+            if written and self.groups:
+                self.groups[-1][1] = 1
+            return written
+
+        store.save = timed_save  # type: ignore[method-assign]
+        store.save_checkpoint_snapshot = timed_snapshot  # type: ignore[method-assign]
+
+
+def run_ours(
+    progress: Progress,
+    target: str,
+    turns: int,
+    history: bool = True,
+    compress: bool = False,
+    raw_target: str | None = None,
+) -> None:
+    """One thread of ``turns`` turns in our store at ``target``; then, into
+    ``raw_target`` at once (so that both see the same disk and load), the write limit
+    for the same rows; then the store's size, restore and history times."""
+    with closing(open_store("memory://")) as warm:
+        Agent(agent_config(warm, Model(WARMUP_TURNS))).run(PROMPT)
+    prepare(turns)
+    store = open_store(store_url(target), compress=compress)
+    timer = PersistenceTimer(store)
+    model = Model(turns)
+    start = time.perf_counter()
+    Agent(agent_config(store, model)).run(PROMPT)
+    wall = time.perf_counter() - start
+    first, last, flat = flatness(model.stamps)
+    store.close()
+    progress.update(
+        turns=turns,
+        wall_s=wall,
+        first_turn_s=first,
+        last_turn_s=last,
+        flatness=flat,
+        persistence_s=timer.seconds,
+        groups=timer.groups,
+    )
+    if raw_target is not None:
+        progress.update(**raw_write(target, raw_target, timer.groups))
+    progress.update(bytes=store_bytes(target))
+    with closing(open_store(store_url(target), compress=compress)) as store:
+        loads = []
+        for _ in range(REPEAT_LOADS):
+            start = time.perf_counter()
+            thread = store.load(THREAD_ID)
+            loads.append(time.perf_counter() - start)
+        state = thread.state
+        encoded = msgspec.json.encode(state)
+        decoder = msgspec.json.Decoder(ThreadState)
+        decodes = []
+        for _ in range(REPEAT_LOADS):
+            start = time.perf_counter()
+            decoder.decode(encoded)
+            decodes.append(time.perf_counter() - start)
+        progress.update(
+            events=state.version,
+            messages=len(state.messages),
+            logical_bytes=len(msgspec.json.encode(state.messages)),
+            state_bytes=len(encoded),
+            restore_s=median(loads),
+            decode_latest_s=median(decodes),
+        )
+        if history:
+            start = time.perf_counter()
+            count = len(store.history(THREAD_ID))
+            progress.update(history_s=time.perf_counter() - start, history_items=count)
