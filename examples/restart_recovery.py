@@ -65,22 +65,21 @@ def make_agent(db: Path) -> Agent:
 
 
 def first_process(db: Path) -> None:
+    print(f"[process 1, pid {os.getpid()}] run until the review interrupt, then exit")
     agent = make_agent(db)
     agent.run("Prepare a request for review.")
     assert agent.interrupted is not None, "expected a review interrupt"
-    print(f"process 1 (pid {os.getpid()}): paused: {agent.interrupted.reason}; exiting")
+    print("Paused:", agent.interrupted.reason)
 
 
 def second_process(db: Path) -> None:
+    print(f"[process 2, pid {os.getpid()}] restore from {db.name} after process 1 exited")
     agent = make_agent(db)
     checkpoint = agent.restore_latest_checkpoint(THREAD_ID)
     assert checkpoint is not None and agent.interrupted is not None
-    print(
-        f"process 2 (pid {os.getpid()}): restored checkpoint {checkpoint.sequence} "
-        f"({checkpoint.reason}) of {THREAD_ID!r}: review {agent.interrupted.data['request_id']}"
-    )
+    print("Restored:", agent.interrupted.data["request_id"])
     agent.steer("I reviewed the preview. Continue without external actions.")
-    print(f"process 2 (pid {os.getpid()}): resumed: {agent.resume()}")
+    print(agent.resume())
 
 
 def main() -> None:
@@ -95,7 +94,6 @@ def main() -> None:
         db = Path(sys.argv[1]) if len(sys.argv) == 2 else Path(tmp) / "threads.db"
         for phase in ("first", "second"):  # one after the other: the first has exited
             subprocess.run([sys.executable, __file__, phase, str(db)], check=True)
-        print(f"both processes used {db.name}; the second started after the first exited")
 
 
 if __name__ == "__main__":
