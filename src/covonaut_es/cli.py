@@ -119,7 +119,7 @@ def migrate(args: argparse.Namespace) -> int:
         )
     except CovonautError as exc:
         return _usage_error(str(exc))
-    progress = _ProgressBar(sys.stderr) if sys.stderr.isatty() else None
+    progress = ProgressBar(sys.stderr) if sys.stderr.isatty() else None
     try:
         with store:
             states = None if args.states is None else FileStateStore(args.states)
@@ -142,7 +142,7 @@ def _usage_error(message: str) -> int:
     return EXIT_USAGE
 
 
-class _ProgressBar:
+class ProgressBar:
     """A progress bar redrawn in place on a terminal, at most ten times a second."""
 
     WIDTH = 30

@@ -12,15 +12,22 @@ import argparse
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
 from covonaut_es.agent import Agent
 from covonaut_es.approvals import HmacReviewerVerifier
-from covonaut_es.cli import EXIT_FAILURES, EXIT_OK, EXIT_USAGE, STORE_ENV, Subcommands
+from covonaut_es.cli import (
+    EXIT_FAILURES,
+    EXIT_OK,
+    EXIT_USAGE,
+    STORE_ENV,
+    ProgressBar,
+    Subcommands,
+)
 from covonaut_es.config import AgentConfig, CheckpointSettings
 from covonaut_es.errors import CovonautError
 from covonaut_es.providers import ScriptedProvider
@@ -30,6 +37,7 @@ from covonaut_es.transfer import export_thread, import_threads
 from covonaut_es.tree import ThreadTree
 
 REVIEWER_SECRET_ENV = "COVONAUT_ES_REVIEWER_SECRET"
+T = TypeVar("T")
 
 Command = Callable[[argparse.Namespace], int]
 
@@ -391,6 +399,19 @@ def _tree_lines(node: ThreadTree, indent: str) -> Iterator[str]:
 # export, import --------------------------------------------------------------------------
 
 
+def _with_progress(items: Iterable[T], total: int) -> Iterator[T]:
+    """Yield the items, drawing a progress bar on a terminal (long exports, imports)."""
+    progress = ProgressBar(sys.stderr) if sys.stderr.isatty() else None
+    try:
+        for done, item in enumerate(items, start=1):
+            if progress is not None:
+                progress(done, total)
+            yield item
+    finally:
+        if progress is not None:
+            progress.close()
+
+
 def _add_export(subcommands: Subcommands) -> None:
     parser = _parser(subcommands, "export", "write a thread's events as JSON Lines", export)
     parser.add_argument("thread")
@@ -400,7 +421,8 @@ def _add_export(subcommands: Subcommands) -> None:
 def export(args: argparse.Namespace) -> int:
     """``export THREAD``: one event per line."""
     with _store(args) as store:
-        lines = list(export_thread(store, args.thread))
+        total = store.state_at(args.thread).version
+        lines = list(_with_progress(export_thread(store, args.thread), total))
     text = "".join(line + "\n" for line in lines)
     if args.output:
         with open(args.output, "w", encoding="utf-8") as file:
@@ -424,6 +446,6 @@ def import_(args: argparse.Namespace) -> int:
     else:
         lines = sys.stdin.readlines()
     with _store(args) as store:
-        imported = import_threads(store, lines)
+        imported = import_threads(store, _with_progress(lines, len(lines)))
     _emit(args, [{"imported": thread_id} for thread_id in imported], ["imported"])
     return EXIT_OK
