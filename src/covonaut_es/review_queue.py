@@ -71,6 +71,8 @@ class ReviewQueue:
         # The view reads the settings prefixed with its name first.
         prefix = VIEW_NAME.upper() + "_"
         self._env = {**self._store_env, **{prefix + k: v for k, v in view_env.items()}}
+        self._factory: InfrastructureFactory[Any] | None = None
+        self._view: ReviewQueueView | None = None
 
     @property
     def view_class(self) -> type[ReviewQueueView]:
@@ -79,9 +81,24 @@ class ReviewQueue:
         return view_class
 
     def view(self) -> ReviewQueueView:
-        """Open the queue's view (creating its tables if needed) without following."""
-        factory = InfrastructureFactory.construct(env=Environment(VIEW_NAME, self._env))
-        return cast(ReviewQueueView, factory.tracking_recorder(self.view_class))
+        """The queue's view, opened once (its tables created if needed); reading it
+        does not follow the store."""
+        if self._view is None:
+            self._factory = InfrastructureFactory.construct(env=Environment(VIEW_NAME, self._env))
+            self._view = cast(ReviewQueueView, self._factory.tracking_recorder(self.view_class))
+        return self._view
+
+    def close(self) -> None:
+        """Close the view's connections; the queue opens them again when used."""
+        if self._factory is not None:
+            self._factory.close()
+        self._factory, self._view = None, None
+
+    def __enter__(self) -> ReviewQueue:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def position(self) -> int:
         """The store log position the view has processed (0 before the first event)."""
