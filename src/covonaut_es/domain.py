@@ -58,8 +58,10 @@ from covonaut_es.values import (
 )
 
 # isort: split
-# Re-exported (``as``): the thread's id lives with the events, and the rest of the
-# library imports it from here.
+# Re-exported (``as``): the thread's id and the fork functions live in modules of
+# their own, and the rest of the library imports them from here.
+from covonaut_es.forks import fork_event as fork_event
+from covonaut_es.forks import fork_point as fork_point
 from covonaut_es.thread_events import THREAD_NAMESPACE as THREAD_NAMESPACE
 from covonaut_es.thread_events import thread_aggregate_id as thread_aggregate_id
 
@@ -463,56 +465,6 @@ class AgentThread(Aggregate, created_event_name="Started"):
         # reuses call ids across turns; recording the key keeps it stable.
         material = f"{self.thread_id}\x00{self.version + 1}\x00{call.id}".encode()
         return hashlib.sha256(material).hexdigest()[:32]
-
-
-def fork_point(newest_first: Iterable[Any]) -> tuple[tuple[Interrupt, ...], bool]:
-    """What a fork at some version inherits, from the events up to it, newest first.
-
-    Returns the interrupts pending at that version and whether the thread was abandoned
-    by then. Reads back only to the start of the last turn, run or resume (no interrupt
-    is pending at any of them: interrupts end a run, and only ``resume`` starts one
-    over them, clearing them) or to the fork that started the stream, which records its
-    own; so forking costs the same however long the thread is.
-    """
-    interrupts: list[Interrupt] = []
-    for event in newest_first:
-        if isinstance(event, AgentThread.Abandoned):
-            return (), True
-        if isinstance(event, AgentThread.Interrupted):
-            interrupts.append(event.interrupt)
-        elif isinstance(event, AgentThread.Forked):
-            interrupts.extend(reversed(event.interrupts))
-            break
-        elif isinstance(event, AgentThread.Resumed | AgentThread.TurnStarted) or (
-            isinstance(event, AgentThread.RunStarted) and event.mode is not RunMode.RESUME
-        ):
-            break
-    return tuple(reversed(interrupts)), False
-
-
-def fork_event(
-    parent_thread_id: str,
-    parent_version: int,
-    *,
-    new_thread_id: str,
-    interrupts: tuple[Interrupt, ...],
-    previous_chain: str,
-    now: datetime,
-) -> AgentThread.Forked:
-    """The event that starts a fork, sealed into the parent's hash chain."""
-    # eventsourcing makes event classes dataclasses at run time, out of mypy's sight.
-    event_class: Any = AgentThread.Forked
-    forked: AgentThread.Forked = event_class(
-        originator_id=thread_aggregate_id(new_thread_id),
-        originator_version=parent_version + 1,
-        timestamp=now,
-        thread_id=new_thread_id,
-        parent_thread_id=parent_thread_id,
-        parent_version=parent_version,
-        interrupts=interrupts,
-    )
-    seal(forked, forked.TOPIC, previous_chain)
-    return forked
 
 
 class ThreadSnapshot(Snapshot):
