@@ -13,11 +13,10 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import msgspec
-from eventsourcing.domain import Aggregate, Snapshot
-from eventsourcing.utils import get_topic, register_topic
+from eventsourcing.domain import Aggregate
 
 from covonaut_es import thread_events
 from covonaut_es.approvals import (
@@ -58,12 +57,14 @@ from covonaut_es.values import (
 )
 
 # isort: split
-# Re-exported (``as``): the thread's id and the fork functions live in modules of
-# their own, and the rest of the library imports them from here.
+# Re-exported (``as``): the thread's id, its snapshot and the fork functions live in
+# modules of their own, and the rest of the library imports them from here.
 from covonaut_es.forks import fork_event as fork_event
 from covonaut_es.forks import fork_point as fork_point
 from covonaut_es.thread_events import THREAD_NAMESPACE as THREAD_NAMESPACE
 from covonaut_es.thread_events import thread_aggregate_id as thread_aggregate_id
+from covonaut_es.thread_snapshot import ThreadSnapshot as ThreadSnapshot
+from covonaut_es.thread_snapshot import project_thread as project_thread
 
 
 class AgentThread(Aggregate, created_event_name="Started"):
@@ -467,52 +468,6 @@ class AgentThread(Aggregate, created_event_name="Started"):
         return hashlib.sha256(material).hexdigest()[:32]
 
 
-class ThreadSnapshot(Snapshot):
-    """A snapshot of an :class:`AgentThread`, decoded with the thread's own types.
-
-    Its timestamp is the thread's last modification, so taking it reads no clock.
-    """
-
-    TOPIC = "covonaut.thread.Snapshot"
-    aggregate_class: ClassVar[type[AgentThread]] = AgentThread
-
-    @classmethod
-    def take(cls, aggregate: Any) -> ThreadSnapshot:
-        state = {
-            k: v
-            for k, v in vars(aggregate).items()
-            if k not in ("_id", "_version", "_pending_events")
-        }
-        return cls(
-            originator_id=aggregate.id,
-            originator_version=aggregate.version,
-            timestamp=aggregate.modified_on,
-            topic=get_topic(type(aggregate)),
-            state=state,
-        )
-
-    def mutate(self, _: None) -> AgentThread:
-        thread = object.__new__(self.aggregate_class)
-        thread.__dict__.update(
-            self.state,
-            _id=self.originator_id,
-            _version=self.originator_version,
-            _pending_events=[],
-        )
-        return thread
-
-
+# The snapshot class cannot import the aggregate (this module imports it): wire them here.
 AgentThread.Snapshot = ThreadSnapshot
-
-register_topic(ThreadSnapshot.TOPIC, ThreadSnapshot)
-
-
-def project_thread(thread: AgentThread | None, events: Iterable[Any]) -> AgentThread | None:
-    """Fold events (a snapshot first, if any) into a thread.
-
-    Passed to the repository instead of eventsourcing's ``project_aggregate``, which
-    spends most of a load in a runtime protocol check per event.
-    """
-    for event in events:
-        thread = event.mutate(thread)
-    return thread
+ThreadSnapshot.aggregate_class = AgentThread
