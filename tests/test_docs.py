@@ -18,32 +18,34 @@ def python_blocks(path: Path) -> list[str]:
     return re.findall(r"```python\n(.*?)```", path.read_text(), flags=re.S)
 
 
-@pytest.mark.parametrize("index", range(len(python_blocks(README))))
-def test_readme_python_block_runs(index: int, tmp_path: Path) -> None:
-    """Each ```python block of the README runs without error in a fresh interpreter."""
-    code = python_blocks(README)[index]
-    # This checkout's sources, also when PYTHONPATH is relative to another directory.
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+def run_python(
+    *args: str | Path, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run a fresh interpreter with these arguments and check that it exits 0."""
     result = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=tmp_path,
+        [sys.executable, *map(str, args)],
+        cwd=cwd,
         env=env,
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert result.returncode == 0, result.stderr
+    return result
+
+
+@pytest.mark.parametrize("index", range(len(python_blocks(README))))
+def test_readme_python_block_runs(index: int, tmp_path: Path) -> None:
+    """Each ```python block of the README runs without error in a fresh interpreter."""
+    code = python_blocks(README)[index]
+    # This checkout's sources, also when PYTHONPATH is relative to another directory.
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    run_python("-c", code, cwd=tmp_path, env=env)
 
 
 def test_recovery_example_prints_the_three_lines() -> None:
     """examples/recovery.py prints exactly what the README says (B26)."""
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "recovery.py")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stderr
+    result = run_python(ROOT / "examples" / "recovery.py")
     expected = re.search(r"prints\n\n```text\n(.*?)```", README.read_text(), flags=re.S)
     assert expected is not None
     assert result.stdout == expected.group(1)
@@ -53,13 +55,7 @@ def test_restart_recovery_example_runs_two_processes(tmp_path: Path) -> None:
     """examples/restart_recovery.py (make demo): a second process restores from the
     SQLite file after the first exited, and prints the example's three lines (B26)."""
     db = tmp_path / "threads.db"
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "restart_recovery.py"), str(db)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stderr
+    result = run_python(ROOT / "examples" / "restart_recovery.py", db)
     lines = result.stdout.splitlines()
     first = re.fullmatch(
         r"\[process 1, pid (\d+)\] run until the review interrupt, then exit", lines[0]
@@ -78,13 +74,7 @@ def test_restart_recovery_example_runs_two_processes(tmp_path: Path) -> None:
 
 def test_branching_example_prints_both_outcomes_and_the_tree() -> None:
     """examples/branching.py: two branches of one review end differently."""
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "branching.py")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stderr
+    result = run_python(ROOT / "examples" / "branching.py")
     lines = result.stdout.splitlines()
     assert "Approved branch: Outcome: paid 120, approved by rita@finance" in lines
     assert any(
@@ -99,14 +89,7 @@ def test_branching_example_prints_both_outcomes_and_the_tree() -> None:
 def test_embedded_domain_app_example_runs_on_a_sqlite_file(tmp_path: Path) -> None:
     """examples/embedded_domain_app.py pauses the review, approves the claim and the
     note to the agent together, and the agent resumes from the note."""
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "embedded_domain_app.py"), "expenses.db"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stderr
+    result = run_python(ROOT / "examples" / "embedded_domain_app.py", "expenses.db", cwd=tmp_path)
     assert result.stdout.splitlines() == [
         "Paused: manager approval needed",
         "Approved by: maria",
@@ -118,13 +101,7 @@ def test_embedded_domain_app_example_runs_on_a_sqlite_file(tmp_path: Path) -> No
 def test_approval_gate_example_audits_each_decision() -> None:
     """examples/approval_gate.py pays once, on the approval, and its audit names the
     reviewer and the operation digest of each decision."""
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "approval_gate.py")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stderr
+    result = run_python(ROOT / "examples" / "approval_gate.py")
     out = result.stdout
     assert out.count("bank: 120.00 EUR to ACME Ltd, approved by alice@finance") == 1
     audit = out.split("Audit of accounts-payable\n")[1]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
@@ -158,6 +159,15 @@ def test_event_round_trip_is_equal_including_types(cls: type, compress: bool) ->
     assert type(decoded) is cls
     for name, value in vars(event).items():
         assert_same_types(value, getattr(decoded, name))
+
+
+@pytest.mark.parametrize("cls", list(SAMPLES), ids=lambda c: c.__name__)
+def test_event_pickles_under_its_name_on_the_aggregate(cls: type) -> None:
+    """Every event is named AgentThread.<Name>, where pickle finds its class, though the
+    class is defined in covonaut_es.thread_events."""
+    event = make_event(cls)
+    assert cls.__qualname__ == f"AgentThread.{cls.__name__}"
+    assert pickle.loads(pickle.dumps(event)) == event
 
 
 @pytest.mark.parametrize("compress", [False, True])

@@ -2,9 +2,10 @@
 
 ``AgentThread`` holds everything an agent knows about one conversation and derives it
 only from its events. Command methods validate and then trigger exactly one event
-each (or one per item); ``apply`` methods on the nested event classes are the only
-code that changes state. The aggregate does no I/O and reads no clock: every command
-takes the time from its caller.
+each (or one per item); the ``apply`` methods of its event classes (defined in
+:mod:`covonaut_es.thread_events`, reached as ``AgentThread.<Name>``) are the only code
+that changes state. The aggregate does no I/O and reads no clock: every command takes
+the time from its caller.
 """
 
 from __future__ import annotations
@@ -12,13 +13,12 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any, ClassVar
-from uuid import UUID, uuid5
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import msgspec
-from eventsourcing.domain import Aggregate, Snapshot
-from eventsourcing.utils import get_topic, register_topic
+from eventsourcing.domain import Aggregate
 
+from covonaut_es import thread_events
 from covonaut_es.approvals import (
     Decision,
     ReviewDecision,
@@ -36,7 +36,7 @@ from covonaut_es.errors import (
     ThreadStateError,
     ToolCallsInDoubtError,
 )
-from covonaut_es.integrity import CHAIN_KEY, UNCHAINED, seal
+from covonaut_es.integrity import UNCHAINED, seal
 from covonaut_es.values import (
     Checkpoint,
     CheckpointReason,
@@ -56,13 +56,15 @@ from covonaut_es.values import (
     Usage,
 )
 
-THREAD_NAMESPACE = UUID("6f1d2a8e-5b7c-4c39-9a51-2f0e8c4d7b13")
-"""Namespace of the uuid5 that maps a thread id to its aggregate id. Never change it."""
-
-
-def thread_aggregate_id(thread_id: str) -> UUID:
-    """The aggregate id of a thread: a uuid5 of its thread id."""
-    return uuid5(THREAD_NAMESPACE, thread_id)
+# isort: split
+# Re-exported (``as``): the thread's id, its snapshot and the fork functions live in
+# modules of their own, and the rest of the library imports them from here.
+from covonaut_es.forks import fork_event as fork_event
+from covonaut_es.forks import fork_point as fork_point
+from covonaut_es.thread_events import THREAD_NAMESPACE as THREAD_NAMESPACE
+from covonaut_es.thread_events import thread_aggregate_id as thread_aggregate_id
+from covonaut_es.thread_snapshot import ThreadSnapshot as ThreadSnapshot
+from covonaut_es.thread_snapshot import project_thread as project_thread
 
 
 class AgentThread(Aggregate, created_event_name="Started"):
@@ -90,338 +92,61 @@ class AgentThread(Aggregate, created_event_name="Started"):
     chain_head: str | None
     reviews: ReviewLedger
 
-    class Event(Aggregate.Event):
-        """Base class of the thread's events.
-
-        Besides its fields, every event carries ``chain``, its tamper-evidence hash
-        (see :mod:`covonaut_es.integrity`), set when the event is triggered.
-        """
-
-        # Redeclared: the generic annotation inherited from eventsourcing reads as Any
-        # to msgspec, which then cannot decode the id.
-        originator_id: UUID
-
-        def mutate(self, aggregate: Any) -> Any:
-            thread: Any = super().mutate(aggregate)
-            thread.chain_head = self.__dict__.get(CHAIN_KEY, UNCHAINED)
-            return thread
-
-    class Started(Event, Aggregate.Created):
-        """The thread was created."""
-
-        TOPIC = "covonaut.thread.Started"
-
-        thread_id: str
-
-    # eventsourcing would otherwise define a `Created` class of its own.
-    Created = Started
-
-    class StartedFromState(Started):
-        """The thread was started from a named state (B1): it records the key, the
-        document as migrated, and the schema version the document was stored at."""
-
-        TOPIC = "covonaut.thread.StartedFromState"
-
-        key: str
-        document: StateDocument
-        stored_version: int
-
-        def apply(self, thread: AgentThread) -> None:
-            document = self.document
-            thread.status = document.status
-            thread.messages = list(document.messages)
-            thread.turn = document.turn
-            thread.usage = document.usage
-            thread.interrupts = list(document.interrupts)
-            thread.compaction = document.compaction
-            thread.error = document.error
-
-    class RunStarted(Event):
-        """``run``, ``continue_run`` or ``resume`` started a run."""
-
-        TOPIC = "covonaut.thread.RunStarted"
-
-        mode: RunMode
-
-        def apply(self, thread: AgentThread) -> None:
-            thread.status = ThreadStatus.RUNNING
-            thread.error = None
-            if self.mode is RunMode.RUN:  # new user input: past decisions stop standing
-                thread.reviews = thread.reviews.lapsed()
-
-    class MessageAppended(Event):
-        """A system, user or assistant message was added; an assistant message carries
-        the usage the provider reported for it."""
-
-        TOPIC = "covonaut.thread.MessageAppended"
-        class_version = 2
-
-        message: Message
-
-        def apply(self, thread: AgentThread) -> None:
-            thread.messages.append(self.message)
-            if self.message.usage is not None:
-                thread.usage = thread.usage + self.message.usage
-
-    class ToolCalled(Event):
-        """Write-ahead record of a tool call, saved before the tool runs (B5)."""
-
-        TOPIC = "covonaut.thread.ToolCalled"
-
-        call: ToolCall
-        idempotency_key: str
-
-        def apply(self, thread: AgentThread) -> None:
-            thread.open_calls[self.call.id] = PendingToolCall(self.call, self.idempotency_key)
-
-    class ToolResultRecorded(Event):
-        """A tool call's result is known; it becomes a tool message."""
-
-        TOPIC = "covonaut.thread.ToolResultRecorded"
-
-        tool_call_id: str
-        tool_name: str
-        content: str
-        outcome: ToolOutcome
-
-        def apply(self, thread: AgentThread) -> None:
-            del thread.open_calls[self.tool_call_id]
-            thread.messages.append(
-                Message(
-                    Role.TOOL, self.content, tool_call_id=self.tool_call_id, name=self.tool_name
-                )
-            )
-
-    class ToolCallSettled(ToolResultRecorded):
-        """The application settled a call in doubt with the result it found by checking
-        the external state (B5)."""
-
-        TOPIC = "covonaut.thread.ToolCallSettled"
-
-    class ToolCallRetried(Event):
-        """The application (or the tool's ``idempotent`` flag) chose to run a call in
-        doubt again, with the same idempotency key (B5)."""
-
-        TOPIC = "covonaut.thread.ToolCallRetried"
-
-        tool_call_id: str
-
-        def apply(self, thread: AgentThread) -> None:
-            pass  # the call stays open until its result is recorded
-
-    class Interrupted(Event):
-        """A tool paused the run (B13)."""
-
-        TOPIC = "covonaut.thread.Interrupted"
-
-        interrupt: Interrupt
-
-        def apply(self, thread: AgentThread) -> None:
-            thread.interrupts.append(self.interrupt)
-            thread.status = ThreadStatus.INTERRUPTED
-
-    class Steered(Event):
-        """A queued steering message was applied before a model call (B14)."""
-
-        TOPIC = "covonaut.thread.Steered"
-
-        message: Message
-
-        def apply(self, thread: AgentThread) -> None:
-            thread.messages.append(self.message)
-
-    class Resumed(Event):
-        """The pending interrupts were cleared by ``resume()`` (B16)."""
-
-        TOPIC = "covonaut.thread.Resumed"
-
-        def apply(self, thread: AgentThread) -> None:
-            thread.interrupts.clear()
-            thread.status = ThreadStatus.RUNNING
-
-    class TurnStarted(Event):
-        """A turn (one model call and its tool calls) began."""
-
-        TOPIC = "covonaut.thread.TurnStarted"
-
-        turn: int
-
-        def apply(self, thread: AgentThread) -> None:
-            thread.turn = self.turn
-
-    class Compacted(Event):
-        """The context the model sees was compacted; no message was deleted."""
-
-        TOPIC = "covonaut.thread.Compacted"
-
-        compaction: Compaction
-        usage: Usage | None = None
-
-        def apply(self, thread: AgentThread) -> None:
-            thread.compaction = self.compaction
-            if self.usage is not None:
-                thread.usage = thread.usage + self.usage
-
-    class RunFinished(Event):
-        """The model gave a final answer."""
-
-        TOPIC = "covonaut.thread.RunFinished"
-
-        output: str
-
-        def apply(self, thread: AgentThread) -> None:
-            thread.status = ThreadStatus.FINISHED
-
-    class RunFailed(Event):
-        """The run ended in an error (provider failure, turn limit)."""
-
-        TOPIC = "covonaut.thread.RunFailed"
-
-        error_type: str
-        message: str
-
-        def apply(self, thread: AgentThread) -> None:
-            thread.status = ThreadStatus.ERROR
-            thread.error = f"{self.error_type}: {self.message}"
-
-    class CheckpointSaved(Event):
-        """A checkpoint was saved; only the newest ``retain`` are kept (0 keeps all).
-
-        The checkpoint's other fields are the thread's at this event, so they are
-        derived rather than stored. Evicting a checkpoint forgets its record, never an
-        event (B11).
-        """
-
-        TOPIC = "covonaut.thread.CheckpointSaved"
-
-        reason: CheckpointReason
-        retain: int
-
-        def apply(self, thread: AgentThread) -> None:
-            thread.checkpoints.append(
-                Checkpoint(
-                    sequence=thread.next_checkpoint_sequence,
-                    version=self.originator_version,
-                    turn=thread.turn,
-                    status=thread.status,
-                    reason=self.reason,
-                    saved_at=self.timestamp,
-                )
-            )
-            thread.next_checkpoint_sequence += 1
-            if self.retain and len(thread.checkpoints) > self.retain:
-                del thread.checkpoints[: -self.retain]
-
-    class Forked(Event):
-        """The thread was created as a branch of another thread at ``parent_version``.
-
-        Its stream continues the parent's numbering (this event is version
-        ``parent_version + 1``) and holds no copy of the parent's events: loading a
-        fork loads the parent as of that version and grafts this event onto it.
-        ``interrupts`` repeats the inherited pending interrupts so that projections
-        need not walk the parent chain.
-        """
-
-        TOPIC = "covonaut.thread.Forked"
-
-        thread_id: str
-        parent_thread_id: str
-        parent_version: int
-        interrupts: tuple[Interrupt, ...]
-
-        def graft(self, base: AgentThread) -> AgentThread:
-            """Turn ``base``, the parent as of ``parent_version``, into this fork."""
-            if (base.thread_id, base.version) != (self.parent_thread_id, self.parent_version):
-                msg = (
-                    f"fork {self.thread_id!r} branches from {self.parent_thread_id!r} at "
-                    f"version {self.parent_version}, not {base.thread_id!r} at {base.version}"
-                )
-                raise ThreadStateError(msg)
-            base.__dict__.update(
-                _id=self.originator_id,
-                _version=self.originator_version,
-                _modified_on=self.timestamp,
-                thread_id=self.thread_id,
-                parent=ThreadParent(self.parent_thread_id, self.parent_version),
-                chain_head=self.__dict__.get(CHAIN_KEY, UNCHAINED),
-            )
-            return base
-
-        def apply(self, thread: AgentThread) -> None:
-            msg = "a Forked event starts a stream: it is grafted onto its parent, not applied"
-            raise ThreadStateError(msg)
-
-    class Abandoned(Event):
-        """The application gave the thread up: its pending interrupts will never be
-        decided, and no run starts on it again."""
-
-        TOPIC = "covonaut.thread.Abandoned"
-
-        reason: str
-
-        def apply(self, thread: AgentThread) -> None:
-            thread.status = ThreadStatus.ABANDONED
-
-    class Labelled(Event):
-        """A label was given to the thread, or to one of its versions."""
-
-        TOPIC = "covonaut.thread.Labelled"
-
-        label: Label
-
-        def apply(self, thread: AgentThread) -> None:
-            thread.labels = [label for label in thread.labels if label.name != self.label.name]
-            thread.labels.append(self.label)
-
-    class ReviewRequested(Event):
-        """A call needs an approval that is not on record: a person must review its
-        exact operation (B19). An ``Interrupted`` event with the request follows."""
-
-        TOPIC = "covonaut.thread.ReviewRequested"
-
-        request: ReviewRequest
-
-        def apply(self, thread: AgentThread) -> None:
-            thread.reviews = thread.reviews.requested(self.request)
-
-    class ReviewDecided(Event):
-        """A verified reviewer approved or rejected the operation of a review (B19)."""
-
-        TOPIC = "covonaut.thread.ReviewDecided"
-
-        review_id: str
-        digest: str
-        reviewer: str
-        decision: Decision
-        comment: str
-
-        def apply(self, thread: AgentThread) -> None:
-            thread.reviews = thread.reviews.decided(
-                ReviewDecision(
-                    self.review_id,
-                    self.digest,
-                    self.decision,
-                    self.reviewer,
-                    self.comment,
-                    decided_at=self.timestamp,
-                    thread_id=thread.thread_id,
-                )
-            )
-
-    class ApprovalUsed(Event):
-        """An approval authorized one call, recorded before the call runs; it
-        authorizes no other (B20)."""
-
-        TOPIC = "covonaut.thread.ApprovalUsed"
-
-        review_id: str
-        tool_call_id: str
-        idempotency_key: str
-
-        def apply(self, thread: AgentThread) -> None:
-            thread.reviews = thread.reviews.used(
-                self.review_id, self.tool_call_id, self.idempotency_key
-            )
+    # The thread's events, defined in covonaut_es.thread_events. mypy takes a class
+    # attribute for a type only if it is declared an alias; at run time an annotation
+    # would make it a field of the aggregate and of its snapshot, so the events are
+    # assigned plainly there (and eventsourcing registers the topic of each).
+    if TYPE_CHECKING:
+        Event: TypeAlias = thread_events.ThreadEvent
+        Started: TypeAlias = thread_events.Started
+        Created: TypeAlias = Started
+        StartedFromState: TypeAlias = thread_events.StartedFromState
+        RunStarted: TypeAlias = thread_events.RunStarted
+        MessageAppended: TypeAlias = thread_events.MessageAppended
+        ToolCalled: TypeAlias = thread_events.ToolCalled
+        ToolResultRecorded: TypeAlias = thread_events.ToolResultRecorded
+        ToolCallSettled: TypeAlias = thread_events.ToolCallSettled
+        ToolCallRetried: TypeAlias = thread_events.ToolCallRetried
+        Interrupted: TypeAlias = thread_events.Interrupted
+        Steered: TypeAlias = thread_events.Steered
+        Resumed: TypeAlias = thread_events.Resumed
+        TurnStarted: TypeAlias = thread_events.TurnStarted
+        Compacted: TypeAlias = thread_events.Compacted
+        RunFinished: TypeAlias = thread_events.RunFinished
+        RunFailed: TypeAlias = thread_events.RunFailed
+        CheckpointSaved: TypeAlias = thread_events.CheckpointSaved
+        Forked: TypeAlias = thread_events.Forked
+        Abandoned: TypeAlias = thread_events.Abandoned
+        Labelled: TypeAlias = thread_events.Labelled
+        ReviewRequested: TypeAlias = thread_events.ReviewRequested
+        ReviewDecided: TypeAlias = thread_events.ReviewDecided
+        ApprovalUsed: TypeAlias = thread_events.ApprovalUsed
+    else:
+        Event = thread_events.ThreadEvent
+        Started = thread_events.Started
+        # eventsourcing would otherwise define a `Created` class of its own.
+        Created = Started
+        StartedFromState = thread_events.StartedFromState
+        RunStarted = thread_events.RunStarted
+        MessageAppended = thread_events.MessageAppended
+        ToolCalled = thread_events.ToolCalled
+        ToolResultRecorded = thread_events.ToolResultRecorded
+        ToolCallSettled = thread_events.ToolCallSettled
+        ToolCallRetried = thread_events.ToolCallRetried
+        Interrupted = thread_events.Interrupted
+        Steered = thread_events.Steered
+        Resumed = thread_events.Resumed
+        TurnStarted = thread_events.TurnStarted
+        Compacted = thread_events.Compacted
+        RunFinished = thread_events.RunFinished
+        RunFailed = thread_events.RunFailed
+        CheckpointSaved = thread_events.CheckpointSaved
+        Forked = thread_events.Forked
+        Abandoned = thread_events.Abandoned
+        Labelled = thread_events.Labelled
+        ReviewRequested = thread_events.ReviewRequested
+        ReviewDecided = thread_events.ReviewDecided
+        ApprovalUsed = thread_events.ApprovalUsed
 
     def __init__(self, thread_id: str) -> None:
         self.thread_id = thread_id
@@ -743,102 +468,6 @@ class AgentThread(Aggregate, created_event_name="Started"):
         return hashlib.sha256(material).hexdigest()[:32]
 
 
-def fork_point(newest_first: Iterable[Any]) -> tuple[tuple[Interrupt, ...], bool]:
-    """What a fork at some version inherits, from the events up to it, newest first.
-
-    Returns the interrupts pending at that version and whether the thread was abandoned
-    by then. Reads back only to the start of the last turn, run or resume (no interrupt
-    is pending at any of them: interrupts end a run, and only ``resume`` starts one
-    over them, clearing them) or to the fork that started the stream, which records its
-    own; so forking costs the same however long the thread is.
-    """
-    interrupts: list[Interrupt] = []
-    for event in newest_first:
-        if isinstance(event, AgentThread.Abandoned):
-            return (), True
-        if isinstance(event, AgentThread.Interrupted):
-            interrupts.append(event.interrupt)
-        elif isinstance(event, AgentThread.Forked):
-            interrupts.extend(reversed(event.interrupts))
-            break
-        elif isinstance(event, AgentThread.Resumed | AgentThread.TurnStarted) or (
-            isinstance(event, AgentThread.RunStarted) and event.mode is not RunMode.RESUME
-        ):
-            break
-    return tuple(reversed(interrupts)), False
-
-
-def fork_event(
-    parent_thread_id: str,
-    parent_version: int,
-    *,
-    new_thread_id: str,
-    interrupts: tuple[Interrupt, ...],
-    previous_chain: str,
-    now: datetime,
-) -> AgentThread.Forked:
-    """The event that starts a fork, sealed into the parent's hash chain."""
-    # eventsourcing makes event classes dataclasses at run time, out of mypy's sight.
-    event_class: Any = AgentThread.Forked
-    forked: AgentThread.Forked = event_class(
-        originator_id=thread_aggregate_id(new_thread_id),
-        originator_version=parent_version + 1,
-        timestamp=now,
-        thread_id=new_thread_id,
-        parent_thread_id=parent_thread_id,
-        parent_version=parent_version,
-        interrupts=interrupts,
-    )
-    seal(forked, forked.TOPIC, previous_chain)
-    return forked
-
-
-class ThreadSnapshot(Snapshot):
-    """A snapshot of an :class:`AgentThread`, decoded with the thread's own types.
-
-    Its timestamp is the thread's last modification, so taking it reads no clock.
-    """
-
-    TOPIC = "covonaut.thread.Snapshot"
-    aggregate_class: ClassVar[type[AgentThread]] = AgentThread
-
-    @classmethod
-    def take(cls, aggregate: Any) -> ThreadSnapshot:
-        state = {
-            k: v
-            for k, v in vars(aggregate).items()
-            if k not in ("_id", "_version", "_pending_events")
-        }
-        return cls(
-            originator_id=aggregate.id,
-            originator_version=aggregate.version,
-            timestamp=aggregate.modified_on,
-            topic=get_topic(type(aggregate)),
-            state=state,
-        )
-
-    def mutate(self, _: None) -> AgentThread:
-        thread = object.__new__(self.aggregate_class)
-        thread.__dict__.update(
-            self.state,
-            _id=self.originator_id,
-            _version=self.originator_version,
-            _pending_events=[],
-        )
-        return thread
-
-
+# The snapshot class cannot import the aggregate (this module imports it): wire them here.
 AgentThread.Snapshot = ThreadSnapshot
-
-register_topic(ThreadSnapshot.TOPIC, ThreadSnapshot)
-
-
-def project_thread(thread: AgentThread | None, events: Iterable[Any]) -> AgentThread | None:
-    """Fold events (a snapshot first, if any) into a thread.
-
-    Passed to the repository instead of eventsourcing's ``project_aggregate``, which
-    spends most of a load in a runtime protocol check per event.
-    """
-    for event in events:
-        thread = event.mutate(thread)
-    return thread
+ThreadSnapshot.aggregate_class = AgentThread
