@@ -64,7 +64,6 @@ from covonaut_es.forks import fork_point as fork_point
 from covonaut_es.thread_events import THREAD_NAMESPACE as THREAD_NAMESPACE
 from covonaut_es.thread_events import thread_aggregate_id as thread_aggregate_id
 from covonaut_es.thread_snapshot import ThreadSnapshot as ThreadSnapshot
-from covonaut_es.thread_snapshot import project_thread as project_thread
 
 
 class AgentThread(Aggregate, created_event_name="Started"):

@@ -11,19 +11,16 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import itertools
 import os
 import secrets
 import threading
-import uuid
-from collections.abc import Iterable, Iterator, Mapping
-from datetime import UTC, datetime
+from collections.abc import Iterator, Mapping
 from types import TracebackType
 from typing import Any, Protocol
 from uuid import UUID
 
 from eventsourcing.application import AggregateNotFoundError, Application, Repository
-from eventsourcing.persistence import IntegrityError, StoredEvent
+from eventsourcing.persistence import IntegrityError
 from eventsourcing.utils import get_topic
 
 from covonaut_es import audit
@@ -33,21 +30,18 @@ from covonaut_es.audit import AuditEntry, AuditReport
 from covonaut_es.domain import (
     AgentThread,
     ThreadSnapshot,
-    fork_event,
-    fork_point,
     thread_aggregate_id,
 )
 from covonaut_es.errors import (
-    CheckpointNotFoundError,
     ConfigurationError,
     StoreUnavailableError,
     ThreadConflictError,
     ThreadNotFoundError,
-    ThreadStateError,
 )
-from covonaut_es.integrity import CHAIN_KEY, UNCHAINED
 from covonaut_es.named_state import StateSaved, state_stream_id
 from covonaut_es.serialization import MsgspecMapper
+from covonaut_es.store_forks import ThreadForking
+from covonaut_es.store_records import StoredRecords
 from covonaut_es.store_urls import canonical_url, redact, store_env
 from covonaut_es.tree import ForkRecord, SessionTreeQueries
 from covonaut_es.upcasting import NO_MIGRATORS, Upcaster
@@ -64,7 +58,7 @@ SNAPSHOT_MIN_VERSION = 64
 """No snapshot is written for a thread shorter than this: replaying it is cheap."""
 
 
-class Store(SessionTreeQueries):
+class Store(StoredRecords, ThreadForking, SessionTreeQueries):
     """Threads' event streams, snapshots and checkpoints in one back end.
 
     Create one with :func:`open_store`. A store is safe to share between agents and
@@ -208,24 +202,6 @@ class Store(SessionTreeQueries):
             return None
         return load_base(forked.parent_thread_id, version=version)
 
-    def _head_version(self, thread_id: str) -> int:
-        aggregate_id = thread_aggregate_id(thread_id)
-        newest = self._app.recorder.select_events(aggregate_id, desc=True, limit=1)
-        if not newest:
-            msg = f"thread {thread_id!r} not found in store {self.url}"
-            raise ThreadNotFoundError(msg)
-        return newest[0].originator_version
-
-    def _newest_first(self, thread_id: str, version: int) -> Iterator[Any]:
-        """The thread's own events up to ``version``, newest first, read in pages."""
-        aggregate_id = thread_aggregate_id(thread_id)
-        while version >= 1:
-            page = list(self._app.events.get(aggregate_id, lte=version, desc=True, limit=16))
-            yield from page
-            if len(page) < 16:
-                return
-            version = page[-1].originator_version - 1
-
     def _forked_event(self, thread_id: str) -> AgentThread.Forked | None:
         first = next(iter(self._app.events.get(thread_aggregate_id(thread_id), limit=1)), None)
         return first if isinstance(first, AgentThread.Forked) else None
@@ -356,162 +332,7 @@ class Store(SessionTreeQueries):
         state rebuilt from its events alone; see :class:`~covonaut_es.AuditReport`."""
         return audit.verify(self, thread_id)
 
-    def stored_records(self, thread_id: str) -> tuple[StoredEvent, ...]:
-        """The thread's records exactly as the database holds them, a fork's inherited
-        ones first. For audits; nothing is decoded."""
-        own = tuple(self._app.recorder.select_events(thread_aggregate_id(thread_id)))
-        forked = self._forked_event(thread_id)
-        if forked is None:
-            return own
-        inherited = self.stored_records(forked.parent_thread_id)[: forked.parent_version]
-        return inherited + own
-
-    def insert_records(self, records: Iterable[StoredEvent]) -> None:
-        """Write records whose payloads are plain JSON, compressed and encrypted as this
-        store is configured, in one transaction. For imports; see ``transfer``."""
-        mapper = self._mapper
-        sealed = [
-            StoredEvent(
-                r.originator_id, r.originator_version, r.topic, mapper.stored_payload(r.state)
-            )
-            for r in records
-        ]
-        try:
-            self._app.recorder.insert_events(sealed)
-        except IntegrityError as exc:
-            thread = str(sealed[0].originator_id) if sealed else "?"
-            msg = f"records for {thread} conflict with stored ones; nothing was written"
-            raise ThreadConflictError(msg, thread_id=thread, expected_version=0) from exc
-
-    def plain_payload(self, record: StoredEvent) -> bytes:
-        """A stored record's payload decrypted and decompressed."""
-        return self._mapper.plain_payload(record)
-
-    @property
-    def _mapper(self) -> MsgspecMapper:
-        mapper = self._app.mapper
-        assert isinstance(mapper, MsgspecMapper)
-        return mapper
-
-    def all_stored_records(self) -> Iterator[StoredEvent]:
-        """Every record in the store exactly as the database holds it: the events in log
-        order, then each stream's snapshots. For audits and migration checks."""
-        streams: dict[UUID, None] = {}
-        position: int | None = None
-        while True:
-            batch = self._app.recorder.select_notifications(
-                position, _LOG_BATCH, inclusive_of_start=False
-            )
-            for notification in batch:
-                streams.setdefault(UUID(str(notification.originator_id)))
-                yield notification
-            if len(batch) < _LOG_BATCH:
-                break
-            position = batch[-1].id
-        assert self._app.snapshots is not None
-        for stream in streams:
-            yield from self._app.snapshots.recorder.select_events(stream)
-
-    def read_record(self, record: StoredEvent) -> object:
-        """A stored record decoded and upgraded to this code's schema, as a load reads it.
-
-        Raises:
-            SerializationError: It cannot be read; the subclass says why.
-        """
-        mapper = self._app.mapper
-        assert isinstance(mapper, MsgspecMapper)
-        return mapper.decode(record)
-
-    def snapshot_states(self, thread_id: str) -> tuple[ThreadState, ...]:
-        """The states held by the thread's own stored snapshots, oldest first."""
-        assert self._app.snapshots is not None
-        snapshots = self._app.snapshots.get(thread_aggregate_id(thread_id))
-        return tuple(snapshot.mutate(None).state for snapshot in snapshots)  # type: ignore[attr-defined]
-
     # Forks and the session tree (B2) ---------------------------------------------
-
-    def fork(
-        self,
-        thread_id: str,
-        *,
-        at_version: int | None = None,
-        at_checkpoint: int | None = None,
-        new_thread_id: str | None = None,
-    ) -> str:
-        """Create a thread whose history is ``thread_id``'s stream up to a version.
-
-        The fork stores one small ``Forked`` event and no copy of the parent's events;
-        the parent is not written to. Forking at an interrupt gives a branch paused on
-        the same interrupt.
-
-        Args:
-            thread_id: The parent thread.
-            at_version: The parent's version to branch at (default: its head).
-            at_checkpoint: Or the sequence number of one of the parent's checkpoints.
-            new_thread_id: The fork's id (default: derived from the parent's, unique).
-
-        Returns:
-            The new thread's id.
-
-        Raises:
-            ThreadNotFoundError: The parent, the version or the checkpoint is missing.
-            ThreadConflictError: A thread with ``new_thread_id`` already exists.
-        """
-        if at_version is not None and at_checkpoint is not None:
-            msg = "fork() takes at_version or at_checkpoint, not both"
-            raise ConfigurationError(msg)
-        if at_checkpoint is not None:
-            at_version = self._checkpoint_version(thread_id, at_checkpoint)
-        head = self._head_version(thread_id)
-        version = head if at_version is None else at_version
-        if not 1 <= version <= head:
-            msg = (
-                f"thread {thread_id!r} has versions 1 to {head}; "
-                f"it cannot be forked at version {version}"
-            )
-            raise ThreadNotFoundError(msg)
-        while (forked := self._forked_event(thread_id)) and version <= forked.parent_version:
-            thread_id = forked.parent_thread_id  # an inherited version: branch from its owner
-        new_thread_id = new_thread_id or f"{thread_id}~{uuid.uuid4().hex[:8]}"
-        if self.exists(new_thread_id):
-            msg = f"cannot fork {thread_id!r} as {new_thread_id!r}: that thread already exists"
-            raise ThreadConflictError(msg, thread_id=new_thread_id, expected_version=0)
-        newest_first = self._newest_first(thread_id, version)
-        newest = next(newest_first)
-        interrupts, abandoned = fork_point(itertools.chain([newest], newest_first))
-        if abandoned:
-            msg = (
-                f"thread {thread_id!r} is abandoned at version {version}: "
-                "fork it at a version before it was abandoned"
-            )
-            raise ThreadStateError(msg)
-        event = fork_event(
-            thread_id,
-            version,
-            new_thread_id=new_thread_id,
-            interrupts=interrupts,
-            previous_chain=newest.__dict__.get(CHAIN_KEY, UNCHAINED),
-            now=datetime.now(UTC),
-        )
-        try:
-            self._app.events.put([event])
-        except IntegrityError as exc:
-            msg = f"cannot fork {thread_id!r} as {new_thread_id!r}: that thread already exists"
-            raise ThreadConflictError(msg, thread_id=new_thread_id, expected_version=0) from exc
-        return new_thread_id
-
-    def abandon(self, thread_id: str, reason: str = "") -> None:
-        """Give a thread up: its pending reviews leave the reviewer queue and no run
-        starts on it again (a fork of it still can)."""
-        thread = self.load(thread_id)
-        thread.abandon(reason, now=datetime.now(UTC))
-        self.save(thread)
-
-    def label(self, thread_id: str, label: str, *, version: int | None = None) -> None:
-        """Label a thread, or one of its versions; labels are events of the thread."""
-        thread = self.load(thread_id)
-        thread.label(label, version=version, now=datetime.now(UTC))
-        self.save(thread)
 
     def forks(self) -> tuple[ForkRecord, ...]:
         """Every fork in the store, read from the event log."""
@@ -531,17 +352,6 @@ class Store(SessionTreeQueries):
 
     def _labels_of(self, thread_id: str) -> tuple[Label, ...]:
         return tuple(self.load(thread_id).labels)
-
-    def _checkpoint_version(self, thread_id: str, sequence: int) -> int:
-        checkpoints = self.checkpoints(thread_id)
-        for checkpoint in checkpoints:
-            if checkpoint.sequence == sequence:
-                return checkpoint.version
-        msg = (
-            f"thread {thread_id!r} has no checkpoint {sequence}; it keeps "
-            f"{[c.sequence for c in checkpoints]}"
-        )
-        raise CheckpointNotFoundError(msg)
 
     def _events_of_type(self, *event_classes: type[AgentThread.Event]) -> Iterator[Any]:
         """Events of these types across all threads, in log order (filtered in SQL)."""

@@ -8,7 +8,6 @@ snapshot class.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from eventsourcing.domain import Snapshot
@@ -56,14 +55,3 @@ class ThreadSnapshot(Snapshot):
 
 
 register_topic(ThreadSnapshot.TOPIC, ThreadSnapshot)
-
-
-def project_thread(thread: AgentThread | None, events: Iterable[Any]) -> AgentThread | None:
-    """Fold events (a snapshot first, if any) into a thread.
-
-    Passed to the repository instead of eventsourcing's ``project_aggregate``, which
-    spends most of a load in a runtime protocol check per event.
-    """
-    for event in events:
-        thread = event.mutate(thread)
-    return thread
