@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Callable
-from types import TracebackType
 from typing import Any
 
 from covonaut_es.agent_base import DEFAULT_THREAD_ID as DEFAULT_THREAD_ID
@@ -168,17 +167,6 @@ class Agent(ReviewCommands, StateCommands):
     def close(self) -> None:
         """Forget the in-memory thread; nothing unsaved is written."""
         self._thread = None
-
-    def __enter__(self) -> Agent:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # Driving ----------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import cast
 
+from covonaut_es.closing import Closing
 from covonaut_es.config import AgentConfig
 from covonaut_es.domain import AgentThread
 from covonaut_es.errors import ThreadConflictError, ThreadStateError
@@ -26,7 +27,7 @@ logger = logging.getLogger("covonaut_es")
 DEFAULT_THREAD_ID = "default"
 
 
-class AgentBase:
+class AgentBase(Closing):
     """An agent's hold on its thread: binding, one command at a time, and commits."""
 
     def __init__(self, config: AgentConfig) -> None:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from types import TracebackType
 from typing import TYPE_CHECKING, Literal
 
 import anthropic
 import msgspec
 
+from covonaut_es.closing import Closing
 from covonaut_es.errors import ConfigurationError, ProviderError, ProviderRequestError
 from covonaut_es.retry import RetryPolicy, call_with_retry, connection_error, error_for_status
 from covonaut_es.values import (
@@ -70,7 +70,7 @@ _VENDOR = "Anthropic"
 _Role = Literal["user", "assistant"]
 
 
-class AnthropicProvider:
+class AnthropicProvider(Closing):
     """A model behind the Anthropic Messages API.
 
     System messages, wherever they stand, are joined in order into the request's
@@ -203,17 +203,6 @@ class AnthropicProvider:
         """Close the client's connections, unless the client was passed in."""
         if self._owns_client:
             self._client.close()
-
-    def __enter__(self) -> AnthropicProvider:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def _params(self, request: ProviderRequest) -> MessageCreateParamsBase:
         system, messages = _conversation(request.messages)

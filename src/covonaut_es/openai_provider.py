@@ -9,11 +9,11 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator, Mapping
-from types import TracebackType
 from typing import TYPE_CHECKING, Literal
 
 import openai
 
+from covonaut_es.closing import Closing
 from covonaut_es.errors import ConfigurationError, ProviderError, ProviderRequestError
 from covonaut_es.retry import RetryPolicy, call_with_retry, connection_error, error_for_status
 from covonaut_es.values import (
@@ -57,7 +57,7 @@ through unchanged."""
 _VENDOR = "OpenAI"
 
 
-class OpenAIProvider:
+class OpenAIProvider(Closing):
     """A model behind the OpenAI Chat Completions API or a server compatible with it.
 
     Rate limits, server errors and connection errors are retried per ``retry`` (the
@@ -199,17 +199,6 @@ class OpenAIProvider:
         """Close the client's connections, unless the client was passed in."""
         if self._owns_client:
             self._client.close()
-
-    def __enter__(self) -> OpenAIProvider:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def _params(self, request: ProviderRequest) -> CompletionCreateParamsBase:
         params: CompletionCreateParamsBase = {

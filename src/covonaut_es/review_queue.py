@@ -25,6 +25,7 @@ from covonaut_es.application import (
     _ThreadsApplication,
     open_application,
 )
+from covonaut_es.closing import Closing
 from covonaut_es.queue_items import QUEUE_EVENT_TYPES, PendingReview, changes_for
 from covonaut_es.queue_views import VIEW_TOPICS, ReviewQueueView
 from covonaut_es.store import Store
@@ -46,7 +47,7 @@ class ReviewQueueProjection(Projection[ReviewQueueView]):
         self.view.apply(changes_for(domain_event, self.view.thread_id_of), tracking)
 
 
-class ReviewQueue:
+class ReviewQueue(Closing):
     """The reviewer queue of one store.
 
     Args:
@@ -93,12 +94,6 @@ class ReviewQueue:
         if self._factory is not None:
             self._factory.close()
         self._factory, self._view = None, None
-
-    def __enter__(self) -> ReviewQueue:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
     def position(self) -> int:
         """The store log position the view has processed (0 before the first event)."""

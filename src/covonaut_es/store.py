@@ -15,7 +15,6 @@ import os
 import secrets
 import threading
 from collections.abc import Iterator, Mapping
-from types import TracebackType
 from typing import Any, Protocol
 from uuid import UUID
 
@@ -27,6 +26,7 @@ from covonaut_es import audit
 from covonaut_es.aio import in_worker_thread
 from covonaut_es.application import SnapshotCache, open_application
 from covonaut_es.audit import AuditEntry, AuditReport
+from covonaut_es.closing import Closing
 from covonaut_es.domain import (
     AgentThread,
     ThreadSnapshot,
@@ -58,7 +58,7 @@ SNAPSHOT_MIN_VERSION = 64
 """No snapshot is written for a thread shorter than this: replaying it is cheap."""
 
 
-class Store(StoredRecords, ThreadForking, SessionTreeQueries):
+class Store(StoredRecords, ThreadForking, SessionTreeQueries, Closing):
     """Threads' event streams, snapshots and checkpoints in one back end.
 
     Create one with :func:`open_store`. A store is safe to share between agents and
@@ -413,17 +413,6 @@ class Store(StoredRecords, ThreadForking, SessionTreeQueries):
         """
         if self._owns_app:
             self._app.close()
-
-    def __enter__(self) -> Store:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"Store({self.url!r})"
