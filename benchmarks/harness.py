@@ -205,7 +205,7 @@ class Context:
     commands: list[str] = field(default_factory=list)
     targets: dict[str, report.Target] = field(default_factory=dict)
     """Targets by key, for the diagnosis to explain the missed ones."""
-    _ours: dict[tuple[str, int], list[dict[str, Any]]] = field(default_factory=dict)
+    _runs: dict[tuple[str, int, bool | None], list[dict[str, Any]]] = field(default_factory=dict)
     _memo: dict[Any, Any] = field(default_factory=dict)
 
     def memo(self, key: Any, compute: Callable[[], Any]) -> Any:
@@ -243,73 +243,59 @@ class Context:
             for suffix in ("", "-wal", "-shm"):
                 Path(f"{self.workdir / name}.db{suffix}").unlink(missing_ok=True)
 
-    def _repeats(self, turns: int) -> int:
-        return 1 if self.quick else REPEATS
+    def _wanted(self, runs: list[dict[str, Any]]) -> bool:
+        """Whether a configuration needs another run."""
+        if not runs:
+            return True
+        last = runs[-1]
+        if "error" in last or "timed_out" in last or last.get("wall_s", 0) > REPEAT_UNDER_S:
+            return False
+        return len(runs) < (1 if self.quick else REPEATS)
 
-    def _runs(
-        self,
-        label: str,
-        func: Callable[..., None],
-        backend: str,
-        name: str,
-        turns: int,
-        *,
-        keep_first: bool,
-        raw: bool = False,
-        **kwargs: Any,
-    ) -> list[dict[str, Any]]:
-        runs: list[dict[str, Any]] = []
-        repeats = self._repeats(turns)
-        for index in range(repeats):
-            store = f"{name}_{index}"
-            target = self.target(backend, store)
-            if raw:
-                kwargs["raw_target"] = self.target(backend, f"{store}_raw")
-            log(f"{label} T={turns} run {index + 1}/{repeats}")
-            result = isolated(
-                func, BUDGET_S, target=target, turns=turns, history=index == 0, **kwargs
-            )
-            result["target"] = target
-            if raw:
-                self.discard(backend, f"{store}_raw")
-            if index or not keep_first:
-                self.discard(backend, store)
-            runs.append(result)
-            if "error" in result or "timed_out" in result:
-                log(f"{label} T={turns}: {result.get('error') or 'exceeded the time budget'}")
-                break
-            if result.get("wall_s", BUDGET_S) > REPEAT_UNDER_S:
-                break
-        return runs
+    def step(self, backend: str, turns: int, delta: bool | None = None) -> None:
+        """One more run of ours (``delta`` None) or of a LangGraph configuration, if it
+        needs one. Callers interleave the systems' runs with it, so that changes in the
+        machine's load during a benchmark touch every system alike."""
+        runs = self._runs.setdefault((backend, turns, delta), [])
+        if not self._wanted(runs):
+            return
+        index, ours = len(runs), delta is None
+        system = "ours" if ours else f"langgraph_{'delta' if delta else 'default'}"
+        name = f"{system}_{backend}_{turns}_{index}"
+        kwargs: dict[str, Any] = {"delta": delta}
+        if ours:
+            kwargs = {"raw_target": self.target(backend, f"{name}_raw")}
+        target = self.target(backend, name)
+        log(f"{system} {backend} T={turns} run {index + 1}")
+        result = isolated(
+            workload.run_ours if ours else peer.run_langgraph,
+            BUDGET_S,
+            target=target,
+            turns=turns,
+            history=index == 0,
+            **kwargs,
+        )
+        result["target"] = target
+        if ours:
+            self.discard(backend, f"{name}_raw")
+        if index or not ours:  # our first store is kept for the figures that read it
+            self.discard(backend, name)
+        if "error" in result or "timed_out" in result:
+            log(f"{system} {backend} T={turns}: {result.get('error') or 'over the budget'}")
+        runs.append(result)
 
     def ours(self, backend: str, turns: int) -> list[dict[str, Any]]:
-        """Our runs of the workload, memoized; the first run's store is kept until the
-        end, for the benchmarks that read it."""
-        key = (backend, turns)
-        if key not in self._ours:
-            self._ours[key] = self._runs(
-                f"ours {backend}",
-                workload.run_ours,
-                backend,
-                f"ours_{backend}_{turns}",
-                turns,
-                keep_first=True,
-                raw=True,
-            )
-        return self._ours[key]
+        """Our runs of the workload (run now if not yet); the first run's store is kept
+        until the end, for the figures that read it."""
+        while self._wanted(self._runs.get((backend, turns, None), [])):
+            self.step(backend, turns)
+        return self._runs[backend, turns, None]
 
     def langgraph(self, backend: str, delta: bool, turns: int) -> list[dict[str, Any]]:
-        """LangGraph's runs of the workload; their stores are removed at once."""
-        variant = "delta" if delta else "default"
-        return self._runs(
-            f"LangGraph {backend} {variant}",
-            peer.run_langgraph,
-            backend,
-            f"langgraph_{backend}_{variant}_{turns}",
-            turns,
-            keep_first=False,
-            delta=delta,
-        )
+        """LangGraph's runs of the workload (run now if not yet)."""
+        while self._wanted(self._runs.get((backend, turns, delta), [])):
+            self.step(backend, turns, delta)
+        return self._runs[backend, turns, delta]
 
     def close(self) -> None:
         """Stop the server and delete the working directory."""

@@ -9,7 +9,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from harness import BUDGET_S, Context, cli, log
+from harness import BUDGET_S, REPEATS, Context, cli, log
 from report import MISSED, Section, Table, Target, ratio, seconds, size, status, times
 
 Runs = list[dict[str, Any]]
@@ -77,18 +77,27 @@ def collect(ctx: Context) -> Results:
         peer for peer in peers if ctx.langgraph_missing is None and (ctx.delta or not peer.delta)
     ]
     for turns in ctx.turns:
-        for backend in ctx.backends:
-            results.ours[backend, turns] = ctx.ours(backend, turns)
+        live = []
         for peer in peers:
             earlier = [results.peers[peer, t] for t in ctx.turns if t < turns]
             over = next(
                 (t for t, runs in zip(ctx.turns, earlier, strict=False) if _over(runs)), None
             )
-            if over is not None:
-                reason = f"T={over} already exceeded the {BUDGET_S / 60:.0f}-minute budget"
-                log(f"{peer.label} T={turns} skipped: {reason}")
-                results.peers[peer, turns] = [{"skipped": reason}]
+            if over is None:
+                live.append(peer)
                 continue
+            reason = f"T={over} already exceeded the {BUDGET_S / 60:.0f}-minute budget"
+            log(f"{peer.label} T={turns} skipped: {reason}")
+            results.peers[peer, turns] = [{"skipped": reason}]
+        for _ in range(REPEATS):  # interleaved, so load changes touch every system alike
+            for backend in ctx.backends:
+                ctx.step(backend, turns)
+                for peer in live:
+                    if peer.backend == backend:
+                        ctx.step(backend, turns, peer.delta)
+        for backend in ctx.backends:
+            results.ours[backend, turns] = ctx.ours(backend, turns)
+        for peer in live:
             results.peers[peer, turns] = ctx.langgraph(peer.backend, peer.delta, turns)
     return results
 
@@ -247,13 +256,14 @@ def run_time(ctx: Context, results: Results) -> Section:
     ours = measured(results.ours.get(("sqlite", REFERENCE_T)), "wall_s")
     theirs = measured(results.peers.get((Peer("sqlite", False), REFERENCE_T)), "wall_s")
     r = ratio(theirs, ours)
-    section.targets.append(
-        Target(
-            f"run time at T={REFERENCE_T} (SQLite): at least 3x faster than LangGraph SqliteSaver",
-            f"{times(r)} faster",
-            status(None if math.isnan(r) else r >= 3),
-        )
+    target = Target(
+        f"run time at T={REFERENCE_T} (SQLite): at least 3x faster than LangGraph SqliteSaver",
+        f"{times(r)} faster",
+        status(None if math.isnan(r) else r >= 3),
     )
+    if target.status == MISSED:
+        target.explanation = _run_time_cause(results)
+    section.targets.append(target)
     ctx.targets["flatness"] = target = Target(
         "per-turn time flat: last 10% / first 10% at most 1.5 (every backend, T >= 100)",
         f"worst {worst[0]:.2f} ({worst[1]})" if worst[1] else "-",
@@ -274,6 +284,28 @@ def run_time(ctx: Context, results: Results) -> Section:
         target.explanation = f"The runs of {worst[1]} measured {runs}: {why}."
     section.targets.append(target)
     return section
+
+
+def _run_time_cause(results: Results) -> str:
+    runs = results.ours.get(("sqlite", REFERENCE_T)) or []
+    turns = REFERENCE_T
+    wall, persist = measured(runs, "wall_s"), measured(runs, "persistence_s")
+    raw = measured(runs, "raw_s")
+    commits = first(runs, "raw_commits") or 0
+    if wall is None or persist is None or raw is None:
+        return "Our runs did not all finish; see the notes."
+    return (
+        f"Cause: our run is commit-bound: of {seconds(wall / turns)} per turn, "
+        f"{seconds(persist / turns)} ({persist / wall:.0%}) is persistence, "
+        f"{commits / turns:.1f} synchronous commits per turn, and the same commits written "
+        f"raw right after each run took {seconds(raw / turns)} per turn on this run's disk "
+        "(figure 8). LangGraph's time is mostly CPU (it serializes the whole message list "
+        "at every checkpoint), so slower disk syncs narrow the ratio; compare the commit "
+        "probe under Machine and the limit across T in figure 8. The lever in the library "
+        "is commits per turn: `run_program` (`runloop.py`) commits the `TurnStarted` event "
+        "on its own before the model call, besides the write-ahead commit, the tool "
+        "result's and the checkpoint's."
+    )
 
 
 def restore(ctx: Context, results: Results) -> Section:
