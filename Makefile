@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 DEMO   ?= examples/restart_recovery.py
 
 # Only the source folders that exist (examples/ may not yet).
-LINT_PATHS := $(wildcard src tests examples)
+LINT_PATHS := $(wildcard src tests examples benchmarks)
 
 .PHONY: venv lint typecheck test demo bench clean
 

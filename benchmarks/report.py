@@ -206,6 +206,10 @@ def _table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     return [line(columns), line(["---"] * len(columns)), *(line(row) for row in rows)]
 
 
+CHANGES = Path(__file__).with_name("CHANGES.md")
+"""What the library changed because of these benchmarks, kept by hand."""
+
+
 def render(
     sections: Sequence[Section],
     machine_facts: Sequence[tuple[str, str]],
@@ -257,4 +261,6 @@ def render(
             out += [line + (f" {target.explanation}" if target.explanation else "")]
         out += [""] if section.targets else []
         out += [f"{note}\n" for note in section.notes]
+    if not quick and CHANGES.exists():
+        out += [CHANGES.read_text().strip(), ""]
     return "\n".join(out).rstrip() + "\n"
