@@ -16,36 +16,11 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
-from covonaut_es import (
-    Agent,
-    AgentConfig,
-    CheckpointSettings,
-    InterruptError,
-    ProviderRequest,
-    ProviderResponse,
-    Role,
-    ScriptedProvider,
-    Tool,
-    ToolCall,
-    ToolContext,
-    open_store,
-)
+from covonaut_es import Agent, AgentConfig, CheckpointSettings, ScriptedProvider, Tool, open_store
+from recovery import request_review, review_model  # the same model and tool, beside this file
 
 THREAD_ID = "review-thread"
-
-
-def review_model(request: ProviderRequest) -> ProviderResponse:
-    """Answer once a tool result is in the context; until then, ask for a review."""
-    if any(message.role is Role.TOOL for message in request.messages):
-        return ProviderResponse(content="Review recorded. No external action was performed.")
-    return ProviderResponse(tool_calls=(ToolCall("review-1", "request_review", "{}"),))
-
-
-def request_review(ctx: ToolContext, args: dict[str, Any]) -> Any:
-    """Pause the run until a person has looked at the preview."""
-    raise InterruptError("host review required", {"request_id": "preview-1"})
 
 
 def make_agent(db: Path) -> Agent:
