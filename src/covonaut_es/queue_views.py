@@ -11,7 +11,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 
 import msgspec
 from eventsourcing.persistence import Tracking, TrackingRecorder
@@ -118,16 +118,23 @@ def statements(changes: Iterable[QueueChange]) -> Iterable[tuple[str, tuple[Any,
                 yield _CLEAR_THREAD, (thread_id,)
 
 
-class SQLiteReviewQueueView(SQLiteTrackingRecorder, ReviewQueueView):
-    """The queue in a SQLite file (the store's own, or another)."""
+class SQLReviewQueueView(ReviewQueueView):
+    """The queue's statements run through an eventsourcing SQL datastore."""
 
-    def construct_create_table_statements(self) -> list[str]:
-        return [*super().construct_create_table_statements(), *CREATE_STATEMENTS]
+    PLACEHOLDER: ClassVar[str]
+    """The driver's parameter marker, replacing the ``%s`` of the statements."""
+
+    # Provided by the SQL tracking recorder this is mixed into.
+    datastore: Any
+    _insert_tracking: Any
+
+    def _sql(self, statement: str) -> str:
+        return statement.replace("%s", self.PLACEHOLDER)
 
     def apply(self, changes: Sequence[QueueChange], tracking: Tracking) -> None:
         with self.datastore.transaction(commit=True) as cursor:
             for statement, params in statements(changes):
-                cursor.execute(statement.replace("%s", "?"), params)
+                cursor.execute(self._sql(statement), params)
             self._insert_tracking(cursor, tracking)
 
     def pending(self) -> tuple[PendingReview, ...]:
@@ -137,9 +144,18 @@ class SQLiteReviewQueueView(SQLiteTrackingRecorder, ReviewQueueView):
 
     def thread_id_of(self, aggregate_id: str) -> str | None:
         with self.datastore.transaction(commit=False) as cursor:
-            cursor.execute(SELECT_THREAD_ID.replace("%s", "?"), (aggregate_id,))
+            cursor.execute(self._sql(SELECT_THREAD_ID), (aggregate_id,))
             row = cursor.fetchone()
             return None if row is None else str(row["thread_id"])
+
+
+class SQLiteReviewQueueView(SQLiteTrackingRecorder, SQLReviewQueueView):
+    """The queue in a SQLite file (the store's own, or another)."""
+
+    PLACEHOLDER = "?"
+
+    def construct_create_table_statements(self) -> list[str]:
+        return [*super().construct_create_table_statements(), *CREATE_STATEMENTS]
 
 
 class MemoryReviewQueueView(POPOTrackingRecorder, ReviewQueueView):
