@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import multiprocessing
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
@@ -23,14 +22,6 @@ from support import answer
 
 RACERS = 4
 ROUNDS = 5
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A store several processes can open: a SQLite file or a PostgreSQL database."""
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'threads.db'}"
-    return str(request.getfixturevalue("postgres_database"))
 
 
 @pytest.mark.slow

@@ -24,14 +24,6 @@ WORKER = Path(__file__).parent / "kill_worker.py"
 KILLED = 17
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def durable_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A store that survives its process: a SQLite file or a PostgreSQL database."""
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'threads.db'}"
-    return str(request.getfixturevalue("postgres_database"))
-
-
 def worker(url: str, thread: str, durability: str, ledger: Path, *args: str) -> Any:
     return subprocess.run(
         [sys.executable, str(WORKER), url, thread, durability, str(ledger), *args],
@@ -63,22 +55,22 @@ def finish(url: str, thread: str, durability: str, ledger: Path) -> dict[str, An
 
 @pytest.mark.slow
 def test_b5_kill_at_every_step_boundary_with_step_durability(
-    durable_url: str, tmp_path: Path
+    shared_url: str, tmp_path: Path
 ) -> None:
     """Step durability: a kill after any commit restores exactly that commit, reports
     exactly the uncommitted results in doubt, and no charge runs twice."""
-    commits = reference_commits(durable_url, "step", tmp_path)
+    commits = reference_commits(shared_url, "step", tmp_path)
     assert len(commits) >= 8
     for n, expected in enumerate(commits, start=1):
         thread, ledger = f"kill-{n}", tmp_path / f"kill-{n}.ledger"
-        killed = worker(durable_url, thread, "step", ledger, "first", f"save:{n}")
+        killed = worker(shared_url, thread, "step", ledger, "first", f"save:{n}")
         assert killed.returncode == KILLED, killed.stderr
-        with open_store(durable_url) as store:
+        with open_store(shared_url) as store:
             state = store.state_at(thread)
             assert state.version == expected["version"]
             assert sorted(c.call.id for c in state.open_calls) == expected["open"]
             assert store.replay_state(thread) == state
-        report = finish(durable_url, thread, "step", ledger)
+        report = finish(shared_url, thread, "step", ledger)
         assert sorted(report["in_doubt"]) == expected["open"]
         assert set(charges(ledger).values()) <= {1}, (n, charges(ledger))
         assert set(charges(ledger)) == {"charge-1", "charge-2"}
@@ -87,45 +79,45 @@ def test_b5_kill_at_every_step_boundary_with_step_durability(
 @pytest.mark.slow
 @pytest.mark.parametrize("call_id", ["charge-1", "charge-2"])
 def test_b5_kill_inside_a_tool_after_its_side_effect(
-    durable_url: str, tmp_path: Path, call_id: str
+    shared_url: str, tmp_path: Path, call_id: str
 ) -> None:
     """A tool that did its work but died before its result was recorded is reported in
     doubt, settled from the ledger, and never run again."""
     ledger = tmp_path / "ledger"
-    killed = worker(durable_url, "t", "step", ledger, "first", f"tool:{call_id}")
+    killed = worker(shared_url, "t", "step", ledger, "first", f"tool:{call_id}")
     assert killed.returncode == KILLED, killed.stderr
-    report = finish(durable_url, "t", "step", ledger)
+    report = finish(shared_url, "t", "step", ledger)
     assert call_id in report["in_doubt"]
     assert charges(ledger) == Counter({"charge-1": 1, "charge-2": 1})
 
 
 @pytest.mark.slow
 def test_b4_checkpoint_durability_restores_the_last_checkpoint(
-    durable_url: str, tmp_path: Path
+    shared_url: str, tmp_path: Path
 ) -> None:
     """Checkpoint durability: a kill after any checkpoint restores that checkpoint."""
-    commits = reference_commits(durable_url, "checkpoint", tmp_path)
+    commits = reference_commits(shared_url, "checkpoint", tmp_path)
     assert all(c["open"] == [] for c in commits)  # checkpoints fall between tool calls
     for n, expected in enumerate(commits, start=1):
         thread, ledger = f"ckpt-{n}", tmp_path / f"ckpt-{n}.ledger"
-        killed = worker(durable_url, thread, "checkpoint", ledger, "first", f"save:{n}")
+        killed = worker(shared_url, thread, "checkpoint", ledger, "first", f"save:{n}")
         assert killed.returncode == KILLED, killed.stderr
-        with open_store(durable_url) as store:
+        with open_store(shared_url) as store:
             assert store.state_at(thread).version == expected["version"]
             assert store.checkpoints(thread)[-1].version == expected["version"]
-        finish(durable_url, thread, "checkpoint", ledger)
+        finish(shared_url, thread, "checkpoint", ledger)
 
 
 @pytest.mark.slow
 def test_b4_checkpoint_durability_repeats_a_side_effect_with_the_same_key(
-    durable_url: str, tmp_path: Path
+    shared_url: str, tmp_path: Path
 ) -> None:
     """B4: with checkpoint durability a tool that ran before the crash runs again after
     the restore, but with the same idempotency key, so the external system can tell."""
     ledger = tmp_path / "ledger"
-    killed = worker(durable_url, "t", "checkpoint", ledger, "first", "tool:charge-1")
+    killed = worker(shared_url, "t", "checkpoint", ledger, "first", "tool:charge-1")
     assert killed.returncode == KILLED, killed.stderr
-    finish(durable_url, "t", "checkpoint", ledger)
+    finish(shared_url, "t", "checkpoint", ledger)
     lines = [line.split() for line in ledger.read_text().splitlines()]
     first_charges = [key for key, call_id, _ in lines if call_id == "charge-1"]
     assert len(first_charges) == 2

@@ -183,21 +183,13 @@ def start_follower(url: str) -> subprocess.Popen[Any]:
     return subprocess.Popen([sys.executable, "-c", FOLLOWER, url], stderr=subprocess.DEVNULL)
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def durable_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A store another process can follow."""
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'threads.db'}"
-    return str(request.getfixturevalue("postgres_database"))
-
-
 @pytest.mark.slow
-def test_separate_process_projection_survives_sigkill(durable_url: str) -> None:
+def test_separate_process_projection_survives_sigkill(shared_url: str) -> None:
     """A projection process killed with SIGKILL mid-stream and started again ends with
     exactly the expected queue."""
-    store = open_store(durable_url)
-    queue = ReviewQueue(durable_url)
-    follower = start_follower(durable_url)
+    store = open_store(shared_url)
+    queue = ReviewQueue(shared_url)
+    follower = start_follower(shared_url)
     try:
         for n in range(12):
             agent = pause(store, f"t{n}", f"r{n}")
@@ -209,7 +201,7 @@ def test_separate_process_projection_survives_sigkill(durable_url: str) -> None:
                 follower.send_signal(signal.SIGKILL)
                 follower.wait(timeout=10)
         assert store.has_events_after(queue.position())  # it really missed events
-        follower = start_follower(durable_url)
+        follower = start_follower(shared_url)
         queue.wait_until_current(store, timeout=30)
     finally:
         follower.send_signal(signal.SIGKILL)
