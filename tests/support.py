@@ -22,10 +22,10 @@ from covonaut_es import (
     Tool,
     ToolCall,
     ToolContext,
-    Usage,
 )
 from covonaut_es.domain import thread_aggregate_id
-from covonaut_es.providers import Responder, ScriptItem
+from covonaut_es.messages import Usage
+from covonaut_es.providers._protocol import Responder, ScriptItem
 
 OBJECT_SCHEMA: dict[str, Any] = {"type": "object"}
 

@@ -13,13 +13,9 @@ from covonaut_es import (
     Agent,
     AgentConfig,
     AgentThread,
-    CheckpointReason,
     CheckpointSettings,
-    ConfigurationError,
     InterruptError,
     InterruptPendingError,
-    NotInterruptedError,
-    ProviderError,
     ProviderRequest,
     ProviderResponse,
     Role,
@@ -28,8 +24,9 @@ from covonaut_es import (
     ThreadStatus,
     Tool,
     ToolContext,
-    ToolOutcome,
 )
+from covonaut_es.domain import CheckpointReason, ToolOutcome
+from covonaut_es.errors import ConfigurationError, NotInterruptedError, ProviderError
 from support import OBJECT_SCHEMA, answer, call, echo_tool, review_tool, ticking_clock
 
 

@@ -16,23 +16,23 @@ import covonaut_es
 from covonaut_es import (
     Agent,
     AgentConfig,
-    AnthropicProvider,
-    ConfigurationError,
     Message,
-    ProviderConnectionError,
     ProviderRequest,
-    ProviderRequestError,
-    ProviderServerError,
     RetryPolicy,
     Role,
-    StreamDelta,
     Tool,
     ToolCall,
     ToolContext,
-    ToolSpec,
-    Usage,
-    collect_stream,
 )
+from covonaut_es.errors import (
+    ConfigurationError,
+    ProviderConnectionError,
+    ProviderRequestError,
+    ProviderServerError,
+)
+from covonaut_es.messages import StreamDelta, ToolSpec, Usage
+from covonaut_es.providers import collect_stream
+from covonaut_es.providers.anthropic import AnthropicProvider
 from wire_server import WireServer, json_reply, sse_reply
 
 # Not a real model: the SDK warns about deprecated model names, and a real name may
@@ -542,8 +542,8 @@ def test_import_does_not_load_the_sdk() -> None:
 def test_missing_sdk_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without the anthropic package, AnthropicProvider raises an ImportError naming the extra."""
     monkeypatch.setitem(sys.modules, "anthropic", None)
-    monkeypatch.delitem(sys.modules, "covonaut_es.anthropic_provider")
-    monkeypatch.delattr(covonaut_es, "AnthropicProvider", raising=False)
+    monkeypatch.delitem(sys.modules, "covonaut_es.providers.anthropic")
+    monkeypatch.delitem(vars(covonaut_es), "AnthropicProvider", raising=False)
     with pytest.raises(ImportError, match=r"pip install 'covonaut-es\[anthropic\]'"):
         _ = covonaut_es.AnthropicProvider
 

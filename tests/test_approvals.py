@@ -16,25 +16,27 @@ from covonaut_es import (
     AgentConfig,
     AgentThread,
     CheckpointSettings,
-    ConfigurationError,
-    Decision,
     HmacReviewerVerifier,
     InterruptPendingError,
     ProviderResponse,
     ReviewerNotVerifiedError,
-    ReviewNotFoundError,
-    ReviewPendingError,
     Role,
     ScriptedProvider,
     StaleReviewError,
     Store,
-    ThreadStateError,
     ThreadStatus,
     Tool,
     ToolCall,
     ToolCallsInDoubtError,
     ToolContext,
     operation_digest,
+)
+from covonaut_es.domain import Decision
+from covonaut_es.errors import (
+    ConfigurationError,
+    ReviewNotFoundError,
+    ReviewPendingError,
+    ThreadStateError,
 )
 from support import answer, call, echo_tool, ticking_clock
 

@@ -10,14 +10,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from covonaut_es import (
-    Agent,
-    AgentConfig,
-    CheckpointSettings,
-    ScriptedProvider,
-    Store,
-    open_store,
-)
+from covonaut_es import Agent, AgentConfig, CheckpointSettings, ScriptedProvider, Store, open_store
 from support import answer, call, echo_tool, review_tool, ticking_clock
 
 

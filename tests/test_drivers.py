@@ -15,21 +15,19 @@ from covonaut_es import (
     AgentConfig,
     CheckpointSettings,
     InterruptError,
-    NotInterruptedError,
-    ProviderError,
     ProviderRequest,
     ProviderResponse,
     Role,
     ScriptedProvider,
     Store,
-    ThreadStateError,
     ThreadStatus,
     Tool,
     ToolCallsInDoubtError,
     ToolContext,
-    ToolOutcome,
     open_store,
 )
+from covonaut_es.domain import ToolOutcome
+from covonaut_es.errors import NotInterruptedError, ProviderError, ThreadStateError
 from support import (
     OBJECT_SCHEMA,
     AsyncScriptedProvider,

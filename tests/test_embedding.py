@@ -16,14 +16,14 @@ from eventsourcing.persistence import IntegrityError
 from covonaut_es import (
     AgentApplication,
     AgentThread,
-    ConfigurationError,
     Message,
     Role,
     SerializationError,
     Store,
     ThreadStatus,
 )
-from covonaut_es.store_urls import persistence_env
+from covonaut_es.errors import ConfigurationError
+from covonaut_es.store._urls import persistence_env
 from embedded_domain_app import ExpenseApp, ExpenseClaim, reviewer_agent
 
 NOW = datetime(2026, 5, 6, tzinfo=UTC)

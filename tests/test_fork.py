@@ -14,10 +14,7 @@ from covonaut_es import (
     Agent,
     AgentConfig,
     AgentThread,
-    CheckpointNotFoundError,
     CheckpointSettings,
-    ConfigurationError,
-    Label,
     Message,
     ProviderResponse,
     Role,
@@ -25,11 +22,11 @@ from covonaut_es import (
     Store,
     ThreadConflictError,
     ThreadNotFoundError,
-    ThreadParent,
-    ThreadStateError,
     ThreadStatus,
     open_store,
 )
+from covonaut_es.domain import Label, ThreadParent
+from covonaut_es.errors import CheckpointNotFoundError, ConfigurationError, ThreadStateError
 from support import answer, call, echo_tool, review_tool, ticking_clock
 
 

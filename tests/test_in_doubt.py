@@ -13,13 +13,13 @@ from covonaut_es import (
     CheckpointSettings,
     ScriptedProvider,
     Store,
-    ThreadStateError,
     ThreadStatus,
     Tool,
     ToolCallsInDoubtError,
     ToolContext,
-    ToolOutcome,
 )
+from covonaut_es.domain import ToolOutcome
+from covonaut_es.errors import ThreadStateError
 from support import OBJECT_SCHEMA, answer, call, ticking_clock
 
 

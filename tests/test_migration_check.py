@@ -7,7 +7,7 @@ from pathlib import Path
 import msgspec
 
 from covonaut_es import AgentThread, FileStateStore, Store, open_store
-from covonaut_es.migration_check import check_store, format_report
+from covonaut_es.audit import check_store, format_report
 from support import append_raw_event, converse
 
 TURN_STARTED = AgentThread.TurnStarted.TOPIC

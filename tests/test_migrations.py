@@ -23,24 +23,22 @@ from covonaut_es import (
     AgentThread,
     CheckpointSettings,
     FileStateStore,
-    Interrupt,
     Message,
-    MissingUpcasterError,
     Role,
     ScriptedProvider,
-    StateStore,
     Store,
     ThreadStatus,
     ToolCall,
-    Usage,
-    check_upcasters,
     open_store,
 )
-from covonaut_es.domain import ThreadSnapshot, thread_aggregate_id
-from covonaut_es.migration_check import check_store
-from covonaut_es.migrations import event_classes, registry
-from covonaut_es.serialization import MsgspecMapper
-from covonaut_es.upcasting import Schema
+from covonaut_es.audit import check_store
+from covonaut_es.domain import Interrupt, ThreadSnapshot, thread_aggregate_id
+from covonaut_es.errors import MissingUpcasterError
+from covonaut_es.messages import Usage
+from covonaut_es.migrations import Schema, check_upcasters
+from covonaut_es.migrations._registry import event_classes, registry
+from covonaut_es.store import StateStore
+from covonaut_es.store._mapper import MsgspecMapper
 from support import answer, put_raw_snapshot
 
 
@@ -135,7 +133,7 @@ def golden_v1(store_url: str, open_test_store: Callable[..., Store]) -> Store:
 
 
 def copy_records(source: Store, target: Store) -> None:
-    records = list(source.all_stored_records())
+    records = list(source._all_stored_records())
     events = [r for r in records if r.topic != ThreadSnapshot.TOPIC]
     snapshots = [r for r in records if r.topic == ThreadSnapshot.TOPIC]
     target._app.recorder.insert_events([copy(r) for r in events])

@@ -15,16 +15,16 @@ from covonaut_es import (
     CheckpointSettings,
     InterruptError,
     Message,
-    ProviderError,
     ProviderRequest,
     ProviderResponse,
     Role,
-    StreamDelta,
     Tool,
     ToolCall,
     ToolContext,
     open_store,
 )
+from covonaut_es.errors import ProviderError
+from covonaut_es.messages import StreamDelta
 
 
 class ReviewProvider:

@@ -16,24 +16,24 @@ import covonaut_es
 from covonaut_es import (
     Agent,
     AgentConfig,
-    ConfigurationError,
     Message,
-    OpenAIProvider,
-    ProviderConnectionError,
-    ProviderRateLimitError,
     ProviderRequest,
-    ProviderRequestError,
-    ProviderServerError,
     RetryPolicy,
     Role,
-    StreamDelta,
     Tool,
     ToolCall,
     ToolContext,
-    ToolSpec,
-    Usage,
-    collect_stream,
 )
+from covonaut_es.errors import (
+    ConfigurationError,
+    ProviderConnectionError,
+    ProviderRateLimitError,
+    ProviderRequestError,
+    ProviderServerError,
+)
+from covonaut_es.messages import StreamDelta, ToolSpec, Usage
+from covonaut_es.providers import collect_stream
+from covonaut_es.providers.openai import OpenAIProvider
 from wire_server import WireServer, json_reply, sse_reply
 
 MODEL = "gpt-4o-mini"
@@ -506,8 +506,8 @@ def test_import_does_not_load_the_sdk() -> None:
 def test_missing_sdk_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without the openai package, OpenAIProvider raises an ImportError naming the extra."""
     monkeypatch.setitem(sys.modules, "openai", None)
-    monkeypatch.delitem(sys.modules, "covonaut_es.openai_provider")
-    monkeypatch.delattr(covonaut_es, "OpenAIProvider", raising=False)
+    monkeypatch.delitem(sys.modules, "covonaut_es.providers.openai")
+    monkeypatch.delitem(vars(covonaut_es), "OpenAIProvider", raising=False)
     with pytest.raises(ImportError, match=r"pip install 'covonaut-es\[openai\]'"):
         _ = covonaut_es.OpenAIProvider
 

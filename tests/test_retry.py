@@ -8,15 +8,15 @@ from email.utils import format_datetime
 
 import pytest
 
-from covonaut_es import (
+from covonaut_es import RetryPolicy
+from covonaut_es.errors import (
     ProviderConnectionError,
     ProviderError,
     ProviderRateLimitError,
     ProviderRequestError,
     ProviderServerError,
-    RetryPolicy,
 )
-from covonaut_es.retry import call_with_retry, error_for_status, retry_after_seconds
+from covonaut_es.providers._retry import call_with_retry, error_for_status, retry_after_seconds
 
 
 def failing(*errors: ProviderError, result: str = "ok") -> tuple[Callable[[], str], list[int]]:

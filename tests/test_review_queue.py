@@ -23,7 +23,7 @@ from covonaut_es import (
     Store,
     open_store,
 )
-from covonaut_es.queue_items import QUEUE_EVENT_TYPES
+from covonaut_es.projections._items import QUEUE_EVENT_TYPES
 from support import answer, call, review_tool
 
 
@@ -112,7 +112,7 @@ def test_queue_in_its_own_database(tmp_path: Path) -> None:
 
 def test_listing_the_queue_is_one_indexed_query(tmp_path: Path) -> None:
     """SQLite plans the listing as a scan of the queue's index, not of the streams."""
-    from covonaut_es.queue_views import SELECT_PENDING
+    from covonaut_es.projections._views import SELECT_PENDING
 
     store = open_store(f"sqlite:///{tmp_path / 'threads.db'}")
     ReviewQueue(store.url).view()

@@ -10,23 +10,21 @@ from covonaut_es import (
     Agent,
     AgentConfig,
     CheckpointSettings,
-    MaxTurnsExceededError,
     Message,
-    ProviderError,
     ProviderRequest,
     ProviderResponse,
     Role,
     ScriptedProvider,
-    ScriptExhaustedError,
     Store,
-    SummarizingCompactor,
     ThreadStatus,
     Tool,
     ToolContext,
-    Usage,
 )
-from covonaut_es.compaction import SUMMARY_PREFIX, context_messages
-from covonaut_es.runloop import FINAL_TURN_INSTRUCTION
+from covonaut_es.errors import MaxTurnsExceededError, ProviderError, ScriptExhaustedError
+from covonaut_es.messages import Usage
+from covonaut_es.runtime import SummarizingCompactor
+from covonaut_es.runtime._compaction import SUMMARY_PREFIX, context_messages
+from covonaut_es.runtime._loop import FINAL_TURN_INSTRUCTION
 from support import OBJECT_SCHEMA, answer, call, echo_tool, ticking_clock
 
 
@@ -230,7 +228,7 @@ def test_context_messages_never_start_the_tail_with_a_tool_result() -> None:
     plan = compactor.plan(messages, None, model="m")
     assert plan is not None
     assert messages[plan.first_kept].role is not Role.TOOL
-    from covonaut_es import Compaction
+    from covonaut_es.domain import Compaction
 
     view = context_messages(messages, Compaction("s", plan.first_kept))
     assert view[0].role is Role.SYSTEM and view[1].content.startswith(SUMMARY_PREFIX)

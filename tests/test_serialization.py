@@ -14,28 +14,31 @@ from eventsourcing.persistence import StoredEvent
 
 from covonaut_es import (
     AgentThread,
+    Message,
+    Role,
+    SchemaVersionError,
+    SerializationError,
+    ThreadStatus,
+    ToolCall,
+)
+from covonaut_es.domain import (
     CheckpointReason,
     Compaction,
     Decision,
     Interrupt,
     Label,
-    Message,
-    MissingUpcasterError,
     ReviewRequest,
-    Role,
     RunMode,
-    SchemaVersionError,
-    SerializationError,
     StateDocument,
-    ThreadStatus,
-    ToolCall,
+    ThreadSnapshot,
     ToolOutcome,
-    Usage,
+    thread_aggregate_id,
 )
-from covonaut_es.domain import ThreadSnapshot, thread_aggregate_id
-from covonaut_es.migrations import EVENT_UPCASTERS
-from covonaut_es.named_state import StateSaved, state_stream_id
-from covonaut_es.serialization import MsgspecMapper, codec_for
+from covonaut_es.domain._named_states import StateSaved, state_stream_id
+from covonaut_es.errors import MissingUpcasterError
+from covonaut_es.messages import Usage
+from covonaut_es.migrations._registry import EVENT_UPCASTERS
+from covonaut_es.store._mapper import MsgspecMapper, codec_for
 
 NOW = datetime(2026, 3, 4, 5, 6, 7, 890123, tzinfo=UTC)
 ID = thread_aggregate_id("t")
@@ -164,7 +167,7 @@ def test_event_round_trip_is_equal_including_types(cls: type, compress: bool) ->
 @pytest.mark.parametrize("cls", list(SAMPLES), ids=lambda c: c.__name__)
 def test_event_pickles_under_its_name_on_the_aggregate(cls: type) -> None:
     """Every event is named AgentThread.<Name>, where pickle finds its class, though the
-    class is defined in covonaut_es.thread_events."""
+    class is defined in covonaut_es.domain._thread."""
     event = make_event(cls)
     assert cls.__qualname__ == f"AgentThread.{cls.__name__}"
     assert pickle.loads(pickle.dumps(event)) == event

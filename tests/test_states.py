@@ -14,17 +14,12 @@ from covonaut_es import (
     AgentConfig,
     AgentThread,
     CheckpointSettings,
-    ConfigurationError,
     FileStateStore,
-    InvalidStateKeyError,
     MemoryStateStore,
     Role,
     SchemaVersionError,
     ScriptedProvider,
     SerializationError,
-    StateDocument,
-    StateNotFoundError,
-    StateStore,
     Store,
     ThreadConflictError,
     ThreadStatus,
@@ -32,7 +27,10 @@ from covonaut_es import (
     ToolCallsInDoubtError,
     open_store,
 )
-from covonaut_es.states import encode_state_document
+from covonaut_es.domain import StateDocument
+from covonaut_es.errors import ConfigurationError, InvalidStateKeyError, StateNotFoundError
+from covonaut_es.store import StateStore
+from covonaut_es.store._states import encode_state_document
 from support import answer, call, echo_tool, review_tool, ticking_clock
 
 

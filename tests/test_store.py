@@ -18,11 +18,9 @@ from covonaut_es import (
     Agent,
     AgentConfig,
     CheckpointSettings,
-    ConfigurationError,
     SchemaVersionError,
     ScriptedProvider,
     SerializationError,
-    StaleSnapshotError,
     Store,
     StoreUnavailableError,
     StoreURLError,
@@ -31,7 +29,8 @@ from covonaut_es import (
     open_store,
 )
 from covonaut_es.domain import ThreadSnapshot
-from covonaut_es.serialization import MsgspecMapper
+from covonaut_es.errors import ConfigurationError, StaleSnapshotError
+from covonaut_es.store._mapper import MsgspecMapper
 from support import answer, call, echo_tool, put_raw_snapshot
 
 SECRET = "TOP-SECRET-PLAINTEXT-4711"

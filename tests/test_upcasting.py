@@ -6,13 +6,9 @@ from typing import Any
 
 import pytest
 
-from covonaut_es import (
-    ConfigurationError,
-    MissingUpcasterError,
-    SchemaVersionError,
-    UpcasterError,
-)
-from covonaut_es.upcasting import Schema
+from covonaut_es import SchemaVersionError
+from covonaut_es.errors import ConfigurationError, MissingUpcasterError, UpcasterError
+from covonaut_es.migrations import Schema
 
 
 def add_step(step: int, field: str) -> Any:

@@ -9,9 +9,9 @@ from typing import Any
 import attrs
 import msgspec
 
-from covonaut_es.approvals import ReviewDecision
-from covonaut_es.schema import validation_error
-from covonaut_es.values import JsonValue, ToolCall, ToolSpec
+from covonaut_es._schema import validation_error
+from covonaut_es.domain import ReviewDecision
+from covonaut_es.messages import JsonValue, ToolCall, ToolSpec
 
 ToolFunction = Callable[["ToolContext", dict[str, Any]], Any]
 """``func(ctx, args)``: returns any JSON-encodable value, or raises ``InterruptError``."""

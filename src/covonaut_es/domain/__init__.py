@@ -1,0 +1,64 @@
+"""The domain: an agent thread as a pure event-sourced aggregate.
+
+This package owns :class:`AgentThread` with its nested events, the values of its state,
+the review ledger that makes approvals single-use, the hash chain that makes tampering
+evident, what a fork inherits, and the session tree's queries. Everything here is pure:
+no I/O and no clock (every command takes ``now`` from its caller). It imports only
+:mod:`covonaut_es.errors`, :mod:`covonaut_es.messages` and eventsourcing's domain
+classes, never a layer above it.
+"""
+
+from covonaut_es.domain._reviews import (
+    Decision,
+    Review,
+    ReviewDecision,
+    ReviewRequest,
+    canonical_json,
+    operation_digest,
+)
+from covonaut_es.domain._snapshot import ThreadSnapshot
+from covonaut_es.domain._thread import AgentThread, thread_aggregate_id
+from covonaut_es.domain._tree import BranchPoint, ForkRecord, SessionTree, ThreadTree, TreeStats
+from covonaut_es.domain._values import (
+    Checkpoint,
+    CheckpointReason,
+    Compaction,
+    Interrupt,
+    Label,
+    PendingToolCall,
+    RunMode,
+    StateDocument,
+    ThreadParent,
+    ThreadState,
+    ThreadStatus,
+    ToolOutcome,
+)
+
+__all__ = [
+    "AgentThread",
+    "BranchPoint",
+    "Checkpoint",
+    "CheckpointReason",
+    "Compaction",
+    "Decision",
+    "ForkRecord",
+    "Interrupt",
+    "Label",
+    "PendingToolCall",
+    "Review",
+    "ReviewDecision",
+    "ReviewRequest",
+    "RunMode",
+    "SessionTree",
+    "StateDocument",
+    "ThreadParent",
+    "ThreadSnapshot",
+    "ThreadState",
+    "ThreadStatus",
+    "ThreadTree",
+    "ToolOutcome",
+    "TreeStats",
+    "canonical_json",
+    "operation_digest",
+    "thread_aggregate_id",
+]

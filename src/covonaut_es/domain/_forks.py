@@ -1,0 +1,66 @@
+"""Forking a thread (B2, ADR 0009): what a fork inherits, and the event that starts it.
+
+A fork's stream holds no copy of its parent's events: it starts with a ``Forked`` event
+that names the parent and the version it branches from, sealed into the parent's hash
+chain. These functions only read and make events; the store does the I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from covonaut_es.domain._integrity import seal
+from covonaut_es.domain._thread import AgentThread, thread_aggregate_id
+from covonaut_es.domain._values import Interrupt, RunMode
+
+
+def fork_point(newest_first: Iterable[Any]) -> tuple[tuple[Interrupt, ...], bool]:
+    """What a fork at some version inherits, from the events up to it, newest first.
+
+    Returns the interrupts pending at that version and whether the thread was abandoned
+    by then. Reads back only to the start of the last turn, run or resume (no interrupt
+    is pending at any of them: interrupts end a run, and only ``resume`` starts one
+    over them, clearing them) or to the fork that started the stream, which records its
+    own; so forking costs the same however long the thread is.
+    """
+    interrupts: list[Interrupt] = []
+    for event in newest_first:
+        if isinstance(event, AgentThread.Abandoned):
+            return (), True
+        if isinstance(event, AgentThread.Interrupted):
+            interrupts.append(event.interrupt)
+        elif isinstance(event, AgentThread.Forked):
+            interrupts.extend(reversed(event.interrupts))
+            break
+        elif isinstance(event, AgentThread.Resumed | AgentThread.TurnStarted) or (
+            isinstance(event, AgentThread.RunStarted) and event.mode is not RunMode.RESUME
+        ):
+            break
+    return tuple(reversed(interrupts)), False
+
+
+def fork_event(
+    parent_thread_id: str,
+    parent_version: int,
+    *,
+    new_thread_id: str,
+    interrupts: tuple[Interrupt, ...],
+    previous_chain: str,
+    now: datetime,
+) -> AgentThread.Forked:
+    """The event that starts a fork, sealed into the parent's hash chain."""
+    # eventsourcing makes event classes dataclasses at run time, out of mypy's sight.
+    event_class: Any = AgentThread.Forked
+    forked: AgentThread.Forked = event_class(
+        originator_id=thread_aggregate_id(new_thread_id),
+        originator_version=parent_version + 1,
+        timestamp=now,
+        thread_id=new_thread_id,
+        parent_thread_id=parent_thread_id,
+        parent_version=parent_version,
+        interrupts=interrupts,
+    )
+    seal(forked, forked.TOPIC, previous_chain)
+    return forked

@@ -1,0 +1,276 @@
+"""Reviews that authorize: records bound to one exact operation.
+
+A call of a tool that requires approval runs only if the thread's own record holds an
+unused approval of the same *operation*: the same tool name and arguments, compared by
+their :func:`operation_digest`. Reviews, decisions and uses of approvals are events of
+the thread (see ``AgentThread.ReviewRequested``, ``ReviewDecided``, ``ApprovalUsed``);
+this module holds their value types, the digest and the texts the model reads. It does
+no I/O and reads no clock.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from datetime import datetime
+from typing import Any
+
+import msgspec
+
+from covonaut_es.errors import ReviewNotFoundError, StaleReviewError
+
+# Values ---------------------------------------------------------------------------------
+
+
+class Decision(enum.StrEnum):
+    """What a reviewer decided."""
+
+    APPROVED = "approved"
+    REJECTED = "rejected"
+
+
+class ReviewRequest(msgspec.Struct, frozen=True):
+    """A request for a person to approve one exact operation.
+
+    It is the ``data`` of the interrupt that pauses the run (see :meth:`to_data`).
+
+    Attributes:
+        review_id: Unique across threads; pass it to ``Agent.approve`` or ``reject``.
+        thread_id: The thread whose call asked for the review.
+        tool_name: The tool the model called.
+        arguments: The call's arguments, in canonical (key-sorted) order.
+        digest: The :func:`operation_digest` of tool name and arguments.
+        tool_call_id: The call that asked for the review; it does not run.
+    """
+
+    review_id: str
+    thread_id: str
+    tool_name: str
+    arguments: dict[str, Any]
+    digest: str
+    tool_call_id: str
+
+    def to_data(self) -> dict[str, Any]:
+        """The request as plain JSON data, sharing nothing with this object."""
+        data: dict[str, Any] = msgspec.json.decode(msgspec.json.encode(self))
+        return data
+
+
+class ReviewDecision(msgspec.Struct, frozen=True):
+    """A verified reviewer's decision on a review: the record that authorizes a call.
+
+    Attributes:
+        review_id: The review decided.
+        digest: The operation digest the decision covers.
+        decision: Approved or rejected.
+        reviewer: The reviewer id the :class:`ReviewerVerifier` returned.
+        comment: The reviewer's comment, or the reason for a rejection.
+        decided_at: When the decision was recorded.
+        thread_id: The thread whose stream recorded it; an approval authorizes calls of
+            that thread only (a fork inherits the decisions made before it, not their
+            authority).
+    """
+
+    review_id: str
+    digest: str
+    decision: Decision
+    reviewer: str
+    comment: str
+    decided_at: datetime
+    thread_id: str
+
+
+class Review(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A review as the thread records it.
+
+    Attributes:
+        request: What was asked.
+        decision: The decision, or None while pending.
+        used_by: For an approval, the id of the tool call it authorized, once used (B20).
+        used_by_key: That call's idempotency key: unlike call ids, which models may
+            repeat, it names one recorded call.
+    """
+
+    request: ReviewRequest
+    decision: ReviewDecision | None = None
+    used_by: str | None = None
+    used_by_key: str | None = None
+
+    @property
+    def pending(self) -> bool:
+        """Whether the review still awaits a decision."""
+        return self.decision is None
+
+    @property
+    def approved(self) -> bool:
+        """Whether the review was decided and approved."""
+        return self.decision is not None and self.decision.decision is Decision.APPROVED
+
+    @property
+    def usable(self) -> bool:
+        """Whether this is an approval that no call has used yet."""
+        return self.approved and self.used_by is None
+
+    def authorizes(self, idempotency_key: str) -> bool:
+        """Whether this is an approval used by the call with that idempotency key."""
+        return self.approved and self.used_by_key == idempotency_key
+
+
+class ReviewLedger(msgspec.Struct, frozen=True):
+    """Every review of a thread, in request order (internal to ``AgentThread``).
+
+    Decisions stand until the next user input: ``reviews[standing_from:]`` are the
+    reviews asked for since then. Within that span a rejected or used-up operation is
+    refused without asking again; new user input starts afresh.
+    """
+
+    reviews: tuple[Review, ...] = ()
+    standing_from: int = 0
+
+    def get(self, review_id: str) -> Review | None:
+        """The review with that id, if this thread has one."""
+        return next((r for r in self.reviews if r.request.review_id == review_id), None)
+
+    def undecided(self, review_id: str, *, thread_id: str) -> Review:
+        """The review with that id, which must still await a decision.
+
+        Raises:
+            ReviewNotFoundError: This thread has no such review.
+            StaleReviewError: The review was decided already.
+        """
+        review = self.get(review_id)
+        if review is None:
+            msg = (
+                f"thread {thread_id!r} has no review {review_id!r}; decide a review "
+                "through the agent of the thread named in its request"
+            )
+            raise ReviewNotFoundError(msg)
+        if review.decision is not None:
+            msg = (
+                f"review {review_id!r} of thread {thread_id!r} was already "
+                f"{review.decision.decision} by {review.decision.reviewer!r}, so it is stale "
+                "(the thread may have moved on); a review is decided once, and a new call "
+                "of the operation asks for a new review"
+            )
+            raise StaleReviewError(msg)
+        return review
+
+    @property
+    def pending(self) -> tuple[Review, ...]:
+        """Reviews awaiting a decision."""
+        return tuple(r for r in self.reviews if r.pending)
+
+    def awaiting(self, tool_call_id: str) -> Review | None:
+        """The pending review that holds back that call, if any."""
+        return next((r for r in self.pending if r.request.tool_call_id == tool_call_id), None)
+
+    def standing(self, digest: str, idempotency_key: str, *, thread_id: str) -> Review | None:
+        """The decided review that rules now on a call of thread ``thread_id`` with that
+        operation digest and idempotency key.
+
+        In order: an approval that call already used (a retry of the same call), an
+        unused approval, a rejection, an approval used by another call. None when no
+        decision stands, so the call needs a review of its own. Decisions recorded by
+        another thread never count: a fork inherits its parent's history, and an
+        approval spendable in both would run twice.
+        """
+        decided = [
+            r
+            for r in self.reviews[self.standing_from :]
+            if r.request.digest == digest
+            and r.decision is not None
+            and r.decision.thread_id == thread_id
+        ]
+        rulings = (
+            (r for r in decided if r.authorizes(idempotency_key)),
+            (r for r in decided if r.usable),
+            (r for r in decided if not r.approved),
+            iter(decided),
+        )
+        for candidates in rulings:
+            review = next(candidates, None)
+            if review is not None:
+                return review
+        return None
+
+    def requested(self, request: ReviewRequest) -> ReviewLedger:
+        """With a new pending review."""
+        return msgspec.structs.replace(self, reviews=(*self.reviews, Review(request)))
+
+    def decided(self, decision: ReviewDecision) -> ReviewLedger:
+        """With a review's decision recorded."""
+        return self._replace(decision.review_id, decision=decision)
+
+    def used(self, review_id: str, tool_call_id: str, idempotency_key: str) -> ReviewLedger:
+        """With an approval marked as used by a call."""
+        return self._replace(review_id, used_by=tool_call_id, used_by_key=idempotency_key)
+
+    def lapsed(self) -> ReviewLedger:
+        """With every decision so far no longer standing (new user input)."""
+        return msgspec.structs.replace(self, standing_from=len(self.reviews))
+
+    def _replace(self, review_id: str, **changes: Any) -> ReviewLedger:
+        reviews = tuple(
+            msgspec.structs.replace(r, **changes) if r.request.review_id == review_id else r
+            for r in self.reviews
+        )
+        return msgspec.structs.replace(self, reviews=reviews)
+
+
+# The operation digest ---------------------------------------------------------------------
+
+
+def canonical_json(value: Any) -> bytes:
+    """JSON with object keys sorted (by code point) at every level, no whitespace, UTF-8.
+
+    Equal parsed values give equal bytes, whatever the key order and spacing of the
+    text they were parsed from. Numbers keep their kind: ``40`` and ``40.0`` differ.
+    """
+    return msgspec.json.encode(value, order="sorted")
+
+
+def operation_digest(tool_name: str, arguments: dict[str, Any]) -> str:
+    """The SHA-256 (hex) of the canonical JSON of ``{"arguments": ..., "tool_name": ...}``.
+
+    An approval covers exactly the operation with this digest (B19, B20).
+    """
+    operation = {"arguments": arguments, "tool_name": tool_name}
+    return hashlib.sha256(canonical_json(operation)).hexdigest()
+
+
+def review_reason(request: ReviewRequest) -> str:
+    """The reason of the interrupt that asks for a review."""
+    return f"{request.tool_name} needs a reviewer's approval (review {request.review_id})"
+
+
+def decision_text(review: Review) -> str:
+    """The tool result of the call that asked for a review, once it is decided."""
+    assert review.decision is not None
+    decided, request = review.decision, review.request
+    if decided.decision is Decision.REJECTED:
+        return (
+            f"Rejected by {decided.reviewer} (review {decided.review_id}): "
+            f"{decided.comment or 'no reason given'}. The operation did not run."
+        )
+    note = f": {decided.comment}" if decided.comment else ""
+    return (
+        f"Approved by {decided.reviewer} (review {decided.review_id}){note}. The operation "
+        f"has not run yet: call {request.tool_name} again with the same arguments to run "
+        "it once."
+    )
+
+
+def refusal_text(review: Review) -> str:
+    """The tool result of a call that a standing decision keeps from running."""
+    decided = review.decision
+    assert decided is not None
+    if decided.decision is Decision.REJECTED:
+        return (
+            f"Not executed: this operation was rejected by {decided.reviewer} "
+            f"(review {decided.review_id}): {decided.comment or 'no reason given'}."
+        )
+    return (
+        f"Not executed: the approval of this operation by {decided.reviewer} "
+        f"(review {decided.review_id}) was already used by call {review.used_by}; an "
+        "approval covers one execution."
+    )

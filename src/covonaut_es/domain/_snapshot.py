@@ -1,0 +1,53 @@
+"""The thread's snapshot, and the fold that loads a thread from its events.
+
+A :class:`ThreadSnapshot` holds the whole state of an
+:class:`~covonaut_es.domain.AgentThread` at one version, so that loading the thread
+folds only the events after it. The aggregate's module makes it its snapshot class.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from eventsourcing.domain import Aggregate, Snapshot
+from eventsourcing.utils import get_topic, register_topic
+
+
+class ThreadSnapshot(Snapshot):
+    """A snapshot of an :class:`AgentThread`, decoded with the thread's own types.
+
+    Its timestamp is the thread's last modification, so taking it reads no clock.
+    """
+
+    TOPIC = "covonaut.thread.Snapshot"
+    # Set where the aggregate is defined with this class as its snapshot class (the
+    # aggregate imports this module, so this module cannot name it).
+    aggregate_class: ClassVar[type[Aggregate]]
+
+    @classmethod
+    def take(cls, aggregate: Any) -> ThreadSnapshot:
+        state = {
+            k: v
+            for k, v in vars(aggregate).items()
+            if k not in ("_id", "_version", "_pending_events")
+        }
+        return cls(
+            originator_id=aggregate.id,
+            originator_version=aggregate.version,
+            timestamp=aggregate.modified_on,
+            topic=get_topic(type(aggregate)),
+            state=state,
+        )
+
+    def mutate(self, _: None) -> Aggregate:
+        thread = object.__new__(self.aggregate_class)
+        thread.__dict__.update(
+            self.state,
+            _id=self.originator_id,
+            _version=self.originator_version,
+            _pending_events=[],
+        )
+        return thread
+
+
+register_topic(ThreadSnapshot.TOPIC, ThreadSnapshot)

@@ -1,0 +1,751 @@
+"""The agent thread as an event-sourced aggregate, with its events nested in it.
+
+``AgentThread`` holds everything an agent knows about one conversation and derives it
+only from its events. Command methods validate and then trigger exactly one event
+each (or one per item); the ``apply`` methods of its nested event classes
+(``AgentThread.MessageAppended``, ...) are the only code that changes state. The
+aggregate does no I/O and reads no clock: every command takes the time from its caller.
+
+Every type used in an event's field annotations is imported at run time: the msgspec
+mapper builds each event's payload type from them. What is stored is an event's
+explicit ``TOPIC``, never where its class lives.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+from uuid import UUID, uuid5
+
+import msgspec
+from eventsourcing.domain import Aggregate
+
+from covonaut_es.domain._integrity import CHAIN_KEY, UNCHAINED, seal
+from covonaut_es.domain._reviews import (
+    Decision,
+    ReviewDecision,
+    ReviewLedger,
+    ReviewRequest,
+    canonical_json,
+    decision_text,
+    operation_digest,
+    review_reason,
+)
+from covonaut_es.domain._snapshot import ThreadSnapshot
+from covonaut_es.domain._values import (
+    Checkpoint,
+    CheckpointReason,
+    Compaction,
+    Interrupt,
+    Label,
+    PendingToolCall,
+    RunMode,
+    StateDocument,
+    ThreadParent,
+    ThreadState,
+    ThreadStatus,
+    ToolOutcome,
+)
+from covonaut_es.errors import (
+    InterruptPendingError,
+    NotInterruptedError,
+    ReviewPendingError,
+    ThreadStateError,
+    ToolCallsInDoubtError,
+)
+from covonaut_es.messages import Message, Role, ToolCall, Usage
+
+THREAD_NAMESPACE = UUID("6f1d2a8e-5b7c-4c39-9a51-2f0e8c4d7b13")
+"""Namespace of the uuid5 that maps a thread id to its aggregate id. Never change it."""
+
+
+def thread_aggregate_id(thread_id: str) -> UUID:
+    """The aggregate id of a thread: a uuid5 of its thread id."""
+    return uuid5(THREAD_NAMESPACE, thread_id)
+
+
+class AgentThread(Aggregate, created_event_name="Started"):
+    """One conversation's agent state, derived from its events."""
+
+    # Explicit topics are stored with every event: short, and independent of where the
+    # classes live, so modules can move without breaking stored data.
+    TOPIC = "covonaut.thread"
+    # The schema version of snapshots; see covonaut_es.migrations and ADR 0007.
+    class_version = 2
+
+    thread_id: str
+    status: ThreadStatus
+    messages: list[Message]
+    turn: int
+    usage: Usage
+    interrupts: list[Interrupt]
+    open_calls: dict[str, PendingToolCall]
+    checkpoints: list[Checkpoint]
+    next_checkpoint_sequence: int
+    compaction: Compaction | None
+    error: str | None
+    parent: ThreadParent | None
+    labels: list[Label]
+    chain_head: str | None
+    reviews: ReviewLedger
+
+    # Events: the only code that changes a thread's state is their apply methods.
+
+    class Event(Aggregate.Event):
+        """Base class of the thread's events.
+
+        Besides its fields, every event carries ``chain``, its tamper-evidence hash
+        (see :mod:`covonaut_es.domain`), set when the event is triggered.
+        """
+
+        # Redeclared: the generic annotation inherited from eventsourcing reads as Any
+        # to msgspec, which then cannot decode the id.
+        originator_id: UUID
+
+        def mutate(self, aggregate: Any) -> Any:
+            thread: Any = super().mutate(aggregate)
+            thread.chain_head = self.__dict__.get(CHAIN_KEY, UNCHAINED)
+            return thread
+
+    class Started(Event, Aggregate.Created):
+        """The thread was created."""
+
+        TOPIC = "covonaut.thread.Started"
+
+        thread_id: str
+
+    class StartedFromState(Started):
+        """The thread was started from a named state (B1): it records the key, the
+        document as migrated, and the schema version the document was stored at."""
+
+        TOPIC = "covonaut.thread.StartedFromState"
+
+        key: str
+        document: StateDocument
+        stored_version: int
+
+        def apply(self, thread: AgentThread) -> None:
+            document = self.document
+            thread.status = document.status
+            thread.messages = list(document.messages)
+            thread.turn = document.turn
+            thread.usage = document.usage
+            thread.interrupts = list(document.interrupts)
+            thread.compaction = document.compaction
+            thread.error = document.error
+
+    class RunStarted(Event):
+        """``run``, ``continue_run`` or ``resume`` started a run."""
+
+        TOPIC = "covonaut.thread.RunStarted"
+
+        mode: RunMode
+
+        def apply(self, thread: AgentThread) -> None:
+            thread.status = ThreadStatus.RUNNING
+            thread.error = None
+            if self.mode is RunMode.RUN:  # new user input: past decisions stop standing
+                thread.reviews = thread.reviews.lapsed()
+
+    class MessageAppended(Event):
+        """A system, user or assistant message was added; an assistant message carries
+        the usage the provider reported for it."""
+
+        TOPIC = "covonaut.thread.MessageAppended"
+        class_version = 2
+
+        message: Message
+
+        def apply(self, thread: AgentThread) -> None:
+            thread.messages.append(self.message)
+            if self.message.usage is not None:
+                thread.usage = thread.usage + self.message.usage
+
+    class ToolCalled(Event):
+        """Write-ahead record of a tool call, saved before the tool runs (B5)."""
+
+        TOPIC = "covonaut.thread.ToolCalled"
+
+        call: ToolCall
+        idempotency_key: str
+
+        def apply(self, thread: AgentThread) -> None:
+            thread.open_calls[self.call.id] = PendingToolCall(self.call, self.idempotency_key)
+
+    class ToolResultRecorded(Event):
+        """A tool call's result is known; it becomes a tool message."""
+
+        TOPIC = "covonaut.thread.ToolResultRecorded"
+
+        tool_call_id: str
+        tool_name: str
+        content: str
+        outcome: ToolOutcome
+
+        def apply(self, thread: AgentThread) -> None:
+            del thread.open_calls[self.tool_call_id]
+            thread.messages.append(
+                Message(
+                    Role.TOOL, self.content, tool_call_id=self.tool_call_id, name=self.tool_name
+                )
+            )
+
+    class ToolCallSettled(ToolResultRecorded):
+        """The application settled a call in doubt with the result it found by checking
+        the external state (B5)."""
+
+        TOPIC = "covonaut.thread.ToolCallSettled"
+
+    class ToolCallRetried(Event):
+        """The application (or the tool's ``idempotent`` flag) chose to run a call in
+        doubt again, with the same idempotency key (B5)."""
+
+        TOPIC = "covonaut.thread.ToolCallRetried"
+
+        tool_call_id: str
+
+        def apply(self, thread: AgentThread) -> None:
+            pass  # the call stays open until its result is recorded
+
+    class Interrupted(Event):
+        """A tool paused the run (B13)."""
+
+        TOPIC = "covonaut.thread.Interrupted"
+
+        interrupt: Interrupt
+
+        def apply(self, thread: AgentThread) -> None:
+            thread.interrupts.append(self.interrupt)
+            thread.status = ThreadStatus.INTERRUPTED
+
+    class Steered(Event):
+        """A queued steering message was applied before a model call (B14)."""
+
+        TOPIC = "covonaut.thread.Steered"
+
+        message: Message
+
+        def apply(self, thread: AgentThread) -> None:
+            thread.messages.append(self.message)
+
+    class Resumed(Event):
+        """The pending interrupts were cleared by ``resume()`` (B16)."""
+
+        TOPIC = "covonaut.thread.Resumed"
+
+        def apply(self, thread: AgentThread) -> None:
+            thread.interrupts.clear()
+            thread.status = ThreadStatus.RUNNING
+
+    class TurnStarted(Event):
+        """A turn (one model call and its tool calls) began."""
+
+        TOPIC = "covonaut.thread.TurnStarted"
+
+        turn: int
+
+        def apply(self, thread: AgentThread) -> None:
+            thread.turn = self.turn
+
+    class Compacted(Event):
+        """The context the model sees was compacted; no message was deleted."""
+
+        TOPIC = "covonaut.thread.Compacted"
+
+        compaction: Compaction
+        usage: Usage | None = None
+
+        def apply(self, thread: AgentThread) -> None:
+            thread.compaction = self.compaction
+            if self.usage is not None:
+                thread.usage = thread.usage + self.usage
+
+    class RunFinished(Event):
+        """The model gave a final answer."""
+
+        TOPIC = "covonaut.thread.RunFinished"
+
+        output: str
+
+        def apply(self, thread: AgentThread) -> None:
+            thread.status = ThreadStatus.FINISHED
+
+    class RunFailed(Event):
+        """The run ended in an error (provider failure, turn limit)."""
+
+        TOPIC = "covonaut.thread.RunFailed"
+
+        error_type: str
+        message: str
+
+        def apply(self, thread: AgentThread) -> None:
+            thread.status = ThreadStatus.ERROR
+            thread.error = f"{self.error_type}: {self.message}"
+
+    class CheckpointSaved(Event):
+        """A checkpoint was saved; only the newest ``retain`` are kept (0 keeps all).
+
+        The checkpoint's other fields are the thread's at this event, so they are
+        derived rather than stored. Evicting a checkpoint forgets its record, never an
+        event (B11).
+        """
+
+        TOPIC = "covonaut.thread.CheckpointSaved"
+
+        reason: CheckpointReason
+        retain: int
+
+        def apply(self, thread: AgentThread) -> None:
+            thread.checkpoints.append(
+                Checkpoint(
+                    sequence=thread.next_checkpoint_sequence,
+                    version=self.originator_version,
+                    turn=thread.turn,
+                    status=thread.status,
+                    reason=self.reason,
+                    saved_at=self.timestamp,
+                )
+            )
+            thread.next_checkpoint_sequence += 1
+            if self.retain and len(thread.checkpoints) > self.retain:
+                del thread.checkpoints[: -self.retain]
+
+    class Forked(Event):
+        """The thread was created as a branch of another thread at ``parent_version``.
+
+        Its stream continues the parent's numbering (this event is version
+        ``parent_version + 1``) and holds no copy of the parent's events: loading a
+        fork loads the parent as of that version and grafts this event onto it.
+        ``interrupts`` repeats the inherited pending interrupts so that projections
+        need not walk the parent chain.
+        """
+
+        TOPIC = "covonaut.thread.Forked"
+
+        thread_id: str
+        parent_thread_id: str
+        parent_version: int
+        interrupts: tuple[Interrupt, ...]
+
+        def graft(self, base: AgentThread) -> AgentThread:
+            """Turn ``base``, the parent as of ``parent_version``, into this fork."""
+            if (base.thread_id, base.version) != (self.parent_thread_id, self.parent_version):
+                msg = (
+                    f"fork {self.thread_id!r} branches from {self.parent_thread_id!r} at "
+                    f"version {self.parent_version}, not {base.thread_id!r} at {base.version}"
+                )
+                raise ThreadStateError(msg)
+            base.__dict__.update(
+                _id=self.originator_id,
+                _version=self.originator_version,
+                _modified_on=self.timestamp,
+                thread_id=self.thread_id,
+                parent=ThreadParent(self.parent_thread_id, self.parent_version),
+                chain_head=self.__dict__.get(CHAIN_KEY, UNCHAINED),
+            )
+            return base
+
+        def apply(self, thread: AgentThread) -> None:
+            msg = "a Forked event starts a stream: it is grafted onto its parent, not applied"
+            raise ThreadStateError(msg)
+
+    class Abandoned(Event):
+        """The application gave the thread up: its pending interrupts will never be
+        decided, and no run starts on it again."""
+
+        TOPIC = "covonaut.thread.Abandoned"
+
+        reason: str
+
+        def apply(self, thread: AgentThread) -> None:
+            thread.status = ThreadStatus.ABANDONED
+
+    class Labelled(Event):
+        """A label was given to the thread, or to one of its versions."""
+
+        TOPIC = "covonaut.thread.Labelled"
+
+        label: Label
+
+        def apply(self, thread: AgentThread) -> None:
+            thread.labels = [label for label in thread.labels if label.name != self.label.name]
+            thread.labels.append(self.label)
+
+    class ReviewRequested(Event):
+        """A call needs an approval that is not on record: a person must review its
+        exact operation (B19). An ``Interrupted`` event with the request follows."""
+
+        TOPIC = "covonaut.thread.ReviewRequested"
+
+        request: ReviewRequest
+
+        def apply(self, thread: AgentThread) -> None:
+            thread.reviews = thread.reviews.requested(self.request)
+
+    class ReviewDecided(Event):
+        """A verified reviewer approved or rejected the operation of a review (B19)."""
+
+        TOPIC = "covonaut.thread.ReviewDecided"
+
+        review_id: str
+        digest: str
+        reviewer: str
+        decision: Decision
+        comment: str
+
+        def apply(self, thread: AgentThread) -> None:
+            thread.reviews = thread.reviews.decided(
+                ReviewDecision(
+                    self.review_id,
+                    self.digest,
+                    self.decision,
+                    self.reviewer,
+                    self.comment,
+                    decided_at=self.timestamp,
+                    thread_id=thread.thread_id,
+                )
+            )
+
+    class ApprovalUsed(Event):
+        """An approval authorized one call, recorded before the call runs; it
+        authorizes no other (B20)."""
+
+        TOPIC = "covonaut.thread.ApprovalUsed"
+
+        review_id: str
+        tool_call_id: str
+        idempotency_key: str
+
+        def apply(self, thread: AgentThread) -> None:
+            thread.reviews = thread.reviews.used(
+                self.review_id, self.tool_call_id, self.idempotency_key
+            )
+
+    # eventsourcing would otherwise define a `Created` class of its own.
+    Created = Started
+
+    def __init__(self, thread_id: str) -> None:
+        self.thread_id = thread_id
+        self.status = ThreadStatus.IDLE
+        self.messages = []
+        self.turn = 0
+        self.usage = Usage()
+        self.interrupts = []
+        self.open_calls = {}
+        self.checkpoints = []
+        self.next_checkpoint_sequence = 1
+        self.compaction = None
+        self.error = None
+        self.parent = None
+        self.labels = []
+        self.chain_head = UNCHAINED
+        self.reviews = ReviewLedger()
+
+    # Commands ---------------------------------------------------------------------
+
+    @classmethod
+    def start(cls, thread_id: str, *, now: datetime) -> AgentThread:
+        """Create a new thread."""
+        thread = cls._create(
+            cls.Started, id=thread_aggregate_id(thread_id), thread_id=thread_id, timestamp=now
+        )
+        thread.chain_head = seal(thread.pending_events[0], cls.Started.TOPIC, UNCHAINED)
+        return thread
+
+    def trigger_event(self, event_class: type[Any], **kwargs: Any) -> None:
+        """Trigger an event and seal it into the thread's hash chain."""
+        previous = self.chain_head or UNCHAINED
+        super().trigger_event(event_class, **kwargs)
+        self.chain_head = seal(self.pending_events[-1], event_class.TOPIC, previous)
+
+    @classmethod
+    def start_from_state(
+        cls,
+        thread_id: str,
+        *,
+        key: str,
+        document: StateDocument,
+        stored_version: int,
+        now: datetime,
+    ) -> AgentThread:
+        """Create a thread continuing from a named state ``document`` saved under ``key``,
+        already migrated from schema version ``stored_version`` (B1)."""
+        thread = cls._create(
+            cls.StartedFromState,
+            id=thread_aggregate_id(thread_id),
+            thread_id=thread_id,
+            key=key,
+            document=document,
+            stored_version=stored_version,
+            timestamp=now,
+        )
+        thread.chain_head = seal(thread.pending_events[0], cls.StartedFromState.TOPIC, UNCHAINED)
+        return thread
+
+    def start_run(self, mode: RunMode, *, now: datetime) -> None:
+        """Begin a run; ``resume`` needs a pending interrupt, the others refuse one."""
+        if self.status is ThreadStatus.ABANDONED:
+            msg = f"thread {self.thread_id!r} was abandoned: fork it to go on from any version"
+            raise ThreadStateError(msg)
+        self._refuse_calls_in_doubt()
+        if mode is RunMode.RESUME:
+            self._refuse_pending_reviews()
+            if not self.interrupts:
+                msg = (
+                    f"thread {self.thread_id!r} has no pending interrupt to resume "
+                    f"(status {self.status}); use run() or continue_run()"
+                )
+                raise NotInterruptedError(msg)
+        elif self.interrupts:
+            msg = (
+                f"thread {self.thread_id!r} is paused on an interrupt "
+                f"({self.interrupts[0].reason!r}); decide it, steer, then call resume()"
+            )
+            raise InterruptPendingError(msg)
+        self.trigger_event(self.RunStarted, mode=mode, timestamp=now)
+        if mode is RunMode.RESUME:
+            self.trigger_event(self.Resumed, timestamp=now)
+
+    def append_message(self, message: Message, *, now: datetime) -> None:
+        """Add a system, user or assistant message."""
+        if message.role is Role.TOOL:
+            msg = "tool messages are recorded with record_tool_result(), not append_message()"
+            raise ThreadStateError(msg)
+        self.trigger_event(self.MessageAppended, message=message, timestamp=now)
+
+    def call_tools(self, calls: Iterable[ToolCall], *, now: datetime) -> None:
+        """Record the intent to call each tool before any of them runs."""
+        for call in calls:
+            key = self._next_event_key(call)
+            self.trigger_event(self.ToolCalled, call=call, idempotency_key=key, timestamp=now)
+
+    def record_tool_result(
+        self, tool_call_id: str, content: str, outcome: ToolOutcome, *, now: datetime
+    ) -> None:
+        """Record the result of an open tool call."""
+        pending = self._open_call(tool_call_id)
+        self.trigger_event(
+            self.ToolResultRecorded,
+            tool_call_id=tool_call_id,
+            tool_name=pending.call.name,
+            content=content,
+            outcome=outcome,
+            timestamp=now,
+        )
+
+    def settle(self, tool_call_id: str, content: str, *, now: datetime) -> None:
+        """Record the result of a call in doubt, as the application established it."""
+        pending = self._call_in_doubt(tool_call_id)
+        self.trigger_event(
+            self.ToolCallSettled,
+            tool_call_id=tool_call_id,
+            tool_name=pending.call.name,
+            content=content,
+            outcome=ToolOutcome.SETTLED,
+            timestamp=now,
+        )
+
+    def retry_tool_call(self, tool_call_id: str, *, now: datetime) -> PendingToolCall:
+        """Record the decision to run a call in doubt again; returns the call."""
+        pending = self._call_in_doubt(tool_call_id)
+        self.trigger_event(self.ToolCallRetried, tool_call_id=tool_call_id, timestamp=now)
+        return pending
+
+    def interrupt(self, interrupt: Interrupt, *, now: datetime) -> None:
+        """Record an interrupt raised by a tool."""
+        self.trigger_event(self.Interrupted, interrupt=interrupt, timestamp=now)
+
+    def steer(self, message: Message, *, now: datetime) -> None:
+        """Apply a steering message."""
+        self.trigger_event(self.Steered, message=message, timestamp=now)
+
+    def start_turn(self, *, now: datetime) -> None:
+        """Begin the next turn."""
+        self.trigger_event(self.TurnStarted, turn=self.turn + 1, timestamp=now)
+
+    def compact(self, compaction: Compaction, *, now: datetime, usage: Usage | None) -> None:
+        """Record a context compaction."""
+        if not 0 <= compaction.first_kept <= len(self.messages):
+            msg = (
+                f"compaction keeps messages from index {compaction.first_kept}, "
+                f"but the thread has {len(self.messages)} messages"
+            )
+            raise ThreadStateError(msg)
+        self.trigger_event(self.Compacted, compaction=compaction, usage=usage, timestamp=now)
+
+    def finish(self, output: str, *, now: datetime) -> None:
+        """Record the final answer."""
+        self.trigger_event(self.RunFinished, output=output, timestamp=now)
+
+    def fail(self, error_type: str, message: str, *, now: datetime) -> None:
+        """Record that the run failed."""
+        self.trigger_event(self.RunFailed, error_type=error_type, message=message, timestamp=now)
+
+    def save_checkpoint(
+        self, reason: CheckpointReason, *, retain: int, now: datetime
+    ) -> Checkpoint:
+        """Record a checkpoint; its version is the one this event gets."""
+        self.trigger_event(self.CheckpointSaved, reason=reason, retain=retain, timestamp=now)
+        return self.checkpoints[-1]
+
+    def abandon(self, reason: str, *, now: datetime) -> None:
+        """Give the thread up."""
+        if self.status is ThreadStatus.ABANDONED:
+            msg = f"thread {self.thread_id!r} is already abandoned"
+            raise ThreadStateError(msg)
+        self.trigger_event(self.Abandoned, reason=reason, timestamp=now)
+
+    def label(self, name: str, *, version: int | None, now: datetime) -> None:
+        """Give the thread (or one of its versions) a label; a name labels one thing."""
+        if not name.strip():
+            msg = "a label needs a non-empty name"
+            raise ThreadStateError(msg)
+        if version is not None and not 1 <= version <= self.version:
+            msg = (
+                f"thread {self.thread_id!r} has versions 1 to {self.version}, "
+                f"so version {version} cannot be labelled"
+            )
+            raise ThreadStateError(msg)
+        self.trigger_event(self.Labelled, label=Label(name, version), timestamp=now)
+
+    def request_review(
+        self, call: ToolCall, arguments: dict[str, Any], *, now: datetime
+    ) -> ReviewRequest:
+        """Hold back an open call for a person's review of its exact operation, and
+        pause the run on it: the request is the interrupt's data."""
+        self._open_call(call.id)
+        request = ReviewRequest(
+            review_id=self._next_event_key(call),
+            thread_id=self.thread_id,
+            tool_name=call.name,
+            arguments=msgspec.json.decode(canonical_json(arguments)),
+            digest=operation_digest(call.name, arguments),
+            tool_call_id=call.id,
+        )
+        self.trigger_event(self.ReviewRequested, request=request, timestamp=now)
+        interrupt = Interrupt(review_reason(request), request.to_data(), call.id, call.name)
+        self.interrupt(interrupt, now=now)
+        return request
+
+    def decide_review(
+        self, review_id: str, decision: Decision, *, reviewer: str, comment: str, now: datetime
+    ) -> ReviewDecision:
+        """Record a verified reviewer's decision, and as the held-back call's result
+        what it means for the model. ``reviewer`` must come from a verifier."""
+        review = self.reviews.undecided(review_id, thread_id=self.thread_id)
+        self.trigger_event(
+            self.ReviewDecided,
+            review_id=review_id,
+            digest=review.request.digest,
+            reviewer=reviewer,
+            decision=decision,
+            comment=comment,
+            timestamp=now,
+        )
+        decided = self.reviews.get(review_id)
+        assert decided is not None and decided.decision is not None
+        self.record_tool_result(
+            review.request.tool_call_id, decision_text(decided), ToolOutcome.NOT_EXECUTED, now=now
+        )
+        return decided.decision
+
+    def use_approval(self, review_id: str, tool_call_id: str, *, now: datetime) -> ReviewDecision:
+        """Spend an unused approval on an open call of its operation, before it runs."""
+        pending = self._open_call(tool_call_id)
+        review = self.reviews.get(review_id)
+        if review is None or review.decision is None or not review.usable:
+            msg = f"review {review_id!r} of thread {self.thread_id!r} is not an unused approval"
+            raise ThreadStateError(msg)
+        self.trigger_event(
+            self.ApprovalUsed,
+            review_id=review_id,
+            tool_call_id=tool_call_id,
+            idempotency_key=pending.idempotency_key,
+            timestamp=now,
+        )
+        return review.decision
+
+    # Queries ----------------------------------------------------------------------
+
+    @property
+    def in_doubt(self) -> tuple[PendingToolCall, ...]:
+        """Calls recorded as called whose result was never recorded.
+
+        Outside a live run every open call is in doubt (the tool may or may not have
+        run before the process stopped, B5), except those held back for a review.
+        """
+        return tuple(p for p in self.open_calls.values() if not self.reviews.awaiting(p.call.id))
+
+    @property
+    def state(self) -> ThreadState:
+        """A read-only copy of the current state."""
+        return ThreadState(
+            thread_id=self.thread_id,
+            version=self.version,
+            status=self.status,
+            messages=tuple(self.messages),
+            turn=self.turn,
+            usage=self.usage,
+            interrupts=tuple(self.interrupts),
+            open_calls=tuple(self.open_calls.values()),
+            checkpoints=tuple(self.checkpoints),
+            compaction=self.compaction,
+            error=self.error,
+            parent=self.parent,
+            labels=tuple(self.labels),
+            reviews=self.reviews.reviews,
+        )
+
+    def _open_call(self, tool_call_id: str) -> PendingToolCall:
+        pending = self.open_calls.get(tool_call_id)
+        if pending is None:
+            msg = (
+                f"tool call {tool_call_id!r} of thread {self.thread_id!r} is not open: "
+                f"open calls are {list(self.open_calls)}"
+            )
+            raise ThreadStateError(msg)
+        return pending
+
+    def _call_in_doubt(self, tool_call_id: str) -> PendingToolCall:
+        pending = self._open_call(tool_call_id)
+        review = self.reviews.awaiting(tool_call_id)
+        if review is not None:
+            msg = (
+                f"tool call {tool_call_id!r} of thread {self.thread_id!r} is not in doubt: "
+                f"it never ran and awaits review {review.request.review_id!r}; approve or "
+                "reject that review instead"
+            )
+            raise ThreadStateError(msg)
+        return pending
+
+    def _refuse_pending_reviews(self) -> None:
+        if self.reviews.pending:
+            ids = tuple(r.request.review_id for r in self.reviews.pending)
+            msg = (
+                f"thread {self.thread_id!r} has reviews awaiting a decision {list(ids)}: "
+                "approve or reject each, then call resume()"
+            )
+            raise ReviewPendingError(msg, review_ids=ids)
+
+    def _refuse_calls_in_doubt(self) -> None:
+        if in_doubt := self.in_doubt:
+            ids = tuple(p.call.id for p in in_doubt)
+            msg = (
+                f"thread {self.thread_id!r} has tool calls in doubt {list(ids)}: they were "
+                "recorded as called but no result was recorded, so they may or may not have "
+                "run; check the external state and settle each one first"
+            )
+            raise ToolCallsInDoubtError(msg, tool_call_ids=ids)
+
+    def _next_event_key(self, call: ToolCall) -> str:
+        # The version the next event will get makes the key unique even when a model
+        # reuses call ids across turns; recording the key keeps it stable.
+        material = f"{self.thread_id}\x00{self.version + 1}\x00{call.id}".encode()
+        return hashlib.sha256(material).hexdigest()[:32]
+
+
+# The snapshot module cannot import the aggregate (this module imports it): wire them here.
+AgentThread.Snapshot = ThreadSnapshot
+ThreadSnapshot.aggregate_class = AgentThread

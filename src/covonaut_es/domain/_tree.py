@@ -1,0 +1,183 @@
+"""The session tree (B2): threads linked by forks, and the queries over it.
+
+The tree is derived from the store's ``Forked`` events alone: each names its parent
+thread and version, so no parent stream is ever written to when it is forked.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from datetime import datetime
+
+import msgspec
+
+from covonaut_es.domain._values import Label, ThreadParent
+
+
+class ForkRecord(msgspec.Struct, frozen=True):
+    """One fork: the new thread, where it branched off, and when."""
+
+    thread_id: str
+    parent: ThreadParent
+    forked_at: datetime
+
+
+class BranchPoint(msgspec.Struct, frozen=True):
+    """A version of a thread from which one or more forks branched."""
+
+    thread_id: str
+    version: int
+    children: tuple[str, ...]
+
+
+class ThreadTree(msgspec.Struct, frozen=True):
+    """A thread and its forks, recursively.
+
+    Attributes:
+        thread_id: The thread.
+        parent_version: The parent's version this thread branched at (None for a root).
+        labels: The thread's labels.
+        children: Forks of this thread, oldest first.
+    """
+
+    thread_id: str
+    parent_version: int | None
+    labels: tuple[Label, ...]
+    children: tuple[ThreadTree, ...]
+
+
+class TreeStats(msgspec.Struct, frozen=True):
+    """Counts over a session tree."""
+
+    threads: int
+    forks: int
+    depth: int
+    leaves: int
+    branch_points: int
+
+
+class SessionTree:
+    """Queries over the forks of a store."""
+
+    def __init__(self, forks: Iterable[ForkRecord]) -> None:
+        self._parents: dict[str, ThreadParent] = {}
+        self._children: defaultdict[str, list[str]] = defaultdict(list)
+        for fork in sorted(forks, key=lambda f: f.forked_at):
+            self._parents[fork.thread_id] = fork.parent
+            self._children[fork.parent.thread_id].append(fork.thread_id)
+
+    def parent(self, thread_id: str) -> ThreadParent | None:
+        """The thread and version a fork branched from; None for a root."""
+        return self._parents.get(thread_id)
+
+    def children(self, thread_id: str) -> tuple[str, ...]:
+        """The direct forks of a thread, oldest first."""
+        return tuple(self._children.get(thread_id, ()))
+
+    def path_to_root(self, thread_id: str) -> tuple[str, ...]:
+        """The thread, its parent, and so on up to the root."""
+        path = [thread_id]
+        while (parent := self._parents.get(path[-1])) is not None:
+            path.append(parent.thread_id)
+        return tuple(path)
+
+    def descendants(self, root_thread_id: str) -> tuple[str, ...]:
+        """The root and every thread forked from it, directly or not, depth first."""
+        found: list[str] = []
+        stack = [root_thread_id]
+        while stack:
+            thread_id = stack.pop()
+            found.append(thread_id)
+            stack.extend(reversed(self.children(thread_id)))
+        return tuple(found)
+
+    def leaves(self, root_thread_id: str) -> tuple[str, ...]:
+        """Threads under the root (the root included) that have no forks."""
+        return tuple(t for t in self.descendants(root_thread_id) if not self.children(t))
+
+    def branch_points(self, root_thread_id: str) -> tuple[BranchPoint, ...]:
+        """Every (thread, version) under the root that forks branched from."""
+        points: list[BranchPoint] = []
+        for thread_id in self.descendants(root_thread_id):
+            by_version: defaultdict[int, list[str]] = defaultdict(list)
+            for child in self.children(thread_id):
+                by_version[self._parents[child].version].append(child)
+            points.extend(
+                BranchPoint(thread_id, version, tuple(kids))
+                for version, kids in sorted(by_version.items())
+            )
+        return tuple(points)
+
+    def tree(
+        self, root_thread_id: str, labels_of: Callable[[str], tuple[Label, ...]]
+    ) -> ThreadTree:
+        """The nested tree under the root, with each thread's labels."""
+
+        def node(thread_id: str) -> ThreadTree:
+            parent = self._parents.get(thread_id)
+            return ThreadTree(
+                thread_id=thread_id,
+                parent_version=parent.version if parent and thread_id != root_thread_id else None,
+                labels=labels_of(thread_id),
+                children=tuple(node(child) for child in self.children(thread_id)),
+            )
+
+        return node(root_thread_id)
+
+    def stats(self, root_thread_id: str) -> TreeStats:
+        """How many threads, forks, leaves and branch points, and how deep."""
+        threads = self.descendants(root_thread_id)
+        depth = max(
+            len(self.path_to_root(t)) - len(self.path_to_root(root_thread_id)) for t in threads
+        )
+        return TreeStats(
+            threads=len(threads),
+            forks=len(threads) - 1,
+            depth=depth,
+            leaves=len(self.leaves(root_thread_id)),
+            branch_points=len(self.branch_points(root_thread_id)),
+        )
+
+
+class SessionTreeQueries(ABC):
+    """The session-tree queries of a store (B2), answered from its forks."""
+
+    @abstractmethod
+    def forks(self) -> tuple[ForkRecord, ...]:
+        """Every fork in the store."""
+
+    @abstractmethod
+    def _labels_of(self, thread_id: str) -> tuple[Label, ...]:
+        """A thread's labels; raises when the thread does not exist."""
+
+    def session_tree(self) -> SessionTree:
+        """The tree of all threads linked by forks, for several queries at once."""
+        return SessionTree(self.forks())
+
+    def children(self, thread_id: str) -> tuple[str, ...]:
+        """The direct forks of a thread, oldest first."""
+        return self.session_tree().children(thread_id)
+
+    def path_to_root(self, thread_id: str) -> tuple[str, ...]:
+        """The thread, its parent, and so on up to the root."""
+        return self.session_tree().path_to_root(thread_id)
+
+    def leaves(self, root_thread_id: str) -> tuple[str, ...]:
+        """Threads under the root (the root included) that have no forks."""
+        return self.session_tree().leaves(root_thread_id)
+
+    def branch_points(self, root_thread_id: str) -> tuple[BranchPoint, ...]:
+        """Every (thread, version) under the root that forks branched from."""
+        return self.session_tree().branch_points(root_thread_id)
+
+    def tree(self, root_thread_id: str) -> ThreadTree:
+        """The nested tree of forks under the root, with every thread's labels."""
+        self._labels_of(root_thread_id)  # a clear error for an unknown root
+        return self.session_tree().tree(root_thread_id, self._labels_of)
+
+    def tree_stats(self, root_thread_id: str) -> TreeStats:
+        """Counts over the tree under the root: threads, forks, depth, leaves, branch
+        points."""
+        return self.session_tree().stats(root_thread_id)

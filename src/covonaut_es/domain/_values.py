@@ -1,0 +1,205 @@
+"""The values of an agent thread's state: its status, calls, checkpoints and copies.
+
+Frozen ``msgspec.Struct`` types stored inside events and snapshots, like the messages
+of :mod:`covonaut_es.messages`.
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import datetime
+from typing import ClassVar
+
+import msgspec
+
+from covonaut_es.domain._reviews import Review
+from covonaut_es.messages import JsonValue, Message, ToolCall, Usage
+
+
+class ThreadStatus(enum.StrEnum):
+    """Where a thread stands between and during runs."""
+
+    IDLE = "idle"
+    """Started, nothing has run yet."""
+    RUNNING = "running"
+    """A run is in progress (or a process died during one)."""
+    FINISHED = "finished"
+    """The model gave a final answer."""
+    ERROR = "error"
+    """The last run failed; the thread can be continued."""
+    INTERRUPTED = "interrupted"
+    """A tool paused the run; ``resume()`` continues it."""
+    ABANDONED = "abandoned"
+    """The application gave the thread up; nothing runs on it any more."""
+
+
+class Interrupt(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A pause requested by a tool (B12, B13).
+
+    Attributes:
+        reason: Why the run paused, for a person to read.
+        data: Structured data for the application, e.g. a review request.
+        tool_call_id: The call whose tool raised the interrupt.
+        tool_name: That tool's name.
+    """
+
+    reason: str
+    data: JsonValue = None
+    tool_call_id: str = ""
+    tool_name: str = ""
+
+
+class PendingToolCall(msgspec.Struct, frozen=True):
+    """A tool call recorded as called (write-ahead) that has no result yet.
+
+    Attributes:
+        call: The call as the model requested it.
+        idempotency_key: A key that stays the same for this call across restores; hand it
+            to external systems so that a repeated call can be recognised.
+    """
+
+    call: ToolCall
+    idempotency_key: str
+
+
+class CheckpointReason(enum.StrEnum):
+    """Why a checkpoint was saved."""
+
+    TURN_START = "turn_start"
+    TURN_END = "turn_end"
+    INTERRUPT = "interrupt"
+    MANUAL = "manual"
+
+
+class Checkpoint(msgspec.Struct, frozen=True):
+    """A named point in a thread's stream (B3).
+
+    A checkpoint is a small record; the state it names is rebuilt from the nearest
+    stored snapshot at or below ``version`` plus the events after it (see ADR 0003).
+
+    Attributes:
+        sequence: Per-thread number, increasing from 1.
+        version: The thread's version when the checkpoint was saved.
+        turn: The thread's turn counter at that point.
+        status: The thread's status at that point.
+        reason: Why it was saved.
+        saved_at: When it was saved.
+    """
+
+    sequence: int
+    version: int
+    turn: int
+    status: ThreadStatus
+    reason: CheckpointReason
+    saved_at: datetime
+
+
+class RunMode(enum.StrEnum):
+    """How a run was started (B16)."""
+
+    RUN = "run"
+    CONTINUE = "continue"
+    RESUME = "resume"
+
+
+class ToolOutcome(enum.StrEnum):
+    """How a tool call ended, as recorded with its result."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+    NOT_EXECUTED = "not_executed"
+    SETTLED = "settled"
+
+
+class Compaction(msgspec.Struct, frozen=True):
+    """The latest context compaction: the model sees ``summary`` then
+    ``messages[first_kept:]``; the full history stays in the stream."""
+
+    summary: str
+    first_kept: int
+
+
+class ThreadParent(msgspec.Struct, frozen=True):
+    """Where a forked thread branched off: its parent thread and the parent's version."""
+
+    thread_id: str
+    version: int
+
+
+class Label(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A name given to a thread, or to one version of it when ``version`` is set."""
+
+    name: str
+    version: int | None = None
+
+
+class ThreadState(msgspec.Struct, frozen=True):
+    """A read-only copy of a thread's state at one version.
+
+    Attributes:
+        thread_id: The thread's id.
+        version: The version of the last event applied.
+        status: Where the thread stands.
+        messages: Every message, including system, steering and tool messages.
+        turn: Turns started so far, over all runs.
+        usage: Token usage accumulated over all runs.
+        interrupts: Pending interrupts, empty unless the thread is interrupted.
+        open_calls: Calls recorded as called that have no result yet.
+        checkpoints: Retained checkpoints, oldest first.
+        compaction: The latest context compaction, if any.
+        error: The last failure's message while the status is ``error``.
+        parent: For a fork, the thread and version it branched from.
+        labels: Names given to the thread or to its versions.
+        reviews: Every review of the thread, in request order, with its decision and
+            the call that used it.
+    """
+
+    thread_id: str
+    version: int
+    status: ThreadStatus
+    messages: tuple[Message, ...]
+    turn: int
+    usage: Usage
+    interrupts: tuple[Interrupt, ...]
+    open_calls: tuple[PendingToolCall, ...]
+    checkpoints: tuple[Checkpoint, ...]
+    compaction: Compaction | None
+    error: str | None
+    parent: ThreadParent | None = None
+    labels: tuple[Label, ...] = ()
+    reviews: tuple[Review, ...] = ()
+
+
+class StateDocument(msgspec.Struct, frozen=True, kw_only=True):
+    """A named state (B1): a self-contained copy of a thread's state under a key.
+
+    It holds what continuing the conversation needs, not the history of how it got
+    there. It is stored as a JSON object with its schema version under ``"_v"``, and
+    migrated on read like events and snapshots.
+
+    Attributes:
+        thread_id: The thread it was saved from.
+        version: That thread's version when it was saved.
+        saved_at: When it was saved.
+        status: The thread's status.
+        messages: Every message, including system, steering and tool messages.
+        turn: Turns started so far.
+        usage: Token usage accumulated so far.
+        interrupts: Pending interrupts.
+        compaction: The latest context compaction, if any.
+        error: The last failure's message while the status is ``error``.
+    """
+
+    class_version: ClassVar[int] = 2
+
+    thread_id: str
+    version: int
+    saved_at: datetime
+    status: ThreadStatus
+    messages: tuple[Message, ...]
+    turn: int
+    usage: Usage
+    interrupts: tuple[Interrupt, ...] = ()
+    compaction: Compaction | None = None
+    error: str | None = None

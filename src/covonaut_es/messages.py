@@ -1,0 +1,129 @@
+"""Messages and the values a model provider exchanges with the runtime.
+
+Every type here is a frozen ``msgspec.Struct``: they are stored inside events and
+snapshots, so msgspec must be able to encode them and decode them back to the same
+types. Change one with ``msgspec.structs.replace``.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, Literal
+
+import msgspec
+
+JsonValue = Any
+"""A value that ``msgspec.json`` can encode: None, bool, int, float, str, list, dict."""
+
+
+class Role(enum.StrEnum):
+    """Who wrote a message."""
+
+    SYSTEM = "system"
+    USER = "user"
+    ASSISTANT = "assistant"
+    TOOL = "tool"
+
+
+class ToolCall(msgspec.Struct, frozen=True):
+    """A tool call requested by the model.
+
+    Attributes:
+        id: The call id the model gave; unique within its response.
+        name: The tool's name.
+        arguments: The JSON text of the arguments, exactly as the model produced it.
+    """
+
+    id: str
+    name: str
+    arguments: str = "{}"
+
+
+class Message(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One message of the conversation.
+
+    Attributes:
+        role: Who wrote it.
+        content: Its text.
+        tool_calls: Calls requested by an assistant message.
+        tool_call_id: For a tool message, the call it answers.
+        name: For a tool message, the tool's name; otherwise an optional author name.
+        usage: For an assistant message, the tokens the provider reported for it.
+    """
+
+    role: Role
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+    usage: Usage | None = None
+
+
+class Usage(msgspec.Struct, frozen=True, omit_defaults=True):
+    """Token usage reported by a provider; usages add up."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        """Input and output tokens together."""
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+        )
+
+
+class ToolSpec(msgspec.Struct, frozen=True):
+    """A tool as the model is told about it: name, description, JSON schema."""
+
+    name: str
+    description: str
+    parameters: dict[str, JsonValue]
+
+
+class ProviderRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """What the runtime asks a model provider.
+
+    Attributes:
+        model: The model name from the agent's configuration.
+        messages: The context the model sees (after compaction).
+        tools: The tools the model knows about.
+        tool_choice: ``"auto"``: the model may call tools; ``"none"``: it must answer in
+            text (the last turn of a run). Tools stay declared either way, since some
+            APIs refuse a history with tool calls but no tool definitions.
+        max_tokens: An optional cap on the answer's length.
+        temperature: Optional sampling temperature.
+    """
+
+    model: str
+    messages: tuple[Message, ...]
+    tools: tuple[ToolSpec, ...] = ()
+    tool_choice: Literal["auto", "none"] = "auto"
+    max_tokens: int | None = None
+    temperature: float | None = None
+
+
+class ProviderResponse(msgspec.Struct, frozen=True, kw_only=True):
+    """A provider's complete answer: text, tool calls, or both."""
+
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    usage: Usage | None = None
+    finish_reason: str | None = None
+
+
+class StreamDelta(msgspec.Struct, frozen=True, kw_only=True):
+    """One piece of a streamed answer.
+
+    Text arrives in ``content`` pieces; tool calls arrive whole; ``usage`` and
+    ``finish_reason`` arrive with the last delta.
+    """
+
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    usage: Usage | None = None
+    finish_reason: str | None = None

@@ -1,0 +1,126 @@
+"""The library's schema registry: the current version and the upcasters of every stored type.
+
+A stored type declares the version the code writes as ``class_version`` (eventsourcing's
+convention): each event class nested in :class:`~covonaut_es.AgentThread`, the aggregate
+itself for its snapshots, :class:`~covonaut_es.StateDocument` for named states, and the
+event that records a named state in a thread store.
+The upcasters live here, one function per step, keyed by the version they upgrade from.
+ADR 0007 says when a change needs a new version and how to add a step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from covonaut_es.domain import AgentThread, StateDocument, ThreadSnapshot
+from covonaut_es.domain._named_states import StateSaved
+from covonaut_es.errors import MissingUpcasterError, StaleSnapshotError
+from covonaut_es.migrations._upcasting import VERSION_KEY, Schema, Upcaster
+
+# Version 2: per-message usage. An assistant message carries the usage the provider
+# reported for it (Message.usage), so that what each answer cost is in the state.
+
+
+def message_appended_v1_v2(payload: dict[str, Any]) -> dict[str, Any]:
+    """MessageAppended v2 keeps the usage inside its message instead of beside it."""
+    usage = payload.pop("usage", None)
+    if usage is not None:
+        payload["message"] = {**payload["message"], "usage": usage}
+    return {**payload, VERSION_KEY: 2}
+
+
+def thread_snapshot_v1_v2(state: dict[str, Any]) -> dict[str, Any]:
+    """A v1 snapshot's messages have no usage, and only the events know it: rebuild."""
+    msg = (
+        "ThreadSnapshot v1 predates per-message usage, which only the thread's events "
+        "hold, so it cannot be upgraded to v2"
+    )
+    raise StaleSnapshotError(msg)
+
+
+def state_document_v1_v2(document: dict[str, Any]) -> dict[str, Any]:
+    """A v1 document predates per-message usage: its messages keep none (its total
+    usage is whole), and its version tells a reader that absence means unrecorded."""
+    return {**document, VERSION_KEY: 2}
+
+
+EVENT_UPCASTERS: dict[type, Mapping[int, Upcaster]] = {
+    AgentThread.MessageAppended: {1: message_appended_v1_v2},
+}
+"""Upcasters of the stored event types, by event class."""
+
+SNAPSHOT_UPCASTERS: Mapping[int, Upcaster] = {1: thread_snapshot_v1_v2}
+"""Upcasters of the thread's snapshot state (``AgentThread.class_version``)."""
+
+STATE_DOCUMENT_UPCASTERS: Mapping[int, Upcaster] = {1: state_document_v1_v2}
+"""Upcasters of named state documents (``StateDocument.class_version``)."""
+
+
+def class_version(cls: type) -> int:
+    """The schema version the running code writes for a stored class."""
+    return int(getattr(cls, "class_version", 1))
+
+
+def event_classes() -> Iterator[type[AgentThread.Event]]:
+    """Every event type of the thread, in declaration order."""
+    for value in vars(AgentThread).values():
+        is_event = isinstance(value, type) and issubclass(value, AgentThread.Event)
+        if is_event and value is not AgentThread.Event:
+            yield value
+
+
+def schema_for(cls: type) -> Schema:
+    """The schema of a stored class: a thread event, the thread's snapshot, or another
+    class (with no upcasters)."""
+    if issubclass(cls, ThreadSnapshot):
+        return thread_snapshot_schema()
+    return Schema(cls.__qualname__, class_version(cls), EVENT_UPCASTERS.get(cls, {}))
+
+
+def thread_snapshot_schema() -> Schema:
+    """The schema of the thread's snapshots: the aggregate's state."""
+    return Schema(ThreadSnapshot.__qualname__, class_version(AgentThread), SNAPSHOT_UPCASTERS)
+
+
+def state_document_schema() -> Schema:
+    """The schema of named state documents."""
+    return Schema(
+        StateDocument.__qualname__, class_version(StateDocument), STATE_DOCUMENT_UPCASTERS
+    )
+
+
+def registry() -> tuple[Schema, ...]:
+    """The schema of every type the library stores."""
+    return (
+        *(schema_for(cls) for cls in event_classes()),
+        schema_for(StateSaved),
+        thread_snapshot_schema(),
+        state_document_schema(),
+    )
+
+
+def check_upcasters(schemas: Iterable[Schema] | None = None) -> None:
+    """Check that every stored type has an upcaster for each step up to its version.
+
+    Stores run this when they open, before any data is read, so a version bumped
+    without its upcaster fails at once rather than when old data turns up.
+
+    Args:
+        schemas: The schemas to check; by default the library's whole registry.
+
+    Raises:
+        MissingUpcasterError: Naming every type and step without an upcaster.
+        ConfigurationError: An upcaster is registered for a step its type does not have.
+    """
+    gaps = [
+        f"{schema.name} {step} -> {step + 1}"
+        for schema in (registry() if schemas is None else schemas)
+        for step in schema.missing_steps()
+    ]
+    if gaps:
+        msg = (
+            f"these schema steps have no upcaster: {', '.join(gaps)}; add one function per "
+            "step to covonaut_es.migrations (see ADR 0007)"
+        )
+        raise MissingUpcasterError(msg)

@@ -1,0 +1,125 @@
+"""What the reviewer queue holds, and the changes its projection makes to it.
+
+Computing the changes is pure: :func:`changes_for` maps one thread event to the rows it
+adds or removes. The views (``queue_views``) apply them with the tracking position in
+one transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+import msgspec
+
+from covonaut_es.domain import AgentThread, Interrupt
+from covonaut_es.messages import JsonValue
+
+
+class PendingReview(msgspec.Struct, frozen=True, kw_only=True):
+    """An interrupt or review request waiting for a person, in some thread.
+
+    Attributes:
+        thread_id: The paused thread.
+        item_id: The review id of a review request, else the interrupting tool call's
+            id (unique within the thread).
+        review_id: The review request's id, when the interrupt is one.
+        tool_name: The tool that asked.
+        digest: The operation digest of a review request (tool name and arguments).
+        reason: Why the run paused.
+        data: The interrupt's data.
+        requested_at: When the run paused.
+        branch_parent: For an interrupt a fork inherited, the thread it came from.
+    """
+
+    thread_id: str
+    item_id: str
+    review_id: str | None = None
+    tool_name: str
+    digest: str | None = None
+    reason: str
+    data: JsonValue = None
+    requested_at: datetime
+    branch_parent: str | None = None
+
+
+class ThreadNamed(msgspec.Struct, frozen=True):
+    """The view learns which thread id an aggregate id belongs to."""
+
+    aggregate_id: str
+    thread_id: str
+
+
+class ItemAdded(msgspec.Struct, frozen=True):
+    """A pending item enters the queue."""
+
+    item: PendingReview
+
+
+class ItemRemoved(msgspec.Struct, frozen=True):
+    """A pending item was decided."""
+
+    thread_id: str
+    item_id: str
+
+
+class ThreadCleared(msgspec.Struct, frozen=True):
+    """Every item of a thread leaves the queue (it resumed, or was abandoned)."""
+
+    thread_id: str
+
+
+QueueChange = ThreadNamed | ItemAdded | ItemRemoved | ThreadCleared
+
+QUEUE_EVENT_TYPES: tuple[type[AgentThread.Event], ...] = (
+    AgentThread.Started,
+    AgentThread.Forked,
+    AgentThread.Interrupted,
+    AgentThread.ReviewDecided,
+    AgentThread.Resumed,
+    AgentThread.Abandoned,
+)
+"""The events the queue follows; the projection subscribes to these topics only."""
+
+
+def pending_from(
+    interrupt: Interrupt, thread_id: str, at: datetime, branch_parent: str | None = None
+) -> PendingReview:
+    """The queue item of an interrupt (a review request's data fills in its fields)."""
+    data = interrupt.data if isinstance(interrupt.data, dict) else {}
+    review_id = data.get("review_id")
+    return PendingReview(
+        thread_id=thread_id,
+        item_id=review_id or interrupt.tool_call_id,
+        review_id=review_id,
+        tool_name=interrupt.tool_name,
+        digest=data.get("digest"),
+        reason=interrupt.reason,
+        data=interrupt.data,
+        requested_at=at,
+        branch_parent=branch_parent,
+    )
+
+
+def changes_for(event: Any, thread_id_of: Callable[[str], str | None]) -> list[QueueChange]:
+    """The queue changes one event makes; ``thread_id_of`` names an aggregate id."""
+    if isinstance(event, AgentThread.Started):
+        return [ThreadNamed(event.originator_id.hex, event.thread_id)]
+    if isinstance(event, AgentThread.Forked):
+        named: QueueChange = ThreadNamed(event.originator_id.hex, event.thread_id)
+        parent = event.parent_thread_id
+        return [named] + [
+            ItemAdded(pending_from(i, event.thread_id, event.timestamp, parent))
+            for i in event.interrupts
+        ]
+    thread_id = thread_id_of(event.originator_id.hex)
+    if thread_id is None:
+        return []  # a thread written by code older than the queue's first event
+    if isinstance(event, AgentThread.Interrupted):
+        return [ItemAdded(pending_from(event.interrupt, thread_id, event.timestamp))]
+    if isinstance(event, AgentThread.ReviewDecided):
+        return [ItemRemoved(thread_id, event.review_id)]
+    if isinstance(event, AgentThread.Resumed | AgentThread.Abandoned):
+        return [ThreadCleared(thread_id)]
+    return []

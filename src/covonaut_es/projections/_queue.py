@@ -1,0 +1,138 @@
+"""The reviewer queue: every pending review and interrupt across all threads.
+
+Built on eventsourcing's projection machinery: :class:`ReviewQueueProjection` processes
+the thread events the queue needs (filtered by topic in the database), and an
+eventsourcing ``ProjectionRunner`` feeds it from the store's notification log, with
+PostgreSQL's LISTEN/NOTIFY, a polling subscription on SQLite, or in-process on a named
+memory store. :class:`ReviewQueue` is the facade: follow a store (in this process or as
+a separate one), list the queue, rebuild it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, cast
+
+from eventsourcing.persistence import InfrastructureFactory, Tracking
+from eventsourcing.projection import Projection, ProjectionRunner
+from eventsourcing.utils import Environment, get_topic, resolve_topic
+
+from covonaut_es._closing import Closing
+from covonaut_es.projections._items import QUEUE_EVENT_TYPES, PendingReview, changes_for
+from covonaut_es.projections._views import VIEW_TOPICS, ReviewQueueView
+from covonaut_es.store import AgentApplication, Store
+from covonaut_es.store._application import (
+    STORE_APPLICATION_NAME,
+    _ThreadsApplication,
+    open_application,
+)
+from covonaut_es.store._urls import canonical_url, persistence_env, store_env
+
+VIEW_NAME = "review_queue"
+"""The projection's name: it names the view's tracking table and settings prefix."""
+
+
+class ReviewQueueProjection(Projection[ReviewQueueView]):
+    """Keeps the queue: an interrupt adds an item; resuming past it, deciding it or
+    abandoning its thread removes it; a fork adds the interrupts it inherited."""
+
+    name = VIEW_NAME
+    topics = tuple(get_topic(cls) for cls in QUEUE_EVENT_TYPES)
+
+    def process_event(self, domain_event: Any, tracking: Tracking) -> None:
+        """Apply the event's queue changes and its position in one transaction."""
+        self.view.apply(changes_for(domain_event, self.view.thread_id_of), tracking)
+
+
+class ReviewQueue(Closing):
+    """The reviewer queue of one store.
+
+    Args:
+        store_url: The store to follow (for ``memory://NAME`` stores: in this process).
+        view_url: Where the queue's table lives; default: the store's own database.
+        cipher_key: The store's cipher key, if it is encrypted.
+        compress: Whether the store is compressed.
+    """
+
+    def __init__(
+        self,
+        store_url: str,
+        *,
+        view_url: str | None = None,
+        cipher_key: str | None = None,
+        compress: bool = False,
+    ) -> None:
+        self._store_env = store_env(store_url, cipher_key=cipher_key, compress=compress)
+        self.store_url = canonical_url(store_url, self._store_env)
+        view_env = persistence_env(view_url) if view_url else self._store_env
+        self._view_topic = VIEW_TOPICS[view_env["PERSISTENCE_MODULE"]]
+        # The view reads the settings prefixed with its name first.
+        prefix = VIEW_NAME.upper() + "_"
+        self._env = {**self._store_env, **{prefix + k: v for k, v in view_env.items()}}
+        self._factory: InfrastructureFactory[Any] | None = None
+        self._view: ReviewQueueView | None = None
+
+    @property
+    def view_class(self) -> type[ReviewQueueView]:
+        """The view's class for this back end."""
+        view_class: type[ReviewQueueView] = resolve_topic(self._view_topic)
+        return view_class
+
+    def view(self) -> ReviewQueueView:
+        """The queue's view, opened once (its tables created if needed); reading it
+        does not follow the store."""
+        if self._view is None:
+            self._factory = InfrastructureFactory.construct(env=Environment(VIEW_NAME, self._env))
+            self._view = cast(ReviewQueueView, self._factory.tracking_recorder(self.view_class))
+        return self._view
+
+    def close(self) -> None:
+        """Close the view's connections; the queue opens them again when used."""
+        if self._factory is not None:
+            self._factory.close()
+        self._factory, self._view = None, None
+
+    def position(self) -> int:
+        """The store log position the view has processed (0 before the first event)."""
+        return self.view().max_tracking_id(STORE_APPLICATION_NAME) or 0
+
+    def wait_until_current(self, store: Store, timeout: float = 10.0) -> None:
+        """Block until the view has processed every queue event in ``store``'s log.
+
+        Raises:
+            TimeoutError: The view is still behind after ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        while store.has_events_after(self.position(), *QUEUE_EVENT_TYPES):
+            if time.monotonic() > deadline:
+                msg = f"the review queue of {self.store_url} is still behind after {timeout}s"
+                raise TimeoutError(msg)
+            time.sleep(0.01)
+
+    def pending(self) -> tuple[PendingReview, ...]:
+        """Every pending item, oldest first: one query on the view's index."""
+        return self.view().pending()
+
+    @contextmanager
+    def follow(self) -> Iterator[ProjectionRunner[AgentApplication, Any]]:
+        """Run the projection in this process until the block exits.
+
+        ``wait_until_current(store)`` blocks until the view has caught up; the
+        runner's ``run_forever()`` blocks until it is stopped.
+        """
+        open_application(self.store_url, self._store_env).close()  # tables exist first
+        runner: ProjectionRunner[AgentApplication, Any] = ProjectionRunner(
+            application_class=_ThreadsApplication,
+            projection_class=ReviewQueueProjection,
+            view_class=self.view_class,
+            env=self._env,
+        )
+        with runner:
+            yield runner
+
+    def run_forever(self) -> None:
+        """Follow the store until the process is stopped (for a separate process)."""
+        with self.follow() as runner:
+            runner.run_forever()

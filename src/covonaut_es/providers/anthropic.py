@@ -1,0 +1,361 @@
+"""The Anthropic Messages API adapter; needs the extra ``covonaut-es[anthropic]``."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Literal
+
+from covonaut_es.providers._adapter import missing_sdk
+
+try:
+    import anthropic
+except ModuleNotFoundError as exc:
+    raise missing_sdk(exc, "anthropic", "anthropic") from exc
+import msgspec
+
+from covonaut_es._closing import Closing
+from covonaut_es.errors import ConfigurationError, ProviderError, ProviderRequestError
+from covonaut_es.messages import (
+    Message,
+    ProviderRequest,
+    ProviderResponse,
+    Role,
+    StreamDelta,
+    ToolCall,
+    ToolSpec,
+    Usage,
+)
+from covonaut_es.providers._retry import (
+    RetryPolicy,
+    call_with_retry,
+    connection_error,
+    error_for_status,
+)
+
+if TYPE_CHECKING:
+    from anthropic.types import Message as AnthropicMessage
+    from anthropic.types import (
+        MessageParam,
+        RawMessageStreamEvent,
+        TextBlockParam,
+        ToolParam,
+        ToolResultBlockParam,
+        ToolUseBlockParam,
+    )
+    from anthropic.types import Usage as AnthropicUsage
+    from anthropic.types.message_create_params import MessageCreateParamsBase
+
+    _Block = TextBlockParam | ToolUseBlockParam | ToolResultBlockParam
+
+DEFAULT_MAX_TOKENS = 4096
+"""The answer cap sent when neither the request nor the provider sets one; the
+Messages API requires a cap on every request."""
+
+FINISH_REASONS: Mapping[str, str] = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "tool_use": "tool_calls",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+}
+"""Anthropic's stop reasons in the common vocabulary; others (``pause_turn``,
+``refusal``) pass through unchanged."""
+
+ERROR_TYPE_STATUS: Mapping[str, int] = {
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "api_error": 500,
+    "overloaded_error": 529,
+}
+"""The HTTP status each documented error type stands for, used for an error event that
+arrives inside a stream (whose HTTP status was 200)."""
+
+_VENDOR = "Anthropic"
+_Role = Literal["user", "assistant"]
+
+
+class AnthropicProvider(Closing):
+    """A model behind the Anthropic Messages API.
+
+    System messages, wherever they stand, are joined in order into the request's
+    system prompt; tool calls and tool results travel as ``tool_use`` and
+    ``tool_result`` content blocks, and consecutive messages of one role (such as the
+    results of one batch of calls) are merged into one message.
+
+    Rate limits, server errors (including 529 "overloaded") and connection errors are
+    retried per ``retry`` (the SDK's own retries are switched off); every failure is
+    raised as a typed :class:`~covonaut_es.ProviderError`. Close the provider (or use
+    it in a ``with`` block) to release the connections of the client it built.
+
+    Args:
+        api_key: The API key; defaults to ``$ANTHROPIC_API_KEY``.
+        base_url: The API's URL, without ``/v1``; defaults to ``$ANTHROPIC_BASE_URL``,
+            else Anthropic's.
+        timeout: Seconds one attempt may take; None keeps the SDK's default.
+        max_tokens: The answer cap for requests that set none (the API needs one).
+        client: A ready ``anthropic.Anthropic`` client to use instead of ``api_key``,
+            ``base_url`` and ``timeout``. It stays the caller's to close.
+        retry: The retry policy; defaults to ``RetryPolicy()``.
+        sleep: Waits between attempts; tests inject a no-op.
+
+    Raises:
+        ConfigurationError: ``client`` was combined with the other client settings.
+    """
+
+    def __init__(
+        self,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        timeout: float | None = None,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        client: anthropic.Anthropic | None = None,
+        retry: RetryPolicy | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.max_tokens = max_tokens
+        self.retry = retry or RetryPolicy()
+        self._sleep = sleep
+        self._owns_client = client is None
+        if client is not None:
+            if api_key is not None or base_url is not None or timeout is not None:
+                msg = (
+                    "AnthropicProvider got a client and also api_key, base_url or timeout: "
+                    "configure the client itself, or pass the settings without a client"
+                )
+                raise ConfigurationError(msg)
+            # A copy that shares the caller's connections but never retries by itself.
+            self._client = client.with_options(max_retries=0)
+            return
+        self._client = anthropic.Anthropic(
+            api_key=api_key,
+            base_url=base_url,
+            timeout=anthropic.NOT_GIVEN if timeout is None else timeout,
+            max_retries=0,
+        )
+
+    def complete(self, request: ProviderRequest) -> ProviderResponse:
+        """Ask for the whole answer in one response."""
+        params = self._params(request)
+        extra_body = _extra_body(request)
+
+        def attempt() -> AnthropicMessage:
+            with _translated_errors():
+                return self._client.messages.create(**params, extra_body=extra_body)
+
+        message = call_with_retry(attempt, self.retry, sleep=self._sleep)
+        text: list[str] = []
+        calls: list[ToolCall] = []
+        for block in message.content:
+            if block.type == "text":
+                text.append(block.text)
+            elif block.type == "tool_use":
+                calls.append(ToolCall(block.id, block.name, _compact_json(block.input)))
+        return ProviderResponse(
+            content="".join(text),
+            tool_calls=tuple(calls),
+            usage=Usage(_input_tokens(message.usage), message.usage.output_tokens),
+            finish_reason=_finish_reason(message.stop_reason),
+        )
+
+    def stream(self, request: ProviderRequest) -> Iterator[StreamDelta]:
+        """Stream the answer: text as it arrives; tool calls, usage and the finish
+        reason in the last delta. Only opening the stream is retried."""
+        params = self._params(request)
+        extra_body = _extra_body(request)
+
+        def attempt() -> anthropic.Stream[RawMessageStreamEvent]:
+            with _translated_errors():
+                return self._client.messages.create(**params, stream=True, extra_body=extra_body)
+
+        # Open tool_use blocks by index: (id, name, pieces of the input's JSON text).
+        open_calls: dict[int, tuple[str, str, list[str]]] = {}
+        calls: list[ToolCall] = []
+        input_tokens: int | None = None
+        output_tokens = 0
+        finish_reason: str | None = None
+        with (
+            call_with_retry(attempt, self.retry, sleep=self._sleep) as events,
+            _translated_errors(),
+        ):
+            for event in events:
+                if event.type == "message_start":
+                    input_tokens = _input_tokens(event.message.usage)
+                    output_tokens = event.message.usage.output_tokens
+                elif event.type == "content_block_start":
+                    block = event.content_block
+                    if block.type == "tool_use":
+                        open_calls[event.index] = (block.id, block.name, [])
+                elif event.type == "content_block_delta":
+                    delta = event.delta
+                    if delta.type == "text_delta" and delta.text:
+                        yield StreamDelta(content=delta.text)
+                    elif delta.type == "input_json_delta" and event.index in open_calls:
+                        open_calls[event.index][2].append(delta.partial_json)
+                elif event.type == "content_block_stop":
+                    if event.index in open_calls:
+                        call_id, name, pieces = open_calls.pop(event.index)
+                        calls.append(ToolCall(call_id, name, _streamed_arguments(pieces)))
+                elif event.type == "message_delta":
+                    # The usage in message_delta is cumulative.
+                    output_tokens = event.usage.output_tokens
+                    finish_reason = _finish_reason(event.delta.stop_reason) or finish_reason
+        usage = None if input_tokens is None else Usage(input_tokens, output_tokens)
+        yield StreamDelta(tool_calls=tuple(calls), usage=usage, finish_reason=finish_reason)
+
+    def close(self) -> None:
+        """Close the client's connections, unless the client was passed in."""
+        if self._owns_client:
+            self._client.close()
+
+    def _params(self, request: ProviderRequest) -> MessageCreateParamsBase:
+        system, messages = _conversation(request.messages)
+        params: MessageCreateParamsBase = {
+            "model": request.model,
+            "max_tokens": self.max_tokens if request.max_tokens is None else request.max_tokens,
+            "messages": messages,
+        }
+        if system:
+            params["system"] = system
+        if request.tools:
+            params["tools"] = [_tool(spec) for spec in request.tools]
+            if request.tool_choice == "none":
+                params["tool_choice"] = {"type": "none"}
+        return params
+
+
+def _conversation(messages: Sequence[Message]) -> tuple[str, list[MessageParam]]:
+    """The system prompt and the alternating user/assistant turns of ``messages``."""
+    system: list[str] = []
+    turns: list[tuple[_Role, list[_Block]]] = []
+    for message in messages:
+        if message.role is Role.SYSTEM:
+            if message.content:
+                system.append(message.content)
+            continue
+        role, blocks = _turn(message)
+        if not blocks:
+            continue  # the API rejects empty content
+        if turns and turns[-1][0] == role:
+            turns[-1][1].extend(blocks)
+        else:
+            turns.append((role, blocks))
+    params: list[MessageParam] = []
+    for role, blocks in turns:
+        if role == "user":
+            params.append({"role": "user", "content": blocks})
+        else:
+            params.append({"role": "assistant", "content": blocks})
+    return "\n\n".join(system), params
+
+
+def _turn(message: Message) -> tuple[_Role, list[_Block]]:
+    blocks: list[_Block] = []
+    if message.role is Role.TOOL:
+        if message.tool_call_id is None:
+            msg = (
+                "a tool message has no tool_call_id, so the Anthropic API cannot tell which "
+                f"tool_use it answers: {message.content[:80]!r}"
+            )
+            raise ProviderRequestError(msg)
+        result: ToolResultBlockParam = {
+            "type": "tool_result",
+            "tool_use_id": message.tool_call_id,
+            "content": message.content,
+        }
+        return "user", [result]
+    if message.content:
+        blocks.append({"type": "text", "text": message.content})
+    if message.role is Role.USER:
+        return "user", blocks
+    for call in message.tool_calls:
+        blocks.append({"type": "tool_use", "id": call.id, "name": call.name, "input": _input(call)})
+    return "assistant", blocks
+
+
+def _input(call: ToolCall) -> dict[str, object]:
+    """A call's arguments as the JSON object the API wants; arguments that are not one
+    (a model's malformed JSON, recorded as produced) become an empty object."""
+    try:
+        value = msgspec.json.decode(call.arguments or "{}")
+    except msgspec.DecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _tool(spec: ToolSpec) -> ToolParam:
+    schema = dict(spec.parameters)
+    schema.setdefault("type", "object")  # the API requires an object schema
+    return {"name": spec.name, "description": spec.description, "input_schema": schema}
+
+
+def _extra_body(request: ProviderRequest) -> dict[str, object] | None:
+    # Newer SDKs dropped the typed ``temperature`` parameter; the field still travels.
+    if request.temperature is None:
+        return None
+    return {"temperature": request.temperature}
+
+
+def _compact_json(value: object) -> str:
+    return msgspec.json.encode(value).decode()
+
+
+def _streamed_arguments(pieces: Sequence[str]) -> str:
+    """The streamed input JSON, re-encoded compactly so that a streamed call equals the
+    same call answered in one piece; kept as sent if it does not parse."""
+    text = "".join(pieces) or "{}"
+    try:
+        return _compact_json(msgspec.json.decode(text))
+    except msgspec.DecodeError:
+        return text
+
+
+def _input_tokens(usage: AnthropicUsage) -> int:
+    # Anthropic counts cached prompt tokens apart from input_tokens (OpenAI's prompt
+    # tokens include them); older SDKs lack the fields, hence getattr.
+    cached = (getattr(usage, "cache_creation_input_tokens", None) or 0) + (
+        getattr(usage, "cache_read_input_tokens", None) or 0
+    )
+    return usage.input_tokens + int(cached)
+
+
+def _finish_reason(reason: str | None) -> str | None:
+    if reason is None:
+        return None
+    return FINISH_REASONS.get(reason, reason)
+
+
+@contextlib.contextmanager
+def _translated_errors() -> Iterator[None]:
+    """Raise the SDK's errors as the library's typed provider errors."""
+    try:
+        yield
+    except anthropic.APIStatusError as exc:
+        status = exc.status_code
+        headers: Mapping[str, str] | None = exc.response.headers
+        if status < 400:
+            # An error event inside a stream that began with 200: no retry-after applies.
+            status = ERROR_TYPE_STATUS.get(_error_field(exc, "type") or "", 500)
+            headers = None
+        raise error_for_status(
+            _VENDOR, status, _error_field(exc, "message") or exc.message, headers
+        ) from exc
+    except anthropic.APIConnectionError as exc:
+        raise connection_error(_VENDOR, exc.message) from exc
+    except anthropic.AnthropicError as exc:
+        msg = f"the {_VENDOR} SDK failed: {type(exc).__name__}: {exc}"
+        raise ProviderError(msg) from exc
+
+
+def _error_field(exc: anthropic.APIError, field: str) -> str | None:
+    """A field of the body's ``error`` object: ``{"type": "error", "error": {...}}``."""
+    body = exc.body
+    error = body.get("error") if isinstance(body, dict) else None
+    value = error.get(field) if isinstance(error, dict) else None
+    return value if isinstance(value, str) else None

@@ -1,0 +1,321 @@
+"""The OpenAI Chat Completions adapter; needs the extra ``covonaut-es[openai]``.
+
+It also serves any server that speaks the Chat Completions API (vLLM, Ollama, LM
+Studio, llama.cpp, gateways): point ``base_url`` at it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Literal
+
+from covonaut_es.providers._adapter import missing_sdk
+
+try:
+    import openai
+except ModuleNotFoundError as exc:
+    raise missing_sdk(exc, "openai", "openai") from exc
+
+from covonaut_es._closing import Closing
+from covonaut_es.errors import ConfigurationError, ProviderError, ProviderRequestError
+from covonaut_es.messages import (
+    Message,
+    ProviderRequest,
+    ProviderResponse,
+    Role,
+    StreamDelta,
+    ToolCall,
+    ToolSpec,
+    Usage,
+)
+from covonaut_es.providers._retry import (
+    RetryPolicy,
+    call_with_retry,
+    connection_error,
+    error_for_status,
+)
+
+if TYPE_CHECKING:
+    from openai.types import CompletionUsage
+    from openai.types.chat import (
+        ChatCompletion,
+        ChatCompletionAssistantMessageParam,
+        ChatCompletionChunk,
+        ChatCompletionFunctionToolParam,
+        ChatCompletionMessageParam,
+        ChatCompletionSystemMessageParam,
+        ChatCompletionUserMessageParam,
+    )
+    from openai.types.chat.completion_create_params import (
+        CompletionCreateParamsBase,
+        CompletionCreateParamsStreaming,
+    )
+
+MaxTokensParameter = Literal["max_completion_tokens", "max_tokens"]
+
+FINISH_REASONS: Mapping[str, str] = {
+    "stop": "stop",
+    "length": "length",
+    "tool_calls": "tool_calls",
+    "function_call": "tool_calls",
+}
+"""OpenAI's finish reasons in the common vocabulary; others (``content_filter``) pass
+through unchanged."""
+
+_VENDOR = "OpenAI"
+
+
+class OpenAIProvider(Closing):
+    """A model behind the OpenAI Chat Completions API or a server compatible with it.
+
+    Rate limits, server errors and connection errors are retried per ``retry`` (the
+    SDK's own retries are switched off); every failure is raised as a typed
+    :class:`~covonaut_es.ProviderError`. Close the provider (or use it in a ``with``
+    block) to release the connections of the client it built.
+
+    Args:
+        api_key: The API key; defaults to ``$OPENAI_API_KEY``. A server that needs no
+            key still needs some value here, e.g. ``"unused"``.
+        base_url: The API's URL up to ``/v1``, e.g. ``"http://localhost:11434/v1"``;
+            defaults to ``$OPENAI_BASE_URL``, else OpenAI's.
+        timeout: Seconds one attempt may take; None keeps the SDK's default.
+        client: A ready ``openai.OpenAI`` client to use instead of ``api_key``,
+            ``base_url`` and ``timeout``. It stays the caller's to close.
+        retry: The retry policy; defaults to ``RetryPolicy()``.
+        sleep: Waits between attempts; tests inject a no-op.
+        max_tokens_parameter: The request field that carries ``max_tokens``:
+            ``"max_completion_tokens"`` (OpenAI's current one, which reasoning models
+            require) or ``"max_tokens"`` (for servers that only know the old one).
+
+    Raises:
+        ConfigurationError: ``client`` was combined with the other client settings, or
+            the SDK found no API key.
+    """
+
+    def __init__(
+        self,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        timeout: float | None = None,
+        client: openai.OpenAI | None = None,
+        retry: RetryPolicy | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        max_tokens_parameter: MaxTokensParameter = "max_completion_tokens",
+    ) -> None:
+        self.retry = retry or RetryPolicy()
+        self._sleep = sleep
+        self._max_tokens_parameter: MaxTokensParameter = max_tokens_parameter
+        self._owns_client = client is None
+        if client is not None:
+            if api_key is not None or base_url is not None or timeout is not None:
+                msg = (
+                    "OpenAIProvider got a client and also api_key, base_url or timeout: "
+                    "configure the client itself, or pass the settings without a client"
+                )
+                raise ConfigurationError(msg)
+            # A copy that shares the caller's connections but never retries by itself.
+            self._client = client.with_options(max_retries=0)
+            return
+        try:
+            self._client = openai.OpenAI(
+                api_key=api_key,
+                base_url=base_url,
+                timeout=openai.NOT_GIVEN if timeout is None else timeout,
+                max_retries=0,
+            )
+        except openai.OpenAIError as exc:
+            msg = f"cannot create the OpenAI client: {exc}; pass api_key= or set $OPENAI_API_KEY"
+            raise ConfigurationError(msg) from exc
+
+    def complete(self, request: ProviderRequest) -> ProviderResponse:
+        """Ask for the whole answer in one response."""
+        params = self._params(request)
+
+        def attempt() -> ChatCompletion:
+            with _translated_errors():
+                return self._client.chat.completions.create(**params)
+
+        completion = call_with_retry(attempt, self.retry, sleep=self._sleep)
+        if not completion.choices:
+            msg = f"the {_VENDOR} API answered with no choices (completion {completion.id})"
+            raise ProviderError(msg)
+        choice = completion.choices[0]
+        message = choice.message
+        calls = tuple(
+            ToolCall(call.id, call.function.name, call.function.arguments or "{}")
+            for call in message.tool_calls or ()
+            if call.type == "function"
+        )
+        return ProviderResponse(
+            content=message.content or message.refusal or "",
+            tool_calls=calls,
+            usage=_usage(completion.usage),
+            finish_reason=_finish_reason(choice.finish_reason),
+        )
+
+    def stream(self, request: ProviderRequest) -> Iterator[StreamDelta]:
+        """Stream the answer: text as it arrives; tool calls, usage and the finish
+        reason in the last delta. Only opening the stream is retried."""
+        params: CompletionCreateParamsStreaming = {
+            **self._params(request),
+            "stream": True,
+            # Without it the stream reports no usage.
+            "stream_options": {"include_usage": True},
+        }
+
+        def attempt() -> openai.Stream[ChatCompletionChunk]:
+            with _translated_errors():
+                return self._client.chat.completions.create(**params)
+
+        ids: dict[int, str] = {}
+        names: dict[int, str] = {}
+        arguments: dict[int, list[str]] = {}
+        usage: Usage | None = None
+        finish_reason: str | None = None
+        with (
+            call_with_retry(attempt, self.retry, sleep=self._sleep) as chunks,
+            _translated_errors(),
+        ):
+            for chunk in chunks:
+                usage = _usage(chunk.usage) or usage
+                for choice in chunk.choices:
+                    if choice.index != 0:
+                        continue
+                    finish_reason = _finish_reason(choice.finish_reason) or finish_reason
+                    text = choice.delta.content or choice.delta.refusal
+                    if text:
+                        yield StreamDelta(content=text)
+                    for fragment in choice.delta.tool_calls or ():
+                        # The first fragment of a call names it; the rest carry pieces
+                        # of its arguments. Some servers repeat the id and name.
+                        index = fragment.index
+                        if fragment.id:
+                            ids.setdefault(index, fragment.id)
+                        function = fragment.function
+                        if function is not None and function.name:
+                            names.setdefault(index, function.name)
+                        if function is not None and function.arguments:
+                            arguments.setdefault(index, []).append(function.arguments)
+        calls = tuple(
+            ToolCall(ids.get(index, ""), names[index], "".join(arguments.get(index, ())) or "{}")
+            for index in sorted(names)
+        )
+        yield StreamDelta(tool_calls=calls, usage=usage, finish_reason=finish_reason)
+
+    def close(self) -> None:
+        """Close the client's connections, unless the client was passed in."""
+        if self._owns_client:
+            self._client.close()
+
+    def _params(self, request: ProviderRequest) -> CompletionCreateParamsBase:
+        params: CompletionCreateParamsBase = {
+            "model": request.model,
+            "messages": [_message(message) for message in request.messages],
+        }
+        if request.tools:
+            params["tools"] = [_tool(spec) for spec in request.tools]
+            if request.tool_choice == "none":
+                params["tool_choice"] = "none"
+        if request.max_tokens is not None:
+            params[self._max_tokens_parameter] = request.max_tokens
+        if request.temperature is not None:
+            params["temperature"] = request.temperature
+        return params
+
+
+def _message(message: Message) -> ChatCompletionMessageParam:
+    match message.role:
+        case Role.SYSTEM:
+            system: ChatCompletionSystemMessageParam = {
+                "role": "system",
+                "content": message.content,
+            }
+            if message.name:
+                system["name"] = message.name
+            return system
+        case Role.USER:
+            user: ChatCompletionUserMessageParam = {"role": "user", "content": message.content}
+            if message.name:
+                user["name"] = message.name
+            return user
+        case Role.ASSISTANT:
+            # OpenAI itself answers tool calls with a null content; echo that.
+            assistant: ChatCompletionAssistantMessageParam = {
+                "role": "assistant",
+                "content": message.content or (None if message.tool_calls else ""),
+            }
+            if message.tool_calls:
+                assistant["tool_calls"] = [
+                    {
+                        "id": call.id,
+                        "type": "function",
+                        "function": {"name": call.name, "arguments": call.arguments},
+                    }
+                    for call in message.tool_calls
+                ]
+            if message.name:
+                assistant["name"] = message.name
+            return assistant
+        case Role.TOOL:
+            if message.tool_call_id is None:
+                msg = (
+                    "a tool message has no tool_call_id, so the OpenAI API cannot tell which "
+                    f"call it answers: {message.content[:80]!r}"
+                )
+                raise ProviderRequestError(msg)
+            return {
+                "role": "tool",
+                "tool_call_id": message.tool_call_id,
+                "content": message.content,
+            }
+    raise AssertionError(f"unknown role {message.role!r}")  # pragma: no cover
+
+
+def _tool(spec: ToolSpec) -> ChatCompletionFunctionToolParam:
+    return {
+        "type": "function",
+        "function": {
+            "name": spec.name,
+            "description": spec.description,
+            "parameters": spec.parameters,
+        },
+    }
+
+
+def _usage(usage: CompletionUsage | None) -> Usage | None:
+    if usage is None:
+        return None
+    return Usage(input_tokens=usage.prompt_tokens, output_tokens=usage.completion_tokens)
+
+
+def _finish_reason(reason: str | None) -> str | None:
+    if reason is None:
+        return None
+    return FINISH_REASONS.get(reason, reason)
+
+
+@contextlib.contextmanager
+def _translated_errors() -> Iterator[None]:
+    """Raise the SDK's errors as the library's typed provider errors."""
+    try:
+        yield
+    except openai.APIStatusError as exc:
+        raise error_for_status(
+            _VENDOR, exc.status_code, _detail(exc), exc.response.headers
+        ) from exc
+    except openai.APIConnectionError as exc:
+        raise connection_error(_VENDOR, exc.message) from exc
+    except openai.OpenAIError as exc:
+        msg = f"the {_VENDOR} SDK failed: {type(exc).__name__}: {exc}"
+        raise ProviderError(msg) from exc
+
+
+def _detail(exc: openai.APIError) -> str:
+    """The API's own explanation: the SDK keeps the ``error`` object as the body."""
+    body = exc.body
+    if isinstance(body, dict) and isinstance(body.get("message"), str):
+        return str(body["message"])
+    return exc.message

@@ -1,0 +1,231 @@
+"""The runtime facade: an agent bound to one thread, driving the run loop.
+
+:class:`Agent` runs the model here; its other commands come from its bases, the review
+decisions (:mod:`covonaut_es.runtime._reviews`) and the checkpoints and named states
+(:mod:`covonaut_es.runtime._states`), all built on :mod:`covonaut_es.runtime._agent_base`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from covonaut_es.domain import (
+    AgentThread,
+    Interrupt,
+    PendingToolCall,
+    ReviewRequest,
+    RunMode,
+    ThreadState,
+    ThreadStatus,
+)
+from covonaut_es.errors import ThreadStateError
+from covonaut_es.messages import Message, Role, Usage
+from covonaut_es.runtime._agent_base import DEFAULT_THREAD_ID as DEFAULT_THREAD_ID
+from covonaut_es.runtime._config import AgentConfig
+from covonaut_es.runtime._drivers import AsyncDriver, SyncDriver
+from covonaut_es.runtime._loop import (
+    Program,
+    RunSettings,
+    retry_program,
+    run_program,
+    settle_program,
+)
+from covonaut_es.runtime._reviews import ReviewCommands
+from covonaut_es.runtime._states import StateCommands
+from covonaut_es.tools import result_text
+
+_NO_RESULT: Any = object()
+
+
+class Agent(ReviewCommands, StateCommands):
+    """An LLM agent whose state is the event-sourced thread it is bound to.
+
+    The thread id comes from ``config.checkpoint.thread_id``. If the store already has
+    that thread, the agent continues it; otherwise the first run starts it.
+
+    A run returns the final answer, or ``""`` when a tool interrupted it: check
+    :attr:`interrupted` after every run (B13).
+
+    ``arun``, ``acontinue_run``, ``aresume`` and ``asettle`` are the same commands for
+    asyncio: they drive the same run loop, await ``async def`` providers and tools, run
+    blocking ones and every store call in worker threads, and run a parallel batch of
+    tool calls as concurrent tasks. One agent runs one command at a time, either way.
+    """
+
+    def __init__(self, config: AgentConfig) -> None:
+        super().__init__(config)
+        self._steering: deque[Message] = deque()
+
+    # State ------------------------------------------------------------------------
+
+    @property
+    def thread_id(self) -> str:
+        """The id of the thread this agent runs."""
+        return self._thread_id
+
+    @property
+    def state(self) -> ThreadState:
+        """A read-only copy of the thread's current state."""
+        return self._current.state
+
+    @property
+    def status(self) -> ThreadStatus:
+        """The thread's status."""
+        return self._current.status
+
+    @property
+    def messages(self) -> tuple[Message, ...]:
+        """Every message of the thread, oldest first."""
+        return tuple(self._current.messages)
+
+    @property
+    def usage(self) -> Usage:
+        """Token usage accumulated over the thread's runs."""
+        return self._current.usage
+
+    @property
+    def interrupted(self) -> Interrupt | None:
+        """The pending interrupt (the first, if a batch raised several), or None."""
+        interrupts = self._current.interrupts
+        return interrupts[0] if interrupts else None
+
+    @property
+    def interrupts(self) -> tuple[Interrupt, ...]:
+        """Every pending interrupt."""
+        return tuple(self._current.interrupts)
+
+    @property
+    def in_doubt(self) -> tuple[PendingToolCall, ...]:
+        """Tool calls recorded as called whose result was never recorded (B5)."""
+        return self._current.in_doubt
+
+    @property
+    def pending_reviews(self) -> tuple[ReviewRequest, ...]:
+        """Review requests awaiting a decision; ``resume()`` needs every one decided."""
+        return tuple(review.request for review in self._current.reviews.pending)
+
+    # Running ----------------------------------------------------------------------
+
+    def run(self, input: str) -> str:
+        """Append a user message and run until an answer or an interrupt (B16)."""
+        return self._drive(RunMode.RUN, input)
+
+    def continue_run(self) -> str:
+        """Run on from the history without new input (B16)."""
+        return self._drive(RunMode.CONTINUE, None)
+
+    def resume(self) -> str:
+        """Clear the pending interrupt and run on from the recorded tool results; the
+        interrupted call is never run again (B15, B16).
+
+        Raises:
+            NotInterruptedError: No interrupt is pending.
+        """
+        return self._drive(RunMode.RESUME, None)
+
+    async def arun(self, input: str) -> str:
+        """Like :meth:`run`, awaited."""
+        return await self._adrive(RunMode.RUN, input)
+
+    async def acontinue_run(self) -> str:
+        """Like :meth:`continue_run`, awaited."""
+        return await self._adrive(RunMode.CONTINUE, None)
+
+    async def aresume(self) -> str:
+        """Like :meth:`resume`, awaited.
+
+        Raises:
+            NotInterruptedError: No interrupt is pending.
+        """
+        return await self._adrive(RunMode.RESUME, None)
+
+    def steer(self, message: str | Message) -> None:
+        """Queue a message for the model; it is recorded when the next model call is
+        prepared (B14). A string is a user message."""
+        if isinstance(message, str):
+            message = Message(Role.USER, message)
+        self._steering.append(message)
+
+    def settle(self, tool_call_id: str, *, result: Any = _NO_RESULT, retry: bool = False) -> None:
+        """Settle a tool call in doubt (B5): after checking the external state, either
+        record its ``result`` or run it again with ``retry=True`` (same idempotency key).
+
+        Settling is recorded as an event. Nothing ever re-runs a call in doubt unless
+        settled with ``retry=True`` or its tool is declared ``idempotent``.
+
+        Raises:
+            ThreadStateError: The call is not open, or neither or both of ``result``
+                and ``retry`` were given.
+        """
+        self._perform(self._settling(tool_call_id, result, retry))
+
+    async def asettle(
+        self, tool_call_id: str, *, result: Any = _NO_RESULT, retry: bool = False
+    ) -> None:
+        """Like :meth:`settle`, awaited."""
+        await self._aperform(self._settling(tool_call_id, result, retry))
+
+    def close(self) -> None:
+        """Forget the in-memory thread; nothing unsaved is written."""
+        self._thread = None
+
+    # Driving ----------------------------------------------------------------------
+
+    def _drive(self, mode: RunMode, user_input: str | None) -> str:
+        return self._perform(self._running(mode, user_input))
+
+    async def _adrive(self, mode: RunMode, user_input: str | None) -> str:
+        return await self._aperform(self._running(mode, user_input))
+
+    def _running(self, mode: RunMode, user_input: str | None) -> Callable[[AgentThread], Program]:
+        return lambda thread: run_program(
+            thread,
+            self.config,
+            self._run_settings(),
+            mode,
+            user_input=user_input,
+            steering=self._drain_steering,
+        )
+
+    def _settling(
+        self, tool_call_id: str, result: Any, retry: bool
+    ) -> Callable[[AgentThread], Program]:
+        if (result is _NO_RESULT) == (not retry):
+            msg = "settle() takes exactly one of result=... or retry=True"
+            raise ThreadStateError(msg)
+        if retry:
+            return lambda thread: retry_program(thread, self.config, tool_call_id)
+        content = result_text(result)
+        return lambda thread: settle_program(thread, self.config, tool_call_id, content)
+
+    def _perform(self, make_program: Callable[[AgentThread], Program]) -> str:
+        with self._exclusive():
+            driver = SyncDriver(self.config.provider, self._commit)
+            return driver.drive(make_program(self._current))
+
+    async def _aperform(self, make_program: Callable[[AgentThread], Program]) -> str:
+        with self._exclusive():
+            # Reading _current may load the thread from the store: keep it off the loop.
+            thread = await asyncio.to_thread(lambda: self._current)
+            driver = AsyncDriver(self.config.provider, self._acommit)
+            return await driver.drive(make_program(thread))
+
+    def _run_settings(self) -> RunSettings:
+        settings = self.config.checkpoint
+        if settings is None:
+            return RunSettings(checkpointing=False)
+        return RunSettings(
+            checkpointing=True,
+            retain=settings.store.max_checkpoints_per_thread,
+            save_on_turn_start=settings.save_on_turn_start,
+            skip_save_on_turn_end=settings.skip_save_on_turn_end,
+        )
+
+    def _drain_steering(self) -> tuple[Message, ...]:
+        drained = []
+        while self._steering:
+            drained.append(self._steering.popleft())
+        return tuple(drained)

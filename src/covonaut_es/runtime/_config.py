@@ -1,0 +1,153 @@
+"""Configuration of an agent and of its checkpoints."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Literal
+
+import attrs
+
+from covonaut_es.domain import AgentThread
+from covonaut_es.errors import ConfigurationError
+from covonaut_es.migrations import Upcaster
+from covonaut_es.migrations._registry import state_document_schema, thread_snapshot_schema
+from covonaut_es.migrations._upcasting import NO_MIGRATORS, frozen_steps
+from covonaut_es.providers import AsyncProvider, Provider
+from covonaut_es.runtime._compaction import Compactor
+from covonaut_es.runtime._reviewers import ReviewerVerifier
+from covonaut_es.store import StateStore, Store
+from covonaut_es.tools import Tool
+
+Durability = Literal["step", "checkpoint"]
+
+
+def utc_now() -> datetime:
+    """The current time in UTC: the default clock."""
+    return datetime.now(UTC)
+
+
+def _positive(_: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if value < 1:
+        msg = f"{attribute.name} must be at least 1, got {value}"
+        raise ValueError(msg)
+
+
+def _unique_tools(
+    _: object, __: attrs.Attribute[tuple[Tool, ...]], tools: tuple[Tool, ...]
+) -> None:
+    names = [tool.name for tool in tools]
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        msg = f"tool names must be unique, these repeat: {duplicates}"
+        raise ValueError(msg)
+
+
+def _snapshot_steps(
+    _: object, attribute: attrs.Attribute[Mapping[int, Upcaster]], steps: Mapping[int, Upcaster]
+) -> None:
+    thread_snapshot_schema().check_steps(steps, what=f"CheckpointSettings.{attribute.name}")
+
+
+def _state_store(_: object, __: attrs.Attribute[StateStore | None], store: object) -> None:
+    if store is not None and not isinstance(store, StateStore):
+        msg = (
+            "AgentConfig.state_store must be a MemoryStateStore, a FileStateStore or a "
+            f"Store (anything with write_state and read_state), got {store!r}"
+        )
+        raise ConfigurationError(msg)
+
+
+def _state_document_steps(
+    _: object, attribute: attrs.Attribute[Mapping[int, Upcaster]], steps: Mapping[int, Upcaster]
+) -> None:
+    state_document_schema().check_steps(steps, what=f"AgentConfig.{attribute.name}")
+
+
+@attrs.frozen(kw_only=True)
+class CheckpointSettings:
+    """Where and when an agent saves its thread.
+
+    Attributes:
+        store: The thread store (see :func:`~covonaut_es.open_store`).
+        thread_id: The conversation's id. Empty means ``"default"``, with a warning:
+            unrelated sessions must never share a thread id (B10).
+        save_on_turn_start: Also checkpoint at the start of each turn, after steering
+            and compaction, before the model is called (B7).
+        skip_save_on_turn_end: Do not checkpoint at the end of each turn (B8).
+        durability: ``"step"`` (default) commits events at every step boundary, so the
+            intent to call a tool is stored before the tool runs; ``"checkpoint"``
+            commits only when a checkpoint is saved.
+        migrators: Upcasters for the thread's snapshots, keyed by the schema version
+            they upgrade from; each replaces the library's own for that step (B25). A
+            snapshot that cannot be upgraded is passed over and the thread rebuilt from
+            its events.
+    """
+
+    store: Store
+    thread_id: str = ""
+    save_on_turn_start: bool = False
+    skip_save_on_turn_end: bool = False
+    durability: Durability = attrs.field(
+        default="step", validator=attrs.validators.in_(("step", "checkpoint"))
+    )
+    migrators: Mapping[int, Upcaster] = attrs.field(
+        default=NO_MIGRATORS, converter=frozen_steps, validator=_snapshot_steps
+    )
+
+
+@attrs.frozen(kw_only=True)
+class AgentConfig:
+    """Everything an :class:`~covonaut_es.Agent` needs.
+
+    Attributes:
+        provider: The model provider, blocking or ``async def`` (either works with
+            both ``run`` and ``arun``).
+        model: The model name passed to the provider.
+        name: A name for logs.
+        tools: The tools the model may call; names must be unique.
+        system_prompt: Recorded once per thread, as its first message.
+        max_turns: Model calls allowed per ``run``/``continue_run``/``resume`` call; the
+            last one asks the model to answer without tools.
+        checkpoint: Persistence; without it the thread lives only in this object.
+        parallel_tools: Run the calls of one model response concurrently.
+        compactor: Decides when to compact the context (see ``SummarizingCompactor``).
+        max_tokens: Passed to the provider.
+        temperature: Passed to the provider.
+        clock: Source of event timestamps.
+        on_event: Called with each of the thread's events, in order, once the step that
+            recorded it is committed (with ``durability="checkpoint"``: once the step
+            ends), on the thread that drives the run (the event loop's, for ``arun``).
+            For live views and streaming UIs; an exception it raises is logged and
+            does not stop the run.
+        reviewer_verifier: Verifies reviewers' credentials for ``Agent.approve`` and
+            ``Agent.reject`` (see ``HmacReviewerVerifier``).
+        state_store: Where ``save_state`` and ``load_state`` keep named states (B1): a
+            :class:`~covonaut_es.MemoryStateStore`, a :class:`~covonaut_es.FileStateStore`
+            or a thread :class:`~covonaut_es.Store`.
+        state_migrators: Upcasters for state documents, keyed by the schema version
+            they upgrade from; each replaces the library's own for that step (B25).
+    """
+
+    provider: Provider | AsyncProvider
+    model: str = ""
+    name: str = "agent"
+    tools: tuple[Tool, ...] = attrs.field(default=(), converter=tuple, validator=_unique_tools)
+    system_prompt: str = ""
+    max_turns: int = attrs.field(default=10, validator=_positive)
+    checkpoint: CheckpointSettings | None = None
+    parallel_tools: bool = False
+    compactor: Compactor | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    clock: Callable[[], datetime] = utc_now
+    on_event: Callable[[AgentThread.Event], None] | None = None
+    reviewer_verifier: ReviewerVerifier | None = None
+    state_store: StateStore | None = attrs.field(default=None, validator=_state_store)
+    state_migrators: Mapping[int, Upcaster] = attrs.field(
+        default=NO_MIGRATORS, converter=frozen_steps, validator=_state_document_steps
+    )
+
+    def tool(self, name: str) -> Tool | None:
+        """The tool with that name, if configured."""
+        return next((tool for tool in self.tools if tool.name == name), None)

@@ -1,0 +1,401 @@
+"""The run loop as a program of effects, shared by every driver.
+
+:func:`run_program` is a generator: it changes the thread (pure commands on the
+aggregate) and *yields* an effect whenever I/O is needed: ask the model, run a tool,
+commit to the store. A driver performs each effect and sends the result back (or
+throws the exception it raised). The drivers in :mod:`covonaut_es.runtime._drivers` perform
+them with blocking calls or with ``await``, and share every decision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Sequence
+from datetime import datetime
+from typing import Any
+
+import attrs
+import msgspec
+
+from covonaut_es.domain import (
+    AgentThread,
+    CheckpointReason,
+    Compaction,
+    Interrupt,
+    RunMode,
+    ToolOutcome,
+    operation_digest,
+)
+from covonaut_es.domain._reviews import refusal_text
+from covonaut_es.errors import CovonautError, InterruptError, MaxTurnsExceededError, ProviderError
+from covonaut_es.messages import Message, ProviderRequest, ProviderResponse, Role, ToolCall
+from covonaut_es.runtime._compaction import context_messages
+from covonaut_es.runtime._config import AgentConfig
+from covonaut_es.tools import ArgumentsError, Tool, ToolContext, parse_arguments, result_text
+
+FINAL_TURN_INSTRUCTION = (
+    "This is the last turn of this run: do not call any tool. "
+    "Give your final answer now from what you already know."
+)
+
+# Effects ----------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Complete:
+    """Ask the provider; the driver sends back a ``ProviderResponse``."""
+
+    request: ProviderRequest
+
+
+@attrs.frozen
+class Commit:
+    """A step boundary. ``checkpoint`` marks a saved checkpoint, which is committed in
+    every durability mode and may be followed by a snapshot. ``always`` commits in
+    every durability mode too: an approval is marked used in the store before its tool
+    runs, and a reviewer's decision is never left in memory only."""
+
+    checkpoint: bool = False
+    always: bool = False
+
+
+@attrs.frozen
+class PreparedCall:
+    """A validated tool call, ready to execute."""
+
+    tool: Tool
+    call: ToolCall
+    args: dict[str, Any]
+    context: ToolContext
+
+
+@attrs.frozen
+class RunTool:
+    """Execute one call; the driver sends back a ``ToolReport``."""
+
+    prepared: PreparedCall
+
+
+@attrs.frozen
+class StartTools:
+    """Start several calls concurrently; the driver sends back None."""
+
+    calls: tuple[PreparedCall, ...]
+
+
+@attrs.frozen
+class NextToolReport:
+    """Wait for the next started call to end; the driver sends back its ``ToolReport``."""
+
+
+Effect = Complete | Commit | RunTool | StartTools | NextToolReport
+
+
+@attrs.frozen
+class ToolReport:
+    """How one executed tool call ended."""
+
+    tool_call_id: str
+    outcome: ToolOutcome
+    content: str
+    interrupt: Interrupt | None = None
+
+    @classmethod
+    def returned(cls, prepared: PreparedCall, value: Any) -> ToolReport:
+        """The tool returned ``value``."""
+        try:
+            content = result_text(value)
+        except (TypeError, msgspec.EncodeError) as exc:
+            return cls.raised(prepared, exc)
+        return cls(prepared.call.id, ToolOutcome.SUCCEEDED, content)
+
+    @classmethod
+    def raised(cls, prepared: PreparedCall, error: BaseException) -> ToolReport:
+        """The tool raised; an ``InterruptError`` pauses the run, anything else is an
+        error result the model reads."""
+        call = prepared.call
+        if isinstance(error, InterruptError):
+            # Round-trip the data so the live state equals the state replayed later.
+            data = msgspec.json.decode(msgspec.json.encode(error.data))
+            interrupt = Interrupt(error.reason, data, call.id, call.name)
+            content = (
+                f"Paused for review: {error.reason}. The operation waits for a person's "
+                "decision; you will be told the outcome."
+            )
+            return cls(call.id, ToolOutcome.INTERRUPTED, content, interrupt)
+        content = f"Error: tool {call.name!r} failed: {type(error).__name__}: {error}"
+        return cls(call.id, ToolOutcome.FAILED, content)
+
+
+# The program --------------------------------------------------------------------------
+
+
+@attrs.frozen
+class RunSettings:
+    """What the program needs to know about persistence."""
+
+    checkpointing: bool
+    retain: int = 0
+    save_on_turn_start: bool = False
+    skip_save_on_turn_end: bool = False
+
+
+Program = Generator[Effect, Any, str]
+
+
+def run_program(
+    thread: AgentThread,
+    config: AgentConfig,
+    settings: RunSettings,
+    mode: RunMode,
+    *,
+    user_input: str | None = None,
+    steering: Callable[[], Sequence[Message]] = tuple,
+) -> Program:
+    """Run turns until a final answer, an interrupt, an error or the turn limit.
+
+    Returns the final answer, or ``""`` when the run paused on an interrupt.
+    """
+    now = config.clock
+    yield from _retry_idempotent_calls(thread, config)
+    thread.start_run(mode, now=now())
+    if not thread.messages and config.system_prompt:
+        thread.append_message(Message(Role.SYSTEM, config.system_prompt), now=now())
+    if user_input is not None:
+        thread.append_message(Message(Role.USER, user_input), now=now())
+    yield Commit()
+
+    for turn_in_run in range(1, config.max_turns + 1):
+        final_turn = turn_in_run == config.max_turns
+        thread.start_turn(now=now())
+        for message in steering():
+            thread.steer(message, now=now())
+        if config.compactor is not None:
+            yield from _compact(thread, config)
+        if settings.save_on_turn_start:
+            yield from _checkpoint(thread, settings, CheckpointReason.TURN_START, now())
+        else:
+            yield Commit()
+
+        request = build_request(thread, config, final_turn=final_turn)
+        response = yield from _ask(thread, request, now)
+        calls = response.tool_calls
+        thread.append_message(
+            Message(Role.ASSISTANT, response.content, tool_calls=calls, usage=response.usage),
+            now=now(),
+        )
+        thread.call_tools(calls, now=now())
+        yield Commit()  # write-ahead: the intent to call is stored before any tool runs
+
+        if not calls:
+            thread.finish(response.content, now=now())
+            yield from _end_of_turn(thread, settings, now())
+            return response.content
+        if final_turn:
+            yield from _refuse_calls_on_final_turn(thread, config, calls)
+        yield from _run_tools(thread, config, calls)
+        if thread.interrupts:
+            yield from _checkpoint(thread, settings, CheckpointReason.INTERRUPT, now())
+            return ""
+        yield from _end_of_turn(thread, settings, now())
+    raise AssertionError("unreachable: the final turn returns or raises")  # pragma: no cover
+
+
+def build_request(thread: AgentThread, config: AgentConfig, *, final_turn: bool) -> ProviderRequest:
+    """The request for the next model call: the compacted context and the tools; on the
+    final turn the model is told to answer and may call no tool."""
+    messages = context_messages(thread.messages, thread.compaction)
+    if final_turn:
+        messages.append(Message(Role.SYSTEM, FINAL_TURN_INSTRUCTION))
+    return ProviderRequest(
+        model=config.model,
+        messages=tuple(messages),
+        tools=tuple(tool.spec for tool in config.tools),
+        tool_choice="none" if final_turn else "auto",
+        max_tokens=config.max_tokens,
+        temperature=config.temperature,
+    )
+
+
+def _ask(
+    thread: AgentThread, request: ProviderRequest, clock: Callable[[], datetime]
+) -> Generator[Effect, Any, ProviderResponse]:
+    try:
+        response: ProviderResponse = yield Complete(request)
+    except Exception as exc:
+        thread.fail(type(exc).__name__, str(exc), now=clock())
+        yield Commit()
+        if isinstance(exc, CovonautError):
+            raise
+        msg = f"the model provider failed: {type(exc).__name__}: {exc}"
+        raise ProviderError(msg) from exc
+    return response
+
+
+def _compact(thread: AgentThread, config: AgentConfig) -> Generator[Effect, Any, None]:
+    assert config.compactor is not None
+    plan = config.compactor.plan(thread.messages, thread.compaction, model=config.model)
+    if plan is None:
+        return
+    summary, usage = plan.summary, None
+    if plan.summary_request is not None:
+        response = yield from _ask(thread, plan.summary_request, config.clock)
+        summary, usage = response.content, response.usage
+    thread.compact(Compaction(summary, plan.first_kept), usage=usage, now=config.clock())
+
+
+def _run_tools(
+    thread: AgentThread, config: AgentConfig, calls: Sequence[ToolCall]
+) -> Generator[Effect, Any, None]:
+    now = config.clock
+    prepared: list[PreparedCall] = []
+    for call in calls:
+        item = _prepare(thread, config, call)
+        if item is None:
+            yield Commit()
+        else:
+            prepared.append(item)
+
+    if config.parallel_tools and len(prepared) > 1:
+        runnable = [a for item in prepared if (a := _admit(thread, item, now())) is not None]
+        yield Commit(always=any(_authorized(a) for a in runnable))
+        if runnable:
+            yield StartTools(tuple(runnable))
+        for _ in runnable:
+            _record(thread, (yield NextToolReport()), now())
+            yield Commit()
+        return
+    for item in prepared:
+        admitted = _admit(thread, item, now(), paused=bool(thread.interrupts))
+        if admitted is None:
+            continue
+        yield Commit(always=_authorized(admitted))
+        _record(thread, (yield RunTool(admitted)), now())
+        yield Commit()
+    yield Commit()
+
+
+def _prepare(thread: AgentThread, config: AgentConfig, call: ToolCall) -> PreparedCall | None:
+    """Validate a call; an invalid one gets its error result recorded and None."""
+    tool = config.tool(call.name)
+    try:
+        if tool is None:
+            msg = f"there is no tool named {call.name!r}"
+            raise ArgumentsError(msg)
+        args = parse_arguments(tool, call)
+    except ArgumentsError as exc:
+        thread.record_tool_result(call.id, f"Error: {exc}", ToolOutcome.FAILED, now=config.clock())
+        return None
+    key = thread.open_calls[call.id].idempotency_key
+    return PreparedCall(tool, call, args, ToolContext(thread.thread_id, call.id, call.name, key))
+
+
+def _admit(
+    thread: AgentThread, item: PreparedCall, now: datetime, *, paused: bool = False
+) -> PreparedCall | None:
+    """Let a prepared call run now, with the approval that authorizes it if its tool
+    requires one; otherwise record why it does not run, or ask for its review.
+
+    ``paused``: an earlier call of the batch paused the run, so nothing more runs, but
+    a call without a standing decision still gets its own review.
+    """
+    call, key = item.call, item.context.idempotency_key
+    review = None
+    if item.tool.needs_approval(item.args):
+        # Digest the very dict the tool will get, after the policy has seen it.
+        digest = operation_digest(call.name, item.args)
+        review = thread.reviews.standing(digest, key, thread_id=thread.thread_id)
+        if review is None:
+            thread.request_review(call, item.args, now=now)
+            return None
+    if paused:
+        note = "Not executed: an earlier call in this batch paused the run."
+        thread.record_tool_result(call.id, note, ToolOutcome.NOT_EXECUTED, now=now)
+        return None
+    if review is None:
+        return item
+    if not (review.usable or review.authorizes(key)):
+        thread.record_tool_result(call.id, refusal_text(review), ToolOutcome.NOT_EXECUTED, now=now)
+        return None
+    approval = review.decision
+    if review.usable:
+        approval = thread.use_approval(review.request.review_id, call.id, now=now)
+    return attrs.evolve(item, context=attrs.evolve(item.context, approval=approval))
+
+
+def _authorized(item: PreparedCall) -> bool:
+    return item.context.approval is not None
+
+
+def retry_program(thread: AgentThread, config: AgentConfig, tool_call_id: str) -> Program:
+    """Run a call in doubt again with its idempotency key and record the result.
+
+    A call whose tool requires approval is admitted as any call is: the approval it
+    used authorizes it again, since it is the same call.
+    """
+    pending = thread.retry_tool_call(tool_call_id, now=config.clock())
+    yield Commit()
+    prepared = _prepare(thread, config, pending.call)
+    admitted = None if prepared is None else _admit(thread, prepared, config.clock())
+    if admitted is not None:
+        yield Commit(always=_authorized(admitted))
+        _record(thread, (yield RunTool(admitted)), config.clock())
+    yield Commit()
+    return ""
+
+
+def settle_program(
+    thread: AgentThread, config: AgentConfig, tool_call_id: str, content: str
+) -> Program:
+    """Record the result the application found for a call in doubt."""
+    thread.settle(tool_call_id, content, now=config.clock())
+    yield Commit()
+    return ""
+
+
+def _retry_idempotent_calls(thread: AgentThread, config: AgentConfig) -> Program:
+    for pending in thread.in_doubt:
+        tool = config.tool(pending.call.name)
+        if tool is not None and tool.idempotent:
+            yield from retry_program(thread, config, pending.call.id)
+    return ""
+
+
+def _record(thread: AgentThread, report: ToolReport, now: datetime) -> None:
+    if report.interrupt is not None:
+        thread.interrupt(report.interrupt, now=now)
+    thread.record_tool_result(report.tool_call_id, report.content, report.outcome, now=now)
+
+
+def _refuse_calls_on_final_turn(
+    thread: AgentThread, config: AgentConfig, calls: Sequence[ToolCall]
+) -> Generator[Effect, Any, None]:
+    now = config.clock
+    note = "Not executed: the run reached its turn limit."
+    for call in calls:
+        thread.record_tool_result(call.id, note, ToolOutcome.NOT_EXECUTED, now=now())
+    msg = (
+        f"the model still called tools on turn {config.max_turns}, the last one "
+        f"max_turns={config.max_turns} allows; continue_run() gives it more turns"
+    )
+    thread.fail(MaxTurnsExceededError.__name__, msg, now=now())
+    yield Commit()
+    raise MaxTurnsExceededError(msg)
+
+
+def _end_of_turn(
+    thread: AgentThread, settings: RunSettings, now: datetime
+) -> Generator[Effect, Any, None]:
+    if settings.skip_save_on_turn_end:
+        yield Commit()
+    else:
+        yield from _checkpoint(thread, settings, CheckpointReason.TURN_END, now)
+
+
+def _checkpoint(
+    thread: AgentThread, settings: RunSettings, reason: CheckpointReason, now: datetime
+) -> Generator[Effect, Any, None]:
+    if not settings.checkpointing:
+        yield Commit()
+        return
+    thread.save_checkpoint(reason, retain=settings.retain, now=now)
+    yield Commit(checkpoint=True)

@@ -1,0 +1,148 @@
+"""Reviewer identity: who may decide a review, established from a credential.
+
+A decision is recorded only under the reviewer id a :class:`ReviewerVerifier` returns,
+never under a name the caller asserts.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hmac
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import attrs
+import msgspec
+
+from covonaut_es.errors import ConfigurationError, ReviewerNotVerifiedError
+
+# Reviewers --------------------------------------------------------------------------------
+
+
+class ReviewerVerifier(Protocol):
+    """Establishes who a reviewer is from a credential the application passes on.
+
+    ``Agent.approve`` and ``Agent.reject`` record a decision only under the reviewer id
+    returned here, never under a name the caller asserts.
+    """
+
+    def verify(self, credential: Any) -> str:
+        """The verified reviewer id.
+
+        Raises:
+            ReviewerNotVerifiedError: The credential is invalid, expired or not one this
+                verifier understands.
+        """
+        ...
+
+
+_TOKEN_CONTEXT = b"covonaut-es reviewer token v1\x00"
+RECOMMENDED_SECRET_BYTES = 32
+
+logger = logging.getLogger("covonaut_es")
+
+
+class _TokenClaims(msgspec.Struct, frozen=True):
+    sub: str
+    exp: float
+
+
+def _secret_bytes(secret: str | bytes) -> bytes:
+    return secret.encode() if isinstance(secret, str) else bytes(secret)
+
+
+def _check_secret(_: object, __: attrs.Attribute[bytes], secret: bytes) -> None:
+    if not secret:
+        msg = (
+            "an HMAC reviewer secret must not be empty; generate one with "
+            f"secrets.token_bytes({RECOMMENDED_SECRET_BYTES})"
+        )
+        raise ConfigurationError(msg)
+    if len(secret) < RECOMMENDED_SECRET_BYTES:
+        logger.warning(
+            "HMAC reviewer secret has %d bytes, fewer than the %d recommended: tokens are "
+            "easier to forge by guessing it",
+            len(secret),
+            RECOMMENDED_SECRET_BYTES,
+        )
+
+
+def _epoch_seconds() -> float:
+    return time.time()  # looked up per call, so tests may patch time.time
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+@attrs.frozen
+class HmacReviewerVerifier:
+    """Verifies reviewer tokens signed with HMAC-SHA256 under a shared secret.
+
+    A token names a reviewer id and an expiry time; its signature is checked in
+    constant time. Issue tokens where reviewers sign in, verify them where decisions
+    are recorded: both sides need the same secret, and nothing else.
+
+    Attributes:
+        secret: Random bytes, 32 or more (a ``str`` is taken as UTF-8); a shorter one
+            is logged as a warning. Keep it secret: whoever has it can issue tokens for
+            any reviewer.
+        clock: Seconds since the epoch, for expiry.
+    """
+
+    secret: bytes = attrs.field(converter=_secret_bytes, validator=_check_secret, repr=False)
+    clock: Callable[[], float] = attrs.field(default=_epoch_seconds, kw_only=True)
+
+    def issue_token(self, reviewer_id: str, ttl_seconds: float) -> str:
+        """A token that verifies as ``reviewer_id`` for ``ttl_seconds`` from now (zero
+        or less gives a token that is already expired)."""
+        if not reviewer_id:
+            msg = "a reviewer id must not be empty"
+            raise ValueError(msg)
+        claims = _TokenClaims(sub=reviewer_id, exp=self.clock() + ttl_seconds)
+        payload = _b64(msgspec.json.encode(claims))
+        return f"{payload}.{_b64(self._sign(payload))}"
+
+    def verify(self, credential: Any) -> str:
+        """The reviewer id of a valid, unexpired token this verifier's secret signed.
+
+        Raises:
+            ReviewerNotVerifiedError: The token is malformed, tampered with, signed
+                under another secret or expired.
+        """
+        if not isinstance(credential, str) or credential.count(".") != 1:
+            msg = (
+                "expected a reviewer token as issued by HmacReviewerVerifier.issue_token, "
+                f"got a {type(credential).__name__} that is not one; sign in again"
+            )
+            raise ReviewerNotVerifiedError(msg)
+        payload, signature = credential.split(".")
+        if not hmac.compare_digest(_b64(self._sign(payload)).encode(), signature.encode()):
+            msg = (
+                "the reviewer token's signature does not match: it was altered or signed "
+                "with another secret; issue a new token"
+            )
+            raise ReviewerNotVerifiedError(msg)
+        try:
+            claims = msgspec.json.decode(_unb64(payload), type=_TokenClaims)
+        except (binascii.Error, ValueError) as exc:  # msgspec errors are ValueErrors
+            msg = f"the reviewer token is signed but its claims do not decode: {exc}"
+            raise ReviewerNotVerifiedError(msg) from exc
+        now = self.clock()
+        if now >= claims.exp:
+            msg = (
+                f"the reviewer token of {claims.sub!r} expired {now - claims.exp:.0f} s ago; "
+                "issue a new token"
+            )
+            raise ReviewerNotVerifiedError(msg)
+        return claims.sub
+
+    def _sign(self, payload: str) -> bytes:
+        return hmac.digest(self.secret, _TOKEN_CONTEXT + payload.encode(), "sha256")

@@ -1,0 +1,26 @@
+"""Thread stores: where threads' event streams, snapshots and named states live.
+
+This package owns every persistence detail: :func:`open_store` and its URLs, the
+eventsourcing applications and recorders (SQLite, PostgreSQL, in-memory), the msgspec
+mapper with compression and encryption, forks by reference, named states, and the
+audit of a thread's own records (``Store.replay`` and ``Store.verify``). It may import
+the domain and the migrations, never the runtime or a layer above.
+"""
+
+from covonaut_es.store._application import AgentApplication
+from covonaut_es.store._audit import AuditEntry, AuditFinding, AuditReport
+from covonaut_es.store._states import FileStateStore, MemoryStateStore, StateStore
+from covonaut_es.store._store import Store, create_cipher_key, open_store
+
+__all__ = [
+    "AgentApplication",
+    "AuditEntry",
+    "AuditFinding",
+    "AuditReport",
+    "FileStateStore",
+    "MemoryStateStore",
+    "StateStore",
+    "Store",
+    "create_cipher_key",
+    "open_store",
+]

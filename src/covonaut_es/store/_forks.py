@@ -1,0 +1,168 @@
+"""Forking, labelling and abandoning threads: the store's side of the session tree.
+
+Mixed into :class:`~covonaut_es.Store`. A fork reads only the tail of its parent's
+stream and writes one ``Forked`` event (ADR 0009).
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID
+
+from eventsourcing.application import Application
+from eventsourcing.persistence import IntegrityError
+
+from covonaut_es.domain import AgentThread, Checkpoint, thread_aggregate_id
+from covonaut_es.domain._forks import fork_event, fork_point
+from covonaut_es.domain._integrity import CHAIN_KEY, UNCHAINED
+from covonaut_es.errors import (
+    CheckpointNotFoundError,
+    ConfigurationError,
+    ThreadConflictError,
+    ThreadNotFoundError,
+    ThreadStateError,
+)
+
+
+class ThreadForking(ABC):
+    """Fork a thread at any version; label it; abandon it."""
+
+    _app: Application[UUID]
+    url: str
+
+    @abstractmethod
+    def load(self, thread_id: str, *, version: int | None = None) -> AgentThread:
+        """The thread, as of a version."""
+
+    @abstractmethod
+    def save(self, thread: AgentThread) -> None:
+        """Append the thread's pending events."""
+
+    @abstractmethod
+    def exists(self, thread_id: str) -> bool:
+        """Whether the thread has any events."""
+
+    @abstractmethod
+    def checkpoints(self, thread_id: str) -> tuple[Checkpoint, ...]:
+        """The thread's retained checkpoints."""
+
+    @abstractmethod
+    def _forked_event(self, thread_id: str) -> AgentThread.Forked | None:
+        """The event that started a fork's stream, or None for a root thread."""
+
+    def _head_version(self, thread_id: str) -> int:
+        aggregate_id = thread_aggregate_id(thread_id)
+        newest = self._app.recorder.select_events(aggregate_id, desc=True, limit=1)
+        if not newest:
+            msg = f"thread {thread_id!r} not found in store {self.url}"
+            raise ThreadNotFoundError(msg)
+        return newest[0].originator_version
+
+    def _newest_first(self, thread_id: str, version: int) -> Iterator[Any]:
+        """The thread's own events up to ``version``, newest first, read in pages."""
+        aggregate_id = thread_aggregate_id(thread_id)
+        while version >= 1:
+            page = list(self._app.events.get(aggregate_id, lte=version, desc=True, limit=16))
+            yield from page
+            if len(page) < 16:
+                return
+            version = page[-1].originator_version - 1
+
+    def fork(
+        self,
+        thread_id: str,
+        *,
+        at_version: int | None = None,
+        at_checkpoint: int | None = None,
+        new_thread_id: str | None = None,
+    ) -> str:
+        """Create a thread whose history is ``thread_id``'s stream up to a version.
+
+        The fork stores one small ``Forked`` event and no copy of the parent's events;
+        the parent is not written to. Forking at an interrupt gives a branch paused on
+        the same interrupt.
+
+        Args:
+            thread_id: The parent thread.
+            at_version: The parent's version to branch at (default: its head).
+            at_checkpoint: Or the sequence number of one of the parent's checkpoints.
+            new_thread_id: The fork's id (default: derived from the parent's, unique).
+
+        Returns:
+            The new thread's id.
+
+        Raises:
+            ThreadNotFoundError: The parent, the version or the checkpoint is missing.
+            ThreadConflictError: A thread with ``new_thread_id`` already exists.
+        """
+        if at_version is not None and at_checkpoint is not None:
+            msg = "fork() takes at_version or at_checkpoint, not both"
+            raise ConfigurationError(msg)
+        if at_checkpoint is not None:
+            at_version = self._checkpoint_version(thread_id, at_checkpoint)
+        head = self._head_version(thread_id)
+        version = head if at_version is None else at_version
+        if not 1 <= version <= head:
+            msg = (
+                f"thread {thread_id!r} has versions 1 to {head}; "
+                f"it cannot be forked at version {version}"
+            )
+            raise ThreadNotFoundError(msg)
+        while (forked := self._forked_event(thread_id)) and version <= forked.parent_version:
+            thread_id = forked.parent_thread_id  # an inherited version: branch from its owner
+        new_thread_id = new_thread_id or f"{thread_id}~{uuid.uuid4().hex[:8]}"
+        if self.exists(new_thread_id):
+            msg = f"cannot fork {thread_id!r} as {new_thread_id!r}: that thread already exists"
+            raise ThreadConflictError(msg, thread_id=new_thread_id, expected_version=0)
+        newest_first = self._newest_first(thread_id, version)
+        newest = next(newest_first)
+        interrupts, abandoned = fork_point(itertools.chain([newest], newest_first))
+        if abandoned:
+            msg = (
+                f"thread {thread_id!r} is abandoned at version {version}: "
+                "fork it at a version before it was abandoned"
+            )
+            raise ThreadStateError(msg)
+        event = fork_event(
+            thread_id,
+            version,
+            new_thread_id=new_thread_id,
+            interrupts=interrupts,
+            previous_chain=newest.__dict__.get(CHAIN_KEY, UNCHAINED),
+            now=datetime.now(UTC),
+        )
+        try:
+            self._app.events.put([event])
+        except IntegrityError as exc:
+            msg = f"cannot fork {thread_id!r} as {new_thread_id!r}: that thread already exists"
+            raise ThreadConflictError(msg, thread_id=new_thread_id, expected_version=0) from exc
+        return new_thread_id
+
+    def abandon(self, thread_id: str, reason: str = "") -> None:
+        """Give a thread up: its pending reviews leave the reviewer queue and no run
+        starts on it again (a fork of it still can)."""
+        thread = self.load(thread_id)
+        thread.abandon(reason, now=datetime.now(UTC))
+        self.save(thread)
+
+    def label(self, thread_id: str, label: str, *, version: int | None = None) -> None:
+        """Label a thread, or one of its versions; labels are events of the thread."""
+        thread = self.load(thread_id)
+        thread.label(label, version=version, now=datetime.now(UTC))
+        self.save(thread)
+
+    def _checkpoint_version(self, thread_id: str, sequence: int) -> int:
+        checkpoints = self.checkpoints(thread_id)
+        for checkpoint in checkpoints:
+            if checkpoint.sequence == sequence:
+                return checkpoint.version
+        msg = (
+            f"thread {thread_id!r} has no checkpoint {sequence}; it keeps "
+            f"{[c.sequence for c in checkpoints]}"
+        )
+        raise CheckpointNotFoundError(msg)

@@ -1,0 +1,324 @@
+"""msgspec encoding behind eventsourcing's ``Mapper``.
+
+The stock mapper hands an event's ``__dict__`` to a transcoder and gets plain dicts and
+strings back for nested values. This mapper keeps eventsourcing's pipeline (topic,
+compression, encryption, upcasting on read) but encodes with msgspec and decodes each
+stored payload into a msgspec Struct generated from the event class's own annotations,
+so nested Structs, enums and datetimes come back as the types they were.
+
+Every payload carries its schema version under ``"_v"``: the ``class_version`` of the
+event class, or for snapshots of the aggregate class. Older data is upgraded in memory
+by the upcasters of :mod:`covonaut_es.migrations` under the rules of
+:mod:`covonaut_es.migrations._upcasting`; data newer than the code is refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import typing
+from collections.abc import Mapping
+from datetime import datetime
+from functools import cache
+from typing import Any
+from uuid import UUID
+
+import msgspec
+from eventsourcing.domain import CanSnapshotAggregate, DomainEventProtocol
+from eventsourcing.persistence import Cipher, Compressor, Mapper, StoredEvent, Transcoder
+from eventsourcing.utils import get_topic, resolve_topic
+
+from covonaut_es.domain._integrity import CHAIN_KEY, UNCHAINED
+from covonaut_es.errors import SerializationError
+from covonaut_es.migrations import (
+    VERSION_KEY,
+    Schema,
+    Upcaster,
+    check_upcasters,
+    schema_for,
+    stored_version,
+)
+from covonaut_es.migrations._upcasting import NO_MIGRATORS
+
+_IDENTITY_FIELDS = frozenset({"originator_id", "originator_version"})
+_UNREADABLE_HINT = (
+    "; it is damaged, or encrypted or compressed and read without the store's cipher key "
+    "or compress option"
+)
+
+
+class JsonTranscoder(Transcoder):
+    """Untyped msgspec JSON, used where a payload must be read before its type is known."""
+
+    def encode(self, obj: Any) -> bytes:
+        return msgspec.json.encode(obj)
+
+    def decode(self, data: bytes) -> Any:
+        return msgspec.json.decode(data)
+
+
+class _Codec:
+    """Encodes and decodes the payload of one stored class."""
+
+    def __init__(self, schema: Schema, payload_type: type[msgspec.Struct]) -> None:
+        self.schema = schema
+        self.decoder = msgspec.json.Decoder(payload_type)
+        self.payload_type = payload_type
+        self.field_names = tuple(n for n in payload_type.__struct_fields__ if n != VERSION_KEY)
+
+    def encode(self, obj: object) -> bytes:
+        state = {k: v for k, v in vars(obj).items() if k not in _IDENTITY_FIELDS}
+        state[VERSION_KEY] = self.schema.version
+        return msgspec.json.encode(state)
+
+    def decode(
+        self, data: bytes, *, where: str, migrators: Mapping[int, Upcaster] = NO_MIGRATORS
+    ) -> dict[str, Any]:
+        try:
+            payload = self.decoder.decode(data)
+        except msgspec.DecodeError:  # includes ValidationError
+            # Not in today's shape: an older version to upcast, or bad data.
+            return self._decode_older(data, where=where, migrators=migrators)
+        if getattr(payload, VERSION_KEY) != self.schema.version:
+            return self._decode_older(data, where=where, migrators=migrators)
+        return self._fields(payload)
+
+    def _fields(self, payload: msgspec.Struct) -> dict[str, Any]:
+        return {name: getattr(payload, name) for name in self.field_names}
+
+    def _upgrade(
+        self, payload: dict[str, Any], where: str, migrators: Mapping[int, Upcaster]
+    ) -> dict[str, Any]:
+        return self.schema.upgrade(payload, where=where, migrators=migrators)
+
+    def _decode_older(
+        self, data: bytes, *, where: str, migrators: Mapping[int, Upcaster]
+    ) -> dict[str, Any]:
+        state = decode_object(data, where=where, hint=_UNREADABLE_HINT)
+        stored = stored_version(state)
+        state = self._upgrade(state, where, migrators)
+        try:
+            payload = msgspec.convert(state, self.payload_type)
+        except msgspec.ValidationError as exc:
+            msg = (
+                f"{where}: {self.schema.name} data (schema version {stored}) does not decode: {exc}"
+            )
+            raise SerializationError(msg) from exc
+        return self._fields(payload)
+
+
+class _SnapshotCodec(_Codec):
+    """A snapshot's ``state`` is decoded typed, then handed on as the dict that
+    eventsourcing's snapshot protocol expects."""
+
+    def _fields(self, payload: msgspec.Struct) -> dict[str, Any]:
+        fields = super()._fields(payload)
+        fields["state"] = msgspec.structs.asdict(fields["state"])
+        return fields
+
+    def _upgrade(
+        self, payload: dict[str, Any], where: str, migrators: Mapping[int, Upcaster]
+    ) -> dict[str, Any]:
+        # Upcasters see the aggregate's state, versioned, not the snapshot's envelope.
+        state = payload.get("state")
+        if not isinstance(state, dict):
+            msg = f"{where}: the snapshot's state is a {type(state).__name__}, expected an object"
+            raise SerializationError(msg)
+        state = {**state, VERSION_KEY: stored_version(payload)}
+        state = self.schema.upgrade(state, where=where, migrators=migrators)
+        payload[VERSION_KEY] = state.pop(VERSION_KEY)
+        payload["state"] = state
+        return payload
+
+
+def decode_object(data: bytes, *, where: str, hint: str = "") -> dict[str, Any]:
+    """Decode stored JSON that must be an object; ``hint`` follows a JSON error.
+
+    Raises:
+        SerializationError: The bytes are not JSON, or not a JSON object.
+    """
+    try:
+        decoded = msgspec.json.decode(data)
+    except msgspec.DecodeError as exc:
+        msg = f"{where}: stored payload is not valid JSON ({exc}){hint}"
+        raise SerializationError(msg) from exc
+    if not isinstance(decoded, dict):
+        msg = f"{where}: stored payload is a {type(decoded).__name__}, expected an object"
+        raise SerializationError(msg)
+    return decoded
+
+
+def _field_types(cls: type) -> list[tuple[str, Any]]:
+    hints = typing.get_type_hints(cls)
+    fields = [
+        (f.name, hints.get(f.name, inspect.Parameter.empty))
+        for f in dataclasses.fields(cls)
+        if f.name not in _IDENTITY_FIELDS
+    ]
+    untyped = [name for name, hint in fields if hint is inspect.Parameter.empty]
+    if untyped:
+        # Refused before anything is stored: an untyped field would be written fine and
+        # then come back as whatever JSON makes of it, or not decode at all.
+        msg = (
+            f"event {cls.__qualname__} has fields without a type annotation: {untyped}; "
+            "the msgspec mapper decodes every field into its declared type, so annotate "
+            "each one (for an @event method, annotate its parameters)"
+        )
+        raise SerializationError(msg)
+    return fields
+
+
+def _aggregate_state_fields(aggregate_cls: type) -> list[tuple[str, Any, Any]]:
+    hints = typing.get_type_hints(aggregate_cls)
+    own = [name for name in aggregate_cls.__annotations__ if not name.isupper()]
+    fields: list[tuple[str, Any, Any]] = [
+        ("_created_on", datetime, msgspec.NODEFAULT),
+        ("_modified_on", datetime, msgspec.NODEFAULT),
+    ]
+    return fields + [(name, hints[name], _state_default(hints[name])) for name in own]
+
+
+def _state_default(annotation: Any) -> Any:
+    """Optional, collection and all-default Struct state fields default to empty, so
+    that snapshots written before such a field was added still decode; any other new
+    field needs a version."""
+    origin = typing.get_origin(annotation) or annotation
+    if origin in (list, dict) or _all_defaults(origin):
+        return msgspec.field(default_factory=origin)
+    if type(None) in typing.get_args(annotation):
+        return None
+    return msgspec.NODEFAULT
+
+
+def _all_defaults(cls: Any) -> bool:
+    return (
+        isinstance(cls, type)
+        and issubclass(cls, msgspec.Struct)
+        and not any(f.required for f in msgspec.structs.fields(cls))
+    )
+
+
+@cache
+def codec_for(cls: type) -> _Codec:
+    """The codec of an event or snapshot class, built once from its annotations."""
+    version_field = (VERSION_KEY, int, 0)
+    schema = schema_for(cls)
+    if issubclass(cls, CanSnapshotAggregate):
+        aggregate_cls: type | None = getattr(cls, "aggregate_class", None)
+        if aggregate_cls is None:
+            msg = (
+                f"snapshot class {cls.__qualname__} does not name the aggregate class whose "
+                "state it holds (an aggregate_class attribute), so the msgspec mapper cannot "
+                "decode that state into its types; take no snapshots of that aggregate "
+                "(leave it out of snapshotting_intervals)"
+            )
+            raise SerializationError(msg)
+        state_type = msgspec.defstruct(
+            f"{aggregate_cls.__name__}State", _aggregate_state_fields(aggregate_cls), kw_only=True
+        )
+        fields: list[tuple[str, Any] | tuple[str, Any, Any]] = [
+            ("timestamp", datetime),
+            ("topic", str),
+            ("state", state_type),
+            version_field,
+        ]
+        return _SnapshotCodec(schema, msgspec.defstruct(f"{cls.__qualname__}Payload", fields))
+    # The chain hash travels with every event's payload, outside its dataclass fields.
+    chain_field = (CHAIN_KEY, str, UNCHAINED)
+    payload_type = msgspec.defstruct(
+        f"{cls.__qualname__}Payload", [*_field_types(cls), chain_field, version_field]
+    )
+    return _Codec(schema, payload_type)
+
+
+class MsgspecMapper(Mapper[UUID]):
+    """A ``Mapper`` that encodes with msgspec and decodes into the declared types.
+
+    Compression and encryption run as in eventsourcing's own mapper, after encoding and
+    before decoding. Creating one checks the upcaster registry, so that a missing step
+    fails before any data is read.
+    """
+
+    def __init__(self, compressor: Compressor | None = None, cipher: Cipher | None = None):
+        check_upcasters()
+        super().__init__(JsonTranscoder(), compressor=compressor, cipher=cipher)
+
+    def to_stored_event(self, domain_event: DomainEventProtocol[UUID]) -> StoredEvent:
+        cls = type(domain_event)
+        return StoredEvent(
+            originator_id=domain_event.originator_id,
+            originator_version=domain_event.originator_version,
+            topic=get_topic(cls),
+            state=self.stored_payload(codec_for(cls).encode(domain_event)),
+        )
+
+    def stored_payload(self, plain: bytes) -> bytes:
+        """The bytes to store for an encoded payload: compressed, then encrypted, as
+        configured. The inverse of :meth:`plain_payload`."""
+        if self.compressor:
+            plain = self.compressor.compress(plain)
+        if self.cipher:
+            plain = self.cipher.encrypt(plain)
+        return plain
+
+    def to_domain_event(self, stored_event: StoredEvent) -> DomainEventProtocol[UUID]:
+        return self.decode(stored_event)
+
+    def decode(
+        self, stored_event: StoredEvent, *, migrators: Mapping[int, Upcaster] = NO_MIGRATORS
+    ) -> DomainEventProtocol[UUID]:
+        """Decode a stored record, upgrading it in memory to the current schema.
+
+        Args:
+            stored_event: The record as the recorder holds it.
+            migrators: The application's upcasters for this record's type; each
+                replaces the library's own for its step (B25).
+
+        Raises:
+            SerializationError: The record cannot be read (a subclass says why:
+                ``SchemaVersionError``, ``MissingUpcasterError``, ``UpcasterError``,
+                ``StaleSnapshotError``).
+        """
+        where = _where(stored_event)
+        try:
+            cls = resolve_topic(stored_event.topic)
+        except Exception as exc:
+            msg = f"{where}: its type is unknown to this code: {exc}"
+            raise SerializationError(msg) from exc
+        payload = self.plain_payload(stored_event)
+        state = codec_for(cls).decode(payload, where=where, migrators=migrators)
+        originator_id = stored_event.originator_id
+        state["originator_id"] = (
+            originator_id if isinstance(originator_id, UUID) else UUID(originator_id)
+        )
+        state["originator_version"] = stored_event.originator_version
+        event: object = object.__new__(cls)
+        object.__setattr__(event, "__dict__", state)
+        return typing.cast(DomainEventProtocol[UUID], event)
+
+    def plain_payload(self, stored_event: StoredEvent) -> bytes:
+        """The stored payload decrypted and decompressed: the JSON the codec wrote.
+
+        Raises:
+            SerializationError: The key is wrong or the bytes are corrupt.
+        """
+        data = stored_event.state
+        try:
+            if self.cipher:
+                data = self.cipher.decrypt(data)
+            if self.compressor:
+                data = self.compressor.decompress(data)
+        except Exception as exc:
+            msg = (
+                f"{_where(stored_event)}: cannot decrypt or decompress it "
+                f"(wrong key or corrupt data): {exc}"
+            )
+            raise SerializationError(msg) from exc
+        return data
+
+
+def _where(stored_event: StoredEvent) -> str:
+    return (
+        f"stored event {stored_event.topic!r} of {stored_event.originator_id} "
+        f"at version {stored_event.originator_version}"
+    )

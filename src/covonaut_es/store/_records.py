@@ -1,0 +1,101 @@
+"""Raw access to a store's records, for audits, imports and migration checks.
+
+Mixed into :class:`~covonaut_es.Store`; nothing here decodes more than it must.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator
+from uuid import UUID
+
+from eventsourcing.application import Application
+from eventsourcing.persistence import IntegrityError, StoredEvent
+
+from covonaut_es.domain import AgentThread, ThreadState, thread_aggregate_id
+from covonaut_es.errors import ThreadConflictError
+from covonaut_es.store._mapper import MsgspecMapper
+
+_LOG_BATCH = 500
+
+
+class StoredRecords(ABC):
+    """A store's records exactly as its database holds them."""
+
+    _app: Application[UUID]
+
+    @abstractmethod
+    def _forked_event(self, thread_id: str) -> AgentThread.Forked | None:
+        """The event that started a fork's stream, or None for a root thread."""
+
+    def _stored_records(self, thread_id: str) -> tuple[StoredEvent, ...]:
+        """The thread's records exactly as the database holds them, a fork's inherited
+        ones first. For audits; nothing is decoded."""
+        own = tuple(self._app.recorder.select_events(thread_aggregate_id(thread_id)))
+        forked = self._forked_event(thread_id)
+        if forked is None:
+            return own
+        inherited = self._stored_records(forked.parent_thread_id)[: forked.parent_version]
+        return inherited + own
+
+    def _insert_records(self, records: Iterable[StoredEvent]) -> None:
+        """Write records whose payloads are plain JSON, compressed and encrypted as this
+        store is configured, in one transaction. For imports; see ``transfer``."""
+        mapper = self._mapper
+        sealed = [
+            StoredEvent(
+                r.originator_id, r.originator_version, r.topic, mapper.stored_payload(r.state)
+            )
+            for r in records
+        ]
+        try:
+            self._app.recorder.insert_events(sealed)
+        except IntegrityError as exc:
+            thread = str(sealed[0].originator_id) if sealed else "?"
+            msg = f"records for {thread} conflict with stored ones; nothing was written"
+            raise ThreadConflictError(msg, thread_id=thread, expected_version=0) from exc
+
+    def _plain_payload(self, record: StoredEvent) -> bytes:
+        """A stored record's payload decrypted and decompressed."""
+        return self._mapper.plain_payload(record)
+
+    @property
+    def _mapper(self) -> MsgspecMapper:
+        mapper = self._app.mapper
+        assert isinstance(mapper, MsgspecMapper)
+        return mapper
+
+    def _all_stored_records(self) -> Iterator[StoredEvent]:
+        """Every record in the store exactly as the database holds it: the events in log
+        order, then each stream's snapshots. For audits and migration checks."""
+        streams: dict[UUID, None] = {}
+        position: int | None = None
+        while True:
+            batch = self._app.recorder.select_notifications(
+                position, _LOG_BATCH, inclusive_of_start=False
+            )
+            for notification in batch:
+                streams.setdefault(UUID(str(notification.originator_id)))
+                yield notification
+            if len(batch) < _LOG_BATCH:
+                break
+            position = batch[-1].id
+        assert self._app.snapshots is not None
+        for stream in streams:
+            yield from self._app.snapshots.recorder.select_events(stream)
+
+    def _read_record(self, record: StoredEvent) -> object:
+        """A stored record decoded and upgraded to this code's schema, as a load reads it.
+
+        Raises:
+            SerializationError: It cannot be read; the subclass says why.
+        """
+        mapper = self._app.mapper
+        assert isinstance(mapper, MsgspecMapper)
+        return mapper.decode(record)
+
+    def _snapshot_states(self, thread_id: str) -> tuple[ThreadState, ...]:
+        """The states held by the thread's own stored snapshots, oldest first."""
+        assert self._app.snapshots is not None
+        snapshots = self._app.snapshots.get(thread_aggregate_id(thread_id))
+        return tuple(snapshot.mutate(None).state for snapshot in snapshots)  # type: ignore[attr-defined]

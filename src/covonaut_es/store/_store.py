@@ -1,0 +1,490 @@
+"""Thread stores: where threads' event streams and snapshots live.
+
+A :class:`Store` wraps one eventsourcing ``Application`` configured for one back end
+(in memory, a SQLite file, PostgreSQL) with the msgspec mapper: one that
+:mod:`covonaut_es.store._application` opens, or the user's own. With that module it is the only
+code that talks to eventsourcing's persistence; the runtime loads and saves threads
+through it.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import os
+import secrets
+import threading
+from collections.abc import Iterator, Mapping
+from typing import Any, Protocol
+from uuid import UUID
+
+from eventsourcing.application import AggregateNotFoundError, Application, Repository
+from eventsourcing.persistence import IntegrityError
+from eventsourcing.utils import get_topic
+
+from covonaut_es._aio import in_worker_thread
+from covonaut_es._closing import Closing
+from covonaut_es.domain import (
+    AgentThread,
+    Checkpoint,
+    ForkRecord,
+    Label,
+    ThreadParent,
+    ThreadSnapshot,
+    ThreadState,
+    thread_aggregate_id,
+)
+from covonaut_es.domain._named_states import StateSaved, state_stream_id
+from covonaut_es.domain._tree import SessionTreeQueries
+from covonaut_es.errors import (
+    ConfigurationError,
+    StoreUnavailableError,
+    ThreadConflictError,
+    ThreadNotFoundError,
+)
+from covonaut_es.migrations import Upcaster
+from covonaut_es.migrations._upcasting import NO_MIGRATORS
+from covonaut_es.store import _audit
+from covonaut_es.store._application import SnapshotCache, open_application
+from covonaut_es.store._audit import AuditEntry, AuditReport
+from covonaut_es.store._forks import ThreadForking
+from covonaut_es.store._mapper import MsgspecMapper
+from covonaut_es.store._records import StoredRecords
+from covonaut_es.store._urls import canonical_url, redact, store_env
+
+_LOG_BATCH = 500
+
+
+class _BaseLoader(Protocol):
+    def __call__(self, thread_id: str, *, version: int | None = None) -> AgentThread | None: ...
+
+
+SNAPSHOT_MIN_VERSION = 64
+"""No snapshot is written for a thread shorter than this: replaying it is cheap."""
+
+
+class Store(StoredRecords, ThreadForking, SessionTreeQueries, Closing):
+    """Threads' event streams, snapshots and checkpoints in one back end.
+
+    Create one with :func:`open_store`. A store is safe to share between agents and
+    threads of one process (B9); several processes may open the same SQLite file or
+    PostgreSQL database, and optimistic concurrency keeps each thread's stream whole.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        env: Mapping[str, str],
+        *,
+        max_checkpoints_per_thread: int = 0,
+        application: Application[UUID] | None = None,
+    ) -> None:
+        if max_checkpoints_per_thread < 0:
+            msg = (
+                "max_checkpoints_per_thread must be 0 (no cap) or more, "
+                f"got {max_checkpoints_per_thread}"
+            )
+            raise ConfigurationError(msg)
+        self.url = redact(url)
+        self.max_checkpoints_per_thread = max_checkpoints_per_thread
+        self._owns_app = application is None
+        self._app = application or open_application(self.url, env)
+        self._snapshot_versions: dict[UUID, int] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_application(
+        cls, application: Application[UUID], *, max_checkpoints_per_thread: int = 0
+    ) -> Store:
+        """A store of the threads kept in your own eventsourcing application.
+
+        Agents configured with it load and save their threads through ``application``,
+        in its database, beside your aggregates; ``store.load(thread_id)`` gives you a
+        thread to change and save together with them: ``application.save(claim,
+        thread)``. Closing the store leaves the application open.
+
+        Args:
+            application: An application whose mapper is covonaut_es's: subclass
+                :class:`~covonaut_es.AgentApplication`.
+            max_checkpoints_per_thread: As for :func:`open_store`.
+
+        Raises:
+            ConfigurationError: The application's mapper cannot read agent threads.
+        """
+        if not isinstance(application.mapper, MsgspecMapper):
+            msg = (
+                f"{type(application).__name__} maps events with "
+                f"{type(application.mapper).__name__}, which cannot read agent threads; "
+                "make covonaut_es.AgentApplication its base class (or a mixin)"
+            )
+            raise ConfigurationError(msg)
+        url = f"application:{type(application).__name__}"
+        return cls(
+            url, {}, max_checkpoints_per_thread=max_checkpoints_per_thread, application=application
+        )
+
+    # Threads ----------------------------------------------------------------------
+
+    def load(
+        self,
+        thread_id: str,
+        *,
+        version: int | None = None,
+        snapshot_migrators: Mapping[int, Upcaster] = NO_MIGRATORS,
+    ) -> AgentThread:
+        """Rebuild a thread from its newest snapshot at or below ``version`` and the
+        events after it.
+
+        Args:
+            thread_id: The thread.
+            version: The version to rebuild; the head by default.
+            snapshot_migrators: The application's upcasters for snapshots, replacing
+                the library's own for their steps (``CheckpointSettings.migrators``). A
+                snapshot that cannot be upgraded is passed over and the thread rebuilt
+                from its events.
+
+        Raises:
+            ThreadNotFoundError: The thread has no events (at that version).
+            SerializationError: A stored event cannot be read.
+        """
+        thread = self.find(thread_id, version=version, snapshot_migrators=snapshot_migrators)
+        if thread is None:
+            at = "" if version is None else f" at version {version}"
+            msg = f"thread {thread_id!r} not found{at} in store {self.url}"
+            raise ThreadNotFoundError(msg)
+        return thread
+
+    def find(
+        self,
+        thread_id: str,
+        *,
+        version: int | None = None,
+        snapshot_migrators: Mapping[int, Upcaster] = NO_MIGRATORS,
+    ) -> AgentThread | None:
+        """Like :meth:`load`, but None when the thread does not exist."""
+        if version is not None and version < 1:
+            return None
+        aggregate_id = thread_aggregate_id(thread_id)
+        snapshot_seen: list[int] = []
+
+        def project(thread: AgentThread | None, events: Any) -> AgentThread | None:
+            for event in events:
+                if isinstance(event, ThreadSnapshot):
+                    snapshot_seen.append(event.originator_version)
+                thread = self._fold(thread, event, self.find)
+            return thread
+
+        try:
+            thread = self._repository(snapshot_migrators).get(
+                aggregate_id, version=version, projector_func=project
+            )
+        except AggregateNotFoundError:
+            return self._inherited(thread_id, version, self.find)
+        if snapshot_seen and version is None:
+            self._remember_snapshot(aggregate_id, snapshot_seen[0])
+        return thread
+
+    def _fold(
+        self, thread: AgentThread | None, event: Any, load_base: _BaseLoader
+    ) -> AgentThread | None:
+        if thread is None and isinstance(event, AgentThread.Forked):
+            base = load_base(event.parent_thread_id, version=event.parent_version)
+            if base is None:
+                msg = (
+                    f"fork {event.thread_id!r} branches from {event.parent_thread_id!r} at "
+                    f"version {event.parent_version}, which is missing from {self.url}"
+                )
+                raise ThreadNotFoundError(msg)
+            return event.graft(base)
+        return event.mutate(thread)  # type: ignore[no-any-return]
+
+    def _inherited(
+        self, thread_id: str, version: int | None, load_base: _BaseLoader
+    ) -> AgentThread | None:
+        """A fork's versions up to its branch point are its parent's."""
+        forked = self._forked_event(thread_id)
+        if forked is None or version is None or version > forked.parent_version:
+            return None
+        return load_base(forked.parent_thread_id, version=version)
+
+    def _forked_event(self, thread_id: str) -> AgentThread.Forked | None:
+        first = next(iter(self._app.events.get(thread_aggregate_id(thread_id), limit=1)), None)
+        return first if isinstance(first, AgentThread.Forked) else None
+
+    def exists(self, thread_id: str) -> bool:
+        """Whether the thread has any events."""
+        events = self._app.events.get(thread_aggregate_id(thread_id), limit=1)
+        return any(True for _ in events)
+
+    def save(self, thread: AgentThread) -> None:
+        """Append the thread's pending events atomically.
+
+        Raises:
+            ThreadConflictError: Another writer appended to the thread first; nothing
+                of this save was stored.
+        """
+        pending = thread.pending_events
+        if not pending:
+            return
+        expected = pending[0].originator_version - 1
+        try:
+            self._app.save(thread)
+        except IntegrityError as exc:
+            msg = (
+                f"thread {thread.thread_id!r} was changed by another writer: this writer "
+                f"started from version {expected} but that version is no longer the head; "
+                "reload the thread and try again"
+            )
+            raise ThreadConflictError(
+                msg, thread_id=thread.thread_id, expected_version=expected
+            ) from exc
+
+    def save_checkpoint_snapshot(self, thread: AgentThread) -> bool:
+        """Store a snapshot of a just-saved thread if it pays (ADR 0003).
+
+        A snapshot is written when the thread has at least doubled in versions since
+        its last snapshot, so all snapshots together stay within about twice the event
+        bytes and a restore reads at most about twice the state's size.
+
+        Returns:
+            Whether a snapshot was written.
+        """
+        aggregate_id = thread.id
+        with self._lock:
+            last = self._snapshot_versions.get(aggregate_id, 0)
+        if thread.version < max(SNAPSHOT_MIN_VERSION, 2 * last):
+            return False
+        if self._app.snapshots is None:
+            return False  # an application of the caller's, with snapshotting off
+        with contextlib.suppress(IntegrityError):  # another writer stored this very one
+            self._app.snapshots.put([ThreadSnapshot.take(thread)])
+        self._remember_snapshot(aggregate_id, thread.version)
+        return True
+
+    def log_position(self) -> int:
+        """The position of the newest event in the store's log (0 when empty):
+        projections have caught up when they reach it."""
+        return self._app.recorder.max_notification_id() or 0
+
+    def has_events_after(self, position: int, *event_types: type[AgentThread.Event]) -> bool:
+        """Whether the log holds events (of these types, or any) after ``position``."""
+        topics = [get_topic(cls) for cls in event_types]
+        found = self._app.recorder.select_notifications(
+            position, 1, topics=topics, inclusive_of_start=False
+        )
+        return bool(found)
+
+    def thread_ids(self) -> Iterator[str]:
+        """The ids of all threads, forks included, in creation order."""
+        for event in self._events_of_type(
+            AgentThread.Started, AgentThread.StartedFromState, AgentThread.Forked
+        ):
+            yield event.thread_id
+
+    def checkpoints(self, thread_id: str) -> tuple[Checkpoint, ...]:
+        """The thread's retained checkpoints, oldest first."""
+        return tuple(self.load(thread_id).checkpoints)
+
+    def history(self, thread_id: str) -> tuple[AgentThread.Event, ...]:
+        """Every event of the thread in order, a fork's inherited events first; each
+        has ``originator_version`` and ``timestamp``."""
+        own: tuple[AgentThread.Event, ...] = tuple(
+            self._app.events.get(thread_aggregate_id(thread_id))  # type: ignore[arg-type]
+        )
+        if not own:
+            msg = f"thread {thread_id!r} not found in store {self.url}"
+            raise ThreadNotFoundError(msg)
+        if isinstance(own[0], AgentThread.Forked):
+            inherited = self.history(own[0].parent_thread_id)[: own[0].parent_version]
+            return inherited + own
+        return own
+
+    def state_at(self, thread_id: str, version: int | None = None) -> ThreadState:
+        """The thread's state as of ``version`` (default: the head), read-only."""
+        return self.load(thread_id, version=version).state
+
+    def replay_state(self, thread_id: str) -> ThreadState:
+        """The thread's state rebuilt from its events alone, ignoring snapshots."""
+        thread = self._replay(thread_id)
+        if thread is None:
+            msg = f"thread {thread_id!r} not found in store {self.url}"
+            raise ThreadNotFoundError(msg)
+        return thread.state
+
+    aload = in_worker_thread(load)
+    afind = in_worker_thread(find)
+    aexists = in_worker_thread(exists)
+    acheckpoints = in_worker_thread(checkpoints)
+    ahistory = in_worker_thread(history)
+    astate_at = in_worker_thread(state_at)
+    areplay_state = in_worker_thread(replay_state)
+
+    def _replay(self, thread_id: str, *, version: int | None = None) -> AgentThread | None:
+        thread: AgentThread | None = None
+        for event in self._app.events.get(thread_aggregate_id(thread_id), lte=version):
+            thread = self._fold(thread, event, self._replay)
+        return thread or self._inherited(thread_id, version, self._replay)
+
+    # Audits -------------------------------------------------------------------------
+
+    def replay(self, thread_id: str) -> Iterator[AuditEntry]:
+        """Each event of the thread (a fork's inherited ones first) with its version,
+        time and a readable summary, read from the log alone."""
+        return _audit.replay(self, thread_id)
+
+    def verify(self, thread_id: str) -> AuditReport:
+        """Check the thread's hash chain, and its checkpoints and snapshots against the
+        state rebuilt from its events alone; see :class:`~covonaut_es.AuditReport`."""
+        return _audit.verify(self, thread_id)
+
+    # Forks and the session tree (B2) ---------------------------------------------
+
+    def forks(self) -> tuple[ForkRecord, ...]:
+        """Every fork in the store, read from the event log."""
+        return tuple(
+            ForkRecord(
+                event.thread_id,
+                ThreadParent(event.parent_thread_id, event.parent_version),
+                event.timestamp,
+            )
+            for event in self._events_of_type(AgentThread.Forked)
+        )
+
+    def parent(self, thread_id: str) -> ThreadParent | None:
+        """The thread and version a fork branched from; None for a root."""
+        forked = self._forked_event(thread_id)
+        return ThreadParent(forked.parent_thread_id, forked.parent_version) if forked else None
+
+    def _labels_of(self, thread_id: str) -> tuple[Label, ...]:
+        return tuple(self.load(thread_id).labels)
+
+    def _events_of_type(self, *event_classes: type[AgentThread.Event]) -> Iterator[Any]:
+        """Events of these types across all threads, in log order (filtered in SQL)."""
+        topics = [get_topic(cls) for cls in event_classes]
+        recorder = self._app.recorder
+        position: int | None = None
+        while True:
+            batch = recorder.select_notifications(
+                position, _LOG_BATCH, topics=topics, inclusive_of_start=False
+            )
+            for notification in batch:
+                yield self._app.mapper.to_domain_event(notification)
+            if len(batch) < _LOG_BATCH:
+                return
+            position = batch[-1].id
+
+    # Named states (B1) -------------------------------------------------------------
+
+    def write_state(self, key: str, document: Mapping[str, Any]) -> None:
+        """Save a named state document under ``key``; the last save wins.
+
+        Each save is an event in the key's own stream, so the store keeps every save.
+
+        Raises:
+            InvalidStateKeyError: The key is not allowed.
+        """
+        stream = state_stream_id(key)
+        while True:
+            last = self._app.recorder.select_events(stream, desc=True, limit=1)
+            saved = StateSaved(
+                originator_id=stream,
+                originator_version=last[0].originator_version + 1 if last else 1,
+                timestamp=StateSaved.create_timestamp(),
+                key=key,
+                document=dict(document),
+            )
+            with contextlib.suppress(IntegrityError):  # another writer saved first: go after it
+                self._app.events.put([saved])
+                return
+
+    def read_state(self, key: str) -> dict[str, Any] | None:
+        """The document last saved under ``key``, or None.
+
+        Raises:
+            InvalidStateKeyError: The key is not allowed.
+            SerializationError: The stored record cannot be read.
+        """
+        for saved in self._app.events.get(state_stream_id(key), desc=True, limit=1):
+            assert isinstance(saved, StateSaved)
+            return saved.document
+        return None
+
+    # Lifecycle --------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Release connections. The store cannot be used afterwards.
+
+        A store made by :meth:`from_application` leaves the application open.
+        """
+        if self._owns_app:
+            self._app.close()
+
+    def __repr__(self) -> str:
+        return f"Store({self.url!r})"
+
+    def _repository(self, snapshot_migrators: Mapping[int, Upcaster]) -> Repository[UUID]:
+        if not snapshot_migrators:
+            return self._app.repository
+        assert self._app.snapshots is not None
+        mapper = self._app.mapper
+        assert isinstance(mapper, MsgspecMapper)
+        cache = SnapshotCache(mapper, self._app.snapshots.recorder, snapshot_migrators)
+        return Repository(self._app.events, snapshot_store=cache)
+
+    def _remember_snapshot(self, aggregate_id: UUID, version: int) -> None:
+        with self._lock:
+            if version > self._snapshot_versions.get(aggregate_id, 0):
+                self._snapshot_versions[aggregate_id] = version
+
+
+def create_cipher_key(num_bytes: int = 32) -> str:
+    """A new random AES key for ``open_store(..., cipher_key=...)``: base64 text.
+
+    Keep it secret and safe: without it the store cannot be read.
+    """
+    if num_bytes not in (16, 24, 32):
+        msg = f"an AES key has 16, 24 or 32 bytes, not {num_bytes}"
+        raise ConfigurationError(msg)
+    return base64.b64encode(secrets.token_bytes(num_bytes)).decode()
+
+
+def open_store(
+    url: str,
+    *,
+    max_checkpoints_per_thread: int = 0,
+    cipher_key: str | None = None,
+    compress: bool = False,
+    create_tables: bool = True,
+) -> Store:
+    """Open a thread store.
+
+    Args:
+        url: ``memory://`` (this process only, lost at exit; ``memory://NAME`` is
+            shared by stores and projections of this process that use the same name),
+            ``sqlite:///path.db``
+            (a file; ``sqlite:////abs/path.db`` for an absolute path) or
+            ``postgresql://user:password@host:port/dbname`` (needs the ``postgres`` extra).
+        max_checkpoints_per_thread: Keep only this many newest checkpoints per thread;
+            0 keeps all (B11). Evicting a checkpoint never deletes events.
+        cipher_key: Encrypt stored events and snapshots with AES-GCM under this key
+            (base64 of 16, 24 or 32 bytes; see :func:`create_cipher_key`). Needs the
+            ``encryption`` extra.
+        compress: Compress stored events and snapshots with zlib.
+        create_tables: Create the store's tables (and a SQLite file) when they are
+            missing. Tools that must not write pass False.
+
+    Raises:
+        StoreURLError: The URL's scheme is unknown or the URL is malformed.
+        ConfigurationError: An option is invalid or its optional package is missing.
+        StoreUnavailableError: The database cannot be reached.
+    """
+    env = store_env(url, cipher_key=cipher_key, compress=compress)
+    if not create_tables:
+        env["CREATE_TABLE"] = "n"
+        sqlite_file = env.get("SQLITE_DBNAME")
+        if sqlite_file is not None and not os.path.exists(sqlite_file):
+            msg = f"store {redact(url)}: there is no SQLite file {sqlite_file!r} to open"
+            raise StoreUnavailableError(msg)
+    return Store(
+        canonical_url(url, env), env, max_checkpoints_per_thread=max_checkpoints_per_thread
+    )
