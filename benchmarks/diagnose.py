@@ -5,7 +5,7 @@ was missed gets its explanation from the diagnosis, with the measured numbers. T
 profiles are cProfile's, which inflates Python-level costs against C calls: read them
 for where the time goes, not for absolute figures. "What if" rows change nothing in the
 library: they use public options (`open_store(compress=True)`) or the public
-`Store.save_checkpoint_snapshot` on a copy of the database, to show what a change would
+`Store._save_checkpoint_snapshot` on a copy of the database, to show what a change would
 buy before anyone makes it.
 """
 
@@ -106,7 +106,7 @@ def run_restore(progress: Progress, target: str, copy: str) -> None:
     )
     # A store that never loaded this thread writes a snapshot at once (public API).
     with closing(open_store(workload.store_url(copy))) as fresh:
-        written = fresh.save_checkpoint_snapshot(thread)
+        written = fresh._save_checkpoint_snapshot(thread)
     with closing(open_store(workload.store_url(copy))) as store:
         loads = []
         for _ in range(workload.REPEAT_LOADS):
@@ -209,7 +209,7 @@ def storage(ctx: Context) -> Table:
     if target and target.status == MISSED:
         target.explanation = (
             f"Cause: snapshots are {ratio(snapshot_bytes, total):.0%} of the file "
-            "(`Store.save_checkpoint_snapshot` in `store.py` keeps every snapshot of the "
+            "(`Store._save_checkpoint_snapshot` in `store/_store.py` keeps every snapshot of the "
             "doubling policy of ADR 0003, together about 2x the newest state), and each "
             f"turn stores {events / turns:.1f} events, of which only the message events carry "
             "conversation; every event row repeats its topic string and hex thread id "
@@ -249,7 +249,7 @@ def restore(ctx: Context) -> list[Table]:
         f"Restore now: {seconds(now)}, {times(ratio(now, decode))} the decode of the latest "
         f"state ({seconds(decode)}).",
         f"What if a snapshot were at the head (written with the public "
-        f"`Store.save_checkpoint_snapshot` on a copy): {seconds(after)}, "
+        f"`Store._save_checkpoint_snapshot` on a copy): {seconds(after)}, "
         f"{times(ratio(after, decode))} the decode time.",
     ]
     top = ", ".join(f"`{row[0]}`" for row in found["profile"][:4])
@@ -263,10 +263,10 @@ def restore(ctx: Context) -> list[Table]:
         target = ctx.targets.get(key)
         if target and target.status == MISSED:
             target.explanation = (
-                f"Cause: `Store.find` (`store.py`) loads the newest snapshot, at version "
+                f"Cause: `Store.find` (`store/_store.py`) loads the newest snapshot, at version "
                 f"{snapshot} of {head}, and replays the {replayed} events after it through "
                 "eventsourcing's repository and `MsgspecMapper.to_domain_event` "
-                f"(`serialization.py`); by own time the profile's top functions are {top}. "
+                f"(`store/_mapper.py`); by own time the profile's top functions are {top}. "
                 "The doubling snapshot policy (ADR 0003) lets that tail grow to half the "
                 f"thread. In the diagnosis run a restore took {times(ratio(now, decode))} the "
                 f"decode time, and {times(ratio(after, decode))} from a snapshot at the head "
@@ -300,7 +300,7 @@ def persistence(ctx: Context) -> list[Table]:
         share = ratio(found["database_s"], found["persistence_s"])
         table.notes.append(
             f"Under the profiler, {seconds(found['persistence_s'] / turns)} per turn is "
-            f"persistence (inside `Store.save` / `save_checkpoint_snapshot`), of which "
+            f"persistence (inside `Store.save` / `_save_checkpoint_snapshot`), of which "
             f"{share:.0%} is the client waiting in the database driver (SQLite's C calls, "
             "fsync included; psycopg's socket waits and pipeline I/O) and the rest Python in "
             "eventsourcing, psycopg and covonaut_es; the whole run is "
@@ -324,10 +324,10 @@ def _persistence_cause(ctx: Context, turns: int, share: float) -> str:
         f"in our store, {seconds((ours - raw) / max(commits, 1))} more per transaction. "
         f"Under cProfile {share:.0%} of our persistence time is the client blocked in "
         "SQLite (the same commits and fsyncs as the limit); the rest is Python per commit "
-        "on the path `Store.save` (`store.py`) -> eventsourcing `Application.save` "
+        "on the path `Store.save` (`store/_store.py`) -> eventsourcing `Application.save` "
         "(runtime `Protocol` checks in `collect_events`, `_take_snapshots`, the recorder's "
         "transaction and connection-pool wrappers, one `execute` per event) -> "
-        "`MsgspecMapper.to_stored_event` (`serialization.py`). Fewer commits per turn "
+        "`MsgspecMapper.to_stored_event` (`store/_mapper.py`). Fewer commits per turn "
         "(figure 8 shows how many) would cut both parts. See Diagnosis."
     )
 

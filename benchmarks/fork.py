@@ -178,7 +178,8 @@ def _cause(ctx: Context, backend: str, turns: int, found: dict[str, Any]) -> str
     )
     return (
         f"Cause: the slowest fork ({backend}, T={turns}) took {seconds(found['fork_s'])}: "
-        "`Store.fork` (`store.py`) loads the parent at its head (`self.load(thread_id)`) and "
+        "`Store.fork` (`store/_forks.py`) loads the parent at its head "
+        "(`self.load(thread_id)`) and "
         "again at the branch version, and checks `self.exists(new_thread_id)`, before it "
         f"saves one `Forked` event; one restore of that head alone takes {seconds(restore)} "
         f"(figure 3). The bytes ({size(found['bytes'])}) are within the target: what a fork "

@@ -363,7 +363,7 @@ class PersistenceTimer:
     def __init__(self, store: Store) -> None:
         self.seconds = 0.0
         self.groups: list[list[int]] = []  # [events in the commit, snapshot written]
-        save, snapshot = store.save, store.save_checkpoint_snapshot
+        save, snapshot = store.save, store._save_checkpoint_snapshot
 
         def timed_save(thread: Any) -> None:
             events = len(thread.pending_events)
@@ -382,7 +382,7 @@ class PersistenceTimer:
             return written
 
         store.save = timed_save  # type: ignore[method-assign]
-        store.save_checkpoint_snapshot = timed_snapshot  # type: ignore[method-assign]
+        store._save_checkpoint_snapshot = timed_snapshot  # type: ignore[method-assign]
 
 
 def run_ours(

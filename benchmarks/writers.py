@@ -183,7 +183,7 @@ def _cause(results: list[dict[str, Any]]) -> str:
         f"Cause: a single writer already reaches only {ratio(ours1, raw1):.0%} of the raw "
         f"rate ({rate(ours1)} against {rate(raw1)}), so most of the gap is the cost of "
         "each of our commits, not contention: per transaction eventsourcing's PostgreSQL "
-        "recorder (which `_ThreadsApplication` in `store.py` uses) pipelines "
+        "recorder (which `ThreadsApplication` in `store/_application.py` uses) pipelines "
         "`SET LOCAL lock_timeout`, `LOCK TABLE covonaut_events IN EXCLUSIVE MODE`, "
         "`NOTIFY` and an `INSERT ... RETURNING notification_id`, then commits, inside the "
         "Python of `Application.save` (figure 8 and the PostgreSQL profile in Diagnosis). "

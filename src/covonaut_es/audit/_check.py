@@ -98,7 +98,7 @@ def check_store(
         The counts per type and version, and every failure.
     """
     checker = _Checker(store)
-    total = store.log_position()
+    total = store._log_position()
     for done, record in enumerate(store._all_stored_records(), start=1):
         checker.check(record)
         if progress is not None:

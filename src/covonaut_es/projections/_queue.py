@@ -25,7 +25,7 @@ from covonaut_es.projections._views import VIEW_TOPICS, ReviewQueueView
 from covonaut_es.store import AgentApplication, Store
 from covonaut_es.store._application import (
     STORE_APPLICATION_NAME,
-    _ThreadsApplication,
+    ThreadsApplication,
     open_application,
 )
 from covonaut_es.store._urls import canonical_url, persistence_env, store_env
@@ -105,7 +105,7 @@ class ReviewQueue(Closing):
             TimeoutError: The view is still behind after ``timeout`` seconds.
         """
         deadline = time.monotonic() + timeout
-        while store.has_events_after(self.position(), *QUEUE_EVENT_TYPES):
+        while store._has_events_after(self.position(), *QUEUE_EVENT_TYPES):
             if time.monotonic() > deadline:
                 msg = f"the review queue of {self.store_url} is still behind after {timeout}s"
                 raise TimeoutError(msg)
@@ -124,7 +124,7 @@ class ReviewQueue(Closing):
         """
         open_application(self.store_url, self._store_env).close()  # tables exist first
         runner: ProjectionRunner[AgentApplication, Any] = ProjectionRunner(
-            application_class=_ThreadsApplication,
+            application_class=ThreadsApplication,
             projection_class=ReviewQueueProjection,
             view_class=self.view_class,
             env=self._env,

@@ -100,7 +100,7 @@ class AgentBase(Closing):
         if commit.checkpoint or commit.always or settings.durability == "step":
             settings.store.save(thread)
         if commit.checkpoint:
-            settings.store.save_checkpoint_snapshot(thread)
+            settings.store._save_checkpoint_snapshot(thread)
         return news
 
     def _publish(self, events: Sequence[AgentThread.Event]) -> None:

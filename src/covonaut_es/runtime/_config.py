@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Literal
 
 import attrs
 
+from covonaut_es._clock import utc_now
 from covonaut_es.domain import AgentThread
 from covonaut_es.errors import ConfigurationError
 from covonaut_es.migrations import Upcaster
@@ -20,11 +21,6 @@ from covonaut_es.store import StateStore, Store
 from covonaut_es.tools import Tool
 
 Durability = Literal["step", "checkpoint"]
-
-
-def utc_now() -> datetime:
-    """The current time in UTC: the default clock."""
-    return datetime.now(UTC)
 
 
 def _positive(_: object, attribute: attrs.Attribute[int], value: int) -> None:

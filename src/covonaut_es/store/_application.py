@@ -112,7 +112,9 @@ STORE_APPLICATION_NAME = "covonaut"
 """Names a store's tables on PostgreSQL and its position in projections' tracking."""
 
 
-class _ThreadsApplication(AgentApplication):
+class ThreadsApplication(AgentApplication):
+    """The application behind every store that :func:`open_store` opens."""
+
     # Explicit and stable: PostgreSQL table names derive from it.
     name = STORE_APPLICATION_NAME
     snapshot_class = ThreadSnapshot
@@ -190,7 +192,7 @@ def open_application(url: str, env: Mapping[str, str]) -> AgentApplication:
     """
     try:
         with _schema_setup_lock(env):
-            return _ThreadsApplication(env=dict(env))
+            return ThreadsApplication(env=dict(env))
     except CovonautError:
         raise  # e.g. a gap in the upcasters, found before any data is read
     except ImportError as exc:

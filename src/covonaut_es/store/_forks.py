@@ -9,8 +9,8 @@ from __future__ import annotations
 import itertools
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
-from datetime import UTC, datetime
+from collections.abc import Callable, Iterator
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -34,6 +34,7 @@ class ThreadForking(ABC):
 
     _app: Application[UUID]
     url: str
+    clock: Callable[[], datetime]
 
     @abstractmethod
     def load(self, thread_id: str, *, version: int | None = None) -> AgentThread:
@@ -80,6 +81,7 @@ class ThreadForking(ABC):
         at_version: int | None = None,
         at_checkpoint: int | None = None,
         new_thread_id: str | None = None,
+        now: datetime | None = None,
     ) -> str:
         """Create a thread whose history is ``thread_id``'s stream up to a version.
 
@@ -134,7 +136,7 @@ class ThreadForking(ABC):
             new_thread_id=new_thread_id,
             interrupts=interrupts,
             previous_chain=newest.__dict__.get(CHAIN_KEY, UNCHAINED),
-            now=datetime.now(UTC),
+            now=now or self.clock(),
         )
         try:
             self._app.events.put([event])
@@ -143,17 +145,24 @@ class ThreadForking(ABC):
             raise ThreadConflictError(msg, thread_id=new_thread_id, expected_version=0) from exc
         return new_thread_id
 
-    def abandon(self, thread_id: str, reason: str = "") -> None:
+    def abandon(self, thread_id: str, reason: str = "", *, now: datetime | None = None) -> None:
         """Give a thread up: its pending reviews leave the reviewer queue and no run
         starts on it again (a fork of it still can)."""
         thread = self.load(thread_id)
-        thread.abandon(reason, now=datetime.now(UTC))
+        thread.abandon(reason, now=now or self.clock())
         self.save(thread)
 
-    def label(self, thread_id: str, label: str, *, version: int | None = None) -> None:
+    def label(
+        self,
+        thread_id: str,
+        label: str,
+        *,
+        version: int | None = None,
+        now: datetime | None = None,
+    ) -> None:
         """Label a thread, or one of its versions; labels are events of the thread."""
         thread = self.load(thread_id)
-        thread.label(label, version=version, now=datetime.now(UTC))
+        thread.label(label, version=version, now=now or self.clock())
         self.save(thread)
 
     def _checkpoint_version(self, thread_id: str, sequence: int) -> int:

@@ -14,7 +14,8 @@ import contextlib
 import os
 import secrets
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from datetime import datetime
 from typing import Any, Protocol
 from uuid import UUID
 
@@ -23,6 +24,7 @@ from eventsourcing.persistence import IntegrityError
 from eventsourcing.utils import get_topic
 
 from covonaut_es._aio import in_worker_thread
+from covonaut_es._clock import utc_now
 from covonaut_es._closing import Closing
 from covonaut_es.domain import (
     AgentThread,
@@ -78,6 +80,7 @@ class Store(StoredRecords, ThreadForking, SessionTreeQueries, Closing):
         *,
         max_checkpoints_per_thread: int = 0,
         application: Application[UUID] | None = None,
+        clock: Callable[[], datetime] = utc_now,
     ) -> None:
         if max_checkpoints_per_thread < 0:
             msg = (
@@ -87,6 +90,7 @@ class Store(StoredRecords, ThreadForking, SessionTreeQueries, Closing):
             raise ConfigurationError(msg)
         self.url = redact(url)
         self.max_checkpoints_per_thread = max_checkpoints_per_thread
+        self.clock = clock
         self._owns_app = application is None
         self._app = application or open_application(self.url, env)
         self._snapshot_versions: dict[UUID, int] = {}
@@ -239,7 +243,7 @@ class Store(StoredRecords, ThreadForking, SessionTreeQueries, Closing):
                 msg, thread_id=thread.thread_id, expected_version=expected
             ) from exc
 
-    def save_checkpoint_snapshot(self, thread: AgentThread) -> bool:
+    def _save_checkpoint_snapshot(self, thread: AgentThread) -> bool:
         """Store a snapshot of a just-saved thread if it pays (ADR 0003).
 
         A snapshot is written when the thread has at least doubled in versions since
@@ -261,12 +265,12 @@ class Store(StoredRecords, ThreadForking, SessionTreeQueries, Closing):
         self._remember_snapshot(aggregate_id, thread.version)
         return True
 
-    def log_position(self) -> int:
+    def _log_position(self) -> int:
         """The position of the newest event in the store's log (0 when empty):
         projections have caught up when they reach it."""
         return self._app.recorder.max_notification_id() or 0
 
-    def has_events_after(self, position: int, *event_types: type[AgentThread.Event]) -> bool:
+    def _has_events_after(self, position: int, *event_types: type[AgentThread.Event]) -> bool:
         """Whether the log holds events (of these types, or any) after ``position``."""
         topics = [get_topic(cls) for cls in event_types]
         found = self._app.recorder.select_notifications(
@@ -455,6 +459,7 @@ def open_store(
     cipher_key: str | None = None,
     compress: bool = False,
     create_tables: bool = True,
+    clock: Callable[[], datetime] = utc_now,
 ) -> Store:
     """Open a thread store.
 
@@ -472,6 +477,8 @@ def open_store(
         compress: Compress stored events and snapshots with zlib.
         create_tables: Create the store's tables (and a SQLite file) when they are
             missing. Tools that must not write pass False.
+        clock: The time of the events the store itself writes (forks, labels,
+            abandonments) when the call passes no ``now``.
 
     Raises:
         StoreURLError: The URL's scheme is unknown or the URL is malformed.
@@ -486,5 +493,8 @@ def open_store(
             msg = f"store {redact(url)}: there is no SQLite file {sqlite_file!r} to open"
             raise StoreUnavailableError(msg)
     return Store(
-        canonical_url(url, env), env, max_checkpoints_per_thread=max_checkpoints_per_thread
+        canonical_url(url, env),
+        env,
+        max_checkpoints_per_thread=max_checkpoints_per_thread,
+        clock=clock,
     )
