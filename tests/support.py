@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import subprocess
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from eventsourcing.persistence import StoredEvent
@@ -128,3 +131,23 @@ def put_raw_snapshot(store: Store, record: StoredEvent) -> None:
     """Write a snapshot record behind the library's back."""
     assert store._app.snapshots is not None
     store._app.snapshots.recorder.insert_events([record])
+
+
+def run_python(
+    *args: str | Path,
+    python: str | Path = sys.executable,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run a fresh interpreter (this one, or ``python``) with these arguments and check
+    that it exits 0."""
+    result = subprocess.run(
+        [python, *map(str, args)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    return result

@@ -10,28 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from support import run_python
+
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 
 
 def python_blocks(path: Path) -> list[str]:
     return re.findall(r"```python\n(.*?)```", path.read_text(), flags=re.S)
-
-
-def run_python(
-    *args: str | Path, cwd: Path | None = None, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    """Run a fresh interpreter with these arguments and check that it exits 0."""
-    result = subprocess.run(
-        [sys.executable, *map(str, args)],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stderr
-    return result
 
 
 @pytest.mark.parametrize("index", range(len(python_blocks(README))))

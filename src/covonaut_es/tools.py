@@ -104,6 +104,9 @@ class ArgumentsError(ValueError):
     """A tool call's arguments are not valid JSON or do not match the schema."""
 
 
+_ARGUMENTS = dict[str, Any]
+
+
 def parse_arguments(tool: Tool, call: ToolCall) -> dict[str, Any]:
     """Decode and validate a call's JSON arguments.
 
@@ -111,18 +114,18 @@ def parse_arguments(tool: Tool, call: ToolCall) -> dict[str, Any]:
         ArgumentsError: With a message meant for the model.
     """
     try:
-        args = msgspec.json.decode(call.arguments or "{}")
+        args = msgspec.json.decode(call.arguments or "{}", type=_ARGUMENTS)
+    except msgspec.ValidationError as exc:  # valid JSON, but not an object
+        error = f"must be a JSON object ({exc})"
     except msgspec.DecodeError as exc:
-        msg = f"arguments for {tool.name!r} are not valid JSON: {exc}"
-        raise ArgumentsError(msg) from exc
-    if not isinstance(args, dict):
-        msg = f"arguments for {tool.name!r} must be a JSON object"
-        raise ArgumentsError(msg)
-    error = validation_error(args, tool.parameters)
-    if error:
-        msg = f"invalid arguments for {tool.name!r}: {error}"
-        raise ArgumentsError(msg)
-    return args
+        error = f"are not valid JSON: {exc}"
+    else:
+        invalid = validation_error(args, tool.parameters)
+        if invalid is None:
+            return args
+        error = f"are invalid: {invalid}"
+    msg = f"arguments for {tool.name!r} {error}"
+    raise ArgumentsError(msg)
 
 
 def result_text(value: Any) -> str:
