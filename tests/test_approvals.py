@@ -1,4 +1,4 @@
-"""Approvals that authorize (B18-B20): reviews bound to the exact operation, verified
+"""Approvals that authorize: reviews bound to the exact operation, verified
 reviewers, single use; the security cases run on every store."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Optimistic concurrency (B9): agents in several OS processes race on one thread."""
+"""Optimistic concurrency: agents in several OS processes race on one thread."""
 
 from __future__ import annotations
 

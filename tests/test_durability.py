@@ -1,4 +1,4 @@
-"""Kill tests (B4, B5): a worker process dies at every step boundary, or inside a tool
+"""Kill tests: a worker process dies at every step boundary, or inside a tool
 after its side effect, and a new process restores the thread.
 
 The reference run records, after every commit, the thread's version and its open calls;
@@ -112,7 +112,7 @@ def test_b4_checkpoint_durability_restores_the_last_checkpoint(
 def test_b4_checkpoint_durability_repeats_a_side_effect_with_the_same_key(
     shared_url: str, tmp_path: Path
 ) -> None:
-    """B4: with checkpoint durability a tool that ran before the crash runs again after
+    """With checkpoint durability a tool that ran before the crash runs again after
     the restore, but with the same idempotency key, so the external system can tell."""
     ledger = tmp_path / "ledger"
     killed = worker(shared_url, "t", "checkpoint", ledger, "first", "tool:charge-1")

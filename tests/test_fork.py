@@ -1,4 +1,4 @@
-"""Branching and time travel (B2, B3): forks of streams, the session tree, labels."""
+"""Branching and time travel: forks of streams, the session tree, labels."""
 
 from __future__ import annotations
 
@@ -281,8 +281,9 @@ def raw_rows(db: Path, thread_id: str) -> list[tuple[Any, ...]]:
 
 
 def test_a_fork_between_a_call_and_its_result_inherits_the_call_in_doubt(store: Store) -> None:
-    """B5 holds across forks: in the branch's history the call has no result, so the
-    branch reports it in doubt instead of assuming the parent's outcome."""
+    """A call in doubt stays in doubt across forks: in the branch's history the call has
+    no result, so the branch reports it in doubt instead of assuming the parent's
+    outcome."""
     conversation(store, "root", 1)
     called = next(e for e in store.history("root") if isinstance(e, AgentThread.ToolCalled))
     fork = store.fork("root", at_version=called.originator_version)

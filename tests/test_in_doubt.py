@@ -1,4 +1,4 @@
-"""Calls in doubt (B5): recorded as called, no recorded result; settled explicitly."""
+"""Calls in doubt: recorded as called, no recorded result; settled explicitly."""
 
 from __future__ import annotations
 
