@@ -147,7 +147,7 @@ def test_blocking_run_accepts_async_providers_and_tools(store: Store) -> None:
     assert agent.messages[-2].content == "HEY"
 
 
-def test_b17_parallel_async_tools_run_concurrently_under_asyncio(store: Store) -> None:
+def test_parallel_async_tools_run_concurrently_under_asyncio(store: Store) -> None:
     """The async calls of one batch run as concurrent tasks: each waits at a
     barrier that only opens when all three are running at once."""
     barrier = asyncio.Barrier(3)
@@ -164,7 +164,7 @@ def test_b17_parallel_async_tools_run_concurrently_under_asyncio(store: Store) -
     assert set(tool_outcomes(store, "t").values()) == {ToolOutcome.SUCCEEDED}
 
 
-def test_b17_parallel_async_batch_records_every_result_when_one_interrupts(store: Store) -> None:
+def test_parallel_async_batch_records_every_result_when_one_interrupts(store: Store) -> None:
     """Under asyncio too, the other calls of a batch are recorded when one
     interrupts; aresume continues from the recorded results."""
     executions: list[str] = []
@@ -192,7 +192,7 @@ def test_b17_parallel_async_batch_records_every_result_when_one_interrupts(store
     assert agent.status is ThreadStatus.FINISHED
 
 
-def test_b16_aresume_and_acontinue_run_follow_the_blocking_rules(store: Store) -> None:
+def test_aresume_and_acontinue_run_follow_the_blocking_rules(store: Store) -> None:
     """``aresume`` needs a pending interrupt; acontinue_run appends no user message."""
     agent = async_agent(store, [answer("first"), answer("second")])
     asyncio.run(agent.arun("go"))
@@ -236,7 +236,7 @@ def test_one_agent_runs_one_command_at_a_time_under_asyncio(store: Store) -> Non
     assert asyncio.run(main()) == "done"
 
 
-def test_b5_asettle_records_a_result_or_retries_with_the_same_key(store: Store) -> None:
+def test_asettle_records_a_result_or_retries_with_the_same_key(store: Store) -> None:
     """``asettle`` settles calls in doubt like settle: with a found result, or by
     running the (async) tool again with the same idempotency key."""
     keys: list[str] = []
@@ -329,7 +329,7 @@ def test_cancelling_arun_leaves_the_started_calls_in_doubt(store: Store) -> None
     assert sorted(p.call.id for p in store.load("t").in_doubt) == ["h1", "h2"]
 
 
-def test_b9_fifty_threads_run_concurrently_in_one_event_loop(shared_url: str) -> None:
+def test_fifty_threads_run_concurrently_in_one_event_loop(shared_url: str) -> None:
     """Fifty agents on 50 threads run at once in one event loop against one store,
     with an async provider and async tools; each ends in exactly its own state.
 

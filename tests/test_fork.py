@@ -101,7 +101,7 @@ def test_fork_refuses_bad_versions_and_existing_ids(store: Store) -> None:
     assert store.children("root") == ()
 
 
-def test_b2_forks_of_forks_load_to_any_depth(store: Store) -> None:
+def test_forks_of_forks_load_to_any_depth(store: Store) -> None:
     """A chain of forks loads as the concatenation of the prefixes."""
     conversation(store, "t0", 1)
     previous = "t0"
@@ -176,7 +176,7 @@ def test_fork_adds_under_2_kb_to_a_1000_message_thread(tmp_path: Path) -> None:
     assert sum(len(str(value)) for value in added[0]) < 2048
 
 
-def test_b2_tree_queries_on_three_levels(store: Store) -> None:
+def test_tree_queries_on_three_levels(store: Store) -> None:
     """children, parent, path_to_root, leaves, branch points, tree and stats."""
     conversation(store, "root", 2)
     store.fork("root", at_version=4, new_thread_id="a")

@@ -66,7 +66,7 @@ def interrupted_agent(store: Store, state_store: StateStore) -> Agent:
     return agent
 
 
-def test_b1_a_saved_state_continues_as_a_new_thread_to_a_final_answer(
+def test_a_saved_state_continues_as_a_new_thread_to_a_final_answer(
     store: Store, state_store: StateStore
 ) -> None:
     """``load_state`` continues from the saved state in a new thread stream, which
@@ -89,7 +89,7 @@ def test_b1_a_saved_state_continues_as_a_new_thread_to_a_final_answer(
     assert store.state_at("t") == source.state
 
 
-def test_b1_the_first_event_records_where_the_state_came_from(
+def test_the_first_event_records_where_the_state_came_from(
     store: Store, state_store: StateStore
 ) -> None:
     """The new stream starts with StartedFromState naming the key, the source
@@ -106,7 +106,7 @@ def test_b1_the_first_event_records_where_the_state_came_from(
     assert state.thread_id in list(store.thread_ids())
 
 
-def test_b24_a_document_without_a_version_loads_as_version_zero(store: Store) -> None:
+def test_a_document_without_a_version_loads_as_version_zero(store: Store) -> None:
     """A state document with no "_v" is version 0; 0 -> 1 is the identity and the
     thread continues to a final answer."""
     states = MemoryStateStore()
@@ -123,7 +123,7 @@ def test_b24_a_document_without_a_version_loads_as_version_zero(store: Store) ->
     assert agent.resume() == "done"
 
 
-def test_b23_a_document_newer_than_the_code_changes_nothing(store: Store) -> None:
+def test_a_document_newer_than_the_code_changes_nothing(store: Store) -> None:
     """A document from newer code raises SchemaVersionError naming the type and
     both versions, before the agent or the store changes."""
     states = MemoryStateStore()
@@ -138,7 +138,7 @@ def test_b23_a_document_newer_than_the_code_changes_nothing(store: Store) -> Non
     assert (agent.thread_id, agent.state, list(store.thread_ids())) == before
 
 
-def test_b25_state_migrators_replace_the_librarys_step(store: Store) -> None:
+def test_state_migrators_replace_the_librarys_step(store: Store) -> None:
     """``AgentConfig(state_migrators={v: fn})`` upgrades documents at version v with fn."""
     states = MemoryStateStore()
     states.write_state("legacy", {"conversation": ["hello", "hi there"]})

@@ -238,7 +238,7 @@ def put_snapshot(store: Store, thread_id: str, edit: Callable[[dict[str, Any]], 
     )
 
 
-def test_b25_a_snapshot_that_cannot_be_read_falls_back_to_the_events(
+def test_a_snapshot_that_cannot_be_read_falls_back_to_the_events(
     store: Store, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A snapshot that does not decode is passed over with a log line, and the
@@ -251,7 +251,7 @@ def test_b25_a_snapshot_that_cannot_be_read_falls_back_to_the_events(
     assert "ThreadSnapshot data (schema version 2) does not decode" in caplog.text
 
 
-def test_b25_a_checkpoint_migrator_replaces_the_librarys_step(store: Store) -> None:
+def test_a_checkpoint_migrator_replaces_the_librarys_step(store: Store) -> None:
     """``CheckpointSettings(migrators={v: fn})`` upgrades snapshots at version v with fn
     instead of the library's upcaster: here the 0 -> 1 identity and the 1 -> 2 rebuild."""
     talk(store)
@@ -271,7 +271,7 @@ def test_b25_a_checkpoint_migrator_replaces_the_librarys_step(store: Store) -> N
     assert store.state_at("t") == store.replay_state("t")  # the store keeps the library steps
 
 
-def test_b25_a_migrator_can_ask_for_a_rebuild_from_the_events(
+def test_a_migrator_can_ask_for_a_rebuild_from_the_events(
     store: Store, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A checkpoint migrator raising StaleSnapshotError makes the restore replay the
@@ -290,7 +290,7 @@ def test_b25_a_migrator_can_ask_for_a_rebuild_from_the_events(
     assert "predate our message format; rebuilding the thread from its events" in caplog.text
 
 
-def test_b23_a_snapshot_newer_than_the_code_is_an_error(store_url: str) -> None:
+def test_a_snapshot_newer_than_the_code_is_an_error(store_url: str) -> None:
     """A snapshot written by newer code is refused, not passed over, naming the
     type and both versions; the thread's events are left as they were."""
     with open_store(store_url) as store:

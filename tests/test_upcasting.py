@@ -23,7 +23,7 @@ def add_step(step: int, field: str) -> Any:
 THREE = Schema("Sample", 3, {1: add_step(1, "steps"), 2: add_step(2, "steps")})
 
 
-def test_b22_upcasters_run_once_each_in_version_order() -> None:
+def test_upcasters_run_once_each_in_version_order() -> None:
     """Data at version 1 passes through 1 -> 2, then 2 -> 3, and nothing else."""
     upgraded = THREE.upgrade({"_v": 1, "x": 0}, where="test")
     assert upgraded == {"_v": 3, "x": 0, "steps": [1, 2]}
@@ -34,12 +34,12 @@ def test_current_data_is_left_alone() -> None:
     assert THREE.upgrade({"_v": 3, "x": 0}, where="test") == {"_v": 3, "x": 0}
 
 
-def test_b24_unversioned_data_is_version_zero_and_zero_to_one_is_the_identity() -> None:
+def test_unversioned_data_is_version_zero_and_zero_to_one_is_the_identity() -> None:
     """Data without "_v" is version 0; 0 -> 1 changes nothing but the version."""
     assert THREE.upgrade({"x": 0}, where="test") == {"_v": 3, "x": 0, "steps": [1, 2]}
 
 
-def test_b23_data_newer_than_the_code_names_type_and_both_versions() -> None:
+def test_data_newer_than_the_code_names_type_and_both_versions() -> None:
     """A stored version above the current one is refused, naming the type, the
     stored version and the supported one."""
     with pytest.raises(
@@ -55,7 +55,7 @@ def test_a_version_that_is_not_a_version_is_refused(version: object) -> None:
         THREE.upgrade({"_v": version}, where="test")
 
 
-def test_b22_a_missing_step_names_the_type_and_the_step() -> None:
+def test_a_missing_step_names_the_type_and_the_step() -> None:
     """Upgrading across a step without an upcaster raises MissingUpcasterError."""
     gap = Schema("Gappy", 3, {2: add_step(2, "steps")})
     with pytest.raises(
@@ -65,7 +65,7 @@ def test_b22_a_missing_step_names_the_type_and_the_step() -> None:
 
 
 @pytest.mark.parametrize("returned", [3, 1, None, True])
-def test_b23_an_upcaster_returning_another_version_than_the_next_is_refused(
+def test_an_upcaster_returning_another_version_than_the_next_is_refused(
     returned: object,
 ) -> None:
     """An upcaster that skips a version, stays at its version or drops "_v" is
@@ -96,7 +96,7 @@ def test_an_upcaster_must_return_a_dict() -> None:
         schema.upgrade({"_v": 1}, where="test")
 
 
-def test_b25_a_migrator_replaces_the_schemas_own_upcaster_for_its_step() -> None:
+def test_a_migrator_replaces_the_schemas_own_upcaster_for_its_step() -> None:
     """An application's migrator runs instead of the library's for that step only."""
     upgraded = THREE.upgrade(
         {"_v": 0}, where="test", migrators={0: add_step(0, "app"), 2: add_step(2, "app")}
