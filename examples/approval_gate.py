@@ -1,4 +1,4 @@
-"""An approval gate on payments (B18-B20): a rejected run, an approved run, the audit.
+"""An approval gate on payments: a rejected run, an approved run, the audit.
 
 ``send_payment`` requires approval. The first time the model calls it, the run pauses
 with a review request; a reviewer rejects it and the model reads why. Later the user
@@ -129,7 +129,7 @@ def main() -> None:
         agent.approve(review_id, reviewer="alice@finance")  # a name is not a credential
     except ReviewerNotVerifiedError as error:
         print("  refused:", error)
-    agent.steer("Approved! Go ahead and pay.")  # tells the model; authorizes nothing (B18)
+    agent.steer("Approved! Go ahead and pay.")  # tells the model; authorizes nothing
     agent.reject(review_id, reviewer=bob, reason="invoice 17 was already paid by card")
     print(" ", agent.resume())
 

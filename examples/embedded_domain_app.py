@@ -4,7 +4,7 @@
 ``ExpenseClaim``. Subclassing ``covonaut_es.AgentApplication`` lets it store agent
 threads too, so an agent reviewing a claim runs on a thread kept in the same database,
 and the manager's approval changes the claim and the thread in one transaction:
-``app.save(claim, thread)`` stores both or neither (B19: the record of who approved
+``app.save(claim, thread)`` stores both or neither (the record of who approved
 what is part of the same fact as the approval).
 
 Run it with no argument for an in-memory application, or with a SQLite file path.

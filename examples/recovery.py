@@ -1,4 +1,4 @@
-"""Offline recovery (B26): pause on a review, restore from a checkpoint, steer, resume.
+"""Offline recovery: pause on a review, restore from a checkpoint, steer, resume.
 
 No model credentials are needed: a scripted provider asks for a review until it sees a
 tool result, then answers. Both agents share one in-memory store, so this shows

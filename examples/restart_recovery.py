@@ -1,4 +1,4 @@
-"""Recovery across a restart (B26): two OS processes, one SQLite file.
+"""Recovery across a restart: two OS processes, one SQLite file.
 
 The first process runs until a tool asks for a human review, checkpoints the interrupt
 to the SQLite file and exits. The second process, started only after the first has

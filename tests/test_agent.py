@@ -1,4 +1,5 @@
-"""The agent's behaviour rules from SPEC.md (B6-B8, B10-B17), on every store."""
+"""The agent's checkpoints, interrupts, steering, restores and parallel tool calls, on
+every store."""
 
 from __future__ import annotations
 
@@ -53,8 +54,8 @@ def make_config(store: Store | None, script: list[Any], **options: Any) -> Agent
     )
 
 
-def test_b6_checkpoint_saved_at_end_of_every_turn(store: Store) -> None:
-    """B6: with checkpointing configured, every turn end saves a checkpoint."""
+def test_checkpoint_saved_at_end_of_every_turn(store: Store) -> None:
+    """With checkpointing configured, every turn end saves a checkpoint."""
     script = [call(("c1", "echo", '{"text": "a"}')), call(("c2", "echo", '{"text": "b"}'))]
     agent = Agent(make_config(store, [*script, answer("done")]))
     assert agent.run("go") == "done"
@@ -65,8 +66,8 @@ def test_b6_checkpoint_saved_at_end_of_every_turn(store: Store) -> None:
     assert checkpoints[-1].status is ThreadStatus.FINISHED
 
 
-def test_b7_save_on_turn_start_after_steering_and_before_model_call(store: Store) -> None:
-    """B7: a turn-start checkpoint follows steering (and compaction) and precedes the
+def test_save_on_turn_start_after_steering_and_before_model_call(store: Store) -> None:
+    """A turn-start checkpoint follows steering (and compaction) and precedes the
     model call."""
     seen_at_call: list[int] = []
 
@@ -88,16 +89,16 @@ def test_b7_save_on_turn_start_after_steering_and_before_model_call(store: Store
     assert state_at_start.messages[-1].content == "be brief"  # steering already applied
 
 
-def test_b8_skip_save_on_turn_end(store: Store) -> None:
-    """B8: skip_save_on_turn_end=True saves no end-of-turn checkpoint."""
+def test_skip_save_on_turn_end(store: Store) -> None:
+    """``skip_save_on_turn_end=True`` saves no end-of-turn checkpoint."""
     agent = Agent(make_config(store, [answer("done")], skip_save_on_turn_end=True))
     agent.run("go")
     assert store.checkpoints("t1") == ()
     assert store.state_at("t1").status is ThreadStatus.FINISHED  # step durability kept it
 
 
-def test_b9_store_shared_by_concurrent_agents_on_different_threads(store: Store) -> None:
-    """B9: one store serves several agents on different threads at the same time."""
+def test_store_shared_by_concurrent_agents_on_different_threads(store: Store) -> None:
+    """One store serves several agents on different threads at the same time."""
     errors: list[BaseException] = []
 
     def work(n: int) -> None:
@@ -118,10 +119,10 @@ def test_b9_store_shared_by_concurrent_agents_on_different_threads(store: Store)
         assert store.state_at(f"user-{n}").status is ThreadStatus.FINISHED
 
 
-def test_b10_empty_thread_id_means_default_and_warns(
+def test_empty_thread_id_means_default_and_warns(
     store: Store, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """B10: an empty thread id is "default", and the agent warns about it."""
+    """An empty thread id is "default", and the agent warns about it."""
     with caplog.at_level(logging.WARNING, logger="covonaut_es"):
         agent = Agent(make_config(store, [answer("hi")], thread_id=""))
     assert agent.thread_id == "default"
@@ -130,10 +131,10 @@ def test_b10_empty_thread_id_means_default_and_warns(
     assert store.state_at("default").status is ThreadStatus.FINISHED
 
 
-def test_b11_cap_evicts_oldest_checkpoints_but_no_events(
+def test_checkpoint_cap_evicts_oldest_checkpoints_but_no_events(
     open_test_store: Callable[..., Store],
 ) -> None:
-    """B11: max_checkpoints_per_thread keeps the newest checkpoints; events stay."""
+    """``max_checkpoints_per_thread`` keeps the newest checkpoints; events stay."""
     store = open_test_store(max_checkpoints_per_thread=2)
     script = [call((f"c{i}", "echo", '{"text": "x"}')) for i in range(4)]
     agent = Agent(make_config(store, [*script, answer("done")]))
@@ -146,15 +147,15 @@ def test_b11_cap_evicts_oldest_checkpoints_but_no_events(
     assert store.replay_state("t1").messages == agent.messages
 
 
-def test_b11_zero_means_no_cap(store: Store) -> None:
-    """B11: a cap of 0 keeps every checkpoint."""
+def test_a_checkpoint_cap_of_zero_keeps_every_checkpoint(store: Store) -> None:
+    """A cap of 0 keeps every checkpoint."""
     script = [call((f"c{i}", "echo", '{"text": "x"}')) for i in range(3)]
     Agent(make_config(store, [*script, answer("done")])).run("go")
     assert [c.sequence for c in store.checkpoints("t1")] == [1, 2, 3, 4]
 
 
-def test_b12_b13_interrupt_records_reason_data_and_explaining_tool_result(store: Store) -> None:
-    """B12, B13: a tool's InterruptError is recorded with reason, data, call id and tool
+def test_interrupt_records_reason_data_and_explaining_tool_result(store: Store) -> None:
+    """A tool's InterruptError is recorded with reason, data, call id and tool
     name, plus a tool result explaining the pause; run() returns normally."""
     agent = Agent(make_config(store, [call(("r1", "review", "{}"))]))
     output = agent.run("pay the invoice")
@@ -170,8 +171,8 @@ def test_b12_b13_interrupt_records_reason_data_and_explaining_tool_result(store:
     assert store.checkpoints("t1")[-1].reason is CheckpointReason.INTERRUPT
 
 
-def test_b13_interrupt_without_data(store: Store) -> None:
-    """B13: data is optional."""
+def test_interrupt_without_data(store: Store) -> None:
+    """Data is optional."""
 
     def pause(ctx: ToolContext, args: dict[str, Any]) -> Any:
         raise InterruptError("wait")
@@ -183,8 +184,8 @@ def test_b13_interrupt_without_data(store: Store) -> None:
     assert agent.interrupted.data is None
 
 
-def test_b14_b15_steer_and_resume_never_reruns_the_interrupted_call(store: Store) -> None:
-    """B14, B15: the application steers and resumes; the run continues from the
+def test_steer_and_resume_never_reruns_the_interrupted_call(store: Store) -> None:
+    """The application steers and resumes; the run continues from the
     recorded tool result and the interrupted tool is not run again."""
     executions: list[str] = []
     script = [call(("r1", "review", "{}")), answer("approved and done")]
@@ -201,8 +202,8 @@ def test_b14_b15_steer_and_resume_never_reruns_the_interrupted_call(store: Store
     assert request.messages[-1].content == "The reviewer approved."
 
 
-def test_b14_steering_survives_a_restart_once_recorded(store: Store) -> None:
-    """B14: a steering message becomes an event when the next model call is prepared."""
+def test_steering_survives_a_restart_once_recorded(store: Store) -> None:
+    """A steering message becomes an event when the next model call is prepared."""
     script = [call(("r1", "review", "{}")), ProviderResponse(content="x")]
     agent = Agent(make_config(store, script))
     agent.run("go")
@@ -213,8 +214,8 @@ def test_b14_steering_survives_a_restart_once_recorded(store: Store) -> None:
     assert any(m.content == "note this" for m in restored.messages)
 
 
-def test_b16_restore_never_calls_the_model(store: Store) -> None:
-    """B16: restoring loads state and interrupt information only."""
+def test_restore_never_calls_the_model(store: Store) -> None:
+    """Restoring loads state and interrupt information only."""
     Agent(make_config(store, [call(("r1", "review", "{}"))])).run("go")
     provider = ScriptedProvider([])
     config = make_config(store, [])
@@ -229,16 +230,16 @@ def test_b16_restore_never_calls_the_model(store: Store) -> None:
     assert provider.requests == []
 
 
-def test_b16_resume_requires_a_pending_interrupt(store: Store) -> None:
-    """B16: resume() without a pending interrupt raises a clear error."""
+def test_resume_requires_a_pending_interrupt(store: Store) -> None:
+    """``resume()`` without a pending interrupt raises a clear error."""
     agent = Agent(make_config(store, [answer("done")]))
     agent.run("go")
     with pytest.raises(NotInterruptedError, match="no pending interrupt"):
         agent.resume()
 
 
-def test_b16_run_and_continue_refuse_while_interrupted(store: Store) -> None:
-    """B16: run() and continue_run() refuse a pending interrupt; resume() decides it."""
+def test_run_and_continue_refuse_while_interrupted(store: Store) -> None:
+    """``run()`` and ``continue_run()`` refuse a pending interrupt; ``resume()`` decides it."""
     agent = Agent(make_config(store, [call(("r1", "review", "{}")), answer("done")]))
     agent.run("go")
     with pytest.raises(InterruptPendingError, match="resume"):
@@ -248,8 +249,8 @@ def test_b16_run_and_continue_refuse_while_interrupted(store: Store) -> None:
     assert agent.resume() == "done"
 
 
-def test_b16_continue_run_runs_on_without_new_input(store: Store) -> None:
-    """B16: continue_run() appends no user message."""
+def test_continue_run_runs_on_without_new_input(store: Store) -> None:
+    """``continue_run()`` appends no user message."""
     agent = Agent(make_config(store, [answer("first"), answer("second")]))
     agent.run("go")
     count = len(agent.messages)
@@ -258,8 +259,8 @@ def test_b16_continue_run_runs_on_without_new_input(store: Store) -> None:
     assert agent.messages[-1].role is Role.ASSISTANT
 
 
-def test_b16_run_after_restore_appends_input(store: Store) -> None:
-    """B16: run(input) after a restore appends the user message and runs."""
+def test_run_after_restore_appends_input(store: Store) -> None:
+    """``run(input)`` after a restore appends the user message and runs."""
     Agent(make_config(store, [answer("first")])).run("one")
     restored = Agent(make_config(store, [answer("second")]))
     restored.restore_latest_checkpoint()
@@ -267,8 +268,8 @@ def test_b16_run_after_restore_appends_input(store: Store) -> None:
     assert [m.content for m in restored.messages if m.role is Role.USER] == ["one", "two"]
 
 
-def test_b17_parallel_batch_records_every_result_when_one_interrupts(store: Store) -> None:
-    """B17: with parallel tools, the other calls of the batch complete and are recorded."""
+def test_parallel_batch_records_every_result_when_one_interrupts(store: Store) -> None:
+    """With parallel tools, the other calls of the batch complete and are recorded."""
     executions: list[str] = []
     batch = call(
         ("e1", "echo", '{"text": "a"}'), ("r1", "review", "{}"), ("e2", "echo", '{"text": "b"}')
@@ -285,8 +286,8 @@ def test_b17_parallel_batch_records_every_result_when_one_interrupts(store: Stor
     assert agent.interrupted is not None and agent.interrupted.tool_call_id == "r1"
 
 
-def test_b17_parallel_batch_records_several_interrupts(store: Store) -> None:
-    """B17: several interrupts of one batch are all recorded."""
+def test_parallel_batch_records_several_interrupts(store: Store) -> None:
+    """Several interrupts of one batch are all recorded."""
     batch = call(("r1", "review", "{}"), ("r2", "review", "{}"))
     agent = Agent(make_config(store, [batch, answer("done")], parallel_tools=True))
     agent.run("go")
@@ -295,8 +296,8 @@ def test_b17_parallel_batch_records_several_interrupts(store: Store) -> None:
     assert agent.interrupts == ()
 
 
-def test_b17_parallel_calls_really_run_concurrently(store: Store) -> None:
-    """B17: the calls of a parallel batch overlap in time."""
+def test_parallel_calls_really_run_concurrently(store: Store) -> None:
+    """The calls of a parallel batch overlap in time."""
     barrier = threading.Barrier(2, timeout=10)
 
     def meet(ctx: ToolContext, args: dict[str, Any]) -> Any:
@@ -309,10 +310,10 @@ def test_b17_parallel_calls_really_run_concurrently(store: Store) -> None:
     assert agent.run("go") == "done"
 
 
-def test_b17_sequential_calls_after_an_interrupt_are_recorded_as_not_executed(
+def test_sequential_calls_after_an_interrupt_are_recorded_as_not_executed(
     store: Store,
 ) -> None:
-    """B17: sequentially, calls after the interrupting one are recorded, not run."""
+    """Sequentially, calls after the interrupting one are recorded, not run."""
     executions: list[str] = []
     batch = call(("r1", "review", "{}"), ("e1", "echo", '{"text": "a"}'))
     config = make_config(store, [batch], tools=[echo_tool(executions), review_tool()])

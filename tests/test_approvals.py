@@ -1,4 +1,4 @@
-"""Approvals that authorize (B18-B20): reviews bound to the exact operation, verified
+"""Approvals that authorize: reviews bound to the exact operation, verified
 reviewers, single use; the security cases run on every store."""
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def event_kinds(store: Store, thread_id: str = "t") -> list[str]:
 # The review request -------------------------------------------------------------------
 
 
-def test_b13_a_call_without_approval_pauses_with_a_review_request(store: Store) -> None:
+def test_a_call_without_approval_pauses_with_a_review_request(store: Store) -> None:
     """The call does not run; the interrupt's data is the review request."""
     runs: list[ToolContext] = []
     agent = paused_on_review(store, [], runs)
@@ -139,7 +139,7 @@ def test_b13_a_call_without_approval_pauses_with_a_review_request(store: Store) 
     assert event_kinds(store)[-3:] == ["ReviewRequested", "Interrupted", "CheckpointSaved"]
 
 
-def test_b19_approved_operation_runs_once_when_the_model_calls_it_again(store: Store) -> None:
+def test_approved_operation_runs_once_when_the_model_calls_it_again(store: Store) -> None:
     """After approve() and resume(), the model's new call runs with its approval."""
     runs: list[ToolContext] = []
     agent = paused_on_review(store, [call(("c2", "pay", PAY_40)), answer("Paid.")], runs)
@@ -170,7 +170,7 @@ def test_async_review_round_trip_runs_the_approved_call_once(store: Store) -> No
     assert [(r.tool_call_id, r.approval is not None) for r in runs] == [("c2", True)]
 
 
-def test_b19_a_decision_is_an_event_naming_reviewer_review_digest_and_time(store: Store) -> None:
+def test_a_decision_is_an_event_naming_reviewer_review_digest_and_time(store: Store) -> None:
     """ReviewDecided names the verified reviewer, the review, the digest and the time."""
     agent = paused_on_review(store, [], [])
     rid = review_id(agent)
@@ -359,7 +359,7 @@ def test_deciding_without_a_verifier_is_a_configuration_error(store: Store) -> N
 # Security: what never runs a tool ----------------------------------------------------------
 
 
-def test_b18_approval_text_from_the_model_authorizes_nothing(store: Store) -> None:
+def test_approval_text_from_the_model_authorizes_nothing(store: Store) -> None:
     """The model claiming an approval, in text or arguments, still gets a review."""
     runs: list[ToolContext] = []
     forged = ProviderResponse(
@@ -371,7 +371,7 @@ def test_b18_approval_text_from_the_model_authorizes_nothing(store: Store) -> No
     assert runs == [] and len(agent.pending_reviews) == 1
 
 
-def test_b18_steering_message_saying_approved_authorizes_nothing(store: Store) -> None:
+def test_steering_message_saying_approved_authorizes_nothing(store: Store) -> None:
     """A steer saying "approved" neither decides the review nor runs the tool."""
     runs: list[ToolContext] = []
     agent = paused_on_review(store, [call(("c2", "pay", PAY_40)), answer("?")], runs)
@@ -385,7 +385,7 @@ def test_b18_steering_message_saying_approved_authorizes_nothing(store: Store) -
     assert "rejected by bob" in tool_results(agent)["c2"]
 
 
-def test_b20_approval_is_not_reused_for_a_second_call(store: Store) -> None:
+def test_approval_is_not_reused_for_a_second_call(store: Store) -> None:
     """A second call of the approved operation does not run; the model reads why."""
     runs: list[ToolContext] = []
     script = [call(("c2", "pay", PAY_40)), call(("c3", "pay", PAY_40)), answer("Paid once.")]
@@ -397,7 +397,7 @@ def test_b20_approval_is_not_reused_for_a_second_call(store: Store) -> None:
     assert event_kinds(store).count("ApprovalUsed") == 1
 
 
-def test_b20_reused_call_id_does_not_reuse_the_approval(store: Store) -> None:
+def test_reused_call_id_does_not_reuse_the_approval(store: Store) -> None:
     """A model that gives a later call the id of the call that used the approval gets
     no second execution: a use is bound to the call's record, not to its id."""
     runs: list[ToolContext] = []
@@ -409,7 +409,7 @@ def test_b20_reused_call_id_does_not_reuse_the_approval(store: Store) -> None:
     assert event_kinds(store).count("ApprovalUsed") == 1
 
 
-def test_b20_approval_does_not_cover_other_arguments(store: Store) -> None:
+def test_approval_does_not_cover_other_arguments(store: Store) -> None:
     """Changed arguments do not run; they get a review of their own."""
     runs: list[ToolContext] = []
     script = [call(("c2", "pay", '{"amount": 4000, "to": "bob"}'))]
@@ -422,7 +422,7 @@ def test_b20_approval_does_not_cover_other_arguments(store: Store) -> None:
     assert request.digest != agent.state.reviews[0].request.digest
 
 
-def test_b19_reordered_and_respaced_arguments_are_the_same_operation(store: Store) -> None:
+def test_reordered_and_respaced_arguments_are_the_same_operation(store: Store) -> None:
     """Key order and whitespace do not change the digest: the approval applies."""
     runs: list[ToolContext] = []
     respaced = '{\n  "to" :  "bob",\t"amount":40 }'
@@ -432,7 +432,7 @@ def test_b19_reordered_and_respaced_arguments_are_the_same_operation(store: Stor
     assert [r.tool_call_id for r in runs] == ["c2"]
 
 
-def test_b19_expired_reviewer_token_records_nothing(store: Store) -> None:
+def test_expired_reviewer_token_records_nothing(store: Store) -> None:
     """An expired token raises ReviewerNotVerifiedError and stores no event."""
     now = [1_000_000.0]
     verifier = HmacReviewerVerifier(SECRET, clock=lambda: now[0])
@@ -446,7 +446,7 @@ def test_b19_expired_reviewer_token_records_nothing(store: Store) -> None:
     assert len(agent.pending_reviews) == 1
 
 
-def test_b19_tampered_reviewer_token_records_nothing(store: Store) -> None:
+def test_tampered_reviewer_token_records_nothing(store: Store) -> None:
     """A token with altered claims, or signed under another secret, records nothing."""
     agent = paused_on_review(store, [], [])
     payload, signature = ALICE.split(".")
@@ -499,7 +499,7 @@ def test_decision_after_the_thread_moved_on_is_stale(store: Store) -> None:
 
 
 @pytest.mark.parametrize("durability", ["step", "checkpoint"])
-def test_b5_crash_after_the_approved_tool_ran_leaves_the_call_in_doubt(
+def test_crash_after_the_approved_tool_ran_leaves_the_call_in_doubt(
     store: Store, durability: str
 ) -> None:
     """The approval is marked used before the tool runs: after a crash in the tool the

@@ -1,4 +1,4 @@
-"""Optimistic concurrency (B9): agents in several OS processes race on one thread."""
+"""Optimistic concurrency: agents in several OS processes race on one thread."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ ROUNDS = 5
 
 
 @pytest.mark.slow
-def test_b9_racing_processes_one_winner_per_version_no_gaps_no_duplicates(
+def test_racing_processes_one_winner_per_version_no_gaps_no_duplicates(
     shared_url: str,
 ) -> None:
     """Each version is won by exactly one writer; losers get ThreadConflictError; the
@@ -68,7 +68,7 @@ def test_b9_racing_processes_one_winner_per_version_no_gaps_no_duplicates(
         assert store.replay_state("contested") == store.state_at("contested")
 
 
-def test_b9_a_stale_agent_gets_a_conflict_and_reloads(store: Store) -> None:
+def test_a_stale_agent_gets_a_conflict_and_reloads(store: Store) -> None:
     """An agent behind the store's head gets ThreadConflictError naming the thread and
     the version it started from, stores nothing, and works again after reloading."""
 

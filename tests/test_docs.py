@@ -30,7 +30,7 @@ def test_readme_python_block_runs(index: int, tmp_path: Path) -> None:
 
 
 def test_recovery_example_prints_the_three_lines() -> None:
-    """examples/recovery.py prints exactly what the README says (B26)."""
+    """examples/recovery.py prints exactly what the README says."""
     result = run_python(ROOT / "examples" / "recovery.py")
     expected = re.search(r"prints\n\n```text\n(.*?)```", README.read_text(), flags=re.S)
     assert expected is not None
@@ -39,7 +39,7 @@ def test_recovery_example_prints_the_three_lines() -> None:
 
 def test_restart_recovery_example_runs_two_processes(tmp_path: Path) -> None:
     """examples/restart_recovery.py (make demo): a second process restores from the
-    SQLite file after the first exited, and prints the example's three lines (B26)."""
+    SQLite file after the first exited, and prints the example's three lines."""
     db = tmp_path / "threads.db"
     result = run_python(ROOT / "examples" / "restart_recovery.py", db)
     lines = result.stdout.splitlines()

@@ -147,8 +147,8 @@ def test_blocking_run_accepts_async_providers_and_tools(store: Store) -> None:
     assert agent.messages[-2].content == "HEY"
 
 
-def test_b17_parallel_async_tools_run_concurrently_under_asyncio(store: Store) -> None:
-    """B17: the async calls of one batch run as concurrent tasks: each waits at a
+def test_parallel_async_tools_run_concurrently_under_asyncio(store: Store) -> None:
+    """The async calls of one batch run as concurrent tasks: each waits at a
     barrier that only opens when all three are running at once."""
     barrier = asyncio.Barrier(3)
 
@@ -164,9 +164,9 @@ def test_b17_parallel_async_tools_run_concurrently_under_asyncio(store: Store) -
     assert set(tool_outcomes(store, "t").values()) == {ToolOutcome.SUCCEEDED}
 
 
-def test_b17_parallel_async_batch_records_every_result_when_one_interrupts(store: Store) -> None:
-    """B17: under asyncio too, the other calls of a batch are recorded when one
-    interrupts; aresume continues from the recorded results (B15)."""
+def test_parallel_async_batch_records_every_result_when_one_interrupts(store: Store) -> None:
+    """Under asyncio too, the other calls of a batch are recorded when one
+    interrupts; aresume continues from the recorded results."""
     executions: list[str] = []
 
     async def pause(ctx: ToolContext, args: dict[str, Any]) -> Any:
@@ -192,8 +192,8 @@ def test_b17_parallel_async_batch_records_every_result_when_one_interrupts(store
     assert agent.status is ThreadStatus.FINISHED
 
 
-def test_b16_aresume_and_acontinue_run_follow_the_blocking_rules(store: Store) -> None:
-    """B16: aresume needs a pending interrupt; acontinue_run appends no user message."""
+def test_aresume_and_acontinue_run_follow_the_blocking_rules(store: Store) -> None:
+    """``aresume`` needs a pending interrupt; acontinue_run appends no user message."""
     agent = async_agent(store, [answer("first"), answer("second")])
     asyncio.run(agent.arun("go"))
     with pytest.raises(NotInterruptedError):
@@ -236,8 +236,8 @@ def test_one_agent_runs_one_command_at_a_time_under_asyncio(store: Store) -> Non
     assert asyncio.run(main()) == "done"
 
 
-def test_b5_asettle_records_a_result_or_retries_with_the_same_key(store: Store) -> None:
-    """B5: asettle settles calls in doubt like settle: with a found result, or by
+def test_asettle_records_a_result_or_retries_with_the_same_key(store: Store) -> None:
+    """``asettle`` settles calls in doubt like settle: with a found result, or by
     running the (async) tool again with the same idempotency key."""
     keys: list[str] = []
 
@@ -308,7 +308,7 @@ def test_on_event_runs_on_the_event_loop_thread_under_asyncio(store: Store) -> N
 
 def test_cancelling_arun_leaves_the_started_calls_in_doubt(store: Store) -> None:
     """A cancelled run stops; the calls it recorded but never finished are in doubt,
-    never silently re-run (B5)."""
+    never silently re-run."""
     started = asyncio.Event()
 
     async def hang(ctx: ToolContext, args: dict[str, Any]) -> Any:
@@ -329,8 +329,8 @@ def test_cancelling_arun_leaves_the_started_calls_in_doubt(store: Store) -> None
     assert sorted(p.call.id for p in store.load("t").in_doubt) == ["h1", "h2"]
 
 
-def test_b9_fifty_threads_run_concurrently_in_one_event_loop(shared_url: str) -> None:
-    """B9: 50 agents on 50 threads run at once in one event loop against one store,
+def test_fifty_threads_run_concurrently_in_one_event_loop(shared_url: str) -> None:
+    """Fifty agents on 50 threads run at once in one event loop against one store,
     with an async provider and async tools; each ends in exactly its own state.
 
     Every run's first tool call waits at a barrier that opens only when all 50 runs

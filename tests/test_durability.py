@@ -1,4 +1,4 @@
-"""Kill tests (B4, B5): a worker process dies at every step boundary, or inside a tool
+"""Kill tests: a worker process dies at every step boundary, or inside a tool
 after its side effect, and a new process restores the thread.
 
 The reference run records, after every commit, the thread's version and its open calls;
@@ -54,9 +54,7 @@ def finish(url: str, thread: str, durability: str, ledger: Path) -> dict[str, An
 
 
 @pytest.mark.slow
-def test_b5_kill_at_every_step_boundary_with_step_durability(
-    shared_url: str, tmp_path: Path
-) -> None:
+def test_kill_at_every_step_boundary_with_step_durability(shared_url: str, tmp_path: Path) -> None:
     """Step durability: a kill after any commit restores exactly that commit, reports
     exactly the uncommitted results in doubt, and no charge runs twice."""
     commits = reference_commits(shared_url, "step", tmp_path)
@@ -78,7 +76,7 @@ def test_b5_kill_at_every_step_boundary_with_step_durability(
 
 @pytest.mark.slow
 @pytest.mark.parametrize("call_id", ["charge-1", "charge-2"])
-def test_b5_kill_inside_a_tool_after_its_side_effect(
+def test_kill_inside_a_tool_after_its_side_effect(
     shared_url: str, tmp_path: Path, call_id: str
 ) -> None:
     """A tool that did its work but died before its result was recorded is reported in
@@ -92,7 +90,7 @@ def test_b5_kill_inside_a_tool_after_its_side_effect(
 
 
 @pytest.mark.slow
-def test_b4_checkpoint_durability_restores_the_last_checkpoint(
+def test_checkpoint_durability_restores_the_last_checkpoint(
     shared_url: str, tmp_path: Path
 ) -> None:
     """Checkpoint durability: a kill after any checkpoint restores that checkpoint."""
@@ -109,10 +107,10 @@ def test_b4_checkpoint_durability_restores_the_last_checkpoint(
 
 
 @pytest.mark.slow
-def test_b4_checkpoint_durability_repeats_a_side_effect_with_the_same_key(
+def test_checkpoint_durability_repeats_a_side_effect_with_the_same_key(
     shared_url: str, tmp_path: Path
 ) -> None:
-    """B4: with checkpoint durability a tool that ran before the crash runs again after
+    """With checkpoint durability a tool that ran before the crash runs again after
     the restore, but with the same idempotency key, so the external system can tell."""
     ledger = tmp_path / "ledger"
     killed = worker(shared_url, "t", "checkpoint", ledger, "first", "tool:charge-1")

@@ -1,4 +1,4 @@
-"""Branching and time travel (B2, B3): forks of streams, the session tree, labels."""
+"""Branching and time travel: forks of streams, the session tree, labels."""
 
 from __future__ import annotations
 
@@ -101,7 +101,7 @@ def test_fork_refuses_bad_versions_and_existing_ids(store: Store) -> None:
     assert store.children("root") == ()
 
 
-def test_b2_forks_of_forks_load_to_any_depth(store: Store) -> None:
+def test_forks_of_forks_load_to_any_depth(store: Store) -> None:
     """A chain of forks loads as the concatenation of the prefixes."""
     conversation(store, "t0", 1)
     previous = "t0"
@@ -176,7 +176,7 @@ def test_fork_adds_under_2_kb_to_a_1000_message_thread(tmp_path: Path) -> None:
     assert sum(len(str(value)) for value in added[0]) < 2048
 
 
-def test_b2_tree_queries_on_three_levels(store: Store) -> None:
+def test_tree_queries_on_three_levels(store: Store) -> None:
     """children, parent, path_to_root, leaves, branch points, tree and stats."""
     conversation(store, "root", 2)
     store.fork("root", at_version=4, new_thread_id="a")
@@ -281,8 +281,9 @@ def raw_rows(db: Path, thread_id: str) -> list[tuple[Any, ...]]:
 
 
 def test_a_fork_between_a_call_and_its_result_inherits_the_call_in_doubt(store: Store) -> None:
-    """B5 holds across forks: in the branch's history the call has no result, so the
-    branch reports it in doubt instead of assuming the parent's outcome."""
+    """A call in doubt stays in doubt across forks: in the branch's history the call has
+    no result, so the branch reports it in doubt instead of assuming the parent's
+    outcome."""
     conversation(store, "root", 1)
     called = next(e for e in store.history("root") if isinstance(e, AgentThread.ToolCalled))
     fork = store.fork("root", at_version=called.originator_version)

@@ -1,4 +1,4 @@
-"""Calls in doubt (B5): recorded as called, no recorded result; settled explicitly."""
+"""Calls in doubt: recorded as called, no recorded result; settled explicitly."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def crash_in_tool(store: Store, tool: Tool) -> Agent:
     return restored
 
 
-def test_b5_restored_agent_reports_the_call_in_doubt(store: Store) -> None:
+def test_restored_agent_reports_the_call_in_doubt(store: Store) -> None:
     """After a restore, a call without a recorded result is reported with its key."""
     executions: list[str] = []
     agent = crash_in_tool(store, crashing_tool(executions))
@@ -69,7 +69,7 @@ def test_b5_restored_agent_reports_the_call_in_doubt(store: Store) -> None:
     assert agent.status is ThreadStatus.RUNNING
 
 
-def test_b5_continue_and_resume_refuse_while_calls_are_in_doubt(store: Store) -> None:
+def test_continue_and_resume_refuse_while_calls_are_in_doubt(store: Store) -> None:
     """continue_run() and resume() refuse with a clear error naming the calls."""
     agent = crash_in_tool(store, crashing_tool([]))
     with pytest.raises(ToolCallsInDoubtError, match="in doubt") as info:
@@ -81,7 +81,7 @@ def test_b5_continue_and_resume_refuse_while_calls_are_in_doubt(store: Store) ->
         agent.run("more")
 
 
-def test_b5_settle_with_a_result_records_it_without_running_the_tool(store: Store) -> None:
+def test_settle_with_a_result_records_it_without_running_the_tool(store: Store) -> None:
     """settle(result=...) is an event; the tool is not run again."""
     executions: list[str] = []
     agent = crash_in_tool(store, crashing_tool(executions))
@@ -94,7 +94,7 @@ def test_b5_settle_with_a_result_records_it_without_running_the_tool(store: Stor
     assert agent.continue_run() == "done"
 
 
-def test_b5_settle_with_retry_runs_the_call_again_with_the_same_key(store: Store) -> None:
+def test_settle_with_retry_runs_the_call_again_with_the_same_key(store: Store) -> None:
     """settle(retry=True) records the decision and runs the tool with the same key."""
     executions: list[str] = []
     agent = crash_in_tool(store, crashing_tool(executions))
@@ -105,7 +105,7 @@ def test_b5_settle_with_retry_runs_the_call_again_with_the_same_key(store: Store
     assert agent.continue_run() == "done"
 
 
-def test_b5_idempotent_tools_are_retried_automatically(store: Store) -> None:
+def test_idempotent_tools_are_retried_automatically(store: Store) -> None:
     """A tool declared idempotent is retried by the next continue_run()."""
     executions: list[str] = []
     agent = crash_in_tool(store, crashing_tool(executions, idempotent=True))
@@ -114,7 +114,7 @@ def test_b5_idempotent_tools_are_retried_automatically(store: Store) -> None:
     assert any(isinstance(e, AgentThread.ToolCallRetried) for e in store.history("t"))
 
 
-def test_b5_restore_itself_never_runs_a_call_in_doubt(store: Store) -> None:
+def test_restore_itself_never_runs_a_call_in_doubt(store: Store) -> None:
     """Restoring, even for an idempotent tool, runs nothing."""
     executions: list[str] = []
     crash_in_tool(store, crashing_tool(executions, idempotent=True))

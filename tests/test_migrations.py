@@ -254,7 +254,7 @@ def test_golden_state_documents_load_and_continue_to_a_final_answer(
 
 
 def test_a_checkpoint_migrator_can_keep_golden_v1_snapshots(golden_v1: Store) -> None:
-    """B25: an application that accepts v1 snapshots without per-message usage replaces
+    """An application that accepts v1 snapshots without per-message usage replaces
     the library's rebuild with its own 1 -> 2 step, and restores from the snapshot."""
     used: list[int] = []
 

@@ -1,4 +1,4 @@
-"""The original design note's offline recovery example, ported line by line (B26).
+"""The original design note's offline recovery example, ported line by line.
 
 Each block mirrors the Go original: a provider that asks for a review until it sees a
 tool result, a memory checkpoint store capped at 10, an agent that pauses, a second
@@ -50,7 +50,7 @@ def request_review(ctx: ToolContext, args: dict[str, Any]) -> Any:
 
 
 def test_note_example_ported_line_by_line(capsys: Any) -> None:
-    """B26: pause, checkpoint, restore in a second agent, steer, resume."""
+    """Pause, checkpoint, restore in a second agent, steer, resume."""
     store = open_store("memory://", max_checkpoints_per_thread=10)  # saver.MaxCheckpoints
     cfg = AgentConfig(
         model="offline-review",

@@ -243,8 +243,8 @@ def stored(cls: type, payload: dict[str, Any]) -> StoredEvent:
     )
 
 
-def test_b23_data_newer_than_the_code_is_refused() -> None:
-    """B23: a stored version above the code's raises SchemaVersionError naming both."""
+def test_data_newer_than_the_code_is_refused() -> None:
+    """A stored version above the code's raises SchemaVersionError naming both."""
     payload = {"timestamp": NOW.isoformat(), "turn": 1, "_v": 7}
     with pytest.raises(
         SchemaVersionError, match=r"TurnStarted data has schema version 7.*up to version 1"
@@ -252,8 +252,8 @@ def test_b23_data_newer_than_the_code_is_refused() -> None:
         MsgspecMapper().to_domain_event(stored(AgentThread.TurnStarted, payload))
 
 
-def test_b24_data_without_a_version_is_version_zero() -> None:
-    """B24: a payload without class_version is version 0, upgraded to 1 unchanged."""
+def test_data_without_a_version_is_version_zero() -> None:
+    """A payload without class_version is version 0, upgraded to 1 unchanged."""
     payload = {"timestamp": NOW.isoformat(), "turn": 4}
     event = MsgspecMapper().to_domain_event(stored(AgentThread.TurnStarted, payload))
     assert isinstance(event, AgentThread.TurnStarted)
@@ -270,10 +270,10 @@ def later_turn_started(monkeypatch: pytest.MonkeyPatch, upcasters: dict[int, Any
     return Later
 
 
-def test_b22_stored_events_are_upgraded_by_the_registrys_upcasters_in_order(
+def test_stored_events_are_upgraded_by_the_registrys_upcasters_in_order(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """B22: a v1 event passes through 1 -> 2, then 2 -> 3, on read."""
+    """A v1 event passes through 1 -> 2, then 2 -> 3, on read."""
     later = later_turn_started(
         monkeypatch,
         {
@@ -285,8 +285,8 @@ def test_b22_stored_events_are_upgraded_by_the_registrys_upcasters_in_order(
     assert codec_for(later).decode(payload, where="test")["turn"] == 21
 
 
-def test_b22_a_missing_step_fails_when_the_event_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
-    """B22: reading data that needs a step without an upcaster names the step."""
+def test_a_missing_step_fails_when_the_event_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reading data that needs a step without an upcaster names the step."""
     later = later_turn_started(monkeypatch, {2: lambda state: {**state, "_v": 3}})
     payload = msgspec.json.encode({"timestamp": NOW.isoformat(), "turn": 1, "_v": 1})
     with pytest.raises(
@@ -295,8 +295,8 @@ def test_b22_a_missing_step_fails_when_the_event_is_read(monkeypatch: pytest.Mon
         codec_for(later).decode(payload, where="test")
 
 
-def test_b25_snapshot_migrators_see_the_thread_state_with_its_version() -> None:
-    """B25: a snapshot migrator gets the aggregate's state (not the envelope) with its
+def test_snapshot_migrators_see_the_thread_state_with_its_version() -> None:
+    """A snapshot migrator gets the aggregate's state (not the envelope) with its
     stored version, and what it returns is what the thread is restored from."""
     thread = AgentThread.start("t", now=NOW)
     thread.start_turn(now=NOW)

@@ -1,4 +1,4 @@
-"""Named states (B1): save_state / load_state on every kind of state store."""
+"""Named states: save_state / load_state on every kind of state store."""
 
 from __future__ import annotations
 
@@ -66,10 +66,10 @@ def interrupted_agent(store: Store, state_store: StateStore) -> Agent:
     return agent
 
 
-def test_b1_a_saved_state_continues_as_a_new_thread_to_a_final_answer(
+def test_a_saved_state_continues_as_a_new_thread_to_a_final_answer(
     store: Store, state_store: StateStore
 ) -> None:
-    """B1: load_state continues from the saved state in a new thread stream, which
+    """``load_state`` continues from the saved state in a new thread stream, which
     resumes to a final answer; the original thread is untouched."""
     source = interrupted_agent(store, state_store)
     saved = source.save_state("review-pending")
@@ -89,10 +89,10 @@ def test_b1_a_saved_state_continues_as_a_new_thread_to_a_final_answer(
     assert store.state_at("t") == source.state
 
 
-def test_b1_the_first_event_records_where_the_state_came_from(
+def test_the_first_event_records_where_the_state_came_from(
     store: Store, state_store: StateStore
 ) -> None:
-    """B1: the new stream starts with StartedFromState naming the key, the source
+    """The new stream starts with StartedFromState naming the key, the source
     thread and version, and the schema version the document was stored at."""
     source = interrupted_agent(store, state_store)
     source.save_state("k")
@@ -106,8 +106,8 @@ def test_b1_the_first_event_records_where_the_state_came_from(
     assert state.thread_id in list(store.thread_ids())
 
 
-def test_b24_a_document_without_a_version_loads_as_version_zero(store: Store) -> None:
-    """B24: a state document with no "_v" is version 0; 0 -> 1 is the identity and the
+def test_a_document_without_a_version_loads_as_version_zero(store: Store) -> None:
+    """A state document with no "_v" is version 0; 0 -> 1 is the identity and the
     thread continues to a final answer."""
     states = MemoryStateStore()
     interrupted_agent(store, states).save_state("k")
@@ -123,8 +123,8 @@ def test_b24_a_document_without_a_version_loads_as_version_zero(store: Store) ->
     assert agent.resume() == "done"
 
 
-def test_b23_a_document_newer_than_the_code_changes_nothing(store: Store) -> None:
-    """B23: a document from newer code raises SchemaVersionError naming the type and
+def test_a_document_newer_than_the_code_changes_nothing(store: Store) -> None:
+    """A document from newer code raises SchemaVersionError naming the type and
     both versions, before the agent or the store changes."""
     states = MemoryStateStore()
     agent = interrupted_agent(store, states)
@@ -138,8 +138,8 @@ def test_b23_a_document_newer_than_the_code_changes_nothing(store: Store) -> Non
     assert (agent.thread_id, agent.state, list(store.thread_ids())) == before
 
 
-def test_b25_state_migrators_replace_the_librarys_step(store: Store) -> None:
-    """B25: AgentConfig(state_migrators={v: fn}) upgrades documents at version v with fn."""
+def test_state_migrators_replace_the_librarys_step(store: Store) -> None:
+    """``AgentConfig(state_migrators={v: fn})`` upgrades documents at version v with fn."""
     states = MemoryStateStore()
     states.write_state("legacy", {"conversation": ["hello", "hi there"]})
 
@@ -175,7 +175,7 @@ def test_state_migrators_for_steps_that_do_not_exist_are_refused(store: Store) -
 
 
 def test_saving_refuses_calls_in_doubt(store: Store) -> None:
-    """A state with tool calls that may or may not have run is not saved (B5)."""
+    """A state with tool calls that may or may not have run is not saved."""
     clock = ticking_clock()
     thread = AgentThread.start("t", now=clock())
     thread.call_tools([ToolCall("c1", "echo", "{}")], now=clock())

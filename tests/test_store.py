@@ -148,7 +148,7 @@ def test_sqlite_url_with_missing_directory_is_refused(tmp_path: Path) -> None:
 
 
 def test_sqlite_store_survives_reopening(tmp_path: Path) -> None:
-    """A SQLite store restores after its first Store object is closed (B9)."""
+    """A SQLite store restores after its first Store object is closed."""
     url = f"sqlite:///{tmp_path / 'threads.db'}"
     with open_store(url) as store:
         state = talk(store).state
@@ -219,7 +219,7 @@ def test_unreachable_postgres_is_store_unavailable() -> None:
         open_store(f"postgresql://postgres@127.0.0.1:{port}/nothing")
 
 
-# Snapshots as a cache (B23, B25) --------------------------------------------------------
+# Snapshots as a cache -------------------------------------------------------------------
 
 
 def put_snapshot(store: Store, thread_id: str, edit: Callable[[dict[str, Any]], object]) -> None:
@@ -238,10 +238,10 @@ def put_snapshot(store: Store, thread_id: str, edit: Callable[[dict[str, Any]], 
     )
 
 
-def test_b25_a_snapshot_that_cannot_be_read_falls_back_to_the_events(
+def test_a_snapshot_that_cannot_be_read_falls_back_to_the_events(
     store: Store, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """B25: a snapshot that does not decode is passed over with a log line, and the
+    """A snapshot that does not decode is passed over with a log line, and the
     thread is rebuilt from its events: never wrong state."""
     state = talk(store).state
     put_snapshot(store, "t", lambda payload: payload["state"].update(turn="not a number"))
@@ -251,8 +251,8 @@ def test_b25_a_snapshot_that_cannot_be_read_falls_back_to_the_events(
     assert "ThreadSnapshot data (schema version 2) does not decode" in caplog.text
 
 
-def test_b25_a_checkpoint_migrator_replaces_the_librarys_step(store: Store) -> None:
-    """B25: CheckpointSettings(migrators={v: fn}) upgrades snapshots at version v with fn
+def test_a_checkpoint_migrator_replaces_the_librarys_step(store: Store) -> None:
+    """``CheckpointSettings(migrators={v: fn})`` upgrades snapshots at version v with fn
     instead of the library's upcaster: here the 0 -> 1 identity and the 1 -> 2 rebuild."""
     talk(store)
     put_snapshot(store, "t", lambda payload: payload.pop("_v"))
@@ -271,10 +271,10 @@ def test_b25_a_checkpoint_migrator_replaces_the_librarys_step(store: Store) -> N
     assert store.state_at("t") == store.replay_state("t")  # the store keeps the library steps
 
 
-def test_b25_a_migrator_can_ask_for_a_rebuild_from_the_events(
+def test_a_migrator_can_ask_for_a_rebuild_from_the_events(
     store: Store, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """B25: a checkpoint migrator raising StaleSnapshotError makes the restore replay the
+    """A checkpoint migrator raising StaleSnapshotError makes the restore replay the
     events, and says so in a log line."""
     state = talk(store).state
     put_snapshot(store, "t", lambda payload: payload.pop("_v"))
@@ -290,8 +290,8 @@ def test_b25_a_migrator_can_ask_for_a_rebuild_from_the_events(
     assert "predate our message format; rebuilding the thread from its events" in caplog.text
 
 
-def test_b23_a_snapshot_newer_than_the_code_is_an_error(store_url: str) -> None:
-    """B23: a snapshot written by newer code is refused, not passed over, naming the
+def test_a_snapshot_newer_than_the_code_is_an_error(store_url: str) -> None:
+    """A snapshot written by newer code is refused, not passed over, naming the
     type and both versions; the thread's events are left as they were."""
     with open_store(store_url) as store:
         state = talk(store).state

@@ -1,4 +1,4 @@
-"""The upcasting rules (B21-B25): one step at a time, in order, strict about versions."""
+"""The upcasting rules: one step at a time, in order, strict about versions."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ def add_step(step: int, field: str) -> Any:
 THREE = Schema("Sample", 3, {1: add_step(1, "steps"), 2: add_step(2, "steps")})
 
 
-def test_b22_upcasters_run_once_each_in_version_order() -> None:
-    """B22: data at version 1 passes through 1 -> 2, then 2 -> 3, and nothing else."""
+def test_upcasters_run_once_each_in_version_order() -> None:
+    """Data at version 1 passes through 1 -> 2, then 2 -> 3, and nothing else."""
     upgraded = THREE.upgrade({"_v": 1, "x": 0}, where="test")
     assert upgraded == {"_v": 3, "x": 0, "steps": [1, 2]}
 
@@ -34,13 +34,13 @@ def test_current_data_is_left_alone() -> None:
     assert THREE.upgrade({"_v": 3, "x": 0}, where="test") == {"_v": 3, "x": 0}
 
 
-def test_b24_unversioned_data_is_version_zero_and_zero_to_one_is_the_identity() -> None:
-    """B24: data without "_v" is version 0; 0 -> 1 changes nothing but the version."""
+def test_unversioned_data_is_version_zero_and_zero_to_one_is_the_identity() -> None:
+    """Data without "_v" is version 0; 0 -> 1 changes nothing but the version."""
     assert THREE.upgrade({"x": 0}, where="test") == {"_v": 3, "x": 0, "steps": [1, 2]}
 
 
-def test_b23_data_newer_than_the_code_names_type_and_both_versions() -> None:
-    """B23: a stored version above the current one is refused, naming the type, the
+def test_data_newer_than_the_code_names_type_and_both_versions() -> None:
+    """A stored version above the current one is refused, naming the type, the
     stored version and the supported one."""
     with pytest.raises(
         SchemaVersionError, match=r"Sample data has schema version 4.*up to version 3"
@@ -55,8 +55,8 @@ def test_a_version_that_is_not_a_version_is_refused(version: object) -> None:
         THREE.upgrade({"_v": version}, where="test")
 
 
-def test_b22_a_missing_step_names_the_type_and_the_step() -> None:
-    """B22: upgrading across a step without an upcaster raises MissingUpcasterError."""
+def test_a_missing_step_names_the_type_and_the_step() -> None:
+    """Upgrading across a step without an upcaster raises MissingUpcasterError."""
     gap = Schema("Gappy", 3, {2: add_step(2, "steps")})
     with pytest.raises(
         MissingUpcasterError, match=r"Gappy has no upcaster for schema version 1 -> 2"
@@ -65,10 +65,10 @@ def test_b22_a_missing_step_names_the_type_and_the_step() -> None:
 
 
 @pytest.mark.parametrize("returned", [3, 1, None, True])
-def test_b23_an_upcaster_returning_another_version_than_the_next_is_refused(
+def test_an_upcaster_returning_another_version_than_the_next_is_refused(
     returned: object,
 ) -> None:
-    """B23: an upcaster that skips a version, stays at its version or drops "_v" is
+    """An upcaster that skips a version, stays at its version or drops "_v" is
     refused, naming the step and what it returned."""
     schema = Schema("Skippy", 3, {1: lambda d: {**d, "_v": returned}, 2: add_step(2, "s")})
     with pytest.raises(
@@ -96,8 +96,8 @@ def test_an_upcaster_must_return_a_dict() -> None:
         schema.upgrade({"_v": 1}, where="test")
 
 
-def test_b25_a_migrator_replaces_the_schemas_own_upcaster_for_its_step() -> None:
-    """B25: an application's migrator runs instead of the library's for that step only."""
+def test_a_migrator_replaces_the_schemas_own_upcaster_for_its_step() -> None:
+    """An application's migrator runs instead of the library's for that step only."""
     upgraded = THREE.upgrade(
         {"_v": 0}, where="test", migrators={0: add_step(0, "app"), 2: add_step(2, "app")}
     )

@@ -52,15 +52,15 @@ class ThreadStateError(CovonautError, RuntimeError):
 
 
 class NotInterruptedError(ThreadStateError):
-    """``resume()`` was called but no interrupt is pending (B16)."""
+    """``resume()`` was called but no interrupt is pending."""
 
 
 class InterruptPendingError(ThreadStateError):
-    """An interrupt is pending: decide it and call ``resume()`` (B16)."""
+    """An interrupt is pending: decide it and call ``resume()``."""
 
 
 class ToolCallsInDoubtError(ThreadStateError):
-    """Some tool calls were recorded as called but have no recorded result (B5).
+    """Some tool calls were recorded as called but have no recorded result.
 
     Attributes:
         tool_call_ids: The calls in doubt; settle each with ``Agent.settle``.
@@ -153,12 +153,12 @@ class SerializationError(CovonautError, ValueError):
 
 
 class SchemaVersionError(SerializationError):
-    """A schema version breaks the one-step order (B23): stored data is newer than this
+    """A schema version breaks the one-step order: stored data is newer than this
     code supports, or an upcaster returned another version than the next one."""
 
 
 class MissingUpcasterError(SerializationError):
-    """No upcaster exists for a version step that stored data needs (B22)."""
+    """No upcaster exists for a version step that stored data needs."""
 
 
 class UpcasterError(SerializationError):
@@ -167,14 +167,14 @@ class UpcasterError(SerializationError):
 
 class StaleSnapshotError(SerializationError):
     """A snapshot cannot be upgraded to the current schema; the thread is rebuilt from its
-    events instead, since snapshots are only a cache (B25).
+    events instead, since snapshots are only a cache.
 
     Raise it from a checkpoint migrator to ask for that rebuild.
     """
 
 
 class StateNotFoundError(CovonautError, LookupError):
-    """No named state is saved under the given key (B1)."""
+    """No named state is saved under the given key."""
 
 
 class InvalidStateKeyError(CovonautError, ValueError):
@@ -182,7 +182,7 @@ class InvalidStateKeyError(CovonautError, ValueError):
 
 
 class InterruptError(CovonautError):
-    """Raised by a tool to pause the run (B12).
+    """Raised by a tool to pause the run.
 
     The agent records the interrupt and a tool result explaining it, then returns; the
     application decides and calls ``resume()``.

@@ -31,7 +31,7 @@ class ToolContext:
         tool_call_id: The model's id for this call.
         tool_name: The tool's name.
         idempotency_key: Stable for this call across restores and retries: pass it to
-            external systems so a repeated call is recognised (B5).
+            external systems so a repeated call is recognised.
         approval: For a tool that requires approval, the recorded decision that
             authorized this very call (its ``digest`` is this call's operation digest);
             None otherwise.
@@ -65,7 +65,7 @@ class Tool:
             crash is retried automatically with the same idempotency key.
         requires_approval: ``True``, or a policy ``policy(args) -> bool`` deciding per
             call: such a call runs only with an unused approval of its exact operation
-            on record; without one, the run pauses for a review (B19, B20).
+            on record; without one, the run pauses for a review.
     """
 
     name: str = attrs.field(validator=_check_name)

@@ -3,7 +3,7 @@
 :func:`check_store` reads every stored event, snapshot and named state, upgrades each
 in memory exactly as a read would, and reports counts per type and stored schema
 version and every record that does not upgrade. It is what ``covonaut-es migrate
---check`` runs before an upgrade is rolled out (B25).
+--check`` runs before an upgrade is rolled out.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Forking a thread (B2, ADR 0009): what a fork inherits, and the event that starts it.
+"""Forking a thread (ADR 0009): what a fork inherits, and the event that starts it.
 
 A fork's stream holds no copy of its parent's events: it starts with a ``Forked`` event
 that names the parent and the version it branches from, sealed into the parent's hash

@@ -1,4 +1,4 @@
-"""Named states (B1) as a thread store records them, and the keys they live under.
+"""Named states as a thread store records them, and the keys they live under.
 
 A thread store keeps each key's saves as a stream of :class:`StateSaved` events, so
 named states get the store's encryption, compression and concurrency control, and a
@@ -49,7 +49,7 @@ def state_stream_id(key: str) -> UUID:
 
 @dataclass(frozen=True)  # also applied by eventsourcing's metaclass; spelled out for mypy
 class StateSaved(DomainEvent):
-    """A named state document was saved under ``key`` in a thread store (B1).
+    """A named state document was saved under ``key`` in a thread store.
 
     The document is kept as the JSON object it was given, with its own schema version,
     so that this event's shape does not change when the document's does.

@@ -86,7 +86,7 @@ class Review(msgspec.Struct, frozen=True, omit_defaults=True):
     Attributes:
         request: What was asked.
         decision: The decision, or None while pending.
-        used_by: For an approval, the id of the tool call it authorized, once used (B20).
+        used_by: For an approval, the id of the tool call it authorized, once used.
         used_by_key: That call's idempotency key: unlike call ids, which models may
             repeat, it names one recorded call.
     """
@@ -232,7 +232,7 @@ def canonical_json(value: Any) -> bytes:
 def operation_digest(tool_name: str, arguments: dict[str, Any]) -> str:
     """The SHA-256 (hex) of the canonical JSON of ``{"arguments": ..., "tool_name": ...}``.
 
-    An approval covers exactly the operation with this digest (B19, B20).
+    An approval covers exactly the operation with this digest.
     """
     operation = {"arguments": arguments, "tool_name": tool_name}
     return hashlib.sha256(canonical_json(operation)).hexdigest()

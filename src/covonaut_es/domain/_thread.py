@@ -117,7 +117,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
         thread_id: str
 
     class StartedFromState(Started):
-        """The thread was started from a named state (B1): it records the key, the
+        """The thread was started from a named state: it records the key, the
         document as migrated, and the schema version the document was stored at."""
 
         TOPIC = "covonaut.thread.StartedFromState"
@@ -164,7 +164,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
                 thread.usage = thread.usage + self.message.usage
 
     class ToolCalled(Event):
-        """Write-ahead record of a tool call, saved before the tool runs (B5)."""
+        """Write-ahead record of a tool call, saved before the tool runs."""
 
         TOPIC = "covonaut.thread.ToolCalled"
 
@@ -194,13 +194,13 @@ class AgentThread(Aggregate, created_event_name="Started"):
 
     class ToolCallSettled(ToolResultRecorded):
         """The application settled a call in doubt with the result it found by checking
-        the external state (B5)."""
+        the external state."""
 
         TOPIC = "covonaut.thread.ToolCallSettled"
 
     class ToolCallRetried(Event):
         """The application (or the tool's ``idempotent`` flag) chose to run a call in
-        doubt again, with the same idempotency key (B5)."""
+        doubt again, with the same idempotency key."""
 
         TOPIC = "covonaut.thread.ToolCallRetried"
 
@@ -210,7 +210,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
             pass  # the call stays open until its result is recorded
 
     class Interrupted(Event):
-        """A tool paused the run (B13)."""
+        """A tool paused the run."""
 
         TOPIC = "covonaut.thread.Interrupted"
 
@@ -221,7 +221,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
             thread.status = ThreadStatus.INTERRUPTED
 
     class Steered(Event):
-        """A queued steering message was applied before a model call (B14)."""
+        """A queued steering message was applied before a model call."""
 
         TOPIC = "covonaut.thread.Steered"
 
@@ -231,7 +231,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
             thread.messages.append(self.message)
 
     class Resumed(Event):
-        """The pending interrupts were cleared by ``resume()`` (B16)."""
+        """The pending interrupts were cleared by ``resume()``."""
 
         TOPIC = "covonaut.thread.Resumed"
 
@@ -289,7 +289,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
 
         The checkpoint's other fields are the thread's at this event, so they are
         derived rather than stored. Evicting a checkpoint forgets its record, never an
-        event (B11).
+        event.
         """
 
         TOPIC = "covonaut.thread.CheckpointSaved"
@@ -375,7 +375,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
 
     class ReviewRequested(Event):
         """A call needs an approval that is not on record: a person must review its
-        exact operation (B19). An ``Interrupted`` event with the request follows."""
+        exact operation. An ``Interrupted`` event with the request follows."""
 
         TOPIC = "covonaut.thread.ReviewRequested"
 
@@ -385,7 +385,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
             thread.reviews = thread.reviews.requested(self.request)
 
     class ReviewDecided(Event):
-        """A verified reviewer approved or rejected the operation of a review (B19)."""
+        """A verified reviewer approved or rejected the operation of a review."""
 
         TOPIC = "covonaut.thread.ReviewDecided"
 
@@ -410,7 +410,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
 
     class ApprovalUsed(Event):
         """An approval authorized one call, recorded before the call runs; it
-        authorizes no other (B20)."""
+        authorizes no other."""
 
         TOPIC = "covonaut.thread.ApprovalUsed"
 
@@ -471,7 +471,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
         now: datetime,
     ) -> AgentThread:
         """Create a thread continuing from a named state ``document`` saved under ``key``,
-        already migrated from schema version ``stored_version`` (B1)."""
+        already migrated from schema version ``stored_version``."""
         thread = cls._create(
             cls.StartedFromState,
             id=thread_aggregate_id(thread_id),
@@ -674,7 +674,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
         """Calls recorded as called whose result was never recorded.
 
         Outside a live run every open call is in doubt (the tool may or may not have
-        run before the process stopped, B5), except those held back for a review.
+        run before the process stopped), except those held back for a review.
         """
         return tuple(p for p in self.open_calls.values() if not self.reviews.awaiting(p.call.id))
 

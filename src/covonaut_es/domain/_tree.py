@@ -1,4 +1,4 @@
-"""The session tree (B2): threads linked by forks, and the queries over it.
+"""The session tree: threads linked by forks, and the queries over it.
 
 The tree is derived from the store's ``Forked`` events alone: each names its parent
 thread and version, so no parent stream is ever written to when it is forked.
@@ -142,7 +142,7 @@ class SessionTree:
 
 
 class SessionTreeQueries(ABC):
-    """The session-tree queries of a store (B2), answered from its forks."""
+    """The session-tree queries of a store, answered from its forks."""
 
     @abstractmethod
     def forks(self) -> tuple[ForkRecord, ...]:

@@ -34,7 +34,7 @@ class ThreadStatus(enum.StrEnum):
 
 
 class Interrupt(msgspec.Struct, frozen=True, omit_defaults=True):
-    """A pause requested by a tool (B12, B13).
+    """A pause requested by a tool.
 
     Attributes:
         reason: Why the run paused, for a person to read.
@@ -72,7 +72,7 @@ class CheckpointReason(enum.StrEnum):
 
 
 class Checkpoint(msgspec.Struct, frozen=True):
-    """A named point in a thread's stream (B3).
+    """A named point in a thread's stream.
 
     A checkpoint is a small record; the state it names is rebuilt from the nearest
     stored snapshot at or below ``version`` plus the events after it (see ADR 0003).
@@ -95,7 +95,7 @@ class Checkpoint(msgspec.Struct, frozen=True):
 
 
 class RunMode(enum.StrEnum):
-    """How a run was started (B16)."""
+    """How a run was started."""
 
     RUN = "run"
     CONTINUE = "continue"
@@ -172,7 +172,7 @@ class ThreadState(msgspec.Struct, frozen=True):
 
 
 class StateDocument(msgspec.Struct, frozen=True, kw_only=True):
-    """A named state (B1): a self-contained copy of a thread's state under a key.
+    """A named state: a self-contained copy of a thread's state under a key.
 
     It holds what continuing the conversation needs, not the history of how it got
     there. It is stored as a JSON object with its schema version under ``"_v"``, and

@@ -2,10 +2,10 @@
 
 Every stored document (an event's payload, a snapshot's state, a named state) carries
 the schema version it was written at under ``"_v"``. Reading upgrades older data in
-memory with one upcaster per step, in order (B22); stored data is never rewritten.
+memory with one upcaster per step, in order; stored data is never rewritten.
 Data without a version is version 0, and 0 -> 1 is the identity unless an upcaster is
-given for it (B24). Data newer than the code, and an upcaster that does not return the
-next version, are errors (B23).
+given for it. Data newer than the code, and an upcaster that does not return the
+next version, are errors.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def frozen_steps(steps: Mapping[int, Upcaster]) -> Mapping[int, Upcaster]:
 
 
 def stored_version(document: Mapping[str, Any]) -> object:
-    """The schema version a document was written at: 0 when it has none (B24)."""
+    """The schema version a document was written at: 0 when it has none."""
     return document.get(VERSION_KEY, 0)
 
 
@@ -98,7 +98,7 @@ class Schema:
             document: The decoded document; its ``"_v"`` says its version.
             where: What is being read, for messages (e.g. the event and thread).
             migrators: The application's upcasters; each replaces the schema's own for
-                its step (B25).
+                its step.
 
         Returns:
             The document at the current version, with ``"_v"`` set to it.
@@ -129,7 +129,7 @@ class Schema:
         upcaster = migrator if migrator is not None else self.upcasters.get(step)
         if upcaster is None:
             if step == 0:
-                return {**document, VERSION_KEY: 1}  # unversioned data is version 0 (B24)
+                return {**document, VERSION_KEY: 1}  # unversioned data is version 0
             msg = (
                 f"{where}: {self.name} has no upcaster for schema version {step} -> "
                 f"{step + 1}; add one to covonaut_es.migrations"

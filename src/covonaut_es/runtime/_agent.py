@@ -47,7 +47,7 @@ class Agent(ReviewCommands, StateCommands):
     that thread, the agent continues it; otherwise the first run starts it.
 
     A run returns the final answer, or ``""`` when a tool interrupted it: check
-    :attr:`interrupted` after every run (B13).
+    :attr:`interrupted` after every run.
 
     ``arun``, ``acontinue_run``, ``aresume`` and ``asettle`` are the same commands for
     asyncio: they drive the same run loop, await ``async def`` providers and tools, run
@@ -99,7 +99,7 @@ class Agent(ReviewCommands, StateCommands):
 
     @property
     def in_doubt(self) -> tuple[PendingToolCall, ...]:
-        """Tool calls recorded as called whose result was never recorded (B5)."""
+        """Tool calls recorded as called whose result was never recorded."""
         return self._current.in_doubt
 
     @property
@@ -110,16 +110,16 @@ class Agent(ReviewCommands, StateCommands):
     # Running ----------------------------------------------------------------------
 
     def run(self, input: str) -> str:
-        """Append a user message and run until an answer or an interrupt (B16)."""
+        """Append a user message and run until an answer or an interrupt."""
         return self._drive(RunMode.RUN, input)
 
     def continue_run(self) -> str:
-        """Run on from the history without new input (B16)."""
+        """Run on from the history without new input."""
         return self._drive(RunMode.CONTINUE, None)
 
     def resume(self) -> str:
         """Clear the pending interrupt and run on from the recorded tool results; the
-        interrupted call is never run again (B15, B16).
+        interrupted call is never run again.
 
         Raises:
             NotInterruptedError: No interrupt is pending.
@@ -144,13 +144,13 @@ class Agent(ReviewCommands, StateCommands):
 
     def steer(self, message: str | Message) -> None:
         """Queue a message for the model; it is recorded when the next model call is
-        prepared (B14). A string is a user message."""
+        prepared. A string is a user message."""
         if isinstance(message, str):
             message = Message(Role.USER, message)
         self._steering.append(message)
 
     def settle(self, tool_call_id: str, *, result: Any = _NO_RESULT, retry: bool = False) -> None:
-        """Settle a tool call in doubt (B5): after checking the external state, either
+        """Settle a tool call in doubt: after checking the external state, either
         record its ``result`` or run it again with ``retry=True`` (same idempotency key).
 
         Settling is recorded as an event. Nothing ever re-runs a call in doubt unless

@@ -67,15 +67,15 @@ class CheckpointSettings:
     Attributes:
         store: The thread store (see :func:`~covonaut_es.open_store`).
         thread_id: The conversation's id. Empty means ``"default"``, with a warning:
-            unrelated sessions must never share a thread id (B10).
+            unrelated sessions must never share a thread id.
         save_on_turn_start: Also checkpoint at the start of each turn, after steering
-            and compaction, before the model is called (B7).
-        skip_save_on_turn_end: Do not checkpoint at the end of each turn (B8).
+            and compaction, before the model is called.
+        skip_save_on_turn_end: Do not checkpoint at the end of each turn.
         durability: ``"step"`` (default) commits events at every step boundary, so the
             intent to call a tool is stored before the tool runs; ``"checkpoint"``
             commits only when a checkpoint is saved.
         migrators: Upcasters for the thread's snapshots, keyed by the schema version
-            they upgrade from; each replaces the library's own for that step (B25). A
+            they upgrade from; each replaces the library's own for that step. A
             snapshot that cannot be upgraded is passed over and the thread rebuilt from
             its events.
     """
@@ -118,11 +118,11 @@ class AgentConfig:
             does not stop the run.
         reviewer_verifier: Verifies reviewers' credentials for ``Agent.approve`` and
             ``Agent.reject`` (see ``HmacReviewerVerifier``).
-        state_store: Where ``save_state`` and ``load_state`` keep named states (B1): a
+        state_store: Where ``save_state`` and ``load_state`` keep named states: a
             :class:`~covonaut_es.MemoryStateStore`, a :class:`~covonaut_es.FileStateStore`
             or a thread :class:`~covonaut_es.Store`.
         state_migrators: Upcasters for state documents, keyed by the schema version
-            they upgrade from; each replaces the library's own for that step (B25).
+            they upgrade from; each replaces the library's own for that step.
     """
 
     provider: Provider | AsyncProvider

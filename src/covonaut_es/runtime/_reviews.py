@@ -1,7 +1,7 @@
 """The review decisions of :class:`~covonaut_es.Agent`: approve or reject an operation.
 
 Internal: :class:`ReviewCommands` is a base of ``Agent``. A decision is recorded only
-for a reviewer that ``AgentConfig.reviewer_verifier`` verifies (B19, ADR 0006).
+for a reviewer that ``AgentConfig.reviewer_verifier`` verifies (ADR 0006).
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ class ReviewCommands(AgentBase):
     """Approving and rejecting the operation of a pending review."""
 
     def approve(self, review_id: str, *, reviewer: Any, comment: str = "") -> ReviewDecision:
-        """Approve the exact operation of a pending review (B19).
+        """Approve the exact operation of a pending review.
 
-        The approval authorizes one later call of the same tool with the same arguments
-        (B20): after ``resume()`` the model calls the tool again and the call runs.
+        The approval authorizes a single later call of the same tool with the same
+        arguments: after ``resume()`` the model calls the tool again and the call runs.
 
         Args:
             review_id: From the review request (the interrupt's data).

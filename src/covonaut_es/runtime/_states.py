@@ -1,7 +1,7 @@
 """Saving and restoring the state of :class:`~covonaut_es.Agent`'s thread.
 
 Internal: :class:`StateCommands` is a base of ``Agent``. Checkpoints are records in the
-thread store; a named state (B1) is a self-contained copy of the thread's state in
+thread store; a named state is a self-contained copy of the thread's state in
 ``AgentConfig.state_store``, from which a new thread can go on.
 """
 
@@ -41,7 +41,7 @@ class StateCommands(AgentBase):
     def restore_latest_checkpoint(self, thread_id: str | None = None) -> Checkpoint | None:
         """Bind this agent to a stored thread and load its latest committed state.
 
-        Restores state and interrupt information only: the model is not called (B16).
+        Restores state and interrupt information only: the model is not called.
         Then call ``run``, ``continue_run`` or ``resume``.
 
         Args:
@@ -65,7 +65,7 @@ class StateCommands(AgentBase):
     asave_checkpoint = in_worker_thread(save_checkpoint)
     arestore_latest_checkpoint = in_worker_thread(restore_latest_checkpoint)
 
-    # Named states (B1) ----------------------------------------------------------------
+    # Named states -----------------------------------------------------------------
 
     def save_state(self, key: str) -> StateDocument:
         """Save a self-contained copy of the thread's current state under ``key`` in
@@ -79,7 +79,7 @@ class StateCommands(AgentBase):
             ConfigurationError: No state store is configured.
             InvalidStateKeyError: The key is not allowed.
             ToolCallsInDoubtError: Some tool calls have no recorded result; settle them
-                first (B5).
+                first.
         """
         store = self._require_state_store("save_state()")
         check_state_key(key)
@@ -89,14 +89,14 @@ class StateCommands(AgentBase):
         return document
 
     def load_state(self, key: str, *, thread_id: str | None = None) -> ThreadState:
-        """Continue from the state saved under ``key``, as a new thread (B1).
+        """Continue from the state saved under ``key``, as a new thread.
 
         The document is first migrated to the current schema, with
-        ``AgentConfig.state_migrators`` replacing the library's steps they name (B25);
+        ``AgentConfig.state_migrators`` replacing the library's steps they name;
         if that fails, nothing has changed. The agent is then bound to a new thread
         whose first event, ``StartedFromState``, records the key, the document and the
         schema version it was stored at. Like a restore, this never calls the model:
-        then call ``run``, ``continue_run`` or ``resume`` (B16).
+        then call ``run``, ``continue_run`` or ``resume``.
 
         Args:
             key: The key the state was saved under.

@@ -64,11 +64,11 @@ class AgentApplication(Application[UUID]):
 
 
 class SnapshotCache(EventStore[UUID]):
-    """The snapshot store, read as a cache (B25, ADR 0007). Internal.
+    """The snapshot store, read as a cache (ADR 0007). Internal.
 
     A snapshot that cannot be upgraded to the current schema is passed over with a log
     line, so the repository rebuilds the thread from its events. A snapshot newer than
-    the code is an error, as for events (B23).
+    the code is an error, as for events.
 
     Args:
         mapper: The application's mapper.

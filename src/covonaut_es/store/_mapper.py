@@ -272,7 +272,7 @@ class MsgspecMapper(Mapper[UUID]):
         Args:
             stored_event: The record as the recorder holds it.
             migrators: The application's upcasters for this record's type; each
-                replaces the library's own for its step (B25).
+                replaces the library's own for its step.
 
         Raises:
             SerializationError: The record cannot be read (a subclass says why:

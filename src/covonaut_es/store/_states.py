@@ -1,10 +1,11 @@
-"""Named states (B1): state documents and the stores that keep them by key.
+"""Named states: state documents and the stores that keep them by key.
 
 :func:`state_document` takes a self-contained copy of a thread's state; it is stored as
 a JSON object with its schema version under ``"_v"``, and :func:`decode_state_document`
-migrates it to the current schema when it is read (B21-B25). A state store keeps the
-documents by key: :class:`MemoryStateStore` in this process, :class:`FileStateStore` in
-a directory of JSON files, or the thread :class:`~covonaut_es.Store` itself.
+migrates it to the current schema, one version at a time, when it is read. A state store
+keeps the documents by key: :class:`MemoryStateStore` in this process,
+:class:`FileStateStore` in a directory of JSON files, or the thread
+:class:`~covonaut_es.Store` itself.
 """
 
 from __future__ import annotations
@@ -138,7 +139,7 @@ def state_document(state: ThreadState, *, saved_at: datetime) -> StateDocument:
 
     Raises:
         ToolCallsInDoubtError: Some tool calls have no recorded result; a document
-            cannot say whether they ran, so settle them first (B5).
+            cannot say whether they ran, so settle them first.
     """
     if state.open_calls:
         ids = tuple(pending.call.id for pending in state.open_calls)

@@ -69,7 +69,7 @@ class Store(StoredRecords, ThreadForking, SessionTreeQueries, Closing):
     """Threads' event streams, snapshots and checkpoints in one back end.
 
     Create one with :func:`open_store`. A store is safe to share between agents and
-    threads of one process (B9); several processes may open the same SQLite file or
+    threads of one process; several processes may open the same SQLite file or
     PostgreSQL database, and optimistic concurrency keeps each thread's stream whole.
     """
 
@@ -341,7 +341,7 @@ class Store(StoredRecords, ThreadForking, SessionTreeQueries, Closing):
         state rebuilt from its events alone; see :class:`~covonaut_es.AuditReport`."""
         return _audit.verify(self, thread_id)
 
-    # Forks and the session tree (B2) ---------------------------------------------
+    # Forks and the session tree ---------------------------------------------------
 
     def forks(self) -> tuple[ForkRecord, ...]:
         """Every fork in the store, read from the event log."""
@@ -377,7 +377,7 @@ class Store(StoredRecords, ThreadForking, SessionTreeQueries, Closing):
                 return
             position = batch[-1].id
 
-    # Named states (B1) -------------------------------------------------------------
+    # Named states -----------------------------------------------------------------
 
     def write_state(self, key: str, document: Mapping[str, Any]) -> None:
         """Save a named state document under ``key``; the last save wins.
@@ -470,7 +470,7 @@ def open_store(
             (a file; ``sqlite:////abs/path.db`` for an absolute path) or
             ``postgresql://user:password@host:port/dbname`` (needs the ``postgres`` extra).
         max_checkpoints_per_thread: Keep only this many newest checkpoints per thread;
-            0 keeps all (B11). Evicting a checkpoint never deletes events.
+            0 keeps all. Evicting a checkpoint never deletes events.
         cipher_key: Encrypt stored events and snapshots with AES-GCM under this key
             (base64 of 16, 24 or 32 bytes; see :func:`create_cipher_key`). Needs the
             ``encryption`` extra.
