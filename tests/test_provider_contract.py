@@ -293,6 +293,29 @@ def test_missing_sdk_names_the_extra(wire: VendorWire, sdk_missing: str) -> None
         getattr(covonaut_es, wire.PROVIDER)
 
 
+def test_importing_the_adapter_without_its_sdk_names_the_extra(
+    wire: VendorWire, sdk_missing: str
+) -> None:
+    """Without its SDK, importing the adapter's module raises an ImportError that names
+    the extra and the missing package."""
+    with pytest.raises(ImportError, match=sdk_missing) as caught:
+        importlib.import_module(wire.MODULE)
+    assert caught.value.name == wire.SDK
+
+
+def test_star_import_works_without_any_sdk() -> None:
+    """``from covonaut_es import *`` works where neither SDK can be imported."""
+    code = (
+        "import sys\n"
+        "sys.modules['openai'] = sys.modules['anthropic'] = None\n"
+        "from covonaut_es import *\n"
+        "import covonaut_es\n"
+        "print(sorted(set(covonaut_es.__all__) - set(globals())))\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    assert run.stdout == "[]\n"
+
+
 # End to end ----------------------------------------------------------------------------
 
 
