@@ -12,6 +12,8 @@ import pytest
 
 from covonaut_es import Store, open_store
 from postgres_server import URL_ENV, PostgresServer, start_or_unavailable
+from provider_wire import VendorWire
+from wire_server import WireServer
 
 
 @pytest.fixture(scope="session")
@@ -91,3 +93,23 @@ def open_test_store(store_url: str) -> Iterator[Callable[..., Store]]:
 def store(open_test_store: Callable[..., Store]) -> Store:
     """One store of each kind (see ``store_url``)."""
     return open_test_store()
+
+
+@pytest.fixture
+def server() -> Iterator[WireServer]:
+    """A local server that plays recorded vendor answers (see ``wire_server.py``)."""
+    with WireServer() as server:
+        yield server
+
+
+@pytest.fixture
+def sleeps() -> list[float]:
+    """The waits between attempts of ``provider``, recorded instead of slept."""
+    return []
+
+
+@pytest.fixture
+def provider(wire: VendorWire, server: WireServer, sleeps: list[float]) -> Iterator[Any]:
+    """The adapter of the test module's ``wire`` vendor, on ``server``; closed afterwards."""
+    with wire.provider(server.url, sleep=sleeps.append) as provider:
+        yield provider

@@ -3,22 +3,15 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-import test_anthropic_provider as anthropic_answers
-import test_openai_provider as openai_answers
-from wire_server import WireServer, json_reply, sse_reply
+import anthropic_wire
+import openai_wire
+from wire_server import WireServer
 
 DOC = Path(__file__).parent.parent / "docs" / "providers.md"
-
-
-@pytest.fixture
-def server() -> Iterator[WireServer]:
-    with WireServer() as server:
-        yield server
 
 
 @pytest.mark.filterwarnings("ignore:The model .* is deprecated:DeprecationWarning")
@@ -31,16 +24,16 @@ def test_examples_run(
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
     monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
     server.reply(
-        json_reply(openai_answers.TOOL_CALL_COMPLETION),
-        json_reply(openai_answers.ANSWER_COMPLETION),
-        json_reply(anthropic_answers.ANSWER_MESSAGE),
-        sse_reply((None, data) for data in openai_answers.TEXT_STREAM),
+        openai_wire.TOOL_CALL_REPLY,
+        openai_wire.ANSWER_REPLY,
+        anthropic_wire.ANSWER_REPLY,
+        openai_wire.TEXT_STREAM_REPLY,
     )
     blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.DOTALL)
     assert len(blocks) == 5
     for number, block in enumerate(blocks, 1):
         exec(compile(block, f"{DOC.name}, block {number}", "exec"), {})
     printed = capsys.readouterr().out
-    assert printed.count("It's 18°C and sunny in Paris.") == 2
-    assert anthropic_answers.ANSWER in printed
+    assert printed.count(openai_wire.ANSWER) == 2
+    assert anthropic_wire.ANSWER in printed
     assert len(server.requests) == 4

@@ -1,6 +1,31 @@
-"""What the provider adapters share: how they say that their SDK is missing."""
+"""What the provider adapters share: their SDK's client, retries, errors, finish reasons.
+
+Each adapter describes its vendor once, as a :class:`Vendor`, and builds on
+:class:`SdkAdapter`; what differs between vendors (the wire format of requests and
+answers) stays in the adapter's own module.
+"""
 
 from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Generic, Protocol, Self, TypeVar
+
+import attrs
+
+from covonaut_es._closing import Closing
+from covonaut_es.errors import ConfigurationError, ProviderError, ProviderRequestError
+from covonaut_es.messages import Message
+from covonaut_es.providers._retry import (
+    RetryPolicy,
+    call_with_retry,
+    connection_error,
+    error_for_status,
+)
+
+T = TypeVar("T")
+StatusErrorT = TypeVar("StatusErrorT", bound=Exception)
 
 
 def missing_sdk(exc: ModuleNotFoundError, package: str, extra: str) -> ImportError:
@@ -16,3 +41,202 @@ def missing_sdk(exc: ModuleNotFoundError, package: str, extra: str) -> ImportErr
         f"pip install 'covonaut-es[{extra}]'"
     )
     return ImportError(msg, name=package)
+
+
+@attrs.frozen
+class HttpFailure:
+    """What an SDK's error for an HTTP error answer says.
+
+    Attributes:
+        status_code: The HTTP status the failure stands for.
+        detail: The API's own explanation.
+        headers: The answer's headers, read for ``retry-after``; None where none applies.
+    """
+
+    status_code: int
+    detail: str
+    headers: Mapping[str, str] | None
+
+
+@attrs.frozen
+class SdkErrors(Generic[StatusErrorT]):
+    """The classes of a vendor SDK's errors that the adapters tell apart.
+
+    Attributes:
+        base: The base class of every error the SDK raises.
+        status: The error for an HTTP error answer.
+        connection: The error for an API not reached or not answering in time.
+    """
+
+    base: type[Exception]
+    status: type[StatusErrorT]
+    connection: type[Exception]
+
+
+@attrs.frozen
+class Vendor(Generic[StatusErrorT]):
+    """One vendor's API and SDK, as far as the code shared by the adapters needs them.
+
+    Attributes:
+        name: The API's name in messages, e.g. ``"OpenAI"``.
+        finish_reasons: The vendor's finish reasons in the common vocabulary.
+        errors: The SDK's error classes.
+        http_failure: Reads the SDK's error for an HTTP error answer.
+    """
+
+    name: str
+    finish_reasons: Mapping[str, str]
+    errors: SdkErrors[StatusErrorT]
+    http_failure: Callable[[StatusErrorT], HttpFailure]
+
+    def finish_reason(self, reason: str | None) -> str | None:
+        """The common name of ``reason``; a reason the table lacks passes through."""
+        if reason is None:
+            return None
+        return self.finish_reasons.get(reason, reason)
+
+    @contextlib.contextmanager
+    def translated_errors(self) -> Iterator[None]:
+        """Raise the SDK's errors as the library's typed provider errors."""
+        try:
+            yield
+        except self.errors.status as exc:
+            failure = self.http_failure(exc)
+            raise error_for_status(
+                self.name, failure.status_code, failure.detail, failure.headers
+            ) from exc
+        except self.errors.connection as exc:
+            # The SDKs' errors carry their message as their only argument.
+            raise connection_error(self.name, str(exc)) from exc
+        except self.errors.base as exc:
+            msg = f"the {self.name} SDK failed: {type(exc).__name__}: {exc}"
+            raise ProviderError(msg) from exc
+
+    def tool_call_id(self, message: Message, answered: str) -> str:
+        """The id of the call a tool message answers.
+
+        Args:
+            message: A tool message.
+            answered: What the vendor calls the thing answered, e.g. ``"call"``.
+
+        Raises:
+            ProviderRequestError: The message names no call, so it cannot be sent.
+        """
+        if message.tool_call_id is None:
+            msg = (
+                f"a tool message has no tool_call_id, so the {self.name} API cannot tell "
+                f"which {answered} it answers: {message.content[:80]!r}"
+            )
+            raise ProviderRequestError(msg)
+        return message.tool_call_id
+
+
+class SdkClient(Protocol):
+    """The part of a vendor SDK's client that the shared adapter code uses."""
+
+    def with_options(self, *, max_retries: int) -> Self:
+        """A copy of the client with other settings, sharing its connections."""
+        ...
+
+    def close(self) -> None:
+        """Close the client's connections."""
+        ...
+
+
+ClientT = TypeVar("ClientT", bound=SdkClient)
+
+
+@attrs.frozen
+class ClientSettings:
+    """What a provider builds its SDK client from, when the caller passes no client.
+
+    Attributes:
+        api_key: The API key; None lets the SDK read its environment variable.
+        base_url: The API's URL; None lets the SDK read its environment variable.
+        timeout: Seconds one attempt may take; None keeps the SDK's default.
+    """
+
+    api_key: str | None
+    base_url: str | None
+    timeout: float | None
+
+
+class SdkAdapter(Closing, Generic[ClientT]):
+    """A provider adapter over a vendor SDK's client.
+
+    It builds the client, or borrows the caller's, with the SDK's retries off; makes
+    each API call under the retry policy with the SDK's errors typed; and closes the
+    client if it built it.
+
+    Args:
+        vendor: The vendor of the API.
+        sdk_client: The SDK's client class.
+        settings: What to build the client from when ``client`` is None.
+        client: The caller's client, or None to build one.
+        retry: The retry policy; defaults to ``RetryPolicy()``.
+        sleep: Waits between attempts.
+
+    Attributes:
+        retry: The retry policy.
+
+    Raises:
+        ConfigurationError: ``client`` was combined with client settings, or the SDK
+            could not build its client (e.g. it found no API key).
+    """
+
+    def __init__(
+        self,
+        vendor: Vendor[Any],
+        sdk_client: Callable[..., ClientT],
+        settings: ClientSettings,
+        client: ClientT | None,
+        *,
+        retry: RetryPolicy | None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.retry = retry or RetryPolicy()
+        self._vendor = vendor
+        self._sleep = sleep
+        self._owns_client = client is None
+        if client is None:
+            self._client = _build(vendor, sdk_client, settings)
+            return
+        if settings != ClientSettings(None, None, None):
+            msg = (
+                f"{type(self).__name__} got a client and also api_key, base_url or timeout: "
+                "configure the client itself, or pass the settings without a client"
+            )
+            raise ConfigurationError(msg)
+        # A copy that shares the caller's connections but never retries by itself.
+        self._client = client.with_options(max_retries=0)
+
+    def close(self) -> None:
+        """Close the client's connections, unless the client was passed in."""
+        if self._owns_client:
+            self._client.close()
+
+    def _call(self, call: Callable[[], T]) -> T:
+        """Make one API call under the retry policy, with the SDK's errors typed."""
+
+        def attempt() -> T:
+            with self._vendor.translated_errors():
+                return call()
+
+        return call_with_retry(attempt, self.retry, sleep=self._sleep)
+
+
+def _build(
+    vendor: Vendor[Any], sdk_client: Callable[..., ClientT], settings: ClientSettings
+) -> ClientT:
+    # The SDK's default timeout holds unless one is given; None would mean "never".
+    timeout = {} if settings.timeout is None else {"timeout": settings.timeout}
+    try:
+        return sdk_client(
+            api_key=settings.api_key, base_url=settings.base_url, max_retries=0, **timeout
+        )
+    except vendor.errors.base as exc:
+        msg = (
+            f"cannot create the {vendor.name} client: {exc}; pass api_key= or set the "
+            "environment variable the SDK names"
+        )
+        raise ConfigurationError(msg) from exc

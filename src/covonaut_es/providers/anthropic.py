@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Literal
@@ -15,8 +14,6 @@ except ModuleNotFoundError as exc:
     raise missing_sdk(exc, "anthropic", "anthropic") from exc
 import msgspec
 
-from covonaut_es._closing import Closing
-from covonaut_es.errors import ConfigurationError, ProviderError, ProviderRequestError
 from covonaut_es.messages import (
     Message,
     ProviderRequest,
@@ -27,12 +24,14 @@ from covonaut_es.messages import (
     ToolSpec,
     Usage,
 )
-from covonaut_es.providers._retry import (
-    RetryPolicy,
-    call_with_retry,
-    connection_error,
-    error_for_status,
+from covonaut_es.providers._adapter import (
+    ClientSettings,
+    HttpFailure,
+    SdkAdapter,
+    SdkErrors,
+    Vendor,
 )
+from covonaut_es.providers._retry import RetryPolicy
 
 if TYPE_CHECKING:
     from anthropic.types import Message as AnthropicMessage
@@ -76,11 +75,34 @@ ERROR_TYPE_STATUS: Mapping[str, int] = {
 """The HTTP status each documented error type stands for, used for an error event that
 arrives inside a stream (whose HTTP status was 200)."""
 
-_VENDOR = "Anthropic"
+
+def _http_failure(exc: anthropic.APIStatusError) -> HttpFailure:
+    detail = _error_field(exc, "message") or exc.message
+    if exc.status_code < 400:
+        # An error event inside a stream that began with 200: no retry-after applies.
+        status = ERROR_TYPE_STATUS.get(_error_field(exc, "type") or "", 500)
+        return HttpFailure(status, detail, None)
+    return HttpFailure(exc.status_code, detail, exc.response.headers)
+
+
+def _error_field(exc: anthropic.APIError, field: str) -> str | None:
+    """A field of the body's ``error`` object: ``{"type": "error", "error": {...}}``."""
+    body = exc.body
+    error = body.get("error") if isinstance(body, dict) else None
+    value = error.get(field) if isinstance(error, dict) else None
+    return value if isinstance(value, str) else None
+
+
+_VENDOR = Vendor(
+    "Anthropic",
+    FINISH_REASONS,
+    SdkErrors(anthropic.AnthropicError, anthropic.APIStatusError, anthropic.APIConnectionError),
+    _http_failure,
+)
 _Role = Literal["user", "assistant"]
 
 
-class AnthropicProvider(Closing):
+class AnthropicProvider(SdkAdapter[anthropic.Anthropic]):
     """A model behind the Anthropic Messages API.
 
     System messages, wherever they stand, are joined in order into the request's
@@ -120,36 +142,18 @@ class AnthropicProvider(Closing):
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.max_tokens = max_tokens
-        self.retry = retry or RetryPolicy()
-        self._sleep = sleep
-        self._owns_client = client is None
-        if client is not None:
-            if api_key is not None or base_url is not None or timeout is not None:
-                msg = (
-                    "AnthropicProvider got a client and also api_key, base_url or timeout: "
-                    "configure the client itself, or pass the settings without a client"
-                )
-                raise ConfigurationError(msg)
-            # A copy that shares the caller's connections but never retries by itself.
-            self._client = client.with_options(max_retries=0)
-            return
-        self._client = anthropic.Anthropic(
-            api_key=api_key,
-            base_url=base_url,
-            timeout=anthropic.NOT_GIVEN if timeout is None else timeout,
-            max_retries=0,
-        )
+        settings = ClientSettings(api_key, base_url, timeout)
+        super().__init__(_VENDOR, anthropic.Anthropic, settings, client, retry=retry, sleep=sleep)
 
     def complete(self, request: ProviderRequest) -> ProviderResponse:
         """Ask for the whole answer in one response."""
         params = self._params(request)
         extra_body = _extra_body(request)
 
-        def attempt() -> AnthropicMessage:
-            with _translated_errors():
-                return self._client.messages.create(**params, extra_body=extra_body)
+        def create() -> AnthropicMessage:
+            return self._client.messages.create(**params, extra_body=extra_body)
 
-        message = call_with_retry(attempt, self.retry, sleep=self._sleep)
+        message = self._call(create)
         text: list[str] = []
         calls: list[ToolCall] = []
         for block in message.content:
@@ -161,7 +165,7 @@ class AnthropicProvider(Closing):
             content="".join(text),
             tool_calls=tuple(calls),
             usage=Usage(_input_tokens(message.usage), message.usage.output_tokens),
-            finish_reason=_finish_reason(message.stop_reason),
+            finish_reason=_VENDOR.finish_reason(message.stop_reason),
         )
 
     def stream(self, request: ProviderRequest) -> Iterator[StreamDelta]:
@@ -170,9 +174,8 @@ class AnthropicProvider(Closing):
         params = self._params(request)
         extra_body = _extra_body(request)
 
-        def attempt() -> anthropic.Stream[RawMessageStreamEvent]:
-            with _translated_errors():
-                return self._client.messages.create(**params, stream=True, extra_body=extra_body)
+        def create() -> anthropic.Stream[RawMessageStreamEvent]:
+            return self._client.messages.create(**params, stream=True, extra_body=extra_body)
 
         # Open tool_use blocks by index: (id, name, pieces of the input's JSON text).
         open_calls: dict[int, tuple[str, str, list[str]]] = {}
@@ -181,8 +184,8 @@ class AnthropicProvider(Closing):
         output_tokens = 0
         finish_reason: str | None = None
         with (
-            call_with_retry(attempt, self.retry, sleep=self._sleep) as events,
-            _translated_errors(),
+            self._call(create) as events,
+            _VENDOR.translated_errors(),
         ):
             for event in events:
                 if event.type == "message_start":
@@ -205,14 +208,9 @@ class AnthropicProvider(Closing):
                 elif event.type == "message_delta":
                     # The usage in message_delta is cumulative.
                     output_tokens = event.usage.output_tokens
-                    finish_reason = _finish_reason(event.delta.stop_reason) or finish_reason
+                    finish_reason = _VENDOR.finish_reason(event.delta.stop_reason) or finish_reason
         usage = None if input_tokens is None else Usage(input_tokens, output_tokens)
         yield StreamDelta(tool_calls=tuple(calls), usage=usage, finish_reason=finish_reason)
-
-    def close(self) -> None:
-        """Close the client's connections, unless the client was passed in."""
-        if self._owns_client:
-            self._client.close()
 
     def _params(self, request: ProviderRequest) -> MessageCreateParamsBase:
         system, messages = _conversation(request.messages)
@@ -258,15 +256,9 @@ def _conversation(messages: Sequence[Message]) -> tuple[str, list[MessageParam]]
 def _turn(message: Message) -> tuple[_Role, list[_Block]]:
     blocks: list[_Block] = []
     if message.role is Role.TOOL:
-        if message.tool_call_id is None:
-            msg = (
-                "a tool message has no tool_call_id, so the Anthropic API cannot tell which "
-                f"tool_use it answers: {message.content[:80]!r}"
-            )
-            raise ProviderRequestError(msg)
         result: ToolResultBlockParam = {
             "type": "tool_result",
-            "tool_use_id": message.tool_call_id,
+            "tool_use_id": _VENDOR.tool_call_id(message, "tool_use"),
             "content": message.content,
         }
         return "user", [result]
@@ -323,39 +315,3 @@ def _input_tokens(usage: AnthropicUsage) -> int:
         getattr(usage, "cache_read_input_tokens", None) or 0
     )
     return usage.input_tokens + int(cached)
-
-
-def _finish_reason(reason: str | None) -> str | None:
-    if reason is None:
-        return None
-    return FINISH_REASONS.get(reason, reason)
-
-
-@contextlib.contextmanager
-def _translated_errors() -> Iterator[None]:
-    """Raise the SDK's errors as the library's typed provider errors."""
-    try:
-        yield
-    except anthropic.APIStatusError as exc:
-        status = exc.status_code
-        headers: Mapping[str, str] | None = exc.response.headers
-        if status < 400:
-            # An error event inside a stream that began with 200: no retry-after applies.
-            status = ERROR_TYPE_STATUS.get(_error_field(exc, "type") or "", 500)
-            headers = None
-        raise error_for_status(
-            _VENDOR, status, _error_field(exc, "message") or exc.message, headers
-        ) from exc
-    except anthropic.APIConnectionError as exc:
-        raise connection_error(_VENDOR, exc.message) from exc
-    except anthropic.AnthropicError as exc:
-        msg = f"the {_VENDOR} SDK failed: {type(exc).__name__}: {exc}"
-        raise ProviderError(msg) from exc
-
-
-def _error_field(exc: anthropic.APIError, field: str) -> str | None:
-    """A field of the body's ``error`` object: ``{"type": "error", "error": {...}}``."""
-    body = exc.body
-    error = body.get("error") if isinstance(body, dict) else None
-    value = error.get(field) if isinstance(error, dict) else None
-    return value if isinstance(value, str) else None

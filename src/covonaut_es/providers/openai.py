@@ -6,7 +6,6 @@ Studio, llama.cpp, gateways): point ``base_url`` at it.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Literal
@@ -18,8 +17,7 @@ try:
 except ModuleNotFoundError as exc:
     raise missing_sdk(exc, "openai", "openai") from exc
 
-from covonaut_es._closing import Closing
-from covonaut_es.errors import ConfigurationError, ProviderError, ProviderRequestError
+from covonaut_es.errors import ProviderError
 from covonaut_es.messages import (
     Message,
     ProviderRequest,
@@ -30,12 +28,14 @@ from covonaut_es.messages import (
     ToolSpec,
     Usage,
 )
-from covonaut_es.providers._retry import (
-    RetryPolicy,
-    call_with_retry,
-    connection_error,
-    error_for_status,
+from covonaut_es.providers._adapter import (
+    ClientSettings,
+    HttpFailure,
+    SdkAdapter,
+    SdkErrors,
+    Vendor,
 )
+from covonaut_es.providers._retry import RetryPolicy
 
 if TYPE_CHECKING:
     from openai.types import CompletionUsage
@@ -64,10 +64,28 @@ FINISH_REASONS: Mapping[str, str] = {
 """OpenAI's finish reasons in the common vocabulary; others (``content_filter``) pass
 through unchanged."""
 
-_VENDOR = "OpenAI"
+
+def _http_failure(exc: openai.APIStatusError) -> HttpFailure:
+    return HttpFailure(exc.status_code, _detail(exc), exc.response.headers)
 
 
-class OpenAIProvider(Closing):
+def _detail(exc: openai.APIError) -> str:
+    """The API's own explanation: the SDK keeps the ``error`` object as the body."""
+    body = exc.body
+    if isinstance(body, dict) and isinstance(body.get("message"), str):
+        return str(body["message"])
+    return exc.message
+
+
+_VENDOR = Vendor(
+    "OpenAI",
+    FINISH_REASONS,
+    SdkErrors(openai.OpenAIError, openai.APIStatusError, openai.APIConnectionError),
+    _http_failure,
+)
+
+
+class OpenAIProvider(SdkAdapter[openai.OpenAI]):
     """A model behind the OpenAI Chat Completions API or a server compatible with it.
 
     Rate limits, server errors and connection errors are retried per ``retry`` (the
@@ -105,42 +123,20 @@ class OpenAIProvider(Closing):
         sleep: Callable[[float], None] = time.sleep,
         max_tokens_parameter: MaxTokensParameter = "max_completion_tokens",
     ) -> None:
-        self.retry = retry or RetryPolicy()
-        self._sleep = sleep
         self._max_tokens_parameter: MaxTokensParameter = max_tokens_parameter
-        self._owns_client = client is None
-        if client is not None:
-            if api_key is not None or base_url is not None or timeout is not None:
-                msg = (
-                    "OpenAIProvider got a client and also api_key, base_url or timeout: "
-                    "configure the client itself, or pass the settings without a client"
-                )
-                raise ConfigurationError(msg)
-            # A copy that shares the caller's connections but never retries by itself.
-            self._client = client.with_options(max_retries=0)
-            return
-        try:
-            self._client = openai.OpenAI(
-                api_key=api_key,
-                base_url=base_url,
-                timeout=openai.NOT_GIVEN if timeout is None else timeout,
-                max_retries=0,
-            )
-        except openai.OpenAIError as exc:
-            msg = f"cannot create the OpenAI client: {exc}; pass api_key= or set $OPENAI_API_KEY"
-            raise ConfigurationError(msg) from exc
+        settings = ClientSettings(api_key, base_url, timeout)
+        super().__init__(_VENDOR, openai.OpenAI, settings, client, retry=retry, sleep=sleep)
 
     def complete(self, request: ProviderRequest) -> ProviderResponse:
         """Ask for the whole answer in one response."""
         params = self._params(request)
 
-        def attempt() -> ChatCompletion:
-            with _translated_errors():
-                return self._client.chat.completions.create(**params)
+        def create() -> ChatCompletion:
+            return self._client.chat.completions.create(**params)
 
-        completion = call_with_retry(attempt, self.retry, sleep=self._sleep)
+        completion = self._call(create)
         if not completion.choices:
-            msg = f"the {_VENDOR} API answered with no choices (completion {completion.id})"
+            msg = f"the {_VENDOR.name} API answered with no choices (completion {completion.id})"
             raise ProviderError(msg)
         choice = completion.choices[0]
         message = choice.message
@@ -153,7 +149,7 @@ class OpenAIProvider(Closing):
             content=message.content or message.refusal or "",
             tool_calls=calls,
             usage=_usage(completion.usage),
-            finish_reason=_finish_reason(choice.finish_reason),
+            finish_reason=_VENDOR.finish_reason(choice.finish_reason),
         )
 
     def stream(self, request: ProviderRequest) -> Iterator[StreamDelta]:
@@ -166,9 +162,8 @@ class OpenAIProvider(Closing):
             "stream_options": {"include_usage": True},
         }
 
-        def attempt() -> openai.Stream[ChatCompletionChunk]:
-            with _translated_errors():
-                return self._client.chat.completions.create(**params)
+        def create() -> openai.Stream[ChatCompletionChunk]:
+            return self._client.chat.completions.create(**params)
 
         ids: dict[int, str] = {}
         names: dict[int, str] = {}
@@ -176,15 +171,15 @@ class OpenAIProvider(Closing):
         usage: Usage | None = None
         finish_reason: str | None = None
         with (
-            call_with_retry(attempt, self.retry, sleep=self._sleep) as chunks,
-            _translated_errors(),
+            self._call(create) as chunks,
+            _VENDOR.translated_errors(),
         ):
             for chunk in chunks:
                 usage = _usage(chunk.usage) or usage
                 for choice in chunk.choices:
                     if choice.index != 0:
                         continue
-                    finish_reason = _finish_reason(choice.finish_reason) or finish_reason
+                    finish_reason = _VENDOR.finish_reason(choice.finish_reason) or finish_reason
                     text = choice.delta.content or choice.delta.refusal
                     if text:
                         yield StreamDelta(content=text)
@@ -204,11 +199,6 @@ class OpenAIProvider(Closing):
             for index in sorted(names)
         )
         yield StreamDelta(tool_calls=calls, usage=usage, finish_reason=finish_reason)
-
-    def close(self) -> None:
-        """Close the client's connections, unless the client was passed in."""
-        if self._owns_client:
-            self._client.close()
 
     def _params(self, request: ProviderRequest) -> CompletionCreateParamsBase:
         params: CompletionCreateParamsBase = {
@@ -260,15 +250,9 @@ def _message(message: Message) -> ChatCompletionMessageParam:
                 assistant["name"] = message.name
             return assistant
         case Role.TOOL:
-            if message.tool_call_id is None:
-                msg = (
-                    "a tool message has no tool_call_id, so the OpenAI API cannot tell which "
-                    f"call it answers: {message.content[:80]!r}"
-                )
-                raise ProviderRequestError(msg)
             return {
                 "role": "tool",
-                "tool_call_id": message.tool_call_id,
+                "tool_call_id": _VENDOR.tool_call_id(message, "call"),
                 "content": message.content,
             }
     raise AssertionError(f"unknown role {message.role!r}")  # pragma: no cover
@@ -289,33 +273,3 @@ def _usage(usage: CompletionUsage | None) -> Usage | None:
     if usage is None:
         return None
     return Usage(input_tokens=usage.prompt_tokens, output_tokens=usage.completion_tokens)
-
-
-def _finish_reason(reason: str | None) -> str | None:
-    if reason is None:
-        return None
-    return FINISH_REASONS.get(reason, reason)
-
-
-@contextlib.contextmanager
-def _translated_errors() -> Iterator[None]:
-    """Raise the SDK's errors as the library's typed provider errors."""
-    try:
-        yield
-    except openai.APIStatusError as exc:
-        raise error_for_status(
-            _VENDOR, exc.status_code, _detail(exc), exc.response.headers
-        ) from exc
-    except openai.APIConnectionError as exc:
-        raise connection_error(_VENDOR, exc.message) from exc
-    except openai.OpenAIError as exc:
-        msg = f"the {_VENDOR} SDK failed: {type(exc).__name__}: {exc}"
-        raise ProviderError(msg) from exc
-
-
-def _detail(exc: openai.APIError) -> str:
-    """The API's own explanation: the SDK keeps the ``error`` object as the body."""
-    body = exc.body
-    if isinstance(body, dict) and isinstance(body.get("message"), str):
-        return str(body["message"])
-    return exc.message

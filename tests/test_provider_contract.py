@@ -1,0 +1,340 @@
+"""What every provider adapter does, checked for each against its real SDK.
+
+Each test runs once per vendor: the ``wire`` fixture is the vendor's module
+(``openai_wire``, ``anthropic_wire``; see ``provider_wire.VendorWire``), which serves
+recorded answers in the vendor's wire format and knows what the adapter must send.
+What only one vendor does is tested in that vendor's own test file.
+"""
+
+from __future__ import annotations
+
+import importlib
+import socket
+import subprocess
+import sys
+from types import ModuleType
+from typing import Any
+
+import msgspec
+import pytest
+
+import anthropic_wire
+import covonaut_es
+import openai_wire
+from covonaut_es import Agent, AgentConfig, Message, ProviderResponse, RetryPolicy, Role, Tool
+from covonaut_es.errors import (
+    ConfigurationError,
+    ProviderConnectionError,
+    ProviderRateLimitError,
+    ProviderRequestError,
+    ProviderServerError,
+)
+from covonaut_es.messages import StreamDelta
+from covonaut_es.providers import collect_stream
+from covonaut_es.tools import ToolContext
+from provider_wire import SYSTEM, WEATHER, WEATHER_BY_CITY, WEATHER_SCHEMA, VendorWire, ask
+from wire_server import WireServer, json_reply
+
+
+@pytest.fixture(params=[openai_wire, anthropic_wire], ids=["openai", "anthropic"])
+def wire(request: pytest.FixtureRequest) -> ModuleType:
+    """The vendor under test."""
+    module: ModuleType = request.param
+    return module
+
+
+def adapter_class(wire: VendorWire) -> Any:
+    """The adapter class itself, for building it without the test's settings."""
+    return getattr(importlib.import_module(wire.MODULE), wire.PROVIDER)
+
+
+# Requests and answers ------------------------------------------------------------------
+
+
+def test_tool_call_round_trip(wire: VendorWire, server: WireServer, provider: Any) -> None:
+    """Tool calls come back as ToolCalls, and their results go out in the vendor's format."""
+    server.reply(wire.TOOL_CALL_REPLY, wire.ANSWER_REPLY)
+
+    first = provider.complete(ask(wire))
+    assert first == wire.TOOL_CALL_RESPONSE
+    calls = Message(Role.ASSISTANT, first.content, tool_calls=first.tool_calls)
+    second = provider.complete(ask(wire, calls, *wire.TOOL_RESULTS))
+    assert second == ProviderResponse(
+        content=wire.ANSWER, usage=wire.ANSWER_USAGE, finish_reason="stop"
+    )
+
+    assert [request.path for request in server.requests] == [wire.PATH] * 2
+    headers = server.requests[0].headers
+    # Some SDK versions send the key in another header than others.
+    assert any(wire.API_KEY in value for value in headers.values())
+    assert wire.HEADERS.keys() <= headers.keys()
+    assert all(value in (None, headers[name]) for name, value in wire.HEADERS.items())
+    assert server.bodies[0] == wire.FIRST_BODY
+    question_length = len(wire.FIRST_BODY["messages"])
+    assert server.bodies[1]["messages"][question_length:] == wire.TOOL_RESULTS_BODY
+
+
+def test_finish_reasons_and_usage_are_mapped(
+    wire: VendorWire, server: WireServer, provider: Any
+) -> None:
+    """Finish reasons map to the common vocabulary (unknown ones pass through) and the
+    token counts to input and output tokens."""
+    cases = [(sent, common) for common, sents in wire.FINISH_REASONS.items() for sent in sents]
+    server.reply(*(wire.finished(sent, (9, 4)) for sent, _ in cases))
+    responses = [provider.complete(ask(wire)) for _ in cases]
+    assert [response.finish_reason for response in responses] == [common for _, common in cases]
+    assert {(r.usage.input_tokens, r.usage.output_tokens) for r in responses} == {(9, 4)}
+
+
+def test_limits_and_temperature_are_sent(
+    wire: VendorWire, server: WireServer, provider: Any
+) -> None:
+    """max_tokens goes out in the vendor's field and temperature as is; an unset
+    temperature is left out."""
+    server.reply(wire.ANSWER_REPLY, wire.ANSWER_REPLY)
+    provider.complete(ask(wire, max_tokens=256, temperature=0.2))
+    provider.complete(ask(wire))
+    limited, bare = server.bodies
+    assert (limited[wire.MAX_TOKENS_FIELD], limited["temperature"]) == (256, 0.2)
+    assert "temperature" not in bare
+
+
+def test_final_turn_forbids_tool_calls_but_keeps_tools(
+    wire: VendorWire, server: WireServer, provider: Any
+) -> None:
+    """tool_choice="none" goes out in the vendor's form; the tools stay declared."""
+    server.reply(wire.ANSWER_REPLY)
+    provider.complete(ask(wire, tool_choice="none"))
+    assert server.bodies[0]["tool_choice"] == wire.TOOL_CHOICE_NONE
+    assert server.bodies[0]["tools"] == wire.FIRST_BODY["tools"]
+
+
+def test_tool_message_without_call_id_is_rejected(
+    wire: VendorWire, server: WireServer, provider: Any
+) -> None:
+    """A tool message that names no call cannot be mapped: ProviderRequestError, nothing sent."""
+    with pytest.raises(ProviderRequestError, match="tool_call_id"):
+        provider.complete(ask(wire, Message(Role.TOOL, "orphan")))
+    assert server.requests == []
+
+
+# Streaming -----------------------------------------------------------------------------
+
+
+def test_streamed_text(wire: VendorWire, server: WireServer, provider: Any) -> None:
+    """Text arrives piece by piece; usage and finish reason come with the last delta."""
+    server.reply(wire.TEXT_STREAM_REPLY)
+    deltas = list(provider.stream(ask(wire)))
+    assert [delta.content for delta in deltas] == [*wire.TEXT_PIECES, ""]
+    assert deltas[-1] == StreamDelta(usage=wire.ANSWER_USAGE, finish_reason="stop")
+    assert {name: server.bodies[0].get(name) for name in wire.STREAM_FIELDS} == wire.STREAM_FIELDS
+
+
+def test_streamed_tool_calls(wire: VendorWire, server: WireServer, provider: Any) -> None:
+    """Streamed fragments of tool calls are assembled into whole calls in the last delta."""
+    server.reply(wire.TOOL_CALL_STREAM_REPLY)
+    deltas = list(provider.stream(ask(wire)))
+    assert [delta.tool_calls for delta in deltas[:-1]] == [()] * (len(deltas) - 1)
+    assert collect_stream(deltas) == wire.STREAMED_TOOL_CALL_RESPONSE
+
+
+# Errors and retries --------------------------------------------------------------------
+
+
+def test_rate_limit_is_retried_after_retry_after(
+    wire: VendorWire, server: WireServer, provider: Any, sleeps: list[float]
+) -> None:
+    """A 429 is retried after the wait its retry-after header asks for."""
+    server.reply(
+        json_reply(wire.RATE_LIMITED, status=429, headers={"retry-after": "1"}),
+        wire.ANSWER_REPLY,
+    )
+    assert provider.complete(ask(wire)).content == wire.ANSWER
+    assert len(server.requests) == 2
+    assert sleeps == [1.0]
+
+
+def test_server_errors_are_retried_with_backoff(
+    wire: VendorWire, server: WireServer, provider: Any, sleeps: list[float]
+) -> None:
+    """Each server error the vendor sends (5xx, Anthropic's 529 "overloaded") is retried
+    after a jittered initial delay."""
+    for status, body in wire.SERVER_ERRORS:
+        server.reply(json_reply(body, status=status), wire.ANSWER_REPLY)
+    answers = [provider.complete(ask(wire)).content for _ in wire.SERVER_ERRORS]
+    assert answers == [wire.ANSWER] * len(wire.SERVER_ERRORS)
+    assert len(server.requests) == 2 * len(wire.SERVER_ERRORS)
+    assert len(sleeps) == len(wire.SERVER_ERRORS)
+    assert all(0.25 <= sleep <= 0.5 for sleep in sleeps)
+
+
+def test_opening_a_stream_is_retried(
+    wire: VendorWire, server: WireServer, provider: Any, sleeps: list[float]
+) -> None:
+    """Opening a stream is retried like a plain call."""
+    server.reply(json_reply(wire.RATE_LIMITED, status=429), wire.TEXT_STREAM_REPLY)
+    assert collect_stream(provider.stream(ask(wire))).content == wire.ANSWER
+    assert len(server.requests) == 2
+    assert len(sleeps) == 1
+
+
+def test_bad_request_is_not_retried(
+    wire: VendorWire, server: WireServer, provider: Any, sleeps: list[float]
+) -> None:
+    """A 400 raises ProviderRequestError with the API's message after exactly one request."""
+    server.reply(json_reply(wire.BAD_REQUEST, status=400))
+    with pytest.raises(ProviderRequestError, match=wire.BAD_REQUEST_DETAIL) as caught:
+        provider.complete(ask(wire))
+    assert caught.value.status_code == 400
+    assert isinstance(caught.value.__cause__, wire.BAD_REQUEST_ERROR)
+    assert len(server.requests) == 1
+    assert sleeps == []
+
+
+def test_gives_up_after_max_attempts(
+    wire: VendorWire, server: WireServer, sleeps: list[float]
+) -> None:
+    """Server errors past RetryPolicy.max_attempts raise ProviderServerError."""
+    server.reply(*[json_reply(wire.SERVER_ERRORS[0][1], status=503)] * 3)
+    retry = RetryPolicy(max_attempts=3)
+    with (
+        wire.provider(server.url, retry=retry, sleep=sleeps.append) as provider,
+        pytest.raises(ProviderServerError) as caught,
+    ):
+        provider.complete(ask(wire))
+    assert caught.value.status_code == 503
+    assert len(server.requests) == 3
+    assert len(sleeps) == 2
+
+
+def test_rate_limit_longer_than_the_policy_is_raised_typed(
+    wire: VendorWire, server: WireServer, provider: Any
+) -> None:
+    """A 429 whose retry-after is past RetryPolicy.max_delay is not waited for: it raises
+    ProviderRateLimitError with its retry-after at once."""
+    server.reply(json_reply(wire.RATE_LIMITED, status=429, headers={"retry-after": "20"}))
+    with pytest.raises(ProviderRateLimitError) as caught:
+        provider.complete(ask(wire))
+    assert (caught.value.status_code, caught.value.retry_after) == (429, 20.0)
+    assert len(server.requests) == 1
+
+
+def test_unreachable_server_raises_connection_error(wire: VendorWire, sleeps: list[float]) -> None:
+    """A refused connection is retried, then raised as ProviderConnectionError."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    retry = RetryPolicy(max_attempts=2)
+    with (
+        wire.provider(f"http://127.0.0.1:{port}", retry=retry, sleep=sleeps.append) as provider,
+        pytest.raises(ProviderConnectionError) as caught,
+    ):
+        provider.complete(ask(wire))
+    assert caught.value.status_code is None
+    assert len(sleeps) == 1
+
+
+# Clients -------------------------------------------------------------------------------
+
+
+def test_prebuilt_client_is_used_without_its_retries(wire: VendorWire, server: WireServer) -> None:
+    """A caller's client serves the provider with the SDK's retries off and stays open
+    and usable when the provider is closed."""
+    status, body = wire.SERVER_ERRORS[-1]
+    server.reply(json_reply(body, status=status), wire.ANSWER_REPLY)
+    with wire.client(server.url, max_retries=5) as client:
+        provider = adapter_class(wire)(client=client, retry=RetryPolicy(max_attempts=1))
+        with pytest.raises(ProviderServerError):
+            provider.complete(ask(wire))
+        assert len(server.requests) == 1
+        provider.close()
+        assert not client.is_closed()
+        assert adapter_class(wire)(client=client).complete(ask(wire)).content == wire.ANSWER
+
+
+@pytest.mark.parametrize("setting", ["api_key", "base_url", "timeout"])
+def test_client_and_settings_conflict(wire: VendorWire, setting: str) -> None:
+    """A client together with api_key, base_url or timeout is a ConfigurationError."""
+    values = {"api_key": "other", "base_url": "http://127.0.0.1:9", "timeout": 5}
+    with (
+        wire.client("http://127.0.0.1:9") as client,
+        pytest.raises(ConfigurationError, match="configure the client itself"),
+    ):
+        adapter_class(wire)(client=client, **{setting: values[setting]})
+
+
+# The package ---------------------------------------------------------------------------
+
+
+def test_import_does_not_load_the_sdk(wire: VendorWire) -> None:
+    """``import covonaut_es`` leaves the SDK unimported until its adapter is asked for."""
+    code = (
+        "import sys, covonaut_es\n"
+        f"assert {wire.SDK!r} not in sys.modules\n"
+        f"print(covonaut_es.{wire.PROVIDER}.__name__, {wire.SDK!r} in sys.modules)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    assert run.stdout == f"{wire.PROVIDER} True\n"
+
+
+@pytest.fixture
+def sdk_missing(wire: VendorWire, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The vendor's SDK cannot be imported, and its adapter is not imported yet; returns
+    the advice the ImportError must give."""
+    monkeypatch.setitem(sys.modules, wire.SDK, None)
+    monkeypatch.delitem(sys.modules, wire.MODULE, raising=False)
+    monkeypatch.delitem(vars(covonaut_es), wire.PROVIDER, raising=False)
+    return rf"pip install 'covonaut-es\[{wire.SDK}\]'"
+
+
+def test_missing_sdk_names_the_extra(wire: VendorWire, sdk_missing: str) -> None:
+    """Without its SDK, ``covonaut_es.<Provider>`` raises an ImportError naming the extra."""
+    with pytest.raises(ImportError, match=sdk_missing):
+        getattr(covonaut_es, wire.PROVIDER)
+
+
+def test_importing_the_adapter_without_its_sdk_names_the_extra(
+    wire: VendorWire, sdk_missing: str
+) -> None:
+    """Without its SDK, importing the adapter's module raises an ImportError that names
+    the extra and the missing package."""
+    with pytest.raises(ImportError, match=sdk_missing) as caught:
+        importlib.import_module(wire.MODULE)
+    assert caught.value.name == wire.SDK
+
+
+def test_star_import_works_without_any_sdk() -> None:
+    """``from covonaut_es import *`` works where neither SDK can be imported."""
+    code = (
+        "import sys\n"
+        "sys.modules['openai'] = sys.modules['anthropic'] = None\n"
+        "from covonaut_es import *\n"
+        "import covonaut_es\n"
+        "print(sorted(set(covonaut_es.__all__) - set(globals())))\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    assert run.stdout == "[]\n"
+
+
+# End to end ----------------------------------------------------------------------------
+
+
+def test_agent_runs_through_tool_calls(wire: VendorWire, server: WireServer, provider: Any) -> None:
+    """An Agent on the provider calls the tools, sends their results and returns the answer."""
+    server.reply(wire.TOOL_CALL_REPLY, wire.ANSWER_REPLY)
+    seen: list[dict[str, Any]] = []
+
+    def get_weather(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
+        seen.append(args)
+        return WEATHER_BY_CITY[args["city"]]
+
+    tool = Tool("get_weather", WEATHER.description, WEATHER_SCHEMA, get_weather)
+    config = AgentConfig(provider=provider, model=wire.MODEL, tools=[tool], system_prompt=SYSTEM)
+    with Agent(config) as agent:
+        assert agent.run(wire.QUESTION) == wire.ANSWER
+        assert agent.usage == wire.TOOL_CALL_RESPONSE.usage + wire.ANSWER_USAGE
+    calls = wire.TOOL_CALL_RESPONSE.tool_calls
+    assert seen == [msgspec.json.decode(call.arguments) for call in calls]
+    assert server.bodies[0] == wire.FIRST_BODY
+    question_length = len(wire.FIRST_BODY["messages"])
+    assert server.bodies[1]["messages"][question_length:] == wire.TOOL_RESULTS_BODY
