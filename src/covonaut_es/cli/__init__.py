@@ -2,9 +2,9 @@
 
 This package owns the operator's commands: one module per command group, with the
 options they share declared once. It is an outer layer: it may import every other
-package, and nothing imports it.
+package, and nothing but ``python -m covonaut_es`` imports it.
 """
 
-from covonaut_es.cli._main import main
+from covonaut_es.cli._app import main
 
 __all__ = ["main"]

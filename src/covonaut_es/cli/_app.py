@@ -1,0 +1,61 @@
+"""The ``covonaut-es`` program: its parser, made of every command module's subcommands,
+and :func:`main`, which runs the one chosen and turns a usage error into exit status 2.
+
+Each command module declares its subcommands in one ``add_*_commands(subcommands)``
+function (see :mod:`covonaut_es.cli._command`); adding a module is adding that function
+to :data:`_COMMAND_GROUPS`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+from covonaut_es.cli._command import EXIT_USAGE, Command, Subcommands, UsageError
+from covonaut_es.cli._forks import add_fork_commands
+from covonaut_es.cli._migrate import add_migrate_command
+from covonaut_es.cli._reviews import add_review_commands
+from covonaut_es.cli._threads import add_thread_commands
+from covonaut_es.cli._transfer import add_transfer_commands
+from covonaut_es.errors import CovonautError
+
+_COMMAND_GROUPS: tuple[Callable[[Subcommands], None], ...] = (
+    add_thread_commands,
+    add_review_commands,
+    add_fork_commands,
+    add_transfer_commands,
+    add_migrate_command,
+)
+"""Each command module's declaration, in the order ``--help`` lists them."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``covonaut-es`` command.
+
+    Args:
+        argv: The arguments after the program name; ``sys.argv[1:]`` by default.
+
+    Returns:
+        The exit status: 0 for success, 1 when the command found problems (a failed
+        check or verification), 2 when it could not run (bad arguments or input, a
+        store that cannot be opened or read).
+    """
+    args = build_parser().parse_args(argv)
+    command: Command = args.command
+    try:
+        return command(args)
+    except (UsageError, CovonautError) as exc:
+        print(f"{args.error_prefix}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="covonaut-es", description="Tools for covonaut-es thread stores."
+    )
+    subcommands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
+    for add_commands in _COMMAND_GROUPS:
+        add_commands(subcommands)
+    return parser

@@ -1,0 +1,52 @@
+"""Branching threads: ``fork`` a thread at a version, and show the ``tree`` of forks
+under one."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator
+
+from covonaut_es.cli._command import EXIT_OK, Subcommands
+from covonaut_es.cli._options import add_store_command, open_from, read_thread
+from covonaut_es.cli._output import emit, emit_value
+from covonaut_es.domain import ThreadTree
+from covonaut_es.store import Store
+
+
+def add_fork_commands(subcommands: Subcommands) -> None:
+    """Declare ``fork`` and ``tree``."""
+    parser = add_store_command(subcommands, "fork", fork, help_="fork a thread at a version")
+    parser.add_argument("thread")
+    parser.add_argument("--at", type=int, metavar="VERSION", help="default: the head")
+    parser.add_argument("--as", dest="new_thread_id", metavar="THREAD", help="the fork's id")
+    add_store_command(
+        subcommands, "tree", tree, help_="show the session tree under a thread"
+    ).add_argument("thread")
+
+
+def fork(args: argparse.Namespace) -> int:
+    """``fork THREAD --at VERSION``: prints the new thread's id."""
+    with open_from(args) as store:
+        new_id = store.fork(args.thread, at_version=args.at, new_thread_id=args.new_thread_id)
+        parent = store.parent(new_id)
+    assert parent is not None
+    emit(
+        args,
+        [{"thread": new_id, "parent": parent.thread_id, "at": parent.version}],
+        ["thread", "parent", "at"],
+    )
+    return EXIT_OK
+
+
+def tree(args: argparse.Namespace) -> int:
+    """``tree THREAD``: the forks under a thread, indented, with labels."""
+    emit_value(args, read_thread(args, Store.tree), _tree_lines)
+    return EXIT_OK
+
+
+def _tree_lines(node: ThreadTree, indent: str = "") -> Iterator[str]:
+    at = "" if node.parent_version is None else f" @{node.parent_version}"
+    labels = "".join(f" [{label.name}]" for label in node.labels)
+    yield f"{indent}{node.thread_id}{at}{labels}"
+    for child in node.children:
+        yield from _tree_lines(child, indent + "  ")

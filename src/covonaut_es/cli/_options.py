@@ -1,0 +1,85 @@
+"""The options that say which store a command reads, declared once for every command,
+and opening the store they name.
+
+``--store`` (default ``$COVONAUT_ES_STORE``), ``--cipher-key-env`` and ``--compressed``
+mean the same to every subcommand, and every subcommand that prints rows also takes
+``--json`` (:func:`add_store_command`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable
+from typing import TypeVar
+
+from covonaut_es.cli._command import Command, Subcommands, UsageError, add_command
+from covonaut_es.cli._output import add_json_option
+from covonaut_es.store import Store, open_store
+
+T = TypeVar("T")
+
+STORE_ENV = "COVONAUT_ES_STORE"
+"""The environment variable every command reads the store's URL from."""
+
+
+def add_store_options(parser: argparse.ArgumentParser) -> None:
+    """Declare ``--store``, ``--cipher-key-env`` and ``--compressed`` on a subcommand."""
+    parser.add_argument(
+        "--store",
+        default=os.environ.get(STORE_ENV),
+        metavar="URL",
+        help=f"memory://NAME, sqlite:///path or postgresql://... (default: ${STORE_ENV})",
+    )
+    parser.add_argument(
+        "--cipher-key-env",
+        metavar="VAR",
+        help="the environment variable holding the store's cipher key",
+    )
+    parser.add_argument(
+        "--compressed", action="store_true", help="the store was opened with compress=True"
+    )
+
+
+def add_store_command(
+    subcommands: Subcommands, name: str, command: Command, *, help_: str
+) -> argparse.ArgumentParser:
+    """Declare a subcommand that reads the store the options name and prints ``--json``
+    or a table; returns its parser for its own arguments."""
+    parser = add_command(subcommands, name, command, help_=help_)
+    add_store_options(parser)
+    add_json_option(parser)
+    return parser
+
+
+def store_url(args: argparse.Namespace) -> str:
+    """The store's URL; a usage error when neither ``--store`` nor the variable gives one."""
+    if not args.store:
+        msg = f"no store: pass --store URL or set ${STORE_ENV}"
+        raise UsageError(msg)
+    url: str = args.store
+    return url
+
+
+def cipher_key(args: argparse.Namespace) -> str | None:
+    """The cipher key from the variable ``--cipher-key-env`` names, if it names one."""
+    if not args.cipher_key_env:
+        return None
+    key = os.environ.get(args.cipher_key_env)
+    if not key:
+        msg = f"the environment variable {args.cipher_key_env} is not set"
+        raise UsageError(msg)
+    return key
+
+
+def open_from(args: argparse.Namespace) -> Store:
+    """Open the store the options name, creating its tables if they are missing."""
+    url = store_url(args)
+    return open_store(url, cipher_key=cipher_key(args), compress=args.compressed)
+
+
+def read_thread(args: argparse.Namespace, read: Callable[[Store, str], T]) -> T:
+    """Open the store the options name, ``read`` the thread the command names from it
+    (``args.thread``), and close the store again."""
+    with open_from(args) as store:
+        return read(store, args.thread)

@@ -1,0 +1,95 @@
+"""What the commands print: ``--json`` or an aligned table on stdout, and a progress bar
+on stderr when it is a terminal.
+
+Scripts read stdout, so nothing but the result goes there; the progress bar is drawn only
+on a terminal, so a redirected stderr never gets one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, TextIO, TypeVar
+
+import msgspec
+
+T = TypeVar("T")
+
+
+def add_json_option(parser: argparse.ArgumentParser) -> None:
+    """Declare ``--json`` on a subcommand whose output :func:`emit` prints."""
+    parser.add_argument("--json", action="store_true", help="print JSON for scripts")
+
+
+def print_json(value: object) -> None:
+    """Print a value as one line of JSON (structs, lists, dicts, dates: msgspec's rules)."""
+    print(msgspec.json.encode(value).decode())
+
+
+def emit_value(args: argparse.Namespace, value: T, lines: Callable[[T], Iterable[str]]) -> None:
+    """Print one value as JSON (``--json``) or as the lines ``lines`` makes of it."""
+    if args.json:
+        print_json(value)
+        return
+    for line in lines(value):
+        print(line)
+
+
+def emit(args: argparse.Namespace, rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:
+    """Print rows as JSON (``--json``) or as an aligned table."""
+    if args.json:
+        print_json(rows)
+        return
+    texts = [[str(row.get(column, "")) for column in columns] for row in rows]
+    widths = [max([len(c), *(len(t[i]) for t in texts)]) for i, c in enumerate(columns)]
+    print("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
+    for text in texts:
+        print("  ".join(t.ljust(w) for t, w in zip(text, widths, strict=True)).rstrip())
+
+
+class ProgressBar:
+    """A progress bar redrawn in place on a terminal, at most ten times a second."""
+
+    WIDTH = 30
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self._drawn_at: float | None = None
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        if self._drawn_at is not None and now - self._drawn_at < 0.1 and done < total:
+            return
+        filled = self.WIDTH if not total else min(self.WIDTH, self.WIDTH * done // total)
+        bar = "#" * filled + "." * (self.WIDTH - filled)
+        self._stream.write(f"\r[{bar}] {done} of about {total} records")
+        self._stream.flush()
+        self._drawn_at = now
+
+    def close(self) -> None:
+        if self._drawn_at is not None:
+            self._stream.write("\n")
+            self._stream.flush()
+
+
+@contextmanager
+def terminal_progress() -> Iterator[ProgressBar | None]:
+    """A progress bar on stderr if it is a terminal (else None), ended on exit."""
+    progress = ProgressBar(sys.stderr) if sys.stderr.isatty() else None
+    try:
+        yield progress
+    finally:
+        if progress is not None:
+            progress.close()
+
+
+def with_progress(items: Iterable[T], total: int) -> Iterator[T]:
+    """Yield the items, counting them on a :func:`terminal_progress` bar."""
+    with terminal_progress() as progress:
+        for done, item in enumerate(items, start=1):
+            if progress is not None:
+                progress(done, total)
+            yield item

@@ -1,0 +1,125 @@
+"""Reading threads: ``threads``, ``show``, ``history`` and ``replay`` (the audit, with
+``--verify``)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator
+from typing import Any
+
+import msgspec
+
+from covonaut_es.cli._command import EXIT_FAILURES, EXIT_OK, Subcommands
+from covonaut_es.cli._options import add_store_command, open_from, read_thread
+from covonaut_es.cli._output import emit, emit_value, print_json
+from covonaut_es.domain import ThreadState
+from covonaut_es.store import Store
+
+
+def add_thread_commands(subcommands: Subcommands) -> None:
+    """Declare ``threads``, ``show``, ``history`` and ``replay``."""
+    add_store_command(
+        subcommands, "threads", threads, help_="list threads with status, turns, activity, reviews"
+    )
+    add_store_command(
+        subcommands, "show", show, help_="show a thread's current state"
+    ).add_argument("thread")
+    add_store_command(subcommands, "history", history, help_="list a thread's events").add_argument(
+        "thread"
+    )
+    parser = add_store_command(
+        subcommands, "replay", replay, help_="replay a thread's log for an audit"
+    )
+    parser.add_argument("thread")
+    parser.add_argument(
+        "--verify", action="store_true", help="also check the hash chain and the checkpoints"
+    )
+
+
+def threads(args: argparse.Namespace) -> int:
+    """``threads``: one row per thread."""
+    with open_from(args) as store:
+        rows = []
+        for thread_id in store.thread_ids():
+            state = store.state_at(thread_id)
+            last = store.history(thread_id)[-1].timestamp
+            pending = sum(review.pending for review in state.reviews)
+            rows.append(
+                {
+                    "thread": thread_id,
+                    "status": state.status.value,
+                    "turns": state.turn,
+                    "last_activity": last.isoformat(timespec="seconds"),
+                    "pending_reviews": pending,
+                }
+            )
+    emit(args, rows, ["thread", "status", "turns", "last_activity", "pending_reviews"])
+    return EXIT_OK
+
+
+def show(args: argparse.Namespace) -> int:
+    """``show THREAD``: the state, as fields."""
+    emit_value(args, read_thread(args, Store.state_at), _state_lines)
+    return EXIT_OK
+
+
+def _state_lines(state: ThreadState) -> Iterator[str]:
+    last = state.messages[-1] if state.messages else None
+    fields = {
+        "thread": state.thread_id,
+        "status": state.status.value,
+        "version": state.version,
+        "turns": state.turn,
+        "messages": len(state.messages),
+        "tokens": f"{state.usage.input_tokens} in, {state.usage.output_tokens} out",
+        "parent": f"{state.parent.thread_id}@{state.parent.version}" if state.parent else "",
+        "labels": ", ".join(label.name for label in state.labels),
+        "interrupts": "; ".join(f"{i.tool_name}: {i.reason}" for i in state.interrupts),
+        "in doubt": ", ".join(call.call.id for call in state.open_calls),
+        "pending reviews": ", ".join(r.request.review_id for r in state.reviews if r.pending),
+        "last message": f"{last.role}: {last.content[:70]}" if last else "",
+    }
+    width = max(map(len, fields))
+    for name, value in fields.items():
+        yield f"{name.ljust(width)}  {value}"
+
+
+def history(args: argparse.Namespace) -> int:
+    """``history THREAD``: version, time and type of every event."""
+    with open_from(args) as store:
+        rows = [
+            {
+                "version": e.version,
+                "time": e.recorded_at.isoformat(),
+                "event": e.kind,
+                "thread": e.thread_id,
+            }
+            for e in store.replay(args.thread)
+        ]
+    emit(args, rows, ["version", "time", "event", "thread"])
+    return EXIT_OK
+
+
+def replay(args: argparse.Namespace) -> int:
+    """``replay THREAD [--verify]``: every event summarized; exit 1 if verify finds any
+    problem."""
+    with open_from(args) as store:
+        entries = list(store.replay(args.thread))
+        report = store.verify(args.thread) if args.verify else None
+    if args.json:
+        payload: dict[str, Any] = {"events": entries}
+        if report is not None:
+            payload["verify"] = {**msgspec.structs.asdict(report), "ok": report.ok}
+        print_json(payload)
+    else:
+        for entry in entries:
+            print(f"{entry.version:>6}  {entry.recorded_at.isoformat()}  {entry.summary}")
+        if report is not None:
+            print(
+                f"verified {report.events} events: {report.chained} chained, "
+                f"{report.checkpoints_checked} checkpoints and {report.snapshots_checked} "
+                f"snapshots compared: {'intact' if report.ok else 'PROBLEMS FOUND'}"
+            )
+            for finding in report.findings:
+                print(f"  version {finding.version}: {finding.problem}")
+    return EXIT_OK if report is None or report.ok else EXIT_FAILURES

@@ -1,0 +1,53 @@
+"""Moving threads between stores: ``export`` one thread's events as JSON Lines, and
+``import`` such a file, each thread in one transaction after its hash chain checks."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from covonaut_es.audit import export_thread, import_threads
+from covonaut_es.cli._command import EXIT_OK, Subcommands
+from covonaut_es.cli._options import add_store_command, open_from
+from covonaut_es.cli._output import emit, with_progress
+
+
+def add_transfer_commands(subcommands: Subcommands) -> None:
+    """Declare ``export`` and ``import``."""
+    parser = add_store_command(
+        subcommands, "export", export, help_="write a thread's events as JSON Lines"
+    )
+    parser.add_argument("thread")
+    parser.add_argument("--output", "-o", metavar="FILE", help="default: standard output")
+    parser = add_store_command(
+        subcommands, "import", import_, help_="read threads exported as JSON Lines"
+    )
+    parser.add_argument("input", nargs="?", metavar="FILE", help="default: standard input")
+
+
+def export(args: argparse.Namespace) -> int:
+    """``export THREAD``: one event per line."""
+    with open_from(args) as store:
+        total = store.state_at(args.thread).version
+        lines = list(with_progress(export_thread(store, args.thread), total))
+    text = "".join(line + "\n" for line in lines)
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as file:
+            file.write(text)
+        print(f"exported {len(lines)} events of {args.thread!r} to {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return EXIT_OK
+
+
+def import_(args: argparse.Namespace) -> int:
+    """``import [FILE]``: all threads of the file, each in one transaction."""
+    if args.input:
+        with open(args.input, encoding="utf-8") as file:
+            lines = file.readlines()
+    else:
+        lines = sys.stdin.readlines()
+    with open_from(args) as store:
+        imported = import_threads(store, with_progress(lines, len(lines)))
+    emit(args, [{"imported": thread_id} for thread_id in imported], ["imported"])
+    return EXIT_OK
