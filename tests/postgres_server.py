@@ -35,12 +35,13 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
-from typing import NoReturn, Self
+from typing import NoReturn, Self, TypeVar
 
 import psycopg
 import pytest
 from psycopg import sql
+
+T = TypeVar("T")
 
 URL_ENV = "COVONAUT_ES_TEST_POSTGRES_URL"
 """Environment variable naming an already-running server to test against."""
@@ -135,6 +136,13 @@ def _privilege_drop_prefix(user: str) -> list[str]:
     return []
 
 
+def _started(value: T | None) -> T:
+    """A value the server has only once it has started."""
+    if value is None:
+        raise RuntimeError("server not started")
+    return value
+
+
 class PostgresServer:
     """One throwaway PostgreSQL server; use as a context manager or call start/stop.
 
@@ -156,9 +164,7 @@ class PostgresServer:
     @property
     def base_dir(self) -> Path:
         """The temporary directory holding the data directory, socket and log."""
-        if self._base_dir is None:
-            raise RuntimeError("server not started")
-        return self._base_dir
+        return _started(self._base_dir)
 
     @property
     def data_dir(self) -> Path:
@@ -173,9 +179,7 @@ class PostgresServer:
     @property
     def port(self) -> int:
         """The TCP port the server listens on, on 127.0.0.1."""
-        if self._port is None:
-            raise RuntimeError("server not started")
-        return self._port
+        return _started(self._port)
 
     @property
     def url(self) -> str:
@@ -222,12 +226,7 @@ class PostgresServer:
         self.start()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
     # -- steps --------------------------------------------------------------------
