@@ -213,7 +213,7 @@ def storage(ctx: Context) -> Table:
             "doubling policy of ADR 0003, together about 2x the newest state), and each "
             f"turn stores {events / turns:.1f} events, of which only the message events carry "
             "conversation; every event row repeats its topic string and hex thread id "
-            "(eventsourcing's SQLite schema, in `_ThreadsApplication`). Without snapshots "
+            "(eventsourcing's SQLite schema, in `ThreadsApplication`). Without snapshots "
             f"the file would be {times(ratio(without, logical))} the logical bytes; with "
             f"`compress=True` {times(ratio(compressed.get('bytes'), logical))}. See Diagnosis."
         )

@@ -7,7 +7,8 @@ its layer's package (:mod:`covonaut_es.domain`, :mod:`covonaut_es.store`,
 :mod:`covonaut_es.audit`, :mod:`covonaut_es.errors`, ...). The model provider adapters
 live in :mod:`covonaut_es.providers.openai` and :mod:`covonaut_es.providers.anthropic`;
 ``covonaut_es.OpenAIProvider`` and ``covonaut_es.AnthropicProvider`` import them on first
-use, so that their SDKs stay optional extras.
+use, so that their SDKs stay optional extras. This module only gathers names: nothing
+in the library imports it.
 """
 
 import importlib

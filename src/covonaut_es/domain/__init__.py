@@ -3,9 +3,9 @@
 This package owns :class:`AgentThread` with its nested events, the values of its state,
 the review ledger that makes approvals single-use, the hash chain that makes tampering
 evident, what a fork inherits, and the session tree's queries. Everything here is pure:
-no I/O and no clock (every command takes ``now`` from its caller). It imports only
-:mod:`covonaut_es.errors`, :mod:`covonaut_es.messages` and eventsourcing's domain
-classes, never a layer above it.
+no I/O and no clock (every command takes ``now`` from its caller). Of the library it imports
+only :mod:`covonaut_es.errors` and :mod:`covonaut_es.messages` (besides eventsourcing's
+domain classes and msgspec), never a layer above it.
 """
 
 from covonaut_es.domain._reviews import (

@@ -63,7 +63,7 @@ class ReviewDecision(msgspec.Struct, frozen=True):
         review_id: The review decided.
         digest: The operation digest the decision covers.
         decision: Approved or rejected.
-        reviewer: The reviewer id the :class:`ReviewerVerifier` returned.
+        reviewer: The reviewer id the :class:`~covonaut_es.runtime.ReviewerVerifier` returned.
         comment: The reviewer's comment, or the reason for a rejection.
         decided_at: When the decision was recorded.
         thread_id: The thread whose stream recorded it; an approval authorizes calls of

@@ -2,7 +2,7 @@
 
 A stored type declares the version the code writes as ``class_version`` (eventsourcing's
 convention): each event class nested in :class:`~covonaut_es.AgentThread`, the aggregate
-itself for its snapshots, :class:`~covonaut_es.StateDocument` for named states, and the
+itself for its snapshots, :class:`~covonaut_es.domain.StateDocument` for named states, and the
 event that records a named state in a thread store.
 The upcasters live here, one function per step, keyed by the version they upgrade from.
 ADR 0007 says when a change needs a new version and how to add a step.

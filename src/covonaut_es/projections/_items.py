@@ -1,8 +1,8 @@
 """What the reviewer queue holds, and the changes its projection makes to it.
 
 Computing the changes is pure: :func:`changes_for` maps one thread event to the rows it
-adds or removes. The views (``queue_views``) apply them with the tracking position in
-one transaction.
+adds or removes. The views (:mod:`covonaut_es.projections._views`) apply them with the
+tracking position in one transaction.
 """
 
 from __future__ import annotations

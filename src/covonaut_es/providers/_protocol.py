@@ -15,7 +15,7 @@ from covonaut_es.messages import ProviderRequest, ProviderResponse, StreamDelta,
 class Provider(Protocol):
     """A model behind an API: given the context and tools, it answers.
 
-    Implementations raise :class:`~covonaut_es.ProviderError` (or any exception, which
+    Implementations raise :class:`~covonaut_es.errors.ProviderError` (or any exception, which
     the agent wraps in one) when the model cannot answer.
     """
 

@@ -112,7 +112,7 @@ class AnthropicProvider(SdkAdapter[anthropic.Anthropic]):
 
     Rate limits, server errors (including 529 "overloaded") and connection errors are
     retried per ``retry`` (the SDK's own retries are switched off); every failure is
-    raised as a typed :class:`~covonaut_es.ProviderError`. Close the provider (or use
+    raised as a typed :class:`~covonaut_es.errors.ProviderError`. Close the provider (or use
     it in a ``with`` block) to release the connections of the client it built.
 
     Args:

@@ -90,7 +90,7 @@ class OpenAIProvider(SdkAdapter[openai.OpenAI]):
 
     Rate limits, server errors and connection errors are retried per ``retry`` (the
     SDK's own retries are switched off); every failure is raised as a typed
-    :class:`~covonaut_es.ProviderError`. Close the provider (or use it in a ``with``
+    :class:`~covonaut_es.errors.ProviderError`. Close the provider (or use it in a ``with``
     block) to release the connections of the client it built.
 
     Args:

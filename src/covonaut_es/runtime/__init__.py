@@ -4,8 +4,8 @@ This package owns :class:`Agent` and its configuration, the run loop as a progra
 effects with the sync and async drivers that perform it, context compaction, and the
 verification of reviewers' credentials. It persists only through
 :mod:`covonaut_es.store`, calls models only through the :mod:`covonaut_es.providers`
-protocol, and may import the domain; never the projections, the audit, the command
-line or a provider adapter.
+protocol, and may import the domain, the migrations and :mod:`covonaut_es.tools`;
+never the projections, the audit, the command line or a provider adapter.
 """
 
 from covonaut_es.runtime._agent import Agent

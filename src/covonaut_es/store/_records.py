@@ -40,7 +40,8 @@ class StoredRecords(ABC):
 
     def _insert_records(self, records: Iterable[StoredEvent]) -> None:
         """Write records whose payloads are plain JSON, compressed and encrypted as this
-        store is configured, in one transaction. For imports; see ``transfer``."""
+        store is configured, in one transaction. For imports; see
+        :func:`covonaut_es.audit.import_threads`."""
         mapper = self._mapper
         sealed = [
             StoredEvent(

@@ -338,7 +338,7 @@ class Store(StoredRecords, ThreadForking, SessionTreeQueries, Closing):
 
     def verify(self, thread_id: str) -> AuditReport:
         """Check the thread's hash chain, and its checkpoints and snapshots against the
-        state rebuilt from its events alone; see :class:`~covonaut_es.AuditReport`."""
+        state rebuilt from its events alone; see :class:`~covonaut_es.store.AuditReport`."""
         return _audit.verify(self, thread_id)
 
     # Forks and the session tree ---------------------------------------------------
