@@ -97,7 +97,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
         """Base class of the thread's events.
 
         Besides its fields, every event carries ``chain``, its tamper-evidence hash
-        (see :mod:`covonaut_es.domain`), set when the event is triggered.
+        (see :mod:`covonaut_es.domain._integrity`), set when the event is triggered.
         """
 
         # Redeclared: the generic annotation inherited from eventsourcing reads as Any
