@@ -181,6 +181,10 @@ class InvalidStateKeyError(CovonautError, ValueError):
     """A named state's key is empty, too long or has characters a key may not have."""
 
 
+class InvalidThreadIdError(CovonautError, ValueError):
+    """A new thread's id is empty, too long, or holds control or surrogate characters."""
+
+
 class InterruptError(CovonautError):
     """Raised by a tool to pause the run.
 

@@ -17,7 +17,7 @@ from covonaut_es.domain._reviews import (
     operation_digest,
 )
 from covonaut_es.domain._snapshot import ThreadSnapshot
-from covonaut_es.domain._thread import AgentThread, thread_aggregate_id
+from covonaut_es.domain._thread import AgentThread, check_thread_id, thread_aggregate_id
 from covonaut_es.domain._tree import BranchPoint, ForkRecord, SessionTree, ThreadTree, TreeStats
 from covonaut_es.domain._values import (
     Checkpoint,
@@ -59,6 +59,7 @@ __all__ = [
     "ToolOutcome",
     "TreeStats",
     "canonical_json",
+    "check_thread_id",
     "operation_digest",
     "thread_aggregate_id",
 ]

@@ -14,6 +14,7 @@ explicit ``TOPIC``, never where its class lives.
 from __future__ import annotations
 
 import hashlib
+import unicodedata
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
@@ -50,6 +51,7 @@ from covonaut_es.domain._values import (
 )
 from covonaut_es.errors import (
     InterruptPendingError,
+    InvalidThreadIdError,
     NotInterruptedError,
     ReviewPendingError,
     ThreadStateError,
@@ -59,6 +61,38 @@ from covonaut_es.messages import Message, Role, ToolCall, Usage
 
 THREAD_NAMESPACE = UUID("6f1d2a8e-5b7c-4c39-9a51-2f0e8c4d7b13")
 """Namespace of the uuid5 that maps a thread id to its aggregate id. Never change it."""
+
+
+MAX_THREAD_ID_LENGTH = 200
+"""The longest thread id a new thread may have, in characters."""
+
+
+def check_thread_id(thread_id: str) -> str:
+    """Return ``thread_id`` if a new thread may have it, on every back end alike.
+
+    A thread id is 1 to 200 characters, none of them a control character (NUL, tab,
+    newline, ...: Unicode category Cc) or a lone surrogate (Cs).
+
+    Raises:
+        InvalidThreadIdError: It is not such an id.
+    """
+    if not isinstance(thread_id, str):
+        msg = f"a thread id must be a string, found {type(thread_id).__name__} {thread_id!r}"
+        raise InvalidThreadIdError(msg)
+    if not 1 <= len(thread_id) <= MAX_THREAD_ID_LENGTH:
+        msg = (
+            f"a thread id has 1 to {MAX_THREAD_ID_LENGTH} characters, found "
+            f"{len(thread_id)} in {thread_id[:40]!r}: choose a shorter, non-empty id"
+        )
+        raise InvalidThreadIdError(msg)
+    for position, char in enumerate(thread_id):
+        if unicodedata.category(char) in ("Cc", "Cs"):
+            msg = (
+                f"thread id {thread_id!r} has the control or surrogate character {char!r} "
+                f"at position {position}: thread ids may hold printable text only"
+            )
+            raise InvalidThreadIdError(msg)
+    return thread_id
 
 
 def thread_aggregate_id(thread_id: str) -> UUID:
@@ -447,9 +481,16 @@ class AgentThread(Aggregate, created_event_name="Started"):
 
     @classmethod
     def start(cls, thread_id: str, *, now: datetime) -> AgentThread:
-        """Create a new thread."""
+        """Create a new thread.
+
+        Raises:
+            InvalidThreadIdError: ``thread_id`` breaks the rule of :func:`check_thread_id`.
+        """
         thread = cls._create(
-            cls.Started, id=thread_aggregate_id(thread_id), thread_id=thread_id, timestamp=now
+            cls.Started,
+            id=thread_aggregate_id(check_thread_id(thread_id)),
+            thread_id=thread_id,
+            timestamp=now,
         )
         thread.chain_head = seal(thread.pending_events[0], cls.Started.TOPIC, UNCHAINED)
         return thread
@@ -471,10 +512,14 @@ class AgentThread(Aggregate, created_event_name="Started"):
         now: datetime,
     ) -> AgentThread:
         """Create a thread continuing from a named state ``document`` saved under ``key``,
-        already migrated from schema version ``stored_version``."""
+        already migrated from schema version ``stored_version``.
+
+        Raises:
+            InvalidThreadIdError: ``thread_id`` breaks the rule of :func:`check_thread_id`.
+        """
         thread = cls._create(
             cls.StartedFromState,
-            id=thread_aggregate_id(thread_id),
+            id=thread_aggregate_id(check_thread_id(thread_id)),
             thread_id=thread_id,
             key=key,
             document=document,

@@ -17,7 +17,7 @@ from uuid import UUID
 from eventsourcing.application import Application
 from eventsourcing.persistence import IntegrityError
 
-from covonaut_es.domain import AgentThread, Checkpoint, thread_aggregate_id
+from covonaut_es.domain import AgentThread, Checkpoint, check_thread_id, thread_aggregate_id
 from covonaut_es.domain._forks import fork_event, fork_point
 from covonaut_es.domain._integrity import CHAIN_KEY, UNCHAINED
 from covonaut_es.errors import (
@@ -101,6 +101,7 @@ class ThreadForking(ABC):
         Raises:
             ThreadNotFoundError: The parent, the version or the checkpoint is missing.
             ThreadConflictError: A thread with ``new_thread_id`` already exists.
+            InvalidThreadIdError: ``new_thread_id`` is not a valid thread id.
         """
         if at_version is not None and at_checkpoint is not None:
             msg = "fork() takes at_version or at_checkpoint, not both"
@@ -117,7 +118,7 @@ class ThreadForking(ABC):
             raise ThreadNotFoundError(msg)
         while (forked := self._forked_event(thread_id)) and version <= forked.parent_version:
             thread_id = forked.parent_thread_id  # an inherited version: branch from its owner
-        new_thread_id = new_thread_id or f"{thread_id}~{uuid.uuid4().hex[:8]}"
+        new_thread_id = check_thread_id(new_thread_id or f"{thread_id}~{uuid.uuid4().hex[:8]}")
         if self.exists(new_thread_id):
             msg = f"cannot fork {thread_id!r} as {new_thread_id!r}: that thread already exists"
             raise ThreadConflictError(msg, thread_id=new_thread_id, expected_version=0)

@@ -1,0 +1,64 @@
+"""Thread ids follow one rule on every back end, checked wherever a thread is created."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from covonaut_es import Store
+from covonaut_es.domain import AgentThread, check_thread_id
+from covonaut_es.errors import InvalidThreadIdError
+from support import converse
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+NO_DOCUMENT: Any = None  # never read: the id is checked first
+
+BAD_IDS = [
+    pytest.param("", id="empty"),
+    pytest.param("x" * 201, id="too-long"),
+    pytest.param("a\x00b", id="nul"),
+    pytest.param("line\nbreak", id="newline"),
+    pytest.param("tab\there", id="tab"),
+    pytest.param("del\x7f", id="delete"),
+    pytest.param("bell\x85", id="c1-control"),
+    pytest.param("half\ud800", id="lone-surrogate"),
+]
+
+
+@pytest.mark.parametrize("thread_id", BAD_IDS)
+def test_a_thread_cannot_start_with_a_bad_id(thread_id: str) -> None:
+    """Starting a thread, from scratch or from a state, refuses an id that breaks the rule."""
+    with pytest.raises(InvalidThreadIdError, match="thread id"):
+        AgentThread.start(thread_id, now=NOW)
+    with pytest.raises(InvalidThreadIdError, match="thread id"):
+        AgentThread.start_from_state(
+            thread_id, key="k", document=NO_DOCUMENT, stored_version=1, now=NOW
+        )
+
+
+@pytest.mark.parametrize("thread_id", ["a", "x" * 200, "Zoë's 🧵 thread/1 ~ with spaces"])
+def test_printable_ids_up_to_the_limit_are_accepted(thread_id: str) -> None:
+    """Any printable text of 1 to 200 characters is a thread id."""
+    assert check_thread_id(thread_id) == thread_id
+    assert AgentThread.start(thread_id, now=NOW).thread_id == thread_id
+
+
+def test_the_error_names_the_problem_and_its_place() -> None:
+    """The message says which character is wrong and where, or what length was found."""
+    with pytest.raises(InvalidThreadIdError, match=r"'\\x00' at position 1"):
+        check_thread_id("a\x00b")
+    with pytest.raises(InvalidThreadIdError, match="1 to 200 characters, found 0"):
+        check_thread_id("")
+    with pytest.raises(ValueError, match="must be a string, found int"):
+        check_thread_id(7)  # type: ignore[arg-type]
+
+
+def test_a_fork_cannot_take_a_bad_id(store: Store) -> None:
+    """Forking under an id that breaks the rule writes nothing and names the problem."""
+    converse(store, "parent")
+    with pytest.raises(InvalidThreadIdError, match="control or surrogate character"):
+        store.fork("parent", new_thread_id="child\x00")
+    assert list(store.thread_ids()) == ["parent"]
+    assert store.forks() == ()
