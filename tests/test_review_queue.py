@@ -242,3 +242,34 @@ def test_review_requests_carry_their_ids_and_leave_when_decided(store: Store) ->
         agent.approve(item.item_id, reviewer=verifier.issue_token("ann", ttl_seconds=60))
         queue.wait_until_current(store)
     assert queue.pending() == ()
+
+
+@pytest.mark.postgres
+def test_a_record_the_view_cannot_store_is_passed_over_and_later_reviews_appear(
+    postgres_database: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A thread id with a NUL, written behind the rule's back, is skipped with a warning;
+    reviews of threads created later appear, also after a restart."""
+    from datetime import UTC, datetime
+
+    from covonaut_es.domain import AgentThread, thread_aggregate_id
+
+    store = open_store(postgres_database)
+    hostile = "evil\x00id"
+    thread = AgentThread._create(
+        AgentThread.Started,
+        id=thread_aggregate_id(hostile),
+        thread_id=hostile,
+        timestamp=datetime.now(UTC),
+    )
+    store.save(thread)
+    queue = ReviewQueue(postgres_database)
+    with caplog.at_level("WARNING", logger="covonaut_es.projections._queue"), queue.follow():
+        pause(store, "before", "r1")
+        queue.wait_until_current(store)
+    assert "passing over the Started event at log position 1" in caplog.text
+    pause(store, "after", "r2")  # while nobody follows
+    with queue.follow():
+        queue.wait_until_current(store)
+    assert keys(queue) == {("before", "r1"), ("after", "r2")}
+    store.close()

@@ -10,12 +10,14 @@ a separate one), list the queue, rebuild it.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, cast
 
-from eventsourcing.persistence import InfrastructureFactory, Tracking
+import msgspec
+from eventsourcing.persistence import DataError, InfrastructureFactory, Tracking
 from eventsourcing.projection import Projection, ProjectionRunner
 from eventsourcing.utils import Environment, get_topic, resolve_topic
 
@@ -33,6 +35,12 @@ from covonaut_es.store._urls import canonical_url, persistence_env, store_env
 VIEW_NAME = "review_queue"
 """The projection's name: it names the view's tracking table and settings prefix."""
 
+UNSTORABLE = (DataError, ValueError, msgspec.EncodeError)
+"""What a view raises for a value it cannot hold (a NUL in a PostgreSQL text column, a
+lone surrogate in SQLite): the record is passed over, not retried forever."""
+
+log = logging.getLogger(__name__)
+
 
 class ReviewQueueProjection(Projection[ReviewQueueView]):
     """Keeps the queue: an interrupt adds an item; resuming past it, deciding it or
@@ -42,8 +50,25 @@ class ReviewQueueProjection(Projection[ReviewQueueView]):
     topics = tuple(get_topic(cls) for cls in QUEUE_EVENT_TYPES)
 
     def process_event(self, domain_event: Any, tracking: Tracking) -> None:
-        """Apply the event's queue changes and its position in one transaction."""
-        self.view.apply(changes_for(domain_event, self.view.thread_id_of), tracking)
+        """Apply the event's queue changes and its position in one transaction.
+
+        A record whose changes the view cannot hold (written behind the library's back,
+        or by code older than the thread-id rule) is passed over with a warning: its
+        position alone is recorded, so one bad record never stops the queue.
+        """
+        changes = changes_for(domain_event, self.view.thread_id_of)
+        try:
+            self.view.apply(changes, tracking)
+        except UNSTORABLE as exc:
+            log.warning(
+                "review queue: passing over the %s event at log position %d, which the "
+                "view cannot store (%s: %s); its thread's items will not be listed",
+                type(domain_event).__name__,
+                tracking.notification_id,
+                type(exc).__name__,
+                exc,
+            )
+            self.view.apply((), tracking)
 
 
 class ReviewQueue(Closing):
