@@ -3,6 +3,8 @@ and rebuilt from zero."""
 
 from __future__ import annotations
 
+import json
+import secrets
 import signal
 import sqlite3
 import subprocess
@@ -18,9 +20,13 @@ from covonaut_es import (
     Agent,
     AgentConfig,
     CheckpointSettings,
+    HmacReviewerVerifier,
+    InterruptError,
     ReviewQueue,
     ScriptedProvider,
     Store,
+    Tool,
+    create_cipher_key,
     open_store,
 )
 from covonaut_es.projections._items import QUEUE_EVENT_TYPES
@@ -214,10 +220,6 @@ def test_separate_process_projection_survives_sigkill(shared_url: str) -> None:
 def test_review_requests_carry_their_ids_and_leave_when_decided(store: Store) -> None:
     """A review request is listed under its review id with the operation digest, and
     leaves the queue as soon as it is decided, before any resume."""
-    import secrets
-
-    from covonaut_es import HmacReviewerVerifier, Tool
-
     verifier = HmacReviewerVerifier(secrets.token_bytes(32))
     pay = Tool("pay", "Pay", {"type": "object"}, lambda ctx, args: "paid", requires_approval=True)
     agent = Agent(
@@ -273,3 +275,83 @@ def test_a_record_the_view_cannot_store_is_passed_over_and_later_reviews_appear(
         queue.wait_until_current(store)
     assert keys(queue) == {("before", "r1"), ("after", "r2")}
     store.close()
+
+
+SECRET_THREAD_IDS = ("ann-account-7731", "bob-account-0042")
+SECRET_REASON = "refund the disputed charge quietly"
+PAYEE, IBAN = "Zebulon Quartermaine", "DE89370400440532013000"
+
+
+def ask_a_person(ctx: Any, args: dict[str, Any]) -> str:
+    raise InterruptError(SECRET_REASON, {"payee": args["payee"]})
+
+
+def table_contents(url: str) -> dict[str, bytes]:
+    """Every value of every table in the database of ``url``, as bytes, by table."""
+    if url.startswith("sqlite:///"):
+        with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
+            names = [
+                r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
+            ]
+            return {name: _as_bytes(conn.execute(f"SELECT * FROM {name}")) for name in names}
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        names = [
+            r[0]
+            for r in conn.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'"
+            )
+        ]
+        return {name: _as_bytes(conn.execute(f'SELECT * FROM "{name}"')) for name in names}
+
+
+def _as_bytes(rows: Any) -> bytes:
+    return b"|".join(
+        bytes(v) if isinstance(v, bytes | memoryview) else str(v).encode()
+        for row in rows
+        for v in row
+    )
+
+
+def test_the_queue_of_an_encrypted_store_holds_no_secret_in_clear(shared_url: str) -> None:
+    """With a cipher key no table of the store or its queue holds a thread id, reason or
+    tool argument in clear, and the queue still lists items and drops decided ones."""
+    key = create_cipher_key()
+    store = open_store(shared_url, cipher_key=key)
+    verifier = HmacReviewerVerifier(secrets.token_bytes(32))
+    ask = Tool("ask", "Ask a person", {"type": "object"}, ask_a_person)
+    pay = Tool("pay", "Pay", {"type": "object"}, lambda ctx, a: "paid", requires_approval=True)
+    arguments = json.dumps({"payee": PAYEE, "iban": IBAN})
+    agents = [
+        Agent(
+            AgentConfig(
+                provider=ScriptedProvider([call(("c1", tool.name, arguments)), answer("ok")]),
+                tools=[tool],
+                reviewer_verifier=verifier,
+                checkpoint=CheckpointSettings(store=store, thread_id=thread_id),
+            )
+        )
+        for tool, thread_id in zip((ask, pay), SECRET_THREAD_IDS, strict=True)
+    ]
+    queue = ReviewQueue(shared_url, cipher_key=key)
+    with queue.follow():
+        for agent in agents:
+            agent.run(f"please pay {PAYEE}")
+        queue.wait_until_current(store)
+        items = {item.thread_id: item for item in queue.pending()}
+        assert set(items) == set(SECRET_THREAD_IDS)
+        asked = items[SECRET_THREAD_IDS[0]]
+        assert (asked.reason, asked.data) == (SECRET_REASON, {"payee": PAYEE})
+        review_id = items[SECRET_THREAD_IDS[1]].item_id
+        agents[1].approve(review_id, reviewer=verifier.issue_token("ann", ttl_seconds=60))
+        queue.wait_until_current(store)
+        assert [item.thread_id for item in queue.pending()] == [SECRET_THREAD_IDS[0]]
+    queue.close()
+    store.close()
+    contents = table_contents(shared_url)
+    assert "covonaut_review_queue" not in contents
+    assert contents["covonaut_sealed_queue"]  # the undecided item is there, sealed
+    for secret in (*SECRET_THREAD_IDS, SECRET_REASON, PAYEE, IBAN, "disputed", "Zebulon"):
+        leaks = [name for name, data in contents.items() if secret.encode() in data]
+        assert leaks == [], f"{secret!r} in clear in {leaks}"

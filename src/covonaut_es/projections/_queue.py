@@ -18,13 +18,19 @@ from typing import Any, cast
 
 import msgspec
 from eventsourcing.persistence import DataError, InfrastructureFactory, Tracking
-from eventsourcing.projection import Projection, ProjectionRunner
+from eventsourcing.projection import BaseProjectionRunner, Projection
 from eventsourcing.utils import Environment, get_topic, resolve_topic
 
 from covonaut_es._closing import Closing
 from covonaut_es.projections._items import QUEUE_EVENT_TYPES, PendingReview, changes_for
-from covonaut_es.projections._views import VIEW_TOPICS, ReviewQueueView
-from covonaut_es.store import AgentApplication, Store
+from covonaut_es.projections._sealing import QueueSealer
+from covonaut_es.projections._views import (
+    SEALED_VIEW_TOPICS,
+    VIEW_TOPICS,
+    ReviewQueueView,
+    SealedReviewQueueView,
+)
+from covonaut_es.store import Store
 from covonaut_es.store._application import (
     STORE_APPLICATION_NAME,
     ThreadsApplication,
@@ -71,13 +77,31 @@ class ReviewQueueProjection(Projection[ReviewQueueView]):
             self.view.apply((), tracking)
 
 
+class QueueRunner(BaseProjectionRunner[ThreadsApplication]):
+    """eventsourcing's projection runner, fed a view the queue has opened (and, for an
+    encrypted store, given the key) before the first event is processed."""
+
+    def __init__(self, view: ReviewQueueView, env: dict[str, str]) -> None:
+        self.view = view
+        self.projection = ReviewQueueProjection(view=view)
+        super().__init__(
+            projection=self.projection,
+            application_class=ThreadsApplication,
+            tracking_recorder=view,
+            topics=self.projection.topics,
+            env=env,
+        )
+
+
 class ReviewQueue(Closing):
     """The reviewer queue of one store.
 
     Args:
         store_url: The store to follow (for ``memory://NAME`` stores: in this process).
         view_url: Where the queue's table lives; default: the store's own database.
-        cipher_key: The store's cipher key, if it is encrypted.
+        cipher_key: The store's cipher key, if it is encrypted. The queue of an
+            encrypted store is then sealed under the same key: its tables hold no thread
+            id, reason or tool argument in clear.
         compress: Whether the store is compressed.
     """
 
@@ -92,7 +116,9 @@ class ReviewQueue(Closing):
         self._store_env = store_env(store_url, cipher_key=cipher_key, compress=compress)
         self.store_url = canonical_url(store_url, self._store_env)
         view_env = persistence_env(view_url) if view_url else self._store_env
-        self._view_topic = VIEW_TOPICS[view_env["PERSISTENCE_MODULE"]]
+        self._sealer = QueueSealer(cipher_key) if cipher_key is not None else None
+        topics = VIEW_TOPICS if self._sealer is None else SEALED_VIEW_TOPICS
+        self._view_topic = topics[view_env["PERSISTENCE_MODULE"]]
         # The view reads the settings prefixed with its name first.
         prefix = VIEW_NAME.upper() + "_"
         self._env = {**self._store_env, **{prefix + k: v for k, v in view_env.items()}}
@@ -110,7 +136,10 @@ class ReviewQueue(Closing):
         does not follow the store."""
         if self._view is None:
             self._factory = InfrastructureFactory.construct(env=Environment(VIEW_NAME, self._env))
-            self._view = cast(ReviewQueueView, self._factory.tracking_recorder(self.view_class))
+            view = cast(ReviewQueueView, self._factory.tracking_recorder(self.view_class))
+            if isinstance(view, SealedReviewQueueView) and self._sealer is not None:
+                view.seal_with(self._sealer)
+            self._view = view
         return self._view
 
     def close(self) -> None:
@@ -141,20 +170,14 @@ class ReviewQueue(Closing):
         return self.view().pending()
 
     @contextmanager
-    def follow(self) -> Iterator[ProjectionRunner[AgentApplication, Any]]:
+    def follow(self) -> Iterator[BaseProjectionRunner[ThreadsApplication]]:
         """Run the projection in this process until the block exits.
 
         ``wait_until_current(store)`` blocks until the view has caught up; the
         runner's ``run_forever()`` blocks until it is stopped.
         """
         open_application(self.store_url, self._store_env).close()  # tables exist first
-        runner: ProjectionRunner[AgentApplication, Any] = ProjectionRunner(
-            application_class=ThreadsApplication,
-            projection_class=ReviewQueueProjection,
-            view_class=self.view_class,
-            env=self._env,
-        )
-        with runner:
+        with QueueRunner(self.view(), self._env) as runner:
             yield runner
 
     def run_forever(self) -> None:

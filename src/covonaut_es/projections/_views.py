@@ -18,6 +18,7 @@ from eventsourcing.persistence import Tracking, TrackingRecorder
 from eventsourcing.popo import POPOTrackingRecorder
 from eventsourcing.sqlite import SQLiteTrackingRecorder
 
+from covonaut_es.errors import ConfigurationError
 from covonaut_es.projections._items import (
     ItemAdded,
     ItemRemoved,
@@ -26,6 +27,7 @@ from covonaut_es.projections._items import (
     ThreadCleared,
     ThreadNamed,
 )
+from covonaut_es.projections._sealing import QueueSealer
 
 _COLUMNS = (
     "thread_id, item_id, review_id, tool_name, digest, reason, data, requested_at, branch_parent"
@@ -49,16 +51,121 @@ _UPSERT_ITEM = (
     "data = excluded.data, requested_at = excluded.requested_at, "
     "branch_parent = excluded.branch_parent"
 )
-_NAME_THREAD = (
-    "INSERT INTO covonaut_queue_threads (aggregate_id, thread_id) VALUES (%s, %s) "
-    "ON CONFLICT (aggregate_id) DO NOTHING"
-)
-_REMOVE_ITEM = "DELETE FROM covonaut_review_queue WHERE thread_id = %s AND item_id = %s"
-_CLEAR_THREAD = "DELETE FROM covonaut_review_queue WHERE thread_id = %s"
 SELECT_PENDING = (
     f"SELECT {_COLUMNS} FROM covonaut_review_queue ORDER BY requested_at, thread_id, item_id"
 )
-SELECT_THREAD_ID = "SELECT thread_id FROM covonaut_queue_threads WHERE aggregate_id = %s"
+
+# The sealed layout of an encrypted store: {blob} is the back end's bytes type.
+SEALED_CREATE_STATEMENTS = (
+    "CREATE TABLE IF NOT EXISTS covonaut_sealed_queue ("
+    "thread_key TEXT NOT NULL, item_key TEXT NOT NULL, requested_at TEXT NOT NULL, "
+    "item {blob} NOT NULL, PRIMARY KEY (thread_key, item_key))",
+    "CREATE INDEX IF NOT EXISTS covonaut_sealed_queue_by_time "
+    "ON covonaut_sealed_queue (requested_at, thread_key, item_key)",
+    "CREATE TABLE IF NOT EXISTS covonaut_sealed_queue_threads ("
+    "aggregate_id TEXT PRIMARY KEY, thread_id {blob} NOT NULL)",
+)
+SEALED_TRACKING_SUFFIX = "+sealed_queue"
+"""Appended to the application name in the sealed view's tracking rows, so that it
+starts from position zero beside a plain queue of the same database."""
+
+
+class PlainRows:
+    """The queue's rows and statements when the store is not encrypted."""
+
+    name_thread = (
+        "INSERT INTO covonaut_queue_threads (aggregate_id, thread_id) VALUES (%s, %s) "
+        "ON CONFLICT (aggregate_id) DO NOTHING"
+    )
+    upsert_item = _UPSERT_ITEM
+    remove_item = "DELETE FROM covonaut_review_queue WHERE thread_id = %s AND item_id = %s"
+    clear_thread = "DELETE FROM covonaut_review_queue WHERE thread_id = %s"
+    select_pending = SELECT_PENDING
+    select_thread_id = "SELECT thread_id FROM covonaut_queue_threads WHERE aggregate_id = %s"
+
+    def key(self, value: str) -> str:
+        """What stands for a thread or item id in the indexed columns."""
+        return value
+
+    def thread_row(self, aggregate_id: str, thread_id: str) -> tuple[Any, ...]:
+        return (aggregate_id, thread_id)
+
+    def item_row(self, item: PendingReview) -> tuple[Any, ...]:
+        return (
+            item.thread_id,
+            item.item_id,
+            item.review_id,
+            item.tool_name,
+            item.digest,
+            item.reason,
+            msgspec.json.encode(item.data).decode(),
+            item.requested_at.isoformat(),
+            item.branch_parent,
+        )
+
+    def item(self, row: Any) -> PendingReview:
+        return PendingReview(
+            thread_id=row["thread_id"],
+            item_id=row["item_id"],
+            review_id=row["review_id"],
+            tool_name=row["tool_name"],
+            digest=row["digest"],
+            reason=row["reason"],
+            data=msgspec.json.decode(row["data"]),
+            requested_at=datetime.fromisoformat(row["requested_at"]),
+            branch_parent=row["branch_parent"],
+        )
+
+    def thread_id(self, row: Any) -> str:
+        return str(row["thread_id"])
+
+
+class SealedRows(PlainRows):
+    """The queue's rows of an encrypted store: each item encrypted whole, thread ids
+    encrypted, and the ids rows are found by kept as keyed digests."""
+
+    name_thread = (
+        "INSERT INTO covonaut_sealed_queue_threads (aggregate_id, thread_id) VALUES (%s, %s) "
+        "ON CONFLICT (aggregate_id) DO NOTHING"
+    )
+    upsert_item = (
+        "INSERT INTO covonaut_sealed_queue (thread_key, item_key, requested_at, item) "
+        "VALUES (%s, %s, %s, %s) ON CONFLICT (thread_key, item_key) DO UPDATE SET "
+        "requested_at = excluded.requested_at, item = excluded.item"
+    )
+    remove_item = "DELETE FROM covonaut_sealed_queue WHERE thread_key = %s AND item_key = %s"
+    clear_thread = "DELETE FROM covonaut_sealed_queue WHERE thread_key = %s"
+    select_pending = (
+        "SELECT item FROM covonaut_sealed_queue ORDER BY requested_at, thread_key, item_key"
+    )
+    select_thread_id = "SELECT thread_id FROM covonaut_sealed_queue_threads WHERE aggregate_id = %s"
+
+    def __init__(self, sealer: QueueSealer) -> None:
+        self._sealer = sealer
+
+    def key(self, value: str) -> str:
+        return self._sealer.digest(value)
+
+    def thread_row(self, aggregate_id: str, thread_id: str) -> tuple[Any, ...]:
+        return (aggregate_id, self._sealer.seal(thread_id.encode()))
+
+    def item_row(self, item: PendingReview) -> tuple[Any, ...]:
+        sealed = self._sealer.seal(msgspec.json.encode(item))
+        return (
+            self.key(item.thread_id),
+            self.key(item.item_id),
+            item.requested_at.isoformat(),
+            sealed,
+        )
+
+    def item(self, row: Any) -> PendingReview:
+        return msgspec.json.decode(self._sealer.open(row["item"]), type=PendingReview)
+
+    def thread_id(self, row: Any) -> str:
+        return self._sealer.open(row["thread_id"]).decode()
+
+
+PLAIN_ROWS = PlainRows()
 
 
 class ReviewQueueView(TrackingRecorder, ABC):
@@ -77,45 +184,23 @@ class ReviewQueueView(TrackingRecorder, ABC):
         """The thread id of an aggregate id the view has seen."""
 
 
-def _row(item: PendingReview) -> tuple[Any, ...]:
-    return (
-        item.thread_id,
-        item.item_id,
-        item.review_id,
-        item.tool_name,
-        item.digest,
-        item.reason,
-        msgspec.json.encode(item.data).decode(),
-        item.requested_at.isoformat(),
-        item.branch_parent,
-    )
-
-
-def row_to_item(row: Any) -> PendingReview:
-    return PendingReview(
-        thread_id=row["thread_id"],
-        item_id=row["item_id"],
-        review_id=row["review_id"],
-        tool_name=row["tool_name"],
-        digest=row["digest"],
-        reason=row["reason"],
-        data=msgspec.json.decode(row["data"]),
-        requested_at=datetime.fromisoformat(row["requested_at"]),
-        branch_parent=row["branch_parent"],
-    )
-
-
-def statements(changes: Iterable[QueueChange]) -> Iterable[tuple[str, tuple[Any, ...]]]:
+def statements(
+    changes: Iterable[QueueChange], rows: PlainRows
+) -> Iterable[tuple[str, tuple[Any, ...]]]:
     for change in changes:
         match change:
             case ThreadNamed(aggregate_id, thread_id):
-                yield _NAME_THREAD, (aggregate_id, thread_id)
+                yield rows.name_thread, rows.thread_row(aggregate_id, thread_id)
             case ItemAdded(item):
-                yield _UPSERT_ITEM, _row(item)
+                yield rows.upsert_item, rows.item_row(item)
             case ItemRemoved(thread_id, item_id):
-                yield _REMOVE_ITEM, (thread_id, item_id)
+                yield rows.remove_item, (rows.key(thread_id), rows.key(item_id))
             case ThreadCleared(thread_id):
-                yield _CLEAR_THREAD, (thread_id,)
+                yield rows.clear_thread, (rows.key(thread_id),)
+
+
+def _in_order(items: Iterable[PendingReview]) -> tuple[PendingReview, ...]:
+    return tuple(sorted(items, key=lambda i: (i.requested_at, i.thread_id, i.item_id)))
 
 
 class SQLReviewQueueView(ReviewQueueView):
@@ -131,22 +216,72 @@ class SQLReviewQueueView(ReviewQueueView):
     def _sql(self, statement: str) -> str:
         return statement.replace("%s", self.PLACEHOLDER)
 
+    def rows(self) -> PlainRows:
+        """How changes become rows and rows items."""
+        return PLAIN_ROWS
+
     def apply(self, changes: Sequence[QueueChange], tracking: Tracking) -> None:
+        rows = self.rows()
         with self.datastore.transaction(commit=True) as cursor:
-            for statement, params in statements(changes):
+            for statement, params in statements(changes, rows):
                 cursor.execute(self._sql(statement), params)
             self._insert_tracking(cursor, tracking)
 
     def pending(self) -> tuple[PendingReview, ...]:
+        rows = self.rows()
         with self.datastore.transaction(commit=False) as cursor:
-            cursor.execute(SELECT_PENDING)
-            return tuple(row_to_item(row) for row in cursor.fetchall())
+            cursor.execute(rows.select_pending)
+            return _in_order(rows.item(row) for row in cursor.fetchall())
 
     def thread_id_of(self, aggregate_id: str) -> str | None:
+        rows = self.rows()
         with self.datastore.transaction(commit=False) as cursor:
-            cursor.execute(self._sql(SELECT_THREAD_ID), (aggregate_id,))
+            cursor.execute(self._sql(rows.select_thread_id), (aggregate_id,))
             row = cursor.fetchone()
-            return None if row is None else str(row["thread_id"])
+            return None if row is None else rows.thread_id(row)
+
+
+class SealedReviewQueueView(SQLReviewQueueView):
+    """The queue of an encrypted store, in tables of its own (``covonaut_sealed_queue``
+    and ``covonaut_sealed_queue_threads``) with a tracking position of its own; it
+    needs the store's key (:meth:`seal_with`) before it is used."""
+
+    BLOB: ClassVar[str]
+    """The back end's type for bytes."""
+
+    _sealed_rows: SealedRows | None = None
+
+    def seal_with(self, sealer: QueueSealer) -> None:
+        """Use ``sealer`` (made from the store's cipher key) for every row."""
+        self._sealed_rows = SealedRows(sealer)
+
+    def rows(self) -> PlainRows:
+        if self._sealed_rows is None:
+            msg = (
+                f"{type(self).__name__} keeps the queue of an encrypted store: give it the "
+                "store's key with seal_with() first (ReviewQueue(..., cipher_key=...) does)"
+            )
+            raise ConfigurationError(msg)
+        return self._sealed_rows
+
+    @classmethod
+    def sealed_create_statements(cls) -> list[str]:
+        return [statement.format(blob=cls.BLOB) for statement in SEALED_CREATE_STATEMENTS]
+
+    def _tracked_name(self, application_name: str) -> str:
+        if application_name == getattr(self, "table_migration_identifier", None):
+            return application_name
+        return application_name + SEALED_TRACKING_SUFFIX
+
+    def max_tracking_id(self, application_name: str) -> int | None:
+        # The SQL tracking recorder mixed in after this class answers.
+        name = self._tracked_name(application_name)
+        found: int | None = super().max_tracking_id(name)  # type: ignore[safe-super]
+        return found
+
+    def _insert_tracking(self, cursor: Any, tracking: Tracking) -> None:
+        name = self._tracked_name(tracking.application_name)
+        super()._insert_tracking(cursor, Tracking(name, tracking.notification_id))
 
 
 class SQLiteReviewQueueView(SQLiteTrackingRecorder, SQLReviewQueueView):
@@ -156,6 +291,19 @@ class SQLiteReviewQueueView(SQLiteTrackingRecorder, SQLReviewQueueView):
 
     def construct_create_table_statements(self) -> list[str]:
         return [*super().construct_create_table_statements(), *CREATE_STATEMENTS]
+
+
+class SealedSQLiteReviewQueueView(SealedReviewQueueView, SQLiteReviewQueueView):
+    """The sealed queue of an encrypted store, in a SQLite file."""
+
+    BLOB = "BLOB"
+
+    def construct_create_table_statements(self) -> list[str]:
+        # Only the tracking table and the sealed tables: no plain queue table.
+        return [
+            *SQLiteTrackingRecorder.construct_create_table_statements(self),
+            *self.sealed_create_statements(),
+        ]
 
 
 class MemoryReviewQueueView(POPOTrackingRecorder, ReviewQueueView):
@@ -185,7 +333,7 @@ class MemoryReviewQueueView(POPOTrackingRecorder, ReviewQueueView):
     def pending(self) -> tuple[PendingReview, ...]:
         with self._database_lock:
             items = list(self._items.values())
-        return tuple(sorted(items, key=lambda i: (i.requested_at, i.thread_id, i.item_id)))
+        return _in_order(items)
 
     def thread_id_of(self, aggregate_id: str) -> str | None:
         with self._database_lock:
@@ -198,3 +346,13 @@ VIEW_TOPICS: dict[str, str] = {
     "eventsourcing.postgres": "covonaut_es.projections._views_postgres:PostgresReviewQueueView",
 }
 """The view class for each persistence module, as topics: PostgreSQL's needs psycopg."""
+
+SEALED_VIEW_TOPICS: dict[str, str] = {
+    **VIEW_TOPICS,
+    "eventsourcing.sqlite": "covonaut_es.projections._views:SealedSQLiteReviewQueueView",
+    "eventsourcing.postgres": (
+        "covonaut_es.projections._views_postgres:SealedPostgresReviewQueueView"
+    ),
+}
+"""The view classes for an encrypted store: its queue in memory stays in this process,
+as the store's decrypted threads do; in a database it is sealed."""

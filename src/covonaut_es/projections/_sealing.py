@@ -1,0 +1,69 @@
+"""Sealing the reviewer queue of an encrypted store.
+
+When the store has a cipher key, the queue's tables hold no thread id, reason, tool
+argument or other item text in clear: each item is encrypted with eventsourcing's
+``AESCipher`` (AES-GCM) under the store's own key, and the ids the view must look rows
+up by are kept as keyed digests (HMAC-SHA256 under a key derived from the cipher key),
+which reveal only which rows share a value.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+
+from eventsourcing.utils import Environment
+
+from covonaut_es.errors import ConfigurationError
+
+_INDEX_KEY_LABEL = b"covonaut-es review queue index digests v1"
+"""Derives the digest key from the cipher key; changing it orphans every sealed view."""
+
+
+class QueueSealer:
+    """Encrypts queue items and digests their ids under one store's cipher key.
+
+    Args:
+        cipher_key: The store's cipher key (base64 of 16, 24 or 32 bytes).
+
+    Raises:
+        ConfigurationError: The key is not base64, or the ``encryption`` extra is missing.
+    """
+
+    def __init__(self, cipher_key: str) -> None:
+        try:
+            from eventsourcing.cryptography import AESCipher
+        except ImportError as exc:  # pragma: no cover - depends on the installed extras
+            msg = (
+                "an encrypted store's review queue needs the 'cryptography' package: "
+                "pip install 'covonaut-es[encryption]'"
+            )
+            raise ConfigurationError(msg) from exc
+        try:
+            raw_key = base64.b64decode(cipher_key, validate=True)
+            self._cipher = AESCipher(Environment(env={AESCipher.CIPHER_KEY: cipher_key}))
+        except ValueError as exc:
+            msg = (
+                "the review queue's cipher key must be the store's key: base64 of 16, 24 "
+                f"or 32 bytes, as create_cipher_key() makes ({exc})"
+            )
+            raise ConfigurationError(msg) from exc
+        self._index_key = hmac.new(raw_key, _INDEX_KEY_LABEL, hashlib.sha256).digest()
+
+    def digest(self, value: str) -> str:
+        """The keyed digest that stands for ``value`` in an indexed column."""
+        data = value.encode("utf-8", "surrogatepass")
+        return hmac.new(self._index_key, data, hashlib.sha256).hexdigest()
+
+    def seal(self, plaintext: bytes) -> bytes:
+        """Encrypt ``plaintext`` (a fresh nonce each time)."""
+        return self._cipher.encrypt(plaintext)
+
+    def open(self, sealed: bytes) -> bytes:
+        """Decrypt what :meth:`seal` made.
+
+        Raises:
+            ValueError: The bytes were sealed under another key or were altered.
+        """
+        return self._cipher.decrypt(bytes(sealed))
