@@ -355,3 +355,41 @@ def test_the_queue_of_an_encrypted_store_holds_no_secret_in_clear(shared_url: st
     for secret in (*SECRET_THREAD_IDS, SECRET_REASON, PAYEE, IBAN, "disputed", "Zebulon"):
         leaks = [name for name, data in contents.items() if secret.encode() in data]
         assert leaks == [], f"{secret!r} in clear in {leaks}"
+
+
+def test_an_old_plain_queue_is_left_as_it_was_and_the_sealed_one_built_from_zero(
+    shared_url: str,
+) -> None:
+    """An encrypted store's plain queue table from an earlier version is never rewritten;
+    the sealed queue builds itself from the start of the log in tables of its own."""
+    from datetime import UTC, datetime
+
+    from eventsourcing.persistence import Tracking
+
+    from covonaut_es.projections._items import ItemAdded, PendingReview
+    from covonaut_es.store._application import STORE_APPLICATION_NAME
+
+    key = create_cipher_key()
+    store = open_store(shared_url, cipher_key=key)
+    pause(store, "a", "r1")
+    earlier = ReviewQueue(shared_url)  # the plain layout, as if it had processed the log
+    old_item = PendingReview(
+        thread_id="a",
+        item_id="r1",
+        tool_name="review",
+        reason="old",
+        requested_at=datetime.now(UTC),
+    )
+    earlier.view().apply(
+        [ItemAdded(old_item)], Tracking(STORE_APPLICATION_NAME, store._log_position())
+    )
+    earlier.close()
+    before = table_contents(shared_url)["covonaut_review_queue"]
+    queue = ReviewQueue(shared_url, cipher_key=key)
+    with queue.follow():
+        queue.wait_until_current(store)
+    assert keys(queue) == {("a", "r1")}
+    assert queue.pending()[0].reason == "human review required"
+    assert table_contents(shared_url)["covonaut_review_queue"] == before
+    queue.close()
+    store.close()
