@@ -62,3 +62,17 @@ def test_a_fork_cannot_take_a_bad_id(store: Store) -> None:
         store.fork("parent", new_thread_id="child\x00")
     assert list(store.thread_ids()) == ["parent"]
     assert store.forks() == ()
+
+
+def test_an_import_cannot_bring_in_a_bad_id(store: Store) -> None:
+    """Importing an export whose thread id breaks the rule writes nothing."""
+    import json
+
+    from covonaut_es.audit import export_thread, import_threads
+
+    converse(store, "good")
+    lines = [json.loads(line) for line in export_thread(store, "good")]
+    hostile = [json.dumps({**line, "thread_id": "bad\nid"}) for line in lines]
+    with pytest.raises(InvalidThreadIdError, match=r"'\\n' at position 3"):
+        import_threads(store, hostile)
+    assert list(store.thread_ids()) == ["good"]

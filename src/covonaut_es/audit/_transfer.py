@@ -15,7 +15,7 @@ import msgspec
 from eventsourcing.persistence import StoredEvent
 from eventsourcing.utils import resolve_topic
 
-from covonaut_es.domain import AgentThread, thread_aggregate_id
+from covonaut_es.domain import AgentThread, check_thread_id, thread_aggregate_id
 from covonaut_es.domain._integrity import CHAIN_KEY, UNCHAINED, chain_hash
 from covonaut_es.errors import ThreadConflictError, TransferError
 from covonaut_es.store import Store
@@ -50,6 +50,7 @@ def import_threads(store: Store, lines: Iterable[str]) -> list[str]:
         TransferError: A line is malformed, a version is missing or repeated, a topic is
             unknown, or the hash chain does not verify; nothing was written.
         ThreadConflictError: A thread already exists in the store.
+        InvalidThreadIdError: A thread id breaks the rule new threads follow.
     """
     threads: dict[str, list[ExportedEvent]] = {}
     for number, line in enumerate(lines, start=1):
@@ -77,6 +78,7 @@ def import_threads(store: Store, lines: Iterable[str]) -> list[str]:
 
 
 def _check(store: Store, thread_id: str, events: list[ExportedEvent]) -> None:
+    check_thread_id(thread_id)
     if store.exists(thread_id):
         msg = f"cannot import thread {thread_id!r}: the store already has it"
         raise ThreadConflictError(msg, thread_id=thread_id, expected_version=0)
