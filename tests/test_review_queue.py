@@ -30,6 +30,7 @@ from covonaut_es import (
     open_store,
 )
 from covonaut_es.projections._items import QUEUE_EVENT_TYPES
+from covonaut_es.projections._views import SQLReviewQueueView
 from support import answer, call, review_tool
 
 
@@ -116,15 +117,19 @@ def test_queue_in_its_own_database(tmp_path: Path) -> None:
     assert "covonaut_review_queue" not in tables
 
 
-def test_listing_the_queue_is_one_indexed_query(tmp_path: Path) -> None:
-    """SQLite plans the listing as a scan of the queue's index, not of the streams."""
-    from covonaut_es.projections._views import SELECT_PENDING
-
-    store = open_store(f"sqlite:///{tmp_path / 'threads.db'}")
-    ReviewQueue(store.url).view()
+@pytest.mark.parametrize("sealed", [False, True], ids=["plain", "sealed"])
+def test_listing_the_queue_is_one_indexed_query(tmp_path: Path, sealed: bool) -> None:
+    """SQLite plans the listing as a scan of the queue's index, not of the streams, for
+    a plain queue and for the sealed queue of an encrypted store alike."""
+    key = create_cipher_key() if sealed else None
+    store = open_store(f"sqlite:///{tmp_path / 'threads.db'}", cipher_key=key)
+    view = ReviewQueue(store.url, cipher_key=key).view()
+    assert isinstance(view, SQLReviewQueueView)
+    listing = view.rows().select_pending
     with sqlite3.connect(tmp_path / "threads.db") as conn:
-        plan = " ".join(str(row) for row in conn.execute("EXPLAIN QUERY PLAN " + SELECT_PENDING))
-    assert "covonaut_review_queue_by_time" in plan
+        plan = " ".join(str(row) for row in conn.execute("EXPLAIN QUERY PLAN " + listing))
+    index = "covonaut_sealed_queue_by_time" if sealed else "covonaut_review_queue_by_time"
+    assert index in plan
     assert "stored_events" not in plan
 
 
@@ -393,3 +398,28 @@ def test_an_old_plain_queue_is_left_as_it_was_and_the_sealed_one_built_from_zero
     assert table_contents(shared_url)["covonaut_review_queue"] == before
     queue.close()
     store.close()
+
+
+def test_a_sealed_view_without_the_key_stops_instead_of_passing_records_over(
+    tmp_path: Path,
+) -> None:
+    """A sealed view never given the store's key raises a ConfigurationError saying so,
+    and the projection does not record the event as processed."""
+    from datetime import UTC, datetime
+
+    from eventsourcing.persistence import InfrastructureFactory, Tracking
+    from eventsourcing.utils import Environment
+
+    from covonaut_es.domain import AgentThread
+    from covonaut_es.errors import ConfigurationError
+    from covonaut_es.projections._queue import ReviewQueueProjection
+    from covonaut_es.projections._views import SealedSQLiteReviewQueueView
+
+    env = {"PERSISTENCE_MODULE": "eventsourcing.sqlite", "SQLITE_DBNAME": str(tmp_path / "q.db")}
+    factory = InfrastructureFactory.construct(env=Environment("review_queue", env))
+    view = factory.tracking_recorder(SealedSQLiteReviewQueueView)
+    started = AgentThread.start("a", now=datetime.now(UTC)).pending_events[0]
+    with pytest.raises(ConfigurationError, match="seal_with"):
+        ReviewQueueProjection(view).process_event(started, Tracking("ThreadsApplication", 1))
+    assert view.max_tracking_id("ThreadsApplication") is None
+    factory.close()

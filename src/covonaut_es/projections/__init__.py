@@ -3,8 +3,8 @@
 This package owns the reviewer queue (:class:`ReviewQueue`): every pending review and
 interrupt across all threads, kept by eventsourcing's projection runner in views on
 memory, SQLite and PostgreSQL that write each change with its tracking position in one
-transaction. It reads the store's log, may import the store and the domain, and never
-changes a thread.
+transaction. The queue of an encrypted store is sealed under the store's key. It reads
+the store's log, may import the store and the domain, and never changes a thread.
 """
 
 from covonaut_es.projections._items import PendingReview

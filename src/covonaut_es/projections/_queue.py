@@ -22,6 +22,7 @@ from eventsourcing.projection import BaseProjectionRunner, Projection
 from eventsourcing.utils import Environment, get_topic, resolve_topic
 
 from covonaut_es._closing import Closing
+from covonaut_es.errors import CovonautError
 from covonaut_es.projections._items import QUEUE_EVENT_TYPES, PendingReview, changes_for
 from covonaut_es.projections._sealing import QueueSealer
 from covonaut_es.projections._views import (
@@ -66,6 +67,8 @@ class ReviewQueueProjection(Projection[ReviewQueueView]):
         try:
             self.view.apply(changes, tracking)
         except UNSTORABLE as exc:
+            if isinstance(exc, CovonautError):
+                raise  # the view is misconfigured: no record could be stored
             log.warning(
                 "review queue: passing over the %s event at log position %d, which the "
                 "view cannot store (%s: %s); its thread's items will not be listed",

@@ -4,6 +4,11 @@ Each view is an eventsourcing tracking recorder: it applies a processed event's 
 changes and records the event's position in one transaction, so a projection that is
 killed and restarted continues exactly where it stopped (exactly-once effect). Listing
 the queue is one query on an index.
+
+A store without a cipher key has its queue in plain columns (:class:`PlainRows`); an
+encrypted store's queue is sealed (:class:`SealedRows`, :mod:`._sealing`) in tables and
+under a tracking position of its own, so it is built from zero beside any plain queue
+an earlier version left, which it never reads or rewrites.
 """
 
 from __future__ import annotations
