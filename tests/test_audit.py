@@ -4,13 +4,24 @@ shows tampering, checkpoints and snapshots checked against a replay."""
 from __future__ import annotations
 
 import sqlite3
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
-from covonaut_es import Agent, AgentConfig, CheckpointSettings, ScriptedProvider, Store, open_store
+from covonaut_es import (
+    Agent,
+    AgentConfig,
+    AgentThread,
+    CheckpointSettings,
+    ScriptedProvider,
+    Store,
+    open_store,
+)
+from covonaut_es.domain import CheckpointReason, RunMode
+from covonaut_es.messages import Message
 from support import answer, call, echo_tool, review_tool, ticking_clock
 
 
@@ -27,6 +38,44 @@ def conversation(store: Store, thread_id: str = "t", turns: int = 3) -> Agent:
     )
     agent.run("say hello")
     return agent
+
+
+def long_thread(store: Store, thread_id: str, messages: int) -> AgentThread:
+    """A thread of ``messages`` messages with a checkpoint every ten, saved in batches
+    of 50 and snapshotted as a run would be, built without a model."""
+    now = datetime.now(UTC)
+    thread = AgentThread.start(thread_id, now=now)
+    thread.start_run(RunMode.RUN, now=now)
+    for i in range(1, messages + 1):
+        thread.append_message(Message(role="user", content=f"message {i}"), now=now)
+        if i % 10 == 0:
+            thread.save_checkpoint(CheckpointReason.MANUAL, retain=0, now=now)
+        if i % 50 == 0:
+            store.save(thread)
+            store._save_checkpoint_snapshot(thread)
+    store.save(thread)
+    return thread
+
+
+def test_verify_is_one_pass_that_loads_no_state_per_checkpoint(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """verify() compares each checkpoint and snapshot with the fold as it passes them,
+    instead of loading the thread's state at every checkpoint (quadratic in length)."""
+    long_thread(store, "long", 400)
+    loads: list[int | None] = []
+    real_load = store.load
+
+    def counting_load(thread_id: str, version: int | None = None) -> AgentThread:
+        loads.append(version)
+        return real_load(thread_id, version=version)
+
+    monkeypatch.setattr(store, "load", counting_load)
+    report = store.verify("long")
+    assert report.ok, report.findings
+    assert (report.events, report.checkpoints_checked) == (442, 40)
+    assert report.snapshots_checked >= 2
+    assert loads == [None, None]  # the checkpoints' list, and the head state a load gives
 
 
 def test_replay_reads_the_log_with_versions_times_and_summaries(store: Store) -> None:

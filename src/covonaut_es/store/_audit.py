@@ -5,7 +5,6 @@ Everything here reads the store's log and snapshots; nothing calls a model or a 
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any, Protocol
@@ -33,9 +32,10 @@ class _AuditedStore(Protocol):
     def parent(self, thread_id: str) -> ThreadParent | None: ...
     def checkpoints(self, thread_id: str) -> tuple[Checkpoint, ...]: ...
     def state_at(self, thread_id: str, version: int | None = None) -> ThreadState: ...
-    def _stored_records(self, thread_id: str) -> tuple[StoredEvent, ...]: ...
+    def _iter_stored_records(self, thread_id: str) -> Iterator[StoredEvent]: ...
     def _plain_payload(self, record: StoredEvent) -> bytes: ...
-    def _snapshot_states(self, thread_id: str) -> tuple[ThreadState, ...]: ...
+    def _read_record(self, record: StoredEvent) -> object: ...
+    def _snapshot_states(self, thread_id: str) -> Iterator[ThreadState]: ...
 
 
 class AuditEntry(msgspec.Struct, frozen=True):
@@ -181,72 +181,97 @@ def _ancestry(store: _AuditedStore, thread_id: str) -> list[str]:
 
 
 def verify(store: _AuditedStore, thread_id: str) -> AuditReport:
-    """Check a thread: its hash chain, and its checkpoints and snapshots against the
-    state rebuilt from its events alone."""
-    findings: list[AuditFinding] = []
-    chained, unchained, events = _verify_chain(store, thread_id, findings)
-    checkpoints = snapshots = 0
-    if not findings:
-        checkpoints, snapshots = _verify_states(store, thread_id, findings)
+    """Check a thread: its hash chain, its checkpoints and snapshots against the state
+    rebuilt from its events alone, and the state a load gives against that replay.
+
+    One pass over the stored records, a page at a time: each record's chain is checked,
+    its event folded, and the fold compared with a snapshot or checkpoint at that
+    version as it is passed, so time is linear in the thread's length and memory holds
+    one state, not one per checkpoint.
+    """
+    audit = _Fold(store, thread_id)
+    audit.run()
     return AuditReport(
         thread_id=thread_id,
-        events=events,
-        chained=chained,
-        unchained=unchained,
-        checkpoints_checked=checkpoints,
-        snapshots_checked=snapshots,
-        findings=tuple(findings),
+        events=audit.events,
+        chained=audit.chained,
+        unchained=audit.unchained,
+        checkpoints_checked=audit.checkpoints_checked,
+        snapshots_checked=audit.snapshots_checked,
+        findings=tuple(audit.findings),
     )
 
 
-def _verify_chain(
-    store: _AuditedStore, thread_id: str, findings: list[AuditFinding]
-) -> tuple[int, int, int]:
-    """Recompute the hash chain from the stored payloads; report the first break."""
-    previous, chained, unchained = UNCHAINED, 0, 0
-    records = store._stored_records(thread_id)
-    for record in records:
+class _Fold:
+    """The state of one :func:`verify` pass."""
+
+    def __init__(self, store: _AuditedStore, thread_id: str) -> None:
+        self.store, self.thread_id = store, thread_id
+        self.findings: list[AuditFinding] = []
+        self.events = self.chained = self.unchained = 0
+        self.checkpoints_checked = self.snapshots_checked = 0
+        self.previous = UNCHAINED
+        self.thread: Any = None
+
+    def run(self) -> None:
+        store = self.store
+        try:
+            checkpoints = {c.version: c for c in store.checkpoints(self.thread_id)}
+        except SerializationError:
+            checkpoints = {}  # the pass reports the record that a load cannot read
+        snapshots = store._snapshot_states(self.thread_id)
+        snapshot = next(snapshots, None)
+        for record in store._iter_stored_records(self.thread_id):
+            self.events += 1
+            if not self._chain_holds(record):
+                break
+            version = record.originator_version
+            while snapshot is not None and snapshot.version <= version:
+                self._compare(snapshot.version, "snapshot", snapshot)
+                snapshot = next(snapshots, None)
+            if version in checkpoints:
+                self._compare_checkpoint(checkpoints[version])
+        else:
+            if self.thread is not None and self.thread.state != store.state_at(self.thread_id):
+                problem = "the state a load gives differs from the state replayed from events"
+                self.findings.append(AuditFinding(self.thread.version, problem))
+
+    def _chain_holds(self, record: StoredEvent) -> bool:
+        """Check one record's link in the chain and fold its event; False at a break."""
         version = record.originator_version
         try:
-            payload = msgspec.json.decode(store._plain_payload(record))
+            payload = msgspec.json.decode(self.store._plain_payload(record))
+            event = self.store._read_record(record)
         except (SerializationError, msgspec.DecodeError) as exc:
-            findings.append(AuditFinding(version, f"stored record is unreadable: {exc}"))
-            break
+            self.findings.append(AuditFinding(version, f"stored record is unreadable: {exc}"))
+            return False
         stored = payload.get(CHAIN_KEY, UNCHAINED) if isinstance(payload, dict) else UNCHAINED
         if stored == UNCHAINED:
-            unchained += 1
-            continue
-        if stored != chain_hash(previous, record.topic, version, payload):
-            findings.append(
-                AuditFinding(
-                    version, "hash chain broken: the stored record was altered after it was written"
-                )
-            )
-            break
-        previous, chained = stored, chained + 1
-    return chained, unchained, len(records)
-
-
-def _verify_states(
-    store: _AuditedStore, thread_id: str, findings: list[AuditFinding]
-) -> tuple[int, int]:
-    """Fold the events one by one and compare with checkpoints and stored snapshots."""
-    checkpoints = store.checkpoints(thread_id)
-    snapshots = store._snapshot_states(thread_id)
-    expected_at: defaultdict[int, list[tuple[str, ThreadState]]] = defaultdict(list)
-    for snapshot in snapshots:
-        expected_at[snapshot.version].append(("snapshot", snapshot))
-    for checkpoint in checkpoints:
-        state = store.state_at(thread_id, checkpoint.version)
-        expected_at[checkpoint.version].append(("checkpoint", state))
-    thread: Any = None
-    for event in store.history(thread_id):
-        if isinstance(event, AgentThread.Forked):
-            thread = event.graft(thread)
+            self.unchained += 1
+        elif stored != chain_hash(self.previous, record.topic, version, payload):
+            problem = "hash chain broken: the stored record was altered after it was written"
+            self.findings.append(AuditFinding(version, problem))
+            return False
         else:
-            thread = event.mutate(thread)
-        for kind, state in expected_at.get(thread.version, ()):
-            if state != thread.state:
-                problem = f"{kind} state differs from the state replayed from events"
-                findings.append(AuditFinding(thread.version, problem))
-    return len(checkpoints), len(snapshots)
+            self.previous, self.chained = stored, self.chained + 1
+        if isinstance(event, AgentThread.Forked):
+            self.thread = event.graft(self.thread)
+        else:
+            self.thread = event.mutate(self.thread)  # type: ignore[attr-defined]
+        return True
+
+    def _compare(self, version: int, kind: str, state: ThreadState) -> None:
+        self.snapshots_checked += 1
+        if self.thread.version != version or state != self.thread.state:
+            problem = f"{kind} state differs from the state replayed from events"
+            self.findings.append(AuditFinding(version, problem))
+
+    def _compare_checkpoint(self, checkpoint: Checkpoint) -> None:
+        self.checkpoints_checked += 1
+        state = self.thread.state
+        if (checkpoint.turn, checkpoint.status) != (state.turn, state.status):
+            problem = (
+                f"checkpoint {checkpoint.sequence} records turn {checkpoint.turn} and status "
+                f"{checkpoint.status}; the replay has turn {state.turn} and status {state.status}"
+            )
+            self.findings.append(AuditFinding(checkpoint.version, problem))

@@ -31,12 +31,25 @@ class StoredRecords(ABC):
     def _stored_records(self, thread_id: str) -> tuple[StoredEvent, ...]:
         """The thread's records exactly as the database holds them, a fork's inherited
         ones first. For audits; nothing is decoded."""
-        own = tuple(self._app.recorder.select_events(thread_aggregate_id(thread_id)))
+        return tuple(self._iter_stored_records(thread_id))
+
+    def _iter_stored_records(
+        self, thread_id: str, *, lte: int | None = None
+    ) -> Iterator[StoredEvent]:
+        """As :meth:`_stored_records` up to version ``lte``, read a page at a time so
+        that an audit of a long thread holds one page of records, not the stream."""
         forked = self._forked_event(thread_id)
-        if forked is None:
-            return own
-        inherited = self._stored_records(forked.parent_thread_id)[: forked.parent_version]
-        return inherited + own
+        if forked is not None:
+            inherited = forked.parent_version if lte is None else min(lte, forked.parent_version)
+            yield from self._iter_stored_records(forked.parent_thread_id, lte=inherited)
+        recorder, stream = self._app.recorder, thread_aggregate_id(thread_id)
+        after: int | None = None
+        while True:
+            page = recorder.select_events(stream, gt=after, lte=lte, limit=_LOG_BATCH)
+            yield from page
+            if len(page) < _LOG_BATCH:
+                return
+            after = page[-1].originator_version
 
     def _insert_records(self, records: Iterable[StoredEvent]) -> None:
         """Write records whose payloads are plain JSON, compressed and encrypted as this
@@ -95,8 +108,14 @@ class StoredRecords(ABC):
         assert isinstance(mapper, MsgspecMapper)
         return mapper.decode(record)
 
-    def _snapshot_states(self, thread_id: str) -> tuple[ThreadState, ...]:
-        """The states held by the thread's own stored snapshots, oldest first."""
-        assert self._app.snapshots is not None
-        snapshots = self._app.snapshots.get(thread_aggregate_id(thread_id))
-        return tuple(snapshot.mutate(None).state for snapshot in snapshots)  # type: ignore[attr-defined]
+    def _snapshot_states(self, thread_id: str) -> Iterator[ThreadState]:
+        """The states held by the thread's own readable snapshots, oldest first, decoded
+        one at a time (a long thread's snapshots together are larger than its events)."""
+        snapshots, stream = self._app.snapshots, thread_aggregate_id(thread_id)
+        assert snapshots is not None
+        after: int | None = None
+        while stored := snapshots.recorder.select_events(stream, gt=after, limit=1):
+            version = stored[0].originator_version
+            for snapshot in snapshots.get(stream, gt=after, lte=version):  # none if unreadable
+                yield snapshot.mutate(None).state  # type: ignore[attr-defined]
+            after = version
