@@ -3,13 +3,16 @@ shows tampering, checkpoints and snapshots checked against a replay."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import psycopg
 import pytest
+from eventsourcing.persistence import StoredEvent
 
 from covonaut_es import (
     Agent,
@@ -20,7 +23,9 @@ from covonaut_es import (
     Store,
     open_store,
 )
-from covonaut_es.domain import CheckpointReason, RunMode
+from covonaut_es.audit import export_thread, import_threads
+from covonaut_es.domain import CheckpointReason, RunMode, thread_aggregate_id
+from covonaut_es.errors import TransferError
 from covonaut_es.messages import Message
 from support import answer, call, echo_tool, review_tool, ticking_clock
 
@@ -197,3 +202,87 @@ def test_verify_works_through_encryption(tmp_path: Path, compress: bool) -> None
     with open_store(url, cipher_key=create_cipher_key(), compress=compress) as store:
         conversation(store)
         assert store.verify("t").ok
+
+
+def forge(store: Store, source: str, target: str, change: Any) -> None:
+    """Write ``source``'s records as thread ``target`` after ``change(version, payload)``,
+    as someone with write access to the database could: the chain does not cover the
+    thread's id, so an untouched copy verifies like the original."""
+    records = []
+    for record in store._stored_records(source):
+        payload = change(
+            record.originator_version, msgspec.json.decode(store._plain_payload(record))
+        )
+        state = msgspec.json.encode(payload)
+        records.append(
+            StoredEvent(thread_aggregate_id(target), record.originator_version, record.topic, state)
+        )
+    store._insert_records(records)
+
+
+def test_an_altered_event_whose_chain_was_stripped_with_all_later_ones_is_found(
+    store: Store,
+) -> None:
+    """Removing the hash from the altered event and every later one does not make the
+    thread look like one written before tamper evidence: an event without a hash after
+    one with a hash is a finding at its version."""
+    conversation(store)
+
+    def strip_from_ten(version: int, payload: dict[str, Any]) -> dict[str, Any]:
+        if version < 10:
+            return payload
+        payload.pop("chain")
+        return {
+            k: (v.replace("hello", "HELLO") if isinstance(v, str) else v)
+            for k, v in payload.items()
+        }
+
+    forge(store, "t", "copy", lambda version, payload: payload)
+    assert store.verify("copy").ok
+    forge(store, "t", "stripped", strip_from_ten)
+    report = store.verify("stripped")
+    assert [f.version for f in report.findings] == [10]
+    assert "hash chain missing after a chained event" in report.findings[0].problem
+
+
+def exported_as(store: Store, thread_id: str, new_id: str, strip_from: int | None) -> list[str]:
+    """The thread's export under another id, with the chain hash removed from version
+    ``strip_from`` on (None: kept)."""
+    lines = []
+    for line in export_thread(store, thread_id):
+        event = json.loads(line)
+        event["thread_id"] = new_id
+        if strip_from is not None and event["version"] >= strip_from:
+            del event["payload"]["chain"]
+        lines.append(json.dumps(event))
+    return lines
+
+
+def test_import_refuses_lines_without_a_chain_hash_unless_told_they_are_legacy(
+    store: Store,
+) -> None:
+    """An export without hashes is refused, naming the line and version, unless the
+    caller says it is a trusted export from before tamper evidence; then it imports,
+    and verify counts its events as unchained."""
+    conversation(store)
+    unchained = exported_as(store, "t", "legacy", strip_from=1)
+    with pytest.raises(
+        TransferError, match=r"line 1 \(thread 'legacy' version 1\).*allow_unchained"
+    ):
+        import_threads(store, unchained)
+    assert not store.exists("legacy")
+    assert import_threads(store, unchained, allow_unchained=True) == ["legacy"]
+    report = store.verify("legacy")
+    assert report.ok and report.unchained == report.events
+
+
+def test_import_refuses_hashes_stripped_after_chained_lines_even_as_legacy(store: Store) -> None:
+    """Lines without a hash after lines with one are an altered export, legacy or not."""
+    conversation(store)
+    stripped = exported_as(store, "t", "copy", strip_from=6)
+    for allow in (False, True):
+        with pytest.raises(TransferError, match=r"line 6 \(thread 'copy' version 6\).*removed"):
+            import_threads(store, stripped, allow_unchained=allow)
+    assert not store.exists("copy")
+    assert import_threads(store, exported_as(store, "t", "copy", strip_from=None)) == ["copy"]
+    assert store.verify("copy").ok

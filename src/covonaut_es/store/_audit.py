@@ -246,6 +246,13 @@ class _Fold:
             self.findings.append(AuditFinding(version, f"stored record is unreadable: {exc}"))
             return False
         stored = payload.get(CHAIN_KEY, UNCHAINED) if isinstance(payload, dict) else UNCHAINED
+        if stored == UNCHAINED and self.previous != UNCHAINED:
+            problem = (
+                "hash chain missing after a chained event: expected a chain hash, found "
+                "none; the record was altered and its hash removed to hide it"
+            )
+            self.findings.append(AuditFinding(version, problem))
+            return False
         if stored == UNCHAINED:
             self.unchained += 1
         elif stored != chain_hash(self.previous, record.topic, version, payload):
