@@ -14,17 +14,9 @@ import psycopg
 import pytest
 from eventsourcing.persistence import StoredEvent
 
-from covonaut_es import (
-    Agent,
-    AgentConfig,
-    AgentThread,
-    CheckpointSettings,
-    ScriptedProvider,
-    Store,
-    open_store,
-)
+from covonaut_es import Agent, AgentConfig, CheckpointSettings, ScriptedProvider, Store, open_store
 from covonaut_es.audit import export_thread, import_threads
-from covonaut_es.domain import CheckpointReason, RunMode, thread_aggregate_id
+from covonaut_es.domain import AgentThread, CheckpointReason, RunMode, thread_aggregate_id
 from covonaut_es.errors import TransferError
 from covonaut_es.messages import Message
 from support import answer, call, echo_tool, review_tool, ticking_clock
@@ -119,6 +111,7 @@ def test_verify_passes_on_an_intact_thread_and_fork(store: Store) -> None:
         assert report.ok, report.findings
         assert report.chained == report.events
         assert report.checkpoints_checked > 0
+        assert not report.notes  # the head is anchored on every store
     assert store.verify("root").snapshots_checked >= 1
 
 
@@ -285,4 +278,78 @@ def test_import_refuses_hashes_stripped_after_chained_lines_even_as_legacy(store
             import_threads(store, stripped, allow_unchained=allow)
     assert not store.exists("copy")
     assert import_threads(store, exported_as(store, "t", "copy", strip_from=None)) == ["copy"]
-    assert store.verify("copy").ok
+    report = store.verify("copy")
+    assert report.ok and not report.notes  # imports anchor the head too
+
+
+def run_sql(url: str, sqlite_statement: str, postgres_statement: str, stream: str = "") -> None:
+    """Run a statement on a store's database behind the library's back; ``{events}`` and
+    ``{heads}`` name its tables, and its parameter (if any) is the stream's id."""
+    params = (stream.replace("-", ""),) if stream else ()
+    if url.startswith("sqlite"):
+        with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
+            conn.execute(
+                sqlite_statement.format(events="stored_events", heads="stored_events_heads"),
+                params,
+            )
+    else:
+        with psycopg.connect(url) as conn:
+            conn.execute(
+                postgres_statement.format(events="covonaut_events", heads="covonaut_events_heads"),
+                (stream,) if stream else None,
+            )
+
+
+def delete_sql(url: str, table: str, where: str, stream: str) -> None:
+    statement = f"DELETE FROM {{{table}}} WHERE originator_id = ? {where}"
+    run_sql(url, statement, statement.replace("?", "%s"), stream)
+
+
+def test_deleting_the_newest_events_is_found_against_the_head_anchor(shared_url: str) -> None:
+    """The newest events deleted leave a stream that still chains; its head anchor,
+    written with the events, says where it ended."""
+    with open_store(shared_url) as store:
+        conversation(store)
+        head = store.state_at("t").version
+        assert not store.verify("t").notes
+    delete_sql(shared_url, "events", "AND originator_version > 10", str(thread_aggregate_id("t")))
+    with open_store(shared_url) as store:
+        report = store.verify("t")
+    assert [f.version for f in report.findings] == [10]
+    assert report.findings[0].problem == (
+        f"stream ends at version 10 but its head was anchored at version {head}: "
+        "the newest events were deleted"
+    )
+
+
+def test_deleting_a_threads_head_anchor_is_found_not_taken_for_an_old_store(
+    shared_url: str,
+) -> None:
+    """In a store that anchors heads, a thread without an anchor had it deleted."""
+    with open_store(shared_url) as store:
+        conversation(store, "t")
+        conversation(store, "other")
+    delete_sql(shared_url, "heads", "", str(thread_aggregate_id("t")))
+    with open_store(shared_url) as store:
+        assert "head anchor missing" in store.verify("t").findings[0].problem
+        assert store.verify("other").ok
+
+
+def test_a_store_from_before_head_anchors_verifies_and_is_anchored_when_opened(
+    shared_url: str,
+) -> None:
+    """Without the head table (a store written by older code, opened without creating
+    tables), verify passes with a note; opening it normally anchors every thread at
+    its present version, after which deleting its newest events is found."""
+    with open_store(shared_url) as store:
+        conversation(store)
+    run_sql(shared_url, "DROP TABLE {heads}", "DROP TABLE {heads}")
+    with open_store(shared_url, create_tables=False) as store:
+        report = store.verify("t")
+        assert report.ok and report.notes[0].startswith("no head anchor")
+    with open_store(shared_url) as store:
+        report = store.verify("t")
+        assert report.ok and not report.notes
+    delete_sql(shared_url, "events", "AND originator_version > 12", str(thread_aggregate_id("t")))
+    with open_store(shared_url) as store:
+        assert "the newest events were deleted" in store.verify("t").findings[0].problem

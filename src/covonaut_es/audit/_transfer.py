@@ -76,13 +76,15 @@ def import_threads(
         _check(store, thread_id, events, allow_unchained=allow_unchained)
     for thread_id, events in threads.items():
         store._insert_records(
-            StoredEvent(
-                originator_id=thread_aggregate_id(thread_id),
-                originator_version=event.version,
-                topic=event.topic,
-                state=msgspec.json.encode(event.payload),
-            )
-            for _, event in events
+            [
+                StoredEvent(
+                    originator_id=thread_aggregate_id(thread_id),
+                    originator_version=event.version,
+                    topic=event.topic,
+                    state=msgspec.json.encode(event.payload),
+                )
+                for _, event in events
+            ]
         )
     return list(threads)
 

@@ -18,10 +18,17 @@ from uuid import UUID
 
 from eventsourcing.application import Application, ProcessingEvent
 from eventsourcing.domain import DomainEventProtocol
-from eventsourcing.persistence import AggregateRecorder, EventStore, PersistenceError, Recording
-from eventsourcing.utils import Environment, EnvType
+from eventsourcing.persistence import (
+    AggregateRecorder,
+    ApplicationRecorder,
+    EventStore,
+    PersistenceError,
+    Recording,
+)
+from eventsourcing.utils import Environment, EnvType, strtobool
 
 from covonaut_es.domain import AgentThread, ThreadSnapshot
+from covonaut_es.domain._integrity import UNCHAINED
 from covonaut_es.errors import (
     ConfigurationError,
     CovonautError,
@@ -32,6 +39,7 @@ from covonaut_es.errors import (
 )
 from covonaut_es.migrations import Upcaster
 from covonaut_es.migrations._upcasting import NO_MIGRATORS
+from covonaut_es.store._heads import HEADS, anchor_heads
 from covonaut_es.store._mapper import MsgspecMapper
 
 logger = logging.getLogger("covonaut_es")
@@ -124,6 +132,12 @@ class ThreadsApplication(AgentApplication):
         # store to another database behind the caller's back.
         return Environment(name, dict(env or {}))
 
+    def construct_recorder(self) -> ApplicationRecorder:
+        """The back end's recorder, writing each saved thread's head anchor too."""
+        recorder = super().construct_recorder()
+        anchor_heads(recorder, create=strtobool(self.env.get("CREATE_TABLE") or "yes"))
+        return recorder
+
     def save(self, *objs: Any, **kwargs: Any) -> list[Recording[UUID]]:
         """As eventsourcing's ``save``, collecting threads' events without its two
         runtime protocol checks per save (a fifth of a turn's persistence cost)."""
@@ -141,6 +155,8 @@ class _ThreadsProcessingEvent(ProcessingEvent[UUID]):
         for thread in threads:
             self.events.extend(thread.collect_events())
             self.aggregates[thread.id] = thread
+        heads = [(t.id, t.version, t.chain_head or UNCHAINED) for t in threads]
+        self.saved_kwargs[HEADS] = heads  # written with the events (store/_heads.py)
         others = [obj for obj in objs if type(obj) is not AgentThread]
         super().collect_events(*others, **kwargs)
 

@@ -23,6 +23,7 @@ from covonaut_es.domain import (
 from covonaut_es.domain._integrity import CHAIN_KEY, UNCHAINED, chain_hash
 from covonaut_es.errors import SerializationError
 from covonaut_es.messages import Message
+from covonaut_es.store._heads import HeadAnchor
 
 
 class _AuditedStore(Protocol):
@@ -36,6 +37,7 @@ class _AuditedStore(Protocol):
     def _plain_payload(self, record: StoredEvent) -> bytes: ...
     def _read_record(self, record: StoredEvent) -> object: ...
     def _snapshot_states(self, thread_id: str) -> Iterator[ThreadState]: ...
+    def _head_anchor(self, thread_id: str) -> HeadAnchor: ...
 
 
 class AuditEntry(msgspec.Struct, frozen=True):
@@ -75,6 +77,8 @@ class AuditReport(msgspec.Struct, frozen=True):
         checkpoints_checked: Checkpoints whose state was compared with the replay.
         snapshots_checked: Stored snapshots compared with the replay.
         findings: Every problem found; empty when the thread is intact.
+        notes: What could not be checked, and why, such as a thread without a head
+            anchor in a store written before heads were anchored (not a finding).
     """
 
     thread_id: str
@@ -84,6 +88,7 @@ class AuditReport(msgspec.Struct, frozen=True):
     checkpoints_checked: int
     snapshots_checked: int
     findings: tuple[AuditFinding, ...]
+    notes: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -199,6 +204,7 @@ def verify(store: _AuditedStore, thread_id: str) -> AuditReport:
         checkpoints_checked=audit.checkpoints_checked,
         snapshots_checked=audit.snapshots_checked,
         findings=tuple(audit.findings),
+        notes=tuple(audit.notes),
     )
 
 
@@ -208,6 +214,8 @@ class _Fold:
     def __init__(self, store: _AuditedStore, thread_id: str) -> None:
         self.store, self.thread_id = store, thread_id
         self.findings: list[AuditFinding] = []
+        self.notes: list[str] = []
+        self.last_version = 0
         self.events = self.chained = self.unchained = 0
         self.checkpoints_checked = self.snapshots_checked = 0
         self.previous = UNCHAINED
@@ -235,10 +243,44 @@ class _Fold:
             if self.thread is not None and self.thread.state != store.state_at(self.thread_id):
                 problem = "the state a load gives differs from the state replayed from events"
                 self.findings.append(AuditFinding(self.thread.version, problem))
+            self._check_head()
+
+    def _check_head(self) -> None:
+        """Compare where the stream ends with where its head was anchored."""
+        anchor, last = self.store._head_anchor(self.thread_id), self.last_version
+        if anchor.version is None and not anchor.store_anchors:
+            self.notes.append(
+                "no head anchor: the store was written before heads were anchored, so the "
+                "deletion of the newest events cannot be detected"
+            )
+            return
+        if anchor.version is None:
+            problem = (
+                "head anchor missing: this store anchors every thread's head but has no "
+                "anchor for this thread; its anchor row was deleted"
+            )
+        elif last < anchor.version:
+            problem = (
+                f"stream ends at version {last} but its head was anchored at version "
+                f"{anchor.version}: the newest events were deleted"
+            )
+        elif last > anchor.version:
+            problem = (
+                f"stream goes on to version {last} beyond its anchored head at version "
+                f"{anchor.version}: events were written around the library"
+            )
+        elif anchor.chain not in (UNCHAINED, self.previous):
+            problem = (
+                f"the anchored head's chain hash {anchor.chain} differs from the stream's "
+                f"{self.previous or '(none)'}: the stream was rewritten"
+            )
+        else:
+            return
+        self.findings.append(AuditFinding(last, problem))
 
     def _chain_holds(self, record: StoredEvent) -> bool:
         """Check one record's link in the chain and fold its event; False at a break."""
-        version = record.originator_version
+        version = self.last_version = record.originator_version
         try:
             payload = msgspec.json.decode(self.store._plain_payload(record))
             event = self.store._read_record(record)

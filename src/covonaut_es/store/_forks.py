@@ -27,6 +27,7 @@ from covonaut_es.errors import (
     ThreadNotFoundError,
     ThreadStateError,
 )
+from covonaut_es.store._heads import HEADS, head_of
 
 
 class ThreadForking(ABC):
@@ -139,7 +140,7 @@ class ThreadForking(ABC):
             now=now or self.clock(),
         )
         try:
-            self._app.events.put([event])
+            self._app.events.put([event], **{HEADS: [head_of(event)]})
         except IntegrityError as exc:
             msg = f"cannot fork {thread_id!r} as {new_thread_id!r}: that thread already exists"
             raise ThreadConflictError(msg, thread_id=new_thread_id, expected_version=0) from exc

@@ -6,7 +6,7 @@ Mixed into :class:`~covonaut_es.Store`; nothing here decodes more than it must.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator, Sequence
 from uuid import UUID
 
 from eventsourcing.application import Application
@@ -14,6 +14,7 @@ from eventsourcing.persistence import IntegrityError, StoredEvent
 
 from covonaut_es.domain import AgentThread, ThreadState, thread_aggregate_id
 from covonaut_es.errors import ThreadConflictError
+from covonaut_es.store._heads import HEADS, HeadAnchor, heads_of_records, read_head
 from covonaut_es.store._mapper import MsgspecMapper
 
 _LOG_BATCH = 500
@@ -51,7 +52,7 @@ class StoredRecords(ABC):
                 return
             after = page[-1].originator_version
 
-    def _insert_records(self, records: Iterable[StoredEvent]) -> None:
+    def _insert_records(self, records: Sequence[StoredEvent]) -> None:
         """Write records whose payloads are plain JSON, compressed and encrypted as this
         store is configured, in one transaction. For imports; see
         :func:`covonaut_es.audit.import_threads`."""
@@ -63,11 +64,15 @@ class StoredRecords(ABC):
             for r in records
         ]
         try:
-            self._app.recorder.insert_events(sealed)
+            self._app.recorder.insert_events(sealed, **{HEADS: heads_of_records(records)})
         except IntegrityError as exc:
             thread = str(sealed[0].originator_id) if sealed else "?"
             msg = f"records for {thread} conflict with stored ones; nothing was written"
             raise ThreadConflictError(msg, thread_id=thread, expected_version=0) from exc
+
+    def _head_anchor(self, thread_id: str) -> HeadAnchor:
+        """What the store's head table says of the thread's own stream."""
+        return read_head(self._app.recorder, thread_aggregate_id(thread_id))
 
     def _plain_payload(self, record: StoredEvent) -> bytes:
         """A stored record's payload decrypted and decompressed."""
