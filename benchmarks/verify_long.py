@@ -20,16 +20,14 @@ with open_store(url) as store:
     if not store.exists("long"):
         thread = AgentThread.start("long", now=now)
         thread.start_run(RunMode.RUN, now=now)
-        for i in range(n):
-            thread.append_message(
-                Message(role="user", content=f"message {i} " + "x" * 200), now=now
-            )
-            if i % 10 == 9:
-                thread.save_checkpoint(CheckpointReason.MANUAL, retain=0, now=now)
-            if i % 500 == 499:
-                store.save(thread)
-                store._save_checkpoint_snapshot(thread)
-        store.save(thread)
+        for batch in range(0, n, 500):  # one save per 500 messages, as long runs do
+            for i in range(batch, min(n, batch + 500)):
+                text = f"message {i} " + "x" * 200
+                thread.append_message(Message(role="user", content=text), now=now)
+                if i % 10 == 9:
+                    thread.save_checkpoint(CheckpointReason.MANUAL, retain=0, now=now)
+            store.save(thread)
+            store._save_checkpoint_snapshot(thread)
     start = time.perf_counter()
     report = store.verify("long")
     seconds = time.perf_counter() - start
