@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,8 @@ from eventsourcing.persistence import StoredEvent
 from covonaut_es import Agent, AgentConfig, CheckpointSettings, ScriptedProvider, Store, open_store
 from covonaut_es.audit import export_thread, import_threads
 from covonaut_es.domain import AgentThread, CheckpointReason, RunMode, thread_aggregate_id
-from covonaut_es.errors import TransferError
+from covonaut_es.domain._integrity import chain_hash
+from covonaut_es.errors import ConfigurationError, TransferError
 from covonaut_es.messages import Message
 from support import answer, call, echo_tool, review_tool, ticking_clock
 
@@ -198,18 +200,16 @@ def test_verify_works_through_encryption(tmp_path: Path, compress: bool) -> None
 
 
 def forge(store: Store, source: str, target: str, change: Any) -> None:
-    """Write ``source``'s records as thread ``target`` after ``change(version, payload)``,
-    as someone with write access to the database could: the chain does not cover the
-    thread's id, so an untouched copy verifies like the original."""
+    """Write ``source``'s records as thread ``target`` after ``change(version, topic,
+    payload)``, as someone with write access to the database could: the chain does not
+    cover the thread's id, so an untouched copy verifies like the original."""
     records = []
     for record in store._stored_records(source):
-        payload = change(
-            record.originator_version, msgspec.json.decode(store._plain_payload(record))
-        )
+        payload = msgspec.json.decode(store._plain_payload(record))
+        payload = change(record.originator_version, record.topic, payload)
         state = msgspec.json.encode(payload)
-        records.append(
-            StoredEvent(thread_aggregate_id(target), record.originator_version, record.topic, state)
-        )
+        stream = thread_aggregate_id(target)
+        records.append(StoredEvent(stream, record.originator_version, record.topic, state))
     store._insert_records(records)
 
 
@@ -221,7 +221,7 @@ def test_an_altered_event_whose_chain_was_stripped_with_all_later_ones_is_found(
     one with a hash is a finding at its version."""
     conversation(store)
 
-    def strip_from_ten(version: int, payload: dict[str, Any]) -> dict[str, Any]:
+    def strip_from_ten(version: int, topic: str, payload: dict[str, Any]) -> dict[str, Any]:
         if version < 10:
             return payload
         payload.pop("chain")
@@ -230,7 +230,7 @@ def test_an_altered_event_whose_chain_was_stripped_with_all_later_ones_is_found(
             for k, v in payload.items()
         }
 
-    forge(store, "t", "copy", lambda version, payload: payload)
+    forge(store, "t", "copy", lambda version, topic, payload: payload)
     assert store.verify("copy").ok
     forge(store, "t", "stripped", strip_from_ten)
     report = store.verify("stripped")
@@ -353,3 +353,67 @@ def test_a_store_from_before_head_anchors_verifies_and_is_anchored_when_opened(
     delete_sql(shared_url, "events", "AND originator_version > 12", str(thread_aggregate_id("t")))
     with open_store(shared_url) as store:
         assert "the newest events were deleted" in store.verify("t").findings[0].problem
+
+
+CHAIN_KEY = "a secret of thirty-two characters"
+
+
+def resealed_from(first: int) -> Any:
+    """A forge change altering the events from version ``first`` on and sealing them
+    again with the public hash function, as a writer without the chain key can."""
+    previous = [""]
+
+    def change(version: int, topic: str, payload: dict[str, Any]) -> dict[str, Any]:
+        if version >= first:
+            payload = {
+                k: v.replace("hello", "HELLO") if isinstance(v, str) else v
+                for k, v in payload.items()
+            }
+            payload["chain"] = chain_hash(previous[0], topic, version, payload)
+        previous[0] = payload["chain"]
+        return payload
+
+    return change
+
+
+def test_a_keyed_chain_verifies_with_its_key_and_only_with_it(
+    open_test_store: Callable[..., Store], store_url: str
+) -> None:
+    """A store opened with a chain key seals every event, forks included, with
+    HMAC-SHA256; verify passes with the key and says the key is needed without it."""
+    keyed = open_test_store(chain_key=CHAIN_KEY)
+    conversation(keyed, "root", 3)
+    keyed.fork("root", at_version=5, new_thread_id="f")
+    for thread_id in ("root", "f"):
+        report = keyed.verify(thread_id)
+        assert report.ok, report.findings
+        assert report.chained == report.events
+    if store_url != "memory://":  # an anonymous memory store is not opened twice
+        unkeyed = open_test_store()
+        assert "open it with chain_key" in unkeyed.verify("root").findings[0].problem
+
+
+@pytest.mark.parametrize("first", [1, 10])
+def test_events_resealed_without_the_chain_key_are_found(
+    open_test_store: Callable[..., Store], store_url: str, first: int
+) -> None:
+    """A writer without the key who alters events and seals them again with the public
+    hash is found: after keyed events, or at the head when the whole thread was redone."""
+    store = open_test_store(chain_key=CHAIN_KEY)
+    conversation(store)
+    forge(store, "t", "resealed", resealed_from(first))
+    report = store.verify("resealed")
+    if first == 1:
+        assert report.findings[0].problem.startswith("head not sealed with the chain key")
+    else:
+        assert [f.version for f in report.findings] == [first]
+        assert "re-sealed by someone without the key" in report.findings[0].problem
+    if store_url != "memory://":  # an anonymous memory store is not opened twice
+        unkeyed = open_test_store()  # without the key, a rewrite from the start passes
+        assert unkeyed.verify("resealed").ok is (first == 1)
+
+
+def test_a_short_chain_key_is_refused() -> None:
+    """A chain key must be a secret, not a word."""
+    with pytest.raises(ConfigurationError, match="at least 16 characters, found 5"):
+        open_store("memory://", chain_key="short")

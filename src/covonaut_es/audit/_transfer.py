@@ -16,7 +16,7 @@ from eventsourcing.persistence import StoredEvent
 from eventsourcing.utils import resolve_topic
 
 from covonaut_es.domain import AgentThread, thread_aggregate_id
-from covonaut_es.domain._integrity import CHAIN_KEY, UNCHAINED, chain_hash
+from covonaut_es.domain._integrity import CHAIN_KEY, UNCHAINED, link_problem
 from covonaut_es.errors import ThreadConflictError, TransferError
 from covonaut_es.store import Store
 
@@ -118,28 +118,25 @@ def _check(
         except Exception as exc:
             msg = f"{where}: unknown event type {event.topic!r}"
             raise TransferError(msg) from exc
-        previous = _checked_link(where, previous, event, allow_unchained=allow_unchained)
-
-
-def _checked_link(where: str, previous: str, event: ExportedEvent, *, allow_unchained: bool) -> str:
-    """The chain hash after ``event``, which must link to ``previous``."""
-    chain = event.payload.get(CHAIN_KEY, UNCHAINED)
-    if chain == UNCHAINED and previous != UNCHAINED:
-        msg = (
-            f"{where}: expected a chain hash after the chained lines before it, found none; "
-            "the export was altered and its hashes removed"
+        previous = _checked_link(
+            where, previous, event, store._chain_key, allow_unchained=allow_unchained
         )
-        raise TransferError(msg)
-    if chain == UNCHAINED and not allow_unchained:
+
+
+def _checked_link(
+    where: str, previous: str, event: ExportedEvent, key: bytes | None, *, allow_unchained: bool
+) -> str:
+    """The chain hash after ``event``, which must link to ``previous``."""
+    chain = str(event.payload.get(CHAIN_KEY, UNCHAINED))
+    if chain == UNCHAINED and previous == UNCHAINED and not allow_unchained:
         msg = (
             f"{where}: expected a chain hash, found none. If this is an export of a thread "
             "written before tamper evidence existed, and you trust where it comes from, "
             "import it with allow_unchained=True (the CLI's --allow-unchained)"
         )
         raise TransferError(msg)
-    if chain != UNCHAINED and chain != chain_hash(
-        previous, event.topic, event.version, event.payload
-    ):
-        msg = f"{where}: the hash chain does not verify; the export was altered"
+    problem = link_problem(chain, previous, event.topic, event.version, event.payload, key)
+    if problem is not None:
+        msg = f"{where}: {problem}; the export was altered, or needs the source's chain key"
         raise TransferError(msg)
-    return str(chain) if chain != UNCHAINED else previous
+    return chain if chain != UNCHAINED else previous

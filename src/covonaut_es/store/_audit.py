@@ -20,7 +20,7 @@ from covonaut_es.domain import (
     canonical_json,
     thread_aggregate_id,
 )
-from covonaut_es.domain._integrity import CHAIN_KEY, UNCHAINED, chain_hash
+from covonaut_es.domain._integrity import CHAIN_KEY, KEYED, UNCHAINED, link_problem
 from covonaut_es.errors import SerializationError
 from covonaut_es.messages import Message
 from covonaut_es.store._heads import HeadAnchor
@@ -38,6 +38,8 @@ class _AuditedStore(Protocol):
     def _read_record(self, record: StoredEvent) -> object: ...
     def _snapshot_states(self, thread_id: str) -> Iterator[ThreadState]: ...
     def _head_anchor(self, thread_id: str) -> HeadAnchor: ...
+    @property
+    def _chain_key(self) -> bytes | None: ...
 
 
 class AuditEntry(msgspec.Struct, frozen=True):
@@ -244,6 +246,18 @@ class _Fold:
                 problem = "the state a load gives differs from the state replayed from events"
                 self.findings.append(AuditFinding(self.thread.version, problem))
             self._check_head()
+            self._check_key()
+
+    def _check_key(self) -> None:
+        """With a chain key, the newest event must be sealed with it."""
+        if self.store._chain_key is None or self.previous.startswith(KEYED):
+            return
+        problem = (
+            "head not sealed with the chain key: expected a keyed hash, found "
+            f"{'a public one' if self.previous else 'none'}; the thread was rewritten without "
+            "the key, or not written since the store's key was adopted"
+        )
+        self.findings.append(AuditFinding(self.last_version, problem))
 
     def _check_head(self) -> None:
         """Compare where the stream ends with where its head was anchored."""
@@ -288,19 +302,13 @@ class _Fold:
             self.findings.append(AuditFinding(version, f"stored record is unreadable: {exc}"))
             return False
         stored = payload.get(CHAIN_KEY, UNCHAINED) if isinstance(payload, dict) else UNCHAINED
-        if stored == UNCHAINED and self.previous != UNCHAINED:
-            problem = (
-                "hash chain missing after a chained event: expected a chain hash, found "
-                "none; the record was altered and its hash removed to hide it"
-            )
+        key = self.store._chain_key
+        problem = link_problem(stored, self.previous, record.topic, version, payload, key)
+        if problem is not None:
             self.findings.append(AuditFinding(version, problem))
             return False
         if stored == UNCHAINED:
             self.unchained += 1
-        elif stored != chain_hash(self.previous, record.topic, version, payload):
-            problem = "hash chain broken: the stored record was altered after it was written"
-            self.findings.append(AuditFinding(version, problem))
-            return False
         else:
             self.previous, self.chained = stored, self.chained + 1
         if isinstance(event, AgentThread.Forked):

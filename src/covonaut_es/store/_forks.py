@@ -19,7 +19,7 @@ from eventsourcing.persistence import IntegrityError
 
 from covonaut_es.domain import AgentThread, Checkpoint, thread_aggregate_id
 from covonaut_es.domain._forks import fork_event, fork_point
-from covonaut_es.domain._integrity import CHAIN_KEY, UNCHAINED
+from covonaut_es.domain._integrity import CHAIN_KEY, UNCHAINED, seal_all
 from covonaut_es.errors import (
     CheckpointNotFoundError,
     ConfigurationError,
@@ -139,6 +139,9 @@ class ThreadForking(ABC):
             previous_chain=newest.__dict__.get(CHAIN_KEY, UNCHAINED),
             now=now or self.clock(),
         )
+        key: bytes | None = getattr(self._app, "chain_key", None)
+        if key is not None:
+            seal_all([event], newest.__dict__.get(CHAIN_KEY, UNCHAINED), key)
         try:
             self._app.events.put([event], **{HEADS: [head_of(event)]})
         except IntegrityError as exc:

@@ -70,6 +70,12 @@ class StoredRecords(ABC):
             msg = f"records for {thread} conflict with stored ones; nothing was written"
             raise ThreadConflictError(msg, thread_id=thread, expected_version=0) from exc
 
+    @property
+    def _chain_key(self) -> bytes | None:
+        """The key the store seals its chains with, if it was opened with one."""
+        key: bytes | None = getattr(self._app, "chain_key", None)
+        return key
+
     def _head_anchor(self, thread_id: str) -> HeadAnchor:
         """What the store's head table says of the thread's own stream."""
         return read_head(self._app.recorder, thread_aggregate_id(thread_id))
