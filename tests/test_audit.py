@@ -3,14 +3,24 @@ shows tampering, checkpoints and snapshots checked against a replay."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import psycopg
 import pytest
+from eventsourcing.persistence import StoredEvent
 
 from covonaut_es import Agent, AgentConfig, CheckpointSettings, ScriptedProvider, Store, open_store
+from covonaut_es.audit import export_thread, import_threads
+from covonaut_es.domain import AgentThread, CheckpointReason, RunMode, thread_aggregate_id
+from covonaut_es.domain._integrity import chain_hash
+from covonaut_es.errors import ConfigurationError, TransferError
+from covonaut_es.messages import Message
 from support import answer, call, echo_tool, review_tool, ticking_clock
 
 
@@ -27,6 +37,44 @@ def conversation(store: Store, thread_id: str = "t", turns: int = 3) -> Agent:
     )
     agent.run("say hello")
     return agent
+
+
+def long_thread(store: Store, thread_id: str, messages: int) -> AgentThread:
+    """A thread of ``messages`` messages with a checkpoint every ten, saved in batches
+    of 50 and snapshotted as a run would be, built without a model."""
+    now = datetime.now(UTC)
+    thread = AgentThread.start(thread_id, now=now)
+    thread.start_run(RunMode.RUN, now=now)
+    for i in range(1, messages + 1):
+        thread.append_message(Message(role="user", content=f"message {i}"), now=now)
+        if i % 10 == 0:
+            thread.save_checkpoint(CheckpointReason.MANUAL, retain=0, now=now)
+        if i % 50 == 0:
+            store.save(thread)
+            store._save_checkpoint_snapshot(thread)
+    store.save(thread)
+    return thread
+
+
+def test_verify_is_one_pass_that_loads_no_state_per_checkpoint(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """verify() compares each checkpoint and snapshot with the fold as it passes them,
+    instead of loading the thread's state at every checkpoint (quadratic in length)."""
+    long_thread(store, "long", 400)
+    loads: list[int | None] = []
+    real_load = store.load
+
+    def counting_load(thread_id: str, version: int | None = None) -> AgentThread:
+        loads.append(version)
+        return real_load(thread_id, version=version)
+
+    monkeypatch.setattr(store, "load", counting_load)
+    report = store.verify("long")
+    assert report.ok, report.findings
+    assert (report.events, report.checkpoints_checked) == (442, 40)
+    assert report.snapshots_checked >= 2
+    assert loads == [None, None]  # the checkpoints' list, and the head state a load gives
 
 
 def test_replay_reads_the_log_with_versions_times_and_summaries(store: Store) -> None:
@@ -65,6 +113,7 @@ def test_verify_passes_on_an_intact_thread_and_fork(store: Store) -> None:
         assert report.ok, report.findings
         assert report.chained == report.events
         assert report.checkpoints_checked > 0
+        assert not report.notes  # the head is anchored on every store
     assert store.verify("root").snapshots_checked >= 1
 
 
@@ -148,3 +197,223 @@ def test_verify_works_through_encryption(tmp_path: Path, compress: bool) -> None
     with open_store(url, cipher_key=create_cipher_key(), compress=compress) as store:
         conversation(store)
         assert store.verify("t").ok
+
+
+def forge(store: Store, source: str, target: str, change: Any) -> None:
+    """Write ``source``'s records as thread ``target`` after ``change(version, topic,
+    payload)``, as someone with write access to the database could: the chain does not
+    cover the thread's id, so an untouched copy verifies like the original."""
+    records = []
+    for record in store._stored_records(source):
+        payload = msgspec.json.decode(store._plain_payload(record))
+        payload = change(record.originator_version, record.topic, payload)
+        state = msgspec.json.encode(payload)
+        stream = thread_aggregate_id(target)
+        records.append(StoredEvent(stream, record.originator_version, record.topic, state))
+    store._insert_records(records)
+
+
+def test_an_altered_event_whose_chain_was_stripped_with_all_later_ones_is_found(
+    store: Store,
+) -> None:
+    """Removing the hash from the altered event and every later one does not make the
+    thread look like one written before tamper evidence: an event without a hash after
+    one with a hash is a finding at its version."""
+    conversation(store)
+
+    def strip_from_ten(version: int, topic: str, payload: dict[str, Any]) -> dict[str, Any]:
+        if version < 10:
+            return payload
+        payload.pop("chain")
+        return {
+            k: (v.replace("hello", "HELLO") if isinstance(v, str) else v)
+            for k, v in payload.items()
+        }
+
+    forge(store, "t", "copy", lambda version, topic, payload: payload)
+    assert store.verify("copy").ok
+    forge(store, "t", "stripped", strip_from_ten)
+    report = store.verify("stripped")
+    assert [f.version for f in report.findings] == [10]
+    assert "hash chain missing after a chained event" in report.findings[0].problem
+
+
+def exported_as(store: Store, thread_id: str, new_id: str, strip_from: int | None) -> list[str]:
+    """The thread's export under another id, with the chain hash removed from version
+    ``strip_from`` on (None: kept)."""
+    lines = []
+    for line in export_thread(store, thread_id):
+        event = json.loads(line)
+        event["thread_id"] = new_id
+        if strip_from is not None and event["version"] >= strip_from:
+            del event["payload"]["chain"]
+        lines.append(json.dumps(event))
+    return lines
+
+
+def test_import_refuses_lines_without_a_chain_hash_unless_told_they_are_legacy(
+    store: Store,
+) -> None:
+    """An export without hashes is refused, naming the line and version, unless the
+    caller says it is a trusted export from before tamper evidence; then it imports,
+    and verify counts its events as unchained."""
+    conversation(store)
+    unchained = exported_as(store, "t", "legacy", strip_from=1)
+    with pytest.raises(
+        TransferError, match=r"line 1 \(thread 'legacy' version 1\).*allow_unchained"
+    ):
+        import_threads(store, unchained)
+    assert not store.exists("legacy")
+    assert import_threads(store, unchained, allow_unchained=True) == ["legacy"]
+    report = store.verify("legacy")
+    assert report.ok and report.unchained == report.events
+
+
+def test_import_refuses_hashes_stripped_after_chained_lines_even_as_legacy(store: Store) -> None:
+    """Lines without a hash after lines with one are an altered export, legacy or not."""
+    conversation(store)
+    stripped = exported_as(store, "t", "copy", strip_from=6)
+    for allow in (False, True):
+        with pytest.raises(TransferError, match=r"line 6 \(thread 'copy' version 6\).*removed"):
+            import_threads(store, stripped, allow_unchained=allow)
+    assert not store.exists("copy")
+    assert import_threads(store, exported_as(store, "t", "copy", strip_from=None)) == ["copy"]
+    report = store.verify("copy")
+    assert report.ok and not report.notes  # imports anchor the head too
+
+
+def run_sql(url: str, sqlite_statement: str, postgres_statement: str, stream: str = "") -> None:
+    """Run a statement on a store's database behind the library's back; ``{events}`` and
+    ``{heads}`` name its tables, and its parameter (if any) is the stream's id."""
+    params = (stream.replace("-", ""),) if stream else ()
+    if url.startswith("sqlite"):
+        with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
+            conn.execute(
+                sqlite_statement.format(events="stored_events", heads="stored_events_heads"),
+                params,
+            )
+    else:
+        with psycopg.connect(url) as conn:
+            conn.execute(
+                postgres_statement.format(events="covonaut_events", heads="covonaut_events_heads"),
+                (stream,) if stream else None,
+            )
+
+
+def delete_sql(url: str, table: str, where: str, stream: str) -> None:
+    statement = f"DELETE FROM {{{table}}} WHERE originator_id = ? {where}"
+    run_sql(url, statement, statement.replace("?", "%s"), stream)
+
+
+def test_deleting_the_newest_events_is_found_against_the_head_anchor(shared_url: str) -> None:
+    """The newest events deleted leave a stream that still chains; its head anchor,
+    written with the events, says where it ended."""
+    with open_store(shared_url) as store:
+        conversation(store)
+        head = store.state_at("t").version
+        assert not store.verify("t").notes
+    delete_sql(shared_url, "events", "AND originator_version > 10", str(thread_aggregate_id("t")))
+    with open_store(shared_url) as store:
+        report = store.verify("t")
+    assert [f.version for f in report.findings] == [10]
+    assert report.findings[0].problem == (
+        f"stream ends at version 10 but its head was anchored at version {head}: "
+        "the newest events were deleted"
+    )
+
+
+def test_deleting_a_threads_head_anchor_is_found_not_taken_for_an_old_store(
+    shared_url: str,
+) -> None:
+    """In a store that anchors heads, a thread without an anchor had it deleted."""
+    with open_store(shared_url) as store:
+        conversation(store, "t")
+        conversation(store, "other")
+    delete_sql(shared_url, "heads", "", str(thread_aggregate_id("t")))
+    with open_store(shared_url) as store:
+        assert "head anchor missing" in store.verify("t").findings[0].problem
+        assert store.verify("other").ok
+
+
+def test_a_store_from_before_head_anchors_verifies_and_is_anchored_when_opened(
+    shared_url: str,
+) -> None:
+    """Without the head table (a store written by older code, opened without creating
+    tables), verify passes with a note; opening it normally anchors every thread at
+    its present version, after which deleting its newest events is found."""
+    with open_store(shared_url) as store:
+        conversation(store)
+    run_sql(shared_url, "DROP TABLE {heads}", "DROP TABLE {heads}")
+    with open_store(shared_url, create_tables=False) as store:
+        report = store.verify("t")
+        assert report.ok and report.notes[0].startswith("no head anchor")
+    with open_store(shared_url) as store:
+        report = store.verify("t")
+        assert report.ok and not report.notes
+    delete_sql(shared_url, "events", "AND originator_version > 12", str(thread_aggregate_id("t")))
+    with open_store(shared_url) as store:
+        assert "the newest events were deleted" in store.verify("t").findings[0].problem
+
+
+CHAIN_KEY = "a secret of thirty-two characters"
+
+
+def resealed_from(first: int) -> Any:
+    """A forge change altering the events from version ``first`` on and sealing them
+    again with the public hash function, as a writer without the chain key can."""
+    previous = [""]
+
+    def change(version: int, topic: str, payload: dict[str, Any]) -> dict[str, Any]:
+        if version >= first:
+            payload = {
+                k: v.replace("hello", "HELLO") if isinstance(v, str) else v
+                for k, v in payload.items()
+            }
+            payload["chain"] = chain_hash(previous[0], topic, version, payload)
+        previous[0] = payload["chain"]
+        return payload
+
+    return change
+
+
+def test_a_keyed_chain_verifies_with_its_key_and_only_with_it(
+    open_test_store: Callable[..., Store], store_url: str
+) -> None:
+    """A store opened with a chain key seals every event, forks included, with
+    HMAC-SHA256; verify passes with the key and says the key is needed without it."""
+    keyed = open_test_store(chain_key=CHAIN_KEY)
+    conversation(keyed, "root", 3)
+    keyed.fork("root", at_version=5, new_thread_id="f")
+    for thread_id in ("root", "f"):
+        report = keyed.verify(thread_id)
+        assert report.ok, report.findings
+        assert report.chained == report.events
+    if store_url != "memory://":  # an anonymous memory store is not opened twice
+        unkeyed = open_test_store()
+        assert "open it with chain_key" in unkeyed.verify("root").findings[0].problem
+
+
+@pytest.mark.parametrize("first", [1, 10])
+def test_events_resealed_without_the_chain_key_are_found(
+    open_test_store: Callable[..., Store], store_url: str, first: int
+) -> None:
+    """A writer without the key who alters events and seals them again with the public
+    hash is found: after keyed events, or at the head when the whole thread was redone."""
+    store = open_test_store(chain_key=CHAIN_KEY)
+    conversation(store)
+    forge(store, "t", "resealed", resealed_from(first))
+    report = store.verify("resealed")
+    if first == 1:
+        assert report.findings[0].problem.startswith("head not sealed with the chain key")
+    else:
+        assert [f.version for f in report.findings] == [first]
+        assert "re-sealed by someone without the key" in report.findings[0].problem
+    if store_url != "memory://":  # an anonymous memory store is not opened twice
+        unkeyed = open_test_store()  # without the key, a rewrite from the start passes
+        assert unkeyed.verify("resealed").ok is (first == 1)
+
+
+def test_a_short_chain_key_is_refused() -> None:
+    """A chain key must be a secret, not a word."""
+    with pytest.raises(ConfigurationError, match="at least 16 characters, found 5"):
+        open_store("memory://", chain_key="short")

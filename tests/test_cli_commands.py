@@ -219,6 +219,25 @@ def test_import_refuses_an_altered_export(url: str, tmp_path: Path) -> None:
     assert json.loads(covonaut("threads", "--json", store=other).stdout) == []
 
 
+def test_import_of_an_export_without_hashes_needs_allow_unchained(url: str, tmp_path: Path) -> None:
+    """Lines without a chain hash are refused, naming the line; --allow-unchained
+    imports such a (trusted, legacy) export."""
+    lines = [
+        json.loads(line) for line in covonaut("export", "finished", store=url).stdout.splitlines()
+    ]
+    for event in lines:
+        del event["payload"]["chain"]
+    unchained = "".join(json.dumps(event) + "\n" for event in lines)
+    other = f"sqlite:///{tmp_path / 'other.db'}"
+    refused = covonaut("import", store=other, stdin=unchained)
+    assert refused.returncode == 2 and "line 1 " in refused.stderr
+    assert "--allow-unchained" in refused.stderr
+    imported = covonaut("import", "--allow-unchained", store=other, stdin=unchained)
+    assert imported.returncode == 0, imported.stderr
+    with open_store(other) as target:
+        assert target.verify("finished").unchained == target.state_at("finished").version
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

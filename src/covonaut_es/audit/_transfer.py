@@ -16,7 +16,7 @@ from eventsourcing.persistence import StoredEvent
 from eventsourcing.utils import resolve_topic
 
 from covonaut_es.domain import AgentThread, check_thread_id, thread_aggregate_id
-from covonaut_es.domain._integrity import CHAIN_KEY, UNCHAINED, chain_hash
+from covonaut_es.domain._integrity import CHAIN_KEY, UNCHAINED, link_problem
 from covonaut_es.errors import ThreadConflictError, TransferError
 from covonaut_es.store import Store
 
@@ -43,16 +43,27 @@ def export_thread(store: Store, thread_id: str) -> Iterator[str]:
         yield msgspec.json.encode(line).decode()
 
 
-def import_threads(store: Store, lines: Iterable[str]) -> list[str]:
+def import_threads(
+    store: Store, lines: Iterable[str], *, allow_unchained: bool = False
+) -> list[str]:
     """Import exported lines; returns the thread ids written, in order.
+
+    Args:
+        store: The store to write to.
+        lines: The export's lines.
+        allow_unchained: Accept lines without a chain hash, as exports of threads
+            written before tamper evidence existed have. Off by default: an export whose
+            hashes were removed would otherwise import as if it were such a thread. Even
+            with it, a line without a hash after one with a hash is refused.
 
     Raises:
         TransferError: A line is malformed, a version is missing or repeated, a topic is
-            unknown, or the hash chain does not verify; nothing was written.
+            unknown, a line has no chain hash (unless ``allow_unchained``), or the hash
+            chain does not verify; nothing was written.
         ThreadConflictError: A thread already exists in the store.
         InvalidThreadIdError: A thread id breaks the rule new threads follow.
     """
-    threads: dict[str, list[ExportedEvent]] = {}
+    threads: dict[str, list[tuple[int, ExportedEvent]]] = {}
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -61,28 +72,36 @@ def import_threads(store: Store, lines: Iterable[str]) -> list[str]:
         except msgspec.DecodeError as exc:
             msg = f"line {number} is not an exported event: {exc}"
             raise TransferError(msg) from exc
-        threads.setdefault(event.thread_id, []).append(event)
+        threads.setdefault(event.thread_id, []).append((number, event))
     for thread_id, events in threads.items():
-        _check(store, thread_id, events)
+        _check(store, thread_id, events, allow_unchained=allow_unchained)
     for thread_id, events in threads.items():
         store._insert_records(
-            StoredEvent(
-                originator_id=thread_aggregate_id(thread_id),
-                originator_version=event.version,
-                topic=event.topic,
-                state=msgspec.json.encode(event.payload),
-            )
-            for event in events
+            [
+                StoredEvent(
+                    originator_id=thread_aggregate_id(thread_id),
+                    originator_version=event.version,
+                    topic=event.topic,
+                    state=msgspec.json.encode(event.payload),
+                )
+                for _, event in events
+            ]
         )
     return list(threads)
 
 
-def _check(store: Store, thread_id: str, events: list[ExportedEvent]) -> None:
+def _check(
+    store: Store,
+    thread_id: str,
+    events: list[tuple[int, ExportedEvent]],
+    *,
+    allow_unchained: bool,
+) -> None:
     check_thread_id(thread_id)
     if store.exists(thread_id):
         msg = f"cannot import thread {thread_id!r}: the store already has it"
         raise ThreadConflictError(msg, thread_id=thread_id, expected_version=0)
-    first = events[0]
+    first = events[0][1]
     start, previous = 1, UNCHAINED
     if first.topic == AgentThread.Forked.TOPIC:
         parent, at = first.payload.get("parent_thread_id"), first.payload.get("parent_version")
@@ -91,8 +110,8 @@ def _check(store: Store, thread_id: str, events: list[ExportedEvent]) -> None:
             msg = f"fork {thread_id!r} needs its parent {parent!r} at version {at}: import it first"
             raise TransferError(msg)
         start, previous = at + 1, base.chain_head or UNCHAINED
-    for expected, event in enumerate(events, start=start):
-        where = f"thread {thread_id!r} version {event.version}"
+    for expected, (number, event) in enumerate(events, start=start):
+        where = f"line {number} (thread {thread_id!r} version {event.version})"
         if event.version != expected:
             msg = f"{where}: expected version {expected}; versions must be contiguous"
             raise TransferError(msg)
@@ -101,9 +120,25 @@ def _check(store: Store, thread_id: str, events: list[ExportedEvent]) -> None:
         except Exception as exc:
             msg = f"{where}: unknown event type {event.topic!r}"
             raise TransferError(msg) from exc
-        chain = event.payload.get(CHAIN_KEY, UNCHAINED)
-        if chain != UNCHAINED:
-            if chain != chain_hash(previous, event.topic, event.version, event.payload):
-                msg = f"{where}: the hash chain does not verify; the export was altered"
-                raise TransferError(msg)
-            previous = chain
+        previous = _checked_link(
+            where, previous, event, store._chain_key, allow_unchained=allow_unchained
+        )
+
+
+def _checked_link(
+    where: str, previous: str, event: ExportedEvent, key: bytes | None, *, allow_unchained: bool
+) -> str:
+    """The chain hash after ``event``, which must link to ``previous``."""
+    chain = str(event.payload.get(CHAIN_KEY, UNCHAINED))
+    if chain == UNCHAINED and previous == UNCHAINED and not allow_unchained:
+        msg = (
+            f"{where}: expected a chain hash, found none. If this is an export of a thread "
+            "written before tamper evidence existed, and you trust where it comes from, "
+            "import it with allow_unchained=True (the CLI's --allow-unchained)"
+        )
+        raise TransferError(msg)
+    problem = link_problem(chain, previous, event.topic, event.version, event.payload, key)
+    if problem is not None:
+        msg = f"{where}: {problem}; the export was altered, or needs the source's chain key"
+        raise TransferError(msg)
+    return chain if chain != UNCHAINED else previous

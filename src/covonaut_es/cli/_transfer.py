@@ -23,6 +23,12 @@ def add_transfer_commands(subcommands: Subcommands) -> None:
         subcommands, "import", import_, help_="read threads exported as JSON Lines"
     )
     parser.add_argument("input", nargs="?", metavar="FILE", help="default: standard input")
+    parser.add_argument(
+        "--allow-unchained",
+        action="store_true",
+        help="accept events without a chain hash, as exports of threads written before "
+        "tamper evidence have (only from a source you trust: such lines prove nothing)",
+    )
 
 
 def export(args: argparse.Namespace) -> int:
@@ -48,6 +54,8 @@ def import_(args: argparse.Namespace) -> int:
     else:
         lines = sys.stdin.readlines()
     with open_from(args) as store:
-        imported = import_threads(store, with_progress(lines, len(lines)))
+        imported = import_threads(
+            store, with_progress(lines, len(lines)), allow_unchained=args.allow_unchained
+        )
     emit(args, [{"imported": thread_id} for thread_id in imported], ["imported"])
     return EXIT_OK

@@ -16,12 +16,20 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 from uuid import UUID
 
+import msgspec
 from eventsourcing.application import Application, ProcessingEvent
 from eventsourcing.domain import DomainEventProtocol
-from eventsourcing.persistence import AggregateRecorder, EventStore, PersistenceError, Recording
-from eventsourcing.utils import Environment, EnvType
+from eventsourcing.persistence import (
+    AggregateRecorder,
+    ApplicationRecorder,
+    EventStore,
+    PersistenceError,
+    Recording,
+)
+from eventsourcing.utils import Environment, EnvType, strtobool
 
 from covonaut_es.domain import AgentThread, ThreadSnapshot
+from covonaut_es.domain._integrity import CHAIN_KEY, UNCHAINED, seal_all
 from covonaut_es.errors import (
     ConfigurationError,
     CovonautError,
@@ -32,6 +40,7 @@ from covonaut_es.errors import (
 )
 from covonaut_es.migrations import Upcaster
 from covonaut_es.migrations._upcasting import NO_MIGRATORS
+from covonaut_es.store._heads import HEADS, anchor_heads
 from covonaut_es.store._mapper import MsgspecMapper
 
 logger = logging.getLogger("covonaut_es")
@@ -108,6 +117,27 @@ class SnapshotCache(EventStore[UUID]):
                 logger.log(level, "%s; rebuilding the thread from its events", exc)
 
 
+CHAIN_KEY_ENV = "COVONAUT_CHAIN_KEY"
+"""The setting holding a store's chain key (``open_store(chain_key=...)``)."""
+
+_MIN_CHAIN_KEY = 16
+
+
+def checked_chain_key(key: str) -> str:
+    """``key`` if it is long enough to be a secret.
+
+    Raises:
+        ConfigurationError: It is shorter than 16 characters.
+    """
+    if len(key) < _MIN_CHAIN_KEY:
+        msg = (
+            f"chain_key: expected a secret of at least {_MIN_CHAIN_KEY} characters, found "
+            f"{len(key)}; use e.g. secrets.token_urlsafe(32)"
+        )
+        raise ConfigurationError(msg)
+    return key
+
+
 STORE_APPLICATION_NAME = "covonaut"
 """Names a store's tables on PostgreSQL and its position in projections' tracking."""
 
@@ -124,15 +154,49 @@ class ThreadsApplication(AgentApplication):
         # store to another database behind the caller's back.
         return Environment(name, dict(env or {}))
 
+    def construct_recorder(self) -> ApplicationRecorder:
+        """The back end's recorder, writing each saved thread's head anchor too."""
+        recorder = super().construct_recorder()
+        anchor_heads(recorder, create=strtobool(self.env.get("CREATE_TABLE") or "yes"))
+        return recorder
+
+    @property
+    def chain_key(self) -> bytes | None:
+        """The key the threads' chains are sealed with (``open_store(chain_key=...)``)."""
+        key = self.env.get(CHAIN_KEY_ENV)
+        return key.encode() if key else None
+
     def save(self, *objs: Any, **kwargs: Any) -> list[Recording[UUID]]:
         """As eventsourcing's ``save``, collecting threads' events without its two
-        runtime protocol checks per save (a fifth of a turn's persistence cost)."""
+        runtime protocol checks per save (a fifth of a turn's persistence cost); with a
+        chain key, the threads' new events are sealed with it (ADR 0013)."""
         processing_event = _ThreadsProcessingEvent()
         processing_event.collect_events(*objs, **kwargs)
+        threads = [t for t in processing_event.aggregates.values() if type(t) is AgentThread]
+        key = self.chain_key
+        if key is not None:
+            for thread in threads:
+                self._seal_with_key(thread, processing_event.events, key)
+        heads = [(t.id, t.version, t.chain_head or UNCHAINED) for t in threads]
+        processing_event.saved_kwargs[HEADS] = heads  # written with the events
         recordings = self._record(processing_event)
         self._take_snapshots(processing_event)
         self._notify(recordings)
         return recordings
+
+    def _seal_with_key(self, thread: AgentThread, events: list[Any], key: bytes) -> None:
+        """Seal the thread's new events again with ``key``, after the stored head."""
+        new = [e for e in events if e.originator_id == thread.id]
+        if not new:
+            return
+        previous = UNCHAINED
+        if (base := new[0].originator_version - 1) > 0:
+            stored = self.recorder.select_events(thread.id, lte=base, desc=True, limit=1)
+            assert isinstance(self.mapper, MsgspecMapper)
+            for record in stored:
+                payload = msgspec.json.decode(self.mapper.plain_payload(record))
+                previous = str(payload.get(CHAIN_KEY, UNCHAINED))
+        thread.chain_head = seal_all(new, previous, key)
 
 
 class _ThreadsProcessingEvent(ProcessingEvent[UUID]):

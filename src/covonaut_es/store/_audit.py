@@ -5,7 +5,6 @@ Everything here reads the store's log and snapshots; nothing calls a model or a 
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any, Protocol
@@ -21,9 +20,10 @@ from covonaut_es.domain import (
     canonical_json,
     thread_aggregate_id,
 )
-from covonaut_es.domain._integrity import CHAIN_KEY, UNCHAINED, chain_hash
+from covonaut_es.domain._integrity import CHAIN_KEY, KEYED, UNCHAINED, link_problem
 from covonaut_es.errors import SerializationError
 from covonaut_es.messages import Message
+from covonaut_es.store._heads import HeadAnchor
 
 
 class _AuditedStore(Protocol):
@@ -33,9 +33,13 @@ class _AuditedStore(Protocol):
     def parent(self, thread_id: str) -> ThreadParent | None: ...
     def checkpoints(self, thread_id: str) -> tuple[Checkpoint, ...]: ...
     def state_at(self, thread_id: str, version: int | None = None) -> ThreadState: ...
-    def _stored_records(self, thread_id: str) -> tuple[StoredEvent, ...]: ...
+    def _iter_stored_records(self, thread_id: str) -> Iterator[StoredEvent]: ...
     def _plain_payload(self, record: StoredEvent) -> bytes: ...
-    def _snapshot_states(self, thread_id: str) -> tuple[ThreadState, ...]: ...
+    def _read_record(self, record: StoredEvent) -> object: ...
+    def _snapshot_states(self, thread_id: str) -> Iterator[ThreadState]: ...
+    def _head_anchor(self, thread_id: str) -> HeadAnchor: ...
+    @property
+    def _chain_key(self) -> bytes | None: ...
 
 
 class AuditEntry(msgspec.Struct, frozen=True):
@@ -75,6 +79,8 @@ class AuditReport(msgspec.Struct, frozen=True):
         checkpoints_checked: Checkpoints whose state was compared with the replay.
         snapshots_checked: Stored snapshots compared with the replay.
         findings: Every problem found; empty when the thread is intact.
+        notes: What could not be checked, and why, such as a thread without a head
+            anchor in a store written before heads were anchored (not a finding).
     """
 
     thread_id: str
@@ -84,6 +90,7 @@ class AuditReport(msgspec.Struct, frozen=True):
     checkpoints_checked: int
     snapshots_checked: int
     findings: tuple[AuditFinding, ...]
+    notes: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -181,72 +188,147 @@ def _ancestry(store: _AuditedStore, thread_id: str) -> list[str]:
 
 
 def verify(store: _AuditedStore, thread_id: str) -> AuditReport:
-    """Check a thread: its hash chain, and its checkpoints and snapshots against the
-    state rebuilt from its events alone."""
-    findings: list[AuditFinding] = []
-    chained, unchained, events = _verify_chain(store, thread_id, findings)
-    checkpoints = snapshots = 0
-    if not findings:
-        checkpoints, snapshots = _verify_states(store, thread_id, findings)
+    """Check a thread: its hash chain, its checkpoints and snapshots against the state
+    rebuilt from its events alone, and the state a load gives against that replay.
+
+    One pass over the stored records, a page at a time: each record's chain is checked,
+    its event folded, and the fold compared with a snapshot or checkpoint at that
+    version as it is passed, so time is linear in the thread's length and memory holds
+    one state, not one per checkpoint.
+    """
+    audit = _Fold(store, thread_id)
+    audit.run()
     return AuditReport(
         thread_id=thread_id,
-        events=events,
-        chained=chained,
-        unchained=unchained,
-        checkpoints_checked=checkpoints,
-        snapshots_checked=snapshots,
-        findings=tuple(findings),
+        events=audit.events,
+        chained=audit.chained,
+        unchained=audit.unchained,
+        checkpoints_checked=audit.checkpoints_checked,
+        snapshots_checked=audit.snapshots_checked,
+        findings=tuple(audit.findings),
+        notes=tuple(audit.notes),
     )
 
 
-def _verify_chain(
-    store: _AuditedStore, thread_id: str, findings: list[AuditFinding]
-) -> tuple[int, int, int]:
-    """Recompute the hash chain from the stored payloads; report the first break."""
-    previous, chained, unchained = UNCHAINED, 0, 0
-    records = store._stored_records(thread_id)
-    for record in records:
-        version = record.originator_version
+class _Fold:
+    """The state of one :func:`verify` pass."""
+
+    def __init__(self, store: _AuditedStore, thread_id: str) -> None:
+        self.store, self.thread_id = store, thread_id
+        self.findings: list[AuditFinding] = []
+        self.notes: list[str] = []
+        self.last_version = 0
+        self.events = self.chained = self.unchained = 0
+        self.checkpoints_checked = self.snapshots_checked = 0
+        self.previous = UNCHAINED
+        self.thread: Any = None
+
+    def run(self) -> None:
+        store = self.store
         try:
-            payload = msgspec.json.decode(store._plain_payload(record))
-        except (SerializationError, msgspec.DecodeError) as exc:
-            findings.append(AuditFinding(version, f"stored record is unreadable: {exc}"))
-            break
-        stored = payload.get(CHAIN_KEY, UNCHAINED) if isinstance(payload, dict) else UNCHAINED
-        if stored == UNCHAINED:
-            unchained += 1
-            continue
-        if stored != chain_hash(previous, record.topic, version, payload):
-            findings.append(
-                AuditFinding(
-                    version, "hash chain broken: the stored record was altered after it was written"
-                )
-            )
-            break
-        previous, chained = stored, chained + 1
-    return chained, unchained, len(records)
-
-
-def _verify_states(
-    store: _AuditedStore, thread_id: str, findings: list[AuditFinding]
-) -> tuple[int, int]:
-    """Fold the events one by one and compare with checkpoints and stored snapshots."""
-    checkpoints = store.checkpoints(thread_id)
-    snapshots = store._snapshot_states(thread_id)
-    expected_at: defaultdict[int, list[tuple[str, ThreadState]]] = defaultdict(list)
-    for snapshot in snapshots:
-        expected_at[snapshot.version].append(("snapshot", snapshot))
-    for checkpoint in checkpoints:
-        state = store.state_at(thread_id, checkpoint.version)
-        expected_at[checkpoint.version].append(("checkpoint", state))
-    thread: Any = None
-    for event in store.history(thread_id):
-        if isinstance(event, AgentThread.Forked):
-            thread = event.graft(thread)
+            checkpoints = {c.version: c for c in store.checkpoints(self.thread_id)}
+        except SerializationError:
+            checkpoints = {}  # the pass reports the record that a load cannot read
+        snapshots = store._snapshot_states(self.thread_id)
+        snapshot = next(snapshots, None)
+        for record in store._iter_stored_records(self.thread_id):
+            self.events += 1
+            if not self._chain_holds(record):
+                break
+            version = record.originator_version
+            while snapshot is not None and snapshot.version <= version:
+                self._compare(snapshot.version, "snapshot", snapshot)
+                snapshot = next(snapshots, None)
+            if version in checkpoints:
+                self._compare_checkpoint(checkpoints[version])
         else:
-            thread = event.mutate(thread)
-        for kind, state in expected_at.get(thread.version, ()):
-            if state != thread.state:
-                problem = f"{kind} state differs from the state replayed from events"
-                findings.append(AuditFinding(thread.version, problem))
-    return len(checkpoints), len(snapshots)
+            if self.thread is not None and self.thread.state != store.state_at(self.thread_id):
+                problem = "the state a load gives differs from the state replayed from events"
+                self.findings.append(AuditFinding(self.thread.version, problem))
+            self._check_head()
+            self._check_key()
+
+    def _check_key(self) -> None:
+        """With a chain key, the newest event must be sealed with it."""
+        if self.store._chain_key is None or self.previous.startswith(KEYED):
+            return
+        problem = (
+            "head not sealed with the chain key: expected a keyed hash, found "
+            f"{'a public one' if self.previous else 'none'}; the thread was rewritten without "
+            "the key, or not written since the store's key was adopted"
+        )
+        self.findings.append(AuditFinding(self.last_version, problem))
+
+    def _check_head(self) -> None:
+        """Compare where the stream ends with where its head was anchored."""
+        anchor, last = self.store._head_anchor(self.thread_id), self.last_version
+        if anchor.version is None and not anchor.store_anchors:
+            self.notes.append(
+                "no head anchor: the store was written before heads were anchored, so the "
+                "deletion of the newest events cannot be detected"
+            )
+            return
+        if anchor.version is None:
+            problem = (
+                "head anchor missing: this store anchors every thread's head but has no "
+                "anchor for this thread; its anchor row was deleted"
+            )
+        elif last < anchor.version:
+            problem = (
+                f"stream ends at version {last} but its head was anchored at version "
+                f"{anchor.version}: the newest events were deleted"
+            )
+        elif last > anchor.version:
+            problem = (
+                f"stream goes on to version {last} beyond its anchored head at version "
+                f"{anchor.version}: events were written around the library"
+            )
+        elif anchor.chain not in (UNCHAINED, self.previous):
+            problem = (
+                f"the anchored head's chain hash {anchor.chain} differs from the stream's "
+                f"{self.previous or '(none)'}: the stream was rewritten"
+            )
+        else:
+            return
+        self.findings.append(AuditFinding(last, problem))
+
+    def _chain_holds(self, record: StoredEvent) -> bool:
+        """Check one record's link in the chain and fold its event; False at a break."""
+        version = self.last_version = record.originator_version
+        try:
+            payload = msgspec.json.decode(self.store._plain_payload(record))
+            event = self.store._read_record(record)
+        except (SerializationError, msgspec.DecodeError) as exc:
+            self.findings.append(AuditFinding(version, f"stored record is unreadable: {exc}"))
+            return False
+        stored = payload.get(CHAIN_KEY, UNCHAINED) if isinstance(payload, dict) else UNCHAINED
+        key = self.store._chain_key
+        problem = link_problem(stored, self.previous, record.topic, version, payload, key)
+        if problem is not None:
+            self.findings.append(AuditFinding(version, problem))
+            return False
+        if stored == UNCHAINED:
+            self.unchained += 1
+        else:
+            self.previous, self.chained = stored, self.chained + 1
+        if isinstance(event, AgentThread.Forked):
+            self.thread = event.graft(self.thread)
+        else:
+            self.thread = event.mutate(self.thread)  # type: ignore[attr-defined]
+        return True
+
+    def _compare(self, version: int, kind: str, state: ThreadState) -> None:
+        self.snapshots_checked += 1
+        if self.thread.version != version or state != self.thread.state:
+            problem = f"{kind} state differs from the state replayed from events"
+            self.findings.append(AuditFinding(version, problem))
+
+    def _compare_checkpoint(self, checkpoint: Checkpoint) -> None:
+        self.checkpoints_checked += 1
+        state = self.thread.state
+        if (checkpoint.turn, checkpoint.status) != (state.turn, state.status):
+            problem = (
+                f"checkpoint {checkpoint.sequence} records turn {checkpoint.turn} and status "
+                f"{checkpoint.status}; the replay has turn {state.turn} and status {state.status}"
+            )
+            self.findings.append(AuditFinding(checkpoint.version, problem))

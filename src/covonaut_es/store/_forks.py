@@ -19,7 +19,7 @@ from eventsourcing.persistence import IntegrityError
 
 from covonaut_es.domain import AgentThread, Checkpoint, check_thread_id, thread_aggregate_id
 from covonaut_es.domain._forks import fork_event, fork_point
-from covonaut_es.domain._integrity import CHAIN_KEY, UNCHAINED
+from covonaut_es.domain._integrity import CHAIN_KEY, UNCHAINED, seal_all
 from covonaut_es.errors import (
     CheckpointNotFoundError,
     ConfigurationError,
@@ -27,6 +27,7 @@ from covonaut_es.errors import (
     ThreadNotFoundError,
     ThreadStateError,
 )
+from covonaut_es.store._heads import HEADS, head_of
 
 
 class ThreadForking(ABC):
@@ -139,8 +140,11 @@ class ThreadForking(ABC):
             previous_chain=newest.__dict__.get(CHAIN_KEY, UNCHAINED),
             now=now or self.clock(),
         )
+        key: bytes | None = getattr(self._app, "chain_key", None)
+        if key is not None:
+            seal_all([event], newest.__dict__.get(CHAIN_KEY, UNCHAINED), key)
         try:
-            self._app.events.put([event])
+            self._app.events.put([event], **{HEADS: [head_of(event)]})
         except IntegrityError as exc:
             msg = f"cannot fork {thread_id!r} as {new_thread_id!r}: that thread already exists"
             raise ThreadConflictError(msg, thread_id=new_thread_id, expected_version=0) from exc

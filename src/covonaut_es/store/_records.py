@@ -6,7 +6,7 @@ Mixed into :class:`~covonaut_es.Store`; nothing here decodes more than it must.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator, Sequence
 from uuid import UUID
 
 from eventsourcing.application import Application
@@ -14,6 +14,7 @@ from eventsourcing.persistence import IntegrityError, StoredEvent
 
 from covonaut_es.domain import AgentThread, ThreadState, thread_aggregate_id
 from covonaut_es.errors import ThreadConflictError
+from covonaut_es.store._heads import HEADS, HeadAnchor, heads_of_records, read_head
 from covonaut_es.store._mapper import MsgspecMapper
 
 _LOG_BATCH = 500
@@ -31,14 +32,27 @@ class StoredRecords(ABC):
     def _stored_records(self, thread_id: str) -> tuple[StoredEvent, ...]:
         """The thread's records exactly as the database holds them, a fork's inherited
         ones first. For audits; nothing is decoded."""
-        own = tuple(self._app.recorder.select_events(thread_aggregate_id(thread_id)))
-        forked = self._forked_event(thread_id)
-        if forked is None:
-            return own
-        inherited = self._stored_records(forked.parent_thread_id)[: forked.parent_version]
-        return inherited + own
+        return tuple(self._iter_stored_records(thread_id))
 
-    def _insert_records(self, records: Iterable[StoredEvent]) -> None:
+    def _iter_stored_records(
+        self, thread_id: str, *, lte: int | None = None
+    ) -> Iterator[StoredEvent]:
+        """As :meth:`_stored_records` up to version ``lte``, read a page at a time so
+        that an audit of a long thread holds one page of records, not the stream."""
+        forked = self._forked_event(thread_id)
+        if forked is not None:
+            inherited = forked.parent_version if lte is None else min(lte, forked.parent_version)
+            yield from self._iter_stored_records(forked.parent_thread_id, lte=inherited)
+        recorder, stream = self._app.recorder, thread_aggregate_id(thread_id)
+        after: int | None = None
+        while True:
+            page = recorder.select_events(stream, gt=after, lte=lte, limit=_LOG_BATCH)
+            yield from page
+            if len(page) < _LOG_BATCH:
+                return
+            after = page[-1].originator_version
+
+    def _insert_records(self, records: Sequence[StoredEvent]) -> None:
         """Write records whose payloads are plain JSON, compressed and encrypted as this
         store is configured, in one transaction. For imports; see
         :func:`covonaut_es.audit.import_threads`."""
@@ -50,11 +64,21 @@ class StoredRecords(ABC):
             for r in records
         ]
         try:
-            self._app.recorder.insert_events(sealed)
+            self._app.recorder.insert_events(sealed, **{HEADS: heads_of_records(records)})
         except IntegrityError as exc:
             thread = str(sealed[0].originator_id) if sealed else "?"
             msg = f"records for {thread} conflict with stored ones; nothing was written"
             raise ThreadConflictError(msg, thread_id=thread, expected_version=0) from exc
+
+    @property
+    def _chain_key(self) -> bytes | None:
+        """The key the store seals its chains with, if it was opened with one."""
+        key: bytes | None = getattr(self._app, "chain_key", None)
+        return key
+
+    def _head_anchor(self, thread_id: str) -> HeadAnchor:
+        """What the store's head table says of the thread's own stream."""
+        return read_head(self._app.recorder, thread_aggregate_id(thread_id))
 
     def _plain_payload(self, record: StoredEvent) -> bytes:
         """A stored record's payload decrypted and decompressed."""
@@ -95,8 +119,14 @@ class StoredRecords(ABC):
         assert isinstance(mapper, MsgspecMapper)
         return mapper.decode(record)
 
-    def _snapshot_states(self, thread_id: str) -> tuple[ThreadState, ...]:
-        """The states held by the thread's own stored snapshots, oldest first."""
-        assert self._app.snapshots is not None
-        snapshots = self._app.snapshots.get(thread_aggregate_id(thread_id))
-        return tuple(snapshot.mutate(None).state for snapshot in snapshots)  # type: ignore[attr-defined]
+    def _snapshot_states(self, thread_id: str) -> Iterator[ThreadState]:
+        """The states held by the thread's own readable snapshots, oldest first, decoded
+        one at a time (a long thread's snapshots together are larger than its events)."""
+        snapshots, stream = self._app.snapshots, thread_aggregate_id(thread_id)
+        assert snapshots is not None
+        after: int | None = None
+        while stored := snapshots.recorder.select_events(stream, gt=after, limit=1):
+            version = stored[0].originator_version
+            for snapshot in snapshots.get(stream, gt=after, lte=version):  # none if unreadable
+                yield snapshot.mutate(None).state  # type: ignore[attr-defined]
+            after = version

@@ -47,7 +47,12 @@ from covonaut_es.errors import (
 from covonaut_es.migrations import Upcaster
 from covonaut_es.migrations._upcasting import NO_MIGRATORS
 from covonaut_es.store import _audit
-from covonaut_es.store._application import SnapshotCache, open_application
+from covonaut_es.store._application import (
+    CHAIN_KEY_ENV,
+    SnapshotCache,
+    checked_chain_key,
+    open_application,
+)
 from covonaut_es.store._audit import AuditEntry, AuditReport
 from covonaut_es.store._forks import ThreadForking
 from covonaut_es.store._mapper import MsgspecMapper
@@ -460,6 +465,7 @@ def open_store(
     compress: bool = False,
     create_tables: bool = True,
     clock: Callable[[], datetime] = utc_now,
+    chain_key: str | None = None,
 ) -> Store:
     """Open a thread store.
 
@@ -479,6 +485,9 @@ def open_store(
             missing. Tools that must not write pass False.
         clock: The time of the events the store itself writes (forks, labels,
             abandonments) when the call passes no ``now``.
+        chain_key: Seal the hash chain with HMAC-SHA256 under this secret (at least 16
+            characters), so that write access to the database without it cannot seal
+            altered events again; open the store with it to verify (ADR 0013).
 
     Raises:
         StoreURLError: The URL's scheme is unknown or the URL is malformed.
@@ -486,6 +495,8 @@ def open_store(
         StoreUnavailableError: The database cannot be reached.
     """
     env = store_env(url, cipher_key=cipher_key, compress=compress)
+    if chain_key is not None:
+        env[CHAIN_KEY_ENV] = checked_chain_key(chain_key)
     if not create_tables:
         env["CREATE_TABLE"] = "n"
         sqlite_file = env.get("SQLITE_DBNAME")

@@ -1,0 +1,206 @@
+"""Head anchors: each thread's newest version and chain hash, in a small table written
+in the same transaction as its events (ADR 0013).
+
+A hash chain shows an altered or removed event in the middle of a stream, but not
+that the newest events were deleted: what is left still chains. The anchor says where
+the stream ended when it was last written, so an audit finds a stream shorter than
+its anchor. The table lives beside the events table of each back end; the store's
+application recorder is given the writing of it (``ThreadsApplication`` passes the
+heads of the threads it saves as a keyword of ``insert_events``, as eventsourcing's
+process recorders receive their tracking record).
+
+When the table is created in a store that already holds threads, every thread is
+anchored at its present version (its chain is then not recorded: ``""``). From then on
+every thread the library writes has an anchor, so in a store with any anchor a thread
+without one is a finding (its row was deleted, or its events were written around the
+library), not a return to the state before anchors.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Sequence
+from typing import Any
+from uuid import UUID
+
+import msgspec
+from eventsourcing.persistence import ApplicationRecorder, StoredEvent
+from eventsourcing.popo import POPOApplicationRecorder
+from eventsourcing.sqlite import SQLiteApplicationRecorder
+
+from covonaut_es.domain._integrity import CHAIN_KEY, UNCHAINED
+
+HEADS = "covonaut_thread_heads"
+"""The ``insert_events`` keyword carrying ``(originator_id, version, chain)`` rows."""
+
+Head = tuple[UUID, int, str]
+
+
+class HeadAnchor(msgspec.Struct, frozen=True):
+    """What the head table says of one thread.
+
+    Attributes:
+        store_anchors: The store anchors every thread's head (it holds an anchor).
+        version: The anchored version, or None when the thread has no anchor.
+        chain: The anchored chain hash (``""``: anchored when the table was created).
+    """
+
+    store_anchors: bool
+    version: int | None = None
+    chain: str = UNCHAINED
+
+
+def head_of(event: Any) -> Head:
+    """The head anchor of a stream whose newest event is ``event``."""
+    chain = event.__dict__.get(CHAIN_KEY, UNCHAINED)
+    return (UUID(str(event.originator_id)), event.originator_version, chain)
+
+
+def heads_of_records(records: Iterable[StoredEvent]) -> list[Head]:
+    """The newest version and chain of each stream among records with plain payloads."""
+    heads: dict[UUID, Head] = {}
+    for record in records:
+        payload = msgspec.json.decode(record.state)
+        chain = payload.get(CHAIN_KEY, UNCHAINED) if isinstance(payload, dict) else UNCHAINED
+        stream = UUID(str(record.originator_id))
+        heads[stream] = (stream, record.originator_version, str(chain))
+    return list(heads.values())
+
+
+def _table(recorder: Any) -> str:
+    return f"{recorder.events_table_name}_heads"
+
+
+class _SQLiteHeads(SQLiteApplicationRecorder):
+    def _insert_events(self, c: Any, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Any:
+        ids = super()._insert_events(c, stored_events, **kwargs)
+        rows = [(h[0].hex, h[1], h[2]) for h in kwargs.get(HEADS, ())]
+        c.executemany(
+            f"INSERT INTO {_table(self)} (originator_id, version, chain) VALUES (?, ?, ?) "
+            "ON CONFLICT (originator_id) DO UPDATE SET version = excluded.version, "
+            "chain = excluded.chain",
+            rows,
+        )
+        return ids
+
+
+class _PostgresHeads:
+    """Mixed into the PostgreSQL recorder's class (imported only where psycopg is)."""
+
+    datastore: Any
+
+    def _insert_events(
+        self, curs: Any, stored_events: Sequence[StoredEvent], **kwargs: Any
+    ) -> None:
+        super()._insert_events(curs, stored_events, **kwargs)  # type: ignore[misc]
+        table = f'"{self.datastore.schema}"."{_table(self)}"'
+        for stream, version, chain in kwargs.get(HEADS, ()):
+            curs.execute(
+                f"INSERT INTO {table} (originator_id, version, chain) VALUES (%s, %s, %s) "
+                "ON CONFLICT (originator_id) DO UPDATE SET version = EXCLUDED.version, "
+                "chain = EXCLUDED.chain",
+                (stream, version, chain),
+            )
+
+
+class _MemoryHeads(POPOApplicationRecorder):
+    thread_heads: dict[UUID, tuple[int, str]]
+
+    def _update_table(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Any:
+        ids = super()._update_table(stored_events, **kwargs)  # under the database lock
+        for stream, version, chain in kwargs.get(HEADS, ()):
+            self.thread_heads[stream] = (version, chain)
+        return ids
+
+
+def anchor_heads(recorder: ApplicationRecorder, *, create: bool) -> None:
+    """Have ``recorder`` write head anchors, creating their table if ``create`` (and
+    anchoring the threads already stored); leave it as it is when the table is absent
+    and may not be created."""
+    if isinstance(recorder, _SQLiteHeads | _PostgresHeads | _MemoryHeads):
+        return
+    if isinstance(recorder, POPOApplicationRecorder):
+        recorder.__class__ = type("MemoryHeads", (_MemoryHeads, type(recorder)), {})
+        recorder.thread_heads = {}  # type: ignore[attr-defined]
+    elif isinstance(recorder, SQLiteApplicationRecorder):
+        if _sqlite_table(recorder, create=create):
+            recorder.__class__ = type("SQLiteHeads", (_SQLiteHeads, type(recorder)), {})
+    elif _is_postgres(recorder) and _postgres_table(recorder, create=create):
+        recorder.__class__ = type("PostgresHeads", (_PostgresHeads, type(recorder)), {})
+
+
+def _is_postgres(recorder: ApplicationRecorder) -> bool:
+    module = sys.modules.get("eventsourcing.postgres")  # loaded if the store is PostgreSQL
+    return module is not None and isinstance(recorder, module.PostgresApplicationRecorder)
+
+
+def _sqlite_table(recorder: SQLiteApplicationRecorder, *, create: bool) -> bool:
+    table, events = _table(recorder), recorder.events_table_name
+    with recorder.datastore.transaction(commit=True) as c:
+        c.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,))
+        if c.fetchone() is not None:
+            return True
+        if not create:
+            return False
+        c.execute(
+            f"CREATE TABLE {table} (originator_id TEXT PRIMARY KEY, "
+            "version INTEGER NOT NULL, chain TEXT NOT NULL) WITHOUT ROWID"
+        )
+        c.execute(
+            f"INSERT INTO {table} SELECT originator_id, MAX(originator_version), '' "
+            f"FROM {events} GROUP BY originator_id"
+        )
+    return True
+
+
+def _postgres_table(recorder: Any, *, create: bool) -> bool:
+    schema = recorder.datastore.schema
+    table = f'"{schema}"."{_table(recorder)}"'
+    events = f'"{schema}"."{recorder.events_table_name}"'
+    with recorder.datastore.transaction(commit=True) as curs:
+        curs.execute("SELECT to_regclass(%s) AS found", (table,))
+        row = curs.fetchone()
+        if row is not None and row["found"] is not None:
+            return True
+        if not create:
+            return False
+        curs.execute(
+            f"CREATE TABLE {table} (originator_id uuid PRIMARY KEY, "
+            "version bigint NOT NULL, chain text NOT NULL)"
+        )
+        curs.execute(
+            f"INSERT INTO {table} SELECT originator_id, MAX(originator_version), '' "
+            f"FROM {events} GROUP BY originator_id"
+        )
+    return True
+
+
+def read_head(recorder: ApplicationRecorder, stream: UUID) -> HeadAnchor:
+    """What the head table says of ``stream``."""
+    if isinstance(recorder, _MemoryHeads):
+        rows = dict(recorder.thread_heads)
+    elif isinstance(recorder, _SQLiteHeads):
+        with recorder.datastore.transaction(commit=False) as c:
+            c.execute(
+                f"SELECT originator_id, version, chain FROM {_table(recorder)} "
+                "WHERE originator_id = ? OR originator_id = (SELECT originator_id "
+                f"FROM {_table(recorder)} LIMIT 1)",
+                (stream.hex,),
+            )
+            rows = {UUID(r[0]): (r[1], r[2]) for r in c.fetchall()}
+    elif isinstance(recorder, _PostgresHeads):
+        table = f'"{recorder.datastore.schema}"."{_table(recorder)}"'
+        with recorder.datastore.transaction(commit=False) as curs:
+            curs.execute(
+                f"SELECT originator_id, version, chain FROM {table} "
+                "WHERE originator_id = %s OR originator_id = (SELECT originator_id "
+                f"FROM {table} LIMIT 1)",
+                (stream,),
+            )
+            rows = {UUID(str(r["originator_id"])): (r["version"], r["chain"]) for r in curs}
+    else:
+        return HeadAnchor(store_anchors=False)
+    if stream not in rows:
+        return HeadAnchor(store_anchors=bool(rows))
+    version, chain = rows[stream]
+    return HeadAnchor(store_anchors=True, version=version, chain=chain)
