@@ -13,11 +13,10 @@ from typing import Any
 
 import msgspec
 from eventsourcing.persistence import StoredEvent
-from eventsourcing.utils import resolve_topic
 
 from covonaut_es.domain import AgentThread, thread_aggregate_id
 from covonaut_es.domain._integrity import CHAIN_KEY, UNCHAINED, chain_hash
-from covonaut_es.errors import ThreadConflictError, TransferError
+from covonaut_es.errors import SerializationError, ThreadConflictError, TransferError
 from covonaut_es.store import Store
 
 
@@ -95,8 +94,8 @@ def _check(store: Store, thread_id: str, events: list[ExportedEvent]) -> None:
             msg = f"{where}: expected version {expected}; versions must be contiguous"
             raise TransferError(msg)
         try:
-            resolve_topic(event.topic)
-        except Exception as exc:
+            store._mapper.event_class(event.topic, where=where)
+        except SerializationError as exc:
             msg = f"{where}: unknown event type {event.topic!r}"
             raise TransferError(msg) from exc
         chain = event.payload.get(CHAIN_KEY, UNCHAINED)

@@ -13,7 +13,7 @@ import binascii
 import contextlib
 import logging
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, ClassVar
 from uuid import UUID
 
 from eventsourcing.application import Application, ProcessingEvent
@@ -32,7 +32,7 @@ from covonaut_es.errors import (
 )
 from covonaut_es.migrations import Upcaster
 from covonaut_es.migrations._upcasting import NO_MIGRATORS
-from covonaut_es.store._mapper import MsgspecMapper
+from covonaut_es.store._mapper import MsgspecMapper, aggregate_event_classes
 
 logger = logging.getLogger("covonaut_es")
 
@@ -51,11 +51,23 @@ class AgentApplication(Application[UUID]):
 
     Use it as the base class of your application, or as a mixin before another
     ``Application`` subclass.
+
+    List your aggregate classes in ``aggregate_classes``: the mapper reads and writes
+    only the events of those and of agent threads. A stored topic is looked up in that
+    list and never imported, so a record naming some other module cannot run its code.
     """
+
+    aggregate_classes: ClassVar[tuple[type, ...]] = ()
+    """The application's own aggregate classes, whose events its mapper may read."""
 
     def construct_mapper(self) -> MsgspecMapper:
         """covonaut_es's msgspec mapper, with the configured compressor and cipher."""
-        return MsgspecMapper(compressor=self.factory.compressor(), cipher=self.factory.cipher())
+        events = [e for cls in self.aggregate_classes for e in aggregate_event_classes(cls)]
+        return MsgspecMapper(
+            compressor=self.factory.compressor(),
+            cipher=self.factory.cipher(),
+            event_classes=events,
+        )
 
     def construct_snapshot_store(self) -> SnapshotCache:
         """The snapshot store, read as a cache: see :class:`SnapshotCache`."""
