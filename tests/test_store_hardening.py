@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -10,10 +11,23 @@ import msgspec
 import pytest
 from eventsourcing.domain import Aggregate, event
 
-from covonaut_es import AgentApplication, AgentThread, SerializationError, Store, open_store
+from covonaut_es import (
+    AgentApplication,
+    AgentThread,
+    SerializationError,
+    Store,
+    create_cipher_key,
+    open_store,
+)
 from covonaut_es.audit import export_thread, import_threads
 from covonaut_es.domain import thread_aggregate_id
-from covonaut_es.errors import TransferError
+from covonaut_es.errors import (
+    CipherKeyMismatchError,
+    CompressionMismatchError,
+    StoreSettingsError,
+    TransferError,
+)
+from covonaut_es.store._settings import SETTINGS_TABLE, _settings_table
 from covonaut_es.store._urls import persistence_env
 from support import append_raw_event
 
@@ -111,3 +125,71 @@ def test_an_application_refuses_to_write_events_it_could_not_read(store_url: str
         app.save(note)
     assert app.recorder.select_events(note.id) == []
     app.close()
+
+
+@pytest.fixture
+def reopenable_url(store_url: str) -> str:
+    """A store URL that a second open reaches: memory stores get a name."""
+    return f"memory://{uuid.uuid4().hex}" if store_url == "memory://" else store_url
+
+
+def test_another_key_or_none_fails_at_open_and_the_right_key_still_reads(
+    reopenable_url: str,
+) -> None:
+    """Opening an encrypted store with another key or none raises CipherKeyMismatchError
+    saying which; the store keeps only a fingerprint of its key, and reads with it."""
+    key = create_cipher_key()
+    with open_store(reopenable_url, cipher_key=key) as first:
+        first.save(AgentThread.start("t", now=NOW))
+        with pytest.raises(CipherKeyMismatchError, match="key given is another"):
+            open_store(reopenable_url, cipher_key=create_cipher_key())
+        with pytest.raises(CipherKeyMismatchError, match="opened without a cipher key"):
+            open_store(reopenable_url)
+        settings = _settings_table(first._app).read()
+        assert settings["cipher"].startswith("hmac-sha256:")
+        assert key not in settings["cipher"]
+        with open_store(reopenable_url, cipher_key=key) as again:
+            assert list(again.thread_ids()) == ["t"]
+
+
+def test_a_key_for_a_plain_store_fails_at_open(reopenable_url: str) -> None:
+    """A cipher key given for a store created without one raises CipherKeyMismatchError."""
+    with open_store(reopenable_url) as first:
+        first.save(AgentThread.start("t", now=NOW))
+        with pytest.raises(CipherKeyMismatchError, match="is not encrypted"):
+            open_store(reopenable_url, cipher_key=create_cipher_key())
+
+
+def test_another_compression_fails_at_open(reopenable_url: str) -> None:
+    """Opening a compressed store without compression raises CompressionMismatchError
+    naming the option to pass."""
+    with open_store(reopenable_url, compress=True) as first:
+        first.save(AgentThread.start("t", now=NOW))
+        with pytest.raises(CompressionMismatchError, match="pass compress=True"):
+            open_store(reopenable_url)
+
+
+def test_an_empty_store_keeps_the_options_of_its_first_open(reopenable_url: str) -> None:
+    """A store without events records the options it was first opened with, so a later
+    open with another key fails even before anything was stored."""
+    with (
+        open_store(reopenable_url, cipher_key=create_cipher_key()),
+        pytest.raises(CipherKeyMismatchError),
+    ):
+        open_store(reopenable_url, cipher_key=create_cipher_key())
+
+
+def test_an_older_store_is_checked_by_decoding_its_first_event(shared_url: str) -> None:
+    """A store with events but no recorded options (made before they were recorded) is
+    checked by decoding its first event: a wrong key fails at open, the right key opens
+    it, and neither records anything in it."""
+    key = create_cipher_key()
+    with open_store(shared_url, cipher_key=key) as first:
+        first.save(AgentThread.start("t", now=NOW))
+        with first._app.recorder.datastore.transaction(commit=True) as cursor:
+            cursor.execute(f"DROP TABLE {SETTINGS_TABLE}")
+    with pytest.raises(StoreSettingsError, match="predates recorded settings"):
+        open_store(shared_url)
+    with open_store(shared_url, cipher_key=key) as again:
+        assert list(again.thread_ids()) == ["t"]
+        assert _settings_table(again._app).read() == {}

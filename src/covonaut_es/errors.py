@@ -21,6 +21,20 @@ class StoreURLError(ConfigurationError):
     """A store URL has an unknown scheme or is malformed."""
 
 
+class StoreSettingsError(ConfigurationError):
+    """A store was opened with other encryption or compression options than it was
+    created with; nothing was written."""
+
+
+class CipherKeyMismatchError(StoreSettingsError):
+    """The cipher key given is not the store's: another key, none for an encrypted
+    store, or one for a store that is not encrypted."""
+
+
+class CompressionMismatchError(StoreSettingsError):
+    """The compress option given is not the one the store was created with."""
+
+
 class StoreUnavailableError(CovonautError, ConnectionError):
     """The store's database cannot be reached or refused the connection."""
 

@@ -33,6 +33,7 @@ from covonaut_es.errors import (
 from covonaut_es.migrations import Upcaster
 from covonaut_es.migrations._upcasting import NO_MIGRATORS
 from covonaut_es.store._mapper import MsgspecMapper, aggregate_event_classes
+from covonaut_es.store._settings import check_settings
 
 logger = logging.getLogger("covonaut_es")
 
@@ -200,11 +201,18 @@ def open_application(url: str, env: Mapping[str, str]) -> AgentApplication:
     Raises:
         ConfigurationError: A package the settings need is missing, or the cipher key
             is invalid.
+        StoreSettingsError: The cipher key or compression is not the store's.
         StoreUnavailableError: The database cannot be reached.
     """
     try:
         with _schema_setup_lock(env):
-            return ThreadsApplication(env=dict(env))
+            app = ThreadsApplication(env=dict(env))
+            try:
+                check_settings(app, env, url)
+            except BaseException:
+                app.close()
+                raise
+            return app
     except CovonautError:
         raise  # e.g. a gap in the upcasters, found before any data is read
     except ImportError as exc:

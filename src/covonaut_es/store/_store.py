@@ -483,6 +483,8 @@ def open_store(
     Raises:
         StoreURLError: The URL's scheme is unknown or the URL is malformed.
         ConfigurationError: An option is invalid or its optional package is missing.
+        StoreSettingsError: The cipher key or compression is not the one the store was
+            created with (``CipherKeyMismatchError``, ``CompressionMismatchError``).
         StoreUnavailableError: The database cannot be reached.
     """
     env = store_env(url, cipher_key=cipher_key, compress=compress)
