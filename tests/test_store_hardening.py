@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sqlite3
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -11,25 +14,25 @@ import msgspec
 import pytest
 from eventsourcing.domain import Aggregate, event
 
-from covonaut_es import (
-    AgentApplication,
-    AgentThread,
-    SerializationError,
-    Store,
-    create_cipher_key,
-    open_store,
-)
+from covonaut_es import AgentThread, SerializationError, create_cipher_key, open_store
 from covonaut_es.audit import export_thread, import_threads
 from covonaut_es.domain import thread_aggregate_id
 from covonaut_es.errors import (
     CipherKeyMismatchError,
     CompressionMismatchError,
+    ForeignSchemaError,
+    MissingEventError,
+    MissingFirstEventError,
+    ReadOnlyStoreError,
     StoreSettingsError,
     TransferError,
 )
+from covonaut_es.messages import Message, Role
+from covonaut_es.store import AgentApplication, Store
 from covonaut_es.store._settings import SETTINGS_TABLE, _settings_table
 from covonaut_es.store._urls import persistence_env
 from support import append_raw_event
+from test_cli import covonaut_es
 
 NOW = datetime(2026, 5, 6, tzinfo=UTC)
 
@@ -193,3 +196,111 @@ def test_an_older_store_is_checked_by_decoding_its_first_event(shared_url: str) 
     with open_store(shared_url, cipher_key=key) as again:
         assert list(again.thread_ids()) == ["t"]
         assert _settings_table(again._app).read() == {}
+
+
+def delete_event(store: Store, thread_id: str, version: int) -> None:
+    """Delete one stored event behind the library's back, as damage would."""
+    sqlite = store._app.factory.__class__.__module__ == "eventsourcing.sqlite"
+    table, mark = ("stored_events", "?") if sqlite else ("covonaut_events", "%s")
+    stream = thread_aggregate_id(thread_id)
+    with store._app.recorder.datastore.transaction(commit=True) as cursor:
+        cursor.execute(
+            f"DELETE FROM {table} WHERE originator_id = {mark} AND originator_version = {mark}",
+            (stream.hex if sqlite else stream, version),
+        )
+
+
+def three_messages(store: Store, thread_id: str = "t") -> None:
+    """Store a thread of four events."""
+    thread = AgentThread.start(thread_id, now=NOW)
+    for text in ("one", "two", "three"):
+        thread.steer(Message(Role.USER, text), now=NOW)
+    store.save(thread)
+
+
+@pytest.mark.parametrize(
+    ("deleted", "error", "message"),
+    [
+        (2, MissingEventError, r"'t' .* lost its event at version 2"),
+        (1, MissingFirstEventError, r"'t' .* lost its first event"),
+    ],
+)
+def test_a_deleted_event_names_the_thread_and_version(
+    shared_url: str, deleted: int, error: type[Exception], message: str
+) -> None:
+    """Loading, replaying or listing the history of a thread one of whose events was
+    deleted raises MissingEventError (MissingFirstEventError for its first) naming the
+    thread and the missing version."""
+    with open_store(shared_url) as store:
+        three_messages(store)
+        delete_event(store, "t", deleted)
+        for read in (store.load, store.replay_state, store.history):
+            with pytest.raises(error, match=message) as raised:
+                read("t")
+            assert isinstance(raised.value, MissingEventError)
+            assert (raised.value.thread_id, raised.value.version) == ("t", 2)
+
+
+def damaged_stores(tmp_path: Path) -> dict[str, tuple[str, ...]]:
+    """SQLite files damaged in each way, each with the command that reads it."""
+    for name, version in (("middle", 2), ("first", 1)):
+        with open_store(f"sqlite:///{tmp_path / name}.db") as store:
+            three_messages(store)
+            delete_event(store, "t", version)
+    (tmp_path / "text.db").write_bytes(b"these are not the bytes of a database\n" * 200)
+    with contextlib.closing(sqlite3.connect(tmp_path / "foreign.db")) as conn:
+        conn.execute("CREATE TABLE stored_events (id INTEGER, payload TEXT)")
+        conn.commit()
+    return {
+        "middle": ("threads",),
+        "first": ("history", "t"),
+        "text": ("threads",),
+        "foreign": ("threads",),
+    }
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        ("middle", "lost its event at version 2"),
+        ("first", "lost its first event"),
+        ("text", "is not a SQLite database"),
+        ("foreign", "belongs to another application"),
+    ],
+)
+def test_the_command_line_reports_a_damaged_store_in_one_line(
+    tmp_path: Path, damage: str, message: str
+) -> None:
+    """Reading a damaged store or a file that is not one exits 2 with one line on
+    stderr saying what is wrong, and no traceback."""
+    command = damaged_stores(tmp_path)[damage]
+    result = covonaut_es(*command, "--store", f"sqlite:///{tmp_path / damage}.db")
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.splitlines()) == 1
+    assert message in result.stderr
+
+
+def test_a_foreign_table_is_left_unwritten(tmp_path: Path) -> None:
+    """Opening a file whose stored_events table is another application's raises
+    ForeignSchemaError and creates none of the store's tables in it."""
+    damaged_stores(tmp_path)
+    with pytest.raises(ForeignSchemaError, match="expected columns"):
+        open_store(f"sqlite:///{tmp_path / 'foreign.db'}")
+    with contextlib.closing(sqlite3.connect(tmp_path / "foreign.db")) as conn:
+        tables = [row[0] for row in conn.execute("SELECT name FROM sqlite_master")]
+    assert tables == ["stored_events"]
+
+
+def test_a_read_only_file_is_refused_for_writing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store file the process cannot write is a ReadOnlyStoreError at a writing open
+    (tests run as root, so the file's permission is simulated)."""
+    url = f"sqlite:///{tmp_path / 'threads.db'}"
+    with open_store(url) as store:
+        three_messages(store)
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: mode != os.W_OK and real_access(p, mode))
+    with pytest.raises(ReadOnlyStoreError, match=r"read-only.*mode=ro"):
+        open_store(url)

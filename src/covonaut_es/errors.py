@@ -39,6 +39,41 @@ class StoreUnavailableError(CovonautError, ConnectionError):
     """The store's database cannot be reached or refused the connection."""
 
 
+class NotAStoreError(CovonautError, ValueError):
+    """The database is not a covonaut-es store: a file that is not a database, or
+    tables of another application under the names a store uses."""
+
+
+class ForeignSchemaError(NotAStoreError):
+    """The database has tables under a store's names but with another application's
+    columns; nothing was written to them."""
+
+
+class ReadOnlyStoreError(CovonautError, PermissionError):
+    """The store cannot be written: its file is read-only, or it was opened read-only."""
+
+
+class MissingEventError(CovonautError, LookupError):
+    """A thread's stream lacks an event that its later events follow: it was deleted
+    behind the library's back.
+
+    Attributes:
+        thread_id: The damaged thread.
+        version: The missing version (for a missing first event, the version the
+            stream starts at instead).
+    """
+
+    def __init__(self, message: str, *, thread_id: str, version: int) -> None:
+        super().__init__(message)
+        self.thread_id = thread_id
+        self.version = version
+
+
+class MissingFirstEventError(MissingEventError):
+    """A thread's stream lacks its first event, so the thread cannot be rebuilt (nor
+    listed by ``thread_ids``, which reads first events)."""
+
+
 class ThreadNotFoundError(CovonautError, LookupError):
     """No thread with the given id exists in the store."""
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import binascii
 import contextlib
 import logging
+import sqlite3
 from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 from uuid import UUID
@@ -25,6 +26,8 @@ from covonaut_es.domain import AgentThread, ThreadSnapshot
 from covonaut_es.errors import (
     ConfigurationError,
     CovonautError,
+    NotAStoreError,
+    ReadOnlyStoreError,
     SchemaVersionError,
     SerializationError,
     StaleSnapshotError,
@@ -33,7 +36,7 @@ from covonaut_es.errors import (
 from covonaut_es.migrations import Upcaster
 from covonaut_es.migrations._upcasting import NO_MIGRATORS
 from covonaut_es.store._mapper import MsgspecMapper, aggregate_event_classes
-from covonaut_es.store._settings import check_settings
+from covonaut_es.store._settings import check_settings, check_sqlite_file
 
 logger = logging.getLogger("covonaut_es")
 
@@ -202,8 +205,14 @@ def open_application(url: str, env: Mapping[str, str]) -> AgentApplication:
         ConfigurationError: A package the settings need is missing, or the cipher key
             is invalid.
         StoreSettingsError: The cipher key or compression is not the store's.
+        NotAStoreError: The database is not a store (``ForeignSchemaError``: another
+            application's tables).
+        ReadOnlyStoreError: The store's file is read-only and the open may write.
         StoreUnavailableError: The database cannot be reached.
     """
+    sqlite_file = env.get("COVONAUT_SQLITE_PATH", env.get("SQLITE_DBNAME"))
+    if env["PERSISTENCE_MODULE"] == "eventsourcing.sqlite" and sqlite_file:
+        check_sqlite_file(sqlite_file, url, writable=env.get("CREATE_TABLE") != "n")
     try:
         with _schema_setup_lock(env):
             app = ThreadsApplication(env=dict(env))
@@ -225,6 +234,12 @@ def open_application(url: str, env: Mapping[str, str]) -> AgentApplication:
             "bytes, as create_cipher_key() returns"
         )
         raise ConfigurationError(msg) from exc
-    except PersistenceError as exc:
+    except (PersistenceError, sqlite3.DatabaseError) as exc:
+        if "readonly" in str(exc):
+            msg = f"store {url} is read-only ({exc}); make it writable, or add ?mode=ro to read it"
+            raise ReadOnlyStoreError(msg) from exc
+        if "not a database" in str(exc):
+            msg = f"store {url} is not a SQLite database ({exc}); expected a store"
+            raise NotAStoreError(msg) from exc
         msg = f"cannot open store {url}: {exc}"
         raise StoreUnavailableError(msg) from exc

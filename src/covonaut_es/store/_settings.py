@@ -1,4 +1,6 @@
-"""A store's encryption and compression, recorded when it is created and checked on open.
+"""What an open checks before it hands out a store: that a SQLite file is a store
+(:func:`check_sqlite_file`), and its encryption and compression, recorded when it is
+created (:func:`check_settings`).
 
 Without this check a process with a wrong key, or none, would write new threads into
 an encrypted store (in plain text when it has no key), and listing the store would
@@ -22,7 +24,10 @@ import base64
 import binascii
 import hashlib
 import hmac
+import os
+import sqlite3
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 from uuid import UUID
 
@@ -31,6 +36,9 @@ from eventsourcing.application import Application
 from covonaut_es.errors import (
     CipherKeyMismatchError,
     CompressionMismatchError,
+    ForeignSchemaError,
+    NotAStoreError,
+    ReadOnlyStoreError,
     SerializationError,
     StoreSettingsError,
 )
@@ -39,6 +47,53 @@ from covonaut_es.store._mapper import MsgspecMapper, decode_object
 SETTINGS_TABLE = "covonaut_settings"
 NO_KEY = "none"
 _LABEL = b"covonaut-es store key check v1"
+
+
+_RECORD_COLUMNS = frozenset({"originator_id", "originator_version", "topic", "state"})
+_TABLE_COLUMNS = {
+    "stored_events": _RECORD_COLUMNS,
+    "stored_snapshots": _RECORD_COLUMNS,
+    SETTINGS_TABLE: frozenset({"name", "value"}),
+}
+
+
+def check_sqlite_file(path: str, url: str, *, writable: bool) -> None:
+    """Check an existing SQLite file before eventsourcing opens (and writes) it.
+
+    Raises:
+        NotAStoreError: The file is not a SQLite database.
+        ForeignSchemaError: A table under a store's name has other columns.
+        ReadOnlyStoreError: ``writable`` is asked for and the file is read-only.
+    """
+    file = Path(path)
+    if not file.is_file() or file.stat().st_size == 0:
+        return
+    if writable and not os.access(file, os.W_OK):
+        msg = (
+            f"store {url}: the file {path!r} is read-only; make it writable, or add "
+            "?mode=ro to the URL to read it"
+        )
+        raise ReadOnlyStoreError(msg)
+    try:
+        conn = sqlite3.connect(f"{file.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            found = {
+                table: {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+                for table in _TABLE_COLUMNS
+            }
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:
+        msg = f"store {url}: the file {path!r} is not a SQLite database ({exc}); expected a store"
+        raise NotAStoreError(msg) from exc
+    for table, columns in found.items():
+        if columns and not _TABLE_COLUMNS[table] <= columns:
+            msg = (
+                f"store {url}: table {table!r} belongs to another application: expected "
+                f"columns {sorted(_TABLE_COLUMNS[table])}, found {sorted(columns)}; use "
+                "another file for the store (nothing was written)"
+            )
+            raise ForeignSchemaError(msg)
 
 
 def key_fingerprint(cipher_key: str | None) -> str:

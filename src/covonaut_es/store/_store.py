@@ -20,7 +20,7 @@ from typing import Any, Protocol
 from uuid import UUID
 
 from eventsourcing.application import AggregateNotFoundError, Application, Repository
-from eventsourcing.persistence import IntegrityError
+from eventsourcing.persistence import IntegrityError, OperationalError
 from eventsourcing.utils import get_topic
 
 from covonaut_es._aio import in_worker_thread
@@ -40,6 +40,9 @@ from covonaut_es.domain._named_states import StateSaved, state_stream_id
 from covonaut_es.domain._tree import SessionTreeQueries
 from covonaut_es.errors import (
     ConfigurationError,
+    MissingEventError,
+    MissingFirstEventError,
+    ReadOnlyStoreError,
     StoreUnavailableError,
     ThreadConflictError,
     ThreadNotFoundError,
@@ -60,6 +63,9 @@ _LOG_BATCH = 500
 class _BaseLoader(Protocol):
     def __call__(self, thread_id: str, *, version: int | None = None) -> AgentThread | None: ...
 
+
+_FIRST_EVENTS = (AgentThread.Started, AgentThread.StartedFromState, AgentThread.Forked)
+"""The events a thread's own stream can start with."""
 
 SNAPSHOT_MIN_VERSION = 64
 """No snapshot is written for a thread shorter than this: replaying it is cheap."""
@@ -175,7 +181,7 @@ class Store(StoredRecords, ThreadForking, SessionTreeQueries, Closing):
             for event in events:
                 if isinstance(event, ThreadSnapshot):
                     snapshot_seen.append(event.originator_version)
-                thread = self._fold(thread, event, self.find)
+                thread = self._fold(thread, event, self.find, thread_id)
             return thread
 
         try:
@@ -189,8 +195,9 @@ class Store(StoredRecords, ThreadForking, SessionTreeQueries, Closing):
         return thread
 
     def _fold(
-        self, thread: AgentThread | None, event: Any, load_base: _BaseLoader
+        self, thread: AgentThread | None, event: Any, load_base: _BaseLoader, thread_id: str
     ) -> AgentThread | None:
+        self._check_follows(thread_id, None if thread is None else thread.version, event)
         if thread is None and isinstance(event, AgentThread.Forked):
             base = load_base(event.parent_thread_id, version=event.parent_version)
             if base is None:
@@ -201,6 +208,27 @@ class Store(StoredRecords, ThreadForking, SessionTreeQueries, Closing):
                 raise ThreadNotFoundError(msg)
             return event.graft(base)
         return event.mutate(thread)  # type: ignore[no-any-return]
+
+    def _check_follows(self, thread_id: str, head: int | None, event: Any) -> None:
+        """Raise unless ``event`` follows ``head`` (None: the stream's first) in the
+        thread's stream; a snapshot follows anything."""
+        if isinstance(event, ThreadSnapshot):
+            return
+        version: int = event.originator_version
+        if head is None and not isinstance(event, _FIRST_EVENTS):
+            msg = (
+                f"thread {thread_id!r} in store {self.url} has lost its first event: its "
+                f"stream starts with a {type(event).__name__} at version {version}; "
+                "restore the store from a backup"
+            )
+            raise MissingFirstEventError(msg, thread_id=thread_id, version=version)
+        if head is not None and version != head + 1:
+            msg = (
+                f"thread {thread_id!r} in store {self.url} has lost its event at version "
+                f"{head + 1}: its stream goes from version {head} to {version}; restore "
+                "the store from a backup"
+            )
+            raise MissingEventError(msg, thread_id=thread_id, version=head + 1)
 
     def _inherited(
         self, thread_id: str, version: int | None, load_base: _BaseLoader
@@ -233,6 +261,14 @@ class Store(StoredRecords, ThreadForking, SessionTreeQueries, Closing):
         expected = pending[0].originator_version - 1
         try:
             self._app.save(thread)
+        except OperationalError as exc:
+            if "readonly" not in str(exc):
+                raise
+            msg = (
+                f"store {self.url} is read-only: thread {thread.thread_id!r} was not saved; "
+                "make the file writable, or open it without ?mode=ro"
+            )
+            raise ReadOnlyStoreError(msg) from exc
         except IntegrityError as exc:
             msg = (
                 f"thread {thread.thread_id!r} was changed by another writer: this writer "
@@ -298,6 +334,10 @@ class Store(StoredRecords, ThreadForking, SessionTreeQueries, Closing):
         if not own:
             msg = f"thread {thread_id!r} not found in store {self.url}"
             raise ThreadNotFoundError(msg)
+        head: int | None = None
+        for event in own:
+            self._check_follows(thread_id, head, event)
+            head = event.originator_version
         if isinstance(own[0], AgentThread.Forked):
             inherited = self.history(own[0].parent_thread_id)[: own[0].parent_version]
             return inherited + own
@@ -326,7 +366,7 @@ class Store(StoredRecords, ThreadForking, SessionTreeQueries, Closing):
     def _replay(self, thread_id: str, *, version: int | None = None) -> AgentThread | None:
         thread: AgentThread | None = None
         for event in self._app.events.get(thread_aggregate_id(thread_id), lte=version):
-            thread = self._fold(thread, event, self._replay)
+            thread = self._fold(thread, event, self._replay, thread_id)
         return thread or self._inherited(thread_id, version, self._replay)
 
     # Audits -------------------------------------------------------------------------
