@@ -25,12 +25,13 @@ from covonaut_es.errors import (
     MissingFirstEventError,
     ReadOnlyStoreError,
     StoreSettingsError,
+    StoreURLError,
     TransferError,
 )
 from covonaut_es.messages import Message, Role
 from covonaut_es.store import AgentApplication, Store
 from covonaut_es.store._settings import SETTINGS_TABLE, _settings_table
-from covonaut_es.store._urls import persistence_env
+from covonaut_es.store._urls import persistence_env, postgres_params
 from support import append_raw_event
 from test_cli import covonaut_es
 
@@ -304,3 +305,52 @@ def test_a_read_only_file_is_refused_for_writing(
     monkeypatch.setattr(os, "access", lambda p, mode: mode != os.W_OK and real_access(p, mode))
     with pytest.raises(ReadOnlyStoreError, match=r"read-only.*mode=ro"):
         open_store(url)
+
+
+def test_a_read_only_sqlite_url_reads_and_refuses_writes(tmp_path: Path) -> None:
+    """sqlite:///x.db?mode=ro opens the file read-only: threads read, a save raises
+    ReadOnlyStoreError, and no file named after the query appears."""
+    url = f"sqlite:///{tmp_path / 'threads.db'}"
+    with open_store(url) as store:
+        three_messages(store)
+    with open_store(url + "?mode=ro") as read_only:
+        thread = read_only.load("t")
+        assert list(read_only.thread_ids()) == ["t"]
+        thread.steer(Message(Role.USER, "four"), now=NOW)
+        with pytest.raises(ReadOnlyStoreError, match="not saved"):
+            read_only.save(thread)
+    assert sorted(p.name for p in tmp_path.iterdir() if "?" in p.name) == []
+    with open_store(url) as store:
+        assert store.load("t").version == 4
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("sqlite:///threads.db?cache=shared", "unsupported query parameter cache=shared"),
+        ("sqlite:///threads.db?mode=memory", "unsupported query parameter mode=memory"),
+        ("sqlite:///a\x00b.db", "NUL byte"),
+        ("sqlite:///a%00b.db", "NUL byte"),
+        ("postgresql://localhost/app?bogus=1", "bogus"),
+        ("postgresql://localhost:port/app", "invalid port"),
+    ],
+)
+def test_a_malformed_store_url_names_its_problem(url: str, message: str) -> None:
+    """A store URL with an unsupported parameter or an impossible path raises
+    StoreURLError saying what is wrong, not an error about something else."""
+    with pytest.raises(StoreURLError, match=message):
+        open_store(url)
+
+
+def test_postgres_url_parameters_reach_every_connection(postgres_database: str) -> None:
+    """A PostgreSQL URL's query parameters (sslmode, application_name, ...) are passed
+    to the store's connections, not dropped."""
+    assert postgres_params(persistence_env(postgres_database + "?sslmode=disable")) == {
+        "sslmode": "disable"
+    }
+    url = postgres_database + "?application_name=covonaut-check&sslmode=disable"
+    with open_store(url) as store:
+        store.save(AgentThread.start("t", now=NOW))
+        with store._app.recorder.datastore.transaction(commit=False) as cursor:
+            cursor.execute("SHOW application_name")
+            assert cursor.fetchone()["application_name"] == "covonaut-check"

@@ -19,7 +19,13 @@ from uuid import UUID
 
 from eventsourcing.application import Application, ProcessingEvent
 from eventsourcing.domain import DomainEventProtocol
-from eventsourcing.persistence import AggregateRecorder, EventStore, PersistenceError, Recording
+from eventsourcing.persistence import (
+    AggregateRecorder,
+    EventStore,
+    InfrastructureFactory,
+    PersistenceError,
+    Recording,
+)
 from eventsourcing.utils import Environment, EnvType
 
 from covonaut_es.domain import AgentThread, ThreadSnapshot
@@ -37,6 +43,7 @@ from covonaut_es.migrations import Upcaster
 from covonaut_es.migrations._upcasting import NO_MIGRATORS
 from covonaut_es.store._mapper import MsgspecMapper, aggregate_event_classes
 from covonaut_es.store._settings import check_settings, check_sqlite_file
+from covonaut_es.store._urls import SQLITE_PATH, postgres_params
 
 logger = logging.getLogger("covonaut_es")
 
@@ -63,6 +70,21 @@ class AgentApplication(Application[UUID]):
 
     aggregate_classes: ClassVar[tuple[type, ...]] = ()
     """The application's own aggregate classes, whose events its mapper may read."""
+
+    def construct_factory(self, env: Environment) -> InfrastructureFactory[Any]:
+        """eventsourcing's factory for ``env``; a PostgreSQL store's further URL
+        parameters (``sslmode`` and the like) go to every connection of its pool, which
+        opens only on first use."""
+        factory = super().construct_factory(env)
+        params = postgres_params(env)
+        if params:
+            from eventsourcing.postgres import PostgresDatastore
+
+            datastore = getattr(factory, "datastore", None)
+            kwargs = datastore.pool.kwargs if isinstance(datastore, PostgresDatastore) else None
+            if isinstance(kwargs, dict):
+                kwargs.update(params)
+        return factory
 
     def construct_mapper(self) -> MsgspecMapper:
         """covonaut_es's msgspec mapper, with the configured compressor and cipher."""
@@ -173,9 +195,11 @@ def _schema_setup_lock(env: Mapping[str, str]) -> Iterator[None]:
         yield
         return
     import psycopg
+    from psycopg.conninfo import make_conninfo
 
     try:
         conn = psycopg.connect(
+            make_conninfo(**postgres_params(env)),
             host=env["POSTGRES_HOST"],
             port=env["POSTGRES_PORT"],
             dbname=env["POSTGRES_DBNAME"],
@@ -210,7 +234,7 @@ def open_application(url: str, env: Mapping[str, str]) -> AgentApplication:
         ReadOnlyStoreError: The store's file is read-only and the open may write.
         StoreUnavailableError: The database cannot be reached.
     """
-    sqlite_file = env.get("COVONAUT_SQLITE_PATH", env.get("SQLITE_DBNAME"))
+    sqlite_file = env.get(SQLITE_PATH, env.get("SQLITE_DBNAME"))
     if env["PERSISTENCE_MODULE"] == "eventsourcing.sqlite" and sqlite_file:
         check_sqlite_file(sqlite_file, url, writable=env.get("CREATE_TABLE") != "n")
     try:

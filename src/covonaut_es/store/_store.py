@@ -55,7 +55,7 @@ from covonaut_es.store._audit import AuditEntry, AuditReport
 from covonaut_es.store._forks import ThreadForking
 from covonaut_es.store._mapper import MsgspecMapper
 from covonaut_es.store._records import StoredRecords
-from covonaut_es.store._urls import canonical_url, redact, store_env
+from covonaut_es.store._urls import SQLITE_PATH, canonical_url, redact, store_env
 
 _LOG_BATCH = 500
 
@@ -530,7 +530,7 @@ def open_store(
     env = store_env(url, cipher_key=cipher_key, compress=compress)
     if not create_tables:
         env["CREATE_TABLE"] = "n"
-        sqlite_file = env.get("SQLITE_DBNAME")
+        sqlite_file = env.get(SQLITE_PATH)
         if sqlite_file is not None and not os.path.exists(sqlite_file):
             msg = f"store {redact(url)}: there is no SQLite file {sqlite_file!r} to open"
             raise StoreUnavailableError(msg)
