@@ -68,8 +68,11 @@ def test_a_stored_topic_naming_a_module_is_refused_without_importing_it(
     version = append_raw_event(store, "t", topic, msgspec.json.encode({"_v": 1}))
 
     stream = thread_aggregate_id("t")
-    with pytest.raises(SerializationError, match=rf"{stream} at version {version}.*not imported"):
-        store.history("t")
+    for read in (store.history, store.load):
+        with pytest.raises(
+            SerializationError, match=rf"thread 't' .*{stream} at version {version}.*not imported"
+        ):
+            read("t")
     assert not flag.exists()
     assert list(store.thread_ids()) == ["t"]
 

@@ -43,6 +43,7 @@ from covonaut_es.errors import (
     MissingEventError,
     MissingFirstEventError,
     ReadOnlyStoreError,
+    SerializationError,
     StoreUnavailableError,
     ThreadConflictError,
     ThreadNotFoundError,
@@ -185,9 +186,10 @@ class Store(StoredRecords, ThreadForking, SessionTreeQueries, Closing):
             return thread
 
         try:
-            thread = self._repository(snapshot_migrators).get(
-                aggregate_id, version=version, projector_func=project
-            )
+            with self._reading(thread_id):
+                thread = self._repository(snapshot_migrators).get(
+                    aggregate_id, version=version, projector_func=project
+                )
         except AggregateNotFoundError:
             return self._inherited(thread_id, version, self.find)
         if snapshot_seen and version is None:
@@ -208,6 +210,18 @@ class Store(StoredRecords, ThreadForking, SessionTreeQueries, Closing):
                 raise ThreadNotFoundError(msg)
             return event.graft(base)
         return event.mutate(thread)  # type: ignore[no-any-return]
+
+    @contextlib.contextmanager
+    def _reading(self, thread_id: str) -> Iterator[None]:
+        """Name the thread in a SerializationError raised while reading its stream (a
+        record knows only its stream's id)."""
+        try:
+            yield
+        except SerializationError as exc:
+            named = f"thread {thread_id!r}"
+            if str(exc).startswith(named):
+                raise
+            raise type(exc)(f"{named} in store {self.url}: {exc}") from exc
 
     def _check_follows(self, thread_id: str, head: int | None, event: Any) -> None:
         """Raise unless ``event`` follows ``head`` (None: the stream's first) in the
@@ -328,9 +342,10 @@ class Store(StoredRecords, ThreadForking, SessionTreeQueries, Closing):
     def history(self, thread_id: str) -> tuple[AgentThread.Event, ...]:
         """Every event of the thread in order, a fork's inherited events first; each
         has ``originator_version`` and ``timestamp``."""
-        own: tuple[AgentThread.Event, ...] = tuple(
-            self._app.events.get(thread_aggregate_id(thread_id))  # type: ignore[arg-type]
-        )
+        with self._reading(thread_id):
+            own: tuple[AgentThread.Event, ...] = tuple(
+                self._app.events.get(thread_aggregate_id(thread_id))  # type: ignore[arg-type]
+            )
         if not own:
             msg = f"thread {thread_id!r} not found in store {self.url}"
             raise ThreadNotFoundError(msg)
@@ -365,8 +380,9 @@ class Store(StoredRecords, ThreadForking, SessionTreeQueries, Closing):
 
     def _replay(self, thread_id: str, *, version: int | None = None) -> AgentThread | None:
         thread: AgentThread | None = None
-        for event in self._app.events.get(thread_aggregate_id(thread_id), lte=version):
-            thread = self._fold(thread, event, self._replay, thread_id)
+        with self._reading(thread_id):
+            for event in self._app.events.get(thread_aggregate_id(thread_id), lte=version):
+                thread = self._fold(thread, event, self._replay, thread_id)
         return thread or self._inherited(thread_id, version, self._replay)
 
     # Audits -------------------------------------------------------------------------
