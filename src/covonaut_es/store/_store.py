@@ -523,8 +523,10 @@ def open_store(
         url: ``memory://`` (this process only, lost at exit; ``memory://NAME`` is
             shared by stores and projections of this process that use the same name),
             ``sqlite:///path.db``
-            (a file; ``sqlite:////abs/path.db`` for an absolute path) or
-            ``postgresql://user:password@host:port/dbname`` (needs the ``postgres`` extra).
+            (a file; ``sqlite:////abs/path.db`` for an absolute path; ``?mode=ro``
+            opens it read-only) or ``postgresql://user:password@host:port/dbname``
+            (needs the ``postgres`` extra; every libpq parameter in its query, such
+            as ``?sslmode=require``, reaches each connection).
         max_checkpoints_per_thread: Keep only this many newest checkpoints per thread;
             0 keeps all. Evicting a checkpoint never deletes events.
         cipher_key: Encrypt stored events and snapshots with AES-GCM under this key
@@ -541,6 +543,9 @@ def open_store(
         ConfigurationError: An option is invalid or its optional package is missing.
         StoreSettingsError: The cipher key or compression is not the one the store was
             created with (``CipherKeyMismatchError``, ``CompressionMismatchError``).
+        NotAStoreError: The database is not a store, or holds another application's
+            tables (``ForeignSchemaError``).
+        ReadOnlyStoreError: The SQLite file is read-only and the open may write.
         StoreUnavailableError: The database cannot be reached.
     """
     env = store_env(url, cipher_key=cipher_key, compress=compress)
