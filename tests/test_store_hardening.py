@@ -33,7 +33,7 @@ from covonaut_es.store import AgentApplication, Store
 from covonaut_es.store._settings import SETTINGS_TABLE, _settings_table
 from covonaut_es.store._urls import persistence_env, postgres_params
 from support import append_raw_event
-from test_cli import covonaut_es
+from test_cli import ROOT, covonaut_es
 
 NOW = datetime(2026, 5, 6, tzinfo=UTC)
 
@@ -357,3 +357,21 @@ def test_postgres_url_parameters_reach_every_connection(postgres_database: str) 
         with store._app.recorder.datastore.transaction(commit=False) as cursor:
             cursor.execute("SHOW application_name")
             assert cursor.fetchone()["application_name"] == "covonaut-check"
+
+
+def test_the_command_line_import_runs_no_module_a_line_names(
+    tmp_path: Path, planted_topic: tuple[str, Path]
+) -> None:
+    """`import` of a line whose topic names an importable module exits 2 with one line
+    and never imports it, even with the module on the command's path."""
+    topic, flag = planted_topic
+    line = {"thread_id": "t", "version": 1, "topic": topic, "payload": {"_v": 1}}
+    export = tmp_path / "planted.jsonl"
+    export.write_bytes(msgspec.json.encode(line) + b"\n")
+    path = os.pathsep.join([str(ROOT / "src"), str(tmp_path)])
+    url = f"sqlite:///{tmp_path / 'threads.db'}"
+    result = covonaut_es("import", str(export), "--store", url, env={"PYTHONPATH": path})
+    assert result.returncode == 2, result.stderr
+    assert len(result.stderr.splitlines()) == 1
+    assert "unknown event type" in result.stderr
+    assert not flag.exists()
