@@ -60,6 +60,9 @@ class ExpenseClaim(Aggregate):
 class ExpenseApp(AgentApplication):
     """Expense claims and the agent threads that review them, in one event store."""
 
+    # The mapper reads only the events of these classes and of agent threads.
+    aggregate_classes = (ExpenseClaim,)
+
     def submit(self, employee: str, amount: Decimal, purpose: str) -> UUID:
         """Store a new claim and return its id."""
         claim = ExpenseClaim(employee, amount, purpose)

@@ -21,8 +21,57 @@ class StoreURLError(ConfigurationError):
     """A store URL has an unknown scheme or is malformed."""
 
 
+class StoreSettingsError(ConfigurationError):
+    """A store was opened with other encryption or compression options than it was
+    created with; nothing was written."""
+
+
+class CipherKeyMismatchError(StoreSettingsError):
+    """The cipher key given is not the store's: another key, none for an encrypted
+    store, or one for a store that is not encrypted."""
+
+
+class CompressionMismatchError(StoreSettingsError):
+    """The compress option given is not the one the store was created with."""
+
+
 class StoreUnavailableError(CovonautError, ConnectionError):
     """The store's database cannot be reached or refused the connection."""
+
+
+class NotAStoreError(CovonautError, ValueError):
+    """The database is not a covonaut-es store: a file that is not a database, or
+    tables of another application under the names a store uses."""
+
+
+class ForeignSchemaError(NotAStoreError):
+    """The database has tables under a store's names but with another application's
+    columns; nothing was written to them."""
+
+
+class ReadOnlyStoreError(CovonautError, PermissionError):
+    """The store cannot be written: its file is read-only, or it was opened read-only."""
+
+
+class MissingEventError(CovonautError, LookupError):
+    """A thread's stream lacks an event that its later events follow: it was deleted
+    behind the library's back.
+
+    Attributes:
+        thread_id: The damaged thread.
+        version: The missing version (for a missing first event, the version the
+            stream starts at instead).
+    """
+
+    def __init__(self, message: str, *, thread_id: str, version: int) -> None:
+        super().__init__(message)
+        self.thread_id = thread_id
+        self.version = version
+
+
+class MissingFirstEventError(MissingEventError):
+    """A thread's stream lacks its first event, so the thread cannot be rebuilt (nor
+    listed by ``thread_ids``, which reads first events)."""
 
 
 class ThreadNotFoundError(CovonautError, LookupError):

@@ -13,11 +13,10 @@ from typing import Any
 
 import msgspec
 from eventsourcing.persistence import StoredEvent
-from eventsourcing.utils import resolve_topic
 
 from covonaut_es.domain import AgentThread, check_thread_id, thread_aggregate_id
 from covonaut_es.domain._integrity import CHAIN_KEY, UNCHAINED, link_problem
-from covonaut_es.errors import ThreadConflictError, TransferError
+from covonaut_es.errors import SerializationError, ThreadConflictError, TransferError
 from covonaut_es.store import Store
 
 
@@ -116,8 +115,8 @@ def _check(
             msg = f"{where}: expected version {expected}; versions must be contiguous"
             raise TransferError(msg)
         try:
-            resolve_topic(event.topic)
-        except Exception as exc:
+            store._mapper.event_class(event.topic, where=where)
+        except SerializationError as exc:
             msg = f"{where}: unknown event type {event.topic!r}"
             raise TransferError(msg) from exc
         previous = _checked_link(

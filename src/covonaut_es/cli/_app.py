@@ -46,7 +46,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return command(args)
     except (UsageError, CovonautError) as exc:
-        print(f"{args.error_prefix}: {exc}", file=sys.stderr)
+        one_line = " ".join(part.strip() for part in str(exc).splitlines())
+        print(f"{args.error_prefix}: {one_line}", file=sys.stderr)
         return EXIT_USAGE
 
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 import binascii
 import contextlib
 import logging
+import sqlite3
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, ClassVar
 from uuid import UUID
 
 import msgspec
@@ -23,6 +24,7 @@ from eventsourcing.persistence import (
     AggregateRecorder,
     ApplicationRecorder,
     EventStore,
+    InfrastructureFactory,
     PersistenceError,
     Recording,
 )
@@ -33,6 +35,8 @@ from covonaut_es.domain._integrity import CHAIN_KEY, UNCHAINED, seal_all
 from covonaut_es.errors import (
     ConfigurationError,
     CovonautError,
+    NotAStoreError,
+    ReadOnlyStoreError,
     SchemaVersionError,
     SerializationError,
     StaleSnapshotError,
@@ -41,7 +45,9 @@ from covonaut_es.errors import (
 from covonaut_es.migrations import Upcaster
 from covonaut_es.migrations._upcasting import NO_MIGRATORS
 from covonaut_es.store._heads import HEADS, anchor_heads
-from covonaut_es.store._mapper import MsgspecMapper
+from covonaut_es.store._mapper import MsgspecMapper, aggregate_event_classes
+from covonaut_es.store._settings import check_settings, check_sqlite_file
+from covonaut_es.store._urls import SQLITE_PATH, postgres_params
 
 logger = logging.getLogger("covonaut_es")
 
@@ -60,11 +66,38 @@ class AgentApplication(Application[UUID]):
 
     Use it as the base class of your application, or as a mixin before another
     ``Application`` subclass.
+
+    List your aggregate classes in ``aggregate_classes``: the mapper reads and writes
+    only the events of those and of agent threads. A stored topic is looked up in that
+    list and never imported, so a record naming some other module cannot run its code.
     """
+
+    aggregate_classes: ClassVar[tuple[type, ...]] = ()
+    """The application's own aggregate classes, whose events its mapper may read."""
+
+    def construct_factory(self, env: Environment) -> InfrastructureFactory[Any]:
+        """eventsourcing's factory for ``env``; a PostgreSQL store's further URL
+        parameters (``sslmode`` and the like) go to every connection of its pool, which
+        opens only on first use."""
+        factory = super().construct_factory(env)
+        params = postgres_params(env)
+        if params:
+            from eventsourcing.postgres import PostgresDatastore
+
+            datastore = getattr(factory, "datastore", None)
+            kwargs = datastore.pool.kwargs if isinstance(datastore, PostgresDatastore) else None
+            if isinstance(kwargs, dict):
+                kwargs.update(params)
+        return factory
 
     def construct_mapper(self) -> MsgspecMapper:
         """covonaut_es's msgspec mapper, with the configured compressor and cipher."""
-        return MsgspecMapper(compressor=self.factory.compressor(), cipher=self.factory.cipher())
+        events = [e for cls in self.aggregate_classes for e in aggregate_event_classes(cls)]
+        return MsgspecMapper(
+            compressor=self.factory.compressor(),
+            cipher=self.factory.cipher(),
+            event_classes=events,
+        )
 
     def construct_snapshot_store(self) -> SnapshotCache:
         """The snapshot store, read as a cache: see :class:`SnapshotCache`."""
@@ -221,9 +254,11 @@ def _schema_setup_lock(env: Mapping[str, str]) -> Iterator[None]:
         yield
         return
     import psycopg
+    from psycopg.conninfo import make_conninfo
 
     try:
         conn = psycopg.connect(
+            make_conninfo(**postgres_params(env)),
             host=env["POSTGRES_HOST"],
             port=env["POSTGRES_PORT"],
             dbname=env["POSTGRES_DBNAME"],
@@ -252,11 +287,24 @@ def open_application(url: str, env: Mapping[str, str]) -> AgentApplication:
     Raises:
         ConfigurationError: A package the settings need is missing, or the cipher key
             is invalid.
+        StoreSettingsError: The cipher key or compression is not the store's.
+        NotAStoreError: The database is not a store (``ForeignSchemaError``: another
+            application's tables).
+        ReadOnlyStoreError: The store's file is read-only and the open may write.
         StoreUnavailableError: The database cannot be reached.
     """
+    sqlite_file = env.get(SQLITE_PATH, env.get("SQLITE_DBNAME"))
+    if env["PERSISTENCE_MODULE"] == "eventsourcing.sqlite" and sqlite_file:
+        check_sqlite_file(sqlite_file, url, writable=env.get("CREATE_TABLE") != "n")
     try:
         with _schema_setup_lock(env):
-            return ThreadsApplication(env=dict(env))
+            app = ThreadsApplication(env=dict(env))
+            try:
+                check_settings(app, env, url)
+            except BaseException:
+                app.close()
+                raise
+            return app
     except CovonautError:
         raise  # e.g. a gap in the upcasters, found before any data is read
     except ImportError as exc:
@@ -269,6 +317,12 @@ def open_application(url: str, env: Mapping[str, str]) -> AgentApplication:
             "bytes, as create_cipher_key() returns"
         )
         raise ConfigurationError(msg) from exc
-    except PersistenceError as exc:
+    except (PersistenceError, sqlite3.DatabaseError) as exc:
+        if "readonly" in str(exc):
+            msg = f"store {url} is read-only ({exc}); make it writable, or add ?mode=ro to read it"
+            raise ReadOnlyStoreError(msg) from exc
+        if "not a database" in str(exc):
+            msg = f"store {url} is not a SQLite database ({exc}); expected a store"
+            raise NotAStoreError(msg) from exc
         msg = f"cannot open store {url}: {exc}"
         raise StoreUnavailableError(msg) from exc

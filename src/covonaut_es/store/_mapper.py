@@ -17,18 +17,20 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
 from functools import cache
 from typing import Any
 from uuid import UUID
 
 import msgspec
-from eventsourcing.domain import CanSnapshotAggregate, DomainEventProtocol
+from eventsourcing.domain import CanMutateAggregate, CanSnapshotAggregate, DomainEventProtocol
 from eventsourcing.persistence import Cipher, Compressor, Mapper, StoredEvent, Transcoder
-from eventsourcing.utils import get_topic, resolve_topic
+from eventsourcing.utils import get_topic
 
+from covonaut_es.domain import AgentThread, ThreadSnapshot
 from covonaut_es.domain._integrity import CHAIN_KEY, UNCHAINED
+from covonaut_es.domain._named_states import StateSaved
 from covonaut_es.errors import SerializationError
 from covonaut_es.migrations import (
     VERSION_KEY,
@@ -231,25 +233,78 @@ def codec_for(cls: type) -> _Codec:
     return _Codec(schema, payload_type)
 
 
+def aggregate_event_classes(aggregate_cls: type) -> Iterator[type]:
+    """The event classes an aggregate class declares or inherits (its ``@event``
+    methods' classes among them)."""
+    for name in dir(aggregate_cls):
+        value = getattr(aggregate_cls, name, None)
+        if isinstance(value, type) and issubclass(value, CanMutateAggregate):
+            yield value
+
+
+def library_event_classes() -> Iterator[type]:
+    """Every class the library itself stores: the thread's events and snapshot, and
+    named states."""
+    yield from aggregate_event_classes(AgentThread)
+    yield ThreadSnapshot
+    yield StateSaved
+
+
 class MsgspecMapper(Mapper[UUID]):
     """A ``Mapper`` that encodes with msgspec and decodes into the declared types.
 
     Compression and encryption run as in eventsourcing's own mapper, after encoding and
     before decoding. Creating one checks the upcaster registry, so that a missing step
     fails before any data is read.
+
+    A stored record's topic is looked up in an allowlist, never imported: the
+    library's own classes plus ``event_classes``. A record of any other topic is a
+    :class:`~covonaut_es.errors.SerializationError`, and an event outside the list is
+    refused before it is written, since it could not be read back.
     """
 
-    def __init__(self, compressor: Compressor | None = None, cipher: Cipher | None = None):
+    def __init__(
+        self,
+        compressor: Compressor | None = None,
+        cipher: Cipher | None = None,
+        *,
+        event_classes: Iterable[type] = (),
+    ):
         check_upcasters()
         super().__init__(JsonTranscoder(), compressor=compressor, cipher=cipher)
+        classes = [*library_event_classes(), *event_classes]
+        self._classes: dict[str, type] = {get_topic(cls): cls for cls in classes}
+
+    def event_class(self, topic: str, *, where: str) -> type:
+        """The class a stored topic names, from the allowlist; nothing is imported.
+
+        Raises:
+            SerializationError: The topic is not one this mapper reads.
+        """
+        cls = self._classes.get(topic)
+        if cls is None:
+            msg = (
+                f"{where}: its type {topic!r} is unknown to this store (expected a "
+                "covonaut topic or an event of an aggregate class the application lists "
+                "in aggregate_classes); it was not imported. Add the aggregate class to "
+                "your AgentApplication's aggregate_classes if the record is yours"
+            )
+            raise SerializationError(msg)
+        return cls
 
     def to_stored_event(self, domain_event: DomainEventProtocol[UUID]) -> StoredEvent:
         cls = type(domain_event)
+        codec = codec_for(cls)
+        topic = get_topic(cls)
+        where = f"event {cls.__qualname__} of {domain_event.originator_id}"
+        if self.event_class(topic, where=where) is not cls:
+            msg = f"{where}: topic {topic!r} names another class in this store's allowlist"
+            raise SerializationError(msg)
         return StoredEvent(
             originator_id=domain_event.originator_id,
             originator_version=domain_event.originator_version,
-            topic=get_topic(cls),
-            state=self.stored_payload(codec_for(cls).encode(domain_event)),
+            topic=topic,
+            state=self.stored_payload(codec.encode(domain_event)),
         )
 
     def stored_payload(self, plain: bytes) -> bytes:
@@ -280,11 +335,7 @@ class MsgspecMapper(Mapper[UUID]):
                 ``StaleSnapshotError``).
         """
         where = _where(stored_event)
-        try:
-            cls = resolve_topic(stored_event.topic)
-        except Exception as exc:
-            msg = f"{where}: its type is unknown to this code: {exc}"
-            raise SerializationError(msg) from exc
+        cls = self.event_class(stored_event.topic, where=where)
         payload = self.plain_payload(stored_event)
         state = codec_for(cls).decode(payload, where=where, migrators=migrators)
         originator_id = stored_event.originator_id
@@ -319,6 +370,6 @@ class MsgspecMapper(Mapper[UUID]):
 
 def _where(stored_event: StoredEvent) -> str:
     return (
-        f"stored event {stored_event.topic!r} of {stored_event.originator_id} "
+        f"stored event {stored_event.topic!r} of stream {stored_event.originator_id} "
         f"at version {stored_event.originator_version}"
     )

@@ -26,6 +26,7 @@ class _SharedMemory:
         self.events = POPOApplicationRecorder()
         self.aggregates: dict[str, AggregateRecorder] = {}
         self.trackers: dict[type[POPOTrackingRecorder], POPOTrackingRecorder] = {}
+        self.settings: dict[str, str] = {}  # the store's recorded options (see _settings)
         self.lock = threading.Lock()
 
 
@@ -45,6 +46,11 @@ class MemoryFactory(popo.POPOFactory):
             if memory is None:
                 memory = _stores[name] = _SharedMemory()
         self._memory = memory  # held by the factory, so by each application using it
+
+    @property
+    def settings(self) -> dict[str, str]:
+        """The options the store was created with, as :mod:`._settings` records them."""
+        return self._memory.settings
 
     def application_recorder(self) -> ApplicationRecorder:
         return self._memory.events

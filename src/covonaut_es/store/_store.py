@@ -20,7 +20,7 @@ from typing import Any, Protocol
 from uuid import UUID
 
 from eventsourcing.application import AggregateNotFoundError, Application, Repository
-from eventsourcing.persistence import IntegrityError
+from eventsourcing.persistence import IntegrityError, OperationalError
 from eventsourcing.utils import get_topic
 
 from covonaut_es._aio import in_worker_thread
@@ -40,6 +40,10 @@ from covonaut_es.domain._named_states import StateSaved, state_stream_id
 from covonaut_es.domain._tree import SessionTreeQueries
 from covonaut_es.errors import (
     ConfigurationError,
+    MissingEventError,
+    MissingFirstEventError,
+    ReadOnlyStoreError,
+    SerializationError,
     StoreUnavailableError,
     ThreadConflictError,
     ThreadNotFoundError,
@@ -57,7 +61,7 @@ from covonaut_es.store._audit import AuditEntry, AuditReport
 from covonaut_es.store._forks import ThreadForking
 from covonaut_es.store._mapper import MsgspecMapper
 from covonaut_es.store._records import StoredRecords
-from covonaut_es.store._urls import canonical_url, redact, store_env
+from covonaut_es.store._urls import SQLITE_PATH, canonical_url, redact, store_env
 
 _LOG_BATCH = 500
 
@@ -65,6 +69,9 @@ _LOG_BATCH = 500
 class _BaseLoader(Protocol):
     def __call__(self, thread_id: str, *, version: int | None = None) -> AgentThread | None: ...
 
+
+_FIRST_EVENTS = (AgentThread.Started, AgentThread.StartedFromState, AgentThread.Forked)
+"""The events a thread's own stream can start with."""
 
 SNAPSHOT_MIN_VERSION = 64
 """No snapshot is written for a thread shorter than this: replaying it is cheap."""
@@ -180,13 +187,14 @@ class Store(StoredRecords, ThreadForking, SessionTreeQueries, Closing):
             for event in events:
                 if isinstance(event, ThreadSnapshot):
                     snapshot_seen.append(event.originator_version)
-                thread = self._fold(thread, event, self.find)
+                thread = self._fold(thread, event, self.find, thread_id)
             return thread
 
         try:
-            thread = self._repository(snapshot_migrators).get(
-                aggregate_id, version=version, projector_func=project
-            )
+            with self._reading(thread_id):
+                thread = self._repository(snapshot_migrators).get(
+                    aggregate_id, version=version, projector_func=project
+                )
         except AggregateNotFoundError:
             return self._inherited(thread_id, version, self.find)
         if snapshot_seen and version is None:
@@ -194,8 +202,9 @@ class Store(StoredRecords, ThreadForking, SessionTreeQueries, Closing):
         return thread
 
     def _fold(
-        self, thread: AgentThread | None, event: Any, load_base: _BaseLoader
+        self, thread: AgentThread | None, event: Any, load_base: _BaseLoader, thread_id: str
     ) -> AgentThread | None:
+        self._check_follows(thread_id, None if thread is None else thread.version, event)
         if thread is None and isinstance(event, AgentThread.Forked):
             base = load_base(event.parent_thread_id, version=event.parent_version)
             if base is None:
@@ -206,6 +215,39 @@ class Store(StoredRecords, ThreadForking, SessionTreeQueries, Closing):
                 raise ThreadNotFoundError(msg)
             return event.graft(base)
         return event.mutate(thread)  # type: ignore[no-any-return]
+
+    @contextlib.contextmanager
+    def _reading(self, thread_id: str) -> Iterator[None]:
+        """Name the thread in a SerializationError raised while reading its stream (a
+        record knows only its stream's id)."""
+        try:
+            yield
+        except SerializationError as exc:
+            named = f"thread {thread_id!r}"
+            if str(exc).startswith(named):
+                raise
+            raise type(exc)(f"{named} in store {self.url}: {exc}") from exc
+
+    def _check_follows(self, thread_id: str, head: int | None, event: Any) -> None:
+        """Raise unless ``event`` follows ``head`` (None: the stream's first) in the
+        thread's stream; a snapshot follows anything."""
+        if isinstance(event, ThreadSnapshot):
+            return
+        version: int = event.originator_version
+        if head is None and not isinstance(event, _FIRST_EVENTS):
+            msg = (
+                f"thread {thread_id!r} in store {self.url} has lost its first event: its "
+                f"stream starts with a {type(event).__name__} at version {version}; "
+                "restore the store from a backup"
+            )
+            raise MissingFirstEventError(msg, thread_id=thread_id, version=version)
+        if head is not None and version != head + 1:
+            msg = (
+                f"thread {thread_id!r} in store {self.url} has lost its event at version "
+                f"{head + 1}: its stream goes from version {head} to {version}; restore "
+                "the store from a backup"
+            )
+            raise MissingEventError(msg, thread_id=thread_id, version=head + 1)
 
     def _inherited(
         self, thread_id: str, version: int | None, load_base: _BaseLoader
@@ -238,6 +280,14 @@ class Store(StoredRecords, ThreadForking, SessionTreeQueries, Closing):
         expected = pending[0].originator_version - 1
         try:
             self._app.save(thread)
+        except OperationalError as exc:
+            if "readonly" not in str(exc):
+                raise
+            msg = (
+                f"store {self.url} is read-only: thread {thread.thread_id!r} was not saved; "
+                "make the file writable, or open it without ?mode=ro"
+            )
+            raise ReadOnlyStoreError(msg) from exc
         except IntegrityError as exc:
             msg = (
                 f"thread {thread.thread_id!r} was changed by another writer: this writer "
@@ -297,12 +347,17 @@ class Store(StoredRecords, ThreadForking, SessionTreeQueries, Closing):
     def history(self, thread_id: str) -> tuple[AgentThread.Event, ...]:
         """Every event of the thread in order, a fork's inherited events first; each
         has ``originator_version`` and ``timestamp``."""
-        own: tuple[AgentThread.Event, ...] = tuple(
-            self._app.events.get(thread_aggregate_id(thread_id))  # type: ignore[arg-type]
-        )
+        with self._reading(thread_id):
+            own: tuple[AgentThread.Event, ...] = tuple(
+                self._app.events.get(thread_aggregate_id(thread_id))  # type: ignore[arg-type]
+            )
         if not own:
             msg = f"thread {thread_id!r} not found in store {self.url}"
             raise ThreadNotFoundError(msg)
+        head: int | None = None
+        for event in own:
+            self._check_follows(thread_id, head, event)
+            head = event.originator_version
         if isinstance(own[0], AgentThread.Forked):
             inherited = self.history(own[0].parent_thread_id)[: own[0].parent_version]
             return inherited + own
@@ -330,8 +385,9 @@ class Store(StoredRecords, ThreadForking, SessionTreeQueries, Closing):
 
     def _replay(self, thread_id: str, *, version: int | None = None) -> AgentThread | None:
         thread: AgentThread | None = None
-        for event in self._app.events.get(thread_aggregate_id(thread_id), lte=version):
-            thread = self._fold(thread, event, self._replay)
+        with self._reading(thread_id):
+            for event in self._app.events.get(thread_aggregate_id(thread_id), lte=version):
+                thread = self._fold(thread, event, self._replay, thread_id)
         return thread or self._inherited(thread_id, version, self._replay)
 
     # Audits -------------------------------------------------------------------------
@@ -473,8 +529,10 @@ def open_store(
         url: ``memory://`` (this process only, lost at exit; ``memory://NAME`` is
             shared by stores and projections of this process that use the same name),
             ``sqlite:///path.db``
-            (a file; ``sqlite:////abs/path.db`` for an absolute path) or
-            ``postgresql://user:password@host:port/dbname`` (needs the ``postgres`` extra).
+            (a file; ``sqlite:////abs/path.db`` for an absolute path; ``?mode=ro``
+            opens it read-only) or ``postgresql://user:password@host:port/dbname``
+            (needs the ``postgres`` extra; every libpq parameter in its query, such
+            as ``?sslmode=require``, reaches each connection).
         max_checkpoints_per_thread: Keep only this many newest checkpoints per thread;
             0 keeps all. Evicting a checkpoint never deletes events.
         cipher_key: Encrypt stored events and snapshots with AES-GCM under this key
@@ -492,6 +550,11 @@ def open_store(
     Raises:
         StoreURLError: The URL's scheme is unknown or the URL is malformed.
         ConfigurationError: An option is invalid or its optional package is missing.
+        StoreSettingsError: The cipher key or compression is not the one the store was
+            created with (``CipherKeyMismatchError``, ``CompressionMismatchError``).
+        NotAStoreError: The database is not a store, or holds another application's
+            tables (``ForeignSchemaError``).
+        ReadOnlyStoreError: The SQLite file is read-only and the open may write.
         StoreUnavailableError: The database cannot be reached.
     """
     env = store_env(url, cipher_key=cipher_key, compress=compress)
@@ -499,7 +562,7 @@ def open_store(
         env[CHAIN_KEY_ENV] = checked_chain_key(chain_key)
     if not create_tables:
         env["CREATE_TABLE"] = "n"
-        sqlite_file = env.get("SQLITE_DBNAME")
+        sqlite_file = env.get(SQLITE_PATH)
         if sqlite_file is not None and not os.path.exists(sqlite_file):
             msg = f"store {redact(url)}: there is no SQLite file {sqlite_file!r} to open"
             raise StoreUnavailableError(msg)

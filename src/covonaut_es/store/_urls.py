@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from covonaut_es.errors import StoreURLError
 
 SCHEMES = ("memory", "sqlite", "postgresql")
+
+SQLITE_PATH = "COVONAUT_SQLITE_PATH"
+"""The environment key of a SQLite store's file path (``SQLITE_DBNAME`` may be a URI)."""
+
+POSTGRES_PARAMS = "COVONAUT_POSTGRES_PARAMS"
+"""The environment key of a PostgreSQL URL's further connection parameters, as JSON."""
+
+SQLITE_MODES = ("ro", "rw", "rwc")
+_POSTGRES_FIELDS = ("dbname", "host", "port", "user", "password", "connect_timeout")
 
 
 def persistence_env(url: str) -> dict[str, str]:
@@ -38,43 +48,101 @@ def persistence_env(url: str) -> dict[str, str]:
 
 def _sqlite_env(url: str, rest: str) -> dict[str, str]:
     # sqlite:///relative.db and sqlite:////absolute.db, as SQLAlchemy spells them.
-    if not rest.startswith("/") or rest == "/":
+    parts = urlsplit(url)
+    if parts.netloc or not rest.startswith("/") or parts.path in ("", "/"):
         msg = f"SQLite store URL {url!r} needs a path: sqlite:///relative.db or sqlite:////abs.db"
         raise StoreURLError(msg)
-    path = Path(unquote(rest[1:]))
-    if not path.parent.exists():
+    if parts.fragment:
+        msg = f"SQLite store URL {url!r} has a '#' fragment; write a '#' in the path as %23"
+        raise StoreURLError(msg)
+    path = Path(unquote(parts.path[1:]))
+    if "\x00" in str(path):
+        msg = f"SQLite store URL {url!r}: the path contains a NUL byte, which no file name can"
+        raise StoreURLError(msg)
+    try:
+        parent_exists, is_dir = path.parent.exists(), path.is_dir()
+    except OSError as exc:  # a name too long, say
+        msg = f"SQLite store URL {url!r}: the path is not a valid file name ({exc})"
+        raise StoreURLError(msg) from exc
+    if not parent_exists:
         msg = f"SQLite store URL {url!r}: directory {str(path.parent)!r} does not exist"
         raise StoreURLError(msg)
-    return {
+    if is_dir:
+        msg = f"SQLite store URL {url!r}: {str(path)!r} is a directory, expected a file"
+        raise StoreURLError(msg)
+    mode = _sqlite_mode(url, parts.query)
+    env = {
         "PERSISTENCE_MODULE": "eventsourcing.sqlite",
         "APPLICATION_RECORDER_TOPIC": "covonaut_es.store._polling:PollingSQLiteApplicationRecorder",
         "SQLITE_DBNAME": str(path),
+        SQLITE_PATH: str(path),
         "SQLITE_LOCK_TIMEOUT": "30",
         "IS_SNAPSHOTTING_ENABLED": "y",
     }
+    if mode or str(path).startswith("file:"):
+        # sqlite3 opens with uri=True: a URI carries the mode, and a name that starts
+        # with "file:" must not be taken for one.
+        env["SQLITE_DBNAME"] = path.resolve().as_uri() + (f"?mode={mode}" if mode else "")
+    if mode == "ro":
+        env["CREATE_TABLE"] = "n"
+    return env
+
+
+def _sqlite_mode(url: str, query: str) -> str | None:
+    try:
+        params = dict(parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query)))
+    except ValueError as exc:
+        msg = f"SQLite store URL {url!r} has a malformed query: {exc}"
+        raise StoreURLError(msg) from exc
+    mode = params.pop("mode", None)
+    if params or (mode is not None and mode not in SQLITE_MODES):
+        found = ", ".join(f"{k}={v}" for k, v in params.items()) or f"mode={mode}"
+        msg = (
+            f"SQLite store URL {url!r}: unsupported query parameter {found}; the only one "
+            f"supported is mode={'|'.join(SQLITE_MODES)} (ro opens the file read-only)"
+        )
+        raise StoreURLError(msg)
+    return mode
 
 
 def _postgres_env(url: str) -> dict[str, str]:
-    parts = urlsplit(url)
-    dbname = unquote(parts.path.lstrip("/"))
-    if not parts.hostname or not dbname:
-        msg = f"PostgreSQL store URL {url!r} needs a host and a database name"
-        raise StoreURLError(msg)
     try:
-        port = parts.port or 5432
-    except ValueError as exc:
-        msg = f"PostgreSQL store URL {url!r} has an invalid port"
+        from psycopg import Error as PsycopgError
+        from psycopg.conninfo import conninfo_to_dict
+    except ImportError as exc:
+        msg = f"PostgreSQL store URL {redact(url)!r} needs psycopg: install 'covonaut-es[postgres]'"
         raise StoreURLError(msg) from exc
+    try:
+        params = {k: str(v) for k, v in conninfo_to_dict(url).items()}
+    except PsycopgError as exc:
+        msg = f"PostgreSQL store URL {redact(url)!r} is not understood: {exc}"
+        raise StoreURLError(msg) from exc
+    if not params.get("host") or not params.get("dbname"):
+        msg = f"PostgreSQL store URL {redact(url)!r} needs a host and a database name"
+        raise StoreURLError(msg)
+    port = params.get("port", "5432")
+    if not port.isdigit():
+        msg = f"PostgreSQL store URL {redact(url)!r} has an invalid port {port!r}"
+        raise StoreURLError(msg)
+    extra = {k: v for k, v in params.items() if k not in _POSTGRES_FIELDS}
     return {
         "PERSISTENCE_MODULE": "eventsourcing.postgres",
-        "POSTGRES_DBNAME": dbname,
-        "POSTGRES_HOST": parts.hostname,
-        "POSTGRES_PORT": str(port),
-        "POSTGRES_USER": unquote(parts.username or ""),
-        "POSTGRES_PASSWORD": unquote(parts.password or ""),
-        "POSTGRES_CONNECT_TIMEOUT": "5",
+        "POSTGRES_DBNAME": params["dbname"],
+        "POSTGRES_HOST": params["host"],
+        "POSTGRES_PORT": port,
+        "POSTGRES_USER": params.get("user", ""),
+        "POSTGRES_PASSWORD": params.get("password", ""),
+        "POSTGRES_CONNECT_TIMEOUT": params.get("connect_timeout", "5"),
+        POSTGRES_PARAMS: json.dumps(extra, sort_keys=True),
         "IS_SNAPSHOTTING_ENABLED": "y",
     }
+
+
+def postgres_params(env: Mapping[str, str]) -> dict[str, str]:
+    """The further libpq parameters (``sslmode`` and the like) of a PostgreSQL store's
+    URL, each passed to every connection."""
+    params: dict[str, str] = json.loads(env.get(POSTGRES_PARAMS) or "{}")
+    return params
 
 
 def store_env(url: str, *, cipher_key: str | None = None, compress: bool = False) -> dict[str, str]:

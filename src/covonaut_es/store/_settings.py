@@ -1,0 +1,274 @@
+"""What an open checks before it hands out a store: that a SQLite file is a store
+(:func:`check_sqlite_file`), and its encryption and compression, recorded when it is
+created (:func:`check_settings`).
+
+Without this check a process with a wrong key, or none, would write new threads into
+an encrypted store (in plain text when it has no key), and listing the store would
+fail afterwards even with the right key. A store records a fingerprint of its key (an
+HMAC-SHA256 of a fixed label under the key: never the key) and its compression in a
+small table of its own; :func:`check_settings` compares them with the options of each
+open, before anything is written.
+
+Opens that must not write (``create_tables=False``, as ``migrate --check`` uses) are
+not checked: they report each record that does not decode instead.
+
+A store created before this existed has no such record. If it holds no events yet, the
+first open records its options. Otherwise its first stored event is decoded with the
+options given, so a wrong key or compression still fails at open; nothing is written
+to it, since its data must never be changed behind its owner's back.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import os
+import sqlite3
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+from eventsourcing.application import Application
+
+from covonaut_es.errors import (
+    CipherKeyMismatchError,
+    CompressionMismatchError,
+    ForeignSchemaError,
+    NotAStoreError,
+    ReadOnlyStoreError,
+    SerializationError,
+    StoreSettingsError,
+)
+from covonaut_es.store._mapper import MsgspecMapper, decode_object
+
+SETTINGS_TABLE = "covonaut_settings"
+NO_KEY = "none"
+_LABEL = b"covonaut-es store key check v1"
+
+
+_RECORD_COLUMNS = frozenset({"originator_id", "originator_version", "topic", "state"})
+_TABLE_COLUMNS = {
+    "stored_events": _RECORD_COLUMNS,
+    "stored_snapshots": _RECORD_COLUMNS,
+    SETTINGS_TABLE: frozenset({"name", "value"}),
+}
+
+
+def check_sqlite_file(path: str, url: str, *, writable: bool) -> None:
+    """Check an existing SQLite file before eventsourcing opens (and writes) it.
+
+    Raises:
+        NotAStoreError: The file is not a SQLite database.
+        ForeignSchemaError: A table under a store's name has other columns.
+        ReadOnlyStoreError: ``writable`` is asked for and the file is read-only.
+    """
+    file = Path(path)
+    if not file.is_file() or file.stat().st_size == 0:
+        return
+    if writable and not os.access(file, os.W_OK):
+        msg = (
+            f"store {url}: the file {path!r} is read-only; make it writable, or add "
+            "?mode=ro to the URL to read it"
+        )
+        raise ReadOnlyStoreError(msg)
+    try:
+        conn = sqlite3.connect(f"{file.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            found = {
+                table: {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+                for table in _TABLE_COLUMNS
+            }
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:
+        msg = f"store {url}: the file {path!r} is not a SQLite database ({exc}); expected a store"
+        raise NotAStoreError(msg) from exc
+    for table, columns in found.items():
+        if columns and not _TABLE_COLUMNS[table] <= columns:
+            msg = (
+                f"store {url}: table {table!r} belongs to another application: expected "
+                f"columns {sorted(_TABLE_COLUMNS[table])}, found {sorted(columns)}; use "
+                "another file for the store (nothing was written)"
+            )
+            raise ForeignSchemaError(msg)
+
+
+def key_fingerprint(cipher_key: str | None) -> str:
+    """The fingerprint of a cipher key as a store records it; ``"none"`` without one."""
+    if cipher_key is None:
+        return NO_KEY
+    try:
+        key = base64.b64decode(cipher_key, validate=True)
+    except binascii.Error:
+        key = cipher_key.encode()
+    return "hmac-sha256:" + hmac.new(key, _LABEL, hashlib.sha256).hexdigest()
+
+
+def requested_settings(env: Mapping[str, str]) -> dict[str, str]:
+    """The settings an open asks for, from its eventsourcing environment."""
+    return {
+        "cipher": key_fingerprint(env.get("CIPHER_KEY")),
+        "compression": "zlib" if env.get("COMPRESSOR_TOPIC") else "none",
+    }
+
+
+def check_settings(app: Application[UUID], env: Mapping[str, str], url: str) -> None:
+    """Check the options of an open against those the store was created with,
+    recording them for a store that has none and no events yet.
+
+    Raises:
+        CipherKeyMismatchError: The key is not the store's, or one of the two has none.
+        CompressionMismatchError: The compression is not the store's.
+        StoreSettingsError: An older store's first event does not decode with these
+            options.
+    """
+    if env.get("CREATE_TABLE") == "n":
+        return  # a read-only open: its reads report records that do not decode
+    requested = requested_settings(env)
+    table = _settings_table(app)
+    recorded = table.read()
+    if not recorded:
+        if app.recorder.max_notification_id():
+            _check_first_event(app, url, requested)
+            return
+        table.write(requested)
+        recorded = table.read()
+    _compare(recorded, requested, url)
+
+
+def _compare(recorded: Mapping[str, str], requested: Mapping[str, str], url: str) -> None:
+    stored_key, given_key = recorded.get("cipher", NO_KEY), requested["cipher"]
+    if stored_key != given_key:
+        if given_key == NO_KEY:
+            found = "it was opened without a cipher key; pass the key it was created with"
+        elif stored_key == NO_KEY:
+            found = "it is not encrypted, but a cipher key was given; open it without one"
+        else:
+            found = "the cipher key given is another; pass the key it was created with"
+        msg = f"store {url} is {_describe(stored_key)}: {found} (nothing was written)"
+        raise CipherKeyMismatchError(msg)
+    stored_mode, given_mode = recorded.get("compression", "none"), requested["compression"]
+    if stored_mode != given_mode:
+        msg = (
+            f"store {url} was created with compression {stored_mode!r} but opened with "
+            f"{given_mode!r}: pass compress={stored_mode != 'none'} (--compressed on the "
+            "command line) as when it was created (nothing was written)"
+        )
+        raise CompressionMismatchError(msg)
+
+
+def _describe(fingerprint: str) -> str:
+    return "not encrypted" if fingerprint == NO_KEY else "encrypted"
+
+
+def _check_first_event(app: Application[UUID], url: str, requested: Mapping[str, str]) -> None:
+    mapper = app.mapper
+    assert isinstance(mapper, MsgspecMapper)
+    [first] = app.recorder.select_notifications(None, 1)
+    try:
+        decode_object(mapper.plain_payload(first), where=f"store {url}")
+    except SerializationError as exc:
+        options = (
+            f"cipher key {'given' if requested['cipher'] != NO_KEY else 'not given'}, "
+            f"compression {requested['compression']!r}"
+        )
+        msg = (
+            f"store {url} predates recorded settings and its first event does not decode "
+            f"with the options given ({options}): open it with the cipher key and compress "
+            f"option it was written with (nothing was written). {exc}"
+        )
+        raise StoreSettingsError(msg) from exc
+
+
+class _Table:
+    """The settings of one store: name and value pairs."""
+
+    def read(self) -> dict[str, str]:
+        raise NotImplementedError
+
+    def write(self, settings: Mapping[str, str]) -> None:
+        """Record settings unless some are recorded already (the first opener wins)."""
+        raise NotImplementedError
+
+
+class _MemoryTable(_Table):
+    def __init__(self, settings: dict[str, str]) -> None:
+        self._settings = settings
+
+    def read(self) -> dict[str, str]:
+        return dict(self._settings)
+
+    def write(self, settings: Mapping[str, str]) -> None:
+        for name, value in settings.items():
+            self._settings.setdefault(name, value)
+
+
+class _SQLTable(_Table):
+    def __init__(self, datastore: Any, qualified_name: str, placeholder: str) -> None:
+        self._datastore = datastore
+        self._name = qualified_name
+        self._placeholder = placeholder
+
+    def read(self) -> dict[str, str]:
+        with self._datastore.transaction(commit=False) as cursor:
+            if not self._exists(cursor):
+                return {}
+            cursor.execute(f"SELECT name, value FROM {self._name}")
+            rows = cursor.fetchall()
+        return {_column(row, 0, "name"): _column(row, 1, "value") for row in rows}
+
+    def write(self, settings: Mapping[str, str]) -> None:
+        p = self._placeholder
+        with self._datastore.transaction(commit=True) as cursor:
+            cursor.execute(
+                f"CREATE TABLE IF NOT EXISTS {self._name} "
+                "(name TEXT PRIMARY KEY, value TEXT NOT NULL)"
+            )
+            for name, value in settings.items():
+                cursor.execute(
+                    f"INSERT INTO {self._name} (name, value) VALUES ({p}, {p}) "
+                    "ON CONFLICT (name) DO NOTHING",
+                    (name, value),
+                )
+
+    def _exists(self, cursor: Any) -> bool:
+        raise NotImplementedError
+
+
+class _SQLiteTable(_SQLTable):
+    def _exists(self, cursor: Any) -> bool:
+        cursor.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (SETTINGS_TABLE,)
+        )
+        return cursor.fetchone() is not None
+
+
+class _PostgresTable(_SQLTable):
+    def __init__(self, datastore: Any) -> None:
+        self._schema = datastore.schema
+        super().__init__(datastore, f'"{self._schema}".{SETTINGS_TABLE}', "%s")
+
+    def _exists(self, cursor: Any) -> bool:
+        cursor.execute("SELECT to_regclass(%s) AS found", (f'"{self._schema}".{SETTINGS_TABLE}',))
+        row = cursor.fetchone()
+        return row is not None and _column(row, 0, "found") is not None
+
+
+def _column(row: Any, index: int, name: str) -> Any:
+    return row[name] if isinstance(row, Mapping) else row[index]
+
+
+def _settings_table(app: Application[UUID]) -> _Table:
+    module = app.factory.__class__.__module__
+    datastore = getattr(app.recorder, "datastore", None)
+    if module == "eventsourcing.sqlite":
+        return _SQLiteTable(datastore, SETTINGS_TABLE, "?")
+    if module == "eventsourcing.postgres":
+        return _PostgresTable(datastore)
+    settings = getattr(app.factory, "settings", None)
+    if isinstance(settings, dict):
+        return _MemoryTable(settings)
+    return _MemoryTable({})

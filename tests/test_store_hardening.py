@@ -1,0 +1,377 @@
+"""Stores facing hostile or damaged data: stored topics, keys, corruption, URLs."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import msgspec
+import pytest
+from eventsourcing.domain import Aggregate, event
+
+from covonaut_es import AgentThread, SerializationError, create_cipher_key, open_store
+from covonaut_es.audit import export_thread, import_threads
+from covonaut_es.domain import thread_aggregate_id
+from covonaut_es.errors import (
+    CipherKeyMismatchError,
+    CompressionMismatchError,
+    ForeignSchemaError,
+    MissingEventError,
+    MissingFirstEventError,
+    ReadOnlyStoreError,
+    StoreSettingsError,
+    StoreURLError,
+    TransferError,
+)
+from covonaut_es.messages import Message, Role
+from covonaut_es.store import AgentApplication, Store
+from covonaut_es.store._settings import SETTINGS_TABLE, _settings_table
+from covonaut_es.store._urls import persistence_env, postgres_params
+from support import append_raw_event
+from test_cli import ROOT, covonaut_es
+
+NOW = datetime(2026, 5, 6, tzinfo=UTC)
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[Store]:
+    """A store of each kind, without the replay check at teardown: these tests leave
+    records in it that no code can read."""
+    opened = open_store(store_url)
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
+def planted_topic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, Path]:
+    """The topic of a class in an importable module that creates a file when imported;
+    (topic, that file)."""
+    flag = tmp_path / "imported.flag"
+    module = tmp_path / "planted_module.py"
+    module.write_text(f"open({str(flag)!r}, 'w').close()\n\nclass Thing:\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return "planted_module:Thing", flag
+
+
+def test_a_stored_topic_naming_a_module_is_refused_without_importing_it(
+    store: Store, planted_topic: tuple[str, Path]
+) -> None:
+    """Reading a record whose topic names an importable module raises a SerializationError
+    naming its stream and version, and the module's code never runs."""
+    topic, flag = planted_topic
+    store.save(AgentThread.start("t", now=NOW))
+    version = append_raw_event(store, "t", topic, msgspec.json.encode({"_v": 1}))
+
+    stream = thread_aggregate_id("t")
+    for read in (store.history, store.load):
+        with pytest.raises(
+            SerializationError, match=rf"thread 't' .*{stream} at version {version}.*not imported"
+        ):
+            read("t")
+    assert not flag.exists()
+    assert list(store.thread_ids()) == ["t"]
+
+
+def test_import_refuses_a_line_whose_topic_names_a_module(
+    store: Store, planted_topic: tuple[str, Path]
+) -> None:
+    """An import line whose topic names an importable module is refused before anything
+    is written, and the module is not imported."""
+    topic, flag = planted_topic
+    store.save(AgentThread.start("t", now=NOW))
+    [line] = export_thread(store, "t")
+    exported = msgspec.json.decode(line)
+    exported["thread_id"] = "copy"
+    planted = {**exported, "version": 2, "topic": topic, "payload": {"_v": 1}}
+    lines = [msgspec.json.encode(exported).decode(), msgspec.json.encode(planted).decode()]
+
+    with pytest.raises(TransferError, match="version 2: unknown event type"):
+        import_threads(store, lines)
+    assert not flag.exists()
+    assert not store.exists("copy")
+
+
+class Note(Aggregate):
+    """An application's own aggregate."""
+
+    @event("Written")
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+class Listing(AgentApplication):
+    """An application that lists its aggregate."""
+
+    aggregate_classes = (Note,)
+
+
+class Unlisting(AgentApplication):
+    """An application that does not list its aggregate."""
+
+
+def test_an_application_reads_the_aggregates_it_lists(store_url: str) -> None:
+    """An AgentApplication reads back the events of the aggregate classes it lists."""
+    app = Listing(env=persistence_env(store_url))
+    note = Note("pens")
+    app.save(note)
+    assert app.repository.get(note.id).text == "pens"
+    app.close()
+
+
+def test_an_application_refuses_to_write_events_it_could_not_read(store_url: str) -> None:
+    """An event of an aggregate the application does not list is refused before it is
+    stored, with a message saying to list the class in aggregate_classes."""
+    app = Unlisting(env=persistence_env(store_url))
+    note = Note("pens")
+    with pytest.raises(SerializationError, match="aggregate_classes"):
+        app.save(note)
+    assert app.recorder.select_events(note.id) == []
+    app.close()
+
+
+@pytest.fixture
+def reopenable_url(store_url: str) -> str:
+    """A store URL that a second open reaches: memory stores get a name."""
+    return f"memory://{uuid.uuid4().hex}" if store_url == "memory://" else store_url
+
+
+def test_another_key_or_none_fails_at_open_and_the_right_key_still_reads(
+    reopenable_url: str,
+) -> None:
+    """Opening an encrypted store with another key or none raises CipherKeyMismatchError
+    saying which; the store keeps only a fingerprint of its key, and reads with it."""
+    key = create_cipher_key()
+    with open_store(reopenable_url, cipher_key=key) as first:
+        first.save(AgentThread.start("t", now=NOW))
+        with pytest.raises(CipherKeyMismatchError, match="key given is another"):
+            open_store(reopenable_url, cipher_key=create_cipher_key())
+        with pytest.raises(CipherKeyMismatchError, match="opened without a cipher key"):
+            open_store(reopenable_url)
+        settings = _settings_table(first._app).read()
+        assert settings["cipher"].startswith("hmac-sha256:")
+        assert key not in settings["cipher"]
+        with open_store(reopenable_url, cipher_key=key) as again:
+            assert list(again.thread_ids()) == ["t"]
+
+
+def test_a_key_for_a_plain_store_fails_at_open(reopenable_url: str) -> None:
+    """A cipher key given for a store created without one raises CipherKeyMismatchError."""
+    with open_store(reopenable_url) as first:
+        first.save(AgentThread.start("t", now=NOW))
+        with pytest.raises(CipherKeyMismatchError, match="is not encrypted"):
+            open_store(reopenable_url, cipher_key=create_cipher_key())
+
+
+def test_another_compression_fails_at_open(reopenable_url: str) -> None:
+    """Opening a compressed store without compression raises CompressionMismatchError
+    naming the option to pass."""
+    with open_store(reopenable_url, compress=True) as first:
+        first.save(AgentThread.start("t", now=NOW))
+        with pytest.raises(CompressionMismatchError, match="pass compress=True"):
+            open_store(reopenable_url)
+
+
+def test_an_empty_store_keeps_the_options_of_its_first_open(reopenable_url: str) -> None:
+    """A store without events records the options it was first opened with, so a later
+    open with another key fails even before anything was stored."""
+    with (
+        open_store(reopenable_url, cipher_key=create_cipher_key()),
+        pytest.raises(CipherKeyMismatchError),
+    ):
+        open_store(reopenable_url, cipher_key=create_cipher_key())
+
+
+def test_an_older_store_is_checked_by_decoding_its_first_event(shared_url: str) -> None:
+    """A store with events but no recorded options (made before they were recorded) is
+    checked by decoding its first event: a wrong key fails at open, the right key opens
+    it, and neither records anything in it."""
+    key = create_cipher_key()
+    with open_store(shared_url, cipher_key=key) as first:
+        first.save(AgentThread.start("t", now=NOW))
+        with first._app.recorder.datastore.transaction(commit=True) as cursor:
+            cursor.execute(f"DROP TABLE {SETTINGS_TABLE}")
+    with pytest.raises(StoreSettingsError, match="predates recorded settings"):
+        open_store(shared_url)
+    with open_store(shared_url, cipher_key=key) as again:
+        assert list(again.thread_ids()) == ["t"]
+        assert _settings_table(again._app).read() == {}
+
+
+def delete_event(store: Store, thread_id: str, version: int) -> None:
+    """Delete one stored event behind the library's back, as damage would."""
+    sqlite = store._app.factory.__class__.__module__ == "eventsourcing.sqlite"
+    table, mark = ("stored_events", "?") if sqlite else ("covonaut_events", "%s")
+    stream = thread_aggregate_id(thread_id)
+    with store._app.recorder.datastore.transaction(commit=True) as cursor:
+        cursor.execute(
+            f"DELETE FROM {table} WHERE originator_id = {mark} AND originator_version = {mark}",
+            (stream.hex if sqlite else stream, version),
+        )
+
+
+def three_messages(store: Store, thread_id: str = "t") -> None:
+    """Store a thread of four events."""
+    thread = AgentThread.start(thread_id, now=NOW)
+    for text in ("one", "two", "three"):
+        thread.steer(Message(Role.USER, text), now=NOW)
+    store.save(thread)
+
+
+@pytest.mark.parametrize(
+    ("deleted", "error", "message"),
+    [
+        (2, MissingEventError, r"'t' .* lost its event at version 2"),
+        (1, MissingFirstEventError, r"'t' .* lost its first event"),
+    ],
+)
+def test_a_deleted_event_names_the_thread_and_version(
+    shared_url: str, deleted: int, error: type[Exception], message: str
+) -> None:
+    """Loading, replaying or listing the history of a thread one of whose events was
+    deleted raises MissingEventError (MissingFirstEventError for its first) naming the
+    thread and the missing version."""
+    with open_store(shared_url) as store:
+        three_messages(store)
+        delete_event(store, "t", deleted)
+        for read in (store.load, store.replay_state, store.history):
+            with pytest.raises(error, match=message) as raised:
+                read("t")
+            assert isinstance(raised.value, MissingEventError)
+            assert (raised.value.thread_id, raised.value.version) == ("t", 2)
+
+
+def damaged_stores(tmp_path: Path) -> dict[str, tuple[str, ...]]:
+    """SQLite files damaged in each way, each with the command that reads it."""
+    for name, version in (("middle", 2), ("first", 1)):
+        with open_store(f"sqlite:///{tmp_path / name}.db") as store:
+            three_messages(store)
+            delete_event(store, "t", version)
+    (tmp_path / "text.db").write_bytes(b"these are not the bytes of a database\n" * 200)
+    with contextlib.closing(sqlite3.connect(tmp_path / "foreign.db")) as conn:
+        conn.execute("CREATE TABLE stored_events (id INTEGER, payload TEXT)")
+        conn.commit()
+    return {
+        "middle": ("threads",),
+        "first": ("history", "t"),
+        "text": ("threads",),
+        "foreign": ("threads",),
+    }
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        ("middle", "lost its event at version 2"),
+        ("first", "lost its first event"),
+        ("text", "is not a SQLite database"),
+        ("foreign", "belongs to another application"),
+    ],
+)
+def test_the_command_line_reports_a_damaged_store_in_one_line(
+    tmp_path: Path, damage: str, message: str
+) -> None:
+    """Reading a damaged store or a file that is not one exits 2 with one line on
+    stderr saying what is wrong, and no traceback."""
+    command = damaged_stores(tmp_path)[damage]
+    result = covonaut_es(*command, "--store", f"sqlite:///{tmp_path / damage}.db")
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.splitlines()) == 1
+    assert message in result.stderr
+
+
+def test_a_foreign_table_is_left_unwritten(tmp_path: Path) -> None:
+    """Opening a file whose stored_events table is another application's raises
+    ForeignSchemaError and creates none of the store's tables in it."""
+    damaged_stores(tmp_path)
+    with pytest.raises(ForeignSchemaError, match="expected columns"):
+        open_store(f"sqlite:///{tmp_path / 'foreign.db'}")
+    with contextlib.closing(sqlite3.connect(tmp_path / "foreign.db")) as conn:
+        tables = [row[0] for row in conn.execute("SELECT name FROM sqlite_master")]
+    assert tables == ["stored_events"]
+
+
+def test_a_read_only_file_is_refused_for_writing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store file the process cannot write is a ReadOnlyStoreError at a writing open
+    (tests run as root, so the file's permission is simulated)."""
+    url = f"sqlite:///{tmp_path / 'threads.db'}"
+    with open_store(url) as store:
+        three_messages(store)
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: mode != os.W_OK and real_access(p, mode))
+    with pytest.raises(ReadOnlyStoreError, match=r"read-only.*mode=ro"):
+        open_store(url)
+
+
+def test_a_read_only_sqlite_url_reads_and_refuses_writes(tmp_path: Path) -> None:
+    """sqlite:///x.db?mode=ro opens the file read-only: threads read, a save raises
+    ReadOnlyStoreError, and no file named after the query appears."""
+    url = f"sqlite:///{tmp_path / 'threads.db'}"
+    with open_store(url) as store:
+        three_messages(store)
+    with open_store(url + "?mode=ro") as read_only:
+        thread = read_only.load("t")
+        assert list(read_only.thread_ids()) == ["t"]
+        thread.steer(Message(Role.USER, "four"), now=NOW)
+        with pytest.raises(ReadOnlyStoreError, match="not saved"):
+            read_only.save(thread)
+    assert sorted(p.name for p in tmp_path.iterdir() if "?" in p.name) == []
+    with open_store(url) as store:
+        assert store.load("t").version == 4
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("sqlite:///threads.db?cache=shared", "unsupported query parameter cache=shared"),
+        ("sqlite:///threads.db?mode=memory", "unsupported query parameter mode=memory"),
+        ("sqlite:///a\x00b.db", "NUL byte"),
+        ("sqlite:///a%00b.db", "NUL byte"),
+        ("postgresql://localhost/app?bogus=1", "bogus"),
+        ("postgresql://localhost:port/app", "invalid port"),
+    ],
+)
+def test_a_malformed_store_url_names_its_problem(url: str, message: str) -> None:
+    """A store URL with an unsupported parameter or an impossible path raises
+    StoreURLError saying what is wrong, not an error about something else."""
+    with pytest.raises(StoreURLError, match=message):
+        open_store(url)
+
+
+def test_postgres_url_parameters_reach_every_connection(postgres_database: str) -> None:
+    """A PostgreSQL URL's query parameters (sslmode, application_name, ...) are passed
+    to the store's connections, not dropped."""
+    assert postgres_params(persistence_env(postgres_database + "?sslmode=disable")) == {
+        "sslmode": "disable"
+    }
+    url = postgres_database + "?application_name=covonaut-check&sslmode=disable"
+    with open_store(url) as store:
+        store.save(AgentThread.start("t", now=NOW))
+        with store._app.recorder.datastore.transaction(commit=False) as cursor:
+            cursor.execute("SHOW application_name")
+            assert cursor.fetchone()["application_name"] == "covonaut-check"
+
+
+def test_the_command_line_import_runs_no_module_a_line_names(
+    tmp_path: Path, planted_topic: tuple[str, Path]
+) -> None:
+    """`import` of a line whose topic names an importable module exits 2 with one line
+    and never imports it, even with the module on the command's path."""
+    topic, flag = planted_topic
+    line = {"thread_id": "t", "version": 1, "topic": topic, "payload": {"_v": 1}}
+    export = tmp_path / "planted.jsonl"
+    export.write_bytes(msgspec.json.encode(line) + b"\n")
+    path = os.pathsep.join([str(ROOT / "src"), str(tmp_path)])
+    url = f"sqlite:///{tmp_path / 'threads.db'}"
+    result = covonaut_es("import", str(export), "--store", url, env={"PYTHONPATH": path})
+    assert result.returncode == 2, result.stderr
+    assert len(result.stderr.splitlines()) == 1
+    assert "unknown event type" in result.stderr
+    assert not flag.exists()
