@@ -90,7 +90,7 @@ def test_import_refuses_a_line_whose_topic_names_a_module(
     planted = {**exported, "version": 2, "topic": topic, "payload": {"_v": 1}}
     lines = [msgspec.json.encode(exported).decode(), msgspec.json.encode(planted).decode()]
 
-    with pytest.raises(TransferError, match="version 2: unknown event type"):
+    with pytest.raises(TransferError, match=r"version 2\): unknown event type"):
         import_threads(store, lines)
     assert not flag.exists()
     assert not store.exists("copy")
