@@ -552,15 +552,17 @@ def test_hmac_token_verifies_as_its_reviewer() -> None:
     assert HmacReviewerVerifier(SECRET).verify(BOB) == "bob"
 
 
-def test_hmac_verifier_refuses_an_empty_secret_and_warns_of_a_short_one(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    """An empty secret is a configuration error; one under 32 bytes is logged."""
-    with pytest.raises(ConfigurationError, match="must not be empty"):
-        HmacReviewerVerifier(b"")
-    short = HmacReviewerVerifier("short")
-    assert short.verify(short.issue_token("ann", 60)) == "ann"
-    assert "fewer than the 32 recommended" in caplog.text
+@pytest.mark.parametrize("secret", [b"", b"k", "short", b"x" * 31])
+def test_hmac_verifier_refuses_a_secret_shorter_than_32_bytes(secret: str | bytes) -> None:
+    """A secret under 32 bytes is a configuration error that says how to make one."""
+    with pytest.raises(ConfigurationError, match=r"at least 32 bytes.*token_bytes\(32\)"):
+        HmacReviewerVerifier(secret)
+
+
+def test_hmac_verifier_accepts_a_secret_of_32_bytes() -> None:
+    """A secret of exactly 32 bytes signs and verifies tokens."""
+    verifier = HmacReviewerVerifier(b"k" * 32)
+    assert verifier.verify(verifier.issue_token("ann", 60)) == "ann"
 
 
 def test_hmac_verifier_never_shows_its_secret() -> None:
