@@ -66,9 +66,9 @@ def test_arguments_are_validated_against_the_schema(store: Store) -> None:
     agent = agent_on(store, script, tools=[echo_tool(log)])
     agent.run("go")
     results = tool_results(agent)
-    assert "$.text: expected string, got integer" in results["c1"]
-    assert "missing required property 'text'" in results["c2"]
-    assert "unexpected property 'x'" in results["c3"]
+    assert "$.text: 5 is not of type 'string'" in results["c1"]
+    assert "$: 'text' is a required property" in results["c2"]
+    assert "('x' was unexpected)" in results["c3"]
     assert log == []
 
 

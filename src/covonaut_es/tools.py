@@ -9,7 +9,7 @@ from typing import Any
 import attrs
 import msgspec
 
-from covonaut_es._schema import validation_error
+from covonaut_es._schema import ArgumentsValidator, compile_schema, validation_error
 from covonaut_es.domain import ReviewDecision
 from covonaut_es.messages import JsonValue, ToolCall, ToolSpec
 
@@ -57,8 +57,10 @@ class Tool:
     Attributes:
         name: The name the model uses.
         description: What the tool does, for the model.
-        parameters: JSON Schema of the arguments object; arguments are validated
-            against it before ``func`` runs.
+        parameters: JSON Schema of the arguments object (draft 2020-12 unless its
+            ``$schema`` names another); it is checked when the tool is made, and
+            arguments are validated against it with ``jsonschema`` before ``func``
+            runs. ``$ref`` resolves within the schema only.
         func: ``func(ctx, args)`` returning a JSON-encodable value (a string is passed
             to the model as is). Raise ``InterruptError`` to pause the run.
         idempotent: Running the call twice is harmless, so a call left in doubt by a
@@ -80,6 +82,15 @@ class Tool:
             attrs.validators.instance_of(bool), attrs.validators.is_callable()
         ),
     )
+    _validator: ArgumentsValidator = attrs.field(init=False, repr=False, eq=False)
+
+    def __attrs_post_init__(self) -> None:
+        """Check the parameters schema once, so a bad one fails here, naming the tool.
+
+        Raises:
+            ConfigurationError: ``parameters`` is not a valid JSON Schema.
+        """
+        object.__setattr__(self, "_validator", compile_schema(self.name, self.parameters))
 
     @property
     def spec(self) -> ToolSpec:
@@ -120,7 +131,7 @@ def parse_arguments(tool: Tool, call: ToolCall) -> dict[str, Any]:
     except msgspec.DecodeError as exc:
         error = f"are not valid JSON: {exc}"
     else:
-        invalid = validation_error(args, tool.parameters)
+        invalid = validation_error(tool._validator, args)
         if invalid is None:
             return args
         error = f"are invalid: {invalid}"
