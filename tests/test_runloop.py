@@ -20,11 +20,19 @@ from covonaut_es import (
     Tool,
     ToolContext,
 )
-from covonaut_es.errors import MaxTurnsExceededError, ProviderError, ScriptExhaustedError
+from covonaut_es.domain import ToolOutcome
+from covonaut_es.errors import (
+    InterruptError,
+    MaxTurnsExceededError,
+    ProviderError,
+    ScriptExhaustedError,
+    ToolArgumentsLimitError,
+)
 from covonaut_es.messages import Usage
 from covonaut_es.runtime import SummarizingCompactor
 from covonaut_es.runtime._compaction import SUMMARY_PREFIX, context_messages
 from covonaut_es.runtime._loop import FINAL_TURN_INSTRUCTION
+from covonaut_es.tools import MAX_ARGUMENTS_BYTES, MAX_ARGUMENTS_DEPTH, check_arguments_limits
 from support import OBJECT_SCHEMA, answer, call, echo_tool, ticking_clock
 
 
@@ -232,3 +240,145 @@ def test_context_messages_never_start_the_tail_with_a_tool_result() -> None:
 
     view = context_messages(messages, Compaction("s", plan.first_kept))
     assert view[0].role is Role.SYSTEM and view[1].content.startswith(SUMMARY_PREFIX)
+
+
+class _Returns:
+    """A provider whose complete() returns a fixed value, whatever it is."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def complete(self, request: ProviderRequest) -> Any:
+        return self.value
+
+
+@pytest.mark.parametrize(
+    "value",
+    [None, "hello", {"content": "hi"}, ProviderResponse(content=5)],  # type: ignore[arg-type]
+    ids=["none", "str", "dict", "badly-typed"],
+)
+def test_a_provider_answer_that_is_not_a_response_fails_the_run(store: Store, value: Any) -> None:
+    """Anything but a well-typed ProviderResponse is a ProviderError and a recorded failure."""
+    agent = Agent(
+        AgentConfig(
+            provider=_Returns(value),  # type: ignore[arg-type]
+            checkpoint=CheckpointSettings(store=store, thread_id="t"),
+            clock=ticking_clock(),
+        )
+    )
+    with pytest.raises(ProviderError, match="the model provider returned"):
+        agent.run("go")
+    assert agent.status is ThreadStatus.ERROR
+    assert [type(e).__name__ for e in store.history("t")][-1] == "RunFailed"
+    assert store.state_at("t").status is ThreadStatus.ERROR
+
+
+def outcomes(store: Store) -> dict[str, ToolOutcome]:
+    return {
+        e.tool_call_id: e.outcome
+        for e in store.history("t")
+        if type(e).__name__ == "ToolResultRecorded"
+    }
+
+
+@pytest.mark.parametrize(
+    ("arguments", "found"),
+    [
+        ('{"text": ' + "[" * 1000 + "]" * 1000 + "}", "nested 1001 deep, more than the 64"),
+        ('{"text": "' + "x" * (MAX_ARGUMENTS_BYTES + 1) + '"}', "bytes, more than the"),
+    ],
+    ids=["deep", "huge"],
+)
+def test_arguments_over_the_limits_are_refused_and_not_in_doubt(
+    store: Store, arguments: str, found: str
+) -> None:
+    """Too deep or too large arguments get a recorded refusal; the tool never runs."""
+    log: list[str] = []
+    agent = agent_on(store, [call(("c1", "echo", arguments)), answer("ok")], tools=[echo_tool(log)])
+    assert agent.run("go") == "ok"
+    assert found in tool_results(agent)["c1"]
+    assert tool_results(agent)["c1"].startswith("Not executed: arguments for 'echo' were refused")
+    assert outcomes(store) == {"c1": ToolOutcome.NOT_EXECUTED}
+    assert log == [] and agent.in_doubt == ()
+
+
+def test_arguments_at_the_depth_limit_are_accepted() -> None:
+    """Nesting up to MAX_ARGUMENTS_DEPTH, brackets inside strings aside, is allowed."""
+    inner = "[" * MAX_ARGUMENTS_DEPTH + '"[[[{{{"' + "]" * MAX_ARGUMENTS_DEPTH
+    check_arguments_limits("echo", inner)
+    with pytest.raises(ToolArgumentsLimitError, match="nested 65 deep"):
+        check_arguments_limits("echo", "[" + inner + "]")
+
+
+@pytest.mark.parametrize("number", ["1e999", "-1e400", "NaN", "Infinity"])
+def test_numbers_json_cannot_carry_in_arguments_are_refused(store: Store, number: str) -> None:
+    """Arguments with infinite or NaN numbers get an error result; the tool never runs."""
+    log: list[str] = []
+    script = [call(("c1", "echo", '{"text": ' + number + "}")), answer("ok")]
+    agent = agent_on(store, script, tools=[echo_tool(log)])
+    assert agent.run("go") == "ok"
+    assert tool_results(agent)["c1"].startswith("Error: arguments for 'echo'")
+    assert log == [] and agent.in_doubt == ()
+
+
+def _recursive() -> list[Any]:
+    loop: list[Any] = []
+    loop.append(loop)
+    return loop
+
+
+@pytest.mark.parametrize(
+    ("value", "found"),
+    [
+        ("\ud800", "surrogates not allowed"),
+        ({"text": ["\udfff"]}, "surrogates not allowed"),
+        (_recursive(), "recursion"),
+        (object(), "unsupported"),
+        (float("nan"), "nan is not a JSON number"),
+        ({"total": float("inf")}, "inf is not a JSON number"),
+        ([float("-inf")], "-inf is not a JSON number"),
+    ],
+    ids=["surrogate", "nested-surrogate", "recursive", "object", "nan", "inf", "-inf"],
+)
+def test_a_result_that_cannot_be_recorded_is_the_calls_error(
+    store: Store, value: Any, found: str
+) -> None:
+    """A tool result JSON cannot carry faithfully is recorded as the call's error."""
+
+    def give(ctx: ToolContext, args: dict[str, Any]) -> Any:
+        return value
+
+    tools = [Tool("give", "Gives", OBJECT_SCHEMA, give)]
+    agent = agent_on(store, [call(("c1", "give", "{}")), answer("ok")], tools=tools)
+    assert agent.run("go") == "ok"
+    result = tool_results(agent)["c1"]
+    assert result.startswith("Error: tool 'give' failed: ToolResultError: ")
+    assert found in result
+    assert outcomes(store) == {"c1": ToolOutcome.FAILED}
+    assert agent.in_doubt == ()
+
+
+def test_an_error_text_with_a_lone_surrogate_is_recorded(store: Store) -> None:
+    """A tool that raises with a lone surrogate in its message still gets its error recorded."""
+
+    def broken(ctx: ToolContext, args: dict[str, Any]) -> Any:
+        raise ValueError("bad \ud800 byte")
+
+    tools = [Tool("broken", "Breaks", OBJECT_SCHEMA, broken)]
+    agent = agent_on(store, [call(("c1", "broken", "{}")), answer("ok")], tools=tools)
+    assert agent.run("go") == "ok"
+    assert "ValueError: bad \\ud800 byte" in tool_results(agent)["c1"]
+    assert agent.in_doubt == ()
+
+
+def test_an_interrupt_whose_data_cannot_be_recorded_is_the_calls_error(store: Store) -> None:
+    """An InterruptError with data JSON cannot carry becomes the call's error result."""
+
+    def pause(ctx: ToolContext, args: dict[str, Any]) -> Any:
+        raise InterruptError("check", data=object())
+
+    tools = [Tool("pause", "Pauses", OBJECT_SCHEMA, pause)]
+    agent = agent_on(store, [call(("c1", "pause", "{}")), answer("ok")], tools=tools)
+    assert agent.run("go") == "ok"
+    assert "cannot be recorded" in tool_results(agent)["c1"]
+    assert agent.state.interrupts == () and agent.in_doubt == ()

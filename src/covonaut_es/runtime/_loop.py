@@ -26,7 +26,14 @@ from covonaut_es.domain import (
     operation_digest,
 )
 from covonaut_es.domain._reviews import refusal_text
-from covonaut_es.errors import CovonautError, InterruptError, MaxTurnsExceededError, ProviderError
+from covonaut_es.errors import (
+    CovonautError,
+    InterruptError,
+    MaxTurnsExceededError,
+    ProviderError,
+    ToolArgumentsLimitError,
+    ToolResultError,
+)
 from covonaut_es.messages import Message, ProviderRequest, ProviderResponse, Role, ToolCall
 from covonaut_es.runtime._compaction import context_messages
 from covonaut_es.runtime._config import AgentConfig
@@ -104,7 +111,7 @@ class ToolReport:
         """The tool returned ``value``."""
         try:
             content = result_text(value)
-        except (TypeError, msgspec.EncodeError) as exc:
+        except ToolResultError as exc:
             return cls.raised(prepared, exc)
         return cls(prepared.call.id, ToolOutcome.SUCCEEDED, content)
 
@@ -114,15 +121,22 @@ class ToolReport:
         error result the model reads."""
         call = prepared.call
         if isinstance(error, InterruptError):
-            # Round-trip the data so the live state equals the state replayed later.
-            data = msgspec.json.decode(msgspec.json.encode(error.data))
-            interrupt = Interrupt(error.reason, data, call.id, call.name)
+            try:
+                # Round-trip the data so the live state equals the state replayed later.
+                data = msgspec.json.decode(msgspec.json.encode(error.data))
+                reason = result_text(error.reason)
+            except (TypeError, ValueError, RecursionError, msgspec.EncodeError) as exc:
+                msg = f"the tool's InterruptError carries data that cannot be recorded: {exc}"
+                return cls.raised(prepared, ToolResultError(msg))
+            interrupt = Interrupt(reason, data, call.id, call.name)
             content = (
-                f"Paused for review: {error.reason}. The operation waits for a person's "
+                f"Paused for review: {reason}. The operation waits for a person's "
                 "decision; you will be told the outcome."
             )
             return cls(call.id, ToolOutcome.INTERRUPTED, content, interrupt)
         content = f"Error: tool {call.name!r} failed: {type(error).__name__}: {error}"
+        # An exception's text may hold a lone surrogate, which could not be stored.
+        content = content.encode("utf-8", "backslashreplace").decode("utf-8")
         return cls(call.id, ToolOutcome.FAILED, content)
 
 
@@ -220,7 +234,7 @@ def _ask(
     thread: AgentThread, request: ProviderRequest, clock: Callable[[], datetime]
 ) -> Generator[Effect, Any, ProviderResponse]:
     try:
-        response: ProviderResponse = yield Complete(request)
+        response = _checked_response((yield Complete(request)))
     except Exception as exc:
         thread.fail(type(exc).__name__, str(exc), now=clock())
         yield Commit()
@@ -229,6 +243,25 @@ def _ask(
         msg = f"the model provider failed: {type(exc).__name__}: {exc}"
         raise ProviderError(msg) from exc
     return response
+
+
+def _checked_response(value: object) -> ProviderResponse:
+    """The provider's answer, checked to be a ``ProviderResponse`` that can be stored:
+    a provider is outside code, and anything else would fail later, mid-step."""
+    if not isinstance(value, ProviderResponse):
+        msg = (
+            f"the model provider returned {type(value).__name__}, expected a "
+            "ProviderResponse; make its complete() return covonaut_es.ProviderResponse(...)"
+        )
+        raise ProviderError(msg)
+    try:
+        return msgspec.json.decode(msgspec.json.encode(value), type=ProviderResponse)
+    except (TypeError, ValueError, RecursionError, msgspec.MsgspecError) as exc:
+        msg = (
+            f"the model provider returned a ProviderResponse that cannot be stored: {exc}; "
+            "its fields must have their declared types and hold valid text"
+        )
+        raise ProviderError(msg) from exc
 
 
 def _compact(thread: AgentThread, config: AgentConfig) -> Generator[Effect, Any, None]:
@@ -284,6 +317,10 @@ def _prepare(thread: AgentThread, config: AgentConfig, call: ToolCall) -> Prepar
         args = parse_arguments(tool, call)
     except ArgumentsError as exc:
         thread.record_tool_result(call.id, f"Error: {exc}", ToolOutcome.FAILED, now=config.clock())
+        return None
+    except ToolArgumentsLimitError as exc:  # refused before running: not in doubt
+        note = f"Not executed: {exc}"
+        thread.record_tool_result(call.id, note, ToolOutcome.NOT_EXECUTED, now=config.clock())
         return None
     key = thread.open_calls[call.id].idempotency_key
     return PreparedCall(tool, call, args, ToolContext(thread.thread_id, call.id, call.name, key))
