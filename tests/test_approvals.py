@@ -608,3 +608,22 @@ def test_operation_digest_is_sha256_of_canonical_json() -> None:
     assert operation_digest("pay", {"amount": 40, "to": "bob"}) != operation_digest(
         "refund", {"amount": 40, "to": "bob"}
     )
+
+
+@pytest.mark.parametrize("parallel", [False, True], ids=["sequential", "parallel"])
+def test_a_call_id_repeated_in_one_response_spends_the_approval_once(
+    store: Store, parallel: bool
+) -> None:
+    """Two calls of the approved operation under one id: one runs, the other is refused,
+    each has its result and nothing is left in doubt."""
+    runs: list[ToolContext] = []
+    script = [call(("c1", "pay", PAY_40), ("c1", "pay", PAY_40)), answer("Paid once.")]
+    agent = paused_on_review(store, script, runs, parallel_tools=parallel)
+    agent.approve(review_id(agent), reviewer=ALICE)
+    assert agent.resume() == "Paid once."
+    assert [r.tool_call_id for r in runs] == ["c1-2"]
+    results = tool_results(agent)
+    assert results["c1-2"] == '{"paid":40}'
+    assert "already used by call c1-2" in results["c1-3"]
+    assert event_kinds(store).count("ApprovalUsed") == 1
+    assert agent.in_doubt == ()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -20,20 +21,23 @@ from covonaut_es import (
     Tool,
     ToolContext,
 )
-from covonaut_es.domain import ToolOutcome
+from covonaut_es.domain import AgentThread, ToolOutcome
 from covonaut_es.errors import (
     InterruptError,
     MaxTurnsExceededError,
     ProviderError,
     ScriptExhaustedError,
+    ThreadStateError,
     ToolArgumentsLimitError,
 )
-from covonaut_es.messages import Usage
+from covonaut_es.messages import ToolCall, Usage
 from covonaut_es.runtime import SummarizingCompactor
 from covonaut_es.runtime._compaction import SUMMARY_PREFIX, context_messages
 from covonaut_es.runtime._loop import FINAL_TURN_INSTRUCTION
 from covonaut_es.tools import MAX_ARGUMENTS_BYTES, MAX_ARGUMENTS_DEPTH, check_arguments_limits
 from support import OBJECT_SCHEMA, answer, call, echo_tool, ticking_clock
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def agent_on(store: Store, script: list[Any], **options: Any) -> Agent:
@@ -78,6 +82,42 @@ def test_arguments_are_validated_against_the_schema(store: Store) -> None:
     assert "$: 'text' is a required property" in results["c2"]
     assert "('x' was unexpected)" in results["c3"]
     assert log == []
+
+
+@pytest.mark.parametrize("parallel", [False, True], ids=["sequential", "parallel"])
+def test_repeated_call_ids_are_made_unique_and_each_runs_once(store: Store, parallel: bool) -> None:
+    """Ids repeated in a response, reused from an earlier turn or empty get unique ids
+    derived from the id sent; each call runs once and has its own result."""
+    script = [
+        call(("x1", "echo", '{"text": "a"}'), ("x1", "echo", '{"text": "b"}')),
+        call(("x1", "echo", '{"text": "c"}'), ("", "echo", '{"text": "d"}')),
+        answer("ok"),
+    ]
+    log: list[str] = []
+    agent = agent_on(store, script, tools=[echo_tool(log)], parallel_tools=parallel)
+    assert agent.run("go") == "ok"
+    assert sorted(log) == ["call-2", "x1", "x1-2", "x1-3"]
+    assert tool_results(agent) == {
+        "x1": '{"echo":"a"}',
+        "x1-2": '{"echo":"b"}',
+        "x1-3": '{"echo":"c"}',
+        "call-2": '{"echo":"d"}',
+    }
+    called = [e.call.id for e in store.history("t") if type(e).__name__ == "ToolCalled"]
+    assert called == ["x1", "x1-2", "x1-3", "call-2"]
+    assert agent.in_doubt == () and agent.status is ThreadStatus.FINISHED
+
+
+def test_the_thread_refuses_a_call_id_it_already_used() -> None:
+    """AgentThread.call_tools refuses a repeated id; unique_calls gives the ids to use."""
+    thread = AgentThread.start("t", now=NOW)
+    thread.call_tools([ToolCall("x1", "echo")], now=NOW)
+    with pytest.raises(ThreadStateError, match="'x1' is empty or already used"):
+        thread.call_tools([ToolCall("x1", "echo")], now=NOW)
+    with pytest.raises(ThreadStateError, match="'y' is empty or already used"):
+        thread.call_tools([ToolCall("y", "echo"), ToolCall("y", "echo")], now=NOW)
+    calls = (ToolCall("x1", "echo"), ToolCall("x1-2", "echo"), ToolCall("x1", "echo"))
+    assert [c.id for c in thread.unique_calls(calls)] == ["x1-3", "x1-2", "x1-4"]
 
 
 def test_unknown_tool_becomes_an_error_result(store: Store) -> None:

@@ -192,7 +192,7 @@ def run_program(
 
         request = build_request(thread, config, final_turn=final_turn)
         response = yield from _ask(thread, request, now)
-        calls = response.tool_calls
+        calls = thread.unique_calls(response.tool_calls)
         thread.append_message(
             Message(Role.ASSISTANT, response.content, tool_calls=calls, usage=response.usage),
             now=now(),
