@@ -120,6 +120,14 @@ def test_the_thread_refuses_a_call_id_it_already_used() -> None:
     assert [c.id for c in thread.unique_calls(calls)] == ["x1-3", "x1-2", "x1-4"]
 
 
+def test_sequential_results_are_recorded_in_call_order(store: Store) -> None:
+    """An invalid call's error result comes after the results of the calls before it."""
+    script = [call(("c1", "echo", '{"text": "a"}'), ("c2", "echo", "{}")), answer("ok")]
+    agent = agent_on(store, script)
+    assert agent.run("go") == "ok"
+    assert list(tool_results(agent)) == ["c1", "c2"]
+
+
 def test_unknown_tool_becomes_an_error_result(store: Store) -> None:
     """A call to a tool that does not exist is answered with an error result."""
     agent = agent_on(store, [call(("c1", "nope", "{}")), answer("ok")])

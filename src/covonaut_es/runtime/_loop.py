@@ -279,36 +279,62 @@ def _compact(thread: AgentThread, config: AgentConfig) -> Generator[Effect, Any,
 def _run_tools(
     thread: AgentThread, config: AgentConfig, calls: Sequence[ToolCall]
 ) -> Generator[Effect, Any, None]:
-    now = config.clock
-    prepared: list[PreparedCall] = []
-    for call in calls:
-        item = _prepare(thread, config, call)
-        if item is None:
-            yield Commit()
-        else:
-            prepared.append(item)
-
-    if config.parallel_tools and len(prepared) > 1:
-        runnable = [a for item in prepared if (a := _admit(thread, item, now())) is not None]
-        yield Commit(always=any(_authorized(a) for a in runnable))
-        if runnable:
-            yield StartTools(tuple(runnable))
-        for _ in runnable:
-            _record(thread, (yield NextToolReport()), now())
-            yield Commit()
-        return
-    for item in prepared:
-        admitted = _admit(thread, item, now(), paused=bool(thread.interrupts))
-        if admitted is None:
-            continue
-        yield Commit(always=_authorized(admitted))
-        _record(thread, (yield RunTool(admitted)), now())
+    """Run a response's calls and record every result in the order the model asked."""
+    if not (config.parallel_tools and len(calls) > 1):
+        for call in calls:
+            # A call admitted after an earlier one paused the run does not execute.
+            paused = bool(thread.interrupts)
+            yield from _execute(thread, config, _admitted(thread, config, call, paused=paused))
         yield Commit()
+        return
+
+    slots = [_admitted(thread, config, call) for call in calls]
+    runnable = tuple(slot for slot in slots if isinstance(slot, PreparedCall))
+    yield Commit(always=any(_authorized(item) for item in runnable))  # before any runs
+    finished: dict[str, ToolReport] = {}
+    for slot in slots:
+        if isinstance(slot, PreparedCall):
+            if slot is runnable[0]:
+                yield StartTools(runnable)  # results before it are already recorded
+            while slot.call.id not in finished:  # the calls end in any order
+                report: ToolReport = yield NextToolReport()
+                finished[report.tool_call_id] = report
+            yield from _execute(thread, config, finished.pop(slot.call.id))
+        else:
+            yield from _execute(thread, config, slot)
+
+
+Admitted = PreparedCall | ToolReport | None
+"""A call to execute, a result to record without executing, or None for a call held
+back for a review."""
+
+
+def _admitted(
+    thread: AgentThread, config: AgentConfig, call: ToolCall, *, paused: bool = False
+) -> Admitted:
+    item = _prepare(thread, config, call)
+    if isinstance(item, PreparedCall):
+        return _admit(thread, item, config.clock(), paused=paused)
+    return item
+
+
+def _execute(
+    thread: AgentThread, config: AgentConfig, item: Admitted
+) -> Generator[Effect, Any, None]:
+    """Run an admitted call (its approval committed first) and record its result, or
+    record a result known without running it."""
+    if item is None:
+        return
+    if isinstance(item, PreparedCall):
+        yield Commit(always=_authorized(item))
+        item = yield RunTool(item)
+    assert isinstance(item, ToolReport)
+    _record(thread, item, config.clock())
     yield Commit()
 
 
-def _prepare(thread: AgentThread, config: AgentConfig, call: ToolCall) -> PreparedCall | None:
-    """Validate a call; an invalid one gets its error result recorded and None."""
+def _prepare(thread: AgentThread, config: AgentConfig, call: ToolCall) -> PreparedCall | ToolReport:
+    """Validate a call; an invalid one gives the result to record instead."""
     tool = config.tool(call.name)
     try:
         if tool is None:
@@ -316,21 +342,19 @@ def _prepare(thread: AgentThread, config: AgentConfig, call: ToolCall) -> Prepar
             raise ArgumentsError(msg)
         args = parse_arguments(tool, call)
     except ArgumentsError as exc:
-        thread.record_tool_result(call.id, f"Error: {exc}", ToolOutcome.FAILED, now=config.clock())
-        return None
+        return ToolReport(call.id, ToolOutcome.FAILED, f"Error: {exc}")
     except ToolArgumentsLimitError as exc:  # refused before running: not in doubt
-        note = f"Not executed: {exc}"
-        thread.record_tool_result(call.id, note, ToolOutcome.NOT_EXECUTED, now=config.clock())
-        return None
+        return ToolReport(call.id, ToolOutcome.NOT_EXECUTED, f"Not executed: {exc}")
     key = thread.open_calls[call.id].idempotency_key
     return PreparedCall(tool, call, args, ToolContext(thread.thread_id, call.id, call.name, key))
 
 
 def _admit(
     thread: AgentThread, item: PreparedCall, now: datetime, *, paused: bool = False
-) -> PreparedCall | None:
+) -> Admitted:
     """Let a prepared call run now, with the approval that authorizes it if its tool
-    requires one; otherwise record why it does not run, or ask for its review.
+    requires one; otherwise give the result saying why it does not run, or ask for its
+    review (None).
 
     ``paused``: an earlier call of the batch paused the run, so nothing more runs, but
     a call without a standing decision still gets its own review.
@@ -346,13 +370,11 @@ def _admit(
             return None
     if paused:
         note = "Not executed: an earlier call in this batch paused the run."
-        thread.record_tool_result(call.id, note, ToolOutcome.NOT_EXECUTED, now=now)
-        return None
+        return ToolReport(call.id, ToolOutcome.NOT_EXECUTED, note)
     if review is None:
         return item
     if not (review.usable or review.authorizes(key)):
-        thread.record_tool_result(call.id, refusal_text(review), ToolOutcome.NOT_EXECUTED, now=now)
-        return None
+        return ToolReport(call.id, ToolOutcome.NOT_EXECUTED, refusal_text(review))
     approval = review.decision
     if review.usable:
         approval = thread.use_approval(review.request.review_id, call.id, now=now)
@@ -371,11 +393,7 @@ def retry_program(thread: AgentThread, config: AgentConfig, tool_call_id: str) -
     """
     pending = thread.retry_tool_call(tool_call_id, now=config.clock())
     yield Commit()
-    prepared = _prepare(thread, config, pending.call)
-    admitted = None if prepared is None else _admit(thread, prepared, config.clock())
-    if admitted is not None:
-        yield Commit(always=_authorized(admitted))
-        _record(thread, (yield RunTool(admitted)), config.clock())
+    yield from _execute(thread, config, _admitted(thread, config, pending.call))
     yield Commit()
     return ""
 
