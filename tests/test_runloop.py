@@ -135,16 +135,26 @@ def test_unknown_tool_becomes_an_error_result(store: Store) -> None:
     assert "no tool named 'nope'" in tool_results(agent)["c1"]
 
 
-def test_tool_exception_becomes_an_error_result(store: Store) -> None:
-    """A tool that raises gives the model an error result; the run goes on."""
+@pytest.mark.parametrize(
+    ("error", "found"),
+    [
+        (RuntimeError("disk full"), "RuntimeError: disk full"),
+        (ValueError("bad \ud800 byte"), "ValueError: bad \\ud800 byte"),
+    ],
+    ids=["plain", "lone-surrogate"],
+)
+def test_tool_exception_becomes_an_error_result(store: Store, error: Exception, found: str) -> None:
+    """A tool that raises gives the model an error result, even when its message holds
+    a lone surrogate; the run goes on and the call is not in doubt."""
 
     def broken(ctx: ToolContext, args: dict[str, Any]) -> Any:
-        raise RuntimeError("disk full")
+        raise error
 
     tools = [Tool("broken", "Breaks", OBJECT_SCHEMA, broken)]
     agent = agent_on(store, [call(("c1", "broken", "{}")), answer("handled")], tools=tools)
     assert agent.run("go") == "handled"
-    assert "RuntimeError: disk full" in tool_results(agent)["c1"]
+    assert found in tool_results(agent)["c1"]
+    assert agent.in_doubt == ()
 
 
 def test_tool_context_carries_thread_call_and_idempotency_key(store: Store) -> None:
@@ -403,19 +413,6 @@ def test_a_result_that_cannot_be_recorded_is_the_calls_error(
     assert result.startswith("Error: tool 'give' failed: ToolResultError: ")
     assert found in result
     assert outcomes(store) == {"c1": ToolOutcome.FAILED}
-    assert agent.in_doubt == ()
-
-
-def test_an_error_text_with_a_lone_surrogate_is_recorded(store: Store) -> None:
-    """A tool that raises with a lone surrogate in its message still gets its error recorded."""
-
-    def broken(ctx: ToolContext, args: dict[str, Any]) -> Any:
-        raise ValueError("bad \ud800 byte")
-
-    tools = [Tool("broken", "Breaks", OBJECT_SCHEMA, broken)]
-    agent = agent_on(store, [call(("c1", "broken", "{}")), answer("ok")], tools=tools)
-    assert agent.run("go") == "ok"
-    assert "ValueError: bad \\ud800 byte" in tool_results(agent)["c1"]
     assert agent.in_doubt == ()
 
 
