@@ -75,6 +75,21 @@ def test_an_invalid_schema_is_refused_when_the_tool_is_made(schema: dict[str, An
         Tool("lookup", "Looks up", schema, _noop)
 
 
+@pytest.mark.parametrize("schema", [None, [], "object"])
+def test_parameters_that_are_not_a_schema_object_are_refused(schema: Any) -> None:
+    """Parameters that are not a JSON object raise ConfigurationError naming the tool."""
+    with pytest.raises(ConfigurationError, match=r"tool 'lookup' needs a JSON Schema object"):
+        Tool("lookup", "Looks up", schema, _noop)
+
+
+def test_a_remote_ref_is_never_fetched() -> None:
+    """A $ref outside the schema refuses the call instead of making a network request."""
+    schema = {"type": "object", "properties": {"a": {"$ref": "https://example.com/a.json"}}}
+    tool = Tool("fetch", "Fetches", schema, _noop)
+    with pytest.raises(ArgumentsError, match=r"schema cannot be applied.*must point inside"):
+        parse_arguments(tool, ToolCall("c1", "fetch", '{"a": 1}'))
+
+
 def test_a_schema_refused_in_a_run_reaches_the_model(store: Store) -> None:
     """A call breaking a $ref'd pattern gets an error result and the tool never runs."""
     ran: list[dict[str, Any]] = []

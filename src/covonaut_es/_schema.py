@@ -15,6 +15,7 @@ import jsonschema
 import jsonschema.exceptions
 import jsonschema.validators
 import referencing
+import referencing.exceptions
 
 from covonaut_es.errors import ConfigurationError
 
@@ -33,6 +34,12 @@ def compile_schema(tool_name: str, schema: Mapping[str, Any]) -> ArgumentsValida
     Raises:
         ConfigurationError: The schema is not a valid JSON Schema.
     """
+    if not isinstance(schema, Mapping):
+        msg = (
+            f"tool {tool_name!r} needs a JSON Schema object as its parameters, got "
+            f"{type(schema).__name__}; pass e.g. {{'type': 'object', 'properties': {{...}}}}"
+        )
+        raise ConfigurationError(msg)
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
     try:
         cls.check_schema(dict(schema))
@@ -49,7 +56,11 @@ def compile_schema(tool_name: str, schema: Mapping[str, Any]) -> ArgumentsValida
 def validation_error(validator: ArgumentsValidator, value: Any) -> str | None:
     """The best-matching way ``value`` violates the schema, with its JSON path, or None
     when it conforms."""
-    error = jsonschema.exceptions.best_match(validator.iter_errors(value))
+    try:
+        error = jsonschema.exceptions.best_match(validator.iter_errors(value))
+    except referencing.exceptions.Unresolvable as exc:
+        # Found only when a value reaches the "$ref": the call is refused, not run.
+        return f"the tool's schema cannot be applied: {exc}; its $ref must point inside it"
     if error is None:
         return None
     return f"{error.json_path}: {error.message}"
