@@ -416,11 +416,14 @@ def test_a_result_that_cannot_be_recorded_is_the_calls_error(
     assert agent.in_doubt == ()
 
 
-def test_an_interrupt_whose_data_cannot_be_recorded_is_the_calls_error(store: Store) -> None:
-    """An InterruptError with data JSON cannot carry becomes the call's error result."""
+@pytest.mark.parametrize("data", [object(), {"x": float("nan")}, "\ud800"])
+def test_an_interrupt_whose_data_cannot_be_recorded_is_the_calls_error(
+    store: Store, data: Any
+) -> None:
+    """An InterruptError with data JSON cannot carry faithfully becomes the call's error."""
 
     def pause(ctx: ToolContext, args: dict[str, Any]) -> Any:
-        raise InterruptError("check", data=object())
+        raise InterruptError("check", data=data)
 
     tools = [Tool("pause", "Pauses", OBJECT_SCHEMA, pause)]
     agent = agent_on(store, [call(("c1", "pause", "{}")), answer("ok")], tools=tools)

@@ -122,10 +122,11 @@ class ToolReport:
         call = prepared.call
         if isinstance(error, InterruptError):
             try:
-                # Round-trip the data so the live state equals the state replayed later.
-                data = msgspec.json.decode(msgspec.json.encode(error.data))
+                # Round-trip the data so the live state equals the state replayed later;
+                # wrapped in a list so a string is encoded too and checked like a result.
+                (data,) = msgspec.json.decode(result_text([error.data]))
                 reason = result_text(error.reason)
-            except (TypeError, ValueError, RecursionError, msgspec.EncodeError) as exc:
+            except ToolResultError as exc:
                 msg = f"the tool's InterruptError carries data that cannot be recorded: {exc}"
                 return cls.raised(prepared, ToolResultError(msg))
             interrupt = Interrupt(reason, data, call.id, call.name)
