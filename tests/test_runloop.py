@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
@@ -315,7 +316,10 @@ class _Returns:
     [None, "hello", {"content": "hi"}, ProviderResponse(content=5)],  # type: ignore[arg-type]
     ids=["none", "str", "dict", "badly-typed"],
 )
-def test_a_provider_answer_that_is_not_a_response_fails_the_run(store: Store, value: Any) -> None:
+@pytest.mark.parametrize("driver", ["blocking", "async"])
+def test_a_provider_answer_that_is_not_a_response_fails_the_run(
+    store: Store, value: Any, driver: str
+) -> None:
     """Anything but a well-typed ProviderResponse is a ProviderError and a recorded failure."""
     agent = Agent(
         AgentConfig(
@@ -325,7 +329,7 @@ def test_a_provider_answer_that_is_not_a_response_fails_the_run(store: Store, va
         )
     )
     with pytest.raises(ProviderError, match="the model provider returned"):
-        agent.run("go")
+        agent.run("go") if driver == "blocking" else asyncio.run(agent.arun("go"))
     assert agent.status is ThreadStatus.ERROR
     assert [type(e).__name__ for e in store.history("t")][-1] == "RunFailed"
     assert store.state_at("t").status is ThreadStatus.ERROR
