@@ -552,15 +552,17 @@ def test_hmac_token_verifies_as_its_reviewer() -> None:
     assert HmacReviewerVerifier(SECRET).verify(BOB) == "bob"
 
 
-def test_hmac_verifier_refuses_an_empty_secret_and_warns_of_a_short_one(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    """An empty secret is a configuration error; one under 32 bytes is logged."""
-    with pytest.raises(ConfigurationError, match="must not be empty"):
-        HmacReviewerVerifier(b"")
-    short = HmacReviewerVerifier("short")
-    assert short.verify(short.issue_token("ann", 60)) == "ann"
-    assert "fewer than the 32 recommended" in caplog.text
+@pytest.mark.parametrize("secret", [b"", b"k", "short", b"x" * 31])
+def test_hmac_verifier_refuses_a_secret_shorter_than_32_bytes(secret: str | bytes) -> None:
+    """A secret under 32 bytes is a configuration error that says how to make one."""
+    with pytest.raises(ConfigurationError, match=r"at least 32 bytes.*token_bytes\(32\)"):
+        HmacReviewerVerifier(secret)
+
+
+def test_hmac_verifier_accepts_a_secret_of_32_bytes() -> None:
+    """A secret of exactly 32 bytes signs and verifies tokens."""
+    verifier = HmacReviewerVerifier(b"k" * 32)
+    assert verifier.verify(verifier.issue_token("ann", 60)) == "ann"
 
 
 def test_hmac_verifier_never_shows_its_secret() -> None:
@@ -606,3 +608,22 @@ def test_operation_digest_is_sha256_of_canonical_json() -> None:
     assert operation_digest("pay", {"amount": 40, "to": "bob"}) != operation_digest(
         "refund", {"amount": 40, "to": "bob"}
     )
+
+
+@pytest.mark.parametrize("parallel", [False, True], ids=["sequential", "parallel"])
+def test_a_call_id_repeated_in_one_response_spends_the_approval_once(
+    store: Store, parallel: bool
+) -> None:
+    """Two calls of the approved operation under one id: one runs, the other is refused,
+    each has its result and nothing is left in doubt."""
+    runs: list[ToolContext] = []
+    script = [call(("c1", "pay", PAY_40), ("c1", "pay", PAY_40)), answer("Paid once.")]
+    agent = paused_on_review(store, script, runs, parallel_tools=parallel)
+    agent.approve(review_id(agent), reviewer=ALICE)
+    assert agent.resume() == "Paid once."
+    assert [r.tool_call_id for r in runs] == ["c1-2"]
+    results = tool_results(agent)
+    assert results["c1-2"] == '{"paid":40}'
+    assert "already used by call c1-2" in results["c1-3"]
+    assert event_kinds(store).count("ApprovalUsed") == 1
+    assert agent.in_doubt == ()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -383,3 +384,36 @@ def test_fifty_threads_run_concurrently_in_one_event_loop(shared_url: str) -> No
             results = {m.tool_call_id: m.content for m in state.messages if m.role is Role.TOOL}
             assert results["g"] == f'{{"thread":"user-{n}"}}'
             assert state.open_calls == () and state.interrupts == ()
+
+
+@pytest.mark.parametrize("driver", ["blocking", "async"])
+def test_parallel_results_are_recorded_in_the_order_the_model_asked(
+    store: Store, driver: str
+) -> None:
+    """A batch's results are stored and sent back in call order, not finishing order,
+    and every intent is stored before any tool runs."""
+    fast_done = threading.Event()
+
+    def slow(ctx: ToolContext, args: dict[str, Any]) -> Any:
+        assert fast_done.wait(timeout=10)
+        time.sleep(0.1)  # the fast call's report is surely in before this one
+        return "slow"
+
+    def fast(ctx: ToolContext, args: dict[str, Any]) -> Any:
+        fast_done.set()
+        return "fast"
+
+    provider = AsyncScriptedProvider(
+        [call(("s1", "slow", "{}"), ("u1", "nope", "{}"), ("f1", "fast", "{}")), answer("ok")]
+    )
+    tools = [Tool("slow", "Slow", OBJECT_SCHEMA, slow), Tool("fast", "Fast", OBJECT_SCHEMA, fast)]
+    agent = async_agent(store, [], provider=provider, tools=tools, parallel_tools=True)
+    output = agent.run("go") if driver == "blocking" else asyncio.run(agent.arun("go"))
+    assert output == "ok"
+    kinds = [(type(e).__name__, getattr(e, "tool_call_id", "")) for e in store.history("t")]
+    results = [call_id for kind, call_id in kinds if kind == "ToolResultRecorded"]
+    assert results == ["s1", "u1", "f1"]
+    first_result = kinds.index(("ToolResultRecorded", "s1"))
+    assert [k for k, _ in kinds[:first_result]].count("ToolCalled") == 3
+    sent = [m.tool_call_id for m in provider.requests[-1].messages if m.role is Role.TOOL]
+    assert sent == ["s1", "u1", "f1"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -20,12 +22,23 @@ from covonaut_es import (
     Tool,
     ToolContext,
 )
-from covonaut_es.errors import MaxTurnsExceededError, ProviderError, ScriptExhaustedError
-from covonaut_es.messages import Usage
+from covonaut_es.domain import AgentThread, ToolOutcome
+from covonaut_es.errors import (
+    InterruptError,
+    MaxTurnsExceededError,
+    ProviderError,
+    ScriptExhaustedError,
+    ThreadStateError,
+    ToolArgumentsLimitError,
+)
+from covonaut_es.messages import ToolCall, Usage
 from covonaut_es.runtime import SummarizingCompactor
 from covonaut_es.runtime._compaction import SUMMARY_PREFIX, context_messages
 from covonaut_es.runtime._loop import FINAL_TURN_INSTRUCTION
+from covonaut_es.tools import MAX_ARGUMENTS_BYTES, MAX_ARGUMENTS_DEPTH, check_arguments_limits
 from support import OBJECT_SCHEMA, answer, call, echo_tool, ticking_clock
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def agent_on(store: Store, script: list[Any], **options: Any) -> Agent:
@@ -66,10 +79,54 @@ def test_arguments_are_validated_against_the_schema(store: Store) -> None:
     agent = agent_on(store, script, tools=[echo_tool(log)])
     agent.run("go")
     results = tool_results(agent)
-    assert "$.text: expected string, got integer" in results["c1"]
-    assert "missing required property 'text'" in results["c2"]
-    assert "unexpected property 'x'" in results["c3"]
+    assert "$.text: 5 is not of type 'string'" in results["c1"]
+    assert "$: 'text' is a required property" in results["c2"]
+    assert "('x' was unexpected)" in results["c3"]
     assert log == []
+
+
+@pytest.mark.parametrize("parallel", [False, True], ids=["sequential", "parallel"])
+def test_repeated_call_ids_are_made_unique_and_each_runs_once(store: Store, parallel: bool) -> None:
+    """Ids repeated in a response, reused from an earlier turn or empty get unique ids
+    derived from the id sent; each call runs once and has its own result."""
+    script = [
+        call(("x1", "echo", '{"text": "a"}'), ("x1", "echo", '{"text": "b"}')),
+        call(("x1", "echo", '{"text": "c"}'), ("", "echo", '{"text": "d"}')),
+        answer("ok"),
+    ]
+    log: list[str] = []
+    agent = agent_on(store, script, tools=[echo_tool(log)], parallel_tools=parallel)
+    assert agent.run("go") == "ok"
+    assert sorted(log) == ["call-2", "x1", "x1-2", "x1-3"]
+    assert tool_results(agent) == {
+        "x1": '{"echo":"a"}',
+        "x1-2": '{"echo":"b"}',
+        "x1-3": '{"echo":"c"}',
+        "call-2": '{"echo":"d"}',
+    }
+    called = [e.call.id for e in store.history("t") if type(e).__name__ == "ToolCalled"]
+    assert called == ["x1", "x1-2", "x1-3", "call-2"]
+    assert agent.in_doubt == () and agent.status is ThreadStatus.FINISHED
+
+
+def test_the_thread_refuses_a_call_id_it_already_used() -> None:
+    """AgentThread.call_tools refuses a repeated id; unique_calls gives the ids to use."""
+    thread = AgentThread.start("t", now=NOW)
+    thread.call_tools([ToolCall("x1", "echo")], now=NOW)
+    with pytest.raises(ThreadStateError, match="'x1' is empty or already used"):
+        thread.call_tools([ToolCall("x1", "echo")], now=NOW)
+    with pytest.raises(ThreadStateError, match="'y' is empty or already used"):
+        thread.call_tools([ToolCall("y", "echo"), ToolCall("y", "echo")], now=NOW)
+    calls = (ToolCall("x1", "echo"), ToolCall("x1-2", "echo"), ToolCall("x1", "echo"))
+    assert [c.id for c in thread.unique_calls(calls)] == ["x1-3", "x1-2", "x1-4"]
+
+
+def test_sequential_results_are_recorded_in_call_order(store: Store) -> None:
+    """An invalid call's error result comes after the results of the calls before it."""
+    script = [call(("c1", "echo", '{"text": "a"}'), ("c2", "echo", "{}")), answer("ok")]
+    agent = agent_on(store, script)
+    assert agent.run("go") == "ok"
+    assert list(tool_results(agent)) == ["c1", "c2"]
 
 
 def test_unknown_tool_becomes_an_error_result(store: Store) -> None:
@@ -79,16 +136,26 @@ def test_unknown_tool_becomes_an_error_result(store: Store) -> None:
     assert "no tool named 'nope'" in tool_results(agent)["c1"]
 
 
-def test_tool_exception_becomes_an_error_result(store: Store) -> None:
-    """A tool that raises gives the model an error result; the run goes on."""
+@pytest.mark.parametrize(
+    ("error", "found"),
+    [
+        (RuntimeError("disk full"), "RuntimeError: disk full"),
+        (ValueError("bad \ud800 byte"), "ValueError: bad \\ud800 byte"),
+    ],
+    ids=["plain", "lone-surrogate"],
+)
+def test_tool_exception_becomes_an_error_result(store: Store, error: Exception, found: str) -> None:
+    """A tool that raises gives the model an error result, even when its message holds
+    a lone surrogate; the run goes on and the call is not in doubt."""
 
     def broken(ctx: ToolContext, args: dict[str, Any]) -> Any:
-        raise RuntimeError("disk full")
+        raise error
 
     tools = [Tool("broken", "Breaks", OBJECT_SCHEMA, broken)]
     agent = agent_on(store, [call(("c1", "broken", "{}")), answer("handled")], tools=tools)
     assert agent.run("go") == "handled"
-    assert "RuntimeError: disk full" in tool_results(agent)["c1"]
+    assert found in tool_results(agent)["c1"]
+    assert agent.in_doubt == ()
 
 
 def test_tool_context_carries_thread_call_and_idempotency_key(store: Store) -> None:
@@ -232,3 +299,138 @@ def test_context_messages_never_start_the_tail_with_a_tool_result() -> None:
 
     view = context_messages(messages, Compaction("s", plan.first_kept))
     assert view[0].role is Role.SYSTEM and view[1].content.startswith(SUMMARY_PREFIX)
+
+
+class _Returns:
+    """A provider whose complete() returns a fixed value, whatever it is."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def complete(self, request: ProviderRequest) -> Any:
+        return self.value
+
+
+@pytest.mark.parametrize(
+    "value",
+    [None, "hello", {"content": "hi"}, ProviderResponse(content=5)],  # type: ignore[arg-type]
+    ids=["none", "str", "dict", "badly-typed"],
+)
+@pytest.mark.parametrize("driver", ["blocking", "async"])
+def test_a_provider_answer_that_is_not_a_response_fails_the_run(
+    store: Store, value: Any, driver: str
+) -> None:
+    """Anything but a well-typed ProviderResponse is a ProviderError and a recorded failure."""
+    agent = Agent(
+        AgentConfig(
+            provider=_Returns(value),  # type: ignore[arg-type]
+            checkpoint=CheckpointSettings(store=store, thread_id="t"),
+            clock=ticking_clock(),
+        )
+    )
+    with pytest.raises(ProviderError, match="the model provider returned"):
+        agent.run("go") if driver == "blocking" else asyncio.run(agent.arun("go"))
+    assert agent.status is ThreadStatus.ERROR
+    assert [type(e).__name__ for e in store.history("t")][-1] == "RunFailed"
+    assert store.state_at("t").status is ThreadStatus.ERROR
+
+
+def outcomes(store: Store) -> dict[str, ToolOutcome]:
+    return {
+        e.tool_call_id: e.outcome
+        for e in store.history("t")
+        if type(e).__name__ == "ToolResultRecorded"
+    }
+
+
+@pytest.mark.parametrize(
+    ("arguments", "found"),
+    [
+        ('{"text": ' + "[" * 1000 + "]" * 1000 + "}", "nested 1001 deep, more than the 64"),
+        ('{"text": "' + "x" * (MAX_ARGUMENTS_BYTES + 1) + '"}', "bytes, more than the"),
+    ],
+    ids=["deep", "huge"],
+)
+def test_arguments_over_the_limits_are_refused_and_not_in_doubt(
+    store: Store, arguments: str, found: str
+) -> None:
+    """Too deep or too large arguments get a recorded refusal; the tool never runs."""
+    log: list[str] = []
+    agent = agent_on(store, [call(("c1", "echo", arguments)), answer("ok")], tools=[echo_tool(log)])
+    assert agent.run("go") == "ok"
+    assert found in tool_results(agent)["c1"]
+    assert tool_results(agent)["c1"].startswith("Not executed: arguments for 'echo' were refused")
+    assert outcomes(store) == {"c1": ToolOutcome.NOT_EXECUTED}
+    assert log == [] and agent.in_doubt == ()
+
+
+def test_arguments_at_the_depth_limit_are_accepted() -> None:
+    """Nesting up to MAX_ARGUMENTS_DEPTH, brackets inside strings aside, is allowed."""
+    inner = "[" * MAX_ARGUMENTS_DEPTH + '"[[[{{{"' + "]" * MAX_ARGUMENTS_DEPTH
+    check_arguments_limits("echo", inner)
+    with pytest.raises(ToolArgumentsLimitError, match="nested 65 deep"):
+        check_arguments_limits("echo", "[" + inner + "]")
+
+
+@pytest.mark.parametrize("number", ["1e999", "-1e400", "NaN", "Infinity"])
+def test_numbers_json_cannot_carry_in_arguments_are_refused(store: Store, number: str) -> None:
+    """Arguments with infinite or NaN numbers get an error result; the tool never runs."""
+    log: list[str] = []
+    script = [call(("c1", "echo", '{"text": ' + number + "}")), answer("ok")]
+    agent = agent_on(store, script, tools=[echo_tool(log)])
+    assert agent.run("go") == "ok"
+    assert tool_results(agent)["c1"].startswith("Error: arguments for 'echo'")
+    assert log == [] and agent.in_doubt == ()
+
+
+def _recursive() -> list[Any]:
+    loop: list[Any] = []
+    loop.append(loop)
+    return loop
+
+
+@pytest.mark.parametrize(
+    ("value", "found"),
+    [
+        ("\ud800", "surrogates not allowed"),
+        ({"text": ["\udfff"]}, "surrogates not allowed"),
+        (_recursive(), "recursion"),
+        (object(), "unsupported"),
+        (float("nan"), "nan is not a JSON number"),
+        ({"total": float("inf")}, "inf is not a JSON number"),
+        ([float("-inf")], "-inf is not a JSON number"),
+    ],
+    ids=["surrogate", "nested-surrogate", "recursive", "object", "nan", "inf", "-inf"],
+)
+def test_a_result_that_cannot_be_recorded_is_the_calls_error(
+    store: Store, value: Any, found: str
+) -> None:
+    """A tool result JSON cannot carry faithfully is recorded as the call's error."""
+
+    def give(ctx: ToolContext, args: dict[str, Any]) -> Any:
+        return value
+
+    tools = [Tool("give", "Gives", OBJECT_SCHEMA, give)]
+    agent = agent_on(store, [call(("c1", "give", "{}")), answer("ok")], tools=tools)
+    assert agent.run("go") == "ok"
+    result = tool_results(agent)["c1"]
+    assert result.startswith("Error: tool 'give' failed: ToolResultError: ")
+    assert found in result
+    assert outcomes(store) == {"c1": ToolOutcome.FAILED}
+    assert agent.in_doubt == ()
+
+
+@pytest.mark.parametrize("data", [object(), {"x": float("nan")}, "\ud800"])
+def test_an_interrupt_whose_data_cannot_be_recorded_is_the_calls_error(
+    store: Store, data: Any
+) -> None:
+    """An InterruptError with data JSON cannot carry faithfully becomes the call's error."""
+
+    def pause(ctx: ToolContext, args: dict[str, Any]) -> Any:
+        raise InterruptError("check", data=data)
+
+    tools = [Tool("pause", "Pauses", OBJECT_SCHEMA, pause)]
+    agent = agent_on(store, [call(("c1", "pause", "{}")), answer("ok")], tools=tools)
+    assert agent.run("go") == "ok"
+    assert "cannot be recorded" in tool_results(agent)["c1"]
+    assert agent.state.interrupts == () and agent.in_doubt == ()

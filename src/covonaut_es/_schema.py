@@ -1,9 +1,9 @@
-"""Validation of tool arguments against the JSON Schema subset tools declare.
+"""Validation of tool arguments against each tool's JSON Schema, with ``jsonschema``.
 
-Tool parameter schemas in practice use a small part of JSON Schema: ``type``,
-``properties``, ``required``, ``additionalProperties``, ``items``, ``enum``, ``const``,
-length and range bounds, ``anyOf``/``oneOf``. This validator covers exactly that and
-reports the first problem with its JSON path, which the model then reads.
+``jsonschema`` is used rather than hand-written checks because it implements the
+whole specification (``$ref``, ``pattern``, ``allOf``, ``uniqueItems``...) and checks
+the schema itself, so a typo such as ``{"type": "intger"}`` fails when the tool is made
+instead of letting every argument through.
 """
 
 from __future__ import annotations
@@ -11,86 +11,56 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-_TYPE_CHECKS: dict[str, Any] = {
-    "object": lambda v: isinstance(v, dict),
-    "array": lambda v: isinstance(v, list),
-    "string": lambda v: isinstance(v, str),
-    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
-    "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
-    "boolean": lambda v: isinstance(v, bool),
-    "null": lambda v: v is None,
-}
+import jsonschema
+import jsonschema.exceptions
+import jsonschema.validators
+import referencing
+import referencing.exceptions
+
+from covonaut_es.errors import ConfigurationError
+
+ArgumentsValidator = jsonschema.protocols.Validator
+"""A compiled validator of one tool's arguments."""
+
+# An empty registry: a "$ref" resolves inside the schema itself, and a remote one is an
+# error rather than a network request made while validating a model's arguments.
+_NO_REMOTE_SCHEMAS: referencing.Registry[Any] = referencing.Registry()
 
 
-def validation_error(value: Any, schema: Mapping[str, Any], path: str = "$") -> str | None:
-    """The first way ``value`` violates ``schema``, or None when it conforms."""
-    expected = schema.get("type")
-    if expected is not None:
-        types = expected if isinstance(expected, list) else [expected]
-        if not any(_TYPE_CHECKS.get(t, lambda _: True)(value) for t in types):
-            return f"{path}: expected {' or '.join(types)}, got {_json_type(value)}"
-    if "enum" in schema and value not in schema["enum"]:
-        return f"{path}: {value!r} is not one of {schema['enum']!r}"
-    if "const" in schema and value != schema["const"]:
-        return f"{path}: expected {schema['const']!r}, got {value!r}"
-    for keyword in ("anyOf", "oneOf"):
-        if keyword in schema:
-            matches = [s for s in schema[keyword] if validation_error(value, s, path) is None]
-            if not matches or (keyword == "oneOf" and len(matches) > 1):
-                return f"{path}: does not match {keyword} of the schema"
-    if isinstance(value, dict):
-        return _object_error(value, schema, path)
-    if isinstance(value, list):
-        return _array_error(value, schema, path)
-    if isinstance(value, str):
-        return _bounds_error(len(value), schema, path, "minLength", "maxLength", "length")
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return _bounds_error(value, schema, path, "minimum", "maximum", "value")
-    return None
+def compile_schema(tool_name: str, schema: Mapping[str, Any]) -> ArgumentsValidator:
+    """Check ``schema`` against its draft's meta-schema (2020-12 unless ``$schema``
+    names another) and return its validator.
+
+    Raises:
+        ConfigurationError: The schema is not a valid JSON Schema.
+    """
+    if not isinstance(schema, Mapping):
+        msg = (
+            f"tool {tool_name!r} needs a JSON Schema object as its parameters, got "
+            f"{type(schema).__name__}; pass e.g. {{'type': 'object', 'properties': {{...}}}}"
+        )
+        raise ConfigurationError(msg)
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    try:
+        cls.check_schema(dict(schema))
+    except jsonschema.exceptions.SchemaError as exc:
+        path = exc.json_path
+        msg = (
+            f"tool {tool_name!r} has an invalid parameters schema: at {path}: {exc.message}; "
+            "fix the schema so it is valid JSON Schema"
+        )
+        raise ConfigurationError(msg) from exc
+    return cls(schema, registry=_NO_REMOTE_SCHEMAS)
 
 
-def _object_error(value: dict[str, Any], schema: Mapping[str, Any], path: str) -> str | None:
-    properties: Mapping[str, Any] = schema.get("properties", {})
-    for name in schema.get("required", ()):
-        if name not in value:
-            return f"{path}: missing required property {name!r}"
-    extra = schema.get("additionalProperties", True)
-    for name, item in value.items():
-        if name in properties:
-            error = validation_error(item, properties[name], f"{path}.{name}")
-        elif extra is False:
-            error = f"{path}: unexpected property {name!r}"
-        elif isinstance(extra, Mapping):
-            error = validation_error(item, extra, f"{path}.{name}")
-        else:
-            error = None
-        if error:
-            return error
-    return None
-
-
-def _array_error(value: list[Any], schema: Mapping[str, Any], path: str) -> str | None:
-    items = schema.get("items")
-    if isinstance(items, Mapping):
-        for index, item in enumerate(value):
-            error = validation_error(item, items, f"{path}[{index}]")
-            if error:
-                return error
-    return _bounds_error(len(value), schema, path, "minItems", "maxItems", "length")
-
-
-def _bounds_error(
-    measure: float, schema: Mapping[str, Any], path: str, low: str, high: str, what: str
-) -> str | None:
-    if low in schema and measure < schema[low]:
-        return f"{path}: {what} {measure} is below the {low} {schema[low]}"
-    if high in schema and measure > schema[high]:
-        return f"{path}: {what} {measure} is above the {high} {schema[high]}"
-    return None
-
-
-def _json_type(value: Any) -> str:
-    for name in ("null", "boolean", "integer", "number", "string", "array", "object"):
-        if _TYPE_CHECKS[name](value):
-            return name
-    return type(value).__name__
+def validation_error(validator: ArgumentsValidator, value: Any) -> str | None:
+    """The best-matching way ``value`` violates the schema, with its JSON path, or None
+    when it conforms."""
+    try:
+        error = jsonschema.exceptions.best_match(validator.iter_errors(value))
+    except referencing.exceptions.Unresolvable as exc:
+        # Found only when a value reaches the "$ref": the call is refused, not run.
+        return f"the tool's schema cannot be applied: {exc}; its $ref must point inside it"
+    if error is None:
+        return None
+    return f"{error.json_path}: {error.message}"

@@ -197,6 +197,18 @@ class ScriptExhaustedError(ProviderError):
     """A :class:`~covonaut_es.ScriptedProvider` was asked for more responses than scripted."""
 
 
+class ToolArgumentsLimitError(CovonautError, ValueError):
+    """A tool call's arguments exceed the size or nesting limit (see
+    ``covonaut_es.tools.MAX_ARGUMENTS_BYTES`` and ``MAX_ARGUMENTS_DEPTH``): the call is
+    refused before it runs and the refusal is recorded as its result."""
+
+
+class ToolResultError(CovonautError, ValueError):
+    """A tool's return value cannot be recorded as JSON text (an unsupported type, a
+    recursive structure, NaN or infinity, a lone surrogate): the call ran, so this is
+    recorded as its error result."""
+
+
 class SerializationError(CovonautError, ValueError):
     """Stored bytes could not be decoded into the expected type."""
 

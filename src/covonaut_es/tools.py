@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import logging
+import math
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
 import msgspec
 
-from covonaut_es._schema import validation_error
+from covonaut_es._schema import ArgumentsValidator, compile_schema, validation_error
 from covonaut_es.domain import ReviewDecision
+from covonaut_es.errors import ToolArgumentsLimitError, ToolResultError
 from covonaut_es.messages import JsonValue, ToolCall, ToolSpec
 
 ToolFunction = Callable[["ToolContext", dict[str, Any]], Any]
@@ -20,6 +23,12 @@ ApprovalPolicy = Callable[[dict[str, Any]], bool]
 """``policy(args)``: whether a call with these validated arguments needs approval."""
 
 logger = logging.getLogger("covonaut_es")
+
+MAX_ARGUMENTS_BYTES = 1_048_576
+"""The largest arguments text (UTF-8 bytes) a call may have; a larger one is refused."""
+
+MAX_ARGUMENTS_DEPTH = 64
+"""The deepest nesting of arrays and objects a call's arguments may have."""
 
 
 @attrs.frozen
@@ -57,8 +66,10 @@ class Tool:
     Attributes:
         name: The name the model uses.
         description: What the tool does, for the model.
-        parameters: JSON Schema of the arguments object; arguments are validated
-            against it before ``func`` runs.
+        parameters: JSON Schema of the arguments object (draft 2020-12 unless its
+            ``$schema`` names another); it is checked when the tool is made, and
+            arguments are validated against it with ``jsonschema`` before ``func``
+            runs. ``$ref`` resolves within the schema only.
         func: ``func(ctx, args)`` returning a JSON-encodable value (a string is passed
             to the model as is). Raise ``InterruptError`` to pause the run.
         idempotent: Running the call twice is harmless, so a call left in doubt by a
@@ -80,6 +91,15 @@ class Tool:
             attrs.validators.instance_of(bool), attrs.validators.is_callable()
         ),
     )
+    _validator: ArgumentsValidator = attrs.field(init=False, repr=False, eq=False)
+
+    def __attrs_post_init__(self) -> None:
+        """Check the parameters schema once, so a bad one fails here, naming the tool.
+
+        Raises:
+            ConfigurationError: ``parameters`` is not a valid JSON Schema.
+        """
+        object.__setattr__(self, "_validator", compile_schema(self.name, self.parameters))
 
     @property
     def spec(self) -> ToolSpec:
@@ -104,32 +124,98 @@ class ArgumentsError(ValueError):
     """A tool call's arguments are not valid JSON or do not match the schema."""
 
 
-_ARGUMENTS = dict[str, Any]
-
-
 def parse_arguments(tool: Tool, call: ToolCall) -> dict[str, Any]:
     """Decode and validate a call's JSON arguments.
 
     Raises:
+        ToolArgumentsLimitError: The arguments are larger than ``MAX_ARGUMENTS_BYTES``
+            or nested deeper than ``MAX_ARGUMENTS_DEPTH``; checked before decoding.
         ArgumentsError: With a message meant for the model.
     """
+    text = call.arguments or "{}"
+    check_arguments_limits(tool.name, text)
     try:
-        args = msgspec.json.decode(call.arguments or "{}", type=_ARGUMENTS)
-    except msgspec.ValidationError as exc:  # valid JSON, but not an object
-        error = f"must be a JSON object ({exc})"
+        args = msgspec.json.decode(text)
+    except msgspec.ValidationError as exc:  # a number that overflows to infinity
+        error = f"hold a number JSON cannot carry ({exc}); use a finite number"
     except msgspec.DecodeError as exc:
         error = f"are not valid JSON: {exc}"
     else:
-        invalid = validation_error(args, tool.parameters)
-        if invalid is None:
-            return args
-        error = f"are invalid: {invalid}"
+        if isinstance(args, dict):
+            invalid = validation_error(tool._validator, args)
+            if invalid is None:
+                return args
+            error = f"are invalid: {invalid}"
+        else:
+            error = f"must be a JSON object, got {type(args).__name__}"
     msg = f"arguments for {tool.name!r} {error}"
     raise ArgumentsError(msg)
 
 
+# A JSON string with its escapes: removed before counting brackets, so brackets inside
+# strings do not count towards the nesting depth.
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_BRACKET = re.compile(r"[\[\]{}]")
+
+
+def check_arguments_limits(tool_name: str, text: str) -> None:
+    """Refuse arguments text over the size or depth limit, without decoding it (a
+    deeply nested document would exhaust the decoder's recursion).
+
+    Raises:
+        ToolArgumentsLimitError: Naming the limit, what was found and what to do.
+    """
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > MAX_ARGUMENTS_BYTES:
+        msg = (
+            f"arguments for {tool_name!r} were refused: {size} bytes, more than the "
+            f"{MAX_ARGUMENTS_BYTES} allowed; pass smaller arguments"
+        )
+        raise ToolArgumentsLimitError(msg)
+    depth = deepest = 0
+    for bracket in _BRACKET.finditer(_JSON_STRING.sub("", text)):
+        depth += 1 if bracket.group() in "[{" else -1
+        deepest = max(deepest, depth)
+    if deepest > MAX_ARGUMENTS_DEPTH:
+        msg = (
+            f"arguments for {tool_name!r} were refused: nested {deepest} deep, more than "
+            f"the {MAX_ARGUMENTS_DEPTH} levels allowed; pass flatter arguments"
+        )
+        raise ToolArgumentsLimitError(msg)
+
+
 def result_text(value: Any) -> str:
-    """A tool's return value as the text the model reads."""
-    if isinstance(value, str):
-        return value
-    return msgspec.json.encode(value).decode()
+    """A tool's return value as the text the model reads: a string as it is, anything
+    else as JSON.
+
+    Raises:
+        ToolResultError: The value cannot be recorded faithfully: it is of a type JSON
+            cannot carry, recursive, holds NaN or infinity, or a lone surrogate.
+    """
+    try:
+        if isinstance(value, str):
+            text = value
+        else:
+            plain = msgspec.to_builtins(value)
+            _refuse_non_finite(plain)
+            text = msgspec.json.encode(plain).decode()
+        text.encode("utf-8")  # a lone surrogate could not be stored
+    except (TypeError, ValueError, RecursionError, msgspec.EncodeError) as exc:
+        msg = f"the tool returned a value that cannot be recorded as JSON: {exc}"
+        raise ToolResultError(msg) from exc
+    return text
+
+
+def _refuse_non_finite(value: Any) -> None:
+    # msgspec writes NaN and infinity as null, which would change what the tool said.
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            msg = f"{item} is not a JSON number; return it as a string or None"
+            raise ValueError(msg)
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 from uuid import UUID, uuid5
@@ -560,8 +560,46 @@ class AgentThread(Aggregate, created_event_name="Started"):
             raise ThreadStateError(msg)
         self.trigger_event(self.MessageAppended, message=message, timestamp=now)
 
-    def call_tools(self, calls: Iterable[ToolCall], *, now: datetime) -> None:
-        """Record the intent to call each tool before any of them runs."""
+    def unique_calls(self, calls: Sequence[ToolCall]) -> tuple[ToolCall, ...]:
+        """``calls`` with ids unique in this thread, for :meth:`call_tools`.
+
+        A model may repeat a call id within a response or reuse one from an earlier
+        turn; results, approvals and calls in doubt are keyed by call id, so each such
+        call gets the first free id ``<sent id>-2``, ``<sent id>-3``... in order (an
+        empty id counts as ``call``), which keeps the id the model sent readable in the
+        record. The same thread and calls always give the same ids.
+        """
+        used = self._used_call_ids()
+        avoid = used | {call.id for call in calls}
+        unique: list[ToolCall] = []
+        for call in calls:
+            call_id = call.id
+            if not call_id or call_id in used:
+                base, n = call_id or "call", 2
+                while (call_id := f"{base}-{n}") in avoid:
+                    n += 1
+                call = msgspec.structs.replace(call, id=call_id)
+            used.add(call_id)
+            avoid.add(call_id)
+            unique.append(call)
+        return tuple(unique)
+
+    def call_tools(self, calls: Sequence[ToolCall], *, now: datetime) -> None:
+        """Record the intent to call each tool before any of them runs.
+
+        Raises:
+            ThreadStateError: A call id is empty or already used in this thread: make
+                the ids unique with :meth:`unique_calls` first.
+        """
+        used = self._used_call_ids()
+        for call in calls:
+            if not call.id or call.id in used:
+                msg = (
+                    f"tool call id {call.id!r} is empty or already used in thread "
+                    f"{self.thread_id!r}; make the ids unique with unique_calls() first"
+                )
+                raise ThreadStateError(msg)
+            used.add(call.id)
         for call in calls:
             key = self._next_event_key(call)
             self.trigger_event(self.ToolCalled, call=call, idempotency_key=key, timestamp=now)
@@ -783,6 +821,11 @@ class AgentThread(Aggregate, created_event_name="Started"):
                 "run; check the external state and settle each one first"
             )
             raise ToolCallsInDoubtError(msg, tool_call_ids=ids)
+
+    def _used_call_ids(self) -> set[str]:
+        # Every recorded call is open or has its result among the tool messages.
+        results = {m.tool_call_id for m in self.messages if m.role is Role.TOOL}
+        return {call_id for call_id in results if call_id} | set(self.open_calls)
 
     def _next_event_key(self, call: ToolCall) -> str:
         # The version the next event will get makes the key unique even when a model

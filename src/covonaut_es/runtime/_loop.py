@@ -26,7 +26,14 @@ from covonaut_es.domain import (
     operation_digest,
 )
 from covonaut_es.domain._reviews import refusal_text
-from covonaut_es.errors import CovonautError, InterruptError, MaxTurnsExceededError, ProviderError
+from covonaut_es.errors import (
+    CovonautError,
+    InterruptError,
+    MaxTurnsExceededError,
+    ProviderError,
+    ToolArgumentsLimitError,
+    ToolResultError,
+)
 from covonaut_es.messages import Message, ProviderRequest, ProviderResponse, Role, ToolCall
 from covonaut_es.runtime._compaction import context_messages
 from covonaut_es.runtime._config import AgentConfig
@@ -104,7 +111,7 @@ class ToolReport:
         """The tool returned ``value``."""
         try:
             content = result_text(value)
-        except (TypeError, msgspec.EncodeError) as exc:
+        except ToolResultError as exc:
             return cls.raised(prepared, exc)
         return cls(prepared.call.id, ToolOutcome.SUCCEEDED, content)
 
@@ -114,15 +121,23 @@ class ToolReport:
         error result the model reads."""
         call = prepared.call
         if isinstance(error, InterruptError):
-            # Round-trip the data so the live state equals the state replayed later.
-            data = msgspec.json.decode(msgspec.json.encode(error.data))
-            interrupt = Interrupt(error.reason, data, call.id, call.name)
+            try:
+                # Round-trip the data so the live state equals the state replayed later;
+                # wrapped in a list so a string is encoded too and checked like a result.
+                (data,) = msgspec.json.decode(result_text([error.data]))
+                reason = result_text(error.reason)
+            except ToolResultError as exc:
+                msg = f"the tool's InterruptError carries data that cannot be recorded: {exc}"
+                return cls.raised(prepared, ToolResultError(msg))
+            interrupt = Interrupt(reason, data, call.id, call.name)
             content = (
-                f"Paused for review: {error.reason}. The operation waits for a person's "
+                f"Paused for review: {reason}. The operation waits for a person's "
                 "decision; you will be told the outcome."
             )
             return cls(call.id, ToolOutcome.INTERRUPTED, content, interrupt)
         content = f"Error: tool {call.name!r} failed: {type(error).__name__}: {error}"
+        # An exception's text may hold a lone surrogate, which could not be stored.
+        content = content.encode("utf-8", "backslashreplace").decode("utf-8")
         return cls(call.id, ToolOutcome.FAILED, content)
 
 
@@ -178,7 +193,7 @@ def run_program(
 
         request = build_request(thread, config, final_turn=final_turn)
         response = yield from _ask(thread, request, now)
-        calls = response.tool_calls
+        calls = thread.unique_calls(response.tool_calls)
         thread.append_message(
             Message(Role.ASSISTANT, response.content, tool_calls=calls, usage=response.usage),
             now=now(),
@@ -220,7 +235,7 @@ def _ask(
     thread: AgentThread, request: ProviderRequest, clock: Callable[[], datetime]
 ) -> Generator[Effect, Any, ProviderResponse]:
     try:
-        response: ProviderResponse = yield Complete(request)
+        response = _checked_response((yield Complete(request)))
     except Exception as exc:
         thread.fail(type(exc).__name__, str(exc), now=clock())
         yield Commit()
@@ -229,6 +244,25 @@ def _ask(
         msg = f"the model provider failed: {type(exc).__name__}: {exc}"
         raise ProviderError(msg) from exc
     return response
+
+
+def _checked_response(value: object) -> ProviderResponse:
+    """The provider's answer, checked to be a ``ProviderResponse`` that can be stored:
+    a provider is outside code, and anything else would fail later, mid-step."""
+    if not isinstance(value, ProviderResponse):
+        msg = (
+            f"the model provider returned {type(value).__name__}, expected a "
+            "ProviderResponse; make its complete() return covonaut_es.ProviderResponse(...)"
+        )
+        raise ProviderError(msg)
+    try:
+        return msgspec.json.decode(msgspec.json.encode(value), type=ProviderResponse)
+    except (TypeError, ValueError, RecursionError, msgspec.MsgspecError) as exc:
+        msg = (
+            f"the model provider returned a ProviderResponse that cannot be stored: {exc}; "
+            "its fields must have their declared types and hold valid text"
+        )
+        raise ProviderError(msg) from exc
 
 
 def _compact(thread: AgentThread, config: AgentConfig) -> Generator[Effect, Any, None]:
@@ -246,36 +280,62 @@ def _compact(thread: AgentThread, config: AgentConfig) -> Generator[Effect, Any,
 def _run_tools(
     thread: AgentThread, config: AgentConfig, calls: Sequence[ToolCall]
 ) -> Generator[Effect, Any, None]:
-    now = config.clock
-    prepared: list[PreparedCall] = []
-    for call in calls:
-        item = _prepare(thread, config, call)
-        if item is None:
-            yield Commit()
-        else:
-            prepared.append(item)
-
-    if config.parallel_tools and len(prepared) > 1:
-        runnable = [a for item in prepared if (a := _admit(thread, item, now())) is not None]
-        yield Commit(always=any(_authorized(a) for a in runnable))
-        if runnable:
-            yield StartTools(tuple(runnable))
-        for _ in runnable:
-            _record(thread, (yield NextToolReport()), now())
-            yield Commit()
-        return
-    for item in prepared:
-        admitted = _admit(thread, item, now(), paused=bool(thread.interrupts))
-        if admitted is None:
-            continue
-        yield Commit(always=_authorized(admitted))
-        _record(thread, (yield RunTool(admitted)), now())
+    """Run a response's calls and record every result in the order the model asked."""
+    if not (config.parallel_tools and len(calls) > 1):
+        for call in calls:
+            # A call admitted after an earlier one paused the run does not execute.
+            paused = bool(thread.interrupts)
+            yield from _execute(thread, config, _admitted(thread, config, call, paused=paused))
         yield Commit()
+        return
+
+    slots = [_admitted(thread, config, call) for call in calls]
+    runnable = tuple(slot for slot in slots if isinstance(slot, PreparedCall))
+    yield Commit(always=any(_authorized(item) for item in runnable))  # before any runs
+    finished: dict[str, ToolReport] = {}
+    for slot in slots:
+        if isinstance(slot, PreparedCall):
+            if slot is runnable[0]:
+                yield StartTools(runnable)  # results before it are already recorded
+            while slot.call.id not in finished:  # the calls end in any order
+                report: ToolReport = yield NextToolReport()
+                finished[report.tool_call_id] = report
+            yield from _execute(thread, config, finished.pop(slot.call.id))
+        else:
+            yield from _execute(thread, config, slot)
+
+
+Admitted = PreparedCall | ToolReport | None
+"""A call to execute, a result to record without executing, or None for a call held
+back for a review."""
+
+
+def _admitted(
+    thread: AgentThread, config: AgentConfig, call: ToolCall, *, paused: bool = False
+) -> Admitted:
+    item = _prepare(thread, config, call)
+    if isinstance(item, PreparedCall):
+        return _admit(thread, item, config.clock(), paused=paused)
+    return item
+
+
+def _execute(
+    thread: AgentThread, config: AgentConfig, item: Admitted
+) -> Generator[Effect, Any, None]:
+    """Run an admitted call (its approval committed first) and record its result, or
+    record a result known without running it."""
+    if item is None:
+        return
+    if isinstance(item, PreparedCall):
+        yield Commit(always=_authorized(item))
+        item = yield RunTool(item)
+    assert isinstance(item, ToolReport)
+    _record(thread, item, config.clock())
     yield Commit()
 
 
-def _prepare(thread: AgentThread, config: AgentConfig, call: ToolCall) -> PreparedCall | None:
-    """Validate a call; an invalid one gets its error result recorded and None."""
+def _prepare(thread: AgentThread, config: AgentConfig, call: ToolCall) -> PreparedCall | ToolReport:
+    """Validate a call; an invalid one gives the result to record instead."""
     tool = config.tool(call.name)
     try:
         if tool is None:
@@ -283,17 +343,19 @@ def _prepare(thread: AgentThread, config: AgentConfig, call: ToolCall) -> Prepar
             raise ArgumentsError(msg)
         args = parse_arguments(tool, call)
     except ArgumentsError as exc:
-        thread.record_tool_result(call.id, f"Error: {exc}", ToolOutcome.FAILED, now=config.clock())
-        return None
+        return ToolReport(call.id, ToolOutcome.FAILED, f"Error: {exc}")
+    except ToolArgumentsLimitError as exc:  # refused before running: not in doubt
+        return ToolReport(call.id, ToolOutcome.NOT_EXECUTED, f"Not executed: {exc}")
     key = thread.open_calls[call.id].idempotency_key
     return PreparedCall(tool, call, args, ToolContext(thread.thread_id, call.id, call.name, key))
 
 
 def _admit(
     thread: AgentThread, item: PreparedCall, now: datetime, *, paused: bool = False
-) -> PreparedCall | None:
+) -> Admitted:
     """Let a prepared call run now, with the approval that authorizes it if its tool
-    requires one; otherwise record why it does not run, or ask for its review.
+    requires one; otherwise give the result saying why it does not run, or ask for its
+    review (None).
 
     ``paused``: an earlier call of the batch paused the run, so nothing more runs, but
     a call without a standing decision still gets its own review.
@@ -309,13 +371,11 @@ def _admit(
             return None
     if paused:
         note = "Not executed: an earlier call in this batch paused the run."
-        thread.record_tool_result(call.id, note, ToolOutcome.NOT_EXECUTED, now=now)
-        return None
+        return ToolReport(call.id, ToolOutcome.NOT_EXECUTED, note)
     if review is None:
         return item
     if not (review.usable or review.authorizes(key)):
-        thread.record_tool_result(call.id, refusal_text(review), ToolOutcome.NOT_EXECUTED, now=now)
-        return None
+        return ToolReport(call.id, ToolOutcome.NOT_EXECUTED, refusal_text(review))
     approval = review.decision
     if review.usable:
         approval = thread.use_approval(review.request.review_id, call.id, now=now)
@@ -334,11 +394,7 @@ def retry_program(thread: AgentThread, config: AgentConfig, tool_call_id: str) -
     """
     pending = thread.retry_tool_call(tool_call_id, now=config.clock())
     yield Commit()
-    prepared = _prepare(thread, config, pending.call)
-    admitted = None if prepared is None else _admit(thread, prepared, config.clock())
-    if admitted is not None:
-        yield Commit(always=_authorized(admitted))
-        _record(thread, (yield RunTool(admitted)), config.clock())
+    yield from _execute(thread, config, _admitted(thread, config, pending.call))
     yield Commit()
     return ""
 

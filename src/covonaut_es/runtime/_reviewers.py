@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import binascii
 import hmac
-import logging
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -40,9 +39,8 @@ class ReviewerVerifier(Protocol):
 
 
 _TOKEN_CONTEXT = b"covonaut-es reviewer token v1\x00"
-RECOMMENDED_SECRET_BYTES = 32
-
-logger = logging.getLogger("covonaut_es")
+MIN_SECRET_BYTES = 32
+"""The shortest HMAC reviewer secret accepted, in bytes."""
 
 
 class _TokenClaims(msgspec.Struct, frozen=True):
@@ -55,19 +53,14 @@ def _secret_bytes(secret: str | bytes) -> bytes:
 
 
 def _check_secret(_: object, __: attrs.Attribute[bytes], secret: bytes) -> None:
-    if not secret:
+    # A short secret can be guessed offline from one token, and then every reviewer
+    # can be impersonated: refuse it rather than warn.
+    if len(secret) < MIN_SECRET_BYTES:
         msg = (
-            "an HMAC reviewer secret must not be empty; generate one with "
-            f"secrets.token_bytes({RECOMMENDED_SECRET_BYTES})"
+            f"an HMAC reviewer secret needs at least {MIN_SECRET_BYTES} bytes, got "
+            f"{len(secret)}; generate one with secrets.token_bytes({MIN_SECRET_BYTES})"
         )
         raise ConfigurationError(msg)
-    if len(secret) < RECOMMENDED_SECRET_BYTES:
-        logger.warning(
-            "HMAC reviewer secret has %d bytes, fewer than the %d recommended: tokens are "
-            "easier to forge by guessing it",
-            len(secret),
-            RECOMMENDED_SECRET_BYTES,
-        )
 
 
 def _epoch_seconds() -> float:
@@ -92,7 +85,7 @@ class HmacReviewerVerifier:
 
     Attributes:
         secret: Random bytes, 32 or more (a ``str`` is taken as UTF-8); a shorter one
-            is logged as a warning. Keep it secret: whoever has it can issue tokens for
+            raises ``ConfigurationError``. Keep it secret: whoever has it can issue tokens for
             any reviewer.
         clock: Seconds since the epoch, for expiry.
     """
