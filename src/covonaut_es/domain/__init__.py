@@ -8,6 +8,7 @@ only :mod:`covonaut_es.errors` and :mod:`covonaut_es.messages` (besides eventsou
 domain classes and msgspec), never a layer above it.
 """
 
+from covonaut_es.domain._ids import check_thread_id, thread_aggregate_id
 from covonaut_es.domain._reviews import (
     Decision,
     Review,
@@ -17,7 +18,7 @@ from covonaut_es.domain._reviews import (
     operation_digest,
 )
 from covonaut_es.domain._snapshot import ThreadSnapshot
-from covonaut_es.domain._thread import AgentThread, check_thread_id, thread_aggregate_id
+from covonaut_es.domain._thread import AgentThread
 from covonaut_es.domain._tree import BranchPoint, ForkRecord, SessionTree, ThreadTree, TreeStats
 from covonaut_es.domain._values import (
     Checkpoint,

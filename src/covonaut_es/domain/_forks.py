@@ -11,8 +11,9 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
+from covonaut_es.domain._ids import thread_aggregate_id
 from covonaut_es.domain._integrity import seal
-from covonaut_es.domain._thread import AgentThread, thread_aggregate_id
+from covonaut_es.domain._thread import AgentThread
 from covonaut_es.domain._values import Interrupt, RunMode
 
 

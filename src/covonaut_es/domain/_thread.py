@@ -14,15 +14,15 @@ explicit ``TOPIC``, never where its class lives.
 from __future__ import annotations
 
 import hashlib
-import unicodedata
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
-from uuid import UUID, uuid5
+from uuid import UUID
 
 import msgspec
 from eventsourcing.domain import Aggregate
 
+from covonaut_es.domain._ids import check_thread_id, thread_aggregate_id
 from covonaut_es.domain._integrity import CHAIN_KEY, UNCHAINED, seal
 from covonaut_es.domain._reviews import (
     Decision,
@@ -51,53 +51,12 @@ from covonaut_es.domain._values import (
 )
 from covonaut_es.errors import (
     InterruptPendingError,
-    InvalidThreadIdError,
     NotInterruptedError,
     ReviewPendingError,
     ThreadStateError,
     ToolCallsInDoubtError,
 )
 from covonaut_es.messages import Message, Role, ToolCall, Usage
-
-THREAD_NAMESPACE = UUID("6f1d2a8e-5b7c-4c39-9a51-2f0e8c4d7b13")
-"""Namespace of the uuid5 that maps a thread id to its aggregate id. Never change it."""
-
-
-MAX_THREAD_ID_LENGTH = 200
-"""The longest thread id a new thread may have, in characters."""
-
-
-def check_thread_id(thread_id: str) -> str:
-    """Return ``thread_id`` if a new thread may have it, on every back end alike.
-
-    A thread id is 1 to 200 characters, none of them a control character (NUL, tab,
-    newline, ...: Unicode category Cc) or a lone surrogate (Cs).
-
-    Raises:
-        InvalidThreadIdError: It is not such an id.
-    """
-    if not isinstance(thread_id, str):
-        msg = f"a thread id must be a string, found {type(thread_id).__name__} {thread_id!r}"
-        raise InvalidThreadIdError(msg)
-    if not 1 <= len(thread_id) <= MAX_THREAD_ID_LENGTH:
-        msg = (
-            f"a thread id has 1 to {MAX_THREAD_ID_LENGTH} characters, found "
-            f"{len(thread_id)} in {thread_id[:40]!r}: choose a shorter, non-empty id"
-        )
-        raise InvalidThreadIdError(msg)
-    for position, char in enumerate(thread_id):
-        if unicodedata.category(char) in ("Cc", "Cs"):
-            msg = (
-                f"thread id {thread_id!r} has the control or surrogate character {char!r} "
-                f"at position {position}: thread ids may hold printable text only"
-            )
-            raise InvalidThreadIdError(msg)
-    return thread_id
-
-
-def thread_aggregate_id(thread_id: str) -> UUID:
-    """The aggregate id of a thread: a uuid5 of its thread id."""
-    return uuid5(THREAD_NAMESPACE, thread_id)
 
 
 class AgentThread(Aggregate, created_event_name="Started"):

@@ -9,8 +9,9 @@ the domain and the migrations, never the runtime or a layer above.
 
 from covonaut_es.store._application import AgentApplication
 from covonaut_es.store._audit import AuditEntry, AuditFinding, AuditReport
+from covonaut_es.store._open import create_cipher_key, open_store
 from covonaut_es.store._states import FileStateStore, MemoryStateStore, StateStore
-from covonaut_es.store._store import Store, create_cipher_key, open_store
+from covonaut_es.store._store import Store
 
 __all__ = [
     "AgentApplication",

@@ -9,10 +9,7 @@ through it.
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import os
-import secrets
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
@@ -44,7 +41,6 @@ from covonaut_es.errors import (
     MissingFirstEventError,
     ReadOnlyStoreError,
     SerializationError,
-    StoreUnavailableError,
     ThreadConflictError,
     ThreadNotFoundError,
 )
@@ -52,16 +48,14 @@ from covonaut_es.migrations import Upcaster
 from covonaut_es.migrations._upcasting import NO_MIGRATORS
 from covonaut_es.store import _audit
 from covonaut_es.store._application import (
-    CHAIN_KEY_ENV,
     SnapshotCache,
-    checked_chain_key,
     open_application,
 )
 from covonaut_es.store._audit import AuditEntry, AuditReport
 from covonaut_es.store._forks import ThreadForking
 from covonaut_es.store._mapper import MsgspecMapper
 from covonaut_es.store._records import StoredRecords
-from covonaut_es.store._urls import SQLITE_PATH, canonical_url, redact, store_env
+from covonaut_es.store._urls import redact
 
 _LOG_BATCH = 500
 
@@ -500,75 +494,3 @@ class Store(StoredRecords, ThreadForking, SessionTreeQueries, Closing):
         with self._lock:
             if version > self._snapshot_versions.get(aggregate_id, 0):
                 self._snapshot_versions[aggregate_id] = version
-
-
-def create_cipher_key(num_bytes: int = 32) -> str:
-    """A new random AES key for ``open_store(..., cipher_key=...)``: base64 text.
-
-    Keep it secret and safe: without it the store cannot be read.
-    """
-    if num_bytes not in (16, 24, 32):
-        msg = f"an AES key has 16, 24 or 32 bytes, not {num_bytes}"
-        raise ConfigurationError(msg)
-    return base64.b64encode(secrets.token_bytes(num_bytes)).decode()
-
-
-def open_store(
-    url: str,
-    *,
-    max_checkpoints_per_thread: int = 0,
-    cipher_key: str | None = None,
-    compress: bool = False,
-    create_tables: bool = True,
-    clock: Callable[[], datetime] = utc_now,
-    chain_key: str | None = None,
-) -> Store:
-    """Open a thread store.
-
-    Args:
-        url: ``memory://`` (this process only, lost at exit; ``memory://NAME`` is
-            shared by stores and projections of this process that use the same name),
-            ``sqlite:///path.db``
-            (a file; ``sqlite:////abs/path.db`` for an absolute path; ``?mode=ro``
-            opens it read-only) or ``postgresql://user:password@host:port/dbname``
-            (needs the ``postgres`` extra; every libpq parameter in its query, such
-            as ``?sslmode=require``, reaches each connection).
-        max_checkpoints_per_thread: Keep only this many newest checkpoints per thread;
-            0 keeps all. Evicting a checkpoint never deletes events.
-        cipher_key: Encrypt stored events and snapshots with AES-GCM under this key
-            (base64 of 16, 24 or 32 bytes; see :func:`create_cipher_key`). Needs the
-            ``encryption`` extra.
-        compress: Compress stored events and snapshots with zlib.
-        create_tables: Create the store's tables (and a SQLite file) when they are
-            missing. Tools that must not write pass False.
-        clock: The time of the events the store itself writes (forks, labels,
-            abandonments) when the call passes no ``now``.
-        chain_key: Seal the hash chain with HMAC-SHA256 under this secret (at least 16
-            characters), so that write access to the database without it cannot seal
-            altered events again; open the store with it to verify (ADR 0013).
-
-    Raises:
-        StoreURLError: The URL's scheme is unknown or the URL is malformed.
-        ConfigurationError: An option is invalid or its optional package is missing.
-        StoreSettingsError: The cipher key or compression is not the one the store was
-            created with (``CipherKeyMismatchError``, ``CompressionMismatchError``).
-        NotAStoreError: The database is not a store, or holds another application's
-            tables (``ForeignSchemaError``).
-        ReadOnlyStoreError: The SQLite file is read-only and the open may write.
-        StoreUnavailableError: The database cannot be reached.
-    """
-    env = store_env(url, cipher_key=cipher_key, compress=compress)
-    if chain_key is not None:
-        env[CHAIN_KEY_ENV] = checked_chain_key(chain_key)
-    if not create_tables:
-        env["CREATE_TABLE"] = "n"
-        sqlite_file = env.get(SQLITE_PATH)
-        if sqlite_file is not None and not os.path.exists(sqlite_file):
-            msg = f"store {redact(url)}: there is no SQLite file {sqlite_file!r} to open"
-            raise StoreUnavailableError(msg)
-    return Store(
-        canonical_url(url, env),
-        env,
-        max_checkpoints_per_thread=max_checkpoints_per_thread,
-        clock=clock,
-    )
