@@ -14,7 +14,13 @@ import msgspec
 import pytest
 from eventsourcing.domain import Aggregate, event
 
-from covonaut_es import AgentThread, SerializationError, create_cipher_key, open_store
+from covonaut_es import (
+    AgentThread,
+    ReviewQueue,
+    SerializationError,
+    create_cipher_key,
+    open_store,
+)
 from covonaut_es.audit import export_thread, import_threads
 from covonaut_es.domain import thread_aggregate_id
 from covonaut_es.errors import (
@@ -347,7 +353,7 @@ def test_a_malformed_store_url_names_its_problem(url: str, message: str) -> None
 
 def test_postgres_url_parameters_reach_every_connection(postgres_database: str) -> None:
     """A PostgreSQL URL's query parameters (sslmode, application_name, ...) are passed
-    to the store's connections, not dropped."""
+    to the store's connections and to its reviewer queue's, not dropped."""
     assert postgres_params(persistence_env(postgres_database + "?sslmode=disable")) == {
         "sslmode": "disable"
     }
@@ -357,6 +363,9 @@ def test_postgres_url_parameters_reach_every_connection(postgres_database: str) 
         with store._app.recorder.datastore.transaction(commit=False) as cursor:
             cursor.execute("SHOW application_name")
             assert cursor.fetchone()["application_name"] == "covonaut-check"
+    with ReviewQueue(url) as queue, queue.view().datastore.transaction(commit=False) as cursor:
+        cursor.execute("SHOW application_name")
+        assert cursor.fetchone()["application_name"] == "covonaut-check"
 
 
 def test_the_command_line_import_runs_no_module_a_line_names(

@@ -36,6 +36,7 @@ from covonaut_es.store._application import (
     STORE_APPLICATION_NAME,
     ThreadsApplication,
     open_application,
+    with_connection_params,
 )
 from covonaut_es.store._urls import canonical_url, persistence_env, store_env
 
@@ -138,7 +139,9 @@ class ReviewQueue(Closing):
         """The queue's view, opened once (its tables created if needed); reading it
         does not follow the store."""
         if self._view is None:
-            self._factory = InfrastructureFactory.construct(env=Environment(VIEW_NAME, self._env))
+            self._factory = with_connection_params(
+                InfrastructureFactory.construct(env=Environment(VIEW_NAME, self._env)), self._env
+            )
             view = cast(ReviewQueueView, self._factory.tracking_recorder(self.view_class))
             if isinstance(view, SealedReviewQueueView) and self._sealer is not None:
                 view.seal_with(self._sealer)

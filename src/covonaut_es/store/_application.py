@@ -76,19 +76,9 @@ class AgentApplication(Application[UUID]):
     """The application's own aggregate classes, whose events its mapper may read."""
 
     def construct_factory(self, env: Environment) -> InfrastructureFactory[Any]:
-        """eventsourcing's factory for ``env``; a PostgreSQL store's further URL
-        parameters (``sslmode`` and the like) go to every connection of its pool, which
-        opens only on first use."""
-        factory = super().construct_factory(env)
-        params = postgres_params(env)
-        if params:
-            from eventsourcing.postgres import PostgresDatastore
-
-            datastore = getattr(factory, "datastore", None)
-            kwargs = datastore.pool.kwargs if isinstance(datastore, PostgresDatastore) else None
-            if isinstance(kwargs, dict):
-                kwargs.update(params)
-        return factory
+        """eventsourcing's factory for ``env``, passing on a PostgreSQL store's further
+        URL parameters (see :func:`with_connection_params`)."""
+        return with_connection_params(super().construct_factory(env), env)
 
     def construct_mapper(self) -> MsgspecMapper:
         """covonaut_es's msgspec mapper, with the configured compressor and cipher."""
@@ -103,6 +93,22 @@ class AgentApplication(Application[UUID]):
         """The snapshot store, read as a cache: see :class:`SnapshotCache`."""
         assert isinstance(self.mapper, MsgspecMapper)
         return SnapshotCache(self.mapper, self.factory.aggregate_recorder(purpose="snapshots"))
+
+
+def with_connection_params(
+    factory: InfrastructureFactory[Any], env: Mapping[str, str]
+) -> InfrastructureFactory[Any]:
+    """``factory``, with a PostgreSQL store's further URL parameters (``sslmode`` and
+    the like) given to every connection of its pool, which opens only on first use."""
+    params = postgres_params(env)
+    if params:
+        from eventsourcing.postgres import PostgresDatastore
+
+        datastore = getattr(factory, "datastore", None)
+        kwargs = datastore.pool.kwargs if isinstance(datastore, PostgresDatastore) else None
+        if isinstance(kwargs, dict):
+            kwargs.update(params)
+    return factory
 
 
 class SnapshotCache(EventStore[UUID]):
