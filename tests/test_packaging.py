@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 import venv
+import zipfile
 from pathlib import Path
 
 from packaging.requirements import Requirement
@@ -73,11 +74,17 @@ def link_dependencies(requirements: list[Requirement], site_packages: Path) -> s
 
 
 def test_the_wheel_runs_the_quick_start_in_a_fresh_environment(tmp_path: Path) -> None:
-    """python -m build makes a wheel and an sdist; the wheel, installed alone into a
+    """python -m build makes a wheel, which carries LICENSE in its dist-info, and an
+    sdist; the wheel, installed alone into a
     fresh virtual environment with only its declared dependencies, imports from that
     environment and runs the README's quick start in an empty directory."""
     wheel, sdist = build(tmp_path / "dist")
     assert sdist.stat().st_size > 0
+    with zipfile.ZipFile(wheel) as archive:
+        (license_name,) = [
+            n for n in archive.namelist() if n.endswith(".dist-info/licenses/LICENSE")
+        ]
+        assert archive.read(license_name).decode() == (ROOT / "LICENSE").read_text()
 
     env_dir = tmp_path / "env"
     venv.EnvBuilder(with_pip=False).create(env_dir)
@@ -96,6 +103,7 @@ def test_the_wheel_runs_the_quick_start_in_a_fresh_environment(tmp_path: Path) -
     assert install.returncode == 0, install.stderr
     (dist_info,) = site_packages.glob("covonaut_es-*.dist-info")
     metadata = (dist_info / "METADATA").read_text()
+    assert "License-File: LICENSE" in metadata.splitlines()
     linked = link_dependencies(runtime_requirements(metadata), site_packages)
     assert {"eventsourcing", "msgspec", "attrs"} <= linked
 
