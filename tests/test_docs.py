@@ -1,4 +1,5 @@
-"""The README's Python blocks and every example run as documented."""
+"""The Python blocks of the README and of the documentation site, and every example,
+run as documented."""
 
 from __future__ import annotations
 
@@ -14,25 +15,45 @@ from support import run_python
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
+GETTING_STARTED = ROOT / "docs" / "getting-started.md"
+# docs/providers.md calls the vendors' APIs: tests/test_provider_docs.py runs its blocks
+# against recorded answers on a local server instead.
+NEEDS_AN_API = {ROOT / "docs" / "providers.md"}
+DOCUMENTS = [README, *(p for p in sorted((ROOT / "docs").glob("*.md")) if p not in NEEDS_AN_API)]
 
 
 def python_blocks(path: Path) -> list[str]:
     return re.findall(r"```python\n(.*?)```", path.read_text(), flags=re.S)
 
 
-@pytest.mark.parametrize("index", range(len(python_blocks(README))))
-def test_readme_python_block_runs(index: int, tmp_path: Path) -> None:
-    """Each ```python block of the README runs without error in a fresh interpreter."""
-    code = python_blocks(README)[index]
+BLOCKS = [
+    pytest.param(code, id=f"{path.relative_to(ROOT)}-{number}")
+    for path in DOCUMENTS
+    for number, code in enumerate(python_blocks(path), 1)
+]
+
+
+def test_the_site_pages_have_python_blocks() -> None:
+    """The pages that moved out of the README still carry their examples."""
+    pages = {path.name for path in DOCUMENTS if python_blocks(path)}
+    assert {"README.md", "getting-started.md", "concepts.md", "human-review.md"} <= pages
+    assert {"durability.md", "audits.md", "migrations.md", "operations.md"} <= pages
+    assert "embedding.md" in pages
+
+
+@pytest.mark.parametrize("code", BLOCKS)
+def test_documented_python_block_runs(code: str, tmp_path: Path) -> None:
+    """Each ```python block of README.md and docs/*.md runs without error in a fresh
+    interpreter, in an empty directory."""
     # This checkout's sources, also when PYTHONPATH is relative to another directory.
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     run_python("-c", code, cwd=tmp_path, env=env)
 
 
 def test_recovery_example_prints_the_three_lines() -> None:
-    """examples/recovery.py prints exactly what the README says."""
+    """examples/recovery.py prints exactly what docs/getting-started.md says."""
     result = run_python(ROOT / "examples" / "recovery.py")
-    expected = re.search(r"prints\n\n```text\n(.*?)```", README.read_text(), flags=re.S)
+    expected = re.search(r"prints\n\n```text\n(.*?)```", GETTING_STARTED.read_text(), flags=re.S)
     assert expected is not None
     assert result.stdout == expected.group(1)
 
