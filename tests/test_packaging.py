@@ -75,9 +75,9 @@ def link_dependencies(requirements: list[Requirement], site_packages: Path) -> s
 
 def test_the_wheel_runs_the_quick_start_in_a_fresh_environment(tmp_path: Path) -> None:
     """python -m build makes a wheel, which carries LICENSE in its dist-info, and an
-    sdist; the wheel, installed alone into a
-    fresh virtual environment with only its declared dependencies, imports from that
-    environment and runs the README's quick start in an empty directory."""
+    sdist; the wheel, installed alone into a fresh virtual environment with only its
+    declared dependencies, imports from that environment and runs the README's quick
+    start in an empty directory."""
     wheel, sdist = build(tmp_path / "dist")
     assert sdist.stat().st_size > 0
     with zipfile.ZipFile(wheel) as archive:
