@@ -7,8 +7,9 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEMO   ?= examples/restart_recovery.py
 
-# Only the source folders that exist (examples/ may not yet).
-LINT_PATHS := $(wildcard src tests examples benchmarks)
+# Only the source folders that exist (examples/ may not yet); docs/_ext holds the site's
+# griffe extension.
+LINT_PATHS := $(wildcard src tests examples benchmarks docs/_ext)
 
 .PHONY: venv lint typecheck docs-build docs test demo bench clean
 
