@@ -12,7 +12,7 @@ import msgspec
 from covonaut_es.cli._command import EXIT_FAILURES, EXIT_OK, Subcommands
 from covonaut_es.cli._options import add_store_command, open_from, read_thread
 from covonaut_es.cli._output import emit, emit_value, print_json
-from covonaut_es.domain import ThreadState
+from covonaut_es.domain import PendingToolCall, ThreadState
 from covonaut_es.store import Store
 
 
@@ -65,6 +65,7 @@ def show(args: argparse.Namespace) -> int:
 
 def _state_lines(state: ThreadState) -> Iterator[str]:
     last = state.messages[-1] if state.messages else None
+    held = held_for_review(state)
     fields = {
         "thread": state.thread_id,
         "status": state.status.value,
@@ -75,13 +76,21 @@ def _state_lines(state: ThreadState) -> Iterator[str]:
         "parent": f"{state.parent.thread_id}@{state.parent.version}" if state.parent else "",
         "labels": ", ".join(label.name for label in state.labels),
         "interrupts": "; ".join(f"{i.tool_name}: {i.reason}" for i in state.interrupts),
-        "in doubt": ", ".join(call.call.id for call in state.open_calls),
+        "in doubt": ", ".join(call.call.id for call in state.open_calls if call not in held),
+        "awaiting review": ", ".join(f"{call.call.id} (never ran)" for call in held),
         "pending reviews": ", ".join(r.request.review_id for r in state.reviews if r.pending),
         "last message": f"{last.role}: {last.content[:70]}" if last else "",
     }
     width = max(map(len, fields))
     for name, value in fields.items():
         yield f"{name.ljust(width)}  {value}"
+
+
+def held_for_review(state: ThreadState) -> tuple[PendingToolCall, ...]:
+    """The open calls a pending review holds back: they never ran, so they are not in
+    doubt."""
+    awaited = {r.request.tool_call_id for r in state.reviews if r.pending}
+    return tuple(call for call in state.open_calls if call.call.id in awaited)
 
 
 def history(args: argparse.Namespace) -> int:
