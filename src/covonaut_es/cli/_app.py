@@ -9,6 +9,7 @@ to :data:`_COMMAND_GROUPS`.
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import sys
 from collections.abc import Callable, Sequence
 
@@ -17,6 +18,7 @@ from covonaut_es.cli._forks import add_fork_commands
 from covonaut_es.cli._migrate import add_migrate_command
 from covonaut_es.cli._reviews import add_review_commands
 from covonaut_es.cli._threads import add_thread_commands
+from covonaut_es.cli._tokens import add_token_commands
 from covonaut_es.cli._transfer import add_transfer_commands
 from covonaut_es.errors import CovonautError
 
@@ -26,6 +28,7 @@ _COMMAND_GROUPS: tuple[Callable[[Subcommands], None], ...] = (
     add_fork_commands,
     add_transfer_commands,
     add_migrate_command,
+    add_token_commands,
 )
 """Each command module's declaration, in the order ``--help`` lists them."""
 
@@ -56,7 +59,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="covonaut-es", description="Tools for covonaut-es thread stores."
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     subcommands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
     for add_commands in _COMMAND_GROUPS:
         add_commands(subcommands)
     return parser
+
+
+def _version() -> str:
+    """The installed package's version."""
+    try:
+        return importlib.metadata.version("covonaut-es")
+    except importlib.metadata.PackageNotFoundError:
+        return "(not installed: no package metadata)"

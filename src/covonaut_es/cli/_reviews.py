@@ -1,13 +1,13 @@
 """The reviewer's commands: list the pending ``reviews`` (``--follow`` keeps the queue
 projection running), and ``approve`` or ``reject`` one with a signed reviewer token.
 
-Deciding needs ``$COVONAUT_ES_REVIEWER_SECRET``, the secret the tokens are signed with.
+Deciding needs ``$COVONAUT_ES_REVIEWER_SECRET``, the secret the tokens are signed with
+(see :mod:`covonaut_es.cli._tokens`).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from typing import Any
@@ -15,13 +15,13 @@ from typing import Any
 from covonaut_es.cli._command import EXIT_OK, Subcommands, UsageError
 from covonaut_es.cli._options import add_store_command, cipher_key, open_from
 from covonaut_es.cli._output import emit
+from covonaut_es.cli._tokens import explain_secret, reviewer_verifier
 from covonaut_es.projections import PendingReview, ReviewQueue
 from covonaut_es.providers import ScriptedProvider
-from covonaut_es.runtime import Agent, AgentConfig, CheckpointSettings, HmacReviewerVerifier
+from covonaut_es.runtime import Agent, AgentConfig, CheckpointSettings
 from covonaut_es.store import Store
 
-REVIEWER_SECRET_ENV = "COVONAUT_ES_REVIEWER_SECRET"
-"""The environment variable holding the secret reviewer tokens are signed with."""
+_TOKEN_HELP = "a reviewer token, e.g. from `covonaut-es token issue`"
 
 _REVIEW_COLUMNS = ["thread", "review", "tool", "digest", "reason", "requested_at", "parent"]
 
@@ -38,12 +38,14 @@ def add_review_commands(subcommands: Subcommands) -> None:
     parser = add_store_command(
         subcommands, "approve", approve, help_="approve a review's exact operation"
     )
+    explain_secret(parser)
     parser.add_argument("review")
-    parser.add_argument("--reviewer-token", required=True, metavar="TOKEN")
+    parser.add_argument("--reviewer-token", required=True, metavar="TOKEN", help=_TOKEN_HELP)
     parser.add_argument("--comment", default="")
     parser = add_store_command(subcommands, "reject", reject, help_="reject a review's operation")
+    explain_secret(parser)
     parser.add_argument("review")
-    parser.add_argument("--reviewer-token", required=True, metavar="TOKEN")
+    parser.add_argument("--reviewer-token", required=True, metavar="TOKEN", help=_TOKEN_HELP)
     parser.add_argument("--reason", required=True)
 
 
@@ -92,16 +94,13 @@ def reject(args: argparse.Namespace) -> int:
 
 
 def _decide(args: argparse.Namespace, *, approved: bool, note: str) -> int:
-    secret = os.environ.get(REVIEWER_SECRET_ENV, "")
-    if not secret:
-        msg = f"set ${REVIEWER_SECRET_ENV} to the secret reviewer tokens are signed with"
-        raise UsageError(msg)
+    verifier = reviewer_verifier()
     with open_from(args) as store:
         thread_id = _thread_of_review(store, args.review)
         agent = Agent(
             AgentConfig(
                 provider=ScriptedProvider(),  # deciding never calls a model
-                reviewer_verifier=HmacReviewerVerifier(secret.encode()),
+                reviewer_verifier=verifier,
                 checkpoint=CheckpointSettings(store=store, thread_id=thread_id),
             )
         )
