@@ -7,12 +7,22 @@ import importlib.metadata
 import json
 import re
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
-from covonaut_es import open_store
+from covonaut_es import (
+    Agent,
+    AgentConfig,
+    CheckpointSettings,
+    HmacReviewerVerifier,
+    ScriptedProvider,
+    Tool,
+    open_store,
+)
+from support import call
 from test_cli import covonaut_es
-from test_cli_commands import covonaut, review_id, url  # noqa: F401  (url is a fixture)
+from test_cli_commands import SECRET, covonaut, review_id, url  # noqa: F401  (url is a fixture)
 
 
 def test_show_labels_a_call_held_for_review_as_never_ran(url: str) -> None:  # noqa: F811
@@ -59,3 +69,66 @@ def test_version_prints_the_package_version() -> None:
     """covonaut-es --version prints the installed package's version."""
     result = covonaut("--version")
     assert result.stdout.split() == ["covonaut-es", importlib.metadata.version("covonaut-es")]
+
+
+def pay_for(store_url: str, thread_id: str, arguments: dict[str, Any]) -> None:
+    """Run a thread whose model calls ``pay`` (which needs approval) with ``arguments``."""
+    pay = Tool("pay", "Pay", {"type": "object"}, lambda c, a: "paid", requires_approval=True)
+    with open_store(store_url) as store:
+        Agent(
+            AgentConfig(
+                provider=ScriptedProvider([call(("p1", "pay", json.dumps(arguments)))]),
+                tools=[pay],
+                reviewer_verifier=HmacReviewerVerifier(SECRET.encode()),
+                checkpoint=CheckpointSettings(store=store, thread_id=thread_id),
+            )
+        ).run("pay")
+
+
+def test_reviews_shows_arguments_and_kind_within_100_columns(url: str) -> None:  # noqa: F811
+    """reviews shows each review's arguments (shortened to fit 100 columns); KIND tells
+    a review from a plain interrupt, which has no review id to approve."""
+    pay_for(url, "large", {"amount": 900, "memo": "x" * 300})
+    lines = covonaut("reviews", store=url).stdout.splitlines()
+    rows = {row["THREAD"]: row for row in table(lines)}
+    assert list(rows["payment"]) == ["THREAD", "KIND", "REVIEW", "TOOL", "DETAILS"]
+    assert (rows["payment"]["KIND"], rows["payment"]["DETAILS"]) == ("review", '{"amount":7}')
+    assert rows["large"]["DETAILS"].startswith('{"amount":900,')
+    assert rows["large"]["DETAILS"].endswith("\u2026")
+    assert (rows["paused"]["KIND"], rows["paused"]["REVIEW"]) == ("interrupt", "")
+    assert rows["paused"]["DETAILS"] == "human review required"
+    assert all(len(line) <= 100 for line in lines)
+
+
+def table(lines: list[str]) -> list[dict[str, str]]:
+    """The rows of an aligned table, cut where its header's columns start."""
+    starts = [m.start() for m in re.finditer(r"\S+", lines[0])]
+    ends = [*starts[1:], None]
+    return [
+        {lines[0][s:e].strip(): line[s:e].strip() for s, e in zip(starts, ends, strict=True)}
+        for line in lines[1:]
+    ]
+
+
+def test_reviews_json_carries_full_values(url: str) -> None:  # noqa: F811
+    """reviews --json has the whole digest and arguments, and the kind of each item."""
+    pay_for(url, "large", {"amount": 900, "memo": "x" * 300})
+    listed = {
+        r["thread_id"]: r for r in json.loads(covonaut("reviews", "--json", store=url).stdout)
+    }
+    with open_store(url) as store:
+        (review,) = store.state_at("large").reviews
+    assert listed["large"]["digest"] == review.request.digest and len(review.request.digest) == 64
+    assert listed["large"]["arguments"] == {"amount": 900, "memo": "x" * 300}
+    assert (listed["paused"]["kind"], listed["paused"]["review_id"]) == ("interrupt", None)
+
+
+def test_threads_counts_what_reviews_lists(url: str) -> None:  # noqa: F811
+    """threads' pending_reviews of each thread is the number of items reviews lists."""
+    listed = json.loads(covonaut("reviews", "--json", store=url).stdout)
+    counted = {
+        r["thread"]: r["pending_reviews"]
+        for r in json.loads(covonaut("threads", "--json", store=url).stdout)
+    }
+    assert counted == {t: sum(r["thread_id"] == t for r in listed) for t in counted}
+    assert counted["paused"] == 1

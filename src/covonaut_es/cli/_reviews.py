@@ -10,11 +10,17 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import Any
+from collections.abc import Sequence
 
 from covonaut_es.cli._command import EXIT_OK, Subcommands, UsageError
+from covonaut_es.cli._json import (
+    canonical,
+    pending_review,
+    review_arguments,
+    review_kind,
+)
 from covonaut_es.cli._options import add_store_command, cipher_key, open_from
-from covonaut_es.cli._output import emit
+from covonaut_es.cli._output import emit, print_json
 from covonaut_es.cli._tokens import explain_secret, reviewer_verifier
 from covonaut_es.projections import PendingReview, ReviewQueue
 from covonaut_es.providers import ScriptedProvider
@@ -23,7 +29,9 @@ from covonaut_es.store import Store
 
 _TOKEN_HELP = "a reviewer token, e.g. from `covonaut-es token issue`"
 
-_REVIEW_COLUMNS = ["thread", "review", "tool", "digest", "reason", "requested_at", "parent"]
+_TABLE_WIDTH = 100
+"""The width the ``reviews`` table aims at: its DETAILS are shortened to fit it."""
+_DETAILS_MIN_WIDTH = 16
 
 
 def add_review_commands(subcommands: Subcommands) -> None:
@@ -62,7 +70,7 @@ def reviews(args: argparse.Namespace) -> int:
                 queue.wait_until_current(store, timeout=60)
                 pending = queue.pending()
                 if pending != shown:
-                    emit(args, [_review_row(item) for item in pending], _REVIEW_COLUMNS)
+                    _print_reviews(args, pending)
                     sys.stdout.flush()
                     shown = pending
                 if not args.follow:
@@ -70,17 +78,37 @@ def reviews(args: argparse.Namespace) -> int:
                 time.sleep(0.2)
 
 
-def _review_row(item: PendingReview) -> dict[str, Any]:
+def _review_row(item: PendingReview) -> dict[str, str]:
+    arguments = review_arguments(item)
     return {
         "thread": item.thread_id,
-        "review": item.item_id,
+        "kind": review_kind(item),
+        "review": item.review_id or "",
         "tool": item.tool_name,
-        "digest": (item.digest or "")[:16],
-        "reason": item.reason,
-        "requested_at": item.requested_at.isoformat(timespec="seconds"),
         "parent": item.branch_parent or "",
-        "data": item.data,
+        "details": item.reason if arguments is None else canonical(arguments),
     }
+
+
+def _print_reviews(args: argparse.Namespace, pending: Sequence[PendingReview]) -> None:
+    """JSON, or a table whose last column, DETAILS (a review's arguments, an interrupt's
+    reason), is shortened so that rows fit :data:`_TABLE_WIDTH`."""
+    if args.json:
+        print_json([pending_review(item) for item in pending])
+        return
+    rows = [_review_row(item) for item in pending]
+    columns = ["thread", "kind", "review", "tool"]  # --json adds requested_at
+    if any(row["parent"] for row in rows):
+        columns.append("parent")
+    used = sum(max(len(column), *(len(row[column]) for row in rows)) + 2 for column in columns)
+    room = max(_DETAILS_MIN_WIDTH, _TABLE_WIDTH - used)
+    for row in rows:
+        row["details"] = _shorten(row["details"], room)
+    emit(args, rows, [*columns, "details"])
+
+
+def _shorten(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "\u2026"
 
 
 def approve(args: argparse.Namespace) -> int:

@@ -12,7 +12,7 @@ import msgspec
 from covonaut_es.cli._command import EXIT_FAILURES, EXIT_OK, Subcommands
 from covonaut_es.cli._options import add_store_command, open_from, read_thread
 from covonaut_es.cli._output import emit, emit_value, print_json
-from covonaut_es.domain import PendingToolCall, ThreadState
+from covonaut_es.domain import Interrupt, PendingToolCall, ThreadState
 from covonaut_es.store import Store
 
 
@@ -43,7 +43,7 @@ def threads(args: argparse.Namespace) -> int:
         for thread_id in store.thread_ids():
             state = store.state_at(thread_id)
             last = store.history(thread_id)[-1].timestamp
-            pending = sum(review.pending for review in state.reviews)
+            pending = len(awaiting_a_person(state))
             rows.append(
                 {
                     "thread": thread_id,
@@ -91,6 +91,17 @@ def held_for_review(state: ThreadState) -> tuple[PendingToolCall, ...]:
     doubt."""
     awaited = {r.request.tool_call_id for r in state.reviews if r.pending}
     return tuple(call for call in state.open_calls if call.call.id in awaited)
+
+
+def awaiting_a_person(state: ThreadState) -> tuple[Interrupt, ...]:
+    """The interrupts ``reviews`` lists for the thread: plain interrupts and review
+    requests not yet decided."""
+    decided = {r.request.review_id for r in state.reviews if not r.pending}
+    return tuple(
+        i
+        for i in state.interrupts
+        if not (isinstance(i.data, dict) and i.data.get("review_id") in decided)
+    )
 
 
 def history(args: argparse.Namespace) -> int:
