@@ -22,7 +22,7 @@ from covonaut_es import (
 )
 from support import call
 from test_cli import covonaut_es
-from test_cli_commands import SECRET, covonaut, review_id, url  # noqa: F401  (url is a fixture)
+from test_cli_commands import SECRET, covonaut, review_id, token, url  # noqa: F401  (url is a fixture)
 
 
 def test_show_labels_a_call_held_for_review_as_never_ran(url: str) -> None:  # noqa: F811
@@ -132,3 +132,20 @@ def test_threads_counts_what_reviews_lists(url: str) -> None:  # noqa: F811
     }
     assert counted == {t: sum(r["thread_id"] == t for r in listed) for t in counted}
     assert counted["paused"] == 1
+
+
+def test_approve_with_thread_decides_a_forks_inherited_review(url: str) -> None:  # noqa: F811
+    """approve --thread FORK decides the review the fork inherited, on the fork only;
+    without --thread the command asks which thread is meant."""
+    review = review_id(url)
+    assert covonaut("fork", "payment", "--as", "retry", store=url).returncode == 0
+    unsure = covonaut("approve", review, "--reviewer-token", token("ann"), store=url)
+    assert unsure.returncode == 2 and "pass --thread" in unsure.stderr
+    assert "payment, retry" in unsure.stderr
+    decided = covonaut(
+        "approve", review, "--thread", "retry", "--reviewer-token", token("ann"), store=url
+    )
+    assert decided.returncode == 0, decided.stderr
+    with open_store(url) as store:
+        assert [r.pending for r in store.state_at("retry").reviews] == [False]
+        assert [r.pending for r in store.state_at("payment").reviews] == [True]

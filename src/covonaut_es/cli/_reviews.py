@@ -29,6 +29,11 @@ from covonaut_es.store import Store
 
 _TOKEN_HELP = "a reviewer token, e.g. from `covonaut-es token issue`"
 
+_THREAD_HELP = (
+    "the thread to decide the review on (default: the one thread where it is pending); "
+    "a fork that inherited the review pending decides it on its own"
+)
+
 _TABLE_WIDTH = 100
 """The width the ``reviews`` table aims at: its DETAILS are shortened to fit it."""
 _DETAILS_MIN_WIDTH = 16
@@ -49,11 +54,13 @@ def add_review_commands(subcommands: Subcommands) -> None:
     explain_secret(parser)
     parser.add_argument("review")
     parser.add_argument("--reviewer-token", required=True, metavar="TOKEN", help=_TOKEN_HELP)
+    parser.add_argument("--thread", metavar="THREAD", help=_THREAD_HELP)
     parser.add_argument("--comment", default="")
     parser = add_store_command(subcommands, "reject", reject, help_="reject a review's operation")
     explain_secret(parser)
     parser.add_argument("review")
     parser.add_argument("--reviewer-token", required=True, metavar="TOKEN", help=_TOKEN_HELP)
+    parser.add_argument("--thread", metavar="THREAD", help=_THREAD_HELP)
     parser.add_argument("--reason", required=True)
 
 
@@ -124,7 +131,7 @@ def reject(args: argparse.Namespace) -> int:
 def _decide(args: argparse.Namespace, *, approved: bool, note: str) -> int:
     verifier = reviewer_verifier()
     with open_from(args) as store:
-        thread_id = _thread_of_review(store, args.review)
+        thread_id = args.thread or _thread_of_review(store, args.review)
         agent = Agent(
             AgentConfig(
                 provider=ScriptedProvider(),  # deciding never calls a model
@@ -148,8 +155,22 @@ def _decide(args: argparse.Namespace, *, approved: bool, note: str) -> int:
 
 
 def _thread_of_review(store: Store, review_id: str) -> str:
+    """The one thread where the review is pending (else the one that has it decided);
+    a usage error when there is none, or when forks inherited it and several have it
+    pending."""
+    having: dict[str, bool] = {}
     for thread_id in store.thread_ids():
-        if any(r.request.review_id == review_id for r in store.state_at(thread_id).reviews):
-            return thread_id
+        for review in store.state_at(thread_id).reviews:
+            if review.request.review_id == review_id:
+                having[thread_id] = review.pending
+    pending = [thread_id for thread_id, is_pending in having.items() if is_pending]
+    if len(pending) == 1 or (not pending and having):
+        return (pending or list(having))[0]
+    if pending:
+        msg = (
+            f"review {review_id!r} is pending in several threads (a fork inherits its "
+            f"parent's pending reviews): {', '.join(pending)}; pass --thread THREAD"
+        )
+        raise UsageError(msg)
     msg = f"no thread in {store.url} has a review {review_id!r}"
     raise UsageError(msg)
