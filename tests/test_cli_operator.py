@@ -7,6 +7,7 @@ import importlib.metadata
 import json
 import re
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -149,3 +150,21 @@ def test_approve_with_thread_decides_a_forks_inherited_review(url: str) -> None:
     with open_store(url) as store:
         assert [r.pending for r in store.state_at("retry").reviews] == [False]
         assert [r.pending for r in store.state_at("payment").reviews] == [True]
+
+
+def test_an_exported_fork_imports_alone(url: str, tmp_path: Path) -> None:  # noqa: F811
+    """export of a fork of a fork carries its ancestors' events up to each branch; it
+    imports into an empty store, verifies, and reads as in the source."""
+    assert covonaut("fork", "finished", "--at", "8", "--as", "retry", store=url).returncode == 0
+    assert covonaut("fork", "retry", "--at", "5", "--as", "again", store=url).returncode == 0
+    exported = covonaut("export", "again", store=url)
+    assert exported.returncode == 0, exported.stderr
+    other = f"sqlite:///{tmp_path / 'other.db'}"
+    imported = covonaut("import", store=other, stdin=exported.stdout)
+    assert imported.returncode == 0, imported.stderr
+    with open_store(url) as source, open_store(other) as target:
+        assert target.verify("again").ok
+        assert target.state_at("again") == source.state_at("again")
+    alone = covonaut("export", "again", "--without-ancestors", store=url).stdout
+    refused = covonaut("import", store=f"sqlite:///{tmp_path / 'third.db'}", stdin=alone)
+    assert refused.returncode == 2 and "export the fork with its ancestors" in refused.stderr

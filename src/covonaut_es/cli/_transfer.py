@@ -19,6 +19,13 @@ def add_transfer_commands(subcommands: Subcommands) -> None:
     )
     parser.add_argument("thread")
     parser.add_argument("--output", "-o", metavar="FILE", help="default: standard output")
+    parser.add_argument(
+        "--without-ancestors",
+        dest="with_ancestors",
+        action="store_false",
+        help="of a fork, write only its own events (by default its ancestors' events up to "
+        "where it branched come first, so that the export imports alone)",
+    )
     parser = add_store_command(
         subcommands, "import", import_, help_="read threads exported as JSON Lines"
     )
@@ -35,7 +42,8 @@ def export(args: argparse.Namespace) -> int:
     """``export THREAD``: one event per line."""
     with open_from(args) as store:
         total = store.state_at(args.thread).version
-        lines = list(with_progress(export_thread(store, args.thread), total))
+        written = export_thread(store, args.thread, with_ancestors=args.with_ancestors)
+        lines = list(with_progress(written, total))
     text = "".join(line + "\n" for line in lines)
     if args.output:
         with open(args.output, "w", encoding="utf-8") as file:
