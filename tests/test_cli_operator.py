@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import re
+import sqlite3
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -19,9 +20,11 @@ from covonaut_es import (
     HmacReviewerVerifier,
     ScriptedProvider,
     Tool,
+    create_cipher_key,
     open_store,
 )
-from support import call
+from covonaut_es.domain import thread_aggregate_id
+from support import call, converse
 from test_cli import covonaut_es
 from test_cli_commands import SECRET, covonaut, review_id, token, url  # noqa: F401  (url is a fixture)
 
@@ -168,3 +171,20 @@ def test_an_exported_fork_imports_alone(url: str, tmp_path: Path) -> None:  # no
     alone = covonaut("export", "again", "--without-ancestors", store=url).stdout
     refused = covonaut("import", store=f"sqlite:///{tmp_path / 'third.db'}", stdin=alone)
     assert refused.returncode == 2 and "export the fork with its ancestors" in refused.stderr
+
+
+def test_errors_on_an_encrypted_store_name_the_thread(tmp_path: Path) -> None:
+    """A record that does not decrypt is reported under the thread's id, not its
+    stream's UUID."""
+    secret_url = f"sqlite:///{tmp_path / 'secret.db'}"
+    key = create_cipher_key()
+    with open_store(secret_url, cipher_key=key) as store:
+        converse(store, "a")
+    with sqlite3.connect(tmp_path / "secret.db") as conn:
+        conn.execute("UPDATE stored_events SET state = x'00' WHERE originator_version = 3")
+    result = covonaut_es(
+        "show", "a", "--store", secret_url, "--cipher-key-env", "K", env={"K": key}
+    )
+    assert result.returncode == 2
+    assert "of thread 'a' at version 3" in result.stderr
+    assert str(thread_aggregate_id("a")) not in result.stderr

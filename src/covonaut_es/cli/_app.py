@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from covonaut_es.cli._command import EXIT_USAGE, Command, Subcommands, UsageError
 from covonaut_es.cli._forks import add_fork_commands
 from covonaut_es.cli._migrate import add_migrate_command
+from covonaut_es.cli._names import name_threads
 from covonaut_es.cli._reviews import add_review_commands
 from covonaut_es.cli._threads import add_thread_commands
 from covonaut_es.cli._tokens import add_token_commands
@@ -50,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return command(args)
     except (UsageError, CovonautError) as exc:
         one_line = " ".join(part.strip() for part in str(exc).splitlines())
-        print(f"{args.error_prefix}: {one_line}", file=sys.stderr)
+        print(f"{args.error_prefix}: {name_threads(one_line, args)}", file=sys.stderr)
         return EXIT_USAGE
 
 
