@@ -94,7 +94,7 @@ def test_threads_lists_status_turns_activity_and_reviews(url: str) -> None:
         "PENDING_REVIEWS",
     ]
     rows = json.loads(covonaut("threads", "--json", "--store", url).stdout)
-    assert {r["thread"]: (r["status"], r["pending_reviews"]) for r in rows} == {
+    assert {r["thread_id"]: (r["status"], r["pending_reviews"]) for r in rows} == {
         "finished": ("finished", 0),
         "paused": ("interrupted", 1),
         "payment": ("interrupted", 1),
@@ -142,8 +142,8 @@ def test_reviews_then_approve_and_reject(url: str) -> None:
     review = review_id(url)
     decided = covonaut("approve", review, "--reviewer-token", token("ann"), "--json", store=url)
     assert decided.returncode == 0, decided.stderr
-    (row,) = json.loads(decided.stdout)
-    assert (row["decision"], row["reviewer"], row["thread"]) == ("approved", "ann", "payment")
+    row = json.loads(decided.stdout)
+    assert (row["decision"], row["reviewer"], row["thread_id"]) == ("approved", "ann", "payment")
     again = covonaut(
         "reject", review, "--reviewer-token", token("bob"), "--reason", "no", store=url
     )

@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 
 from covonaut_es import (
@@ -23,6 +24,7 @@ from covonaut_es import (
     create_cipher_key,
     open_store,
 )
+from covonaut_es.cli._json import SCHEMAS
 from covonaut_es.domain import thread_aggregate_id
 from support import call, converse
 from test_cli import covonaut_es
@@ -52,7 +54,7 @@ def test_token_issue_prints_a_token_approve_accepts(url: str) -> None:  # noqa: 
     plain = covonaut("token", "issue", "--reviewer", "ann", "--ttl", "600").stdout.strip()
     decided = covonaut("approve", review_id(url), "--reviewer-token", plain, "--json", store=url)
     assert decided.returncode == 0, decided.stderr
-    assert json.loads(decided.stdout)[0]["reviewer"] == "ann"
+    assert json.loads(decided.stdout)["reviewer"] == "ann"
 
 
 @pytest.mark.parametrize("command", [("approve",), ("reject",), ("token", "issue"), ("token",)])
@@ -131,7 +133,7 @@ def test_threads_counts_what_reviews_lists(url: str) -> None:  # noqa: F811
     """threads' pending_reviews of each thread is the number of items reviews lists."""
     listed = json.loads(covonaut("reviews", "--json", store=url).stdout)
     counted = {
-        r["thread"]: r["pending_reviews"]
+        r["thread_id"]: r["pending_reviews"]
         for r in json.loads(covonaut("threads", "--json", store=url).stdout)
     }
     assert counted == {t: sum(r["thread_id"] == t for r in listed) for t in counted}
@@ -188,3 +190,55 @@ def test_errors_on_an_encrypted_store_name_the_thread(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "of thread 'a' at version 3" in result.stderr
     assert str(thread_aggregate_id("a")) not in result.stderr
+
+
+def test_every_command_prints_json_of_its_documented_shape(url: str, tmp_path: Path) -> None:  # noqa: F811
+    """Each printing command's --json output validates against its schema in SCHEMAS,
+    whose times are RFC 3339 UTC ending in Z; every schema is exercised."""
+    review = review_id(url)
+    exported = covonaut("export", "finished", store=url).stdout
+    other = f"sqlite:///{tmp_path / 'other.db'}"
+    runs = {
+        "threads": ("threads",),
+        "show": ("show", "payment"),
+        "history": ("history", "payment"),
+        "replay": ("replay", "finished", "--verify"),
+        "reviews": ("reviews",),
+        "fork": ("fork", "payment", "--as", "retry"),
+        "tree": ("tree", "payment"),
+        "approve": ("approve", review, "--thread", "payment", "--reviewer-token", token("a")),
+        "reject": (
+            "reject",
+            review,
+            "--thread",
+            "retry",
+            "--reviewer-token",
+            token("b"),
+            "--reason",
+            "no",
+        ),
+        "migrate": ("migrate", "--check"),
+        "token issue": ("token", "issue", "--reviewer", "ann", "--ttl", "60"),
+    }
+    for command, args in runs.items():
+        result = covonaut(*args, "--json", store=url)
+        assert result.returncode == 0, (command, result.stderr)
+        jsonschema.validate(json.loads(result.stdout), SCHEMAS[command])
+    imported = covonaut("import", "--json", store=other, stdin=exported)
+    jsonschema.validate(json.loads(imported.stdout), SCHEMAS["import"])
+    assert set(SCHEMAS) == {*runs, "import"}
+
+
+def test_export_refuses_json_saying_it_writes_json_lines(url: str) -> None:  # noqa: F811
+    """export --json is a usage error, not an option silently ignored."""
+    result = covonaut("export", "finished", "--json", store=url)
+    assert result.returncode == 2 and "JSON Lines already" in result.stderr
+    assert result.stdout == ""
+
+
+def test_history_and_replay_use_the_same_keys_and_times(url: str) -> None:  # noqa: F811
+    """history --json and replay --json name an event's fields alike, times ending in Z."""
+    history = json.loads(covonaut("history", "finished", "--json", store=url).stdout)
+    replayed = json.loads(covonaut("replay", "finished", "--json", store=url).stdout)["events"]
+    assert history == [{k: e[k] for k in history[0]} for e in replayed]
+    assert all(e["recorded_at"].endswith("Z") for e in history)

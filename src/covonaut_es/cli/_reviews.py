@@ -15,9 +15,11 @@ from collections.abc import Sequence
 from covonaut_es.cli._command import EXIT_OK, Subcommands, UsageError
 from covonaut_es.cli._json import (
     canonical,
+    emit_record,
     pending_review,
     review_arguments,
     review_kind,
+    utc,
 )
 from covonaut_es.cli._options import add_store_command, cipher_key, open_from
 from covonaut_es.cli._output import emit, print_json
@@ -143,14 +145,18 @@ def _decide(args: argparse.Namespace, *, approved: bool, note: str) -> int:
             decision = agent.approve(args.review, reviewer=args.reviewer_token, comment=note)
         else:
             decision = agent.reject(args.review, reviewer=args.reviewer_token, reason=note)
-    row = {
-        "review": decision.review_id,
-        "thread": thread_id,
-        "decision": decision.decision.value,
-        "reviewer": decision.reviewer,
-        "digest": decision.digest,
-    }
-    emit(args, [row], list(row))
+    emit_record(
+        args,
+        {
+            "review_id": decision.review_id,
+            "thread_id": thread_id,
+            "decision": decision.decision.value,
+            "reviewer": decision.reviewer,
+            "digest": decision.digest,
+            "comment": decision.comment,
+            "decided_at": utc(decision.decided_at),
+        },
+    )
     return EXIT_OK
 
 

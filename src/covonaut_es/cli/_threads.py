@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 import msgspec
 
 from covonaut_es.cli._command import EXIT_FAILURES, EXIT_OK, Subcommands
+from covonaut_es.cli._json import emit_records, utc
 from covonaut_es.cli._options import add_store_command, open_from, read_thread
-from covonaut_es.cli._output import emit, emit_value, print_json
+from covonaut_es.cli._output import print_json
 from covonaut_es.domain import Interrupt, PendingToolCall, ThreadState
 from covonaut_es.store import Store
 
@@ -46,20 +48,39 @@ def threads(args: argparse.Namespace) -> int:
             pending = len(awaiting_a_person(state))
             rows.append(
                 {
-                    "thread": thread_id,
+                    "thread_id": thread_id,
                     "status": state.status.value,
                     "turns": state.turn,
-                    "last_activity": last.isoformat(timespec="seconds"),
+                    "last_activity": utc(last),
                     "pending_reviews": pending,
                 }
             )
-    emit(args, rows, ["thread", "status", "turns", "last_activity", "pending_reviews"])
+    emit_records(args, rows, _thread_row, _THREAD_COLUMNS)
     return EXIT_OK
+
+
+_THREAD_COLUMNS = ["thread", "status", "turns", "last_activity", "pending_reviews"]
+
+
+def _thread_row(record: dict[str, Any]) -> dict[str, Any]:
+    return {**record, "thread": record["thread_id"]}
 
 
 def show(args: argparse.Namespace) -> int:
     """``show THREAD``: the state, as fields."""
-    emit_value(args, read_thread(args, Store.state_at), _state_lines)
+    state = read_thread(args, Store.state_at)
+    if args.json:
+        held = held_for_review(state)
+        print_json(
+            {
+                **msgspec.to_builtins(state),
+                "in_doubt": [p.call.id for p in state.open_calls if p not in held],
+                "awaiting_review": [p.call.id for p in held],
+            }
+        )
+        return EXIT_OK
+    for line in _state_lines(state):
+        print(line)
     return EXIT_OK
 
 
@@ -109,15 +130,20 @@ def history(args: argparse.Namespace) -> int:
     with open_from(args) as store:
         rows = [
             {
+                "thread_id": e.thread_id,
                 "version": e.version,
-                "time": e.recorded_at.isoformat(),
-                "event": e.kind,
-                "thread": e.thread_id,
+                "recorded_at": utc(e.recorded_at),
+                "kind": e.kind,
             }
             for e in store.replay(args.thread)
         ]
-    emit(args, rows, ["version", "time", "event", "thread"])
+    emit_records(args, rows, _event_row, ["version", "time", "event", "thread"])
     return EXIT_OK
+
+
+def _event_row(record: dict[str, Any]) -> dict[str, Any]:
+    time = datetime.fromisoformat(record["recorded_at"]).isoformat()
+    return {**record, "time": time, "event": record["kind"], "thread": record["thread_id"]}
 
 
 def replay(args: argparse.Namespace) -> int:
@@ -127,7 +153,8 @@ def replay(args: argparse.Namespace) -> int:
         entries = list(store.replay(args.thread))
         report = store.verify(args.thread) if args.verify else None
     if args.json:
-        payload: dict[str, Any] = {"events": entries}
+        events = [{**msgspec.to_builtins(e), "recorded_at": utc(e.recorded_at)} for e in entries]
+        payload: dict[str, Any] = {"events": events}
         if report is not None:
             payload["verify"] = {**msgspec.structs.asdict(report), "ok": report.ok}
         print_json(payload)
