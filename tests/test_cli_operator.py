@@ -14,18 +14,10 @@ from typing import Any
 import jsonschema
 import pytest
 
-from covonaut_es import (
-    Agent,
-    AgentConfig,
-    CheckpointSettings,
-    HmacReviewerVerifier,
-    ScriptedProvider,
-    Tool,
-    create_cipher_key,
-    open_store,
-)
+from covonaut_es import ScriptedProvider, Tool, create_cipher_key, open_store
 from covonaut_es.cli._json import SCHEMAS
 from covonaut_es.domain import thread_aggregate_id
+from covonaut_es.runtime import Agent, AgentConfig, CheckpointSettings, HmacReviewerVerifier
 from support import call, converse
 from test_cli import covonaut_es
 from test_cli_commands import SECRET, covonaut, review_id, token, url  # noqa: F401  (url is a fixture)
