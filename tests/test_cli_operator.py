@@ -15,6 +15,7 @@ import jsonschema
 import pytest
 
 from covonaut_es import ScriptedProvider, Tool, create_cipher_key, open_store
+from covonaut_es.cli._app import build_parser
 from covonaut_es.cli._json import SCHEMAS
 from covonaut_es.domain import thread_aggregate_id
 from covonaut_es.runtime import Agent, AgentConfig, CheckpointSettings, HmacReviewerVerifier
@@ -234,3 +235,14 @@ def test_history_and_replay_use_the_same_keys_and_times(url: str) -> None:  # no
     replayed = json.loads(covonaut("replay", "finished", "--json", store=url).stdout)["events"]
     assert history == [{k: e[k] for k in history[0]} for e in replayed]
     assert all(e["recorded_at"].endswith("Z") for e in history)
+
+
+def test_docs_cli_page_shows_every_schema_and_command() -> None:
+    """docs/cli.md shows each command's JSON Schema exactly as SCHEMAS holds it, and has
+    a section for every command the parser declares."""
+    page = (Path(__file__).resolve().parent.parent / "docs" / "cli.md").read_text()
+    shown = re.findall(r"<!-- schema: ([a-z ]+) -->\n\n```json\n(.*?)```", page, flags=re.S)
+    assert {name: json.loads(block) for name, block in shown} == SCHEMAS
+    commands = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    headings = set(re.findall(r"^## `([a-z]+)", page, flags=re.M))
+    assert headings == set(commands)
