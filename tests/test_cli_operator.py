@@ -170,19 +170,20 @@ def test_an_exported_fork_imports_alone(url: str, tmp_path: Path) -> None:  # no
 
 def test_errors_on_an_encrypted_store_name_the_thread(tmp_path: Path) -> None:
     """A record that does not decrypt is reported under the thread's id, not its
-    stream's UUID."""
+    stream's UUID, by a command naming the thread and by one listing threads."""
     secret_url = f"sqlite:///{tmp_path / 'secret.db'}"
     key = create_cipher_key()
     with open_store(secret_url, cipher_key=key) as store:
         converse(store, "a")
     with sqlite3.connect(tmp_path / "secret.db") as conn:
         conn.execute("UPDATE stored_events SET state = x'00' WHERE originator_version = 3")
-    result = covonaut_es(
-        "show", "a", "--store", secret_url, "--cipher-key-env", "K", env={"K": key}
-    )
+    options = ["--store", secret_url, "--cipher-key-env", "K"]
+    result = covonaut_es("show", "a", *options, env={"K": key})
     assert result.returncode == 2
     assert "of thread 'a' at version 3" in result.stderr
     assert str(thread_aggregate_id("a")) not in result.stderr
+    listed = covonaut_es("threads", *options, env={"K": key})
+    assert listed.returncode == 2 and "of thread 'a' at version 3" in listed.stderr
 
 
 def test_every_command_prints_json_of_its_documented_shape(url: str, tmp_path: Path) -> None:  # noqa: F811
