@@ -247,3 +247,14 @@ def test_docs_cli_page_shows_every_schema_and_command() -> None:
     commands = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
     headings = set(re.findall(r"^## `([a-z]+)", page, flags=re.M))
     assert headings == set(commands)
+
+
+def test_reviews_of_an_empty_queue_prints_the_header(tmp_path: Path) -> None:
+    """reviews with nothing waiting prints the table's header only, and [] with --json."""
+    empty = f"sqlite:///{tmp_path / 'empty.db'}"
+    with open_store(empty) as store:
+        converse(store, "a")
+    table = covonaut("reviews", store=empty)
+    assert table.returncode == 0, table.stderr
+    assert table.stdout.split() == ["THREAD", "KIND", "REVIEW", "TOOL", "DETAILS"]
+    assert json.loads(covonaut("reviews", "--json", store=empty).stdout) == []

@@ -109,7 +109,7 @@ def _print_reviews(args: argparse.Namespace, pending: Sequence[PendingReview]) -
     columns = ["thread", "kind", "review", "tool"]  # --json adds requested_at
     if any(row["parent"] for row in rows):
         columns.append("parent")
-    used = sum(max(len(column), *(len(row[column]) for row in rows)) + 2 for column in columns)
+    used = sum(max([len(column), *(len(row[column]) for row in rows)]) + 2 for column in columns)
     room = max(_DETAILS_MIN_WIDTH, _TABLE_WIDTH - used)
     for row in rows:
         row["details"] = _shorten(row["details"], room)
