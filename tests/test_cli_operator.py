@@ -258,3 +258,18 @@ def test_reviews_of_an_empty_queue_prints_the_header(tmp_path: Path) -> None:
     assert table.returncode == 0, table.stderr
     assert table.stdout.split() == ["THREAD", "KIND", "REVIEW", "TOOL", "DETAILS"]
     assert json.loads(covonaut("reviews", "--json", store=empty).stdout) == []
+
+
+@pytest.mark.parametrize("ttl", ["0", "-5", "nan", "inf", "1e12"])
+def test_token_issue_refuses_a_ttl_that_is_no_lifetime(ttl: str) -> None:
+    """--ttl must be a positive number of seconds up to a year and a day: exit 2."""
+    result = covonaut("token", "issue", "--reviewer", "ann", "--ttl", ttl)
+    assert result.returncode == 2 and "--ttl needs a number of seconds" in result.stderr
+
+
+def test_token_issue_refuses_a_short_secret_saying_how_to_make_one() -> None:
+    """A secret under 32 bytes is a usage error that shows how to make a good one."""
+    env = {"COVONAUT_ES_REVIEWER_SECRET": "too short"}
+    result = covonaut_es("token", "issue", "--reviewer", "ann", "--ttl", "60", env=env)
+    assert result.returncode == 2
+    assert "holds 9 bytes" in result.stderr and "secrets.token_urlsafe(32)" in result.stderr

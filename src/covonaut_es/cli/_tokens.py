@@ -16,9 +16,13 @@ from datetime import UTC, datetime
 from covonaut_es.cli._command import EXIT_OK, Subcommands, UsageError, add_command
 from covonaut_es.cli._output import add_json_option, emit_value
 from covonaut_es.runtime import HmacReviewerVerifier
+from covonaut_es.runtime._reviewers import MIN_SECRET_BYTES
 
 REVIEWER_SECRET_ENV = "COVONAUT_ES_REVIEWER_SECRET"
 """The environment variable holding the secret reviewer tokens are signed with."""
+
+_MAX_TTL_SECONDS = 366 * 24 * 3600
+"""A year and a day: longer lived tokens are a risk, and expiry times must stay dates."""
 
 SECRET_HELP = f"""\
 The reviewer secret is read from ${REVIEWER_SECRET_ENV}: its text, encoded as UTF-8,
@@ -43,6 +47,13 @@ def reviewer_verifier(clock: float | None = None) -> HmacReviewerVerifier:
         msg = (
             f"set ${REVIEWER_SECRET_ENV} to the secret reviewer tokens are signed with "
             "(see --help for how to make one)"
+        )
+        raise UsageError(msg)
+    if len(secret.encode()) < MIN_SECRET_BYTES:
+        msg = (
+            f"${REVIEWER_SECRET_ENV} holds {len(secret.encode())} bytes; a reviewer secret "
+            f'needs at least {MIN_SECRET_BYTES}: make one with python -c "import secrets; '
+            'print(secrets.token_urlsafe(32))"'
         )
         raise UsageError(msg)
     if clock is None:
@@ -74,8 +85,11 @@ def issue(args: argparse.Namespace) -> int:
     if not args.reviewer:
         msg = "--reviewer needs a non-empty reviewer id"
         raise UsageError(msg)
-    if args.ttl <= 0:
-        msg = f"--ttl needs a positive number of seconds, got {args.ttl:g}"
+    if not 0 < args.ttl <= _MAX_TTL_SECONDS:
+        msg = (
+            f"--ttl needs a number of seconds above 0 and at most {_MAX_TTL_SECONDS} "
+            f"(a year and a day), got {args.ttl:g}"
+        )
         raise UsageError(msg)
     now = time.time()
     token = reviewer_verifier(clock=now).issue_token(args.reviewer, ttl_seconds=args.ttl)
