@@ -94,9 +94,9 @@ def test_threads_lists_status_turns_activity_and_reviews(url: str) -> None:
         "PENDING_REVIEWS",
     ]
     rows = json.loads(covonaut("threads", "--json", "--store", url).stdout)
-    assert {r["thread"]: (r["status"], r["pending_reviews"]) for r in rows} == {
+    assert {r["thread_id"]: (r["status"], r["pending_reviews"]) for r in rows} == {
         "finished": ("finished", 0),
-        "paused": ("interrupted", 0),
+        "paused": ("interrupted", 1),
         "payment": ("interrupted", 1),
     }
 
@@ -135,18 +135,21 @@ def test_replay_verify_fails_on_tampering(url: str) -> None:
 def test_reviews_then_approve_and_reject(url: str) -> None:
     """reviews lists the queue; approve and reject decide from the command line."""
     listed = json.loads(covonaut("reviews", "--json", store=url).stdout)
-    assert {(r["thread"], r["tool"]) for r in listed} == {("paused", "review"), ("payment", "pay")}
+    assert {(r["thread_id"], r["tool_name"]) for r in listed} == {
+        ("paused", "review"),
+        ("payment", "pay"),
+    }
     review = review_id(url)
     decided = covonaut("approve", review, "--reviewer-token", token("ann"), "--json", store=url)
     assert decided.returncode == 0, decided.stderr
-    (row,) = json.loads(decided.stdout)
-    assert (row["decision"], row["reviewer"], row["thread"]) == ("approved", "ann", "payment")
+    row = json.loads(decided.stdout)
+    assert (row["decision"], row["reviewer"], row["thread_id"]) == ("approved", "ann", "payment")
     again = covonaut(
         "reject", review, "--reviewer-token", token("bob"), "--reason", "no", store=url
     )
     assert again.returncode == 2 and "already" in again.stderr
     listed = json.loads(covonaut("reviews", "--json", store=url).stdout)
-    assert [r["thread"] for r in listed] == ["paused"]
+    assert [r["thread_id"] for r in listed] == ["paused"]
 
 
 def test_reviews_follow_prints_new_items(url: str) -> None:
@@ -166,7 +169,7 @@ def test_reviews_follow_prints_new_items(url: str) -> None:
         with open_store(url) as store:
             store.abandon("paused")
         second = json.loads(follower.stdout.readline())
-        assert [r["thread"] for r in second] == ["payment"]
+        assert [r["thread_id"] for r in second] == ["payment"]
     finally:
         follower.send_signal(signal.SIGTERM)
         follower.wait(timeout=10)

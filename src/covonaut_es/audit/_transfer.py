@@ -29,16 +29,26 @@ class ExportedEvent(msgspec.Struct, frozen=True):
     payload: dict[str, Any]
 
 
-def export_thread(store: Store, thread_id: str) -> Iterator[str]:
-    """The thread's own events as JSON lines (a fork's inherited events stay with its
-    parent: export that too, first)."""
+def export_thread(store: Store, thread_id: str, *, with_ancestors: bool = False) -> Iterator[str]:
+    """The thread's own events as JSON lines.
+
+    A fork's inherited events stay with its ancestors: without ``with_ancestors`` export
+    those first, or the fork cannot be imported. With it, each ancestor's events up to
+    the version the next thread branched at come first, under the ancestor's id, so
+    the export imports alone into an empty store.
+    """
     store.load(thread_id)  # a clear error for an unknown thread
-    owner = thread_aggregate_id(thread_id)
+    owners: dict[object, str] = {thread_aggregate_id(thread_id): thread_id}
+    ancestor = store.parent(thread_id) if with_ancestors else None
+    while ancestor is not None:
+        owners[thread_aggregate_id(ancestor.thread_id)] = ancestor.thread_id
+        ancestor = store.parent(ancestor.thread_id)
     for record in store._stored_records(thread_id):
-        if record.originator_id != owner:
+        owner = owners.get(record.originator_id)
+        if owner is None:
             continue
         payload = msgspec.json.decode(store._plain_payload(record))
-        line = ExportedEvent(thread_id, record.originator_version, record.topic, payload)
+        line = ExportedEvent(owner, record.originator_version, record.topic, payload)
         yield msgspec.json.encode(line).decode()
 
 
@@ -72,8 +82,11 @@ def import_threads(
             msg = f"line {number} is not an exported event: {exc}"
             raise TransferError(msg) from exc
         threads.setdefault(event.thread_id, []).append((number, event))
+    chains: dict[str, dict[int, str]] = {}  # a fork's parent may come earlier in the file
     for thread_id, events in threads.items():
-        _check(store, thread_id, events, allow_unchained=allow_unchained)
+        chains[thread_id] = _check(
+            store, thread_id, events, chains=chains, allow_unchained=allow_unchained
+        )
     for thread_id, events in threads.items():
         store._insert_records(
             [
@@ -94,8 +107,11 @@ def _check(
     thread_id: str,
     events: list[tuple[int, ExportedEvent]],
     *,
+    chains: dict[str, dict[int, str]],
     allow_unchained: bool,
-) -> None:
+) -> dict[int, str]:
+    """Check a thread's lines; returns the chain hash after each version. A fork's
+    parent is found among ``chains``, the threads checked before it, or in the store."""
     check_thread_id(thread_id)
     if store.exists(thread_id):
         msg = f"cannot import thread {thread_id!r}: the store already has it"
@@ -104,11 +120,17 @@ def _check(
     start, previous = 1, UNCHAINED
     if first.topic == AgentThread.Forked.TOPIC:
         parent, at = first.payload.get("parent_thread_id"), first.payload.get("parent_version")
+        exported = chains.get(str(parent), {})
         base = store.find(str(parent), version=at) if isinstance(at, int) else None
-        if base is None or not isinstance(at, int):
-            msg = f"fork {thread_id!r} needs its parent {parent!r} at version {at}: import it first"
+        if not isinstance(at, int) or (base is None and at not in exported):
+            msg = (
+                f"fork {thread_id!r} needs its parent {parent!r} at version {at}: import it "
+                "first, or export the fork with its ancestors"
+            )
             raise TransferError(msg)
-        start, previous = at + 1, base.chain_head or UNCHAINED
+        start = at + 1
+        previous = exported[at] if base is None else base.chain_head or UNCHAINED
+    heads: dict[int, str] = {}
     for expected, (number, event) in enumerate(events, start=start):
         where = f"line {number} (thread {thread_id!r} version {event.version})"
         if event.version != expected:
@@ -122,6 +144,8 @@ def _check(
         previous = _checked_link(
             where, previous, event, store._chain_key, allow_unchained=allow_unchained
         )
+        heads[event.version] = previous
+    return heads
 
 
 def _checked_link(

@@ -7,8 +7,9 @@ import argparse
 from collections.abc import Iterator
 
 from covonaut_es.cli._command import EXIT_OK, Subcommands
+from covonaut_es.cli._json import emit_record
 from covonaut_es.cli._options import add_store_command, open_from, read_thread
-from covonaut_es.cli._output import emit, emit_value
+from covonaut_es.cli._output import emit_value
 from covonaut_es.domain import ThreadTree
 from covonaut_es.store import Store
 
@@ -30,11 +31,8 @@ def fork(args: argparse.Namespace) -> int:
         new_id = store.fork(args.thread, at_version=args.at, new_thread_id=args.new_thread_id)
         parent = store.parent(new_id)
     assert parent is not None
-    emit(
-        args,
-        [{"thread": new_id, "parent": parent.thread_id, "at": parent.version}],
-        ["thread", "parent", "at"],
-    )
+    record = {"thread_id": new_id, "parent_thread_id": parent.thread_id}
+    emit_record(args, {**record, "parent_version": parent.version})
     return EXIT_OK
 
 

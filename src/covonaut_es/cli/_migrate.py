@@ -10,8 +10,9 @@ from eventsourcing.persistence import PersistenceError
 
 from covonaut_es.audit import check_store, format_report
 from covonaut_es.cli._command import EXIT_FAILURES, EXIT_OK, Subcommands, UsageError, add_command
+from covonaut_es.cli._json import migration_report
 from covonaut_es.cli._options import add_store_options, cipher_key, store_url
-from covonaut_es.cli._output import terminal_progress
+from covonaut_es.cli._output import add_json_option, print_json, terminal_progress
 from covonaut_es.errors import CovonautError
 from covonaut_es.store import FileStateStore, open_store
 
@@ -40,6 +41,7 @@ def add_migrate_command(subcommands: Subcommands) -> None:
         help="read and upgrade in memory only; nothing is ever written",
     )
     add_store_options(parser)
+    add_json_option(parser)
     parser.add_argument(
         "--states", type=Path, metavar="DIR", help="also check a directory of named states"
     )
@@ -60,6 +62,9 @@ def migrate(args: argparse.Namespace) -> int:
     except (CovonautError, PersistenceError) as exc:
         msg = f"cannot read store {store.url}: {exc}"
         raise UsageError(msg) from exc
-    for line in format_report(report, source=store.url):
-        print(line)
+    if args.json:
+        print_json(migration_report(report, source=store.url))
+    else:
+        for line in format_report(report, source=store.url):
+            print(line)
     return EXIT_OK if report.ok else EXIT_FAILURES

@@ -1,29 +1,44 @@
 """The reviewer's commands: list the pending ``reviews`` (``--follow`` keeps the queue
 projection running), and ``approve`` or ``reject`` one with a signed reviewer token.
 
-Deciding needs ``$COVONAUT_ES_REVIEWER_SECRET``, the secret the tokens are signed with.
+Deciding needs ``$COVONAUT_ES_REVIEWER_SECRET``, the secret the tokens are signed with
+(see :mod:`covonaut_es.cli._tokens`).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
-from typing import Any
+from collections.abc import Sequence
 
 from covonaut_es.cli._command import EXIT_OK, Subcommands, UsageError
+from covonaut_es.cli._json import (
+    canonical,
+    emit_record,
+    pending_review,
+    review_arguments,
+    review_kind,
+    utc,
+)
 from covonaut_es.cli._options import add_store_command, cipher_key, open_from
-from covonaut_es.cli._output import emit
+from covonaut_es.cli._output import emit, print_json
+from covonaut_es.cli._tokens import explain_secret, reviewer_verifier
 from covonaut_es.projections import PendingReview, ReviewQueue
 from covonaut_es.providers import ScriptedProvider
-from covonaut_es.runtime import Agent, AgentConfig, CheckpointSettings, HmacReviewerVerifier
+from covonaut_es.runtime import Agent, AgentConfig, CheckpointSettings
 from covonaut_es.store import Store
 
-REVIEWER_SECRET_ENV = "COVONAUT_ES_REVIEWER_SECRET"
-"""The environment variable holding the secret reviewer tokens are signed with."""
+_TOKEN_HELP = "a reviewer token, e.g. from `covonaut-es token issue`"
 
-_REVIEW_COLUMNS = ["thread", "review", "tool", "digest", "reason", "requested_at", "parent"]
+_THREAD_HELP = (
+    "the thread to decide the review on (default: the one thread where it is pending); "
+    "a fork that inherited the review pending decides it on its own"
+)
+
+_TABLE_WIDTH = 100
+"""The width the ``reviews`` table aims at: its DETAILS are shortened to fit it."""
+_DETAILS_MIN_WIDTH = 16
 
 
 def add_review_commands(subcommands: Subcommands) -> None:
@@ -38,12 +53,16 @@ def add_review_commands(subcommands: Subcommands) -> None:
     parser = add_store_command(
         subcommands, "approve", approve, help_="approve a review's exact operation"
     )
+    explain_secret(parser)
     parser.add_argument("review")
-    parser.add_argument("--reviewer-token", required=True, metavar="TOKEN")
+    parser.add_argument("--reviewer-token", required=True, metavar="TOKEN", help=_TOKEN_HELP)
+    parser.add_argument("--thread", metavar="THREAD", help=_THREAD_HELP)
     parser.add_argument("--comment", default="")
     parser = add_store_command(subcommands, "reject", reject, help_="reject a review's operation")
+    explain_secret(parser)
     parser.add_argument("review")
-    parser.add_argument("--reviewer-token", required=True, metavar="TOKEN")
+    parser.add_argument("--reviewer-token", required=True, metavar="TOKEN", help=_TOKEN_HELP)
+    parser.add_argument("--thread", metavar="THREAD", help=_THREAD_HELP)
     parser.add_argument("--reason", required=True)
 
 
@@ -60,7 +79,7 @@ def reviews(args: argparse.Namespace) -> int:
                 queue.wait_until_current(store, timeout=60)
                 pending = queue.pending()
                 if pending != shown:
-                    emit(args, [_review_row(item) for item in pending], _REVIEW_COLUMNS)
+                    _print_reviews(args, pending)
                     sys.stdout.flush()
                     shown = pending
                 if not args.follow:
@@ -68,17 +87,37 @@ def reviews(args: argparse.Namespace) -> int:
                 time.sleep(0.2)
 
 
-def _review_row(item: PendingReview) -> dict[str, Any]:
+def _review_row(item: PendingReview) -> dict[str, str]:
+    arguments = review_arguments(item)
     return {
         "thread": item.thread_id,
-        "review": item.item_id,
+        "kind": review_kind(item),
+        "review": item.review_id or "",
         "tool": item.tool_name,
-        "digest": (item.digest or "")[:16],
-        "reason": item.reason,
-        "requested_at": item.requested_at.isoformat(timespec="seconds"),
         "parent": item.branch_parent or "",
-        "data": item.data,
+        "details": item.reason if arguments is None else canonical(arguments),
     }
+
+
+def _print_reviews(args: argparse.Namespace, pending: Sequence[PendingReview]) -> None:
+    """JSON, or a table whose last column, DETAILS (a review's arguments, an interrupt's
+    reason), is shortened so that rows fit :data:`_TABLE_WIDTH`."""
+    if args.json:
+        print_json([pending_review(item) for item in pending])
+        return
+    rows = [_review_row(item) for item in pending]
+    columns = ["thread", "kind", "review", "tool"]  # --json adds requested_at
+    if any(row["parent"] for row in rows):
+        columns.append("parent")
+    used = sum(max([len(column), *(len(row[column]) for row in rows)]) + 2 for column in columns)
+    room = max(_DETAILS_MIN_WIDTH, _TABLE_WIDTH - used)
+    for row in rows:
+        row["details"] = _shorten(row["details"], room)
+    emit(args, rows, [*columns, "details"])
+
+
+def _shorten(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "\u2026"
 
 
 def approve(args: argparse.Namespace) -> int:
@@ -92,16 +131,13 @@ def reject(args: argparse.Namespace) -> int:
 
 
 def _decide(args: argparse.Namespace, *, approved: bool, note: str) -> int:
-    secret = os.environ.get(REVIEWER_SECRET_ENV, "")
-    if not secret:
-        msg = f"set ${REVIEWER_SECRET_ENV} to the secret reviewer tokens are signed with"
-        raise UsageError(msg)
+    verifier = reviewer_verifier()
     with open_from(args) as store:
-        thread_id = _thread_of_review(store, args.review)
+        thread_id = args.thread or _thread_of_review(store, args.review)
         agent = Agent(
             AgentConfig(
                 provider=ScriptedProvider(),  # deciding never calls a model
-                reviewer_verifier=HmacReviewerVerifier(secret.encode()),
+                reviewer_verifier=verifier,
                 checkpoint=CheckpointSettings(store=store, thread_id=thread_id),
             )
         )
@@ -109,20 +145,38 @@ def _decide(args: argparse.Namespace, *, approved: bool, note: str) -> int:
             decision = agent.approve(args.review, reviewer=args.reviewer_token, comment=note)
         else:
             decision = agent.reject(args.review, reviewer=args.reviewer_token, reason=note)
-    row = {
-        "review": decision.review_id,
-        "thread": thread_id,
-        "decision": decision.decision.value,
-        "reviewer": decision.reviewer,
-        "digest": decision.digest,
-    }
-    emit(args, [row], list(row))
+    emit_record(
+        args,
+        {
+            "review_id": decision.review_id,
+            "thread_id": thread_id,
+            "decision": decision.decision.value,
+            "reviewer": decision.reviewer,
+            "digest": decision.digest,
+            "comment": decision.comment,
+            "decided_at": utc(decision.decided_at),
+        },
+    )
     return EXIT_OK
 
 
 def _thread_of_review(store: Store, review_id: str) -> str:
+    """The one thread where the review is pending (else the one that has it decided);
+    a usage error when there is none, or when forks inherited it and several have it
+    pending."""
+    having: dict[str, bool] = {}
     for thread_id in store.thread_ids():
-        if any(r.request.review_id == review_id for r in store.state_at(thread_id).reviews):
-            return thread_id
+        for review in store.state_at(thread_id).reviews:
+            if review.request.review_id == review_id:
+                having[thread_id] = review.pending
+    pending = [thread_id for thread_id, is_pending in having.items() if is_pending]
+    if len(pending) == 1 or (not pending and having):
+        return (pending or list(having))[0]
+    if pending:
+        msg = (
+            f"review {review_id!r} is pending in several threads (a fork inherits its "
+            f"parent's pending reviews): {', '.join(pending)}; pass --thread THREAD"
+        )
+        raise UsageError(msg)
     msg = f"no thread in {store.url} has a review {review_id!r}"
     raise UsageError(msg)

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 import msgspec
 
 from covonaut_es.cli._command import EXIT_FAILURES, EXIT_OK, Subcommands
+from covonaut_es.cli._json import emit_records, utc
 from covonaut_es.cli._options import add_store_command, open_from, read_thread
-from covonaut_es.cli._output import emit, emit_value, print_json
-from covonaut_es.domain import ThreadState
+from covonaut_es.cli._output import print_json
+from covonaut_es.domain import Interrupt, PendingToolCall, ThreadState
 from covonaut_es.store import Store
 
 
@@ -43,28 +45,48 @@ def threads(args: argparse.Namespace) -> int:
         for thread_id in store.thread_ids():
             state = store.state_at(thread_id)
             last = store.history(thread_id)[-1].timestamp
-            pending = sum(review.pending for review in state.reviews)
+            pending = len(awaiting_a_person(state))
             rows.append(
                 {
-                    "thread": thread_id,
+                    "thread_id": thread_id,
                     "status": state.status.value,
                     "turns": state.turn,
-                    "last_activity": last.isoformat(timespec="seconds"),
+                    "last_activity": utc(last),
                     "pending_reviews": pending,
                 }
             )
-    emit(args, rows, ["thread", "status", "turns", "last_activity", "pending_reviews"])
+    emit_records(args, rows, _thread_row, _THREAD_COLUMNS)
     return EXIT_OK
+
+
+_THREAD_COLUMNS = ["thread", "status", "turns", "last_activity", "pending_reviews"]
+
+
+def _thread_row(record: dict[str, Any]) -> dict[str, Any]:
+    return {**record, "thread": record["thread_id"]}
 
 
 def show(args: argparse.Namespace) -> int:
     """``show THREAD``: the state, as fields."""
-    emit_value(args, read_thread(args, Store.state_at), _state_lines)
+    state = read_thread(args, Store.state_at)
+    if args.json:
+        held = held_for_review(state)
+        print_json(
+            {
+                **msgspec.to_builtins(state),
+                "in_doubt": [p.call.id for p in state.open_calls if p not in held],
+                "awaiting_review": [p.call.id for p in held],
+            }
+        )
+        return EXIT_OK
+    for line in _state_lines(state):
+        print(line)
     return EXIT_OK
 
 
 def _state_lines(state: ThreadState) -> Iterator[str]:
     last = state.messages[-1] if state.messages else None
+    held = held_for_review(state)
     fields = {
         "thread": state.thread_id,
         "status": state.status.value,
@@ -75,7 +97,8 @@ def _state_lines(state: ThreadState) -> Iterator[str]:
         "parent": f"{state.parent.thread_id}@{state.parent.version}" if state.parent else "",
         "labels": ", ".join(label.name for label in state.labels),
         "interrupts": "; ".join(f"{i.tool_name}: {i.reason}" for i in state.interrupts),
-        "in doubt": ", ".join(call.call.id for call in state.open_calls),
+        "in doubt": ", ".join(call.call.id for call in state.open_calls if call not in held),
+        "awaiting review": ", ".join(f"{call.call.id} (never ran)" for call in held),
         "pending reviews": ", ".join(r.request.review_id for r in state.reviews if r.pending),
         "last message": f"{last.role}: {last.content[:70]}" if last else "",
     }
@@ -84,20 +107,43 @@ def _state_lines(state: ThreadState) -> Iterator[str]:
         yield f"{name.ljust(width)}  {value}"
 
 
+def held_for_review(state: ThreadState) -> tuple[PendingToolCall, ...]:
+    """The open calls a pending review holds back: they never ran, so they are not in
+    doubt."""
+    awaited = {r.request.tool_call_id for r in state.reviews if r.pending}
+    return tuple(call for call in state.open_calls if call.call.id in awaited)
+
+
+def awaiting_a_person(state: ThreadState) -> tuple[Interrupt, ...]:
+    """The interrupts ``reviews`` lists for the thread: plain interrupts and review
+    requests not yet decided."""
+    decided = {r.request.review_id for r in state.reviews if not r.pending}
+    return tuple(
+        i
+        for i in state.interrupts
+        if not (isinstance(i.data, dict) and i.data.get("review_id") in decided)
+    )
+
+
 def history(args: argparse.Namespace) -> int:
     """``history THREAD``: version, time and type of every event."""
     with open_from(args) as store:
         rows = [
             {
+                "thread_id": e.thread_id,
                 "version": e.version,
-                "time": e.recorded_at.isoformat(),
-                "event": e.kind,
-                "thread": e.thread_id,
+                "recorded_at": utc(e.recorded_at),
+                "kind": e.kind,
             }
             for e in store.replay(args.thread)
         ]
-    emit(args, rows, ["version", "time", "event", "thread"])
+    emit_records(args, rows, _event_row, ["version", "time", "event", "thread"])
     return EXIT_OK
+
+
+def _event_row(record: dict[str, Any]) -> dict[str, Any]:
+    time = datetime.fromisoformat(record["recorded_at"]).isoformat()
+    return {**record, "time": time, "event": record["kind"], "thread": record["thread_id"]}
 
 
 def replay(args: argparse.Namespace) -> int:
@@ -107,7 +153,8 @@ def replay(args: argparse.Namespace) -> int:
         entries = list(store.replay(args.thread))
         report = store.verify(args.thread) if args.verify else None
     if args.json:
-        payload: dict[str, Any] = {"events": entries}
+        events = [{**msgspec.to_builtins(e), "recorded_at": utc(e.recorded_at)} for e in entries]
+        payload: dict[str, Any] = {"events": events}
         if report is not None:
             payload["verify"] = {**msgspec.structs.asdict(report), "ok": report.ok}
         print_json(payload)

@@ -7,18 +7,28 @@ import argparse
 import sys
 
 from covonaut_es.audit import export_thread, import_threads
-from covonaut_es.cli._command import EXIT_OK, Subcommands
-from covonaut_es.cli._options import add_store_command, open_from
-from covonaut_es.cli._output import emit, with_progress
+from covonaut_es.cli._command import EXIT_OK, Subcommands, UsageError, add_command
+from covonaut_es.cli._json import emit_records
+from covonaut_es.cli._options import add_store_command, add_store_options, open_from
+from covonaut_es.cli._output import with_progress
 
 
 def add_transfer_commands(subcommands: Subcommands) -> None:
     """Declare ``export`` and ``import``."""
-    parser = add_store_command(
+    parser = add_command(
         subcommands, "export", export, help_="write a thread's events as JSON Lines"
     )
+    add_store_options(parser)
+    parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("thread")
     parser.add_argument("--output", "-o", metavar="FILE", help="default: standard output")
+    parser.add_argument(
+        "--without-ancestors",
+        dest="with_ancestors",
+        action="store_false",
+        help="of a fork, write only its own events (by default its ancestors' events up to "
+        "where it branched come first, so that the export imports alone)",
+    )
     parser = add_store_command(
         subcommands, "import", import_, help_="read threads exported as JSON Lines"
     )
@@ -33,9 +43,13 @@ def add_transfer_commands(subcommands: Subcommands) -> None:
 
 def export(args: argparse.Namespace) -> int:
     """``export THREAD``: one event per line."""
+    if args.json:
+        msg = "export writes JSON Lines already and has no --json: drop the option"
+        raise UsageError(msg)
     with open_from(args) as store:
         total = store.state_at(args.thread).version
-        lines = list(with_progress(export_thread(store, args.thread), total))
+        written = export_thread(store, args.thread, with_ancestors=args.with_ancestors)
+        lines = list(with_progress(written, total))
     text = "".join(line + "\n" for line in lines)
     if args.output:
         with open(args.output, "w", encoding="utf-8") as file:
@@ -57,5 +71,6 @@ def import_(args: argparse.Namespace) -> int:
         imported = import_threads(
             store, with_progress(lines, len(lines)), allow_unchained=args.allow_unchained
         )
-    emit(args, [{"imported": thread_id} for thread_id in imported], ["imported"])
+    records = [{"thread_id": thread_id} for thread_id in imported]
+    emit_records(args, records, lambda r: {"imported": r["thread_id"]}, ["imported"])
     return EXIT_OK

@@ -1,0 +1,285 @@
+"""The one vocabulary of every command's ``--json`` output, and its JSON Schemas.
+
+The same thing has the same key in every command: ``thread_id``, ``version``,
+``recorded_at``, ``kind``, ``review_id``, ``tool_call_id``, ``tool_name``,
+``arguments``, ``digest``, ``reason``, ``status``. Times are RFC 3339 in UTC, ending
+in ``Z``; values are never shortened (tables may shorten them, JSON does not).
+
+:data:`SCHEMAS` describes each command's output; ``docs/cli.md`` shows them and the
+tests validate every command's output against them.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+
+from covonaut_es.audit import MigrationReport
+from covonaut_es.cli._output import emit, print_json
+from covonaut_es.projections import PendingReview
+
+
+def utc(moment: datetime) -> str:
+    """A time as RFC 3339 in UTC, ending in ``Z``."""
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def canonical(value: object) -> str:
+    """Compact JSON text with sorted keys: the same value always reads the same."""
+    return msgspec.json.encode(value, order="sorted").decode()
+
+
+def review_kind(item: PendingReview) -> str:
+    """``review`` for a review request (approve or reject it), ``interrupt`` for a
+    plain interrupt (its application resumes it; there is nothing to approve)."""
+    return "interrupt" if item.review_id is None else "review"
+
+
+def review_arguments(item: PendingReview) -> object:
+    """The arguments of the operation a review request asks about; None for a plain
+    interrupt, whose call's arguments the queue does not hold."""
+    if item.review_id is None or not isinstance(item.data, dict):
+        return None
+    return item.data.get("arguments")
+
+
+def pending_review(item: PendingReview) -> dict[str, Any]:
+    """One item of ``reviews --json``."""
+    data = item.data if isinstance(item.data, dict) else {}
+    call_id = item.item_id if item.review_id is None else data.get("tool_call_id")
+    return {
+        "thread_id": item.thread_id,
+        "kind": review_kind(item),
+        "review_id": item.review_id,
+        "tool_call_id": call_id,
+        "tool_name": item.tool_name,
+        "arguments": review_arguments(item),
+        "digest": item.digest,
+        "reason": item.reason,
+        "data": item.data,
+        "requested_at": utc(item.requested_at),
+        "parent_thread_id": item.branch_parent,
+    }
+
+
+def migration_report(report: MigrationReport, *, source: str) -> dict[str, Any]:
+    """``migrate --check --json``."""
+    counts = sorted(report.counts.items(), key=lambda item: (item[0][0], item[0][1] or -1))
+    stale = sorted(report.stale_snapshots.items(), key=lambda item: item[0] or -1)
+    return {
+        "source": source,
+        "ok": report.ok,
+        "records": report.records,
+        "counts": [
+            {
+                "type_name": name,
+                "stored_version": version,
+                "current_version": report.current.get(name),
+                "records": count,
+            }
+            for (name, version), count in counts
+        ],
+        "stale_snapshots": [
+            {"stored_version": version, "snapshots": count} for version, count in stale
+        ],
+        "failures": [
+            {
+                "owner": f.owner,
+                "position": f.position,
+                "type_name": f.type_name,
+                "stored_version": f.stored_version,
+                "error": f.error,
+            }
+            for f in report.failures
+        ],
+    }
+
+
+def emit_records(
+    args: argparse.Namespace,
+    records: Sequence[dict[str, Any]],
+    table_row: Callable[[dict[str, Any]], dict[str, Any]],
+    columns: Sequence[str],
+) -> None:
+    """Print records as a JSON array (``--json``), or as a table of ``columns`` made of
+    each record by ``table_row``."""
+    if args.json:
+        print_json(records)
+        return
+    emit(args, [table_row(record) for record in records], columns)
+
+
+def emit_record(args: argparse.Namespace, record: dict[str, Any]) -> None:
+    """Print one record as a JSON object (``--json``) or as a one-row table."""
+    if args.json:
+        print_json(record)
+        return
+    emit(args, [record], list(record))
+
+
+# Schemas --------------------------------------------------------------------------------
+
+_TIME: dict[str, Any] = {
+    "type": "string",
+    "pattern": r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$",
+    "description": "RFC 3339, UTC",
+}
+_STRING: dict[str, Any] = {"type": "string"}
+_INTEGER: dict[str, Any] = {"type": "integer"}
+_THREAD_ID: dict[str, Any] = {"type": "string", "description": "the thread's id"}
+
+
+def _object(properties: dict[str, Any], *, optional: Sequence[str] = ()) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": [name for name in properties if name not in optional],
+    }
+
+
+def _array(items: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "array", "items": items}
+
+
+_EVENT = _object(
+    {"thread_id": _THREAD_ID, "version": _INTEGER, "recorded_at": _TIME, "kind": _STRING}
+)
+_DECISION = _object(
+    {
+        "review_id": _STRING,
+        "thread_id": _THREAD_ID,
+        "decision": {"enum": ["approved", "rejected"]},
+        "reviewer": _STRING,
+        "digest": _STRING,
+        "comment": _STRING,
+        "decided_at": _TIME,
+    }
+)
+_NULLABLE_STRING: dict[str, Any] = {"type": ["string", "null"]}
+
+SCHEMAS: dict[str, dict[str, Any]] = {
+    "threads": _array(
+        _object(
+            {
+                "thread_id": _THREAD_ID,
+                "status": _STRING,
+                "turns": _INTEGER,
+                "last_activity": _TIME,
+                "pending_reviews": {
+                    "type": "integer",
+                    "description": "the items `reviews` lists for the thread",
+                },
+            }
+        )
+    ),
+    "show": _object(
+        {
+            "thread_id": _THREAD_ID,
+            "version": _INTEGER,
+            "status": _STRING,
+            "turn": _INTEGER,
+            "messages": _array({"type": "object"}),
+            "interrupts": _array({"type": "object"}),
+            "open_calls": _array({"type": "object"}),
+            "in_doubt": _array(_STRING),
+            "awaiting_review": _array(_STRING),
+            "reviews": _array({"type": "object"}),
+        }
+    ),
+    "history": _array(_EVENT),
+    "replay": _object(
+        {
+            "events": _array(
+                {**_EVENT, "properties": {**_EVENT["properties"], "summary": _STRING}}
+            ),
+            "verify": _object(
+                {
+                    "thread_id": _THREAD_ID,
+                    "ok": {"type": "boolean"},
+                    "events": _INTEGER,
+                    "chained": _INTEGER,
+                    "unchained": _INTEGER,
+                    "checkpoints_checked": _INTEGER,
+                    "snapshots_checked": _INTEGER,
+                    "findings": _array(_object({"version": _INTEGER, "problem": _STRING})),
+                    "notes": _array(_STRING),
+                }
+            ),
+        },
+        optional=["verify"],
+    ),
+    "reviews": _array(
+        _object(
+            {
+                "thread_id": _THREAD_ID,
+                "kind": {"enum": ["review", "interrupt"]},
+                "review_id": _NULLABLE_STRING,
+                "tool_call_id": _NULLABLE_STRING,
+                "tool_name": _STRING,
+                "arguments": {"type": ["object", "null"]},
+                "digest": _NULLABLE_STRING,
+                "reason": _STRING,
+                "data": {},
+                "requested_at": _TIME,
+                "parent_thread_id": _NULLABLE_STRING,
+            }
+        )
+    ),
+    "approve": _DECISION,
+    "reject": _DECISION,
+    "fork": _object(
+        {"thread_id": _THREAD_ID, "parent_thread_id": _THREAD_ID, "parent_version": _INTEGER}
+    ),
+    "tree": {
+        "$ref": "#/$defs/node",
+        "$defs": {
+            "node": _object(
+                {
+                    "thread_id": _THREAD_ID,
+                    "parent_version": {"type": ["integer", "null"]},
+                    "labels": _array(_object({"name": _STRING})),
+                    "children": _array({"$ref": "#/$defs/node"}),
+                }
+            )
+        },
+    },
+    "import": _array(_object({"thread_id": _THREAD_ID})),
+    "migrate": _object(
+        {
+            "source": _STRING,
+            "ok": {"type": "boolean"},
+            "records": _INTEGER,
+            "counts": _array(
+                _object(
+                    {
+                        "type_name": _STRING,
+                        "stored_version": {"type": ["integer", "null"]},
+                        "current_version": {"type": ["integer", "null"]},
+                        "records": _INTEGER,
+                    }
+                )
+            ),
+            "stale_snapshots": _array(
+                _object({"stored_version": {"type": ["integer", "null"]}, "snapshots": _INTEGER})
+            ),
+            "failures": _array(
+                _object(
+                    {
+                        "owner": _STRING,
+                        "position": _STRING,
+                        "type_name": _STRING,
+                        "stored_version": {"type": ["integer", "null"]},
+                        "error": _STRING,
+                    }
+                )
+            ),
+        }
+    ),
+    "token issue": _object({"token": _STRING, "reviewer": _STRING, "expires_at": _TIME}),
+}
+"""The JSON Schema of each command's ``--json`` output, by command (``export`` writes
+JSON Lines of exported events and has no ``--json``)."""

@@ -1,0 +1,99 @@
+"""Reviewer tokens on the command line: ``token issue`` signs one, and ``approve`` and
+``reject`` verify theirs, with the secret in ``$COVONAUT_ES_REVIEWER_SECRET``.
+
+The variable's text, encoded as UTF-8, is the HMAC secret of
+:class:`~covonaut_es.runtime.HmacReviewerVerifier`: every process that issues or
+verifies tokens needs the same text, of at least 32 bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from datetime import UTC, datetime
+
+from covonaut_es.cli._command import EXIT_OK, Subcommands, UsageError, add_command
+from covonaut_es.cli._output import add_json_option, emit_value
+from covonaut_es.runtime import HmacReviewerVerifier
+from covonaut_es.runtime._reviewers import MIN_SECRET_BYTES
+
+REVIEWER_SECRET_ENV = "COVONAUT_ES_REVIEWER_SECRET"
+"""The environment variable holding the secret reviewer tokens are signed with."""
+
+_MAX_TTL_SECONDS = 366 * 24 * 3600
+"""A year and a day: longer lived tokens are a risk, and expiry times must stay dates."""
+
+SECRET_HELP = f"""\
+The reviewer secret is read from ${REVIEWER_SECRET_ENV}: its text, encoded as UTF-8,
+is the HMAC-SHA256 key tokens are signed with, at least 32 bytes long. Every process
+that issues or verifies tokens needs the same text. Make one with
+  python -c "import secrets; print(secrets.token_urlsafe(32))"
+and keep it secret: whoever has it can issue tokens for any reviewer."""
+"""The epilog of every command that signs or verifies a reviewer token."""
+
+
+def explain_secret(parser: argparse.ArgumentParser) -> None:
+    """End a command's ``--help`` with how the reviewer secret is given and made."""
+    parser.epilog = SECRET_HELP
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+
+
+def reviewer_verifier(clock: float | None = None) -> HmacReviewerVerifier:
+    """The verifier of the secret in ``$COVONAUT_ES_REVIEWER_SECRET`` (a fixed ``clock``
+    in epoch seconds, if given); a usage error when the variable is unset."""
+    secret = os.environ.get(REVIEWER_SECRET_ENV, "")
+    if not secret:
+        msg = (
+            f"set ${REVIEWER_SECRET_ENV} to the secret reviewer tokens are signed with "
+            "(see --help for how to make one)"
+        )
+        raise UsageError(msg)
+    if len(secret.encode()) < MIN_SECRET_BYTES:
+        msg = (
+            f"${REVIEWER_SECRET_ENV} holds {len(secret.encode())} bytes; a reviewer secret "
+            f'needs at least {MIN_SECRET_BYTES}: make one with python -c "import secrets; '
+            'print(secrets.token_urlsafe(32))"'
+        )
+        raise UsageError(msg)
+    if clock is None:
+        return HmacReviewerVerifier(secret.encode())
+    return HmacReviewerVerifier(secret.encode(), clock=lambda: clock)
+
+
+def add_token_commands(subcommands: Subcommands) -> None:
+    """Declare ``token issue``."""
+    token = subcommands.add_parser(
+        "token", help="issue reviewer tokens", description="Issue reviewer tokens."
+    )
+    explain_secret(token)
+    actions = token.add_subparsers(title="commands", metavar="COMMAND", required=True)
+    parser = add_command(
+        actions, "issue", issue, help_="sign a reviewer token for approve and reject"
+    )
+    parser.set_defaults(error_prefix="covonaut-es token issue")
+    explain_secret(parser)
+    parser.add_argument("--reviewer", required=True, metavar="ID", help="the reviewer's id")
+    parser.add_argument(
+        "--ttl", required=True, type=float, metavar="SECONDS", help="how long the token is valid"
+    )
+    add_json_option(parser)
+
+
+def issue(args: argparse.Namespace) -> int:
+    """``token issue --reviewer ID --ttl SECONDS``: prints the token."""
+    if not args.reviewer:
+        msg = "--reviewer needs a non-empty reviewer id"
+        raise UsageError(msg)
+    if not 0 < args.ttl <= _MAX_TTL_SECONDS:
+        msg = (
+            f"--ttl needs a number of seconds above 0 and at most {_MAX_TTL_SECONDS} "
+            f"(a year and a day), got {args.ttl:g}"
+        )
+        raise UsageError(msg)
+    now = time.time()
+    token = reviewer_verifier(clock=now).issue_token(args.reviewer, ttl_seconds=args.ttl)
+    expires_at = datetime.fromtimestamp(now + args.ttl, tz=UTC)
+    value = {"token": token, "reviewer": args.reviewer, "expires_at": expires_at}
+    emit_value(args, value, lambda v: [token])
+    return EXIT_OK
