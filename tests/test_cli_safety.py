@@ -1,0 +1,108 @@
+"""The command line under operator mistakes and hostile text: one-line errors, no
+store created or changed by reading it, and nothing from a model reaching the
+terminal raw."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from covonaut_es import (
+    Agent,
+    AgentConfig,
+    CheckpointSettings,
+    HmacReviewerVerifier,
+    ScriptedProvider,
+    Tool,
+    create_cipher_key,
+    open_store,
+)
+from covonaut_es.cli._text import printable
+from support import answer, call, echo_tool
+
+ROOT = Path(__file__).resolve().parent.parent
+SECRET = secrets.token_hex(32)
+HOSTILE = "\x1b]0;owned\x07\x1b[2J\rX\nFORGED  ROW  \x9b31m\x7f\u202e"
+"""Sets the window title, clears the screen, rewrites the line, forges a table row."""
+RAW_BYTES = ("\x1b", "\x07", "\r", "\x9b", "\x7f", "\u202e", "\nFORGED")
+
+
+def run(
+    *args: str,
+    stdin: str | None = None,
+    env: dict[str, str] | None = None,
+    program: tuple[str, ...] = ("-m", "covonaut_es"),
+) -> subprocess.CompletedProcess[str]:
+    """``covonaut-es ARGS`` with this checkout's sources and the reviewer secret set."""
+    return subprocess.run(
+        [sys.executable, *program, *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={
+            **os.environ,
+            "PYTHONPATH": str(ROOT / "src"),
+            "COVONAUT_ES_REVIEWER_SECRET": SECRET,
+            **(env or {}),
+        },
+        check=False,
+    )
+
+
+@pytest.fixture
+def url(tmp_path: Path) -> str:
+    """A SQLite store whose model and tools said hostile things: a finished thread
+    and one waiting for a reviewer's decision."""
+    url = f"sqlite:///{tmp_path / 'threads.db'}"
+    arguments = json.dumps({"text": HOSTILE, "amount": 7})
+    pay = Tool("pay", "Pay", {"type": "object"}, lambda c, a: HOSTILE, requires_approval=True)
+    with open_store(url) as store:
+        for thread_id, tool, script in (
+            ("finished", echo_tool(), [call(("c1", "echo", arguments)), answer(HOSTILE)]),
+            ("payment", pay, [call(("p1", "pay", arguments))]),
+        ):
+            Agent(
+                AgentConfig(
+                    provider=ScriptedProvider(script),
+                    tools=[tool],
+                    reviewer_verifier=HmacReviewerVerifier(SECRET.encode()),
+                    checkpoint=CheckpointSettings(store=store, thread_id=thread_id),
+                )
+            ).run(HOSTILE)
+    return url
+
+
+def review_of(url: str) -> str:
+    with open_store(url) as store:
+        (review,) = store.state_at("payment").reviews
+    return review.request.review_id
+
+
+def listing(directory: Path) -> dict[str, bytes]:
+    """Every file under ``directory`` with its bytes."""
+    return {str(p): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def test_a_cipher_key_without_the_encryption_extra_names_the_extra(url: str) -> None:
+    """Without the cryptography package an encrypted store's command prints one line
+    naming the extra to install."""
+    without_cryptography = (
+        "import sys; sys.modules['cryptography'] = None; "  # as if it were not installed
+        "from covonaut_es.cli import main; raise SystemExit(main())"
+    )
+    result = run(
+        *("threads", "--store", url, "--cipher-key-env", "KEY"),
+        env={"KEY": create_cipher_key()},
+        program=("-c", without_cryptography),
+    )
+    assert result.returncode == 2
+    (line,) = result.stderr.splitlines()
+    assert "pip install 'covonaut-es[encryption]'" in line
