@@ -91,6 +91,15 @@ def listing(directory: Path) -> dict[str, bytes]:
     return {str(p): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
 
 
+def test_a_mistyped_sqlite_path_is_named_and_not_created(tmp_path: Path) -> None:
+    """A reading command on a missing SQLite file names it and leaves no file there."""
+    missing = tmp_path / "mistyped.db"
+    result = run("threads", "--store", f"sqlite:///{missing}")
+    assert result.returncode == 2
+    assert f"there is no SQLite file {str(missing)!r}" in result.stderr
+    assert not missing.exists()
+
+
 def test_a_cipher_key_without_the_encryption_extra_names_the_extra(url: str) -> None:
     """Without the cryptography package an encrypted store's command prints one line
     naming the extra to install."""

@@ -72,10 +72,14 @@ def cipher_key(args: argparse.Namespace) -> str | None:
     return key
 
 
-def open_from(args: argparse.Namespace) -> Store:
-    """Open the store the options name, creating its tables if they are missing."""
+def open_from(args: argparse.Namespace, *, create: bool = False) -> Store:
+    """Open the store the options name. Only with ``create`` (``import``) are a missing
+    SQLite file and missing tables created: any other command refuses a mistyped path
+    instead of creating an empty store there."""
     url = store_url(args)
-    return open_store(url, cipher_key=cipher_key(args), compress=args.compressed)
+    return open_store(
+        url, cipher_key=cipher_key(args), compress=args.compressed, create_tables=create
+    )
 
 
 def read_thread(args: argparse.Namespace, read: Callable[[Store, str], T]) -> T:

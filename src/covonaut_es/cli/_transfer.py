@@ -53,7 +53,7 @@ def import_(args: argparse.Namespace) -> int:
             lines = file.readlines()
     else:
         lines = sys.stdin.readlines()
-    with open_from(args) as store:
+    with open_from(args, create=True) as store:
         imported = import_threads(
             store, with_progress(lines, len(lines)), allow_unchained=args.allow_unchained
         )
