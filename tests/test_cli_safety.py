@@ -100,6 +100,57 @@ def test_a_mistyped_sqlite_path_is_named_and_not_created(tmp_path: Path) -> None
     assert not missing.exists()
 
 
+def test_hostile_text_never_reaches_human_output_raw(url: str, tmp_path: Path) -> None:
+    """Control characters and newlines from messages, tool arguments and results, and
+    thread ids given on the command line, come out as visible escapes in every
+    command's human output; --json carries them exactly."""
+    outputs = []
+    for args in (
+        ("threads",),
+        ("reviews",),
+        ("show", "finished"),
+        ("show", "payment"),
+        ("history", "finished"),
+        ("replay", "finished", "--verify"),
+        ("replay", "payment"),
+        ("tree", "finished"),
+        ("fork", "finished", "--at", "3", "--as", "retry"),
+        ("show", HOSTILE),
+        ("tree", HOSTILE),
+        ("export", HOSTILE),
+    ):
+        result = run(*args, "--store", url)
+        assert result.returncode in (0, 2), (args, result.stderr)
+        outputs.append(result.stdout + result.stderr)
+    assert "\\x1b]0;owned\\x07" in "".join(outputs)  # shown, escaped
+    for output in outputs:
+        for raw in RAW_BYTES:
+            assert raw not in output, (raw, output)
+    shown = json.loads(run("show", "finished", "--json", "--store", url).stdout)
+    assert HOSTILE in strings(shown)  # JSON stays exact
+
+
+def strings(value: object) -> set[str]:
+    """Every string in a decoded JSON value."""
+    if isinstance(value, str):
+        return {value}
+    if isinstance(value, dict):
+        value = list(value.values())
+    found: set[str] = set()
+    if isinstance(value, list):
+        found.update(*map(strings, value))
+    return found
+
+
+def test_printable_escapes_every_control_and_keeps_plain_text() -> None:
+    """C0, C1, DEL, bidirectional overrides and line separators become escapes; letters,
+    accents, emoji and spaces stay as they are."""
+    assert printable("\x1b[2J\x07\r\n\t\x85\x9b\x7f\u202e\u2028") == (
+        "\\x1b[2J\\x07\\r\\n\\t\\x85\\x9b\\x7f\\u202e\\u2028"
+    )
+    assert printable("Grüße, 世界 😀 a b") == "Grüße, 世界 😀 a b"
+
+
 def test_a_cipher_key_without_the_encryption_extra_names_the_extra(url: str) -> None:
     """Without the cryptography package an encrypted store's command prints one line
     naming the extra to install."""

@@ -12,6 +12,7 @@ import msgspec
 from covonaut_es.cli._command import EXIT_FAILURES, EXIT_OK, Subcommands
 from covonaut_es.cli._options import add_store_command, open_from, read_thread
 from covonaut_es.cli._output import emit, emit_value, print_json
+from covonaut_es.cli._text import printable
 from covonaut_es.domain import ThreadState
 from covonaut_es.store import Store
 
@@ -113,7 +114,9 @@ def replay(args: argparse.Namespace) -> int:
         print_json(payload)
     else:
         for entry in entries:
-            print(f"{entry.version:>6}  {entry.recorded_at.isoformat()}  {entry.summary}")
+            print(
+                f"{entry.version:>6}  {entry.recorded_at.isoformat()}  {printable(entry.summary)}"
+            )
         if report is not None:
             print(
                 f"verified {report.events} events: {report.chained} chained, "
@@ -121,5 +124,5 @@ def replay(args: argparse.Namespace) -> int:
                 f"snapshots compared: {'intact' if report.ok else 'PROBLEMS FOUND'}"
             )
             for finding in report.findings:
-                print(f"  version {finding.version}: {finding.problem}")
+                print(f"  version {finding.version}: {printable(finding.problem)}")
     return EXIT_OK if report is None or report.ok else EXIT_FAILURES
