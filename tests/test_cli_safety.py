@@ -91,6 +91,54 @@ def listing(directory: Path) -> dict[str, bytes]:
     return {str(p): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
 
 
+def test_every_command_refuses_bad_input_in_one_line_and_writes_nothing(
+    url: str, tmp_path: Path
+) -> None:
+    """Missing files, wrong URLs, unknown threads, bad versions, wrong tokens and
+    unreadable exports: exit 2, one line on stderr, no traceback, no file changed."""
+    missing = f"sqlite:///{tmp_path / 'mistyped.db'}"
+    review = review_of(url)
+    forged = HmacReviewerVerifier(secrets.token_bytes(32)).issue_token("eve", ttl_seconds=60)
+    (tmp_path / "empty.jsonl").write_text("")
+    (tmp_path / "binary.jsonl").write_bytes(b"\xff\xfe\x00garbage")
+    on_store: list[tuple[str, ...]] = [
+        ("threads",),
+        ("reviews",),
+        ("show", "finished"),
+        ("history", "finished"),
+        ("replay", "finished", "--verify"),
+        ("tree", "finished"),
+        ("export", "finished"),
+        ("fork", "finished"),
+        ("approve", review, "--reviewer-token", forged),
+        ("reject", review, "--reviewer-token", forged, "--reason", "no"),
+        ("migrate", "--check"),
+    ]
+    cases = [(*args, "--store", store) for args in on_store for store in (missing, "redis://x")]
+    cases += [
+        (command, "ghost", "--store", url) for command in ("show", "replay", "tree", "export")
+    ]
+    cases += [
+        ("history", "ghost", "--store", url),
+        ("fork", "ghost", "--store", url),
+        ("fork", "finished", "--at", "999", "--store", url),
+        ("approve", review, "--reviewer-token", forged, "--store", url),
+        ("reject", review, "--reviewer-token", "not-a-token", "--reason", "no", "--store", url),
+        ("export", "finished", "-o", str(tmp_path / "no" / "dir.jsonl"), "--store", url),
+        *(
+            ("import", str(tmp_path / name), "--store", url)
+            for name in ("missing.jsonl", "empty.jsonl", "binary.jsonl", ".")
+        ),
+    ]
+    before = listing(tmp_path)
+    for args in cases:
+        result = run(*args)
+        assert result.returncode == 2, (args, result.stdout, result.stderr)
+        assert len(result.stderr.splitlines()) == 1, (args, result.stderr)
+        assert "Traceback" not in result.stderr, args
+        assert listing(tmp_path) == before, args
+
+
 def test_a_mistyped_sqlite_path_is_named_and_not_created(tmp_path: Path) -> None:
     """A reading command on a missing SQLite file names it and leaves no file there."""
     missing = tmp_path / "mistyped.db"
@@ -166,3 +214,58 @@ def test_a_cipher_key_without_the_encryption_extra_names_the_extra(url: str) -> 
     assert result.returncode == 2
     (line,) = result.stderr.splitlines()
     assert "pip install 'covonaut-es[encryption]'" in line
+
+
+def test_importing_an_empty_file_says_nothing_to_import(url: str, tmp_path: Path) -> None:
+    """An empty export is an error naming the problem, not an empty table."""
+    result = run("import", "--store", url, stdin="\n")
+    assert (result.returncode, result.stdout) == (2, "")
+    assert "nothing to import" in result.stderr
+
+
+def test_exporting_one_event_says_event_not_events(url: str, tmp_path: Path) -> None:
+    """The export's summary agrees in number with its count."""
+    with open_store(url) as store:
+        store.fork("finished", at_version=1, new_thread_id="one")
+    target = tmp_path / "one.jsonl"
+    result = run("export", "one", "-o", str(target), "--store", url)
+    assert result.returncode == 0, result.stderr
+    assert len(target.read_text().splitlines()) == 1
+    assert result.stderr == f"exported 1 event of 'one' to {target}\n"
+
+
+def follower(url: str, *extra: str) -> subprocess.Popen[str]:
+    """``reviews --follow`` running on ``url``, its first listing already read."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "covonaut_es", "reviews", "--follow", "--store", url, *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+    )
+    assert process.stdout is not None
+    assert process.stdout.readline()
+    return process
+
+
+def test_ctrl_c_ends_reviews_follow_quietly_with_130(url: str) -> None:
+    """Ctrl-C on reviews --follow exits 130 without a traceback."""
+    process = follower(url)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=30)
+    assert (process.returncode, stderr) == (130, "")
+
+
+def test_a_closed_pipe_ends_reviews_follow_quietly(url: str) -> None:
+    """reviews --follow --json | head: when the reader goes, the command ends without
+    a traceback."""
+    process = follower(url, "--json")
+    assert process.stdout is not None
+    process.stdout.close()
+    with open_store(url) as store:
+        store.abandon("payment")  # the queue changes: the follower prints again
+    assert process.stderr is not None
+    with process.stderr:
+        stderr = process.stderr.read()
+    assert process.wait(timeout=30) == 141
+    assert stderr == ""
