@@ -148,6 +148,15 @@ def test_a_mistyped_sqlite_path_is_named_and_not_created(tmp_path: Path) -> None
     assert not missing.exists()
 
 
+def test_listing_reviews_leaves_the_store_file_unchanged(url: str, tmp_path: Path) -> None:
+    """reviews builds its one-shot queue in memory: the store's file keeps its bytes."""
+    before = listing(tmp_path)
+    result = run("reviews", "--json", "--store", url)
+    assert result.returncode == 0, result.stderr
+    assert [row["thread"] for row in json.loads(result.stdout)] == ["payment"]
+    assert listing(tmp_path) == before
+
+
 def test_hostile_text_never_reaches_human_output_raw(url: str, tmp_path: Path) -> None:
     """Control characters and newlines from messages, tool arguments and results, and
     thread ids given on the command line, come out as visible escapes in every

@@ -10,6 +10,7 @@ import argparse
 import os
 import sys
 import time
+import uuid
 from typing import Any
 
 from covonaut_es.cli._command import EXIT_OK, Subcommands, UsageError
@@ -34,7 +35,12 @@ def add_review_commands(subcommands: Subcommands) -> None:
     parser.add_argument(
         "--follow", action="store_true", help="keep the queue projection running; print changes"
     )
-    parser.add_argument("--view", metavar="URL", help="where the queue's table lives")
+    parser.add_argument(
+        "--view",
+        metavar="URL",
+        help="where the queue's table lives (default: in memory, built from the log; "
+        "with --follow, the store's own database)",
+    )
     parser = add_store_command(
         subcommands, "approve", approve, help_="approve a review's exact operation"
     )
@@ -49,10 +55,16 @@ def add_review_commands(subcommands: Subcommands) -> None:
 
 def reviews(args: argparse.Namespace) -> int:
     """``reviews [--follow]``: bring the queue up to date and list it; with --follow,
-    keep projecting and print the queue whenever it changes, until interrupted."""
+    keep projecting and print the queue whenever it changes, until interrupted.
+
+    A one-shot listing never writes to the store's file: without ``--view`` it builds the
+    queue in memory from the log."""
+    view = args.view
+    if view is None and not args.follow:
+        view = f"memory://covonaut-es-reviews-{uuid.uuid4().hex}"
     with open_from(args) as store:
         queue = ReviewQueue(
-            store.url, view_url=args.view, cipher_key=cipher_key(args), compress=args.compressed
+            store.url, view_url=view, cipher_key=cipher_key(args), compress=args.compressed
         )
         shown: object = None
         with queue.follow():
