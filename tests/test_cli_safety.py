@@ -243,6 +243,16 @@ def test_exporting_one_event_says_event_not_events(url: str, tmp_path: Path) -> 
     assert result.stderr == f"exported 1 event of 'one' to {target}\n"
 
 
+def test_a_fork_taken_mid_run_shows_idle_not_running(url: str) -> None:
+    """No process runs a fresh fork, so one branched mid-run is idle until it runs."""
+    with open_store(url) as store:
+        assert store.state_at("finished", 3).status.value == "running"
+        store.fork("finished", at_version=3, new_thread_id="branch")
+    rows = json.loads(run("threads", "--json", "--store", url).stdout)
+    assert {row["thread"]: row["status"] for row in rows}["branch"] == "idle"
+    assert "status           idle" in run("show", "branch", "--store", url).stdout.splitlines()
+
+
 def follower(url: str, *extra: str) -> subprocess.Popen[str]:
     """``reviews --follow`` running on ``url``, its first listing already read."""
     process = subprocess.Popen(

@@ -13,7 +13,7 @@ from covonaut_es.cli._command import EXIT_FAILURES, EXIT_OK, Subcommands
 from covonaut_es.cli._options import add_store_command, open_from, read_thread
 from covonaut_es.cli._output import emit, emit_value, print_json
 from covonaut_es.cli._text import printable
-from covonaut_es.domain import ThreadState
+from covonaut_es.domain import ThreadState, ThreadStatus
 from covonaut_es.store import Store
 
 
@@ -48,7 +48,7 @@ def threads(args: argparse.Namespace) -> int:
             rows.append(
                 {
                     "thread": thread_id,
-                    "status": state.status.value,
+                    "status": shown_status(state),
                     "turns": state.turn,
                     "last_activity": last.isoformat(timespec="seconds"),
                     "pending_reviews": pending,
@@ -56,6 +56,16 @@ def threads(args: argparse.Namespace) -> int:
             )
     emit(args, rows, ["thread", "status", "turns", "last_activity", "pending_reviews"])
     return EXIT_OK
+
+
+def shown_status(state: ThreadState) -> str:
+    """The thread's status as the commands show it. A fork taken in the middle of a run
+    inherits that run's ``running``, but no process runs it: nothing has run on it since
+    it branched, which is what ``idle`` means."""
+    branched_only = state.parent is not None and state.version == state.parent.version + 1
+    if state.status is ThreadStatus.RUNNING and branched_only:
+        return ThreadStatus.IDLE.value
+    return state.status.value
 
 
 def show(args: argparse.Namespace) -> int:
@@ -68,7 +78,7 @@ def _state_lines(state: ThreadState) -> Iterator[str]:
     last = state.messages[-1] if state.messages else None
     fields = {
         "thread": state.thread_id,
-        "status": state.status.value,
+        "status": shown_status(state),
         "version": state.version,
         "turns": state.turn,
         "messages": len(state.messages),
