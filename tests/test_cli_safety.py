@@ -4,10 +4,12 @@ terminal raw."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
 import signal
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -146,6 +148,22 @@ def test_a_mistyped_sqlite_path_is_named_and_not_created(tmp_path: Path) -> None
     assert result.returncode == 2
     assert f"there is no SQLite file {str(missing)!r}" in result.stderr
     assert not missing.exists()
+
+
+def test_a_database_that_is_not_a_store_gets_no_store_tables(url: str, tmp_path: Path) -> None:
+    """Reading, deciding and forking on another application's SQLite file refuse it in
+    one line and leave its tables as they were."""
+    foreign = tmp_path / "foreign.db"
+    with contextlib.closing(sqlite3.connect(foreign)) as connection, connection:
+        connection.execute("CREATE TABLE notes (text TEXT)")
+    deciding = ("approve", "r", "--reviewer-token", "t")
+    for args in (("threads",), ("reviews",), ("fork", "a"), deciding):
+        result = run(*args, "--store", f"sqlite:///{foreign}")
+        assert result.returncode == 2, (args, result.stderr)
+        assert "expected a covonaut-es store" in result.stderr
+        with contextlib.closing(sqlite3.connect(foreign)) as connection:
+            tables = connection.execute("SELECT name FROM sqlite_master").fetchall()
+        assert tables == [("notes",)], args
 
 
 def test_listing_reviews_leaves_the_store_file_unchanged(url: str, tmp_path: Path) -> None:

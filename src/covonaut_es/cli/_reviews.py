@@ -62,7 +62,7 @@ def reviews(args: argparse.Namespace) -> int:
     view = args.view
     if view is None and not args.follow:
         view = f"memory://covonaut-es-reviews-{uuid.uuid4().hex}"
-    with open_from(args) as store:
+    with open_from(args, writes=args.follow) as store:  # its view is written to
         queue = ReviewQueue(
             store.url, view_url=view, cipher_key=cipher_key(args), compress=args.compressed
         )
@@ -108,7 +108,7 @@ def _decide(args: argparse.Namespace, *, approved: bool, note: str) -> int:
     if not secret:
         msg = f"set ${REVIEWER_SECRET_ENV} to the secret reviewer tokens are signed with"
         raise UsageError(msg)
-    with open_from(args) as store:
+    with open_from(args, writes=True) as store:
         thread_id = _thread_of_review(store, args.review)
         agent = Agent(
             AgentConfig(
