@@ -16,17 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from covonaut_es import (
-    Agent,
-    AgentConfig,
-    CheckpointSettings,
-    HmacReviewerVerifier,
-    ScriptedProvider,
-    Tool,
-    create_cipher_key,
-    open_store,
-)
+from covonaut_es import Tool, create_cipher_key, open_store
 from covonaut_es.cli._text import printable
+from covonaut_es.providers import ScriptedProvider
+from covonaut_es.runtime import Agent, AgentConfig, CheckpointSettings, HmacReviewerVerifier
 from support import answer, call, echo_tool
 
 ROOT = Path(__file__).resolve().parent.parent
