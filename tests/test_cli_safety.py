@@ -54,8 +54,8 @@ def run(
 
 @pytest.fixture
 def url(tmp_path: Path) -> str:
-    """A SQLite store whose model and tools said hostile things: a finished thread
-    and one waiting for a reviewer's decision."""
+    """A SQLite store whose model, tools and labels said hostile things: a finished
+    thread and one waiting for a reviewer's decision."""
     url = f"sqlite:///{tmp_path / 'threads.db'}"
     arguments = json.dumps({"text": HOSTILE, "amount": 7})
     pay = Tool("pay", "Pay", {"type": "object"}, lambda c, a: HOSTILE, requires_approval=True)
@@ -72,6 +72,7 @@ def url(tmp_path: Path) -> str:
                     checkpoint=CheckpointSettings(store=store, thread_id=thread_id),
                 )
             ).run(HOSTILE)
+        store.label("finished", HOSTILE)
     return url
 
 
@@ -169,8 +170,8 @@ def test_listing_reviews_leaves_the_store_file_unchanged(url: str, tmp_path: Pat
 
 
 def test_hostile_text_never_reaches_human_output_raw(url: str, tmp_path: Path) -> None:
-    """Control characters and newlines from messages, tool arguments and results, and
-    thread ids given on the command line, come out as visible escapes in every
+    """Control characters and newlines from messages, tool arguments and results, labels
+    and thread ids given on the command line, come out as visible escapes in every
     command's human output; --json carries them exactly."""
     outputs = []
     for args in (
