@@ -15,9 +15,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from eventsourcing.persistence import StoredEvent
 
-from covonaut_es import Tool, create_cipher_key, open_store
+from covonaut_es import Store, Tool, create_cipher_key, open_store
 from covonaut_es.cli._text import printable
+from covonaut_es.domain import thread_aggregate_id
 from covonaut_es.providers import ScriptedProvider
 from covonaut_es.runtime import Agent, AgentConfig, CheckpointSettings, HmacReviewerVerifier
 from support import answer, call, echo_tool
@@ -55,7 +57,7 @@ def run(
 @pytest.fixture
 def url(tmp_path: Path) -> str:
     """A SQLite store whose model, tools and labels said hostile things: a finished
-    thread and one waiting for a reviewer's decision."""
+    thread, one waiting for a reviewer's decision, and one whose id was forged."""
     url = f"sqlite:///{tmp_path / 'threads.db'}"
     arguments = json.dumps({"text": HOSTILE, "amount": 7})
     pay = Tool("pay", "Pay", {"type": "object"}, lambda c, a: HOSTILE, requires_approval=True)
@@ -73,7 +75,19 @@ def url(tmp_path: Path) -> str:
                 )
             ).run(HOSTILE)
         store.label("finished", HOSTILE)
+        forge_thread(store, HOSTILE)
     return url
+
+
+def forge_thread(store: Store, thread_id: str) -> None:
+    """Start a thread behind the library's back under an id it refuses, as another
+    writer to the database could: a copy of the first event of ``finished``."""
+    (first,) = store._app.recorder.select_events(thread_aggregate_id("finished"), lte=1)
+    payload = {**json.loads(first.state), "thread_id": thread_id}
+    forged = StoredEvent(
+        thread_aggregate_id(thread_id), 1, first.topic, json.dumps(payload).encode()
+    )
+    store._app.recorder.insert_events([forged])
 
 
 def review_of(url: str) -> str:
@@ -171,7 +185,7 @@ def test_listing_reviews_leaves_the_store_file_unchanged(url: str, tmp_path: Pat
 
 def test_hostile_text_never_reaches_human_output_raw(url: str, tmp_path: Path) -> None:
     """Control characters and newlines from messages, tool arguments and results, labels
-    and thread ids given on the command line, come out as visible escapes in every
+    and thread ids (stored, or given on the command line) come out as visible escapes in every
     command's human output; --json carries them exactly."""
     outputs = []
     for args in (
@@ -186,12 +200,13 @@ def test_hostile_text_never_reaches_human_output_raw(url: str, tmp_path: Path) -
         ("fork", "finished", "--at", "3", "--as", "retry"),
         ("show", HOSTILE),
         ("tree", HOSTILE),
-        ("export", HOSTILE),
+        ("history", HOSTILE),
+        ("replay", HOSTILE),
     ):
         result = run(*args, "--store", url)
         assert result.returncode in (0, 2), (args, result.stderr)
         outputs.append(result.stdout + result.stderr)
-    assert "\\x1b]0;owned\\x07" in "".join(outputs)  # shown, escaped
+    assert printable(HOSTILE) in outputs[0]  # the forged thread id, listed escaped
     for output in outputs:
         for raw in RAW_BYTES:
             assert raw not in output, (raw, output)
