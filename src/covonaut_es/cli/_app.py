@@ -10,14 +10,25 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import os
 import sys
 from collections.abc import Callable, Sequence
 
-from covonaut_es.cli._command import EXIT_USAGE, Command, Subcommands, UsageError
+from eventsourcing.persistence import PersistenceError
+
+from covonaut_es.cli._command import (
+    EXIT_BROKEN_PIPE,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    Command,
+    Subcommands,
+    UsageError,
+)
 from covonaut_es.cli._forks import add_fork_commands
 from covonaut_es.cli._migrate import add_migrate_command
 from covonaut_es.cli._names import name_threads
 from covonaut_es.cli._reviews import add_review_commands
+from covonaut_es.cli._text import printable
 from covonaut_es.cli._threads import add_thread_commands
 from covonaut_es.cli._tokens import add_token_commands
 from covonaut_es.cli._transfer import add_transfer_commands
@@ -43,16 +54,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns:
         The exit status: 0 for success, 1 when the command found problems (a failed
         check or verification), 2 when it could not run (bad arguments or input, a
-        store that cannot be opened or read).
+        store that cannot be opened or read), 130 when interrupted (Ctrl-C) and 141
+        when stdout was closed by its reader.
     """
     args = build_parser().parse_args(argv)
     command: Command = args.command
     try:
         return command(args)
     except (UsageError, CovonautError) as exc:
-        one_line = " ".join(part.strip() for part in str(exc).splitlines())
-        print(f"{args.error_prefix}: {name_threads(one_line, args)}", file=sys.stderr)
-        return EXIT_USAGE
+        return _report(args, str(exc))
+    except PersistenceError as exc:  # a database that is not (or not wholly) a store
+        return _report(args, f"cannot read the store: {exc}; expected a covonaut-es store")
+    except KeyboardInterrupt:  # Ctrl-C, e.g. ending ``reviews --follow``: no traceback
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # the reader went away (``| head``): stop quietly
+        # Python flushes stdout again at exit, which would fail once more: point it at
+        # devnull (the recipe of the signal module's documentation).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+
+
+def _report(args: argparse.Namespace, message: str) -> int:
+    """Print ``message`` as one line on stderr, its control characters neutralised."""
+    one_line = " ".join(part.strip() for part in message.splitlines())
+    print(f"{args.error_prefix}: {printable(name_threads(one_line, args))}", file=sys.stderr)
+    return EXIT_USAGE
 
 
 def build_parser() -> argparse.ArgumentParser:

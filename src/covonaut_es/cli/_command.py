@@ -18,6 +18,11 @@ EXIT_FAILURES = 1
 """The command ran and found problems (``replay --verify``, ``migrate --check``)."""
 EXIT_USAGE = 2
 """The command could not run: bad arguments, a store that cannot be opened or read."""
+EXIT_INTERRUPTED = 130
+"""Interrupted by Ctrl-C (128 + SIGINT, as a shell reports it); nothing is printed."""
+EXIT_BROKEN_PIPE = 141
+"""The reader of stdout went away (``| head``): 128 + SIGPIPE, as a shell reports a
+program the signal ended; nothing is printed."""
 
 Command = Callable[[argparse.Namespace], int]
 Subcommands = Any  # argparse's _SubParsersAction, which it does not export

@@ -72,10 +72,27 @@ def cipher_key(args: argparse.Namespace) -> str | None:
     return key
 
 
-def open_from(args: argparse.Namespace) -> Store:
-    """Open the store the options name, creating its tables if they are missing."""
+def open_from(args: argparse.Namespace, *, writes: bool = False, create: bool = False) -> Store:
+    """Open the store the options name. Only with ``create`` (``import``) are a missing
+    SQLite file and missing tables created: any other command refuses a mistyped path, or
+    a database that is not a store, instead of giving it a store's tables. A command that
+    ``writes`` (``fork``, ``approve``, ``reviews --follow``) then opens it as a writer, so
+    that a cipher key or compression other than the store's is refused before anything
+    is written."""
     url = store_url(args)
-    return open_store(url, cipher_key=cipher_key(args), compress=args.compressed)
+    key = cipher_key(args)
+    if create:
+        return open_store(url, cipher_key=key, compress=args.compressed)
+    reader = open_store(url, cipher_key=key, compress=args.compressed, create_tables=False)
+    try:
+        next(reader.thread_ids(), None)  # reads the log: not a store fails here
+    except BaseException:
+        reader.close()
+        raise
+    if not writes:
+        return reader
+    reader.close()
+    return open_store(url, cipher_key=key, compress=args.compressed)
 
 
 def read_thread(args: argparse.Namespace, read: Callable[[Store, str], T]) -> T:

@@ -16,6 +16,8 @@ from typing import Any, TextIO, TypeVar
 
 import msgspec
 
+from covonaut_es.cli._text import printable
+
 T = TypeVar("T")
 
 
@@ -35,7 +37,7 @@ def emit_value(args: argparse.Namespace, value: T, lines: Callable[[T], Iterable
         print_json(value)
         return
     for line in lines(value):
-        print(line)
+        print(printable(line))
 
 
 def emit(args: argparse.Namespace, rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:
@@ -43,7 +45,7 @@ def emit(args: argparse.Namespace, rows: Sequence[dict[str, Any]], columns: Sequ
     if args.json:
         print_json(rows)
         return
-    texts = [[str(row.get(column, "")) for column in columns] for row in rows]
+    texts = [[printable(str(row.get(column, ""))) for column in columns] for row in rows]
     widths = [max([len(c), *(len(t[i]) for t in texts)]) for i, c in enumerate(columns)]
     print("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
     for text in texts:

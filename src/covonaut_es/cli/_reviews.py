@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+import uuid
 from collections.abc import Sequence
 
 from covonaut_es.cli._command import EXIT_OK, Subcommands, UsageError
@@ -49,7 +50,12 @@ def add_review_commands(subcommands: Subcommands) -> None:
     parser.add_argument(
         "--follow", action="store_true", help="keep the queue projection running; print changes"
     )
-    parser.add_argument("--view", metavar="URL", help="where the queue's table lives")
+    parser.add_argument(
+        "--view",
+        metavar="URL",
+        help="where the queue's table lives (default: in memory, built from the log; "
+        "with --follow, the store's own database)",
+    )
     parser = add_store_command(
         subcommands, "approve", approve, help_="approve a review's exact operation"
     )
@@ -68,10 +74,16 @@ def add_review_commands(subcommands: Subcommands) -> None:
 
 def reviews(args: argparse.Namespace) -> int:
     """``reviews [--follow]``: bring the queue up to date and list it; with --follow,
-    keep projecting and print the queue whenever it changes, until interrupted."""
-    with open_from(args) as store:
+    keep projecting and print the queue whenever it changes, until interrupted.
+
+    A one-shot listing never writes to the store's file: without ``--view`` it builds the
+    queue in memory from the log."""
+    view = args.view
+    if view is None and not args.follow:
+        view = f"memory://covonaut-es-reviews-{uuid.uuid4().hex}"
+    with open_from(args, writes=args.follow) as store:  # its view is written to
         queue = ReviewQueue(
-            store.url, view_url=args.view, cipher_key=cipher_key(args), compress=args.compressed
+            store.url, view_url=view, cipher_key=cipher_key(args), compress=args.compressed
         )
         shown: object = None
         with queue.follow():
@@ -132,7 +144,7 @@ def reject(args: argparse.Namespace) -> int:
 
 def _decide(args: argparse.Namespace, *, approved: bool, note: str) -> int:
     verifier = reviewer_verifier()
-    with open_from(args) as store:
+    with open_from(args, writes=True) as store:
         thread_id = args.thread or _thread_of_review(store, args.review)
         agent = Agent(
             AgentConfig(

@@ -14,7 +14,8 @@ from covonaut_es.cli._command import EXIT_FAILURES, EXIT_OK, Subcommands
 from covonaut_es.cli._json import emit_records, utc
 from covonaut_es.cli._options import add_store_command, open_from, read_thread
 from covonaut_es.cli._output import print_json
-from covonaut_es.domain import Interrupt, PendingToolCall, ThreadState
+from covonaut_es.cli._text import printable
+from covonaut_es.domain import Interrupt, PendingToolCall, ThreadState, ThreadStatus
 from covonaut_es.store import Store
 
 
@@ -49,7 +50,7 @@ def threads(args: argparse.Namespace) -> int:
             rows.append(
                 {
                     "thread_id": thread_id,
-                    "status": state.status.value,
+                    "status": shown_status(state),
                     "turns": state.turn,
                     "last_activity": utc(last),
                     "pending_reviews": pending,
@@ -64,6 +65,16 @@ _THREAD_COLUMNS = ["thread", "status", "turns", "last_activity", "pending_review
 
 def _thread_row(record: dict[str, Any]) -> dict[str, Any]:
     return {**record, "thread": record["thread_id"]}
+
+
+def shown_status(state: ThreadState) -> str:
+    """The thread's status as the commands show it. A fork taken in the middle of a run
+    inherits that run's ``running``, but no process runs it: nothing has run on it since
+    it branched, which is what ``idle`` means."""
+    branched_only = state.parent is not None and state.version == state.parent.version + 1
+    if state.status is ThreadStatus.RUNNING and branched_only:
+        return ThreadStatus.IDLE.value
+    return state.status.value
 
 
 def show(args: argparse.Namespace) -> int:
@@ -89,7 +100,7 @@ def _state_lines(state: ThreadState) -> Iterator[str]:
     held = held_for_review(state)
     fields = {
         "thread": state.thread_id,
-        "status": state.status.value,
+        "status": shown_status(state),
         "version": state.version,
         "turns": state.turn,
         "messages": len(state.messages),
@@ -160,7 +171,9 @@ def replay(args: argparse.Namespace) -> int:
         print_json(payload)
     else:
         for entry in entries:
-            print(f"{entry.version:>6}  {entry.recorded_at.isoformat()}  {entry.summary}")
+            print(
+                f"{entry.version:>6}  {entry.recorded_at.isoformat()}  {printable(entry.summary)}"
+            )
         if report is not None:
             print(
                 f"verified {report.events} events: {report.chained} chained, "
@@ -168,5 +181,5 @@ def replay(args: argparse.Namespace) -> int:
                 f"snapshots compared: {'intact' if report.ok else 'PROBLEMS FOUND'}"
             )
             for finding in report.findings:
-                print(f"  version {finding.version}: {finding.problem}")
+                print(f"  version {finding.version}: {printable(finding.problem)}")
     return EXIT_OK if report is None or report.ok else EXIT_FAILURES

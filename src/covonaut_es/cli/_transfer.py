@@ -52,9 +52,16 @@ def export(args: argparse.Namespace) -> int:
         lines = list(with_progress(written, total))
     text = "".join(line + "\n" for line in lines)
     if args.output:
-        with open(args.output, "w", encoding="utf-8") as file:
-            file.write(text)
-        print(f"exported {len(lines)} events of {args.thread!r} to {args.output}", file=sys.stderr)
+        try:
+            with open(args.output, "w", encoding="utf-8") as file:
+                file.write(text)
+        except OSError as exc:
+            msg = f"cannot write --output {args.output!r}: {exc.strerror or exc}"
+            raise UsageError(msg) from exc
+        events = "event" if len(lines) == 1 else "events"
+        print(
+            f"exported {len(lines)} {events} of {args.thread!r} to {args.output}", file=sys.stderr
+        )
     else:
         sys.stdout.write(text)
     return EXIT_OK
@@ -62,15 +69,30 @@ def export(args: argparse.Namespace) -> int:
 
 def import_(args: argparse.Namespace) -> int:
     """``import [FILE]``: all threads of the file, each in one transaction."""
-    if args.input:
-        with open(args.input, encoding="utf-8") as file:
-            lines = file.readlines()
-    else:
-        lines = sys.stdin.readlines()
-    with open_from(args) as store:
+    lines = _read_lines(args.input)
+    if not any(line.strip() for line in lines):
+        msg = f"nothing to import: {args.input or 'standard input'} holds no events"
+        raise UsageError(msg)
+    with open_from(args, create=True) as store:
         imported = import_threads(
             store, with_progress(lines, len(lines)), allow_unchained=args.allow_unchained
         )
     records = [{"thread_id": thread_id} for thread_id in imported]
     emit_records(args, records, lambda r: {"imported": r["thread_id"]}, ["imported"])
     return EXIT_OK
+
+
+def _read_lines(path: str | None) -> list[str]:
+    """The lines of the export at ``path`` (standard input without one)."""
+    try:
+        if path is None:
+            return sys.stdin.readlines()
+        with open(path, encoding="utf-8") as file:
+            return file.readlines()
+    except OSError as exc:
+        msg = f"cannot read {path!r}: {exc.strerror or exc}; expected an export's JSON Lines file"
+        raise UsageError(msg) from exc
+    except UnicodeDecodeError as exc:
+        source = "standard input" if path is None else repr(path)
+        msg = f"{source} is not UTF-8 text ({exc.reason}); expected an export's JSON Lines"
+        raise UsageError(msg) from exc

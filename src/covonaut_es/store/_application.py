@@ -23,12 +23,13 @@ from eventsourcing.domain import DomainEventProtocol
 from eventsourcing.persistence import (
     AggregateRecorder,
     ApplicationRecorder,
+    Cipher,
     EventStore,
     InfrastructureFactory,
     PersistenceError,
     Recording,
 )
-from eventsourcing.utils import Environment, EnvType, strtobool
+from eventsourcing.utils import Environment, EnvType, TopicError, strtobool
 
 from covonaut_es.domain import AgentThread, ThreadSnapshot
 from covonaut_es.domain._integrity import CHAIN_KEY, UNCHAINED, seal_all
@@ -85,7 +86,7 @@ class AgentApplication(Application[UUID]):
         events = [e for cls in self.aggregate_classes for e in aggregate_event_classes(cls)]
         return MsgspecMapper(
             compressor=self.factory.compressor(),
-            cipher=self.factory.cipher(),
+            cipher=_cipher(self.factory),
             event_classes=events,
         )
 
@@ -93,6 +94,26 @@ class AgentApplication(Application[UUID]):
         """The snapshot store, read as a cache: see :class:`SnapshotCache`."""
         assert isinstance(self.mapper, MsgspecMapper)
         return SnapshotCache(self.mapper, self.factory.aggregate_recorder(purpose="snapshots"))
+
+
+def _cipher(factory: InfrastructureFactory[Any]) -> Cipher | None:
+    """The factory's cipher. eventsourcing reports a missing ``cryptography`` package as
+    a failure to resolve its cipher's topic, which no ``except ImportError`` sees: this
+    says which extra to install instead.
+
+    Raises:
+        ConfigurationError: The cipher's package is missing.
+    """
+    try:
+        return factory.cipher()
+    except TopicError as exc:
+        if not isinstance(exc.__cause__, ImportError):
+            raise
+        msg = (
+            f"an encrypted store needs the 'cryptography' package ({exc.__cause__}); "
+            "install it with: pip install 'covonaut-es[encryption]'"
+        )
+        raise ConfigurationError(msg) from exc
 
 
 def with_connection_params(

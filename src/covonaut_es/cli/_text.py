@@ -1,0 +1,37 @@
+"""Neutralising text before it reaches a terminal.
+
+Thread ids, model messages, tool names and arguments come from outside the process:
+printed raw, an escape sequence in them can set the window title or clear the screen,
+and a newline can forge a table row. :func:`printable` renders every character that
+could do so as a visible escape (``\\x1b``, ``\\n``), so a line stays one line and
+shows what is stored. JSON output needs none of this: its encoder escapes them.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+_UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+"""Control characters (C0, DEL, C1), format characters (bidirectional overrides that
+reorder what the terminal shows), lone surrogates and the Unicode line separators."""
+
+
+def printable(text: str) -> str:
+    """``text`` with every control, format and line-separating character shown as an
+    escape (``\\x1b``, ``\\n``, ``\\u202e``); plain text comes back unchanged."""
+    if text.isprintable():
+        return text  # the common case, checked in C
+    return "".join(_escaped(char) for char in text)
+
+
+def _escaped(char: str) -> str:
+    if unicodedata.category(char) not in _UNSAFE_CATEGORIES:
+        return char
+    if char in _NAMED:
+        return _NAMED[char]
+    code = ord(char)
+    if code <= 0xFF:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"

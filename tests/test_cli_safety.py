@@ -1,0 +1,317 @@
+"""The command line under operator mistakes and hostile text: one-line errors, no
+store created or changed by reading it, and nothing from a model reaching the
+terminal raw."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import signal
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from eventsourcing.persistence import StoredEvent
+
+from covonaut_es import Store, Tool, create_cipher_key, open_store
+from covonaut_es.cli._text import printable
+from covonaut_es.domain import thread_aggregate_id
+from covonaut_es.providers import ScriptedProvider
+from covonaut_es.runtime import Agent, AgentConfig, CheckpointSettings, HmacReviewerVerifier
+from support import answer, call, echo_tool
+
+ROOT = Path(__file__).resolve().parent.parent
+SECRET = secrets.token_hex(32)
+HOSTILE = "\x1b]0;owned\x07\x1b[2J\rX\nFORGED  ROW  \x9b31m\x7f\u202e"
+"""Sets the window title, clears the screen, rewrites the line, forges a table row."""
+RAW_BYTES = ("\x1b", "\x07", "\r", "\x9b", "\x7f", "\u202e", "\nFORGED")
+
+
+def run(
+    *args: str,
+    stdin: str | None = None,
+    env: dict[str, str] | None = None,
+    program: tuple[str, ...] = ("-m", "covonaut_es"),
+) -> subprocess.CompletedProcess[str]:
+    """``covonaut-es ARGS`` with this checkout's sources and the reviewer secret set."""
+    return subprocess.run(
+        [sys.executable, *program, *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={
+            **os.environ,
+            "PYTHONPATH": str(ROOT / "src"),
+            "COVONAUT_ES_REVIEWER_SECRET": SECRET,
+            **(env or {}),
+        },
+        check=False,
+    )
+
+
+@pytest.fixture
+def url(tmp_path: Path) -> str:
+    """A SQLite store whose model, tools and labels said hostile things: a finished
+    thread, one waiting for a reviewer's decision, and one whose id was forged."""
+    url = f"sqlite:///{tmp_path / 'threads.db'}"
+    arguments = json.dumps({"text": HOSTILE, "amount": 7})
+    pay = Tool("pay", "Pay", {"type": "object"}, lambda c, a: HOSTILE, requires_approval=True)
+    with open_store(url) as store:
+        for thread_id, tool, script in (
+            ("finished", echo_tool(), [call(("c1", "echo", arguments)), answer(HOSTILE)]),
+            ("payment", pay, [call(("p1", "pay", arguments))]),
+        ):
+            Agent(
+                AgentConfig(
+                    provider=ScriptedProvider(script),
+                    tools=[tool],
+                    reviewer_verifier=HmacReviewerVerifier(SECRET.encode()),
+                    checkpoint=CheckpointSettings(store=store, thread_id=thread_id),
+                )
+            ).run(HOSTILE)
+        store.label("finished", HOSTILE)
+        forge_thread(store, HOSTILE)
+    return url
+
+
+def forge_thread(store: Store, thread_id: str) -> None:
+    """Start a thread behind the library's back under an id it refuses, as another
+    writer to the database could: a copy of the first event of ``finished``."""
+    (first,) = store._app.recorder.select_events(thread_aggregate_id("finished"), lte=1)
+    payload = {**json.loads(first.state), "thread_id": thread_id}
+    forged = StoredEvent(
+        thread_aggregate_id(thread_id), 1, first.topic, json.dumps(payload).encode()
+    )
+    store._app.recorder.insert_events([forged])
+
+
+def review_of(url: str) -> str:
+    with open_store(url) as store:
+        (review,) = store.state_at("payment").reviews
+    return review.request.review_id
+
+
+def listing(directory: Path) -> dict[str, bytes]:
+    """Every file under ``directory`` with its bytes."""
+    return {str(p): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def test_every_command_refuses_bad_input_in_one_line_and_writes_nothing(
+    url: str, tmp_path: Path
+) -> None:
+    """Missing files, wrong URLs, unknown threads, bad versions, wrong tokens and
+    unreadable exports: exit 2, one line on stderr, no traceback, no file changed."""
+    missing = f"sqlite:///{tmp_path / 'mistyped.db'}"
+    review = review_of(url)
+    forged = HmacReviewerVerifier(secrets.token_bytes(32)).issue_token("eve", ttl_seconds=60)
+    (tmp_path / "empty.jsonl").write_text("")
+    (tmp_path / "binary.jsonl").write_bytes(b"\xff\xfe\x00garbage")
+    on_store: list[tuple[str, ...]] = [
+        ("threads",),
+        ("reviews",),
+        ("show", "finished"),
+        ("history", "finished"),
+        ("replay", "finished", "--verify"),
+        ("tree", "finished"),
+        ("export", "finished"),
+        ("fork", "finished"),
+        ("approve", review, "--reviewer-token", forged),
+        ("reject", review, "--reviewer-token", forged, "--reason", "no"),
+        ("migrate", "--check"),
+    ]
+    cases = [(*args, "--store", store) for args in on_store for store in (missing, "redis://x")]
+    cases += [
+        (command, "ghost", "--store", url) for command in ("show", "replay", "tree", "export")
+    ]
+    cases += [
+        ("history", "ghost", "--store", url),
+        ("fork", "ghost", "--store", url),
+        ("fork", "finished", "--at", "999", "--store", url),
+        ("approve", review, "--reviewer-token", forged, "--store", url),
+        ("reject", review, "--reviewer-token", "not-a-token", "--reason", "no", "--store", url),
+        ("export", "finished", "-o", str(tmp_path / "no" / "dir.jsonl"), "--store", url),
+        *(
+            ("import", str(tmp_path / name), "--store", url)
+            for name in ("missing.jsonl", "empty.jsonl", "binary.jsonl", ".")
+        ),
+    ]
+    before = listing(tmp_path)
+    for args in cases:
+        result = run(*args)
+        assert result.returncode == 2, (args, result.stdout, result.stderr)
+        assert len(result.stderr.splitlines()) == 1, (args, result.stderr)
+        assert "Traceback" not in result.stderr, args
+        assert listing(tmp_path) == before, args
+
+
+def test_a_mistyped_sqlite_path_is_named_and_not_created(tmp_path: Path) -> None:
+    """A reading command on a missing SQLite file names it and leaves no file there."""
+    missing = tmp_path / "mistyped.db"
+    result = run("threads", "--store", f"sqlite:///{missing}")
+    assert result.returncode == 2
+    assert f"there is no SQLite file {str(missing)!r}" in result.stderr
+    assert not missing.exists()
+
+
+def test_a_database_that_is_not_a_store_gets_no_store_tables(url: str, tmp_path: Path) -> None:
+    """Reading, deciding and forking on another application's SQLite file refuse it in
+    one line and leave its tables as they were."""
+    foreign = tmp_path / "foreign.db"
+    with contextlib.closing(sqlite3.connect(foreign)) as connection, connection:
+        connection.execute("CREATE TABLE notes (text TEXT)")
+    deciding = ("approve", "r", "--reviewer-token", "t")
+    for args in (("threads",), ("reviews",), ("fork", "a"), deciding):
+        result = run(*args, "--store", f"sqlite:///{foreign}")
+        assert result.returncode == 2, (args, result.stderr)
+        assert "expected a covonaut-es store" in result.stderr
+        with contextlib.closing(sqlite3.connect(foreign)) as connection:
+            tables = connection.execute("SELECT name FROM sqlite_master").fetchall()
+        assert tables == [("notes",)], args
+
+
+def test_listing_reviews_leaves_the_store_file_unchanged(url: str, tmp_path: Path) -> None:
+    """reviews builds its one-shot queue in memory: the store's file keeps its bytes."""
+    before = listing(tmp_path)
+    result = run("reviews", "--json", "--store", url)
+    assert result.returncode == 0, result.stderr
+    assert [row["thread"] for row in json.loads(result.stdout)] == ["payment"]
+    assert listing(tmp_path) == before
+
+
+def test_hostile_text_never_reaches_human_output_raw(url: str, tmp_path: Path) -> None:
+    """Control characters and newlines from messages, tool arguments and results, labels
+    and thread ids (stored, or given on the command line) come out as visible escapes in every
+    command's human output; --json carries them exactly."""
+    outputs = []
+    for args in (
+        ("threads",),
+        ("reviews",),
+        ("show", "finished"),
+        ("show", "payment"),
+        ("history", "finished"),
+        ("replay", "finished", "--verify"),
+        ("replay", "payment"),
+        ("tree", "finished"),
+        ("fork", "finished", "--at", "3", "--as", "retry"),
+        ("show", HOSTILE),
+        ("tree", HOSTILE),
+        ("history", HOSTILE),
+        ("replay", HOSTILE),
+    ):
+        result = run(*args, "--store", url)
+        assert result.returncode in (0, 2), (args, result.stderr)
+        outputs.append(result.stdout + result.stderr)
+    assert printable(HOSTILE) in outputs[0]  # the forged thread id, listed escaped
+    for output in outputs:
+        for raw in RAW_BYTES:
+            assert raw not in output, (raw, output)
+    shown = json.loads(run("show", "finished", "--json", "--store", url).stdout)
+    assert HOSTILE in strings(shown)  # JSON stays exact
+
+
+def strings(value: object) -> set[str]:
+    """Every string in a decoded JSON value."""
+    if isinstance(value, str):
+        return {value}
+    if isinstance(value, dict):
+        value = list(value.values())
+    found: set[str] = set()
+    if isinstance(value, list):
+        found.update(*map(strings, value))
+    return found
+
+
+def test_printable_escapes_every_control_and_keeps_plain_text() -> None:
+    """C0, C1, DEL, bidirectional overrides and line separators become escapes; letters,
+    accents, emoji and spaces stay as they are."""
+    assert printable("\x1b[2J\x07\r\n\t\x85\x9b\x7f\u202e\u2028") == (
+        "\\x1b[2J\\x07\\r\\n\\t\\x85\\x9b\\x7f\\u202e\\u2028"
+    )
+    assert printable("Grüße, 世界 😀 a b") == "Grüße, 世界 😀 a b"
+
+
+def test_a_cipher_key_without_the_encryption_extra_names_the_extra(url: str) -> None:
+    """Without the cryptography package an encrypted store's command prints one line
+    naming the extra to install."""
+    without_cryptography = (
+        "import sys; sys.modules['cryptography'] = None; "  # as if it were not installed
+        "from covonaut_es.cli import main; raise SystemExit(main())"
+    )
+    result = run(
+        *("threads", "--store", url, "--cipher-key-env", "KEY"),
+        env={"KEY": create_cipher_key()},
+        program=("-c", without_cryptography),
+    )
+    assert result.returncode == 2
+    (line,) = result.stderr.splitlines()
+    assert "pip install 'covonaut-es[encryption]'" in line
+
+
+def test_importing_an_empty_file_says_nothing_to_import(url: str, tmp_path: Path) -> None:
+    """An empty export is an error naming the problem, not an empty table."""
+    result = run("import", "--store", url, stdin="\n")
+    assert (result.returncode, result.stdout) == (2, "")
+    assert "nothing to import" in result.stderr
+
+
+def test_exporting_one_event_says_event_not_events(url: str, tmp_path: Path) -> None:
+    """The export's summary agrees in number with its count."""
+    with open_store(url) as store:
+        store.fork("finished", at_version=1, new_thread_id="one")
+    target = tmp_path / "one.jsonl"
+    result = run("export", "one", "-o", str(target), "--store", url)
+    assert result.returncode == 0, result.stderr
+    assert len(target.read_text().splitlines()) == 1
+    assert result.stderr == f"exported 1 event of 'one' to {target}\n"
+
+
+def test_a_fork_taken_mid_run_shows_idle_not_running(url: str) -> None:
+    """No process runs a fresh fork, so one branched mid-run is idle until it runs."""
+    with open_store(url) as store:
+        assert store.state_at("finished", 3).status.value == "running"
+        store.fork("finished", at_version=3, new_thread_id="branch")
+    rows = json.loads(run("threads", "--json", "--store", url).stdout)
+    assert {row["thread"]: row["status"] for row in rows}["branch"] == "idle"
+    assert "status           idle" in run("show", "branch", "--store", url).stdout.splitlines()
+
+
+def follower(url: str, *extra: str) -> subprocess.Popen[str]:
+    """``reviews --follow`` running on ``url``, its first listing already read."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "covonaut_es", "reviews", "--follow", "--store", url, *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+    )
+    assert process.stdout is not None
+    assert process.stdout.readline()
+    return process
+
+
+def test_ctrl_c_ends_reviews_follow_quietly_with_130(url: str) -> None:
+    """Ctrl-C on reviews --follow exits 130 without a traceback."""
+    process = follower(url)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=30)
+    assert (process.returncode, stderr) == (130, "")
+
+
+def test_a_closed_pipe_ends_reviews_follow_quietly(url: str) -> None:
+    """reviews --follow --json | head: when the reader goes, the command ends without
+    a traceback."""
+    process = follower(url, "--json")
+    assert process.stdout is not None
+    process.stdout.close()
+    with open_store(url) as store:
+        store.abandon("payment")  # the queue changes: the follower prints again
+    assert process.stderr is not None
+    with process.stderr:
+        stderr = process.stderr.read()
+    assert process.wait(timeout=30) == 141
+    assert stderr == ""
