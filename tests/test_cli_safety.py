@@ -179,7 +179,7 @@ def test_listing_reviews_leaves_the_store_file_unchanged(url: str, tmp_path: Pat
     before = listing(tmp_path)
     result = run("reviews", "--json", "--store", url)
     assert result.returncode == 0, result.stderr
-    assert [row["thread"] for row in json.loads(result.stdout)] == ["payment"]
+    assert [row["thread_id"] for row in json.loads(result.stdout)] == ["payment"]
     assert listing(tmp_path) == before
 
 
@@ -264,7 +264,7 @@ def test_exporting_one_event_says_event_not_events(url: str, tmp_path: Path) -> 
     with open_store(url) as store:
         store.fork("finished", at_version=1, new_thread_id="one")
     target = tmp_path / "one.jsonl"
-    result = run("export", "one", "-o", str(target), "--store", url)
+    result = run("export", "one", "--without-ancestors", "-o", str(target), "--store", url)
     assert result.returncode == 0, result.stderr
     assert len(target.read_text().splitlines()) == 1
     assert result.stderr == f"exported 1 event of 'one' to {target}\n"
@@ -276,7 +276,7 @@ def test_a_fork_taken_mid_run_shows_idle_not_running(url: str) -> None:
         assert store.state_at("finished", 3).status.value == "running"
         store.fork("finished", at_version=3, new_thread_id="branch")
     rows = json.loads(run("threads", "--json", "--store", url).stdout)
-    assert {row["thread"]: row["status"] for row in rows}["branch"] == "idle"
+    assert {row["thread_id"]: row["status"] for row in rows}["branch"] == "idle"
     assert "status           idle" in run("show", "branch", "--store", url).stdout.splitlines()
 
 

@@ -91,7 +91,7 @@ def show(args: argparse.Namespace) -> int:
         )
         return EXIT_OK
     for line in _state_lines(state):
-        print(line)
+        print(printable(line))
     return EXIT_OK
 
 
