@@ -6,6 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEMO   ?= examples/restart_recovery.py
+DEMO_DB ?= demo.db
 
 # Only the source folders that exist (examples/ may not yet); docs/_ext holds the site's
 # griffe extension.
@@ -42,8 +43,11 @@ docs: $(STAMP)
 test: $(STAMP) lint typecheck docs-build
 	$(BIN)/python -m pytest
 
+# The demo's store is kept in $(DEMO_DB), for the command line to look at afterwards.
 demo: $(STAMP)
-	$(BIN)/python $(DEMO)
+	rm -f $(DEMO_DB) $(DEMO_DB)-wal $(DEMO_DB)-shm
+	$(BIN)/python $(DEMO) $(DEMO_DB)
+	@echo "The demo's store is $(DEMO_DB): $(BIN)/covonaut-es threads --store sqlite:///$(DEMO_DB)"
 
 # Installs the pinned peers (LangGraph) and writes BENCHMARKS.md; takes several minutes.
 bench: $(STAMP)

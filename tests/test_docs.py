@@ -132,3 +132,12 @@ def test_reviewer_queue_example_approves_from_the_command_line() -> None:
     assert [line.split()[0] for line in before.splitlines()[1:4]] == ["ann", "bob", "cleo"]
     assert "approved  rita" in before
     assert [line.split()[0] for line in after.strip().splitlines()] == ["ann", "cleo"]
+
+
+def test_the_readme_is_a_short_entry_into_the_site() -> None:
+    """The README stays under 200 lines and points to the providers, the command line
+    and the threat model in the documentation site."""
+    text = README.read_text()
+    assert len(text.splitlines()) < 200
+    for page in ("docs/providers.md", "docs/cli.md", "docs/operations.md"):
+        assert f"]({page}" in text, page
