@@ -4,6 +4,7 @@ application over it."""
 from __future__ import annotations
 
 import re
+import socket
 from typing import Any
 
 from starlette.testclient import TestClient
@@ -43,3 +44,11 @@ def sign_in(client: TestClient, token: str) -> str:
     match = re.search(r'name="csrf" value="([^"]+)"', response.text)
     assert match is not None
     return match.group(1)
+
+
+def free_port() -> int:
+    """A TCP port free on the loopback interface just now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port

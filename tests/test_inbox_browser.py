@@ -10,7 +10,6 @@ from __future__ import annotations
 import http.server
 import json
 import os
-import socket
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -21,7 +20,7 @@ import pytest
 
 from covonaut_es import AgentThread, Store, ToolContext, open_store
 from covonaut_es.inbox import create_app
-from inbox_support import HOSTILE, paused, resume
+from inbox_support import HOSTILE, free_port, paused, resume
 from support import answer, call
 from test_approvals import ALICE, BOB, VERIFIER, make_agent
 
@@ -41,13 +40,6 @@ webdriver = pytest.importorskip("selenium.webdriver")
 from selenium.common.exceptions import NoAlertPresentException  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 @pytest.fixture(scope="module")
