@@ -168,17 +168,21 @@ class ReviewDesk:
         self, *, thread: str = "", tool: str = "", newest_first: bool = False, number: int = 1,
         size: int = 50,
     ) -> Page:  # fmt: skip
-        """One page of the pending reviews, filtered by thread and tool."""
+        """One page of the pending reviews, filtered by thread and tool (only the
+        page's items are converted, so a long queue costs one pass)."""
         items = [
             item
-            for item in self.reviews()
-            if (not thread or item.thread_id == thread) and (not tool or item.tool_name == tool)
+            for item in self.queue.pending()
+            if item.review_id
+            and (not thread or item.thread_id == thread)
+            and (not tool or item.tool_name == tool)
         ]
         if newest_first:
             items.reverse()
         number = max(1, number)
         start = (number - 1) * size
-        return Page(tuple(items[start : start + size]), len(items), number, size)
+        shown = tuple(ReviewItem.pending(item) for item in items[start : start + size])
+        return Page(shown, len(items), number, size)
 
     def review(self, review_id: str, thread_id: str | None = None) -> ReviewItem:
         """The review with that id, as its thread records it now (the queue, which may
