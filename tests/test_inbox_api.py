@@ -4,14 +4,18 @@ PostgreSQL."""
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
+from starlette.applications import Starlette
+from starlette.routing import Mount
 from starlette.testclient import TestClient
 
-from covonaut_es import AgentThread, Store, ToolContext, open_store
+from covonaut_es import AgentThread, Store, ToolContext, create_cipher_key, open_store
 from covonaut_es.domain import operation_digest
 from covonaut_es.inbox import create_app
 from inbox_support import HOSTILE, current, inbox_client, paused, resume, sign_in
@@ -222,3 +226,64 @@ def test_healthz_answers_200_while_the_store_answers(store: Store, tmp_path: Pat
         (tmp_path / "gone.db").unlink()
         gone.close()
         assert client.get("/healthz").status_code == 503
+
+
+def test_two_decisions_at_once_one_wins_the_other_is_409(store: Store) -> None:
+    """Two reviewers approve the same review at the same moment: one decision is
+    recorded, the other answers 409."""
+    paused(store, "t", [], [])
+    with inbox_client(store) as client:
+        current(client)
+        (review,) = client.get("/api/reviews", headers=bearer(ALICE)).json()
+        url = f"/api/reviews/{review['review_id']}/approve"
+        barrier = threading.Barrier(2)
+
+        def approve(token: str) -> int:
+            barrier.wait()
+            return client.post(url, headers=bearer(token), json={}).status_code
+
+        with ThreadPoolExecutor(2) as pool:
+            statuses = sorted(pool.map(approve, (ALICE, BOB)))
+    assert statuses == [200, 409]
+    assert len(decisions(store, "t")) == 1
+
+
+def test_an_encrypted_store_is_read_with_the_key_given(tmp_path: Path) -> None:
+    """The inbox of an encrypted store lists and decides with the store's key; its
+    queue holds no argument in clear."""
+    key = create_cipher_key()
+    url = f"sqlite:///{tmp_path / 'sealed.db'}"
+    with open_store(url, cipher_key=key) as sealed:
+        paused(sealed, "secret-thread", [], [])
+        with inbox_client(sealed, cipher_key=key) as client:
+            current(client)
+            (review,) = client.get("/api/reviews", headers=bearer(ALICE)).json()
+            assert review["arguments"] == {"amount": 40, "to": "bob"}
+            decided = client.post(
+                f"/api/reviews/{review['review_id']}/reject",
+                headers=bearer(ALICE),
+                json={"reason": "no"},
+            )
+            assert decided.status_code == 200
+    assert b"secret-thread" not in (tmp_path / "sealed.db").read_bytes()
+
+
+def test_mounted_under_a_path_with_its_lifespan(store: Store) -> None:
+    """Mounted in another application (given the inbox's lifespan), links, static
+    files and the session cookie stay under the mount's path."""
+    paused(store, "t", [], [])
+    inbox = create_app(store, VERIFIER)
+    outer = Starlette(routes=[Mount("/inbox", inbox)], lifespan=inbox.router.lifespan_context)
+    with TestClient(outer, base_url="http://host.test") as client:
+        signed = client.post(
+            "/inbox/login",
+            data={"token": ALICE},
+            headers={"Origin": "http://host.test"},
+            follow_redirects=False,
+        )
+        assert signed.headers["location"] == "http://host.test/inbox/"
+        assert "Path=/inbox" in signed.headers["set-cookie"]
+        inbox.state.inbox.desk.queue.wait_until_current(store)
+        page = client.get("/inbox/")
+        assert "/inbox/static/inbox.js" in page.text and "/inbox/review?id=" in page.text
+        assert client.get("/inbox/static/inbox.js").status_code == 200

@@ -110,7 +110,9 @@ def create_app(
 ) -> Starlette:
     """The reviewer inbox as an ASGI application, to serve or to mount in your own.
 
-    While the application runs (its lifespan), it follows the store's reviewer queue.
+    While the application runs its lifespan, it follows the store's reviewer queue.
+    Mounted in another Starlette application, pass it that lifespan:
+    ``Starlette(routes=[Mount("/inbox", inbox)], lifespan=inbox.router.lifespan_context)``.
 
     Args:
         store: The store whose reviews are shown and decided.
