@@ -15,12 +15,19 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 from starlette.testclient import TestClient
 
-from covonaut_es import AgentThread, Store, ToolContext, create_cipher_key, open_store
+from covonaut_es import (
+    AgentThread,
+    HmacReviewerVerifier,
+    Store,
+    ToolContext,
+    create_cipher_key,
+    open_store,
+)
 from covonaut_es.domain import operation_digest
 from covonaut_es.inbox import create_app
 from inbox_support import HOSTILE, current, inbox_client, paused, resume, sign_in
 from support import answer, call
-from test_approvals import ALICE, BOB, VERIFIER, make_agent
+from test_approvals import ALICE, BOB, SECRET, VERIFIER, make_agent
 
 PAY_20 = '{"amount": 20, "to": "bob"}'
 
@@ -287,3 +294,36 @@ def test_mounted_under_a_path_with_its_lifespan(store: Store) -> None:
         page = client.get("/inbox/")
         assert "/inbox/static/inbox.js" in page.text and "/inbox/review?id=" in page.text
         assert client.get("/inbox/static/inbox.js").status_code == 200
+
+
+def test_an_expired_token_ends_the_session_and_decides_nothing(store: Store) -> None:
+    """The session's token is verified again at every request: once it expires, pages
+    send the reviewer to sign in, and a posted decision is not recorded."""
+    now = [1_000_000.0]
+    verifier = HmacReviewerVerifier(SECRET, clock=lambda: now[0])
+    paused(store, "t", [], [])
+    app = create_app(store, verifier)
+    with TestClient(app, base_url="http://inbox.test") as client:
+        current(client)
+        csrf = sign_in(client, verifier.issue_token("ann", ttl_seconds=60))
+        (review,) = client.get("/api/reviews").json()
+        now[0] += 61
+        assert client.get("/", follow_redirects=False).headers["location"].endswith("/login")
+        form = {"action": "approve", "review": review["review_id"], "thread": "t", "csrf": csrf}
+        posted = client.post("/decide", data=form, headers={"Origin": "http://inbox.test"})
+        assert posted.url.path == "/login"
+    assert decisions(store, "t") == []
+
+
+def test_bodies_must_be_bounded(store: Store) -> None:
+    """A body without a length (chunked) or over 64 KiB is refused before it is read."""
+    paused(store, "t", [], [])
+    with inbox_client(store) as client:
+        current(client)
+        (review,) = client.get("/api/reviews", headers=bearer(ALICE)).json()
+        url = f"/api/reviews/{review['review_id']}/approve"
+        chunked = client.post(url, headers=bearer(ALICE), content=iter([b"{}"]))
+        assert chunked.status_code == 411
+        huge = {"comment": "x" * (70 * 1024)}
+        assert client.post(url, headers=bearer(ALICE), json=huge).status_code == 413
+    assert decisions(store, "t") == []
