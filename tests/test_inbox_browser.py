@@ -37,7 +37,11 @@ if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
 
 uvicorn = pytest.importorskip("uvicorn")
 webdriver = pytest.importorskip("selenium.webdriver")
-from selenium.common.exceptions import NoAlertPresentException  # noqa: E402
+from selenium.common.exceptions import (  # noqa: E402
+    NoAlertPresentException,
+    NoSuchElementException,
+    StaleElementReferenceException,
+)
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
@@ -106,18 +110,26 @@ def browsers(inbox: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[t
 
 
 def until(driver: Any, condition: Callable[[Any], Any]) -> Any:
-    return WebDriverWait(driver, WAIT_SECONDS, poll_frequency=0.05).until(condition)
+    """``condition``'s first truthy value; the live update may replace the rows at any
+    moment, so an element gone stale is looked up again."""
+    ignored = (StaleElementReferenceException, NoSuchElementException)
+    wait = WebDriverWait(driver, WAIT_SECONDS, poll_frequency=0.05, ignored_exceptions=ignored)
+    return wait.until(condition)
 
 
-def row_of(driver: Any, thread_id: str) -> Any:
-    """The inbox row of the pending review of ``thread_id``, once it is shown."""
-    link = f"//tr[@class='review'][.//a[normalize-space(text())='{thread_id}']]"
-    return until(driver, lambda d: d.find_elements(By.XPATH, link))[0]
+def in_row(driver: Any, thread_id: str, class_name: str, read: Callable[[Any], Any]) -> Any:
+    """``read`` of the element of that class in the inbox row of ``thread_id``'s review,
+    once the row is shown."""
+    row = f"//tr[@class='review'][.//a[normalize-space(text())='{thread_id}']]"
+    return until(
+        driver,
+        lambda d: read(d.find_element(By.XPATH, row).find_element(By.CLASS_NAME, class_name)),
+    )
 
 
 def open_review(driver: Any, inbox: str, thread_id: str) -> None:
     driver.get(inbox)
-    row_of(driver, thread_id).find_element(By.CLASS_NAME, "open").click()
+    driver.get(in_row(driver, thread_id, "open", lambda link: link.get_attribute("href")))
     until(driver, lambda d: d.find_elements(By.ID, "arguments"))
 
 
@@ -138,14 +150,13 @@ def test_a_new_review_appears_live_and_hostile_arguments_stay_text(
         thread_id="hostile",
     ).run("pay")  # fmt: skip
     paused(store, "live", [], [])
-    row = row_of(alice, "live")
+    assert in_row(alice, "live", "tool", lambda cell: cell.text) == "pay"
     assert alice.execute_script("return window.covonautMarker;") == marker  # no reload
-    hostile = row_of(alice, "hostile").find_element(By.CLASS_NAME, "arguments").text
+    hostile = in_row(alice, "hostile", "arguments", lambda cell: cell.text)
     assert json.dumps(HOSTILE) in hostile
     assert alice.title.endswith("covonaut-es") and "pwned" not in alice.title
     with pytest.raises(NoAlertPresentException):
         alice.switch_to.alert.text  # noqa: B018
-    assert row.find_element(By.CLASS_NAME, "tool").text == "pay"
     IMAGES.mkdir(parents=True, exist_ok=True)
     alice.save_screenshot(str(IMAGES / "inbox.png"))
 

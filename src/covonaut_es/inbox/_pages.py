@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.requests import Request
@@ -47,6 +48,24 @@ def _error(inbox: Inbox, request: Request, exc: Exception, session: Session | No
 
 def _to_login(request: Request) -> Response:
     return RedirectResponse(request.url_for("login"), status_code=303)
+
+
+def _for_reviewers(
+    inbox: Inbox, handler: Callable[[Request, Session], Awaitable[Response]]
+) -> Callable[[Request], Awaitable[Response]]:
+    """A page for signed-in reviewers only (others are sent to sign in), whose refusals
+    and errors are shown as an error page with their status."""
+
+    async def page(request: Request) -> Response:
+        session = await signed_in(inbox, request)
+        if session is None:
+            return _to_login(request)
+        try:
+            return await handler(request, session)
+        except (HttpError, CovonautError) as exc:
+            return _error(inbox, request, exc, session)
+
+    return page
 
 
 async def _form(inbox: Inbox, request: Request, session: Session | None) -> dict[str, str]:
@@ -118,10 +137,7 @@ def page_routes(inbox: Inbox) -> list[Route]:
             "query": str(request.url.query),
         }
 
-    async def home(request: Request) -> Response:
-        session = await signed_in(inbox, request)
-        if session is None:
-            return _to_login(request)
+    async def home(request: Request, session: Session) -> Response:
         context = await blocking(listing, request)
         return _page(inbox, request, "inbox.html", {"session": session, **context})
 
@@ -147,45 +163,26 @@ def page_routes(inbox: Inbox) -> list[Route]:
             position = await blocking(inbox.desk.position)
         return JSONResponse({"position": position})
 
-    async def review(request: Request) -> Response:
-        session = await signed_in(inbox, request)
-        if session is None:
-            return _to_login(request)
-        try:
-            context = await blocking(_review_context, inbox, request)
-        except CovonautError as exc:
-            return _error(inbox, request, exc, session)
+    async def review(request: Request, session: Session) -> Response:
+        context = await blocking(_review_context, inbox, request)
         return _page(inbox, request, "review.html", {"session": session, **context})
 
-    async def decide(request: Request) -> Response:
-        session = await signed_in(inbox, request)
-        if session is None:
-            return _to_login(request)
-        try:
-            fields = await _form(inbox, request, session)
-            action, text, arguments = _decision(fields)
-            item = await blocking(
-                inbox.desk.review, fields.get("review", ""), fields.get("thread") or None
-            )
-            await blocking(
-                inbox.desk.decide, item, action, session.credential, text=text, arguments=arguments
-            )
-        except (HttpError, CovonautError) as exc:
-            context = {"session": session, "status": status_of(exc), "message": str(exc)}
-            return _page(inbox, request, "error.html", context, status_of(exc))
+    async def decide(request: Request, session: Session) -> Response:
+        fields = await _form(inbox, request, session)
+        action, text, arguments = _decision(fields)
+        item = await blocking(
+            inbox.desk.review, fields.get("review", ""), fields.get("thread") or None
+        )
+        await blocking(
+            inbox.desk.decide, item, action, session.credential, text=text, arguments=arguments
+        )
         target = request.url_for("review").include_query_params(
             id=item.review_id, thread=item.thread_id
         )
         return RedirectResponse(target, status_code=303)
 
-    async def thread(request: Request) -> Response:
-        session = await signed_in(inbox, request)
-        if session is None:
-            return _to_login(request)
-        try:
-            view = await blocking(inbox.desk.thread, request.query_params.get("id", ""))
-        except CovonautError as exc:
-            return _error(inbox, request, exc, session)
+    async def thread(request: Request, session: Session) -> Response:
+        view = await blocking(inbox.desk.thread, request.query_params.get("id", ""))
         return _page(inbox, request, "thread.html", {"session": session, "thread": view})
 
     async def healthz(request: Request) -> Response:
@@ -194,14 +191,14 @@ def page_routes(inbox: Inbox) -> list[Route]:
                             200 if reachable else 503)  # fmt: skip
 
     return [
-        Route("/", home, name="inbox", methods=["GET"]),
+        Route("/", _for_reviewers(inbox, home), name="inbox", methods=["GET"]),
         Route("/login", login, name="login", methods=["GET", "POST"]),
         Route("/logout", logout, name="logout", methods=["POST"]),
         Route("/rows", rows, name="rows", methods=["GET"]),
         Route("/changes", changes, name="changes", methods=["GET"]),
-        Route("/review", review, name="review", methods=["GET"]),
-        Route("/decide", decide, name="decide", methods=["POST"]),
-        Route("/thread", thread, name="thread", methods=["GET"]),
+        Route("/review", _for_reviewers(inbox, review), name="review", methods=["GET"]),
+        Route("/decide", _for_reviewers(inbox, decide), name="decide", methods=["POST"]),
+        Route("/thread", _for_reviewers(inbox, thread), name="thread", methods=["GET"]),
         Route("/healthz", healthz, name="healthz", methods=["GET"]),
     ]
 
