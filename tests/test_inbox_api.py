@@ -4,6 +4,7 @@ PostgreSQL."""
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -327,3 +328,24 @@ def test_bodies_must_be_bounded(store: Store) -> None:
         huge = {"comment": "x" * (70 * 1024)}
         assert client.post(url, headers=bearer(ALICE), json=huge).status_code == 413
     assert decisions(store, "t") == []
+
+
+def test_the_inbox_filters_sorts_and_pages(store: Store) -> None:
+    """Filters by thread and tool, oldest or newest first, a page at a time."""
+    for thread_id in ("first", "second", "third"):
+        paused(store, thread_id, [], [])
+    with inbox_client(store, page_size=2) as client:
+        current(client)
+        sign_in(client, ALICE)
+
+        def shown(**query: str) -> list[str]:
+            page = client.get("/", params=query).text
+            return re.findall(r'<a href="[^"]*/thread\?id=[^"]*">([^<]*)</a>', page)
+
+        assert shown() == ["first", "second"]
+        assert shown(page="2") == ["third"]
+        assert shown(order="newest") == ["third", "second"]
+        assert shown(thread="second") == ["second"]
+        assert shown(tool="pay", page="2") == ["third"]
+        assert shown(tool="refund") == []
+        assert shown(page="junk") == ["first", "second"]

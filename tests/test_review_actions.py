@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from covonaut_es import AgentThread, StaleReviewError, Store, ThreadStatus, ToolContext, open_store
+from covonaut_es.audit import export_thread, import_threads
 from covonaut_es.domain import Decision, operation_digest
 from covonaut_es.errors import ThreadStateError
 from covonaut_es.projections import ReviewQueue
@@ -131,3 +132,21 @@ def test_the_queue_drops_reviews_decided_by_edit_or_response(tmp_path: Path) -> 
             second.respond(review_id(second), reviewer=ALICE, answer="done already")
             queue.wait_until_current(opened)
             assert queue.pending() == ()
+
+
+def test_new_decisions_survive_export_and_import(tmp_path: Path) -> None:
+    """A thread with an edited approval and a response exports, imports into another
+    store, verifies there and reads back the same reviews."""
+    runs: list[ToolContext] = []
+    with open_store(f"sqlite:///{tmp_path / 'a.db'}") as source:
+        edited = paused_on_review(source, [], runs)
+        edited.approve(review_id(edited), reviewer=ALICE, arguments=EDIT)
+        answered = paused_on_review(source, [], runs, thread_id="u")
+        answered.respond(review_id(answered), reviewer=BOB, answer="done")
+        lines = [line for t in ("t", "u") for line in export_thread(source, t)]
+        expected = {t: source.state_at(t).reviews for t in ("t", "u")}
+    with open_store(f"sqlite:///{tmp_path / 'b.db'}") as target:
+        assert sorted(import_threads(target, lines)) == ["t", "u"]
+        for thread_id, reviews in expected.items():
+            assert target.verify(thread_id).ok
+            assert target.state_at(thread_id).reviews == reviews
