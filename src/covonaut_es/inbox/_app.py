@@ -92,7 +92,7 @@ def _templates() -> Jinja2Templates:
         autoescape=True,  # every template: values from models are hostile
         undefined=jinja2.StrictUndefined,
     )
-    environment.filters.update(printable=printable, pretty=_pretty, age=_age)
+    environment.filters.update(printable=printable, lines=printable_lines, pretty=_pretty, age=_age)
     return Jinja2Templates(env=environment)
 
 
