@@ -322,6 +322,8 @@ CONFIG_ERRORS = {
         "https",
     ),
     "huge leeway": ({"leeway_seconds": 86_400}, "leeway_seconds"),
+    "no timeout": ({"jwks_timeout_seconds": 0}, "jwks_timeout_seconds"),
+    "NaN cache": ({"jwks_cache_seconds": float("nan")}, "jwks_cache_seconds"),
 }
 
 
@@ -335,8 +337,11 @@ def test_an_unsafe_configuration_is_refused(case: str) -> None:
         JwtReviewerVerifier(**options)
 
 
-def test_a_jwks_fetch_is_refused_for_a_jwks_with_hmac(jwks: Jwks) -> None:
-    """A JWKS verifier accepts only asymmetric algorithms."""
+def test_a_jwks_verifier_takes_rs256_by_default_and_never_hmac(jwks: Jwks) -> None:
+    """A JWKS verifier accepts RS256 unless told otherwise, and only asymmetric
+    algorithms; a single name is taken as a list of one."""
+    assert verifier_for(jwks, algorithms=()).algorithms == ("RS256",)
+    assert verifier_for(jwks, algorithms="ES256").algorithms == ("ES256",)
     with pytest.raises(ConfigurationError, match="HS256"):
         verifier_for(jwks, algorithms=("HS256",))
 

@@ -37,20 +37,32 @@ except ModuleNotFoundError as exc:
 _RSA = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512")
 _EC_BY_CURVE = {"secp256r1": "ES256", "secp384r1": "ES384", "secp521r1": "ES512"}
 _HMAC = ("HS256", "HS384", "HS512")
-_ASYMMETRIC = frozenset((*_RSA, *_EC_BY_CURVE.values(), "EdDSA"))
+_PUBLISHED = (*_RSA, *_EC_BY_CURVE.values(), "EdDSA")
+"""The algorithms of keys a JWKS may publish (RS256, the usual one, first): no HMAC."""
 _MAX_TOKEN_CHARS = 16_384
 """Longer credentials are refused before any parsing: identity tokens are a few KiB."""
 
 
 def _non_empty(_: object, attribute: attrs.Attribute[str], value: str) -> None:
-    # Without an issuer and an audience, a token the same provider minted for any other
-    # application would verify here.
     if not isinstance(value, str) or not value:
-        msg = (
-            f"JwtReviewerVerifier needs a non-empty {attribute.name}: without it, tokens "
-            "the identity provider issued for other applications would be accepted"
-        )
+        msg = f"JwtReviewerVerifier needs a non-empty {attribute.name}, got {value!r}"
+        if attribute.name in ("issuer", "audience"):
+            msg += (
+                ": without it, tokens the identity provider issued for other applications "
+                "would be accepted"
+            )
         raise ConfigurationError(msg)
+
+
+def _seconds_between(
+    low: float, high: float
+) -> Callable[[object, attrs.Attribute[float], float], None]:
+    def check(_: object, attribute: attrs.Attribute[float], value: float) -> None:
+        if not low <= value <= high:  # NaN fails too
+            msg = f"{attribute.name} must be between {low:g} and {high:g}, got {value!r}"
+            raise ConfigurationError(msg)
+
+    return check
 
 
 def _loopback(host: str | None) -> bool:
@@ -123,6 +135,10 @@ def _named_alg(alg: object) -> str:
     return "an unrecognised algorithm"
 
 
+def _algorithm_names(value: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    return (value,) if isinstance(value, str) else tuple(value)
+
+
 def _seconds(claims: dict[str, Any], name: str) -> float:
     value = claims[name]
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
@@ -153,7 +169,7 @@ class JwtReviewerVerifier:
             HMAC algorithm with a public key or a JWKS (a token signed with the public
             key as an HMAC secret would verify). Empty: RS256 for a JWKS or an RSA key,
             the curve's for an EC key, EdDSA for an Ed25519 key, HS256 for a secret.
-        leeway_seconds: Clock skew allowed on ``exp``, ``nbf`` and ``iat``.
+        leeway_seconds: Clock skew allowed on ``exp``, ``nbf`` and ``iat``, 0 to 300.
         reviewer_claim: The claim naming the reviewer, e.g. ``"email"``.
         jwks_timeout_seconds: How long a fetch of the JWKS may take.
         jwks_cache_seconds: How long fetched keys are used before fetching again.
@@ -167,12 +183,20 @@ class JwtReviewerVerifier:
     audience: str = attrs.field(validator=_non_empty)
     jwks_url: str | None = attrs.field(default=None, kw_only=True, validator=_check_jwks_url)
     key: str | bytes | None = attrs.field(default=None, kw_only=True, repr=False)
-    algorithms: tuple[str, ...] = attrs.field(default=(), kw_only=True, converter=tuple)
-    leeway_seconds: float = attrs.field(default=30.0, kw_only=True)
+    algorithms: tuple[str, ...] = attrs.field(default=(), kw_only=True, converter=_algorithm_names)
+    leeway_seconds: float = attrs.field(
+        default=30.0, kw_only=True, validator=_seconds_between(0, 300)
+    )
     reviewer_claim: str = attrs.field(default="sub", kw_only=True, validator=_non_empty)
-    jwks_timeout_seconds: float = attrs.field(default=5.0, kw_only=True)
-    jwks_cache_seconds: float = attrs.field(default=300.0, kw_only=True)
-    jwks_refresh_cooldown_seconds: float = attrs.field(default=30.0, kw_only=True)
+    jwks_timeout_seconds: float = attrs.field(
+        default=5.0, kw_only=True, validator=_seconds_between(0.001, 120)
+    )
+    jwks_cache_seconds: float = attrs.field(
+        default=300.0, kw_only=True, validator=_seconds_between(0.001, 86_400)
+    )
+    jwks_refresh_cooldown_seconds: float = attrs.field(
+        default=30.0, kw_only=True, validator=_seconds_between(0, 86_400)
+    )
     clock: Callable[[], float] = attrs.field(default=_epoch_seconds, kw_only=True)
     _verifying_key: Any = attrs.field(init=False, repr=False, eq=False)
     _jwks: jwt.PyJWKClient | None = attrs.field(init=False, repr=False, eq=False)
@@ -181,15 +205,12 @@ class JwtReviewerVerifier:
         if (self.jwks_url is None) == (self.key is None):
             msg = "JwtReviewerVerifier needs either jwks_url or key (exactly one of them)"
             raise ConfigurationError(msg)
-        if not 0 <= self.leeway_seconds <= 300:
-            msg = f"leeway_seconds must be between 0 and 300, got {self.leeway_seconds:g}"
-            raise ConfigurationError(msg)
         if self.key is not None:
             verifying_key = _load_key(self.key)
             usable = _algorithms_for(verifying_key)
             jwks = None
         else:
-            verifying_key, usable = None, tuple(sorted(_ASYMMETRIC))
+            verifying_key, usable = None, _PUBLISHED
             jwks = jwt.PyJWKClient(
                 self.jwks_url or "",
                 cache_keys=False,  # the key set's cache expires; the per-key one never does
