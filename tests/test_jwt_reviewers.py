@@ -10,6 +10,7 @@ import hmac
 import http.server
 import importlib
 import json
+import socket
 import sys
 import threading
 from collections.abc import Iterator
@@ -253,6 +254,7 @@ REFUSED = {
     "missing sub": (mint(sub=None), "no 'sub' claim"),
     "missing exp": (mint(exp=None), "no 'exp' claim"),
     "exp not a number": (mint(exp="tomorrow"), "'exp' claim is not a number"),
+    "exp beyond a float": (mint(exp=10**400), "'exp' claim is not a number"),
     "sub not a string": (mint(sub=7), "'sub' claim is not a string"),
     "not a JWT": ("not.a.jwt", "not a JSON Web Token"),
 }
@@ -280,11 +282,22 @@ def test_a_jwks_that_cannot_be_reached_is_a_distinct_error(jwks: Jwks) -> None:
     ReviewerNotVerifiedError and a ConnectionError, naming the JWKS URL."""
     verifier = verifier_for(jwks, jwks_timeout_seconds=2)
     jwks.stop()
-    token = mint()
-    error = refusal(verifier, token)
+    error = refusal(verifier, mint())
     assert isinstance(error, IdentityProviderUnavailableError)
     assert isinstance(error, ConnectionError)
     assert jwks.url in str(error)
+
+
+def test_a_jwks_that_does_not_answer_times_out() -> None:
+    """A provider that accepts the connection and never answers is given up on after
+    jwks_timeout_seconds, as unavailable."""
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}/jwks"
+        verifier = JwtReviewerVerifier(
+            ISSUER, AUDIENCE, jwks_url=url, jwks_timeout_seconds=0.2, clock=lambda: NOW
+        )
+        with pytest.raises(IdentityProviderUnavailableError, match="could not be fetched"):
+            verifier.verify(mint())
 
 
 def test_credentials_that_are_not_strings_or_too_long_are_refused(jwks: Jwks) -> None:

@@ -141,10 +141,14 @@ def _algorithm_names(value: str | tuple[str, ...] | list[str]) -> tuple[str, ...
 
 def _seconds(claims: dict[str, Any], name: str) -> float:
     value = claims[name]
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    try:
+        seconds = float(value) if isinstance(value, int | float) else math.nan
+    except OverflowError:  # an int too large for a float
+        seconds = math.nan
+    if isinstance(value, bool) or not math.isfinite(seconds):
         msg = f"the token's {name!r} claim is not a number of seconds since the epoch"
         raise ReviewerNotVerifiedError(msg)
-    return float(value)
+    return seconds
 
 
 @attrs.frozen
