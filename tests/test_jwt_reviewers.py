@@ -13,6 +13,7 @@ import json
 import socket
 import sys
 import threading
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from jwt.algorithms import ECAlgorithm, RSAAlgorithm
+from jwt.warnings import InsecureKeyLengthWarning
 
 from covonaut_es import (
     Agent,
@@ -275,6 +277,16 @@ def test_hs256_signed_with_the_public_key_is_refused_by_a_pem_key_verifier() -> 
     assert verifier.verify(mint()) == "alice"
     token = forged({"alg": "HS256"}, PUBLIC_PEM)
     assert "signed with 'HS256'" in str(refusal(verifier, token))
+
+
+def test_a_token_signed_with_a_short_published_key_is_refused(jwks: Jwks) -> None:
+    """A 1024-bit RSA key in the JWKS verifies nothing: it is too short to trust."""
+    weak = rsa.generate_private_key(public_exponent=65537, key_size=1024)
+    jwks.keys = [*jwks.keys, jwk(weak, "weak-1", "RS256")]
+    with warnings.catch_warnings():  # PyJWT warns when signing with it
+        warnings.simplefilter("ignore", InsecureKeyLengthWarning)
+        token = mint(weak, "weak-1")
+    assert "too short" in str(refusal(verifier_for(jwks), token))
 
 
 def test_a_jwks_that_cannot_be_reached_is_a_distinct_error(jwks: Jwks) -> None:

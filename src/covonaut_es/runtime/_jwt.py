@@ -266,6 +266,7 @@ class JwtReviewerVerifier:
                     "verify_exp": False,
                     "verify_nbf": False,
                     "verify_iat": False,
+                    "enforce_minimum_key_length": True,  # a warning otherwise
                 },
             )
         except jwt.PyJWTError as exc:
@@ -331,6 +332,11 @@ class JwtReviewerVerifier:
             return f"the token was issued by another issuer than {self.issuer!r}"
         if isinstance(exc, jwt.InvalidAudienceError):
             return f"the token was issued for another audience than {self.audience!r}"
+        if isinstance(exc, jwt.InvalidKeyError):
+            return (
+                "the identity provider's key for this token is too short or unusable for "
+                f"its algorithm ({exc}); ask the provider to rotate it"
+            )
         if isinstance(exc, jwt.InvalidAlgorithmError):
             return f"the token's algorithm does not match its key; accepted: {self.algorithms}"
         return f"the token does not verify ({type(exc).__name__}); sign in again"
