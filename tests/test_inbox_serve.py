@@ -19,8 +19,9 @@ SECRET = "s" * 40
 SRC = Path(__file__).resolve().parent.parent / "src"
 
 
-def serve(url: str, port: int, *, env: dict[str, str]) -> subprocess.Popen[str]:
+def serve(url: str, port: int, *extra: str, env: dict[str, str]) -> subprocess.Popen[str]:
     command = [sys.executable, "-m", "covonaut_es", "serve", "--store", url, "--port", str(port)]
+    command += extra
     return subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONPATH": str(SRC), **env},
@@ -59,11 +60,15 @@ def test_serve_answers_healthz_and_signs_reviewers_in(tmp_path: Path) -> None:
 
 
 def test_serve_without_secret_or_extra_says_what_is_missing(tmp_path: Path) -> None:
-    """An unset secret and a missing inbox extra are usage errors naming the fix."""
+    """An unset secret, an incomplete identity provider and a missing inbox extra are
+    usage errors naming the fix."""
     url = f"sqlite:///{tmp_path / 'threads.db'}"
     no_secret = serve(url, free_port(), env={"COVONAUT_ES_REVIEWER_SECRET": ""})
     _, stderr = no_secret.communicate(timeout=60)
     assert no_secret.returncode == 2 and "COVONAUT_ES_REVIEWER_SECRET" in stderr
+    half_jwt = serve(url, free_port(), "--jwt-issuer", "https://id.example", env={})
+    _, stderr = half_jwt.communicate(timeout=60)
+    assert half_jwt.returncode == 2 and "--jwt-audience" in stderr
     shadow = tmp_path / "shadow"
     shadow.mkdir()
     (shadow / "uvicorn.py").write_text("raise ImportError('No module named uvicorn')\n")
@@ -73,3 +78,19 @@ def test_serve_without_secret_or_extra_says_what_is_missing(tmp_path: Path) -> N
     )  # fmt: skip
     _, stderr = no_extra.communicate(timeout=60)
     assert no_extra.returncode == 2 and "covonaut-es[inbox]" in stderr
+
+
+def test_importing_the_inbox_without_its_extra_names_the_extra(tmp_path: Path) -> None:
+    """Without Starlette, importing covonaut_es.inbox says which extra to install."""
+    (tmp_path / "starlette.py").write_text(
+        "raise ModuleNotFoundError('No module named starlette', name='starlette')\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", "import covonaut_es.inbox"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{SRC}"},
+        timeout=60,
+    )
+    assert result.returncode == 1
+    assert "pip install 'covonaut-es[inbox]'" in result.stderr.splitlines()[-1]

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from covonaut_es.cli._command import EXIT_OK, Subcommands, UsageError
+from covonaut_es.cli._identity import add_reviewer_options, reviewer_verifier_from
 from covonaut_es.cli._json import (
     canonical,
     emit_record,
@@ -27,7 +28,7 @@ from covonaut_es.cli._json import (
 )
 from covonaut_es.cli._options import add_store_command, cipher_key, open_from
 from covonaut_es.cli._output import emit, print_json
-from covonaut_es.cli._tokens import explain_secret, reviewer_verifier
+from covonaut_es.cli._tokens import explain_secret
 from covonaut_es.domain import Decision
 from covonaut_es.projections import PendingReview, ReviewQueue
 from covonaut_es.providers import ScriptedProvider
@@ -83,6 +84,7 @@ def add_review_commands(subcommands: Subcommands) -> None:
 
 def _add_decision_arguments(parser: argparse.ArgumentParser) -> None:
     explain_secret(parser)
+    add_reviewer_options(parser)
     parser.add_argument("review")
     parser.add_argument("--reviewer-token", required=True, metavar="TOKEN", help=_TOKEN_HELP)
     parser.add_argument("--thread", metavar="THREAD", help=_THREAD_HELP)
@@ -176,7 +178,7 @@ def respond(args: argparse.Namespace) -> int:
 
 
 def _decide(args: argparse.Namespace, decided: Decision, *, note: str) -> int:
-    verifier = reviewer_verifier()
+    verifier = reviewer_verifier_from(args)
     with open_from(args, writes=True) as store:
         thread_id = args.thread or _thread_of_review(store, args.review)
         agent = Agent(

@@ -1,7 +1,8 @@
 """``serve``: the reviewer inbox in the browser, with uvicorn.
 
-Reviewers sign in with tokens signed under ``$COVONAUT_ES_REVIEWER_SECRET`` (see
-:mod:`covonaut_es.cli._tokens`); the inbox follows the store's reviewer queue in memory
+Reviewers sign in with JSON Web Tokens of the identity provider the ``--jwt-*``
+options name, else with tokens signed under ``$COVONAUT_ES_REVIEWER_SECRET`` (see
+:mod:`covonaut_es.cli._identity`); the inbox follows the store's reviewer queue in memory
 and decrypts with the key ``--cipher-key-env`` names, and no other. Needs the ``inbox``
 extra.
 """
@@ -12,8 +13,9 @@ import argparse
 import uuid
 
 from covonaut_es.cli._command import EXIT_OK, Subcommands, UsageError, add_command
+from covonaut_es.cli._identity import add_reviewer_options, reviewer_verifier_from
 from covonaut_es.cli._options import add_store_options, cipher_key, open_from, store_url
-from covonaut_es.cli._tokens import explain_secret, reviewer_verifier
+from covonaut_es.cli._tokens import explain_secret
 from covonaut_es.projections import ReviewQueue
 
 DEFAULT_PORT = 8700
@@ -27,6 +29,7 @@ def add_serve_command(subcommands: Subcommands) -> None:
     )
     add_store_options(parser)
     explain_secret(parser)
+    add_reviewer_options(parser)
     parser.add_argument("--host", default="127.0.0.1", help="the address to listen on")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="the port to listen on")
     parser.add_argument(
@@ -41,7 +44,7 @@ def add_serve_command(subcommands: Subcommands) -> None:
 
 def serve(args: argparse.Namespace) -> int:
     """``serve --store URL [--host H] [--port P]``: until interrupted."""
-    verifier = reviewer_verifier()
+    verifier = reviewer_verifier_from(args)
     try:
         import uvicorn
 

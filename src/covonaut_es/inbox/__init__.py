@@ -10,6 +10,14 @@ decisions through the runtime's ``Agent``, under the reviewer a
 below the command line, and needs the ``inbox`` extra (Starlette, Jinja2, uvicorn).
 """
 
-from covonaut_es.inbox._app import create_app
+from covonaut_es._extras import missing_extra
+
+try:
+    from covonaut_es.inbox._app import create_app
+except ModuleNotFoundError as exc:
+    for _package in ("starlette", "jinja2"):
+        if (_error := missing_extra(exc, _package, "inbox", user="the reviewer inbox")) is not exc:
+            raise _error from exc
+    raise
 
 __all__ = ["create_app"]
