@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import diagnose
 import fork
+import inbox
 import limits
 import queue_lag
 import replay
@@ -23,6 +24,7 @@ FIGURES = [
     writers.run,  # 6
     queue_lag.run,  # 7
     limits.run,  # 8
+    inbox.run,  # 9
     diagnose.run,  # why the missed targets were missed
 ]
 

@@ -152,12 +152,17 @@ _DECISION = _object(
     {
         "review_id": _STRING,
         "thread_id": _THREAD_ID,
-        "decision": {"enum": ["approved", "rejected"]},
+        "decision": {"enum": ["approved", "rejected", "responded"]},
         "reviewer": _STRING,
         "digest": _STRING,
         "comment": _STRING,
         "decided_at": _TIME,
-    }
+        "arguments": {
+            "type": "object",
+            "description": "the edited arguments an approval covers, when edited",
+        },
+    },
+    optional=["arguments"],
 )
 _NULLABLE_STRING: dict[str, Any] = {"type": ["string", "null"]}
 
