@@ -32,6 +32,7 @@ from covonaut_es.cli._text import printable
 from covonaut_es.cli._threads import add_thread_commands
 from covonaut_es.cli._tokens import add_token_commands
 from covonaut_es.cli._transfer import add_transfer_commands
+from covonaut_es.cli._workers import add_worker_commands
 from covonaut_es.errors import CovonautError
 
 _COMMAND_GROUPS: tuple[Callable[[Subcommands], None], ...] = (
@@ -41,6 +42,7 @@ _COMMAND_GROUPS: tuple[Callable[[Subcommands], None], ...] = (
     add_transfer_commands,
     add_migrate_command,
     add_token_commands,
+    add_worker_commands,
 )
 """Each command module's declaration, in the order ``--help`` lists them."""
 

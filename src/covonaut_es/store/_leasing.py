@@ -1,0 +1,109 @@
+"""Run leases as a store hands them out: one runner per thread at a time (ADR 0016).
+
+Mixed into :class:`~covonaut_es.Store`. The lease mechanism of each back end is in
+:mod:`covonaut_es.store._leases`. A lease is re-entrant within one task: a worker that
+holds a thread's lease runs an agent on it, and the agent's own request for the lease
+is granted, whichever store object of the same database it comes through.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import threading
+from collections.abc import AsyncIterator, Iterator
+from contextvars import ContextVar
+from uuid import UUID
+
+from eventsourcing.application import Application
+
+from covonaut_es.errors import ThreadBusyError
+from covonaut_es.store._leases import LeaseBackend, lease_backend
+
+_HELD: ContextVar[frozenset[tuple[str, str]]] = ContextVar(
+    "covonaut_es_leases_held", default=frozenset()
+)
+"""The (database, thread id) leases the current task holds."""
+
+_CREATE_LOCK = threading.Lock()
+
+
+def process_holder() -> str:
+    """The holder name of a runner that is no worker: its process and host."""
+    return f"pid {os.getpid()} on {socket.gethostname()}"
+
+
+class ThreadLeasing:
+    """Take and release run leases."""
+
+    _app: Application[UUID]
+    url: str
+    _lease_backend: LeaseBackend | None = None
+    _lease_holder: str | None = None
+
+    def name_lease_holder(self, holder: str) -> None:
+        """Name who holds the leases this store takes (a worker names itself), shown
+        to runners that find a thread busy. Call it before the store's first lease."""
+        self._lease_holder = holder
+
+    @property
+    def _leases(self) -> LeaseBackend:
+        with _CREATE_LOCK:
+            if self._lease_backend is None:
+                holder = self._lease_holder or process_holder()
+                self._lease_backend = lease_backend(self._app, holder)
+            return self._lease_backend
+
+    @contextlib.contextmanager
+    def lease(self, thread_id: str) -> Iterator[None]:
+        """Hold the thread's run lease for the block.
+
+        Raises:
+            ThreadBusyError: Another runner holds it; nothing was done.
+        """
+        if self._held(thread_id):
+            yield
+            return
+        self._acquire(thread_id)
+        token = _HELD.set(_HELD.get() | {(self._leases.database, thread_id)})
+        try:
+            yield
+        finally:
+            _HELD.reset(token)
+            self._leases.release(thread_id)
+
+    @contextlib.asynccontextmanager
+    async def alease(self, thread_id: str) -> AsyncIterator[None]:
+        """Like :meth:`lease`, for asyncio: the database is asked in a worker thread."""
+        if self._held(thread_id):
+            yield
+            return
+        await asyncio.to_thread(self._acquire, thread_id)
+        token = _HELD.set(_HELD.get() | {(self._leases.database, thread_id)})
+        try:
+            yield
+        finally:
+            _HELD.reset(token)
+            await asyncio.to_thread(self._leases.release, thread_id)
+
+    def _held(self, thread_id: str) -> bool:
+        return (self._leases.database, thread_id) in _HELD.get()
+
+    def _acquire(self, thread_id: str) -> None:
+        if self._leases.try_acquire(thread_id):
+            return
+        holder = self._leases.holder_of(thread_id)
+        by = f" by {holder}" if holder else ""
+        msg = (
+            f"thread {thread_id!r} in store {self.url} is being run{by}: one runner at a "
+            "time; nothing was run, try again once that run pauses or ends"
+        )
+        raise ThreadBusyError(msg, thread_id=thread_id, holder=holder)
+
+    def _close_leases(self) -> None:
+        with _CREATE_LOCK:
+            backend, self._lease_backend = self._lease_backend, None
+        if backend is not None:
+            backend.close()

@@ -1,0 +1,114 @@
+"""One step of a worker: run a ready thread to its next pause or end, under its lease.
+
+What to do is decided from the thread as stored, read once the lease is held, so two
+workers that both saw a thread ready never both run it, and a worker that saw it late
+finds nothing to do.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+
+import attrs
+
+from covonaut_es.domain import AgentThread, RunMode, ThreadStatus, thread_aggregate_id
+from covonaut_es.domain._submissions import InputSubmitted, InputTaken
+from covonaut_es.errors import ConfigurationError
+from covonaut_es.runtime import Agent, AgentConfig, CheckpointSettings
+from covonaut_es.store import Store
+
+
+class Action(enum.Enum):
+    """What a step did with a thread."""
+
+    RESUMED = "resumed"
+    """It was paused on reviews, all decided: resumed."""
+    RAN_INPUT = "ran input"
+    """It had submitted input: ran it as a user message."""
+    TOOK_OVER = "took over"
+    """Its runner died mid-run: continued from the history."""
+    NOTHING = "nothing"
+    """Nothing to run (already run by another worker, or waiting for a person)."""
+
+
+def bound_config(
+    make_config: Callable[[str], AgentConfig], store: Store, thread_id: str
+) -> AgentConfig:
+    """The application's configuration for the thread; one without checkpoint settings
+    is bound to the worker's store and that thread.
+
+    Raises:
+        ConfigurationError: The factory returned no AgentConfig, or one bound to
+            another thread.
+    """
+    config = make_config(thread_id)
+    if not isinstance(config, AgentConfig):
+        msg = (
+            f"the worker's config factory returned {type(config).__name__} for thread "
+            f"{thread_id!r}, expected an AgentConfig"
+        )
+        raise ConfigurationError(msg)
+    settings = config.checkpoint
+    if settings is None:
+        return attrs.evolve(config, checkpoint=CheckpointSettings(store=store, thread_id=thread_id))
+    if settings.thread_id != thread_id:
+        msg = (
+            f"the worker's config factory bound thread {thread_id!r} to thread "
+            f"{settings.thread_id!r}; leave checkpoint unset, or set thread_id={thread_id!r}"
+        )
+        raise ConfigurationError(msg)
+    return config
+
+
+def step(store: Store, config: AgentConfig, thread_id: str) -> Action:
+    """Run the thread if it is ready; the caller holds its lease."""
+    thread = store.find(thread_id)
+    submitted, taken = store._submissions(thread_id)
+    agent = Agent(config)
+    if thread is not None and thread.status is ThreadStatus.ABANDONED:
+        return Action.NOTHING
+    if taken is not None and not _started(store, thread, taken):
+        redo = next(s for s in submitted if s.originator_version == taken.submitted_version)
+        agent.run(redo.text)  # its taker died before the run started
+        return Action.RAN_INPUT
+    if thread is not None and thread.status is ThreadStatus.RUNNING:
+        agent.continue_run()
+        return Action.TOOK_OVER
+    if thread is not None and thread.status is ThreadStatus.INTERRUPTED:
+        if not _resumable(thread):
+            return Action.NOTHING
+        agent.resume()
+        return Action.RESUMED
+    waiting = _next_submission(submitted, taken)
+    if waiting is None:
+        return Action.NOTHING
+    store._take(thread_id, waiting.originator_version, thread.version if thread else 0)
+    agent.run(waiting.text)
+    return Action.RAN_INPUT
+
+
+def _resumable(thread: AgentThread) -> bool:
+    """Paused only on reviews, all of them decided."""
+    reviewed = {review.request.tool_call_id for review in thread.reviews.reviews}
+    return not thread.reviews.pending and all(
+        interrupt.tool_call_id in reviewed for interrupt in thread.interrupts
+    )
+
+
+def _next_submission(
+    submitted: list[InputSubmitted], taken: InputTaken | None
+) -> InputSubmitted | None:
+    done = taken.submitted_version if taken else 0
+    return next((s for s in submitted if s.originator_version > done), None)
+
+
+def _started(store: Store, thread: AgentThread | None, taken: InputTaken) -> bool:
+    """Whether the run of a taken submission started: a ``RunStarted`` of a run with
+    input was stored after the version the taker found."""
+    if thread is None or thread.version <= taken.thread_version:
+        return False
+    after = store._app.events.get(thread_aggregate_id(thread.thread_id), gt=taken.thread_version)
+    return any(
+        isinstance(event, AgentThread.RunStarted) and event.mode is RunMode.RUN for event in after
+    )
