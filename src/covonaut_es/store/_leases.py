@@ -421,8 +421,8 @@ def lease_backend(app: Application[Any], holder: str) -> LeaseBackend:
     pool = getattr(datastore, "pool", None)
     if pool is not None and isinstance(getattr(pool, "kwargs", None), dict):
         return PostgresLeases(holder, dict(pool.kwargs))
-    db_name = getattr(datastore, "db_name", None)
-    if isinstance(db_name, str):
+    db_name = getattr(pool, "db_name", None)
+    if isinstance(db_name, str) and not getattr(pool, "is_sqlite_memory_mode", False):
         path = _sqlite_file(db_name)
         if path is not None:
             return FileLeases(holder, path)
