@@ -13,6 +13,7 @@ import limits
 import queue_lag
 import replay
 import single_thread
+import workers
 import writers
 from harness import cli
 
@@ -23,6 +24,7 @@ FIGURES = [
     writers.run,  # 6
     queue_lag.run,  # 7
     limits.run,  # 8
+    workers.run,  # 9
     diagnose.run,  # why the missed targets were missed
 ]
 

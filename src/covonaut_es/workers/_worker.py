@@ -121,33 +121,48 @@ class Worker(Closing):
 
     def _loop(self, pool: ThreadPoolExecutor, *, once: bool) -> None:
         running: dict[Future[Action | None], tuple[str, int]] = {}
-        not_before: dict[str, float] = {}  # busy threads, looked at again after this time
+        # Threads another runner held: looked at again after a while, or at their next event.
+        busy: dict[str, tuple[float, int]] = {}
         while not self._stopping.is_set():
             self._follow()
             now = time.monotonic()
             taken = {thread_id for thread_id, _ in running.values()}
             candidates = [
-                t for t in self._ready.ready if t not in taken and not_before.get(t, 0) <= now
+                t
+                for t in self._ready.ready
+                if t not in taken and not self._waiting(busy.get(t), t, now, once=once)
             ]
-            if once:
-                candidates = [t for t in candidates if t not in not_before]
-                if not candidates and not running:
-                    return
+            if once and not candidates and not running:
+                return
             for thread_id in candidates[: self.concurrency - len(running)]:
                 seen = self._ready.seen(thread_id)
                 running[pool.submit(self._step, thread_id)] = (thread_id, seen)
+            if not running:  # wait() returns at once on no futures
+                self._stopping.wait(self.poll_interval)
+                continue
             done, _ = wait(running, timeout=self.poll_interval, return_when=FIRST_COMPLETED)
             for future in done:
                 thread_id, seen = running.pop(future)
                 action = future.result()
+                busy.pop(thread_id, None)
                 if action is None:
-                    not_before[thread_id] = time.monotonic() + BUSY_RETRY
-                    continue
-                not_before.pop(thread_id, None)
-                if action is Action.NOTHING:
+                    busy[thread_id] = (time.monotonic() + BUSY_RETRY, seen)
+                elif action is Action.NOTHING:
                     self._ready.park(thread_id, seen)
         for future in list(running):  # stopping: finish the steps under way
             future.result()
+
+    def _waiting(
+        self, busy: tuple[float, int] | None, thread_id: str, now: float, *, once: bool
+    ) -> bool:
+        """Whether a thread found busy is still left to its runner: until its next
+        event, and (unless draining ``once``) until the retry time."""
+        if busy is None:
+            return False
+        retry_at, seen = busy
+        if self._ready.seen(thread_id) != seen:
+            return False
+        return once or now < retry_at
 
     def _follow(self) -> None:
         """Fold the log's new events of the tracked types."""
