@@ -90,7 +90,7 @@ def run_throughput(progress: Progress, url: str, workdir: str, workers: int) -> 
     with closing(open_store(url)) as store:
         processes = _start(url, Path(workdir) / f"calls-{workers}", workers)
         try:
-            _wait("the workers", lambda: len(store._leases.workers()) == workers)
+            _wait("the workers", lambda: len(store.live_workers()) == workers)
             warm = store._log_position()
             for index in range(workers):  # each process makes its connections first
                 store.submit(f"warm-up-{workers}-{index}", "Pay 5.")
@@ -116,7 +116,7 @@ def run_latency(progress: Progress, url: str, workdir: str, samples: int) -> Non
     with closing(open_store(url)) as store:
         processes = _start(url, calls, 1)
         try:
-            _wait("the worker", lambda: len(store._leases.workers()) == 1)
+            _wait("the worker", lambda: len(store.live_workers()) == 1)
             for index in range(samples + 1):
                 thread_id = f"decision-{index}"
                 agent = _agent(store, thread_id)

@@ -105,7 +105,7 @@ def main() -> None:
             for _ in range(2)
         ]
         try:
-            while len(store._leases.workers()) < len(workers):
+            while len(store.live_workers()) < len(workers):
                 time.sleep(0.05)
             listing = subprocess.run(
                 [sys.executable, "-m", "covonaut_es", "workers", "--store", url],

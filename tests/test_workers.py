@@ -14,6 +14,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import attrs
@@ -33,11 +34,13 @@ from covonaut_es import (
     ThreadBusyError,
     ThreadStatus,
     Worker,
+    create_cipher_key,
     open_store,
 )
 from covonaut_es.cli._json import SCHEMAS
 from covonaut_es.domain import RunMode
 from covonaut_es.errors import InvalidSubmissionError
+from covonaut_es.store import WorkerRecord
 from support import answer, call, echo_tool
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -337,3 +340,46 @@ def test_submit_refuses_what_cannot_be_stored(store: Store) -> None:
     with pytest.raises(InvalidSubmissionError, match="not valid text"):
         store.submit("t", "bad \udc80")
     assert store.submit("t", "fine") == 1 and store.submit("t", "again") == 2
+
+
+def test_an_encrypted_stores_registry_seals_the_threads_held(tmp_path: Path) -> None:
+    """In an encrypted store, a worker record's threads are sealed under the store's
+    key: no lease or registry file holds a thread id in clear, and the store with its
+    key lists them."""
+    url = f"sqlite:///{tmp_path / 'sealed.db'}"
+    now = datetime.now(UTC)
+    record = WorkerRecord(
+        worker_id="w-1", host="h", pid=1, started_at=now, heartbeat_at=now, threads=("ann-42",)
+    )
+    with open_store(url, cipher_key=create_cipher_key()) as store:
+        with store.lease("ann-42"):
+            store.publish_worker(record)
+        assert [w.threads for w in store.live_workers()] == [("ann-42",)]
+        files = [path for path in (tmp_path / "sealed.db.leases").rglob("*") if path.is_file()]
+        assert files and all(b"ann-42" not in path.read_bytes() for path in files)
+
+
+def test_the_worker_commands_refuse_bad_input_in_one_line(tmp_path: Path) -> None:
+    """worker refuses an --app that is not MODULE:FACTORY or cannot be imported, and
+    workers a store that does not exist, each with exit 2, one line and no traceback;
+    nothing is created."""
+    missing = f"sqlite:///{tmp_path / 'missing.db'}"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    for args, expected in (
+        (["worker", "--app", "worker_app"], "is not MODULE:FACTORY"),
+        (["worker", "--app", "no_such_module:make"], "cannot import module 'no_such_module'"),
+        (["worker", "--app", "json:no_such_factory"], "has no function 'no_such_factory'"),
+        (["workers"], "there is no SQLite file"),
+    ):
+        result = subprocess.run(
+            [sys.executable, "-m", "covonaut_es", *args, "--store", missing],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert result.returncode == 2, result.stderr
+        assert expected in result.stderr and "Traceback" not in result.stderr
+        assert len(result.stderr.splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []

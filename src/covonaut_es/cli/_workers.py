@@ -91,7 +91,7 @@ def _factory(spec: str) -> Callable[[str], AgentConfig]:
 def workers(args: argparse.Namespace) -> int:
     """``workers``: the live workers, their heartbeats and the threads they hold."""
     with open_from(args) as store:
-        records = [_record(found) for found in store._leases.workers()]
+        records = [_record(found) for found in store.live_workers()]
     emit_records(args, records, _worker_row, _WORKER_COLUMNS)
     return EXIT_OK
 

@@ -33,6 +33,7 @@ from eventsourcing.application import Application
 
 from covonaut_es._clock import utc_now
 from covonaut_es.domain import thread_aggregate_id
+from covonaut_es.errors import ReadOnlyStoreError
 
 HEARTBEAT_INTERVAL = 2.0
 """Seconds between a worker's heartbeats."""
@@ -211,8 +212,15 @@ class FileLeases(LeaseBackend):
         return self.directory / f"{thread_aggregate_id(thread_id).hex}.lock"
 
     def _try_lock(self, thread_id: str) -> bool:
-        self.directory.mkdir(exist_ok=True)
-        fd = _locked_file(self._path(thread_id))
+        try:
+            self.directory.mkdir(exist_ok=True)
+            fd = _locked_file(self._path(thread_id))
+        except OSError as exc:
+            msg = (
+                f"cannot take the run lease of thread {thread_id!r} in {self.directory}: "
+                f"{exc}; runs need a writable directory beside the SQLite file"
+            )
+            raise ReadOnlyStoreError(msg) from exc
         if fd is None:
             return False
         _rewrite(fd, self.holder.encode())

@@ -9,6 +9,7 @@ is granted, whichever store object of the same database it comes through.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import os
 import socket
@@ -17,10 +18,11 @@ from collections.abc import AsyncIterator, Iterator
 from contextvars import ContextVar
 from uuid import UUID
 
+import msgspec
 from eventsourcing.application import Application
 
 from covonaut_es.errors import ThreadBusyError
-from covonaut_es.store._leases import LeaseBackend, lease_backend
+from covonaut_es.store._leases import LeaseBackend, WorkerRecord, lease_backend
 
 _HELD: ContextVar[frozenset[tuple[str, str]]] = ContextVar(
     "covonaut_es_leases_held", default=frozenset()
@@ -28,6 +30,8 @@ _HELD: ContextVar[frozenset[tuple[str, str]]] = ContextVar(
 """The (database, thread id) leases the current task holds."""
 
 _CREATE_LOCK = threading.Lock()
+_SEALED = "sealed:"
+"""Starts the one entry of a worker record's threads when they are sealed."""
 
 
 def process_holder() -> str:
@@ -101,6 +105,28 @@ class ThreadLeasing:
             "time; nothing was run, try again once that run pauses or ends"
         )
         raise ThreadBusyError(msg, thread_id=thread_id, holder=holder)
+
+    def publish_worker(self, record: WorkerRecord) -> None:
+        """Write a live worker's record (its heartbeat) to the registry. In an
+        encrypted store the threads it holds are sealed under the store's key."""
+        cipher = self._app.mapper.cipher
+        if cipher is not None and record.threads:
+            sealed = cipher.encrypt(msgspec.json.encode(record.threads))
+            threads = (_SEALED + base64.b64encode(sealed).decode(),)
+            record = msgspec.structs.replace(record, threads=threads)
+        self._leases.publish(record)
+
+    def live_workers(self) -> tuple[WorkerRecord, ...]:
+        """The live workers' records, oldest first."""
+        return tuple(self._unsealed(record) for record in self._leases.workers())
+
+    def _unsealed(self, record: WorkerRecord) -> WorkerRecord:
+        cipher = self._app.mapper.cipher
+        if cipher is None or not record.threads or not record.threads[0].startswith(_SEALED):
+            return record
+        sealed = base64.b64decode(record.threads[0].removeprefix(_SEALED))
+        threads = msgspec.json.decode(cipher.decrypt(sealed), type=tuple[str, ...])
+        return msgspec.structs.replace(record, threads=threads)
 
     def _close_leases(self) -> None:
         with _CREATE_LOCK:

@@ -102,7 +102,7 @@ class Worker(Closing):
         until no thread is ready that this worker could run (threads other runners
         hold are left to them)."""
         heartbeat = threading.Thread(target=self._beat, name="worker-heartbeat", daemon=True)
-        self.store._leases.publish(self._record)
+        self.store.publish_worker(self._record)
         heartbeat.start()
         logger.info(
             "worker %s: following %s, concurrency %d",
@@ -221,6 +221,6 @@ class Worker(Closing):
     def _beat(self) -> None:
         while not self._stopping.wait(HEARTBEAT_INTERVAL):
             try:
-                self.store._leases.publish(now_record(self._record, self.store._leases.held()))
+                self.store.publish_worker(now_record(self._record, self.store._leases.held()))
             except Exception:
                 logger.exception("worker %s: heartbeat failed", self.worker_id)
