@@ -28,11 +28,15 @@ from covonaut_es import (
     AgentThread,
     CheckpointSettings,
     HmacReviewerVerifier,
+    ProviderRequest,
+    ProviderResponse,
     Role,
     ScriptedProvider,
     Store,
     ThreadBusyError,
     ThreadStatus,
+    Tool,
+    ToolContext,
     Worker,
     create_cipher_key,
     open_store,
@@ -383,3 +387,58 @@ def test_the_worker_commands_refuse_bad_input_in_one_line(tmp_path: Path) -> Non
         assert expected in result.stderr and "Traceback" not in result.stderr
         assert len(result.stderr.splitlines()) == 1
     assert list(tmp_path.iterdir()) == []
+
+
+class _Crash(BaseException):
+    """Stands for the death of the runner's process inside a tool."""
+
+
+def test_calls_in_doubt_of_a_dead_runner_pause_the_thread_in_the_review_queue(
+    tmp_path: Path,
+) -> None:
+    """A runner dies inside a tool that is not idempotent: the worker that takes the
+    thread over runs nothing, pauses it with an interrupt naming the call in doubt,
+    which `reviews` lists; once a person settles the call, a worker resumes it."""
+    url = f"sqlite:///{tmp_path / 'doubt.db'}"
+    ran: list[str] = []
+
+    def charge(ctx: ToolContext, args: dict[str, object]) -> object:
+        ran.append(ctx.idempotency_key)
+        if len(ran) == 1:
+            raise _Crash
+        return "charged"
+
+    def make_config(thread_id: str) -> AgentConfig:
+        def model(request: ProviderRequest) -> ProviderResponse:
+            if request.messages[-1].role is Role.TOOL:
+                return answer("Charged.")
+            return call(("c1", "charge", "{}"))
+
+        return AgentConfig(
+            provider=ScriptedProvider(respond=model),
+            tools=[Tool("charge", "Charge", {"type": "object"}, charge)],
+        )
+
+    with open_store(url) as store:
+        settings = CheckpointSettings(store=store, thread_id="t")
+        with pytest.raises(_Crash):
+            Agent(attrs.evolve(make_config("t"), checkpoint=settings)).run("Charge me.")
+        Worker(store, make_config).run(once=True)
+        state = store.state_at("t")
+        assert state.status is ThreadStatus.INTERRUPTED and len(ran) == 1
+        assert [i.data["in_doubt"] for i in state.interrupts] == [True]  # type: ignore[index]
+        listed = subprocess.run(
+            [sys.executable, "-m", "covonaut_es", "reviews", "--json", "--store", url],
+            env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        [item] = json.loads(listed.stdout)
+        assert (item["thread_id"], item["tool_call_id"], item["kind"]) == ("t", "c1", "interrupt")
+        assert "in doubt" in item["reason"]
+        settler = Agent(attrs.evolve(make_config("t"), checkpoint=settings))
+        settler.settle("c1", result="charged once, found in the ledger")
+        Worker(store, make_config).run(once=True)
+        assert store.state_at("t").status is ThreadStatus.FINISHED and len(ran) == 1

@@ -12,7 +12,13 @@ from collections.abc import Callable
 
 import attrs
 
-from covonaut_es.domain import AgentThread, RunMode, ThreadStatus, thread_aggregate_id
+from covonaut_es.domain import (
+    AgentThread,
+    Interrupt,
+    RunMode,
+    ThreadStatus,
+    thread_aggregate_id,
+)
 from covonaut_es.domain._submissions import InputSubmitted, InputTaken
 from covonaut_es.errors import ConfigurationError
 from covonaut_es.runtime import Agent, AgentConfig, CheckpointSettings
@@ -28,6 +34,9 @@ class Action(enum.Enum):
     """It had submitted input: ran it as a user message."""
     TOOK_OVER = "took over"
     """Its runner died mid-run: continued from the history."""
+    PAUSED_IN_DOUBT = "paused on calls in doubt"
+    """Its runner died leaving calls in doubt that no runner may retry: paused with an
+    interrupt per call, for a person to settle; once all are settled it is resumed."""
     NOTHING = "nothing"
     """Nothing to run (already run by another worker, or waiting for a person)."""
 
@@ -88,12 +97,47 @@ def step(store: Store, config: AgentConfig, thread_id: str) -> Action:
     return Action.RAN_INPUT
 
 
+def pause_in_doubt(store: Store, config: AgentConfig, thread_id: str) -> tuple[str, ...]:
+    """Pause a thread on its calls in doubt, one interrupt per call not yet reported,
+    so that the reviewer queue (and inbox) show them to a person, who checks the
+    external system and settles each call; a worker then resumes the thread. Returns
+    the calls reported."""
+    thread = store.load(thread_id)
+    reported = {interrupt.tool_call_id for interrupt in thread.interrupts}
+    new = [pending for pending in thread.in_doubt if pending.call.id not in reported]
+    for pending in new:
+        call = pending.call
+        reason = (
+            f"call {call.id!r} of tool {call.name!r} is in doubt: its runner stopped after "
+            "recording it and before its result; check the external system, settle it, "
+            "then resume"
+        )
+        data = {
+            "in_doubt": True,
+            "tool_call_id": call.id,
+            "idempotency_key": pending.idempotency_key,
+            "arguments": call.arguments,
+        }
+        thread.interrupt(Interrupt(reason, data, call.id, call.name), now=config.clock())
+    store.save(thread)
+    return tuple(pending.call.id for pending in new)
+
+
 def _resumable(thread: AgentThread) -> bool:
-    """Paused only on reviews, all of them decided."""
+    """Paused only on reviews, all of them decided, and on calls in doubt, all of them
+    settled."""
     reviewed = {review.request.tool_call_id for review in thread.reviews.reviews}
     return not thread.reviews.pending and all(
-        interrupt.tool_call_id in reviewed for interrupt in thread.interrupts
+        interrupt.tool_call_id in reviewed or _settled(thread, interrupt)
+        for interrupt in thread.interrupts
     )
+
+
+def _settled(thread: AgentThread, interrupt: Interrupt) -> bool:
+    """Whether the interrupt reported a call in doubt that has been settled since."""
+    data = interrupt.data
+    in_doubt = isinstance(data, dict) and data.get("in_doubt") is True
+    return in_doubt and interrupt.tool_call_id not in thread.open_calls
 
 
 def _next_submission(

@@ -26,7 +26,7 @@ from covonaut_es.store import Store
 from covonaut_es.store._leases import HEARTBEAT_INTERVAL, WorkerRecord, now_record
 from covonaut_es.store._polling import POLL_INTERVAL
 from covonaut_es.workers._ready import TRACKED, ReadyThreads
-from covonaut_es.workers._step import Action, bound_config, step
+from covonaut_es.workers._step import Action, bound_config, pause_in_doubt, step
 
 logger = logging.getLogger("covonaut_es.workers")
 
@@ -192,17 +192,20 @@ class Worker(Closing):
         try:
             with self.store.lease(thread_id):
                 config = bound_config(self.make_config, self.store, thread_id)
-                action = step(self.store, config, thread_id)
+                try:
+                    action = step(self.store, config, thread_id)
+                except ToolCallsInDoubtError as exc:
+                    pause_in_doubt(self.store, config, thread_id)
+                    logger.warning(
+                        "worker %s: thread %r has calls in doubt %s that no runner may "
+                        "retry: paused for a person to settle them",
+                        self.worker_id,
+                        thread_id,
+                        list(exc.tool_call_ids),
+                    )
+                    action = Action.PAUSED_IN_DOUBT
         except ThreadBusyError:
             return None
-        except ToolCallsInDoubtError as exc:
-            logger.warning(
-                "worker %s: thread %r has calls in doubt %s: left for a person to settle",
-                self.worker_id,
-                thread_id,
-                list(exc.tool_call_ids),
-            )
-            return Action.NOTHING
         except Exception:
             logger.exception("worker %s: thread %r failed", self.worker_id, thread_id)
             return Action.NOTHING
