@@ -78,6 +78,10 @@ class LeaseBackend(ABC):
         self._held: set[str] = set()
         self._lock = threading.Lock()
 
+    def rename(self, holder: str) -> None:
+        """Name the holder of the leases taken from now on."""
+        self.holder = holder
+
     def try_acquire(self, thread_id: str) -> bool:
         """Take the thread's lease if no runner holds it; whether it was taken."""
         with self._lock:
@@ -348,17 +352,30 @@ class PostgresLeases(LeaseBackend):
             if self._connection is None or self._connection.closed:
                 import psycopg
 
-                name = (_APPLICATION_PREFIX + self.holder)[:63]
                 self._connection = psycopg.connect(
                     **self._kwargs,
                     autocommit=True,
-                    application_name=name,
+                    application_name=self._application_name(),
                     keepalives=1,
                     keepalives_idle=10,
                     keepalives_interval=5,
                     keepalives_count=6,
                 )
             return self._connection
+
+    def _application_name(self) -> str:
+        # PostgreSQL keeps 63 bytes of it.
+        encoded = (_APPLICATION_PREFIX + self.holder).encode()[:63]
+        return encoded.decode(errors="ignore")
+
+    def rename(self, holder: str) -> None:
+        super().rename(holder)
+        with self._connect_lock:
+            if self._connection is not None and not self._connection.closed:
+                self._connection.execute(
+                    "SELECT set_config('application_name', %s, false)",
+                    (self._application_name(),),
+                )
 
     def _try_lock(self, thread_id: str) -> bool:
         row = self._conn().execute("SELECT pg_try_advisory_lock(%s)", (_key(thread_id),))

@@ -49,8 +49,11 @@ class ThreadLeasing:
 
     def name_lease_holder(self, holder: str) -> None:
         """Name who holds the leases this store takes (a worker names itself), shown
-        to runners that find a thread busy. Call it before the store's first lease."""
+        to runners that find a thread busy."""
         self._lease_holder = holder
+        with _CREATE_LOCK:
+            if self._lease_backend is not None:
+                self._lease_backend.rename(holder)
 
     @property
     def _leases(self) -> LeaseBackend:
