@@ -20,7 +20,7 @@ from covonaut_es.cli._command import EXIT_OK, Subcommands, UsageError, add_comma
 from covonaut_es.cli._json import emit_records, utc
 from covonaut_es.cli._options import add_store_command, add_store_options, open_from
 from covonaut_es.runtime import AgentConfig
-from covonaut_es.store._leases import WorkerRecord
+from covonaut_es.store import WorkerRecord
 from covonaut_es.workers import Worker
 
 
