@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 FULL_FLEETS = (1, 2, 4, 8)
 QUICK_FLEETS = (1, 2)
 THREADS_PER_WORKER = 16
+QUICK_THREADS_PER_WORKER = 2
 FULL_DECISIONS = 20
 QUICK_DECISIONS = 3
 MODEL_LATENCY_S = 0.2
@@ -85,8 +86,11 @@ def _finished_times(store: Store, after: int) -> list[float]:
     return [store._app.mapper.to_domain_event(n).timestamp.timestamp() for n in found]
 
 
-def run_throughput(progress: Progress, url: str, workdir: str, workers: int) -> None:
-    """Submit ``8 x workers`` inputs to a fleet of ``workers`` processes; the rate."""
+def run_throughput(
+    progress: Progress, url: str, workdir: str, workers: int, per_worker: int
+) -> None:
+    """Submit ``per_worker x workers`` inputs to a fleet of ``workers`` processes; the
+    rate."""
     with closing(open_store(url)) as store:
         processes = _start(url, Path(workdir) / f"calls-{workers}", workers)
         try:
@@ -96,7 +100,7 @@ def run_throughput(progress: Progress, url: str, workdir: str, workers: int) -> 
                 store.submit(f"warm-up-{workers}-{index}", "Pay 5.")
             _wait("the warm-up", lambda: len(_finished_times(store, warm)) >= workers)
             after = store._log_position()
-            count = THREADS_PER_WORKER * workers
+            count = per_worker * workers
             started = time.time()
             for index in range(count):
                 store.submit(f"fleet-{workers}-{index}", "Pay 5.")
@@ -172,6 +176,7 @@ def run(ctx: Context) -> list[Section]:
             url=ctx.postgres.database(name),
             workdir=str(ctx.workdir),
             workers=workers,
+            per_worker=QUICK_THREADS_PER_WORKER if ctx.quick else THREADS_PER_WORKER,
         )
         ctx.postgres.drop(name)
         if "rate" not in found:

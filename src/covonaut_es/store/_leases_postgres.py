@@ -4,6 +4,7 @@ locks on a connection of their own, and a table of workers (ADR 0016)."""
 from __future__ import annotations
 
 import threading
+import weakref
 from typing import Any
 
 import msgspec
@@ -78,6 +79,8 @@ class PostgresLeases(LeaseBackend):
                 # The server's side: drop the session, and its locks, of a vanished client.
                 for setting in _KEEPALIVES:
                     connection.execute(setting)
+                # A store left unclosed still closes its lease connection when collected.
+                weakref.finalize(self, connection.close)
                 self._connection = connection
             return self._connection
 
