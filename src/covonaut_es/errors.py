@@ -161,6 +161,11 @@ class ReviewerNotVerifiedError(CovonautError, PermissionError):
     """The reviewer's credential could not be verified; nothing was recorded."""
 
 
+class IdentityProviderUnavailableError(ReviewerNotVerifiedError, ConnectionError):
+    """The identity provider's keys could not be fetched, so the reviewer's credential
+    could not be checked; nothing was recorded. The credential may be valid: retry."""
+
+
 class MaxTurnsExceededError(CovonautError, RuntimeError):
     """The model still asked for tools on the last turn ``max_turns`` allowed."""
 
