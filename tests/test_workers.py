@@ -250,14 +250,17 @@ def test_workers_killed_at_random_never_pay_twice_under_different_keys(
 def test_sigterm_finishes_the_step_under_way_and_releases_its_lease(
     shared_url: str, fleet: Callable[..., Fleet]
 ) -> None:
-    """SIGTERM in the middle of a step: the worker finishes the step (the thread is
-    answered), releases the lease and exits 0."""
+    """While a step runs, `workers` lists the thread its worker holds; SIGTERM in the
+    middle of the step: the worker finishes it (the thread is answered), releases the
+    lease and exits 0."""
     workers = fleet(delay=0.6)
     with open_store(shared_url) as store:
         pause(store, "slow")
         process = workers.start()
         decide(store, "slow")
         wait_for(lambda: store.state_at("slow").status is ThreadStatus.RUNNING, "the resume")
+        [listed] = json.loads(workers.cli("workers", "--json").stdout)
+        assert (listed["pid"], listed["threads"]) == (process.pid, ["slow"])
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=30) == 0
         assert store.state_at("slow").status is ThreadStatus.FINISHED

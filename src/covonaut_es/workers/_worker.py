@@ -84,6 +84,7 @@ class Worker(Closing):
             heartbeat_at=utc_now(),
         )
         self._stopping = threading.Event()
+        self._changed = threading.Event()
         self._ready = ReadyThreads()
         self._position = 0
         self._topics = [get_topic(cls) for cls in TRACKED]
@@ -115,6 +116,7 @@ class Worker(Closing):
                 self._loop(pool, once=once)
         finally:
             self._stopping.set()
+            self._changed.set()
             heartbeat.join()
             self.store._leases.withdraw(self.worker_id)
             logger.info("worker %s: stopped", self.worker_id)
@@ -188,27 +190,20 @@ class Worker(Closing):
 
     def _step(self, thread_id: str) -> Action | None:
         """Run one thread under its lease; None when another runner holds it."""
-        started = time.monotonic()
+        started, held = time.monotonic(), False
         try:
             with self.store.lease(thread_id):
-                config = bound_config(self.make_config, self.store, thread_id)
-                try:
-                    action = step(self.store, config, thread_id)
-                except ToolCallsInDoubtError as exc:
-                    pause_in_doubt(self.store, config, thread_id)
-                    logger.warning(
-                        "worker %s: thread %r has calls in doubt %s that no runner may "
-                        "retry: paused for a person to settle them",
-                        self.worker_id,
-                        thread_id,
-                        list(exc.tool_call_ids),
-                    )
-                    action = Action.PAUSED_IN_DOUBT
+                held = True
+                self._changed.set()  # the registry lists the thread now held
+                action = self._run(thread_id)
         except ThreadBusyError:
             return None
         except Exception:
             logger.exception("worker %s: thread %r failed", self.worker_id, thread_id)
             return Action.NOTHING
+        finally:
+            if held:
+                self._changed.set()  # ...and, released, no longer
         if action is not Action.NOTHING:
             status = self.store.state_at(thread_id).status
             logger.info(
@@ -221,8 +216,27 @@ class Worker(Closing):
             )
         return action
 
+    def _run(self, thread_id: str) -> Action:
+        """Run a thread whose lease is held; pause it on calls in doubt that no runner
+        may retry."""
+        config = bound_config(self.make_config, self.store, thread_id)
+        try:
+            return step(self.store, config, thread_id)
+        except ToolCallsInDoubtError as exc:
+            pause_in_doubt(self.store, config, thread_id)
+            logger.warning(
+                "worker %s: thread %r has calls in doubt %s that no runner may retry: "
+                "paused for a person to settle them",
+                self.worker_id,
+                thread_id,
+                list(exc.tool_call_ids),
+            )
+            return Action.PAUSED_IN_DOUBT
+
     def _beat(self) -> None:
-        while not self._stopping.wait(HEARTBEAT_INTERVAL):
+        while not self._stopping.is_set():
+            self._changed.wait(HEARTBEAT_INTERVAL)  # a beat, or the threads held changed
+            self._changed.clear()
             try:
                 self.store.publish_worker(now_record(self._record, self.store._leases.held()))
             except Exception:
