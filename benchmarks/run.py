@@ -14,6 +14,7 @@ import limits
 import queue_lag
 import replay
 import single_thread
+import workers
 import writers
 from harness import cli
 
@@ -25,6 +26,7 @@ FIGURES = [
     queue_lag.run,  # 7
     limits.run,  # 8
     inbox.run,  # 9
+    workers.run,  # 10
     diagnose.run,  # why the missed targets were missed
 ]
 

@@ -33,6 +33,7 @@ from covonaut_es.cli._serve import add_serve_command
 from covonaut_es.cli._threads import add_thread_commands
 from covonaut_es.cli._tokens import add_token_commands
 from covonaut_es.cli._transfer import add_transfer_commands
+from covonaut_es.cli._workers import add_worker_commands
 from covonaut_es.errors import CovonautError
 
 _COMMAND_GROUPS: tuple[Callable[[Subcommands], None], ...] = (
@@ -43,6 +44,7 @@ _COMMAND_GROUPS: tuple[Callable[[Subcommands], None], ...] = (
     add_migrate_command,
     add_token_commands,
     add_serve_command,
+    add_worker_commands,
 )
 """Each command module's declaration, in the order ``--help`` lists them."""
 

@@ -285,6 +285,18 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         }
     ),
     "token issue": _object({"token": _STRING, "reviewer": _STRING, "expires_at": _TIME}),
+    "workers": _array(
+        _object(
+            {
+                "worker_id": _STRING,
+                "host": _STRING,
+                "pid": _INTEGER,
+                "started_at": _TIME,
+                "heartbeat_at": _TIME,
+                "threads": _array(_THREAD_ID),
+            }
+        )
+    ),
 }
 """The JSON Schema of each command's ``--json`` output, by command (``export`` writes
 JSON Lines of exported events and has no ``--json``)."""
