@@ -445,3 +445,51 @@ def test_calls_in_doubt_of_a_dead_runner_pause_the_thread_in_the_review_queue(
         settler.settle("c1", result="charged once, found in the ledger")
         Worker(store, make_config).run(once=True)
         assert store.state_at("t").status is ThreadStatus.FINISHED and len(ran) == 1
+
+
+def test_a_worker_carries_an_edited_approval_and_a_response_to_the_answer(
+    store: Store,
+) -> None:
+    """Decisions made in the inbox's two new ways reach their answers through a worker:
+    an edited approval runs the tool once with exactly the edit, and a response is the
+    call's result with the tool never run."""
+    paid: list[tuple[str, object]] = []
+
+    def pay(ctx: ToolContext, args: dict[str, object]) -> object:
+        paid.append((ctx.thread_id, args["amount"]))
+        return {"paid": args["amount"]}
+
+    def model(request: ProviderRequest) -> ProviderResponse:
+        last = request.messages[-1]
+        if last.role is not Role.TOOL:
+            return call(("c1", "pay", '{"amount": 40}'))
+        if "edited arguments" in last.content:
+            return call(("c2", "pay", '{"amount": 20}'))
+        return answer(f"Done: {last.content}")
+
+    def make_config(thread_id: str) -> AgentConfig:
+        pay_tool = Tool("pay", "Pay", {"type": "object"}, pay, requires_approval=True)
+        return AgentConfig(
+            provider=ScriptedProvider(respond=model),
+            tools=[pay_tool],
+            reviewer_verifier=HmacReviewerVerifier(worker_app.SECRET),
+        )
+
+    def paused(thread_id: str) -> Agent:
+        settings = CheckpointSettings(store=store, thread_id=thread_id)
+        bound = Agent(attrs.evolve(make_config(thread_id), checkpoint=settings))
+        bound.run("Pay 40.")
+        return bound
+
+    edited, responded = paused("edited"), paused("responded")
+    edited.approve(edited.pending_reviews[0].review_id, reviewer=TOKEN, arguments={"amount": 20})
+    responded.respond(
+        responded.pending_reviews[0].review_id, reviewer=TOKEN, answer="Paid by hand."
+    )
+    Worker(store, make_config, concurrency=2).run(once=True)
+
+    assert paid == [("edited", 20)]
+    assert store.state_at("edited").messages[-1].content == 'Done: {"paid":20}'
+    assert store.state_at("responded").messages[-1].content == "Done: Paid by hand."
+    for thread_id in ("edited", "responded"):
+        assert store.state_at(thread_id).status is ThreadStatus.FINISHED

@@ -24,6 +24,8 @@ TRACKED: tuple[type, ...] = (
     AgentThread.Interrupted,
     AgentThread.ReviewRequested,
     AgentThread.ReviewDecided,
+    AgentThread.ReviewApprovedWithEdits,
+    AgentThread.ReviewResponded,
     AgentThread.RunFinished,
     AgentThread.RunFailed,
     AgentThread.Abandoned,
@@ -32,7 +34,8 @@ TRACKED: tuple[type, ...] = (
     InputSubmitted,
     InputTaken,
 )
-"""The event types a worker follows in the log."""
+"""The event types a worker follows in the log. The log is filtered by topic, and a
+subclass has a topic of its own: each decision event is listed."""
 
 # What the log says of a thread's last run.
 IDLE, RUNNING, PAUSED, ENDED, ABANDONED, UNKNOWN, PARKED = (
