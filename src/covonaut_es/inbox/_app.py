@@ -14,6 +14,8 @@ from typing import Any
 import jinja2
 from starlette.applications import Starlette
 from starlette.datastructures import MutableHeaders
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
@@ -42,6 +44,13 @@ SECURITY_HEADERS = {
     "Cross-Origin-Opener-Policy": "same-origin",
     "Cross-Origin-Resource-Policy": "same-origin",
 }
+
+
+def _server_error(_: Request, __: Exception) -> Response:
+    """The 500 of an unexpected error: the server error middleware sends it outside
+    :class:`_SecurityHeaders`, so it carries the headers itself (and no detail)."""
+    headers = {**SECURITY_HEADERS, "Cache-Control": "no-store"}
+    return PlainTextResponse("Internal Server Error", 500, headers=headers)
 
 
 class _SecurityHeaders:
@@ -158,6 +167,7 @@ def create_app(
     app = Starlette(
         routes=[*page_routes(inbox), *api_routes(inbox), Mount("/static", static, name="static")],
         lifespan=lifespan,
+        exception_handlers={Exception: _server_error},
     )
     app.add_middleware(_SecurityHeaders)
     app.state.inbox = inbox

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import attrs
+import msgspec
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.templating import Jinja2Templates
@@ -23,6 +24,7 @@ from covonaut_es.errors import (
 )
 from covonaut_es.inbox._desk import AmbiguousReviewError, ReviewDesk
 from covonaut_es.inbox._sessions import SESSION_COOKIE, Session, Sessions
+from covonaut_es.tools import MAX_ARGUMENTS_DEPTH, json_depth
 
 T = TypeVar("T")
 
@@ -100,6 +102,26 @@ async def read_body(request: Request) -> bytes:
     if len(body) > MAX_BODY_BYTES:
         raise HttpError(413, f"the request body exceeds {MAX_BODY_BYTES} bytes")
     return body
+
+
+def decoded_json(text: str | bytes, what: str) -> Any:
+    """JSON from a request, as strictly as a model's tool arguments are read: nested at
+    most one level deeper than arguments may be (the object around them), valid UTF-8,
+    no NaN, infinity or lone surrogate, no number JSON cannot carry.
+
+    Raises:
+        HttpError: 400, naming ``what`` and what is wrong with it.
+    """
+    brackets = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
+    if (depth := json_depth(brackets)) > MAX_ARGUMENTS_DEPTH + 1:
+        msg = f"{what} nests {depth} deep, more than the {MAX_ARGUMENTS_DEPTH + 1} allowed"
+        raise HttpError(400, msg)
+    try:
+        return msgspec.json.decode(text)
+    except msgspec.ValidationError as exc:
+        raise HttpError(400, f"{what} holds a number JSON cannot carry: {exc}") from exc
+    except msgspec.DecodeError as exc:
+        raise HttpError(400, f"{what} is not JSON: {exc}") from exc
 
 
 def checked_text(value: object, name: str, *, required: bool = False) -> str:

@@ -11,6 +11,7 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
@@ -23,6 +24,7 @@ from covonaut_es.inbox._http import (
     Inbox,
     blocking,
     checked_text,
+    decoded_json,
     read_body,
     signed_in,
     status_of,
@@ -94,14 +96,17 @@ def page_routes(inbox: Inbox) -> list[Route]:
         except (HttpError, ReviewerNotVerifiedError) as exc:
             context = {"session": None, "message": str(exc)}
             return _page(inbox, request, "login.html", context, status_of(exc))
+        inbox.sessions.close(request.cookies.get(SESSION_COOKIE))  # one browser, one session
         session = inbox.sessions.open(credential, reviewer)
         response = RedirectResponse(request.url_for("inbox"), status_code=303)
+        # Behind a proxy that ends TLS this hop is http, but the browser's Origin is https.
+        https = "https" in (request.url.scheme, urlsplit(request.headers.get("origin", "")).scheme)
         response.set_cookie(
             SESSION_COOKIE,
             session.session_id,
             httponly=True,
             samesite="strict",
-            secure=request.url.scheme == "https",
+            secure=https,
             path=request.scope.get("root_path") or "/",
         )
         return response
@@ -207,10 +212,7 @@ def _decision(fields: dict[str, str]) -> tuple[Action, str, dict[str, Any] | Non
     """The action, its text and any edited arguments a review page's form posted."""
     kind = fields.get("action", "")
     if kind == "approve-edited":
-        try:
-            arguments = json.loads(fields.get("arguments", ""))
-        except ValueError as exc:
-            raise HttpError(400, f"the edited arguments are not JSON: {exc}") from exc
+        arguments = decoded_json(fields.get("arguments", ""), "the edited arguments")
         if not isinstance(arguments, dict):
             raise HttpError(400, "the edited arguments must be a JSON object")
         return Action.APPROVE, checked_text(fields.get("comment", ""), "comment"), arguments
@@ -229,5 +231,15 @@ def _review_context(inbox: Inbox, request: Request) -> dict[str, Any]:
     return {
         "review": item,
         "messages": inbox.desk.messages(item.thread_id),
-        "arguments_json": json.dumps(item.arguments, indent=2, sort_keys=True, ensure_ascii=False),
+        "arguments_json": _editable_json(item.arguments),
     }
+
+
+def _editable_json(value: Any) -> str:
+    """``value`` as indented JSON, its invisible and line-breaking characters (a
+    bidirectional override, a C1 control) written as JSON escapes: the edit box then
+    shows what is stored, and parses back to exactly it."""
+    text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+    return "".join(
+        char if char.isprintable() or char == "\n" else json.dumps(char)[1:-1] for char in text
+    )
