@@ -13,7 +13,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from covonaut_es import AgentThread, Store, open_store
-from covonaut_es.errors import ToolArgumentsLimitError
+from covonaut_es.errors import IdentityProviderUnavailableError, ToolArgumentsLimitError
 from covonaut_es.inbox import create_app
 from covonaut_es.inbox._app import SECURITY_HEADERS
 from covonaut_es.tools import MAX_ARGUMENTS_DEPTH, check_arguments_limits
@@ -171,3 +171,39 @@ def test_depth_check_is_linear_on_unterminated_strings() -> None:
     check_arguments_limits("echo", "[" * MAX_ARGUMENTS_DEPTH + '"]]\\')
     with pytest.raises(ToolArgumentsLimitError, match="nested 65 deep"):
         check_arguments_limits("echo", "[" * (MAX_ARGUMENTS_DEPTH + 1) + '"\\')
+
+
+def test_an_identity_provider_outage_is_503_and_keeps_sessions(store: Store) -> None:
+    """While the provider's keys cannot be fetched, pages, live updates and the API
+    answer 503 and decide nothing; the sessions survive the outage."""
+    down = [False]
+
+    class Provider:
+        def verify(self, credential: Any) -> str:
+            if down[0]:
+                raise IdentityProviderUnavailableError("the identity provider is down")
+            return VERIFIER.verify(credential)
+
+    app = create_app(store, Provider())
+    with TestClient(app, base_url="http://inbox.test") as client:
+        review = review_id(client)
+        csrf = sign_in(client, ALICE)
+        down[0] = True
+        form = {"action": "approve", "review": review, "thread": "t", "csrf": csrf}
+        assert client.post("/decide", data=form, headers=OWN).status_code == 503
+        assert client.get("/", follow_redirects=False).status_code == 503
+        assert client.get("/changes?since=x").status_code == 503
+        assert client.get("/rows").status_code == 503
+        assert client.get("/api/reviews", headers=bearer()).status_code == 503
+        down[0] = False
+        assert client.get("/", follow_redirects=False).status_code == 200
+    assert decided(store) == []
+
+
+def test_a_missing_thread_is_404_without_the_store_location(store: Store, tmp_path: Path) -> None:
+    """Reviewers learn that a thread does not exist, not where the store lives."""
+    with inbox_client(store) as client:
+        sign_in(client, ALICE)
+        missing = client.get("/thread", params={"id": "../../etc/passwd"})
+    assert missing.status_code == 404
+    assert str(tmp_path) not in missing.text and "sqlite" not in missing.text

@@ -14,6 +14,7 @@ from starlette.templating import Jinja2Templates
 
 from covonaut_es.errors import (
     CovonautError,
+    IdentityProviderUnavailableError,
     InvalidThreadIdError,
     ReviewerNotVerifiedError,
     ReviewNotFoundError,
@@ -65,6 +66,7 @@ class Inbox:
 
 
 _STATUSES: tuple[tuple[type[Exception], int], ...] = (
+    (IdentityProviderUnavailableError, 503),  # before its base: the token is not at fault
     (ReviewerNotVerifiedError, 401),
     (StaleReviewError, 409),
     (AmbiguousReviewError, 400),
@@ -149,12 +151,19 @@ async def verify(inbox: Inbox, credential: str) -> str:
 
 
 async def signed_in(inbox: Inbox, request: Request) -> Session | None:
-    """The request's session, if its credential still verifies (else it is ended)."""
+    """The request's session, if its credential still verifies (else it is ended).
+
+    Raises:
+        IdentityProviderUnavailableError: The credential could not be checked; the
+            session is kept (an outage must not sign every reviewer out).
+    """
     session = inbox.sessions.get(request.cookies.get(SESSION_COOKIE))
     if session is None:
         return None
     try:
         await verify(inbox, session.credential)
+    except IdentityProviderUnavailableError:
+        raise
     except ReviewerNotVerifiedError:
         inbox.sessions.close(session.session_id)
         return None

@@ -59,15 +59,34 @@ def _for_reviewers(
     and errors are shown as an error page with their status."""
 
     async def page(request: Request) -> Response:
-        session = await signed_in(inbox, request)
-        if session is None:
-            return _to_login(request)
+        session = None
         try:
+            session = await signed_in(inbox, request)
+            if session is None:
+                return _to_login(request)
             return await handler(request, session)
         except (HttpError, CovonautError) as exc:
             return _error(inbox, request, exc, session)
 
     return page
+
+
+def _for_live_updates(
+    inbox: Inbox, handler: Callable[[Request, Session], Awaitable[Response]]
+) -> Callable[[Request], Awaitable[Response]]:
+    """A live-update endpoint of the inbox page's script: signed-in reviewers only,
+    its refusals and errors answered as JSON with their status."""
+
+    async def endpoint(request: Request) -> Response:
+        try:
+            session = await signed_in(inbox, request)
+            if session is None:
+                return JSONResponse({"error": "sign in again"}, 401)
+            return await handler(request, session)
+        except (HttpError, CovonautError) as exc:
+            return JSONResponse({"error": str(exc)}, status_of(exc))
+
+    return endpoint
 
 
 async def _form(inbox: Inbox, request: Request, session: Session | None) -> dict[str, str]:
@@ -146,17 +165,12 @@ def page_routes(inbox: Inbox) -> list[Route]:
         context = await blocking(listing, request)
         return _page(inbox, request, "inbox.html", {"session": session, **context})
 
-    async def rows(request: Request) -> Response:
-        session = await signed_in(inbox, request)
-        if session is None:
-            return JSONResponse({"error": "sign in again"}, 401)
+    async def rows(request: Request, session: Session) -> Response:
         context = await blocking(listing, request)
         return _page(inbox, request, "_rows.html", {"session": session, **context})
 
-    async def changes(request: Request) -> Response:
+    async def changes(request: Request, _: Session) -> Response:
         """Answers when the queue's position differs from ``since``, or after a wait."""
-        if await signed_in(inbox, request) is None:
-            return JSONResponse({"error": "sign in again"}, 401)
         since = request.query_params.get("since", "")
         position = await blocking(inbox.desk.position)
         waited = 0.0
@@ -199,8 +213,8 @@ def page_routes(inbox: Inbox) -> list[Route]:
         Route("/", _for_reviewers(inbox, home), name="inbox", methods=["GET"]),
         Route("/login", login, name="login", methods=["GET", "POST"]),
         Route("/logout", logout, name="logout", methods=["POST"]),
-        Route("/rows", rows, name="rows", methods=["GET"]),
-        Route("/changes", changes, name="changes", methods=["GET"]),
+        Route("/rows", _for_live_updates(inbox, rows), name="rows", methods=["GET"]),
+        Route("/changes", _for_live_updates(inbox, changes), name="changes", methods=["GET"]),
         Route("/review", _for_reviewers(inbox, review), name="review", methods=["GET"]),
         Route("/decide", _for_reviewers(inbox, decide), name="decide", methods=["POST"]),
         Route("/thread", _for_reviewers(inbox, thread), name="thread", methods=["GET"]),
