@@ -13,7 +13,11 @@ import pytest
 from starlette.testclient import TestClient
 
 from covonaut_es import AgentThread, Store, open_store
-from covonaut_es.errors import IdentityProviderUnavailableError, ToolArgumentsLimitError
+from covonaut_es.errors import (
+    ConfigurationError,
+    IdentityProviderUnavailableError,
+    ToolArgumentsLimitError,
+)
 from covonaut_es.inbox import create_app
 from covonaut_es.inbox._app import SECURITY_HEADERS
 from covonaut_es.tools import MAX_ARGUMENTS_DEPTH, check_arguments_limits
@@ -207,3 +211,26 @@ def test_a_missing_thread_is_404_without_the_store_location(store: Store, tmp_pa
         missing = client.get("/thread", params={"id": "../../etc/passwd"})
     assert missing.status_code == 404
     assert str(tmp_path) not in missing.text and "sqlite" not in missing.text
+
+
+@pytest.mark.parametrize(
+    "origin", ["*", "null", "https://inbox.example.com/", "inbox.example.com", "ftp://x.test"]
+)
+def test_an_allowed_origin_must_be_an_origin(store: Store, origin: str) -> None:
+    """A wildcard, ``null`` or an origin with a path would match too much or nothing:
+    the operator is told at once."""
+    with pytest.raises(ConfigurationError, match="is not an origin"):
+        create_app(store, VERIFIER, allowed_origins=[origin])
+
+
+def test_an_allowed_origin_is_compared_as_browsers_write_it(store: Store) -> None:
+    """An operator's capitals do not keep the proxy's own forms out."""
+    app = create_app(store, VERIFIER, allowed_origins=["HTTPS://Inbox.Example.com"])
+    with TestClient(app, base_url="http://inbox.internal") as client:
+        signed = client.post(
+            "/login",
+            data={"token": ALICE},
+            headers={"Origin": "https://inbox.example.com"},
+            follow_redirects=False,
+        )
+    assert signed.status_code == 303

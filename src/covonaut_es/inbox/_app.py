@@ -26,7 +26,7 @@ from covonaut_es.inbox._api import api_routes
 from covonaut_es.inbox._desk import ReviewDesk
 from covonaut_es.inbox._http import Inbox
 from covonaut_es.inbox._pages import page_routes
-from covonaut_es.inbox._sessions import Sessions
+from covonaut_es.inbox._sessions import Sessions, checked_origin
 from covonaut_es.projections import ReviewQueue
 from covonaut_es.runtime import ReviewerVerifier
 from covonaut_es.store import Store
@@ -134,7 +134,8 @@ def create_app(
             decrypts with it and nothing else.
         compress: Whether the store is compressed (for the default queue).
         allowed_origins: Origins, besides the inbox's own, allowed to post to it (a
-            proxy's public origin, e.g. ``https://inbox.example.com``).
+            proxy's public origin, e.g. ``https://inbox.example.com``); anything that
+            is no http(s) origin (``*``, ``null``, a path) raises ``ConfigurationError``.
         session_ttl_seconds: How long a sign-in lasts at most.
         page_size: Reviews per inbox page.
         wait_seconds: How long a live-update request waits for a change.
@@ -150,7 +151,7 @@ def create_app(
         desk=ReviewDesk(store, queue, verifier),
         sessions=Sessions(session_ttl_seconds),
         templates=_templates(),
-        allowed_origins=frozenset(allowed_origins),
+        allowed_origins=frozenset(checked_origin(o) for o in allowed_origins),
         page_size=page_size,
         wait_seconds=wait_seconds,
     )
