@@ -116,14 +116,14 @@ def decoded_json(text: str | bytes, what: str) -> Any:
     """
     brackets = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
     if (depth := json_depth(brackets)) > MAX_ARGUMENTS_DEPTH + 1:
-        msg = f"{what} nests {depth} deep, more than the {MAX_ARGUMENTS_DEPTH + 1} allowed"
+        msg = f"{what} must nest at most {MAX_ARGUMENTS_DEPTH + 1} deep, not {depth}"
         raise HttpError(400, msg)
     try:
         return msgspec.json.decode(text)
     except msgspec.ValidationError as exc:
-        raise HttpError(400, f"{what} holds a number JSON cannot carry: {exc}") from exc
+        raise HttpError(400, f"{what} must hold only numbers JSON can carry: {exc}") from exc
     except msgspec.DecodeError as exc:
-        raise HttpError(400, f"{what} is not JSON: {exc}") from exc
+        raise HttpError(400, f"{what} must be JSON: {exc}") from exc
 
 
 def checked_text(value: object, name: str, *, required: bool = False) -> str:
