@@ -240,3 +240,13 @@ def test_the_inbox_shows_the_start_of_long_arguments(store: Store) -> None:
         page = client.get("/review", params={"id": review["review_id"], "thread": thread})
     assert "bobxxx" in listed and len(listed) < 20_000 and len(rows) < 20_000
     assert "x" * 100_000 in page.text
+
+
+@pytest.mark.parametrize("token", ["SECRET", "eyJTECRET.SECRET", ALICE.split(".")[0] + ".SECRET"])
+def test_a_refused_token_is_never_echoed(store: Store, token: str) -> None:
+    """The sign-in page and the API say why a token is refused, without repeating it."""
+    with inbox_client(store) as client:
+        page = client.post("/login", data={"token": token}, headers=OWN)
+        api = client.get("/api/reviews", headers=bearer(token))
+    assert (page.status_code, api.status_code) == (401, 401)
+    assert "SECRET" not in page.text and "SECRET" not in api.text
