@@ -250,3 +250,15 @@ def test_a_refused_token_is_never_echoed(store: Store, token: str) -> None:
         api = client.get("/api/reviews", headers=bearer(token))
     assert (page.status_code, api.status_code) == (401, 401)
     assert "SECRET" not in page.text and "SECRET" not in api.text
+
+
+@pytest.mark.parametrize(
+    "option",
+    [{"page_size": 0}, {"session_ttl_seconds": -1.0}, {"wait_seconds": float("nan")}],
+    ids=["page_size", "session_ttl_seconds", "wait_seconds"],
+)
+def test_options_no_inbox_works_with_are_refused(store: Store, option: dict[str, Any]) -> None:
+    """A page size of 0 made every inbox page a 500; the operator is told at once."""
+    (name,) = option
+    with pytest.raises(ConfigurationError, match=name):
+        create_app(store, VERIFIER, **option)

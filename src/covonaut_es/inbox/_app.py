@@ -22,6 +22,7 @@ from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from covonaut_es._text import printable
+from covonaut_es.errors import ConfigurationError
 from covonaut_es.inbox._api import api_routes
 from covonaut_es.inbox._desk import ReviewDesk
 from covonaut_es.inbox._http import Inbox
@@ -139,7 +140,20 @@ def create_app(
         session_ttl_seconds: How long a sign-in lasts at most.
         page_size: Reviews per inbox page.
         wait_seconds: How long a live-update request waits for a change.
+
+    Raises:
+        ConfigurationError: An allowed origin is no origin, or ``page_size``,
+            ``session_ttl_seconds`` or ``wait_seconds`` is below its least value (1, 1
+            and 0), where every page would fail or every session end at once.
     """
+    for name, value, least in (
+        ("page_size", page_size, 1),
+        ("session_ttl_seconds", session_ttl_seconds, 1),
+        ("wait_seconds", wait_seconds, 0),
+    ):
+        if not value >= least:  # NaN too
+            msg = f"create_app needs {name} of at least {least}, got {value!r}"
+            raise ConfigurationError(msg)
     if queue is None:
         queue = ReviewQueue(
             store.url,
