@@ -126,13 +126,16 @@ def test_an_unexpected_error_keeps_the_security_headers(store: Store) -> None:
 def test_behind_a_tls_proxy_the_session_cookie_is_secure(store: Store) -> None:
     """A proxy that ends TLS and forwards plain HTTP: the browser's page is https (its
     Origin says so), so the cookie must be Secure even though this hop is http. The
-    operator's capitals in the proxy's origin do not keep its forms out."""
+    operator's capitals in the proxy's origin do not keep its forms out, and an
+    operator who did not name it is told how."""
     public = "https://inbox.example.com"
+    form: dict[str, Any] = {"data": {"token": ALICE}, "headers": {"Origin": public}}
+    with TestClient(create_app(store, VERIFIER), base_url="http://inbox.internal") as client:
+        refused = client.post("/login", **form)
+    assert refused.status_code == 403 and "--allowed-origin" in refused.text
     app = create_app(store, VERIFIER, allowed_origins=["HTTPS://Inbox.Example.com"])
     with TestClient(app, base_url="http://inbox.internal") as client:
-        signed = client.post(
-            "/login", data={"token": ALICE}, headers={"Origin": public}, follow_redirects=False
-        )
+        signed = client.post("/login", **form, follow_redirects=False)
     assert signed.status_code == 303
     assert "secure" in signed.headers["set-cookie"].lower().split("; ")
 

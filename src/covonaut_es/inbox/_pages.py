@@ -93,7 +93,11 @@ async def _form(inbox: Inbox, request: Request, session: Session | None) -> dict
     """The posted form, once the request is shown to come from this origin with the
     session's CSRF token (a sign-in, having no session yet, needs the origin only)."""
     if not same_origin(request, inbox.allowed_origins):
-        raise HttpError(403, "refused: this form was posted from another site")
+        msg = (
+            "refused: this form was posted from another site (an inbox behind a proxy "
+            "names the proxy's public origin with --allowed-origin)"
+        )
+        raise HttpError(403, msg)
     await read_body(request)  # bounds the body before the form parser reads it
     form = await request.form(max_files=0, max_fields=16)
     fields = {k: v for k, v in form.items() if isinstance(v, str)}
