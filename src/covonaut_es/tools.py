@@ -153,9 +153,21 @@ def parse_arguments(tool: Tool, call: ToolCall) -> dict[str, Any]:
 
 
 # A JSON string with its escapes: removed before counting brackets, so brackets inside
-# strings do not count towards the nesting depth.
-_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+# strings do not count towards the nesting depth. Possessive, and an unterminated string
+# runs to the end: a failed match would be retried from every later quote, which takes
+# quadratic time on a hostile text of escaped quotes.
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*+(?:"|\\?\Z)', re.DOTALL)
 _BRACKET = re.compile(r"[\[\]{}]")
+
+
+def json_depth(text: str) -> int:
+    """How deep the arrays and objects of a JSON text nest (brackets inside strings
+    aside), found in one pass without decoding it."""
+    depth = deepest = 0
+    for bracket in _BRACKET.finditer(_JSON_STRING.sub("", text)):
+        depth += 1 if bracket.group() in "[{" else -1
+        deepest = max(deepest, depth)
+    return deepest
 
 
 def check_arguments_limits(tool_name: str, text: str) -> None:
@@ -172,10 +184,7 @@ def check_arguments_limits(tool_name: str, text: str) -> None:
             f"{MAX_ARGUMENTS_BYTES} allowed; pass smaller arguments"
         )
         raise ToolArgumentsLimitError(msg)
-    depth = deepest = 0
-    for bracket in _BRACKET.finditer(_JSON_STRING.sub("", text)):
-        depth += 1 if bracket.group() in "[{" else -1
-        deepest = max(deepest, depth)
+    deepest = json_depth(text)
     if deepest > MAX_ARGUMENTS_DEPTH:
         msg = (
             f"arguments for {tool_name!r} were refused: nested {deepest} deep, more than "

@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import msgspec
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -23,6 +22,7 @@ from covonaut_es.inbox._http import (
     Inbox,
     blocking,
     checked_text,
+    decoded_json,
     read_body,
     status_of,
     verify,
@@ -103,10 +103,7 @@ def _decider(action: Action) -> Callable[[Inbox, Request], Awaitable[Any]]:
 
 def _fields(body: bytes, action: Action) -> dict[str, Any]:
     """The body's fields for ``action``, checked: a JSON object with known keys only."""
-    try:
-        value = msgspec.json.decode(body) if body else {}
-    except msgspec.DecodeError as exc:
-        raise HttpError(400, f"the body is not JSON: {exc}") from exc
+    value = decoded_json(body, "the body") if body else {}
     if not isinstance(value, dict):
         raise HttpError(400, f"the body must be a JSON object, got {type(value).__name__}")
     fields = _FIELDS[action]

@@ -14,17 +14,20 @@ from typing import Any
 import jinja2
 from starlette.applications import Starlette
 from starlette.datastructures import MutableHeaders
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from covonaut_es._text import printable
+from covonaut_es.errors import ConfigurationError
 from covonaut_es.inbox._api import api_routes
 from covonaut_es.inbox._desk import ReviewDesk
 from covonaut_es.inbox._http import Inbox
 from covonaut_es.inbox._pages import page_routes
-from covonaut_es.inbox._sessions import Sessions
+from covonaut_es.inbox._sessions import Sessions, checked_origin
 from covonaut_es.projections import ReviewQueue
 from covonaut_es.runtime import ReviewerVerifier
 from covonaut_es.store import Store
@@ -42,6 +45,13 @@ SECURITY_HEADERS = {
     "Cross-Origin-Opener-Policy": "same-origin",
     "Cross-Origin-Resource-Policy": "same-origin",
 }
+
+
+def _server_error(_: Request, __: Exception) -> Response:
+    """The 500 of an unexpected error: the server error middleware sends it outside
+    :class:`_SecurityHeaders`, so it carries the headers itself (and no detail)."""
+    headers = {**SECURITY_HEADERS, "Cache-Control": "no-store"}
+    return PlainTextResponse("Internal Server Error", 500, headers=headers)
 
 
 class _SecurityHeaders:
@@ -125,11 +135,25 @@ def create_app(
             decrypts with it and nothing else.
         compress: Whether the store is compressed (for the default queue).
         allowed_origins: Origins, besides the inbox's own, allowed to post to it (a
-            proxy's public origin, e.g. ``https://inbox.example.com``).
+            proxy's public origin, e.g. ``https://inbox.example.com``); anything that
+            is no http(s) origin (``*``, ``null``, a path) raises ``ConfigurationError``.
         session_ttl_seconds: How long a sign-in lasts at most.
         page_size: Reviews per inbox page.
         wait_seconds: How long a live-update request waits for a change.
+
+    Raises:
+        ConfigurationError: An allowed origin is no origin, or ``page_size``,
+            ``session_ttl_seconds`` or ``wait_seconds`` is below its least value (1, 1
+            and 0), where every page would fail or every session end at once.
     """
+    for name, value, least in (
+        ("page_size", page_size, 1),
+        ("session_ttl_seconds", session_ttl_seconds, 1),
+        ("wait_seconds", wait_seconds, 0),
+    ):
+        if not value >= least:  # NaN too
+            msg = f"create_app needs {name} of at least {least}, got {value!r}"
+            raise ConfigurationError(msg)
     if queue is None:
         queue = ReviewQueue(
             store.url,
@@ -141,7 +165,7 @@ def create_app(
         desk=ReviewDesk(store, queue, verifier),
         sessions=Sessions(session_ttl_seconds),
         templates=_templates(),
-        allowed_origins=frozenset(allowed_origins),
+        allowed_origins=frozenset(checked_origin(o) for o in allowed_origins),
         page_size=page_size,
         wait_seconds=wait_seconds,
     )
@@ -158,6 +182,7 @@ def create_app(
     app = Starlette(
         routes=[*page_routes(inbox), *api_routes(inbox), Mount("/static", static, name="static")],
         lifespan=lifespan,
+        exception_handlers={Exception: _server_error},
     )
     app.add_middleware(_SecurityHeaders)
     app.state.inbox = inbox

@@ -17,7 +17,7 @@ import attrs
 from covonaut_es.audit import AuditEntry, AuditReport
 from covonaut_es.domain import Checkpoint, Review, ReviewDecision, ThreadTree
 from covonaut_es.domain._reviews import review_reason
-from covonaut_es.errors import ReviewNotFoundError
+from covonaut_es.errors import ReviewNotFoundError, ThreadNotFoundError
 from covonaut_es.messages import Message
 from covonaut_es.projections import PendingReview, ReviewQueue
 from covonaut_es.providers import ScriptedProvider
@@ -254,8 +254,11 @@ class ReviewDesk:
         """The thread page's content.
 
         Raises:
-            ThreadNotFoundError: No such thread.
+            ThreadNotFoundError: No such thread (said without the store's location,
+                which is the operator's business, not the reviewer's).
         """
+        if not self.store.exists(thread_id):
+            raise ThreadNotFoundError(f"no thread {thread_id!r}")
         state = self.store.state_at(thread_id)
         root = self.store.path_to_root(thread_id)[-1]
         return ThreadView(

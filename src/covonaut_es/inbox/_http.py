@@ -7,12 +7,14 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import attrs
+import msgspec
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.templating import Jinja2Templates
 
 from covonaut_es.errors import (
     CovonautError,
+    IdentityProviderUnavailableError,
     InvalidThreadIdError,
     ReviewerNotVerifiedError,
     ReviewNotFoundError,
@@ -23,6 +25,7 @@ from covonaut_es.errors import (
 )
 from covonaut_es.inbox._desk import AmbiguousReviewError, ReviewDesk
 from covonaut_es.inbox._sessions import SESSION_COOKIE, Session, Sessions
+from covonaut_es.tools import MAX_ARGUMENTS_DEPTH, json_depth
 
 T = TypeVar("T")
 
@@ -63,6 +66,7 @@ class Inbox:
 
 
 _STATUSES: tuple[tuple[type[Exception], int], ...] = (
+    (IdentityProviderUnavailableError, 503),  # before its base: the token is not at fault
     (ReviewerNotVerifiedError, 401),
     (StaleReviewError, 409),
     (AmbiguousReviewError, 400),
@@ -102,6 +106,26 @@ async def read_body(request: Request) -> bytes:
     return body
 
 
+def decoded_json(text: str | bytes, what: str) -> Any:
+    """JSON from a request, as strictly as a model's tool arguments are read: nested at
+    most one level deeper than arguments may be (the object around them), valid UTF-8,
+    no NaN, infinity or lone surrogate, no number JSON cannot carry.
+
+    Raises:
+        HttpError: 400, naming ``what`` and what is wrong with it.
+    """
+    brackets = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
+    if (depth := json_depth(brackets)) > MAX_ARGUMENTS_DEPTH + 1:
+        msg = f"{what} must nest at most {MAX_ARGUMENTS_DEPTH + 1} deep, not {depth}"
+        raise HttpError(400, msg)
+    try:
+        return msgspec.json.decode(text)
+    except msgspec.ValidationError as exc:
+        raise HttpError(400, f"{what} must hold only numbers JSON can carry: {exc}") from exc
+    except msgspec.DecodeError as exc:
+        raise HttpError(400, f"{what} must be JSON: {exc}") from exc
+
+
 def checked_text(value: object, name: str, *, required: bool = False) -> str:
     """A comment, reason or answer from a request, checked for type and length."""
     if not isinstance(value, str):
@@ -127,12 +151,19 @@ async def verify(inbox: Inbox, credential: str) -> str:
 
 
 async def signed_in(inbox: Inbox, request: Request) -> Session | None:
-    """The request's session, if its credential still verifies (else it is ended)."""
+    """The request's session, if its credential still verifies (else it is ended).
+
+    Raises:
+        IdentityProviderUnavailableError: The credential could not be checked; the
+            session is kept (an outage must not sign every reviewer out).
+    """
     session = inbox.sessions.get(request.cookies.get(SESSION_COOKIE))
     if session is None:
         return None
     try:
         await verify(inbox, session.credential)
+    except IdentityProviderUnavailableError:
+        raise
     except ReviewerNotVerifiedError:
         inbox.sessions.close(session.session_id)
         return None

@@ -11,6 +11,7 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
@@ -23,6 +24,7 @@ from covonaut_es.inbox._http import (
     Inbox,
     blocking,
     checked_text,
+    decoded_json,
     read_body,
     signed_in,
     status_of,
@@ -57,10 +59,11 @@ def _for_reviewers(
     and errors are shown as an error page with their status."""
 
     async def page(request: Request) -> Response:
-        session = await signed_in(inbox, request)
-        if session is None:
-            return _to_login(request)
+        session = None
         try:
+            session = await signed_in(inbox, request)
+            if session is None:
+                return _to_login(request)
             return await handler(request, session)
         except (HttpError, CovonautError) as exc:
             return _error(inbox, request, exc, session)
@@ -68,11 +71,33 @@ def _for_reviewers(
     return page
 
 
+def _for_live_updates(
+    inbox: Inbox, handler: Callable[[Request, Session], Awaitable[Response]]
+) -> Callable[[Request], Awaitable[Response]]:
+    """A live-update endpoint of the inbox page's script: signed-in reviewers only,
+    its refusals and errors answered as JSON with their status."""
+
+    async def endpoint(request: Request) -> Response:
+        try:
+            session = await signed_in(inbox, request)
+            if session is None:
+                return JSONResponse({"error": "sign in again"}, 401)
+            return await handler(request, session)
+        except (HttpError, CovonautError) as exc:
+            return JSONResponse({"error": str(exc)}, status_of(exc))
+
+    return endpoint
+
+
 async def _form(inbox: Inbox, request: Request, session: Session | None) -> dict[str, str]:
     """The posted form, once the request is shown to come from this origin with the
     session's CSRF token (a sign-in, having no session yet, needs the origin only)."""
     if not same_origin(request, inbox.allowed_origins):
-        raise HttpError(403, "refused: this form was posted from another site")
+        msg = (
+            "refused: this form was posted from another site (an inbox behind a proxy "
+            "names the proxy's public origin with --allowed-origin)"
+        )
+        raise HttpError(403, msg)
     await read_body(request)  # bounds the body before the form parser reads it
     form = await request.form(max_files=0, max_fields=16)
     fields = {k: v for k, v in form.items() if isinstance(v, str)}
@@ -94,14 +119,17 @@ def page_routes(inbox: Inbox) -> list[Route]:
         except (HttpError, ReviewerNotVerifiedError) as exc:
             context = {"session": None, "message": str(exc)}
             return _page(inbox, request, "login.html", context, status_of(exc))
+        inbox.sessions.close(request.cookies.get(SESSION_COOKIE))  # one browser, one session
         session = inbox.sessions.open(credential, reviewer)
         response = RedirectResponse(request.url_for("inbox"), status_code=303)
+        # Behind a proxy that ends TLS this hop is http, but the browser's Origin is https.
+        https = "https" in (request.url.scheme, urlsplit(request.headers.get("origin", "")).scheme)
         response.set_cookie(
             SESSION_COOKIE,
             session.session_id,
             httponly=True,
             samesite="strict",
-            secure=request.url.scheme == "https",
+            secure=https,
             path=request.scope.get("root_path") or "/",
         )
         return response
@@ -141,17 +169,12 @@ def page_routes(inbox: Inbox) -> list[Route]:
         context = await blocking(listing, request)
         return _page(inbox, request, "inbox.html", {"session": session, **context})
 
-    async def rows(request: Request) -> Response:
-        session = await signed_in(inbox, request)
-        if session is None:
-            return JSONResponse({"error": "sign in again"}, 401)
+    async def rows(request: Request, session: Session) -> Response:
         context = await blocking(listing, request)
         return _page(inbox, request, "_rows.html", {"session": session, **context})
 
-    async def changes(request: Request) -> Response:
+    async def changes(request: Request, _: Session) -> Response:
         """Answers when the queue's position differs from ``since``, or after a wait."""
-        if await signed_in(inbox, request) is None:
-            return JSONResponse({"error": "sign in again"}, 401)
         since = request.query_params.get("since", "")
         position = await blocking(inbox.desk.position)
         waited = 0.0
@@ -194,8 +217,8 @@ def page_routes(inbox: Inbox) -> list[Route]:
         Route("/", _for_reviewers(inbox, home), name="inbox", methods=["GET"]),
         Route("/login", login, name="login", methods=["GET", "POST"]),
         Route("/logout", logout, name="logout", methods=["POST"]),
-        Route("/rows", rows, name="rows", methods=["GET"]),
-        Route("/changes", changes, name="changes", methods=["GET"]),
+        Route("/rows", _for_live_updates(inbox, rows), name="rows", methods=["GET"]),
+        Route("/changes", _for_live_updates(inbox, changes), name="changes", methods=["GET"]),
         Route("/review", _for_reviewers(inbox, review), name="review", methods=["GET"]),
         Route("/decide", _for_reviewers(inbox, decide), name="decide", methods=["POST"]),
         Route("/thread", _for_reviewers(inbox, thread), name="thread", methods=["GET"]),
@@ -207,10 +230,7 @@ def _decision(fields: dict[str, str]) -> tuple[Action, str, dict[str, Any] | Non
     """The action, its text and any edited arguments a review page's form posted."""
     kind = fields.get("action", "")
     if kind == "approve-edited":
-        try:
-            arguments = json.loads(fields.get("arguments", ""))
-        except ValueError as exc:
-            raise HttpError(400, f"the edited arguments are not JSON: {exc}") from exc
+        arguments = decoded_json(fields.get("arguments", ""), "the edited arguments")
         if not isinstance(arguments, dict):
             raise HttpError(400, "the edited arguments must be a JSON object")
         return Action.APPROVE, checked_text(fields.get("comment", ""), "comment"), arguments
@@ -229,5 +249,15 @@ def _review_context(inbox: Inbox, request: Request) -> dict[str, Any]:
     return {
         "review": item,
         "messages": inbox.desk.messages(item.thread_id),
-        "arguments_json": json.dumps(item.arguments, indent=2, sort_keys=True, ensure_ascii=False),
+        "arguments_json": _editable_json(item.arguments),
     }
+
+
+def _editable_json(value: Any) -> str:
+    """``value`` as indented JSON, its invisible and line-breaking characters (a
+    bidirectional override, a C1 control) written as JSON escapes: the edit box then
+    shows what is stored, and parses back to exactly it."""
+    text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+    return "".join(
+        char if char.isprintable() or char == "\n" else json.dumps(char)[1:-1] for char in text
+    )

@@ -15,9 +15,12 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterable
+from urllib.parse import urlsplit
 
 import attrs
 from starlette.requests import Request
+
+from covonaut_es.errors import ConfigurationError
 
 SESSION_COOKIE = "covonaut_inbox"
 """The name of the session cookie (HttpOnly, SameSite=Strict, Secure under https)."""
@@ -94,6 +97,29 @@ class Sessions:
         """End a session (no error if there is none)."""
         with self._lock:
             self._open.pop(session_id or "", None)
+
+
+def checked_origin(origin: str) -> str:
+    """An origin to allow, as a browser writes it in ``Origin`` (lowercase).
+
+    Raises:
+        ConfigurationError: It is no http(s) origin, e.g. ``*``, ``null`` or one with a
+            path (which no browser sends, so it would match nothing, or too much).
+    """
+    written = origin.strip().lower()
+    parts = urlsplit(written)
+    if (
+        parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or "@" in parts.netloc
+        or written != f"{parts.scheme}://{parts.netloc}"
+    ):
+        msg = (
+            f"allowed origin {origin!r} is not an origin: give a scheme and a host (and a "
+            "port if not the default), no path, e.g. https://inbox.example.com"
+        )
+        raise ConfigurationError(msg)
+    return f"{parts.scheme}://{parts.netloc}"
 
 
 def own_origin(request: Request) -> str:

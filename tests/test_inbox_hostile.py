@@ -1,0 +1,267 @@
+"""The inbox under attack: hostile bodies and edited arguments, errors that must keep
+the security headers, a TLS proxy in front, and a second sign-in in the same browser."""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from starlette.testclient import TestClient
+
+from covonaut_es import AgentThread, Store, open_store
+from covonaut_es.errors import (
+    ConfigurationError,
+    IdentityProviderUnavailableError,
+    ToolArgumentsLimitError,
+)
+from covonaut_es.inbox import create_app
+from covonaut_es.inbox._app import SECURITY_HEADERS
+from covonaut_es.tools import MAX_ARGUMENTS_DEPTH, check_arguments_limits
+from inbox_support import current, inbox_client, paused, sign_in
+from support import call
+from test_approvals import ALICE, VERIFIER, make_agent
+
+OWN = {"Origin": "http://inbox.test"}
+DEEP = "[" * 5000 + "]" * 5000
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    with open_store(f"sqlite:///{tmp_path / 'threads.db'}") as opened:
+        paused(opened, "t", [], [])
+        yield opened
+
+
+def bearer(token: str = ALICE) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def review_id(client: TestClient) -> str:
+    current(client)
+    (review,) = client.get("/api/reviews", headers=bearer()).json()
+    return str(review["review_id"])
+
+
+def decided(store: Store) -> list[AgentThread.ReviewDecided]:
+    return [e for e in store.history("t") if isinstance(e, AgentThread.ReviewDecided)]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        '{"arguments": ' + DEEP + "}",
+        '{"comment": ' + DEEP + "}",
+        '{"arguments": {"a": 1e400}}',
+        '{"arguments": {"a": NaN}}',
+        '{"arguments": {"a": "\\ud800"}}',
+    ],
+    ids=["deep-arguments", "deep-comment", "overflow", "nan", "lone-surrogate"],
+)
+def test_api_bodies_json_cannot_carry_are_400(store: Store, body: str) -> None:
+    """Nesting past the tool arguments' limit, numbers JSON cannot carry and lone
+    surrogates are refused with 400 and a message; nothing is decided."""
+    with inbox_client(store) as client:
+        url = f"/api/reviews/{review_id(client)}/approve"
+        refused = client.post(url, headers=bearer(), content=body.encode())
+        assert refused.status_code == 400, refused.text
+        assert refused.json()["error"]
+        invalid_utf8 = client.post(url, headers=bearer(), content=b'{"comment": "\xff"}')
+        assert invalid_utf8.status_code == 400
+    assert decided(store) == []
+
+
+@pytest.mark.parametrize(
+    ("arguments", "said"),
+    [
+        (DEEP, "must nest at most 65 deep"),
+        ('{"a": NaN}', "must be JSON"),
+        ('{"a": Infinity}', "must be JSON"),
+        ('{"a": "\\ud800"}', "must be JSON"),
+        ('{"a": ' + "9" * 5000 + "}", "numbers JSON can carry"),
+    ],
+    ids=["deep", "nan", "infinity", "lone-surrogate", "huge-integer"],
+)
+def test_edited_arguments_json_cannot_carry_are_400(
+    store: Store, arguments: str, said: str
+) -> None:
+    """The review page's edited arguments are read as strictly as the API's: NaN is
+    not approved as null, and nothing the store cannot hold is a 500."""
+    with inbox_client(store) as client:
+        review = review_id(client)
+        csrf = sign_in(client, ALICE)
+        form = {
+            "action": "approve-edited",
+            "review": review,
+            "thread": "t",
+            "csrf": csrf,
+            "arguments": arguments,
+        }
+        refused = client.post("/decide", data=form, headers=OWN)
+        assert refused.status_code == 400, refused.text
+        assert said in refused.text
+    assert decided(store) == []
+
+
+def test_an_unexpected_error_keeps_the_security_headers(store: Store) -> None:
+    """A 500 carries the same CSP and no-store as every other response."""
+
+    class Broken:
+        def verify(self, credential: Any) -> str:
+            raise RuntimeError("verifier bug; token " + str(credential))
+
+    app = create_app(store, Broken())
+    with TestClient(app, base_url="http://inbox.test", raise_server_exceptions=False) as client:
+        failed = client.get("/api/reviews", headers=bearer("s3cret-token"))
+    assert failed.status_code == 500
+    assert "s3cret-token" not in failed.text
+    for name, value in SECURITY_HEADERS.items():
+        assert failed.headers[name] == value
+    assert failed.headers["cache-control"] == "no-store"
+
+
+def test_behind_a_tls_proxy_the_session_cookie_is_secure(store: Store) -> None:
+    """A proxy that ends TLS and forwards plain HTTP: the browser's page is https (its
+    Origin says so), so the cookie must be Secure even though this hop is http. The
+    operator's capitals in the proxy's origin do not keep its forms out, and an
+    operator who did not name it is told how."""
+    public = "https://inbox.example.com"
+    form: dict[str, Any] = {"data": {"token": ALICE}, "headers": {"Origin": public}}
+    with TestClient(create_app(store, VERIFIER), base_url="http://inbox.internal") as client:
+        refused = client.post("/login", **form)
+    assert refused.status_code == 403 and "--allowed-origin" in refused.text
+    app = create_app(store, VERIFIER, allowed_origins=["HTTPS://Inbox.Example.com"])
+    with TestClient(app, base_url="http://inbox.internal") as client:
+        signed = client.post("/login", **form, follow_redirects=False)
+    assert signed.status_code == 303
+    assert "secure" in signed.headers["set-cookie"].lower().split("; ")
+
+
+def test_signing_in_again_ends_the_previous_session(store: Store) -> None:
+    """A new sign-in gets a new session id, and the one the browser held is ended."""
+    with inbox_client(store) as client:
+        sign_in(client, ALICE)
+        first = client.cookies["covonaut_inbox"]
+        sign_in(client, ALICE)
+        assert client.cookies["covonaut_inbox"] != first
+        client.cookies.set("covonaut_inbox", first, domain="inbox.test")
+        assert client.get("/changes?since=x").status_code == 401
+
+
+def test_the_edit_box_shows_invisible_characters_as_json_escapes(store: Store) -> None:
+    """Bidirectional overrides and C1 controls in the requested arguments are written
+    as JSON escapes in the edit box (which parses back to the same arguments), so
+    the text a reviewer edits is the text that is stored."""
+    thread = "bidi"
+    hostile = '{"amount": 40, "to": "bob\\u202e\\u0085\\u2028\\udb40\\udc01"}'
+    make_agent(store, [call(("c1", "pay", hostile))], [], thread_id=thread).run("pay")
+    with inbox_client(store) as client:
+        current(client)
+        sign_in(client, ALICE)
+        listed = client.get("/api/reviews", headers=bearer()).json()
+        (review,) = (r for r in listed if r["thread_id"] == thread)
+        page = client.get("/review", params={"id": review["review_id"], "thread": thread})
+    box = page.text.split('id="edited-arguments"')[1].split("</textarea>")[0]
+    for char in ("\u202e", "\u0085", "\u2028", "\U000e0001"):
+        assert char not in box
+    assert "\\u202e" in box and "\\udb40\\udc01" in box
+    assert json.loads(html.unescape(box.split(">", 1)[1])) == review["arguments"]
+
+
+def test_depth_check_is_linear_on_unterminated_strings() -> None:
+    """A hostile model's arguments of many escaped quotes and no closing quote are
+    measured in one pass (the string pattern used to rescan from every quote)."""
+    text = '"' + '\\"' * 200_000
+    check_arguments_limits("echo", text)
+    check_arguments_limits("echo", "[" * MAX_ARGUMENTS_DEPTH + '"]]\\')
+    with pytest.raises(ToolArgumentsLimitError, match="nested 65 deep"):
+        check_arguments_limits("echo", "[" * (MAX_ARGUMENTS_DEPTH + 1) + '"\\')
+
+
+def test_an_identity_provider_outage_is_503_and_keeps_sessions(store: Store) -> None:
+    """While the provider's keys cannot be fetched, pages, live updates and the API
+    answer 503 and decide nothing; the sessions survive the outage."""
+    down = [False]
+
+    class Provider:
+        def verify(self, credential: Any) -> str:
+            if down[0]:
+                raise IdentityProviderUnavailableError("the identity provider is down")
+            return VERIFIER.verify(credential)
+
+    app = create_app(store, Provider())
+    with TestClient(app, base_url="http://inbox.test") as client:
+        review = review_id(client)
+        csrf = sign_in(client, ALICE)
+        down[0] = True
+        form = {"action": "approve", "review": review, "thread": "t", "csrf": csrf}
+        assert client.post("/decide", data=form, headers=OWN).status_code == 503
+        assert client.get("/", follow_redirects=False).status_code == 503
+        assert client.get("/changes?since=x").status_code == 503
+        assert client.get("/rows").status_code == 503
+        assert client.get("/api/reviews", headers=bearer()).status_code == 503
+        down[0] = False
+        assert client.get("/", follow_redirects=False).status_code == 200
+    assert decided(store) == []
+
+
+def test_a_missing_thread_is_404_without_the_store_location(store: Store, tmp_path: Path) -> None:
+    """Reviewers learn that a thread does not exist, not where the store lives."""
+    with inbox_client(store) as client:
+        sign_in(client, ALICE)
+        missing = client.get("/thread", params={"id": "../../etc/passwd"})
+    assert missing.status_code == 404
+    assert str(tmp_path) not in missing.text and "sqlite" not in missing.text
+
+
+@pytest.mark.parametrize(
+    "origin", ["*", "null", "https://inbox.example.com/", "inbox.example.com", "ftp://x.test"]
+)
+def test_an_allowed_origin_must_be_an_origin(store: Store, origin: str) -> None:
+    """A wildcard, ``null`` or an origin with a path would match too much or nothing:
+    the operator is told at once."""
+    with pytest.raises(ConfigurationError, match="is not an origin"):
+        create_app(store, VERIFIER, allowed_origins=[origin])
+
+
+def test_the_inbox_shows_the_start_of_long_arguments(store: Store) -> None:
+    """A model's megabyte of arguments does not make every inbox page (and every live
+    update) a megabyte: the list shows their start, the review page all of them."""
+    thread = "long"
+    long = json.dumps({"amount": 40, "to": "bob" + "x" * 100_000})
+    make_agent(store, [call(("c1", "pay", long))], [], thread_id=thread).run("pay")
+    with inbox_client(store) as client:
+        current(client)
+        sign_in(client, ALICE)
+        listed = client.get("/", params={"thread": thread}).text
+        rows = client.get("/rows", params={"thread": thread}).text
+        listed_reviews = client.get("/api/reviews", headers=bearer()).json()
+        (review,) = (r for r in listed_reviews if r["thread_id"] == thread)
+        page = client.get("/review", params={"id": review["review_id"], "thread": thread})
+    assert "bobxxx" in listed and len(listed) < 20_000 and len(rows) < 20_000
+    assert "x" * 100_000 in page.text
+
+
+@pytest.mark.parametrize("token", ["SECRET", "eyJTECRET.SECRET", ALICE.split(".")[0] + ".SECRET"])
+def test_a_refused_token_is_never_echoed(store: Store, token: str) -> None:
+    """The sign-in page and the API say why a token is refused, without repeating it."""
+    with inbox_client(store) as client:
+        page = client.post("/login", data={"token": token}, headers=OWN)
+        api = client.get("/api/reviews", headers=bearer(token))
+    assert (page.status_code, api.status_code) == (401, 401)
+    assert "SECRET" not in page.text and "SECRET" not in api.text
+
+
+@pytest.mark.parametrize(
+    "option",
+    [{"page_size": 0}, {"session_ttl_seconds": -1.0}, {"wait_seconds": float("nan")}],
+    ids=["page_size", "session_ttl_seconds", "wait_seconds"],
+)
+def test_options_no_inbox_works_with_are_refused(store: Store, option: dict[str, Any]) -> None:
+    """A page size of 0 made every inbox page a 500; the operator is told at once."""
+    (name,) = option
+    with pytest.raises(ConfigurationError, match=name):
+        create_app(store, VERIFIER, **option)
