@@ -6,8 +6,9 @@ rebuilt from the thread's events, in proportion to that version. eventsourcing n
 removes a snapshot and its recorders have no call for it, so on the two database back
 ends the older ones are deleted in SQL when a new one is stored: on SQLite in the same
 transaction, before the insert, so that the new one reuses their pages instead of
-growing the file; on PostgreSQL just after it (a reader in between finds either). The
-in-memory store keeps them all (its data dies with the process).
+growing the file; on PostgreSQL just after it (a reader in between finds either), then
+the table is vacuumed so that the next one reuses their space. The in-memory store
+keeps them all (its data dies with the process).
 """
 
 from __future__ import annotations
@@ -48,3 +49,7 @@ def replace_snapshot(snapshots: EventStore[UUID], snapshot: ThreadSnapshot) -> N
                 f"DELETE FROM {table} WHERE originator_id = %s AND originator_version < %s",
                 (thread, version),
             )
+        # eventsourcing's tables are created with autovacuum all but off, so the deleted
+        # snapshots' space would never be reused: free it now (outside a transaction).
+        with recorder.datastore.get_connection() as conn:
+            conn.execute(f"VACUUM {table}")
