@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import diagnose
 import fork
+import inbox
 import limits
 import queue_lag
 import replay
 import single_thread
+import workers
 import writers
 from harness import cli
 
@@ -23,6 +25,8 @@ FIGURES = [
     writers.run,  # 6
     queue_lag.run,  # 7
     limits.run,  # 8
+    inbox.run,  # 9
+    workers.run,  # 10
     diagnose.run,  # why the missed targets were missed
 ]
 

@@ -12,6 +12,7 @@ from covonaut_es import (
     CheckpointSettings,
     ProviderResponse,
     ScriptedProvider,
+    ThreadBusyError,
     ThreadConflictError,
     open_store,
 )
@@ -21,7 +22,8 @@ def race(
     url: str, thread_id: str, racer: int, rounds: int, barrier: Barrier, results: Queue[Any]
 ) -> None:
     """Each round, after all racers meet, run one exchange on the thread; put wins as
-    ("won", message) and losses as ("lost", expected version) on ``results``."""
+    ("won", message), losses as ("lost", expected version) and runs refused while
+    another racer held the thread's lease as ("busy", holder) on ``results``."""
     outcomes: list[Any] = []
     try:
         _race(url, thread_id, racer, rounds, barrier, outcomes)
@@ -50,5 +52,8 @@ def _race(
             except ThreadConflictError as exc:
                 assert exc.thread_id == thread_id
                 outcomes.append(("lost", exc.expected_version))
+            except ThreadBusyError as exc:  # another racer held the run lease
+                assert exc.thread_id == thread_id
+                outcomes.append(("busy", exc.holder))
             else:
                 outcomes.append(("won", message))

@@ -264,3 +264,35 @@ def test_every_command_has_help() -> None:
         assert result.returncode == 0 and command in result.stdout
     for command in ("fork", "tree", "export", "import", "migrate"):
         assert covonaut(command, "--help").returncode == 0
+
+
+def test_approve_with_edited_arguments(url: str) -> None:
+    """approve --arguments approves the edit; what is not a JSON object is refused."""
+    review = review_id(url)
+    bad = covonaut("approve", review, "--reviewer-token", token("ann"), "--arguments", "[1]")
+    assert bad.returncode == 2 and "expected a JSON object" in bad.stderr
+    edit = '{"amount": 1, "to": "bob"}'
+    decided = covonaut(
+        "approve", review, "--reviewer-token", token("ann"), "--arguments", edit, "--json",
+        store=url,
+    )  # fmt: skip
+    assert decided.returncode == 0, decided.stderr
+    row = json.loads(decided.stdout)
+    assert (row["decision"], row["arguments"]) == ("approved", {"amount": 1, "to": "bob"})
+
+
+def test_respond_answers_in_the_tools_place(url: str) -> None:
+    """respond records the answer as the decision; the review leaves the queue."""
+    answered = covonaut(
+        "respond", review_id(url), "--reviewer-token", token("bob"), "--answer", "paid already",
+        "--json", store=url,
+    )  # fmt: skip
+    assert answered.returncode == 0, answered.stderr
+    row = json.loads(answered.stdout)
+    assert (row["decision"], row["reviewer"], row["comment"]) == (
+        "responded",
+        "bob",
+        "paid already",
+    )
+    listed = json.loads(covonaut("reviews", "--json", store=url).stdout)
+    assert [r["thread_id"] for r in listed] == ["paused"]

@@ -213,6 +213,7 @@ def test_every_command_prints_json_of_its_documented_shape(url: str, tmp_path: P
         ),
         "migrate": ("migrate", "--check"),
         "token issue": ("token", "issue", "--reviewer", "ann", "--ttl", "60"),
+        "workers": ("workers",),
     }
     for command, args in runs.items():
         result = covonaut(*args, "--json", store=url)

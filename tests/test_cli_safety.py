@@ -18,7 +18,7 @@ import pytest
 from eventsourcing.persistence import StoredEvent
 
 from covonaut_es import Store, Tool, create_cipher_key, open_store
-from covonaut_es.cli._text import printable
+from covonaut_es._text import printable
 from covonaut_es.domain import thread_aggregate_id
 from covonaut_es.providers import ScriptedProvider
 from covonaut_es.runtime import Agent, AgentConfig, CheckpointSettings, HmacReviewerVerifier

@@ -32,8 +32,9 @@ ROUNDS = 5
 def test_racing_processes_one_winner_per_version_no_gaps_no_duplicates(
     shared_url: str,
 ) -> None:
-    """Each version is won by exactly one writer; losers get ThreadConflictError; the
-    final stream has no gaps or duplicates and keeps every winner's message."""
+    """Each version is won by exactly one writer; losers get ThreadConflictError, or
+    ThreadBusyError while another holds the run lease; the final stream has no gaps or
+    duplicates and keeps every winner's message."""
     with open_store(shared_url) as store:
         config = AgentConfig(
             provider=ScriptedProvider([answer("ready")]),
@@ -59,9 +60,12 @@ def test_racing_processes_one_winner_per_version_no_gaps_no_duplicates(
     assert [detail for kind, detail in outcomes if kind == "error"] == []
     won = [detail for kind, detail in outcomes if kind == "won"]
     lost = [detail for kind, detail in outcomes if kind == "lost"]
-    assert len(won) + len(lost) == RACERS * ROUNDS
-    assert len(won) >= ROUNDS  # every round has a winner
-    assert lost, "the racers never collided: the test did not race"
+    busy = [detail for kind, detail in outcomes if kind == "busy"]
+    assert len(won) + len(lost) + len(busy) == RACERS * ROUNDS
+    # A racer that read the thread before the last round's winner saved may take the
+    # lease and then lose on its version: a round can go without a winner.
+    assert won
+    assert lost or busy, "the racers never collided: the test did not race"
     with open_store(shared_url) as store:
         history = store.history("contested")
         versions = [event.originator_version for event in history]

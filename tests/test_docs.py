@@ -134,6 +134,16 @@ def test_reviewer_queue_example_approves_from_the_command_line() -> None:
     assert [line.split()[0] for line in after.strip().splitlines()] == ["ann", "cleo"]
 
 
+def test_worker_fleet_example_answers_every_thread_once() -> None:
+    """examples/worker_fleet.py: two worker processes resume six threads as their
+    reviews are decided; each is answered once, each approved refund paid once, and
+    both workers exit 0 on SIGTERM."""
+    result = run_python(ROOT / "examples" / "worker_fleet.py")
+    assert "Every thread was answered exactly once." in result.stdout
+    assert "exit codes [0, 0]" in result.stdout
+    assert "WORKER" in result.stdout and "refunds 1" in result.stdout
+
+
 def test_the_readme_is_a_short_entry_into_the_site() -> None:
     """The README stays under 200 lines and points to the providers, the command line
     and the threat model in the documentation site."""

@@ -74,10 +74,10 @@ def link_dependencies(requirements: list[Requirement], site_packages: Path) -> s
 
 
 def test_the_wheel_runs_the_quick_start_in_a_fresh_environment(tmp_path: Path) -> None:
-    """python -m build makes a wheel, which carries LICENSE in its dist-info, and an
-    sdist; the wheel, installed alone into a fresh virtual environment with only its
-    declared dependencies, imports from that environment and runs the README's quick
-    start in an empty directory."""
+    """python -m build makes a wheel, which carries LICENSE in its dist-info and the
+    inbox's templates and static files, and an sdist; the wheel, installed alone into a
+    fresh virtual environment with only its declared dependencies, imports from that
+    environment and runs the README's quick start in an empty directory."""
     wheel, sdist = build(tmp_path / "dist")
     assert sdist.stat().st_size > 0
     with zipfile.ZipFile(wheel) as archive:
@@ -85,6 +85,9 @@ def test_the_wheel_runs_the_quick_start_in_a_fresh_environment(tmp_path: Path) -
             n for n in archive.namelist() if n.endswith(".dist-info/licenses/LICENSE")
         ]
         assert archive.read(license_name).decode() == (ROOT / "LICENSE").read_text()
+        inbox = ROOT / "src" / "covonaut_es" / "inbox"
+        for data in (*inbox.glob("templates/*.html"), *inbox.glob("static/*")):
+            assert f"covonaut_es/inbox/{data.parent.name}/{data.name}" in archive.namelist()
 
     env_dir = tmp_path / "env"
     venv.EnvBuilder(with_pip=False).create(env_dir)

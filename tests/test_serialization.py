@@ -116,6 +116,21 @@ SAMPLES: dict[type, dict[str, Any]] = {
         "comment": "too much",
     },
     AgentThread.ApprovalUsed: {"review_id": "r1", "tool_call_id": "c2", "idempotency_key": "k"},
+    AgentThread.ReviewApprovedWithEdits: {
+        "review_id": "r1",
+        "digest": "d2",
+        "reviewer": "alice",
+        "decision": Decision.APPROVED,
+        "comment": "halved",
+        "arguments": {"amount": 20, "to": ["a"]},
+    },
+    AgentThread.ReviewResponded: {
+        "review_id": "r1",
+        "digest": "d",
+        "reviewer": "alice",
+        "decision": Decision.RESPONDED,
+        "comment": "the balance is 12 EUR",
+    },
 }
 
 

@@ -61,7 +61,9 @@ def stored_bytes(store_url: str) -> bytes:
     """What the database holds, read behind the library's back."""
     if store_url.startswith("sqlite"):
         path = Path(store_url.removeprefix("sqlite:///"))
-        return b"".join(p.read_bytes() for p in path.parent.glob(path.name + "*"))
+        found = path.parent.glob(path.name + "*")  # with the run leases' directory
+        files = [f for p in found for f in ([p] if p.is_file() else p.rglob("*")) if f.is_file()]
+        return b"".join(f.read_bytes() for f in files)
     if store_url.startswith("postgresql"):
         with psycopg.connect(store_url) as conn:
             rows = conn.execute(

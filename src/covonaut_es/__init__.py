@@ -32,6 +32,7 @@ from covonaut_es.errors import (
     StaleReviewError,
     StoreUnavailableError,
     StoreURLError,
+    ThreadBusyError,
     ThreadConflictError,
     ThreadNotFoundError,
     ToolCallsInDoubtError,
@@ -49,6 +50,7 @@ from covonaut_es.store import (
     open_store,
 )
 from covonaut_es.tools import Tool, ToolContext
+from covonaut_es.workers import Worker
 
 if TYPE_CHECKING:
     from covonaut_es.providers.anthropic import AnthropicProvider as AnthropicProvider
@@ -83,6 +85,7 @@ __all__ = [
     "Store",
     "StoreURLError",
     "StoreUnavailableError",
+    "ThreadBusyError",
     "ThreadConflictError",
     "ThreadNotFoundError",
     "ThreadState",
@@ -92,6 +95,7 @@ __all__ = [
     "ToolCall",
     "ToolCallsInDoubtError",
     "ToolContext",
+    "Worker",
     "canonical_json",
     "create_cipher_key",
     "open_store",

@@ -96,6 +96,22 @@ class ThreadConflictError(CovonautError, RuntimeError):
         self.expected_version = expected_version
 
 
+class ThreadBusyError(CovonautError, RuntimeError):
+    """Another runner holds the thread's run lease: nothing of this run was started,
+    no model was asked and no tool was called.
+
+    Attributes:
+        thread_id: The thread.
+        holder: Who holds the lease (a worker's id, or a process on a host), when the
+            store can tell; else None.
+    """
+
+    def __init__(self, message: str, *, thread_id: str, holder: str | None = None) -> None:
+        super().__init__(message)
+        self.thread_id = thread_id
+        self.holder = holder
+
+
 class ThreadStateError(CovonautError, RuntimeError):
     """The thread is not in a state that allows the requested operation."""
 
@@ -143,6 +159,11 @@ class ReviewNotFoundError(CovonautError, LookupError):
 
 class ReviewerNotVerifiedError(CovonautError, PermissionError):
     """The reviewer's credential could not be verified; nothing was recorded."""
+
+
+class IdentityProviderUnavailableError(ReviewerNotVerifiedError, ConnectionError):
+    """The identity provider's keys could not be fetched, so the reviewer's credential
+    could not be checked; nothing was recorded. The credential may be valid: retry."""
 
 
 class MaxTurnsExceededError(CovonautError, RuntimeError):
@@ -265,3 +286,7 @@ class InterruptError(CovonautError):
 
 class TransferError(CovonautError, ValueError):
     """An export to import is malformed or does not verify; nothing was written."""
+
+
+class InvalidSubmissionError(CovonautError, ValueError):
+    """Input submitted to a thread is not text that can be stored."""

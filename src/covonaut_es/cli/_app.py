@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 
 from eventsourcing.persistence import PersistenceError
 
+from covonaut_es._text import printable
 from covonaut_es.cli._command import (
     EXIT_BROKEN_PIPE,
     EXIT_INTERRUPTED,
@@ -28,10 +29,11 @@ from covonaut_es.cli._forks import add_fork_commands
 from covonaut_es.cli._migrate import add_migrate_command
 from covonaut_es.cli._names import name_threads
 from covonaut_es.cli._reviews import add_review_commands
-from covonaut_es.cli._text import printable
+from covonaut_es.cli._serve import add_serve_command
 from covonaut_es.cli._threads import add_thread_commands
 from covonaut_es.cli._tokens import add_token_commands
 from covonaut_es.cli._transfer import add_transfer_commands
+from covonaut_es.cli._workers import add_worker_commands
 from covonaut_es.errors import CovonautError
 
 _COMMAND_GROUPS: tuple[Callable[[Subcommands], None], ...] = (
@@ -41,6 +43,8 @@ _COMMAND_GROUPS: tuple[Callable[[Subcommands], None], ...] = (
     add_transfer_commands,
     add_migrate_command,
     add_token_commands,
+    add_serve_command,
+    add_worker_commands,
 )
 """Each command module's declaration, in the order ``--help`` lists them."""
 

@@ -152,12 +152,17 @@ _DECISION = _object(
     {
         "review_id": _STRING,
         "thread_id": _THREAD_ID,
-        "decision": {"enum": ["approved", "rejected"]},
+        "decision": {"enum": ["approved", "rejected", "responded"]},
         "reviewer": _STRING,
         "digest": _STRING,
         "comment": _STRING,
         "decided_at": _TIME,
-    }
+        "arguments": {
+            "type": "object",
+            "description": "the edited arguments an approval covers, when edited",
+        },
+    },
+    optional=["arguments"],
 )
 _NULLABLE_STRING: dict[str, Any] = {"type": ["string", "null"]}
 
@@ -280,6 +285,18 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         }
     ),
     "token issue": _object({"token": _STRING, "reviewer": _STRING, "expires_at": _TIME}),
+    "workers": _array(
+        _object(
+            {
+                "worker_id": _STRING,
+                "host": _STRING,
+                "pid": _INTEGER,
+                "started_at": _TIME,
+                "heartbeat_at": _TIME,
+                "threads": _array(_THREAD_ID),
+            }
+        )
+    ),
 }
 """The JSON Schema of each command's ``--json`` output, by command (``export`` writes
 JSON Lines of exported events and has no ``--json``)."""

@@ -16,7 +16,7 @@ from typing import Any, TextIO, TypeVar
 
 import msgspec
 
-from covonaut_es.cli._text import printable
+from covonaut_es._text import printable
 
 T = TypeVar("T")
 

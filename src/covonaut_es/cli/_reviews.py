@@ -1,5 +1,6 @@
 """The reviewer's commands: list the pending ``reviews`` (``--follow`` keeps the queue
-projection running), and ``approve`` or ``reject`` one with a signed reviewer token.
+projection running), and ``approve`` (as asked or with ``--arguments``), ``reject`` or
+``respond`` to one with a signed reviewer token.
 
 Deciding needs ``$COVONAUT_ES_REVIEWER_SECRET``, the secret the tokens are signed with
 (see :mod:`covonaut_es.cli._tokens`).
@@ -8,12 +9,15 @@ Deciding needs ``$COVONAUT_ES_REVIEWER_SECRET``, the secret the tokens are signe
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 import uuid
 from collections.abc import Sequence
+from typing import Any
 
 from covonaut_es.cli._command import EXIT_OK, Subcommands, UsageError
+from covonaut_es.cli._identity import add_reviewer_options, reviewer_verifier_from
 from covonaut_es.cli._json import (
     canonical,
     emit_record,
@@ -24,7 +28,8 @@ from covonaut_es.cli._json import (
 )
 from covonaut_es.cli._options import add_store_command, cipher_key, open_from
 from covonaut_es.cli._output import emit, print_json
-from covonaut_es.cli._tokens import explain_secret, reviewer_verifier
+from covonaut_es.cli._tokens import explain_secret
+from covonaut_es.domain import Decision
 from covonaut_es.projections import PendingReview, ReviewQueue
 from covonaut_es.providers import ScriptedProvider
 from covonaut_es.runtime import Agent, AgentConfig, CheckpointSettings
@@ -43,7 +48,7 @@ _DETAILS_MIN_WIDTH = 16
 
 
 def add_review_commands(subcommands: Subcommands) -> None:
-    """Declare ``reviews``, ``approve`` and ``reject``."""
+    """Declare ``reviews``, ``approve``, ``reject`` and ``respond``."""
     parser = add_store_command(
         subcommands, "reviews", reviews, help_="list the pending reviews of every thread"
     )
@@ -59,17 +64,42 @@ def add_review_commands(subcommands: Subcommands) -> None:
     parser = add_store_command(
         subcommands, "approve", approve, help_="approve a review's exact operation"
     )
-    explain_secret(parser)
-    parser.add_argument("review")
-    parser.add_argument("--reviewer-token", required=True, metavar="TOKEN", help=_TOKEN_HELP)
-    parser.add_argument("--thread", metavar="THREAD", help=_THREAD_HELP)
+    _add_decision_arguments(parser)
     parser.add_argument("--comment", default="")
+    parser.add_argument(
+        "--arguments",
+        metavar="JSON",
+        type=_json_object,
+        help="approve these arguments (a JSON object) instead of the requested ones",
+    )
     parser = add_store_command(subcommands, "reject", reject, help_="reject a review's operation")
+    _add_decision_arguments(parser)
+    parser.add_argument("--reason", required=True)
+    parser = add_store_command(
+        subcommands, "respond", respond, help_="answer in the tool's place; it never runs"
+    )
+    _add_decision_arguments(parser)
+    parser.add_argument("--answer", required=True, help="the call's result the model reads")
+
+
+def _add_decision_arguments(parser: argparse.ArgumentParser) -> None:
     explain_secret(parser)
+    add_reviewer_options(parser)
     parser.add_argument("review")
     parser.add_argument("--reviewer-token", required=True, metavar="TOKEN", help=_TOKEN_HELP)
     parser.add_argument("--thread", metavar="THREAD", help=_THREAD_HELP)
-    parser.add_argument("--reason", required=True)
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        msg = f"expected a JSON object, got text that does not parse: {exc}"
+        raise argparse.ArgumentTypeError(msg) from exc
+    if not isinstance(value, dict):
+        msg = f"expected a JSON object of arguments, got a JSON {type(value).__name__}"
+        raise argparse.ArgumentTypeError(msg)
+    return value
 
 
 def reviews(args: argparse.Namespace) -> int:
@@ -133,17 +163,22 @@ def _shorten(text: str, width: int) -> str:
 
 
 def approve(args: argparse.Namespace) -> int:
-    """``approve REVIEW --reviewer-token TOKEN``."""
-    return _decide(args, approved=True, note=args.comment)
+    """``approve REVIEW --reviewer-token TOKEN [--arguments JSON]``."""
+    return _decide(args, Decision.APPROVED, note=args.comment)
 
 
 def reject(args: argparse.Namespace) -> int:
     """``reject REVIEW --reviewer-token TOKEN --reason R``."""
-    return _decide(args, approved=False, note=args.reason)
+    return _decide(args, Decision.REJECTED, note=args.reason)
 
 
-def _decide(args: argparse.Namespace, *, approved: bool, note: str) -> int:
-    verifier = reviewer_verifier()
+def respond(args: argparse.Namespace) -> int:
+    """``respond REVIEW --reviewer-token TOKEN --answer A``."""
+    return _decide(args, Decision.RESPONDED, note=args.answer)
+
+
+def _decide(args: argparse.Namespace, decided: Decision, *, note: str) -> int:
+    verifier = reviewer_verifier_from(args)
     with open_from(args, writes=True) as store:
         thread_id = args.thread or _thread_of_review(store, args.review)
         agent = Agent(
@@ -153,10 +188,15 @@ def _decide(args: argparse.Namespace, *, approved: bool, note: str) -> int:
                 checkpoint=CheckpointSettings(store=store, thread_id=thread_id),
             )
         )
-        if approved:
-            decision = agent.approve(args.review, reviewer=args.reviewer_token, comment=note)
+        token = args.reviewer_token
+        if decided is Decision.APPROVED:
+            decision = agent.approve(
+                args.review, reviewer=token, comment=note, arguments=args.arguments
+            )
+        elif decided is Decision.REJECTED:
+            decision = agent.reject(args.review, reviewer=token, reason=note)
         else:
-            decision = agent.reject(args.review, reviewer=args.reviewer_token, reason=note)
+            decision = agent.respond(args.review, reviewer=token, answer=note)
     emit_record(
         args,
         {
@@ -167,6 +207,7 @@ def _decide(args: argparse.Namespace, *, approved: bool, note: str) -> int:
             "digest": decision.digest,
             "comment": decision.comment,
             "decided_at": utc(decision.decided_at),
+            **({} if decision.arguments is None else {"arguments": decision.arguments}),
         },
     )
     return EXIT_OK

@@ -10,11 +10,11 @@ from typing import Any
 
 import msgspec
 
+from covonaut_es._text import printable
 from covonaut_es.cli._command import EXIT_FAILURES, EXIT_OK, Subcommands
 from covonaut_es.cli._json import emit_records, utc
 from covonaut_es.cli._options import add_store_command, open_from, read_thread
 from covonaut_es.cli._output import print_json
-from covonaut_es.cli._text import printable
 from covonaut_es.domain import Interrupt, PendingToolCall, ThreadState, ThreadStatus
 from covonaut_es.store import Store
 

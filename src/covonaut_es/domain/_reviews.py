@@ -27,6 +27,9 @@ class Decision(enum.StrEnum):
 
     APPROVED = "approved"
     REJECTED = "rejected"
+    RESPONDED = "responded"
+    """The reviewer answered in the tool's place: the answer is the call's result and
+    the operation never runs."""
 
 
 class ReviewRequest(msgspec.Struct, frozen=True):
@@ -69,6 +72,9 @@ class ReviewDecision(msgspec.Struct, frozen=True):
         thread_id: The thread whose stream recorded it; an approval authorizes calls of
             that thread only (a fork inherits the decisions made before it, not their
             authority).
+        arguments: For an approval with edited arguments, the arguments the reviewer
+            approved instead of the requested ones; ``digest`` is then theirs. None
+            otherwise.
     """
 
     review_id: str
@@ -78,6 +84,7 @@ class ReviewDecision(msgspec.Struct, frozen=True):
     comment: str
     decided_at: datetime
     thread_id: str
+    arguments: dict[str, Any] | None = None
 
 
 class Review(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -177,8 +184,9 @@ class ReviewLedger(msgspec.Struct, frozen=True):
         decided = [
             r
             for r in self.reviews[self.standing_from :]
-            if r.request.digest == digest
-            and r.decision is not None
+            if r.decision is not None
+            and r.decision.digest == digest
+            and r.decision.decision is not Decision.RESPONDED
             and r.decision.thread_id == thread_id
         ]
         rulings = (
@@ -247,12 +255,21 @@ def decision_text(review: Review) -> str:
     """The tool result of the call that asked for a review, once it is decided."""
     assert review.decision is not None
     decided, request = review.decision, review.request
+    if decided.decision is Decision.RESPONDED:
+        return decided.comment
     if decided.decision is Decision.REJECTED:
         return (
             f"Rejected by {decided.reviewer} (review {decided.review_id}): "
             f"{decided.comment or 'no reason given'}. The operation did not run."
         )
     note = f": {decided.comment}" if decided.comment else ""
+    if decided.arguments is not None:
+        edited = canonical_json(decided.arguments).decode()
+        return (
+            f"Approved by {decided.reviewer} (review {decided.review_id}) with edited "
+            f"arguments {edited}{note}. The operation has not run yet: call "
+            f"{request.tool_name} again with exactly these arguments to run it once."
+        )
     return (
         f"Approved by {decided.reviewer} (review {decided.review_id}){note}. The operation "
         f"has not run yet: call {request.tool_name} again with the same arguments to run "

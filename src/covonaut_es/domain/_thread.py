@@ -389,17 +389,37 @@ class AgentThread(Aggregate, created_event_name="Started"):
         comment: str
 
         def apply(self, thread: AgentThread) -> None:
-            thread.reviews = thread.reviews.decided(
-                ReviewDecision(
-                    self.review_id,
-                    self.digest,
-                    self.decision,
-                    self.reviewer,
-                    self.comment,
-                    decided_at=self.timestamp,
-                    thread_id=thread.thread_id,
-                )
+            thread.reviews = thread.reviews.decided(self.recorded(thread))
+
+        def recorded(self, thread: AgentThread) -> ReviewDecision:
+            """The decision as the thread's review ledger keeps it."""
+            return ReviewDecision(
+                self.review_id,
+                self.digest,
+                self.decision,
+                self.reviewer,
+                self.comment,
+                decided_at=self.timestamp,
+                thread_id=thread.thread_id,
             )
+
+    class ReviewApprovedWithEdits(ReviewDecided):
+        """A verified reviewer approved the operation with arguments of their own: the
+        approval covers ``arguments`` (``digest`` is theirs), and the request keeps the
+        arguments the model asked with."""
+
+        TOPIC = "covonaut.thread.ReviewApprovedWithEdits"
+
+        arguments: dict[str, Any]
+
+        def recorded(self, thread: AgentThread) -> ReviewDecision:
+            return msgspec.structs.replace(super().recorded(thread), arguments=self.arguments)
+
+    class ReviewResponded(ReviewDecided):
+        """A verified reviewer answered in the tool's place: ``comment`` is the call's
+        result, and the operation never runs."""
+
+        TOPIC = "covonaut.thread.ReviewResponded"
 
     class ApprovalUsed(Event):
         """An approval authorized one call, recorded before the call runs; it
@@ -672,20 +692,42 @@ class AgentThread(Aggregate, created_event_name="Started"):
         return request
 
     def decide_review(
-        self, review_id: str, decision: Decision, *, reviewer: str, comment: str, now: datetime
+        self,
+        review_id: str,
+        decision: Decision,
+        *,
+        reviewer: str,
+        comment: str,
+        now: datetime,
+        arguments: dict[str, Any] | None = None,
     ) -> ReviewDecision:
         """Record a verified reviewer's decision, and as the held-back call's result
-        what it means for the model. ``reviewer`` must come from a verifier."""
+        what it means for the model. ``reviewer`` must come from a verifier.
+
+        ``arguments``, only with an approval, are the reviewer's edit of the requested
+        arguments: the approval then covers them instead. A ``RESPONDED`` decision makes
+        ``comment`` the call's result: the reviewer answers in the tool's place.
+        """
         review = self.reviews.undecided(review_id, thread_id=self.thread_id)
-        self.trigger_event(
-            self.ReviewDecided,
-            review_id=review_id,
-            digest=review.request.digest,
-            reviewer=reviewer,
-            decision=decision,
-            comment=comment,
-            timestamp=now,
-        )
+        fields: dict[str, Any] = {
+            "review_id": review_id,
+            "reviewer": reviewer,
+            "decision": decision,
+            "comment": comment,
+            "timestamp": now,
+        }
+        if arguments is not None:
+            if decision is not Decision.APPROVED:
+                msg = f"only an approval takes edited arguments, not a decision {decision!r}"
+                raise ThreadStateError(msg)
+            edited = msgspec.json.decode(canonical_json(arguments))
+            digest = operation_digest(review.request.tool_name, edited)
+            self.trigger_event(
+                self.ReviewApprovedWithEdits, digest=digest, arguments=edited, **fields
+            )
+        else:
+            event = self.ReviewResponded if decision is Decision.RESPONDED else self.ReviewDecided
+            self.trigger_event(event, digest=review.request.digest, **fields)
         decided = self.reviews.get(review_id)
         assert decided is not None and decided.decision is not None
         self.record_tool_result(

@@ -15,6 +15,7 @@ from typing import Any
 
 from covonaut_es.domain import AgentThread, StateDocument, ThreadSnapshot
 from covonaut_es.domain._named_states import StateSaved
+from covonaut_es.domain._submissions import InputSubmitted, InputTaken
 from covonaut_es.errors import MissingUpcasterError, StaleSnapshotError
 from covonaut_es.migrations._upcasting import VERSION_KEY, Schema, Upcaster
 
@@ -95,6 +96,8 @@ def registry() -> tuple[Schema, ...]:
     return (
         *(schema_for(cls) for cls in event_classes()),
         schema_for(StateSaved),
+        schema_for(InputSubmitted),
+        schema_for(InputTaken),
         thread_snapshot_schema(),
         state_document_schema(),
     )

@@ -77,6 +77,8 @@ QUEUE_EVENT_TYPES: tuple[type[AgentThread.Event], ...] = (
     AgentThread.Forked,
     AgentThread.Interrupted,
     AgentThread.ReviewDecided,
+    AgentThread.ReviewApprovedWithEdits,
+    AgentThread.ReviewResponded,
     AgentThread.Resumed,
     AgentThread.Abandoned,
 )

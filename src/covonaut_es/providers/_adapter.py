@@ -15,6 +15,7 @@ from typing import Any, Generic, Protocol, Self, TypeVar
 import attrs
 
 from covonaut_es._closing import Closing
+from covonaut_es._extras import missing_extra
 from covonaut_es.errors import ConfigurationError, ProviderError, ProviderRequestError
 from covonaut_es.messages import Message
 from covonaut_es.providers._retry import (
@@ -29,18 +30,9 @@ StatusErrorT = TypeVar("StatusErrorT", bound=Exception)
 
 
 def missing_sdk(exc: ModuleNotFoundError, package: str, extra: str) -> ImportError:
-    """The error to raise when an adapter's SDK cannot be imported.
-
-    Another missing module (a dependency of the SDK) is returned unchanged, so that its
-    own message is not hidden behind advice that would not help.
-    """
-    if exc.name is None or exc.name.partition(".")[0] != package:
-        return exc
-    msg = (
-        f"this provider adapter needs the {package!r} package, which is not installed: "
-        f"pip install 'covonaut-es[{extra}]'"
-    )
-    return ImportError(msg, name=package)
+    """The error to raise when an adapter's SDK cannot be imported (see
+    :func:`~covonaut_es._extras.missing_extra`)."""
+    return missing_extra(exc, package, extra, user="this provider adapter")
 
 
 @attrs.frozen

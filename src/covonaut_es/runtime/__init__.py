@@ -2,17 +2,27 @@
 
 This package owns :class:`Agent` and its configuration, the run loop as a program of
 effects with the sync and async drivers that perform it, context compaction, and the
-verification of reviewers' credentials. It persists only through
-:mod:`covonaut_es.store`, calls models only through the :mod:`covonaut_es.providers`
-protocol, and may import the domain, the migrations and :mod:`covonaut_es.tools`;
-never the projections, the audit, the command line or a provider adapter.
+verification of reviewers' credentials (:class:`JwtReviewerVerifier`, for tokens from
+an identity provider, is imported on first use: it needs the ``inbox`` extra). It
+persists only through :mod:`covonaut_es.store`, calls models only through the
+:mod:`covonaut_es.providers` protocol, and may import the domain, the migrations and
+:mod:`covonaut_es.tools`; never the projections, the audit, the command line or a
+provider adapter.
 """
+
+import importlib
+from typing import TYPE_CHECKING
 
 from covonaut_es.runtime._agent import Agent
 from covonaut_es.runtime._compaction import CompactionPlan, Compactor, SummarizingCompactor
 from covonaut_es.runtime._config import AgentConfig, CheckpointSettings, Durability
 from covonaut_es.runtime._reviewers import HmacReviewerVerifier, ReviewerVerifier
 
+if TYPE_CHECKING:
+    from covonaut_es.runtime._jwt import JwtReviewerVerifier as JwtReviewerVerifier
+
+# JwtReviewerVerifier is left out of __all__: `from covonaut_es.runtime import *` must work
+# without PyJWT.
 __all__ = [
     "Agent",
     "AgentConfig",
@@ -24,3 +34,17 @@ __all__ = [
     "ReviewerVerifier",
     "SummarizingCompactor",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """Import :class:`JwtReviewerVerifier` on first access (PEP 562).
+
+    Raises:
+        ImportError: PyJWT is not installed; the message names the ``inbox`` extra.
+    """
+    if name != "JwtReviewerVerifier":
+        msg = f"module {__name__!r} has no attribute {name!r}"
+        raise AttributeError(msg)
+    value: object = importlib.import_module("covonaut_es.runtime._jwt").JwtReviewerVerifier
+    globals()[name] = value
+    return value

@@ -202,16 +202,17 @@ class Agent(ReviewCommands, StateCommands):
         return lambda thread: settle_program(thread, self.config, tool_call_id, content)
 
     def _perform(self, make_program: Callable[[AgentThread], Program]) -> str:
-        with self._exclusive():
+        with self._exclusive(), self._leased():
             driver = SyncDriver(self.config.provider, self._commit)
             return driver.drive(make_program(self._current))
 
     async def _aperform(self, make_program: Callable[[AgentThread], Program]) -> str:
         with self._exclusive():
-            # Reading _current may load the thread from the store: keep it off the loop.
-            thread = await asyncio.to_thread(lambda: self._current)
-            driver = AsyncDriver(self.config.provider, self._acommit)
-            return await driver.drive(make_program(thread))
+            async with self._aleased():
+                # Reading _current may load the thread from the store: keep it off the loop.
+                thread = await asyncio.to_thread(lambda: self._current)
+                driver = AsyncDriver(self.config.provider, self._acommit)
+                return await driver.drive(make_program(thread))
 
     def _run_settings(self) -> RunSettings:
         settings = self.config.checkpoint

@@ -78,6 +78,17 @@ class AgentBase(Closing):
         finally:
             self._run_lock.release()
 
+    def _leased(self) -> contextlib.AbstractContextManager[None]:
+        """Hold the thread's run lease while a command runs, so that no other runner
+        runs it meanwhile; without a store the thread is this agent's alone."""
+        settings = self.config.checkpoint
+        return settings.store.lease(self._thread_id) if settings else contextlib.nullcontext()
+
+    def _aleased(self) -> contextlib.AbstractAsyncContextManager[None]:
+        """Like :meth:`_leased`, for asyncio."""
+        settings = self.config.checkpoint
+        return settings.store.alease(self._thread_id) if settings else contextlib.nullcontext()
+
     def _commit(self, commit: Commit) -> None:
         self._persist(self._current, commit)
 

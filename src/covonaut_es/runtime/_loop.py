@@ -199,12 +199,12 @@ def run_program(
             now=now(),
         )
         thread.call_tools(calls, now=now())
-        yield Commit()  # write-ahead: the intent to call is stored before any tool runs
-
-        if not calls:
+        if not calls:  # the answer and the end of the run are committed together
             thread.finish(response.content, now=now())
             yield from _end_of_turn(thread, settings, now())
             return response.content
+        yield Commit()  # write-ahead: the intent to call is stored before any tool runs
+
         if final_turn:
             yield from _refuse_calls_on_final_turn(thread, config, calls)
         yield from _run_tools(thread, config, calls)

@@ -149,6 +149,14 @@ _SUMMARIES: dict[type[Any], Callable[[Any], str]] = {
         f"({_clip(canonical_json(e.request.arguments).decode(), 60)}) requested, "
         f"digest {e.request.digest}"
     ),
+    AgentThread.ReviewApprovedWithEdits: lambda e: (
+        f"review {e.review_id} approved by {e.reviewer} with edited arguments "
+        f"{_clip(canonical_json(e.arguments).decode(), 60)}, digest {e.digest}"
+        + (f": {_clip(e.comment, 60)}" if e.comment else "")
+    ),
+    AgentThread.ReviewResponded: lambda e: (
+        f"review {e.review_id} answered by {e.reviewer} in the tool's place: {_clip(e.comment)}"
+    ),
     AgentThread.ReviewDecided: lambda e: (
         f"review {e.review_id} {e.decision} by {e.reviewer}, digest {e.digest}"
         + (f": {_clip(e.comment, 60)}" if e.comment else "")

@@ -31,6 +31,7 @@ from eventsourcing.utils import get_topic
 from covonaut_es.domain import AgentThread, ThreadSnapshot
 from covonaut_es.domain._integrity import CHAIN_KEY, UNCHAINED
 from covonaut_es.domain._named_states import StateSaved
+from covonaut_es.domain._submissions import InputSubmitted, InputTaken
 from covonaut_es.errors import SerializationError
 from covonaut_es.migrations import (
     VERSION_KEY,
@@ -251,11 +252,13 @@ def aggregate_event_classes(aggregate_cls: type) -> Iterator[type]:
 
 
 def library_event_classes() -> Iterator[type]:
-    """Every class the library itself stores: the thread's events and snapshot, and
-    named states."""
+    """Every class the library itself stores: the thread's events and snapshot, named
+    states, and inputs submitted to threads."""
     yield from aggregate_event_classes(AgentThread)
     yield ThreadSnapshot
     yield StateSaved
+    yield InputSubmitted
+    yield InputTaken
 
 
 class MsgspecMapper(Mapper[UUID]):

@@ -53,9 +53,11 @@ from covonaut_es.store._application import (
 )
 from covonaut_es.store._audit import AuditEntry, AuditReport
 from covonaut_es.store._forks import ThreadForking
+from covonaut_es.store._leasing import ThreadLeasing
 from covonaut_es.store._mapper import MsgspecMapper
 from covonaut_es.store._records import StoredRecords
 from covonaut_es.store._snapshots import replace_snapshot
+from covonaut_es.store._submissions import ThreadSubmissions
 from covonaut_es.store._urls import redact
 
 _LOG_BATCH = 500
@@ -77,7 +79,9 @@ sixteenth of the thread (ADR 0014): replaying them then costs less than decoding
 snapshot, and rewriting the state that often costs a constant share per event."""
 
 
-class Store(StoredRecords, ThreadForking, SessionTreeQueries, Closing):
+class Store(
+    StoredRecords, ThreadForking, ThreadLeasing, ThreadSubmissions, SessionTreeQueries, Closing
+):
     """Threads' event streams, snapshots and checkpoints in one back end.
 
     Create one with :func:`open_store`. A store is safe to share between agents and
@@ -484,6 +488,7 @@ class Store(StoredRecords, ThreadForking, SessionTreeQueries, Closing):
 
         A store made by :meth:`from_application` leaves the application open.
         """
+        self._close_leases()
         if self._owns_app:
             self._app.close()
 

@@ -1,8 +1,9 @@
-"""Neutralising text before it reaches a terminal.
+"""Neutralising text before it reaches a terminal or a web page.
 
 Thread ids, model messages, tool names and arguments come from outside the process:
 printed raw, an escape sequence in them can set the window title or clear the screen,
-and a newline can forge a table row. :func:`printable` renders every character that
+a newline can forge a table row, and a bidirectional override can make a page show
+other text than is stored. :func:`printable` renders every character that
 could do so as a visible escape (``\\x1b``, ``\\n``), so a line stays one line and
 shows what is stored. JSON output needs none of this: its encoder escapes them.
 """

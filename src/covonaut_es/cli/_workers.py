@@ -1,0 +1,120 @@
+"""Running and watching workers: ``worker`` runs ready threads until stopped, ``workers``
+lists the live workers of a store and the threads they hold.
+
+``worker`` stops gracefully on SIGTERM or Ctrl-C: it finishes the steps it is running,
+releases their leases and exits 0, as a container platform expects.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from covonaut_es.cli._command import EXIT_OK, Subcommands, UsageError, add_command
+from covonaut_es.cli._json import emit_records, utc
+from covonaut_es.cli._options import add_store_command, add_store_options, open_from
+from covonaut_es.runtime import AgentConfig
+from covonaut_es.store import WorkerRecord
+from covonaut_es.workers import Worker
+
+
+def add_worker_commands(subcommands: Subcommands) -> None:
+    """Declare ``worker`` and ``workers``."""
+    parser = add_command(
+        subcommands,
+        "worker",
+        worker,
+        help_="run every ready thread of a store until stopped (SIGTERM: finish, exit 0)",
+    )
+    add_store_options(parser)
+    parser.add_argument(
+        "--app",
+        required=True,
+        metavar="MODULE:FACTORY",
+        help="the function giving a thread id's AgentConfig, e.g. myapp.agents:make_config",
+    )
+    parser.add_argument(
+        "--concurrency", type=int, default=1, metavar="N", help="threads run at once (default 1)"
+    )
+    parser.add_argument("--once", action="store_true", help="run what is ready, then exit")
+    add_store_command(
+        subcommands, "workers", workers, help_="list live workers and the threads they hold"
+    )
+
+
+def worker(args: argparse.Namespace) -> int:
+    """``worker --app MODULE:FACTORY``: follow the store, run ready threads, log each step."""
+    make_config = _factory(args.app)
+    if args.concurrency < 1:
+        msg = f"--concurrency must be at least 1, got {args.concurrency}"
+        raise UsageError(msg)
+    if not logging.getLogger().handlers:
+        logging.basicConfig(
+            level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
+    with open_from(args, writes=True) as store:
+        running = Worker(store, make_config, concurrency=args.concurrency)
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: running.stop())
+        running.run(once=args.once)
+    return EXIT_OK
+
+
+def _factory(spec: str) -> Callable[[str], AgentConfig]:
+    """The config factory ``MODULE:FACTORY`` names, imported from the working directory
+    or the import path."""
+    module_name, sep, name = spec.partition(":")
+    if not sep or not module_name or not name:
+        msg = f"--app {spec!r} is not MODULE:FACTORY, e.g. myapp.agents:make_config"
+        raise UsageError(msg)
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # the application's own import may fail in any way
+        msg = f"--app: cannot import module {module_name!r}: {type(exc).__name__}: {exc}"
+        raise UsageError(msg) from exc
+    factory = getattr(module, name, None)
+    if not callable(factory):
+        msg = f"--app: module {module_name!r} has no function {name!r}"
+        raise UsageError(msg)
+    made: Callable[[str], AgentConfig] = factory
+    return made
+
+
+def workers(args: argparse.Namespace) -> int:
+    """``workers``: the live workers, their heartbeats and the threads they hold."""
+    with open_from(args) as store:
+        records = [_record(found) for found in store.live_workers()]
+    emit_records(args, records, _worker_row, _WORKER_COLUMNS)
+    return EXIT_OK
+
+
+_WORKER_COLUMNS = ["worker", "host", "pid", "started", "heartbeat", "threads"]
+
+
+def _record(found: WorkerRecord) -> dict[str, Any]:
+    return {
+        "worker_id": found.worker_id,
+        "host": found.host,
+        "pid": found.pid,
+        "started_at": utc(found.started_at),
+        "heartbeat_at": utc(found.heartbeat_at),
+        "threads": list(found.threads),
+    }
+
+
+def _worker_row(record: dict[str, Any]) -> dict[str, Any]:
+    return {
+        **record,
+        "worker": record["worker_id"],
+        "started": record["started_at"],
+        "heartbeat": record["heartbeat_at"],
+        "threads": ", ".join(record["threads"]),
+    }

@@ -1,0 +1,23 @@
+"""The reviewer inbox in the browser, and its JSON API: an ASGI application.
+
+This package owns :func:`create_app`: server-rendered pages (the pending reviews across
+threads, one review with its context and actions, one thread's timeline, checkpoints,
+forks and audit status), a JSON API for scripts, reviewer sign-in, sessions and the
+web-security rules around them (ADR 0018). It reads the reviewer queue
+(``projections``) and the store, verifies audits (``audit``/``store``) and records
+decisions through the runtime's ``Agent``, under the reviewer a
+:class:`~covonaut_es.runtime.ReviewerVerifier` establishes. It may import every layer
+below the command line, and needs the ``inbox`` extra (Starlette, Jinja2, uvicorn).
+"""
+
+from covonaut_es._extras import missing_extra
+
+try:
+    from covonaut_es.inbox._app import create_app
+except ModuleNotFoundError as exc:
+    for _package in ("starlette", "jinja2"):
+        if (_error := missing_extra(exc, _package, "inbox", user="the reviewer inbox")) is not exc:
+            raise _error from exc
+    raise
+
+__all__ = ["create_app"]

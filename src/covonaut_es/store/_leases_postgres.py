@@ -1,0 +1,169 @@
+"""Run leases and the worker registry of a PostgreSQL store: session-level advisory
+locks on a connection of their own, and a table of workers (ADR 0016)."""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any
+
+import msgspec
+
+from covonaut_es.domain import thread_aggregate_id
+from covonaut_es.errors import StoreUnavailableError
+from covonaut_es.store._leases import STALE_AFTER, LeaseBackend, WorkerRecord
+
+_CREATE_WORKERS = (
+    "CREATE TABLE IF NOT EXISTS covonaut_workers (worker_id TEXT PRIMARY KEY, "
+    "host TEXT NOT NULL, pid INTEGER NOT NULL, started_at TIMESTAMPTZ NOT NULL, "
+    "heartbeat_at TIMESTAMPTZ NOT NULL, threads TEXT NOT NULL)"
+)
+_UPSERT_WORKER = (
+    "INSERT INTO covonaut_workers (worker_id, host, pid, started_at, heartbeat_at, threads) "
+    "VALUES (%s, %s, %s, %s, now(), %s) ON CONFLICT (worker_id) DO UPDATE SET "
+    "heartbeat_at = now(), threads = excluded.threads"
+)
+_SELECT_WORKERS = (
+    "SELECT worker_id, host, pid, started_at, heartbeat_at, threads FROM covonaut_workers "
+    "WHERE heartbeat_at > now() - %s "
+    "ORDER BY started_at, worker_id"
+)
+_HOLDER = (
+    "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+    "WHERE l.locktype = 'advisory' AND l.granted AND l.database = "
+    "(SELECT oid FROM pg_database WHERE datname = current_database()) "
+    "AND l.classid = %s AND l.objid = %s AND l.objsubid = 1"
+)
+_APPLICATION_PREFIX = "covonaut-es "
+_KEEPALIVES = (
+    "SET tcp_keepalives_idle = 10",
+    "SET tcp_keepalives_interval = 5",
+    "SET tcp_keepalives_count = 6",
+)
+
+
+class PostgresLeases(LeaseBackend):
+    """Leases of a PostgreSQL store: session-level advisory locks on one connection of
+    their own, named after the holder (``application_name``) so others can tell who
+    holds a thread. TCP keepalives, set on both ends of the connection, make the server
+    notice a holder whose machine vanished, and drop its locks, within about 40 s."""
+
+    def __init__(self, holder: str, connect_kwargs: dict[str, Any]) -> None:
+        super().__init__(holder)
+        self._kwargs = {k: v for k, v in connect_kwargs.items() if k != "row_factory"}
+        self.database = (
+            f"postgresql:{self._kwargs.get('host')}:{self._kwargs.get('port')}/"
+            f"{self._kwargs.get('dbname')}"
+        )
+        self._connection: Any = None
+        self._connect_lock = threading.Lock()
+
+    def _conn(self) -> Any:
+        with self._connect_lock:
+            if self._connection is None or self._connection.closed:
+                import psycopg
+
+                try:
+                    connection = psycopg.connect(
+                        **self._kwargs,
+                        autocommit=True,
+                        application_name=self._application_name(),
+                        keepalives=1,
+                        keepalives_idle=10,
+                        keepalives_interval=5,
+                        keepalives_count=6,
+                    )
+                except psycopg.Error as exc:
+                    msg = f"cannot connect to PostgreSQL for run leases ({self.database}): {exc}"
+                    raise StoreUnavailableError(msg) from exc
+                # The server's side: drop the session, and its locks, of a vanished client.
+                for setting in _KEEPALIVES:
+                    connection.execute(setting)
+                # A store left unclosed still closes its lease connection when collected.
+                weakref.finalize(self, connection.close)
+                self._connection = connection
+            return self._connection
+
+    def _application_name(self) -> str:
+        # PostgreSQL keeps 63 bytes of it.
+        encoded = (_APPLICATION_PREFIX + self.holder).encode()[:63]
+        return encoded.decode(errors="ignore")
+
+    def rename(self, holder: str) -> None:
+        super().rename(holder)
+        with self._connect_lock:
+            if self._connection is not None and not self._connection.closed:
+                self._connection.execute(
+                    "SELECT set_config('application_name', %s, false)",
+                    (self._application_name(),),
+                )
+
+    def _try_lock(self, thread_id: str) -> bool:
+        row = self._conn().execute("SELECT pg_try_advisory_lock(%s)", (_key(thread_id),))
+        return bool(row.fetchone()[0])
+
+    def _unlock(self, thread_id: str) -> None:
+        connection = self._connection
+        if connection is not None and not connection.closed:
+            connection.execute("SELECT pg_advisory_unlock(%s)", (_key(thread_id),))
+
+    def holder_of(self, thread_id: str) -> str | None:
+        key = _key(thread_id) & 0xFFFFFFFFFFFFFFFF
+        rows = self._conn().execute(_HOLDER, (key >> 32, key & 0xFFFFFFFF)).fetchall()
+        names = [str(row[0]) for row in rows]
+        return names[0].removeprefix(_APPLICATION_PREFIX) if names else None
+
+    def publish(self, record: WorkerRecord) -> None:
+        conn = self._conn()
+        conn.execute(_CREATE_WORKERS)
+        conn.execute(
+            _UPSERT_WORKER,
+            (
+                record.worker_id,
+                record.host,
+                record.pid,
+                record.started_at,
+                msgspec.json.encode(record.threads).decode(),
+            ),
+        )
+
+    def withdraw(self, worker_id: str) -> None:
+        self._conn().execute("DELETE FROM covonaut_workers WHERE worker_id = %s", (worker_id,))
+
+    def workers(self) -> tuple[WorkerRecord, ...]:
+        conn = self._conn()
+        if conn.execute("SELECT to_regclass('covonaut_workers')").fetchone()[0] is None:
+            return ()  # no worker ever ran here: reading creates no table
+        rows = conn.execute(_SELECT_WORKERS, (STALE_AFTER,)).fetchall()
+        return tuple(
+            WorkerRecord(
+                worker_id=row[0],
+                host=row[1],
+                pid=row[2],
+                started_at=row[3],
+                heartbeat_at=row[4],
+                threads=_threads(row[5]),
+            )
+            for row in rows
+        )
+
+    def close(self) -> None:
+        super().close()
+        with self._connect_lock:
+            if self._connection is not None:
+                self._connection.close()
+                self._connection = None
+
+
+def _threads(text: str) -> tuple[str, ...]:
+    """The threads column of a worker's row; nothing from a row another writer spoiled."""
+    try:
+        return msgspec.json.decode(text, type=tuple[str, ...])
+    except msgspec.DecodeError:
+        return ()
+
+
+def _key(thread_id: str) -> int:
+    """The advisory lock key of a thread: the high 64 bits of its aggregate id, signed."""
+    high = thread_aggregate_id(thread_id).int >> 64
+    return high - (1 << 64) if high >= 1 << 63 else high

@@ -1,0 +1,124 @@
+"""Run leases and the worker registry of a SQLite store: ``flock`` on files beside
+the database (ADR 0016)."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from pathlib import Path
+
+import msgspec
+
+from covonaut_es.domain import thread_aggregate_id
+from covonaut_es.errors import ConfigurationError, ReadOnlyStoreError
+from covonaut_es.store._leases import LeaseBackend, WorkerRecord
+
+
+class FileLeases(LeaseBackend):
+    """Leases of a SQLite store: ``flock`` on files in ``<database>.leases/``.
+
+    A lock file is named after the thread's aggregate id (a thread id may hold any
+    character) and holds its holder's name while locked. Lock files are left in place:
+    removing one while another process opens it would let two processes lock two
+    different files of the same name.
+    """
+
+    def __init__(self, holder: str, database_file: str) -> None:
+        super().__init__(holder)
+        self.directory = Path(database_file + ".leases")
+        self.database = f"sqlite:{Path(database_file).resolve()}"
+        self._files: dict[str, int] = {}
+        self._record_fd: int | None = None
+
+    def _path(self, thread_id: str) -> Path:
+        return self.directory / f"{thread_aggregate_id(thread_id).hex}.lock"
+
+    def _try_lock(self, thread_id: str) -> bool:
+        try:
+            self.directory.mkdir(exist_ok=True)
+            fd = _locked_file(self._path(thread_id))
+        except OSError as exc:
+            msg = (
+                f"cannot take the run lease of thread {thread_id!r} in {self.directory}: "
+                f"{exc}; runs need a writable directory beside the SQLite file"
+            )
+            raise ReadOnlyStoreError(msg) from exc
+        if fd is None:
+            return False
+        _rewrite(fd, self.holder.encode())
+        with self._lock:
+            self._files[thread_id] = fd
+        return True
+
+    def _unlock(self, thread_id: str) -> None:
+        with self._lock:
+            fd = self._files.pop(thread_id, None)
+        if fd is not None:
+            _rewrite(fd, b"")
+            os.close(fd)  # closing the only descriptor drops the lock
+
+    def holder_of(self, thread_id: str) -> str | None:
+        try:
+            text = self._path(thread_id).read_text(errors="replace").strip()
+        except OSError:
+            return None
+        return text or None
+
+    def _records(self) -> Path:
+        return self.directory / "workers"
+
+    def publish(self, record: WorkerRecord) -> None:
+        records = self._records()
+        if self._record_fd is None:
+            records.mkdir(parents=True, exist_ok=True)
+            self._record_fd = _locked_file(records / f"{record.worker_id}.json")
+            if self._record_fd is None:
+                msg = f"worker id {record.worker_id!r} is taken by a live worker: choose another"
+                raise ConfigurationError(msg)
+        _rewrite(self._record_fd, msgspec.json.encode(record))
+
+    def withdraw(self, worker_id: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            (self._records() / f"{worker_id}.json").unlink()
+        if self._record_fd is not None:
+            os.close(self._record_fd)
+            self._record_fd = None
+
+    def workers(self) -> tuple[WorkerRecord, ...]:
+        found = []
+        records = self._records()
+        for path in sorted(records.glob("*.json")) if records.is_dir() else ():
+            probe = _locked_file(path, create=False)
+            if probe is not None:  # nobody holds it: its worker died
+                os.close(probe)
+                continue
+            with contextlib.suppress(OSError, msgspec.DecodeError):
+                found.append(msgspec.json.decode(path.read_bytes(), type=WorkerRecord))
+        return tuple(found)
+
+    def close(self) -> None:
+        super().close()
+        if self._record_fd is not None:
+            os.close(self._record_fd)
+            self._record_fd = None
+
+
+def _locked_file(path: Path, *, create: bool = True) -> int | None:
+    """A descriptor of ``path`` under an exclusive ``flock``; None when another
+    descriptor holds it (or, without ``create``, when it is gone)."""
+    try:
+        fd = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o600)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _rewrite(fd: int, data: bytes) -> None:
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, data, 0)

@@ -1,0 +1,243 @@
+"""The worker: follow the store's log and run every thread that is ready (ADR 0017)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+
+from eventsourcing.utils import get_topic
+
+from covonaut_es._clock import utc_now
+from covonaut_es._closing import Closing
+from covonaut_es.errors import (
+    ConfigurationError,
+    CovonautError,
+    ThreadBusyError,
+    ToolCallsInDoubtError,
+)
+from covonaut_es.runtime import AgentConfig
+from covonaut_es.store import Store
+from covonaut_es.store._leases import HEARTBEAT_INTERVAL, WorkerRecord, now_record
+from covonaut_es.store._polling import POLL_INTERVAL
+from covonaut_es.workers._ready import TRACKED, ReadyThreads
+from covonaut_es.workers._step import Action, bound_config, pause_in_doubt, step
+
+logger = logging.getLogger("covonaut_es.workers")
+
+_LOG_BATCH = 500
+BUSY_RETRY = 1.0
+"""Seconds before a worker looks again at a thread another runner held: if that runner
+died, the thread is taken over then."""
+
+
+class Worker(Closing):
+    """Runs every thread of a store that is ready, to its next pause or end.
+
+    A thread is ready when it is paused only on reviews that are all decided, when an
+    application handed it input with :meth:`Store.submit <covonaut_es.Store.submit>`,
+    or when the runner of its last run died mid-run (a call in doubt is then retried
+    if its tool is idempotent, and otherwise left for a person: the worker logs it and
+    goes on). Each thread is run under its run lease, so any number of workers, in
+    any number of processes and machines, can follow one store.
+
+    Args:
+        store: The store to follow; the worker takes leases through it and names
+            itself as their holder.
+        make_config: Gives the agent configuration of a thread id; one without
+            checkpoint settings is bound to ``store`` and that thread.
+        concurrency: How many threads this worker runs at once.
+        poll_interval: Seconds between reads of the store's log.
+        worker_id: The worker's id in the registry; by default host, process id and
+            a random suffix.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        make_config: Callable[[str], AgentConfig],
+        *,
+        concurrency: int = 1,
+        poll_interval: float = POLL_INTERVAL,
+        worker_id: str | None = None,
+    ) -> None:
+        if concurrency < 1:
+            msg = f"a worker's concurrency must be at least 1, got {concurrency}"
+            raise ConfigurationError(msg)
+        self.store = store
+        self.make_config = make_config
+        self.concurrency = concurrency
+        self.poll_interval = poll_interval
+        host, pid = socket.gethostname(), os.getpid()
+        self.worker_id = worker_id or f"{host}-{pid}-{uuid.uuid4().hex[:6]}"
+        store.name_lease_holder(f"worker {self.worker_id}")
+        self._record = WorkerRecord(
+            worker_id=self.worker_id,
+            host=host,
+            pid=pid,
+            started_at=utc_now(),
+            heartbeat_at=utc_now(),
+        )
+        self._stopping = threading.Event()
+        self._changed = threading.Event()
+        self._ready = ReadyThreads()
+        self._position = 0
+        self._topics = [get_topic(cls) for cls in TRACKED]
+
+    def stop(self) -> None:
+        """Ask the worker to stop: it finishes the steps it is running, releases their
+        leases and returns from :meth:`run`. Safe to call from a signal handler."""
+        self._stopping.set()
+
+    def close(self) -> None:
+        """Stop the worker; the store stays open."""
+        self.stop()
+
+    def run(self, *, once: bool = False) -> None:
+        """Follow the store and run ready threads until :meth:`stop`; with ``once``,
+        until no thread is ready that this worker could run (threads other runners
+        hold are left to them)."""
+        heartbeat = threading.Thread(target=self._beat, name="worker-heartbeat", daemon=True)
+        self.store.publish_worker(self._record)
+        heartbeat.start()
+        logger.info(
+            "worker %s: following %s, concurrency %d",
+            self.worker_id,
+            self.store.url,
+            self.concurrency,
+        )
+        try:
+            with ThreadPoolExecutor(self.concurrency, thread_name_prefix="worker") as pool:
+                self._loop(pool, once=once)
+        finally:
+            self._stopping.set()
+            self._changed.set()
+            heartbeat.join()
+            self.store._leases.withdraw(self.worker_id)
+            logger.info("worker %s: stopped", self.worker_id)
+
+    def _loop(self, pool: ThreadPoolExecutor, *, once: bool) -> None:
+        running: dict[Future[Action | None], tuple[str, int]] = {}
+        # Threads another runner held: looked at again after a while, or at their next event.
+        busy: dict[str, tuple[float, int]] = {}
+        while not self._stopping.is_set():
+            self._follow()
+            now = time.monotonic()
+            taken = {thread_id for thread_id, _ in running.values()}
+            candidates = [
+                t
+                for t in self._ready.ready
+                if t not in taken and not self._waiting(busy.get(t), t, now, once=once)
+            ]
+            if once and not candidates and not running:
+                return
+            for thread_id in candidates[: self.concurrency - len(running)]:
+                seen = self._ready.seen(thread_id)
+                running[pool.submit(self._step, thread_id)] = (thread_id, seen)
+            if not running:  # wait() returns at once on no futures
+                self._stopping.wait(self.poll_interval)
+                continue
+            done, _ = wait(running, timeout=self.poll_interval, return_when=FIRST_COMPLETED)
+            for future in done:
+                thread_id, seen = running.pop(future)
+                action = future.result()
+                busy.pop(thread_id, None)
+                if action is None:
+                    busy[thread_id] = (time.monotonic() + BUSY_RETRY, seen)
+                elif action is Action.NOTHING:
+                    self._ready.park(thread_id, seen)
+        for future in list(running):  # stopping: finish the steps under way
+            future.result()
+
+    def _waiting(
+        self, busy: tuple[float, int] | None, thread_id: str, now: float, *, once: bool
+    ) -> bool:
+        """Whether a thread found busy is still left to its runner: until its next
+        event, and (unless draining ``once``) until the retry time."""
+        if busy is None:
+            return False
+        retry_at, seen = busy
+        if self._ready.seen(thread_id) != seen:
+            return False
+        return once or now < retry_at
+
+    def _follow(self) -> None:
+        """Fold the log's new events of the tracked types."""
+        recorder, mapper = self.store._app.recorder, self.store._app.mapper
+        while True:
+            batch = recorder.select_notifications(
+                self._position, _LOG_BATCH, topics=self._topics, inclusive_of_start=False
+            )
+            for notification in batch:
+                try:
+                    self._ready.apply(mapper.to_domain_event(notification))
+                except CovonautError as exc:
+                    logger.warning(
+                        "worker %s: passing over log position %d: %s",
+                        self.worker_id,
+                        notification.id,
+                        exc,
+                    )
+            if batch:
+                self._position = batch[-1].id
+            if len(batch) < _LOG_BATCH:
+                return
+
+    def _step(self, thread_id: str) -> Action | None:
+        """Run one thread under its lease; None when another runner holds it."""
+        started, held = time.monotonic(), False
+        try:
+            with self.store.lease(thread_id):
+                held = True
+                self._changed.set()  # the registry lists the thread now held
+                action = self._run(thread_id)
+        except ThreadBusyError:
+            return None
+        except Exception:
+            logger.exception("worker %s: thread %r failed", self.worker_id, thread_id)
+            return Action.NOTHING
+        finally:
+            if held:
+                self._changed.set()  # ...and, released, no longer
+        if action is not Action.NOTHING:
+            status = self.store.state_at(thread_id).status
+            logger.info(
+                "worker %s: thread %r %s, now %s (%.0f ms)",
+                self.worker_id,
+                thread_id,
+                action.value,
+                status,
+                (time.monotonic() - started) * 1000,
+            )
+        return action
+
+    def _run(self, thread_id: str) -> Action:
+        """Run a thread whose lease is held; pause it on calls in doubt that no runner
+        may retry."""
+        config = bound_config(self.make_config, self.store, thread_id)
+        try:
+            return step(self.store, config, thread_id)
+        except ToolCallsInDoubtError as exc:
+            pause_in_doubt(self.store, config, thread_id)
+            logger.warning(
+                "worker %s: thread %r has calls in doubt %s that no runner may retry: "
+                "paused for a person to settle them",
+                self.worker_id,
+                thread_id,
+                list(exc.tool_call_ids),
+            )
+            return Action.PAUSED_IN_DOUBT
+
+    def _beat(self) -> None:
+        while not self._stopping.is_set():
+            self._changed.wait(HEARTBEAT_INTERVAL)  # a beat, or the threads held changed
+            self._changed.clear()
+            try:
+                self.store.publish_worker(now_record(self._record, self.store._leases.held()))
+            except Exception:
+                logger.exception("worker %s: heartbeat failed", self.worker_id)

@@ -1,0 +1,257 @@
+"""The reviewer inbox in a real headless Chromium, driven with Selenium.
+
+Debian's ``chromium`` and ``chromium-driver`` (``.ci/run`` installs them): absent, these
+tests skip locally and fail in CI. The run saves screenshots of the inbox and of a
+review page into ``docs/images/``, which the documentation shows.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from covonaut_es import AgentThread, Store, ToolContext, open_store
+from covonaut_es.inbox import create_app
+from inbox_support import HOSTILE, free_port, paused, resume
+from support import answer, call
+from test_approvals import ALICE, BOB, VERIFIER, make_agent
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMEDRIVER = Path("/usr/bin/chromedriver")
+IMAGES = Path(__file__).resolve().parent.parent / "docs" / "images"
+WAIT_SECONDS = 15
+
+if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
+    reason = f"needs {CHROMIUM} and {CHROMEDRIVER} (Debian's chromium, chromium-driver)"
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason}: .ci/run installs them", pytrace=False)
+    pytest.skip(reason, allow_module_level=True)
+
+uvicorn = pytest.importorskip("uvicorn")
+webdriver = pytest.importorskip("selenium.webdriver")
+from selenium.common.exceptions import (  # noqa: E402
+    NoAlertPresentException,
+    NoSuchElementException,
+    StaleElementReferenceException,
+)
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
+    url = f"sqlite:///{tmp_path_factory.mktemp('inbox') / 'threads.db'}"
+    with open_store(url) as opened:
+        yield opened
+
+
+@pytest.fixture(scope="module")
+def inbox(store: Store) -> Iterator[str]:
+    """The inbox served by uvicorn on a free loopback port; its base URL."""
+    port = free_port()
+    config = uvicorn.Config(
+        create_app(store, VERIFIER, wait_seconds=5),
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        timeout_graceful_shutdown=1,
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    WebDriverWait(None, WAIT_SECONDS, poll_frequency=0.05).until(lambda _: server.started)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(10)
+
+
+def chromium(profile: Path) -> Any:
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for flag in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--window-size=1280,900",
+        f"--user-data-dir={profile}",
+    ):
+        options.add_argument(flag)
+    service = webdriver.ChromeService(executable_path=str(CHROMEDRIVER))
+    return webdriver.Chrome(options=options, service=service)
+
+
+@pytest.fixture(scope="module")
+def browsers(inbox: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Any]]:
+    """Two browsers, signed in as alice and as bob."""
+    drivers = [chromium(tmp_path_factory.mktemp("profile")) for _ in range(2)]
+    try:
+        for driver, token in zip(drivers, (ALICE, BOB), strict=True):
+            driver.get(f"{inbox}/login")
+            driver.find_element(By.ID, "token").send_keys(token)
+            driver.find_element(By.ID, "sign-in").click()
+            until(driver, lambda d: d.find_elements(By.ID, "queue"))
+        yield drivers[0], drivers[1]
+    finally:
+        for driver in drivers:
+            driver.quit()
+
+
+def until(driver: Any, condition: Callable[[Any], Any]) -> Any:
+    """``condition``'s first truthy value; the live update may replace the rows at any
+    moment, so an element gone stale is looked up again."""
+    ignored = (StaleElementReferenceException, NoSuchElementException)
+    wait = WebDriverWait(driver, WAIT_SECONDS, poll_frequency=0.05, ignored_exceptions=ignored)
+    return wait.until(condition)
+
+
+def in_row(driver: Any, thread_id: str, class_name: str, read: Callable[[Any], Any]) -> Any:
+    """``read`` of the element of that class in the inbox row of ``thread_id``'s review,
+    once the row is shown."""
+    row = f"//tr[@class='review'][.//a[normalize-space(text())='{thread_id}']]"
+    return until(
+        driver,
+        lambda d: read(d.find_element(By.XPATH, row).find_element(By.CLASS_NAME, class_name)),
+    )
+
+
+def open_review(driver: Any, inbox: str, thread_id: str) -> None:
+    driver.get(inbox)
+    driver.get(in_row(driver, thread_id, "open", lambda link: link.get_attribute("href")))
+    until(driver, lambda d: d.find_elements(By.ID, "arguments"))
+
+
+def decisions(store: Store, thread_id: str) -> list[AgentThread.ReviewDecided]:
+    return [e for e in store.history(thread_id) if isinstance(e, AgentThread.ReviewDecided)]
+
+
+def test_a_new_review_appears_live_and_hostile_arguments_stay_text(
+    store: Store, inbox: str, browsers: tuple[Any, Any]
+) -> None:
+    """Signed in, the open inbox shows a review an agent asks for without a reload; a
+    <script> in its arguments is shown as text and never runs."""
+    alice, _ = browsers
+    alice.get(inbox)
+    marker = alice.execute_script("return window.covonautMarker = 'same page';")
+    make_agent(
+        store, [call(("c1", "pay", json.dumps({"amount": 5, "to": HOSTILE})))], [],
+        thread_id="hostile",
+    ).run("pay")  # fmt: skip
+    paused(store, "live", [], [])
+    assert in_row(alice, "live", "tool", lambda cell: cell.text) == "pay"
+    assert alice.execute_script("return window.covonautMarker;") == marker  # no reload
+    hostile = in_row(alice, "hostile", "arguments", lambda cell: cell.text)
+    assert json.dumps(HOSTILE) in hostile
+    assert alice.title.endswith("covonaut-es") and "pwned" not in alice.title
+    with pytest.raises(NoAlertPresentException):
+        alice.switch_to.alert.text  # noqa: B018
+    IMAGES.mkdir(parents=True, exist_ok=True)
+    alice.save_screenshot(str(IMAGES / "inbox.png"))
+
+
+def test_approve_with_edited_arguments_shows_edit_and_reviewer_in_the_history(
+    store: Store, inbox: str, browsers: tuple[Any, Any]
+) -> None:
+    """The edit is approved; the tool runs with exactly the edit; the thread page's
+    history names the edit and alice."""
+    alice, _ = browsers
+    runs: list[ToolContext] = []
+    paused(store, "edited", [], runs)
+    open_review(alice, inbox, "edited")
+    alice.save_screenshot(str(IMAGES / "review.png"))
+    edited = alice.find_element(By.ID, "edited-arguments")
+    edited.clear()
+    edited.send_keys('{"amount": 25, "to": "bob"}')
+    alice.find_element(By.ID, "approve-edited").click()
+    decided = until(alice, lambda d: d.find_elements(By.ID, "decision"))[0]
+    assert "alice" in decided.text and '"amount": 25' in decided.text
+    alice.get(f"{inbox}/thread?id=edited")
+    timeline = alice.find_element(By.ID, "timeline").text
+    assert "approved by alice with edited arguments" in timeline
+    assert '"amount":25' in timeline
+    script = [call(("c2", "pay", '{"amount": 25, "to": "bob"}')), answer("Paid 25.")]
+    assert resume(store, "edited", script, runs) == "Paid 25."
+    (ran,) = runs
+    assert ran.approval is not None and ran.approval.arguments == {"amount": 25, "to": "bob"}
+
+
+def test_respond_instead_and_the_tool_never_runs(
+    store: Store, inbox: str, browsers: tuple[Any, Any]
+) -> None:
+    """The reviewer's answer is the call's result; the tool never runs."""
+    _, bob = browsers
+    runs: list[ToolContext] = []
+    paused(store, "answered", [], runs)
+    open_review(bob, inbox, "answered")
+    bob.find_element(By.ID, "answer").send_keys("Bob was paid on Monday.")
+    bob.find_element(By.ID, "respond").click()
+    decided = until(bob, lambda d: d.find_elements(By.ID, "decision"))[0]
+    assert "responded" in decided.text and "bob" in decided.text
+    assert resume(store, "answered", [answer("No payment needed.")], runs) == "No payment needed."
+    assert runs == []
+
+
+def test_a_forged_cross_site_post_is_refused(
+    store: Store, inbox: str, browsers: tuple[Any, Any], tmp_path: Path
+) -> None:
+    """A page on another loopback origin auto-submits a decision form to the inbox
+    with alice's cookie: refused, and nothing is decided."""
+    alice, _ = browsers
+    paused(store, "forged", [], [])
+    open_review(alice, inbox, "forged")
+    review_id = alice.find_element(By.NAME, "review").get_attribute("value")
+    csrf = alice.find_element(By.NAME, "csrf").get_attribute("value")
+    (tmp_path / "index.html").write_text(
+        f"""<form id="f" method="post" action="{inbox}/decide">
+        <input name="action" value="approve"><input name="review" value="{review_id}">
+        <input name="thread" value="forged"><input name="csrf" value="{csrf}"></form>
+        <script>document.getElementById("f").submit();</script>"""
+    )
+    handler = lambda *a: http.server.SimpleHTTPRequestHandler(*a, directory=str(tmp_path))  # noqa: E731
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as evil:
+        threading.Thread(target=evil.serve_forever, daemon=True).start()
+        try:
+            alice.get(f"http://127.0.0.1:{evil.server_address[1]}/index.html")
+            message = until(alice, lambda d: d.find_elements(By.ID, "message"))[0]
+        finally:
+            evil.shutdown()
+    assert "another site" in message.text
+    assert decisions(store, "forged") == []
+
+
+def test_two_reviewers_at_once_one_wins_the_other_is_told(
+    store: Store, inbox: str, browsers: tuple[Any, Any]
+) -> None:
+    """alice and bob approve the same review at the same moment: one decision is
+    recorded, and the other reviewer's page says the review was already decided."""
+    alice, bob = browsers
+    paused(store, "raced", [], [])
+    for driver in browsers:
+        open_review(driver, inbox, "raced")
+
+    def approve(driver: Any) -> str:
+        driver.find_element(By.ID, "approve").click()
+        shown = until(
+            driver,
+            lambda d: d.find_elements(By.ID, "decision") or d.find_elements(By.ID, "message"),
+        )
+        return str(shown[0].get_attribute("id"))
+
+    with ThreadPoolExecutor(2) as pool:
+        outcomes = sorted(pool.map(approve, (alice, bob)))
+    assert outcomes == ["decision", "message"]
+    loser = alice if alice.find_elements(By.ID, "message") else bob
+    assert "already" in loser.find_element(By.ID, "message").text
+    assert len(decisions(store, "raced")) == 1

@@ -1,0 +1,495 @@
+"""Workers and run leases: worker processes answer every thread once, survive kills,
+stop gracefully, and no two runners ever run one thread at once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import attrs
+import jsonschema
+import pytest
+
+import worker_app
+from covonaut_es import (
+    Agent,
+    AgentConfig,
+    AgentThread,
+    CheckpointSettings,
+    HmacReviewerVerifier,
+    ProviderRequest,
+    ProviderResponse,
+    Role,
+    ScriptedProvider,
+    Store,
+    ThreadBusyError,
+    ThreadStatus,
+    Tool,
+    ToolContext,
+    Worker,
+    create_cipher_key,
+    open_store,
+)
+from covonaut_es.cli._json import SCHEMAS
+from covonaut_es.domain import RunMode
+from covonaut_es.errors import InvalidSubmissionError
+from covonaut_es.store import WorkerRecord
+from support import answer, call, echo_tool
+
+ROOT = Path(__file__).resolve().parent.parent
+WORKER = (sys.executable, "-m", "covonaut_es", "worker")
+TOKEN = HmacReviewerVerifier(worker_app.SECRET).issue_token("rita", ttl_seconds=3600)
+
+
+def agent(store: Store, thread_id: str) -> Agent:
+    """An agent of the worker tests' application, bound to ``thread_id``."""
+    config = worker_app.make_config(thread_id)
+    return Agent(
+        attrs.evolve(config, checkpoint=CheckpointSettings(store=store, thread_id=thread_id))
+    )
+
+
+def pause(store: Store, *thread_ids: str) -> None:
+    """Run each thread until it pauses on its payment's review."""
+    for thread_id in thread_ids:
+        paused = agent(store, thread_id)
+        paused.run("Pay 5.")
+        assert paused.pending_reviews
+
+
+def decide(store: Store, *thread_ids: str) -> None:
+    """Approve each thread's pending review, as a reviewer would."""
+    for thread_id in thread_ids:
+        deciding = agent(store, thread_id)
+        deciding.approve(deciding.pending_reviews[0].review_id, reviewer=TOKEN)
+
+
+def answers(store: Store, thread_id: str) -> int:
+    """How many times the thread's final answer was given."""
+    messages = store.state_at(thread_id).messages
+    return sum(m.role is Role.ASSISTANT and m.content == worker_app.ANSWER for m in messages)
+
+
+def run_modes(store: Store, thread_id: str) -> list[RunMode]:
+    """The modes of the thread's runs, in order."""
+    history = store.history(thread_id)
+    return [e.mode for e in history if isinstance(e, AgentThread.RunStarted)]
+
+
+def payments(ledger: Path) -> dict[str, Counter[str]]:
+    """The idempotency keys each thread paid under, with how often."""
+    paid: dict[str, Counter[str]] = {}
+    lines = ledger.read_text().splitlines() if ledger.exists() else []
+    for line in lines:
+        thread_id, key = line.rsplit(" ", 1)
+        paid.setdefault(thread_id, Counter())[key] += 1
+    return paid
+
+
+class Fleet:
+    """Worker processes of ``covonaut-es worker`` on one store."""
+
+    def __init__(self, url: str, tmp_path: Path, delay: float = 0.0) -> None:
+        self.url, self.tmp_path = url, tmp_path
+        self.ledger = tmp_path / "ledger"
+        self.env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests")]),
+            "WORKER_TEST_LEDGER": str(self.ledger),
+            "WORKER_TEST_DELAY": str(delay),
+        }
+        self.processes: list[subprocess.Popen[str]] = []
+
+    def start(self, *options: str) -> subprocess.Popen[str]:
+        log = open(self.tmp_path / f"worker-{len(self.processes)}.log", "w")  # noqa: SIM115
+        process = subprocess.Popen(
+            [*WORKER, "--store", self.url, "--app", "worker_app:make_config", *options],
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            text=True,
+        )
+        log.close()
+        self.processes.append(process)
+        return process
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "covonaut_es", *args, "--store", self.url],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    def stop(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.kill()
+            process.wait(timeout=30)
+
+
+@pytest.fixture
+def fleet(shared_url: str, tmp_path: Path) -> Iterator[Callable[..., Fleet]]:
+    made: list[Fleet] = []
+
+    def make(delay: float = 0.0) -> Fleet:
+        made.append(Fleet(shared_url, tmp_path, delay))
+        return made[-1]
+
+    yield make
+    for each in made:
+        each.stop()
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"still waiting for {what} after {timeout}s")
+        time.sleep(0.05)
+
+
+def finished(store: Store, thread_ids: list[str]) -> Callable[[], bool]:
+    return lambda: all(store.state_at(t).status is ThreadStatus.FINISHED for t in thread_ids)
+
+
+@pytest.mark.slow
+def test_worker_processes_answer_every_thread_exactly_once(
+    shared_url: str, fleet: Callable[..., Fleet]
+) -> None:
+    """Two worker processes resume threads whose reviews are decided and run submitted
+    input: every thread is answered once and pays once; `workers` lists both with the
+    threads they hold; SIGTERM stops each with exit 0 and withdraws it."""
+    workers = fleet(delay=0.05)
+    paused = [f"customer-{n}" for n in range(6)]
+    submitted = ["walk-in-1", "walk-in-2"]
+    with open_store(shared_url) as store:
+        pause(store, *paused)
+        running = [workers.start("--concurrency", "2") for _ in range(2)]
+        for thread_id in submitted:
+            assert store.submit(thread_id, "Pay 5.") == 1
+        wait_for(
+            lambda: (
+                all(agent(store, t).pending_reviews for t in submitted if store.exists(t))
+                and all(store.exists(t) for t in submitted)
+            ),
+            "the submitted threads to pause",
+        )
+        wait_for(lambda: len(json.loads(workers.cli("workers", "--json").stdout)) == 2, "workers")
+        decide(store, *paused, *submitted)
+        listed = json.loads(workers.cli("workers", "--json").stdout)
+        jsonschema.validate(listed, SCHEMAS["workers"])
+        assert {w["pid"] for w in listed} == {p.pid for p in running}
+        wait_for(finished(store, paused + submitted), "every thread's answer")
+        assert all(answers(store, t) == 1 for t in paused + submitted)
+        paid = payments(workers.ledger)
+        assert paid == {t: Counter({next(iter(paid[t])): 1}) for t in paused + submitted}
+        for process in running:
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(timeout=30) == 0
+        assert json.loads(workers.cli("workers", "--json").stdout) == []
+
+
+@pytest.mark.slow
+def test_workers_killed_at_random_never_pay_twice_under_different_keys(
+    shared_url: str, fleet: Callable[..., Fleet]
+) -> None:
+    """Worker processes SIGKILLed at random moments (seeded, 24 kills) while they run
+    decided threads: another worker takes each thread over; every thread ends with
+    one answer, or is left with its calls in doubt; no payment ran under two keys."""
+    rng = random.Random(17)
+    workers = fleet(delay=0.03)
+    thread_ids: list[str] = []
+    kills = 0
+    with open_store(shared_url) as store:
+        live = [workers.start("--concurrency", "2") for _ in range(2)]
+        for round_ in range(4):
+            batch = [f"r{round_}-t{n}" for n in range(6)]
+            thread_ids += batch
+            pause(store, *batch)
+            decide(store, *batch)
+            for _ in range(6):
+                time.sleep(rng.uniform(0.05, 0.4))
+                victim = live.pop(rng.randrange(len(live)))
+                victim.kill()
+                victim.wait(timeout=30)
+                kills += 1
+                live.append(workers.start("--concurrency", "2"))
+        assert kills >= 20
+        wait_for(
+            lambda: all(
+                store.state_at(t).status is ThreadStatus.FINISHED or store.load(t).in_doubt
+                for t in thread_ids
+            ),
+            "every thread to finish or be left in doubt",
+        )
+        taken_over = [t for t in thread_ids if RunMode.CONTINUE in run_modes(store, t)]
+        assert taken_over, "no kill landed in the middle of a run: the test did not test"
+        paid = payments(workers.ledger)
+        for thread_id in thread_ids:
+            assert len(paid.get(thread_id, ())) <= 1, (thread_id, paid[thread_id])
+            if store.state_at(thread_id).status is ThreadStatus.FINISHED:
+                assert answers(store, thread_id) == 1
+                assert len(paid[thread_id]) == 1
+
+
+@pytest.mark.slow
+def test_sigterm_finishes_the_step_under_way_and_releases_its_lease(
+    shared_url: str, fleet: Callable[..., Fleet]
+) -> None:
+    """While a step runs, `workers` lists the thread its worker holds; SIGTERM in the
+    middle of the step: the worker finishes it (the thread is answered), releases the
+    lease and exits 0."""
+    workers = fleet(delay=0.6)
+    with open_store(shared_url) as store:
+        pause(store, "slow")
+        process = workers.start()
+        decide(store, "slow")
+        wait_for(lambda: store.state_at("slow").status is ThreadStatus.RUNNING, "the resume")
+        [listed] = json.loads(workers.cli("workers", "--json").stdout)
+        assert (listed["pid"], listed["threads"]) == (process.pid, ["slow"])
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+        assert store.state_at("slow").status is ThreadStatus.FINISHED
+        with store.lease("slow"):
+            pass  # free again
+
+
+@pytest.mark.slow
+def test_once_drains_what_is_ready_and_exits(shared_url: str, fleet: Callable[..., Fleet]) -> None:
+    """--once runs every ready thread (decided reviews, submitted input) and exits 0,
+    leaving the threads that wait for a person paused."""
+    workers = fleet()
+    with open_store(shared_url) as store:
+        pause(store, "decided", "undecided")
+        decide(store, "decided")
+        store.submit("submitted", "Pay 5.")
+        process = workers.start("--once")
+        assert process.wait(timeout=60) == 0
+        assert store.state_at("decided").status is ThreadStatus.FINISHED
+        assert agent(store, "undecided").pending_reviews
+        assert agent(store, "submitted").pending_reviews  # ran to its own review
+
+
+def test_a_second_runner_gets_thread_busy_and_nothing_runs(store: Store) -> None:
+    """While one runner holds a thread's lease, another agent's run, resume or settle
+    raises ThreadBusyError naming the thread and the holder, before any model or tool
+    call, and stores nothing; async alike; once released, the run goes ahead."""
+    tool_log: list[str] = []
+    provider = ScriptedProvider([call(("c1", "echo", '{"text": "x"}')), answer("done")])
+    config = AgentConfig(
+        provider=provider,
+        tools=[echo_tool(tool_log)],
+        checkpoint=CheckpointSettings(store=store, thread_id="contested"),
+    )
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with open_store(store.url) as other:
+            other.name_lease_holder("worker w-1")
+            with other.lease("contested"):
+                held.set()
+                release.wait(timeout=30)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert held.wait(timeout=30)
+        runner = Agent(config)
+        with pytest.raises(ThreadBusyError) as busy:
+            runner.run("Echo x.")
+        assert busy.value.thread_id == "contested"
+        assert busy.value.holder == "worker w-1"
+        with pytest.raises(ThreadBusyError):
+            asyncio.run(runner.arun("Echo x."))
+        assert provider.requests == [] and tool_log == []
+        assert not store.exists("contested")
+    finally:
+        release.set()
+        holder.join(timeout=30)
+    assert Agent(config).run("Echo x.") == "done"
+    assert tool_log == ["c1"]
+
+
+def test_a_worker_in_process_resumes_decided_threads_and_binds_its_store(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Worker(store, make_config).run(once=True) resumes a thread whose review was
+    decided, runs submitted input on a new thread, and leaves undecided ones alone."""
+    monkeypatch.setenv("WORKER_TEST_LEDGER", str(tmp_path / "ledger"))
+    pause(store, "a", "b")
+    decide(store, "a")
+    store.submit("c", "Pay 5.")
+    Worker(store, worker_app.make_config, concurrency=2).run(once=True)
+    assert store.state_at("a").status is ThreadStatus.FINISHED
+    assert answers(store, "a") == 1
+    assert agent(store, "b").pending_reviews and agent(store, "c").pending_reviews
+    assert list(payments(tmp_path / "ledger")) == ["a"]
+
+
+def test_submit_refuses_what_cannot_be_stored(store: Store) -> None:
+    """submit() refuses a non-string or text with a lone surrogate, naming why."""
+    with pytest.raises(InvalidSubmissionError, match="must be a string"):
+        store.submit("t", b"bytes")  # type: ignore[arg-type]
+    with pytest.raises(InvalidSubmissionError, match="not valid text"):
+        store.submit("t", "bad \udc80")
+    assert store.submit("t", "fine") == 1 and store.submit("t", "again") == 2
+
+
+def test_an_encrypted_stores_registry_seals_the_threads_held(tmp_path: Path) -> None:
+    """In an encrypted store, a worker record's threads are sealed under the store's
+    key: no lease or registry file holds a thread id in clear, and the store with its
+    key lists them."""
+    url = f"sqlite:///{tmp_path / 'sealed.db'}"
+    now = datetime.now(UTC)
+    record = WorkerRecord(
+        worker_id="w-1", host="h", pid=1, started_at=now, heartbeat_at=now, threads=("ann-42",)
+    )
+    with open_store(url, cipher_key=create_cipher_key()) as store:
+        with store.lease("ann-42"):
+            store.publish_worker(record)
+        assert [w.threads for w in store.live_workers()] == [("ann-42",)]
+        files = [path for path in (tmp_path / "sealed.db.leases").rglob("*") if path.is_file()]
+        assert files and all(b"ann-42" not in path.read_bytes() for path in files)
+
+
+def test_the_worker_commands_refuse_bad_input_in_one_line(tmp_path: Path) -> None:
+    """worker refuses an --app that is not MODULE:FACTORY or cannot be imported, and
+    workers a store that does not exist, each with exit 2, one line and no traceback;
+    nothing is created."""
+    missing = f"sqlite:///{tmp_path / 'missing.db'}"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    for args, expected in (
+        (["worker", "--app", "worker_app"], "is not MODULE:FACTORY"),
+        (["worker", "--app", "no_such_module:make"], "cannot import module 'no_such_module'"),
+        (["worker", "--app", "json:no_such_factory"], "has no function 'no_such_factory'"),
+        (["workers"], "there is no SQLite file"),
+    ):
+        result = subprocess.run(
+            [sys.executable, "-m", "covonaut_es", *args, "--store", missing],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert result.returncode == 2, result.stderr
+        assert expected in result.stderr and "Traceback" not in result.stderr
+        assert len(result.stderr.splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+class _Crash(BaseException):
+    """Stands for the death of the runner's process inside a tool."""
+
+
+def test_calls_in_doubt_of_a_dead_runner_pause_the_thread_in_the_review_queue(
+    tmp_path: Path,
+) -> None:
+    """A runner dies inside a tool that is not idempotent: the worker that takes the
+    thread over runs nothing, pauses it with an interrupt naming the call in doubt,
+    which `reviews` lists; once a person settles the call, a worker resumes it."""
+    url = f"sqlite:///{tmp_path / 'doubt.db'}"
+    ran: list[str] = []
+
+    def charge(ctx: ToolContext, args: dict[str, object]) -> object:
+        ran.append(ctx.idempotency_key)
+        if len(ran) == 1:
+            raise _Crash
+        return "charged"
+
+    def make_config(thread_id: str) -> AgentConfig:
+        def model(request: ProviderRequest) -> ProviderResponse:
+            if request.messages[-1].role is Role.TOOL:
+                return answer("Charged.")
+            return call(("c1", "charge", "{}"))
+
+        return AgentConfig(
+            provider=ScriptedProvider(respond=model),
+            tools=[Tool("charge", "Charge", {"type": "object"}, charge)],
+        )
+
+    with open_store(url) as store:
+        settings = CheckpointSettings(store=store, thread_id="t")
+        with pytest.raises(_Crash):
+            Agent(attrs.evolve(make_config("t"), checkpoint=settings)).run("Charge me.")
+        Worker(store, make_config).run(once=True)
+        state = store.state_at("t")
+        assert state.status is ThreadStatus.INTERRUPTED and len(ran) == 1
+        assert [i.data["in_doubt"] for i in state.interrupts] == [True]  # type: ignore[index]
+        listed = subprocess.run(
+            [sys.executable, "-m", "covonaut_es", "reviews", "--json", "--store", url],
+            env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        [item] = json.loads(listed.stdout)
+        assert (item["thread_id"], item["tool_call_id"], item["kind"]) == ("t", "c1", "interrupt")
+        assert "in doubt" in item["reason"]
+        settler = Agent(attrs.evolve(make_config("t"), checkpoint=settings))
+        settler.settle("c1", result="charged once, found in the ledger")
+        Worker(store, make_config).run(once=True)
+        assert store.state_at("t").status is ThreadStatus.FINISHED and len(ran) == 1
+
+
+def test_a_worker_carries_an_edited_approval_and_a_response_to_the_answer(
+    store: Store,
+) -> None:
+    """Decisions made in the inbox's two new ways reach their answers through a worker:
+    an edited approval runs the tool once with exactly the edit, and a response is the
+    call's result with the tool never run."""
+    paid: list[tuple[str, object]] = []
+
+    def pay(ctx: ToolContext, args: dict[str, object]) -> object:
+        paid.append((ctx.thread_id, args["amount"]))
+        return {"paid": args["amount"]}
+
+    def model(request: ProviderRequest) -> ProviderResponse:
+        last = request.messages[-1]
+        if last.role is not Role.TOOL:
+            return call(("c1", "pay", '{"amount": 40}'))
+        if "edited arguments" in last.content:
+            return call(("c2", "pay", '{"amount": 20}'))
+        return answer(f"Done: {last.content}")
+
+    def make_config(thread_id: str) -> AgentConfig:
+        pay_tool = Tool("pay", "Pay", {"type": "object"}, pay, requires_approval=True)
+        return AgentConfig(
+            provider=ScriptedProvider(respond=model),
+            tools=[pay_tool],
+            reviewer_verifier=HmacReviewerVerifier(worker_app.SECRET),
+        )
+
+    def paused(thread_id: str) -> Agent:
+        settings = CheckpointSettings(store=store, thread_id=thread_id)
+        bound = Agent(attrs.evolve(make_config(thread_id), checkpoint=settings))
+        bound.run("Pay 40.")
+        return bound
+
+    edited, responded = paused("edited"), paused("responded")
+    edited.approve(edited.pending_reviews[0].review_id, reviewer=TOKEN, arguments={"amount": 20})
+    responded.respond(
+        responded.pending_reviews[0].review_id, reviewer=TOKEN, answer="Paid by hand."
+    )
+    Worker(store, make_config, concurrency=2).run(once=True)
+
+    assert paid == [("edited", 20)]
+    assert store.state_at("edited").messages[-1].content == 'Done: {"paid":20}'
+    assert store.state_at("responded").messages[-1].content == "Done: Paid by hand."
+    for thread_id in ("edited", "responded"):
+        assert store.state_at(thread_id).status is ThreadStatus.FINISHED
