@@ -9,7 +9,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from harness import BUDGET_S, REPEATS, Context, cli, log
+from harness import BUDGET_S, DELTA_HISTORY_MAX_T, REPEATS, Context, cli, log
 from report import MISSED, Section, Table, Target, ratio, seconds, size, status, times
 
 Runs = list[dict[str, Any]]
@@ -317,7 +317,9 @@ def restore(ctx: Context, results: Results) -> Section:
         "opened store. The limit is decoding the latest `ThreadState` once from its msgspec "
         "JSON, already in memory. History: `store.history(thread_id)` (every event) "
         "against iterating `graph.get_state_history(config)` (every checkpoint's state), "
-        "once. Peer / ours above 1 means we are faster.",
+        "once (the DeltaChannel savers' only up to "
+        f"T={DELTA_HISTORY_MAX_T}: a listing at T=1000 takes them 1.5 minutes). "
+        "Peer / ours above 1 means we are faster.",
     )
     for backend in ctx.backends:
         peers = _peers(results, backend)

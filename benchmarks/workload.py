@@ -230,15 +230,15 @@ class Reader:
             import psycopg
 
             self.conn: Any = psycopg.connect(target, autocommit=True)
-            self.tables = ("covonaut_events", "covonaut_snapshots")
+            self.table = "covonaut_events"
         else:
             self.conn = sqlite3.connect(target)
-            self.tables = ("stored_events", "stored_snapshots")
-        [(self.originator,)] = self.conn.execute(LONGEST.format(self.tables[0])).fetchall()
+            self.table = "stored_events"
+        [(self.originator,)] = self.conn.execute(LONGEST.format(self.table)).fetchall()
 
-    def rows(self, *, snapshots: bool = False) -> list[Row]:
-        """The thread's events (or snapshots) in version order."""
-        statement = SELECT.format(self.tables[snapshots], "%s" if self.postgres else "?")
+    def rows(self) -> list[Row]:
+        """The thread's events in version order."""
+        statement = SELECT.format(self.table, "%s" if self.postgres else "?")
         found = self.conn.execute(statement, (self.originator,)).fetchall()
         if self.postgres:
             return [(i, v, topic, bytes(state)) for i, v, topic, state in found]
@@ -249,10 +249,10 @@ class Reader:
         self.conn.close()
 
 
-def rows(target: str, *, snapshots: bool = False) -> list[Row]:
-    """The stored events (or snapshots) of the longest thread at ``target``."""
+def rows(target: str) -> list[Row]:
+    """The stored events of the longest thread at ``target``."""
     with closing(Reader(target)) as reader:
-        return reader.rows(snapshots=snapshots)
+        return reader.rows()
 
 
 Write = Callable[[str, list[Row]], None]
@@ -293,11 +293,15 @@ def _postgres_writer(target: str) -> tuple[Any, Write]:
     return conn, write
 
 
-def raw_write(source: str, target: str, groups: list[list[int]]) -> dict[str, Any]:
-    """The write limit: the source's rows written again into an empty ``target`` (a
-    SQLite file with the same schema, or a PostgreSQL database) in the source run's
-    transactions, with bare ``INSERT`` + ``COMMIT``."""
-    events, snapshots = rows(source), rows(source, snapshots=True)
+def raw_write(
+    source: str, target: str, groups: list[list[int]], written: list[tuple[int, str, bytes]]
+) -> dict[str, Any]:
+    """The write limit: the source's rows, and the snapshots the run ``written``, written
+    again into an empty ``target`` (a SQLite file with the same schema, or a PostgreSQL
+    database) in the source run's transactions, with bare ``INSERT`` + ``COMMIT``."""
+    events = rows(source)
+    originator = events[0][0]
+    snapshots: list[Row] = [(originator, *snapshot) for snapshot in written]
     if target.startswith("postgresql://"):
         conn, write = _postgres_writer(target)
     else:
@@ -358,11 +362,14 @@ def agent_config(store: Store, model: Model, thread_id: str = THREAD_ID) -> Agen
 
 class PersistenceTimer:
     """Times every commit and snapshot of a store, and records how many events each
-    commit wrote (wraps the two methods on the instance; the library is unchanged)."""
+    commit wrote and the snapshots it wrote (wraps the two methods on the instance; the
+    library is unchanged). A snapshot's row is read back after its timing, since the
+    store keeps only the newest one."""
 
     def __init__(self, store: Store) -> None:
         self.seconds = 0.0
         self.groups: list[list[int]] = []  # [events in the commit, snapshot written]
+        self.snapshots: list[tuple[int, str, bytes]] = []  # (version, topic, payload)
         save, snapshot = store.save, store._save_checkpoint_snapshot
 
         def timed_save(thread: Any) -> None:
@@ -379,6 +386,10 @@ class PersistenceTimer:
             self.seconds += time.perf_counter() - start
             if written and self.groups:
                 self.groups[-1][1] = 1
+                assert store._app.snapshots is not None
+                recorder = store._app.snapshots.recorder
+                (row,) = recorder.select_events(thread.id, lte=thread.version, desc=True, limit=1)
+                self.snapshots.append((row.originator_version, row.topic, row.state))
             return written
 
         store.save = timed_save  # type: ignore[method-assign]
@@ -417,7 +428,7 @@ def run_ours(
         groups=timer.groups,
     )
     if raw_target is not None:
-        progress.update(**raw_write(target, raw_target, timer.groups))
+        progress.update(**raw_write(target, raw_target, timer.groups, timer.snapshots))
     progress.update(bytes=store_bytes(target))
     with closing(open_store(store_url(target), compress=compress)) as store:
         loads = []

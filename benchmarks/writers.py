@@ -5,6 +5,9 @@ PostgreSQL database at the same time; the rate is all their events divided by th
 from the first start to the last finish. The limit, on the same server in the same run,
 is N processes each inserting the same rows one by one, each ``INSERT`` followed by its
 own ``COMMIT`` (psycopg, no table lock), into a table with the same primary key.
+During our race a reader in the parent process follows the log as a projection does
+(every 5 ms, from its last position) and counts the notification ids it passed over
+that were committed later: a projection would never see those events.
 """
 
 from __future__ import annotations
@@ -100,6 +103,37 @@ class Activity(threading.Thread):
         return ", ".join(f"{n / total:.0%} {what}" for what, n in common)
 
 
+class Tail(threading.Thread):
+    """Follows the store's log during a race as a projection does, polling every 5 ms,
+    then counts the notification ids it passed over: ids below a position it had
+    already read, committed after it read past them. A projection would never see
+    those events."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(daemon=True)
+        self.url = url
+        self.seen: set[int] = set()
+        self.stored = 0
+        self.skipped = 0
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        with closing(open_store(self.url)) as store:
+            recorder = store._app.recorder
+            position = 0
+            while True:
+                finished = self.done.is_set()
+                for item in recorder.select_notifications(position, 1000, inclusive_of_start=False):
+                    self.seen.add(item.id)
+                    position = item.id
+                if finished:
+                    break
+                self.done.wait(0.005)
+            stored = [item.id for item in recorder.select_notifications(None, 1_000_000)]
+        self.stored = len(stored)
+        self.skipped = sum(1 for item in stored if item not in self.seen)
+
+
 def _race(target: Any, args: list[tuple[Any, ...]]) -> tuple[int, float] | str:
     """Start one process per argument tuple at once; total items and seconds, or why
     the race failed (a writer died, or they ran over the budget)."""
@@ -143,11 +177,14 @@ def measure(ctx: Context) -> list[dict[str, Any]]:
         url = ctx.postgres.database(f"writers_{writers}")
         with closing(open_store(url)) as store:
             store.exists("create the tables before the race")
-        ours_activity = Activity(url)
+        ours_activity, tail = Activity(url), Tail(url)
         ours_activity.start()
+        tail.start()
         ours = _race(_ours, [(url, turns, index) for index in range(writers)])
         ours_activity.done.set()
+        tail.done.set()
         ours_activity.join()
+        tail.join()
         sample = rows(url)
         with psycopg.connect(url) as conn:
             conn.execute(RAW_TABLE)
@@ -166,6 +203,8 @@ def measure(ctx: Context) -> list[dict[str, Any]]:
                 "raw": raw,
                 "ours_activity": ours_activity.shares(),
                 "raw_activity": raw_activity.shares(),
+                "skipped": tail.skipped,
+                "tailed": tail.stored,
             }
         )
     return results
@@ -182,14 +221,14 @@ def _cause(results: list[dict[str, Any]]) -> str:
     return (
         f"Cause: a single writer already reaches only {ratio(ours1, raw1):.0%} of the raw "
         f"rate ({rate(ours1)} against {rate(raw1)}), so most of the gap is the cost of "
-        "each of our commits, not contention: per transaction eventsourcing's PostgreSQL "
-        "recorder (which `ThreadsApplication` in `store/_application.py` uses) pipelines "
-        "`SET LOCAL lock_timeout`, `LOCK TABLE covonaut_events IN EXCLUSIVE MODE`, "
-        "`NOTIFY` and an `INSERT ... RETURNING notification_id`, then commits, inside the "
-        "Python of `Application.save` (figure 8 and the PostgreSQL profile in Diagnosis). "
+        "each of our commits, not contention: the store inserts a save's events and its "
+        "head anchor with one call of its insert function (`store/_heads.py`), which "
+        "takes the exclusive table lock inside the server and commits in the same "
+        "statement, so no lock is held while the client works; what is left is the "
+        "client's own work per event (the agent's loop, encoding, `Application.save`), "
+        "which the raw limit does not do, with all writers sharing 2 cores. "
         f"From {min(WRITERS)} to {max(WRITERS)} writers ours scales "
-        f"{times(ratio(ours8, ours1))} and the raw inserts {times(ratio(raw8, raw1))} on "
-        "2 cores; the exclusive table lock lets one of our transactions insert at a time. "
+        f"{times(ratio(ours8, ours1))} and the raw inserts {times(ratio(raw8, raw1))}. "
         f"Sampled connections of our {max(WRITERS)} writers: {many['ours_activity']}."
     )
 
@@ -209,7 +248,7 @@ def run(ctx: Context) -> list[Section]:
         "events per second",
         ["writers", "turns each", "ours: events", "ours", "limit: rows", "limit", "ours / limit"],
     )
-    share = float("nan")
+    share, skipped = float("nan"), 0
     results = measure(ctx)
     for result in results:
         ours, raw = result["ours"], result["raw"]
@@ -231,17 +270,23 @@ def run(ctx: Context) -> list[Section]:
             ]
         )
         table.notes.append(
+            f"{result['writers']} writer(s): a reader tailing the log every 5 ms skipped "
+            f"{result['skipped']} of {result['tailed']} notification ids."
+        )
+        table.notes.append(
             f"{result['writers']} writer(s), server connections sampled every 10 ms: ours "
             f"{result['ours_activity'] or 'no samples'}; limit "
             f"{result['raw_activity'] or 'no samples'}."
         )
         if result["writers"] == max(WRITERS):
             share = ratio(ours_rate, raw_rate)
+            skipped = result["skipped"]
     section.tables.append(table)
     ctx.targets["writers"] = target = Target(
-        f"{max(WRITERS)} writers on PostgreSQL: at least 50% of the raw insert rate",
-        f"{share:.0%}" if share == share else "-",
-        status(None if ctx.quick or share != share else share >= TARGET_SHARE),
+        f"{max(WRITERS)} writers on PostgreSQL: at least 50% of the raw insert rate, a "
+        "tailing reader skipping no event",
+        f"{share:.0%}, {skipped} skipped" if share == share else "-",
+        status(None if ctx.quick or share != share else share >= TARGET_SHARE and skipped == 0),
     )
     if target.status == MISSED:
         target.explanation = _cause(results)

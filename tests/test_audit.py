@@ -73,7 +73,7 @@ def test_verify_is_one_pass_that_loads_no_state_per_checkpoint(
     report = store.verify("long")
     assert report.ok, report.findings
     assert (report.events, report.checkpoints_checked) == (442, 40)
-    assert report.snapshots_checked >= 2
+    assert report.snapshots_checked >= 1  # the database back ends keep only the newest
     assert loads == [None, None]  # the checkpoints' list, and the head state a load gives
 
 
@@ -179,13 +179,12 @@ def test_a_snapshot_that_disagrees_with_the_events_is_reported(tmp_path: Path) -
         )
     with open_store(f"sqlite:///{db}") as store:
         report = store.verify("t")
-    first = report.findings[0]
-    assert (first.version, first.problem) == (
-        version,
-        "snapshot state differs from the state replayed from events",
-    )
-    # checkpoints loaded through the bad snapshot differ too, and are reported
-    assert all(f.version >= version for f in report.findings)
+    differs = "snapshot state differs from the state replayed from events"
+    assert [f.version for f in report.findings if f.problem == differs] == [version]
+    # the one snapshot kept is the head's: the checkpoint records and the head state
+    # read through it differ too, and are reported
+    others = {f.problem.split()[0] for f in report.findings if f.problem != differs}
+    assert others == {"checkpoint", "the"}
 
 
 @pytest.mark.parametrize("compress", [False, True])

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import multiprocessing
+import threading
 from collections import Counter
+from datetime import UTC, datetime
 
 import pytest
 
@@ -18,6 +20,8 @@ from covonaut_es import (
     ThreadConflictError,
     open_store,
 )
+from covonaut_es.domain import AgentThread
+from covonaut_es.messages import Message
 from support import answer
 
 RACERS = 4
@@ -95,3 +99,50 @@ def test_a_stale_agent_gets_a_conflict_and_reloads(store: Store) -> None:
     assert info.value.expected_version < version
     assert store.state_at("t").version == version  # nothing of the loser was stored
     assert stale.run("now current") == "fresh"
+
+
+WRITERS = 6
+SAVES = 25
+
+
+def test_a_tailing_reader_skips_no_event_while_writers_commit(shared_url: str) -> None:
+    """Notification ids become visible in order: a reader following the log while
+    several writers commit never sees an id before a lower one that commits later (a
+    projection would lose that event). On PostgreSQL this is the store's one-statement
+    insert, which takes the table lock inside the server."""
+    with open_store(shared_url) as store:
+        if shared_url.startswith("postgresql"):
+            assert store._app.recorder.insert_function is not None  # type: ignore[attr-defined]
+        recorder = store._app.recorder
+        seen: list[int] = []
+        done = threading.Event()
+
+        def write(n: int) -> None:
+            now = datetime.now(UTC)
+            thread = AgentThread.start(f"w{n}", now=now)
+            for i in range(SAVES):
+                thread.append_message(Message(role="user", content=f"{n}.{i}"), now=now)
+                store.save(thread)
+
+        def tail() -> None:
+            position = 0
+            while True:
+                finished = done.is_set()
+                for item in recorder.select_notifications(position, 1000, inclusive_of_start=False):
+                    seen.append(item.id)
+                    position = item.id
+                if finished:
+                    return
+
+        reader = threading.Thread(target=tail)
+        reader.start()
+        writers = [threading.Thread(target=write, args=(n,)) for n in range(WRITERS)]
+        for writer in writers:
+            writer.start()
+        for writer in writers:
+            writer.join()
+        done.set()
+        reader.join()
+        stored = [n.id for n in recorder.select_notifications(None, 10_000)]
+    assert len(stored) == WRITERS * (SAVES + 1)
+    assert seen == stored

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +29,9 @@ from covonaut_es import (
     create_cipher_key,
     open_store,
 )
-from covonaut_es.domain import ThreadSnapshot
+from covonaut_es.domain import AgentThread, CheckpointReason, RunMode, ThreadSnapshot
 from covonaut_es.errors import ConfigurationError, StaleSnapshotError
+from covonaut_es.messages import Message
 from covonaut_es.store._mapper import MsgspecMapper
 from support import answer, call, echo_tool, put_raw_snapshot
 
@@ -310,3 +312,29 @@ def test_checkpoint_migrators_for_steps_that_do_not_exist_are_refused(store: Sto
     """A migrator keyed by a version the snapshots never had is a ConfigurationError."""
     with pytest.raises(ConfigurationError, match=r"CheckpointSettings\.migrators: 5 is not a step"):
         CheckpointSettings(store=store, migrators={5: lambda state: state})
+
+
+def test_a_new_snapshot_replaces_the_older_ones_and_time_travel_still_works(
+    shared_url: str,
+) -> None:
+    """A database store keeps one snapshot per thread, the newest; the state at any
+    version, below it or above it, is still the one the thread had then."""
+    with open_store(shared_url) as store:
+        now = datetime.now(UTC)
+        thread = AgentThread.start("long", now=now)
+        thread.start_run(RunMode.RUN, now=now)
+        states = {}
+        for i in range(1, 301):
+            thread.append_message(Message(role="user", content=f"message {i}"), now=now)
+            if i % 10 == 0:
+                thread.save_checkpoint(CheckpointReason.MANUAL, retain=0, now=now)
+                store.save(thread)
+                store._save_checkpoint_snapshot(thread)
+                states[thread.version] = thread.state
+        assert store._app.snapshots is not None
+        kept = store._app.snapshots.recorder.select_events(thread.id)
+        assert [s.originator_version for s in kept] == [store._snapshot_versions[thread.id]]
+        assert kept[0].originator_version > 2 * 64  # several were written, one is left
+        for version in sorted(states)[::4]:
+            assert store.state_at("long", version) == states[version]
+        assert store.state_at("long") == thread.state

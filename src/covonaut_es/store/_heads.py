@@ -24,9 +24,15 @@ from typing import Any
 from uuid import UUID
 
 import msgspec
-from eventsourcing.persistence import ApplicationRecorder, StoredEvent
+from eventsourcing.persistence import (
+    ApplicationRecorder,
+    InterfaceError,
+    OperationalError,
+    StoredEvent,
+)
 from eventsourcing.popo import POPOApplicationRecorder
 from eventsourcing.sqlite import SQLiteApplicationRecorder
+from eventsourcing.utils import retry
 
 from covonaut_es.domain._integrity import CHAIN_KEY, UNCHAINED
 
@@ -85,9 +91,23 @@ class _SQLiteHeads(SQLiteApplicationRecorder):
 
 
 class _PostgresHeads:
-    """Mixed into the PostgreSQL recorder's class (imported only where psycopg is)."""
+    """Mixed into the PostgreSQL recorder's class (imported only where psycopg is).
+
+    Where the store's insert function exists (:func:`_postgres_function`), events and
+    heads are written by one call of it, in autocommit: it takes the table lock that
+    keeps notification ids in commit order, writes, and commits within one statement,
+    so the lock is never held across a round trip to the client (eventsourcing's
+    recorder holds it from its ``LOCK TABLE`` until the client's ``COMMIT``). Else the
+    heads ride along eventsourcing's own insert.
+    """
 
     datastore: Any
+    insert_function: Any = None  # the call of the store's insert function, if it has one
+
+    def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Any:
+        if self.insert_function is None or not stored_events:
+            return super().insert_events(stored_events, **kwargs)  # type: ignore[misc]
+        return _insert_in_one_statement(self, stored_events, kwargs.get(HEADS, ()))
 
     def _insert_events(
         self, curs: Any, stored_events: Sequence[StoredEvent], **kwargs: Any
@@ -101,6 +121,26 @@ class _PostgresHeads:
                 "chain = EXCLUDED.chain",
                 (stream, version, chain),
             )
+
+
+@retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)  # as eventsourcing's
+def _insert_in_one_statement(
+    recorder: Any, stored_events: Sequence[StoredEvent], heads: Sequence[Head]
+) -> list[int]:
+    events = [
+        recorder.construct_pg_stored_event(e.originator_id, e.originator_version, e.topic, e.state)
+        for e in stored_events
+    ]
+    params = (
+        events,
+        [h[0] for h in heads],
+        [h[1] for h in heads],
+        [h[2] for h in heads],
+        f"{recorder.datastore.lock_timeout}s",
+    )
+    with recorder.datastore.get_connection() as conn:
+        rows = conn.execute(recorder.insert_function, params, prepare=True).fetchall()
+    return [row["notification_id"] for row in rows]
 
 
 class _MemoryHeads(POPOApplicationRecorder):
@@ -127,6 +167,7 @@ def anchor_heads(recorder: ApplicationRecorder, *, create: bool) -> None:
             recorder.__class__ = type("SQLiteHeads", (_SQLiteHeads, type(recorder)), {})
     elif _is_postgres(recorder) and _postgres_table(recorder, create=create):
         recorder.__class__ = type("PostgresHeads", (_PostgresHeads, type(recorder)), {})
+        recorder.insert_function = _postgres_function(recorder, create=create)  # type: ignore[attr-defined]
 
 
 def _is_postgres(recorder: ApplicationRecorder) -> bool:
@@ -173,6 +214,66 @@ def _postgres_table(recorder: Any, *, create: bool) -> bool:
             f"FROM {events} GROUP BY originator_id"
         )
     return True
+
+
+def _postgres_function(recorder: Any, *, create: bool) -> Any:
+    """The call of the store's insert function, creating it if ``create``; None when it
+    is absent and may not be created."""
+    from psycopg.sql import SQL, Identifier
+
+    schema = Identifier(recorder.datastore.schema)
+    name = f"{recorder.events_table_name}_insert"
+    function = SQL("{schema}.{name}").format(schema=schema, name=Identifier(name))
+    with recorder.datastore.transaction(commit=True) as curs:
+        if create:
+            curs.execute(
+                SQL(_INSERT_FUNCTION).format(
+                    function=function,
+                    schema=schema,
+                    events=Identifier(recorder.events_table_name),
+                    heads=Identifier(_table(recorder)),
+                    event_type=Identifier(recorder.stored_event_type_name),
+                    channel=Identifier(recorder.channel_name),
+                )
+            )
+        else:
+            curs.execute(
+                "SELECT to_regproc(%s) AS found",
+                (f'"{recorder.datastore.schema}"."{name}"',),
+            )
+            row = curs.fetchone()
+            if row is None or row["found"] is None:
+                return None
+    return SQL(
+        "SELECT notification_id FROM {function}(%s::{schema}.{event_type}[], %s::uuid[], "
+        "%s::bigint[], %s::text[], %s) AS notification_id"
+    ).format(
+        function=function,
+        schema=schema,
+        event_type=Identifier(recorder.stored_event_type_name),
+    )
+
+
+_INSERT_FUNCTION = """
+CREATE OR REPLACE FUNCTION {function}(
+    events {schema}.{event_type}[], head_ids uuid[], head_versions bigint[],
+    head_chains text[], timeout text
+) RETURNS SETOF bigint LANGUAGE plpgsql AS $body$
+BEGIN
+    PERFORM set_config('lock_timeout', timeout, true);
+    LOCK TABLE {schema}.{events} IN EXCLUSIVE MODE;
+    NOTIFY {channel};
+    INSERT INTO {schema}.{heads} (originator_id, version, chain)
+        SELECT * FROM unnest(head_ids, head_versions, head_chains)
+        ON CONFLICT (originator_id) DO UPDATE
+        SET version = EXCLUDED.version, chain = EXCLUDED.chain;
+    RETURN QUERY INSERT INTO {schema}.{events}
+        (originator_id, originator_version, topic, state)
+        SELECT originator_id, originator_version, topic, state FROM unnest(events)
+        RETURNING notification_id;
+END;
+$body$
+"""
 
 
 def read_head(recorder: ApplicationRecorder, stream: UUID) -> HeadAnchor:

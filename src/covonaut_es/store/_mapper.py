@@ -67,7 +67,6 @@ class _Codec:
         self.schema = schema
         self.decoder = msgspec.json.Decoder(payload_type)
         self.payload_type = payload_type
-        self.field_names = tuple(n for n in payload_type.__struct_fields__ if n != VERSION_KEY)
 
     def encode(self, obj: object) -> bytes:
         state = {k: v for k, v in vars(obj).items() if k not in _IDENTITY_FIELDS}
@@ -77,17 +76,26 @@ class _Codec:
     def decode(
         self, data: bytes, *, where: str, migrators: Mapping[int, Upcaster] = NO_MIGRATORS
     ) -> dict[str, Any]:
+        fields = self.decode_current(data)
+        if fields is None:
+            return self._decode_older(data, where=where, migrators=migrators)
+        return fields
+
+    def decode_current(self, data: bytes) -> dict[str, Any] | None:
+        """The fields of a payload in today's shape; None for anything else (an older
+        version to upcast, or bad data), which :meth:`decode` then reads and names."""
         try:
             payload = self.decoder.decode(data)
         except msgspec.DecodeError:  # includes ValidationError
-            # Not in today's shape: an older version to upcast, or bad data.
-            return self._decode_older(data, where=where, migrators=migrators)
+            return None
         if getattr(payload, VERSION_KEY) != self.schema.version:
-            return self._decode_older(data, where=where, migrators=migrators)
+            return None
         return self._fields(payload)
 
     def _fields(self, payload: msgspec.Struct) -> dict[str, Any]:
-        return {name: getattr(payload, name) for name in self.field_names}
+        fields = msgspec.structs.asdict(payload)
+        del fields[VERSION_KEY]
+        return fields
 
     def _upgrade(
         self, payload: dict[str, Any], where: str, migrators: Mapping[int, Upcaster]
@@ -337,10 +345,16 @@ class MsgspecMapper(Mapper[UUID]):
                 ``SchemaVersionError``, ``MissingUpcasterError``, ``UpcasterError``,
                 ``StaleSnapshotError``).
         """
-        where = _where(stored_event)
-        cls = self.event_class(stored_event.topic, where=where)
+        # The record's description is built only on the way to an error: it costs as
+        # much as the decode itself.
+        cls = self._classes.get(stored_event.topic) or self.event_class(
+            stored_event.topic, where=_where(stored_event)
+        )
         payload = self.plain_payload(stored_event)
-        state = codec_for(cls).decode(payload, where=where, migrators=migrators)
+        codec = codec_for(cls)
+        state = codec.decode_current(payload)
+        if state is None:
+            state = codec.decode(payload, where=_where(stored_event), migrators=migrators)
         originator_id = stored_event.originator_id
         state["originator_id"] = (
             originator_id if isinstance(originator_id, UUID) else UUID(originator_id)
@@ -348,7 +362,7 @@ class MsgspecMapper(Mapper[UUID]):
         state["originator_version"] = stored_event.originator_version
         event: object = object.__new__(cls)
         object.__setattr__(event, "__dict__", state)
-        return typing.cast(DomainEventProtocol[UUID], event)
+        return typing.cast("DomainEventProtocol[UUID]", event)
 
     def plain_payload(self, stored_event: StoredEvent) -> bytes:
         """The stored payload decrypted and decompressed: the JSON the codec wrote.

@@ -56,6 +56,7 @@ from covonaut_es.store._forks import ThreadForking
 from covonaut_es.store._leasing import ThreadLeasing
 from covonaut_es.store._mapper import MsgspecMapper
 from covonaut_es.store._records import StoredRecords
+from covonaut_es.store._snapshots import replace_snapshot
 from covonaut_es.store._submissions import ThreadSubmissions
 from covonaut_es.store._urls import redact
 
@@ -71,6 +72,11 @@ _FIRST_EVENTS = (AgentThread.Started, AgentThread.StartedFromState, AgentThread.
 
 SNAPSHOT_MIN_VERSION = 64
 """No snapshot is written for a thread shorter than this: replaying it is cheap."""
+
+SNAPSHOT_TAIL_SHARE = 16
+"""A new snapshot replaces the thread's last one once the events after that one are a
+sixteenth of the thread (ADR 0014): replaying them then costs less than decoding the
+snapshot, and rewriting the state that often costs a constant share per event."""
 
 
 class Store(
@@ -297,11 +303,13 @@ class Store(
             ) from exc
 
     def _save_checkpoint_snapshot(self, thread: AgentThread) -> bool:
-        """Store a snapshot of a just-saved thread if it pays (ADR 0003).
+        """Store a snapshot of a just-saved thread if it pays, replacing the older
+        ones (ADR 0014).
 
-        A snapshot is written when the thread has at least doubled in versions since
-        its last snapshot, so all snapshots together stay within about twice the event
-        bytes and a restore reads at most about twice the state's size.
+        A snapshot is written once the events since the thread's last one are at least
+        a sixteenth of its versions (and at least 64), so a restore replays at most
+        that share of the thread, and the snapshot bytes written per event stay
+        constant. Only the newest snapshot is kept.
 
         Returns:
             Whether a snapshot was written.
@@ -309,12 +317,13 @@ class Store(
         aggregate_id = thread.id
         with self._lock:
             last = self._snapshot_versions.get(aggregate_id, 0)
-        if thread.version < max(SNAPSHOT_MIN_VERSION, 2 * last):
+        tail = thread.version - last
+        if tail < max(SNAPSHOT_MIN_VERSION, thread.version // SNAPSHOT_TAIL_SHARE):
             return False
         if self._app.snapshots is None:
             return False  # an application of the caller's, with snapshotting off
         with contextlib.suppress(IntegrityError):  # another writer stored this very one
-            self._app.snapshots.put([ThreadSnapshot.take(thread)])
+            replace_snapshot(self._app.snapshots, ThreadSnapshot.take(thread))
         self._remember_snapshot(aggregate_id, thread.version)
         return True
 
