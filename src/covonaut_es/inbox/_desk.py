@@ -33,6 +33,14 @@ class Action(enum.StrEnum):
     RESPOND = "respond"
 
 
+TEXT_FIELD: dict[Action, str] = {
+    Action.APPROVE: "comment",
+    Action.REJECT: "reason",
+    Action.RESPOND: "answer",
+}
+"""The name each action gives its text, in the pages' forms and the API's bodies."""
+
+
 class AmbiguousReviewError(ReviewNotFoundError):
     """A review id is pending in several threads (forks inherit pending reviews)."""
 
