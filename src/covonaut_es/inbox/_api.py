@@ -16,7 +16,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from covonaut_es.errors import CovonautError
-from covonaut_es.inbox._desk import Action, decision_json
+from covonaut_es.inbox._desk import TEXT_FIELD, Action, decision_json
 from covonaut_es.inbox._http import (
     HttpError,
     Inbox,
@@ -30,9 +30,9 @@ from covonaut_es.inbox._http import (
 from covonaut_es.inbox._sessions import CSRF_FIELD, SESSION_COOKIE, same_origin
 
 _FIELDS: dict[Action, dict[str, bool]] = {
-    Action.APPROVE: {"comment": False, "arguments": False},
-    Action.REJECT: {"reason": True},
-    Action.RESPOND: {"answer": True},
+    Action.APPROVE: {TEXT_FIELD[Action.APPROVE]: False, "arguments": False},
+    Action.REJECT: {TEXT_FIELD[Action.REJECT]: True},
+    Action.RESPOND: {TEXT_FIELD[Action.RESPOND]: True},
 }
 """Each action's body fields, and whether each is required."""
 
@@ -92,7 +92,7 @@ def _decider(action: Action) -> Callable[[Inbox, Request], Awaitable[Any]]:
         body = _fields(await read_body(request), action)
         thread = request.query_params.get("thread")
         item = await blocking(inbox.desk.review, request.path_params["review_id"], thread)
-        text = body.get("comment") or body.get("reason") or body.get("answer") or ""
+        text = body.get(TEXT_FIELD[action], "")
         decision = await blocking(
             inbox.desk.decide, item, action, credential, text=text, arguments=body.get("arguments")
         )

@@ -33,6 +33,14 @@ class Action(enum.StrEnum):
     RESPOND = "respond"
 
 
+TEXT_FIELD: dict[Action, str] = {
+    Action.APPROVE: "comment",
+    Action.REJECT: "reason",
+    Action.RESPOND: "answer",
+}
+"""The name each action gives its text, in the pages' forms and the API's bodies."""
+
+
 class AmbiguousReviewError(ReviewNotFoundError):
     """A review id is pending in several threads (forks inherit pending reviews)."""
 
@@ -68,7 +76,7 @@ class ReviewItem:
         )
 
     @classmethod
-    def recorded(cls, review: Review, thread_id: str, queued: ReviewItem | None) -> ReviewItem:
+    def recorded(cls, review: Review, thread_id: str, queued: PendingReview | None) -> ReviewItem:
         """From a thread's own record of a review (pending or decided), with the time
         the queue item (if still queued) says it was asked for."""
         request = review.request
@@ -194,8 +202,8 @@ class ReviewDesk:
         """
         queued = [
             item
-            for item in self.reviews()
-            if item.review_id == review_id and thread_id in (None, item.thread_id)
+            for item in self.queue.pending()
+            if review_id and item.review_id == review_id and thread_id in (None, item.thread_id)
         ]
         if thread_id is None and len(queued) > 1:
             threads = ", ".join(repr(item.thread_id) for item in queued)

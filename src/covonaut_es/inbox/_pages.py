@@ -18,7 +18,7 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from covonaut_es.errors import CovonautError, ReviewerNotVerifiedError
-from covonaut_es.inbox._desk import Action, ReviewItem
+from covonaut_es.inbox._desk import TEXT_FIELD, Action, ReviewItem
 from covonaut_es.inbox._http import (
     HttpError,
     Inbox,
@@ -238,7 +238,7 @@ def _decision(fields: dict[str, str]) -> tuple[Action, str, dict[str, Any] | Non
         action = Action(kind)
     except ValueError:
         raise HttpError(400, f"unknown action {kind!r}") from None
-    name = {Action.APPROVE: "comment", Action.REJECT: "reason", Action.RESPOND: "answer"}[action]
+    name = TEXT_FIELD[action]
     text = checked_text(fields.get(name, ""), name, required=action is not Action.APPROVE)
     return action, text, None
 
