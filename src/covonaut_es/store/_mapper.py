@@ -310,8 +310,9 @@ class MsgspecMapper(Mapper[UUID]):
         cls = type(domain_event)
         codec = codec_for(cls)
         topic = get_topic(cls)
-        where = f"event {cls.__qualname__} of {domain_event.originator_id}"
-        if self.event_class(topic, where=where) is not cls:
+        if self._classes.get(topic) is not cls:  # described only on the way to an error
+            where = f"event {cls.__qualname__} of {domain_event.originator_id}"
+            self.event_class(topic, where=where)  # raises if the topic is not listed
             msg = f"{where}: topic {topic!r} names another class in this store's allowlist"
             raise SerializationError(msg)
         return StoredEvent(
