@@ -132,17 +132,18 @@ class ThreadForking(ABC):
                 "fork it at a version before it was abandoned"
             )
             raise ThreadStateError(msg)
+        previous_chain = newest.__dict__.get(CHAIN_KEY, UNCHAINED)
         event = fork_event(
             thread_id,
             version,
             new_thread_id=new_thread_id,
             interrupts=interrupts,
-            previous_chain=newest.__dict__.get(CHAIN_KEY, UNCHAINED),
+            previous_chain=previous_chain,
             now=now or self.clock(),
         )
         key: bytes | None = getattr(self._app, "chain_key", None)
         if key is not None:
-            seal_all([event], newest.__dict__.get(CHAIN_KEY, UNCHAINED), key)
+            seal_all([event], previous_chain, key)
         try:
             self._app.events.put([event], **{HEADS: [head_of(event)]})
         except IntegrityError as exc:

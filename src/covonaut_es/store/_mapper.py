@@ -78,12 +78,12 @@ class _Codec:
     ) -> dict[str, Any]:
         fields = self.decode_current(data)
         if fields is None:
-            return self._decode_older(data, where=where, migrators=migrators)
+            return self.decode_older(data, where=where, migrators=migrators)
         return fields
 
     def decode_current(self, data: bytes) -> dict[str, Any] | None:
         """The fields of a payload in today's shape; None for anything else (an older
-        version to upcast, or bad data), which :meth:`decode` then reads and names."""
+        version to upcast, or bad data), which :meth:`decode_older` then reads and names."""
         try:
             payload = self.decoder.decode(data)
         except msgspec.DecodeError:  # includes ValidationError
@@ -102,9 +102,12 @@ class _Codec:
     ) -> dict[str, Any]:
         return self.schema.upgrade(payload, where=where, migrators=migrators)
 
-    def _decode_older(
+    def decode_older(
         self, data: bytes, *, where: str, migrators: Mapping[int, Upcaster]
     ) -> dict[str, Any]:
+        """The fields of a payload that :meth:`decode_current` did not read: upcast to
+        today's shape, or a :class:`~covonaut_es.errors.SerializationError` naming
+        ``where``."""
         state = decode_object(data, where=where, hint=_UNREADABLE_HINT)
         stored = stored_version(state)
         state = self._upgrade(state, where, migrators)
@@ -307,8 +310,9 @@ class MsgspecMapper(Mapper[UUID]):
         cls = type(domain_event)
         codec = codec_for(cls)
         topic = get_topic(cls)
-        where = f"event {cls.__qualname__} of {domain_event.originator_id}"
-        if self.event_class(topic, where=where) is not cls:
+        if self._classes.get(topic) is not cls:  # described only on the way to an error
+            where = f"event {cls.__qualname__} of {domain_event.originator_id}"
+            self.event_class(topic, where=where)  # raises if the topic is not listed
             msg = f"{where}: topic {topic!r} names another class in this store's allowlist"
             raise SerializationError(msg)
         return StoredEvent(
@@ -354,7 +358,7 @@ class MsgspecMapper(Mapper[UUID]):
         codec = codec_for(cls)
         state = codec.decode_current(payload)
         if state is None:
-            state = codec.decode(payload, where=_where(stored_event), migrators=migrators)
+            state = codec.decode_older(payload, where=_where(stored_event), migrators=migrators)
         originator_id = stored_event.originator_id
         state["originator_id"] = (
             originator_id if isinstance(originator_id, UUID) else UUID(originator_id)

@@ -115,9 +115,7 @@ class StoredRecords(ABC):
         Raises:
             SerializationError: It cannot be read; the subclass says why.
         """
-        mapper = self._app.mapper
-        assert isinstance(mapper, MsgspecMapper)
-        return mapper.decode(record)
+        return self._mapper.decode(record)
 
     def _snapshot_states(self, thread_id: str) -> Iterator[ThreadState]:
         """The states held by the thread's own readable snapshots, oldest first, decoded
