@@ -97,11 +97,10 @@ def step(store: Store, config: AgentConfig, thread_id: str) -> Action:
     return Action.RAN_INPUT
 
 
-def pause_in_doubt(store: Store, config: AgentConfig, thread_id: str) -> tuple[str, ...]:
+def pause_in_doubt(store: Store, config: AgentConfig, thread_id: str) -> None:
     """Pause a thread on its calls in doubt, one interrupt per call not yet reported,
     so that the reviewer queue (and inbox) show them to a person, who checks the
-    external system and settles each call; a worker then resumes the thread. Returns
-    the calls reported."""
+    external system and settles each call; a worker then resumes the thread."""
     thread = store.load(thread_id)
     reported = {interrupt.tool_call_id for interrupt in thread.interrupts}
     new = [pending for pending in thread.in_doubt if pending.call.id not in reported]
@@ -120,7 +119,6 @@ def pause_in_doubt(store: Store, config: AgentConfig, thread_id: str) -> tuple[s
         }
         thread.interrupt(Interrupt(reason, data, call.id, call.name), now=config.clock())
     store.save(thread)
-    return tuple(pending.call.id for pending in new)
 
 
 def _resumable(thread: AgentThread) -> bool:
