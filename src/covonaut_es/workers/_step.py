@@ -12,13 +12,7 @@ from collections.abc import Callable
 
 import attrs
 
-from covonaut_es.domain import (
-    AgentThread,
-    Interrupt,
-    RunMode,
-    ThreadStatus,
-    thread_aggregate_id,
-)
+from covonaut_es.domain import AgentThread, Interrupt, ThreadStatus
 from covonaut_es.domain._submissions import InputSubmitted, InputTaken
 from covonaut_es.errors import ConfigurationError
 from covonaut_es.runtime import Agent, AgentConfig, CheckpointSettings
@@ -150,7 +144,4 @@ def _started(store: Store, thread: AgentThread | None, taken: InputTaken) -> boo
     input was stored after the version the taker found."""
     if thread is None or thread.version <= taken.thread_version:
         return False
-    after = store._app.events.get(thread_aggregate_id(thread.thread_id), gt=taken.thread_version)
-    return any(
-        isinstance(event, AgentThread.RunStarted) and event.mode is RunMode.RUN for event in after
-    )
+    return store._taken_run_started(taken)
