@@ -28,7 +28,14 @@ import fleet_app
 from harness import BUDGET_S, ROOT, Context, cli, isolated, log
 from report import MET, MISSED, Section, Table, Target, intro, seconds
 
-from covonaut_es import Agent, CheckpointSettings, HmacReviewerVerifier, Store, open_store
+from covonaut_es import (
+    Agent,
+    AgentThread,
+    CheckpointSettings,
+    HmacReviewerVerifier,
+    Store,
+    open_store,
+)
 
 if TYPE_CHECKING:
     from harness import Progress
@@ -79,10 +86,7 @@ def _wait(what: str, done: Any) -> None:
 
 
 def _finished_times(store: Store, after: int) -> list[float]:
-    topic = "covonaut.thread.RunFinished"
-    found = store._app.recorder.select_notifications(
-        after, 10_000, topics=[topic], inclusive_of_start=False
-    )
+    found = store._notifications(AgentThread.RunFinished, after=after)
     return [store._app.mapper.to_domain_event(n).timestamp.timestamp() for n in found]
 
 

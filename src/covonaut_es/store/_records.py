@@ -10,7 +10,8 @@ from collections.abc import Iterator, Sequence
 from uuid import UUID
 
 from eventsourcing.application import Application
-from eventsourcing.persistence import IntegrityError, StoredEvent
+from eventsourcing.persistence import IntegrityError, Notification, StoredEvent
+from eventsourcing.utils import get_topic
 
 from covonaut_es.domain import AgentThread, ThreadState, thread_aggregate_id
 from covonaut_es.errors import ThreadConflictError
@@ -94,20 +95,28 @@ class StoredRecords(ABC):
         """Every record in the store exactly as the database holds it: the events in log
         order, then each stream's snapshots. For audits and migration checks."""
         streams: dict[UUID, None] = {}
-        position: int | None = None
-        while True:
-            batch = self._app.recorder.select_notifications(
-                position, _LOG_BATCH, inclusive_of_start=False
-            )
-            for notification in batch:
-                streams.setdefault(UUID(str(notification.originator_id)))
-                yield notification
-            if len(batch) < _LOG_BATCH:
-                break
-            position = batch[-1].id
+        for notification in self._notifications():
+            streams.setdefault(UUID(str(notification.originator_id)))
+            yield notification
         assert self._app.snapshots is not None
         for stream in streams:
             yield from self._app.snapshots.recorder.select_events(stream)
+
+    def _notifications(
+        self, *event_types: type, after: int | None = None
+    ) -> Iterator[Notification]:
+        """The log's records (of these event types, or all) after position ``after``,
+        in log order, read a page at a time and filtered in SQL; nothing is decoded."""
+        topics = [get_topic(cls) for cls in event_types]
+        recorder = self._app.recorder
+        while True:
+            batch = recorder.select_notifications(
+                after, _LOG_BATCH, topics=topics, inclusive_of_start=False
+            )
+            yield from batch
+            if len(batch) < _LOG_BATCH:
+                return
+            after = batch[-1].id
 
     def _read_record(self, record: StoredEvent) -> object:
         """A stored record decoded and upgraded to this code's schema, as a load reads it.

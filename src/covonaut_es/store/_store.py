@@ -60,8 +60,6 @@ from covonaut_es.store._snapshots import replace_snapshot
 from covonaut_es.store._submissions import ThreadSubmissions
 from covonaut_es.store._urls import redact
 
-_LOG_BATCH = 500
-
 
 class _BaseLoader(Protocol):
     def __call__(self, thread_id: str, *, version: int | None = None) -> AgentThread | None: ...
@@ -432,18 +430,8 @@ class Store(
 
     def _events_of_type(self, *event_classes: type[AgentThread.Event]) -> Iterator[Any]:
         """Events of these types across all threads, in log order (filtered in SQL)."""
-        topics = [get_topic(cls) for cls in event_classes]
-        recorder = self._app.recorder
-        position: int | None = None
-        while True:
-            batch = recorder.select_notifications(
-                position, _LOG_BATCH, topics=topics, inclusive_of_start=False
-            )
-            for notification in batch:
-                yield self._app.mapper.to_domain_event(notification)
-            if len(batch) < _LOG_BATCH:
-                return
-            position = batch[-1].id
+        for notification in self._notifications(*event_classes):
+            yield self._app.mapper.to_domain_event(notification)
 
     # Named states -----------------------------------------------------------------
 

@@ -14,6 +14,7 @@ from eventsourcing.application import Application
 from eventsourcing.persistence import IntegrityError
 
 from covonaut_es._aio import in_worker_thread
+from covonaut_es.domain import AgentThread, RunMode, thread_aggregate_id
 from covonaut_es.domain._submissions import InputSubmitted, InputTaken, submission_stream_id
 from covonaut_es.errors import InvalidSubmissionError
 
@@ -71,6 +72,15 @@ class ThreadSubmissions:
             thread_id=thread_id,
             submitted_version=submitted_version,
             thread_version=thread_version,
+        )
+
+    def _taken_run_started(self, taken: InputTaken) -> bool:
+        """Whether the run of a taken submission started: a ``RunStarted`` of a run with
+        input was stored after the thread version its taker found."""
+        stream = thread_aggregate_id(taken.thread_id)
+        return any(
+            isinstance(event, AgentThread.RunStarted) and event.mode is RunMode.RUN
+            for event in self._app.events.get(stream, gt=taken.thread_version)
         )
 
     def _append(self, stream: UUID, event_class: type, **fields: object) -> int:

@@ -12,13 +12,7 @@ from collections.abc import Callable
 
 import attrs
 
-from covonaut_es.domain import (
-    AgentThread,
-    Interrupt,
-    RunMode,
-    ThreadStatus,
-    thread_aggregate_id,
-)
+from covonaut_es.domain import AgentThread, Interrupt, ThreadStatus
 from covonaut_es.domain._submissions import InputSubmitted, InputTaken
 from covonaut_es.errors import ConfigurationError
 from covonaut_es.runtime import Agent, AgentConfig, CheckpointSettings
@@ -97,11 +91,10 @@ def step(store: Store, config: AgentConfig, thread_id: str) -> Action:
     return Action.RAN_INPUT
 
 
-def pause_in_doubt(store: Store, config: AgentConfig, thread_id: str) -> tuple[str, ...]:
+def pause_in_doubt(store: Store, config: AgentConfig, thread_id: str) -> None:
     """Pause a thread on its calls in doubt, one interrupt per call not yet reported,
     so that the reviewer queue (and inbox) show them to a person, who checks the
-    external system and settles each call; a worker then resumes the thread. Returns
-    the calls reported."""
+    external system and settles each call; a worker then resumes the thread."""
     thread = store.load(thread_id)
     reported = {interrupt.tool_call_id for interrupt in thread.interrupts}
     new = [pending for pending in thread.in_doubt if pending.call.id not in reported]
@@ -120,7 +113,6 @@ def pause_in_doubt(store: Store, config: AgentConfig, thread_id: str) -> tuple[s
         }
         thread.interrupt(Interrupt(reason, data, call.id, call.name), now=config.clock())
     store.save(thread)
-    return tuple(pending.call.id for pending in new)
 
 
 def _resumable(thread: AgentThread) -> bool:
@@ -152,7 +144,4 @@ def _started(store: Store, thread: AgentThread | None, taken: InputTaken) -> boo
     input was stored after the version the taker found."""
     if thread is None or thread.version <= taken.thread_version:
         return False
-    after = store._app.events.get(thread_aggregate_id(thread.thread_id), gt=taken.thread_version)
-    return any(
-        isinstance(event, AgentThread.RunStarted) and event.mode is RunMode.RUN for event in after
-    )
+    return store._taken_run_started(taken)

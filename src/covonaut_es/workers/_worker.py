@@ -11,8 +11,6 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
-from eventsourcing.utils import get_topic
-
 from covonaut_es._clock import utc_now
 from covonaut_es._closing import Closing
 from covonaut_es.errors import (
@@ -30,7 +28,6 @@ from covonaut_es.workers._step import Action, bound_config, pause_in_doubt, step
 
 logger = logging.getLogger("covonaut_es.workers")
 
-_LOG_BATCH = 500
 BUSY_RETRY = 1.0
 """Seconds before a worker looks again at a thread another runner held: if that runner
 died, the thread is taken over then."""
@@ -87,7 +84,6 @@ class Worker(Closing):
         self._changed = threading.Event()
         self._ready = ReadyThreads()
         self._position = 0
-        self._topics = [get_topic(cls) for cls in TRACKED]
 
     def stop(self) -> None:
         """Ask the worker to stop: it finishes the steps it is running, releases their
@@ -168,25 +164,18 @@ class Worker(Closing):
 
     def _follow(self) -> None:
         """Fold the log's new events of the tracked types."""
-        recorder, mapper = self.store._app.recorder, self.store._app.mapper
-        while True:
-            batch = recorder.select_notifications(
-                self._position, _LOG_BATCH, topics=self._topics, inclusive_of_start=False
-            )
-            for notification in batch:
-                try:
-                    self._ready.apply(mapper.to_domain_event(notification))
-                except CovonautError as exc:
-                    logger.warning(
-                        "worker %s: passing over log position %d: %s",
-                        self.worker_id,
-                        notification.id,
-                        exc,
-                    )
-            if batch:
-                self._position = batch[-1].id
-            if len(batch) < _LOG_BATCH:
-                return
+        mapper = self.store._app.mapper
+        for notification in self.store._notifications(*TRACKED, after=self._position):
+            try:
+                self._ready.apply(mapper.to_domain_event(notification))
+            except CovonautError as exc:
+                logger.warning(
+                    "worker %s: passing over log position %d: %s",
+                    self.worker_id,
+                    notification.id,
+                    exc,
+                )
+            self._position = notification.id
 
     def _step(self, thread_id: str) -> Action | None:
         """Run one thread under its lease; None when another runner holds it."""
