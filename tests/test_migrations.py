@@ -118,9 +118,21 @@ REVIEW = Interrupt("payment needs a review", {"amount": 40}, "r1", "review")
 
 @pytest.fixture
 def golden_v1(store_url: str, open_test_store: Callable[..., Store]) -> Store:
-    """The v1 golden store on each kind of store: the SQLite file itself, or its
-    records copied byte for byte into a memory or PostgreSQL store."""
-    fixture = GOLDEN / "v1" / "threads.db"
+    """The v1 golden store on each kind of store."""
+    return golden_store("v1", store_url, open_test_store)
+
+
+@pytest.fixture
+def golden_v2(store_url: str, open_test_store: Callable[..., Store]) -> Store:
+    """The v2 golden store (JSON snapshots, tool calls recorded with their arguments)
+    on each kind of store."""
+    return golden_store("v2", store_url, open_test_store)
+
+
+def golden_store(name: str, store_url: str, open_test_store: Callable[..., Store]) -> Store:
+    """A golden store on each kind of store: the SQLite file itself, or its records
+    copied byte for byte into a memory or PostgreSQL store."""
+    fixture = GOLDEN / name / "threads.db"
     if store_url.startswith("sqlite"):
         shutil.copyfile(fixture, store_url.removeprefix("sqlite:///"))
         return open_test_store()
@@ -213,6 +225,28 @@ def test_golden_v1_thread_resumes_to_a_final_answer(golden_v1: Store) -> None:
     assert agent.messages[-1].usage == Usage(2, 2)
     assert agent.usage == Usage(29, 9)
     assert check_store(golden_v1).counts["AgentThread.MessageAppended", 2] == 1
+
+
+def test_golden_v2_threads_load_from_their_snapshot_as_from_their_events(
+    golden_v2: Store,
+) -> None:
+    """The long v2 thread restores from the snapshot that code wrote to the very state
+    its events make, and its chain still verifies."""
+    aggregate_id = thread_aggregate_id("golden-long")
+    assert golden_v2._app.snapshots is not None
+    assert list(golden_v2._app.snapshots.get(aggregate_id)), "the fixture holds a snapshot"
+    restored = golden_v2.load("golden-long")
+    replayed: AgentThread | None = None
+    for event in golden_v2.history("golden-long"):
+        replayed = event.mutate(replayed)
+    assert replayed is not None
+    assert restored.state == replayed.state
+    assert restored.state.messages[-1] == Message(
+        Role.ASSISTANT, "All steps echoed.", usage=Usage(50, 5)
+    )
+    for thread_id in ("golden-long", "golden-review"):
+        report = golden_v2.verify(thread_id)
+        assert report.ok, report.findings
 
 
 @pytest.mark.parametrize(
