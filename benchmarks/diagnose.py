@@ -162,9 +162,9 @@ def run_persistence(progress: Progress, target: str, turns: int) -> None:
 # Sections --------------------------------------------------------------------------------
 
 
-def storage(ctx: Context) -> Table:
-    """Where the bytes of the reference thread go, and what compression would change."""
-    turns = REFERENCE_T if REFERENCE_T in ctx.turns else max(ctx.turns)
+def storage(ctx: Context, turns: int) -> Table:
+    """Where the bytes of a thread of ``turns`` turns go, and what compression would
+    change."""
     ours = ctx.ours("sqlite", turns)[0]
     log(f"diagnose: storage at T={turns}")
     found = isolated(run_storage, BUDGET_S, target=ours["target"])
@@ -215,7 +215,7 @@ def storage(ctx: Context) -> Table:
         f"{size(compressed.get('bytes'))}, {times(ratio(compressed.get('bytes'), logical))} "
         "the logical bytes.",
     ]
-    target = ctx.targets.get("storage-logical")
+    target = ctx.targets.get(f"storage-logical-{turns}")
     if target and target.status == MISSED:
         target.explanation = (
             f"Cause: snapshots are {ratio(snapshot_bytes, total):.0%} of the file "
@@ -343,7 +343,8 @@ def _persistence_cause(ctx: Context, turns: int, share: float) -> str:
 def run(ctx: Context) -> list[Section]:
     """The diagnosis section."""
     section = Section("Diagnosis", intro(__doc__))
-    section.tables.append(storage(ctx))
+    for turns in sorted({REFERENCE_T, LONG_T} & set(ctx.turns)) or [max(ctx.turns)]:
+        section.tables.append(storage(ctx, turns))
     section.tables += restore(ctx)
     section.tables += persistence(ctx)
     return [section]
