@@ -315,13 +315,16 @@ def persistence(ctx: Context) -> list[Table]:
             f"{seconds(found['total_s'] / turns)} per turn."
         )
         tables.append(table)
-        target = ctx.targets.get("persistence")
-        if backend == "sqlite" and target and target.status == MISSED:
-            target.explanation = _persistence_cause(ctx, turns, share)
+        if backend != "sqlite":
+            continue
+        for judged in (REFERENCE_T, LONG_T):
+            target = ctx.targets.get(f"persistence-{judged}")
+            if target and target.status == MISSED and judged in ctx.turns:
+                target.explanation = _persistence_cause(ctx, judged, share, turns)
     return tables
 
 
-def _persistence_cause(ctx: Context, turns: int, share: float) -> str:
+def _persistence_cause(ctx: Context, turns: int, share: float, profiled: int) -> str:
     runs = [run for run in ctx.ours("sqlite", turns) if "raw_s" in run]
     ours = workload.median([run["persistence_s"] for run in runs])
     raw = workload.median([run["raw_s"] for run in runs])
@@ -330,9 +333,9 @@ def _persistence_cause(ctx: Context, turns: int, share: float) -> str:
         f"Cause: the same rows in the same {commits / turns:.1f} transactions per turn cost "
         f"{seconds(raw / turns)} per turn with bare statements and {seconds(ours / turns)} "
         f"in our store, {seconds((ours - raw) / max(commits, 1))} more per transaction. "
-        f"Under cProfile {share:.0%} of our persistence time is the client blocked in "
-        "SQLite (the same commits and fsyncs as the limit); the rest is Python per commit "
-        "on the path `Store.save` (`store/_store.py`) -> eventsourcing `Application.save` "
+        f"Under cProfile (T={profiled}) {share:.0%} of our persistence time is the client "
+        "blocked in SQLite (the same commits and fsyncs as the limit); the rest is Python per "
+        "commit on the path `Store.save` (`store/_store.py`) -> eventsourcing `Application.save` "
         "(runtime `Protocol` checks in `collect_events`, `_take_snapshots`, the recorder's "
         "transaction and connection-pool wrappers, one `execute` per event) -> "
         "`MsgspecMapper.to_stored_event` (`store/_mapper.py`). Fewer commits per turn "
