@@ -20,7 +20,7 @@ from contextlib import closing
 from typing import TYPE_CHECKING, Any
 
 from harness import BUDGET_S, Context, cli, isolated, log
-from report import Section, Table, intro, ratio, seconds, times
+from report import Section, Table, Target, intro, ratio, seconds, status, times
 
 from covonaut_es import (
     Agent,
@@ -39,6 +39,9 @@ from covonaut_es import (
 
 if TYPE_CHECKING:
     from harness import Progress
+
+LAG_LIMIT_S = 0.050
+"""The reviewer queue lag's median must stay under this."""
 
 FULL_SAMPLES = 30
 QUICK_SAMPLES = 3
@@ -175,12 +178,20 @@ def run(ctx: Context) -> list[Section]:
         table.notes += [
             f"{len(lags)} interrupts; one poll (`pending()` on the view from "
             f"`ReviewQueue.view()`, opened once) takes {seconds(found['poll_s'])} (median), "
-            "which bounds the resolution of our figure. No target is set for it.",
+            "which bounds the resolution of our figure.",
             f"`ReviewQueue.pending()` itself takes {seconds(found['facade_s'])} (median): "
             "it opens the view again (`ReviewQueue.view()`, a new infrastructure factory and "
             "connection) on every call, which a reviewer UI polling it would pay each time.",
         ]
     section.tables.append(table)
+    median = statistics.median(found["lags"]) if "lags" in found else None
+    section.targets.append(
+        Target(
+            f"reviewer queue lag: median under {LAG_LIMIT_S * 1e3:.0f} ms",
+            "-" if median is None else f"{seconds(median)} median",
+            status(None if median is None else median < LAG_LIMIT_S),
+        )
+    )
     return [section]
 
 

@@ -4,10 +4,15 @@ Ours is ``store.history(thread_id)``: every event of the longest thread of figur
 read and decoded into its typed event class. The limit reads the same rows with a bare
 ``SELECT`` and decodes each payload with ``msgspec.json.Decoder()`` (figure 8 shows the
 decode alone).
+
+Verify: ``store.verify(thread_id)`` (the audit's full pass over a thread's hash chain and
+head anchor) on the thread of every T of figure 1, best of 3; it must grow linearly
+with the thread.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from contextlib import closing
@@ -16,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import workload
 from harness import BUDGET_S, Context, cli, isolated, log
-from report import Section, Table, intro, rate, ratio, times
+from report import Section, Table, Target, intro, rate, ratio, seconds, status, times
 
 from covonaut_es import open_store
 
@@ -54,6 +59,24 @@ def run_replay(progress: Progress, target: str) -> None:
         select_decode_s=select_s,
         decode_s=decode_s,
     )
+
+
+def run_verify(progress: Progress, target: str) -> None:
+    """Time ``store.verify`` of the workload's thread."""
+    with closing(open_store(workload.store_url(target))) as store:
+        report = store.verify(workload.THREAD_ID)
+        progress.update(events=report.events, ok=report.ok)
+        progress.update(verify_s=_best(lambda: store.verify(workload.THREAD_ID)))
+
+
+def verify_times(ctx: Context, backend: str) -> dict[int, dict[str, Any]]:
+    """``run_verify`` on each T's thread of figure 1."""
+    found = {}
+    for turns in ctx.turns:
+        log(f"verify {backend} T={turns}")
+        source = ctx.ours(backend, turns)[0]
+        found[turns] = isolated(run_verify, BUDGET_S, target=source["target"])
+    return found
 
 
 def measure(ctx: Context, backend: str) -> dict[str, Any]:
@@ -95,7 +118,46 @@ def run(ctx: Context) -> list[Section]:
             table.notes.append(f"{backend}: failed: `{result['error'].splitlines()[-1]}`")
     table.notes.append("Each figure is the best of 3 runs in one process; no target is set for it.")
     section.tables.append(table)
+    section.tables.append(verify_table(ctx, section))
     return [section]
+
+
+def verify_table(ctx: Context, section: Section) -> Table:
+    """The verify times by T, and the target that they grow linearly."""
+    table = Table("verify a thread", ["store", "T", "events", "verify", "per event", "intact"])
+    sqlite: dict[int, float] = {}
+    for backend in ctx.backends:
+        for turns, found in verify_times(ctx, backend).items():
+            if "verify_s" not in found:
+                reason = found.get("error", "over the budget").splitlines()[-1]
+                table.notes.append(f"{backend}, T={turns}: failed: `{reason}`")
+                continue
+            if backend == "sqlite":
+                sqlite[turns] = found["verify_s"]
+            table.rows.append(
+                [
+                    backend,
+                    str(turns),
+                    str(found["events"]),
+                    seconds(found["verify_s"]),
+                    seconds(found["verify_s"] / found["events"]),
+                    "yes" if found["ok"] else "NO",
+                ]
+            )
+    low, high = min(ctx.turns), max(ctx.turns)
+    k = (
+        math.log(sqlite[high] / sqlite[low]) / math.log(high / low)
+        if high > low and low in sqlite and high in sqlite
+        else float("nan")
+    )
+    section.targets.append(
+        Target(
+            f"verify linear in T (SQLite; time ~ T^k with k <= 1.1 between T={low} and T={high})",
+            "-" if math.isnan(k) else f"k = {k:.2f}",
+            status(None if math.isnan(k) else k <= 1.1),
+        )
+    )
+    return table
 
 
 if __name__ == "__main__":
