@@ -29,7 +29,7 @@ import uvicorn
 from harness import Context, cli, log
 from report import Section, Table, Target, intro, seconds, status
 
-from covonaut_es import HmacReviewerVerifier, Store, ToolCall, open_store
+from covonaut_es import HmacReviewerVerifier, Message, Role, Store, ToolCall, open_store
 from covonaut_es.domain import AgentThread
 from covonaut_es.inbox import create_app
 
@@ -47,6 +47,7 @@ def _fill(store: Store, count: int) -> None:
     for index in range(count):
         thread = AgentThread.start(f"thread-{index:05d}", now=now)
         call = ToolCall("c1", "refund", f'{{"amount": {index}, "order": "A-{index}"}}')
+        thread.append_message(Message(Role.ASSISTANT, tool_calls=(call,)), now=now)
         thread.call_tools([call], now=now)
         thread.request_review(call, {"amount": index, "order": f"A-{index}"}, now=now)
         store.save(thread)

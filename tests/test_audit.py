@@ -19,7 +19,7 @@ from covonaut_es import Agent, AgentConfig, CheckpointSettings, ScriptedProvider
 from covonaut_es.audit import export_thread, import_threads
 from covonaut_es.domain import AgentThread, CheckpointReason, RunMode, thread_aggregate_id
 from covonaut_es.domain._integrity import chain_hash
-from covonaut_es.errors import ConfigurationError, TransferError
+from covonaut_es.errors import ConfigurationError, MissingToolCallError, TransferError
 from covonaut_es.messages import Message
 from support import answer, call, echo_tool, review_tool, ticking_clock
 
@@ -416,3 +416,33 @@ def test_a_short_chain_key_is_refused() -> None:
     """A chain key must be a secret, not a word."""
     with pytest.raises(ConfigurationError, match="at least 16 characters, found 5"):
         open_store("memory://", chain_key="short")
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_a_call_removed_from_its_message_fails_the_load_and_is_a_finding(
+    kind: str, tmp_path: Path
+) -> None:
+    """ToolCalled names its call by id: when a writer removes the call from the message
+    that asked for it and seals the chain again, a load raises MissingToolCallError
+    naming the call, verify reports it at the ToolCalled, and replay says so."""
+    url = "memory://" if kind == "memory" else f"sqlite:///{tmp_path}/t.db"
+    with open_store(url) as store:
+        conversation(store, turns=1)
+        previous = [""]
+
+        def drop_calls(version: int, topic: str, payload: dict[str, Any]) -> dict[str, Any]:
+            if topic == AgentThread.MessageAppended.TOPIC:
+                payload["message"]["tool_calls"] = []
+            payload["chain"] = previous[0] = chain_hash(previous[0], topic, version, payload)
+            return payload
+
+        forge(store, "t", "forged", drop_calls)
+        called = next(e for e in store.history("t") if isinstance(e, AgentThread.ToolCalled))
+        with pytest.raises(MissingToolCallError, match="records tool call 'c0', but no") as info:
+            store.replay_state("forged")
+        assert (info.value.tool_call_id, info.value.version) == ("c0", called.originator_version)
+        finding = store.verify("forged").findings[0]
+        assert finding.version == called.originator_version
+        assert "event does not apply" in finding.problem
+        summaries = [e.summary for e in store.replay("forged") if e.kind == "ToolCalled"]
+        assert summaries == ["intent to call c0, which no assistant message asked for"]

@@ -288,7 +288,7 @@ def test_a_fork_between_a_call_and_its_result_inherits_the_call_in_doubt(store: 
     called = next(e for e in store.history("root") if isinstance(e, AgentThread.ToolCalled))
     fork = store.fork("root", at_version=called.originator_version)
     branch = agent_on(store, fork, [answer("ok")])
-    assert [p.call.id for p in branch.in_doubt] == [called.call.id]
+    assert [p.call.id for p in branch.in_doubt] == [called.tool_call_id]
 
 
 def test_an_abandoned_thread_is_forked_from_before_it_was_abandoned(store: Store) -> None:

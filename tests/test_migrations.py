@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import sqlite3
 import tempfile
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -33,6 +34,7 @@ from covonaut_es import (
 )
 from covonaut_es.audit import check_store
 from covonaut_es.domain import Interrupt, ThreadSnapshot, thread_aggregate_id
+from covonaut_es.domain._calls import event_key
 from covonaut_es.errors import MissingUpcasterError
 from covonaut_es.messages import Usage
 from covonaut_es.migrations import Schema, check_upcasters
@@ -324,3 +326,41 @@ def test_the_golden_manifest_records_what_wrote_it() -> None:
     assert manifest["class_versions"]["AgentThread.MessageAppended"] == 1
     assert manifest["class_versions"]["AgentThread"] == 1
     assert manifest["class_versions"]["StateDocument"] == 1
+
+
+@pytest.mark.parametrize("name", ["v1", "v2"])
+def test_every_golden_idempotency_key_is_the_one_tool_called_v2_derives(name: str) -> None:
+    """ToolCalled v2 stores no key: each key the older code stored is the one derived
+    from its thread, its version and the call id, so tools see the same key after the
+    upgrade."""
+    with sqlite3.connect(GOLDEN / name / "threads.db") as db:
+        rows = db.execute(
+            "SELECT originator_id, originator_version, topic, state FROM stored_events "
+            "ORDER BY originator_id, originator_version"
+        ).fetchall()
+    thread_ids: dict[str, str] = {}
+    keys = []
+    for stream, version, topic, state in rows:
+        payload = json.loads(state)
+        thread_ids.setdefault(stream, payload.get("thread_id"))
+        if topic == AgentThread.ToolCalled.TOPIC:
+            derived = event_key(thread_ids[stream], version, payload["call"]["id"])
+            keys.append((payload["idempotency_key"], derived))
+    assert len(keys) >= 25
+    assert all(stored == derived for stored, derived in keys)
+
+
+def test_golden_v2_calls_read_from_their_messages_as_they_were_stored(golden_v2: Store) -> None:
+    """At each v1 ToolCalled of the golden store, the open call read from the message
+    that asked for it is the call and key the record repeats."""
+    checked = 0
+    for thread_id in ("golden-long", "golden-review"):
+        for record in golden_v2._stored_records(thread_id):
+            if record.topic == AgentThread.ToolCalled.TOPIC:
+                stored = json.loads(record.state)
+                state = golden_v2.state_at(thread_id, record.originator_version)
+                (pending,) = state.open_calls
+                assert msgspec.to_builtins(pending.call) == stored["call"]
+                assert pending.idempotency_key == stored["idempotency_key"]
+                checked += 1
+    assert checked == 25

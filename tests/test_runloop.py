@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,6 +24,7 @@ from covonaut_es import (
     ToolContext,
 )
 from covonaut_es.domain import AgentThread, ToolOutcome
+from covonaut_es.domain._calls import event_key
 from covonaut_es.errors import (
     InterruptError,
     MaxTurnsExceededError,
@@ -104,7 +106,7 @@ def test_repeated_call_ids_are_made_unique_and_each_runs_once(store: Store, para
         "x1-3": '{"echo":"c"}',
         "call-2": '{"echo":"d"}',
     }
-    called = [e.call.id for e in store.history("t") if type(e).__name__ == "ToolCalled"]
+    called = [e.tool_call_id for e in store.history("t") if type(e).__name__ == "ToolCalled"]
     assert called == ["x1", "x1-2", "x1-3", "call-2"]
     assert agent.in_doubt == () and agent.status is ThreadStatus.FINISHED
 
@@ -112,6 +114,8 @@ def test_repeated_call_ids_are_made_unique_and_each_runs_once(store: Store, para
 def test_the_thread_refuses_a_call_id_it_already_used() -> None:
     """AgentThread.call_tools refuses a repeated id; unique_calls gives the ids to use."""
     thread = AgentThread.start("t", now=NOW)
+    asked = (ToolCall("x1", "echo"), ToolCall("y", "echo"))
+    thread.append_message(Message(Role.ASSISTANT, tool_calls=asked), now=NOW)
     thread.call_tools([ToolCall("x1", "echo")], now=NOW)
     with pytest.raises(ThreadStateError, match="'x1' is empty or already used"):
         thread.call_tools([ToolCall("x1", "echo")], now=NOW)
@@ -119,6 +123,26 @@ def test_the_thread_refuses_a_call_id_it_already_used() -> None:
         thread.call_tools([ToolCall("y", "echo"), ToolCall("y", "echo")], now=NOW)
     calls = (ToolCall("x1", "echo"), ToolCall("x1-2", "echo"), ToolCall("x1", "echo"))
     assert [c.id for c in thread.unique_calls(calls)] == ["x1-3", "x1-2", "x1-4"]
+
+
+def test_the_thread_records_only_calls_its_latest_assistant_message_asks_for() -> None:
+    """A ToolCalled names its call by id, so call_tools refuses a call that no assistant
+    message holds, or that the latest message holding its id asks with other arguments."""
+    thread = AgentThread.start("t", now=NOW)
+    with pytest.raises(ThreadStateError, match="'c1' \\(echo\\) is not asked for"):
+        thread.call_tools([ToolCall("c1", "echo", "{}")], now=NOW)
+    thread.append_message(
+        Message(Role.ASSISTANT, tool_calls=(ToolCall("c1", "echo", '{"a": 1}'),)), now=NOW
+    )
+    thread.append_message(
+        Message(Role.ASSISTANT, tool_calls=(ToolCall("c1", "echo", '{"a": 2}'),)), now=NOW
+    )
+    with pytest.raises(ThreadStateError, match="append the assistant message with the calls"):
+        thread.call_tools([ToolCall("c1", "echo", '{"a": 1}')], now=NOW)
+    assert thread.version == 3
+    thread.call_tools([ToolCall("c1", "echo", '{"a": 2}')], now=NOW)
+    (pending,) = thread.open_calls.values()
+    assert pending.call == ToolCall("c1", "echo", '{"a": 2}')
 
 
 def test_sequential_results_are_recorded_in_call_order(store: Store) -> None:
@@ -159,7 +183,9 @@ def test_tool_exception_becomes_an_error_result(store: Store, error: Exception, 
 
 
 def test_tool_context_carries_thread_call_and_idempotency_key(store: Store) -> None:
-    """ToolContext names the thread, the call and a key that the stream records."""
+    """ToolContext names the thread, the call and a key derived from the thread, the
+    version of the call's ToolCalled and the call id, exactly as keys were always made:
+    ToolCalled stores no key, so the derivation is part of the stored format."""
     seen: list[ToolContext] = []
 
     def record(ctx: ToolContext, args: dict[str, Any]) -> Any:
@@ -171,8 +197,12 @@ def test_tool_context_carries_thread_call_and_idempotency_key(store: Store) -> N
     agent.run("go")
     (ctx,) = seen
     assert (ctx.thread_id, ctx.tool_call_id, ctx.tool_name) == ("t", "c1", "record")
-    called = [e for e in store.history("t") if type(e).__name__ == "ToolCalled"]
-    assert called[0].idempotency_key == ctx.idempotency_key
+    (called,) = [e for e in store.history("t") if isinstance(e, AgentThread.ToolCalled)]
+    material = f"t\x00{called.originator_version}\x00c1".encode()
+    assert ctx.idempotency_key == hashlib.sha256(material).hexdigest()[:32]
+    assert (
+        event_key("t", 7, "c1") == "3b6b46bcab05d69d30c35752b9975881"
+    )  # pinned: a change re-keys every stored call
 
 
 def test_max_turns_gives_a_final_turn_instruction(store: Store) -> None:

@@ -73,7 +73,7 @@ SAMPLES: dict[type, dict[str, Any]] = {
             usage=Usage(3, 4),
         ),
     },
-    AgentThread.ToolCalled: {"call": ToolCall("c1", "echo", "{}"), "idempotency_key": "k"},
+    AgentThread.ToolCalled: {"tool_call_id": "c1"},
     AgentThread.ToolResultRecorded: {
         "tool_call_id": "c1",
         "tool_name": "echo",
@@ -219,6 +219,9 @@ def test_snapshot_round_trip_restores_the_typed_thread() -> None:
     thread.interrupt(Interrupt("why", {"a": 1}, "c1", "echo"), now=NOW)
     thread.save_checkpoint(CheckpointReason.INTERRUPT, retain=0, now=NOW)
     thread.compact(Compaction("s", 1), usage=Usage(5, 5), now=NOW)
+    thread.append_message(
+        Message(Role.ASSISTANT, tool_calls=(ToolCall("c2", "pay", '{"amount": 4}'),)), now=NOW
+    )
     thread.call_tools([ToolCall("c2", "pay", '{"amount": 4}')], now=NOW)
     thread.request_review(ToolCall("c2", "pay", '{"amount": 4}'), {"amount": 4}, now=NOW)
     (review,) = thread.reviews.pending

@@ -16,6 +16,7 @@ from covonaut_es import (
     CheckpointSettings,
     FileStateStore,
     MemoryStateStore,
+    Message,
     Role,
     SchemaVersionError,
     ScriptedProvider,
@@ -178,7 +179,9 @@ def test_saving_refuses_calls_in_doubt(store: Store) -> None:
     """A state with tool calls that may or may not have run is not saved."""
     clock = ticking_clock()
     thread = AgentThread.start("t", now=clock())
-    thread.call_tools([ToolCall("c1", "echo", "{}")], now=clock())
+    calls = (ToolCall("c1", "echo", "{}"),)
+    thread.append_message(Message(Role.ASSISTANT, tool_calls=calls), now=clock())
+    thread.call_tools(calls, now=clock())
     store.save(thread)
     states = MemoryStateStore()
     with pytest.raises(ToolCallsInDoubtError, match="settle each one"):

@@ -74,6 +74,24 @@ class MissingFirstEventError(MissingEventError):
     listed by ``thread_ids``, which reads first events)."""
 
 
+class MissingToolCallError(CovonautError, LookupError):
+    """A stored ``ToolCalled`` names a call that no assistant message before it holds:
+    the message that asked for the call was deleted or changed behind the library's
+    back, so the thread cannot be rebuilt.
+
+    Attributes:
+        thread_id: The damaged thread.
+        tool_call_id: The call id the ``ToolCalled`` event names.
+        version: The version of that event.
+    """
+
+    def __init__(self, message: str, *, thread_id: str, tool_call_id: str, version: int) -> None:
+        super().__init__(message)
+        self.thread_id = thread_id
+        self.tool_call_id = tool_call_id
+        self.version = version
+
+
 class ThreadNotFoundError(CovonautError, LookupError):
     """No thread with the given id exists in the store."""
 

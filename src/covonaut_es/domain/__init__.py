@@ -8,6 +8,7 @@ only :mod:`covonaut_es.errors` and :mod:`covonaut_es.messages` (besides eventsou
 domain classes and msgspec), never a layer above it.
 """
 
+from covonaut_es.domain._calls import requested_call
 from covonaut_es.domain._ids import check_thread_id, thread_aggregate_id
 from covonaut_es.domain._reviews import (
     Decision,
@@ -62,5 +63,6 @@ __all__ = [
     "canonical_json",
     "check_thread_id",
     "operation_digest",
+    "requested_call",
     "thread_aggregate_id",
 ]

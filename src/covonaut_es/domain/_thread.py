@@ -13,7 +13,6 @@ explicit ``TOPIC``, never where its class lives.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -22,6 +21,7 @@ from uuid import UUID
 import msgspec
 from eventsourcing.domain import Aggregate
 
+from covonaut_es.domain._calls import event_key, requested_call
 from covonaut_es.domain._ids import check_thread_id, thread_aggregate_id
 from covonaut_es.domain._integrity import CHAIN_KEY, UNCHAINED, seal
 from covonaut_es.domain._reviews import (
@@ -51,6 +51,7 @@ from covonaut_es.domain._values import (
 )
 from covonaut_es.errors import (
     InterruptPendingError,
+    MissingToolCallError,
     NotInterruptedError,
     ReviewPendingError,
     ThreadStateError,
@@ -157,15 +158,45 @@ class AgentThread(Aggregate, created_event_name="Started"):
                 thread.usage = thread.usage + self.message.usage
 
     class ToolCalled(Event):
-        """Write-ahead record of a tool call, saved before the tool runs."""
+        """Write-ahead record of a tool call, saved before the tool runs.
+
+        It names the call by id: the call is stored once, in the assistant message
+        that asked for it (see :meth:`call_in`), and its idempotency key is derived
+        from the thread, this event's version and the call id (see ADR 0023).
+        """
 
         TOPIC = "covonaut.thread.ToolCalled"
+        class_version = 2
 
-        call: ToolCall
-        idempotency_key: str
+        tool_call_id: str
 
         def apply(self, thread: AgentThread) -> None:
-            thread.open_calls[self.call.id] = PendingToolCall(self.call, self.idempotency_key)
+            call = self.call_in(thread.messages, thread_id=thread.thread_id)
+            key = event_key(thread.thread_id, self.originator_version, call.id)
+            thread.open_calls[call.id] = PendingToolCall(call, key)
+
+        def call_in(self, messages: Sequence[Message], *, thread_id: str) -> ToolCall:
+            """The call this event records, from the messages before it: the latest
+            assistant message holding its id asked for it.
+
+            Raises:
+                MissingToolCallError: No assistant message holds the call.
+            """
+            call = requested_call(messages, self.tool_call_id)
+            if call is None:
+                msg = (
+                    f"thread {thread_id!r} version {self.originator_version} records tool "
+                    f"call {self.tool_call_id!r}, but no assistant message before it holds "
+                    "that call: the stream was altered behind the library's back; run "
+                    "verify on the thread to find where"
+                )
+                raise MissingToolCallError(
+                    msg,
+                    thread_id=thread_id,
+                    tool_call_id=self.tool_call_id,
+                    version=self.originator_version,
+                )
+            return call
 
     class ToolResultRecorded(Event):
         """A tool call's result is known; it becomes a tool message."""
@@ -566,9 +597,13 @@ class AgentThread(Aggregate, created_event_name="Started"):
     def call_tools(self, calls: Sequence[ToolCall], *, now: datetime) -> None:
         """Record the intent to call each tool before any of them runs.
 
+        Each call must be the one the latest assistant message holding its id asks for:
+        the record names the call by id, and the message holds it.
+
         Raises:
             ThreadStateError: A call id is empty or already used in this thread: make
-                the ids unique with :meth:`unique_calls` first.
+                the ids unique with :meth:`unique_calls` first. Or no assistant message
+                asks for the call: append the model's message first.
         """
         used = self._used_call_ids()
         for call in calls:
@@ -579,9 +614,15 @@ class AgentThread(Aggregate, created_event_name="Started"):
                 )
                 raise ThreadStateError(msg)
             used.add(call.id)
+            if requested_call(self.messages, call.id) != call:
+                msg = (
+                    f"tool call {call.id!r} ({call.name}) is not asked for by the latest "
+                    f"assistant message of thread {self.thread_id!r} holding that id; append "
+                    "the assistant message with the calls first, then call_tools() with them"
+                )
+                raise ThreadStateError(msg)
         for call in calls:
-            key = self._next_event_key(call)
-            self.trigger_event(self.ToolCalled, call=call, idempotency_key=key, timestamp=now)
+            self.trigger_event(self.ToolCalled, tool_call_id=call.id, timestamp=now)
 
     def record_tool_result(
         self, tool_call_id: str, content: str, outcome: ToolOutcome, *, now: datetime
@@ -829,10 +870,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
         return {call_id for call_id in results if call_id} | set(self.open_calls)
 
     def _next_event_key(self, call: ToolCall) -> str:
-        # The version the next event will get makes the key unique even when a model
-        # reuses call ids across turns; recording the key keeps it stable.
-        material = f"{self.thread_id}\x00{self.version + 1}\x00{call.id}".encode()
-        return hashlib.sha256(material).hexdigest()[:32]
+        return event_key(self.thread_id, self.version + 1, call.id)
 
 
 # The snapshot module cannot import the aggregate (this module imports it): wire them here.

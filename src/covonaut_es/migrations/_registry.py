@@ -46,8 +46,29 @@ def state_document_v1_v2(document: dict[str, Any]) -> dict[str, Any]:
     return {**document, VERSION_KEY: 2}
 
 
+# ToolCalled version 2 names its call by id: the assistant message before it holds the
+# call, and the idempotency key is derived (ADR 0023).
+
+
+def tool_called_v1_v2(payload: dict[str, Any]) -> dict[str, Any]:
+    """ToolCalled v2 keeps the call's id only: the assistant message that asked for it
+    holds the call, and its idempotency key is derived as every stored v1 key was
+    (``covonaut_es.domain._calls.event_key``, unchanged since keys were first stored)."""
+    call = payload.pop("call", None)
+    if not isinstance(call, dict) or not isinstance(call.get("id"), str):
+        found = "an object without one" if isinstance(call, dict) else type(call).__name__
+        msg = (
+            "a v1 ToolCalled keeps its call under 'call', an object with a string 'id'; "
+            f"found {found}"
+        )
+        raise ValueError(msg)
+    payload.pop("idempotency_key", None)
+    return {**payload, "tool_call_id": call["id"], VERSION_KEY: 2}
+
+
 EVENT_UPCASTERS: dict[type, Mapping[int, Upcaster]] = {
     AgentThread.MessageAppended: {1: message_appended_v1_v2},
+    AgentThread.ToolCalled: {1: tool_called_v1_v2},
 }
 """Upcasters of the stored event types, by event class."""
 

@@ -18,10 +18,11 @@ from covonaut_es.domain import (
     ThreadParent,
     ThreadState,
     canonical_json,
+    requested_call,
     thread_aggregate_id,
 )
 from covonaut_es.domain._integrity import CHAIN_KEY, KEYED, UNCHAINED, link_problem
-from covonaut_es.errors import SerializationError
+from covonaut_es.errors import MissingToolCallError, SerializationError
 from covonaut_es.messages import Message
 from covonaut_es.store._heads import HeadAnchor
 
@@ -119,9 +120,6 @@ _SUMMARIES: dict[type[Any], Callable[[Any], str]] = {
     ),
     AgentThread.RunStarted: lambda e: f"{e.mode} started",
     AgentThread.MessageAppended: lambda e: _message_summary(e.message),
-    AgentThread.ToolCalled: lambda e: (
-        f"intent to call {e.call.name}({_clip(e.call.arguments, 60)})"
-    ),
     AgentThread.ToolCallSettled: lambda e: (
         f"{e.tool_name} settled by the application: {_clip(e.content)}"
     ),
@@ -167,8 +165,18 @@ _SUMMARIES: dict[type[Any], Callable[[Any], str]] = {
 }
 
 
-def summarize(event: Any) -> str:
-    """A one-line account of an event."""
+def _call_summary(event: AgentThread.ToolCalled, messages: list[Message]) -> str:
+    call = requested_call(messages, event.tool_call_id)
+    if call is None:
+        return f"intent to call {event.tool_call_id}, which no assistant message asked for"
+    return f"intent to call {call.name}({_clip(call.arguments, 60)})"
+
+
+def summarize(event: Any, messages: list[Message] | None = None) -> str:
+    """A one-line account of an event; ``messages``, those of its thread before it,
+    give a ``ToolCalled`` its call."""
+    if isinstance(event, AgentThread.ToolCalled):
+        return _call_summary(event, messages or [])
     for cls in type(event).__mro__:
         if cls in _SUMMARIES:
             return _SUMMARIES[cls](event)
@@ -178,13 +186,18 @@ def summarize(event: Any) -> str:
 def replay(store: _AuditedStore, thread_id: str) -> Iterator[AuditEntry]:
     """Each event of the thread with its version, time and a readable summary."""
     owners = {thread_aggregate_id(t): t for t in _ancestry(store, thread_id)}
+    messages: list[Message] = []  # those that can ask for calls
     for event in store.history(thread_id):
+        if isinstance(event, AgentThread.MessageAppended | AgentThread.Steered):
+            messages.append(event.message)
+        elif isinstance(event, AgentThread.StartedFromState):
+            messages.extend(event.document.messages)
         yield AuditEntry(
             thread_id=owners[event.originator_id],
             version=event.originator_version,
             recorded_at=event.timestamp,
             kind=type(event).__name__,
-            summary=summarize(event),
+            summary=summarize(event, messages),
         )
 
 
@@ -235,7 +248,7 @@ class _Fold:
         store = self.store
         try:
             checkpoints = {c.version: c for c in store.checkpoints(self.thread_id)}
-        except SerializationError:
+        except (SerializationError, MissingToolCallError):
             checkpoints = {}  # the pass reports the record that a load cannot read
         snapshots = store._snapshot_states(self.thread_id)
         snapshot = next(snapshots, None)
@@ -319,10 +332,14 @@ class _Fold:
             self.unchained += 1
         else:
             self.previous, self.chained = stored, self.chained + 1
-        if isinstance(event, AgentThread.Forked):
-            self.thread = event.graft(self.thread)
-        else:
-            self.thread = event.mutate(self.thread)  # type: ignore[attr-defined]
+        try:
+            if isinstance(event, AgentThread.Forked):
+                self.thread = event.graft(self.thread)
+            else:
+                self.thread = event.mutate(self.thread)  # type: ignore[attr-defined]
+        except MissingToolCallError as exc:  # a chain re-sealed around a changed message
+            self.findings.append(AuditFinding(version, f"event does not apply: {exc}"))
+            return False
         return True
 
     def _compare(self, version: int, kind: str, state: ThreadState) -> None:

@@ -1,0 +1,43 @@
+"""What a ``ToolCalled`` event does not store: its call, and the call's idempotency key.
+
+A ``ToolCalled`` event names its call by id (ADR 0023). The call itself, with its name
+and arguments, is stored once, in the assistant message appended just before; its
+idempotency key is derived from the thread, the event's version and the call id.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+from covonaut_es.messages import Message, Role, ToolCall
+
+
+def requested_call(messages: Sequence[Message], tool_call_id: str) -> ToolCall | None:
+    """The call with ``tool_call_id`` in the latest assistant message that holds one,
+    or None when no assistant message does.
+
+    Models may reuse a call id across turns, so the latest message holding it is the one
+    that asked; within one message the last such call counts, as it did when code before
+    unique call ids recorded repeated ids one after another. The search runs back from the
+    newest message, which holds the call whenever its ``ToolCalled`` is being applied.
+    """
+    for message in reversed(messages):
+        if message.role is Role.ASSISTANT:
+            for call in reversed(message.tool_calls):
+                if call.id == tool_call_id:
+                    return call
+    return None
+
+
+def event_key(thread_id: str, version: int, tool_call_id: str) -> str:
+    """The key of a call at the event of ``version``: 128 bits of SHA-256, in hex.
+
+    It is the idempotency key of the call a ``ToolCalled`` at ``version`` records, and
+    the review id of a ``ReviewRequested``. The version keeps it unique when a model
+    reuses call ids across turns. ``ToolCalled`` stores no key since version 2, so this
+    function is part of the stored format: changing it would give every recorded call a
+    new key and repeat its side effects; it needs a new ``ToolCalled`` version instead.
+    """
+    material = f"{thread_id}\x00{version}\x00{tool_call_id}".encode()
+    return hashlib.sha256(material).hexdigest()[:32]
