@@ -21,6 +21,7 @@ from covonaut_es.domain import AgentThread, CheckpointReason, RunMode, thread_ag
 from covonaut_es.domain._integrity import chain_hash
 from covonaut_es.errors import ConfigurationError, TransferError
 from covonaut_es.messages import Message
+from covonaut_es.store import _zstd
 from support import answer, call, echo_tool, review_tool, ticking_clock
 
 
@@ -173,9 +174,12 @@ def test_a_snapshot_that_disagrees_with_the_events_is_reported(tmp_path: Path) -
         version, state = conn.execute(
             "SELECT originator_version, state FROM stored_snapshots LIMIT 1"
         ).fetchone()
+        payload = msgspec.msgpack.decode(_zstd.decompress(state, limit=len(state) * 100))
+        for record in [payload["state"], *payload["state"]["checkpoints"]]:
+            record["turn"] += 100
         conn.execute(
             "UPDATE stored_snapshots SET state = ? WHERE originator_version = ?",
-            (state.replace(b'"turn":', b'"turn":1'), version),
+            (_zstd.compress(msgspec.msgpack.encode(payload)), version),
         )
     with open_store(f"sqlite:///{db}") as store:
         report = store.verify("t")

@@ -32,6 +32,7 @@ from covonaut_es import (
 from covonaut_es.domain import AgentThread, CheckpointReason, RunMode, ThreadSnapshot
 from covonaut_es.errors import ConfigurationError, StaleSnapshotError
 from covonaut_es.messages import Message
+from covonaut_es.store import _zstd
 from covonaut_es.store._mapper import MsgspecMapper
 from support import answer, call, echo_tool, put_raw_snapshot
 
@@ -229,17 +230,13 @@ def test_unreachable_postgres_is_store_unavailable() -> None:
 
 def put_snapshot(store: Store, thread_id: str, edit: Callable[[dict[str, Any]], object]) -> None:
     """Store a snapshot of the thread's head whose payload ``edit`` has changed."""
-    record = MsgspecMapper().to_stored_event(ThreadSnapshot.take(store.load(thread_id)))
-    payload = msgspec.json.decode(record.state)
+    mapper = MsgspecMapper()
+    record = mapper.to_stored_event(ThreadSnapshot.take(store.load(thread_id)))
+    payload = mapper.payload_fields(record)
     edit(payload)
+    packed = _zstd.compress(msgspec.msgpack.encode(payload))
     put_raw_snapshot(
-        store,
-        StoredEvent(
-            record.originator_id,
-            record.originator_version,
-            record.topic,
-            msgspec.json.encode(payload),
-        ),
+        store, StoredEvent(record.originator_id, record.originator_version, record.topic, packed)
     )
 
 
