@@ -193,13 +193,23 @@ def test_a_snapshot_that_disagrees_with_the_events_is_reported(tmp_path: Path) -
 
 @pytest.mark.parametrize("compress", [False, True])
 def test_verify_works_through_encryption(tmp_path: Path, compress: bool) -> None:
-    """The chain is computed over the plaintext payload, so it verifies under a cipher."""
+    """The chain is computed over the plaintext payload, so it verifies under a cipher,
+    with the thread's compressed snapshot checked too; the thread exports and imports
+    into another such store, where it verifies and loads the same."""
     from covonaut_es import create_cipher_key
 
     url = f"sqlite:///{tmp_path / 'secret.db'}"
-    with open_store(url, cipher_key=create_cipher_key(), compress=compress) as store:
-        conversation(store)
-        assert store.verify("t").ok
+    copy_url = f"sqlite:///{tmp_path / 'copy.db'}"
+    with (
+        open_store(url, cipher_key=create_cipher_key(), compress=compress) as store,
+        open_store(copy_url, cipher_key=create_cipher_key(), compress=compress) as copy,
+    ):
+        conversation(store, turns=40)
+        report = store.verify("t")
+        assert report.ok and report.snapshots_checked == 1
+        assert import_threads(copy, export_thread(store, "t")) == ["t"]
+        assert copy.verify("t").ok
+        assert copy.load("t").state == store.load("t").state
 
 
 def forge(store: Store, source: str, target: str, change: Any) -> None:
