@@ -383,6 +383,7 @@ def hostile_frames() -> dict[str, bytes]:
         "bomb": _zstd.compress(bytes(2 * 1024 * 1024)),
         "not msgpack": _zstd.compress(b"\xc1" * 100),
         "not a map": _zstd.compress(msgspec.msgpack.encode([1, 2])),
+        "foreign extension": _zstd.compress(msgspec.msgpack.encode(msgspec.msgpack.Ext(5, b"x"))),
     }
 
 
@@ -400,7 +401,8 @@ def test_a_hostile_compressed_snapshot_is_a_serialization_error(
     monkeypatch.setattr(_mapper, "SNAPSHOT_SIZE_LIMIT", 1024 * 1024)  # the bomb holds 2 MiB
     record = snapshot_record()
     record = StoredEvent(ID, record.originator_version, record.topic, hostile_frames()[name])
-    with pytest.raises(SerializationError, match=f"stream {ID} at version 22:.*snapshot"):
+    where = f"Snapshot.* of stream {ID} at version 22: stored"
+    with pytest.raises(SerializationError, match=where):
         MsgspecMapper().to_domain_event(record)
 
 

@@ -170,7 +170,7 @@ class _SnapshotCodec(_Codec):
             return super().decode_current(data)
         try:
             payload = self.packed_decoder.decode(_zstd.decompress(data, limit=SNAPSHOT_SIZE_LIMIT))
-        except (ValueError, msgspec.DecodeError):  # named by decode_older
+        except ValueError:  # msgspec.DecodeError among them; named by decode_older
             return None
         if getattr(payload, VERSION_KEY) != self.schema.version:
             return None
@@ -180,18 +180,14 @@ class _SnapshotCodec(_Codec):
         if not data.startswith(_zstd.MAGIC):
             return super().decode_untyped(data, where=where)
         try:
-            # As JSON values (datetimes as text, bytes as base64), so that upcasters
-            # see a snapshot alike whichever format it was written in.
-            decoded = msgspec.to_builtins(
-                msgspec.msgpack.decode(_zstd.decompress(data, limit=SNAPSHOT_SIZE_LIMIT))
-            )
-        except (ValueError, msgspec.DecodeError) as exc:
+            decoded = msgspec.msgpack.decode(_zstd.decompress(data, limit=SNAPSHOT_SIZE_LIMIT))
+            # Through JSON (datetimes become text), so that upcasters see a snapshot
+            # alike whichever format it was written in; only older snapshots come here.
+            as_json = msgspec.json.encode(decoded)
+        except (ValueError, TypeError) as exc:  # msgspec.DecodeError is a ValueError
             msg = f"{where}: stored snapshot is not a readable compressed snapshot: {exc}"
             raise SerializationError(msg) from exc
-        if not isinstance(decoded, dict):
-            msg = f"{where}: stored snapshot is a {type(decoded).__name__}, expected a map"
-            raise SerializationError(msg)
-        return decoded
+        return decode_object(as_json, where=where)
 
     def _fields(self, payload: msgspec.Struct) -> dict[str, Any]:
         fields = super()._fields(payload)
