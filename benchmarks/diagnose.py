@@ -205,7 +205,11 @@ def storage(ctx: Context, turns: int) -> Table:
             str(events),
             sum(r[4] for r in found["topics"]),
         ),
-        part(f"snapshot payloads (newest at version {last})", str(count), snapshot_bytes),
+        part(
+            f"snapshot payloads, zstd-compressed msgpack (newest at version {last})",
+            str(count),
+            snapshot_bytes,
+        ),
     ]
     without = (total or 0) - pages.get("stored_snapshots", snapshot_bytes)
     table.notes += [
@@ -220,7 +224,7 @@ def storage(ctx: Context, turns: int) -> Table:
         target.explanation = (
             f"Cause: snapshots are {ratio(snapshot_bytes, total):.0%} of the file "
             "(`Store._save_checkpoint_snapshot` in `store/_store.py` keeps one per thread, "
-            "the newest, ADR 0014), and each "
+            "the newest, ADR 0014, as msgpack in a zstd frame, ADR 0022), and each "
             f"turn stores {events / turns:.1f} events, of which only the message events carry "
             "conversation; every event row repeats its topic string and hex thread id "
             "(eventsourcing's SQLite schema, in `ThreadsApplication`). Without snapshots "

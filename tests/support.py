@@ -16,8 +16,10 @@ from eventsourcing.persistence import StoredEvent
 from covonaut_es import (
     Agent,
     AgentConfig,
+    AgentThread,
     CheckpointSettings,
     InterruptError,
+    Message,
     ProviderRequest,
     ProviderResponse,
     ScriptedProvider,
@@ -26,7 +28,7 @@ from covonaut_es import (
     ToolCall,
     ToolContext,
 )
-from covonaut_es.domain import thread_aggregate_id
+from covonaut_es.domain import RunMode, thread_aggregate_id
 from covonaut_es.messages import Usage
 from covonaut_es.providers._protocol import Responder, ScriptItem
 
@@ -131,6 +133,18 @@ def put_raw_snapshot(store: Store, record: StoredEvent) -> None:
     """Write a snapshot record behind the library's back."""
     assert store._app.snapshots is not None
     store._app.snapshots.recorder.insert_events([record])
+
+
+def snapshotted_thread(store: Store, thread_id: str = "long", *, text: str = "hi") -> AgentThread:
+    """A thread long enough for a snapshot, saved with one."""
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    thread = AgentThread.start(thread_id, now=now)
+    thread.start_run(RunMode.RUN, now=now)
+    for i in range(70):
+        thread.append_message(Message(role="user", content=f"{text} {i}"), now=now)
+    store.save(thread)
+    assert store._save_checkpoint_snapshot(thread)
+    return thread
 
 
 def run_python(

@@ -21,6 +21,7 @@ from covonaut_es.domain import AgentThread, CheckpointReason, RunMode, thread_ag
 from covonaut_es.domain._integrity import chain_hash
 from covonaut_es.errors import ConfigurationError, MissingToolCallError, TransferError
 from covonaut_es.messages import Message
+from covonaut_es.store import _zstd
 from support import answer, call, echo_tool, review_tool, ticking_clock
 
 
@@ -173,9 +174,12 @@ def test_a_snapshot_that_disagrees_with_the_events_is_reported(tmp_path: Path) -
         version, state = conn.execute(
             "SELECT originator_version, state FROM stored_snapshots LIMIT 1"
         ).fetchone()
+        payload = msgspec.msgpack.decode(_zstd.decompress(state, limit=len(state) * 100))
+        for record in [payload["state"], *payload["state"]["checkpoints"]]:
+            record["turn"] += 100
         conn.execute(
             "UPDATE stored_snapshots SET state = ? WHERE originator_version = ?",
-            (state.replace(b'"turn":', b'"turn":1'), version),
+            (_zstd.compress(msgspec.msgpack.encode(payload)), version),
         )
     with open_store(f"sqlite:///{db}") as store:
         report = store.verify("t")
@@ -189,13 +193,23 @@ def test_a_snapshot_that_disagrees_with_the_events_is_reported(tmp_path: Path) -
 
 @pytest.mark.parametrize("compress", [False, True])
 def test_verify_works_through_encryption(tmp_path: Path, compress: bool) -> None:
-    """The chain is computed over the plaintext payload, so it verifies under a cipher."""
+    """The chain is computed over the plaintext payload, so it verifies under a cipher,
+    with the thread's compressed snapshot checked too; the thread exports and imports
+    into another such store, where it verifies and loads the same."""
     from covonaut_es import create_cipher_key
 
     url = f"sqlite:///{tmp_path / 'secret.db'}"
-    with open_store(url, cipher_key=create_cipher_key(), compress=compress) as store:
-        conversation(store)
-        assert store.verify("t").ok
+    copy_url = f"sqlite:///{tmp_path / 'copy.db'}"
+    with (
+        open_store(url, cipher_key=create_cipher_key(), compress=compress) as store,
+        open_store(copy_url, cipher_key=create_cipher_key(), compress=compress) as copy,
+    ):
+        conversation(store, turns=40)
+        report = store.verify("t")
+        assert report.ok and report.snapshots_checked == 1
+        assert import_threads(copy, export_thread(store, "t")) == ["t"]
+        assert copy.verify("t").ok
+        assert copy.load("t").state == store.load("t").state
 
 
 def forge(store: Store, source: str, target: str, change: Any) -> None:

@@ -8,7 +8,7 @@ import msgspec
 
 from covonaut_es import AgentThread, FileStateStore, Store, open_store
 from covonaut_es.audit import check_store, format_report
-from support import append_raw_event, converse
+from support import append_raw_event, converse, snapshotted_thread
 
 TURN_STARTED = AgentThread.TurnStarted.TOPIC
 
@@ -25,6 +25,14 @@ def test_a_clean_store_upgrades_and_is_counted_per_type_and_version(store: Store
     assert report.records == events + 4
     lines = list(format_report(report, source=store.url))
     assert lines[-1] == f"OK: all {report.records} records upgrade to this code's schemas."
+
+
+def test_a_compressed_snapshot_is_counted_at_its_stored_version(store: Store) -> None:
+    """The check reads a snapshot's schema version out of its zstd frame."""
+    snapshotted_thread(store)
+    report = check_store(store)
+    assert report.ok
+    assert report.counts["ThreadSnapshot", report.current["ThreadSnapshot"]] == 1
 
 
 def test_a_corrupt_and_a_too_new_record_are_reported_by_thread_and_version(store_url: str) -> None:

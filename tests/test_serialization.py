@@ -9,6 +9,7 @@ from uuid import UUID
 
 import msgspec
 import pytest
+import zstandard
 from eventsourcing.compressor import ZlibCompressor
 from eventsourcing.persistence import StoredEvent
 
@@ -38,6 +39,7 @@ from covonaut_es.domain._named_states import StateSaved, state_stream_id
 from covonaut_es.errors import MissingUpcasterError
 from covonaut_es.messages import Usage
 from covonaut_es.migrations._registry import EVENT_UPCASTERS
+from covonaut_es.store import _mapper, _zstd
 from covonaut_es.store._mapper import MsgspecMapper, codec_for
 
 NOW = datetime(2026, 3, 4, 5, 6, 7, 890123, tzinfo=UTC)
@@ -244,7 +246,7 @@ def test_snapshot_from_before_reviews_decodes_with_no_reviews() -> None:
     thread = AgentThread.start("t", now=NOW)
     mapper = MsgspecMapper()
     record = mapper.to_stored_event(ThreadSnapshot.take(thread))
-    payload = msgspec.json.decode(record.state)
+    payload = mapper.payload_fields(record)  # written as JSON, as snapshots were then
     del payload["state"]["reviews"]
     older = StoredEvent(ID, record.originator_version, record.topic, msgspec.json.encode(payload))
     restored = mapper.to_domain_event(older).mutate(None)
@@ -320,7 +322,7 @@ def test_snapshot_migrators_see_the_thread_state_with_its_version() -> None:
     thread.start_turn(now=NOW)
     mapper = MsgspecMapper()
     record = mapper.to_stored_event(ThreadSnapshot.take(thread))
-    older = {**msgspec.json.decode(record.state), "_v": 1}
+    older = {**mapper.payload_fields(record), "_v": 1}  # JSON, as v1 snapshots were
     seen: list[dict[str, Any]] = []
 
     def migrate(state: dict[str, Any]) -> dict[str, Any]:
@@ -332,6 +334,79 @@ def test_snapshot_migrators_see_the_thread_state_with_its_version() -> None:
     assert seen[0]["_v"] == 1 and seen[0]["thread_id"] == "t" and "state" not in seen[0]
     assert isinstance(restored, AgentThread)
     assert restored.turn == 7
+
+
+def talked_thread() -> AgentThread:
+    thread = AgentThread.start("t", now=NOW)
+    thread.start_run(RunMode.RUN, now=NOW)
+    for i in range(20):
+        thread.append_message(Message(Role.USER, f"message {i} " * 20), now=NOW)
+    return thread
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_a_snapshot_is_one_zstd_frame_and_one_written_as_json_still_reads(compress: bool) -> None:
+    """A snapshot is stored as msgpack in a zstd frame, which the store's own compressor
+    leaves alone; a JSON snapshot as written before (compressed by the store or not)
+    decodes to the same thread."""
+    thread = talked_thread()
+    mapper = MsgspecMapper(compressor=ZlibCompressor() if compress else None)
+    record = mapper.to_stored_event(ThreadSnapshot.take(thread))
+    assert record.state.startswith(_zstd.MAGIC)
+    json_snapshot = mapper.stored_payload(msgspec.json.encode(mapper.payload_fields(record)))
+    older = StoredEvent(ID, record.originator_version, record.topic, json_snapshot)
+    assert older.state.startswith(b"x" if compress else b"{")
+    for stored in (record, older):
+        restored = mapper.to_domain_event(stored).mutate(None)
+        assert restored.state == thread.state
+        assert_same_types(restored.state, thread.state)
+
+
+def test_a_state_msgpack_cannot_hold_is_stored_as_json() -> None:
+    """An integer beyond 64 bits in a JSON value is kept by a JSON snapshot."""
+    thread = AgentThread.start("t", now=NOW)
+    thread.start_run(RunMode.RUN, now=NOW)
+    thread.interrupt(Interrupt("why", {"n": 2**70}), now=NOW)
+    mapper = MsgspecMapper()
+    record = mapper.to_stored_event(ThreadSnapshot.take(thread))
+    assert record.state.startswith(b"{")
+    assert mapper.to_domain_event(record).mutate(None).state == thread.state
+
+
+def hostile_frames() -> dict[str, bytes]:
+    """Damaged or hostile zstd snapshots, by what is wrong with them."""
+    packed = msgspec.msgpack.encode(MsgspecMapper().payload_fields(snapshot_record()))
+    frame = _zstd.compress(packed)
+    streamed = zstandard.ZstdCompressor().compressobj()
+    return {
+        "truncated": frame[: len(frame) // 2],
+        "magic only": _zstd.MAGIC,
+        "garbled": frame[:12] + bytes(b ^ 0x5A for b in frame[12:]),
+        "no declared size": streamed.compress(packed) + streamed.flush(),
+        "bomb": _zstd.compress(bytes(2 * 1024 * 1024)),
+        "not msgpack": _zstd.compress(b"\xc1" * 100),
+        "not a map": _zstd.compress(msgspec.msgpack.encode([1, 2])),
+        "foreign extension": _zstd.compress(msgspec.msgpack.encode(msgspec.msgpack.Ext(5, b"x"))),
+    }
+
+
+def snapshot_record() -> StoredEvent:
+    return MsgspecMapper().to_stored_event(ThreadSnapshot.take(talked_thread()))
+
+
+@pytest.mark.parametrize("name", list(hostile_frames()))
+def test_a_hostile_compressed_snapshot_is_a_serialization_error(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A damaged frame, one that hides its size or holds more than the limit, and one
+    holding no snapshot are each a SerializationError naming the stream; nothing
+    beyond the limit is allocated."""
+    monkeypatch.setattr(_mapper, "SNAPSHOT_SIZE_LIMIT", 1024 * 1024)  # the bomb holds 2 MiB
+    record = snapshot_record()
+    record = StoredEvent(ID, record.originator_version, record.topic, hostile_frames()[name])
+    where = f"Snapshot.* of stream {ID} at version 22: stored"
+    with pytest.raises(SerializationError, match=where):
+        MsgspecMapper().to_domain_event(record)
 
 
 def test_corrupt_payload_is_a_serialization_error() -> None:

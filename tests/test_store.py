@@ -32,8 +32,9 @@ from covonaut_es import (
 from covonaut_es.domain import AgentThread, CheckpointReason, RunMode, ThreadSnapshot
 from covonaut_es.errors import ConfigurationError, StaleSnapshotError
 from covonaut_es.messages import Message
+from covonaut_es.store import _zstd
 from covonaut_es.store._mapper import MsgspecMapper
-from support import answer, call, echo_tool, put_raw_snapshot
+from support import answer, call, echo_tool, put_raw_snapshot, snapshotted_thread
 
 SECRET = "TOP-SECRET-PLAINTEXT-4711"
 
@@ -229,17 +230,13 @@ def test_unreachable_postgres_is_store_unavailable() -> None:
 
 def put_snapshot(store: Store, thread_id: str, edit: Callable[[dict[str, Any]], object]) -> None:
     """Store a snapshot of the thread's head whose payload ``edit`` has changed."""
-    record = MsgspecMapper().to_stored_event(ThreadSnapshot.take(store.load(thread_id)))
-    payload = msgspec.json.decode(record.state)
+    mapper = MsgspecMapper()
+    record = mapper.to_stored_event(ThreadSnapshot.take(store.load(thread_id)))
+    payload = mapper.payload_fields(record)
     edit(payload)
+    packed = _zstd.compress(msgspec.msgpack.encode(payload))
     put_raw_snapshot(
-        store,
-        StoredEvent(
-            record.originator_id,
-            record.originator_version,
-            record.topic,
-            msgspec.json.encode(payload),
-        ),
+        store, StoredEvent(record.originator_id, record.originator_version, record.topic, packed)
     )
 
 
@@ -254,6 +251,43 @@ def test_a_snapshot_that_cannot_be_read_falls_back_to_the_events(
         assert store.state_at("t") == state
     assert "rebuilding the thread from its events" in caplog.text
     assert "ThreadSnapshot data (schema version 2) does not decode" in caplog.text
+
+
+def test_a_damaged_compressed_snapshot_falls_back_to_the_events(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A truncated zstd snapshot is passed over with a log line naming its stream, as
+    any unreadable snapshot is."""
+    state = talk(store).state
+    record = MsgspecMapper().to_stored_event(ThreadSnapshot.take(store.load("t")))
+    put_raw_snapshot(
+        store,
+        StoredEvent(
+            record.originator_id, record.originator_version, record.topic, record.state[:40]
+        ),
+    )
+    with caplog.at_level(logging.WARNING, logger="covonaut_es"):
+        assert store.state_at("t") == state
+    assert f"{record.originator_id} at version {record.originator_version}" in caplog.text
+    assert "not a readable compressed snapshot" in caplog.text
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_an_encrypted_snapshot_is_compressed_once_and_restores(
+    open_test_store: Callable[..., Store], compress: bool
+) -> None:
+    """With a cipher key, compressed or not, the snapshot at rest is the codec's zstd
+    frame encrypted (not compressed a second time), and it restores the thread."""
+    store = open_test_store(cipher_key=create_cipher_key(), compress=compress)
+    thread = snapshotted_thread(store, text=SECRET)
+    assert store._app.snapshots is not None
+    [record] = store._app.snapshots.recorder.select_events(thread.id)
+    assert SECRET.encode() not in record.state
+    mapper = store._mapper
+    assert mapper.cipher is not None
+    assert mapper.cipher.decrypt(record.state).startswith(_zstd.MAGIC)
+    assert mapper.to_domain_event(record).mutate(None).state == thread.state
+    assert store.load("long").state == thread.state
 
 
 def test_a_checkpoint_migrator_replaces_the_librarys_step(store: Store) -> None:

@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterable
 from uuid import UUID
 
 import attrs
-import msgspec
 from eventsourcing.persistence import StoredEvent
 from eventsourcing.utils import resolve_topic
 
@@ -171,7 +170,7 @@ class _Checker:
 
     def _stored_version(self, record: StoredEvent) -> int | None:
         try:
-            version = stored_version(msgspec.json.decode(self.store._plain_payload(record)))
+            version = stored_version(self.store._mapper.payload_fields(record))
         except Exception:  # unreadable: decoding it reports why
             return None
         return version if isinstance(version, int) and not isinstance(version, bool) else None

@@ -1,0 +1,83 @@
+"""Zstandard frames, from the standard library on Python 3.14+ and from ``zstandard``
+before it (ADR 0022): the rest of the store never knows which.
+
+Both write and read the same frame format, so a store written under one Python reads
+under the other.
+"""
+
+from __future__ import annotations
+
+import sys
+
+MAGIC = b"\x28\xb5\x2f\xfd"
+"""The first four bytes of every zstd frame; no JSON text or zlib stream starts so."""
+
+_LEVEL = 3
+
+if sys.version_info >= (3, 14):
+    from compression import zstd
+
+    def compress(data: bytes) -> bytes:
+        """One frame holding ``data``, its size declared in the frame header."""
+        return zstd.compress(data, level=_LEVEL)
+
+    def _declared_size(frame: bytes) -> int | None:
+        return zstd.get_frame_info(frame).decompressed_size
+
+    def _decompress(frame: bytes, size: int) -> bytes:
+        decompressor = zstd.ZstdDecompressor()
+        data = decompressor.decompress(frame, max_length=size + 1)
+        if not decompressor.eof:
+            msg = "the frame ends early"
+            raise ValueError(msg)
+        return data
+
+    _ERRORS: tuple[type[Exception], ...] = (zstd.ZstdError, ValueError)
+else:
+    import zstandard
+
+    _compressor = zstandard.ZstdCompressor(level=_LEVEL, write_content_size=True)
+    _decompressor = zstandard.ZstdDecompressor()
+
+    def compress(data: bytes) -> bytes:
+        """One frame holding ``data``, its size declared in the frame header."""
+        return _compressor.compress(data)
+
+    def _declared_size(frame: bytes) -> int | None:
+        size = zstandard.frame_content_size(frame)
+        return None if size < 0 else size
+
+    def _decompress(frame: bytes, size: int) -> bytes:
+        return _decompressor.decompress(frame, max_output_size=size)
+
+    _ERRORS = (zstandard.ZstdError, ValueError)
+
+
+def decompress(frame: bytes, *, limit: int) -> bytes:
+    """The data in one frame whose header declares a size of at most ``limit`` bytes;
+    bytes after the frame are ignored.
+
+    Raises:
+        ValueError: The frame is damaged or truncated, does not declare its size, or
+            declares more than ``limit`` (nothing larger is ever allocated).
+    """
+    try:
+        size = _declared_size(frame)
+    except _ERRORS as exc:
+        msg = f"not a readable zstd frame header ({exc})"
+        raise ValueError(msg) from exc
+    if size is None:
+        msg = "the zstd frame does not declare its decompressed size"
+        raise ValueError(msg)
+    if size > limit:
+        msg = f"the zstd frame declares {size} bytes, more than the {limit} allowed"
+        raise ValueError(msg)
+    try:
+        data = _decompress(frame, size)
+    except _ERRORS as exc:
+        msg = f"the zstd frame does not decompress ({exc})"
+        raise ValueError(msg) from exc
+    if len(data) != size:
+        msg = f"the zstd frame holds {len(data)} bytes but declares {size}"
+        raise ValueError(msg)
+    return data
