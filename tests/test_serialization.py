@@ -382,8 +382,9 @@ def hostile_frames() -> dict[str, bytes]:
         "truncated": frame[: len(frame) // 2],
         "magic only": _zstd.MAGIC,
         "garbled": frame[:12] + bytes(b ^ 0x5A for b in frame[12:]),
-        "no declared size": streamed.compress(packed) + streamed.flush(),
         "bomb": _zstd.compress(bytes(2 * 1024 * 1024)),
+        "bomb without a declared size": streamed.compress(bytes(2 * 1024 * 1024))
+        + streamed.flush(),
         "not msgpack": _zstd.compress(b"\xc1" * 100),
         "not a map": _zstd.compress(msgspec.msgpack.encode([1, 2])),
         "foreign extension": _zstd.compress(msgspec.msgpack.encode(msgspec.msgpack.Ext(5, b"x"))),
@@ -398,7 +399,7 @@ def snapshot_record() -> StoredEvent:
 def test_a_hostile_compressed_snapshot_is_a_serialization_error(
     name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A damaged frame, one that hides its size or holds more than the limit, and one
+    """A damaged frame, one that holds more than the limit (declared or not), and one
     holding no snapshot are each a SerializationError naming the stream; nothing
     beyond the limit is allocated."""
     monkeypatch.setattr(_mapper, "SNAPSHOT_SIZE_LIMIT", 1024 * 1024)  # the bomb holds 2 MiB
@@ -407,6 +408,20 @@ def test_a_hostile_compressed_snapshot_is_a_serialization_error(
     where = f"Snapshot.* of stream {ID} at version 22: stored"
     with pytest.raises(SerializationError, match=where):
         MsgspecMapper().to_domain_event(record)
+
+
+def test_a_snapshot_frame_without_its_declared_size_is_read() -> None:
+    """A frame that does not declare its size (as another zstd writer may make it) is
+    read up to the limit: the snapshot is the same."""
+    record = snapshot_record()
+    packed = _zstd.decompress(record.state, limit=_mapper.SNAPSHOT_SIZE_LIMIT)
+    streamed = zstandard.ZstdCompressor().compressobj()
+    undeclared = StoredEvent(
+        ID, record.originator_version, record.topic, streamed.compress(packed) + streamed.flush()
+    )
+    assert zstandard.frame_content_size(undeclared.state) < 0
+    mapper = MsgspecMapper()
+    assert mapper.to_domain_event(undeclared).mutate(None).state == talked_thread().state
 
 
 def test_corrupt_payload_is_a_serialization_error() -> None:

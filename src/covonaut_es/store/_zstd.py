@@ -54,30 +54,33 @@ else:
 
 
 def decompress(frame: bytes, *, limit: int) -> bytes:
-    """The data in one frame whose header declares a size of at most ``limit`` bytes;
-    bytes after the frame are ignored.
+    """The data in one frame of at most ``limit`` bytes; bytes after the frame are
+    ignored.
+
+    A frame that declares its size (ours always do) is refused before anything is
+    allocated when it declares more than ``limit``; one that does not is decompressed up
+    to ``limit`` bytes and refused beyond.
 
     Raises:
-        ValueError: The frame is damaged or truncated, does not declare its size, or
-            declares more than ``limit`` (nothing larger is ever allocated).
+        ValueError: The frame is damaged or truncated, or holds more than ``limit``.
     """
     try:
         size = _declared_size(frame)
     except _ERRORS as exc:
         msg = f"not a readable zstd frame header ({exc})"
         raise ValueError(msg) from exc
-    if size is None:
-        msg = "the zstd frame does not declare its decompressed size"
-        raise ValueError(msg)
-    if size > limit:
+    if size is not None and size > limit:
         msg = f"the zstd frame declares {size} bytes, more than the {limit} allowed"
         raise ValueError(msg)
     try:
-        data = _decompress(frame, size)
+        data = _decompress(frame, limit if size is None else size)
     except _ERRORS as exc:
         msg = f"the zstd frame does not decompress ({exc})"
         raise ValueError(msg) from exc
-    if len(data) != size:
+    if size is None and len(data) > limit:
+        msg = f"the zstd frame holds more than the {limit} bytes allowed"
+        raise ValueError(msg)
+    if size is not None and len(data) != size:
         msg = f"the zstd frame holds {len(data)} bytes but declares {size}"
         raise ValueError(msg)
     return data
