@@ -35,6 +35,7 @@ from eventsourcing.sqlite import SQLiteApplicationRecorder
 from eventsourcing.utils import retry
 
 from covonaut_es.domain._integrity import CHAIN_KEY, UNCHAINED
+from covonaut_es.store._postgres_rows import encode_json, rows_json, select_rows
 
 HEADS = "covonaut_thread_heads"
 """The ``insert_events`` keyword carrying ``(originator_id, version, chain)`` rows."""
@@ -102,7 +103,7 @@ class _PostgresHeads:
     """
 
     datastore: Any
-    insert_function: Any = None  # the call of the store's insert function, if it has one
+    insert_function: str | None = None  # the call of the store's insert function, if any
 
     def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Any:
         if self.insert_function is None or not stored_events:
@@ -127,20 +128,20 @@ class _PostgresHeads:
 def _insert_in_one_statement(
     recorder: Any, stored_events: Sequence[StoredEvent], heads: Sequence[Head]
 ) -> list[int]:
-    events = [
-        recorder.construct_pg_stored_event(e.originator_id, e.originator_version, e.topic, e.state)
-        for e in stored_events
-    ]
     params = (
-        events,
-        [h[0] for h in heads],
-        [h[1] for h in heads],
-        [h[2] for h in heads],
+        rows_json(stored_events),
+        encode_json([_HeadRow(*head) for head in heads]).decode(),
         f"{recorder.datastore.lock_timeout}s",
     )
     with recorder.datastore.get_connection() as conn:
         rows = conn.execute(recorder.insert_function, params, prepare=True).fetchall()
     return [row["notification_id"] for row in rows]
+
+
+class _HeadRow(msgspec.Struct):
+    originator_id: UUID
+    version: int
+    chain: str
 
 
 class _MemoryHeads(POPOApplicationRecorder):
@@ -216,7 +217,7 @@ def _postgres_table(recorder: Any, *, create: bool) -> bool:
     return True
 
 
-def _postgres_function(recorder: Any, *, create: bool) -> Any:
+def _postgres_function(recorder: Any, *, create: bool) -> str | None:
     """The call of the store's insert function, creating it if ``create``; None when it
     is absent and may not be created."""
     from psycopg.sql import SQL, Identifier
@@ -232,44 +233,41 @@ def _postgres_function(recorder: Any, *, create: bool) -> Any:
                     schema=schema,
                     events=Identifier(recorder.events_table_name),
                     heads=Identifier(_table(recorder)),
-                    event_type=Identifier(recorder.stored_event_type_name),
+                    rows=select_rows(SQL("events"), recorder.datastore.originator_id_type),
                     channel=Identifier(recorder.channel_name),
                 )
             )
         else:
             curs.execute(
-                "SELECT to_regproc(%s) AS found",
-                (f'"{recorder.datastore.schema}"."{name}"',),
+                "SELECT to_regprocedure(%s) AS found",
+                (f'"{recorder.datastore.schema}"."{name}"(json, json, text)',),
             )
             row = curs.fetchone()
             if row is None or row["found"] is None:
                 return None
-    return SQL(
-        "SELECT notification_id FROM {function}(%s::{schema}.{event_type}[], %s::uuid[], "
-        "%s::bigint[], %s::text[], %s) AS notification_id"
-    ).format(
-        function=function,
-        schema=schema,
-        event_type=Identifier(recorder.stored_event_type_name),
-    )
+        # Rendered once: a composed query is rendered again on every execution.
+        return (
+            SQL("SELECT notification_id FROM {function}(%s::json, %s::json, %s) AS notification_id")
+            .format(function=function)
+            .as_string(curs)
+        )
 
 
 _INSERT_FUNCTION = """
-CREATE OR REPLACE FUNCTION {function}(
-    events {schema}.{event_type}[], head_ids uuid[], head_versions bigint[],
-    head_chains text[], timeout text
-) RETURNS SETOF bigint LANGUAGE plpgsql AS $body$
+CREATE OR REPLACE FUNCTION {function}(events json, heads json, timeout text)
+RETURNS SETOF bigint LANGUAGE plpgsql AS $body$
 BEGIN
     PERFORM set_config('lock_timeout', timeout, true);
     LOCK TABLE {schema}.{events} IN EXCLUSIVE MODE;
     NOTIFY {channel};
     INSERT INTO {schema}.{heads} (originator_id, version, chain)
-        SELECT * FROM unnest(head_ids, head_versions, head_chains)
+        SELECT * FROM json_to_recordset(heads)
+            AS h(originator_id uuid, version bigint, chain text)
         ON CONFLICT (originator_id) DO UPDATE
         SET version = EXCLUDED.version, chain = EXCLUDED.chain;
     RETURN QUERY INSERT INTO {schema}.{events}
         (originator_id, originator_version, topic, state)
-        SELECT originator_id, originator_version, topic, state FROM unnest(events)
+        {rows}
         RETURNING notification_id;
 END;
 $body$
