@@ -27,7 +27,7 @@ from covonaut_es.errors import (
     ThreadNotFoundError,
     ThreadStateError,
 )
-from covonaut_es.store._heads import HEADS, head_of
+from covonaut_es.store._heads import HEADS, NEW_STREAMS, guards_new_streams, head_of
 
 
 class ThreadForking(ABC):
@@ -142,9 +142,10 @@ class ThreadForking(ABC):
         newest = next(newest_first)
         version = newest.originator_version
         new_thread_id = check_thread_id(new_thread_id or f"{thread_id}~{uuid.uuid4().hex[:8]}")
-        if self.exists(new_thread_id):
-            msg = f"cannot fork {thread_id!r} as {new_thread_id!r}: that thread already exists"
-            raise ThreadConflictError(msg, thread_id=new_thread_id, expected_version=0)
+        taken = f"cannot fork {thread_id!r} as {new_thread_id!r}: that thread already exists"
+        guarded = guards_new_streams(self._app.recorder)  # else checked here, then written
+        if not guarded and self.exists(new_thread_id):
+            raise ThreadConflictError(taken, thread_id=new_thread_id, expected_version=0)
         interrupts, abandoned = fork_point(itertools.chain([newest], newest_first))
         if abandoned:
             msg = (
@@ -165,10 +166,11 @@ class ThreadForking(ABC):
         if key is not None:
             seal_all([event], previous_chain, key)
         try:
-            self._app.events.put([event], **{HEADS: [head_of(event)]})
+            self._app.events.put(
+                [event], **{HEADS: [head_of(event)], NEW_STREAMS: {event.originator_id}}
+            )
         except IntegrityError as exc:
-            msg = f"cannot fork {thread_id!r} as {new_thread_id!r}: that thread already exists"
-            raise ThreadConflictError(msg, thread_id=new_thread_id, expected_version=0) from exc
+            raise ThreadConflictError(taken, thread_id=new_thread_id, expected_version=0) from exc
         return new_thread_id
 
     def abandon(self, thread_id: str, reason: str = "", *, now: datetime | None = None) -> None:

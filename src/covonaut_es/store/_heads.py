@@ -19,13 +19,14 @@ library), not a return to the state before anchors.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 from uuid import UUID
 
 import msgspec
 from eventsourcing.persistence import (
     ApplicationRecorder,
+    IntegrityError,
     InterfaceError,
     OperationalError,
     StoredEvent,
@@ -41,6 +42,12 @@ HEADS = "covonaut_thread_heads"
 """The ``insert_events`` keyword carrying ``(originator_id, version, chain)`` rows."""
 
 Head = tuple[UUID, int, str]
+
+NEW_STREAMS = "covonaut_new_streams"
+"""The ``insert_events`` keyword naming streams that must hold no event but the ones
+inserted (a fork's new thread, whose first version is not 1, so that the uniqueness of
+versions does not guard it): the insert fails with ``IntegrityError`` otherwise, checked
+in the same transaction where :func:`guards_new_streams` holds."""
 
 
 class HeadAnchor(msgspec.Struct, frozen=True):
@@ -78,9 +85,24 @@ def _table(recorder: Any) -> str:
     return f"{recorder.events_table_name}_heads"
 
 
+def _taken(stream: UUID) -> IntegrityError:
+    return IntegrityError(f"stream {stream} already has events; it was to be a new one")
+
+
+def _inserted(stored_events: Sequence[StoredEvent], stream: UUID) -> int:
+    return sum(1 for e in stored_events if UUID(str(e.originator_id)) == stream)
+
+
 class _SQLiteHeads(SQLiteApplicationRecorder):
     def _insert_events(self, c: Any, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Any:
         ids = super()._insert_events(c, stored_events, **kwargs)
+        for stream in kwargs.get(NEW_STREAMS, ()):  # after the insert took the write lock
+            c.execute(
+                f"SELECT COUNT(*) FROM {self.events_table_name} WHERE originator_id = ?",
+                (stream.hex,),
+            )
+            if c.fetchone()[0] != _inserted(stored_events, stream):
+                raise _taken(stream)
         rows = [(h[0].hex, h[1], h[2]) for h in kwargs.get(HEADS, ())]
         c.executemany(
             f"INSERT INTO {_table(self)} (originator_id, version, chain) VALUES (?, ?, ?) "
@@ -103,17 +125,25 @@ class _PostgresHeads:
     """
 
     datastore: Any
+    events_table_name: str
     insert_function: str | None = None  # the call of the store's insert function, if any
 
     def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Any:
         if self.insert_function is None or not stored_events:
             return super().insert_events(stored_events, **kwargs)  # type: ignore[misc]
-        return _insert_in_one_statement(self, stored_events, kwargs.get(HEADS, ()))
+        return _insert_in_one_statement(
+            self, stored_events, kwargs.get(HEADS, ()), kwargs.get(NEW_STREAMS, ())
+        )
 
     def _insert_events(
         self, curs: Any, stored_events: Sequence[StoredEvent], **kwargs: Any
     ) -> None:
         super()._insert_events(curs, stored_events, **kwargs)  # type: ignore[misc]
+        events = f'"{self.datastore.schema}"."{self.events_table_name}"'
+        for stream in kwargs.get(NEW_STREAMS, ()):  # under the table lock the insert took
+            curs.execute(f"SELECT COUNT(*) AS n FROM {events} WHERE originator_id = %s", (stream,))
+            if curs.fetchone()["n"] != _inserted(stored_events, stream):
+                raise _taken(stream)
         table = f'"{self.datastore.schema}"."{_table(self)}"'
         for stream, version, chain in kwargs.get(HEADS, ()):
             curs.execute(
@@ -126,11 +156,14 @@ class _PostgresHeads:
 
 @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)  # as eventsourcing's
 def _insert_in_one_statement(
-    recorder: Any, stored_events: Sequence[StoredEvent], heads: Sequence[Head]
+    recorder: Any,
+    stored_events: Sequence[StoredEvent],
+    heads: Sequence[Head],
+    new_streams: Collection[UUID],
 ) -> list[int]:
     params = (
         rows_json(stored_events),
-        encode_json([_HeadRow(*head) for head in heads]).decode(),
+        encode_json([_HeadRow(*head, new=head[0] in new_streams) for head in heads]).decode(),
         f"{recorder.datastore.lock_timeout}s",
     )
     with recorder.datastore.get_connection() as conn:
@@ -142,10 +175,17 @@ class _HeadRow(msgspec.Struct):
     originator_id: UUID
     version: int
     chain: str
+    new: bool  # the stream is in NEW_STREAMS
 
 
 class _MemoryHeads(POPOApplicationRecorder):
     thread_heads: dict[UUID, tuple[int, str]]
+
+    def _assert_uniqueness(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> None:
+        super()._assert_uniqueness(stored_events, **kwargs)  # under the database lock
+        for stream in kwargs.get(NEW_STREAMS, ()):
+            if self._stored_events_index.get(str(stream)):
+                raise _taken(stream)
 
     def _update_table(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Any:
         ids = super()._update_table(stored_events, **kwargs)  # under the database lock
@@ -169,6 +209,11 @@ def anchor_heads(recorder: ApplicationRecorder, *, create: bool) -> None:
     elif _is_postgres(recorder) and _postgres_table(recorder, create=create):
         recorder.__class__ = type("PostgresHeads", (_PostgresHeads, type(recorder)), {})
         recorder.insert_function = _postgres_function(recorder, create=create)  # type: ignore[attr-defined]
+
+
+def guards_new_streams(recorder: ApplicationRecorder) -> bool:
+    """Whether ``recorder`` honours :data:`NEW_STREAMS` (it writes head anchors)."""
+    return isinstance(recorder, _SQLiteHeads | _PostgresHeads | _MemoryHeads)
 
 
 def _is_postgres(recorder: ApplicationRecorder) -> bool:
@@ -259,6 +304,12 @@ RETURNS SETOF bigint LANGUAGE plpgsql AS $body$
 BEGIN
     PERFORM set_config('lock_timeout', timeout, true);
     LOCK TABLE {schema}.{events} IN EXCLUSIVE MODE;
+    IF EXISTS (
+        SELECT FROM json_to_recordset(heads) AS h(originator_id uuid, new boolean)
+        JOIN {schema}.{events} AS e ON e.originator_id = h.originator_id WHERE h.new
+    ) THEN
+        RAISE unique_violation USING MESSAGE = 'a new stream already has events';
+    END IF;
     NOTIFY {channel};
     INSERT INTO {schema}.{heads} (originator_id, version, chain)
         SELECT * FROM json_to_recordset(heads)
