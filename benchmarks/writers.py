@@ -41,6 +41,7 @@ RAW_TABLE = """
 
 
 def _ours(url: str, turns: int, index: int, barrier: Any, queue: Any) -> None:
+    workload.prepare(turns)  # the raw writers get their rows made too
     with closing(open_store("memory://")) as warm:
         Agent(workload.agent_config(warm, workload.Model(workload.WARMUP_TURNS))).run("warm up")
     with closing(open_store(url)) as store:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import sqlite3
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -99,6 +101,31 @@ def test_fork_refuses_bad_versions_and_existing_ids(store: Store) -> None:
     with pytest.raises(ThreadConflictError, match="already exists"):
         store.fork("root", new_thread_id="other")
     assert store.children("root") == ()
+
+
+def test_a_fork_onto_a_shorter_thread_is_refused_on_every_insert_path(shared_url: str) -> None:
+    """A fork named after an existing thread whose versions end below the fork's (so
+    that no version collides) is refused and stores nothing: with the store's insert,
+    eventsourcing's insert (no PostgreSQL insert function) and with no head table."""
+    with open_store(shared_url) as store:
+        conversation(store, "root", 2)
+        conversation(store, "other", 1)
+    postgres = shared_url.startswith("postgresql")
+    older_schemas = ["DROP TABLE stored_events_heads"]
+    if postgres:
+        older_schemas = ["DROP FUNCTION covonaut_events_insert", "DROP TABLE covonaut_events_heads"]
+    for statement in [None, *older_schemas]:
+        if statement and postgres:
+            with psycopg.connect(shared_url) as conn:
+                conn.execute(statement)
+        elif statement:
+            with closing(sqlite3.connect(shared_url.removeprefix("sqlite:///"))) as conn:
+                conn.execute(statement)
+        with open_store(shared_url, create_tables=False) as store:
+            other = store.history("other")
+            with pytest.raises(ThreadConflictError, match="already exists"):
+                store.fork("root", new_thread_id="other")
+            assert store.history("other") == other, statement
 
 
 def test_forks_of_forks_load_to_any_depth(store: Store) -> None:

@@ -47,6 +47,7 @@ from covonaut_es.migrations import Upcaster
 from covonaut_es.migrations._upcasting import NO_MIGRATORS
 from covonaut_es.store._heads import HEADS, anchor_heads
 from covonaut_es.store._mapper import MsgspecMapper, aggregate_event_classes
+from covonaut_es.store._postgres_rows import insert_rows_as_json
 from covonaut_es.store._settings import check_settings, check_sqlite_file
 from covonaut_es.store._urls import SQLITE_PATH, postgres_params
 
@@ -93,7 +94,9 @@ class AgentApplication(Application[UUID]):
     def construct_snapshot_store(self) -> SnapshotCache:
         """The snapshot store, read as a cache: see :class:`SnapshotCache`."""
         assert isinstance(self.mapper, MsgspecMapper)
-        return SnapshotCache(self.mapper, self.factory.aggregate_recorder(purpose="snapshots"))
+        recorder = self.factory.aggregate_recorder(purpose="snapshots")
+        insert_rows_as_json(recorder)
+        return SnapshotCache(self.mapper, recorder)
 
 
 def _cipher(factory: InfrastructureFactory[Any]) -> Cipher | None:

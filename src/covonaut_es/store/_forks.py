@@ -27,7 +27,7 @@ from covonaut_es.errors import (
     ThreadNotFoundError,
     ThreadStateError,
 )
-from covonaut_es.store._heads import HEADS, head_of
+from covonaut_es.store._heads import HEADS, NEW_STREAMS, guards_new_streams, head_of
 
 
 class ThreadForking(ABC):
@@ -57,23 +57,52 @@ class ThreadForking(ABC):
     def _forked_event(self, thread_id: str) -> AgentThread.Forked | None:
         """The event that started a fork's stream, or None for a root thread."""
 
-    def _head_version(self, thread_id: str) -> int:
+    def _newest_first(self, thread_id: str, version: int | None) -> Iterator[Any]:
+        """The thread's own events up to ``version`` (None: its head), newest first,
+        read in pages."""
         aggregate_id = thread_aggregate_id(thread_id)
-        newest = self._app.recorder.select_events(aggregate_id, desc=True, limit=1)
-        if not newest:
-            msg = f"thread {thread_id!r} not found in store {self.url}"
-            raise ThreadNotFoundError(msg)
-        return newest[0].originator_version
-
-    def _newest_first(self, thread_id: str, version: int) -> Iterator[Any]:
-        """The thread's own events up to ``version``, newest first, read in pages."""
-        aggregate_id = thread_aggregate_id(thread_id)
-        while version >= 1:
+        while version is None or version >= 1:
             page = list(self._app.events.get(aggregate_id, lte=version, desc=True, limit=16))
             yield from page
             if len(page) < 16:
                 return
             version = page[-1].originator_version - 1
+
+    def _branch_point(self, thread_id: str, version: int | None) -> tuple[str, Iterator[Any]]:
+        """The thread whose own stream holds ``version`` (None: ``thread_id``'s head),
+        and its events up to that version, newest first.
+
+        A fork's versions up to its branch point are its parent's, so a fork there
+        branches from the parent. Reads one page of the stream in the common case.
+
+        Raises:
+            ThreadNotFoundError: The thread or the version is missing.
+        """
+        requested = thread_id
+        while True:
+            events = self._newest_first(thread_id, version)
+            newest = next(events, None)
+            if newest is not None and version in (None, newest.originator_version):
+                return thread_id, itertools.chain([newest], events)
+            forked = None
+            if newest is None and version is not None and version >= 1:
+                forked = self._forked_event(thread_id)
+            if forked is None:
+                raise self._no_such_version(requested, version)
+            # Below the fork's own first version: inherited, so branch from its owner.
+            thread_id = forked.parent_thread_id
+
+    def _no_such_version(self, thread_id: str, version: int | None) -> ThreadNotFoundError:
+        newest = self._app.recorder.select_events(
+            thread_aggregate_id(thread_id), desc=True, limit=1
+        )
+        if not newest:
+            return ThreadNotFoundError(f"thread {thread_id!r} not found in store {self.url}")
+        head = newest[0].originator_version
+        return ThreadNotFoundError(
+            f"thread {thread_id!r} has versions 1 to {head}; "
+            f"it cannot be forked at version {version}"
+        )
 
     def fork(
         self,
@@ -109,22 +138,14 @@ class ThreadForking(ABC):
             raise ConfigurationError(msg)
         if at_checkpoint is not None:
             at_version = self._checkpoint_version(thread_id, at_checkpoint)
-        head = self._head_version(thread_id)
-        version = head if at_version is None else at_version
-        if not 1 <= version <= head:
-            msg = (
-                f"thread {thread_id!r} has versions 1 to {head}; "
-                f"it cannot be forked at version {version}"
-            )
-            raise ThreadNotFoundError(msg)
-        while (forked := self._forked_event(thread_id)) and version <= forked.parent_version:
-            thread_id = forked.parent_thread_id  # an inherited version: branch from its owner
-        new_thread_id = check_thread_id(new_thread_id or f"{thread_id}~{uuid.uuid4().hex[:8]}")
-        if self.exists(new_thread_id):
-            msg = f"cannot fork {thread_id!r} as {new_thread_id!r}: that thread already exists"
-            raise ThreadConflictError(msg, thread_id=new_thread_id, expected_version=0)
-        newest_first = self._newest_first(thread_id, version)
+        thread_id, newest_first = self._branch_point(thread_id, at_version)
         newest = next(newest_first)
+        version = newest.originator_version
+        new_thread_id = check_thread_id(new_thread_id or f"{thread_id}~{uuid.uuid4().hex[:8]}")
+        taken = f"cannot fork {thread_id!r} as {new_thread_id!r}: that thread already exists"
+        guarded = guards_new_streams(self._app.recorder)  # else checked here, then written
+        if not guarded and self.exists(new_thread_id):
+            raise ThreadConflictError(taken, thread_id=new_thread_id, expected_version=0)
         interrupts, abandoned = fork_point(itertools.chain([newest], newest_first))
         if abandoned:
             msg = (
@@ -145,10 +166,11 @@ class ThreadForking(ABC):
         if key is not None:
             seal_all([event], previous_chain, key)
         try:
-            self._app.events.put([event], **{HEADS: [head_of(event)]})
+            self._app.events.put(
+                [event], **{HEADS: [head_of(event)], NEW_STREAMS: {event.originator_id}}
+            )
         except IntegrityError as exc:
-            msg = f"cannot fork {thread_id!r} as {new_thread_id!r}: that thread already exists"
-            raise ThreadConflictError(msg, thread_id=new_thread_id, expected_version=0) from exc
+            raise ThreadConflictError(taken, thread_id=new_thread_id, expected_version=0) from exc
         return new_thread_id
 
     def abandon(self, thread_id: str, reason: str = "", *, now: datetime | None = None) -> None:

@@ -19,13 +19,14 @@ library), not a return to the state before anchors.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 from uuid import UUID
 
 import msgspec
 from eventsourcing.persistence import (
     ApplicationRecorder,
+    IntegrityError,
     InterfaceError,
     OperationalError,
     StoredEvent,
@@ -35,11 +36,19 @@ from eventsourcing.sqlite import SQLiteApplicationRecorder
 from eventsourcing.utils import retry
 
 from covonaut_es.domain._integrity import CHAIN_KEY, UNCHAINED
+from covonaut_es.store._postgres_rows import encode_json, rows_json, select_rows
 
 HEADS = "covonaut_thread_heads"
 """The ``insert_events`` keyword carrying ``(originator_id, version, chain)`` rows."""
 
 Head = tuple[UUID, int, str]
+
+NEW_STREAMS = "covonaut_new_streams"
+"""The ``insert_events`` keyword naming streams, each with its row in :data:`HEADS`,
+that must hold no event but the ones inserted (a fork's new thread, whose first version
+is not 1, so that the uniqueness of versions does not guard it): the insert fails with
+``IntegrityError`` otherwise, checked in its own transaction where
+:func:`guards_new_streams` holds."""
 
 
 class HeadAnchor(msgspec.Struct, frozen=True):
@@ -77,9 +86,24 @@ def _table(recorder: Any) -> str:
     return f"{recorder.events_table_name}_heads"
 
 
+def _taken(stream: UUID) -> IntegrityError:
+    return IntegrityError(f"stream {stream} already has events; it was to be a new one")
+
+
+def _inserted(stored_events: Sequence[StoredEvent], stream: UUID) -> int:
+    return sum(1 for e in stored_events if UUID(str(e.originator_id)) == stream)
+
+
 class _SQLiteHeads(SQLiteApplicationRecorder):
     def _insert_events(self, c: Any, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Any:
         ids = super()._insert_events(c, stored_events, **kwargs)
+        for stream in kwargs.get(NEW_STREAMS, ()):  # after the insert took the write lock
+            c.execute(
+                f"SELECT COUNT(*) FROM {self.events_table_name} WHERE originator_id = ?",
+                (stream.hex,),
+            )
+            if c.fetchone()[0] != _inserted(stored_events, stream):
+                raise _taken(stream)
         rows = [(h[0].hex, h[1], h[2]) for h in kwargs.get(HEADS, ())]
         c.executemany(
             f"INSERT INTO {_table(self)} (originator_id, version, chain) VALUES (?, ?, ?) "
@@ -102,17 +126,25 @@ class _PostgresHeads:
     """
 
     datastore: Any
-    insert_function: Any = None  # the call of the store's insert function, if it has one
+    events_table_name: str
+    insert_function: str | None = None  # the call of the store's insert function, if any
 
     def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Any:
         if self.insert_function is None or not stored_events:
             return super().insert_events(stored_events, **kwargs)  # type: ignore[misc]
-        return _insert_in_one_statement(self, stored_events, kwargs.get(HEADS, ()))
+        return _insert_in_one_statement(
+            self, stored_events, kwargs.get(HEADS, ()), kwargs.get(NEW_STREAMS, ())
+        )
 
     def _insert_events(
         self, curs: Any, stored_events: Sequence[StoredEvent], **kwargs: Any
     ) -> None:
         super()._insert_events(curs, stored_events, **kwargs)  # type: ignore[misc]
+        events = f'"{self.datastore.schema}"."{self.events_table_name}"'
+        for stream in kwargs.get(NEW_STREAMS, ()):  # under the table lock the insert took
+            curs.execute(f"SELECT COUNT(*) AS n FROM {events} WHERE originator_id = %s", (stream,))
+            if curs.fetchone()["n"] != _inserted(stored_events, stream):
+                raise _taken(stream)
         table = f'"{self.datastore.schema}"."{_table(self)}"'
         for stream, version, chain in kwargs.get(HEADS, ()):
             curs.execute(
@@ -125,17 +157,14 @@ class _PostgresHeads:
 
 @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)  # as eventsourcing's
 def _insert_in_one_statement(
-    recorder: Any, stored_events: Sequence[StoredEvent], heads: Sequence[Head]
+    recorder: Any,
+    stored_events: Sequence[StoredEvent],
+    heads: Sequence[Head],
+    new_streams: Collection[UUID],
 ) -> list[int]:
-    events = [
-        recorder.construct_pg_stored_event(e.originator_id, e.originator_version, e.topic, e.state)
-        for e in stored_events
-    ]
     params = (
-        events,
-        [h[0] for h in heads],
-        [h[1] for h in heads],
-        [h[2] for h in heads],
+        rows_json(stored_events),
+        encode_json([_HeadRow(*head, new=head[0] in new_streams) for head in heads]).decode(),
         f"{recorder.datastore.lock_timeout}s",
     )
     with recorder.datastore.get_connection() as conn:
@@ -143,8 +172,21 @@ def _insert_in_one_statement(
     return [row["notification_id"] for row in rows]
 
 
+class _HeadRow(msgspec.Struct):
+    originator_id: UUID
+    version: int
+    chain: str
+    new: bool  # the stream is in NEW_STREAMS
+
+
 class _MemoryHeads(POPOApplicationRecorder):
     thread_heads: dict[UUID, tuple[int, str]]
+
+    def _assert_uniqueness(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> None:
+        super()._assert_uniqueness(stored_events, **kwargs)  # under the database lock
+        for stream in kwargs.get(NEW_STREAMS, ()):
+            if self._stored_events_index.get(str(stream)):
+                raise _taken(stream)
 
     def _update_table(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Any:
         ids = super()._update_table(stored_events, **kwargs)  # under the database lock
@@ -168,6 +210,11 @@ def anchor_heads(recorder: ApplicationRecorder, *, create: bool) -> None:
     elif _is_postgres(recorder) and _postgres_table(recorder, create=create):
         recorder.__class__ = type("PostgresHeads", (_PostgresHeads, type(recorder)), {})
         recorder.insert_function = _postgres_function(recorder, create=create)  # type: ignore[attr-defined]
+
+
+def guards_new_streams(recorder: ApplicationRecorder) -> bool:
+    """Whether ``recorder`` honours :data:`NEW_STREAMS` (it writes head anchors)."""
+    return isinstance(recorder, _SQLiteHeads | _PostgresHeads | _MemoryHeads)
 
 
 def _is_postgres(recorder: ApplicationRecorder) -> bool:
@@ -216,7 +263,7 @@ def _postgres_table(recorder: Any, *, create: bool) -> bool:
     return True
 
 
-def _postgres_function(recorder: Any, *, create: bool) -> Any:
+def _postgres_function(recorder: Any, *, create: bool) -> str | None:
     """The call of the store's insert function, creating it if ``create``; None when it
     is absent and may not be created."""
     from psycopg.sql import SQL, Identifier
@@ -232,44 +279,47 @@ def _postgres_function(recorder: Any, *, create: bool) -> Any:
                     schema=schema,
                     events=Identifier(recorder.events_table_name),
                     heads=Identifier(_table(recorder)),
-                    event_type=Identifier(recorder.stored_event_type_name),
+                    rows=select_rows(SQL("events"), recorder.datastore.originator_id_type),
                     channel=Identifier(recorder.channel_name),
                 )
             )
         else:
             curs.execute(
-                "SELECT to_regproc(%s) AS found",
-                (f'"{recorder.datastore.schema}"."{name}"',),
+                "SELECT to_regprocedure(%s) AS found",
+                (f'"{recorder.datastore.schema}"."{name}"(json, json, text)',),
             )
             row = curs.fetchone()
             if row is None or row["found"] is None:
                 return None
-    return SQL(
-        "SELECT notification_id FROM {function}(%s::{schema}.{event_type}[], %s::uuid[], "
-        "%s::bigint[], %s::text[], %s) AS notification_id"
-    ).format(
-        function=function,
-        schema=schema,
-        event_type=Identifier(recorder.stored_event_type_name),
-    )
+        # Rendered once: a composed query is rendered again on every execution.
+        return (
+            SQL("SELECT notification_id FROM {function}(%s::json, %s::json, %s) AS notification_id")
+            .format(function=function)
+            .as_string(curs)
+        )
 
 
 _INSERT_FUNCTION = """
-CREATE OR REPLACE FUNCTION {function}(
-    events {schema}.{event_type}[], head_ids uuid[], head_versions bigint[],
-    head_chains text[], timeout text
-) RETURNS SETOF bigint LANGUAGE plpgsql AS $body$
+CREATE OR REPLACE FUNCTION {function}(events json, heads json, timeout text)
+RETURNS SETOF bigint LANGUAGE plpgsql AS $body$
 BEGIN
     PERFORM set_config('lock_timeout', timeout, true);
     LOCK TABLE {schema}.{events} IN EXCLUSIVE MODE;
+    IF EXISTS (
+        SELECT FROM json_to_recordset(heads) AS h(originator_id uuid, new boolean)
+        JOIN {schema}.{events} AS e ON e.originator_id = h.originator_id WHERE h.new
+    ) THEN
+        RAISE unique_violation USING MESSAGE = 'a new stream already has events';
+    END IF;
     NOTIFY {channel};
     INSERT INTO {schema}.{heads} (originator_id, version, chain)
-        SELECT * FROM unnest(head_ids, head_versions, head_chains)
+        SELECT * FROM json_to_recordset(heads)
+            AS h(originator_id uuid, version bigint, chain text)
         ON CONFLICT (originator_id) DO UPDATE
         SET version = EXCLUDED.version, chain = EXCLUDED.chain;
     RETURN QUERY INSERT INTO {schema}.{events}
         (originator_id, originator_version, topic, state)
-        SELECT originator_id, originator_version, topic, state FROM unnest(events)
+        {rows}
         RETURNING notification_id;
 END;
 $body$

@@ -134,6 +134,11 @@ def _postgres_env(url: str) -> dict[str, str]:
         "POSTGRES_PASSWORD": params.get("password", ""),
         "POSTGRES_CONNECT_TIMEOUT": params.get("connect_timeout", "5"),
         POSTGRES_PARAMS: json.dumps(extra, sort_keys=True),
+        # One connection kept open, up to 15 under concurrent use (eventsourcing keeps 5):
+        # its pool hands them out in turn, so each statement and the insert function
+        # were prepared and compiled cold on every one of them, a few ms each time.
+        "POSTGRES_POOL_SIZE": "1",
+        "POSTGRES_MAX_OVERFLOW": "14",
         "IS_SNAPSHOTTING_ENABLED": "y",
     }
 
