@@ -190,8 +190,8 @@ def run_program(
         if settings.save_on_turn_start:
             yield from _checkpoint(thread, settings, CheckpointReason.TURN_START, now())
         elif thread.version > turn_started:
-            # Steering taken from its source, or a compaction, outlives a model call
-            # that fails; a bare turn start is committed with the model's response.
+            # Steering taken from its source, or a compaction, outlives the process
+            # dying in the model call; a bare turn start waits for the response.
             yield Commit()
 
         request = build_request(thread, config, final_turn=final_turn)
@@ -275,7 +275,7 @@ def _compact(thread: AgentThread, config: AgentConfig) -> Generator[Effect, Any,
         return
     summary, usage = plan.summary, None
     if plan.summary_request is not None:
-        yield Commit()  # the turn's steering outlives a summary call that fails
+        yield Commit()  # the turn's steering outlives the process dying in this call
         response = yield from _ask(thread, plan.summary_request, config.clock)
         summary, usage = response.content, response.usage
     thread.compact(Compaction(summary, plan.first_kept), usage=usage, now=config.clock())
