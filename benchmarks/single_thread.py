@@ -315,9 +315,8 @@ def _run_time_cause(results: Results) -> str:
         "(figure 8). LangGraph's time is mostly CPU (it serializes the whole message list "
         "at every checkpoint), so slower disk syncs narrow the ratio; compare the commit "
         "probe under Machine and the limit across T in figure 8. The lever in the library "
-        "is commits per turn: `run_program` (`runtime/_loop.py`) commits the `TurnStarted` event "
-        "on its own before the model call, besides the write-ahead commit, the tool "
-        "result's and the checkpoint's."
+        "is commits per turn: `run_program` (`runtime/_loop.py`) commits a turn that "
+        "calls tools twice, its write-ahead and its results with its checkpoint (ADR 0021)."
     )
 
 

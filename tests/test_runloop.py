@@ -23,7 +23,7 @@ from covonaut_es import (
     Tool,
     ToolContext,
 )
-from covonaut_es.domain import AgentThread, ToolOutcome
+from covonaut_es.domain import AgentThread, ThreadSnapshot, ToolOutcome
 from covonaut_es.domain._calls import event_key
 from covonaut_es.errors import (
     InterruptError,
@@ -143,6 +143,27 @@ def test_the_thread_records_only_calls_its_latest_assistant_message_asks_for() -
     thread.call_tools([ToolCall("c1", "echo", '{"a": 2}')], now=NOW)
     (pending,) = thread.open_calls.values()
     assert pending.call == ToolCall("c1", "echo", '{"a": 2}')
+
+
+def test_the_call_ids_a_thread_used_are_derived_not_snapshotted() -> None:
+    """The ids of recorded results are known to a thread loaded from a snapshot, which
+    does not hold them, and to a live thread as it goes on."""
+
+    def called(thread: AgentThread, call_id: str) -> None:
+        call = ToolCall(call_id, "echo")
+        thread.append_message(Message(Role.ASSISTANT, tool_calls=(call,)), now=NOW)
+        thread.call_tools([call], now=NOW)
+        thread.record_tool_result(call_id, "done", ToolOutcome.SUCCEEDED, now=NOW)
+
+    thread = AgentThread.start("t", now=NOW)
+    called(thread, "x1")
+    assert [c.id for c in thread.unique_calls([ToolCall("x1", "echo")])] == ["x1-2"]
+    snapshot = ThreadSnapshot.take(thread)
+    assert set(snapshot.state) == set(ThreadSnapshot.take(AgentThread.start("u", now=NOW)).state)
+    loaded = snapshot.mutate(None)
+    assert [c.id for c in loaded.unique_calls([ToolCall("x1", "echo")])] == ["x1-2"]
+    called(loaded, "y")
+    assert [c.id for c in loaded.unique_calls([ToolCall("y", "echo")])] == ["y-2"]
 
 
 def test_sequential_results_are_recorded_in_call_order(store: Store) -> None:

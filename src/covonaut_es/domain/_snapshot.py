@@ -12,6 +12,12 @@ from typing import Any, ClassVar
 from eventsourcing.domain import Aggregate, Snapshot
 from eventsourcing.utils import get_topic, register_topic
 
+RESULT_CALL_IDS = "_result_call_ids_memo"
+"""Where a thread keeps the call ids of its tool messages: derived from its messages,
+so no snapshot holds it."""
+
+_NOT_STATE = ("_id", "_version", "_pending_events", RESULT_CALL_IDS)
+
 
 class ThreadSnapshot(Snapshot):
     """A snapshot of an :class:`AgentThread`, decoded with the thread's own types.
@@ -26,11 +32,7 @@ class ThreadSnapshot(Snapshot):
 
     @classmethod
     def take(cls, aggregate: Any) -> ThreadSnapshot:
-        state = {
-            k: v
-            for k, v in vars(aggregate).items()
-            if k not in ("_id", "_version", "_pending_events")
-        }
+        state = {k: v for k, v in vars(aggregate).items() if k not in _NOT_STATE}
         return cls(
             originator_id=aggregate.id,
             originator_version=aggregate.version,

@@ -34,7 +34,7 @@ from covonaut_es.domain._reviews import (
     operation_digest,
     review_reason,
 )
-from covonaut_es.domain._snapshot import ThreadSnapshot
+from covonaut_es.domain._snapshot import RESULT_CALL_IDS, ThreadSnapshot
 from covonaut_es.domain._values import (
     Checkpoint,
     CheckpointReason,
@@ -579,18 +579,18 @@ class AgentThread(Aggregate, created_event_name="Started"):
         empty id counts as ``call``), which keeps the id the model sent readable in the
         record. The same thread and calls always give the same ids.
         """
-        used = self._used_call_ids()
-        avoid = used | {call.id for call in calls}
+        used = self._call_id_used
+        sent = {call.id for call in calls}
+        given: set[str] = set()
         unique: list[ToolCall] = []
         for call in calls:
             call_id = call.id
-            if not call_id or call_id in used:
+            if not call_id or call_id in given or used(call_id):
                 base, n = call_id or "call", 2
-                while (call_id := f"{base}-{n}") in avoid:
+                while (call_id := f"{base}-{n}") in sent or call_id in given or used(call_id):
                     n += 1
                 call = msgspec.structs.replace(call, id=call_id)
-            used.add(call_id)
-            avoid.add(call_id)
+            given.add(call_id)
             unique.append(call)
         return tuple(unique)
 
@@ -605,15 +605,15 @@ class AgentThread(Aggregate, created_event_name="Started"):
                 the ids unique with :meth:`unique_calls` first. Or no assistant message
                 asks for the call: append the model's message first.
         """
-        used = self._used_call_ids()
+        given: set[str] = set()
         for call in calls:
-            if not call.id or call.id in used:
+            if not call.id or call.id in given or self._call_id_used(call.id):
                 msg = (
                     f"tool call id {call.id!r} is empty or already used in thread "
                     f"{self.thread_id!r}; make the ids unique with unique_calls() first"
                 )
                 raise ThreadStateError(msg)
-            used.add(call.id)
+            given.add(call.id)
             if requested_call(self.messages, call.id) != call:
                 msg = (
                     f"tool call {call.id!r} ({call.name}) is not asked for by the latest "
@@ -864,13 +864,43 @@ class AgentThread(Aggregate, created_event_name="Started"):
             )
             raise ToolCallsInDoubtError(msg, tool_call_ids=ids)
 
-    def _used_call_ids(self) -> set[str]:
+    def _call_id_used(self, call_id: str) -> bool:
         # Every recorded call is open or has its result among the tool messages.
-        results = {m.tool_call_id for m in self.messages if m.role is Role.TOOL}
-        return {call_id for call_id in results if call_id} | set(self.open_calls)
+        return call_id in self.open_calls or call_id in self._result_call_ids()
+
+    def _result_call_ids(self) -> set[str]:
+        # A memo, not state: snapshots leave it out, and a thread without it (just
+        # loaded) or whose message list was replaced builds it again from the list.
+        memo: _ResultCallIds | None = self.__dict__.get(RESULT_CALL_IDS)
+        if memo is None or memo.messages is not self.messages:
+            memo = _ResultCallIds(self.messages)
+            setattr(self, RESULT_CALL_IDS, memo)
+        return memo.current()
 
     def _next_event_key(self, call: ToolCall) -> str:
         return event_key(self.thread_id, self.version + 1, call.id)
+
+
+class _ResultCallIds:
+    """The call ids of a message list's tool messages, brought up to date by reading
+    only the messages appended since the last look: events only append to the list,
+    so finding whether a call id is used costs the same in any turn."""
+
+    __slots__ = ("ids", "messages", "seen")
+
+    def __init__(self, messages: list[Message]) -> None:
+        self.messages = messages
+        self.seen = 0
+        self.ids: set[str] = set()
+
+    def current(self) -> set[str]:
+        messages = self.messages
+        for index in range(self.seen, len(messages)):
+            message = messages[index]
+            if message.role is Role.TOOL and message.tool_call_id:
+                self.ids.add(message.tool_call_id)
+        self.seen = len(messages)
+        return self.ids
 
 
 # The snapshot module cannot import the aggregate (this module imports it): wire them here.

@@ -182,13 +182,16 @@ def run_program(
     for turn_in_run in range(1, config.max_turns + 1):
         final_turn = turn_in_run == config.max_turns
         thread.start_turn(now=now())
+        turn_started = thread.version
         for message in steering():
             thread.steer(message, now=now())
         if config.compactor is not None:
             yield from _compact(thread, config)
         if settings.save_on_turn_start:
             yield from _checkpoint(thread, settings, CheckpointReason.TURN_START, now())
-        else:
+        elif thread.version > turn_started:
+            # Steering taken from its source, or a compaction, outlives the process
+            # dying in the model call; a bare turn start waits for the response.
             yield Commit()
 
         request = build_request(thread, config, final_turn=final_turn)
@@ -272,6 +275,7 @@ def _compact(thread: AgentThread, config: AgentConfig) -> Generator[Effect, Any,
         return
     summary, usage = plan.summary, None
     if plan.summary_request is not None:
+        yield Commit()  # the turn's steering outlives the process dying in this call
         response = yield from _ask(thread, plan.summary_request, config.clock)
         summary, usage = response.content, response.usage
     thread.compact(Compaction(summary, plan.first_kept), usage=usage, now=config.clock())
@@ -286,17 +290,20 @@ def _run_tools(
             # A call admitted after an earlier one paused the run does not execute.
             paused = bool(thread.interrupts)
             yield from _execute(thread, config, _admitted(thread, config, call, paused=paused))
-        yield Commit()
-        return
+        return  # the last result is committed with the end of the turn
 
     slots = [_admitted(thread, config, call) for call in calls]
     runnable = tuple(slot for slot in slots if isinstance(slot, PreparedCall))
-    yield Commit(always=any(_authorized(item) for item in runnable))  # before any runs
     finished: dict[str, ToolReport] = {}
     for slot in slots:
         if isinstance(slot, PreparedCall):
+            # What is recorded (the approvals used, the results before this call) is
+            # committed before any call runs, and before waiting for a running one.
             if slot is runnable[0]:
-                yield StartTools(runnable)  # results before it are already recorded
+                yield Commit(always=any(_authorized(item) for item in runnable))
+                yield StartTools(runnable)
+            else:
+                yield Commit()
             while slot.call.id not in finished:  # the calls end in any order
                 report: ToolReport = yield NextToolReport()
                 finished[report.tool_call_id] = report
@@ -322,8 +329,10 @@ def _admitted(
 def _execute(
     thread: AgentThread, config: AgentConfig, item: Admitted
 ) -> Generator[Effect, Any, None]:
-    """Run an admitted call (its approval committed first) and record its result, or
-    record a result known without running it."""
+    """Run an admitted call and record its result, or record a result known without
+    running it. The result is left to the next commit: the one before the next call
+    runs, or the end of the turn's. Whatever was recorded before the call runs (an
+    earlier call's result, its approval marked used) is committed first."""
     if item is None:
         return
     if isinstance(item, PreparedCall):
@@ -331,7 +340,6 @@ def _execute(
         item = yield RunTool(item)
     assert isinstance(item, ToolReport)
     _record(thread, item, config.clock())
-    yield Commit()
 
 
 def _prepare(thread: AgentThread, config: AgentConfig, call: ToolCall) -> PreparedCall | ToolReport:
