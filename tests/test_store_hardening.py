@@ -13,6 +13,7 @@ from pathlib import Path
 import msgspec
 import pytest
 from eventsourcing.domain import Aggregate, event
+from eventsourcing.persistence import StoredEvent
 
 from covonaut_es import (
     AgentThread,
@@ -81,6 +82,30 @@ def test_a_stored_topic_naming_a_module_is_refused_without_importing_it(
             read("t")
     assert not flag.exists()
     assert list(store.thread_ids()) == ["t"]
+
+
+def test_a_created_event_naming_a_module_as_its_aggregate_is_refused_without_importing_it(
+    store: Store, planted_topic: tuple[str, Path]
+) -> None:
+    """A thread's first event whose aggregate type was rewritten to name an importable
+    module raises a SerializationError naming its stream, and the module's code never
+    runs: eventsourcing would import that name to create the aggregate."""
+    topic, flag = planted_topic
+    payload = {"timestamp": NOW.isoformat(), "originator_topic": topic, "thread_id": "t"}
+    record = StoredEvent(
+        thread_aggregate_id("t"), 1, AgentThread.Started.TOPIC, msgspec.json.encode(payload)
+    )
+    store._app.recorder.insert_events([record])
+
+    stream = thread_aggregate_id("t")
+    for read in (store.history, store.load):
+        with pytest.raises(
+            SerializationError, match=rf"{stream} at version 1: it creates .*not imported"
+        ):
+            read("t")
+    with pytest.raises(SerializationError, match="not imported"):
+        store.verify("t")
+    assert not flag.exists()
 
 
 def test_import_refuses_a_line_whose_topic_names_a_module(

@@ -46,7 +46,7 @@ from covonaut_es.errors import (
 from covonaut_es.migrations import Upcaster
 from covonaut_es.migrations._upcasting import NO_MIGRATORS
 from covonaut_es.store._heads import HEADS, anchor_heads
-from covonaut_es.store._mapper import MsgspecMapper, aggregate_event_classes
+from covonaut_es.store._mapper import MsgspecMapper
 from covonaut_es.store._postgres_rows import insert_rows_as_json
 from covonaut_es.store._settings import check_settings, check_sqlite_file
 from covonaut_es.store._urls import SQLITE_PATH, postgres_params
@@ -84,11 +84,10 @@ class AgentApplication(Application[UUID]):
 
     def construct_mapper(self) -> MsgspecMapper:
         """covonaut_es's msgspec mapper, with the configured compressor and cipher."""
-        events = [e for cls in self.aggregate_classes for e in aggregate_event_classes(cls)]
         return MsgspecMapper(
             compressor=self.factory.compressor(),
             cipher=_cipher(self.factory),
-            event_classes=events,
+            aggregate_classes=self.aggregate_classes,
         )
 
     def construct_snapshot_store(self) -> SnapshotCache:

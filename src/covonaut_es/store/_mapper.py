@@ -336,9 +336,12 @@ class MsgspecMapper(Mapper[UUID]):
     fails before any data is read.
 
     A stored record's topic is looked up in an allowlist, never imported: the
-    library's own classes plus ``event_classes``. A record of any other topic is a
+    library's own classes plus ``event_classes`` and the events of
+    ``aggregate_classes``. A record of any other topic is a
     :class:`~covonaut_es.errors.SerializationError`, and an event outside the list is
-    refused before it is written, since it could not be read back.
+    refused before it is written, since it could not be read back. So is a created
+    event naming an aggregate type other than a thread or one of ``aggregate_classes``:
+    eventsourcing would import whatever module that name says.
     """
 
     def __init__(
@@ -347,11 +350,18 @@ class MsgspecMapper(Mapper[UUID]):
         cipher: Cipher | None = None,
         *,
         event_classes: Iterable[type] = (),
+        aggregate_classes: Iterable[type] = (),
     ):
         check_upcasters()
         super().__init__(JsonTranscoder(), compressor=compressor, cipher=cipher)
-        classes = [*library_event_classes(), *event_classes]
+        aggregates = [AgentThread, *aggregate_classes]
+        classes = [
+            *library_event_classes(),
+            *event_classes,
+            *(event for cls in aggregates[1:] for event in aggregate_event_classes(cls)),
+        ]
         self._classes: dict[str, type] = {get_topic(cls): cls for cls in classes}
+        self._aggregate_topics = frozenset(get_topic(cls) for cls in aggregates)
 
     def event_class(self, topic: str, *, where: str) -> type:
         """The class a stored topic names, from the allowlist; nothing is imported.
@@ -424,6 +434,14 @@ class MsgspecMapper(Mapper[UUID]):
         state = codec.decode_current(payload)
         if state is None:
             state = codec.decode_older(payload, where=_where(stored_event), migrators=migrators)
+        created = state.get("originator_topic")
+        if created is not None and created not in self._aggregate_topics:
+            msg = (
+                f"{_where(stored_event)}: it creates an aggregate of type {created!r}, "
+                "unknown to this store; it was not imported. Add the aggregate class to "
+                "your AgentApplication's aggregate_classes if the record is yours"
+            )
+            raise SerializationError(msg)
         originator_id = stored_event.originator_id
         state["originator_id"] = (
             originator_id if isinstance(originator_id, UUID) else UUID(originator_id)
