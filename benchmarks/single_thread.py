@@ -145,7 +145,7 @@ def storage(ctx: Context, results: Results) -> Section:
         "deterministic English-like prose drawn from a ~100-word vocabulary "
         "(`benchmarks/workload.py`): zstd at level 3, which compresses our snapshots, "
         "packs it 3.64x, and real English prose 3.07-3.39x (ADR 0022), so only the "
-        "snapshot's share (about a quarter of the file) is flattered, by about 7%.",
+        "snapshot's share (under a tenth of the file) is flattered, by about 7%.",
     )
     for backend in ctx.backends:
         peers = _peers(results, backend)
