@@ -23,11 +23,29 @@ def requested_call(messages: Sequence[Message], tool_call_id: str) -> ToolCall |
     newest message, which holds the call whenever its ``ToolCalled`` is being applied.
     """
     for message in reversed(messages):
-        if message.role is Role.ASSISTANT:
-            for call in reversed(message.tool_calls):
-                if call.id == tool_call_id:
-                    return call
+        if message.role is Role.ASSISTANT and message.tool_calls:
+            call = _calls_by_id(message).get(tool_call_id)
+            if call is not None:
+                return call
     return None
+
+
+_last_indexed: tuple[Message, dict[str, ToolCall]] | None = None
+
+
+def _calls_by_id(message: Message) -> dict[str, ToolCall]:
+    """The message's calls by id, the last of a repeated id winning.
+
+    The index of the last message asked is kept: each of a response's n calls is looked
+    up in the same message when it is recorded or replayed, and a scan per lookup would
+    make a hostile model's batch of thousands of calls cost n² on every load.
+    """
+    global _last_indexed  # a memo of a pure function: worst case, built twice
+    last = _last_indexed
+    if last is None or last[0] is not message:
+        last = (message, {call.id: call for call in message.tool_calls})
+        _last_indexed = last
+    return last[1]
 
 
 def event_key(thread_id: str, version: int, tool_call_id: str) -> str:
