@@ -388,6 +388,7 @@ def hostile_frames() -> dict[str, bytes]:
         "not msgpack": _zstd.compress(b"\xc1" * 100),
         "not a map": _zstd.compress(msgspec.msgpack.encode([1, 2])),
         "foreign extension": _zstd.compress(msgspec.msgpack.encode(msgspec.msgpack.Ext(5, b"x"))),
+        "nested too deep": _zstd.compress(b"\x91" * 100_000 + b"\x00"),
     }
 
 
@@ -407,6 +408,23 @@ def test_a_hostile_compressed_snapshot_is_a_serialization_error(
     record = StoredEvent(ID, record.originator_version, record.topic, hostile_frames()[name])
     where = f"Snapshot.* of stream {ID} at version 22: stored"
     with pytest.raises(SerializationError, match=where):
+        MsgspecMapper().to_domain_event(record)
+
+
+@pytest.mark.parametrize(
+    ("topic", "payload"),
+    [
+        (ThreadSnapshot.TOPIC, b"[" * 100_000),
+        (AgentThread.TurnStarted.TOPIC, b'{"v": ' + b"[" * 100_000),
+    ],
+)
+def test_json_nested_deeper_than_a_decoder_follows_is_a_serialization_error(
+    topic: str, payload: bytes
+) -> None:
+    """A stored payload nested deeper than msgspec recurses is refused like any other
+    unreadable record, naming it, not with the RecursionError of the decoder."""
+    record = StoredEvent(ID, 2, topic, payload)
+    with pytest.raises(SerializationError, match=f"of stream {ID} at version 2: stored"):
         MsgspecMapper().to_domain_event(record)
 
 
