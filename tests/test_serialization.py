@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
@@ -426,6 +427,20 @@ def test_json_nested_deeper_than_a_decoder_follows_is_a_serialization_error(
     record = StoredEvent(ID, 2, topic, payload)
     with pytest.raises(SerializationError, match=f"of stream {ID} at version 2: stored"):
         MsgspecMapper().to_domain_event(record)
+
+
+def test_snapshot_frames_are_written_and_read_from_many_threads_at_once() -> None:
+    """Frames compressed and decompressed in threads at once (the async API and the
+    inbox server save and load in threads) each round-trip, and the process survives."""
+    payloads = [bytes(range(256)) * 40 * (1 + i) + bytes([i]) for i in range(4)]
+
+    def round_trips(data: bytes) -> bool:
+        return all(
+            _zstd.decompress(_zstd.compress(data), limit=len(data)) == data for _ in range(400)
+        )
+
+    with ThreadPoolExecutor(len(payloads)) as pool:
+        assert all(pool.map(round_trips, payloads))
 
 
 def test_a_snapshot_frame_without_its_declared_size_is_read() -> None:
