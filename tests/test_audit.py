@@ -152,6 +152,20 @@ def test_an_unreadable_record_is_reported_not_raised(tmp_path: Path) -> None:
     assert "unreadable" in report.findings[0].problem
 
 
+def test_a_record_nested_deeper_than_the_decoder_follows_is_reported_not_raised(
+    tmp_path: Path,
+) -> None:
+    """A record rewritten to nest deeper than msgspec recurses is a finding too."""
+    db = tmp_path / "threads.db"
+    with open_store(f"sqlite:///{db}") as store:
+        conversation(store)
+    tamper_sqlite(db, 7, lambda state: b'{"x": ' + b"[" * 100_000)
+    with open_store(f"sqlite:///{db}") as store:
+        report = store.verify("t")
+    assert [f.version for f in report.findings] == [7]
+    assert "unreadable" in report.findings[0].problem
+
+
 def test_tampering_with_postgres_is_reported(postgres_database: str) -> None:
     """The same on PostgreSQL."""
     with open_store(postgres_database) as store:

@@ -128,6 +128,20 @@ def test_a_fork_onto_a_shorter_thread_is_refused_on_every_insert_path(shared_url
             assert store.history("other") == other, statement
 
 
+def test_a_new_thread_under_a_forks_id_is_refused_and_the_fork_kept(store: Store) -> None:
+    """A thread started and saved under the id of an existing fork (whose own stream
+    starts above the new thread's versions, so that no version collides) is a
+    ThreadConflictError, and the fork's stream is left as it was."""
+    conversation(store, "root", 2)
+    store.fork("root", new_thread_id="branch")
+    fork = store.history("branch")
+    thread = AgentThread.start("branch", now=ticking_clock()())
+    thread.append_message(Message(Role.USER, "hi"), now=ticking_clock()())
+    with pytest.raises(ThreadConflictError, match="'branch'"):
+        store.save(thread)
+    assert store.history("branch") == fork
+
+
 def test_forks_of_forks_load_to_any_depth(store: Store) -> None:
     """A chain of forks loads as the concatenation of the prefixes."""
     conversation(store, "t0", 1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
@@ -388,6 +389,7 @@ def hostile_frames() -> dict[str, bytes]:
         "not msgpack": _zstd.compress(b"\xc1" * 100),
         "not a map": _zstd.compress(msgspec.msgpack.encode([1, 2])),
         "foreign extension": _zstd.compress(msgspec.msgpack.encode(msgspec.msgpack.Ext(5, b"x"))),
+        "nested too deep": _zstd.compress(b"\x91" * 100_000 + b"\x00"),
     }
 
 
@@ -408,6 +410,37 @@ def test_a_hostile_compressed_snapshot_is_a_serialization_error(
     where = f"Snapshot.* of stream {ID} at version 22: stored"
     with pytest.raises(SerializationError, match=where):
         MsgspecMapper().to_domain_event(record)
+
+
+@pytest.mark.parametrize(
+    ("topic", "payload"),
+    [
+        (ThreadSnapshot.TOPIC, b"[" * 100_000),
+        (AgentThread.TurnStarted.TOPIC, b'{"v": ' + b"[" * 100_000),
+    ],
+)
+def test_json_nested_deeper_than_a_decoder_follows_is_a_serialization_error(
+    topic: str, payload: bytes
+) -> None:
+    """A stored payload nested deeper than msgspec recurses is refused like any other
+    unreadable record, naming it, not with the RecursionError of the decoder."""
+    record = StoredEvent(ID, 2, topic, payload)
+    with pytest.raises(SerializationError, match=f"of stream {ID} at version 2: stored"):
+        MsgspecMapper().to_domain_event(record)
+
+
+def test_snapshot_frames_are_written_and_read_from_many_threads_at_once() -> None:
+    """Frames compressed and decompressed in threads at once (the async API and the
+    inbox server save and load in threads) each round-trip, and the process survives."""
+    payloads = [bytes(range(256)) * 40 * (1 + i) + bytes([i]) for i in range(4)]
+
+    def round_trips(data: bytes) -> bool:
+        return all(
+            _zstd.decompress(_zstd.compress(data), limit=len(data)) == data for _ in range(400)
+        )
+
+    with ThreadPoolExecutor(len(payloads)) as pool:
+        assert all(pool.map(round_trips, payloads))
 
 
 def test_a_snapshot_frame_without_its_declared_size_is_read() -> None:

@@ -45,7 +45,7 @@ from covonaut_es.errors import (
 )
 from covonaut_es.migrations import Upcaster
 from covonaut_es.migrations._upcasting import NO_MIGRATORS
-from covonaut_es.store._heads import HEADS, anchor_heads
+from covonaut_es.store._heads import HEADS, NEW_STREAMS, anchor_heads
 from covonaut_es.store._mapper import MsgspecMapper
 from covonaut_es.store._postgres_rows import insert_rows_as_json
 from covonaut_es.store._settings import check_settings, check_sqlite_file
@@ -241,6 +241,10 @@ class ThreadsApplication(AgentApplication):
                 self._seal_with_key(thread, processing_event.events, key)
         heads = [(t.id, t.version, t.chain_head or UNCHAINED) for t in threads]
         processing_event.saved_kwargs[HEADS] = heads  # written with the events
+        # A thread saved from version 1 must not land in a fork's stream, which starts above.
+        processing_event.saved_kwargs[NEW_STREAMS] = {
+            e.originator_id for e in processing_event.events if e.originator_version == 1
+        } & {t.id for t in threads}
         recordings = self._record(processing_event)
         self._take_snapshots(processing_event)
         self._notify(recordings)

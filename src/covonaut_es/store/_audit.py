@@ -25,6 +25,7 @@ from covonaut_es.domain._integrity import CHAIN_KEY, KEYED, UNCHAINED, link_prob
 from covonaut_es.errors import MissingToolCallError, SerializationError
 from covonaut_es.messages import Message
 from covonaut_es.store._heads import HeadAnchor
+from covonaut_es.store._mapper import MsgspecMapper
 
 
 class _AuditedStore(Protocol):
@@ -35,7 +36,8 @@ class _AuditedStore(Protocol):
     def checkpoints(self, thread_id: str) -> tuple[Checkpoint, ...]: ...
     def state_at(self, thread_id: str, version: int | None = None) -> ThreadState: ...
     def _iter_stored_records(self, thread_id: str) -> Iterator[StoredEvent]: ...
-    def _plain_payload(self, record: StoredEvent) -> bytes: ...
+    @property
+    def _mapper(self) -> MsgspecMapper: ...
     def _read_record(self, record: StoredEvent) -> object: ...
     def _snapshot_states(self, thread_id: str) -> Iterator[ThreadState]: ...
     def _head_anchor(self, thread_id: str) -> HeadAnchor: ...
@@ -317,12 +319,12 @@ class _Fold:
         """Check one record's link in the chain and fold its event; False at a break."""
         version = self.last_version = record.originator_version
         try:
-            payload = msgspec.json.decode(self.store._plain_payload(record))
+            payload = self.store._mapper.payload_fields(record)
             event = self.store._read_record(record)
-        except (SerializationError, msgspec.DecodeError) as exc:
+        except SerializationError as exc:
             self.findings.append(AuditFinding(version, f"stored record is unreadable: {exc}"))
             return False
-        stored = payload.get(CHAIN_KEY, UNCHAINED) if isinstance(payload, dict) else UNCHAINED
+        stored = payload.get(CHAIN_KEY, UNCHAINED)
         key = self.store._chain_key
         problem = link_problem(stored, self.previous, record.topic, version, payload, key)
         if problem is not None:

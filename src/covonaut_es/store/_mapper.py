@@ -93,7 +93,7 @@ class _Codec:
         version to upcast, or bad data), which :meth:`decode_older` then reads and names."""
         try:
             payload = self.decoder.decode(data)
-        except msgspec.DecodeError:  # includes ValidationError
+        except (msgspec.DecodeError, RecursionError):  # includes ValidationError
             return None
         if getattr(payload, VERSION_KEY) != self.schema.version:
             return None
@@ -170,7 +170,7 @@ class _SnapshotCodec(_Codec):
             return super().decode_current(data)
         try:
             payload = self.packed_decoder.decode(_zstd.decompress(data, limit=SNAPSHOT_SIZE_LIMIT))
-        except ValueError:  # msgspec.DecodeError among them; named by decode_older
+        except (ValueError, RecursionError):  # DecodeError among them; named by decode_older
             return None
         if getattr(payload, VERSION_KEY) != self.schema.version:
             return None
@@ -184,7 +184,8 @@ class _SnapshotCodec(_Codec):
             # Through JSON (datetimes become text), so that upcasters see a snapshot
             # alike whichever format it was written in; only older snapshots come here.
             as_json = msgspec.json.encode(decoded)
-        except (ValueError, TypeError) as exc:  # msgspec.DecodeError is a ValueError
+        # msgspec.DecodeError is a ValueError; RecursionError: nested beyond its depth
+        except (ValueError, TypeError, RecursionError) as exc:
             msg = f"{where}: stored snapshot is not a readable compressed snapshot: {exc}"
             raise SerializationError(msg) from exc
         return decode_object(as_json, where=where)
@@ -217,7 +218,7 @@ def decode_object(data: bytes, *, where: str, hint: str = "") -> dict[str, Any]:
     """
     try:
         decoded = msgspec.json.decode(data)
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, RecursionError) as exc:  # nested beyond msgspec's depth
         msg = f"{where}: stored payload is not valid JSON ({exc}){hint}"
         raise SerializationError(msg) from exc
     if not isinstance(decoded, dict):

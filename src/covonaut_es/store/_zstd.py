@@ -34,21 +34,31 @@ if sys.version_info >= (3, 14):
 
     _ERRORS: tuple[type[Exception], ...] = (zstd.ZstdError, ValueError)
 else:
+    import threading
+
     import zstandard
 
-    _compressor = zstandard.ZstdCompressor(level=_LEVEL, write_content_size=True)
-    _decompressor = zstandard.ZstdDecompressor()
+    class _Contexts(threading.local):
+        """A compressor and a decompressor per thread: zstandard's may not be used by
+        two threads at once (stores save and load in threads), and making them on
+        every call costs more than the compression of a small snapshot."""
+
+        def __init__(self) -> None:
+            self.compressor = zstandard.ZstdCompressor(level=_LEVEL, write_content_size=True)
+            self.decompressor = zstandard.ZstdDecompressor()
+
+    _contexts = _Contexts()
 
     def compress(data: bytes) -> bytes:
         """One frame holding ``data``, its size declared in the frame header."""
-        return _compressor.compress(data)
+        return _contexts.compressor.compress(data)
 
     def _declared_size(frame: bytes) -> int | None:
         size = zstandard.frame_content_size(frame)
         return None if size < 0 else size
 
     def _decompress(frame: bytes, size: int) -> bytes:
-        return _decompressor.decompress(frame, max_output_size=size)
+        return _contexts.decompressor.decompress(frame, max_output_size=size)
 
     _ERRORS = (zstandard.ZstdError, ValueError)
 
