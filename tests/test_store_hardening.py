@@ -127,6 +127,17 @@ def test_import_refuses_a_line_whose_topic_names_a_module(
     assert not store.exists("copy")
 
 
+def test_import_refuses_a_line_nested_beyond_the_decoders_depth(store: Store) -> None:
+    """A line whose payload nests deeper than msgspec decodes is a TransferError naming
+    the line, not a RecursionError, and nothing is written."""
+    deep = '{"a":' * 100_000 + "1" + "}" * 100_000
+    line = f'{{"thread_id":"x","version":1,"topic":"{AgentThread.Started.TOPIC}","payload":{deep}}}'
+
+    with pytest.raises(TransferError, match="line 1 is not an exported event"):
+        import_threads(store, [line])
+    assert not store.exists("x")
+
+
 class Note(Aggregate):
     """An application's own aggregate."""
 

@@ -47,7 +47,7 @@ def export_thread(store: Store, thread_id: str, *, with_ancestors: bool = False)
         owner = owners.get(record.originator_id)
         if owner is None:
             continue
-        payload = msgspec.json.decode(store._plain_payload(record))
+        payload = store._payload_fields(record)
         line = ExportedEvent(owner, record.originator_version, record.topic, payload)
         yield msgspec.json.encode(line).decode()
 
@@ -78,7 +78,7 @@ def import_threads(
             continue
         try:
             event = msgspec.json.decode(line, type=ExportedEvent)
-        except msgspec.DecodeError as exc:
+        except (msgspec.DecodeError, RecursionError) as exc:  # nested beyond msgspec's depth
             msg = f"line {number} is not an exported event: {exc}"
             raise TransferError(msg) from exc
         threads.setdefault(event.thread_id, []).append((number, event))

@@ -17,7 +17,6 @@ from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 from uuid import UUID
 
-import msgspec
 from eventsourcing.application import Application, ProcessingEvent
 from eventsourcing.domain import DomainEventProtocol
 from eventsourcing.persistence import (
@@ -260,7 +259,7 @@ class ThreadsApplication(AgentApplication):
             stored = self.recorder.select_events(thread.id, lte=base, desc=True, limit=1)
             assert isinstance(self.mapper, MsgspecMapper)
             for record in stored:
-                payload = msgspec.json.decode(self.mapper.plain_payload(record))
+                payload = self.mapper.payload_fields(record)
                 previous = str(payload.get(CHAIN_KEY, UNCHAINED))
         thread.chain_head = seal_all(new, previous, key)
 
