@@ -255,7 +255,21 @@ def rows(target: str) -> list[Row]:
         return reader.rows()
 
 
-Write = Callable[[str, list[Row]], None]
+Head = tuple[Any, int, str]
+"""A stream's head anchor row: (originator_id, version, chain)."""
+Write = Callable[[str, list[Row], Head | None], None]
+
+_UPSERT_HEAD = (
+    "INSERT INTO stored_events_heads (originator_id, version, chain) VALUES ({0}, {0}, {0}) "
+    "ON CONFLICT (originator_id) DO UPDATE SET version = excluded.version, "
+    "chain = excluded.chain"
+)
+
+
+def _head(batch: list[Row]) -> Head:
+    """The head anchor a save of ``batch`` writes: its newest version and chain hash."""
+    originator, version, _, payload = batch[-1]
+    return originator, version, str(msgspec.json.decode(payload).get("chain", ""))
 
 
 def _sqlite_writer(source: str, target: str) -> tuple[Any, Write]:
@@ -266,9 +280,11 @@ def _sqlite_writer(source: str, target: str) -> tuple[Any, Write]:
     for statement in ddl:
         conn.execute(statement)
 
-    def write(table: str, batch: list[Row]) -> None:
+    def write(table: str, batch: list[Row], head: Head | None) -> None:
         conn.execute("BEGIN")
         conn.executemany(f"INSERT INTO {table} VALUES (?, ?, ?, ?)", batch)
+        if head is not None:
+            conn.execute(_UPSERT_HEAD.format("?"), head)
         conn.execute("COMMIT")
 
     return conn, write
@@ -283,11 +299,17 @@ def _postgres_writer(target: str) -> tuple[Any, Write]:
             f"CREATE TABLE {table} (originator_id uuid, originator_version bigint, "
             "topic text, state bytea, PRIMARY KEY (originator_id, originator_version))"
         )
+    conn.execute(
+        "CREATE TABLE stored_events_heads (originator_id uuid PRIMARY KEY, "
+        "version bigint NOT NULL, chain text NOT NULL)"
+    )
     conn.commit()
 
-    def write(table: str, batch: list[Row]) -> None:
+    def write(table: str, batch: list[Row], head: Head | None) -> None:
         with conn.cursor() as cursor:
             cursor.executemany(f"INSERT INTO {table} VALUES (%s, %s, %s, %s)", batch)
+            if head is not None:
+                cursor.execute(_UPSERT_HEAD.format("%s"), head)
         conn.commit()
 
     return conn, write
@@ -298,7 +320,9 @@ def raw_write(
 ) -> dict[str, Any]:
     """The write limit: the source's rows, and the snapshots the run ``written``, written
     again into an empty ``target`` (a SQLite file with the same schema, or a PostgreSQL
-    database) in the source run's transactions, with bare ``INSERT`` + ``COMMIT``."""
+    database) in the source run's transactions, with bare ``INSERT`` + ``COMMIT``; each
+    transaction of events also updates the stream's head anchor row, as the store's
+    does (tamper evidence, ADR 0013)."""
     events = rows(source)
     originator = events[0][0]
     snapshots: list[Row] = [(originator, *snapshot) for snapshot in written]
@@ -306,13 +330,17 @@ def raw_write(
         conn, write = _postgres_writer(target)
     else:
         conn, write = _sqlite_writer(source, target)
-    position, pending = 0, iter(snapshots)
-    start = time.perf_counter()
-    for count, snapshot in groups:
-        write("stored_events", events[position : position + count])
+    batches, position = [], 0
+    for count, _ in groups:
+        batch = events[position : position + count]
+        batches.append((batch, _head(batch)))
         position += count
+    pending = iter(snapshots)
+    start = time.perf_counter()
+    for (batch, head), (_, snapshot) in zip(batches, groups, strict=True):
+        write("stored_events", batch, head)
         if snapshot:
-            write("stored_snapshots", [next(pending)])
+            write("stored_snapshots", [next(pending)], None)
     seconds = time.perf_counter() - start
     conn.close()
     return {
