@@ -19,7 +19,7 @@ library), not a return to the state before anchors.
 from __future__ import annotations
 
 import sys
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 from uuid import UUID
 
@@ -90,20 +90,31 @@ def _taken(stream: UUID) -> IntegrityError:
     return IntegrityError(f"stream {stream} already has events; it was to be a new one")
 
 
-def _inserted(stored_events: Sequence[StoredEvent], stream: UUID) -> int:
-    return sum(1 for e in stored_events if UUID(str(e.originator_id)) == stream)
+def _refuse_taken_streams(
+    kwargs: dict[str, Any],
+    stored_events: Sequence[StoredEvent],
+    count: Callable[[UUID], int],
+) -> None:
+    """Raise unless each stream in :data:`NEW_STREAMS` holds only the events inserted,
+    ``count`` giving how many a stream holds now (after the insert, under its lock)."""
+    for stream in kwargs.get(NEW_STREAMS, ()):
+        inserted = sum(1 for e in stored_events if UUID(str(e.originator_id)) == stream)
+        if count(stream) != inserted:
+            raise _taken(stream)
 
 
 class _SQLiteHeads(SQLiteApplicationRecorder):
     def _insert_events(self, c: Any, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Any:
         ids = super()._insert_events(c, stored_events, **kwargs)
-        for stream in kwargs.get(NEW_STREAMS, ()):  # after the insert took the write lock
+
+        def count(stream: UUID) -> int:  # after the insert took the write lock
             c.execute(
                 f"SELECT COUNT(*) FROM {self.events_table_name} WHERE originator_id = ?",
                 (stream.hex,),
             )
-            if c.fetchone()[0] != _inserted(stored_events, stream):
-                raise _taken(stream)
+            return int(c.fetchone()[0])
+
+        _refuse_taken_streams(kwargs, stored_events, count)
         rows = [(h[0].hex, h[1], h[2]) for h in kwargs.get(HEADS, ())]
         c.executemany(
             f"INSERT INTO {_table(self)} (originator_id, version, chain) VALUES (?, ?, ?) "
@@ -141,10 +152,12 @@ class _PostgresHeads:
     ) -> None:
         super()._insert_events(curs, stored_events, **kwargs)  # type: ignore[misc]
         events = f'"{self.datastore.schema}"."{self.events_table_name}"'
-        for stream in kwargs.get(NEW_STREAMS, ()):  # under the table lock the insert took
+
+        def count(stream: UUID) -> int:  # under the table lock the insert took
             curs.execute(f"SELECT COUNT(*) AS n FROM {events} WHERE originator_id = %s", (stream,))
-            if curs.fetchone()["n"] != _inserted(stored_events, stream):
-                raise _taken(stream)
+            return int(curs.fetchone()["n"])
+
+        _refuse_taken_streams(kwargs, stored_events, count)
         table = f'"{self.datastore.schema}"."{_table(self)}"'
         for stream, version, chain in kwargs.get(HEADS, ()):
             curs.execute(
