@@ -95,6 +95,9 @@ class _Codec:
             payload = self.decoder.decode(data)
         except (msgspec.DecodeError, RecursionError):  # includes ValidationError
             return None
+        return self._current_fields(payload)
+
+    def _current_fields(self, payload: msgspec.Struct) -> dict[str, Any] | None:
         if getattr(payload, VERSION_KEY) != self.schema.version:
             return None
         return self._fields(payload)
@@ -172,9 +175,7 @@ class _SnapshotCodec(_Codec):
             payload = self.packed_decoder.decode(_zstd.decompress(data, limit=SNAPSHOT_SIZE_LIMIT))
         except (ValueError, RecursionError):  # DecodeError among them; named by decode_older
             return None
-        if getattr(payload, VERSION_KEY) != self.schema.version:
-            return None
-        return self._fields(payload)
+        return self._current_fields(payload)
 
     def decode_untyped(self, data: bytes, *, where: str) -> dict[str, Any]:
         if not data.startswith(_zstd.MAGIC):
