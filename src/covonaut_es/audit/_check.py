@@ -170,7 +170,7 @@ class _Checker:
 
     def _stored_version(self, record: StoredEvent) -> int | None:
         try:
-            version = stored_version(self.store._payload_fields(record))
+            version = stored_version(self.store._mapper.payload_fields(record))
         except Exception:  # unreadable: decoding it reports why
             return None
         return version if isinstance(version, int) and not isinstance(version, bool) else None

@@ -47,7 +47,7 @@ def export_thread(store: Store, thread_id: str, *, with_ancestors: bool = False)
         owner = owners.get(record.originator_id)
         if owner is None:
             continue
-        payload = store._payload_fields(record)
+        payload = store._mapper.payload_fields(record)
         line = ExportedEvent(owner, record.originator_version, record.topic, payload)
         yield msgspec.json.encode(line).decode()
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
-from typing import Any
 from uuid import UUID
 
 from eventsourcing.application import Application
@@ -85,14 +84,6 @@ class StoredRecords(ABC):
     def _plain_payload(self, record: StoredEvent) -> bytes:
         """A stored record's payload decrypted and decompressed."""
         return self._mapper.plain_payload(record)
-
-    def _payload_fields(self, record: StoredEvent) -> dict[str, Any]:
-        """A stored record's payload as plain JSON values, before any upgrade.
-
-        Raises:
-            SerializationError: It cannot be decrypted, decompressed or decoded.
-        """
-        return self._mapper.payload_fields(record)
 
     @property
     def _mapper(self) -> MsgspecMapper:
