@@ -44,7 +44,7 @@ from covonaut_es.errors import (
 )
 from covonaut_es.migrations import Upcaster
 from covonaut_es.migrations._upcasting import NO_MIGRATORS
-from covonaut_es.store._heads import HEADS, NEW_STREAMS, anchor_heads
+from covonaut_es.store._heads import HEADS, NEW_STREAMS, anchor_heads, close_writer
 from covonaut_es.store._mapper import MsgspecMapper
 from covonaut_es.store._postgres_rows import insert_rows_as_json
 from covonaut_es.store._settings import check_settings, check_sqlite_file
@@ -220,6 +220,13 @@ class ThreadsApplication(AgentApplication):
         recorder = super().construct_recorder()
         anchor_heads(recorder, create=strtobool(self.env.get("CREATE_TABLE") or "yes"))
         return recorder
+
+    def close(self) -> None:
+        """Close the store's connections, the one its saves are written through too."""
+        try:
+            close_writer(self.recorder)
+        finally:
+            super().close()
 
     @property
     def chain_key(self) -> bytes | None:

@@ -37,6 +37,7 @@ from eventsourcing.utils import retry
 
 from covonaut_es.domain._integrity import CHAIN_KEY, UNCHAINED
 from covonaut_es.store._postgres_rows import encode_json, rows_json, select_rows
+from covonaut_es.store._sqlite_writer import SQLiteWriter
 
 HEADS = "covonaut_thread_heads"
 """The ``insert_events`` keyword carrying ``(originator_id, version, chain)`` rows."""
@@ -104,6 +105,12 @@ def _refuse_taken_streams(
 
 
 class _SQLiteHeads(SQLiteApplicationRecorder):
+    writer: SQLiteWriter  # the saves' own connection (ADR 0024)
+
+    def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Any:
+        with self.writer.transaction() as c:
+            return self._insert_events(c, stored_events, **kwargs)
+
     def _insert_events(self, c: Any, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Any:
         ids = super()._insert_events(c, stored_events, **kwargs)
 
@@ -220,9 +227,16 @@ def anchor_heads(recorder: ApplicationRecorder, *, create: bool) -> None:
     elif isinstance(recorder, SQLiteApplicationRecorder):
         if _sqlite_table(recorder, create=create):
             recorder.__class__ = type("SQLiteHeads", (_SQLiteHeads, type(recorder)), {})
+            recorder.writer = SQLiteWriter(recorder.datastore)  # type: ignore[attr-defined]
     elif _is_postgres(recorder) and _postgres_table(recorder, create=create):
         recorder.__class__ = type("PostgresHeads", (_PostgresHeads, type(recorder)), {})
         recorder.insert_function = _postgres_function(recorder, create=create)  # type: ignore[attr-defined]
+
+
+def close_writer(recorder: ApplicationRecorder) -> None:
+    """Close the connection ``recorder`` writes through, where it has one of its own."""
+    if isinstance(recorder, _SQLiteHeads):
+        recorder.writer.close()
 
 
 def guards_new_streams(recorder: ApplicationRecorder) -> bool:

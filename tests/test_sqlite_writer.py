@@ -1,0 +1,120 @@
+"""A SQLite store's saves go through one connection of its own (ADR 0024): what that
+must not change."""
+
+from __future__ import annotations
+
+import os
+import threading
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from eventsourcing.persistence import ConnectionPoolClosedError
+
+from covonaut_es import ThreadConflictError, open_store
+from covonaut_es.domain import AgentThread
+from covonaut_es.errors import ReadOnlyStoreError
+from covonaut_es.messages import Message, Role
+
+NOW = datetime(2026, 12, 1, tzinfo=UTC)
+THREADS, SAVES = 6, 25
+
+
+def user(text: str) -> Message:
+    return Message(Role.USER, text)
+
+
+def open_files(path: Path) -> int:
+    """How many of this process's file descriptors are open on ``path``."""
+    found = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") == str(path):
+                found += 1
+        except FileNotFoundError:  # the listing's own descriptor, closed meanwhile
+            continue
+    return found
+
+
+def test_threads_saving_through_one_store_at_once_lose_nothing(tmp_path: Path) -> None:
+    store = open_store(f"sqlite:///{tmp_path / 'threads.db'}")
+    failures: list[BaseException] = []
+
+    def talk(name: str) -> None:
+        try:
+            thread = AgentThread.start(name, now=NOW)
+            for n in range(SAVES):
+                thread.append_message(user(f"{name} says {n}"), now=NOW)
+                store.save(thread)
+        except BaseException as exc:  # reported below, with the thread that raised it
+            failures.append(exc)
+
+    workers = [threading.Thread(target=talk, args=(f"t{i}",)) for i in range(THREADS)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert failures == []
+    for i in range(THREADS):
+        messages = store.load(f"t{i}").state.messages
+        assert [m.content for m in messages] == [f"t{i} says {n}" for n in range(SAVES)]
+        assert store.verify(f"t{i}").ok
+    store.close()
+
+
+def test_a_conflicting_save_through_the_writer_stores_nothing(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'threads.db'}"
+    first, second = open_store(url), open_store(url)
+    thread = AgentThread.start("t", now=NOW)
+    first.save(thread)
+    mine, theirs = first.load("t"), second.load("t")
+    theirs.append_message(user("theirs"), now=NOW)
+    second.save(theirs)
+    mine.append_message(user("mine"), now=NOW)
+    with pytest.raises(ThreadConflictError):
+        first.save(mine)
+    assert [m.content for m in first.load("t").state.messages] == ["theirs"]
+    mine = first.load("t")  # the writer's transaction was rolled back: it writes again
+    mine.append_message(user("mine, again"), now=NOW)
+    first.save(mine)
+    assert [m.content for m in second.load("t").state.messages] == ["theirs", "mine, again"]
+    first.close()
+    second.close()
+
+
+def test_closing_a_store_closes_the_connection_its_saves_went_through(tmp_path: Path) -> None:
+    path = tmp_path / "threads.db"
+    store = open_store(f"sqlite:///{path}")
+    thread = AgentThread.start("t", now=NOW)
+    store.save(thread)
+    assert open_files(path) > 0
+    store.close()
+    assert open_files(path) == 0
+    thread.append_message(user("after close"), now=NOW)
+    with pytest.raises(ConnectionPoolClosedError):
+        store.save(thread)
+    assert open_files(path) == 0
+
+
+def test_an_in_memory_sqlite_store_saves_into_its_own_database() -> None:
+    store = open_store("sqlite:///:memory:")
+    thread = AgentThread.start("t", now=NOW)
+    thread.append_message(user("kept"), now=NOW)
+    store.save(thread)
+    assert [m.content for m in store.load("t").state.messages] == ["kept"]
+    assert store.verify("t").ok
+    store.close()
+
+
+def test_a_read_only_store_refuses_a_save_with_its_own_error(tmp_path: Path) -> None:
+    path = tmp_path / "threads.db"
+    writable = open_store(f"sqlite:///{path}")
+    writable.save(AgentThread.start("t", now=NOW))
+    writable.close()
+    store = open_store(f"sqlite:///{path}?mode=ro")
+    thread = store.load("t")
+    thread.append_message(user("refused"), now=NOW)
+    with pytest.raises(ReadOnlyStoreError, match="read-only"):
+        store.save(thread)
+    assert store.load("t").state.messages == ()
+    store.close()
