@@ -329,21 +329,21 @@ def persistence(ctx: Context) -> list[Table]:
 
 
 def _persistence_cause(ctx: Context, turns: int, share: float, profiled: int) -> str:
-    runs = [run for run in ctx.ours("sqlite", turns) if "raw_s" in run]
+    runs = [run for run in ctx.ours("sqlite", turns) if "raw_paced_s" in run]
     ours = workload.median([run["persistence_s"] for run in runs])
-    raw = workload.median([run["raw_s"] for run in runs])
+    raw = workload.median([run["raw_paced_s"] for run in runs])
     commits = runs[0]["raw_commits"] if runs else 0
     return (
-        f"Cause: the same rows in the same {commits / turns:.1f} transactions per turn cost "
-        f"{seconds(raw / turns)} per turn with bare statements and {seconds(ours / turns)} "
-        f"in our store, {seconds((ours - raw) / max(commits, 1))} more per transaction. "
-        f"Under cProfile (T={profiled}) {share:.0%} of our persistence time is the client "
-        "blocked in SQLite (the same commits and fsyncs as the limit); the rest is Python per "
-        "commit on the path `Store.save` (`store/_store.py`) -> eventsourcing `Application.save` "
-        "(runtime `Protocol` checks in `collect_events`, `_take_snapshots`, the recorder's "
-        "transaction and connection-pool wrappers, one `execute` per event) -> "
-        "`MsgspecMapper.to_stored_event` (`store/_mapper.py`). Fewer commits per turn "
-        "(figure 8 shows how many) would cut both parts. See Diagnosis."
+        f"Cause: the same rows in the same {commits / turns:.1f} transactions per turn, "
+        f"paced as ours, cost {seconds(raw / turns)} per turn with bare statements and "
+        f"{seconds(ours / turns)} in our store, {seconds((ours - raw) / max(commits, 1))} "
+        f"more per transaction. Under cProfile (T={profiled}) {share:.0%} of our persistence "
+        "time is the client blocked in SQLite (the same commits and fsyncs as the limit); the "
+        "rest is Python per commit on the path `Store.save` (`store/_store.py`) -> "
+        "`ThreadsApplication.save` (`store/_application.py`) -> the store's own writing "
+        "connection (`store/_sqlite_writer.py`, one `execute` per event) -> "
+        "`MsgspecMapper.to_stored_event` (`store/_mapper.py`), and the snapshot's encoding "
+        "and compression when one is due (`store/_zstd.py`). See Diagnosis."
     )
 
 

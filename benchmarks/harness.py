@@ -268,7 +268,10 @@ class Context:
         name = f"{system}_{backend}_{turns}_{index}"
         kwargs: dict[str, Any] = {"delta": delta}
         if ours:
-            kwargs = {"raw_target": self.target(backend, f"{name}_raw")}
+            kwargs = {
+                "raw_target": self.target(backend, f"{name}_raw"),
+                "paced_target": self.target(backend, f"{name}_paced"),
+            }
         target = self.target(backend, name)
         log(f"{system} {backend} T={turns} run {index + 1}")
         result = isolated(
@@ -282,6 +285,7 @@ class Context:
         result["target"] = target
         if ours:
             self.discard(backend, f"{name}_raw")
+            self.discard(backend, f"{name}_paced")
         if index or not ours:  # our first store is kept for the figures that read it
             self.discard(backend, name)
         if "error" in result or "timed_out" in result:
@@ -337,10 +341,16 @@ def _environment() -> list[str]:
 Figure = Callable[[Context], "list[report.Section]"]
 
 
-def _conditions(ctx: Context) -> tuple[float, float]:
-    """The machine's load and disk sync time now: other work on the machine moves the
-    figures, so the report shows both at its start and end."""
-    return os.getloadavg()[0], workload.commit_probe(ctx.workdir)
+PROBE_BUSY_S = 300e-6
+"""CPU time spent before each commit of the second probe, about an agent's between two."""
+
+
+def _conditions(ctx: Context) -> tuple[float, float, float]:
+    """The machine's load and disk sync time now, back to back and after busy CPU time:
+    other work on the machine moves the figures, so the report shows them at its start
+    and end."""
+    probe = workload.commit_probe
+    return os.getloadavg()[0], probe(ctx.workdir), probe(ctx.workdir, busy_s=PROBE_BUSY_S)
 
 
 def cli(figures: Sequence[Figure], argv: Sequence[str] | None = None) -> int:
@@ -373,6 +383,10 @@ def cli(figures: Sequence[Figure], argv: Sequence[str] | None = None) -> int:
             (
                 "SQLite 1-row commit (WAL, median of 100), start / end",
                 f"{report.seconds(before[1])} / {report.seconds(after[1])}",
+            ),
+            (
+                f"the same, each after {report.seconds(PROBE_BUSY_S)} of busy CPU, start / end",
+                f"{report.seconds(before[2])} / {report.seconds(after[2])}",
             ),
         ]
     finally:

@@ -11,6 +11,14 @@ transaction of events also updates the thread's head anchor row (its newest vers
 chain hash, ADR 0013): on this disk that one more page per commit costs about 85 µs of
 the commit's sync. Until 2026-12-01 the limit left that row out.
 
+The limit is written twice. Back to back, as it was until 2026-12-01; and paced, each
+transaction begun at the moment after the first at which our run began it, the CPU kept
+busy in between (as our run's is, with the agent's own work) and only the transactions
+timed. The target is judged against the paced limit: on this disk a commit costs less
+when it follows the one before at once (the probe under Machine: one-row commits back to
+back, and with the CPU busy for 300 µs before each). A thousand commits back to back is
+a rate no agent writes at, as it has a turn's work between two commits.
+
 Decode: the events per second of ``store.history`` (figure 5) against decoding the same
 payloads, already in memory, with ``msgspec.json.Decoder()``.
 """
@@ -18,6 +26,7 @@ payloads, already in memory, with ``msgspec.json.Decoder()``.
 from __future__ import annotations
 
 import statistics
+from typing import Any
 
 from harness import Context, cli
 from replay import measure
@@ -38,30 +47,34 @@ def run(ctx: Context) -> list[Section]:
             "commits per turn",
             "bytes per turn",
             "ours per turn",
-            "limit per turn",
-            "ours / limit",
+            "limit per turn, paced",
+            "ours / paced limit",
+            "limit per turn, back to back",
+            "ours / back-to-back limit",
         ],
     )
     multiples: dict[int, float] = {}
     for backend in ctx.backends:
         for turns in ctx.turns:
-            runs = [r for r in ctx.ours(backend, turns) if "raw_s" in r]
+            runs = [r for r in ctx.ours(backend, turns) if "raw_paced_s" in r]
             if not runs:
                 failed = ctx.ours(backend, turns)[-1].get("error", "no measurement")
                 table.notes.append(f"{backend}, T={turns}: `{failed.splitlines()[-1]}`")
                 continue
-            m = statistics.median(r["persistence_s"] / r["raw_s"] for r in runs)
+            paced = statistics.median(r["persistence_s"] / r["raw_paced_s"] for r in runs)
             if backend == "sqlite":
-                multiples[turns] = m
+                multiples[turns] = paced
             table.rows.append(
                 [
                     backend,
                     str(turns),
                     f"{runs[0]['raw_commits'] / turns:.2f}",
                     size(runs[0]["raw_bytes"] / turns),
-                    seconds(statistics.median(r["persistence_s"] for r in runs) / turns),
-                    seconds(statistics.median(r["raw_s"] for r in runs) / turns),
-                    times(m),
+                    _per_turn(runs, "persistence_s", turns),
+                    _per_turn(runs, "raw_paced_s", turns),
+                    times(paced),
+                    _per_turn(runs, "raw_s", turns),
+                    times(statistics.median(r["persistence_s"] / r["raw_s"] for r in runs)),
                 ]
             )
     table.notes.append(
@@ -85,12 +98,16 @@ def run(ctx: Context) -> list[Section]:
         multiple = multiples.get(turns, float("nan"))
         ctx.targets[f"persistence-{turns}"] = target = Target(
             f"per-turn persistence at T={turns} (SQLite): at most 2x raw SQLite "
-            "INSERT+COMMIT of the same bytes",
+            "INSERT+COMMIT of the same bytes, paced as ours",
             f"{times(multiple)} the raw cost",
             status(None if multiple != multiple else multiple <= TARGET_MULTIPLE),
         )
         section.targets.append(target)
     return [section]
+
+
+def _per_turn(runs: list[dict[str, Any]], key: str, turns: int) -> str:
+    return seconds(statistics.median(r[key] for r in runs) / turns)
 
 
 if __name__ == "__main__":

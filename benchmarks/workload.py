@@ -186,15 +186,19 @@ def row_bytes(target: str) -> int:
     return int(total)
 
 
-def commit_probe(directory: Path, commits: int = 100) -> float:
+def commit_probe(directory: Path, commits: int = 100, busy_s: float = 0.0) -> float:
     """Median seconds of a one-row ``INSERT`` + ``COMMIT`` into a fresh WAL SQLite file:
-    how fast this disk syncs right now (other work on the machine changes it)."""
+    how fast this disk syncs right now (other work on the machine changes it), with the
+    CPU kept busy for ``busy_s`` before each commit."""
     path = directory / "probe.db"
     durations = []
     with closing(sqlite3.connect(path, isolation_level=None)) as con:
         con.execute("PRAGMA journal_mode=WAL")
         con.execute("CREATE TABLE probe (n INTEGER PRIMARY KEY, payload BLOB)")
         for n in range(commits):
+            due = time.perf_counter() + busy_s
+            while time.perf_counter() < due:
+                pass
             start = time.perf_counter()
             con.execute("BEGIN")
             con.execute("INSERT INTO probe VALUES (?, ?)", (n, b"x" * 400))
@@ -316,13 +320,22 @@ def _postgres_writer(target: str) -> tuple[Any, Write]:
 
 
 def raw_write(
-    source: str, target: str, groups: list[list[int]], written: list[tuple[int, str, bytes]]
+    source: str,
+    target: str,
+    groups: list[list[int]],
+    written: list[tuple[int, str, bytes]],
+    starts: list[float] | None = None,
 ) -> dict[str, Any]:
     """The write limit: the source's rows, and the snapshots the run ``written``, written
     again into an empty ``target`` (a SQLite file with the same schema, or a PostgreSQL
     database) in the source run's transactions, with bare ``INSERT`` + ``COMMIT``; each
     transaction of events also updates the stream's head anchor row, as the store's
-    does (tamper evidence, ADR 0013)."""
+    does (tamper evidence, ADR 0013).
+
+    Back to back by default; given the moments our run began each transaction
+    (``starts``, one per transaction), each is begun at the same moment after the first,
+    the time in between spent busy as our run's was, and only the transactions are
+    timed."""
     events = rows(source)
     originator = events[0][0]
     snapshots: list[Row] = [(originator, *snapshot) for snapshot in written]
@@ -330,22 +343,30 @@ def raw_write(
         conn, write = _postgres_writer(target)
     else:
         conn, write = _sqlite_writer(source, target)
-    batches, position = [], 0
-    for count, _ in groups:
+    transactions: list[tuple[str, list[Row], Head | None]] = []
+    position, pending = 0, iter(snapshots)
+    for count, snapshot in groups:
         batch = events[position : position + count]
-        batches.append((batch, _head(batch)))
+        transactions.append(("stored_events", batch, _head(batch)))
         position += count
-    pending = iter(snapshots)
-    start = time.perf_counter()
-    for (batch, head), (_, snapshot) in zip(batches, groups, strict=True):
-        write("stored_events", batch, head)
         if snapshot:
-            write("stored_snapshots", [next(pending)], None)
-    seconds = time.perf_counter() - start
+            transactions.append(("stored_snapshots", [next(pending)], None))
+    if starts is not None and len(starts) != len(transactions):
+        msg = f"{len(starts)} start times for {len(transactions)} transactions"
+        raise ValueError(msg)
+    seconds, first = 0.0, time.perf_counter()
+    for n, transaction in enumerate(transactions):
+        if starts is not None:
+            due = first + starts[n] - starts[0]
+            while time.perf_counter() < due:  # busy, as our run is between its commits
+                pass
+        start = time.perf_counter()
+        write(*transaction)
+        seconds += time.perf_counter() - start
     conn.close()
     return {
         "raw_s": seconds,
-        "raw_commits": len(groups) + len(snapshots),
+        "raw_commits": len(transactions),
         "raw_bytes": sum(len(row[3]) for row in events + snapshots),
     }
 
@@ -398,6 +419,7 @@ class PersistenceTimer:
         self.seconds = 0.0
         self.groups: list[list[int]] = []  # [events in the commit, snapshot written]
         self.snapshots: list[tuple[int, str, bytes]] = []  # (version, topic, payload)
+        self.starts: list[float] = []  # when each transaction that wrote began
         save, snapshot = store.save, store._save_checkpoint_snapshot
 
         def timed_save(thread: Any) -> None:
@@ -407,6 +429,7 @@ class PersistenceTimer:
             self.seconds += time.perf_counter() - start
             if events:
                 self.groups.append([events, 0])
+                self.starts.append(start)
 
         def timed_snapshot(thread: Any) -> bool:
             start = time.perf_counter()
@@ -414,6 +437,7 @@ class PersistenceTimer:
             self.seconds += time.perf_counter() - start
             if written and self.groups:
                 self.groups[-1][1] = 1
+                self.starts.append(start)
                 assert store._app.snapshots is not None
                 recorder = store._app.snapshots.recorder
                 (row,) = recorder.select_events(thread.id, lte=thread.version, desc=True, limit=1)
@@ -431,10 +455,12 @@ def run_ours(
     history: bool = True,
     compress: bool = False,
     raw_target: str | None = None,
+    paced_target: str | None = None,
 ) -> None:
     """One thread of ``turns`` turns in our store at ``target``; then, into
     ``raw_target`` at once (so that both see the same disk and load), the write limit
-    for the same rows; then the store's size, restore and history times."""
+    for the same rows, back to back, and into ``paced_target`` paced as our run's
+    transactions were; then the store's size, restore and history times."""
     with closing(open_store("memory://")) as warm:
         Agent(agent_config(warm, Model(WARMUP_TURNS))).run(PROMPT)
     prepare(turns)
@@ -457,6 +483,9 @@ def run_ours(
     )
     if raw_target is not None:
         progress.update(**raw_write(target, raw_target, timer.groups, timer.snapshots))
+    if paced_target is not None:
+        paced = raw_write(target, paced_target, timer.groups, timer.snapshots, timer.starts)
+        progress.update(raw_paced_s=paced["raw_s"])
     progress.update(bytes=store_bytes(target))
     with closing(open_store(store_url(target), compress=compress)) as store:
         loads = []
