@@ -53,7 +53,7 @@ TOOL_NAME = "lookup"
 PROMPT = "Research the history of the printing press and report what you find."
 THREAD_ID = "t"
 WARMUP_TURNS = 3
-REPEAT_LOADS = 5
+REPEAT_LOADS = 11
 """Restores per measurement; the median is reported."""
 
 _TEXT = (
@@ -488,19 +488,22 @@ def run_ours(
         progress.update(raw_paced_s=paced["raw_s"])
     progress.update(bytes=store_bytes(target))
     with closing(open_store(store_url(target), compress=compress)) as store:
-        loads = []
-        for _ in range(REPEAT_LOADS):
-            start = time.perf_counter()
-            thread = store.load(THREAD_ID)
-            loads.append(time.perf_counter() - start)
+        thread = store.load(THREAD_ID)  # opens the store's connection
         state = thread.state
         encoded = msgspec.json.encode(state)
         decoder = msgspec.json.Decoder(ThreadState)
-        decodes = []
+        loads, decodes = [], []
+        # Alternating, so that both meet the machine's same moments; each result is
+        # dropped after its timing, so that neither pays for freeing the one before.
         for _ in range(REPEAT_LOADS):
             start = time.perf_counter()
-            decoder.decode(encoded)
+            decoded = decoder.decode(encoded)
             decodes.append(time.perf_counter() - start)
+            del decoded
+            start = time.perf_counter()
+            loaded = store.load(THREAD_ID)
+            loads.append(time.perf_counter() - start)
+            del loaded
         progress.update(
             events=state.version,
             messages=len(state.messages),
