@@ -48,6 +48,7 @@ from covonaut_es.store._heads import HEADS, NEW_STREAMS, anchor_heads, close_wri
 from covonaut_es.store._mapper import MsgspecMapper
 from covonaut_es.store._postgres_rows import insert_rows_as_json
 from covonaut_es.store._settings import check_settings, check_sqlite_file
+from covonaut_es.store._sqlite_connections import keep_statements
 from covonaut_es.store._urls import SQLITE_PATH, postgres_params
 
 logger = logging.getLogger("covonaut_es")
@@ -214,6 +215,13 @@ class ThreadsApplication(AgentApplication):
         # Only what open_store() passed: variables in os.environ must not redirect a
         # store to another database behind the caller's back.
         return Environment(name, dict(env or {}))
+
+    def construct_factory(self, env: Environment) -> InfrastructureFactory[Any]:
+        """As :class:`AgentApplication`'s, with SQLite connections that keep their
+        statements parsed (ADR 0024)."""
+        factory = super().construct_factory(env)
+        keep_statements(factory)
+        return factory
 
     def construct_recorder(self) -> ApplicationRecorder:
         """The back end's recorder, writing each saved thread's head anchor too."""

@@ -37,7 +37,7 @@ from eventsourcing.utils import retry
 
 from covonaut_es.domain._integrity import CHAIN_KEY, UNCHAINED
 from covonaut_es.store._postgres_rows import encode_json, rows_json, select_rows
-from covonaut_es.store._sqlite_writer import SQLiteWriter
+from covonaut_es.store._sqlite_connections import SQLiteWriter
 
 HEADS = "covonaut_thread_heads"
 """The ``insert_events`` keyword carrying ``(originator_id, version, chain)`` rows."""

@@ -1,0 +1,111 @@
+"""A SQLite store's connections: each keeps its statements parsed, and its saves go
+through one of its own (ADR 0024).
+
+eventsourcing's SQLite datastore lends a connection from its pool for each transaction,
+and opens its connections with a statement cache of one (``cached_statements=True``):
+a save then parsed its ``BEGIN``, inserts, head upsert and ``COMMIT`` again every time,
+and a restore its ``BEGIN``, two selects and ``ROLLBACK``. The store's pool opens its
+connections with a cache instead, and its saves go through one more connection, kept
+for them and used by one thread at a time, so that they skip the pool's locks too.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from eventsourcing.persistence import ConnectionPoolClosedError, InterfaceError
+from eventsourcing.sqlite import (
+    SQLITE3_DEFAULT_LOCK_TIMEOUT,
+    SQLiteConnection,
+    SQLiteConnectionPool,
+    SQLiteCursor,
+    SQLiteDatastore,
+)
+
+STATEMENT_CACHE_SIZE = 32
+"""Statements each connection keeps parsed: a save uses five at most, a restore four."""
+
+
+def keep_statements(factory: Any) -> None:
+    """Have the connections of ``factory``'s SQLite datastore, if it has one, keep their
+    statements parsed. Call it before the first connection is opened."""
+    datastore = getattr(factory, "datastore", None)
+    if isinstance(datastore, SQLiteDatastore):
+        datastore.pool.__class__ = _StatementKeepingPool
+
+
+class _StatementKeepingPool(SQLiteConnectionPool):
+    def _create_connection(self) -> SQLiteConnection:
+        connection = _connect(self, max_age=self.max_age)
+        if not self.is_sqlite_memory_mode and not self.is_journal_mode_wal:
+            # As eventsourcing's pool does: the file is put in WAL mode once.
+            (mode,) = connection._sqlite_conn.execute("PRAGMA journal_mode").fetchone()
+            if mode.lower() != "wal":
+                connection._sqlite_conn.execute("PRAGMA journal_mode=WAL")
+                self.journal_mode_was_changed_to_wal = True
+            self.is_journal_mode_wal = True
+        return connection
+
+
+def _connect(pool: SQLiteConnectionPool, *, max_age: float | None) -> SQLiteConnection:
+    """A connection to ``pool``'s database, opened as eventsourcing's pool opens one but
+    keeping its statements parsed (closed after ``max_age`` seconds, if given)."""
+    try:
+        connection = sqlite3.connect(
+            pool.db_name,
+            uri=True,
+            check_same_thread=False,  # used by one thread at a time, any thread
+            isolation_level=None,  # transactions begun explicitly, as eventsourcing's
+            cached_statements=STATEMENT_CACHE_SIZE,
+            timeout=pool.lock_timeout or SQLITE3_DEFAULT_LOCK_TIMEOUT,
+        )
+    except sqlite3.Error as exc:
+        raise InterfaceError(exc) from exc
+    connection.row_factory = sqlite3.Row
+    return SQLiteConnection(connection, max_age=max_age)
+
+
+class SQLiteWriter:
+    """Writes a SQLite store's saves, one transaction at a time.
+
+    Args:
+        datastore: The store's datastore, whose file (and lock timeout) it writes to.
+    """
+
+    def __init__(self, datastore: SQLiteDatastore) -> None:
+        self._datastore = datastore
+        self._lock = threading.Lock()
+        self._connection: SQLiteConnection | None = None
+
+    @contextmanager
+    def transaction(self) -> Iterator[SQLiteCursor]:
+        """A cursor in a transaction, committed when the block ends (rolled back if it
+        raises); errors come as eventsourcing's, as from the datastore's transactions.
+
+        Raises:
+            ConnectionPoolClosedError: The store is closed.
+        """
+        pool = self._datastore.pool
+        if pool.is_sqlite_memory_mode:  # another connection would open another database
+            with self._datastore.transaction(commit=True) as cursor:
+                yield cursor
+            return
+        with self._lock:
+            if pool.closed:
+                raise ConnectionPoolClosedError
+            if self._connection is None:
+                self._connection = _connect(pool, max_age=None)
+            with self._connection.transaction(commit=True) as cursor:
+                yield cursor
+
+    def close(self) -> None:
+        """Close the connection, if it was opened; a later transaction reopens it
+        unless the store's pool is closed too."""
+        with self._lock:
+            if self._connection is not None:
+                self._connection.close()
+                self._connection = None
