@@ -3,6 +3,7 @@ must not change."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from datetime import UTC, datetime
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 from eventsourcing.persistence import ConnectionPoolClosedError
 
-from covonaut_es import ThreadConflictError, open_store
+from covonaut_es import Store, ThreadConflictError, open_store
 from covonaut_es.domain import AgentThread
 from covonaut_es.errors import ReadOnlyStoreError
 from covonaut_es.messages import Message, Role
@@ -118,3 +119,25 @@ def test_a_read_only_store_refuses_a_save_with_its_own_error(tmp_path: Path) -> 
         store.save(thread)
     assert store.load("t").state.messages == ()
     store.close()
+
+
+def test_closing_a_store_while_a_thread_saves_leaves_no_connection_open(tmp_path: Path) -> None:
+    for round_ in range(5):  # the close has to fall between two saves: bounded retries
+        path = tmp_path / f"threads{round_}.db"
+        store = open_store(f"sqlite:///{path}")
+        saved = threading.Event()
+
+        def talk(store: Store = store, saved: threading.Event = saved) -> None:
+            thread = AgentThread.start("t", now=NOW)
+            with contextlib.suppress(ConnectionPoolClosedError):
+                while True:
+                    thread.append_message(user("until closed"), now=NOW)
+                    store.save(thread)
+                    saved.set()
+
+        worker = threading.Thread(target=talk)
+        worker.start()
+        saved.wait()
+        store.close()
+        worker.join()
+        assert open_files(path) == 0
