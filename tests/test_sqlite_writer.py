@@ -141,3 +141,18 @@ def test_closing_a_store_while_a_thread_saves_leaves_no_connection_open(tmp_path
         store.close()
         worker.join()
         assert open_files(path) == 0
+
+
+def test_a_store_whose_file_was_replaced_before_its_first_save_reads_what_it_saved(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "threads.db"
+    store = open_store(f"sqlite:///{path}")
+    for file in tmp_path.glob("threads.db*"):  # removed under the open store, and made anew
+        file.unlink()
+    other = open_store(f"sqlite:///{path}")
+    store.save(AgentThread.start("t", now=NOW))
+    assert store.exists("t")  # saves and reads go to the file the store opened
+    assert not other.exists("t")
+    store.close()
+    other.close()

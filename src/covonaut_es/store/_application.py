@@ -232,11 +232,9 @@ class ThreadsApplication(AgentApplication):
     def close(self) -> None:
         """Close the store's connections, the one its saves are written through too."""
         try:
-            super().close()
-        finally:
-            # After the pool: a save waiting for the writer then finds the store closed,
-            # instead of opening the writer's connection again.
             close_writer(self.recorder)
+        finally:
+            super().close()
 
     @property
     def chain_key(self) -> bytes | None:
