@@ -8,9 +8,11 @@ import os
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from eventsourcing.persistence import ConnectionPoolClosedError
+from eventsourcing.sqlite import SQLiteCursor
 
 from covonaut_es import Store, ThreadConflictError, open_store
 from covonaut_es.domain import AgentThread
@@ -156,3 +158,28 @@ def test_a_store_whose_file_was_replaced_before_its_first_save_reads_what_it_sav
     assert not other.exists("t")
     store.close()
     other.close()
+
+
+def test_a_save_interrupted_just_after_its_transaction_began_leaves_the_writer_usable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = open_store(f"sqlite:///{tmp_path / 'threads.db'}")
+    thread = AgentThread.start("t", now=NOW)
+    store.save(thread)
+    execute = SQLiteCursor.execute
+
+    def interrupted_after_begin(cursor: SQLiteCursor, *args: Any, **kwargs: Any) -> None:
+        execute(cursor, *args, **kwargs)
+        if args[0] == "BEGIN":  # where a Ctrl-C lands, the statement just run
+            monkeypatch.undo()
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(SQLiteCursor, "execute", interrupted_after_begin)
+    thread.append_message(user("interrupted"), now=NOW)
+    with pytest.raises(KeyboardInterrupt):
+        store.save(thread)
+    thread = store.load("t")
+    thread.append_message(user("saved"), now=NOW)
+    store.save(thread)
+    assert [m.content for m in store.load("t").state.messages] == ["saved"]
+    store.close()

@@ -103,10 +103,17 @@ class SQLiteWriter:
                 yield cursor
             return
         with self._lock:
-            if self._connection is None or pool.closed:
+            connection = self._connection
+            if connection is None or pool.closed:
                 raise ConnectionPoolClosedError
-            with self._connection.transaction(commit=True) as cursor:
-                yield cursor
+            try:
+                with connection.transaction(commit=True) as cursor:
+                    yield cursor
+            finally:
+                if connection._sqlite_conn.in_transaction:
+                    # Interrupted (Ctrl-C) just after eventsourcing's BEGIN, before its
+                    # block rolls back on errors: else every later save fails to begin.
+                    connection.rollback()
 
     def close(self) -> None:
         """Close the connection; a later transaction raises
