@@ -3,15 +3,18 @@ must not change."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from eventsourcing.persistence import ConnectionPoolClosedError
+from eventsourcing.sqlite import SQLiteCursor
 
-from covonaut_es import ThreadConflictError, open_store
+from covonaut_es import Store, ThreadConflictError, open_store
 from covonaut_es.domain import AgentThread
 from covonaut_es.errors import ReadOnlyStoreError
 from covonaut_es.messages import Message, Role
@@ -117,4 +120,66 @@ def test_a_read_only_store_refuses_a_save_with_its_own_error(tmp_path: Path) -> 
     with pytest.raises(ReadOnlyStoreError, match="read-only"):
         store.save(thread)
     assert store.load("t").state.messages == ()
+    store.close()
+
+
+def test_closing_a_store_while_a_thread_saves_leaves_no_connection_open(tmp_path: Path) -> None:
+    for round_ in range(5):  # the close has to fall between two saves: bounded retries
+        path = tmp_path / f"threads{round_}.db"
+        store = open_store(f"sqlite:///{path}")
+        saved = threading.Event()
+
+        def talk(store: Store = store, saved: threading.Event = saved) -> None:
+            thread = AgentThread.start("t", now=NOW)
+            with contextlib.suppress(ConnectionPoolClosedError):
+                while True:
+                    thread.append_message(user("until closed"), now=NOW)
+                    store.save(thread)
+                    saved.set()
+
+        worker = threading.Thread(target=talk)
+        worker.start()
+        saved.wait()
+        store.close()
+        worker.join()
+        assert open_files(path) == 0
+
+
+def test_a_store_whose_file_was_replaced_before_its_first_save_reads_what_it_saved(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "threads.db"
+    store = open_store(f"sqlite:///{path}")
+    for file in tmp_path.glob("threads.db*"):  # removed under the open store, and made anew
+        file.unlink()
+    other = open_store(f"sqlite:///{path}")
+    store.save(AgentThread.start("t", now=NOW))
+    assert store.exists("t")  # saves and reads go to the file the store opened
+    assert not other.exists("t")
+    store.close()
+    other.close()
+
+
+def test_a_save_interrupted_just_after_its_transaction_began_leaves_the_writer_usable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = open_store(f"sqlite:///{tmp_path / 'threads.db'}")
+    thread = AgentThread.start("t", now=NOW)
+    store.save(thread)
+    execute = SQLiteCursor.execute
+
+    def interrupted_after_begin(cursor: SQLiteCursor, *args: Any, **kwargs: Any) -> None:
+        execute(cursor, *args, **kwargs)
+        if args[0] == "BEGIN":  # where a Ctrl-C lands, the statement just run
+            monkeypatch.undo()
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(SQLiteCursor, "execute", interrupted_after_begin)
+    thread.append_message(user("interrupted"), now=NOW)
+    with pytest.raises(KeyboardInterrupt):
+        store.save(thread)
+    thread = store.load("t")
+    thread.append_message(user("saved"), now=NOW)
+    store.save(thread)
+    assert [m.content for m in store.load("t").state.messages] == ["saved"]
     store.close()

@@ -79,7 +79,15 @@ class SQLiteWriter:
     def __init__(self, datastore: SQLiteDatastore) -> None:
         self._datastore = datastore
         self._lock = threading.Lock()
+        pool = datastore.pool
+        # Opened with the store, as the pool's connections are, so that saves go to the
+        # file the store opened even if it is replaced or made read-only before them;
+        # and read from at once, as the pool's first connection is, which attaches it to
+        # that file's write-ahead log too.
         self._connection: SQLiteConnection | None = None
+        if not pool.is_sqlite_memory_mode:
+            self._connection = _connect(pool, max_age=None)
+            self._connection._sqlite_conn.execute("PRAGMA journal_mode").fetchone()
 
     @contextmanager
     def transaction(self) -> Iterator[SQLiteCursor]:
@@ -95,16 +103,21 @@ class SQLiteWriter:
                 yield cursor
             return
         with self._lock:
-            if pool.closed:
+            connection = self._connection
+            if connection is None or pool.closed:
                 raise ConnectionPoolClosedError
-            if self._connection is None:
-                self._connection = _connect(pool, max_age=None)
-            with self._connection.transaction(commit=True) as cursor:
-                yield cursor
+            try:
+                with connection.transaction(commit=True) as cursor:
+                    yield cursor
+            finally:
+                if connection._sqlite_conn.in_transaction:
+                    # Interrupted (Ctrl-C) just after eventsourcing's BEGIN, before its
+                    # block rolls back on errors: else every later save fails to begin.
+                    connection.rollback()
 
     def close(self) -> None:
-        """Close the connection, if it was opened; a later transaction reopens it
-        unless the store's pool is closed too."""
+        """Close the connection; a later transaction raises
+        ``ConnectionPoolClosedError``."""
         with self._lock:
             if self._connection is not None:
                 self._connection.close()
