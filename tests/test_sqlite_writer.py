@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sqlite3
 import threading
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-from eventsourcing.persistence import ConnectionPoolClosedError
+from eventsourcing.persistence import ConnectionPoolClosedError, ConnectionUnavailableError
 from eventsourcing.sqlite import SQLiteCursor
 
 from covonaut_es import Store, ThreadConflictError, open_store
@@ -182,4 +184,27 @@ def test_a_save_interrupted_just_after_its_transaction_began_leaves_the_writer_u
     thread.append_message(user("saved"), now=NOW)
     store.save(thread)
     assert [m.content for m in store.load("t").state.messages] == ["saved"]
+    store.close()
+
+
+def test_a_save_waiting_behind_a_stuck_one_times_out_as_the_pools_writer_did(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "threads.db"
+    store = open_store(f"sqlite:///{path}")
+    store._app.recorder.datastore.pool.pool_timeout = 0.3  # type: ignore[attr-defined]
+    first, second = AgentThread.start("first", now=NOW), AgentThread.start("second", now=NOW)
+    blocker = sqlite3.connect(path, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")  # another process's write, holding the file
+    stuck = threading.Thread(target=store.save, args=(first,))
+    stuck.start()
+    time.sleep(0.2)  # the first save now waits for SQLite's busy timeout, holding the writer
+    with pytest.raises(ConnectionUnavailableError, match="Timed out waiting"):
+        store.save(second)
+    blocker.execute("ROLLBACK")  # the first save then goes through
+    stuck.join()
+    blocker.close()
+    assert store.load("first").version == 1
+    assert store.find("second") is None
+    store.save(second)
     store.close()

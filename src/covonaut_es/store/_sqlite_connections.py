@@ -17,7 +17,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from eventsourcing.persistence import ConnectionPoolClosedError, InterfaceError
+from eventsourcing.persistence import (
+    ConnectionPoolClosedError,
+    ConnectionUnavailableError,
+    InterfaceError,
+)
 from eventsourcing.sqlite import (
     SQLITE3_DEFAULT_LOCK_TIMEOUT,
     SQLiteConnection,
@@ -96,13 +100,18 @@ class SQLiteWriter:
 
         Raises:
             ConnectionPoolClosedError: The store is closed.
+            ConnectionUnavailableError: Another thread's save held the connection for
+                longer than the pool's timeout, as the pool's writer would have.
         """
         pool = self._datastore.pool
         if pool.is_sqlite_memory_mode:  # another connection would open another database
             with self._datastore.transaction(commit=True) as cursor:
                 yield cursor
             return
-        with self._lock:
+        if not self._lock.acquire(timeout=pool.pool_timeout):
+            msg = "Timed out waiting for return of writer"  # the pool's words
+            raise ConnectionUnavailableError(msg)
+        try:
             connection = self._connection
             if connection is None or pool.closed:
                 raise ConnectionPoolClosedError
@@ -114,6 +123,8 @@ class SQLiteWriter:
                     # Interrupted (Ctrl-C) just after eventsourcing's BEGIN, before its
                     # block rolls back on errors: else every later save fails to begin.
                     connection.rollback()
+        finally:
+            self._lock.release()
 
     def close(self) -> None:
         """Close the connection; a later transaction raises
