@@ -7,7 +7,7 @@ is N processes each inserting the same rows one by one, each ``INSERT`` followed
 own ``COMMIT`` (psycopg, no table lock), into a table with the same primary key.
 During our race a reader in the parent process follows the log as a projection does
 (every 5 ms, from its last position) and counts the notification ids it passed over
-that were committed later: a projection would never see those events. Three rounds
+that were committed later: a projection would never see those events. Five rounds
 (one race of ours, then one of the limit, each on a fresh database) are run for each
 number of writers, and the medians reported: one race of each gave 51% to 73% of the
 limit in four runs on this machine (until 2026-12-01 one round was run).
@@ -33,7 +33,7 @@ from workload import Row, rows
 from covonaut_es import Agent, open_store
 
 WRITERS = (1, 8)
-ROUNDS = 3
+ROUNDS = 5
 """Races of ours and of the limit, alternating; the medians are reported."""
 FULL_TURNS = 200
 QUICK_TURNS = 5
