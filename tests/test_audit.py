@@ -232,7 +232,7 @@ def forge(store: Store, source: str, target: str, change: Any) -> None:
     cover the thread's id, so an untouched copy verifies like the original."""
     records = []
     for record in store._stored_records(source):
-        payload = msgspec.json.decode(store._plain_payload(record))
+        payload = msgspec.json.decode(store._mapper.plain_payload(record))
         payload = change(record.originator_version, record.topic, payload)
         state = msgspec.json.encode(payload)
         stream = thread_aggregate_id(target)

@@ -81,10 +81,6 @@ class StoredRecords(ABC):
         """What the store's head table says of the thread's own stream."""
         return read_head(self._app.recorder, thread_aggregate_id(thread_id))
 
-    def _plain_payload(self, record: StoredEvent) -> bytes:
-        """A stored record's payload decrypted and decompressed."""
-        return self._mapper.plain_payload(record)
-
     @property
     def _mapper(self) -> MsgspecMapper:
         mapper = self._app.mapper
