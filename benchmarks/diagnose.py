@@ -23,7 +23,7 @@ from harness import BUDGET_S, Context, cli, isolated, log
 from report import MISSED, Section, Table, intro, ratio, seconds, size, times
 from single_thread import LONG_T, REFERENCE_T
 
-from covonaut_es import Agent, open_store
+from covonaut_es import Agent, Store, open_store
 from covonaut_es.domain import ThreadSnapshot
 from covonaut_es.store._store import SNAPSHOT_MIN_VERSION, SNAPSHOT_TAIL_SHARE
 
@@ -87,26 +87,31 @@ def run_storage(progress: Progress, target: str) -> None:
     progress.update(pages=pages, topics=topics, snapshots=snapshots)
 
 
+def _median_load(store: Store) -> float:
+    """The median time of the thread's restores, each dropped after its timing, as in
+    figure 3."""
+    loads = []
+    for _ in range(workload.REPEAT_LOADS):
+        start = time.perf_counter()
+        loaded = store.load(workload.THREAD_ID)
+        loads.append(time.perf_counter() - start)
+        del loaded
+    return workload.median(loads)
+
+
 def run_restore(progress: Progress, target: str, copy: str) -> None:
     """Profile ``store.load``, and time it again with the snapshot as far behind the
     head as the snapshot policy lets it be."""
     url = workload.store_url(target)
     with closing(open_store(url)) as store:
         thread = store.load(workload.THREAD_ID)
-        loads = []
-        for _ in range(workload.REPEAT_LOADS):  # each dropped after its timing, as figure 3's
-            start = time.perf_counter()
-            loaded = store.load(workload.THREAD_ID)
-            loads.append(time.perf_counter() - start)
-            del loaded
+        load_s = _median_load(store)
         rows = profile(lambda: [store.load(workload.THREAD_ID) for _ in range(5)])
     with closing(sqlite3.connect(target)) as con:
         (snapshot,) = con.execute("SELECT max(originator_version) FROM stored_snapshots").fetchone()
         with closing(sqlite3.connect(copy)) as dst:
             con.backup(dst)
-    progress.update(
-        head=thread.version, snapshot=snapshot, load_s=workload.median(loads), profile=rows
-    )
+    progress.update(head=thread.version, snapshot=snapshot, load_s=load_s, profile=rows)
     # On the copy, the one snapshot is replaced by one just before the policy would
     # write the next: the longest tail a restore of this head can meet.
     tail = max(SNAPSHOT_MIN_VERSION, thread.version // SNAPSHOT_TAIL_SHARE) - 1
@@ -119,16 +124,9 @@ def run_restore(progress: Progress, target: str, copy: str) -> None:
         old = store.load(workload.THREAD_ID, version=behind)
         store._app.snapshots.put([ThreadSnapshot.take(old)])
     with closing(open_store(workload.store_url(copy))) as store:
-        loads = []
-        for _ in range(workload.REPEAT_LOADS):  # each dropped after its timing, as figure 3's
-            start = time.perf_counter()
-            loaded = store.load(workload.THREAD_ID)
-            loads.append(time.perf_counter() - start)
-            del loaded
+        load_s = _median_load(store)
         longest = profile(lambda: [store.load(workload.THREAD_ID) for _ in range(5)])
-    progress.update(
-        longest_tail_at=behind, load_longest_tail_s=workload.median(loads), profile_longest=longest
-    )
+    progress.update(longest_tail_at=behind, load_longest_tail_s=load_s, profile_longest=longest)
 
 
 def run_persistence(progress: Progress, target: str, turns: int) -> None:

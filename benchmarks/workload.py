@@ -186,6 +186,13 @@ def row_bytes(target: str) -> int:
     return int(total)
 
 
+def busy_until(due: float) -> None:
+    """Keep the CPU busy until ``perf_counter()`` reaches ``due``: the disk meets a
+    commit after work as an agent's, not after sleep."""
+    while time.perf_counter() < due:
+        pass
+
+
 def commit_probe(directory: Path, commits: int = 100, busy_s: float = 0.0) -> float:
     """Median seconds of a one-row ``INSERT`` + ``COMMIT`` into a fresh WAL SQLite file:
     how fast this disk syncs right now (other work on the machine changes it), with the
@@ -196,9 +203,7 @@ def commit_probe(directory: Path, commits: int = 100, busy_s: float = 0.0) -> fl
         con.execute("PRAGMA journal_mode=WAL")
         con.execute("CREATE TABLE probe (n INTEGER PRIMARY KEY, payload BLOB)")
         for n in range(commits):
-            due = time.perf_counter() + busy_s
-            while time.perf_counter() < due:
-                pass
+            busy_until(time.perf_counter() + busy_s)
             start = time.perf_counter()
             con.execute("BEGIN")
             con.execute("INSERT INTO probe VALUES (?, ?)", (n, b"x" * 400))
@@ -356,10 +361,8 @@ def raw_write(
         raise ValueError(msg)
     seconds, first = 0.0, time.perf_counter()
     for n, transaction in enumerate(transactions):
-        if starts is not None:
-            due = first + starts[n] - starts[0]
-            while time.perf_counter() < due:  # busy, as our run is between its commits
-                pass
+        if starts is not None:  # busy in between, as our run is between its commits
+            busy_until(first + starts[n] - starts[0])
         start = time.perf_counter()
         write(*transaction)
         seconds += time.perf_counter() - start
