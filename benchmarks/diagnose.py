@@ -223,7 +223,7 @@ def storage(ctx: Context, turns: int) -> Table:
     if target and target.status == MISSED:
         target.explanation = (
             f"Cause: snapshots are {ratio(snapshot_bytes, total):.0%} of the file "
-            "(`Store._save_checkpoint_snapshot` in `store/_store.py` keeps one per thread, "
+            "(`Store.snapshot_if_due` in `store/_store.py` keeps one per thread, "
             "the newest, ADR 0014, as msgpack in a zstd frame, ADR 0022), and each "
             f"turn stores {events / turns:.1f} events, of which only the message events carry "
             "conversation; every event row repeats its topic string and hex thread id "
@@ -312,7 +312,7 @@ def persistence(ctx: Context) -> list[Table]:
         share = ratio(found["database_s"], found["persistence_s"])
         table.notes.append(
             f"Under the profiler, {seconds(found['persistence_s'] / turns)} per turn is "
-            f"persistence (inside `Store.save` / `_save_checkpoint_snapshot`), of which "
+            f"persistence (inside `Store.save` / `snapshot_if_due`), of which "
             f"{share:.0%} is the client waiting in the database driver (SQLite's C calls, "
             "fsync included; psycopg's socket waits and pipeline I/O) and the rest Python in "
             "eventsourcing, psycopg and covonaut_es; the whole run is "

@@ -1,7 +1,7 @@
 """Figure 8: the limits, and our costs as multiples of them.
 
 Write: our per-turn persistence cost is the time spent inside ``Store.save`` and
-``Store._save_checkpoint_snapshot`` during the figure-1 runs (measured around those two
+``Store.snapshot_if_due`` during the figure-1 runs (measured around those two
 calls; everything else of a turn is not persistence), divided by T. The limit writes
 exactly the same rows (the bytes our store wrote, read back from it) in the same
 transactions, with bare ``INSERT`` + ``COMMIT``: ``sqlite3`` on a fresh WAL file with the

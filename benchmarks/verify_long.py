@@ -27,7 +27,7 @@ with open_store(url) as store:
                 if i % 10 == 9:
                     thread.save_checkpoint(CheckpointReason.MANUAL, retain=0, now=now)
             store.save(thread)
-            store._save_checkpoint_snapshot(thread)
+            store.snapshot_if_due(thread)
     start = time.perf_counter()
     report = store.verify("long")
     seconds = time.perf_counter() - start

@@ -423,7 +423,7 @@ class PersistenceTimer:
         self.groups: list[list[int]] = []  # [events in the commit, snapshot written]
         self.snapshots: list[tuple[int, str, bytes]] = []  # (version, topic, payload)
         self.starts: list[float] = []  # when each transaction that wrote began
-        save, snapshot = store.save, store._save_checkpoint_snapshot
+        save, snapshot = store.save, store.snapshot_if_due
 
         def timed_save(thread: Any) -> None:
             events = len(thread.pending_events)
@@ -448,7 +448,7 @@ class PersistenceTimer:
             return written
 
         store.save = timed_save  # type: ignore[method-assign]
-        store._save_checkpoint_snapshot = timed_snapshot  # type: ignore[method-assign]
+        store.snapshot_if_due = timed_snapshot  # type: ignore[method-assign]
 
 
 def run_ours(

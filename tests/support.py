@@ -143,7 +143,7 @@ def snapshotted_thread(store: Store, thread_id: str = "long", *, text: str = "hi
     for i in range(70):
         thread.append_message(Message(role="user", content=f"{text} {i}"), now=now)
     store.save(thread)
-    assert store._save_checkpoint_snapshot(thread)
+    assert store.snapshot_if_due(thread)
     return thread
 
 

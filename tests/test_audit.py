@@ -52,7 +52,7 @@ def long_thread(store: Store, thread_id: str, messages: int) -> AgentThread:
             thread.save_checkpoint(CheckpointReason.MANUAL, retain=0, now=now)
         if i % 50 == 0:
             store.save(thread)
-            store._save_checkpoint_snapshot(thread)
+            store.snapshot_if_due(thread)
     store.save(thread)
     return thread
 

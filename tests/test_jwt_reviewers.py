@@ -374,9 +374,9 @@ def test_a_jwks_verifier_takes_rs256_by_default_and_never_hmac(jwks: Jwks) -> No
 def test_importing_without_pyjwt_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without PyJWT, the import fails with the extra to install."""
     monkeypatch.setitem(sys.modules, "jwt", None)
-    monkeypatch.delitem(sys.modules, "covonaut_es.runtime._jwt")
+    monkeypatch.delitem(sys.modules, "covonaut_es.service._jwt")
     with pytest.raises(ImportError, match=r"covonaut-es\[inbox\]"):
-        importlib.import_module("covonaut_es.runtime._jwt")
+        importlib.import_module("covonaut_es.service._jwt")
 
 
 # The command line's options -------------------------------------------------------------

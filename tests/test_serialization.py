@@ -29,6 +29,7 @@ from covonaut_es.domain import (
     Decision,
     Interrupt,
     Label,
+    PauseKind,
     ReviewRequest,
     RunMode,
     StateDocument,
@@ -88,20 +89,29 @@ SAMPLES: dict[type, dict[str, Any]] = {
         "tool_name": "echo",
         "content": "found in the ledger",
         "outcome": ToolOutcome.SETTLED,
+        "settled_by": "alice",
     },
     AgentThread.ToolCallRetried: {"tool_call_id": "c1"},
+    AgentThread.RetryRequested: {"tool_call_id": "c1", "requested_by": "alice"},
+    AgentThread.InterruptAnswered: {
+        "tool_call_id": "c1",
+        "answer": "the blue one",
+        "answered_by": "alice",
+    },
     AgentThread.Forked: {
         "thread_id": "f",
         "parent_thread_id": "t",
         "parent_version": 1,
-        "interrupts": (Interrupt("why", {"a": 1}, "c1", "review"),),
+        "interrupts": (Interrupt("why", {"a": 1}, "c1", "review", PauseKind.REVIEW),),
     },
     AgentThread.Labelled: {"label": Label("best", 3)},
-    AgentThread.Abandoned: {"reason": "customer left"},
+    AgentThread.Abandoned: {"reason": "customer left", "abandoned_by": "alice"},
     AgentThread.Interrupted: {
-        "interrupt": Interrupt("why", {"nested": [1, {"x": None}]}, "c1", "review")
+        "interrupt": Interrupt(
+            "why", {"nested": [1, {"x": None}]}, "c1", "review", PauseKind.IN_DOUBT
+        )
     },
-    AgentThread.Steered: {"message": Message(Role.USER, "approved?")},
+    AgentThread.Steered: {"message": Message(Role.USER, "approved?"), "answer_to": "c1"},
     AgentThread.Resumed: {},
     AgentThread.TurnStarted: {"turn": 2},
     AgentThread.Compacted: {"compaction": Compaction("sum", 3), "usage": None},

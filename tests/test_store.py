@@ -250,7 +250,7 @@ def test_a_snapshot_that_cannot_be_read_falls_back_to_the_events(
     with caplog.at_level(logging.WARNING, logger="covonaut_es"):
         assert store.state_at("t") == state
     assert "rebuilding the thread from its events" in caplog.text
-    assert "ThreadSnapshot data (schema version 2) does not decode" in caplog.text
+    assert "ThreadSnapshot data (schema version 3) does not decode" in caplog.text
 
 
 def test_a_damaged_compressed_snapshot_falls_back_to_the_events(
@@ -336,7 +336,7 @@ def test_a_snapshot_newer_than_the_code_is_an_error(store_url: str) -> None:
         state = talk(store).state
         put_snapshot(store, "t", lambda payload: payload.update(_v=99))
         with pytest.raises(
-            SchemaVersionError, match=r"ThreadSnapshot data has schema version 99.*up to version 2"
+            SchemaVersionError, match=r"ThreadSnapshot data has schema version 99.*up to version 3"
         ):
             store.load("t")
         assert store.replay_state("t") == state
@@ -363,7 +363,7 @@ def test_a_new_snapshot_replaces_the_older_ones_and_time_travel_still_works(
             if i % 10 == 0:
                 thread.save_checkpoint(CheckpointReason.MANUAL, retain=0, now=now)
                 store.save(thread)
-                store._save_checkpoint_snapshot(thread)
+                store.snapshot_if_due(thread)
                 states[thread.version] = thread.state
         assert store._app.snapshots is not None
         kept = store._app.snapshots.recorder.select_events(thread.id)

@@ -45,6 +45,7 @@ from covonaut_es.cli._json import SCHEMAS
 from covonaut_es.domain import RunMode
 from covonaut_es.errors import InvalidSubmissionError
 from covonaut_es.store import WorkerRecord
+from covonaut_es.store._leases_sqlite import lease_directory
 from support import answer, call, echo_tool
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -362,7 +363,8 @@ def test_an_encrypted_stores_registry_seals_the_threads_held(tmp_path: Path) -> 
         with store.lease("ann-42"):
             store.publish_worker(record)
         assert [w.threads for w in store.live_workers()] == [("ann-42",)]
-        files = [path for path in (tmp_path / "sealed.db.leases").rglob("*") if path.is_file()]
+        leases = lease_directory(str(tmp_path / "sealed.db"))
+        files = [path for path in leases.rglob("*") if path.is_file()]
         assert files and all(b"ann-42" not in path.read_bytes() for path in files)
 
 

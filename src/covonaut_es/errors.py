@@ -130,8 +130,27 @@ class ThreadBusyError(CovonautError, RuntimeError):
         self.holder = holder
 
 
+class LeaseLostError(CovonautError, RuntimeError):
+    """A runner's lease on a thread no longer stands: its database session ended, or
+    another runner took the thread since. Nothing more of the run is stored or run:
+    the store refused the write, or the runner stopped before its next tool call.
+
+    Attributes:
+        token: The lease the runner held (each lease of a thread has a greater one).
+    """
+
+    def __init__(self, message: str, *, token: int) -> None:
+        super().__init__(message)
+        self.token = token
+
+
 class ThreadStateError(CovonautError, RuntimeError):
     """The thread is not in a state that allows the requested operation."""
+
+
+class ThreadAbandonedError(ThreadStateError):
+    """The thread was given up while a run was going: the results of the calls that ran
+    are recorded after the abandonment, and nothing more runs."""
 
 
 class NotInterruptedError(ThreadStateError):
@@ -173,6 +192,25 @@ class StaleReviewError(ThreadStateError):
 
 class ReviewNotFoundError(CovonautError, LookupError):
     """The thread has no review with that id (it may belong to another thread)."""
+
+
+class AmbiguousReviewError(ReviewNotFoundError):
+    """A review id is pending in several threads (forks inherit pending reviews): name
+    the thread to decide it on.
+
+    Attributes:
+        thread_ids: The threads where it is pending.
+    """
+
+    def __init__(self, message: str, *, thread_ids: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.thread_ids = thread_ids
+
+
+class InvalidDecisionError(CovonautError, ValueError):
+    """What a person submitted (a review's decision, edited arguments, an answer to a
+    pause, a settlement of a call in doubt) is refused: the message names the field and
+    what is wrong with it. Nothing was recorded."""
 
 
 class ReviewerNotVerifiedError(CovonautError, PermissionError):

@@ -53,6 +53,15 @@ class ToolContext:
     approval: ReviewDecision | None = None
 
 
+def check_timeout(_: Any, attribute: attrs.Attribute[float | None], value: object) -> None:
+    """A timeout is None or a positive, finite number of seconds."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        msg = f"{attribute.name} must be None or a positive number of seconds, got {value!r}"
+        raise ValueError(msg)
+
+
 def _check_name(_: Any, __: attrs.Attribute[str], value: str) -> None:
     if not value or not value.replace("_", "").replace("-", "").isalnum():
         msg = f"tool name must be letters, digits, '_' or '-', got {value!r}"
@@ -77,6 +86,11 @@ class Tool:
         requires_approval: ``True``, or a policy ``policy(args) -> bool`` deciding per
             call: such a call runs only with an unused approval of its exact operation
             on record; without one, the run pauses for a review.
+        timeout: Seconds a call may run (default: ``AgentConfig.tool_timeout``). A call
+            past it is recorded in doubt (it may have done its work), the run pauses on
+            it for a person to settle, and the function is left to finish on its own:
+            Python cannot stop a thread, so a blocking function that never returns
+            keeps its thread, which the worker's heartbeat reports.
     """
 
     name: str = attrs.field(validator=_check_name)
@@ -91,6 +105,7 @@ class Tool:
             attrs.validators.instance_of(bool), attrs.validators.is_callable()
         ),
     )
+    timeout: float | None = attrs.field(kw_only=True, default=None, validator=check_timeout)
     _validator: ArgumentsValidator = attrs.field(init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 from uuid import UUID
 
 import msgspec
@@ -24,6 +24,7 @@ from eventsourcing.domain import Aggregate
 from covonaut_es.domain._calls import event_key, requested_call
 from covonaut_es.domain._ids import check_thread_id, thread_aggregate_id
 from covonaut_es.domain._integrity import CHAIN_KEY, UNCHAINED, seal
+from covonaut_es.domain._pauses import checked_kind, in_doubt_data, pauses_of
 from covonaut_es.domain._reviews import (
     Decision,
     ReviewDecision,
@@ -41,6 +42,8 @@ from covonaut_es.domain._values import (
     Compaction,
     Interrupt,
     Label,
+    Pause,
+    PauseKind,
     PendingToolCall,
     RunMode,
     StateDocument,
@@ -67,7 +70,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
     # classes live, so modules can move without breaking stored data.
     TOPIC = "covonaut.thread"
     # The schema version of snapshots; see covonaut_es.migrations and ADR 0007.
-    class_version = 2
+    class_version = 3
 
     thread_id: str
     status: ThreadStatus
@@ -84,6 +87,9 @@ class AgentThread(Aggregate, created_event_name="Started"):
     labels: list[Label]
     chain_head: str | None
     reviews: ReviewLedger
+    answers: dict[str, str]
+    retries_requested: list[str]
+    retry_requested: bool
 
     # Events: the only code that changes a thread's state is their apply methods.
 
@@ -99,9 +105,18 @@ class AgentThread(Aggregate, created_event_name="Started"):
         originator_id: UUID
 
         def mutate(self, aggregate: Any) -> Any:
+            abandoned = aggregate is not None and aggregate.status is ThreadStatus.ABANDONED
             thread: Any = super().mutate(aggregate)
             thread.chain_head = self.__dict__.get(CHAIN_KEY, UNCHAINED)
+            if abandoned:  # the last results of a run it stopped change nothing
+                thread.status = ThreadStatus.ABANDONED
             return thread
+
+        def rebased_fields(self, thread: AgentThread) -> dict[str, Any]:
+            """The fields to trigger this event with again on ``thread`` (see
+            :meth:`AgentThread.rebase`): its own, unless they derive from where in the
+            stream it stood."""
+            return {k: v for k, v in vars(self).items() if k not in _POSITION_FIELDS}
 
     class Started(Event, Aggregate.Created):
         """The thread was created."""
@@ -126,7 +141,10 @@ class AgentThread(Aggregate, created_event_name="Started"):
             thread.messages = list(document.messages)
             thread.turn = document.turn
             thread.usage = document.usage
-            thread.interrupts = list(document.interrupts)
+            # A document holds no reviews or open calls: its pauses are tools' pauses.
+            thread.interrupts = [
+                checked_kind(i, thread.reviews, thread.open_calls) for i in document.interrupts
+            ]
             thread.compaction = document.compaction
             thread.error = document.error
 
@@ -140,6 +158,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
         def apply(self, thread: AgentThread) -> None:
             thread.status = ThreadStatus.RUNNING
             thread.error = None
+            thread.retry_requested = False
             if self.mode is RunMode.RUN:  # new user input: past decisions stop standing
                 thread.reviews = thread.reviews.lapsed()
 
@@ -217,10 +236,18 @@ class AgentThread(Aggregate, created_event_name="Started"):
             )
 
     class ToolCallSettled(ToolResultRecorded):
-        """The application settled a call in doubt with the result it found by checking
-        the external state."""
+        """A call in doubt was settled with what checking the external state found:
+        it ran, with this result (outcome ``settled``), or it did not run (outcome
+        ``not_executed``). ``settled_by`` names the verified person who settled it,
+        empty when the application did."""
 
         TOPIC = "covonaut.thread.ToolCallSettled"
+
+        settled_by: str = ""
+
+        def apply(self, thread: AgentThread) -> None:
+            super().apply(thread)
+            _discard(thread.retries_requested, self.tool_call_id)
 
     class ToolCallRetried(Event):
         """The application (or the tool's ``idempotent`` flag) chose to run a call in
@@ -231,28 +258,70 @@ class AgentThread(Aggregate, created_event_name="Started"):
         tool_call_id: str
 
         def apply(self, thread: AgentThread) -> None:
-            pass  # the call stays open until its result is recorded
+            # The call stays open until its result is recorded.
+            _discard(thread.retries_requested, self.tool_call_id)
+
+    class RetryRequested(Event):
+        """A verified person asked for a call in doubt to run again (with the same
+        idempotency key), or with no call named, for the thread's failed run to be tried
+        again; the next runner does it."""
+
+        TOPIC = "covonaut.thread.RetryRequested"
+
+        tool_call_id: str
+        requested_by: str
+
+        def apply(self, thread: AgentThread) -> None:
+            if self.tool_call_id:
+                thread.retries_requested.append(self.tool_call_id)
+            else:
+                thread.retry_requested = True
 
     class Interrupted(Event):
-        """A tool paused the run."""
+        """The run paused: a tool raised ``InterruptError``, a call needs a review, or a
+        call is in doubt (the interrupt's ``kind`` says which).
+
+        Version 2 records the kind. Applying checks it against the thread, so a kind the
+        thread does not bear out (from a record of version 1, whose kind the migration
+        guessed from the data) reads as a tool's pause.
+        """
 
         TOPIC = "covonaut.thread.Interrupted"
+        class_version = 2
 
         interrupt: Interrupt
 
         def apply(self, thread: AgentThread) -> None:
-            thread.interrupts.append(self.interrupt)
+            thread.interrupts.append(
+                checked_kind(self.interrupt, thread.reviews, thread.open_calls)
+            )
             thread.status = ThreadStatus.INTERRUPTED
 
+    class InterruptAnswered(Event):
+        """A verified person answered a tool's pause; the answer reaches the model as a
+        user message when the run resumes."""
+
+        TOPIC = "covonaut.thread.InterruptAnswered"
+
+        tool_call_id: str
+        answer: str
+        answered_by: str
+
+        def apply(self, thread: AgentThread) -> None:
+            thread.answers[self.tool_call_id] = self.answer
+
     class Steered(Event):
-        """A queued steering message was applied before a model call."""
+        """A queued steering message was applied before a model call; ``answer_to``
+        names the call whose pause it answers, when it is a person's answer."""
 
         TOPIC = "covonaut.thread.Steered"
 
         message: Message
+        answer_to: str = ""
 
         def apply(self, thread: AgentThread) -> None:
             thread.messages.append(self.message)
+            thread.answers.pop(self.answer_to, None)
 
     class Resumed(Event):
         """The pending interrupts were cleared by ``resume()``."""
@@ -343,10 +412,12 @@ class AgentThread(Aggregate, created_event_name="Started"):
         ``parent_version + 1``) and holds no copy of the parent's events: loading a
         fork loads the parent as of that version and grafts this event onto it.
         ``interrupts`` repeats the inherited pending interrupts so that projections
-        need not walk the parent chain.
+        need not walk the parent chain; version 2 records their kinds (the thread's own
+        state, grafted from the parent, is what runs and decisions go by).
         """
 
         TOPIC = "covonaut.thread.Forked"
+        class_version = 2
 
         thread_id: str
         parent_thread_id: str
@@ -376,12 +447,14 @@ class AgentThread(Aggregate, created_event_name="Started"):
             raise ThreadStateError(msg)
 
     class Abandoned(Event):
-        """The application gave the thread up: its pending interrupts will never be
-        decided, and no run starts on it again."""
+        """The thread was given up: its pending interrupts will never be decided, and no
+        run starts on it again. ``abandoned_by`` names the verified person who gave it
+        up, empty when the application did."""
 
         TOPIC = "covonaut.thread.Abandoned"
 
         reason: str
+        abandoned_by: str = ""
 
         def apply(self, thread: AgentThread) -> None:
             thread.status = ThreadStatus.ABANDONED
@@ -467,6 +540,12 @@ class AgentThread(Aggregate, created_event_name="Started"):
                 self.review_id, self.tool_call_id, self.idempotency_key
             )
 
+        def rebased_fields(self, thread: AgentThread) -> dict[str, Any]:
+            # The call's key derives from its ToolCalled's version, which a rebase moves.
+            fields = super().rebased_fields(thread)
+            fields["idempotency_key"] = thread.open_calls[self.tool_call_id].idempotency_key
+            return fields
+
     # eventsourcing would otherwise define a `Created` class of its own.
     Created = Started
 
@@ -486,6 +565,9 @@ class AgentThread(Aggregate, created_event_name="Started"):
         self.labels = []
         self.chain_head = UNCHAINED
         self.reviews = ReviewLedger()
+        self.answers = {}
+        self.retries_requested = []
+        self.retry_requested = False
 
     # Commands ---------------------------------------------------------------------
 
@@ -638,15 +720,20 @@ class AgentThread(Aggregate, created_event_name="Started"):
             timestamp=now,
         )
 
-    def settle(self, tool_call_id: str, content: str, *, now: datetime) -> None:
-        """Record the result of a call in doubt, as the application established it."""
+    def settle(
+        self, tool_call_id: str, content: str, *, ran: bool = True, by: str = "", now: datetime
+    ) -> None:
+        """Record what checking the external state found for a call in doubt: it ran,
+        with ``content`` as its result, or (``ran=False``) it did not run, ``content``
+        saying so to the model. ``by`` names a verified person who settled it."""
         pending = self._call_in_doubt(tool_call_id)
         self.trigger_event(
             self.ToolCallSettled,
             tool_call_id=tool_call_id,
             tool_name=pending.call.name,
             content=content,
-            outcome=ToolOutcome.SETTLED,
+            outcome=ToolOutcome.SETTLED if ran else ToolOutcome.NOT_EXECUTED,
+            settled_by=by,
             timestamp=now,
         )
 
@@ -656,9 +743,99 @@ class AgentThread(Aggregate, created_event_name="Started"):
         self.trigger_event(self.ToolCallRetried, tool_call_id=tool_call_id, timestamp=now)
         return pending
 
+    def request_retry(self, tool_call_id: str, *, by: str, now: datetime) -> None:
+        """Record a verified person's request that a call in doubt run again, with the
+        same idempotency key, when the thread next runs; with ``tool_call_id`` empty, that
+        the thread's failed run be tried again.
+
+        Raises:
+            ThreadStateError: The call is not in doubt, or its retry is already asked
+                for; with no call, the thread's last run did not fail.
+        """
+        if not tool_call_id:
+            if self.status is not ThreadStatus.ERROR or self.retry_requested:
+                msg = (
+                    f"thread {self.thread_id!r} is {self.status}, not a failed run waiting "
+                    "to be tried again; only a thread whose run failed is retried"
+                )
+                raise ThreadStateError(msg)
+        else:
+            self._call_in_doubt(tool_call_id)
+            if tool_call_id in self.retries_requested:
+                msg = f"call {tool_call_id!r} of thread {self.thread_id!r} is already to be retried"
+                raise ThreadStateError(msg)
+        self.trigger_event(
+            self.RetryRequested, tool_call_id=tool_call_id, requested_by=by, timestamp=now
+        )
+
     def interrupt(self, interrupt: Interrupt, *, now: datetime) -> None:
-        """Record an interrupt raised by a tool."""
+        """Record a tool's pause (``InterruptError``); reviews and calls in doubt pause
+        through :meth:`request_review` and :meth:`pause_in_doubt`.
+
+        Raises:
+            ThreadStateError: ``interrupt`` claims another kind of pause.
+        """
+        if interrupt.kind is not PauseKind.TOOL:
+            msg = (
+                f"interrupt() records a tool's pause, not one of kind {interrupt.kind}: "
+                "use request_review() or pause_in_doubt()"
+            )
+            raise ThreadStateError(msg)
         self.trigger_event(self.Interrupted, interrupt=interrupt, timestamp=now)
+
+    def pause_in_doubt(self, tool_call_id: str, reason: str, *, now: datetime) -> Interrupt:
+        """Pause the thread on a call in doubt, for a person to check the external system
+        and settle it; the interrupt's data names the call and its idempotency key. A
+        thread paused on the call in doubt already stays so (nothing is recorded).
+
+        Raises:
+            ThreadStateError: The call is not in doubt.
+        """
+        pending = self._call_in_doubt(tool_call_id)
+        for interrupt in self.interrupts:
+            if interrupt.tool_call_id == tool_call_id and interrupt.kind is PauseKind.IN_DOUBT:
+                return interrupt
+        call = pending.call
+        interrupt = Interrupt(
+            reason, in_doubt_data(pending), call.id, call.name, PauseKind.IN_DOUBT
+        )
+        self.trigger_event(self.Interrupted, interrupt=interrupt, timestamp=now)
+        return interrupt
+
+    def answer(self, tool_call_id: str, answer: str, *, by: str, now: datetime) -> None:
+        """Record a verified person's answer to a tool's pause; the model reads it as a
+        user message once the run resumes.
+
+        Raises:
+            ThreadStateError: No tool's pause on that call awaits an answer.
+        """
+        paused = [p for p in self.pauses if p.interrupt.tool_call_id == tool_call_id]
+        if not any(p.kind is PauseKind.TOOL and not p.resolved for p in paused):
+            kinds = ", ".join(f"{p.kind} ({p.waits_for})" for p in paused) or "none"
+            msg = (
+                f"thread {self.thread_id!r} has no tool's pause on call {tool_call_id!r} "
+                f"awaiting an answer (pauses on it: {kinds}); reviews are decided and "
+                "calls in doubt settled instead"
+            )
+            raise ThreadStateError(msg)
+        self.trigger_event(
+            self.InterruptAnswered,
+            tool_call_id=tool_call_id,
+            answer=answer,
+            answered_by=by,
+            timestamp=now,
+        )
+
+    def steer_answers(self, *, now: datetime) -> None:
+        """Give the model the answers people recorded to the thread's pauses, as user
+        messages, in the order they were given."""
+        for call_id, answer in list(self.answers.items()):
+            self.trigger_event(
+                self.Steered,
+                message=Message(Role.USER, answer),
+                answer_to=call_id,
+                timestamp=now,
+            )
 
     def steer(self, message: Message, *, now: datetime) -> None:
         """Apply a steering message."""
@@ -693,12 +870,12 @@ class AgentThread(Aggregate, created_event_name="Started"):
         self.trigger_event(self.CheckpointSaved, reason=reason, retain=retain, timestamp=now)
         return self.checkpoints[-1]
 
-    def abandon(self, reason: str, *, now: datetime) -> None:
-        """Give the thread up."""
+    def abandon(self, reason: str, *, by: str = "", now: datetime) -> None:
+        """Give the thread up; ``by`` names a verified person who gave it up."""
         if self.status is ThreadStatus.ABANDONED:
             msg = f"thread {self.thread_id!r} is already abandoned"
             raise ThreadStateError(msg)
-        self.trigger_event(self.Abandoned, reason=reason, timestamp=now)
+        self.trigger_event(self.Abandoned, reason=reason, abandoned_by=by, timestamp=now)
 
     def label(self, name: str, *, version: int | None, now: datetime) -> None:
         """Give the thread (or one of its versions) a label; a name labels one thing."""
@@ -728,8 +905,10 @@ class AgentThread(Aggregate, created_event_name="Started"):
             tool_call_id=call.id,
         )
         self.trigger_event(self.ReviewRequested, request=request, timestamp=now)
-        interrupt = Interrupt(review_reason(request), request.to_data(), call.id, call.name)
-        self.interrupt(interrupt, now=now)
+        interrupt = Interrupt(
+            review_reason(request), request.to_data(), call.id, call.name, PauseKind.REVIEW
+        )
+        self.trigger_event(self.Interrupted, interrupt=interrupt, timestamp=now)
         return request
 
     def decide_review(
@@ -746,10 +925,16 @@ class AgentThread(Aggregate, created_event_name="Started"):
         what it means for the model. ``reviewer`` must come from a verifier.
 
         ``arguments``, only with an approval, are the reviewer's edit of the requested
-        arguments: the approval then covers them instead. A ``RESPONDED`` decision makes
-        ``comment`` the call's result: the reviewer answers in the tool's place.
+        arguments: the approval then covers them instead (an edit equal to the request
+        is a plain approval). A ``RESPONDED`` decision makes ``comment`` the call's
+        result: the reviewer answers in the tool's place.
         """
         review = self.reviews.undecided(review_id, thread_id=self.thread_id)
+        if (
+            arguments is not None
+            and operation_digest(review.request.tool_name, arguments) == review.request.digest
+        ):
+            arguments = None
         fields: dict[str, Any] = {
             "review_id": review_id,
             "reviewer": reviewer,
@@ -821,7 +1006,45 @@ class AgentThread(Aggregate, created_event_name="Started"):
             parent=self.parent,
             labels=tuple(self.labels),
             reviews=self.reviews.reviews,
+            pauses=self.pauses,
+            retry_requested=self.retry_requested,
         )
+
+    @property
+    def pauses(self) -> tuple[Pause, ...]:
+        """Each pending interrupt, and whether a person has dealt with it."""
+        return pauses_of(
+            self.interrupts, self.reviews, self.open_calls, self.answers, self.retries_requested
+        )
+
+    # Rebasing ---------------------------------------------------------------------
+
+    def rebase(self, head: AgentThread, tail: Sequence[AgentThread.Event]) -> bool:
+        """Put this thread's unsaved events after ``head``, the stored thread, which
+        moved on by the events ``tail`` since this one was loaded; whether it could.
+
+        It can when every event of ``tail`` commutes with a run (a label, a review's
+        decision with its call's result, an answer to a pause, the thread given up), no
+        unsaved call has its result already (its idempotency key, which derives from its
+        version, would change after it ran) and each unsaved event applies after
+        ``head``. Then this thread becomes ``head`` with its events triggered again, sealed
+        and numbered after it; otherwise it is left as it was.
+        """
+        pending = [cast(AgentThread.Event, e) for e in self.pending_events]
+        ran = {e.tool_call_id for e in pending if isinstance(e, AgentThread.ToolResultRecorded)}
+        if not _commute(tail, head) or any(
+            isinstance(e, AgentThread.ToolCalled) and e.tool_call_id in ran for e in pending
+        ):
+            return False
+        try:
+            for event in pending:
+                fields = event.rebased_fields(head)
+                head.trigger_event(type(event), timestamp=event.timestamp, **fields)
+        except Exception:  # an unsaved event that does not apply after the head
+            return False
+        self.__dict__.clear()
+        self.__dict__.update(head.__dict__)
+        return True
 
     def _open_call(self, tool_call_id: str) -> PendingToolCall:
         pending = self.open_calls.get(tool_call_id)
@@ -879,6 +1102,40 @@ class AgentThread(Aggregate, created_event_name="Started"):
 
     def _next_event_key(self, call: ToolCall) -> str:
         return event_key(self.thread_id, self.version + 1, call.id)
+
+
+_POSITION_FIELDS = frozenset({"originator_id", "originator_version", "timestamp", CHAIN_KEY})
+"""An event's fields that say where in its stream it stands, set anew when it is
+triggered again by a rebase."""
+
+_COMMUTING = (
+    AgentThread.Labelled,
+    AgentThread.ReviewDecided,  # and its subclasses, the edited approval and the response
+    AgentThread.InterruptAnswered,
+    AgentThread.Abandoned,
+)
+
+
+def _commute(tail: Sequence[AgentThread.Event], head: AgentThread) -> bool:
+    """Whether every event of ``tail`` commutes with a run: one of :data:`_COMMUTING`,
+    or the result a decision recorded for the call its review held back."""
+    decided: set[str] = set()
+    for event in tail:
+        if isinstance(event, AgentThread.ReviewDecided):
+            review = head.reviews.get(event.review_id)
+            if review is not None:
+                decided.add(review.request.tool_call_id)
+        elif type(event) is AgentThread.ToolResultRecorded:
+            if event.outcome is not ToolOutcome.NOT_EXECUTED or event.tool_call_id not in decided:
+                return False
+        elif not isinstance(event, _COMMUTING):
+            return False
+    return True
+
+
+def _discard(items: list[str], item: str) -> None:
+    if item in items:
+        items.remove(item)
 
 
 class _ResultCallIds:

@@ -33,20 +33,61 @@ class ThreadStatus(enum.StrEnum):
     """The application gave the thread up; nothing runs on it any more."""
 
 
+class PauseKind(enum.StrEnum):
+    """What a pause waits for. It is set by the command that pauses the run, never
+    read from a pause's data, which is the tool's (often the model's arguments)."""
+
+    TOOL = "tool"
+    """A tool raised ``InterruptError``: a person answers it, then the run resumes."""
+    REVIEW = "review"
+    """A call needs an approval that is not on record: a reviewer decides it."""
+    IN_DOUBT = "in_doubt"
+    """A call may or may not have run (its runner stopped, or it outran its timeout):
+    a person checks the external system and settles it."""
+
+
 class Interrupt(msgspec.Struct, frozen=True, omit_defaults=True):
-    """A pause requested by a tool.
+    """A pause of the run.
 
     Attributes:
         reason: Why the run paused, for a person to read.
-        data: Structured data for the application, e.g. a review request.
-        tool_call_id: The call whose tool raised the interrupt.
-        tool_name: That tool's name.
+        data: Structured data for the application: what the tool passed with
+            ``InterruptError``, or the request of a review. It never decides what kind
+            of pause this is.
+        tool_call_id: The call the run paused on.
+        tool_name: That call's tool.
+        kind: What the pause waits for; set by the thread's own commands.
     """
 
     reason: str
     data: JsonValue = None
     tool_call_id: str = ""
     tool_name: str = ""
+    kind: PauseKind = PauseKind.TOOL
+
+
+class Pause(msgspec.Struct, frozen=True):
+    """A pending interrupt, and whether a person has dealt with it.
+
+    Attributes:
+        interrupt: The interrupt.
+        resolved: A person has dealt with it (decided the review, answered the tool,
+            settled the call or asked for it to run again): it waits for a runner now,
+            not for a person.
+    """
+
+    interrupt: Interrupt
+    resolved: bool
+
+    @property
+    def kind(self) -> PauseKind:
+        """What the pause waits for."""
+        return self.interrupt.kind
+
+    @property
+    def waits_for(self) -> str:
+        """``"person"`` until it is resolved, then ``"runner"``."""
+        return "runner" if self.resolved else "person"
 
 
 class PendingToolCall(msgspec.Struct, frozen=True):
@@ -153,6 +194,8 @@ class ThreadState(msgspec.Struct, frozen=True):
         labels: Names given to the thread or to its versions.
         reviews: Every review of the thread, in request order, with its decision and
             the call that used it.
+        pauses: Each pending interrupt and whether a person has dealt with it.
+        retry_requested: A person asked for the failed run to be tried again.
     """
 
     thread_id: str
@@ -169,6 +212,19 @@ class ThreadState(msgspec.Struct, frozen=True):
     parent: ThreadParent | None = None
     labels: tuple[Label, ...] = ()
     reviews: tuple[Review, ...] = ()
+    pauses: tuple[Pause, ...] = ()
+    retry_requested: bool = False
+
+    @property
+    def waiting_for(self) -> str:
+        """Who the thread waits for: ``"person"`` while a pause is unresolved,
+        ``"runner"`` when it is paused and every pause is resolved, or a person asked
+        for its failed run to be tried again, else ``""``."""
+        if any(not pause.resolved for pause in self.pauses):
+            return "person"
+        if self.pauses or (self.retry_requested and self.status is ThreadStatus.ERROR):
+            return "runner"
+        return ""
 
 
 class StateDocument(msgspec.Struct, frozen=True, kw_only=True):

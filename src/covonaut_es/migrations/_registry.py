@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from covonaut_es.domain import AgentThread, StateDocument, ThreadSnapshot
+from covonaut_es.domain import AgentThread, PauseKind, StateDocument, ThreadSnapshot
 from covonaut_es.domain._named_states import StateSaved
 from covonaut_es.domain._submissions import InputSubmitted, InputTaken
 from covonaut_es.errors import MissingUpcasterError, StaleSnapshotError
@@ -66,13 +66,78 @@ def tool_called_v1_v2(payload: dict[str, Any]) -> dict[str, Any]:
     return {**payload, "tool_call_id": call["id"], VERSION_KEY: 2}
 
 
+# Pauses have a kind (version 2 of Interrupted and Forked, 3 of the snapshot). Code before
+# told them apart by the keys of their data, which is the tool's; the kind is guessed from
+# those keys here only, and the thread checks the guess when it applies the interrupt.
+
+
+def legacy_pause_kind(data: Any) -> str:
+    """The kind a version-1 interrupt with ``data`` was read as: a review when its data
+    named a review, in doubt when it said so, else a tool's pause."""
+    if isinstance(data, dict) and isinstance(data.get("review_id"), str):
+        return PauseKind.REVIEW.value
+    if isinstance(data, dict) and data.get("in_doubt") is True:
+        return PauseKind.IN_DOUBT.value
+    return PauseKind.TOOL.value
+
+
+def _with_kind(interrupt: Any) -> Any:
+    if not isinstance(interrupt, dict):
+        return interrupt  # the typed decode names what is wrong with it
+    return {**interrupt, "kind": legacy_pause_kind(interrupt.get("data"))}
+
+
+def interrupted_v1_v2(payload: dict[str, Any]) -> dict[str, Any]:
+    """Interrupted v2 records its interrupt's kind; a v1 record's is guessed from its data
+    (the thread rejects a guess it does not bear out, see ``checked_kind``)."""
+    return {**payload, "interrupt": _with_kind(payload.get("interrupt")), VERSION_KEY: 2}
+
+
+def forked_v1_v2(payload: dict[str, Any]) -> dict[str, Any]:
+    """Forked v2 records the kinds of the interrupts it inherits, as the reviewer queue
+    lists them; a v1 record's are guessed from their data."""
+    interrupts = payload.get("interrupts")
+    if isinstance(interrupts, list):
+        payload = {**payload, "interrupts": [_with_kind(i) for i in interrupts]}
+    return {**payload, VERSION_KEY: 2}
+
+
+def thread_snapshot_v2_v3(state: dict[str, Any]) -> dict[str, Any]:
+    """A v3 snapshot holds the kinds of its pauses and the people's answers and retry
+    requests (none before v3). A v2 snapshot whose interrupts all read as tools' pauses
+    upgrades as it is; one that may hold a review or a call in doubt is rebuilt from the
+    events, which alone establish those kinds."""
+    interrupts = state.get("interrupts")
+    if not isinstance(interrupts, list) or any(
+        legacy_pause_kind(i.get("data") if isinstance(i, dict) else None) != PauseKind.TOOL
+        for i in interrupts
+    ):
+        msg = (
+            "ThreadSnapshot v2 predates typed pauses and holds interrupts whose kinds only "
+            "the thread's events establish, so it cannot be upgraded to v3"
+        )
+        raise StaleSnapshotError(msg)
+    return {
+        **state,
+        "answers": {},
+        "retries_requested": [],
+        "retry_requested": False,
+        VERSION_KEY: 3,
+    }
+
+
 EVENT_UPCASTERS: dict[type, Mapping[int, Upcaster]] = {
     AgentThread.MessageAppended: {1: message_appended_v1_v2},
     AgentThread.ToolCalled: {1: tool_called_v1_v2},
+    AgentThread.Interrupted: {1: interrupted_v1_v2},
+    AgentThread.Forked: {1: forked_v1_v2},
 }
 """Upcasters of the stored event types, by event class."""
 
-SNAPSHOT_UPCASTERS: Mapping[int, Upcaster] = {1: thread_snapshot_v1_v2}
+SNAPSHOT_UPCASTERS: Mapping[int, Upcaster] = {
+    1: thread_snapshot_v1_v2,
+    2: thread_snapshot_v2_v3,
+}
 """Upcasters of the thread's snapshot state (``AgentThread.class_version``)."""
 
 STATE_DOCUMENT_UPCASTERS: Mapping[int, Upcaster] = {1: state_document_v1_v2}

@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING
 from covonaut_es.runtime._agent import Agent
 from covonaut_es.runtime._compaction import CompactionPlan, Compactor, SummarizingCompactor
 from covonaut_es.runtime._config import AgentConfig, CheckpointSettings, Durability
-from covonaut_es.runtime._reviewers import HmacReviewerVerifier, ReviewerVerifier
+from covonaut_es.runtime._running import running_calls
+from covonaut_es.service import HmacReviewerVerifier, ReviewerVerifier
 
 if TYPE_CHECKING:
-    from covonaut_es.runtime._jwt import JwtReviewerVerifier as JwtReviewerVerifier
+    from covonaut_es.service import JwtReviewerVerifier as JwtReviewerVerifier
 
 # JwtReviewerVerifier is left out of __all__: `from covonaut_es.runtime import *` must work
 # without PyJWT.
@@ -33,6 +34,7 @@ __all__ = [
     "HmacReviewerVerifier",
     "ReviewerVerifier",
     "SummarizingCompactor",
+    "running_calls",
 ]
 
 
@@ -45,6 +47,6 @@ def __getattr__(name: str) -> object:
     if name != "JwtReviewerVerifier":
         msg = f"module {__name__!r} has no attribute {name!r}"
         raise AttributeError(msg)
-    value: object = importlib.import_module("covonaut_es.runtime._jwt").JwtReviewerVerifier
+    value: object = importlib.import_module("covonaut_es.service._jwt").JwtReviewerVerifier
     globals()[name] = value
     return value

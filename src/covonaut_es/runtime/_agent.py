@@ -7,7 +7,6 @@ decisions (:mod:`covonaut_es.runtime._reviews`) and the checkpoints and named st
 
 from __future__ import annotations
 
-import asyncio
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 from covonaut_es.domain import (
     AgentThread,
     Interrupt,
+    Pause,
     PendingToolCall,
     ReviewRequest,
     RunMode,
@@ -25,7 +25,6 @@ from covonaut_es.errors import ThreadStateError
 from covonaut_es.messages import Message, Role, Usage
 from covonaut_es.runtime._agent_base import DEFAULT_THREAD_ID as DEFAULT_THREAD_ID
 from covonaut_es.runtime._config import AgentConfig
-from covonaut_es.runtime._drivers import AsyncDriver, SyncDriver
 from covonaut_es.runtime._loop import (
     Program,
     RunSettings,
@@ -35,6 +34,7 @@ from covonaut_es.runtime._loop import (
 )
 from covonaut_es.runtime._reviews import ReviewCommands
 from covonaut_es.runtime._states import StateCommands
+from covonaut_es.service import Settlement
 from covonaut_es.tools import result_text
 
 _NO_RESULT: Any = object()
@@ -107,6 +107,12 @@ class Agent(ReviewCommands, StateCommands):
         """Review requests awaiting a decision; ``resume()`` needs every one decided."""
         return tuple(review.request for review in self._current.reviews.pending)
 
+    @property
+    def pauses(self) -> tuple[Pause, ...]:
+        """Every pending interrupt with its kind (a tool's pause, a review, a call in
+        doubt) and whether a person has dealt with it."""
+        return self._current.pauses
+
     # Running ----------------------------------------------------------------------
 
     def run(self, input: str) -> str:
@@ -149,28 +155,38 @@ class Agent(ReviewCommands, StateCommands):
             message = Message(Role.USER, message)
         self._steering.append(message)
 
-    def settle(self, tool_call_id: str, *, result: Any = _NO_RESULT, retry: bool = False) -> None:
-        """Settle a tool call in doubt: after checking the external state, either
-        record its ``result`` or run it again with ``retry=True`` (same idempotency key).
+    def settle(
+        self,
+        tool_call_id: str,
+        *,
+        result: Any = _NO_RESULT,
+        retry: bool = False,
+        ran: bool = True,
+    ) -> None:
+        """Settle a tool call in doubt, after checking the external state: record the
+        ``result`` it gave, record that it did not run (``ran=False``; a ``result``
+        given then is what the model reads of it), or run it again (``retry=True``, with
+        the same idempotency key).
 
         Settling is recorded as an event. Nothing ever re-runs a call in doubt unless
         settled with ``retry=True`` or its tool is declared ``idempotent``.
 
         Raises:
-            ThreadStateError: The call is not open, or neither or both of ``result``
-                and ``retry`` were given.
+            ThreadStateError: The call is not open, or not exactly one of ``result``,
+                ``ran=False`` and ``retry`` was given.
         """
-        self._perform(self._settling(tool_call_id, result, retry))
+        self._perform(self._settling(tool_call_id, result, retry, ran))
 
     async def asettle(
-        self, tool_call_id: str, *, result: Any = _NO_RESULT, retry: bool = False
+        self,
+        tool_call_id: str,
+        *,
+        result: Any = _NO_RESULT,
+        retry: bool = False,
+        ran: bool = True,
     ) -> None:
         """Like :meth:`settle`, awaited."""
-        await self._aperform(self._settling(tool_call_id, result, retry))
-
-    def close(self) -> None:
-        """Forget the in-memory thread; nothing unsaved is written."""
-        self._thread = None
+        await self._aperform(self._settling(tool_call_id, result, retry, ran))
 
     # Driving ----------------------------------------------------------------------
 
@@ -191,28 +207,19 @@ class Agent(ReviewCommands, StateCommands):
         )
 
     def _settling(
-        self, tool_call_id: str, result: Any, retry: bool
+        self, tool_call_id: str, result: Any, retry: bool, ran: bool
     ) -> Callable[[AgentThread], Program]:
-        if (result is _NO_RESULT) == (not retry):
-            msg = "settle() takes exactly one of result=... or retry=True"
+        given = result is not _NO_RESULT
+        if (retry and (given or not ran)) or (not retry and ran and not given):
+            msg = (
+                "settle() takes exactly one of result=..., ran=False (with a result, what "
+                "the model reads of it) or retry=True"
+            )
             raise ThreadStateError(msg)
         if retry:
             return lambda thread: retry_program(thread, self.config, tool_call_id)
-        content = result_text(result)
-        return lambda thread: settle_program(thread, self.config, tool_call_id, content)
-
-    def _perform(self, make_program: Callable[[AgentThread], Program]) -> str:
-        with self._exclusive(), self._leased():
-            driver = SyncDriver(self.config.provider, self._commit)
-            return driver.drive(make_program(self._current))
-
-    async def _aperform(self, make_program: Callable[[AgentThread], Program]) -> str:
-        with self._exclusive():
-            async with self._aleased():
-                # Reading _current may load the thread from the store: keep it off the loop.
-                thread = await asyncio.to_thread(lambda: self._current)
-                driver = AsyncDriver(self.config.provider, self._acommit)
-                return await driver.drive(make_program(thread))
+        content = result_text(result) if given else Settlement.not_run().content
+        return lambda thread: settle_program(thread, self.config, tool_call_id, content, ran=ran)
 
     def _run_settings(self) -> RunSettings:
         settings = self.config.checkpoint

@@ -1,10 +1,13 @@
 """The base of :class:`~covonaut_es.Agent`: what every command of an agent shares.
 
 Internal. An agent is bound to one thread, loaded from the store on first use; it runs
-one command at a time; it commits the thread's new events to the store as a command
-asks, then publishes them to ``AgentConfig.on_event`` and the log. The commands are in
-:mod:`covonaut_es.runtime._agent` (running), :mod:`covonaut_es.runtime._reviews` (review decisions)
-and :mod:`covonaut_es.runtime._states` (checkpoints and named states).
+one command at a time, each through the store's service layer
+(:class:`~covonaut_es.service.ThreadService`): a run holds the thread's lease and commits
+through a :class:`~covonaut_es.service.RunSession`, then publishes the new events to
+``AgentConfig.on_event`` and the log. An agent without checkpoint settings keeps its
+thread in a store of its own, in memory. The commands are in
+:mod:`covonaut_es.runtime._agent` (running), :mod:`covonaut_es.runtime._reviews` (review
+decisions) and :mod:`covonaut_es.runtime._states` (checkpoints and named states).
 """
 
 from __future__ import annotations
@@ -13,14 +16,20 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import cast
 
 from covonaut_es._closing import Closing
+from covonaut_es._text import printable
 from covonaut_es.domain import AgentThread
-from covonaut_es.errors import ThreadConflictError, ThreadStateError
+from covonaut_es.errors import LeaseLostError, ThreadConflictError, ThreadStateError
+from covonaut_es.migrations import Upcaster
+from covonaut_es.migrations._upcasting import NO_MIGRATORS
 from covonaut_es.runtime._config import AgentConfig
-from covonaut_es.runtime._loop import Commit
+from covonaut_es.runtime._drivers import AsyncDriver, SyncDriver
+from covonaut_es.runtime._loop import Commit, Program
+from covonaut_es.service import RunSession, ThreadService
+from covonaut_es.store import Store, open_store
 
 logger = logging.getLogger("covonaut_es")
 
@@ -42,6 +51,11 @@ class AgentBase(Closing):
                 DEFAULT_THREAD_ID,
             )
             self._thread_id = DEFAULT_THREAD_ID
+        # Without checkpoint settings the thread lives in this agent's own memory store.
+        self._own_store: Store | None = None if settings else open_store("memory://")
+        store = settings.store if settings else self._own_store
+        assert store is not None
+        self._service = ThreadService(store, verifier=config.reviewer_verifier, clock=config.clock)
         self._thread: AgentThread | None = None
         self._published_version = 0  # the last event handed to on_event and the log
         self._run_lock = threading.Lock()
@@ -49,16 +63,16 @@ class AgentBase(Closing):
     @property
     def _current(self) -> AgentThread:
         if self._thread is None:
-            settings = self.config.checkpoint
-            found = (
-                settings.store.find(self._thread_id, snapshot_migrators=settings.migrators)
-                if settings
-                else None
-            )
+            found = self._service.store.find(self._thread_id, snapshot_migrators=self._migrators)
             thread = found or AgentThread.start(self._thread_id, now=self.config.clock())
             self._bind(thread)
             return thread
         return self._thread
+
+    @property
+    def _migrators(self) -> Mapping[int, Upcaster]:
+        settings = self.config.checkpoint
+        return settings.migrators if settings else NO_MIGRATORS
 
     def _bind(self, thread: AgentThread) -> None:
         self._thread = thread
@@ -72,50 +86,69 @@ class AgentBase(Closing):
             raise ThreadStateError(msg)
         try:
             yield
-        except ThreadConflictError:
+        except (ThreadConflictError, LeaseLostError):
             self._thread = None  # diverged from the store: reload on next use
             raise
         finally:
             self._run_lock.release()
 
-    def _leased(self) -> contextlib.AbstractContextManager[None]:
-        """Hold the thread's run lease while a command runs, so that no other runner
-        runs it meanwhile; without a store the thread is this agent's alone."""
+    # Running a program in a session ---------------------------------------------------
+
+    def _perform(self, make_program: Callable[[AgentThread], Program]) -> str:
+        with (
+            self._exclusive(),
+            self._service.session(
+                self._thread_id, thread=self._thread, migrators=self._migrators
+            ) as session,
+        ):
+            self._bind_session(session)
+            driver = SyncDriver(
+                self.config.provider, lambda c: self._commit(session, c), session.check_lease
+            )
+            return driver.drive(make_program(session.thread))
+
+    async def _aperform(self, make_program: Callable[[AgentThread], Program]) -> str:
+        with self._exclusive():
+            async with self._service.asession(
+                self._thread_id, thread=self._thread, migrators=self._migrators
+            ) as session:
+                self._bind_session(session)
+
+                async def commit(step: Commit) -> None:
+                    saved = await asyncio.to_thread(self._save, session, step)
+                    self._after_commit(session, saved)
+
+                async def guard() -> None:
+                    await asyncio.to_thread(session.check_lease)
+
+                driver = AsyncDriver(self.config.provider, commit, guard)
+                return await driver.drive(make_program(session.thread))
+
+    def _bind_session(self, session: RunSession) -> None:
+        if session.thread is not self._thread:
+            self._bind(session.thread)
+
+    def _commit(self, session: RunSession, step: Commit) -> None:
+        self._after_commit(session, self._save(session, step))
+
+    def _save(self, session: RunSession, step: Commit) -> Sequence[AgentThread.Event]:
+        """Save what the step asks for; the events it makes news of (with
+        ``durability="checkpoint"`` a step that saves nothing still ends: its events are
+        news)."""
         settings = self.config.checkpoint
-        return settings.store.lease(self._thread_id) if settings else contextlib.nullcontext()
+        durability = settings.durability if settings else "step"
+        if step.checkpoint or step.always or durability == "step":
+            return session.commit(snapshot=step.checkpoint)
+        return [cast(AgentThread.Event, e) for e in session.thread.pending_events]
 
-    def _aleased(self) -> contextlib.AbstractAsyncContextManager[None]:
-        """Like :meth:`_leased`, for asyncio."""
-        settings = self.config.checkpoint
-        return settings.store.alease(self._thread_id) if settings else contextlib.nullcontext()
-
-    def _commit(self, commit: Commit) -> None:
-        self._persist(self._current, commit)
-
-    async def _acommit(self, commit: Commit) -> None:
-        self._publish(await asyncio.to_thread(self._store_step, self._current, commit))
-
-    def _persist(self, thread: AgentThread, commit: Commit) -> None:
-        self._publish(self._store_step(thread, commit))
-
-    def _store_step(self, thread: AgentThread, commit: Commit) -> Sequence[AgentThread.Event]:
-        """Save what the commit asks for; returns the events it makes news of."""
-        news = [
-            cast(AgentThread.Event, event)
-            for event in thread.pending_events
-            if event.originator_version > self._published_version
-        ]
-        settings = self.config.checkpoint
-        if settings is None:
-            return news
-        if commit.checkpoint or commit.always or settings.durability == "step":
-            settings.store.save(thread)
-        if commit.checkpoint:
-            settings.store._save_checkpoint_snapshot(thread)
-        return news
+    def _after_commit(self, session: RunSession, news: Sequence[AgentThread.Event]) -> None:
+        self._publish(news)
+        session.stop_if_abandoned()
 
     def _publish(self, events: Sequence[AgentThread.Event]) -> None:
         for event in events:
+            if event.originator_version <= self._published_version:
+                continue
             self._published_version = event.originator_version
             _log_event(self._thread_id, event)
             if self.config.on_event is None:
@@ -129,10 +162,19 @@ class AgentBase(Closing):
                     type(event).__name__,
                 )
 
+    def close(self) -> None:
+        """Forget the in-memory thread; nothing unsaved is written. An agent without
+        checkpoint settings loses its thread."""
+        self._thread = None
+        if self._own_store is not None:
+            self._own_store.close()
+
 
 def _log_event(thread_id: str, event: AgentThread.Event) -> None:
     # Run boundaries at INFO, failures at WARNING, every other event at DEBUG. Contents
-    # of messages and tool results are never logged: they may hold personal data.
+    # of messages and tool results are never logged: they may hold personal data. Text
+    # a tool or provider chose (a reason, an error) is neutralised: it may hold a newline
+    # that forges a log line.
     version = event.originator_version
     match event:
         case AgentThread.RunStarted(mode=mode):
@@ -141,19 +183,20 @@ def _log_event(thread_id: str, event: AgentThread.Event) -> None:
             logger.info("thread %r: run finished at version %d", thread_id, version)
         case AgentThread.Interrupted(interrupt=interrupt):
             logger.info(
-                "thread %r: paused at version %d by tool %r: %s",
+                "thread %r: paused at version %d (%s) by tool %r: %s",
                 thread_id,
                 version,
+                interrupt.kind,
                 interrupt.tool_name,
-                interrupt.reason,
+                printable(interrupt.reason),
             )
         case AgentThread.RunFailed(error_type=error_type, message=message):
             logger.warning(
                 "thread %r: run failed at version %d: %s: %s",
                 thread_id,
                 version,
-                error_type,
-                message,
+                printable(error_type),
+                printable(message),
             )
         case _:
             logger.debug("thread %r: %s at version %d", thread_id, type(event).__name__, version)

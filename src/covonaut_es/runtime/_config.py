@@ -16,9 +16,9 @@ from covonaut_es.migrations._registry import state_document_schema, thread_snaps
 from covonaut_es.migrations._upcasting import NO_MIGRATORS, frozen_steps
 from covonaut_es.providers import AsyncProvider, Provider
 from covonaut_es.runtime._compaction import Compactor
-from covonaut_es.runtime._reviewers import ReviewerVerifier
+from covonaut_es.service import ReviewerVerifier
 from covonaut_es.store import StateStore, Store
-from covonaut_es.tools import Tool
+from covonaut_es.tools import Tool, check_timeout
 
 Durability = Literal["step", "checkpoint"]
 
@@ -123,6 +123,9 @@ class AgentConfig:
             or a thread :class:`~covonaut_es.Store`.
         state_migrators: Upcasters for state documents, keyed by the schema version
             they upgrade from; each replaces the library's own for that step.
+        tool_timeout: Seconds a tool call may run unless its ``Tool(timeout=...)`` says
+            otherwise; None (the default) lets calls run as long as they take. A call
+            past its timeout is recorded in doubt and the run pauses on it.
     """
 
     provider: Provider | AsyncProvider
@@ -143,7 +146,12 @@ class AgentConfig:
     state_migrators: Mapping[int, Upcaster] = attrs.field(
         default=NO_MIGRATORS, converter=frozen_steps, validator=_state_document_steps
     )
+    tool_timeout: float | None = attrs.field(default=None, validator=check_timeout)
 
     def tool(self, name: str) -> Tool | None:
         """The tool with that name, if configured."""
         return next((tool for tool in self.tools if tool.name == name), None)
+
+    def timeout_of(self, tool: Tool) -> float | None:
+        """How long a call of ``tool`` may run: its own timeout, else the default."""
+        return tool.timeout if tool.timeout is not None else self.tool_timeout

@@ -9,10 +9,14 @@ does the I/O, and how the agent commits a step is handed to it as a function.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import math
+import threading
+import time
 from collections.abc import Awaitable, Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 
-from covonaut_es._aio import call_async, call_blocking
+from covonaut_es._aio import call_async, call_blocking, is_async_callable
 from covonaut_es.messages import ProviderRequest, ProviderResponse
 from covonaut_es.providers import AsyncProvider, Provider
 from covonaut_es.runtime._loop import (
@@ -26,6 +30,7 @@ from covonaut_es.runtime._loop import (
     StartTools,
     ToolReport,
 )
+from covonaut_es.runtime._running import listed
 
 
 class _Cursor:
@@ -45,18 +50,30 @@ class _Cursor:
             return None
 
 
+def _no_guard() -> None:
+    pass
+
+
 class SyncDriver:
     """Performs effects with blocking calls; parallel tool calls run in threads.
 
     Args:
         provider: The model provider; an ``async def complete`` is run to completion.
         commit: Commits a step boundary.
+        guard: Called before any tool call starts; raises to stop the run instead
+            (the run lease was lost).
     """
 
-    def __init__(self, provider: Provider | AsyncProvider, commit: Callable[[Commit], None]):
+    def __init__(
+        self,
+        provider: Provider | AsyncProvider,
+        commit: Callable[[Commit], None],
+        guard: Callable[[], None] = _no_guard,
+    ):
         self._provider = provider
         self._commit = commit
-        self._pending: Iterator[Future[ToolReport]] | None = None
+        self._guard = guard
+        self._started: _Started | None = None
 
     def drive(self, program: Program) -> str:
         """Run the program to its end and return its output."""
@@ -78,17 +95,62 @@ class SyncDriver:
                 self._commit(effect)
                 return None
             case RunTool(prepared):
-                return run_tool(prepared)
+                self._guard()
+                if prepared.timeout is None:
+                    return run_tool(prepared)
+                return _Started((prepared,)).next_report()
             case StartTools(calls):
-                executor = ThreadPoolExecutor(max_workers=len(calls), thread_name_prefix="tool")
-                futures = [executor.submit(run_tool, prepared) for prepared in calls]
-                executor.shutdown(wait=False)
-                self._pending = as_completed(futures)
+                self._guard()
+                self._started = _Started(calls)
                 return None
             case NextToolReport():
-                assert self._pending is not None
-                return next(self._pending).result()
+                assert self._started is not None
+                return self._started.next_report()
         raise AssertionError(f"unknown effect {effect!r}")  # pragma: no cover
+
+
+class _Started:
+    """Calls started in threads of their own, each awaited until its deadline.
+
+    The threads are daemons: a call that outran its timeout is left to finish on its
+    own, and does not keep the process from exiting.
+    """
+
+    def __init__(self, calls: tuple[PreparedCall, ...]) -> None:
+        now = time.monotonic()
+        self._calls: dict[Future[ToolReport], tuple[PreparedCall, float]] = {}
+        for prepared in calls:
+            deadline = math.inf if prepared.timeout is None else now + prepared.timeout
+            self._calls[_in_thread(prepared)] = (prepared, deadline)
+
+    def next_report(self) -> ToolReport:
+        """How the next call ended: the first to return, or the first past its deadline."""
+        while True:
+            first = min(deadline for _, deadline in self._calls.values())
+            wait_for = None if first == math.inf else max(0.0, first - time.monotonic())
+            done, _ = wait(self._calls, timeout=wait_for, return_when=FIRST_COMPLETED)
+            if done:
+                future = next(iter(done))
+                del self._calls[future]
+                return future.result()
+            for future, (prepared, deadline) in list(self._calls.items()):
+                if deadline <= time.monotonic():
+                    del self._calls[future]
+                    return ToolReport.expired(prepared)
+
+
+def _in_thread(prepared: PreparedCall) -> Future[ToolReport]:
+    future: Future[ToolReport] = Future()
+
+    def target() -> None:
+        try:
+            future.set_result(run_tool(prepared))
+        except BaseException as exc:  # as an executor's worker reports it
+            future.set_exception(exc)
+
+    name = f"tool {prepared.call.name} {prepared.call.id}"
+    threading.Thread(target=target, name=name, daemon=True).start()
+    return future
 
 
 class AsyncDriver:
@@ -101,13 +163,18 @@ class AsyncDriver:
         provider: The model provider: its ``acomplete`` if it has one, else its
             ``complete`` (awaited if ``async def``, else in a worker thread).
         commit: Commits a step boundary.
+        guard: Awaited before any tool call starts; raises to stop the run instead.
     """
 
     def __init__(
-        self, provider: Provider | AsyncProvider, commit: Callable[[Commit], Awaitable[None]]
+        self,
+        provider: Provider | AsyncProvider,
+        commit: Callable[[Commit], Awaitable[None]],
+        guard: Callable[[], Awaitable[None]] | None = None,
     ):
         self._provider = provider
         self._commit = commit
+        self._guard = guard
         self._tasks: list[asyncio.Task[ToolReport]] = []
         self._pending: Iterator[Awaitable[ToolReport]] | None = None
 
@@ -135,9 +202,13 @@ class AsyncDriver:
                 await self._commit(effect)
                 return None
             case RunTool(prepared):
-                return await arun_tool(prepared)
+                if self._guard is not None:
+                    await self._guard()
+                return await _timed(prepared)
             case StartTools(calls):
-                self._tasks = [asyncio.create_task(arun_tool(prepared)) for prepared in calls]
+                if self._guard is not None:
+                    await self._guard()
+                self._tasks = [asyncio.create_task(_timed(prepared)) for prepared in calls]
                 self._pending = asyncio.as_completed(self._tasks)
                 return None
             case NextToolReport():
@@ -155,17 +226,37 @@ class AsyncDriver:
 
 def run_tool(prepared: PreparedCall) -> ToolReport:
     """Execute a call, blocking; an ``async def`` tool runs in an event loop of its own."""
-    try:
-        value = call_blocking(prepared.tool.func, prepared.context, prepared.args)
-    except Exception as exc:
-        return ToolReport.raised(prepared, exc)
+    with _listed(prepared):
+        try:
+            value = call_blocking(prepared.tool.func, prepared.context, prepared.args)
+        except Exception as exc:
+            return ToolReport.raised(prepared, exc)
     return ToolReport.returned(prepared, value)
 
 
 async def arun_tool(prepared: PreparedCall) -> ToolReport:
     """Execute a call: an ``async def`` tool is awaited, a blocking one runs in a thread."""
-    try:
-        value = await call_async(prepared.tool.func, prepared.context, prepared.args)
-    except Exception as exc:
-        return ToolReport.raised(prepared, exc)
+    if not is_async_callable(prepared.tool.func):
+        return await asyncio.to_thread(run_tool, prepared)  # listed until it returns
+    with _listed(prepared):
+        try:
+            value = await call_async(prepared.tool.func, prepared.context, prepared.args)
+        except Exception as exc:
+            return ToolReport.raised(prepared, exc)
     return ToolReport.returned(prepared, value)
+
+
+async def _timed(prepared: PreparedCall) -> ToolReport:
+    """:func:`arun_tool`, or its expiry once the call outruns its timeout (an ``async
+    def`` tool is cancelled; a blocking one is left to finish in its thread)."""
+    if prepared.timeout is None:
+        return await arun_tool(prepared)
+    try:
+        return await asyncio.wait_for(arun_tool(prepared), prepared.timeout)
+    except TimeoutError:
+        return ToolReport.expired(prepared)
+
+
+def _listed(prepared: PreparedCall) -> contextlib.AbstractContextManager[None]:
+    context = prepared.context
+    return listed(context.thread_id, context.tool_call_id, context.tool_name, prepared.timeout)

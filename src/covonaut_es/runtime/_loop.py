@@ -67,12 +67,14 @@ class Commit:
 
 @attrs.frozen
 class PreparedCall:
-    """A validated tool call, ready to execute."""
+    """A validated tool call, ready to execute within ``timeout`` seconds (None: no
+    limit)."""
 
     tool: Tool
     call: ToolCall
     args: dict[str, Any]
     context: ToolContext
+    timeout: float | None = None
 
 
 @attrs.frozen
@@ -99,12 +101,20 @@ Effect = Complete | Commit | RunTool | StartTools | NextToolReport
 
 @attrs.frozen
 class ToolReport:
-    """How one executed tool call ended."""
+    """How one executed tool call ended; ``expired_after``: it outran its timeout of
+    that many seconds and may or may not have done its work."""
 
     tool_call_id: str
     outcome: ToolOutcome
     content: str
     interrupt: Interrupt | None = None
+    expired_after: float | None = None
+
+    @classmethod
+    def expired(cls, prepared: PreparedCall) -> ToolReport:
+        """The call ran past its timeout; nothing is known of its result."""
+        assert prepared.timeout is not None
+        return cls(prepared.call.id, ToolOutcome.FAILED, "", expired_after=prepared.timeout)
 
     @classmethod
     def returned(cls, prepared: PreparedCall, value: Any) -> ToolReport:
@@ -171,7 +181,7 @@ def run_program(
     Returns the final answer, or ``""`` when the run paused on an interrupt.
     """
     now = config.clock
-    yield from _retry_idempotent_calls(thread, config)
+    yield from _retry_calls(thread, config)
     thread.start_run(mode, now=now())
     if not thread.messages and config.system_prompt:
         thread.append_message(Message(Role.SYSTEM, config.system_prompt), now=now())
@@ -183,6 +193,7 @@ def run_program(
         final_turn = turn_in_run == config.max_turns
         thread.start_turn(now=now())
         turn_started = thread.version
+        thread.steer_answers(now=now())
         for message in steering():
             thread.steer(message, now=now())
         if config.compactor is not None:
@@ -355,7 +366,8 @@ def _prepare(thread: AgentThread, config: AgentConfig, call: ToolCall) -> Prepar
     except ToolArgumentsLimitError as exc:  # refused before running: not in doubt
         return ToolReport(call.id, ToolOutcome.NOT_EXECUTED, f"Not executed: {exc}")
     key = thread.open_calls[call.id].idempotency_key
-    return PreparedCall(tool, call, args, ToolContext(thread.thread_id, call.id, call.name, key))
+    context = ToolContext(thread.thread_id, call.id, call.name, key)
+    return PreparedCall(tool, call, args, context, config.timeout_of(tool))
 
 
 def _admit(
@@ -408,23 +420,35 @@ def retry_program(thread: AgentThread, config: AgentConfig, tool_call_id: str) -
 
 
 def settle_program(
-    thread: AgentThread, config: AgentConfig, tool_call_id: str, content: str
+    thread: AgentThread, config: AgentConfig, tool_call_id: str, content: str, *, ran: bool
 ) -> Program:
-    """Record the result the application found for a call in doubt."""
-    thread.settle(tool_call_id, content, now=config.clock())
+    """Record what the application found of a call in doubt: it ran, with ``content``
+    as its result, or it did not run."""
+    thread.settle(tool_call_id, content, ran=ran, now=config.clock())
     yield Commit()
     return ""
 
 
-def _retry_idempotent_calls(thread: AgentThread, config: AgentConfig) -> Program:
+def _retry_calls(thread: AgentThread, config: AgentConfig) -> Program:
+    """Run again the calls in doubt that may run again: a person asked for it, or the
+    tool is idempotent."""
     for pending in thread.in_doubt:
         tool = config.tool(pending.call.name)
-        if tool is not None and tool.idempotent:
+        asked = pending.call.id in thread.retries_requested
+        if asked or (tool is not None and tool.idempotent):
             yield from retry_program(thread, config, pending.call.id)
     return ""
 
 
 def _record(thread: AgentThread, report: ToolReport, now: datetime) -> None:
+    if report.expired_after is not None:  # no result is known: the call stays open
+        reason = (
+            f"call {report.tool_call_id!r} ran past its timeout of {report.expired_after:g} s "
+            "and may or may not have done its work; check the external system, then settle "
+            "it (or run it again with its idempotency key)"
+        )
+        thread.pause_in_doubt(report.tool_call_id, reason, now=now)
+        return
     if report.interrupt is not None:
         thread.interrupt(report.interrupt, now=now)
     thread.record_tool_result(report.tool_call_id, report.content, report.outcome, now=now)

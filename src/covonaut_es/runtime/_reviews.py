@@ -1,20 +1,21 @@
 """The review decisions of :class:`~covonaut_es.Agent`: approve (as asked or with edited
 arguments), reject, or respond in the tool's place.
 
-Internal: :class:`ReviewCommands` is a base of ``Agent``. A decision is recorded only
-for a reviewer that ``AgentConfig.reviewer_verifier`` verifies (ADR 0006).
+Internal: :class:`ReviewCommands` is a base of ``Agent``. Each decision goes through the
+service layer (:meth:`ThreadService.decide <covonaut_es.service.ThreadService.decide>`),
+checked by the same reader as the inbox's and the command line's, and is recorded only for
+a reviewer that ``AgentConfig.reviewer_verifier`` verifies (ADR 0006).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from covonaut_es._aio import in_worker_thread
-from covonaut_es.domain import Decision, ReviewDecision
-from covonaut_es.errors import ConfigurationError, ReviewerNotVerifiedError, ThreadConflictError
+from covonaut_es.domain import ReviewDecision
 from covonaut_es.runtime._agent_base import AgentBase
-from covonaut_es.runtime._loop import Commit
-from covonaut_es.runtime._reviewers import ReviewerVerifier
+from covonaut_es.service import Action, ReviewSubmission, review_submission
 
 
 class ReviewCommands(AgentBase):
@@ -26,7 +27,8 @@ class ReviewCommands(AgentBase):
         *,
         reviewer: Any,
         comment: str = "",
-        arguments: dict[str, Any] | None = None,
+        arguments: Mapping[str, Any] | str | None = None,
+        digest: str | None = None,
     ) -> ReviewDecision:
         """Approve the exact operation of a pending review.
 
@@ -34,93 +36,77 @@ class ReviewCommands(AgentBase):
         arguments: after ``resume()`` the model calls the tool again and the call runs.
         With ``arguments``, the reviewer's edit of the requested ones, it authorizes a
         call with exactly those instead (the model reads them in the call's result);
-        the history keeps both, and who edited.
+        the history keeps both, and who edited. An edit equal to the request is a plain
+        approval.
 
         Args:
             review_id: From the review request (the interrupt's data).
             reviewer: The reviewer's credential, checked by
                 ``AgentConfig.reviewer_verifier``; the decision names the verified id.
             comment: Recorded with the decision; the model reads it.
-            arguments: Edited arguments to approve instead of the requested ones.
+            arguments: Edited arguments to approve instead of the requested ones: a
+                mapping of plain JSON values, or JSON text (read strictly: a key given
+                twice or a number JSON cannot carry is refused).
+            digest: The operation digest the reviewer was shown; a review of another
+                operation is refused.
 
         Returns:
             The recorded decision.
 
         Raises:
             ReviewerNotVerifiedError: The credential does not verify; nothing is recorded.
+            InvalidDecisionError: The decision is refused (edited arguments that do not
+                read, another digest); nothing is recorded.
             ReviewNotFoundError: This thread has no such review.
             StaleReviewError: The review was decided already.
             ConfigurationError: No reviewer verifier is configured.
             ThreadStateError: The agent is running.
         """
-        return self._decide(review_id, Decision.APPROVED, reviewer, comment, arguments)
+        return self._decide(
+            review_id,
+            reviewer,
+            lambda: review_submission(
+                Action.APPROVE, text=comment, arguments=arguments, digest=digest
+            ),
+        )
 
-    def reject(self, review_id: str, *, reviewer: Any, reason: str = "") -> ReviewDecision:
-        """Reject the operation of a pending review; the model reads the reason as the
-        call's result after ``resume()``. Arguments and errors as :meth:`approve`."""
-        return self._decide(review_id, Decision.REJECTED, reviewer, reason)
+    def reject(
+        self, review_id: str, *, reviewer: Any, reason: str, digest: str | None = None
+    ) -> ReviewDecision:
+        """Reject the operation of a pending review; the model reads the reason (which
+        must not be blank) as the call's result after ``resume()``. Arguments and errors
+        as :meth:`approve`."""
+        return self._decide(
+            review_id,
+            reviewer,
+            lambda: review_submission(Action.REJECT, text=reason, digest=digest),
+        )
 
-    def respond(self, review_id: str, *, reviewer: Any, answer: str) -> ReviewDecision:
-        """Answer in the tool's place: ``answer`` becomes the held-back call's result,
-        which the model reads after ``resume()``, and the operation never runs.
-        Arguments and errors as :meth:`approve`."""
-        return self._decide(review_id, Decision.RESPONDED, reviewer, answer)
+    def respond(
+        self, review_id: str, *, reviewer: Any, answer: str, digest: str | None = None
+    ) -> ReviewDecision:
+        """Answer in the tool's place: ``answer`` (which must not be blank) becomes the
+        held-back call's result, which the model reads after ``resume()``, and the
+        operation never runs. Arguments and errors as :meth:`approve`."""
+        return self._decide(
+            review_id,
+            reviewer,
+            lambda: review_submission(Action.RESPOND, text=answer, digest=digest),
+        )
 
     aapprove = in_worker_thread(approve)
     areject = in_worker_thread(reject)
     arespond = in_worker_thread(respond)
 
     def _decide(
-        self,
-        review_id: str,
-        decision: Decision,
-        credential: Any,
-        comment: str,
-        arguments: dict[str, Any] | None = None,
+        self, review_id: str, credential: Any, submission: Callable[[], ReviewSubmission]
     ) -> ReviewDecision:
-        reviewer = self._require_verifier().verify(credential)  # before anything is read
-        if not isinstance(reviewer, str) or not reviewer:
-            msg = (
-                f"the reviewer verifier returned {reviewer!r} instead of a reviewer id; "
-                "a ReviewerVerifier must return a non-empty string or raise"
-            )
-            raise ReviewerNotVerifiedError(msg)
+        verified = self._service.reviewer(credential)  # before anything is read
+        checked = submission()
         with self._exclusive():
             try:
-                return self._record_decision(review_id, decision, reviewer, comment, arguments)
-            except ThreadConflictError:
-                # Decided on a stale copy: check the decision again on the stored head.
-                return self._record_decision(review_id, decision, reviewer, comment, arguments)
-
-    def _record_decision(
-        self,
-        review_id: str,
-        decision: Decision,
-        reviewer: str,
-        comment: str,
-        arguments: dict[str, Any] | None,
-    ) -> ReviewDecision:
-        thread = self._current
-        decided = thread.decide_review(
-            review_id,
-            decision,
-            reviewer=reviewer,
-            comment=comment,
-            now=self.config.clock(),
-            arguments=arguments,
-        )
-        try:
-            self._persist(thread, Commit(always=True))
-        except Exception:
-            self._thread = None  # the decision is not stored: reload on next use
-            raise
-        return decided
-
-    def _require_verifier(self) -> ReviewerVerifier:
-        if self.config.reviewer_verifier is None:
-            msg = (
-                "approve() and reject() need AgentConfig(reviewer_verifier=...) to verify "
-                "who decides, e.g. HmacReviewerVerifier(secret)"
-            )
-            raise ConfigurationError(msg)
-        return self.config.reviewer_verifier
+                return self._service.decide(
+                    review_id, checked, reviewer=verified, thread_id=self._thread_id
+                )
+            finally:
+                self._thread = None  # the decision is in the store: reload on next use

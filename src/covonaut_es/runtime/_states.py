@@ -28,14 +28,19 @@ class StateCommands(AgentBase):
     def save_checkpoint(self) -> int:
         """Save a checkpoint now and return its sequence number."""
         settings = self._require_checkpointing("save_checkpoint()")
-        with self._run_lock:
-            thread = self._current
-            checkpoint = thread.save_checkpoint(
+        with (
+            self._exclusive(),
+            self._service.session(
+                self._thread_id, thread=self._thread, migrators=self._migrators
+            ) as session,
+        ):
+            self._bind_session(session)
+            checkpoint = session.thread.save_checkpoint(
                 CheckpointReason.MANUAL,
                 retain=settings.store.max_checkpoints_per_thread,
                 now=self.config.clock(),
             )
-            self._persist(thread, Commit(checkpoint=True))
+            self._commit(session, Commit(checkpoint=True))
             return checkpoint.sequence
 
     def restore_latest_checkpoint(self, thread_id: str | None = None) -> Checkpoint | None:
@@ -136,11 +141,11 @@ class StateCommands(AgentBase):
             stored_version=stored_version,
             now=self.config.clock(),
         )
-        with self._exclusive():
+        with self._exclusive(), self._service.session(new_thread_id, thread=thread) as session:
             previous_thread_id, self._thread_id = self._thread_id, new_thread_id
             self._bind(thread)
             try:
-                self._persist(thread, Commit())
+                self._commit(session, Commit())
             except ThreadConflictError:
                 self._thread_id = previous_thread_id  # created meanwhile by another writer
                 raise

@@ -9,7 +9,7 @@ the domain and the migrations, never the runtime or a layer above.
 
 from covonaut_es.store._application import AgentApplication
 from covonaut_es.store._audit import AuditEntry, AuditFinding, AuditReport
-from covonaut_es.store._leases import WorkerRecord
+from covonaut_es.store._leases import CallRunning, Lease, WorkerRecord
 from covonaut_es.store._open import create_cipher_key, open_store
 from covonaut_es.store._states import FileStateStore, MemoryStateStore, StateStore
 from covonaut_es.store._store import Store
@@ -19,7 +19,9 @@ __all__ = [
     "AuditEntry",
     "AuditFinding",
     "AuditReport",
+    "CallRunning",
     "FileStateStore",
+    "Lease",
     "MemoryStateStore",
     "StateStore",
     "Store",

@@ -36,6 +36,7 @@ from eventsourcing.sqlite import SQLiteApplicationRecorder
 from eventsourcing.utils import retry
 
 from covonaut_es.domain._integrity import CHAIN_KEY, UNCHAINED
+from covonaut_es.errors import LeaseLostError
 from covonaut_es.store._postgres_rows import encode_json, rows_json, select_rows
 from covonaut_es.store._sqlite_connections import SQLiteWriter
 
@@ -43,6 +44,13 @@ HEADS = "covonaut_thread_heads"
 """The ``insert_events`` keyword carrying ``(originator_id, version, chain)`` rows."""
 
 Head = tuple[UUID, int, str]
+
+FENCES = "covonaut_lease_fences"
+"""The ``insert_events`` keyword carrying ``(originator_id, token)`` pairs: each stream's
+run lease must still stand at that token, checked in the insert's own transaction, or
+the insert fails with :class:`~covonaut_es.errors.LeaseLostError` and writes nothing."""
+
+Fence = tuple[UUID, int]
 
 NEW_STREAMS = "covonaut_new_streams"
 """The ``insert_events`` keyword naming streams, each with its row in :data:`HEADS`,
@@ -87,6 +95,27 @@ def _table(recorder: Any) -> str:
     return f"{recorder.events_table_name}_heads"
 
 
+def _lease_table(recorder: Any) -> str:
+    return f"{recorder.events_table_name}_leases"
+
+
+def _lease_lost(stream: UUID, token: int, stored: int | None) -> LeaseLostError:
+    now = "no lease" if stored is None else f"lease {stored}"
+    msg = (
+        f"the run lease of stream {stream} was lost: this runner holds lease {token}, the "
+        f"store records {now}, so another runner may hold the thread; nothing was written"
+    )
+    return LeaseLostError(msg, token=token)
+
+
+def _check_fences(fences: Iterable[Fence], token_of: Callable[[UUID], int | None]) -> None:
+    """Raise unless each stream's lease stands at the fence's token."""
+    for stream, token in fences:
+        stored = token_of(stream)
+        if stored != token:
+            raise _lease_lost(stream, token, stored)
+
+
 def _taken(stream: UUID) -> IntegrityError:
     return IntegrityError(f"stream {stream} already has events; it was to be a new one")
 
@@ -122,6 +151,7 @@ class _SQLiteHeads(SQLiteApplicationRecorder):
             return int(c.fetchone()[0])
 
         _refuse_taken_streams(kwargs, stored_events, count)
+        _check_fences(kwargs.get(FENCES, ()), lambda stream: self._lease_token(c, stream))
         rows = [(h[0].hex, h[1], h[2]) for h in kwargs.get(HEADS, ())]
         c.executemany(
             f"INSERT INTO {_table(self)} (originator_id, version, chain) VALUES (?, ?, ?) "
@@ -130,6 +160,26 @@ class _SQLiteHeads(SQLiteApplicationRecorder):
             rows,
         )
         return ids
+
+    def advance_lease_token(self, stream: UUID) -> int:
+        """Record a new run lease of ``stream``: its token, one more than the last."""
+        with self.writer.transaction() as c:
+            c.execute(
+                f"INSERT INTO {_lease_table(self)} (originator_id, token) VALUES (?, 1) "
+                "ON CONFLICT (originator_id) DO UPDATE SET token = token + 1 RETURNING token",
+                (stream.hex,),
+            )
+            return int(c.fetchone()[0])
+
+    def lease_token(self, stream: UUID) -> int | None:
+        """The token of ``stream``'s newest run lease; None before its first."""
+        with self.datastore.transaction(commit=False) as c:
+            return self._lease_token(c, stream)
+
+    def _lease_token(self, c: Any, stream: UUID) -> int | None:
+        c.execute(f"SELECT token FROM {_lease_table(self)} WHERE originator_id = ?", (stream.hex,))
+        row = c.fetchone()
+        return None if row is None else int(row[0])
 
 
 class _PostgresHeads:
@@ -148,11 +198,18 @@ class _PostgresHeads:
     insert_function: str | None = None  # the call of the store's insert function, if any
 
     def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Any:
-        if self.insert_function is None or not stored_events:
-            return super().insert_events(stored_events, **kwargs)  # type: ignore[misc]
-        return _insert_in_one_statement(
-            self, stored_events, kwargs.get(HEADS, ()), kwargs.get(NEW_STREAMS, ())
-        )
+        try:
+            if self.insert_function is None or not stored_events:
+                return super().insert_events(stored_events, **kwargs)  # type: ignore[misc]
+            return _insert_in_one_statement(
+                self,
+                stored_events,
+                kwargs.get(HEADS, ()),
+                kwargs.get(NEW_STREAMS, ()),
+                kwargs.get(FENCES, ()),
+            )
+        except Exception as exc:
+            raise _lease_lost_in(exc, kwargs.get(FENCES, ())) from exc
 
     def _insert_events(
         self, curs: Any, stored_events: Sequence[StoredEvent], **kwargs: Any
@@ -165,6 +222,16 @@ class _PostgresHeads:
             return int(curs.fetchone()["n"])
 
         _refuse_taken_streams(kwargs, stored_events, count)
+        leases = f'"{self.datastore.schema}"."{_lease_table(self)}"'
+
+        def token_of(stream: UUID) -> int | None:  # read under the lease row's share lock
+            curs.execute(
+                f"SELECT token FROM {leases} WHERE originator_id = %s FOR SHARE", (stream,)
+            )
+            row = curs.fetchone()
+            return None if row is None else int(row["token"])
+
+        _check_fences(kwargs.get(FENCES, ()), token_of)
         table = f'"{self.datastore.schema}"."{_table(self)}"'
         for stream, version, chain in kwargs.get(HEADS, ()):
             curs.execute(
@@ -174,6 +241,40 @@ class _PostgresHeads:
                 (stream, version, chain),
             )
 
+    def advance_lease_token(self, stream: UUID) -> int:
+        """Record a new run lease of ``stream``: its token, one more than the last."""
+        table = f'"{self.datastore.schema}"."{_lease_table(self)}"'
+        with self.datastore.transaction(commit=True) as curs:
+            curs.execute(
+                f"INSERT INTO {table} AS l (originator_id, token) VALUES (%s, 1) "
+                "ON CONFLICT (originator_id) DO UPDATE SET token = l.token + 1 RETURNING token",
+                (stream,),
+            )
+            return int(curs.fetchone()["token"])
+
+    def lease_token(self, stream: UUID) -> int | None:
+        """The token of ``stream``'s newest run lease; None before its first."""
+        table = f'"{self.datastore.schema}"."{_lease_table(self)}"'
+        with self.datastore.transaction(commit=False) as curs:
+            curs.execute(f"SELECT token FROM {table} WHERE originator_id = %s", (stream,))
+            row = curs.fetchone()
+            return None if row is None else int(row["token"])
+
+
+_LEASE_LOST = "covonaut lease lost"
+"""Starts the message the insert function raises for a fence that no longer stands."""
+
+
+def _lease_lost_in(exc: Exception, fences: Sequence[Fence]) -> Exception:
+    """A :class:`LeaseLostError` for the insert function's refusal; else ``exc``."""
+    if isinstance(exc, LeaseLostError) or _LEASE_LOST not in str(exc):
+        return exc
+    stream, token = fences[0] if fences else (UUID(int=0), 0)
+    for fenced_stream, fenced_token in fences:
+        if str(fenced_stream) in str(exc):
+            stream, token = fenced_stream, fenced_token
+    return _lease_lost(stream, token, None)
+
 
 @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)  # as eventsourcing's
 def _insert_in_one_statement(
@@ -181,10 +282,12 @@ def _insert_in_one_statement(
     stored_events: Sequence[StoredEvent],
     heads: Sequence[Head],
     new_streams: Collection[UUID],
+    fences: Sequence[Fence],
 ) -> list[int]:
     params = (
         rows_json(stored_events),
         encode_json([_HeadRow(*head, new=head[0] in new_streams) for head in heads]).decode(),
+        encode_json([_FenceRow(*fence) for fence in fences]).decode(),
         f"{recorder.datastore.lock_timeout}s",
     )
     with recorder.datastore.get_connection() as conn:
@@ -199,14 +302,33 @@ class _HeadRow(msgspec.Struct):
     new: bool  # the stream is in NEW_STREAMS
 
 
+class _FenceRow(msgspec.Struct):
+    originator_id: UUID
+    token: int
+
+
 class _MemoryHeads(POPOApplicationRecorder):
     thread_heads: dict[UUID, tuple[int, str]]
+    lease_tokens: dict[UUID, int]
 
     def _assert_uniqueness(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> None:
         super()._assert_uniqueness(stored_events, **kwargs)  # under the database lock
         for stream in kwargs.get(NEW_STREAMS, ()):
             if self._stored_events_index.get(str(stream)):
                 raise _taken(stream)
+        _check_fences(kwargs.get(FENCES, ()), self.lease_tokens.get)
+
+    def advance_lease_token(self, stream: UUID) -> int:
+        """Record a new run lease of ``stream``: its token, one more than the last."""
+        with self._database_lock:
+            token = self.lease_tokens.get(stream, 0) + 1
+            self.lease_tokens[stream] = token
+            return token
+
+    def lease_token(self, stream: UUID) -> int | None:
+        """The token of ``stream``'s newest run lease; None before its first."""
+        with self._database_lock:
+            return self.lease_tokens.get(stream)
 
     def _update_table(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Any:
         ids = super()._update_table(stored_events, **kwargs)  # under the database lock
@@ -224,6 +346,7 @@ def anchor_heads(recorder: ApplicationRecorder, *, create: bool) -> None:
     if isinstance(recorder, POPOApplicationRecorder):
         recorder.__class__ = type("MemoryHeads", (_MemoryHeads, type(recorder)), {})
         recorder.thread_heads = {}  # type: ignore[attr-defined]
+        recorder.lease_tokens = {}  # type: ignore[attr-defined]
     elif isinstance(recorder, SQLiteApplicationRecorder):
         if _sqlite_table(recorder, create=create):
             recorder.__class__ = type("SQLiteHeads", (_SQLiteHeads, type(recorder)), {})
@@ -252,6 +375,11 @@ def _is_postgres(recorder: ApplicationRecorder) -> bool:
 def _sqlite_table(recorder: SQLiteApplicationRecorder, *, create: bool) -> bool:
     table, events = _table(recorder), recorder.events_table_name
     with recorder.datastore.transaction(commit=True) as c:
+        if create:
+            c.execute(
+                f"CREATE TABLE IF NOT EXISTS {_lease_table(recorder)} (originator_id TEXT "
+                "PRIMARY KEY, token INTEGER NOT NULL) WITHOUT ROWID"
+            )
         c.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,))
         if c.fetchone() is not None:
             return True
@@ -273,6 +401,11 @@ def _postgres_table(recorder: Any, *, create: bool) -> bool:
     table = f'"{schema}"."{_table(recorder)}"'
     events = f'"{schema}"."{recorder.events_table_name}"'
     with recorder.datastore.transaction(commit=True) as curs:
+        if create:
+            curs.execute(
+                f'CREATE TABLE IF NOT EXISTS "{schema}"."{_lease_table(recorder)}" '
+                "(originator_id uuid PRIMARY KEY, token bigint NOT NULL)"
+            )
         curs.execute("SELECT to_regclass(%s) AS found", (table,))
         row = curs.fetchone()
         if row is not None and row["found"] is not None:
@@ -306,6 +439,7 @@ def _postgres_function(recorder: Any, *, create: bool) -> str | None:
                     schema=schema,
                     events=Identifier(recorder.events_table_name),
                     heads=Identifier(_table(recorder)),
+                    leases=Identifier(_lease_table(recorder)),
                     rows=select_rows(SQL("events"), recorder.datastore.originator_id_type),
                     channel=Identifier(recorder.channel_name),
                 )
@@ -313,25 +447,42 @@ def _postgres_function(recorder: Any, *, create: bool) -> str | None:
         else:
             curs.execute(
                 "SELECT to_regprocedure(%s) AS found",
-                (f'"{recorder.datastore.schema}"."{name}"(json, json, text)',),
+                (f'"{recorder.datastore.schema}"."{name}"(json, json, json, text)',),
             )
             row = curs.fetchone()
             if row is None or row["found"] is None:
                 return None
         # Rendered once: a composed query is rendered again on every execution.
         return (
-            SQL("SELECT notification_id FROM {function}(%s::json, %s::json, %s) AS notification_id")
+            SQL(
+                "SELECT notification_id FROM {function}(%s::json, %s::json, %s::json, %s) "
+                "AS notification_id"
+            )
             .format(function=function)
             .as_string(curs)
         )
 
 
 _INSERT_FUNCTION = """
-CREATE OR REPLACE FUNCTION {function}(events json, heads json, timeout text)
+CREATE OR REPLACE FUNCTION {function}(events json, heads json, fences json, timeout text)
 RETURNS SETOF bigint LANGUAGE plpgsql AS $body$
+DECLARE
+    lost uuid;
 BEGIN
     PERFORM set_config('lock_timeout', timeout, true);
     LOCK TABLE {schema}.{events} IN EXCLUSIVE MODE;
+    -- A new lease of a fenced stream waits for this insert to commit, or wins first.
+    PERFORM FROM {schema}.{leases} WHERE originator_id IN (
+        SELECT f.originator_id FROM json_to_recordset(fences) AS f(originator_id uuid)
+    ) FOR SHARE;
+    SELECT f.originator_id INTO lost
+        FROM json_to_recordset(fences) AS f(originator_id uuid, token bigint)
+        LEFT JOIN {schema}.{leases} AS l ON l.originator_id = f.originator_id
+        WHERE l.token IS DISTINCT FROM f.token
+        LIMIT 1;
+    IF lost IS NOT NULL THEN
+        RAISE EXCEPTION 'covonaut lease lost: stream %', lost;
+    END IF;
     IF EXISTS (
         SELECT FROM json_to_recordset(heads) AS h(originator_id uuid, new boolean)
         JOIN {schema}.{events} AS e ON e.originator_id = h.originator_id WHERE h.new

@@ -8,10 +8,18 @@ dies, so a lease never has to time out:
 
 * PostgreSQL: a session-level advisory lock (``pg_try_advisory_lock``) on a dedicated
   connection; the server drops it when that connection ends.
-* SQLite: an exclusive ``flock`` on a lock file per thread in a directory beside the
-  database file; the kernel drops it when the process ends. It excludes the processes
-  of one machine (the machine a SQLite file can be shared on).
+* SQLite: an exclusive ``flock`` on a lock file per thread, in a directory named after
+  the database file itself (its device and inode, beside its resolved path), so every
+  name of the file shares the leases; the kernel drops it when the process ends. It
+  excludes the processes of one machine (the machine a SQLite file can be shared on).
 * Memory: a table in this process.
+
+A lock can be lost while its holder lives (the PostgreSQL session ends; a lock file is
+removed), so it protects nothing by itself: each acquisition also records a token, one
+more than the thread's last, in the store's own database (ADR 0025). Every save under
+the lease carries the token and the store refuses it in the save's own transaction once
+a newer lease exists; and :meth:`LeaseBackend.check`, called before each tool call,
+finds a lost lock or a newer token.
 
 The registry of live workers sits beside the leases: a table on PostgreSQL (liveness
 by the heartbeat, in the server's time), a record file per worker held under ``flock``
@@ -20,22 +28,51 @@ on SQLite (liveness by the lock), a table in this process for memory.
 
 from __future__ import annotations
 
-import contextlib
+import logging
 import threading
 import weakref
 from abc import ABC, abstractmethod
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
+from uuid import UUID
 
+import attrs
 import msgspec
 
 from covonaut_es._clock import utc_now
+from covonaut_es.domain import thread_aggregate_id
+from covonaut_es.errors import LeaseLostError
+
+logger = logging.getLogger("covonaut_es")
 
 HEARTBEAT_INTERVAL = 2.0
 """Seconds between a worker's heartbeats."""
 STALE_AFTER = timedelta(seconds=15)
 """A worker whose last heartbeat is older than this is not listed as live (PostgreSQL;
 on SQLite and in memory liveness is known exactly)."""
+
+
+class CallRunning(msgspec.Struct, frozen=True, kw_only=True):
+    """A tool call running in a worker's process, as its heartbeat reports it.
+
+    Attributes:
+        thread_id: The call's thread.
+        tool_call_id: The call.
+        tool_name: Its tool.
+        started_at: When it started.
+        deadline: When its timeout ran out or runs out; None without a timeout.
+    """
+
+    thread_id: str
+    tool_call_id: str
+    tool_name: str
+    started_at: datetime
+    deadline: datetime | None = None
+
+    def hung(self, now: datetime) -> bool:
+        """Whether it runs on past its timeout (its thread was paused in doubt without
+        it; Python cannot stop a blocking function)."""
+        return self.deadline is not None and now >= self.deadline
 
 
 class WorkerRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -48,6 +85,8 @@ class WorkerRecord(msgspec.Struct, frozen=True, kw_only=True):
         started_at: When it started.
         heartbeat_at: Its last heartbeat.
         threads: The threads it holds leases on.
+        calls: The tool calls running in its process, those past their timeout among
+            them: a liveness probe can tell a hung tool from a live one.
     """
 
     worker_id: str
@@ -56,6 +95,55 @@ class WorkerRecord(msgspec.Struct, frozen=True, kw_only=True):
     started_at: datetime
     heartbeat_at: datetime
     threads: tuple[str, ...] = ()
+    calls: tuple[CallRunning, ...] = ()
+
+
+class LeaseTokens(Protocol):
+    """Where a store's database records each thread's newest lease (the store's
+    recorder, which checks the tokens saves carry in the same table)."""
+
+    def advance_lease_token(self, stream: UUID) -> int:
+        """Record a new lease of ``stream``; its token."""
+        ...
+
+    def lease_token(self, stream: UUID) -> int | None:
+        """The token of ``stream``'s newest lease; None before its first."""
+        ...
+
+
+@attrs.frozen(eq=False)
+class Lease:
+    """A run lease held on one thread.
+
+    Attributes:
+        thread_id: The thread.
+        token: Greater than every earlier lease's on the thread: saves under the lease
+            carry it, and the store refuses them once a newer lease exists. Hand it to
+            an external system that can refuse a stale writer, too. 0 when the store's
+            database keeps no tokens (an application's own, see ADR 0025).
+    """
+
+    thread_id: str
+    token: int
+    _backend: LeaseBackend = attrs.field(repr=False, alias="backend")
+
+    @property
+    def fenced(self) -> bool:
+        """Whether the store checks this lease's token when saving under it."""
+        return self.token > 0
+
+    @property
+    def stream(self) -> UUID:
+        """The thread's stream id."""
+        return thread_aggregate_id(self.thread_id)
+
+    def check(self) -> None:
+        """Raise unless the lease still stands.
+
+        Raises:
+            LeaseLostError: Its lock was lost, or a newer lease of the thread exists.
+        """
+        self._backend.check(self)
 
 
 class LeaseBackend(ABC):
@@ -69,51 +157,105 @@ class LeaseBackend(ABC):
 
     database: str
 
-    def __init__(self, holder: str) -> None:
+    def __init__(self, holder: str, tokens: LeaseTokens | None) -> None:
         self.holder = holder
-        self._held: set[str] = set()
+        self._tokens = tokens
+        self._held: dict[str, Lease | None] = {}  # None while being taken
         self._lock = threading.Lock()
 
     def rename(self, holder: str) -> None:
         """Name the holder of the leases taken from now on."""
         self.holder = holder
 
-    def try_acquire(self, thread_id: str) -> bool:
-        """Take the thread's lease if no runner holds it; whether it was taken."""
+    def try_acquire(self, thread_id: str) -> Lease | None:
+        """Take the thread's lease if no runner holds it; None when another does."""
         with self._lock:
             if thread_id in self._held:
-                return False
-            self._held.add(thread_id)
+                return None
+            self._held[thread_id] = None
         try:
-            taken = self._try_lock(thread_id)
+            if not self._try_lock(thread_id):
+                self._forget(thread_id)
+                return None
+            try:
+                token = self._advance(thread_id)
+            except BaseException:
+                self._unlock(thread_id)
+                raise
         except BaseException:
             self._forget(thread_id)
             raise
-        if not taken:
-            self._forget(thread_id)
-        return taken
+        lease = Lease(thread_id, token, backend=self)
+        with self._lock:
+            self._held[thread_id] = lease
+        return lease
 
-    def release(self, thread_id: str) -> None:
-        """Give the thread's lease back."""
+    def release(self, lease: Lease) -> None:
+        """Give the lease back. A lease that was lost is only forgotten: the error of
+        releasing it is logged, never raised, so that it cannot replace the outcome of
+        the run that held it."""
         try:
-            self._unlock(thread_id)
+            self._unlock(lease.thread_id)
+        except Exception as exc:
+            logger.warning(
+                "the run lease of thread %r (token %d) was lost before its release: %s",
+                lease.thread_id,
+                lease.token,
+                exc,
+            )
         finally:
-            self._forget(thread_id)
+            self._forget(lease.thread_id)
+
+    def check(self, lease: Lease) -> None:
+        """Raise unless ``lease`` still stands: its lock held, its token the newest.
+
+        Raises:
+            LeaseLostError: Saying which of the two failed.
+        """
+        with self._lock:
+            held = self._held.get(lease.thread_id) is lease
+        problem = None if held else "it was released"
+        if problem is None:
+            problem = self._lock_problem(lease.thread_id)
+        if problem is None and lease.fenced:
+            stored = self._current_token(lease)
+            if stored != lease.token:
+                problem = f"the store records a newer lease ({stored}) of the thread"
+        if problem is not None:
+            msg = (
+                f"the run lease of thread {lease.thread_id!r} (token {lease.token}) was "
+                f"lost: {problem}; another runner may run the thread, so this runner stops "
+                "before its next tool call"
+            )
+            raise LeaseLostError(msg, token=lease.token)
 
     def held(self) -> tuple[str, ...]:
         """The threads whose leases this back end holds."""
         with self._lock:
-            return tuple(sorted(self._held))
+            return tuple(sorted(t for t, lease in self._held.items() if lease is not None))
+
+    def _advance(self, thread_id: str) -> int:
+        if self._tokens is None:
+            return 0
+        return self._tokens.advance_lease_token(thread_aggregate_id(thread_id))
+
+    def _current_token(self, lease: Lease) -> int | None:
+        assert self._tokens is not None  # a fenced lease came from tokens
+        return self._tokens.lease_token(lease.stream)
 
     def _forget(self, thread_id: str) -> None:
         with self._lock:
-            self._held.discard(thread_id)
+            self._held.pop(thread_id, None)
 
     @abstractmethod
     def _try_lock(self, thread_id: str) -> bool: ...
 
     @abstractmethod
     def _unlock(self, thread_id: str) -> None: ...
+
+    @abstractmethod
+    def _lock_problem(self, thread_id: str) -> str | None:
+        """Why this holder's lock on the thread no longer stands, or None if it does."""
 
     @abstractmethod
     def holder_of(self, thread_id: str) -> str | None:
@@ -133,18 +275,24 @@ class LeaseBackend(ABC):
 
     def close(self) -> None:
         """Release every lease and the back end's connection or files."""
-        for thread_id in self.held():
-            with contextlib.suppress(Exception):
-                self.release(thread_id)
+        with self._lock:
+            leases = [lease for lease in self._held.values() if lease is not None]
+        for lease in leases:
+            self.release(lease)
 
 
 # Memory -----------------------------------------------------------------------------
 
 
+@attrs.frozen(eq=False)
+class _Mark:
+    holder: str
+
+
 class _MemoryTables:
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.leases: dict[str, str] = {}
+        self.leases: dict[str, _Mark] = {}
         self.workers: dict[str, WorkerRecord] = {}
 
 
@@ -155,8 +303,9 @@ _MEMORY_LOCK = threading.Lock()
 class MemoryLeases(LeaseBackend):
     """Leases of an in-memory store: a table shared by the stores of its recorder."""
 
-    def __init__(self, holder: str, recorder: Any) -> None:
-        super().__init__(holder)
+    def __init__(self, holder: str, recorder: Any, tokens: LeaseTokens | None) -> None:
+        super().__init__(holder, tokens)
+        self._taken: dict[str, object] = {}  # this holder's mark in the table, by thread
         with _MEMORY_LOCK:
             self._tables = _MEMORY.setdefault(recorder, _MemoryTables())
         self.database = f"memory:{id(self._tables)}"
@@ -165,16 +314,27 @@ class MemoryLeases(LeaseBackend):
         with self._tables.lock:
             if thread_id in self._tables.leases:
                 return False
-            self._tables.leases[thread_id] = self.holder
+            mark = _Mark(self.holder)
+            self._tables.leases[thread_id] = mark
+            self._taken[thread_id] = mark
             return True
 
     def _unlock(self, thread_id: str) -> None:
         with self._tables.lock:
-            self._tables.leases.pop(thread_id, None)
+            mark = self._taken.pop(thread_id, None)
+            if self._tables.leases.get(thread_id) is mark:
+                del self._tables.leases[thread_id]
+
+    def _lock_problem(self, thread_id: str) -> str | None:
+        with self._tables.lock:
+            if self._tables.leases.get(thread_id) is self._taken.get(thread_id):
+                return None
+        return "its entry in the store's lease table is gone"
 
     def holder_of(self, thread_id: str) -> str | None:
         with self._tables.lock:
-            return self._tables.leases.get(thread_id)
+            mark = self._tables.leases.get(thread_id)
+            return None if mark is None else mark.holder
 
     def publish(self, record: WorkerRecord) -> None:
         with self._tables.lock:
@@ -189,6 +349,8 @@ class MemoryLeases(LeaseBackend):
             return tuple(self._tables.workers.values())
 
 
-def now_record(record: WorkerRecord, threads: tuple[str, ...]) -> WorkerRecord:
-    """``record`` with a fresh heartbeat and the threads now held."""
-    return msgspec.structs.replace(record, heartbeat_at=utc_now(), threads=threads)
+def now_record(
+    record: WorkerRecord, threads: tuple[str, ...], calls: tuple[CallRunning, ...]
+) -> WorkerRecord:
+    """``record`` with a fresh heartbeat, the threads now held and the calls running."""
+    return msgspec.structs.replace(record, heartbeat_at=utc_now(), threads=threads, calls=calls)

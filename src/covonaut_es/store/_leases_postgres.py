@@ -11,7 +11,12 @@ import msgspec
 
 from covonaut_es.domain import thread_aggregate_id
 from covonaut_es.errors import StoreUnavailableError
-from covonaut_es.store._leases import STALE_AFTER, LeaseBackend, WorkerRecord
+from covonaut_es.store._leases import (
+    STALE_AFTER,
+    LeaseBackend,
+    LeaseTokens,
+    WorkerRecord,
+)
 
 _CREATE_WORKERS = (
     "CREATE TABLE IF NOT EXISTS covonaut_workers (worker_id TEXT PRIMARY KEY, "
@@ -34,6 +39,10 @@ _HOLDER = (
     "(SELECT oid FROM pg_database WHERE datname = current_database()) "
     "AND l.classid = %s AND l.objid = %s AND l.objsubid = 1"
 )
+_HOLDS_LOCK = (
+    "SELECT count(*) > 0 FROM pg_locks WHERE locktype = 'advisory' AND granted "
+    "AND pid = pg_backend_pid() AND classid = %s AND objid = %s AND objsubid = 1"
+)
 _APPLICATION_PREFIX = "covonaut-es "
 _KEEPALIVES = (
     "SET tcp_keepalives_idle = 10",
@@ -46,21 +55,30 @@ class PostgresLeases(LeaseBackend):
     """Leases of a PostgreSQL store: session-level advisory locks on one connection of
     their own, named after the holder (``application_name``) so others can tell who
     holds a thread. TCP keepalives, set on both ends of the connection, make the server
-    notice a holder whose machine vanished, and drop its locks, within about 40 s."""
+    notice a holder whose machine vanished, and drop its locks, within about 40 s.
 
-    def __init__(self, holder: str, connect_kwargs: dict[str, Any]) -> None:
-        super().__init__(holder)
+    The locks live and die with that connection's session: when it ends (a server
+    restart, a failover, ``pg_terminate_backend``, an idle timeout), every lease taken
+    on it is lost, and stays lost. A new connection is opened for leases taken later
+    only, never in place of the one a held lease was taken on.
+    """
+
+    def __init__(
+        self, holder: str, connect_kwargs: dict[str, Any], tokens: LeaseTokens | None
+    ) -> None:
+        super().__init__(holder, tokens)
         self._kwargs = {k: v for k, v in connect_kwargs.items() if k != "row_factory"}
         self.database = (
             f"postgresql:{self._kwargs.get('host')}:{self._kwargs.get('port')}/"
             f"{self._kwargs.get('dbname')}"
         )
         self._connection: Any = None
+        self._sessions: dict[str, Any] = {}  # the connection each held lease was taken on
         self._connect_lock = threading.Lock()
 
     def _conn(self) -> Any:
         with self._connect_lock:
-            if self._connection is None or self._connection.closed:
+            if self._connection is None or self._connection.closed or self._connection.broken:
                 import psycopg
 
                 try:
@@ -99,13 +117,34 @@ class PostgresLeases(LeaseBackend):
                 )
 
     def _try_lock(self, thread_id: str) -> bool:
-        row = self._conn().execute("SELECT pg_try_advisory_lock(%s)", (_key(thread_id),))
-        return bool(row.fetchone()[0])
+        connection = self._conn()
+        row = connection.execute("SELECT pg_try_advisory_lock(%s)", (_key(thread_id),))
+        taken = bool(row.fetchone()[0])
+        if taken:
+            with self._lock:
+                self._sessions[thread_id] = connection
+        return taken
 
     def _unlock(self, thread_id: str) -> None:
-        connection = self._connection
-        if connection is not None and not connection.closed:
-            connection.execute("SELECT pg_advisory_unlock(%s)", (_key(thread_id),))
+        with self._lock:
+            connection = self._sessions.pop(thread_id, None)
+        if connection is None or connection.closed or connection.broken:
+            return  # the session ended, and its locks with it
+        connection.execute("SELECT pg_advisory_unlock(%s)", (_key(thread_id),))
+
+    def _lock_problem(self, thread_id: str) -> str | None:
+        with self._lock:
+            connection = self._sessions.get(thread_id)
+        if connection is None:
+            return "it was never taken on a connection"
+        try:
+            key = _key(thread_id) & 0xFFFFFFFFFFFFFFFF
+            found = connection.execute(_HOLDS_LOCK, (key >> 32, key & 0xFFFFFFFF)).fetchone()
+        except Exception as exc:  # psycopg's errors of a dead session vary
+            return f"its database session ended ({type(exc).__name__}: {exc})"
+        if found is None or not found[0]:
+            return "its database session no longer holds the lock"
+        return None
 
     def holder_of(self, thread_id: str) -> str | None:
         key = _key(thread_id) & 0xFFFFFFFFFFFFFFFF

@@ -1,5 +1,5 @@
 """Run leases and the worker registry of a SQLite store: ``flock`` on files beside
-the database (ADR 0016)."""
+the database (ADR 0016, ADR 0025)."""
 
 from __future__ import annotations
 
@@ -12,22 +12,33 @@ import msgspec
 
 from covonaut_es.domain import thread_aggregate_id
 from covonaut_es.errors import ConfigurationError, ReadOnlyStoreError
-from covonaut_es.store._leases import LeaseBackend, WorkerRecord
+from covonaut_es.store._leases import LeaseBackend, LeaseTokens, WorkerRecord
+
+
+def lease_directory(database_file: str) -> Path:
+    """Where the leases of a SQLite database live: named after the file itself (its
+    device and inode), beside its resolved path, so that every name of the file (a
+    symbolic link; a hard link in the same directory) shares one set of leases."""
+    resolved = Path(os.path.realpath(database_file))
+    found = resolved.stat()
+    return resolved.parent / f".covonaut-leases-{found.st_dev:x}-{found.st_ino:x}"
 
 
 class FileLeases(LeaseBackend):
-    """Leases of a SQLite store: ``flock`` on files in ``<database>.leases/``.
+    """Leases of a SQLite store: ``flock`` on files in :func:`lease_directory`.
 
     A lock file is named after the thread's aggregate id (a thread id may hold any
-    character) and holds its holder's name while locked. Lock files are left in place:
-    removing one while another process opens it would let two processes lock two
-    different files of the same name.
+    character) and holds its holder's name while locked. Its holder removes it on
+    release, while still holding the lock; a runner that locked a file after it was
+    removed finds the name no longer leads to it and tries again, so two runners never
+    hold two files of one name, and lock files do not pile up (a runner that died leaves
+    its file, which the next holder removes).
     """
 
-    def __init__(self, holder: str, database_file: str) -> None:
-        super().__init__(holder)
-        self.directory = Path(database_file + ".leases")
-        self.database = f"sqlite:{Path(database_file).resolve()}"
+    def __init__(self, holder: str, database_file: str, tokens: LeaseTokens | None) -> None:
+        super().__init__(holder, tokens)
+        self.directory = lease_directory(database_file)
+        self.database = f"sqlite:{self.directory}"
         self._files: dict[str, int] = {}
         self._record_fd: int | None = None
 
@@ -35,9 +46,13 @@ class FileLeases(LeaseBackend):
         return self.directory / f"{thread_aggregate_id(thread_id).hex}.lock"
 
     def _try_lock(self, thread_id: str) -> bool:
+        path = self._path(thread_id)
         try:
             self.directory.mkdir(exist_ok=True)
-            fd = _locked_file(self._path(thread_id))
+            fd = _locked_file(path)
+            while fd is not None and not _still_at(fd, path):  # removed by its last holder
+                os.close(fd)
+                fd = _locked_file(path)
         except OSError as exc:
             msg = (
                 f"cannot take the run lease of thread {thread_id!r} in {self.directory}: "
@@ -54,9 +69,20 @@ class FileLeases(LeaseBackend):
     def _unlock(self, thread_id: str) -> None:
         with self._lock:
             fd = self._files.pop(thread_id, None)
-        if fd is not None:
-            _rewrite(fd, b"")
+        if fd is None:
+            return
+        try:
+            if _still_at(fd, self._path(thread_id)):
+                self._path(thread_id).unlink()  # still locked: nobody can take it meanwhile
+        finally:
             os.close(fd)  # closing the only descriptor drops the lock
+
+    def _lock_problem(self, thread_id: str) -> str | None:
+        with self._lock:
+            fd = self._files.get(thread_id)
+        if fd is not None and _still_at(fd, self._path(thread_id)):
+            return None
+        return f"its lock file in {self.directory} was removed or replaced"
 
     def holder_of(self, thread_id: str) -> str | None:
         try:
@@ -117,6 +143,16 @@ def _locked_file(path: Path, *, create: bool = True) -> int | None:
         os.close(fd)
         return None
     return fd
+
+
+def _still_at(fd: int, path: Path) -> bool:
+    """Whether ``path`` still names the file open as ``fd``."""
+    try:
+        named = path.stat()
+    except FileNotFoundError:
+        return False
+    opened = os.fstat(fd)
+    return (named.st_dev, named.st_ino) == (opened.st_dev, opened.st_ino)
 
 
 def _rewrite(fd: int, data: bytes) -> None:

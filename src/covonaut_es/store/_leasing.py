@@ -14,8 +14,9 @@ import contextlib
 import os
 import socket
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextvars import ContextVar
+from types import MappingProxyType
 from typing import Any
 from urllib.parse import unquote, urlsplit
 from uuid import UUID
@@ -24,14 +25,14 @@ import msgspec
 from eventsourcing.application import Application
 
 from covonaut_es.errors import ThreadBusyError
-from covonaut_es.store._leases import LeaseBackend, MemoryLeases, WorkerRecord
+from covonaut_es.store._leases import Lease, LeaseBackend, LeaseTokens, MemoryLeases, WorkerRecord
 from covonaut_es.store._leases_postgres import PostgresLeases
 from covonaut_es.store._leases_sqlite import FileLeases
 
-_HELD: ContextVar[frozenset[tuple[str, str]]] = ContextVar(
-    "covonaut_es_leases_held", default=frozenset()
+_HELD: ContextVar[Mapping[tuple[str, str], Lease]] = ContextVar(
+    "covonaut_es_leases_held", default=MappingProxyType({})
 )
-"""The (database, thread id) leases the current task holds."""
+"""The leases the current task holds, by database and thread id."""
 
 _CREATE_LOCK = threading.Lock()
 _SEALED = "sealed:"
@@ -39,17 +40,20 @@ _SEALED = "sealed:"
 
 
 def lease_backend(app: Application[Any], holder: str) -> LeaseBackend:
-    """The lease back end for the database of ``app``."""
+    """The lease back end for the database of ``app``; its tokens are kept by the
+    store's recorder where it can (a store that :func:`open_store` opened)."""
+    recorder: Any = app.recorder
+    tokens: LeaseTokens | None = recorder if hasattr(recorder, "advance_lease_token") else None
     datastore = getattr(app.factory, "datastore", None)
     pool = getattr(datastore, "pool", None)
     if pool is not None and isinstance(getattr(pool, "kwargs", None), dict):
-        return PostgresLeases(holder, dict(pool.kwargs))
+        return PostgresLeases(holder, dict(pool.kwargs), tokens)
     db_name = getattr(pool, "db_name", None)
     if isinstance(db_name, str) and not getattr(pool, "is_sqlite_memory_mode", False):
         path = _sqlite_file(db_name)
         if path is not None:
-            return FileLeases(holder, path)
-    return MemoryLeases(holder, app.recorder)
+            return FileLeases(holder, path, tokens)
+    return MemoryLeases(holder, recorder, tokens)
 
 
 def _sqlite_file(db_name: str) -> str | None:
@@ -92,43 +96,56 @@ class ThreadLeasing:
             return self._lease_backend
 
     @contextlib.contextmanager
-    def lease(self, thread_id: str) -> Iterator[None]:
-        """Hold the thread's run lease for the block.
+    def lease(self, thread_id: str) -> Iterator[Lease]:
+        """Hold the thread's run lease for the block; every save of the thread in the
+        block is fenced by it (refused once a newer lease exists).
+
+        Yields:
+            The lease; :meth:`Lease.check` raises once it no longer stands.
 
         Raises:
             ThreadBusyError: Another runner holds it; nothing was done.
         """
-        if self._held(thread_id):
-            yield
+        held = self.held_lease(thread_id)
+        if held is not None:
+            yield held
             return
-        self._acquire(thread_id)
-        token = _HELD.set(_HELD.get() | {(self._leases.database, thread_id)})
+        lease = self._acquire(thread_id)
+        token = _HELD.set(self._with_held(lease))
         try:
-            yield
+            yield lease
         finally:
             _HELD.reset(token)
-            self._leases.release(thread_id)
+            self._leases.release(lease)
 
     @contextlib.asynccontextmanager
-    async def alease(self, thread_id: str) -> AsyncIterator[None]:
+    async def alease(self, thread_id: str) -> AsyncIterator[Lease]:
         """Like :meth:`lease`, for asyncio: the database is asked in a worker thread."""
-        if self._held(thread_id):
-            yield
+        held = self.held_lease(thread_id)
+        if held is not None:
+            yield held
             return
-        await asyncio.to_thread(self._acquire, thread_id)
-        token = _HELD.set(_HELD.get() | {(self._leases.database, thread_id)})
+        lease = await asyncio.to_thread(self._acquire, thread_id)
+        token = _HELD.set(self._with_held(lease))
         try:
-            yield
+            yield lease
         finally:
             _HELD.reset(token)
-            await asyncio.to_thread(self._leases.release, thread_id)
+            await asyncio.to_thread(self._leases.release, lease)
 
-    def _held(self, thread_id: str) -> bool:
-        return (self._leases.database, thread_id) in _HELD.get()
+    def held_lease(self, thread_id: str) -> Lease | None:
+        """The lease of the thread the current task holds in this store's database."""
+        return _HELD.get().get((self._leases.database, thread_id))
 
-    def _acquire(self, thread_id: str) -> None:
-        if self._leases.try_acquire(thread_id):
-            return
+    def _with_held(self, lease: Lease) -> Mapping[tuple[str, str], Lease]:
+        held = dict(_HELD.get())
+        held[self._leases.database, lease.thread_id] = lease
+        return MappingProxyType(held)
+
+    def _acquire(self, thread_id: str) -> Lease:
+        lease = self._leases.try_acquire(thread_id)
+        if lease is not None:
+            return lease
         holder = self._leases.holder_of(thread_id)
         by = f" by {holder}" if holder else ""
         msg = (

@@ -228,14 +228,19 @@ def decode_object(data: bytes, *, where: str, hint: str = "") -> dict[str, Any]:
     return decoded
 
 
-def _field_types(cls: type) -> list[tuple[str, Any]]:
+def _field_types(cls: type) -> list[tuple[str, Any] | tuple[str, Any, Any]]:
+    """Each field of an event class with its type, and its default when it has one: a
+    field added with a default (the schema evolution that needs no version) reads as
+    that default from records written before it."""
     hints = typing.get_type_hints(cls)
-    fields = [
+    fields: list[tuple[str, Any] | tuple[str, Any, Any]] = [
         (f.name, hints.get(f.name, inspect.Parameter.empty))
+        if f.default is dataclasses.MISSING
+        else (f.name, hints.get(f.name, inspect.Parameter.empty), f.default)
         for f in dataclasses.fields(cls)
         if f.name not in _IDENTITY_FIELDS
     ]
-    untyped = [name for name, hint in fields if hint is inspect.Parameter.empty]
+    untyped = [field[0] for field in fields if field[1] is inspect.Parameter.empty]
     if untyped:
         # Refused before anything is stored: an untyped field would be written fine and
         # then come back as whatever JSON makes of it, or not decode at all.
@@ -306,7 +311,9 @@ def codec_for(cls: type) -> _Codec:
     # The chain hash travels with every event's payload, outside its dataclass fields.
     chain_field = (CHAIN_KEY, str, UNCHAINED)
     payload_type = msgspec.defstruct(
-        f"{cls.__qualname__}Payload", [*_field_types(cls), chain_field, version_field]
+        f"{cls.__qualname__}Payload",
+        [*_field_types(cls), chain_field, version_field],
+        kw_only=True,  # fields with defaults may come before those without
     )
     return _Codec(schema, payload_type)
 

@@ -13,7 +13,7 @@ import contextlib
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 from uuid import UUID
 
 from eventsourcing.application import AggregateNotFoundError, Application, Repository
@@ -28,6 +28,7 @@ from covonaut_es.domain import (
     Checkpoint,
     ForkRecord,
     Label,
+    PauseKind,
     ThreadParent,
     ThreadSnapshot,
     ThreadState,
@@ -53,6 +54,7 @@ from covonaut_es.store._application import (
 )
 from covonaut_es.store._audit import AuditEntry, AuditReport
 from covonaut_es.store._forks import ThreadForking
+from covonaut_es.store._heads import FENCES
 from covonaut_es.store._leasing import ThreadLeasing
 from covonaut_es.store._mapper import MsgspecMapper
 from covonaut_es.store._records import StoredRecords
@@ -272,16 +274,23 @@ class Store(
     def save(self, thread: AgentThread) -> None:
         """Append the thread's pending events atomically.
 
+        Under the thread's run lease (:meth:`lease`), the save carries the lease's
+        token, and the store refuses it once a newer lease of the thread exists.
+
         Raises:
             ThreadConflictError: Another writer appended to the thread first; nothing
                 of this save was stored.
+            LeaseLostError: The run lease this task holds on the thread was lost;
+                nothing of this save was stored.
         """
         pending = thread.pending_events
         if not pending:
             return
         expected = pending[0].originator_version - 1
+        lease = self.held_lease(thread.thread_id)
+        fences = {FENCES: [(thread.id, lease.token)]} if lease and lease.fenced else {}
         try:
-            self._app.save(thread)
+            self._app.save(thread, **fences)
         except OperationalError as exc:
             if "readonly" not in str(exc):
                 raise
@@ -300,9 +309,9 @@ class Store(
                 msg, thread_id=thread.thread_id, expected_version=expected
             ) from exc
 
-    def _save_checkpoint_snapshot(self, thread: AgentThread) -> bool:
-        """Store a snapshot of a just-saved thread if it pays, replacing the older
-        ones (ADR 0014).
+    def snapshot_if_due(self, thread: AgentThread) -> bool:
+        """Store a snapshot of a just-saved thread if it pays, replacing its older one
+        (ADR 0014); the run loop asks at every checkpoint.
 
         A snapshot is written once the events since the thread's last one are at least
         a sixteenth of its versions (and at least 64), so a restore replays at most
@@ -337,6 +346,30 @@ class Store(
             position, 1, topics=topics, inclusive_of_start=False
         )
         return bool(found)
+
+    def events_after(self, thread_id: str, version: int) -> tuple[AgentThread.Event, ...]:
+        """The thread's own events after ``version``, in order (what other writers
+        appended since a runner loaded it at that version)."""
+        with self._reading(thread_id):
+            events = self._app.events.get(thread_aggregate_id(thread_id), gt=version)
+            return tuple(cast(AgentThread.Event, event) for event in events)
+
+    def threads_with_review(self, review_id: str) -> tuple[str, ...]:
+        """The threads that hold the review: the one that asked for it, and the forks
+        that inherited it while it was pending, in creation order. Read from the log's
+        review requests and forks, not from the threads themselves."""
+        found: list[str] = []
+        for event in self._events_of_type(AgentThread.ReviewRequested, AgentThread.Forked):
+            if isinstance(event, AgentThread.ReviewRequested):
+                if event.request.review_id == review_id:
+                    found.append(event.request.thread_id)
+            elif event.parent_thread_id in found and any(
+                isinstance(i.data, dict) and i.data.get("review_id") == review_id
+                for i in event.interrupts
+                if i.kind is PauseKind.REVIEW
+            ):
+                found.append(event.thread_id)
+        return tuple(dict.fromkeys(found))
 
     def thread_ids(self) -> Iterator[str]:
         """The ids of all threads, forks included, in creation order."""

@@ -19,7 +19,7 @@ from covonaut_es.errors import (
     ThreadBusyError,
     ToolCallsInDoubtError,
 )
-from covonaut_es.runtime import AgentConfig
+from covonaut_es.runtime import AgentConfig, running_calls
 from covonaut_es.store import Store
 from covonaut_es.store._leases import HEARTBEAT_INTERVAL, WorkerRecord, now_record
 from covonaut_es.store._polling import POLL_INTERVAL
@@ -227,6 +227,7 @@ class Worker(Closing):
             self._changed.wait(HEARTBEAT_INTERVAL)  # a beat, or the threads held changed
             self._changed.clear()
             try:
-                self.store.publish_worker(now_record(self._record, self.store._leases.held()))
+                record = now_record(self._record, self.store._leases.held(), running_calls())
+                self.store.publish_worker(record)
             except Exception:
                 logger.exception("worker %s: heartbeat failed", self.worker_id)

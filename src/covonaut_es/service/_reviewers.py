@@ -1,7 +1,8 @@
 """Reviewer identity: who may decide a review, established from a credential.
 
 A decision is recorded only under the reviewer id a :class:`ReviewerVerifier` returns,
-never under a name the caller asserts.
+never under a name the caller asserts: :func:`verified_reviewer` turns a credential into
+a :class:`Reviewer`, the identity every command of the service layer takes.
 """
 
 from __future__ import annotations
@@ -21,6 +22,22 @@ from covonaut_es.errors import ConfigurationError, ReviewerNotVerifiedError
 # Reviewers --------------------------------------------------------------------------------
 
 
+@attrs.frozen
+class Reviewer:
+    """A person whose credential a :class:`ReviewerVerifier` verified.
+
+    The service layer's commands take one as proof of who acts; get it from
+    :meth:`ThreadService.reviewer <covonaut_es.service.ThreadService.reviewer>`, which
+    verifies the credential once. (The service trusts the process it runs in: code that
+    makes a ``Reviewer`` itself is code that could hold the verifier's secret too.)
+
+    Attributes:
+        id: The reviewer id the verifier returned; decisions are recorded under it.
+    """
+
+    id: str
+
+
 class ReviewerVerifier(Protocol):
     """Establishes who a reviewer is from a credential the application passes on.
 
@@ -36,6 +53,23 @@ class ReviewerVerifier(Protocol):
                 verifier understands.
         """
         ...
+
+
+def verified_reviewer(verifier: ReviewerVerifier, credential: Any) -> Reviewer:
+    """The reviewer ``verifier`` establishes from ``credential``.
+
+    Raises:
+        ReviewerNotVerifiedError: The credential does not verify, or the verifier
+            returned no reviewer id.
+    """
+    reviewer_id = verifier.verify(credential)
+    if not isinstance(reviewer_id, str) or not reviewer_id:
+        msg = (
+            f"the reviewer verifier returned {reviewer_id!r} instead of a reviewer id; "
+            "a ReviewerVerifier must return a non-empty string or raise"
+        )
+        raise ReviewerNotVerifiedError(msg)
+    return Reviewer(reviewer_id)
 
 
 _TOKEN_CONTEXT = b"covonaut-es reviewer token v1\x00"

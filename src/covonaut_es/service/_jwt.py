@@ -22,7 +22,7 @@ from covonaut_es.errors import (
     IdentityProviderUnavailableError,
     ReviewerNotVerifiedError,
 )
-from covonaut_es.runtime._reviewers import MIN_SECRET_BYTES, _epoch_seconds
+from covonaut_es.service._reviewers import MIN_SECRET_BYTES, _epoch_seconds
 
 try:
     import jwt

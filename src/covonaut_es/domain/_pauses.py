@@ -1,0 +1,79 @@
+"""Pauses: what kind each pending interrupt is, and whether a person has dealt with it.
+
+A pause's kind is written by the command that pauses the run (a tool's ``InterruptError``,
+a review request, a call found in doubt) and checked again against the thread whenever an
+interrupt is applied: a review pause must name a review that holds back its call, and an
+in-doubt pause must name the idempotency key of its open call. A claim that does not hold
+is a tool's pause. That check is also what reads interrupts recorded before pauses had a
+kind, whose kind the migration can only guess from their data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+
+from covonaut_es.domain._reviews import ReviewLedger
+from covonaut_es.domain._values import Interrupt, Pause, PauseKind, PendingToolCall
+
+
+def checked_kind(
+    interrupt: Interrupt, reviews: ReviewLedger, open_calls: Mapping[str, PendingToolCall]
+) -> Interrupt:
+    """``interrupt`` with the kind the thread bears out: a review or in-doubt claim
+    that the thread does not support becomes a tool's pause."""
+    if interrupt.kind is PauseKind.TOOL or _claim_holds(interrupt, reviews, open_calls):
+        return interrupt
+    return Interrupt(interrupt.reason, interrupt.data, interrupt.tool_call_id, interrupt.tool_name)
+
+
+def _claim_holds(
+    interrupt: Interrupt, reviews: ReviewLedger, open_calls: Mapping[str, PendingToolCall]
+) -> bool:
+    data = interrupt.data if isinstance(interrupt.data, dict) else {}
+    awaiting = reviews.awaiting(interrupt.tool_call_id)
+    if interrupt.kind is PauseKind.REVIEW:
+        return awaiting is not None and data.get("review_id") == awaiting.request.review_id
+    pending = open_calls.get(interrupt.tool_call_id)
+    return (
+        awaiting is None
+        and pending is not None
+        and data.get("idempotency_key") == pending.idempotency_key
+    )
+
+
+def in_doubt_data(pending: PendingToolCall) -> dict[str, str]:
+    """The data of an in-doubt pause: what a person needs to check the external system."""
+    return {
+        "tool_call_id": pending.call.id,
+        "idempotency_key": pending.idempotency_key,
+        "arguments": pending.call.arguments,
+    }
+
+
+def pauses_of(
+    interrupts: Sequence[Interrupt],
+    reviews: ReviewLedger,
+    open_calls: Mapping[str, PendingToolCall],
+    answered: Collection[str],
+    retries: Collection[str],
+) -> tuple[Pause, ...]:
+    """Each pending interrupt, resolved once a person has dealt with it: a review
+    decided, a tool's pause answered, a call in doubt settled or sent to run again."""
+    pauses = []
+    for interrupt in interrupts:
+        call_id = interrupt.tool_call_id
+        if interrupt.kind is PauseKind.REVIEW:
+            review = reviews.get(_review_id(interrupt))
+            resolved = review is not None and not review.pending
+        elif interrupt.kind is PauseKind.IN_DOUBT:
+            resolved = call_id not in open_calls or call_id in retries
+        else:
+            resolved = call_id in answered
+        pauses.append(Pause(interrupt, resolved))
+    return tuple(pauses)
+
+
+def _review_id(interrupt: Interrupt) -> str:
+    data = interrupt.data if isinstance(interrupt.data, dict) else {}
+    review_id = data.get("review_id")
+    return review_id if isinstance(review_id, str) else ""

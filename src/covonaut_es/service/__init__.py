@@ -1,0 +1,72 @@
+"""The service layer: every command on a stored thread, between the store and its callers.
+
+This package owns :class:`ThreadService`, which runs each use case of a thread store as
+one load, one call of the aggregate and one save, under the guard that use case needs: a
+run under the thread's lease, with every save fenced by the lease's token and put after
+the events that commute with it (:class:`RunSession`); a decision or an answer checked by
+the one reader of what people submit (:func:`review_submission`, :class:`Settlement`) and
+recorded under the identity a :class:`ReviewerVerifier` establishes once
+(:class:`Reviewer`). :class:`~covonaut_es.Agent`, the reviewer inbox, the command line and
+the workers all go through it. It may import the store, the domain and the layers below
+them, never the runtime, a provider or a layer above.
+"""
+
+import importlib
+from typing import TYPE_CHECKING
+
+from covonaut_es.service._reviewers import (
+    HmacReviewerVerifier,
+    Reviewer,
+    ReviewerVerifier,
+    verified_reviewer,
+)
+from covonaut_es.service._runs import RunSession
+from covonaut_es.service._service import FoundReview, Settlement, ThreadService
+from covonaut_es.service._submissions import (
+    MAX_TEXT_CHARS,
+    TEXT_FIELD,
+    Action,
+    ReviewSubmission,
+    json_object,
+    parse_json,
+    person_text,
+    review_submission,
+)
+
+if TYPE_CHECKING:
+    from covonaut_es.service._jwt import JwtReviewerVerifier as JwtReviewerVerifier
+
+# JwtReviewerVerifier is left out of __all__: `from covonaut_es.service import *` must work
+# without PyJWT.
+__all__ = [
+    "MAX_TEXT_CHARS",
+    "TEXT_FIELD",
+    "Action",
+    "FoundReview",
+    "HmacReviewerVerifier",
+    "ReviewSubmission",
+    "Reviewer",
+    "ReviewerVerifier",
+    "RunSession",
+    "Settlement",
+    "ThreadService",
+    "json_object",
+    "parse_json",
+    "person_text",
+    "review_submission",
+    "verified_reviewer",
+]
+
+
+def __getattr__(name: str) -> object:
+    """Import :class:`JwtReviewerVerifier` on first access (PEP 562).
+
+    Raises:
+        ImportError: PyJWT is not installed; the message names the ``inbox`` extra.
+    """
+    if name != "JwtReviewerVerifier":
+        msg = f"module {__name__!r} has no attribute {name!r}"
+        raise AttributeError(msg)
+    value: object = importlib.import_module("covonaut_es.service._jwt").JwtReviewerVerifier
+    globals()[name] = value
+    return value

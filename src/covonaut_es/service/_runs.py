@@ -1,0 +1,101 @@
+"""A run of one thread under its lease: fenced commits, and rebases over what commutes.
+
+Internal: :meth:`ThreadService.session <covonaut_es.service.ThreadService.session>` opens
+a :class:`RunSession`; the runtime's run loop changes its thread and commits through it.
+"""
+
+from __future__ import annotations
+
+from typing import cast
+
+from covonaut_es.domain import AgentThread, ThreadStatus
+from covonaut_es.errors import ThreadAbandonedError, ThreadConflictError
+from covonaut_es.store import Store
+from covonaut_es.store._leases import Lease
+
+MAX_REBASES = 8
+"""How many times in a row one commit is put after other writers' events before it gives
+up with the conflict: each time, decisions or labels landed between load and save."""
+
+
+class RunSession:
+    """One runner's hold on a thread: its lease and its copy of the thread.
+
+    Every save is fenced by the lease (the store refuses it once a newer lease exists).
+    When another writer appended events that commute with a run (a review decided, a
+    pause answered, a label, the thread given up) since the thread was loaded, the
+    session's unsaved events are put after them and saved again (ADR 0025), so a tool
+    that ran keeps its result.
+
+    Attributes:
+        thread: The thread the run changes, loaded under the lease.
+        lease: The run lease; its token fences every save.
+    """
+
+    def __init__(self, store: Store, lease: Lease, thread: AgentThread) -> None:
+        self.thread = thread
+        self.lease = lease
+        self._store = store
+        self._abandoned = False
+
+    def check_lease(self) -> None:
+        """Raise unless the lease still stands; called before each tool call.
+
+        Raises:
+            LeaseLostError: It was lost: the run must stop before its next side effect.
+        """
+        self.lease.check()
+
+    def commit(self, *, snapshot: bool = False) -> list[AgentThread.Event]:
+        """Save the thread's new events, fenced by the lease, then store a snapshot if
+        ``snapshot`` and one is due.
+
+        Returns:
+            The events saved (renumbered, if they were put after other writers' events).
+
+        Raises:
+            ThreadConflictError: Another writer appended events that do not commute with
+                the run; nothing was saved.
+            LeaseLostError: The lease was lost; nothing was saved.
+        """
+        thread = self.thread
+        pending = [cast(AgentThread.Event, event) for event in thread.pending_events]
+        for _ in range(MAX_REBASES):
+            if not pending:
+                break
+            try:
+                self._store.save(thread)
+                break
+            except ThreadConflictError:
+                base = pending[0].originator_version - 1
+                tail = self._store.events_after(thread.thread_id, base)
+                head = self._store.load(thread.thread_id)
+                if not thread.rebase(head, tail):
+                    raise
+                if any(isinstance(event, AgentThread.Abandoned) for event in tail):
+                    self._abandoned = True
+                pending = [cast(AgentThread.Event, event) for event in thread.pending_events]
+        else:
+            msg = (
+                f"thread {thread.thread_id!r} was changed by other writers {MAX_REBASES} times "
+                "in a row while this run saved; nothing of this save was stored"
+            )
+            raise ThreadConflictError(msg, thread_id=thread.thread_id, expected_version=0)
+        if snapshot:
+            self._store.snapshot_if_due(thread)
+        return pending
+
+    def stop_if_abandoned(self) -> None:
+        """Raise if a commit found the thread given up meanwhile; the runner calls it
+        once it has handed on what the commit saved.
+
+        Raises:
+            ThreadAbandonedError: What the run had recorded is saved after the
+                abandonment, and nothing more runs.
+        """
+        if self._abandoned and self.thread.status is ThreadStatus.ABANDONED:
+            msg = (
+                f"thread {self.thread.thread_id!r} was given up while this run was going: what it "
+                "had recorded is saved after the abandonment, and nothing more runs"
+            )
+            raise ThreadAbandonedError(msg)

@@ -1,0 +1,383 @@
+"""The service layer's commands: every change to a stored thread, in one place.
+
+:class:`ThreadService` holds the use cases of a thread store, as an eventsourcing
+application holds its own (``examples/aggregate3``): each command loads the thread,
+calls one method of the aggregate and saves. :class:`~covonaut_es.Agent`, the inbox, the
+command line and the workers call it; none of them changes a thread another way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from datetime import datetime
+from typing import Any, TypeVar
+
+import attrs
+
+from covonaut_es.domain import AgentThread, Decision, Review, ReviewDecision
+from covonaut_es.errors import (
+    AmbiguousReviewError,
+    ConfigurationError,
+    InvalidDecisionError,
+    ReviewNotFoundError,
+    ThreadConflictError,
+)
+from covonaut_es.migrations import Upcaster
+from covonaut_es.migrations._upcasting import NO_MIGRATORS
+from covonaut_es.service._reviewers import Reviewer, ReviewerVerifier, verified_reviewer
+from covonaut_es.service._runs import RunSession
+from covonaut_es.service._submissions import Action, ReviewSubmission, person_text
+from covonaut_es.store import Store
+
+T = TypeVar("T")
+
+_DECISIONS = {
+    Action.APPROVE: Decision.APPROVED,
+    Action.REJECT: Decision.REJECTED,
+    Action.RESPOND: Decision.RESPONDED,
+}
+
+NOT_RUN_RESULT = "Not executed: a person checked and found that the call did not run."
+"""What the model reads of a call in doubt settled as not run, with no note."""
+
+
+@attrs.frozen
+class FoundReview:
+    """A review and the thread it was found in.
+
+    Attributes:
+        thread_id: The thread that holds it (for a review a fork inherited pending, the
+            fork it is pending in).
+        review: The review as that thread records it now.
+    """
+
+    thread_id: str
+    review: Review
+
+
+@attrs.frozen
+class Settlement:
+    """What a person found of a call in doubt: it ran, with this result, or it did not.
+
+    Make one with :meth:`ran` or :meth:`not_run`, which check the text.
+
+    Attributes:
+        ran: Whether the call ran.
+        content: The result the model reads.
+    """
+
+    ran: bool
+    content: str
+
+    @classmethod
+    def ran_with(cls, result: object) -> Settlement:
+        """It ran, and ``result`` (text a person typed) is what it gave.
+
+        Raises:
+            InvalidDecisionError: The result is no text, too long, or blank.
+        """
+        return cls(True, person_text(result, "result", required=True))
+
+    @classmethod
+    def not_run(cls, note: object = "") -> Settlement:
+        """It did not run; ``note`` says why, for the model.
+
+        Raises:
+            InvalidDecisionError: The note is no text or too long.
+        """
+        text = person_text(note, "note")
+        return cls(False, f"Not executed: {text}" if text.strip() else NOT_RUN_RESULT)
+
+
+class ThreadService:
+    """Every command on the threads of one store.
+
+    Args:
+        store: The threads' store.
+        verifier: Establishes reviewers from their credentials (:meth:`reviewer`); the
+            commands that record a person's decision need one.
+        clock: The time of the events it records; the store's clock by default.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        verifier: ReviewerVerifier | None = None,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
+        self.store = store
+        self.verifier = verifier
+        self._clock = clock or store.clock
+
+    # Who acts -----------------------------------------------------------------------
+
+    def reviewer(self, credential: Any) -> Reviewer:
+        """The reviewer ``credential`` verifies as: every command a person runs takes it.
+
+        Raises:
+            ReviewerNotVerifiedError: The credential does not verify.
+            ConfigurationError: The service has no verifier.
+        """
+        if self.verifier is None:
+            msg = (
+                "deciding needs a reviewer verifier to establish who decides, e.g. "
+                "HmacReviewerVerifier(secret): pass it to ThreadService(verifier=...) or "
+                "AgentConfig(reviewer_verifier=...)"
+            )
+            raise ConfigurationError(msg)
+        return verified_reviewer(self.verifier, credential)
+
+    # Reviews ------------------------------------------------------------------------
+
+    def find_review(self, review_id: str, *, thread_id: str | None = None) -> FoundReview:
+        """The review with that id, as its thread records it now.
+
+        Args:
+            review_id: The review.
+            thread_id: The thread to look in; by default the one thread where it is
+                pending, else the one that asked for it.
+
+        Raises:
+            ReviewNotFoundError: No thread (or not ``thread_id``) has it.
+            AmbiguousReviewError: It is pending in several threads (forks inherit
+                pending reviews) and none was named.
+        """
+        thread = self.store.load(self._thread_of_review(review_id, thread_id))
+        review = thread.reviews.get(review_id)
+        if review is None:
+            raise self._no_review(review_id, thread.thread_id)
+        return FoundReview(thread.thread_id, review)
+
+    def decide(
+        self,
+        review_id: str,
+        submission: ReviewSubmission,
+        *,
+        reviewer: Reviewer,
+        thread_id: str | None = None,
+    ) -> ReviewDecision:
+        """Record a reviewer's decision on a pending review. It commutes with a run, so
+        it takes no lease: a run going on the thread puts its own events after it.
+
+        Args:
+            review_id: The review.
+            submission: The decision, as :func:`review_submission` checked it.
+            reviewer: Who decides, from :meth:`reviewer`.
+            thread_id: As for :meth:`find_review`.
+
+        Returns:
+            The recorded decision.
+
+        Raises:
+            ReviewNotFoundError: No such review (``AmbiguousReviewError``: in several
+                threads, none named).
+            StaleReviewError: It was decided already.
+            InvalidDecisionError: The decision names another operation digest than the
+                review's; nothing was recorded.
+        """
+        decision = _DECISIONS[submission.action]
+
+        def decide(thread: AgentThread) -> ReviewDecision:
+            review = thread.reviews.undecided(review_id, thread_id=thread.thread_id)
+            if submission.digest is not None and submission.digest != review.request.digest:
+                msg = (
+                    f"the decision is for operation digest {submission.digest!r}, but review "
+                    f"{review_id!r} asks about {review.request.digest!r}: the reviewer saw "
+                    "another operation; nothing was recorded"
+                )
+                raise InvalidDecisionError(msg)
+            return thread.decide_review(
+                review_id,
+                decision,
+                reviewer=reviewer.id,
+                comment=submission.text,
+                arguments=submission.arguments,
+                now=self._clock(),
+            )
+
+        return self._change(self._thread_of_review(review_id, thread_id), decide)
+
+    # Pauses -------------------------------------------------------------------------
+
+    def answer(
+        self, thread_id: str, tool_call_id: str, answer: object, *, reviewer: Reviewer
+    ) -> None:
+        """Record a person's answer to a tool's pause; the next runner resumes the thread
+        and the model reads the answer.
+
+        Raises:
+            InvalidDecisionError: The answer is no text, too long or blank.
+            ThreadStateError: No tool's pause on that call awaits an answer.
+        """
+        text = person_text(answer, "answer", required=True)
+        self._change(
+            thread_id,
+            lambda t: t.answer(tool_call_id, text, by=reviewer.id, now=self._clock()),
+        )
+
+    def settle(
+        self,
+        thread_id: str,
+        tool_call_id: str,
+        settlement: Settlement,
+        *,
+        reviewer: Reviewer | None = None,
+    ) -> None:
+        """Record what checking the external system found of a call in doubt. Under the
+        thread's lease: a call is not settled while a runner may be running it.
+
+        Args:
+            thread_id: The thread.
+            tool_call_id: The call in doubt.
+            settlement: It ran with a result, or it did not run.
+            reviewer: The person who settled it; None for the application itself.
+
+        Raises:
+            ThreadBusyError: A runner holds the thread.
+            ThreadStateError: The call is not in doubt.
+        """
+        by = reviewer.id if reviewer else ""
+        self._change(
+            thread_id,
+            lambda t: t.settle(
+                tool_call_id, settlement.content, ran=settlement.ran, by=by, now=self._clock()
+            ),
+            leased=True,
+        )
+
+    def request_retry(self, thread_id: str, tool_call_id: str = "", *, reviewer: Reviewer) -> None:
+        """Ask for a call in doubt to run again with its idempotency key, or (no call
+        named) for the thread's failed run to be tried again: the next runner does it.
+
+        Raises:
+            ThreadBusyError: A runner holds the thread.
+            ThreadStateError: The call is not in doubt, or the thread's run did not fail.
+        """
+        self._change(
+            thread_id,
+            lambda t: t.request_retry(tool_call_id, by=reviewer.id, now=self._clock()),
+            leased=True,
+        )
+
+    # The thread ---------------------------------------------------------------------
+
+    def abandon(
+        self, thread_id: str, reason: object = "", *, reviewer: Reviewer | None = None
+    ) -> None:
+        """Give a thread up: its pending pauses leave the reviewer queue and no run starts
+        on it again (a fork of it still can). A run going on it records the results of
+        the calls that ran and stops.
+
+        Raises:
+            InvalidDecisionError: The reason is no text or too long.
+            ThreadStateError: It is abandoned already.
+        """
+        text = person_text(reason, "reason")
+        by = reviewer.id if reviewer else ""
+        self._change(thread_id, lambda t: t.abandon(text, by=by, now=self._clock()))
+
+    def label(self, thread_id: str, name: str, *, version: int | None = None) -> None:
+        """Give the thread, or one of its versions, a label (a name labels one thing).
+
+        Raises:
+            ThreadStateError: The name is blank or the version does not exist.
+        """
+        self._change(thread_id, lambda t: t.label(name, version=version, now=self._clock()))
+
+    # Runs ---------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def session(
+        self,
+        thread_id: str,
+        *,
+        thread: AgentThread | None = None,
+        migrators: Mapping[int, Upcaster] = NO_MIGRATORS,
+    ) -> Iterator[RunSession]:
+        """Hold the thread's run lease for a run, with the thread loaded under it.
+
+        Args:
+            thread_id: The thread; started (not yet saved) when the store has none.
+            thread: The runner's own copy, to use instead of loading one (a copy that
+                fell behind the store fails its first commit with a conflict).
+            migrators: The application's snapshot upcasters, for loading it.
+
+        Raises:
+            ThreadBusyError: Another runner holds the lease.
+        """
+        with self.store.lease(thread_id) as lease:
+            if thread is None:
+                thread = self._load_or_start(thread_id, migrators)
+            yield RunSession(self.store, lease, thread)
+
+    @contextlib.asynccontextmanager
+    async def asession(
+        self,
+        thread_id: str,
+        *,
+        thread: AgentThread | None = None,
+        migrators: Mapping[int, Upcaster] = NO_MIGRATORS,
+    ) -> AsyncIterator[RunSession]:
+        """Like :meth:`session`, for asyncio: the store is asked in worker threads."""
+        async with self.store.alease(thread_id) as lease:
+            if thread is None:
+                thread = await asyncio.to_thread(self._load_or_start, thread_id, migrators)
+            yield RunSession(self.store, lease, thread)
+
+    # Internals ----------------------------------------------------------------------
+
+    def _load_or_start(self, thread_id: str, migrators: Mapping[int, Upcaster]) -> AgentThread:
+        found = self.store.find(thread_id, snapshot_migrators=migrators)
+        return found or AgentThread.start(thread_id, now=self._clock())
+
+    def _change(
+        self, thread_id: str, command: Callable[[AgentThread], T], *, leased: bool = False
+    ) -> T:
+        """Load the thread, apply ``command`` and save; once more from the stored head if
+        another writer got in between (so a thread is loaded at most twice)."""
+        for attempt in range(2):
+            lease = self.store.lease(thread_id) if leased else contextlib.nullcontext()
+            with lease:
+                thread = self.store.load(thread_id)
+                result = command(thread)
+                try:
+                    self.store.save(thread)
+                except ThreadConflictError:
+                    if attempt:
+                        raise
+                    continue
+                return result
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _thread_of_review(self, review_id: str, thread_id: str | None) -> str:
+        if thread_id is not None:
+            return thread_id
+        holders = self.store.threads_with_review(review_id)
+        if not holders:
+            raise self._no_review(review_id, None)
+        if len(holders) == 1:
+            return holders[0]
+        pending = _pending_in(self.store, review_id, holders)
+        if len(pending) > 1:
+            msg = (
+                f"review {review_id!r} is pending in several threads ({', '.join(pending)}): "
+                "a fork inherits its parent's pending reviews; name the thread to decide it on"
+            )
+            raise AmbiguousReviewError(msg, thread_ids=tuple(pending))
+        return (pending or holders)[0]
+
+    def _no_review(self, review_id: str, thread_id: str | None) -> ReviewNotFoundError:
+        where = f"thread {thread_id!r}" if thread_id else f"any thread of {self.store.url}"
+        return ReviewNotFoundError(f"no review {review_id!r} in {where}")
+
+
+def _pending_in(store: Store, review_id: str, thread_ids: Sequence[str]) -> list[str]:
+    pending = []
+    for thread_id in thread_ids:
+        review = store.load(thread_id).reviews.get(review_id)
+        if review is not None and review.pending:
+            pending.append(thread_id)
+    return pending

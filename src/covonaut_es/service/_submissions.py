@@ -1,0 +1,230 @@
+"""What a person submits: read and checked once, for every surface.
+
+The inbox's form and JSON API, the command line and :class:`~covonaut_es.Agent` hand a
+reviewer's decision, edited arguments, answer or settlement to the functions here, and
+record only what they return. JSON is read strictly: a key given twice, a number JSON
+cannot carry (``NaN``, ``Infinity``, ``1e400``, an integer beyond 64 bits), a lone
+surrogate or a nesting deeper than tool arguments may have is refused with an
+:class:`~covonaut_es.errors.InvalidDecisionError` that says which, where a lenient reader
+would keep the last duplicate or turn a number into ``null``, and the decision would cover
+a value nobody typed.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from covonaut_es.errors import InvalidDecisionError
+from covonaut_es.tools import MAX_ARGUMENTS_DEPTH, json_depth
+
+MAX_TEXT_CHARS = 10_000
+"""The longest comment, reason, answer or result a person may submit."""
+
+_INT_RANGE = range(-(2**63), 2**64)
+"""The integers a stored JSON value may hold (msgspec's range)."""
+
+
+class Action(enum.StrEnum):
+    """What a reviewer does with a pending review."""
+
+    APPROVE = "approve"
+    REJECT = "reject"
+    RESPOND = "respond"
+
+
+TEXT_FIELD: Mapping[Action, str] = {
+    Action.APPROVE: "comment",
+    Action.REJECT: "reason",
+    Action.RESPOND: "answer",
+}
+"""The name each action gives its text, on every surface."""
+
+
+@attrs.frozen
+class ReviewSubmission:
+    """A reviewer's decision on one review, checked; made by :func:`review_submission`.
+
+    Attributes:
+        action: Approve, reject or respond.
+        text: The comment (approve), the reason (reject) or the answer (respond).
+        arguments: For an approval, the reviewer's edit of the arguments; else None.
+        digest: The operation digest the reviewer was shown, if the surface sent it: a
+            decision on a review whose operation has another digest is refused.
+    """
+
+    action: Action
+    text: str = ""
+    arguments: dict[str, Any] | None = None
+    digest: str | None = None
+
+
+def review_submission(
+    action: Action | str,
+    *,
+    text: object = "",
+    arguments: str | Mapping[str, Any] | None = None,
+    digest: object = None,
+) -> ReviewSubmission:
+    """A reviewer's decision, checked: the one reader every surface uses.
+
+    Args:
+        action: ``approve``, ``reject`` or ``respond``.
+        text: The comment, reason or answer; a reason and an answer must not be blank.
+        arguments: Edited arguments, only with ``approve``: JSON text (read strictly) or
+            a mapping (which must be plain JSON).
+        digest: The operation digest the reviewer saw, or None.
+
+    Raises:
+        InvalidDecisionError: Naming the field and what is wrong with it.
+    """
+    try:
+        action = Action(action)
+    except ValueError:
+        choices = ", ".join(a.value for a in Action)
+        msg = f"unknown decision {action!r}: expected one of {choices}"
+        raise InvalidDecisionError(msg) from None
+    name = TEXT_FIELD[action]
+    checked = person_text(text, name, required=action is not Action.APPROVE)
+    edited = None
+    if arguments is not None:
+        if action is not Action.APPROVE:
+            msg = f"only an approval takes edited arguments, not a decision to {action}"
+            raise InvalidDecisionError(msg)
+        edited = json_object(arguments, "the edited arguments")
+    if digest is not None and not isinstance(digest, str):
+        msg = f"the digest must be text, got {type(digest).__name__}"
+        raise InvalidDecisionError(msg)
+    return ReviewSubmission(action, checked, edited, digest or None)
+
+
+def person_text(value: object, name: str, *, required: bool = False) -> str:
+    """A comment, reason, answer or result a person submitted, checked.
+
+    Raises:
+        InvalidDecisionError: It is no string, longer than :data:`MAX_TEXT_CHARS`, not
+            valid text, or blank where ``required``.
+    """
+    if not isinstance(value, str):
+        msg = f"the {name} must be text, got {type(value).__name__}"
+        raise InvalidDecisionError(msg)
+    if len(value) > MAX_TEXT_CHARS:
+        msg = f"the {name} is {len(value)} characters, more than the {MAX_TEXT_CHARS} allowed"
+        raise InvalidDecisionError(msg)
+    if not _is_text(value):
+        msg = f"the {name} holds a lone surrogate, which is not text"
+        raise InvalidDecisionError(msg)
+    if required and not value.strip():
+        msg = f"the {name} must not be empty: a decision without one is final and says nothing"
+        raise InvalidDecisionError(msg)
+    return value
+
+
+def json_object(value: str | bytes | Mapping[str, Any], what: str) -> dict[str, Any]:
+    """A JSON object a person submitted, as text (read by :func:`parse_json`) or already
+    a mapping (which must hold plain JSON only).
+
+    Raises:
+        InvalidDecisionError: It is not one JSON object, or does not read strictly.
+    """
+    if isinstance(value, Mapping):
+        try:
+            value = json.dumps(dict(value), allow_nan=False)
+        except (TypeError, ValueError, RecursionError) as exc:
+            msg = f"{what} must hold JSON values only: {exc}"
+            raise InvalidDecisionError(msg) from exc
+    parsed = parse_json(value, what)
+    if not isinstance(parsed, dict):
+        msg = f"{what} must be one JSON object, got a JSON {_kind(parsed)}"
+        raise InvalidDecisionError(msg)
+    return parsed
+
+
+def parse_json(text: str | bytes, what: str) -> Any:
+    """JSON text a person submitted, read strictly (see the module's docstring).
+
+    Raises:
+        InvalidDecisionError: Naming ``what`` and what is wrong with it.
+    """
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            msg = f"{what} must be UTF-8 text: {exc}"
+            raise InvalidDecisionError(msg) from exc
+    if (depth := json_depth(text)) > MAX_ARGUMENTS_DEPTH + 1:
+        msg = f"{what} must nest at most {MAX_ARGUMENTS_DEPTH + 1} deep, not {depth}"
+        raise InvalidDecisionError(msg)
+    try:
+        value = json.loads(
+            text,
+            object_pairs_hook=_object,
+            parse_constant=_constant,
+            parse_float=_float,
+            parse_int=_int,
+        )
+    except _Refused as exc:
+        raise InvalidDecisionError(f"{what} {exc}") from None
+    except (ValueError, RecursionError) as exc:
+        msg = f"{what} must be JSON: {exc}"
+        raise InvalidDecisionError(msg) from exc
+    if not _is_text(json.dumps(value, ensure_ascii=False)):
+        msg = f"{what} holds a lone surrogate (an escape such as \\ud800), which is not text"
+        raise InvalidDecisionError(msg)
+    return value
+
+
+class _Refused(ValueError):
+    """What the strict reader's hooks found; :func:`parse_json` says where."""
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result = dict(pairs)
+    if len(result) < len(pairs):
+        keys = [key for key, _ in pairs]
+        twice = next(key for key in keys if keys.count(key) > 1)
+        msg = (
+            f"names the key {twice!r} twice in one object; JSON readers keep one or the "
+            "other, so write it once"
+        )
+        raise _Refused(msg)
+    return result
+
+
+def _constant(name: str) -> Any:
+    msg = f"holds {name}, which is not a JSON number; write a finite number or a string"
+    raise _Refused(msg)
+
+
+def _float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        msg = f"holds the number {text[:40]}, which no stored JSON number can carry"
+        raise _Refused(msg)
+    return value
+
+
+def _int(text: str) -> int:
+    value = int(text)
+    if value not in _INT_RANGE:
+        msg = f"holds the integer {text[:40]}, beyond the 64 bits a stored number can carry"
+        raise _Refused(msg)
+    return value
+
+
+def _is_text(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _kind(value: Any) -> str:
+    names = {list: "array", str: "string", bool: "boolean", type(None): "null"}
+    return names.get(type(value), "number")
