@@ -111,10 +111,10 @@ def test_queue_in_its_own_database(tmp_path: Path) -> None:
         queue.wait_until_current(store)
     assert keys(queue) == {("a", "r1")}
     with sqlite3.connect(tmp_path / "queue.db") as conn:
-        assert conn.execute("SELECT count(*) FROM covonaut_review_queue").fetchone() == (1,)
+        assert conn.execute("SELECT count(*) FROM covonaut_pauses").fetchone() == (1,)
     with sqlite3.connect(tmp_path / "threads.db") as conn:
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
-    assert "covonaut_review_queue" not in tables
+    assert "covonaut_pauses" not in tables
 
 
 @pytest.mark.parametrize("sealed", [False, True], ids=["plain", "sealed"])
@@ -128,7 +128,7 @@ def test_listing_the_queue_is_one_indexed_query(tmp_path: Path, sealed: bool) ->
     listing = view.rows().select_pending
     with sqlite3.connect(tmp_path / "threads.db") as conn:
         plan = " ".join(str(row) for row in conn.execute("EXPLAIN QUERY PLAN " + listing))
-    index = "covonaut_sealed_queue_by_time" if sealed else "covonaut_review_queue_by_time"
+    index = "covonaut_sealed_pauses_by_time" if sealed else "covonaut_pauses_by_time"
     assert index in plan
     assert "stored_events" not in plan
 
@@ -355,8 +355,8 @@ def test_the_queue_of_an_encrypted_store_holds_no_secret_in_clear(shared_url: st
     queue.close()
     store.close()
     contents = table_contents(shared_url)
-    assert "covonaut_review_queue" not in contents
-    assert contents["covonaut_sealed_queue"]  # the undecided item is there, sealed
+    assert "covonaut_pauses" not in contents
+    assert contents["covonaut_sealed_pauses"]  # the undecided item is there, sealed
     for secret in (*SECRET_THREAD_IDS, SECRET_REASON, PAYEE, IBAN, "disputed", "Zebulon"):
         leaks = [name for name, data in contents.items() if secret.encode() in data]
         assert leaks == [], f"{secret!r} in clear in {leaks}"
@@ -389,13 +389,13 @@ def test_an_old_plain_queue_is_left_as_it_was_and_the_sealed_one_built_from_zero
         [ItemAdded(old_item)], Tracking(STORE_APPLICATION_NAME, store._log_position())
     )
     earlier.close()
-    before = table_contents(shared_url)["covonaut_review_queue"]
+    before = table_contents(shared_url)["covonaut_pauses"]
     queue = ReviewQueue(shared_url, cipher_key=key)
     with queue.follow():
         queue.wait_until_current(store)
     assert keys(queue) == {("a", "r1")}
     assert queue.pending()[0].reason == "human review required"
-    assert table_contents(shared_url)["covonaut_review_queue"] == before
+    assert table_contents(shared_url)["covonaut_pauses"] == before
     queue.close()
     store.close()
 

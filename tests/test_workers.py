@@ -42,7 +42,7 @@ from covonaut_es import (
     open_store,
 )
 from covonaut_es.cli._json import SCHEMAS
-from covonaut_es.domain import RunMode
+from covonaut_es.domain import PauseKind, RunMode
 from covonaut_es.errors import InvalidSubmissionError
 from covonaut_es.store import WorkerRecord
 from covonaut_es.store._leases_sqlite import lease_directory
@@ -431,7 +431,7 @@ def test_calls_in_doubt_of_a_dead_runner_pause_the_thread_in_the_review_queue(
         Worker(store, make_config).run(once=True)
         state = store.state_at("t")
         assert state.status is ThreadStatus.INTERRUPTED and len(ran) == 1
-        assert [i.data["in_doubt"] for i in state.interrupts] == [True]  # type: ignore[index]
+        assert [i.kind for i in state.interrupts] == [PauseKind.IN_DOUBT]
         listed = subprocess.run(
             [sys.executable, "-m", "covonaut_es", "reviews", "--json", "--store", url],
             env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
@@ -441,7 +441,7 @@ def test_calls_in_doubt_of_a_dead_runner_pause_the_thread_in_the_review_queue(
             check=True,
         )
         [item] = json.loads(listed.stdout)
-        assert (item["thread_id"], item["tool_call_id"], item["kind"]) == ("t", "c1", "interrupt")
+        assert (item["thread_id"], item["tool_call_id"], item["kind"]) == ("t", "c1", "in_doubt")
         assert "in doubt" in item["reason"]
         settler = Agent(attrs.evolve(make_config("t"), checkpoint=settings))
         settler.settle("c1", result="charged once, found in the ledger")

@@ -20,6 +20,7 @@ import msgspec
 
 from covonaut_es.audit import MigrationReport
 from covonaut_es.cli._output import emit, print_json
+from covonaut_es.domain import PauseKind
 from covonaut_es.projections import PendingReview
 
 
@@ -33,29 +34,30 @@ def canonical(value: object) -> str:
     return msgspec.json.encode(value, order="sorted").decode()
 
 
+_KINDS = {PauseKind.REVIEW: "review", PauseKind.TOOL: "interrupt", PauseKind.IN_DOUBT: "in_doubt"}
+
+
 def review_kind(item: PendingReview) -> str:
-    """``review`` for a review request (approve or reject it), ``interrupt`` for a
-    plain interrupt (its application resumes it; there is nothing to approve)."""
-    return "interrupt" if item.review_id is None else "review"
+    """``review`` for a review (approve, reject or respond), ``interrupt`` for a tool's
+    pause (answer it), ``in_doubt`` for a call in doubt (settle it)."""
+    return _KINDS[item.kind]
 
 
 def review_arguments(item: PendingReview) -> object:
-    """The arguments of the operation a review request asks about; None for a plain
-    interrupt, whose call's arguments the queue does not hold."""
-    if item.review_id is None or not isinstance(item.data, dict):
+    """The arguments of the operation a review asks about, or of the call in doubt; None
+    for a tool's pause, whose call's arguments the queue does not hold."""
+    if item.kind is PauseKind.TOOL or not isinstance(item.data, dict):
         return None
     return item.data.get("arguments")
 
 
 def pending_review(item: PendingReview) -> dict[str, Any]:
     """One item of ``reviews --json``."""
-    data = item.data if isinstance(item.data, dict) else {}
-    call_id = item.item_id if item.review_id is None else data.get("tool_call_id")
     return {
         "thread_id": item.thread_id,
         "kind": review_kind(item),
         "review_id": item.review_id,
-        "tool_call_id": call_id,
+        "tool_call_id": item.tool_call_id,
         "tool_name": item.tool_name,
         "arguments": review_arguments(item),
         "digest": item.digest,
@@ -221,7 +223,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         _object(
             {
                 "thread_id": _THREAD_ID,
-                "kind": {"enum": ["review", "interrupt"]},
+                "kind": {"enum": ["review", "interrupt", "in_doubt"]},
                 "review_id": _NULLABLE_STRING,
                 "tool_call_id": _NULLABLE_STRING,
                 "tool_name": _STRING,

@@ -13,28 +13,31 @@ from typing import Any
 
 import msgspec
 
-from covonaut_es.domain import AgentThread, Interrupt
+from covonaut_es.domain import AgentThread, Interrupt, PauseKind
 from covonaut_es.messages import JsonValue
 
 
 class PendingReview(msgspec.Struct, frozen=True, kw_only=True):
-    """An interrupt or review request waiting for a person, in some thread.
+    """A pause waiting for a person, in some thread: a review to decide, a tool's
+    pause to answer, or a call in doubt to settle.
 
     Attributes:
         thread_id: The paused thread.
-        item_id: The review id of a review request, else the interrupting tool call's
-            id (unique within the thread).
-        review_id: The review request's id, when the interrupt is one.
-        tool_name: The tool that asked.
-        digest: The operation digest of a review request (tool name and arguments).
+        item_id: The review id of a review, else the paused call's id (unique within
+            the thread).
+        kind: What the pause waits for.
+        review_id: The review's id, for a review.
+        tool_name: The tool of the paused call.
+        digest: The operation digest of a review (tool name and arguments).
         reason: Why the run paused.
         data: The interrupt's data.
         requested_at: When the run paused.
-        branch_parent: For an interrupt a fork inherited, the thread it came from.
+        branch_parent: For a pause a fork inherited, the thread it came from.
     """
 
     thread_id: str
     item_id: str
+    kind: PauseKind = PauseKind.TOOL
     review_id: str | None = None
     tool_name: str
     digest: str | None = None
@@ -42,6 +45,15 @@ class PendingReview(msgspec.Struct, frozen=True, kw_only=True):
     data: JsonValue = None
     requested_at: datetime
     branch_parent: str | None = None
+
+    @property
+    def tool_call_id(self) -> str:
+        """The paused call (a review's is in its request)."""
+        if self.review_id is None:
+            return self.item_id
+        data = self.data if isinstance(self.data, dict) else {}
+        call_id = data.get("tool_call_id")
+        return call_id if isinstance(call_id, str) else ""
 
 
 class ThreadNamed(msgspec.Struct, frozen=True):
@@ -79,6 +91,10 @@ QUEUE_EVENT_TYPES: tuple[type[AgentThread.Event], ...] = (
     AgentThread.ReviewDecided,
     AgentThread.ReviewApprovedWithEdits,
     AgentThread.ReviewResponded,
+    AgentThread.InterruptAnswered,
+    AgentThread.ToolCallSettled,
+    AgentThread.ToolCallRetried,
+    AgentThread.RetryRequested,
     AgentThread.Resumed,
     AgentThread.Abandoned,
 )
@@ -88,20 +104,33 @@ QUEUE_EVENT_TYPES: tuple[type[AgentThread.Event], ...] = (
 def pending_from(
     interrupt: Interrupt, thread_id: str, at: datetime, branch_parent: str | None = None
 ) -> PendingReview:
-    """The queue item of an interrupt (a review request's data fills in its fields)."""
+    """The queue item of an interrupt (a review's request fills in its fields)."""
     data = interrupt.data if isinstance(interrupt.data, dict) else {}
-    review_id = data.get("review_id")
+    review = interrupt.kind is PauseKind.REVIEW
+    review_id = data.get("review_id") if review else None
+    digest = data.get("digest") if review else None
     return PendingReview(
         thread_id=thread_id,
         item_id=review_id or interrupt.tool_call_id,
+        kind=interrupt.kind,
         review_id=review_id,
         tool_name=interrupt.tool_name,
-        digest=data.get("digest"),
+        digest=digest,
         reason=interrupt.reason,
         data=interrupt.data,
         requested_at=at,
         branch_parent=branch_parent,
     )
+
+
+_DEALT_WITH = (
+    AgentThread.InterruptAnswered,
+    AgentThread.ToolCallSettled,
+    AgentThread.ToolCallRetried,
+    AgentThread.RetryRequested,
+)
+"""A person (or the application) dealt with the pause on a call: answered, settled or
+sent to run again."""
 
 
 def changes_for(event: Any, thread_id_of: Callable[[str], str | None]) -> list[QueueChange]:
@@ -122,6 +151,8 @@ def changes_for(event: Any, thread_id_of: Callable[[str], str | None]) -> list[Q
         return [ItemAdded(pending_from(event.interrupt, thread_id, event.timestamp))]
     if isinstance(event, AgentThread.ReviewDecided):
         return [ItemRemoved(thread_id, event.review_id)]
+    if isinstance(event, _DEALT_WITH) and event.tool_call_id:
+        return [ItemRemoved(thread_id, event.tool_call_id)]
     if isinstance(event, AgentThread.Resumed | AgentThread.Abandoned):
         return [ThreadCleared(thread_id)]
     return []

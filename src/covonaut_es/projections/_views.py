@@ -6,9 +6,11 @@ killed and restarted continues exactly where it stopped (exactly-once effect). L
 the queue is one query on an index.
 
 A store without a cipher key has its queue in plain columns (:class:`PlainRows`); an
-encrypted store's queue is sealed (:class:`SealedRows`, :mod:`._sealing`) in tables and
-under a tracking position of its own, so it is built from zero beside any plain queue
-an earlier version left, which it never reads or rewrites.
+encrypted store's queue is sealed (:class:`SealedRows`, :mod:`._sealing`). Each layout
+has tables and a tracking position of its own, so it is built from zero beside what an
+earlier version left (the tables before pauses had a kind, ``covonaut_review_queue`` and
+``covonaut_sealed_queue``, or a plain queue of a store encrypted later), which it never
+reads or rewrites.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from eventsourcing.persistence import Tracking, TrackingRecorder
 from eventsourcing.popo import POPOTrackingRecorder
 from eventsourcing.sqlite import SQLiteTrackingRecorder
 
+from covonaut_es.domain import PauseKind
 from covonaut_es.errors import ConfigurationError
 from covonaut_es.projections._items import (
     ItemAdded,
@@ -35,42 +38,44 @@ from covonaut_es.projections._items import (
 from covonaut_es.projections._sealing import QueueSealer
 
 _COLUMNS = (
-    "thread_id, item_id, review_id, tool_name, digest, reason, data, requested_at, branch_parent"
+    "thread_id, item_id, kind, review_id, tool_name, digest, reason, data, requested_at, "
+    "branch_parent"
 )
 CREATE_STATEMENTS = (
-    "CREATE TABLE IF NOT EXISTS covonaut_review_queue ("
-    "thread_id TEXT NOT NULL, item_id TEXT NOT NULL, review_id TEXT, "
+    "CREATE TABLE IF NOT EXISTS covonaut_pauses ("
+    "thread_id TEXT NOT NULL, item_id TEXT NOT NULL, kind TEXT NOT NULL, review_id TEXT, "
     "tool_name TEXT NOT NULL, digest TEXT, reason TEXT NOT NULL, data TEXT NOT NULL, "
     "requested_at TEXT NOT NULL, branch_parent TEXT, PRIMARY KEY (thread_id, item_id))",
-    "CREATE INDEX IF NOT EXISTS covonaut_review_queue_by_time "
-    "ON covonaut_review_queue (requested_at, thread_id, item_id)",
+    "CREATE INDEX IF NOT EXISTS covonaut_pauses_by_time "
+    "ON covonaut_pauses (requested_at, thread_id, item_id)",
     "CREATE TABLE IF NOT EXISTS covonaut_queue_threads ("
     "aggregate_id TEXT PRIMARY KEY, thread_id TEXT NOT NULL)",
 )
 # Written with %s placeholders; the SQLite view swaps them for ?.
 _UPSERT_ITEM = (
-    f"INSERT INTO covonaut_review_queue ({_COLUMNS}) "
-    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) "
-    "ON CONFLICT (thread_id, item_id) DO UPDATE SET review_id = excluded.review_id, "
-    "tool_name = excluded.tool_name, digest = excluded.digest, reason = excluded.reason, "
-    "data = excluded.data, requested_at = excluded.requested_at, "
-    "branch_parent = excluded.branch_parent"
+    f"INSERT INTO covonaut_pauses ({_COLUMNS}) "
+    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
+    "ON CONFLICT (thread_id, item_id) DO UPDATE SET kind = excluded.kind, "
+    "review_id = excluded.review_id, tool_name = excluded.tool_name, "
+    "digest = excluded.digest, reason = excluded.reason, data = excluded.data, "
+    "requested_at = excluded.requested_at, branch_parent = excluded.branch_parent"
 )
-SELECT_PENDING = (
-    f"SELECT {_COLUMNS} FROM covonaut_review_queue ORDER BY requested_at, thread_id, item_id"
-)
+SELECT_PENDING = f"SELECT {_COLUMNS} FROM covonaut_pauses ORDER BY requested_at, thread_id, item_id"
+TRACKING_SUFFIX = "+pauses"
+"""Appended to the application name in the plain view's tracking rows, so that it
+starts from position zero beside the queue an earlier version kept."""
 
 # The sealed layout of an encrypted store: {blob} is the back end's bytes type.
 SEALED_CREATE_STATEMENTS = (
-    "CREATE TABLE IF NOT EXISTS covonaut_sealed_queue ("
+    "CREATE TABLE IF NOT EXISTS covonaut_sealed_pauses ("
     "thread_key TEXT NOT NULL, item_key TEXT NOT NULL, requested_at TEXT NOT NULL, "
     "item {blob} NOT NULL, PRIMARY KEY (thread_key, item_key))",
-    "CREATE INDEX IF NOT EXISTS covonaut_sealed_queue_by_time "
-    "ON covonaut_sealed_queue (requested_at, thread_key, item_key)",
+    "CREATE INDEX IF NOT EXISTS covonaut_sealed_pauses_by_time "
+    "ON covonaut_sealed_pauses (requested_at, thread_key, item_key)",
     "CREATE TABLE IF NOT EXISTS covonaut_sealed_queue_threads ("
     "aggregate_id TEXT PRIMARY KEY, thread_id {blob} NOT NULL)",
 )
-SEALED_TRACKING_SUFFIX = "+sealed_queue"
+SEALED_TRACKING_SUFFIX = "+sealed_pauses"
 """Appended to the application name in the sealed view's tracking rows, so that it
 starts from position zero beside a plain queue of the same database."""
 
@@ -83,8 +88,8 @@ class PlainRows:
         "ON CONFLICT (aggregate_id) DO NOTHING"
     )
     upsert_item = _UPSERT_ITEM
-    remove_item = "DELETE FROM covonaut_review_queue WHERE thread_id = %s AND item_id = %s"
-    clear_thread = "DELETE FROM covonaut_review_queue WHERE thread_id = %s"
+    remove_item = "DELETE FROM covonaut_pauses WHERE thread_id = %s AND item_id = %s"
+    clear_thread = "DELETE FROM covonaut_pauses WHERE thread_id = %s"
     select_pending = SELECT_PENDING
     select_thread_id = "SELECT thread_id FROM covonaut_queue_threads WHERE aggregate_id = %s"
 
@@ -99,6 +104,7 @@ class PlainRows:
         return (
             item.thread_id,
             item.item_id,
+            item.kind.value,
             item.review_id,
             item.tool_name,
             item.digest,
@@ -112,6 +118,7 @@ class PlainRows:
         return PendingReview(
             thread_id=row["thread_id"],
             item_id=row["item_id"],
+            kind=PauseKind(row["kind"]),
             review_id=row["review_id"],
             tool_name=row["tool_name"],
             digest=row["digest"],
@@ -134,14 +141,14 @@ class SealedRows(PlainRows):
         "ON CONFLICT (aggregate_id) DO NOTHING"
     )
     upsert_item = (
-        "INSERT INTO covonaut_sealed_queue (thread_key, item_key, requested_at, item) "
+        "INSERT INTO covonaut_sealed_pauses (thread_key, item_key, requested_at, item) "
         "VALUES (%s, %s, %s, %s) ON CONFLICT (thread_key, item_key) DO UPDATE SET "
         "requested_at = excluded.requested_at, item = excluded.item"
     )
-    remove_item = "DELETE FROM covonaut_sealed_queue WHERE thread_key = %s AND item_key = %s"
-    clear_thread = "DELETE FROM covonaut_sealed_queue WHERE thread_key = %s"
+    remove_item = "DELETE FROM covonaut_sealed_pauses WHERE thread_key = %s AND item_key = %s"
+    clear_thread = "DELETE FROM covonaut_sealed_pauses WHERE thread_key = %s"
     select_pending = (
-        "SELECT item FROM covonaut_sealed_queue ORDER BY requested_at, thread_key, item_key"
+        "SELECT item FROM covonaut_sealed_pauses ORDER BY requested_at, thread_key, item_key"
     )
     select_thread_id = "SELECT thread_id FROM covonaut_sealed_queue_threads WHERE aggregate_id = %s"
 
@@ -216,7 +223,6 @@ class SQLReviewQueueView(ReviewQueueView):
 
     # Provided by the SQL tracking recorder this is mixed into.
     datastore: Any
-    _insert_tracking: Any
 
     def _sql(self, statement: str) -> str:
         return statement.replace("%s", self.PLACEHOLDER)
@@ -245,6 +251,26 @@ class SQLReviewQueueView(ReviewQueueView):
             row = cursor.fetchone()
             return None if row is None else rows.thread_id(row)
 
+    TRACKING_SUFFIX: ClassVar[str] = TRACKING_SUFFIX
+    """Names this layout's tracking rows apart from other layouts' in one database. (The
+    concrete views list this class before the tracking recorder, so that these methods
+    come first.)"""
+
+    def _tracked_name(self, application_name: str) -> str:
+        if application_name == getattr(self, "table_migration_identifier", None):
+            return application_name  # eventsourcing's own bookkeeping row
+        return application_name + self.TRACKING_SUFFIX
+
+    def max_tracking_id(self, application_name: str) -> int | None:
+        # The SQL tracking recorder mixed in after this class answers.
+        name = self._tracked_name(application_name)
+        found: int | None = super().max_tracking_id(name)  # type: ignore[safe-super]
+        return found
+
+    def _insert_tracking(self, cursor: Any, tracking: Tracking) -> None:
+        name = self._tracked_name(tracking.application_name)
+        super()._insert_tracking(cursor, Tracking(name, tracking.notification_id))  # type: ignore[misc]
+
 
 class SealedReviewQueueView(SQLReviewQueueView):
     """The queue of an encrypted store, in tables of its own (``covonaut_sealed_queue``
@@ -269,27 +295,14 @@ class SealedReviewQueueView(SQLReviewQueueView):
             raise ConfigurationError(msg)
         return self._sealed_rows
 
+    TRACKING_SUFFIX = SEALED_TRACKING_SUFFIX
+
     @classmethod
     def sealed_create_statements(cls) -> list[str]:
         return [statement.format(blob=cls.BLOB) for statement in SEALED_CREATE_STATEMENTS]
 
-    def _tracked_name(self, application_name: str) -> str:
-        if application_name == getattr(self, "table_migration_identifier", None):
-            return application_name
-        return application_name + SEALED_TRACKING_SUFFIX
 
-    def max_tracking_id(self, application_name: str) -> int | None:
-        # The SQL tracking recorder mixed in after this class answers.
-        name = self._tracked_name(application_name)
-        found: int | None = super().max_tracking_id(name)  # type: ignore[safe-super]
-        return found
-
-    def _insert_tracking(self, cursor: Any, tracking: Tracking) -> None:
-        name = self._tracked_name(tracking.application_name)
-        super()._insert_tracking(cursor, Tracking(name, tracking.notification_id))
-
-
-class SQLiteReviewQueueView(SQLiteTrackingRecorder, SQLReviewQueueView):
+class SQLiteReviewQueueView(SQLReviewQueueView, SQLiteTrackingRecorder):
     """The queue in a SQLite file (the store's own, or another)."""
 
     PLACEHOLDER = "?"

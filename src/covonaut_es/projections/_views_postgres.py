@@ -15,7 +15,7 @@ from covonaut_es.projections._views import (
 )
 
 
-class PostgresReviewQueueView(PostgresTrackingRecorder, SQLReviewQueueView):
+class PostgresReviewQueueView(SQLReviewQueueView, PostgresTrackingRecorder):
     """The queue in a PostgreSQL database (the store's own, or another)."""
 
     PLACEHOLDER = "%s"

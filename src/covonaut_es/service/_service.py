@@ -248,6 +248,23 @@ class ThreadService:
             leased=True,
         )
 
+    def pause_calls_in_doubt(self, thread_id: str, reason: str) -> None:
+        """Pause the thread on each of its calls in doubt (its runner stopped between a
+        call and its result), for a person to settle; a runner's command, under the
+        thread's lease.
+
+        Raises:
+            ThreadBusyError: Another runner holds the thread.
+        """
+
+        def pause(thread: AgentThread) -> None:
+            for pending in thread.in_doubt:
+                call = pending.call
+                why = f"call {call.id!r} of tool {call.name!r} is in doubt: {reason}"
+                thread.pause_in_doubt(call.id, why, now=self._clock())
+
+        self._change(thread_id, pause, leased=True)
+
     def request_retry(self, thread_id: str, tool_call_id: str = "", *, reviewer: Reviewer) -> None:
         """Ask for a call in doubt to run again with its idempotency key, or (no call
         named) for the thread's failed run to be tried again: the next runner does it.

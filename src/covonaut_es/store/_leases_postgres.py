@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -13,24 +13,32 @@ from covonaut_es.domain import thread_aggregate_id
 from covonaut_es.errors import StoreUnavailableError
 from covonaut_es.store._leases import (
     STALE_AFTER,
+    CallRunning,
     LeaseBackend,
     LeaseTokens,
     WorkerRecord,
 )
+
+T = TypeVar("T")
 
 _CREATE_WORKERS = (
     "CREATE TABLE IF NOT EXISTS covonaut_workers (worker_id TEXT PRIMARY KEY, "
     "host TEXT NOT NULL, pid INTEGER NOT NULL, started_at TIMESTAMPTZ NOT NULL, "
     "heartbeat_at TIMESTAMPTZ NOT NULL, threads TEXT NOT NULL)"
 )
+# The calls a worker runs were added later: a column of their own, added where missing.
+_ADD_CALLS = (
+    "ALTER TABLE covonaut_workers ADD COLUMN IF NOT EXISTS calls TEXT NOT NULL DEFAULT '[]'"
+)
 _UPSERT_WORKER = (
-    "INSERT INTO covonaut_workers (worker_id, host, pid, started_at, heartbeat_at, threads) "
-    "VALUES (%s, %s, %s, %s, now(), %s) ON CONFLICT (worker_id) DO UPDATE SET "
-    "heartbeat_at = now(), threads = excluded.threads"
+    "INSERT INTO covonaut_workers "
+    "(worker_id, host, pid, started_at, heartbeat_at, threads, calls) "
+    "VALUES (%s, %s, %s, %s, now(), %s, %s) ON CONFLICT (worker_id) DO UPDATE SET "
+    "heartbeat_at = now(), threads = excluded.threads, calls = excluded.calls"
 )
 _SELECT_WORKERS = (
-    "SELECT worker_id, host, pid, started_at, heartbeat_at, threads FROM covonaut_workers "
-    "WHERE heartbeat_at > now() - %s "
+    "SELECT worker_id, host, pid, started_at, heartbeat_at, threads, calls "
+    "FROM covonaut_workers WHERE heartbeat_at > now() - %s "
     "ORDER BY started_at, worker_id"
 )
 _HOLDER = (
@@ -74,6 +82,7 @@ class PostgresLeases(LeaseBackend):
         )
         self._connection: Any = None
         self._sessions: dict[str, Any] = {}  # the connection each held lease was taken on
+        self._workers_table_ready = False
         self._connect_lock = threading.Lock()
 
     def _conn(self) -> Any:
@@ -154,7 +163,10 @@ class PostgresLeases(LeaseBackend):
 
     def publish(self, record: WorkerRecord) -> None:
         conn = self._conn()
-        conn.execute(_CREATE_WORKERS)
+        if not self._workers_table_ready:
+            conn.execute(_CREATE_WORKERS)
+            conn.execute(_ADD_CALLS)
+            self._workers_table_ready = True
         conn.execute(
             _UPSERT_WORKER,
             (
@@ -163,6 +175,7 @@ class PostgresLeases(LeaseBackend):
                 record.pid,
                 record.started_at,
                 msgspec.json.encode(record.threads).decode(),
+                msgspec.json.encode(record.calls).decode(),
             ),
         )
 
@@ -173,6 +186,9 @@ class PostgresLeases(LeaseBackend):
         conn = self._conn()
         if conn.execute("SELECT to_regclass('covonaut_workers')").fetchone()[0] is None:
             return ()  # no worker ever ran here: reading creates no table
+        if not self._workers_table_ready:
+            conn.execute(_ADD_CALLS)  # a table of code before calls were reported
+            self._workers_table_ready = True
         rows = conn.execute(_SELECT_WORKERS, (STALE_AFTER,)).fetchall()
         return tuple(
             WorkerRecord(
@@ -181,7 +197,8 @@ class PostgresLeases(LeaseBackend):
                 pid=row[2],
                 started_at=row[3],
                 heartbeat_at=row[4],
-                threads=_threads(row[5]),
+                threads=_decoded(row[5], tuple[str, ...]),
+                calls=_decoded(row[6], tuple[CallRunning, ...]),
             )
             for row in rows
         )
@@ -194,10 +211,10 @@ class PostgresLeases(LeaseBackend):
                 self._connection = None
 
 
-def _threads(text: str) -> tuple[str, ...]:
-    """The threads column of a worker's row; nothing from a row another writer spoiled."""
+def _decoded(text: str, kind: type[tuple[T, ...]]) -> tuple[T, ...]:
+    """A JSON column of a worker's row; nothing from a row another writer spoiled."""
     try:
-        return msgspec.json.decode(text, type=tuple[str, ...])
+        return msgspec.json.decode(text, type=kind)
     except msgspec.DecodeError:
         return ()
 

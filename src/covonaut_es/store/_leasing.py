@@ -25,7 +25,14 @@ import msgspec
 from eventsourcing.application import Application
 
 from covonaut_es.errors import ThreadBusyError
-from covonaut_es.store._leases import Lease, LeaseBackend, LeaseTokens, MemoryLeases, WorkerRecord
+from covonaut_es.store._leases import (
+    CallRunning,
+    Lease,
+    LeaseBackend,
+    LeaseTokens,
+    MemoryLeases,
+    WorkerRecord,
+)
 from covonaut_es.store._leases_postgres import PostgresLeases
 from covonaut_es.store._leases_sqlite import FileLeases
 
@@ -37,6 +44,13 @@ _HELD: ContextVar[Mapping[tuple[str, str], Lease]] = ContextVar(
 _CREATE_LOCK = threading.Lock()
 _SEALED = "sealed:"
 """Starts the one entry of a worker record's threads when they are sealed."""
+
+
+class _Held(msgspec.Struct, frozen=True):
+    """What an encrypted store's worker record seals: the threads held, the calls run."""
+
+    threads: tuple[str, ...]
+    calls: tuple[CallRunning, ...] = ()
 
 
 def lease_backend(app: Application[Any], holder: str) -> LeaseBackend:
@@ -156,12 +170,13 @@ class ThreadLeasing:
 
     def publish_worker(self, record: WorkerRecord) -> None:
         """Write a live worker's record (its heartbeat) to the registry. In an
-        encrypted store the threads it holds are sealed under the store's key."""
+        encrypted store the threads it holds and the calls it runs are sealed under the
+        store's key."""
         cipher = self._app.mapper.cipher
-        if cipher is not None and record.threads:
-            sealed = cipher.encrypt(msgspec.json.encode(record.threads))
+        if cipher is not None and (record.threads or record.calls):
+            sealed = cipher.encrypt(msgspec.json.encode(_Held(record.threads, record.calls)))
             threads = (_SEALED + base64.b64encode(sealed).decode(),)
-            record = msgspec.structs.replace(record, threads=threads)
+            record = msgspec.structs.replace(record, threads=threads, calls=())
         self._leases.publish(record)
 
     def live_workers(self) -> tuple[WorkerRecord, ...]:
@@ -174,10 +189,12 @@ class ThreadLeasing:
             return record
         try:
             sealed = base64.b64decode(record.threads[0].removeprefix(_SEALED))
-            threads = msgspec.json.decode(cipher.decrypt(sealed), type=tuple[str, ...])
+            held = msgspec.json.decode(cipher.decrypt(sealed), type=_Held | tuple[str, ...])
         except Exception:  # spoiled by another writer: the cipher's errors vary
-            threads = ("(unreadable)",)
-        return msgspec.structs.replace(record, threads=threads)
+            held = _Held(("(unreadable)",))
+        if not isinstance(held, _Held):  # sealed by code before calls were reported
+            held = _Held(held)
+        return msgspec.structs.replace(record, threads=held.threads, calls=held.calls)
 
     def _close_leases(self) -> None:
         with _CREATE_LOCK:

@@ -9,6 +9,6 @@ leases through :mod:`covonaut_es.store`, and may import the layers below those; 
 the projections, the audit, the command line or a provider adapter.
 """
 
-from covonaut_es.workers._worker import Worker
+from covonaut_es.workers._worker import Worker, WorkerSummary
 
-__all__ = ["Worker"]
+__all__ = ["Worker", "WorkerSummary"]

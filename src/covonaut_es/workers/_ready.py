@@ -31,6 +31,8 @@ TRACKED: tuple[type, ...] = (
     AgentThread.Abandoned,
     AgentThread.ToolCallSettled,
     AgentThread.ToolCallRetried,
+    AgentThread.InterruptAnswered,
+    AgentThread.RetryRequested,
     InputSubmitted,
     InputTaken,
 )
@@ -52,9 +54,9 @@ IDLE, RUNNING, PAUSED, ENDED, ABANDONED, UNKNOWN, PARKED = (
 @attrs.define
 class _Summary:
     status: str = IDLE
-    interrupts: int = 0  # since the last resume
-    reviews: int = 0  # review requests among them
-    decided: int = 0
+    paused_on: set[str] = attrs.Factory(set)  # calls of pauses no person dealt with yet
+    reviewed_calls: dict[str, str] = attrs.Factory(dict)  # review id -> the call it holds
+    retry_asked: bool = False  # a person asked for the failed run to be tried again
     submitted: int = 0
     taken: int = 0
     seen: int = 0  # events applied: a step may park the thread only if none came since
@@ -65,8 +67,8 @@ class _Summary:
         if self.status in (RUNNING, UNKNOWN):
             return True  # its runner may have died, or the log alone cannot tell
         if self.status == PAUSED:
-            return self.interrupts == self.reviews and self.decided >= self.reviews
-        return self.submitted > self.taken
+            return not self.paused_on
+        return self.retry_asked or self.submitted > self.taken
 
 
 class ReadyThreads:
@@ -127,21 +129,39 @@ def _fold(summary: _Summary, event: Any) -> None:
         case AgentThread.Started():
             summary.status = IDLE
         case AgentThread.RunStarted():
-            summary.status = RUNNING
+            summary.status, summary.retry_asked = RUNNING, False
         case AgentThread.Resumed():
-            summary.status, summary.interrupts, summary.reviews, summary.decided = RUNNING, 0, 0, 0
-        case AgentThread.Interrupted():
+            summary.status = RUNNING
+            summary.paused_on.clear()
+            summary.reviewed_calls.clear()
+        case AgentThread.Interrupted(interrupt=interrupt):
             summary.status = PAUSED
-            summary.interrupts += 1
-        case AgentThread.ReviewRequested():
-            summary.reviews += 1
-        case AgentThread.ReviewDecided():
-            summary.decided += 1
+            summary.paused_on.add(interrupt.tool_call_id)
+        case AgentThread.ReviewRequested(request=request):
+            summary.reviewed_calls[request.review_id] = request.tool_call_id
+        case AgentThread.ReviewDecided(review_id=review_id):
+            _dealt_with(summary, summary.reviewed_calls.get(review_id, ""))
+        case AgentThread.InterruptAnswered(tool_call_id=call_id):
+            _dealt_with(summary, call_id)
+        case AgentThread.RetryRequested(tool_call_id=""):
+            summary.retry_asked = True
             if summary.status == PARKED:
-                summary.status = PAUSED
+                summary.status = ENDED
+        case (
+            AgentThread.RetryRequested(tool_call_id=call_id)
+            | AgentThread.ToolCallSettled(tool_call_id=call_id)
+        ):
+            _dealt_with(summary, call_id)
         case AgentThread.RunFinished() | AgentThread.RunFailed():
             summary.status = ENDED
         case AgentThread.Abandoned():
             summary.status = ABANDONED
-        case _:  # a call in doubt was settled or retried: look again
+        case _:  # a call in doubt was retried: look again
             summary.status = UNKNOWN
+
+
+def _dealt_with(summary: _Summary, call_id: str) -> None:
+    """A person dealt with the pause on ``call_id``."""
+    summary.paused_on.discard(call_id)
+    if summary.status == PARKED:
+        summary.status = PAUSED

@@ -12,10 +12,11 @@ from collections.abc import Callable
 
 import attrs
 
-from covonaut_es.domain import AgentThread, Interrupt, ThreadStatus
+from covonaut_es.domain import AgentThread, ThreadStatus
 from covonaut_es.domain._submissions import InputSubmitted, InputTaken
 from covonaut_es.errors import ConfigurationError
 from covonaut_es.runtime import Agent, AgentConfig, CheckpointSettings
+from covonaut_es.service import ThreadService
 from covonaut_es.store import Store
 
 
@@ -28,11 +29,16 @@ class Action(enum.Enum):
     """It had submitted input: ran it as a user message."""
     TOOK_OVER = "took over"
     """Its runner died mid-run: continued from the history."""
+    RETRIED = "retried"
+    """Its run had failed and a person asked for it to be tried again: continued."""
     PAUSED_IN_DOUBT = "paused on calls in doubt"
     """Its runner died leaving calls in doubt that no runner may retry: paused with an
     interrupt per call, for a person to settle; once all are settled it is resumed."""
     NOTHING = "nothing"
     """Nothing to run (already run by another worker, or waiting for a person)."""
+    FAILED = "failed"
+    """The step raised: the worker logged the error (the run itself records a failure
+    in the thread where it can)."""
 
 
 def bound_config(
@@ -79,10 +85,13 @@ def step(store: Store, config: AgentConfig, thread_id: str) -> Action:
         agent.continue_run()
         return Action.TOOK_OVER
     if thread is not None and thread.status is ThreadStatus.INTERRUPTED:
-        if not _resumable(thread):
-            return Action.NOTHING
+        if not thread.pauses or not all(pause.resolved for pause in thread.pauses):
+            return Action.NOTHING  # a person has yet to deal with a pause
         agent.resume()
         return Action.RESUMED
+    if thread is not None and thread.status is ThreadStatus.ERROR and thread.retry_requested:
+        agent.continue_run()
+        return Action.RETRIED
     waiting = _next_submission(submitted, taken)
     if waiting is None:
         return Action.NOTHING
@@ -92,44 +101,16 @@ def step(store: Store, config: AgentConfig, thread_id: str) -> Action:
 
 
 def pause_in_doubt(store: Store, config: AgentConfig, thread_id: str) -> None:
-    """Pause a thread on its calls in doubt, one interrupt per call not yet reported,
-    so that the reviewer queue (and inbox) show them to a person, who checks the
-    external system and settles each call; a worker then resumes the thread."""
-    thread = store.load(thread_id)
-    reported = {interrupt.tool_call_id for interrupt in thread.interrupts}
-    new = [pending for pending in thread.in_doubt if pending.call.id not in reported]
-    for pending in new:
-        call = pending.call
-        reason = (
-            f"call {call.id!r} of tool {call.name!r} is in doubt: its runner stopped after "
-            "recording it and before its result; check the external system, settle it, "
-            "then resume"
-        )
-        data = {
-            "in_doubt": True,
-            "tool_call_id": call.id,
-            "idempotency_key": pending.idempotency_key,
-            "arguments": call.arguments,
-        }
-        thread.interrupt(Interrupt(reason, data, call.id, call.name), now=config.clock())
-    store.save(thread)
+    """Pause a thread on its calls in doubt, one pause per call, so that the reviewer
+    queue (and inbox) show them to a person, who checks the external system and settles
+    each call; a worker then resumes the thread."""
+    ThreadService(store, clock=config.clock).pause_calls_in_doubt(thread_id, IN_DOUBT_REASON)
 
 
-def _resumable(thread: AgentThread) -> bool:
-    """Paused only on reviews, all of them decided, and on calls in doubt, all of them
-    settled."""
-    reviewed = {review.request.tool_call_id for review in thread.reviews.reviews}
-    return not thread.reviews.pending and all(
-        interrupt.tool_call_id in reviewed or _settled(thread, interrupt)
-        for interrupt in thread.interrupts
-    )
-
-
-def _settled(thread: AgentThread, interrupt: Interrupt) -> bool:
-    """Whether the interrupt reported a call in doubt that has been settled since."""
-    data = interrupt.data
-    in_doubt = isinstance(data, dict) and data.get("in_doubt") is True
-    return in_doubt and interrupt.tool_call_id not in thread.open_calls
+IN_DOUBT_REASON = (
+    "its runner stopped after recording the call and before its result; check the "
+    "external system, settle it, then resume"
+)
 
 
 def _next_submission(

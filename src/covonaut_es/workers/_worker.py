@@ -11,8 +11,11 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
+import attrs
+
 from covonaut_es._clock import utc_now
 from covonaut_es._closing import Closing
+from covonaut_es._text import printable
 from covonaut_es.errors import (
     ConfigurationError,
     CovonautError,
@@ -31,6 +34,19 @@ logger = logging.getLogger("covonaut_es.workers")
 BUSY_RETRY = 1.0
 """Seconds before a worker looks again at a thread another runner held: if that runner
 died, the thread is taken over then."""
+
+
+@attrs.frozen
+class WorkerSummary:
+    """What :meth:`Worker.run` did.
+
+    Attributes:
+        steps: Thread steps that ran something (resumed, ran input, took over, ...).
+        failed: The threads whose step failed (an error the worker logged), in order.
+    """
+
+    steps: int = 0
+    failed: tuple[str, ...] = ()
 
 
 class Worker(Closing):
@@ -84,6 +100,8 @@ class Worker(Closing):
         self._changed = threading.Event()
         self._ready = ReadyThreads()
         self._position = 0
+        self._steps = 0
+        self._failed: list[str] = []
 
     def stop(self) -> None:
         """Ask the worker to stop: it finishes the steps it is running, releases their
@@ -94,10 +112,15 @@ class Worker(Closing):
         """Stop the worker; the store stays open."""
         self.stop()
 
-    def run(self, *, once: bool = False) -> None:
+    def run(self, *, once: bool = False) -> WorkerSummary:
         """Follow the store and run ready threads until :meth:`stop`; with ``once``,
         until no thread is ready that this worker could run (threads other runners
-        hold are left to them)."""
+        hold are left to them).
+
+        Returns:
+            How many steps ran and which failed (``covonaut-es worker --once`` exits
+            nonzero when any did).
+        """
         heartbeat = threading.Thread(target=self._beat, name="worker-heartbeat", daemon=True)
         self.store.publish_worker(self._record)
         heartbeat.start()
@@ -107,9 +130,11 @@ class Worker(Closing):
             self.store.url,
             self.concurrency,
         )
+        self._steps, self._failed = 0, []
         try:
             with ThreadPoolExecutor(self.concurrency, thread_name_prefix="worker") as pool:
                 self._loop(pool, once=once)
+            return WorkerSummary(self._steps, tuple(self._failed))
         finally:
             self._stopping.set()
             self._changed.set()
@@ -147,6 +172,11 @@ class Worker(Closing):
                     busy[thread_id] = (time.monotonic() + BUSY_RETRY, seen)
                 elif action is Action.NOTHING:
                     self._ready.park(thread_id, seen)
+                elif action is Action.FAILED:
+                    self._failed.append(thread_id)
+                    self._ready.park(thread_id, seen)
+                else:
+                    self._steps += 1
         for future in list(running):  # stopping: finish the steps under way
             future.result()
 
@@ -173,7 +203,7 @@ class Worker(Closing):
                     "worker %s: passing over log position %d: %s",
                     self.worker_id,
                     notification.id,
-                    exc,
+                    printable(str(exc)),
                 )
             self._position = notification.id
 
@@ -189,12 +219,12 @@ class Worker(Closing):
             return None
         except Exception:
             logger.exception("worker %s: thread %r failed", self.worker_id, thread_id)
-            return Action.NOTHING
+            return Action.FAILED
         finally:
             if held:
                 self._changed.set()  # ...and, released, no longer
         if action is not Action.NOTHING:
-            status = self.store.state_at(thread_id).status
+            status = self.store.state_at(thread_id).status  # what the step left
             logger.info(
                 "worker %s: thread %r %s, now %s (%.0f ms)",
                 self.worker_id,
