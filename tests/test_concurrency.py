@@ -76,9 +76,10 @@ def test_racing_processes_one_winner_per_version_no_gaps_no_duplicates(
         assert store.replay_state("contested") == store.state_at("contested")
 
 
-def test_a_stale_agent_gets_a_conflict_and_reloads(store: Store) -> None:
-    """An agent behind the store's head gets ThreadConflictError naming the thread and
-    the version it started from, stores nothing, and works again after reloading."""
+def test_an_agent_behind_the_store_runs_on_what_is_stored(store: Store) -> None:
+    """An agent whose copy fell behind the store's head (another agent ran the thread
+    since) loads the thread again under the run lease before its run: the run goes on
+    from what is stored, and nothing is lost or conflicts."""
 
     def agent(text: str) -> Agent:
         return Agent(
@@ -92,13 +93,31 @@ def test_a_stale_agent_gets_a_conflict_and_reloads(store: Store) -> None:
     stale = agent("fresh")
     stale.restore_latest_checkpoint()
     agent("two").run("again")
+    assert stale.run("stale") == "fresh"
+    contents = [m.content for m in store.state_at("t").messages]
+    assert contents == ["hello", "one", "again", "two", "stale", "fresh"]
+
+
+def test_a_save_from_behind_the_head_conflicts_and_stores_nothing(store: Store) -> None:
+    """Two writers that append to a thread from the same version: the second gets
+    ThreadConflictError naming the thread and the version it started from, and nothing
+    of its save is stored."""
+    Agent(
+        AgentConfig(
+            provider=ScriptedProvider([answer("one")]),
+            checkpoint=CheckpointSettings(store=store, thread_id="t"),
+        )
+    ).run("hello")
+    first, second = store.load("t"), store.load("t")
+    first.label("a", version=None, now=store.clock())
+    second.label("b", version=None, now=store.clock())
+    store.save(first)
     version = store.state_at("t").version
     with pytest.raises(ThreadConflictError, match="'t'") as info:
-        stale.run("stale")  # conflicts at its first commit, before calling the model
+        store.save(second)
     assert info.value.thread_id == "t"
     assert info.value.expected_version < version
-    assert store.state_at("t").version == version  # nothing of the loser was stored
-    assert stale.run("now current") == "fresh"
+    assert store.state_at("t").version == version
 
 
 WRITERS = 6

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, cast
+from typing import Any
 from uuid import UUID
 
 import msgspec
@@ -1019,25 +1019,30 @@ class AgentThread(Aggregate, created_event_name="Started"):
 
     # Rebasing ---------------------------------------------------------------------
 
-    def rebase(self, head: AgentThread, tail: Sequence[AgentThread.Event]) -> bool:
-        """Put this thread's unsaved events after ``head``, the stored thread, which
-        moved on by the events ``tail`` since this one was loaded; whether it could.
+    def rebase(
+        self,
+        head: AgentThread,
+        tail: Sequence[AgentThread.Event],
+        unsaved: Sequence[AgentThread.Event],
+    ) -> bool:
+        """Put this thread's ``unsaved`` events (a save that failed took them from its
+        pending events) after ``head``, the stored thread, which moved on by the events
+        ``tail`` since this one was loaded; whether it could.
 
         It can when every event of ``tail`` commutes with a run (a label, a review's
         decision with its call's result, an answer to a pause, the thread given up), no
         unsaved call has its result already (its idempotency key, which derives from its
         version, would change after it ran) and each unsaved event applies after
-        ``head``. Then this thread becomes ``head`` with its events triggered again, sealed
-        and numbered after it; otherwise it is left as it was.
+        ``head``. Then this thread becomes ``head`` with the events triggered again, sealed
+        and numbered after it, pending; otherwise it is left as it was.
         """
-        pending = [cast(AgentThread.Event, e) for e in self.pending_events]
-        ran = {e.tool_call_id for e in pending if isinstance(e, AgentThread.ToolResultRecorded)}
+        ran = {e.tool_call_id for e in unsaved if isinstance(e, AgentThread.ToolResultRecorded)}
         if not _commute(tail, head) or any(
-            isinstance(e, AgentThread.ToolCalled) and e.tool_call_id in ran for e in pending
+            isinstance(e, AgentThread.ToolCalled) and e.tool_call_id in ran for e in unsaved
         ):
             return False
         try:
-            for event in pending:
+            for event in unsaved:
                 fields = event.rebased_fields(head)
                 head.trigger_event(type(event), timestamp=event.timestamp, **fields)
         except Exception:  # an unsaved event that does not apply after the head

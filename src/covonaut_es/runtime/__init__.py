@@ -1,13 +1,14 @@
 """The runtime: an agent that drives a model provider and tools over a stored thread.
 
 This package owns :class:`Agent` and its configuration, the run loop as a program of
-effects with the sync and async drivers that perform it, context compaction, and the
-verification of reviewers' credentials (:class:`JwtReviewerVerifier`, for tokens from
-an identity provider, is imported on first use: it needs the ``inbox`` extra). It
-persists only through :mod:`covonaut_es.store`, calls models only through the
-:mod:`covonaut_es.providers` protocol, and may import the domain, the migrations and
+effects with the sync and async drivers that perform it (tool timeouts and the calls
+running in the process among them), and context compaction. It changes threads only
+through the service layer (:mod:`covonaut_es.service`: a run holds a session there,
+decisions go through its commands), calls models only through the
+:mod:`covonaut_es.providers` protocol, and may import the layers below those and
 :mod:`covonaut_es.tools`; never the projections, the audit, the command line or a
-provider adapter.
+provider adapter. The reviewer verifiers are the service layer's, re-exported here
+(:class:`JwtReviewerVerifier` is imported on first use: it needs the ``inbox`` extra).
 """
 
 import importlib

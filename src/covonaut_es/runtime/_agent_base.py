@@ -22,7 +22,7 @@ from typing import cast
 from covonaut_es._closing import Closing
 from covonaut_es._text import printable
 from covonaut_es.domain import AgentThread
-from covonaut_es.errors import LeaseLostError, ThreadConflictError, ThreadStateError
+from covonaut_es.errors import ThreadStateError
 from covonaut_es.migrations import Upcaster
 from covonaut_es.migrations._upcasting import NO_MIGRATORS
 from covonaut_es.runtime._config import AgentConfig
@@ -86,9 +86,6 @@ class AgentBase(Closing):
             raise ThreadStateError(msg)
         try:
             yield
-        except (ThreadConflictError, LeaseLostError):
-            self._thread = None  # diverged from the store: reload on next use
-            raise
         finally:
             self._run_lock.release()
 
@@ -137,9 +134,13 @@ class AgentBase(Closing):
         news)."""
         settings = self.config.checkpoint
         durability = settings.durability if settings else "step"
-        if step.checkpoint or step.always or durability == "step":
+        if not (step.checkpoint or step.always or durability == "step"):
+            return [cast(AgentThread.Event, e) for e in session.thread.pending_events]
+        try:
             return session.commit(snapshot=step.checkpoint)
-        return [cast(AgentThread.Event, e) for e in session.thread.pending_events]
+        except BaseException:
+            self._thread = None  # a failed save took the events: reload what is stored
+            raise
 
     def _after_commit(self, session: RunSession, news: Sequence[AgentThread.Event]) -> None:
         self._publish(news)

@@ -59,6 +59,7 @@ class RunSession:
             LeaseLostError: The lease was lost; nothing was saved.
         """
         thread = self.thread
+        # A save that fails has taken the events from the thread already: keep them.
         pending = [cast(AgentThread.Event, event) for event in thread.pending_events]
         for _ in range(MAX_REBASES):
             if not pending:
@@ -70,7 +71,7 @@ class RunSession:
                 base = pending[0].originator_version - 1
                 tail = self._store.events_after(thread.thread_id, base)
                 head = self._store.load(thread.thread_id)
-                if not thread.rebase(head, tail):
+                if not thread.rebase(head, tail, pending):
                     raise
                 if any(isinstance(event, AgentThread.Abandoned) for event in tail):
                     self._abandoned = True

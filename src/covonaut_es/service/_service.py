@@ -318,17 +318,15 @@ class ThreadService:
 
         Args:
             thread_id: The thread; started (not yet saved) when the store has none.
-            thread: The runner's own copy, to use instead of loading one (a copy that
-                fell behind the store fails its first commit with a conflict).
+            thread: The runner's own copy, used instead of loading one while the store
+                holds nothing newer (a decision recorded elsewhere makes it reload).
             migrators: The application's snapshot upcasters, for loading it.
 
         Raises:
             ThreadBusyError: Another runner holds the lease.
         """
         with self.store.lease(thread_id) as lease:
-            if thread is None:
-                thread = self._load_or_start(thread_id, migrators)
-            yield RunSession(self.store, lease, thread)
+            yield RunSession(self.store, lease, self._current(thread_id, thread, migrators))
 
     @contextlib.asynccontextmanager
     async def asession(
@@ -340,13 +338,21 @@ class ThreadService:
     ) -> AsyncIterator[RunSession]:
         """Like :meth:`session`, for asyncio: the store is asked in worker threads."""
         async with self.store.alease(thread_id) as lease:
-            if thread is None:
-                thread = await asyncio.to_thread(self._load_or_start, thread_id, migrators)
-            yield RunSession(self.store, lease, thread)
+            current = await asyncio.to_thread(self._current, thread_id, thread, migrators)
+            yield RunSession(self.store, lease, current)
 
     # Internals ----------------------------------------------------------------------
 
-    def _load_or_start(self, thread_id: str, migrators: Mapping[int, Upcaster]) -> AgentThread:
+    def _current(
+        self, thread_id: str, copy: AgentThread | None, migrators: Mapping[int, Upcaster]
+    ) -> AgentThread:
+        """The runner's ``copy`` if the store holds nothing newer (or it has unsaved
+        events, which its first commit reconciles), else the thread as stored, or a new
+        one."""
+        if copy is not None and (
+            copy.pending_events or self.store.head_version(thread_id) == copy.version
+        ):
+            return copy
         found = self.store.find(thread_id, snapshot_migrators=migrators)
         return found or AgentThread.start(thread_id, now=self._clock())
 

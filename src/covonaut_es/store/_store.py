@@ -271,6 +271,13 @@ class Store(
         events = self._app.events.get(thread_aggregate_id(thread_id), limit=1)
         return any(True for _ in events)
 
+    def head_version(self, thread_id: str) -> int | None:
+        """The version of the thread's newest stored event (one indexed read, nothing
+        decoded); None when its own stream has none."""
+        stream = thread_aggregate_id(thread_id)
+        newest = self._app.recorder.select_events(stream, desc=True, limit=1)
+        return newest[0].originator_version if newest else None
+
     def save(self, thread: AgentThread) -> None:
         """Append the thread's pending events atomically.
 
