@@ -75,7 +75,11 @@ class PostgresLeases(LeaseBackend):
         self, holder: str, connect_kwargs: dict[str, Any], tokens: LeaseTokens | None
     ) -> None:
         super().__init__(holder, tokens)
-        self._kwargs = {k: v for k, v in connect_kwargs.items() if k != "row_factory"}
+        # The lease connection names itself after the holder, whatever the URL named
+        # the store's own sessions: runners refused read the holder from it.
+        self._kwargs = {
+            k: v for k, v in connect_kwargs.items() if k not in ("row_factory", "application_name")
+        }
         self.database = (
             f"postgresql:{self._kwargs.get('host')}:{self._kwargs.get('port')}/"
             f"{self._kwargs.get('dbname')}"
