@@ -129,9 +129,24 @@ class PostgresLeases(LeaseBackend):
                     (self._application_name(),),
                 )
 
-    def _try_lock(self, thread_id: str) -> bool:
+    def _execute(self, query: str, params: tuple[Any, ...]) -> tuple[Any, Any]:
+        """Run a query on the lease connection: the connection and its cursor. A
+        session that ended unnoticed (nothing had asked it since) is found dead here:
+        the query runs once more on a new connection, which serves the leases taken
+        from now on; those taken on the old one stay lost."""
+        import psycopg
+
         connection = self._conn()
-        row = connection.execute("SELECT pg_try_advisory_lock(%s)", (_key(thread_id),))
+        try:
+            return connection, connection.execute(query, params)
+        except psycopg.OperationalError:
+            if not (connection.broken or connection.closed):
+                raise
+        connection = self._conn()
+        return connection, connection.execute(query, params)
+
+    def _try_lock(self, thread_id: str) -> bool:
+        connection, row = self._execute("SELECT pg_try_advisory_lock(%s)", (_key(thread_id),))
         taken = bool(row.fetchone()[0])
         if taken:
             with self._lock:
@@ -161,7 +176,8 @@ class PostgresLeases(LeaseBackend):
 
     def holder_of(self, thread_id: str) -> str | None:
         key = _key(thread_id) & 0xFFFFFFFFFFFFFFFF
-        rows = self._conn().execute(_HOLDER, (key >> 32, key & 0xFFFFFFFF)).fetchall()
+        _, cursor = self._execute(_HOLDER, (key >> 32, key & 0xFFFFFFFF))
+        rows = cursor.fetchall()
         names = [str(row[0]) for row in rows]
         return names[0].removeprefix(_APPLICATION_PREFIX) if names else None
 
