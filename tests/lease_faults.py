@@ -6,6 +6,8 @@ lease table's entry dropped)."""
 from __future__ import annotations
 
 import queue
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -46,6 +48,10 @@ WAIT = 30.0
 """Seconds any wait of these tests may last before it fails the test."""
 APPLICATION_PREFIX = "covonaut-es "
 """How a lease connection's ``application_name`` starts (the holder's name follows)."""
+THREAD = "t"
+HOLDER = "runner-a"
+"""The first runner's name: its lease session is ``covonaut-es runner-a``."""
+HOLDER_SCRIPT = Path(__file__).with_name("lease_holder.py")
 
 
 class Gate:
@@ -146,6 +152,17 @@ class PaymentFlow:
                 clock=ticking_clock(),
             )
         )
+
+
+def check_takeover(flow: PaymentFlow, store: Store, thread_id: str) -> None:
+    """What holds once the second runner finished the thread: it is answered; no
+    payment ran under two idempotency keys; every payment made has its result
+    recorded; the thread verifies."""
+    assert store.state_at(thread_id).messages[-1].content == ANSWER
+    assert all(len(keys) == 1 for keys in keys_by_call(flow.ledger).values()), flow.ledger
+    recorded = recorded_calls(store, thread_id)
+    assert all(recorded.get(payment.key) for payment in flow.ledger), (flow.ledger, recorded)
+    assert store.verify(thread_id).ok
 
 
 def finish(agent: Agent, store: Store, thread_id: str) -> str:
@@ -297,3 +314,48 @@ def drop_memory_lease(store: Store, thread_id: str) -> None:
     tables = _MEMORY[store._app.recorder]
     with tables.lock:
         del tables.leases[thread_id]
+
+
+def lose_lease(store: Store, url: str, thread_id: str) -> None:
+    """Lose the lease ``store`` holds on the thread, as each back end loses one."""
+    if url.startswith("memory:"):
+        drop_memory_lease(store, thread_id)
+    elif url.startswith("sqlite:"):
+        lock_file(Path(url.removeprefix("sqlite:///")), thread_id).unlink()
+    else:
+        terminate_lease_session(url, HOLDER)
+
+
+# A process holding a lease on a SQLite file -----------------------------------------
+
+
+class Holder:
+    """A process holding (or refused) a thread's lease through one name of a file."""
+
+    def __init__(self, database: Path, thread_id: str = THREAD) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, str(HOLDER_SCRIPT), str(database), thread_id],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    def said(self) -> str:
+        """Its next line."""
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline().strip()
+        assert line, self.finished()
+        return line
+
+    def release(self) -> None:
+        """Have it release its lease and exit."""
+        assert self.process.stdin is not None
+        self.process.stdin.write("\n")
+        self.process.stdin.flush()
+
+    def finished(self) -> str:
+        """Wait for it to exit 0; what it wrote to standard error."""
+        _, errors = self.process.communicate(timeout=WAIT)
+        assert self.process.returncode == 0, errors
+        return errors

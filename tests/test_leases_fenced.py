@@ -7,14 +7,15 @@ and another runner takes the thread over (ADR 0025)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
-import subprocess
-import sys
+import sqlite3
 import threading
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -28,16 +29,20 @@ from covonaut_es.store._leases_sqlite import lease_directory
 from lease_faults import (
     ANSWER,
     APPLICATION_PREFIX,
+    HOLDER,
+    THREAD,
     WAIT,
+    Holder,
     PaymentFlow,
     SecondRunner,
     backends,
-    drop_memory_lease,
+    check_takeover,
     finish,
     head,
     in_thread,
     keys_by_call,
     lock_file,
+    lose_lease,
     recorded_calls,
     terminate,
     terminate_lease_session,
@@ -45,15 +50,12 @@ from lease_faults import (
 )
 from postgres_server import PostgresServer, start_or_unavailable
 
-THREAD = "t"
-HOLDER = "runner-a"
-"""The first runner's name: its lease session is ``covonaut-es runner-a``."""
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
-HOLDER_SCRIPT = Path(__file__).with_name("lease_holder.py")
 
 
 @pytest.fixture
 def flow() -> PaymentFlow:
+    """The payment flow, its ledger empty."""
     return PaymentFlow()
 
 
@@ -77,27 +79,6 @@ def shareable(store_url: str) -> str:
     return f"memory://fenced-{uuid.uuid4().hex}" if store_url == "memory://" else store_url
 
 
-def lose_lease(store: Store, url: str, thread_id: str) -> None:
-    """Lose the lease ``store`` holds on the thread, as each back end loses one."""
-    if url.startswith("memory:"):
-        drop_memory_lease(store, thread_id)
-    elif url.startswith("sqlite:"):
-        lock_file(Path(url.removeprefix("sqlite:///")), thread_id).unlink()
-    else:
-        terminate_lease_session(url, HOLDER)
-
-
-def check_takeover(flow: PaymentFlow, store: Store, thread_id: str) -> None:
-    """What holds once the second runner finished the thread: it is answered; no
-    payment ran under two idempotency keys; every payment made has its result
-    recorded; the thread verifies."""
-    assert store.state_at(thread_id).messages[-1].content == ANSWER
-    assert all(len(keys) == 1 for keys in keys_by_call(flow.ledger).values()), flow.ledger
-    recorded = recorded_calls(store, thread_id)
-    assert all(recorded.get(payment.key) for payment in flow.ledger), (flow.ledger, recorded)
-    assert store.verify(thread_id).ok
-
-
 # A PostgreSQL lease session that ends --------------------------------------------------
 
 
@@ -113,8 +94,9 @@ def test_a_run_whose_lease_session_is_terminated_in_a_tool_stops_and_is_taken_ov
 ) -> None:
     """The lease session of a run is terminated while its first payment runs, and a
     second runner (another store) takes the thread: the run stops with LeaseLostError
-    (releasing the lost lease raises nothing) before its next tool call; nothing it did after the loss is stored; the second runner finishes the
-    thread and no payment ran under two idempotency keys."""
+    (releasing the lost lease raises nothing) before its next tool call; nothing it did
+    after the loss is stored; the second runner finishes the thread and no payment ran
+    under two idempotency keys."""
     url = postgres_database
     first, observer, second = stores(url), stores(url), stores(url)
     first.name_lease_holder(HOLDER)
@@ -358,38 +340,6 @@ def test_a_run_that_lost_its_lease_in_a_tool_stores_nothing_more(
 # SQLite: one file, many names -----------------------------------------------------------
 
 
-class Holder:
-    """A process holding (or refused) a thread's lease through one name of a file."""
-
-    def __init__(self, database: Path, thread_id: str = THREAD) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, str(HOLDER_SCRIPT), str(database), thread_id],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-
-    def said(self) -> str:
-        """Its next line."""
-        assert self.process.stdout is not None
-        line = self.process.stdout.readline().strip()
-        assert line, self.finished()
-        return line
-
-    def release(self) -> None:
-        """Have it release its lease and exit."""
-        assert self.process.stdin is not None
-        self.process.stdin.write("\n")
-        self.process.stdin.flush()
-
-    def finished(self) -> str:
-        """Wait for it to exit 0; what it wrote to standard error."""
-        _, errors = self.process.communicate(timeout=WAIT)
-        assert self.process.returncode == 0, errors
-        return errors
-
-
 @pytest.fixture
 def names(tmp_path: Path) -> dict[str, Path]:
     """A store's SQLite file, a symbolic link to it and a hard link beside it."""
@@ -418,7 +368,7 @@ def test_processes_reaching_one_file_through_a_symbolic_and_a_hard_link_share_it
     holder = Holder(names[holding])
     try:
         assert holder.said() == "held 1"
-        for name in {refused, "file"}:
+        for name in (refused, "file"):
             other = Holder(names[name])
             assert other.said().startswith(f"busy pid {holder.process.pid} "), name
             other.finished()
@@ -434,6 +384,8 @@ def test_processes_reaching_one_file_through_a_symbolic_and_a_hard_link_share_it
     assert again.said() == "released"
     again.finished()
     assert list(lease_directory(str(names["file"])).glob("*.lock")) == []
+    with closing(sqlite3.connect(names["file"])) as database:
+        assert database.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
 
 
 def test_runners_contending_through_two_names_never_share_a_thread_and_leave_no_lock_file(
@@ -467,7 +419,7 @@ def test_runners_contending_through_two_names_never_share_a_thread_and_leave_no_
                     except ThreadBusyError:
                         pass
 
-    runners = [in_thread(lambda n=n: runner(n)) for n in range(4)]  # type: ignore[misc]
+    runners = [in_thread(functools.partial(runner, number)) for number in range(4)]
     for running in runners:
         running.result(timeout=WAIT * 2)
     assert list(lease_directory(str(names["file"])).glob("*.lock")) == []
@@ -571,6 +523,7 @@ def test_a_lease_lost_at_any_save_of_a_run_leaves_nothing_after_the_loss(
         assert head(observer, THREAD) == at_loss["head"]
         recorded = recorded_calls(observer, THREAD)
         assert all(payment.key in recorded for payment in flow.ledger), (flow.ledger, recorded)
+        assert at_loss["head"] is None or observer.verify(THREAD).ok
         taking_over = flow.agent(second, THREAD, "b")
         assert runner.do(lambda: finish(taking_over, second, THREAD)) == ANSWER
     finally:
