@@ -222,6 +222,27 @@ class PostgresServer:
             if self._base_dir is not None:
                 shutil.rmtree(self._base_dir, ignore_errors=True)
 
+    def restart(self) -> None:
+        """Restart the server on the same port with the same options: every session
+        ends, as in a restart or a failover that clients see."""
+        assert self._binaries is not None, "server not started"
+        self._run(
+            [
+                str(self._binaries.pg_ctl),
+                "restart",
+                "-w",
+                "-t",
+                "30",
+                "-m",
+                "fast",
+                "-D",
+                str(self.data_dir),
+                "-l",
+                str(self.log_file),
+            ],
+            what="pg_ctl restart",
+        )
+
     def __enter__(self) -> Self:
         self.start()
         return self

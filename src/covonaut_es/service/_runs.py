@@ -56,11 +56,17 @@ class RunSession:
         Raises:
             ThreadConflictError: Another writer appended events that do not commute with
                 the run; nothing was saved.
-            LeaseLostError: The lease was lost; nothing was saved.
+            LeaseLostError: The lease was lost (its lock, or to a newer lease); nothing
+                was saved.
         """
         thread = self.thread
         # A save that fails has taken the events from the thread already: keep them.
         pending = [cast(AgentThread.Event, event) for event in thread.pending_events]
+        if pending:
+            # The token refuses a save once another runner took the thread; a lock lost
+            # with nobody taking it over yet (a session ended) is found here, so that a
+            # runner stores nothing once it lost its lease: not a call it will not run.
+            self.lease.check()
         for _ in range(MAX_REBASES):
             if not pending:
                 break

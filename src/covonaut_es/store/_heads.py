@@ -241,6 +241,9 @@ class _PostgresHeads:
                 (stream, version, chain),
             )
 
+    # Retried as eventsourcing's reads and writes are, so that a session the pool lost
+    # (a restart) is not the lease's error; a repeated advance only skips a token.
+    @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
     def advance_lease_token(self, stream: UUID) -> int:
         """Record a new run lease of ``stream``: its token, one more than the last."""
         table = f'"{self.datastore.schema}"."{_lease_table(self)}"'
@@ -252,6 +255,7 @@ class _PostgresHeads:
             )
             return int(curs.fetchone()["token"])
 
+    @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
     def lease_token(self, stream: UUID) -> int | None:
         """The token of ``stream``'s newest run lease; None before its first."""
         table = f'"{self.datastore.schema}"."{_lease_table(self)}"'

@@ -75,7 +75,11 @@ class PostgresLeases(LeaseBackend):
         self, holder: str, connect_kwargs: dict[str, Any], tokens: LeaseTokens | None
     ) -> None:
         super().__init__(holder, tokens)
-        self._kwargs = {k: v for k, v in connect_kwargs.items() if k != "row_factory"}
+        # The lease connection names itself after the holder, whatever the URL named
+        # the store's own sessions: runners refused read the holder from it.
+        self._kwargs = {
+            k: v for k, v in connect_kwargs.items() if k not in ("row_factory", "application_name")
+        }
         self.database = (
             f"postgresql:{self._kwargs.get('host')}:{self._kwargs.get('port')}/"
             f"{self._kwargs.get('dbname')}"
@@ -125,9 +129,24 @@ class PostgresLeases(LeaseBackend):
                     (self._application_name(),),
                 )
 
-    def _try_lock(self, thread_id: str) -> bool:
+    def _execute(self, query: str, params: tuple[Any, ...]) -> tuple[Any, Any]:
+        """Run a query on the lease connection: the connection and its cursor. A
+        session that ended unnoticed (nothing had asked it since) is found dead here:
+        the query runs once more on a new connection, which serves the leases taken
+        from now on; those taken on the old one stay lost."""
+        import psycopg
+
         connection = self._conn()
-        row = connection.execute("SELECT pg_try_advisory_lock(%s)", (_key(thread_id),))
+        try:
+            return connection, connection.execute(query, params)
+        except psycopg.OperationalError:
+            if not (connection.broken or connection.closed):
+                raise
+        connection = self._conn()
+        return connection, connection.execute(query, params)
+
+    def _try_lock(self, thread_id: str) -> bool:
+        connection, row = self._execute("SELECT pg_try_advisory_lock(%s)", (_key(thread_id),))
         taken = bool(row.fetchone()[0])
         if taken:
             with self._lock:
@@ -157,7 +176,8 @@ class PostgresLeases(LeaseBackend):
 
     def holder_of(self, thread_id: str) -> str | None:
         key = _key(thread_id) & 0xFFFFFFFFFFFFFFFF
-        rows = self._conn().execute(_HOLDER, (key >> 32, key & 0xFFFFFFFF)).fetchall()
+        _, cursor = self._execute(_HOLDER, (key >> 32, key & 0xFFFFFFFF))
+        rows = cursor.fetchall()
         names = [str(row[0]) for row in rows]
         return names[0].removeprefix(_APPLICATION_PREFIX) if names else None
 
