@@ -63,10 +63,10 @@ class RunSession:
         # A save that fails has taken the events from the thread already: keep them.
         pending = [cast(AgentThread.Event, event) for event in thread.pending_events]
         if pending:
-            # The token refuses a save once another runner took the thread; a lock lost
-            # with nobody taking it over yet (a session ended) is found here, so that a
-            # runner stores nothing once it lost its lease: not a call it will not run.
-            self.lease.check()
+            # The save refuses an older token, and on PostgreSQL a session that no longer
+            # holds the lock; a lock lost otherwise (a lock file removed) is found here:
+            # a runner that lost its lease stores nothing, not a call it will not make.
+            self.lease.check_before_save()
         for _ in range(MAX_REBASES):
             if not pending:
                 break

@@ -37,6 +37,7 @@ from eventsourcing.utils import retry
 
 from covonaut_es.domain._integrity import CHAIN_KEY, UNCHAINED
 from covonaut_es.errors import LeaseLostError
+from covonaut_es.store._leases_postgres import lock_ids
 from covonaut_es.store._postgres_rows import encode_json, rows_json, select_rows
 from covonaut_es.store._sqlite_connections import SQLiteWriter
 
@@ -46,11 +47,12 @@ HEADS = "covonaut_thread_heads"
 Head = tuple[UUID, int, str]
 
 FENCES = "covonaut_lease_fences"
-"""The ``insert_events`` keyword carrying ``(originator_id, token)`` pairs: each stream's
-run lease must still stand at that token, checked in the insert's own transaction, or
-the insert fails with :class:`~covonaut_es.errors.LeaseLostError` and writes nothing."""
+"""The ``insert_events`` keyword carrying ``(originator_id, token, session)`` rows: each
+stream's run lease must still stand at that token (and on PostgreSQL, its lock be held by
+the backend ``session``, when not 0), checked in the insert's own transaction, or the
+insert fails with :class:`~covonaut_es.errors.LeaseLostError` and writes nothing."""
 
-Fence = tuple[UUID, int]
+Fence = tuple[UUID, int, int]
 
 NEW_STREAMS = "covonaut_new_streams"
 """The ``insert_events`` keyword naming streams, each with its row in :data:`HEADS`,
@@ -99,21 +101,28 @@ def _lease_table(recorder: Any) -> str:
     return f"{recorder.events_table_name}_leases"
 
 
-def _lease_lost(stream: UUID, token: int, stored: int | None) -> LeaseLostError:
-    now = "no lease" if stored is None else f"lease {stored}"
+def _lease_lost(stream: UUID, token: int, problem: str) -> LeaseLostError:
     msg = (
-        f"the run lease of stream {stream} was lost: this runner holds lease {token}, the "
-        f"store records {now}, so another runner may hold the thread; nothing was written"
+        f"the run lease {token} of stream {stream} was lost: {problem}, so another runner "
+        "may hold the thread; nothing was written"
     )
     return LeaseLostError(msg, token=token)
 
 
-def _check_fences(fences: Iterable[Fence], token_of: Callable[[UUID], int | None]) -> None:
-    """Raise unless each stream's lease stands at the fence's token."""
-    for stream, token in fences:
+def _check_fences(
+    fences: Iterable[Fence],
+    token_of: Callable[[UUID], int | None],
+    holds_lock: Callable[[UUID, int], bool] = lambda stream, session: True,
+) -> None:
+    """Raise unless each stream's lease stands at the fence's token, its lock held by
+    the fence's session where the back end can tell."""
+    for stream, token, session in fences:
         stored = token_of(stream)
         if stored != token:
-            raise _lease_lost(stream, token, stored)
+            found = "none" if stored is None else f"lease {stored}"
+            raise _lease_lost(stream, token, f"the store records {found}")
+        if session and not holds_lock(stream, session):
+            raise _lease_lost(stream, token, f"database session {session} holds its lock no more")
 
 
 def _taken(stream: UUID) -> IntegrityError:
@@ -231,7 +240,11 @@ class _PostgresHeads:
             row = curs.fetchone()
             return None if row is None else int(row["token"])
 
-        _check_fences(kwargs.get(FENCES, ()), token_of)
+        def holds_lock(stream: UUID, session: int) -> bool:
+            curs.execute(_SESSION_HOLDS_LOCK, (session, *lock_ids(stream)))
+            return curs.fetchone() is not None
+
+        _check_fences(kwargs.get(FENCES, ()), token_of, holds_lock)
         table = f'"{self.datastore.schema}"."{_table(self)}"'
         for stream, version, chain in kwargs.get(HEADS, ()):
             curs.execute(
@@ -265,6 +278,11 @@ class _PostgresHeads:
             return None if row is None else int(row["token"])
 
 
+_SESSION_HOLDS_LOCK = (
+    "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND pid = %s "
+    "AND classid = %s AND objid = %s AND objsubid = 1"
+)
+
 _LEASE_LOST = "covonaut lease lost"
 """Starts the message the insert function raises for a fence that no longer stands."""
 
@@ -273,11 +291,12 @@ def _lease_lost_in(exc: Exception, fences: Sequence[Fence]) -> Exception:
     """A :class:`LeaseLostError` for the insert function's refusal; else ``exc``."""
     if isinstance(exc, LeaseLostError) or _LEASE_LOST not in str(exc):
         return exc
-    stream, token = fences[0] if fences else (UUID(int=0), 0)
-    for fenced_stream, fenced_token in fences:
-        if str(fenced_stream) in str(exc):
+    problem = str(exc).partition(_LEASE_LOST + ": ")[2].splitlines()[0]
+    stream, token = fences[0][:2] if fences else (UUID(int=0), 0)
+    for fenced_stream, fenced_token, _ in fences:
+        if str(fenced_stream) in problem:
             stream, token = fenced_stream, fenced_token
-    return _lease_lost(stream, token, None)
+    return _lease_lost(stream, token, problem.removeprefix(f"stream {stream}: "))
 
 
 @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)  # as eventsourcing's
@@ -291,7 +310,7 @@ def _insert_in_one_statement(
     params = (
         rows_json(stored_events),
         encode_json([_HeadRow(*head, new=head[0] in new_streams) for head in heads]).decode(),
-        encode_json([_FenceRow(*fence) for fence in fences]).decode(),
+        encode_json([_FenceRow.of(fence) for fence in fences]).decode(),
         f"{recorder.datastore.lock_timeout}s",
     )
     with recorder.datastore.get_connection() as conn:
@@ -309,6 +328,14 @@ class _HeadRow(msgspec.Struct):
 class _FenceRow(msgspec.Struct):
     originator_id: UUID
     token: int
+    session: int  # the backend process that holds the lock, or 0
+    classid: int  # the lock as pg_locks shows it
+    objid: int
+
+    @classmethod
+    def of(cls, fence: Fence) -> _FenceRow:
+        stream, token, session = fence
+        return cls(stream, token, session, *lock_ids(stream))
 
 
 class _MemoryHeads(POPOApplicationRecorder):
@@ -471,7 +498,7 @@ _INSERT_FUNCTION = """
 CREATE OR REPLACE FUNCTION {function}(events json, heads json, fences json, timeout text)
 RETURNS SETOF bigint LANGUAGE plpgsql AS $body$
 DECLARE
-    lost uuid;
+    lost record;
 BEGIN
     PERFORM set_config('lock_timeout', timeout, true);
     LOCK TABLE {schema}.{events} IN EXCLUSIVE MODE;
@@ -479,13 +506,27 @@ BEGIN
     PERFORM FROM {schema}.{leases} WHERE originator_id IN (
         SELECT f.originator_id FROM json_to_recordset(fences) AS f(originator_id uuid)
     ) FOR SHARE;
-    SELECT f.originator_id INTO lost
+    SELECT f.originator_id, l.token INTO lost
         FROM json_to_recordset(fences) AS f(originator_id uuid, token bigint)
         LEFT JOIN {schema}.{leases} AS l ON l.originator_id = f.originator_id
         WHERE l.token IS DISTINCT FROM f.token
         LIMIT 1;
-    IF lost IS NOT NULL THEN
-        RAISE EXCEPTION 'covonaut lease lost: stream %', lost;
+    IF FOUND THEN
+        RAISE EXCEPTION 'covonaut lease lost: stream %: the store records lease %',
+            lost.originator_id, coalesce(lost.token::text, 'none');
+    END IF;
+    SELECT f.originator_id, f.session AS token INTO lost
+        FROM json_to_recordset(fences)
+            AS f(originator_id uuid, session integer, classid oid, objid oid)
+        WHERE f.session <> 0 AND NOT EXISTS (
+            SELECT FROM pg_locks AS k WHERE k.locktype = 'advisory' AND k.granted
+            AND k.pid = f.session AND k.classid = f.classid AND k.objid = f.objid
+            AND k.objsubid = 1
+        )
+        LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'covonaut lease lost: stream %: database session % holds its lock no more',
+            lost.originator_id, lost.token;
     END IF;
     IF EXISTS (
         SELECT FROM json_to_recordset(heads) AS h(originator_id uuid, new boolean)

@@ -121,11 +121,14 @@ class Lease:
             carry it, and the store refuses them once a newer lease exists. Hand it to
             an external system that can refuse a stale writer, too. 0 when the store's
             database keeps no tokens (an application's own, see ADR 0025).
+        session: The database session holding the lease's lock, where a save can check
+            that it still does (PostgreSQL's backend process id); 0 elsewhere.
     """
 
     thread_id: str
     token: int
     _backend: LeaseBackend = attrs.field(repr=False, alias="backend")
+    session: int = 0
 
     @property
     def fenced(self) -> bool:
@@ -138,12 +141,23 @@ class Lease:
         return thread_aggregate_id(self.thread_id)
 
     def check(self) -> None:
-        """Raise unless the lease still stands.
+        """Raise unless the lease still stands (before a side effect: a tool call).
 
         Raises:
             LeaseLostError: Its lock was lost, or a newer lease of the thread exists.
         """
         self._backend.check(self)
+
+    def check_before_save(self) -> None:
+        """Raise if the lease is known lost in what a fenced save cannot check itself
+        (the save checks the token, and on PostgreSQL that the session holds the lock):
+        a runner that lost its lock stores nothing more, not even the intent of a call
+        it will not make. Costs no round trip to the database.
+
+        Raises:
+            LeaseLostError: Its lock was lost.
+        """
+        self._backend.check(self, in_save=True)
 
 
 class LeaseBackend(ABC):
@@ -185,7 +199,7 @@ class LeaseBackend(ABC):
         except BaseException:
             self._forget(thread_id)
             raise
-        lease = Lease(thread_id, token, backend=self)
+        lease = Lease(thread_id, token, backend=self, session=self._session_of(thread_id))
         with self._lock:
             self._held[thread_id] = lease
         return lease
@@ -206,8 +220,9 @@ class LeaseBackend(ABC):
         finally:
             self._forget(lease.thread_id)
 
-    def check(self, lease: Lease) -> None:
-        """Raise unless ``lease`` still stands: its lock held, its token the newest.
+    def check(self, lease: Lease, *, in_save: bool = False) -> None:
+        """Raise unless ``lease`` still stands: its lock held, its token the newest;
+        ``in_save``: only what the fenced save it precedes cannot check itself.
 
         Raises:
             LeaseLostError: Saying which of the two failed.
@@ -216,8 +231,8 @@ class LeaseBackend(ABC):
             held = self._held.get(lease.thread_id) is lease
         problem = None if held else "it was released"
         if problem is None:
-            problem = self._lock_problem(lease.thread_id)
-        if problem is None and lease.fenced:
+            problem = self._lock_problem(lease.thread_id, in_save=in_save)
+        if problem is None and lease.fenced and not in_save:
             stored = self._current_token(lease)
             if stored != lease.token:
                 problem = f"the store records a newer lease ({stored}) of the thread"
@@ -233,6 +248,10 @@ class LeaseBackend(ABC):
         """The threads whose leases this back end holds."""
         with self._lock:
             return tuple(sorted(t for t, lease in self._held.items() if lease is not None))
+
+    def _session_of(self, thread_id: str) -> int:
+        """The database session that holds the thread's lock, where saves can check it."""
+        return 0
 
     def _advance(self, thread_id: str) -> int:
         if self._tokens is None:
@@ -254,8 +273,9 @@ class LeaseBackend(ABC):
     def _unlock(self, thread_id: str) -> None: ...
 
     @abstractmethod
-    def _lock_problem(self, thread_id: str) -> str | None:
-        """Why this holder's lock on the thread no longer stands, or None if it does."""
+    def _lock_problem(self, thread_id: str, *, in_save: bool) -> str | None:
+        """Why this holder's lock on the thread no longer stands, or None if it does;
+        ``in_save``: without asking the database what a fenced save asks it."""
 
     @abstractmethod
     def holder_of(self, thread_id: str) -> str | None:
@@ -325,7 +345,7 @@ class MemoryLeases(LeaseBackend):
             if self._tables.leases.get(thread_id) is mark:
                 del self._tables.leases[thread_id]
 
-    def _lock_problem(self, thread_id: str) -> str | None:
+    def _lock_problem(self, thread_id: str, *, in_save: bool) -> str | None:
         with self._tables.lock:
             if self._tables.leases.get(thread_id) is self._taken.get(thread_id):
                 return None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import weakref
 from typing import Any, TypeVar
+from uuid import UUID
 
 import msgspec
 
@@ -160,14 +161,23 @@ class PostgresLeases(LeaseBackend):
             return  # the session ended, and its locks with it
         connection.execute("SELECT pg_advisory_unlock(%s)", (_key(thread_id),))
 
-    def _lock_problem(self, thread_id: str) -> str | None:
+    def _session_of(self, thread_id: str) -> int:
+        with self._lock:
+            connection = self._sessions.get(thread_id)
+        return 0 if connection is None else int(connection.info.backend_pid)
+
+    def _lock_problem(self, thread_id: str, *, in_save: bool) -> str | None:
         with self._lock:
             connection = self._sessions.get(thread_id)
         if connection is None:
             return "it was never taken on a connection"
+        if connection.broken or connection.closed:
+            return "its database session ended"
+        if in_save:
+            return None  # the save itself checks that the session holds the lock
         try:
-            key = _key(thread_id) & 0xFFFFFFFFFFFFFFFF
-            found = connection.execute(_HOLDS_LOCK, (key >> 32, key & 0xFFFFFFFF)).fetchone()
+            ids = lock_ids(thread_aggregate_id(thread_id))
+            found = connection.execute(_HOLDS_LOCK, ids).fetchone()
         except Exception as exc:  # psycopg's errors of a dead session vary
             return f"its database session ended ({type(exc).__name__}: {exc})"
         if found is None or not found[0]:
@@ -175,8 +185,7 @@ class PostgresLeases(LeaseBackend):
         return None
 
     def holder_of(self, thread_id: str) -> str | None:
-        key = _key(thread_id) & 0xFFFFFFFFFFFFFFFF
-        _, cursor = self._execute(_HOLDER, (key >> 32, key & 0xFFFFFFFF))
+        _, cursor = self._execute(_HOLDER, lock_ids(thread_aggregate_id(thread_id)))
         rows = cursor.fetchall()
         names = [str(row[0]) for row in rows]
         return names[0].removeprefix(_APPLICATION_PREFIX) if names else None
@@ -243,3 +252,10 @@ def _key(thread_id: str) -> int:
     """The advisory lock key of a thread: the high 64 bits of its aggregate id, signed."""
     high = thread_aggregate_id(thread_id).int >> 64
     return high - (1 << 64) if high >= 1 << 63 else high
+
+
+def lock_ids(stream: UUID) -> tuple[int, int]:
+    """How ``pg_locks`` shows the advisory lock of the thread with stream id ``stream``:
+    its ``classid`` and ``objid``, the high and low halves of the key (unsigned)."""
+    key = stream.int >> 64
+    return key >> 32, key & 0xFFFFFFFF

@@ -77,7 +77,7 @@ class FileLeases(LeaseBackend):
         finally:
             os.close(fd)  # closing the only descriptor drops the lock
 
-    def _lock_problem(self, thread_id: str) -> str | None:
+    def _lock_problem(self, thread_id: str, *, in_save: bool) -> str | None:
         with self._lock:
             fd = self._files.get(thread_id)
         if fd is not None and _still_at(fd, self._path(thread_id)):

@@ -295,7 +295,9 @@ class Store(
             return
         expected = pending[0].originator_version - 1
         lease = self.held_lease(thread.thread_id)
-        fences = {FENCES: [(thread.id, lease.token)]} if lease and lease.fenced else {}
+        fences = (
+            {FENCES: [(thread.id, lease.token, lease.session)]} if lease and lease.fenced else {}
+        )
         try:
             self._app.save(thread, **fences)
         except OperationalError as exc:
