@@ -3,10 +3,12 @@ PostgreSQL."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import threading
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -26,7 +28,17 @@ from covonaut_es import (
 )
 from covonaut_es.domain import operation_digest
 from covonaut_es.inbox import create_app
-from inbox_support import HOSTILE, current, inbox_client, paused, resume, sign_in
+from covonaut_es.projections import ReviewQueue
+from inbox_support import (
+    HOSTILE,
+    ask_tool,
+    current,
+    inbox_client,
+    paused,
+    paused_on_tool,
+    resume,
+    sign_in,
+)
 from support import answer, call
 from test_approvals import ALICE, BOB, SECRET, VERIFIER, make_agent
 
@@ -349,3 +361,141 @@ def test_the_inbox_filters_sorts_and_pages(store: Store) -> None:
         assert shown(tool="pay", page="2") == ["third"]
         assert shown(tool="refund") == []
         assert shown(page="junk") == ["first", "second"]
+
+
+# One approval: one verification, at most two loads ------------------------------------
+
+
+class CountingVerifier:
+    """A real ``HmacReviewerVerifier``, each of whose verifications is counted."""
+
+    def __init__(self, verifier: HmacReviewerVerifier) -> None:
+        self.verifier = verifier
+        self.calls = 0
+
+    def verify(self, credential: Any) -> str:
+        self.calls += 1
+        return self.verifier.verify(credential)
+
+
+class CountingReads:
+    """Counts a real store's thread reads (``load``, ``find``, ``state_at``), each read
+    once however the store's methods call one another inside it."""
+
+    def __init__(self, store: Store) -> None:
+        self.calls: Counter[str] = Counter()
+        self._inside = threading.local()
+        for name in ("load", "find", "state_at"):
+            setattr(store, name, self._counted(name, getattr(store, name)))
+
+    def _counted(self, name: str, read: Callable[..., Any]) -> Callable[..., Any]:
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            outermost = not getattr(self._inside, "reading", False)
+            if outermost:
+                self.calls[name] += 1
+                self._inside.reading = True
+            try:
+                return read(*args, **kwargs)
+            finally:
+                if outermost:
+                    self._inside.reading = False
+
+        return counted
+
+    @property
+    def total(self) -> int:
+        return sum(self.calls.values())
+
+
+def test_one_approval_verifies_once_and_loads_the_thread_at_most_twice(store: Store) -> None:
+    """An approval through the JSON API and one through the review page's form each
+    verify the reviewer's credential once and read the thread at most twice."""
+    paused(store, "api", [], [])
+    paused(store, "form", [], [])
+    verifier = CountingVerifier(VERIFIER)
+    reads = CountingReads(store)
+    with TestClient(create_app(store, verifier), base_url="http://inbox.test") as client:
+        current(client)
+        api_review = only_review(client, "api")["review_id"]
+        form_review = only_review(client, "form")["review_id"]
+        csrf = sign_in(client, ALICE)
+        measured = {}
+        for surface in ("api", "form"):
+            verifier.calls = 0
+            reads.calls.clear()
+            if surface == "api":
+                url = f"/api/reviews/{api_review}/approve"
+                approved = client.post(url, headers=bearer(ALICE), json={"comment": "ok"})
+                assert approved.status_code == 200, approved.text
+            else:
+                form = {"action": "approve", "review": form_review, "thread": "form",
+                        "csrf": csrf, "comment": "ok"}  # fmt: skip
+                approved = client.post(
+                    "/decide", data=form, headers={"Origin": "http://inbox.test"},
+                    follow_redirects=False,
+                )  # fmt: skip
+                assert approved.status_code == 303, approved.text
+            measured[surface] = (verifier.calls, reads.total)
+    assert measured["api"][0] == 1 and measured["api"][1] <= 2, measured
+    assert measured["form"][0] == 1 and measured["form"][1] <= 2, measured
+    assert [len(decisions(store, t)) for t in ("api", "form")] == [1, 1]
+
+
+# What this server recorded is never listed as pending ---------------------------------
+
+
+class HeldQueue(ReviewQueue):
+    """A real reviewer queue, on a real view, that the application does not follow:
+    the test moves it on with :meth:`catch_up`, so it lags as long as the test needs."""
+
+    @contextlib.contextmanager
+    def follow(self) -> Iterator[Any]:
+        yield None
+
+    def catch_up(self, store: Store) -> None:
+        with ReviewQueue.follow(self):
+            self.wait_until_current(store)
+
+
+def test_what_this_server_recorded_is_not_listed_while_its_queue_lags(
+    store: Store, tmp_path: Path
+) -> None:
+    """A decision, an answer and an abandonment leave the API's lists and the inbox
+    page at once, though the queue still holds them; once the queue has caught up, a
+    new pause on the same call is listed again."""
+    paused(store, "decided", [], [])
+    paused_on_tool(store, "answered")
+    paused_on_tool(store, "given up")
+    paused(store, "kept", [], [])
+    queue = HeldQueue(store.url, view_url=f"sqlite:///{tmp_path / 'queue.db'}")
+    queue.catch_up(store)
+    with TestClient(create_app(store, VERIFIER, queue=queue), base_url="http://inbox.test") as c:
+        review = only_review(c, "decided")["review_id"]
+        approved = c.post(f"/api/reviews/{review}/approve", headers=bearer(ALICE), json={})
+        assert approved.status_code == 200, approved.text
+        answered = c.post(
+            "/api/pauses/answered/c1/answer", headers=bearer(ALICE), json={"answer": "acct 9"}
+        )
+        assert answered.status_code == 200, answered.text
+        reason = {"reason": "the customer withdrew"}
+        gone = c.post("/api/threads/given%20up/abandon", headers=bearer(ALICE), json=reason)
+        assert gone.status_code == 200, gone.text
+        assert len(queue.pending()) == 4  # the queue has not moved
+        assert [r["thread_id"] for r in c.get("/api/reviews", headers=bearer(ALICE)).json()] == [
+            "kept"
+        ]
+        assert {p["thread_id"] for p in c.get("/api/pauses", headers=bearer(BOB)).json()} == {
+            "kept"
+        }
+        sign_in(c, BOB)
+        page = c.get("/").text
+        assert "thread?id=kept" in page
+        assert all(f"thread?id={t}" not in page for t in ("decided", "answered", "given+up"))
+        again = [call(("c1", "ask", "{}"))]  # the model asks on call c1 once more
+        assert resume(store, "answered", again, [], tool=ask_tool()) == ""
+        queue.catch_up(store)
+        listed = c.get("/api/pauses", headers=bearer(BOB)).json()
+        assert sorted((p["thread_id"], p["kind"]) for p in listed) == [
+            ("answered", "tool"),
+            ("kept", "review"),
+        ]

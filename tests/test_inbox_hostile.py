@@ -78,12 +78,24 @@ def test_api_bodies_json_cannot_carry_are_400(store: Store, body: str) -> None:
     ("arguments", "said"),
     [
         (DEEP, "must nest at most 65 deep"),
-        ('{"a": NaN}', "must be JSON"),
-        ('{"a": Infinity}', "must be JSON"),
-        ('{"a": "\\ud800"}', "must be JSON"),
-        ('{"a": ' + "9" * 5000 + "}", "numbers JSON can carry"),
+        ('{"a": NaN}', "holds NaN"),
+        ('{"a": Infinity}', "holds Infinity"),
+        ('{"a": 1e400}', "holds the number 1e400"),
+        ('{"a": "\\ud800"}', "lone surrogate"),
+        ('{"a": ' + "9" * 5000 + "}", "beyond the 64 bits"),
+        ('{"a": 18446744073709551616}', "beyond the 64 bits"),
+        ('{"amount": 1, "amount": 2}', "names the key &#39;amount&#39; twice"),
     ],
-    ids=["deep", "nan", "infinity", "lone-surrogate", "huge-integer"],
+    ids=[
+        "deep",
+        "nan",
+        "infinity",
+        "overflow",
+        "lone-surrogate",
+        "huge-integer",
+        "65-bits",
+        "repeated-key",
+    ],
 )
 def test_edited_arguments_json_cannot_carry_are_400(
     store: Store, arguments: str, said: str
