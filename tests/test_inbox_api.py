@@ -447,6 +447,21 @@ def test_one_approval_verifies_once_and_loads_the_thread_at_most_twice(store: St
 # What this server recorded is never listed as pending ---------------------------------
 
 
+def test_a_decision_is_gone_from_the_lists_the_moment_it_is_recorded(store: Store) -> None:
+    """The inbox that recorded a decision lists it no more at once, over the API and on
+    its page, without waiting for its queue."""
+    paused(store, "decided", [], [])
+    with inbox_client(store) as client:
+        current(client)
+        csrf = sign_in(client, ALICE)
+        review = only_review(client, "decided")["review_id"]
+        headers = {"Origin": "http://inbox.test", "X-CSRF-Token": csrf}
+        assert client.post(f"/api/reviews/{review}/approve", headers=headers).status_code == 200
+        assert client.get("/api/reviews").json() == []
+        assert client.get("/api/pauses").json() == []
+        assert "thread?id=decided" not in client.get("/").text
+
+
 class HeldQueue(ReviewQueue):
     """A real reviewer queue, on a real view, that the application does not follow:
     the test moves it on with :meth:`catch_up`, so it lags as long as the test needs."""
