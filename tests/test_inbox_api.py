@@ -3,10 +3,12 @@ PostgreSQL."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import threading
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -20,13 +22,26 @@ from covonaut_es import (
     AgentThread,
     HmacReviewerVerifier,
     Store,
+    ThreadStatus,
     ToolContext,
     create_cipher_key,
     open_store,
 )
 from covonaut_es.domain import operation_digest
 from covonaut_es.inbox import create_app
-from inbox_support import HOSTILE, current, inbox_client, paused, resume, sign_in
+from covonaut_es.inbox._http import quoted
+from covonaut_es.projections import ReviewQueue
+from inbox_support import (
+    HOSTILE,
+    ask_tool,
+    current,
+    in_doubt,
+    inbox_client,
+    paused,
+    paused_on_tool,
+    resume,
+    sign_in,
+)
 from support import answer, call
 from test_approvals import ALICE, BOB, SECRET, VERIFIER, make_agent
 
@@ -349,3 +364,458 @@ def test_the_inbox_filters_sorts_and_pages(store: Store) -> None:
         assert shown(tool="pay", page="2") == ["third"]
         assert shown(tool="refund") == []
         assert shown(page="junk") == ["first", "second"]
+
+
+# One approval: one verification, at most two loads ------------------------------------
+
+
+class CountingVerifier:
+    """A real ``HmacReviewerVerifier``, each of whose verifications is counted."""
+
+    def __init__(self, verifier: HmacReviewerVerifier) -> None:
+        self.verifier = verifier
+        self.calls = 0
+
+    def verify(self, credential: Any) -> str:
+        self.calls += 1
+        return self.verifier.verify(credential)
+
+
+class CountingReads:
+    """Counts a real store's thread reads (``load``, ``find``, ``state_at``), each read
+    once however the store's methods call one another inside it."""
+
+    def __init__(self, store: Store) -> None:
+        self.calls: Counter[str] = Counter()
+        self._inside = threading.local()
+        for name in ("load", "find", "state_at"):
+            setattr(store, name, self._counted(name, getattr(store, name)))
+
+    def _counted(self, name: str, read: Callable[..., Any]) -> Callable[..., Any]:
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            outermost = not getattr(self._inside, "reading", False)
+            if outermost:
+                self.calls[name] += 1
+                self._inside.reading = True
+            try:
+                return read(*args, **kwargs)
+            finally:
+                if outermost:
+                    self._inside.reading = False
+
+        return counted
+
+    @property
+    def total(self) -> int:
+        return sum(self.calls.values())
+
+
+def test_one_approval_verifies_once_and_loads_the_thread_at_most_twice(store: Store) -> None:
+    """An approval through the JSON API and one through the review page's form each
+    verify the reviewer's credential once and read the thread at most twice."""
+    paused(store, "api", [], [])
+    paused(store, "form", [], [])
+    verifier = CountingVerifier(VERIFIER)
+    reads = CountingReads(store)
+    with TestClient(create_app(store, verifier), base_url="http://inbox.test") as client:
+        current(client)
+        api_review = only_review(client, "api")["review_id"]
+        form_review = only_review(client, "form")["review_id"]
+        csrf = sign_in(client, ALICE)
+        measured = {}
+        for surface in ("api", "form"):
+            verifier.calls = 0
+            reads.calls.clear()
+            if surface == "api":
+                url = f"/api/reviews/{api_review}/approve"
+                approved = client.post(url, headers=bearer(ALICE), json={"comment": "ok"})
+                assert approved.status_code == 200, approved.text
+            else:
+                form = {"action": "approve", "review": form_review, "thread": "form",
+                        "csrf": csrf, "comment": "ok"}  # fmt: skip
+                approved = client.post(
+                    "/decide", data=form, headers={"Origin": "http://inbox.test"},
+                    follow_redirects=False,
+                )  # fmt: skip
+                assert approved.status_code == 303, approved.text
+            measured[surface] = (verifier.calls, reads.total)
+    assert measured["api"][0] == 1 and measured["api"][1] <= 2, measured
+    assert measured["form"][0] == 1 and measured["form"][1] <= 2, measured
+    assert [len(decisions(store, t)) for t in ("api", "form")] == [1, 1]
+
+
+# What this server recorded is never listed as pending ---------------------------------
+
+
+def test_a_decision_is_gone_from_the_lists_the_moment_it_is_recorded(store: Store) -> None:
+    """The inbox that recorded a decision lists it no more at once, over the API and on
+    its page, without waiting for its queue."""
+    paused(store, "decided", [], [])
+    with inbox_client(store) as client:
+        current(client)
+        csrf = sign_in(client, ALICE)
+        review = only_review(client, "decided")["review_id"]
+        headers = {"Origin": "http://inbox.test", "X-CSRF-Token": csrf}
+        assert client.post(f"/api/reviews/{review}/approve", headers=headers).status_code == 200
+        assert client.get("/api/reviews").json() == []
+        assert client.get("/api/pauses").json() == []
+        assert "thread?id=decided" not in client.get("/").text
+
+
+class HeldQueue(ReviewQueue):
+    """A real reviewer queue, on a real view, that the application does not follow:
+    the test moves it on with :meth:`catch_up`, so it lags as long as the test needs."""
+
+    @contextlib.contextmanager
+    def follow(self) -> Iterator[Any]:
+        yield None
+
+    def catch_up(self, store: Store) -> None:
+        with ReviewQueue.follow(self):
+            self.wait_until_current(store)
+
+
+def test_what_this_server_recorded_is_not_listed_while_its_queue_lags(
+    store: Store, tmp_path: Path
+) -> None:
+    """A decision, an answer and an abandonment leave the API's lists and the inbox
+    page at once, though the queue still holds them; once the queue has caught up, a
+    new pause on the same call is listed again."""
+    paused(store, "decided", [], [])
+    paused_on_tool(store, "answered")
+    paused_on_tool(store, "given up")
+    paused(store, "kept", [], [])
+    queue = HeldQueue(store.url, view_url=f"sqlite:///{tmp_path / 'queue.db'}")
+    queue.catch_up(store)
+    with TestClient(create_app(store, VERIFIER, queue=queue), base_url="http://inbox.test") as c:
+        review = only_review(c, "decided")["review_id"]
+        approved = c.post(f"/api/reviews/{review}/approve", headers=bearer(ALICE), json={})
+        assert approved.status_code == 200, approved.text
+        answered = c.post(
+            "/api/pauses/answered/c1/answer", headers=bearer(ALICE), json={"answer": "acct 9"}
+        )
+        assert answered.status_code == 200, answered.text
+        reason = {"reason": "the customer withdrew"}
+        gone = c.post("/api/threads/given%20up/abandon", headers=bearer(ALICE), json=reason)
+        assert gone.status_code == 200, gone.text
+        assert len(queue.pending()) == 4  # the queue has not moved
+        assert [r["thread_id"] for r in c.get("/api/reviews", headers=bearer(ALICE)).json()] == [
+            "kept"
+        ]
+        assert {p["thread_id"] for p in c.get("/api/pauses", headers=bearer(BOB)).json()} == {
+            "kept"
+        }
+        sign_in(c, BOB)
+        page = c.get("/").text
+        assert "thread?id=kept" in page
+        assert all(f"thread?id={t}" not in page for t in ("decided", "answered", "given+up"))
+        again = [call(("c1", "ask", "{}"))]  # the model asks on call c1 once more
+        assert resume(store, "answered", again, [], tool=ask_tool()) == ""
+        queue.catch_up(store)
+        listed = c.get("/api/pauses", headers=bearer(BOB)).json()
+        assert sorted((p["thread_id"], p["kind"]) for p in listed) == [
+            ("answered", "tool"),
+            ("kept", "review"),
+        ]
+
+
+# Tools' pauses and calls in doubt, on every store -------------------------------------
+
+ODD_THREAD = "a/b?c#d %e&f=..<x>"
+ODD_CALL = "call/1?x=y#z %2F."
+
+
+@pytest.fixture
+def every_store(open_test_store: Callable[..., Store]) -> Store:
+    """A store of each kind: memory, SQLite and PostgreSQL."""
+    return open_test_store()
+
+
+def pause_url(thread_id: str, call_id: str, action: str) -> str:
+    return f"/api/pauses/{quoted(thread_id)}/{quoted(call_id)}/{action}"
+
+
+def test_every_kind_of_pause_is_listed_with_its_kind(every_store: Store) -> None:
+    """GET /api/pauses lists reviews, tools' pauses and calls in doubt, each with its
+    kind, its call and its data; GET /api/reviews still lists the reviews alone."""
+    paused(every_store, "review", [], [])
+    paused_on_tool(every_store, "tool", data={"question": HOSTILE})
+    key = in_doubt(every_store, "doubt")
+    with inbox_client(every_store) as client:
+        current(client)
+        listed = client.get("/api/pauses", headers=bearer(ALICE)).json()
+        by_thread = {p["thread_id"]: p for p in listed}
+        assert {t: p["kind"] for t, p in by_thread.items()} == {
+            "review": "review",
+            "tool": "tool",
+            "doubt": "in_doubt",
+        }
+        assert by_thread["tool"]["data"] == {"question": HOSTILE}
+        assert by_thread["tool"]["tool_call_id"] == "c1" and by_thread["tool"]["review_id"] is None
+        assert by_thread["doubt"]["data"]["idempotency_key"] == key
+        assert by_thread["review"]["review_id"] and by_thread["review"]["digest"]
+        reviews = client.get("/api/reviews", headers=bearer(ALICE)).json()
+        assert [r["thread_id"] for r in reviews] == ["review"]
+        assert client.get("/api/pauses").status_code == 401
+
+
+def test_an_answer_to_a_tools_pause_leaves_the_thread_to_a_runner(every_store: Store) -> None:
+    """A tool's pause on ids holding any printable character is answered through
+    their quoted path; the thread then waits for a runner, which resumes it with the
+    answer for the model; a second answer is 409 and records nothing."""
+    paused_on_tool(every_store, ODD_THREAD, call_id=ODD_CALL)
+    with inbox_client(every_store) as client:
+        current(client)
+        (listed,) = client.get("/api/pauses", headers=bearer(ALICE)).json()
+        assert (listed["thread_id"], listed["tool_call_id"]) == (ODD_THREAD, ODD_CALL)
+        url = pause_url(ODD_THREAD, ODD_CALL, "answer")
+        answered = client.post(url, headers=bearer(ALICE), json={"answer": "Account 9."})
+        assert answered.status_code == 200, answered.text
+        assert answered.json() == {
+            "thread_id": ODD_THREAD,
+            "tool_call_id": ODD_CALL,
+            "action": "answer",
+            "reviewer": "alice",
+        }
+        assert every_store.state_at(ODD_THREAD).waiting_for == "runner"
+        assert client.get("/api/pauses", headers=bearer(ALICE)).json() == []
+        version = every_store.state_at(ODD_THREAD).version
+        again = client.post(url, headers=bearer(BOB), json={"answer": "Account 10."})
+        assert again.status_code == 409 and "awaiting an answer" in again.json()["error"]
+        assert every_store.state_at(ODD_THREAD).version == version
+    (event,) = (
+        e for e in every_store.history(ODD_THREAD) if type(e).__name__ == "InterruptAnswered"
+    )
+    assert (event.answer, event.answered_by) == ("Account 9.", "alice")
+    done = resume(every_store, ODD_THREAD, [answer("Refunded to account 9.")], [], tool=ask_tool())
+    assert done == "Refunded to account 9."
+
+
+def test_calls_in_doubt_are_settled_as_run_as_not_run_or_run_again(every_store: Store) -> None:
+    """Each settlement of a call in doubt is recorded under the reviewer, with the
+    result the model reads, and leaves the thread to a runner."""
+    for thread_id in ("ran", "not run", "retried"):
+        in_doubt(every_store, thread_id)
+    with inbox_client(every_store) as client:
+        current(client)
+        for thread_id, action, body in (
+            ("ran", "settle", {"ran": True, "result": "Sent: ledger entry 77."}),
+            ("not run", "settle", {"ran": False, "note": "the bank has no such transfer"}),
+            ("retried", "retry", None),
+        ):
+            url = pause_url(thread_id, "c1", action)
+            posted = client.post(url, headers=bearer(BOB), json=body)
+            assert posted.status_code == 200, (thread_id, posted.text)
+            assert posted.json()["reviewer"] == "bob"
+            assert every_store.state_at(thread_id).waiting_for == "runner", thread_id
+        assert client.get("/api/pauses", headers=bearer(ALICE)).json() == []
+    settled = {
+        t: next(e for e in every_store.history(t) if isinstance(e, AgentThread.ToolCallSettled))
+        for t in ("ran", "not run")
+    }
+    assert settled["ran"].content == "Sent: ledger entry 77." and settled["ran"].settled_by == "bob"
+    assert settled["not run"].content == "Not executed: the bank has no such transfer"
+    (retry,) = (
+        e for e in every_store.history("retried") if isinstance(e, AgentThread.RetryRequested)
+    )
+    assert (retry.tool_call_id, retry.requested_by) == ("c1", "bob")
+
+
+def test_abandoning_a_thread_takes_all_its_pauses_off_the_list(every_store: Store) -> None:
+    """POST /api/threads/{id}/abandon gives the thread up under the reviewer with the
+    reason; its pauses leave the list; giving it up again is 409."""
+    paused_on_tool(every_store, ODD_THREAD)
+    paused(every_store, "kept", [], [])
+    with inbox_client(every_store) as client:
+        current(client)
+        url = f"/api/threads/{quoted(ODD_THREAD)}/abandon"
+        gone = client.post(url, headers=bearer(ALICE), json={"reason": "duplicate request"})
+        assert gone.status_code == 200, gone.text
+        assert gone.json()["thread_id"] == ODD_THREAD
+        listed = client.get("/api/pauses", headers=bearer(ALICE)).json()
+        assert [p["thread_id"] for p in listed] == ["kept"]
+        again = client.post(url, headers=bearer(ALICE), json={"reason": "again"})
+        assert again.status_code == 409 and "already abandoned" in again.json()["error"]
+    state = every_store.state_at(ODD_THREAD)
+    assert state.status is ThreadStatus.ABANDONED
+    (event,) = (e for e in every_store.history(ODD_THREAD) if isinstance(e, AgentThread.Abandoned))
+    assert (event.reason, event.abandoned_by) == ("duplicate request", "alice")
+
+
+@pytest.mark.parametrize(
+    ("thread_id", "action", "body", "status", "said"),
+    [
+        ("tool", "answer", {"answer": "  "}, 400, "answer must not be empty"),
+        ("tool", "answer", {}, 400, "answer must not be empty"),
+        ("tool", "answer", {"answer": 7}, 400, "answer must be text"),
+        ("tool", "answer", '{"answer": "a", "answer": "b"}', 400, "'answer' twice"),
+        ("tool", "answer", {"answer": "x", "by": "ceo"}, 400, "unknown fields ['by']"),
+        ("tool", "answer", "[1]", 400, "one JSON object"),
+        ("doubt", "answer", {"answer": "yes"}, 409, "no tool's pause"),
+        ("tool", "settle", {"ran": True, "result": "x"}, 409, "not open"),
+        ("tool", "retry", None, 409, "not open"),
+        ("doubt", "settle", {"ran": "yes", "result": "x"}, 400, '"ran" must be true'),
+        ("doubt", "settle", {"result": "x"}, 400, '"ran" must be true'),
+        ("doubt", "settle", {"ran": True}, 400, "result must not be empty"),
+        ("doubt", "settle", {"ran": True, "result": " "}, 400, "result must not be empty"),
+        ("doubt", "settle", {"ran": False, "result": "x"}, 400, 'without a "result"'),
+        ("doubt", "settle", {"ran": True, "result": "x", "note": "y"}, 400, 'without a "note"'),
+        ("doubt", "settle", '{"ran": true, "result": NaN}', 400, "holds NaN"),
+        ("doubt", "retry", {"again": True}, 400, "unknown fields ['again']"),
+        ("missing", "answer", {"answer": "x"}, 404, "'missing' not found in the store"),
+    ],
+)
+def test_a_refused_pause_action_records_nothing(
+    every_store: Store,
+    thread_id: str,
+    action: str,
+    body: dict[str, Any] | str | None,
+    status: int,
+    said: str,
+) -> None:
+    """Bad bodies, the wrong action for a pause's kind and a missing thread are each
+    refused with a status and a message naming the fault; no thread changes."""
+    paused_on_tool(every_store, "tool")
+    in_doubt(every_store, "doubt")
+    versions = {t: every_store.state_at(t).version for t in ("tool", "doubt")}
+    with inbox_client(every_store) as client:
+        url = pause_url(thread_id, "c1", action)
+        content = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+        headers = {**bearer(ALICE), "Content-Type": "application/json"}
+        refused = client.post(url, headers=headers, content=b"" if body is None else content)
+        assert refused.status_code == status, refused.text
+        assert said in refused.json()["error"]
+        assert str(every_store.url) not in refused.text
+    assert {t: every_store.state_at(t).version for t in versions} == versions
+
+
+def test_abandoning_needs_a_reason(every_store: Store) -> None:
+    """A reviewer who gives a thread up from the inbox says why: a blank or missing
+    reason is 400 and the thread runs on."""
+    paused_on_tool(every_store, "t")
+    version = every_store.state_at("t").version
+    with inbox_client(every_store) as client:
+        for body in ({}, {"reason": " \n"}, {"reason": ["no"]}):
+            refused = client.post("/api/threads/t/abandon", headers=bearer(ALICE), json=body)
+            assert refused.status_code == 400 and "reason" in refused.json()["error"], body
+    assert every_store.state_at("t").version == version
+
+
+def test_a_settlement_while_a_runner_holds_the_thread_is_409(every_store: Store) -> None:
+    """A call in doubt is not settled, nor sent to run again, while a runner holds the
+    thread's lease: 409, and nothing is recorded."""
+    in_doubt(every_store, "t")
+    version = every_store.state_at("t").version
+    with inbox_client(every_store) as client, runner_holding(every_store, "t"):
+        for action, body in (("settle", {"ran": False}), ("retry", None)):
+            busy = client.post(pause_url("t", "c1", action), headers=bearer(ALICE), json=body)
+            assert busy.status_code == 409, busy.text
+            assert "is being run by" in busy.json()["error"]
+    assert every_store.state_at("t").version == version
+
+
+@contextlib.contextmanager
+def runner_holding(store: Store, thread_id: str) -> Iterator[None]:
+    """A runner in a thread of its own (not this test's context, whose leases the
+    application's requests would inherit) holds the thread's lease for the block."""
+    taken, done = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with store.lease(thread_id):
+            taken.set()
+            done.wait(30)
+
+    runner = threading.Thread(target=hold)
+    runner.start()
+    try:
+        assert taken.wait(30)
+        yield
+    finally:
+        done.set()
+        runner.join(30)
+
+
+def test_pause_actions_riding_on_the_cookie_need_the_csrf_token(every_store: Store) -> None:
+    """A signed-in browser's pause actions and abandonment need this origin and the
+    session's CSRF token, as decisions do; without a credential they are 401."""
+    paused_on_tool(every_store, "t")
+    own = {"Origin": "http://inbox.test"}
+    with inbox_client(every_store) as client, inbox_client(every_store) as stranger:
+        csrf = sign_in(client, ALICE)
+        answer_url = pause_url("t", "c1", "answer")
+        for url, body in (
+            (answer_url, {"answer": "x"}),
+            ("/api/threads/t/abandon", {"reason": "x"}),
+        ):
+            assert client.post(url, json=body, headers=own).status_code == 403
+            forged = {"Origin": "http://evil.test", "X-CSRF-Token": csrf}
+            assert client.post(url, json=body, headers=forged).status_code == 403
+            assert stranger.post(url, json=body).status_code == 401
+        assert every_store.state_at("t").waiting_for == "person"
+        headers = {**own, "X-CSRF-Token": csrf}
+        assert client.post(answer_url, json={"answer": "x"}, headers=headers).status_code == 200
+    assert every_store.state_at("t").waiting_for == "runner"
+
+
+def test_quoted_routes_work_under_a_mount(every_store: Store) -> None:
+    """Mounted under a path, a pause's quoted ids are still read as one id each."""
+    paused_on_tool(every_store, ODD_THREAD, call_id=ODD_CALL)
+    inbox = create_app(every_store, VERIFIER)
+    outer = Starlette(routes=[Mount("/inbox", inbox)], lifespan=inbox.router.lifespan_context)
+    with TestClient(outer, base_url="http://host.test") as client:
+        url = "/inbox" + pause_url(ODD_THREAD, ODD_CALL, "answer")
+        answered = client.post(url, headers=bearer(ALICE), json={"answer": "Account 9."})
+        assert answered.status_code == 200, answered.text
+    assert every_store.state_at(ODD_THREAD).waiting_for == "runner"
+
+
+def test_the_pause_page_forms_answer_settle_retry_and_abandon(store: Store) -> None:
+    """Each action of the pause page is a form of its own with the session's CSRF
+    token: answered or settled, the page says the thread waits for a runner; given
+    up, the thread page says abandoned; a forged or blank form records nothing."""
+    paused_on_tool(store, ODD_THREAD, call_id=ODD_CALL)
+    for thread_id in ("ran", "not run", "retried"):
+        in_doubt(store, thread_id)
+    paused_on_tool(store, "given up")
+    own = {"Origin": "http://inbox.test"}
+    with inbox_client(store) as client:
+        current(client)
+        csrf = sign_in(client, BOB)
+
+        def act(thread_id: str, call_id: str, **fields: str) -> Any:
+            form = {"thread": thread_id, "call": call_id, "csrf": csrf, **fields}
+            return client.post("/pause", data=form, headers=own)
+
+        version = store.state_at(ODD_THREAD).version
+        assert act(ODD_THREAD, ODD_CALL, action="answer", answer=" ").status_code == 400
+        assert act(ODD_THREAD, ODD_CALL, action="shrug").status_code == 400
+        forged = {"thread": ODD_THREAD, "call": ODD_CALL, "action": "answer", "answer": "x"}
+        assert client.post("/pause", data=forged, headers=own).status_code == 403
+        evil = {**forged, "csrf": csrf}
+        assert (
+            client.post("/pause", data=evil, headers={"Origin": "http://evil.test"}).status_code
+            == 403
+        )
+        assert store.state_at(ODD_THREAD).version == version
+        answered = act(ODD_THREAD, ODD_CALL, action="answer", answer="Account 9.")
+        assert answered.status_code == 200 and 'id="resolved"' in answered.text, answered.text
+        assert store.state_at(ODD_THREAD).waiting_for == "runner"
+        for thread_id, fields in (
+            ("ran", {"action": "ran", "result": "Sent: ledger entry 77."}),
+            ("not run", {"action": "not-run", "note": ""}),
+            ("retried", {"action": "retry"}),
+        ):
+            settled = act(thread_id, "c1", **fields)
+            assert settled.status_code == 200 and 'id="resolved"' in settled.text, thread_id
+            assert store.state_at(thread_id).waiting_for == "runner", thread_id
+        gone = act("given up", "c1", action="abandon", reason="the customer withdrew")
+        assert gone.status_code == 200 and gone.url.path == "/thread"
+        assert "Status abandoned" in gone.text
+        current(client)
+        assert client.get("/api/pauses").json() == []
+    assert store.state_at("given up").status is ThreadStatus.ABANDONED
+    settled_events = [
+        e for e in store.history("not run") if isinstance(e, AgentThread.ToolCallSettled)
+    ]
+    (not_run,) = settled_events
+    assert not_run.content.startswith("Not executed") and not_run.settled_by == "bob"

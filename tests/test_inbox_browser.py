@@ -20,7 +20,7 @@ import pytest
 
 from covonaut_es import AgentThread, Store, ToolContext, open_store
 from covonaut_es.inbox import create_app
-from inbox_support import HOSTILE, free_port, paused, resume
+from inbox_support import HOSTILE, free_port, in_doubt, paused, paused_on_tool, resume
 from support import answer, call
 from test_approvals import ALICE, BOB, VERIFIER, make_agent
 
@@ -117,10 +117,12 @@ def until(driver: Any, condition: Callable[[Any], Any]) -> Any:
     return wait.until(condition)
 
 
-def in_row(driver: Any, thread_id: str, class_name: str, read: Callable[[Any], Any]) -> Any:
-    """``read`` of the element of that class in the inbox row of ``thread_id``'s review,
-    once the row is shown."""
-    row = f"//tr[@class='review'][.//a[normalize-space(text())='{thread_id}']]"
+def in_row(
+    driver: Any, thread_id: str, class_name: str, read: Callable[[Any], Any], row: str = "review"
+) -> Any:
+    """``read`` of the element of that class in the inbox row of ``thread_id``'s review
+    (or, with ``row="pause"``, its other pause), once the row is shown."""
+    row = f"//tr[@class='{row}'][.//a[normalize-space(text())='{thread_id}']]"
     return until(
         driver,
         lambda d: read(d.find_element(By.XPATH, row).find_element(By.CLASS_NAME, class_name)),
@@ -131,6 +133,13 @@ def open_review(driver: Any, inbox: str, thread_id: str) -> None:
     driver.get(inbox)
     driver.get(in_row(driver, thread_id, "open", lambda link: link.get_attribute("href")))
     until(driver, lambda d: d.find_elements(By.ID, "arguments"))
+
+
+def open_pause(driver: Any, inbox: str, thread_id: str) -> None:
+    driver.get(inbox)
+    link = in_row(driver, thread_id, "open", lambda a: a.get_attribute("href"), row="pause")
+    driver.get(link)
+    until(driver, lambda d: d.find_elements(By.ID, "kind"))
 
 
 def decisions(store: Store, thread_id: str) -> list[AgentThread.ReviewDecided]:
@@ -255,3 +264,39 @@ def test_two_reviewers_at_once_one_wins_the_other_is_told(
     loser = alice if alice.find_elements(By.ID, "message") else bob
     assert "already" in loser.find_element(By.ID, "message").text
     assert len(decisions(store, "raced")) == 1
+
+
+def test_a_tools_pause_is_answered_and_a_call_in_doubt_settled(
+    store: Store, inbox: str, browsers: tuple[Any, Any]
+) -> None:
+    """alice answers a tool's pause whose data holds a <script> (shown as text, never
+    run), bob settles a call in doubt after reading its idempotency key: each page then
+    says the thread waits for a runner, the store agrees, and the inbox lists neither."""
+    alice, bob = browsers
+    paused_on_tool(store, "asked", data={"question": HOSTILE})
+    key = in_doubt(store, "doubted")
+    alice.get(inbox)
+    assert in_row(alice, "asked", "kind", lambda cell: cell.text, row="pause") == "Tool's pause"
+    open_pause(alice, inbox, "asked")
+    assert json.dumps(HOSTILE) in alice.find_element(By.ID, "data").text
+    assert "pwned" not in alice.title
+    with pytest.raises(NoAlertPresentException):
+        alice.switch_to.alert.text  # noqa: B018
+    alice.find_element(By.ID, "answer").send_keys("Refund to account 9.")
+    alice.find_element(By.ID, "send-answer").click()
+    assert (
+        "waits for a runner" in until(alice, lambda d: d.find_elements(By.ID, "resolved"))[0].text
+    )
+    assert store.state_at("asked").waiting_for == "runner"
+    open_pause(bob, inbox, "doubted")
+    assert bob.find_element(By.ID, "kind").text == "Call in doubt"
+    assert bob.find_element(By.ID, "idempotency-key").text == key
+    assert "acct-7" in bob.find_element(By.ID, "arguments").text
+    bob.find_element(By.ID, "result").send_keys("Sent once: ledger entry 77.")
+    bob.find_element(By.ID, "settle-ran").click()
+    (resolved,) = until(bob, lambda d: d.find_elements(By.ID, "resolved"))
+    assert "waits for a runner" in resolved.text
+    assert store.state_at("doubted").waiting_for == "runner"
+    bob.get(inbox)
+    shown = until(bob, lambda d: d.find_element(By.ID, "queue")).text
+    assert "asked" not in shown and "doubted" not in shown

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,15 @@ from covonaut_es.errors import (
 from covonaut_es.inbox import create_app
 from covonaut_es.inbox._app import SECURITY_HEADERS
 from covonaut_es.tools import MAX_ARGUMENTS_DEPTH, check_arguments_limits
-from inbox_support import current, inbox_client, paused, sign_in
+from inbox_support import (
+    HOSTILE,
+    current,
+    in_doubt,
+    inbox_client,
+    paused,
+    paused_on_tool,
+    sign_in,
+)
 from support import call
 from test_approvals import ALICE, VERIFIER, make_agent
 
@@ -78,12 +87,24 @@ def test_api_bodies_json_cannot_carry_are_400(store: Store, body: str) -> None:
     ("arguments", "said"),
     [
         (DEEP, "must nest at most 65 deep"),
-        ('{"a": NaN}', "must be JSON"),
-        ('{"a": Infinity}', "must be JSON"),
-        ('{"a": "\\ud800"}', "must be JSON"),
-        ('{"a": ' + "9" * 5000 + "}", "numbers JSON can carry"),
+        ('{"a": NaN}', "holds NaN"),
+        ('{"a": Infinity}', "holds Infinity"),
+        ('{"a": 1e400}', "holds the number 1e400"),
+        ('{"a": "\\ud800"}', "lone surrogate"),
+        ('{"a": ' + "9" * 5000 + "}", "beyond the 64 bits"),
+        ('{"a": 18446744073709551616}', "beyond the 64 bits"),
+        ('{"amount": 1, "amount": 2}', "names the key &#39;amount&#39; twice"),
     ],
-    ids=["deep", "nan", "infinity", "lone-surrogate", "huge-integer"],
+    ids=[
+        "deep",
+        "nan",
+        "infinity",
+        "overflow",
+        "lone-surrogate",
+        "huge-integer",
+        "65-bits",
+        "repeated-key",
+    ],
 )
 def test_edited_arguments_json_cannot_carry_are_400(
     store: Store, arguments: str, said: str
@@ -265,3 +286,122 @@ def test_options_no_inbox_works_with_are_refused(store: Store, option: dict[str,
     (name,) = option
     with pytest.raises(ConfigurationError, match=name):
         create_app(store, VERIFIER, **option)
+
+
+@pytest.mark.parametrize(
+    ("action", "body", "said"),
+    [
+        ("approve", '{"comment": "a", "comment": "b"}', "names the key 'comment' twice"),
+        ("approve", '{"arguments": {"amount": 1, "amount": 2}}', "names the key 'amount' twice"),
+        ("approve", '{"arguments": {"amount": NaN}}', "holds NaN"),
+        ("approve", '{"arguments": {"amount": Infinity}}', "holds Infinity"),
+        ("approve", '{"arguments": {"amount": -Infinity}}', "holds -Infinity"),
+        ("approve", '{"arguments": {"amount": 1e400}}', "holds the number 1e400"),
+        ("approve", '{"arguments": {"amount": 18446744073709551616}}', "beyond the 64 bits"),
+        ("approve", '{"arguments": [1]}', "must be one JSON object, got a JSON array"),
+        ("approve", '{"arguments": 7}', "must be one JSON object, got a JSON number"),
+        ("approve", '{"digest": "0000"}', "for operation digest '0000'"),
+        ("approve", '{"digest": 7}', "the digest must be text"),
+        ("approve", '{"reviewer": "ceo"}', "unknown fields ['reviewer']"),
+        ("approve", "[]", "the body must be one JSON object"),
+        ("reject", '{"reason": "  "}', "the reason must not be empty"),
+        ("reject", "{}", "the reason must not be empty"),
+        ("reject", '{"reason": "no", "arguments": {"amount": 1}}', "only an approval"),
+        ("respond", '{"answer": "\\n"}', "the answer must not be empty"),
+        ("respond", '{"answer": 7}', "the answer must be text"),
+    ],
+)
+def test_a_refused_decision_over_the_api_records_nothing(
+    store: Store, action: str, body: str, said: str
+) -> None:
+    """The API's body is read by the service's strict reader, the body itself
+    included: each refusal is a 400 naming what was wrong, and the thread is unchanged."""
+    version = store.state_at("t").version
+    with inbox_client(store) as client:
+        url = f"/api/reviews/{review_id(client)}/{action}"
+        headers = {**bearer(), "Content-Type": "application/json"}
+        refused = client.post(url, headers=headers, content=body.encode())
+        assert refused.status_code == 400, refused.text
+        assert said in refused.json()["error"]
+        assert client.get("/api/reviews", headers=bearer()).json() != []
+    assert decided(store) == []
+    assert store.state_at("t").version == version
+
+
+@pytest.mark.parametrize(
+    ("fields", "said"),
+    [
+        ({"action": "approve", "digest": "0" * 64}, "for operation digest &#39;0000"),
+        ({"action": "reject", "reason": " "}, "the reason must not be empty"),
+        ({"action": "respond", "answer": ""}, "the answer must not be empty"),
+        ({"action": "approve-edited", "arguments": "[1]"}, "must be one JSON object"),
+        ({"action": "pay-now"}, "unknown decision &#39;pay-now&#39;"),
+    ],
+)
+def test_a_refused_decision_through_the_form_records_nothing(
+    store: Store, fields: dict[str, str], said: str
+) -> None:
+    """The review page's form is read by the same reader: a digest that is not the
+    review's (the reviewer saw another operation), a blank reason or answer, a
+    non-object edit and an unknown action are each 400, and nothing is recorded."""
+    version = store.state_at("t").version
+    with inbox_client(store) as client:
+        review = review_id(client)
+        csrf = sign_in(client, ALICE)
+        form = {"review": review, "thread": "t", "csrf": csrf, **fields}
+        refused = client.post("/decide", data=form, headers=OWN)
+        assert refused.status_code == 400, refused.text
+        assert said in refused.text
+    assert decided(store) == []
+    assert store.state_at("t").version == version
+
+
+def test_the_review_page_posts_the_digest_it_shows(store: Store) -> None:
+    """Every decision form of the review page carries, hidden, the digest the page
+    shows; posted as it is, the approval is recorded."""
+    with inbox_client(store) as client:
+        review = review_id(client)
+        sign_in(client, ALICE)
+        page = client.get("/review", params={"id": review, "thread": "t"}).text
+        (shown,) = re.findall(r"<dt>Digest</dt><dd><code>([0-9a-f]+)</code>", page)
+        hidden = re.findall(r'name="digest" value="([^"]*)"', page)
+        assert hidden == [shown] * 4
+        csrf = re.findall(r'name="csrf" value="([^"]+)"', page)[0]
+        form = {"action": "approve", "review": review, "thread": "t", "csrf": csrf, "digest": shown}
+        assert client.post("/decide", data=form, headers=OWN).status_code == 200
+    (event,) = decided(store)
+    assert event.digest == shown
+
+
+def test_a_pause_page_shows_hostile_reasons_and_data_as_text(store: Store) -> None:
+    """A tool's pause whose data and ids hold markup is shown escaped, with the
+    thread's messages; a call in doubt's page shows its arguments and idempotency
+    key; the inbox's links to both quote the ids."""
+    thread_id, call_id = "t<b>x</b>&y=1#z", 'c"1<i>/?'
+    paused_on_tool(store, thread_id, call_id=call_id, data={"question": HOSTILE})
+    key = in_doubt(store, "doubt")
+    with inbox_client(store) as client:
+        current(client)
+        sign_in(client, ALICE)
+        listing = client.get("/").text
+        links = [
+            html.unescape(h)
+            for h in re.findall(r'class="open" href="([^"]+/pause\?[^"]+)"', listing)
+        ]
+        assert len(links) == 2
+        pages = [client.get(link) for link in links]
+        for page in pages:
+            assert page.status_code == 200, page.text
+            assert "<script>document" not in page.text and "<b>x</b>" not in page.text
+            assert "unsafe-inline" not in page.headers["content-security-policy"]
+        tool_page = next(p for p in pages if "Tool&#39;s pause" in p.text)
+        assert "&lt;script&gt;document.title" in tool_page.text
+        assert "t&lt;b&gt;x&lt;/b&gt;&amp;y=1#z" in tool_page.text
+        assert "Refund the customer." in tool_page.text  # the thread's messages
+        assert 'id="answer-form"' in tool_page.text and 'id="ran-form"' not in tool_page.text
+        doubt_page = next(p for p in pages if "Call in doubt" in p.text)
+        assert key in doubt_page.text and "acct-7" in doubt_page.text
+        for form in ("ran-form", "not-run-form", "retry-form", "abandon-form"):
+            assert f'id="{form}"' in doubt_page.text
+        missing = client.get("/pause", params={"thread": "doubt", "call": "nope"})
+        assert missing.status_code == 404 and "no pending pause" in missing.text

@@ -1,44 +1,49 @@
-"""The JSON API: list and get pending reviews, and approve, reject or respond to one.
+"""The JSON API: list pending reviews and pauses, decide reviews, answer tools' pauses,
+settle calls in doubt or have them run again, and give threads up.
 
 Authorised by ``Authorization: Bearer <token>`` (or a signed-in session, whose
 state-changing requests must then come from this origin and carry the session's CSRF
-token in ``X-CSRF-Token``). A review already decided answers 409 and nothing is
-recorded.
+token in ``X-CSRF-Token``). The credential is verified once per request, and the
+reviewer it verifies as is who every command of the request records. Bodies are read by
+the service layer's strict reader; a refusal records nothing. A review already decided,
+or a pause no longer waiting for what was asked, answers 409.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
-from covonaut_es.errors import CovonautError
-from covonaut_es.inbox._desk import TEXT_FIELD, Action, decision_json
+from covonaut_es.errors import CovonautError, InvalidDecisionError
 from covonaut_es.inbox._http import (
     HttpError,
     Inbox,
+    QuotedRoute,
     blocking,
-    checked_text,
-    decoded_json,
+    message_of,
     read_body,
     status_of,
-    verify,
+    verified,
 )
+from covonaut_es.inbox._items import decision_json
 from covonaut_es.inbox._sessions import CSRF_FIELD, SESSION_COOKIE, same_origin
+from covonaut_es.service import (
+    TEXT_FIELD,
+    Action,
+    Reviewer,
+    Settlement,
+    json_object,
+    review_submission,
+)
 
-_FIELDS: dict[Action, dict[str, bool]] = {
-    Action.APPROVE: {TEXT_FIELD[Action.APPROVE]: False, "arguments": False},
-    Action.REJECT: {TEXT_FIELD[Action.REJECT]: True},
-    Action.RESPOND: {TEXT_FIELD[Action.RESPOND]: True},
-}
-"""Each action's body fields, and whether each is required."""
 
-
-async def _credential(inbox: Inbox, request: Request, *, changes: bool) -> str:
-    """The verified credential of the request: its bearer token, else its session's."""
+async def _credential(inbox: Inbox, request: Request, *, changes: bool) -> Reviewer:
+    """The reviewer of the request: its bearer token's, else its session's, verified
+    once."""
     authorization = request.headers.get("authorization")
     if authorization is not None:
         scheme, _, token = authorization.partition(" ")
@@ -56,8 +61,7 @@ async def _credential(inbox: Inbox, request: Request, *, changes: bool) -> str:
             msg = f"refused: a change needs this origin and the session's {CSRF_FIELD} token"
             raise HttpError(403, msg)
         credential = session.credential
-    await verify(inbox, credential)
-    return credential
+    return await verified(inbox, credential)
 
 
 def _handled(
@@ -68,18 +72,32 @@ def _handled(
             return JSONResponse(await endpoint(inbox, request))
         except (HttpError, CovonautError) as exc:
             headers = {"WWW-Authenticate": "Bearer"} if status_of(exc) == 401 else None
-            return JSONResponse({"error": str(exc)}, status_of(exc), headers=headers)
+            return JSONResponse({"error": message_of(inbox, exc)}, status_of(exc), headers=headers)
 
     return handle
 
 
-async def _list(inbox: Inbox, request: Request) -> Any:
+async def _body(request: Request, fields: Collection[str]) -> dict[str, Any]:
+    """The request's body: one JSON object (read strictly) of ``fields`` only; an empty
+    body is an empty object."""
+    body = await read_body(request)
+    value = json_object(body, "the body") if body else {}
+    if unknown := set(value) - set(fields):
+        msg = f"unknown fields {sorted(unknown)}: this request takes {sorted(fields)}"
+        raise InvalidDecisionError(msg)
+    return value
+
+
+# Reviews ------------------------------------------------------------------------------
+
+
+async def _reviews(inbox: Inbox, request: Request) -> Any:
     await _credential(inbox, request, changes=False)
     reviews = await blocking(inbox.desk.reviews)
     return [review.to_json() for review in reviews]
 
 
-async def _get(inbox: Inbox, request: Request) -> Any:
+async def _review(inbox: Inbox, request: Request) -> Any:
     await _credential(inbox, request, changes=False)
     thread = request.query_params.get("thread")
     item = await blocking(inbox.desk.review, request.path_params["review_id"], thread)
@@ -87,48 +105,115 @@ async def _get(inbox: Inbox, request: Request) -> Any:
 
 
 def _decider(action: Action) -> Callable[[Inbox, Request], Awaitable[Any]]:
+    text_field = TEXT_FIELD[action]
+
     async def decide(inbox: Inbox, request: Request) -> Any:
-        credential = await _credential(inbox, request, changes=True)
-        body = _fields(await read_body(request), action)
-        thread = request.query_params.get("thread")
-        item = await blocking(inbox.desk.review, request.path_params["review_id"], thread)
-        text = body.get(TEXT_FIELD[action], "")
+        reviewer = await _credential(inbox, request, changes=True)
+        body = await _body(request, (text_field, "arguments", "digest"))
+        submission = review_submission(
+            action,
+            text=body.get(text_field, ""),
+            arguments=body.get("arguments"),
+            digest=body.get("digest"),
+        )
         decision = await blocking(
-            inbox.desk.decide, item, action, credential, text=text, arguments=body.get("arguments")
+            inbox.desk.decide,
+            request.path_params["review_id"],
+            submission,
+            reviewer=reviewer,
+            thread_id=request.query_params.get("thread"),
         )
         return decision_json(decision)
 
     return decide
 
 
-def _fields(body: bytes, action: Action) -> dict[str, Any]:
-    """The body's fields for ``action``, checked: a JSON object with known keys only."""
-    value = decoded_json(body, "the body") if body else {}
-    if not isinstance(value, dict):
-        raise HttpError(400, f"the body must be a JSON object, got {type(value).__name__}")
-    fields = _FIELDS[action]
-    if unknown := set(value) - set(fields):
-        msg = f"unknown fields {sorted(unknown)}; {action} takes {sorted(fields)}"
-        raise HttpError(400, msg)
-    checked: dict[str, Any] = {}
-    for name, required in fields.items():
-        if name == "arguments":
-            arguments = value.get(name)
-            if arguments is not None and not isinstance(arguments, dict):
-                raise HttpError(400, "arguments must be a JSON object of the tool's arguments")
-            checked[name] = arguments
-        elif name in value or required:
-            checked[name] = checked_text(value.get(name), name, required=required)
-    return checked
+# Pauses -------------------------------------------------------------------------------
 
 
-def api_routes(inbox: Inbox) -> list[Route]:
-    """The JSON API's routes."""
-    routes = [
-        Route("/api/reviews", _handled(_list, inbox), methods=["GET"]),
-        Route("/api/reviews/{review_id}", _handled(_get, inbox), methods=["GET"]),
+async def _pauses(inbox: Inbox, request: Request) -> Any:
+    await _credential(inbox, request, changes=False)
+    pauses = await blocking(inbox.desk.pauses)
+    return [pause.to_json() for pause in pauses]
+
+
+async def _answer(inbox: Inbox, request: Request) -> Any:
+    reviewer = await _credential(inbox, request, changes=True)
+    body = await _body(request, ("answer",))
+    thread_id, call_id = request.path_params["thread_id"], request.path_params["tool_call_id"]
+    await blocking(inbox.desk.answer, thread_id, call_id, body.get("answer", ""), reviewer=reviewer)
+    return _recorded(thread_id, call_id, "answer", reviewer)
+
+
+async def _settle(inbox: Inbox, request: Request) -> Any:
+    reviewer = await _credential(inbox, request, changes=True)
+    body = await _body(request, ("ran", "result", "note"))
+    settlement = _settlement(body)
+    thread_id, call_id = request.path_params["thread_id"], request.path_params["tool_call_id"]
+    await blocking(inbox.desk.settle, thread_id, call_id, settlement, reviewer=reviewer)
+    return {**_recorded(thread_id, call_id, "settle", reviewer), "ran": settlement.ran}
+
+
+def _settlement(body: dict[str, Any]) -> Settlement:
+    """A settle request's body: ``{"ran": true, "result": ...}`` or ``{"ran": false,
+    "note": ...}``."""
+    ran = body.get("ran")
+    if not isinstance(ran, bool):
+        msg = (
+            f'"ran" must be true (the call ran: give its "result") or false (it did not: '
+            f'an optional "note" says why), got {ran!r}'
+        )
+        raise InvalidDecisionError(msg)
+    other = "note" if ran else "result"
+    if other in body:
+        msg = f'a call that {"ran" if ran else "did not run"} is settled without a "{other}"'
+        raise InvalidDecisionError(msg)
+    return (
+        Settlement.ran_with(body.get("result", ""))
+        if ran
+        else Settlement.not_run(body.get("note", ""))
+    )
+
+
+async def _retry(inbox: Inbox, request: Request) -> Any:
+    reviewer = await _credential(inbox, request, changes=True)
+    await _body(request, ())
+    thread_id, call_id = request.path_params["thread_id"], request.path_params["tool_call_id"]
+    await blocking(inbox.desk.request_retry, thread_id, call_id, reviewer=reviewer)
+    return _recorded(thread_id, call_id, "retry", reviewer)
+
+
+async def _abandon(inbox: Inbox, request: Request) -> Any:
+    reviewer = await _credential(inbox, request, changes=True)
+    body = await _body(request, ("reason",))
+    thread_id = request.path_params["thread_id"]
+    reason = body.get("reason", "")
+    await blocking(inbox.desk.abandon, thread_id, reason, reviewer=reviewer)
+    return {"thread_id": thread_id, "action": "abandon", "reviewer": reviewer.id, "reason": reason}
+
+
+def _recorded(thread_id: str, call_id: str, action: str, reviewer: Reviewer) -> dict[str, Any]:
+    return {
+        "thread_id": thread_id,
+        "tool_call_id": call_id,
+        "action": action,
+        "reviewer": reviewer.id,
+    }
+
+
+def api_routes(inbox: Inbox) -> list[BaseRoute]:
+    """The JSON API's routes (those naming a thread or call read them quoted)."""
+    routes: list[BaseRoute] = [
+        Route("/api/reviews", _handled(_reviews, inbox), methods=["GET"]),
+        Route("/api/reviews/{review_id}", _handled(_review, inbox), methods=["GET"]),
+        Route("/api/pauses", _handled(_pauses, inbox), methods=["GET"]),
     ]
     for action in Action:
         path = f"/api/reviews/{{review_id}}/{action}"
         routes.append(Route(path, _handled(_decider(action), inbox), methods=["POST"]))
+    pause = "/api/pauses/{thread_id}/{tool_call_id}"
+    for name, endpoint in (("answer", _answer), ("settle", _settle), ("retry", _retry)):
+        routes.append(QuotedRoute(f"{pause}/{name}", _handled(endpoint, inbox), methods=["POST"]))
+    abandon = _handled(_abandon, inbox)
+    routes.append(QuotedRoute("/api/threads/{thread_id}/abandon", abandon, methods=["POST"]))
     return routes

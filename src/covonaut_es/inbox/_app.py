@@ -22,6 +22,7 @@ from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from covonaut_es._text import printable
+from covonaut_es.domain import PauseKind
 from covonaut_es.errors import ConfigurationError
 from covonaut_es.inbox._api import api_routes
 from covonaut_es.inbox._desk import ReviewDesk
@@ -45,6 +46,14 @@ SECURITY_HEADERS = {
     "Cross-Origin-Opener-Policy": "same-origin",
     "Cross-Origin-Resource-Policy": "same-origin",
 }
+
+
+KIND_NAMES = {
+    PauseKind.REVIEW: "Review",
+    PauseKind.TOOL: "Tool's pause",
+    PauseKind.IN_DOUBT: "Call in doubt",
+}
+"""What the pages call each kind of pause."""
 
 
 def _server_error(_: Request, __: Exception) -> Response:
@@ -81,6 +90,12 @@ def _pretty(value: Any) -> str:
     return printable_lines(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False))
 
 
+def _shown(value: Any) -> str:
+    """Text as its lines, anything else as indented JSON (a call in doubt's arguments
+    are the model's text, a review's arguments and a tool's data are JSON)."""
+    return printable_lines(value) if isinstance(value, str) else _pretty(value)
+
+
 def printable_lines(text: str) -> str:
     """``text`` with each line neutralised by ``printable``, its line breaks kept."""
     return "\n".join(printable(line) for line in text.split("\n"))
@@ -102,7 +117,10 @@ def _templates() -> Jinja2Templates:
         autoescape=True,  # every template: values from models are hostile
         undefined=jinja2.StrictUndefined,
     )
-    environment.filters.update(printable=printable, lines=printable_lines, pretty=_pretty, age=_age)
+    environment.filters.update(
+        printable=printable, lines=printable_lines, pretty=_pretty, shown=_shown, age=_age
+    )
+    environment.globals["kind_names"] = KIND_NAMES
     return Jinja2Templates(env=environment)
 
 

@@ -1,269 +1,193 @@
-"""The reviewer's desk: what the inbox reads and decides, free of HTTP.
+"""The reviewer's desk: what the inbox reads and records, free of HTTP.
 
-:class:`ReviewDesk` lists pending reviews from the reviewer queue, finds one review (in
-the queue, or decided, in its thread's record), gathers a thread's history, and records
-decisions through an ``Agent`` whose verifier establishes the reviewer from the
-credential it is handed. Every method blocks; the web layer runs them in worker threads.
+:class:`ReviewDesk` lists what waits for a person from the reviewer queue (reviews to
+decide, tools' pauses to answer, calls in doubt to settle), finds one review or pause as
+its thread records it, gathers a thread's history, and records what reviewers do through
+the service layer (:class:`~covonaut_es.service.ThreadService`), under the
+:class:`~covonaut_es.service.Reviewer` the request's authentication established. What it
+recorded is left out of its listings until its queue has caught up with the save. Every
+method blocks; the web layer runs them in worker threads.
 """
 
 from __future__ import annotations
 
-import enum
-from datetime import datetime
-from typing import Any
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-import attrs
-
-from covonaut_es.audit import AuditEntry, AuditReport
-from covonaut_es.domain import Checkpoint, Review, ReviewDecision, ThreadTree
-from covonaut_es.domain._reviews import review_reason
-from covonaut_es.errors import ReviewNotFoundError, ThreadNotFoundError
+from covonaut_es.domain import PauseKind, ReviewDecision
+from covonaut_es.errors import ThreadNotFoundError
+from covonaut_es.inbox._items import (
+    Page,
+    PauseView,
+    PendingItem,
+    ReviewItem,
+    ThreadView,
+)
 from covonaut_es.messages import Message
 from covonaut_es.projections import PendingReview, ReviewQueue
-from covonaut_es.providers import ScriptedProvider
-from covonaut_es.runtime import Agent, AgentConfig, CheckpointSettings, ReviewerVerifier
+from covonaut_es.projections._items import QUEUE_EVENT_TYPES
+from covonaut_es.service import (
+    Reviewer,
+    ReviewerVerifier,
+    ReviewSubmission,
+    Settlement,
+    ThreadService,
+    person_text,
+)
 from covonaut_es.store import Store
 
+T = TypeVar("T")
 
-class Action(enum.StrEnum):
-    """What a reviewer can do with a pending review."""
-
-    APPROVE = "approve"
-    REJECT = "reject"
-    RESPOND = "respond"
-
-
-TEXT_FIELD: dict[Action, str] = {
-    Action.APPROVE: "comment",
-    Action.REJECT: "reason",
-    Action.RESPOND: "answer",
-}
-"""The name each action gives its text, in the pages' forms and the API's bodies."""
-
-
-class AmbiguousReviewError(ReviewNotFoundError):
-    """A review id is pending in several threads (forks inherit pending reviews)."""
-
-
-@attrs.frozen
-class ReviewItem:
-    """One review as the inbox shows it: the request, and its decision once decided."""
-
-    review_id: str
-    thread_id: str
-    tool_name: str
-    arguments: dict[str, Any]
-    digest: str
-    reason: str
-    requested_at: datetime | None
-    decision: ReviewDecision | None = None
-    branch_parent: str | None = None
-
-    @classmethod
-    def pending(cls, item: PendingReview) -> ReviewItem:
-        """From a queue item of a review request."""
-        data = item.data if isinstance(item.data, dict) else {}
-        arguments = data.get("arguments")
-        return cls(
-            review_id=item.review_id or "",
-            thread_id=item.thread_id,
-            tool_name=item.tool_name,
-            arguments=arguments if isinstance(arguments, dict) else {},
-            digest=item.digest or "",
-            reason=item.reason,
-            requested_at=item.requested_at,
-            branch_parent=item.branch_parent,
-        )
-
-    @classmethod
-    def recorded(cls, review: Review, thread_id: str, queued: PendingReview | None) -> ReviewItem:
-        """From a thread's own record of a review (pending or decided), with the time
-        the queue item (if still queued) says it was asked for."""
-        request = review.request
-        return cls(
-            review_id=request.review_id,
-            thread_id=thread_id,
-            tool_name=request.tool_name,
-            arguments=request.arguments,
-            digest=request.digest,
-            reason=review_reason(request),
-            requested_at=queued.requested_at if queued else None,
-            decision=review.decision,
-            branch_parent=queued.branch_parent if queued else None,
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        """The review as the JSON API gives it."""
-        decision = self.decision
-        return {
-            "review_id": self.review_id,
-            "thread_id": self.thread_id,
-            "tool_name": self.tool_name,
-            "arguments": self.arguments,
-            "reason": self.reason,
-            "digest": self.digest,
-            "requested_at": self.requested_at.isoformat() if self.requested_at else None,
-            "status": "pending" if decision is None else str(decision.decision),
-            "decision": None if decision is None else decision_json(decision),
-        }
-
-
-def decision_json(decision: ReviewDecision) -> dict[str, Any]:
-    """A recorded decision as the JSON API gives it."""
-    return {
-        "review_id": decision.review_id,
-        "thread_id": decision.thread_id,
-        "decision": str(decision.decision),
-        "reviewer": decision.reviewer,
-        "digest": decision.digest,
-        "comment": decision.comment,
-        "arguments": decision.arguments,
-        "decided_at": decision.decided_at.isoformat(),
-    }
-
-
-@attrs.frozen
-class Page:
-    """One page of the inbox: the reviews shown, and how many match in all."""
-
-    items: tuple[ReviewItem, ...]
-    total: int
-    number: int
-    size: int
-
-    @property
-    def last(self) -> int:
-        """The number of the last page (1 when nothing matches)."""
-        return max(1, -(-self.total // self.size))
-
-
-@attrs.frozen
-class ThreadView:
-    """What the thread page shows."""
-
-    thread_id: str
-    status: str
-    timeline: tuple[AuditEntry, ...]
-    checkpoints: tuple[Checkpoint, ...]
-    tree: ThreadTree
-    audit: AuditReport
+RECENT_MESSAGES = 8
+"""How many of a thread's last messages a review or pause page shows."""
 
 
 class ReviewDesk:
-    """Reads the queue and the store, and records verified decisions.
+    """Reads the queue and the store, and records what verified reviewers do.
+
+    What the desk records is left out of its listings until its queue has caught up
+    with the store's log as it stood right after the save: the server that recorded a
+    change never lists the item as pending afterwards, however far its queue lags.
 
     Args:
-        store: The store the reviews' threads live in.
+        store: The store the pauses' threads live in.
         queue: The reviewer queue of that store, followed by the caller.
-        verifier: Establishes the reviewer of every decision from its credential.
+        verifier: Establishes the reviewer of every request from its credential.
     """
 
     def __init__(self, store: Store, queue: ReviewQueue, verifier: ReviewerVerifier) -> None:
         self.store = store
         self.queue = queue
         self.verifier = verifier
+        self.service = ThreadService(store, verifier=verifier)
+        # (thread id, item id, or None for every item of the thread) -> log position
+        self._recorded: dict[tuple[str, str | None], int] = {}
+        self._lock = threading.Lock()
+
+    # Reading ------------------------------------------------------------------------
+
+    def reviewer(self, credential: Any) -> Reviewer:
+        """The reviewer ``credential`` verifies as (one verification).
+
+        Raises:
+            ReviewerNotVerifiedError: It does not verify.
+        """
+        return self.service.reviewer(credential)
 
     def position(self) -> int:
         """The queue's log position: it changes whenever the queue may have."""
         return self.queue.position()
 
+    def pending(self) -> tuple[PendingReview, ...]:
+        """Every pause the queue holds, oldest first, less those this desk recorded a
+        change to that the queue has not caught up with yet."""
+        waiting = self._waiting()
+        items = self.queue.pending()  # after the position: at least as new as it
+        if not waiting:
+            return items
+        return tuple(
+            item
+            for item in items
+            if (item.thread_id, item.item_id) not in waiting
+            and (item.thread_id, None) not in waiting
+        )
+
+    def _waiting(self) -> set[tuple[str, str | None]]:
+        """The items recorded here that the queue has not caught up with; forgets the
+        others."""
+        with self._lock:
+            if not self._recorded:
+                return set()
+            recorded = dict(self._recorded)
+        position = self.queue.position()
+        waiting = {key for key, at in recorded.items() if at > position}
+        # The queue tracks its own events only: past the last of them, it is current.
+        if waiting and not self.store._has_events_after(position, *QUEUE_EVENT_TYPES):
+            waiting = set()
+        with self._lock:
+            for key, at in recorded.items():
+                if key not in waiting and self._recorded.get(key) == at:
+                    del self._recorded[key]
+        return waiting
+
     def reviews(self) -> tuple[ReviewItem, ...]:
-        """Every pending review request, oldest first (interrupts of tools that are not
-        reviews are not decided here)."""
-        return tuple(ReviewItem.pending(i) for i in self.queue.pending() if i.review_id)
+        """Every pending review request, oldest first."""
+        return tuple(ReviewItem.pending(i) for i in self.pending() if i.review_id)
+
+    def pauses(self) -> tuple[PendingItem, ...]:
+        """Every pause waiting for a person, of every kind, oldest first."""
+        return tuple(PendingItem.queued(item) for item in self.pending())
 
     def page(
-        self, *, thread: str = "", tool: str = "", newest_first: bool = False, number: int = 1,
-        size: int = 50,
+        self, *, thread: str = "", tool: str = "", kind: str = "", newest_first: bool = False,
+        number: int = 1, size: int = 50,
     ) -> Page:  # fmt: skip
-        """One page of the pending reviews, filtered by thread and tool (only the
+        """One page of the pending pauses, filtered by thread, tool and kind (only the
         page's items are converted, so a long queue costs one pass)."""
         items = [
             item
-            for item in self.queue.pending()
-            if item.review_id
-            and (not thread or item.thread_id == thread)
+            for item in self.pending()
+            if (not thread or item.thread_id == thread)
             and (not tool or item.tool_name == tool)
+            and (not kind or item.kind == kind)
         ]
         if newest_first:
             items.reverse()
         number = max(1, number)
         start = (number - 1) * size
-        shown = tuple(ReviewItem.pending(item) for item in items[start : start + size])
+        shown = tuple(PendingItem.queued(item) for item in items[start : start + size])
         return Page(shown, len(items), number, size)
 
     def review(self, review_id: str, thread_id: str | None = None) -> ReviewItem:
-        """The review with that id, as its thread records it now (the queue, which may
-        lag behind, only says which thread has it pending when none is named).
+        """The review with that id, as its thread records it now.
 
         Raises:
             ReviewNotFoundError: No such review (in that thread).
             AmbiguousReviewError: Pending in several threads and none named.
         """
-        queued = [
-            item
-            for item in self.queue.pending()
-            if review_id and item.review_id == review_id and thread_id in (None, item.thread_id)
-        ]
-        if thread_id is None and len(queued) > 1:
-            threads = ", ".join(repr(item.thread_id) for item in queued)
-            msg = (
-                f"review {review_id!r} is pending in several threads ({threads}): a fork "
-                "inherits its parent's pending reviews; name the thread with ?thread=ID"
-            )
-            raise AmbiguousReviewError(msg)
-        thread_id = (
-            thread_id if thread_id is not None else (queued[0].thread_id if queued else None)
+        found = self.service.find_review(review_id, thread_id=thread_id)
+        queued = next(
+            (
+                item
+                for item in self.queue.pending()
+                if item.review_id == review_id and item.thread_id == found.thread_id
+            ),
+            None,
         )
-        if thread_id is not None and self.store.exists(thread_id):
-            for review in self.store.state_at(thread_id).reviews:
-                if review.request.review_id == review_id:
-                    return ReviewItem.recorded(review, thread_id, queued[0] if queued else None)
-        where = "any pending review" if thread_id is None else f"thread {thread_id!r}"
-        msg = f"no review {review_id!r} in {where}; a decided review is found with ?thread=ID"
-        raise ReviewNotFoundError(msg)
+        return ReviewItem.recorded(found.review, found.thread_id, queued)
 
-    def messages(self, thread_id: str, last: int = 8) -> tuple[Message, ...]:
+    def messages(self, thread_id: str, last: int = RECENT_MESSAGES) -> tuple[Message, ...]:
         """The thread's last messages, for context."""
         return self.store.state_at(thread_id).messages[-last:]
 
-    def decide(
-        self,
-        item: ReviewItem,
-        action: Action,
-        credential: str,
-        *,
-        text: str = "",
-        arguments: dict[str, Any] | None = None,
-    ) -> ReviewDecision:
-        """Record a decision of the reviewer ``credential`` verifies as; ``text`` is the
-        comment, the reason or the answer.
+    def pause(self, thread_id: str, tool_call_id: str) -> PauseView | None:
+        """The pending pause on that call, as the thread records it now (one load);
+        None when the thread has none (it resumed, or never paused there).
 
         Raises:
-            ReviewerNotVerifiedError: The credential does not verify; nothing is recorded.
-            StaleReviewError: The review was decided already; nothing is recorded.
+            ThreadNotFoundError: No such thread.
         """
-        agent = Agent(
-            AgentConfig(
-                provider=ScriptedProvider(),  # deciding never calls a model
-                reviewer_verifier=self.verifier,
-                checkpoint=CheckpointSettings(store=self.store, thread_id=item.thread_id),
-            )
+        state = self.store.state_at(thread_id)
+        on_call = [p for p in state.pauses if p.interrupt.tool_call_id == tool_call_id]
+        if not on_call:
+            return None
+        # A call held for review that is also a tool's pause is answered here first.
+        pause = next((p for p in on_call if p.kind is not PauseKind.REVIEW), on_call[0])
+        call = next((c for c in state.open_calls if c.call.id == tool_call_id), None)
+        return PauseView(
+            thread_id=thread_id,
+            status=str(state.status),
+            pause=pause,
+            call=call if pause.kind is PauseKind.IN_DOUBT else None,
+            messages=state.messages[-RECENT_MESSAGES:],
         )
-        if action is Action.APPROVE:
-            return agent.approve(
-                item.review_id, reviewer=credential, comment=text, arguments=arguments
-            )
-        if action is Action.REJECT:
-            return agent.reject(item.review_id, reviewer=credential, reason=text)
-        return agent.respond(item.review_id, reviewer=credential, answer=text)
 
     def thread(self, thread_id: str) -> ThreadView:
         """The thread page's content.
 
         Raises:
-            ThreadNotFoundError: No such thread (said without the store's location,
-                which is the operator's business, not the reviewer's).
+            ThreadNotFoundError: No such thread.
         """
         if not self.store.exists(thread_id):
             raise ThreadNotFoundError(f"no thread {thread_id!r}")
@@ -285,3 +209,78 @@ class ReviewDesk:
         except Exception:
             return False
         return True
+
+    # Recording ----------------------------------------------------------------------
+
+    def decide(
+        self,
+        review_id: str,
+        submission: ReviewSubmission,
+        *,
+        reviewer: Reviewer,
+        thread_id: str | None = None,
+    ) -> ReviewDecision:
+        """Record a reviewer's decision (see :meth:`ThreadService.decide
+        <covonaut_es.service.ThreadService.decide>`, whose errors it raises)."""
+        decision = self.service.decide(
+            review_id, submission, reviewer=reviewer, thread_id=thread_id
+        )
+        self._remember(decision.thread_id, review_id)
+        return decision
+
+    def answer(
+        self, thread_id: str, tool_call_id: str, text: object, *, reviewer: Reviewer
+    ) -> None:
+        """Record a person's answer to a tool's pause (:meth:`ThreadService.answer
+        <covonaut_es.service.ThreadService.answer>`)."""
+        self._recording(
+            thread_id,
+            tool_call_id,
+            lambda: self.service.answer(thread_id, tool_call_id, text, reviewer=reviewer),
+        )
+
+    def settle(
+        self, thread_id: str, tool_call_id: str, settlement: Settlement, *, reviewer: Reviewer
+    ) -> None:
+        """Record what a person found of a call in doubt (:meth:`ThreadService.settle
+        <covonaut_es.service.ThreadService.settle>`)."""
+        self._recording(
+            thread_id,
+            tool_call_id,
+            lambda: self.service.settle(thread_id, tool_call_id, settlement, reviewer=reviewer),
+        )
+
+    def request_retry(self, thread_id: str, tool_call_id: str, *, reviewer: Reviewer) -> None:
+        """Ask for a call in doubt to run again (:meth:`ThreadService.request_retry
+        <covonaut_es.service.ThreadService.request_retry>`)."""
+        self._recording(
+            thread_id,
+            tool_call_id,
+            lambda: self.service.request_retry(thread_id, tool_call_id, reviewer=reviewer),
+        )
+
+    def abandon(self, thread_id: str, reason: object, *, reviewer: Reviewer) -> None:
+        """Give a thread up (:meth:`ThreadService.abandon
+        <covonaut_es.service.ThreadService.abandon>`): every pause of it leaves the list.
+        A person who gives a thread up from the inbox says why.
+
+        Raises:
+            InvalidDecisionError: The reason is no text, too long, or blank.
+        """
+        text = person_text(reason, "reason", required=True)
+        self._recording(
+            thread_id, None, lambda: self.service.abandon(thread_id, text, reviewer=reviewer)
+        )
+
+    def _recording(self, thread_id: str, item_id: str | None, command: Callable[[], T]) -> T:
+        result = command()
+        self._remember(thread_id, item_id)
+        return result
+
+    def _remember(self, thread_id: str, item_id: str | None) -> None:
+        """Leave the item (None: every item of the thread) out of the listings until the
+        queue has caught up with the log as it stands now, right after the save."""
+        position = self.store._log_position()
+        with self._lock:
+            key = (thread_id, item_id)
+            self._recorded[key] = max(position, self._recorded.get(key, 0))

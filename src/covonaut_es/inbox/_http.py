@@ -1,39 +1,42 @@
 """What the pages and the JSON API share: the inbox's parts, bounded request bodies,
-the verification of a reviewer's credential, and the HTTP status of each error."""
+the reviewer a request's credential verifies as, routes whose ids may hold any
+character, and the HTTP status and message of each error."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any, TypeVar
+from urllib.parse import quote, unquote_to_bytes
 
 import attrs
-import msgspec
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
+from starlette.routing import Match, Route
 from starlette.templating import Jinja2Templates
+from starlette.types import Scope
 
 from covonaut_es.errors import (
+    AmbiguousReviewError,
     CovonautError,
     IdentityProviderUnavailableError,
+    InvalidDecisionError,
     InvalidThreadIdError,
     ReviewerNotVerifiedError,
     ReviewNotFoundError,
     StaleReviewError,
+    ThreadBusyError,
     ThreadConflictError,
     ThreadNotFoundError,
     ThreadStateError,
 )
-from covonaut_es.inbox._desk import AmbiguousReviewError, ReviewDesk
+from covonaut_es.inbox._desk import ReviewDesk
 from covonaut_es.inbox._sessions import SESSION_COOKIE, Session, Sessions
-from covonaut_es.tools import MAX_ARGUMENTS_DEPTH, json_depth
+from covonaut_es.service import Reviewer
 
 T = TypeVar("T")
 
 MAX_BODY_BYTES = 64 * 1024
 """The largest request body accepted: a decision with edited arguments fits easily."""
-
-MAX_TEXT_CHARS = 10_000
-"""The longest comment, reason or answer accepted."""
 
 
 class HttpError(Exception):
@@ -49,11 +52,11 @@ class Inbox:
     """The parts every route uses.
 
     Attributes:
-        desk: Reads the queue and the store, records decisions.
+        desk: Reads the queue and the store, records what reviewers do.
         sessions: The signed-in reviewers.
         templates: The pages' Jinja2 templates (autoescaped).
         allowed_origins: Origins besides the inbox's own whose forms may post to it.
-        page_size: Reviews per inbox page.
+        page_size: Pauses per inbox page.
         wait_seconds: How long a live-update request waits for a change.
     """
 
@@ -65,15 +68,31 @@ class Inbox:
     wait_seconds: float
 
 
+@attrs.frozen
+class SignedIn:
+    """A request's session, and the reviewer its credential verified as for this
+    request: the one verification every command of the request uses.
+
+    Attributes:
+        session: The session.
+        reviewer: Who acts.
+    """
+
+    session: Session
+    reviewer: Reviewer
+
+
 _STATUSES: tuple[tuple[type[Exception], int], ...] = (
     (IdentityProviderUnavailableError, 503),  # before its base: the token is not at fault
     (ReviewerNotVerifiedError, 401),
+    (InvalidDecisionError, 400),
     (StaleReviewError, 409),
-    (AmbiguousReviewError, 400),
+    (AmbiguousReviewError, 400),  # before its base: the review exists, name its thread
     (ReviewNotFoundError, 404),
     (ThreadNotFoundError, 404),
     (InvalidThreadIdError, 404),
     (ThreadConflictError, 409),
+    (ThreadBusyError, 409),
     (ThreadStateError, 409),
 )
 
@@ -86,6 +105,13 @@ def status_of(exc: Exception) -> int:
         if isinstance(exc, error_class):
             return status
     return 400 if isinstance(exc, CovonautError) else 500
+
+
+def message_of(inbox: Inbox, exc: Exception) -> str:
+    """What a reviewer is told of an error: its message, without the store's location
+    (the operator's business, not the reviewer's)."""
+    url = inbox.desk.store.url
+    return str(exc).replace(f"in store {url}", "in the store").replace(url, "the store")
 
 
 async def blocking(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -106,52 +132,18 @@ async def read_body(request: Request) -> bytes:
     return body
 
 
-def decoded_json(text: str | bytes, what: str) -> Any:
-    """JSON from a request, as strictly as a model's tool arguments are read: nested at
-    most one level deeper than arguments may be (the object around them), valid UTF-8,
-    no NaN, infinity or lone surrogate, no number JSON cannot carry.
-
-    Raises:
-        HttpError: 400, naming ``what`` and what is wrong with it.
-    """
-    brackets = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
-    if (depth := json_depth(brackets)) > MAX_ARGUMENTS_DEPTH + 1:
-        msg = f"{what} must nest at most {MAX_ARGUMENTS_DEPTH + 1} deep, not {depth}"
-        raise HttpError(400, msg)
-    try:
-        return msgspec.json.decode(text)
-    except msgspec.ValidationError as exc:
-        raise HttpError(400, f"{what} must hold only numbers JSON can carry: {exc}") from exc
-    except msgspec.DecodeError as exc:
-        raise HttpError(400, f"{what} must be JSON: {exc}") from exc
-
-
-def checked_text(value: object, name: str, *, required: bool = False) -> str:
-    """A comment, reason or answer from a request, checked for type and length."""
-    if not isinstance(value, str):
-        raise HttpError(400, f"{name} must be a string, got {type(value).__name__}")
-    if len(value) > MAX_TEXT_CHARS:
-        raise HttpError(400, f"{name} exceeds {MAX_TEXT_CHARS} characters")
-    if required and not value.strip():
-        raise HttpError(400, f"{name} must not be empty")
-    return value
-
-
-async def verify(inbox: Inbox, credential: str) -> str:
-    """The reviewer id the verifier establishes from ``credential``.
+async def verified(inbox: Inbox, credential: str) -> Reviewer:
+    """The reviewer ``credential`` verifies as: the request's one verification.
 
     Raises:
         ReviewerNotVerifiedError: It does not verify.
     """
-    reviewer = await blocking(inbox.desk.verifier.verify, credential)
-    if not isinstance(reviewer, str) or not reviewer:
-        msg = "the reviewer verifier returned no reviewer id"
-        raise ReviewerNotVerifiedError(msg)
-    return reviewer
+    return await blocking(inbox.desk.reviewer, credential)
 
 
-async def signed_in(inbox: Inbox, request: Request) -> Session | None:
-    """The request's session, if its credential still verifies (else it is ended).
+async def signed_in(inbox: Inbox, request: Request) -> SignedIn | None:
+    """The request's session and its reviewer, if its credential still verifies (else
+    the session is ended).
 
     Raises:
         IdentityProviderUnavailableError: The credential could not be checked; the
@@ -161,10 +153,46 @@ async def signed_in(inbox: Inbox, request: Request) -> Session | None:
     if session is None:
         return None
     try:
-        await verify(inbox, session.credential)
+        reviewer = await verified(inbox, session.credential)
     except IdentityProviderUnavailableError:
         raise
     except ReviewerNotVerifiedError:
         inbox.sessions.close(session.session_id)
         return None
-    return session
+    return SignedIn(session, reviewer)
+
+
+def quoted(value: str) -> str:
+    """``value`` as one segment of a URL's path: every character but letters, digits
+    and ``-_~`` percent-encoded (the dot too, so that ``.`` and ``..`` are no dot
+    segments a client would resolve)."""
+    return quote(value, safe="").replace(".", "%2E")
+
+
+class QuotedRoute(Route):
+    """A route whose path parameters are read from the request's raw path and decoded
+    one by one: an id holding ``/`` (sent as ``%2F``) stays one parameter, where the
+    decoded path would split it. Its links are written with :func:`quoted`."""
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        """Match the raw path, less the segments of the mount's ``root_path``."""
+        raw = scope.get("raw_path")
+        if scope["type"] != "http" or not isinstance(raw, bytes):
+            return super().matches(scope)
+        segments = raw.decode("latin-1").split("/")
+        mounted = scope.get("root_path", "").rstrip("/").count("/")
+        match = self.path_regex.match("/".join(["", *segments[1 + mounted :]]))
+        if match is None:
+            return Match.NONE, {}
+        try:
+            params = {
+                name: unquote_to_bytes(value.encode("latin-1")).decode("utf-8")
+                for name, value in match.groupdict().items()
+            }
+        except UnicodeDecodeError:
+            return Match.NONE, {}
+        path_params = {**scope.get("path_params", {}), **params}
+        child = {"endpoint": self.endpoint, "path_params": path_params}
+        if self.methods and scope["method"] not in self.methods:
+            return Match.PARTIAL, child
+        return Match.FULL, child

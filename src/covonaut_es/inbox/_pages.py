@@ -1,8 +1,9 @@
-"""The inbox's pages: sign-in, the pending reviews (with their live update), one
-review with its actions, and one thread.
+"""The inbox's pages: sign-in, what waits for a person (with its live update), one
+review with its actions, one pause with its actions, and one thread.
 
 No page changes anything on GET. Every POST must come from this origin and carry the
-session's CSRF token; a decision re-verifies the reviewer's credential.
+session's CSRF token; the reviewer's credential is verified once per request, and every
+command of the request records the reviewer it verified as.
 """
 
 from __future__ import annotations
@@ -17,23 +18,34 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from covonaut_es.errors import CovonautError, ReviewerNotVerifiedError
-from covonaut_es.inbox._desk import TEXT_FIELD, Action, ReviewItem
+from covonaut_es.domain import PauseKind
+from covonaut_es.errors import (
+    CovonautError,
+    InvalidDecisionError,
+    ReviewerNotVerifiedError,
+    StaleReviewError,
+)
 from covonaut_es.inbox._http import (
     HttpError,
     Inbox,
+    SignedIn,
     blocking,
-    checked_text,
-    decoded_json,
+    message_of,
     read_body,
     signed_in,
     status_of,
-    verify,
+    verified,
 )
+from covonaut_es.inbox._items import ReviewItem
 from covonaut_es.inbox._sessions import CSRF_FIELD, SESSION_COOKIE, Session, same_origin
+from covonaut_es.service import TEXT_FIELD, Action, ReviewSubmission, Settlement, review_submission
 
 _POLL_SECONDS = 0.05
 """How often a live-update request looks at the queue's position."""
+
+_PAUSE_ACTIONS = ("answer", "ran", "not-run", "retry", "abandon")
+"""What the pause page's forms post: answer a tool's pause, settle a call in doubt as
+run or as not run, have it run again, or give the thread up."""
 
 
 def _page(
@@ -44,7 +56,14 @@ def _page(
 
 def _error(inbox: Inbox, request: Request, exc: Exception, session: Session | None) -> Response:
     status = status_of(exc)
-    context = {"session": session, "status": status, "message": str(exc)}
+    titles = {409: "Not possible now", 403: "Refused", 404: "Not found"}
+    title = "Already decided" if isinstance(exc, StaleReviewError) else titles.get(status)
+    context = {
+        "session": session,
+        "status": status,
+        "title": title or f"Error {status}",
+        "message": message_of(inbox, exc),
+    }
     return _page(inbox, request, "error.html", context, status)
 
 
@@ -53,38 +72,38 @@ def _to_login(request: Request) -> Response:
 
 
 def _for_reviewers(
-    inbox: Inbox, handler: Callable[[Request, Session], Awaitable[Response]]
+    inbox: Inbox, handler: Callable[[Request, SignedIn], Awaitable[Response]]
 ) -> Callable[[Request], Awaitable[Response]]:
     """A page for signed-in reviewers only (others are sent to sign in), whose refusals
     and errors are shown as an error page with their status."""
 
     async def page(request: Request) -> Response:
-        session = None
+        signed = None
         try:
-            session = await signed_in(inbox, request)
-            if session is None:
+            signed = await signed_in(inbox, request)
+            if signed is None:
                 return _to_login(request)
-            return await handler(request, session)
+            return await handler(request, signed)
         except (HttpError, CovonautError) as exc:
-            return _error(inbox, request, exc, session)
+            return _error(inbox, request, exc, signed.session if signed else None)
 
     return page
 
 
 def _for_live_updates(
-    inbox: Inbox, handler: Callable[[Request, Session], Awaitable[Response]]
+    inbox: Inbox, handler: Callable[[Request, SignedIn], Awaitable[Response]]
 ) -> Callable[[Request], Awaitable[Response]]:
     """A live-update endpoint of the inbox page's script: signed-in reviewers only,
     its refusals and errors answered as JSON with their status."""
 
     async def endpoint(request: Request) -> Response:
         try:
-            session = await signed_in(inbox, request)
-            if session is None:
+            signed = await signed_in(inbox, request)
+            if signed is None:
                 return JSONResponse({"error": "sign in again"}, 401)
-            return await handler(request, session)
+            return await handler(request, signed)
         except (HttpError, CovonautError) as exc:
-            return JSONResponse({"error": str(exc)}, status_of(exc))
+            return JSONResponse({"error": message_of(inbox, exc)}, status_of(exc))
 
     return endpoint
 
@@ -114,13 +133,13 @@ def page_routes(inbox: Inbox) -> list[Route]:
             return _page(inbox, request, "login.html", {"session": None, "message": ""})
         try:
             fields = await _form(inbox, request, None)
-            credential = checked_text(fields.get("token", ""), "token", required=True)
-            reviewer = await verify(inbox, credential)
+            credential = fields.get("token", "")
+            reviewer = await verified(inbox, credential)
         except (HttpError, ReviewerNotVerifiedError) as exc:
-            context = {"session": None, "message": str(exc)}
+            context = {"session": None, "message": message_of(inbox, exc)}
             return _page(inbox, request, "login.html", context, status_of(exc))
         inbox.sessions.close(request.cookies.get(SESSION_COOKIE))  # one browser, one session
-        session = inbox.sessions.open(credential, reviewer)
+        session = inbox.sessions.open(credential, reviewer.id)
         response = RedirectResponse(request.url_for("inbox"), status_code=303)
         # Behind a proxy that ends TLS this hop is http, but the browser's Origin is https.
         https = "https" in (request.url.scheme, urlsplit(request.headers.get("origin", "")).scheme)
@@ -152,28 +171,35 @@ def page_routes(inbox: Inbox) -> list[Route]:
             number = max(1, int(query.get("page", "1")))
         except ValueError:
             number = 1
-        filters = {"thread": query.get("thread", ""), "tool": query.get("tool", "")}
+        kind = query.get("kind", "")
+        filters = {
+            "thread": query.get("thread", ""),
+            "tool": query.get("tool", ""),
+            "kind": kind if kind in set(PauseKind) else "",
+        }
         newest_first = query.get("order") == "newest"
+        position = inbox.desk.position()  # before the page: a change after it is noticed
         page = inbox.desk.page(
             **filters, newest_first=newest_first, number=number, size=inbox.page_size
         )
         return {
             "page": page,
             "filters": filters,
+            "kinds": [str(k) for k in PauseKind],
             "order": "newest" if newest_first else "oldest",
-            "position": inbox.desk.position(),
+            "position": position,
             "query": str(request.url.query),
         }
 
-    async def home(request: Request, session: Session) -> Response:
+    async def home(request: Request, signed: SignedIn) -> Response:
         context = await blocking(listing, request)
-        return _page(inbox, request, "inbox.html", {"session": session, **context})
+        return _page(inbox, request, "inbox.html", {"session": signed.session, **context})
 
-    async def rows(request: Request, session: Session) -> Response:
+    async def rows(request: Request, signed: SignedIn) -> Response:
         context = await blocking(listing, request)
-        return _page(inbox, request, "_rows.html", {"session": session, **context})
+        return _page(inbox, request, "_rows.html", {"session": signed.session, **context})
 
-    async def changes(request: Request, _: Session) -> Response:
+    async def changes(request: Request, _: SignedIn) -> Response:
         """Answers when the queue's position differs from ``since``, or after a wait."""
         since = request.query_params.get("since", "")
         position = await blocking(inbox.desk.position)
@@ -186,27 +212,71 @@ def page_routes(inbox: Inbox) -> list[Route]:
             position = await blocking(inbox.desk.position)
         return JSONResponse({"position": position})
 
-    async def review(request: Request, session: Session) -> Response:
+    async def review(request: Request, signed: SignedIn) -> Response:
         context = await blocking(_review_context, inbox, request)
-        return _page(inbox, request, "review.html", {"session": session, **context})
+        return _page(inbox, request, "review.html", {"session": signed.session, **context})
 
-    async def decide(request: Request, session: Session) -> Response:
-        fields = await _form(inbox, request, session)
-        action, text, arguments = _decision(fields)
-        item = await blocking(
-            inbox.desk.review, fields.get("review", ""), fields.get("thread") or None
-        )
-        await blocking(
-            inbox.desk.decide, item, action, session.credential, text=text, arguments=arguments
+    async def decide(request: Request, signed: SignedIn) -> Response:
+        fields = await _form(inbox, request, signed.session)
+        decision = await blocking(
+            inbox.desk.decide,
+            fields.get("review", ""),
+            _submission(fields),
+            reviewer=signed.reviewer,
+            thread_id=fields.get("thread") or None,
         )
         target = request.url_for("review").include_query_params(
-            id=item.review_id, thread=item.thread_id
+            id=decision.review_id, thread=decision.thread_id
         )
         return RedirectResponse(target, status_code=303)
 
-    async def thread(request: Request, session: Session) -> Response:
+    async def pause(request: Request, signed: SignedIn) -> Response:
+        thread_id = request.query_params.get("thread", "")
+        call_id = request.query_params.get("call", "")
+        view = await blocking(inbox.desk.pause, thread_id, call_id)
+        if view is None:
+            msg = (
+                f"thread {thread_id!r} has no pending pause on call {call_id!r}: it may have "
+                "resumed since; its page shows what happened"
+            )
+            raise HttpError(404, msg)
+        if view.review_id:
+            target = request.url_for("review").include_query_params(
+                id=view.review_id, thread=thread_id
+            )
+            return RedirectResponse(target, status_code=303)
+        context = {"session": signed.session, "view": view}
+        return _page(inbox, request, "pause.html", context)
+
+    async def act(request: Request, signed: SignedIn) -> Response:
+        fields = await _form(inbox, request, signed.session)
+        thread_id, call_id = fields.get("thread", ""), fields.get("call", "")
+        action, reviewer, desk = fields.get("action", ""), signed.reviewer, inbox.desk
+        if action == "answer":
+            answer = fields.get("answer", "")
+            await blocking(desk.answer, thread_id, call_id, answer, reviewer=reviewer)
+        elif action in ("ran", "not-run"):
+            settlement = (
+                Settlement.ran_with(fields.get("result", ""))
+                if action == "ran"
+                else Settlement.not_run(fields.get("note", ""))
+            )
+            await blocking(desk.settle, thread_id, call_id, settlement, reviewer=reviewer)
+        elif action == "retry":
+            await blocking(desk.request_retry, thread_id, call_id, reviewer=reviewer)
+        elif action == "abandon":
+            await blocking(desk.abandon, thread_id, fields.get("reason", ""), reviewer=reviewer)
+            target = request.url_for("thread").include_query_params(id=thread_id)
+            return RedirectResponse(target, status_code=303)
+        else:
+            msg = f"unknown action {action!r}: expected one of {', '.join(_PAUSE_ACTIONS)}"
+            raise InvalidDecisionError(msg)
+        target = request.url_for("pause").include_query_params(thread=thread_id, call=call_id)
+        return RedirectResponse(target, status_code=303)
+
+    async def thread(request: Request, signed: SignedIn) -> Response:
         view = await blocking(inbox.desk.thread, request.query_params.get("id", ""))
-        return _page(inbox, request, "thread.html", {"session": session, "thread": view})
+        return _page(inbox, request, "thread.html", {"session": signed.session, "thread": view})
 
     async def healthz(request: Request) -> Response:
         reachable = await blocking(inbox.desk.reachable)
@@ -221,26 +291,26 @@ def page_routes(inbox: Inbox) -> list[Route]:
         Route("/changes", _for_live_updates(inbox, changes), name="changes", methods=["GET"]),
         Route("/review", _for_reviewers(inbox, review), name="review", methods=["GET"]),
         Route("/decide", _for_reviewers(inbox, decide), name="decide", methods=["POST"]),
+        Route("/pause", _for_reviewers(inbox, pause), name="pause", methods=["GET"]),
+        Route("/pause", _for_reviewers(inbox, act), name="act", methods=["POST"]),
         Route("/thread", _for_reviewers(inbox, thread), name="thread", methods=["GET"]),
         Route("/healthz", healthz, name="healthz", methods=["GET"]),
     ]
 
 
-def _decision(fields: dict[str, str]) -> tuple[Action, str, dict[str, Any] | None]:
-    """The action, its text and any edited arguments a review page's form posted."""
+def _submission(fields: dict[str, str]) -> ReviewSubmission:
+    """The decision a review page's form posted, read by the service layer's reader:
+    ``approve-edited`` is an approval with the edited arguments as JSON text."""
     kind = fields.get("action", "")
-    if kind == "approve-edited":
-        arguments = decoded_json(fields.get("arguments", ""), "the edited arguments")
-        if not isinstance(arguments, dict):
-            raise HttpError(400, "the edited arguments must be a JSON object")
-        return Action.APPROVE, checked_text(fields.get("comment", ""), "comment"), arguments
-    try:
-        action = Action(kind)
-    except ValueError:
-        raise HttpError(400, f"unknown action {kind!r}") from None
-    name = TEXT_FIELD[action]
-    text = checked_text(fields.get(name, ""), name, required=action is not Action.APPROVE)
-    return action, text, None
+    edited = kind == "approve-edited"
+    action = Action.APPROVE.value if edited else kind
+    name = next((TEXT_FIELD[a] for a in Action if a.value == action), "")
+    return review_submission(
+        action,
+        text=fields.get(name, ""),
+        arguments=fields.get("arguments", "") if edited else None,
+        digest=fields.get("digest"),
+    )
 
 
 def _review_context(inbox: Inbox, request: Request) -> dict[str, Any]:

@@ -125,13 +125,17 @@ def person_text(value: object, name: str, *, required: bool = False) -> str:
     return value
 
 
-def json_object(value: str | bytes | Mapping[str, Any], what: str) -> dict[str, Any]:
+def json_object(value: object, what: str) -> dict[str, Any]:
     """A JSON object a person submitted, as text (read by :func:`parse_json`) or already
-    a mapping (which must hold plain JSON only).
+    a mapping (which must hold plain JSON only); any other value (a list, a number a
+    JSON body held where the object belongs) is refused.
 
     Raises:
         InvalidDecisionError: It is not one JSON object, or does not read strictly.
     """
+    if not isinstance(value, str | bytes | Mapping):
+        msg = f"{what} must be one JSON object, got a JSON {_kind(value)}"
+        raise InvalidDecisionError(msg)
     if isinstance(value, Mapping):
         try:
             value = json.dumps(dict(value), allow_nan=False)
@@ -210,8 +214,10 @@ def _float(text: str) -> float:
 
 
 def _int(text: str) -> int:
-    value = int(text)
-    if value not in _INT_RANGE:
+    # Beyond 21 characters no integer fits 64 bits, and beyond 4300 digits int() refuses
+    # with a message that would call the text no JSON.
+    value = int(text) if len(text) <= 21 else None
+    if value is None or value not in _INT_RANGE:
         msg = f"holds the integer {text[:40]}, beyond the 64 bits a stored number can carry"
         raise _Refused(msg)
     return value

@@ -1,0 +1,228 @@
+"""What the inbox shows: a review, a pause in the list, one pause's page, one thread's
+page, and a page of the list, each made from the queue or a thread's record."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import attrs
+
+from covonaut_es.audit import AuditEntry, AuditReport
+from covonaut_es.domain import (
+    Checkpoint,
+    Pause,
+    PauseKind,
+    PendingToolCall,
+    Review,
+    ReviewDecision,
+    ThreadStatus,
+    ThreadTree,
+)
+from covonaut_es.domain._reviews import review_reason
+from covonaut_es.messages import Message
+from covonaut_es.projections import PendingReview
+
+
+@attrs.frozen
+class ReviewItem:
+    """One review as the inbox shows it: the request, and its decision once decided."""
+
+    review_id: str
+    thread_id: str
+    tool_name: str
+    arguments: dict[str, Any]
+    digest: str
+    reason: str
+    requested_at: datetime | None
+    decision: ReviewDecision | None = None
+    branch_parent: str | None = None
+
+    @classmethod
+    def pending(cls, item: PendingReview) -> ReviewItem:
+        """From a queue item of a review request."""
+        data = item.data if isinstance(item.data, dict) else {}
+        arguments = data.get("arguments")
+        return cls(
+            review_id=item.review_id or "",
+            thread_id=item.thread_id,
+            tool_name=item.tool_name,
+            arguments=arguments if isinstance(arguments, dict) else {},
+            digest=item.digest or "",
+            reason=item.reason,
+            requested_at=item.requested_at,
+            branch_parent=item.branch_parent,
+        )
+
+    @classmethod
+    def recorded(cls, review: Review, thread_id: str, queued: PendingReview | None) -> ReviewItem:
+        """From a thread's own record of a review (pending or decided), with the time
+        the queue item (if still queued) says it was asked for."""
+        request = review.request
+        return cls(
+            review_id=request.review_id,
+            thread_id=thread_id,
+            tool_name=request.tool_name,
+            arguments=request.arguments,
+            digest=request.digest,
+            reason=review_reason(request),
+            requested_at=queued.requested_at if queued else None,
+            decision=review.decision,
+            branch_parent=queued.branch_parent if queued else None,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The review as the JSON API gives it."""
+        decision = self.decision
+        return {
+            "review_id": self.review_id,
+            "thread_id": self.thread_id,
+            "tool_name": self.tool_name,
+            "arguments": self.arguments,
+            "reason": self.reason,
+            "digest": self.digest,
+            "requested_at": self.requested_at.isoformat() if self.requested_at else None,
+            "status": "pending" if decision is None else str(decision.decision),
+            "decision": None if decision is None else decision_json(decision),
+        }
+
+
+def decision_json(decision: ReviewDecision) -> dict[str, Any]:
+    """A recorded decision as the JSON API gives it."""
+    return {
+        "review_id": decision.review_id,
+        "thread_id": decision.thread_id,
+        "decision": str(decision.decision),
+        "reviewer": decision.reviewer,
+        "digest": decision.digest,
+        "comment": decision.comment,
+        "arguments": decision.arguments,
+        "decided_at": decision.decided_at.isoformat(),
+    }
+
+
+@attrs.frozen
+class PendingItem:
+    """One pause waiting for a person, as the inbox lists it.
+
+    Attributes:
+        kind: What it waits for: a review, a tool's pause, or a call in doubt.
+        thread_id: The paused thread.
+        tool_call_id: The paused call.
+        tool_name: Its tool.
+        reason: Why the run paused.
+        details: What the list shows of it: a review's arguments, a call in doubt's
+            arguments as the model wrote them, or the data a tool paused with.
+        data: The pause's data.
+        requested_at: When the run paused.
+        review_id: A review's id ("" for other pauses).
+        digest: A review's operation digest ("" for other pauses).
+        branch_parent: For a pause a fork inherited, the thread it came from.
+    """
+
+    kind: PauseKind
+    thread_id: str
+    tool_call_id: str
+    tool_name: str
+    reason: str
+    details: Any
+    data: Any
+    requested_at: datetime
+    review_id: str = ""
+    digest: str = ""
+    branch_parent: str | None = None
+
+    @classmethod
+    def queued(cls, item: PendingReview) -> PendingItem:
+        """From a queue item."""
+        data = item.data if isinstance(item.data, dict) else {}
+        details = data.get("arguments") if item.kind is not PauseKind.TOOL else item.data
+        return cls(
+            kind=item.kind,
+            thread_id=item.thread_id,
+            tool_call_id=item.tool_call_id,
+            tool_name=item.tool_name,
+            reason=item.reason,
+            details=details,
+            data=item.data,
+            requested_at=item.requested_at,
+            review_id=item.review_id or "",
+            digest=item.digest or "",
+            branch_parent=item.branch_parent,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The pause as the JSON API lists it."""
+        return {
+            "kind": str(self.kind),
+            "thread_id": self.thread_id,
+            "tool_call_id": self.tool_call_id,
+            "tool_name": self.tool_name,
+            "reason": self.reason,
+            "data": self.data,
+            "requested_at": self.requested_at.isoformat(),
+            "review_id": self.review_id or None,
+            "digest": self.digest or None,
+            "branch_parent": self.branch_parent,
+        }
+
+
+@attrs.frozen
+class Page:
+    """One page of the inbox: the pauses shown, and how many match in all."""
+
+    items: tuple[PendingItem, ...]
+    total: int
+    number: int
+    size: int
+
+    @property
+    def last(self) -> int:
+        """The number of the last page (1 when nothing matches)."""
+        return max(1, -(-self.total // self.size))
+
+
+@attrs.frozen
+class PauseView:
+    """What the page of one pause shows, as its thread records it now.
+
+    Attributes:
+        thread_id: The thread.
+        status: The thread's status.
+        pause: The pause, and whether a person has dealt with it.
+        call: For a call in doubt not yet settled, the open call (its arguments and
+            idempotency key, which a person checks the external system for).
+        messages: The thread's last messages.
+    """
+
+    thread_id: str
+    status: str
+    pause: Pause
+    call: PendingToolCall | None
+    messages: tuple[Message, ...]
+
+    @property
+    def review_id(self) -> str:
+        """For a review's pause, the review (its page is where it is decided)."""
+        data = self.pause.interrupt.data
+        review_id = data.get("review_id") if isinstance(data, dict) else None
+        if self.pause.kind is not PauseKind.REVIEW or not isinstance(review_id, str):
+            return ""
+        return review_id
+
+    @property
+    def actionable(self) -> bool:
+        """Whether a person can still act on it here."""
+        return not self.pause.resolved and self.status != ThreadStatus.ABANDONED
+
+
+@attrs.frozen
+class ThreadView:
+    """What the thread page shows."""
+
+    thread_id: str
+    status: str
+    timeline: tuple[AuditEntry, ...]
+    checkpoints: tuple[Checkpoint, ...]
+    tree: ThreadTree
+    audit: AuditReport
