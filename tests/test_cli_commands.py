@@ -269,8 +269,10 @@ def test_every_command_has_help() -> None:
 def test_approve_with_edited_arguments(url: str) -> None:
     """approve --arguments approves the edit; what is not a JSON object is refused."""
     review = review_id(url)
-    bad = covonaut("approve", review, "--reviewer-token", token("ann"), "--arguments", "[1]")
-    assert bad.returncode == 2 and "expected a JSON object" in bad.stderr
+    bad = covonaut(
+        "approve", review, "--reviewer-token", token("ann"), "--arguments", "[1]", store=url
+    )
+    assert bad.returncode == 2 and "must be one JSON object, got a JSON array" in bad.stderr
     edit = '{"amount": 1, "to": "bob"}'
     decided = covonaut(
         "approve", review, "--reviewer-token", token("ann"), "--arguments", edit, "--json",

@@ -22,6 +22,7 @@ from covonaut_es.audit import MigrationReport
 from covonaut_es.cli._output import emit, print_json
 from covonaut_es.domain import PauseKind
 from covonaut_es.projections import PendingReview
+from covonaut_es.tools import MAX_ARGUMENTS_DEPTH, json_depth
 
 
 def utc(moment: datetime) -> str:
@@ -43,12 +44,37 @@ def review_kind(item: PendingReview) -> str:
     return _KINDS[item.kind]
 
 
-def review_arguments(item: PendingReview) -> object:
+def review_arguments(item: PendingReview) -> dict[str, Any] | None:
     """The arguments of the operation a review asks about, or of the call in doubt; None
-    for a tool's pause, whose call's arguments the queue does not hold."""
+    for a tool's pause, whose call's arguments the queue does not hold, and for a call
+    in doubt whose arguments text is not a JSON object (:func:`call_arguments_text`
+    gives that text)."""
     if item.kind is PauseKind.TOOL or not isinstance(item.data, dict):
         return None
-    return item.data.get("arguments")
+    arguments = item.data.get("arguments")
+    if item.kind is PauseKind.IN_DOUBT and isinstance(arguments, str):
+        arguments = _decoded_object(arguments)
+    return arguments if isinstance(arguments, dict) else None
+
+
+def call_arguments_text(item: PendingReview) -> str | None:
+    """A call in doubt's arguments as the model wrote them, or None for another kind."""
+    data = item.data if isinstance(item.data, dict) else {}
+    arguments = data.get("arguments")
+    in_doubt = item.kind is PauseKind.IN_DOUBT and isinstance(arguments, str)
+    return arguments if in_doubt else None
+
+
+def _decoded_object(text: str) -> dict[str, Any] | None:
+    """The JSON object a model's arguments text holds, or None: the text is the model's
+    and may be anything (the depth is checked first, as the run loop does)."""
+    if json_depth(text) > MAX_ARGUMENTS_DEPTH:
+        return None
+    try:
+        value = msgspec.json.decode(text)
+    except msgspec.MsgspecError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def pending_review(item: PendingReview) -> dict[str, Any]:
