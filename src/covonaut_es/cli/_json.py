@@ -193,6 +193,28 @@ _DECISION = _object(
     optional=["arguments"],
 )
 _NULLABLE_STRING: dict[str, Any] = {"type": ["string", "null"]}
+_WAITING_FOR: dict[str, Any] = {
+    "enum": ["person", "worker", ""],
+    "description": "whom the thread waits for: a person to act on a pause, a worker to "
+    "run it, or nobody",
+}
+
+
+def _person_action(properties: dict[str, Any]) -> dict[str, Any]:
+    """What a person's command on a thread recorded, and where the thread stands now."""
+    return _object(
+        {
+            "thread_id": _THREAD_ID,
+            **properties,
+            "reviewer": {"type": "string", "description": "the verified person who acted"},
+            "status": _STRING,
+            "waiting_for": _WAITING_FOR,
+            "version": {"type": "integer", "description": "the thread's version now"},
+        }
+    )
+
+
+_CALL_ID: dict[str, Any] = {"type": "string", "description": "the paused call's id"}
 
 SCHEMAS: dict[str, dict[str, Any]] = {
     "threads": _array(
@@ -206,6 +228,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                     "type": "integer",
                     "description": "the items `reviews` lists for the thread",
                 },
+                "waiting_for": _WAITING_FOR,
             }
         )
     ),
@@ -264,6 +287,19 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     ),
     "approve": _DECISION,
     "reject": _DECISION,
+    "answer": _person_action({"tool_call_id": _CALL_ID, "answer": _STRING}),
+    "settle": _person_action(
+        {
+            "tool_call_id": _CALL_ID,
+            "settlement": {"enum": ["ran", "not_run", "retry"]},
+            "result": {
+                "type": ["string", "null"],
+                "description": "the call's result the model reads; null when it runs again",
+            },
+        }
+    ),
+    "abandon": _person_action({"reason": _STRING}),
+    "retry": _person_action({}),
     "fork": _object(
         {"thread_id": _THREAD_ID, "parent_thread_id": _THREAD_ID, "parent_version": _INTEGER}
     ),
