@@ -358,6 +358,24 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                 "started_at": _TIME,
                 "heartbeat_at": _TIME,
                 "threads": _array(_THREAD_ID),
+                "calls": _array(
+                    _object(
+                        {
+                            "thread_id": _THREAD_ID,
+                            "tool_call_id": _STRING,
+                            "tool_name": _STRING,
+                            "started_at": _TIME,
+                            "deadline": {
+                                "anyOf": [_TIME, {"type": "null"}],
+                                "description": "when its timeout runs out; null without one",
+                            },
+                            "hung": {
+                                "type": "boolean",
+                                "description": "it runs on past its timeout",
+                            },
+                        }
+                    )
+                ),
             }
         )
     ),
