@@ -83,7 +83,8 @@ def token(reviewer: str) -> str:
 
 
 def test_threads_lists_status_turns_activity_and_reviews(url: str) -> None:
-    """threads: a table by default, JSON with --json; the store may come from the env."""
+    """threads: a table by default, JSON with --json; the store may come from the env;
+    each thread says whom it waits for."""
     table = covonaut("threads", store=url)
     assert table.returncode == 0, table.stderr
     assert table.stdout.splitlines()[0].split() == [
@@ -92,12 +93,14 @@ def test_threads_lists_status_turns_activity_and_reviews(url: str) -> None:
         "TURNS",
         "LAST_ACTIVITY",
         "PENDING_REVIEWS",
+        "WAITING_FOR",
     ]
     rows = json.loads(covonaut("threads", "--json", "--store", url).stdout)
-    assert {r["thread_id"]: (r["status"], r["pending_reviews"]) for r in rows} == {
-        "finished": ("finished", 0),
-        "paused": ("interrupted", 1),
-        "payment": ("interrupted", 1),
+    shown = {r["thread_id"]: (r["status"], r["pending_reviews"], r["waiting_for"]) for r in rows}
+    assert shown == {
+        "finished": ("finished", 0, ""),
+        "paused": ("interrupted", 1, "person"),
+        "payment": ("interrupted", 1, "person"),
     }
 
 
@@ -259,7 +262,10 @@ def test_bad_input_is_a_clear_error(url: str, args: tuple[str, ...], message: st
 
 def test_every_command_has_help() -> None:
     """--help works for each command without a store."""
-    for command in ("threads", "show", "history", "replay", "reviews", "approve", "reject"):
+    for command in (
+        *("threads", "show", "history", "replay", "reviews", "approve", "reject", "respond"),
+        *("answer", "settle", "abandon", "retry", "worker", "workers"),
+    ):
         result = covonaut(command, "--help")
         assert result.returncode == 0 and command in result.stdout
     for command in ("fork", "tree", "export", "import", "migrate"):
@@ -269,8 +275,10 @@ def test_every_command_has_help() -> None:
 def test_approve_with_edited_arguments(url: str) -> None:
     """approve --arguments approves the edit; what is not a JSON object is refused."""
     review = review_id(url)
-    bad = covonaut("approve", review, "--reviewer-token", token("ann"), "--arguments", "[1]")
-    assert bad.returncode == 2 and "expected a JSON object" in bad.stderr
+    bad = covonaut(
+        "approve", review, "--reviewer-token", token("ann"), "--arguments", "[1]", store=url
+    )
+    assert bad.returncode == 2 and "must be one JSON object, got a JSON array" in bad.stderr
     edit = '{"amount": 1, "to": "bob"}'
     decided = covonaut(
         "approve", review, "--reviewer-token", token("ann"), "--arguments", edit, "--json",

@@ -14,14 +14,23 @@ from typing import Any
 import jsonschema
 import pytest
 
-from covonaut_es import ScriptedProvider, Tool, create_cipher_key, open_store
+from covonaut_es import (
+    ProviderRequest,
+    ProviderResponse,
+    ScriptedProvider,
+    Tool,
+    create_cipher_key,
+    open_store,
+)
 from covonaut_es.cli._app import build_parser
 from covonaut_es.cli._json import SCHEMAS
 from covonaut_es.domain import thread_aggregate_id
+from covonaut_es.errors import ProviderError
 from covonaut_es.runtime import Agent, AgentConfig, CheckpointSettings, HmacReviewerVerifier
 from support import call, converse
 from test_cli import covonaut_es
 from test_cli_commands import SECRET, covonaut, review_id, token, url  # noqa: F401  (url is a fixture)
+from test_cli_pauses import run_dies_in_charge
 
 
 def test_show_labels_a_call_held_for_review_as_never_ran(url: str) -> None:  # noqa: F811
@@ -52,9 +61,23 @@ def test_token_issue_prints_a_token_approve_accepts(url: str) -> None:  # noqa: 
     assert json.loads(decided.stdout)["reviewer"] == "ann"
 
 
-@pytest.mark.parametrize("command", [("approve",), ("reject",), ("token", "issue"), ("token",)])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("approve",),
+        ("reject",),
+        ("respond",),
+        ("answer",),
+        ("settle",),
+        ("abandon",),
+        ("retry",),
+        ("token", "issue"),
+        ("token",),
+    ],
+)
 def test_help_says_where_the_reviewer_secret_comes_from(command: tuple[str, ...]) -> None:
-    """approve, reject and token --help name the variable and how to make a secret."""
+    """The --help of every command a person runs, and of token, names the variable and
+    how to make a secret."""
     shown = covonaut(*command, "--help").stdout
     assert "$COVONAUT_ES_REVIEWER_SECRET" in shown and "secrets.token_urlsafe(32)" in shown
 
@@ -192,6 +215,15 @@ def test_every_command_prints_json_of_its_documented_shape(url: str, tmp_path: P
     """Each printing command's --json output validates against its schema in SCHEMAS,
     whose times are RFC 3339 UTC ending in Z; every schema is exercised."""
     review = review_id(url)
+    with open_store(url) as store:
+        run_dies_in_charge(store, "charge-doubt")  # a call in doubt, to settle
+        with pytest.raises(ProviderError):  # a failed run, to retry
+            Agent(
+                AgentConfig(
+                    provider=ScriptedProvider(respond=model_is_down),
+                    checkpoint=CheckpointSettings(store=store, thread_id="failed"),
+                )
+            ).run("Hello.")
     exported = covonaut("export", "finished", store=url).stdout
     other = f"sqlite:///{tmp_path / 'other.db'}"
     runs = {
@@ -213,6 +245,17 @@ def test_every_command_prints_json_of_its_documented_shape(url: str, tmp_path: P
             "--reason",
             "no",
         ),
+        "answer": ("answer", "paused", "r1", "--answer", "ok", "--reviewer-token", token("c")),
+        "settle": (
+            "settle",
+            "charge-doubt",
+            "c1",
+            "--not-run",
+            "--reviewer-token",
+            token("d"),
+        ),
+        "retry": ("retry", "failed", "--reviewer-token", token("e")),
+        "abandon": ("abandon", "paused", "--reason", "done", "--reviewer-token", token("f")),
         "migrate": ("migrate", "--check"),
         "token issue": ("token", "issue", "--reviewer", "ann", "--ttl", "60"),
         "workers": ("workers",),
@@ -224,6 +267,11 @@ def test_every_command_prints_json_of_its_documented_shape(url: str, tmp_path: P
     imported = covonaut("import", "--json", store=other, stdin=exported)
     jsonschema.validate(json.loads(imported.stdout), SCHEMAS["import"])
     assert set(SCHEMAS) == {*runs, "import"}
+
+
+def model_is_down(request: ProviderRequest) -> ProviderResponse:
+    msg = "the model is down"
+    raise RuntimeError(msg)
 
 
 def test_export_refuses_json_saying_it_writes_json_lines(url: str) -> None:  # noqa: F811

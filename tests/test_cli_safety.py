@@ -96,6 +96,21 @@ def review_of(url: str) -> str:
     return review.request.review_id
 
 
+def token(reviewer: str) -> str:
+    return HmacReviewerVerifier(SECRET.encode()).issue_token(reviewer, ttl_seconds=600)
+
+
+def person_acting(credential: str, thread: str = "payment") -> list[tuple[str, ...]]:
+    """answer, settle, abandon and retry on ``thread``, with ``credential``."""
+    given = ("--reviewer-token", credential)
+    return [
+        ("answer", thread, "p1", "--answer", "yes", *given),
+        ("settle", thread, "p1", "--result", "paid", *given),
+        ("abandon", thread, *given),
+        ("retry", thread, *given),
+    ]
+
+
 def listing(directory: Path) -> dict[str, bytes]:
     """Every file under ``directory`` with its bytes."""
     return {str(p): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
@@ -122,6 +137,7 @@ def test_every_command_refuses_bad_input_in_one_line_and_writes_nothing(
         ("fork", "finished"),
         ("approve", review, "--reviewer-token", forged),
         ("reject", review, "--reviewer-token", forged, "--reason", "no"),
+        *person_acting(forged),
         ("migrate", "--check"),
     ]
     cases = [(*args, "--store", store) for args in on_store for store in (missing, "redis://x")]
@@ -134,6 +150,14 @@ def test_every_command_refuses_bad_input_in_one_line_and_writes_nothing(
         ("fork", "finished", "--at", "999", "--store", url),
         ("approve", review, "--reviewer-token", forged, "--store", url),
         ("reject", review, "--reviewer-token", "not-a-token", "--reason", "no", "--store", url),
+        *((*args, "--store", url) for args in person_acting(forged)),
+        # (settle and retry on an unknown thread are refused too, but only after taking
+        # its run lease, which writes the lease's token: tests/test_cli_pauses.py)
+        *(
+            (*args, "--store", url)
+            for args in person_acting(token("rita"), thread="ghost")
+            if args[0] in ("answer", "abandon")
+        ),
         ("export", "finished", "-o", str(tmp_path / "no" / "dir.jsonl"), "--store", url),
         *(
             ("import", str(tmp_path / name), "--store", url)
@@ -198,6 +222,7 @@ def test_hostile_text_never_reaches_human_output_raw(url: str, tmp_path: Path) -
         ("replay", "payment"),
         ("tree", "finished"),
         ("fork", "finished", "--at", "3", "--as", "retry"),
+        ("abandon", "retry", "--reason", HOSTILE, "--reviewer-token", token("rita")),
         ("show", HOSTILE),
         ("tree", HOSTILE),
         ("history", HOSTILE),

@@ -28,6 +28,7 @@ from covonaut_es.cli._command import (
 from covonaut_es.cli._forks import add_fork_commands
 from covonaut_es.cli._migrate import add_migrate_command
 from covonaut_es.cli._names import name_threads
+from covonaut_es.cli._pauses import add_pause_commands
 from covonaut_es.cli._reviews import add_review_commands
 from covonaut_es.cli._serve import add_serve_command
 from covonaut_es.cli._threads import add_thread_commands
@@ -39,6 +40,7 @@ from covonaut_es.errors import CovonautError
 _COMMAND_GROUPS: tuple[Callable[[Subcommands], None], ...] = (
     add_thread_commands,
     add_review_commands,
+    add_pause_commands,
     add_fork_commands,
     add_transfer_commands,
     add_migrate_command,

@@ -1,6 +1,8 @@
-"""How a command that records decisions learns who the reviewer is: the ``--jwt-*``
-options, declared once, select JSON Web Tokens from an organisation's identity provider;
-without them, reviewer tokens are HMAC tokens signed with ``$COVONAUT_ES_REVIEWER_SECRET``.
+"""How a command that a person runs learns who the person is: ``--reviewer-token`` and
+the ``--jwt-*`` options, declared once (:func:`add_reviewer_arguments`), select JSON Web
+Tokens from an organisation's identity provider; without them, reviewer tokens are HMAC
+tokens signed with ``$COVONAUT_ES_REVIEWER_SECRET``. :func:`acting_reviewer` verifies the
+token once and gives the service the command runs through.
 """
 
 from __future__ import annotations
@@ -10,8 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from covonaut_es.cli._command import UsageError
-from covonaut_es.cli._tokens import REVIEWER_SECRET_ENV, reviewer_verifier
+from covonaut_es.cli._tokens import REVIEWER_SECRET_ENV, explain_secret, reviewer_verifier
 from covonaut_es.runtime import ReviewerVerifier
+from covonaut_es.service import Reviewer, ThreadService
+from covonaut_es.store import Store
+
+_TOKEN_HELP = "a reviewer token, e.g. from `covonaut-es token issue`"
 
 _JWT_OPTIONS = (
     "jwt_issuer",
@@ -22,6 +28,27 @@ _JWT_OPTIONS = (
     "jwt_reviewer_claim",
     "jwt_leeway",
 )
+
+
+def add_reviewer_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare ``--reviewer-token`` and the options of :func:`add_reviewer_options` on a
+    command a person runs, and end its ``--help`` with how the reviewer secret is made."""
+    explain_secret(parser)
+    add_reviewer_options(parser)
+    parser.add_argument("--reviewer-token", required=True, metavar="TOKEN", help=_TOKEN_HELP)
+
+
+def acting_reviewer(
+    args: argparse.Namespace, store: Store, verifier: ReviewerVerifier
+) -> tuple[ThreadService, Reviewer]:
+    """The service of ``store`` and the reviewer ``--reviewer-token`` verifies as (once),
+    for a command a person runs.
+
+    Raises:
+        ReviewerNotVerifiedError: The token does not verify; nothing is recorded.
+    """
+    service = ThreadService(store, verifier=verifier)
+    return service, service.reviewer(args.reviewer_token)
 
 
 def add_reviewer_options(parser: argparse.ArgumentParser) -> None:

@@ -22,6 +22,7 @@ from covonaut_es.audit import MigrationReport
 from covonaut_es.cli._output import emit, print_json
 from covonaut_es.domain import PauseKind
 from covonaut_es.projections import PendingReview
+from covonaut_es.tools import MAX_ARGUMENTS_DEPTH, json_depth
 
 
 def utc(moment: datetime) -> str:
@@ -43,12 +44,37 @@ def review_kind(item: PendingReview) -> str:
     return _KINDS[item.kind]
 
 
-def review_arguments(item: PendingReview) -> object:
+def review_arguments(item: PendingReview) -> dict[str, Any] | None:
     """The arguments of the operation a review asks about, or of the call in doubt; None
-    for a tool's pause, whose call's arguments the queue does not hold."""
+    for a tool's pause, whose call's arguments the queue does not hold, and for a call
+    in doubt whose arguments text is not a JSON object (:func:`call_arguments_text`
+    gives that text)."""
     if item.kind is PauseKind.TOOL or not isinstance(item.data, dict):
         return None
-    return item.data.get("arguments")
+    arguments = item.data.get("arguments")
+    if item.kind is PauseKind.IN_DOUBT and isinstance(arguments, str):
+        arguments = _decoded_object(arguments)
+    return arguments if isinstance(arguments, dict) else None
+
+
+def call_arguments_text(item: PendingReview) -> str | None:
+    """A call in doubt's arguments as the model wrote them, or None for another kind."""
+    data = item.data if isinstance(item.data, dict) else {}
+    arguments = data.get("arguments")
+    in_doubt = item.kind is PauseKind.IN_DOUBT and isinstance(arguments, str)
+    return arguments if in_doubt else None
+
+
+def _decoded_object(text: str) -> dict[str, Any] | None:
+    """The JSON object a model's arguments text holds, or None: the text is the model's
+    and may be anything (the depth is checked first, as the run loop does)."""
+    if json_depth(text) > MAX_ARGUMENTS_DEPTH:
+        return None
+    try:
+        value = msgspec.json.decode(text)
+    except msgspec.MsgspecError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def pending_review(item: PendingReview) -> dict[str, Any]:
@@ -167,6 +193,28 @@ _DECISION = _object(
     optional=["arguments"],
 )
 _NULLABLE_STRING: dict[str, Any] = {"type": ["string", "null"]}
+_WAITING_FOR: dict[str, Any] = {
+    "enum": ["person", "worker", ""],
+    "description": "whom the thread waits for: a person to act on a pause, a worker to "
+    "run it, or nobody",
+}
+
+
+def _person_action(properties: dict[str, Any]) -> dict[str, Any]:
+    """What a person's command on a thread recorded, and where the thread stands now."""
+    return _object(
+        {
+            "thread_id": _THREAD_ID,
+            **properties,
+            "reviewer": {"type": "string", "description": "the verified person who acted"},
+            "status": _STRING,
+            "waiting_for": _WAITING_FOR,
+            "version": {"type": "integer", "description": "the thread's version now"},
+        }
+    )
+
+
+_CALL_ID: dict[str, Any] = {"type": "string", "description": "the paused call's id"}
 
 SCHEMAS: dict[str, dict[str, Any]] = {
     "threads": _array(
@@ -180,6 +228,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                     "type": "integer",
                     "description": "the items `reviews` lists for the thread",
                 },
+                "waiting_for": _WAITING_FOR,
             }
         )
     ),
@@ -238,6 +287,19 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     ),
     "approve": _DECISION,
     "reject": _DECISION,
+    "answer": _person_action({"tool_call_id": _CALL_ID, "answer": _STRING}),
+    "settle": _person_action(
+        {
+            "tool_call_id": _CALL_ID,
+            "settlement": {"enum": ["ran", "not_run", "retry"]},
+            "result": {
+                "type": ["string", "null"],
+                "description": "the call's result the model reads; null when it runs again",
+            },
+        }
+    ),
+    "abandon": _person_action({"reason": _STRING}),
+    "retry": _person_action({}),
     "fork": _object(
         {"thread_id": _THREAD_ID, "parent_thread_id": _THREAD_ID, "parent_version": _INTEGER}
     ),
@@ -296,6 +358,24 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                 "started_at": _TIME,
                 "heartbeat_at": _TIME,
                 "threads": _array(_THREAD_ID),
+                "calls": _array(
+                    _object(
+                        {
+                            "thread_id": _THREAD_ID,
+                            "tool_call_id": _STRING,
+                            "tool_name": _STRING,
+                            "started_at": _TIME,
+                            "deadline": {
+                                "anyOf": [_TIME, {"type": "null"}],
+                                "description": "when its timeout runs out; null without one",
+                            },
+                            "hung": {
+                                "type": "boolean",
+                                "description": "it runs on past its timeout",
+                            },
+                        }
+                    )
+                ),
             }
         )
     ),

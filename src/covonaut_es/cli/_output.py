@@ -41,15 +41,21 @@ def emit_value(args: argparse.Namespace, value: T, lines: Callable[[T], Iterable
 
 
 def emit(args: argparse.Namespace, rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:
-    """Print rows as JSON (``--json``) or as an aligned table."""
+    """Print rows as JSON (``--json``) or as an aligned table (a None value is an empty
+    cell)."""
     if args.json:
         print_json(rows)
         return
-    texts = [[printable(str(row.get(column, ""))) for column in columns] for row in rows]
+    texts = [[printable(_cell(row.get(column))) for column in columns] for row in rows]
     widths = [max([len(c), *(len(t[i]) for t in texts)]) for i, c in enumerate(columns)]
     print("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
     for text in texts:
         print("  ".join(t.ljust(w) for t, w in zip(text, widths, strict=True)).rstrip())
+
+
+def _cell(value: object) -> str:
+    """A table cell: nothing for a value JSON gives as null."""
+    return "" if value is None else str(value)
 
 
 class ProgressBar:

@@ -2,23 +2,30 @@
 projection running), and ``approve`` (as asked or with ``--arguments``), ``reject`` or
 ``respond`` to one with a signed reviewer token.
 
-Deciding needs ``$COVONAUT_ES_REVIEWER_SECRET``, the secret the tokens are signed with
-(see :mod:`covonaut_es.cli._tokens`).
+A decision is read by the service layer's one reader of what people submit
+(:func:`~covonaut_es.service.review_submission`) and recorded by
+:meth:`ThreadService.decide <covonaut_es.service.ThreadService.decide>`, which also finds
+the review's thread when ``--thread`` is not given. Deciding needs
+``$COVONAUT_ES_REVIEWER_SECRET``, the secret the tokens are signed with (see
+:mod:`covonaut_es.cli._tokens`), or the ``--jwt-*`` options.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 import uuid
 from collections.abc import Sequence
-from typing import Any
 
 from covonaut_es.cli._command import EXIT_OK, Subcommands, UsageError
-from covonaut_es.cli._identity import add_reviewer_options, reviewer_verifier_from
+from covonaut_es.cli._identity import (
+    acting_reviewer,
+    add_reviewer_arguments,
+    reviewer_verifier_from,
+)
 from covonaut_es.cli._json import (
+    call_arguments_text,
     canonical,
     emit_record,
     pending_review,
@@ -28,18 +35,18 @@ from covonaut_es.cli._json import (
 )
 from covonaut_es.cli._options import add_store_command, cipher_key, open_from
 from covonaut_es.cli._output import emit, print_json
-from covonaut_es.cli._tokens import explain_secret
-from covonaut_es.domain import Decision
+from covonaut_es.errors import AmbiguousReviewError
 from covonaut_es.projections import PendingReview, ReviewQueue
-from covonaut_es.providers import ScriptedProvider
-from covonaut_es.runtime import Agent, AgentConfig, CheckpointSettings
-from covonaut_es.store import Store
-
-_TOKEN_HELP = "a reviewer token, e.g. from `covonaut-es token issue`"
+from covonaut_es.service import Action, ReviewSubmission, review_submission
 
 _THREAD_HELP = (
     "the thread to decide the review on (default: the one thread where it is pending); "
     "a fork that inherited the review pending decides it on its own"
+)
+
+_DIGEST_HELP = (
+    "the operation digest the reviewer was shown (`reviews --json`): the decision is "
+    "refused if the review asks about another operation"
 )
 
 _TABLE_WIDTH = 100
@@ -50,7 +57,10 @@ _DETAILS_MIN_WIDTH = 16
 def add_review_commands(subcommands: Subcommands) -> None:
     """Declare ``reviews``, ``approve``, ``reject`` and ``respond``."""
     parser = add_store_command(
-        subcommands, "reviews", reviews, help_="list the pending reviews of every thread"
+        subcommands,
+        "reviews",
+        reviews,
+        help_="list what waits for a person: reviews, tools' pauses, calls in doubt",
     )
     parser.add_argument(
         "--follow", action="store_true", help="keep the queue projection running; print changes"
@@ -69,12 +79,11 @@ def add_review_commands(subcommands: Subcommands) -> None:
     parser.add_argument(
         "--arguments",
         metavar="JSON",
-        type=_json_object,
-        help="approve these arguments (a JSON object) instead of the requested ones",
+        help="approve these arguments (a JSON object, read strictly) instead of the requested ones",
     )
     parser = add_store_command(subcommands, "reject", reject, help_="reject a review's operation")
     _add_decision_arguments(parser)
-    parser.add_argument("--reason", required=True)
+    parser.add_argument("--reason", required=True, help="why; the model reads it")
     parser = add_store_command(
         subcommands, "respond", respond, help_="answer in the tool's place; it never runs"
     )
@@ -83,23 +92,10 @@ def add_review_commands(subcommands: Subcommands) -> None:
 
 
 def _add_decision_arguments(parser: argparse.ArgumentParser) -> None:
-    explain_secret(parser)
-    add_reviewer_options(parser)
     parser.add_argument("review")
-    parser.add_argument("--reviewer-token", required=True, metavar="TOKEN", help=_TOKEN_HELP)
+    add_reviewer_arguments(parser)
     parser.add_argument("--thread", metavar="THREAD", help=_THREAD_HELP)
-
-
-def _json_object(text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        msg = f"expected a JSON object, got text that does not parse: {exc}"
-        raise argparse.ArgumentTypeError(msg) from exc
-    if not isinstance(value, dict):
-        msg = f"expected a JSON object of arguments, got a JSON {type(value).__name__}"
-        raise argparse.ArgumentTypeError(msg)
-    return value
+    parser.add_argument("--digest", metavar="DIGEST", help=_DIGEST_HELP)
 
 
 def reviews(args: argparse.Namespace) -> int:
@@ -130,20 +126,28 @@ def reviews(args: argparse.Namespace) -> int:
 
 
 def _review_row(item: PendingReview) -> dict[str, str]:
-    arguments = review_arguments(item)
     return {
         "thread": item.thread_id,
         "kind": review_kind(item),
         "review": item.review_id or "",
         "tool": item.tool_name,
         "parent": item.branch_parent or "",
-        "details": item.reason if arguments is None else canonical(arguments),
+        "details": _details(item),
     }
 
 
+def _details(item: PendingReview) -> str:
+    """A review's or a call in doubt's arguments (canonical JSON when they are a JSON
+    object, else as the model wrote them), or a tool's pause's reason."""
+    arguments = review_arguments(item)
+    if arguments is not None:
+        return canonical(arguments)
+    return call_arguments_text(item) or item.reason
+
+
 def _print_reviews(args: argparse.Namespace, pending: Sequence[PendingReview]) -> None:
-    """JSON, or a table whose last column, DETAILS (a review's arguments, an interrupt's
-    reason), is shortened so that rows fit :data:`_TABLE_WIDTH`."""
+    """JSON, or a table whose last column, DETAILS (a review's or a call in doubt's
+    arguments, a tool's pause's reason), is shortened so that rows fit :data:`_TABLE_WIDTH`."""
     if args.json:
         print_json([pending_review(item) for item in pending])
         return
@@ -163,45 +167,41 @@ def _shorten(text: str, width: int) -> str:
 
 
 def approve(args: argparse.Namespace) -> int:
-    """``approve REVIEW --reviewer-token TOKEN [--arguments JSON]``."""
-    return _decide(args, Decision.APPROVED, note=args.comment)
+    """``approve REVIEW --reviewer-token TOKEN [--arguments JSON] [--digest DIGEST]``."""
+    submission = review_submission(
+        Action.APPROVE, text=args.comment, arguments=args.arguments, digest=args.digest
+    )
+    return _decide(args, submission)
 
 
 def reject(args: argparse.Namespace) -> int:
     """``reject REVIEW --reviewer-token TOKEN --reason R``."""
-    return _decide(args, Decision.REJECTED, note=args.reason)
+    return _decide(args, review_submission(Action.REJECT, text=args.reason, digest=args.digest))
 
 
 def respond(args: argparse.Namespace) -> int:
     """``respond REVIEW --reviewer-token TOKEN --answer A``."""
-    return _decide(args, Decision.RESPONDED, note=args.answer)
+    return _decide(args, review_submission(Action.RESPOND, text=args.answer, digest=args.digest))
 
 
-def _decide(args: argparse.Namespace, decided: Decision, *, note: str) -> int:
+def _decide(args: argparse.Namespace, submission: ReviewSubmission) -> int:
+    """Record ``submission``, checked already, through the service: on the thread
+    ``--thread`` names, else on the one the service finds from the log."""
     verifier = reviewer_verifier_from(args)
     with open_from(args, writes=True) as store:
-        thread_id = args.thread or _thread_of_review(store, args.review)
-        agent = Agent(
-            AgentConfig(
-                provider=ScriptedProvider(),  # deciding never calls a model
-                reviewer_verifier=verifier,
-                checkpoint=CheckpointSettings(store=store, thread_id=thread_id),
+        service, reviewer = acting_reviewer(args, store, verifier)
+        try:
+            decision = service.decide(
+                args.review, submission, reviewer=reviewer, thread_id=args.thread
             )
-        )
-        token = args.reviewer_token
-        if decided is Decision.APPROVED:
-            decision = agent.approve(
-                args.review, reviewer=token, comment=note, arguments=args.arguments
-            )
-        elif decided is Decision.REJECTED:
-            decision = agent.reject(args.review, reviewer=token, reason=note)
-        else:
-            decision = agent.respond(args.review, reviewer=token, answer=note)
+        except AmbiguousReviewError as exc:
+            msg = f"{exc}: pass --thread THREAD"
+            raise UsageError(msg) from exc
     emit_record(
         args,
         {
             "review_id": decision.review_id,
-            "thread_id": thread_id,
+            "thread_id": decision.thread_id,
             "decision": decision.decision.value,
             "reviewer": decision.reviewer,
             "digest": decision.digest,
@@ -211,25 +211,3 @@ def _decide(args: argparse.Namespace, decided: Decision, *, note: str) -> int:
         },
     )
     return EXIT_OK
-
-
-def _thread_of_review(store: Store, review_id: str) -> str:
-    """The one thread where the review is pending (else the one that has it decided);
-    a usage error when there is none, or when forks inherited it and several have it
-    pending."""
-    having: dict[str, bool] = {}
-    for thread_id in store.thread_ids():
-        for review in store.state_at(thread_id).reviews:
-            if review.request.review_id == review_id:
-                having[thread_id] = review.pending
-    pending = [thread_id for thread_id, is_pending in having.items() if is_pending]
-    if len(pending) == 1 or (not pending and having):
-        return (pending or list(having))[0]
-    if pending:
-        msg = (
-            f"review {review_id!r} is pending in several threads (a fork inherits its "
-            f"parent's pending reviews): {', '.join(pending)}; pass --thread THREAD"
-        )
-        raise UsageError(msg)
-    msg = f"no thread in {store.url} has a review {review_id!r}"
-    raise UsageError(msg)

@@ -15,14 +15,17 @@ from covonaut_es.cli._command import EXIT_FAILURES, EXIT_OK, Subcommands
 from covonaut_es.cli._json import emit_records, utc
 from covonaut_es.cli._options import add_store_command, open_from, read_thread
 from covonaut_es.cli._output import print_json
-from covonaut_es.domain import Interrupt, PendingToolCall, ThreadState, ThreadStatus
+from covonaut_es.domain import Pause, PendingToolCall, ThreadState, ThreadStatus
 from covonaut_es.store import Store
 
 
 def add_thread_commands(subcommands: Subcommands) -> None:
     """Declare ``threads``, ``show``, ``history`` and ``replay``."""
     add_store_command(
-        subcommands, "threads", threads, help_="list threads with status, turns, activity, reviews"
+        subcommands,
+        "threads",
+        threads,
+        help_="list threads with status, turns, activity, pending pauses and whom they wait for",
     )
     add_store_command(
         subcommands, "show", show, help_="show a thread's current state"
@@ -46,21 +49,21 @@ def threads(args: argparse.Namespace) -> int:
         for thread_id in store.thread_ids():
             state = store.state_at(thread_id)
             last = store.history(thread_id)[-1].timestamp
-            pending = len(awaiting_a_person(state))
             rows.append(
                 {
                     "thread_id": thread_id,
                     "status": shown_status(state),
                     "turns": state.turn,
                     "last_activity": utc(last),
-                    "pending_reviews": pending,
+                    "pending_reviews": len(awaiting_a_person(state)),
+                    "waiting_for": shown_waiting_for(state),
                 }
             )
     emit_records(args, rows, _thread_row, _THREAD_COLUMNS)
     return EXIT_OK
 
 
-_THREAD_COLUMNS = ["thread", "status", "turns", "last_activity", "pending_reviews"]
+_THREAD_COLUMNS = ["thread", "status", "turns", "last_activity", "pending_reviews", "waiting_for"]
 
 
 def _thread_row(record: dict[str, Any]) -> dict[str, Any]:
@@ -125,15 +128,26 @@ def held_for_review(state: ThreadState) -> tuple[PendingToolCall, ...]:
     return tuple(call for call in state.open_calls if call.call.id in awaited)
 
 
-def awaiting_a_person(state: ThreadState) -> tuple[Interrupt, ...]:
-    """The interrupts ``reviews`` lists for the thread: plain interrupts and review
-    requests not yet decided."""
-    decided = {r.request.review_id for r in state.reviews if not r.pending}
-    return tuple(
-        i
-        for i in state.interrupts
-        if not (isinstance(i.data, dict) and i.data.get("review_id") in decided)
-    )
+def awaiting_a_person(state: ThreadState) -> tuple[Pause, ...]:
+    """The pauses ``reviews`` lists for the thread: those no person has dealt with yet
+    (a review undecided, a tool's pause unanswered, a call in doubt unsettled); none on
+    a thread given up."""
+    if state.status is ThreadStatus.ABANDONED:
+        return ()
+    return tuple(pause for pause in state.pauses if not pause.resolved)
+
+
+_WAITING_FOR = {"person": "person", "runner": "worker", "": ""}
+
+
+def shown_waiting_for(state: ThreadState) -> str:
+    """Whom the thread waits for, as the commands show it: ``person`` while a pause
+    awaits one, ``worker`` when a runner can take it on (every pause resolved, or a
+    failed run to be tried again), else nobody (``""``); nobody for a thread given up,
+    on which nothing runs again."""
+    if state.status is ThreadStatus.ABANDONED:
+        return ""
+    return _WAITING_FOR[state.waiting_for]
 
 
 def history(args: argparse.Namespace) -> int:

@@ -2,25 +2,29 @@
 lists the live workers of a store and the threads they hold.
 
 ``worker`` stops gracefully on SIGTERM or Ctrl-C: it finishes the steps it is running,
-releases their leases and exits 0, as a container platform expects.
+releases their leases and exits 0, as a container platform expects. ``worker --once``
+exits 1 when a step failed, naming the threads on stderr, so that cron or a test sees it.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from datetime import datetime
 from typing import Any
 
-from covonaut_es.cli._command import EXIT_OK, Subcommands, UsageError, add_command
+from covonaut_es._text import printable
+from covonaut_es.cli._command import EXIT_FAILURES, EXIT_OK, Subcommands, UsageError, add_command
 from covonaut_es.cli._json import emit_records, utc
 from covonaut_es.cli._options import add_store_command, add_store_options, open_from
 from covonaut_es.runtime import AgentConfig
-from covonaut_es.store import WorkerRecord
+from covonaut_es.store import CallRunning, WorkerRecord
 from covonaut_es.workers import Worker
 
 
@@ -42,9 +46,16 @@ def add_worker_commands(subcommands: Subcommands) -> None:
     parser.add_argument(
         "--concurrency", type=int, default=1, metavar="N", help="threads run at once (default 1)"
     )
-    parser.add_argument("--once", action="store_true", help="run what is ready, then exit")
+    parser.add_argument(
+        "--once",
+        action="store_true",
+        help="run what is ready, then exit (1 if a step failed)",
+    )
     add_store_command(
-        subcommands, "workers", workers, help_="list live workers and the threads they hold"
+        subcommands,
+        "workers",
+        workers,
+        help_="list live workers, the threads they hold and the tool calls running in them",
     )
 
 
@@ -60,10 +71,33 @@ def worker(args: argparse.Namespace) -> int:
         )
     with open_from(args, writes=True) as store:
         running = Worker(store, make_config, concurrency=args.concurrency)
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, lambda *_: running.stop())
-        running.run(once=args.once)
+        with _stopping_on_signals(running):
+            summary = running.run(once=args.once)
+    if args.once and summary.failed:
+        failed = list(dict.fromkeys(summary.failed))
+        names = ", ".join(printable(repr(thread_id)) for thread_id in failed)
+        which = (
+            f"a step failed on thread {names}"
+            if len(failed) == 1
+            else (f"steps failed on threads {names}")
+        )
+        print(f"covonaut-es worker: {which}; the log above says why", file=sys.stderr)
+        return EXIT_FAILURES
     return EXIT_OK
+
+
+@contextlib.contextmanager
+def _stopping_on_signals(running: Worker) -> Iterator[None]:
+    """Make SIGTERM and SIGINT stop the worker gracefully for the block; the handlers
+    they had before are put back after it (``main`` may run in a longer process)."""
+    previous = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    for signum in previous:
+        signal.signal(signum, lambda *_: running.stop())
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def _factory(spec: str) -> Callable[[str], AgentConfig]:
@@ -89,17 +123,19 @@ def _factory(spec: str) -> Callable[[str], AgentConfig]:
 
 
 def workers(args: argparse.Namespace) -> int:
-    """``workers``: the live workers, their heartbeats and the threads they hold."""
+    """``workers``: the live workers, their heartbeats, the threads they hold and the
+    tool calls running in them, those past their timeout marked hung."""
     with open_from(args) as store:
-        records = [_record(found) for found in store.live_workers()]
+        now = store.clock()
+        records = [_record(found, now) for found in store.live_workers()]
     emit_records(args, records, _worker_row, _WORKER_COLUMNS)
     return EXIT_OK
 
 
-_WORKER_COLUMNS = ["worker", "host", "pid", "started", "heartbeat", "threads"]
+_WORKER_COLUMNS = ["worker", "host", "pid", "started", "heartbeat", "threads", "calls"]
 
 
-def _record(found: WorkerRecord) -> dict[str, Any]:
+def _record(found: WorkerRecord, now: datetime) -> dict[str, Any]:
     return {
         "worker_id": found.worker_id,
         "host": found.host,
@@ -107,14 +143,31 @@ def _record(found: WorkerRecord) -> dict[str, Any]:
         "started_at": utc(found.started_at),
         "heartbeat_at": utc(found.heartbeat_at),
         "threads": list(found.threads),
+        "calls": [_call(call, now) for call in found.calls],
+    }
+
+
+def _call(call: CallRunning, now: datetime) -> dict[str, Any]:
+    return {
+        "thread_id": call.thread_id,
+        "tool_call_id": call.tool_call_id,
+        "tool_name": call.tool_name,
+        "started_at": utc(call.started_at),
+        "deadline": None if call.deadline is None else utc(call.deadline),
+        "hung": call.hung(now),
     }
 
 
 def _worker_row(record: dict[str, Any]) -> dict[str, Any]:
+    calls = [
+        f"{c['tool_name']} {c['tool_call_id']}{' HUNG' if c['hung'] else ''} ({c['thread_id']})"
+        for c in record["calls"]
+    ]
     return {
         **record,
         "worker": record["worker_id"],
         "started": record["started_at"],
         "heartbeat": record["heartbeat_at"],
         "threads": ", ".join(record["threads"]),
+        "calls": ", ".join(calls),
     }
