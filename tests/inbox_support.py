@@ -41,7 +41,7 @@ def paused_on_tool(store: Store, thread_id: str, *, call_id: str = "c1", data: A
     agent = make_agent(store, script, [], thread_id=thread_id, tool=ask_tool(data))
     agent.run("Refund the customer.")
     (pause,) = store.state_at(thread_id).pauses
-    assert pause.kind is PauseKind.TOOL
+    assert pause.kind is PauseKind.INTERRUPT
 
 
 class ProcessDied(BaseException):

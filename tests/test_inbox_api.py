@@ -514,7 +514,7 @@ def test_what_this_server_recorded_is_not_listed_while_its_queue_lags(
         queue.catch_up(store)
         listed = c.get("/api/pauses", headers=bearer(BOB)).json()
         assert sorted((p["thread_id"], p["kind"]) for p in listed) == [
-            ("answered", "tool"),
+            ("answered", "interrupt"),
             ("kept", "review"),
         ]
 
@@ -547,7 +547,7 @@ def test_every_kind_of_pause_is_listed_with_its_kind(every_store: Store) -> None
         by_thread = {p["thread_id"]: p for p in listed}
         assert {t: p["kind"] for t, p in by_thread.items()} == {
             "review": "review",
-            "tool": "tool",
+            "tool": "interrupt",
             "doubt": "in_doubt",
         }
         assert by_thread["tool"]["data"] == {"question": HOSTILE}

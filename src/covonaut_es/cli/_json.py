@@ -35,13 +35,10 @@ def canonical(value: object) -> str:
     return msgspec.json.encode(value, order="sorted").decode()
 
 
-_KINDS = {PauseKind.REVIEW: "review", PauseKind.TOOL: "interrupt", PauseKind.IN_DOUBT: "in_doubt"}
-
-
 def review_kind(item: PendingReview) -> str:
     """``review`` for a review (approve, reject or respond), ``interrupt`` for a tool's
     pause (answer it), ``in_doubt`` for a call in doubt (settle it)."""
-    return _KINDS[item.kind]
+    return item.kind.value
 
 
 def review_arguments(item: PendingReview) -> dict[str, Any] | None:
@@ -49,7 +46,7 @@ def review_arguments(item: PendingReview) -> dict[str, Any] | None:
     for a tool's pause, whose call's arguments the queue does not hold, and for a call
     in doubt whose arguments text is not a JSON object (:func:`call_arguments_text`
     gives that text)."""
-    if item.kind is PauseKind.TOOL or not isinstance(item.data, dict):
+    if item.kind is PauseKind.INTERRUPT or not isinstance(item.data, dict):
         return None
     arguments = item.data.get("arguments")
     if item.kind is PauseKind.IN_DOUBT and isinstance(arguments, str):

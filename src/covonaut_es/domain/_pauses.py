@@ -21,7 +21,7 @@ def checked_kind(
 ) -> Interrupt:
     """``interrupt`` with the kind the thread bears out: a review or in-doubt claim
     that the thread does not support becomes a tool's pause."""
-    if interrupt.kind is PauseKind.TOOL or _claim_holds(interrupt, reviews, open_calls):
+    if interrupt.kind is PauseKind.INTERRUPT or _claim_holds(interrupt, reviews, open_calls):
         return interrupt
     return Interrupt(interrupt.reason, interrupt.data, interrupt.tool_call_id, interrupt.tool_name)
 

@@ -726,6 +726,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
         """Record what checking the external state found for a call in doubt: it ran,
         with ``content`` as its result, or (``ran=False``) it did not run, ``content``
         saying so to the model. ``by`` names a verified person who settled it."""
+        self._refuse_if_abandoned("a settlement")
         pending = self._call_in_doubt(tool_call_id)
         self.trigger_event(
             self.ToolCallSettled,
@@ -752,12 +753,16 @@ class AgentThread(Aggregate, created_event_name="Started"):
             ThreadStateError: The call is not in doubt, or its retry is already asked
                 for; with no call, the thread's last run did not fail.
         """
+        self._refuse_if_abandoned("a retry")
         if not tool_call_id:
-            if self.status is not ThreadStatus.ERROR or self.retry_requested:
+            if self.status is not ThreadStatus.ERROR:
                 msg = (
                     f"thread {self.thread_id!r} is {self.status}, not a failed run waiting "
                     "to be tried again; only a thread whose run failed is retried"
                 )
+                raise ThreadStateError(msg)
+            if self.retry_requested:
+                msg = f"a retry of thread {self.thread_id!r}'s failed run is already asked for"
                 raise ThreadStateError(msg)
         else:
             self._call_in_doubt(tool_call_id)
@@ -775,7 +780,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
         Raises:
             ThreadStateError: ``interrupt`` claims another kind of pause.
         """
-        if interrupt.kind is not PauseKind.TOOL:
+        if interrupt.kind is not PauseKind.INTERRUPT:
             msg = (
                 f"interrupt() records a tool's pause, not one of kind {interrupt.kind}: "
                 "use request_review() or pause_in_doubt()"
@@ -809,8 +814,9 @@ class AgentThread(Aggregate, created_event_name="Started"):
         Raises:
             ThreadStateError: No tool's pause on that call awaits an answer.
         """
+        self._refuse_if_abandoned("an answer")
         paused = [p for p in self.pauses if p.interrupt.tool_call_id == tool_call_id]
-        if not any(p.kind is PauseKind.TOOL and not p.resolved for p in paused):
+        if not any(p.kind is PauseKind.INTERRUPT and not p.resolved for p in paused):
             kinds = ", ".join(f"{p.kind} ({p.waits_for})" for p in paused) or "none"
             msg = (
                 f"thread {self.thread_id!r} has no tool's pause on call {tool_call_id!r} "
@@ -1072,6 +1078,14 @@ class AgentThread(Aggregate, created_event_name="Started"):
             )
             raise ThreadStateError(msg)
         return pending
+
+    def _refuse_if_abandoned(self, what: str) -> None:
+        if self.status is ThreadStatus.ABANDONED:
+            msg = (
+                f"thread {self.thread_id!r} was abandoned: it takes {what} no more (its "
+                "pauses are never decided); fork it to go on from any version"
+            )
+            raise ThreadStateError(msg)
 
     def _refuse_pending_reviews(self) -> None:
         if self.reviews.pending:

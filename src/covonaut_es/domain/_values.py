@@ -37,7 +37,7 @@ class PauseKind(enum.StrEnum):
     """What a pause waits for. It is set by the command that pauses the run, never
     read from a pause's data, which is the tool's (often the model's arguments)."""
 
-    TOOL = "tool"
+    INTERRUPT = "interrupt"
     """A tool raised ``InterruptError``: a person answers it, then the run resumes."""
     REVIEW = "review"
     """A call needs an approval that is not on record: a reviewer decides it."""
@@ -63,7 +63,7 @@ class Interrupt(msgspec.Struct, frozen=True, omit_defaults=True):
     data: JsonValue = None
     tool_call_id: str = ""
     tool_name: str = ""
-    kind: PauseKind = PauseKind.TOOL
+    kind: PauseKind = PauseKind.INTERRUPT
 
 
 class Pause(msgspec.Struct, frozen=True):
@@ -219,7 +219,9 @@ class ThreadState(msgspec.Struct, frozen=True):
     def waiting_for(self) -> str:
         """Who the thread waits for: ``"person"`` while a pause is unresolved,
         ``"runner"`` when it is paused and every pause is resolved, or a person asked
-        for its failed run to be tried again, else ``""``."""
+        for its failed run to be tried again, else ``""`` (also once it is abandoned)."""
+        if self.status is ThreadStatus.ABANDONED:
+            return ""  # nothing runs on it again, and nobody decides its pauses
         if any(not pause.resolved for pause in self.pauses):
             return "person"
         if self.pauses or (self.retry_requested and self.status is ThreadStatus.ERROR):

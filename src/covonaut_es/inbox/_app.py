@@ -50,7 +50,7 @@ SECURITY_HEADERS = {
 
 KIND_NAMES = {
     PauseKind.REVIEW: "Review",
-    PauseKind.TOOL: "Tool's pause",
+    PauseKind.INTERRUPT: "Tool's pause",
     PauseKind.IN_DOUBT: "Call in doubt",
 }
 """What the pages call each kind of pause."""

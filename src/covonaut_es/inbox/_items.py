@@ -136,7 +136,7 @@ class PendingItem:
     def queued(cls, item: PendingReview) -> PendingItem:
         """From a queue item."""
         data = item.data if isinstance(item.data, dict) else {}
-        details = data.get("arguments") if item.kind is not PauseKind.TOOL else item.data
+        details = data.get("arguments") if item.kind is not PauseKind.INTERRUPT else item.data
         return cls(
             kind=item.kind,
             thread_id=item.thread_id,

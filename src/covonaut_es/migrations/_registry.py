@@ -78,7 +78,7 @@ def legacy_pause_kind(data: Any) -> str:
         return PauseKind.REVIEW.value
     if isinstance(data, dict) and data.get("in_doubt") is True:
         return PauseKind.IN_DOUBT.value
-    return PauseKind.TOOL.value
+    return PauseKind.INTERRUPT.value
 
 
 def _with_kind(interrupt: Any) -> Any:
@@ -109,7 +109,7 @@ def thread_snapshot_v2_v3(state: dict[str, Any]) -> dict[str, Any]:
     events, which alone establish those kinds."""
     interrupts = state.get("interrupts")
     if not isinstance(interrupts, list) or any(
-        legacy_pause_kind(i.get("data") if isinstance(i, dict) else None) != PauseKind.TOOL
+        legacy_pause_kind(i.get("data") if isinstance(i, dict) else None) != PauseKind.INTERRUPT
         for i in interrupts
     ):
         msg = (

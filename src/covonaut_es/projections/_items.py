@@ -37,7 +37,7 @@ class PendingReview(msgspec.Struct, frozen=True, kw_only=True):
 
     thread_id: str
     item_id: str
-    kind: PauseKind = PauseKind.TOOL
+    kind: PauseKind = PauseKind.INTERRUPT
     review_id: str | None = None
     tool_name: str
     digest: str | None = None

@@ -23,6 +23,7 @@ from covonaut_es.errors import (
     InvalidDecisionError,
     ReviewNotFoundError,
     ThreadConflictError,
+    ThreadNotFoundError,
 )
 from covonaut_es.migrations import Upcaster
 from covonaut_es.migrations._upcasting import NO_MIGRATORS
@@ -361,6 +362,9 @@ class ThreadService:
     ) -> T:
         """Load the thread, apply ``command`` and save; once more from the stored head if
         another writer got in between (so a thread is loaded at most twice)."""
+        if leased and not self.store.exists(thread_id):  # no lease is taken of nothing
+            msg = f"thread {thread_id!r} not found in store {self.store.url}"
+            raise ThreadNotFoundError(msg)
         for attempt in range(2):
             lease = self.store.lease(thread_id) if leased else contextlib.nullcontext()
             with lease:
