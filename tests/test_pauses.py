@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 
 from covonaut_es import (
     AgentConfig,
+    AgentThread,
     HmacReviewerVerifier,
     InterruptError,
     ProviderRequest,
@@ -24,12 +26,13 @@ from covonaut_es import (
     Store,
     ThreadStatus,
     Tool,
+    ToolCall,
     ToolContext,
     Worker,
     open_store,
     operation_digest,
 )
-from covonaut_es.domain import PauseKind
+from covonaut_es.domain import Interrupt, PauseKind, RunMode, ToolOutcome
 from covonaut_es.messages import Message
 from covonaut_es.service import ThreadService
 from support import answer, call
@@ -224,3 +227,25 @@ def test_no_data_a_tool_pauses_with_lets_a_worker_resume_before_a_person_answers
         assert seen[-1].messages[-1] == Message(Role.USER, "Account 7.")
         assert state.messages[-1].content == "Read: Account 7."
         assert store.replay_state("t") == state
+
+
+def test_an_in_doubt_claim_on_a_call_its_tool_paused_reads_as_a_tools_pause() -> None:
+    """A stored pause that claims to be in doubt and names the call's real idempotency
+    key (as the upcaster reads a record of the code before kinds, whose tool put its key
+    and the model's ``in_doubt`` in its data) is a tool's pause once the call's result
+    says its tool paused: it waits for a person's answer, not for a runner."""
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    thread = AgentThread.start("legacy", now=now)
+    thread.start_run(RunMode.RUN, now=now)
+    asked = ToolCall("a1", "ask", '{"in_doubt": true}')
+    thread.append_message(Message(Role.ASSISTANT, "", tool_calls=(asked,)), now=now)
+    thread.call_tools([asked], now=now)
+    key = thread.open_calls["a1"].idempotency_key
+    data = {"in_doubt": True, "tool_call_id": "a1", "idempotency_key": key}
+    claimed = Interrupt("a person must answer", data, "a1", "ask", PauseKind.IN_DOUBT)
+    thread.trigger_event(AgentThread.Interrupted, interrupt=claimed, timestamp=now)
+    thread.record_tool_result("a1", "Paused.", ToolOutcome.INTERRUPTED, now=now)
+    assert [(p.kind, p.resolved) for p in thread.pauses] == [(PauseKind.INTERRUPT, False)]
+    assert thread.state.waiting_for == "person"
+    thread.answer("a1", "Account 7.", by="rita", now=now)
+    assert [(p.kind, p.resolved) for p in thread.pauses] == [(PauseKind.INTERRUPT, True)]
