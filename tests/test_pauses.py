@@ -249,3 +249,55 @@ def test_an_in_doubt_claim_on_a_call_its_tool_paused_reads_as_a_tools_pause() ->
     assert thread.state.waiting_for == "person"
     thread.answer("a1", "Account 7.", by="rita", now=now)
     assert [(p.kind, p.resolved) for p in thread.pauses] == [(PauseKind.INTERRUPT, True)]
+
+
+class _Crash(BaseException):
+    """Stands for the death of the runner's process inside a tool."""
+
+
+def test_a_call_in_doubt_run_again_that_pauses_waits_for_a_persons_answer(store: Store) -> None:
+    """A call left in doubt by a dead runner, run again at a person's request, whose tool
+    then pauses: the thread stays paused on the tool's pause (the model is not asked)
+    until a person answers it; a worker then resumes it and the model reads the answer."""
+    keys: list[str] = []
+    seen: list[ProviderRequest] = []
+
+    def ask(ctx: ToolContext, args: dict[str, Any]) -> Any:
+        keys.append(ctx.idempotency_key)
+        if len(keys) == 1:
+            raise _Crash
+        raise InterruptError("a person must answer", {"question": "Which account?"})
+
+    def model(request: ProviderRequest) -> ProviderResponse:
+        seen.append(request)
+        if any(m.role is Role.TOOL for m in request.messages):
+            return answer(f"Read: {request.messages[-1].content}")
+        return call(("a1", "ask", "{}"))
+
+    def make_config(thread_id: str) -> AgentConfig:
+        tools = [Tool("ask", "Ask a person", OBJECT, ask)]
+        return AgentConfig(
+            provider=ScriptedProvider(respond=model), tools=tools, reviewer_verifier=VERIFIER
+        )
+
+    store.submit("t", "Go.")
+    with pytest.raises(_Crash):
+        Worker(store, make_config).run(once=True)
+    Worker(store, make_config).run(once=True)  # pauses it on the call in doubt
+    assert [p.kind for p in store.state_at("t").pauses] == [PauseKind.IN_DOUBT]
+    service = ThreadService(store, verifier=VERIFIER)
+    rita = service.reviewer(RITA)
+    service.request_retry("t", "a1", reviewer=rita)
+    asked = len(seen)
+    assert Worker(store, make_config).run(once=True).steps == 1
+    state = store.state_at("t")
+    assert keys == [keys[0], keys[0]] and len(seen) == asked
+    assert state.status is ThreadStatus.INTERRUPTED and state.waiting_for == "person"
+    assert {p.kind for p in state.pauses} == {PauseKind.INTERRUPT}
+    assert Worker(store, make_config).run(once=True).steps == 0 and len(seen) == asked
+
+    service.answer("t", "a1", "Account 7.", reviewer=rita)
+    assert Worker(store, make_config).run(once=True).steps == 1
+    state = store.state_at("t")
+    assert state.status is ThreadStatus.FINISHED and len(keys) == 2
+    assert state.messages[-1].content == "Read: Account 7."
