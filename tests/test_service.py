@@ -457,3 +457,41 @@ def test_a_call_past_its_timeout_is_in_doubt_and_the_heartbeat_reports_it(store:
     wait_for(lambda: not [c for c in running_calls() if c.thread_id == "t"], "the call to end")
     assert store.state_at("t") == state
     assert store.replay_state("t") == state
+
+
+class _Crash(BaseException):
+    """Stands for the death of the runner's process inside a tool."""
+
+
+def test_a_thread_given_up_runs_no_call_in_doubt_again(store: Store) -> None:
+    """A thread given up with a call of an idempotent tool in doubt: continuing it or
+    settling the call by running it again is refused before the call runs, a worker
+    leaves it, and nothing is recorded."""
+    runs: list[str] = []
+
+    def sync(ctx: ToolContext, args: dict[str, Any]) -> Any:
+        runs.append(ctx.idempotency_key)
+        if len(runs) == 1:
+            raise _Crash
+        return "synced"
+
+    def agent() -> Agent:
+        return Agent(
+            AgentConfig(
+                provider=ScriptedProvider([call(("s1", "sync", "{}")), answer("done")]),
+                tools=[Tool("sync", "Sync", OBJECT, sync, idempotent=True)],
+                checkpoint=CheckpointSettings(store=store, thread_id="t"),
+                reviewer_verifier=VERIFIER,
+            )
+        )
+
+    with pytest.raises(_Crash):
+        agent().run("Sync.")
+    commands, rita = service(store)
+    commands.abandon("t", "gave up", reviewer=rita)
+    before = store.history("t")
+    for attempt in (agent().continue_run, lambda: agent().settle("s1", retry=True)):
+        with pytest.raises(ThreadStateError, match="was abandoned"):
+            attempt()
+    assert Worker(store, lambda _: agent().config).run(once=True).steps == 0
+    assert runs == [runs[0]] and store.history("t") == before

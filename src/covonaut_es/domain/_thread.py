@@ -746,7 +746,13 @@ class AgentThread(Aggregate, created_event_name="Started"):
         )
 
     def retry_tool_call(self, tool_call_id: str, *, now: datetime) -> PendingToolCall:
-        """Record the decision to run a call in doubt again; returns the call."""
+        """Record the decision to run a call in doubt again; returns the call.
+
+        Raises:
+            ThreadStateError: The thread was given up (nothing runs on it any more), or
+                the call is not in doubt.
+        """
+        self._refuse_if_abandoned("a call run again by a runner")
         pending = self._call_in_doubt(tool_call_id)
         self.trigger_event(self.ToolCallRetried, tool_call_id=tool_call_id, timestamp=now)
         return pending
