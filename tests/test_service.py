@@ -4,6 +4,7 @@ before its events, and calls past their timeout recorded in doubt."""
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import threading
 import time
@@ -495,3 +496,35 @@ def test_a_thread_given_up_runs_no_call_in_doubt_again(store: Store) -> None:
             attempt()
     assert Worker(store, lambda _: agent().config).run(once=True).steps == 0
     assert runs == [runs[0]] and store.history("t") == before
+
+
+def test_an_agent_resumes_a_thread_decided_through_the_service(store: Store) -> None:
+    """An agent that paused a thread, whose review a reviewer then decides through the
+    service (the inbox, the command line, another process), resumes it: its own copy of
+    the thread, behind the store, does not refuse with the review it still shows
+    pending; asyncio alike."""
+    paid: list[dict[str, Any]] = []
+    for thread_id, resume in (("sync", Agent.resume), ("async", None)):
+        agent, review_id = paused(store, thread_id, paid=paid)
+        commands, rita = service(store)
+        commands.decide(review_id, review_submission("approve"), reviewer=rita)
+        if resume is None:
+            assert asyncio.run(agent.aresume()) == 'Done: {"paid":40}'
+        else:
+            assert resume(agent) == 'Done: {"paid":40}'
+    assert paid == [{"amount": 40, "to": "bob"}] * 2
+
+
+def test_an_agent_behind_the_store_still_refuses_what_the_stored_thread_refuses(
+    store: Store,
+) -> None:
+    """The copy is read again only when the store moved on: a resume refused by the
+    stored thread itself (its review still pending) is refused, and nothing is stored."""
+    agent, _ = paused(store)
+    before = store.history("t")
+    store.label("t", "meanwhile")
+    with pytest.raises(ThreadStateError, match="awaiting a decision"):
+        agent.resume()
+    assert (
+        store.history("t")[: len(before)] == before and len(store.history("t")) == len(before) + 1
+    )
