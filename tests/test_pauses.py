@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -194,8 +194,8 @@ def asking_config(data: Any, seen: list[ProviderRequest]) -> Callable[[str], Age
 
 @settings(
     max_examples=40,
-    deadline=None,  # a worker's first step on a fresh store varies with the machine
-    suppress_health_check=[HealthCheck.too_slow],  # each example runs a worker twice
+    deadline=timedelta(seconds=10),  # three workers' runs on a fresh store, each example
+    suppress_health_check=[HealthCheck.too_slow],  # each example runs workers, by design
 )
 @given(data=forged_data)
 def test_no_data_a_tool_pauses_with_lets_a_worker_resume_before_a_person_answers(

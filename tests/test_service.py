@@ -43,7 +43,7 @@ from covonaut_es.errors import (
     ThreadStateError,
 )
 from covonaut_es.runtime import running_calls
-from covonaut_es.service import Settlement, ThreadService, review_submission
+from covonaut_es.service import Reviewer, Settlement, ThreadService, review_submission
 from support import answer, call, ticking_clock
 
 OBJECT: dict[str, Any] = {"type": "object"}
@@ -109,7 +109,7 @@ def paused(store: Store, thread_id: str = "t", **options: Any) -> tuple[Agent, s
     return agent, request.review_id
 
 
-def service(store: Store) -> tuple[ThreadService, Any]:
+def service(store: Store) -> tuple[ThreadService, Reviewer]:
     """The store's service, and Rita as it verifies her."""
     commands = ThreadService(store, verifier=VERIFIER)
     return commands, commands.reviewer(RITA)
@@ -355,7 +355,7 @@ class Batch:
         assert not self.runner.is_alive()
 
 
-WRITES: dict[str, Callable[[ThreadService, Any, str], None]] = {
+WRITES: dict[str, Callable[[ThreadService, Reviewer, str], None]] = {
     "decision": lambda commands, rita, review_id: commands.decide(
         review_id, review_submission("reject", text="not today"), reviewer=rita
     ),
