@@ -41,6 +41,18 @@ def _claim_holds(
     )
 
 
+def paused_by_its_tool(interrupts: list[Interrupt], tool_call_id: str) -> None:
+    """Turn the in-doubt claims on ``tool_call_id`` into tools' pauses, in place: its
+    result says its tool paused (``InterruptError``), so it ran, and no pause of it can
+    be in doubt. Only a record the thread did not write (one of the code before kinds,
+    whose data a tool filled with its own idempotency key) makes such a claim."""
+    for i, interrupt in enumerate(interrupts):
+        if interrupt.tool_call_id == tool_call_id and interrupt.kind is PauseKind.IN_DOUBT:
+            interrupts[i] = Interrupt(
+                interrupt.reason, interrupt.data, interrupt.tool_call_id, interrupt.tool_name
+            )
+
+
 def in_doubt_data(pending: PendingToolCall) -> dict[str, str]:
     """The data of an in-doubt pause: what a person needs to check the external system."""
     return {

@@ -24,7 +24,12 @@ from eventsourcing.domain import Aggregate
 from covonaut_es.domain._calls import event_key, requested_call
 from covonaut_es.domain._ids import check_thread_id, thread_aggregate_id
 from covonaut_es.domain._integrity import CHAIN_KEY, UNCHAINED, seal
-from covonaut_es.domain._pauses import checked_kind, in_doubt_data, pauses_of
+from covonaut_es.domain._pauses import (
+    checked_kind,
+    in_doubt_data,
+    paused_by_its_tool,
+    pauses_of,
+)
 from covonaut_es.domain._reviews import (
     Decision,
     ReviewDecision,
@@ -229,6 +234,8 @@ class AgentThread(Aggregate, created_event_name="Started"):
 
         def apply(self, thread: AgentThread) -> None:
             del thread.open_calls[self.tool_call_id]
+            if self.outcome is ToolOutcome.INTERRUPTED:
+                paused_by_its_tool(thread.interrupts, self.tool_call_id)
             thread.messages.append(
                 Message(
                     Role.TOOL, self.content, tool_call_id=self.tool_call_id, name=self.tool_name
@@ -739,7 +746,13 @@ class AgentThread(Aggregate, created_event_name="Started"):
         )
 
     def retry_tool_call(self, tool_call_id: str, *, now: datetime) -> PendingToolCall:
-        """Record the decision to run a call in doubt again; returns the call."""
+        """Record the decision to run a call in doubt again; returns the call.
+
+        Raises:
+            ThreadStateError: The thread was given up (nothing runs on it any more), or
+                the call is not in doubt.
+        """
+        self._refuse_if_abandoned("a call run again by a runner")
         pending = self._call_in_doubt(tool_call_id)
         self.trigger_event(self.ToolCallRetried, tool_call_id=tool_call_id, timestamp=now)
         return pending

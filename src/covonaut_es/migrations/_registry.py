@@ -71,12 +71,26 @@ def tool_called_v1_v2(payload: dict[str, Any]) -> dict[str, Any]:
 # those keys here only, and the thread checks the guess when it applies the interrupt.
 
 
-def legacy_pause_kind(data: Any) -> str:
-    """The kind a version-1 interrupt with ``data`` was read as: a review when its data
-    named a review, in doubt when it said so, else a tool's pause."""
-    if isinstance(data, dict) and isinstance(data.get("review_id"), str):
+def legacy_pause_kind(interrupt: Any) -> str:
+    """The kind a version-1 interrupt was read as: a review when its data has the form
+    of the review request the old code wrote for that call, in doubt when it has the
+    form of the old code's in-doubt pause of that call, else a tool's pause.
+
+    The whole form is asked for, not one key: the data is a tool's, often the model's
+    arguments, and the reviewer queue lists a pause under this guess (the thread checks
+    it again, see ``checked_kind``)."""
+    if not isinstance(interrupt, dict):
+        return PauseKind.INTERRUPT.value
+    data = interrupt.get("data")
+    if not isinstance(data, dict) or data.get("tool_call_id") != interrupt.get("tool_call_id"):
+        return PauseKind.INTERRUPT.value
+    if isinstance(data.get("review_id"), str) and isinstance(data.get("digest"), str):
         return PauseKind.REVIEW.value
-    if isinstance(data, dict) and data.get("in_doubt") is True:
+    if (
+        data.get("in_doubt") is True
+        and isinstance(data.get("idempotency_key"), str)
+        and isinstance(data.get("arguments"), str)
+    ):
         return PauseKind.IN_DOUBT.value
     return PauseKind.INTERRUPT.value
 
@@ -84,7 +98,7 @@ def legacy_pause_kind(data: Any) -> str:
 def _with_kind(interrupt: Any) -> Any:
     if not isinstance(interrupt, dict):
         return interrupt  # the typed decode names what is wrong with it
-    return {**interrupt, "kind": legacy_pause_kind(interrupt.get("data"))}
+    return {**interrupt, "kind": legacy_pause_kind(interrupt)}
 
 
 def interrupted_v1_v2(payload: dict[str, Any]) -> dict[str, Any]:
@@ -109,8 +123,7 @@ def thread_snapshot_v2_v3(state: dict[str, Any]) -> dict[str, Any]:
     events, which alone establish those kinds."""
     interrupts = state.get("interrupts")
     if not isinstance(interrupts, list) or any(
-        legacy_pause_kind(i.get("data") if isinstance(i, dict) else None) != PauseKind.INTERRUPT
-        for i in interrupts
+        legacy_pause_kind(i) != PauseKind.INTERRUPT for i in interrupts
     ):
         msg = (
             "ThreadSnapshot v2 predates typed pauses and holds interrupts whose kinds only "

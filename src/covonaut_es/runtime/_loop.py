@@ -181,7 +181,13 @@ def run_program(
     Returns the final answer, or ``""`` when the run paused on an interrupt.
     """
     now = config.clock
+    paused = len(thread.interrupts)
     yield from _retry_calls(thread, config)
+    if len(thread.interrupts) > paused:
+        # A call run again paused (its tool raised InterruptError, or it needs a review):
+        # the run stays paused on it, as on any pause, for a person to deal with.
+        yield from _checkpoint(thread, settings, CheckpointReason.INTERRUPT, now())
+        return ""
     thread.start_run(mode, now=now())
     if not thread.messages and config.system_prompt:
         thread.append_message(Message(Role.SYSTEM, config.system_prompt), now=now())

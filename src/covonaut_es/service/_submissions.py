@@ -137,6 +137,7 @@ def json_object(value: object, what: str) -> dict[str, Any]:
         msg = f"{what} must be one JSON object, got a JSON {_kind(value)}"
         raise InvalidDecisionError(msg)
     if isinstance(value, Mapping):
+        _refuse_keys_not_text(value, what)
         try:
             value = json.dumps(dict(value), allow_nan=False)
         except (TypeError, ValueError, RecursionError) as exc:
@@ -147,6 +148,27 @@ def json_object(value: object, what: str) -> dict[str, Any]:
         msg = f"{what} must be one JSON object, got a JSON {_kind(parsed)}"
         raise InvalidDecisionError(msg)
     return parsed
+
+
+def _refuse_keys_not_text(value: Mapping[Any, Any], what: str) -> None:
+    # json.dumps writes a key 1 as "1" and None as "null": the decision would cover text
+    # nobody typed. Each container is looked at once, so a cycle ends the walk (and
+    # json.dumps then refuses it).
+    stack: list[Any] = [value]
+    seen: set[int] = set()
+    while stack:
+        item = stack.pop()
+        if id(item) in seen or not isinstance(item, Mapping | list | tuple):
+            continue
+        seen.add(id(item))
+        if isinstance(item, Mapping):
+            for key in item:
+                if not isinstance(key, str):
+                    msg = f"{what} must hold JSON values only: keys must be text, not {key!r}"
+                    raise InvalidDecisionError(msg)
+            stack.extend(item.values())
+        else:
+            stack.extend(item)
 
 
 def parse_json(text: str | bytes, what: str) -> Any:
