@@ -22,6 +22,7 @@ from covonaut_es import (
     CheckpointSettings,
     HmacReviewerVerifier,
     InterruptError,
+    MemoryStateStore,
     ReviewQueue,
     ScriptedProvider,
     Store,
@@ -423,3 +424,33 @@ def test_a_sealed_view_without_the_key_stops_instead_of_passing_records_over(
         ReviewQueueProjection(view).process_event(started, Tracking("ThreadsApplication", 1))
     assert view.max_tracking_id("ThreadsApplication") is None
     factory.close()
+
+
+def test_threads_started_from_a_state_and_their_forks_are_listed(store: Store) -> None:
+    """A thread started from a paused thread's saved state is listed on its pauses (as
+    tools' pauses: the document holds no review), and so is a fork of it."""
+
+    def agent(thread_id: str) -> Agent:
+        return Agent(
+            AgentConfig(
+                provider=ScriptedProvider([]),
+                tools=[review_tool()],
+                checkpoint=CheckpointSettings(store=store, thread_id=thread_id),
+                state_store=states,
+            )
+        )
+
+    states = MemoryStateStore()
+    queue = ReviewQueue(store.url)
+    with queue.follow():
+        original = pause(store, "a", "r1", "r2")
+        saved = agent("a")
+        saved.restore_latest_checkpoint("a")
+        saved.save_state("paused")
+        agent("unused").load_state("paused", thread_id="b")
+        store.fork("b", new_thread_id="b-branch")
+        original.steer("decided")
+        original.resume()
+        queue.wait_until_current(store)
+    assert keys(queue) == {(t, r) for t in ("b", "b-branch") for r in ("r1", "r2")}
+    assert keys(queue) == expected_queue(store)

@@ -23,8 +23,8 @@ def fork_point(newest_first: Iterable[Any]) -> tuple[tuple[Interrupt, ...], bool
     Returns the interrupts pending at that version and whether the thread was abandoned
     by then. Reads back only to the start of the last turn, run or resume (no interrupt
     is pending at any of them: interrupts end a run, and only ``resume`` starts one
-    over them, clearing them) or to the fork that started the stream, which records its
-    own; so forking costs the same however long the thread is.
+    over them, clearing them) or to the fork or saved state that started the stream,
+    which records its own; so forking costs the same however long the thread is.
     """
     interrupts: list[Interrupt] = []
     for event in newest_first:
@@ -32,7 +32,7 @@ def fork_point(newest_first: Iterable[Any]) -> tuple[tuple[Interrupt, ...], bool
             return (), True
         if isinstance(event, AgentThread.Interrupted):
             interrupts.append(event.interrupt)
-        elif isinstance(event, AgentThread.Forked):
+        elif isinstance(event, AgentThread.Forked | AgentThread.StartedFromState):
             interrupts.extend(reversed(event.interrupts))
             break
         elif isinstance(event, AgentThread.Resumed | AgentThread.TurnStarted) or (
