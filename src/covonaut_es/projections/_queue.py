@@ -44,8 +44,9 @@ VIEW_NAME = "review_queue"
 """The projection's name: it names the view's tracking table and settings prefix."""
 
 UNSTORABLE = (DataError, ValueError, msgspec.EncodeError)
-"""What a view raises for a value it cannot hold (a NUL in a PostgreSQL text column, a
-lone surrogate in SQLite): the record is passed over, not retried forever."""
+"""What a view raises for a value it cannot hold: the record is passed over, not retried
+forever. (Text that a back end's columns cannot hold, such as a NUL in PostgreSQL, is
+escaped by the rows, not passed over; a lone surrogate never decodes from the log.)"""
 
 log = logging.getLogger(__name__)
 
