@@ -27,6 +27,7 @@ from covonaut_es import (
     ThreadStatus,
     Tool,
     ToolContext,
+    create_cipher_key,
     open_store,
 )
 from covonaut_es.domain import PauseKind
@@ -305,12 +306,18 @@ def test_the_queue_lists_exactly_what_the_aggregates_say_is_pending(
         store.close()
 
 
-@pytest.mark.parametrize("text", ["\x00", "a\x00b", "\x00\x00\\0\\u0000"])
-def test_a_pause_with_nul_in_its_text_is_listed_exactly(store: Store, text: str) -> None:
+@pytest.mark.parametrize("sealed", [False, True], ids=["plain", "sealed"])
+@pytest.mark.parametrize("text", ["\x00", "a\x00b", "\x00\x00\\0\\u0000", "\x01\x00"])
+def test_a_pause_with_nul_in_its_text_is_listed_exactly(
+    store_url: str, text: str, sealed: bool
+) -> None:
     """A tool's pause, a review and a call in doubt whose reason, data, arguments and call
-    id hold NUL are listed as the thread records them, and leave once dealt with."""
+    id hold NUL are listed as the thread records them, and leave once dealt with, in a
+    plain queue and in the sealed queue of an encrypted store."""
+    key = create_cipher_key() if sealed else None
+    store = open_store(store_url, cipher_key=key)
     world = World(store, "nul")
-    queue = ReviewQueue(store.url)
+    queue = ReviewQueue(store.url, cipher_key=key)
     with queue.follow():
         world.run(text, ("ask", "pay", "transfer"))
         queue.wait_until_current(store)
@@ -320,6 +327,7 @@ def test_a_pause_with_nul_in_its_text_is_listed_exactly(store: Store, text: str)
         queue.wait_until_current(store)
         assert queue.pending() == ()
     queue.close()
+    store.close()
 
 
 @pytest.mark.parametrize(
