@@ -460,3 +460,28 @@ def test_threads_started_from_a_state_and_their_forks_are_listed(store: Store) -
         queue.wait_until_current(store)
     assert keys(queue) == {(t, r) for t in ("b", "b-branch") for r in ("r1", "r2")}
     assert keys(queue) == expected_queue(store)
+
+
+@pytest.mark.parametrize("view", ["sqlite", "memory"])
+def test_a_read_only_store_is_followed_into_a_view_kept_elsewhere(
+    tmp_path: Path, view: str
+) -> None:
+    """A store opened read-only is followed into a view in another database, which makes
+    its tables; a view in the read-only database itself is refused with a typed error
+    saying what to do, before anything runs."""
+    from covonaut_es.errors import ReadOnlyStoreError
+
+    url = f"sqlite:///{tmp_path / 'threads.db'}"
+    with open_store(url) as writable:
+        pause(writable, "a", "r1")
+    read_only = open_store(url + "?mode=ro")
+    view_url = f"sqlite:///{tmp_path / 'queue.db'}" if view == "sqlite" else "memory://ro-view"
+    queue = ReviewQueue(read_only.url, view_url=view_url)
+    with queue.follow():
+        queue.wait_until_current(read_only)
+    assert keys(queue) == {("a", "r1")} == expected_queue(read_only)
+    with pytest.raises(ReadOnlyStoreError, match="pass view_url="):  # noqa: SIM117
+        with ReviewQueue(read_only.url).follow():
+            pass
+    queue.close()
+    read_only.close()
