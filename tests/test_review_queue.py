@@ -22,6 +22,7 @@ from covonaut_es import (
     CheckpointSettings,
     HmacReviewerVerifier,
     InterruptError,
+    MemoryStateStore,
     ReviewQueue,
     ScriptedProvider,
     Store,
@@ -251,35 +252,41 @@ def test_review_requests_carry_their_ids_and_leave_when_decided(store: Store) ->
     assert queue.pending() == ()
 
 
-@pytest.mark.postgres
-def test_a_record_the_view_cannot_store_is_passed_over_and_later_reviews_appear(
-    postgres_database: str, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize("hostile", ["evil\x00id", "\x01evil", '\x01"\\u0000"'])
+def test_a_thread_id_written_behind_the_rules_back_is_listed_as_it_is(
+    store: Store, hostile: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A thread id with a NUL, written behind the rule's back, is skipped with a warning;
-    reviews of threads created later appear, also after a restart."""
+    """A thread id with a NUL (which PostgreSQL's text cannot hold) or that starts like an
+    escaped column, written behind the rule's back with a pause of the same text, is
+    listed exactly, and leaves when abandoned; reviews of later threads appear, also
+    after a restart, and nothing is passed over."""
     from datetime import UTC, datetime
 
-    from covonaut_es.domain import AgentThread, thread_aggregate_id
+    from covonaut_es.domain import AgentThread, Interrupt, thread_aggregate_id
 
-    store = open_store(postgres_database)
-    hostile = "evil\x00id"
+    now = datetime.now(UTC)
     thread = AgentThread._create(
-        AgentThread.Started,
-        id=thread_aggregate_id(hostile),
-        thread_id=hostile,
-        timestamp=datetime.now(UTC),
+        AgentThread.Started, id=thread_aggregate_id(hostile), thread_id=hostile, timestamp=now
     )
+    thread.interrupt(Interrupt(hostile, {hostile: hostile}, hostile, hostile), now=now)
     store.save(thread)
-    queue = ReviewQueue(postgres_database)
+    queue = ReviewQueue(store.url)
     with caplog.at_level("WARNING", logger="covonaut_es.projections._queue"), queue.follow():
         pause(store, "before", "r1")
         queue.wait_until_current(store)
-    assert "passing over the Started event at log position 1" in caplog.text
+    assert "passing over" not in caplog.text
+    (item,) = [i for i in queue.pending() if i.thread_id == hostile]
+    assert (item.item_id, item.tool_name, item.reason, item.data) == (
+        hostile,
+        hostile,
+        hostile,
+        {hostile: hostile},
+    )
     pause(store, "after", "r2")  # while nobody follows
+    store.abandon(hostile)
     with queue.follow():
         queue.wait_until_current(store)
-    assert keys(queue) == {("before", "r1"), ("after", "r2")}
-    store.close()
+    assert keys(queue) == {("before", "r1"), ("after", "r2")} == expected_queue(store)
 
 
 SECRET_THREAD_IDS = ("ann-account-7731", "bob-account-0042")
@@ -423,3 +430,58 @@ def test_a_sealed_view_without_the_key_stops_instead_of_passing_records_over(
         ReviewQueueProjection(view).process_event(started, Tracking("ThreadsApplication", 1))
     assert view.max_tracking_id("ThreadsApplication") is None
     factory.close()
+
+
+def test_threads_started_from_a_state_and_their_forks_are_listed(store: Store) -> None:
+    """A thread started from a paused thread's saved state is listed on its pauses (as
+    tools' pauses: the document holds no review), and so is a fork of it."""
+
+    def agent(thread_id: str) -> Agent:
+        return Agent(
+            AgentConfig(
+                provider=ScriptedProvider([]),
+                tools=[review_tool()],
+                checkpoint=CheckpointSettings(store=store, thread_id=thread_id),
+                state_store=states,
+            )
+        )
+
+    states = MemoryStateStore()
+    queue = ReviewQueue(store.url)
+    with queue.follow():
+        original = pause(store, "a", "r1", "r2")
+        saved = agent("a")
+        saved.restore_latest_checkpoint("a")
+        saved.save_state("paused")
+        agent("unused").load_state("paused", thread_id="b")
+        store.fork("b", new_thread_id="b-branch")
+        original.steer("decided")
+        original.resume()
+        queue.wait_until_current(store)
+    assert keys(queue) == {(t, r) for t in ("b", "b-branch") for r in ("r1", "r2")}
+    assert keys(queue) == expected_queue(store)
+
+
+@pytest.mark.parametrize("view", ["sqlite", "memory"])
+def test_a_read_only_store_is_followed_into_a_view_kept_elsewhere(
+    tmp_path: Path, view: str
+) -> None:
+    """A store opened read-only is followed into a view in another database, which makes
+    its tables; a view in the read-only database itself is refused with a typed error
+    saying what to do, before anything runs."""
+    from covonaut_es.errors import ReadOnlyStoreError
+
+    url = f"sqlite:///{tmp_path / 'threads.db'}"
+    with open_store(url) as writable:
+        pause(writable, "a", "r1")
+    read_only = open_store(url + "?mode=ro")
+    view_url = f"sqlite:///{tmp_path / 'queue.db'}" if view == "sqlite" else "memory://ro-view"
+    queue = ReviewQueue(read_only.url, view_url=view_url)
+    with queue.follow():
+        queue.wait_until_current(read_only)
+    assert keys(queue) == {("a", "r1")} == expected_queue(read_only)
+    with pytest.raises(ReadOnlyStoreError, match="pass view_url="):  # noqa: SIM117
+        with ReviewQueue(read_only.url).follow():
+            pass
+    queue.close()
+    read_only.close()

@@ -140,16 +140,20 @@ class AgentThread(Aggregate, created_event_name="Started"):
         document: StateDocument
         stored_version: int
 
+        @property
+        def interrupts(self) -> tuple[Interrupt, ...]:
+            """The thread's pending interrupts from the start, as it reads them (and so
+            as projections list them): a document holds no reviews or open calls, so
+            its pauses are tools' pauses."""
+            return tuple(checked_kind(i, ReviewLedger(), {}) for i in self.document.interrupts)
+
         def apply(self, thread: AgentThread) -> None:
             document = self.document
             thread.status = document.status
             thread.messages = list(document.messages)
             thread.turn = document.turn
             thread.usage = document.usage
-            # A document holds no reviews or open calls: its pauses are tools' pauses.
-            thread.interrupts = [
-                checked_kind(i, thread.reviews, thread.open_calls) for i in document.interrupts
-            ]
+            thread.interrupts = list(self.interrupts)
             thread.compaction = document.compaction
             thread.error = document.error
 

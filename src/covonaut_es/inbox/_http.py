@@ -21,6 +21,7 @@ from covonaut_es.errors import (
     IdentityProviderUnavailableError,
     InvalidDecisionError,
     InvalidThreadIdError,
+    ReadOnlyStoreError,
     ReviewerNotVerifiedError,
     ReviewNotFoundError,
     StaleReviewError,
@@ -84,6 +85,7 @@ class SignedIn:
 
 _STATUSES: tuple[tuple[type[Exception], int], ...] = (
     (IdentityProviderUnavailableError, 503),  # before its base: the token is not at fault
+    (ReadOnlyStoreError, 503),  # the store takes no writes now: the request is not at fault
     (ReviewerNotVerifiedError, 401),
     (InvalidDecisionError, 400),
     (StaleReviewError, 409),

@@ -86,6 +86,7 @@ QueueChange = ThreadNamed | ItemAdded | ItemRemoved | ThreadCleared
 
 QUEUE_EVENT_TYPES: tuple[type[AgentThread.Event], ...] = (
     AgentThread.Started,
+    AgentThread.StartedFromState,
     AgentThread.Forked,
     AgentThread.Interrupted,
     AgentThread.ReviewDecided,
@@ -135,15 +136,16 @@ sent to run again."""
 
 def changes_for(event: Any, thread_id_of: Callable[[str], str | None]) -> list[QueueChange]:
     """The queue changes one event makes; ``thread_id_of`` names an aggregate id."""
-    if isinstance(event, AgentThread.Started):
-        return [ThreadNamed(event.originator_id.hex, event.thread_id)]
-    if isinstance(event, AgentThread.Forked):
+    if isinstance(event, AgentThread.StartedFromState | AgentThread.Forked):
+        # A thread that starts paused: on its parent's interrupts, or its document's.
         named: QueueChange = ThreadNamed(event.originator_id.hex, event.thread_id)
-        parent = event.parent_thread_id
+        parent = getattr(event, "parent_thread_id", None)
         return [named] + [
             ItemAdded(pending_from(i, event.thread_id, event.timestamp, parent))
             for i in event.interrupts
         ]
+    if isinstance(event, AgentThread.Started):
+        return [ThreadNamed(event.originator_id.hex, event.thread_id)]
     thread_id = thread_id_of(event.originator_id.hex)
     if thread_id is None:
         return []  # a thread written by code older than the queue's first event

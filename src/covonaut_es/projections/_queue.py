@@ -22,7 +22,7 @@ from eventsourcing.projection import BaseProjectionRunner, Projection
 from eventsourcing.utils import Environment, get_topic, resolve_topic
 
 from covonaut_es._closing import Closing
-from covonaut_es.errors import CovonautError
+from covonaut_es.errors import CovonautError, ReadOnlyStoreError
 from covonaut_es.projections._items import QUEUE_EVENT_TYPES, PendingReview, changes_for
 from covonaut_es.projections._sealing import QueueSealer
 from covonaut_es.projections._views import (
@@ -38,14 +38,15 @@ from covonaut_es.store._application import (
     open_application,
     with_connection_params,
 )
-from covonaut_es.store._urls import canonical_url, persistence_env, store_env
+from covonaut_es.store._urls import READ_ONLY, canonical_url, persistence_env, store_env
 
 VIEW_NAME = "review_queue"
 """The projection's name: it names the view's tracking table and settings prefix."""
 
 UNSTORABLE = (DataError, ValueError, msgspec.EncodeError)
-"""What a view raises for a value it cannot hold (a NUL in a PostgreSQL text column, a
-lone surrogate in SQLite): the record is passed over, not retried forever."""
+"""What a view raises for a value it cannot hold: the record is passed over, not retried
+forever. (Text that a back end's columns cannot hold, such as a NUL in PostgreSQL, is
+escaped by the rows, not passed over; a lone surrogate never decodes from the log.)"""
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +121,10 @@ class ReviewQueue(Closing):
         self._store_env = store_env(store_url, cipher_key=cipher_key, compress=compress)
         self.store_url = canonical_url(store_url, self._store_env)
         view_env = persistence_env(view_url) if view_url else self._store_env
+        self._view_read_only = view_env.get(READ_ONLY) == "y"
+        # The view makes its tables unless its own database is read-only (a read-only
+        # store's setting must not reach a view kept elsewhere).
+        view_env = {"CREATE_TABLE": "y", **view_env}
         self._sealer = QueueSealer(cipher_key) if cipher_key is not None else None
         topics = VIEW_TOPICS if self._sealer is None else SEALED_VIEW_TOPICS
         self._view_topic = topics[view_env["PERSISTENCE_MODULE"]]
@@ -182,6 +187,13 @@ class ReviewQueue(Closing):
         ``wait_until_current(store)`` blocks until the view has caught up; the
         runner's ``run_forever()`` blocks until it is stopped.
         """
+        if self._view_read_only:
+            msg = (
+                f"the review queue of {self.store_url} is kept in a database opened "
+                "read-only, so it cannot follow the store: pass view_url= a writable "
+                "database (or memory://) to follow a read-only store"
+            )
+            raise ReadOnlyStoreError(msg)
         open_application(self.store_url, self._store_env).close()  # tables exist first
         with QueueRunner(self.view(), self._env) as runner:
             yield runner

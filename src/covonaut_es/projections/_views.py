@@ -80,6 +80,11 @@ SEALED_TRACKING_SUFFIX = "+sealed_pauses"
 starts from position zero beside a plain queue of the same database."""
 
 
+ESCAPED = "\x01"
+"""Starts a text column that holds JSON text instead of the value itself (see
+:meth:`PlainRows.text`)."""
+
+
 class PlainRows:
     """The queue's rows and statements when the store is not encrypted."""
 
@@ -93,43 +98,71 @@ class PlainRows:
     select_pending = SELECT_PENDING
     select_thread_id = "SELECT thread_id FROM covonaut_queue_threads WHERE aggregate_id = %s"
 
-    def key(self, value: str) -> str:
-        """What stands for a thread or item id in the indexed columns."""
+    @staticmethod
+    def text(value: str) -> str:
+        """What a text column holds for ``value``: the value itself, so the table reads
+        plainly, unless a back end could not hold it (PostgreSQL's text holds no NUL) or
+        it could be taken for an escaped value; then :data:`ESCAPED` and its JSON text,
+        which holds neither."""
+        if "\x00" not in value and not value.startswith(ESCAPED):
+            return value
+        return ESCAPED + msgspec.json.encode(value).decode()
+
+    @staticmethod
+    def untext(column: str) -> str:
+        """The value a text column holds (the inverse of :meth:`text`)."""
+        if not column.startswith(ESCAPED):
+            return column
+        value: str = msgspec.json.decode(column.removeprefix(ESCAPED), type=str)
         return value
 
+    def column(self, value: str | None) -> str | None:
+        """:meth:`text` of a column that may be NULL."""
+        return None if value is None else self.text(value)
+
+    def value(self, column: str | None) -> str | None:
+        """:meth:`untext` of a column that may be NULL."""
+        return None if column is None else self.untext(column)
+
+    def key(self, value: str) -> str:
+        """What stands for a thread or item id in the indexed columns."""
+        return self.text(value)
+
     def thread_row(self, aggregate_id: str, thread_id: str) -> tuple[Any, ...]:
-        return (aggregate_id, thread_id)
+        return (aggregate_id, self.key(thread_id))
 
     def item_row(self, item: PendingReview) -> tuple[Any, ...]:
+        column, text = self.column, self.text
         return (
-            item.thread_id,
-            item.item_id,
+            text(item.thread_id),
+            text(item.item_id),
             item.kind.value,
-            item.review_id,
-            item.tool_name,
-            item.digest,
-            item.reason,
-            msgspec.json.encode(item.data).decode(),
+            column(item.review_id),
+            text(item.tool_name),
+            column(item.digest),
+            text(item.reason),
+            msgspec.json.encode(item.data).decode(),  # JSON text escapes NUL itself
             item.requested_at.isoformat(),
-            item.branch_parent,
+            column(item.branch_parent),
         )
 
     def item(self, row: Any) -> PendingReview:
+        value, untext = self.value, self.untext
         return PendingReview(
-            thread_id=row["thread_id"],
-            item_id=row["item_id"],
+            thread_id=self.thread_id(row),
+            item_id=untext(row["item_id"]),
             kind=PauseKind(row["kind"]),
-            review_id=row["review_id"],
-            tool_name=row["tool_name"],
-            digest=row["digest"],
-            reason=row["reason"],
+            review_id=value(row["review_id"]),
+            tool_name=untext(row["tool_name"]),
+            digest=value(row["digest"]),
+            reason=untext(row["reason"]),
             data=msgspec.json.decode(row["data"]),
             requested_at=datetime.fromisoformat(row["requested_at"]),
-            branch_parent=row["branch_parent"],
+            branch_parent=value(row["branch_parent"]),
         )
 
     def thread_id(self, row: Any) -> str:
-        return str(row["thread_id"])
+        return self.untext(row["thread_id"])
 
 
 class SealedRows(PlainRows):

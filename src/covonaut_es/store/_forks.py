@@ -36,6 +36,7 @@ class ThreadForking(ABC):
     _app: Application[UUID]
     url: str
     clock: Callable[[], datetime]
+    _refuse_if_read_only: Callable[[str], None]  # the store's, from its leasing
 
     @abstractmethod
     def load(self, thread_id: str, *, version: int | None = None) -> AgentThread:
@@ -136,6 +137,7 @@ class ThreadForking(ABC):
         if at_version is not None and at_checkpoint is not None:
             msg = "fork() takes at_version or at_checkpoint, not both"
             raise ConfigurationError(msg)
+        self._refuse_if_read_only(f"thread {thread_id!r} was not forked")
         if at_checkpoint is not None:
             at_version = self._checkpoint_version(thread_id, at_checkpoint)
         thread_id, newest_first = self._branch_point(thread_id, at_version)

@@ -24,7 +24,7 @@ from uuid import UUID
 import msgspec
 from eventsourcing.application import Application
 
-from covonaut_es.errors import ThreadBusyError
+from covonaut_es.errors import ReadOnlyStoreError, ThreadBusyError
 from covonaut_es.store._leases import (
     CallRunning,
     Lease,
@@ -90,8 +90,24 @@ class ThreadLeasing:
 
     _app: Application[UUID]
     url: str
+    read_only: bool = False
+    """Whether the store was opened read-only: it then refuses every write."""
     _lease_backend: LeaseBackend | None = None
     _lease_holder: str | None = None
+
+    def _refuse_if_read_only(self, refused: str) -> None:
+        """Refuse a write before anything is done, on a store opened read-only: every
+        write (a save, a lease, a fork, a named state) asks here first.
+
+        Raises:
+            ReadOnlyStoreError: The store was opened read-only.
+        """
+        if self.read_only:
+            msg = (
+                f"{self.url} was opened read-only: {refused}, and nothing was written; "
+                "open it without ?mode=ro to change it"
+            )
+            raise ReadOnlyStoreError(msg)
 
     def name_lease_holder(self, holder: str) -> None:
         """Name who holds the leases this store takes (a worker names itself), shown
@@ -157,6 +173,7 @@ class ThreadLeasing:
         return MappingProxyType(held)
 
     def _acquire(self, thread_id: str) -> Lease:
+        self._refuse_if_read_only(f"the run lease of thread {thread_id!r} was not taken")
         lease = self._leases.try_acquire(thread_id)
         if lease is not None:
             return lease

@@ -60,7 +60,7 @@ from covonaut_es.store._mapper import MsgspecMapper
 from covonaut_es.store._records import StoredRecords
 from covonaut_es.store._snapshots import replace_snapshot
 from covonaut_es.store._submissions import ThreadSubmissions
-from covonaut_es.store._urls import redact
+from covonaut_es.store._urls import READ_ONLY, redact
 
 
 class _BaseLoader(Protocol):
@@ -105,6 +105,7 @@ class Store(
             )
             raise ConfigurationError(msg)
         self.url = redact(url)
+        self.read_only = env.get(READ_ONLY) == "y"
         self.max_checkpoints_per_thread = max_checkpoints_per_thread
         self.clock = clock
         self._owns_app = application is None
@@ -293,6 +294,7 @@ class Store(
         pending = thread.pending_events
         if not pending:
             return
+        self._refuse_if_read_only(f"thread {thread.thread_id!r} was not saved")
         expected = pending[0].originator_version - 1
         lease = self.held_lease(thread.thread_id)
         fences = (
@@ -486,6 +488,7 @@ class Store(
             InvalidStateKeyError: The key is not allowed.
         """
         stream = state_stream_id(key)
+        self._refuse_if_read_only(f"state {key!r} was not saved")
         while True:
             last = self._app.recorder.select_events(stream, desc=True, limit=1)
             saved = StateSaved(

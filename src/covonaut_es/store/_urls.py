@@ -15,6 +15,9 @@ SCHEMES = ("memory", "sqlite", "postgresql")
 SQLITE_PATH = "COVONAUT_SQLITE_PATH"
 """The environment key of a SQLite store's file path (``SQLITE_DBNAME`` may be a URI)."""
 
+READ_ONLY = "COVONAUT_READ_ONLY"
+"""The environment key that is ``y`` for a store opened read-only (``?mode=ro``)."""
+
 POSTGRES_PARAMS = "COVONAUT_POSTGRES_PARAMS"
 """The environment key of a PostgreSQL URL's further connection parameters, as JSON."""
 
@@ -85,6 +88,7 @@ def _sqlite_env(url: str, rest: str) -> dict[str, str]:
         env["SQLITE_DBNAME"] = path.resolve().as_uri() + (f"?mode={mode}" if mode else "")
     if mode == "ro":
         env["CREATE_TABLE"] = "n"
+        env[READ_ONLY] = "y"
     return env
 
 

@@ -1,0 +1,356 @@
+"""The reviewer queue's law, on every store: after any sequence of runs, pauses,
+decisions, forks and starts from a saved state, the queue lists exactly the pauses the
+threads' aggregates say wait for a person, field for field, whatever text a tool, a
+model or a person put in them (NUL included)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from covonaut_es import (
+    Agent,
+    AgentConfig,
+    CheckpointSettings,
+    InterruptError,
+    MemoryStateStore,
+    ReviewQueue,
+    ScriptedProvider,
+    Store,
+    ThreadStatus,
+    Tool,
+    ToolContext,
+    create_cipher_key,
+    open_store,
+)
+from covonaut_es.domain import PauseKind
+from covonaut_es.errors import CovonautError
+from covonaut_es.service import Settlement, ThreadService, review_submission
+from support import answer, call, ticking_clock
+from test_service import RITA, VERIFIER
+
+OBJECT: dict[str, Any] = {"type": "object"}
+
+# Text as tools, models and people may write it: NUL and other control characters,
+# line and paragraph separators, bidi overrides, a BOM, the last code point, quotes and
+# backslashes. No lone surrogate: the mapper refuses to encode one (msgspec), so no event
+# can hold one (a tool's pause holding one is recorded as the tool's error instead).
+ODD = "\x00\x01\x1b\x7f\x85\u2028\u2029\u202e\ufeff\U0010ffff\\\"'\n"
+odd_text = st.text(
+    st.one_of(st.just("\x00"), st.sampled_from(ODD), st.characters(exclude_categories=("Cs",))),
+    max_size=6,
+)
+
+
+class ProcessDied(BaseException):
+    """Stands for the runner's process dying inside a tool: nothing after it runs."""
+
+
+def tools(dies: list[bool]) -> list[Tool]:
+    """``ask`` pauses with its arguments as reason and data; ``pay`` needs a review;
+    ``transfer`` dies while ``dies`` holds True, else succeeds."""
+
+    def ask(ctx: ToolContext, args: dict[str, Any]) -> Any:
+        raise InterruptError(args["q"], {"q": args["q"], args["q"]: [args["q"], None, 1.5]})
+
+    def transfer(ctx: ToolContext, args: dict[str, Any]) -> Any:
+        if dies and dies[0]:
+            raise ProcessDied
+        return "sent"
+
+    return [
+        Tool("ask", "Ask a person", OBJECT, ask),
+        Tool("pay", "Pay", OBJECT, lambda ctx, args: "paid", requires_approval=True),
+        Tool("transfer", "Move money", OBJECT, transfer),
+    ]
+
+
+class World:
+    """One store, its threads' agents and the commands a reviewer runs on them."""
+
+    def __init__(self, store: Store, namespace: str) -> None:
+        self.store = store
+        self.namespace = namespace
+        self.states = MemoryStateStore()
+        self.service = ThreadService(store, verifier=VERIFIER)
+        self.rita = self.service.reviewer(RITA)
+        self.threads: list[str] = []
+        self.names = itertools.count()
+
+    def agent(self, thread_id: str, script: list[Any], dies: list[bool] | None = None) -> Agent:
+        return Agent(
+            AgentConfig(
+                provider=ScriptedProvider(script),
+                tools=tools(dies if dies is not None else []),
+                parallel_tools=True,
+                checkpoint=CheckpointSettings(store=self.store, thread_id=thread_id),
+                state_store=self.states,
+                reviewer_verifier=VERIFIER,
+                clock=ticking_clock(),
+            )
+        )
+
+    def new_thread(self) -> str:
+        thread_id = f"{self.namespace}-t{next(self.names)}"
+        self.threads.append(thread_id)
+        return thread_id
+
+    def pick(self, n: int) -> str | None:
+        return self.threads[n % len(self.threads)] if self.threads else None
+
+    # Threads that pause ---------------------------------------------------------------
+
+    def run(self, text: str, kinds: tuple[str, ...]) -> None:
+        """A new thread whose model calls each tool of ``kinds`` at once, with ``text`` in
+        the call ids and arguments."""
+        thread_id = self.new_thread()
+        arguments = json.dumps({"q": text, "memo": text})
+        calls = [(f"c{i}{text}", kind, arguments) for i, kind in enumerate(kinds)]
+        dies = ["transfer" in kinds]
+        agent = self.agent(thread_id, [call(*calls), answer("done")], dies)
+        try:
+            agent.run(f"go {text}")
+        except ProcessDied:
+            dies[0] = False
+            self.service.pause_calls_in_doubt(thread_id, f"its runner stopped: {text}")
+
+    def from_state(self, n: int) -> None:
+        """A new thread started from the saved state of an existing one."""
+        source = self.pick(n)
+        if source is None:
+            return
+        agent = self.agent(source, [])
+        agent.restore_latest_checkpoint(source)
+        if agent.status is ThreadStatus.ABANDONED:
+            return
+        try:
+            agent.save_state(f"{self.namespace}-s{n}")
+        except CovonautError:
+            return  # a thread with calls in doubt cannot be saved
+        loaded = self.agent("unused", [])
+        thread_id = self.new_thread()
+        loaded.load_state(f"{self.namespace}-s{n}", thread_id=thread_id)
+
+    # What people and runners do --------------------------------------------------------
+
+    def decide(self, n: int, text: str) -> None:
+        """Deal with every pause of a thread that waits for a person."""
+        thread_id = self.pick(n)
+        if thread_id is None or self.store.state_at(thread_id).status is ThreadStatus.ABANDONED:
+            return
+        for pause in self.store.state_at(thread_id).pauses:
+            if pause.resolved:
+                continue
+            interrupt = pause.interrupt
+            call_id = interrupt.tool_call_id
+            if interrupt.kind is PauseKind.REVIEW:
+                review_id = interrupt.data["review_id"]  # type: ignore[index,call-overload]
+                submission = review_submission("approve", text=text)
+                self.service.decide(review_id, submission, reviewer=self.rita, thread_id=thread_id)
+            elif interrupt.kind is PauseKind.IN_DOUBT and n % 2:
+                self.service.request_retry(thread_id, call_id, reviewer=self.rita)
+            elif interrupt.kind is PauseKind.IN_DOUBT:
+                note = Settlement.not_run(text)
+                self.service.settle(thread_id, call_id, note, reviewer=self.rita)
+            else:
+                self.service.answer(
+                    thread_id, call_id, text if text.strip() else "ok", reviewer=self.rita
+                )
+
+    def resume(self, n: int) -> None:
+        """Resume a thread whose every pause was dealt with."""
+        thread_id = self.pick(n)
+        if thread_id is None:
+            return
+        state = self.store.state_at(thread_id)
+        if state.status is not ThreadStatus.INTERRUPTED or not all(
+            p.resolved for p in state.pauses
+        ):
+            return
+        agent = self.agent(thread_id, [answer("done")])
+        agent.restore_latest_checkpoint(thread_id)
+        agent.resume()
+
+    def fork(self, n: int, where: float) -> None:
+        """Fork a thread at some version of it."""
+        thread_id = self.pick(n)
+        if thread_id is None:
+            return
+        head = self.store.state_at(thread_id).version
+        version = max(1, round(where * head))
+        try:
+            fork_id = self.store.fork(thread_id, at_version=version)
+        except CovonautError:
+            return  # abandoned by then
+        self.threads.append(fork_id)
+
+    def abandon(self, n: int) -> None:
+        thread_id = self.pick(n)
+        if thread_id is not None and self.store.state_at(thread_id).status is not (
+            ThreadStatus.ABANDONED
+        ):
+            self.service.abandon(thread_id, "gone", reviewer=self.rita)
+
+
+Step = tuple[Any, ...]
+"""A method of :class:`World` and its arguments (printed as such when a case fails)."""
+
+kinds = st.lists(st.sampled_from(["ask", "pay", "transfer"]), min_size=1, max_size=3)
+indexes = st.integers(0, 7)
+run = st.tuples(st.just("run"), odd_text, kinds.map(tuple))
+steps: st.SearchStrategy[Step] = st.one_of(
+    run,
+    run,
+    st.tuples(st.just("from_state"), indexes),
+    st.tuples(st.just("decide"), indexes, odd_text),
+    st.tuples(st.just("resume"), indexes),
+    st.tuples(st.just("fork"), indexes, st.floats(0, 1)),
+    st.tuples(st.just("abandon"), indexes),
+)
+
+
+def expected(store: Store) -> set[tuple[Any, ...]]:
+    """What the threads' aggregates say waits for a person: the independent oracle."""
+    found = set()
+    for thread_id in store.thread_ids():
+        state = store.state_at(thread_id)
+        if state.status is ThreadStatus.ABANDONED:
+            continue
+        for pause in state.pauses:
+            if pause.resolved:
+                continue
+            i = pause.interrupt
+            review = i.kind is PauseKind.REVIEW
+            item_id = i.data["review_id"] if review else i.tool_call_id  # type: ignore[index,call-overload]
+            found.add((thread_id, item_id, i.kind, i.tool_name, i.reason, json.dumps(i.data)))
+    return found
+
+
+def listed(queue: ReviewQueue) -> set[tuple[Any, ...]]:
+    return {
+        (p.thread_id, p.item_id, p.kind, p.tool_name, p.reason, json.dumps(p.data))
+        for p in queue.pending()
+    }
+
+
+@pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def fresh_store(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Callable[[], Store]]:
+    """Opens an empty store of one kind each time it is called (one per generated case,
+    so that a failing case shrinks on its own); the replay law holds at the end of each."""
+    opened: list[Store] = []
+    databases: list[str] = []
+
+    def open_() -> Store:
+        if request.param == "memory":
+            url = "memory://"
+        elif request.param == "sqlite":
+            url = f"sqlite:///{tmp_path_factory.mktemp('queue') / 'threads.db'}"
+        else:
+            import psycopg
+
+            server: str = request.getfixturevalue("postgres_url")
+            name = f"q_{uuid.uuid4().hex[:16]}"
+            with psycopg.connect(server, autocommit=True) as conn:
+                conn.execute(f"CREATE DATABASE {name}")
+            databases.append(name)
+            url = server.rsplit("/", 1)[0] + f"/{name}"
+        store = open_store(url)
+        opened.append(store)
+        return store
+
+    yield open_
+    for store in opened:
+        store.close()
+    if databases:
+        import psycopg
+
+        with psycopg.connect(request.getfixturevalue("postgres_url"), autocommit=True) as conn:
+            for name in databases:
+                conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(plan=st.tuples(run, st.lists(steps, max_size=9)).map(lambda p: [p[0], *p[1]]))
+def test_the_queue_lists_exactly_what_the_aggregates_say_is_pending(
+    fresh_store: Callable[[], Store], plan: list[Step]
+) -> None:
+    """Property: on every store, after any steps, the queue's items are the pauses the
+    loaded threads say wait for a person, no more and no fewer, their text unchanged."""
+    store = fresh_store()
+    world = World(store, "e")
+    queue = ReviewQueue(store.url)
+    try:
+        with queue.follow():
+            for name, *args in plan:
+                getattr(world, name)(*args)
+            queue.wait_until_current(store)
+        assert len(queue.pending()) == len(listed(queue))
+        assert listed(queue) == expected(store)
+        for thread_id in store.thread_ids():
+            assert store.replay_state(thread_id) == store.state_at(thread_id), thread_id
+    finally:
+        queue.close()
+        store.close()
+
+
+@pytest.mark.parametrize("sealed", [False, True], ids=["plain", "sealed"])
+@pytest.mark.parametrize("text", ["\x00", "a\x00b", "\x00\x00\\0\\u0000", "\x01\x00"])
+def test_a_pause_with_nul_in_its_text_is_listed_exactly(
+    store_url: str, text: str, sealed: bool
+) -> None:
+    """A tool's pause, a review and a call in doubt whose reason, data, arguments and call
+    id hold NUL are listed as the thread records them, and leave once dealt with, in a
+    plain queue and in the sealed queue of an encrypted store."""
+    key = create_cipher_key() if sealed else None
+    store = open_store(store_url, cipher_key=key)
+    world = World(store, "nul")
+    queue = ReviewQueue(store.url, cipher_key=key)
+    with queue.follow():
+        world.run(text, ("ask", "pay", "transfer"))
+        queue.wait_until_current(store)
+        assert len(queue.pending()) == 3
+        assert listed(queue) == expected(store)
+        world.decide(0, text)
+        queue.wait_until_current(store)
+        assert queue.pending() == ()
+    queue.close()
+    store.close()
+
+
+@pytest.mark.parametrize(
+    ("kinds", "n"),
+    [(("pay",), 0), (("ask",), 0), (("transfer",), 0), (("transfer",), 1), (("ask", "pay"), 0)],
+    ids=["review-decided", "pause-answered", "doubt-settled", "retry-requested", "both"],
+)
+def test_a_fork_inherits_only_the_pauses_still_waiting_for_a_person(
+    store: Store, kinds: tuple[str, ...], n: int
+) -> None:
+    """A fork taken after a pause was dealt with (and before the thread resumed) records
+    and lists none of the dealt-with pauses; one taken before lists them all."""
+    world = World(store, "f")
+    queue = ReviewQueue(store.url)
+    with queue.follow():
+        world.run("x", kinds)
+        (paused,) = world.threads
+        before = store.fork(paused, new_thread_id="before")
+        world.decide(n, "ok")
+        after = store.fork(paused, new_thread_id="after")
+        queue.wait_until_current(store)
+    assert store._forked_event(after).interrupts == ()  # type: ignore[union-attr]
+    assert len(store._forked_event(before).interrupts) == len(kinds)  # type: ignore[union-attr]
+    assert {p[0] for p in listed(queue)} == {before}
+    assert listed(queue) == expected(store)
+    queue.close()

@@ -1,0 +1,121 @@
+"""A store opened read-only (``?mode=ro``) refuses every writing command with
+``ReadOnlyStoreError`` before it does anything, and the inbox answers such a refusal
+with 503: the store is unavailable for writing, the request was not at fault."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from covonaut_es import Store, open_store
+from covonaut_es.errors import ReadOnlyStoreError
+from covonaut_es.service import Settlement, ThreadService, review_submission
+from inbox_support import current, in_doubt, inbox_client, paused_on_tool
+from test_approvals import ALICE
+from test_service import RITA, VERIFIER, paused
+
+
+def _asession(service: ThreadService) -> None:
+    async def run() -> None:
+        async with service.asession("review"):
+            pass
+
+    asyncio.run(run())
+
+
+def _session(service: ThreadService) -> None:
+    with service.session("review"):
+        pass
+
+
+COMMANDS: dict[str, Callable[[ThreadService, Any, str], object]] = {
+    "decide": lambda s, who, review: s.decide(
+        review, review_submission("approve"), reviewer=who, thread_id="review"
+    ),
+    "answer": lambda s, who, _: s.answer("tool", "c1", "yes", reviewer=who),
+    "settle": lambda s, who, _: s.settle("doubt", "c1", Settlement.not_run(), reviewer=who),
+    "pause_calls_in_doubt": lambda s, who, _: s.pause_calls_in_doubt("doubt", "stopped"),
+    "request_retry": lambda s, who, _: s.request_retry("doubt", "c1", reviewer=who),
+    "abandon": lambda s, who, _: s.abandon("review", "gone", reviewer=who),
+    "label": lambda s, who, _: s.label("review", "seen"),
+    "session": lambda s, who, _: _session(s),
+    "asession": lambda s, who, _: _asession(s),
+}
+"""Every command of ThreadService that writes, run on a thread it would act on."""
+
+READERS = {"reviewer", "find_review"}
+
+
+def test_the_commands_cover_every_writing_method_of_the_service() -> None:
+    """Each public method of ThreadService is either a reader or in COMMANDS, so a new
+    command cannot escape the read-only test."""
+    public = {n for n, _ in inspect.getmembers(ThreadService) if not n.startswith("_")}
+    assert public - READERS == set(COMMANDS)
+
+
+@pytest.fixture
+def read_only(tmp_path: Path) -> Iterator[tuple[Store, str]]:
+    """A SQLite store with a review, a tool's pause and a call in doubt, opened
+    read-only; and the review's id."""
+    url = f"sqlite:///{tmp_path / 'threads.db'}"
+    with open_store(url) as writable:
+        _, review_id = paused(writable, "review")
+        paused_on_tool(writable, "tool")
+        in_doubt(writable, "doubt")
+    with open_store(url + "?mode=ro") as store:
+        yield store, review_id
+
+
+def files_in(folder: Path) -> dict[str, float]:
+    return {
+        str(path.relative_to(folder)): path.stat().st_mtime
+        for path in folder.rglob("*")
+        if path.is_file()
+    }
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_a_read_only_store_refuses_every_writing_command_before_doing_anything(
+    read_only: tuple[Store, str], tmp_path: Path, command: str
+) -> None:
+    """Every writing command raises ReadOnlyStoreError naming the store's mode and what
+    to do; no thread changes and no lease file is taken beside the database."""
+    store, review_id = read_only
+    service = ThreadService(store, verifier=VERIFIER)
+    histories = {t: store.history(t) for t in ("review", "tool", "doubt")}
+    leases = [p for p in tmp_path.iterdir() if p.is_dir()]
+    before = {str(p): files_in(p) for p in leases}
+    with pytest.raises(ReadOnlyStoreError, match=r"read-only.*without \?mode=ro"):
+        COMMANDS[command](service, service.reviewer(RITA), review_id)
+    assert {t: store.history(t) for t in histories} == histories
+    assert {str(p): files_in(p) for p in leases} == before
+    assert [p for p in tmp_path.iterdir() if p.is_dir()] == leases
+    assert os.listdir(tmp_path)  # the database is still there, untouched by the refusal
+
+
+def test_the_inbox_answers_a_write_to_a_read_only_store_with_503(
+    read_only: tuple[Store, str],
+) -> None:
+    """Deciding, answering, settling, asking for a retry and giving up through the inbox
+    API on a read-only store are each answered 503, with the reason, not 500."""
+    store, review_id = read_only
+    headers = {"Authorization": f"Bearer {ALICE}"}
+    posts = {
+        f"/api/reviews/{review_id}/approve?thread=review": {},
+        "/api/pauses/tool/c1/answer": {"answer": "yes"},
+        "/api/pauses/doubt/c1/settle": {"ran": False, "note": "checked"},
+        "/api/pauses/doubt/c1/retry": {},
+        "/api/threads/review/abandon": {"reason": "gone"},
+    }
+    with inbox_client(store) as client:
+        current(client)
+        for path, body in posts.items():
+            response = client.post(path, headers=headers, json=body)
+            assert response.status_code == 503, (path, response.text)
+            assert "read-only" in response.json()["error"], path
