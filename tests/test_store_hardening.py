@@ -9,11 +9,14 @@ import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from urllib.parse import quote
 
 import msgspec
 import pytest
 from eventsourcing.domain import Aggregate, event
 from eventsourcing.persistence import StoredEvent
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from covonaut_es import (
     AgentThread,
@@ -385,6 +388,51 @@ def test_a_malformed_store_url_names_its_problem(url: str, message: str) -> None
     StoreURLError saying what is wrong, not an error about something else."""
     with pytest.raises(StoreURLError, match=message):
         open_store(url)
+
+
+_URLS_THAT_DO_NOT_OPEN = (
+    "postgresql+psycopg://app:{secret}@db.internal/app",  # a scheme for another library
+    "mysql://app:{secret}@db.internal/app",
+    "postgresql://app:{secret}@[::1/app",  # a host that does not parse
+    "postgresql://app:{secret}@db.internal:port/app",
+    "postgresql://app:{secret}@/app",
+    "postgresql://app:{secret}@db.internal/app?sslmode=%",
+    "postgresql://app@db.internal/app?password={secret}&sslmode=%",
+    "sqlite://app:{secret}@db.internal/threads.db",
+)
+# Characters that end a URL's user information in some reading of it: a password that
+# holds one raw is not the same password to every parser.
+_RAW_PASSWORD = st.text(
+    st.characters(codec="utf-8", exclude_categories=("Cs", "Cc", "Zs"), exclude_characters="/?#&@"),
+    min_size=1,
+    max_size=12,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    template=st.sampled_from(_URLS_THAT_DO_NOT_OPEN),
+    password=_RAW_PASSWORD.map(lambda text: "Sekret" + text),
+    percent_encoded=st.booleans(),
+)
+def test_no_error_about_a_store_url_shows_its_password(
+    template: str, password: str, percent_encoded: bool
+) -> None:
+    """However a URL is wrong (a scheme, a host, a port, a parameter), the error names
+    the problem and shows neither the password nor its percent-encoded form."""
+    written = quote(password, safe="") if percent_encoded else password
+    with pytest.raises(StoreURLError) as refused:
+        open_store(template.format(secret=written))
+    assert password not in str(refused.value)
+    assert written not in str(refused.value)
+
+
+def test_the_command_line_never_prints_a_store_urls_password() -> None:
+    """An operator's typo in a URL is reported in one line, with the password hidden."""
+    result = covonaut_es("threads", "--store", "postgresql+psycopg://app:Sekret@db/app")
+    assert result.returncode == 2
+    assert "app:***@db" in result.stderr
+    assert "Sekret" not in result.stdout + result.stderr
 
 
 def test_postgres_url_parameters_reach_every_connection(postgres_database: str) -> None:

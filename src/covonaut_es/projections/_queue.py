@@ -38,7 +38,7 @@ from covonaut_es.store._application import (
     open_application,
     with_connection_params,
 )
-from covonaut_es.store._urls import READ_ONLY, canonical_url, persistence_env, store_env
+from covonaut_es.store._urls import READ_ONLY, canonical_url, persistence_env, redact, store_env
 
 VIEW_NAME = "review_queue"
 """The projection's name: it names the view's tracking table and settings prefix."""
@@ -172,7 +172,8 @@ class ReviewQueue(Closing):
         deadline = time.monotonic() + timeout
         while store._has_events_after(self.position(), *QUEUE_EVENT_TYPES):
             if time.monotonic() > deadline:
-                msg = f"the review queue of {self.store_url} is still behind after {timeout}s"
+                shown = redact(self.store_url)
+                msg = f"the review queue of {shown} is still behind after {timeout}s"
                 raise TimeoutError(msg)
             time.sleep(0.01)
 
@@ -189,7 +190,7 @@ class ReviewQueue(Closing):
         """
         if self._view_read_only:
             msg = (
-                f"the review queue of {self.store_url} is kept in a database opened "
+                f"the review queue of {redact(self.store_url)} is kept in a database opened "
                 "read-only, so it cannot follow the store: pass view_url= a writable "
                 "database (or memory://) to follow a read-only store"
             )

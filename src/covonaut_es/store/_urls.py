@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -31,10 +32,11 @@ def persistence_env(url: str) -> dict[str, str]:
     Raises:
         StoreURLError: The scheme is unknown or a required part is missing.
     """
+    shown = redact(url)
     scheme, sep, rest = url.partition("://")
     if not sep or scheme not in (*SCHEMES, "postgres"):
         msg = (
-            f"store URL {url!r} is not understood: expected memory:// (or memory://NAME), "
+            f"store URL {shown!r} is not understood: expected memory:// (or memory://NAME), "
             "sqlite:///path/to/file.db or postgresql://user:password@host:port/dbname"
         )
         raise StoreURLError(msg)
@@ -50,28 +52,34 @@ def persistence_env(url: str) -> dict[str, str]:
 
 
 def _sqlite_env(url: str, rest: str) -> dict[str, str]:
+    shown = redact(url)
     # sqlite:///relative.db and sqlite:////absolute.db, as SQLAlchemy spells them.
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # an unbalanced "[" in the host
+        msg = f"SQLite store URL {shown!r} does not parse: {scrub(str(exc), url)}"
+        raise StoreURLError(msg) from exc
     if parts.netloc or not rest.startswith("/") or parts.path in ("", "/"):
-        msg = f"SQLite store URL {url!r} needs a path: sqlite:///relative.db or sqlite:////abs.db"
+        msg = f"SQLite store URL {shown!r} needs a path: sqlite:///relative.db or sqlite:////abs.db"
         raise StoreURLError(msg)
     if parts.fragment:
-        msg = f"SQLite store URL {url!r} has a '#' fragment; write a '#' in the path as %23"
+        msg = f"SQLite store URL {shown!r} has a '#' fragment; write a '#' in the path as %23"
         raise StoreURLError(msg)
     path = Path(unquote(parts.path[1:]))
     if "\x00" in str(path):
-        msg = f"SQLite store URL {url!r}: the path contains a NUL byte, which no file name can"
+        msg = f"SQLite store URL {shown!r}: the path contains a NUL byte, which no file name can"
         raise StoreURLError(msg)
     try:
         parent_exists, is_dir = path.parent.exists(), path.is_dir()
     except OSError as exc:  # a name too long, say
-        msg = f"SQLite store URL {url!r}: the path is not a valid file name ({exc})"
+        problem = scrub(str(exc), url)
+        msg = f"SQLite store URL {shown!r}: the path is not a valid file name ({problem})"
         raise StoreURLError(msg) from exc
     if not parent_exists:
-        msg = f"SQLite store URL {url!r}: directory {str(path.parent)!r} does not exist"
+        msg = f"SQLite store URL {shown!r}: directory {str(path.parent)!r} does not exist"
         raise StoreURLError(msg)
     if is_dir:
-        msg = f"SQLite store URL {url!r}: {str(path)!r} is a directory, expected a file"
+        msg = f"SQLite store URL {shown!r}: {str(path)!r} is a directory, expected a file"
         raise StoreURLError(msg)
     mode = _sqlite_mode(url, parts.query)
     env = {
@@ -93,16 +101,17 @@ def _sqlite_env(url: str, rest: str) -> dict[str, str]:
 
 
 def _sqlite_mode(url: str, query: str) -> str | None:
+    shown = redact(url)
     try:
         params = dict(parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query)))
     except ValueError as exc:
-        msg = f"SQLite store URL {url!r} has a malformed query: {exc}"
+        msg = f"SQLite store URL {shown!r} has a malformed query: {scrub(str(exc), url)}"
         raise StoreURLError(msg) from exc
     mode = params.pop("mode", None)
     if params or (mode is not None and mode not in SQLITE_MODES):
         found = ", ".join(f"{k}={v}" for k, v in params.items()) or f"mode={mode}"
         msg = (
-            f"SQLite store URL {url!r}: unsupported query parameter {found}; the only one "
+            f"SQLite store URL {shown!r}: unsupported query parameter {found}; the only one "
             f"supported is mode={'|'.join(SQLITE_MODES)} (ro opens the file read-only)"
         )
         raise StoreURLError(msg)
@@ -110,23 +119,24 @@ def _sqlite_mode(url: str, query: str) -> str | None:
 
 
 def _postgres_env(url: str) -> dict[str, str]:
+    shown = redact(url)
     try:
         from psycopg import Error as PsycopgError
         from psycopg.conninfo import conninfo_to_dict
     except ImportError as exc:
-        msg = f"PostgreSQL store URL {redact(url)!r} needs psycopg: install 'covonaut-es[postgres]'"
+        msg = f"PostgreSQL store URL {shown!r} needs psycopg: install 'covonaut-es[postgres]'"
         raise StoreURLError(msg) from exc
     try:
         params = {k: str(v) for k, v in conninfo_to_dict(url).items()}
     except PsycopgError as exc:
-        msg = f"PostgreSQL store URL {redact(url)!r} is not understood: {exc}"
+        msg = f"PostgreSQL store URL {shown!r} is not understood: {scrub(str(exc), url)}"
         raise StoreURLError(msg) from exc
     if not params.get("host") or not params.get("dbname"):
-        msg = f"PostgreSQL store URL {redact(url)!r} needs a host and a database name"
+        msg = f"PostgreSQL store URL {shown!r} needs a host and a database name"
         raise StoreURLError(msg)
     port = params.get("port", "5432")
     if not port.isdigit():
-        msg = f"PostgreSQL store URL {redact(url)!r} has an invalid port {port!r}"
+        msg = f"PostgreSQL store URL {shown!r} has an invalid port {port!r}"
         raise StoreURLError(msg)
     extra = {k: v for k, v in params.items() if k not in _POSTGRES_FIELDS}
     return {
@@ -175,9 +185,30 @@ def canonical_url(url: str, env: Mapping[str, str]) -> str:
 
 
 def redact(url: str) -> str:
-    """The URL with any password replaced, for messages and logs."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-    return parts._replace(netloc=netloc).geturl()
+    """The URL with its password, and any ``password=`` parameter, replaced by ``***``,
+    for messages and logs, however malformed the URL is."""
+    return scrub(url, url)
+
+
+def scrub(text: str, url: str) -> str:
+    """``text`` (a URL, or a driver's error about one) without the secrets of ``url``.
+
+    The URL is read as loosely as any parser might read it, the user information ending
+    at its last ``@``, so that no reading of a malformed URL leaves a secret in sight.
+    """
+    for secret in sorted(_secrets(url), key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
+
+
+_PASSWORD_PARAMETER = re.compile(r"password=([^&#\s]*)", re.IGNORECASE)
+
+
+def _secrets(url: str) -> set[str]:
+    _, sep, rest = url.partition("://")
+    userinfo, at, _ = rest.rpartition("@")
+    _, colon, password = userinfo.partition(":")
+    found = {password} if sep and at and colon else set()
+    found.update(match.group(1) for match in _PASSWORD_PARAMETER.finditer(url))
+    found.discard("")
+    return found | {unquote(secret) for secret in found} - {""}
