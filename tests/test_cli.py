@@ -14,8 +14,12 @@ from pathlib import Path
 import msgspec
 import psycopg
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from covonaut_es import AgentThread, create_cipher_key, open_store
+from covonaut_es._text import printable
+from covonaut_es.audit import check_store, format_report
 from covonaut_es.cli import main
 from support import append_raw_event, converse
 
@@ -61,6 +65,37 @@ def test_a_clean_store_exits_0_and_prints_the_counts(shared_url: str) -> None:
     assert any(line.split()[:3] == ["StateDocument", "v2", "v2"] for line in lines)
     assert lines[-1].startswith("OK: all ")
     assert result.stderr == ""  # not a terminal: no progress bar
+
+
+def test_the_check_imports_no_module_a_stored_topic_names(shared_url: str, tmp_path: Path) -> None:
+    """``migrate --check`` is what an operator runs before an upgrade: a row naming an
+    importable module is reported as an unknown type, and the module is never imported."""
+    probe = tmp_path / "probe_module"
+    probe.mkdir()
+    imported = tmp_path / "imported"
+    (probe / "planted_topic.py").write_text(f"open({str(imported)!r}, 'w').close()\n")
+    with open_store(shared_url) as store:
+        converse(store, "a")
+        append_raw_event(store, "a", "planted_topic:Event", b"{}")
+    result = covonaut_es(
+        "migrate", "--check", "--store", shared_url, env={"PYTHONPATH": f"{ROOT / 'src'}:{probe}"}
+    )
+    assert result.returncode == 1
+    assert "planted_topic:Event" in result.stdout and "unknown to this store" in result.stdout
+    assert not imported.exists()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(topic=st.text(min_size=1, max_size=20))
+def test_the_checks_report_shows_stored_text_escaped(topic: str) -> None:
+    """Whatever text a stored row holds reaches the report as one escaped line: no
+    escape sequence, newline or bidirectional override reaches the terminal."""
+    with open_store("memory://") as store:
+        converse(store, "a")
+        append_raw_event(store, "a", topic, "\x1b[2J\n\u202e".encode())
+        lines = list(format_report(check_store(store), source="the store"))
+    assert all(printable(line) == line for line in lines), lines
+    assert sum("schema v" in line for line in lines) == 1  # the failure, on one line
 
 
 def test_a_corrupt_and_a_too_new_record_exit_non_zero_naming_both(shared_url: str) -> None:
