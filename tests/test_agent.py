@@ -9,6 +9,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from covonaut_es import (
     Agent,
@@ -26,8 +28,16 @@ from covonaut_es import (
     Tool,
     ToolContext,
 )
+from covonaut_es._text import printable
 from covonaut_es.domain import CheckpointReason, ToolOutcome
-from covonaut_es.errors import ConfigurationError, NotInterruptedError, ProviderError
+from covonaut_es.errors import (
+    ConfigurationError,
+    NotInterruptedError,
+    ProviderError,
+    ProviderServerError,
+)
+from covonaut_es.providers import RetryPolicy
+from covonaut_es.providers._retry import call_with_retry
 from support import OBJECT_SCHEMA, answer, call, echo_tool, review_tool, ticking_clock
 
 
@@ -431,6 +441,42 @@ def test_a_failing_on_event_callback_is_logged_and_the_run_goes_on(
     assert "on_event callback of agent 'agent' failed" in caplog.text
     assert "the UI went away" in caplog.text
     assert store.state_at("t1") == agent.state
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(text=st.text(min_size=1, max_size=30))
+def test_every_log_record_is_one_line_whatever_a_tool_or_provider_says(
+    caplog: pytest.LogCaptureFixture, text: str
+) -> None:
+    """Text from outside (a tool's reason for pausing, a provider's error, retried or
+    failing the run) reaches the log escaped: a newline cannot forge a log line and an
+    escape sequence cannot reach the operator's terminal."""
+
+    def pausing(ctx: ToolContext, args: dict[str, Any]) -> Any:
+        raise InterruptError(f"stop\n{text}", {})
+
+    def failing() -> Any:
+        raise ProviderServerError(f"overloaded\r\n{text}")
+
+    tools = [Tool("pause", "Pause", OBJECT_SCHEMA, pausing)]
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="covonaut_es"):
+        agent = Agent(
+            make_config(None, [call(("p1", "pause", "{}")), ValueError(text)], tools=tools)
+        )
+        agent.run("go")
+        agent.steer("go on")
+        with pytest.raises(ProviderError):
+            agent.resume()
+        with pytest.raises(ProviderServerError):
+            call_with_retry(failing, RetryPolicy(max_attempts=2), sleep=lambda _: None)
+    messages = [record.getMessage() for record in caplog.records]
+    assert any("paused at version" in message for message in messages)
+    assert any("run failed" in message for message in messages)
+    assert any("retrying" in message for message in messages)
+    assert all(printable(message) == message for message in messages), messages
 
 
 def test_runs_are_logged_on_the_covonaut_es_logger(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import math
 import re
 from collections.abc import Callable, Mapping
@@ -11,6 +10,7 @@ from typing import Any
 import attrs
 import msgspec
 
+from covonaut_es import _logs
 from covonaut_es._schema import ArgumentsValidator, compile_schema, validation_error
 from covonaut_es.domain import ReviewDecision
 from covonaut_es.errors import ToolArgumentsLimitError, ToolResultError
@@ -22,7 +22,7 @@ ToolFunction = Callable[["ToolContext", dict[str, Any]], Any]
 ApprovalPolicy = Callable[[dict[str, Any]], bool]
 """``policy(args)``: whether a call with these validated arguments needs approval."""
 
-logger = logging.getLogger("covonaut_es")
+logger = _logs.logger("covonaut_es")
 
 MAX_ARGUMENTS_BYTES = 1_048_576
 """The largest arguments text (UTF-8 bytes) a call may have; a larger one is refused."""

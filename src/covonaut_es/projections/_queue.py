@@ -10,7 +10,6 @@ a separate one), list the queue, rebuild it.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,6 +20,7 @@ from eventsourcing.persistence import DataError, InfrastructureFactory, Tracking
 from eventsourcing.projection import BaseProjectionRunner, Projection
 from eventsourcing.utils import Environment, get_topic, resolve_topic
 
+from covonaut_es import _logs
 from covonaut_es._closing import Closing
 from covonaut_es.errors import CovonautError, ReadOnlyStoreError
 from covonaut_es.projections._items import QUEUE_EVENT_TYPES, PendingReview, changes_for
@@ -48,7 +48,7 @@ UNSTORABLE = (DataError, ValueError, msgspec.EncodeError)
 forever. (Text that a back end's columns cannot hold, such as a NUL in PostgreSQL, is
 escaped by the rows, not passed over; a lone surrogate never decodes from the log.)"""
 
-log = logging.getLogger(__name__)
+log = _logs.logger(__name__)
 
 
 class ReviewQueueProjection(Projection[ReviewQueueView]):

@@ -9,7 +9,6 @@ is the only one.
 from __future__ import annotations
 
 import email.utils
-import logging
 import random
 import time
 from collections.abc import Callable, Mapping
@@ -18,6 +17,7 @@ from typing import TypeVar
 
 import attrs
 
+from covonaut_es import _logs
 from covonaut_es.errors import (
     ProviderConnectionError,
     ProviderRateLimitError,
@@ -25,7 +25,7 @@ from covonaut_es.errors import (
     ProviderServerError,
 )
 
-logger = logging.getLogger("covonaut_es")
+logger = _logs.logger("covonaut_es")
 
 T = TypeVar("T")
 

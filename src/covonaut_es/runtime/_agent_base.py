@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import cast
 
+from covonaut_es import _logs
 from covonaut_es._closing import Closing
-from covonaut_es._text import printable
 from covonaut_es.domain import AgentThread
 from covonaut_es.errors import ThreadStateError
 from covonaut_es.migrations import Upcaster
@@ -31,7 +30,7 @@ from covonaut_es.runtime._loop import Commit, Program
 from covonaut_es.service import RunSession, ThreadService
 from covonaut_es.store import Store, open_store
 
-logger = logging.getLogger("covonaut_es")
+logger = _logs.logger("covonaut_es")
 
 DEFAULT_THREAD_ID = "default"
 
@@ -173,9 +172,7 @@ class AgentBase(Closing):
 
 def _log_event(thread_id: str, event: AgentThread.Event) -> None:
     # Run boundaries at INFO, failures at WARNING, every other event at DEBUG. Contents
-    # of messages and tool results are never logged: they may hold personal data. Text
-    # a tool or provider chose (a reason, an error) is neutralised: it may hold a newline
-    # that forges a log line.
+    # of messages and tool results are never logged: they may hold personal data.
     version = event.originator_version
     match event:
         case AgentThread.RunStarted(mode=mode):
@@ -189,15 +186,15 @@ def _log_event(thread_id: str, event: AgentThread.Event) -> None:
                 version,
                 interrupt.kind,
                 interrupt.tool_name,
-                printable(interrupt.reason),
+                interrupt.reason,
             )
         case AgentThread.RunFailed(error_type=error_type, message=message):
             logger.warning(
                 "thread %r: run failed at version %d: %s: %s",
                 thread_id,
                 version,
-                printable(error_type),
-                printable(message),
+                error_type,
+                message,
             )
         case _:
             logger.debug("thread %r: %s at version %d", thread_id, type(event).__name__, version)

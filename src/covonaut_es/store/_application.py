@@ -30,6 +30,7 @@ from eventsourcing.persistence import (
 )
 from eventsourcing.utils import Environment, EnvType, TopicError, strtobool
 
+from covonaut_es import _logs
 from covonaut_es.domain import AgentThread, ThreadSnapshot
 from covonaut_es.domain._integrity import CHAIN_KEY, UNCHAINED, seal_all
 from covonaut_es.errors import (
@@ -51,7 +52,7 @@ from covonaut_es.store._settings import check_settings, check_sqlite_file
 from covonaut_es.store._sqlite_connections import keep_statements
 from covonaut_es.store._urls import SQLITE_PATH, postgres_params
 
-logger = logging.getLogger("covonaut_es")
+logger = _logs.logger("covonaut_es")
 
 
 class AgentApplication(Application[UUID]):

@@ -28,7 +28,6 @@ on SQLite (liveness by the lock), a table in this process for memory.
 
 from __future__ import annotations
 
-import logging
 import threading
 import weakref
 from abc import ABC, abstractmethod
@@ -39,11 +38,12 @@ from uuid import UUID
 import attrs
 import msgspec
 
+from covonaut_es import _logs
 from covonaut_es._clock import utc_now
 from covonaut_es.domain import thread_aggregate_id
 from covonaut_es.errors import LeaseLostError
 
-logger = logging.getLogger("covonaut_es")
+logger = _logs.logger("covonaut_es")
 
 HEARTBEAT_INTERVAL = 2.0
 """Seconds between a worker's heartbeats."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import socket
 import threading
@@ -13,9 +12,9 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
 import attrs
 
+from covonaut_es import _logs
 from covonaut_es._clock import utc_now
 from covonaut_es._closing import Closing
-from covonaut_es._text import printable
 from covonaut_es.errors import (
     ConfigurationError,
     CovonautError,
@@ -29,7 +28,7 @@ from covonaut_es.store._polling import POLL_INTERVAL
 from covonaut_es.workers._ready import TRACKED, ReadyThreads
 from covonaut_es.workers._step import Action, bound_config, pause_in_doubt, step
 
-logger = logging.getLogger("covonaut_es.workers")
+logger = _logs.logger("covonaut_es.workers")
 
 BUSY_RETRY = 1.0
 """Seconds before a worker looks again at a thread another runner held: if that runner
@@ -203,7 +202,7 @@ class Worker(Closing):
                     "worker %s: passing over log position %d: %s",
                     self.worker_id,
                     notification.id,
-                    printable(str(exc)),
+                    exc,
                 )
             self._position = notification.id
 
