@@ -40,14 +40,9 @@ __all__ = [
 
 
 def __getattr__(name: str) -> object:
-    """Import :class:`JwtReviewerVerifier` on first access (PEP 562).
-
-    Raises:
-        ImportError: PyJWT is not installed; the message names the ``inbox`` extra.
-    """
+    """``JwtReviewerVerifier``, which moved to :mod:`covonaut_es.service`, imported from
+    there on first access (PEP 562), since it needs the ``inbox`` extra."""
     if name != "JwtReviewerVerifier":
         msg = f"module {__name__!r} has no attribute {name!r}"
         raise AttributeError(msg)
-    value: object = importlib.import_module("covonaut_es.service._jwt").JwtReviewerVerifier
-    globals()[name] = value
-    return value
+    return getattr(importlib.import_module("covonaut_es.service"), name)
