@@ -948,6 +948,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
         is a plain approval). A ``RESPONDED`` decision makes ``comment`` the call's
         result: the reviewer answers in the tool's place.
         """
+        self._refuse_if_abandoned("a decision")
         review = self.reviews.undecided(review_id, thread_id=self.thread_id)
         if (
             arguments is not None

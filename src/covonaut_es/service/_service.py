@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import attrs
 
-from covonaut_es.domain import AgentThread, Decision, Review, ReviewDecision
+from covonaut_es.domain import AgentThread, Decision, Review, ReviewDecision, ThreadStatus
 from covonaut_es.errors import (
     AmbiguousReviewError,
     ConfigurationError,
@@ -402,9 +402,12 @@ class ThreadService:
 
 
 def _pending_in(store: Store, review_id: str, thread_ids: Sequence[str]) -> list[str]:
+    """The threads where the review still waits for a decision: a thread given up
+    decides none of its reviews, so it holds none that waits."""
     pending = []
     for thread_id in thread_ids:
-        review = store.load(thread_id).reviews.get(review_id)
-        if review is not None and review.pending:
+        thread = store.load(thread_id)
+        review = thread.reviews.get(review_id)
+        if review is not None and review.pending and thread.status is not ThreadStatus.ABANDONED:
             pending.append(thread_id)
     return pending
