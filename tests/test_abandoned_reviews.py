@@ -149,7 +149,7 @@ def two_stores(store_url: str) -> Iterator[tuple[Store, Store]]:
         other.close()
 
 
-@pytest.mark.parametrize("durability", ["step"])
+@pytest.mark.parametrize("durability", ["step", "checkpoint"])
 def test_a_review_a_run_asked_for_after_the_abandonment_is_never_decided(
     two_stores: tuple[Store, Store], durability: str
 ) -> None:
