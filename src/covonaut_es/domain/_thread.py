@@ -1051,12 +1051,20 @@ class AgentThread(Aggregate, created_event_name="Started"):
 
         It can when every event of ``tail`` commutes with a run (a label, a review's
         decision with its call's result, an answer to a pause, the thread given up), no
-        unsaved call has its result already (its idempotency key, which derives from its
-        version, would change after it ran) and each unsaved event applies after
+        unsaved call has its result already or is in doubt (its idempotency key, which
+        derives from its version, would change after its tool started) and each unsaved
+        event applies after
         ``head``. Then this thread becomes ``head`` with the events triggered again, sealed
         and numbered after it, pending; otherwise it is left as it was.
         """
+        # A call whose tool started (its result, or its pause in doubt after a timeout,
+        # is among the unsaved events) keeps the key it was given: it is not renumbered.
         ran = {e.tool_call_id for e in unsaved if isinstance(e, AgentThread.ToolResultRecorded)}
+        ran |= {
+            e.interrupt.tool_call_id
+            for e in unsaved
+            if isinstance(e, AgentThread.Interrupted) and e.interrupt.kind is PauseKind.IN_DOUBT
+        }
         if not _commute(tail, head) or any(
             isinstance(e, AgentThread.ToolCalled) and e.tool_call_id in ran for e in unsaved
         ):
