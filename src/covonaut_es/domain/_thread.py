@@ -21,7 +21,7 @@ from uuid import UUID
 import msgspec
 from eventsourcing.domain import Aggregate
 
-from covonaut_es.domain._calls import event_key, requested_call
+from covonaut_es.domain._calls import event_key, has_key_form, requested_call
 from covonaut_es.domain._ids import check_thread_id, thread_aggregate_id
 from covonaut_es.domain._integrity import CHAIN_KEY, UNCHAINED, seal
 from covonaut_es.domain._pauses import (
@@ -666,7 +666,9 @@ class AgentThread(Aggregate, created_event_name="Started"):
         turn; results, approvals and calls in doubt are keyed by call id, so each such
         call gets the first free id ``<sent id>-2``, ``<sent id>-3``... in order (an
         empty id counts as ``call``), which keeps the id the model sent readable in the
-        record. The same thread and calls always give the same ids.
+        record. So does an id of the form of a review id (32 lowercase hex digits): no
+        call id is ever a review id, read or predicted. The same thread and calls
+        always give the same ids.
         """
         used = self._call_id_used
         sent = {call.id for call in calls}
@@ -699,7 +701,8 @@ class AgentThread(Aggregate, created_event_name="Started"):
             if not call.id or call.id in given or self._call_id_used(call.id):
                 msg = (
                     f"tool call id {call.id!r} is empty or already used in thread "
-                    f"{self.thread_id!r}; make the ids unique with unique_calls() first"
+                    f"{self.thread_id!r} (an id of a review id's form counts as used); "
+                    "make the ids unique with unique_calls() first"
                 )
                 raise ThreadStateError(msg)
             given.add(call.id)
@@ -1129,8 +1132,13 @@ class AgentThread(Aggregate, created_event_name="Started"):
             raise ToolCallsInDoubtError(msg, tool_call_ids=ids)
 
     def _call_id_used(self, call_id: str) -> bool:
-        # Every recorded call is open or has its result among the tool messages.
-        return call_id in self.open_calls or call_id in self._result_call_ids()
+        # Every recorded call is open or has its result among the tool messages; an id
+        # of a review's form is taken by the reviews, past and future.
+        return (
+            has_key_form(call_id)
+            or call_id in self.open_calls
+            or call_id in self._result_call_ids()
+        )
 
     def _result_call_ids(self) -> set[str]:
         # A memo, not state: snapshots leave it out, and a thread without it (just
