@@ -3,10 +3,14 @@ settled, nor run again, on any surface, until its tool has returned."""
 
 from __future__ import annotations
 
+import os
 import secrets
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,6 +35,8 @@ from support import answer, call, ticking_clock
 OBJECT: dict[str, Any] = {"type": "object"}
 VERIFIER = HmacReviewerVerifier(secrets.token_bytes(32))
 RITA = VERIFIER.issue_token("rita", ttl_seconds=3600)
+ROOT = Path(__file__).resolve().parent.parent
+WORKER = (sys.executable, "-m", "covonaut_es", "worker")
 
 
 @pytest.fixture
@@ -129,3 +135,59 @@ def test_a_call_still_running_past_its_timeout_is_neither_settled_nor_run_again(
     wait_for(lambda: not [c for c in running_calls() if c.thread_id == "t"], "the tool to end")
     COMMANDS[command](ThreadService(store, verifier=VERIFIER), hanging_agent(store, tool))
     assert store.history("t") != before
+
+
+@pytest.mark.slow
+def test_a_call_still_running_in_another_workers_process_is_not_settled(
+    shared_url: str, tmp_path: Path
+) -> None:
+    """A worker process runs a tool past its timeout; from this process, settling the
+    call or asking for it to run again is refused with ToolCallRunningError naming the
+    worker while its heartbeat lists the call, and recorded once the tool returned."""
+    done = tmp_path / "done"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests")]),
+        "HANG_SECONDS": "6",
+        "HANG_DONE": str(done),
+    }
+    with open_store(shared_url) as store:
+        store.submit("t", "Go.")
+        worker = subprocess.Popen(
+            [*WORKER, "--store", shared_url, "--app", "hang_app:make_config"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            wait_for(
+                lambda: any(c.thread_id == "t" for w in store.live_workers() for c in w.calls),
+                "the heartbeat to list the call",
+            )
+            wait_for(
+                lambda: (
+                    store.exists("t") and store.state_at("t").status is ThreadStatus.INTERRUPTED
+                ),
+                "the pause in doubt",
+            )
+            service = ThreadService(store, verifier=VERIFIER)
+            rita = service.reviewer(RITA)
+            before = store.history("t")
+            for command in (
+                lambda: service.settle("t", "h1", Settlement.not_run(), reviewer=rita),
+                lambda: service.request_retry("t", "h1", reviewer=rita),
+            ):
+                with pytest.raises(ToolCallRunningError, match="worker") as refused:
+                    command()
+                assert refused.value.tool_call_id == "h1"
+            assert not done.exists() and store.history("t") == before
+            wait_for(done.exists, "the tool to return")
+            wait_for(
+                lambda: not any(c.thread_id == "t" for w in store.live_workers() for c in w.calls),
+                "the heartbeat to drop the call",
+            )
+            service.settle("t", "h1", Settlement.ran_with("late"), reviewer=rita)
+            assert [p.call.id for p in store.state_at("t").open_calls] == []
+        finally:
+            worker.terminate()
+            worker.wait(30)

@@ -132,9 +132,10 @@ class ThreadBusyError(CovonautError, RuntimeError):
 
 class ToolCallRunningError(ThreadBusyError):
     """A call of the thread outran its timeout and is in doubt, but its tool still runs
-    in this process: nothing settles the call or runs it again until the tool has
-    returned (``covonaut_es.runtime.running_calls()`` lists it till then), or "did not
-    run" and a retry could run it twice. Nothing was recorded.
+    in this process, or in a live worker's that reports it: nothing settles the call or
+    runs it again until the tool has returned (``covonaut_es.runtime.running_calls()``
+    lists it till then) or its process is gone, or "did not run" and a retry could run
+    it twice. Nothing was recorded.
 
     Attributes:
         tool_call_id: The call whose tool still runs.

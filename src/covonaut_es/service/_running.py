@@ -17,7 +17,7 @@ from datetime import timedelta
 
 from covonaut_es._clock import utc_now
 from covonaut_es.errors import ToolCallRunningError
-from covonaut_es.store import CallRunning
+from covonaut_es.store import CallRunning, Store
 
 _LOCK = threading.Lock()
 _RUNNING: dict[int, CallRunning] = {}
@@ -53,23 +53,31 @@ def running_calls() -> tuple[CallRunning, ...]:
     return tuple(sorted(calls, key=lambda c: c.started_at))
 
 
-def refuse_while_running(thread_id: str) -> None:
-    """Raise if a tool call of the thread still runs in this process: one past its
-    timeout is in doubt, and settling it ("did not run") or running it again before its
-    tool returns could run it twice.
+def refuse_while_running(store: Store, thread_id: str) -> None:
+    """Raise if a tool call of the thread still runs, in this process or in a live
+    worker's (as its heartbeat reports): one past its timeout is in doubt, and settling
+    it ("did not run") or running it again before its tool returns could run it twice.
 
     Raises:
-        ToolCallRunningError: A call of the thread is listed; it names the oldest.
+        ToolCallRunningError: A call of the thread runs; it names the oldest, and where.
     """
     with _LOCK:
         calls = [call for call in _RUNNING.values() if call.thread_id == thread_id]
+    where = "this process"
+    if not calls:
+        for worker in store.live_workers():
+            calls = [call for call in worker.calls if call.thread_id == thread_id]
+            if calls:
+                where = f"worker {worker.worker_id!r} (pid {worker.pid} on {worker.host!r})"
+                break
     if not calls:
         return
     call = min(calls, key=lambda c: c.started_at)
     msg = (
         f"call {call.tool_call_id!r} of tool {call.tool_name!r} of thread {thread_id!r} "
-        f"started at {call.started_at.isoformat()} and its tool still runs in this process "
+        f"started at {call.started_at.isoformat()} and its tool still runs in {where} "
         "(it may have outrun its timeout): nothing settles the call or runs it again, and "
-        "nothing else runs on the thread, until it returns; running_calls() lists it till then"
+        "nothing else runs on the thread, until it returns or that process is gone; "
+        "running_calls() there lists it till then"
     )
     raise ToolCallRunningError(msg, thread_id=thread_id, tool_call_id=call.tool_call_id)

@@ -330,7 +330,7 @@ class ThreadService:
             ThreadBusyError: Another runner holds the lease (``ToolCallRunningError``: a
                 tool call of the thread still runs in this process, past its timeout).
         """
-        refuse_while_running(thread_id)
+        refuse_while_running(self.store, thread_id)
         with self.store.lease(thread_id) as lease:
             yield RunSession(self.store, lease, self._current(thread_id, thread, migrators))
 
@@ -343,7 +343,7 @@ class ThreadService:
         migrators: Mapping[int, Upcaster] = NO_MIGRATORS,
     ) -> AsyncIterator[RunSession]:
         """Like :meth:`session`, for asyncio: the store is asked in worker threads."""
-        refuse_while_running(thread_id)
+        refuse_while_running(self.store, thread_id)
         async with self.store.alease(thread_id) as lease:
             current = await asyncio.to_thread(self._current, thread_id, thread, migrators)
             yield RunSession(self.store, lease, current)
@@ -372,7 +372,7 @@ class ThreadService:
             msg = f"thread {thread_id!r} not found in store {self.store.url}"
             raise ThreadNotFoundError(msg)
         if leased:
-            refuse_while_running(thread_id)
+            refuse_while_running(self.store, thread_id)
         for attempt in range(2):
             lease = self.store.lease(thread_id) if leased else contextlib.nullcontext()
             with lease:
