@@ -100,33 +100,41 @@ def test_kill_inside_a_tool_after_its_side_effect(
 
 
 @pytest.mark.slow
-def test_checkpoint_durability_restores_the_last_checkpoint(
+def test_checkpoint_durability_commits_checkpoints_and_the_calls_before_they_run(
     shared_url: str, tmp_path: Path
 ) -> None:
-    """Checkpoint durability: a kill after any checkpoint restores that checkpoint."""
+    """Checkpoint durability commits its checkpoints and, before any tool runs, the
+    calls' records (so a tool's key is always stored): a kill after any commit restores
+    it, the calls it left open are in doubt, and no charge runs twice."""
     commits = reference_commits(shared_url, "checkpoint", tmp_path)
-    assert all(c["open"] == [] for c in commits)  # checkpoints fall between tool calls
+    assert [c["open"] for c in commits] == [
+        ["charge-1", "charge-2"],
+        [],
+        ["review-1"],
+        [],
+    ]
     for n, expected in enumerate(commits, start=1):
         thread, ledger = f"ckpt-{n}", tmp_path / f"ckpt-{n}.ledger"
         killed = worker(shared_url, thread, "checkpoint", ledger, "first", f"save:{n}")
         assert killed.returncode == KILLED, killed.stderr
         with open_store(shared_url) as store:
-            assert store.state_at(thread).version == expected["version"]
-            assert store.checkpoints(thread)[-1].version == expected["version"]
+            state = store.state_at(thread)
+            assert state.version == expected["version"]
+            assert sorted(c.call.id for c in state.open_calls) == expected["open"]
         finish(shared_url, thread, "checkpoint", ledger)
+        assert set(charges(ledger).values()) <= {1}, (n, charges(ledger))
 
 
 @pytest.mark.slow
-def test_checkpoint_durability_repeats_a_side_effect_with_the_same_key(
+def test_checkpoint_durability_reports_a_call_killed_after_its_side_effect_in_doubt(
     shared_url: str, tmp_path: Path
 ) -> None:
-    """With checkpoint durability a tool that ran before the crash runs again after
-    the restore, but with the same idempotency key, so the external system can tell."""
+    """With checkpoint durability too, a tool killed after its side effect left its
+    call recorded under the key it used: the call is in doubt, settled from the ledger,
+    and never charged twice."""
     ledger = tmp_path / "ledger"
     killed = worker(shared_url, "t", "checkpoint", ledger, "first", "tool:charge-1")
     assert killed.returncode == KILLED, killed.stderr
-    finish(shared_url, "t", "checkpoint", ledger)
-    lines = [line.split() for line in ledger.read_text().splitlines()]
-    first_charges = [key for key, call_id, _ in lines if call_id == "charge-1"]
-    assert len(first_charges) == 2
-    assert first_charges[0] == first_charges[1]
+    report = finish(shared_url, "t", "checkpoint", ledger)
+    assert "charge-1" in report["in_doubt"]
+    assert charges(ledger) == Counter({"charge-1": 1, "charge-2": 1})

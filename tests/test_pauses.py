@@ -33,8 +33,9 @@ from covonaut_es import (
     operation_digest,
 )
 from covonaut_es.domain import Interrupt, PauseKind, RunMode, ToolOutcome
+from covonaut_es.errors import ThreadStateError
 from covonaut_es.messages import Message
-from covonaut_es.service import ThreadService
+from covonaut_es.service import Settlement, ThreadService
 from support import answer, call
 from test_migrations import GOLDEN, golden_store
 
@@ -60,7 +61,9 @@ def golden_config(thread_id: str) -> AgentConfig:
     """The golden application's tools, and a model that answers once a run resumes."""
     return AgentConfig(
         provider=ScriptedProvider(respond=lambda request: answer("Resumed.")),
-        tools=[Tool(name, name, OBJECT, never_runs) for name in ("echo", "ask", "pay", "wire")],
+        tools=[
+            Tool(name, name, OBJECT, never_runs) for name in ("echo", "ask", "pay", "wire", "doubt")
+        ],
     )
 
 
@@ -103,7 +106,7 @@ def test_the_queue_lists_each_golden_pause_by_its_kind(golden_v3: Store) -> None
     listed = {item.thread_id: item.kind for item in queue.pending()}
     queue.close()
     assert listed == {
-        thread_id: KINDS[expected["kind"]]
+        thread_id: KINDS[expected.get("queue_kind", expected["kind"])]
         for thread_id, expected in MANIFEST.items()
         if thread_id not in RESUMED
     }
@@ -125,6 +128,47 @@ def test_a_worker_resumes_only_the_golden_threads_a_person_dealt_with(golden_v3:
             assert state == before[thread_id], thread_id
     forged = golden_v3.state_at("pause-forged")
     assert forged.interrupts[0].data == {"in_doubt": True, "tool_call_id": "a1", "amount": 9000}
+
+
+def test_a_golden_tools_pause_in_the_old_in_doubt_form_waits_for_a_person(
+    golden_v3: Store,
+) -> None:
+    """A tool's own pause whose data is exactly the in-doubt pause the old worker wrote
+    for its call (its key, id and arguments): the legacy reader guesses "in doubt" (the
+    safe direction: a person must look), the thread reads a tool's pause that waits for
+    a person's answer, never a settled call in doubt, so no worker resumes it alone;
+    settling it is refused, and once a person answered it a worker resumes it."""
+    from covonaut_es.migrations._registry import legacy_pause_kind
+
+    thread_id = "pause-tool-in-doubt-form"
+    [record] = [e for e in golden_v3.history(thread_id) if isinstance(e, AgentThread.Interrupted)]
+    data = record.interrupt.data
+    assert isinstance(data, dict) and data["in_doubt"] is True
+    stored = {
+        "reason": record.interrupt.reason,
+        "data": data,
+        "tool_call_id": record.interrupt.tool_call_id,
+        "tool_name": record.interrupt.tool_name,
+    }
+    assert legacy_pause_kind(stored) == PauseKind.IN_DOUBT
+    state = golden_v3.state_at(thread_id)
+    [pause] = state.pauses
+    assert (pause.kind, pause.resolved, state.waiting_for) == (PauseKind.INTERRUPT, False, "person")
+    assert data["idempotency_key"] not in {p.idempotency_key for p in state.open_calls}
+    before = golden_v3.history(thread_id)
+    assert Worker(golden_v3, golden_config).run(once=True).steps == len(RESUMED)
+    assert golden_v3.history(thread_id) == before
+    service = ThreadService(golden_v3, verifier=VERIFIER)
+    rita = service.reviewer(RITA)
+    with pytest.raises(ThreadStateError, match="not open"):
+        service.settle(thread_id, "d1", Settlement.not_run(), reviewer=rita)
+    with pytest.raises(ThreadStateError, match="not open"):
+        service.request_retry(thread_id, "d1", reviewer=rita)
+    assert golden_v3.history(thread_id) == before
+    service.answer(thread_id, "d1", "Pay nothing.", reviewer=rita)
+    assert golden_v3.state_at(thread_id).waiting_for == "runner"
+    assert Worker(golden_v3, golden_config).run(once=True).steps == 1
+    assert golden_v3.state_at(thread_id).status is ThreadStatus.FINISHED
 
 
 # Data a tool pauses with ----------------------------------------------------------------

@@ -130,6 +130,22 @@ class ThreadBusyError(CovonautError, RuntimeError):
         self.holder = holder
 
 
+class ToolCallRunningError(ThreadBusyError):
+    """A call of the thread outran its timeout and is in doubt, but its tool still runs
+    in this process, or in a live worker's that reports it: nothing settles the call or
+    runs it again until the tool has returned (``covonaut_es.runtime.running_calls()``
+    lists it till then) or its process is gone, or "did not run" and a retry could run
+    it twice. Nothing was recorded.
+
+    Attributes:
+        tool_call_id: The call whose tool still runs.
+    """
+
+    def __init__(self, message: str, *, thread_id: str, tool_call_id: str) -> None:
+        super().__init__(message, thread_id=thread_id)
+        self.tool_call_id = tool_call_id
+
+
 class LeaseLostError(CovonautError, RuntimeError):
     """A runner's lease on a thread no longer stands: its database session ended, or
     another runner took the thread since. Nothing more of the run is stored or run:

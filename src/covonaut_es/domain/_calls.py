@@ -8,6 +8,7 @@ idempotency key is derived from the thread, the event's version and the call id.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Sequence
 
 from covonaut_es.messages import Message, Role, ToolCall
@@ -59,3 +60,14 @@ def event_key(thread_id: str, version: int, tool_call_id: str) -> str:
     """
     material = f"{thread_id}\x00{version}\x00{tool_call_id}".encode()
     return hashlib.sha256(material).hexdigest()[:32]
+
+
+_KEY_FORM = re.compile(r"[0-9a-f]{32}")
+
+
+def has_key_form(text: str) -> bool:
+    """Whether ``text`` has the form of the keys :func:`event_key` gives: review ids
+    and idempotency keys. No call may have such an id: a model that chose one could
+    make a call id equal to a review id it read, or one it predicts (the function is no
+    secret), and have its call taken for the review."""
+    return _KEY_FORM.fullmatch(text) is not None

@@ -21,7 +21,7 @@ from uuid import UUID
 import msgspec
 from eventsourcing.domain import Aggregate
 
-from covonaut_es.domain._calls import event_key, requested_call
+from covonaut_es.domain._calls import event_key, has_key_form, requested_call
 from covonaut_es.domain._ids import check_thread_id, thread_aggregate_id
 from covonaut_es.domain._integrity import CHAIN_KEY, UNCHAINED, seal
 from covonaut_es.domain._pauses import (
@@ -670,7 +670,9 @@ class AgentThread(Aggregate, created_event_name="Started"):
         turn; results, approvals and calls in doubt are keyed by call id, so each such
         call gets the first free id ``<sent id>-2``, ``<sent id>-3``... in order (an
         empty id counts as ``call``), which keeps the id the model sent readable in the
-        record. The same thread and calls always give the same ids.
+        record. So does an id of the form of a review id (32 lowercase hex digits): no
+        call id is ever a review id, read or predicted. The same thread and calls
+        always give the same ids.
         """
         used = self._call_id_used
         sent = {call.id for call in calls}
@@ -703,7 +705,8 @@ class AgentThread(Aggregate, created_event_name="Started"):
             if not call.id or call.id in given or self._call_id_used(call.id):
                 msg = (
                     f"tool call id {call.id!r} is empty or already used in thread "
-                    f"{self.thread_id!r}; make the ids unique with unique_calls() first"
+                    f"{self.thread_id!r} (an id of a review id's form counts as used); "
+                    "make the ids unique with unique_calls() first"
                 )
                 raise ThreadStateError(msg)
             given.add(call.id)
@@ -952,6 +955,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
         is a plain approval). A ``RESPONDED`` decision makes ``comment`` the call's
         result: the reviewer answers in the tool's place.
         """
+        self._refuse_if_abandoned("a decision")
         review = self.reviews.undecided(review_id, thread_id=self.thread_id)
         if (
             arguments is not None
@@ -1054,12 +1058,20 @@ class AgentThread(Aggregate, created_event_name="Started"):
 
         It can when every event of ``tail`` commutes with a run (a label, a review's
         decision with its call's result, an answer to a pause, the thread given up), no
-        unsaved call has its result already (its idempotency key, which derives from its
-        version, would change after it ran) and each unsaved event applies after
+        unsaved call has its result already or is in doubt (its idempotency key, which
+        derives from its version, would change after its tool started) and each unsaved
+        event applies after
         ``head``. Then this thread becomes ``head`` with the events triggered again, sealed
         and numbered after it, pending; otherwise it is left as it was.
         """
+        # A call whose tool started (its result, or its pause in doubt after a timeout,
+        # is among the unsaved events) keeps the key it was given: it is not renumbered.
         ran = {e.tool_call_id for e in unsaved if isinstance(e, AgentThread.ToolResultRecorded)}
+        ran |= {
+            e.interrupt.tool_call_id
+            for e in unsaved
+            if isinstance(e, AgentThread.Interrupted) and e.interrupt.kind is PauseKind.IN_DOUBT
+        }
         if not _commute(tail, head) or any(
             isinstance(e, AgentThread.ToolCalled) and e.tool_call_id in ran for e in unsaved
         ):
@@ -1124,8 +1136,13 @@ class AgentThread(Aggregate, created_event_name="Started"):
             raise ToolCallsInDoubtError(msg, tool_call_ids=ids)
 
     def _call_id_used(self, call_id: str) -> bool:
-        # Every recorded call is open or has its result among the tool messages.
-        return call_id in self.open_calls or call_id in self._result_call_ids()
+        # Every recorded call is open or has its result among the tool messages; an id
+        # of a review's form is taken by the reviews, past and future.
+        return (
+            has_key_form(call_id)
+            or call_id in self.open_calls
+            or call_id in self._result_call_ids()
+        )
 
     def _result_call_ids(self) -> set[str]:
         # A memo, not state: snapshots leave it out, and a thread without it (just

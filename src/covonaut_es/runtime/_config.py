@@ -73,7 +73,8 @@ class CheckpointSettings:
         skip_save_on_turn_end: Do not checkpoint at the end of each turn.
         durability: ``"step"`` (default) commits events at every step boundary, so the
             intent to call a tool is stored before the tool runs; ``"checkpoint"``
-            commits only when a checkpoint is saved.
+            commits when a checkpoint is saved and, in every mode, a turn's calls
+            before any of them runs (a tool's idempotency key is always stored).
         migrators: Upcasters for the thread's snapshots, keyed by the schema version
             they upgrade from; each replaces the library's own for that step. A
             snapshot that cannot be upgraded is passed over and the thread rebuilt from

@@ -58,8 +58,9 @@ class Complete:
 class Commit:
     """A step boundary. ``checkpoint`` marks a saved checkpoint, which is committed in
     every durability mode and may be followed by a snapshot. ``always`` commits in
-    every durability mode too: an approval is marked used in the store before its tool
-    runs, and a reviewer's decision is never left in memory only."""
+    every durability mode too: the calls' records are stored before any tool runs, an
+    approval is marked used in the store before its tool runs, and a reviewer's
+    decision is never left in memory only."""
 
     checkpoint: bool = False
     always: bool = False
@@ -223,7 +224,10 @@ def run_program(
             thread.finish(response.content, now=now())
             yield from _end_of_turn(thread, settings, now())
             return response.content
-        yield Commit()  # write-ahead: the intent to call is stored before any tool runs
+        # Write-ahead, in every durability mode: a tool gets its idempotency key only
+        # once the record it derives from is stored, or a restore could call it anew
+        # under another key.
+        yield Commit(always=True)
 
         if final_turn:
             yield from _refuse_calls_on_final_turn(thread, config, calls)

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import attrs
 
-from covonaut_es.domain import AgentThread, Decision, Review, ReviewDecision
+from covonaut_es.domain import AgentThread, Decision, Review, ReviewDecision, ThreadStatus
 from covonaut_es.errors import (
     AmbiguousReviewError,
     ConfigurationError,
@@ -28,6 +28,7 @@ from covonaut_es.errors import (
 from covonaut_es.migrations import Upcaster
 from covonaut_es.migrations._upcasting import NO_MIGRATORS
 from covonaut_es.service._reviewers import Reviewer, ReviewerVerifier, verified_reviewer
+from covonaut_es.service._running import refuse_while_running
 from covonaut_es.service._runs import RunSession
 from covonaut_es.service._submissions import Action, ReviewSubmission, person_text
 from covonaut_es.store import Store
@@ -237,7 +238,8 @@ class ThreadService:
             reviewer: The person who settled it; None for the application itself.
 
         Raises:
-            ThreadBusyError: A runner holds the thread.
+            ThreadBusyError: A runner holds the thread (``ToolCallRunningError``: the
+                call's tool, past its timeout, still runs in this process).
             ThreadStateError: The call is not in doubt.
         """
         by = reviewer.id if reviewer else ""
@@ -271,7 +273,8 @@ class ThreadService:
         named) for the thread's failed run to be tried again: the next runner does it.
 
         Raises:
-            ThreadBusyError: A runner holds the thread.
+            ThreadBusyError: A runner holds the thread (``ToolCallRunningError``: a call's
+                tool, past its timeout, still runs in this process).
             ThreadStateError: The call is not in doubt, or the thread's run did not fail.
         """
         self._change(
@@ -324,8 +327,10 @@ class ThreadService:
             migrators: The application's snapshot upcasters, for loading it.
 
         Raises:
-            ThreadBusyError: Another runner holds the lease.
+            ThreadBusyError: Another runner holds the lease (``ToolCallRunningError``: a
+                tool call of the thread still runs in this process, past its timeout).
         """
+        refuse_while_running(self.store, thread_id)
         with self.store.lease(thread_id) as lease:
             yield RunSession(self.store, lease, self._current(thread_id, thread, migrators))
 
@@ -338,6 +343,7 @@ class ThreadService:
         migrators: Mapping[int, Upcaster] = NO_MIGRATORS,
     ) -> AsyncIterator[RunSession]:
         """Like :meth:`session`, for asyncio: the store is asked in worker threads."""
+        refuse_while_running(self.store, thread_id)
         async with self.store.alease(thread_id) as lease:
             current = await asyncio.to_thread(self._current, thread_id, thread, migrators)
             yield RunSession(self.store, lease, current)
@@ -365,6 +371,8 @@ class ThreadService:
         if leased and not self.store.exists(thread_id):  # no lease is taken of nothing
             msg = f"thread {thread_id!r} not found in store {self.store.url}"
             raise ThreadNotFoundError(msg)
+        if leased:
+            refuse_while_running(self.store, thread_id)
         for attempt in range(2):
             lease = self.store.lease(thread_id) if leased else contextlib.nullcontext()
             with lease:
@@ -402,9 +410,12 @@ class ThreadService:
 
 
 def _pending_in(store: Store, review_id: str, thread_ids: Sequence[str]) -> list[str]:
+    """The threads where the review still waits for a decision: a thread given up
+    decides none of its reviews, so it holds none that waits."""
     pending = []
     for thread_id in thread_ids:
-        review = store.load(thread_id).reviews.get(review_id)
-        if review is not None and review.pending:
+        thread = store.load(thread_id)
+        review = thread.reviews.get(review_id)
+        if review is not None and review.pending and thread.status is not ThreadStatus.ABANDONED:
             pending.append(thread_id)
     return pending

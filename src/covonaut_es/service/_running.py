@@ -1,0 +1,83 @@
+"""The tool calls running in this process: what a worker's heartbeat reports, and what
+keeps a call in doubt from being settled or run again while its tool still runs.
+
+A call is listed from the moment its function starts until it returns, also after its
+timeout ran out and its run went on without it (Python cannot stop a blocking function,
+so such a call keeps its thread): a liveness probe then sees it past its deadline. The
+runtime's drivers list the calls; :class:`~covonaut_es.service.ThreadService` refuses
+to take the lease of a thread with a call listed (:func:`refuse_while_running`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from datetime import timedelta
+
+from covonaut_es._clock import utc_now
+from covonaut_es.errors import ToolCallRunningError
+from covonaut_es.store import CallRunning, Store
+
+_LOCK = threading.Lock()
+_RUNNING: dict[int, CallRunning] = {}
+
+
+@contextlib.contextmanager
+def listed(
+    thread_id: str, tool_call_id: str, tool_name: str, timeout: float | None
+) -> Iterator[None]:
+    """List a call as running for the block."""
+    started = utc_now()
+    call = CallRunning(
+        thread_id=thread_id,
+        tool_call_id=tool_call_id,
+        tool_name=tool_name,
+        started_at=started,
+        deadline=None if timeout is None else started + timedelta(seconds=timeout),
+    )
+    key = id(call)
+    with _LOCK:
+        _RUNNING[key] = call
+    try:
+        yield
+    finally:
+        with _LOCK:
+            del _RUNNING[key]
+
+
+def running_calls() -> tuple[CallRunning, ...]:
+    """The calls running in this process now, oldest first."""
+    with _LOCK:
+        calls = list(_RUNNING.values())
+    return tuple(sorted(calls, key=lambda c: c.started_at))
+
+
+def refuse_while_running(store: Store, thread_id: str) -> None:
+    """Raise if a tool call of the thread still runs, in this process or in a live
+    worker's (as its heartbeat reports): one past its timeout is in doubt, and settling
+    it ("did not run") or running it again before its tool returns could run it twice.
+
+    Raises:
+        ToolCallRunningError: A call of the thread runs; it names the oldest, and where.
+    """
+    with _LOCK:
+        calls = [call for call in _RUNNING.values() if call.thread_id == thread_id]
+    where = "this process"
+    if not calls:
+        for worker in store.live_workers():
+            calls = [call for call in worker.calls if call.thread_id == thread_id]
+            if calls:
+                where = f"worker {worker.worker_id!r} (pid {worker.pid} on {worker.host!r})"
+                break
+    if not calls:
+        return
+    call = min(calls, key=lambda c: c.started_at)
+    msg = (
+        f"call {call.tool_call_id!r} of tool {call.tool_name!r} of thread {thread_id!r} "
+        f"started at {call.started_at.isoformat()} and its tool still runs in {where} "
+        "(it may have outrun its timeout): nothing settles the call or runs it again, and "
+        "nothing else runs on the thread, until it returns or that process is gone; "
+        "running_calls() there lists it till then"
+    )
+    raise ToolCallRunningError(msg, thread_id=thread_id, tool_call_id=call.tool_call_id)

@@ -1,0 +1,193 @@
+"""A call in doubt whose tool still runs in this process (it outran its timeout) is not
+settled, nor run again, on any surface, until its tool has returned."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from covonaut_es import (
+    Agent,
+    AgentConfig,
+    CheckpointSettings,
+    HmacReviewerVerifier,
+    ScriptedProvider,
+    Store,
+    ThreadStatus,
+    Tool,
+    ToolContext,
+    open_store,
+)
+from covonaut_es.errors import ToolCallRunningError
+from covonaut_es.runtime import running_calls
+from covonaut_es.service import Settlement, ThreadService
+from support import answer, call, ticking_clock
+
+OBJECT: dict[str, Any] = {"type": "object"}
+VERIFIER = HmacReviewerVerifier(secrets.token_bytes(32))
+RITA = VERIFIER.issue_token("rita", ttl_seconds=3600)
+ROOT = Path(__file__).resolve().parent.parent
+WORKER = (sys.executable, "-m", "covonaut_es", "worker")
+
+
+@pytest.fixture
+def other(store: Store) -> Iterator[Store]:
+    """A second store object on the same database, as another process would open it."""
+    if store.url.startswith("memory"):
+        yield store
+        return
+    with open_store(store.url) as second:
+        yield second
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
+    """Poll until ``condition`` holds, or fail naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+class Hanging:
+    """A tool that does a write of another writer's, then hangs past its timeout until
+    released; it logs the key of each run."""
+
+    def __init__(self, write: Callable[[], None] = lambda: None) -> None:
+        self.write = write
+        self.keys: list[str] = []
+        self.release = threading.Event()
+        self.returned = threading.Event()
+
+    def __call__(self, ctx: ToolContext, args: dict[str, Any]) -> Any:
+        self.keys.append(ctx.idempotency_key)
+        try:
+            self.write()
+            self.release.wait(timeout=30)
+            return "late"
+        finally:
+            self.returned.set()
+
+
+def hanging_agent(store: Store, tool: Hanging, durability: str = "step") -> Agent:
+    return Agent(
+        AgentConfig(
+            provider=ScriptedProvider(
+                [answer("hello"), call(("h1", "hang", "{}")), answer("done")]
+            ),
+            tools=[Tool("hang", "Hang", OBJECT, tool, timeout=0.3)],
+            checkpoint=CheckpointSettings(store=store, thread_id="t", durability=durability),
+            reviewer_verifier=VERIFIER,
+            clock=ticking_clock(),
+        )
+    )
+
+
+def _service_settle(service: ThreadService, ran: bool) -> None:
+    reviewer = service.reviewer(RITA)
+    settlement = Settlement.ran_with("done") if ran else Settlement.not_run("it did not")
+    service.settle("t", "h1", settlement, reviewer=reviewer)
+
+
+COMMANDS: dict[str, Callable[[ThreadService, Agent], object]] = {
+    "service settle ran": lambda service, agent: _service_settle(service, True),
+    "service settle not run": lambda service, agent: _service_settle(service, False),
+    "service retry": lambda service, agent: service.request_retry(
+        "t", "h1", reviewer=service.reviewer(RITA)
+    ),
+    "agent settle result": lambda service, agent: agent.settle("h1", result="done"),
+    "agent settle not run": lambda service, agent: agent.settle("h1", ran=False),
+    "agent retry": lambda service, agent: agent.settle("h1", retry=True),
+}
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_a_call_still_running_past_its_timeout_is_neither_settled_nor_run_again(
+    store: Store, command: str
+) -> None:
+    """While the tool of a call in doubt still runs in this process, settling it (ran,
+    not run) or running it again is refused with ToolCallRunningError naming the call,
+    and nothing is recorded; once the tool has returned, the command is recorded."""
+    tool = Hanging()
+    agent = hanging_agent(store, tool)
+    assert agent.run("hi") == "hello"
+    try:
+        assert agent.run("go") == ""
+        assert store.state_at("t").status is ThreadStatus.INTERRUPTED
+        assert [c.tool_call_id for c in running_calls() if c.thread_id == "t"] == ["h1"]
+        service = ThreadService(store, verifier=VERIFIER)
+        before = store.history("t")
+        with pytest.raises(ToolCallRunningError, match="'h1'") as refused:
+            COMMANDS[command](service, hanging_agent(store, tool))
+        assert (refused.value.thread_id, refused.value.tool_call_id) == ("t", "h1")
+        assert store.history("t") == before and tool.keys == [tool.keys[0]]
+    finally:
+        tool.release.set()
+        assert tool.returned.wait(30)
+    wait_for(lambda: not [c for c in running_calls() if c.thread_id == "t"], "the tool to end")
+    COMMANDS[command](ThreadService(store, verifier=VERIFIER), hanging_agent(store, tool))
+    assert store.history("t") != before
+
+
+@pytest.mark.slow
+def test_a_call_still_running_in_another_workers_process_is_not_settled(
+    shared_url: str, tmp_path: Path
+) -> None:
+    """A worker process runs a tool past its timeout; from this process, settling the
+    call or asking for it to run again is refused with ToolCallRunningError naming the
+    worker while its heartbeat lists the call, and recorded once the tool returned."""
+    done = tmp_path / "done"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests")]),
+        "HANG_SECONDS": "6",
+        "HANG_DONE": str(done),
+    }
+    with open_store(shared_url) as store:
+        store.submit("t", "Go.")
+        worker = subprocess.Popen(
+            [*WORKER, "--store", shared_url, "--app", "hang_app:make_config"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            wait_for(
+                lambda: any(c.thread_id == "t" for w in store.live_workers() for c in w.calls),
+                "the heartbeat to list the call",
+            )
+            wait_for(
+                lambda: (
+                    store.exists("t") and store.state_at("t").status is ThreadStatus.INTERRUPTED
+                ),
+                "the pause in doubt",
+            )
+            service = ThreadService(store, verifier=VERIFIER)
+            rita = service.reviewer(RITA)
+            before = store.history("t")
+            for command in (
+                lambda: service.settle("t", "h1", Settlement.not_run(), reviewer=rita),
+                lambda: service.request_retry("t", "h1", reviewer=rita),
+            ):
+                with pytest.raises(ToolCallRunningError, match="worker") as refused:
+                    command()
+                assert refused.value.tool_call_id == "h1"
+            assert not done.exists() and store.history("t") == before
+            wait_for(done.exists, "the tool to return")
+            wait_for(
+                lambda: not any(c.thread_id == "t" for w in store.live_workers() for c in w.calls),
+                "the heartbeat to drop the call",
+            )
+            service.settle("t", "h1", Settlement.ran_with("late"), reviewer=rita)
+            assert [p.call.id for p in store.state_at("t").open_calls] == []
+        finally:
+            worker.terminate()
+            worker.wait(30)
