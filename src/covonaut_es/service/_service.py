@@ -29,7 +29,7 @@ from covonaut_es.migrations import Upcaster
 from covonaut_es.migrations._upcasting import NO_MIGRATORS
 from covonaut_es.service._reviewers import Reviewer, ReviewerVerifier, verified_reviewer
 from covonaut_es.service._runs import RunSession
-from covonaut_es.service._submissions import Action, ReviewSubmission, person_text
+from covonaut_es.service._submissions import Action, ReviewSubmission, is_blank, person_text
 from covonaut_es.store import Store
 
 T = TypeVar("T")
@@ -89,7 +89,7 @@ class Settlement:
             InvalidDecisionError: The note is no text or too long.
         """
         text = person_text(note, "note")
-        return cls(False, f"Not executed: {text}" if text.strip() else NOT_RUN_RESULT)
+        return cls(False, NOT_RUN_RESULT if is_blank(text) else f"Not executed: {text}")
 
 
 class ThreadService:
