@@ -26,6 +26,7 @@ from covonaut_es.service import (
     HmacReviewerVerifier,
     Settlement,
     ThreadService,
+    pause_token,
     person_text,
     review_submission,
 )
@@ -156,7 +157,10 @@ def _form(action: str) -> Submit:
         else:
             thread, call = (ids["ask"], "c1") if action == "answer" else (ids["doubt"], "c1")
             name, field = ("answer", "answer") if action == "answer" else ("ran", "result")
+            (pause,) = [p for p in world.store.state_at(thread).pauses if not p.resolved]
+            token = pause_token(world.store.state_at(thread).messages, pause)
             data = {**csrf, "thread": thread, "call": call, "action": name, field: text}
+            data["pause"] = token
             response = world.client.post("/pause", data=data, headers=OWN)
         if response.status_code == 200:
             return True  # the redirect to the page of what was recorded, followed

@@ -6,7 +6,9 @@ state-changing requests must then come from this origin and carry the session's 
 token in ``X-CSRF-Token``). The credential is verified once per request, and the
 reviewer it verifies as is who every command of the request records. Bodies are read by
 the service layer's strict reader; a refusal records nothing. A review already decided,
-or a pause no longer waiting for what was asked, answers 409.
+or a pause no longer waiting for what was asked, answers 409. A command on a pause may
+name it by the token ``GET /api/pauses`` lists (``"pause"`` in the body): a pause dealt
+with since, and a later pause of the same call, is then refused with 409.
 """
 
 from __future__ import annotations
@@ -139,18 +141,26 @@ async def _pauses(inbox: Inbox, request: Request) -> Any:
 
 async def _answer(inbox: Inbox, request: Request) -> Any:
     reviewer = await _credential(inbox, request, changes=True)
-    body = await _body(request, ("answer",))
+    body = await _body(request, ("answer", "pause"))
     thread_id, call_id = request.path_params["thread_id"], request.path_params["tool_call_id"]
-    await blocking(inbox.desk.answer, thread_id, call_id, body.get("answer", ""), reviewer=reviewer)
+    text, pause = body.get("answer", ""), body.get("pause")
+    await blocking(inbox.desk.answer, thread_id, call_id, text, reviewer=reviewer, pause=pause)
     return _recorded(thread_id, call_id, "answer", reviewer)
 
 
 async def _settle(inbox: Inbox, request: Request) -> Any:
     reviewer = await _credential(inbox, request, changes=True)
-    body = await _body(request, ("ran", "result", "note"))
+    body = await _body(request, ("ran", "result", "note", "pause"))
     settlement = _settlement(body)
     thread_id, call_id = request.path_params["thread_id"], request.path_params["tool_call_id"]
-    await blocking(inbox.desk.settle, thread_id, call_id, settlement, reviewer=reviewer)
+    await blocking(
+        inbox.desk.settle,
+        thread_id,
+        call_id,
+        settlement,
+        reviewer=reviewer,
+        pause=body.get("pause"),
+    )
     return {**_recorded(thread_id, call_id, "settle", reviewer), "ran": settlement.ran}
 
 
@@ -177,18 +187,21 @@ def _settlement(body: dict[str, Any]) -> Settlement:
 
 async def _retry(inbox: Inbox, request: Request) -> Any:
     reviewer = await _credential(inbox, request, changes=True)
-    await _body(request, ())
+    body = await _body(request, ("pause",))
     thread_id, call_id = request.path_params["thread_id"], request.path_params["tool_call_id"]
-    await blocking(inbox.desk.request_retry, thread_id, call_id, reviewer=reviewer)
+    pause = body.get("pause")
+    await blocking(inbox.desk.request_retry, thread_id, call_id, reviewer=reviewer, pause=pause)
     return _recorded(thread_id, call_id, "retry", reviewer)
 
 
 async def _abandon(inbox: Inbox, request: Request) -> Any:
     reviewer = await _credential(inbox, request, changes=True)
-    body = await _body(request, ("reason",))
+    body = await _body(request, ("reason", "pause"))
     thread_id = request.path_params["thread_id"]
     reason = body.get("reason", "")
-    await blocking(inbox.desk.abandon, thread_id, reason, reviewer=reviewer)
+    await blocking(
+        inbox.desk.abandon, thread_id, reason, reviewer=reviewer, pause=body.get("pause")
+    )
     return {"thread_id": thread_id, "action": "abandon", "reviewer": reviewer.id, "reason": reason}
 
 
