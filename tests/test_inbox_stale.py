@@ -10,6 +10,7 @@ import html
 import re
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from starlette.testclient import TestClient
@@ -17,6 +18,7 @@ from starlette.testclient import TestClient
 from covonaut_es import AgentThread, Store, Tool, ToolContext
 from covonaut_es.domain import PauseKind
 from covonaut_es.inbox._http import quoted
+from covonaut_es.inbox._sessions import SESSION_COOKIE
 from covonaut_es.service import Settlement, ThreadService, pause_token, review_submission
 from inbox_support import (
     ProcessDied,
@@ -264,3 +266,53 @@ def test_an_api_pause_that_is_no_text_is_400(
         assert sent.status_code == 400 and "token (text)" in sent.json()["error"], sent.text
         assert _snapshot(store) == before
     assert store.state_at(THREAD).pauses[0].kind is PauseKind.INTERRUPT
+
+
+@pytest.mark.parametrize(
+    ("kind", "form", "twice"),
+    [
+        ("tool", "answer-form", "answer"),
+        ("tool", "answer-form", "action"),
+        ("tool", "answer-form", "pause"),
+        ("doubt", "ran-form", "result"),
+        ("review", "reject-form", "reason"),
+        ("review", "approve-form", "review"),
+        ("review", "approve-form", "digest"),
+    ],
+)
+def test_a_form_that_names_a_field_twice_is_refused(
+    open_test_store: Callable[..., Store], kind: str, form: str, twice: str
+) -> None:
+    """A form posting a field twice (which a page never does: a crafted post) is a 400
+    naming the field, as a JSON body naming a key twice is, and records nothing: a
+    reader keeping either value would record one nobody chose."""
+    store = open_test_store()
+    START[kind](store)
+    with inbox_client(store) as client:
+        current(client)
+        sign_in(client, BOB)
+        action, hidden = _form_fields(_page_of(client, kind, store), form)
+        filled = {**hidden, **{"answer": "a", "result": "r", "reason": "no"}}
+        pairs = [*filled.items(), (twice, filled.get(twice, "x") + "2")]
+        before = _snapshot(store)
+        posted = client.post(
+            action,
+            content="&".join(f"{quote(k)}={quote(v)}" for k, v in pairs),
+            headers={**OWN, "content-type": "application/x-www-form-urlencoded"},
+        )
+        assert posted.status_code == 400, posted.text
+        assert f"{twice!r} twice" in html.unescape(posted.text)
+        assert _snapshot(store) == before
+
+
+def test_a_sign_in_that_names_the_token_twice_is_refused(
+    open_test_store: Callable[..., Store],
+) -> None:
+    """The sign-in form too: a token given twice is a 400 naming it, and no session."""
+    store = open_test_store()
+    with inbox_client(store) as client:
+        body = f"token={quote(ALICE)}&token={quote(BOB)}"
+        headers = {**OWN, "content-type": "application/x-www-form-urlencoded"}
+        posted = client.post("/login", content=body, headers=headers)
+        assert posted.status_code == 400 and "'token' twice" in html.unescape(posted.text)
+        assert SESSION_COOKIE not in posted.headers.get("set-cookie", "")

@@ -119,7 +119,15 @@ async def _form(inbox: Inbox, request: Request, session: Session | None) -> dict
         raise HttpError(403, msg)
     await read_body(request)  # bounds the body before the form parser reads it
     form = await request.form(max_files=0, max_fields=16)
-    fields = {k: v for k, v in form.items() if isinstance(v, str)}
+    fields: dict[str, str] = {}
+    for name, value in form.multi_items():
+        if name in fields:
+            # A page posts each field once; keeping either value of a crafted post would
+            # record one nobody chose (the JSON API refuses a key given twice alike).
+            msg = f"the form names the field {name!r} twice: post each field once"
+            raise HttpError(400, msg)
+        if isinstance(value, str):
+            fields[name] = value
     if session is not None and not session.carries_csrf(fields.get(CSRF_FIELD)):
         raise HttpError(403, "refused: the form's CSRF token is missing or not this session's")
     return fields
