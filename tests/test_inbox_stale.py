@@ -316,3 +316,29 @@ def test_a_sign_in_that_names_the_token_twice_is_refused(
         posted = client.post("/login", content=body, headers=headers)
         assert posted.status_code == 400 and "'token' twice" in html.unescape(posted.text)
         assert SESSION_COOKIE not in posted.headers.get("set-cookie", "")
+
+
+@pytest.mark.parametrize("action", ["approve", "reject", "respond"])
+def test_a_decision_naming_two_threads_is_refused(
+    open_test_store: Callable[..., Store], action: str
+) -> None:
+    """``?thread=`` given twice (a fork and its parent, say) is a 400 that says so,
+    and decides nothing on either thread."""
+    store = open_test_store()
+    paused(store, THREAD, [], [])
+    fork = store.fork(THREAD, new_thread_id="fork")
+    with inbox_client(store) as client:
+        current(client)
+        (review,) = store.state_at(THREAD).reviews
+        path = f"/api/reviews/{review.request.review_id}/{action}"
+        body = {"reason": "no", "answer": "done"}
+        body = {k: v for k, v in body.items() if (k == "reason") == (action == "reject")}
+        if action == "approve":
+            body = {}
+        before = {t: store.state_at(t).version for t in (THREAD, fork)}
+        query = f"?thread={quote(THREAD)}&thread={fork}"
+        sent = client.post(path + query, json=body, headers=_bearer())
+        assert sent.status_code == 400 and "given 2 times" in sent.json()["error"], sent.text
+        assert {t: store.state_at(t).version for t in (THREAD, fork)} == before
+        shown = client.get(f"/api/reviews/{review.request.review_id}{query}", headers=_bearer())
+        assert shown.status_code == 400

@@ -90,6 +90,16 @@ async def _body(request: Request, fields: Collection[str]) -> dict[str, Any]:
     return value
 
 
+def _thread_named(request: Request) -> str | None:
+    """The thread ``?thread=ID`` names, if any; named twice, refused (either one kept
+    would decide on a thread the client may not have meant)."""
+    named = request.query_params.getlist("thread")
+    if len(named) > 1:
+        msg = f"?thread= is given {len(named)} times: name the review's thread once"
+        raise InvalidDecisionError(msg)
+    return named[0] if named else None
+
+
 # Reviews ------------------------------------------------------------------------------
 
 
@@ -101,7 +111,7 @@ async def _reviews(inbox: Inbox, request: Request) -> Any:
 
 async def _review(inbox: Inbox, request: Request) -> Any:
     await _credential(inbox, request, changes=False)
-    thread = request.query_params.get("thread")
+    thread = _thread_named(request)
     item = await blocking(inbox.desk.review, request.path_params["review_id"], thread)
     return item.to_json()
 
@@ -123,7 +133,7 @@ def _decider(action: Action) -> Callable[[Inbox, Request], Awaitable[Any]]:
             request.path_params["review_id"],
             submission,
             reviewer=reviewer,
-            thread_id=request.query_params.get("thread"),
+            thread_id=_thread_named(request),
         )
         return decision_json(decision)
 
