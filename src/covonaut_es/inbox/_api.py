@@ -225,15 +225,16 @@ def _recorded(thread_id: str, call_id: str, action: str, reviewer: Reviewer) -> 
 
 
 def api_routes(inbox: Inbox) -> list[BaseRoute]:
-    """The JSON API's routes (those naming a thread or call read them quoted)."""
+    """The JSON API's routes (those naming a thread, a call or a review read them
+    quoted)."""
     routes: list[BaseRoute] = [
         Route("/api/reviews", _handled(_reviews, inbox), methods=["GET"]),
-        Route("/api/reviews/{review_id}", _handled(_review, inbox), methods=["GET"]),
+        QuotedRoute("/api/reviews/{review_id}", _handled(_review, inbox), methods=["GET"]),
         Route("/api/pauses", _handled(_pauses, inbox), methods=["GET"]),
     ]
     for action in Action:
         path = f"/api/reviews/{{review_id}}/{action}"
-        routes.append(Route(path, _handled(_decider(action), inbox), methods=["POST"]))
+        routes.append(QuotedRoute(path, _handled(_decider(action), inbox), methods=["POST"]))
     pause = "/api/pauses/{thread_id}/{tool_call_id}"
     for name, endpoint in (("answer", _answer), ("settle", _settle), ("retry", _retry)):
         routes.append(QuotedRoute(f"{pause}/{name}", _handled(endpoint, inbox), methods=["POST"]))
