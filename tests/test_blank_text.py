@@ -74,7 +74,7 @@ class World:
         """A new thread with the pause ``action`` acts on: a review to reject or respond
         to, a tool's pause to answer, a call in doubt to settle."""
         thread_id = f"{action}-{next(self._numbers)}"
-        if action == "answer":
+        if action in ("answer", "abandon"):
             paused_on_tool(self.store, thread_id)
             return {"ask": thread_id}
         if action == "settle":
@@ -155,8 +155,13 @@ def _form(action: str) -> Submit:
             data = {**csrf, "review": ids["review_id"], "action": action, field: text}
             response = world.client.post("/decide", data=data, headers=OWN)
         else:
-            thread, call = (ids["ask"], "c1") if action == "answer" else (ids["doubt"], "c1")
-            name, field = ("answer", "answer") if action == "answer" else ("ran", "result")
+            thread = ids["doubt"] if action == "settle" else ids["ask"]
+            name, field = {
+                "answer": ("answer", "answer"),
+                "settle": ("ran", "result"),
+                "abandon": ("abandon", "reason"),
+            }[action]
+            call = "c1"
             (pause,) = [p for p in world.store.state_at(thread).pauses if not p.resolved]
             token = pause_token(world.store.state_at(thread).messages, pause)
             data = {**csrf, "thread": thread, "call": call, "action": name, field: text}
@@ -181,6 +186,9 @@ def _api(action: str) -> Submit:
         elif action == "answer":
             path = f"/api/pauses/{ids['ask']}/c1/answer"
             response = world.client.post(path, json={"answer": text}, headers=headers)
+        elif action == "abandon":  # the inbox asks why a thread is given up
+            path = f"/api/threads/{ids['ask']}/abandon"
+            response = world.client.post(path, json={"reason": text}, headers=headers)
         else:
             path = f"/api/pauses/{ids['doubt']}/c1/settle"
             body = {"ran": True, "result": text}
@@ -202,6 +210,7 @@ SURFACES: dict[str, Callable[[str], Submit]] = {
     "api": _api,
 }
 CASES = [(surface, action) for surface in SURFACES for action in ACTIONS]
+CASES += [("form", "abandon"), ("api", "abandon")]
 
 
 @pytest.mark.parametrize(("surface", "action"), CASES)
