@@ -36,6 +36,7 @@ from covonaut_es.service import (
     Settlement,
     ThreadService,
     pause_token,
+    pending_pause_token,
     person_text,
 )
 from covonaut_es.store import Store
@@ -126,7 +127,8 @@ class ReviewDesk:
         for item in self.pending():
             if item.thread_id not in states:
                 states[item.thread_id] = self.store.state_at(item.thread_id)
-            token = _token_of(states[item.thread_id], item)
+            state = states[item.thread_id]
+            token = pending_pause_token(state, item.kind, item.tool_call_id, item.review_id)
             listed.append(attrs.evolve(PendingItem.queued(item), pause=token))
         return tuple(listed)
 
@@ -320,19 +322,3 @@ class ReviewDesk:
         with self._lock:
             key = (thread_id, item_id)
             self._recorded[key] = max(position, self._recorded.get(key, 0))
-
-
-def _token_of(state: ThreadState, item: PendingReview) -> str:
-    """The token of the pause ``item`` lists, as ``state`` records it; "" when the
-    thread no longer has that pause pending."""
-    for pause in state.pauses:
-        interrupt = pause.interrupt
-        data = interrupt.data if isinstance(interrupt.data, dict) else {}
-        if (
-            not pause.resolved
-            and pause.kind is item.kind
-            and interrupt.tool_call_id == item.tool_call_id
-            and (item.review_id is None or data.get("review_id") == item.review_id)
-        ):
-            return pause_token(state.messages, pause)
-    return ""

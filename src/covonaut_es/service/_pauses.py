@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 
-from covonaut_es.domain import AgentThread, Pause, PauseKind
+from covonaut_es.domain import AgentThread, Pause, PauseKind, ThreadState
 from covonaut_es.errors import InvalidDecisionError, StalePauseError
 from covonaut_es.messages import Message, Role
 
@@ -37,6 +37,32 @@ def pause_token(messages: Sequence[Message], pause: Pause) -> str:
         anchor = str(_tool_message_at(messages, interrupt.tool_call_id))
     material = f"{pause.kind}\x00{interrupt.tool_call_id}\x00{anchor}".encode()
     return hashlib.sha256(material).hexdigest()[:32]
+
+
+def pending_pause_token(
+    state: ThreadState, kind: PauseKind, tool_call_id: str, review_id: str | None = None
+) -> str:
+    """The token of the pending pause of ``kind`` on ``tool_call_id`` (of review
+    ``review_id``, for a review) as ``state`` records it; "" when it has none, as when
+    a listing is older than the thread.
+
+    Args:
+        state: The thread's state.
+        kind: The pause's kind.
+        tool_call_id: Its call.
+        review_id: For a review, its id.
+    """
+    for pause in state.pauses:
+        interrupt = pause.interrupt
+        data = interrupt.data if isinstance(interrupt.data, dict) else {}
+        if (
+            not pause.resolved
+            and pause.kind is kind
+            and interrupt.tool_call_id == tool_call_id
+            and (review_id is None or data.get("review_id") == review_id)
+        ):
+            return pause_token(state.messages, pause)
+    return ""
 
 
 def _tool_message_at(messages: Sequence[Message], tool_call_id: str) -> int:
