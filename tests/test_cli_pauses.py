@@ -535,3 +535,39 @@ def test_a_call_in_doubt_whose_arguments_are_no_object_shows_them_as_written() -
         jsonschema.validate([pending_review(item)], SCHEMAS["reviews"])
     deep = "[" * 100 + "]" * 100
     assert review_arguments(msgspec.structs.replace(item, data={"arguments": deep})) is None
+
+
+@pytest.mark.parametrize(
+    ("command", "first", "extra"),
+    [
+        ("answer", "ask-1", ("a1", "--answer", "acct 9")),
+        ("settle", "charge-1", ("c1", "--result", "charged")),
+        ("settle", "charge-2", ("c1", "--not-run")),
+        ("settle", "charge-3", ("c1", "--retry")),
+        ("abandon", "ask-2", ("--reason", "the customer left")),
+    ],
+)
+def test_a_pause_named_by_its_token_is_acted_on_only_while_it_is_pending(
+    cli: Cli, store: Store, command: str, first: str, extra: tuple[str, ...]
+) -> None:
+    """``reviews --json`` gives each pause its token; ``--pause`` with it acts on that
+    pause, and once the pause was dealt with (a second reviewer, an old listing) the
+    same command exits 2 saying it is no longer pending, and records nothing."""
+    if first.startswith("ask"):
+        agent(store, first).run("Pay me.")
+    else:
+        run_dies_in_charge(store, first)
+        ThreadService(store).pause_calls_in_doubt(first, "its runner died")
+    listed = cli.listed("reviews")[first]
+    assert listed["pause"]
+    stale = "0" * 32
+    before = store.state_at(first).version
+    refused = cli(command, first, *extra, "--pause", stale, "--reviewer-token", token())
+    assert refused.status == 2 and "no longer pending" in refused.err, refused
+    assert store.state_at(first).version == before
+    cli.acting(command, first, *extra, "--pause", listed["pause"])
+    after = store.state_at(first).version
+    again = cli(command, first, *extra, "--pause", listed["pause"], "--reviewer-token", token())
+    assert again.status == 2, again
+    assert "no longer pending" in again.err or "already abandoned" in again.err, again
+    assert store.state_at(first).version == after

@@ -783,8 +783,10 @@ def test_the_pause_page_forms_answer_settle_retry_and_abandon(store: Store) -> N
         csrf = sign_in(client, BOB)
 
         def act(thread_id: str, call_id: str, **fields: str) -> Any:
-            form = {"thread": thread_id, "call": call_id, "csrf": csrf, **fields}
-            return client.post("/pause", data=form, headers=own)
+            page = client.get("/pause", params={"thread": thread_id, "call": call_id}).text
+            (pause,) = set(re.findall(r'name="pause" value="([^"]+)"', page))
+            form = {"thread": thread_id, "call": call_id, "csrf": csrf, "pause": pause}
+            return client.post("/pause", data={**form, **fields}, headers=own)
 
         version = store.state_at(ODD_THREAD).version
         assert act(ODD_THREAD, ODD_CALL, action="answer", answer=" ").status_code == 400

@@ -206,6 +206,12 @@ class StaleReviewError(ThreadStateError):
     may have moved on. A review is decided once."""
 
 
+class StalePauseError(ThreadStateError):
+    """The pause a request names (by the token its page or listing gave) is no longer
+    pending: it was dealt with, and the thread may have moved on to another pause on
+    the same call. Reload the pause to act on what waits now."""
+
+
 class ReviewNotFoundError(CovonautError, LookupError):
     """The thread has no review with that id (it may belong to another thread)."""
 

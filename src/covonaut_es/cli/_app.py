@@ -22,6 +22,7 @@ from covonaut_es.cli._command import (
     EXIT_INTERRUPTED,
     EXIT_USAGE,
     Command,
+    CommandParser,
     Subcommands,
     UsageError,
 )
@@ -89,9 +90,7 @@ def _report(args: argparse.Namespace, message: str) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
-    parser = argparse.ArgumentParser(
-        prog="covonaut-es", description="Tools for covonaut-es thread stores."
-    )
+    parser = CommandParser(prog="covonaut-es", description="Tools for covonaut-es thread stores.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     subcommands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
     for add_commands in _COMMAND_GROUPS:

@@ -10,8 +10,10 @@ an exit status from it; :mod:`covonaut_es.cli._app` runs the one chosen and repo
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
-from typing import Any
+import re
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
 
 EXIT_OK = 0
 EXIT_FAILURES = 1
@@ -30,6 +32,71 @@ Subcommands = Any  # argparse's _SubParsersAction, which it does not export
 
 class UsageError(Exception):
     """Bad input: reported on stderr, exit status 2."""
+
+
+_OPTION_WITHOUT_VALUE = re.compile(r"argument (-[^/:\s]+)[^:]*: expected one argument")
+"""argparse's error for an option whose value looked like an option; names the option."""
+
+
+class CommandParser(argparse.ArgumentParser):
+    """The parser of the program and (argparse makes them of its class) of each
+    subcommand: its usage errors also say when a word that begins with ``-`` was read as
+    an option.
+
+    A thread id, a call id or a fork's id may begin with ``-``, and so may a reason or an
+    answer; argparse takes such a word for an option and then reports a missing
+    argument or an unrecognized one, which does not tell the operator why. The error
+    names the word and the two forms that reach it: an id after ``--`` at the end of the
+    line, an option's value as ``OPTION=VALUE``.
+    """
+
+    _words: Sequence[str] = ()
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        self._words = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
+    def error(self, message: str) -> NoReturn:
+        taken = self._taken_for_options(message)
+        if taken:
+            shown = " and ".join(repr(word) for word in taken)
+            were = "was read as an option" if len(taken) == 1 else "were read as options"
+            option = _OPTION_WITHOUT_VALUE.match(message)
+            if option:
+                words = list(self._words)
+                given = option[1] in words and words.index(option[1]) + 1 < len(words)
+                value = words[words.index(option[1]) + 1] if given else taken[0]
+                how = f"write it as {option[1]}={value}"
+            else:
+                how = (
+                    f"write an id that begins with '-' after '--' at the end of the line "
+                    f"(`... -- {taken[-1]}`), and an option's value as OPTION={taken[0]}"
+                )
+            message = f"{message} ({shown} {were}: {how})"
+        super().error(message)
+
+    def _taken_for_options(self, message: str) -> list[str]:
+        """The words before ``--`` that begin with ``-`` and name no option of this
+        parser (nor, for the program's parser, any it reports as unrecognized)."""
+        unrecognized = "unrecognized arguments: "
+        if message.startswith(unrecognized):
+            words: Sequence[str] = message.removeprefix(unrecognized).split(" ")
+        else:
+            words = self._words
+            if "--" in words:
+                words = words[: list(words).index("--")]
+        known = self._option_string_actions
+        return [
+            word
+            for word in words
+            if word.startswith("-")
+            and len(word) > 1
+            and word != "--"
+            and word.split("=", 1)[0] not in known
+            and not self._negative_number_matcher.match(word)
+        ]
 
 
 def add_command(

@@ -74,8 +74,9 @@ def _decoded_object(text: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def pending_review(item: PendingReview) -> dict[str, Any]:
-    """One item of ``reviews --json``."""
+def pending_review(item: PendingReview, pause: str = "") -> dict[str, Any]:
+    """One item of ``reviews --json``; ``pause`` is its token (see
+    :func:`~covonaut_es.service.pause_token`), "" when unknown."""
     return {
         "thread_id": item.thread_id,
         "kind": review_kind(item),
@@ -88,6 +89,7 @@ def pending_review(item: PendingReview) -> dict[str, Any]:
         "data": item.data,
         "requested_at": utc(item.requested_at),
         "parent_thread_id": item.branch_parent,
+        "pause": pause or None,
     }
 
 
@@ -279,6 +281,11 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                 "data": {},
                 "requested_at": _TIME,
                 "parent_thread_id": _NULLABLE_STRING,
+                "pause": {
+                    "type": ["string", "null"],
+                    "description": "the pause's token: answer, settle and abandon given it "
+                    "as --pause act on this pause only",
+                },
             }
         )
     ),

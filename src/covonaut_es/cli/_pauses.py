@@ -29,6 +29,10 @@ from covonaut_es.service import Reviewer, Settlement, ThreadService
 from covonaut_es.store import Store
 
 _CALL_HELP = "the paused call's id (`reviews --json` gives it as tool_call_id)"
+_PAUSE_HELP = (
+    "the pause's token (`reviews --json` gives it as pause): refused if that pause was "
+    "dealt with since, or the thread has moved on to another"
+)
 
 
 def add_pause_commands(subcommands: Subcommands) -> None:
@@ -68,20 +72,24 @@ def add_pause_commands(subcommands: Subcommands) -> None:
     parser = add_store_command(
         subcommands, "retry", retry, help_="have a worker try a thread's failed run again"
     )
-    _add_thread_arguments(parser)
+    _add_thread_arguments(parser, pause=False)
 
 
-def _add_thread_arguments(parser: argparse.ArgumentParser, *, call: bool = False) -> None:
+def _add_thread_arguments(
+    parser: argparse.ArgumentParser, *, call: bool = False, pause: bool = True
+) -> None:
     parser.add_argument("thread")
     if call:
         parser.add_argument("call", help=_CALL_HELP)
+    if pause:
+        parser.add_argument("--pause", metavar="TOKEN", help=_PAUSE_HELP)
     add_reviewer_arguments(parser)
 
 
 def answer(args: argparse.Namespace) -> int:
     """``answer THREAD CALL --answer TEXT --reviewer-token TOKEN``."""
     with _acting(args) as (store, service, reviewer):
-        service.answer(args.thread, args.call, args.answer, reviewer=reviewer)
+        service.answer(args.thread, args.call, args.answer, reviewer=reviewer, pause=args.pause)
         record = _outcome(store, args, reviewer, tool_call_id=args.call, answer=args.answer)
     emit_record(args, record)
     return EXIT_OK
@@ -103,9 +111,9 @@ def settle(args: argparse.Namespace) -> int:
         settlement = Settlement.ran_with(args.result)
     with _acting(args) as (store, service, reviewer):
         if settlement is None:
-            service.request_retry(args.thread, args.call, reviewer=reviewer)
+            service.request_retry(args.thread, args.call, reviewer=reviewer, pause=args.pause)
         else:
-            service.settle(args.thread, args.call, settlement, reviewer=reviewer)
+            service.settle(args.thread, args.call, settlement, reviewer=reviewer, pause=args.pause)
         record = _outcome(
             store,
             args,
@@ -127,7 +135,7 @@ def _settled_as(settlement: Settlement | None) -> str:
 def abandon(args: argparse.Namespace) -> int:
     """``abandon THREAD [--reason TEXT] --reviewer-token TOKEN``."""
     with _acting(args) as (store, service, reviewer):
-        service.abandon(args.thread, args.reason, reviewer=reviewer)
+        service.abandon(args.thread, args.reason, reviewer=reviewer, pause=args.pause)
         record = _outcome(store, args, reviewer, reason=args.reason)
     emit_record(args, record)
     return EXIT_OK

@@ -35,9 +35,11 @@ from covonaut_es.cli._json import (
 )
 from covonaut_es.cli._options import add_store_command, cipher_key, open_from
 from covonaut_es.cli._output import emit, print_json
+from covonaut_es.domain import ThreadState
 from covonaut_es.errors import AmbiguousReviewError
 from covonaut_es.projections import PendingReview, ReviewQueue
-from covonaut_es.service import Action, ReviewSubmission, review_submission
+from covonaut_es.service import Action, ReviewSubmission, pending_pause_token, review_submission
+from covonaut_es.store import Store
 
 _THREAD_HELP = (
     "the thread to decide the review on (default: the one thread where it is pending); "
@@ -117,7 +119,7 @@ def reviews(args: argparse.Namespace) -> int:
                 queue.wait_until_current(store, timeout=60)
                 pending = queue.pending()
                 if pending != shown:
-                    _print_reviews(args, pending)
+                    _print_reviews(args, pending, store)
                     sys.stdout.flush()
                     shown = pending
                 if not args.follow:
@@ -145,11 +147,22 @@ def _details(item: PendingReview) -> str:
     return call_arguments_text(item) or item.reason
 
 
-def _print_reviews(args: argparse.Namespace, pending: Sequence[PendingReview]) -> None:
-    """JSON, or a table whose last column, DETAILS (a review's or a call in doubt's
-    arguments, a tool's pause's reason), is shortened so that rows fit :data:`_TABLE_WIDTH`."""
+def _print_reviews(
+    args: argparse.Namespace, pending: Sequence[PendingReview], store: Store
+) -> None:
+    """JSON (each pause with its token, from its thread as the store holds it now), or a
+    table whose last column, DETAILS (a review's or a call in doubt's arguments, a tool's
+    pause's reason), is shortened so that rows fit :data:`_TABLE_WIDTH`."""
     if args.json:
-        print_json([pending_review(item) for item in pending])
+        states: dict[str, ThreadState] = {}
+        items = []
+        for item in pending:
+            if item.thread_id not in states:
+                states[item.thread_id] = store.state_at(item.thread_id)
+            state = states[item.thread_id]
+            token = pending_pause_token(state, item.kind, item.tool_call_id, item.review_id)
+            items.append(pending_review(item, token))
+        print_json(items)
         return
     rows = [_review_row(item) for item in pending]
     columns = ["thread", "kind", "review", "tool"]  # --json adds requested_at

@@ -20,6 +20,7 @@ from covonaut_es.projections import ReviewQueue
 
 DEFAULT_PORT = 8700
 """The port ``serve`` listens on unless told otherwise."""
+MAX_PORT = 65535
 
 
 def add_serve_command(subcommands: Subcommands) -> None:
@@ -44,6 +45,9 @@ def add_serve_command(subcommands: Subcommands) -> None:
 
 def serve(args: argparse.Namespace) -> int:
     """``serve --store URL [--host H] [--port P]``: until interrupted."""
+    if not 0 <= args.port <= MAX_PORT:
+        msg = f"--port must be a TCP port, 0 to {MAX_PORT} (0: any free one), got {args.port}"
+        raise UsageError(msg)
     verifier = reviewer_verifier_from(args)
     try:
         import uvicorn

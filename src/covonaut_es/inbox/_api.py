@@ -6,7 +6,9 @@ state-changing requests must then come from this origin and carry the session's 
 token in ``X-CSRF-Token``). The credential is verified once per request, and the
 reviewer it verifies as is who every command of the request records. Bodies are read by
 the service layer's strict reader; a refusal records nothing. A review already decided,
-or a pause no longer waiting for what was asked, answers 409.
+or a pause no longer waiting for what was asked, answers 409. A command on a pause may
+name it by the token ``GET /api/pauses`` lists (``"pause"`` in the body): a pause dealt
+with since, and a later pause of the same call, is then refused with 409.
 """
 
 from __future__ import annotations
@@ -88,6 +90,16 @@ async def _body(request: Request, fields: Collection[str]) -> dict[str, Any]:
     return value
 
 
+def _thread_named(request: Request) -> str | None:
+    """The thread ``?thread=ID`` names, if any; named twice, refused (either one kept
+    would decide on a thread the client may not have meant)."""
+    named = request.query_params.getlist("thread")
+    if len(named) > 1:
+        msg = f"?thread= is given {len(named)} times: name the review's thread once"
+        raise InvalidDecisionError(msg)
+    return named[0] if named else None
+
+
 # Reviews ------------------------------------------------------------------------------
 
 
@@ -99,7 +111,7 @@ async def _reviews(inbox: Inbox, request: Request) -> Any:
 
 async def _review(inbox: Inbox, request: Request) -> Any:
     await _credential(inbox, request, changes=False)
-    thread = request.query_params.get("thread")
+    thread = _thread_named(request)
     item = await blocking(inbox.desk.review, request.path_params["review_id"], thread)
     return item.to_json()
 
@@ -121,7 +133,7 @@ def _decider(action: Action) -> Callable[[Inbox, Request], Awaitable[Any]]:
             request.path_params["review_id"],
             submission,
             reviewer=reviewer,
-            thread_id=request.query_params.get("thread"),
+            thread_id=_thread_named(request),
         )
         return decision_json(decision)
 
@@ -139,18 +151,26 @@ async def _pauses(inbox: Inbox, request: Request) -> Any:
 
 async def _answer(inbox: Inbox, request: Request) -> Any:
     reviewer = await _credential(inbox, request, changes=True)
-    body = await _body(request, ("answer",))
+    body = await _body(request, ("answer", "pause"))
     thread_id, call_id = request.path_params["thread_id"], request.path_params["tool_call_id"]
-    await blocking(inbox.desk.answer, thread_id, call_id, body.get("answer", ""), reviewer=reviewer)
+    text, pause = body.get("answer", ""), body.get("pause")
+    await blocking(inbox.desk.answer, thread_id, call_id, text, reviewer=reviewer, pause=pause)
     return _recorded(thread_id, call_id, "answer", reviewer)
 
 
 async def _settle(inbox: Inbox, request: Request) -> Any:
     reviewer = await _credential(inbox, request, changes=True)
-    body = await _body(request, ("ran", "result", "note"))
+    body = await _body(request, ("ran", "result", "note", "pause"))
     settlement = _settlement(body)
     thread_id, call_id = request.path_params["thread_id"], request.path_params["tool_call_id"]
-    await blocking(inbox.desk.settle, thread_id, call_id, settlement, reviewer=reviewer)
+    await blocking(
+        inbox.desk.settle,
+        thread_id,
+        call_id,
+        settlement,
+        reviewer=reviewer,
+        pause=body.get("pause"),
+    )
     return {**_recorded(thread_id, call_id, "settle", reviewer), "ran": settlement.ran}
 
 
@@ -177,18 +197,21 @@ def _settlement(body: dict[str, Any]) -> Settlement:
 
 async def _retry(inbox: Inbox, request: Request) -> Any:
     reviewer = await _credential(inbox, request, changes=True)
-    await _body(request, ())
+    body = await _body(request, ("pause",))
     thread_id, call_id = request.path_params["thread_id"], request.path_params["tool_call_id"]
-    await blocking(inbox.desk.request_retry, thread_id, call_id, reviewer=reviewer)
+    pause = body.get("pause")
+    await blocking(inbox.desk.request_retry, thread_id, call_id, reviewer=reviewer, pause=pause)
     return _recorded(thread_id, call_id, "retry", reviewer)
 
 
 async def _abandon(inbox: Inbox, request: Request) -> Any:
     reviewer = await _credential(inbox, request, changes=True)
-    body = await _body(request, ("reason",))
+    body = await _body(request, ("reason", "pause"))
     thread_id = request.path_params["thread_id"]
     reason = body.get("reason", "")
-    await blocking(inbox.desk.abandon, thread_id, reason, reviewer=reviewer)
+    await blocking(
+        inbox.desk.abandon, thread_id, reason, reviewer=reviewer, pause=body.get("pause")
+    )
     return {"thread_id": thread_id, "action": "abandon", "reviewer": reviewer.id, "reason": reason}
 
 
@@ -202,15 +225,16 @@ def _recorded(thread_id: str, call_id: str, action: str, reviewer: Reviewer) -> 
 
 
 def api_routes(inbox: Inbox) -> list[BaseRoute]:
-    """The JSON API's routes (those naming a thread or call read them quoted)."""
+    """The JSON API's routes (those naming a thread, a call or a review read them
+    quoted)."""
     routes: list[BaseRoute] = [
         Route("/api/reviews", _handled(_reviews, inbox), methods=["GET"]),
-        Route("/api/reviews/{review_id}", _handled(_review, inbox), methods=["GET"]),
+        QuotedRoute("/api/reviews/{review_id}", _handled(_review, inbox), methods=["GET"]),
         Route("/api/pauses", _handled(_pauses, inbox), methods=["GET"]),
     ]
     for action in Action:
         path = f"/api/reviews/{{review_id}}/{action}"
-        routes.append(Route(path, _handled(_decider(action), inbox), methods=["POST"]))
+        routes.append(QuotedRoute(path, _handled(_decider(action), inbox), methods=["POST"]))
     pause = "/api/pauses/{thread_id}/{tool_call_id}"
     for name, endpoint in (("answer", _answer), ("settle", _settle), ("retry", _retry)):
         routes.append(QuotedRoute(f"{pause}/{name}", _handled(endpoint, inbox), methods=["POST"]))

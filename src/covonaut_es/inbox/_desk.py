@@ -15,7 +15,9 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from covonaut_es.domain import PauseKind, ReviewDecision
+import attrs
+
+from covonaut_es.domain import PauseKind, ReviewDecision, ThreadState
 from covonaut_es.errors import ThreadNotFoundError
 from covonaut_es.inbox._items import (
     Page,
@@ -33,6 +35,8 @@ from covonaut_es.service import (
     ReviewSubmission,
     Settlement,
     ThreadService,
+    pause_token,
+    pending_pause_token,
     person_text,
 )
 from covonaut_es.store import Store
@@ -116,8 +120,17 @@ class ReviewDesk:
         return tuple(ReviewItem.pending(i) for i in self.pending() if i.review_id)
 
     def pauses(self) -> tuple[PendingItem, ...]:
-        """Every pause waiting for a person, of every kind, oldest first."""
-        return tuple(PendingItem.queued(item) for item in self.pending())
+        """Every pause waiting for a person, of every kind, oldest first, each with its
+        token as its thread records it now (one load per thread)."""
+        states: dict[str, ThreadState] = {}
+        listed = []
+        for item in self.pending():
+            if item.thread_id not in states:
+                states[item.thread_id] = self.store.state_at(item.thread_id)
+            state = states[item.thread_id]
+            token = pending_pause_token(state, item.kind, item.tool_call_id, item.review_id)
+            listed.append(attrs.evolve(PendingItem.queued(item), pause=token))
+        return tuple(listed)
 
     def page(
         self, *, thread: str = "", tool: str = "", kind: str = "", newest_first: bool = False,
@@ -181,6 +194,7 @@ class ReviewDesk:
             pause=pause,
             call=call if pause.kind is PauseKind.IN_DOUBT else None,
             messages=state.messages[-RECENT_MESSAGES:],
+            token=pause_token(state.messages, pause),
         )
 
     def thread(self, thread_id: str) -> ThreadView:
@@ -229,37 +243,59 @@ class ReviewDesk:
         return decision
 
     def answer(
-        self, thread_id: str, tool_call_id: str, text: object, *, reviewer: Reviewer
+        self,
+        thread_id: str,
+        tool_call_id: str,
+        text: object,
+        *,
+        reviewer: Reviewer,
+        pause: object = None,
     ) -> None:
         """Record a person's answer to a tool's pause (:meth:`ThreadService.answer
-        <covonaut_es.service.ThreadService.answer>`)."""
+        <covonaut_es.service.ThreadService.answer>`): the pause ``pause`` names, if
+        given."""
+        service = self.service
         self._recording(
             thread_id,
             tool_call_id,
-            lambda: self.service.answer(thread_id, tool_call_id, text, reviewer=reviewer),
+            lambda: service.answer(thread_id, tool_call_id, text, reviewer=reviewer, pause=pause),
         )
 
     def settle(
-        self, thread_id: str, tool_call_id: str, settlement: Settlement, *, reviewer: Reviewer
+        self,
+        thread_id: str,
+        tool_call_id: str,
+        settlement: Settlement,
+        *,
+        reviewer: Reviewer,
+        pause: object = None,
     ) -> None:
         """Record what a person found of a call in doubt (:meth:`ThreadService.settle
         <covonaut_es.service.ThreadService.settle>`)."""
         self._recording(
             thread_id,
             tool_call_id,
-            lambda: self.service.settle(thread_id, tool_call_id, settlement, reviewer=reviewer),
+            lambda: self.service.settle(
+                thread_id, tool_call_id, settlement, reviewer=reviewer, pause=pause
+            ),
         )
 
-    def request_retry(self, thread_id: str, tool_call_id: str, *, reviewer: Reviewer) -> None:
+    def request_retry(
+        self, thread_id: str, tool_call_id: str, *, reviewer: Reviewer, pause: object = None
+    ) -> None:
         """Ask for a call in doubt to run again (:meth:`ThreadService.request_retry
         <covonaut_es.service.ThreadService.request_retry>`)."""
         self._recording(
             thread_id,
             tool_call_id,
-            lambda: self.service.request_retry(thread_id, tool_call_id, reviewer=reviewer),
+            lambda: self.service.request_retry(
+                thread_id, tool_call_id, reviewer=reviewer, pause=pause
+            ),
         )
 
-    def abandon(self, thread_id: str, reason: object, *, reviewer: Reviewer) -> None:
+    def abandon(
+        self, thread_id: str, reason: object, *, reviewer: Reviewer, pause: object = None
+    ) -> None:
         """Give a thread up (:meth:`ThreadService.abandon
         <covonaut_es.service.ThreadService.abandon>`): every pause of it leaves the list.
         A person who gives a thread up from the inbox says why.
@@ -269,7 +305,9 @@ class ReviewDesk:
         """
         text = person_text(reason, "reason", required=True)
         self._recording(
-            thread_id, None, lambda: self.service.abandon(thread_id, text, reviewer=reviewer)
+            thread_id,
+            None,
+            lambda: self.service.abandon(thread_id, text, reviewer=reviewer, pause=pause),
         )
 
     def _recording(self, thread_id: str, item_id: str | None, command: Callable[[], T]) -> T:

@@ -118,6 +118,9 @@ class PendingItem:
         review_id: A review's id ("" for other pauses).
         digest: A review's operation digest ("" for other pauses).
         branch_parent: For a pause a fork inherited, the thread it came from.
+        pause: The pause's token (:func:`~covonaut_es.service.pause_token`), which a
+            command on it sends so as to act on this pause only ("" when the thread
+            has moved on since the queue listed it).
     """
 
     kind: PauseKind
@@ -131,6 +134,7 @@ class PendingItem:
     review_id: str = ""
     digest: str = ""
     branch_parent: str | None = None
+    pause: str = ""
 
     @classmethod
     def queued(cls, item: PendingReview) -> PendingItem:
@@ -164,6 +168,7 @@ class PendingItem:
             "review_id": self.review_id or None,
             "digest": self.digest or None,
             "branch_parent": self.branch_parent,
+            "pause": self.pause or None,
         }
 
 
@@ -193,6 +198,8 @@ class PauseView:
         call: For a call in doubt not yet settled, the open call (its arguments and
             idempotency key, which a person checks the external system for).
         messages: The thread's last messages.
+        token: The pause's token, which the page's forms send: they act on this pause
+            only, never on a later one of the same call.
     """
 
     thread_id: str
@@ -200,6 +207,7 @@ class PauseView:
     pause: Pause
     call: PendingToolCall | None
     messages: tuple[Message, ...]
+    token: str = ""
 
     @property
     def review_id(self) -> str:

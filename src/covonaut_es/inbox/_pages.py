@@ -119,7 +119,15 @@ async def _form(inbox: Inbox, request: Request, session: Session | None) -> dict
         raise HttpError(403, msg)
     await read_body(request)  # bounds the body before the form parser reads it
     form = await request.form(max_files=0, max_fields=16)
-    fields = {k: v for k, v in form.items() if isinstance(v, str)}
+    fields: dict[str, str] = {}
+    for name, value in form.multi_items():
+        if name in fields:
+            # A page posts each field once; keeping either value of a crafted post would
+            # record one nobody chose (the JSON API refuses a key given twice alike).
+            msg = f"the form names the field {name!r} twice: post each field once"
+            raise HttpError(400, msg)
+        if isinstance(value, str):
+            fields[name] = value
     if session is not None and not session.carries_csrf(fields.get(CSRF_FIELD)):
         raise HttpError(403, "refused: the form's CSRF token is missing or not this session's")
     return fields
@@ -252,25 +260,34 @@ def page_routes(inbox: Inbox) -> list[Route]:
         fields = await _form(inbox, request, signed.session)
         thread_id, call_id = fields.get("thread", ""), fields.get("call", "")
         action, reviewer, desk = fields.get("action", ""), signed.reviewer, inbox.desk
+        if action not in _PAUSE_ACTIONS:
+            msg = f"unknown action {action!r}: expected one of {', '.join(_PAUSE_ACTIONS)}"
+            raise InvalidDecisionError(msg)
+        # The pause the page was loaded for: a stale page acts on no later pause.
+        pause = fields.get("pause", "")
+        if not pause:
+            msg = (
+                "the form names no pause (its field 'pause' is missing): reload the "
+                "pause's page and act from there; nothing was recorded"
+            )
+            raise InvalidDecisionError(msg)
+        acting = {"reviewer": reviewer, "pause": pause}
         if action == "answer":
             answer = fields.get("answer", "")
-            await blocking(desk.answer, thread_id, call_id, answer, reviewer=reviewer)
+            await blocking(desk.answer, thread_id, call_id, answer, **acting)
         elif action in ("ran", "not-run"):
             settlement = (
                 Settlement.ran_with(fields.get("result", ""))
                 if action == "ran"
                 else Settlement.not_run(fields.get("note", ""))
             )
-            await blocking(desk.settle, thread_id, call_id, settlement, reviewer=reviewer)
+            await blocking(desk.settle, thread_id, call_id, settlement, **acting)
         elif action == "retry":
-            await blocking(desk.request_retry, thread_id, call_id, reviewer=reviewer)
-        elif action == "abandon":
-            await blocking(desk.abandon, thread_id, fields.get("reason", ""), reviewer=reviewer)
+            await blocking(desk.request_retry, thread_id, call_id, **acting)
+        else:  # abandon
+            await blocking(desk.abandon, thread_id, fields.get("reason", ""), **acting)
             target = request.url_for("thread").include_query_params(id=thread_id)
             return RedirectResponse(target, status_code=303)
-        else:
-            msg = f"unknown action {action!r}: expected one of {', '.join(_PAUSE_ACTIONS)}"
-            raise InvalidDecisionError(msg)
         target = request.url_for("pause").include_query_params(thread=thread_id, call=call_id)
         return RedirectResponse(target, status_code=303)
 

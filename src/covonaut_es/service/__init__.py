@@ -14,6 +14,7 @@ them, never the runtime, a provider or a layer above.
 import importlib
 from typing import TYPE_CHECKING
 
+from covonaut_es.service._pauses import pause_token, pending_pause_token
 from covonaut_es.service._reviewers import (
     HmacReviewerVerifier,
     Reviewer,
@@ -52,6 +53,8 @@ __all__ = [
     "ThreadService",
     "json_object",
     "parse_json",
+    "pause_token",
+    "pending_pause_token",
     "person_text",
     "review_submission",
     "verified_reviewer",

@@ -27,10 +27,11 @@ from covonaut_es.errors import (
 )
 from covonaut_es.migrations import Upcaster
 from covonaut_es.migrations._upcasting import NO_MIGRATORS
+from covonaut_es.service._pauses import check_pause
 from covonaut_es.service._reviewers import Reviewer, ReviewerVerifier, verified_reviewer
 from covonaut_es.service._running import refuse_while_running
 from covonaut_es.service._runs import RunSession
-from covonaut_es.service._submissions import Action, ReviewSubmission, person_text
+from covonaut_es.service._submissions import Action, ReviewSubmission, is_blank, person_text
 from covonaut_es.store import Store
 
 T = TypeVar("T")
@@ -90,7 +91,7 @@ class Settlement:
             InvalidDecisionError: The note is no text or too long.
         """
         text = person_text(note, "note")
-        return cls(False, f"Not executed: {text}" if text.strip() else NOT_RUN_RESULT)
+        return cls(False, NOT_RUN_RESULT if is_blank(text) else f"Not executed: {text}")
 
 
 class ThreadService:
@@ -205,20 +206,37 @@ class ThreadService:
     # Pauses -------------------------------------------------------------------------
 
     def answer(
-        self, thread_id: str, tool_call_id: str, answer: object, *, reviewer: Reviewer
+        self,
+        thread_id: str,
+        tool_call_id: str,
+        answer: object,
+        *,
+        reviewer: Reviewer,
+        pause: object = None,
     ) -> None:
         """Record a person's answer to a tool's pause; the next runner resumes the thread
         and the model reads the answer.
 
+        Args:
+            thread_id: The thread.
+            tool_call_id: The paused call.
+            answer: What the model reads.
+            reviewer: Who answers, from :meth:`reviewer`.
+            pause: The token of the pause the person saw (:func:`pause_token`), if the
+                surface sent it: refused if that pause is no longer the one pending.
+
         Raises:
             InvalidDecisionError: The answer is no text, too long or blank.
+            StalePauseError: ``pause`` is no longer pending on that call.
             ThreadStateError: No tool's pause on that call awaits an answer.
         """
         text = person_text(answer, "answer", required=True)
-        self._change(
-            thread_id,
-            lambda t: t.answer(tool_call_id, text, by=reviewer.id, now=self._clock()),
-        )
+
+        def answer_it(thread: AgentThread) -> None:
+            _check(thread, pause, tool_call_id)
+            thread.answer(tool_call_id, text, by=reviewer.id, now=self._clock())
+
+        self._change(thread_id, answer_it)
 
     def settle(
         self,
@@ -227,6 +245,7 @@ class ThreadService:
         settlement: Settlement,
         *,
         reviewer: Reviewer | None = None,
+        pause: object = None,
     ) -> None:
         """Record what checking the external system found of a call in doubt. Under the
         thread's lease: a call is not settled while a runner may be running it.
@@ -236,20 +255,22 @@ class ThreadService:
             tool_call_id: The call in doubt.
             settlement: It ran with a result, or it did not run.
             reviewer: The person who settled it; None for the application itself.
+            pause: As for :meth:`answer`.
 
         Raises:
             ThreadBusyError: A runner holds the thread (``ToolCallRunningError``: the
                 call's tool, past its timeout, still runs in this process).
+            StalePauseError: ``pause`` is no longer pending on that call.
             ThreadStateError: The call is not in doubt.
         """
         by = reviewer.id if reviewer else ""
-        self._change(
-            thread_id,
-            lambda t: t.settle(
-                tool_call_id, settlement.content, ran=settlement.ran, by=by, now=self._clock()
-            ),
-            leased=True,
-        )
+
+        def settle(thread: AgentThread) -> None:
+            _check(thread, pause, tool_call_id)
+            content, ran = settlement.content, settlement.ran
+            thread.settle(tool_call_id, content, ran=ran, by=by, now=self._clock())
+
+        self._change(thread_id, settle, leased=True)
 
     def pause_calls_in_doubt(self, thread_id: str, reason: str) -> None:
         """Pause the thread on each of its calls in doubt (its runner stopped between a
@@ -268,37 +289,59 @@ class ThreadService:
 
         self._change(thread_id, pause, leased=True)
 
-    def request_retry(self, thread_id: str, tool_call_id: str = "", *, reviewer: Reviewer) -> None:
+    def request_retry(
+        self,
+        thread_id: str,
+        tool_call_id: str = "",
+        *,
+        reviewer: Reviewer,
+        pause: object = None,
+    ) -> None:
         """Ask for a call in doubt to run again with its idempotency key, or (no call
         named) for the thread's failed run to be tried again: the next runner does it.
+        ``pause`` is as for :meth:`answer` (with a call only).
 
         Raises:
             ThreadBusyError: A runner holds the thread (``ToolCallRunningError``: a call's
                 tool, past its timeout, still runs in this process).
+            StalePauseError: ``pause`` is no longer pending on that call.
             ThreadStateError: The call is not in doubt, or the thread's run did not fail.
         """
-        self._change(
-            thread_id,
-            lambda t: t.request_retry(tool_call_id, by=reviewer.id, now=self._clock()),
-            leased=True,
-        )
+
+        def retry(thread: AgentThread) -> None:
+            _check(thread, pause, tool_call_id or None)
+            thread.request_retry(tool_call_id, by=reviewer.id, now=self._clock())
+
+        self._change(thread_id, retry, leased=True)
 
     # The thread ---------------------------------------------------------------------
 
     def abandon(
-        self, thread_id: str, reason: object = "", *, reviewer: Reviewer | None = None
+        self,
+        thread_id: str,
+        reason: object = "",
+        *,
+        reviewer: Reviewer | None = None,
+        pause: object = None,
     ) -> None:
         """Give a thread up: its pending pauses leave the reviewer queue and no run starts
         on it again (a fork of it still can). A run going on it records the results of
-        the calls that ran and stops.
+        the calls that ran and stops. With ``pause`` (the token of the pause the person
+        gave the thread up from), only while that pause is still pending.
 
         Raises:
             InvalidDecisionError: The reason is no text or too long.
+            StalePauseError: ``pause`` is no longer pending on the thread.
             ThreadStateError: It is abandoned already.
         """
         text = person_text(reason, "reason")
         by = reviewer.id if reviewer else ""
-        self._change(thread_id, lambda t: t.abandon(text, by=by, now=self._clock()))
+
+        def abandon(thread: AgentThread) -> None:
+            _check(thread, pause, None)
+            thread.abandon(text, by=by, now=self._clock())
+
+        self._change(thread_id, abandon)
 
     def label(self, thread_id: str, name: str, *, version: int | None = None) -> None:
         """Give the thread, or one of its versions, a label (a name labels one thing).
@@ -407,6 +450,12 @@ class ThreadService:
     def _no_review(self, review_id: str, thread_id: str | None) -> ReviewNotFoundError:
         where = f"thread {thread_id!r}" if thread_id else f"any thread of {self.store.url}"
         return ReviewNotFoundError(f"no review {review_id!r} in {where}")
+
+
+def _check(thread: AgentThread, pause: object, tool_call_id: str | None) -> None:
+    """Refuse the command unless the pause it names (if any) is still pending."""
+    if pause is not None:
+        check_pause(thread, pause, tool_call_id)
 
 
 def _pending_in(store: Store, review_id: str, thread_ids: Sequence[str]) -> list[str]:
