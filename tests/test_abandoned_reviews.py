@@ -18,6 +18,7 @@ from covonaut_es import (
     HmacReviewerVerifier,
     ProviderRequest,
     ProviderResponse,
+    ReviewQueue,
     Role,
     ScriptedProvider,
     Store,
@@ -202,3 +203,8 @@ def test_a_review_a_run_asked_for_after_the_abandonment_is_never_decided(
             SURFACES[surface](runner, review.request.review_id, None)
     assert runner.history("t") == before
     assert runner.replay_state("t") == runner.state_at("t")
+    queue = ReviewQueue(runner.url)
+    with queue.follow():
+        queue.wait_until_current(runner)
+        assert queue.pending() == ()  # an abandoned thread waits for nobody
+    queue.close()

@@ -77,12 +77,21 @@ class ItemRemoved(msgspec.Struct, frozen=True):
 
 
 class ThreadCleared(msgspec.Struct, frozen=True):
-    """Every item of a thread leaves the queue (it resumed, or was abandoned)."""
+    """Every item of a thread leaves the queue: it resumed."""
 
     thread_id: str
 
 
-QueueChange = ThreadNamed | ItemAdded | ItemRemoved | ThreadCleared
+class ThreadGivenUp(msgspec.Struct, frozen=True):
+    """A thread was abandoned: its items leave the queue, and the view forgets its name,
+    so that nothing later in its stream (a run's commit put after the abandonment)
+    lists anything of it again. An abandoned thread waits for nobody."""
+
+    aggregate_id: str
+    thread_id: str
+
+
+QueueChange = ThreadNamed | ItemAdded | ItemRemoved | ThreadCleared | ThreadGivenUp
 
 QUEUE_EVENT_TYPES: tuple[type[AgentThread.Event], ...] = (
     AgentThread.Started,
@@ -155,6 +164,8 @@ def changes_for(event: Any, thread_id_of: Callable[[str], str | None]) -> list[Q
         return [ItemRemoved(thread_id, event.review_id)]
     if isinstance(event, _DEALT_WITH) and event.tool_call_id:
         return [ItemRemoved(thread_id, event.tool_call_id)]
-    if isinstance(event, AgentThread.Resumed | AgentThread.Abandoned):
+    if isinstance(event, AgentThread.Resumed):
         return [ThreadCleared(thread_id)]
+    if isinstance(event, AgentThread.Abandoned):
+        return [ThreadGivenUp(event.originator_id.hex, thread_id)]
     return []

@@ -33,6 +33,7 @@ from covonaut_es.projections._items import (
     PendingReview,
     QueueChange,
     ThreadCleared,
+    ThreadGivenUp,
     ThreadNamed,
 )
 from covonaut_es.projections._sealing import QueueSealer
@@ -95,6 +96,7 @@ class PlainRows:
     upsert_item = _UPSERT_ITEM
     remove_item = "DELETE FROM covonaut_pauses WHERE thread_id = %s AND item_id = %s"
     clear_thread = "DELETE FROM covonaut_pauses WHERE thread_id = %s"
+    forget_thread = "DELETE FROM covonaut_queue_threads WHERE aggregate_id = %s"
     select_pending = SELECT_PENDING
     select_thread_id = "SELECT thread_id FROM covonaut_queue_threads WHERE aggregate_id = %s"
 
@@ -180,6 +182,7 @@ class SealedRows(PlainRows):
     )
     remove_item = "DELETE FROM covonaut_sealed_pauses WHERE thread_key = %s AND item_key = %s"
     clear_thread = "DELETE FROM covonaut_sealed_pauses WHERE thread_key = %s"
+    forget_thread = "DELETE FROM covonaut_sealed_queue_threads WHERE aggregate_id = %s"
     select_pending = (
         "SELECT item FROM covonaut_sealed_pauses ORDER BY requested_at, thread_key, item_key"
     )
@@ -242,6 +245,9 @@ def statements(
                 yield rows.remove_item, (rows.key(thread_id), rows.key(item_id))
             case ThreadCleared(thread_id):
                 yield rows.clear_thread, (rows.key(thread_id),)
+            case ThreadGivenUp(aggregate_id, thread_id):
+                yield rows.clear_thread, (rows.key(thread_id),)
+                yield rows.forget_thread, (aggregate_id,)
 
 
 def _in_order(items: Iterable[PendingReview]) -> tuple[PendingReview, ...]:
@@ -377,9 +383,15 @@ class MemoryReviewQueueView(POPOTrackingRecorder, ReviewQueueView):
                     case ItemRemoved(thread_id, item_id):
                         self._items.pop((thread_id, item_id), None)
                     case ThreadCleared(thread_id):
-                        for key in [k for k in self._items if k[0] == thread_id]:
-                            del self._items[key]
+                        self._clear(thread_id)
+                    case ThreadGivenUp(aggregate_id, thread_id):
+                        self._clear(thread_id)
+                        self._threads.pop(aggregate_id, None)
             self._insert_tracking(tracking)
+
+    def _clear(self, thread_id: str) -> None:
+        for key in [k for k in self._items if k[0] == thread_id]:
+            del self._items[key]
 
     def pending(self) -> tuple[PendingReview, ...]:
         with self._database_lock:
