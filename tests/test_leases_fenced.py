@@ -152,6 +152,25 @@ def test_a_lease_lost_with_its_session_stays_lost_when_the_store_connects_again(
 
 
 @pytest.mark.postgres
+def test_renaming_the_holder_after_its_session_ended_takes_the_next_lease_under_the_new_name(
+    postgres_database: str, stores: Callable[[str], Store]
+) -> None:
+    """A worker names itself on a store whose lease session was terminated unnoticed
+    (nothing had asked it since): the rename does not fail, and the next lease is taken
+    on a new session that bears the new name."""
+    url = postgres_database
+    store = stores(url)
+    store.name_lease_holder(HOLDER)
+    with store.lease("first"):
+        pass
+    terminate_lease_session(url, HOLDER)
+    store.name_lease_holder("worker-renamed")
+    with store.lease("second") as lease:
+        lease.check()
+        assert len(backends(url, APPLICATION_PREFIX + "worker-renamed")) == 1
+
+
+@pytest.mark.postgres
 def test_releasing_a_lease_whose_session_ended_never_replaces_the_blocks_own_error(
     postgres_database: str, stores: Callable[[str], Store], caplog: pytest.LogCaptureFixture
 ) -> None:

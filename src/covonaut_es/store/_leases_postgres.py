@@ -122,13 +122,23 @@ class PostgresLeases(LeaseBackend):
         return encoded.decode(errors="ignore")
 
     def rename(self, holder: str) -> None:
+        import psycopg
+
         super().rename(holder)
         with self._connect_lock:
-            if self._connection is not None and not self._connection.closed:
-                self._connection.execute(
+            connection = self._connection
+            if connection is None or connection.closed:
+                return  # the next connection is made under the new name
+            try:
+                connection.execute(
                     "SELECT set_config('application_name', %s, false)",
                     (self._application_name(),),
                 )
+            except psycopg.OperationalError:
+                # A session that ended unnoticed: its leases are lost already, and the
+                # next lease is taken on a new connection made under the new name.
+                if not (connection.broken or connection.closed):
+                    raise
 
     def _execute(self, query: str, params: tuple[Any, ...]) -> tuple[Any, Any]:
         """Run a query on the lease connection: the connection and its cursor. A
