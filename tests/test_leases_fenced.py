@@ -25,6 +25,7 @@ import pytest
 
 from covonaut_es import AgentThread, Message, Role, Store, ThreadBusyError, open_store
 from covonaut_es.errors import LeaseLostError
+from covonaut_es.store import WorkerRecord
 from covonaut_es.store._leases_sqlite import lease_directory
 from lease_faults import (
     ANSWER,
@@ -151,23 +152,50 @@ def test_a_lease_lost_with_its_session_stays_lost_when_the_store_connects_again(
         assert again.token == lost.token + 2
 
 
+def _worker_record(worker_id: str) -> WorkerRecord:
+    now = datetime.now(UTC)
+    return WorkerRecord(
+        worker_id=worker_id, host="h", pid=1, started_at=now, heartbeat_at=now, threads=()
+    )
+
+
+# Everything a store asks of its lease session, each as a worker or a runner would.
+_LEASE_SESSION_USES: dict[str, Callable[[Store], object]] = {
+    "name the holder": lambda store: store.name_lease_holder("worker-renamed"),
+    "publish a heartbeat": lambda store: store.publish_worker(_worker_record("w-2")),
+    "list live workers": lambda store: store.live_workers(),
+    "withdraw a worker": lambda store: store._leases.withdraw("w-1"),
+    "name who holds a thread": lambda store: store._leases.holder_of("t"),
+    "take a lease": lambda store: _take_and_check(store, "second"),
+}
+
+
+def _take_and_check(store: Store, thread_id: str) -> None:
+    with store.lease(thread_id) as lease:
+        lease.check()
+
+
 @pytest.mark.postgres
-def test_renaming_the_holder_after_its_session_ended_takes_the_next_lease_under_the_new_name(
-    postgres_database: str, stores: Callable[[str], Store]
+@pytest.mark.parametrize("use", sorted(_LEASE_SESSION_USES))
+def test_every_use_of_a_lease_session_that_ended_unnoticed_goes_on_a_new_one(
+    postgres_database: str, stores: Callable[[str], Store], use: str
 ) -> None:
-    """A worker names itself on a store whose lease session was terminated unnoticed
-    (nothing had asked it since): the rename does not fail, and the next lease is taken
-    on a new session that bears the new name."""
+    """The lease session was terminated while nothing asked it: whatever the store asks
+    next (a worker naming itself, a heartbeat, the registry, a new lease) goes on a new
+    session instead of raising the driver's error, and the leases of the old one stay
+    lost."""
     url = postgres_database
     store = stores(url)
     store.name_lease_holder(HOLDER)
-    with store.lease("first"):
-        pass
-    terminate_lease_session(url, HOLDER)
-    store.name_lease_holder("worker-renamed")
-    with store.lease("second") as lease:
+    store.publish_worker(_worker_record("w-1"))
+    with store.lease("first") as first:
+        terminate_lease_session(url, HOLDER)
+        _LEASE_SESSION_USES[use](store)
+        with pytest.raises(LeaseLostError):
+            first.check()
+    assert store.live_workers() is not None
+    with store.lease("third") as lease:
         lease.check()
-        assert len(backends(url, APPLICATION_PREFIX + "worker-renamed")) == 1
 
 
 @pytest.mark.postgres

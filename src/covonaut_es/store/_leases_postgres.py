@@ -122,26 +122,18 @@ class PostgresLeases(LeaseBackend):
         return encoded.decode(errors="ignore")
 
     def rename(self, holder: str) -> None:
-        import psycopg
-
         super().rename(holder)
         with self._connect_lock:
-            connection = self._connection
-            if connection is None or connection.closed:
-                return  # the next connection is made under the new name
-            try:
-                connection.execute(
-                    "SELECT set_config('application_name', %s, false)",
-                    (self._application_name(),),
-                )
-            except psycopg.OperationalError:
-                # A session that ended unnoticed: its leases are lost already, and the
-                # next lease is taken on a new connection made under the new name.
-                if not (connection.broken or connection.closed):
-                    raise
+            unconnected = self._connection is None or self._connection.closed
+        if not unconnected:  # else the next connection is made under the new name
+            self._execute(
+                "SELECT set_config('application_name', %s, false)", (self._application_name(),)
+            )
 
     def _execute(self, query: str, params: tuple[Any, ...]) -> tuple[Any, Any]:
-        """Run a query on the lease connection: the connection and its cursor. A
+        """Run a query on the lease connection (every query of this class but the
+        release of a lock, which belongs to its own session): the connection and its
+        cursor. A
         session that ended unnoticed (nothing had asked it since) is found dead here:
         the query runs once more on a new connection, which serves the leases taken
         from now on; those taken on the old one stay lost."""
@@ -201,12 +193,11 @@ class PostgresLeases(LeaseBackend):
         return names[0].removeprefix(_APPLICATION_PREFIX) if names else None
 
     def publish(self, record: WorkerRecord) -> None:
-        conn = self._conn()
         if not self._workers_table_ready:
-            conn.execute(_CREATE_WORKERS)
-            conn.execute(_ADD_CALLS)
+            self._execute(_CREATE_WORKERS, ())
+            self._execute(_ADD_CALLS, ())
             self._workers_table_ready = True
-        conn.execute(
+        self._execute(
             _UPSERT_WORKER,
             (
                 record.worker_id,
@@ -219,16 +210,16 @@ class PostgresLeases(LeaseBackend):
         )
 
     def withdraw(self, worker_id: str) -> None:
-        self._conn().execute("DELETE FROM covonaut_workers WHERE worker_id = %s", (worker_id,))
+        self._execute("DELETE FROM covonaut_workers WHERE worker_id = %s", (worker_id,))
 
     def workers(self) -> tuple[WorkerRecord, ...]:
-        conn = self._conn()
-        if conn.execute("SELECT to_regclass('covonaut_workers')").fetchone()[0] is None:
+        _, found = self._execute("SELECT to_regclass('covonaut_workers')", ())
+        if found.fetchone()[0] is None:
             return ()  # no worker ever ran here: reading creates no table
         if not self._workers_table_ready:
-            conn.execute(_ADD_CALLS)  # a table of code before calls were reported
+            self._execute(_ADD_CALLS, ())  # a table of code before calls were reported
             self._workers_table_ready = True
-        rows = conn.execute(_SELECT_WORKERS, (STALE_AFTER,)).fetchall()
+        rows = self._execute(_SELECT_WORKERS, (STALE_AFTER,))[1].fetchall()
         return tuple(
             WorkerRecord(
                 worker_id=row[0],
