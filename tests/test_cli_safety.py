@@ -4,6 +4,7 @@ terminal raw."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -19,6 +20,7 @@ from eventsourcing.persistence import StoredEvent
 
 from covonaut_es import Store, Tool, create_cipher_key, open_store
 from covonaut_es._text import printable
+from covonaut_es.cli import main
 from covonaut_es.domain import thread_aggregate_id
 from covonaut_es.providers import ScriptedProvider
 from covonaut_es.runtime import Agent, AgentConfig, CheckpointSettings, HmacReviewerVerifier
@@ -340,3 +342,56 @@ def test_a_closed_pipe_ends_reviews_follow_quietly(url: str) -> None:
         stderr = process.stderr.read()
     assert process.wait(timeout=30) == 141
     assert stderr == ""
+
+
+def _commands_taking_a_cipher_key() -> list[str]:
+    from covonaut_es.cli._app import build_parser
+
+    subcommands = next(
+        action
+        for action in build_parser()._actions
+        if isinstance(action, argparse._SubParsersAction)
+    )
+    return sorted(
+        name
+        for name, parser in subcommands.choices.items()
+        if any("--cipher-key-env" in action.option_strings for action in parser._actions)
+    )
+
+
+@pytest.mark.parametrize("command", _commands_taking_a_cipher_key())
+def test_a_key_given_in_place_of_its_variables_name_is_never_shown(
+    command: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An operator who passes the cipher key itself to ``--cipher-key-env`` is told the
+    option takes a variable's name, and the key is printed nowhere."""
+    monkeypatch.setenv("COVONAUT_ES_REVIEWER_SECRET", SECRET)
+    key = create_cipher_key()
+    store = f"sqlite:///{tmp_path / 'store.db'}"
+    argv = [command, "--store", store, "--cipher-key-env", key]
+    arguments = [
+        part.replace("TOKEN", token("rita")) for part in REQUIRED_ARGUMENTS.get(command, ())
+    ]
+    status = main([*argv, *arguments])
+    printed = capsys.readouterr()
+    assert status == 2, printed
+    assert "takes the name of an environment variable" in printed.err
+    assert key not in printed.out + printed.err
+    assert key[:12] not in printed.out + printed.err
+
+
+# What each command needs besides the store options, so that it reaches the key.
+REQUIRED_ARGUMENTS: dict[str, tuple[str, ...]] = {
+    "show": ("t",), "history": ("t",), "replay": ("t",), "tree": ("t",), "export": ("t",),
+    "fork": ("t", "--at", "1"), "import": (str(ROOT / "README.md"),),
+    "approve": ("r", "--reviewer-token", "TOKEN"),
+    "reject": ("r", "--reason", "no", "--reviewer-token", "TOKEN"),
+    "respond": ("r", "--answer", "done", "--reviewer-token", "TOKEN"),
+    "answer": ("t", "c", "--answer", "yes", "--reviewer-token", "TOKEN"),
+    "settle": ("t", "c", "--result", "ran", "--reviewer-token", "TOKEN"),
+    "abandon": ("t", "--reviewer-token", "TOKEN"), "retry": ("t", "--reviewer-token", "TOKEN"),
+    "migrate": ("--check",), "worker": ("--app", "os:getcwd"),
+}  # fmt: skip

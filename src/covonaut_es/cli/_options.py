@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -65,11 +66,22 @@ def cipher_key(args: argparse.Namespace) -> str | None:
     """The cipher key from the variable ``--cipher-key-env`` names, if it names one."""
     if not args.cipher_key_env:
         return None
-    key = os.environ.get(args.cipher_key_env)
+    name: str = args.cipher_key_env
+    if not _VARIABLE_NAME.fullmatch(name):
+        # Shown back, it would print a key passed by mistake in the variable's place.
+        msg = (
+            "--cipher-key-env takes the name of an environment variable (letters, digits "
+            "and _), not the key itself; what was given is not shown"
+        )
+        raise UsageError(msg)
+    key = os.environ.get(name)
     if not key:
-        msg = f"the environment variable {args.cipher_key_env} is not set"
+        msg = f"the environment variable {name} is not set"
         raise UsageError(msg)
     return key
+
+
+_VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 
 
 def open_from(args: argparse.Namespace, *, writes: bool = False, create: bool = False) -> Store:
