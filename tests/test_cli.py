@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import pty
@@ -120,7 +121,7 @@ def test_a_corrupt_and_a_too_new_record_exit_non_zero_naming_both(shared_url: st
 
 def test_encrypted_and_compressed_stores_are_read_with_their_key(tmp_path: Path) -> None:
     """--cipher-key-env and --compressed open the store as the application does;
-    without the key every record is a failure."""
+    without the key the check says the store is encrypted, in one line."""
     url = f"sqlite:///{tmp_path / 'secret.db'}"
     key = create_cipher_key()
     with open_store(url, cipher_key=key, compress=True) as store:
@@ -129,8 +130,61 @@ def test_encrypted_and_compressed_stores_are_read_with_their_key(tmp_path: Path)
     keyed = covonaut_es("migrate", "--check", "--store", url, *options, env={"APP_KEY": key})
     assert keyed.returncode == 0, keyed.stdout + keyed.stderr
     keyless = covonaut_es("migrate", "--check", "--store", url)
-    assert keyless.returncode == 1
-    assert "read without the store's cipher key or compress option" in keyless.stdout
+    assert keyless.returncode == 2
+    assert "is encrypted: it was opened without a cipher key" in keyless.stderr
+
+
+READING_COMMANDS = (
+    ("threads",),
+    ("reviews",),
+    ("workers",),
+    ("show", "a"),
+    ("history", "a"),
+    ("replay", "a"),
+    ("replay", "--verify", "a"),
+    ("tree", "a"),
+    ("export", "a"),
+    ("migrate", "--check"),
+)
+
+
+@pytest.mark.parametrize("given", ["no key", "another key"])
+@pytest.mark.parametrize("command", READING_COMMANDS, ids=" ".join)
+def test_every_reading_command_says_an_encrypted_store_needs_its_key(
+    tmp_path_factory: pytest.TempPathFactory,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    command: tuple[str, ...],
+    given: str,
+) -> None:
+    """Opened without its key, or with another, an encrypted store is refused at open
+    in one line that says so, on every command that only reads, instead of every
+    record seeming corrupt; nothing is read and no key is shown."""
+    url = _encrypted_store(tmp_path_factory)
+    options: list[str] = []
+    if given == "another key":
+        other = create_cipher_key()
+        monkeypatch.setenv("OTHER_KEY", other)
+        options = ["--cipher-key-env", "OTHER_KEY"]
+    status = main([command[0], "--store", url, *options, *command[1:]])
+    printed = capsys.readouterr()
+    assert status == 2, printed
+    expected = "pass the key it was created with"
+    assert printed.err.count("\n") == 1 and expected in printed.err, printed.err
+    assert printed.out == ""
+
+
+@functools.cache
+def _encrypted_store_in(directory: Path) -> str:
+    directory.mkdir()
+    url = f"sqlite:///{directory / 'secret.db'}"
+    with open_store(url, cipher_key=create_cipher_key()) as store:
+        converse(store, "a")
+    return url
+
+
+def _encrypted_store(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return _encrypted_store_in(tmp_path_factory.getbasetemp() / "encrypted")
 
 
 def test_named_state_files_are_checked_with_states(tmp_path: Path) -> None:

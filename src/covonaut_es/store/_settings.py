@@ -9,8 +9,9 @@ HMAC-SHA256 of a fixed label under the key: never the key) and its compression i
 small table of its own; :func:`check_settings` compares them with the options of each
 open, before anything is written.
 
-Opens that must not write (``create_tables=False``, as ``migrate --check`` uses) are
-not checked: they report each record that does not decode instead.
+Opens that must not write (``create_tables=False``, as every read-only command uses)
+are checked against what the store recorded, and record nothing: a store opened without
+its key says so, instead of every record seeming corrupt.
 
 A store created before this existed has no such record. If it holds no events yet, the
 first open records its options. Otherwise its first stored event is decoded with the
@@ -125,11 +126,16 @@ def check_settings(app: Application[UUID], env: Mapping[str, str], url: str) -> 
         StoreSettingsError: An older store's first event does not decode with these
             options.
     """
-    if env.get("CREATE_TABLE") == "n":
-        return  # a read-only open: its reads report records that do not decode
     requested = requested_settings(env)
     table = _settings_table(app)
     recorded = table.read()
+    if env.get("CREATE_TABLE") == "n":
+        # An open that must not write checks what the store recorded, and records
+        # nothing; a store that recorded nothing reports each record that does not
+        # decode instead.
+        if recorded:
+            _compare(recorded, requested, url, written="nothing was read")
+        return
     if not recorded:
         if app.recorder.max_notification_id():
             _check_first_event(app, url, requested)
@@ -139,7 +145,13 @@ def check_settings(app: Application[UUID], env: Mapping[str, str], url: str) -> 
     _compare(recorded, requested, url)
 
 
-def _compare(recorded: Mapping[str, str], requested: Mapping[str, str], url: str) -> None:
+def _compare(
+    recorded: Mapping[str, str],
+    requested: Mapping[str, str],
+    url: str,
+    *,
+    written: str = "nothing was written",
+) -> None:
     stored_key, given_key = recorded.get("cipher", NO_KEY), requested["cipher"]
     if stored_key != given_key:
         if given_key == NO_KEY:
@@ -148,14 +160,14 @@ def _compare(recorded: Mapping[str, str], requested: Mapping[str, str], url: str
             found = "it is not encrypted, but a cipher key was given; open it without one"
         else:
             found = "the cipher key given is another; pass the key it was created with"
-        msg = f"store {url} is {_describe(stored_key)}: {found} (nothing was written)"
+        msg = f"store {url} is {_describe(stored_key)}: {found} ({written})"
         raise CipherKeyMismatchError(msg)
     stored_mode, given_mode = recorded.get("compression", "none"), requested["compression"]
     if stored_mode != given_mode:
         msg = (
             f"store {url} was created with compression {stored_mode!r} but opened with "
             f"{given_mode!r}: pass compress={stored_mode != 'none'} (--compressed on the "
-            "command line) as when it was created (nothing was written)"
+            f"command line) as when it was created ({written})"
         )
         raise CompressionMismatchError(msg)
 
