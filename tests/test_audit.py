@@ -265,13 +265,12 @@ def test_an_altered_event_whose_chain_was_stripped_with_all_later_ones_is_found(
     assert "hash chain missing after a chained event" in report.findings[0].problem
 
 
-def exported_as(store: Store, thread_id: str, new_id: str, strip_from: int | None) -> list[str]:
-    """The thread's export under another id, with the chain hash removed from version
-    ``strip_from`` on (None: kept)."""
+def exported(store: Store, thread_id: str, strip_from: int | None) -> list[str]:
+    """The thread's export with the chain hash removed from version ``strip_from`` on
+    (None: kept)."""
     lines = []
     for line in export_thread(store, thread_id):
         event = json.loads(line)
-        event["thread_id"] = new_id
         if strip_from is not None and event["version"] >= strip_from:
             del event["payload"]["chain"]
         lines.append(json.dumps(event))
@@ -285,28 +284,67 @@ def test_import_refuses_lines_without_a_chain_hash_unless_told_they_are_legacy(
     caller says it is a trusted export from before tamper evidence; then it imports,
     and verify counts its events as unchained."""
     conversation(store)
-    unchained = exported_as(store, "t", "legacy", strip_from=1)
-    with pytest.raises(
-        TransferError, match=r"line 1 \(thread 'legacy' version 1\).*allow_unchained"
-    ):
-        import_threads(store, unchained)
-    assert not store.exists("legacy")
-    assert import_threads(store, unchained, allow_unchained=True) == ["legacy"]
-    report = store.verify("legacy")
-    assert report.ok and report.unchained == report.events
+    unchained = exported(store, "t", strip_from=1)
+    with open_store("memory://") as target:
+        with pytest.raises(
+            TransferError, match=r"line 1 \(thread 't' version 1\).*allow_unchained"
+        ):
+            import_threads(target, unchained)
+        assert not target.exists("t")
+        assert import_threads(target, unchained, allow_unchained=True) == ["t"]
+        report = target.verify("t")
+        assert report.ok and report.unchained == report.events
 
 
 def test_import_refuses_hashes_stripped_after_chained_lines_even_as_legacy(store: Store) -> None:
     """Lines without a hash after lines with one are an altered export, legacy or not."""
     conversation(store)
-    stripped = exported_as(store, "t", "copy", strip_from=6)
-    for allow in (False, True):
-        with pytest.raises(TransferError, match=r"line 6 \(thread 'copy' version 6\).*removed"):
-            import_threads(store, stripped, allow_unchained=allow)
-    assert not store.exists("copy")
-    assert import_threads(store, exported_as(store, "t", "copy", strip_from=None)) == ["copy"]
-    report = store.verify("copy")
-    assert report.ok and not report.notes  # imports anchor the head too
+    stripped = exported(store, "t", strip_from=6)
+    with open_store("memory://") as target:
+        for allow in (False, True):
+            with pytest.raises(TransferError, match=r"line 6 \(thread 't' version 6\).*removed"):
+                import_threads(target, stripped, allow_unchained=allow)
+        assert not target.exists("t")
+        assert import_threads(target, exported(store, "t", strip_from=None)) == ["t"]
+        report = target.verify("t")
+        assert report.ok and not report.notes  # imports anchor the head too
+
+
+@pytest.mark.parametrize("keyed", [False, True], ids=["unkeyed", "keyed"])
+@pytest.mark.parametrize("which", ["thread", "fork"])
+def test_import_refuses_lines_that_name_another_thread_than_their_events(
+    store_url: str, keyed: bool, which: str
+) -> None:
+    """A file whose lines name thread ``Q`` while its events are those of
+    ``customer-42`` is refused, on every store and with a chain key too, and nothing is
+    written: imported, ``Q``'s tools would act as ``customer-42``."""
+    chain_key = "k" * 32 if keyed else None
+    with open_store("memory://", chain_key=chain_key) as source:
+        conversation(source, thread_id="customer-42")
+        source.fork("customer-42", at_version=3, new_thread_id="customer-42-b")
+        exported_id = "customer-42" if which == "thread" else "customer-42-b"
+        lines = list(export_thread(source, exported_id, with_ancestors=which == "fork"))
+    renamed = [line.replace(f'"thread_id":"{exported_id}"', '"thread_id":"Q"', 1) for line in lines]
+    assert renamed != lines
+    with open_store(store_url, chain_key=chain_key) as target:
+        with pytest.raises(TransferError, match="names thread 'Q', but its events are those"):
+            import_threads(target, renamed)
+        assert list(target.thread_ids()) == []
+
+
+def test_import_refuses_a_line_that_does_not_decode(store: Store) -> None:
+    """A line whose payload no read could decode is refused before anything is written:
+    imported, it would break every listing of the store afterwards. (The chain does not
+    stop it: an unkeyed chain's hashes are public, and legacy exports have none.)"""
+    conversation(store)
+    lines = exported(store, "t", strip_from=1)
+    broken = json.loads(lines[2])
+    broken["payload"]["message"] = 42  # a message that is a number
+    lines[2] = json.dumps(broken)
+    with open_store("memory://") as target:
+        with pytest.raises(TransferError, match=r"line 3 \(thread 't' version 3\) does not decode"):
+            import_threads(target, lines, allow_unchained=True)
+        assert list(target.thread_ids()) == []
 
 
 def run_sql(url: str, sqlite_statement: str, postgres_statement: str, stream: str = "") -> None:

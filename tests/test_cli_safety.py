@@ -395,3 +395,28 @@ REQUIRED_ARGUMENTS: dict[str, tuple[str, ...]] = {
     "abandon": ("t", "--reviewer-token", "TOKEN"), "retry": ("t", "--reviewer-token", "TOKEN"),
     "migrate": ("--check",), "worker": ("--app", "os:getcwd"),
 }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "problem",
+    ["not json", "unknown topic", "renamed thread"],
+)
+def test_a_failed_import_leaves_no_store_where_there_was_none(
+    url: str, tmp_path: Path, problem: str
+) -> None:
+    """An import into a SQLite file that does not exist yet, refused for any reason,
+    creates no file (nor its journal): a failed import creates nothing."""
+    good = run("export", "finished", "--store", url).stdout.splitlines()
+    first = json.loads(good[0])
+    if problem == "not json":
+        lines = [*good[:2], "{not json"]
+    elif problem == "unknown topic":
+        lines = [*good[:1], json.dumps({**json.loads(good[1]), "topic": "os:system"})]
+    else:
+        lines = [json.dumps({**json.loads(line), "thread_id": "Q"}) for line in good]
+    assert first["version"] == 1
+    target = tmp_path / "new.db"
+    result = run("import", "--store", f"sqlite:///{target}", stdin="\n".join(lines) + "\n")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("new.db")) == []

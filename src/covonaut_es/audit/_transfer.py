@@ -83,23 +83,36 @@ def import_threads(
             raise TransferError(msg) from exc
         threads.setdefault(event.thread_id, []).append((number, event))
     chains: dict[str, dict[int, str]] = {}  # a fork's parent may come earlier in the file
+    records: dict[str, list[StoredEvent]] = {}
     for thread_id, events in threads.items():
         chains[thread_id] = _check(
             store, thread_id, events, chains=chains, allow_unchained=allow_unchained
         )
-    for thread_id, events in threads.items():
-        store._insert_records(
-            [
-                StoredEvent(
-                    originator_id=thread_aggregate_id(thread_id),
-                    originator_version=event.version,
-                    topic=event.topic,
-                    state=msgspec.json.encode(event.payload),
-                )
-                for _, event in events
-            ]
-        )
+        records[thread_id] = [_readable(store, thread_id, number, e) for number, e in events]
+    for thread_records in records.values():
+        store._insert_records(thread_records)
     return list(threads)
+
+
+def _readable(store: Store, thread_id: str, number: int, event: ExportedEvent) -> StoredEvent:
+    """The record a line becomes, once the store's own read path decodes it: a line
+    that no read could decode would break every listing of the store afterwards."""
+    record = StoredEvent(
+        originator_id=thread_aggregate_id(thread_id),
+        originator_version=event.version,
+        topic=event.topic,
+        state=msgspec.json.encode(event.payload),
+    )
+    sealed = StoredEvent(
+        record.originator_id, record.originator_version, record.topic,
+        store._mapper.stored_payload(record.state),
+    )  # fmt: skip
+    try:
+        store._mapper.decode(sealed)
+    except SerializationError as exc:
+        msg = f"line {number} (thread {thread_id!r} version {event.version}) does not decode: {exc}"
+        raise TransferError(msg) from exc
+    return record
 
 
 def _check(
@@ -117,6 +130,15 @@ def _check(
         msg = f"cannot import thread {thread_id!r}: the store already has it"
         raise ThreadConflictError(msg, thread_id=thread_id, expected_version=0)
     first = events[0][1]
+    named = first.payload.get("thread_id")
+    if named != thread_id:
+        # The first event says whose thread it is; a line naming another thread would
+        # import one thread's history under another's id, its tools acting as the first.
+        msg = (
+            f"line {events[0][0]}: it names thread {thread_id!r}, but its events are those "
+            f"of thread {named!r}; nothing was written"
+        )
+        raise TransferError(msg)
     start, previous = 1, UNCHAINED
     if first.topic == AgentThread.Forked.TOPIC:
         parent, at = first.payload.get("parent_thread_id"), first.payload.get("parent_version")

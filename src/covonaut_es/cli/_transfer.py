@@ -4,13 +4,22 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
+from collections.abc import Iterator
 
 from covonaut_es.audit import export_thread, import_threads
 from covonaut_es.cli._command import EXIT_OK, Subcommands, UsageError, add_command
 from covonaut_es.cli._json import emit_records
-from covonaut_es.cli._options import add_store_command, add_store_options, open_from
+from covonaut_es.cli._options import (
+    add_store_command,
+    add_store_options,
+    open_from,
+    store_url,
+)
 from covonaut_es.cli._output import with_progress
+from covonaut_es.store._urls import SQLITE_PATH, persistence_env
 
 
 def add_transfer_commands(subcommands: Subcommands) -> None:
@@ -73,13 +82,29 @@ def import_(args: argparse.Namespace) -> int:
     if not any(line.strip() for line in lines):
         msg = f"nothing to import: {args.input or 'standard input'} holds no events"
         raise UsageError(msg)
-    with open_from(args, create=True) as store:
+    with _created_only_if_imported(store_url(args)), open_from(args, create=True) as store:
         imported = import_threads(
             store, with_progress(lines, len(lines)), allow_unchained=args.allow_unchained
         )
     records = [{"thread_id": thread_id} for thread_id in imported]
     emit_records(args, records, lambda r: {"imported": r["thread_id"]}, ["imported"])
     return EXIT_OK
+
+
+@contextlib.contextmanager
+def _created_only_if_imported(url: str) -> Iterator[None]:
+    """Remove the SQLite file an import created, with its journal, when the import
+    fails: a failed import leaves no store behind where there was none."""
+    path = persistence_env(url).get(SQLITE_PATH)
+    new = path is not None and not os.path.exists(path)
+    try:
+        yield
+    except BaseException:
+        if new and path is not None:
+            for leftover in (path, f"{path}-wal", f"{path}-shm", f"{path}-journal"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(leftover)
+        raise
 
 
 def _read_lines(path: str | None) -> list[str]:
