@@ -130,15 +130,6 @@ def _check(
         msg = f"cannot import thread {thread_id!r}: the store already has it"
         raise ThreadConflictError(msg, thread_id=thread_id, expected_version=0)
     first = events[0][1]
-    named = first.payload.get("thread_id")
-    if named != thread_id:
-        # The first event says whose thread it is; a line naming another thread would
-        # import one thread's history under another's id, its tools acting as the first.
-        msg = (
-            f"line {events[0][0]}: it names thread {thread_id!r}, but its events are those "
-            f"of thread {named!r}; nothing was written"
-        )
-        raise TransferError(msg)
     start, previous = 1, UNCHAINED
     if first.topic == AgentThread.Forked.TOPIC:
         parent, at = first.payload.get("parent_thread_id"), first.payload.get("parent_version")
@@ -167,6 +158,15 @@ def _check(
             where, previous, event, store._chain_key, allow_unchained=allow_unchained
         )
         heads[event.version] = previous
+    named = first.payload.get("thread_id")
+    if named != thread_id:
+        # The first event says whose thread it is; a line naming another thread would
+        # import one thread's history under another's id, its tools acting as the first.
+        msg = (
+            f"line {events[0][0]}: it names thread {thread_id!r}, but its events are those "
+            f"of thread {named!r}; nothing was written"
+        )
+        raise TransferError(msg)
     return heads
 
 
