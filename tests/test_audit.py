@@ -4,7 +4,11 @@ shows tampering, checkpoints and snapshots checked against a replay."""
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
+import subprocess
+import sys
+import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -14,6 +18,8 @@ import msgspec
 import psycopg
 import pytest
 from eventsourcing.persistence import StoredEvent
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from covonaut_es import Agent, AgentConfig, CheckpointSettings, ScriptedProvider, Store, open_store
 from covonaut_es.audit import export_thread, import_threads
@@ -512,3 +518,42 @@ def test_a_call_removed_from_its_message_fails_the_load_and_is_a_finding(
         assert "event does not apply" in finding.problem
         summaries = [e.summary for e in store.replay("forged") if e.kind == "ToolCalled"]
         assert summaries == ["intent to call c0, which no assistant message asked for"]
+
+
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_verify_reports_every_deletion_and_never_raises(
+    shared_url: str, data: st.DataObject
+) -> None:
+    """Events deleted anywhere in a thread's stream (the first, the newest, one,
+    several) are reported from the first version lost, in the thread and in a fork that
+    inherits it; verify never raises, and the command line's verification exits 1."""
+    thread_id = f"t{uuid.uuid4().hex[:8]}"
+    with open_store(shared_url) as store:
+        conversation(store, thread_id=thread_id)
+        fork = store.fork(thread_id, at_version=4, new_thread_id=f"{thread_id}-fork")
+        top = store.state_at(thread_id).version
+    lost = data.draw(st.sets(st.integers(1, top), min_size=1, max_size=3))
+    first = min(lost)
+    versions = ", ".join(str(v) for v in sorted(lost))
+    stream = str(thread_aggregate_id(thread_id))
+    delete_sql(shared_url, "events", f"AND originator_version IN ({versions})", stream)
+    kept_after = any(v > first and v not in lost for v in range(1, top + 1))
+    with open_store(shared_url) as store:
+        report = store.verify(thread_id)
+        # A gap is reported where it starts; the newest events gone, by the head anchor.
+        assert report.findings[0].version == (first if kept_after else first - 1), report
+        fork_report = store.verify(fork)
+        assert fork_report.ok is (first > 4), fork_report
+        if first <= 4:
+            assert fork_report.findings[0].version == first, fork_report
+    result = subprocess.run(
+        [sys.executable, "-m", "covonaut_es", "replay", "--verify", "--store", shared_url,
+         thread_id],
+        capture_output=True, text=True, check=False,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent / "src")},
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr

@@ -264,8 +264,12 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                     "notes": _array(_STRING),
                 }
             ),
+            "unlisted": {
+                **_STRING,
+                "description": "why the events cannot be listed (verify's findings say more)",
+            },
         },
-        optional=["verify"],
+        optional=["verify", "unlisted"],
     ),
     "reviews": _array(
         _object(

@@ -16,6 +16,7 @@ from covonaut_es.cli._json import emit_records, utc
 from covonaut_es.cli._options import add_store_command, open_from, read_thread
 from covonaut_es.cli._output import print_json
 from covonaut_es.domain import Pause, PendingToolCall, ThreadState, ThreadStatus
+from covonaut_es.errors import CovonautError
 from covonaut_es.store import Store
 
 
@@ -174,12 +175,20 @@ def _event_row(record: dict[str, Any]) -> dict[str, Any]:
 def replay(args: argparse.Namespace) -> int:
     """``replay THREAD [--verify]``: every event summarized; exit 1 if verify finds any
     problem."""
+    unlisted = ""  # why the events cannot be listed, when verify says what is wrong
     with open_from(args) as store:
-        entries = list(store.replay(args.thread))
         report = store.verify(args.thread) if args.verify else None
+        try:
+            entries = list(store.replay(args.thread))
+        except CovonautError as exc:
+            if report is None or report.ok:
+                raise
+            entries, unlisted = [], str(exc)
     if args.json:
         events = [{**msgspec.to_builtins(e), "recorded_at": utc(e.recorded_at)} for e in entries]
         payload: dict[str, Any] = {"events": events}
+        if unlisted:
+            payload["unlisted"] = unlisted
         if report is not None:
             payload["verify"] = {**msgspec.structs.asdict(report), "ok": report.ok}
         print_json(payload)
@@ -188,6 +197,8 @@ def replay(args: argparse.Namespace) -> int:
             print(
                 f"{entry.version:>6}  {entry.recorded_at.isoformat()}  {printable(entry.summary)}"
             )
+        if unlisted:
+            print(f"the events cannot be listed: {printable(unlisted)}")
         if report is not None:
             print(
                 f"verified {report.events} events: {report.chained} chained, "

@@ -22,7 +22,12 @@ from covonaut_es.domain import (
     thread_aggregate_id,
 )
 from covonaut_es.domain._integrity import CHAIN_KEY, KEYED, UNCHAINED, link_problem
-from covonaut_es.errors import MissingToolCallError, SerializationError
+from covonaut_es.errors import (
+    MissingEventError,
+    MissingToolCallError,
+    SerializationError,
+    ThreadStateError,
+)
 from covonaut_es.messages import Message
 from covonaut_es.store._heads import HeadAnchor
 from covonaut_es.store._mapper import MsgspecMapper
@@ -233,6 +238,10 @@ def verify(store: _AuditedStore, thread_id: str) -> AuditReport:
     )
 
 
+_DAMAGE = (SerializationError, MissingToolCallError, MissingEventError, ThreadStateError)
+"""What reading a damaged thread raises: :func:`verify` reports it, never raises it."""
+
+
 class _Fold:
     """The state of one :func:`verify` pass."""
 
@@ -250,13 +259,13 @@ class _Fold:
         store = self.store
         try:
             checkpoints = {c.version: c for c in store.checkpoints(self.thread_id)}
-        except (SerializationError, MissingToolCallError):
+        except _DAMAGE:
             checkpoints = {}  # the pass reports the record that a load cannot read
         snapshots = store._snapshot_states(self.thread_id)
         snapshot = next(snapshots, None)
         for record in store._iter_stored_records(self.thread_id):
             self.events += 1
-            if not self._chain_holds(record):
+            if not self._follows(record) or not self._chain_holds(record):
                 break
             version = record.originator_version
             while snapshot is not None and snapshot.version <= version:
@@ -265,11 +274,43 @@ class _Fold:
             if version in checkpoints:
                 self._compare_checkpoint(checkpoints[version])
         else:
-            if self.thread is not None and self.thread.state != store.state_at(self.thread_id):
-                problem = "the state a load gives differs from the state replayed from events"
-                self.findings.append(AuditFinding(self.thread.version, problem))
+            self._compare_load()
             self._check_head()
             self._check_key()
+
+    def _follows(self, record: StoredEvent) -> bool:
+        """Whether the record is the one after the last: False, with a finding naming
+        the versions lost, at a gap (the chain cannot be followed past it)."""
+        version, expected = record.originator_version, self.last_version + 1
+        if version == expected:
+            return True
+        lost = (
+            f"version {expected}"
+            if version == expected + 1
+            else f"versions {expected} to {version - 1}"
+        )
+        problem = (
+            f"the event at {lost} is missing: the stream goes from version "
+            f"{self.last_version} to {version}; events were deleted"
+        )
+        self.findings.append(AuditFinding(expected, problem))
+        return False
+
+    def _compare_load(self) -> None:
+        """Compare the state a load gives with the replay; a load that fails is a
+        finding too."""
+        if self.thread is None:
+            return
+        try:
+            loaded = self.store.state_at(self.thread_id)
+        except _DAMAGE as exc:
+            self.findings.append(
+                AuditFinding(self.thread.version, f"the thread does not load: {exc}")
+            )
+            return
+        if self.thread.state != loaded:
+            problem = "the state a load gives differs from the state replayed from events"
+            self.findings.append(AuditFinding(self.thread.version, problem))
 
     def _check_key(self) -> None:
         """With a chain key, the newest event must be sealed with it."""
