@@ -212,7 +212,7 @@ def test_workers_killed_at_random_never_pay_twice_under_different_keys(
     decided threads: another worker takes each thread over; every thread ends with
     one answer, or is left with its calls in doubt; no payment ran under two keys."""
     rng = random.Random(17)
-    workers = fleet(delay=0.03)
+    workers = fleet(delay=0.1)
     thread_ids: list[str] = []
     kills = 0
     with open_store(shared_url) as store:
@@ -222,9 +222,13 @@ def test_workers_killed_at_random_never_pay_twice_under_different_keys(
             thread_ids += batch
             pause(store, *batch)
             decide(store, *batch)
-            for _ in range(6):
-                time.sleep(rng.uniform(0.05, 0.4))
-                victim = live.pop(rng.randrange(len(live)))
+            for kill in range(6):
+                if kill == 0:  # one kill a round lands on a worker inside a run, surely
+                    victim = _runner_inside_a_run(store, live)
+                    live.remove(victim)
+                else:
+                    time.sleep(rng.uniform(0.05, 0.4))
+                    victim = live.pop(rng.randrange(len(live)))
                 victim.kill()
                 victim.wait(timeout=30)
                 kills += 1
@@ -245,6 +249,22 @@ def test_workers_killed_at_random_never_pay_twice_under_different_keys(
             if store.state_at(thread_id).status is ThreadStatus.FINISHED:
                 assert answers(store, thread_id) == 1
                 assert len(paid[thread_id]) == 1
+
+
+def _runner_inside_a_run(store: Store, live: list[subprocess.Popen[str]]) -> subprocess.Popen[str]:
+    """The worker process that holds a thread whose run has started, once one does: a
+    kill at a random moment may land between runs, and the test must kill inside one."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        by_pid = {process.pid: process for process in live}
+        for worker in store.live_workers():
+            running = [
+                t for t in worker.threads if store.state_at(t).status is ThreadStatus.RUNNING
+            ]
+            if worker.pid in by_pid and running:
+                return by_pid[worker.pid]
+        time.sleep(0.005)
+    raise AssertionError("no worker was inside a run within 30 s")
 
 
 @pytest.mark.slow
