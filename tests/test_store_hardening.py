@@ -15,7 +15,7 @@ import msgspec
 import pytest
 from eventsourcing.domain import Aggregate, event
 from eventsourcing.persistence import StoredEvent
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from covonaut_es import (
@@ -36,6 +36,7 @@ from covonaut_es.errors import (
     ReadOnlyStoreError,
     StoreSettingsError,
     StoreURLError,
+    ThreadNotFoundError,
     TransferError,
 )
 from covonaut_es.messages import Message, Role
@@ -468,3 +469,35 @@ def test_the_command_line_import_runs_no_module_a_line_names(
     assert len(result.stderr.splitlines()) == 1
     assert "unknown event type" in result.stderr
     assert not flag.exists()
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(version=st.one_of(st.integers(), st.integers(min_value=2**62, max_value=2**80)))
+def test_any_version_asked_for_reads_or_is_refused_by_type(store: Store, version: int) -> None:
+    """A version far beyond what any back end stores (past 2**63) reads as the head
+    does, and a fork there is refused as a version the thread does not have, on every
+    store: never the driver's OverflowError."""
+    if not store.exists("v"):
+        three_messages(store, "v")
+    head = store.state_at("v").version
+    if version < 1:
+        with pytest.raises(ThreadNotFoundError):
+            store.load("v", version=version)
+    else:
+        assert store.load("v", version=version).version == min(version, head)
+        assert store.state_at("v", version).version == min(version, head)
+    if version != head and not 1 <= version <= head:
+        with pytest.raises(ThreadNotFoundError, match="cannot be forked at version"):
+            store.fork("v", at_version=version)
+
+
+def test_the_command_line_refuses_a_fork_at_a_version_no_store_holds(tmp_path: Path) -> None:
+    """`fork --at` a number past what SQLite stores exits 2 in one line."""
+    url = f"sqlite:///{tmp_path / 'threads.db'}"
+    with open_store(url) as store:
+        three_messages(store, "v")
+    result = covonaut_es("fork", "v", "--at", "99999999999999999999999", "--store", url)
+    assert result.returncode == 2, result.stderr
+    assert len(result.stderr.splitlines()) == 1 and "cannot be forked" in result.stderr

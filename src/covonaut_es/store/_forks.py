@@ -28,6 +28,7 @@ from covonaut_es.errors import (
     ThreadStateError,
 )
 from covonaut_es.store._heads import HEADS, NEW_STREAMS, guards_new_streams, head_of
+from covonaut_es.store._records import storable
 
 
 class ThreadForking(ABC):
@@ -63,7 +64,9 @@ class ThreadForking(ABC):
         read in pages."""
         aggregate_id = thread_aggregate_id(thread_id)
         while version is None or version >= 1:
-            page = list(self._app.events.get(aggregate_id, lte=version, desc=True, limit=16))
+            page = list(
+                self._app.events.get(aggregate_id, lte=storable(version), desc=True, limit=16)
+            )
             yield from page
             if len(page) < 16:
                 return

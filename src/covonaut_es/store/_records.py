@@ -20,6 +20,16 @@ from covonaut_es.store._mapper import MsgspecMapper
 
 _LOG_BATCH = 500
 
+LAST_VERSION = 2**63 - 1
+"""The highest version any back end can store (SQLite's INTEGER, PostgreSQL's BIGINT):
+a read up to a higher one asks for no more than a read up to this, and the drivers
+refuse the number itself."""
+
+
+def storable(version: int | None) -> int | None:
+    """``version`` as a bound of a read: no higher than :data:`LAST_VERSION`."""
+    return None if version is None else min(version, LAST_VERSION)
+
 
 class StoredRecords(ABC):
     """A store's records exactly as its database holds them."""

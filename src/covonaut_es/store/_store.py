@@ -57,7 +57,7 @@ from covonaut_es.store._forks import ThreadForking
 from covonaut_es.store._heads import FENCES
 from covonaut_es.store._leasing import ThreadLeasing
 from covonaut_es.store._mapper import MsgspecMapper
-from covonaut_es.store._records import StoredRecords
+from covonaut_es.store._records import StoredRecords, storable
 from covonaut_es.store._snapshots import replace_snapshot
 from covonaut_es.store._submissions import ThreadSubmissions
 from covonaut_es.store._urls import READ_ONLY, redact
@@ -185,6 +185,7 @@ class Store(
         """Like :meth:`load`, but None when the thread does not exist."""
         if version is not None and version < 1:
             return None
+        version = storable(version)
         aggregate_id = thread_aggregate_id(thread_id)
         snapshot_seen: list[int] = []
 
