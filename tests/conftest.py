@@ -90,6 +90,16 @@ def open_test_store(store_url: str) -> Iterator[Callable[..., Store]]:
 
 
 @pytest.fixture
+def other(store: Store) -> Iterator[Store]:
+    """A second store object on the same database, as another process would open it."""
+    if store.url.startswith("memory"):
+        yield store
+        return
+    with open_store(store.url) as second:
+        yield second
+
+
+@pytest.fixture
 def store(open_test_store: Callable[..., Store]) -> Store:
     """One store of each kind (see ``store_url``)."""
     return open_test_store()

@@ -4,91 +4,26 @@ settled, nor run again, on any surface, until its tool has returned."""
 from __future__ import annotations
 
 import os
-import secrets
 import subprocess
 import sys
-import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from covonaut_es import (
     Agent,
-    AgentConfig,
-    CheckpointSettings,
-    HmacReviewerVerifier,
-    ScriptedProvider,
     Store,
     ThreadStatus,
-    Tool,
-    ToolContext,
     open_store,
 )
 from covonaut_es.errors import ToolCallRunningError
 from covonaut_es.runtime import running_calls
 from covonaut_es.service import Settlement, ThreadService
-from support import answer, call, ticking_clock
+from hanging_tool import RITA, VERIFIER, Hanging, hanging_agent, wait_for
 
-OBJECT: dict[str, Any] = {"type": "object"}
-VERIFIER = HmacReviewerVerifier(secrets.token_bytes(32))
-RITA = VERIFIER.issue_token("rita", ttl_seconds=3600)
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = (sys.executable, "-m", "covonaut_es", "worker")
-
-
-@pytest.fixture
-def other(store: Store) -> Iterator[Store]:
-    """A second store object on the same database, as another process would open it."""
-    if store.url.startswith("memory"):
-        yield store
-        return
-    with open_store(store.url) as second:
-        yield second
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
-    """Poll until ``condition`` holds, or fail naming ``what``."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
-
-
-class Hanging:
-    """A tool that does a write of another writer's, then hangs past its timeout until
-    released; it logs the key of each run."""
-
-    def __init__(self, write: Callable[[], None] = lambda: None) -> None:
-        self.write = write
-        self.keys: list[str] = []
-        self.release = threading.Event()
-        self.returned = threading.Event()
-
-    def __call__(self, ctx: ToolContext, args: dict[str, Any]) -> Any:
-        self.keys.append(ctx.idempotency_key)
-        try:
-            self.write()
-            self.release.wait(timeout=30)
-            return "late"
-        finally:
-            self.returned.set()
-
-
-def hanging_agent(store: Store, tool: Hanging, durability: str = "step") -> Agent:
-    return Agent(
-        AgentConfig(
-            provider=ScriptedProvider(
-                [answer("hello"), call(("h1", "hang", "{}")), answer("done")]
-            ),
-            tools=[Tool("hang", "Hang", OBJECT, tool, timeout=0.3)],
-            checkpoint=CheckpointSettings(store=store, thread_id="t", durability=durability),
-            reviewer_verifier=VERIFIER,
-            clock=ticking_clock(),
-        )
-    )
 
 
 def _service_settle(service: ThreadService, ran: bool) -> None:

@@ -7,8 +7,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -31,7 +30,6 @@ from covonaut_es import (
     Tool,
     ToolContext,
     Worker,
-    open_store,
 )
 from covonaut_es.domain import Decision, PauseKind
 from covonaut_es.errors import (
@@ -44,6 +42,7 @@ from covonaut_es.errors import (
 )
 from covonaut_es.runtime import running_calls
 from covonaut_es.service import Reviewer, Settlement, ThreadService, review_submission
+from hanging_tool import wait_for
 from support import answer, call, ticking_clock
 
 OBJECT: dict[str, Any] = {"type": "object"}
@@ -51,25 +50,6 @@ SECRET = secrets.token_bytes(32)
 VERIFIER = HmacReviewerVerifier(SECRET)
 RITA = VERIFIER.issue_token("rita", ttl_seconds=3600)
 PAY_40 = '{"amount": 40, "to": "bob"}'
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
-    """Poll until ``condition`` holds, or fail naming ``what``."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
-
-
-@pytest.fixture
-def other(store: Store) -> Iterator[Store]:
-    """A second store object on the same database, as another process would open it (the
-    same store for memory, whose database is the process's own)."""
-    if store.url.startswith("memory"):
-        yield store
-        return
-    with open_store(store.url) as second:
-        yield second
 
 
 def paying(

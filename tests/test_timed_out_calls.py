@@ -3,90 +3,22 @@ position) when the run's commit is put after another writer's."""
 
 from __future__ import annotations
 
-import secrets
-import threading
-import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable
 
 import pytest
 
 from covonaut_es import (
-    Agent,
-    AgentConfig,
     AgentThread,
-    CheckpointSettings,
-    HmacReviewerVerifier,
     Message,
     Role,
-    ScriptedProvider,
     Store,
-    Tool,
     ToolCall,
-    ToolContext,
-    open_store,
 )
 from covonaut_es.domain import PauseKind
 from covonaut_es.errors import ThreadAbandonedError, ThreadConflictError
 from covonaut_es.service import ThreadService
-from support import answer, call, ticking_clock
-
-OBJECT: dict[str, Any] = {"type": "object"}
-VERIFIER = HmacReviewerVerifier(secrets.token_bytes(32))
-RITA = VERIFIER.issue_token("rita", ttl_seconds=3600)
-
-
-@pytest.fixture
-def other(store: Store) -> Iterator[Store]:
-    """A second store object on the same database, as another process would open it."""
-    if store.url.startswith("memory"):
-        yield store
-        return
-    with open_store(store.url) as second:
-        yield second
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
-    """Poll until ``condition`` holds, or fail naming ``what``."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
-
-
-class Hanging:
-    """A tool that does a write of another writer's, then hangs past its timeout until
-    released; it logs the key of each run."""
-
-    def __init__(self, write: Callable[[], None] = lambda: None) -> None:
-        self.write = write
-        self.keys: list[str] = []
-        self.release = threading.Event()
-        self.returned = threading.Event()
-
-    def __call__(self, ctx: ToolContext, args: dict[str, Any]) -> Any:
-        self.keys.append(ctx.idempotency_key)
-        try:
-            self.write()
-            self.release.wait(timeout=30)
-            return "late"
-        finally:
-            self.returned.set()
-
-
-def hanging_agent(store: Store, tool: Hanging, durability: str = "step") -> Agent:
-    return Agent(
-        AgentConfig(
-            provider=ScriptedProvider(
-                [answer("hello"), call(("h1", "hang", "{}")), answer("done")]
-            ),
-            tools=[Tool("hang", "Hang", OBJECT, tool, timeout=0.3)],
-            checkpoint=CheckpointSettings(store=store, thread_id="t", durability=durability),
-            reviewer_verifier=VERIFIER,
-            clock=ticking_clock(),
-        )
-    )
-
+from hanging_tool import Hanging, hanging_agent
+from support import ticking_clock
 
 WRITES: dict[str, Callable[[ThreadService], None]] = {
     "a label": lambda service: service.label("t", "hot"),
