@@ -103,6 +103,33 @@ class AsyncScriptedProvider:
         return self.scripted.requests
 
 
+def agent_on(store: Store, thread_id: str, script: list[Any]) -> Agent:
+    """An agent with ``echo`` and ``review`` running ``script`` on the thread."""
+    return Agent(
+        AgentConfig(
+            provider=ScriptedProvider(script),
+            tools=[echo_tool(), review_tool()],
+            checkpoint=CheckpointSettings(store=store, thread_id=thread_id),
+            clock=ticking_clock(),
+            max_turns=1000,
+        )
+    )
+
+
+def conversation(store: Store, thread_id: str, turns: int) -> Agent:
+    """A finished run of ``turns`` echo calls on the thread."""
+    script = [call((f"c{i}", "echo", '{"text": "x"}')) for i in range(turns)]
+    agent = agent_on(store, thread_id, [*script, answer("done")])
+    agent.run("go")
+    return agent
+
+
+def raw_records(store: Store) -> list[bytes]:
+    """Every stored event's bytes as the recorder holds them (all back ends)."""
+    recorder = store._app.recorder
+    return [n.state for n in recorder.select_notifications(None, 10_000)]
+
+
 def converse(store: Store, thread_id: str) -> Agent:
     """One run with a tool call on ``store``, its state then saved there under the
     thread's id."""

@@ -9,18 +9,11 @@ from typing import Any
 
 import psycopg
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from covonaut_es import (
-    Agent,
-    AgentConfig,
     AgentThread,
-    CheckpointSettings,
     Message,
-    ProviderResponse,
     Role,
-    ScriptedProvider,
     Store,
     ThreadConflictError,
     ThreadNotFoundError,
@@ -29,26 +22,7 @@ from covonaut_es import (
 )
 from covonaut_es.domain import Label, ThreadParent
 from covonaut_es.errors import CheckpointNotFoundError, ConfigurationError, ThreadStateError
-from support import answer, call, echo_tool, review_tool, ticking_clock
-
-
-def agent_on(store: Store, thread_id: str, script: list[Any]) -> Agent:
-    return Agent(
-        AgentConfig(
-            provider=ScriptedProvider(script),
-            tools=[echo_tool(), review_tool()],
-            checkpoint=CheckpointSettings(store=store, thread_id=thread_id),
-            clock=ticking_clock(),
-            max_turns=1000,
-        )
-    )
-
-
-def conversation(store: Store, thread_id: str, turns: int) -> Agent:
-    script = [call((f"c{i}", "echo", '{"text": "x"}')) for i in range(turns)]
-    agent = agent_on(store, thread_id, [*script, answer("done")])
-    agent.run("go")
-    return agent
+from support import agent_on, answer, call, conversation, ticking_clock
 
 
 def test_fork_loads_the_parent_prefix_plus_its_own_events(store: Store) -> None:
@@ -269,56 +243,6 @@ def test_labels_are_events_and_one_name_labels_one_thing(store: Store) -> None:
     assert isinstance(store.history("root")[-1], AgentThread.Labelled)
     with pytest.raises(Exception, match="cannot be labelled"):
         store.label("root", "nope", version=999)
-
-
-fork_points = st.lists(st.floats(0, 1), min_size=1, max_size=4)
-
-
-@settings(
-    max_examples=15,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
-@given(turns=st.integers(1, 6), points=fork_points, extra=st.integers(0, 3))
-def test_fork_law_parent_prefix_plus_fork_events(
-    tmp_path_factory: pytest.TempPathFactory, turns: int, points: list[float], extra: int
-) -> None:
-    """Property: for random threads and fork points, the fork's state at its head is the
-    parent's state at the fork version plus the fork's own events, and the parent's
-    stored bytes are unchanged."""
-    db = tmp_path_factory.mktemp("law") / "threads.db"
-    with open_store(f"sqlite:///{db}") as store:
-        conversation(store, "p", turns)
-        head = store.state_at("p").version
-        parent_before = raw_rows(db, "p")
-        for index, point in enumerate(points):
-            at = max(1, round(point * head))
-            fork = store.fork("p", at_version=at, new_thread_id=f"f{index}")
-            script = [call((f"x{i}", "echo", '{"text": "y"}')) for i in range(extra)]
-            branch = agent_on(store, fork, [*script, ProviderResponse(content="z")])
-            for pending in branch.in_doubt:  # forked between a call and its result
-                branch.settle(pending.call.id, result="settled in the fork")
-            branch.run("fork input")
-            forked = store.history(fork)[at]
-            assert forked.interrupts == store.state_at("p", at).interrupts  # for projections
-            own = store.history(fork)[at + 1 :]  # after the Forked event
-            expected = AgentThread.Forked.graft(
-                store.history(fork)[at], store.load("p", version=at)
-            )
-            for event in own:
-                event.mutate(expected)
-            assert store.state_at(fork) == expected.state == store.replay_state(fork)
-        assert raw_rows(db, "p") == parent_before
-
-
-def raw_rows(db: Path, thread_id: str) -> list[tuple[Any, ...]]:
-    from covonaut_es.domain import thread_aggregate_id
-
-    with sqlite3.connect(db) as conn:
-        return conn.execute(
-            "SELECT * FROM stored_events WHERE originator_id = ? ORDER BY originator_version",
-            (thread_aggregate_id(thread_id).hex,),
-        ).fetchall()
 
 
 def test_a_fork_between_a_call_and_its_result_inherits_the_call_in_doubt(store: Store) -> None:

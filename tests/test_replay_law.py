@@ -192,28 +192,3 @@ ReplayLaw.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestReplayLaw = ReplayLaw.TestCase
-
-
-def test_replay_law_holds_across_snapshots(tmp_path: Path) -> None:
-    """Long threads are loaded through snapshots; the result equals the replay."""
-    script: list[Any] = []
-    for i in range(60):
-        script += [ProviderResponse(tool_calls=(ToolCall(f"c{i}", "echo", '{"text": "x"}'),))]
-    script.append(ProviderResponse(content="done"))
-    with open_store(f"sqlite:///{tmp_path / 'long.db'}") as store:
-        agent = Agent(
-            AgentConfig(
-                provider=ScriptedProvider(script),
-                tools=TOOLS,
-                max_turns=100,
-                checkpoint=CheckpointSettings(store=store, thread_id="long"),
-                clock=ticking_clock(),
-            )
-        )
-        agent.run("go")
-        assert agent.state.version > 256
-        assert store.replay_state("long") == agent.state == store.state_at("long")
-        for checkpoint in store.checkpoints("long")[::7]:
-            partial = store.state_at("long", checkpoint.version)
-            assert partial.version == checkpoint.version
-            assert partial.checkpoints[-1] == checkpoint

@@ -16,7 +16,7 @@ import pytest
 from eventsourcing.persistence import ConnectionPoolClosedError, ConnectionUnavailableError
 from eventsourcing.sqlite import SQLiteCursor
 
-from covonaut_es import Store, ThreadConflictError, open_store
+from covonaut_es import Store, open_store
 from covonaut_es.domain import AgentThread
 from covonaut_es.errors import ReadOnlyStoreError
 from covonaut_es.messages import Message, Role
@@ -39,52 +39,6 @@ def open_files(path: Path) -> int:
         except FileNotFoundError:  # the listing's own descriptor, closed meanwhile
             continue
     return found
-
-
-def test_threads_saving_through_one_store_at_once_lose_nothing(tmp_path: Path) -> None:
-    store = open_store(f"sqlite:///{tmp_path / 'threads.db'}")
-    failures: list[BaseException] = []
-
-    def talk(name: str) -> None:
-        try:
-            thread = AgentThread.start(name, now=NOW)
-            for n in range(SAVES):
-                thread.append_message(user(f"{name} says {n}"), now=NOW)
-                store.save(thread)
-        except BaseException as exc:  # reported below, with the thread that raised it
-            failures.append(exc)
-
-    workers = [threading.Thread(target=talk, args=(f"t{i}",)) for i in range(THREADS)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
-    assert failures == []
-    for i in range(THREADS):
-        messages = store.load(f"t{i}").state.messages
-        assert [m.content for m in messages] == [f"t{i} says {n}" for n in range(SAVES)]
-        assert store.verify(f"t{i}").ok
-    store.close()
-
-
-def test_a_conflicting_save_through_the_writer_stores_nothing(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'threads.db'}"
-    first, second = open_store(url), open_store(url)
-    thread = AgentThread.start("t", now=NOW)
-    first.save(thread)
-    mine, theirs = first.load("t"), second.load("t")
-    theirs.append_message(user("theirs"), now=NOW)
-    second.save(theirs)
-    mine.append_message(user("mine"), now=NOW)
-    with pytest.raises(ThreadConflictError):
-        first.save(mine)
-    assert [m.content for m in first.load("t").state.messages] == ["theirs"]
-    mine = first.load("t")  # the writer's transaction was rolled back: it writes again
-    mine.append_message(user("mine, again"), now=NOW)
-    first.save(mine)
-    assert [m.content for m in second.load("t").state.messages] == ["theirs", "mine, again"]
-    first.close()
-    second.close()
 
 
 def test_closing_a_store_closes_the_connection_its_saves_went_through(tmp_path: Path) -> None:

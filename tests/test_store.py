@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,12 +28,11 @@ from covonaut_es import (
     create_cipher_key,
     open_store,
 )
-from covonaut_es.domain import AgentThread, CheckpointReason, RunMode, ThreadSnapshot
+from covonaut_es.domain import ThreadSnapshot
 from covonaut_es.errors import CipherKeyMismatchError, ConfigurationError, StaleSnapshotError
-from covonaut_es.messages import Message
 from covonaut_es.store import _zstd
 from covonaut_es.store._mapper import MsgspecMapper
-from support import answer, call, echo_tool, put_raw_snapshot, snapshotted_thread
+from support import answer, call, echo_tool, put_raw_snapshot, raw_records, snapshotted_thread
 
 SECRET = "TOP-SECRET-PLAINTEXT-4711"
 
@@ -50,12 +48,6 @@ def talk(store: Store, thread_id: str = "t") -> Agent:
     )
     agent.run(f"Please repeat {SECRET}")
     return agent
-
-
-def raw_records(store: Store) -> list[bytes]:
-    """Every stored event's bytes as the recorder holds them (all back ends)."""
-    recorder = store._app.recorder
-    return [n.state for n in recorder.select_notifications(None, 10_000)]
 
 
 def stored_bytes(store_url: str) -> bytes:
@@ -113,21 +105,6 @@ def test_a_wrong_key_is_a_clear_error_not_garbage(
         open_store(store_url, create_tables=False)
 
 
-def test_compression_shrinks_records() -> None:
-    """compress=True stores the same thread in fewer bytes."""
-    plain, packed = open_store("memory://"), open_store("memory://", compress=True)
-    long_answer = "all work and no play " * 50
-    for store in (plain, packed):
-        Agent(
-            AgentConfig(
-                provider=ScriptedProvider([answer(long_answer)]),
-                checkpoint=CheckpointSettings(store=store, thread_id="t"),
-            )
-        ).run("go")
-    assert sum(map(len, raw_records(packed))) < sum(map(len, raw_records(plain))) / 2
-    assert packed.state_at("t").messages[-1].content == long_answer
-
-
 def test_invalid_cipher_key_is_a_configuration_error(store_url: str) -> None:
     """A key that is not base64 of 16, 24 or 32 bytes is refused at open."""
     with pytest.raises(ConfigurationError, match="cipher key"):
@@ -150,15 +127,6 @@ def test_sqlite_url_with_missing_directory_is_refused(tmp_path: Path) -> None:
     """A SQLite path in a directory that does not exist is refused, not created."""
     with pytest.raises(StoreURLError, match="does not exist"):
         open_store(f"sqlite:///{tmp_path / 'missing' / 'x.db'}")
-
-
-def test_sqlite_store_survives_reopening(tmp_path: Path) -> None:
-    """A SQLite store restores after its first Store object is closed."""
-    url = f"sqlite:///{tmp_path / 'threads.db'}"
-    with open_store(url) as store:
-        state = talk(store).state
-    with open_store(url) as reopened:
-        assert reopened.state_at("t") == state
 
 
 def test_missing_thread_is_a_lookup_error(store: Store) -> None:
@@ -345,29 +313,3 @@ def test_checkpoint_migrators_for_steps_that_do_not_exist_are_refused(store: Sto
     """A migrator keyed by a version the snapshots never had is a ConfigurationError."""
     with pytest.raises(ConfigurationError, match=r"CheckpointSettings\.migrators: 5 is not a step"):
         CheckpointSettings(store=store, migrators={5: lambda state: state})
-
-
-def test_a_new_snapshot_replaces_the_older_ones_and_time_travel_still_works(
-    shared_url: str,
-) -> None:
-    """A database store keeps one snapshot per thread, the newest; the state at any
-    version, below it or above it, is still the one the thread had then."""
-    with open_store(shared_url) as store:
-        now = datetime.now(UTC)
-        thread = AgentThread.start("long", now=now)
-        thread.start_run(RunMode.RUN, now=now)
-        states = {}
-        for i in range(1, 301):
-            thread.append_message(Message(role="user", content=f"message {i}"), now=now)
-            if i % 10 == 0:
-                thread.save_checkpoint(CheckpointReason.MANUAL, retain=0, now=now)
-                store.save(thread)
-                store.snapshot_if_due(thread)
-                states[thread.version] = thread.state
-        assert store._app.snapshots is not None
-        kept = store._app.snapshots.recorder.select_events(thread.id)
-        assert [s.originator_version for s in kept] == [store._snapshot_versions[thread.id]]
-        assert kept[0].originator_version > 2 * 64  # several were written, one is left
-        for version in sorted(states)[::4]:
-            assert store.state_at("long", version) == states[version]
-        assert store.state_at("long") == thread.state
