@@ -8,10 +8,12 @@ each store holds. Each test works on a copy in ``tmp_path``.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
 import shutil
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -320,3 +322,55 @@ def test_golden_exports_import_into_an_empty_store_and_verify(
         assert imported.state_at(thread_id) == source.state_at(thread_id)
         for imported_id in imported.thread_ids():
             assert imported.verify(imported_id).ok, imported_id
+
+
+def stored_rows(path: Path) -> set[tuple[Any, ...]]:
+    """Every event row of a SQLite store file, read behind the library's back."""
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        return set(
+            db.execute("SELECT originator_id, originator_version, topic, state FROM stored_events")
+        )
+
+
+def test_using_a_golden_store_rewrites_none_of_its_stored_events(
+    golden: dict[str, Any], store: Store
+) -> None:
+    """Reading, verifying and exporting every thread, then deciding the pending review,
+    leaves every event row the older code wrote exactly as it was: stored data is never
+    rewritten in place, only appended to."""
+    before = stored_rows(GOLDEN / golden["file"])
+    for thread_id in golden["threads"]:
+        store.load(thread_id)
+        store.verify(thread_id)
+        list(export_thread(store, thread_id))
+    verifier = HmacReviewerVerifier(KEYS["reviewer_secret"].encode(), clock=lambda: 1.8e9)
+    agent = Agent(
+        AgentConfig(
+            provider=ScriptedProvider([]),
+            checkpoint=CheckpointSettings(store=store, thread_id="golden-review-pending"),
+            reviewer_verifier=verifier,
+        )
+    )
+    (review_id,) = golden["threads"]["golden-review-pending"]["pending_reviews"]
+    agent.reject(review_id, reviewer=verifier.issue_token("golden-reviewer", 3600), reason="No.")
+    store.close()
+    after = stored_rows(Path(golden["url"].removeprefix("sqlite:///")))
+    assert before <= after
+    appended = after - before  # the decision, after the thread's head
+    head = golden["threads"]["golden-review-pending"]["version"]
+    assert appended and {row[1] for row in appended} == set(
+        range(head + 1, head + 1 + len(appended))
+    )
+    assert len({row[0] for row in appended}) == 1
+
+
+def test_a_golden_store_opened_read_only_is_read_and_left_byte_for_byte(
+    golden: dict[str, Any], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Through ``?mode=ro`` the command line lists and checks each golden store, and
+    the file is left byte for byte as the older code wrote it."""
+    read_only = {**golden, "url": golden["url"] + "?mode=ro"}
+    for command in (("threads",), ("migrate", "--check"), ("show", "golden-long")):
+        assert cli(read_only, monkeypatch, *command) == 0, capsys.readouterr().err
+    copy = Path(golden["url"].removeprefix("sqlite:///"))
+    assert copy.read_bytes() == (GOLDEN / golden["file"]).read_bytes()
