@@ -78,11 +78,11 @@ def pay_tool(runs: list[ToolContext]) -> Tool:
     return Tool("pay", "Send a payment", PAY_SCHEMA, pay, requires_approval=True)
 
 
-def failing_tool() -> Tool:
-    """``explode``: raises."""
+def failing_tool(message: str = "the tool broke") -> Tool:
+    """``explode``: raises ``ValueError(message)``."""
 
     def explode(ctx: ToolContext, args: dict[str, Any]) -> Any:
-        raise ValueError("the tool broke")
+        raise ValueError(message)
 
     return Tool("explode", "Always fails", {"type": "object"}, explode)
 
@@ -256,6 +256,34 @@ def test_a_run_that_dies_in_a_tool_ends_every_span_in_error(
     assert (tool_span.attributes or {})["error.type"] == "ProcessDied"
     assert (run.attributes or {})["error.type"] == "ProcessDied"
     assert [call.call.id for call in agent.in_doubt] == ["c1"]
+
+
+def test_a_cancelled_async_run_ends_its_spans_with_the_cancellation(
+    provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    """A task cancelled while its tool awaits leaves no span open: the tool's and the
+    run's end with error.type CancelledError."""
+
+    async def scenario() -> None:
+        started = asyncio.Event()
+
+        async def wait(ctx: ToolContext, args: dict[str, Any]) -> Any:
+            started.set()
+            await asyncio.Event().wait()
+
+        tool = Tool("wait", "Waits forever", {"type": "object"}, wait)
+        agent = Agent(config(provider, [call(("c1", "wait", "{}"))], tools=[tool]))
+        task = asyncio.create_task(agent.arun("go"))
+        await started.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(scenario())
+    spans = by_name(exporter.get_finished_spans())
+    (tool_span,), (run,) = spans["execute_tool wait"], spans["invoke_agent clerk"]
+    assert (tool_span.attributes or {})["error.type"] == "CancelledError"
+    assert (run.attributes or {})["error.type"] == "CancelledError"
 
 
 def test_a_review_pause_and_its_resume_are_two_traces_linked_by_the_stored_pause(
@@ -496,8 +524,8 @@ SECRET = st.text(min_size=6, max_size=40).map(lambda text: "§" + text)
 
 
 def _content_run(provider: TracerProvider, secret: str, *, opted_in: bool) -> None:
-    """A run whose user message, tool arguments, tool result, review request and
-    answer all hold ``secret``, traced by ``provider``."""
+    """A run whose system prompt, user message, tool arguments, tool result, tool
+    error, review request and answer all hold ``secret``, traced by ``provider``."""
     arguments = msgspec.json.encode({"text": secret}).decode()
     pay_arguments = msgspec.json.encode({"amount": 1, "to": secret}).decode()
     script = [
@@ -509,7 +537,7 @@ def _content_run(provider: TracerProvider, secret: str, *, opted_in: bool) -> No
         config(
             provider,
             script,
-            tools=[echo_tool(), failing_tool(), pay_tool(runs)],
+            tools=[echo_tool(), failing_tool(secret), pay_tool(runs)],
             trace_content=opted_in,
             system_prompt=secret,
         )
@@ -544,8 +572,8 @@ def _recorded_text(spans: Sequence[ReadableSpan]) -> list[str]:
 )
 @given(secret=SECRET)
 def test_no_content_is_recorded_unless_the_application_opts_in(secret: str) -> None:
-    """Whatever the messages, tool arguments and results hold, none of it reaches a
-    span, an event or a status unless trace_content is set; then it is recorded exactly."""
+    """Whatever the messages, tool arguments, results and errors hold, none of it
+    reaches a span, an event or a status unless trace_content is set; then it does."""
     for opted_in in (False, True):
         exporter = InMemorySpanExporter()
         tracer_provider = TracerProvider()

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from covonaut_es.domain import AgentThread, Interrupt, PauseKind, RunMode, ThreadStatus
+from covonaut_es.domain import AgentThread, Interrupt, PauseKind, RunMode
 from covonaut_es.messages import Message, ProviderRequest, ProviderResponse, Role
 from covonaut_es.runtime._config import AgentConfig
 from covonaut_es.runtime._loop import (
@@ -334,11 +334,8 @@ class RunTrace:
         span.set_attribute("covonaut.thread.status", str(thread.status))
         span.set_attribute(INPUT_TOKENS, self._input_tokens)
         span.set_attribute(OUTPUT_TOKENS, self._output_tokens)
-        if error is not None:
+        if error is not None:  # a run that fails raises, once its failure is recorded
             _fail(span, error, content=self._content)
-        elif thread.status is ThreadStatus.ERROR:  # recorded and ended without raising
-            span.set_attribute(ERROR_TYPE, _error_type(thread.error))
-            span.set_status(trace.StatusCode.ERROR)
         span.end()
 
 
@@ -353,11 +350,6 @@ def _fail(span: Span, error: BaseException, *, content: bool) -> None:
         span.set_status(trace.StatusCode.ERROR, f"{type(error).__qualname__}: {error}")
     else:
         span.set_status(trace.StatusCode.ERROR)
-
-
-def _error_type(error: str | None) -> str:
-    """The recorded error's type: the text before the first colon."""
-    return (error or "_OTHER").split(":", 1)[0] or "_OTHER"
 
 
 def _bounded(text: str) -> str:
