@@ -39,7 +39,7 @@ from covonaut_es import (
 )
 from covonaut_es.domain import Interrupt
 from covonaut_es.errors import ConfigurationError, ProviderError
-from covonaut_es.messages import ProviderResponse, ToolCall, Usage
+from covonaut_es.messages import ProviderRequest, ProviderResponse, Role, ToolCall, Usage
 from covonaut_es.runtime import running_calls
 from covonaut_es.runtime._tracing import SEMCONV_VERSION, _links
 from support import answer, call, echo_tool, review_tool, ticking_clock
@@ -198,6 +198,42 @@ def test_an_async_run_of_parallel_calls_traces_each_call_under_the_run(
     tools = spans["execute_tool echo"]
     assert sorted(str((s.attributes or {})["gen_ai.tool.call.id"]) for s in tools) == ["a", "b"]
     assert all(parent_of(tool) == span_id(run) for tool in tools)
+
+
+@pytest.mark.parametrize("driven", ["run", "arun"])
+def test_spans_a_tool_or_a_model_client_makes_are_children_of_their_call(
+    provider: TracerProvider, exporter: InMemorySpanExporter, driven: str
+) -> None:
+    """While a tool runs, or the model is asked, its span is the current one: spans an
+    instrumented client makes there join the trace under it."""
+    tracer = provider.get_tracer("client")
+
+    def transfer(ctx: ToolContext, args: dict[str, Any]) -> Any:
+        with tracer.start_as_current_span("bank transfer"):
+            return "sent"
+
+    def model(request: ProviderRequest) -> ProviderResponse:
+        with tracer.start_as_current_span("model http"):
+            if request.messages[-1].role is Role.TOOL:
+                return answer("done")
+            return call(("c1", "transfer", "{}"))
+
+    agent = Agent(
+        AgentConfig(
+            provider=ScriptedProvider(respond=model),
+            name="clerk",
+            tools=[Tool("transfer", "Sends money", {"type": "object"}, transfer)],
+            tracer_provider=provider,
+        )
+    )
+    assert (agent.run("go") if driven == "run" else asyncio.run(agent.arun("go"))) == "done"
+
+    spans = by_name(exporter.get_finished_spans())
+    (bank,), (tool,) = spans["bank transfer"], spans["execute_tool transfer"]
+    assert parent_of(bank) == span_id(tool)
+    chats = {span_id(chat) for chat in spans["chat"]}
+    assert {parent_of(http) for http in spans["model http"]} == chats
+    assert len(chats) == 2
 
 
 def test_a_tool_that_raises_marks_its_span_with_the_error_type(

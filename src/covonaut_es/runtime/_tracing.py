@@ -8,7 +8,8 @@ returns None and the run is driven as it is, untouched.
 A traced run is an ``invoke_agent`` span; each model call a ``chat`` span and each tool
 call an ``execute_tool`` span under it. They are observed, not called: :meth:`RunTrace.traced`
 wraps the run loop's program and sees the effects it yields and their results, so the
-loop and the drivers know nothing of tracing. The thread's events that matter to an
+loop and the drivers know nothing of tracing; the span of a model call or a lone tool
+call is the current span while the driver performs it. The thread's events that matter to an
 operator (reviews, pauses, calls in doubt, settlements) become span events when they are
 committed. Message contents, tool arguments and results are attributes only when
 ``AgentConfig.trace_content`` is set, bounded by :data:`MAX_CONTENT_CHARS`.
@@ -41,6 +42,7 @@ from covonaut_es.runtime._loop import (
 )
 
 try:
+    from opentelemetry import context as otel_context
     from opentelemetry import trace
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 except ImportError:  # the otel extra is not installed: nothing is ever traced
@@ -188,11 +190,18 @@ class RunTrace:
                     self._end(None)
                     output: str = stop.value
                     return output
-                self._before(effect)
+                current = self._before(effect)
+                # The span of a model call or of a lone tool call is the current one while
+                # the driver performs it, so that the spans its client or the tool makes
+                # on the driving thread (or a task or worker thread it starts) are its
+                # children. Not detached on a BaseException: driving() resets the context.
+                token = None if current is None else otel_context.attach(current)
                 try:
                     reply, error = (yield effect), None
                 except Exception as exc:  # the effect failed: the program decides what then
                     reply, error = None, exc
+                if token is not None:
+                    otel_context.detach(token)
                 self._after(effect, reply, error)
         except BaseException as exc:
             self._end(exc)
@@ -202,17 +211,21 @@ class RunTrace:
 
     # Effects -------------------------------------------------------------------------
 
-    def _before(self, effect: Effect) -> None:
+    def _before(self, effect: Effect) -> Context | None:
+        """Start the effect's spans; the context to make current while it is performed."""
         match effect:
             case Complete(request):
                 self._chat = self._start_chat(request)
+                return trace.set_span_in_context(self._chat, self._context)
             case RunTool(prepared):
-                self._start_tool(prepared)
+                span = self._start_tool(prepared)
+                return trace.set_span_in_context(span, self._context)
             case StartTools(calls):
                 for prepared in calls:
                     self._start_tool(prepared)
             case Commit():
                 self._note_events()
+        return None
 
     def _after(self, effect: Effect, reply: Any, error: Exception | None) -> None:
         match effect:
@@ -262,7 +275,7 @@ class RunTrace:
             span.set_attribute(OUTPUT_MESSAGES, _bounded(_messages_json([answer])))
         span.end()
 
-    def _start_tool(self, prepared: PreparedCall) -> None:
+    def _start_tool(self, prepared: PreparedCall) -> Span:
         call, context = prepared.call, prepared.context
         attributes: dict[str, AttributeValue] = {
             OPERATION: "execute_tool",
@@ -276,12 +289,14 @@ class RunTrace:
             attributes["covonaut.review.id"] = context.approval.review_id
         if self._content:
             attributes[TOOL_ARGUMENTS] = _bounded(call.arguments)
-        self._tools[call.id] = self._tracer.start_span(
+        span = self._tracer.start_span(
             f"execute_tool {call.name}",
             self._context,
             kind=trace.SpanKind.INTERNAL,
             attributes=attributes,
         )
+        self._tools[call.id] = span
+        return span
 
     def _end_tool(self, call_id: str, report: Any, error: BaseException | None) -> None:
         span = self._tools.pop(call_id, None)
