@@ -328,9 +328,10 @@ class RunTrace:
             if version <= self._seen:
                 continue
             self._seen = version
-            noted = _span_event(event)
-            if noted is not None:
-                self._span.add_event(*noted)
+            if type(event) in _NOTED:  # most events are not: skip the match below
+                noted = _span_event(event)
+                if noted is not None:
+                    self._span.add_event(*noted)
 
     def _end(self, error: BaseException | None) -> None:
         if self._ended:  # by the driver's exception, then by closing the program
@@ -431,6 +432,20 @@ def _resolved_pauses(thread: AgentThread) -> Iterator[tuple[str, Mapping[str, At
             yield "covonaut.call.settled", attributes
         else:
             yield "covonaut.pause.answered", attributes
+
+
+_NOTED = frozenset(
+    {
+        AgentThread.ReviewRequested,
+        AgentThread.ReviewDecided,
+        AgentThread.ReviewApprovedWithEdits,
+        AgentThread.ReviewResponded,
+        AgentThread.Interrupted,
+        AgentThread.ToolCallSettled,
+        AgentThread.ToolCallRetried,
+        AgentThread.ApprovalUsed,
+    }
+)
 
 
 def _span_event(event: Any) -> tuple[str, Mapping[str, AttributeValue]] | None:
