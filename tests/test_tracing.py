@@ -42,6 +42,7 @@ from covonaut_es.errors import ConfigurationError, ProviderError
 from covonaut_es.messages import ProviderRequest, ProviderResponse, Role, ToolCall, Usage
 from covonaut_es.runtime import running_calls
 from covonaut_es.runtime._tracing import SEMCONV_VERSION, _links
+from covonaut_es.workers import Worker
 from support import answer, call, echo_tool, review_tool, ticking_clock
 
 VERIFIER = HmacReviewerVerifier(secrets.token_bytes(32))
@@ -363,6 +364,32 @@ def test_a_review_pause_and_its_resume_are_two_traces_linked_by_the_stored_pause
     assert (resumed.events[0].attributes or {})["covonaut.review.decision"] == "approved"
     (paid,) = spans["execute_tool pay"]
     assert (paid.attributes or {})["covonaut.review.id"] == review_id
+    assert len(runs) == 1
+
+
+def test_a_worker_that_resumes_a_decided_review_links_to_the_paused_run(
+    provider: TracerProvider, exporter: InMemorySpanExporter, tmp_path: Path
+) -> None:
+    """A worker resuming a thread whose review was decided traces the resume, linked
+    to the run that paused, through the config its factory returns."""
+    url = f"sqlite:///{tmp_path / 'threads.db'}"
+    runs: list[ToolContext] = []
+    pay = '{"amount": 40, "to": "bob"}'
+    scripted = ScriptedProvider([call(("c1", "pay", pay)), call(("c2", "pay", pay)), answer("ok")])
+    with open_store(url) as store:
+        agent = Agent(_review_config(provider, scripted, store, runs))
+        agent.run("pay bob")
+        agent.approve(agent.pending_reviews[0].review_id, reviewer=ALICE)
+        (paused,) = by_name(exporter.get_finished_spans())["invoke_agent clerk"]
+        exporter.clear()
+
+        worker = Worker(store, lambda _: _review_config(provider, scripted, store, runs))
+        worker.run(once=True)
+        worker.close()
+    (resumed,) = by_name(exporter.get_finished_spans())["invoke_agent clerk"]
+    assert paused.context is not None
+    assert [link.context.span_id for link in resumed.links] == [paused.context.span_id]
+    assert (resumed.attributes or {})["covonaut.run.mode"] == "resume"
     assert len(runs) == 1
 
 
