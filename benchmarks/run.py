@@ -18,6 +18,8 @@ import workers
 import writers
 from harness import cli
 
+import tracing
+
 FIGURES = [
     single_thread.run,  # 1-3
     fork.run,  # 4
@@ -27,6 +29,7 @@ FIGURES = [
     limits.run,  # 8
     inbox.run,  # 9
     workers.run,  # 10
+    tracing.run,  # 12
     diagnose.run,  # why the missed targets were missed
 ]
 

@@ -58,6 +58,16 @@ def test_recovery_example_prints_the_three_lines() -> None:
     assert result.stdout == expected.group(1)
 
 
+def test_tracing_example_prints_the_two_linked_traces() -> None:
+    """examples/tracing.py prints exactly the span trees docs/tracing.md shows: the run
+    that paused for review, and the run that resumed it, linked to it."""
+    result = run_python(ROOT / "examples" / "tracing.py")
+    page = (ROOT / "docs" / "tracing.md").read_text()
+    expected = re.search(r"it prints\n\n```text\n(.*?)```", page, flags=re.S)
+    assert expected is not None
+    assert result.stdout == expected.group(1)
+
+
 def test_restart_recovery_example_runs_two_processes(tmp_path: Path) -> None:
     """examples/restart_recovery.py (make demo): a second process restores from the
     SQLite file after the first exited, and prints the example's three lines."""

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 
+import msgspec
+
 from covonaut_es.domain._reviews import ReviewLedger
 from covonaut_es.domain._values import Interrupt, Pause, PauseKind, PendingToolCall
 
@@ -23,7 +25,7 @@ def checked_kind(
     that the thread does not support becomes a tool's pause."""
     if interrupt.kind is PauseKind.INTERRUPT or _claim_holds(interrupt, reviews, open_calls):
         return interrupt
-    return Interrupt(interrupt.reason, interrupt.data, interrupt.tool_call_id, interrupt.tool_name)
+    return msgspec.structs.replace(interrupt, kind=PauseKind.INTERRUPT)
 
 
 def _claim_holds(
@@ -48,9 +50,7 @@ def paused_by_its_tool(interrupts: list[Interrupt], tool_call_id: str) -> None:
     whose data a tool filled with its own idempotency key) makes such a claim."""
     for i, interrupt in enumerate(interrupts):
         if interrupt.tool_call_id == tool_call_id and interrupt.kind is PauseKind.IN_DOUBT:
-            interrupts[i] = Interrupt(
-                interrupt.reason, interrupt.data, interrupt.tool_call_id, interrupt.tool_name
-            )
+            interrupts[i] = msgspec.structs.replace(interrupt, kind=PauseKind.INTERRUPT)
 
 
 def in_doubt_data(pending: PendingToolCall) -> dict[str, str]:

@@ -808,10 +808,13 @@ class AgentThread(Aggregate, created_event_name="Started"):
             raise ThreadStateError(msg)
         self.trigger_event(self.Interrupted, interrupt=interrupt, timestamp=now)
 
-    def pause_in_doubt(self, tool_call_id: str, reason: str, *, now: datetime) -> Interrupt:
+    def pause_in_doubt(
+        self, tool_call_id: str, reason: str, *, now: datetime, trace_parent: str = ""
+    ) -> Interrupt:
         """Pause the thread on a call in doubt, for a person to check the external system
         and settle it; the interrupt's data names the call and its idempotency key. A
         thread paused on the call in doubt already stays so (nothing is recorded).
+        ``trace_parent``: the traced run's context (see ``Interrupt.trace_parent``).
 
         Raises:
             ThreadStateError: The call is not in doubt.
@@ -822,7 +825,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
                 return interrupt
         call = pending.call
         interrupt = Interrupt(
-            reason, in_doubt_data(pending), call.id, call.name, PauseKind.IN_DOUBT
+            reason, in_doubt_data(pending), call.id, call.name, PauseKind.IN_DOUBT, trace_parent
         )
         self.trigger_event(self.Interrupted, interrupt=interrupt, timestamp=now)
         return interrupt
@@ -917,10 +920,11 @@ class AgentThread(Aggregate, created_event_name="Started"):
         self.trigger_event(self.Labelled, label=Label(name, version), timestamp=now)
 
     def request_review(
-        self, call: ToolCall, arguments: dict[str, Any], *, now: datetime
+        self, call: ToolCall, arguments: dict[str, Any], *, now: datetime, trace_parent: str = ""
     ) -> ReviewRequest:
         """Hold back an open call for a person's review of its exact operation, and
-        pause the run on it: the request is the interrupt's data."""
+        pause the run on it: the request is the interrupt's data. ``trace_parent``: the
+        traced run's context (see ``Interrupt.trace_parent``)."""
         self._open_call(call.id)
         request = ReviewRequest(
             review_id=self._next_event_key(call),
@@ -932,7 +936,12 @@ class AgentThread(Aggregate, created_event_name="Started"):
         )
         self.trigger_event(self.ReviewRequested, request=request, timestamp=now)
         interrupt = Interrupt(
-            review_reason(request), request.to_data(), call.id, call.name, PauseKind.REVIEW
+            review_reason(request),
+            request.to_data(),
+            call.id,
+            call.name,
+            PauseKind.REVIEW,
+            trace_parent,
         )
         self.trigger_event(self.Interrupted, interrupt=interrupt, timestamp=now)
         return request

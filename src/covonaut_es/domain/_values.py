@@ -57,6 +57,9 @@ class Interrupt(msgspec.Struct, frozen=True, omit_defaults=True):
         tool_call_id: The call the run paused on.
         tool_name: That call's tool.
         kind: What the pause waits for; set by the thread's own commands.
+        trace_parent: The W3C ``traceparent`` of the traced run that paused (empty when
+            it was not traced): the run that resumes links its trace to that one. An
+            opaque value to the thread; one that does not read is no link.
     """
 
     reason: str
@@ -64,6 +67,7 @@ class Interrupt(msgspec.Struct, frozen=True, omit_defaults=True):
     tool_call_id: str = ""
     tool_name: str = ""
     kind: PauseKind = PauseKind.INTERRUPT
+    trace_parent: str = ""
 
 
 class Pause(msgspec.Struct, frozen=True):

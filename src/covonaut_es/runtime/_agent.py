@@ -8,11 +8,9 @@ decisions (:mod:`covonaut_es.runtime._reviews`) and the checkpoints and named st
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
 from typing import Any
 
 from covonaut_es.domain import (
-    AgentThread,
     Interrupt,
     Pause,
     PendingToolCall,
@@ -24,9 +22,9 @@ from covonaut_es.domain import (
 from covonaut_es.errors import ThreadStateError
 from covonaut_es.messages import Message, Role, Usage
 from covonaut_es.runtime._agent_base import DEFAULT_THREAD_ID as DEFAULT_THREAD_ID
+from covonaut_es.runtime._agent_base import MakeProgram
 from covonaut_es.runtime._config import AgentConfig
 from covonaut_es.runtime._loop import (
-    Program,
     RunSettings,
     retry_program,
     run_program,
@@ -191,24 +189,23 @@ class Agent(ReviewCommands, StateCommands):
     # Driving ----------------------------------------------------------------------
 
     def _drive(self, mode: RunMode, user_input: str | None) -> str:
-        return self._perform(self._running(mode, user_input))
+        return self._perform(self._running(mode, user_input), mode)
 
     async def _adrive(self, mode: RunMode, user_input: str | None) -> str:
-        return await self._aperform(self._running(mode, user_input))
+        return await self._aperform(self._running(mode, user_input), mode)
 
-    def _running(self, mode: RunMode, user_input: str | None) -> Callable[[AgentThread], Program]:
-        return lambda thread: run_program(
+    def _running(self, mode: RunMode, user_input: str | None) -> MakeProgram:
+        return lambda thread, trace_parent: run_program(
             thread,
             self.config,
             self._run_settings(),
             mode,
             user_input=user_input,
             steering=self._drain_steering,
+            trace_parent=trace_parent,
         )
 
-    def _settling(
-        self, tool_call_id: str, result: Any, retry: bool, ran: bool
-    ) -> Callable[[AgentThread], Program]:
+    def _settling(self, tool_call_id: str, result: Any, retry: bool, ran: bool) -> MakeProgram:
         given = result is not _NO_RESULT
         if (retry and (given or not ran)) or (not retry and ran and not given):
             msg = (
@@ -217,9 +214,9 @@ class Agent(ReviewCommands, StateCommands):
             )
             raise ThreadStateError(msg)
         if retry:
-            return lambda thread: retry_program(thread, self.config, tool_call_id)
+            return lambda thread, _: retry_program(thread, self.config, tool_call_id)
         content = result_text(result) if given else Settlement.not_run().content
-        return lambda thread: settle_program(thread, self.config, tool_call_id, content, ran=ran)
+        return lambda thread, _: settle_program(thread, self.config, tool_call_id, content, ran=ran)
 
     def _run_settings(self) -> RunSettings:
         settings = self.config.checkpoint

@@ -20,19 +20,24 @@ from typing import cast
 
 from covonaut_es import _logs
 from covonaut_es._closing import Closing
-from covonaut_es.domain import AgentThread
+from covonaut_es.domain import AgentThread, RunMode
 from covonaut_es.errors import ThreadStateError
 from covonaut_es.migrations import Upcaster
 from covonaut_es.migrations._upcasting import NO_MIGRATORS
 from covonaut_es.runtime._config import AgentConfig
 from covonaut_es.runtime._drivers import AsyncDriver, SyncDriver
 from covonaut_es.runtime._loop import Commit, Program
+from covonaut_es.runtime._tracing import RunTrace, start_run
 from covonaut_es.service import RunSession, ThreadService
 from covonaut_es.store import Store, open_store
 
 logger = _logs.logger("covonaut_es")
 
 DEFAULT_THREAD_ID = "default"
+
+MakeProgram = Callable[[AgentThread, str], Program]
+"""Makes the program a command drives, given the thread and the W3C ``traceparent`` of
+the run's trace (empty when the command is not traced)."""
 
 
 class AgentBase(Closing):
@@ -90,7 +95,9 @@ class AgentBase(Closing):
 
     # Running a program in a session ---------------------------------------------------
 
-    def _perform(self, make_program: Callable[[AgentThread], Program]) -> str:
+    def _perform(self, make_program: MakeProgram, run: RunMode | None = None) -> str:
+        """Drive the program under the thread's lease; ``run``: it is a run, in that
+        mode, and traced if tracing is on."""
         with (
             self._exclusive(),
             self._service.session(
@@ -101,9 +108,13 @@ class AgentBase(Closing):
             driver = SyncDriver(
                 self.config.provider, lambda c: self._commit(session, c), session.check_lease
             )
-            return driver.drive(make_program(session.thread))
+            trace = self._trace(session.thread, run)
+            if trace is None:
+                return driver.drive(make_program(session.thread, ""))
+            with trace.driving():
+                return driver.drive(trace.traced(make_program(session.thread, trace.trace_parent)))
 
-    async def _aperform(self, make_program: Callable[[AgentThread], Program]) -> str:
+    async def _aperform(self, make_program: MakeProgram, run: RunMode | None = None) -> str:
         with self._exclusive():
             async with self._service.asession(
                 self._thread_id, thread=self._thread, migrators=self._migrators
@@ -118,7 +129,15 @@ class AgentBase(Closing):
                     await asyncio.to_thread(session.check_lease)
 
                 driver = AsyncDriver(self.config.provider, commit, guard)
-                return await driver.drive(make_program(session.thread))
+                trace = self._trace(session.thread, run)
+                if trace is None:
+                    return await driver.drive(make_program(session.thread, ""))
+                with trace.driving():
+                    program = trace.traced(make_program(session.thread, trace.trace_parent))
+                    return await driver.drive(program)
+
+    def _trace(self, thread: AgentThread, run: RunMode | None) -> RunTrace | None:
+        return None if run is None else start_run(self.config, thread, run)
 
     def _bind_session(self, session: RunSession) -> None:
         if session.thread is not self._thread:

@@ -54,6 +54,15 @@ def _state_store(_: object, __: attrs.Attribute[StateStore | None], store: objec
         raise ConfigurationError(msg)
 
 
+def _tracer_provider(_: object, __: attrs.Attribute[object], provider: object) -> None:
+    if provider is not None and not callable(getattr(provider, "get_tracer", None)):
+        msg = (
+            "AgentConfig.tracer_provider must be an OpenTelemetry TracerProvider (anything "
+            f"with get_tracer), or None for the global one; got {type(provider).__name__}"
+        )
+        raise ConfigurationError(msg)
+
+
 def _state_document_steps(
     _: object, attribute: attrs.Attribute[Mapping[int, Upcaster]], steps: Mapping[int, Upcaster]
 ) -> None:
@@ -127,6 +136,13 @@ class AgentConfig:
         tool_timeout: Seconds a tool call may run unless its ``Tool(timeout=...)`` says
             otherwise; None (the default) lets calls run as long as they take. A call
             past its timeout is recorded in doubt and the run pauses on it.
+        tracer_provider: The OpenTelemetry ``TracerProvider`` that traces runs; None
+            (the default) uses the global one. A run is traced only when there is a
+            provider (not the API's default no-op one) and the ``otel`` extra is
+            installed; see the tracing page of the documentation.
+        trace_content: Record message contents, tool arguments and tool results in the
+            spans (bounded in size). Off by default: they may hold personal data, and a
+            trace back end is rarely guarded like the thread store.
     """
 
     provider: Provider | AsyncProvider
@@ -148,6 +164,8 @@ class AgentConfig:
         default=NO_MIGRATORS, converter=frozen_steps, validator=_state_document_steps
     )
     tool_timeout: float | None = attrs.field(default=None, validator=check_timeout)
+    tracer_provider: object | None = attrs.field(default=None, validator=_tracer_provider)
+    trace_content: bool = False
 
     def tool(self, name: str) -> Tool | None:
         """The tool with that name, if configured."""

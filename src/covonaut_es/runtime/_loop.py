@@ -103,13 +103,15 @@ Effect = Complete | Commit | RunTool | StartTools | NextToolReport
 @attrs.frozen
 class ToolReport:
     """How one executed tool call ended; ``expired_after``: it outran its timeout of
-    that many seconds and may or may not have done its work."""
+    that many seconds and may or may not have done its work; ``error_type``: the name of
+    the exception the tool raised."""
 
     tool_call_id: str
     outcome: ToolOutcome
     content: str
     interrupt: Interrupt | None = None
     expired_after: float | None = None
+    error_type: str = ""
 
     @classmethod
     def expired(cls, prepared: PreparedCall) -> ToolReport:
@@ -149,7 +151,7 @@ class ToolReport:
         content = f"Error: tool {call.name!r} failed: {type(error).__name__}: {error}"
         # An exception's text may hold a lone surrogate, which could not be stored.
         content = content.encode("utf-8", "backslashreplace").decode("utf-8")
-        return cls(call.id, ToolOutcome.FAILED, content)
+        return cls(call.id, ToolOutcome.FAILED, content, error_type=type(error).__qualname__)
 
 
 # The program --------------------------------------------------------------------------
@@ -176,14 +178,16 @@ def run_program(
     *,
     user_input: str | None = None,
     steering: Callable[[], Sequence[Message]] = tuple,
+    trace_parent: str = "",
 ) -> Program:
     """Run turns until a final answer, an interrupt, an error or the turn limit.
 
-    Returns the final answer, or ``""`` when the run paused on an interrupt.
+    Returns the final answer, or ``""`` when the run paused on an interrupt. Every
+    pause it records carries ``trace_parent``, the traced run's context, if any.
     """
     now = config.clock
     paused = len(thread.interrupts)
-    yield from _retry_calls(thread, config)
+    yield from _retry_calls(thread, config, trace_parent)
     if len(thread.interrupts) > paused:
         # A call run again paused (its tool raised InterruptError, or it needs a review):
         # the run stays paused on it, as on any pause, for a person to deal with.
@@ -231,7 +235,7 @@ def run_program(
 
         if final_turn:
             yield from _refuse_calls_on_final_turn(thread, config, calls)
-        yield from _run_tools(thread, config, calls)
+        yield from _run_tools(thread, config, calls, trace_parent)
         if thread.interrupts:
             yield from _checkpoint(thread, settings, CheckpointReason.INTERRUPT, now())
             return ""
@@ -303,17 +307,18 @@ def _compact(thread: AgentThread, config: AgentConfig) -> Generator[Effect, Any,
 
 
 def _run_tools(
-    thread: AgentThread, config: AgentConfig, calls: Sequence[ToolCall]
+    thread: AgentThread, config: AgentConfig, calls: Sequence[ToolCall], trace_parent: str
 ) -> Generator[Effect, Any, None]:
     """Run a response's calls and record every result in the order the model asked."""
     if not (config.parallel_tools and len(calls) > 1):
         for call in calls:
             # A call admitted after an earlier one paused the run does not execute.
             paused = bool(thread.interrupts)
-            yield from _execute(thread, config, _admitted(thread, config, call, paused=paused))
+            admitted = _admitted(thread, config, call, trace_parent, paused=paused)
+            yield from _execute(thread, config, admitted, trace_parent)
         return  # the last result is committed with the end of the turn
 
-    slots = [_admitted(thread, config, call) for call in calls]
+    slots = [_admitted(thread, config, call, trace_parent) for call in calls]
     runnable = tuple(slot for slot in slots if isinstance(slot, PreparedCall))
     finished: dict[str, ToolReport] = {}
     for slot in slots:
@@ -328,9 +333,9 @@ def _run_tools(
             while slot.call.id not in finished:  # the calls end in any order
                 report: ToolReport = yield NextToolReport()
                 finished[report.tool_call_id] = report
-            yield from _execute(thread, config, finished.pop(slot.call.id))
+            yield from _execute(thread, config, finished.pop(slot.call.id), trace_parent)
         else:
-            yield from _execute(thread, config, slot)
+            yield from _execute(thread, config, slot, trace_parent)
 
 
 Admitted = PreparedCall | ToolReport | None
@@ -339,16 +344,21 @@ back for a review."""
 
 
 def _admitted(
-    thread: AgentThread, config: AgentConfig, call: ToolCall, *, paused: bool = False
+    thread: AgentThread,
+    config: AgentConfig,
+    call: ToolCall,
+    trace_parent: str,
+    *,
+    paused: bool = False,
 ) -> Admitted:
     item = _prepare(thread, config, call)
     if isinstance(item, PreparedCall):
-        return _admit(thread, item, config.clock(), paused=paused)
+        return _admit(thread, item, config.clock(), trace_parent, paused=paused)
     return item
 
 
 def _execute(
-    thread: AgentThread, config: AgentConfig, item: Admitted
+    thread: AgentThread, config: AgentConfig, item: Admitted, trace_parent: str
 ) -> Generator[Effect, Any, None]:
     """Run an admitted call and record its result, or record a result known without
     running it. The result is left to the next commit: the one before the next call
@@ -360,7 +370,7 @@ def _execute(
         yield Commit(always=_authorized(item))
         item = yield RunTool(item)
     assert isinstance(item, ToolReport)
-    _record(thread, item, config.clock())
+    _record(thread, item, config.clock(), trace_parent)
 
 
 def _prepare(thread: AgentThread, config: AgentConfig, call: ToolCall) -> PreparedCall | ToolReport:
@@ -381,7 +391,12 @@ def _prepare(thread: AgentThread, config: AgentConfig, call: ToolCall) -> Prepar
 
 
 def _admit(
-    thread: AgentThread, item: PreparedCall, now: datetime, *, paused: bool = False
+    thread: AgentThread,
+    item: PreparedCall,
+    now: datetime,
+    trace_parent: str,
+    *,
+    paused: bool = False,
 ) -> Admitted:
     """Let a prepared call run now, with the approval that authorizes it if its tool
     requires one; otherwise give the result saying why it does not run, or ask for its
@@ -397,7 +412,7 @@ def _admit(
         digest = operation_digest(call.name, item.args)
         review = thread.reviews.standing(digest, key, thread_id=thread.thread_id)
         if review is None:
-            thread.request_review(call, item.args, now=now)
+            thread.request_review(call, item.args, now=now, trace_parent=trace_parent)
             return None
     if paused:
         note = "Not executed: an earlier call in this batch paused the run."
@@ -416,7 +431,9 @@ def _authorized(item: PreparedCall) -> bool:
     return item.context.approval is not None
 
 
-def retry_program(thread: AgentThread, config: AgentConfig, tool_call_id: str) -> Program:
+def retry_program(
+    thread: AgentThread, config: AgentConfig, tool_call_id: str, trace_parent: str = ""
+) -> Program:
     """Run a call in doubt again with its idempotency key and record the result.
 
     A call whose tool requires approval is admitted as any call is: the approval it
@@ -424,7 +441,8 @@ def retry_program(thread: AgentThread, config: AgentConfig, tool_call_id: str) -
     """
     pending = thread.retry_tool_call(tool_call_id, now=config.clock())
     yield Commit()
-    yield from _execute(thread, config, _admitted(thread, config, pending.call))
+    admitted = _admitted(thread, config, pending.call, trace_parent)
+    yield from _execute(thread, config, admitted, trace_parent)
     yield Commit()
     return ""
 
@@ -439,28 +457,29 @@ def settle_program(
     return ""
 
 
-def _retry_calls(thread: AgentThread, config: AgentConfig) -> Program:
+def _retry_calls(thread: AgentThread, config: AgentConfig, trace_parent: str) -> Program:
     """Run again the calls in doubt that may run again: a person asked for it, or the
     tool is idempotent."""
     for pending in thread.in_doubt:
         tool = config.tool(pending.call.name)
         asked = pending.call.id in thread.retries_requested
         if asked or (tool is not None and tool.idempotent):
-            yield from retry_program(thread, config, pending.call.id)
+            yield from retry_program(thread, config, pending.call.id, trace_parent)
     return ""
 
 
-def _record(thread: AgentThread, report: ToolReport, now: datetime) -> None:
+def _record(thread: AgentThread, report: ToolReport, now: datetime, trace_parent: str) -> None:
     if report.expired_after is not None:  # no result is known: the call stays open
         reason = (
             f"call {report.tool_call_id!r} ran past its timeout of {report.expired_after:g} s "
             "and may or may not have done its work; check the external system, then settle "
             "it (or run it again with its idempotency key)"
         )
-        thread.pause_in_doubt(report.tool_call_id, reason, now=now)
+        thread.pause_in_doubt(report.tool_call_id, reason, now=now, trace_parent=trace_parent)
         return
     if report.interrupt is not None:
-        thread.interrupt(report.interrupt, now=now)
+        interrupt = msgspec.structs.replace(report.interrupt, trace_parent=trace_parent)
+        thread.interrupt(interrupt, now=now)
     thread.record_tool_result(report.tool_call_id, report.content, report.outcome, now=now)
 
 

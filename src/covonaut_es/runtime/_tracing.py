@@ -1,0 +1,488 @@
+"""Traces of runs in OpenTelemetry, following its semantic conventions for generative AI.
+
+Internal; the one module that imports OpenTelemetry (the ``otel`` extra). A run is traced
+when OpenTelemetry has a tracer provider: ``AgentConfig.tracer_provider``, else the global
+one. Without the package, or with only the API's default no-op provider, :func:`start_run`
+returns None and the run is driven as it is, untouched.
+
+A traced run is an ``invoke_agent`` span; each model call a ``chat`` span and each tool
+call an ``execute_tool`` span under it. They are observed, not called: :meth:`RunTrace.traced`
+wraps the run loop's program and sees the effects it yields and their results, so the
+loop and the drivers know nothing of tracing; the span of a model call or a lone tool
+call is the current span while the driver performs it. The thread's events that matter to an
+operator (reviews, pauses, calls in doubt, settlements) become span events when they are
+committed. Message contents, tool arguments and results are attributes only when
+``AgentConfig.trace_content`` is set, bounded by :data:`MAX_CONTENT_CHARS`.
+
+A pause records the run's W3C ``traceparent`` (``Interrupt.trace_parent``); the run that
+resumes it, days later maybe, starts a new trace with a link to each paused run's span.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from covonaut_es.domain import AgentThread, Interrupt, PauseKind, RunMode
+from covonaut_es.messages import Message, ProviderRequest, ProviderResponse, Role
+from covonaut_es.runtime._config import AgentConfig
+from covonaut_es.runtime._loop import (
+    Commit,
+    Complete,
+    Effect,
+    NextToolReport,
+    PreparedCall,
+    Program,
+    RunTool,
+    StartTools,
+    ToolReport,
+)
+
+try:
+    from opentelemetry import context as otel_context
+    from opentelemetry import trace
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+except ImportError:  # the otel extra is not installed: nothing is ever traced
+    trace = None  # type: ignore[assignment]
+
+if TYPE_CHECKING:
+    from opentelemetry.context import Context
+    from opentelemetry.trace import Link, Span, Tracer
+    from opentelemetry.util.types import AttributeValue
+
+SEMCONV_VERSION = "1.37.0"
+"""The version of the OpenTelemetry semantic conventions the spans follow."""
+
+SCHEMA_URL = f"https://opentelemetry.io/schemas/{SEMCONV_VERSION}"
+
+MAX_CONTENT_CHARS = 16_384
+"""Content attributes (opted in with ``trace_content``) keep this many characters."""
+
+_MAX_TRACE_PARENT_CHARS = 256  # a stored traceparent longer than this is no link
+
+# Names of the GenAI conventions' attributes; our own are under "covonaut.".
+OPERATION = "gen_ai.operation.name"
+PROVIDER = "gen_ai.provider.name"
+AGENT_NAME = "gen_ai.agent.name"
+CONVERSATION = "gen_ai.conversation.id"
+REQUEST_MODEL = "gen_ai.request.model"
+REQUEST_MAX_TOKENS = "gen_ai.request.max_tokens"
+REQUEST_TEMPERATURE = "gen_ai.request.temperature"
+FINISH_REASONS = "gen_ai.response.finish_reasons"
+INPUT_TOKENS = "gen_ai.usage.input_tokens"
+OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+TOOL_NAME = "gen_ai.tool.name"
+TOOL_CALL_ID = "gen_ai.tool.call.id"
+TOOL_TYPE = "gen_ai.tool.type"
+INPUT_MESSAGES = "gen_ai.input.messages"
+OUTPUT_MESSAGES = "gen_ai.output.messages"
+TOOL_ARGUMENTS = "gen_ai.tool.call.arguments"
+TOOL_RESULT = "gen_ai.tool.call.result"
+ERROR_TYPE = "error.type"
+
+_PROVIDERS = {
+    "covonaut_es.providers.openai": "openai",
+    "covonaut_es.providers.anthropic": "anthropic",
+}
+
+
+def start_run(config: AgentConfig, thread: AgentThread, mode: RunMode) -> RunTrace | None:
+    """The trace of a run that starts now on ``thread``, or None when nothing traces."""
+    tracer = _tracer(config.tracer_provider)
+    return None if tracer is None else RunTrace(tracer, config, thread, mode)
+
+
+def _tracer(provider: Any) -> Tracer | None:
+    if trace is None:
+        return None
+    if provider is None:
+        provider = trace.get_tracer_provider()
+    if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
+        return None  # the API's default: no SDK configured, so nothing would be recorded
+    tracer: Tracer = provider.get_tracer("covonaut_es", schema_url=SCHEMA_URL)
+    return tracer
+
+
+def provider_name(provider: object) -> str:
+    """``gen_ai.provider.name`` for a model provider: the vendor of a bundled adapter, a
+    string ``provider_name`` attribute the provider declares, else ``_OTHER``."""
+    named = getattr(provider, "provider_name", None)
+    if isinstance(named, str) and named:
+        return named
+    return _PROVIDERS.get(type(provider).__module__, "_OTHER")
+
+
+class RunTrace:
+    """The spans of one run: its ``invoke_agent`` span, started on construction and
+    ended when the program it traces ends.
+
+    Attributes:
+        trace_parent: The run span's W3C ``traceparent``, recorded with every pause.
+    """
+
+    def __init__(
+        self, tracer: Tracer, config: AgentConfig, thread: AgentThread, mode: RunMode
+    ) -> None:
+        self._tracer = tracer
+        self._thread = thread
+        self._content = config.trace_content
+        settings = config.checkpoint
+        self._common: dict[str, AttributeValue] = {
+            PROVIDER: provider_name(config.provider),
+            CONVERSATION: thread.thread_id,
+        }
+        attributes = {
+            OPERATION: "invoke_agent",
+            AGENT_NAME: config.name,
+            **self._common,
+            "covonaut.run.mode": str(mode),
+            "covonaut.durability": settings.durability if settings else "memory",
+        }
+        if config.model:
+            attributes[REQUEST_MODEL] = config.model
+        self._span = tracer.start_span(
+            f"invoke_agent {config.name}",
+            kind=trace.SpanKind.INTERNAL,
+            attributes=attributes,
+            links=_links(thread.interrupts),
+        )
+        self._context: Context = trace.set_span_in_context(self._span)
+        carrier: dict[str, str] = {}
+        TraceContextTextMapPropagator().inject(carrier, self._context)
+        self.trace_parent = carrier.get("traceparent", "")
+        self._seen = thread.version - len(thread.pending_events)
+        self._chat: Span | None = None
+        self._tools: dict[str, Span] = {}
+        self._input_tokens = self._output_tokens = 0
+        self._ended = False
+        for name, event_attributes in _resolved_pauses(thread):
+            self._span.add_event(name, event_attributes)
+
+    @contextlib.contextmanager
+    def driving(self) -> Iterator[None]:
+        """While the run is driven: make its span the current span, so that spans a
+        provider's client or a tool makes on the driving thread belong to its trace; and
+        end the trace with any exception the driver lets through (one that is no
+        ``Exception``, never thrown into the program)."""
+        # Failures are recorded by _end(), which knows whether content may be.
+        with trace.use_span(
+            self._span, end_on_exit=False, record_exception=False, set_status_on_exception=False
+        ):
+            try:
+                yield
+            except BaseException as exc:
+                self._end(exc)
+                raise
+
+    def traced(self, program: Program) -> Program:
+        """``program``, observed: it yields the same effects and gets the same results,
+        and every span is ended when it ends, however it ends."""
+        reply: Any = None
+        error: Exception | None = None
+        try:
+            while True:
+                try:
+                    effect = program.send(reply) if error is None else program.throw(error)
+                except StopIteration as stop:
+                    self._end(None)
+                    output: str = stop.value
+                    return output
+                current = self._before(effect)
+                # The span of a model call or of a lone tool call is the current one while
+                # the driver performs it, so that the spans its client or the tool makes
+                # on the driving thread (or a task or worker thread it starts) are its
+                # children. Not detached on a BaseException: driving() resets the context.
+                token = None if current is None else otel_context.attach(current)
+                try:
+                    reply, error = (yield effect), None
+                except Exception as exc:  # the effect failed: the program decides what then
+                    reply, error = None, exc
+                if token is not None:
+                    otel_context.detach(token)
+                self._after(effect, reply, error)
+        except BaseException as exc:
+            self._end(exc)
+            raise
+        finally:
+            program.close()
+
+    # Effects -------------------------------------------------------------------------
+
+    def _before(self, effect: Effect) -> Context | None:
+        """Start the effect's spans; the context to make current while it is performed."""
+        match effect:
+            case Complete(request):
+                self._chat = self._start_chat(request)
+                return trace.set_span_in_context(self._chat, self._context)
+            case RunTool(prepared):
+                span = self._start_tool(prepared)
+                return trace.set_span_in_context(span, self._context)
+            case StartTools(calls):
+                for prepared in calls:
+                    self._start_tool(prepared)
+            case Commit():
+                self._note_events()
+        return None
+
+    def _after(self, effect: Effect, reply: Any, error: Exception | None) -> None:
+        match effect:
+            case Complete():
+                self._end_chat(reply, error)
+            case RunTool(prepared):
+                self._end_tool(prepared.call.id, reply, error)
+            case StartTools(calls) if error is not None:  # none of them started
+                for prepared in calls:
+                    self._end_tool(prepared.call.id, None, error)
+            case NextToolReport() if error is None:
+                assert isinstance(reply, ToolReport)
+                self._end_tool(reply.tool_call_id, reply, None)
+
+    def _start_chat(self, request: ProviderRequest) -> Span:
+        attributes: dict[str, AttributeValue] = {OPERATION: "chat", **self._common}
+        if request.model:
+            attributes[REQUEST_MODEL] = request.model
+        if request.max_tokens is not None:
+            attributes[REQUEST_MAX_TOKENS] = request.max_tokens
+        if request.temperature is not None:
+            attributes[REQUEST_TEMPERATURE] = request.temperature
+        if self._content:
+            attributes[INPUT_MESSAGES] = _bounded(_messages_json(request.messages))
+        name = f"chat {request.model}" if request.model else "chat"
+        return self._tracer.start_span(
+            name, self._context, kind=trace.SpanKind.CLIENT, attributes=attributes
+        )
+
+    def _end_chat(self, response: Any, error: Exception | None) -> None:
+        span, self._chat = self._chat, None
+        if span is None:  # pragma: no cover - every Complete starts one
+            return
+        if error is not None or not isinstance(response, ProviderResponse):
+            _fail(span, error or TypeError(type(response).__name__), content=self._content)
+            span.end()
+            return
+        if response.finish_reason:
+            span.set_attribute(FINISH_REASONS, (response.finish_reason,))
+        if response.usage is not None:
+            span.set_attribute(INPUT_TOKENS, response.usage.input_tokens)
+            span.set_attribute(OUTPUT_TOKENS, response.usage.output_tokens)
+            self._input_tokens += response.usage.input_tokens
+            self._output_tokens += response.usage.output_tokens
+        if self._content:
+            answer = Message(Role.ASSISTANT, response.content, tool_calls=response.tool_calls)
+            span.set_attribute(OUTPUT_MESSAGES, _bounded(_messages_json([answer])))
+        span.end()
+
+    def _start_tool(self, prepared: PreparedCall) -> Span:
+        call, context = prepared.call, prepared.context
+        attributes: dict[str, AttributeValue] = {
+            OPERATION: "execute_tool",
+            TOOL_NAME: call.name,
+            TOOL_CALL_ID: call.id,
+            TOOL_TYPE: "function",
+            **self._common,
+            "covonaut.tool.idempotency_key": context.idempotency_key,
+        }
+        if context.approval is not None:
+            attributes["covonaut.review.id"] = context.approval.review_id
+        if self._content:
+            attributes[TOOL_ARGUMENTS] = _bounded(call.arguments)
+        span = self._tracer.start_span(
+            f"execute_tool {call.name}",
+            self._context,
+            kind=trace.SpanKind.INTERNAL,
+            attributes=attributes,
+        )
+        self._tools[call.id] = span
+        return span
+
+    def _end_tool(self, call_id: str, report: Any, error: BaseException | None) -> None:
+        span = self._tools.pop(call_id, None)
+        if span is None:
+            return
+        if error is not None or not isinstance(report, ToolReport):
+            _fail(span, error or TypeError(type(report).__name__), content=self._content)
+            span.end()
+            return
+        if report.expired_after is not None:
+            span.set_attribute(ERROR_TYPE, "timeout")
+            span.set_attribute("covonaut.tool.outcome", "in_doubt")
+            span.set_status(trace.StatusCode.ERROR)
+        else:
+            span.set_attribute("covonaut.tool.outcome", str(report.outcome))
+            if report.error_type:
+                span.set_attribute(ERROR_TYPE, report.error_type)
+                span.set_status(trace.StatusCode.ERROR)
+            if self._content:
+                span.set_attribute(TOOL_RESULT, _bounded(report.content))
+        span.end()
+
+    # Events and the end ---------------------------------------------------------------
+
+    def _note_events(self) -> None:
+        """The thread's new events that matter to an operator, as span events."""
+        for event in self._thread.pending_events:
+            version = event.originator_version
+            if version <= self._seen:
+                continue
+            self._seen = version
+            if type(event) in _NOTED:  # most events are not: skip the match below
+                noted = _span_event(event)
+                if noted is not None:
+                    self._span.add_event(*noted)
+
+    def _end(self, error: BaseException | None) -> None:
+        if self._ended:  # by the driver's exception, then by closing the program
+            return
+        self._ended = True
+        self._note_events()
+        unfinished = error or _Unfinished("the run ended before this operation did")
+        if self._chat is not None:
+            _fail(self._chat, unfinished, content=self._content)
+            self._chat.end()
+        for span in self._tools.values():
+            _fail(span, unfinished, content=self._content)
+            span.end()
+        thread, span = self._thread, self._span
+        span.set_attribute("covonaut.thread.version", thread.version)
+        span.set_attribute("covonaut.thread.status", str(thread.status))
+        span.set_attribute(INPUT_TOKENS, self._input_tokens)
+        span.set_attribute(OUTPUT_TOKENS, self._output_tokens)
+        if error is not None:  # a run that fails raises, once its failure is recorded
+            _fail(span, error, content=self._content)
+        span.end()
+
+
+class _Unfinished(Exception):
+    """An operation the run did not wait for (a parallel call it left running)."""
+
+
+def _fail(span: Span, error: BaseException, *, content: bool) -> None:
+    span.set_attribute(ERROR_TYPE, type(error).__qualname__)
+    if content:  # an exception's text may quote the model, the arguments or a result
+        span.record_exception(error)
+        span.set_status(trace.StatusCode.ERROR, f"{type(error).__qualname__}: {error}")
+    else:
+        span.set_status(trace.StatusCode.ERROR)
+
+
+def _bounded(text: str) -> str:
+    return text[:MAX_CONTENT_CHARS]
+
+
+def _messages_json(messages: Iterable[Message]) -> str:
+    """Messages in the conventions' shape: a role and a list of parts."""
+    converted = []
+    for message in messages:
+        parts: list[dict[str, Any]] = []
+        if message.content:
+            kind = "tool_call_response" if message.tool_call_id else "text"
+            if kind == "text":
+                parts.append({"type": "text", "content": message.content})
+            else:
+                parts.append(
+                    {"type": kind, "id": message.tool_call_id, "response": message.content}
+                )
+        for call in message.tool_calls:
+            parts.append(
+                {"type": "tool_call", "id": call.id, "name": call.name, "arguments": call.arguments}
+            )
+        converted.append({"role": str(message.role), "parts": parts})
+    return msgspec.json.encode(converted).decode()
+
+
+def _links(interrupts: Sequence[Interrupt]) -> list[Link]:
+    """A link to the span of each traced run that recorded one of ``interrupts``."""
+    links: dict[tuple[int, int], Link] = {}
+    propagator = TraceContextTextMapPropagator()
+    for interrupt in interrupts:
+        value = interrupt.trace_parent
+        if not value or len(value) > _MAX_TRACE_PARENT_CHARS:
+            continue
+        context = trace.get_current_span(propagator.extract({"traceparent": value}))
+        span_context = context.get_span_context()
+        key = (span_context.trace_id, span_context.span_id)
+        if span_context.is_valid and key not in links:
+            links[key] = trace.Link(span_context, {"covonaut.link": "paused run"})
+    return list(links.values())
+
+
+def _resolved_pauses(thread: AgentThread) -> Iterator[tuple[str, Mapping[str, AttributeValue]]]:
+    """The pauses a person dealt with since the run paused, as span events of the run
+    that resumes it: reviews decided, calls in doubt settled, tools' pauses answered."""
+    for pause in thread.pauses:
+        if not pause.resolved:
+            continue
+        interrupt = pause.interrupt
+        attributes: dict[str, AttributeValue] = {
+            TOOL_CALL_ID: interrupt.tool_call_id,
+            TOOL_NAME: interrupt.tool_name,
+        }
+        if pause.kind is PauseKind.REVIEW:
+            review_id = interrupt.data.get("review_id") if isinstance(interrupt.data, dict) else ""
+            review = thread.reviews.get(str(review_id))
+            attributes["covonaut.review.id"] = str(review_id)
+            if review is not None and review.decision is not None:
+                attributes["covonaut.review.decision"] = str(review.decision.decision)
+            yield "covonaut.review.decided", attributes
+        elif pause.kind is PauseKind.IN_DOUBT:
+            attributes["covonaut.call.retry"] = interrupt.tool_call_id in thread.retries_requested
+            yield "covonaut.call.settled", attributes
+        else:
+            yield "covonaut.pause.answered", attributes
+
+
+_NOTED = frozenset(
+    {
+        AgentThread.ReviewRequested,
+        AgentThread.ReviewDecided,
+        AgentThread.ReviewApprovedWithEdits,
+        AgentThread.ReviewResponded,
+        AgentThread.Interrupted,
+        AgentThread.ToolCallSettled,
+        AgentThread.ToolCallRetried,
+        AgentThread.ApprovalUsed,
+    }
+)
+
+
+def _span_event(event: Any) -> tuple[str, Mapping[str, AttributeValue]] | None:
+    match event:
+        case AgentThread.ReviewRequested(request=request):
+            return "covonaut.review.requested", {
+                "covonaut.review.id": request.review_id,
+                TOOL_NAME: request.tool_name,
+                TOOL_CALL_ID: request.tool_call_id,
+            }
+        case AgentThread.ReviewDecided(review_id=review_id, decision=decision):
+            return "covonaut.review.decided", {
+                "covonaut.review.id": review_id,
+                "covonaut.review.decision": str(decision),
+            }
+        case AgentThread.Interrupted(interrupt=interrupt):
+            attributes: dict[str, AttributeValue] = {
+                "covonaut.pause.kind": str(interrupt.kind),
+                TOOL_NAME: interrupt.tool_name,
+                TOOL_CALL_ID: interrupt.tool_call_id,
+            }
+            if interrupt.kind is PauseKind.IN_DOUBT:
+                data = interrupt.data if isinstance(interrupt.data, dict) else {}
+                attributes["covonaut.tool.idempotency_key"] = str(data.get("idempotency_key"))
+                return "covonaut.call.in_doubt", attributes
+            return "covonaut.run.paused", attributes
+        case AgentThread.ToolCallSettled(tool_call_id=call_id, tool_name=name, outcome=outcome):
+            return "covonaut.call.settled", {
+                TOOL_CALL_ID: call_id,
+                TOOL_NAME: name,
+                "covonaut.tool.outcome": str(outcome),
+            }
+        case AgentThread.ToolCallRetried(tool_call_id=call_id):
+            return "covonaut.call.retried", {TOOL_CALL_ID: call_id}
+        case AgentThread.ApprovalUsed(review_id=review_id, tool_call_id=call_id):
+            return "covonaut.approval.used", {
+                "covonaut.review.id": review_id,
+                TOOL_CALL_ID: call_id,
+            }
+    return None

@@ -1,0 +1,693 @@
+"""Traces of runs: OpenTelemetry spans after the GenAI semantic conventions, recorded with
+the SDK's in-memory exporter; content only when opted in; a resumed run linked to the
+run that paused."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.semconv._incubating.attributes import gen_ai_attributes
+from opentelemetry.semconv.schemas import Schemas
+
+from covonaut_es import (
+    Agent,
+    AgentConfig,
+    CheckpointSettings,
+    HmacReviewerVerifier,
+    ScriptedProvider,
+    Store,
+    Tool,
+    ToolContext,
+    open_store,
+)
+from covonaut_es.domain import Interrupt
+from covonaut_es.errors import ConfigurationError, ProviderError
+from covonaut_es.messages import ProviderRequest, ProviderResponse, Role, ToolCall, Usage
+from covonaut_es.runtime import running_calls
+from covonaut_es.runtime._tracing import SEMCONV_VERSION, _links
+from covonaut_es.workers import Worker
+from support import answer, call, echo_tool, review_tool, ticking_clock
+
+VERIFIER = HmacReviewerVerifier(secrets.token_bytes(32))
+ALICE = VERIFIER.issue_token("alice", ttl_seconds=3600)
+PAY_SCHEMA = {
+    "type": "object",
+    "properties": {"amount": {"type": "number"}, "to": {"type": "string"}},
+    "required": ["amount", "to"],
+}
+
+
+@pytest.fixture
+def exporter() -> InMemorySpanExporter:
+    """Where the spans of the tests' tracer provider end up."""
+    return InMemorySpanExporter()
+
+
+@pytest.fixture
+def provider(exporter: InMemorySpanExporter) -> Iterator[TracerProvider]:
+    """A tracer provider of the SDK, handed to agents through their config."""
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+    yield tracer_provider
+    tracer_provider.shutdown()
+
+
+def pay_tool(runs: list[ToolContext]) -> Tool:
+    """``pay``: needs a person's approval; records each execution."""
+
+    def pay(ctx: ToolContext, args: dict[str, Any]) -> Any:
+        runs.append(ctx)
+        return {"paid": args["amount"]}
+
+    return Tool("pay", "Send a payment", PAY_SCHEMA, pay, requires_approval=True)
+
+
+def failing_tool(message: str = "the tool broke") -> Tool:
+    """``explode``: raises ``ValueError(message)``."""
+
+    def explode(ctx: ToolContext, args: dict[str, Any]) -> Any:
+        raise ValueError(message)
+
+    return Tool("explode", "Always fails", {"type": "object"}, explode)
+
+
+def slow_tool(release: threading.Event) -> Tool:
+    """``slow``: outruns its timeout of 50 ms, returning once ``release`` is set."""
+
+    def slow(ctx: ToolContext, args: dict[str, Any]) -> Any:
+        release.wait(10)
+        return "late"
+
+    return Tool("slow", "Takes its time", {"type": "object"}, slow, timeout=0.05)
+
+
+def config(provider: Any, script: Sequence[Any], **options: Any) -> AgentConfig:
+    """A scripted agent's config traced by ``provider``."""
+    return AgentConfig(
+        provider=ScriptedProvider(script),
+        model="m-1",
+        name="clerk",
+        tracer_provider=provider,
+        clock=ticking_clock(),
+        **options,
+    )
+
+
+def by_name(spans: Sequence[ReadableSpan]) -> dict[str, list[ReadableSpan]]:
+    """The finished spans, grouped by name."""
+    found: dict[str, list[ReadableSpan]] = {}
+    for span in spans:
+        found.setdefault(span.name, []).append(span)
+    return found
+
+
+def parent_of(span: ReadableSpan) -> int | None:
+    return span.parent.span_id if span.parent is not None else None
+
+
+def span_id(span: ReadableSpan) -> int:
+    assert span.context is not None
+    return span.context.span_id
+
+
+def event_names(span: ReadableSpan) -> list[str]:
+    return [event.name for event in span.events]
+
+
+def test_a_run_with_tools_is_one_agent_span_over_its_model_and_tool_calls(
+    provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    """A run is an invoke_agent span; each model call a chat span and each tool call an
+    execute_tool span under it, with the conventions' attributes and our own."""
+    script = [
+        ProviderResponse(
+            tool_calls=(ToolCall("c1", "echo", '{"text": "x"}'),),
+            usage=Usage(10, 3),
+            finish_reason="tool_calls",
+        ),
+        answer("done", tokens=5),
+    ]
+    agent = Agent(config(provider, script, tools=[echo_tool()]))
+    assert agent.run("go") == "done"
+
+    spans = by_name(exporter.get_finished_spans())
+    assert sorted(spans) == ["chat m-1", "execute_tool echo", "invoke_agent clerk"]
+    (run,) = spans["invoke_agent clerk"]
+    chats, (tool,) = spans["chat m-1"], spans["execute_tool echo"]
+    assert len(chats) == 2
+    assert run.parent is None
+    assert all(parent_of(child) == span_id(run) for child in [*chats, tool])
+    assert run.kind is trace.SpanKind.INTERNAL and chats[0].kind is trace.SpanKind.CLIENT
+    assert dict(run.attributes or {}) == {
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.agent.name": "clerk",
+        "gen_ai.provider.name": "_OTHER",
+        "gen_ai.conversation.id": agent.thread_id,
+        "gen_ai.request.model": "m-1",
+        "covonaut.run.mode": "run",
+        "covonaut.durability": "memory",
+        "covonaut.thread.version": agent.state.version,
+        "covonaut.thread.status": "finished",
+        "gen_ai.usage.input_tokens": 15,
+        "gen_ai.usage.output_tokens": 8,
+    }
+    first = dict(chats[0].attributes or {})
+    assert first["gen_ai.operation.name"] == "chat"
+    assert first["gen_ai.request.model"] == "m-1"
+    assert first["gen_ai.usage.input_tokens"] == 10
+    assert first["gen_ai.response.finish_reasons"] == ("tool_calls",)
+    tool_attributes = dict(tool.attributes or {})
+    assert tool_attributes["gen_ai.operation.name"] == "execute_tool"
+    assert tool_attributes["gen_ai.tool.name"] == "echo"
+    assert tool_attributes["gen_ai.tool.call.id"] == "c1"
+    assert tool_attributes["covonaut.tool.outcome"] == "succeeded"
+    key = tool_attributes["covonaut.tool.idempotency_key"]
+    assert isinstance(key, str) and len(key) > 8
+    assert run.status.is_ok and tool.status.is_ok
+
+
+def test_an_async_run_of_parallel_calls_traces_each_call_under_the_run(
+    provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    """Calls run concurrently under arun each get their own execute_tool span."""
+    script = [
+        call(("a", "echo", '{"text": "1"}'), ("b", "echo", '{"text": "2"}')),
+        answer("both"),
+    ]
+    agent = Agent(config(provider, script, tools=[echo_tool()], parallel_tools=True))
+    assert asyncio.run(agent.arun("go")) == "both"
+
+    spans = by_name(exporter.get_finished_spans())
+    (run,) = spans["invoke_agent clerk"]
+    tools = spans["execute_tool echo"]
+    assert sorted(str((s.attributes or {})["gen_ai.tool.call.id"]) for s in tools) == ["a", "b"]
+    assert all(parent_of(tool) == span_id(run) for tool in tools)
+
+
+@pytest.mark.parametrize("driven", ["run", "arun"])
+def test_spans_a_tool_or_a_model_client_makes_are_children_of_their_call(
+    provider: TracerProvider, exporter: InMemorySpanExporter, driven: str
+) -> None:
+    """While a tool runs, or the model is asked, its span is the current one: spans an
+    instrumented client makes there join the trace under it."""
+    tracer = provider.get_tracer("client")
+
+    def transfer(ctx: ToolContext, args: dict[str, Any]) -> Any:
+        with tracer.start_as_current_span("bank transfer"):
+            return "sent"
+
+    def model(request: ProviderRequest) -> ProviderResponse:
+        with tracer.start_as_current_span("model http"):
+            if request.messages[-1].role is Role.TOOL:
+                return answer("done")
+            return call(("c1", "transfer", "{}"))
+
+    agent = Agent(
+        AgentConfig(
+            provider=ScriptedProvider(respond=model),
+            name="clerk",
+            tools=[Tool("transfer", "Sends money", {"type": "object"}, transfer)],
+            tracer_provider=provider,
+        )
+    )
+    assert (agent.run("go") if driven == "run" else asyncio.run(agent.arun("go"))) == "done"
+
+    spans = by_name(exporter.get_finished_spans())
+    (bank,), (tool,) = spans["bank transfer"], spans["execute_tool transfer"]
+    assert parent_of(bank) == span_id(tool)
+    chats = {span_id(chat) for chat in spans["chat"]}
+    assert {parent_of(http) for http in spans["model http"]} == chats
+    assert len(chats) == 2
+
+
+def test_a_tool_that_raises_marks_its_span_with_the_error_type(
+    provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    """A tool's exception is the model's to read, and its span's error.type."""
+    agent = Agent(
+        config(provider, [call(("c1", "explode", "{}")), answer("sorry")], tools=[failing_tool()])
+    )
+    agent.run("go")
+
+    (tool,) = by_name(exporter.get_finished_spans())["execute_tool explode"]
+    assert not tool.status.is_ok
+    assert (tool.attributes or {})["error.type"] == "ValueError"
+    assert (tool.attributes or {})["covonaut.tool.outcome"] == "failed"
+    assert tool.status.description is None  # the exception's text is content
+
+
+def test_a_provider_that_raises_fails_its_chat_span_and_the_run(
+    provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    """A model call that fails ends its chat span and the run's in error."""
+    agent = Agent(config(provider, [RuntimeError("overloaded")]))
+    with pytest.raises(ProviderError):
+        agent.run("go")
+
+    spans = by_name(exporter.get_finished_spans())
+    (chat,), (run,) = spans["chat m-1"], spans["invoke_agent clerk"]
+    assert (chat.attributes or {})["error.type"] == "RuntimeError"
+    assert (run.attributes or {})["error.type"] == "ProviderError"
+    assert (run.attributes or {})["covonaut.thread.status"] == "error"
+    assert not chat.status.is_ok and not run.status.is_ok
+    assert not any(event.name == "exception" for event in [*chat.events, *run.events])
+
+
+class ProcessDied(BaseException):
+    """Stands in for the process dying inside a tool."""
+
+
+def test_a_run_that_dies_in_a_tool_ends_every_span_in_error(
+    provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    """A crash mid-call (the call left in doubt) still ends the tool's and the run's
+    spans, with the crash's type."""
+
+    def die(ctx: ToolContext, args: dict[str, Any]) -> Any:
+        raise ProcessDied
+
+    tool = Tool("die", "Dies", {"type": "object"}, die)
+    agent = Agent(config(provider, [call(("c1", "die", "{}"))], tools=[tool]))
+    with pytest.raises(ProcessDied):
+        agent.run("go")
+
+    spans = by_name(exporter.get_finished_spans())
+    (tool_span,), (run,) = spans["execute_tool die"], spans["invoke_agent clerk"]
+    assert (tool_span.attributes or {})["error.type"] == "ProcessDied"
+    assert (run.attributes or {})["error.type"] == "ProcessDied"
+    assert [call.call.id for call in agent.in_doubt] == ["c1"]
+
+
+def test_a_cancelled_async_run_ends_its_spans_with_the_cancellation(
+    provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    """A task cancelled while its tool awaits leaves no span open: the tool's and the
+    run's end with error.type CancelledError."""
+
+    async def scenario() -> None:
+        started = asyncio.Event()
+
+        async def wait(ctx: ToolContext, args: dict[str, Any]) -> Any:
+            started.set()
+            await asyncio.Event().wait()
+
+        tool = Tool("wait", "Waits forever", {"type": "object"}, wait)
+        agent = Agent(config(provider, [call(("c1", "wait", "{}"))], tools=[tool]))
+        task = asyncio.create_task(agent.arun("go"))
+        await started.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(scenario())
+    spans = by_name(exporter.get_finished_spans())
+    (tool_span,), (run,) = spans["execute_tool wait"], spans["invoke_agent clerk"]
+    assert (tool_span.attributes or {})["error.type"] == "CancelledError"
+    assert (run.attributes or {})["error.type"] == "CancelledError"
+
+
+def test_a_review_pause_and_its_resume_are_two_traces_linked_by_the_stored_pause(
+    provider: TracerProvider, exporter: InMemorySpanExporter, tmp_path: Path
+) -> None:
+    """The paused run records its trace context with the pause; the run that resumes
+    it, in another process, starts a new trace that links to the paused run's span."""
+    url = f"sqlite:///{tmp_path / 'threads.db'}"
+    runs: list[ToolContext] = []
+    script = [
+        call(("c1", "pay", '{"amount": 40, "to": "bob"}')),
+        call(("c2", "pay", '{"amount": 40, "to": "bob"}')),
+        answer("paid"),
+    ]
+    scripted = ScriptedProvider(script)
+    with open_store(url) as store:
+        agent = Agent(_review_config(provider, scripted, store, runs))
+        assert agent.run("pay bob") == ""
+        review_id = str(agent.pending_reviews[0].review_id)
+        agent.approve(review_id, reviewer=ALICE)
+    (paused,) = by_name(exporter.get_finished_spans())["invoke_agent clerk"]
+    assert paused.context is not None
+    assert "covonaut.review.requested" in event_names(paused)
+    assert (paused.attributes or {})["covonaut.thread.status"] == "interrupted"
+    exporter.clear()
+
+    with open_store(url) as store:  # days later, another process
+        later = Agent(_review_config(provider, scripted, store, runs))
+        assert later.resume() == "paid"
+    spans = by_name(exporter.get_finished_spans())
+    (resumed,) = spans["invoke_agent clerk"]
+    assert resumed.context is not None
+    assert resumed.context.trace_id != paused.context.trace_id
+    (link,) = resumed.links
+    assert (link.context.trace_id, link.context.span_id) == (
+        paused.context.trace_id,
+        paused.context.span_id,
+    )
+    assert event_names(resumed)[:1] == ["covonaut.review.decided"]
+    assert "covonaut.approval.used" in event_names(resumed)
+    assert (resumed.events[0].attributes or {})["covonaut.review.decision"] == "approved"
+    (paid,) = spans["execute_tool pay"]
+    assert (paid.attributes or {})["covonaut.review.id"] == review_id
+    assert len(runs) == 1
+
+
+def test_a_worker_that_resumes_a_decided_review_links_to_the_paused_run(
+    provider: TracerProvider, exporter: InMemorySpanExporter, tmp_path: Path
+) -> None:
+    """A worker resuming a thread whose review was decided traces the resume, linked
+    to the run that paused, through the config its factory returns."""
+    url = f"sqlite:///{tmp_path / 'threads.db'}"
+    runs: list[ToolContext] = []
+    pay = '{"amount": 40, "to": "bob"}'
+    scripted = ScriptedProvider([call(("c1", "pay", pay)), call(("c2", "pay", pay)), answer("ok")])
+    with open_store(url) as store:
+        agent = Agent(_review_config(provider, scripted, store, runs))
+        agent.run("pay bob")
+        agent.approve(agent.pending_reviews[0].review_id, reviewer=ALICE)
+        (paused,) = by_name(exporter.get_finished_spans())["invoke_agent clerk"]
+        exporter.clear()
+
+        worker = Worker(store, lambda _: _review_config(provider, scripted, store, runs))
+        worker.run(once=True)
+        worker.close()
+    (resumed,) = by_name(exporter.get_finished_spans())["invoke_agent clerk"]
+    assert paused.context is not None
+    assert [link.context.span_id for link in resumed.links] == [paused.context.span_id]
+    assert (resumed.attributes or {})["covonaut.run.mode"] == "resume"
+    assert len(runs) == 1
+
+
+def _review_config(
+    provider: TracerProvider, scripted: ScriptedProvider, store: Store, runs: list[ToolContext]
+) -> AgentConfig:
+    return AgentConfig(
+        provider=scripted,
+        model="m-1",
+        name="clerk",
+        tools=[pay_tool(runs)],
+        checkpoint=CheckpointSettings(store=store, thread_id="t-pay"),
+        reviewer_verifier=VERIFIER,
+        tracer_provider=provider,
+        clock=ticking_clock(),
+    )
+
+
+def test_a_call_in_doubt_and_its_settlement_show_in_the_paused_and_resumed_traces(
+    provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    """A call that outruns its timeout is in doubt on the paused run's span; its
+    settlement shows on the span of the run that resumes, which links back."""
+    release = threading.Event()
+    script = [call(("c1", "slow", "{}")), answer("ok")]
+    agent = Agent(config(provider, script, tools=[slow_tool(release)]))
+    assert agent.run("go") == ""
+    release.set()
+    deadline = time.monotonic() + 10
+    while running_calls() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    (paused,) = by_name(exporter.get_finished_spans())["invoke_agent clerk"]
+    (tool,) = by_name(exporter.get_finished_spans())["execute_tool slow"]
+    assert (tool.attributes or {})["error.type"] == "timeout"
+    assert (tool.attributes or {})["covonaut.tool.outcome"] == "in_doubt"
+    in_doubt = next(e for e in paused.events if e.name == "covonaut.call.in_doubt")
+    assert (in_doubt.attributes or {})["gen_ai.tool.call.id"] == "c1"
+    exporter.clear()
+
+    agent.settle("c1", result="it ran")
+    assert agent.resume() == "ok"
+    (resumed,) = by_name(exporter.get_finished_spans())["invoke_agent clerk"]
+    assert event_names(resumed)[0] == "covonaut.call.settled"
+    assert paused.context is not None
+    assert [link.context.span_id for link in resumed.links] == [paused.context.span_id]
+
+
+def test_a_tools_pause_records_the_trace_context_and_an_untraced_one_none() -> None:
+    """The pause carries the traced run's W3C traceparent; an untraced run's pause is
+    stored exactly as before tracing existed."""
+    exporter = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+    traced = Agent(config(tracer_provider, [call(("c1", "review", "{}"))], tools=[review_tool()]))
+    traced.run("go")
+    (run,) = by_name(exporter.get_finished_spans())["invoke_agent clerk"]
+    assert run.context is not None
+    interrupt = traced.interrupted
+    assert interrupt is not None
+    assert interrupt.trace_parent == (
+        f"00-{run.context.trace_id:032x}-{run.context.span_id:016x}-{run.context.trace_flags:02x}"
+    )
+
+    untraced = Agent(config(None, [call(("c1", "review", "{}"))], tools=[review_tool()]))
+    untraced.run("go")
+    assert untraced.interrupted is not None
+    assert untraced.interrupted.trace_parent == ""
+    assert b"trace_parent" not in msgspec.json.encode(untraced.interrupted)
+
+
+def test_nothing_is_traced_without_a_tracer_provider(exporter: InMemorySpanExporter) -> None:
+    """With the API's default provider, or a no-op one, a run records nothing."""
+    assert isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+    for tracer_provider in (None, trace.NoOpTracerProvider()):
+        agent = Agent(
+            config(
+                tracer_provider,
+                [call(("c1", "echo", '{"text": "x"}')), answer("done")],
+                tools=[echo_tool()],
+            )
+        )
+        assert agent.run("go") == "done"
+    assert exporter.get_finished_spans() == ()
+
+
+def test_a_tracer_provider_that_is_not_one_is_refused() -> None:
+    """The config names what a tracer provider must be."""
+    with pytest.raises(ConfigurationError, match="TracerProvider"):
+        config(object(), [])
+
+
+def _run_in_subprocess(script: str) -> str:
+    """Run ``script`` in a fresh interpreter (the global tracer provider is set once per
+    process), with the tests' modules on the path; its standard output."""
+    src = Path(__file__).parents[1] / "src"
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PYTHONPATH": f"{src}:{Path(__file__).parent}", "PATH": "/usr/bin:/bin"},
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_the_global_tracer_provider_traces_runs() -> None:
+    """A provider set globally traces every agent without a tracer provider of its own."""
+    out = _run_in_subprocess(
+        """
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+        from covonaut_es import Agent, AgentConfig, ScriptedProvider
+        from support import answer
+
+        exporter = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        trace.set_tracer_provider(provider)
+        Agent(AgentConfig(provider=ScriptedProvider([answer("hi")]), name="g")).run("go")
+        print(sorted(span.name for span in exporter.get_finished_spans()))
+        """
+    )
+    assert out.strip() == "['chat', 'invoke_agent g']"
+
+
+def test_an_agent_runs_untraced_when_opentelemetry_is_not_installed() -> None:
+    """Without the otel extra, runs go on as ever and record no trace context."""
+    out = _run_in_subprocess(
+        """
+        import sys
+
+        class NoOpenTelemetry:
+            def find_spec(self, name, path=None, target=None):
+                if name == "opentelemetry" or name.startswith("opentelemetry."):
+                    raise ModuleNotFoundError(name)
+                return None
+
+        sys.meta_path.insert(0, NoOpenTelemetry())
+        from covonaut_es import Agent, AgentConfig, ScriptedProvider
+        from support import answer, call, review_tool
+
+        script = ScriptedProvider([call(("c1", "review", "{}"))])
+        agent = Agent(AgentConfig(provider=script, tools=[review_tool()]))
+        agent.run("go")
+        print(repr(agent.interrupted.trace_parent), "opentelemetry" in sys.modules)
+        """
+    )
+    assert out.strip() == "'' False"
+
+
+def test_the_attributes_are_the_pinned_conventions_names(
+    provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    """Every gen_ai attribute the spans carry is a name of the pinned GenAI semantic
+    conventions; every other is error.type or under covonaut."""
+    assert f"V{SEMCONV_VERSION.replace('.', '_')}" in Schemas.__members__
+    known = {
+        value
+        for name, value in vars(gen_ai_attributes).items()
+        if name.startswith("GEN_AI_") and isinstance(value, str)
+    }
+    deprecated = {"gen_ai.system", "gen_ai.prompt", "gen_ai.completion"}
+    runs: list[ToolContext] = []
+    script = [
+        call(("c1", "echo", '{"text": "x"}'), ("c2", "explode", "{}")),
+        call(("c3", "pay", '{"amount": 1, "to": "a"}')),
+    ]
+    agent = Agent(
+        config(
+            provider,
+            script,
+            tools=[echo_tool(), failing_tool(), pay_tool(runs)],
+            trace_content=True,
+        )
+    )
+    agent.run("go")
+    names: set[str] = set()
+    for span in exporter.get_finished_spans():
+        names.update(span.attributes or {})
+        for event in span.events:
+            names.update(event.attributes or {})
+    conventions = {name for name in names if name.startswith("gen_ai.")}
+    assert conventions <= known - deprecated
+    assert {"gen_ai.input.messages", "gen_ai.tool.call.arguments"} <= conventions
+    assert all(name.startswith("covonaut.") or name == "error.type" for name in names - known)
+
+
+# Content ------------------------------------------------------------------------------
+
+SECRET = st.text(min_size=6, max_size=40).map(lambda text: "§" + text)
+
+
+def _content_run(provider: TracerProvider, secret: str, *, opted_in: bool) -> None:
+    """A run whose system prompt, user message, tool arguments, tool result, tool
+    error, review request and answer all hold ``secret``, traced by ``provider``."""
+    arguments = msgspec.json.encode({"text": secret}).decode()
+    pay_arguments = msgspec.json.encode({"amount": 1, "to": secret}).decode()
+    script = [
+        call(("c1", "echo", arguments), ("c2", "explode", arguments)),
+        ProviderResponse(content=secret, tool_calls=(ToolCall("c3", "pay", pay_arguments),)),
+    ]
+    runs: list[ToolContext] = []
+    agent = Agent(
+        config(
+            provider,
+            script,
+            tools=[echo_tool(), failing_tool(secret), pay_tool(runs)],
+            trace_content=opted_in,
+            system_prompt=secret,
+        )
+    )
+    agent.run(secret)
+
+
+def _recorded_text(spans: Sequence[ReadableSpan]) -> list[str]:
+    """Every string a span carries: names, attribute values, events, links, status."""
+    texts: list[str] = []
+
+    def add(values: Any) -> None:
+        for value in (values or {}).values():
+            texts.extend(str(item) for item in (value if isinstance(value, tuple) else [value]))
+
+    for span in spans:
+        texts.append(span.name)
+        texts.append(str(span.status.description))
+        add(span.attributes)
+        for event in span.events:
+            texts.append(event.name)
+            add(event.attributes)
+        for link in span.links:
+            add(link.attributes)
+    return texts
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(secret=SECRET)
+def test_no_content_is_recorded_unless_the_application_opts_in(secret: str) -> None:
+    """Whatever the messages, tool arguments, results and errors hold, none of it
+    reaches a span, an event or a status unless trace_content is set; then it does."""
+    for opted_in in (False, True):
+        exporter = InMemorySpanExporter()
+        tracer_provider = TracerProvider()
+        tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+        _content_run(tracer_provider, secret, opted_in=opted_in)
+        texts = _recorded_text(exporter.get_finished_spans())
+        encoded = msgspec.json.encode(secret).decode()[1:-1]
+        leaked = [text for text in texts if secret in text or encoded in text]
+        if opted_in:
+            assert leaked
+        else:
+            assert leaked == []
+        tracer_provider.shutdown()
+
+
+def test_content_is_recorded_exactly_when_opted_in(
+    provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    """Opted in, a tool's arguments and result are its span's attributes, unchanged."""
+    arguments = '{"text": "line one\\nline\\u0007two"}'
+    agent = Agent(
+        config(
+            provider,
+            [call(("c1", "echo", arguments)), answer("done")],
+            tools=[echo_tool()],
+            trace_content=True,
+        )
+    )
+    agent.run("go")
+    (tool,) = by_name(exporter.get_finished_spans())["execute_tool echo"]
+    attributes = tool.attributes or {}
+    assert attributes["gen_ai.tool.call.arguments"] == arguments
+    assert msgspec.json.decode(str(attributes["gen_ai.tool.call.result"])) == {
+        "echo": "line one\nline\x07two"
+    }
+
+
+# Stored trace contexts are hostile ------------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    value=st.one_of(st.text(max_size=300), st.from_regex(r"\A00-[0-9a-f]{32}-[0-9a-f]{16}-0[01]\Z"))
+)
+def test_a_stored_trace_context_links_only_when_it_reads_as_one(value: str) -> None:
+    """Whatever a stored pause's trace context holds, reading it never raises, and it
+    links only a valid W3C traceparent."""
+    links = _links([Interrupt("r", trace_parent=value)])
+    valid = value[3:35] != "0" * 32 and value[36:52] != "0" * 16
+    if links:
+        (link,) = links
+        assert valid and f"{link.context.trace_id:032x}" == value[3:35]
+        assert f"{link.context.span_id:016x}" == value[36:52]
+    assert len(links) <= 1
