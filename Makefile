@@ -7,6 +7,8 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEMO   ?= examples/restart_recovery.py
 DEMO_DB ?= demo.db
+# Leaves a payment waiting for review in $(DEMO_DB), and prints how to open the inbox.
+DEMO_REVIEW ?= examples/pending_review.py
 
 # Only the source folders that exist (examples/ may not yet); docs/_ext holds the site's
 # griffe extension.
@@ -43,11 +45,14 @@ docs: $(STAMP)
 test: $(STAMP) lint typecheck docs-build
 	$(BIN)/python -m pytest
 
-# The demo's store is kept in $(DEMO_DB), for the command line to look at afterwards.
+# The demo's store is kept in $(DEMO_DB), for the command line and the inbox to look at
+# afterwards: a review waits in it.
 demo: $(STAMP)
 	rm -f $(DEMO_DB) $(DEMO_DB)-wal $(DEMO_DB)-shm
 	$(BIN)/python $(DEMO) $(DEMO_DB)
 	@echo "The demo's store is $(DEMO_DB): $(BIN)/covonaut-es threads --store sqlite:///$(DEMO_DB)"
+	@echo
+	$(BIN)/python $(DEMO_REVIEW) $(DEMO_DB)
 
 # Installs the pinned peers (LangGraph) and writes BENCHMARKS.md; takes several minutes.
 bench: $(STAMP)
