@@ -10,13 +10,22 @@ DEMO_DB ?= demo.db
 # Leaves a payment waiting for review in $(DEMO_DB), and prints how to open the inbox.
 DEMO_REVIEW ?= examples/pending_review.py
 
+# Test-only JavaScript (axe-core, which the inbox's browser tests run in each page),
+# pinned by package-lock.json and installed from the npm registry by `npm ci`.
+NODE_TOOLS := node_modules/.package-lock.json
+
 # Only the source folders that exist (examples/ may not yet); docs/_ext holds the site's
 # griffe extension.
 LINT_PATHS := $(wildcard src tests examples benchmarks docs/_ext)
 
-.PHONY: venv lint typecheck docs-build docs test demo bench clean
+.PHONY: venv node-tools lint typecheck docs-build docs test demo bench clean
 
 venv: $(STAMP)
+
+node-tools: $(NODE_TOOLS)
+
+$(NODE_TOOLS): package.json package-lock.json
+	npm ci --no-audit --no-fund
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -42,7 +51,7 @@ docs-build: $(STAMP)
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 
-test: $(STAMP) lint typecheck docs-build
+test: $(STAMP) $(NODE_TOOLS) lint typecheck docs-build
 	$(BIN)/python -m pytest
 
 # The demo's store is kept in $(DEMO_DB), for the command line and the inbox to look at
@@ -60,6 +69,6 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py
 
 clean:
-	rm -rf $(VENV) build dist .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) node_modules build dist .pytest_cache .mypy_cache .ruff_cache .hypothesis
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 	find . -path ./$(VENV) -prune -o -name '*.egg-info' -type d -prune -exec rm -rf {} +

@@ -221,18 +221,30 @@ def page_routes(inbox: Inbox) -> list[Route]:
         return JSONResponse({"position": position})
 
     async def review(request: Request, signed: SignedIn) -> Response:
-        context = await blocking(_review_context, inbox, request)
+        query = request.query_params
+        context = await blocking(
+            _review_context, inbox, query.get("id", ""), query.get("thread") or None
+        )
         return _page(inbox, request, "review.html", {"session": signed.session, **context})
 
     async def decide(request: Request, signed: SignedIn) -> Response:
         fields = await _form(inbox, request, signed.session)
-        decision = await blocking(
-            inbox.desk.decide,
-            fields.get("review", ""),
-            _submission(fields),
-            reviewer=signed.reviewer,
-            thread_id=fields.get("thread") or None,
-        )
+        review_id, thread_id = fields.get("review", ""), fields.get("thread") or None
+        try:
+            decision = await blocking(
+                inbox.desk.decide,
+                review_id,
+                _submission(fields),
+                reviewer=signed.reviewer,
+                thread_id=thread_id,
+            )
+        except (HttpError, CovonautError) as exc:
+            # Shown on the review page, with what was typed: a reviewer is not stranded
+            # on an error page (one that cannot be loaded falls back to it).
+            context = await blocking(_review_context, inbox, review_id, thread_id)
+            context |= {"session": signed.session, "error": message_of(inbox, exc)}
+            context["submitted"] = fields
+            return _page(inbox, request, "review.html", context, status_of(exc))
         target = request.url_for("review").include_query_params(
             id=decision.review_id, thread=decision.thread_id
         )
@@ -330,13 +342,26 @@ def _submission(fields: dict[str, str]) -> ReviewSubmission:
     )
 
 
-def _review_context(inbox: Inbox, request: Request) -> dict[str, Any]:
-    query = request.query_params
-    item: ReviewItem = inbox.desk.review(query.get("id", ""), query.get("thread") or None)
+def _review_context(inbox: Inbox, review_id: str, thread_id: str | None) -> dict[str, Any]:
+    """What the review page shows: the review, its thread's last messages, the edit
+    box's text, and the oldest other review waiting (the "next review" link)."""
+    item: ReviewItem = inbox.desk.review(review_id, thread_id)
+    following = next(
+        (
+            pending
+            for pending in inbox.desk.pending()
+            if pending.review_id
+            and (pending.review_id, pending.thread_id) != (item.review_id, item.thread_id)
+        ),
+        None,
+    )
     return {
         "review": item,
         "messages": inbox.desk.messages(item.thread_id),
         "arguments_json": _editable_json(item.arguments),
+        "next_review": following,
+        "error": "",
+        "submitted": {},
     }
 
 
