@@ -360,7 +360,7 @@ def test_a_refused_decision_through_the_form_records_nothing(
 
 
 @settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(
     typed=st.text(st.characters(exclude_categories=("Cs",)), max_size=120),

@@ -178,6 +178,22 @@ def test_serve_keeps_answering_reviewers_while_a_client_trickles_1100_connection
     assert "Too many open files" not in stderr
 
 
+def test_serve_keeps_its_connections_within_the_open_file_limit(tmp_path: Path) -> None:
+    """Under an open-file limit too low for --max-connections, serve says it lowers the
+    total to what the limit leaves, and serves."""
+    url = f"sqlite:///{tmp_path / 'threads.db'}"
+    open_store(url).close()
+    port = free_port()
+    process = serve(url, port, env={"COVONAUT_ES_REVIEWER_SECRET": SECRET}, open_files=400)
+    try:
+        assert healthy(process, f"http://127.0.0.1:{port}").status_code == 200
+    finally:
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=30)
+    assert process.returncode == 0
+    assert "--max-connections 512 lowered to 80: the open-file limit is 400" in stderr
+
+
 def test_serve_without_secret_or_extra_says_what_is_missing(tmp_path: Path) -> None:
     """An unset secret, an incomplete identity provider and a missing inbox extra are
     usage errors naming the fix."""

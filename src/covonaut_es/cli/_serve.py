@@ -117,6 +117,7 @@ def serve(args: argparse.Namespace) -> int:
             host=args.host,
             port=args.port,
             http=guarded_protocol(limits),
+            ws="none",  # the inbox has none; an upgraded connection would leave the count
             backlog=BACKLOG,
             timeout_keep_alive=KEEP_ALIVE_SECONDS,
             h11_max_incomplete_event_size=MAX_HEADER_BYTES,
