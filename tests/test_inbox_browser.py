@@ -437,8 +437,9 @@ def test_at_400_pixels_nothing_of_the_operation_is_clipped_and_the_queue_links_s
     store: Store, inbox: str, browsers: tuple[Any, Any], tmp_path: Path
 ) -> None:
     """On a 400 pixel wide phone, the review page shows the tool, every argument (the
-    whole IBAN and memo) and the digest inside their boxes and the viewport, and each of
-    the queue's rows shows its link to open it."""
+    whole IBAN and memo) and the digest inside their boxes and the viewport, each of the
+    queue's rows shows its link to open it, and an approval with edited arguments shows
+    the edit and its digest whole."""
     alice, _ = browsers
     make_agent(store, [call(("c1", "pay", json.dumps(LONG_PAYMENT)))], [], thread_id="phone").run(
         "Pay Nordwind."
@@ -458,8 +459,17 @@ def test_at_400_pixels_nothing_of_the_operation_is_clipped_and_the_queue_links_s
         alice.get(inbox)
         assert clipped(alice, "tr.review .tool, tr.review pre.arguments, tr.review a.open") == []
         screenshot(alice, tmp_path / "queue-400.png")
+        alice.get(review)
+        edit = json.dumps({**LONG_PAYMENT, "memo": LONG_PAYMENT["memo"] + " (checked)"})
+        alice.execute_script(
+            "document.getElementById('edited-arguments').value = arguments[0];", edit
+        )
+        alice.find_element(By.ID, "approve-edited").click()
+        assert clipped(alice, "#edited, #decision .digest, #arguments, #digest") == []
+        assert "(checked)" in alice.find_element(By.ID, "edited").text
+        screenshot(alice, tmp_path / "decided-400.png")
     alice.get(review)
-    screenshot(alice, tmp_path / "review-1280.png")
+    screenshot(alice, tmp_path / "decided-1280.png")
 
 
 def test_a_refused_decision_stays_on_the_review_page_and_a_decision_offers_the_next(
