@@ -209,7 +209,12 @@ def test_make_demo_leaves_a_review_and_its_printed_commands_open_it_in_the_inbox
         assert (review["thread_id"], review["tool_name"]) == (waiting, "send_payment")
     finally:
         os.killpg(process.pid, signal.SIGINT)  # the shell's group: the shell and serve
-        _, stderr = process.communicate(timeout=30)
+        try:
+            _, stderr = process.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+            raise
     assert "Finished server process" in stderr  # serve stopped cleanly on Ctrl-C
 
 

@@ -45,6 +45,17 @@ def serve(
     )  # fmt: skip
 
 
+def stopped(process: subprocess.Popen[str]) -> str:
+    """Ctrl-C the served process and wait for it (killed if it outlives 30 s); its stderr."""
+    process.send_signal(signal.SIGINT)
+    try:
+        return process.communicate(timeout=30)[1]
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        raise
+
+
 def healthy(process: subprocess.Popen[str], base: str) -> httpx.Response:
     """The first answer of ``/healthz`` once the served process listens."""
     deadline = time.monotonic() + 60
@@ -74,8 +85,7 @@ def test_serve_answers_healthz_and_signs_reviewers_in(tmp_path: Path) -> None:
         listed = httpx.get(f"{base}/api/reviews", headers={"Authorization": f"Bearer {token}"})
         assert (listed.status_code, listed.json()) == (200, [])
     finally:
-        process.send_signal(signal.SIGINT)
-        process.communicate(timeout=30)
+        stopped(process)
     assert process.returncode == 0
 
 
@@ -172,8 +182,7 @@ def test_serve_keeps_answering_reviewers_while_a_client_trickles_1100_connection
         assert healthy(process, base).status_code == 200
         assert process.poll() is None
     finally:
-        process.send_signal(signal.SIGINT)
-        _, stderr = process.communicate(timeout=30)
+        stderr = stopped(process)
     assert process.returncode == 0
     assert "Too many open files" not in stderr
 
@@ -188,8 +197,7 @@ def test_serve_keeps_its_connections_within_the_open_file_limit(tmp_path: Path) 
     try:
         assert healthy(process, f"http://127.0.0.1:{port}").status_code == 200
     finally:
-        process.send_signal(signal.SIGINT)
-        _, stderr = process.communicate(timeout=30)
+        stderr = stopped(process)
     assert process.returncode == 0
     assert "--max-connections 512 lowered to 80: the open-file limit is 400" in stderr
 
