@@ -7,14 +7,25 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEMO   ?= examples/restart_recovery.py
 DEMO_DB ?= demo.db
+# Leaves a payment waiting for review in $(DEMO_DB), and prints how to open the inbox.
+DEMO_REVIEW ?= examples/pending_review.py
+
+# Test-only JavaScript (axe-core, which the inbox's browser tests run in each page),
+# pinned by package-lock.json and installed from the npm registry by `npm ci`.
+NODE_TOOLS := node_modules/.package-lock.json
 
 # Only the source folders that exist (examples/ may not yet); docs/_ext holds the site's
 # griffe extension.
 LINT_PATHS := $(wildcard src tests examples benchmarks docs/_ext)
 
-.PHONY: venv lint typecheck docs-build docs test demo bench clean
+.PHONY: venv node-tools lint typecheck docs-build docs test demo bench clean
 
 venv: $(STAMP)
+
+node-tools: $(NODE_TOOLS)
+
+$(NODE_TOOLS): package.json package-lock.json
+	npm ci --no-audit --no-fund
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -40,14 +51,17 @@ docs-build: $(STAMP)
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 
-test: $(STAMP) lint typecheck docs-build
+test: $(STAMP) $(NODE_TOOLS) lint typecheck docs-build
 	$(BIN)/python -m pytest
 
-# The demo's store is kept in $(DEMO_DB), for the command line to look at afterwards.
+# The demo's store is kept in $(DEMO_DB), for the command line and the inbox to look at
+# afterwards: a review waits in it.
 demo: $(STAMP)
 	rm -f $(DEMO_DB) $(DEMO_DB)-wal $(DEMO_DB)-shm
 	$(BIN)/python $(DEMO) $(DEMO_DB)
 	@echo "The demo's store is $(DEMO_DB): $(BIN)/covonaut-es threads --store sqlite:///$(DEMO_DB)"
+	@echo
+	$(BIN)/python $(DEMO_REVIEW) $(DEMO_DB)
 
 # Installs the pinned peers (LangGraph) and writes BENCHMARKS.md; takes several minutes.
 bench: $(STAMP)
@@ -55,6 +69,6 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py
 
 clean:
-	rm -rf $(VENV) build dist .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) node_modules build dist .pytest_cache .mypy_cache .ruff_cache .hypothesis
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 	find . -path ./$(VENV) -prune -o -name '*.egg-info' -type d -prune -exec rm -rf {} +

@@ -55,6 +55,11 @@ def file_of(url: str) -> bytes:
         (("serve", "--port", "-1"), "--port must be a TCP port"),
         (("serve", "--port", str(2**64)), "--port must be a TCP port"),
         (("serve", "--port", "http"), "invalid int value"),
+        (("serve", "--max-connections", "0"), "--max-connections needs"),
+        (("serve", "--max-connections-per-client", "-3"), "--max-connections-per-client needs"),
+        (("serve", "--request-timeout", "nan"), "--request-timeout needs"),
+        (("serve", "--request-timeout", "0"), "--request-timeout needs"),
+        (("serve", "--request-timeout", "inf"), "--request-timeout needs"),
         (
             ("worker", "--app", "pauses_app:make_config", "--concurrency", "0", "--once"),
             "at least 1",
@@ -74,7 +79,8 @@ def file_of(url: str) -> bytes:
 def test_numbers_out_of_range_are_refused_in_one_line(
     url: str, capsys: pytest.CaptureFixture[str], args: tuple[str, ...], named: str
 ) -> None:
-    """A port, a concurrency, a lifetime or a version no command can use: exit 2, the
+    """A port, a connection limit, a timeout, a concurrency, a lifetime or a version no
+    command can use: exit 2, the
     option named, no traceback, the store unchanged."""
     store = () if args[0] == "token" else ("--store", url)
     before = file_of(url)

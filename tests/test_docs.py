@@ -5,17 +5,25 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 
+from covonaut_es import open_store
+from inbox_support import free_port
 from support import run_python
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 GETTING_STARTED = ROOT / "docs" / "getting-started.md"
+INBOX = ROOT / "docs" / "inbox.md"
+MAKEFILE = ROOT / "Makefile"
 # docs/providers.md calls the vendors' APIs: tests/test_provider_docs.py runs its blocks
 # against recorded answers on a local server instead.
 NEEDS_AN_API = {ROOT / "docs" / "providers.md"}
@@ -161,3 +169,72 @@ def test_the_readme_is_a_short_entry_into_the_site() -> None:
     assert len(text.splitlines()) < 200
     for page in ("docs/providers.md", "docs/cli.md", "docs/operations.md"):
         assert f"]({page}" in text, page
+
+
+def make_variable(name: str) -> str:
+    """The default the Makefile gives ``name`` (``NAME ?= value``)."""
+    match = re.search(rf"^{name}\s*\?=\s*(\S+)$", MAKEFILE.read_text(), flags=re.M)
+    assert match is not None, name
+    return match.group(1)
+
+
+def test_make_demo_leaves_a_review_and_its_printed_commands_open_it_in_the_inbox(
+    tmp_path: Path,
+) -> None:
+    """make demo's last step leaves a review pending in its store and prints two
+    commands: the first, run verbatim, signs a token; the second, run verbatim (on a
+    free port), serves an inbox that lists the review to the token's reviewer."""
+    db = make_variable("DEMO_DB")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    env.pop("COVONAUT_ES_REVIEWER_SECRET", None)
+    result = run_python(ROOT / make_variable("DEMO_REVIEW"), db, cwd=tmp_path, env=env)
+    with open_store(f"sqlite:///{tmp_path / db}") as store:
+        (waiting,) = [t for t in store.thread_ids() if store.state_at(t).waiting_for]
+    issue, serve = [
+        line.strip() for line in result.stdout.splitlines() if " covonaut" in line.lower()
+    ]
+    assert shlex.split(issue)[-6:-4] == ["token", "issue"]
+    assert shlex.split(serve)[-3:] == ["serve", "--store", f"sqlite:///{db}"]
+    signed = subprocess.run(
+        issue, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert signed.returncode == 0, signed.stderr
+    port = free_port()
+    process = subprocess.Popen(
+        f"{serve} --port {port}", shell=True, cwd=tmp_path, env=env, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+    )  # fmt: skip
+    try:
+        auth = {"Authorization": f"Bearer {signed.stdout.strip()}"}
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                listed = httpx.get(f"http://127.0.0.1:{port}/api/reviews", headers=auth)
+                break
+            except httpx.TransportError:
+                assert process.poll() is None and time.monotonic() < deadline
+                time.sleep(0.1)
+        assert listed.status_code == 200, listed.text
+        (review,) = listed.json()
+        assert (review["thread_id"], review["tool_name"]) == (waiting, "send_payment")
+    finally:
+        os.killpg(process.pid, signal.SIGINT)  # the shell's group: the shell and serve
+        try:
+            _, stderr = process.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+            raise
+    assert "Finished server process" in stderr  # serve stopped cleanly on Ctrl-C
+
+
+def test_the_readme_installs_the_inbox_and_the_docs_serve_the_demos_store() -> None:
+    """The README's install line names the inbox extra, and the inbox page's "serve
+    it" example serves the store make demo leaves."""
+    install = next(line for line in README.read_text().splitlines() if "Install in" in line)
+    assert "pip install 'covonaut-es[inbox]'" in install
+    serve_it = INBOX.read_text().split("## Serve it", 1)[1]
+    example = re.search(r"```sh\n(.*?)```", serve_it, flags=re.S)
+    assert example is not None
+    (store,) = re.findall(r"covonaut-es serve --store (\S+)", example.group(1))
+    assert store == f"sqlite:///{make_variable('DEMO_DB')}"

@@ -2,17 +2,21 @@
 
 Debian's ``chromium`` and ``chromium-driver`` (``.ci/run`` installs them): absent, these
 tests skip locally and fail in CI. The run saves screenshots of the inbox and of a
-review page into ``docs/images/``, which the documentation shows.
+review page into ``docs/images/``, which the documentation shows, and of every page at
+1280 and 400 pixels wide into the tests' temporary directories. axe-core (``make test``
+installs it from ``package-lock.json`` with ``npm ci``) checks each page's accessibility.
 """
 
 from __future__ import annotations
 
+import base64
 import http.server
 import json
 import os
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +30,24 @@ from test_approvals import ALICE, BOB, VERIFIER, make_agent
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
-IMAGES = Path(__file__).resolve().parent.parent / "docs" / "images"
+ROOT = Path(__file__).resolve().parent.parent
+IMAGES = ROOT / "docs" / "images"
+AXE = ROOT / "node_modules" / "axe-core" / "axe.min.js"
 WAIT_SECONDS = 15
+PHONE = 400
+"""The narrow viewport's width in CSS pixels: a small phone."""
+LONG_PAYMENT = {
+    "amount": 18450.0,
+    "to": "Nordwind Logistik GmbH",
+    "iban": "RU0204452560040702810412345678901",
+    "memo": (
+        "Invoice NW-2026-11-0042 freight Hamburg to Rotterdam, 14 pallets; reference "
+        "NW20261100420000FREIGHTHAMBURGROTTERDAMCUSTOMSCLEARANCELATEDELIVERYCREDIT; "
+        "incl. customs clearance and the late-delivery credit agreed on 28 November"
+    ),
+}
+"""A payment whose IBAN (the longest kind) and memo (with a long unbroken reference) a
+narrow screen must show whole."""
 
 if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
     reason = f"needs {CHROMIUM} and {CHROMEDRIVER} (Debian's chromium, chromium-driver)"
@@ -142,6 +162,81 @@ def open_pause(driver: Any, inbox: str, thread_id: str) -> None:
     until(driver, lambda d: d.find_elements(By.ID, "kind"))
 
 
+@pytest.fixture(scope="module")
+def axe() -> str:
+    """axe-core's source, from the project's node_modules (``npm ci`` installs it)."""
+    if not AXE.exists():
+        reason = f"needs {AXE}: run `make node-tools` (npm ci)"
+        if os.environ.get("CI"):
+            pytest.fail(f"{reason}; make test installs it", pytrace=False)
+        pytest.skip(reason)
+    return AXE.read_text()
+
+
+def violations(driver: Any, axe: str) -> list[str]:
+    """axe-core's critical and serious violations on the page, each as its rule, impact
+    and the elements it found."""
+    if not driver.execute_script("return typeof window.axe !== 'undefined';"):
+        driver.execute_script(axe)
+    driver.set_script_timeout(60)
+    found = driver.execute_async_script(
+        """const done = arguments[arguments.length - 1];
+        axe.run(document, {resultTypes: ["violations"]}).then(
+          (result) => done(result.violations
+            .filter((v) => v.impact === "critical" || v.impact === "serious")
+            .map((v) => `${v.id} (${v.impact}): ` +
+                        v.nodes.map((n) => n.target.join(" ")).join(", "))),
+          (error) => done([`axe failed: ${error}`]));"""
+    )
+    return list(found)
+
+
+OVERFLOWING = """
+const width = document.documentElement.clientWidth;
+const found = [];
+for (const element of document.querySelectorAll(arguments[0])) {
+  const box = element.getBoundingClientRect();
+  if (element.scrollWidth > element.clientWidth || box.left < 0 || box.right > width + 0.5) {
+    found.push(`${element.id || element.className || element.tagName}: ` +
+               `${element.scrollWidth} > ${element.clientWidth} or ${box.left}..${box.right}`);
+  }
+}
+const page = document.documentElement.scrollWidth;
+if (page > width) found.push(`the page: ${page} > ${width}`);
+return found;
+"""
+"""The elements ``arguments[0]`` selects that are clipped (their content wider than
+their box) or reach outside the viewport horizontally, and the page if it scrolls
+sideways."""
+
+
+def clipped(driver: Any, selector: str) -> list[str]:
+    """What :data:`OVERFLOWING` finds, once the elements ``selector`` names are shown."""
+    assert until(driver, lambda d: d.find_elements(By.CSS_SELECTOR, selector))
+    return list(driver.execute_script(OVERFLOWING, selector))
+
+
+@contextmanager
+def viewport(driver: Any, width: int) -> Iterator[None]:
+    """The browser's viewport ``width`` CSS pixels wide, as a phone's when narrow."""
+    metrics = {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": width < 800}
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", metrics)
+    try:
+        yield
+    finally:
+        driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
+def screenshot(driver: Any, path: Path) -> None:
+    """The whole page, as tall as it is, into ``path`` (PNG)."""
+    size = driver.execute_cdp_cmd("Page.getLayoutMetrics", {})["cssContentSize"]
+    clip = {"x": 0, "y": 0, "width": size["width"], "height": size["height"], "scale": 1}
+    shot = driver.execute_cdp_cmd(
+        "Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True, "clip": clip}
+    )
+    path.write_bytes(base64.b64decode(shot["data"]))
+
+
 def decisions(store: Store, thread_id: str) -> list[AgentThread.ReviewDecided]:
     return [e for e in store.history(thread_id) if isinstance(e, AgentThread.ReviewDecided)]
 
@@ -244,7 +339,8 @@ def test_two_reviewers_at_once_one_wins_the_other_is_told(
     store: Store, inbox: str, browsers: tuple[Any, Any]
 ) -> None:
     """alice and bob approve the same review at the same moment: one decision is
-    recorded, and the other reviewer's page says the review was already decided."""
+    recorded, and the other reviewer's review page says it was already decided, and
+    shows by whom."""
     alice, bob = browsers
     paused(store, "raced", [], [])
     for driver in browsers:
@@ -252,15 +348,12 @@ def test_two_reviewers_at_once_one_wins_the_other_is_told(
 
     def approve(driver: Any) -> str:
         driver.find_element(By.ID, "approve").click()
-        shown = until(
-            driver,
-            lambda d: d.find_elements(By.ID, "decision") or d.find_elements(By.ID, "message"),
-        )
-        return str(shown[0].get_attribute("id"))
+        until(driver, lambda d: d.find_elements(By.ID, "decision"))
+        return "told" if driver.find_elements(By.ID, "message") else "recorded"
 
     with ThreadPoolExecutor(2) as pool:
         outcomes = sorted(pool.map(approve, (alice, bob)))
-    assert outcomes == ["decision", "message"]
+    assert outcomes == ["recorded", "told"]
     loser = alice if alice.find_elements(By.ID, "message") else bob
     assert "already" in loser.find_element(By.ID, "message").text
     assert len(decisions(store, "raced")) == 1
@@ -300,3 +393,145 @@ def test_a_tools_pause_is_answered_and_a_call_in_doubt_settled(
     bob.get(inbox)
     shown = until(bob, lambda d: d.find_element(By.ID, "queue")).text
     assert "asked" not in shown and "doubted" not in shown
+
+
+def test_every_page_at_1280_and_400_pixels_has_no_serious_accessibility_violation(
+    store: Store, inbox: str, browsers: tuple[Any, Any], axe: str, tmp_path: Path
+) -> None:
+    """The queue, a review with a long IBAN and memo, a tool's pause, a call in doubt,
+    a thread, the sign-in page and an error page: axe-core finds no critical or serious
+    violation on any of them, wide or at 400 pixels."""
+    alice, _ = browsers
+    make_agent(
+        store, [call(("c1", "pay", json.dumps(LONG_PAYMENT)))], [], thread_id="wide-and-narrow"
+    ).run("Pay Nordwind.")
+    paused_on_tool(store, "asked-a11y", data={"question": "Which account?"})
+    in_doubt(store, "doubted-a11y")
+    open_review(alice, inbox, "wide-and-narrow")
+    review = alice.current_url
+    open_pause(alice, inbox, "asked-a11y")
+    asked = alice.current_url
+    open_pause(alice, inbox, "doubted-a11y")
+    doubted = alice.current_url
+    pages = {
+        "queue": inbox,
+        "review": review,
+        "pause": asked,
+        "in-doubt": doubted,
+        "thread": f"{inbox}/thread?id=wide-and-narrow",
+        "sign-in": f"{inbox}/login",
+        "not-found": f"{inbox}/review?id=no-such-review",
+    }
+    found = {}
+    for width in (1280, PHONE):
+        with viewport(alice, width):
+            for name, url in pages.items():
+                alice.get(url)
+                until(alice, lambda d: d.find_elements(By.TAG_NAME, "main"))
+                found[f"{name} at {width}"] = violations(alice, axe)
+                screenshot(alice, tmp_path / f"{name}-{width}.png")
+    assert found == {page: [] for page in found}
+
+
+def test_at_400_pixels_nothing_of_the_operation_is_clipped_and_the_queue_links_show(
+    store: Store, inbox: str, browsers: tuple[Any, Any], tmp_path: Path
+) -> None:
+    """On a 400 pixel wide phone, the review page shows the tool, every argument (the
+    whole IBAN and memo) and the digest inside their boxes and the viewport, each of the
+    queue's rows shows its link to open it, and an approval with edited arguments shows
+    the edit and its digest whole."""
+    alice, _ = browsers
+    make_agent(store, [call(("c1", "pay", json.dumps(LONG_PAYMENT)))], [], thread_id="phone").run(
+        "Pay Nordwind."
+    )
+    open_review(alice, inbox, "phone")
+    review = alice.current_url
+    with viewport(alice, PHONE):
+        alice.get(review)
+        assert alice.execute_script("return document.documentElement.clientWidth;") == PHONE
+        assert clipped(alice, "h1 .tool, #tool, #arguments, #digest") == []
+        shown = alice.find_element(By.ID, "arguments").text
+        assert LONG_PAYMENT["iban"] in shown
+        assert LONG_PAYMENT["memo"] in shown.replace("\n", " ")
+        box = alice.find_element(By.ID, "arguments")
+        assert int(box.get_attribute("scrollHeight")) <= int(box.get_attribute("clientHeight"))
+        screenshot(alice, tmp_path / "review-400.png")
+        alice.get(inbox)
+        assert clipped(alice, "tr.review .tool, tr.review pre.arguments, tr.review a.open") == []
+        screenshot(alice, tmp_path / "queue-400.png")
+        alice.get(review)
+        edit = json.dumps({**LONG_PAYMENT, "memo": LONG_PAYMENT["memo"] + " (checked)"})
+        alice.execute_script(
+            "document.getElementById('edited-arguments').value = arguments[0];", edit
+        )
+        alice.find_element(By.ID, "approve-edited").click()
+        assert clipped(alice, "#edited, #decision .digest, #arguments, #digest") == []
+        assert "(checked)" in alice.find_element(By.ID, "edited").text
+        screenshot(alice, tmp_path / "decided-400.png")
+    alice.get(review)
+    screenshot(alice, tmp_path / "decided-1280.png")
+
+
+def test_a_refused_decision_stays_on_the_review_page_and_a_decision_offers_the_next(
+    store: Store, inbox: str, browsers: tuple[Any, Any], axe: str
+) -> None:
+    """Edited arguments that are no JSON are refused on the review page itself, with
+    what was typed kept and nothing recorded; the approval that follows shows the
+    decision and a link to the next review; both pages pass axe-core."""
+    _, bob = browsers
+    paused(store, "typed", [], [])
+    paused(store, "typed-next", [], [])
+    open_review(bob, inbox, "typed")
+    edited = bob.find_element(By.ID, "edited-arguments")
+    edited.clear()
+    edited.send_keys('{"amount": 25, "to": ')
+    bob.find_element(By.ID, "approve-edited").click()
+    (error,) = until(bob, lambda d: d.find_elements(By.ID, "error"))
+    assert error.get_attribute("role") == "alert" and "nothing was recorded" in error.text.lower()
+    assert bob.find_element(By.ID, "edited-arguments").get_attribute("value") == (
+        '{"amount": 25, "to": '
+    )
+    assert bob.find_elements(By.ID, "arguments") and decisions(store, "typed") == []
+    assert violations(bob, axe) == []
+    bob.find_element(By.ID, "approve").click()
+    until(bob, lambda d: d.find_elements(By.ID, "decision"))
+    assert not bob.find_elements(By.ID, "error")
+    assert len(decisions(store, "typed")) == 1
+    assert violations(bob, axe) == []
+    bob.find_element(By.ID, "next-review").click()
+    until(bob, lambda d: d.find_elements(By.ID, "arguments"))
+    assert "/review?" in bob.current_url and not bob.find_elements(By.ID, "decision")
+
+
+def test_reject_stands_apart_looks_unlike_approve_and_respond_and_asks_first(
+    store: Store, inbox: str, browsers: tuple[Any, Any]
+) -> None:
+    """The review page shows the operation and the messages before the actions; approve,
+    respond and reject look different; rejecting, in its own section after the others,
+    asks for confirmation: dismissed, nothing is recorded; confirmed, the rejection is."""
+    alice, _ = browsers
+    paused(store, "rejected-apart", [], [])
+    open_review(alice, inbox, "rejected-apart")
+    order = alice.execute_script(
+        """const at = (selector) => [...document.querySelectorAll("main > *")]
+             .findIndex((e) => e.matches(selector) || e.querySelector(selector));
+           return ["#arguments", ".messages", "#approve", "#reject"].map(at);"""
+    )
+    assert order == sorted(order) and len(set(order)) == 4
+    colours = {
+        button: alice.execute_script(
+            "return getComputedStyle(document.getElementById(arguments[0])).backgroundColor;",
+            button,
+        )
+        for button in ("approve", "respond", "reject")
+    }
+    assert len(set(colours.values())) == 3, colours
+    alice.find_element(By.ID, "reason").send_keys("Not this supplier.")
+    alice.find_element(By.ID, "reject").click()
+    until(alice, lambda d: d.switch_to.alert).dismiss()
+    assert decisions(store, "rejected-apart") == []
+    alice.find_element(By.ID, "reject").click()
+    until(alice, lambda d: d.switch_to.alert).accept()
+    decided = until(alice, lambda d: d.find_elements(By.ID, "decision"))[0]
+    assert "rejected" in decided.text
+    assert [d.decision for d in decisions(store, "rejected-apart")] == ["rejected"]

@@ -11,6 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from markupsafe import escape
 from starlette.testclient import TestClient
 
 from covonaut_es import AgentThread, Store, open_store
@@ -356,6 +359,36 @@ def test_a_refused_decision_through_the_form_records_nothing(
     assert store.state_at("t").version == version
 
 
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    typed=st.text(st.characters(exclude_categories=("Cs",)), max_size=120),
+    comment=st.sampled_from(["", HOSTILE, '" autofocus onfocus="alert(1)', "</textarea><b>x"]),
+)
+def test_a_refused_decision_shows_what_was_typed_back_as_text(
+    store: Store, typed: str, comment: str
+) -> None:
+    """A refused decision is shown on the review page with the reviewer's typing put
+    back, escaped, whatever it holds: the edit in its box and the comment in its field,
+    no markup of theirs on the page, the refusal as an alert, and nothing recorded."""
+    with inbox_client(store) as client:
+        review = review_id(client)
+        csrf = sign_in(client, ALICE)
+        edit = "[" + typed  # never one JSON object: always refused
+        form = {"review": review, "thread": "t", "csrf": csrf, "action": "approve-edited",
+                "arguments": edit, "comment": comment}  # fmt: skip
+        refused = client.post("/decide", data=form, headers=OWN)
+    assert refused.status_code == 400, refused.text
+    page = refused.text
+    assert 'role="alert"' in page
+    (box,) = re.findall(r'<textarea name="arguments"[^>]*>(.*?)</textarea>', page, flags=re.S)
+    assert box == str(escape(edit))
+    assert f'id="edit-comment" value="{escape(comment)}"' in page
+    assert "<script>" not in page and "<b>x" not in page
+    assert decided(store) == []
+
+
 def test_the_review_page_posts_the_digest_it_shows(store: Store) -> None:
     """Every decision form of the review page carries, hidden, the digest the page
     shows; posted as it is, the approval is recorded."""
@@ -363,7 +396,7 @@ def test_the_review_page_posts_the_digest_it_shows(store: Store) -> None:
         review = review_id(client)
         sign_in(client, ALICE)
         page = client.get("/review", params={"id": review, "thread": "t"}).text
-        (shown,) = re.findall(r"<dt>Digest</dt><dd><code>([0-9a-f]+)</code>", page)
+        (shown,) = re.findall(r"<dt>Digest</dt><dd><code[^>]*>([0-9a-f]+)</code>", page)
         hidden = re.findall(r'name="digest" value="([^"]*)"', page)
         assert hidden == [shown] * 4
         csrf = re.findall(r'name="csrf" value="([^"]+)"', page)[0]
@@ -371,6 +404,34 @@ def test_the_review_page_posts_the_digest_it_shows(store: Store) -> None:
         assert client.post("/decide", data=form, headers=OWN).status_code == 200
     (event,) = decided(store)
     assert event.digest == shown
+
+
+@pytest.mark.parametrize(
+    ("fields", "said"),
+    [
+        ({"action": "answer", "answer": " "}, "the answer must not be empty"),
+        ({"action": "abandon", "reason": ""}, "the reason must not be empty"),
+        ({"action": "shout"}, "unknown action &#39;shout&#39;"),
+    ],
+)
+def test_a_refused_pause_action_is_shown_on_the_pause_page(
+    store: Store, fields: dict[str, str], said: str
+) -> None:
+    """A blank answer, a giving-up without a reason or an unknown action on a tool's
+    pause is a 400 shown as an alert on the pause's own page, its forms still there, and
+    nothing is recorded."""
+    paused_on_tool(store, "asked")
+    version = store.state_at("asked").version
+    with inbox_client(store) as client:
+        csrf = sign_in(client, ALICE)
+        page = client.get("/pause", params={"thread": "asked", "call": "c1"}).text
+        (token,) = set(re.findall(r'name="pause" value="([^"]+)"', page))
+        form = {"thread": "asked", "call": "c1", "pause": token, "csrf": csrf, **fields}
+        refused = client.post("/pause", data=form, headers=OWN)
+    assert refused.status_code == 400, refused.text
+    assert 'id="error" role="alert"' in refused.text and said in refused.text
+    assert 'id="answer-form"' in refused.text
+    assert store.state_at("asked").version == version
 
 
 def test_a_pause_page_shows_hostile_reasons_and_data_as_text(store: Store) -> None:

@@ -1,12 +1,16 @@
-"""``covonaut-es serve``, run as a real process: it serves the inbox over a store, and
-says clearly what is missing when the secret or the ``inbox`` extra is."""
+"""``covonaut-es serve``, run as a real process: it serves the inbox over a store, keeps
+answering reviewers while a client trickles a thousand connections at it, and says
+clearly what is missing when the secret or the ``inbox`` extra is."""
 
 from __future__ import annotations
 
 import os
+import resource
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -19,13 +23,48 @@ SECRET = "s" * 40
 SRC = Path(__file__).resolve().parent.parent / "src"
 
 
-def serve(url: str, port: int, *extra: str, env: dict[str, str]) -> subprocess.Popen[str]:
+OPEN_FILES = 1024
+"""The open-file limit of the served process in the slow-client test, a common default."""
+TRICKLED = b"GET /api/reviews HTTP/1.1\r\nHost: inbox\r\nX-Padding: " + b"x" * 400
+"""Headers that never end, sent one byte at a time."""
+
+
+def serve(
+    url: str, port: int, *extra: str, env: dict[str, str], open_files: int | None = None
+) -> subprocess.Popen[str]:
     command = [sys.executable, "-m", "covonaut_es", "serve", "--store", url, "--port", str(port)]
     command += extra
+
+    def limit_open_files() -> None:  # in the child, before it runs Python
+        if open_files is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, open_files))
+
     return subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "PYTHONPATH": str(SRC), **env},
+        env={**os.environ, "PYTHONPATH": str(SRC), **env}, preexec_fn=limit_open_files,
     )  # fmt: skip
+
+
+def stopped(process: subprocess.Popen[str]) -> str:
+    """Ctrl-C the served process and wait for it (killed if it outlives 30 s); its stderr."""
+    process.send_signal(signal.SIGINT)
+    try:
+        return process.communicate(timeout=30)[1]
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        raise
+
+
+def healthy(process: subprocess.Popen[str], base: str) -> httpx.Response:
+    """The first answer of ``/healthz`` once the served process listens."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            return httpx.get(f"{base}/healthz")
+        except httpx.TransportError:
+            assert process.poll() is None and time.monotonic() < deadline
+            time.sleep(0.1)
 
 
 def test_serve_answers_healthz_and_signs_reviewers_in(tmp_path: Path) -> None:
@@ -37,15 +76,7 @@ def test_serve_answers_healthz_and_signs_reviewers_in(tmp_path: Path) -> None:
     process = serve(url, port, env={"COVONAUT_ES_REVIEWER_SECRET": SECRET})
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                health = httpx.get(f"{base}/healthz")
-                break
-            except httpx.TransportError:
-                assert process.poll() is None and time.monotonic() < deadline
-                time.sleep(0.1)
-        assert health.status_code == 200
+        assert healthy(process, base).status_code == 200
         token = HmacReviewerVerifier(SECRET).issue_token("ann", ttl_seconds=60)
         assert (
             httpx.get(f"{base}/api/reviews", headers={"Authorization": "Bearer x"}).status_code
@@ -54,9 +85,121 @@ def test_serve_answers_healthz_and_signs_reviewers_in(tmp_path: Path) -> None:
         listed = httpx.get(f"{base}/api/reviews", headers={"Authorization": f"Bearer {token}"})
         assert (listed.status_code, listed.json()) == (200, [])
     finally:
-        process.send_signal(signal.SIGINT)
-        process.communicate(timeout=30)
+        stopped(process)
     assert process.returncode == 0
+
+
+class Trickler:
+    """One unauthenticated client (127.0.0.2, loopback) opening ``count`` connections to
+    ``port`` at once, then sending each a request's headers one byte a round until the
+    server has ended them all, for ``seconds`` at most; it counts the connections the
+    server refused (answered 503) or closed (at the request timeout)."""
+
+    def __init__(self, port: int, count: int, seconds: float) -> None:
+        self.port, self.count, self.seconds = port, count, seconds
+        self.opened = self.refused = self.closed = 0
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self) -> None:
+        stop = time.monotonic() + self.seconds
+        sockets: list[socket.socket] = []
+        try:
+            for _ in range(self.count):
+                connection = socket.socket()
+                sockets.append(connection)
+                connection.bind(("127.0.0.2", 0))
+                connection.setblocking(False)
+                connection.connect_ex(("127.0.0.1", self.port))  # completes in the kernel
+                self.opened += 1
+            sent = 0
+            while sockets and time.monotonic() < stop:
+                sockets = [c for c in sockets if self.still_open(c, TRICKLED[sent : sent + 1])]
+                sent = (sent + 1) % len(TRICKLED)
+                time.sleep(0.05)
+        finally:
+            for connection in sockets:
+                connection.close()
+
+    def still_open(self, connection: socket.socket, byte: bytes) -> bool:
+        """Send ``byte`` (nothing while it connects); False (and closed) once the server
+        has closed the connection."""
+        try:
+            answer = connection.recv(1024)
+        except BlockingIOError:
+            answer = None
+        except OSError:
+            answer = b""
+        if answer is None:
+            try:
+                connection.send(byte)
+                return True
+            except BlockingIOError:
+                return True
+            except OSError:
+                answer = b""
+        if answer.startswith(b"HTTP/1.1 503"):
+            self.refused += 1
+        else:
+            self.closed += 1
+        connection.close()
+        return False
+
+
+def test_serve_keeps_answering_reviewers_while_a_client_trickles_1100_connections(
+    tmp_path: Path,
+) -> None:
+    """Under a 1,024 open-file limit, one client's 1,100 connections sending headers a
+    byte at a time are refused past its share or closed at the request timeout; a
+    signed-in reviewer's every request meanwhile gets 200 within two seconds, and the
+    server lives on without running out of files."""
+    url = f"sqlite:///{tmp_path / 'threads.db'}"
+    open_store(url).close()
+    port = free_port()
+    process = serve(
+        url, port, "--request-timeout", "2",
+        env={"COVONAUT_ES_REVIEWER_SECRET": SECRET}, open_files=OPEN_FILES,
+    )  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    token = HmacReviewerVerifier(SECRET).issue_token("ann", ttl_seconds=600)
+    auth = {"Authorization": f"Bearer {token}"}
+    try:
+        assert healthy(process, base).status_code == 200
+        attack = Trickler(port, 1100, seconds=30)
+        attack.thread.start()
+        answers: list[tuple[int, float]] = []
+        while attack.thread.is_alive():
+            started = time.monotonic()
+            reply = httpx.get(f"{base}/api/reviews", headers=auth, timeout=10)
+            answers.append((reply.status_code, time.monotonic() - started))
+            time.sleep(0.05)
+        attack.thread.join()
+        assert attack.opened == 1100
+        assert attack.refused > 0  # past the client's share: 503 at once
+        assert attack.refused + attack.closed == 1100  # the rest: closed at the timeout
+        assert len(answers) >= 10
+        assert {status for status, _ in answers} == {200}
+        assert max(elapsed for _, elapsed in answers) < 2.0
+        assert healthy(process, base).status_code == 200
+        assert process.poll() is None
+    finally:
+        stderr = stopped(process)
+    assert process.returncode == 0
+    assert "Too many open files" not in stderr
+
+
+def test_serve_keeps_its_connections_within_the_open_file_limit(tmp_path: Path) -> None:
+    """Under an open-file limit too low for --max-connections, serve says it lowers the
+    total to what the limit leaves, and serves."""
+    url = f"sqlite:///{tmp_path / 'threads.db'}"
+    open_store(url).close()
+    port = free_port()
+    process = serve(url, port, env={"COVONAUT_ES_REVIEWER_SECRET": SECRET}, open_files=400)
+    try:
+        assert healthy(process, f"http://127.0.0.1:{port}").status_code == 200
+    finally:
+        stderr = stopped(process)
+    assert process.returncode == 0
+    assert "--max-connections 512 lowered to 80: the open-file limit is 400" in stderr
 
 
 def test_serve_without_secret_or_extra_says_what_is_missing(tmp_path: Path) -> None:

@@ -138,7 +138,8 @@ def test_a_form_loaded_for_one_pause_never_acts_on_the_next(
     open_test_store: Callable[..., Store], form: str
 ) -> None:
     """Load the page of pause A, let the thread move on to pause B of the same call,
-    post A's form: 409 naming the stale pause, and B is as it was."""
+    post A's form: 409 naming the stale pause (on the review's page, for a review),
+    and B is as it was."""
     store = open_test_store()
     kind, filled = FORMS[form]
     START[kind](store)
@@ -152,6 +153,8 @@ def test_a_form_loaded_for_one_pause_never_acts_on_the_next(
         assert any(not p.resolved for p in before[1]), "the thread is paused on B"
         posted = client.post(action, data={**hidden, **filled}, headers=OWN)
         assert posted.status_code == 409, posted.text
+        if kind == "review":  # the stale review's page, with the refusal on it
+            assert 'id="error" role="alert"' in posted.text
         assert _snapshot(store) == before
 
 

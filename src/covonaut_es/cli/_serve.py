@@ -5,14 +5,22 @@ options name, else with tokens signed under ``$COVONAUT_ES_REVIEWER_SECRET`` (se
 :mod:`covonaut_es.cli._identity`); the inbox follows the store's reviewer queue in memory
 and decrypts with the key ``--cipher-key-env`` names, and no other. Needs the ``inbox``
 extra.
+
+uvicorn runs with the bounds of :mod:`covonaut_es.cli._connections`: connections in all
+and per client address, and the time a request may take to arrive; the total is kept
+within the process's open-file limit.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import resource
+import sys
 import uuid
 
 from covonaut_es.cli._command import EXIT_OK, Subcommands, UsageError, add_command
+from covonaut_es.cli._connections import ConnectionLimits
 from covonaut_es.cli._identity import add_reviewer_options, reviewer_verifier_from
 from covonaut_es.cli._options import add_store_options, cipher_key, open_from, store_url
 from covonaut_es.cli._tokens import explain_secret
@@ -21,6 +29,20 @@ from covonaut_es.projections import ReviewQueue
 DEFAULT_PORT = 8700
 """The port ``serve`` listens on unless told otherwise."""
 MAX_PORT = 65535
+DEFAULT_LIMITS = ConnectionLimits(total=512, per_client=32, request_seconds=10.0)
+"""``serve``'s connection limits unless told otherwise."""
+BACKLOG = 64
+"""Connections the kernel queues for ``accept``, and asyncio accepts in one go: it opens
+a burst's files before any connection past a limit is closed, so up to a few bursts are
+open beyond the connections held."""
+RESERVED_FILES = 64 + 4 * BACKLOG
+"""Open files kept for the store, the queue, logs, the listening socket and the
+connections accepted and not yet refused: the total of connections is at most the
+open-file limit less these."""
+KEEP_ALIVE_SECONDS = 5
+"""How long an idle connection is kept open between two requests."""
+MAX_HEADER_BYTES = 16 * 1024
+"""The largest request line and headers accepted (h11's incomplete-event size)."""
 
 
 def add_serve_command(subcommands: Subcommands) -> None:
@@ -41,6 +63,30 @@ def add_serve_command(subcommands: Subcommands) -> None:
         help="another origin that may post to the inbox, e.g. a proxy's public "
         "https://inbox.example.com (repeatable)",
     )
+    parser.add_argument(
+        "--max-connections",
+        type=int,
+        default=DEFAULT_LIMITS.total,
+        metavar="N",
+        help=f"open connections at most, from all clients (default {DEFAULT_LIMITS.total}, "
+        f"and at most the open-file limit less {RESERVED_FILES})",
+    )
+    parser.add_argument(
+        "--max-connections-per-client",
+        type=int,
+        default=DEFAULT_LIMITS.per_client,
+        metavar="N",
+        help="open connections at most from one client address (default "
+        f"{DEFAULT_LIMITS.per_client}; behind a proxy, every connection is the proxy's)",
+    )
+    parser.add_argument(
+        "--request-timeout",
+        type=float,
+        default=DEFAULT_LIMITS.request_seconds,
+        metavar="SECONDS",
+        help="how long a request's headers and body may take to arrive (default "
+        f"{DEFAULT_LIMITS.request_seconds:g})",
+    )
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -48,10 +94,12 @@ def serve(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= MAX_PORT:
         msg = f"--port must be a TCP port, 0 to {MAX_PORT} (0: any free one), got {args.port}"
         raise UsageError(msg)
+    limits = connection_limits(args)
     verifier = reviewer_verifier_from(args)
     try:
         import uvicorn
 
+        from covonaut_es.cli._connections import guarded_protocol
         from covonaut_es.inbox import create_app
     except ImportError as exc:
         msg = f"serve needs the inbox extra ({exc}): pip install 'covonaut-es[inbox]'"
@@ -64,5 +112,40 @@ def serve(args: argparse.Namespace) -> int:
             compress=args.compressed,
         )
         app = create_app(store, verifier, queue=queue, allowed_origins=args.allowed_origin)
-        uvicorn.run(app, host=args.host, port=args.port, timeout_graceful_shutdown=2)
+        uvicorn.run(
+            app,
+            host=args.host,
+            port=args.port,
+            http=guarded_protocol(limits),
+            ws="none",  # the inbox has none; an upgraded connection would leave the count
+            backlog=BACKLOG,
+            timeout_keep_alive=KEEP_ALIVE_SECONDS,
+            h11_max_incomplete_event_size=MAX_HEADER_BYTES,
+            timeout_graceful_shutdown=2,
+        )
     return EXIT_OK
+
+
+def connection_limits(args: argparse.Namespace) -> ConnectionLimits:
+    """The limits the options ask for, the total lowered to fit the open-file limit."""
+    for option, value in (
+        ("--max-connections", args.max_connections),
+        ("--max-connections-per-client", args.max_connections_per_client),
+    ):
+        if value < 1:
+            msg = f"{option} needs a number of connections of at least 1, got {value}"
+            raise UsageError(msg)
+    if not (math.isfinite(args.request_timeout) and args.request_timeout > 0):
+        msg = f"--request-timeout needs a number of seconds above 0, got {args.request_timeout:g}"
+        raise UsageError(msg)
+    open_files, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    total = args.max_connections
+    if open_files != resource.RLIM_INFINITY and total > open_files - RESERVED_FILES:
+        total = max(1, open_files - RESERVED_FILES)
+        print(
+            f"covonaut-es serve: --max-connections {args.max_connections} lowered to {total}: "
+            f"the open-file limit is {open_files} (ulimit -n) and {RESERVED_FILES} are kept "
+            "for the store and the connections being refused",
+            file=sys.stderr,
+        )
+    return ConnectionLimits(total, args.max_connections_per_client, args.request_timeout)

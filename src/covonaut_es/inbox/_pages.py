@@ -38,7 +38,14 @@ from covonaut_es.inbox._http import (
 )
 from covonaut_es.inbox._items import ReviewItem
 from covonaut_es.inbox._sessions import CSRF_FIELD, SESSION_COOKIE, Session, same_origin
-from covonaut_es.service import TEXT_FIELD, Action, ReviewSubmission, Settlement, review_submission
+from covonaut_es.service import (
+    TEXT_FIELD,
+    Action,
+    Reviewer,
+    ReviewSubmission,
+    Settlement,
+    review_submission,
+)
 
 _POLL_SECONDS = 0.05
 """How often a live-update request looks at the queue's position."""
@@ -221,18 +228,33 @@ def page_routes(inbox: Inbox) -> list[Route]:
         return JSONResponse({"position": position})
 
     async def review(request: Request, signed: SignedIn) -> Response:
-        context = await blocking(_review_context, inbox, request)
+        query = request.query_params
+        context = await blocking(
+            _review_context, inbox, query.get("id", ""), query.get("thread") or None
+        )
         return _page(inbox, request, "review.html", {"session": signed.session, **context})
 
     async def decide(request: Request, signed: SignedIn) -> Response:
         fields = await _form(inbox, request, signed.session)
-        decision = await blocking(
-            inbox.desk.decide,
-            fields.get("review", ""),
-            _submission(fields),
-            reviewer=signed.reviewer,
-            thread_id=fields.get("thread") or None,
-        )
+        review_id, thread_id = fields.get("review", ""), fields.get("thread") or None
+        try:
+            decision = await blocking(
+                inbox.desk.decide,
+                review_id,
+                _submission(fields),
+                reviewer=signed.reviewer,
+                thread_id=thread_id,
+            )
+        except (HttpError, CovonautError) as exc:
+            # Shown on the review page, with what was typed: a reviewer is not stranded
+            # on an error page (one that cannot be loaded falls back to it).
+            try:
+                context = await blocking(_review_context, inbox, review_id, thread_id)
+            except CovonautError:
+                raise exc from None
+            context |= {"session": signed.session, "error": message_of(inbox, exc)}
+            context["submitted"] = fields
+            return _page(inbox, request, "review.html", context, status_of(exc))
         target = request.url_for("review").include_query_params(
             id=decision.review_id, thread=decision.thread_id
         )
@@ -253,13 +275,29 @@ def page_routes(inbox: Inbox) -> list[Route]:
                 id=view.review_id, thread=thread_id
             )
             return RedirectResponse(target, status_code=303)
-        context = {"session": signed.session, "view": view}
+        context = {"session": signed.session, "view": view, "error": ""}
         return _page(inbox, request, "pause.html", context)
 
     async def act(request: Request, signed: SignedIn) -> Response:
         fields = await _form(inbox, request, signed.session)
+        try:
+            return await record(request, fields, signed.reviewer)
+        except (HttpError, CovonautError) as exc:
+            # Shown on the pause's page while it is pending, as a refused decision is.
+            thread_id, call_id = fields.get("thread", ""), fields.get("call", "")
+            try:
+                view = await blocking(inbox.desk.pause, thread_id, call_id)
+            except CovonautError:
+                view = None
+            if view is None or view.review_id:
+                raise exc from None
+            context = {"session": signed.session, "view": view, "error": message_of(inbox, exc)}
+            return _page(inbox, request, "pause.html", context, status_of(exc))
+
+    async def record(request: Request, fields: dict[str, str], reviewer: Reviewer) -> Response:
+        """Record what a pause page's form asks; where to go next."""
         thread_id, call_id = fields.get("thread", ""), fields.get("call", "")
-        action, reviewer, desk = fields.get("action", ""), signed.reviewer, inbox.desk
+        action, desk = fields.get("action", ""), inbox.desk
         if action not in _PAUSE_ACTIONS:
             msg = f"unknown action {action!r}: expected one of {', '.join(_PAUSE_ACTIONS)}"
             raise InvalidDecisionError(msg)
@@ -330,13 +368,26 @@ def _submission(fields: dict[str, str]) -> ReviewSubmission:
     )
 
 
-def _review_context(inbox: Inbox, request: Request) -> dict[str, Any]:
-    query = request.query_params
-    item: ReviewItem = inbox.desk.review(query.get("id", ""), query.get("thread") or None)
+def _review_context(inbox: Inbox, review_id: str, thread_id: str | None) -> dict[str, Any]:
+    """What the review page shows: the review, its thread's last messages, the edit
+    box's text, and the oldest other review waiting (the "next review" link)."""
+    item: ReviewItem = inbox.desk.review(review_id, thread_id)
+    following = next(
+        (
+            pending
+            for pending in inbox.desk.pending()
+            if pending.review_id
+            and (pending.review_id, pending.thread_id) != (item.review_id, item.thread_id)
+        ),
+        None,
+    )
     return {
         "review": item,
         "messages": inbox.desk.messages(item.thread_id),
         "arguments_json": _editable_json(item.arguments),
+        "next_review": following,
+        "error": "",
+        "submitted": {},
     }
 
 

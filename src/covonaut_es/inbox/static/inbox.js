@@ -1,6 +1,13 @@
-// Live updates of the inbox: wait for the review queue to move, then fetch the rows
-// again (server-rendered and escaped). No inline script: the page's CSP forbids it.
+// The inbox's one script (no inline script: the page's CSP forbids it).
 "use strict";
+// A form that ends something for good (rejecting, giving a thread up) asks first.
+document.querySelectorAll("form[data-confirm]").forEach((form) => {
+  form.addEventListener("submit", (event) => {
+    if (!window.confirm(form.dataset.confirm)) event.preventDefault();
+  });
+});
+// Live updates of the inbox: wait for the review queue to move, then fetch the rows
+// again (server-rendered and escaped).
 (function () {
   const queue = document.getElementById("queue");
   if (!queue) return;

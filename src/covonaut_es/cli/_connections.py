@@ -1,0 +1,136 @@
+"""The connection limits ``serve`` runs uvicorn with: slow or greedy clients must not
+exhaust the process's open files nor keep reviewers out.
+
+uvicorn bounds a request's header size (h11's incomplete-event size) and the idle time
+between requests (``timeout_keep_alive``), but nothing else: its keep-alive timer runs
+only after a response, every byte received resets it, and ``limit_concurrency`` answers
+503 only once a request's headers are complete, to reviewers and attackers alike. So
+:func:`guarded_protocol` extends uvicorn's h11 protocol with the two bounds it lacks
+(ADR 0035): a connection past the total or past its client address's share is answered
+503 and closed at once, and a request not wholly received within a deadline has its
+connection closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+if TYPE_CHECKING:  # the inbox extra's: imported where the protocol is made
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+REFUSAL = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
+    b"Connection: close\r\nRetry-After: 1\r\n\r\n"
+)
+"""What a connection past a limit is sent before it is closed."""
+
+
+@attrs.frozen
+class ConnectionLimits:
+    """How many connections ``serve`` holds, and how long a request may take to arrive.
+
+    Attributes:
+        total: Open connections at most, from every client together.
+        per_client: Open connections at most from one client address (behind a reverse
+            proxy, every connection comes from the proxy's).
+        request_seconds: How long a request (its headers and its body) may take to
+            arrive, from the connection's opening or the previous response's end.
+    """
+
+    total: int
+    per_client: int
+    request_seconds: float
+
+
+class Admission:
+    """Counts the open connections, in all and per client address, and admits a new one
+    only within :class:`ConnectionLimits`. Used from the event loop's thread only."""
+
+    def __init__(self, limits: ConnectionLimits) -> None:
+        self.limits = limits
+        self.open: Counter[str] = Counter()
+
+    def admit(self, client: str) -> bool:
+        """Count a connection from ``client`` in, if the limits allow one more."""
+        if self.open.total() >= self.limits.total:
+            return False
+        if self.open[client] >= self.limits.per_client:
+            return False
+        self.open[client] += 1
+        return True
+
+    def release(self, client: str) -> None:
+        """Count an admitted connection from ``client`` out."""
+        self.open[client] -= 1
+        if self.open[client] <= 0:
+            del self.open[client]
+
+
+def client_host(transport: asyncio.BaseTransport) -> str:
+    """The address a connection comes from (empty when the socket has none, a Unix
+    socket's peer)."""
+    peer: Any = transport.get_extra_info("peername")
+    return str(peer[0]) if isinstance(peer, tuple) and peer else ""
+
+
+def guarded_protocol(limits: ConnectionLimits) -> type[H11Protocol]:
+    """uvicorn's h11 protocol, bounded by ``limits``: pass it as ``uvicorn.Config``'s
+    ``http``. Each call counts its own connections (one server, one call)."""
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    receiving = (h11.IDLE, h11.SEND_BODY)  # the client's request has not wholly arrived
+    admission = Admission(limits)
+
+    class GuardedH11Protocol(H11Protocol):
+        admitted_as: str | None = None
+        deadline: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            client = client_host(transport)
+            if not admission.admit(client):
+                transport.write(REFUSAL)
+                transport.close()
+                return
+            self.admitted_as = client
+            super().connection_made(transport)
+            self._watch()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self.admitted_as is None:  # refused: uvicorn never saw it
+                return
+            admission.release(self.admitted_as)
+            self.admitted_as = None
+            self._disarm()
+            super().connection_lost(exc)
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            self._watch()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._watch()  # the next request's deadline, pipelined ones included
+
+        def _watch(self) -> None:
+            """Arm the deadline while a request is arriving; disarm it once it has."""
+            if self.transport.is_closing() or self.conn.their_state not in receiving:
+                self._disarm()
+            elif self.deadline is None:
+                self.deadline = self.loop.call_later(limits.request_seconds, self._expire)
+
+        def _disarm(self) -> None:
+            if self.deadline is not None:
+                self.deadline.cancel()
+                self.deadline = None
+
+        def _expire(self) -> None:
+            self.deadline = None
+            if not self.transport.is_closing():
+                self.transport.close()
+
+    return GuardedH11Protocol

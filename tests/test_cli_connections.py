@@ -1,0 +1,157 @@
+"""The connection limits ``covonaut-es serve`` runs uvicorn with: shares of connections
+per client address and in all, and the time a request may take to arrive, on real
+loopback sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from covonaut_es.cli._connections import Admission, ConnectionLimits, guarded_protocol
+from inbox_support import free_port
+
+uvicorn = pytest.importorskip("uvicorn")
+
+DEADLINE = 1.0
+LIMITS = ConnectionLimits(total=6, per_client=3, request_seconds=DEADLINE)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.booleans(), st.integers(min_value=0, max_value=4)), min_size=1, max_size=60
+    )
+)
+def test_no_mix_of_clients_holds_more_than_its_share_or_the_total(
+    steps: list[tuple[bool, int]],
+) -> None:
+    """Whatever clients open and close, none holds more than its share, all together
+    no more than the total, and a client under its share gets in while the total has
+    room."""
+    admission = Admission(LIMITS)
+    held: list[str] = []
+    for opening, number in steps:
+        client = f"10.0.0.{number}"
+        if opening:
+            room = len(held) < LIMITS.total and held.count(client) < LIMITS.per_client
+            assert admission.admit(client) is room
+            if room:
+                held.append(client)
+        elif client in held:
+            held.remove(client)
+            admission.release(client)
+        assert sum(admission.open.values()) == len(held) <= LIMITS.total
+        assert all(admission.open[c] == held.count(c) <= LIMITS.per_client for c in set(held))
+
+
+async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """Answers ``ok``; ``/slow`` takes longer than the request deadline to answer."""
+    if scope["type"] != "http":
+        return
+    while (await receive()).get("more_body"):
+        pass
+    if scope["path"] == "/slow":
+        await asyncio.sleep(DEADLINE * 1.5)
+    headers = [(b"content-length", b"2")]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": b"ok"})
+
+
+@pytest.fixture(scope="module")
+def port() -> Iterator[int]:
+    """A uvicorn server of :func:`app` under :data:`LIMITS`, on a free loopback port."""
+    chosen = free_port()
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=chosen, http=guarded_protocol(LIMITS), log_level="warning"
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    stop = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < stop
+        time.sleep(0.02)
+    yield chosen
+    server.should_exit = True
+    thread.join(10)
+
+
+def connect(port: int, source: str = "127.0.0.1") -> socket.socket:
+    """A connection to the server from the loopback address ``source``."""
+    return socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(source, 0))
+
+
+def answer_of(connection: socket.socket) -> bytes:
+    """What the server sends until it closes the connection or ends a response."""
+    received = b""
+    while not received.endswith(b"ok"):
+        chunk = connection.recv(4096)
+        if not chunk:
+            break
+        received += chunk
+    return received
+
+
+REQUEST = b"GET / HTTP/1.1\r\nHost: inbox\r\nX-Padding: " + b"x" * 40 + b"\r\n\r\n"
+
+
+@settings(max_examples=8, deadline=None)
+@given(st.lists(st.integers(min_value=1, max_value=len(REQUEST)), min_size=1, max_size=6))
+def test_a_request_that_arrives_in_time_is_answered_however_it_is_split(
+    port: int, cuts: list[int]
+) -> None:
+    """A request sent in pieces, a little apart, well within the deadline: answered."""
+    with connect(port) as connection:
+        start = 0
+        for cut in sorted(set(cuts)):
+            connection.sendall(REQUEST[start:cut])
+            start = cut
+            time.sleep(DEADLINE / 20)
+        connection.sendall(REQUEST[start:])
+        assert answer_of(connection).startswith(b"HTTP/1.1 200")
+
+
+@settings(max_examples=5, deadline=None)
+@given(st.integers(min_value=0, max_value=len(REQUEST) - 3))
+def test_a_request_that_never_completes_is_closed_at_the_deadline(port: int, sent: int) -> None:
+    """A connection whose request stops short anywhere (or never starts) is closed
+    about the deadline after it opened, without an answer."""
+    with connect(port) as connection:
+        started = time.monotonic()
+        connection.sendall(REQUEST[:sent])
+        assert answer_of(connection) == b""
+        assert DEADLINE * 0.9 <= time.monotonic() - started < DEADLINE * 3
+
+
+def test_a_slow_answer_and_a_second_request_on_the_connection_are_not_cut(port: int) -> None:
+    """The deadline bounds a request's arrival only: an answer that takes longer is
+    sent, and the kept-alive connection serves the next request."""
+    with connect(port) as connection:
+        connection.sendall(REQUEST.replace(b"GET / ", b"GET /slow "))
+        assert answer_of(connection).startswith(b"HTTP/1.1 200")
+        connection.sendall(REQUEST)
+        assert answer_of(connection).startswith(b"HTTP/1.1 200")
+
+
+def test_a_client_past_its_share_is_refused_while_another_gets_in(port: int) -> None:
+    """A client holding its share of idle connections is answered 503 on one more;
+    another client address is still served."""
+    held = [connect(port, "127.0.0.3") for _ in range(LIMITS.per_client)]
+    try:
+        time.sleep(0.1)  # the server has taken them in
+        with connect(port, "127.0.0.3") as extra:
+            assert answer_of(extra).startswith(b"HTTP/1.1 503")
+        with connect(port, "127.0.0.4") as other:
+            other.sendall(REQUEST)
+            assert answer_of(other).startswith(b"HTTP/1.1 200")
+    finally:
+        for connection in held:
+            connection.close()
