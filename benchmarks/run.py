@@ -14,6 +14,7 @@ import limits
 import queue_lag
 import replay
 import single_thread
+import streaming
 import workers
 import writers
 from harness import cli
@@ -27,6 +28,7 @@ FIGURES = [
     limits.run,  # 8
     inbox.run,  # 9
     workers.run,  # 10
+    streaming.run,  # 11
     diagnose.run,  # why the missed targets were missed
 ]
 

@@ -11,6 +11,7 @@ import attrs
 from covonaut_es._clock import utc_now
 from covonaut_es.domain import AgentThread
 from covonaut_es.errors import ConfigurationError
+from covonaut_es.messages import Delta
 from covonaut_es.migrations import Upcaster
 from covonaut_es.migrations._registry import state_document_schema, thread_snapshot_schema
 from covonaut_es.migrations._upcasting import NO_MIGRATORS, frozen_steps
@@ -117,6 +118,13 @@ class AgentConfig:
             ends), on the thread that drives the run (the event loop's, for ``arun``).
             For live views and streaming UIs; an exception it raises is logged and
             does not stop the run.
+        on_delta: Called with each piece of a turn's answer (a
+            :class:`~covonaut_es.TextDelta` or :class:`~covonaut_es.ToolCallDelta`) as the
+            provider streams it in; when set, runs ask the provider with ``stream()``.
+            Pieces are news, not state: the committed events (``on_event``) say what
+            was recorded. Called on the thread that drives the run; an exception it
+            raises is logged and does not stop the run. ``Agent.astream`` yields the
+            same pieces.
         reviewer_verifier: Verifies reviewers' credentials for ``Agent.approve`` and
             ``Agent.reject`` (see ``HmacReviewerVerifier``).
         state_store: Where ``save_state`` and ``load_state`` keep named states: a
@@ -142,6 +150,7 @@ class AgentConfig:
     temperature: float | None = None
     clock: Callable[[], datetime] = utc_now
     on_event: Callable[[AgentThread.Event], None] | None = None
+    on_delta: Callable[[Delta], None] | None = None
     reviewer_verifier: ReviewerVerifier | None = None
     state_store: StateStore | None = attrs.field(default=None, validator=_state_store)
     state_migrators: Mapping[int, Upcaster] = attrs.field(
