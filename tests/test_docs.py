@@ -166,6 +166,21 @@ def test_streaming_example_streams_commits_then_continues_a_cut_stream() -> None
     ]
 
 
+def test_agui_example_pauses_on_two_reviews_and_resumes_only_when_signed() -> None:
+    """examples/agui_server.py: the run ends with two interrupts, an unsigned resume is
+    refused with 401, the signed one runs both refunds and finishes."""
+    lines = run_python(ROOT / "examples" / "agui_server.py").stdout.splitlines()
+    assert lines[1].startswith("  events: RUN_STARTED TEXT_MESSAGE_START")
+    assert lines[1].endswith("MESSAGES_SNAPSHOT STATE_SNAPSHOT RUN_FINISHED")
+    assert len([line for line in lines if line.startswith("  interrupt ")]) == 2
+    assert any(line.startswith("  HTTP 401: a resume decides reviews") for line in lines)
+    assert lines[-2] == (
+        "  text: Done: refunded 30 EUR on A-1 (dana approved); "
+        "refunded 45 EUR on B-2 (dana approved)."
+    )
+    assert lines[-1] == "  outcome: success"
+
+
 def test_the_readme_is_a_short_entry_into_the_site() -> None:
     """The README stays under 200 lines and points to the providers, the command line
     and the threat model in the documentation site."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 from covonaut_es.domain import (
@@ -151,7 +151,7 @@ class Agent(ReviewCommands, StateCommands):
         """
         return await self._adrive(RunMode.RESUME, None)
 
-    def astream(self, input: str) -> AsyncIterator[StreamItem]:
+    def astream(self, input: str) -> AsyncGenerator[StreamItem, None]:
         """Like :meth:`arun`, yielding the run as it happens: each piece of the model's
         answers (:class:`~covonaut_es.TextDelta`, :class:`~covonaut_es.ToolCallDelta`) as
         the provider streams it and, at each commit point, the events committed
@@ -165,11 +165,11 @@ class Agent(ReviewCommands, StateCommands):
         """
         return self._astream(RunMode.RUN, input)
 
-    def astream_continue(self) -> AsyncIterator[StreamItem]:
+    def astream_continue(self) -> AsyncGenerator[StreamItem, None]:
         """Like :meth:`acontinue_run`, yielding the run as :meth:`astream` does."""
         return self._astream(RunMode.CONTINUE, None)
 
-    def astream_resume(self) -> AsyncIterator[StreamItem]:
+    def astream_resume(self) -> AsyncGenerator[StreamItem, None]:
         """Like :meth:`aresume`, yielding the run as :meth:`astream` does.
 
         Raises:
@@ -225,7 +225,9 @@ class Agent(ReviewCommands, StateCommands):
     async def _adrive(self, mode: RunMode, user_input: str | None) -> str:
         return await self._aperform(self._running(mode, user_input))
 
-    async def _astream(self, mode: RunMode, user_input: str | None) -> AsyncIterator[StreamItem]:
+    async def _astream(
+        self, mode: RunMode, user_input: str | None
+    ) -> AsyncGenerator[StreamItem, None]:
         items: asyncio.Queue[StreamItem | None] = asyncio.Queue()  # None: the run ended
         run = asyncio.create_task(self._aperform(self._running(mode, user_input), items.put_nowait))
         run.add_done_callback(lambda _: items.put_nowait(None))

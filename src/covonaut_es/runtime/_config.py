@@ -165,3 +165,37 @@ class AgentConfig:
     def timeout_of(self, tool: Tool) -> float | None:
         """How long a call of ``tool`` may run: its own timeout, else the default."""
         return tool.timeout if tool.timeout is not None else self.tool_timeout
+
+
+def bound_config(
+    make_config: Callable[[str], AgentConfig],
+    store: Store,
+    thread_id: str,
+    *,
+    server: str = "the worker",
+) -> AgentConfig:
+    """The application's configuration for the thread; one without checkpoint settings
+    is bound to ``store`` and that thread. For the servers that run threads by id (the
+    workers, the AG-UI endpoint), named ``server`` in the errors.
+
+    Raises:
+        ConfigurationError: The factory returned no AgentConfig, or one bound to
+            another thread.
+    """
+    config = make_config(thread_id)
+    if not isinstance(config, AgentConfig):
+        msg = (
+            f"{server}'s config factory returned {type(config).__name__} for thread "
+            f"{thread_id!r}, expected an AgentConfig"
+        )
+        raise ConfigurationError(msg)
+    settings = config.checkpoint
+    if settings is None:
+        return attrs.evolve(config, checkpoint=CheckpointSettings(store=store, thread_id=thread_id))
+    if settings.thread_id != thread_id:
+        msg = (
+            f"{server}'s config factory bound thread {thread_id!r} to thread "
+            f"{settings.thread_id!r}; leave checkpoint unset, or set thread_id={thread_id!r}"
+        )
+        raise ConfigurationError(msg)
+    return config
