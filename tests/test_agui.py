@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import ag_ui.core as agui
+import attrs
 import pydantic
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -41,7 +42,7 @@ from covonaut_es import (
 from covonaut_es.agui import create_agui_app
 from covonaut_es.domain import ThreadStatus
 from covonaut_es.runtime._config import bound_config
-from support import ticking_clock
+from support import HeldProvider, ticking_clock
 
 SECRET = b"a reviewer secret of at least 32 bytes"
 EVENTS: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(agui.Event)
@@ -229,7 +230,18 @@ def test_a_resume_with_two_verified_decisions_runs_both_calls_and_finishes(shop:
     assert isinstance(finished.outcome, agui.RunFinishedSuccessOutcome)
     assert sorted(r["order"] for r in shop.refunded) == ["A-1", "B-2"]
     results = of_type(events, agui.ToolCallResultEvent)
-    assert [r.tool_call_id for r in results] == ["call-A-1-again", "call-B-2-again"]
+    assert [r.tool_call_id for r in results] == [
+        "call-A-1",  # the decisions, recorded as the reviewed calls' results
+        "call-B-2",
+        "call-A-1-again",
+        "call-B-2-again",
+    ]
+    assert results[0].content.startswith("Approved by alice")
+    (snapshot,) = of_type(events, agui.MessagesSnapshotEvent)
+    stored = {m.id: m for m in snapshot.messages}
+    for result in results:
+        assert stored[result.message_id].tool_call_id == result.tool_call_id
+        assert stored[result.message_id].content == result.content
     thread = shop.store.load("chat-1")
     assert thread.status is ThreadStatus.FINISHED
     decided = [e for e in shop.store.history("chat-1") if isinstance(e, AgentThread.ReviewDecided)]
@@ -273,13 +285,16 @@ def test_a_reload_mid_run_picks_the_run_up_from_the_store(shop: Shop) -> None:
     assert {i.id for i in finished.outcome.interrupts} == {i.id for i in interrupts}
     assert not of_type(again, agui.TextMessageContentEvent)
 
-    agent = Agent(bound_config(shop.make_config, shop.store, "chat-2"))
+    held = HeldProvider(respond=model)
+    config = bound_config(shop.make_config, shop.store, "chat-2")
+    agent = Agent(attrs.evolve(config, provider=held))
 
     async def cut_after_the_first_piece() -> None:
         async with contextlib.aclosing(agent.astream("Refund my two orders.")) as items:
             async for item in items:
                 if isinstance(item, TextDelta):
                     break
+        held.go.set()
 
     asyncio.run(cut_after_the_first_piece())
     assert shop.store.load("chat-2").status is ThreadStatus.RUNNING
@@ -416,8 +431,7 @@ def is_still_a_valid_decision(body: Any, valid: dict[str, Any]) -> bool:
                 and e["payload"]["approved"] is True
                 and e["payload"]["digest"] == v["payload"]["digest"]
                 and isinstance(e["payload"].get("comment", ""), str)
-                and isinstance(e["payload"].get("editedArgs", {}), dict)
-                and not e["payload"].get("editedArgs")
+                and e["payload"].get("editedArgs") in (None, {})  # null: no edit, as inbox
                 for e, v in zip(entries, valid["resume"], strict=True)
             )
         )

@@ -37,7 +37,15 @@ from covonaut_es import (
 from covonaut_es.errors import ProviderError
 from covonaut_es.messages import StreamDelta
 from covonaut_es.runtime import SummarizingCompactor
-from support import OBJECT_SCHEMA, AsyncScriptedProvider, answer, call, echo_tool, ticking_clock
+from support import (
+    OBJECT_SCHEMA,
+    AsyncScriptedProvider,
+    HeldProvider,
+    answer,
+    call,
+    echo_tool,
+    ticking_clock,
+)
 
 
 def collect(agent: Agent, user_input: str) -> list[StreamItem]:
@@ -251,7 +259,8 @@ def test_leaving_the_stream_mid_answer_leaves_a_thread_that_continues_cleanly(
     new agent, continues to the answer an uninterrupted run gives."""
     url = f"sqlite:///{tmp_path / 'threads.db'}"
     text = "a long answer in many words"
-    agent = stored_agent(url, ScriptedProvider([answer(text)]))
+    provider = HeldProvider([answer(text)])
+    agent = stored_agent(url, provider)
 
     async def leave_after_two() -> list[StreamItem]:
         seen: list[StreamItem] = []
@@ -260,12 +269,47 @@ def test_leaving_the_stream_mid_answer_leaves_a_thread_that_continues_cleanly(
                 seen.append(item)
                 if len(texts(seen)) == 2:
                     break
+        provider.go.set()  # the run is stopped: its stream, let go on, reads no further
         return seen
 
     seen = asyncio.run(leave_after_two())
     assert "".join(texts(seen)) == "a long "
     assert not any(isinstance(e, AgentThread.RunFinished) for e in committed(seen))
 
+    restored = stored_agent(url, ScriptedProvider([answer(text)]))
+    assert restored.continue_run() == text
+    assert shape(restored) == reference_messages()
+
+
+def test_cancelling_the_consuming_task_mid_answer_leaves_a_thread_that_continues(
+    tmp_path: Path,
+) -> None:
+    """A task consuming the stream (closing it, as documented), cancelled mid-answer,
+    stops the run; what is stored continues in a new agent to the answer an
+    uninterrupted run gives."""
+    url = f"sqlite:///{tmp_path / 'threads.db'}"
+    text = "a long answer in many words"
+    provider = HeldProvider([answer(text)])
+    agent = stored_agent(url, provider)
+
+    async def cancel_after_the_first_piece() -> None:
+        first = asyncio.Event()
+
+        async def consume() -> None:
+            async with contextlib.aclosing(agent.astream("tell me")) as items:
+                async for item in items:
+                    if isinstance(item, TextDelta):
+                        first.set()
+                        await asyncio.sleep(60)  # a slow reader, cancelled here
+
+        task = asyncio.create_task(consume())
+        await first.wait()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        provider.go.set()
+
+    asyncio.run(cancel_after_the_first_piece())
     restored = stored_agent(url, ScriptedProvider([answer(text)]))
     assert restored.continue_run() == text
     assert shape(restored) == reference_messages()

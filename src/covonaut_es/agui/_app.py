@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from typing import Any
 
 import ag_ui.core as agui
@@ -30,6 +30,7 @@ from covonaut_es.agui._events import (
     message_id,
     messages_snapshot,
     open_interrupt_ids,
+    results_of,
     state_snapshot,
 )
 from covonaut_es.agui._resume import checked, record
@@ -156,8 +157,15 @@ async def _run(
     translated: RunEvents | None = None
     try:
         open_pauses = await asyncio.to_thread(open_interrupt_ids, agent)  # loads the thread
+        if run_input.resume:
+            assert reviewer is not None
+            decided = await _decided(agent, service, run_input.resume, open_pauses, reviewer)
+            for event in decided:
+                yield event
+            items: AsyncGenerator[StreamItem, None] | None = agent.astream_resume()
+        else:
+            items = _started(agent, run_input, open_pauses)
         translated = RunEvents(len(agent.messages))
-        items = await _started(agent, service, run_input, reviewer, open_pauses)
         if items is not None:
             async with contextlib.aclosing(items):
                 async for item in items:
@@ -179,19 +187,26 @@ async def _run(
     yield agui.RunFinishedEvent(thread_id=thread_id, run_id=run_id, outcome=outcome)
 
 
-async def _started(
+async def _decided(
     agent: Agent,
     service: ThreadService,
-    run_input: agui.RunAgentInput,
-    reviewer: Reviewer | None,
+    entries: Sequence[agui.ResumeEntry],
     open_pauses: Mapping[str, Pause],
+    reviewer: Reviewer,
+) -> list[agui.BaseEvent]:
+    """Check the resume whole, record its answers, and reload the agent's thread; the
+    results the decisions recorded for the reviewed calls."""
+    answers = checked(entries, open_pauses, agent.thread_id)
+    await asyncio.to_thread(record, service, agent.thread_id, answers, reviewer)
+    agent.close()  # the decisions are stored: read the thread again
+    await asyncio.to_thread(open_interrupt_ids, agent)
+    return results_of(agent, {answer.pause.interrupt.tool_call_id for answer in answers})
+
+
+def _started(
+    agent: Agent, run_input: agui.RunAgentInput, open_pauses: Mapping[str, Pause]
 ) -> AsyncGenerator[StreamItem, None] | None:
-    """The stream the request starts, or None when there is nothing to run."""
-    if run_input.resume:
-        assert reviewer is not None
-        answers = checked(run_input.resume, open_pauses, agent.thread_id)
-        await asyncio.to_thread(record, service, agent.thread_id, answers, reviewer)
-        return agent.astream_resume()
+    """The stream a request without a resume starts, or None when nothing is to run."""
     text = _new_text(run_input, len(agent.messages))
     if text is not None:
         return agent.astream(text)  # refused by the thread while it is paused

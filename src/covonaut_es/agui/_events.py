@@ -10,6 +10,7 @@ read from the store names the messages the stream named.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 import ag_ui.core as agui
@@ -150,6 +151,21 @@ def _message(position: int, message: Message) -> Any:
         for c in message.tool_calls
     ]
     return agui.AssistantMessage(id=key, content=message.content, tool_calls=calls or None)
+
+
+def results_of(agent: Agent, tool_call_ids: Collection[str]) -> list[agui.BaseEvent]:
+    """The recorded results of these calls (a review's decision records its call's), as
+    the thread holds them."""
+    return [
+        agui.ToolCallResultEvent(
+            message_id=message_id(position),
+            tool_call_id=message.tool_call_id or "",
+            content=message.content,
+            role="tool",
+        )
+        for position, message in enumerate(agent.messages)
+        if message.role is Role.TOOL and message.tool_call_id in tool_call_ids
+    ]
 
 
 def interrupts(agent: Agent) -> list[agui.Interrupt]:
