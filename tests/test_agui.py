@@ -306,8 +306,9 @@ def test_a_reload_mid_run_picks_the_run_up_from_the_store(shop: Shop) -> None:
 
 
 def test_a_request_that_is_no_run_input_is_refused_before_anything_runs(shop: Shop) -> None:
-    """A body that is no RunAgentInput, JSON that names a key twice, and a new message
-    that is not text are refused (422, or RUN_ERROR naming the error); nothing is stored."""
+    """A body that is no RunAgentInput, JSON that names a key twice, a thread id that
+    is none, and a new message that is not text are refused (422, or RUN_ERROR naming
+    the error); nothing is stored."""
     missing = shop.client.post("/", json={"threadId": "chat-1"})
     assert missing.status_code == 422
     assert "RunAgentInput" in missing.json()["error"]
@@ -315,6 +316,8 @@ def test_a_request_that_is_no_run_input_is_refused_before_anything_runs(shop: Sh
     repeated = shop.client.post("/", content=twice, headers={"content-type": "application/json"})
     assert repeated.status_code == 422
     assert "twice" in repeated.json()["error"]
+    bad_id = shop.client.post("/", json=user_says("bad\nid", "hi"))
+    assert bad_id.status_code == 422
     image = {"type": "image", "source": {"type": "url", "value": "https://example.com/a.png"}}
     events = shop.run(user_says("chat-1", [image]))  # type: ignore[arg-type]
     assert isinstance(events[-1], agui.RunErrorEvent)

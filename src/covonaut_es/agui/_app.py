@@ -34,8 +34,13 @@ from covonaut_es.agui._events import (
     state_snapshot,
 )
 from covonaut_es.agui._resume import checked, record
-from covonaut_es.domain import Pause, ThreadStatus
-from covonaut_es.errors import CovonautError, InvalidRunInputError, ReviewerNotVerifiedError
+from covonaut_es.domain import Pause, ThreadStatus, check_thread_id
+from covonaut_es.errors import (
+    CovonautError,
+    InvalidRunInputError,
+    InvalidThreadIdError,
+    ReviewerNotVerifiedError,
+)
 from covonaut_es.runtime import Agent, AgentConfig, ReviewerVerifier, StreamItem
 from covonaut_es.runtime._config import bound_config
 from covonaut_es.service import Reviewer, ThreadService, parse_json
@@ -81,12 +86,15 @@ def create_agui_app(
     async def run(request: Request) -> Response:
         try:
             run_input = await _run_input(request)
+            check_thread_id(run_input.thread_id)  # before the application's factory sees it
             reviewer = await _reviewer(service, request) if run_input.resume else None
             config = bound_config(
                 make_config, store, run_input.thread_id, server="the AG-UI endpoint"
             )
         except _Refused as exc:
             return _refusal(exc.status, str(exc))
+        except InvalidThreadIdError as exc:
+            return _refusal(422, str(exc))
         except CovonautError as exc:
             return _refusal(400, str(exc))
         encoder = EventEncoder(accept=request.headers.get("accept", "text/event-stream"))

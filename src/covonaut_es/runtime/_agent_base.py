@@ -116,27 +116,29 @@ class AgentBase(Closing):
     ) -> str:
         """Run the program; ``sink`` gets what ``astream`` yields: each piece of the
         answers and each committed event."""
-        with self._exclusive():
-            self._sink = sink
-            try:
-                async with self._service.asession(
-                    self._thread_id, thread=self._thread, migrators=self._migrators
-                ) as session:
-                    self._bind_session(session)
+        with self._exclusive(), self._streaming_to(sink):
+            async with self._service.asession(
+                self._thread_id, thread=self._thread, migrators=self._migrators
+            ) as session:
+                self._bind_session(session)
 
-                    async def commit(step: Commit) -> None:
-                        saved = await asyncio.to_thread(self._save, session, step)
-                        self._after_commit(session, saved)
+                async def commit(step: Commit) -> None:
+                    saved = await asyncio.to_thread(self._save, session, step)
+                    self._after_commit(session, saved)
 
-                    async def guard() -> None:
-                        await asyncio.to_thread(session.check_lease)
+                async def guard() -> None:
+                    await asyncio.to_thread(session.check_lease)
 
-                    driver = AsyncDriver(
-                        self.config.provider, commit, guard, self._delta_receiver()
-                    )
-                    return await driver.drive(make_program(session.thread))
-            finally:
-                self._sink = None
+                driver = AsyncDriver(self.config.provider, commit, guard, self._delta_receiver())
+                return await driver.drive(make_program(session.thread))
+
+    @contextlib.contextmanager
+    def _streaming_to(self, sink: Callable[[StreamItem], None] | None) -> Iterator[None]:
+        self._sink = sink
+        try:
+            yield
+        finally:
+            self._sink = None
 
     def _delta_receiver(self) -> Callable[[Delta], None] | None:
         """Who gets the answers' pieces: ``on_delta`` and the running ``astream``; None
