@@ -199,7 +199,10 @@ def test_a_run_streams_its_answer_and_its_tool_calls_in_the_protocols_order(shop
     (snapshot,) = of_type(events, agui.MessagesSnapshotEvent)
     assistant = next(m for m in snapshot.messages if m.role == "assistant")
     assert (assistant.id, assistant.content) == (start.message_id, text)
-    assert of_type(events, agui.StateDeltaEvent)
+    assert types[1] == agui.EventType.STATE_SNAPSHOT  # what the deltas apply to
+    versions = [e.delta[0].value for e in of_type(events, agui.StateDeltaEvent)]
+    assert versions == sorted(versions)
+    assert of_type(events, agui.StateSnapshotEvent)[-1].snapshot["version"] == versions[-1]
 
 
 def test_a_pause_on_two_reviews_ends_with_two_interrupts_named_by_review_id(shop: Shop) -> None:

@@ -170,7 +170,7 @@ def test_agui_example_pauses_on_two_reviews_and_resumes_only_when_signed() -> No
     """examples/agui_server.py: the run ends with two interrupts, an unsigned resume is
     refused with 401, the signed one runs both refunds and finishes."""
     lines = run_python(ROOT / "examples" / "agui_server.py").stdout.splitlines()
-    assert lines[1].startswith("  events: RUN_STARTED TEXT_MESSAGE_START")
+    assert lines[1].startswith("  events: RUN_STARTED STATE_SNAPSHOT TEXT_MESSAGE_START")
     assert lines[1].endswith("MESSAGES_SNAPSHOT STATE_SNAPSHOT RUN_FINISHED")
     assert len([line for line in lines if line.startswith("  interrupt ")]) == 2
     assert any(line.startswith("  HTTP 401: a resume decides reviews") for line in lines)

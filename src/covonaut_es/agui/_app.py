@@ -165,6 +165,7 @@ async def _run(
     translated: RunEvents | None = None
     try:
         open_pauses = await asyncio.to_thread(open_interrupt_ids, agent)  # loads the thread
+        yield state_snapshot(agent)  # what the run's state deltas apply to
         if run_input.resume:
             assert reviewer is not None
             decided = await _decided(agent, service, run_input.resume, open_pauses, reviewer)

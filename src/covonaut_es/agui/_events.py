@@ -114,7 +114,7 @@ MESSAGE_EVENTS = (AgentThread.MessageAppended, AgentThread.ToolResultRecorded, A
 
 
 def _version_delta(event: AgentThread.Event) -> agui.StateDeltaEvent:
-    patch = [{"op": "replace", "path": "/version", "value": event.originator_version}]
+    patch = [{"op": "add", "path": "/version", "value": event.originator_version}]
     return agui.StateDeltaEvent.model_validate({"delta": patch})
 
 
