@@ -38,6 +38,8 @@ from covonaut_es.messages import StreamDelta
 from covonaut_es.providers import collect_stream
 
 ANSWER = "The echo said hello, and that is all there is."
+COUNTS = {"yielded": 0, "printed": 0}
+"""Pieces the model yielded and the consumer printed (each side writes its own count)."""
 
 
 class StreamingModel:
@@ -62,8 +64,11 @@ class StreamingModel:
         turn = 1 + sum(message.role is Role.ASSISTANT for message in request.messages)
         for number, delta in enumerate(self.pieces(request), start=1):
             yield delta
+            COUNTS["yielded"] += 1
             if self.cut == f"{turn}:{number}":
-                time.sleep(0.2)  # the consumer gets the pieces yielded so far
+                deadline = time.monotonic() + 10
+                while COUNTS["printed"] < COUNTS["yielded"] and time.monotonic() < deadline:
+                    time.sleep(0.01)  # the consumer prints the pieces yielded so far
                 print("cut", flush=True)
                 time.sleep(60)
 
@@ -101,6 +106,7 @@ async def first(agent: Agent) -> None:
     async for item in agent.astream("Echo hello, then tell me what it said."):
         if isinstance(item, TextDelta | ToolCallDelta):
             print(json.dumps({"piece": type(item).__name__}), flush=True)
+            COUNTS["printed"] += 1
 
 
 async def second(agent: Agent) -> None:
