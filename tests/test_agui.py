@@ -346,13 +346,14 @@ def assert_refused_and_nothing_recorded(shop: Shop, response: Any, version: int)
 
 def test_an_unsigned_or_forged_resume_is_refused_with_nothing_recorded(shop: Shop) -> None:
     """A resume without a token, with a forged one or with another secret's is refused
-    with 401; nothing is recorded and nothing runs."""
+    with 401, the token never echoed; nothing is recorded and nothing runs."""
     body, version = valid_resume(shop)
     other = HmacReviewerVerifier(b"another secret of at least 32 bytes!!").issue_token("x", 600)
     forged = shop.token()[:-4] + "AAAA"
     for token in (None, forged, other, "not a token"):
         response = shop.post(body, token)
         assert response.status_code == 401, response.text
+        assert token is None or token not in response.text  # never echoed
         assert_refused_and_nothing_recorded(shop, response, version)
 
 
