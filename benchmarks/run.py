@@ -18,6 +18,7 @@ import workers
 import writers
 from harness import cli
 
+import streaming
 import tracing
 
 FIGURES = [
@@ -29,6 +30,7 @@ FIGURES = [
     limits.run,  # 8
     inbox.run,  # 9
     workers.run,  # 10
+    streaming.run,  # 11
     tracing.run,  # 12
     diagnose.run,  # why the missed targets were missed
 ]

@@ -6,6 +6,7 @@ import asyncio
 import itertools
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -29,7 +30,7 @@ from covonaut_es import (
     ToolContext,
 )
 from covonaut_es.domain import RunMode, thread_aggregate_id
-from covonaut_es.messages import Usage
+from covonaut_es.messages import StreamDelta, Usage
 from covonaut_es.providers._protocol import Responder, ScriptItem
 
 OBJECT_SCHEMA: dict[str, Any] = {"type": "object"}
@@ -128,6 +129,21 @@ def raw_records(store: Store) -> list[bytes]:
     """Every stored event's bytes as the recorder holds them (all back ends)."""
     recorder = store._app.recorder
     return [n.state for n in recorder.select_notifications(None, 10_000)]
+
+
+class HeldProvider(ScriptedProvider):
+    """Streams the first two pieces of each answer, then holds the rest until ``go`` is
+    set: a cut made meanwhile lands mid-answer, surely."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.go = threading.Event()
+
+    def stream(self, request: ProviderRequest) -> Iterator[StreamDelta]:
+        for number, delta in enumerate(super().stream(request), start=1):
+            if number == 3:
+                assert self.go.wait(10), "the test never let the answer go on"
+            yield delta
 
 
 def converse(store: Store, thread_id: str) -> Agent:

@@ -162,6 +162,43 @@ def test_worker_fleet_example_answers_every_thread_once() -> None:
     assert "WORKER" in result.stdout and "refunds 1" in result.stdout
 
 
+def test_streaming_example_streams_commits_then_continues_a_cut_stream() -> None:
+    """examples/streaming.py: the call's pieces arrive, then its commit, then the tool;
+    the answer's pieces join to the committed answer; a stream left mid-answer is
+    continued to the whole answer."""
+    lines = run_python(ROOT / "examples" / "streaming.py").stdout.splitlines()
+    pieces = [line for line in lines if line.startswith("  [call piece")]
+    assert pieces == [
+        "  [call piece forecast]",
+        '  [call piece {"ci]',
+        '  [call piece ty": "Ly]',
+        '  [call piece on"}]',
+    ]
+    committed = lines.index("  [committed: call call-1 to run]")
+    started = lines.index("  [tool forecast starts for Lyon, its call committed]")
+    assert lines.index(pieces[-1]) < committed < started
+    assert "Tomorrow in Lyon: light rain, so take an umbrella." in lines
+    assert lines[-2:] == [
+        "Left after: 'The day after, '",
+        "Continued: The day after, Lyon should be dry and mild.",
+    ]
+
+
+def test_agui_example_pauses_on_two_reviews_and_resumes_only_when_signed() -> None:
+    """examples/agui_server.py: the run ends with two interrupts, an unsigned resume is
+    refused with 401, the signed one runs both refunds and finishes."""
+    lines = run_python(ROOT / "examples" / "agui_server.py").stdout.splitlines()
+    assert lines[1].startswith("  events: RUN_STARTED STATE_SNAPSHOT TEXT_MESSAGE_START")
+    assert lines[1].endswith("MESSAGES_SNAPSHOT STATE_SNAPSHOT RUN_FINISHED")
+    assert len([line for line in lines if line.startswith("  interrupt ")]) == 2
+    assert any(line.startswith("  HTTP 401: a resume decides reviews") for line in lines)
+    assert lines[-2] == (
+        "  text: Done: refunded 30 EUR on A-1 (dana approved); "
+        "refunded 45 EUR on B-2 (dana approved)."
+    )
+    assert lines[-1] == "  outcome: success"
+
+
 def test_the_readme_is_a_short_entry_into_the_site() -> None:
     """The README stays under 200 lines and points to the providers, the command line
     and the threat model in the documentation site."""

@@ -21,7 +21,17 @@ import pytest
 import anthropic_wire
 import covonaut_es
 import openai_wire
-from covonaut_es import Agent, AgentConfig, Message, ProviderResponse, RetryPolicy, Role, Tool
+from covonaut_es import (
+    Agent,
+    AgentConfig,
+    Message,
+    ProviderResponse,
+    RetryPolicy,
+    Role,
+    TextDelta,
+    Tool,
+    ToolCallDelta,
+)
 from covonaut_es.errors import (
     ConfigurationError,
     ProviderConnectionError,
@@ -338,3 +348,45 @@ def test_agent_runs_through_tool_calls(wire: VendorWire, server: WireServer, pro
     assert server.bodies[0] == wire.FIRST_BODY
     question_length = len(wire.FIRST_BODY["messages"])
     assert server.bodies[1]["messages"][question_length:] == wire.TOOL_RESULTS_BODY
+
+
+def test_an_agent_streams_each_turn_through_the_adapter(
+    wire: VendorWire, server: WireServer, provider: Any
+) -> None:
+    """With ``on_delta`` set, an agent asks the adapter for streams: the pieces arrive as
+    the vendor sent them, each call's argument fragments join to its arguments, and the
+    committed turns equal the streamed responses."""
+    server.reply(wire.TOOL_CALL_STREAM_REPLY, wire.TEXT_STREAM_REPLY)
+
+    def get_weather(ctx: ToolContext, args: dict[str, Any]) -> Any:
+        return WEATHER_BY_CITY[args["city"]]
+
+    pieces: list[Any] = []
+    tool = Tool("get_weather", WEATHER.description, WEATHER_SCHEMA, get_weather)
+    config = AgentConfig(
+        provider=provider,
+        model=wire.MODEL,
+        tools=[tool],
+        system_prompt=SYSTEM,
+        on_delta=pieces.append,
+    )
+    with Agent(config) as agent:
+        output = agent.run(wire.QUESTION)
+        messages = agent.messages
+    assert output == "".join(wire.TEXT_PIECES)
+    for body in server.bodies:
+        assert {name: body.get(name) for name in wire.STREAM_FIELDS} == wire.STREAM_FIELDS
+    streamed = wire.STREAMED_TOOL_CALL_RESPONSE
+    text = [piece.text for piece in pieces if isinstance(piece, TextDelta)]
+    assert "".join(text) == streamed.content + output
+    call_pieces = [piece for piece in pieces if isinstance(piece, ToolCallDelta)]
+    opened = [(piece.index, piece.id, piece.name) for piece in call_pieces if piece.id]
+    assert opened == [(i, call.id, call.name) for i, call in enumerate(streamed.tool_calls)]
+    for index, call in enumerate(streamed.tool_calls):
+        joined = "".join(piece.arguments for piece in call_pieces if piece.index == index)
+        assert msgspec.json.decode(joined) == msgspec.json.decode(call.arguments)
+    assistant = [message for message in messages if message.role is Role.ASSISTANT]
+    assert [(m.content, m.tool_calls) for m in assistant] == [
+        (streamed.content, streamed.tool_calls),
+        (output, ()),
+    ]

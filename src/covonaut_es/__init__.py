@@ -38,10 +38,25 @@ from covonaut_es.errors import (
     ThreadNotFoundError,
     ToolCallsInDoubtError,
 )
-from covonaut_es.messages import Message, ProviderRequest, ProviderResponse, Role, ToolCall
+from covonaut_es.messages import (
+    Message,
+    ProviderRequest,
+    ProviderResponse,
+    Role,
+    TextDelta,
+    ToolCall,
+    ToolCallDelta,
+)
 from covonaut_es.projections import ReviewQueue
 from covonaut_es.providers import Provider, RetryPolicy, ScriptedProvider
-from covonaut_es.runtime import Agent, AgentConfig, CheckpointSettings, HmacReviewerVerifier
+from covonaut_es.runtime import (
+    Agent,
+    AgentConfig,
+    CheckpointSettings,
+    CommittedEvent,
+    HmacReviewerVerifier,
+    StreamItem,
+)
 from covonaut_es.store import (
     AgentApplication,
     FileStateStore,
@@ -65,6 +80,7 @@ __all__ = [
     "AgentConfig",
     "AgentThread",
     "CheckpointSettings",
+    "CommittedEvent",
     "CovonautError",
     "FileStateStore",
     "HmacReviewerVerifier",
@@ -87,6 +103,8 @@ __all__ = [
     "Store",
     "StoreURLError",
     "StoreUnavailableError",
+    "StreamItem",
+    "TextDelta",
     "ThreadBusyError",
     "ThreadConflictError",
     "ThreadNotFoundError",
@@ -95,6 +113,7 @@ __all__ = [
     "ThreadTree",
     "Tool",
     "ToolCall",
+    "ToolCallDelta",
     "ToolCallsInDoubtError",
     "ToolContext",
     "Worker",

@@ -368,3 +368,8 @@ class TransferError(CovonautError, ValueError):
 
 class InvalidSubmissionError(CovonautError, ValueError):
     """Input submitted to a thread is not text that can be stored."""
+
+
+class InvalidRunInputError(CovonautError, ValueError):
+    """A run request a chat front end sent the AG-UI endpoint cannot be taken: it is no
+    AG-UI ``RunAgentInput``, or its new message is not text. Nothing was recorded."""

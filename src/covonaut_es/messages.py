@@ -116,14 +116,59 @@ class ProviderResponse(msgspec.Struct, frozen=True, kw_only=True):
     finish_reason: str | None = None
 
 
-class StreamDelta(msgspec.Struct, frozen=True, kw_only=True):
-    """One piece of a streamed answer.
+class TextDelta(msgspec.Struct, frozen=True, tag="text_delta"):
+    """A piece of the answer's text as the model streams it; the pieces of one answer,
+    joined, are the text of the assistant message that is committed.
 
-    Text arrives in ``content`` pieces; tool calls arrive whole; ``usage`` and
-    ``finish_reason`` arrive with the last delta.
+    Attributes:
+        text: The piece, never empty.
+    """
+
+    text: str
+
+
+class ToolCallDelta(msgspec.Struct, frozen=True, kw_only=True, tag="tool_call_delta"):
+    """A piece of a tool call as the model streams it.
+
+    The first piece of a call names it (``id`` and ``name``); every piece may carry a
+    fragment of its JSON ``arguments``. Pieces of several calls may interleave: ``index``
+    tells them apart. What is recorded is the assembled call of the committed assistant
+    message, under the id the thread gives it (a repeated id is renamed), with the
+    arguments in the vendor's canonical form.
+
+    Attributes:
+        index: The call's position among the response's tool calls, from 0.
+        id: The call id the model gave, on the piece that opens the call.
+        name: The tool's name, on the piece that opens the call.
+        arguments: A fragment of the arguments' JSON text.
+    """
+
+    index: int
+    id: str = ""
+    name: str = ""
+    arguments: str = ""
+
+
+Delta = TextDelta | ToolCallDelta
+"""A piece of a model's answer as it streams in: text or a tool call's."""
+
+
+class StreamDelta(msgspec.Struct, frozen=True, kw_only=True):
+    """One piece of a streamed answer, as a provider yields it.
+
+    Text arrives in ``content`` pieces, tool calls in ``tool_call_deltas`` pieces;
+    ``tool_calls`` (the assembled calls, when the provider assembles them), ``usage``
+    and ``finish_reason`` arrive with the last delta.
     """
 
     content: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
     usage: Usage | None = None
     finish_reason: str | None = None
+    tool_call_deltas: tuple[ToolCallDelta, ...] = ()
+
+    def pieces(self) -> tuple[Delta, ...]:
+        """What a consumer of the stream sees of this delta: its text, then its pieces
+        of tool calls."""
+        text: tuple[Delta, ...] = (TextDelta(self.content),) if self.content else ()
+        return text + self.tool_call_deltas

@@ -12,8 +12,16 @@ from covonaut_es.providers._protocol import (
     AsyncProvider,
     Provider,
     ScriptedProvider,
+    StreamScript,
     collect_stream,
 )
 from covonaut_es.providers._retry import RetryPolicy
 
-__all__ = ["AsyncProvider", "Provider", "RetryPolicy", "ScriptedProvider", "collect_stream"]
+__all__ = [
+    "AsyncProvider",
+    "Provider",
+    "RetryPolicy",
+    "ScriptedProvider",
+    "StreamScript",
+    "collect_stream",
+]

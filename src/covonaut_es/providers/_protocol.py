@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Protocol, runtime_checkable
 
 from covonaut_es.errors import ScriptExhaustedError
-from covonaut_es.messages import ProviderRequest, ProviderResponse, StreamDelta, ToolCall, Usage
+from covonaut_es.messages import (
+    ProviderRequest,
+    ProviderResponse,
+    StreamDelta,
+    ToolCall,
+    ToolCallDelta,
+    Usage,
+)
 
 
 @runtime_checkable
@@ -43,17 +50,21 @@ class AsyncProvider(Protocol):
         ...
 
 
-Responder = Callable[[ProviderRequest], ProviderResponse]
-ScriptItem = ProviderResponse | Responder | BaseException
+StreamScript = tuple[StreamDelta | BaseException, ...]
+"""An answer scripted delta by delta; an exception in it cuts the stream there."""
+Responder = Callable[[ProviderRequest], ProviderResponse | StreamScript]
+ScriptItem = ProviderResponse | StreamScript | Responder | BaseException
 
 
 class ScriptedProvider:
     """A provider that plays back a script and records every request it got.
 
     Each script item answers one request: a :class:`ProviderResponse` is returned as
-    is, a callable is called with the request, an exception is raised. When the script
-    is used up, ``respond`` (if given) answers every further request; otherwise
-    :class:`ScriptExhaustedError` is raised.
+    is, a tuple of :class:`~covonaut_es.messages.StreamDelta` is streamed delta by delta
+    (an exception among them is raised when its turn comes), a callable is called with
+    the request, an exception is raised. When the script is used up, ``respond`` (if
+    given) answers every further request; otherwise :class:`ScriptExhaustedError` is
+    raised.
 
     Args:
         script: The answers, in order.
@@ -71,6 +82,32 @@ class ScriptedProvider:
 
     def complete(self, request: ProviderRequest) -> ProviderResponse:
         """Record the request and play the next script item."""
+        item = self._next(request)
+        if isinstance(item, ProviderResponse):
+            return item
+        return collect_stream(_played(item))
+
+    def stream(self, request: ProviderRequest) -> Iterator[StreamDelta]:
+        """Record the request and play the next script item as deltas: scripted deltas
+        as they are; an answer's text word by word, then each tool call whole."""
+        item = self._next(request)
+        if not isinstance(item, ProviderResponse):
+            yield from _played(item)
+            return
+        words = item.content.split(" ")
+        for word in words[:-1]:
+            yield StreamDelta(content=word + " ")
+        yield StreamDelta(
+            content=words[-1],
+            tool_calls=item.tool_calls,
+            usage=item.usage,
+            finish_reason=item.finish_reason,
+            tool_call_deltas=whole_pieces(item.tool_calls),
+        )
+
+    def _next(self, request: ProviderRequest) -> ProviderResponse | StreamScript:
+        """Record the request; the answer the script gives it (raising a scripted
+        exception)."""
         with self._lock:
             self.requests.append(request)
             item: ScriptItem | None = self._script.popleft() if self._script else self._respond
@@ -82,22 +119,9 @@ class ScriptedProvider:
             raise ScriptExhaustedError(msg)
         if isinstance(item, BaseException):
             raise item
-        if isinstance(item, ProviderResponse):
+        if isinstance(item, ProviderResponse | tuple):
             return item
         return item(request)
-
-    def stream(self, request: ProviderRequest) -> Iterator[StreamDelta]:
-        """Play the next script item as deltas: the text word by word, then the rest."""
-        response = self.complete(request)
-        words = response.content.split(" ")
-        for word in words[:-1]:
-            yield StreamDelta(content=word + " ")
-        yield StreamDelta(
-            content=words[-1],
-            tool_calls=response.tool_calls,
-            usage=response.usage,
-            finish_reason=response.finish_reason,
-        )
 
     @property
     def remaining(self) -> int:
@@ -105,20 +129,59 @@ class ScriptedProvider:
         return len(self._script)
 
 
+def _played(script: StreamScript) -> Iterator[StreamDelta]:
+    for item in script:
+        if isinstance(item, BaseException):
+            raise item
+        yield item
+
+
 def collect_stream(deltas: Iterable[StreamDelta]) -> ProviderResponse:
-    """Assemble streamed deltas into the response they add up to."""
+    """Assemble streamed deltas into the response they add up to.
+
+    The tool calls are those the deltas carry whole, if any does (an adapter assembles
+    them in the vendor's canonical form); otherwise those their pieces add up to.
+    """
     content: list[str] = []
     tool_calls: list[ToolCall] = []
+    pieces: list[ToolCallDelta] = []
     usage: Usage | None = None
     finish_reason: str | None = None
     for delta in deltas:
         content.append(delta.content)
         tool_calls.extend(delta.tool_calls)
+        pieces.extend(delta.tool_call_deltas)
         usage = delta.usage or usage
         finish_reason = delta.finish_reason or finish_reason
     return ProviderResponse(
         content="".join(content),
-        tool_calls=tuple(tool_calls),
+        tool_calls=tuple(tool_calls) or assembled_calls(pieces),
         usage=usage,
         finish_reason=finish_reason,
+    )
+
+
+def whole_pieces(calls: Sequence[ToolCall]) -> tuple[ToolCallDelta, ...]:
+    """Each of ``calls`` as one piece that holds all of it."""
+    return tuple(
+        ToolCallDelta(index=index, id=call.id, name=call.name, arguments=call.arguments)
+        for index, call in enumerate(calls)
+    )
+
+
+def assembled_calls(pieces: Sequence[ToolCallDelta]) -> tuple[ToolCall, ...]:
+    """The tool calls that streamed pieces add up to, in the order of their indexes: each
+    call's first id and name given, and its argument fragments joined (``{}`` if none)."""
+    ids: dict[int, str] = {}
+    names: dict[int, str] = {}
+    arguments: dict[int, list[str]] = {}
+    for piece in pieces:
+        if piece.id:
+            ids.setdefault(piece.index, piece.id)
+        if piece.name:
+            names.setdefault(piece.index, piece.name)
+        arguments.setdefault(piece.index, []).append(piece.arguments)
+    return tuple(
+        ToolCall(ids.get(index, ""), names.get(index, ""), "".join(arguments[index]) or "{}")
+        for index in sorted(arguments)
     )

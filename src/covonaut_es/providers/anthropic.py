@@ -21,6 +21,7 @@ from covonaut_es.messages import (
     Role,
     StreamDelta,
     ToolCall,
+    ToolCallDelta,
     ToolSpec,
     Usage,
 )
@@ -179,6 +180,7 @@ class AnthropicProvider(SdkAdapter[anthropic.Anthropic]):
 
         # Open tool_use blocks by index: (id, name, pieces of the input's JSON text).
         open_calls: dict[int, tuple[str, str, list[str]]] = {}
+        positions: dict[int, int] = {}  # a tool_use block's index -> the call's position
         calls: list[ToolCall] = []
         input_tokens: int | None = None
         output_tokens = 0
@@ -194,13 +196,23 @@ class AnthropicProvider(SdkAdapter[anthropic.Anthropic]):
                 elif event.type == "content_block_start":
                     block = event.content_block
                     if block.type == "tool_use":
+                        positions[event.index] = len(positions)
                         open_calls[event.index] = (block.id, block.name, [])
+                        opened = ToolCallDelta(
+                            index=positions[event.index], id=block.id, name=block.name
+                        )
+                        yield StreamDelta(tool_call_deltas=(opened,))
                 elif event.type == "content_block_delta":
                     delta = event.delta
                     if delta.type == "text_delta" and delta.text:
                         yield StreamDelta(content=delta.text)
                     elif delta.type == "input_json_delta" and event.index in open_calls:
                         open_calls[event.index][2].append(delta.partial_json)
+                        if delta.partial_json:
+                            piece = ToolCallDelta(
+                                index=positions[event.index], arguments=delta.partial_json
+                            )
+                            yield StreamDelta(tool_call_deltas=(piece,))
                 elif event.type == "content_block_stop":
                     if event.index in open_calls:
                         call_id, name, pieces = open_calls.pop(event.index)

@@ -25,6 +25,7 @@ from covonaut_es.messages import (
     Role,
     StreamDelta,
     ToolCall,
+    ToolCallDelta,
     ToolSpec,
     Usage,
 )
@@ -35,6 +36,7 @@ from covonaut_es.providers._adapter import (
     SdkErrors,
     Vendor,
 )
+from covonaut_es.providers._protocol import assembled_calls
 from covonaut_es.providers._retry import RetryPolicy
 
 if TYPE_CHECKING:
@@ -48,6 +50,7 @@ if TYPE_CHECKING:
         ChatCompletionSystemMessageParam,
         ChatCompletionUserMessageParam,
     )
+    from openai.types.chat.chat_completion_chunk import ChoiceDeltaToolCall
     from openai.types.chat.completion_create_params import (
         CompletionCreateParamsBase,
         CompletionCreateParamsStreaming,
@@ -165,9 +168,7 @@ class OpenAIProvider(SdkAdapter[openai.OpenAI]):
         def create() -> openai.Stream[ChatCompletionChunk]:
             return self._client.chat.completions.create(**params)
 
-        ids: dict[int, str] = {}
-        names: dict[int, str] = {}
-        arguments: dict[int, list[str]] = {}
+        pieces: list[ToolCallDelta] = []
         usage: Usage | None = None
         finish_reason: str | None = None
         with (
@@ -183,21 +184,13 @@ class OpenAIProvider(SdkAdapter[openai.OpenAI]):
                     text = choice.delta.content or choice.delta.refusal
                     if text:
                         yield StreamDelta(content=text)
-                    for fragment in choice.delta.tool_calls or ():
-                        # The first fragment of a call names it; the rest carry pieces
-                        # of its arguments. Some servers repeat the id and name.
-                        index = fragment.index
-                        if fragment.id:
-                            ids.setdefault(index, fragment.id)
-                        function = fragment.function
-                        if function is not None and function.name:
-                            names.setdefault(index, function.name)
-                        if function is not None and function.arguments:
-                            arguments.setdefault(index, []).append(function.arguments)
-        calls = tuple(
-            ToolCall(ids.get(index, ""), names[index], "".join(arguments.get(index, ())) or "{}")
-            for index in sorted(names)
-        )
+                    # The first fragment of a call names it; the rest carry pieces of its
+                    # arguments. Some servers repeat the id and name.
+                    fragments = tuple(_piece(f) for f in choice.delta.tool_calls or ())
+                    if fragments:
+                        pieces.extend(fragments)
+                        yield StreamDelta(tool_call_deltas=fragments)
+        calls = tuple(call for call in assembled_calls(pieces) if call.name)
         yield StreamDelta(tool_calls=calls, usage=usage, finish_reason=finish_reason)
 
     def _params(self, request: ProviderRequest) -> CompletionCreateParamsBase:
@@ -267,6 +260,16 @@ def _tool(spec: ToolSpec) -> ChatCompletionFunctionToolParam:
             "parameters": spec.parameters,
         },
     }
+
+
+def _piece(fragment: ChoiceDeltaToolCall) -> ToolCallDelta:
+    function = fragment.function
+    return ToolCallDelta(
+        index=fragment.index,
+        id=fragment.id or "",
+        name=(function.name if function else None) or "",
+        arguments=(function.arguments if function else None) or "",
+    )
 
 
 def _usage(usage: CompletionUsage | None) -> Usage | None:

@@ -2,7 +2,8 @@
 
 This package owns :class:`Agent` and its configuration, the run loop as a program of
 effects with the sync and async drivers that perform it (tool timeouts and the calls
-running in the process among them), and context compaction. It changes threads only
+running in the process among them), the streaming of answers beside the committed
+events, and context compaction. It changes threads only
 through the service layer (:mod:`covonaut_es.service`: a run holds a session there,
 decisions go through its commands), calls models only through the
 :mod:`covonaut_es.providers` protocol, and may import the layers below those and
@@ -18,6 +19,7 @@ from covonaut_es.runtime._agent import Agent
 from covonaut_es.runtime._compaction import CompactionPlan, Compactor, SummarizingCompactor
 from covonaut_es.runtime._config import AgentConfig, CheckpointSettings, Durability
 from covonaut_es.runtime._running import running_calls
+from covonaut_es.runtime._streaming import CommittedEvent, StreamItem
 from covonaut_es.service import HmacReviewerVerifier, ReviewerVerifier
 
 if TYPE_CHECKING:
@@ -29,11 +31,13 @@ __all__ = [
     "Agent",
     "AgentConfig",
     "CheckpointSettings",
+    "CommittedEvent",
     "CompactionPlan",
     "Compactor",
     "Durability",
     "HmacReviewerVerifier",
     "ReviewerVerifier",
+    "StreamItem",
     "SummarizingCompactor",
     "running_calls",
 ]

@@ -7,7 +7,10 @@ decisions (:mod:`covonaut_es.runtime._reviews`) and the checkpoints and named st
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections import deque
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from covonaut_es.domain import (
@@ -32,6 +35,7 @@ from covonaut_es.runtime._loop import (
 )
 from covonaut_es.runtime._reviews import ReviewCommands
 from covonaut_es.runtime._states import StateCommands
+from covonaut_es.runtime._streaming import StreamItem
 from covonaut_es.service import Settlement
 from covonaut_es.tools import result_text
 
@@ -146,6 +150,32 @@ class Agent(ReviewCommands, StateCommands):
         """
         return await self._adrive(RunMode.RESUME, None)
 
+    def astream(self, input: str) -> AsyncGenerator[StreamItem, None]:
+        """Like :meth:`arun`, yielding the run as it happens: each piece of the model's
+        answers (:class:`~covonaut_es.TextDelta`, :class:`~covonaut_es.ToolCallDelta`) as
+        the provider streams it and, at each commit point, the events committed
+        (:class:`~covonaut_es.runtime.CommittedEvent`). The run's error, if it fails, is
+        raised once everything before it was yielded.
+
+        Leaving the iteration early (``break`` inside ``contextlib.aclosing``, or
+        cancelling the task) stops the run where it stands; what is stored resumes
+        cleanly, as after any crash, with ``continue_run()`` or ``resume()``. A tool never
+        starts before its call is committed, streamed or not.
+        """
+        return self._astream(RunMode.RUN, input)
+
+    def astream_continue(self) -> AsyncGenerator[StreamItem, None]:
+        """Like :meth:`acontinue_run`, yielding the run as :meth:`astream` does."""
+        return self._astream(RunMode.CONTINUE, None)
+
+    def astream_resume(self) -> AsyncGenerator[StreamItem, None]:
+        """Like :meth:`aresume`, yielding the run as :meth:`astream` does.
+
+        Raises:
+            NotInterruptedError: No interrupt is pending (on the first item).
+        """
+        return self._astream(RunMode.RESUME, None)
+
     def steer(self, message: str | Message) -> None:
         """Queue a message for the model; it is recorded when the next model call is
         prepared. A string is a user message."""
@@ -193,6 +223,24 @@ class Agent(ReviewCommands, StateCommands):
 
     async def _adrive(self, mode: RunMode, user_input: str | None) -> str:
         return await self._aperform(self._running(mode, user_input), mode)
+
+    async def _astream(
+        self, mode: RunMode, user_input: str | None
+    ) -> AsyncGenerator[StreamItem, None]:
+        items: asyncio.Queue[StreamItem | None] = asyncio.Queue()  # None: the run ended
+        run = asyncio.create_task(
+            self._aperform(self._running(mode, user_input), mode, items.put_nowait)
+        )
+        run.add_done_callback(lambda _: items.put_nowait(None))
+        try:
+            while (item := await items.get()) is not None:
+                yield item
+            await run  # its error, if it failed
+        finally:
+            if not run.done():  # the consumer left early: stop the run where it stands
+                run.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await run
 
     def _running(self, mode: RunMode, user_input: str | None) -> MakeProgram:
         return lambda thread, trace_parent: run_program(

@@ -22,11 +22,13 @@ from covonaut_es import _logs
 from covonaut_es._closing import Closing
 from covonaut_es.domain import AgentThread, RunMode
 from covonaut_es.errors import ThreadStateError
+from covonaut_es.messages import Delta
 from covonaut_es.migrations import Upcaster
 from covonaut_es.migrations._upcasting import NO_MIGRATORS
 from covonaut_es.runtime._config import AgentConfig
 from covonaut_es.runtime._drivers import AsyncDriver, SyncDriver
 from covonaut_es.runtime._loop import Commit, Program
+from covonaut_es.runtime._streaming import CommittedEvent, StreamItem
 from covonaut_es.runtime._tracing import RunTrace, start_run
 from covonaut_es.service import RunSession, ThreadService
 from covonaut_es.store import Store, open_store
@@ -63,6 +65,7 @@ class AgentBase(Closing):
         self._thread: AgentThread | None = None
         self._published_version = 0  # the last event handed to on_event and the log
         self._run_lock = threading.Lock()
+        self._sink: Callable[[StreamItem], None] | None = None  # the running astream's
 
     @property
     def _current(self) -> AgentThread:
@@ -106,7 +109,10 @@ class AgentBase(Closing):
         ):
             self._bind_session(session)
             driver = SyncDriver(
-                self.config.provider, lambda c: self._commit(session, c), session.check_lease
+                self.config.provider,
+                lambda c: self._commit(session, c),
+                session.check_lease,
+                self._delta_receiver(),
             )
             trace = self._trace(session.thread, run)
             if trace is None:
@@ -114,8 +120,15 @@ class AgentBase(Closing):
             with trace.driving():
                 return driver.drive(trace.traced(make_program(session.thread, trace.trace_parent)))
 
-    async def _aperform(self, make_program: MakeProgram, run: RunMode | None = None) -> str:
-        with self._exclusive():
+    async def _aperform(
+        self,
+        make_program: MakeProgram,
+        run: RunMode | None = None,
+        sink: Callable[[StreamItem], None] | None = None,
+    ) -> str:
+        """Like :meth:`_perform`, awaited; ``sink`` gets what ``astream`` yields: each
+        piece of the answers and each committed event."""
+        with self._exclusive(), self._streaming_to(sink):
             async with self._service.asession(
                 self._thread_id, thread=self._thread, migrators=self._migrators
             ) as session:
@@ -128,7 +141,7 @@ class AgentBase(Closing):
                 async def guard() -> None:
                     await asyncio.to_thread(session.check_lease)
 
-                driver = AsyncDriver(self.config.provider, commit, guard)
+                driver = AsyncDriver(self.config.provider, commit, guard, self._delta_receiver())
                 trace = self._trace(session.thread, run)
                 if trace is None:
                     return await driver.drive(make_program(session.thread, ""))
@@ -138,6 +151,37 @@ class AgentBase(Closing):
 
     def _trace(self, thread: AgentThread, run: RunMode | None) -> RunTrace | None:
         return None if run is None else start_run(self.config, thread, run)
+
+    @contextlib.contextmanager
+    def _streaming_to(self, sink: Callable[[StreamItem], None] | None) -> Iterator[None]:
+        self._sink = sink
+        try:
+            yield
+        finally:
+            self._sink = None
+
+    def _delta_receiver(self) -> Callable[[Delta], None] | None:
+        """Who gets the answers' pieces: ``on_delta`` and the running ``astream``; None
+        when nobody asked for them, so the answers are asked for in one piece."""
+        sink, on_delta = self._sink, self.config.on_delta
+        if sink is None and on_delta is None:
+            return None
+
+        def receive(piece: Delta) -> None:
+            if sink is not None:
+                sink(piece)
+            if on_delta is None:
+                return
+            try:
+                on_delta(piece)
+            except Exception:
+                logger.exception(
+                    "on_delta callback of agent %r failed on %s; the run goes on",
+                    self.config.name,
+                    type(piece).__name__,
+                )
+
+        return receive
 
     def _bind_session(self, session: RunSession) -> None:
         if session.thread is not self._thread:
@@ -170,6 +214,8 @@ class AgentBase(Closing):
                 continue
             self._published_version = event.originator_version
             _log_event(self._thread_id, event)
+            if self._sink is not None:
+                self._sink(CommittedEvent(event))
             if self.config.on_event is None:
                 continue
             try:

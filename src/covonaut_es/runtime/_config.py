@@ -11,6 +11,7 @@ import attrs
 from covonaut_es._clock import utc_now
 from covonaut_es.domain import AgentThread
 from covonaut_es.errors import ConfigurationError
+from covonaut_es.messages import Delta
 from covonaut_es.migrations import Upcaster
 from covonaut_es.migrations._registry import state_document_schema, thread_snapshot_schema
 from covonaut_es.migrations._upcasting import NO_MIGRATORS, frozen_steps
@@ -126,6 +127,13 @@ class AgentConfig:
             ends), on the thread that drives the run (the event loop's, for ``arun``).
             For live views and streaming UIs; an exception it raises is logged and
             does not stop the run.
+        on_delta: Called with each piece of a turn's answer (a
+            :class:`~covonaut_es.TextDelta` or :class:`~covonaut_es.ToolCallDelta`) as the
+            provider streams it in; when set, runs ask the provider with ``stream()``.
+            Pieces are news, not state: the committed events (``on_event``) say what
+            was recorded. Called on the thread that drives the run; an exception it
+            raises is logged and does not stop the run. ``Agent.astream`` yields the
+            same pieces.
         reviewer_verifier: Verifies reviewers' credentials for ``Agent.approve`` and
             ``Agent.reject`` (see ``HmacReviewerVerifier``).
         state_store: Where ``save_state`` and ``load_state`` keep named states: a
@@ -158,6 +166,7 @@ class AgentConfig:
     temperature: float | None = None
     clock: Callable[[], datetime] = utc_now
     on_event: Callable[[AgentThread.Event], None] | None = None
+    on_delta: Callable[[Delta], None] | None = None
     reviewer_verifier: ReviewerVerifier | None = None
     state_store: StateStore | None = attrs.field(default=None, validator=_state_store)
     state_migrators: Mapping[int, Upcaster] = attrs.field(
@@ -174,3 +183,37 @@ class AgentConfig:
     def timeout_of(self, tool: Tool) -> float | None:
         """How long a call of ``tool`` may run: its own timeout, else the default."""
         return tool.timeout if tool.timeout is not None else self.tool_timeout
+
+
+def bound_config(
+    make_config: Callable[[str], AgentConfig],
+    store: Store,
+    thread_id: str,
+    *,
+    server: str = "the worker",
+) -> AgentConfig:
+    """The application's configuration for the thread; one without checkpoint settings
+    is bound to ``store`` and that thread. For the servers that run threads by id (the
+    workers, the AG-UI endpoint), named ``server`` in the errors.
+
+    Raises:
+        ConfigurationError: The factory returned no AgentConfig, or one bound to
+            another thread.
+    """
+    config = make_config(thread_id)
+    if not isinstance(config, AgentConfig):
+        msg = (
+            f"{server}'s config factory returned {type(config).__name__} for thread "
+            f"{thread_id!r}, expected an AgentConfig"
+        )
+        raise ConfigurationError(msg)
+    settings = config.checkpoint
+    if settings is None:
+        return attrs.evolve(config, checkpoint=CheckpointSettings(store=store, thread_id=thread_id))
+    if settings.thread_id != thread_id:
+        msg = (
+            f"{server}'s config factory bound thread {thread_id!r} to thread "
+            f"{settings.thread_id!r}; leave checkpoint unset, or set thread_id={thread_id!r}"
+        )
+        raise ConfigurationError(msg)
+    return config

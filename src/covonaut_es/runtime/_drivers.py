@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 
 from covonaut_es._aio import call_async, call_blocking, is_async_callable
-from covonaut_es.messages import ProviderRequest, ProviderResponse
+from covonaut_es.messages import Delta, ProviderRequest, ProviderResponse
 from covonaut_es.providers import AsyncProvider, Provider
 from covonaut_es.runtime._loop import (
     Commit,
@@ -31,6 +31,7 @@ from covonaut_es.runtime._loop import (
     ToolReport,
 )
 from covonaut_es.runtime._running import listed
+from covonaut_es.runtime._streaming import astream_answer, emit_whole, stream_answer, streams
 
 
 class _Cursor:
@@ -62,6 +63,8 @@ class SyncDriver:
         commit: Commits a step boundary.
         guard: Called before any tool call starts; raises to stop the run instead
             (the run lease was lost).
+        on_delta: Gets each piece of a turn's answer as it streams in; None: the
+            answer is asked for in one piece.
     """
 
     def __init__(
@@ -69,10 +72,12 @@ class SyncDriver:
         provider: Provider | AsyncProvider,
         commit: Callable[[Commit], None],
         guard: Callable[[], None] = _no_guard,
+        on_delta: Callable[[Delta], None] | None = None,
     ):
         self._provider = provider
         self._commit = commit
         self._guard = guard
+        self._on_delta = on_delta
         self._started: _Started | None = None
 
     def drive(self, program: Program) -> str:
@@ -89,6 +94,8 @@ class SyncDriver:
 
     def _perform(self, effect: Effect) -> object:
         match effect:
+            case Complete(request, answer=True) if self._on_delta is not None:
+                return stream_answer(self._provider, request, self._on_delta)
             case Complete(request):
                 return call_blocking(self._provider.complete, request)
             case Commit():
@@ -164,6 +171,8 @@ class AsyncDriver:
             ``complete`` (awaited if ``async def``, else in a worker thread).
         commit: Commits a step boundary.
         guard: Awaited before any tool call starts; raises to stop the run instead.
+        on_delta: Gets each piece of a turn's answer as it streams in, on the event
+            loop; None: the answer is asked for in one piece.
     """
 
     def __init__(
@@ -171,10 +180,12 @@ class AsyncDriver:
         provider: Provider | AsyncProvider,
         commit: Callable[[Commit], Awaitable[None]],
         guard: Callable[[], Awaitable[None]] | None = None,
+        on_delta: Callable[[Delta], None] | None = None,
     ):
         self._provider = provider
         self._commit = commit
         self._guard = guard
+        self._on_delta = on_delta
         self._tasks: list[asyncio.Task[ToolReport]] = []
         self._pending: Iterator[Awaitable[ToolReport]] | None = None
 
@@ -196,6 +207,10 @@ class AsyncDriver:
 
     async def _perform(self, effect: Effect) -> object:
         match effect:
+            case Complete(request, answer=True) if self._on_delta is not None:
+                if streams(self._provider):
+                    return await astream_answer(self._provider, request, self._on_delta)
+                return emit_whole(await self._complete(request), self._on_delta)
             case Complete(request):
                 return await self._complete(request)
             case Commit():

@@ -49,9 +49,12 @@ FINAL_TURN_INSTRUCTION = (
 
 @attrs.frozen
 class Complete:
-    """Ask the provider; the driver sends back a ``ProviderResponse``."""
+    """Ask the provider; the driver sends back a ``ProviderResponse``. ``answer``: the
+    turn's answer, which the driver streams when deltas are asked for (a compaction's
+    summary is not)."""
 
     request: ProviderRequest
+    answer: bool = False
 
 
 @attrs.frozen
@@ -217,7 +220,7 @@ def run_program(
             yield Commit()
 
         request = build_request(thread, config, final_turn=final_turn)
-        response = yield from _ask(thread, request, now)
+        response = yield from _ask(thread, request, now, answer=True)
         calls = thread.unique_calls(response.tool_calls)
         thread.append_message(
             Message(Role.ASSISTANT, response.content, tool_calls=calls, usage=response.usage),
@@ -260,10 +263,14 @@ def build_request(thread: AgentThread, config: AgentConfig, *, final_turn: bool)
 
 
 def _ask(
-    thread: AgentThread, request: ProviderRequest, clock: Callable[[], datetime]
+    thread: AgentThread,
+    request: ProviderRequest,
+    clock: Callable[[], datetime],
+    *,
+    answer: bool = False,
 ) -> Generator[Effect, Any, ProviderResponse]:
     try:
-        response = _checked_response((yield Complete(request)))
+        response = _checked_response((yield Complete(request, answer)))
     except Exception as exc:
         thread.fail(type(exc).__name__, str(exc), now=clock())
         yield Commit()

@@ -8,14 +8,10 @@ finds nothing to do.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
-
-import attrs
 
 from covonaut_es.domain import AgentThread, ThreadStatus
 from covonaut_es.domain._submissions import InputSubmitted, InputTaken
-from covonaut_es.errors import ConfigurationError
-from covonaut_es.runtime import Agent, AgentConfig, CheckpointSettings
+from covonaut_es.runtime import Agent, AgentConfig
 from covonaut_es.service import ThreadService
 from covonaut_es.store import Store
 
@@ -39,35 +35,6 @@ class Action(enum.Enum):
     FAILED = "failed"
     """The step raised: the worker logged the error (the run itself records a failure
     in the thread where it can)."""
-
-
-def bound_config(
-    make_config: Callable[[str], AgentConfig], store: Store, thread_id: str
-) -> AgentConfig:
-    """The application's configuration for the thread; one without checkpoint settings
-    is bound to the worker's store and that thread.
-
-    Raises:
-        ConfigurationError: The factory returned no AgentConfig, or one bound to
-            another thread.
-    """
-    config = make_config(thread_id)
-    if not isinstance(config, AgentConfig):
-        msg = (
-            f"the worker's config factory returned {type(config).__name__} for thread "
-            f"{thread_id!r}, expected an AgentConfig"
-        )
-        raise ConfigurationError(msg)
-    settings = config.checkpoint
-    if settings is None:
-        return attrs.evolve(config, checkpoint=CheckpointSettings(store=store, thread_id=thread_id))
-    if settings.thread_id != thread_id:
-        msg = (
-            f"the worker's config factory bound thread {thread_id!r} to thread "
-            f"{settings.thread_id!r}; leave checkpoint unset, or set thread_id={thread_id!r}"
-        )
-        raise ConfigurationError(msg)
-    return config
 
 
 def step(store: Store, config: AgentConfig, thread_id: str) -> Action:

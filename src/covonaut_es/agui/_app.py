@@ -1,0 +1,245 @@
+"""The AG-UI endpoint: :func:`create_agui_app` runs a stored thread for a chat front end.
+
+One route takes the front end's ``RunAgentInput`` (POST, JSON read strictly) and answers
+with the run's AG-UI events over server-sent events, encoded by the ``ag-ui-protocol``
+package's own encoder. What the request asks for is decided from the store, never from
+the history the front end sends: a new user message runs the thread on it; resume
+entries record the reviewer's decisions, then resume; a request with neither picks the
+thread up where the store has it (a run cut by a reload goes on; a pause is announced
+again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from typing import Any
+
+import ag_ui.core as agui
+import pydantic
+from ag_ui.encoder import EventEncoder
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from covonaut_es.agui._events import (
+    RunEvents,
+    interrupts,
+    message_id,
+    messages_snapshot,
+    open_interrupt_ids,
+    results_of,
+    state_snapshot,
+)
+from covonaut_es.agui._resume import checked, record
+from covonaut_es.domain import Pause, ThreadStatus, check_thread_id
+from covonaut_es.errors import (
+    CovonautError,
+    InvalidRunInputError,
+    InvalidThreadIdError,
+    ReviewerNotVerifiedError,
+)
+from covonaut_es.runtime import Agent, AgentConfig, ReviewerVerifier, StreamItem
+from covonaut_es.runtime._config import bound_config
+from covonaut_es.service import Reviewer, ThreadService, parse_json
+from covonaut_es.store import Store
+
+MAX_BODY_BYTES = 1024 * 1024
+"""The largest run request taken: the front end sends the conversation's history."""
+
+
+class _Refused(Exception):
+    """A request refused before any event: its HTTP status and what to say."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def create_agui_app(
+    store: Store,
+    make_config: Callable[[str], AgentConfig],
+    verifier: ReviewerVerifier,
+    *,
+    path: str = "/",
+) -> Starlette:
+    """An ASGI application that runs threads of ``store`` for AG-UI front ends.
+
+    Args:
+        store: The thread store.
+        make_config: Gives the agent configuration of a thread id (the workers' factory
+            works here too); one without checkpoint settings is bound to ``store``.
+        verifier: Verifies the reviewer's credential a resume carries, as
+            ``Authorization: Bearer <token>``; every decision is recorded under the
+            reviewer it verifies as.
+        path: Where the endpoint takes its POSTs.
+
+    The endpoint runs whatever thread id it is sent: mount it behind the application's
+    own authentication of chat users. A run paused on reviews ends with AG-UI interrupt
+    outcomes whose ids are the review ids; only a verified reviewer's resume, each
+    decision bound to its operation's digest, decides them.
+    """
+    service = ThreadService(store, verifier=verifier)
+
+    async def run(request: Request) -> Response:
+        try:
+            run_input = await _run_input(request)
+            check_thread_id(run_input.thread_id)  # before the application's factory sees it
+            reviewer = await _reviewer(service, request) if run_input.resume else None
+            config = bound_config(
+                make_config, store, run_input.thread_id, server="the AG-UI endpoint"
+            )
+        except _Refused as exc:
+            return _refusal(exc.status, str(exc))
+        except InvalidThreadIdError as exc:
+            return _refusal(422, str(exc))
+        except CovonautError as exc:
+            return _refusal(400, str(exc))
+        encoder = EventEncoder(accept=request.headers.get("accept", "text/event-stream"))
+        events = _run(Agent(config), service, run_input, reviewer)
+        return StreamingResponse(_encoded(encoder, events), media_type=encoder.get_content_type())
+
+    return Starlette(routes=[Route(path, run, methods=["POST"])])
+
+
+def _refusal(status: int, message: str) -> JSONResponse:
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return JSONResponse({"error": message}, status, headers=headers)
+
+
+async def _run_input(request: Request) -> agui.RunAgentInput:
+    """The request's ``RunAgentInput``: at most :data:`MAX_BODY_BYTES`, JSON read by the
+    service layer's strict reader, then checked against the protocol's own model."""
+    length = request.headers.get("content-length", "")
+    if not length.isdigit():
+        raise _Refused(411, "a run request needs a Content-Length header")
+    if int(length) > MAX_BODY_BYTES:
+        raise _Refused(413, f"the run request exceeds {MAX_BODY_BYTES} bytes")
+    body = await request.body()
+    if len(body) > MAX_BODY_BYTES:
+        raise _Refused(413, f"the run request exceeds {MAX_BODY_BYTES} bytes")
+    try:
+        value = parse_json(body, "the run request")
+        return agui.RunAgentInput.model_validate(value)
+    except CovonautError as exc:
+        raise _Refused(422, str(exc)) from exc
+    except pydantic.ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(map(str, error['loc'])) or 'body'}: {error['msg']}"
+            for error in exc.errors()[:5]
+        )
+        msg = f"the run request is no AG-UI RunAgentInput: {problems}"
+        raise _Refused(422, msg) from exc
+
+
+async def _reviewer(service: ThreadService, request: Request) -> Reviewer:
+    """The reviewer the request's bearer token verifies as, verified once."""
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        msg = "a resume decides reviews: send Authorization: Bearer <reviewer token>"
+        raise _Refused(401, msg)
+    try:
+        return await asyncio.to_thread(service.reviewer, token.strip())
+    except ReviewerNotVerifiedError as exc:
+        raise _Refused(401, str(exc)) from exc
+
+
+async def _encoded(encoder: EventEncoder, events: AsyncGenerator[agui.BaseEvent, None]) -> Any:
+    async with contextlib.aclosing(events):
+        async for event in events:
+            yield encoder.encode(event)
+
+
+async def _run(
+    agent: Agent,
+    service: ThreadService,
+    run_input: agui.RunAgentInput,
+    reviewer: Reviewer | None,
+) -> AsyncGenerator[agui.BaseEvent, None]:
+    """The run's events: started, what happened, the thread as stored, then finished
+    (with the interrupts it waits on) or the error that ended it."""
+    thread_id, run_id = run_input.thread_id, run_input.run_id
+    yield agui.RunStartedEvent(thread_id=thread_id, run_id=run_id, protocol_version="1.0")
+    translated: RunEvents | None = None
+    try:
+        open_pauses = await asyncio.to_thread(open_interrupt_ids, agent)  # loads the thread
+        yield state_snapshot(agent)  # what the run's state deltas apply to
+        if run_input.resume:
+            assert reviewer is not None
+            decided = await _decided(agent, service, run_input.resume, open_pauses, reviewer)
+            for event in decided:
+                yield event
+            items: AsyncGenerator[StreamItem, None] | None = agent.astream_resume()
+        else:
+            items = _started(agent, run_input, open_pauses)
+        translated = RunEvents(len(agent.messages))
+        if items is not None:
+            async with contextlib.aclosing(items):
+                async for item in items:
+                    for event in translated.of(item):
+                        yield event
+        waiting = interrupts(agent)
+    except CovonautError as exc:
+        for event in translated.closed() if translated else ():
+            yield event
+        yield agui.RunErrorEvent(message=str(exc), code=type(exc).__name__)
+        return
+    yield messages_snapshot(agent)
+    yield state_snapshot(agent)
+    outcome: agui.RunFinishedInterruptOutcome | agui.RunFinishedSuccessOutcome
+    if waiting:
+        outcome = agui.RunFinishedInterruptOutcome(interrupts=waiting)
+    else:
+        outcome = agui.RunFinishedSuccessOutcome()
+    yield agui.RunFinishedEvent(thread_id=thread_id, run_id=run_id, outcome=outcome)
+
+
+async def _decided(
+    agent: Agent,
+    service: ThreadService,
+    entries: Sequence[agui.ResumeEntry],
+    open_pauses: Mapping[str, Pause],
+    reviewer: Reviewer,
+) -> list[agui.BaseEvent]:
+    """Check the resume whole, record its answers, and reload the agent's thread; the
+    results the decisions recorded for the reviewed calls."""
+    answers = checked(entries, open_pauses, agent.thread_id)
+    await asyncio.to_thread(record, service, agent.thread_id, answers, reviewer)
+    agent.close()  # the decisions are stored: read the thread again
+    await asyncio.to_thread(open_interrupt_ids, agent)
+    return results_of(agent, {answer.pause.interrupt.tool_call_id for answer in answers})
+
+
+def _started(
+    agent: Agent, run_input: agui.RunAgentInput, open_pauses: Mapping[str, Pause]
+) -> AsyncGenerator[StreamItem, None] | None:
+    """The stream a request without a resume starts, or None when nothing is to run."""
+    text = _new_text(run_input, len(agent.messages))
+    if text is not None:
+        return agent.astream(text)  # refused by the thread while it is paused
+    if agent.interrupts and not open_pauses:
+        return agent.astream_resume()  # decided elsewhere meanwhile
+    if agent.status is ThreadStatus.RUNNING:
+        return agent.astream_continue()  # a run cut short (a reload) goes on
+    return None
+
+
+def _new_text(run_input: agui.RunAgentInput, stored: int) -> str | None:
+    """The text of the request's new user message: its last message, when it is a
+    user's that the thread does not hold yet (the messages the endpoint sent carry their
+    positions as ids)."""
+    if not run_input.messages:
+        return None
+    last = run_input.messages[-1]
+    if not isinstance(last, agui.UserMessage):
+        return None
+    if last.id in {message_id(position) for position in range(stored)}:
+        return None
+    if isinstance(last.content, str):
+        return last.content
+    if all(isinstance(part, agui.TextPart) for part in last.content):
+        return "".join(part.text for part in last.content if isinstance(part, agui.TextPart))
+    msg = "the new user message holds parts that are not text; this endpoint takes text only"
+    raise InvalidRunInputError(msg)

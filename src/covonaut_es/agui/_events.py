@@ -1,0 +1,250 @@
+"""What a chat front end is told: a run's stream and its thread, as AG-UI events.
+
+:class:`RunEvents` turns what :meth:`Agent.astream <covonaut_es.Agent.astream>` yields into
+AG-UI events (the answers' pieces into ``TEXT_MESSAGE_*`` and ``TOOL_CALL_*``, the
+committed tool results into ``TOOL_CALL_RESULT``, each commit into a ``STATE_DELTA``), and
+the stored thread into the snapshots and the interrupts that end a paused run. Message
+ids are the messages' positions in the thread (``msg-0``, ``msg-1``...), so a snapshot
+read from the store names the messages the stream named.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+
+import ag_ui.core as agui
+
+from covonaut_es.domain import AgentThread, Pause, PauseKind
+from covonaut_es.messages import Message, Role, TextDelta, ToolCallDelta
+from covonaut_es.runtime import Agent, CommittedEvent, StreamItem
+from covonaut_es.service import pause_token
+
+
+def message_id(position: int) -> str:
+    """The AG-UI id of the thread's message at ``position``."""
+    return f"msg-{position}"
+
+
+class RunEvents:
+    """The AG-UI events of one run, from the items its stream yields.
+
+    Args:
+        messages: How many messages the thread held when the run started.
+    """
+
+    def __init__(self, messages: int) -> None:
+        # The position the next message takes: the committed events say where the
+        # thread stands when a piece arrives (the run may be further on by then).
+        self._next = messages
+        self._text: str | None = None  # the id of the text message being streamed
+        self._calls: dict[int, str] = {}  # the streamed calls of this answer, by index
+        self._names: dict[str, str] = {}  # a committed call id -> the id it streamed as
+
+    def of(self, item: StreamItem) -> list[agui.BaseEvent]:
+        """The events that tell ``item``."""
+        match item:
+            case TextDelta(text=text):
+                events = self._opened_text()
+                assert self._text is not None
+                events.append(agui.TextMessageContentEvent(message_id=self._text, delta=text))
+                return events
+            case ToolCallDelta():
+                return self._call_piece(item)
+            case CommittedEvent(event=event):
+                return [*self._committed(event), _version_delta(event)]
+        raise AssertionError(f"unknown stream item {item!r}")  # pragma: no cover
+
+    def closed(self) -> list[agui.BaseEvent]:
+        """The ends of a text message and tool calls left open (a run that failed)."""
+        events: list[agui.BaseEvent] = []
+        if self._text is not None:
+            events.append(agui.TextMessageEndEvent(message_id=self._text))
+            self._text = None
+        events += [agui.ToolCallEndEvent(tool_call_id=i) for i in self._calls.values()]
+        self._calls = {}
+        return events
+
+    def _opened_text(self) -> list[agui.BaseEvent]:
+        if self._text is not None:
+            return []
+        self._text = message_id(self._next)
+        return [agui.TextMessageStartEvent(message_id=self._text, role="assistant")]
+
+    def _call_piece(self, piece: ToolCallDelta) -> list[agui.BaseEvent]:
+        events: list[agui.BaseEvent] = []
+        call_id = self._calls.get(piece.index)
+        if call_id is None:
+            call_id = piece.id or f"call-{piece.index}"
+            self._calls[piece.index] = call_id
+            events.append(
+                agui.ToolCallStartEvent(
+                    tool_call_id=call_id,
+                    tool_call_name=piece.name,
+                    parent_message_id=message_id(self._next),
+                )
+            )
+        if piece.arguments:
+            events.append(agui.ToolCallArgsEvent(tool_call_id=call_id, delta=piece.arguments))
+        return events
+
+    def _committed(self, event: AgentThread.Event) -> list[agui.BaseEvent]:
+        events: list[agui.BaseEvent] = []
+        match event:
+            case AgentThread.MessageAppended(message=message) if message.role is Role.ASSISTANT:
+                for index, call in enumerate(message.tool_calls):
+                    # The thread renames a call id the model repeated.
+                    self._names[call.id] = self._calls.get(index, call.id)
+                events = self.closed()
+            case AgentThread.ToolResultRecorded(tool_call_id=call_id, content=content):
+                result = agui.ToolCallResultEvent(
+                    message_id=message_id(self._next),
+                    tool_call_id=self._names.get(call_id, call_id),
+                    content=content,
+                    role="tool",
+                )
+                events = [result]
+        if isinstance(event, MESSAGE_EVENTS):
+            self._next += 1
+        return events
+
+
+MESSAGE_EVENTS = (AgentThread.MessageAppended, AgentThread.ToolResultRecorded, AgentThread.Steered)
+"""The events that add a message to the thread."""
+
+
+def _version_delta(event: AgentThread.Event) -> agui.StateDeltaEvent:
+    patch = [{"op": "add", "path": "/version", "value": event.originator_version}]
+    return agui.StateDeltaEvent.model_validate({"delta": patch})
+
+
+# The thread, from the store ------------------------------------------------------------
+
+
+def state_snapshot(agent: Agent) -> agui.StateSnapshotEvent:
+    """The thread's state as the front end keeps it: its id, version and status."""
+    state = agent.state
+    snapshot = {"thread_id": agent.thread_id, "version": state.version, "status": str(state.status)}
+    return agui.StateSnapshotEvent(snapshot=snapshot)
+
+
+def messages_snapshot(agent: Agent) -> agui.MessagesSnapshotEvent:
+    """The thread's messages, as stored, under their AG-UI ids."""
+    return agui.MessagesSnapshotEvent(
+        messages=[_message(position, m) for position, m in enumerate(agent.messages)]
+    )
+
+
+def _message(position: int, message: Message) -> Any:
+    key = message_id(position)
+    match message.role:
+        case Role.SYSTEM:
+            return agui.SystemMessage(id=key, content=message.content)
+        case Role.USER:
+            return agui.UserMessage(id=key, content=message.content)
+        case Role.TOOL:
+            return agui.ToolMessage(
+                id=key, content=message.content, tool_call_id=message.tool_call_id or ""
+            )
+    calls = [
+        agui.ToolCall(id=c.id, function=agui.FunctionCall(name=c.name, arguments=c.arguments))
+        for c in message.tool_calls
+    ]
+    return agui.AssistantMessage(id=key, content=message.content, tool_calls=calls or None)
+
+
+def results_of(agent: Agent, tool_call_ids: Collection[str]) -> list[agui.BaseEvent]:
+    """The recorded results of these calls (a review's decision records its call's), as
+    the thread holds them."""
+    return [
+        agui.ToolCallResultEvent(
+            message_id=message_id(position),
+            tool_call_id=message.tool_call_id or "",
+            content=message.content,
+            role="tool",
+        )
+        for position, message in enumerate(agent.messages)
+        if message.role is Role.TOOL and message.tool_call_id in tool_call_ids
+    ]
+
+
+def interrupts(agent: Agent) -> list[agui.Interrupt]:
+    """An AG-UI interrupt for each pause that waits for a person, named by its review id
+    (a review) or its pause token (a tool's pause, a call in doubt)."""
+    messages = agent.messages
+    return [_interrupt(messages, pause) for pause in agent.pauses if not pause.resolved]
+
+
+def open_interrupt_ids(agent: Agent) -> dict[str, Pause]:
+    """The pauses waiting for a person, by the id their AG-UI interrupt carries."""
+    messages = agent.messages
+    return {interrupt_id(messages, p): p for p in agent.pauses if not p.resolved}
+
+
+def interrupt_id(messages: tuple[Message, ...], pause: Pause) -> str:
+    """A review's id, or another pause's token."""
+    if pause.kind is PauseKind.REVIEW:
+        return str(pause.interrupt.data["review_id"])
+    return pause_token(messages, pause)
+
+
+def _interrupt(messages: tuple[Message, ...], pause: Pause) -> agui.Interrupt:
+    interrupt = pause.interrupt
+    key = interrupt_id(messages, pause)
+    if pause.kind is PauseKind.REVIEW:
+        data = interrupt.data
+        return agui.Interrupt(
+            id=key,
+            reason="tool_call",
+            message=f"Approve the call of {data['tool_name']!r} with these arguments?",
+            tool_call_id=interrupt.tool_call_id,
+            response_schema=review_answer_schema(str(data["digest"])),
+            metadata={
+                "covonaut": {
+                    "digest": data["digest"],
+                    "tool_name": data["tool_name"],
+                    "arguments": data["arguments"],
+                }
+            },
+        )
+    if pause.kind is PauseKind.INTERRUPT:
+        return agui.Interrupt(
+            id=key,
+            reason="input_required",
+            message=interrupt.reason,
+            tool_call_id=interrupt.tool_call_id,
+            response_schema={
+                "type": "object",
+                "properties": {"answer": {"type": "string"}},
+                "required": ["answer"],
+                "additionalProperties": False,
+            },
+        )
+    return agui.Interrupt(
+        id=key,
+        reason="covonaut:in_doubt",
+        message=f"{interrupt.reason} (settle it in the reviewer inbox or the command line)",
+        tool_call_id=interrupt.tool_call_id,
+    )
+
+
+def review_answer_schema(digest: str) -> dict[str, Any]:
+    """What a review's resume payload holds: the decision, bound to the digest of the
+    operation the reviewer was shown."""
+    text = {"type": "string"}
+    return {
+        "type": "object",
+        "properties": {
+            "approved": {"type": "boolean"},
+            "digest": {"const": digest},
+            "editedArgs": {
+                "type": "object",
+                "description": "Full replacement of the tool's arguments, with an approval.",
+            },
+            "comment": text,
+            "reason": text,
+            "answer": {**text, "description": "The tool's result instead of running it."},
+        },
+        "required": ["approved", "digest"],
+        "additionalProperties": False,
+    }

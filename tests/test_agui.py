@@ -1,0 +1,469 @@
+"""The AG-UI endpoint: a thread run for a chat front end, its pauses ended with AG-UI
+interrupts named by review id, and resumes that are verified, digest-bound decisions.
+
+Requests go through Starlette's test client; the events are read back with the
+``ag-ui-protocol`` package's own event types.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import ag_ui.core as agui
+import attrs
+import pydantic
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from starlette.testclient import TestClient
+
+from covonaut_es import (
+    Agent,
+    AgentConfig,
+    AgentThread,
+    HmacReviewerVerifier,
+    ProviderRequest,
+    ProviderResponse,
+    Role,
+    ScriptedProvider,
+    Store,
+    TextDelta,
+    Tool,
+    ToolCall,
+    ToolContext,
+    open_store,
+)
+from covonaut_es.agui import create_agui_app
+from covonaut_es.domain import ThreadStatus
+from covonaut_es.runtime._config import bound_config
+from support import HeldProvider, ticking_clock
+
+SECRET = b"a reviewer secret of at least 32 bytes"
+EVENTS: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(agui.Event)
+REFUNDS = {"A-1": 30, "B-2": 45}
+
+
+def model(request: ProviderRequest) -> ProviderResponse:
+    """Refund both orders in one turn (two calls that need approval); once decided, call
+    again each approved refund (with the reviewer's arguments, if edited); then report."""
+    messages = request.messages
+    if messages[-1].role is Role.USER:
+        return ProviderResponse(
+            content="Refunding both orders.",
+            tool_calls=tuple(
+                ToolCall(f"call-{order}", "refund", json.dumps({"order": order, "amount": amount}))
+                for order, amount in REFUNDS.items()
+            ),
+        )
+    asked = max(i for i, m in enumerate(messages) if m.role is Role.ASSISTANT)
+    calls = {call.id: call for call in messages[asked].tool_calls}
+    results = [m for m in messages[asked + 1 :] if m.role is Role.TOOL]
+    again = []
+    for result in results:
+        if result.content.startswith("Approved") and result.tool_call_id in calls:
+            edited = re.search(r"with edited arguments (\{.*?\})[.:]", result.content)
+            arguments = edited.group(1) if edited else calls[result.tool_call_id].arguments
+            again.append(ToolCall(f"{result.tool_call_id}-again", "refund", arguments))
+    if again:
+        return ProviderResponse(tool_calls=tuple(again))
+    return ProviderResponse(content="Done: " + "; ".join(r.content for r in results))
+
+
+class Shop:
+    """The application behind the endpoint: its store, its refunds, its reviewers."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.store: Store = open_store(f"sqlite:///{tmp_path / 'threads.db'}")
+        self.verifier = HmacReviewerVerifier(SECRET)
+        self.refunded: list[dict[str, Any]] = []
+        self.client = TestClient(create_agui_app(self.store, self.make_config, self.verifier))
+
+    def refund(self, ctx: ToolContext, args: dict[str, Any]) -> str:
+        self.refunded.append(args)
+        return f"refunded {args['amount']} on {args['order']}"
+
+    def make_config(self, thread_id: str) -> AgentConfig:
+        schema = {
+            "type": "object",
+            "properties": {"order": {"type": "string"}, "amount": {"type": "number"}},
+        }
+        return AgentConfig(
+            provider=ScriptedProvider(respond=model),
+            tools=[Tool("refund", "Refund an order", schema, self.refund, requires_approval=True)],
+            clock=ticking_clock(),
+        )
+
+    def token(self, reviewer: str = "alice") -> str:
+        return self.verifier.issue_token(reviewer, ttl_seconds=600)
+
+    def post(self, body: Any, token: str | None = None) -> Any:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return self.client.post("/", json=body, headers=headers)
+
+    def run(self, body: Any, token: str | None = None) -> list[Any]:
+        """The events of one run request, decoded with the protocol's own types."""
+        response = self.post(body, token)
+        assert response.status_code == 200, response.text
+        assert response.headers["content-type"].startswith("text/event-stream")
+        return events_of(response.text)
+
+    def version(self, thread_id: str) -> int:
+        return self.store.load(thread_id).version if self.store.exists(thread_id) else 0
+
+
+def events_of(text: str) -> list[Any]:
+    frames = [frame for frame in text.split("\n\n") if frame.strip()]
+    assert all(frame.startswith("data: ") for frame in frames)
+    return [EVENTS.validate_json(frame.removeprefix("data: ")) for frame in frames]
+
+
+def user_says(thread_id: str, text: str, message_id: str = "u-1", **fields: Any) -> dict[str, Any]:
+    return {
+        "threadId": thread_id,
+        "runId": f"run-{message_id}",
+        "messages": [{"id": message_id, "role": "user", "content": text}],
+        **fields,
+    }
+
+
+def of_type(events: list[Any], event_type: type[Any]) -> list[Any]:
+    return [event for event in events if isinstance(event, event_type)]
+
+
+def approvals(interrupts: list[agui.Interrupt], **payload: Any) -> list[dict[str, Any]]:
+    """A resume entry approving each interrupt, bound to the digest it carries."""
+    return [
+        {
+            "interruptId": interrupt.id,
+            "status": "resolved",
+            "payload": {
+                "approved": True,
+                "digest": interrupt.metadata["covonaut"]["digest"],  # type: ignore[index]
+                **payload,
+            },
+        }
+        for interrupt in interrupts
+    ]
+
+
+@pytest.fixture
+def shop(tmp_path: Path) -> Shop:
+    return Shop(tmp_path)
+
+
+def paused(shop: Shop, thread_id: str = "chat-1") -> list[agui.Interrupt]:
+    """Run the thread until it pauses on its two reviews; their interrupts."""
+    events = shop.run(user_says(thread_id, "Refund my two orders."))
+    finished = events[-1]
+    assert isinstance(finished, agui.RunFinishedEvent)
+    assert isinstance(finished.outcome, agui.RunFinishedInterruptOutcome)
+    return finished.outcome.interrupts
+
+
+def test_a_run_streams_its_answer_and_its_tool_calls_in_the_protocols_order(shop: Shop) -> None:
+    """A run is RUN_STARTED, the streamed text and tool calls, the snapshots, then
+    RUN_FINISHED; the streamed text is the committed message's."""
+    events = shop.run(user_says("chat-1", "Refund my two orders."))
+    types = [event.type for event in events]
+    assert types[0] == agui.EventType.RUN_STARTED
+    assert types[-3:] == [
+        agui.EventType.MESSAGES_SNAPSHOT,
+        agui.EventType.STATE_SNAPSHOT,
+        agui.EventType.RUN_FINISHED,
+    ]
+    text = "".join(e.delta for e in of_type(events, agui.TextMessageContentEvent))
+    assert text == "Refunding both orders."
+    (start,) = of_type(events, agui.TextMessageStartEvent)
+    (end,) = of_type(events, agui.TextMessageEndEvent)
+    assert start.message_id == end.message_id
+    started = of_type(events, agui.ToolCallStartEvent)
+    assert [(e.tool_call_id, e.tool_call_name) for e in started] == [
+        ("call-A-1", "refund"),
+        ("call-B-2", "refund"),
+    ]
+    assert {e.parent_message_id for e in started} == {start.message_id}
+    for call in started:
+        arguments = "".join(
+            e.delta
+            for e in of_type(events, agui.ToolCallArgsEvent)
+            if e.tool_call_id == call.tool_call_id
+        )
+        assert json.loads(arguments)["order"] == call.tool_call_id.removeprefix("call-")
+    assert len(of_type(events, agui.ToolCallEndEvent)) == 2
+    (snapshot,) = of_type(events, agui.MessagesSnapshotEvent)
+    assistant = next(m for m in snapshot.messages if m.role == "assistant")
+    assert (assistant.id, assistant.content) == (start.message_id, text)
+    assert types[1] == agui.EventType.STATE_SNAPSHOT  # what the deltas apply to
+    versions = [e.delta[0].value for e in of_type(events, agui.StateDeltaEvent)]
+    assert versions == sorted(versions)
+    assert of_type(events, agui.StateSnapshotEvent)[-1].snapshot["version"] == versions[-1]
+
+
+def test_a_pause_on_two_reviews_ends_with_two_interrupts_named_by_review_id(shop: Shop) -> None:
+    """Two calls that need approval in one turn end the run with an interrupt outcome of
+    two interrupts, whose ids are the thread's review ids, each bound to its call and
+    its operation's digest; nothing ran."""
+    interrupts = paused(shop)
+    thread = shop.store.load("chat-1")
+    pending = {review.request.review_id: review.request for review in thread.reviews.pending}
+    assert {i.id for i in interrupts} == set(pending)
+    for interrupt in interrupts:
+        request = pending[interrupt.id]
+        assert interrupt.reason == "tool_call"
+        assert interrupt.tool_call_id == request.tool_call_id
+        assert interrupt.metadata["covonaut"]["digest"] == request.digest  # type: ignore[index]
+        assert interrupt.response_schema["properties"]["digest"] == {"const": request.digest}  # type: ignore[index]
+    assert shop.refunded == []
+
+
+def test_a_resume_with_two_verified_decisions_runs_both_calls_and_finishes(shop: Shop) -> None:
+    """A resume approving both interrupts, with a reviewer's token, records two decisions
+    under that reviewer, runs each call once and finishes with the answer."""
+    interrupts = paused(shop)
+    body = {**user_says("chat-1", "Refund my two orders."), "resume": approvals(interrupts)}
+    events = shop.run(body, shop.token("alice"))
+    finished = events[-1]
+    assert isinstance(finished, agui.RunFinishedEvent)
+    assert isinstance(finished.outcome, agui.RunFinishedSuccessOutcome)
+    assert sorted(r["order"] for r in shop.refunded) == ["A-1", "B-2"]
+    results = of_type(events, agui.ToolCallResultEvent)
+    assert [r.tool_call_id for r in results] == [
+        "call-A-1",  # the decisions, recorded as the reviewed calls' results
+        "call-B-2",
+        "call-A-1-again",
+        "call-B-2-again",
+    ]
+    assert results[0].content.startswith("Approved by alice")
+    (snapshot,) = of_type(events, agui.MessagesSnapshotEvent)
+    stored = {m.id: m for m in snapshot.messages}
+    for result in results:
+        assert stored[result.message_id].tool_call_id == result.tool_call_id
+        assert stored[result.message_id].content == result.content
+    thread = shop.store.load("chat-1")
+    assert thread.status is ThreadStatus.FINISHED
+    decided = [e for e in shop.store.history("chat-1") if isinstance(e, AgentThread.ReviewDecided)]
+    assert {(e.review_id, e.reviewer) for e in decided} == {(i.id, "alice") for i in interrupts}
+    assert "Done: refunded 30 on A-1; refunded 45 on B-2" in "".join(
+        e.delta for e in of_type(events, agui.TextMessageContentEvent)
+    )
+
+
+def test_parallel_interrupts_are_routed_by_review_id_whatever_their_order(shop: Shop) -> None:
+    """The decisions of one resume reach the reviews their ids name, in any order: one
+    approval edited, one rejection, and only the approved operation runs."""
+    interrupts = sorted(paused(shop), key=lambda i: i.tool_call_id or "", reverse=True)
+    by_call = {i.tool_call_id: i for i in interrupts}
+    reject = by_call["call-A-1"]
+    resume = [
+        {
+            "interruptId": reject.id,
+            "status": "resolved",
+            "payload": {
+                "approved": False,
+                "digest": reject.metadata["covonaut"]["digest"],  # type: ignore[index]
+                "reason": "Order A-1 was already refunded.",
+            },
+        },
+        *approvals([by_call["call-B-2"]], editedArgs={"order": "B-2", "amount": 40}),
+    ]
+    events = shop.run({**user_says("chat-1", "x"), "resume": resume}, shop.token())
+    assert isinstance(events[-1], agui.RunFinishedEvent)
+    assert shop.refunded == [{"order": "B-2", "amount": 40}]
+
+
+def test_a_reload_mid_run_picks_the_run_up_from_the_store(shop: Shop) -> None:
+    """A request carrying only the messages the endpoint sent (a reloaded UI) runs
+    nothing new while the thread is paused, and announces its interrupts again; a run
+    cut short by a reload goes on, streamed, to where an uncut run gets."""
+    interrupts = paused(shop)
+    again = shop.run(user_says("chat-1", "Refund my two orders.", message_id="msg-0"))
+    finished = again[-1]
+    assert isinstance(finished.outcome, agui.RunFinishedInterruptOutcome)
+    assert {i.id for i in finished.outcome.interrupts} == {i.id for i in interrupts}
+    assert not of_type(again, agui.TextMessageContentEvent)
+
+    held = HeldProvider(respond=model)
+    config = bound_config(shop.make_config, shop.store, "chat-2")
+    agent = Agent(attrs.evolve(config, provider=held))
+
+    async def cut_after_the_first_piece() -> None:
+        async with contextlib.aclosing(agent.astream("Refund my two orders.")) as items:
+            async for item in items:
+                if isinstance(item, TextDelta):
+                    break
+        held.go.set()
+
+    asyncio.run(cut_after_the_first_piece())
+    assert shop.store.load("chat-2").status is ThreadStatus.RUNNING
+    events = shop.run(user_says("chat-2", "Refund my two orders.", message_id="msg-0"))
+    text = "".join(e.delta for e in of_type(events, agui.TextMessageContentEvent))
+    assert text == "Refunding both orders."
+    assert isinstance(events[-1].outcome, agui.RunFinishedInterruptOutcome)
+    assert len(events[-1].outcome.interrupts) == 2
+
+
+def test_a_request_that_is_no_run_input_is_refused_before_anything_runs(shop: Shop) -> None:
+    """A body that is no RunAgentInput, JSON that names a key twice, a thread id that
+    is none, and a new message that is not text are refused (422, or RUN_ERROR naming
+    the error); nothing is stored."""
+    missing = shop.client.post("/", json={"threadId": "chat-1"})
+    assert missing.status_code == 422
+    assert "RunAgentInput" in missing.json()["error"]
+    twice = b'{"threadId": "chat-1", "threadId": "chat-2", "runId": "r", "messages": []}'
+    repeated = shop.client.post("/", content=twice, headers={"content-type": "application/json"})
+    assert repeated.status_code == 422
+    assert "twice" in repeated.json()["error"]
+    bad_id = shop.client.post("/", json=user_says("bad\nid", "hi"))
+    assert bad_id.status_code == 422
+    image = {"type": "image", "source": {"type": "url", "value": "https://example.com/a.png"}}
+    events = shop.run(user_says("chat-1", [image]))  # type: ignore[arg-type]
+    assert isinstance(events[-1], agui.RunErrorEvent)
+    assert events[-1].code == "InvalidRunInputError"
+    assert not shop.store.exists("chat-1")
+
+
+def valid_resume(shop: Shop) -> tuple[dict[str, Any], int]:
+    interrupts = paused(shop)
+    body = {**user_says("chat-1", "Refund my two orders."), "resume": approvals(interrupts)}
+    return body, shop.version("chat-1")
+
+
+def assert_refused_and_nothing_recorded(shop: Shop, response: Any, version: int) -> None:
+    if response.status_code == 200:
+        events = events_of(response.text)
+        assert isinstance(events[-1], agui.RunErrorEvent), events[-1]
+    else:
+        assert 400 <= response.status_code < 500
+    assert shop.version("chat-1") == version
+    assert shop.refunded == []
+
+
+def test_an_unsigned_or_forged_resume_is_refused_with_nothing_recorded(shop: Shop) -> None:
+    """A resume without a token, with a forged one or with another secret's is refused
+    with 401, the token never echoed; nothing is recorded and nothing runs."""
+    body, version = valid_resume(shop)
+    other = HmacReviewerVerifier(b"another secret of at least 32 bytes!!").issue_token("x", 600)
+    forged = shop.token()[:-4] + "AAAA"
+    for token in (None, forged, other, "not a token"):
+        response = shop.post(body, token)
+        assert response.status_code == 401, response.text
+        assert token is None or token not in response.text  # never echoed
+        assert_refused_and_nothing_recorded(shop, response, version)
+
+
+def test_a_wrong_digest_or_another_threads_review_is_refused_with_nothing_recorded(
+    shop: Shop,
+) -> None:
+    """A decision bound to another digest, an interrupt id of another thread, or a
+    resume leaving one interrupt out ends in RUN_ERROR; nothing is recorded."""
+    body, version = valid_resume(shop)
+    others = paused(shop, "chat-other")
+    wrong_digest = copy.deepcopy(body)
+    wrong_digest["resume"][0]["payload"]["digest"] = "0" * 64
+    elsewhere = copy.deepcopy(body)
+    elsewhere["resume"][0]["interruptId"] = others[0].id
+    partial = copy.deepcopy(body)
+    del partial["resume"][1]
+    for hostile in (wrong_digest, elsewhere, partial):
+        response = shop.post(hostile, shop.token())
+        assert_refused_and_nothing_recorded(shop, response, version)
+        assert "RunErrorEvent" not in response.text  # the protocol's names, not ours
+    assert shop.version("chat-other") > 0
+
+
+# Generated: every mutation of a valid resume body is refused whole -----------------------
+
+PATHS = [
+    ("resume", 0, "interruptId"),
+    ("resume", 1, "interruptId"),
+    ("resume", 0, "status"),
+    ("resume", 0, "payload"),
+    ("resume", 0, "payload", "approved"),
+    ("resume", 0, "payload", "digest"),
+    ("resume", 1, "payload", "digest"),
+    ("resume", 0, "payload", "editedArgs"),
+    ("resume", 0, "payload", "reason"),
+    ("resume", 0, "payload", "answer"),
+    ("resume", 1, "payload", "comment"),
+    ("resume", 0, "payload", "extra"),
+    ("threadId",),
+    ("resume",),
+]
+HOSTILE_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.text(max_size=40),
+    st.just("0" * 64),
+    st.just(""),
+    st.just("\u200b"),
+    st.lists(st.integers(), max_size=2),
+    st.dictionaries(st.text(max_size=5), st.integers(), max_size=2),
+)
+
+
+def mutated(body: dict[str, Any], path: tuple[Any, ...], value: Any, drop: bool) -> Any:
+    result = copy.deepcopy(body)
+    target = result
+    for key in path[:-1]:
+        target = target[key]
+    if drop:
+        if isinstance(target, dict):
+            target.pop(path[-1], None)
+        else:
+            del target[path[-1]]
+    else:
+        target[path[-1]] = value
+    return result
+
+
+def is_still_a_valid_decision(body: Any, valid: dict[str, Any]) -> bool:
+    """A mutation that leaves a resume a valid set of decisions (say, a comment changed)
+    is no attack; those are left out."""
+    try:
+        entries = body["resume"]
+        return (
+            body["threadId"] == valid["threadId"]
+            and len(entries) == 2
+            and [e["interruptId"] for e in entries] == [e["interruptId"] for e in valid["resume"]]
+            and all(e["status"] == "resolved" for e in entries)
+            and all(
+                set(e["payload"]) <= {"approved", "digest", "comment", "editedArgs"}
+                and e["payload"]["approved"] is True
+                and e["payload"]["digest"] == v["payload"]["digest"]
+                and isinstance(e["payload"].get("comment", ""), str)
+                and e["payload"].get("editedArgs") in (None, {})  # null: no edit, as inbox
+                for e, v in zip(entries, valid["resume"], strict=True)
+            )
+        )
+    except (KeyError, TypeError, IndexError):
+        return False
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.sampled_from(PATHS), HOSTILE_VALUES, st.booleans(), st.booleans())
+def test_every_mutation_of_a_valid_resume_is_refused_whole(
+    tmp_path_factory: pytest.TempPathFactory,
+    path: tuple[Any, ...],
+    value: Any,
+    drop: bool,
+    signed: bool,
+) -> None:
+    """Whatever field of a valid resume is changed or dropped (ids, statuses, digests,
+    decisions, payload shapes, the thread), with or without a token, the request is
+    refused or is still exactly valid; a refusal records nothing and runs nothing."""
+    shop = Shop(tmp_path_factory.mktemp("shop"))
+    body, version = valid_resume(shop)
+    hostile = mutated(body, path, value, drop)
+    if signed and is_still_a_valid_decision(hostile, body):
+        return
+    response = shop.post(hostile, shop.token() if signed else None)
+    assert_refused_and_nothing_recorded(shop, response, version)
