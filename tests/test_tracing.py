@@ -33,6 +33,7 @@ from covonaut_es import (
     HmacReviewerVerifier,
     ScriptedProvider,
     Store,
+    TextDelta,
     Tool,
     ToolContext,
     open_store,
@@ -199,6 +200,29 @@ def test_an_async_run_of_parallel_calls_traces_each_call_under_the_run(
     tools = spans["execute_tool echo"]
     assert sorted(str((s.attributes or {})["gen_ai.tool.call.id"]) for s in tools) == ["a", "b"]
     assert all(parent_of(tool) == span_id(run) for tool in tools)
+
+
+def test_a_streamed_run_is_traced_as_the_same_run_awaited_in_one_piece(
+    provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    """astream drives the same traced run: one invoke_agent span over its chat and
+    execute_tool spans, while the pieces of the answer still reach the consumer."""
+    script = [call(("c1", "echo", '{"text": "x"}')), answer("done")]
+    agent = Agent(config(provider, script, tools=[echo_tool()]))
+
+    async def consume() -> list[Any]:
+        return [item async for item in agent.astream("go")]
+
+    items = asyncio.run(consume())
+    assert any(isinstance(item, TextDelta) for item in items)
+    spans = by_name(exporter.get_finished_spans())
+    assert sorted(spans) == ["chat m-1", "execute_tool echo", "invoke_agent clerk"]
+    (run,) = spans["invoke_agent clerk"]
+    assert (run.attributes or {})["covonaut.thread.status"] == "finished"
+    assert all(
+        parent_of(child) == span_id(run)
+        for child in [*spans["chat m-1"], *spans["execute_tool echo"]]
+    )
 
 
 @pytest.mark.parametrize("driven", ["run", "arun"])
