@@ -37,6 +37,8 @@ from covonaut_es.errors import (
     ThreadConflictError,
     ThreadNotFoundError,
     ToolCallsInDoubtError,
+    ToolInDoubtError,
+    ToolServerError,
 )
 from covonaut_es.messages import Message, ProviderRequest, ProviderResponse, Role, ToolCall
 from covonaut_es.projections import ReviewQueue
@@ -97,6 +99,8 @@ __all__ = [
     "ToolCall",
     "ToolCallsInDoubtError",
     "ToolContext",
+    "ToolInDoubtError",
+    "ToolServerError",
     "Worker",
     "canonical_json",
     "create_cipher_key",

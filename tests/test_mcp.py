@@ -1,0 +1,284 @@
+"""Tools from real MCP servers (written with the ``mcp`` SDK, started here) under the
+run loop's write-ahead, idempotency keys, approvals and in-doubt records."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from covonaut_es import (
+    Agent,
+    AgentConfig,
+    CheckpointSettings,
+    HmacReviewerVerifier,
+    ScriptedProvider,
+    Store,
+    ThreadStatus,
+    ToolServerError,
+    open_store,
+)
+from covonaut_es.domain import AgentThread
+from covonaut_es.domain._calls import event_key
+from covonaut_es.mcp import IDEMPOTENCY_KEY_META, MCPServer, ToolPolicy
+from covonaut_es.mcp._policy import Hints, effective_policy
+from support import answer, call
+
+SERVER = str(Path(__file__).with_name("mcp_server.py"))
+VERIFIER = HmacReviewerVerifier(secrets.token_bytes(32))
+ALICE = VERIFIER.issue_token("alice", ttl_seconds=3600)
+
+
+def logged(log: Path) -> list[dict[str, object]]:
+    """The calls that reached the server."""
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def stdio(log: Path, variant: str = "", **options: object) -> MCPServer:
+    env = {"MCP_TEST_VARIANT": variant}
+    return MCPServer.stdio(sys.executable, [SERVER, str(log)], env, name="files", **options)  # type: ignore[arg-type]
+
+
+def agent_of(store: Store, server: MCPServer, script: list[object], **config: object) -> Agent:
+    return Agent(
+        AgentConfig(
+            provider=ScriptedProvider(script),  # type: ignore[arg-type]
+            mcp_servers=[server],
+            checkpoint=CheckpointSettings(store=store, thread_id="t"),
+            reviewer_verifier=VERIFIER,
+            **config,  # type: ignore[arg-type]
+        )
+    )
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    with open_store(f"sqlite:///{tmp_path / 'threads.db'}") as opened:
+        yield opened
+
+
+def events(store: Store) -> list[AgentThread.Event]:
+    return list(store.history("t"))
+
+
+def test_stdio_tools_get_their_policy_from_the_hints_and_overrides(tmp_path: Path) -> None:
+    """Read-only needs no approval, destructive does, idempotent may retry; overrides win."""
+    overrides = {"read": ToolPolicy(requires_approval=True)}
+    with stdio(tmp_path / "log", overrides=overrides) as server:
+        tools = {tool.name: tool for tool in server.tools()}
+    assert tools["read"].requires_approval is True and tools["read"].idempotent
+    assert tools["delete"].requires_approval is True and not tools["delete"].idempotent
+    assert tools["put"].idempotent and tools["fail"].requires_approval is False
+    assert tools["delete"].pin is not None and tools["delete"].pin.origin.startswith("stdio:")
+
+
+def test_a_call_records_intent_passes_its_key_and_records_the_result(
+    tmp_path: Path, store: Store
+) -> None:
+    """The key the server sees in _meta is the recorded call's key; the tool is pinned."""
+    log = tmp_path / "log"
+    with stdio(log) as server:
+        script = [call(("c1", "read", '{"path": "a.txt"}')), answer("done")]
+        assert agent_of(store, server, script).run("read a") == "done"
+    kinds = [type(e).__name__ for e in events(store)]
+    assert kinds.index("ToolCalled") < kinds.index("ToolPinned") < kinds.index("ToolResultRecorded")
+    pinned = next(e for e in events(store) if isinstance(e, AgentThread.ToolPinned))
+    assert pinned.tool.tool == "read" and pinned.tool.server == "files"
+    result = next(e for e in events(store) if isinstance(e, AgentThread.ToolResultRecorded))
+    assert result.content == "contents of a.txt"
+    called = next(e for e in events(store) if isinstance(e, AgentThread.ToolCalled))
+    (seen,) = logged(log)
+    assert seen["key"] == event_key("t", called.originator_version, "c1")
+    assert IDEMPOTENCY_KEY_META == "covonaut/idempotency_key"
+
+
+def test_a_tool_error_is_the_result_the_model_reads(tmp_path: Path, store: Store) -> None:
+    """A tool that reports isError gives a failed result with its text, not a crash."""
+    with stdio(tmp_path / "log") as server:
+        agent_of(store, server, [call(("c1", "fail", "{}")), answer("ok")]).run("go")
+    result = next(e for e in events(store) if isinstance(e, AgentThread.ToolResultRecorded))
+    assert result.outcome == "failed" and "disk on fire" in result.content
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def http_url(tmp_path: Path) -> Iterator[str]:
+    port = _free_port()
+    process = subprocess.Popen(
+        [sys.executable, SERVER, str(tmp_path / "log"), "http", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_a_streamable_http_server_serves_calls_with_the_key(
+    tmp_path: Path, store: Store, http_url: str
+) -> None:
+    """Over streamable HTTP on loopback, a call runs once with the recorded key."""
+    with MCPServer.http(http_url, {"Authorization": "Bearer s3cret"}, name="web") as server:
+        assert "s3cret" not in server.origin and server.origin.startswith("http:")
+        script = [call(("c1", "read", '{"path": "b"}')), answer("ok")]
+        assert agent_of(store, server, script).run("read b") == "ok"
+    called = next(e for e in events(store) if isinstance(e, AgentThread.ToolCalled))
+    (seen,) = logged(tmp_path / "log")
+    assert seen["key"] == event_key("t", called.originator_version, "c1")
+
+
+def test_an_approval_runs_the_reviewed_tool_once(tmp_path: Path, store: Store) -> None:
+    """A destructive tool pauses for a review; once approved, the model's call runs once."""
+    log = tmp_path / "log"
+    with stdio(log) as server:
+        script = [
+            call(("c1", "delete", '{"path": "a"}')),
+            call(("c2", "delete", '{"path": "a"}')),
+            answer("deleted"),
+        ]
+        agent = agent_of(store, server, script)
+        assert agent.run("delete a") == ""
+        (review,) = agent.pending_reviews
+        assert review.tool is not None and review.tool.description == "Delete a file."
+        assert logged(log) == []
+        agent.approve(review.review_id, reviewer=ALICE)
+        assert agent.resume() == "deleted"
+    assert [entry["tool"] for entry in logged(log)] == ["delete"]
+
+
+def test_a_tool_changed_under_a_paused_thread_is_reviewed_again(
+    tmp_path: Path, store: Store
+) -> None:
+    """The approval of the earlier tool does not run the changed one; the review says so."""
+    log = tmp_path / "log"
+    script = [
+        call(("c1", "delete", '{"path": "a"}')),
+        call(("c2", "delete", '{"path": "a"}')),
+        answer("unused"),
+    ]
+    with stdio(log) as server:
+        agent = agent_of(store, server, script)
+        agent.run("delete a")
+        agent.approve(agent.pending_reviews[0].review_id, reviewer=ALICE)
+    with stdio(log, "changed") as changed:
+        agent = agent_of(store, changed, script[1:])
+        assert agent.resume() == ""
+        (again,) = agent.pending_reviews
+    assert "the tool changed since it was last reviewed" in again.tool_changed
+    assert "input schema" in again.tool_changed and logged(log) == []
+
+
+def test_a_server_killed_during_a_call_leaves_it_in_doubt_not_rerun(
+    tmp_path: Path, store: Store
+) -> None:
+    """The connection drops mid-call: the call is in doubt and the run pauses on it."""
+    log = tmp_path / "log"
+    with stdio(log, overrides={"slow": ToolPolicy(requires_approval=False)}) as server:
+        agent = agent_of(store, server, [call(("c1", "slow", '{"seconds": 30}')), answer("x")])
+
+        def kill_server() -> None:
+            while not logged(log):
+                time.sleep(0.02)
+            for pid in _children():
+                os.kill(pid, signal.SIGKILL)
+
+        import threading
+
+        threading.Thread(target=kill_server, daemon=True).start()
+        assert agent.run("sleep") == ""
+        assert [p.call.id for p in agent.in_doubt] == ["c1"]
+    assert len(logged(log)) == 1
+
+
+def _children() -> list[int]:
+    out = subprocess.run(
+        ["pgrep", "-P", str(os.getpid())], capture_output=True, text=True, check=False
+    )
+    return [int(pid) for pid in out.stdout.split()]
+
+
+def test_a_hostile_server_huge_or_hanging_is_bounded(tmp_path: Path, store: Store) -> None:
+    """A huge answer is refused as the call's error; a call that never answers expires."""
+    log = tmp_path / "log"
+    hang = {"hang": ToolPolicy(timeout=1.0)}
+    with stdio(log, "hostile", max_result_bytes=100_000, overrides=hang) as server:
+        script = [call(("c1", "huge", "{}"), ("c2", "hang", "{}")), answer("x")]
+        agent = agent_of(store, server, script)
+        assert agent.run("go") == ""
+    results = {
+        e.tool_call_id: e for e in events(store) if isinstance(e, AgentThread.ToolResultRecorded)
+    }
+    assert results["c1"].outcome == "failed"
+    assert "more than the 100000 allowed" in results["c1"].content
+    assert [p.call.id for p in agent.in_doubt] == ["c2"]
+
+
+def test_a_server_answering_garbage_fails_the_run_with_a_typed_error(store: Store) -> None:
+    """A 'server' that writes no MCP gives ToolServerError and a recorded failed run."""
+    garbage = MCPServer.stdio(
+        sys.executable,
+        ["-c", "import sys,time; print('{garbage'); sys.stdout.flush(); time.sleep(30)"],
+        name="junk",
+        connect_timeout=2.0,
+    )
+    with pytest.raises(ToolServerError, match="junk"):
+        agent_of(store, garbage, [answer("x")]).run("go")
+    garbage.close()
+    assert store.load("t").status is ThreadStatus.ERROR
+
+
+def test_a_server_down_at_restore_fails_the_run_then_reconnects(
+    tmp_path: Path, store: Store
+) -> None:
+    """Unreachable: a typed error and a failed run; once it is up, the run goes on."""
+    port = _free_port()
+    down = MCPServer.http(f"http://127.0.0.1:{port}/mcp", name="web", connect_timeout=3.0)
+    with pytest.raises(ToolServerError, match="web"):
+        agent_of(store, down, [answer("x")]).run("go")
+    down.close()
+    assert store.load("t").status is ThreadStatus.ERROR
+
+
+HINTS = st.builds(Hints, st.booleans(), st.booleans(), st.booleans())
+OVERRIDES = st.none() | st.builds(ToolPolicy, st.none() | st.booleans(), st.none() | st.booleans())
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(hints=HINTS, override=OVERRIDES)
+def test_hints_never_lower_a_policy_the_application_set(
+    hints: Hints, override: ToolPolicy | None
+) -> None:
+    """Whatever a server claims, the application's setting stands; unset, hints decide."""
+    policy = effective_policy(hints, override)
+    if override is not None and override.requires_approval is not None:
+        assert policy.requires_approval is override.requires_approval
+    else:
+        assert policy.requires_approval is (hints.destructive or not hints.read_only)
+    if override is not None and override.idempotent is not None:
+        assert policy.idempotent is override.idempotent
+    assert SimpleNamespace(ok=True).ok
