@@ -3,9 +3,9 @@ run loop's write-ahead, idempotency keys, approvals and in-doubt records."""
 
 from __future__ import annotations
 
+import html
 import json
 import os
-import secrets
 import signal
 import socket
 import subprocess
@@ -13,8 +13,8 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
 
+import mcp_types
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -23,22 +23,22 @@ from covonaut_es import (
     Agent,
     AgentConfig,
     CheckpointSettings,
-    HmacReviewerVerifier,
     ScriptedProvider,
     Store,
     ThreadStatus,
+    ToolCallsInDoubtError,
     ToolServerError,
     open_store,
 )
 from covonaut_es.domain import AgentThread
 from covonaut_es.domain._calls import event_key
 from covonaut_es.mcp import IDEMPOTENCY_KEY_META, MCPServer, ToolPolicy
-from covonaut_es.mcp._policy import Hints, effective_policy
+from covonaut_es.mcp._policy import Hints, checked_listing, effective_policy, to_tool
+from inbox_support import current, inbox_client, sign_in
 from support import answer, call
+from test_approvals import ALICE, VERIFIER
 
 SERVER = str(Path(__file__).with_name("mcp_server.py"))
-VERIFIER = HmacReviewerVerifier(secrets.token_bytes(32))
-ALICE = VERIFIER.issue_token("alice", ttl_seconds=3600)
 
 
 def logged(log: Path) -> list[dict[str, object]]:
@@ -46,9 +46,10 @@ def logged(log: Path) -> list[dict[str, object]]:
     return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 
 
-def stdio(log: Path, variant: str = "", **options: object) -> MCPServer:
+def stdio(log: Path, variant: str = "", *extra: str, **options: object) -> MCPServer:
     env = {"MCP_TEST_VARIANT": variant}
-    return MCPServer.stdio(sys.executable, [SERVER, str(log)], env, name="files", **options)  # type: ignore[arg-type]
+    args = [SERVER, str(log), *extra]
+    return MCPServer.stdio(sys.executable, args, env, name="files", **options)  # type: ignore[arg-type]
 
 
 def agent_of(store: Store, server: MCPServer, script: list[object], **config: object) -> Agent:
@@ -171,10 +172,42 @@ def test_an_approval_runs_the_reviewed_tool_once(tmp_path: Path, store: Store) -
     assert [entry["tool"] for entry in logged(log)] == ["delete"]
 
 
-def test_a_tool_changed_under_a_paused_thread_is_reviewed_again(
+def test_an_mcp_review_is_shown_and_approved_through_the_inbox(
     tmp_path: Path, store: Store
 ) -> None:
-    """The approval of the earlier tool does not run the changed one; the review says so."""
+    """The inbox shows server, tool, arguments and description; its approval runs it once."""
+    log = tmp_path / "log"
+    with stdio(log) as server:
+        agent_of(store, server, [call(("c1", "delete", '{"path": "a<b>"}'))]).run("delete")
+    with inbox_client(store) as client:
+        current(client)
+        headers = {"Authorization": f"Bearer {ALICE}"}
+        (review,) = client.get("/api/reviews", headers=headers).json()
+        assert review["tool_name"] == "delete" and review["arguments"] == {"path": "a<b>"}
+        assert review["server"]["server"] == "files"
+        assert review["server"]["description"] == "Delete a file."
+        sign_in(client, ALICE)
+        page = client.get("/review", params={"id": review["review_id"], "thread": "t"}).text
+        assert 'id="server">files' in page and "Delete a file." in page
+        assert "a<b>" not in page and html.escape("a<b>") in page
+        url = f"/api/reviews/{review['review_id']}/approve"
+        assert client.post(url, headers=headers, json={}).status_code == 200
+    with stdio(log) as server:
+        script = [call(("c2", "delete", '{"path": "a<b>"}')), answer("gone")]
+        assert agent_of(store, server, script).resume() == "gone"
+    assert [(e["tool"], e["args"]) for e in logged(log)] == [("delete", {"path": "a<b>"})]
+
+
+@pytest.mark.parametrize(
+    ("variant", "extra", "what"),
+    [("changed", (), "input schema"), ("", ("--elsewhere",), "server")],
+    ids=["schema", "server"],
+)
+def test_a_tool_changed_under_a_paused_thread_is_reviewed_again(
+    tmp_path: Path, store: Store, variant: str, extra: tuple[str, ...], what: str
+) -> None:
+    """The approval of the earlier tool (another schema, or another server's tool of the
+    same name) does not run this one; the new review says what changed."""
     log = tmp_path / "log"
     script = [
         call(("c1", "delete", '{"path": "a"}')),
@@ -185,12 +218,12 @@ def test_a_tool_changed_under_a_paused_thread_is_reviewed_again(
         agent = agent_of(store, server, script)
         agent.run("delete a")
         agent.approve(agent.pending_reviews[0].review_id, reviewer=ALICE)
-    with stdio(log, "changed") as changed:
+    with stdio(log, variant, *extra) as changed:
         agent = agent_of(store, changed, script[1:])
         assert agent.resume() == ""
         (again,) = agent.pending_reviews
     assert "the tool changed since it was last reviewed" in again.tool_changed
-    assert "input schema" in again.tool_changed and logged(log) == []
+    assert what in again.tool_changed and logged(log) == []
 
 
 def test_a_server_killed_during_a_call_leaves_it_in_doubt_not_rerun(
@@ -213,6 +246,31 @@ def test_a_server_killed_during_a_call_leaves_it_in_doubt_not_rerun(
         assert agent.run("sleep") == ""
         assert [p.call.id for p in agent.in_doubt] == ["c1"]
     assert len(logged(log)) == 1
+
+
+def test_an_agent_killed_during_a_call_leaves_it_in_doubt_not_rerun(
+    tmp_path: Path, store: Store
+) -> None:
+    """SIGKILL mid-call: the restored thread holds the call in doubt and never runs it again."""
+    log = tmp_path / "log"
+    agent_process = subprocess.Popen(
+        [sys.executable, str(Path(__file__).with_name("mcp_agent.py")), store.url, str(log)],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not logged(log) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        os.killpg(agent_process.pid, signal.SIGKILL)
+        agent_process.wait()
+    with stdio(log) as server:
+        agent = agent_of(store, server, [answer("unused")])
+        assert [p.call.id for p in agent.in_doubt] == ["c1"]
+        with pytest.raises(ToolCallsInDoubtError):
+            agent.run("again")
+    assert [entry["tool"] for entry in logged(log)] == ["slow"]
 
 
 def _children() -> list[int]:
@@ -281,4 +339,53 @@ def test_hints_never_lower_a_policy_the_application_set(
         assert policy.requires_approval is (hints.destructive or not hints.read_only)
     if override is not None and override.idempotent is not None:
         assert policy.idempotent is override.idempotent
-    assert SimpleNamespace(ok=True).ok
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+SCHEMAS = st.one_of(
+    JSON,
+    st.fixed_dictionaries({"type": st.sampled_from(["object", "string", 5, None])}),
+    st.just({"type": "object", "properties": {"x": {"type": "integer"}}}),
+)
+HINT_VALUES = st.none() | st.booleans() | st.text(max_size=3) | st.integers()
+LISTED = st.builds(
+    lambda name, description, schema, read_only, destructive: mcp_types.Tool.model_construct(
+        name=name,
+        description=description,
+        input_schema=schema,
+        annotations=mcp_types.ToolAnnotations.model_construct(
+            read_only_hint=read_only, destructive_hint=destructive
+        ),
+    ),
+    st.text(max_size=12) | st.integers(),
+    st.none() | st.text(max_size=20) | st.integers(),
+    SCHEMAS,
+    HINT_VALUES,
+    HINT_VALUES,
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(listed=st.lists(LISTED, max_size=4))
+def test_a_hostile_tool_list_becomes_checked_tools_or_a_typed_error(listed: list[object]) -> None:
+    """Any listing gives tools with valid names and schemas, pinned, asking approval unless
+    marked read-only by a real boolean; or ToolServerError, never another exception."""
+    try:
+        tools = [
+            to_tool(item, server="s", origin="stdio:x", prefix="", override=None, func=print)
+            for item in checked_listing("s", listed)
+        ]
+    except ToolServerError:
+        return
+    for tool, raw in zip(tools, listed, strict=True):
+        hints = raw.annotations  # type: ignore[attr-defined]
+        read_only = hints.read_only_hint is True and hints.destructive_hint is not True
+        assert tool.requires_approval is (not read_only)
+        assert tool.pin is not None and tool.pin.tool == tool.name
+        assert tool.spec.parameters == raw.input_schema  # type: ignore[attr-defined]
