@@ -11,6 +11,7 @@ import diagnose
 import fork
 import inbox
 import limits
+import mcp_calls
 import queue_lag
 import replay
 import single_thread
@@ -27,6 +28,7 @@ FIGURES = [
     limits.run,  # 8
     inbox.run,  # 9
     workers.run,  # 10
+    mcp_calls.run,  # 11
     diagnose.run,  # why the missed targets were missed
 ]
 

@@ -151,3 +151,14 @@ def test_the_readme_is_a_short_entry_into_the_site() -> None:
     assert len(text.splitlines()) < 200
     for page in ("docs/providers.md", "docs/cli.md", "docs/operations.md"):
         assert f"]({page}" in text, page
+
+
+def test_mcp_tools_example_closes_the_ticket_once_on_approval() -> None:
+    """examples/mcp_tools.py: the read-only tool runs, the destructive one waits for a
+    review naming its server and description, then runs once on the approval."""
+    result = run_python(ROOT / "examples" / "mcp_tools.py")
+    out = result.stdout
+    assert "tool list_tickets: approval False" in out
+    assert "review of helpdesk/close_ticket: Close a ticket for good." in out
+    assert out.count("closed ticket 7 (idempotency key") == 1
+    assert "pinned to helpdesk/close_ticket" in out
