@@ -3,6 +3,7 @@ run loop's write-ahead, idempotency keys, approvals and in-doubt records."""
 
 from __future__ import annotations
 
+import contextlib
 import html
 import json
 import os
@@ -10,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -64,6 +66,15 @@ def agent_of(store: Store, server: MCPServer, script: list[object], **config: ob
     )
 
 
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[MCPServer, Path]]:
+    """One stdio server for the tests that need no server of their own (``slow`` needs
+    no approval on it); each reads only the log lines written after it started."""
+    log = tmp_path_factory.mktemp("shared") / "log"
+    with stdio(log, overrides={"slow": ToolPolicy(requires_approval=False)}) as server:
+        yield server, log
+
+
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[Store]:
     with open_store(f"sqlite:///{tmp_path / 'threads.db'}") as opened:
@@ -74,25 +85,27 @@ def events(store: Store) -> list[AgentThread.Event]:
     return list(store.history("t"))
 
 
-def test_stdio_tools_get_their_policy_from_the_hints_and_overrides(tmp_path: Path) -> None:
+def test_stdio_tools_get_their_policy_from_the_hints_and_overrides(
+    shared: tuple[MCPServer, Path],
+) -> None:
     """Read-only needs no approval, destructive does, idempotent may retry; overrides win."""
-    overrides = {"read": ToolPolicy(requires_approval=True)}
-    with stdio(tmp_path / "log", overrides=overrides) as server:
-        tools = {tool.name: tool for tool in server.tools()}
-    assert tools["read"].requires_approval is True and tools["read"].idempotent
+    server, _ = shared
+    tools = {tool.name: tool for tool in server.tools()}
+    assert tools["read"].requires_approval is False and tools["read"].idempotent
     assert tools["delete"].requires_approval is True and not tools["delete"].idempotent
-    assert tools["put"].idempotent and tools["fail"].requires_approval is False
+    assert tools["put"].idempotent and tools["put"].requires_approval is True
+    assert tools["slow"].requires_approval is False  # the override; no hint says so
     assert tools["delete"].pin is not None and tools["delete"].pin.origin.startswith("stdio:")
 
 
 def test_a_call_records_intent_passes_its_key_and_records_the_result(
-    tmp_path: Path, store: Store
+    shared: tuple[MCPServer, Path], store: Store
 ) -> None:
     """The key the server sees in _meta is the recorded call's key; the tool is pinned."""
-    log = tmp_path / "log"
-    with stdio(log) as server:
-        script = [call(("c1", "read", '{"path": "a.txt"}')), answer("done")]
-        assert agent_of(store, server, script).run("read a") == "done"
+    server, log = shared
+    before = len(logged(log))
+    script = [call(("c1", "read", '{"path": "a.txt"}')), answer("done")]
+    assert agent_of(store, server, script).run("read a") == "done"
     kinds = [type(e).__name__ for e in events(store)]
     assert kinds.index("ToolCalled") < kinds.index("ToolPinned") < kinds.index("ToolResultRecorded")
     pinned = next(e for e in events(store) if isinstance(e, AgentThread.ToolPinned))
@@ -100,15 +113,17 @@ def test_a_call_records_intent_passes_its_key_and_records_the_result(
     result = next(e for e in events(store) if isinstance(e, AgentThread.ToolResultRecorded))
     assert result.content == "contents of a.txt"
     called = next(e for e in events(store) if isinstance(e, AgentThread.ToolCalled))
-    (seen,) = logged(log)
+    (seen,) = logged(log)[before:]
     assert seen["key"] == event_key("t", called.originator_version, "c1")
     assert IDEMPOTENCY_KEY_META == "covonaut/idempotency_key"
 
 
-def test_a_tool_error_is_the_result_the_model_reads(tmp_path: Path, store: Store) -> None:
+def test_a_tool_error_is_the_result_the_model_reads(
+    shared: tuple[MCPServer, Path], store: Store
+) -> None:
     """A tool that reports isError gives a failed result with its text, not a crash."""
-    with stdio(tmp_path / "log") as server:
-        agent_of(store, server, [call(("c1", "fail", "{}")), answer("ok")]).run("go")
+    server, _ = shared
+    agent_of(store, server, [call(("c1", "fail", "{}")), answer("ok")]).run("go")
     result = next(e for e in events(store) if isinstance(e, AgentThread.ToolResultRecorded))
     assert result.outcome == "failed" and "disk on fire" in result.content
 
@@ -119,11 +134,11 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@pytest.fixture
-def http_url(tmp_path: Path) -> Iterator[str]:
-    port = _free_port()
+@contextlib.contextmanager
+def serving_http(log: Path, port: int) -> Iterator[str]:
+    """The test server over streamable HTTP (uvicorn) on a loopback port, until the end."""
     process = subprocess.Popen(
-        [sys.executable, SERVER, str(tmp_path / "log"), "http", str(port)],
+        [sys.executable, SERVER, str(log), "http", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -138,6 +153,12 @@ def http_url(tmp_path: Path) -> Iterator[str]:
     finally:
         process.kill()
         process.wait()
+
+
+@pytest.fixture
+def http_url(tmp_path: Path) -> Iterator[str]:
+    with serving_http(tmp_path / "log", _free_port()) as url:
+        yield url
 
 
 def test_a_streamable_http_server_serves_calls_with_the_key(
@@ -231,16 +252,15 @@ def test_a_server_killed_during_a_call_leaves_it_in_doubt_not_rerun(
 ) -> None:
     """The connection drops mid-call: the call is in doubt and the run pauses on it."""
     log = tmp_path / "log"
+    others = set(_children())  # the module's shared server lives on
     with stdio(log, overrides={"slow": ToolPolicy(requires_approval=False)}) as server:
         agent = agent_of(store, server, [call(("c1", "slow", '{"seconds": 30}')), answer("x")])
 
         def kill_server() -> None:
             while not logged(log):
                 time.sleep(0.02)
-            for pid in _children():
+            for pid in set(_children()) - others:
                 os.kill(pid, signal.SIGKILL)
-
-        import threading
 
         threading.Thread(target=kill_server, daemon=True).start()
         assert agent.run("sleep") == ""
@@ -302,7 +322,7 @@ def test_a_server_answering_garbage_fails_the_run_with_a_typed_error(store: Stor
         sys.executable,
         ["-c", "import sys,time; print('{garbage'); sys.stdout.flush(); time.sleep(30)"],
         name="junk",
-        connect_timeout=2.0,
+        connect_timeout=1.0,
     )
     with pytest.raises(ToolServerError, match="junk"):
         agent_of(store, garbage, [answer("x")]).run("go")
@@ -314,12 +334,60 @@ def test_a_server_down_at_restore_fails_the_run_then_reconnects(
     tmp_path: Path, store: Store
 ) -> None:
     """Unreachable: a typed error and a failed run; once it is up, the run goes on."""
-    port = _free_port()
-    down = MCPServer.http(f"http://127.0.0.1:{port}/mcp", name="web", connect_timeout=3.0)
+    port, log = _free_port(), tmp_path / "log"
+    web = MCPServer.http(f"http://127.0.0.1:{port}/mcp", name="web", connect_timeout=2.0)
+    script = [call(("c1", "read", '{"path": "x"}')), answer("read it")]
     with pytest.raises(ToolServerError, match="web"):
-        agent_of(store, down, [answer("x")]).run("go")
-    down.close()
+        agent_of(store, web, script).run("go")
     assert store.load("t").status is ThreadStatus.ERROR
+    with serving_http(log, port), web:
+        assert agent_of(store, web, script).run("go") == "read it"
+    assert [entry["tool"] for entry in logged(log)] == ["read"]
+
+
+def test_parallel_calls_record_their_results_in_call_order(
+    shared: tuple[MCPServer, Path], store: Store
+) -> None:
+    """A slow call asked first is recorded first, though a quick one ends before it."""
+    server, log = shared
+    before = len(logged(log))
+    script = [
+        call(("c1", "slow", '{"seconds": 0.5}'), ("c2", "read", '{"path": "q"}')),
+        answer("ok"),
+    ]
+    assert agent_of(store, server, script, parallel_tools=True).run("both") == "ok"
+    recorded = [
+        e.tool_call_id for e in events(store) if isinstance(e, AgentThread.ToolResultRecorded)
+    ]
+    assert recorded == ["c1", "c2"] and [e["tool"] for e in logged(log)[before:]] == [
+        "slow",
+        "read",
+    ]
+
+
+def test_an_idempotent_call_in_doubt_runs_again_with_the_same_key(
+    tmp_path: Path, store: Store
+) -> None:
+    """Past its timeout, an idempotent call is in doubt; the next run repeats it once, same key."""
+    log = tmp_path / "log"
+    policy = {"slow": ToolPolicy(requires_approval=False, idempotent=True, timeout=0.3)}
+    with stdio(log, overrides=policy) as server:
+        script = [call(("c1", "slow", '{"seconds": 1}'))]
+        assert agent_of(store, server, script).run("sleep") == ""
+    assert [
+        p.call.id
+        for p in Agent(
+            AgentConfig(
+                provider=ScriptedProvider([]),
+                checkpoint=CheckpointSettings(store=store, thread_id="t"),
+            )
+        ).in_doubt
+    ] == ["c1"]
+    patient = {"slow": ToolPolicy(requires_approval=False, idempotent=True)}
+    with stdio(log, overrides=patient) as server:
+        assert agent_of(store, server, [answer("slept")]).resume() == "slept"
+    first, again = logged(log)
+    assert first["key"] == again["key"] and first["tool"] == again["tool"] == "slow"
 
 
 HINTS = st.builds(Hints, st.booleans(), st.booleans(), st.booleans())
@@ -341,11 +409,13 @@ def test_hints_never_lower_a_policy_the_application_set(
         assert policy.idempotent is override.idempotent
 
 
+def _nested(inner: st.SearchStrategy[object]) -> st.SearchStrategy[object]:
+    return st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+
+
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=8),
-    lambda inner: (
-        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
-    ),
+    _nested,
     max_leaves=8,
 )
 SCHEMAS = st.one_of(

@@ -54,11 +54,20 @@ class ToolContext:
 
 
 def check_timeout(_: Any, attribute: attrs.Attribute[float | None], value: object) -> None:
-    """A timeout is None or a positive, finite number of seconds."""
+    """A timeout is None or a positive, finite number of seconds (an attrs validator)."""
+    check_seconds(attribute.name, value)
+
+
+def check_seconds(name: str, value: object) -> None:
+    """``name`` is None or a positive, finite number of seconds.
+
+    Raises:
+        ValueError: Naming the setting and the value found.
+    """
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
-        msg = f"{attribute.name} must be None or a positive number of seconds, got {value!r}"
+        msg = f"{name} must be None or a positive number of seconds, got {value!r}"
         raise ValueError(msg)
 
 

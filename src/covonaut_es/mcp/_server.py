@@ -19,6 +19,7 @@ import sys
 import threading
 import urllib.parse
 from collections.abc import Coroutine, Mapping, Sequence
+from concurrent.futures import CancelledError
 from typing import Any, Self, TypeVar
 
 import httpx2
@@ -30,13 +31,14 @@ from covonaut_es import _logs
 from covonaut_es.errors import ToolInDoubtError, ToolServerError
 from covonaut_es.mcp._policy import (
     MAX_RESULT_BYTES,
+    MAX_TOOLS,
     Listing,
     ToolPolicy,
     checked_listing,
     result_value,
     to_tool,
 )
-from covonaut_es.tools import Tool, ToolContext, check_timeout
+from covonaut_es.tools import Tool, ToolContext, check_seconds
 
 IDEMPOTENCY_KEY_META = "covonaut/idempotency_key"
 """The ``_meta`` key of every ``tools/call`` request that carries the call's
@@ -90,8 +92,8 @@ class MCPServer:
         connect_timeout: float = 10.0,
         max_result_bytes: int = MAX_RESULT_BYTES,
     ) -> None:
-        check_timeout(None, _Named("timeout"), timeout)  # type: ignore[arg-type]
-        check_timeout(None, _Named("connect_timeout"), connect_timeout)  # type: ignore[arg-type]
+        check_seconds("timeout", timeout)
+        check_seconds("connect_timeout", connect_timeout)
         self._name = name
         self.origin = origin
         self._connect = connect
@@ -249,12 +251,12 @@ class MCPServer:
             page = await client.list_tools(cursor=cursor)
             tools.extend(page.tools)
             cursor = page.next_cursor
-            if cursor is None or len(tools) > 256:
+            if cursor is None or len(tools) > MAX_TOOLS:
                 return checked_listing(self._name, tools)
 
     async def _called(self, tool: str, args: dict[str, Any], key: str) -> Any:
         try:
-            client = await self._connected()
+            client = await asyncio.wait_for(self._connected(), self._connect_timeout)
         except Exception as exc:  # nothing was sent
             msg = f"MCP server {self._name!r} could not be reached to call {tool!r}: {exc}"
             raise ToolServerError(msg) from exc
@@ -304,11 +306,16 @@ class MCPServer:
         self._client = None
 
     async def _disconnect(self) -> None:
+        """Cancel the calls still running (each is then in doubt), and let the holder
+        leave the SDK's context managers."""
+        holder = self._holding
+        others = [t for t in asyncio.all_tasks() if t not in (asyncio.current_task(), holder)]
+        for task in others:
+            task.cancel()
         await self._drop()
-        await asyncio.sleep(0)
-        pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.gather(*pending, return_exceptions=True), 5)
+        waited = [t for t in (holder, *others) if t is not None]
+        if waited:
+            await asyncio.wait(waited, timeout=5)
 
     def _run(self, work: Coroutine[Any, Any, _T], timeout: float | None, what: str) -> _T:
         """Run ``work`` on the server's loop and wait for it; past ``timeout``, cancel it
@@ -325,6 +332,11 @@ class MCPServer:
             raise ToolServerError(msg) from exc
         except (ToolServerError, ToolInDoubtError):
             raise
+        except CancelledError as exc:
+            msg = f"MCP server {self._name!r} was closed while it was asked to {what}"
+            if what.startswith("call"):
+                raise ToolInDoubtError(msg) from exc
+            raise ToolServerError(msg) from exc
         except Exception as exc:
             if what.startswith("call"):
                 raise
@@ -341,10 +353,3 @@ class MCPServer:
                 thread.start()
                 self._loop, self._thread = loop, thread
             return self._loop
-
-
-class _Named:
-    """What ``check_timeout`` reads of an attrs attribute: its name."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
