@@ -3,6 +3,7 @@ run loop's write-ahead, idempotency keys, approvals and in-doubt records."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import html
 import json
@@ -16,6 +17,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import jsonschema
 import mcp_types
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -32,6 +34,8 @@ from covonaut_es import (
     ToolServerError,
     open_store,
 )
+from covonaut_es.cli import main
+from covonaut_es.cli._json import SCHEMAS
 from covonaut_es.domain import AgentThread
 from covonaut_es.domain._calls import event_key
 from covonaut_es.mcp import IDEMPOTENCY_KEY_META, MCPServer, ToolPolicy
@@ -217,6 +221,37 @@ def test_an_mcp_review_is_shown_and_approved_through_the_inbox(
         script = [call(("c2", "delete", '{"path": "a<b>"}')), answer("gone")]
         assert agent_of(store, server, script).resume() == "gone"
     assert [(e["tool"], e["args"]) for e in logged(log)] == [("delete", {"path": "a<b>"})]
+
+
+def test_the_command_line_lists_an_mcp_review_with_its_server(
+    shared: tuple[MCPServer, Path], store: Store, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """reviews shows server/tool in its table and the server's tool in --json."""
+    server, _ = shared
+    agent_of(store, server, [call(("c1", "delete", '{"path": "z"}'))]).run("delete z")
+    capsys.readouterr()
+    assert main(["reviews", "--store", store.url]) == 0
+    assert "files/delete" in capsys.readouterr().out
+    assert main(["reviews", "--json", "--store", store.url]) == 0
+    (listed,) = json.loads(capsys.readouterr().out)
+    jsonschema.validate([listed], SCHEMAS["reviews"])
+    assert listed["server"]["description"] == "Delete a file." and listed["tool_changed"] == ""
+    assert listed["arguments"] == {"path": "z"}
+
+
+async def _arun(agent: Agent) -> str:
+    return await agent.arun("read c")
+
+
+def test_an_async_agent_calls_the_same_server(shared: tuple[MCPServer, Path], store: Store) -> None:
+    """arun drives the same blocking call from its worker thread, with the same key rule."""
+    server, log = shared
+    before = len(logged(log))
+    script = [call(("c1", "read", '{"path": "c"}')), answer("async ok")]
+    assert asyncio.run(_arun(agent_of(store, server, script))) == "async ok"
+    (seen,) = logged(log)[before:]
+    called = next(e for e in events(store) if isinstance(e, AgentThread.ToolCalled))
+    assert seen["key"] == event_key("t", called.originator_version, "c1")
 
 
 @pytest.mark.parametrize(
@@ -418,7 +453,7 @@ JSON = st.recursive(
     _nested,
     max_leaves=8,
 )
-SCHEMAS = st.one_of(
+INPUT_SCHEMAS = st.one_of(
     JSON,
     st.fixed_dictionaries({"type": st.sampled_from(["object", "string", 5, None])}),
     st.just({"type": "object", "properties": {"x": {"type": "integer"}}}),
@@ -435,7 +470,7 @@ LISTED = st.builds(
     ),
     st.text(max_size=12) | st.integers(),
     st.none() | st.text(max_size=20) | st.integers(),
-    SCHEMAS,
+    INPUT_SCHEMAS,
     HINT_VALUES,
     HINT_VALUES,
 )

@@ -292,6 +292,16 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                     "description": "the pause's token: answer, settle and abandon given it "
                     "as --pause act on this pause only",
                 },
+                "server": {
+                    "type": ["object", "null"],
+                    "description": "for a review of an MCP server's tool: the server, "
+                    "origin, tool, description and tool digest the model was offered",
+                },
+                "tool_changed": {
+                    "type": "string",
+                    "description": "what changed in the server's tool since an earlier "
+                    "review of the same name; empty when nothing did",
+                },
             }
         )
     ),
