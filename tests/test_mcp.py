@@ -494,3 +494,12 @@ def test_a_hostile_tool_list_becomes_checked_tools_or_a_typed_error(listed: list
         assert tool.requires_approval is (not read_only)
         assert tool.pin is not None and tool.pin.tool == tool.name
         assert tool.spec.parameters == raw.input_schema  # type: ignore[attr-defined]
+
+
+def test_without_the_extra_the_import_names_it() -> None:
+    """Importing covonaut_es.mcp without the mcp package says which extra to install."""
+    code = "import sys; sys.modules['mcp'] = None; import covonaut_es.mcp"
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 1 and "pip install 'covonaut-es[mcp]'" in result.stderr
