@@ -11,6 +11,7 @@ import diagnose
 import fork
 import inbox
 import limits
+import mcp_calls
 import queue_lag
 import replay
 import single_thread
@@ -32,6 +33,7 @@ FIGURES = [
     workers.run,  # 10
     streaming.run,  # 11
     tracing.run,  # 12
+    mcp_calls.run,  # 13
     diagnose.run,  # why the missed targets were missed
 ]
 

@@ -275,3 +275,14 @@ def test_the_readme_installs_the_inbox_and_the_docs_serve_the_demos_store() -> N
     assert example is not None
     (store,) = re.findall(r"covonaut-es serve --store (\S+)", example.group(1))
     assert store == f"sqlite:///{make_variable('DEMO_DB')}"
+
+
+def test_mcp_tools_example_closes_the_ticket_once_on_approval() -> None:
+    """examples/mcp_tools.py: the read-only tool runs, the destructive one waits for a
+    review naming its server and description, then runs once on the approval."""
+    result = run_python(ROOT / "examples" / "mcp_tools.py")
+    out = result.stdout
+    assert "tool list_tickets: approval False" in out
+    assert "review of helpdesk/close_ticket: Close a ticket for good." in out
+    assert out.count("closed ticket 7 (idempotency key") == 1
+    assert "pinned to helpdesk/close_ticket" in out

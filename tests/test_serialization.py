@@ -35,6 +35,7 @@ from covonaut_es.domain import (
     StateDocument,
     ThreadSnapshot,
     ToolOutcome,
+    ToolPin,
     thread_aggregate_id,
 )
 from covonaut_es.domain._named_states import StateSaved, state_stream_id
@@ -46,6 +47,14 @@ from covonaut_es.store._mapper import MsgspecMapper, codec_for
 
 NOW = datetime(2026, 3, 4, 5, 6, 7, 890123, tzinfo=UTC)
 ID = thread_aggregate_id("t")
+
+_PIN = ToolPin.of(
+    server="files",
+    origin="stdio:python files.py",
+    tool="delete",
+    description="Delete a file.",
+    parameters={"type": "object", "properties": {"path": {"type": "string"}}},
+)
 
 SAMPLES: dict[type, dict[str, Any]] = {
     AgentThread.Started: {"thread_id": "t", "originator_topic": "covonaut.thread"},
@@ -121,6 +130,7 @@ SAMPLES: dict[type, dict[str, Any]] = {
     AgentThread.ReviewRequested: {
         "request": ReviewRequest("r1", "t", "pay", {"amount": 40.5, "to": ["a"]}, "d", "c1")
     },
+    AgentThread.ToolPinned: {"tool_call_id": "c1", "tool": _PIN},
     AgentThread.ReviewDecided: {
         "review_id": "r1",
         "digest": "d",

@@ -37,6 +37,8 @@ from covonaut_es.errors import (
     ThreadConflictError,
     ThreadNotFoundError,
     ToolCallsInDoubtError,
+    ToolInDoubtError,
+    ToolServerError,
 )
 from covonaut_es.messages import (
     Message,
@@ -116,6 +118,8 @@ __all__ = [
     "ToolCallDelta",
     "ToolCallsInDoubtError",
     "ToolContext",
+    "ToolInDoubtError",
+    "ToolServerError",
     "Worker",
     "canonical_json",
     "create_cipher_key",

@@ -308,6 +308,23 @@ class ToolResultError(CovonautError, ValueError):
     recorded as its error result."""
 
 
+class ToolInDoubtError(CovonautError, RuntimeError):
+    """Raised by a tool that cannot tell whether its operation happened (the connection
+    to the system that runs it dropped after the request was sent). The call is
+    recorded in doubt, as a call past its timeout is: the run pauses on it, and it runs
+    again only if its tool is idempotent or a person asks."""
+
+
+class ToolServerError(CovonautError, ConnectionError):
+    """A server of tools (an MCP server) could not be reached, or answered what no such
+    server may (a tool list that breaks the limits, a tool our checks refuse). Before a
+    run, the run is recorded as failed; during a call, the call never reached it."""
+
+
+class MCPToolError(CovonautError, RuntimeError):
+    """An MCP server's tool ran and reported an error; the model reads its text."""
+
+
 class SerializationError(CovonautError, ValueError):
     """Stored bytes could not be decoded into the expected type."""
 

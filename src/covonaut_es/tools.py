@@ -5,14 +5,14 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import attrs
 import msgspec
 
 from covonaut_es import _logs
 from covonaut_es._schema import ArgumentsValidator, compile_schema, validation_error
-from covonaut_es.domain import ReviewDecision
+from covonaut_es.domain import ReviewDecision, ToolPin
 from covonaut_es.errors import ToolArgumentsLimitError, ToolResultError
 from covonaut_es.messages import JsonValue, ToolCall, ToolSpec
 
@@ -54,11 +54,20 @@ class ToolContext:
 
 
 def check_timeout(_: Any, attribute: attrs.Attribute[float | None], value: object) -> None:
-    """A timeout is None or a positive, finite number of seconds."""
+    """A timeout is None or a positive, finite number of seconds (an attrs validator)."""
+    check_seconds(attribute.name, value)
+
+
+def check_seconds(name: str, value: object) -> None:
+    """``name`` is None or a positive, finite number of seconds.
+
+    Raises:
+        ValueError: Naming the setting and the value found.
+    """
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
-        msg = f"{attribute.name} must be None or a positive number of seconds, got {value!r}"
+        msg = f"{name} must be None or a positive number of seconds, got {value!r}"
         raise ValueError(msg)
 
 
@@ -91,6 +100,9 @@ class Tool:
             it for a person to settle, and the function is left to finish on its own:
             Python cannot stop a thread, so a blocking function that never returns
             keeps its thread, which the worker's heartbeat reports.
+        pin: For a tool from a server (see :mod:`covonaut_es.mcp`), the tool exactly
+            as its server listed it: recorded with each call, and covered by the
+            digest an approval binds to. None for the application's own tools.
     """
 
     name: str = attrs.field(validator=_check_name)
@@ -106,6 +118,7 @@ class Tool:
         ),
     )
     timeout: float | None = attrs.field(kw_only=True, default=None, validator=check_timeout)
+    pin: ToolPin | None = attrs.field(kw_only=True, default=None)
     _validator: ArgumentsValidator = attrs.field(init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:
@@ -137,6 +150,23 @@ class Tool:
 
 class ArgumentsError(ValueError):
     """A tool call's arguments are not valid JSON or do not match the schema."""
+
+
+@runtime_checkable
+class ToolSource(Protocol):
+    """Where tools come from besides ``AgentConfig.tools``: a server of tools, such as
+    :class:`covonaut_es.mcp.MCPServer`.
+
+    ``tools()`` may connect to the server the first time; it raises
+    ``ToolServerError`` when the server cannot be reached or lists what no server may.
+    """
+
+    @property
+    def name(self) -> str:
+        """The name the application gave the source, for messages and reviews."""
+
+    def tools(self) -> tuple[Tool, ...]:
+        """The source's tools, as the model is offered them."""
 
 
 def parse_arguments(tool: Tool, call: ToolCall) -> dict[str, Any]:

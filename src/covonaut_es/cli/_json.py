@@ -21,7 +21,7 @@ import msgspec
 from covonaut_es.audit import MigrationReport
 from covonaut_es.cli._output import emit, print_json
 from covonaut_es.domain import PauseKind
-from covonaut_es.projections import PendingReview
+from covonaut_es.projections import PendingReview, tool_json
 from covonaut_es.tools import MAX_ARGUMENTS_DEPTH, json_depth
 
 
@@ -90,6 +90,8 @@ def pending_review(item: PendingReview, pause: str = "") -> dict[str, Any]:
         "requested_at": utc(item.requested_at),
         "parent_thread_id": item.branch_parent,
         "pause": pause or None,
+        "server": None if item.tool is None else tool_json(item.tool),
+        "tool_changed": item.tool_changed,
     }
 
 
@@ -289,6 +291,16 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                     "type": ["string", "null"],
                     "description": "the pause's token: answer, settle and abandon given it "
                     "as --pause act on this pause only",
+                },
+                "server": {
+                    "type": ["object", "null"],
+                    "description": "for a review of an MCP server's tool: the server, "
+                    "origin, tool, description and tool digest the model was offered",
+                },
+                "tool_changed": {
+                    "type": "string",
+                    "description": "what changed in the server's tool since an earlier "
+                    "review of the same name; empty when nothing did",
                 },
             }
         )

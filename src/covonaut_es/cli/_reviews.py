@@ -128,11 +128,12 @@ def reviews(args: argparse.Namespace) -> int:
 
 
 def _review_row(item: PendingReview) -> dict[str, str]:
+    pin = item.tool
     return {
         "thread": item.thread_id,
         "kind": review_kind(item),
         "review": item.review_id or "",
-        "tool": item.tool_name,
+        "tool": item.tool_name if pin is None else f"{pin.server}/{item.tool_name}",
         "parent": item.branch_parent or "",
         "details": _details(item),
     }

@@ -9,17 +9,18 @@ domain classes and msgspec), never a layer above it.
 """
 
 from covonaut_es.domain._calls import requested_call
+from covonaut_es.domain._canonical import canonical_json
 from covonaut_es.domain._ids import check_thread_id, thread_aggregate_id
 from covonaut_es.domain._reviews import (
     Decision,
     Review,
     ReviewDecision,
     ReviewRequest,
-    canonical_json,
     operation_digest,
 )
 from covonaut_es.domain._snapshot import ThreadSnapshot
 from covonaut_es.domain._thread import AgentThread
+from covonaut_es.domain._tool_pins import ToolPin
 from covonaut_es.domain._tree import BranchPoint, ForkRecord, SessionTree, ThreadTree, TreeStats
 from covonaut_es.domain._values import (
     Checkpoint,
@@ -63,6 +64,7 @@ __all__ = [
     "ThreadStatus",
     "ThreadTree",
     "ToolOutcome",
+    "ToolPin",
     "TreeStats",
     "canonical_json",
     "check_thread_id",

@@ -17,6 +17,8 @@ from typing import Any
 
 import msgspec
 
+from covonaut_es.domain._canonical import canonical_json
+from covonaut_es.domain._tool_pins import ToolPin
 from covonaut_es.errors import ReviewNotFoundError, StaleReviewError
 
 # Values ---------------------------------------------------------------------------------
@@ -32,7 +34,7 @@ class Decision(enum.StrEnum):
     the operation never runs."""
 
 
-class ReviewRequest(msgspec.Struct, frozen=True):
+class ReviewRequest(msgspec.Struct, frozen=True, omit_defaults=True):
     """A request for a person to approve one exact operation.
 
     It is the ``data`` of the interrupt that pauses the run (see :meth:`to_data`).
@@ -44,6 +46,11 @@ class ReviewRequest(msgspec.Struct, frozen=True):
         arguments: The call's arguments, in canonical (key-sorted) order.
         digest: The :func:`operation_digest` of tool name and arguments.
         tool_call_id: The call that asked for the review; it does not run.
+        tool: For a tool from a server (MCP), the tool exactly as the model was
+            offered it; the digest then covers it too. None for the application's own
+            tools.
+        tool_changed: Not empty when an earlier review of this tool name covered
+            another tool (the server changed it): says what changed.
     """
 
     review_id: str
@@ -52,6 +59,8 @@ class ReviewRequest(msgspec.Struct, frozen=True):
     arguments: dict[str, Any]
     digest: str
     tool_call_id: str
+    tool: ToolPin | None = None
+    tool_changed: str = ""
 
     def to_data(self) -> dict[str, Any]:
         """The request as plain JSON data, sharing nothing with this object."""
@@ -228,21 +237,16 @@ class ReviewLedger(msgspec.Struct, frozen=True):
 # The operation digest ---------------------------------------------------------------------
 
 
-def canonical_json(value: Any) -> bytes:
-    """JSON with object keys sorted (by code point) at every level, no whitespace, UTF-8.
+def operation_digest(tool_name: str, arguments: dict[str, Any], tool: ToolPin | None = None) -> str:
+    """The SHA-256 (hex) of the canonical JSON of ``{"arguments": ..., "tool_name": ...}``,
+    with ``"tool": <the pin's digest>`` too for a tool from a server.
 
-    Equal parsed values give equal bytes, whatever the key order and spacing of the
-    text they were parsed from. Numbers keep their kind: ``40`` and ``40.0`` differ.
+    An approval covers exactly the operation with this digest: for a pinned tool, that
+    server's tool with that schema and description, no other.
     """
-    return msgspec.json.encode(value, order="sorted")
-
-
-def operation_digest(tool_name: str, arguments: dict[str, Any]) -> str:
-    """The SHA-256 (hex) of the canonical JSON of ``{"arguments": ..., "tool_name": ...}``.
-
-    An approval covers exactly the operation with this digest.
-    """
-    operation = {"arguments": arguments, "tool_name": tool_name}
+    operation: dict[str, Any] = {"arguments": arguments, "tool_name": tool_name}
+    if tool is not None:
+        operation["tool"] = tool.digest
     return hashlib.sha256(canonical_json(operation)).hexdigest()
 
 

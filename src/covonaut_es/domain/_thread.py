@@ -13,8 +13,9 @@ explicit ``TOPIC``, never where its class lives.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
+from types import MappingProxyType
 from typing import Any
 from uuid import UUID
 
@@ -22,6 +23,7 @@ import msgspec
 from eventsourcing.domain import Aggregate
 
 from covonaut_es.domain._calls import event_key, has_key_form, requested_call
+from covonaut_es.domain._canonical import canonical_json
 from covonaut_es.domain._ids import check_thread_id, thread_aggregate_id
 from covonaut_es.domain._integrity import CHAIN_KEY, UNCHAINED, seal
 from covonaut_es.domain._pauses import (
@@ -35,12 +37,12 @@ from covonaut_es.domain._reviews import (
     ReviewDecision,
     ReviewLedger,
     ReviewRequest,
-    canonical_json,
     decision_text,
     operation_digest,
     review_reason,
 )
 from covonaut_es.domain._snapshot import RESULT_CALL_IDS, ThreadSnapshot
+from covonaut_es.domain._tool_pins import ToolPin, change_note
 from covonaut_es.domain._values import (
     Checkpoint,
     CheckpointReason,
@@ -66,6 +68,8 @@ from covonaut_es.errors import (
     ToolCallsInDoubtError,
 )
 from covonaut_es.messages import Message, Role, ToolCall, Usage
+
+_NO_PINS: Mapping[str, ToolPin] = MappingProxyType({})
 
 
 class AgentThread(Aggregate, created_event_name="Started"):
@@ -225,6 +229,19 @@ class AgentThread(Aggregate, created_event_name="Started"):
                     version=self.originator_version,
                 )
             return call
+
+    class ToolPinned(Event):
+        """The tool a call names came from a server (MCP): this is the tool, exactly,
+        as the model was offered it when it made the call. It changes no state: it is
+        the record an audit and a review read."""
+
+        TOPIC = "covonaut.thread.ToolPinned"
+
+        tool_call_id: str
+        tool: ToolPin
+
+        def apply(self, thread: AgentThread) -> None:
+            pass
 
     class ToolResultRecorded(Event):
         """A tool call's result is known; it becomes a tool message."""
@@ -689,8 +706,16 @@ class AgentThread(Aggregate, created_event_name="Started"):
             unique.append(call)
         return tuple(unique)
 
-    def call_tools(self, calls: Sequence[ToolCall], *, now: datetime) -> None:
-        """Record the intent to call each tool before any of them runs.
+    def call_tools(
+        self,
+        calls: Sequence[ToolCall],
+        *,
+        now: datetime,
+        pins: Mapping[str, ToolPin] = _NO_PINS,
+    ) -> None:
+        """Record the intent to call each tool before any of them runs; ``pins``, by
+        call name, the tools from servers as the model was offered them: each such
+        call's intent is followed by the pin of its tool.
 
         Each call must be the one the latest assistant message holding its id asks for:
         the record names the call by id, and the message holds it.
@@ -719,6 +744,9 @@ class AgentThread(Aggregate, created_event_name="Started"):
                 raise ThreadStateError(msg)
         for call in calls:
             self.trigger_event(self.ToolCalled, tool_call_id=call.id, timestamp=now)
+            pin = pins.get(call.name)
+            if pin is not None:
+                self.trigger_event(self.ToolPinned, tool_call_id=call.id, tool=pin, timestamp=now)
 
     def record_tool_result(
         self, tool_call_id: str, content: str, outcome: ToolOutcome, *, now: datetime
@@ -920,19 +948,39 @@ class AgentThread(Aggregate, created_event_name="Started"):
         self.trigger_event(self.Labelled, label=Label(name, version), timestamp=now)
 
     def request_review(
-        self, call: ToolCall, arguments: dict[str, Any], *, now: datetime, trace_parent: str = ""
+        self,
+        call: ToolCall,
+        arguments: dict[str, Any],
+        *,
+        now: datetime,
+        tool: ToolPin | None = None,
+        trace_parent: str = "",
     ) -> ReviewRequest:
         """Hold back an open call for a person's review of its exact operation, and
-        pause the run on it: the request is the interrupt's data. ``trace_parent``: the
-        traced run's context (see ``Interrupt.trace_parent``)."""
+        pause the run on it: the request is the interrupt's data.
+
+        ``tool``: for a tool from a server, the tool as the model was offered it; the
+        request then says so when an earlier review of the same name covered another.
+        ``trace_parent``: the traced run's context (see ``Interrupt.trace_parent``).
+        """
         self._open_call(call.id)
+        earlier = next(
+            (
+                r.request.tool
+                for r in reversed(self.reviews.reviews)
+                if r.request.tool_name == call.name
+            ),
+            None,
+        )
         request = ReviewRequest(
             review_id=self._next_event_key(call),
             thread_id=self.thread_id,
             tool_name=call.name,
             arguments=msgspec.json.decode(canonical_json(arguments)),
-            digest=operation_digest(call.name, arguments),
+            digest=operation_digest(call.name, arguments, tool),
             tool_call_id=call.id,
+            tool=tool,
+            tool_changed=change_note(earlier, tool),
         )
         self.trigger_event(self.ReviewRequested, request=request, timestamp=now)
         interrupt = Interrupt(
@@ -968,7 +1016,8 @@ class AgentThread(Aggregate, created_event_name="Started"):
         review = self.reviews.undecided(review_id, thread_id=self.thread_id)
         if (
             arguments is not None
-            and operation_digest(review.request.tool_name, arguments) == review.request.digest
+            and operation_digest(review.request.tool_name, arguments, review.request.tool)
+            == review.request.digest
         ):
             arguments = None
         fields: dict[str, Any] = {
@@ -983,7 +1032,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
                 msg = f"only an approval takes edited arguments, not a decision {decision!r}"
                 raise ThreadStateError(msg)
             edited = msgspec.json.decode(canonical_json(arguments))
-            digest = operation_digest(review.request.tool_name, edited)
+            digest = operation_digest(review.request.tool_name, edited, review.request.tool)
             self.trigger_event(
                 self.ReviewApprovedWithEdits, digest=digest, arguments=edited, **fields
             )

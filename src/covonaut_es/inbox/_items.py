@@ -18,10 +18,11 @@ from covonaut_es.domain import (
     ReviewDecision,
     ThreadStatus,
     ThreadTree,
+    ToolPin,
 )
 from covonaut_es.domain._reviews import review_reason
 from covonaut_es.messages import Message
-from covonaut_es.projections import PendingReview
+from covonaut_es.projections import PendingReview, tool_json
 
 
 @attrs.frozen
@@ -37,6 +38,8 @@ class ReviewItem:
     requested_at: datetime | None
     decision: ReviewDecision | None = None
     branch_parent: str | None = None
+    tool: ToolPin | None = None
+    tool_changed: str = ""
 
     @classmethod
     def pending(cls, item: PendingReview) -> ReviewItem:
@@ -52,6 +55,8 @@ class ReviewItem:
             reason=item.reason,
             requested_at=item.requested_at,
             branch_parent=item.branch_parent,
+            tool=item.tool,
+            tool_changed=item.tool_changed,
         )
 
     @classmethod
@@ -69,6 +74,8 @@ class ReviewItem:
             requested_at=queued.requested_at if queued else None,
             decision=review.decision,
             branch_parent=queued.branch_parent if queued else None,
+            tool=request.tool,
+            tool_changed=request.tool_changed,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -84,6 +91,8 @@ class ReviewItem:
             "requested_at": self.requested_at.isoformat() if self.requested_at else None,
             "status": "pending" if decision is None else str(decision.decision),
             "decision": None if decision is None else decision_json(decision),
+            "server": None if self.tool is None else tool_json(self.tool),
+            "tool_changed": self.tool_changed,
         }
 
 

@@ -7,7 +7,7 @@ transaction. The queue of an encrypted store is sealed under the store's key. It
 the store's log, may import the store and the domain, and never changes a thread.
 """
 
-from covonaut_es.projections._items import PendingReview
+from covonaut_es.projections._items import PendingReview, tool_json
 from covonaut_es.projections._queue import ReviewQueue
 
-__all__ = ["PendingReview", "ReviewQueue"]
+__all__ = ["PendingReview", "ReviewQueue", "tool_json"]

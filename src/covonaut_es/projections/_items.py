@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from covonaut_es.domain import AgentThread, Interrupt, PauseKind
+from covonaut_es.domain import AgentThread, Interrupt, PauseKind, ToolPin
 from covonaut_es.messages import JsonValue
 
 
@@ -54,6 +54,35 @@ class PendingReview(msgspec.Struct, frozen=True, kw_only=True):
         data = self.data if isinstance(self.data, dict) else {}
         call_id = data.get("tool_call_id")
         return call_id if isinstance(call_id, str) else ""
+
+    @property
+    def tool(self) -> ToolPin | None:
+        """For a review of a tool from a server (MCP), the tool as the model was offered
+        it; None for the application's own tools, or data that does not hold a pin."""
+        data = self.data if isinstance(self.data, dict) else {}
+        try:
+            return msgspec.convert(data.get("tool"), ToolPin | None)
+        except msgspec.ValidationError:
+            return None
+
+    @property
+    def tool_changed(self) -> str:
+        """For a review, what changed in its server's tool since an earlier review of
+        the same name; empty when nothing did."""
+        data = self.data if isinstance(self.data, dict) else {}
+        note = data.get("tool_changed")
+        return note if isinstance(note, str) else ""
+
+
+def tool_json(tool: ToolPin) -> dict[str, Any]:
+    """A server's tool, as a review's JSON gives it."""
+    return {
+        "server": tool.server,
+        "origin": tool.origin,
+        "tool": tool.tool,
+        "description": tool.description,
+        "digest": tool.digest,
+    }
 
 
 class ThreadNamed(msgspec.Struct, frozen=True):

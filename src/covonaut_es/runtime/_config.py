@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Literal
@@ -10,7 +11,7 @@ import attrs
 
 from covonaut_es._clock import utc_now
 from covonaut_es.domain import AgentThread
-from covonaut_es.errors import ConfigurationError
+from covonaut_es.errors import ConfigurationError, ToolServerError
 from covonaut_es.messages import Delta
 from covonaut_es.migrations import Upcaster
 from covonaut_es.migrations._registry import state_document_schema, thread_snapshot_schema
@@ -19,7 +20,7 @@ from covonaut_es.providers import AsyncProvider, Provider
 from covonaut_es.runtime._compaction import Compactor
 from covonaut_es.service import ReviewerVerifier
 from covonaut_es.store import StateStore, Store
-from covonaut_es.tools import Tool, check_timeout
+from covonaut_es.tools import Tool, ToolSource, check_timeout
 
 Durability = Literal["step", "checkpoint"]
 
@@ -141,6 +142,10 @@ class AgentConfig:
             or a thread :class:`~covonaut_es.Store`.
         state_migrators: Upcasters for state documents, keyed by the schema version
             they upgrade from; each replaces the library's own for that step.
+        mcp_servers: Servers whose tools are offered beside ``tools`` (see
+            :class:`covonaut_es.mcp.MCPServer`; anything with ``name`` and ``tools()``
+            will do). A server is reached when its tools are first needed; the names
+            of all tools must be unique.
         tool_timeout: Seconds a tool call may run unless its ``Tool(timeout=...)`` says
             otherwise; None (the default) lets calls run as long as they take. A call
             past its timeout is recorded in doubt and the run pauses on it.
@@ -175,10 +180,33 @@ class AgentConfig:
     tool_timeout: float | None = attrs.field(default=None, validator=check_timeout)
     tracer_provider: object | None = attrs.field(default=None, validator=_tracer_provider)
     trace_content: bool = False
+    mcp_servers: tuple[ToolSource, ...] = attrs.field(default=(), converter=tuple)
+
+    def offered_tools(self) -> tuple[Tool, ...]:
+        """``tools``, then each of ``mcp_servers``' tools.
+
+        Raises:
+            ToolServerError: A server cannot be reached, or one of its tools has the
+                name of another tool.
+        """
+        if not self.mcp_servers:
+            return self.tools
+        offered = list(self.tools)
+        for server in self.mcp_servers:
+            offered.extend(server.tools())
+        counts = Counter(tool.name for tool in offered)
+        duplicates = sorted(name for name, n in counts.items() if n > 1)
+        if duplicates:
+            msg = (
+                f"the MCP servers {[s.name for s in self.mcp_servers]} offer tools whose names "
+                f"another tool has: {duplicates}; give a server a tool_prefix"
+            )
+            raise ToolServerError(msg)
+        return tuple(offered)
 
     def tool(self, name: str) -> Tool | None:
-        """The tool with that name, if configured."""
-        return next((tool for tool in self.tools if tool.name == name), None)
+        """The tool with that name, if configured (a server's tools included)."""
+        return next((tool for tool in self.offered_tools() if tool.name == name), None)
 
     def timeout_of(self, tool: Tool) -> float | None:
         """How long a call of ``tool`` may run: its own timeout, else the default."""

@@ -23,6 +23,7 @@ from covonaut_es.domain import (
     Interrupt,
     RunMode,
     ToolOutcome,
+    ToolPin,
     operation_digest,
 )
 from covonaut_es.domain._reviews import refusal_text
@@ -32,7 +33,9 @@ from covonaut_es.errors import (
     MaxTurnsExceededError,
     ProviderError,
     ToolArgumentsLimitError,
+    ToolInDoubtError,
     ToolResultError,
+    ToolServerError,
 )
 from covonaut_es.messages import Message, ProviderRequest, ProviderResponse, Role, ToolCall
 from covonaut_es.runtime._compaction import context_messages
@@ -107,7 +110,8 @@ Effect = Complete | Commit | RunTool | StartTools | NextToolReport
 class ToolReport:
     """How one executed tool call ended; ``expired_after``: it outran its timeout of
     that many seconds and may or may not have done its work; ``error_type``: the name of
-    the exception the tool raised."""
+    the exception the tool raised; ``in_doubt``: the tool said it cannot tell whether its
+    operation happened, and why."""
 
     tool_call_id: str
     outcome: ToolOutcome
@@ -115,6 +119,7 @@ class ToolReport:
     interrupt: Interrupt | None = None
     expired_after: float | None = None
     error_type: str = ""
+    in_doubt: str = ""
 
     @classmethod
     def expired(cls, prepared: PreparedCall) -> ToolReport:
@@ -136,6 +141,8 @@ class ToolReport:
         """The tool raised; an ``InterruptError`` pauses the run, anything else is an
         error result the model reads."""
         call = prepared.call
+        if isinstance(error, ToolInDoubtError):
+            return cls(call.id, ToolOutcome.FAILED, "", in_doubt=str(error) or "no reason given")
         if isinstance(error, InterruptError):
             try:
                 # Round-trip the data so the live state equals the state replayed later;
@@ -189,6 +196,7 @@ def run_program(
     pause it records carries ``trace_parent``, the traced run's context, if any.
     """
     now = config.clock
+    yield from _reach_tool_servers(thread, config)
     paused = len(thread.interrupts)
     yield from _retry_calls(thread, config, trace_parent)
     if len(thread.interrupts) > paused:
@@ -226,7 +234,7 @@ def run_program(
             Message(Role.ASSISTANT, response.content, tool_calls=calls, usage=response.usage),
             now=now(),
         )
-        thread.call_tools(calls, now=now())
+        thread.call_tools(calls, now=now(), pins=_pins(config))
         if not calls:  # the answer and the end of the run are committed together
             thread.finish(response.content, now=now())
             yield from _end_of_turn(thread, settings, now())
@@ -255,11 +263,27 @@ def build_request(thread: AgentThread, config: AgentConfig, *, final_turn: bool)
     return ProviderRequest(
         model=config.model,
         messages=tuple(messages),
-        tools=tuple(tool.spec for tool in config.tools),
+        tools=tuple(tool.spec for tool in config.offered_tools()),
         tool_choice="none" if final_turn else "auto",
         max_tokens=config.max_tokens,
         temperature=config.temperature,
     )
+
+
+def _reach_tool_servers(thread: AgentThread, config: AgentConfig) -> Generator[Effect, Any, None]:
+    """List the tool servers' tools (reaching a server that is down, once), or record
+    the run as failed with the typed error, as a provider failure is."""
+    try:
+        config.offered_tools()
+    except ToolServerError as exc:
+        thread.fail(type(exc).__name__, str(exc), now=config.clock())
+        yield Commit()
+        raise
+
+
+def _pins(config: AgentConfig) -> dict[str, ToolPin]:
+    """The pins of the offered tools that come from servers, by tool name."""
+    return {tool.name: tool.pin for tool in config.offered_tools() if tool.pin is not None}
 
 
 def _ask(
@@ -416,10 +440,11 @@ def _admit(
     review = None
     if item.tool.needs_approval(item.args):
         # Digest the very dict the tool will get, after the policy has seen it.
-        digest = operation_digest(call.name, item.args)
+        pin = item.tool.pin
+        digest = operation_digest(call.name, item.args, pin)
         review = thread.reviews.standing(digest, key, thread_id=thread.thread_id)
         if review is None:
-            thread.request_review(call, item.args, now=now, trace_parent=trace_parent)
+            thread.request_review(call, item.args, now=now, tool=pin, trace_parent=trace_parent)
             return None
     if paused:
         note = "Not executed: an earlier call in this batch paused the run."
@@ -476,11 +501,15 @@ def _retry_calls(thread: AgentThread, config: AgentConfig, trace_parent: str) ->
 
 
 def _record(thread: AgentThread, report: ToolReport, now: datetime, trace_parent: str) -> None:
-    if report.expired_after is not None:  # no result is known: the call stays open
+    if report.expired_after is not None or report.in_doubt:  # the call stays open
+        if report.expired_after is not None:
+            why = f"ran past its timeout of {report.expired_after:g} s"
+        else:
+            why = f"lost its answer ({report.in_doubt})"
         reason = (
-            f"call {report.tool_call_id!r} ran past its timeout of {report.expired_after:g} s "
-            "and may or may not have done its work; check the external system, then settle "
-            "it (or run it again with its idempotency key)"
+            f"call {report.tool_call_id!r} {why} and may or may not have done its work; "
+            "check the external system, then settle it (or run it again with its "
+            "idempotency key)"
         )
         thread.pause_in_doubt(report.tool_call_id, reason, now=now, trace_parent=trace_parent)
         return

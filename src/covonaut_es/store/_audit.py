@@ -166,6 +166,10 @@ _SUMMARIES: dict[type[Any], Callable[[Any], str]] = {
         f"review {e.review_id} {e.decision} by {e.reviewer}, digest {e.digest}"
         + (f": {_clip(e.comment, 60)}" if e.comment else "")
     ),
+    AgentThread.ToolPinned: lambda e: (
+        f"call {e.tool_call_id} is of {e.tool.label} at {e.tool.origin}, "
+        f"tool digest {e.tool.digest}"
+    ),
     AgentThread.ApprovalUsed: lambda e: (
         f"approval of review {e.review_id} used by call {e.tool_call_id}"
     ),

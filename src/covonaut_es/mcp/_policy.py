@@ -1,0 +1,216 @@
+"""What an MCP server's tool becomes: our ``Tool``, with its policy and its limits.
+
+A server's listing is hostile input: its names, descriptions, schemas and hints are
+checked here, once, and a listing that breaks a limit is refused whole with a
+``ToolServerError``. Hints are defaults; the application's overrides always win, so a
+server can never lower a policy the application set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+import msgspec
+
+from covonaut_es.domain import ToolPin, canonical_json
+from covonaut_es.errors import ConfigurationError, MCPToolError, ToolResultError, ToolServerError
+from covonaut_es.messages import JsonValue
+from covonaut_es.tools import ApprovalPolicy, Tool, ToolFunction
+
+MAX_TOOLS = 256
+"""The most tools one server may list."""
+
+MAX_DESCRIPTION_CHARS = 8_192
+"""The longest description of a listed tool."""
+
+MAX_SCHEMA_BYTES = 65_536
+"""The largest input schema (canonical JSON, bytes) of a listed tool."""
+
+MAX_RESULT_BYTES = 1_048_576
+"""The default bound on a call's result text (UTF-8 bytes); see ``MCPServer``."""
+
+
+@attrs.frozen
+class ToolPolicy:
+    """The application's word on one server tool; each field left None takes the
+    server's hint.
+
+    Attributes:
+        requires_approval: ``True``/``False`` or a policy ``policy(args) -> bool``.
+            Unset: the tool needs an approval unless the server marks it read-only
+            and not destructive.
+        idempotent: Whether a call left in doubt may run again with its key. Unset:
+            the server's ``idempotentHint`` or ``readOnlyHint``.
+        timeout: Seconds a call may run; unset: the server's, then the agent's.
+    """
+
+    requires_approval: bool | ApprovalPolicy | None = None
+    idempotent: bool | None = None
+    timeout: float | None = None
+
+
+@attrs.frozen
+class Hints:
+    """A listed tool's annotations, as booleans: each is True only when the server
+    said so (MCP's own default for an unmarked tool is "destructive")."""
+
+    read_only: bool = False
+    destructive: bool = False
+    idempotent: bool = False
+
+    @classmethod
+    def of(cls, annotations: Any) -> Hints:
+        """Read the hints from the SDK's ``ToolAnnotations`` (or None): a value that is
+        not a boolean counts as absent."""
+
+        def flag(name: str, default: bool) -> bool:
+            value = getattr(annotations, name, None)
+            return value if isinstance(value, bool) else default
+
+        return cls(
+            read_only=flag("read_only_hint", False),
+            destructive=flag("destructive_hint", False),
+            idempotent=flag("idempotent_hint", False),
+        )
+
+
+def effective_policy(hints: Hints, override: ToolPolicy | None) -> ToolPolicy:
+    """The policy a tool runs under: the override's fields, and the hints' defaults for
+    those it leaves unset. A tool needs approval unless it is marked read-only (and
+    not also destructive); ``idempotentHint`` (or read-only) allows a retry."""
+    override = override or ToolPolicy()
+    requires = override.requires_approval
+    if requires is None:
+        requires = hints.destructive or not hints.read_only
+    idempotent = override.idempotent
+    if idempotent is None:
+        idempotent = hints.idempotent or hints.read_only
+    return ToolPolicy(requires, idempotent, override.timeout)
+
+
+@attrs.frozen
+class Listing:
+    """One listed tool, as the SDK gave it, reduced to plain values."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    hints: Hints
+
+
+def checked_listing(server: str, tools: list[Any]) -> list[Listing]:
+    """The server's tool list, within the limits.
+
+    Raises:
+        ToolServerError: Too many tools, a name listed twice, a description or a schema
+            too large, or a schema that is not a JSON object.
+    """
+    if len(tools) > MAX_TOOLS:
+        msg = (
+            f"MCP server {server!r} lists {len(tools)} tools, more than the {MAX_TOOLS} "
+            "allowed; split it, or serve fewer tools"
+        )
+        raise ToolServerError(msg)
+    listed: list[Listing] = []
+    for tool in tools:
+        name, description = tool.name, tool.description or tool.title or ""
+        schema = tool.input_schema
+        if not isinstance(name, str) or not isinstance(description, str):
+            msg = f"MCP server {server!r} lists a tool whose name or description is not text"
+            raise ToolServerError(msg)
+        if len(description) > MAX_DESCRIPTION_CHARS:
+            msg = (
+                f"MCP server {server!r} describes tool {name!r} in {len(description)} "
+                f"characters, more than the {MAX_DESCRIPTION_CHARS} allowed"
+            )
+            raise ToolServerError(msg)
+        size = len(canonical_json(schema)) if isinstance(schema, dict) else 0
+        if not isinstance(schema, dict) or size > MAX_SCHEMA_BYTES:
+            msg = (
+                f"MCP server {server!r} gives tool {name!r} an input schema of "
+                f"{size} bytes or not an object; expected a JSON object of at most "
+                f"{MAX_SCHEMA_BYTES} bytes"
+            )
+            raise ToolServerError(msg)
+        listed.append(Listing(name, description, schema, Hints.of(tool.annotations)))
+    names = [item.name for item in listed]
+    if len(set(names)) != len(names):
+        msg = f"MCP server {server!r} lists a tool name twice: {sorted(names)}"
+        raise ToolServerError(msg)
+    return listed
+
+
+def to_tool(
+    listing: Listing,
+    *,
+    server: str,
+    origin: str,
+    prefix: str,
+    override: ToolPolicy | None,
+    func: ToolFunction,
+) -> Tool:
+    """Our ``Tool`` for a listed tool: its schema checked as any tool's, its policy
+    from hints and override, pinned to the server and the listing.
+
+    Raises:
+        ToolServerError: The name is not one our tools may have, or the schema is not
+            a valid JSON Schema.
+    """
+    policy = effective_policy(listing.hints, override)
+    parameters: Mapping[str, JsonValue] = listing.parameters
+    pin = ToolPin.of(
+        server=server,
+        origin=origin,
+        tool=listing.name,
+        description=listing.description,
+        parameters=listing.parameters,
+    )
+    try:
+        return Tool(
+            prefix + listing.name,
+            listing.description,
+            parameters,
+            func,
+            idempotent=bool(policy.idempotent),
+            requires_approval=True
+            if policy.requires_approval is None
+            else policy.requires_approval,
+            timeout=policy.timeout,
+            pin=pin,
+        )
+    except (ValueError, ConfigurationError) as exc:
+        msg = f"MCP server {server!r} lists tool {listing.name!r}, which was refused: {exc}"
+        raise ToolServerError(msg) from exc
+
+
+def result_value(result: Any, *, tool: str, max_bytes: int) -> str:
+    """The text the model reads from a ``CallToolResult``: its text blocks, else its
+    structured content as JSON; other blocks are named, not passed on.
+
+    Raises:
+        MCPToolError: The server's tool reported an error (``isError``).
+        ToolResultError: The text is larger than ``max_bytes``.
+    """
+    parts: list[str] = []
+    for block in result.content or ():
+        text = getattr(block, "text", None)
+        if getattr(block, "type", None) == "text" and isinstance(text, str):
+            parts.append(text)
+        else:
+            kind = getattr(block, "mime_type", None) or getattr(block, "type", "content")
+            parts.append(f"[{kind} content omitted]")
+    if not parts and result.structured_content is not None:
+        parts.append(msgspec.json.encode(result.structured_content).decode())
+    text = "\n".join(parts)
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > max_bytes:
+        msg = (
+            f"MCP tool {tool!r} answered {size} bytes, more than the {max_bytes} allowed; "
+            "the call ran, its result was not kept: ask for less, or raise max_result_bytes"
+        )
+        raise ToolResultError(msg)
+    if result.is_error:
+        raise MCPToolError(text or "the tool reported an error without a message")
+    return text

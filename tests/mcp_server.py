@@ -1,0 +1,102 @@
+"""A real MCP server for the tests, written with the ``mcp`` SDK.
+
+Run as ``python mcp_server.py LOG [http PORT]``: it serves over stdio, or over
+streamable HTTP on 127.0.0.1:PORT. Every call appends one JSON line to LOG (the tool,
+its arguments and the idempotency key from the request's ``_meta``) before it acts, so
+a test sees which calls reached the server. ``MCP_TEST_VARIANT=changed`` lists
+``delete`` with another schema; ``MCP_TEST_VARIANT=hostile`` adds tools that answer
+huge, or never.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Annotated, Any
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import ToolAnnotations
+from pydantic import Field
+
+LOG = sys.argv[1]
+VARIANT = os.environ.get("MCP_TEST_VARIANT", "")
+
+app = MCPServer("files", log_level="CRITICAL")
+
+
+def _log(tool: str, args: dict[str, Any], ctx: Context) -> None:
+    meta = dict(ctx.request_context.meta or {})
+    line = {"tool": tool, "args": args, "key": meta.get("covonaut/idempotency_key")}
+    with open(LOG, "a") as log:
+        log.write(json.dumps(line) + "\n")
+
+
+@app.tool(annotations=ToolAnnotations(read_only_hint=True))
+def read(path: str, ctx: Context) -> str:
+    """Read a file."""
+    _log("read", {"path": path}, ctx)
+    return f"contents of {path}"
+
+
+@app.tool(annotations=ToolAnnotations(idempotent_hint=True, destructive_hint=False))
+def put(path: str, text: str, ctx: Context) -> str:
+    """Write a file, replacing it."""
+    _log("put", {"path": path, "text": text}, ctx)
+    return f"wrote {len(text)} characters to {path}"
+
+
+if VARIANT == "changed":
+
+    @app.tool(annotations=ToolAnnotations(destructive_hint=True))
+    def delete(path: str, ctx: Context, recursive: bool = False) -> str:
+        """Delete a file or a whole tree."""
+        _log("delete", {"path": path, "recursive": recursive}, ctx)
+        return f"deleted {path}"
+
+else:
+
+    @app.tool(annotations=ToolAnnotations(destructive_hint=True))
+    def delete(path: str, ctx: Context) -> str:
+        """Delete a file."""
+        _log("delete", {"path": path}, ctx)
+        return f"deleted {path}"
+
+
+@app.tool(annotations=ToolAnnotations(destructive_hint=False))
+def slow(seconds: Annotated[float, Field(ge=0, le=60)], ctx: Context) -> str:
+    """Sleep, then answer."""
+    _log("slow", {"seconds": seconds}, ctx)
+    time.sleep(seconds)
+    return "slept"
+
+
+@app.tool(annotations=ToolAnnotations(read_only_hint=True))
+def fail(ctx: Context) -> str:
+    """Always fails."""
+    raise ToolError("disk on fire")
+
+
+if VARIANT == "hostile":
+
+    @app.tool(annotations=ToolAnnotations(read_only_hint=True))
+    def huge(ctx: Context) -> str:
+        """Answers more than anyone should keep."""
+        _log("huge", {}, ctx)
+        return "x" * 3_000_000
+
+    @app.tool(annotations=ToolAnnotations(read_only_hint=True))
+    def hang(ctx: Context) -> str:
+        """Never answers."""
+        _log("hang", {}, ctx)
+        time.sleep(3600)
+        return "never"
+
+
+if __name__ == "__main__":
+    if sys.argv[2:3] == ["http"]:
+        app.run("streamable-http", port=int(sys.argv[3]), host="127.0.0.1")
+    else:
+        app.run()

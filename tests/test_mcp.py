@@ -1,0 +1,505 @@
+"""Tools from real MCP servers (written with the ``mcp`` SDK, started here) under the
+run loop's write-ahead, idempotency keys, approvals and in-doubt records."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import html
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import jsonschema
+import mcp_types
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from covonaut_es import (
+    Agent,
+    AgentConfig,
+    CheckpointSettings,
+    ScriptedProvider,
+    Store,
+    ThreadStatus,
+    ToolCallsInDoubtError,
+    ToolServerError,
+    open_store,
+)
+from covonaut_es.cli import main
+from covonaut_es.cli._json import SCHEMAS
+from covonaut_es.domain import AgentThread
+from covonaut_es.domain._calls import event_key
+from covonaut_es.mcp import IDEMPOTENCY_KEY_META, MCPServer, ToolPolicy
+from covonaut_es.mcp._policy import Hints, checked_listing, effective_policy, to_tool
+from inbox_support import current, inbox_client, sign_in
+from support import answer, call
+from test_approvals import ALICE, VERIFIER
+
+SERVER = str(Path(__file__).with_name("mcp_server.py"))
+
+
+def logged(log: Path) -> list[dict[str, object]]:
+    """The calls that reached the server."""
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def stdio(log: Path, variant: str = "", *extra: str, **options: object) -> MCPServer:
+    env = {"MCP_TEST_VARIANT": variant}
+    args = [SERVER, str(log), *extra]
+    return MCPServer.stdio(sys.executable, args, env, name="files", **options)  # type: ignore[arg-type]
+
+
+def agent_of(store: Store, server: MCPServer, script: list[object], **config: object) -> Agent:
+    return Agent(
+        AgentConfig(
+            provider=ScriptedProvider(script),  # type: ignore[arg-type]
+            mcp_servers=[server],
+            checkpoint=CheckpointSettings(store=store, thread_id="t"),
+            reviewer_verifier=VERIFIER,
+            **config,  # type: ignore[arg-type]
+        )
+    )
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[MCPServer, Path]]:
+    """One stdio server for the tests that need no server of their own (``slow`` needs
+    no approval on it); each reads only the log lines written after it started."""
+    log = tmp_path_factory.mktemp("shared") / "log"
+    with stdio(log, overrides={"slow": ToolPolicy(requires_approval=False)}) as server:
+        yield server, log
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    with open_store(f"sqlite:///{tmp_path / 'threads.db'}") as opened:
+        yield opened
+
+
+def events(store: Store) -> list[AgentThread.Event]:
+    return list(store.history("t"))
+
+
+def test_stdio_tools_get_their_policy_from_the_hints_and_overrides(
+    shared: tuple[MCPServer, Path],
+) -> None:
+    """Read-only needs no approval, destructive does, idempotent may retry; overrides win."""
+    server, _ = shared
+    tools = {tool.name: tool for tool in server.tools()}
+    assert tools["read"].requires_approval is False and tools["read"].idempotent
+    assert tools["delete"].requires_approval is True and not tools["delete"].idempotent
+    assert tools["put"].idempotent and tools["put"].requires_approval is True
+    assert tools["slow"].requires_approval is False  # the override; no hint says so
+    assert tools["delete"].pin is not None and tools["delete"].pin.origin.startswith("stdio:")
+
+
+def test_a_call_records_intent_passes_its_key_and_records_the_result(
+    shared: tuple[MCPServer, Path], store: Store
+) -> None:
+    """The key the server sees in _meta is the recorded call's key; the tool is pinned."""
+    server, log = shared
+    before = len(logged(log))
+    script = [call(("c1", "read", '{"path": "a.txt"}')), answer("done")]
+    assert agent_of(store, server, script).run("read a") == "done"
+    kinds = [type(e).__name__ for e in events(store)]
+    assert kinds.index("ToolCalled") < kinds.index("ToolPinned") < kinds.index("ToolResultRecorded")
+    pinned = next(e for e in events(store) if isinstance(e, AgentThread.ToolPinned))
+    assert pinned.tool.tool == "read" and pinned.tool.server == "files"
+    result = next(e for e in events(store) if isinstance(e, AgentThread.ToolResultRecorded))
+    assert result.content == "contents of a.txt"
+    called = next(e for e in events(store) if isinstance(e, AgentThread.ToolCalled))
+    (seen,) = logged(log)[before:]
+    assert seen["key"] == event_key("t", called.originator_version, "c1")
+    assert IDEMPOTENCY_KEY_META == "covonaut/idempotency_key"
+
+
+def test_a_tool_error_is_the_result_the_model_reads(
+    shared: tuple[MCPServer, Path], store: Store
+) -> None:
+    """A tool that reports isError gives a failed result with its text, not a crash."""
+    server, _ = shared
+    agent_of(store, server, [call(("c1", "fail", "{}")), answer("ok")]).run("go")
+    result = next(e for e in events(store) if isinstance(e, AgentThread.ToolResultRecorded))
+    assert result.outcome == "failed" and "disk on fire" in result.content
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def serving_http(log: Path, port: int) -> Iterator[str]:
+    """The test server over streamable HTTP (uvicorn) on a loopback port, until the end."""
+    process = subprocess.Popen(
+        [sys.executable, SERVER, str(log), "http", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.kill()
+        process.wait()
+
+
+@pytest.fixture
+def http_url(tmp_path: Path) -> Iterator[str]:
+    with serving_http(tmp_path / "log", _free_port()) as url:
+        yield url
+
+
+def test_a_streamable_http_server_serves_calls_with_the_key(
+    tmp_path: Path, store: Store, http_url: str
+) -> None:
+    """Over streamable HTTP on loopback, a call runs once with the recorded key."""
+    with MCPServer.http(http_url, {"Authorization": "Bearer s3cret"}, name="web") as server:
+        assert "s3cret" not in server.origin and server.origin.startswith("http:")
+        script = [call(("c1", "read", '{"path": "b"}')), answer("ok")]
+        assert agent_of(store, server, script).run("read b") == "ok"
+    called = next(e for e in events(store) if isinstance(e, AgentThread.ToolCalled))
+    (seen,) = logged(tmp_path / "log")
+    assert seen["key"] == event_key("t", called.originator_version, "c1")
+
+
+def test_an_approval_runs_the_reviewed_tool_once(tmp_path: Path, store: Store) -> None:
+    """A destructive tool pauses for a review; once approved, the model's call runs once."""
+    log = tmp_path / "log"
+    with stdio(log) as server:
+        script = [
+            call(("c1", "delete", '{"path": "a"}')),
+            call(("c2", "delete", '{"path": "a"}')),
+            answer("deleted"),
+        ]
+        agent = agent_of(store, server, script)
+        assert agent.run("delete a") == ""
+        (review,) = agent.pending_reviews
+        assert review.tool is not None and review.tool.description == "Delete a file."
+        assert logged(log) == []
+        agent.approve(review.review_id, reviewer=ALICE)
+        assert agent.resume() == "deleted"
+    assert [entry["tool"] for entry in logged(log)] == ["delete"]
+
+
+def test_an_mcp_review_is_shown_and_approved_through_the_inbox(
+    tmp_path: Path, store: Store
+) -> None:
+    """The inbox shows server, tool, arguments and description; its approval runs it once."""
+    log = tmp_path / "log"
+    with stdio(log) as server:
+        agent_of(store, server, [call(("c1", "delete", '{"path": "a<b>"}'))]).run("delete")
+    with inbox_client(store) as client:
+        current(client)
+        headers = {"Authorization": f"Bearer {ALICE}"}
+        (review,) = client.get("/api/reviews", headers=headers).json()
+        assert review["tool_name"] == "delete" and review["arguments"] == {"path": "a<b>"}
+        assert review["server"]["server"] == "files"
+        assert review["server"]["description"] == "Delete a file."
+        sign_in(client, ALICE)
+        page = client.get("/review", params={"id": review["review_id"], "thread": "t"}).text
+        assert 'id="server">files' in page and "Delete a file." in page
+        assert "a<b>" not in page and html.escape("a<b>") in page
+        url = f"/api/reviews/{review['review_id']}/approve"
+        assert client.post(url, headers=headers, json={}).status_code == 200
+    with stdio(log) as server:
+        script = [call(("c2", "delete", '{"path": "a<b>"}')), answer("gone")]
+        assert agent_of(store, server, script).resume() == "gone"
+    assert [(e["tool"], e["args"]) for e in logged(log)] == [("delete", {"path": "a<b>"})]
+
+
+def test_the_command_line_lists_an_mcp_review_with_its_server(
+    shared: tuple[MCPServer, Path], store: Store, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """reviews shows server/tool in its table and the server's tool in --json."""
+    server, _ = shared
+    agent_of(store, server, [call(("c1", "delete", '{"path": "z"}'))]).run("delete z")
+    capsys.readouterr()
+    assert main(["reviews", "--store", store.url]) == 0
+    assert "files/delete" in capsys.readouterr().out
+    assert main(["reviews", "--json", "--store", store.url]) == 0
+    (listed,) = json.loads(capsys.readouterr().out)
+    jsonschema.validate([listed], SCHEMAS["reviews"])
+    assert listed["server"]["description"] == "Delete a file." and listed["tool_changed"] == ""
+    assert listed["arguments"] == {"path": "z"}
+
+
+async def _arun(agent: Agent) -> str:
+    return await agent.arun("read c")
+
+
+def test_an_async_agent_calls_the_same_server(shared: tuple[MCPServer, Path], store: Store) -> None:
+    """arun drives the same blocking call from its worker thread, with the same key rule."""
+    server, log = shared
+    before = len(logged(log))
+    script = [call(("c1", "read", '{"path": "c"}')), answer("async ok")]
+    assert asyncio.run(_arun(agent_of(store, server, script))) == "async ok"
+    (seen,) = logged(log)[before:]
+    called = next(e for e in events(store) if isinstance(e, AgentThread.ToolCalled))
+    assert seen["key"] == event_key("t", called.originator_version, "c1")
+
+
+@pytest.mark.parametrize(
+    ("variant", "extra", "what"),
+    [("changed", (), "input schema"), ("", ("--elsewhere",), "server")],
+    ids=["schema", "server"],
+)
+def test_a_tool_changed_under_a_paused_thread_is_reviewed_again(
+    tmp_path: Path, store: Store, variant: str, extra: tuple[str, ...], what: str
+) -> None:
+    """The approval of the earlier tool (another schema, or another server's tool of the
+    same name) does not run this one; the new review says what changed."""
+    log = tmp_path / "log"
+    script = [
+        call(("c1", "delete", '{"path": "a"}')),
+        call(("c2", "delete", '{"path": "a"}')),
+        answer("unused"),
+    ]
+    with stdio(log) as server:
+        agent = agent_of(store, server, script)
+        agent.run("delete a")
+        agent.approve(agent.pending_reviews[0].review_id, reviewer=ALICE)
+    with stdio(log, variant, *extra) as changed:
+        agent = agent_of(store, changed, script[1:])
+        assert agent.resume() == ""
+        (again,) = agent.pending_reviews
+    assert "the tool changed since it was last reviewed" in again.tool_changed
+    assert what in again.tool_changed and logged(log) == []
+
+
+def test_a_server_killed_during_a_call_leaves_it_in_doubt_not_rerun(
+    tmp_path: Path, store: Store
+) -> None:
+    """The connection drops mid-call: the call is in doubt and the run pauses on it."""
+    log = tmp_path / "log"
+    others = set(_children())  # the module's shared server lives on
+    with stdio(log, overrides={"slow": ToolPolicy(requires_approval=False)}) as server:
+        agent = agent_of(store, server, [call(("c1", "slow", '{"seconds": 30}')), answer("x")])
+
+        def kill_server() -> None:
+            while not logged(log):
+                time.sleep(0.02)
+            for pid in set(_children()) - others:
+                os.kill(pid, signal.SIGKILL)
+
+        threading.Thread(target=kill_server, daemon=True).start()
+        assert agent.run("sleep") == ""
+        assert [p.call.id for p in agent.in_doubt] == ["c1"]
+    assert len(logged(log)) == 1
+
+
+def test_an_agent_killed_during_a_call_leaves_it_in_doubt_not_rerun(
+    tmp_path: Path, store: Store
+) -> None:
+    """SIGKILL mid-call: the restored thread holds the call in doubt and never runs it again."""
+    log = tmp_path / "log"
+    agent_process = subprocess.Popen(
+        [sys.executable, str(Path(__file__).with_name("mcp_agent.py")), store.url, str(log)],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not logged(log) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        os.killpg(agent_process.pid, signal.SIGKILL)
+        agent_process.wait()
+    with stdio(log) as server:
+        agent = agent_of(store, server, [answer("unused")])
+        assert [p.call.id for p in agent.in_doubt] == ["c1"]
+        with pytest.raises(ToolCallsInDoubtError):
+            agent.run("again")
+    assert [entry["tool"] for entry in logged(log)] == ["slow"]
+
+
+def _children() -> list[int]:
+    out = subprocess.run(
+        ["pgrep", "-P", str(os.getpid())], capture_output=True, text=True, check=False
+    )
+    return [int(pid) for pid in out.stdout.split()]
+
+
+def test_a_hostile_server_huge_or_hanging_is_bounded(tmp_path: Path, store: Store) -> None:
+    """A huge answer is refused as the call's error; a call that never answers expires."""
+    log = tmp_path / "log"
+    hang = {"hang": ToolPolicy(timeout=1.0)}
+    with stdio(log, "hostile", max_result_bytes=100_000, overrides=hang) as server:
+        script = [call(("c1", "huge", "{}"), ("c2", "hang", "{}")), answer("x")]
+        agent = agent_of(store, server, script)
+        assert agent.run("go") == ""
+    results = {
+        e.tool_call_id: e for e in events(store) if isinstance(e, AgentThread.ToolResultRecorded)
+    }
+    assert results["c1"].outcome == "failed"
+    assert "more than the 100000 allowed" in results["c1"].content
+    assert [p.call.id for p in agent.in_doubt] == ["c2"]
+
+
+def test_a_server_answering_garbage_fails_the_run_with_a_typed_error(store: Store) -> None:
+    """A 'server' that writes no MCP gives ToolServerError and a recorded failed run."""
+    garbage = MCPServer.stdio(
+        sys.executable,
+        ["-c", "import sys,time; print('{garbage'); sys.stdout.flush(); time.sleep(30)"],
+        name="junk",
+        connect_timeout=1.0,
+    )
+    with pytest.raises(ToolServerError, match="junk"):
+        agent_of(store, garbage, [answer("x")]).run("go")
+    garbage.close()
+    assert store.load("t").status is ThreadStatus.ERROR
+
+
+def test_a_server_down_at_restore_fails_the_run_then_reconnects(
+    tmp_path: Path, store: Store
+) -> None:
+    """Unreachable: a typed error and a failed run; once it is up, the run goes on."""
+    port, log = _free_port(), tmp_path / "log"
+    web = MCPServer.http(f"http://127.0.0.1:{port}/mcp", name="web", connect_timeout=2.0)
+    script = [call(("c1", "read", '{"path": "x"}')), answer("read it")]
+    with pytest.raises(ToolServerError, match="web"):
+        agent_of(store, web, script).run("go")
+    assert store.load("t").status is ThreadStatus.ERROR
+    with serving_http(log, port), web:
+        assert agent_of(store, web, script).run("go") == "read it"
+    assert [entry["tool"] for entry in logged(log)] == ["read"]
+
+
+def test_parallel_calls_record_their_results_in_call_order(
+    shared: tuple[MCPServer, Path], store: Store
+) -> None:
+    """A slow call asked first is recorded first, though a quick one ends before it."""
+    server, log = shared
+    before = len(logged(log))
+    script = [
+        call(("c1", "slow", '{"seconds": 0.5}'), ("c2", "read", '{"path": "q"}')),
+        answer("ok"),
+    ]
+    assert agent_of(store, server, script, parallel_tools=True).run("both") == "ok"
+    recorded = [
+        e.tool_call_id for e in events(store) if isinstance(e, AgentThread.ToolResultRecorded)
+    ]
+    assert recorded == ["c1", "c2"] and [e["tool"] for e in logged(log)[before:]] == [
+        "slow",
+        "read",
+    ]
+
+
+def test_an_idempotent_call_in_doubt_runs_again_with_the_same_key(
+    tmp_path: Path, store: Store
+) -> None:
+    """Past its timeout, an idempotent call is in doubt; the next run repeats it once, same key."""
+    log = tmp_path / "log"
+    policy = {"slow": ToolPolicy(requires_approval=False, idempotent=True, timeout=0.3)}
+    with stdio(log, overrides=policy) as server:
+        script = [call(("c1", "slow", '{"seconds": 1}'))]
+        assert agent_of(store, server, script).run("sleep") == ""
+    assert [
+        p.call.id
+        for p in Agent(
+            AgentConfig(
+                provider=ScriptedProvider([]),
+                checkpoint=CheckpointSettings(store=store, thread_id="t"),
+            )
+        ).in_doubt
+    ] == ["c1"]
+    patient = {"slow": ToolPolicy(requires_approval=False, idempotent=True)}
+    with stdio(log, overrides=patient) as server:
+        assert agent_of(store, server, [answer("slept")]).resume() == "slept"
+    first, again = logged(log)
+    assert first["key"] == again["key"] and first["tool"] == again["tool"] == "slow"
+
+
+HINTS = st.builds(Hints, st.booleans(), st.booleans(), st.booleans())
+OVERRIDES = st.none() | st.builds(ToolPolicy, st.none() | st.booleans(), st.none() | st.booleans())
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(hints=HINTS, override=OVERRIDES)
+def test_hints_never_lower_a_policy_the_application_set(
+    hints: Hints, override: ToolPolicy | None
+) -> None:
+    """Whatever a server claims, the application's setting stands; unset, hints decide."""
+    policy = effective_policy(hints, override)
+    if override is not None and override.requires_approval is not None:
+        assert policy.requires_approval is override.requires_approval
+    else:
+        assert policy.requires_approval is (hints.destructive or not hints.read_only)
+    if override is not None and override.idempotent is not None:
+        assert policy.idempotent is override.idempotent
+
+
+def _nested(inner: st.SearchStrategy[object]) -> st.SearchStrategy[object]:
+    return st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    _nested,
+    max_leaves=8,
+)
+INPUT_SCHEMAS = st.one_of(
+    JSON,
+    st.fixed_dictionaries({"type": st.sampled_from(["object", "string", 5, None])}),
+    st.just({"type": "object", "properties": {"x": {"type": "integer"}}}),
+)
+HINT_VALUES = st.none() | st.booleans() | st.text(max_size=3) | st.integers()
+LISTED = st.builds(
+    lambda name, description, schema, read_only, destructive: mcp_types.Tool.model_construct(
+        name=name,
+        description=description,
+        input_schema=schema,
+        annotations=mcp_types.ToolAnnotations.model_construct(
+            read_only_hint=read_only, destructive_hint=destructive
+        ),
+    ),
+    st.text(max_size=12) | st.integers(),
+    st.none() | st.text(max_size=20) | st.integers(),
+    INPUT_SCHEMAS,
+    HINT_VALUES,
+    HINT_VALUES,
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(listed=st.lists(LISTED, max_size=4))
+def test_a_hostile_tool_list_becomes_checked_tools_or_a_typed_error(listed: list[object]) -> None:
+    """Any listing gives tools with valid names and schemas, pinned, asking approval unless
+    marked read-only by a real boolean; or ToolServerError, never another exception."""
+    try:
+        tools = [
+            to_tool(item, server="s", origin="stdio:x", prefix="", override=None, func=print)
+            for item in checked_listing("s", listed)
+        ]
+    except ToolServerError:
+        return
+    for tool, raw in zip(tools, listed, strict=True):
+        hints = raw.annotations  # type: ignore[attr-defined]
+        read_only = hints.read_only_hint is True and hints.destructive_hint is not True
+        assert tool.requires_approval is (not read_only)
+        assert tool.pin is not None and tool.pin.tool == tool.name
+        assert tool.spec.parameters == raw.input_schema  # type: ignore[attr-defined]
+
+
+def test_without_the_extra_the_import_names_it() -> None:
+    """Importing covonaut_es.mcp without the mcp package says which extra to install."""
+    code = "import sys; sys.modules['mcp'] = None; import covonaut_es.mcp"
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 1 and "pip install 'covonaut-es[mcp]'" in result.stderr
