@@ -404,18 +404,17 @@ class MemoryReviewQueueView(POPOTrackingRecorder, ReviewQueueView):
 
 
 VIEW_TOPICS: dict[str, str] = {
-    "covonaut_es.store._memory": "covonaut_es.projections._views:MemoryReviewQueueView",
-    "eventsourcing.sqlite": "covonaut_es.projections._views:SQLiteReviewQueueView",
-    "eventsourcing.postgres": "covonaut_es.projections._views_postgres:PostgresReviewQueueView",
+    "memory": "covonaut_es.projections._views:MemoryReviewQueueView",
+    "sqlite": "covonaut_es.projections._views:SQLiteReviewQueueView",
+    "postgres": "covonaut_es.projections._views_postgres:PostgresReviewQueueView",
 }
-"""The view class for each persistence module, as topics: PostgreSQL's needs psycopg."""
+"""The view class for each back end (by its port's name), as topics: PostgreSQL's needs
+psycopg."""
 
 SEALED_VIEW_TOPICS: dict[str, str] = {
     **VIEW_TOPICS,
-    "eventsourcing.sqlite": "covonaut_es.projections._views:SealedSQLiteReviewQueueView",
-    "eventsourcing.postgres": (
-        "covonaut_es.projections._views_postgres:SealedPostgresReviewQueueView"
-    ),
+    "sqlite": "covonaut_es.projections._views:SealedSQLiteReviewQueueView",
+    "postgres": ("covonaut_es.projections._views_postgres:SealedPostgresReviewQueueView"),
 }
 """The view classes for an encrypted store: its queue in memory stays in this process,
 as the store's decrypted threads do; in a database it is sealed."""

@@ -4,6 +4,9 @@ eventsourcing 9.5.6's SQLite recorder has no subscriptions (SQLite cannot notify
 connections, let alone other processes). This one wakes its subscription's reader every
 ``POLL_INTERVAL`` seconds; the reader then selects new notifications exactly as the
 listen/notify subscriptions of the other back ends do.
+
+``_has_been_notified`` of eventsourcing's subscription is a private name, checked
+against eventsourcing 9.5.6.
 """
 
 from __future__ import annotations
@@ -16,8 +19,7 @@ from uuid import UUID
 from eventsourcing.persistence import ApplicationRecorder, ListenNotifySubscription, Subscription
 from eventsourcing.sqlite import SQLiteApplicationRecorder
 
-POLL_INTERVAL = 0.05
-"""Seconds between polls: the added lag of a SQLite projection, at most."""
+from covonaut_es.store._backend import POLL_INTERVAL
 
 
 class PollingSubscription(ListenNotifySubscription[SQLiteApplicationRecorder]):
