@@ -318,6 +318,12 @@ class SerializationError(CovonautError, ValueError):
     """Stored bytes could not be decoded into the expected type."""
 
 
+class StoredRowError(SerializationError):
+    """A stored row holds a value of the wrong type or shape (a NULL payload, a version
+    that is text, an id that is no UUID): it was written around the library, or
+    damaged. The message names the stream, the position and the column."""
+
+
 class SchemaVersionError(SerializationError):
     """A schema version breaks the one-step order: stored data is newer than this
     code supports, or an upcaster returned another version than the next one."""

@@ -18,13 +18,9 @@ from covonaut_es.errors import ThreadConflictError
 from covonaut_es.store._backend import Backend
 from covonaut_es.store._heads import HEADS, HeadAnchor, heads_of_records
 from covonaut_es.store._mapper import MsgspecMapper
+from covonaut_es.store._rows import LAST_VERSION
 
 _LOG_BATCH = 500
-
-LAST_VERSION = 2**63 - 1
-"""The highest version any back end can store (SQLite's INTEGER, PostgreSQL's BIGINT):
-a read up to a higher one asks for no more than a read up to this, and the drivers
-refuse the number itself."""
 
 
 def storable(version: int | None) -> int | None:

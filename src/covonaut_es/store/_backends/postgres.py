@@ -28,6 +28,7 @@ from eventsourcing.persistence import (
     EventStore,
     InfrastructureFactory,
     InterfaceError,
+    Notification,
     OperationalError,
     StoredEvent,
 )
@@ -55,6 +56,7 @@ from covonaut_es.store._heads import (
     refuse_taken_streams,
 )
 from covonaut_es.store._leases import LeaseBackend
+from covonaut_es.store._rows import checked_head, checked_records
 from covonaut_es.store._settings_tables import SETTINGS_TABLE, SettingsTable, SQLSettings, column
 from covonaut_es.store._urls import postgres_params
 
@@ -74,6 +76,34 @@ class PostgresApplicationRecorder(postgres.PostgresApplicationRecorder):
 
     anchoring = False
     insert_function: str | None = None  # the call of the store's insert function, if any
+
+    def select_events(
+        self,
+        originator_id: UUID | str,
+        *,
+        gt: int | None = None,
+        lte: int | None = None,
+        desc: bool = False,
+        limit: int | None = None,
+    ) -> Sequence[StoredEvent]:
+        """As eventsourcing's, each row checked (:mod:`covonaut_es.store._rows`)."""
+        found = super().select_events(originator_id, gt=gt, lte=lte, desc=desc, limit=limit)
+        return checked_records(found, reading=f"stream {originator_id}")
+
+    def select_notifications(
+        self,
+        start: int | None,
+        limit: int,
+        stop: int | None = None,
+        topics: Sequence[str] = (),
+        *,
+        inclusive_of_start: bool = True,
+    ) -> Sequence[Notification]:
+        """As eventsourcing's, each row checked (:mod:`covonaut_es.store._rows`)."""
+        found = super().select_notifications(
+            start, limit, stop, topics, inclusive_of_start=inclusive_of_start
+        )
+        return checked_records(found)
 
     def anchor_heads(self, *, create: bool) -> None:
         """Write head anchors from now on, creating their table, the lease table and
@@ -173,7 +203,7 @@ class PostgresApplicationRecorder(postgres.PostgresApplicationRecorder):
                 f"FROM {table} LIMIT 1)",
                 (stream,),
             )
-            rows = {UUID(str(r["originator_id"])): (r["version"], r["chain"]) for r in curs}
+            rows = dict(checked_head(r["originator_id"], r["version"], r["chain"]) for r in curs)
         return anchor_in(rows, stream)
 
 
@@ -373,6 +403,19 @@ class PostgresAggregateRecorder(postgres.PostgresAggregateRecorder):
         self, curs: Any, stored_events: Sequence[StoredEvent], **_: Any
     ) -> None:
         curs.execute(self.json_insert, (rows_json(stored_events),))
+
+    def select_events(
+        self,
+        originator_id: UUID | str,
+        *,
+        gt: int | None = None,
+        lte: int | None = None,
+        desc: bool = False,
+        limit: int | None = None,
+    ) -> Sequence[StoredEvent]:
+        """As eventsourcing's, each row checked (:mod:`covonaut_es.store._rows`)."""
+        found = super().select_events(originator_id, gt=gt, lte=lte, desc=desc, limit=limit)
+        return checked_records(found, reading=f"stream {originator_id}")
 
 
 # eventsourcing looks for exactly one factory class in a persistence module.

@@ -24,9 +24,9 @@ from eventsourcing.persistence import (
     ApplicationRecorder,
     EventStore,
     InfrastructureFactory,
+    Notification,
     StoredEvent,
 )
-from eventsourcing.sqlite import SQLiteAggregateRecorder
 
 from covonaut_es.domain import ThreadSnapshot
 from covonaut_es.store._backend import BackendName
@@ -48,18 +48,59 @@ from covonaut_es.store._heads import (
     refuse_taken_streams,
 )
 from covonaut_es.store._leases import LeaseBackend, MemoryLeases
+from covonaut_es.store._rows import checked_head, checked_id, checked_records
 from covonaut_es.store._settings import check_sqlite_file
 from covonaut_es.store._settings_tables import SETTINGS_TABLE, SettingsTable, SQLSettings
 from covonaut_es.store._urls import SQLITE_PATH
 
 
-class SQLiteApplicationRecorder(PollingSQLiteApplicationRecorder):
+class SQLiteAggregateRecorder(sqlite.SQLiteAggregateRecorder):
+    """eventsourcing's SQLite recorder (of snapshots, and the base of the store's
+    application recorder) that checks each row it reads."""
+
+    def convert_originator_id(self, originator_id: str) -> UUID | str:
+        """The row's stream id, checked, parsed once per id (a restore reads hundreds
+        of rows of one stream)."""
+        if self.datastore.originator_id_type != "uuid":
+            return originator_id
+        return checked_id(originator_id)
+
+    def select_events(
+        self,
+        originator_id: UUID | str,
+        *,
+        gt: int | None = None,
+        lte: int | None = None,
+        desc: bool = False,
+        limit: int | None = None,
+    ) -> Sequence[StoredEvent]:
+        """As eventsourcing's, each row checked (:mod:`covonaut_es.store._rows`)."""
+        found = super().select_events(originator_id, gt=gt, lte=lte, desc=desc, limit=limit)
+        return checked_records(found, reading=f"stream {originator_id}")
+
+
+class SQLiteApplicationRecorder(SQLiteAggregateRecorder, PollingSQLiteApplicationRecorder):
     """The store's application recorder: once :meth:`anchor_heads` found or made its
     tables, saves go through the store's own writer and write head anchors, check lease
     fences and refuse events in streams said to be new, in the insert's transaction."""
 
     anchoring = False
     writer: SQLiteWriter  # the saves' own connection, while anchoring (ADR 0024)
+
+    def select_notifications(
+        self,
+        start: int | None,
+        limit: int,
+        stop: int | None = None,
+        topics: Sequence[str] = (),
+        *,
+        inclusive_of_start: bool = True,
+    ) -> Sequence[Notification]:
+        """As eventsourcing's, each row checked (:mod:`covonaut_es.store._rows`)."""
+        found = super().select_notifications(
+            start, limit, stop, topics, inclusive_of_start=inclusive_of_start
+        )
+        return checked_records(found)
 
     def anchor_heads(self, *, create: bool) -> None:
         """Write head anchors from now on, creating their table (and the lease table)
@@ -130,7 +171,7 @@ class SQLiteApplicationRecorder(PollingSQLiteApplicationRecorder):
                 f"FROM {heads_table(self)} LIMIT 1)",
                 (stream.hex,),
             )
-            rows = {UUID(r[0]): (r[1], r[2]) for r in c.fetchall()}
+            rows = dict(checked_head(*r) for r in c.fetchall())
         return anchor_in(rows, stream)
 
     def close_writer(self) -> None:
@@ -167,6 +208,7 @@ class Factory(sqlite.SQLiteFactory):
     """eventsourcing's SQLite factory, with the store's recorder and a pool whose
     connections keep their statements parsed."""
 
+    aggregate_recorder_class = SQLiteAggregateRecorder
     application_recorder_class = SQLiteApplicationRecorder
 
     def __init__(self, env: Any) -> None:
@@ -234,7 +276,7 @@ class _SQLiteBackend:
             IntegrityError: The thread already has a snapshot at that version.
         """
         recorder = snapshots.recorder
-        assert isinstance(recorder, SQLiteAggregateRecorder)
+        assert isinstance(recorder, sqlite.SQLiteAggregateRecorder)
         record = snapshots.mapper.to_stored_event(snapshot)
         thread, version = snapshot.originator_id, snapshot.originator_version
         with recorder.datastore.transaction(commit=True) as c:
