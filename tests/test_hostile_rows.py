@@ -235,3 +235,36 @@ def test_the_hostile_values_found_before_give_typed_errors(
     """The pairs that printed a traceback before each give a typed error or a finding."""
     for row in range(3):
         check_case(table, column, row, shape, reader)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    ("table", "column"),
+    [
+        ("covonaut_events", "topic"),
+        ("covonaut_events", "state"),
+        ("covonaut_snapshots", "topic"),
+        ("covonaut_snapshots", "state"),
+    ],
+)
+@pytest.mark.parametrize("reader", ["history long", "migrate --check"])
+def test_a_null_in_a_postgresql_row_gives_a_typed_error(
+    postgres_database: str, table: str, column: str, reader: str
+) -> None:
+    """PostgreSQL's columns allow NULL topics and payloads: its recorders check rows as
+    SQLite's do, and a reading command says which row in one line."""
+    import psycopg
+
+    with open_store(postgres_database) as store:
+        converse(store, "a")
+        store.fork("a", new_thread_id="a-fork", at_version=4)
+        long = AgentThread.start("long", now=ticking_clock()())
+        for n in range(SNAPSHOT_MIN_VERSION + 4):
+            long.append_message(Message(Role.USER, f"message {n}"), now=ticking_clock()())
+        store.save(long)
+        assert store.snapshot_if_due(long)
+    with psycopg.connect(postgres_database, autocommit=True) as conn:
+        conn.execute(f"UPDATE {table} SET {column} = NULL")
+    status, _, err = run_cli(postgres_database, tuple(reader.split(" ")))
+    assert status in (0, 1, 2), err
+    assert "Traceback" not in err and err.count("\n") <= 1, err

@@ -11,6 +11,11 @@ has tables and a tracking position of its own, so it is built from zero beside w
 earlier version left (the tables before pauses had a kind, ``covonaut_review_queue`` and
 ``covonaut_sealed_queue``, or a plain queue of a store encrypted later), which it never
 reads or rewrites.
+
+The view class of a back end is chosen by the name of the store's back end (its port,
+:mod:`covonaut_es.store._backend`). The views extend eventsourcing's tracking recorders
+through their private ``_insert_tracking``, ``_database_lock`` and
+``_assert_tracking_uniqueness``, checked against eventsourcing 9.5.6.
 """
 
 from __future__ import annotations

@@ -11,8 +11,9 @@ naming the stream, the position and the column.
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, TypeVar
 from uuid import UUID
 
@@ -76,6 +77,26 @@ def checked_records(records: Sequence[R], *, reading: str = "the store's log") -
             where = f"stored row {version} of stream {record.originator_id}"
             raise _damaged(where, "state", state, "the event's bytes")
     return records
+
+
+@contextlib.contextmanager
+def building_records(reading: str = "the store's log") -> Iterator[None]:
+    """Around eventsourcing's building of records from rows (its PostgreSQL recorders
+    convert a payload with ``bytes()``, which a NULL payload fails): a row it cannot
+    convert is a :class:`~covonaut_es.errors.StoredRowError`.
+
+    Raises:
+        StoredRowError: A row of ``reading`` holds a value of the wrong type.
+    """
+    try:
+        yield
+    except (TypeError, ValueError) as exc:
+        msg = (
+            f"a stored row of {reading} holds a value of the wrong type ({exc}); the row "
+            "was written around the library or is damaged: restore it from a backup or "
+            "an export"
+        )
+        raise StoredRowError(msg) from exc
 
 
 def checked_head(originator_id: Any, version: Any, chain: Any) -> tuple[UUID, tuple[int, str]]:

@@ -56,7 +56,7 @@ from covonaut_es.store._heads import (
     refuse_taken_streams,
 )
 from covonaut_es.store._leases import LeaseBackend
-from covonaut_es.store._rows import checked_head, checked_records
+from covonaut_es.store._rows import building_records, checked_head, checked_records
 from covonaut_es.store._settings_tables import SETTINGS_TABLE, SettingsTable, SQLSettings, column
 from covonaut_es.store._urls import postgres_params
 
@@ -87,8 +87,10 @@ class PostgresApplicationRecorder(postgres.PostgresApplicationRecorder):
         limit: int | None = None,
     ) -> Sequence[StoredEvent]:
         """As eventsourcing's, each row checked (:mod:`covonaut_es.store._rows`)."""
-        found = super().select_events(originator_id, gt=gt, lte=lte, desc=desc, limit=limit)
-        return checked_records(found, reading=f"stream {originator_id}")
+        reading = f"stream {originator_id}"
+        with building_records(reading):
+            found = super().select_events(originator_id, gt=gt, lte=lte, desc=desc, limit=limit)
+        return checked_records(found, reading=reading)
 
     def select_notifications(
         self,
@@ -100,9 +102,10 @@ class PostgresApplicationRecorder(postgres.PostgresApplicationRecorder):
         inclusive_of_start: bool = True,
     ) -> Sequence[Notification]:
         """As eventsourcing's, each row checked (:mod:`covonaut_es.store._rows`)."""
-        found = super().select_notifications(
-            start, limit, stop, topics, inclusive_of_start=inclusive_of_start
-        )
+        with building_records():
+            found = super().select_notifications(
+                start, limit, stop, topics, inclusive_of_start=inclusive_of_start
+            )
         return checked_records(found)
 
     def anchor_heads(self, *, create: bool) -> None:
@@ -414,8 +417,10 @@ class PostgresAggregateRecorder(postgres.PostgresAggregateRecorder):
         limit: int | None = None,
     ) -> Sequence[StoredEvent]:
         """As eventsourcing's, each row checked (:mod:`covonaut_es.store._rows`)."""
-        found = super().select_events(originator_id, gt=gt, lte=lte, desc=desc, limit=limit)
-        return checked_records(found, reading=f"stream {originator_id}")
+        reading = f"stream {originator_id}"
+        with building_records(reading):
+            found = super().select_events(originator_id, gt=gt, lte=lte, desc=desc, limit=limit)
+        return checked_records(found, reading=reading)
 
 
 # eventsourcing looks for exactly one factory class in a persistence module.
