@@ -181,12 +181,15 @@ def test_agent_application_works_as_a_mixin() -> None:
     app.close()
 
 
-@pytest.mark.parametrize("module", ["eventsourcing.popo", "eventsourcing.sqlite"])
-def test_an_application_on_eventsourcings_own_persistence_module_keeps_working(
+@pytest.mark.parametrize(
+    "module", ["eventsourcing.popo", "eventsourcing.sqlite", "other_persistence"]
+)
+def test_an_application_on_another_persistence_module_keeps_working(
     module: str, tmp_path: Path
 ) -> None:
-    """An application configured with eventsourcing's stock module (not the store's
-    back ends) holds threads as before: saved, forked, snapshotted, leased, verified."""
+    """An application configured with eventsourcing's stock module, or any other (not
+    the store's back ends), holds threads as before: saved, forked, snapshotted,
+    leased, verified."""
     env = {
         "PERSISTENCE_MODULE": module,
         "SQLITE_DBNAME": str(tmp_path / "app.db"),

@@ -107,15 +107,16 @@ def backend_for_env(env: Mapping[str, str]) -> Backend:
 
 def backend_of(factory: InfrastructureFactory[Any]) -> Backend:
     """The back end of an open application's ``factory``: ours or eventsourcing's own
-    factory of that database."""
+    factory of that database. Any other persistence module (a user's application may
+    name one) gets the in-memory back end's parts, which ask nothing of its database:
+    no head anchors, settings and leases kept in this process, snapshots all kept."""
     for name in MODULES:
         if name == "postgres" and "eventsourcing.postgres" not in sys.modules:
             continue  # not imported for nothing: it needs psycopg
         backend = _load(name)
         if backend.owns(factory):
             return backend
-    msg = f"{type(factory).__name__} is no factory of a back end a store supports"
-    raise TypeError(msg)
+    return _load("memory")
 
 
 def _load(name: BackendName) -> Backend:
