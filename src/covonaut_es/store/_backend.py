@@ -40,15 +40,6 @@ MODULES: Mapping[BackendName, str] = {
 }
 """The persistence module (``PERSISTENCE_MODULE``) of each back end."""
 
-_STOCK_MODULES: Mapping[str, BackendName] = {
-    "eventsourcing.popo": "memory",
-    "eventsourcing.sqlite": "sqlite",
-    "eventsourcing.postgres": "postgres",
-}
-"""eventsourcing's own modules, which a user's application may name: the store then
-reads and writes through eventsourcing's recorders, with this back end's parts."""
-
-
 class Backend(Protocol):
     """What a back end supplies to the store; see the back-end modules."""
 
@@ -56,7 +47,8 @@ class Backend(Protocol):
     """Names the back end (views of the reviewer queue are chosen by it)."""
 
     def owns(self, factory: InfrastructureFactory[Any]) -> bool:
-        """Whether ``factory`` (ours or eventsourcing's own) is of this back end."""
+        """Whether ``factory`` (ours, or eventsourcing's own that a user's application
+        may name) is of this back end's database."""
 
     def check_file(self, env: Mapping[str, str], url: str) -> None:
         """Check what ``env`` opens before eventsourcing opens (and writes) it."""
@@ -94,15 +86,14 @@ class Backend(Protocol):
 
 
 def backend_for_env(env: Mapping[str, str]) -> Backend:
-    """The back end that ``env``'s ``PERSISTENCE_MODULE`` names (one of ours or
-    eventsourcing's own); only these modules are ever imported.
+    """The back end whose module ``env``'s ``PERSISTENCE_MODULE`` names, as a store URL
+    sets it (:mod:`._urls`); only these modules are ever imported.
 
     Raises:
         KeyError: The module is no back end of a store.
     """
-    module = env["PERSISTENCE_MODULE"]
-    by_module = {**_STOCK_MODULES, **{m: n for n, m in MODULES.items()}}
-    return _load(by_module[module])
+    by_module = {module: name for name, module in MODULES.items()}
+    return _load(by_module[env["PERSISTENCE_MODULE"]])
 
 
 def backend_of(factory: InfrastructureFactory[Any]) -> Backend:
