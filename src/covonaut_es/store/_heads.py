@@ -45,8 +45,8 @@ NEW_STREAMS = "covonaut_new_streams"
 """The ``insert_events`` keyword naming streams, each with its row in :data:`HEADS`,
 that must hold no event but the ones inserted (a fork's new thread, whose first version
 is not 1, so that the uniqueness of versions does not guard it): the insert fails with
-``IntegrityError`` otherwise, checked in its own transaction where
-:func:`guards_new_streams` holds."""
+``IntegrityError`` otherwise, checked in its own transaction where the back end's
+``guards_new_streams`` holds."""
 
 
 class HeadAnchor(msgspec.Struct, frozen=True):
