@@ -40,6 +40,7 @@ MODULES: Mapping[BackendName, str] = {
 }
 """The persistence module (``PERSISTENCE_MODULE``) of each back end."""
 
+
 class Backend(Protocol):
     """What a back end supplies to the store; see the back-end modules."""
 
