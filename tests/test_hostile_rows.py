@@ -9,6 +9,7 @@ value of another row; then one reading command runs on it.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import io
@@ -115,7 +116,9 @@ def _store_in(directory: Path) -> Path:
 
 @functools.cache
 def _pristine() -> Path:
-    return _store_in(Path(tempfile.mkdtemp(prefix="hostile-rows-")))
+    directory = tempfile.mkdtemp(prefix="hostile-rows-")
+    atexit.register(shutil.rmtree, directory, ignore_errors=True)
+    return _store_in(Path(directory))
 
 
 def _cells(pristine: Path) -> list[tuple[str, str]]:
