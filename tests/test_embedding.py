@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from decimal import Decimal
+from pathlib import Path
 from uuid import UUID
 
 import pytest
@@ -23,6 +24,7 @@ from covonaut_es import (
     ThreadStatus,
 )
 from covonaut_es.errors import ConfigurationError
+from covonaut_es.store._store import SNAPSHOT_MIN_VERSION
 from covonaut_es.store._urls import persistence_env
 from embedded_domain_app import ExpenseApp, ExpenseClaim, reviewer_agent
 
@@ -177,3 +179,32 @@ def test_agent_application_works_as_a_mixin() -> None:
     app.save(thread)
     assert Store.from_application(app).state_at("mixed") == thread.state
     app.close()
+
+
+@pytest.mark.parametrize(
+    "module", ["eventsourcing.popo", "eventsourcing.sqlite", "other_persistence"]
+)
+def test_an_application_on_another_persistence_module_keeps_working(
+    module: str, tmp_path: Path
+) -> None:
+    """An application configured with eventsourcing's stock module, or any other (not
+    the store's back ends), holds threads as before: saved, forked, snapshotted,
+    leased, verified."""
+    env = {
+        "PERSISTENCE_MODULE": module,
+        "SQLITE_DBNAME": str(tmp_path / "app.db"),
+        "IS_SNAPSHOTTING_ENABLED": "y",
+    }
+    application = ExpenseApp(env=env)
+    with Store.from_application(application) as store:
+        thread = AgentThread.start("t", now=NOW)
+        for n in range(SNAPSHOT_MIN_VERSION + 2):
+            thread.append_message(Message(Role.USER, f"m{n}"), now=NOW)
+        store.save(thread)
+        assert store.snapshot_if_due(thread)
+        store.fork("t", new_thread_id="f", now=NOW)
+        with store.lease("t"):
+            pass
+        assert store.load("f").version == thread.version + 1
+        assert store.verify("t").ok and store.verify("f").ok
+    application.close()

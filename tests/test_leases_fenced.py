@@ -26,7 +26,7 @@ import pytest
 from covonaut_es import AgentThread, Message, Role, Store, ThreadBusyError, open_store
 from covonaut_es.errors import LeaseLostError
 from covonaut_es.store import WorkerRecord
-from covonaut_es.store._leases_sqlite import lease_directory
+from covonaut_es.store._backends._sqlite_leases import lease_directory
 from lease_faults import (
     ANSWER,
     APPLICATION_PREFIX,

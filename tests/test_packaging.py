@@ -4,6 +4,7 @@ directory, far from the repository."""
 
 from __future__ import annotations
 
+import ast
 import importlib.metadata
 import os
 import re
@@ -122,3 +123,28 @@ def test_the_wheel_runs_the_quick_start_in_a_fresh_environment(tmp_path: Path) -
     lines = result.stdout.splitlines()
     assert lines[0].startswith("Paused: payment needs a review")
     assert lines[-1] == f"imported from {site_packages / 'covonaut_es' / '__init__.py'}"
+
+
+def test_the_package_swaps_no_class_and_makes_none_at_run_time() -> None:
+    """No object of the package gets its class assigned, and no class is made with
+    ``type(name, bases, namespace)``: each back end's recorders are real classes."""
+    found = []
+    for path in sorted((ROOT / "src" / "covonaut_es").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            targets = (
+                node.targets
+                if isinstance(node, ast.Assign)
+                else [node.target]
+                if isinstance(node, ast.AnnAssign | ast.AugAssign)
+                else []
+            )
+            if any(isinstance(t, ast.Attribute) and t.attr == "__class__" for t in targets):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: __class__ assigned")
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id == "type"
+                and len(node.args) == 3
+            ):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: class made by type()")
+    assert found == []

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import tempfile
 import threading
 import time
 from datetime import UTC, datetime
@@ -15,11 +16,14 @@ from typing import Any
 import pytest
 from eventsourcing.persistence import ConnectionPoolClosedError, ConnectionUnavailableError
 from eventsourcing.sqlite import SQLiteCursor
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from covonaut_es import Store, open_store
 from covonaut_es.domain import AgentThread
-from covonaut_es.errors import ReadOnlyStoreError
+from covonaut_es.errors import ReadOnlyStoreError, StoreFileReplacedError
 from covonaut_es.messages import Message, Role
+from covonaut_es.store._store import SNAPSHOT_MIN_VERSION
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 THREADS, SAVES = 6, 25
@@ -101,19 +105,146 @@ def test_closing_a_store_while_a_thread_saves_leaves_no_connection_open(tmp_path
         assert open_files(path) == 0
 
 
-def test_a_store_whose_file_was_replaced_before_its_first_save_reads_what_it_saved(
+def test_a_store_whose_file_was_replaced_before_its_first_save_refuses_it(
     tmp_path: Path,
 ) -> None:
+    """A file deleted and made anew before the first save: the save is refused, and
+    lands in neither file."""
     path = tmp_path / "threads.db"
     store = open_store(f"sqlite:///{path}")
     for file in tmp_path.glob("threads.db*"):  # removed under the open store, and made anew
         file.unlink()
     other = open_store(f"sqlite:///{path}")
-    store.save(AgentThread.start("t", now=NOW))
-    assert store.exists("t")  # saves and reads go to the file the store opened
+    with pytest.raises(StoreFileReplacedError, match=r"threads\.db"):
+        store.save(AgentThread.start("t", now=NOW))
     assert not other.exists("t")
     store.close()
     other.close()
+
+
+def backup(path: Path, to: Path) -> None:
+    """Copy a live SQLite file whole, as an operator's backup does."""
+    with (
+        contextlib.closing(sqlite3.connect(path)) as source,
+        contextlib.closing(sqlite3.connect(to)) as target,
+    ):
+        source.backup(target)
+
+
+def test_a_save_after_a_backup_was_restored_over_the_file_is_refused_naming_it(
+    tmp_path: Path,
+) -> None:
+    """An operator restores a backup with ``mv`` under a running process: its next save
+    fails with a typed error naming the file, and neither file holds it."""
+    path = tmp_path / "threads.db"
+    store = open_store(f"sqlite:///{path}")
+    thread = AgentThread.start("t", now=NOW)
+    store.save(thread)
+    backup(path, tmp_path / "backup.db")
+    thread.append_message(user("after the backup"), now=NOW)
+    store.save(thread)
+    os.replace(tmp_path / "backup.db", path)
+    thread.append_message(user("after the restore"), now=NOW)
+    with pytest.raises(StoreFileReplacedError, match=str(path)) as raised:
+        store.save(thread)
+    assert isinstance(raised.value, ConnectionError)
+    store.close()
+    with open_store(f"sqlite:///{path}") as again:
+        # The refused event is nowhere (the old file's log, left beside the restored
+        # file, may still hold the save made after the backup).
+        assert (again.head_version("t") or 0) < thread.version
+
+
+def test_a_save_after_the_file_was_deleted_is_refused(tmp_path: Path) -> None:
+    """A store file deleted under a running process: saves fail, not vanish."""
+    path = tmp_path / "threads.db"
+    store = open_store(f"sqlite:///{path}")
+    thread = AgentThread.start("t", now=NOW)
+    store.save(thread)
+    path.unlink()
+    thread.append_message(user("into the void"), now=NOW)
+    with pytest.raises(StoreFileReplacedError, match="deleted"):
+        store.save(thread)
+    store.close()
+
+
+def _long_thread(store: Store) -> AgentThread:
+    thread = AgentThread.start("t", now=NOW)
+    for n in range(3):
+        thread.append_message(user(f"message {n}"), now=NOW)
+    store.save(thread)
+    return thread
+
+
+def _save(store: Store) -> None:
+    thread = store.load("t")
+    thread.append_message(user("one more"), now=NOW)
+    store.save(thread)
+
+
+def _snapshot(store: Store) -> None:
+    thread = store.load("t")
+    for n in range(SNAPSHOT_MIN_VERSION):
+        thread.append_message(user(f"more {n}"), now=NOW)
+    store.snapshot_if_due(thread)  # the snapshot alone, through the pool's writer
+
+
+def _lease(store: Store) -> None:
+    with store.lease("t"):
+        pass
+
+
+WRITES: dict[str, Any] = {
+    "save": _save,
+    "start": lambda store: store.save(AgentThread.start("new", now=NOW)),
+    "fork": lambda store: store.fork("t", new_thread_id="f", now=NOW),
+    "label": lambda store: store.label("t", "here", now=NOW),
+    "abandon": lambda store: store.abandon("t", "gone", now=NOW),
+    "write_state": lambda store: store.write_state("k", {"a": 1}),
+    "submit": lambda store: store.submit("t", "do it"),
+    "lease": _lease,
+    "snapshot": _snapshot,
+}
+
+
+def _restore_backup(path: Path, spare: Path) -> None:
+    os.replace(spare, path)
+
+
+def _delete(path: Path, spare: Path) -> None:
+    path.unlink()
+
+
+def _new_store(path: Path, spare: Path) -> None:
+    spare.unlink()
+    with open_store(f"sqlite:///{spare}"):
+        pass
+    os.replace(spare, path)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    write=st.sampled_from(sorted(WRITES)),
+    replace=st.sampled_from([_restore_backup, _delete, _new_store]),
+)
+def test_no_write_is_swallowed_by_a_replaced_file(write: str, replace: Any) -> None:
+    """Whatever writes after the file was replaced (by a restored backup, a new store,
+    or nothing), it fails with the typed error naming the file, and no reopened store
+    shows a write that went astray."""
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "threads.db"
+        store = open_store(f"sqlite:///{path}")
+        saved = _long_thread(store).version
+        backup(path, Path(directory) / "spare.db")
+        replace(path, Path(directory) / "spare.db")
+        with pytest.raises(StoreFileReplacedError, match=r"threads\.db"):
+            WRITES[write](store)
+        store.close()
+        if path.exists():
+            with open_store(f"sqlite:///{path}") as again:
+                versions = {t: again.head_version(t) for t in again.thread_ids()}
+                assert versions in ({"t": saved}, {}), versions
+                assert again.read_state("k") is None
 
 
 def test_a_save_interrupted_just_after_its_transaction_began_leaves_the_writer_usable(

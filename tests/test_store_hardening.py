@@ -250,7 +250,7 @@ def test_an_older_store_is_checked_by_decoding_its_first_event(shared_url: str) 
 
 def delete_event(store: Store, thread_id: str, version: int) -> None:
     """Delete one stored event behind the library's back, as damage would."""
-    sqlite = store._app.factory.__class__.__module__ == "eventsourcing.sqlite"
+    sqlite = store._backend.name == "sqlite"
     table, mark = ("stored_events", "?") if sqlite else ("covonaut_events", "%s")
     stream = thread_aggregate_id(thread_id)
     with store._app.recorder.datastore.transaction(commit=True) as cursor:

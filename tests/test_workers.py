@@ -45,7 +45,7 @@ from covonaut_es.cli._json import SCHEMAS
 from covonaut_es.domain import PauseKind, RunMode
 from covonaut_es.errors import InvalidSubmissionError
 from covonaut_es.store import WorkerRecord
-from covonaut_es.store._leases_sqlite import lease_directory
+from covonaut_es.store._backends._sqlite_leases import lease_directory
 from support import answer, call, echo_tool
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -53,6 +53,12 @@ class ReadOnlyStoreError(CovonautError, PermissionError):
     """The store cannot be written: its file is read-only, or it was opened read-only."""
 
 
+class StoreFileReplacedError(StoreUnavailableError):
+    """A SQLite store's file was replaced or deleted while the store was open (a backup
+    restored with ``mv``, say): its writes would go on into the old file, lost, so each
+    is refused, and nothing is written. Open the store again."""
+
+
 class MissingEventError(CovonautError, LookupError):
     """A thread's stream lacks an event that its later events follow: it was deleted
     behind the library's back.
@@ -327,6 +333,12 @@ class MCPToolError(CovonautError, RuntimeError):
 
 class SerializationError(CovonautError, ValueError):
     """Stored bytes could not be decoded into the expected type."""
+
+
+class StoredRowError(SerializationError):
+    """A stored row holds a value of the wrong type or shape (a NULL payload, a version
+    that is text, an id that is no UUID): it was written around the library, or
+    damaged. The message names the stream, the position and the column."""
 
 
 class SchemaVersionError(SerializationError):

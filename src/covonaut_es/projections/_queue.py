@@ -36,8 +36,8 @@ from covonaut_es.store._application import (
     STORE_APPLICATION_NAME,
     ThreadsApplication,
     open_application,
-    with_connection_params,
 )
+from covonaut_es.store._backend import backend_for_env
 from covonaut_es.store._urls import READ_ONLY, canonical_url, persistence_env, redact, store_env
 
 VIEW_NAME = "review_queue"
@@ -127,7 +127,7 @@ class ReviewQueue(Closing):
         view_env = {"CREATE_TABLE": "y", **view_env}
         self._sealer = QueueSealer(cipher_key) if cipher_key is not None else None
         topics = VIEW_TOPICS if self._sealer is None else SEALED_VIEW_TOPICS
-        self._view_topic = topics[view_env["PERSISTENCE_MODULE"]]
+        self._view_topic = topics[backend_for_env(view_env).name]
         # The view reads the settings prefixed with its name first.
         prefix = VIEW_NAME.upper() + "_"
         self._env = {**self._store_env, **{prefix + k: v for k, v in view_env.items()}}
@@ -144,9 +144,7 @@ class ReviewQueue(Closing):
         """The queue's view, opened once (its tables created if needed); reading it
         does not follow the store."""
         if self._view is None:
-            self._factory = with_connection_params(
-                InfrastructureFactory.construct(env=Environment(VIEW_NAME, self._env)), self._env
-            )
+            self._factory = InfrastructureFactory.construct(env=Environment(VIEW_NAME, self._env))
             view = cast(ReviewQueueView, self._factory.tracking_recorder(self.view_class))
             if isinstance(view, SealedReviewQueueView) and self._sealer is not None:
                 view.seal_with(self._sealer)

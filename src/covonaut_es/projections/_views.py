@@ -11,6 +11,11 @@ has tables and a tracking position of its own, so it is built from zero beside w
 earlier version left (the tables before pauses had a kind, ``covonaut_review_queue`` and
 ``covonaut_sealed_queue``, or a plain queue of a store encrypted later), which it never
 reads or rewrites.
+
+The view class of a back end is chosen by the name of the store's back end (its port,
+:mod:`covonaut_es.store._backend`). The views extend eventsourcing's tracking recorders
+through their private ``_insert_tracking``, ``_database_lock`` and
+``_assert_tracking_uniqueness``, checked against eventsourcing 9.5.6.
 """
 
 from __future__ import annotations
@@ -404,18 +409,17 @@ class MemoryReviewQueueView(POPOTrackingRecorder, ReviewQueueView):
 
 
 VIEW_TOPICS: dict[str, str] = {
-    "covonaut_es.store._memory": "covonaut_es.projections._views:MemoryReviewQueueView",
-    "eventsourcing.sqlite": "covonaut_es.projections._views:SQLiteReviewQueueView",
-    "eventsourcing.postgres": "covonaut_es.projections._views_postgres:PostgresReviewQueueView",
+    "memory": "covonaut_es.projections._views:MemoryReviewQueueView",
+    "sqlite": "covonaut_es.projections._views:SQLiteReviewQueueView",
+    "postgres": "covonaut_es.projections._views_postgres:PostgresReviewQueueView",
 }
-"""The view class for each persistence module, as topics: PostgreSQL's needs psycopg."""
+"""The view class for each back end (by its port's name), as topics: PostgreSQL's needs
+psycopg."""
 
 SEALED_VIEW_TOPICS: dict[str, str] = {
     **VIEW_TOPICS,
-    "eventsourcing.sqlite": "covonaut_es.projections._views:SealedSQLiteReviewQueueView",
-    "eventsourcing.postgres": (
-        "covonaut_es.projections._views_postgres:SealedPostgresReviewQueueView"
-    ),
+    "sqlite": "covonaut_es.projections._views:SealedSQLiteReviewQueueView",
+    "postgres": ("covonaut_es.projections._views_postgres:SealedPostgresReviewQueueView"),
 }
 """The view classes for an encrypted store: its queue in memory stays in this process,
 as the store's decrypted threads do; in a database it is sealed."""

@@ -5,6 +5,30 @@ eventsourcing applications and recorders (SQLite, PostgreSQL, in-memory), the ms
 mapper with compression and encryption, forks by reference, named states, and the
 audit of a thread's own records (``Store.replay`` and ``Store.verify``). It may import
 the domain and the migrations, never the runtime or a layer above.
+
+Its modules (ADR 0028):
+
+- ``_backends/``: one eventsourcing persistence module per back end, what
+  ``PERSISTENCE_MODULE`` names: ``memory``, ``sqlite`` (with ``_sqlite_connections``,
+  the pool and the saves' writer; ``_sqlite_polling``, subscriptions by polling;
+  ``_sqlite_leases``, ``flock`` leases) and ``postgres`` (with ``_postgres_rows``,
+  records sent as JSON; ``_postgres_leases``, advisory-lock leases). Each has one
+  factory, its own recorder classes, and a ``BACKEND``: its side of the port. Only
+  they use eventsourcing's private names, and nothing outside this package imports
+  them.
+- ``_backend``: the port (:class:`~covonaut_es.store._backend.Backend`), and the one
+  place a back end is chosen, from an environment or an open application's factory.
+- ``_rows``: the check that turns a stored row into a ``StoredEvent``, or a typed
+  error, shared by every back end's recorders.
+- ``_urls``: store URLs to eventsourcing environments, and redaction of passwords.
+- ``_open``: :func:`open_store`; ``_application``: the eventsourcing applications, the
+  snapshot cache and the save that seals chains; ``_settings`` (with
+  ``_settings_tables``): the key and compression a store records and each open checks.
+- ``_store``: :class:`Store`, with its parts ``_records`` (stored records, head
+  anchors), ``_forks``, ``_leasing`` (with ``_leases``, the lease protocol and the
+  in-memory leases), ``_submissions`` and ``_states`` (named states).
+- ``_heads``: head anchors and lease fences, as the back ends write and check them.
+- ``_mapper`` (with ``_zstd``): the msgspec mapper; ``_audit``: replay and verify.
 """
 
 from covonaut_es.store._application import AgentApplication

@@ -10,7 +10,6 @@ the one behind :func:`~covonaut_es.open_store`.
 from __future__ import annotations
 
 import binascii
-import contextlib
 import logging
 import sqlite3
 from collections.abc import Iterator, Mapping
@@ -45,12 +44,10 @@ from covonaut_es.errors import (
 )
 from covonaut_es.migrations import Upcaster
 from covonaut_es.migrations._upcasting import NO_MIGRATORS
-from covonaut_es.store._heads import HEADS, NEW_STREAMS, anchor_heads, close_writer
+from covonaut_es.store._backend import Backend, backend_for_env, backend_of
+from covonaut_es.store._heads import HEADS, NEW_STREAMS
 from covonaut_es.store._mapper import MsgspecMapper
-from covonaut_es.store._postgres_rows import insert_rows_as_json
-from covonaut_es.store._settings import check_settings, check_sqlite_file
-from covonaut_es.store._sqlite_connections import keep_statements
-from covonaut_es.store._urls import SQLITE_PATH, postgres_params
+from covonaut_es.store._settings import check_settings
 
 logger = _logs.logger("covonaut_es")
 
@@ -78,11 +75,6 @@ class AgentApplication(Application[UUID]):
     aggregate_classes: ClassVar[tuple[type, ...]] = ()
     """The application's own aggregate classes, whose events its mapper may read."""
 
-    def construct_factory(self, env: Environment) -> InfrastructureFactory[Any]:
-        """eventsourcing's factory for ``env``, passing on a PostgreSQL store's further
-        URL parameters (see :func:`with_connection_params`)."""
-        return with_connection_params(super().construct_factory(env), env)
-
     def construct_mapper(self) -> MsgspecMapper:
         """covonaut_es's msgspec mapper, with the configured compressor and cipher."""
         return MsgspecMapper(
@@ -95,7 +87,6 @@ class AgentApplication(Application[UUID]):
         """The snapshot store, read as a cache: see :class:`SnapshotCache`."""
         assert isinstance(self.mapper, MsgspecMapper)
         recorder = self.factory.aggregate_recorder(purpose="snapshots")
-        insert_rows_as_json(recorder)
         return SnapshotCache(self.mapper, recorder)
 
 
@@ -117,22 +108,6 @@ def _cipher(factory: InfrastructureFactory[Any]) -> Cipher | None:
             "install it with: pip install 'covonaut-es[encryption]'"
         )
         raise ConfigurationError(msg) from exc
-
-
-def with_connection_params(
-    factory: InfrastructureFactory[Any], env: Mapping[str, str]
-) -> InfrastructureFactory[Any]:
-    """``factory``, with a PostgreSQL store's further URL parameters (``sslmode`` and
-    the like) given to every connection of its pool, which opens only on first use."""
-    params = postgres_params(env)
-    if params:
-        from eventsourcing.postgres import PostgresDatastore
-
-        datastore = getattr(factory, "datastore", None)
-        kwargs = datastore.pool.kwargs if isinstance(datastore, PostgresDatastore) else None
-        if isinstance(kwargs, dict):
-            kwargs.update(params)
-    return factory
 
 
 class SnapshotCache(EventStore[UUID]):
@@ -211,6 +186,8 @@ class ThreadsApplication(AgentApplication):
     # Explicit and stable: PostgreSQL table names derive from it.
     name = STORE_APPLICATION_NAME
     snapshot_class = ThreadSnapshot
+    backend: Backend
+    """The port of the store's back end (ADR 0028)."""
 
     def construct_env(self, name: str, env: EnvType | None = None) -> Environment:
         # Only what open_store() passed: variables in os.environ must not redirect a
@@ -218,22 +195,22 @@ class ThreadsApplication(AgentApplication):
         return Environment(name, dict(env or {}))
 
     def construct_factory(self, env: Environment) -> InfrastructureFactory[Any]:
-        """As :class:`AgentApplication`'s, with SQLite connections that keep their
-        statements parsed (ADR 0024)."""
+        """The factory of the back end ``env`` names, whose port the store then uses."""
         factory = super().construct_factory(env)
-        keep_statements(factory)
+        self.backend = backend_of(factory)  # chosen once, when the store opens
         return factory
 
     def construct_recorder(self) -> ApplicationRecorder:
         """The back end's recorder, writing each saved thread's head anchor too."""
         recorder = super().construct_recorder()
-        anchor_heads(recorder, create=strtobool(self.env.get("CREATE_TABLE") or "yes"))
+        create = bool(strtobool(self.env.get("CREATE_TABLE") or "yes"))
+        self.backend.anchor_heads(recorder, create=create)
         return recorder
 
     def close(self) -> None:
         """Close the store's connections, the one its saves are written through too."""
         try:
-            close_writer(self.recorder)
+            self.backend.close_writer(self.recorder)
         finally:
             super().close()
 
@@ -290,44 +267,6 @@ class _ThreadsProcessingEvent(ProcessingEvent[UUID]):
         super().collect_events(*others, **kwargs)
 
 
-_SCHEMA_LOCK_KEY = 0x636F766F  # "covo": serializes table creation across processes
-
-
-@contextlib.contextmanager
-def _schema_setup_lock(env: Mapping[str, str]) -> Iterator[None]:
-    """Hold a PostgreSQL advisory lock while eventsourcing creates its tables: processes
-    opening a new database at the same moment otherwise fail with "tuple concurrently
-    updated"."""
-    if env["PERSISTENCE_MODULE"] != "eventsourcing.postgres":
-        yield
-        return
-    import psycopg
-    from psycopg.conninfo import make_conninfo
-
-    try:
-        conn = psycopg.connect(
-            make_conninfo(**postgres_params(env)),
-            host=env["POSTGRES_HOST"],
-            port=env["POSTGRES_PORT"],
-            dbname=env["POSTGRES_DBNAME"],
-            user=env["POSTGRES_USER"] or None,
-            password=env["POSTGRES_PASSWORD"] or None,
-            connect_timeout=int(env["POSTGRES_CONNECT_TIMEOUT"]),
-            autocommit=True,
-        )
-    except psycopg.Error as exc:
-        msg = (
-            f"cannot connect to PostgreSQL at {env['POSTGRES_HOST']}:{env['POSTGRES_PORT']}: {exc}"
-        )
-        raise StoreUnavailableError(msg) from exc
-    with conn:
-        conn.execute("SELECT pg_advisory_lock(%s)", (_SCHEMA_LOCK_KEY,))
-        try:
-            yield
-        finally:
-            conn.execute("SELECT pg_advisory_unlock(%s)", (_SCHEMA_LOCK_KEY,))
-
-
 def open_application(url: str, env: Mapping[str, str]) -> AgentApplication:
     """Open the application behind :func:`~covonaut_es.open_store` for ``env``, creating
     its tables if needed.
@@ -341,11 +280,10 @@ def open_application(url: str, env: Mapping[str, str]) -> AgentApplication:
         ReadOnlyStoreError: The store's file is read-only and the open may write.
         StoreUnavailableError: The database cannot be reached.
     """
-    sqlite_file = env.get(SQLITE_PATH, env.get("SQLITE_DBNAME"))
-    if env["PERSISTENCE_MODULE"] == "eventsourcing.sqlite" and sqlite_file:
-        check_sqlite_file(sqlite_file, url, writable=env.get("CREATE_TABLE") != "n")
+    backend = backend_for_env(env)
+    backend.check_file(env, url)
     try:
-        with _schema_setup_lock(env):
+        with backend.setup_lock(env):
             app = ThreadsApplication(env=dict(env))
             try:
                 check_settings(app, env, url)

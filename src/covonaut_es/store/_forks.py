@@ -27,7 +27,8 @@ from covonaut_es.errors import (
     ThreadNotFoundError,
     ThreadStateError,
 )
-from covonaut_es.store._heads import HEADS, NEW_STREAMS, guards_new_streams, head_of
+from covonaut_es.store._backend import Backend
+from covonaut_es.store._heads import HEADS, NEW_STREAMS, head_of
 from covonaut_es.store._records import storable
 
 
@@ -35,6 +36,7 @@ class ThreadForking(ABC):
     """Fork a thread at any version; label it; abandon it."""
 
     _app: Application[UUID]
+    _backend: Backend
     url: str
     clock: Callable[[], datetime]
     _refuse_if_read_only: Callable[[str], None]  # the store's, from its leasing
@@ -148,7 +150,9 @@ class ThreadForking(ABC):
         version = newest.originator_version
         new_thread_id = check_thread_id(new_thread_id or f"{thread_id}~{uuid.uuid4().hex[:8]}")
         taken = f"cannot fork {thread_id!r} as {new_thread_id!r}: that thread already exists"
-        guarded = guards_new_streams(self._app.recorder)  # else checked here, then written
+        guarded = self._backend.guards_new_streams(
+            self._app.recorder
+        )  # else checked here, then written
         if not guarded and self.exists(new_thread_id):
             raise ThreadConflictError(taken, thread_id=new_thread_id, expected_version=0)
         interrupts, abandoned = fork_point(itertools.chain([newest], newest_first))

@@ -1,6 +1,6 @@
 """Run leases and the worker registry: the interface, and the in-memory back end
-(ADR 0016). The SQLite and PostgreSQL back ends are in :mod:`._leases_sqlite` and
-:mod:`._leases_postgres`.
+(ADR 0016). The SQLite and PostgreSQL back ends supply their own
+(:mod:`._backends._sqlite_leases`, :mod:`._backends._postgres_leases`).
 
 A run lease gives one runner at a time the right to run a thread. Each back end uses
 a lock its operating system or database server releases by itself when the holder

@@ -17,24 +17,19 @@ import threading
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextvars import ContextVar
 from types import MappingProxyType
-from typing import Any
-from urllib.parse import unquote, urlsplit
 from uuid import UUID
 
 import msgspec
 from eventsourcing.application import Application
 
 from covonaut_es.errors import ReadOnlyStoreError, ThreadBusyError
+from covonaut_es.store._backend import Backend
 from covonaut_es.store._leases import (
     CallRunning,
     Lease,
     LeaseBackend,
-    LeaseTokens,
-    MemoryLeases,
     WorkerRecord,
 )
-from covonaut_es.store._leases_postgres import PostgresLeases
-from covonaut_es.store._leases_sqlite import FileLeases
 
 _HELD: ContextVar[Mapping[tuple[str, str], Lease]] = ContextVar(
     "covonaut_es_leases_held", default=MappingProxyType({})
@@ -53,33 +48,6 @@ class _Held(msgspec.Struct, frozen=True):
     calls: tuple[CallRunning, ...] = ()
 
 
-def lease_backend(app: Application[Any], holder: str) -> LeaseBackend:
-    """The lease back end for the database of ``app``; its tokens are kept by the
-    store's recorder where it can (a store that :func:`open_store` opened)."""
-    recorder: Any = app.recorder
-    tokens: LeaseTokens | None = recorder if hasattr(recorder, "advance_lease_token") else None
-    datastore = getattr(app.factory, "datastore", None)
-    pool = getattr(datastore, "pool", None)
-    if pool is not None and isinstance(getattr(pool, "kwargs", None), dict):
-        return PostgresLeases(holder, dict(pool.kwargs), tokens)
-    db_name = getattr(pool, "db_name", None)
-    if isinstance(db_name, str) and not getattr(pool, "is_sqlite_memory_mode", False):
-        path = _sqlite_file(db_name)
-        if path is not None:
-            return FileLeases(holder, path, tokens)
-    return MemoryLeases(holder, recorder, tokens)
-
-
-def _sqlite_file(db_name: str) -> str | None:
-    """The file of a SQLite database name (a path or a ``file:`` URI); None for an
-    in-memory database."""
-    if db_name == ":memory:" or "mode=memory" in db_name:
-        return None
-    if db_name.startswith("file:"):
-        return unquote(urlsplit(db_name).path)
-    return db_name
-
-
 def process_holder() -> str:
     """The holder name of a runner that is no worker: its process and host."""
     return f"pid {os.getpid()} on {socket.gethostname()}"
@@ -89,6 +57,7 @@ class ThreadLeasing:
     """Take and release run leases."""
 
     _app: Application[UUID]
+    _backend: Backend
     url: str
     read_only: bool = False
     """Whether the store was opened read-only: it then refuses every write."""
@@ -122,7 +91,9 @@ class ThreadLeasing:
         with _CREATE_LOCK:
             if self._lease_backend is None:
                 holder = self._lease_holder or process_holder()
-                self._lease_backend = lease_backend(self._app, holder)
+                self._lease_backend = self._backend.lease_backend(
+                    self._app.factory, self._app.recorder, holder
+                )
             return self._lease_backend
 
     @contextlib.contextmanager

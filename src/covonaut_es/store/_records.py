@@ -15,15 +15,12 @@ from eventsourcing.utils import get_topic
 
 from covonaut_es.domain import AgentThread, ThreadState, thread_aggregate_id
 from covonaut_es.errors import ThreadConflictError
-from covonaut_es.store._heads import HEADS, HeadAnchor, heads_of_records, read_head
+from covonaut_es.store._backend import Backend
+from covonaut_es.store._heads import HEADS, HeadAnchor, heads_of_records
 from covonaut_es.store._mapper import MsgspecMapper
+from covonaut_es.store._rows import LAST_VERSION
 
 _LOG_BATCH = 500
-
-LAST_VERSION = 2**63 - 1
-"""The highest version any back end can store (SQLite's INTEGER, PostgreSQL's BIGINT):
-a read up to a higher one asks for no more than a read up to this, and the drivers
-refuse the number itself."""
 
 
 def storable(version: int | None) -> int | None:
@@ -35,6 +32,7 @@ class StoredRecords(ABC):
     """A store's records exactly as its database holds them."""
 
     _app: Application[UUID]
+    _backend: Backend
 
     @abstractmethod
     def _forked_event(self, thread_id: str) -> AgentThread.Forked | None:
@@ -89,7 +87,7 @@ class StoredRecords(ABC):
 
     def _head_anchor(self, thread_id: str) -> HeadAnchor:
         """What the store's head table says of the thread's own stream."""
-        return read_head(self._app.recorder, thread_aggregate_id(thread_id))
+        return self._backend.read_head(self._app.recorder, thread_aggregate_id(thread_id))
 
     @property
     def _mapper(self) -> MsgspecMapper:

@@ -29,7 +29,6 @@ import os
 import sqlite3
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 from uuid import UUID
 
 from eventsourcing.application import Application
@@ -43,9 +42,10 @@ from covonaut_es.errors import (
     SerializationError,
     StoreSettingsError,
 )
+from covonaut_es.store._backend import backend_of
 from covonaut_es.store._mapper import MsgspecMapper, decode_object
+from covonaut_es.store._settings_tables import SETTINGS_TABLE, SettingsTable
 
-SETTINGS_TABLE = "covonaut_settings"
 NO_KEY = "none"
 _LABEL = b"covonaut-es store key check v1"
 
@@ -195,92 +195,5 @@ def _check_first_event(app: Application[UUID], url: str, requested: Mapping[str,
         raise StoreSettingsError(msg) from exc
 
 
-class _Table:
-    """The settings of one store: name and value pairs."""
-
-    def read(self) -> dict[str, str]:
-        raise NotImplementedError
-
-    def write(self, settings: Mapping[str, str]) -> None:
-        """Record settings unless some are recorded already (the first opener wins)."""
-        raise NotImplementedError
-
-
-class _MemoryTable(_Table):
-    def __init__(self, settings: dict[str, str]) -> None:
-        self._settings = settings
-
-    def read(self) -> dict[str, str]:
-        return dict(self._settings)
-
-    def write(self, settings: Mapping[str, str]) -> None:
-        for name, value in settings.items():
-            self._settings.setdefault(name, value)
-
-
-class _SQLTable(_Table):
-    def __init__(self, datastore: Any, qualified_name: str, placeholder: str) -> None:
-        self._datastore = datastore
-        self._name = qualified_name
-        self._placeholder = placeholder
-
-    def read(self) -> dict[str, str]:
-        with self._datastore.transaction(commit=False) as cursor:
-            if not self._exists(cursor):
-                return {}
-            cursor.execute(f"SELECT name, value FROM {self._name}")
-            rows = cursor.fetchall()
-        return {_column(row, 0, "name"): _column(row, 1, "value") for row in rows}
-
-    def write(self, settings: Mapping[str, str]) -> None:
-        p = self._placeholder
-        with self._datastore.transaction(commit=True) as cursor:
-            cursor.execute(
-                f"CREATE TABLE IF NOT EXISTS {self._name} "
-                "(name TEXT PRIMARY KEY, value TEXT NOT NULL)"
-            )
-            for name, value in settings.items():
-                cursor.execute(
-                    f"INSERT INTO {self._name} (name, value) VALUES ({p}, {p}) "
-                    "ON CONFLICT (name) DO NOTHING",
-                    (name, value),
-                )
-
-    def _exists(self, cursor: Any) -> bool:
-        raise NotImplementedError
-
-
-class _SQLiteTable(_SQLTable):
-    def _exists(self, cursor: Any) -> bool:
-        cursor.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (SETTINGS_TABLE,)
-        )
-        return cursor.fetchone() is not None
-
-
-class _PostgresTable(_SQLTable):
-    def __init__(self, datastore: Any) -> None:
-        self._schema = datastore.schema
-        super().__init__(datastore, f'"{self._schema}".{SETTINGS_TABLE}', "%s")
-
-    def _exists(self, cursor: Any) -> bool:
-        cursor.execute("SELECT to_regclass(%s) AS found", (f'"{self._schema}".{SETTINGS_TABLE}',))
-        row = cursor.fetchone()
-        return row is not None and _column(row, 0, "found") is not None
-
-
-def _column(row: Any, index: int, name: str) -> Any:
-    return row[name] if isinstance(row, Mapping) else row[index]
-
-
-def _settings_table(app: Application[UUID]) -> _Table:
-    module = app.factory.__class__.__module__
-    datastore = getattr(app.recorder, "datastore", None)
-    if module == "eventsourcing.sqlite":
-        return _SQLiteTable(datastore, SETTINGS_TABLE, "?")
-    if module == "eventsourcing.postgres":
-        return _PostgresTable(datastore)
-    settings = getattr(app.factory, "settings", None)
-    if isinstance(settings, dict):
-        return _MemoryTable(settings)
-    return _MemoryTable({})
+def _settings_table(app: Application[UUID]) -> SettingsTable:
+    return backend_of(app.factory).settings_table(app.factory, app.recorder)

@@ -50,15 +50,16 @@ from covonaut_es.migrations._upcasting import NO_MIGRATORS
 from covonaut_es.store import _audit
 from covonaut_es.store._application import (
     SnapshotCache,
+    ThreadsApplication,
     open_application,
 )
 from covonaut_es.store._audit import AuditEntry, AuditReport
+from covonaut_es.store._backend import backend_of
 from covonaut_es.store._forks import ThreadForking
 from covonaut_es.store._heads import FENCES
 from covonaut_es.store._leasing import ThreadLeasing
 from covonaut_es.store._mapper import MsgspecMapper
 from covonaut_es.store._records import StoredRecords, storable
-from covonaut_es.store._snapshots import replace_snapshot
 from covonaut_es.store._submissions import ThreadSubmissions
 from covonaut_es.store._urls import READ_ONLY, redact
 
@@ -110,6 +111,11 @@ class Store(
         self.clock = clock
         self._owns_app = application is None
         self._app = application or open_application(self.url, env)
+        self._backend = (
+            self._app.backend
+            if isinstance(self._app, ThreadsApplication)
+            else backend_of(self._app.factory)  # a user's application
+        )
         self._snapshot_versions: dict[UUID, int] = {}
         self._lock = threading.Lock()
 
@@ -342,7 +348,7 @@ class Store(
         if self._app.snapshots is None:
             return False  # an application of the caller's, with snapshotting off
         with contextlib.suppress(IntegrityError):  # another writer stored this very one
-            replace_snapshot(self._app.snapshots, ThreadSnapshot.take(thread))
+            self._backend.replace_snapshot(self._app.snapshots, ThreadSnapshot.take(thread))
         self._remember_snapshot(aggregate_id, thread.version)
         return True
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from covonaut_es.errors import StoreURLError
+from covonaut_es.store._backend import MODULES, backend_for_env
 
 SCHEMES = ("memory", "sqlite", "postgresql")
 
@@ -42,7 +43,7 @@ def persistence_env(url: str) -> dict[str, str]:
         raise StoreURLError(msg)
     if scheme == "memory":
         return {
-            "PERSISTENCE_MODULE": "covonaut_es.store._memory",
+            "PERSISTENCE_MODULE": MODULES["memory"],
             "MEMORY_STORE_NAME": unquote(rest) or f"anonymous-{uuid.uuid4().hex}",
             "IS_SNAPSHOTTING_ENABLED": "y",
         }
@@ -83,8 +84,7 @@ def _sqlite_env(url: str, rest: str) -> dict[str, str]:
         raise StoreURLError(msg)
     mode = _sqlite_mode(url, parts.query)
     env = {
-        "PERSISTENCE_MODULE": "eventsourcing.sqlite",
-        "APPLICATION_RECORDER_TOPIC": "covonaut_es.store._polling:PollingSQLiteApplicationRecorder",
+        "PERSISTENCE_MODULE": MODULES["sqlite"],
         "SQLITE_DBNAME": str(path),
         SQLITE_PATH: str(path),
         "SQLITE_LOCK_TIMEOUT": "30",
@@ -140,7 +140,7 @@ def _postgres_env(url: str) -> dict[str, str]:
         raise StoreURLError(msg)
     extra = {k: v for k, v in params.items() if k not in _POSTGRES_FIELDS}
     return {
-        "PERSISTENCE_MODULE": "eventsourcing.postgres",
+        "PERSISTENCE_MODULE": MODULES["postgres"],
         "POSTGRES_DBNAME": params["dbname"],
         "POSTGRES_HOST": params["host"],
         "POSTGRES_PORT": port,
@@ -179,9 +179,7 @@ def store_env(url: str, *, cipher_key: str | None = None, compress: bool = False
 def canonical_url(url: str, env: Mapping[str, str]) -> str:
     """The URL that opens the same store again: an anonymous ``memory://`` store gets
     the name it was given, so that projections in this process can follow it."""
-    if env["PERSISTENCE_MODULE"] == "covonaut_es.store._memory":
-        return f"memory://{env['MEMORY_STORE_NAME']}"
-    return url
+    return backend_for_env(env).canonical_url(url, env)
 
 
 def redact(url: str) -> str:

@@ -24,8 +24,8 @@ from covonaut_es.errors import (
 from covonaut_es.runtime import AgentConfig, running_calls
 from covonaut_es.runtime._config import bound_config
 from covonaut_es.store import Store
+from covonaut_es.store._backend import POLL_INTERVAL
 from covonaut_es.store._leases import HEARTBEAT_INTERVAL, WorkerRecord, now_record
-from covonaut_es.store._polling import POLL_INTERVAL
 from covonaut_es.workers._ready import TRACKED, ReadyThreads
 from covonaut_es.workers._step import Action, pause_in_doubt, step
 

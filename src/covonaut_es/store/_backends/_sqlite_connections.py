@@ -11,11 +11,12 @@ for them and used by one thread at a time, so that they skip the pool's locks to
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from eventsourcing.persistence import (
     ConnectionPoolClosedError,
@@ -30,21 +31,84 @@ from eventsourcing.sqlite import (
     SQLiteDatastore,
 )
 
+from covonaut_es.errors import StoreFileReplacedError
+
 STATEMENT_CACHE_SIZE = 32
 """Statements each connection keeps parsed: a save uses five at most, a restore four."""
 
 
-def keep_statements(factory: Any) -> None:
-    """Have the connections of ``factory``'s SQLite datastore, if it has one, keep their
-    statements parsed. Call it before the first connection is opened."""
-    datastore = getattr(factory, "datastore", None)
-    if isinstance(datastore, SQLiteDatastore):
-        datastore.pool.__class__ = _StatementKeepingPool
+class StoreFile:
+    """The file a SQLite store opened, known by its device and inode from its first
+    connection on, so that a write can tell the path now names another file (a backup
+    restored with ``mv``) or none: its connections would go on writing into the old,
+    unlinked one, and the writes would be lost.
+
+    Args:
+        path: The file's path.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._identity: tuple[int, int] | None = None
+
+    def note(self) -> None:
+        """Remember which file the path names, unless a connection did already."""
+        if self._identity is None:
+            found = os.stat(self.path)
+            self._identity = (found.st_dev, found.st_ino)
+
+    def check(self) -> None:
+        """Raise unless the path still names the file the store opened (one stat).
+
+        Raises:
+            StoreFileReplacedError: Another file took its name, or it was deleted.
+        """
+        if self._identity is None:
+            return
+        try:
+            found = os.stat(self.path)
+        except FileNotFoundError:
+            problem = "it was deleted"
+        else:
+            if (found.st_dev, found.st_ino) == self._identity:
+                return
+            problem = "another file took its name (moved or restored over it)"
+        msg = (
+            f"the SQLite file {self.path!r} was replaced while the store was open: "
+            f"{problem}; nothing was written: open the store again to write to the file "
+            "the path names now"
+        )
+        raise StoreFileReplacedError(msg)
 
 
-class _StatementKeepingPool(SQLiteConnectionPool):
+class StatementKeepingPool(SQLiteConnectionPool):
+    """eventsourcing's SQLite pool, its connections keeping their statements parsed,
+    refusing a writer's connection once the store's file was replaced.
+
+    ``_create_connection`` and ``_sqlite_conn`` are eventsourcing's private names,
+    checked against eventsourcing 9.5.6.
+
+    Args:
+        db_name: The database, as eventsourcing's pool takes it.
+        lock_timeout: As eventsourcing's pool takes it.
+        file: The database's file, if it is one (not in memory).
+    """
+
+    def __init__(self, *, db_name: str, lock_timeout: int | None, file: str | None) -> None:
+        super().__init__(db_name=db_name, lock_timeout=lock_timeout)
+        self.file = StoreFile(file) if file is not None else None
+
+    def get_connection(
+        self, timeout: float | None = None, *, is_writer: bool | None = None
+    ) -> SQLiteConnection:
+        if is_writer and self.file is not None:
+            self.file.check()
+        return super().get_connection(timeout, is_writer=is_writer)
+
     def _create_connection(self) -> SQLiteConnection:
         connection = _connect(self, max_age=self.max_age)
+        if self.file is not None:
+            self.file.note()
         if not self.is_sqlite_memory_mode and not self.is_journal_mode_wal:
             # As eventsourcing's pool does: the file is put in WAL mode once.
             (mode,) = connection._sqlite_conn.execute("PRAGMA journal_mode").fetchone()
@@ -100,6 +164,7 @@ class SQLiteWriter:
 
         Raises:
             ConnectionPoolClosedError: The store is closed.
+            StoreFileReplacedError: The store's file was replaced or deleted.
             ConnectionUnavailableError: Another thread's save held the connection for
                 longer than the pool's timeout, as the pool's writer would have.
         """
@@ -115,6 +180,8 @@ class SQLiteWriter:
             connection = self._connection
             if connection is None or pool.closed:
                 raise ConnectionPoolClosedError
+            if isinstance(pool, StatementKeepingPool) and pool.file is not None:
+                pool.file.check()
             try:
                 with connection.transaction(commit=True) as cursor:
                     yield cursor
@@ -133,3 +200,13 @@ class SQLiteWriter:
             if self._connection is not None:
                 self._connection.close()
                 self._connection = None
+
+
+def sqlite_file(db_name: str) -> str | None:
+    """The file of a SQLite database name (a path or a ``file:`` URI); None for an
+    in-memory database."""
+    if db_name == ":memory:" or "mode=memory" in db_name:
+        return None
+    if db_name.startswith("file:"):
+        return unquote(urlsplit(db_name).path)
+    return db_name

@@ -4,20 +4,20 @@ eventsourcing 9.5.6's SQLite recorder has no subscriptions (SQLite cannot notify
 connections, let alone other processes). This one wakes its subscription's reader every
 ``POLL_INTERVAL`` seconds; the reader then selects new notifications exactly as the
 listen/notify subscriptions of the other back ends do.
+
+``_has_been_notified`` of eventsourcing's subscription is a private name, checked
+against eventsourcing 9.5.6.
 """
 
 from __future__ import annotations
 
-import functools
 import threading
 from collections.abc import Sequence
-from uuid import UUID
 
 from eventsourcing.persistence import ApplicationRecorder, ListenNotifySubscription, Subscription
 from eventsourcing.sqlite import SQLiteApplicationRecorder
 
-POLL_INTERVAL = 0.05
-"""Seconds between polls: the added lag of a SQLite projection, at most."""
+from covonaut_es.store._backend import POLL_INTERVAL
 
 
 class PollingSubscription(ListenNotifySubscription[SQLiteApplicationRecorder]):
@@ -47,21 +47,9 @@ class PollingSubscription(ListenNotifySubscription[SQLiteApplicationRecorder]):
 
 
 class PollingSQLiteApplicationRecorder(SQLiteApplicationRecorder):
-    """The stock SQLite application recorder, plus a polling ``subscribe``, reading a
-    stream's rows without parsing its hex id again for every row."""
-
-    def convert_originator_id(self, originator_id: str) -> UUID | str:
-        if self.datastore.originator_id_type != "uuid":
-            return originator_id
-        return _uuid(originator_id)
+    """The stock SQLite application recorder, plus a polling ``subscribe``."""
 
     def subscribe(
         self, gt: int | None = None, topics: Sequence[str] = ()
     ) -> Subscription[ApplicationRecorder]:
         return PollingSubscription(self, gt=gt, topics=topics)
-
-
-@functools.lru_cache(maxsize=1024)
-def _uuid(hex_id: str) -> UUID:
-    # A restore reads hundreds of rows of one stream: parsing its id once pays.
-    return UUID(hex_id)

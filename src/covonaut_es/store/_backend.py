@@ -1,0 +1,116 @@
+"""The port every back end of a store supplies (ADR 0028).
+
+A back end is an eventsourcing persistence module of :mod:`covonaut_es.store._backends`
+(``memory``, ``sqlite``, ``postgres``): its factory builds its own recorder classes, and
+its :data:`BACKEND` object answers the few questions the rest of the store asks of a
+database (head anchors, the settings table, snapshot replacement, leases, the setup
+lock, the canonical URL). Nothing outside the back-end modules asks which back end it
+has: it asks the port, which :func:`backend_of` (an open application's factory) or
+:func:`backend_for_env` (an environment, before anything is open) hands out, each in
+this one place.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+from uuid import UUID
+
+from eventsourcing.persistence import ApplicationRecorder, EventStore, InfrastructureFactory
+
+if TYPE_CHECKING:
+    from covonaut_es.domain import ThreadSnapshot
+    from covonaut_es.store._heads import HeadAnchor
+    from covonaut_es.store._leases import LeaseBackend
+    from covonaut_es.store._settings_tables import SettingsTable
+
+POLL_INTERVAL = 0.05
+"""Seconds between polls of a back end that cannot notify (SQLite): the added lag of its
+projections, at most."""
+
+BackendName = Literal["memory", "sqlite", "postgres"]
+
+MODULES: Mapping[BackendName, str] = {
+    "memory": "covonaut_es.store._backends.memory",
+    "sqlite": "covonaut_es.store._backends.sqlite",
+    "postgres": "covonaut_es.store._backends.postgres",
+}
+"""The persistence module (``PERSISTENCE_MODULE``) of each back end."""
+
+
+class Backend(Protocol):
+    """What a back end supplies to the store; see the back-end modules."""
+
+    name: BackendName
+    """Names the back end (views of the reviewer queue are chosen by it)."""
+
+    def owns(self, factory: InfrastructureFactory[Any]) -> bool:
+        """Whether ``factory`` (ours, or eventsourcing's own that a user's application
+        may name) is of this back end's database."""
+
+    def check_file(self, env: Mapping[str, str], url: str) -> None:
+        """Check what ``env`` opens before eventsourcing opens (and writes) it."""
+
+    def setup_lock(self, env: Mapping[str, str]) -> AbstractContextManager[None]:
+        """Held while an application of ``env`` creates its tables."""
+
+    def canonical_url(self, url: str, env: Mapping[str, str]) -> str:
+        """The URL that opens the same store again."""
+
+    def anchor_heads(self, recorder: ApplicationRecorder, *, create: bool) -> None:
+        """Have ``recorder`` write head anchors, creating their table if ``create``."""
+
+    def guards_new_streams(self, recorder: ApplicationRecorder) -> bool:
+        """Whether ``recorder`` refuses events in a stream said to be new."""
+
+    def read_head(self, recorder: ApplicationRecorder, stream: UUID) -> HeadAnchor:
+        """What the head table says of ``stream``."""
+
+    def close_writer(self, recorder: ApplicationRecorder) -> None:
+        """Close the connection ``recorder`` writes through, where it has its own."""
+
+    def settings_table(
+        self, factory: InfrastructureFactory[Any], recorder: ApplicationRecorder
+    ) -> SettingsTable:
+        """The table of the store's recorded settings."""
+
+    def replace_snapshot(self, snapshots: EventStore[UUID], snapshot: ThreadSnapshot) -> None:
+        """Store ``snapshot`` and drop its thread's older ones (ADR 0014)."""
+
+    def lease_backend(
+        self, factory: InfrastructureFactory[Any], recorder: ApplicationRecorder, holder: str
+    ) -> LeaseBackend:
+        """The run leases of the database (ADR 0016)."""
+
+
+def backend_for_env(env: Mapping[str, str]) -> Backend:
+    """The back end whose module ``env``'s ``PERSISTENCE_MODULE`` names, as a store URL
+    sets it (:mod:`._urls`); only these modules are ever imported.
+
+    Raises:
+        KeyError: The module is no back end of a store.
+    """
+    by_module = {module: name for name, module in MODULES.items()}
+    return _load(by_module[env["PERSISTENCE_MODULE"]])
+
+
+def backend_of(factory: InfrastructureFactory[Any]) -> Backend:
+    """The back end of an open application's ``factory``: ours or eventsourcing's own
+    factory of that database. Any other persistence module (a user's application may
+    name one) gets the in-memory back end's parts, which ask nothing of its database:
+    no head anchors, settings and leases kept in this process, snapshots all kept."""
+    for name in MODULES:
+        if name == "postgres" and "eventsourcing.postgres" not in sys.modules:
+            continue  # not imported for nothing: it needs psycopg
+        backend = _load(name)
+        if backend.owns(factory):
+            return backend
+    return _load("memory")
+
+
+def _load(name: BackendName) -> Backend:
+    backend: Backend = importlib.import_module(MODULES[name]).BACKEND
+    return backend

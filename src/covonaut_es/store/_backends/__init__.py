@@ -1,0 +1,7 @@
+"""The back ends of a store, one eventsourcing persistence module each (ADR 0028).
+
+``memory``, ``sqlite`` and ``postgres`` are what ``PERSISTENCE_MODULE`` names: each has
+one factory class, its own recorder classes, and a ``BACKEND`` object, its side of the
+port :class:`~covonaut_es.store._backend.Backend`. Only :mod:`covonaut_es.store` imports
+them, and only these modules use private names of eventsourcing's persistence.
+"""

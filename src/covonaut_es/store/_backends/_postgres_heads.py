@@ -1,0 +1,203 @@
+"""The head anchors and lease fences of a PostgreSQL store: their tables, and the
+store's insert function that writes events and heads and checks fences in one statement
+(ADR 0013, ADR 0016, ADR 0015)."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from typing import Any
+from uuid import UUID
+
+import msgspec
+from eventsourcing.persistence import InterfaceError, OperationalError, StoredEvent
+from eventsourcing.utils import retry
+from psycopg.sql import SQL, Identifier
+
+from covonaut_es.errors import LeaseLostError
+from covonaut_es.store._backends._postgres_leases import lock_ids
+from covonaut_es.store._backends._postgres_rows import encode_json, rows_json, select_rows
+from covonaut_es.store._heads import Fence, Head, heads_table, lease_lost, lease_table
+
+SESSION_HOLDS_LOCK = (
+    "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND pid = %s "
+    "AND classid = %s AND objid = %s AND objsubid = 1"
+)
+"""Whether a backend process (the fence's session) holds a stream's advisory lock."""
+
+_LEASE_LOST = "covonaut lease lost"
+"""Starts the message the insert function raises for a fence that no longer stands."""
+
+
+def lease_lost_in(exc: Exception, fences: Sequence[Fence]) -> Exception:
+    """A :class:`LeaseLostError` for the insert function's refusal; else ``exc``."""
+    if isinstance(exc, LeaseLostError) or _LEASE_LOST not in str(exc):
+        return exc
+    problem = str(exc).partition(_LEASE_LOST + ": ")[2].splitlines()[0]
+    stream, token = fences[0][:2] if fences else (UUID(int=0), 0)
+    for fenced_stream, fenced_token, _ in fences:
+        if str(fenced_stream) in problem:
+            stream, token = fenced_stream, fenced_token
+    return lease_lost(stream, token, problem.removeprefix(f"stream {stream}: "))
+
+
+@retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)  # as eventsourcing's
+def insert_in_one_statement(
+    recorder: Any,
+    stored_events: Sequence[StoredEvent],
+    heads: Sequence[Head],
+    new_streams: Collection[UUID],
+    fences: Sequence[Fence],
+) -> list[int]:
+    """Insert events and heads and check fences in one call of the insert function
+    (autocommit); the events' notification ids."""
+    params = (
+        rows_json(stored_events),
+        encode_json([_HeadRow(*head, new=head[0] in new_streams) for head in heads]).decode(),
+        encode_json([_FenceRow.of(fence) for fence in fences]).decode(),
+        f"{recorder.datastore.lock_timeout}s",
+    )
+    with recorder.datastore.get_connection() as conn:
+        rows = conn.execute(recorder.insert_function, params, prepare=True).fetchall()
+    return [row["notification_id"] for row in rows]
+
+
+class _HeadRow(msgspec.Struct):
+    originator_id: UUID
+    version: int
+    chain: str
+    new: bool  # the stream is in NEW_STREAMS
+
+
+class _FenceRow(msgspec.Struct):
+    originator_id: UUID
+    token: int
+    session: int  # the backend process that holds the lock, or 0
+    classid: int  # the lock as pg_locks shows it
+    objid: int
+
+    @classmethod
+    def of(cls, fence: Fence) -> _FenceRow:
+        stream, token, session = fence
+        return cls(stream, token, session, *lock_ids(stream))
+
+
+def heads_tables(recorder: Any, *, create: bool) -> bool:
+    """Whether the head table exists, creating it (anchoring the threads stored) and the
+    lease table if ``create``."""
+    schema = recorder.datastore.schema
+    table = f'"{schema}"."{heads_table(recorder)}"'
+    events = f'"{schema}"."{recorder.events_table_name}"'
+    with recorder.datastore.transaction(commit=True) as curs:
+        if create:
+            curs.execute(
+                f'CREATE TABLE IF NOT EXISTS "{schema}"."{lease_table(recorder)}" '
+                "(originator_id uuid PRIMARY KEY, token bigint NOT NULL)"
+            )
+        curs.execute("SELECT to_regclass(%s) AS found", (table,))
+        row = curs.fetchone()
+        if row is not None and row["found"] is not None:
+            return True
+        if not create:
+            return False
+        curs.execute(
+            f"CREATE TABLE {table} (originator_id uuid PRIMARY KEY, "
+            "version bigint NOT NULL, chain text NOT NULL)"
+        )
+        curs.execute(
+            f"INSERT INTO {table} SELECT originator_id, MAX(originator_version), '' "
+            f"FROM {events} GROUP BY originator_id"
+        )
+    return True
+
+
+def insert_function_call(recorder: Any, *, create: bool) -> str | None:
+    """The call of the store's insert function, creating it if ``create``; None when it
+    is absent and may not be created."""
+    schema = Identifier(recorder.datastore.schema)
+    name = f"{recorder.events_table_name}_insert"
+    function = SQL("{schema}.{name}").format(schema=schema, name=Identifier(name))
+    with recorder.datastore.transaction(commit=True) as curs:
+        if create:
+            curs.execute(
+                SQL(_INSERT_FUNCTION).format(
+                    function=function,
+                    schema=schema,
+                    events=Identifier(recorder.events_table_name),
+                    heads=Identifier(heads_table(recorder)),
+                    leases=Identifier(lease_table(recorder)),
+                    rows=select_rows(SQL("events"), recorder.datastore.originator_id_type),
+                    channel=Identifier(recorder.channel_name),
+                )
+            )
+        else:
+            curs.execute(
+                "SELECT to_regprocedure(%s) AS found",
+                (f'"{recorder.datastore.schema}"."{name}"(json, json, json, text)',),
+            )
+            row = curs.fetchone()
+            if row is None or row["found"] is None:
+                return None
+        # Rendered once: a composed query is rendered again on every execution.
+        return (
+            SQL(
+                "SELECT notification_id FROM {function}(%s::json, %s::json, %s::json, %s) "
+                "AS notification_id"
+            )
+            .format(function=function)
+            .as_string(curs)
+        )
+
+
+_INSERT_FUNCTION = """
+CREATE OR REPLACE FUNCTION {function}(events json, heads json, fences json, timeout text)
+RETURNS SETOF bigint LANGUAGE plpgsql AS $body$
+DECLARE
+    lost record;
+BEGIN
+    PERFORM set_config('lock_timeout', timeout, true);
+    LOCK TABLE {schema}.{events} IN EXCLUSIVE MODE;
+    -- A new lease of a fenced stream waits for this insert to commit, or wins first.
+    PERFORM FROM {schema}.{leases} WHERE originator_id IN (
+        SELECT f.originator_id FROM json_to_recordset(fences) AS f(originator_id uuid)
+    ) FOR SHARE;
+    SELECT f.originator_id, l.token INTO lost
+        FROM json_to_recordset(fences) AS f(originator_id uuid, token bigint)
+        LEFT JOIN {schema}.{leases} AS l ON l.originator_id = f.originator_id
+        WHERE l.token IS DISTINCT FROM f.token
+        LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'covonaut lease lost: stream %: the store records lease %',
+            lost.originator_id, coalesce(lost.token::text, 'none');
+    END IF;
+    SELECT f.originator_id, f.session AS token INTO lost
+        FROM json_to_recordset(fences)
+            AS f(originator_id uuid, session integer, classid oid, objid oid)
+        WHERE f.session <> 0 AND NOT EXISTS (
+            SELECT FROM pg_locks AS k WHERE k.locktype = 'advisory' AND k.granted
+            AND k.pid = f.session AND k.classid = f.classid AND k.objid = f.objid
+            AND k.objsubid = 1
+        )
+        LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'covonaut lease lost: stream %: database session % holds its lock no more',
+            lost.originator_id, lost.token;
+    END IF;
+    IF EXISTS (
+        SELECT FROM json_to_recordset(heads) AS h(originator_id uuid, new boolean)
+        JOIN {schema}.{events} AS e ON e.originator_id = h.originator_id WHERE h.new
+    ) THEN
+        RAISE unique_violation USING MESSAGE = 'a new stream already has events';
+    END IF;
+    NOTIFY {channel};
+    INSERT INTO {schema}.{heads} (originator_id, version, chain)
+        SELECT * FROM json_to_recordset(heads)
+            AS h(originator_id uuid, version bigint, chain text)
+        ON CONFLICT (originator_id) DO UPDATE
+        SET version = EXCLUDED.version, chain = EXCLUDED.chain;
+    RETURN QUERY INSERT INTO {schema}.{events}
+        (originator_id, originator_version, topic, state)
+        {rows}
+        RETURNING notification_id;
+END;
+$body$
+"""

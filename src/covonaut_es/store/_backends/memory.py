@@ -1,0 +1,203 @@
+"""The in-memory back end: stores that several applications of one process can share
+by name (ADR 0028).
+
+eventsourcing's POPO recorders belong to the application that made them. A store's
+projections run in applications of their own, so ``memory://NAME`` stores keep their
+recorders here, by name, for as long as some application uses them (then they go, as
+in-memory data does). Selected with
+``PERSISTENCE_MODULE=covonaut_es.store._backends.memory``. Its application recorder keeps
+head anchors and lease tokens in dictionaries beside the events.
+
+Private names of eventsourcing's POPO recorder used here (``_assert_uniqueness``,
+``_update_table``, ``_stored_events_index``, ``_database_lock``) were checked against
+eventsourcing 9.5.6.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import weakref
+from collections.abc import Mapping, Sequence
+from typing import Any
+from uuid import UUID
+
+from eventsourcing import popo
+from eventsourcing.persistence import (
+    AggregateRecorder,
+    ApplicationRecorder,
+    EventStore,
+    InfrastructureFactory,
+    StoredEvent,
+)
+from eventsourcing.popo import POPOAggregateRecorder, POPOApplicationRecorder, POPOTrackingRecorder
+
+from covonaut_es.domain import ThreadSnapshot
+from covonaut_es.store._backend import BackendName
+from covonaut_es.store._heads import (
+    FENCES,
+    HEADS,
+    NEW_STREAMS,
+    HeadAnchor,
+    anchor_in,
+    check_fences,
+    taken,
+)
+from covonaut_es.store._leases import LeaseBackend, MemoryLeases
+from covonaut_es.store._settings_tables import MemorySettings, SettingsTable
+
+MEMORY_STORE_NAME = "MEMORY_STORE_NAME"
+
+
+class MemoryApplicationRecorder(POPOApplicationRecorder):
+    """eventsourcing's POPO application recorder that, once :meth:`anchor_heads` is
+    called (by the store's application), keeps head anchors and lease tokens and
+    honours the store's ``insert_events`` keywords."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.anchoring = False
+        self.thread_heads: dict[UUID, tuple[int, str]] = {}
+        self.lease_tokens: dict[UUID, int] = {}
+
+    def anchor_heads(self) -> None:
+        """Write head anchors from now on (every save of the store's application)."""
+        self.anchoring = True
+
+    def _assert_uniqueness(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> None:
+        super()._assert_uniqueness(stored_events, **kwargs)  # under the database lock
+        if not self.anchoring:
+            return
+        for stream in kwargs.get(NEW_STREAMS, ()):
+            if self._stored_events_index.get(str(stream)):
+                raise taken(stream)
+        check_fences(kwargs.get(FENCES, ()), self.lease_tokens.get)
+
+    def advance_lease_token(self, stream: UUID) -> int:
+        """Record a new run lease of ``stream``: its token, one more than the last."""
+        with self._database_lock:
+            token = self.lease_tokens.get(stream, 0) + 1
+            self.lease_tokens[stream] = token
+            return token
+
+    def lease_token(self, stream: UUID) -> int | None:
+        """The token of ``stream``'s newest run lease; None before its first."""
+        with self._database_lock:
+            return self.lease_tokens.get(stream)
+
+    def _update_table(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Any:
+        ids = super()._update_table(stored_events, **kwargs)  # under the database lock
+        if self.anchoring:
+            for stream, version, chain in kwargs.get(HEADS, ()):
+                self.thread_heads[stream] = (version, chain)
+        return ids
+
+    def read_head(self, stream: UUID) -> HeadAnchor:
+        """What the head anchors say of ``stream``."""
+        if not self.anchoring:
+            return HeadAnchor(store_anchors=False)
+        with self._database_lock:
+            return anchor_in(dict(self.thread_heads), stream)
+
+
+class _SharedMemory:
+    """The recorders of one named in-memory store."""
+
+    def __init__(self) -> None:
+        self.events = MemoryApplicationRecorder()
+        self.aggregates: dict[str, AggregateRecorder] = {}
+        self.trackers: dict[type[POPOTrackingRecorder], POPOTrackingRecorder] = {}
+        self.settings: dict[str, str] = {}  # the store's recorded options (see _settings)
+        self.lock = threading.Lock()
+
+
+_stores: weakref.WeakValueDictionary[str, _SharedMemory] = weakref.WeakValueDictionary()
+_stores_lock = threading.Lock()
+
+
+# eventsourcing looks for exactly one factory class in a persistence module.
+class Factory(popo.POPOFactory):
+    """A POPO factory whose recorders are shared by every application of one name."""
+
+    def __init__(self, env: Any) -> None:
+        super().__init__(env)
+        name = self.env.get(MEMORY_STORE_NAME) or ""
+        with _stores_lock:
+            memory = _stores.get(name)
+            if memory is None:
+                memory = _stores[name] = _SharedMemory()
+        self._memory = memory  # held by the factory, so by each application using it
+
+    @property
+    def settings(self) -> dict[str, str]:
+        """The options the store was created with, as :mod:`._settings` records them."""
+        return self._memory.settings
+
+    def application_recorder(self) -> ApplicationRecorder:
+        return self._memory.events
+
+    def aggregate_recorder(self, purpose: str = "events") -> AggregateRecorder:
+        with self._memory.lock:
+            return self._memory.aggregates.setdefault(purpose, POPOAggregateRecorder())
+
+    def tracking_recorder(
+        self, tracking_recorder_class: type[POPOTrackingRecorder] | None = None
+    ) -> POPOTrackingRecorder:
+        recorder_class = tracking_recorder_class or POPOTrackingRecorder
+        with self._memory.lock:
+            if recorder_class not in self._memory.trackers:
+                self._memory.trackers[recorder_class] = super().tracking_recorder(recorder_class)
+            return self._memory.trackers[recorder_class]
+
+
+class _MemoryBackend:
+    """The port of the in-memory back end (see :class:`~covonaut_es.store._backend.Backend`)."""
+
+    name: BackendName = "memory"
+
+    def owns(self, factory: InfrastructureFactory[Any]) -> bool:
+        return isinstance(factory, popo.POPOFactory)
+
+    def check_file(self, env: Mapping[str, str], url: str) -> None:
+        return
+
+    def setup_lock(self, env: Mapping[str, str]) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
+    def canonical_url(self, url: str, env: Mapping[str, str]) -> str:
+        # An anonymous store gets the name it was given, so that projections in this
+        # process can follow it.
+        return f"memory://{env[MEMORY_STORE_NAME]}"
+
+    def anchor_heads(self, recorder: ApplicationRecorder, *, create: bool) -> None:
+        if isinstance(recorder, MemoryApplicationRecorder):
+            recorder.anchor_heads()
+
+    def guards_new_streams(self, recorder: ApplicationRecorder) -> bool:
+        return isinstance(recorder, MemoryApplicationRecorder) and recorder.anchoring
+
+    def read_head(self, recorder: ApplicationRecorder, stream: UUID) -> HeadAnchor:
+        if isinstance(recorder, MemoryApplicationRecorder):
+            return recorder.read_head(stream)
+        return HeadAnchor(store_anchors=False)
+
+    def close_writer(self, recorder: ApplicationRecorder) -> None:
+        return
+
+    def settings_table(
+        self, factory: InfrastructureFactory[Any], recorder: ApplicationRecorder
+    ) -> SettingsTable:
+        return MemorySettings(factory.settings if isinstance(factory, Factory) else {})
+
+    def replace_snapshot(self, snapshots: EventStore[UUID], snapshot: ThreadSnapshot) -> None:
+        snapshots.put([snapshot])  # the data dies with the process: all are kept
+
+    def lease_backend(
+        self, factory: InfrastructureFactory[Any], recorder: ApplicationRecorder, holder: str
+    ) -> LeaseBackend:
+        tokens = recorder if self.guards_new_streams(recorder) else None
+        return MemoryLeases(holder, recorder, tokens)  # type: ignore[arg-type]
+
+
+BACKEND = _MemoryBackend()
+"""This back end's port."""

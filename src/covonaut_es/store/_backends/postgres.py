@@ -1,0 +1,370 @@
+"""The PostgreSQL back end: a store in a PostgreSQL database (ADR 0028).
+
+Selected with ``PERSISTENCE_MODULE=covonaut_es.store._backends.postgres``: eventsourcing's
+PostgreSQL persistence, with an application recorder that anchors heads and checks
+lease fences in the saves' transaction, through an insert function of the store's own
+(ADR 0013, ADR 0016, :mod:`._postgres_heads`), snapshots sent as JSON
+(:mod:`._postgres_rows`, ADR 0015) that replace their thread's older ones (ADR 0014),
+the URL's further parameters given to every connection, and leases held as advisory
+locks (:mod:`._postgres_leases`). Imported only for a PostgreSQL store: it needs psycopg.
+
+Private names of eventsourcing used here (``_insert_events`` of the PostgreSQL
+application recorder, ``_insert_stored_events`` of its aggregate recorder) were checked
+against eventsourcing 9.5.6.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+from uuid import UUID
+
+import psycopg
+from eventsourcing import postgres
+from eventsourcing.persistence import (
+    ApplicationRecorder,
+    EventStore,
+    InfrastructureFactory,
+    InterfaceError,
+    Notification,
+    OperationalError,
+    StoredEvent,
+)
+from eventsourcing.utils import retry
+from psycopg.conninfo import make_conninfo
+from psycopg.sql import SQL, Identifier
+
+from covonaut_es.domain import ThreadSnapshot
+from covonaut_es.errors import StoreUnavailableError
+from covonaut_es.store._backend import BackendName
+from covonaut_es.store._backends._postgres_heads import (
+    SESSION_HOLDS_LOCK,
+    heads_tables,
+    insert_function_call,
+    insert_in_one_statement,
+    lease_lost_in,
+)
+from covonaut_es.store._backends._postgres_leases import PostgresLeases, lock_ids
+from covonaut_es.store._backends._postgres_rows import rows_json, select_rows
+from covonaut_es.store._heads import (
+    FENCES,
+    HEADS,
+    NEW_STREAMS,
+    HeadAnchor,
+    anchor_in,
+    check_fences,
+    heads_table,
+    lease_table,
+    refuse_taken_streams,
+)
+from covonaut_es.store._leases import LeaseBackend
+from covonaut_es.store._rows import building_records, checked_head, checked_records
+from covonaut_es.store._settings_tables import SETTINGS_TABLE, SettingsTable, SQLSettings, column
+from covonaut_es.store._urls import postgres_params
+
+
+class PostgresApplicationRecorder(postgres.PostgresApplicationRecorder):
+    """The store's application recorder: once :meth:`anchor_heads` found or made its
+    tables, saves write head anchors, check lease fences and refuse events in streams
+    said to be new, in the insert's transaction.
+
+    Where the store's insert function exists (:mod:`._postgres_heads`), events and heads
+    are written by one call of it, in autocommit: it takes the table lock that
+    keeps notification ids in commit order, writes, and commits within one statement,
+    so the lock is never held across a round trip to the client (eventsourcing's
+    recorder holds it from its ``LOCK TABLE`` until the client's ``COMMIT``). Else the
+    heads ride along eventsourcing's own insert.
+    """
+
+    anchoring = False
+    insert_function: str | None = None  # the call of the store's insert function, if any
+
+    def select_events(
+        self,
+        originator_id: UUID | str,
+        *,
+        gt: int | None = None,
+        lte: int | None = None,
+        desc: bool = False,
+        limit: int | None = None,
+    ) -> Sequence[StoredEvent]:
+        """As eventsourcing's, each row checked (:mod:`covonaut_es.store._rows`)."""
+        reading = f"stream {originator_id}"
+        with building_records(reading):
+            found = super().select_events(originator_id, gt=gt, lte=lte, desc=desc, limit=limit)
+        return checked_records(found, reading=reading)
+
+    def select_notifications(
+        self,
+        start: int | None,
+        limit: int,
+        stop: int | None = None,
+        topics: Sequence[str] = (),
+        *,
+        inclusive_of_start: bool = True,
+    ) -> Sequence[Notification]:
+        """As eventsourcing's, each row checked (:mod:`covonaut_es.store._rows`)."""
+        with building_records():
+            found = super().select_notifications(
+                start, limit, stop, topics, inclusive_of_start=inclusive_of_start
+            )
+        return checked_records(found)
+
+    def anchor_heads(self, *, create: bool) -> None:
+        """Write head anchors from now on, creating their table, the lease table and
+        the insert function if ``create``; stay as eventsourcing's recorder when the
+        table is absent and may not be created."""
+        if self.anchoring or not heads_tables(self, create=create):
+            return
+        self.insert_function = insert_function_call(self, create=create)
+        self.anchoring = True
+
+    def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Any:
+        if not self.anchoring:
+            return super().insert_events(stored_events, **kwargs)
+        try:
+            if self.insert_function is None or not stored_events:
+                return super().insert_events(stored_events, **kwargs)
+            return insert_in_one_statement(
+                self,
+                stored_events,
+                kwargs.get(HEADS, ()),
+                kwargs.get(NEW_STREAMS, ()),
+                kwargs.get(FENCES, ()),
+            )
+        except Exception as exc:
+            raise lease_lost_in(exc, kwargs.get(FENCES, ())) from exc
+
+    def _insert_events(
+        self, curs: Any, stored_events: Sequence[StoredEvent], **kwargs: Any
+    ) -> None:
+        super()._insert_events(curs, stored_events, **kwargs)
+        if not self.anchoring:
+            return
+        events = f'"{self.datastore.schema}"."{self.events_table_name}"'
+
+        def count(stream: UUID) -> int:  # under the table lock the insert took
+            curs.execute(f"SELECT COUNT(*) AS n FROM {events} WHERE originator_id = %s", (stream,))
+            return int(curs.fetchone()["n"])
+
+        refuse_taken_streams(kwargs, stored_events, count)
+        leases = f'"{self.datastore.schema}"."{lease_table(self)}"'
+
+        def token_of(stream: UUID) -> int | None:  # read under the lease row's share lock
+            curs.execute(
+                f"SELECT token FROM {leases} WHERE originator_id = %s FOR SHARE", (stream,)
+            )
+            row = curs.fetchone()
+            return None if row is None else int(row["token"])
+
+        def holds_lock(stream: UUID, session: int) -> bool:
+            curs.execute(SESSION_HOLDS_LOCK, (session, *lock_ids(stream)))
+            return curs.fetchone() is not None
+
+        check_fences(kwargs.get(FENCES, ()), token_of, holds_lock)
+        table = f'"{self.datastore.schema}"."{heads_table(self)}"'
+        for stream, version, chain in kwargs.get(HEADS, ()):
+            curs.execute(
+                f"INSERT INTO {table} (originator_id, version, chain) VALUES (%s, %s, %s) "
+                "ON CONFLICT (originator_id) DO UPDATE SET version = EXCLUDED.version, "
+                "chain = EXCLUDED.chain",
+                (stream, version, chain),
+            )
+
+    # Retried as eventsourcing's reads and writes are, so that a session the pool lost
+    # (a restart) is not the lease's error; a repeated advance only skips a token.
+    @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
+    def advance_lease_token(self, stream: UUID) -> int:
+        """Record a new run lease of ``stream``: its token, one more than the last."""
+        table = f'"{self.datastore.schema}"."{lease_table(self)}"'
+        with self.datastore.transaction(commit=True) as curs:
+            curs.execute(
+                f"INSERT INTO {table} AS l (originator_id, token) VALUES (%s, 1) "
+                "ON CONFLICT (originator_id) DO UPDATE SET token = l.token + 1 RETURNING token",
+                (stream,),
+            )
+            row = curs.fetchone()
+            assert row is not None  # RETURNING gives the row written
+            return int(row["token"])
+
+    @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
+    def lease_token(self, stream: UUID) -> int | None:
+        """The token of ``stream``'s newest run lease; None before its first."""
+        table = f'"{self.datastore.schema}"."{lease_table(self)}"'
+        with self.datastore.transaction(commit=False) as curs:
+            curs.execute(f"SELECT token FROM {table} WHERE originator_id = %s", (stream,))
+            row = curs.fetchone()
+            return None if row is None else int(row["token"])
+
+    def read_head(self, stream: UUID) -> HeadAnchor:
+        """What the head table says of ``stream``."""
+        if not self.anchoring:
+            return HeadAnchor(store_anchors=False)
+        table = f'"{self.datastore.schema}"."{heads_table(self)}"'
+        with self.datastore.transaction(commit=False) as curs:
+            curs.execute(
+                f"SELECT originator_id, version, chain FROM {table} "
+                "WHERE originator_id = %s OR originator_id = (SELECT originator_id "
+                f"FROM {table} LIMIT 1)",
+                (stream,),
+            )
+            rows = dict(checked_head(r["originator_id"], r["version"], r["chain"]) for r in curs)
+        return anchor_in(rows, stream)
+
+
+class PostgresAggregateRecorder(postgres.PostgresAggregateRecorder):
+    """The snapshots' recorder: rows sent as one JSON document (ADR 0015)."""
+
+    def __init__(self, datastore: postgres.PostgresDatastore, **kwargs: Any) -> None:
+        super().__init__(datastore, **kwargs)
+        insert = SQL(
+            "INSERT INTO {schema}.{table} (originator_id, originator_version, topic, state) "
+        )
+        self.json_insert = insert.format(
+            schema=Identifier(datastore.schema), table=Identifier(self.events_table_name)
+        ) + select_rows(SQL("%s::json"), datastore.originator_id_type)
+
+    def _insert_stored_events(
+        self, curs: Any, stored_events: Sequence[StoredEvent], **_: Any
+    ) -> None:
+        curs.execute(self.json_insert, (rows_json(stored_events),))
+
+    def select_events(
+        self,
+        originator_id: UUID | str,
+        *,
+        gt: int | None = None,
+        lte: int | None = None,
+        desc: bool = False,
+        limit: int | None = None,
+    ) -> Sequence[StoredEvent]:
+        """As eventsourcing's, each row checked (:mod:`covonaut_es.store._rows`)."""
+        reading = f"stream {originator_id}"
+        with building_records(reading):
+            found = super().select_events(originator_id, gt=gt, lte=lte, desc=desc, limit=limit)
+        return checked_records(found, reading=reading)
+
+
+# eventsourcing looks for exactly one factory class in a persistence module.
+class Factory(postgres.PostgresFactory):
+    """eventsourcing's PostgreSQL factory, with the store's recorders, and the URL's
+    further parameters (``sslmode`` and the like) given to every connection of its pool,
+    which opens only on first use."""
+
+    aggregate_recorder_class = PostgresAggregateRecorder
+    application_recorder_class = PostgresApplicationRecorder
+
+    def __init__(self, env: Any) -> None:
+        super().__init__(env)
+        kwargs = self.datastore.pool.kwargs
+        assert isinstance(kwargs, dict)  # eventsourcing's pool passes its keywords as one
+        kwargs.update(postgres_params(self.env))
+
+
+_SCHEMA_LOCK_KEY = 0x636F766F  # "covo": serializes table creation across processes
+
+
+class _PostgresBackend:
+    """The port of the PostgreSQL back end (see
+    :class:`~covonaut_es.store._backend.Backend`)."""
+
+    name: BackendName = "postgres"
+
+    def owns(self, factory: InfrastructureFactory[Any]) -> bool:
+        return isinstance(factory, postgres.PostgresFactory)
+
+    def check_file(self, env: Mapping[str, str], url: str) -> None:
+        return
+
+    @contextlib.contextmanager
+    def setup_lock(self, env: Mapping[str, str]) -> Iterator[None]:
+        """Hold an advisory lock while eventsourcing creates its tables: processes
+        opening a new database at the same moment otherwise fail with "tuple
+        concurrently updated"."""
+        try:
+            conn = psycopg.connect(
+                make_conninfo(**postgres_params(env)),
+                host=env["POSTGRES_HOST"],
+                port=env["POSTGRES_PORT"],
+                dbname=env["POSTGRES_DBNAME"],
+                user=env["POSTGRES_USER"] or None,
+                password=env["POSTGRES_PASSWORD"] or None,
+                connect_timeout=int(env["POSTGRES_CONNECT_TIMEOUT"]),
+                autocommit=True,
+            )
+        except psycopg.Error as exc:
+            where = f"{env['POSTGRES_HOST']}:{env['POSTGRES_PORT']}"
+            msg = f"cannot connect to PostgreSQL at {where}: {exc}"
+            raise StoreUnavailableError(msg) from exc
+        with conn:
+            conn.execute("SELECT pg_advisory_lock(%s)", (_SCHEMA_LOCK_KEY,))
+            try:
+                yield
+            finally:
+                conn.execute("SELECT pg_advisory_unlock(%s)", (_SCHEMA_LOCK_KEY,))
+
+    def canonical_url(self, url: str, env: Mapping[str, str]) -> str:
+        return url
+
+    def anchor_heads(self, recorder: ApplicationRecorder, *, create: bool) -> None:
+        if isinstance(recorder, PostgresApplicationRecorder):
+            recorder.anchor_heads(create=create)
+
+    def guards_new_streams(self, recorder: ApplicationRecorder) -> bool:
+        return isinstance(recorder, PostgresApplicationRecorder) and recorder.anchoring
+
+    def read_head(self, recorder: ApplicationRecorder, stream: UUID) -> HeadAnchor:
+        if isinstance(recorder, PostgresApplicationRecorder):
+            return recorder.read_head(stream)
+        return HeadAnchor(store_anchors=False)
+
+    def close_writer(self, recorder: ApplicationRecorder) -> None:
+        return  # saves go through the pool
+
+    def settings_table(
+        self, factory: InfrastructureFactory[Any], recorder: ApplicationRecorder
+    ) -> SettingsTable:
+        datastore: Any = getattr(recorder, "datastore", None)
+        name = f'"{datastore.schema}".{SETTINGS_TABLE}'
+
+        def exists(cursor: Any) -> bool:
+            cursor.execute("SELECT to_regclass(%s) AS found", (name,))
+            row = cursor.fetchone()
+            return row is not None and column(row, 0, "found") is not None
+
+        return SQLSettings(datastore, name, "%s", exists)
+
+    def replace_snapshot(self, snapshots: EventStore[UUID], snapshot: ThreadSnapshot) -> None:
+        """Store ``snapshot``, then delete its thread's older snapshots (a reader in
+        between finds either) and vacuum the table, so that the next one reuses their
+        space (ADR 0014).
+
+        Raises:
+            IntegrityError: The thread already has a snapshot at that version.
+        """
+        snapshots.put([snapshot])
+        recorder = snapshots.recorder
+        assert isinstance(recorder, postgres.PostgresAggregateRecorder)
+        table = f'"{recorder.datastore.schema}"."{recorder.events_table_name}"'
+        thread, version = snapshot.originator_id, snapshot.originator_version
+        with recorder.datastore.transaction(commit=True) as curs:
+            curs.execute(
+                f"DELETE FROM {table} WHERE originator_id = %s AND originator_version < %s",
+                (thread, version),
+            )
+        # eventsourcing's tables are created with autovacuum all but off, so the deleted
+        # snapshots' space would never be reused: free it now (outside a transaction).
+        with recorder.datastore.get_connection() as conn:
+            conn.execute(f"VACUUM {table}")
+
+    def lease_backend(
+        self, factory: InfrastructureFactory[Any], recorder: ApplicationRecorder, holder: str
+    ) -> LeaseBackend:
+        tokens = recorder if self.guards_new_streams(recorder) else None
+        assert isinstance(factory, postgres.PostgresFactory)
+        return PostgresLeases(holder, dict(factory.datastore.pool.kwargs), tokens)  # type: ignore[arg-type]
+
+
+BACKEND = _PostgresBackend()
+"""This back end's port."""

@@ -1,0 +1,303 @@
+"""The SQLite back end: a store in one file (ADR 0028).
+
+Selected with ``PERSISTENCE_MODULE=covonaut_es.store._backends.sqlite``: eventsourcing's
+SQLite persistence, with connections that keep their statements parsed and saves
+written through a connection of their own (ADR 0024, :mod:`._sqlite_connections`), an
+application recorder that anchors heads and checks lease fences in the saves'
+transaction (ADR 0013, ADR 0016) and that projections can follow by polling
+(:mod:`._sqlite_polling`), snapshots that replace their thread's older ones, and leases
+taken with ``flock`` beside the file (:mod:`._sqlite_leases`).
+
+Private names of eventsourcing used here (``_insert_events`` of the SQLite recorders)
+were checked against eventsourcing 9.5.6.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+from uuid import UUID
+
+from eventsourcing import sqlite
+from eventsourcing.persistence import (
+    ApplicationRecorder,
+    EventStore,
+    InfrastructureFactory,
+    Notification,
+    StoredEvent,
+)
+
+from covonaut_es.domain import ThreadSnapshot
+from covonaut_es.store._backend import BackendName
+from covonaut_es.store._backends._sqlite_connections import (
+    SQLiteWriter,
+    StatementKeepingPool,
+    sqlite_file,
+)
+from covonaut_es.store._backends._sqlite_leases import FileLeases
+from covonaut_es.store._backends._sqlite_polling import PollingSQLiteApplicationRecorder
+from covonaut_es.store._heads import (
+    FENCES,
+    HEADS,
+    HeadAnchor,
+    anchor_in,
+    check_fences,
+    heads_table,
+    lease_table,
+    refuse_taken_streams,
+)
+from covonaut_es.store._leases import LeaseBackend, MemoryLeases
+from covonaut_es.store._rows import checked_head, checked_id, checked_records
+from covonaut_es.store._settings import check_sqlite_file
+from covonaut_es.store._settings_tables import SETTINGS_TABLE, SettingsTable, SQLSettings
+from covonaut_es.store._urls import SQLITE_PATH
+
+
+class SQLiteAggregateRecorder(sqlite.SQLiteAggregateRecorder):
+    """eventsourcing's SQLite recorder (of snapshots, and the base of the store's
+    application recorder) that checks each row it reads."""
+
+    def convert_originator_id(self, originator_id: str) -> UUID | str:
+        """The row's stream id, checked, parsed once per id (a restore reads hundreds
+        of rows of one stream)."""
+        if self.datastore.originator_id_type != "uuid":
+            return originator_id
+        return checked_id(originator_id)
+
+    def select_events(
+        self,
+        originator_id: UUID | str,
+        *,
+        gt: int | None = None,
+        lte: int | None = None,
+        desc: bool = False,
+        limit: int | None = None,
+    ) -> Sequence[StoredEvent]:
+        """As eventsourcing's, each row checked (:mod:`covonaut_es.store._rows`)."""
+        found = super().select_events(originator_id, gt=gt, lte=lte, desc=desc, limit=limit)
+        return checked_records(found, reading=f"stream {originator_id}")
+
+
+class SQLiteApplicationRecorder(SQLiteAggregateRecorder, PollingSQLiteApplicationRecorder):
+    """The store's application recorder: once :meth:`anchor_heads` found or made its
+    tables, saves go through the store's own writer and write head anchors, check lease
+    fences and refuse events in streams said to be new, in the insert's transaction."""
+
+    anchoring = False
+    writer: SQLiteWriter  # the saves' own connection, while anchoring (ADR 0024)
+
+    def select_notifications(
+        self,
+        start: int | None,
+        limit: int,
+        stop: int | None = None,
+        topics: Sequence[str] = (),
+        *,
+        inclusive_of_start: bool = True,
+    ) -> Sequence[Notification]:
+        """As eventsourcing's, each row checked (:mod:`covonaut_es.store._rows`)."""
+        found = super().select_notifications(
+            start, limit, stop, topics, inclusive_of_start=inclusive_of_start
+        )
+        return checked_records(found)
+
+    def anchor_heads(self, *, create: bool) -> None:
+        """Write head anchors from now on, creating their table (and the lease table)
+        if ``create``; stay as eventsourcing's recorder when the table is absent and
+        may not be created."""
+        if self.anchoring or not self._heads_table(create=create):
+            return
+        self.writer = SQLiteWriter(self.datastore)
+        self.anchoring = True
+
+    def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Any:
+        if not self.anchoring:
+            return super().insert_events(stored_events, **kwargs)
+        with self.writer.transaction() as c:
+            return self._insert_events(c, stored_events, **kwargs)
+
+    def _insert_events(self, c: Any, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Any:
+        ids = super()._insert_events(c, stored_events, **kwargs)
+        if not self.anchoring:
+            return ids
+
+        def count(stream: UUID) -> int:  # after the insert took the write lock
+            c.execute(
+                f"SELECT COUNT(*) FROM {self.events_table_name} WHERE originator_id = ?",
+                (stream.hex,),
+            )
+            return int(c.fetchone()[0])
+
+        refuse_taken_streams(kwargs, stored_events, count)
+        check_fences(kwargs.get(FENCES, ()), lambda stream: self._lease_token(c, stream))
+        rows = [(h[0].hex, h[1], h[2]) for h in kwargs.get(HEADS, ())]
+        c.executemany(
+            f"INSERT INTO {heads_table(self)} (originator_id, version, chain) VALUES (?, ?, ?) "
+            "ON CONFLICT (originator_id) DO UPDATE SET version = excluded.version, "
+            "chain = excluded.chain",
+            rows,
+        )
+        return ids
+
+    def advance_lease_token(self, stream: UUID) -> int:
+        """Record a new run lease of ``stream``: its token, one more than the last."""
+        with self.writer.transaction() as c:
+            c.execute(
+                f"INSERT INTO {lease_table(self)} (originator_id, token) VALUES (?, 1) "
+                "ON CONFLICT (originator_id) DO UPDATE SET token = token + 1 RETURNING token",
+                (stream.hex,),
+            )
+            return int(c.fetchone()[0])
+
+    def lease_token(self, stream: UUID) -> int | None:
+        """The token of ``stream``'s newest run lease; None before its first."""
+        with self.datastore.transaction(commit=False) as c:
+            return self._lease_token(c, stream)
+
+    def _lease_token(self, c: Any, stream: UUID) -> int | None:
+        c.execute(f"SELECT token FROM {lease_table(self)} WHERE originator_id = ?", (stream.hex,))
+        row = c.fetchone()
+        return None if row is None else int(row[0])
+
+    def read_head(self, stream: UUID) -> HeadAnchor:
+        """What the head table says of ``stream``."""
+        if not self.anchoring:
+            return HeadAnchor(store_anchors=False)
+        with self.datastore.transaction(commit=False) as c:
+            c.execute(
+                f"SELECT originator_id, version, chain FROM {heads_table(self)} "
+                "WHERE originator_id = ? OR originator_id = (SELECT originator_id "
+                f"FROM {heads_table(self)} LIMIT 1)",
+                (stream.hex,),
+            )
+            rows = dict(checked_head(*r) for r in c.fetchall())
+        return anchor_in(rows, stream)
+
+    def close_writer(self) -> None:
+        """Close the connection the saves are written through."""
+        if self.anchoring:
+            self.writer.close()
+
+    def _heads_table(self, *, create: bool) -> bool:
+        table, events = heads_table(self), self.events_table_name
+        with self.datastore.transaction(commit=True) as c:
+            if create:
+                c.execute(
+                    f"CREATE TABLE IF NOT EXISTS {lease_table(self)} (originator_id TEXT "
+                    "PRIMARY KEY, token INTEGER NOT NULL) WITHOUT ROWID"
+                )
+            c.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,))
+            if c.fetchone() is not None:
+                return True
+            if not create:
+                return False
+            c.execute(
+                f"CREATE TABLE {table} (originator_id TEXT PRIMARY KEY, "
+                "version INTEGER NOT NULL, chain TEXT NOT NULL) WITHOUT ROWID"
+            )
+            c.execute(
+                f"INSERT INTO {table} SELECT originator_id, MAX(originator_version), '' "
+                f"FROM {events} GROUP BY originator_id"
+            )
+        return True
+
+
+# eventsourcing looks for exactly one factory class in a persistence module.
+class Factory(sqlite.SQLiteFactory):
+    """eventsourcing's SQLite factory, with the store's recorder and a pool whose
+    connections keep their statements parsed."""
+
+    aggregate_recorder_class = SQLiteAggregateRecorder
+    application_recorder_class = SQLiteApplicationRecorder
+
+    def __init__(self, env: Any) -> None:
+        super().__init__(env)
+        pool = self.datastore.pool  # eventsourcing's: it has opened no connection yet
+        self.datastore.pool = StatementKeepingPool(
+            db_name=pool.db_name,
+            lock_timeout=pool.lock_timeout,
+            file=None if pool.is_sqlite_memory_mode else sqlite_file(pool.db_name),
+        )
+
+
+class _SQLiteBackend:
+    """The port of the SQLite back end (see :class:`~covonaut_es.store._backend.Backend`)."""
+
+    name: BackendName = "sqlite"
+
+    def owns(self, factory: InfrastructureFactory[Any]) -> bool:
+        return isinstance(factory, sqlite.SQLiteFactory)
+
+    def check_file(self, env: Mapping[str, str], url: str) -> None:
+        sqlite_file = env.get(SQLITE_PATH, env.get("SQLITE_DBNAME"))
+        if sqlite_file:
+            check_sqlite_file(sqlite_file, url, writable=env.get("CREATE_TABLE") != "n")
+
+    def setup_lock(self, env: Mapping[str, str]) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()  # SQLite creates tables under its file lock
+
+    def canonical_url(self, url: str, env: Mapping[str, str]) -> str:
+        return url
+
+    def anchor_heads(self, recorder: ApplicationRecorder, *, create: bool) -> None:
+        if isinstance(recorder, SQLiteApplicationRecorder):
+            recorder.anchor_heads(create=create)
+
+    def guards_new_streams(self, recorder: ApplicationRecorder) -> bool:
+        return isinstance(recorder, SQLiteApplicationRecorder) and recorder.anchoring
+
+    def read_head(self, recorder: ApplicationRecorder, stream: UUID) -> HeadAnchor:
+        if isinstance(recorder, SQLiteApplicationRecorder):
+            return recorder.read_head(stream)
+        return HeadAnchor(store_anchors=False)
+
+    def close_writer(self, recorder: ApplicationRecorder) -> None:
+        if isinstance(recorder, SQLiteApplicationRecorder):
+            recorder.close_writer()
+
+    def settings_table(
+        self, factory: InfrastructureFactory[Any], recorder: ApplicationRecorder
+    ) -> SettingsTable:
+        def exists(cursor: Any) -> bool:
+            cursor.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (SETTINGS_TABLE,)
+            )
+            return cursor.fetchone() is not None
+
+        return SQLSettings(getattr(recorder, "datastore", None), SETTINGS_TABLE, "?", exists)
+
+    def replace_snapshot(self, snapshots: EventStore[UUID], snapshot: ThreadSnapshot) -> None:
+        """Store ``snapshot`` and delete its thread's older snapshots in one transaction,
+        before the insert, so that the new one reuses their pages instead of growing the
+        file (ADR 0014).
+
+        Raises:
+            IntegrityError: The thread already has a snapshot at that version.
+        """
+        recorder = snapshots.recorder
+        assert isinstance(recorder, sqlite.SQLiteAggregateRecorder)
+        record = snapshots.mapper.to_stored_event(snapshot)
+        thread, version = snapshot.originator_id, snapshot.originator_version
+        with recorder.datastore.transaction(commit=True) as c:
+            c.execute(
+                f"DELETE FROM {recorder.events_table_name} "
+                "WHERE originator_id = ? AND originator_version < ?",
+                (thread.hex, version),
+            )
+            recorder._insert_events(c, [record])
+
+    def lease_backend(
+        self, factory: InfrastructureFactory[Any], recorder: ApplicationRecorder, holder: str
+    ) -> LeaseBackend:
+        tokens = recorder if self.guards_new_streams(recorder) else None
+        assert isinstance(factory, sqlite.SQLiteFactory)
+        pool = factory.datastore.pool
+        path = None if pool.is_sqlite_memory_mode else sqlite_file(pool.db_name)
+        if path is not None:
+            return FileLeases(holder, path, tokens)  # type: ignore[arg-type]
+        return MemoryLeases(holder, recorder, tokens)  # type: ignore[arg-type]
+
+
+BACKEND = _SQLiteBackend()
+"""This back end's port."""

@@ -1,0 +1,114 @@
+"""The check every back end's recorders put each stored row through (ADR 0028).
+
+A row written around the library (or damaged) may hold anything its column's type
+allows, and on SQLite anything at all: a NULL payload or topic, a version that is text
+or past any integer, an id that is no UUID. eventsourcing builds its records from rows
+as they come, so such a value reached the mapper, the audit and the commands as a raw
+``ValueError``, ``TypeError`` or ``AttributeError``. The back ends' recorders check each
+row here as they read it, and a bad one is a :class:`~covonaut_es.errors.StoredRowError`
+naming the stream, the position and the column.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Iterator, Sequence
+from typing import Any, TypeVar
+from uuid import UUID
+
+from eventsourcing.persistence import StoredEvent
+
+from covonaut_es.errors import StoredRowError
+
+LAST_VERSION = 2**63 - 1
+"""The highest version any back end can store (SQLite's INTEGER, PostgreSQL's BIGINT):
+a read up to a higher one asks for no more than a read up to this, and the drivers
+refuse the number itself."""
+
+R = TypeVar("R", bound=StoredEvent)
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _damaged(where: str, column: str, value: object, expected: str) -> StoredRowError:
+    return StoredRowError(
+        f"{where}: its {column} is {_shown(value)}, expected {expected}; the row was "
+        "written around the library or is damaged: restore it from a backup or an export"
+    )
+
+
+@functools.lru_cache(maxsize=1024)
+def checked_id(value: Any) -> UUID:
+    """A stored stream id (hex text, or a UUID already) as a UUID; parsed once per id,
+    as a restore reads hundreds of rows of one stream.
+
+    Raises:
+        StoredRowError: It is no UUID.
+    """
+    if isinstance(value, UUID):
+        return value
+    try:
+        if not isinstance(value, str):
+            raise TypeError
+        return UUID(value)
+    except (TypeError, ValueError):
+        raise _damaged("a stored row", "originator_id", value, "a UUID") from None
+
+
+def checked_records(records: Sequence[R], *, reading: str = "the store's log") -> Sequence[R]:
+    """``records``, each checked to hold a version in range, a topic and a payload.
+
+    Raises:
+        StoredRowError: A record holds a value of the wrong type.
+    """
+    for record in records:
+        version, topic, state = record.originator_version, record.topic, record.state
+        if type(version) is not int or not 0 < version <= LAST_VERSION:
+            where = f"a stored row of stream {record.originator_id} ({reading})"
+            raise _damaged(where, "originator_version", version, "a positive integer")
+        if type(topic) is not str or not topic:
+            where = f"stored row {version} of stream {record.originator_id}"
+            raise _damaged(where, "topic", topic, "the name of an event type")
+        if type(state) is not bytes:
+            where = f"stored row {version} of stream {record.originator_id}"
+            raise _damaged(where, "state", state, "the event's bytes")
+    return records
+
+
+@contextlib.contextmanager
+def building_records(reading: str = "the store's log") -> Iterator[None]:
+    """Around eventsourcing's building of records from rows (its PostgreSQL recorders
+    convert a payload with ``bytes()``, which a NULL payload fails): a row it cannot
+    convert is a :class:`~covonaut_es.errors.StoredRowError`.
+
+    Raises:
+        StoredRowError: A row of ``reading`` holds a value of the wrong type.
+    """
+    try:
+        yield
+    except (TypeError, ValueError) as exc:
+        msg = (
+            f"a stored row of {reading} holds a value of the wrong type ({exc}); the row "
+            "was written around the library or is damaged: restore it from a backup or "
+            "an export"
+        )
+        raise StoredRowError(msg) from exc
+
+
+def checked_head(originator_id: Any, version: Any, chain: Any) -> tuple[UUID, tuple[int, str]]:
+    """A row of the head table, checked.
+
+    Raises:
+        StoredRowError: It holds a value of the wrong type.
+    """
+    stream = checked_id(originator_id)
+    where = f"the head anchor of stream {stream}"
+    if type(version) is not int or not 0 <= version <= LAST_VERSION:
+        raise _damaged(where, "version", version, "a version")
+    if type(chain) is not str:
+        raise _damaged(where, "chain", chain, "a chain hash")
+    return stream, (version, chain)

@@ -1,0 +1,273 @@
+"""Hostile values in a store's rows: every reading command, on the command line and
+through the API, gives a typed one-line error or a finding, never a traceback.
+
+A SQLite store holds a finished thread with a named state, a snapshotted thread, a fork
+and a pending review. One stored value (of any table, column and row) becomes NULL,
+text, an integer, a negative, a huge number, a real, a blob, empty text, JSON, or the
+value of another row; then one reading command runs on it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import functools
+import io
+import logging
+import shutil
+import sqlite3
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from covonaut_es import AgentThread, CovonautError, Store, open_store
+from covonaut_es.audit import check_store, export_thread
+from covonaut_es.cli import main
+from covonaut_es.messages import Message, Role
+from covonaut_es.store._store import SNAPSHOT_MIN_VERSION
+from support import converse, ticking_clock
+from test_abandoned_reviews import paying
+
+THREADS = ("a", "long", "a-fork", "w")
+"""A finished thread (with a named state ``a``), a snapshotted one, a fork of the first
+and one paused on a review."""
+
+SHAPES: dict[str, Any] = {
+    "NULL": None,
+    "text": "x",
+    "int": 7,
+    "negative": -5,
+    "huge": 2**63 - 1,
+    "beyond": "9223372036854775808e0",  # stored as a REAL past any integer
+    "real": 1.5,
+    "blob": b"\x00\xff\xfe",
+    "empty": "",
+    "JSON": '{"a": [1, null]}',
+    "other row": "<the same column of another row>",
+}
+
+CLI_COMMANDS: tuple[tuple[str, ...], ...] = (
+    ("threads",),
+    ("threads", "--json"),
+    ("show", "a"),
+    ("show", "long"),
+    ("history", "a"),
+    ("history", "long", "--json"),
+    ("replay", "a"),
+    ("replay", "--verify", "a-fork"),
+    ("replay", "--verify", "long"),
+    ("tree", "a"),
+    ("export", "a-fork"),
+    ("reviews",),
+    ("workers",),
+    ("migrate", "--check"),
+)
+
+
+def _api(read: Callable[[Store], object]) -> Callable[[str], object]:
+    def run(url: str) -> object:
+        with open_store(url, create_tables=False) as store:
+            return read(store)
+
+    return run
+
+
+API_READS: dict[str, Callable[[str], object]] = {
+    "load": _api(lambda s: [s.load(t) for t in THREADS if s.exists(t)]),
+    "state_at": _api(lambda s: [s.state_at(t, 3) for t in THREADS]),
+    "history": _api(lambda s: s.history("long")),
+    "verify": _api(lambda s: [s.verify(t) for t in THREADS]),
+    "replay": _api(lambda s: list(s.replay("a-fork"))),
+    "thread_ids": _api(lambda s: list(s.thread_ids())),
+    "forks": _api(lambda s: (s.forks(), s.parent("a-fork"))),
+    "checkpoints": _api(lambda s: s.checkpoints("a")),
+    "read_state": _api(lambda s: s.read_state("a")),
+    "export": _api(lambda s: list(export_thread(s, "a-fork", with_ancestors=True))),
+    "check": _api(lambda s: check_store(s)),
+}
+
+
+def _store_in(directory: Path) -> Path:
+    """A store with the four threads, as one file (its log checkpointed)."""
+    path = directory / "threads.db"
+    url = f"sqlite:///{path}"
+    with open_store(url) as store:
+        converse(store, "a")
+        store.fork("a", new_thread_id="a-fork", at_version=4)
+        long = AgentThread.start("long", now=ticking_clock()())
+        for n in range(SNAPSHOT_MIN_VERSION + 4):
+            long.append_message(Message(Role.USER, f"message {n}"), now=ticking_clock()())
+        store.save(long)
+        assert store.snapshot_if_due(long)
+        assert paying(store, "w").run("Pay bob 40.") == ""
+    pristine = directory / "pristine.db"
+    with (
+        contextlib.closing(sqlite3.connect(path)) as source,
+        contextlib.closing(sqlite3.connect(pristine)) as target,
+    ):
+        source.backup(target)
+    return pristine
+
+
+@functools.cache
+def _pristine() -> Path:
+    directory = tempfile.mkdtemp(prefix="hostile-rows-")
+    atexit.register(shutil.rmtree, directory, ignore_errors=True)
+    return _store_in(Path(directory))
+
+
+def _cells(pristine: Path) -> list[tuple[str, str]]:
+    """Every (table, column) of the store."""
+    with contextlib.closing(sqlite3.connect(pristine)) as conn:
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        return [
+            (table, column[1])
+            for table in sorted(tables)
+            for column in conn.execute(f"PRAGMA table_info({table})")
+        ]
+
+
+CELLS = _cells(_pristine())
+
+
+def _mutate(path: Path, table: str, column: str, row: int, shape: str) -> bool:
+    """Change one value of ``path``'s store; False when the table has no row or its
+    constraints refuse the value."""
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        keys = [c[1] for c in conn.execute(f"PRAGMA table_info({table})") if c[5]] or ["rowid"]
+        found = conn.execute(f"SELECT {', '.join(keys)} FROM {table} ORDER BY 1").fetchall()
+        if not found:
+            return False
+        where = " AND ".join(f"{key} IS ?" for key in keys)
+        target = found[row % len(found)]
+        if shape == "other row":
+            other = found[(row + 1) % len(found)]
+            value, params = f"(SELECT {column} FROM {table} WHERE {where})", (*other, *target)
+        elif shape == "beyond":
+            value, params = "9223372036854775808", target
+        else:
+            value, params = "?", (SHAPES[shape], *target)
+        try:
+            conn.execute(f"UPDATE {table} SET {column} = {value} WHERE {where}", params)
+        except sqlite3.IntegrityError:  # a key taken, a NOT NULL column
+            return False
+        conn.commit()
+    return True
+
+
+@contextlib.contextmanager
+def mutated(table: str, column: str, row: int, shape: str) -> Iterator[str | None]:
+    """A copy of the store with one value changed; its URL, or None when the value
+    cannot be changed so."""
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "threads.db"
+        shutil.copyfile(_pristine(), path)
+        yield f"sqlite:///{path}" if _mutate(path, table, column, row, shape) else None
+
+
+def run_cli(url: str, command: tuple[str, ...]) -> tuple[int, str, str]:
+    """Run a command in this process; its status, stdout and stderr (without the
+    library's log lines, such as a snapshot passed over)."""
+    out, err = io.StringIO(), io.StringIO()
+    logs = logging.getLogger("covonaut_es")
+    handler = logging.NullHandler()
+    logs.addHandler(handler)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            status = main([command[0], "--store", url, *command[1:]])
+    finally:
+        logs.removeHandler(handler)
+    return status, out.getvalue(), err.getvalue()
+
+
+def check_case(table: str, column: str, row: int, shape: str, reader: str) -> None:
+    """Run one reader on one mutated store; fail on anything but a result, a finding
+    or a typed one-line error."""
+    with mutated(table, column, row, shape) as url:
+        if url is None:
+            return
+        if reader in API_READS:
+            with contextlib.suppress(CovonautError):
+                API_READS[reader](url)
+            return
+        status, _, err = run_cli(url, tuple(reader.split(" ")))
+        assert status in (0, 1, 2), (status, err)
+        assert "Traceback" not in err, err
+        assert err.count("\n") <= 1, err
+
+
+READERS = sorted([" ".join(c) for c in CLI_COMMANDS] + list(API_READS))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    cell=st.sampled_from(CELLS),
+    row=st.integers(0, 10_000),  # any row of the table, taken modulo its size
+    shape=st.sampled_from(sorted(SHAPES)),
+    reader=st.sampled_from(READERS),
+)
+def test_no_hostile_stored_value_makes_a_reading_command_crash(
+    cell: tuple[str, str], row: int, shape: str, reader: str
+) -> None:
+    """Whatever single stored value is made hostile, every reading command (command line
+    and API) gives a result, a finding or a typed one-line error: never a traceback."""
+    check_case(*cell, row, shape, reader)
+
+
+@pytest.mark.parametrize(
+    ("table", "column", "shape", "reader"),
+    [
+        ("stored_events", "state", "NULL", "history long --json"),
+        ("stored_events", "originator_id", "blob", "history a"),
+        ("stored_events", "originator_id", "text", "migrate --check"),
+        ("stored_events", "originator_version", "text", "replay --verify a-fork"),
+        ("stored_events_heads", "version", "text", "verify"),
+        ("stored_snapshots", "state", "int", "load"),
+        ("stored_snapshots", "originator_version", "JSON", "replay --verify long"),
+        ("stored_events_heads", "originator_id", "negative", "verify"),
+    ],
+)
+def test_the_hostile_values_found_before_give_typed_errors(
+    table: str, column: str, shape: str, reader: str
+) -> None:
+    """The pairs that printed a traceback before each give a typed error or a finding."""
+    for row in range(3):
+        check_case(table, column, row, shape, reader)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    ("table", "column"),
+    [
+        ("covonaut_events", "topic"),
+        ("covonaut_events", "state"),
+        ("covonaut_snapshots", "topic"),
+        ("covonaut_snapshots", "state"),
+    ],
+)
+@pytest.mark.parametrize("reader", ["history long", "migrate --check"])
+def test_a_null_in_a_postgresql_row_gives_a_typed_error(
+    postgres_database: str, table: str, column: str, reader: str
+) -> None:
+    """PostgreSQL's columns allow NULL topics and payloads: its recorders check rows as
+    SQLite's do, and a reading command says which row in one line."""
+    import psycopg
+
+    with open_store(postgres_database) as store:
+        converse(store, "a")
+        store.fork("a", new_thread_id="a-fork", at_version=4)
+        long = AgentThread.start("long", now=ticking_clock()())
+        for n in range(SNAPSHOT_MIN_VERSION + 4):
+            long.append_message(Message(Role.USER, f"message {n}"), now=ticking_clock()())
+        store.save(long)
+        assert store.snapshot_if_due(long)
+    with psycopg.connect(postgres_database, autocommit=True) as conn:
+        conn.execute(f"UPDATE {table} SET {column} = NULL")
+    status, _, err = run_cli(postgres_database, tuple(reader.split(" ")))
+    assert status in (0, 1, 2), err
+    assert "Traceback" not in err and err.count("\n") <= 1, err
