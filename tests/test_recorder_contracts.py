@@ -304,23 +304,9 @@ class StoreFactory(BackEnd, cases.InfrastructureFactoryTestCase[Any]):
         assert isinstance(self.factory.process_recorder(), ProcessRecorder)
 
 
-CLASS_SWAPPED = (
-    "on 198c838 the store changes its recorder's class after the factory made it "
-    "(recorder.__class__ = type(...)), so the factory does not make the recorder the store "
-    "installs; the back ends restructured as eventsourcing persistence modules fix this: "
-    "then remove this mark"
-)
-
-
 class TestMemoryFactory(MemoryBackEnd, StoreFactory):
     __test__ = True
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="on 198c838 MemoryFactory.tracking_recorder() ignores TRACKING_RECORDER_TOPIC "
-        "(it makes a POPOTrackingRecorder when no class is passed), unlike eventsourcing's "
-        "factories: then remove this mark",
-    )
     def test_create_tracking_recorder(self) -> None:
         """The factory makes the default tracking recorder, one of a class passed to it,
         and one of the class its TRACKING_RECORDER_TOPIC setting names."""
@@ -330,7 +316,6 @@ class TestMemoryFactory(MemoryBackEnd, StoreFactory):
 class TestSQLiteFactory(SQLiteBackEnd, StoreFactory):
     __test__ = True
 
-    @pytest.mark.xfail(strict=True, reason=CLASS_SWAPPED)
     def test_create_application_recorder(self) -> None:
         """The factory makes an application recorder of the class the store installs."""
         super().test_create_application_recorder()
@@ -339,12 +324,10 @@ class TestSQLiteFactory(SQLiteBackEnd, StoreFactory):
 class TestPostgresFactory(PostgresBackEnd, StoreFactory):
     __test__ = True
 
-    @pytest.mark.xfail(strict=True, reason=CLASS_SWAPPED)
     def test_create_application_recorder(self) -> None:
         """The factory makes an application recorder of the class the store installs."""
         super().test_create_application_recorder()
 
-    @pytest.mark.xfail(strict=True, reason=CLASS_SWAPPED)
     def test_create_aggregate_recorder(self) -> None:
         """The factory makes an aggregate recorder of the class of the store's snapshot
         recorder."""

@@ -143,11 +143,11 @@ class Factory(popo.POPOFactory):
     def tracking_recorder(
         self, tracking_recorder_class: type[POPOTrackingRecorder] | None = None
     ) -> POPOTrackingRecorder:
-        recorder_class = tracking_recorder_class or POPOTrackingRecorder
+        # eventsourcing's factory decides the class (None: the one TRACKING_RECORDER_TOPIC
+        # names, or its own); the first recorder made of each class is the one kept.
+        made = super().tracking_recorder(tracking_recorder_class)
         with self._memory.lock:
-            if recorder_class not in self._memory.trackers:
-                self._memory.trackers[recorder_class] = super().tracking_recorder(recorder_class)
-            return self._memory.trackers[recorder_class]
+            return self._memory.trackers.setdefault(type(made), made)
 
 
 class _MemoryBackend:
