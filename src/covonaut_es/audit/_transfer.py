@@ -15,9 +15,9 @@ import msgspec
 from eventsourcing.persistence import StoredEvent
 
 from covonaut_es.domain import AgentThread, check_thread_id, thread_aggregate_id
-from covonaut_es.domain._integrity import CHAIN_KEY, UNCHAINED, link_problem
 from covonaut_es.errors import SerializationError, ThreadConflictError, TransferError
 from covonaut_es.store import Store
+from covonaut_es.store._chain import CHAIN_FIELD, UNCHAINED, link_problem
 
 
 class ExportedEvent(msgspec.Struct, frozen=True):
@@ -174,7 +174,7 @@ def _checked_link(
     where: str, previous: str, event: ExportedEvent, key: bytes | None, *, allow_unchained: bool
 ) -> str:
     """The chain hash after ``event``, which must link to ``previous``."""
-    chain = str(event.payload.get(CHAIN_KEY, UNCHAINED))
+    chain = str(event.payload.get(CHAIN_FIELD, UNCHAINED))
     if chain == UNCHAINED and previous == UNCHAINED and not allow_unchained:
         msg = (
             f"{where}: expected a chain hash, found none. If this is an export of a thread "

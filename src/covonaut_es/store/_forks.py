@@ -19,7 +19,6 @@ from eventsourcing.persistence import IntegrityError
 
 from covonaut_es.domain import AgentThread, Checkpoint, check_thread_id, thread_aggregate_id
 from covonaut_es.domain._forks import fork_event, fork_point
-from covonaut_es.domain._integrity import CHAIN_KEY, UNCHAINED, seal_all
 from covonaut_es.errors import (
     CheckpointNotFoundError,
     ConfigurationError,
@@ -27,7 +26,10 @@ from covonaut_es.errors import (
     ThreadNotFoundError,
     ThreadStateError,
 )
-from covonaut_es.store._heads import HEADS, NEW_STREAMS, guards_new_streams, head_of
+from covonaut_es.store._application import AgentApplication
+from covonaut_es.store._chain import chain_of
+from covonaut_es.store._chain_key import sealed_predecessor
+from covonaut_es.store._heads import guards_new_streams
 from covonaut_es.store._records import storable
 
 
@@ -158,22 +160,23 @@ class ThreadForking(ABC):
                 "fork it at a version before it was abandoned"
             )
             raise ThreadStateError(msg)
-        previous_chain = newest.__dict__.get(CHAIN_KEY, UNCHAINED)
         event = fork_event(
             thread_id,
             version,
             new_thread_id=new_thread_id,
             interrupts=interrupts,
-            previous_chain=previous_chain,
             now=now or self.clock(),
         )
-        key: bytes | None = getattr(self._app, "chain_key", None)
-        if key is not None:
-            seal_all([event], previous_chain, key)
+        app = self._app
+        assert isinstance(app, AgentApplication)
+        key = app.chain_key
+        base = (  # the fork is sealed into its parent's chain
+            chain_of(newest)
+            if key is None
+            else sealed_predecessor(app, key, thread_id, newest.originator_id, version)
+        )
         try:
-            self._app.events.put(
-                [event], **{HEADS: [head_of(event)], NEW_STREAMS: {event.originator_id}}
-            )
+            app.put_sealed([event], {event.originator_id: base}, new_streams={event.originator_id})
         except IntegrityError as exc:
             raise ThreadConflictError(taken, thread_id=new_thread_id, expected_version=0) from exc
         return new_thread_id

@@ -35,8 +35,8 @@ from eventsourcing.popo import POPOApplicationRecorder
 from eventsourcing.sqlite import SQLiteApplicationRecorder
 from eventsourcing.utils import retry
 
-from covonaut_es.domain._integrity import CHAIN_KEY, UNCHAINED
 from covonaut_es.errors import LeaseLostError
+from covonaut_es.store._chain import CHAIN_FIELD, UNCHAINED
 from covonaut_es.store._leases_postgres import lock_ids
 from covonaut_es.store._postgres_rows import encode_json, rows_json, select_rows
 from covonaut_es.store._sqlite_connections import SQLiteWriter
@@ -76,18 +76,12 @@ class HeadAnchor(msgspec.Struct, frozen=True):
     chain: str = UNCHAINED
 
 
-def head_of(event: Any) -> Head:
-    """The head anchor of a stream whose newest event is ``event``."""
-    chain = event.__dict__.get(CHAIN_KEY, UNCHAINED)
-    return (UUID(str(event.originator_id)), event.originator_version, chain)
-
-
 def heads_of_records(records: Iterable[StoredEvent]) -> list[Head]:
     """The newest version and chain of each stream among records with plain payloads."""
     heads: dict[UUID, Head] = {}
     for record in records:
         payload = msgspec.json.decode(record.state)
-        chain = payload.get(CHAIN_KEY, UNCHAINED) if isinstance(payload, dict) else UNCHAINED
+        chain = payload.get(CHAIN_FIELD, UNCHAINED) if isinstance(payload, dict) else UNCHAINED
         stream = UUID(str(record.originator_id))
         heads[stream] = (stream, record.originator_version, str(chain))
     return list(heads.values())

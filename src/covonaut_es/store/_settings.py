@@ -127,7 +127,7 @@ def check_settings(app: Application[UUID], env: Mapping[str, str], url: str) -> 
             options.
     """
     requested = requested_settings(env)
-    table = _settings_table(app)
+    table = settings_table(app)
     recorded = table.read()
     if env.get("CREATE_TABLE") == "n":
         # An open that must not write checks what the store recorded, and records
@@ -201,21 +201,30 @@ class _Table:
     def read(self) -> dict[str, str]:
         raise NotImplementedError
 
+    def get(self, name: str) -> str | None:
+        """The value recorded under ``name``, if any."""
+        return self.read().get(name)
+
     def write(self, settings: Mapping[str, str]) -> None:
         """Record settings unless some are recorded already (the first opener wins)."""
         raise NotImplementedError
 
 
 class _MemoryTable(_Table):
-    def __init__(self, settings: dict[str, str]) -> None:
+    def __init__(self, settings: dict[str, str], prefix: str = "") -> None:
         self._settings = settings
+        self._prefix = prefix  # the names of another table, in the same dict
 
     def read(self) -> dict[str, str]:
-        return dict(self._settings)
+        n = len(self._prefix)
+        return {k[n:]: v for k, v in self._settings.items() if k.startswith(self._prefix)}
+
+    def get(self, name: str) -> str | None:
+        return self._settings.get(self._prefix + name)
 
     def write(self, settings: Mapping[str, str]) -> None:
         for name, value in settings.items():
-            self._settings.setdefault(name, value)
+            self._settings.setdefault(self._prefix + name, value)
 
 
 class _SQLTable(_Table):
@@ -231,6 +240,16 @@ class _SQLTable(_Table):
             cursor.execute(f"SELECT name, value FROM {self._name}")
             rows = cursor.fetchall()
         return {_column(row, 0, "name"): _column(row, 1, "value") for row in rows}
+
+    def get(self, name: str) -> str | None:
+        with self._datastore.transaction(commit=False) as cursor:
+            if not self._exists(cursor):
+                return None
+            cursor.execute(
+                f"SELECT value FROM {self._name} WHERE name = {self._placeholder}", (name,)
+            )
+            row = cursor.fetchone()
+        return None if row is None else str(_column(row, 0, "value"))
 
     def write(self, settings: Mapping[str, str]) -> None:
         p = self._placeholder
@@ -253,18 +272,17 @@ class _SQLTable(_Table):
 class _SQLiteTable(_SQLTable):
     def _exists(self, cursor: Any) -> bool:
         cursor.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (SETTINGS_TABLE,)
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (self._name,)
         )
         return cursor.fetchone() is not None
 
 
 class _PostgresTable(_SQLTable):
-    def __init__(self, datastore: Any) -> None:
-        self._schema = datastore.schema
-        super().__init__(datastore, f'"{self._schema}".{SETTINGS_TABLE}', "%s")
+    def __init__(self, datastore: Any, name: str) -> None:
+        super().__init__(datastore, f'"{datastore.schema}".{name}', "%s")
 
     def _exists(self, cursor: Any) -> bool:
-        cursor.execute("SELECT to_regclass(%s) AS found", (f'"{self._schema}".{SETTINGS_TABLE}',))
+        cursor.execute("SELECT to_regclass(%s) AS found", (self._name,))
         row = cursor.fetchone()
         return row is not None and _column(row, 0, "found") is not None
 
@@ -273,14 +291,14 @@ def _column(row: Any, index: int, name: str) -> Any:
     return row[name] if isinstance(row, Mapping) else row[index]
 
 
-def _settings_table(app: Application[UUID]) -> _Table:
+def settings_table(app: Application[UUID], name: str = SETTINGS_TABLE) -> _Table:
+    """The store's table of name and value pairs called ``name``."""
     module = app.factory.__class__.__module__
     datastore = getattr(app.recorder, "datastore", None)
     if module == "eventsourcing.sqlite":
-        return _SQLiteTable(datastore, SETTINGS_TABLE, "?")
+        return _SQLiteTable(datastore, name, "?")
     if module == "eventsourcing.postgres":
-        return _PostgresTable(datastore)
+        return _PostgresTable(datastore, name)
     settings = getattr(app.factory, "settings", None)
-    if isinstance(settings, dict):
-        return _MemoryTable(settings)
-    return _MemoryTable({})
+    prefix = "" if name == SETTINGS_TABLE else f"{name}:"
+    return _MemoryTable(settings if isinstance(settings, dict) else {}, prefix)
