@@ -47,7 +47,7 @@ from covonaut_es.errors import (
 from covonaut_es.migrations import Upcaster
 from covonaut_es.migrations._upcasting import NO_MIGRATORS
 from covonaut_es.store._chain import CHAIN_FIELD, UNCHAINED, chain_of
-from covonaut_es.store._chain_key import check_chain_key, sealed_predecessor
+from covonaut_es.store._chain_key import SEALS_NOTHING, check_chain_key, sealed_predecessor
 from covonaut_es.store._heads import HEADS, NEW_STREAMS, Head, anchor_heads, close_writer
 from covonaut_es.store._mapper import MsgspecMapper
 from covonaut_es.store._postgres_rows import insert_rows_as_json
@@ -459,7 +459,7 @@ def open_application(url: str, env: Mapping[str, str]) -> AgentApplication:
             app = ThreadsApplication(env=dict(env))
             try:
                 check_settings(app, env, url)
-                writes = env.get("CREATE_TABLE") != "n"
+                writes = env.get("CREATE_TABLE") != "n" and env.get(SEALS_NOTHING) != "y"
                 check_chain_key(app, app.chain_key, url, writes=writes)
             except BaseException:
                 app.close()

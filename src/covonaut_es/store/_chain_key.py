@@ -39,6 +39,10 @@ CHAIN_TABLE = "covonaut_chain"
 """The table recording a store's chain key: ``key`` (its fingerprint), ``adopted_at``
 (the log position when it was adopted) and one row per stream (its adoption point)."""
 
+SEALS_NOTHING = "COVONAUT_SEALS_NOTHING"
+"""The setting of an application that reads a store's threads and never saves one (the
+reviewer queue's): with ``"y"``, it opens a keyed store without the key."""
+
 _KEY_ROW = "key"
 _POSITION_ROW = "adopted_at"
 _FINGERPRINT_LABEL = b"covonaut-es chain key check v1"
