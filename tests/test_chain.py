@@ -103,11 +103,19 @@ def move_anchor_sql(url: str, stream: UUID, chain: str) -> None:
             )
 
 
-def launder(store: Store, url: str, thread_id: str, rewritten: set[int], *, rechain: bool) -> None:
+def launder(
+    store: Store,
+    url: str,
+    thread_id: str,
+    rewritten: set[int],
+    *,
+    rechain: bool,
+    key: bytes | None = None,
+) -> None:
     """Alter the events at ``rewritten`` versions in place and seal them with the public
-    hash, as a writer without the chain key can; with ``rechain``, every event from the
-    first one altered to the head is sealed again publicly, so that the chain is whole
-    again under the public function."""
+    hash (or with ``key``, which is not the store's), as a writer without the chain key
+    can; with ``rechain``, every event from the first one altered to the head is sealed
+    again, so that the chain is whole again under that function."""
     records = list(store._stored_records(thread_id))
     previous = ""
     first = min(rewritten)
@@ -117,7 +125,7 @@ def launder(store: Store, url: str, thread_id: str, rewritten: set[int], *, rech
         if version in rewritten:
             payload["timestamp"] = "2001-01-01T00:00:00Z"
         if version in rewritten or (rechain and version >= first):
-            payload["chain"] = chain_hash(previous, record.topic, version, payload)
+            payload["chain"] = chain_hash(previous, record.topic, version, payload, key)
             state = store._mapper.stored_payload(msgspec.json.encode(payload))
             rewrite_sql(url, UUID(str(record.originator_id)), version, state)
         previous = payload["chain"]
@@ -146,6 +154,7 @@ _laundered = itertools.count()
     messages=st.integers(min_value=1, max_value=8),
     picks=st.lists(st.integers(min_value=0, max_value=1_000), min_size=1, max_size=3),
     rechain=st.booleans(),
+    sealer=st.sampled_from([None, b"a writer's own key of 32 characters"]),
     move_anchor=st.booleans(),
     saves=st.integers(min_value=1, max_value=3),
 )
@@ -154,20 +163,22 @@ def test_a_chain_rewritten_without_the_key_is_never_sealed_over_nor_hidden(
     messages: int,
     picks: list[int],
     rechain: bool,
+    sealer: bytes | None,
     move_anchor: bool,
     saves: int,
 ) -> None:
-    """Events of a keyed thread altered and sealed with the public hash (all later ones
-    too, or not; its head anchor moved to the new head, or not): verify reports the
-    first one altered, a keyed save refuses to seal on a head that does not verify and
-    stores nothing, and after any number of saves verify still reports it."""
+    """Events of a keyed thread altered and sealed with the public hash or another key
+    (all later ones too, or not; its head anchor moved to the new head, or not): verify
+    reports the first one altered, a keyed save or fork refuses to seal on a head that
+    does not verify and stores nothing, and after any number of saves verify still
+    reports it."""
     thread_id = f"laundered-{next(_laundered)}"
     with open_store(shared_url, chain_key=KEY) as store:
         written_thread(store, thread_id, messages)
         head = store.head_version(thread_id)
         assert head is not None
         rewritten = {pick % head + 1 for pick in picks}
-        launder(store, shared_url, thread_id, rewritten, rechain=rechain)
+        launder(store, shared_url, thread_id, rewritten, rechain=rechain, key=sealer)
         if move_anchor:
             newest = store._stored_records(thread_id)[-1]
             chain = store._mapper.payload_fields(newest)["chain"]
@@ -186,6 +197,9 @@ def test_a_chain_rewritten_without_the_key_is_never_sealed_over_nor_hidden(
                 assert store.head_version(thread_id) == head
             else:
                 store.save(thread)
+        if head_broken:  # nor is a fork sealed on it
+            with pytest.raises(BrokenChainError):
+                store.fork(thread_id, new_thread_id=f"{thread_id}-fork")
         after = store.verify(thread_id)
         assert after.findings[0] == before.findings[0]
 
@@ -281,3 +295,20 @@ def test_a_keyed_store_imports_only_threads_sealed_with_its_key(
         with pytest.raises(TransferError, match="line 1 "):
             import_threads(target, lines)
         assert not target.exists("exported")
+
+
+def test_a_thread_that_comes_without_its_chain_head_is_sealed_after_the_stored_one(
+    tmp_path: Path,
+) -> None:
+    """A thread whose chain head is not known (one restored by hand, or from a snapshot
+    taken before its first save) is sealed after the hash stored before its new events,
+    not after nothing."""
+    with open_store(f"sqlite:///{tmp_path / 't.db'}") as store:
+        written_thread(store, "t", 2)
+        thread = store.load("t")
+        thread.chain_head = None
+        thread.append_message(Message(role="user", content="unknown head"), now=NOW)
+        store.save(thread)
+        report = store.verify("t")
+        assert report.ok and report.chained == report.events, report.findings
+        assert thread.chain_head == store.load("t").chain_head

@@ -89,7 +89,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
     error: str | None
     parent: ThreadParent | None
     labels: list[Label]
-    chain_head: str | None
+    chain_head: str | None  # the newest stored event's chain hash, set by the store
     reviews: ReviewLedger
     answers: dict[str, str]
     retries_requested: list[str]

@@ -46,7 +46,7 @@ from covonaut_es.errors import (
 )
 from covonaut_es.migrations import Upcaster
 from covonaut_es.migrations._upcasting import NO_MIGRATORS
-from covonaut_es.store._chain import CHAIN_FIELD, UNCHAINED, chain_of
+from covonaut_es.store._chain import UNCHAINED, chain_in, chain_of
 from covonaut_es.store._chain_key import SEALS_NOTHING, check_chain_key, sealed_predecessor
 from covonaut_es.store._heads import HEADS, NEW_STREAMS, Head, anchor_heads, close_writer
 from covonaut_es.store._mapper import MsgspecMapper
@@ -121,18 +121,16 @@ class AgentApplication(Application[UUID]):
         once (ADR 0029)."""
         processing_event = _ThreadsProcessingEvent()
         processing_event.collect_events(*objs, **kwargs)
-        threads = [t for t in processing_event.aggregates.values() if type(t) is AgentThread]
-        firsts = processing_event.first_versions
-        bases = {t.id: self.chain_base(t, firsts[t.id]) for t in threads if t.id in firsts}
+        saved = processing_event.threads_saved
+        bases = {thread.id: self.chain_base(thread, first) for thread, first in saved}
         recordings, heads = self.put_sealed(
             processing_event.events,
             bases,
             tracking=processing_event.tracking,
             **processing_event.saved_kwargs,
         )
-        for thread in threads:
-            if thread.id in heads:
-                thread.chain_head = heads[thread.id][2]
+        for thread, _ in saved:
+            thread.chain_head = heads[thread.id][2]
         if self.repository.cache and not self.repository.fastforward:
             for aggregate_id, aggregate in processing_event.aggregates.items():
                 self.repository.cache.put(aggregate_id, aggregate)
@@ -153,7 +151,7 @@ class AgentApplication(Application[UUID]):
         """The chain hash stored with ``stream``'s event at ``version``."""
         assert isinstance(self.mapper, MsgspecMapper)
         for record in self.recorder.select_events(stream, gt=version - 1, lte=version):
-            return str(self.mapper.payload_fields(record).get(CHAIN_FIELD, UNCHAINED))
+            return chain_in(self.mapper.plain_payload(record))
         return UNCHAINED
 
     def put_sealed(
@@ -168,21 +166,28 @@ class AgentApplication(Application[UUID]):
         streams in ``bases`` into their chains, each after the hash its stream maps to.
         ``new_streams`` must hold no events yet (a fork's). Returns the recordings and
         each sealed stream's new head."""
-        assert isinstance(self.mapper, MsgspecMapper)
-        key, heads, stored = self.chain_key, dict[UUID, Head](), list[StoredEvent]()
+        mapper, key = self.mapper, self.chain_key
+        assert isinstance(mapper, MsgspecMapper)
+        heads: dict[UUID, Head] = {}
+        stored: list[StoredEvent] = []
         # A thread saved from version 1 must not land in a fork's stream, which starts above.
         new = {e.originator_id for e in events if e.originator_version == 1} & bases.keys()
+        stream: Any = None
+        previous: str | None = None
         for event in events:
-            stream, version = event.originator_id, event.originator_version
-            previous = heads[stream][2] if stream in heads else bases.get(stream)
+            if event.originator_id is not stream:  # a stream's events come together
+                stream = event.originator_id
+                previous = heads[stream][2] if stream in heads else bases.get(stream)
             if previous is None:
-                stored.append(self.mapper.to_stored_event(event))
+                stored.append(mapper.to_stored_event(event))
                 continue
-            record, chain = self.mapper.to_sealed_event(event, previous, key)
+            record, previous = mapper.to_sealed_event(event, previous, key)
             stored.append(record)
-            heads[stream] = (stream, version, chain)
+            heads[stream] = (stream, event.originator_version, previous)
         anchoring = self._anchoring(heads, new | new_streams)
         ids = self.recorder.insert_events(stored, **anchoring, **kwargs)
+        if not ids:  # a recorder that keeps no log (an aggregate recorder's)
+            return [], heads
         recordings = [
             Recording(
                 event,
@@ -191,7 +196,7 @@ class AgentApplication(Application[UUID]):
                     topic=s.topic, state=s.state,
                 ),
             )
-            for event, s, n in zip(events, stored, ids or (), strict=False)
+            for event, s, n in zip(events, stored, ids, strict=True)
         ]  # fmt: skip
         return recordings, heads
 
@@ -385,16 +390,16 @@ class ChainedRepository(Repository[UUID]):
 
 
 class _ThreadsProcessingEvent(ProcessingEvent[UUID]):
-    first_versions: dict[UUID, int]  # of each thread with new events
+    threads_saved: list[tuple[AgentThread, int]]  # with the version of the first new event
 
     def collect_events(self, *objs: Any, **kwargs: Any) -> None:
-        self.first_versions = {}
+        self.threads_saved = []
         for obj in objs:  # in order: the log keeps the order of the objects saved
             if type(obj) is not AgentThread:
                 super().collect_events(obj)
                 continue
             if obj.pending_events:
-                self.first_versions[obj.id] = obj.pending_events[0].originator_version
+                self.threads_saved.append((obj, obj.pending_events[0].originator_version))
             self.events.extend(obj.collect_events())
             self.aggregates[obj.id] = obj
         self.saved_kwargs.update(kwargs)

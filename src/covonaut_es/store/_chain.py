@@ -66,6 +66,22 @@ def chain_hash(
     return link_hash(previous, topic, version, canonical_fields(payload), key)
 
 
+class _Chained(msgspec.Struct):
+    chain: str = UNCHAINED
+
+
+_chain_decoder = msgspec.json.Decoder(_Chained)
+
+
+def chain_in(payload: bytes) -> str:
+    """The chain hash in a stored payload (plain JSON), read without decoding the rest;
+    ``""`` when it holds none or is not an object with a text ``chain``."""
+    try:
+        return _chain_decoder.decode(payload).chain
+    except (msgspec.DecodeError, RecursionError):  # ValidationError among them
+        return UNCHAINED
+
+
 def chain_of(event: Any) -> str:
     """The chain hash a decoded event was stored with."""
     return str(vars(event).get(CHAIN_FIELD, UNCHAINED))

@@ -31,7 +31,7 @@ from eventsourcing.utils import get_topic
 
 from covonaut_es.domain import AgentThread, thread_aggregate_id
 from covonaut_es.errors import BrokenChainError, ChainKeyMismatchError, ChainKeyRequiredError
-from covonaut_es.store._chain import CHAIN_FIELD, KEYED, UNCHAINED, link_problem
+from covonaut_es.store._chain import CHAIN_FIELD, KEYED, UNCHAINED, chain_in, link_problem
 from covonaut_es.store._mapper import MsgspecMapper, aggregate_event_classes
 from covonaut_es.store._settings import settings_table
 
@@ -169,9 +169,9 @@ def sealed_predecessor(
         payload = mapper.payload_fields(records[0])
         stored = str(payload.get(CHAIN_FIELD, UNCHAINED))
         previous = _before(app, mapper, records, payload)
-        problem = ChainAdoption(app, key).problem(stream, version, stored) or link_problem(
-            stored, previous, records[0].topic, version, payload, key
-        )
+        problem = link_problem(stored, previous, records[0].topic, version, payload, key)
+        if problem is None and not stored.startswith(KEYED):  # a keyed link is past it
+            problem = ChainAdoption(app, key).problem(stream, version, stored)
     if problem is None:
         return stored
     msg = (
@@ -190,11 +190,11 @@ def _before(
 ) -> str:
     """The chain hash the newest of ``records`` (newest first) was sealed after."""
     if len(records) > 1:
-        return str(mapper.payload_fields(records[1]).get(CHAIN_FIELD, UNCHAINED))
+        return chain_in(mapper.plain_payload(records[1]))
     if records[0].topic != AgentThread.Forked.TOPIC:
         return UNCHAINED
     parent, at = payload.get("parent_thread_id"), payload.get("parent_version")
     if not isinstance(parent, str) or not isinstance(at, int):
         return UNCHAINED  # the link then fails to verify
     found = app.recorder.select_events(thread_aggregate_id(parent), gt=at - 1, lte=at)
-    return str(mapper.payload_fields(found[0]).get(CHAIN_FIELD, UNCHAINED)) if found else ""
+    return chain_in(mapper.plain_payload(found[0])) if found else UNCHAINED

@@ -36,7 +36,7 @@ from eventsourcing.sqlite import SQLiteApplicationRecorder
 from eventsourcing.utils import retry
 
 from covonaut_es.errors import LeaseLostError
-from covonaut_es.store._chain import CHAIN_FIELD, UNCHAINED
+from covonaut_es.store._chain import UNCHAINED, chain_in
 from covonaut_es.store._leases_postgres import lock_ids
 from covonaut_es.store._postgres_rows import encode_json, rows_json, select_rows
 from covonaut_es.store._sqlite_connections import SQLiteWriter
@@ -80,10 +80,8 @@ def heads_of_records(records: Iterable[StoredEvent]) -> list[Head]:
     """The newest version and chain of each stream among records with plain payloads."""
     heads: dict[UUID, Head] = {}
     for record in records:
-        payload = msgspec.json.decode(record.state)
-        chain = payload.get(CHAIN_FIELD, UNCHAINED) if isinstance(payload, dict) else UNCHAINED
         stream = UUID(str(record.originator_id))
-        heads[stream] = (stream, record.originator_version, str(chain))
+        heads[stream] = (stream, record.originator_version, chain_in(record.state))
     return list(heads.values())
 
 
