@@ -170,11 +170,12 @@ def test_reading_commands_open_a_keyed_store_without_its_key_and_verify_says_why
     keyed: tuple[str, dict[str, list[str]]], capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Reading commands work on a keyed store without its key; ``replay --verify``
-    then reports that keyed seals need the key, and exits 1."""
+    then reports that keyed seals need the key, notes how to pass it, and exits 1."""
     url, _ = keyed
     for argv in (["threads"], ["show", "pay-1"], ["export", "pay-1"], ["reviews"]):
         status, out, err = _run([*argv, "--store", url], capsys)
         assert status == 0, (argv, err)
     status, out, err = _run(["replay", "pay-1", "--verify", "--store", url], capsys)
     assert status == 1
-    assert "chain_key" in out + err
+    assert "open it with chain_key to verify" in out
+    assert "note: this store seals its chain with a key" in out and "--chain-key-env" in out
