@@ -312,3 +312,19 @@ def test_a_thread_that_comes_without_its_chain_head_is_sealed_after_the_stored_o
         report = store.verify("t")
         assert report.ok and report.chained == report.events, report.findings
         assert thread.chain_head == store.load("t").chain_head
+
+
+def test_a_shared_memory_store_adopts_its_key_and_refuses_writers_without_it() -> None:
+    """A ``memory://NAME`` store records its key like a database does: another open of
+    the same name to write without it is refused; one with it saves on a fork's first
+    event (whose seal links to its parent's) and verifies."""
+    with open_store("memory://chain-adoption", chain_key=KEY) as keyed:
+        written_thread(keyed, "t", 2)
+        with pytest.raises(ChainKeyRequiredError):
+            open_store("memory://chain-adoption")
+        with open_store("memory://chain-adoption", chain_key=KEY) as again:
+            again.fork("t", at_version=3, new_thread_id="f")
+            again.label("f", "after the fork")
+            for thread_id in ("t", "f"):
+                report = again.verify(thread_id)
+                assert report.ok and report.chained == report.events, report.findings

@@ -4,6 +4,7 @@ writes nothing, and with it every command works and the chains stay intact."""
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import sqlite3
 from pathlib import Path
@@ -23,6 +24,7 @@ from covonaut_es import (
 )
 from covonaut_es.audit import export_thread
 from covonaut_es.cli import main
+from covonaut_es.errors import ProviderError
 from support import answer, call
 
 KEY = "the chain key of this store, 32+"
@@ -64,6 +66,9 @@ def keyed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, dict[st
     arguments (``TOKEN`` for a reviewer's token)."""
     monkeypatch.setenv("COVONAUT_ES_REVIEWER_SECRET", SECRET)
     monkeypatch.setenv("PAUSES_APP_LEDGER", str(tmp_path / "ledger"))
+    monkeypatch.setenv("PAUSES_APP_FAILS", str(tmp_path / "fails"))
+    (tmp_path / "fails").mkdir()
+    (tmp_path / "fails" / "failed-1").touch()  # its model is down once: its run fails
     monkeypatch.setenv("CHAIN", KEY)
     url = f"sqlite:///{tmp_path / 'threads.db'}"
     pay = Tool("pay", "Pay", {"type": "object"}, lambda c, a: "paid", requires_approval=True)
@@ -76,14 +81,17 @@ def keyed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, dict[st
                 _agent(store, thread_id, charge, ("c1", "charge", "{}")).run("Charge.")
         import pauses_app
 
-        config = pauses_app.make_config("ask-1")
-        Agent(
-            AgentConfig(
-                provider=config.provider,
-                tools=config.tools,
-                checkpoint=CheckpointSettings(store=store, thread_id="ask-1"),
+        for thread_id in ("ask-1", "failed-1"):
+            config = pauses_app.make_config(thread_id)
+            agent = Agent(
+                AgentConfig(
+                    provider=config.provider,
+                    tools=config.tools,
+                    checkpoint=CheckpointSettings(store=store, thread_id=thread_id),
+                )
             )
-        ).run("Pay me.")
+            with contextlib.suppress(ProviderError):  # the failed run
+                agent.run("Pay me.")
         reviews = [_review_of(store, f"pay-{n}") for n in (1, 2, 3)]
     with open_store("memory://", chain_key=KEY) as source:  # the same key seals the export
         Agent(
@@ -104,6 +112,7 @@ def keyed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, dict[st
         "abandon": ["abandon", "pay-3", "--reviewer-token", TOKEN],
         "fork": ["fork", "pay-1", "--at", "2", "--as", "forked"],
         "import": ["import", str(tmp_path / "export.jsonl")],
+        "retry": ["retry", "failed-1", "--reviewer-token", TOKEN],
     }
     return url, commands
 
@@ -121,7 +130,7 @@ def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str,
 
 
 WRITING = ["approve", "reject", "respond", "answer", "settle", "settle --retry", "abandon"]
-WRITING += ["fork", "import", "worker", "serve", "retry"]
+WRITING += ["fork", "import", "worker", "retry", "serve", "reviews --follow"]
 
 
 @pytest.mark.parametrize("command", WRITING)
@@ -131,7 +140,7 @@ def test_every_writing_command_refuses_a_keyed_store_without_its_key_and_writes_
     """Without ``--chain-key-env``, a writing command on a keyed store exits 2 with one
     line that says to pass the key, shows no key, and changes nothing in the store."""
     url, commands = keyed
-    argv = {"serve": ["serve"], "retry": ["retry", "charge-2", "--reviewer-token", TOKEN]}
+    argv = {"serve": ["serve"], "reviews --follow": ["reviews", "--follow"]}
     argv |= commands
     before = _dump(url)
     status, out, err = _run([*argv[command], "--store", url], capsys)
