@@ -359,26 +359,29 @@ def _commands_taking_a_cipher_key() -> list[str]:
     )
 
 
+@pytest.mark.parametrize("option", ["--cipher-key-env", "--chain-key-env"])
 @pytest.mark.parametrize("command", _commands_taking_a_cipher_key())
 def test_a_key_given_in_place_of_its_variables_name_is_never_shown(
     command: str,
+    option: str,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """An operator who passes the cipher key itself to ``--cipher-key-env`` is told the
-    option takes a variable's name, and the key is printed nowhere."""
+    """An operator who passes the cipher or chain key itself to ``--cipher-key-env`` or
+    ``--chain-key-env`` is told the option takes a variable's name, and the key is
+    printed nowhere."""
     monkeypatch.setenv("COVONAUT_ES_REVIEWER_SECRET", SECRET)
     key = create_cipher_key()
     store = f"sqlite:///{tmp_path / 'store.db'}"
-    argv = [command, "--store", store, "--cipher-key-env", key]
+    argv = [command, "--store", store, option, key]
     arguments = [
         part.replace("TOKEN", token("rita")) for part in REQUIRED_ARGUMENTS.get(command, ())
     ]
     status = main([*argv, *arguments])
     printed = capsys.readouterr()
     assert status == 2, printed
-    assert "takes the name of an environment variable" in printed.err
+    assert f"{option} takes the name of an environment variable" in printed.err
     assert key not in printed.out + printed.err
     assert key[:12] not in printed.out + printed.err
 

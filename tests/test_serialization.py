@@ -43,6 +43,7 @@ from covonaut_es.errors import MissingUpcasterError
 from covonaut_es.messages import Usage
 from covonaut_es.migrations._registry import EVENT_UPCASTERS
 from covonaut_es.store import _mapper, _zstd
+from covonaut_es.store._chain import chain_hash, chain_of
 from covonaut_es.store._mapper import MsgspecMapper, codec_for
 
 NOW = datetime(2026, 3, 4, 5, 6, 7, 890123, tzinfo=UTC)
@@ -500,11 +501,17 @@ def test_ids_decode_as_uuid() -> None:
     assert isinstance(decoded.originator_id, UUID)
 
 
-def test_the_chain_hash_travels_with_the_event() -> None:
-    """An event's tamper-evidence hash is stored with it and decoded back."""
+@pytest.mark.parametrize("key", [None, b"a secret of thirty-two characters"])
+def test_the_chain_hash_sealed_once_is_stored_with_the_bytes_it_covers(key: bytes | None) -> None:
+    """A sealed event's hash is stored with it and decoded back, and it is the hash of
+    the payload as stored: an audit recomputing it from the record agrees."""
     thread = AgentThread.start("t", now=NOW)
     thread.start_run(RunMode.RUN, now=NOW)
     mapper = MsgspecMapper()
+    previous = ""
     for event in thread.collect_events():
-        decoded = mapper.to_domain_event(mapper.to_stored_event(event))
-        assert decoded.__dict__["chain"] == event.__dict__["chain"] != ""
+        record, chain = mapper.to_sealed_event(event, previous, key)
+        assert chain_of(mapper.to_domain_event(record)) == chain != ""
+        payload = mapper.payload_fields(record)
+        assert chain_hash(previous, record.topic, record.originator_version, payload, key) == chain
+        previous = chain

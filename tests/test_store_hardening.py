@@ -41,7 +41,7 @@ from covonaut_es.errors import (
 )
 from covonaut_es.messages import Message, Role
 from covonaut_es.store import AgentApplication, Store
-from covonaut_es.store._settings import SETTINGS_TABLE, _settings_table
+from covonaut_es.store._settings import SETTINGS_TABLE, settings_table
 from covonaut_es.store._urls import persistence_env, postgres_params
 from support import append_raw_event
 from test_cli import ROOT, covonaut_es
@@ -198,7 +198,7 @@ def test_another_key_or_none_fails_at_open_and_the_right_key_still_reads(
             open_store(reopenable_url, cipher_key=create_cipher_key())
         with pytest.raises(CipherKeyMismatchError, match="opened without a cipher key"):
             open_store(reopenable_url)
-        settings = _settings_table(first._app).read()
+        settings = settings_table(first._app).read()
         assert settings["cipher"].startswith("hmac-sha256:")
         assert key not in settings["cipher"]
         with open_store(reopenable_url, cipher_key=key) as again:
@@ -245,7 +245,7 @@ def test_an_older_store_is_checked_by_decoding_its_first_event(shared_url: str) 
         open_store(shared_url)
     with open_store(shared_url, cipher_key=key) as again:
         assert list(again.thread_ids()) == ["t"]
-        assert _settings_table(again._app).read() == {}
+        assert settings_table(again._app).read() == {}
 
 
 def delete_event(store: Store, thread_id: str, version: int) -> None:

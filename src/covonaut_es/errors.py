@@ -35,6 +35,31 @@ class CompressionMismatchError(StoreSettingsError):
     """The compress option given is not the one the store was created with."""
 
 
+class ChainKeyRequiredError(StoreSettingsError):
+    """The store seals its hash chain with a key, and was opened to write without it
+    (``chain_key``; ``--chain-key-env`` on the command line); nothing was written."""
+
+
+class ChainKeyMismatchError(StoreSettingsError):
+    """The chain key given is not the one the store adopted; nothing was written."""
+
+
+class BrokenChainError(CovonautError, RuntimeError):
+    """A save was refused: the stored event it would be sealed after does not verify
+    under the store's chain key (it was rewritten by someone without the key). Nothing
+    was stored; ``verify`` names the damage.
+
+    Attributes:
+        thread_id: The thread whose save was refused.
+        version: The version of the stored event that does not verify.
+    """
+
+    def __init__(self, message: str, *, thread_id: str, version: int) -> None:
+        super().__init__(message)
+        self.thread_id = thread_id
+        self.version = version
+
+
 class StoreUnavailableError(CovonautError, ConnectionError):
     """The store's database cannot be reached or refused the connection."""
 

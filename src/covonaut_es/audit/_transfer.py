@@ -15,9 +15,9 @@ import msgspec
 from eventsourcing.persistence import StoredEvent
 
 from covonaut_es.domain import AgentThread, check_thread_id, thread_aggregate_id
-from covonaut_es.domain._integrity import CHAIN_KEY, UNCHAINED, link_problem
 from covonaut_es.errors import SerializationError, ThreadConflictError, TransferError
 from covonaut_es.store import Store
+from covonaut_es.store._chain import CHAIN_FIELD, KEYED, UNCHAINED, link_problem
 
 
 class ExportedEvent(msgspec.Struct, frozen=True):
@@ -67,8 +67,9 @@ def import_threads(
 
     Raises:
         TransferError: A line is malformed, a version is missing or repeated, a topic is
-            unknown, a line has no chain hash (unless ``allow_unchained``), or the hash
-            chain does not verify; nothing was written.
+            unknown, a line has no chain hash (unless ``allow_unchained``), the hash
+            chain does not verify, or the store seals its chain with a key and a line is
+            not sealed with it; nothing was written.
         ThreadConflictError: A thread already exists in the store.
         InvalidThreadIdError: A thread id breaks the rule new threads follow.
     """
@@ -144,6 +145,7 @@ def _check(
         start = at + 1
         previous = exported[at] if base is None else base.chain_head or UNCHAINED
     heads: dict[int, str] = {}
+    keyed = store._chain_key is not None and store._chain_adoption().adopted
     for expected, (number, event) in enumerate(events, start=start):
         where = f"line {number} (thread {thread_id!r} version {event.version})"
         if event.version != expected:
@@ -157,6 +159,12 @@ def _check(
         previous = _checked_link(
             where, previous, event, store._chain_key, allow_unchained=allow_unchained
         )
+        if keyed and not previous.startswith(KEYED):
+            msg = (
+                f"{where}: this store seals its chain with a key, and the line is not sealed "
+                "with it; export the thread from a store sealed with the same key"
+            )
+            raise TransferError(msg)
         heads[event.version] = previous
     named = first.payload.get("thread_id")
     if named != thread_id:
@@ -174,7 +182,7 @@ def _checked_link(
     where: str, previous: str, event: ExportedEvent, key: bytes | None, *, allow_unchained: bool
 ) -> str:
     """The chain hash after ``event``, which must link to ``previous``."""
-    chain = str(event.payload.get(CHAIN_KEY, UNCHAINED))
+    chain = str(event.payload.get(CHAIN_FIELD, UNCHAINED))
     if chain == UNCHAINED and previous == UNCHAINED and not allow_unchained:
         msg = (
             f"{where}: expected a chain hash, found none. If this is an export of a thread "

@@ -11,7 +11,7 @@ from eventsourcing.persistence import PersistenceError
 from covonaut_es.audit import check_store, format_report
 from covonaut_es.cli._command import EXIT_FAILURES, EXIT_OK, Subcommands, UsageError, add_command
 from covonaut_es.cli._json import migration_report
-from covonaut_es.cli._options import add_store_options, cipher_key, store_url
+from covonaut_es.cli._options import add_store_options, chain_key, cipher_key, store_url
 from covonaut_es.cli._output import add_json_option, print_json, terminal_progress
 from covonaut_es.errors import CovonautError
 from covonaut_es.store import FileStateStore, open_store
@@ -54,7 +54,13 @@ def migrate(args: argparse.Namespace) -> int:
     if args.states is not None and not args.states.is_dir():
         msg = f"--states {str(args.states)!r} is not a directory"
         raise UsageError(msg)
-    store = open_store(url, cipher_key=key, compress=args.compressed, create_tables=False)
+    store = open_store(
+        url,
+        cipher_key=key,
+        chain_key=chain_key(args),
+        compress=args.compressed,
+        create_tables=False,
+    )
     try:
         with terminal_progress() as progress, store:
             states = None if args.states is None else FileStateStore(args.states)

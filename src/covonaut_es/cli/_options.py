@@ -1,9 +1,9 @@
 """The options that say which store a command reads, declared once for every command,
 and opening the store they name.
 
-``--store`` (default ``$COVONAUT_ES_STORE``), ``--cipher-key-env`` and ``--compressed``
-mean the same to every subcommand, and every subcommand that prints rows also takes
-``--json`` (:func:`add_store_command`).
+``--store`` (default ``$COVONAUT_ES_STORE``), ``--cipher-key-env``, ``--chain-key-env``
+and ``--compressed`` mean the same to every subcommand, and every subcommand that
+prints rows also takes ``--json`` (:func:`add_store_command`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ STORE_ENV = "COVONAUT_ES_STORE"
 
 
 def add_store_options(parser: argparse.ArgumentParser) -> None:
-    """Declare ``--store``, ``--cipher-key-env`` and ``--compressed`` on a subcommand."""
+    """Declare ``--store``, ``--cipher-key-env``, ``--chain-key-env`` and
+    ``--compressed`` on a subcommand."""
     parser.add_argument(
         "--store",
         default=os.environ.get(STORE_ENV),
@@ -36,6 +37,11 @@ def add_store_options(parser: argparse.ArgumentParser) -> None:
         "--cipher-key-env",
         metavar="VAR",
         help="the environment variable holding the store's cipher key",
+    )
+    parser.add_argument(
+        "--chain-key-env",
+        metavar="VAR",
+        help="the environment variable holding the key the store seals its chain with",
     )
     parser.add_argument(
         "--compressed", action="store_true", help="the store was opened with compress=True"
@@ -64,13 +70,22 @@ def store_url(args: argparse.Namespace) -> str:
 
 def cipher_key(args: argparse.Namespace) -> str | None:
     """The cipher key from the variable ``--cipher-key-env`` names, if it names one."""
-    if not args.cipher_key_env:
+    return _key_from_variable("--cipher-key-env", args.cipher_key_env)
+
+
+def chain_key(args: argparse.Namespace) -> str | None:
+    """The chain key from the variable ``--chain-key-env`` names, if it names one."""
+    return _key_from_variable("--chain-key-env", args.chain_key_env)
+
+
+def _key_from_variable(option: str, name: str | None) -> str | None:
+    """The secret in the environment variable ``name`` that ``option`` gave, if any."""
+    if not name:
         return None
-    name: str = args.cipher_key_env
     if not _VARIABLE_NAME.fullmatch(name):
         # Shown back, it would print a key passed by mistake in the variable's place.
         msg = (
-            "--cipher-key-env takes the name of an environment variable (letters, digits "
+            f"{option} takes the name of an environment variable (letters, digits "
             "and _), not the key itself; what was given is not shown"
         )
         raise UsageError(msg)
@@ -92,10 +107,14 @@ def open_from(args: argparse.Namespace, *, writes: bool = False, create: bool = 
     that a cipher key or compression other than the store's is refused before anything
     is written."""
     url = store_url(args)
-    key = cipher_key(args)
+    options = {
+        "cipher_key": cipher_key(args),
+        "chain_key": chain_key(args),
+        "compress": args.compressed,
+    }
     if create:
-        return open_store(url, cipher_key=key, compress=args.compressed)
-    reader = open_store(url, cipher_key=key, compress=args.compressed, create_tables=False)
+        return open_store(url, **options)
+    reader = open_store(url, **options, create_tables=False)
     try:
         next(reader.thread_ids(), None)  # reads the log: not a store fails here
     except BaseException:
@@ -104,7 +123,7 @@ def open_from(args: argparse.Namespace, *, writes: bool = False, create: bool = 
     if not writes:
         return reader
     reader.close()
-    return open_store(url, cipher_key=key, compress=args.compressed)
+    return open_store(url, **options)
 
 
 def read_thread(args: argparse.Namespace, read: Callable[[Store, str], T]) -> T:

@@ -207,4 +207,6 @@ def replay(args: argparse.Namespace) -> int:
             )
             for finding in report.findings:
                 print(f"  version {finding.version}: {printable(finding.problem)}")
+            for note in report.notes:  # what could not be checked, and why
+                print(f"  note: {printable(note)}")
     return EXIT_OK if report is None or report.ok else EXIT_FAILURES

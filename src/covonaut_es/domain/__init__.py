@@ -1,9 +1,11 @@
 """The domain: an agent thread as a pure event-sourced aggregate.
 
 This package owns :class:`AgentThread` with its nested events, the values of its state,
-the review ledger that makes approvals single-use, the hash chain that makes tampering
-evident, what a fork inherits, and the session tree's queries. Everything here is pure:
-no I/O and no clock (every command takes ``now`` from its caller). Of the library it imports
+the review ledger that makes approvals single-use, what a fork inherits, and the session
+tree's queries. The hash chain that makes tampering evident is the store's: it seals
+events when it saves them, and the aggregate only holds the head it is given.
+Everything here is pure: no I/O and no clock (every command takes ``now`` from its
+caller). Of the library it imports
 only :mod:`covonaut_es.errors` and :mod:`covonaut_es.messages` (besides eventsourcing's
 domain classes and msgspec), never a layer above it.
 """

@@ -1,8 +1,8 @@
 """Forking a thread (ADR 0009): what a fork inherits, and the event that starts it.
 
 A fork's stream holds no copy of its parent's events: it starts with a ``Forked`` event
-that names the parent and the version it branches from, sealed into the parent's hash
-chain. These functions only read and make events; the store does the I/O.
+that names the parent and the version it branches from (the store seals it into the
+parent's hash chain). These functions only read and make events; the store does the I/O.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from datetime import datetime
 from typing import Any
 
 from covonaut_es.domain._ids import thread_aggregate_id
-from covonaut_es.domain._integrity import seal
 from covonaut_es.domain._thread import AgentThread
 from covonaut_es.domain._values import Interrupt, PauseKind, RunMode
 
@@ -71,10 +70,9 @@ def fork_event(
     *,
     new_thread_id: str,
     interrupts: tuple[Interrupt, ...],
-    previous_chain: str,
     now: datetime,
 ) -> AgentThread.Forked:
-    """The event that starts a fork, sealed into the parent's hash chain."""
+    """The event that starts a fork."""
     # eventsourcing makes event classes dataclasses at run time, out of mypy's sight.
     event_class: Any = AgentThread.Forked
     forked: AgentThread.Forked = event_class(
@@ -86,5 +84,4 @@ def fork_event(
         parent_version=parent_version,
         interrupts=interrupts,
     )
-    seal(forked, forked.TOPIC, previous_chain)
     return forked

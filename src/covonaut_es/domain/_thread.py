@@ -25,7 +25,6 @@ from eventsourcing.domain import Aggregate
 from covonaut_es.domain._calls import event_key, has_key_form, requested_call
 from covonaut_es.domain._canonical import canonical_json
 from covonaut_es.domain._ids import check_thread_id, thread_aggregate_id
-from covonaut_es.domain._integrity import CHAIN_KEY, UNCHAINED, seal
 from covonaut_es.domain._pauses import (
     checked_kind,
     in_doubt_data,
@@ -94,7 +93,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
     error: str | None
     parent: ThreadParent | None
     labels: list[Label]
-    chain_head: str | None
+    chain_head: str | None  # the newest stored event's chain hash, set by the store
     reviews: ReviewLedger
     answers: dict[str, str]
     retries_requested: list[str]
@@ -103,11 +102,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
     # Events: the only code that changes a thread's state is their apply methods.
 
     class Event(Aggregate.Event):
-        """Base class of the thread's events.
-
-        Besides its fields, every event carries ``chain``, its tamper-evidence hash
-        (see :mod:`covonaut_es.domain._integrity`), set when the event is triggered.
-        """
+        """Base class of the thread's events."""
 
         # Redeclared: the generic annotation inherited from eventsourcing reads as Any
         # to msgspec, which then cannot decode the id.
@@ -116,7 +111,6 @@ class AgentThread(Aggregate, created_event_name="Started"):
         def mutate(self, aggregate: Any) -> Any:
             abandoned = aggregate is not None and aggregate.status is ThreadStatus.ABANDONED
             thread: Any = super().mutate(aggregate)
-            thread.chain_head = self.__dict__.get(CHAIN_KEY, UNCHAINED)
             if abandoned:  # the last results of a run it stopped change nothing
                 thread.status = ThreadStatus.ABANDONED
             return thread
@@ -466,7 +460,6 @@ class AgentThread(Aggregate, created_event_name="Started"):
                 _modified_on=self.timestamp,
                 thread_id=self.thread_id,
                 parent=ThreadParent(self.parent_thread_id, self.parent_version),
-                chain_head=self.__dict__.get(CHAIN_KEY, UNCHAINED),
             )
             return base
 
@@ -591,7 +584,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
         self.error = None
         self.parent = None
         self.labels = []
-        self.chain_head = UNCHAINED
+        self.chain_head = None  # the store sets it when it loads or saves the thread
         self.reviews = ReviewLedger()
         self.answers = {}
         self.retries_requested = []
@@ -612,14 +605,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
             thread_id=thread_id,
             timestamp=now,
         )
-        thread.chain_head = seal(thread.pending_events[0], cls.Started.TOPIC, UNCHAINED)
         return thread
-
-    def trigger_event(self, event_class: type[Any], **kwargs: Any) -> None:
-        """Trigger an event and seal it into the thread's hash chain."""
-        previous = self.chain_head or UNCHAINED
-        super().trigger_event(event_class, **kwargs)
-        self.chain_head = seal(self.pending_events[-1], event_class.TOPIC, previous)
 
     @classmethod
     def start_from_state(
@@ -646,7 +632,6 @@ class AgentThread(Aggregate, created_event_name="Started"):
             stored_version=stored_version,
             timestamp=now,
         )
-        thread.chain_head = seal(thread.pending_events[0], cls.StartedFromState.TOPIC, UNCHAINED)
         return thread
 
     def start_run(self, mode: RunMode, *, now: datetime) -> None:
@@ -1215,7 +1200,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
         return event_key(self.thread_id, self.version + 1, call.id)
 
 
-_POSITION_FIELDS = frozenset({"originator_id", "originator_version", "timestamp", CHAIN_KEY})
+_POSITION_FIELDS = frozenset({"originator_id", "originator_version", "timestamp"})
 """An event's fields that say where in its stream it stands, set anew when it is
 triggered again by a rebase."""
 

@@ -38,6 +38,7 @@ from covonaut_es.store._application import (
     open_application,
 )
 from covonaut_es.store._backend import backend_for_env
+from covonaut_es.store._chain_key import SEALS_NOTHING
 from covonaut_es.store._urls import READ_ONLY, canonical_url, persistence_env, redact, store_env
 
 VIEW_NAME = "review_queue"
@@ -118,7 +119,10 @@ class ReviewQueue(Closing):
         cipher_key: str | None = None,
         compress: bool = False,
     ) -> None:
-        self._store_env = store_env(store_url, cipher_key=cipher_key, compress=compress)
+        self._store_env = {
+            **store_env(store_url, cipher_key=cipher_key, compress=compress),
+            SEALS_NOTHING: "y",  # it reads threads, and needs no chain key
+        }
         self.store_url = canonical_url(store_url, self._store_env)
         view_env = persistence_env(view_url) if view_url else self._store_env
         self._view_read_only = view_env.get(READ_ONLY) == "y"

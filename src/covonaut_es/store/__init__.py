@@ -2,8 +2,9 @@
 
 This package owns every persistence detail: :func:`open_store` and its URLs, the
 eventsourcing applications and recorders (SQLite, PostgreSQL, in-memory), the msgspec
-mapper with compression and encryption, forks by reference, named states, and the
-audit of a thread's own records (``Store.replay`` and ``Store.verify``). It may import
+mapper with compression and encryption, the hash chain (sealed once, at save, with
+the chain key the store adopted), forks by reference, named states, and the audit of a
+thread's own records (``Store.replay`` and ``Store.verify``). It may import
 the domain and the migrations, never the runtime or a layer above.
 
 Its modules (ADR 0028):

@@ -12,11 +12,11 @@ from __future__ import annotations
 import binascii
 import logging
 import sqlite3
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Set
 from typing import Any, ClassVar
 from uuid import UUID
 
-from eventsourcing.application import Application, ProcessingEvent
+from eventsourcing.application import Application, ProcessingEvent, Repository, project_aggregate
 from eventsourcing.domain import DomainEventProtocol
 from eventsourcing.persistence import (
     AggregateRecorder,
@@ -24,14 +24,15 @@ from eventsourcing.persistence import (
     Cipher,
     EventStore,
     InfrastructureFactory,
+    Notification,
     PersistenceError,
     Recording,
+    StoredEvent,
 )
 from eventsourcing.utils import Environment, EnvType, TopicError, strtobool
 
 from covonaut_es import _logs
 from covonaut_es.domain import AgentThread, ThreadSnapshot
-from covonaut_es.domain._integrity import CHAIN_KEY, UNCHAINED, seal_all
 from covonaut_es.errors import (
     ConfigurationError,
     CovonautError,
@@ -45,7 +46,9 @@ from covonaut_es.errors import (
 from covonaut_es.migrations import Upcaster
 from covonaut_es.migrations._upcasting import NO_MIGRATORS
 from covonaut_es.store._backend import Backend, backend_for_env, backend_of
-from covonaut_es.store._heads import HEADS, NEW_STREAMS
+from covonaut_es.store._chain import UNCHAINED, chain_in, chain_of
+from covonaut_es.store._chain_key import SEALS_NOTHING, check_chain_key, sealed_predecessor
+from covonaut_es.store._heads import HEADS, NEW_STREAMS, Head
 from covonaut_es.store._mapper import MsgspecMapper
 from covonaut_es.store._settings import check_settings
 
@@ -82,6 +85,117 @@ class AgentApplication(Application[UUID]):
             cipher=_cipher(self.factory),
             aggregate_classes=self.aggregate_classes,
         )
+
+    def construct_repository(self) -> Repository[UUID]:
+        """eventsourcing's repository, whose loads give each thread the chain hash of
+        its newest event (the head the next save seals after)."""
+        maxsize = self.env.get(self.AGGREGATE_CACHE_MAXSIZE)
+        return ChainedRepository(
+            event_store=self.events,
+            snapshot_store=self.snapshots,
+            cache_maxsize=int(maxsize) if maxsize else None,
+            fastforward=strtobool(self.env.get(self.AGGREGATE_CACHE_FASTFORWARD, "y")),
+            fastforward_skipping=strtobool(
+                self.env.get(self.AGGREGATE_CACHE_FASTFORWARD_SKIPPING, "n")
+            ),
+            deepcopy_from_cache=strtobool(self.env.get(self.DEEPCOPY_FROM_AGGREGATE_CACHE, "y")),
+        )
+
+    @property
+    def chain_key(self) -> bytes | None:
+        """The key the threads' chains are sealed with; None: the public hash."""
+        return None
+
+    def save(self, *objs: Any, **kwargs: Any) -> list[Recording[UUID]]:
+        """As eventsourcing's ``save``, collecting threads' events without its two
+        runtime protocol checks per save (a fifth of a turn's persistence cost), and
+        sealing the threads' new events into their hash chains as they are encoded,
+        once (ADR 0029)."""
+        processing_event = _ThreadsProcessingEvent()
+        processing_event.collect_events(*objs, **kwargs)
+        saved = processing_event.threads_saved
+        bases = {thread.id: self.chain_base(thread, first) for thread, first in saved}
+        recordings, heads = self.put_sealed(
+            processing_event.events,
+            bases,
+            tracking=processing_event.tracking,
+            **processing_event.saved_kwargs,
+        )
+        for thread, _ in saved:
+            thread.chain_head = heads[thread.id][2]
+        if self.repository.cache and not self.repository.fastforward:
+            for aggregate_id, aggregate in processing_event.aggregates.items():
+                self.repository.cache.put(aggregate_id, aggregate)
+        self._take_snapshots(processing_event)
+        self._notify(recordings)
+        return recordings
+
+    def chain_base(self, thread: AgentThread, first: int) -> str:
+        """The chain hash the thread's new event at version ``first`` is sealed after:
+        the one its load or last save gave it."""
+        if first == 1:
+            return UNCHAINED
+        if thread.chain_head is not None:
+            return thread.chain_head
+        return self.stored_chain(thread.id, first - 1)
+
+    def stored_chain(self, stream: UUID, version: int) -> str:
+        """The chain hash stored with ``stream``'s event at ``version``."""
+        assert isinstance(self.mapper, MsgspecMapper)
+        for record in self.recorder.select_events(stream, gt=version - 1, lte=version):
+            return chain_in(self.mapper.plain_payload(record))
+        return UNCHAINED
+
+    def put_sealed(
+        self,
+        events: list[Any],
+        bases: Mapping[UUID, str],
+        *,
+        new_streams: Set[UUID] = frozenset(),
+        **kwargs: Any,
+    ) -> tuple[list[Recording[UUID]], dict[UUID, Head]]:
+        """Encode and insert ``events`` in one transaction, sealing those of the
+        streams in ``bases`` into their chains, each after the hash its stream maps to.
+        ``new_streams`` must hold no events yet (a fork's). Returns the recordings and
+        each sealed stream's new head."""
+        mapper, key = self.mapper, self.chain_key
+        assert isinstance(mapper, MsgspecMapper)
+        heads: dict[UUID, Head] = {}
+        stored: list[StoredEvent] = []
+        # A thread saved from version 1 must not land in a fork's stream, which starts above.
+        new = {e.originator_id for e in events if e.originator_version == 1} & bases.keys()
+        stream: Any = None
+        previous: str | None = None
+        for event in events:
+            if event.originator_id is not stream:  # a stream's events come together
+                stream = event.originator_id
+                previous = heads[stream][2] if stream in heads else bases.get(stream)
+            if previous is None:
+                stored.append(mapper.to_stored_event(event))
+                continue
+            record, previous = mapper.to_sealed_event(event, previous, key)
+            stored.append(record)
+            heads[stream] = (stream, event.originator_version, previous)
+        anchoring = self._anchoring(heads, new | new_streams)
+        ids = self.recorder.insert_events(stored, **anchoring, **kwargs)
+        if not ids:  # a recorder that keeps no log (an aggregate recorder's)
+            return [], heads
+        recordings = [
+            Recording(
+                event,
+                Notification(
+                    id=n, originator_id=s.originator_id, originator_version=s.originator_version,
+                    topic=s.topic, state=s.state,
+                ),
+            )
+            for event, s, n in zip(events, stored, ids, strict=True)
+        ]  # fmt: skip
+        return recordings, heads
+
+    def _anchoring(self, heads: Mapping[UUID, Head], new: Set[UUID]) -> dict[str, Any]:
+        """What ``insert_events`` is given to anchor the saved threads' heads and keep
+        ``new`` streams new: nothing, since a user's application has no head table."""
+        return {}
 
     def construct_snapshot_store(self) -> SnapshotCache:
         """The snapshot store, read as a cache: see :class:`SnapshotCache`."""
@@ -220,51 +334,52 @@ class ThreadsApplication(AgentApplication):
         key = self.env.get(CHAIN_KEY_ENV)
         return key.encode() if key else None
 
-    def save(self, *objs: Any, **kwargs: Any) -> list[Recording[UUID]]:
-        """As eventsourcing's ``save``, collecting threads' events without its two
-        runtime protocol checks per save (a fifth of a turn's persistence cost); with a
-        chain key, the threads' new events are sealed with it (ADR 0013)."""
-        processing_event = _ThreadsProcessingEvent()
-        processing_event.collect_events(*objs, **kwargs)
-        threads = [t for t in processing_event.aggregates.values() if type(t) is AgentThread]
+    def chain_base(self, thread: AgentThread, first: int) -> str:
+        """As :class:`AgentApplication`'s; with a chain key, the hash stored before
+        version ``first``, whatever the thread was loaded with."""
         key = self.chain_key
-        if key is not None:
-            for thread in threads:
-                self._seal_with_key(thread, processing_event.events, key)
-        heads = [(t.id, t.version, t.chain_head or UNCHAINED) for t in threads]
-        processing_event.saved_kwargs[HEADS] = heads  # written with the events
-        # A thread saved from version 1 must not land in a fork's stream, which starts above.
-        processing_event.saved_kwargs[NEW_STREAMS] = {
-            e.originator_id for e in processing_event.events if e.originator_version == 1
-        } & {t.id for t in threads}
-        recordings = self._record(processing_event)
-        self._take_snapshots(processing_event)
-        self._notify(recordings)
-        return recordings
+        if key is None or first == 1:
+            return super().chain_base(thread, first)
+        return sealed_predecessor(self, key, thread.thread_id, thread.id, first - 1)
 
-    def _seal_with_key(self, thread: AgentThread, events: list[Any], key: bytes) -> None:
-        """Seal the thread's new events again with ``key``, after the stored head."""
-        new = [e for e in events if e.originator_id == thread.id]
-        if not new:
-            return
-        previous = UNCHAINED
-        if (base := new[0].originator_version - 1) > 0:
-            stored = self.recorder.select_events(thread.id, lte=base, desc=True, limit=1)
-            assert isinstance(self.mapper, MsgspecMapper)
-            for record in stored:
-                payload = self.mapper.payload_fields(record)
-                previous = str(payload.get(CHAIN_KEY, UNCHAINED))
-        thread.chain_head = seal_all(new, previous, key)
+    def _anchoring(self, heads: Mapping[UUID, Head], new: Set[UUID]) -> dict[str, Any]:
+        return {HEADS: list(heads.values()), NEW_STREAMS: new}  # written with the events
+
+
+def project_chained(aggregate: Any, events: Iterable[Any]) -> Any:
+    """eventsourcing's projection of an aggregate, giving a thread the chain hash of
+    each event it folds (a snapshot brings its own)."""
+    for event in events:
+        aggregate = event.mutate(aggregate)
+        if type(aggregate) is AgentThread and not isinstance(event, ThreadSnapshot):
+            aggregate.chain_head = chain_of(event)
+    return aggregate
+
+
+class ChainedRepository(Repository[UUID]):
+    """eventsourcing's repository, projecting with :func:`project_chained` unless told
+    otherwise."""
+
+    def get(self, aggregate_id: UUID, *, version: int | None = None, **kwargs: Any) -> Any:
+        if kwargs.get("projector_func", project_aggregate) is project_aggregate:
+            kwargs["projector_func"] = project_chained
+        return super().get(aggregate_id, version=version, **kwargs)
 
 
 class _ThreadsProcessingEvent(ProcessingEvent[UUID]):
+    threads_saved: list[tuple[AgentThread, int]]  # with the version of the first new event
+
     def collect_events(self, *objs: Any, **kwargs: Any) -> None:
-        threads = [obj for obj in objs if type(obj) is AgentThread]
-        for thread in threads:
-            self.events.extend(thread.collect_events())
-            self.aggregates[thread.id] = thread
-        others = [obj for obj in objs if type(obj) is not AgentThread]
-        super().collect_events(*others, **kwargs)
+        self.threads_saved = []
+        for obj in objs:  # in order: the log keeps the order of the objects saved
+            if type(obj) is not AgentThread:
+                super().collect_events(obj)
+                continue
+            if obj.pending_events:
+                self.threads_saved.append((obj, obj.pending_events[0].originator_version))
+            self.events.extend(obj.collect_events())
+            self.aggregates[obj.id] = obj
+        self.saved_kwargs.update(kwargs)
 
 
 def open_application(url: str, env: Mapping[str, str]) -> AgentApplication:
@@ -287,6 +402,8 @@ def open_application(url: str, env: Mapping[str, str]) -> AgentApplication:
             app = ThreadsApplication(env=dict(env))
             try:
                 check_settings(app, env, url)
+                writes = env.get("CREATE_TABLE") != "n" and env.get(SEALS_NOTHING) != "y"
+                check_chain_key(app, app.chain_key, url, writes=writes)
             except BaseException:
                 app.close()
                 raise

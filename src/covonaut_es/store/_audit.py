@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any, Protocol
+from uuid import UUID
 
 import msgspec
 from eventsourcing.persistence import StoredEvent
@@ -21,7 +22,6 @@ from covonaut_es.domain import (
     requested_call,
     thread_aggregate_id,
 )
-from covonaut_es.domain._integrity import CHAIN_KEY, KEYED, UNCHAINED, link_problem
 from covonaut_es.errors import (
     MissingEventError,
     MissingToolCallError,
@@ -29,6 +29,8 @@ from covonaut_es.errors import (
     ThreadStateError,
 )
 from covonaut_es.messages import Message
+from covonaut_es.store._chain import CHAIN_FIELD, KEYED, UNCHAINED, link_problem
+from covonaut_es.store._chain_key import ChainAdoption
 from covonaut_es.store._heads import HeadAnchor
 from covonaut_es.store._mapper import MsgspecMapper
 
@@ -46,6 +48,7 @@ class _AuditedStore(Protocol):
     def _read_record(self, record: StoredEvent) -> object: ...
     def _snapshot_states(self, thread_id: str) -> Iterator[ThreadState]: ...
     def _head_anchor(self, thread_id: str) -> HeadAnchor: ...
+    def _chain_adoption(self) -> ChainAdoption: ...
     @property
     def _chain_key(self) -> bytes | None: ...
 
@@ -258,6 +261,12 @@ class _Fold:
         self.checkpoints_checked = self.snapshots_checked = 0
         self.previous = UNCHAINED
         self.thread: Any = None
+        self.adoption = store._chain_adoption()
+        if self.adoption.adopted and store._chain_key is None:
+            self.notes.append(
+                "this store seals its chain with a key: without it, keyed seals cannot be "
+                "checked; open the store with its chain key (--chain-key-env)"
+            )
 
     def run(self) -> None:
         store = self.store
@@ -369,9 +378,12 @@ class _Fold:
         except SerializationError as exc:
             self.findings.append(AuditFinding(version, f"stored record is unreadable: {exc}"))
             return False
-        stored = payload.get(CHAIN_KEY, UNCHAINED)
+        stored = payload.get(CHAIN_FIELD, UNCHAINED)
         key = self.store._chain_key
         problem = link_problem(stored, self.previous, record.topic, version, payload, key)
+        if problem is None and key is not None:
+            stream = UUID(str(record.originator_id))
+            problem = self.adoption.problem(stream, version, stored)
         if problem is not None:
             self.findings.append(AuditFinding(version, problem))
             return False
@@ -384,6 +396,7 @@ class _Fold:
                 self.thread = event.graft(self.thread)
             else:
                 self.thread = event.mutate(self.thread)  # type: ignore[attr-defined]
+            self.thread.chain_head = self.previous
         except MissingToolCallError as exc:  # a chain re-sealed around a changed message
             self.findings.append(AuditFinding(version, f"event does not apply: {exc}"))
             return False

@@ -73,9 +73,10 @@ class Backend(Protocol):
         """Close the connection ``recorder`` writes through, where it has its own."""
 
     def settings_table(
-        self, factory: InfrastructureFactory[Any], recorder: ApplicationRecorder
+        self, factory: InfrastructureFactory[Any], recorder: ApplicationRecorder, name: str
     ) -> SettingsTable:
-        """The table of the store's recorded settings."""
+        """The store's table of name and value pairs called ``name`` (its recorded
+        settings, or its chain key's adoption)."""
 
     def replace_snapshot(self, snapshots: EventStore[UUID], snapshot: ThreadSnapshot) -> None:
         """Store ``snapshot`` and drop its thread's older ones (ADR 0014)."""

@@ -19,7 +19,6 @@ from eventsourcing.persistence import IntegrityError
 
 from covonaut_es.domain import AgentThread, Checkpoint, check_thread_id, thread_aggregate_id
 from covonaut_es.domain._forks import fork_event, fork_point
-from covonaut_es.domain._integrity import CHAIN_KEY, UNCHAINED, seal_all
 from covonaut_es.errors import (
     CheckpointNotFoundError,
     ConfigurationError,
@@ -27,8 +26,10 @@ from covonaut_es.errors import (
     ThreadNotFoundError,
     ThreadStateError,
 )
+from covonaut_es.store._application import AgentApplication
 from covonaut_es.store._backend import Backend
-from covonaut_es.store._heads import HEADS, NEW_STREAMS, head_of
+from covonaut_es.store._chain import chain_of
+from covonaut_es.store._chain_key import sealed_predecessor
 from covonaut_es.store._records import storable
 
 
@@ -150,9 +151,8 @@ class ThreadForking(ABC):
         version = newest.originator_version
         new_thread_id = check_thread_id(new_thread_id or f"{thread_id}~{uuid.uuid4().hex[:8]}")
         taken = f"cannot fork {thread_id!r} as {new_thread_id!r}: that thread already exists"
-        guarded = self._backend.guards_new_streams(
-            self._app.recorder
-        )  # else checked here, then written
+        # Where the back end does not guard new streams, checked here, then written.
+        guarded = self._backend.guards_new_streams(self._app.recorder)
         if not guarded and self.exists(new_thread_id):
             raise ThreadConflictError(taken, thread_id=new_thread_id, expected_version=0)
         interrupts, abandoned = fork_point(itertools.chain([newest], newest_first))
@@ -162,22 +162,23 @@ class ThreadForking(ABC):
                 "fork it at a version before it was abandoned"
             )
             raise ThreadStateError(msg)
-        previous_chain = newest.__dict__.get(CHAIN_KEY, UNCHAINED)
         event = fork_event(
             thread_id,
             version,
             new_thread_id=new_thread_id,
             interrupts=interrupts,
-            previous_chain=previous_chain,
             now=now or self.clock(),
         )
-        key: bytes | None = getattr(self._app, "chain_key", None)
-        if key is not None:
-            seal_all([event], previous_chain, key)
+        app = self._app
+        assert isinstance(app, AgentApplication)
+        key = app.chain_key
+        base = (  # the fork is sealed into its parent's chain
+            chain_of(newest)
+            if key is None
+            else sealed_predecessor(app, key, thread_id, newest.originator_id, version)
+        )
         try:
-            self._app.events.put(
-                [event], **{HEADS: [head_of(event)], NEW_STREAMS: {event.originator_id}}
-            )
+            app.put_sealed([event], {event.originator_id: base}, new_streams={event.originator_id})
         except IntegrityError as exc:
             raise ThreadConflictError(taken, thread_id=new_thread_id, expected_version=0) from exc
         return new_thread_id

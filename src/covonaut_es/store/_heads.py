@@ -25,8 +25,8 @@ from uuid import UUID
 import msgspec
 from eventsourcing.persistence import IntegrityError, StoredEvent
 
-from covonaut_es.domain._integrity import CHAIN_KEY, UNCHAINED
 from covonaut_es.errors import LeaseLostError
+from covonaut_es.store._chain import UNCHAINED, chain_in
 
 HEADS = "covonaut_thread_heads"
 """The ``insert_events`` keyword carrying ``(originator_id, version, chain)`` rows."""
@@ -63,20 +63,12 @@ class HeadAnchor(msgspec.Struct, frozen=True):
     chain: str = UNCHAINED
 
 
-def head_of(event: Any) -> Head:
-    """The head anchor of a stream whose newest event is ``event``."""
-    chain = event.__dict__.get(CHAIN_KEY, UNCHAINED)
-    return (UUID(str(event.originator_id)), event.originator_version, chain)
-
-
 def heads_of_records(records: Iterable[StoredEvent]) -> list[Head]:
     """The newest version and chain of each stream among records with plain payloads."""
     heads: dict[UUID, Head] = {}
     for record in records:
-        payload = msgspec.json.decode(record.state)
-        chain = payload.get(CHAIN_KEY, UNCHAINED) if isinstance(payload, dict) else UNCHAINED
         stream = UUID(str(record.originator_id))
-        heads[stream] = (stream, record.originator_version, str(chain))
+        heads[stream] = (stream, record.originator_version, chain_in(record.state))
     return list(heads.values())
 
 

@@ -32,7 +32,6 @@ from eventsourcing.persistence import Cipher, Compressor, Mapper, StoredEvent, T
 from eventsourcing.utils import get_topic
 
 from covonaut_es.domain import AgentThread, ThreadSnapshot
-from covonaut_es.domain._integrity import CHAIN_KEY, UNCHAINED
 from covonaut_es.domain._named_states import StateSaved
 from covonaut_es.domain._submissions import InputSubmitted, InputTaken
 from covonaut_es.errors import SerializationError
@@ -46,6 +45,7 @@ from covonaut_es.migrations import (
 )
 from covonaut_es.migrations._upcasting import NO_MIGRATORS
 from covonaut_es.store import _zstd
+from covonaut_es.store._chain import CHAIN_FIELD, UNCHAINED, canonical_fields, link_hash
 
 _IDENTITY_FIELDS = frozenset({"originator_id", "originator_version"})
 _UNREADABLE_HINT = (
@@ -79,6 +79,13 @@ class _Codec:
         state = {k: v for k, v in vars(obj).items() if k not in _IDENTITY_FIELDS}
         state[VERSION_KEY] = self.schema.version
         return state
+
+    def with_chain(self, fields: bytes, chain: str) -> bytes:
+        """The payload to store for an event's :func:`canonical_fields` and its chain
+        hash: the same bytes with the schema version and the hash put first."""
+        head = b'{"%s":%d,"%s":' % (VERSION_KEY.encode(), self.schema.version, CHAIN_FIELD.encode())
+        rest = b"}" if fields == b"{}" else b"," + fields[1:]
+        return head + msgspec.json.encode(chain) + rest
 
     def decode(
         self, data: bytes, *, where: str, migrators: Mapping[int, Upcaster] = NO_MIGRATORS
@@ -309,7 +316,7 @@ def codec_for(cls: type) -> _Codec:
         ]
         return _SnapshotCodec(schema, msgspec.defstruct(f"{cls.__qualname__}Payload", fields))
     # The chain hash travels with every event's payload, outside its dataclass fields.
-    chain_field = (CHAIN_KEY, str, UNCHAINED)
+    chain_field = (CHAIN_FIELD, str, UNCHAINED)
     payload_type = msgspec.defstruct(
         f"{cls.__qualname__}Payload",
         [*_field_types(cls), chain_field, version_field],
@@ -390,20 +397,47 @@ class MsgspecMapper(Mapper[UUID]):
         return cls
 
     def to_stored_event(self, domain_event: DomainEventProtocol[UUID]) -> StoredEvent:
-        cls = type(domain_event)
-        codec = codec_for(cls)
-        topic = get_topic(cls)
-        if self._classes.get(topic) is not cls:  # described only on the way to an error
-            where = f"event {cls.__qualname__} of {domain_event.originator_id}"
-            self.event_class(topic, where=where)  # raises if the topic is not listed
-            msg = f"{where}: topic {topic!r} names another class in this store's allowlist"
-            raise SerializationError(msg)
+        codec, topic = self._listed(domain_event)
         return StoredEvent(
             originator_id=domain_event.originator_id,
             originator_version=domain_event.originator_version,
             topic=topic,
             state=self.stored_payload(codec.encode(domain_event)),
         )
+
+    def to_sealed_event(
+        self, domain_event: DomainEventProtocol[UUID], previous: str, key: bytes | None
+    ) -> tuple[StoredEvent, str]:
+        """The record of a thread's event sealed into its chain after ``previous`` (with
+        ``key`` when given): its fields are encoded once, in canonical form, hashed,
+        and stored as those very bytes with the hash. Returns the record and the hash."""
+        codec, topic = self._listed(domain_event)
+        fields = canonical_fields(vars(domain_event))
+        chain = link_hash(previous, topic, domain_event.originator_version, fields, key)
+        record = StoredEvent(
+            originator_id=domain_event.originator_id,
+            originator_version=domain_event.originator_version,
+            topic=topic,
+            state=self.stored_payload(codec.with_chain(fields, chain)),
+        )
+        return record, chain
+
+    def _listed(self, domain_event: DomainEventProtocol[UUID]) -> tuple[_Codec, str]:
+        """The codec and topic of an event this mapper may write.
+
+        Raises:
+            SerializationError: Its class is not in the allowlist, or its topic names
+                another class there.
+        """
+        cls = type(domain_event)
+        codec = codec_for(cls)  # first: it names fields without a type
+        topic = get_topic(cls)
+        if self._classes.get(topic) is not cls:  # described only on the way to an error
+            where = f"event {cls.__qualname__} of {domain_event.originator_id}"
+            self.event_class(topic, where=where)  # raises if the topic is not listed
+            msg = f"{where}: topic {topic!r} names another class in this store's allowlist"
+            raise SerializationError(msg)
+        return codec, topic
 
     def stored_payload(self, plain: bytes) -> bytes:
         """The bytes to store for an encoded payload: compressed, then encrypted, as

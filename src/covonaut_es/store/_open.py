@@ -58,13 +58,18 @@ def open_store(
             abandonments) when the call passes no ``now``.
         chain_key: Seal the hash chain with HMAC-SHA256 under this secret (at least 16
             characters), so that write access to the database without it cannot seal
-            altered events again; open the store with it to verify (ADR 0013).
+            altered events again; open the store with it to verify (ADRs 0013, 0029).
+            The first open that may write with a key adopts it: from then on every
+            new event must be sealed with it, and opens that may write need it.
 
     Raises:
         StoreURLError: The URL's scheme is unknown or the URL is malformed.
         ConfigurationError: An option is invalid or its optional package is missing.
         StoreSettingsError: The cipher key or compression is not the one the store was
-            created with (``CipherKeyMismatchError``, ``CompressionMismatchError``).
+            created with (``CipherKeyMismatchError``, ``CompressionMismatchError``), or
+            the store adopted a chain key and the open may write without it
+            (``ChainKeyRequiredError``), or the chain key given is another
+            (``ChainKeyMismatchError``).
         NotAStoreError: The database is not a store, or holds another application's
             tables (``ForeignSchemaError``).
         ReadOnlyStoreError: The SQLite file is read-only and the open may write.

@@ -16,6 +16,7 @@ from eventsourcing.utils import get_topic
 from covonaut_es.domain import AgentThread, ThreadState, thread_aggregate_id
 from covonaut_es.errors import ThreadConflictError
 from covonaut_es.store._backend import Backend
+from covonaut_es.store._chain_key import ChainAdoption
 from covonaut_es.store._heads import HEADS, HeadAnchor, heads_of_records
 from covonaut_es.store._mapper import MsgspecMapper
 from covonaut_es.store._rows import LAST_VERSION
@@ -84,6 +85,10 @@ class StoredRecords(ABC):
         """The key the store seals its chains with, if it was opened with one."""
         key: bytes | None = getattr(self._app, "chain_key", None)
         return key
+
+    def _chain_adoption(self) -> ChainAdoption:
+        """What the store records of its chain key, read with the key it was opened with."""
+        return ChainAdoption(self._app, self._chain_key)
 
     def _head_anchor(self, thread_id: str) -> HeadAnchor:
         """What the store's head table says of the thread's own stream."""

@@ -127,7 +127,7 @@ def check_settings(app: Application[UUID], env: Mapping[str, str], url: str) -> 
             options.
     """
     requested = requested_settings(env)
-    table = _settings_table(app)
+    table = settings_table(app)
     recorded = table.read()
     if env.get("CREATE_TABLE") == "n":
         # An open that must not write checks what the store recorded, and records
@@ -195,5 +195,6 @@ def _check_first_event(app: Application[UUID], url: str, requested: Mapping[str,
         raise StoreSettingsError(msg) from exc
 
 
-def _settings_table(app: Application[UUID]) -> SettingsTable:
-    return backend_of(app.factory).settings_table(app.factory, app.recorder)
+def settings_table(app: Application[UUID], name: str = SETTINGS_TABLE) -> SettingsTable:
+    """The store's table of name and value pairs called ``name``."""
+    return backend_of(app.factory).settings_table(app.factory, app.recorder, name)

@@ -17,23 +17,35 @@ class SettingsTable:
         """The settings recorded, or none."""
         raise NotImplementedError
 
+    def get(self, name: str) -> str | None:
+        """The value recorded under ``name``, if any."""
+        return self.read().get(name)
+
     def write(self, settings: Mapping[str, str]) -> None:
         """Record settings unless some are recorded already (the first opener wins)."""
         raise NotImplementedError
 
 
 class MemorySettings(SettingsTable):
-    """Settings kept in a dictionary (an in-memory store's)."""
+    """Settings kept in a dictionary (an in-memory store's); the tables other than the
+    settings' own keep their names under a prefix of theirs in the same dictionary."""
 
-    def __init__(self, settings: dict[str, str]) -> None:
+    def __init__(self, settings: dict[str, str], table: str = SETTINGS_TABLE) -> None:
         self._settings = settings
+        self._prefix = "" if table == SETTINGS_TABLE else f"{table}:"
 
     def read(self) -> dict[str, str]:
-        return dict(self._settings)
+        n = len(self._prefix)
+        if not n:
+            return {k: v for k, v in self._settings.items() if ":" not in k}
+        return {k[n:]: v for k, v in self._settings.items() if k.startswith(self._prefix)}
+
+    def get(self, name: str) -> str | None:
+        return self._settings.get(self._prefix + name)
 
     def write(self, settings: Mapping[str, str]) -> None:
         for name, value in settings.items():
-            self._settings.setdefault(name, value)
+            self._settings.setdefault(self._prefix + name, value)
 
 
 class SQLSettings(SettingsTable):
@@ -65,6 +77,16 @@ class SQLSettings(SettingsTable):
             cursor.execute(f"SELECT name, value FROM {self._name}")
             rows = cursor.fetchall()
         return {column(row, 0, "name"): column(row, 1, "value") for row in rows}
+
+    def get(self, name: str) -> str | None:
+        with self._datastore.transaction(commit=False) as cursor:
+            if not self._exists(cursor):
+                return None
+            cursor.execute(
+                f"SELECT value FROM {self._name} WHERE name = {self._placeholder}", (name,)
+            )
+            row = cursor.fetchone()
+        return None if row is None else str(column(row, 0, "value"))
 
     def write(self, settings: Mapping[str, str]) -> None:
         p = self._placeholder

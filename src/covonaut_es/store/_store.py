@@ -49,12 +49,14 @@ from covonaut_es.migrations import Upcaster
 from covonaut_es.migrations._upcasting import NO_MIGRATORS
 from covonaut_es.store import _audit
 from covonaut_es.store._application import (
+    AgentApplication,
     SnapshotCache,
     ThreadsApplication,
     open_application,
 )
 from covonaut_es.store._audit import AuditEntry, AuditReport
 from covonaut_es.store._backend import backend_of
+from covonaut_es.store._chain import chain_of
 from covonaut_es.store._forks import ThreadForking
 from covonaut_es.store._heads import FENCES
 from covonaut_es.store._leasing import ThreadLeasing
@@ -131,18 +133,20 @@ class Store(
         thread)``. Closing the store leaves the application open.
 
         Args:
-            application: An application whose mapper is covonaut_es's: subclass
-                :class:`~covonaut_es.AgentApplication`.
+            application: An application of a subclass of
+                :class:`~covonaut_es.AgentApplication` (it reads threads and seals their
+                chains).
             max_checkpoints_per_thread: As for :func:`open_store`.
 
         Raises:
-            ConfigurationError: The application's mapper cannot read agent threads.
+            ConfigurationError: The application is not an ``AgentApplication``.
         """
-        if not isinstance(application.mapper, MsgspecMapper):
+        if not isinstance(application, AgentApplication):
             msg = (
-                f"{type(application).__name__} maps events with "
-                f"{type(application.mapper).__name__}, which cannot read agent threads; "
-                "make covonaut_es.AgentApplication its base class (or a mixin)"
+                f"{type(application).__name__} is not an AgentApplication (it maps events "
+                f"with {type(application.mapper).__name__}), so it can neither read agent "
+                "threads nor seal their hash chains; make covonaut_es.AgentApplication its "
+                "base class (or a mixin)"
             )
             raise ConfigurationError(msg)
         url = f"application:{type(application).__name__}"
@@ -225,8 +229,12 @@ class Store(
                     f"version {event.parent_version}, which is missing from {self.url}"
                 )
                 raise ThreadNotFoundError(msg)
-            return event.graft(base)
-        return event.mutate(thread)  # type: ignore[no-any-return]
+            folded = event.graft(base)
+        else:
+            folded = event.mutate(thread)
+        if not isinstance(event, ThreadSnapshot):  # a snapshot brings its own
+            folded.chain_head = chain_of(event)
+        return folded
 
     @contextlib.contextmanager
     def _reading(self, thread_id: str) -> Iterator[None]:

@@ -185,9 +185,9 @@ class _MemoryBackend:
         return
 
     def settings_table(
-        self, factory: InfrastructureFactory[Any], recorder: ApplicationRecorder
+        self, factory: InfrastructureFactory[Any], recorder: ApplicationRecorder, table: str
     ) -> SettingsTable:
-        return MemorySettings(factory.settings if isinstance(factory, Factory) else {})
+        return MemorySettings(factory.settings if isinstance(factory, Factory) else {}, table)
 
     def replace_snapshot(self, snapshots: EventStore[UUID], snapshot: ThreadSnapshot) -> None:
         snapshots.put([snapshot])  # the data dies with the process: all are kept

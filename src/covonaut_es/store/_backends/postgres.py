@@ -60,7 +60,7 @@ from covonaut_es.store._heads import (
 )
 from covonaut_es.store._leases import LeaseBackend
 from covonaut_es.store._rows import building_records, checked_head, checked_records
-from covonaut_es.store._settings_tables import SETTINGS_TABLE, SettingsTable, SQLSettings, column
+from covonaut_es.store._settings_tables import SettingsTable, SQLSettings, column
 from covonaut_es.store._urls import postgres_params
 
 
@@ -323,10 +323,10 @@ class _PostgresBackend:
         return  # saves go through the pool
 
     def settings_table(
-        self, factory: InfrastructureFactory[Any], recorder: ApplicationRecorder
+        self, factory: InfrastructureFactory[Any], recorder: ApplicationRecorder, table: str
     ) -> SettingsTable:
         datastore: Any = getattr(recorder, "datastore", None)
-        name = f'"{datastore.schema}".{SETTINGS_TABLE}'
+        name = f'"{datastore.schema}".{table}'
 
         def exists(cursor: Any) -> bool:
             cursor.execute("SELECT to_regclass(%s) AS found", (name,))

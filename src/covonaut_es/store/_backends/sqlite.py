@@ -50,7 +50,7 @@ from covonaut_es.store._heads import (
 from covonaut_es.store._leases import LeaseBackend, MemoryLeases
 from covonaut_es.store._rows import checked_head, checked_id, checked_records
 from covonaut_es.store._settings import check_sqlite_file
-from covonaut_es.store._settings_tables import SETTINGS_TABLE, SettingsTable, SQLSettings
+from covonaut_es.store._settings_tables import SettingsTable, SQLSettings
 from covonaut_es.store._urls import SQLITE_PATH
 
 
@@ -257,15 +257,15 @@ class _SQLiteBackend:
             recorder.close_writer()
 
     def settings_table(
-        self, factory: InfrastructureFactory[Any], recorder: ApplicationRecorder
+        self, factory: InfrastructureFactory[Any], recorder: ApplicationRecorder, table: str
     ) -> SettingsTable:
         def exists(cursor: Any) -> bool:
             cursor.execute(
-                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (SETTINGS_TABLE,)
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)
             )
             return cursor.fetchone() is not None
 
-        return SQLSettings(getattr(recorder, "datastore", None), SETTINGS_TABLE, "?", exists)
+        return SQLSettings(getattr(recorder, "datastore", None), table, "?", exists)
 
     def replace_snapshot(self, snapshots: EventStore[UUID], snapshot: ThreadSnapshot) -> None:
         """Store ``snapshot`` and delete its thread's older snapshots in one transaction,

@@ -1,0 +1,200 @@
+"""A store's chain key: which key it adopted, and from where its events must bear it
+(ADR 0029).
+
+The first open that may write and is given a chain key adopts it: the store records the
+key's fingerprint (an HMAC-SHA256 of a fixed label under the key: never the key) in a
+small table of its own, and, for each thread stream it holds at that moment, the version
+its newest event had, sealed with the key. An event of a stream above that version
+(every event of a stream begun after the adoption) must bear a keyed hash: an unkeyed
+one there is a finding that no later save can hide, since a save never seals anything
+but its own new events. A writer without the key cannot move a stream's adoption point
+(its row is sealed), and deleting the row only makes more of the stream need the key.
+
+From then on, an open that may write without the key, or with another, is refused
+before anything is written; an open that only reads may go without it. A save seals
+its events after the stored event before them only once that event's own seal verifies
+under the key (and, above the adoption point, is keyed), so no save builds on a
+history rewritten without the key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Mapping, Sequence
+from typing import Any
+from uuid import UUID
+
+from eventsourcing.application import Application
+from eventsourcing.persistence import StoredEvent
+from eventsourcing.utils import get_topic
+
+from covonaut_es.domain import AgentThread, thread_aggregate_id
+from covonaut_es.errors import BrokenChainError, ChainKeyMismatchError, ChainKeyRequiredError
+from covonaut_es.store._chain import CHAIN_FIELD, KEYED, UNCHAINED, chain_in, link_problem
+from covonaut_es.store._mapper import MsgspecMapper, aggregate_event_classes
+from covonaut_es.store._settings import settings_table
+
+CHAIN_TABLE = "covonaut_chain"
+"""The table recording a store's chain key: ``key`` (its fingerprint), ``adopted_at``
+(the log position when it was adopted) and one row per stream (its adoption point)."""
+
+SEALS_NOTHING = "COVONAUT_SEALS_NOTHING"
+"""The setting of an application that reads a store's threads and never saves one (the
+reviewer queue's): with ``"y"``, it opens a keyed store without the key."""
+
+_KEY_ROW = "key"
+_POSITION_ROW = "adopted_at"
+_FINGERPRINT_LABEL = b"covonaut-es chain key check v1"
+_POINT_LABEL = b"covonaut-es chain adoption point v1"
+_PAGE = 500
+
+_THREAD_TOPICS = [get_topic(cls) for cls in aggregate_event_classes(AgentThread)]
+
+
+def chain_key_fingerprint(key: bytes) -> str:
+    """The fingerprint of a chain key as a store records it (the key is not derivable
+    from it)."""
+    return "hmac-sha256:" + hmac.new(key, _FINGERPRINT_LABEL, hashlib.sha256).hexdigest()
+
+
+def check_chain_key(app: Application[UUID], key: bytes | None, url: str, *, writes: bool) -> None:
+    """Check an open's chain key against the one the store adopted; an open that may
+    write adopts the key it is given in a store that has none.
+
+    Raises:
+        ChainKeyRequiredError: The store has a key, and the open may write without it.
+        ChainKeyMismatchError: The key given is not the store's.
+    """
+    table = settings_table(app, CHAIN_TABLE)
+    recorded = table.get(_KEY_ROW)
+    if recorded is None and key is not None and writes:
+        _adopt(app, key)
+        recorded = table.get(_KEY_ROW)  # another process may have adopted its key first
+    if recorded is None:
+        return
+    if key is None:
+        if writes:
+            msg = (
+                f"store {url} seals its chain with a key: pass it with chain_key "
+                "(--chain-key-env on the command line); nothing was written"
+            )
+            raise ChainKeyRequiredError(msg)
+        return
+    if not hmac.compare_digest(recorded, chain_key_fingerprint(key)):
+        msg = (
+            f"store {url} seals its chain with another key than the one given: pass the "
+            "chain key it adopted (nothing was written)"
+        )
+        raise ChainKeyMismatchError(msg)
+
+
+def _adopt(app: Application[UUID], key: bytes) -> None:
+    """Record each thread stream's adoption point, then the key: an open that stops in
+    between leaves a store without a key, which the next keyed open adopts again."""
+    position = app.recorder.max_notification_id() or 0
+    heads: dict[UUID, int] = {}
+    after: int | None = None
+    while True:
+        page = app.recorder.select_notifications(
+            after, _PAGE, stop=position, topics=_THREAD_TOPICS, inclusive_of_start=False
+        )
+        for record in page:
+            heads[UUID(str(record.originator_id))] = record.originator_version
+        if len(page) < _PAGE:
+            break
+        after = page[-1].id
+    table = settings_table(app, CHAIN_TABLE)
+    table.write({stream.hex: _point(key, stream, version) for stream, version in heads.items()})
+    table.write({_POSITION_ROW: str(position), _KEY_ROW: chain_key_fingerprint(key)})
+
+
+def _point(key: bytes, stream: UUID, version: int) -> str:
+    material = b"%s|%s|%d" % (_POINT_LABEL, stream.hex.encode(), version)
+    return f"{version}:{hmac.new(key, material, hashlib.sha256).hexdigest()}"
+
+
+class ChainAdoption:
+    """What a store records of its chain key, read for one audit or save."""
+
+    def __init__(self, app: Application[UUID], key: bytes | None) -> None:
+        self._table = settings_table(app, CHAIN_TABLE)
+        self._key = key
+        self.adopted = self._table.get(_KEY_ROW) is not None
+
+    def unkeyed_until(self, stream: UUID) -> int:
+        """The newest version of ``stream`` that may bear an unkeyed hash: its adoption
+        point; 0 when it has none, or one not sealed with the key."""
+        if not self.adopted:
+            return 2**63
+        row = self._table.get(stream.hex)
+        if row is None or self._key is None:
+            return 0
+        version = row.partition(":")[0]
+        if not version.isdigit() or not hmac.compare_digest(
+            row, _point(self._key, stream, int(version))
+        ):
+            return 0
+        return int(version)
+
+    def problem(self, stream: UUID, version: int, stored: str) -> str | None:
+        """Why an event of ``stream`` at ``version`` sealed with ``stored`` breaks the
+        adoption of the key, or None."""
+        if stored.startswith(KEYED) or version <= self.unkeyed_until(stream):
+            return None
+        found = "a public one" if stored else "none"
+        return (
+            f"not sealed with the chain key after the store adopted it: expected a keyed "
+            f"hash, found {found}; the event was written or rewritten by someone without "
+            "the key"
+        )
+
+
+def sealed_predecessor(
+    app: Application[UUID], key: bytes, thread_id: str, stream: UUID, version: int
+) -> str:
+    """The chain hash stored with ``stream``'s event at ``version``, the one a new event
+    is to be sealed after, once that event's own seal verifies under ``key``.
+
+    Raises:
+        BrokenChainError: The stored event is missing, or its seal does not verify (or
+            is not keyed above the stream's adoption point).
+    """
+    mapper = app.mapper
+    assert isinstance(mapper, MsgspecMapper)
+    records = app.recorder.select_events(stream, lte=version, desc=True, limit=2)
+    stored = UNCHAINED
+    problem: str | None = "it is missing: events were deleted"
+    if records and records[0].originator_version == version:
+        payload = mapper.payload_fields(records[0])
+        stored = str(payload.get(CHAIN_FIELD, UNCHAINED))
+        previous = _before(app, mapper, records, payload)
+        problem = link_problem(stored, previous, records[0].topic, version, payload, key)
+        if problem is None and not stored.startswith(KEYED):  # a keyed link is past it
+            problem = ChainAdoption(app, key).problem(stream, version, stored)
+    if problem is None:
+        return stored
+    msg = (
+        f"thread {thread_id!r}: its stored event at version {version} does not verify "
+        f"under the store's chain key ({problem}); nothing was sealed after it. Run verify "
+        "on the thread and restore it from a backup"
+    )
+    raise BrokenChainError(msg, thread_id=thread_id, version=version)
+
+
+def _before(
+    app: Application[UUID],
+    mapper: MsgspecMapper,
+    records: Sequence[StoredEvent],
+    payload: Mapping[str, Any],
+) -> str:
+    """The chain hash the newest of ``records`` (newest first) was sealed after."""
+    if len(records) > 1:
+        return chain_in(mapper.plain_payload(records[1]))
+    if records[0].topic != AgentThread.Forked.TOPIC:
+        return UNCHAINED
+    parent, at = payload.get("parent_thread_id"), payload.get("parent_version")
+    if not isinstance(parent, str) or not isinstance(at, int):
+        return UNCHAINED  # the link then fails to verify
+    found = app.recorder.select_events(thread_aggregate_id(parent), gt=at - 1, lte=at)
+    return chain_in(mapper.plain_payload(found[0])) if found else UNCHAINED
