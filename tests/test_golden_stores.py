@@ -277,17 +277,9 @@ def test_the_command_line_verifies_every_golden_thread(
     golden: dict[str, Any],
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
-    request: pytest.FixtureRequest,
 ) -> None:
     """``replay --verify`` exits 0 and reports no problem for every thread of every
     golden store, given the store's chain key where it has one."""
-    if "chain_key" in golden["options"]:
-        reason = (
-            "the command line of 198c838 takes no chain key (no --chain-key-env), so it "
-            "cannot verify a keyed store; the store restructure adds the option: then "
-            "remove this mark"
-        )
-        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
     for thread_id in golden["threads"]:
         status = cli(golden, monkeypatch, "replay", "--verify", thread_id, chain_key=True)
         output = capsys.readouterr()

@@ -230,6 +230,10 @@ def test_no_hostile_stored_value_makes_a_reading_command_crash(
         ("stored_snapshots", "state", "int", "load"),
         ("stored_snapshots", "originator_version", "JSON", "replay --verify long"),
         ("stored_events_heads", "originator_id", "negative", "verify"),
+        # The queue's reader failed before its subscription could be stopped: the
+        # listing then waited its whole timeout instead of saying why.
+        ("stored_events", "state", "real", "reviews"),
+        ("stored_events", "topic", "int", "reviews --json"),
     ],
 )
 def test_the_hostile_values_found_before_give_typed_errors(

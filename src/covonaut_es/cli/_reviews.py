@@ -114,9 +114,9 @@ def reviews(args: argparse.Namespace) -> int:
             store.url, view_url=view, cipher_key=cipher_key(args), compress=args.compressed
         )
         shown: object = None
-        with queue.follow():
+        with queue.follow() as runner:
             while True:
-                queue.wait_until_current(store, timeout=60)
+                queue.wait_until_current(store, timeout=60, runner=runner)
                 pending = queue.pending()
                 if pending != shown:
                     _print_reviews(args, pending, store)

@@ -165,14 +165,29 @@ class ReviewQueue(Closing):
         """The store log position the view has processed (0 before the first event)."""
         return self.view().max_tracking_id(STORE_APPLICATION_NAME) or 0
 
-    def wait_until_current(self, store: Store, timeout: float = 10.0) -> None:
+    def wait_until_current(
+        self,
+        store: Store,
+        timeout: float = 10.0,
+        runner: BaseProjectionRunner[ThreadsApplication] | None = None,
+    ) -> None:
         """Block until the view has processed every queue event in ``store``'s log.
+
+        Args:
+            store: The store the view follows.
+            timeout: How long to wait, in seconds.
+            runner: The runner :meth:`follow` gave, whose failure ends the wait.
 
         Raises:
             TimeoutError: The view is still behind after ``timeout`` seconds.
+            SerializationError: The runner stopped on a record it cannot read (or
+                whatever else stopped it).
         """
         deadline = time.monotonic() + timeout
         while store._has_events_after(self.position(), *QUEUE_EVENT_TYPES):
+            if runner is not None and runner.is_interrupted.is_set():
+                runner.run_forever(timeout=0)  # raises what stopped it, if anything did
+                return
             if time.monotonic() > deadline:
                 shown = redact(self.store_url)
                 msg = f"the review queue of {shown} is still behind after {timeout}s"

@@ -26,8 +26,9 @@ class PollingSubscription(ListenNotifySubscription[SQLiteApplicationRecorder]):
     def __init__(
         self, recorder: SQLiteApplicationRecorder, gt: int | None = None, topics: Sequence[str] = ()
     ) -> None:
-        super().__init__(recorder=recorder, gt=gt, topics=topics)
+        # Before the base starts its reader, which stops the subscription when it fails.
         self._stopped = threading.Event()
+        super().__init__(recorder=recorder, gt=gt, topics=topics)
         self._ticker = threading.Thread(target=self._tick, name="sqlite-poll", daemon=True)
         self._ticker.start()
 
