@@ -5,6 +5,7 @@ Everything here reads the store's log and snapshots; nothing calls a model or a 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any, Protocol
@@ -16,21 +17,23 @@ from covonaut_es.domain import (
     AgentThread,
     Checkpoint,
     ThreadParent,
-    ThreadState,
     canonical_json,
     requested_call,
     thread_aggregate_id,
 )
 from covonaut_es.domain._integrity import CHAIN_KEY, KEYED, UNCHAINED, link_problem
+from covonaut_es.domain._snapshot import differing_fields
 from covonaut_es.errors import (
     MissingEventError,
     MissingToolCallError,
+    SchemaVersionError,
     SerializationError,
     ThreadStateError,
 )
 from covonaut_es.messages import Message
 from covonaut_es.store._heads import HeadAnchor
 from covonaut_es.store._mapper import MsgspecMapper
+from covonaut_es.store._snapshot_cache import CheckedSnapshot
 
 
 class _AuditedStore(Protocol):
@@ -39,12 +42,12 @@ class _AuditedStore(Protocol):
     def history(self, thread_id: str) -> tuple[AgentThread.Event, ...]: ...
     def parent(self, thread_id: str) -> ThreadParent | None: ...
     def checkpoints(self, thread_id: str) -> tuple[Checkpoint, ...]: ...
-    def state_at(self, thread_id: str, version: int | None = None) -> ThreadState: ...
+    def load(self, thread_id: str) -> AgentThread: ...
     def _iter_stored_records(self, thread_id: str) -> Iterator[StoredEvent]: ...
     @property
     def _mapper(self) -> MsgspecMapper: ...
     def _read_record(self, record: StoredEvent) -> object: ...
-    def _snapshot_states(self, thread_id: str) -> Iterator[ThreadState]: ...
+    def _checked_snapshots(self, thread_id: str) -> Iterator[CheckedSnapshot]: ...
     def _head_anchor(self, thread_id: str) -> HeadAnchor: ...
     @property
     def _chain_key(self) -> bytes | None: ...
@@ -261,7 +264,7 @@ class _Fold:
             checkpoints = {c.version: c for c in store.checkpoints(self.thread_id)}
         except _DAMAGE:
             checkpoints = {}  # the pass reports the record that a load cannot read
-        snapshots = store._snapshot_states(self.thread_id)
+        snapshots = self._snapshots()
         snapshot = next(snapshots, None)
         for record in store._iter_stored_records(self.thread_id):
             self.events += 1
@@ -269,14 +272,26 @@ class _Fold:
                 break
             version = record.originator_version
             while snapshot is not None and snapshot.version <= version:
-                self._compare(snapshot.version, "snapshot", snapshot)
+                self._compare_snapshot(snapshot)
                 snapshot = next(snapshots, None)
             if version in checkpoints:
                 self._compare_checkpoint(checkpoints[version])
         else:
+            for beyond in itertools.chain((snapshot,) if snapshot else (), snapshots):
+                self._compare_snapshot(beyond)
             self._compare_load()
             self._check_head()
             self._check_key()
+
+    def _snapshots(self) -> Iterator[CheckedSnapshot]:
+        """The thread's snapshots as a load checks them; one written by newer code is a
+        finding, and ends the snapshots (it says nothing of those after it)."""
+        try:
+            yield from self.store._checked_snapshots(self.thread_id)
+        except SchemaVersionError as exc:
+            self.findings.append(
+                AuditFinding(self.last_version, f"a snapshot does not load: {exc}")
+            )
 
     def _follows(self, record: StoredEvent) -> bool:
         """Whether the record is the one after the last: False, with a finding naming
@@ -302,14 +317,17 @@ class _Fold:
         if self.thread is None:
             return
         try:
-            loaded = self.store.state_at(self.thread_id)
+            loaded = self.store.load(self.thread_id)
         except _DAMAGE as exc:
             self.findings.append(
                 AuditFinding(self.thread.version, f"the thread does not load: {exc}")
             )
             return
-        if self.thread.state != loaded:
-            problem = "the state a load gives differs from the state replayed from events"
+        if fields := differing_fields(loaded, self.thread):
+            problem = (
+                "the state a load gives differs from the state replayed from events in: "
+                + ", ".join(fields)
+            )
             self.findings.append(AuditFinding(self.thread.version, problem))
 
     def _check_key(self) -> None:
@@ -385,18 +403,52 @@ class _Fold:
             return False
         return True
 
-    def _compare(self, version: int, kind: str, state: ThreadState) -> None:
+    def _compare_snapshot(self, checked: CheckedSnapshot) -> None:
+        """Report a snapshot a load would not trust, and every field in which it differs
+        from the replay at its version."""
         self.snapshots_checked += 1
-        if self.thread.version != version or state != self.thread.state:
-            problem = f"{kind} state differs from the state replayed from events"
+        version, snapshot = checked.version, checked.snapshot
+        if checked.before_seals or checked.stale:
+            self.notes.append(
+                f"the snapshot at version {version} is passed over on load: {checked.problem}"
+            )
+        elif checked.problem is not None:
+            self.findings.append(AuditFinding(version, f"snapshot not trusted: {checked.problem}"))
+        if snapshot is None:
+            return
+        if self.thread is None or self.thread.version != version:
+            problem = (
+                f"snapshot at version {version} matches no event of the thread's own stream, "
+                f"which the replay has read up to version {self.last_version}"
+            )
+            self.findings.append(AuditFinding(version, problem))
+        elif fields := differing_fields(snapshot.mutate(None), self.thread):
+            names = ", ".join(fields)
+            problem = f"snapshot state differs from the state replayed from events in: {names}"
             self.findings.append(AuditFinding(version, problem))
 
     def _compare_checkpoint(self, checkpoint: Checkpoint) -> None:
+        """Compare a checkpoint the thread lists with the one the replay made at its
+        version, field by field."""
         self.checkpoints_checked += 1
-        state = self.thread.state
-        if (checkpoint.turn, checkpoint.status) != (state.turn, state.status):
+        replayed = next(
+            (c for c in reversed(self.thread.checkpoints) if c.version == checkpoint.version), None
+        )
+        if replayed is None:
             problem = (
-                f"checkpoint {checkpoint.sequence} records turn {checkpoint.turn} and status "
-                f"{checkpoint.status}; the replay has turn {state.turn} and status {state.status}"
+                f"checkpoint {checkpoint.sequence} at version {checkpoint.version} is not one "
+                "the replay saved there"
             )
-            self.findings.append(AuditFinding(checkpoint.version, problem))
+        elif fields := [
+            name
+            for name, value in msgspec.structs.asdict(checkpoint).items()
+            if getattr(replayed, name) != value
+        ]:
+            differences = ", ".join(
+                f"{name} ({getattr(checkpoint, name)}, replayed {getattr(replayed, name)})"
+                for name in fields
+            )
+            problem = f"checkpoint {checkpoint.sequence} differs from its replay in: {differences}"
+        else:
+            return
+        self.findings.append(AuditFinding(checkpoint.version, problem))

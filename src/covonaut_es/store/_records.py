@@ -13,10 +13,11 @@ from eventsourcing.application import Application
 from eventsourcing.persistence import IntegrityError, Notification, StoredEvent
 from eventsourcing.utils import get_topic
 
-from covonaut_es.domain import AgentThread, ThreadState, thread_aggregate_id
+from covonaut_es.domain import AgentThread, thread_aggregate_id
 from covonaut_es.errors import ThreadConflictError
 from covonaut_es.store._heads import HEADS, HeadAnchor, heads_of_records, read_head
 from covonaut_es.store._mapper import MsgspecMapper
+from covonaut_es.store._snapshot_cache import CheckedSnapshot, SnapshotCache
 
 _LOG_BATCH = 500
 
@@ -132,14 +133,14 @@ class StoredRecords(ABC):
         """
         return self._mapper.decode(record)
 
-    def _snapshot_states(self, thread_id: str) -> Iterator[ThreadState]:
-        """The states held by the thread's own readable snapshots, oldest first, decoded
-        one at a time (a long thread's snapshots together are larger than its events)."""
+    def _checked_snapshots(self, thread_id: str) -> Iterator[CheckedSnapshot]:
+        """The thread's own stored snapshots, oldest first, each decoded and checked as a
+        load checks it, one at a time (a long thread's snapshots together are larger
+        than its events)."""
         snapshots, stream = self._app.snapshots, thread_aggregate_id(thread_id)
-        assert snapshots is not None
+        if not isinstance(snapshots, SnapshotCache):
+            return
         after: int | None = None
         while stored := snapshots.recorder.select_events(stream, gt=after, limit=1):
-            version = stored[0].originator_version
-            for snapshot in snapshots.get(stream, gt=after, lte=version):  # none if unreadable
-                yield snapshot.mutate(None).state  # type: ignore[attr-defined]
-            after = version
+            yield snapshots.check(stored[0])
+            after = stored[0].originator_version

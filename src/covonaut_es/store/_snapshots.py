@@ -14,22 +14,21 @@ keeps them all (its data dies with the process).
 from __future__ import annotations
 
 import sys
-from uuid import UUID
 
-from eventsourcing.persistence import EventStore
 from eventsourcing.sqlite import SQLiteAggregateRecorder
 
 from covonaut_es.domain import ThreadSnapshot
+from covonaut_es.store._snapshot_cache import SnapshotCache
 
 
-def replace_snapshot(snapshots: EventStore[UUID], snapshot: ThreadSnapshot) -> None:
+def replace_snapshot(snapshots: SnapshotCache, snapshot: ThreadSnapshot) -> None:
     """Store ``snapshot`` and delete its thread's older snapshots, in one transaction.
 
     Raises:
         IntegrityError: The thread already has a snapshot at that version.
     """
     recorder = snapshots.recorder
-    record = snapshots.mapper.to_stored_event(snapshot)
+    record = snapshots.stored(snapshot)  # sealed (ADR 0030)
     thread, version = snapshot.originator_id, snapshot.originator_version
     if isinstance(recorder, SQLiteAggregateRecorder):
         with recorder.datastore.transaction(commit=True) as c:
@@ -40,7 +39,7 @@ def replace_snapshot(snapshots: EventStore[UUID], snapshot: ThreadSnapshot) -> N
             )
             recorder._insert_events(c, [record])
         return
-    snapshots.put([snapshot])
+    snapshots.put([snapshot])  # sealed as well
     module = sys.modules.get("eventsourcing.postgres")  # loaded if the store is PostgreSQL
     if module is not None and isinstance(recorder, module.PostgresAggregateRecorder):
         table = f'"{recorder.datastore.schema}"."{recorder.events_table_name}"'

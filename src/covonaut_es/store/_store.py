@@ -48,16 +48,14 @@ from covonaut_es.errors import (
 from covonaut_es.migrations import Upcaster
 from covonaut_es.migrations._upcasting import NO_MIGRATORS
 from covonaut_es.store import _audit
-from covonaut_es.store._application import (
-    SnapshotCache,
-    open_application,
-)
+from covonaut_es.store._application import open_application
 from covonaut_es.store._audit import AuditEntry, AuditReport
 from covonaut_es.store._forks import ThreadForking
 from covonaut_es.store._heads import FENCES
 from covonaut_es.store._leasing import ThreadLeasing
 from covonaut_es.store._mapper import MsgspecMapper
 from covonaut_es.store._records import StoredRecords, storable
+from covonaut_es.store._snapshot_cache import SnapshotCache
 from covonaut_es.store._snapshots import replace_snapshot
 from covonaut_es.store._submissions import ThreadSubmissions
 from covonaut_es.store._urls import READ_ONLY, redact
@@ -339,7 +337,7 @@ class Store(
         tail = thread.version - last
         if tail < max(SNAPSHOT_MIN_VERSION, thread.version // SNAPSHOT_TAIL_SHARE):
             return False
-        if self._app.snapshots is None:
+        if not isinstance(self._app.snapshots, SnapshotCache):
             return False  # an application of the caller's, with snapshotting off
         with contextlib.suppress(IntegrityError):  # another writer stored this very one
             replace_snapshot(self._app.snapshots, ThreadSnapshot.take(thread))
@@ -532,10 +530,8 @@ class Store(
     def _repository(self, snapshot_migrators: Mapping[int, Upcaster]) -> Repository[UUID]:
         if not snapshot_migrators:
             return self._app.repository
-        assert self._app.snapshots is not None
-        mapper = self._app.mapper
-        assert isinstance(mapper, MsgspecMapper)
-        cache = SnapshotCache(mapper, self._app.snapshots.recorder, snapshot_migrators)
+        assert isinstance(self._app.snapshots, SnapshotCache)
+        cache = self._app.snapshots.with_migrators(snapshot_migrators)
         return Repository(self._app.events, snapshot_store=cache)
 
     def _remember_snapshot(self, aggregate_id: UUID, version: int) -> None:

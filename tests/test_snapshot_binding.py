@@ -1,0 +1,198 @@
+"""Snapshots are a cache that cannot lie: a snapshot forged by someone who can write the
+database is never trusted over the events where a key protects the store, and `verify`
+names every field in which a snapshot differs from the replay, on every store."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import msgspec
+import pytest
+
+from covonaut_es import Agent, Store, ThreadStatus, ToolContext, open_store
+from covonaut_es.domain import AgentThread, Label, ThreadSnapshot
+from covonaut_es.store._mapper import MsgspecMapper
+from support import answer, call, put_raw_snapshot
+from test_approvals import ALICE, PAY_40, make_agent, review_id
+
+CHAIN_KEY = "a chain key of thirty-two chars!"
+PAY_50 = '{"amount": 50, "to": "carol"}'
+
+
+@pytest.fixture(params=["unkeyed", "keyed"])
+def keying(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """The options of a store without a key, and of one with a chain key."""
+    return {"chain_key": CHAIN_KEY} if request.param == "keyed" else {}
+
+
+@pytest.fixture
+def open_bare(store_url: str) -> Iterator[Callable[..., Store]]:
+    """Open stores on ``store_url`` with no replay-law check at teardown: these tests
+    leave forged snapshots behind on purpose."""
+    opened: list[Store] = []
+
+    def open_(**options: Any) -> Store:
+        store = open_store(store_url, **options)
+        opened.append(store)
+        return store
+
+    yield open_
+    for store in opened:
+        store.close()
+
+
+def forge_snapshot(store: Store, thread_id: str, change: Callable[[AgentThread], None]) -> int:
+    """Write a snapshot of the thread's head that ``change`` altered, in the public
+    format (the library's mapper alone, no key), as a database writer would; return
+    its version."""
+    thread = store._replay(thread_id)
+    assert thread is not None
+    change(thread)
+    record = MsgspecMapper().to_stored_event(ThreadSnapshot.take(thread))
+    put_raw_snapshot(store, record)
+    return thread.version
+
+
+def lapsed_approval(store: Store, runs: list[ToolContext]) -> None:
+    """Thread ``t``: pay 40 to bob was approved but never used, new user input made the
+    approval lapse, and the thread now waits for a review of pay 50 to carol."""
+    script = [
+        call(("c1", "pay", PAY_40)),
+        answer("I will not pay after all."),
+        call(("c2", "pay", PAY_50)),
+    ]
+    agent = make_agent(store, script, runs)
+    agent.run("Pay bob 40.")
+    agent.approve(review_id(agent), reviewer=ALICE)
+    assert agent.resume() == "I will not pay after all."
+    agent.run("Pay carol 50 instead.")
+    assert agent.status is ThreadStatus.INTERRUPTED
+    assert runs == []
+
+
+def unlapse(thread: AgentThread) -> None:
+    """Make every decision stand again, as if no user input had come since."""
+    thread.reviews = msgspec.structs.replace(thread.reviews, standing_from=0)
+
+
+def approve_carol_and_call_bob_again(store: Store, runs: list[ToolContext]) -> Agent:
+    """A fresh process approves the review of pay 50 to carol and resumes; the model
+    then calls pay 40 to bob again."""
+    script = [call(("c3", "pay", PAY_40)), answer("Done.")]
+    agent = make_agent(store, script, runs)
+    agent.approve(store.state_at("t").pauses[0].interrupt.data["review_id"], reviewer=ALICE)
+    agent.resume()
+    return agent
+
+
+def test_a_forged_snapshot_never_makes_a_lapsed_approval_pay_again(
+    open_bare: Callable[..., Store],
+) -> None:
+    """In a store with a chain key, a snapshot rewinding which approvals stand is
+    passed over: the lapsed approval of pay 40 authorizes nothing, and the call asks
+    for a new review."""
+    store = open_bare(chain_key=CHAIN_KEY)
+    runs: list[ToolContext] = []
+    lapsed_approval(store, runs)
+    forge_snapshot(store, "t", unlapse)
+    agent = approve_carol_and_call_bob_again(store, runs)
+    assert runs == []
+    assert agent.status is ThreadStatus.INTERRUPTED
+    assert agent.interrupted is not None and agent.interrupted.tool_call_id == "c3"
+
+
+def test_a_forged_snapshot_never_makes_a_spent_approval_pay_again(
+    open_bare: Callable[..., Store],
+) -> None:
+    """In a store with a chain key, a snapshot marking a used approval unused is passed
+    over: the second call of the operation does not run."""
+    store = open_bare(chain_key=CHAIN_KEY)
+    runs: list[ToolContext] = []
+    script = [call(("c2", "pay", PAY_40)), call(("c3", "pay", PAY_50))]
+    agent = make_agent(store, [call(("c1", "pay", PAY_40)), *script], runs)
+    agent.run("Pay bob 40, then carol 50.")
+    agent.approve(review_id(agent), reviewer=ALICE)
+    agent.resume()
+    assert [r.tool_call_id for r in runs] == ["c2"]
+
+    def unspend(thread: AgentThread) -> None:
+        thread.reviews = msgspec.structs.replace(
+            thread.reviews,
+            reviews=tuple(
+                msgspec.structs.replace(r, used_by=None, used_by_key=None)
+                for r in thread.reviews.reviews
+            ),
+        )
+
+    forge_snapshot(store, "t", unspend)
+    approve_carol_and_call_bob_again(store, runs)
+    assert [r.tool_call_id for r in runs] == ["c2"]
+
+
+def test_verify_reports_a_snapshot_that_rewinds_which_approvals_stand(
+    open_bare: Callable[..., Store], keying: dict[str, Any]
+) -> None:
+    """On every store, keyed or not, verify reports the forged snapshot and names the
+    reviews as what differs."""
+    store = open_bare(**keying)
+    lapsed_approval(store, [])
+    version = forge_snapshot(store, "t", unlapse)
+    report = store.verify("t")
+    assert not report.ok
+    assert any(f.version == version and "reviews" in f.problem for f in report.findings)
+
+
+def _next_sequence(thread: AgentThread) -> None:
+    thread.next_checkpoint_sequence = 1
+
+
+def _chain_head(thread: AgentThread) -> None:
+    thread.chain_head = "forged"
+
+
+def _open_call_key(thread: AgentThread) -> None:
+    thread.open_calls = {
+        call_id: msgspec.structs.replace(pending, idempotency_key="forged")
+        for call_id, pending in thread.open_calls.items()
+    }
+
+
+def _messages(thread: AgentThread) -> None:
+    thread.messages = thread.messages[:-1]
+
+
+def _pending_reviews(thread: AgentThread) -> None:
+    thread.reviews = msgspec.structs.replace(thread.reviews, reviews=thread.reviews.reviews[:-1])
+
+
+def _labels(thread: AgentThread) -> None:
+    thread.labels = [*thread.labels, Label("forged", None)]
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        (_next_sequence, "next_checkpoint_sequence"),
+        (_chain_head, "chain_head"),
+        (_open_call_key, "open_calls"),
+        (_messages, "messages"),
+        (_pending_reviews, "reviews"),
+        (_labels, "labels"),
+    ],
+)
+def test_verify_names_the_field_a_forged_snapshot_changed(
+    open_bare: Callable[..., Store],
+    keying: dict[str, Any],
+    change: Callable[[AgentThread], None],
+    field: str,
+) -> None:
+    """Whatever field of the aggregate a forged snapshot changes, verify reports the
+    snapshot at its version and names the field."""
+    store = open_bare(**keying)
+    lapsed_approval(store, [])
+    version = forge_snapshot(store, "t", change)
+    report = store.verify("t")
+    assert any(f.version == version and field in f.problem for f in report.findings), (
+        report.findings
+    )
