@@ -28,11 +28,13 @@ from covonaut_es.errors import (
     MissingToolCallError,
     SchemaVersionError,
     SerializationError,
+    ThreadNotFoundError,
     ThreadStateError,
 )
 from covonaut_es.messages import Message
 from covonaut_es.store._heads import HeadAnchor
 from covonaut_es.store._mapper import MsgspecMapper
+from covonaut_es.store._records import refuse_fork_loop
 from covonaut_es.store._snapshot_cache import CheckedSnapshot
 
 
@@ -214,6 +216,7 @@ def replay(store: _AuditedStore, thread_id: str) -> Iterator[AuditEntry]:
 def _ancestry(store: _AuditedStore, thread_id: str) -> list[str]:
     threads = [thread_id]
     while (parent := store.parent(threads[-1])) is not None:
+        refuse_fork_loop(threads[-1], parent.thread_id, tuple(threads), "this store")
         threads.append(parent.thread_id)
     return threads
 
@@ -241,7 +244,13 @@ def verify(store: _AuditedStore, thread_id: str) -> AuditReport:
     )
 
 
-_DAMAGE = (SerializationError, MissingToolCallError, MissingEventError, ThreadStateError)
+_DAMAGE = (
+    SerializationError,
+    MissingToolCallError,
+    MissingEventError,
+    ThreadStateError,
+    ThreadNotFoundError,  # a fork's parent gone, or forks altered into a loop
+)
 """What reading a damaged thread raises: :func:`verify` reports it, never raises it."""
 
 
@@ -266,22 +275,26 @@ class _Fold:
             checkpoints = {}  # the pass reports the record that a load cannot read
         snapshots = self._snapshots()
         snapshot = next(snapshots, None)
-        for record in store._iter_stored_records(self.thread_id):
-            self.events += 1
-            if not self._follows(record) or not self._chain_holds(record):
-                break
-            version = record.originator_version
-            while snapshot is not None and snapshot.version <= version:
-                self._compare_snapshot(snapshot)
-                snapshot = next(snapshots, None)
-            if version in checkpoints:
-                self._compare_checkpoint(checkpoints[version])
-        else:
-            for beyond in itertools.chain((snapshot,) if snapshot else (), snapshots):
-                self._compare_snapshot(beyond)
-            self._compare_load()
-            self._check_head()
-            self._check_key()
+        try:
+            for record in store._iter_stored_records(self.thread_id):
+                self.events += 1
+                if not self._follows(record) or not self._chain_holds(record):
+                    return
+                version = record.originator_version
+                while snapshot is not None and snapshot.version <= version:
+                    self._compare_snapshot(snapshot)
+                    snapshot = next(snapshots, None)
+                if version in checkpoints:
+                    self._compare_checkpoint(checkpoints[version])
+        except _DAMAGE as exc:  # the stream, or a fork's parent, cannot be followed
+            problem = f"the records cannot be read after version {self.last_version}: {exc}"
+            self.findings.append(AuditFinding(self.last_version + 1, problem))
+            return
+        for beyond in itertools.chain((snapshot,) if snapshot else (), snapshots):
+            self._compare_snapshot(beyond)
+        self._compare_load()
+        self._check_head()
+        self._check_key()
 
     def _snapshots(self) -> Iterator[CheckedSnapshot]:
         """The thread's snapshots as a load checks them; one written by newer code is a

@@ -54,7 +54,7 @@ from covonaut_es.store._forks import ThreadForking
 from covonaut_es.store._heads import FENCES
 from covonaut_es.store._leasing import ThreadLeasing
 from covonaut_es.store._mapper import MsgspecMapper
-from covonaut_es.store._records import StoredRecords, storable
+from covonaut_es.store._records import StoredRecords, following_fork, storable
 from covonaut_es.store._snapshot_cache import SnapshotCache
 from covonaut_es.store._snapshots import replace_snapshot
 from covonaut_es.store._submissions import ThreadSubmissions
@@ -210,7 +210,8 @@ class Store(
     ) -> AgentThread | None:
         self._check_follows(thread_id, None if thread is None else thread.version, event)
         if thread is None and isinstance(event, AgentThread.Forked):
-            base = load_base(event.parent_thread_id, version=event.parent_version)
+            with following_fork(thread_id, event.parent_thread_id, self.url):
+                base = load_base(event.parent_thread_id, version=event.parent_version)
             if base is None:
                 msg = (
                     f"fork {event.thread_id!r} branches from {event.parent_thread_id!r} at "
@@ -260,7 +261,8 @@ class Store(
         forked = self._forked_event(thread_id)
         if forked is None or version is None or version > forked.parent_version:
             return None
-        return load_base(forked.parent_thread_id, version=version)
+        with following_fork(thread_id, forked.parent_thread_id, self.url):
+            return load_base(forked.parent_thread_id, version=version)
 
     def _forked_event(self, thread_id: str) -> AgentThread.Forked | None:
         first = next(iter(self._app.events.get(thread_aggregate_id(thread_id), limit=1)), None)
@@ -407,7 +409,9 @@ class Store(
             self._check_follows(thread_id, head, event)
             head = event.originator_version
         if isinstance(own[0], AgentThread.Forked):
-            inherited = self.history(own[0].parent_thread_id)[: own[0].parent_version]
+            parent = own[0].parent_thread_id
+            with following_fork(thread_id, parent, self.url):
+                inherited = self.history(parent)[: own[0].parent_version]
             return inherited + own
         return own
 
