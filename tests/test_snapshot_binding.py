@@ -4,15 +4,24 @@ names every field in which a snapshot differs from the replay, on every store.""
 
 from __future__ import annotations
 
+import enum
+import shutil
 from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
+from eventsourcing.persistence import StoredEvent
+from hypothesis import HealthCheck, assume, given, reject, settings
+from hypothesis import strategies as st
 
 from covonaut_es import Agent, Store, ThreadStatus, ToolContext, open_store
 from covonaut_es.domain import AgentThread, Label, ThreadSnapshot
+from covonaut_es.domain._snapshot import differing_fields
 from covonaut_es.store._mapper import MsgspecMapper
+from covonaut_es.store._snapshot_seals import SealKey, unsealed
 from support import answer, call, put_raw_snapshot
 from test_approvals import ALICE, PAY_40, make_agent, review_id
 
@@ -196,3 +205,122 @@ def test_verify_names_the_field_a_forged_snapshot_changed(
     assert any(f.version == version and field in f.problem for f in report.findings), (
         report.findings
     )
+
+
+# The family of forgeries: any field of the aggregate, any way of sealing ------------------
+
+
+class Template:
+    """A SQLite store holding the lapsed-approval thread ``t``."""
+
+    def __init__(self, db: Path) -> None:
+        self.db = db
+
+    def __repr__(self) -> str:  # hypothesis prints the arguments of a failing example
+        return f"Template({self.db.parent.name})"
+
+
+@pytest.fixture(scope="module")
+def templates(tmp_path_factory: pytest.TempPathFactory) -> dict[bool, Template]:
+    """The thread of :func:`lapsed_approval`, in an unkeyed and in a keyed store."""
+    made = {}
+    for keyed in (False, True):
+        db = tmp_path_factory.mktemp("keyed" if keyed else "unkeyed") / "threads.db"
+        with open_store(f"sqlite:///{db}", **({"chain_key": CHAIN_KEY} if keyed else {})) as store:
+            lapsed_approval(store, [])
+        made[keyed] = Template(db)
+    return made
+
+
+def mutated(value: Any, data: st.DataObject) -> Any:
+    """``value`` changed in one place that ``data`` chooses, keeping its type."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, enum.Enum):
+        return data.draw(st.sampled_from([m for m in type(value) if m is not value]))
+    if isinstance(value, int):
+        return value + data.draw(st.sampled_from([-2, -1, 1, 7]))
+    if isinstance(value, str):
+        return value + data.draw(st.sampled_from(["x", " forged", "\n"]))
+    if isinstance(value, datetime):
+        return value + timedelta(seconds=data.draw(st.integers(1, 10**6)))
+    if isinstance(value, msgspec.Struct):
+        name = data.draw(st.sampled_from(value.__struct_fields__))
+        return msgspec.structs.replace(value, **{name: mutated(getattr(value, name), data)})
+    if isinstance(value, list | tuple) and value:
+        index = data.draw(st.integers(0, len(value) - 1))
+        items = list(value)
+        if data.draw(st.booleans()):
+            del items[index]
+        else:
+            items[index] = mutated(items[index], data)
+        return type(value)(items)
+    if isinstance(value, dict) and value:
+        key = data.draw(st.sampled_from(sorted(value)))
+        changed = dict(value)
+        if data.draw(st.booleans()):
+            del changed[key]
+        else:
+            changed[key] = mutated(value[key], data)
+        return changed
+    reject()  # nothing to change in None or an empty container
+    return value
+
+
+FORGERIES = {
+    "unsealed": None,
+    "sealed in public": SealKey(),
+    "sealed claiming the chain key": SealKey(chain_key="not the key, but as long as it"),
+}
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(keyed=st.booleans(), forgery=st.sampled_from(sorted(FORGERIES)), data=st.data())
+def test_a_snapshot_forged_in_any_field_is_reported_and_never_trusted_under_a_key(
+    templates: dict[bool, Template],
+    tmp_path_factory: pytest.TempPathFactory,
+    keyed: bool,
+    forgery: str,
+    data: st.DataObject,
+) -> None:
+    """A snapshot of the head with any one field of the aggregate changed, unsealed or
+    sealed without the store's key: verify reports it at its version naming the field,
+    on every store; under a key, a load gives the replay's state, and the lapsed
+    approval never pays."""
+    db = tmp_path_factory.mktemp("forged") / "threads.db"
+    shutil.copy(templates[keyed].db, db)
+    with open_store(f"sqlite:///{db}", **({"chain_key": CHAIN_KEY} if keyed else {})) as store:
+        replayed = store._replay("t")
+        assert replayed is not None
+        fields = sorted(ThreadSnapshot.take(replayed).state)
+        field = data.draw(st.sampled_from(fields))
+        forged = store._replay("t")
+        setattr(forged, field, mutated(getattr(forged, field), data))
+        assume(differing_fields(forged, replayed))
+        snapshot = ThreadSnapshot.take(forged)
+        record = MsgspecMapper().to_stored_event(snapshot)
+        key = FORGERIES[forgery]
+        if key is not None:
+            body = unsealed(record.state)[1]
+            seal = str(replayed.chain_head)
+            state = key.sealed(body, replayed.id, replayed.version, seal)
+            record = StoredEvent(
+                record.originator_id, record.originator_version, record.topic, state
+            )
+        put_raw_snapshot(store, record)
+
+        report = store.verify("t")
+        name = field.lstrip("_")
+        assert any(f.version == replayed.version and name in f.problem for f in report.findings), (
+            report.findings
+        )
+        if not keyed:
+            return
+        assert differing_fields(store.load("t"), replayed) == ()
+        runs: list[ToolContext] = []
+        approve_carol_and_call_bob_again(store, runs)
+        assert runs == []
