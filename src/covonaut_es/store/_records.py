@@ -188,5 +188,5 @@ class StoredRecords(ABC):
             return
         after: int | None = None
         while stored := snapshots.recorder.select_events(stream, gt=after, limit=1):
-            yield snapshots.check(stored[0])
+            yield snapshots.check(stored[0], decode_untrusted=True)
             after = stored[0].originator_version

@@ -135,8 +135,13 @@ class SnapshotCache(EventStore[UUID]):
                 checked.problem,
             )
 
-    def check(self, record: StoredEvent) -> CheckedSnapshot:
-        """Decode a stored snapshot and say whether it may be trusted.
+    def check(self, record: StoredEvent, *, decode_untrusted: bool = False) -> CheckedSnapshot:
+        """Say whether a stored snapshot may be trusted, and decode it if it may.
+
+        Args:
+            record: The snapshot as stored.
+            decode_untrusted: Decode one whose seal fails too, to compare it (an audit);
+                a load never decodes bytes it will not use.
 
         Raises:
             SchemaVersionError: It was written by newer code.
@@ -153,6 +158,8 @@ class SnapshotCache(EventStore[UUID]):
         except SerializationError as exc:
             return CheckedSnapshot(version, None, str(exc))
         problem = self._key.problem(seal, body, stream, version, event_seal)
+        if problem is not None and not decode_untrusted:
+            return CheckedSnapshot(version, None, problem, before_seals=problem == UNSEALED)
         try:
             snapshot = self._decoder.decode_plain(record, plain, self._migrators)
         except SchemaVersionError:
