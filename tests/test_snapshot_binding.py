@@ -5,9 +5,10 @@ names every field in which a snapshot differs from the replay, on every store.""
 from __future__ import annotations
 
 import enum
+import logging
 import shutil
 from collections.abc import Callable, Iterator
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -17,13 +18,15 @@ from eventsourcing.persistence import StoredEvent
 from hypothesis import HealthCheck, assume, given, reject, settings
 from hypothesis import strategies as st
 
-from covonaut_es import Agent, Store, ThreadStatus, ToolContext, open_store
-from covonaut_es.domain import AgentThread, Label, ThreadSnapshot
+from covonaut_es import Agent, Store, ThreadStatus, ToolContext, create_cipher_key, open_store
+from covonaut_es.domain import AgentThread, Label, RunMode, ThreadSnapshot
 from covonaut_es.domain._snapshot import differing_fields
+from covonaut_es.messages import Message
 from covonaut_es.store._mapper import MsgspecMapper
 from covonaut_es.store._snapshot_seals import SealKey, unsealed
-from support import answer, call, put_raw_snapshot
+from support import answer, call, put_raw_snapshot, snapshotted_thread
 from test_approvals import ALICE, PAY_40, make_agent, review_id
+from test_migrations import GOLDEN
 
 CHAIN_KEY = "a chain key of thirty-two chars!"
 PAY_50 = '{"amount": 50, "to": "carol"}'
@@ -324,3 +327,84 @@ def test_a_snapshot_forged_in_any_field_is_reported_and_never_trusted_under_a_ke
         runs: list[ToolContext] = []
         approve_carol_and_call_bob_again(store, runs)
         assert runs == []
+
+
+# Seals under each key, snapshots from before seals, and the golden stores ---------------
+
+KEYS = {
+    "no key": {},
+    "a chain key": {"chain_key": CHAIN_KEY},
+    "a cipher key": {"cipher_key": create_cipher_key()},
+}
+
+
+def unsnapshotted(store: Store, thread_id: str, messages: int = 70) -> AgentThread:
+    """A thread long enough for a snapshot, saved without one."""
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    thread = AgentThread.start(thread_id, now=now)
+    thread.start_run(RunMode.RUN, now=now)
+    for i in range(messages):
+        thread.append_message(Message(role="user", content=f"{thread_id} {i}"), now=now)
+    store.save(thread)
+    return thread
+
+
+@pytest.mark.parametrize("keys", sorted(KEYS))
+def test_a_sealed_snapshot_moved_to_another_thread_or_version_is_passed_over(
+    open_bare: Callable[..., Store], keys: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A snapshot the store sealed, copied byte for byte to another thread or to a later
+    version (which needs no key), is passed over with a warning naming it; both threads
+    load as their events make them, and verify reports the copies."""
+    store = open_bare(**KEYS[keys])
+    source = snapshotted_thread(store, "source")
+    assert store._app.snapshots is not None
+    [record] = store._app.snapshots.recorder.select_events(source.id)
+    target = unsnapshotted(store, "target", messages=source.version - 2)
+    assert target.version == source.version
+    source.append_message(Message(role="user", content="one more"), now=datetime.now(UTC))
+    store.save(source)
+    for thread in (target, source):
+        put_raw_snapshot(store, StoredEvent(thread.id, thread.version, record.topic, record.state))
+    with caplog.at_level(logging.WARNING, logger="covonaut_es"):
+        for thread in (target, source):
+            assert differing_fields(store.load(thread.thread_id), thread) == ()
+            [finding] = [f for f in store.verify(thread.thread_id).findings if "seal" in f.problem]
+            assert finding.version == thread.version
+            assert f"{thread.id} at version {thread.version} passed over" in caplog.text
+
+
+@pytest.mark.parametrize("keys", sorted(KEYS))
+def test_a_snapshot_from_before_seals_is_used_only_by_a_store_without_a_key(
+    open_bare: Callable[..., Store], keys: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A snapshot written as before seals (the store's own mapper, its own cipher) is
+    used by a store with no key; a store with a key passes it over with an INFO line
+    and verify notes it, as no writer needs the key to write one."""
+    store = open_bare(**KEYS[keys])
+    thread = unsnapshotted(store, "long")
+    put_raw_snapshot(store, store._mapper.to_stored_event(ThreadSnapshot.take(thread)))
+    with caplog.at_level(logging.INFO, logger="covonaut_es"):
+        loaded = store.load("long")
+    assert differing_fields(loaded, thread) == ()
+    report = store.verify("long")
+    assert report.ok, report.findings
+    passed_over = "written before snapshots were sealed" in caplog.text
+    assert passed_over == (keys != "no key")
+    assert passed_over == any("before snapshots were sealed" in n for n in report.notes)
+
+
+def test_the_golden_snapshot_written_before_seals_is_used(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The v2 golden store's snapshot, written before seals, restores its thread in a
+    store without a key: nothing is passed over, and verify finds it intact. (The v3
+    store's snapshot is one its upcasters rebuild from the events.)"""
+    db, thread_id = tmp_path / "threads.db", "golden-long"
+    shutil.copyfile(GOLDEN / "v2" / "threads.db", db)
+    with open_store(f"sqlite:///{db}") as store, caplog.at_level(logging.INFO, "covonaut_es"):
+        thread = store.load(thread_id)
+        assert store._snapshot_versions[thread.id] < thread.version  # restored from one
+        assert "passed over" not in caplog.text
+        report = store.verify(thread_id)
+        assert report.ok and report.snapshots_checked == 1, report.findings
