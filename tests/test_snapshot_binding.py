@@ -408,3 +408,25 @@ def test_the_golden_snapshot_written_before_seals_is_used(
         assert "passed over" not in caplog.text
         report = store.verify(thread_id)
         assert report.ok and report.snapshots_checked == 1, report.findings
+
+
+def test_a_snapshot_sealed_before_the_store_had_its_key_is_passed_over_quietly(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A store that adopts a chain key passes over the snapshots it sealed without one
+    with an INFO line, and verify notes them instead of reporting them; their next
+    snapshot is sealed with the key."""
+    url = f"sqlite:///{tmp_path / 'threads.db'}"
+    with open_store(url) as store:
+        thread = snapshotted_thread(store)
+    with open_store(url, chain_key=CHAIN_KEY) as store:
+        with caplog.at_level(logging.INFO, logger="covonaut_es"):
+            loaded = store.load("long")
+        assert differing_fields(loaded, thread) == ()
+        assert "sealed with no key, but the store is open with the store's chain key" in (
+            caplog.text
+        )
+        assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+        report = store.verify("long")
+        assert not [f for f in report.findings if "snapshot" in f.problem], report.findings
+        assert any("sealed with no key" in note for note in report.notes)

@@ -421,7 +421,7 @@ class _Fold:
         from the replay at its version."""
         self.snapshots_checked += 1
         version, snapshot = checked.version, checked.snapshot
-        if checked.before_seals or checked.stale:
+        if checked.other_key or checked.stale:
             self.notes.append(
                 f"the snapshot at version {version} is passed over on load: {checked.problem}"
             )

@@ -25,12 +25,7 @@ from covonaut_es.errors import SchemaVersionError, SerializationError, StaleSnap
 from covonaut_es.migrations import Upcaster
 from covonaut_es.migrations._upcasting import NO_MIGRATORS
 from covonaut_es.store._mapper import MsgspecMapper, codec_for
-from covonaut_es.store._snapshot_seals import (
-    UNSEALED,
-    SealKey,
-    chain_head_problem,
-    unsealed,
-)
+from covonaut_es.store._snapshot_seals import SealKey, chain_head_problem, unsealed
 
 logger = _logs.logger("covonaut_es")
 
@@ -42,15 +37,16 @@ class CheckedSnapshot(msgspec.Struct, frozen=True):
         version: The version its record names.
         snapshot: It decoded, or None when it does not decode.
         problem: Why it must not be trusted; None when it may.
-        before_seals: It was written before seals and the store has a key: passed
-            over, though nothing says it is wrong.
+        other_key: It was sealed under another key than the store is open with, or
+            before seals in a store with a key: passed over, though nothing says it is
+            wrong.
         stale: It cannot be upgraded to this code's schema (a migrator said so).
     """
 
     version: int
     snapshot: ThreadSnapshot | None
     problem: str | None = None
-    before_seals: bool = False
+    other_key: bool = False
     stale: bool = False
 
 
@@ -125,7 +121,7 @@ class SnapshotCache(EventStore[UUID]):
                 yield checked.snapshot
                 continue
             # Expected after an upgrade that snapshots cannot follow; else worth a look.
-            quiet = checked.before_seals or checked.stale
+            quiet = checked.other_key or checked.stale
             logger.log(
                 logging.INFO if quiet else logging.WARNING,
                 "snapshot of stream %s at version %s passed over: %s; rebuilding the thread "
@@ -157,21 +153,24 @@ class SnapshotCache(EventStore[UUID]):
             event_seal = self._event_seal(stream, version)
         except SerializationError as exc:
             return CheckedSnapshot(version, None, str(exc))
-        problem = self._key.problem(seal, body, stream, version, event_seal)
-        if problem is not None and not decode_untrusted:
-            return CheckedSnapshot(version, None, problem, before_seals=problem == UNSEALED)
+        distrust = self._key.distrust(seal, body, stream, version, event_seal)
+        if distrust is not None and not decode_untrusted:
+            return CheckedSnapshot(version, None, distrust.reason, other_key=distrust.other_key)
         try:
             snapshot = self._decoder.decode_plain(record, plain, self._migrators)
         except SchemaVersionError:
             raise
         except SerializationError as exc:
             stale = isinstance(exc, StaleSnapshotError)
-            return CheckedSnapshot(version, None, problem or str(exc), stale=stale)
+            reason = str(exc) if distrust is None else distrust.reason
+            return CheckedSnapshot(version, None, reason, stale=stale)
         if not isinstance(snapshot, ThreadSnapshot):
             return CheckedSnapshot(version, None, f"its type {record.topic!r} is not a snapshot")
-        if problem is None and event_seal is not None:
-            problem = chain_head_problem(snapshot.state.get("chain_head"), event_seal, version)
-        return CheckedSnapshot(version, snapshot, problem, before_seals=problem == UNSEALED)
+        if distrust is None and event_seal is not None:
+            distrust = chain_head_problem(snapshot.state.get("chain_head"), event_seal, version)
+        if distrust is None:
+            return CheckedSnapshot(version, snapshot)
+        return CheckedSnapshot(version, snapshot, distrust.reason, other_key=distrust.other_key)
 
     def _event_seal(self, stream: UUID, version: int) -> str | None:
         """The chain hash of the stream's stored event at ``version``; None if it has

@@ -85,9 +85,9 @@ class SealKey:
         )
         return SEALED + len(header).to_bytes(_LENGTH, "little") + header + body
 
-    def problem(
+    def distrust(
         self, seal: Seal | None, body: bytes, stream: UUID, version: int, event_seal: str | None
-    ) -> str | None:
+    ) -> Distrust | None:
         """Why a snapshot of ``stream`` at ``version`` must not be trusted, or None.
 
         ``event_seal`` is the chain hash of the stored event at that version (None when
@@ -96,33 +96,47 @@ class SealKey:
         goes (see :func:`chain_head_problem`).
         """
         if event_seal is None:
-            return f"there is no stored event at its version {version} to bind it to"
+            return Distrust(f"there is no stored event at its version {version} to bind it to")
         if seal is None:
             if self.scheme == "public":
                 return None
-            return UNSEALED
+            return Distrust(
+                "written before snapshots were sealed: a store with a key trusts only "
+                "snapshots sealed with it",
+                other_key=True,
+            )
         if seal.scheme != self.scheme:
-            return (
+            return Distrust(
                 f"sealed with {_SCHEMES.get(seal.scheme, 'an unknown key')}, but the store is "
                 f"open with {_SCHEMES[self.scheme]}: a snapshot is trusted only under the key "
-                "it was sealed with"
+                "it was sealed with",
+                other_key=seal.scheme in _SCHEMES,
             )
         if seal.seal != event_seal:
-            return (
+            return Distrust(
                 f"bound to the event sealed {seal.seal!r} at version {version}, but the stored "
                 f"event there is sealed {event_seal!r}: the snapshot or the events were replaced"
             )
         if not hmac.compare_digest(seal.digest, self.digest(stream, version, seal.seal, body)):
-            return "its digest does not match its bytes: it was altered after it was written"
+            return Distrust(
+                "its digest does not match its bytes: it was altered after it was written"
+            )
         return None
 
 
-UNSEALED = (
-    "written before snapshots were sealed: a store with a key trusts only snapshots "
-    "sealed with it, so it rebuilds the thread from its events"
-)
-"""The problem of a snapshot without a seal in a store with a key (expected after an
-upgrade; the next snapshot of the thread is sealed)."""
+class Distrust(msgspec.Struct, frozen=True):
+    """Why a snapshot is not trusted.
+
+    Attributes:
+        reason: What is wrong, for a log line or a finding.
+        other_key: It was sealed under another key than the store is open with, or
+            written before seals: it is passed over, though nothing says it is wrong (a
+            store that adopted a key, or is read without it).
+    """
+
+    reason: str
+    other_key: bool = False
+
 
 _SCHEMES = {
     "public": "no key",
@@ -153,12 +167,12 @@ def unsealed(data: bytes) -> tuple[Seal | None, bytes]:
     return seal, data[start + size :]
 
 
-def chain_head_problem(chain_head: object, event_seal: str, version: int) -> str | None:
+def chain_head_problem(chain_head: object, event_seal: str, version: int) -> Distrust | None:
     """Why a decoded snapshot whose state holds ``chain_head`` does not summarize the
     events sealed ``event_seal`` at ``version``, or None."""
     if (chain_head or UNCHAINED) == event_seal:  # None: a state from before chains
         return None
-    return (
+    return Distrust(
         f"its state's chain head {chain_head!r} is not the seal {event_seal!r} of the stored "
         f"event at version {version}: it does not summarize these events"
     )
