@@ -430,3 +430,21 @@ def test_a_snapshot_sealed_before_the_store_had_its_key_is_passed_over_quietly(
         report = store.verify("long")
         assert not [f for f in report.findings if "snapshot" in f.problem], report.findings
         assert any("sealed with no key" in note for note in report.notes)
+
+
+@pytest.mark.parametrize("keys", sorted(KEYS))
+def test_the_store_restores_from_the_snapshots_it_sealed_under_each_key(
+    open_bare: Callable[..., Store], keys: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A snapshot the store sealed itself, with no key, its chain key or its cipher key,
+    is trusted: the restore starts from it, nothing is passed over, verify finds it
+    intact."""
+    store = open_bare(**KEYS[keys])
+    thread = snapshotted_thread(store)
+    store._snapshot_versions.clear()  # what a restore in a fresh process knows
+    with caplog.at_level(logging.INFO, logger="covonaut_es"):
+        assert differing_fields(store.load("long"), thread) == ()
+    assert store._snapshot_versions == {thread.id: thread.version}
+    assert "passed over" not in caplog.text
+    report = store.verify("long")
+    assert report.ok and report.snapshots_checked == 1, report.findings
