@@ -278,7 +278,7 @@ FORGERIES = {
 
 
 @settings(
-    max_examples=60,
+    max_examples=100,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
