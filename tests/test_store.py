@@ -32,6 +32,7 @@ from covonaut_es.domain import ThreadSnapshot
 from covonaut_es.errors import CipherKeyMismatchError, ConfigurationError, StaleSnapshotError
 from covonaut_es.store import _zstd
 from covonaut_es.store._mapper import MsgspecMapper
+from covonaut_es.store._snapshot_seals import unsealed
 from support import answer, call, echo_tool, put_raw_snapshot, raw_records, snapshotted_thread
 
 SECRET = "TOP-SECRET-PLAINTEXT-4711"
@@ -243,8 +244,9 @@ def test_a_damaged_compressed_snapshot_falls_back_to_the_events(
 def test_an_encrypted_snapshot_is_compressed_once_and_restores(
     open_test_store: Callable[..., Store], compress: bool
 ) -> None:
-    """With a cipher key, compressed or not, the snapshot at rest is the codec's zstd
-    frame encrypted (not compressed a second time), and it restores the thread."""
+    """With a cipher key, compressed or not, the snapshot at rest is its seal and the
+    codec's zstd frame, encrypted (not compressed a second time), and it restores the
+    thread."""
     store = open_test_store(cipher_key=create_cipher_key(), compress=compress)
     thread = snapshotted_thread(store, text=SECRET)
     assert store._app.snapshots is not None
@@ -252,7 +254,9 @@ def test_an_encrypted_snapshot_is_compressed_once_and_restores(
     assert SECRET.encode() not in record.state
     mapper = store._mapper
     assert mapper.cipher is not None
-    assert mapper.cipher.decrypt(record.state).startswith(_zstd.MAGIC)
+    seal, body = unsealed(mapper.cipher.decrypt(record.state))
+    assert seal is not None and seal.scheme == "cipher"
+    assert body.startswith(_zstd.MAGIC)
     assert mapper.to_domain_event(record).mutate(None).state == thread.state
     assert store.load("long").state == thread.state
 

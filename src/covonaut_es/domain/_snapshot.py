@@ -53,3 +53,28 @@ class ThreadSnapshot(Snapshot):
 
 
 register_topic(ThreadSnapshot.TOPIC, ThreadSnapshot)
+
+_ABSENT = object()
+
+
+def differing_fields(left: Aggregate, right: Aggregate) -> tuple[str, ...]:
+    """The names of the attributes in which two threads differ: every one a snapshot
+    keeps (so one added to the aggregate is compared without being listed here), and
+    their ids and versions.
+
+    Values compare by equality, so the same state decoded from a snapshot or folded from
+    events compares equal whatever container or time zone each came in.
+    """
+    first, second = ThreadSnapshot.take(left), ThreadSnapshot.take(right)
+    names = [
+        name
+        for name, a, b in (
+            ("id", first.originator_id, second.originator_id),
+            ("version", first.originator_version, second.originator_version),
+        )
+        if a != b
+    ]
+    for name in dict.fromkeys([*first.state, *second.state]):
+        if first.state.get(name, _ABSENT) != second.state.get(name, _ABSENT):
+            names.append(name.lstrip("_"))
+    return tuple(names)

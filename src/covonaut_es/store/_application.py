@@ -10,19 +10,15 @@ the one behind :func:`~covonaut_es.open_store`.
 from __future__ import annotations
 
 import binascii
-import logging
 import sqlite3
-from collections.abc import Iterable, Iterator, Mapping, Set
+from collections.abc import Iterable, Mapping, Set
 from typing import Any, ClassVar
 from uuid import UUID
 
 from eventsourcing.application import Application, ProcessingEvent, Repository, project_aggregate
-from eventsourcing.domain import DomainEventProtocol
 from eventsourcing.persistence import (
-    AggregateRecorder,
     ApplicationRecorder,
     Cipher,
-    EventStore,
     InfrastructureFactory,
     Notification,
     PersistenceError,
@@ -38,19 +34,16 @@ from covonaut_es.errors import (
     CovonautError,
     NotAStoreError,
     ReadOnlyStoreError,
-    SchemaVersionError,
-    SerializationError,
-    StaleSnapshotError,
     StoreUnavailableError,
 )
-from covonaut_es.migrations import Upcaster
-from covonaut_es.migrations._upcasting import NO_MIGRATORS
 from covonaut_es.store._backend import Backend, backend_for_env, backend_of
 from covonaut_es.store._chain import UNCHAINED, chain_in, chain_of
 from covonaut_es.store._chain_key import SEALS_NOTHING, check_chain_key, sealed_predecessor
 from covonaut_es.store._heads import HEADS, NEW_STREAMS, Head
 from covonaut_es.store._mapper import MsgspecMapper
 from covonaut_es.store._settings import check_settings
+from covonaut_es.store._snapshot_cache import SnapshotCache
+from covonaut_es.store._snapshot_seals import SealKey
 
 logger = _logs.logger("covonaut_es")
 
@@ -201,7 +194,10 @@ class AgentApplication(Application[UUID]):
         """The snapshot store, read as a cache: see :class:`SnapshotCache`."""
         assert isinstance(self.mapper, MsgspecMapper)
         recorder = self.factory.aggregate_recorder(purpose="snapshots")
-        return SnapshotCache(self.mapper, recorder)
+        cipher_key = self.env.get("CIPHER_KEY") if self.mapper.cipher else None
+        chain_key = self.chain_key
+        key = SealKey(chain_key=chain_key.decode() if chain_key else None, cipher_key=cipher_key)
+        return SnapshotCache(self.mapper, recorder, events=self.recorder, key=key)
 
 
 def _cipher(factory: InfrastructureFactory[Any]) -> Cipher | None:
@@ -222,51 +218,6 @@ def _cipher(factory: InfrastructureFactory[Any]) -> Cipher | None:
             "install it with: pip install 'covonaut-es[encryption]'"
         )
         raise ConfigurationError(msg) from exc
-
-
-class SnapshotCache(EventStore[UUID]):
-    """The snapshot store, read as a cache (ADR 0007). Internal.
-
-    A snapshot that cannot be upgraded to the current schema is passed over with a log
-    line, so the repository rebuilds the thread from its events. A snapshot newer than
-    the code is an error, as for events.
-
-    Args:
-        mapper: The application's mapper.
-        recorder: The snapshots' recorder.
-        migrators: The application's upcasters for snapshots, each replacing the
-            library's own for its step.
-    """
-
-    def __init__(
-        self,
-        mapper: MsgspecMapper,
-        recorder: AggregateRecorder,
-        migrators: Mapping[int, Upcaster] = NO_MIGRATORS,
-    ) -> None:
-        super().__init__(mapper, recorder)
-        self._decoder = mapper
-        self._migrators = migrators
-
-    def get(
-        self,
-        originator_id: UUID,
-        *,
-        gt: int | None = None,
-        lte: int | None = None,
-        desc: bool = False,
-        limit: int | None = None,
-    ) -> Iterator[DomainEventProtocol[UUID]]:
-        records = self.recorder.select_events(originator_id, gt=gt, lte=lte, desc=desc, limit=limit)
-        for record in records:
-            try:
-                yield self._decoder.decode(record, migrators=self._migrators)
-            except SchemaVersionError:
-                raise
-            except SerializationError as exc:
-                # Expected after an upgrade that snapshots cannot follow; else worth a look.
-                level = logging.INFO if isinstance(exc, StaleSnapshotError) else logging.WARNING
-                logger.log(level, "%s; rebuilding the thread from its events", exc)
 
 
 CHAIN_KEY_ENV = "COVONAUT_CHAIN_KEY"

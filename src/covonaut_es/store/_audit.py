@@ -5,6 +5,7 @@ Everything here reads the store's log and snapshots; nothing calls a model or a 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any, Protocol
@@ -17,15 +18,17 @@ from covonaut_es.domain import (
     AgentThread,
     Checkpoint,
     ThreadParent,
-    ThreadState,
     canonical_json,
     requested_call,
     thread_aggregate_id,
 )
+from covonaut_es.domain._snapshot import differing_fields
 from covonaut_es.errors import (
     MissingEventError,
     MissingToolCallError,
+    SchemaVersionError,
     SerializationError,
+    ThreadNotFoundError,
     ThreadStateError,
 )
 from covonaut_es.messages import Message
@@ -33,6 +36,8 @@ from covonaut_es.store._chain import CHAIN_FIELD, KEYED, UNCHAINED, link_problem
 from covonaut_es.store._chain_key import ChainAdoption
 from covonaut_es.store._heads import HeadAnchor
 from covonaut_es.store._mapper import MsgspecMapper
+from covonaut_es.store._records import refuse_fork_loop
+from covonaut_es.store._snapshot_cache import CheckedSnapshot
 
 
 class _AuditedStore(Protocol):
@@ -41,12 +46,12 @@ class _AuditedStore(Protocol):
     def history(self, thread_id: str) -> tuple[AgentThread.Event, ...]: ...
     def parent(self, thread_id: str) -> ThreadParent | None: ...
     def checkpoints(self, thread_id: str) -> tuple[Checkpoint, ...]: ...
-    def state_at(self, thread_id: str, version: int | None = None) -> ThreadState: ...
+    def load(self, thread_id: str) -> AgentThread: ...
     def _iter_stored_records(self, thread_id: str) -> Iterator[StoredEvent]: ...
     @property
     def _mapper(self) -> MsgspecMapper: ...
     def _read_record(self, record: StoredEvent) -> object: ...
-    def _snapshot_states(self, thread_id: str) -> Iterator[ThreadState]: ...
+    def _checked_snapshots(self, thread_id: str) -> Iterator[CheckedSnapshot]: ...
     def _head_anchor(self, thread_id: str) -> HeadAnchor: ...
     def _chain_adoption(self) -> ChainAdoption: ...
     @property
@@ -218,6 +223,7 @@ def replay(store: _AuditedStore, thread_id: str) -> Iterator[AuditEntry]:
 def _ancestry(store: _AuditedStore, thread_id: str) -> list[str]:
     threads = [thread_id]
     while (parent := store.parent(threads[-1])) is not None:
+        refuse_fork_loop(threads[-1], parent.thread_id, tuple(threads), "this store")
         threads.append(parent.thread_id)
     return threads
 
@@ -245,7 +251,13 @@ def verify(store: _AuditedStore, thread_id: str) -> AuditReport:
     )
 
 
-_DAMAGE = (SerializationError, MissingToolCallError, MissingEventError, ThreadStateError)
+_DAMAGE = (
+    SerializationError,
+    MissingToolCallError,
+    MissingEventError,
+    ThreadStateError,
+    ThreadNotFoundError,  # a fork's parent gone, or forks altered into a loop
+)
 """What reading a damaged thread raises: :func:`verify` reports it, never raises it."""
 
 
@@ -274,22 +286,38 @@ class _Fold:
             checkpoints = {c.version: c for c in store.checkpoints(self.thread_id)}
         except _DAMAGE:
             checkpoints = {}  # the pass reports the record that a load cannot read
-        snapshots = store._snapshot_states(self.thread_id)
+        snapshots = self._snapshots()
         snapshot = next(snapshots, None)
-        for record in store._iter_stored_records(self.thread_id):
-            self.events += 1
-            if not self._follows(record) or not self._chain_holds(record):
-                break
-            version = record.originator_version
-            while snapshot is not None and snapshot.version <= version:
-                self._compare(snapshot.version, "snapshot", snapshot)
-                snapshot = next(snapshots, None)
-            if version in checkpoints:
-                self._compare_checkpoint(checkpoints[version])
-        else:
-            self._compare_load()
-            self._check_head()
-            self._check_key()
+        try:
+            for record in store._iter_stored_records(self.thread_id):
+                self.events += 1
+                if not self._follows(record) or not self._chain_holds(record):
+                    return
+                version = record.originator_version
+                while snapshot is not None and snapshot.version <= version:
+                    self._compare_snapshot(snapshot)
+                    snapshot = next(snapshots, None)
+                if version in checkpoints:
+                    self._compare_checkpoint(checkpoints[version])
+        except _DAMAGE as exc:  # the stream, or a fork's parent, cannot be followed
+            problem = f"the records cannot be read after version {self.last_version}: {exc}"
+            self.findings.append(AuditFinding(self.last_version + 1, problem))
+            return
+        for beyond in itertools.chain((snapshot,) if snapshot else (), snapshots):
+            self._compare_snapshot(beyond)
+        self._compare_load()
+        self._check_head()
+        self._check_key()
+
+    def _snapshots(self) -> Iterator[CheckedSnapshot]:
+        """The thread's snapshots as a load checks them; one written by newer code is a
+        finding, and ends the snapshots (it says nothing of those after it)."""
+        try:
+            yield from self.store._checked_snapshots(self.thread_id)
+        except SchemaVersionError as exc:
+            self.findings.append(
+                AuditFinding(self.last_version, f"a snapshot does not load: {exc}")
+            )
 
     def _follows(self, record: StoredEvent) -> bool:
         """Whether the record is the one after the last: False, with a finding naming
@@ -315,14 +343,17 @@ class _Fold:
         if self.thread is None:
             return
         try:
-            loaded = self.store.state_at(self.thread_id)
+            loaded = self.store.load(self.thread_id)
         except _DAMAGE as exc:
             self.findings.append(
                 AuditFinding(self.thread.version, f"the thread does not load: {exc}")
             )
             return
-        if self.thread.state != loaded:
-            problem = "the state a load gives differs from the state replayed from events"
+        if fields := differing_fields(loaded, self.thread):
+            problem = (
+                "the state a load gives differs from the state replayed from events in: "
+                + ", ".join(fields)
+            )
             self.findings.append(AuditFinding(self.thread.version, problem))
 
     def _check_key(self) -> None:
@@ -402,18 +433,52 @@ class _Fold:
             return False
         return True
 
-    def _compare(self, version: int, kind: str, state: ThreadState) -> None:
+    def _compare_snapshot(self, checked: CheckedSnapshot) -> None:
+        """Report a snapshot a load would not trust, and every field in which it differs
+        from the replay at its version."""
         self.snapshots_checked += 1
-        if self.thread.version != version or state != self.thread.state:
-            problem = f"{kind} state differs from the state replayed from events"
+        version, snapshot = checked.version, checked.snapshot
+        if checked.other_key or checked.stale:
+            self.notes.append(
+                f"the snapshot at version {version} is passed over on load: {checked.problem}"
+            )
+        elif checked.problem is not None:
+            self.findings.append(AuditFinding(version, f"snapshot not trusted: {checked.problem}"))
+        if snapshot is None:
+            return
+        if self.thread is None or self.thread.version != version:
+            problem = (
+                f"snapshot at version {version} matches no event of the thread's own stream, "
+                f"which the replay has read up to version {self.last_version}"
+            )
+            self.findings.append(AuditFinding(version, problem))
+        elif fields := differing_fields(snapshot.mutate(None), self.thread):
+            names = ", ".join(fields)
+            problem = f"snapshot state differs from the state replayed from events in: {names}"
             self.findings.append(AuditFinding(version, problem))
 
     def _compare_checkpoint(self, checkpoint: Checkpoint) -> None:
+        """Compare a checkpoint the thread lists with the one the replay made at its
+        version, field by field."""
         self.checkpoints_checked += 1
-        state = self.thread.state
-        if (checkpoint.turn, checkpoint.status) != (state.turn, state.status):
+        replayed = next(
+            (c for c in reversed(self.thread.checkpoints) if c.version == checkpoint.version), None
+        )
+        if replayed is None:
             problem = (
-                f"checkpoint {checkpoint.sequence} records turn {checkpoint.turn} and status "
-                f"{checkpoint.status}; the replay has turn {state.turn} and status {state.status}"
+                f"checkpoint {checkpoint.sequence} at version {checkpoint.version} is not one "
+                "the replay saved there"
             )
-            self.findings.append(AuditFinding(checkpoint.version, problem))
+        elif fields := [
+            name
+            for name, value in msgspec.structs.asdict(checkpoint).items()
+            if getattr(replayed, name) != value
+        ]:
+            differences = ", ".join(
+                f"{name} ({getattr(checkpoint, name)}, replayed {getattr(replayed, name)})"
+                for name in fields
+            )
+            problem = f"checkpoint {checkpoint.sequence} differs from its replay in: {differences}"
+        else:
+            return
+        self.findings.append(AuditFinding(checkpoint.version, problem))

@@ -19,13 +19,14 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 from uuid import UUID
 
-from eventsourcing.persistence import ApplicationRecorder, EventStore, InfrastructureFactory
+from eventsourcing.persistence import ApplicationRecorder, InfrastructureFactory
 
 if TYPE_CHECKING:
     from covonaut_es.domain import ThreadSnapshot
     from covonaut_es.store._heads import HeadAnchor
     from covonaut_es.store._leases import LeaseBackend
     from covonaut_es.store._settings_tables import SettingsTable
+    from covonaut_es.store._snapshot_cache import SnapshotCache
 
 POLL_INTERVAL = 0.05
 """Seconds between polls of a back end that cannot notify (SQLite): the added lag of its
@@ -78,7 +79,7 @@ class Backend(Protocol):
         """The store's table of name and value pairs called ``name`` (its recorded
         settings, or its chain key's adoption)."""
 
-    def replace_snapshot(self, snapshots: EventStore[UUID], snapshot: ThreadSnapshot) -> None:
+    def replace_snapshot(self, snapshots: SnapshotCache, snapshot: ThreadSnapshot) -> None:
         """Store ``snapshot`` and drop its thread's older ones (ADR 0014)."""
 
     def lease_backend(

@@ -46,6 +46,7 @@ from covonaut_es.migrations import (
 from covonaut_es.migrations._upcasting import NO_MIGRATORS
 from covonaut_es.store import _zstd
 from covonaut_es.store._chain import CHAIN_FIELD, UNCHAINED, canonical_fields, link_hash
+from covonaut_es.store._snapshot_seals import SEALED, unsealed
 
 _IDENTITY_FIELDS = frozenset({"originator_id", "originator_version"})
 _UNREADABLE_HINT = (
@@ -176,6 +177,10 @@ class _SnapshotCodec(_Codec):
         return _zstd.compress(packed)
 
     def decode_current(self, data: bytes) -> dict[str, Any] | None:
+        try:
+            data = unsealed(data)[1]  # the seal is checked where a snapshot is trusted
+        except SerializationError:
+            return None  # named by decode_older
         if not data.startswith(_zstd.MAGIC):
             return super().decode_current(data)
         try:
@@ -185,6 +190,11 @@ class _SnapshotCodec(_Codec):
         return self._current_fields(payload)
 
     def decode_untyped(self, data: bytes, *, where: str) -> dict[str, Any]:
+        try:
+            data = unsealed(data)[1]
+        except SerializationError as exc:
+            msg = f"{where}: {exc}"
+            raise SerializationError(msg) from exc
         if not data.startswith(_zstd.MAGIC):
             return super().decode_untyped(data, where=where)
         try:
@@ -442,8 +452,8 @@ class MsgspecMapper(Mapper[UUID]):
     def stored_payload(self, plain: bytes) -> bytes:
         """The bytes to store for an encoded payload: compressed, then encrypted, as
         configured. The inverse of :meth:`plain_payload`. A snapshot the codec has
-        compressed already is not compressed again."""
-        if self.compressor and not plain.startswith(_zstd.MAGIC):
+        compressed already, or sealed (ADR 0030), is not compressed again."""
+        if self.compressor and not plain.startswith((_zstd.MAGIC, SEALED)):
             plain = self.compressor.compress(plain)
         if self.cipher:
             plain = self.cipher.encrypt(plain)
@@ -467,12 +477,20 @@ class MsgspecMapper(Mapper[UUID]):
                 ``SchemaVersionError``, ``MissingUpcasterError``, ``UpcasterError``,
                 ``StaleSnapshotError``).
         """
+        return self.decode_plain(stored_event, self.plain_payload(stored_event), migrators)
+
+    def decode_plain(
+        self,
+        stored_event: StoredEvent,
+        payload: bytes,
+        migrators: Mapping[int, Upcaster] = NO_MIGRATORS,
+    ) -> DomainEventProtocol[UUID]:
+        """As :meth:`decode`, from the record's :meth:`plain_payload` read already."""
         # The record's description is built only on the way to an error: it costs as
         # much as the decode itself.
         cls = self._classes.get(stored_event.topic) or self.event_class(
             stored_event.topic, where=_where(stored_event)
         )
-        payload = self.plain_payload(stored_event)
         codec = codec_for(cls)
         state = codec.decode_current(payload)
         if state is None:
@@ -529,11 +547,11 @@ class MsgspecMapper(Mapper[UUID]):
 
 
 def _compressed_snapshot(topic: str, data: bytes) -> bool:
-    """Whether decrypted stored bytes are a snapshot its codec compressed, which the
-    store's own compressor left alone. No zlib stream starts with the zstd magic (its
-    first two bytes fail zlib's header check), so a snapshot the store's compressor
-    compressed before ADR 0022 is still told apart."""
-    return topic == ThreadSnapshot.TOPIC and data.startswith(_zstd.MAGIC)
+    """Whether decrypted stored bytes are a snapshot its codec compressed, or a sealed
+    one, which the store's own compressor left alone. No zlib stream starts with the
+    zstd magic or the seal's (their first two bytes fail zlib's header check), so a
+    snapshot the store's compressor compressed before ADR 0022 is still told apart."""
+    return topic == ThreadSnapshot.TOPIC and data.startswith((_zstd.MAGIC, SEALED))
 
 
 def _where(stored_event: StoredEvent) -> str:

@@ -5,23 +5,66 @@ Mixed into :class:`~covonaut_es.Store`; nothing here decodes more than it must.
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
+from contextvars import ContextVar
 from uuid import UUID
 
 from eventsourcing.application import Application
 from eventsourcing.persistence import IntegrityError, Notification, StoredEvent
 from eventsourcing.utils import get_topic
 
-from covonaut_es.domain import AgentThread, ThreadState, thread_aggregate_id
-from covonaut_es.errors import ThreadConflictError
+from covonaut_es.domain import AgentThread, thread_aggregate_id
+from covonaut_es.errors import ThreadConflictError, ThreadNotFoundError
 from covonaut_es.store._backend import Backend
 from covonaut_es.store._chain_key import ChainAdoption
 from covonaut_es.store._heads import HEADS, HeadAnchor, heads_of_records
 from covonaut_es.store._mapper import MsgspecMapper
 from covonaut_es.store._rows import LAST_VERSION
+from covonaut_es.store._snapshot_cache import CheckedSnapshot, SnapshotCache
 
 _LOG_BATCH = 500
+
+
+_FOLLOWED: ContextVar[tuple[str, ...]] = ContextVar("covonaut_es_forks_followed", default=())
+"""The forks whose parents are being read, innermost last."""
+
+
+@contextlib.contextmanager
+def following_fork(thread_id: str, parent_id: str, store: str) -> Iterator[None]:
+    """Read a fork's parent inside this block, refusing a parent whose own ancestry
+    leads back to the fork (stored first events altered into a loop), which would
+    otherwise be followed without end.
+
+    Raises:
+        ThreadNotFoundError: The parent is the fork, or one of the forks it descends from.
+    """
+    followed = _FOLLOWED.get()
+    refuse_fork_loop(thread_id, parent_id, followed, store)
+    token = _FOLLOWED.set((*followed, thread_id))
+    try:
+        yield
+    finally:
+        _FOLLOWED.reset(token)
+
+
+def refuse_fork_loop(
+    thread_id: str, parent_id: str, descendants: tuple[str, ...], store: str
+) -> None:
+    """Refuse to follow a fork to its parent when the parent is the fork itself or one
+    of the forks ``thread_id`` descends from.
+
+    Raises:
+        ThreadNotFoundError: The forks' first events were altered into a loop.
+    """
+    if parent_id == thread_id or parent_id in descendants:
+        msg = (
+            f"fork {thread_id!r} in store {store} branches from {parent_id!r}, whose history "
+            f"leads back to {thread_id!r}: the forks' first events were altered; restore the "
+            "store from a backup"
+        )
+        raise ThreadNotFoundError(msg)
 
 
 def storable(version: int | None) -> int | None:
@@ -45,14 +88,18 @@ class StoredRecords(ABC):
         return tuple(self._iter_stored_records(thread_id))
 
     def _iter_stored_records(
-        self, thread_id: str, *, lte: int | None = None
+        self, thread_id: str, *, lte: int | None = None, _descendants: tuple[str, ...] = ()
     ) -> Iterator[StoredEvent]:
         """As :meth:`_stored_records` up to version ``lte``, read a page at a time so
         that an audit of a long thread holds one page of records, not the stream."""
         forked = self._forked_event(thread_id)
         if forked is not None:
             inherited = forked.parent_version if lte is None else min(lte, forked.parent_version)
-            yield from self._iter_stored_records(forked.parent_thread_id, lte=inherited)
+            parent = forked.parent_thread_id
+            # Not following_fork: a generator cannot hold a context variable while suspended.
+            refuse_fork_loop(thread_id, parent, _descendants, "this store")
+            descendants = (*_descendants, thread_id)
+            yield from self._iter_stored_records(parent, lte=inherited, _descendants=descendants)
         recorder, stream = self._app.recorder, thread_aggregate_id(thread_id)
         after: int | None = None
         while True:
@@ -135,14 +182,14 @@ class StoredRecords(ABC):
         """
         return self._mapper.decode(record)
 
-    def _snapshot_states(self, thread_id: str) -> Iterator[ThreadState]:
-        """The states held by the thread's own readable snapshots, oldest first, decoded
-        one at a time (a long thread's snapshots together are larger than its events)."""
+    def _checked_snapshots(self, thread_id: str) -> Iterator[CheckedSnapshot]:
+        """The thread's own stored snapshots, oldest first, each decoded and checked as a
+        load checks it, one at a time (a long thread's snapshots together are larger
+        than its events)."""
         snapshots, stream = self._app.snapshots, thread_aggregate_id(thread_id)
-        assert snapshots is not None
+        if not isinstance(snapshots, SnapshotCache):
+            return
         after: int | None = None
         while stored := snapshots.recorder.select_events(stream, gt=after, limit=1):
-            version = stored[0].originator_version
-            for snapshot in snapshots.get(stream, gt=after, lte=version):  # none if unreadable
-                yield snapshot.mutate(None).state  # type: ignore[attr-defined]
-            after = version
+            yield snapshots.check(stored[0], decode_untrusted=True)
+            after = stored[0].originator_version

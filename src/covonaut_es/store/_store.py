@@ -50,7 +50,6 @@ from covonaut_es.migrations._upcasting import NO_MIGRATORS
 from covonaut_es.store import _audit
 from covonaut_es.store._application import (
     AgentApplication,
-    SnapshotCache,
     ThreadsApplication,
     open_application,
 )
@@ -60,8 +59,8 @@ from covonaut_es.store._chain import chain_of
 from covonaut_es.store._forks import ThreadForking
 from covonaut_es.store._heads import FENCES
 from covonaut_es.store._leasing import ThreadLeasing
-from covonaut_es.store._mapper import MsgspecMapper
-from covonaut_es.store._records import StoredRecords, storable
+from covonaut_es.store._records import StoredRecords, following_fork, storable
+from covonaut_es.store._snapshot_cache import SnapshotCache
 from covonaut_es.store._submissions import ThreadSubmissions
 from covonaut_es.store._urls import READ_ONLY, redact
 
@@ -222,7 +221,8 @@ class Store(
     ) -> AgentThread | None:
         self._check_follows(thread_id, None if thread is None else thread.version, event)
         if thread is None and isinstance(event, AgentThread.Forked):
-            base = load_base(event.parent_thread_id, version=event.parent_version)
+            with following_fork(thread_id, event.parent_thread_id, self.url):
+                base = load_base(event.parent_thread_id, version=event.parent_version)
             if base is None:
                 msg = (
                     f"fork {event.thread_id!r} branches from {event.parent_thread_id!r} at "
@@ -276,7 +276,8 @@ class Store(
         forked = self._forked_event(thread_id)
         if forked is None or version is None or version > forked.parent_version:
             return None
-        return load_base(forked.parent_thread_id, version=version)
+        with following_fork(thread_id, forked.parent_thread_id, self.url):
+            return load_base(forked.parent_thread_id, version=version)
 
     def _forked_event(self, thread_id: str) -> AgentThread.Forked | None:
         first = next(iter(self._app.events.get(thread_aggregate_id(thread_id), limit=1)), None)
@@ -353,7 +354,7 @@ class Store(
         tail = thread.version - last
         if tail < max(SNAPSHOT_MIN_VERSION, thread.version // SNAPSHOT_TAIL_SHARE):
             return False
-        if self._app.snapshots is None:
+        if not isinstance(self._app.snapshots, SnapshotCache):
             return False  # an application of the caller's, with snapshotting off
         with contextlib.suppress(IntegrityError):  # another writer stored this very one
             self._backend.replace_snapshot(self._app.snapshots, ThreadSnapshot.take(thread))
@@ -423,7 +424,9 @@ class Store(
             self._check_follows(thread_id, head, event)
             head = event.originator_version
         if isinstance(own[0], AgentThread.Forked):
-            inherited = self.history(own[0].parent_thread_id)[: own[0].parent_version]
+            parent = own[0].parent_thread_id
+            with following_fork(thread_id, parent, self.url):
+                inherited = self.history(parent)[: own[0].parent_version]
             return inherited + own
         return own
 
@@ -546,10 +549,8 @@ class Store(
     def _repository(self, snapshot_migrators: Mapping[int, Upcaster]) -> Repository[UUID]:
         if not snapshot_migrators:
             return self._app.repository
-        assert self._app.snapshots is not None
-        mapper = self._app.mapper
-        assert isinstance(mapper, MsgspecMapper)
-        cache = SnapshotCache(mapper, self._app.snapshots.recorder, snapshot_migrators)
+        assert isinstance(self._app.snapshots, SnapshotCache)
+        cache = self._app.snapshots.with_migrators(snapshot_migrators)
         return Repository(self._app.events, snapshot_store=cache)
 
     def _remember_snapshot(self, aggregate_id: UUID, version: int) -> None:

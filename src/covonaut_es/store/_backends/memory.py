@@ -26,7 +26,6 @@ from eventsourcing import popo
 from eventsourcing.persistence import (
     AggregateRecorder,
     ApplicationRecorder,
-    EventStore,
     InfrastructureFactory,
     StoredEvent,
 )
@@ -45,6 +44,7 @@ from covonaut_es.store._heads import (
 )
 from covonaut_es.store._leases import LeaseBackend, MemoryLeases
 from covonaut_es.store._settings_tables import MemorySettings, SettingsTable
+from covonaut_es.store._snapshot_cache import SnapshotCache
 
 MEMORY_STORE_NAME = "MEMORY_STORE_NAME"
 
@@ -189,7 +189,7 @@ class _MemoryBackend:
     ) -> SettingsTable:
         return MemorySettings(factory.settings if isinstance(factory, Factory) else {}, table)
 
-    def replace_snapshot(self, snapshots: EventStore[UUID], snapshot: ThreadSnapshot) -> None:
+    def replace_snapshot(self, snapshots: SnapshotCache, snapshot: ThreadSnapshot) -> None:
         snapshots.put([snapshot])  # the data dies with the process: all are kept
 
     def lease_backend(

@@ -24,7 +24,6 @@ import psycopg
 from eventsourcing import postgres
 from eventsourcing.persistence import (
     ApplicationRecorder,
-    EventStore,
     InfrastructureFactory,
     InterfaceError,
     Notification,
@@ -61,6 +60,7 @@ from covonaut_es.store._heads import (
 from covonaut_es.store._leases import LeaseBackend
 from covonaut_es.store._rows import building_records, checked_head, checked_records
 from covonaut_es.store._settings_tables import SettingsTable, SQLSettings, column
+from covonaut_es.store._snapshot_cache import SnapshotCache
 from covonaut_es.store._urls import postgres_params
 
 
@@ -335,7 +335,7 @@ class _PostgresBackend:
 
         return SQLSettings(datastore, name, "%s", exists)
 
-    def replace_snapshot(self, snapshots: EventStore[UUID], snapshot: ThreadSnapshot) -> None:
+    def replace_snapshot(self, snapshots: SnapshotCache, snapshot: ThreadSnapshot) -> None:
         """Store ``snapshot``, then delete its thread's older snapshots (a reader in
         between finds either) and vacuum the table, so that the next one reuses their
         space (ADR 0014).
@@ -343,7 +343,7 @@ class _PostgresBackend:
         Raises:
             IntegrityError: The thread already has a snapshot at that version.
         """
-        snapshots.put([snapshot])
+        snapshots.put([snapshot])  # sealed (ADR 0030)
         recorder = snapshots.recorder
         assert isinstance(recorder, postgres.PostgresAggregateRecorder)
         table = f'"{recorder.datastore.schema}"."{recorder.events_table_name}"'

@@ -22,7 +22,6 @@ from uuid import UUID
 from eventsourcing import sqlite
 from eventsourcing.persistence import (
     ApplicationRecorder,
-    EventStore,
     InfrastructureFactory,
     Notification,
     StoredEvent,
@@ -51,6 +50,7 @@ from covonaut_es.store._leases import LeaseBackend, MemoryLeases
 from covonaut_es.store._rows import checked_head, checked_id, checked_records
 from covonaut_es.store._settings import check_sqlite_file
 from covonaut_es.store._settings_tables import SettingsTable, SQLSettings
+from covonaut_es.store._snapshot_cache import SnapshotCache
 from covonaut_es.store._urls import SQLITE_PATH
 
 
@@ -267,7 +267,7 @@ class _SQLiteBackend:
 
         return SQLSettings(getattr(recorder, "datastore", None), table, "?", exists)
 
-    def replace_snapshot(self, snapshots: EventStore[UUID], snapshot: ThreadSnapshot) -> None:
+    def replace_snapshot(self, snapshots: SnapshotCache, snapshot: ThreadSnapshot) -> None:
         """Store ``snapshot`` and delete its thread's older snapshots in one transaction,
         before the insert, so that the new one reuses their pages instead of growing the
         file (ADR 0014).
@@ -277,7 +277,7 @@ class _SQLiteBackend:
         """
         recorder = snapshots.recorder
         assert isinstance(recorder, sqlite.SQLiteAggregateRecorder)
-        record = snapshots.mapper.to_stored_event(snapshot)
+        record = snapshots.stored(snapshot)  # sealed (ADR 0030)
         thread, version = snapshot.originator_id, snapshot.originator_version
         with recorder.datastore.transaction(commit=True) as c:
             c.execute(

@@ -1,0 +1,181 @@
+"""The snapshot store, read as a cache that cannot lie (ADRs 0007 and 0030).
+
+A snapshot is trusted only when it is bound to the events it summarizes: its seal names
+the chain hash of the stored event at its version, its digest matches under the store's
+key, and its state's chain head is that hash. Anything else (forged, moved, altered,
+undecodable, or unsealed in a store with a key) is passed over with a log line, and the
+repository rebuilds the thread from its events.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+from uuid import UUID
+
+import msgspec
+from eventsourcing.domain import DomainEventProtocol
+from eventsourcing.persistence import AggregateRecorder, EventStore, Recording, StoredEvent
+
+from covonaut_es import _logs
+from covonaut_es.domain import ThreadSnapshot
+from covonaut_es.errors import SchemaVersionError, SerializationError, StaleSnapshotError
+from covonaut_es.migrations import Upcaster
+from covonaut_es.migrations._upcasting import NO_MIGRATORS
+from covonaut_es.store._chain import UNCHAINED, chain_in
+from covonaut_es.store._mapper import MsgspecMapper, codec_for
+from covonaut_es.store._snapshot_seals import SealKey, chain_head_problem, unsealed
+
+logger = _logs.logger("covonaut_es")
+
+
+class CheckedSnapshot(msgspec.Struct, frozen=True):
+    """A stored snapshot and whether it may be trusted.
+
+    Attributes:
+        version: The version its record names.
+        snapshot: It decoded, or None when it does not decode.
+        problem: Why it must not be trusted; None when it may.
+        other_key: It was sealed under another key than the store is open with, or
+            before seals in a store with a key: passed over, though nothing says it is
+            wrong.
+        stale: It cannot be upgraded to this code's schema (a migrator said so).
+    """
+
+    version: int
+    snapshot: ThreadSnapshot | None
+    problem: str | None = None
+    other_key: bool = False
+    stale: bool = False
+
+
+class SnapshotCache(EventStore[UUID]):
+    """The snapshot store, read as a cache. Internal.
+
+    Writes seal each snapshot of a thread (see :mod:`covonaut_es.store._snapshot_seals`);
+    reads yield only the snapshots that :meth:`check` trusts. A snapshot newer than the
+    code is an error, as for events.
+
+    Args:
+        mapper: The application's mapper.
+        recorder: The snapshots' recorder.
+        events: The events' recorder, holding the seals snapshots are bound to.
+        key: The key of the store's seals.
+        migrators: The application's upcasters for snapshots, each replacing the
+            library's own for its step.
+    """
+
+    def __init__(
+        self,
+        mapper: MsgspecMapper,
+        recorder: AggregateRecorder,
+        *,
+        events: AggregateRecorder,
+        key: SealKey,
+        migrators: Mapping[int, Upcaster] = NO_MIGRATORS,
+    ) -> None:
+        super().__init__(mapper, recorder)
+        self._decoder = mapper
+        self._events = events
+        self._key = key
+        self._migrators = migrators
+
+    def with_migrators(self, migrators: Mapping[int, Upcaster]) -> SnapshotCache:
+        """This cache, reading with the application's ``migrators``."""
+        return SnapshotCache(
+            self._decoder, self.recorder, events=self._events, key=self._key, migrators=migrators
+        )
+
+    def stored(self, snapshot: DomainEventProtocol[UUID]) -> StoredEvent:
+        """The record of a snapshot, sealed to the chain head its state holds (the seal
+        of the event at its version, once the thread is saved)."""
+        if not isinstance(snapshot, ThreadSnapshot):
+            return self._decoder.to_stored_event(snapshot)
+        stream, version = snapshot.originator_id, snapshot.originator_version
+        body = codec_for(ThreadSnapshot).encode(snapshot)
+        seal = str(snapshot.state.get("chain_head") or UNCHAINED)
+        payload = self._decoder.stored_payload(self._key.sealed(body, stream, version, seal))
+        return StoredEvent(stream, version, ThreadSnapshot.TOPIC, payload)
+
+    def put(
+        self, domain_events: Sequence[DomainEventProtocol[UUID]], **kwargs: Any
+    ) -> list[Recording[UUID]]:
+        """Store snapshots, sealed; snapshots have no place in the log, so no recordings."""
+        self.recorder.insert_events([self.stored(e) for e in domain_events], **kwargs)
+        return []
+
+    def get(
+        self,
+        originator_id: UUID,
+        *,
+        gt: int | None = None,
+        lte: int | None = None,
+        desc: bool = False,
+        limit: int | None = None,
+    ) -> Iterator[DomainEventProtocol[UUID]]:
+        records = self.recorder.select_events(originator_id, gt=gt, lte=lte, desc=desc, limit=limit)
+        for record in records:
+            checked = self.check(record)
+            if checked.problem is None and checked.snapshot is not None:
+                yield checked.snapshot
+                continue
+            # Expected after an upgrade that snapshots cannot follow; else worth a look.
+            quiet = checked.other_key or checked.stale
+            logger.log(
+                logging.INFO if quiet else logging.WARNING,
+                "snapshot of stream %s at version %s passed over: %s; rebuilding the thread "
+                "from its events",
+                record.originator_id,
+                record.originator_version,
+                checked.problem,
+            )
+
+    def check(self, record: StoredEvent, *, decode_untrusted: bool = False) -> CheckedSnapshot:
+        """Say whether a stored snapshot may be trusted, and decode it if it may.
+
+        Args:
+            record: The snapshot as stored.
+            decode_untrusted: Decode one whose seal fails too, to compare it (an audit);
+                a load never decodes bytes it will not use.
+
+        Raises:
+            SchemaVersionError: It was written by newer code.
+        """
+        version = record.originator_version
+        try:
+            stream = UUID(str(record.originator_id))
+        except ValueError:
+            return CheckedSnapshot(version, None, "its stream id is not a UUID")
+        try:
+            plain = self._decoder.plain_payload(record)
+            seal, body = unsealed(plain)
+            event_seal = self._event_seal(stream, version)
+        except SerializationError as exc:
+            return CheckedSnapshot(version, None, str(exc))
+        distrust = self._key.distrust(seal, body, stream, version, event_seal)
+        if distrust is not None and not decode_untrusted:
+            return CheckedSnapshot(version, None, distrust.reason, other_key=distrust.other_key)
+        try:
+            snapshot = self._decoder.decode_plain(record, plain, self._migrators)
+        except SchemaVersionError:
+            raise
+        except SerializationError as exc:
+            stale = isinstance(exc, StaleSnapshotError)
+            reason = str(exc) if distrust is None else distrust.reason
+            return CheckedSnapshot(version, None, reason, stale=stale)
+        if not isinstance(snapshot, ThreadSnapshot):
+            return CheckedSnapshot(version, None, f"its type {record.topic!r} is not a snapshot")
+        if distrust is None and event_seal is not None:
+            distrust = chain_head_problem(snapshot.state.get("chain_head"), event_seal, version)
+        if distrust is None:
+            return CheckedSnapshot(version, snapshot)
+        return CheckedSnapshot(version, snapshot, distrust.reason, other_key=distrust.other_key)
+
+    def _event_seal(self, stream: UUID, version: int) -> str | None:
+        """The chain hash of the stream's stored event at ``version``; None if it has
+        none there."""
+        for record in self._events.select_events(stream, gt=version - 1, lte=version, limit=1):
+            if record.originator_version == version:
+                return chain_in(self._decoder.plain_payload(record))
+        return None
