@@ -48,7 +48,7 @@ from covonaut_es.migrations._upcasting import NO_MIGRATORS
 from covonaut_es.store._heads import HEADS, NEW_STREAMS, anchor_heads, close_writer
 from covonaut_es.store._mapper import MsgspecMapper
 from covonaut_es.store._postgres_rows import insert_rows_as_json
-from covonaut_es.store._settings import check_settings, check_sqlite_file
+from covonaut_es.store._settings import as_recorded, check_settings, check_sqlite_file
 from covonaut_es.store._sqlite_connections import keep_statements
 from covonaut_es.store._urls import SQLITE_PATH, postgres_params
 
@@ -348,11 +348,14 @@ def open_application(url: str, env: Mapping[str, str]) -> AgentApplication:
         with _schema_setup_lock(env):
             app = ThreadsApplication(env=dict(env))
             try:
-                check_settings(app, env, url)
+                settled = as_recorded(env, check_settings(app, env, url))
             except BaseException:
                 app.close()
                 raise
-            return app
+            if settled == env:
+                return app
+            app.close()  # the mapper takes its compressor when it is made
+            return ThreadsApplication(env=settled)
     except CovonautError:
         raise  # e.g. a gap in the upcasters, found before any data is read
     except ImportError as exc:
