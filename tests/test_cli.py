@@ -22,6 +22,7 @@ from covonaut_es import AgentThread, create_cipher_key, open_store
 from covonaut_es._text import printable
 from covonaut_es.audit import check_store, format_report
 from covonaut_es.cli import main
+from covonaut_es.runtime import HmacReviewerVerifier
 from support import append_raw_event, converse
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -131,7 +132,7 @@ def test_encrypted_and_compressed_stores_are_read_with_their_key(tmp_path: Path)
     assert keyed.returncode == 0, keyed.stdout + keyed.stderr
     keyless = covonaut_es("migrate", "--check", "--store", url)
     assert keyless.returncode == 2
-    assert "is encrypted: it was opened without a cipher key" in keyless.stderr
+    assert "is encrypted: pass its key. It was opened without a cipher key" in keyless.stderr
 
 
 READING_COMMANDS = (
@@ -172,6 +173,74 @@ def test_every_reading_command_says_an_encrypted_store_needs_its_key(
     expected = "pass the key it was created with"
     assert printed.err.count("\n") == 1 and expected in printed.err, printed.err
     assert printed.out == ""
+
+
+WRITING_COMMANDS = (
+    ("fork", "a", "--at", "2"),
+    ("abandon", "a"),
+    ("approve", "0" * 32),
+    ("reviews", "--follow"),
+    ("import", str(Path(__file__).parent / "fixtures" / "golden" / "v4-export" / "thread.jsonl")),
+    ("serve", "--port", "0"),
+    ("worker", "--app", "json:loads", "--once"),
+)
+
+
+@pytest.mark.parametrize("command", WRITING_COMMANDS, ids=lambda c: c[0])
+def test_every_writing_command_says_an_encrypted_store_needs_its_key(
+    tmp_path_factory: pytest.TempPathFactory,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    command: tuple[str, ...],
+) -> None:
+    """Opened without its key to write, serve or run workers, an encrypted store is
+    refused in one line that says to pass its key, and nothing is written."""
+    url = _encrypted_store(tmp_path_factory)
+    secret = "s" * 32
+    monkeypatch.setenv("COVONAUT_ES_REVIEWER_SECRET", secret)
+    token = HmacReviewerVerifier(secret.encode()).issue_token("alice", ttl_seconds=60)
+    needs_token = command[0] in ("abandon", "approve")
+    before = Path(url.removeprefix("sqlite:///")).read_bytes()
+    status = main(
+        [command[0], "--store", url, *command[1:], *(("--reviewer-token", token) * needs_token)]
+    )
+    printed = capsys.readouterr()
+    assert status == 2, printed
+    assert printed.err.count("\n") == 1, printed.err
+    assert "is encrypted: pass its key" in printed.err
+    assert printed.out == ""
+    assert Path(url.removeprefix("sqlite:///")).read_bytes() == before
+
+
+def test_a_compressed_store_is_read_and_written_without_compressed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every reading command, ``fork`` and ``import`` open a compressed (and encrypted)
+    store as it records, without ``--compressed``; ``--compressed`` on a plain store is
+    refused in one line."""
+    key = create_cipher_key()
+    monkeypatch.setenv("APP_KEY", key)
+    url = f"sqlite:///{tmp_path / 'packed.db'}"
+    with open_store(url, cipher_key=key, compress=True) as store:
+        converse(store, "a")
+    options = ["--store", url, "--cipher-key-env", "APP_KEY"]
+    golden = str(Path(__file__).parent / "fixtures" / "golden" / "v4-export" / "thread.jsonl")
+    for command in (
+        *READING_COMMANDS,
+        ("fork", "a", "--at", "2", "--as", "b"),
+        ("import", golden, "--allow-untrailed"),
+    ):
+        status = main([command[0], *options, *command[1:]])
+        printed = capsys.readouterr()
+        assert status == 0, (command, printed.err)
+    with open_store(url, cipher_key=key, compress=True) as store:
+        assert store.state_at("b").version == 3
+        assert store.verify("golden-export").ok
+    plain = f"sqlite:///{tmp_path / 'plain.db'}"
+    with open_store(plain) as store:
+        converse(store, "a")
+    assert main(["threads", "--store", plain, "--compressed"]) == 2
+    assert "pass compress=False" in capsys.readouterr().err
 
 
 @functools.cache

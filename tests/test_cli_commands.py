@@ -204,8 +204,13 @@ def test_export_and_import_round_trip(url: str, tmp_path: Path) -> None:
     """export writes JSON Lines; import into another store gives the same thread, whose
     hash chain still verifies."""
     exported = covonaut("export", "finished", store=url)
-    lines = exported.stdout.splitlines()
+    *lines, trailer = exported.stdout.splitlines()
     assert lines and all(json.loads(line)["thread_id"] == "finished" for line in lines)
+    assert json.loads(trailer)["threads"][0] == {
+        "thread_id": "finished",
+        "events": len(lines),
+        "head": json.loads(lines[-1])["payload"]["chain"],
+    }
     other = f"sqlite:///{tmp_path / 'other.db'}"
     imported = covonaut("import", store=other, stdin=exported.stdout)
     assert imported.returncode == 0, imported.stderr
@@ -227,9 +232,10 @@ def test_import_refuses_an_altered_export(url: str, tmp_path: Path) -> None:
 
 def test_import_of_an_export_without_hashes_needs_allow_unchained(url: str, tmp_path: Path) -> None:
     """Lines without a chain hash are refused, naming the line; --allow-unchained
-    imports such a (trusted, legacy) export."""
+    imports such a (trusted, legacy) export, which has no trailer either."""
     lines = [
-        json.loads(line) for line in covonaut("export", "finished", store=url).stdout.splitlines()
+        json.loads(line)
+        for line in covonaut("export", "finished", store=url).stdout.splitlines()[:-1]
     ]
     for event in lines:
         del event["payload"]["chain"]
@@ -238,7 +244,9 @@ def test_import_of_an_export_without_hashes_needs_allow_unchained(url: str, tmp_
     refused = covonaut("import", store=other, stdin=unchained)
     assert refused.returncode == 2 and "line 1 " in refused.stderr
     assert "--allow-unchained" in refused.stderr
-    imported = covonaut("import", "--allow-unchained", store=other, stdin=unchained)
+    imported = covonaut(
+        "import", "--allow-unchained", "--allow-untrailed", store=other, stdin=unchained
+    )
     assert imported.returncode == 0, imported.stderr
     with open_store(other) as target:
         assert target.verify("finished").unchained == target.state_at("finished").version

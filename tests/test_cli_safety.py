@@ -293,7 +293,10 @@ def test_exporting_one_event_says_event_not_events(url: str, tmp_path: Path) -> 
     target = tmp_path / "one.jsonl"
     result = run("export", "one", "--without-ancestors", "-o", str(target), "--store", url)
     assert result.returncode == 0, result.stderr
-    assert len(target.read_text().splitlines()) == 1
+    assert [json.loads(line).get("trailer") for line in target.read_text().splitlines()] == [
+        None,
+        "covonaut-es export 1",
+    ]
     assert result.stderr == f"exported 1 event of 'one' to {target}\n"
 
 

@@ -485,3 +485,19 @@ def test_a_read_only_store_is_followed_into_a_view_kept_elsewhere(
             pass
     queue.close()
     read_only.close()
+
+
+@pytest.mark.parametrize("encrypted", [False, True], ids=["plain", "encrypted"])
+def test_a_queue_given_no_compression_follows_a_compressed_store(
+    shared_url: str, encrypted: bool
+) -> None:
+    """A queue opened without ``compress`` reads a compressed store's log as the store
+    records it (encrypted too), and lists what waits."""
+    key = create_cipher_key() if encrypted else None
+    with open_store(shared_url, cipher_key=key, compress=True) as store:
+        pause(store, "t", "r1")
+        queue = ReviewQueue(shared_url, view_url="memory://", cipher_key=key)
+        with queue.follow():
+            queue.wait_until_current(store)
+            assert keys(queue) == expected_queue(store) == {("t", "r1")}
+        queue.close()

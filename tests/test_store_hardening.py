@@ -6,6 +6,7 @@ import contextlib
 import os
 import sqlite3
 import uuid
+import zlib
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,7 +27,7 @@ from covonaut_es import (
     open_store,
 )
 from covonaut_es.audit import export_thread, import_threads
-from covonaut_es.domain import thread_aggregate_id
+from covonaut_es.domain import RunMode, thread_aggregate_id
 from covonaut_es.errors import (
     CipherKeyMismatchError,
     CompressionMismatchError,
@@ -120,7 +121,7 @@ def test_import_refuses_a_line_whose_topic_names_a_module(
     is written, and the module is not imported."""
     topic, flag = planted_topic
     store.save(AgentThread.start("t", now=NOW))
-    [line] = export_thread(store, "t")
+    [line, _trailer] = export_thread(store, "t")
     exported = msgspec.json.decode(line)
     exported["thread_id"] = "copy"
     planted = {**exported, "version": 2, "topic": topic, "payload": {"_v": 1}}
@@ -138,7 +139,7 @@ def test_import_refuses_a_line_nested_beyond_the_decoders_depth(store: Store) ->
     deep = '{"a":' * 100_000 + "1" + "}" * 100_000
     line = f'{{"thread_id":"x","version":1,"topic":"{AgentThread.Started.TOPIC}","payload":{deep}}}'
 
-    with pytest.raises(TransferError, match="line 1 is not an exported event"):
+    with pytest.raises(TransferError, match="line 1 is neither an exported event nor"):
         import_threads(store, [line])
     assert not store.exists("x")
 
@@ -215,12 +216,40 @@ def test_a_key_for_a_plain_store_fails_at_open(reopenable_url: str) -> None:
 
 
 def test_another_compression_fails_at_open(reopenable_url: str) -> None:
-    """Opening a compressed store without compression raises CompressionMismatchError
-    naming the option to pass."""
+    """Opening a compressed store with ``compress=False`` given raises
+    CompressionMismatchError naming the option to pass, writing or only reading."""
     with open_store(reopenable_url, compress=True) as first:
         first.save(AgentThread.start("t", now=NOW))
-        with pytest.raises(CompressionMismatchError, match="pass compress=True"):
-            open_store(reopenable_url)
+        for create_tables in (True, False):
+            with pytest.raises(CompressionMismatchError, match="pass compress=True"):
+                open_store(reopenable_url, compress=False, create_tables=create_tables)
+
+
+def test_an_open_that_names_no_compression_takes_the_stores(reopenable_url: str) -> None:
+    """Without ``compress`` a compressed store is opened compressed, to write and to
+    read: what it writes is compressed."""
+    with open_store(reopenable_url, compress=True) as first:
+        first.save(AgentThread.start("t", now=NOW))
+        with open_store(reopenable_url) as writer:
+            thread = writer.load("t")
+            thread.start_run(RunMode.RUN, now=NOW)
+            writer.save(thread)
+            [*_, newest] = writer._app.recorder.select_notifications(None, 10)
+            assert msgspec.json.decode(zlib.decompress(newest.state))["mode"] == "run"
+        with open_store(reopenable_url, create_tables=False) as reader:
+            assert reader.load("t").version == 2
+
+
+def test_a_new_store_opened_without_compress_is_not_compressed(tmp_path: Path) -> None:
+    """A new store opened without ``compress`` stores plain records and records so: a
+    later ``compress=True`` is refused."""
+    url = f"sqlite:///{tmp_path / 'new.db'}"
+    with open_store(url) as new:
+        new.save(AgentThread.start("t", now=NOW))
+        [first_record] = new._app.recorder.select_notifications(None, 10)
+        assert msgspec.json.decode(first_record.state)["thread_id"] == "t"
+    with pytest.raises(CompressionMismatchError, match="pass compress=False"):
+        open_store(url, compress=True)
 
 
 def test_an_empty_store_keeps_the_options_of_its_first_open(reopenable_url: str) -> None:

@@ -71,7 +71,7 @@ def test_an_import_cannot_bring_in_a_bad_id(store: Store) -> None:
     from covonaut_es.audit import export_thread, import_threads
 
     converse(store, "good")
-    lines = [json.loads(line) for line in export_thread(store, "good")]
+    lines = [json.loads(line) for line in list(export_thread(store, "good"))[:-1]]
     hostile = [json.dumps({**line, "thread_id": "bad\nid"}) for line in lines]
     with pytest.raises(InvalidThreadIdError, match=r"'\\n' at position 3"):
         import_threads(store, hostile)

@@ -420,6 +420,11 @@ class TransferError(CovonautError, ValueError):
     """An export to import is malformed or does not verify; nothing was written."""
 
 
+class IncompleteExportError(TransferError):
+    """An export to import ends without its trailer, or its trailer disagrees with its
+    lines: it was cut short or altered; nothing was written."""
+
+
 class InvalidSubmissionError(CovonautError, ValueError):
     """Input submitted to a thread is not text that can be stored."""
 

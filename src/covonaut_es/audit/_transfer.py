@@ -2,8 +2,10 @@
 
 One line per event: the thread id, version, topic and the payload exactly as stored
 (decrypted and decompressed), so that an imported thread keeps its hash chain and an
-audit of the copy verifies. Importing checks every line, the versions and the chain
-before it writes anything, and then writes each thread in one transaction.
+audit of the copy verifies; then a trailer line that counts them
+(:mod:`covonaut_es.audit._trailer`). Importing checks every line, the versions, the
+chain and the trailer before it writes anything, and then writes each thread in one
+transaction.
 """
 
 from __future__ import annotations
@@ -14,8 +16,14 @@ from typing import Any
 import msgspec
 from eventsourcing.persistence import StoredEvent
 
+from covonaut_es.audit._trailer import ExportTrailer, Tally, missing_trailer, read_trailer
 from covonaut_es.domain import AgentThread, check_thread_id, thread_aggregate_id
-from covonaut_es.errors import SerializationError, ThreadConflictError, TransferError
+from covonaut_es.errors import (
+    IncompleteExportError,
+    SerializationError,
+    ThreadConflictError,
+    TransferError,
+)
 from covonaut_es.store import Store
 from covonaut_es.store._chain import CHAIN_FIELD, KEYED, UNCHAINED, link_problem
 
@@ -30,7 +38,7 @@ class ExportedEvent(msgspec.Struct, frozen=True):
 
 
 def export_thread(store: Store, thread_id: str, *, with_ancestors: bool = False) -> Iterator[str]:
-    """The thread's own events as JSON lines.
+    """The thread's own events as JSON lines, then the trailer that counts them.
 
     A fork's inherited events stay with its ancestors: without ``with_ancestors`` export
     those first, or the fork cannot be imported. With it, each ancestor's events up to
@@ -43,17 +51,24 @@ def export_thread(store: Store, thread_id: str, *, with_ancestors: bool = False)
     while ancestor is not None:
         owners[thread_aggregate_id(ancestor.thread_id)] = ancestor.thread_id
         ancestor = store.parent(ancestor.thread_id)
+    tally = Tally()
     for record in store._stored_records(thread_id):
         owner = owners.get(record.originator_id)
         if owner is None:
             continue
         payload = store._mapper.payload_fields(record)
         line = ExportedEvent(owner, record.originator_version, record.topic, payload)
+        tally.add(owner, payload)
         yield msgspec.json.encode(line).decode()
+    yield tally.trailer_line()
 
 
 def import_threads(
-    store: Store, lines: Iterable[str], *, allow_unchained: bool = False
+    store: Store,
+    lines: Iterable[str],
+    *,
+    allow_unchained: bool = False,
+    allow_untrailed: bool = False,
 ) -> list[str]:
     """Import exported lines; returns the thread ids written, in order.
 
@@ -64,8 +79,15 @@ def import_threads(
             written before tamper evidence existed have. Off by default: an export whose
             hashes were removed would otherwise import as if it were such a thread. Even
             with it, a line without a hash after one with a hash is refused.
+        allow_untrailed: Accept an export that ends without a trailer, as exports
+            written before trailers existed do. Off by default: such a file may have been
+            cut short anywhere between two lines, and would import as a run that
+            crashed. A trailer, when there is one, is checked all the same.
 
     Raises:
+        IncompleteExportError: The export ends without a trailer (unless
+            ``allow_untrailed``), or its trailer disagrees with its lines; nothing was
+            written.
         TransferError: A line is malformed, a version is missing or repeated, a topic is
             unknown, a line has no chain hash (unless ``allow_unchained``), the hash
             chain does not verify, or the store seals its chain with a key and a line is
@@ -73,16 +95,7 @@ def import_threads(
         ThreadConflictError: A thread already exists in the store.
         InvalidThreadIdError: A thread id breaks the rule new threads follow.
     """
-    threads: dict[str, list[tuple[int, ExportedEvent]]] = {}
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            event = msgspec.json.decode(line, type=ExportedEvent)
-        except (msgspec.DecodeError, RecursionError) as exc:  # nested beyond msgspec's depth
-            msg = f"line {number} is not an exported event: {exc}"
-            raise TransferError(msg) from exc
-        threads.setdefault(event.thread_id, []).append((number, event))
+    threads, tally, (trailer, last) = _parsed(lines)
     chains: dict[str, dict[int, str]] = {}  # a fork's parent may come earlier in the file
     records: dict[str, list[StoredEvent]] = {}
     for thread_id, events in threads.items():
@@ -90,9 +103,54 @@ def import_threads(
             store, thread_id, events, chains=chains, allow_unchained=allow_unchained
         )
         records[thread_id] = [_readable(store, thread_id, number, e) for number, e in events]
+    # Last, so that a line's own problem is reported as such in any export.
+    if trailer is not None:
+        tally.check(trailer, last)
+    elif not allow_untrailed:
+        raise missing_trailer(last)
     for thread_records in records.values():
         store._insert_records(thread_records)
     return list(threads)
+
+
+def _parsed(
+    lines: Iterable[str],
+) -> tuple[dict[str, list[tuple[int, ExportedEvent]]], Tally, tuple[ExportTrailer | None, int]]:
+    """The export's event lines by thread and their tally, then its trailer (None
+    without one) and the number of its last line."""
+    numbered = [(number, line) for number, line in enumerate(lines, start=1) if line.strip()]
+    if not numbered:
+        msg = "the export holds no lines; nothing was written"
+        raise TransferError(msg)
+    last = numbered[-1][0]
+    trailer = read_trailer(numbered[-1][1])
+    if trailer is not None:
+        numbered.pop()
+    threads: dict[str, list[tuple[int, ExportedEvent]]] = {}
+    tally = Tally()
+    for number, line in numbered:
+        event = _event(number, line)
+        threads.setdefault(event.thread_id, []).append((number, event))
+        tally.add(event.thread_id, event.payload)
+    return threads, tally, (trailer, last)
+
+
+def _event(number: int, line: str) -> ExportedEvent:
+    """The event line ``number`` holds."""
+    try:
+        return msgspec.json.decode(line, type=ExportedEvent)
+    except (msgspec.DecodeError, RecursionError) as exc:  # nested beyond msgspec's depth
+        if read_trailer(line) is not None:
+            msg = (
+                f"line {number} is an export's trailer, but lines follow it: import one "
+                "export at a time (nothing was written)"
+            )
+            raise IncompleteExportError(msg) from exc
+        msg = (
+            f"line {number} is neither an exported event nor an export's trailer ({exc}): "
+            "the export was cut short or altered; nothing was written"
+        )
+        raise TransferError(msg) from exc
 
 
 def _readable(store: Store, thread_id: str, number: int, event: ExportedEvent) -> StoredEvent:

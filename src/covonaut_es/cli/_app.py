@@ -23,6 +23,7 @@ from covonaut_es.cli._command import (
     EXIT_USAGE,
     Command,
     CommandParser,
+    OutputClosedError,
     Subcommands,
     UsageError,
 )
@@ -74,10 +75,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _report(args, f"cannot read the store: {exc}; expected a covonaut-es store")
     except KeyboardInterrupt:  # Ctrl-C, e.g. ending ``reviews --follow``: no traceback
         return EXIT_INTERRUPTED
-    except BrokenPipeError:  # the reader went away (``| head``): stop quietly
+    except BrokenPipeError as exc:  # the reader went away (``| head``): stop quietly
         # Python flushes stdout again at exit, which would fail once more: point it at
         # devnull (the recipe of the signal module's documentation).
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        if isinstance(exc, OutputClosedError):  # output that had to arrive whole
+            _report(args, str(exc))
         return EXIT_BROKEN_PIPE
 
 

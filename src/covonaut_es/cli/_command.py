@@ -24,7 +24,8 @@ EXIT_INTERRUPTED = 130
 """Interrupted by Ctrl-C (128 + SIGINT, as a shell reports it); nothing is printed."""
 EXIT_BROKEN_PIPE = 141
 """The reader of stdout went away (``| head``): 128 + SIGPIPE, as a shell reports a
-program the signal ended; nothing is printed."""
+program the signal ended; nothing is printed, unless the output had to arrive whole
+(:class:`OutputClosedError`)."""
 
 Command = Callable[[argparse.Namespace], int]
 Subcommands = Any  # argparse's _SubParsersAction, which it does not export
@@ -32,6 +33,11 @@ Subcommands = Any  # argparse's _SubParsersAction, which it does not export
 
 class UsageError(Exception):
     """Bad input: reported on stderr, exit status 2."""
+
+
+class OutputClosedError(BrokenPipeError):
+    """Standard output closed before a command whose output must arrive whole wrote it
+    all (``export | head``): its message is reported on stderr, exit status 141."""
 
 
 _OPTION_WITHOUT_VALUE = re.compile(r"argument (-[^/:\s]+)[^:]*: expected one argument")

@@ -2,8 +2,9 @@
 and opening the store they name.
 
 ``--store`` (default ``$COVONAUT_ES_STORE``), ``--cipher-key-env``, ``--chain-key-env``
-and ``--compressed`` mean the same to every subcommand, and every subcommand that
-prints rows also takes ``--json`` (:func:`add_store_command`).
+and ``--compressed`` (rarely needed: a store records its compression) mean the same to
+every subcommand, and every subcommand that prints rows also takes ``--json``
+(:func:`add_store_command`).
 """
 
 from __future__ import annotations
@@ -44,7 +45,10 @@ def add_store_options(parser: argparse.ArgumentParser) -> None:
         help="the environment variable holding the key the store seals its chain with",
     )
     parser.add_argument(
-        "--compressed", action="store_true", help="the store was opened with compress=True"
+        "--compressed",
+        action="store_const",
+        const=True,
+        help="the store is compressed (default: as the store records it; given, it must be)",
     )
 
 

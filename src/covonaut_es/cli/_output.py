@@ -8,6 +8,7 @@ on a terminal, so a redirected stderr never gets one.
 from __future__ import annotations
 
 import argparse
+import select
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -24,6 +25,45 @@ T = TypeVar("T")
 def add_json_option(parser: argparse.ArgumentParser) -> None:
     """Declare ``--json`` on a subcommand whose output :func:`emit` prints."""
     parser.add_argument("--json", action="store_true", help="print JSON for scripts")
+
+
+def check_reader_present() -> None:
+    """Raise BrokenPipeError once the reader of stdout is gone, before anything is
+    written to it: a command that prints only on change (``reviews --follow``) would
+    otherwise notice only at its next print, which may never come.
+
+    A pipe or socket whose reader closed polls as an error or a hang-up; a terminal
+    or a file never does. Where ``poll`` is missing (Windows) the check finds nothing.
+    """
+    if not hasattr(select, "poll"):
+        return
+    try:
+        fileno = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # replaced by a stream without one
+        return
+    poller = select.poll()
+    poller.register(fileno, select.POLLOUT)
+    if any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0)):
+        raise BrokenPipeError(f"the reader of standard output (fd {fileno}) is gone")
+
+
+def write_whole(text: str) -> None:
+    """Write ``text`` to stdout, all of it, or raise BrokenPipeError.
+
+    A text stream drops what a short write left over: when the reader of a pipe goes
+    away in the middle of one large write, the write returns the bytes the pipe took,
+    Python's text layer ignores the count, and the program exits 0 having written a
+    fraction. Writing the bytes until none are left makes the next write fail instead.
+    """
+    binary = getattr(sys.stdout, "buffer", None)
+    if binary is None:  # a stream without bytes underneath (a test's StringIO)
+        sys.stdout.write(text)
+        return
+    sys.stdout.flush()
+    left = memoryview(text.encode())
+    while left:
+        left = left[binary.write(left) :]
+    binary.flush()
 
 
 def print_json(value: object) -> None:

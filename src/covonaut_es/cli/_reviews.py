@@ -34,7 +34,7 @@ from covonaut_es.cli._json import (
     utc,
 )
 from covonaut_es.cli._options import add_store_command, cipher_key, open_from
-from covonaut_es.cli._output import emit, print_json
+from covonaut_es.cli._output import check_reader_present, emit, print_json
 from covonaut_es.domain import ThreadState
 from covonaut_es.errors import AmbiguousReviewError
 from covonaut_es.projections import PendingReview, ReviewQueue
@@ -124,6 +124,7 @@ def reviews(args: argparse.Namespace) -> int:
                     shown = pending
                 if not args.follow:
                     return EXIT_OK
+                check_reader_present()
                 time.sleep(0.2)
 
 

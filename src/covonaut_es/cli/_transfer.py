@@ -1,5 +1,6 @@
-"""Moving threads between stores: ``export`` one thread's events as JSON Lines, and
-``import`` such a file, each thread in one transaction after its hash chain checks."""
+"""Moving threads between stores: ``export`` one thread's events as JSON Lines, ending
+with a trailer that counts them, and ``import`` such a file, each thread in one
+transaction after its hash chain and the trailer check."""
 
 from __future__ import annotations
 
@@ -10,7 +11,13 @@ import sys
 from collections.abc import Iterator
 
 from covonaut_es.audit import export_thread, import_threads
-from covonaut_es.cli._command import EXIT_OK, Subcommands, UsageError, add_command
+from covonaut_es.cli._command import (
+    EXIT_OK,
+    OutputClosedError,
+    Subcommands,
+    UsageError,
+    add_command,
+)
 from covonaut_es.cli._json import emit_records
 from covonaut_es.cli._options import (
     add_store_command,
@@ -18,7 +25,7 @@ from covonaut_es.cli._options import (
     open_from,
     store_url,
 )
-from covonaut_es.cli._output import with_progress
+from covonaut_es.cli._output import with_progress, write_whole
 from covonaut_es.store._urls import SQLITE_PATH, persistence_env
 
 
@@ -48,6 +55,12 @@ def add_transfer_commands(subcommands: Subcommands) -> None:
         help="accept events without a chain hash, as exports of threads written before "
         "tamper evidence have (only from a source you trust: such lines prove nothing)",
     )
+    parser.add_argument(
+        "--allow-untrailed",
+        action="store_true",
+        help="accept an export that ends without a trailer, as exports written before "
+        "trailers have (an export cut short between two lines then imports undetected)",
+    )
 
 
 def export(args: argparse.Namespace) -> int:
@@ -60,6 +73,7 @@ def export(args: argparse.Namespace) -> int:
         written = export_thread(store, args.thread, with_ancestors=args.with_ancestors)
         lines = list(with_progress(written, total))
     text = "".join(line + "\n" for line in lines)
+    events = len(lines) - 1  # the last line is the trailer
     if args.output:
         try:
             with open(args.output, "w", encoding="utf-8") as file:
@@ -67,12 +81,18 @@ def export(args: argparse.Namespace) -> int:
         except OSError as exc:
             msg = f"cannot write --output {args.output!r}: {exc.strerror or exc}"
             raise UsageError(msg) from exc
-        events = "event" if len(lines) == 1 else "events"
-        print(
-            f"exported {len(lines)} {events} of {args.thread!r} to {args.output}", file=sys.stderr
+        noun = "event" if events == 1 else "events"
+        print(f"exported {events} {noun} of {args.thread!r} to {args.output}", file=sys.stderr)
+        return EXIT_OK
+    try:
+        write_whole(text)
+    except BrokenPipeError as exc:
+        msg = (
+            f"standard output closed before the export of {args.thread!r} was written whole: "
+            "what its reader got is incomplete (import refuses it); export again with "
+            "--output FILE, or into a reader that reads to the end"
         )
-    else:
-        sys.stdout.write(text)
+        raise OutputClosedError(msg) from exc
     return EXIT_OK
 
 
@@ -84,7 +104,10 @@ def import_(args: argparse.Namespace) -> int:
         raise UsageError(msg)
     with _created_only_if_imported(store_url(args)), open_from(args, create=True) as store:
         imported = import_threads(
-            store, with_progress(lines, len(lines)), allow_unchained=args.allow_unchained
+            store,
+            with_progress(lines, len(lines)),
+            allow_unchained=args.allow_unchained,
+            allow_untrailed=args.allow_untrailed,
         )
     records = [{"thread_id": thread_id} for thread_id in imported]
     emit_records(args, records, lambda r: {"imported": r["thread_id"]}, ["imported"])

@@ -130,7 +130,7 @@ def create_app(
     *,
     queue: ReviewQueue | None = None,
     cipher_key: str | None = None,
-    compress: bool = False,
+    compress: bool | None = None,
     allowed_origins: Iterable[str] = (),
     session_ttl_seconds: float = 8 * 3600,
     page_size: int = 50,
@@ -151,7 +151,8 @@ def create_app(
             when ``store.url`` hides a password).
         cipher_key: The store's cipher key, when it is encrypted: the default queue
             decrypts with it and nothing else.
-        compress: Whether the store is compressed (for the default queue).
+        compress: Whether the store is compressed (for the default queue); default:
+            as the store records it.
         allowed_origins: Origins, besides the inbox's own, allowed to post to it (a
             proxy's public origin, e.g. ``https://inbox.example.com``); anything that
             is no http(s) origin (``*``, ``null``, a path) raises ``ConfigurationError``.

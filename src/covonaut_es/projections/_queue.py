@@ -39,7 +39,14 @@ from covonaut_es.store._application import (
 )
 from covonaut_es.store._backend import backend_for_env
 from covonaut_es.store._chain_key import SEALS_NOTHING
-from covonaut_es.store._urls import READ_ONLY, canonical_url, persistence_env, redact, store_env
+from covonaut_es.store._urls import (
+    COMPRESSOR_TOPIC,
+    READ_ONLY,
+    canonical_url,
+    persistence_env,
+    redact,
+    store_env,
+)
 
 VIEW_NAME = "review_queue"
 """The projection's name: it names the view's tracking table and settings prefix."""
@@ -108,7 +115,7 @@ class ReviewQueue(Closing):
         cipher_key: The store's cipher key, if it is encrypted. The queue of an
             encrypted store is then sealed under the same key: its tables hold no thread
             id, reason or tool argument in clear.
-        compress: Whether the store is compressed.
+        compress: Whether the store is compressed; default: as the store records it.
     """
 
     def __init__(
@@ -117,7 +124,7 @@ class ReviewQueue(Closing):
         *,
         view_url: str | None = None,
         cipher_key: str | None = None,
-        compress: bool = False,
+        compress: bool | None = None,
     ) -> None:
         self._store_env = {
             **store_env(store_url, cipher_key=cipher_key, compress=compress),
@@ -212,8 +219,12 @@ class ReviewQueue(Closing):
                 "database (or memory://) to follow a read-only store"
             )
             raise ReadOnlyStoreError(msg)
-        open_application(self.store_url, self._store_env).close()  # tables exist first
-        with QueueRunner(self.view(), self._env) as runner:
+        opened = open_application(self.store_url, self._store_env)  # tables exist first
+        opened.close()
+        env = dict(self._env)
+        if COMPRESSOR_TOPIC in opened.env:  # the store's own, when none was given
+            env[COMPRESSOR_TOPIC] = opened.env[COMPRESSOR_TOPIC]
+        with QueueRunner(self.view(), env) as runner:
             yield runner
 
     def run_forever(self) -> None:

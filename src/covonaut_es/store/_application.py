@@ -41,7 +41,7 @@ from covonaut_es.store._chain import UNCHAINED, chain_in, chain_of
 from covonaut_es.store._chain_key import SEALS_NOTHING, check_chain_key, sealed_predecessor
 from covonaut_es.store._heads import HEADS, NEW_STREAMS, Head
 from covonaut_es.store._mapper import MsgspecMapper
-from covonaut_es.store._settings import check_settings
+from covonaut_es.store._settings import as_recorded, check_settings
 from covonaut_es.store._snapshot_cache import SnapshotCache
 from covonaut_es.store._snapshot_seals import SealKey
 
@@ -352,13 +352,16 @@ def open_application(url: str, env: Mapping[str, str]) -> AgentApplication:
         with backend.setup_lock(env):
             app = ThreadsApplication(env=dict(env))
             try:
-                check_settings(app, env, url)
+                settled = as_recorded(env, check_settings(app, env, url))
                 writes = env.get("CREATE_TABLE") != "n" and env.get(SEALS_NOTHING) != "y"
                 check_chain_key(app, app.chain_key, url, writes=writes)
             except BaseException:
                 app.close()
                 raise
-            return app
+            if settled == env:
+                return app
+            app.close()  # the mapper takes its compressor when it is made
+            return ThreadsApplication(env=settled)
     except CovonautError:
         raise  # e.g. a gap in the upcasters, found before any data is read
     except ImportError as exc:

@@ -31,7 +31,7 @@ def open_store(
     *,
     max_checkpoints_per_thread: int = 0,
     cipher_key: str | None = None,
-    compress: bool = False,
+    compress: bool | None = None,
     create_tables: bool = True,
     clock: Callable[[], datetime] = utc_now,
     chain_key: str | None = None,
@@ -51,7 +51,9 @@ def open_store(
         cipher_key: Encrypt stored events and snapshots with AES-GCM under this key
             (base64 of 16, 24 or 32 bytes; see :func:`create_cipher_key`). Needs the
             ``encryption`` extra.
-        compress: Compress stored events and snapshots with zlib.
+        compress: Compress stored events and snapshots with zlib (True) or not
+            (False). By default (None) an existing store is opened as it records it
+            was created, and a new one is not compressed.
         create_tables: Create the store's tables (and a SQLite file) when they are
             missing. Tools that must not write pass False.
         clock: The time of the events the store itself writes (forks, labels,

@@ -13,6 +13,10 @@ Opens that must not write (``create_tables=False``, as every read-only command u
 are checked against what the store recorded, and record nothing: a store opened without
 its key says so, instead of every record seeming corrupt.
 
+An open that names no compression (``compress=None``) takes the store's: a new store
+records none, and :func:`check_settings` returns what an existing store records, for
+the open to apply (:func:`as_recorded`).
+
 A store created before this existed has no such record. If it holds no events yet, the
 first open records its options. Otherwise its first stored event is decoded with the
 options given, so a wrong key or compression still fails at open; nothing is written
@@ -45,6 +49,7 @@ from covonaut_es.errors import (
 from covonaut_es.store._backend import backend_of
 from covonaut_es.store._mapper import MsgspecMapper, decode_object
 from covonaut_es.store._settings_tables import SETTINGS_TABLE, SettingsTable
+from covonaut_es.store._urls import COMPRESSION_AS_RECORDED, COMPRESSOR_TOPIC, ZLIB_COMPRESSOR
 
 NO_KEY = "none"
 _LABEL = b"covonaut-es store key check v1"
@@ -112,13 +117,23 @@ def requested_settings(env: Mapping[str, str]) -> dict[str, str]:
     """The settings an open asks for, from its eventsourcing environment."""
     return {
         "cipher": key_fingerprint(env.get("CIPHER_KEY")),
-        "compression": "zlib" if env.get("COMPRESSOR_TOPIC") else "none",
+        "compression": "zlib" if env.get(COMPRESSOR_TOPIC) else "none",
     }
 
 
-def check_settings(app: Application[UUID], env: Mapping[str, str], url: str) -> None:
+def as_recorded(env: Mapping[str, str], compression: str) -> dict[str, str]:
+    """``env`` with the ``compression`` :func:`check_settings` found, when the open
+    takes the store's (``compress=None``); ``env`` as it is otherwise."""
+    settled = dict(env)
+    if env.get(COMPRESSION_AS_RECORDED) and compression == "zlib":
+        settled[COMPRESSOR_TOPIC] = ZLIB_COMPRESSOR
+    return settled
+
+
+def check_settings(app: Application[UUID], env: Mapping[str, str], url: str) -> str:
     """Check the options of an open against those the store was created with,
-    recording them for a store that has none and no events yet.
+    recording them for a store that has none and no events yet; returns the store's
+    compression (``"zlib"`` or ``"none"``).
 
     Raises:
         CipherKeyMismatchError: The key is not the store's, or one of the two has none.
@@ -134,20 +149,22 @@ def check_settings(app: Application[UUID], env: Mapping[str, str], url: str) -> 
         # nothing; a store that recorded nothing reports each record that does not
         # decode instead.
         if recorded:
-            _compare(recorded, requested, url, written="nothing was read")
-        return
+            _compare(recorded, requested, env, url, written="nothing was read")
+        return recorded.get("compression", requested["compression"])
     if not recorded:
         if app.recorder.max_notification_id():
             _check_first_event(app, url, requested)
-            return
+            return requested["compression"]
         table.write(requested)
         recorded = table.read()
-    _compare(recorded, requested, url)
+    _compare(recorded, requested, env, url)
+    return recorded.get("compression", "none")
 
 
 def _compare(
     recorded: Mapping[str, str],
     requested: Mapping[str, str],
+    env: Mapping[str, str],
     url: str,
     *,
     written: str = "nothing was written",
@@ -155,7 +172,10 @@ def _compare(
     stored_key, given_key = recorded.get("cipher", NO_KEY), requested["cipher"]
     if stored_key != given_key:
         if given_key == NO_KEY:
-            found = "it was opened without a cipher key; pass the key it was created with"
+            found = (
+                "pass its key. It was opened without a cipher key: pass the key it was "
+                "created with (cipher_key=, or --cipher-key-env VAR on the command line)"
+            )
         elif stored_key == NO_KEY:
             found = "it is not encrypted, but a cipher key was given; open it without one"
         else:
@@ -163,11 +183,12 @@ def _compare(
         msg = f"store {url} is {_describe(stored_key)}: {found} ({written})"
         raise CipherKeyMismatchError(msg)
     stored_mode, given_mode = recorded.get("compression", "none"), requested["compression"]
-    if stored_mode != given_mode:
+    if stored_mode != given_mode and not env.get(COMPRESSION_AS_RECORDED):
         msg = (
             f"store {url} was created with compression {stored_mode!r} but opened with "
-            f"{given_mode!r}: pass compress={stored_mode != 'none'} (--compressed on the "
-            f"command line) as when it was created ({written})"
+            f"{given_mode!r}: leave compress out (--compressed on the command line) to open "
+            f"it as it records, or pass compress={stored_mode != 'none'} as when it was "
+            f"created ({written})"
         )
         raise CompressionMismatchError(msg)
 

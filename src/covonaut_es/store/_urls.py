@@ -23,6 +23,12 @@ READ_ONLY = "COVONAUT_READ_ONLY"
 POSTGRES_PARAMS = "COVONAUT_POSTGRES_PARAMS"
 """The environment key of a PostgreSQL URL's further connection parameters, as JSON."""
 
+COMPRESSOR_TOPIC = "COMPRESSOR_TOPIC"
+"""eventsourcing's setting of the compressor its mapper uses."""
+ZLIB_COMPRESSOR = "eventsourcing.compressor:ZlibCompressor"
+COMPRESSION_AS_RECORDED = "COVONAUT_COMPRESSION_AS_RECORDED"
+"""Set (to ``y``) when the open takes its compression from the store's settings."""
+
 SQLITE_MODES = ("ro", "rw", "rwc")
 _POSTGRES_FIELDS = ("dbname", "host", "port", "user", "password", "connect_timeout")
 
@@ -164,15 +170,21 @@ def postgres_params(env: Mapping[str, str]) -> dict[str, str]:
     return params
 
 
-def store_env(url: str, *, cipher_key: str | None = None, compress: bool = False) -> dict[str, str]:
+def store_env(
+    url: str, *, cipher_key: str | None = None, compress: bool | None = False
+) -> dict[str, str]:
     """The eventsourcing environment of a store: its URL's settings, plus encryption
-    (AES-GCM under ``cipher_key``) and zlib compression when asked for."""
+    (AES-GCM under ``cipher_key``) and zlib compression when asked for; with
+    ``compress=None``, the compression the store records (see
+    :func:`~covonaut_es.store._settings.check_settings`)."""
     env = persistence_env(url)
     if cipher_key is not None:
         env["CIPHER_TOPIC"] = "eventsourcing.cryptography:AESCipher"
         env["CIPHER_KEY"] = cipher_key
-    if compress:
-        env["COMPRESSOR_TOPIC"] = "eventsourcing.compressor:ZlibCompressor"
+    if compress is None:
+        env[COMPRESSION_AS_RECORDED] = "y"
+    elif compress:
+        env[COMPRESSOR_TOPIC] = ZLIB_COMPRESSOR
     return env
 
 
