@@ -301,11 +301,15 @@ def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 def test_golden_exports_import_into_an_empty_store_and_verify(
     export_file: str, empty_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """An export file written by ``covonaut-es export`` of 198c838 imports into an empty
+    """An export file written by ``covonaut-es export`` of 198c838, before exports had
+    trailers, imports when the operator says so (``--allow-untrailed``) into an empty
     SQLite or PostgreSQL store, where each thread verifies and reads as in the store it
-    was exported from."""
+    was exported from; without the flag it is refused and nothing is written."""
     path = GOLDEN / "exports" / export_file
-    assert main(["import", "--store", empty_url, str(path)]) == 0, capsys.readouterr().err
+    assert main(["import", "--store", empty_url, str(path)]) == 2
+    assert "--allow-untrailed" in capsys.readouterr().err
+    command = ["import", "--store", empty_url, "--allow-untrailed", str(path)]
+    assert main(command) == 0, capsys.readouterr().err
     exported = MANIFEST["exports"][export_file]
     source_copy = tmp_path / "source.db"
     shutil.copyfile(GOLDEN / STORES[exported["store"]]["file"], source_copy)

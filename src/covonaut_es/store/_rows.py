@@ -12,6 +12,7 @@ naming the stream, the position and the column.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 from collections.abc import Iterator, Sequence
 from typing import Any, TypeVar
@@ -65,6 +66,8 @@ def checked_records(records: Sequence[R], *, reading: str = "the store's log") -
     Raises:
         StoredRowError: A record holds a value of the wrong type.
     """
+    if any(isinstance(record.state, str) for record in records):  # typed bytes, stored anything
+        records = [_as_bytes(record) for record in records]
     for record in records:
         version, topic, state = record.originator_version, record.topic, record.state
         # eventsourcing's recorders take any version from 0 (its contract tests write 0).
@@ -78,6 +81,16 @@ def checked_records(records: Sequence[R], *, reading: str = "the store's log") -
             where = f"stored row {version} of stream {record.originator_id}"
             raise _damaged(where, "state", state, "the event's bytes")
     return records
+
+
+def _as_bytes(record: R) -> R:
+    """``record``, with a payload SQLite hands back as text (its bytes rewritten by an SQL
+    function, say) as the UTF-8 bytes it holds: the chain then tells whether they are
+    the event's."""
+    state: object = record.state
+    if not isinstance(state, str):
+        return record
+    return dataclasses.replace(record, state=state.encode("utf-8", "surrogateescape"))
 
 
 @contextlib.contextmanager
