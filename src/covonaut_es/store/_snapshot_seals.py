@@ -86,7 +86,14 @@ class SealKey:
         return SEALED + len(header).to_bytes(_LENGTH, "little") + header + body
 
     def distrust(
-        self, seal: Seal | None, body: bytes, stream: UUID, version: int, event_seal: str | None
+        self,
+        seal: Seal | None,
+        body: bytes,
+        stream: UUID,
+        version: int,
+        event_seal: str | None,
+        *,
+        thorough: bool = True,
     ) -> Distrust | None:
         """Why a snapshot of ``stream`` at ``version`` must not be trusted, or None.
 
@@ -94,6 +101,11 @@ class SealKey:
         there is none). A snapshot written before seals (``seal`` None) is trusted only by
         a store with no key, and then only as far as the check of its state's chain head
         goes (see :func:`chain_head_problem`).
+
+        ``thorough``: check a public digest too. Anyone can compute one, so it guards
+        against nothing a load must fear, and hashing the whole snapshot costs a fifth
+        of a restore: an audit checks it, a load does not. A keyed digest is always
+        checked.
         """
         if event_seal is None:
             return Distrust(f"there is no stored event at its version {version} to bind it to")
@@ -117,6 +129,8 @@ class SealKey:
                 f"bound to the event sealed {seal.seal!r} at version {version}, but the stored "
                 f"event there is sealed {event_seal!r}: the snapshot or the events were replaced"
             )
+        if not thorough and self.scheme == "public":
+            return None
         if not hmac.compare_digest(seal.digest, self.digest(stream, version, seal.seal, body)):
             return Distrust(
                 "its digest does not match its bytes: it was altered after it was written"
