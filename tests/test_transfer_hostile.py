@@ -13,6 +13,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 import unicodedata
 from collections.abc import Callable
 from pathlib import Path
@@ -126,6 +127,41 @@ def test_an_export_of_nothing_but_a_trailer_is_refused_and_creates_no_store(
     result = covonaut("import", "--store", f"sqlite:///{tmp_path / 'new.db'}", stdin=empty)
     assert result.returncode == 2 and "no events" in result.stderr
     assert not (tmp_path / "new.db").exists()
+
+
+def _broken_trailer(text: str, edit: Callable[[dict[str, object]], object]) -> str:
+    *events, last = _lines(text)
+    trailer = json.loads(last)
+    edit(trailer)
+    return "".join(events) + json.dumps(trailer) + "\n"
+
+
+BROKEN_TRAILERS = {
+    "cut": lambda text: text[:-12] + "\n",
+    "future format": lambda text: _broken_trailer(text, lambda t: t.update(trailer="x 2")),
+    "count as text": lambda text: _broken_trailer(text, lambda t: t.update(events="7")),
+    "count as float": lambda text: _broken_trailer(text, lambda t: t.update(events=7.0)),
+    "huge count": lambda text: _broken_trailer(text, lambda t: t.update(events=10**30)),
+    "negative count": lambda text: _broken_trailer(text, lambda t: t.update(events=-7)),
+    "thread twice": lambda text: _broken_trailer(
+        text,
+        lambda t: t.update(threads=[*t["threads"], t["threads"][0]]),
+    ),
+    "unknown field": lambda text: _broken_trailer(text, lambda t: t.update(seal="x")),
+}
+"""Trailers that are there but broken, by name."""
+
+
+@pytest.mark.parametrize("how", list(BROKEN_TRAILERS))
+def test_allow_untrailed_accepts_no_broken_trailer(how: str) -> None:
+    """A file that ends with a trailer that is cut, of another format, counts in text,
+    floats, huge or negative numbers, names a thread twice or carries a field more: it
+    is refused with ``allow_untrailed`` too, and nothing is written."""
+    text = BROKEN_TRAILERS[how](source_export(False))
+    with open_store("memory://") as target:
+        with pytest.raises(TransferError):
+            import_threads(target, _lines(text), allow_untrailed=True)
+        assert list(target.thread_ids()) == []
 
 
 @pytest.mark.parametrize(
@@ -312,6 +348,65 @@ def test_a_command_whose_output_finds_no_room_says_so_in_one_line(
     assert "cannot write the output: No space left on device" in line
 
 
+@pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
+def test_a_command_whose_reader_is_gone_before_it_prints_exits_141(
+    small_store: str, command: list[str]
+) -> None:
+    """Standard output a pipe whose reader closed (``| true``): exit 141 and no
+    traceback; only ``export``, whose output must arrive whole, says so."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "covonaut_es", *command, "--store", small_store],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+            check=False,
+            env=CHILD_ENV,
+        )
+    finally:
+        os.close(write_end)
+    assert result.returncode == 141, result.stderr
+    expected = 1 if command[0] == "export" else 0
+    assert len(result.stderr.splitlines()) == expected, result.stderr
+
+
+def test_an_import_killed_at_any_moment_leaves_all_its_threads_or_none(
+    tmp_path: Path,
+) -> None:
+    """``import`` into a store that holds another thread, killed (SIGKILL) ever later,
+    until one run completes: after each kill the store holds all the file's threads or
+    none, and verifies."""
+    source, target = tmp_path / "source.db", tmp_path / "target.db"
+    _fork_with_a_long_tail(f"sqlite:///{source}")
+    exported = tmp_path / "export.jsonl"
+    export = covonaut("export", "t-b", "--store", f"sqlite:///{source}", "-o", str(exported))
+    assert export.returncode == 0, export.stderr
+    url = f"sqlite:///{target}"
+    with open_store(url) as store:
+        converse(store, "before")
+    kills = 0
+    for step in range(1, 40):
+        with subprocess.Popen(
+            [sys.executable, "-m", "covonaut_es", "import", str(exported), "--store", url],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=CHILD_ENV,
+        ) as process:
+            time.sleep(0.2 + 0.04 * step)
+            process.kill()
+            kills += process.wait() == -9
+        with open_store(url) as store:
+            held = set(store.thread_ids())
+            assert held in ({"before"}, {"before", "t", "t-b"})
+            assert all(store.verify(thread_id).ok for thread_id in held)
+            if len(held) == 3:
+                break
+    assert kills >= 3 and len(held) == 3
+
+
 def test_an_export_to_a_file_that_finds_no_room_keeps_the_file_there_before(
     tmp_path: Path,
 ) -> None:
@@ -407,3 +502,29 @@ def test_a_store_recording_an_unknown_compression_is_refused_at_every_open(
         result = covonaut(*command, "--store", url, stdin=source_export(False))
         assert result.returncode == 2 and "records compression" in result.stderr
     assert path.read_bytes() == before
+
+
+def test_an_export_read_while_its_thread_grows_imports_as_one_state_of_it(
+    tmp_path: Path,
+) -> None:
+    """Events appended by another connection while an export reads its pages: the
+    export holds the thread at one of its versions, whole, and imports and verifies."""
+    url = f"sqlite:///{tmp_path / 'threads.db'}"
+    with open_store(url) as store:
+        thread = AgentThread.start("grows", now=NOW)
+        thread.start_run(RunMode.RUN, now=NOW)
+        for i in range(700):
+            thread.append_message(Message(role="user", content=f"{i}"), now=NOW)
+        store.save(thread)
+    with open_store(url) as reader, open_store(url) as writer:
+        lines = export_thread(reader, "grows")
+        read = [next(lines) for _ in range(600)]  # into the second page
+        thread = writer.load("grows")
+        for i in range(300):
+            thread.append_message(Message(role="user", content=f"late {i}"), now=NOW)
+        writer.save(thread)
+        read.extend(lines)
+    with open_store("memory://") as target:
+        assert import_threads(target, read) == ["grows"]
+        assert target.verify("grows").ok
+        assert target.load("grows").version == json.loads(read[-1])["events"]
