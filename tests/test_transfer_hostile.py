@@ -23,7 +23,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from covonaut_es import create_cipher_key, open_store
+from covonaut_es import Store, create_cipher_key, open_store
 from covonaut_es.audit import export_thread, import_threads
 from covonaut_es.audit._trailer import Tally
 from covonaut_es.cli._output import print_json
@@ -217,15 +217,16 @@ def test_an_export_moves_between_stores_of_other_settings_or_is_refused(
         assert list(export_thread(store, "t")) == lines
 
 
-def test_an_import_that_holds_a_thread_the_store_has_writes_none_of_its_threads() -> None:
+def test_an_import_that_holds_a_thread_the_store_has_writes_none_of_its_threads(
+    store: Store,
+) -> None:
     """An export whose fork the store already holds: refused naming it, and its parent,
-    which the store did not hold, is not written either."""
-    with open_store("memory://") as target:
-        converse(target, "other")
-        target.fork("other", at_version=2, new_thread_id="t-b", now=NOW)
-        with pytest.raises(ThreadConflictError, match="'t-b'"):
-            import_threads(target, _lines(source_export(False)))
-        assert sorted(target.thread_ids()) == ["other", "t-b"]
+    which the store did not hold, is not written either (every back end)."""
+    converse(store, "other")
+    store.fork("other", at_version=2, new_thread_id="t-b", now=NOW)
+    with pytest.raises(ThreadConflictError, match="'t-b'"):
+        import_threads(store, _lines(source_export(False)))
+    assert sorted(store.thread_ids()) == ["other", "t-b"]
 
 
 def _fork_with_a_long_tail(url: str) -> None:
@@ -411,11 +412,13 @@ def test_an_export_to_a_file_that_finds_no_room_keeps_the_file_there_before(
     tmp_path: Path,
 ) -> None:
     """``export -o FILE`` whose file may not grow to the export's size: exit 2 saying
-    nothing was written, the export there before unchanged, no partial file beside it."""
+    nothing was written, the export there before unchanged, no partial file beside it.
+    A whole export then keeps the file's mode; a new file is its owner's only."""
     source = tmp_path / "source.db"
     _fork_with_a_long_tail(f"sqlite:///{source}")
     previous = tmp_path / "export.jsonl"
     previous.write_text(source_export(False))
+    previous.chmod(0o640)
     ro = f"sqlite:///{source}?mode=ro"
     result = subprocess.run(
         [sys.executable, "-m", "covonaut_es", "export", "t-b", "-o", str(previous), "--store", ro],
@@ -428,8 +431,14 @@ def test_an_export_to_a_file_that_finds_no_room_keeps_the_file_there_before(
     )
     assert result.returncode == 2, result.stderr
     assert "nothing was written" in result.stderr
-    assert previous.read_text() == source_export(False)
     assert [p.name for p in tmp_path.iterdir() if "export" in p.name] == ["export.jsonl"]
+    assert previous.read_text() == source_export(False)
+    whole = covonaut("export", "t-b", "-o", str(previous), "--store", ro)
+    assert whole.returncode == 0, whole.stderr
+    assert previous.stat().st_mode & 0o777 == 0o640
+    fresh = covonaut("export", "t-b", "-o", str(tmp_path / "new.jsonl"), "--store", ro)
+    assert fresh.returncode == 0, fresh.stderr
+    assert (tmp_path / "new.jsonl").stat().st_mode & 0o777 == 0o600
 
 
 @settings(max_examples=60, deadline=None)

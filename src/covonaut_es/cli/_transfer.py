@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import stat
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -96,8 +97,10 @@ def export(args: argparse.Namespace) -> int:
 def _write_file(path: str, text: str) -> None:
     """Write ``text`` to ``path`` whole or not at all: into a new file beside it, then
     renamed over it, so that a full disk or a kill never leaves half an export there,
-    nor destroys the file that was there before. A path that is no regular file (a
-    pipe, ``/dev/stdout``) is written as it is: there is nothing to rename over."""
+    nor destroys the file that was there before. A new file is readable by its owner
+    only (it holds the threads decrypted); one written over keeps its mode. A path that
+    is no regular file (a pipe, ``/dev/stdout``) is written as it is: there is nothing
+    to rename over."""
     target = Path(os.path.realpath(path))
     partial: Path | None = None
     try:
@@ -109,6 +112,8 @@ def _write_file(path: str, text: str) -> None:
             "w", encoding="utf-8", dir=target.parent, prefix=f".{target.name}.", delete=False
         ) as file:
             partial = Path(file.name)
+            if target.exists():  # keeps the mode it was given; a new export is 0600
+                partial.chmod(stat.S_IMODE(target.stat().st_mode))
             file.write(text)
             file.flush()
             os.fsync(file.fileno())
