@@ -537,3 +537,28 @@ def test_an_export_read_while_its_thread_grows_imports_as_one_state_of_it(
         assert import_threads(target, read) == ["grows"]
         assert target.verify("grows").ok
         assert target.load("grows").version == json.loads(read[-1])["events"]
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+def test_a_store_from_before_recorded_settings_opens_by_default_or_names_the_option(
+    tmp_path: Path, compressed: bool
+) -> None:
+    """A store whose settings table is gone (as before settings were recorded), opened
+    without ``compress``: an uncompressed one opens; a compressed one is refused naming
+    the option, opens with it, and nothing is added to it either way."""
+    path = tmp_path / "threads.db"
+    url = f"sqlite:///{path}"
+    with open_store(url, compress=compressed) as store:
+        converse(store, "t")
+    with sqlite3.connect(path) as db:
+        db.execute("DROP TABLE covonaut_settings")
+    db.close()
+    if compressed:
+        with pytest.raises(StoreSettingsError, match=r"predates recorded settings.*compress"):
+            open_store(url)
+    with open_store(url, compress=compressed or None) as store:
+        assert store.verify("t").ok
+    with sqlite3.connect(path) as db:
+        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
+    db.close()
+    assert "covonaut_settings" not in tables

@@ -92,13 +92,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         if exc.errno not in _OUT_OF_SPACE:
             raise
-        # Writing stdout to a full disk, or past a quota or a file size limit (shell
-        # redirections land here; the commands' own files say so themselves).
+        # A full disk, quota or file size limit: on stdout (a shell's redirection),
+        # which names no file, or on a file the command had no reason to expect it on.
         with contextlib.suppress(OSError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        what = "the output" if exc.filename is None else repr(exc.filename)
         return _report(
             args,
-            f"cannot write the output: {exc.strerror}; what was written is incomplete: "
+            f"cannot write {what}: {exc.strerror}; what was written is incomplete: "
             "make room, or write it elsewhere, and run the command again",
         )
     return status
