@@ -5,7 +5,9 @@ printed raw, an escape sequence in them can set the window title or clear the sc
 a newline can forge a table row, and a bidirectional override can make a page show
 other text than is stored. :func:`printable` renders every character that
 could do so as a visible escape (``\\x1b``, ``\\n``), so a line stays one line and
-shows what is stored. JSON output needs none of this: its encoder escapes them.
+shows what is stored. JSON text needs the same: msgspec escapes only the C0 controls
+and leaves a bidirectional override, a C1 control or a line separator raw, so
+:func:`json_printable` writes those as JSON escapes, which decode to the same value.
 """
 
 from __future__ import annotations
@@ -36,3 +38,26 @@ def _escaped(char: str) -> str:
     if code <= 0xFF:
         return f"\\x{code:02x}"
     return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
+def json_printable(text: str) -> str:
+    """JSON ``text`` with every character :func:`printable` escapes written as a JSON
+    escape (``\\u202e``): the same JSON value, one line that shows what it holds on a
+    terminal and that no reader splits (``str.splitlines`` splits at U+2028 and U+0085).
+
+    Such a character can only stand inside a JSON string (JSON's whitespace is ASCII),
+    where its escape means the character itself.
+    """
+    if text.isprintable():
+        return text
+    return "".join(_json_escaped(char) for char in text)
+
+
+def _json_escaped(char: str) -> str:
+    if unicodedata.category(char) not in _UNSAFE_CATEGORIES:
+        return char
+    code = ord(char)
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    high, low = divmod(code - 0x10000, 0x400)  # JSON escapes the rest as a UTF-16 pair
+    return f"\\u{0xD800 + high:04x}\\u{0xDC00 + low:04x}"

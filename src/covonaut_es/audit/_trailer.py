@@ -15,6 +15,7 @@ from typing import Any, Final, Literal
 
 import msgspec
 
+from covonaut_es._text import json_printable
 from covonaut_es.errors import IncompleteExportError
 from covonaut_es.store._chain import CHAIN_FIELD, UNCHAINED
 
@@ -63,7 +64,7 @@ class Tally:
 
     def trailer_line(self) -> str:
         """The trailer as the export's last line (without its newline)."""
-        return msgspec.json.encode(self.trailer()).decode()
+        return json_printable(msgspec.json.encode(self.trailer()).decode())
 
     def check(self, trailer: ExportTrailer, number: int) -> None:
         """Check the lines counted against the ``trailer`` read at line ``number``.

@@ -3,9 +3,11 @@
 One line per event: the thread id, version, topic and the payload exactly as stored
 (decrypted and decompressed), so that an imported thread keeps its hash chain and an
 audit of the copy verifies; then a trailer line that counts them
-(:mod:`covonaut_es.audit._trailer`). Importing checks every line, the versions, the
-chain and the trailer before it writes anything, and then writes each thread in one
-transaction.
+(:mod:`covonaut_es.audit._trailer`). A line is one line to every reader: the
+characters ``str.splitlines`` or a terminal would act on are written as JSON escapes.
+Importing checks every line, the versions, the chain and the trailer before it writes
+anything, and then writes all its threads in one transaction, so that an import cut
+short (a full disk, a kill, another writer creating one of its threads) writes none.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 import msgspec
 from eventsourcing.persistence import StoredEvent
 
+from covonaut_es._text import json_printable
 from covonaut_es.audit._trailer import ExportTrailer, Tally, missing_trailer, read_trailer
 from covonaut_es.domain import AgentThread, check_thread_id, thread_aggregate_id
 from covonaut_es.errors import (
@@ -59,7 +62,7 @@ def export_thread(store: Store, thread_id: str, *, with_ancestors: bool = False)
         payload = store._mapper.payload_fields(record)
         line = ExportedEvent(owner, record.originator_version, record.topic, payload)
         tally.add(owner, payload)
-        yield msgspec.json.encode(line).decode()
+        yield json_printable(msgspec.json.encode(line).decode())
     yield tally.trailer_line()
 
 
@@ -70,7 +73,8 @@ def import_threads(
     allow_unchained: bool = False,
     allow_untrailed: bool = False,
 ) -> list[str]:
-    """Import exported lines; returns the thread ids written, in order.
+    """Import exported lines, all in one transaction; returns the thread ids written,
+    in order.
 
     Args:
         store: The store to write to.
@@ -108,8 +112,15 @@ def import_threads(
         tally.check(trailer, last)
     elif not allow_untrailed:
         raise missing_trailer(last)
-    for thread_records in records.values():
-        store._insert_records(thread_records)
+    try:
+        store._insert_records([record for rs in records.values() for record in rs])
+    except ThreadConflictError as exc:
+        taken = next((t for t in threads if store.head_version(t) is not None), exc.thread_id)
+        msg = (
+            f"cannot import thread {taken!r}: another writer created it while the import "
+            "checked the export; nothing was written"
+        )
+        raise ThreadConflictError(msg, thread_id=taken, expected_version=0) from exc
     return list(threads)
 
 
@@ -132,6 +143,9 @@ def _parsed(
         event = _event(number, line)
         threads.setdefault(event.thread_id, []).append((number, event))
         tally.add(event.thread_id, event.payload)
+    if not threads:  # every export holds a thread's first event at least
+        msg = f"the export holds no events, only the trailer at line {last}; nothing was written"
+        raise TransferError(msg)
     return threads, tally, (trailer, last)
 
 

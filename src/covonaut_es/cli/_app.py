@@ -9,6 +9,8 @@ to :data:`_COMMAND_GROUPS`.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import importlib.metadata
 import os
 import sys
@@ -62,17 +64,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns:
         The exit status: 0 for success, 1 when the command found problems (a failed
         check or verification), 2 when it could not run (bad arguments or input, a
-        store that cannot be opened or read), 130 when interrupted (Ctrl-C) and 141
-        when stdout was closed by its reader.
+        store that cannot be opened or read, output that found no room), 130 when
+        interrupted (Ctrl-C) and 141 when stdout was closed by its reader.
     """
     args = build_parser().parse_args(argv)
     command: Command = args.command
     try:
-        return command(args)
+        status = command(args)
+        sys.stdout.flush()  # here, where a failure is reported, not at exit
     except (UsageError, CovonautError) as exc:
         return _report(args, str(exc))
-    except PersistenceError as exc:  # a database that is not (or not wholly) a store
-        return _report(args, f"cannot read the store: {exc}; expected a covonaut-es store")
+    except PersistenceError as exc:  # not (wholly) a store, or a disk that failed a write
+        msg = (
+            f"the store's database failed: {exc}; expected a covonaut-es store, readable and "
+            "on a disk with room to write (a failed write is rolled back)"
+        )
+        return _report(args, msg)
     except KeyboardInterrupt:  # Ctrl-C, e.g. ending ``reviews --follow``: no traceback
         return EXIT_INTERRUPTED
     except BrokenPipeError as exc:  # the reader went away (``| head``): stop quietly
@@ -82,6 +89,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(exc, OutputClosedError):  # output that had to arrive whole
             _report(args, str(exc))
         return EXIT_BROKEN_PIPE
+    except OSError as exc:
+        if exc.errno not in _OUT_OF_SPACE:
+            raise
+        # A full disk, quota or file size limit: on stdout (a shell's redirection),
+        # which names no file, or on a file the command had no reason to expect it on.
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        what = "the output" if exc.filename is None else repr(exc.filename)
+        return _report(
+            args,
+            f"cannot write {what}: {exc.strerror}; what was written is incomplete: "
+            "make room, or write it elsewhere, and run the command again",
+        )
+    return status
+
+
+_OUT_OF_SPACE = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT})
+"""The errors of a write that found no room: a full disk, a file size limit, a quota."""
 
 
 def _report(args: argparse.Namespace, message: str) -> int:

@@ -17,7 +17,7 @@ from typing import Any, TextIO, TypeVar
 
 import msgspec
 
-from covonaut_es._text import printable
+from covonaut_es._text import json_printable, printable
 
 T = TypeVar("T")
 
@@ -67,8 +67,9 @@ def write_whole(text: str) -> None:
 
 
 def print_json(value: object) -> None:
-    """Print a value as one line of JSON (structs, lists, dicts, dates: msgspec's rules)."""
-    print(msgspec.json.encode(value).decode())
+    """Print a value as one line of JSON (structs, lists, dicts, dates: msgspec's rules),
+    its format, control and line-separating characters escaped (:func:`json_printable`)."""
+    print(json_printable(msgspec.json.encode(value).decode()))
 
 
 def emit_value(args: argparse.Namespace, value: T, lines: Callable[[T], Iterable[str]]) -> None:

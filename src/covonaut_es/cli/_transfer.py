@@ -7,8 +7,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import stat
 import sys
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 from covonaut_es.audit import export_thread, import_threads
 from covonaut_es.cli._command import (
@@ -75,12 +78,7 @@ def export(args: argparse.Namespace) -> int:
     text = "".join(line + "\n" for line in lines)
     events = len(lines) - 1  # the last line is the trailer
     if args.output:
-        try:
-            with open(args.output, "w", encoding="utf-8") as file:
-                file.write(text)
-        except OSError as exc:
-            msg = f"cannot write --output {args.output!r}: {exc.strerror or exc}"
-            raise UsageError(msg) from exc
+        _write_file(args.output, text)
         noun = "event" if events == 1 else "events"
         print(f"exported {events} {noun} of {args.thread!r} to {args.output}", file=sys.stderr)
         return EXIT_OK
@@ -94,6 +92,38 @@ def export(args: argparse.Namespace) -> int:
         )
         raise OutputClosedError(msg) from exc
     return EXIT_OK
+
+
+def _write_file(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all: into a new file beside it, then
+    renamed over it, so that a full disk or a kill never leaves half an export there,
+    nor destroys the file that was there before. A new file is readable by its owner
+    only (it holds the threads decrypted); one written over keeps its mode. A path that
+    is no regular file (a pipe, ``/dev/stdout``) is written as it is: there is nothing
+    to rename over."""
+    target = Path(os.path.realpath(path))
+    partial: Path | None = None
+    try:
+        if target.exists() and not target.is_file():
+            with open(target, "w", encoding="utf-8") as stream:
+                stream.write(text)
+            return
+        with tempfile.NamedTemporaryFile(
+            "w", encoding="utf-8", dir=target.parent, prefix=f".{target.name}.", delete=False
+        ) as file:
+            partial = Path(file.name)
+            if target.exists():  # keeps the mode it was given; a new export is 0600
+                partial.chmod(stat.S_IMODE(target.stat().st_mode))
+            file.write(text)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(partial, target)
+    except OSError as exc:
+        if partial is not None:
+            with contextlib.suppress(OSError):
+                partial.unlink()
+        msg = f"cannot write --output {path!r}: {exc.strerror or exc} (nothing was written)"
+        raise UsageError(msg) from exc
 
 
 def import_(args: argparse.Namespace) -> int:
@@ -131,12 +161,14 @@ def _created_only_if_imported(url: str) -> Iterator[None]:
 
 
 def _read_lines(path: str | None) -> list[str]:
-    """The lines of the export at ``path`` (standard input without one)."""
+    """The lines of the export at ``path`` (standard input without one), without the
+    byte order mark some editors and Windows shells put before UTF-8 text."""
     try:
         if path is None:
-            return sys.stdin.readlines()
-        with open(path, encoding="utf-8") as file:
-            return file.readlines()
+            lines = sys.stdin.readlines()
+        else:
+            with open(path, encoding="utf-8") as file:
+                lines = file.readlines()
     except OSError as exc:
         msg = f"cannot read {path!r}: {exc.strerror or exc}; expected an export's JSON Lines file"
         raise UsageError(msg) from exc
@@ -144,3 +176,6 @@ def _read_lines(path: str | None) -> list[str]:
         source = "standard input" if path is None else repr(path)
         msg = f"{source} is not UTF-8 text ({exc.reason}); expected an export's JSON Lines"
         raise UsageError(msg) from exc
+    if lines:
+        lines[0] = lines[0].removeprefix("\ufeff")
+    return lines

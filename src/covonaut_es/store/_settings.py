@@ -51,6 +51,8 @@ from covonaut_es.store._mapper import MsgspecMapper, decode_object
 from covonaut_es.store._settings_tables import SETTINGS_TABLE, SettingsTable
 from covonaut_es.store._urls import COMPRESSION_AS_RECORDED, COMPRESSOR_TOPIC, ZLIB_COMPRESSOR
 
+COMPRESSIONS = ("zlib", "none")
+"""The compressions a store may record."""
 NO_KEY = "none"
 _LABEL = b"covonaut-es store key check v1"
 
@@ -144,6 +146,14 @@ def check_settings(app: Application[UUID], env: Mapping[str, str], url: str) -> 
     requested = requested_settings(env)
     table = settings_table(app)
     recorded = table.read()
+    if recorded.get("compression", "none") not in COMPRESSIONS:
+        # Read as none, an unknown value would have every record seem damaged, and a
+        # writer add uncompressed events to a compressed store.
+        msg = (
+            f"store {url} records compression {recorded['compression']!r}: expected one "
+            f"of {list(COMPRESSIONS)}; its settings were altered (nothing was read or written)"
+        )
+        raise StoreSettingsError(msg)
     if env.get("CREATE_TABLE") == "n":
         # An open that must not write checks what the store recorded, and records
         # nothing; a store that recorded nothing reports each record that does not

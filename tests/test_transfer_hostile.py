@@ -1,0 +1,564 @@
+"""Hostile import files, imports that fail halfway, and output that finds no room: an
+import brings in the exported history or nothing, an export file is whole or absent,
+and no command leaves a traceback or raw terminal controls on its output."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import resource
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+import unicodedata
+from collections.abc import Callable
+from pathlib import Path
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from covonaut_es import Store, create_cipher_key, open_store
+from covonaut_es.audit import export_thread, import_threads
+from covonaut_es.audit._trailer import Tally
+from covonaut_es.cli._output import print_json
+from covonaut_es.domain import AgentThread, RunMode, thread_aggregate_id
+from covonaut_es.errors import (
+    InvalidThreadIdError,
+    StoreSettingsError,
+    ThreadConflictError,
+    TransferError,
+)
+from covonaut_es.messages import Message
+from test_transfer import NOW, ROOT, converse, covonaut, source_export
+
+CHILD_ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+"""The environment of a ``covonaut-es`` child process: this checkout's sources."""
+
+UNSAFE = "\u202e\u2066\u200f\u2028\u2029\x85\x9b\x7f\U000e0001"
+"""Characters a terminal or ``str.splitlines`` acts on: bidirectional overrides and
+marks, line and paragraph separators, C1 controls, DEL, a tag character."""
+UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+
+
+def _lines(text: str) -> list[str]:
+    return text.splitlines(keepends=True)
+
+
+def _retrailed(event_lines: list[str]) -> str:
+    """Event lines with a trailer made for them, as whoever edits an export can."""
+    tally = Tally()
+    for line in event_lines:
+        event = json.loads(line)
+        tally.add(event["thread_id"], event["payload"])
+    return "".join(line if line.endswith("\n") else line + "\n" for line in event_lines) + (
+        tally.trailer_line() + "\n"
+    )
+
+
+@st.composite
+def _rewritten_exports(draw: st.DrawFn) -> tuple[bool, str]:
+    """The export of ``t-b`` with its ancestor ``t``, its event lines rewritten (moved
+    within a thread, repeated, interleaved with the other thread's, a thread's block
+    moved first, a thread id replaced by a twin that looks the same), and a trailer
+    recomputed so that it agrees with the lines."""
+    keyed = draw(st.booleans())
+    events = _lines(source_export(keyed))[:-1]
+    index = st.integers(0, len(events) - 1)
+    for _ in range(draw(st.integers(1, 2))):
+        how = draw(st.sampled_from(["move", "repeat", "interleave", "fork first", "twin"]))
+        if how == "move":
+            line = events.pop(draw(index))
+            events.insert(draw(index), line)
+        elif how == "repeat":
+            events.insert(draw(index), events[draw(index)])
+        elif how == "interleave":
+            ours = [line for line in events if '"thread_id":"t",' in line]
+            theirs = [line for line in events if '"thread_id":"t",' not in line]
+            picks = draw(st.permutations([True] * len(ours) + [False] * len(theirs)))
+            events = [(ours if pick else theirs).pop(0) for pick in picks]
+        elif how == "fork first":
+            events = [line for line in events if '"t-b"' in line] + [
+                line for line in events if '"t-b"' not in line
+            ]
+        else:
+            twin = draw(st.sampled_from(["t\u200b", "\u202et", "t\u0301", "t "]))
+            at = draw(index)
+            event = json.loads(events[at])
+            event["thread_id"] = twin
+            events[at] = json.dumps(event) + "\n"
+    return keyed, _retrailed(events)
+
+
+@settings(max_examples=80, deadline=None)
+@given(_rewritten_exports())
+def test_an_export_rewritten_under_a_matching_trailer_imports_the_same_history_or_nothing(
+    rewritten: tuple[bool, str],
+) -> None:
+    """Whatever lines are moved, repeated, interleaved or renamed, with a trailer that
+    agrees: the import refuses with a typed error and writes nothing, or brings in the
+    exported threads, which export again to the exported text."""
+    keyed, text = rewritten
+    with open_store("memory://", chain_key="k" * 32 if keyed else None) as target:
+        try:
+            imported = import_threads(target, _lines(text))
+        except (TransferError, ThreadConflictError, InvalidThreadIdError):
+            assert list(target.thread_ids()) == []
+            return
+        assert imported == ["t", "t-b"]
+        again = "".join(line + "\n" for line in export_thread(target, "t-b", with_ancestors=True))
+        assert again == source_export(keyed)
+
+
+def test_an_export_of_nothing_but_a_trailer_is_refused_and_creates_no_store(
+    tmp_path: Path,
+) -> None:
+    """A trailer that lists no thread is no export (every export holds a thread's first
+    event): the import is refused, by the library and the command line, which makes no
+    store file."""
+    empty = Tally().trailer_line() + "\n"
+    with open_store("memory://") as target, pytest.raises(TransferError, match="no events"):
+        import_threads(target, [empty], allow_untrailed=True)
+    result = covonaut("import", "--store", f"sqlite:///{tmp_path / 'new.db'}", stdin=empty)
+    assert result.returncode == 2 and "no events" in result.stderr
+    assert not (tmp_path / "new.db").exists()
+
+
+def _broken_trailer(text: str, edit: Callable[[dict[str, object]], object]) -> str:
+    *events, last = _lines(text)
+    trailer = json.loads(last)
+    edit(trailer)
+    return "".join(events) + json.dumps(trailer) + "\n"
+
+
+BROKEN_TRAILERS = {
+    "cut": lambda text: text[:-12] + "\n",
+    "future format": lambda text: _broken_trailer(text, lambda t: t.update(trailer="x 2")),
+    "count as text": lambda text: _broken_trailer(text, lambda t: t.update(events="7")),
+    "count as float": lambda text: _broken_trailer(text, lambda t: t.update(events=7.0)),
+    "huge count": lambda text: _broken_trailer(text, lambda t: t.update(events=10**30)),
+    "negative count": lambda text: _broken_trailer(text, lambda t: t.update(events=-7)),
+    "thread twice": lambda text: _broken_trailer(
+        text,
+        lambda t: t.update(threads=[*t["threads"], t["threads"][0]]),
+    ),
+    "unknown field": lambda text: _broken_trailer(text, lambda t: t.update(seal="x")),
+}
+"""Trailers that are there but broken, by name."""
+
+
+@pytest.mark.parametrize("how", list(BROKEN_TRAILERS))
+def test_allow_untrailed_accepts_no_broken_trailer(how: str) -> None:
+    """A file that ends with a trailer that is cut, of another format, counts in text,
+    floats, huge or negative numbers, names a thread twice or carries a field more: it
+    is refused with ``allow_untrailed`` too, and nothing is written."""
+    text = BROKEN_TRAILERS[how](source_export(False))
+    with open_store("memory://") as target:
+        with pytest.raises(TransferError):
+            import_threads(target, _lines(text), allow_untrailed=True)
+        assert list(target.thread_ids()) == []
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        pytest.param(lambda text: text.replace("\n", "\r\n"), id="crlf"),
+        pytest.param(lambda text: text.rstrip("\n"), id="no-final-newline"),
+        pytest.param(lambda text: "\ufeff" + text, id="byte-order-mark"),
+    ],
+)
+def test_the_command_line_imports_an_export_saved_by_another_editor(
+    tmp_path: Path, edit: Callable[[str], str]
+) -> None:
+    """CRLF line ends, no newline after the trailer, or a byte order mark (as editors and
+    Windows shells save text): the file and standard input import the same threads."""
+    text = edit(source_export(False))
+    (tmp_path / "export.jsonl").write_bytes(text.encode())
+    for source, stdin in (([str(tmp_path / "export.jsonl")], None), ([], text)):
+        target = tmp_path / f"target-{len(source)}.db"
+        result = covonaut("import", *source, "--store", f"sqlite:///{target}", stdin=stdin)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.split() == ["IMPORTED", "t", "t-b"]
+
+
+@pytest.mark.parametrize(
+    ("source", "target", "refused"),
+    [
+        pytest.param({"chain_key": "k" * 32}, {}, "chain_key", id="keyed-into-unkeyed"),
+        pytest.param({"chain_key": "k" * 32}, {"chain_key": "j" * 32}, "broken", id="other-key"),
+        pytest.param({"cipher_key": create_cipher_key()}, {}, None, id="encrypted-into-plain"),
+        pytest.param({}, {"cipher_key": create_cipher_key()}, None, id="plain-into-encrypted"),
+        pytest.param({"compress": True}, {}, None, id="compressed-into-plain"),
+        pytest.param({}, {"compress": True}, None, id="plain-into-compressed"),
+    ],
+)
+def test_an_export_moves_between_stores_of_other_settings_or_is_refused(
+    source: dict[str, object], target: dict[str, object], refused: str | None
+) -> None:
+    """An export holds plain payloads: it imports into a store of any encryption or
+    compression and verifies there; a chain sealed with a key imports only into a store
+    opened with that key, and a refusal writes nothing."""
+    with open_store("memory://", **source) as store:  # type: ignore[arg-type]
+        converse(store, "t")
+        lines = list(export_thread(store, "t"))
+    with open_store("memory://", **target) as store:  # type: ignore[arg-type]
+        if refused is not None:
+            with pytest.raises(TransferError, match=refused):
+                import_threads(store, lines)
+            assert list(store.thread_ids()) == []
+            return
+        assert import_threads(store, lines) == ["t"]
+        assert store.verify("t").ok
+        assert list(export_thread(store, "t")) == lines
+
+
+def test_an_import_that_holds_a_thread_the_store_has_writes_none_of_its_threads(
+    store: Store,
+) -> None:
+    """An export whose fork the store already holds: refused naming it, and its parent,
+    which the store did not hold, is not written either (every back end)."""
+    converse(store, "other")
+    store.fork("other", at_version=2, new_thread_id="t-b", now=NOW)
+    with pytest.raises(ThreadConflictError, match="'t-b'"):
+        import_threads(store, _lines(source_export(False)))
+    assert sorted(store.thread_ids()) == ["other", "t-b"]
+
+
+def _fork_with_a_long_tail(url: str) -> None:
+    """Thread ``t`` and its fork ``t-b``, which holds about a megabyte of messages."""
+    with open_store(url) as store:
+        converse(store, "t")
+        store.fork("t", at_version=5, new_thread_id="t-b", now=NOW)
+        thread = store.load("t-b")
+        thread.start_run(RunMode.RUN, now=NOW)
+        for i in range(2500):
+            thread.append_message(Message(role="user", content=f"{i} " + "x" * 400), now=NOW)
+        store.save(thread)
+
+
+def _limit_file_size(limit: int) -> Callable[[], None]:
+    return lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+
+def test_an_import_that_finds_no_room_halfway_leaves_the_store_as_it_was(
+    tmp_path: Path,
+) -> None:
+    """An import into a store that already holds a thread, whose file may grow by less
+    than the export: the first thread would fit, the second does not. The command
+    fails in one line, and the store holds what it held before, intact."""
+    source, target = tmp_path / "source.db", tmp_path / "target.db"
+    _fork_with_a_long_tail(f"sqlite:///{source}")
+    exported = tmp_path / "export.jsonl"
+    export = covonaut("export", "t-b", "--store", f"sqlite:///{source}", "-o", str(exported))
+    assert export.returncode == 0, export.stderr
+    with open_store(f"sqlite:///{target}") as store:
+        converse(store, "before")
+    limit = target.stat().st_size + 300_000
+    url = f"sqlite:///{target}"
+    result = subprocess.run(
+        [sys.executable, "-m", "covonaut_es", "import", str(exported), "--store", str(url)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=_limit_file_size(limit),
+        check=False,
+        env=CHILD_ENV,
+    )
+    assert result.returncode == 2, result.stderr
+    [line] = result.stderr.splitlines()
+    assert line.startswith("covonaut-es import: the store's database failed")
+    with open_store(f"sqlite:///{target}") as store:
+        assert list(store.thread_ids()) == ["before"]
+        assert store.verify("before").ok
+
+
+def test_an_import_racing_a_writer_of_one_of_its_threads_writes_none_of_them(
+    tmp_path: Path,
+) -> None:
+    """Another connection creates the fork's stream while the import checks the export
+    and waits to write: the import is refused naming the fork, and the parent it
+    checked is not written either."""
+    url = f"sqlite:///{tmp_path / 'target.db'}"
+    lines = _lines(source_export(False))
+    with open_store(url) as target:
+        writer = sqlite3.connect(
+            tmp_path / "target.db", isolation_level=None, check_same_thread=False
+        )
+        writer.execute("BEGIN IMMEDIATE")  # holds the write lock the import waits for
+        writer.execute(
+            "INSERT INTO stored_events (originator_id, originator_version, topic, state) "
+            "VALUES (?, 6, ?, ?)",
+            (thread_aggregate_id("t-b").hex, AgentThread.Forked.TOPIC, b"{}"),
+        )
+        committer = threading.Timer(2.0, writer.execute, ["COMMIT"])
+        committer.start()
+        try:
+            with pytest.raises(ThreadConflictError, match="'t-b'"):
+                import_threads(target, lines)
+        finally:
+            committer.join()
+            writer.close()
+        assert not target.exists("t")
+
+
+COMMANDS = [
+    ["threads"],
+    ["threads", "--json"],
+    ["show", "t"],
+    ["history", "t", "--json"],
+    ["reviews"],
+    ["tree", "t"],
+    ["workers"],
+    ["migrate", "--check"],
+    ["export", "t"],
+]
+
+
+@pytest.fixture(scope="module")
+def small_store(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A SQLite store with one finished thread ``t``."""
+    url = f"sqlite:///{tmp_path_factory.mktemp('small') / 'threads.db'}"
+    with open_store(url) as store:
+        converse(store, "t")
+    return url
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
+def test_a_command_whose_output_finds_no_room_says_so_in_one_line(
+    small_store: str, command: list[str]
+) -> None:
+    """Standard output on a full device: exit 2 and one line on stderr saying the output
+    is incomplete, never a traceback."""
+    with Path("/dev/full").open("w") as full:
+        result = subprocess.run(
+            [sys.executable, "-m", "covonaut_es", *command, "--store", small_store],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+            check=False,
+            env=CHILD_ENV,
+        )
+    assert result.returncode == 2, result.stderr
+    [line] = result.stderr.splitlines()
+    assert "cannot write the output: No space left on device" in line
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
+def test_a_command_whose_reader_is_gone_before_it_prints_exits_141(
+    small_store: str, command: list[str]
+) -> None:
+    """Standard output a pipe whose reader closed (``| true``): exit 141 and no
+    traceback; only ``export``, whose output must arrive whole, says so."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "covonaut_es", *command, "--store", small_store],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+            check=False,
+            env=CHILD_ENV,
+        )
+    finally:
+        os.close(write_end)
+    assert result.returncode == 141, result.stderr
+    expected = 1 if command[0] == "export" else 0
+    assert len(result.stderr.splitlines()) == expected, result.stderr
+
+
+def test_an_import_killed_at_any_moment_leaves_all_its_threads_or_none(
+    tmp_path: Path,
+) -> None:
+    """``import`` into a store that holds another thread, killed (SIGKILL) ever later,
+    until one run completes: after each kill the store holds all the file's threads or
+    none, and verifies."""
+    source, target = tmp_path / "source.db", tmp_path / "target.db"
+    _fork_with_a_long_tail(f"sqlite:///{source}")
+    exported = tmp_path / "export.jsonl"
+    export = covonaut("export", "t-b", "--store", f"sqlite:///{source}", "-o", str(exported))
+    assert export.returncode == 0, export.stderr
+    url = f"sqlite:///{target}"
+    with open_store(url) as store:
+        converse(store, "before")
+    kills = 0
+    for step in range(1, 40):
+        with subprocess.Popen(
+            [sys.executable, "-m", "covonaut_es", "import", str(exported), "--store", url],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=CHILD_ENV,
+        ) as process:
+            time.sleep(0.2 + 0.04 * step)
+            process.kill()
+            kills += process.wait() == -9
+        with open_store(url) as store:
+            held = set(store.thread_ids())
+            assert held in ({"before"}, {"before", "t", "t-b"})
+            assert all(store.verify(thread_id).ok for thread_id in held)
+            if len(held) == 3:
+                break
+    assert kills >= 3 and len(held) == 3
+
+
+def test_an_export_to_a_file_that_finds_no_room_keeps_the_file_there_before(
+    tmp_path: Path,
+) -> None:
+    """``export -o FILE`` whose file may not grow to the export's size: exit 2 saying
+    nothing was written, the export there before unchanged, no partial file beside it.
+    A whole export then keeps the file's mode; a new file is its owner's only."""
+    source = tmp_path / "source.db"
+    _fork_with_a_long_tail(f"sqlite:///{source}")
+    previous = tmp_path / "export.jsonl"
+    previous.write_text(source_export(False))
+    previous.chmod(0o640)
+    ro = f"sqlite:///{source}?mode=ro"
+    result = subprocess.run(
+        [sys.executable, "-m", "covonaut_es", "export", "t-b", "-o", str(previous), "--store", ro],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=_limit_file_size(200_000),
+        check=False,
+        env=CHILD_ENV,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "nothing was written" in result.stderr
+    assert [p.name for p in tmp_path.iterdir() if "export" in p.name] == ["export.jsonl"]
+    assert previous.read_text() == source_export(False)
+    whole = covonaut("export", "t-b", "-o", str(previous), "--store", ro)
+    assert whole.returncode == 0, whole.stderr
+    assert previous.stat().st_mode & 0o777 == 0o640
+    fresh = covonaut("export", "t-b", "-o", str(tmp_path / "new.jsonl"), "--store", ro)
+    assert fresh.returncode == 0, fresh.stderr
+    assert (tmp_path / "new.jsonl").stat().st_mode & 0o777 == 0o600
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.text(alphabet=st.sampled_from(UNSAFE) | st.characters(), max_size=30))
+def test_json_output_is_one_printable_line_holding_the_same_value(text: str) -> None:
+    """``--json`` output of any text: one line that holds no character a terminal or a
+    line splitter acts on, and decodes to the same value."""
+    if any("\ud800" <= char <= "\udfff" for char in text):
+        return  # a lone surrogate is no text that JSON can carry
+    out = _printed({"text": text, "list": [text]})
+    assert out.endswith("\n") and not _unsafe(out[:-1])
+    assert msgspec.json.decode(out) == {"text": text, "list": [text]}
+
+
+def _unsafe(text: str) -> set[str]:
+    """The characters of ``text`` that a terminal or a line splitter acts on."""
+    return {char for char in text if unicodedata.category(char) in UNSAFE_CATEGORIES}
+
+
+def _printed(value: object) -> str:
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        print_json(value)
+    return buffer.getvalue()
+
+
+def test_an_export_holding_separators_and_overrides_is_one_line_per_event(
+    tmp_path: Path,
+) -> None:
+    """A thread whose id and messages hold bidirectional overrides, line separators and
+    C1 controls: its export is printable, splits into exactly its lines however it is
+    split, and imports; ``threads --json`` shows the id escaped."""
+    thread_id = "t\u202eevil\u2028"
+    url = f"sqlite:///{tmp_path / 'source.db'}"
+    with open_store(url) as store:
+        thread = AgentThread.start(thread_id, now=NOW)
+        thread.start_run(RunMode.RUN, now=NOW)
+        thread.append_message(Message(role="user", content=UNSAFE), now=NOW)
+        store.save(thread)
+        lines = list(export_thread(store, thread_id))
+    text = "".join(line + "\n" for line in lines)
+    assert not any(_unsafe(line) for line in lines)
+    assert text.splitlines() == lines
+    with open_store("memory://") as target:
+        assert import_threads(target, text.splitlines()) == [thread_id]
+    listed = covonaut("threads", "--json", "--store", url)
+    assert listed.returncode == 0, listed.stderr
+    assert not _unsafe(listed.stdout[:-1]) and "t\\u202eevil\\u2028" in listed.stdout
+
+
+@pytest.mark.parametrize("recorded", ["zstd", "ZLIB", ""])
+def test_a_store_recording_an_unknown_compression_is_refused_at_every_open(
+    tmp_path: Path, recorded: str
+) -> None:
+    """A settings row altered to a compression this code does not know: every open,
+    reading or writing, library or command line, is refused naming the value, and
+    nothing is written."""
+    path = tmp_path / "threads.db"
+    url = f"sqlite:///{path}"
+    with open_store(url, compress=True) as store:
+        converse(store, "t")
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE covonaut_settings SET value = ? WHERE name = 'compression'", [recorded])
+    db.close()
+    before = path.read_bytes()
+    for create_tables in (True, False):
+        with pytest.raises(StoreSettingsError, match=f"records compression {recorded!r}"):
+            open_store(url, create_tables=create_tables)
+    for command in (["threads"], ["import"]):
+        result = covonaut(*command, "--store", url, stdin=source_export(False))
+        assert result.returncode == 2 and "records compression" in result.stderr
+    assert path.read_bytes() == before
+
+
+def test_an_export_read_while_its_thread_grows_imports_as_one_state_of_it(
+    tmp_path: Path,
+) -> None:
+    """Events appended by another connection while an export reads its pages: the
+    export holds the thread at one of its versions, whole, and imports and verifies."""
+    url = f"sqlite:///{tmp_path / 'threads.db'}"
+    with open_store(url) as store:
+        thread = AgentThread.start("grows", now=NOW)
+        thread.start_run(RunMode.RUN, now=NOW)
+        for i in range(700):
+            thread.append_message(Message(role="user", content=f"{i}"), now=NOW)
+        store.save(thread)
+    with open_store(url) as reader, open_store(url) as writer:
+        lines = export_thread(reader, "grows")
+        read = [next(lines) for _ in range(600)]  # into the second page
+        thread = writer.load("grows")
+        for i in range(300):
+            thread.append_message(Message(role="user", content=f"late {i}"), now=NOW)
+        writer.save(thread)
+        read.extend(lines)
+    with open_store("memory://") as target:
+        assert import_threads(target, read) == ["grows"]
+        assert target.verify("grows").ok
+        assert target.load("grows").version == json.loads(read[-1])["events"]
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+def test_a_store_from_before_recorded_settings_opens_by_default_or_names_the_option(
+    tmp_path: Path, compressed: bool
+) -> None:
+    """A store whose settings table is gone (as before settings were recorded), opened
+    without ``compress``: an uncompressed one opens; a compressed one is refused naming
+    the option, opens with it, and nothing is added to it either way."""
+    path = tmp_path / "threads.db"
+    url = f"sqlite:///{path}"
+    with open_store(url, compress=compressed) as store:
+        converse(store, "t")
+    with sqlite3.connect(path) as db:
+        db.execute("DROP TABLE covonaut_settings")
+    db.close()
+    if compressed:
+        with pytest.raises(StoreSettingsError, match=r"predates recorded settings.*compress"):
+            open_store(url)
+    with open_store(url, compress=compressed or None) as store:
+        assert store.verify("t").ok
+    with sqlite3.connect(path) as db:
+        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
+    db.close()
+    assert "covonaut_settings" not in tables
