@@ -1,0 +1,178 @@
+"""The AG-UI endpoint against a hostile browser and a failing server: what the chat
+front end is told of a failure, and which requests a page on another origin can make.
+
+Requests go through Starlette's test client on a real SQLite store; the events are read
+back with the ``ag-ui-protocol`` package's own event types.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import threading
+from pathlib import Path
+from typing import Any
+
+import ag_ui.core as agui
+import attrs
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from starlette.testclient import TestClient
+
+from covonaut_es import AgentConfig, ProviderRequest, ProviderResponse, ScriptedProvider
+from covonaut_es.agui import create_agui_app
+from covonaut_es.errors import (
+    ProviderConnectionError,
+    ProviderError,
+    ProviderRequestError,
+    StoreUnavailableError,
+)
+from support import HeldProvider
+from test_agui import Shop, events_of, model, user_says
+
+SECRET_TEXT = "sk-proj-DoNotShowThisKey"
+"""What a failing provider or callback puts in its error: a stand-in for a key."""
+
+RUNS = itertools.count()
+
+FAILURES = st.sampled_from(
+    [
+        RuntimeError,
+        KeyError,
+        OSError,
+        ValueError,
+        ProviderError,
+        ProviderRequestError,
+        ProviderConnectionError,
+        StoreUnavailableError,
+    ]
+)
+
+
+def failing_app(shop: Shop, failure: type[Exception], secret: str) -> TestClient:
+    """The shop's endpoint, with a provider that raises ``failure(secret)``."""
+
+    def raising(request: ProviderRequest) -> ProviderResponse:
+        raise failure(secret)
+
+    def make_config(thread_id: str) -> AgentConfig:
+        return attrs.evolve(shop.make_config(thread_id), provider=ScriptedProvider(respond=raising))
+
+    app = create_agui_app(shop.store, make_config, shop.verifier)
+    return TestClient(app, raise_server_exceptions=False)
+
+
+@pytest.fixture
+def shop(tmp_path: Path) -> Shop:
+    return Shop(tmp_path)
+
+
+@settings(
+    max_examples=16,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    failure=FAILURES,
+    secret=st.text(min_size=4, max_size=20).map(lambda s: SECRET_TEXT + s),
+)
+def test_a_failure_on_the_server_ends_the_run_with_an_error_that_tells_nothing_of_it(
+    shop: Shop, failure: type[Exception], secret: str, caplog: Any
+) -> None:
+    """Whatever a provider raises mid-run (its error may quote a key), the stream ends
+    with a RUN_ERROR that names the error's kind but none of its text nor the store's
+    location; the server's log has the error."""
+    client = failing_app(shop, failure, secret)
+    thread_id = f"fail-{next(RUNS)}"
+    with caplog.at_level(logging.ERROR, logger="covonaut_es"):
+        response = client.post("/", json=user_says(thread_id, "hi"))
+    assert response.status_code == 200
+    events = events_of(response.text)
+    assert isinstance(events[-1], agui.RunErrorEvent), events[-1]
+    assert SECRET_TEXT not in response.text
+    assert json.dumps(SECRET_TEXT)[1:-1] not in response.text
+    assert shop.store.url not in response.text
+    assert "server's log" in events[-1].message
+    assert SECRET_TEXT in caplog.text  # the operator still learns what failed
+
+
+def test_a_thread_busy_with_another_run_is_refused_without_naming_the_store(
+    shop: Shop,
+) -> None:
+    """A second run on a thread while a first one streams ends with RUN_ERROR
+    ThreadBusyError, which says to try again but neither where the store is nor its
+    file; the first run goes on to its pause."""
+    held = HeldProvider(respond=model)
+
+    def make_config(thread_id: str) -> AgentConfig:
+        return attrs.evolve(shop.make_config(thread_id), provider=held)
+
+    client = TestClient(create_agui_app(shop.store, make_config, shop.verifier))
+    first: dict[str, Any] = {}
+    running = threading.Thread(
+        target=lambda: first.update(
+            r=client.post("/", json=user_says("busy", "Refund my two orders."))
+        )
+    )
+    running.start()
+    try:
+        for _ in range(200):  # until the first run holds the thread's lease (at most 10 s)
+            if shop.store.exists("busy"):
+                break
+            threading.Event().wait(0.05)
+        second = client.post("/", json=user_says("busy", "Again.", message_id="u-2"))
+    finally:
+        held.go.set()
+        running.join(30)
+    events = events_of(second.text)
+    assert isinstance(events[-1], agui.RunErrorEvent)
+    assert events[-1].code == "ThreadBusyError"
+    assert "try again" in events[-1].message
+    assert shop.store.url not in second.text
+    assert "threads.db" not in second.text
+    finished = events_of(first["r"].text)[-1]
+    assert isinstance(finished, agui.RunFinishedEvent)
+
+
+JSON_TYPES = ["application/json", "application/json; charset=utf-8", "Application/JSON"]
+SIMPLE_TYPES = ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data"]
+"""The types a page on another origin may POST with no CORS preflight."""
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    content_type=st.one_of(
+        st.sampled_from([*SIMPLE_TYPES, "", "text/plain; charset=utf-8", "application/jsonx"]),
+        st.from_regex(r"\A[a-z]{1,10}/[a-z+.-]{1,12}\Z").filter(
+            lambda t: t.split(";")[0].lower() != "application/json"
+        ),
+    )
+)
+def test_a_run_request_that_is_not_typed_as_json_is_refused_before_anything_runs(
+    shop: Shop, content_type: str
+) -> None:
+    """A run request is taken only as ``application/json``, a type no page on another
+    origin can send without the browser asking the server first (CORS preflight): any
+    other type, as a cross-site form or ``fetch`` in no-cors mode sends, is a 415 and
+    runs and stores nothing."""
+    body = json.dumps(user_says("csrf", "Refund everything.")).encode()
+    headers = {"content-type": content_type} if content_type else {}
+    response = shop.client.post("/", content=body, headers=headers)
+    assert response.status_code == 415, response.text
+    assert "application/json" in response.json()["error"]
+    assert not shop.store.exists("csrf")
+
+
+def test_a_run_request_typed_as_json_runs_whatever_its_parameters(shop: Shop) -> None:
+    """``application/json`` is taken in any case of its letters and with parameters."""
+    for number, content_type in enumerate(JSON_TYPES):
+        body = json.dumps(user_says(f"typed-{number}", "Refund my two orders.")).encode()
+        response = shop.client.post("/", content=body, headers={"content-type": content_type})
+        assert response.status_code == 200, response.text
+        assert isinstance(events_of(response.text)[-1], agui.RunFinishedEvent)
