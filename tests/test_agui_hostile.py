@@ -10,7 +10,9 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import socket
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +25,15 @@ from starlette.testclient import TestClient
 
 from covonaut_es import AgentConfig, ProviderRequest, ProviderResponse, ScriptedProvider
 from covonaut_es.agui import create_agui_app
+from covonaut_es.domain import ThreadStatus
 from covonaut_es.errors import (
     ProviderConnectionError,
     ProviderError,
     ProviderRequestError,
     StoreUnavailableError,
 )
+from covonaut_es.messages import Role
+from inbox_support import free_port
 from support import HeldProvider
 from test_agui import Shop, events_of, model, user_says
 
@@ -176,3 +181,66 @@ def test_a_run_request_typed_as_json_runs_whatever_its_parameters(shop: Shop) ->
         response = shop.client.post("/", content=body, headers={"content-type": content_type})
         assert response.status_code == 200, response.text
         assert isinstance(events_of(response.text)[-1], agui.RunFinishedEvent)
+
+
+def served(app: Any) -> tuple[Any, threading.Thread, int]:
+    """``app`` served by uvicorn on a free loopback port, in a thread of its own."""
+    import uvicorn
+
+    chosen = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=chosen, log_level="warning", ws="none")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    stop = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < stop, "uvicorn did not start"
+        time.sleep(0.02)
+    return server, thread, chosen
+
+
+def test_a_client_gone_mid_answer_leaves_the_last_commit_and_frees_the_thread(
+    shop: Shop,
+) -> None:
+    """A chat client that drops its connection mid-answer, over real HTTP, stops the
+    run at its last commit: the thread is not left held (the next request is no
+    ThreadBusyError), nothing of the cut answer is stored, and the next request runs
+    on to where an uncut run gets."""
+    held = HeldProvider(respond=model)
+
+    def make_config(thread_id: str) -> AgentConfig:
+        return attrs.evolve(shop.make_config(thread_id), provider=held)
+
+    server, thread, port = served(create_agui_app(shop.store, make_config, shop.verifier))
+    try:
+        body = json.dumps(user_says("cut", "Refund my two orders.")).encode()
+        request = (
+            b"POST / HTTP/1.1\r\nHost: chat\r\nContent-Type: application/json\r\n"
+            b"Accept: text/event-stream\r\nContent-Length: %d\r\n\r\n" % len(body)
+        ) + body
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as client:
+            client.sendall(request)
+            received = b""
+            stop = time.monotonic() + 10
+            while b"TEXT_MESSAGE_CONTENT" not in received:
+                assert time.monotonic() < stop, received
+                chunk = client.recv(4096)
+                assert chunk, received
+                received += chunk
+        version = shop.version("cut")
+        time.sleep(0.5)  # the server learns the client is gone
+        held.go.set()  # the model would go on: nothing may read it now
+        time.sleep(0.5)
+        assert shop.version("cut") == version
+        thread_state = shop.store.load("cut")
+        assert thread_state.status is ThreadStatus.RUNNING
+        assert not [m for m in thread_state.messages if m.role is Role.ASSISTANT]
+        events = shop.run(user_says("cut", "Refund my two orders.", message_id="msg-0"))
+    finally:
+        held.go.set()
+        server.should_exit = True
+        thread.join(10)
+    assert isinstance(events[-1], agui.RunFinishedEvent), events[-1]
+    assert isinstance(events[-1].outcome, agui.RunFinishedInterruptOutcome)
+    assert len(events[-1].outcome.interrupts) == 2

@@ -5,6 +5,7 @@ loopback sockets."""
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import socket
 import threading
 import time
@@ -15,7 +16,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from covonaut_es.cli._connections import Admission, ConnectionLimits, guarded_protocol
+from covonaut_es.cli._connections import (
+    Admission,
+    ConnectionLimits,
+    client_of,
+    guarded_protocol,
+)
 from inbox_support import free_port
 
 uvicorn = pytest.importorskip("uvicorn")
@@ -155,3 +161,59 @@ def test_a_client_past_its_share_is_refused_while_another_gets_in(port: int) -> 
     finally:
         for connection in held:
             connection.close()
+
+
+IPV6_HOSTS = st.integers(min_value=0, max_value=2**64 - 1)
+IPV6_NETWORKS = st.integers(min_value=0, max_value=2**64 - 1)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    network=IPV6_NETWORKS,
+    hosts=st.lists(IPV6_HOSTS, min_size=LIMITS.per_client + 1, max_size=12, unique=True),
+    spelling=st.sampled_from(["compressed", "exploded"]),
+)
+def test_one_ipv6_network_or_an_ipv4_address_however_spelt_holds_one_share(
+    network: int, hosts: list[int], spelling: str
+) -> None:
+    """A client holds every address of an IPv6 /64 (its network, which one host or site
+    is given whole), so any addresses of one /64 share one client's share; an IPv4
+    address reached as an IPv4-mapped IPv6 one is that IPv4 client."""
+    admission = Admission(LIMITS)
+    addresses = [getattr(ipaddress.IPv6Address(network << 64 | host), spelling) for host in hosts]
+    admitted = [admission.admit(client_of(address)) for address in addresses]
+    assert admitted.count(True) == LIMITS.per_client
+    ipv4 = str(ipaddress.IPv4Address(network & 0xFFFFFFFF))
+    admission = Admission(LIMITS)
+    for _ in range(LIMITS.per_client):
+        assert admission.admit(client_of(ipv4))
+    assert not admission.admit(client_of(f"::ffff:{ipv4}"))
+
+
+def test_an_ipv6_loopback_client_past_its_share_is_refused() -> None:
+    """Over IPv6 ([::1]) a client past its share gets the 503 and is closed, as over IPv4."""
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6 on this host")
+    chosen = free_port()
+    config = uvicorn.Config(
+        app, host="::1", port=chosen, http=guarded_protocol(LIMITS), log_level="warning"
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    held = []
+    try:
+        stop = time.monotonic() + 30
+        while not server.started:
+            assert time.monotonic() < stop
+            time.sleep(0.02)
+        held = [
+            socket.create_connection(("::1", chosen), timeout=10) for _ in range(LIMITS.per_client)
+        ]
+        with socket.create_connection(("::1", chosen), timeout=10) as extra:
+            assert extra.recv(4096).startswith(b"HTTP/1.1 503")
+    finally:
+        for connection in held:
+            connection.close()
+        server.should_exit = True
+        thread.join(10)

@@ -14,6 +14,7 @@ connection closed.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
@@ -71,10 +72,28 @@ class Admission:
 
 
 def client_host(transport: asyncio.BaseTransport) -> str:
-    """The address a connection comes from (empty when the socket has none, a Unix
-    socket's peer)."""
+    """The client a connection comes from, by :func:`client_of` its address (empty when
+    the socket has none, a Unix socket's peer)."""
     peer: Any = transport.get_extra_info("peername")
-    return str(peer[0]) if isinstance(peer, tuple) and peer else ""
+    return client_of(str(peer[0])) if isinstance(peer, tuple) and peer else ""
+
+
+def client_of(address: str) -> str:
+    """The client an address stands for, whose connections share one client's share.
+
+    An IPv4 address is its own client, reached as an IPv4-mapped IPv6 address too. An
+    IPv6 address stands for its /64 network: a host or site is given one whole, so
+    counted by address a single client would pick a new one per connection.
+    """
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.IPv6Network((ip, 64), strict=False))
+    return str(ip)
 
 
 def guarded_protocol(limits: ConnectionLimits) -> type[H11Protocol]:
