@@ -27,6 +27,8 @@ from inbox_support import free_port
 uvicorn = pytest.importorskip("uvicorn")
 
 DEADLINE = 1.0
+BIG = b"x" * (8 * 1024 * 1024)
+"""An answer far larger than what the sockets' buffers hold."""
 LIMITS = ConnectionLimits(total=6, per_client=3, request_seconds=DEADLINE)
 
 
@@ -66,6 +68,14 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         pass
     if scope["path"] == "/slow":
         await asyncio.sleep(DEADLINE * 1.5)
+    if scope["path"] == "/big":
+        headers = [(b"content-length", str(len(BIG)).encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        for start in range(0, len(BIG), 64 * 1024):
+            chunk = BIG[start : start + 64 * 1024]
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+        return
     headers = [(b"content-length", b"2")]
     await send({"type": "http.response.start", "status": 200, "headers": headers})
     await send({"type": "http.response.body", "body": b"ok"})
@@ -217,3 +227,60 @@ def test_an_ipv6_loopback_client_past_its_share_is_refused() -> None:
             connection.close()
         server.should_exit = True
         thread.join(10)
+
+
+def read_answer(connection: socket.socket, limit: float) -> bytes:
+    """What the server sends until it closes the connection, read for ``limit`` seconds
+    at most."""
+    received = bytearray()
+    stop = time.monotonic() + limit
+    connection.settimeout(limit)
+    while time.monotonic() < stop:
+        try:
+            chunk = connection.recv(1024 * 1024)
+        except TimeoutError:
+            break
+        if not chunk:
+            break
+        received += chunk
+    return bytes(received)
+
+
+@settings(max_examples=2, deadline=None)
+@given(st.integers(min_value=0, max_value=len(BIG) // 2))
+def test_a_client_that_stops_reading_its_answer_is_closed_at_the_deadline(
+    port: int, read: int
+) -> None:
+    """A client that asks for a large answer and stops reading it anywhere (a slow
+    read, which holds a connection at no cost to the client) has its connection closed
+    about the deadline after the server's writes stalled; one that reads on gets it
+    whole, however long it takes."""
+    connection = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    connection.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    connection.bind(("127.0.0.6", 0))
+    connection.settimeout(10)
+    connection.connect(("127.0.0.1", port))
+    with connection:
+        connection.sendall(REQUEST.replace(b"GET / ", b"GET /big "))
+        received = 0
+        while received < read:
+            received += len(connection.recv(min(65536, read - received)))
+        time.sleep(DEADLINE * 2)  # the client stops reading
+        rest = read_answer(connection, limit=10)
+    head_and_body = received + len(rest)
+    assert head_and_body < len(BIG), "the stalled answer was never cut"
+
+
+def test_a_client_that_reads_a_large_answer_slowly_gets_it_whole(port: int) -> None:
+    """A client reading a large answer in small bites, each in time, gets all of it."""
+    with connect(port, "127.0.0.7") as connection:
+        connection.sendall(REQUEST.replace(b"GET / ", b"GET /big "))
+        received = bytearray()
+        stop = time.monotonic() + 60
+        while not received.endswith(BIG[-16:]) or len(received) < len(BIG):
+            assert time.monotonic() < stop
+            chunk = connection.recv(256 * 1024)
+            assert chunk, "the answer was cut"
+            received += chunk
+            time.sleep(DEADLINE / 50)
+        assert received.endswith(BIG)
