@@ -7,10 +7,12 @@ back with the ``ag-ui-protocol`` package's own event types.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import logging
 import socket
+import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -25,17 +27,18 @@ from starlette.testclient import TestClient
 
 from covonaut_es import AgentConfig, ProviderRequest, ProviderResponse, ScriptedProvider
 from covonaut_es.agui import create_agui_app
-from covonaut_es.domain import ThreadStatus
+from covonaut_es.domain import ThreadStatus, thread_aggregate_id
 from covonaut_es.errors import (
     ProviderConnectionError,
     ProviderError,
     ProviderRequestError,
     StoreUnavailableError,
+    ThreadBusyError,
 )
 from covonaut_es.messages import Role
 from inbox_support import free_port
 from support import HeldProvider
-from test_agui import Shop, events_of, model, user_says
+from test_agui import Shop, events_of, model, paused, user_says
 
 SECRET_TEXT = "sk-proj-DoNotShowThisKey"
 """What a failing provider or callback puts in its error: a stand-in for a key."""
@@ -200,6 +203,15 @@ def served(app: Any) -> tuple[Any, threading.Thread, int]:
     return server, thread, chosen
 
 
+def lease_is_free(shop: Shop, thread_id: str) -> bool:
+    """Whether a runner could take the thread's run lease now (it is let go at once)."""
+    try:
+        with shop.store.lease(thread_id):
+            return True
+    except ThreadBusyError:
+        return False
+
+
 def test_a_client_gone_mid_answer_leaves_the_last_commit_and_frees_the_thread(
     shop: Shop,
 ) -> None:
@@ -229,9 +241,12 @@ def test_a_client_gone_mid_answer_leaves_the_last_commit_and_frees_the_thread(
                 assert chunk, received
                 received += chunk
         version = shop.version("cut")
-        time.sleep(0.5)  # the server learns the client is gone
+        stop = time.monotonic() + 10
+        while not lease_is_free(shop, "cut"):  # until the server stopped the run
+            assert time.monotonic() < stop, "the run went on holding the thread"
+            time.sleep(0.05)
         held.go.set()  # the model would go on: nothing may read it now
-        time.sleep(0.5)
+        time.sleep(0.2)
         assert shop.version("cut") == version
         thread_state = shop.store.load("cut")
         assert thread_state.status is ThreadStatus.RUNNING
@@ -244,3 +259,76 @@ def test_a_client_gone_mid_answer_leaves_the_last_commit_and_frees_the_thread(
     assert isinstance(events[-1], agui.RunFinishedEvent), events[-1]
     assert isinstance(events[-1].outcome, agui.RunFinishedInterruptOutcome)
     assert len(events[-1].outcome.interrupts) == 2
+
+
+# A hostile stored row -------------------------------------------------------------------
+
+TAMPERINGS = st.one_of(
+    st.sampled_from(["digest", "tool_name", "arguments"]).map(lambda key: ("drop", key, None)),
+    st.tuples(
+        st.just("set"),
+        st.sampled_from(["digest", "tool_name", "arguments"]),
+        st.one_of(
+            st.none(),
+            st.text(max_size=20),
+            st.dictionaries(st.sampled_from(["order", "amount"]), st.integers(0, 10**6)),
+        ),
+    ),
+)
+
+
+def tamper_with_review_pause(shop: Shop, thread_id: str, change: tuple[str, str, Any]) -> None:
+    """Rewrite the stored record of the thread's last review pause, as someone who can
+    write the database but holds no key could: its data says other things than the
+    review request does."""
+    path = shop.store.url.removeprefix("sqlite:///")
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        originator = thread_aggregate_id(thread_id).hex
+        version, state = db.execute(
+            "SELECT originator_version, state FROM stored_events WHERE topic = ? "
+            "AND originator_id = ? ORDER BY originator_version DESC LIMIT 1",
+            ("covonaut.thread.Interrupted", originator),
+        ).fetchone()
+        payload = json.loads(state)
+        how, key, value = change
+        if how == "drop":
+            payload["interrupt"]["data"].pop(key)
+        else:
+            payload["interrupt"]["data"][key] = value
+        db.execute(
+            "UPDATE stored_events SET state = ? WHERE originator_id = ? AND originator_version = ?",
+            (json.dumps(payload).encode(), originator, version),
+        )
+
+
+@settings(
+    max_examples=20,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(change=TAMPERINGS)
+def test_a_review_is_shown_and_decided_as_its_request_whatever_its_stored_pause_says(
+    shop: Shop, change: tuple[str, str, Any]
+) -> None:
+    """A review pause whose stored data was altered (the digest, tool or arguments
+    dropped or changed) is still shown as its review request holds it, the operation
+    the digest is computed from, so the arguments a reviewer approves are the ones that
+    run; the stream always ends with RUN_FINISHED or RUN_ERROR."""
+    thread_id = f"tampered-{next(RUNS)}"
+    paused(shop, thread_id)
+    pending = shop.store.load(thread_id).reviews.pending
+    requests = {review.request.review_id: review.request for review in pending}
+    tamper_with_review_pause(shop, thread_id, change)
+    events = shop.run(user_says(thread_id, "Refund my two orders.", message_id="msg-0"))
+    finished = events[-1]
+    assert isinstance(finished, agui.RunFinishedEvent | agui.RunErrorEvent), finished
+    if isinstance(finished, agui.RunErrorEvent):
+        return
+    assert isinstance(finished.outcome, agui.RunFinishedInterruptOutcome)
+    for interrupt in finished.outcome.interrupts:
+        request = requests[interrupt.id]
+        assert interrupt.metadata["covonaut"] == {  # type: ignore[index]
+            "digest": request.digest,
+            "tool_name": request.tool_name,
+            "arguments": request.arguments,
+        }

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
-from typing import Any
 
 import ag_ui.core as agui
 import pydantic
@@ -32,6 +31,7 @@ from covonaut_es.agui._events import (
     messages_snapshot,
     open_interrupt_ids,
     results_of,
+    review_requests,
     state_snapshot,
 )
 from covonaut_es.agui._resume import checked, record
@@ -193,7 +193,9 @@ async def _reviewer(service: ThreadService, request: Request) -> Reviewer:
         raise _Refused(401, str(exc)) from exc
 
 
-async def _encoded(encoder: EventEncoder, events: AsyncGenerator[agui.BaseEvent, None]) -> Any:
+async def _encoded(
+    encoder: EventEncoder, events: AsyncGenerator[agui.BaseEvent, None]
+) -> AsyncGenerator[str, None]:
     async with contextlib.aclosing(events):
         async for event in events:
             yield encoder.encode(event)
@@ -253,7 +255,7 @@ async def _decided(
 ) -> list[agui.BaseEvent]:
     """Check the resume whole, record its answers, and reload the agent's thread; the
     results the decisions recorded for the reviewed calls."""
-    answers = checked(entries, open_pauses, agent.thread_id)
+    answers = checked(entries, open_pauses, review_requests(agent), agent.thread_id)
     await asyncio.to_thread(record, service, agent.thread_id, answers, reviewer)
     agent.close()  # the decisions are stored: read the thread again
     await asyncio.to_thread(open_interrupt_ids, agent)

@@ -10,12 +10,12 @@ read from the store names the messages the stream named.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import ag_ui.core as agui
 
-from covonaut_es.domain import AgentThread, Pause, PauseKind
+from covonaut_es.domain import AgentThread, Pause, PauseKind, ReviewRequest
 from covonaut_es.messages import Message, Role, TextDelta, ToolCallDelta
 from covonaut_es.runtime import Agent, CommittedEvent, StreamItem
 from covonaut_es.service import pause_token
@@ -171,8 +171,15 @@ def results_of(agent: Agent, tool_call_ids: Collection[str]) -> list[agui.BaseEv
 def interrupts(agent: Agent) -> list[agui.Interrupt]:
     """An AG-UI interrupt for each pause that waits for a person, named by its review id
     (a review) or its pause token (a tool's pause, a call in doubt)."""
-    messages = agent.messages
-    return [_interrupt(messages, pause) for pause in agent.pauses if not pause.resolved]
+    messages, requests = agent.messages, review_requests(agent)
+    return [_interrupt(messages, requests, pause) for pause in agent.pauses if not pause.resolved]
+
+
+def review_requests(agent: Agent) -> dict[str, ReviewRequest]:
+    """The thread's pending review requests by review id: what a review asks about is
+    its request, whose digest is computed from the operation it holds, never what its
+    pause's data says (a record anyone who can write the database can change)."""
+    return {request.review_id: request for request in agent.pending_reviews}
 
 
 def open_interrupt_ids(agent: Agent) -> dict[str, Pause]:
@@ -188,22 +195,24 @@ def interrupt_id(messages: tuple[Message, ...], pause: Pause) -> str:
     return pause_token(messages, pause)
 
 
-def _interrupt(messages: tuple[Message, ...], pause: Pause) -> agui.Interrupt:
+def _interrupt(
+    messages: tuple[Message, ...], requests: Mapping[str, ReviewRequest], pause: Pause
+) -> agui.Interrupt:
     interrupt = pause.interrupt
     key = interrupt_id(messages, pause)
     if pause.kind is PauseKind.REVIEW:
-        data = interrupt.data
+        request = requests[key]  # the thread pauses on a review only while it is pending
         return agui.Interrupt(
             id=key,
             reason="tool_call",
-            message=f"Approve the call of {data['tool_name']!r} with these arguments?",
-            tool_call_id=interrupt.tool_call_id,
-            response_schema=review_answer_schema(str(data["digest"])),
+            message=f"Approve the call of {request.tool_name!r} with these arguments?",
+            tool_call_id=request.tool_call_id,
+            response_schema=review_answer_schema(request.digest),
             metadata={
                 "covonaut": {
-                    "digest": data["digest"],
-                    "tool_name": data["tool_name"],
-                    "arguments": data["arguments"],
+                    "digest": request.digest,
+                    "tool_name": request.tool_name,
+                    "arguments": request.arguments,
                 }
             },
         )
