@@ -25,7 +25,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
-from covonaut_es import AgentConfig, ProviderRequest, ProviderResponse, ScriptedProvider
+from covonaut_es import (
+    AgentConfig,
+    ProviderRequest,
+    ProviderResponse,
+    ScriptedProvider,
+    Tool,
+    ToolCall,
+)
 from covonaut_es.agui import create_agui_app
 from covonaut_es.domain import ThreadStatus, thread_aggregate_id
 from covonaut_es.errors import (
@@ -35,7 +42,7 @@ from covonaut_es.errors import (
     StoreUnavailableError,
     ThreadBusyError,
 )
-from covonaut_es.messages import Role
+from covonaut_es.messages import Role, StreamDelta, ToolCallDelta
 from inbox_support import free_port
 from support import HeldProvider
 from test_agui import Shop, events_of, model, paused, user_says
@@ -332,3 +339,60 @@ def test_a_review_is_shown_and_decided_as_its_request_whatever_its_stored_pause_
             "tool_name": request.tool_name,
             "arguments": request.arguments,
         }
+
+
+# A hostile provider ------------------------------------------------------------------
+
+
+def echo_config(shop: Shop, script: list[Any]) -> Any:
+    """The shop's configuration with an ``echo`` tool (no review) and ``script``."""
+
+    def make_config(thread_id: str) -> AgentConfig:
+        echo = Tool("echo", "Echo", {"type": "object"}, lambda ctx, args: f"echoed {args['n']}")
+        return attrs.evolve(
+            shop.make_config(thread_id), provider=ScriptedProvider(script), tools=[echo]
+        )
+
+    return make_config
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    order=st.permutations(range(3)),
+    ids=st.lists(st.sampled_from(["a", "b", "c", "", "msg-1"]), min_size=3, max_size=3),
+)
+def test_a_result_is_never_told_under_another_calls_streamed_id(
+    shop: Shop, order: list[int], ids: list[str]
+) -> None:
+    """Whatever order a provider gives its whole calls in after streaming their pieces,
+    and whatever ids (repeated, empty) the model sent, a TOOL_CALL_RESULT never names a
+    streamed call other than the one it is the result of."""
+    calls = [ToolCall(ids[n], "echo", json.dumps({"n": n})) for n in range(3)]
+    pieces = [
+        StreamDelta(
+            tool_call_deltas=(ToolCallDelta(index=n, id=c.id, name=c.name, arguments=c.arguments),)
+        )
+        for n, c in enumerate(calls)
+    ]
+    whole = StreamDelta(tool_calls=tuple(calls[n] for n in order))
+    app = create_agui_app(
+        shop.store,
+        echo_config(shop, [(*pieces, whole), ProviderResponse(content="done")]),
+        shop.verifier,
+    )
+    events = events_of(
+        TestClient(app).post("/", json=user_says(f"hostile-{next(RUNS)}", "go")).text
+    )
+    shown: dict[str, str] = {}
+    for event in events:
+        if isinstance(event, agui.ToolCallArgsEvent):
+            shown[event.tool_call_id] = shown.get(event.tool_call_id, "") + event.delta
+    results = [e for e in events if isinstance(e, agui.ToolCallResultEvent)]
+    assert len(results) == 3
+    for result in results:
+        if result.tool_call_id in shown:
+            assert result.content == f"echoed {json.loads(shown[result.tool_call_id])['n']}"

@@ -224,7 +224,7 @@ async def _run(
             items: AsyncGenerator[StreamItem, None] | None = agent.astream_resume()
         else:
             items = _started(agent, run_input, open_pauses)
-        translated = RunEvents(len(agent.messages))
+        translated = RunEvents(agent.messages)
         if items is not None:
             async with contextlib.aclosing(items):
                 async for item in items:
