@@ -36,6 +36,7 @@ from covonaut_es import (
 from covonaut_es.agui import create_agui_app
 from covonaut_es.domain import ThreadStatus, thread_aggregate_id
 from covonaut_es.errors import (
+    IdentityProviderUnavailableError,
     ProviderConnectionError,
     ProviderError,
     ProviderRequestError,
@@ -45,7 +46,7 @@ from covonaut_es.errors import (
 from covonaut_es.messages import Role, StreamDelta, ToolCallDelta
 from inbox_support import free_port
 from support import HeldProvider
-from test_agui import Shop, events_of, model, paused, user_says
+from test_agui import Shop, approvals, events_of, model, paused, user_says
 
 SECRET_TEXT = "sk-proj-DoNotShowThisKey"
 """What a failing provider or callback puts in its error: a stand-in for a key."""
@@ -396,3 +397,26 @@ def test_a_result_is_never_told_under_another_calls_streamed_id(
     for result in results:
         if result.tool_call_id in shown:
             assert result.content == f"echoed {json.loads(shown[result.tool_call_id])['n']}"
+
+
+def test_an_identity_provider_outage_is_503_and_records_nothing(shop: Shop) -> None:
+    """While the reviewers' identity provider cannot be reached, a resume is answered
+    503 (the token is not at fault: no 401 that would send the user to sign in again),
+    names no address of the provider, and records nothing."""
+    interrupts = paused(shop)
+    body = {**user_says("chat-1", "Refund my two orders."), "resume": approvals(interrupts)}
+    version = shop.version("chat-1")
+
+    class Outage:
+        def verify(self, credential: Any) -> str:
+            msg = "the keys could not be fetched from https://idp.internal.example/jwks"
+            raise IdentityProviderUnavailableError(msg)
+
+    app = create_agui_app(shop.store, shop.make_config, Outage())
+    response = TestClient(app).post(
+        "/", json=body, headers={"Authorization": f"Bearer {shop.token()}"}
+    )
+    assert response.status_code == 503, response.text
+    assert "idp.internal.example" not in response.text
+    assert shop.version("chat-1") == version
+    assert shop.refunded == []

@@ -38,6 +38,7 @@ from covonaut_es.agui._resume import checked, record
 from covonaut_es.domain import Pause, ThreadStatus, check_thread_id
 from covonaut_es.errors import (
     CovonautError,
+    IdentityProviderUnavailableError,
     InvalidDecisionError,
     InvalidRunInputError,
     InvalidThreadIdError,
@@ -189,6 +190,8 @@ async def _reviewer(service: ThreadService, request: Request) -> Reviewer:
         raise _Refused(401, msg)
     try:
         return await asyncio.to_thread(service.reviewer, token.strip())
+    except IdentityProviderUnavailableError as exc:  # before its base: not the token's fault
+        raise _Refused(503, _told(exc, service.store)) from exc
     except ReviewerNotVerifiedError as exc:
         raise _Refused(401, str(exc)) from exc
 
