@@ -5,6 +5,7 @@ loopback sockets."""
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import socket
 import threading
 import time
@@ -15,12 +16,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from covonaut_es.cli._connections import Admission, ConnectionLimits, guarded_protocol
+from covonaut_es.cli._connections import (
+    Admission,
+    ConnectionLimits,
+    client_of,
+    guarded_protocol,
+)
 from inbox_support import free_port
 
 uvicorn = pytest.importorskip("uvicorn")
 
 DEADLINE = 1.0
+BIG = b"x" * (8 * 1024 * 1024)
+"""An answer far larger than what the sockets' buffers hold."""
 LIMITS = ConnectionLimits(total=6, per_client=3, request_seconds=DEADLINE)
 
 
@@ -60,6 +68,14 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         pass
     if scope["path"] == "/slow":
         await asyncio.sleep(DEADLINE * 1.5)
+    if scope["path"] == "/big":
+        headers = [(b"content-length", str(len(BIG)).encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        for start in range(0, len(BIG), 64 * 1024):
+            chunk = BIG[start : start + 64 * 1024]
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+        return
     headers = [(b"content-length", b"2")]
     await send({"type": "http.response.start", "status": 200, "headers": headers})
     await send({"type": "http.response.body", "body": b"ok"})
@@ -155,3 +171,116 @@ def test_a_client_past_its_share_is_refused_while_another_gets_in(port: int) -> 
     finally:
         for connection in held:
             connection.close()
+
+
+IPV6_HOSTS = st.integers(min_value=0, max_value=2**64 - 1)
+IPV6_NETWORKS = st.integers(min_value=0, max_value=2**64 - 1)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    network=IPV6_NETWORKS,
+    hosts=st.lists(IPV6_HOSTS, min_size=LIMITS.per_client + 1, max_size=12, unique=True),
+    spelling=st.sampled_from(["compressed", "exploded"]),
+)
+def test_one_ipv6_network_or_an_ipv4_address_however_spelt_holds_one_share(
+    network: int, hosts: list[int], spelling: str
+) -> None:
+    """A client holds every address of an IPv6 /64 (its network, which one host or site
+    is given whole), so any addresses of one /64 share one client's share; an IPv4
+    address reached as an IPv4-mapped IPv6 one is that IPv4 client."""
+    admission = Admission(LIMITS)
+    addresses = [getattr(ipaddress.IPv6Address(network << 64 | host), spelling) for host in hosts]
+    admitted = [admission.admit(client_of(address)) for address in addresses]
+    assert admitted.count(True) == LIMITS.per_client
+    ipv4 = str(ipaddress.IPv4Address(network & 0xFFFFFFFF))
+    admission = Admission(LIMITS)
+    for _ in range(LIMITS.per_client):
+        assert admission.admit(client_of(ipv4))
+    assert not admission.admit(client_of(f"::ffff:{ipv4}"))
+
+
+def test_an_ipv6_loopback_client_past_its_share_is_refused() -> None:
+    """Over IPv6 ([::1]) a client past its share gets the 503 and is closed, as over IPv4."""
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6 on this host")
+    chosen = free_port()
+    config = uvicorn.Config(
+        app, host="::1", port=chosen, http=guarded_protocol(LIMITS), log_level="warning"
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    held = []
+    try:
+        stop = time.monotonic() + 30
+        while not server.started:
+            assert time.monotonic() < stop
+            time.sleep(0.02)
+        held = [
+            socket.create_connection(("::1", chosen), timeout=10) for _ in range(LIMITS.per_client)
+        ]
+        with socket.create_connection(("::1", chosen), timeout=10) as extra:
+            assert extra.recv(4096).startswith(b"HTTP/1.1 503")
+    finally:
+        for connection in held:
+            connection.close()
+        server.should_exit = True
+        thread.join(10)
+
+
+def read_answer(connection: socket.socket, limit: float) -> bytes:
+    """What the server sends until it closes the connection, read for ``limit`` seconds
+    at most."""
+    received = bytearray()
+    stop = time.monotonic() + limit
+    connection.settimeout(limit)
+    while time.monotonic() < stop:
+        try:
+            chunk = connection.recv(1024 * 1024)
+        except TimeoutError:
+            break
+        if not chunk:
+            break
+        received += chunk
+    return bytes(received)
+
+
+@settings(max_examples=2, deadline=None)
+@given(st.integers(min_value=0, max_value=len(BIG) // 2))
+def test_a_client_that_stops_reading_its_answer_is_closed_at_the_deadline(
+    port: int, read: int
+) -> None:
+    """A client that asks for a large answer and stops reading it anywhere (a slow
+    read, which holds a connection at no cost to the client) has its connection closed
+    about the deadline after the server's writes stalled; one that reads on gets it
+    whole, however long it takes."""
+    connection = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    connection.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    connection.bind(("127.0.0.6", 0))
+    connection.settimeout(10)
+    connection.connect(("127.0.0.1", port))
+    with connection:
+        connection.sendall(REQUEST.replace(b"GET / ", b"GET /big "))
+        received = 0
+        while received < read:
+            received += len(connection.recv(min(65536, read - received)))
+        time.sleep(DEADLINE * 2)  # the client stops reading
+        rest = read_answer(connection, limit=10)
+    head_and_body = received + len(rest)
+    assert head_and_body < len(BIG), "the stalled answer was never cut"
+
+
+def test_a_client_that_reads_a_large_answer_slowly_gets_it_whole(port: int) -> None:
+    """A client reading a large answer in small bites, each in time, gets all of it."""
+    with connect(port, "127.0.0.7") as connection:
+        connection.sendall(REQUEST.replace(b"GET / ", b"GET /big "))
+        received = bytearray()
+        stop = time.monotonic() + 60
+        while not received.endswith(BIG[-16:]) or len(received) < len(BIG):
+            assert time.monotonic() < stop
+            chunk = connection.recv(256 * 1024)
+            assert chunk, "the answer was cut"
+            received += chunk
+            time.sleep(DEADLINE / 50)
+        assert received.endswith(BIG)

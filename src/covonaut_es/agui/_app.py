@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
-from typing import Any
 
 import ag_ui.core as agui
 import pydantic
@@ -24,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from covonaut_es import _logs
 from covonaut_es.agui._events import (
     RunEvents,
     interrupts,
@@ -31,20 +31,44 @@ from covonaut_es.agui._events import (
     messages_snapshot,
     open_interrupt_ids,
     results_of,
+    review_requests,
     state_snapshot,
 )
 from covonaut_es.agui._resume import checked, record
 from covonaut_es.domain import Pause, ThreadStatus, check_thread_id
 from covonaut_es.errors import (
     CovonautError,
+    IdentityProviderUnavailableError,
+    InvalidDecisionError,
     InvalidRunInputError,
     InvalidThreadIdError,
+    MaxTurnsExceededError,
     ReviewerNotVerifiedError,
+    ReviewNotFoundError,
+    ThreadBusyError,
+    ThreadConflictError,
+    ThreadNotFoundError,
+    ThreadStateError,
 )
 from covonaut_es.runtime import Agent, AgentConfig, ReviewerVerifier, StreamItem
 from covonaut_es.runtime._config import bound_config
-from covonaut_es.service import Reviewer, ThreadService, parse_json
+from covonaut_es.service import Reviewer, ThreadService, parse_json, shown_message
 from covonaut_es.store import Store
+
+logger = _logs.logger("covonaut_es.agui")
+
+REQUEST_ERRORS = (
+    InvalidRunInputError,
+    InvalidDecisionError,
+    ReviewNotFoundError,
+    ThreadNotFoundError,
+    ThreadStateError,
+    ThreadBusyError,
+    ThreadConflictError,
+    MaxTurnsExceededError,
+)
+"""The errors a run request meets that its front end is told of, each saying what to
+do; of any other the front end learns only its kind."""
 
 MAX_BODY_BYTES = 1024 * 1024
 """The largest run request taken: the front end sends the conversation's history."""
@@ -96,12 +120,27 @@ def create_agui_app(
         except InvalidThreadIdError as exc:
             return _refusal(422, str(exc))
         except CovonautError as exc:
-            return _refusal(400, str(exc))
+            return _refusal(400 if _requests(exc) else 500, _told(exc, store))
         encoder = EventEncoder(accept=request.headers.get("accept", "text/event-stream"))
-        events = _run(Agent(config), service, run_input, reviewer)
+        events = _run(Agent(config), service, store, run_input, reviewer)
         return StreamingResponse(_encoded(encoder, events), media_type=encoder.get_content_type())
 
     return Starlette(routes=[Route(path, run, methods=["POST"])])
+
+
+def _requests(exc: CovonautError) -> bool:
+    """Whether ``exc`` is about the request, so the front end is told what it says."""
+    return isinstance(exc, REQUEST_ERRORS)
+
+
+def _told(exc: CovonautError, store: Store) -> str:
+    """What the front end is told of ``exc``: its message if it is about the request
+    (without the store's location), else only its kind; the server's log has the rest
+    (a provider's error may quote a key, a store's names its host)."""
+    if _requests(exc):
+        return shown_message(exc, store)
+    logger.error("the AG-UI endpoint's run failed: %s: %s", type(exc).__name__, exc, exc_info=exc)
+    return f"the run failed on the server ({type(exc).__name__}); the server's log has the details"
 
 
 def _refusal(status: int, message: str) -> JSONResponse:
@@ -111,7 +150,16 @@ def _refusal(status: int, message: str) -> JSONResponse:
 
 async def _run_input(request: Request) -> agui.RunAgentInput:
     """The request's ``RunAgentInput``: at most :data:`MAX_BODY_BYTES`, JSON read by the
-    service layer's strict reader, then checked against the protocol's own model."""
+    service layer's strict reader, then checked against the protocol's own model.
+
+    Only ``application/json`` is taken: a page on another origin cannot send it without
+    the browser's CORS preflight, so a chat user's cookies in front of the endpoint never
+    carry a run another site asked for (as a form or a no-cors ``fetch``, typed
+    ``text/plain``, would)."""
+    media_type = request.headers.get("content-type", "").partition(";")[0].strip()
+    if media_type.lower() != "application/json":
+        msg = f"a run request is sent as application/json, not {media_type or 'untyped'!r}"
+        raise _Refused(415, msg)
     length = request.headers.get("content-length", "")
     if not length.isdigit():
         raise _Refused(411, "a run request needs a Content-Length header")
@@ -142,11 +190,15 @@ async def _reviewer(service: ThreadService, request: Request) -> Reviewer:
         raise _Refused(401, msg)
     try:
         return await asyncio.to_thread(service.reviewer, token.strip())
+    except IdentityProviderUnavailableError as exc:  # before its base: not the token's fault
+        raise _Refused(503, _told(exc, service.store)) from exc
     except ReviewerNotVerifiedError as exc:
         raise _Refused(401, str(exc)) from exc
 
 
-async def _encoded(encoder: EventEncoder, events: AsyncGenerator[agui.BaseEvent, None]) -> Any:
+async def _encoded(
+    encoder: EventEncoder, events: AsyncGenerator[agui.BaseEvent, None]
+) -> AsyncGenerator[str, None]:
     async with contextlib.aclosing(events):
         async for event in events:
             yield encoder.encode(event)
@@ -155,6 +207,7 @@ async def _encoded(encoder: EventEncoder, events: AsyncGenerator[agui.BaseEvent,
 async def _run(
     agent: Agent,
     service: ThreadService,
+    store: Store,
     run_input: agui.RunAgentInput,
     reviewer: Reviewer | None,
 ) -> AsyncGenerator[agui.BaseEvent, None]:
@@ -174,7 +227,7 @@ async def _run(
             items: AsyncGenerator[StreamItem, None] | None = agent.astream_resume()
         else:
             items = _started(agent, run_input, open_pauses)
-        translated = RunEvents(len(agent.messages))
+        translated = RunEvents(agent.messages)
         if items is not None:
             async with contextlib.aclosing(items):
                 async for item in items:
@@ -184,7 +237,7 @@ async def _run(
     except CovonautError as exc:
         for event in translated.closed() if translated else ():
             yield event
-        yield agui.RunErrorEvent(message=str(exc), code=type(exc).__name__)
+        yield agui.RunErrorEvent(message=_told(exc, store), code=type(exc).__name__)
         return
     yield messages_snapshot(agent)
     yield state_snapshot(agent)
@@ -205,7 +258,7 @@ async def _decided(
 ) -> list[agui.BaseEvent]:
     """Check the resume whole, record its answers, and reload the agent's thread; the
     results the decisions recorded for the reviewed calls."""
-    answers = checked(entries, open_pauses, agent.thread_id)
+    answers = checked(entries, open_pauses, review_requests(agent), agent.thread_id)
     await asyncio.to_thread(record, service, agent.thread_id, answers, reviewer)
     agent.close()  # the decisions are stored: read the thread again
     await asyncio.to_thread(open_interrupt_ids, agent)

@@ -10,13 +10,15 @@ read from the store names the messages the stream named.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import json
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import ag_ui.core as agui
+import attrs
 
-from covonaut_es.domain import AgentThread, Pause, PauseKind
-from covonaut_es.messages import Message, Role, TextDelta, ToolCallDelta
+from covonaut_es.domain import AgentThread, Pause, PauseKind, ReviewRequest
+from covonaut_es.messages import Message, Role, TextDelta, ToolCall, ToolCallDelta
 from covonaut_es.runtime import Agent, CommittedEvent, StreamItem
 from covonaut_es.service import pause_token
 
@@ -26,20 +28,46 @@ def message_id(position: int) -> str:
     return f"msg-{position}"
 
 
+@attrs.define
+class _StreamedCall:
+    """A tool call as its pieces streamed: the id the front end was told, its name, its
+    argument fragments."""
+
+    id: str
+    name: str
+    arguments: list[str] = attrs.Factory(list)
+
+    def is_(self, call: ToolCall) -> bool:
+        """Whether ``call``, as committed, is this call: same name, same arguments."""
+        if call.name != self.name:
+            return False
+        try:
+            return bool(json.loads("".join(self.arguments)) == json.loads(call.arguments))
+        except ValueError:
+            return "".join(self.arguments) == call.arguments
+
+
 class RunEvents:
     """The AG-UI events of one run, from the items its stream yields.
 
+    A streamed call is told under the id the model sent, unless the thread or this run
+    holds that id already (models repeat them): then under a new ``<id>-<n>``, so no
+    two calls a front end sees share an id. Its result is told under the id it
+    streamed as, found by what the committed call holds, not by its position, which a
+    provider's assembled calls may not keep.
+
     Args:
-        messages: How many messages the thread held when the run started.
+        messages: The thread's messages when the run started.
     """
 
-    def __init__(self, messages: int) -> None:
+    def __init__(self, messages: tuple[Message, ...]) -> None:
         # The position the next message takes: the committed events say where the
         # thread stands when a piece arrives (the run may be further on by then).
-        self._next = messages
+        self._next = len(messages)
         self._text: str | None = None  # the id of the text message being streamed
-        self._calls: dict[int, str] = {}  # the streamed calls of this answer, by index
+        self._calls: dict[int, _StreamedCall] = {}  # this answer's streamed calls, by index
         self._names: dict[str, str] = {}  # a committed call id -> the id it streamed as
+        self._told = {call.id for message in messages for call in message.tool_calls}
 
     def of(self, item: StreamItem) -> list[agui.BaseEvent]:
         """The events that tell ``item``."""
@@ -61,7 +89,7 @@ class RunEvents:
         if self._text is not None:
             events.append(agui.TextMessageEndEvent(message_id=self._text))
             self._text = None
-        events += [agui.ToolCallEndEvent(tool_call_id=i) for i in self._calls.values()]
+        events += [agui.ToolCallEndEvent(tool_call_id=c.id) for c in self._calls.values()]
         self._calls = {}
         return events
 
@@ -73,28 +101,43 @@ class RunEvents:
 
     def _call_piece(self, piece: ToolCallDelta) -> list[agui.BaseEvent]:
         events: list[agui.BaseEvent] = []
-        call_id = self._calls.get(piece.index)
-        if call_id is None:
-            call_id = piece.id or f"call-{piece.index}"
-            self._calls[piece.index] = call_id
+        call = self._calls.get(piece.index)
+        if call is None:
+            call = _StreamedCall(self._new_id(piece.id), piece.name)
+            self._calls[piece.index] = call
             events.append(
                 agui.ToolCallStartEvent(
-                    tool_call_id=call_id,
+                    tool_call_id=call.id,
                     tool_call_name=piece.name,
                     parent_message_id=message_id(self._next),
                 )
             )
+        call.arguments.append(piece.arguments)
         if piece.arguments:
-            events.append(agui.ToolCallArgsEvent(tool_call_id=call_id, delta=piece.arguments))
+            events.append(agui.ToolCallArgsEvent(tool_call_id=call.id, delta=piece.arguments))
         return events
+
+    def _new_id(self, sent: str) -> str:
+        """``sent``, or the first ``<sent>-<n>`` no call told so far has."""
+        told, n = sent or "call", 2
+        while told in self._told:
+            told, n = f"{sent or 'call'}-{n}", n + 1
+        self._told.add(told)
+        return told
 
     def _committed(self, event: AgentThread.Event) -> list[agui.BaseEvent]:
         events: list[agui.BaseEvent] = []
         match event:
             case AgentThread.MessageAppended(message=message) if message.role is Role.ASSISTANT:
+                streamed = dict(self._calls)
                 for index, call in enumerate(message.tool_calls):
-                    # The thread renames a call id the model repeated.
-                    self._names[call.id] = self._calls.get(index, call.id)
+                    # The same position first, else the streamed call that holds it.
+                    order = [index, *(i for i in streamed if i != index)]
+                    match = next(
+                        (i for i in order if i in streamed and streamed[i].is_(call)), None
+                    )
+                    self._names[call.id] = streamed.pop(match).id if match is not None else call.id
+                    self._told.add(call.id)
                 events = self.closed()
             case AgentThread.ToolResultRecorded(tool_call_id=call_id, content=content):
                 result = agui.ToolCallResultEvent(
@@ -171,8 +214,15 @@ def results_of(agent: Agent, tool_call_ids: Collection[str]) -> list[agui.BaseEv
 def interrupts(agent: Agent) -> list[agui.Interrupt]:
     """An AG-UI interrupt for each pause that waits for a person, named by its review id
     (a review) or its pause token (a tool's pause, a call in doubt)."""
-    messages = agent.messages
-    return [_interrupt(messages, pause) for pause in agent.pauses if not pause.resolved]
+    messages, requests = agent.messages, review_requests(agent)
+    return [_interrupt(messages, requests, pause) for pause in agent.pauses if not pause.resolved]
+
+
+def review_requests(agent: Agent) -> dict[str, ReviewRequest]:
+    """The thread's pending review requests by review id: what a review asks about is
+    its request, whose digest is computed from the operation it holds, never what its
+    pause's data says (a record anyone who can write the database can change)."""
+    return {request.review_id: request for request in agent.pending_reviews}
 
 
 def open_interrupt_ids(agent: Agent) -> dict[str, Pause]:
@@ -188,22 +238,24 @@ def interrupt_id(messages: tuple[Message, ...], pause: Pause) -> str:
     return pause_token(messages, pause)
 
 
-def _interrupt(messages: tuple[Message, ...], pause: Pause) -> agui.Interrupt:
+def _interrupt(
+    messages: tuple[Message, ...], requests: Mapping[str, ReviewRequest], pause: Pause
+) -> agui.Interrupt:
     interrupt = pause.interrupt
     key = interrupt_id(messages, pause)
     if pause.kind is PauseKind.REVIEW:
-        data = interrupt.data
+        request = requests[key]  # the thread pauses on a review only while it is pending
         return agui.Interrupt(
             id=key,
             reason="tool_call",
-            message=f"Approve the call of {data['tool_name']!r} with these arguments?",
-            tool_call_id=interrupt.tool_call_id,
-            response_schema=review_answer_schema(str(data["digest"])),
+            message=f"Approve the call of {request.tool_name!r} with these arguments?",
+            tool_call_id=request.tool_call_id,
+            response_schema=review_answer_schema(request.digest),
             metadata={
                 "covonaut": {
-                    "digest": data["digest"],
-                    "tool_name": data["tool_name"],
-                    "arguments": data["arguments"],
+                    "digest": request.digest,
+                    "tool_name": request.tool_name,
+                    "arguments": request.arguments,
                 }
             },
         )

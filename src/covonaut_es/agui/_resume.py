@@ -18,7 +18,7 @@ from typing import Any
 import ag_ui.core as agui
 import attrs
 
-from covonaut_es.domain import Pause, PauseKind
+from covonaut_es.domain import Pause, PauseKind, ReviewRequest
 from covonaut_es.errors import InvalidDecisionError
 from covonaut_es.service import (
     TEXT_FIELD,
@@ -46,13 +46,18 @@ class Answer:
 
 
 def checked(
-    entries: Sequence[agui.ResumeEntry], open_pauses: Mapping[str, Pause], thread_id: str
+    entries: Sequence[agui.ResumeEntry],
+    open_pauses: Mapping[str, Pause],
+    requests: Mapping[str, ReviewRequest],
+    thread_id: str,
 ) -> list[Answer]:
     """The entries, each checked, or the first refusal; nothing is recorded here.
 
     Args:
         entries: The resume entries of the run request.
         open_pauses: The thread's pauses waiting for a person, by interrupt id.
+        requests: The thread's pending review requests, by review id: the operations
+            the reviews' interrupts showed.
         thread_id: The thread, for the messages.
 
     Raises:
@@ -71,7 +76,7 @@ def checked(
     if left := sorted(set(open_pauses) - set(ids)):
         msg = f"the resume must answer every open interrupt of the run; it leaves out {left}"
         raise InvalidDecisionError(msg)
-    return [_answer(entry, open_pauses[entry.interrupt_id]) for entry in entries]
+    return [_answer(entry, open_pauses[entry.interrupt_id], requests) for entry in entries]
 
 
 def record(
@@ -90,7 +95,7 @@ def record(
             )
 
 
-def _answer(entry: agui.ResumeEntry, pause: Pause) -> Answer:
+def _answer(entry: agui.ResumeEntry, pause: Pause, requests: Mapping[str, ReviewRequest]) -> Answer:
     where = f"the payload of interrupt {entry.interrupt_id!r}"
     if pause.kind is PauseKind.IN_DOUBT:
         msg = (
@@ -108,7 +113,7 @@ def _answer(entry: agui.ResumeEntry, pause: Pause) -> Answer:
         answer = person_text(payload.get("answer"), "answer", required=True)
         return Answer(entry.interrupt_id, pause, answer=answer)
     submission = _decision(payload, cancelled=cancelled, where=where)
-    digest = pause.interrupt.data["digest"]
+    digest = requests[entry.interrupt_id].digest
     if submission.digest != digest:
         msg = (
             f"{where} is bound to operation digest {submission.digest!r}, but the review asks "

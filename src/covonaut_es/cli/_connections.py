@@ -8,12 +8,14 @@ only after a response, every byte received resets it, and ``limit_concurrency`` 
 :func:`guarded_protocol` extends uvicorn's h11 protocol with the two bounds it lacks
 (ADR 0035): a connection past the total or past its client address's share is answered
 503 and closed at once, and a request not wholly received within a deadline has its
-connection closed.
+connection closed; so does a client that stops reading its answer for as long (its
+writes stalled: a slow read holds the connection at no cost to the client).
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
@@ -38,7 +40,8 @@ class ConnectionLimits:
         per_client: Open connections at most from one client address (behind a reverse
             proxy, every connection comes from the proxy's).
         request_seconds: How long a request (its headers and its body) may take to
-            arrive, from the connection's opening or the previous response's end.
+            arrive, from the connection's opening or the previous response's end; and
+            how long an answer's writes may stay stalled by a client not reading it.
     """
 
     total: int
@@ -71,10 +74,28 @@ class Admission:
 
 
 def client_host(transport: asyncio.BaseTransport) -> str:
-    """The address a connection comes from (empty when the socket has none, a Unix
-    socket's peer)."""
+    """The client a connection comes from, by :func:`client_of` its address (empty when
+    the socket has none, a Unix socket's peer)."""
     peer: Any = transport.get_extra_info("peername")
-    return str(peer[0]) if isinstance(peer, tuple) and peer else ""
+    return client_of(str(peer[0])) if isinstance(peer, tuple) and peer else ""
+
+
+def client_of(address: str) -> str:
+    """The client an address stands for, whose connections share one client's share.
+
+    An IPv4 address is its own client, reached as an IPv4-mapped IPv6 address too. An
+    IPv6 address stands for its /64 network: a host or site is given one whole, so
+    counted by address a single client would pick a new one per connection.
+    """
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.IPv6Network((ip, 64), strict=False))
+    return str(ip)
 
 
 def guarded_protocol(limits: ConnectionLimits) -> type[H11Protocol]:
@@ -89,6 +110,7 @@ def guarded_protocol(limits: ConnectionLimits) -> type[H11Protocol]:
     class GuardedH11Protocol(H11Protocol):
         admitted_as: str | None = None
         deadline: asyncio.TimerHandle | None = None
+        stalled: asyncio.TimerHandle | None = None  # the client stopped reading its answer
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             client = client_host(transport)
@@ -106,7 +128,17 @@ def guarded_protocol(limits: ConnectionLimits) -> type[H11Protocol]:
             admission.release(self.admitted_as)
             self.admitted_as = None
             self._disarm()
+            self._moving()
             super().connection_lost(exc)
+
+        def pause_writing(self) -> None:
+            super().pause_writing()
+            if self.stalled is None:  # a client that stops reading holds the connection
+                self.stalled = self.loop.call_later(limits.request_seconds, self._abort)
+
+        def resume_writing(self) -> None:
+            super().resume_writing()
+            self._moving()
 
         def data_received(self, data: bytes) -> None:
             super().data_received(data)
@@ -127,6 +159,15 @@ def guarded_protocol(limits: ConnectionLimits) -> type[H11Protocol]:
             if self.deadline is not None:
                 self.deadline.cancel()
                 self.deadline = None
+
+        def _moving(self) -> None:
+            if self.stalled is not None:
+                self.stalled.cancel()
+                self.stalled = None
+
+        def _abort(self) -> None:
+            self.stalled = None
+            self.transport.abort()  # closing would wait for the answer to drain
 
         def _expire(self) -> None:
             self.deadline = None

@@ -84,8 +84,8 @@ def add_serve_command(subcommands: Subcommands) -> None:
         type=float,
         default=DEFAULT_LIMITS.request_seconds,
         metavar="SECONDS",
-        help="how long a request's headers and body may take to arrive (default "
-        f"{DEFAULT_LIMITS.request_seconds:g})",
+        help="how long a request's headers and body may take to arrive, and an answer "
+        f"may wait for its client to read on (default {DEFAULT_LIMITS.request_seconds:g})",
     )
 
 

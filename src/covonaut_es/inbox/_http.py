@@ -32,7 +32,7 @@ from covonaut_es.errors import (
 )
 from covonaut_es.inbox._desk import ReviewDesk
 from covonaut_es.inbox._sessions import SESSION_COOKIE, Session, Sessions
-from covonaut_es.service import Reviewer
+from covonaut_es.service import Reviewer, shown_message
 
 T = TypeVar("T")
 
@@ -112,8 +112,7 @@ def status_of(exc: Exception) -> int:
 def message_of(inbox: Inbox, exc: Exception) -> str:
     """What a reviewer is told of an error: its message, without the store's location
     (the operator's business, not the reviewer's)."""
-    url = inbox.desk.store.url
-    return str(exc).replace(f"in store {url}", "in the store").replace(url, "the store")
+    return shown_message(exc, inbox.desk.store)
 
 
 async def blocking(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:

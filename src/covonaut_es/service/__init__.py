@@ -23,6 +23,7 @@ from covonaut_es.service._reviewers import (
 )
 from covonaut_es.service._runs import RunSession
 from covonaut_es.service._service import FoundReview, Settlement, ThreadService
+from covonaut_es.service._shown import shown_message
 from covonaut_es.service._submissions import (
     MAX_TEXT_CHARS,
     TEXT_FIELD,
@@ -57,6 +58,7 @@ __all__ = [
     "pending_pause_token",
     "person_text",
     "review_submission",
+    "shown_message",
     "verified_reviewer",
 ]
 

@@ -132,7 +132,10 @@ class ThreadLeasing:
             yield lease
         finally:
             _HELD.reset(token)
-            await asyncio.to_thread(self._leases.release, lease)
+            # Shielded: a task cancelled again while it lets go (anyio's cancel scopes
+            # cancel at every await; a stream's consumer leaving cancels its run) would
+            # cancel the release before a worker thread took it, and keep the lease.
+            await asyncio.shield(asyncio.to_thread(self._leases.release, lease))
 
     def held_lease(self, thread_id: str) -> Lease | None:
         """The lease of the thread the current task holds in this store's database."""

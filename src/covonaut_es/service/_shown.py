@@ -1,0 +1,12 @@
+"""What a person outside the operator's team is told of an error."""
+
+from __future__ import annotations
+
+from covonaut_es.store import Store
+
+
+def shown_message(exc: Exception, store: Store) -> str:
+    """``exc``'s message without ``store``'s location (its file, host or database), which
+    is the operator's business, not a reviewer's or a chat user's."""
+    url = store.url
+    return str(exc).replace(f"in store {url}", "in the store").replace(url, "the store")
