@@ -138,6 +138,10 @@ class PlainRows:
     def thread_row(self, aggregate_id: str, thread_id: str) -> tuple[Any, ...]:
         return (aggregate_id, self.key(thread_id))
 
+    def aggregate(self, aggregate_id: str) -> tuple[str, ...]:
+        """The parameters that find a thread's row by its aggregate id."""
+        return (aggregate_id,)
+
     def item_row(self, item: PendingReview) -> tuple[Any, ...]:
         column, text = self.column, self.text
         return (
@@ -187,11 +191,13 @@ class SealedRows(PlainRows):
     )
     remove_item = "DELETE FROM covonaut_sealed_pauses WHERE thread_key = %s AND item_key = %s"
     clear_thread = "DELETE FROM covonaut_sealed_pauses WHERE thread_key = %s"
-    forget_thread = "DELETE FROM covonaut_sealed_queue_threads WHERE aggregate_id = %s"
+    forget_thread = "DELETE FROM covonaut_sealed_queue_threads WHERE aggregate_id IN (%s, %s)"
     select_pending = (
         "SELECT item FROM covonaut_sealed_pauses ORDER BY requested_at, thread_key, item_key"
     )
-    select_thread_id = "SELECT thread_id FROM covonaut_sealed_queue_threads WHERE aggregate_id = %s"
+    select_thread_id = (
+        "SELECT thread_id FROM covonaut_sealed_queue_threads WHERE aggregate_id IN (%s, %s)"
+    )
 
     def __init__(self, sealer: QueueSealer) -> None:
         self._sealer = sealer
@@ -200,7 +206,12 @@ class SealedRows(PlainRows):
         return self._sealer.digest(value)
 
     def thread_row(self, aggregate_id: str, thread_id: str) -> tuple[Any, ...]:
-        return (aggregate_id, self._sealer.seal(thread_id.encode()))
+        return (self.key(aggregate_id), self._sealer.seal(thread_id.encode()))
+
+    def aggregate(self, aggregate_id: str) -> tuple[str, ...]:
+        """Its keyed digest (a thread's aggregate id is an unkeyed hash of its thread
+        id), or the id itself, as a view written before digests holds it."""
+        return (self.key(aggregate_id), aggregate_id)
 
     def item_row(self, item: PendingReview) -> tuple[Any, ...]:
         sealed = self._sealer.seal(msgspec.json.encode(item))
@@ -252,7 +263,7 @@ def statements(
                 yield rows.clear_thread, (rows.key(thread_id),)
             case ThreadGivenUp(aggregate_id, thread_id):
                 yield rows.clear_thread, (rows.key(thread_id),)
-                yield rows.forget_thread, (aggregate_id,)
+                yield rows.forget_thread, rows.aggregate(aggregate_id)
 
 
 def _in_order(items: Iterable[PendingReview]) -> tuple[PendingReview, ...]:
@@ -291,7 +302,7 @@ class SQLReviewQueueView(ReviewQueueView):
     def thread_id_of(self, aggregate_id: str) -> str | None:
         rows = self.rows()
         with self.datastore.transaction(commit=False) as cursor:
-            cursor.execute(self._sql(rows.select_thread_id), (aggregate_id,))
+            cursor.execute(self._sql(rows.select_thread_id), rows.aggregate(aggregate_id))
             row = cursor.fetchone()
             return None if row is None else rows.thread_id(row)
 

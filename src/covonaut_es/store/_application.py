@@ -41,7 +41,7 @@ from covonaut_es.store._chain import UNCHAINED, chain_in, chain_of
 from covonaut_es.store._chain_key import SEALS_NOTHING, check_chain_key, sealed_predecessor
 from covonaut_es.store._heads import HEADS, NEW_STREAMS, Head
 from covonaut_es.store._mapper import MsgspecMapper
-from covonaut_es.store._settings import as_recorded, check_settings
+from covonaut_es.store._settings import as_recorded, check_settings, key_stream_ids
 from covonaut_es.store._snapshot_cache import SnapshotCache
 from covonaut_es.store._snapshot_seals import SealKey
 
@@ -254,6 +254,14 @@ class ThreadsApplication(AgentApplication):
     backend: Backend
     """The port of the store's back end (ADR 0028)."""
 
+    def __init__(self, env: EnvType | None = None) -> None:
+        super().__init__(env=env)
+        try:
+            key_stream_ids(self, "the store")  # as it records, for every open of it
+        except BaseException:
+            self.close()
+            raise
+
     def construct_env(self, name: str, env: EnvType | None = None) -> Environment:
         # Only what open_store() passed: variables in os.environ must not redirect a
         # store to another database behind the caller's back.
@@ -353,6 +361,7 @@ def open_application(url: str, env: Mapping[str, str]) -> AgentApplication:
             app = ThreadsApplication(env=dict(env))
             try:
                 settled = as_recorded(env, check_settings(app, env, url))
+                key_stream_ids(app, f"store {url}")  # as a new store has just recorded
                 writes = env.get("CREATE_TABLE") != "n" and env.get(SEALS_NOTHING) != "y"
                 check_chain_key(app, app.chain_key, url, writes=writes)
             except BaseException:

@@ -34,6 +34,7 @@ from covonaut_es.errors import BrokenChainError, ChainKeyMismatchError, ChainKey
 from covonaut_es.store._chain import CHAIN_FIELD, KEYED, UNCHAINED, chain_in, link_problem
 from covonaut_es.store._mapper import MsgspecMapper, aggregate_event_classes
 from covonaut_es.store._settings import settings_table
+from covonaut_es.store._stream_ids import stored_stream
 
 CHAIN_TABLE = "covonaut_chain"
 """The table recording a store's chain key: ``key`` (its fingerprint), ``adopted_at``
@@ -105,8 +106,15 @@ def _adopt(app: Application[UUID], key: bytes) -> None:
             break
         after = page[-1].id
     table = settings_table(app, CHAIN_TABLE)
-    table.write({stream.hex: _point(key, stream, version) for stream, version in heads.items()})
+    table.write(
+        {_row(app, stream): _point(key, stream, version) for stream, version in heads.items()}
+    )
     table.write({_POSITION_ROW: str(position), _KEY_ROW: chain_key_fingerprint(key)})
+
+
+def _row(app: Application[UUID], stream: UUID) -> str:
+    """The row of ``stream``'s adoption point: named by its id as the store keeps it."""
+    return stored_stream(app.recorder, stream).hex
 
 
 def _point(key: bytes, stream: UUID, version: int) -> str:
@@ -119,6 +127,7 @@ class ChainAdoption:
 
     def __init__(self, app: Application[UUID], key: bytes | None) -> None:
         self._table = settings_table(app, CHAIN_TABLE)
+        self._app = app
         self._key = key
         self.adopted = self._table.get(_KEY_ROW) is not None
 
@@ -127,7 +136,7 @@ class ChainAdoption:
         point; 0 when it has none, or one not sealed with the key."""
         if not self.adopted:
             return 2**63
-        row = self._table.get(stream.hex)
+        row = self._table.get(_row(self._app, stream))
         if row is None or self._key is None:
             return 0
         version = row.partition(":")[0]

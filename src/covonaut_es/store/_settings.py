@@ -49,6 +49,7 @@ from covonaut_es.errors import (
 from covonaut_es.store._backend import backend_of
 from covonaut_es.store._mapper import MsgspecMapper, decode_object
 from covonaut_es.store._settings_tables import SETTINGS_TABLE, SettingsTable
+from covonaut_es.store._stream_ids import KEYED, STREAM_IDS, KeyedEvents, recorded_stream_ids
 from covonaut_es.store._urls import COMPRESSION_AS_RECORDED, COMPRESSOR_TOPIC, ZLIB_COMPRESSOR
 
 COMPRESSIONS = ("zlib", "none")
@@ -104,23 +105,49 @@ def check_sqlite_file(path: str, url: str, *, writable: bool) -> None:
             raise ForeignSchemaError(msg)
 
 
+def _key_bytes(cipher_key: str) -> bytes:
+    try:
+        return base64.b64decode(cipher_key, validate=True)
+    except binascii.Error:
+        return cipher_key.encode()
+
+
 def key_fingerprint(cipher_key: str | None) -> str:
     """The fingerprint of a cipher key as a store records it; ``"none"`` without one."""
     if cipher_key is None:
         return NO_KEY
-    try:
-        key = base64.b64decode(cipher_key, validate=True)
-    except binascii.Error:
-        key = cipher_key.encode()
-    return "hmac-sha256:" + hmac.new(key, _LABEL, hashlib.sha256).hexdigest()
+    return "hmac-sha256:" + hmac.new(_key_bytes(cipher_key), _LABEL, hashlib.sha256).hexdigest()
 
 
 def requested_settings(env: Mapping[str, str]) -> dict[str, str]:
-    """The settings an open asks for, from its eventsourcing environment."""
-    return {
+    """The settings an open asks for, from its eventsourcing environment: an encrypted
+    store created by it keeps its stream ids keyed (:mod:`._stream_ids`)."""
+    requested = {
         "cipher": key_fingerprint(env.get("CIPHER_KEY")),
         "compression": "zlib" if env.get(COMPRESSOR_TOPIC) else "none",
     }
+    if env.get("CIPHER_KEY"):
+        requested[STREAM_IDS] = KEYED
+    return requested
+
+
+def key_stream_ids(app: Application[UUID], where: str) -> None:
+    """Have ``app``'s recorders store stream ids as its store records (nothing for an
+    open without a cipher key, which :func:`check_settings` refuses for an encrypted
+    store before anything is read or written).
+
+    Raises:
+        StoreSettingsError: The store records a scheme of stream ids this version does
+            not know.
+    """
+    cipher_key = app.env.get("CIPHER_KEY")
+    if not cipher_key:
+        return
+    ids = recorded_stream_ids(settings_table(app).read(), _key_bytes(cipher_key), where)
+    snapshots = app.snapshots
+    for recorder in (app.recorder, None if snapshots is None else snapshots.recorder):
+        if isinstance(recorder, KeyedEvents):
+            recorder.stream_ids = ids
 
 
 def as_recorded(env: Mapping[str, str], compression: str) -> dict[str, str]:

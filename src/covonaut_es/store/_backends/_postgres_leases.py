@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections.abc import Callable
 from typing import Any, TypeVar
 from uuid import UUID
 
@@ -70,12 +71,20 @@ class PostgresLeases(LeaseBackend):
     restart, a failover, ``pg_terminate_backend``, an idle timeout), every lease taken
     on it is lost, and stays lost. A new connection is opened for leases taken later
     only, never in place of the one a held lease was taken on.
+
+    A lock's key comes from the thread's stream id as the store keeps it (keyed in an
+    encrypted store, ``stored`` maps a domain id to it).
     """
 
     def __init__(
-        self, holder: str, connect_kwargs: dict[str, Any], tokens: LeaseTokens | None
+        self,
+        holder: str,
+        connect_kwargs: dict[str, Any],
+        tokens: LeaseTokens | None,
+        stored: Callable[[UUID], UUID],
     ) -> None:
         super().__init__(holder, tokens)
+        self._stored = stored
         # The lease connection names itself after the holder, whatever the URL named
         # the store's own sessions: runners refused read the holder from it.
         self._kwargs = {
@@ -149,7 +158,9 @@ class PostgresLeases(LeaseBackend):
         return connection, connection.execute(query, params)
 
     def _try_lock(self, thread_id: str) -> bool:
-        connection, row = self._execute("SELECT pg_try_advisory_lock(%s)", (_key(thread_id),))
+        connection, row = self._execute(
+            "SELECT pg_try_advisory_lock(%s)", (_key(self._stream(thread_id)),)
+        )
         taken = bool(row.fetchone()[0])
         if taken:
             with self._lock:
@@ -161,7 +172,10 @@ class PostgresLeases(LeaseBackend):
             connection = self._sessions.pop(thread_id, None)
         if connection is None or connection.closed or connection.broken:
             return  # the session ended, and its locks with it
-        connection.execute("SELECT pg_advisory_unlock(%s)", (_key(thread_id),))
+        connection.execute("SELECT pg_advisory_unlock(%s)", (_key(self._stream(thread_id)),))
+
+    def _stream(self, thread_id: str) -> UUID:
+        return self._stored(thread_aggregate_id(thread_id))
 
     def _session_of(self, thread_id: str) -> int:
         with self._lock:
@@ -178,7 +192,7 @@ class PostgresLeases(LeaseBackend):
         if in_save:
             return None  # the save itself checks that the session holds the lock
         try:
-            ids = lock_ids(thread_aggregate_id(thread_id))
+            ids = lock_ids(self._stream(thread_id))
             found = connection.execute(_HOLDS_LOCK, ids).fetchone()
         except Exception as exc:  # psycopg's errors of a dead session vary
             return f"its database session ended ({type(exc).__name__}: {exc})"
@@ -187,7 +201,7 @@ class PostgresLeases(LeaseBackend):
         return None
 
     def holder_of(self, thread_id: str) -> str | None:
-        _, cursor = self._execute(_HOLDER, lock_ids(thread_aggregate_id(thread_id)))
+        _, cursor = self._execute(_HOLDER, lock_ids(self._stream(thread_id)))
         rows = cursor.fetchall()
         names = [str(row[0]) for row in rows]
         return names[0].removeprefix(_APPLICATION_PREFIX) if names else None
@@ -249,9 +263,10 @@ def _decoded(text: str, kind: type[tuple[T, ...]]) -> tuple[T, ...]:
         return ()
 
 
-def _key(thread_id: str) -> int:
-    """The advisory lock key of a thread: the high 64 bits of its aggregate id, signed."""
-    high = thread_aggregate_id(thread_id).int >> 64
+def _key(stream: UUID) -> int:
+    """The advisory lock key of a thread: the high 64 bits of its stored stream id,
+    signed."""
+    high = stream.int >> 64
     return high - (1 << 64) if high >= 1 << 63 else high
 
 

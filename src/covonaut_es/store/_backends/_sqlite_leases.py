@@ -6,7 +6,9 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+from collections.abc import Callable
 from pathlib import Path
+from uuid import UUID
 
 import msgspec
 
@@ -27,23 +29,31 @@ def lease_directory(database_file: str) -> Path:
 class FileLeases(LeaseBackend):
     """Leases of a SQLite store: ``flock`` on files in :func:`lease_directory`.
 
-    A lock file is named after the thread's aggregate id (a thread id may hold any
-    character) and holds its holder's name while locked. Its holder removes it on
-    release, while still holding the lock; a runner that locked a file after it was
-    removed finds the name no longer leads to it and tries again, so two runners never
-    hold two files of one name, and lock files do not pile up (a runner that died leaves
-    its file, which the next holder removes).
+    A lock file is named after the thread's stream id as the store keeps it (a thread
+    id may hold any character; an encrypted store's stream ids are keyed), and holds
+    its holder's name while locked. Its holder removes it on release, while still
+    holding the lock; a runner that locked a file after it was removed finds the name
+    no longer leads to it and tries again, so two runners never hold two files of one
+    name, and lock files do not pile up (a runner that died leaves its file, which the
+    next holder removes).
     """
 
-    def __init__(self, holder: str, database_file: str, tokens: LeaseTokens | None) -> None:
+    def __init__(
+        self,
+        holder: str,
+        database_file: str,
+        tokens: LeaseTokens | None,
+        stored: Callable[[UUID], UUID],
+    ) -> None:
         super().__init__(holder, tokens)
+        self._stored = stored
         self.directory = lease_directory(database_file)
         self.database = f"sqlite:{self.directory}"
         self._files: dict[str, int] = {}
         self._record_fd: int | None = None
 
     def _path(self, thread_id: str) -> Path:
-        return self.directory / f"{thread_aggregate_id(thread_id).hex}.lock"
+        return self.directory / f"{self._stored(thread_aggregate_id(thread_id)).hex}.lock"
 
     def _try_lock(self, thread_id: str) -> bool:
         path = self._path(thread_id)

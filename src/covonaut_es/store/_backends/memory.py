@@ -6,7 +6,8 @@ projections run in applications of their own, so ``memory://NAME`` stores keep t
 recorders here, by name, for as long as some application uses them (then they go, as
 in-memory data does). Selected with
 ``PERSISTENCE_MODULE=covonaut_es.store._backends.memory``. Its application recorder keeps
-head anchors and lease tokens in dictionaries beside the events.
+head anchors and lease tokens in dictionaries beside the events. Its recorders store
+stream ids as the store records (:mod:`covonaut_es.store._stream_ids`).
 
 Private names of eventsourcing's POPO recorder used here (``_assert_uniqueness``,
 ``_update_table``, ``_stored_events_index``, ``_database_lock``) were checked against
@@ -45,11 +46,12 @@ from covonaut_es.store._heads import (
 from covonaut_es.store._leases import LeaseBackend, MemoryLeases
 from covonaut_es.store._settings_tables import MemorySettings, SettingsTable
 from covonaut_es.store._snapshot_cache import SnapshotCache
+from covonaut_es.store._stream_ids import KeyedEvents, KeyedLog
 
 MEMORY_STORE_NAME = "MEMORY_STORE_NAME"
 
 
-class MemoryApplicationRecorder(POPOApplicationRecorder):
+class _AnchoringRecorder(POPOApplicationRecorder):
     """eventsourcing's POPO application recorder that, once :meth:`anchor_heads` is
     called (by the store's application), keeps head anchors and lease tokens and
     honours the store's ``insert_events`` keywords."""
@@ -100,6 +102,14 @@ class MemoryApplicationRecorder(POPOApplicationRecorder):
             return anchor_in(dict(self.thread_heads), stream)
 
 
+class MemoryApplicationRecorder(KeyedLog, _AnchoringRecorder):
+    """The store's application recorder, storing stream ids as the store records."""
+
+
+class MemorySnapshotRecorder(KeyedEvents, POPOAggregateRecorder):
+    """The snapshots' recorder, storing stream ids as the store records."""
+
+
 class _SharedMemory:
     """The recorders of one named in-memory store."""
 
@@ -138,7 +148,7 @@ class Factory(popo.POPOFactory):
 
     def aggregate_recorder(self, purpose: str = "events") -> AggregateRecorder:
         with self._memory.lock:
-            return self._memory.aggregates.setdefault(purpose, POPOAggregateRecorder())
+            return self._memory.aggregates.setdefault(purpose, MemorySnapshotRecorder())
 
     def tracking_recorder(
         self, tracking_recorder_class: type[POPOTrackingRecorder] | None = None

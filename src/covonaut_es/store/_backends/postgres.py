@@ -6,7 +6,8 @@ lease fences in the saves' transaction, through an insert function of the store'
 (ADR 0013, ADR 0016, :mod:`._postgres_heads`), snapshots sent as JSON
 (:mod:`._postgres_rows`, ADR 0015) that replace their thread's older ones (ADR 0014),
 the URL's further parameters given to every connection, and leases held as advisory
-locks (:mod:`._postgres_leases`). Imported only for a PostgreSQL store: it needs psycopg.
+locks (:mod:`._postgres_leases`). Its recorders store stream ids as the store records
+(:mod:`covonaut_es.store._stream_ids`). Imported only for a PostgreSQL store: it needs psycopg.
 
 Private names of eventsourcing used here (``_insert_events`` of the PostgreSQL
 application recorder, ``_insert_stored_events`` of its aggregate recorder) were checked
@@ -61,11 +62,12 @@ from covonaut_es.store._leases import LeaseBackend
 from covonaut_es.store._rows import building_records, checked_head, checked_records
 from covonaut_es.store._settings_tables import SettingsTable, SQLSettings, column
 from covonaut_es.store._snapshot_cache import SnapshotCache
+from covonaut_es.store._stream_ids import KeyedEvents, KeyedLog, stored_stream
 from covonaut_es.store._urls import postgres_params
 
 
-class PostgresApplicationRecorder(postgres.PostgresApplicationRecorder):
-    """The store's application recorder: once :meth:`anchor_heads` found or made its
+class _AnchoringRecorder(postgres.PostgresApplicationRecorder):
+    """eventsourcing's PostgreSQL application recorder: once :meth:`anchor_heads` found or made its
     tables, saves write head anchors, check lease fences and refuse events in streams
     said to be new, in the insert's transaction.
 
@@ -213,8 +215,12 @@ class PostgresApplicationRecorder(postgres.PostgresApplicationRecorder):
         return anchor_in(rows, stream)
 
 
-class PostgresAggregateRecorder(postgres.PostgresAggregateRecorder):
-    """The snapshots' recorder: rows sent as one JSON document (ADR 0015)."""
+class PostgresApplicationRecorder(KeyedLog, _AnchoringRecorder):
+    """The store's application recorder, storing stream ids as the store records."""
+
+
+class _JSONRecorder(postgres.PostgresAggregateRecorder):
+    """eventsourcing's aggregate recorder, rows sent as one JSON document (ADR 0015)."""
 
     def __init__(self, datastore: postgres.PostgresDatastore, **kwargs: Any) -> None:
         super().__init__(datastore, **kwargs)
@@ -244,6 +250,10 @@ class PostgresAggregateRecorder(postgres.PostgresAggregateRecorder):
         with building_records(reading):
             found = super().select_events(originator_id, gt=gt, lte=lte, desc=desc, limit=limit)
         return checked_records(found, reading=reading)
+
+
+class PostgresAggregateRecorder(KeyedEvents, _JSONRecorder):
+    """The snapshots' recorder, storing stream ids as the store records."""
 
 
 # eventsourcing looks for exactly one factory class in a persistence module.
@@ -347,7 +357,8 @@ class _PostgresBackend:
         recorder = snapshots.recorder
         assert isinstance(recorder, postgres.PostgresAggregateRecorder)
         table = f'"{recorder.datastore.schema}"."{recorder.events_table_name}"'
-        thread, version = snapshot.originator_id, snapshot.originator_version
+        thread = stored_stream(recorder, snapshot.originator_id)
+        version = snapshot.originator_version
         with recorder.datastore.transaction(commit=True) as curs:
             curs.execute(
                 f"DELETE FROM {table} WHERE originator_id = %s AND originator_version < %s",
@@ -363,7 +374,9 @@ class _PostgresBackend:
     ) -> LeaseBackend:
         tokens = recorder if self.guards_new_streams(recorder) else None
         assert isinstance(factory, postgres.PostgresFactory)
-        return PostgresLeases(holder, dict(factory.datastore.pool.kwargs), tokens)  # type: ignore[arg-type]
+        stored = lambda stream: stored_stream(recorder, stream)  # noqa: E731
+        kwargs = dict(factory.datastore.pool.kwargs)  # type: ignore[arg-type]
+        return PostgresLeases(holder, kwargs, tokens, stored)  # type: ignore[arg-type]
 
 
 BACKEND = _PostgresBackend()

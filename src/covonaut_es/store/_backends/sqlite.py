@@ -6,7 +6,8 @@ written through a connection of their own (ADR 0024, :mod:`._sqlite_connections`
 application recorder that anchors heads and checks lease fences in the saves'
 transaction (ADR 0013, ADR 0016) and that projections can follow by polling
 (:mod:`._sqlite_polling`), snapshots that replace their thread's older ones, and leases
-taken with ``flock`` beside the file (:mod:`._sqlite_leases`).
+taken with ``flock`` beside the file (:mod:`._sqlite_leases`). Its recorders store stream
+ids as the store records (:mod:`covonaut_es.store._stream_ids`).
 
 Private names of eventsourcing used here (``_insert_events`` of the SQLite recorders)
 were checked against eventsourcing 9.5.6.
@@ -15,6 +16,7 @@ were checked against eventsourcing 9.5.6.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 from uuid import UUID
@@ -51,6 +53,7 @@ from covonaut_es.store._rows import checked_head, checked_id, checked_records
 from covonaut_es.store._settings import check_sqlite_file
 from covonaut_es.store._settings_tables import SettingsTable, SQLSettings
 from covonaut_es.store._snapshot_cache import SnapshotCache
+from covonaut_es.store._stream_ids import KeyedEvents, KeyedLog, stored_stream
 from covonaut_es.store._urls import SQLITE_PATH
 
 
@@ -79,8 +82,8 @@ class SQLiteAggregateRecorder(sqlite.SQLiteAggregateRecorder):
         return checked_records(found, reading=f"stream {originator_id}")
 
 
-class SQLiteApplicationRecorder(SQLiteAggregateRecorder, PollingSQLiteApplicationRecorder):
-    """The store's application recorder: once :meth:`anchor_heads` found or made its
+class _AnchoringRecorder(SQLiteAggregateRecorder, PollingSQLiteApplicationRecorder):
+    """eventsourcing's SQLite application recorder: once :meth:`anchor_heads` found or made its
     tables, saves go through the store's own writer and write head anchors, check lease
     fences and refuse events in streams said to be new, in the insert's transaction."""
 
@@ -203,12 +206,20 @@ class SQLiteApplicationRecorder(SQLiteAggregateRecorder, PollingSQLiteApplicatio
         return True
 
 
+class SQLiteApplicationRecorder(KeyedLog, _AnchoringRecorder):
+    """The store's application recorder, storing stream ids as the store records."""
+
+
+class SQLiteSnapshotRecorder(KeyedEvents, SQLiteAggregateRecorder):
+    """The snapshots' recorder, storing stream ids as the store records."""
+
+
 # eventsourcing looks for exactly one factory class in a persistence module.
 class Factory(sqlite.SQLiteFactory):
     """eventsourcing's SQLite factory, with the store's recorder and a pool whose
     connections keep their statements parsed."""
 
-    aggregate_recorder_class = SQLiteAggregateRecorder
+    aggregate_recorder_class = SQLiteSnapshotRecorder
     application_recorder_class = SQLiteApplicationRecorder
 
     def __init__(self, env: Any) -> None:
@@ -277,8 +288,10 @@ class _SQLiteBackend:
         """
         recorder = snapshots.recorder
         assert isinstance(recorder, sqlite.SQLiteAggregateRecorder)
-        record = snapshots.stored(snapshot)  # sealed (ADR 0030)
-        thread, version = snapshot.originator_id, snapshot.originator_version
+        thread = stored_stream(recorder, snapshot.originator_id)
+        sealed = snapshots.stored(snapshot)  # sealed (ADR 0030)
+        record = dataclasses.replace(sealed, originator_id=thread)
+        version = snapshot.originator_version
         with recorder.datastore.transaction(commit=True) as c:
             c.execute(
                 f"DELETE FROM {recorder.events_table_name} "
@@ -295,7 +308,8 @@ class _SQLiteBackend:
         pool = factory.datastore.pool
         path = None if pool.is_sqlite_memory_mode else sqlite_file(pool.db_name)
         if path is not None:
-            return FileLeases(holder, path, tokens)  # type: ignore[arg-type]
+            stored = lambda stream: stored_stream(recorder, stream)  # noqa: E731
+            return FileLeases(holder, path, tokens, stored)  # type: ignore[arg-type]
         return MemoryLeases(holder, recorder, tokens)  # type: ignore[arg-type]
 
 
