@@ -19,11 +19,11 @@ library), not a return to the state before anchors.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 from uuid import UUID
 
 import msgspec
-from eventsourcing.persistence import IntegrityError, StoredEvent
+from eventsourcing.persistence import ApplicationRecorder, IntegrityError, StoredEvent
 
 from covonaut_es.errors import LeaseLostError
 from covonaut_es.store._chain import UNCHAINED, chain_in
@@ -61,6 +61,27 @@ class HeadAnchor(msgspec.Struct, frozen=True):
     store_anchors: bool
     version: int | None = None
     chain: str = UNCHAINED
+
+
+class RecorderAnchors:
+    """The head-anchor parts of a back end's port, where its own application recorder
+    class (``anchoring_recorder``) anchors heads; eventsourcing's stock recorders (a
+    user's application on eventsourcing's module) anchor none."""
+
+    anchoring_recorder: ClassVar[type[Any]]
+
+    def anchor_heads(self, recorder: ApplicationRecorder, *, create: bool) -> None:
+        if isinstance(recorder, self.anchoring_recorder):
+            recorder.anchor_heads(create=create)
+
+    def guards_new_streams(self, recorder: ApplicationRecorder) -> bool:
+        return isinstance(recorder, self.anchoring_recorder) and bool(recorder.anchoring)
+
+    def read_head(self, recorder: ApplicationRecorder, stream: UUID) -> HeadAnchor:
+        if isinstance(recorder, self.anchoring_recorder):
+            head: HeadAnchor = recorder.read_head(stream)
+            return head
+        return HeadAnchor(store_anchors=False)
 
 
 def heads_of_records(records: Iterable[StoredEvent]) -> list[Head]:

@@ -39,6 +39,7 @@ from covonaut_es.store._heads import (
     HEADS,
     NEW_STREAMS,
     HeadAnchor,
+    RecorderAnchors,
     anchor_in,
     check_fences,
     taken,
@@ -62,8 +63,9 @@ class _AnchoringRecorder(POPOApplicationRecorder):
         self.thread_heads: dict[UUID, tuple[int, str]] = {}
         self.lease_tokens: dict[UUID, int] = {}
 
-    def anchor_heads(self) -> None:
-        """Write head anchors from now on (every save of the store's application)."""
+    def anchor_heads(self, *, create: bool = True) -> None:
+        """Write head anchors from now on (every save of the store's application); an
+        in-memory store has no table to create."""
         self.anchoring = True
 
     def _assert_uniqueness(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> None:
@@ -160,10 +162,11 @@ class Factory(popo.POPOFactory):
             return self._memory.trackers.setdefault(type(made), made)
 
 
-class _MemoryBackend:
+class _MemoryBackend(RecorderAnchors):
     """The port of the in-memory back end (see :class:`~covonaut_es.store._backend.Backend`)."""
 
     name: BackendName = "memory"
+    anchoring_recorder = MemoryApplicationRecorder
 
     def owns(self, factory: InfrastructureFactory[Any]) -> bool:
         return isinstance(factory, popo.POPOFactory)
@@ -178,18 +181,6 @@ class _MemoryBackend:
         # An anonymous store gets the name it was given, so that projections in this
         # process can follow it.
         return f"memory://{env[MEMORY_STORE_NAME]}"
-
-    def anchor_heads(self, recorder: ApplicationRecorder, *, create: bool) -> None:
-        if isinstance(recorder, MemoryApplicationRecorder):
-            recorder.anchor_heads()
-
-    def guards_new_streams(self, recorder: ApplicationRecorder) -> bool:
-        return isinstance(recorder, MemoryApplicationRecorder) and recorder.anchoring
-
-    def read_head(self, recorder: ApplicationRecorder, stream: UUID) -> HeadAnchor:
-        if isinstance(recorder, MemoryApplicationRecorder):
-            return recorder.read_head(stream)
-        return HeadAnchor(store_anchors=False)
 
     def close_writer(self, recorder: ApplicationRecorder) -> None:
         return

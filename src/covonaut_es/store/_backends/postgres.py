@@ -52,6 +52,7 @@ from covonaut_es.store._heads import (
     HEADS,
     NEW_STREAMS,
     HeadAnchor,
+    RecorderAnchors,
     anchor_in,
     check_fences,
     heads_table,
@@ -66,21 +67,8 @@ from covonaut_es.store._stream_ids import KeyedEvents, KeyedLog, stored_stream
 from covonaut_es.store._urls import postgres_params
 
 
-class _AnchoringRecorder(postgres.PostgresApplicationRecorder):
-    """eventsourcing's PostgreSQL application recorder: once :meth:`anchor_heads` found or made its
-    tables, saves write head anchors, check lease fences and refuse events in streams
-    said to be new, in the insert's transaction.
-
-    Where the store's insert function exists (:mod:`._postgres_heads`), events and heads
-    are written by one call of it, in autocommit: it takes the table lock that
-    keeps notification ids in commit order, writes, and commits within one statement,
-    so the lock is never held across a round trip to the client (eventsourcing's
-    recorder holds it from its ``LOCK TABLE`` until the client's ``COMMIT``). Else the
-    heads ride along eventsourcing's own insert.
-    """
-
-    anchoring = False
-    insert_function: str | None = None  # the call of the store's insert function, if any
+class _CheckedRows(postgres.PostgresAggregateRecorder):
+    """eventsourcing's PostgreSQL recorder, checking each row it reads."""
 
     def select_events(
         self,
@@ -96,6 +84,23 @@ class _AnchoringRecorder(postgres.PostgresApplicationRecorder):
         with building_records(reading):
             found = super().select_events(originator_id, gt=gt, lte=lte, desc=desc, limit=limit)
         return checked_records(found, reading=reading)
+
+
+class _AnchoringRecorder(_CheckedRows, postgres.PostgresApplicationRecorder):
+    """eventsourcing's PostgreSQL application recorder: once :meth:`anchor_heads` found or made its
+    tables, saves write head anchors, check lease fences and refuse events in streams
+    said to be new, in the insert's transaction.
+
+    Where the store's insert function exists (:mod:`._postgres_heads`), events and heads
+    are written by one call of it, in autocommit: it takes the table lock that
+    keeps notification ids in commit order, writes, and commits within one statement,
+    so the lock is never held across a round trip to the client (eventsourcing's
+    recorder holds it from its ``LOCK TABLE`` until the client's ``COMMIT``). Else the
+    heads ride along eventsourcing's own insert.
+    """
+
+    anchoring = False
+    insert_function: str | None = None  # the call of the store's insert function, if any
 
     def select_notifications(
         self,
@@ -219,7 +224,7 @@ class PostgresApplicationRecorder(KeyedLog, _AnchoringRecorder):
     """The store's application recorder, storing stream ids as the store records."""
 
 
-class _JSONRecorder(postgres.PostgresAggregateRecorder):
+class _JSONRecorder(_CheckedRows):
     """eventsourcing's aggregate recorder, rows sent as one JSON document (ADR 0015)."""
 
     def __init__(self, datastore: postgres.PostgresDatastore, **kwargs: Any) -> None:
@@ -235,21 +240,6 @@ class _JSONRecorder(postgres.PostgresAggregateRecorder):
         self, curs: Any, stored_events: Sequence[StoredEvent], **_: Any
     ) -> None:
         curs.execute(self.json_insert, (rows_json(stored_events),))
-
-    def select_events(
-        self,
-        originator_id: UUID | str,
-        *,
-        gt: int | None = None,
-        lte: int | None = None,
-        desc: bool = False,
-        limit: int | None = None,
-    ) -> Sequence[StoredEvent]:
-        """As eventsourcing's, each row checked (:mod:`covonaut_es.store._rows`)."""
-        reading = f"stream {originator_id}"
-        with building_records(reading):
-            found = super().select_events(originator_id, gt=gt, lte=lte, desc=desc, limit=limit)
-        return checked_records(found, reading=reading)
 
 
 class PostgresAggregateRecorder(KeyedEvents, _JSONRecorder):
@@ -275,11 +265,12 @@ class Factory(postgres.PostgresFactory):
 _SCHEMA_LOCK_KEY = 0x636F766F  # "covo": serializes table creation across processes
 
 
-class _PostgresBackend:
+class _PostgresBackend(RecorderAnchors):
     """The port of the PostgreSQL back end (see
     :class:`~covonaut_es.store._backend.Backend`)."""
 
     name: BackendName = "postgres"
+    anchoring_recorder = PostgresApplicationRecorder
 
     def owns(self, factory: InfrastructureFactory[Any]) -> bool:
         return isinstance(factory, postgres.PostgresFactory)
@@ -316,18 +307,6 @@ class _PostgresBackend:
 
     def canonical_url(self, url: str, env: Mapping[str, str]) -> str:
         return url
-
-    def anchor_heads(self, recorder: ApplicationRecorder, *, create: bool) -> None:
-        if isinstance(recorder, PostgresApplicationRecorder):
-            recorder.anchor_heads(create=create)
-
-    def guards_new_streams(self, recorder: ApplicationRecorder) -> bool:
-        return isinstance(recorder, PostgresApplicationRecorder) and recorder.anchoring
-
-    def read_head(self, recorder: ApplicationRecorder, stream: UUID) -> HeadAnchor:
-        if isinstance(recorder, PostgresApplicationRecorder):
-            return recorder.read_head(stream)
-        return HeadAnchor(store_anchors=False)
 
     def close_writer(self, recorder: ApplicationRecorder) -> None:
         return  # saves go through the pool

@@ -42,6 +42,7 @@ from covonaut_es.store._heads import (
     FENCES,
     HEADS,
     HeadAnchor,
+    RecorderAnchors,
     anchor_in,
     check_fences,
     heads_table,
@@ -232,10 +233,11 @@ class Factory(sqlite.SQLiteFactory):
         )
 
 
-class _SQLiteBackend:
+class _SQLiteBackend(RecorderAnchors):
     """The port of the SQLite back end (see :class:`~covonaut_es.store._backend.Backend`)."""
 
     name: BackendName = "sqlite"
+    anchoring_recorder = SQLiteApplicationRecorder
 
     def owns(self, factory: InfrastructureFactory[Any]) -> bool:
         return isinstance(factory, sqlite.SQLiteFactory)
@@ -250,18 +252,6 @@ class _SQLiteBackend:
 
     def canonical_url(self, url: str, env: Mapping[str, str]) -> str:
         return url
-
-    def anchor_heads(self, recorder: ApplicationRecorder, *, create: bool) -> None:
-        if isinstance(recorder, SQLiteApplicationRecorder):
-            recorder.anchor_heads(create=create)
-
-    def guards_new_streams(self, recorder: ApplicationRecorder) -> bool:
-        return isinstance(recorder, SQLiteApplicationRecorder) and recorder.anchoring
-
-    def read_head(self, recorder: ApplicationRecorder, stream: UUID) -> HeadAnchor:
-        if isinstance(recorder, SQLiteApplicationRecorder):
-            return recorder.read_head(stream)
-        return HeadAnchor(store_anchors=False)
 
     def close_writer(self, recorder: ApplicationRecorder) -> None:
         if isinstance(recorder, SQLiteApplicationRecorder):
