@@ -91,7 +91,14 @@ def check_chain_key(app: Application[UUID], key: bytes | None, url: str, *, writ
 
 def _adopt(app: Application[UUID], key: bytes) -> None:
     """Record each thread stream's adoption point, then the key: an open that stops in
-    between leaves a store without a key, which the next keyed open adopts again."""
+    between leaves a store without a key, which the next keyed open adopts again.
+
+    The points cover only what was written before the first keyed event in the log: a
+    store that holds one was keyed already, and its record of the key was deleted, so
+    an event written after it (a thread rewritten with the public hash in its place)
+    must bear the key, as it had to before."""
+    mapper = app.mapper
+    assert isinstance(mapper, MsgspecMapper)
     position = app.recorder.max_notification_id() or 0
     heads: dict[UUID, int] = {}
     after: int | None = None
@@ -100,10 +107,14 @@ def _adopt(app: Application[UUID], key: bytes) -> None:
             after, _PAGE, stop=position, topics=_THREAD_TOPICS, inclusive_of_start=False
         )
         for record in page:
+            if chain_in(mapper.plain_payload(record)).startswith(KEYED):
+                break
             heads[UUID(str(record.originator_id))] = record.originator_version
-        if len(page) < _PAGE:
-            break
-        after = page[-1].id
+        else:
+            if len(page) == _PAGE:
+                after = page[-1].id
+                continue
+        break
     table = settings_table(app, CHAIN_TABLE)
     table.write({stream.hex: _point(key, stream, version) for stream, version in heads.items()})
     table.write({_POSITION_ROW: str(position), _KEY_ROW: chain_key_fingerprint(key)})
