@@ -8,13 +8,15 @@ from typing import Any
 
 import psycopg
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 from covonaut_es import open_store
 from covonaut_es.domain import thread_aggregate_id
 from covonaut_es.errors import BrokenChainError, ThreadStateError
 from covonaut_es.messages import Message
 from covonaut_es.store._chain_key import CHAIN_TABLE
-from test_chain import KEY, NOW, launder, written_thread
+from test_chain import KEY, NOW, launder, move_anchor_sql, written_thread
 
 
 def run_sql(url: str, sql: str, *params: Any) -> None:
@@ -115,3 +117,111 @@ def test_a_writer_opened_before_the_key_was_adopted_is_reported_and_never_sealed
                 with pytest.raises(BrokenChainError):
                     keyed.save(thread)
             assert keyed.verify("shared").findings[0].version == adopted_at + 1
+
+
+def test_a_thread_written_before_the_key_cannot_be_rewritten_once_it_is_adopted(
+    shared_url: str,
+) -> None:
+    """A thread written before the store adopted its key, rewritten afterwards in place
+    with the public hash (same length, head anchor moved to the new head), is reported:
+    the adoption point covers the seal of the event it names, and every link before it."""
+    with open_store(shared_url) as store:
+        written_thread(store, "before", 4)
+    with open_store(shared_url, chain_key=KEY) as store:
+        assert store.verify("before").findings[-1].problem.startswith("head not sealed")
+        launder(store, shared_url, "before", {2}, rechain=True)
+        newest = store._stored_records("before")[-1]
+        chain = store._mapper.payload_fields(newest)["chain"]
+        move_anchor_sql(shared_url, thread_aggregate_id("before"), chain)
+        report = store.verify("before")
+        assert report.findings[0].version == 1, report
+        thread = store.load("before")
+        thread.append_message(Message(role="user", content="keyed on top"), now=NOW)
+        with pytest.raises(BrokenChainError):
+            store.save(thread)
+
+
+_ROUTES = ["rewrite in place", "copy another thread", "delete the record of the key"]
+_RECORD = ["key", "adopted_at", "points"]
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    route=st.sampled_from(_ROUTES),
+    begun_before_the_key=st.booleans(),
+    messages=st.integers(min_value=1, max_value=5),
+    first=st.integers(min_value=0, max_value=100),
+    deleted=st.sets(st.sampled_from(_RECORD), min_size=1),
+    move_anchor=st.booleans(),
+    reopens=st.integers(min_value=1, max_value=2),
+)
+def test_no_route_launders_a_thread_of_a_keyed_store(
+    tmp_path_factory: pytest.TempPathFactory,
+    route: str,
+    begun_before_the_key: bool,
+    messages: int,
+    first: int,
+    deleted: set[str],
+    move_anchor: bool,
+    reopens: int,
+) -> None:
+    """A writer without the key who rewrites a thread with the public hash (from any
+    event on), or copies another thread's sealed stream over it, and may delete any of
+    the store's record of its key and move the head anchor: verify reports the thread
+    after any number of keyed opens, and no keyed save seals on top of it."""
+    # Deleting the whole record of the key from a store whose keyed events all came
+    # after the victim's makes it read as a store that never had a key (documented).
+    assume(not (route == _ROUTES[2] and deleted == set(_RECORD) and begun_before_the_key))
+    url = f"sqlite:///{tmp_path_factory.mktemp('laundered') / 'threads.db'}"
+    with open_store(url) as store:
+        if begun_before_the_key:
+            written_thread(store, "victim", messages)
+    with open_store(url, chain_key=KEY) as store:
+        written_thread(store, "source", messages)
+        if not begun_before_the_key:
+            written_thread(store, "victim", messages)
+        head = store.head_version("victim")
+        assert head is not None
+        if route == "copy another thread":
+            events, heads, stored = tables(url)
+            victim, source = thread_aggregate_id("victim"), thread_aggregate_id("source")
+            run_sql(url, f"DELETE FROM {events} WHERE originator_id = ?", stored(victim))
+            run_sql(
+                url,
+                f"INSERT INTO {events} (originator_id, originator_version, topic, state) "
+                f"SELECT ?, originator_version, topic, state FROM {events} "
+                "WHERE originator_id = ?",
+                stored(victim),
+                stored(source),
+            )
+            run_sql(url, f"DELETE FROM {heads} WHERE originator_id = ?", stored(victim))
+            run_sql(
+                url,
+                f"INSERT INTO {heads} SELECT ?, version, chain FROM {heads} "
+                "WHERE originator_id = ?",
+                stored(victim),
+                stored(source),
+            )
+        else:
+            launder(store, url, "victim", {first % head + 1}, rechain=True)
+        if move_anchor:
+            newest = store._stored_records("victim")[-1]
+            chain = store._mapper.payload_fields(newest)["chain"]
+            move_anchor_sql(url, thread_aggregate_id("victim"), chain)
+    if route == "delete the record of the key":
+        if "points" in deleted:
+            run_sql(url, f"DELETE FROM {CHAIN_TABLE} WHERE name NOT IN ('key', 'adopted_at')")
+        for row in deleted - {"points"}:
+            run_sql(url, f"DELETE FROM {CHAIN_TABLE} WHERE name = ?", row)
+    for _ in range(reopens):
+        with open_store(url, chain_key=KEY) as store:
+            assert not store.verify("victim").ok
+            thread = store.load("victim") if route != "copy another thread" else None
+            if thread is not None:
+                thread.append_message(Message(role="user", content="keyed"), now=NOW)
+                with pytest.raises(BrokenChainError):
+                    store.save(thread)
