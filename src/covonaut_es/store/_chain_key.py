@@ -34,7 +34,14 @@ from eventsourcing.utils import get_topic
 
 from covonaut_es.domain import AgentThread, thread_aggregate_id
 from covonaut_es.errors import BrokenChainError, ChainKeyMismatchError, ChainKeyRequiredError
-from covonaut_es.store._chain import CHAIN_FIELD, KEYED, UNCHAINED, chain_in, link_problem
+from covonaut_es.store._chain import (
+    CHAIN_FIELD,
+    KEYED,
+    UNCHAINED,
+    chain_in,
+    link_problem,
+    same_seal,
+)
 from covonaut_es.store._mapper import MsgspecMapper, aggregate_event_classes
 from covonaut_es.store._settings import settings_table
 
@@ -86,7 +93,7 @@ def check_chain_key(app: Application[UUID], key: bytes | None, url: str, *, writ
             )
             raise ChainKeyRequiredError(msg)
         return
-    if not hmac.compare_digest(recorded, chain_key_fingerprint(key)):
+    if not same_seal(recorded, chain_key_fingerprint(key)):
         msg = (
             f"store {url} seals its chain with another key than the one given: pass the "
             "chain key it adopted (nothing was written)"
@@ -141,7 +148,7 @@ def _sealed_position(key: bytes, row: str | None) -> int | None:
     position = (row or "").partition(":")[0]
     if not position.isdigit() or len(position) > 19:
         return None
-    if not hmac.compare_digest(row or "", _position(key, int(position))):
+    if not same_seal(row or "", _position(key, int(position))):
         return None
     return int(position)
 
@@ -185,7 +192,7 @@ class ChainAdoption:
         at = int(version)
         found = self._app.recorder.select_events(stream, gt=at - 1, lte=at, limit=1)
         chain = chain_in(mapper.plain_payload(found[0])) if found else UNCHAINED
-        if not hmac.compare_digest(row, _point(self._key, stream, at, chain)):
+        if not same_seal(row, _point(self._key, stream, at, chain)):
             return 0
         del self._forged[stream]
         return at
