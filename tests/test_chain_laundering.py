@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from covonaut_es import open_store
+from covonaut_es import CovonautError, open_store
 from covonaut_es.domain import thread_aggregate_id
 from covonaut_es.errors import BrokenChainError, ThreadStateError
 from covonaut_es.messages import Message
@@ -172,7 +172,9 @@ def test_no_route_launders_a_thread_of_a_keyed_store(
     """A writer without the key who rewrites a thread with the public hash (from any
     event on), or copies another thread's sealed stream over it, and may delete any of
     the store's record of its key and move the head anchor: verify reports the thread
-    after any number of keyed opens, and no keyed save seals on top of it."""
+    after any number of keyed opens, no keyed save seals on top of it, and a fork of it
+    is refused or reported (a fork of a copied stream is sealed after the copy's valid
+    links: verify reports the fork, whose parent does not load)."""
     # Deleting the whole record of the key from a store whose keyed events all came
     # after the victim's makes it read as a store that never had a key (documented).
     assume(not (route == _ROUTES[2] and deleted == set(_RECORD) and begun_before_the_key))
@@ -217,9 +219,15 @@ def test_no_route_launders_a_thread_of_a_keyed_store(
             run_sql(url, f"DELETE FROM {CHAIN_TABLE} WHERE name NOT IN ('key', 'adopted_at')")
         for row in deleted - {"points"}:
             run_sql(url, f"DELETE FROM {CHAIN_TABLE} WHERE name = ?", row)
-    for _ in range(reopens):
+    for reopen in range(reopens):
         with open_store(url, chain_key=KEY) as store:
             assert not store.verify("victim").ok
+            try:  # a fork is refused, or reported as the thread is
+                store.fork("victim", new_thread_id=f"fork-{reopen}")
+            except CovonautError:
+                pass
+            else:
+                assert not store.verify(f"fork-{reopen}").ok
             thread = store.load("victim") if route != "copy another thread" else None
             if thread is not None:
                 thread.append_message(Message(role="user", content="keyed"), now=NOW)
