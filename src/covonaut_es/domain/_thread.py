@@ -24,7 +24,7 @@ from eventsourcing.domain import Aggregate
 
 from covonaut_es.domain._calls import event_key, has_key_form, requested_call
 from covonaut_es.domain._canonical import canonical_json
-from covonaut_es.domain._ids import check_thread_id, thread_aggregate_id
+from covonaut_es.domain._ids import check_thread_id, check_thread_stream, thread_aggregate_id
 from covonaut_es.domain._pauses import (
     checked_kind,
     in_doubt_data,
@@ -69,18 +69,6 @@ from covonaut_es.errors import (
 from covonaut_es.messages import Message, Role, ToolCall, Usage
 
 _NO_PINS: Mapping[str, ToolPin] = MappingProxyType({})
-
-
-def _check_stream(stream: UUID, thread_id: str) -> None:
-    """Refuse a thread's first event stored in another thread's stream: the chain does
-    not cover the stream id, so a whole stream copied under another id still links."""
-    if stream != thread_aggregate_id(thread_id):
-        msg = (
-            f"the first event of stream {stream} names thread {thread_id!r}, whose stream "
-            f"is {thread_aggregate_id(thread_id)}: it was copied from another thread; "
-            "restore the thread from a backup"
-        )
-        raise ThreadStateError(msg)
 
 
 class AgentThread(Aggregate, created_event_name="Started"):
@@ -141,7 +129,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
         thread_id: str
 
         def mutate(self, aggregate: Any) -> Any:
-            _check_stream(self.originator_id, self.thread_id)
+            check_thread_stream(self.originator_id, self.thread_id)
             return super().mutate(aggregate)
 
     class StartedFromState(Started):
@@ -470,7 +458,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
                     f"version {self.parent_version}, not {base.thread_id!r} at {base.version}"
                 )
                 raise ThreadStateError(msg)
-            _check_stream(self.originator_id, self.thread_id)
+            check_thread_stream(self.originator_id, self.thread_id)
             base.__dict__.update(
                 _id=self.originator_id,
                 _version=self.originator_version,
