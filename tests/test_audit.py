@@ -27,9 +27,11 @@ from covonaut_es.domain import AgentThread, CheckpointReason, RunMode, thread_ag
 from covonaut_es.errors import ConfigurationError, MissingToolCallError, TransferError
 from covonaut_es.messages import Message
 from covonaut_es.store import _zstd
-from covonaut_es.store._chain import chain_hash
+from covonaut_es.store._chain import KEYED, UNCHAINED, chain_hash
 from covonaut_es.store._snapshot_seals import unsealed
 from support import answer, call, echo_tool, review_tool, ticking_clock
+
+STARTED_TOPICS = {AgentThread.Started.TOPIC, AgentThread.StartedFromState.TOPIC}
 
 
 def conversation(store: Store, thread_id: str = "t", turns: int = 3) -> Agent:
@@ -238,15 +240,22 @@ def test_verify_works_through_encryption(tmp_path: Path, compress: bool) -> None
 
 def forge(store: Store, source: str, target: str, change: Any) -> None:
     """Write ``source``'s records as thread ``target`` after ``change(version, topic,
-    payload)``, as someone with write access to the database could: the chain does not
-    cover the thread's id, so an untouched copy verifies like the original."""
-    records = []
+    payload)``, as someone with write access to the database could. The copy names
+    ``target`` in its first event and is sealed again as the store would have sealed
+    it (a copy naming ``source`` is a finding), so that ``change`` alone is the attack."""
+    records, previous = [], UNCHAINED
     for record in store._stored_records(source):
         payload = msgspec.json.decode(store._mapper.plain_payload(record))
-        payload = change(record.originator_version, record.topic, payload)
+        version = record.originator_version
+        if record.topic in STARTED_TOPICS:
+            payload["thread_id"] = target
+        if sealed := payload.get("chain", UNCHAINED):
+            key = store._chain_key if sealed.startswith(KEYED) else None
+            payload["chain"] = previous = chain_hash(previous, record.topic, version, payload, key)
+        payload = change(version, record.topic, payload)
         state = msgspec.json.encode(payload)
         stream = thread_aggregate_id(target)
-        records.append(StoredEvent(stream, record.originator_version, record.topic, state))
+        records.append(StoredEvent(stream, version, record.topic, state))
     store._insert_records(records)
 
 

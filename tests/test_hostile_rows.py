@@ -14,15 +14,17 @@ import contextlib
 import functools
 import io
 import logging
+import re
 import shutil
 import sqlite3
 import tempfile
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from covonaut_es import AgentThread, CovonautError, Store, open_store
@@ -32,6 +34,9 @@ from covonaut_es.messages import Message, Role
 from covonaut_es.store._store import SNAPSHOT_MIN_VERSION
 from support import converse, ticking_clock
 from test_abandoned_reviews import paying
+
+RAW_CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+"""A character no command may print raw (a newline may end a line)."""
 
 THREADS = ("a", "long", "a-fork", "w")
 """A finished thread (with a named state ``a``), a snapshotted one, a fork of the first
@@ -92,10 +97,8 @@ API_READS: dict[str, Callable[[str], object]] = {
 }
 
 
-def _store_in(directory: Path) -> Path:
-    """A store with the four threads, as one file (its log checkpointed)."""
-    path = directory / "threads.db"
-    url = f"sqlite:///{path}"
+def write_threads(url: str) -> None:
+    """Write the four threads into the store at ``url``."""
     with open_store(url) as store:
         converse(store, "a")
         store.fork("a", new_thread_id="a-fork", at_version=4)
@@ -105,6 +108,12 @@ def _store_in(directory: Path) -> Path:
         store.save(long)
         assert store.snapshot_if_due(long)
         assert paying(store, "w").run("Pay bob 40.") == ""
+
+
+def _store_in(directory: Path) -> Path:
+    """A store with the four threads, as one file (its log checkpointed)."""
+    path = directory / "threads.db"
+    write_threads(f"sqlite:///{path}")
     pristine = directory / "pristine.db"
     with (
         contextlib.closing(sqlite3.connect(path)) as source,
@@ -262,16 +271,86 @@ def test_a_null_in_a_postgresql_row_gives_a_typed_error(
     SQLite's do, and a reading command says which row in one line."""
     import psycopg
 
-    with open_store(postgres_database) as store:
-        converse(store, "a")
-        store.fork("a", new_thread_id="a-fork", at_version=4)
-        long = AgentThread.start("long", now=ticking_clock()())
-        for n in range(SNAPSHOT_MIN_VERSION + 4):
-            long.append_message(Message(Role.USER, f"message {n}"), now=ticking_clock()())
-        store.save(long)
-        assert store.snapshot_if_due(long)
+    write_threads(postgres_database)
     with psycopg.connect(postgres_database, autocommit=True) as conn:
         conn.execute(f"UPDATE {table} SET {column} = NULL")
     status, _, err = run_cli(postgres_database, tuple(reader.split(" ")))
     assert status in (0, 1, 2), err
     assert "Traceback" not in err and err.count("\n") <= 1, err
+
+
+@pytest.fixture(scope="module")
+def pristine_postgres(postgres_url: str) -> Iterator[str]:
+    """The name of a PostgreSQL database holding the four threads, to copy from."""
+    import psycopg
+
+    name = f"hostile_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    write_threads(postgres_url.rsplit("/", 1)[0] + f"/{name}")
+    yield name
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+PG_SHAPES: dict[str, Any] = {
+    **{k: v for k, v in SHAPES.items() if k not in ("beyond", "other row")},
+    "control": "\x1b]0;owned\x07\x1b[2J\u202e",
+    "a stream": "6f1d2a8e-5b7c-4c39-9a51-2f0e8c4d7b13",
+}
+"""What a PostgreSQL column may be set to (its type refuses the rest): NULL once the
+writer dropped the column's NOT NULL."""
+
+
+@pytest.mark.postgres
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(data=st.data(), row=st.integers(0, 10_000), reader=st.sampled_from(READERS))
+def test_no_hostile_postgresql_value_makes_a_reading_command_crash(
+    postgres_url: str, pristine_postgres: str, data: st.DataObject, row: int, reader: str
+) -> None:
+    """On PostgreSQL as on SQLite: whatever single value its column types let a writer
+    store (NULL, a negative or huge number, text with escape sequences, a blob, another
+    stream's id), every reading command gives a result, a finding or a typed one-line
+    error, and prints no raw control character."""
+    import psycopg
+
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name} TEMPLATE {pristine_postgres}")
+    url = postgres_url.rsplit("/", 1)[0] + f"/{name}"
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            cells = conn.execute(
+                "SELECT table_name, column_name FROM information_schema.columns "
+                "WHERE table_schema = 'public' ORDER BY 1, 2"
+            ).fetchall()
+            table, column = data.draw(st.sampled_from(cells))
+            shape = data.draw(st.sampled_from(sorted(PG_SHAPES)))
+            rows = conn.execute(f"SELECT ctid FROM {table} ORDER BY ctid").fetchall()
+            if not rows:
+                return
+            target = rows[row % len(rows)][0]
+            try:
+                if shape == "NULL":
+                    conn.execute(f"ALTER TABLE {table} ALTER COLUMN {column} DROP NOT NULL")
+                conn.execute(
+                    f"UPDATE {table} SET {column} = %s WHERE ctid = %s",
+                    (PG_SHAPES[shape], target),
+                )
+            except psycopg.Error:  # the column's type or a key refuses it
+                return
+        if reader in API_READS:
+            with contextlib.suppress(CovonautError):
+                API_READS[reader](url)
+            return
+        status, out, err = run_cli(url, tuple(reader.split(" ")))
+        assert status in (0, 1, 2), (status, err)
+        assert "Traceback" not in err, err
+        assert not RAW_CONTROL.search(out + err), (out + err)[:2000]
+    finally:
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")

@@ -12,7 +12,7 @@ domain classes and msgspec), never a layer above it.
 
 from covonaut_es.domain._calls import requested_call
 from covonaut_es.domain._canonical import canonical_json
-from covonaut_es.domain._ids import check_thread_id, thread_aggregate_id
+from covonaut_es.domain._ids import check_thread_id, check_thread_stream, thread_aggregate_id
 from covonaut_es.domain._reviews import (
     Decision,
     Review,
@@ -70,6 +70,7 @@ __all__ = [
     "TreeStats",
     "canonical_json",
     "check_thread_id",
+    "check_thread_stream",
     "operation_digest",
     "requested_call",
     "thread_aggregate_id",

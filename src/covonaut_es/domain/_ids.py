@@ -5,7 +5,7 @@ from __future__ import annotations
 import unicodedata
 from uuid import UUID, uuid5
 
-from covonaut_es.errors import InvalidThreadIdError
+from covonaut_es.errors import InvalidThreadIdError, ThreadStateError
 
 THREAD_NAMESPACE = UUID("6f1d2a8e-5b7c-4c39-9a51-2f0e8c4d7b13")
 """Namespace of the uuid5 that maps a thread id to its aggregate id. Never change it."""
@@ -46,3 +46,20 @@ def check_thread_id(thread_id: str) -> str:
 def thread_aggregate_id(thread_id: str) -> UUID:
     """The aggregate id of a thread: a uuid5 of its thread id."""
     return uuid5(THREAD_NAMESPACE, thread_id)
+
+
+def check_thread_stream(stream: UUID, thread_id: str) -> None:
+    """Refuse a thread's first event, naming ``thread_id``, stored in ``stream`` when
+    that is another thread's stream: the chain does not cover the stream id, so a
+    whole stream copied under another id still links.
+
+    Raises:
+        ThreadStateError: ``stream`` is not the stream of ``thread_id``.
+    """
+    if stream != thread_aggregate_id(thread_id):
+        msg = (
+            f"the first event of stream {stream} names thread {thread_id!r}, whose stream "
+            f"is {thread_aggregate_id(thread_id)}: it was copied from another thread; "
+            "restore the thread from a backup"
+        )
+        raise ThreadStateError(msg)

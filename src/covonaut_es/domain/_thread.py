@@ -24,7 +24,7 @@ from eventsourcing.domain import Aggregate
 
 from covonaut_es.domain._calls import event_key, has_key_form, requested_call
 from covonaut_es.domain._canonical import canonical_json
-from covonaut_es.domain._ids import check_thread_id, thread_aggregate_id
+from covonaut_es.domain._ids import check_thread_id, check_thread_stream, thread_aggregate_id
 from covonaut_es.domain._pauses import (
     checked_kind,
     in_doubt_data,
@@ -127,6 +127,10 @@ class AgentThread(Aggregate, created_event_name="Started"):
         TOPIC = "covonaut.thread.Started"
 
         thread_id: str
+
+        def mutate(self, aggregate: Any) -> Any:
+            check_thread_stream(self.originator_id, self.thread_id)
+            return super().mutate(aggregate)
 
     class StartedFromState(Started):
         """The thread was started from a named state: it records the key, the
@@ -454,6 +458,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
                     f"version {self.parent_version}, not {base.thread_id!r} at {base.version}"
                 )
                 raise ThreadStateError(msg)
+            check_thread_stream(self.originator_id, self.thread_id)
             base.__dict__.update(
                 _id=self.originator_id,
                 _version=self.originator_version,

@@ -26,7 +26,6 @@ from covonaut_es.domain._snapshot import differing_fields
 from covonaut_es.errors import (
     MissingEventError,
     MissingToolCallError,
-    SchemaVersionError,
     SerializationError,
     ThreadNotFoundError,
     ThreadStateError,
@@ -310,11 +309,12 @@ class _Fold:
         self._check_key()
 
     def _snapshots(self) -> Iterator[CheckedSnapshot]:
-        """The thread's snapshots as a load checks them; one written by newer code is a
-        finding, and ends the snapshots (it says nothing of those after it)."""
+        """The thread's snapshots as a load checks them; one written by newer code, or a
+        snapshot row that is damaged, is a finding, and ends the snapshots (it says
+        nothing of those after it)."""
         try:
             yield from self.store._checked_snapshots(self.thread_id)
-        except SchemaVersionError as exc:
+        except SerializationError as exc:  # SchemaVersionError, StoredRowError among them
             self.findings.append(
                 AuditFinding(self.last_version, f"a snapshot does not load: {exc}")
             )
@@ -428,7 +428,8 @@ class _Fold:
             else:
                 self.thread = event.mutate(self.thread)  # type: ignore[attr-defined]
             self.thread.chain_head = self.previous
-        except MissingToolCallError as exc:  # a chain re-sealed around a changed message
+        # A chain re-sealed around a changed message, or a stream copied under another id.
+        except (MissingToolCallError, ThreadStateError) as exc:
             self.findings.append(AuditFinding(version, f"event does not apply: {exc}"))
             return False
         return True

@@ -87,6 +87,13 @@ def chain_of(event: Any) -> str:
     return str(vars(event).get(CHAIN_FIELD, UNCHAINED))
 
 
+def same_seal(stored: str, expected: str) -> bool:
+    """Whether stored seal text is the one ``expected`` (an ASCII seal this module or
+    its callers computed), compared in constant time; text no seal can be (non-ASCII, a
+    lone surrogate, which the comparison would raise on) is not."""
+    return stored.isascii() and hmac.compare_digest(stored, expected)
+
+
 def link_problem(
     stored: str,
     previous: str,
@@ -116,6 +123,6 @@ def link_problem(
             "a public one; the record was re-sealed by someone without the key"
         )
     expected = chain_hash(previous, topic, version, payload, key if keyed else None)
-    if not hmac.compare_digest(stored, expected):
+    if not same_seal(stored, expected):
         return "hash chain broken: the stored record was altered after it was written"
     return None

@@ -9,6 +9,9 @@ its newest event had, sealed with the key. An event of a stream above that versi
 one there is a finding that no later save can hide, since a save never seals anything
 but its own new events. A writer without the key cannot move a stream's adoption point
 (its row is sealed), and deleting the row only makes more of the stream need the key.
+The point's seal covers the chain hash of the event it names too, and so, link by link,
+every event before it: the public history a stream had when the key was adopted cannot
+be rewritten afterwards.
 
 From then on, an open that may write without the key, or with another, is refused
 before anything is written; an open that only reads may go without it. A save seals
@@ -31,14 +34,22 @@ from eventsourcing.utils import get_topic
 
 from covonaut_es.domain import AgentThread, thread_aggregate_id
 from covonaut_es.errors import BrokenChainError, ChainKeyMismatchError, ChainKeyRequiredError
-from covonaut_es.store._chain import CHAIN_FIELD, KEYED, UNCHAINED, chain_in, link_problem
+from covonaut_es.store._chain import (
+    CHAIN_FIELD,
+    KEYED,
+    UNCHAINED,
+    chain_in,
+    link_problem,
+    same_seal,
+)
 from covonaut_es.store._mapper import MsgspecMapper, aggregate_event_classes
 from covonaut_es.store._settings import settings_table
 from covonaut_es.store._stream_ids import stored_stream
 
 CHAIN_TABLE = "covonaut_chain"
 """The table recording a store's chain key: ``key`` (its fingerprint), ``adopted_at``
-(the log position when it was adopted) and one row per stream (its adoption point)."""
+(the log position when it was adopted, sealed with the key) and one row per stream (its
+adoption point)."""
 
 SEALS_NOTHING = "COVONAUT_SEALS_NOTHING"
 """The setting of an application that reads a store's threads and never saves one (the
@@ -47,7 +58,8 @@ reviewer queue's): with ``"y"``, it opens a keyed store without the key."""
 _KEY_ROW = "key"
 _POSITION_ROW = "adopted_at"
 _FINGERPRINT_LABEL = b"covonaut-es chain key check v1"
-_POINT_LABEL = b"covonaut-es chain adoption point v1"
+_POINT_LABEL = b"covonaut-es chain adoption point v2"
+_POSITION_LABEL = b"covonaut-es chain adoption position v1"
 _PAGE = 500
 
 _THREAD_TOPICS = [get_topic(cls) for cls in aggregate_event_classes(AgentThread)]
@@ -82,7 +94,7 @@ def check_chain_key(app: Application[UUID], key: bytes | None, url: str, *, writ
             )
             raise ChainKeyRequiredError(msg)
         return
-    if not hmac.compare_digest(recorded, chain_key_fingerprint(key)):
+    if not same_seal(recorded, chain_key_fingerprint(key)):
         msg = (
             f"store {url} seals its chain with another key than the one given: pass the "
             "chain key it adopted (nothing was written)"
@@ -92,24 +104,38 @@ def check_chain_key(app: Application[UUID], key: bytes | None, url: str, *, writ
 
 def _adopt(app: Application[UUID], key: bytes) -> None:
     """Record each thread stream's adoption point, then the key: an open that stops in
-    between leaves a store without a key, which the next keyed open adopts again."""
+    between leaves a store without a key, which the next keyed open adopts again.
+
+    A store whose adoption position is sealed with the key adopted it before, and only
+    its record of the key was deleted: the key is recorded again, and no point granted.
+    Otherwise the points cover only what was written before the first keyed event in
+    the log: a store that holds one was keyed already, so an event written after it (a
+    thread rewritten with the public hash in its place) must bear the key, as before."""
+    table = settings_table(app, CHAIN_TABLE)
+    if _sealed_position(key, table.get(_POSITION_ROW)) is not None:
+        table.write({_KEY_ROW: chain_key_fingerprint(key)})
+        return
+    mapper = app.mapper
+    assert isinstance(mapper, MsgspecMapper)
     position = app.recorder.max_notification_id() or 0
-    heads: dict[UUID, int] = {}
+    heads: dict[UUID, tuple[int, str]] = {}
     after: int | None = None
     while True:
         page = app.recorder.select_notifications(
             after, _PAGE, stop=position, topics=_THREAD_TOPICS, inclusive_of_start=False
         )
         for record in page:
-            heads[UUID(str(record.originator_id))] = record.originator_version
-        if len(page) < _PAGE:
-            break
-        after = page[-1].id
-    table = settings_table(app, CHAIN_TABLE)
-    table.write(
-        {_row(app, stream): _point(key, stream, version) for stream, version in heads.items()}
-    )
-    table.write({_POSITION_ROW: str(position), _KEY_ROW: chain_key_fingerprint(key)})
+            chain = chain_in(mapper.plain_payload(record))
+            if chain.startswith(KEYED):
+                break
+            heads[UUID(str(record.originator_id))] = (record.originator_version, chain)
+        else:
+            if len(page) == _PAGE:
+                after = page[-1].id
+                continue
+        break
+    table.write({_row(app, stream): _point(key, stream, *head) for stream, head in heads.items()})
+    table.write({_POSITION_ROW: _position(key, position), _KEY_ROW: chain_key_fingerprint(key)})
 
 
 def _row(app: Application[UUID], stream: UUID) -> str:
@@ -117,8 +143,24 @@ def _row(app: Application[UUID], stream: UUID) -> str:
     return stored_stream(app.recorder, stream).hex
 
 
-def _point(key: bytes, stream: UUID, version: int) -> str:
-    material = b"%s|%s|%d" % (_POINT_LABEL, stream.hex.encode(), version)
+def _position(key: bytes, position: int) -> str:
+    material = b"%s|%d" % (_POSITION_LABEL, position)
+    return f"{position}:{hmac.new(key, material, hashlib.sha256).hexdigest()}"
+
+
+def _sealed_position(key: bytes, row: str | None) -> int | None:
+    """The log position a store adopted ``key`` at, from its row; None unless the row
+    is sealed with ``key``."""
+    position = (row or "").partition(":")[0]
+    if not position.isdigit() or len(position) > 19:
+        return None
+    if not same_seal(row or "", _position(key, int(position))):
+        return None
+    return int(position)
+
+
+def _point(key: bytes, stream: UUID, version: int, chain: str) -> str:
+    material = b"%s|%s|%d|%s" % (_POINT_LABEL, stream.hex.encode(), version, chain.encode())
     return f"{version}:{hmac.new(key, material, hashlib.sha256).hexdigest()}"
 
 
@@ -126,31 +168,52 @@ class ChainAdoption:
     """What a store records of its chain key, read for one audit or save."""
 
     def __init__(self, app: Application[UUID], key: bytes | None) -> None:
-        self._table = settings_table(app, CHAIN_TABLE)
         self._app = app
+        self._table = settings_table(app, CHAIN_TABLE)
         self._key = key
+        self._points: dict[UUID, int] = {}
+        self._forged: dict[UUID, str] = {}
         self.adopted = self._table.get(_KEY_ROW) is not None
 
     def unkeyed_until(self, stream: UUID) -> int:
         """The newest version of ``stream`` that may bear an unkeyed hash: its adoption
-        point; 0 when it has none, or one not sealed with the key."""
+        point; 0 when it has none, or one not sealed with the key over the chain hash
+        stored at its version."""
         if not self.adopted:
             return 2**63
+        if stream not in self._points:
+            self._points[stream] = self._point_of(stream)
+        return self._points[stream]
+
+    def _point_of(self, stream: UUID) -> int:
         row = self._table.get(_row(self._app, stream))
         if row is None or self._key is None:
             return 0
         version = row.partition(":")[0]
-        if not version.isdigit() or not hmac.compare_digest(
-            row, _point(self._key, stream, int(version))
-        ):
+        self._forged[stream] = version[:20]
+        if not version.isdigit() or len(version) > 19:
             return 0
-        return int(version)
+        mapper = self._app.mapper
+        assert isinstance(mapper, MsgspecMapper)
+        at = int(version)
+        found = self._app.recorder.select_events(stream, gt=at - 1, lte=at, limit=1)
+        chain = chain_in(mapper.plain_payload(found[0])) if found else UNCHAINED
+        if not same_seal(row, _point(self._key, stream, at, chain)):
+            return 0
+        del self._forged[stream]
+        return at
 
     def problem(self, stream: UUID, version: int, stored: str) -> str | None:
         """Why an event of ``stream`` at ``version`` sealed with ``stored`` breaks the
         adoption of the key, or None."""
         if stored.startswith(KEYED) or version <= self.unkeyed_until(stream):
             return None
+        if stream in self._forged:
+            return (
+                f"the thread's adoption point (version {self._forged[stream]!r}) does not "
+                "verify under the chain key: the point, or the events up to it, were "
+                "rewritten without the key after the store adopted it"
+            )
         found = "a public one" if stored else "none"
         return (
             f"not sealed with the chain key after the store adopted it: expected a keyed "

@@ -17,7 +17,13 @@ from uuid import UUID
 from eventsourcing.application import Application
 from eventsourcing.persistence import IntegrityError
 
-from covonaut_es.domain import AgentThread, Checkpoint, check_thread_id, thread_aggregate_id
+from covonaut_es.domain import (
+    AgentThread,
+    Checkpoint,
+    check_thread_id,
+    check_thread_stream,
+    thread_aggregate_id,
+)
 from covonaut_es.domain._forks import fork_event, fork_point
 from covonaut_es.errors import (
     CheckpointNotFoundError,
@@ -148,6 +154,9 @@ class ThreadForking(ABC):
             at_version = self._checkpoint_version(thread_id, at_checkpoint)
         thread_id, newest_first = self._branch_point(thread_id, at_version)
         newest = next(newest_first)
+        first = next(iter(self._app.events.get(thread_aggregate_id(thread_id), limit=1)))
+        if isinstance(first, AgentThread.Started | AgentThread.Forked):  # not sealed on a copy
+            check_thread_stream(first.originator_id, first.thread_id)
         version = newest.originator_version
         new_thread_id = check_thread_id(new_thread_id or f"{thread_id}~{uuid.uuid4().hex[:8]}")
         taken = f"cannot fork {thread_id!r} as {new_thread_id!r}: that thread already exists"

@@ -24,7 +24,7 @@ from uuid import UUID
 import msgspec
 
 from covonaut_es.errors import SerializationError
-from covonaut_es.store._chain import UNCHAINED
+from covonaut_es.store._chain import UNCHAINED, same_seal
 
 SEALED = b"\x5c\x2a\x4d\x18"
 """The first four bytes of a sealed snapshot: the magic of a zstd skippable frame
@@ -131,7 +131,7 @@ class SealKey:
             )
         if not thorough and self.scheme == "public":
             return None
-        if not hmac.compare_digest(seal.digest, self.digest(stream, version, seal.seal, body)):
+        if not same_seal(seal.digest, self.digest(stream, version, seal.seal, body)):
             return Distrust(
                 "its digest does not match its bytes: it was altered after it was written"
             )

@@ -18,6 +18,7 @@ from covonaut_es._closing import Closing
 from covonaut_es.errors import (
     ConfigurationError,
     CovonautError,
+    StoreFileReplacedError,
     ThreadBusyError,
     ToolCallsInDoubtError,
 )
@@ -102,6 +103,7 @@ class Worker(Closing):
         self._position = 0
         self._steps = 0
         self._failed: list[str] = []
+        self._lost: StoreFileReplacedError | None = None
 
     def stop(self) -> None:
         """Ask the worker to stop: it finishes the steps it is running, releases their
@@ -134,6 +136,8 @@ class Worker(Closing):
         try:
             with ThreadPoolExecutor(self.concurrency, thread_name_prefix="worker") as pool:
                 self._loop(pool, once=once)
+            if self._lost is not None:
+                raise self._lost
             return WorkerSummary(self._steps, tuple(self._failed))
         finally:
             self._stopping.set()
@@ -259,5 +263,8 @@ class Worker(Closing):
             try:
                 record = now_record(self._record, self.store._leases.held(), running_calls())
                 self.store.publish_worker(record)
+            except StoreFileReplacedError as exc:  # it would follow the old file unseen
+                self._lost = exc
+                self.stop()
             except Exception:
                 logger.exception("worker %s: heartbeat failed", self.worker_id)

@@ -14,6 +14,7 @@ import msgspec
 
 from covonaut_es.domain import thread_aggregate_id
 from covonaut_es.errors import ConfigurationError, ReadOnlyStoreError
+from covonaut_es.store._backends._sqlite_connections import StoreFile
 from covonaut_es.store._leases import LeaseBackend, LeaseTokens, WorkerRecord
 
 
@@ -49,6 +50,10 @@ class FileLeases(LeaseBackend):
         self._stored = stored
         self.directory = lease_directory(database_file)
         self.database = f"sqlite:{self.directory}"
+        # The leases and worker records are the opened file's (named by its inode):
+        # once another file takes its name, a worker's beat says so instead.
+        self._file = StoreFile(database_file)
+        self._file.note()
         self._files: dict[str, int] = {}
         self._record_fd: int | None = None
 
@@ -105,6 +110,7 @@ class FileLeases(LeaseBackend):
         return self.directory / "workers"
 
     def publish(self, record: WorkerRecord) -> None:
+        self._file.check()
         records = self._records()
         if self._record_fd is None:
             records.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,37 @@
+"""A racer for the concurrent-open tests: processes open one new store at once."""
+
+from __future__ import annotations
+
+import traceback
+from multiprocessing.queues import Queue
+from multiprocessing.synchronize import Barrier
+from typing import Any
+
+from covonaut_es import open_store
+from covonaut_es.domain import AgentThread, RunMode
+from covonaut_es.messages import Message
+from covonaut_es.store._chain import KEYED
+
+
+def open_and_save(
+    url: str, racer: int, options: dict[str, Any], barrier: Barrier, results: Queue[Any]
+) -> None:
+    """After all racers meet, open the store with ``options`` and save a thread of
+    this racer's own; put ``("ok", racer)`` or ``("error", traceback)`` on ``results``."""
+    try:
+        barrier.wait(timeout=60)
+        with open_store(url, **options) as store:
+            thread = AgentThread.start(f"racer-{racer}", now=_now())
+            thread.start_run(RunMode.RUN, now=_now())
+            thread.append_message(Message(role="user", content=f"from {racer}"), now=_now())
+            store.save(thread)
+            assert options.get("chain_key") is None or str(thread.chain_head).startswith(KEYED)
+        results.put(("ok", racer))
+    except BaseException:  # report it to the test rather than die silently
+        results.put(("error", traceback.format_exc()))
+
+
+def _now() -> Any:
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC)

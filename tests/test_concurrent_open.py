@@ -1,0 +1,67 @@
+"""Several processes opening one new store at the same moment."""
+
+from __future__ import annotations
+
+import multiprocessing
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+import open_racer
+from covonaut_es import open_store
+
+RACERS = 4
+KEY = "a secret of thirty-two characters"
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def new_store_urls(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    """Make the URL of a store that does not exist yet, as often as asked."""
+    made: list[str] = []
+    if request.param == "sqlite":
+        yield lambda: f"sqlite:///{tmp_path / f'{uuid.uuid4().hex}.db'}"
+        return
+    server: str = request.getfixturevalue("postgres_url")
+
+    def database() -> str:
+        name = f"t_{uuid.uuid4().hex[:16]}"
+        with psycopg.connect(server, autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {name}")
+        made.append(name)
+        return server.rsplit("/", 1)[0] + f"/{name}"
+
+    yield database
+    with psycopg.connect(server, autocommit=True) as conn:
+        for name in made:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.mark.slow
+def test_processes_opening_a_new_store_at_once_all_succeed(new_store_urls: Any) -> None:
+    """Processes that open the same new store at the same moment (tables, settings,
+    head anchors and the chain key made by whichever comes first) all open it and
+    save, with no option, a chain key or compression, and every thread verifies."""
+    context = multiprocessing.get_context("spawn")
+    for options in ({}, {"chain_key": KEY}, {"compress": True}):
+        url = new_store_urls()
+        barrier, queue = context.Barrier(RACERS), context.Queue()
+        racers = [
+            context.Process(
+                target=open_racer.open_and_save, args=(url, racer, options, barrier, queue)
+            )
+            for racer in range(RACERS)
+        ]
+        for process in racers:
+            process.start()
+        outcomes = [queue.get(timeout=120) for _ in racers]
+        for process in racers:
+            process.join(timeout=60)
+        assert [detail for kind, detail in outcomes if kind == "error"] == []
+        with open_store(url, **options) as store:
+            for racer in range(RACERS):
+                report = store.verify(f"racer-{racer}")
+                assert report.ok, report.findings
