@@ -71,6 +71,7 @@ CONVERSATION = "gen_ai.conversation.id"
 REQUEST_MODEL = "gen_ai.request.model"
 REQUEST_MAX_TOKENS = "gen_ai.request.max_tokens"
 REQUEST_TEMPERATURE = "gen_ai.request.temperature"
+RESPONSE_MODEL = "gen_ai.response.model"
 FINISH_REASONS = "gen_ai.response.finish_reasons"
 INPUT_TOKENS = "gen_ai.usage.input_tokens"
 OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
@@ -263,6 +264,8 @@ class RunTrace:
             _fail(span, error or TypeError(type(response).__name__), content=self._content)
             span.end()
             return
+        if response.model:
+            span.set_attribute(RESPONSE_MODEL, response.model)
         if response.finish_reason:
             span.set_attribute(FINISH_REASONS, (response.finish_reason,))
         if response.usage is not None:
