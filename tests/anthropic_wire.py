@@ -19,6 +19,8 @@ PROVIDER = "AnthropicProvider"
 # Not a real model: the SDK warns about deprecated model names, and a real name may
 # join its list one day.
 MODEL = "claude-wire-test"
+# The model that answers, as the API names it.
+ANSWERED_MODEL = "claude-sonnet-4-6"
 QUESTION = "What's the weather in Paris and Lyon?"
 API_KEY = "sk-ant-test"
 PARIS = ToolCall("toolu_01A09q90qw90lq917835lq9", "get_weather", '{"city":"Paris"}')
@@ -55,7 +57,7 @@ def message(content: list[Any], stop_reason: str, tokens: dict[str, Any]) -> Any
         "id": "msg_01Aq9w938a90dw8qT7DL9mTz",
         "type": "message",
         "role": "assistant",
-        "model": "claude-sonnet-4-6",
+        "model": ANSWERED_MODEL,
         "content": content,
         "stop_reason": stop_reason,
         "stop_sequence": None,
@@ -197,6 +199,7 @@ TOOL_CALL_RESPONSE = ProviderResponse(
     tool_calls=(PARIS, LYON),
     usage=Usage(384, 96),
     finish_reason="tool_calls",
+    model=ANSWERED_MODEL,
 )
 ANSWER_REPLY = json_reply(ANSWER_MESSAGE)
 ANSWER_USAGE = Usage(512, 21)

@@ -17,6 +17,8 @@ SDK = "openai"
 MODULE = "covonaut_es.providers.openai"
 PROVIDER = "OpenAIProvider"
 MODEL = "gpt-4o-mini"
+# The model that answers: the API names the dated version it resolved the request's to.
+ANSWERED_MODEL = "gpt-4o-mini-2024-07-18"
 QUESTION = "What's the weather in Paris?"
 API_KEY = "sk-test"
 
@@ -91,7 +93,7 @@ def completion(message: dict[str, Any], finish_reason: str, usage: tuple[int, in
         "id": "chatcmpl-AXdDoJv8oQjGWL7bMo0U8rYRB9Fhb",
         "object": "chat.completion",
         "created": 1732614748,
-        "model": "gpt-4o-mini-2024-07-18",
+        "model": ANSWERED_MODEL,
         "choices": [
             {
                 "index": 0,
@@ -135,7 +137,7 @@ def chunk(choices: list[Any], usage: dict[str, Any] | None = None) -> Any:
         "id": "chatcmpl-AXdE4PzMOJDf9NtkNUJ6Kvq6P1pxe",
         "object": "chat.completion.chunk",
         "created": 1732614764,
-        "model": "gpt-4o-mini-2024-07-18",
+        "model": ANSWERED_MODEL,
         "service_tier": "default",
         "system_fingerprint": "fp_0705bf87c0",
         "choices": choices,
@@ -231,7 +233,7 @@ FINISH_REASONS = {
 }
 TOOL_CALL_REPLY = json_reply(TOOL_CALL_COMPLETION)
 TOOL_CALL_RESPONSE = ProviderResponse(
-    tool_calls=(CALL,), usage=Usage(82, 17), finish_reason="tool_calls"
+    tool_calls=(CALL,), usage=Usage(82, 17), finish_reason="tool_calls", model=ANSWERED_MODEL
 )
 ANSWER_REPLY = json_reply(ANSWER_COMPLETION)
 ANSWER_USAGE = Usage(120, 11)
@@ -240,7 +242,10 @@ TEXT_PIECES = ("It's", " 18°C", " and sunny", " in Paris.")
 TOOL_CALL_STREAM_REPLY = sse_reply((None, data) for data in TOOL_CALL_STREAM)
 LYON_CALL = ToolCall("call_o9AqCYvlHxxNe2dVvVeT1Jkf", "get_weather", '{"city":"Lyon"}')
 STREAMED_TOOL_CALL_RESPONSE = ProviderResponse(
-    tool_calls=(CALL, LYON_CALL), usage=Usage(82, 36), finish_reason="tool_calls"
+    tool_calls=(CALL, LYON_CALL),
+    usage=Usage(82, 36),
+    finish_reason="tool_calls",
+    model=ANSWERED_MODEL,
 )
 SERVER_ERRORS = ((500, SERVER_ERROR),)
 BAD_REQUEST_DETAIL = "Invalid schema"

@@ -39,6 +39,7 @@ class VendorWire(Protocol):
         MODULE: The adapter's module.
         PROVIDER: The adapter's class name.
         MODEL: The model named in requests.
+        ANSWERED_MODEL: The model the recorded answers say answered.
         QUESTION: The user's question the recorded answers answer.
         API_KEY: The key the tests' providers use.
         PATH: The URL path the adapter posts to.
@@ -71,6 +72,7 @@ class VendorWire(Protocol):
     MODULE: str
     PROVIDER: str
     MODEL: str
+    ANSWERED_MODEL: str
     QUESTION: str
     API_KEY: str
     PATH: str

@@ -70,7 +70,10 @@ def test_tool_call_round_trip(wire: VendorWire, server: WireServer, provider: An
     calls = Message(Role.ASSISTANT, first.content, tool_calls=first.tool_calls)
     second = provider.complete(ask(wire, calls, *wire.TOOL_RESULTS))
     assert second == ProviderResponse(
-        content=wire.ANSWER, usage=wire.ANSWER_USAGE, finish_reason="stop"
+        content=wire.ANSWER,
+        usage=wire.ANSWER_USAGE,
+        finish_reason="stop",
+        model=wire.ANSWERED_MODEL,
     )
 
     assert [request.path for request in server.requests] == [wire.PATH] * 2
@@ -136,7 +139,9 @@ def test_streamed_text(wire: VendorWire, server: WireServer, provider: Any) -> N
     server.reply(wire.TEXT_STREAM_REPLY)
     deltas = list(provider.stream(ask(wire)))
     assert [delta.content for delta in deltas] == [*wire.TEXT_PIECES, ""]
-    assert deltas[-1] == StreamDelta(usage=wire.ANSWER_USAGE, finish_reason="stop")
+    assert deltas[-1] == StreamDelta(
+        usage=wire.ANSWER_USAGE, finish_reason="stop", model=wire.ANSWERED_MODEL
+    )
     assert {name: server.bodies[0].get(name) for name in wire.STREAM_FIELDS} == wire.STREAM_FIELDS
 
 

@@ -26,6 +26,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes
 from opentelemetry.semconv.schemas import Schemas
 
+import anthropic_wire
+import openai_wire
 from covonaut_es import (
     Agent,
     AgentConfig,
@@ -44,7 +46,9 @@ from covonaut_es.messages import ProviderRequest, ProviderResponse, Role, ToolCa
 from covonaut_es.runtime import running_calls
 from covonaut_es.runtime._tracing import SEMCONV_VERSION, _links
 from covonaut_es.workers import Worker
+from provider_wire import VendorWire
 from support import answer, call, echo_tool, review_tool, ticking_clock
+from wire_server import WireServer
 
 VERIFIER = HmacReviewerVerifier(secrets.token_bytes(32))
 ALICE = VERIFIER.issue_token("alice", ttl_seconds=3600)
@@ -603,6 +607,55 @@ def test_the_attributes_are_the_pinned_conventions_names(
     assert conventions <= known - deprecated
     assert {"gen_ai.input.messages", "gen_ai.tool.call.arguments"} <= conventions
     assert all(name.startswith("covonaut.") or name == "error.type" for name in names - known)
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["complete", "stream"])
+@pytest.mark.parametrize("wire", [openai_wire, anthropic_wire], ids=["openai", "anthropic"])
+def test_the_chat_span_names_the_model_the_vendor_says_answered(
+    provider: TracerProvider,
+    exporter: InMemorySpanExporter,
+    server: WireServer,
+    wire: VendorWire,
+    streamed: bool,
+) -> None:
+    """A bundled adapter's chat span carries gen_ai.response.model as the vendor's answer
+    names it, beside the model asked for, whether the answer came whole or streamed."""
+    server.reply(wire.TEXT_STREAM_REPLY if streamed else wire.ANSWER_REPLY)
+    pieces: list[Any] = []
+    with wire.provider(server.url) as adapter:
+        agent = Agent(
+            AgentConfig(
+                provider=adapter,
+                model=wire.MODEL,
+                tracer_provider=provider,
+                on_delta=pieces.append if streamed else None,
+            )
+        )
+        agent.run(wire.QUESTION)
+    assert bool(pieces) is streamed
+    (chat,) = by_name(exporter.get_finished_spans())[f"chat {wire.MODEL}"]
+    attributes = dict(chat.attributes or {})
+    assert attributes["gen_ai.request.model"] == wire.MODEL
+    assert attributes["gen_ai.response.model"] == wire.ANSWERED_MODEL
+    assert attributes["gen_ai.provider.name"] == wire.SDK
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["complete", "stream"])
+@pytest.mark.parametrize("answered", ["", "m-1-2026-01-01"])
+def test_the_response_model_is_recorded_as_scripted_and_absent_when_unknown(
+    provider: TracerProvider, exporter: InMemorySpanExporter, answered: str, streamed: bool
+) -> None:
+    """A scripted answer's model is the chat span's gen_ai.response.model, whole or
+    streamed; an answer that names no model leaves the attribute out rather than
+    guessing it."""
+    scripted = msgspec.structs.replace(answer("done two"), model=answered)
+    pieces: list[Any] = []
+    on_delta = pieces.append if streamed else None
+    Agent(config(provider, [scripted], on_delta=on_delta)).run("go")
+    assert bool(pieces) is streamed
+    (chat,) = by_name(exporter.get_finished_spans())["chat m-1"]
+    recorded = (chat.attributes or {}).get("gen_ai.response.model")
+    assert recorded == (answered or None)
 
 
 # Content ------------------------------------------------------------------------------

@@ -108,12 +108,22 @@ class ProviderRequest(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ProviderResponse(msgspec.Struct, frozen=True, kw_only=True):
-    """A provider's complete answer: text, tool calls, or both."""
+    """A provider's complete answer: text, tool calls, or both.
+
+    Attributes:
+        content: The answer's text.
+        tool_calls: The tool calls the model asks for.
+        usage: The tokens the call used, when the provider says.
+        finish_reason: Why the model stopped, in the common vocabulary.
+        model: The model that answered, as the vendor names it (often a dated version
+            of the model asked for); empty when the provider does not say.
+    """
 
     content: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
     usage: Usage | None = None
     finish_reason: str | None = None
+    model: str = ""
 
 
 class TextDelta(msgspec.Struct, frozen=True, tag="text_delta"):
@@ -157,8 +167,8 @@ class StreamDelta(msgspec.Struct, frozen=True, kw_only=True):
     """One piece of a streamed answer, as a provider yields it.
 
     Text arrives in ``content`` pieces, tool calls in ``tool_call_deltas`` pieces;
-    ``tool_calls`` (the assembled calls, when the provider assembles them), ``usage``
-    and ``finish_reason`` arrive with the last delta.
+    ``tool_calls`` (the assembled calls, when the provider assembles them), ``usage``,
+    ``finish_reason`` and ``model`` (the model that answered) arrive with the last delta.
     """
 
     content: str = ""
@@ -166,6 +176,7 @@ class StreamDelta(msgspec.Struct, frozen=True, kw_only=True):
     usage: Usage | None = None
     finish_reason: str | None = None
     tool_call_deltas: tuple[ToolCallDelta, ...] = ()
+    model: str = ""
 
     def pieces(self) -> tuple[Delta, ...]:
         """What a consumer of the stream sees of this delta: its text, then its pieces

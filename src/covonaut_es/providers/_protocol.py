@@ -103,6 +103,7 @@ class ScriptedProvider:
             usage=item.usage,
             finish_reason=item.finish_reason,
             tool_call_deltas=whole_pieces(item.tool_calls),
+            model=item.model,
         )
 
     def _next(self, request: ProviderRequest) -> ProviderResponse | StreamScript:
@@ -147,17 +148,20 @@ def collect_stream(deltas: Iterable[StreamDelta]) -> ProviderResponse:
     pieces: list[ToolCallDelta] = []
     usage: Usage | None = None
     finish_reason: str | None = None
+    model = ""
     for delta in deltas:
         content.append(delta.content)
         tool_calls.extend(delta.tool_calls)
         pieces.extend(delta.tool_call_deltas)
         usage = delta.usage or usage
         finish_reason = delta.finish_reason or finish_reason
+        model = delta.model or model
     return ProviderResponse(
         content="".join(content),
         tool_calls=tuple(tool_calls) or assembled_calls(pieces),
         usage=usage,
         finish_reason=finish_reason,
+        model=model,
     )
 
 

@@ -167,6 +167,7 @@ class AnthropicProvider(SdkAdapter[anthropic.Anthropic]):
             tool_calls=tuple(calls),
             usage=Usage(_input_tokens(message.usage), message.usage.output_tokens),
             finish_reason=_VENDOR.finish_reason(message.stop_reason),
+            model=message.model or "",
         )
 
     def stream(self, request: ProviderRequest) -> Iterator[StreamDelta]:
@@ -185,6 +186,7 @@ class AnthropicProvider(SdkAdapter[anthropic.Anthropic]):
         input_tokens: int | None = None
         output_tokens = 0
         finish_reason: str | None = None
+        model = ""
         with (
             self._call(create) as events,
             _VENDOR.translated_errors(),
@@ -193,6 +195,7 @@ class AnthropicProvider(SdkAdapter[anthropic.Anthropic]):
                 if event.type == "message_start":
                     input_tokens = _input_tokens(event.message.usage)
                     output_tokens = event.message.usage.output_tokens
+                    model = event.message.model or ""
                 elif event.type == "content_block_start":
                     block = event.content_block
                     if block.type == "tool_use":
@@ -222,7 +225,9 @@ class AnthropicProvider(SdkAdapter[anthropic.Anthropic]):
                     output_tokens = event.usage.output_tokens
                     finish_reason = _VENDOR.finish_reason(event.delta.stop_reason) or finish_reason
         usage = None if input_tokens is None else Usage(input_tokens, output_tokens)
-        yield StreamDelta(tool_calls=tuple(calls), usage=usage, finish_reason=finish_reason)
+        yield StreamDelta(
+            tool_calls=tuple(calls), usage=usage, finish_reason=finish_reason, model=model
+        )
 
     def _params(self, request: ProviderRequest) -> MessageCreateParamsBase:
         system, messages = _conversation(request.messages)

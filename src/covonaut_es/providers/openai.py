@@ -153,6 +153,7 @@ class OpenAIProvider(SdkAdapter[openai.OpenAI]):
             tool_calls=calls,
             usage=_usage(completion.usage),
             finish_reason=_VENDOR.finish_reason(choice.finish_reason),
+            model=completion.model or "",
         )
 
     def stream(self, request: ProviderRequest) -> Iterator[StreamDelta]:
@@ -171,12 +172,14 @@ class OpenAIProvider(SdkAdapter[openai.OpenAI]):
         pieces: list[ToolCallDelta] = []
         usage: Usage | None = None
         finish_reason: str | None = None
+        model = ""
         with (
             self._call(create) as chunks,
             _VENDOR.translated_errors(),
         ):
             for chunk in chunks:
                 usage = _usage(chunk.usage) or usage
+                model = chunk.model or model
                 for choice in chunk.choices:
                     if choice.index != 0:
                         continue
@@ -191,7 +194,7 @@ class OpenAIProvider(SdkAdapter[openai.OpenAI]):
                         pieces.extend(fragments)
                         yield StreamDelta(tool_call_deltas=fragments)
         calls = tuple(call for call in assembled_calls(pieces) if call.name)
-        yield StreamDelta(tool_calls=calls, usage=usage, finish_reason=finish_reason)
+        yield StreamDelta(tool_calls=calls, usage=usage, finish_reason=finish_reason, model=model)
 
     def _params(self, request: ProviderRequest) -> CompletionCreateParamsBase:
         params: CompletionCreateParamsBase = {

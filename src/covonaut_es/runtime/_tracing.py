@@ -71,6 +71,7 @@ CONVERSATION = "gen_ai.conversation.id"
 REQUEST_MODEL = "gen_ai.request.model"
 REQUEST_MAX_TOKENS = "gen_ai.request.max_tokens"
 REQUEST_TEMPERATURE = "gen_ai.request.temperature"
+RESPONSE_MODEL = "gen_ai.response.model"
 FINISH_REASONS = "gen_ai.response.finish_reasons"
 INPUT_TOKENS = "gen_ai.usage.input_tokens"
 OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
@@ -155,6 +156,9 @@ class RunTrace:
         self.trace_parent = carrier.get("traceparent", "")
         self._seen = thread.version - len(thread.pending_events)
         self._chat: Span | None = None
+        self._chat_settings: tuple[object, ...] = ()
+        self._chat_name = ""
+        self._chat_attributes: dict[str, AttributeValue] = {}
         self._tools: dict[str, Span] = {}
         self._input_tokens = self._output_tokens = 0
         self._ended = False
@@ -213,34 +217,47 @@ class RunTrace:
 
     def _before(self, effect: Effect) -> Context | None:
         """Start the effect's spans; the context to make current while it is performed."""
-        match effect:
-            case Complete(request):
-                self._chat = self._start_chat(request)
-                return trace.set_span_in_context(self._chat, self._context)
-            case RunTool(prepared):
-                span = self._start_tool(prepared)
-                return trace.set_span_in_context(span, self._context)
-            case StartTools(calls):
-                for prepared in calls:
-                    self._start_tool(prepared)
-            case Commit():
-                self._note_events()
+        # Compared by type, most frequent first: this runs for every effect of every turn.
+        if type(effect) is Commit:
+            self._note_events()
+        elif type(effect) is Complete:
+            self._chat = self._start_chat(effect.request)
+            return trace.set_span_in_context(self._chat, self._context)
+        elif type(effect) is RunTool:
+            return trace.set_span_in_context(self._start_tool(effect.prepared), self._context)
+        elif type(effect) is StartTools:
+            for prepared in effect.calls:
+                self._start_tool(prepared)
         return None
 
     def _after(self, effect: Effect, reply: Any, error: Exception | None) -> None:
-        match effect:
-            case Complete():
-                self._end_chat(reply, error)
-            case RunTool(prepared):
-                self._end_tool(prepared.call.id, reply, error)
-            case StartTools(calls) if error is not None:  # none of them started
-                for prepared in calls:
-                    self._end_tool(prepared.call.id, None, error)
-            case NextToolReport() if error is None:
-                assert isinstance(reply, ToolReport)
-                self._end_tool(reply.tool_call_id, reply, None)
+        if type(effect) is Commit:
+            return
+        if type(effect) is Complete:
+            self._end_chat(reply, error)
+        elif type(effect) is RunTool:
+            self._end_tool(effect.prepared.call.id, reply, error)
+        elif type(effect) is NextToolReport and error is None:
+            assert isinstance(reply, ToolReport)
+            self._end_tool(reply.tool_call_id, reply, None)
+        elif type(effect) is StartTools and error is not None:  # none of them started
+            for prepared in effect.calls:
+                self._end_tool(prepared.call.id, None, error)
 
     def _start_chat(self, request: ProviderRequest) -> Span:
+        settings = (request.model, request.max_tokens, request.temperature)
+        if settings != self._chat_settings:  # most runs ask every turn alike
+            self._chat_settings = settings
+            self._chat_name, self._chat_attributes = self._chat_start(request)
+        attributes = self._chat_attributes
+        if self._content:
+            attributes = {**attributes, INPUT_MESSAGES: _bounded(_messages_json(request.messages))}
+        return self._tracer.start_span(
+            self._chat_name, self._context, kind=trace.SpanKind.CLIENT, attributes=attributes
+        )
+
+    def _chat_start(self, request: ProviderRequest) -> tuple[str, dict[str, AttributeValue]]:
+        """The name and first attributes of the chat span of ``request``, without content."""
         attributes: dict[str, AttributeValue] = {OPERATION: "chat", **self._common}
         if request.model:
             attributes[REQUEST_MODEL] = request.model
@@ -248,12 +265,7 @@ class RunTrace:
             attributes[REQUEST_MAX_TOKENS] = request.max_tokens
         if request.temperature is not None:
             attributes[REQUEST_TEMPERATURE] = request.temperature
-        if self._content:
-            attributes[INPUT_MESSAGES] = _bounded(_messages_json(request.messages))
-        name = f"chat {request.model}" if request.model else "chat"
-        return self._tracer.start_span(
-            name, self._context, kind=trace.SpanKind.CLIENT, attributes=attributes
-        )
+        return (f"chat {request.model}" if request.model else "chat"), attributes
 
     def _end_chat(self, response: Any, error: Exception | None) -> None:
         span, self._chat = self._chat, None
@@ -263,16 +275,21 @@ class RunTrace:
             _fail(span, error or TypeError(type(response).__name__), content=self._content)
             span.end()
             return
+        attributes: dict[str, AttributeValue] = {}
+        if response.model:
+            attributes[RESPONSE_MODEL] = response.model
         if response.finish_reason:
-            span.set_attribute(FINISH_REASONS, (response.finish_reason,))
+            attributes[FINISH_REASONS] = (response.finish_reason,)
         if response.usage is not None:
-            span.set_attribute(INPUT_TOKENS, response.usage.input_tokens)
-            span.set_attribute(OUTPUT_TOKENS, response.usage.output_tokens)
+            attributes[INPUT_TOKENS] = response.usage.input_tokens
+            attributes[OUTPUT_TOKENS] = response.usage.output_tokens
             self._input_tokens += response.usage.input_tokens
             self._output_tokens += response.usage.output_tokens
         if self._content:
             answer = Message(Role.ASSISTANT, response.content, tool_calls=response.tool_calls)
-            span.set_attribute(OUTPUT_MESSAGES, _bounded(_messages_json([answer])))
+            attributes[OUTPUT_MESSAGES] = _bounded(_messages_json([answer]))
+        if attributes:
+            span.set_attributes(attributes)  # at once: the SDK locks the span for each call
         span.end()
 
     def _start_tool(self, prepared: PreparedCall) -> Span:
@@ -307,16 +324,17 @@ class RunTrace:
             span.end()
             return
         if report.expired_after is not None:
-            span.set_attribute(ERROR_TYPE, "timeout")
-            span.set_attribute("covonaut.tool.outcome", "in_doubt")
+            span.set_attributes({ERROR_TYPE: "timeout", "covonaut.tool.outcome": "in_doubt"})
             span.set_status(trace.StatusCode.ERROR)
         else:
-            span.set_attribute("covonaut.tool.outcome", str(report.outcome))
+            attributes: dict[str, AttributeValue] = {"covonaut.tool.outcome": str(report.outcome)}
             if report.error_type:
-                span.set_attribute(ERROR_TYPE, report.error_type)
-                span.set_status(trace.StatusCode.ERROR)
+                attributes[ERROR_TYPE] = report.error_type
             if self._content:
-                span.set_attribute(TOOL_RESULT, _bounded(report.content))
+                attributes[TOOL_RESULT] = _bounded(report.content)
+            span.set_attributes(attributes)
+            if report.error_type:
+                span.set_status(trace.StatusCode.ERROR)
         span.end()
 
     # Events and the end ---------------------------------------------------------------
