@@ -409,7 +409,7 @@ class TwoProcesses(RuleBasedStateMachine):
         else:
             import psycopg
 
-            key = _key(thread_id) & 0xFFFFFFFFFFFFFFFF
+            key = _key(thread_aggregate_id(thread_id)) & 0xFFFFFFFFFFFFFFFF
             with psycopg.connect(self.url, autocommit=True) as conn:
                 conn.execute(
                     "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = "
