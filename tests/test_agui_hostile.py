@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import os
 import logging
 import socket
 import sqlite3
@@ -119,7 +120,7 @@ def test_a_thread_busy_with_another_run_is_refused_without_naming_the_store(
 ) -> None:
     """A second run on a thread while a first one streams ends with RUN_ERROR
     ThreadBusyError, which says to try again but neither where the store is nor its
-    file; the first run goes on to its pause."""
+    file, nor which process on which host holds it; the first run goes on to its pause."""
     held = HeldProvider(respond=model)
 
     def make_config(thread_id: str) -> AgentConfig:
@@ -148,6 +149,8 @@ def test_a_thread_busy_with_another_run_is_refused_without_naming_the_store(
     assert "try again" in events[-1].message
     assert shop.store.url not in second.text
     assert "threads.db" not in second.text
+    assert socket.gethostname() not in second.text
+    assert f"pid {os.getpid()}" not in second.text
     finished = events_of(first["r"].text)[-1]
     assert isinstance(finished, agui.RunFinishedEvent)
 

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from covonaut_es.errors import ThreadBusyError
 from covonaut_es.store import Store
 
 
 def shown_message(exc: Exception, store: Store) -> str:
-    """``exc``'s message without ``store``'s location (its file, host or database), which
-    is the operator's business, not a reviewer's or a chat user's."""
+    """``exc``'s message without ``store``'s location (its file, host or database) nor
+    the process that holds a busy thread (its pid and host), which are the operator's
+    business, not a reviewer's or a chat user's."""
     url = store.url
-    return str(exc).replace(f"in store {url}", "in the store").replace(url, "the store")
+    text = str(exc)
+    if isinstance(exc, ThreadBusyError) and exc.holder:
+        text = text.replace(exc.holder, "another runner")
+    return text.replace(f"in store {url}", "in the store").replace(url, "the store")
