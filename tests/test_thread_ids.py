@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import unicodedata
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from covonaut_es import Store
 from covonaut_es.domain import AgentThread, check_thread_id
@@ -24,6 +27,11 @@ BAD_IDS = [
     pytest.param("del\x7f", id="delete"),
     pytest.param("bell\x85", id="c1-control"),
     pytest.param("half\ud800", id="lone-surrogate"),
+    pytest.param("pay\u200bment", id="zero-width-space"),
+    pytest.param("joi\u200dned", id="zero-width-joiner"),
+    pytest.param("txt.\u202eexe", id="bidi-override"),
+    pytest.param("\ufeffbom", id="byte-order-mark"),
+    pytest.param("Zoe\u0308", id="decomposed"),
 ]
 
 
@@ -45,12 +53,32 @@ def test_printable_ids_up_to_the_limit_are_accepted(thread_id: str) -> None:
     assert AgentThread.start(thread_id, now=NOW).thread_id == thread_id
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.text(min_size=1, max_size=12))
+def test_ids_that_look_alike_are_one_id_or_none_is_accepted(text: str) -> None:
+    """Whatever text is offered, an accepted id is composed (NFC) and holds no invisible
+    format character: of two ids that render alike by composition or a zero-width
+    character, at most one is ever accepted, so they cannot name two threads."""
+    try:
+        accepted = check_thread_id(text)
+    except InvalidThreadIdError as exc:
+        assert "thread id" in str(exc)
+        return
+    assert unicodedata.is_normalized("NFC", accepted)
+    assert not any(unicodedata.category(char) == "Cf" for char in accepted)
+    for look_alike in {unicodedata.normalize("NFD", accepted), accepted + "\u200b"} - {accepted}:
+        with pytest.raises(InvalidThreadIdError):
+            check_thread_id(look_alike)
+
+
 def test_the_error_names_the_problem_and_its_place() -> None:
     """The message says which character is wrong and where, or what length was found."""
     with pytest.raises(InvalidThreadIdError, match=r"'\\x00' at position 1"):
         check_thread_id("a\x00b")
     with pytest.raises(InvalidThreadIdError, match="1 to 200 characters, found 0"):
         check_thread_id("")
+    with pytest.raises(InvalidThreadIdError, match=r"composed form \(NFC\): use 'Zoë'"):
+        check_thread_id("Zoe\u0308")
     with pytest.raises(ValueError, match="must be a string, found int"):
         check_thread_id(7)  # type: ignore[arg-type]
 
@@ -58,7 +86,7 @@ def test_the_error_names_the_problem_and_its_place() -> None:
 def test_a_fork_cannot_take_a_bad_id(store: Store) -> None:
     """Forking under an id that breaks the rule writes nothing and names the problem."""
     converse(store, "parent")
-    with pytest.raises(InvalidThreadIdError, match="control or surrogate character"):
+    with pytest.raises(InvalidThreadIdError, match="control, format or surrogate character"):
         store.fork("parent", new_thread_id="child\x00")
     assert list(store.thread_ids()) == ["parent"]
     assert store.forks() == ()

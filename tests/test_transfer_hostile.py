@@ -470,10 +470,11 @@ def _printed(value: object) -> str:
 def test_an_export_holding_separators_and_overrides_is_one_line_per_event(
     tmp_path: Path,
 ) -> None:
-    """A thread whose id and messages hold bidirectional overrides, line separators and
-    C1 controls: its export is printable, splits into exactly its lines however it is
-    split, and imports; ``threads --json`` shows the id escaped."""
-    thread_id = "t\u202eevil\u2028"
+    """A thread whose id holds line and paragraph separators, and whose messages hold
+    bidirectional overrides, separators and C1 controls: its export is printable,
+    splits into exactly its lines however it is split, and imports; ``threads --json``
+    shows the id escaped."""
+    thread_id = "t\u2029evil\u2028"
     url = f"sqlite:///{tmp_path / 'source.db'}"
     with open_store(url) as store:
         thread = AgentThread.start(thread_id, now=NOW)
@@ -488,7 +489,7 @@ def test_an_export_holding_separators_and_overrides_is_one_line_per_event(
         assert import_threads(target, text.splitlines()) == [thread_id]
     listed = covonaut("threads", "--json", "--store", url)
     assert listed.returncode == 0, listed.stderr
-    assert not _unsafe(listed.stdout[:-1]) and "t\\u202eevil\\u2028" in listed.stdout
+    assert not _unsafe(listed.stdout[:-1]) and "t\\u2029evil\\u2028" in listed.stdout
 
 
 @pytest.mark.parametrize("recorded", ["zstd", "ZLIB", ""])

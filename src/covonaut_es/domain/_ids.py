@@ -18,8 +18,11 @@ MAX_THREAD_ID_LENGTH = 200
 def check_thread_id(thread_id: str) -> str:
     """Return ``thread_id`` if a new thread may have it, on every back end alike.
 
-    A thread id is 1 to 200 characters, none of them a control character (NUL, tab,
-    newline, ...: Unicode category Cc) or a lone surrogate (Cs).
+    A thread id is 1 to 200 characters in Unicode's composed form (NFC), none of them
+    a control character (NUL, tab, newline, ...: Unicode category Cc), an invisible
+    format character (zero-width space and joiners, bidi overrides, ...: Cf) or a lone
+    surrogate (Cs): two ids that look alike are then the same id, or differ in
+    something a person can see.
 
     Raises:
         InvalidThreadIdError: It is not such an id.
@@ -34,12 +37,19 @@ def check_thread_id(thread_id: str) -> str:
         )
         raise InvalidThreadIdError(msg)
     for position, char in enumerate(thread_id):
-        if unicodedata.category(char) in ("Cc", "Cs"):
+        if unicodedata.category(char) in ("Cc", "Cf", "Cs"):
             msg = (
-                f"thread id {thread_id!r} has the control or surrogate character {char!r} "
-                f"at position {position}: thread ids may hold printable text only"
+                f"thread id {thread_id!r} has the control, format or surrogate character "
+                f"{char!r} at position {position}: thread ids may hold visible text only"
             )
             raise InvalidThreadIdError(msg)
+    if not unicodedata.is_normalized("NFC", thread_id):
+        composed = unicodedata.normalize("NFC", thread_id)
+        msg = (
+            f"thread id {thread_id!r} is not in Unicode's composed form (NFC): use "
+            f"{composed!r}, which looks the same"
+        )
+        raise InvalidThreadIdError(msg)
     return thread_id
 
 
