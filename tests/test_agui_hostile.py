@@ -10,8 +10,8 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
-import os
 import logging
+import os
 import socket
 import sqlite3
 import threading

@@ -180,6 +180,35 @@ def test_reviews_follow_prints_new_items(url: str) -> None:
             follower.stdout.close()
 
 
+def test_reviews_follow_stops_in_one_line_once_its_sqlite_file_is_replaced(
+    url: str, tmp_path: Path
+) -> None:
+    """A backup restored over the store's file while ``reviews --follow`` runs: it exits
+    nonzero with one line naming the file, instead of listing the old file's queue for
+    ever."""
+    path = Path(url.removeprefix("sqlite:///"))
+    shutil.copyfile(path, tmp_path / "backup.db")
+    env = {**os.environ, "COVONAUT_ES_STORE": url}
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "covonaut_es", "reviews", "--follow", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert follower.stdout is not None
+        assert len(json.loads(follower.stdout.readline())) == 2
+        os.replace(tmp_path / "backup.db", path)
+        _, stderr = follower.communicate(timeout=60)
+    finally:
+        follower.kill()
+        follower.wait(timeout=10)
+    assert follower.returncode not in (0, None)
+    assert "Traceback" not in stderr, stderr
+    assert f"the SQLite file {str(path)!r} was replaced" in stderr, stderr
+
+
 def test_a_bad_token_is_refused_and_records_nothing(url: str) -> None:
     """approve with a forged token exits 2 and the review stays pending."""
     forged = HmacReviewerVerifier(secrets.token_bytes(32)).issue_token("eve", ttl_seconds=60)

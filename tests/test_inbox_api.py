@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
+import shutil
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -249,6 +252,29 @@ def test_healthz_answers_200_while_the_store_answers(store: Store, tmp_path: Pat
         (tmp_path / "gone.db").unlink()
         gone.close()
         assert client.get("/healthz").status_code == 503
+
+
+def test_a_replaced_store_file_is_503_and_names_no_file(tmp_path: Path) -> None:
+    """A backup restored over the store's file under a running inbox: its pages and API
+    answer 503 saying the server must be restarted, never the old file's queue, and
+    never the file's path."""
+    path = tmp_path / "threads.db"
+    with open_store(f"sqlite:///{path}") as store:
+        paused(store, "t", [], [])
+        with inbox_client(store) as client:
+            current(client)
+            assert len(client.get("/api/reviews", headers=bearer(ALICE)).json()) == 1
+            spare = tmp_path / "spare.db"
+            shutil.copyfile(path, spare)
+            os.replace(spare, path)
+            for _ in range(300):  # until the queue's follower polls the file (at most 30 s)
+                response = client.get("/api/reviews", headers=bearer(ALICE))
+                if response.status_code != 200:
+                    break
+                time.sleep(0.1)
+            assert response.status_code == 503
+            assert "restarted" in response.text
+            assert str(tmp_path) not in response.text
 
 
 def test_two_decisions_at_once_one_wins_the_other_is_409(store: Store) -> None:

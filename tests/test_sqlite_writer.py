@@ -247,6 +247,41 @@ def test_no_write_is_swallowed_by_a_replaced_file(write: str, replace: Any) -> N
                 assert again.read_state("k") is None
 
 
+READS: dict[str, Any] = {
+    "load": lambda store: store.load("t"),
+    "exists": lambda store: store.exists("t"),
+    "head_version": lambda store: store.head_version("t"),
+    "history": lambda store: store.history("t"),
+    "state_at": lambda store: store.state_at("t", 2),
+    "thread_ids": lambda store: list(store.thread_ids()),
+    "verify": lambda store: store.verify("t"),
+    "forks": lambda store: store.forks(),
+    "read_state": lambda store: store.read_state("k"),
+    "checkpoints": lambda store: store.checkpoints("t"),
+}
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    read=st.sampled_from(sorted(READS)),
+    replace=st.sampled_from([_restore_backup, _delete, _new_store]),
+)
+def test_no_read_shows_the_old_file_once_it_was_replaced(read: str, replace: Any) -> None:
+    """Whatever reads after the file was replaced (a long-running server or follower
+    would otherwise go on showing the unlinked file's threads, never the new ones), it
+    fails with the typed error naming the file."""
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "threads.db"
+        store = open_store(f"sqlite:///{path}")
+        _long_thread(store)
+        READS[read](store)  # it worked before
+        backup(path, Path(directory) / "spare.db")
+        replace(path, Path(directory) / "spare.db")
+        with pytest.raises(StoreFileReplacedError, match=r"threads\.db"):
+            READS[read](store)
+        store.close()
+
+
 def test_a_save_interrupted_just_after_its_transaction_began_leaves_the_writer_usable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

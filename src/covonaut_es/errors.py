@@ -80,8 +80,8 @@ class ReadOnlyStoreError(CovonautError, PermissionError):
 
 class StoreFileReplacedError(StoreUnavailableError):
     """A SQLite store's file was replaced or deleted while the store was open (a backup
-    restored with ``mv``, say): its writes would go on into the old file, lost, so each
-    is refused, and nothing is written. Open the store again."""
+    restored with ``mv``, say): its writes would go on into the old file, lost, and its
+    reads would show the old file's threads, so each is refused. Open the store again."""
 
 
 class MissingEventError(CovonautError, LookupError):

@@ -193,7 +193,7 @@ def create_app(
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         with ExitStack() as stack:
-            stack.enter_context(following.follow())
+            inbox.desk.follow_with(stack.enter_context(following.follow()))
             stack.callback(following.close)
             yield
 

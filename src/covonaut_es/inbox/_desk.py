@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import attrs
+from eventsourcing.projection import BaseProjectionRunner
 
 from covonaut_es.domain import PauseKind, ReviewDecision, ThreadState
 from covonaut_es.errors import ThreadNotFoundError
@@ -68,6 +69,18 @@ class ReviewDesk:
         # (thread id, item id, or None for every item of the thread) -> log position
         self._recorded: dict[tuple[str, str | None], int] = {}
         self._lock = threading.Lock()
+        self._runner: BaseProjectionRunner[Any] | None = None
+
+    def follow_with(self, runner: BaseProjectionRunner[Any]) -> None:
+        """Check ``runner``, the one keeping the queue current, before every listing:
+        once it has stopped on an error (the store's file replaced, say), the listings
+        raise that error instead of showing a queue that no longer changes."""
+        self._runner = runner
+
+    def _check_following(self) -> None:
+        runner = self._runner
+        if runner is not None and runner.is_interrupted.is_set():
+            runner.run_forever(timeout=0)  # raises what stopped it, if anything did
 
     # Reading ------------------------------------------------------------------------
 
@@ -81,11 +94,13 @@ class ReviewDesk:
 
     def position(self) -> int:
         """The queue's log position: it changes whenever the queue may have."""
+        self._check_following()
         return self.queue.position()
 
     def pending(self) -> tuple[PendingReview, ...]:
         """Every pause the queue holds, oldest first, less those this desk recorded a
         change to that the queue has not caught up with yet."""
+        self._check_following()
         waiting = self._waiting()
         items = self.queue.pending()  # after the position: at least as new as it
         if not waiting:

@@ -25,6 +25,7 @@ from covonaut_es.errors import (
     ReviewerNotVerifiedError,
     ReviewNotFoundError,
     StaleReviewError,
+    StoreUnavailableError,
     ThreadBusyError,
     ThreadConflictError,
     ThreadNotFoundError,
@@ -86,6 +87,7 @@ class SignedIn:
 _STATUSES: tuple[tuple[type[Exception], int], ...] = (
     (IdentityProviderUnavailableError, 503),  # before its base: the token is not at fault
     (ReadOnlyStoreError, 503),  # the store takes no writes now: the request is not at fault
+    (StoreUnavailableError, 503),  # its database is down, or its file was replaced
     (ReviewerNotVerifiedError, 401),
     (InvalidDecisionError, 400),
     (StaleReviewError, 409),

@@ -75,15 +75,15 @@ class StoreFile:
             problem = "another file took its name (moved or restored over it)"
         msg = (
             f"the SQLite file {self.path!r} was replaced while the store was open: "
-            f"{problem}; nothing was written: open the store again to write to the file "
-            "the path names now"
+            f"{problem}; nothing was read or written through it since: open the store "
+            "again to use the file the path names now"
         )
         raise StoreFileReplacedError(msg)
 
 
 class StatementKeepingPool(SQLiteConnectionPool):
     """eventsourcing's SQLite pool, its connections keeping their statements parsed,
-    refusing a writer's connection once the store's file was replaced.
+    refusing any connection once the store's file was replaced.
 
     ``_create_connection`` and ``_sqlite_conn`` are eventsourcing's private names,
     checked against eventsourcing 9.5.6.
@@ -101,7 +101,7 @@ class StatementKeepingPool(SQLiteConnectionPool):
     def get_connection(
         self, timeout: float | None = None, *, is_writer: bool | None = None
     ) -> SQLiteConnection:
-        if is_writer and self.file is not None:
+        if self.file is not None:  # a reader too would go on reading the old file
             self.file.check()
         return super().get_connection(timeout, is_writer=is_writer)
 
