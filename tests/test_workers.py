@@ -280,8 +280,16 @@ def test_sigterm_finishes_the_step_under_way_and_releases_its_lease(
         process = workers.start()
         decide(store, "slow")
         wait_for(lambda: store.state_at("slow").status is ThreadStatus.RUNNING, "the resume")
-        [listed] = json.loads(workers.cli("workers", "--json").stdout)
-        assert (listed["pid"], listed["threads"]) == (process.pid, ["slow"])
+
+        # The worker's record lists what it holds from its next heartbeat, which it
+        # beats as soon as it takes a lease: a moment after the run starts, under load.
+        def listed() -> list[tuple[int, list[str]]]:
+            return [
+                (w["pid"], w["threads"])
+                for w in json.loads(workers.cli("workers", "--json").stdout)
+            ]
+
+        wait_for(lambda: listed() == [(process.pid, ["slow"])], "the worker's record", 10)
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=30) == 0
         assert store.state_at("slow").status is ThreadStatus.FINISHED
