@@ -169,7 +169,7 @@ def test_an_untyped_run_after_a_typed_one_has_no_output(store: Store) -> None:
 def test_a_recorded_output_that_no_longer_fits_the_type_is_a_typed_error(store: Store) -> None:
     """Reading a recorded output into another type raises OutputValidationError."""
     typed_agent(store, [answer('{"label": "a", "score": 1}')], Verdict).run("one")
-    with pytest.raises(OutputValidationError, match="does not fit AgentConfig.output_type"):
+    with pytest.raises(OutputValidationError, match=r"does not fit AgentConfig\.output_type"):
         _ = typed_agent(store, [], Invoice).output
 
 
