@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 from datetime import datetime
@@ -333,3 +334,14 @@ def test_an_invalid_answer_is_never_recorded_as_the_output(
     event("the run finished")
     assert store.state_at(thread_id).output == OutputShape.of(Verdict).check(final)
     assert agent.output == msgspec.json.decode(final, type=Verdict)
+
+
+def test_an_async_streamed_run_checks_the_answer_alike(store: Store) -> None:
+    """arun with streamed answers refuses and accepts as run does."""
+    script = [answer('{"label": "a"}'), answer('{"label": "a", "score": 2}')]
+    pieces: list[Any] = []
+    agent = typed_agent(store, script, Verdict, on_delta=pieces.append)
+    assert asyncio.run(agent.arun("go")) == '{"label": "a", "score": 2}'
+    assert agent.output == Verdict("a", 2.0)
+    assert "Object missing required field `score`" in agent.messages[-2].content
+    assert pieces
