@@ -345,3 +345,30 @@ def test_an_async_streamed_run_checks_the_answer_alike(store: Store) -> None:
     assert agent.output == Verdict("a", 2.0)
     assert "Object missing required field `score`" in agent.messages[-2].content
     assert pieces
+
+
+def test_the_output_is_a_copy_of_what_was_recorded(store: Store) -> None:
+    """Changing the value agent.output gave changes nothing recorded."""
+    agent = typed_agent(store, [answer('{"priority": "low", "tags": ["a"]}')], TICKET_SCHEMA)
+    agent.run("triage")
+    agent.output["tags"].append("changed")
+    assert agent.output == {"priority": "low", "tags": ["a"]}
+
+
+def test_a_type_whose_value_does_not_read_back_refuses_the_answer(store: Store) -> None:
+    """A class whose JSON form does not convert back is a recorded failed run, never a
+    crash nor a recorded output."""
+
+    class Shouted(msgspec.Struct):
+        word: str
+
+        def __post_init__(self) -> None:
+            if self.word.endswith("!"):
+                raise ValueError("already shouted")
+            self.word = self.word.upper() + "!"  # so its JSON form is refused on read
+
+    agent = typed_agent(store, [answer('{"word": "hi"}')], Shouted, output_retries=0)
+    with pytest.raises(OutputValidationError, match="cannot be recorded: the recorded output"):
+        agent.run("shout")
+    assert agent.status is ThreadStatus.ERROR
+    assert agent.state.output is None

@@ -130,23 +130,28 @@ class OutputShape:
                 raise AnswerRefused(msg) from exc
         _check_recordable(value)
         recorded = TypedOutput(value)
-        self.typed(recorded)  # what is recorded must read back: checked before, not after
+        try:  # what is recorded must read back: checked before, not after
+            self.typed(recorded)
+        except OutputValidationError as exc:
+            raise AnswerRefused(f"the answer cannot be recorded: {exc}") from exc
         return recorded
 
     def typed(self, recorded: TypedOutput) -> Any:
         """A recorded output in the configured type: an instance of the class, or the
-        JSON data a JSON Schema describes (validated again on read).
+        JSON data a JSON Schema describes (validated again on read). Either is a fresh
+        copy: changing it changes nothing recorded.
 
         Raises:
             OutputValidationError: The recorded value does not fit the configured type
                 (the type changed since the run was recorded).
         """
+        value = msgspec.json.decode(msgspec.json.encode(recorded.value))
         try:
             if self._validator is None:
-                return self._converted(recorded.value)
-            invalid = validation_error(self._validator, recorded.value)
+                return self._converted(value)
+            invalid = validation_error(self._validator, value)
             if invalid is None:
-                return recorded.value
+                return value
             reason = invalid
         except (msgspec.MsgspecError, TypeError, ValueError) as exc:
             reason = str(exc)
@@ -186,7 +191,7 @@ def output_of(recorded: TypedOutput | None, shape: OutputShape | None) -> Any:
     if recorded is None:
         return None
     if shape is None:
-        return recorded.value
+        return msgspec.json.decode(msgspec.json.encode(recorded.value))  # a copy
     return shape.typed(recorded)
 
 
