@@ -122,15 +122,16 @@ class OutputShape:
             invalid = validation_error(self._validator, value)
             if invalid is not None:
                 raise AnswerRefused(_clipped(f"the answer does not match the schema: {invalid}"))
-        else:
-            try:
-                value = msgspec.to_builtins(self._converted(value))
-            except (msgspec.MsgspecError, TypeError, ValueError) as exc:
-                msg = _clipped(f"the answer does not match the schema: {exc}")
-                raise AnswerRefused(msg) from exc
+            _check_recordable(value)  # then it reads back as the same, valid value
+            return TypedOutput(value)
+        try:
+            value = msgspec.to_builtins(self._converted(value))
+        except (msgspec.MsgspecError, TypeError, ValueError) as exc:
+            msg = _clipped(f"the answer does not match the schema: {exc}")
+            raise AnswerRefused(msg) from exc
         _check_recordable(value)
         recorded = TypedOutput(value)
-        try:  # what is recorded must read back: checked before, not after
+        try:  # a class's JSON form must convert back: checked before recording, not after
             self.typed(recorded)
         except OutputValidationError as exc:
             raise AnswerRefused(f"the answer cannot be recorded: {exc}") from exc
