@@ -4,16 +4,21 @@ test_provider_contract.py."""
 from __future__ import annotations
 
 from types import ModuleType
+from typing import Any
 
+import msgspec
 import pytest
+from anthropic.types import ToolChoiceParam, ToolParam
+from pydantic import TypeAdapter
 
 import anthropic_wire
-from anthropic_wire import PARIS, message, usage_body
-from covonaut_es import Message, Role
+from anthropic_wire import PARIS, block_start, block_stop, message, partial_json, usage_body
+from covonaut_es import Agent, AgentConfig, Message, Role, Tool, ToolContext
 from covonaut_es.errors import ProviderServerError
-from covonaut_es.messages import Usage
+from covonaut_es.messages import OutputSpec, Usage
+from covonaut_es.providers import collect_stream
 from covonaut_es.providers.anthropic import AnthropicProvider
-from provider_wire import PARIS_RESULT, SYSTEM, ask
+from provider_wire import PARIS_RESULT, SYSTEM, WEATHER, WEATHER_BY_CITY, WEATHER_SCHEMA, ask
 from wire_server import WireServer, json_reply, sse_reply
 
 
@@ -84,3 +89,86 @@ def test_error_event_inside_a_stream(server: WireServer, provider: AnthropicProv
         next(stream)
     assert caught.value.status_code == 529
     assert len(server.requests) == 1
+
+
+class Forecast(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    city: str
+    temp_c: int
+
+
+FORECAST_INPUT = {"city": "Paris", "temp_c": 18}
+
+
+def answer_use(answer_input: Any) -> dict[str, Any]:
+    """The tool_use block of a typed answer."""
+    return {"type": "tool_use", "id": "toolu_answer", "name": "final_answer", "input": answer_input}
+
+
+def weather_tool(ctx: ToolContext, args: dict[str, Any]) -> Any:
+    return WEATHER_BY_CITY[args["city"]]
+
+
+def test_a_typed_answer_is_a_tool_the_model_must_call(server: WireServer, provider: Any) -> None:
+    """A typed agent with tools offers the answer as one more tool and makes the model
+    call some tool; the answer tool's input comes back as the typed output, not as a
+    call. The tool and the choice are what the SDK's own types take."""
+    server.reply(
+        anthropic_wire.TOOL_CALL_REPLY,
+        json_reply(message([answer_use(FORECAST_INPUT)], "tool_use", usage_body(600, 30))),
+    )
+    tool = Tool("get_weather", WEATHER.description, WEATHER_SCHEMA, weather_tool)
+    config = AgentConfig(
+        provider=provider, model=anthropic_wire.MODEL, tools=[tool], output_type=Forecast
+    )
+    with Agent(config) as agent:
+        assert agent.run(anthropic_wire.QUESTION) == '{"city":"Paris","temp_c":18}'
+        assert agent.output == Forecast("Paris", 18)
+        assert agent.in_doubt == ()
+    first, second = server.bodies
+    answer_tool = first["tools"][-1]
+    TypeAdapter(ToolParam).validate_python(answer_tool)
+    assert answer_tool["name"] == "final_answer"
+    assert answer_tool["input_schema"]["required"] == ["city", "temp_c"]
+    assert first["tool_choice"] == second["tool_choice"] == {"type": "any"}
+    TypeAdapter(ToolChoiceParam).validate_python(first["tool_choice"])
+
+
+def test_the_answer_tool_is_forced_without_other_tools_and_on_the_last_turn(
+    server: WireServer, provider: Any
+) -> None:
+    """With no other tool, or on the last turn, the choice names the answer tool; a
+    refused answer goes back as text, followed by the reason."""
+    server.reply(
+        json_reply(message([answer_use({"city": 3})], "tool_use", usage_body(50, 5))),
+        json_reply(message([answer_use(FORECAST_INPUT)], "tool_use", usage_body(90, 5))),
+    )
+    config = AgentConfig(provider=provider, model=anthropic_wire.MODEL, output_type=Forecast)
+    with Agent(config) as agent:
+        agent.run(anthropic_wire.QUESTION)
+        assert agent.output == Forecast("Paris", 18)
+    forced = {"type": "tool", "name": "final_answer"}
+    assert [body["tool_choice"] for body in server.bodies] == [forced, forced]
+    refused, reason = server.bodies[1]["messages"][-2:]
+    assert refused == {"role": "assistant", "content": [{"type": "text", "text": '{"city":3}'}]}
+    assert "Expected `str`, got `int`" in reason["content"][0]["text"]
+    last_turn = ask(anthropic_wire, output=OutputSpec("final_answer", {"type": "object"}))
+    server.reply(anthropic_wire.ANSWER_REPLY)
+    provider.complete(msgspec.structs.replace(last_turn, tool_choice="none"))
+    assert server.bodies[-1]["tool_choice"] == forced
+
+
+def test_a_streamed_typed_answer_is_text(server: WireServer, provider: Any) -> None:
+    """The input of a streamed answer tool arrives as text pieces and adds up to the
+    answer; no call is made of it."""
+    events = [
+        anthropic_wire.message_start(40),
+        block_start(0, {**answer_use({}), "input": {}}),
+        partial_json(0, '{"city": "Pa'),
+        partial_json(0, 'ris", "temp_c": 18}'),
+        block_stop(0),
+        *anthropic_wire.message_end("tool_use", 12),
+    ]
+    server.reply(sse_reply(events))
+    request = ask(anthropic_wire, output=OutputSpec("final_answer", {"type": "object"}))
+    response = collect_stream(provider.stream(request))
+    assert (response.content, response.tool_calls) == ('{"city": "Paris", "temp_c": 18}', ())

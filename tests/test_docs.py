@@ -286,3 +286,16 @@ def test_mcp_tools_example_closes_the_ticket_once_on_approval() -> None:
     assert "review of helpdesk/close_ticket: Close a ticket for good." in out
     assert out.count("closed ticket 7 (idempotency key") == 1
     assert "pinned to helpdesk/close_ticket" in out
+
+
+def test_typed_output_example_sends_a_refusal_back_and_restores_the_value() -> None:
+    """examples/typed_output.py: a refused answer goes back with the reason, the valid
+    one is the typed output, and a restored agent gives the same value back."""
+    lines = run_python(ROOT / "examples" / "typed_output.py").stdout.splitlines()
+    assert "Invalid enum value 'asap' - at `$.priority`" in lines[0]
+    assert lines[1:4] == [
+        "Output: Triage(priority='urgent', team='billing', summary='Charged twice for one order')",
+        "Route to: billing with priority urgent",
+        "Restored output equal: True",
+    ]
+    assert lines[4].startswith("Audit: answered with the typed value")

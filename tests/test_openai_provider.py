@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 from types import ModuleType
+from typing import Any
 
+import msgspec
 import pytest
+from openai.types.shared import ResponseFormatJSONSchema
 
 import openai_wire
+from covonaut_es import Agent, AgentConfig
 from covonaut_es.errors import ConfigurationError
 from covonaut_es.providers.openai import OpenAIProvider
 from provider_wire import ask
-from wire_server import WireServer
+from wire_server import WireServer, json_reply, sse_reply
 
 
 @pytest.fixture
@@ -39,3 +43,62 @@ def test_missing_api_key_is_a_configuration_error(monkeypatch: pytest.MonkeyPatc
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     with pytest.raises(ConfigurationError, match="OPENAI_API_KEY"):
         OpenAIProvider(base_url="http://127.0.0.1:9/v1")
+
+
+class Forecast(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    city: str
+    temp_c: int
+
+
+def test_a_typed_answer_asks_for_structured_outputs(server: WireServer, provider: Any) -> None:
+    """A typed agent sends a json_schema response format the SDK's own type accepts,
+    strict for a closed Struct; the answer's JSON text becomes the typed output."""
+    content = '{"city":"Paris","temp_c":18}'
+    answer = openai_wire.completion({"content": content}, "stop", (90, 9))
+    server.reply(json_reply(answer))
+    config = AgentConfig(provider=provider, model=openai_wire.MODEL, output_type=Forecast)
+    with Agent(config) as agent:
+        assert agent.run(openai_wire.QUESTION) == content
+        assert agent.output == Forecast("Paris", 18)
+    response_format = server.bodies[0]["response_format"]
+    ResponseFormatJSONSchema.model_validate(response_format)
+    assert response_format == {
+        "type": "json_schema",
+        "json_schema": {
+            "name": "final_answer",
+            "schema": {
+                "title": "Forecast",
+                "type": "object",
+                "properties": {"city": {"type": "string"}, "temp_c": {"type": "integer"}},
+                "required": ["city", "temp_c"],
+                "additionalProperties": False,
+            },
+            "strict": True,
+        },
+    }
+
+
+def test_a_schema_strict_mode_cannot_take_is_sent_without_strict(
+    server: WireServer, provider: Any
+) -> None:
+    """An open schema goes out with strict false, and a streamed typed answer is the
+    joined text of its pieces."""
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}}
+    stream = [
+        openai_wire.chunk(openai_wire.delta({"role": "assistant", "content": ""})),
+        openai_wire.chunk(openai_wire.delta({"content": '{"city":'})),
+        openai_wire.chunk(openai_wire.delta({"content": '"Lyon"}'})),
+        openai_wire.chunk(openai_wire.delta({}, "stop")),
+        openai_wire.usage_chunk(80, 6),
+        "[DONE]",
+    ]
+    server.reply(sse_reply((None, data) for data in stream))
+    config = AgentConfig(
+        provider=provider, model=openai_wire.MODEL, output_type=schema, on_delta=lambda _: None
+    )
+    with Agent(config) as agent:
+        agent.run(openai_wire.QUESTION)
+        assert agent.output == {"city": "Lyon"}
+    body = server.bodies[0]
+    assert body["response_format"]["json_schema"]["strict"] is False
+    assert body["stream"] is True

@@ -36,6 +36,7 @@ from covonaut_es.domain import (
     ThreadSnapshot,
     ToolOutcome,
     ToolPin,
+    TypedOutput,
     thread_aggregate_id,
 )
 from covonaut_es.domain._named_states import StateSaved, state_stream_id
@@ -125,7 +126,10 @@ SAMPLES: dict[type, dict[str, Any]] = {
     AgentThread.Resumed: {},
     AgentThread.TurnStarted: {"turn": 2},
     AgentThread.Compacted: {"compaction": Compaction("sum", 3), "usage": None},
-    AgentThread.RunFinished: {"output": "done"},
+    AgentThread.RunFinished: {
+        "output": '{"a": [1, 2.5, null, "x"]}',
+        "typed": TypedOutput({"a": [1, 2.5, None, "x"]}),
+    },
     AgentThread.RunFailed: {"error_type": "ProviderError", "message": "boom"},
     AgentThread.CheckpointSaved: {"reason": CheckpointReason.INTERRUPT, "retain": 3},
     AgentThread.ReviewRequested: {
@@ -252,6 +256,7 @@ def test_snapshot_round_trip_restores_the_typed_thread() -> None:
     thread.decide_review(
         review.request.review_id, Decision.APPROVED, reviewer="alice", comment="", now=NOW
     )
+    thread.finish('{"k": [1.5, null]}', typed=TypedOutput({"k": [1.5, None]}), now=NOW)
     mapper = MsgspecMapper()
     snapshot = ThreadSnapshot.take(thread)
     decoded = mapper.to_domain_event(mapper.to_stored_event(snapshot))
@@ -274,6 +279,19 @@ def test_snapshot_from_before_reviews_decodes_with_no_reviews() -> None:
     restored = mapper.to_domain_event(older).mutate(None)
     assert restored.state == thread.state
     assert restored.state.reviews == ()
+
+
+def test_snapshot_from_before_typed_answers_decodes_with_no_output() -> None:
+    """A snapshot whose state predates typed answers decodes with no output."""
+    thread = AgentThread.start("t", now=NOW)
+    mapper = MsgspecMapper()
+    record = mapper.to_stored_event(ThreadSnapshot.take(thread))
+    payload = mapper.payload_fields(record)
+    del payload["state"]["output"]
+    older = StoredEvent(ID, record.originator_version, record.topic, msgspec.json.encode(payload))
+    restored = mapper.to_domain_event(older).mutate(None)
+    assert restored.state == thread.state
+    assert restored.state.output is None
 
 
 def stored(cls: type, payload: dict[str, Any]) -> StoredEvent:

@@ -768,3 +768,15 @@ def test_a_stored_trace_context_links_only_when_it_reads_as_one(value: str) -> N
         assert valid and f"{link.context.trace_id:032x}" == value[3:35]
         assert f"{link.context.span_id:016x}" == value[36:52]
     assert len(links) <= 1
+
+
+def test_a_typed_answer_is_traced_as_asked_for_in_json(
+    provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    """The chat spans of a run whose answer is typed say the output asked for is JSON."""
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}}
+    Agent(config(provider, [answer('{"ok": true}')], output_type=schema)).run("go")
+    Agent(config(provider, [answer("plain")])).run("go")
+    first, second = by_name(exporter.get_finished_spans())["chat m-1"]
+    assert dict(first.attributes or {})["gen_ai.output.type"] == "json"
+    assert "gen_ai.output.type" not in dict(second.attributes or {})

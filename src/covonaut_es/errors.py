@@ -279,6 +279,12 @@ class MaxTurnsExceededError(CovonautError, RuntimeError):
     """The model still asked for tools on the last turn ``max_turns`` allowed."""
 
 
+class OutputValidationError(CovonautError, ValueError):
+    """A final answer did not match ``AgentConfig.output_type``: the model's answers
+    were refused more often than ``output_retries`` allows (the run is recorded as
+    failed), or a recorded output no longer converts into the configured type."""
+
+
 class ProviderError(CovonautError, RuntimeError):
     """The model provider failed; the thread records the failure and can continue."""
 

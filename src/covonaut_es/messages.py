@@ -85,6 +85,22 @@ class ToolSpec(msgspec.Struct, frozen=True):
     parameters: dict[str, JsonValue]
 
 
+class OutputSpec(msgspec.Struct, frozen=True):
+    """The shape a run's final answer must have, as the model is told about it.
+
+    Attributes:
+        name: A name for the shape (letters, digits, ``_`` and ``-``): the OpenAI
+            response format's name, the Anthropic output tool's name.
+        schema: JSON Schema of the answer, an object schema.
+        strict: The schema fits OpenAI's strict structured outputs (every object closed,
+            every property required), so the API is asked to enforce it.
+    """
+
+    name: str
+    schema: dict[str, JsonValue]
+    strict: bool = False
+
+
 class ProviderRequest(msgspec.Struct, frozen=True, kw_only=True):
     """What the runtime asks a model provider.
 
@@ -97,6 +113,9 @@ class ProviderRequest(msgspec.Struct, frozen=True, kw_only=True):
             APIs refuse a history with tool calls but no tool definitions.
         max_tokens: An optional cap on the answer's length.
         temperature: Optional sampling temperature.
+        output: When the run's answer is typed, its shape: the final answer is the JSON
+            text of a value of that shape (an adapter uses its API's structured-output
+            mode, or a tool the model must call, and gives the answer back as text).
     """
 
     model: str
@@ -105,6 +124,7 @@ class ProviderRequest(msgspec.Struct, frozen=True, kw_only=True):
     tool_choice: Literal["auto", "none"] = "auto"
     max_tokens: int | None = None
     temperature: float | None = None
+    output: OutputSpec | None = None
 
 
 class ProviderResponse(msgspec.Struct, frozen=True, kw_only=True):

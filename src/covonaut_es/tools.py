@@ -222,20 +222,24 @@ def check_arguments_limits(tool_name: str, text: str) -> None:
     Raises:
         ToolArgumentsLimitError: Naming the limit, what was found and what to do.
     """
+    problem = json_limits_problem(text)
+    if problem is not None:
+        msg = (
+            f"arguments for {tool_name!r} were refused: {problem}; pass smaller, flatter arguments"
+        )
+        raise ToolArgumentsLimitError(msg)
+
+
+def json_limits_problem(text: str) -> str | None:
+    """How a JSON text breaks the size (``MAX_ARGUMENTS_BYTES``) or depth
+    (``MAX_ARGUMENTS_DEPTH``) limit, found without decoding it; None within both."""
     size = len(text.encode("utf-8", "surrogatepass"))
     if size > MAX_ARGUMENTS_BYTES:
-        msg = (
-            f"arguments for {tool_name!r} were refused: {size} bytes, more than the "
-            f"{MAX_ARGUMENTS_BYTES} allowed; pass smaller arguments"
-        )
-        raise ToolArgumentsLimitError(msg)
+        return f"{size} bytes, more than the {MAX_ARGUMENTS_BYTES} allowed"
     deepest = json_depth(text)
     if deepest > MAX_ARGUMENTS_DEPTH:
-        msg = (
-            f"arguments for {tool_name!r} were refused: nested {deepest} deep, more than "
-            f"the {MAX_ARGUMENTS_DEPTH} levels allowed; pass flatter arguments"
-        )
-        raise ToolArgumentsLimitError(msg)
+        return f"nested {deepest} deep, more than the {MAX_ARGUMENTS_DEPTH} levels allowed"
+    return None
 
 
 def result_text(value: Any) -> str:

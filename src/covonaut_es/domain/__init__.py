@@ -39,6 +39,7 @@ from covonaut_es.domain._values import (
     ThreadState,
     ThreadStatus,
     ToolOutcome,
+    TypedOutput,
 )
 
 __all__ = [
@@ -68,6 +69,7 @@ __all__ = [
     "ToolOutcome",
     "ToolPin",
     "TreeStats",
+    "TypedOutput",
     "canonical_json",
     "check_thread_id",
     "check_thread_stream",

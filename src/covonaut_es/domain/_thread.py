@@ -57,6 +57,7 @@ from covonaut_es.domain._values import (
     ThreadState,
     ThreadStatus,
     ToolOutcome,
+    TypedOutput,
 )
 from covonaut_es.errors import (
     InterruptPendingError,
@@ -98,6 +99,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
     answers: dict[str, str]
     retries_requested: list[str]
     retry_requested: bool
+    output: TypedOutput | None
 
     # Events: the only code that changes a thread's state is their apply methods.
 
@@ -382,14 +384,17 @@ class AgentThread(Aggregate, created_event_name="Started"):
                 thread.usage = thread.usage + self.usage
 
     class RunFinished(Event):
-        """The model gave a final answer."""
+        """The model gave a final answer; ``typed``: the value a typed answer was
+        validated into, as JSON data (None when the run's answer is not typed)."""
 
         TOPIC = "covonaut.thread.RunFinished"
 
         output: str
+        typed: TypedOutput | None = None
 
         def apply(self, thread: AgentThread) -> None:
             thread.status = ThreadStatus.FINISHED
+            thread.output = self.typed
 
     class RunFailed(Event):
         """The run ended in an error (provider failure, turn limit)."""
@@ -594,6 +599,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
         self.answers = {}
         self.retries_requested = []
         self.retry_requested = False
+        self.output = None
 
     # Commands ---------------------------------------------------------------------
 
@@ -902,9 +908,10 @@ class AgentThread(Aggregate, created_event_name="Started"):
             raise ThreadStateError(msg)
         self.trigger_event(self.Compacted, compaction=compaction, usage=usage, timestamp=now)
 
-    def finish(self, output: str, *, now: datetime) -> None:
-        """Record the final answer."""
-        self.trigger_event(self.RunFinished, output=output, timestamp=now)
+    def finish(self, output: str, *, now: datetime, typed: TypedOutput | None = None) -> None:
+        """Record the final answer, and the value a typed answer was validated into
+        (validated by the caller: the aggregate records it as given)."""
+        self.trigger_event(self.RunFinished, output=output, typed=typed, timestamp=now)
 
     def fail(self, error_type: str, message: str, *, now: datetime) -> None:
         """Record that the run failed."""
@@ -1083,6 +1090,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
             reviews=self.reviews.reviews,
             pauses=self.pauses,
             retry_requested=self.retry_requested,
+            output=self.output,
         )
 
     @property

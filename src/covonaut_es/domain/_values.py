@@ -179,6 +179,18 @@ class Label(msgspec.Struct, frozen=True, omit_defaults=True):
     version: int | None = None
 
 
+class TypedOutput(msgspec.Struct, frozen=True):
+    """The validated value of a run's typed final answer, as JSON data: what was
+    checked against ``AgentConfig.output_type`` and recorded with the answer.
+
+    Attributes:
+        value: The value, in the JSON form it was validated and stored in (objects,
+            arrays, strings, finite numbers, booleans, null).
+    """
+
+    value: JsonValue
+
+
 class ThreadState(msgspec.Struct, frozen=True):
     """A read-only copy of a thread's state at one version.
 
@@ -200,6 +212,8 @@ class ThreadState(msgspec.Struct, frozen=True):
             the call that used it.
         pauses: Each pending interrupt and whether a person has dealt with it.
         retry_requested: A person asked for the failed run to be tried again.
+        output: The typed final answer of the last run that finished, when that run's
+            answer was typed (see ``AgentConfig.output_type``); None otherwise.
     """
 
     thread_id: str
@@ -218,6 +232,7 @@ class ThreadState(msgspec.Struct, frozen=True):
     reviews: tuple[Review, ...] = ()
     pauses: tuple[Pause, ...] = ()
     retry_requested: bool = False
+    output: TypedOutput | None = None
 
     @property
     def waiting_for(self) -> str:

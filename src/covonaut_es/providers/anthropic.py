@@ -16,6 +16,7 @@ import msgspec
 
 from covonaut_es.messages import (
     Message,
+    OutputSpec,
     ProviderRequest,
     ProviderResponse,
     Role,
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
         MessageParam,
         RawMessageStreamEvent,
         TextBlockParam,
+        ToolChoiceParam,
         ToolParam,
         ToolResultBlockParam,
         ToolUseBlockParam,
@@ -111,6 +113,10 @@ class AnthropicProvider(SdkAdapter[anthropic.Anthropic]):
     ``tool_result`` content blocks, and consecutive messages of one role (such as the
     results of one batch of calls) are merged into one message.
 
+    A typed answer (``ProviderRequest.output``) is a tool whose input schema is the
+    answer's, which the model is made to call (``tool_choice``); its input comes back
+    as the answer's JSON text, not as a tool call.
+
     Rate limits, server errors (including 529 "overloaded") and connection errors are
     retried per ``retry`` (the SDK's own retries are switched off); every failure is
     raised as a typed :class:`~covonaut_es.errors.ProviderError`. Close the provider (or use
@@ -157,9 +163,12 @@ class AnthropicProvider(SdkAdapter[anthropic.Anthropic]):
         message = self._call(create)
         text: list[str] = []
         calls: list[ToolCall] = []
+        answer = _answer_name(request)
         for block in message.content:
             if block.type == "text":
                 text.append(block.text)
+            elif block.type == "tool_use" and block.name == answer:
+                text.append(_compact_json(block.input))
             elif block.type == "tool_use":
                 calls.append(ToolCall(block.id, block.name, _compact_json(block.input)))
         return ProviderResponse(
@@ -181,6 +190,7 @@ class AnthropicProvider(SdkAdapter[anthropic.Anthropic]):
 
         # Open tool_use blocks by index: (id, name, pieces of the input's JSON text).
         open_calls: dict[int, tuple[str, str, list[str]]] = {}
+        answer, answers = _answer_name(request), set[int]()  # the typed answer's blocks
         positions: dict[int, int] = {}  # a tool_use block's index -> the call's position
         calls: list[ToolCall] = []
         input_tokens: int | None = None
@@ -198,7 +208,9 @@ class AnthropicProvider(SdkAdapter[anthropic.Anthropic]):
                     model = event.message.model or ""
                 elif event.type == "content_block_start":
                     block = event.content_block
-                    if block.type == "tool_use":
+                    if block.type == "tool_use" and block.name == answer:
+                        answers.add(event.index)
+                    elif block.type == "tool_use":
                         positions[event.index] = len(positions)
                         open_calls[event.index] = (block.id, block.name, [])
                         opened = ToolCallDelta(
@@ -209,6 +221,9 @@ class AnthropicProvider(SdkAdapter[anthropic.Anthropic]):
                     delta = event.delta
                     if delta.type == "text_delta" and delta.text:
                         yield StreamDelta(content=delta.text)
+                    elif delta.type == "input_json_delta" and event.index in answers:
+                        if delta.partial_json:
+                            yield StreamDelta(content=delta.partial_json)
                     elif delta.type == "input_json_delta" and event.index in open_calls:
                         open_calls[event.index][2].append(delta.partial_json)
                         if delta.partial_json:
@@ -238,10 +253,14 @@ class AnthropicProvider(SdkAdapter[anthropic.Anthropic]):
         }
         if system:
             params["system"] = system
-        if request.tools:
-            params["tools"] = [_tool(spec) for spec in request.tools]
-            if request.tool_choice == "none":
-                params["tool_choice"] = {"type": "none"}
+        tools = [_tool(spec) for spec in request.tools]
+        if request.output is not None:
+            tools.append(_answer_tool(request.output))
+        if tools:
+            params["tools"] = tools
+        choice = _tool_choice(request)
+        if choice is not None:
+            params["tool_choice"] = choice
         return params
 
 
@@ -302,6 +321,32 @@ def _tool(spec: ToolSpec) -> ToolParam:
     schema = dict(spec.parameters)
     schema.setdefault("type", "object")  # the API requires an object schema
     return {"name": spec.name, "description": spec.description, "input_schema": schema}
+
+
+def _answer_tool(output: OutputSpec) -> ToolParam:
+    return {
+        "name": output.name,
+        "description": "Give your final answer with this tool: its input is the answer.",
+        "input_schema": output.schema,
+    }
+
+
+def _answer_name(request: ProviderRequest) -> str | None:
+    """The name of the tool whose input is the typed answer, if the answer is typed."""
+    return None if request.output is None else request.output.name
+
+
+def _tool_choice(request: ProviderRequest) -> ToolChoiceParam | None:
+    """A typed answer is a tool the model must call: that tool when it may call no
+    other (the last turn, or no tools), else any tool; an untyped answer's last turn
+    may call none."""
+    if request.output is not None:
+        if request.tool_choice == "none" or not request.tools:
+            return {"type": "tool", "name": request.output.name}
+        return {"type": "any"}
+    if request.tools and request.tool_choice == "none":
+        return {"type": "none"}
+    return None
 
 
 def _extra_body(request: ProviderRequest) -> dict[str, object] | None:

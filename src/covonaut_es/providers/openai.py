@@ -91,6 +91,9 @@ _VENDOR = Vendor(
 class OpenAIProvider(SdkAdapter[openai.OpenAI]):
     """A model behind the OpenAI Chat Completions API or a server compatible with it.
 
+    A request for a typed answer (``ProviderRequest.output``) asks for structured
+    outputs: a ``json_schema`` response format, strict when the schema fits strict mode.
+
     Rate limits, server errors and connection errors are retried per ``retry`` (the
     SDK's own retries are switched off); every failure is raised as a typed
     :class:`~covonaut_es.errors.ProviderError`. Close the provider (or use it in a ``with``
@@ -209,6 +212,17 @@ class OpenAIProvider(SdkAdapter[openai.OpenAI]):
             params[self._max_tokens_parameter] = request.max_tokens
         if request.temperature is not None:
             params["temperature"] = request.temperature
+        if request.output is not None:
+            # Structured outputs: the answer's text is JSON of the schema; strict makes
+            # the API enforce it, where the schema allows (the runtime checks it anyway).
+            params["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {
+                    "name": request.output.name,
+                    "schema": request.output.schema,
+                    "strict": request.output.strict,
+                },
+            }
         return params
 
 

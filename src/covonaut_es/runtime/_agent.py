@@ -33,6 +33,7 @@ from covonaut_es.runtime._loop import (
     run_program,
     settle_program,
 )
+from covonaut_es.runtime._output import output_of
 from covonaut_es.runtime._reviews import ReviewCommands
 from covonaut_es.runtime._states import StateCommands
 from covonaut_es.runtime._streaming import StreamItem
@@ -114,6 +115,21 @@ class Agent(ReviewCommands, StateCommands):
         """Every pending interrupt with its kind (a tool's pause, a review, a call in
         doubt) and whether a person has dealt with it."""
         return self._current.pauses
+
+    @property
+    def output(self) -> Any:
+        """The typed final answer of the thread's last finished run: an instance of
+        ``AgentConfig.output_type`` for a class, the validated JSON data for a JSON
+        Schema; None when that run's answer was not typed (or no run finished).
+
+        It is read from the thread (``state.output``) and converted into the type on
+        every read, so an agent restored from the store gives the same value back.
+
+        Raises:
+            OutputValidationError: The recorded value does not fit the configured
+                ``output_type`` (it changed since the run).
+        """
+        return output_of(self._current.output, self.config.output_shape)
 
     # Running ----------------------------------------------------------------------
 

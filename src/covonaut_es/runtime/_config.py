@@ -18,6 +18,7 @@ from covonaut_es.migrations._registry import state_document_schema, thread_snaps
 from covonaut_es.migrations._upcasting import NO_MIGRATORS, frozen_steps
 from covonaut_es.providers import AsyncProvider, Provider
 from covonaut_es.runtime._compaction import Compactor
+from covonaut_es.runtime._output import OUTPUT_NAME, OutputShape
 from covonaut_es.service import ReviewerVerifier
 from covonaut_es.store import StateStore, Store
 from covonaut_es.tools import Tool, ToolSource, check_timeout
@@ -28,6 +29,12 @@ Durability = Literal["step", "checkpoint"]
 def _positive(_: object, attribute: attrs.Attribute[int], value: int) -> None:
     if value < 1:
         msg = f"{attribute.name} must be at least 1, got {value}"
+        raise ValueError(msg)
+
+
+def _not_negative(_: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if value < 0:
+        msg = f"{attribute.name} must be 0 or more, got {value}"
         raise ValueError(msg)
 
 
@@ -156,6 +163,17 @@ class AgentConfig:
         trace_content: Record message contents, tool arguments and tool results in the
             spans (bounded in size). Off by default: they may hold personal data, and a
             trace back end is rarely guarded like the thread store.
+        output_type: Makes the final answer typed: a ``msgspec.Struct`` class, an attrs
+            class or a JSON Schema (a dict) of a JSON object. The model is asked for an
+            answer of that shape (the adapters use their API's structured-output mode);
+            the answer is validated, its value recorded with the run's end, and
+            :attr:`Agent.output <covonaut_es.Agent.output>` gives it back in the type.
+            No tool may then be named ``final_answer``.
+        output_retries: How many refused answers a run sends back to the model, with
+            the reason, before it fails with ``OutputValidationError`` (each try is a
+            model call within ``max_turns``).
+        output_shape: ``output_type`` compiled: the schema the model is told and the
+            validator of its answers; None for an untyped answer.
     """
 
     provider: Provider | AsyncProvider
@@ -181,6 +199,25 @@ class AgentConfig:
     tracer_provider: object | None = attrs.field(default=None, validator=_tracer_provider)
     trace_content: bool = False
     mcp_servers: tuple[ToolSource, ...] = attrs.field(default=(), converter=tuple)
+    output_type: object | None = None
+    output_retries: int = attrs.field(default=2, validator=_not_negative)
+    output_shape: OutputShape | None = attrs.field(init=False, repr=False, eq=False)
+
+    def __attrs_post_init__(self) -> None:
+        """Compile ``output_type`` once, so a bad one fails here.
+
+        Raises:
+            ConfigurationError: ``output_type`` is not a valid output type, or a tool
+                has the name the typed answer takes.
+        """
+        shape = None if self.output_type is None else OutputShape.of(self.output_type)
+        if shape is not None and any(tool.name == OUTPUT_NAME for tool in self.tools):
+            msg = (
+                f"a typed answer is given as {OUTPUT_NAME!r}, and a tool has that name; "
+                "rename the tool"
+            )
+            raise ConfigurationError(msg)
+        object.__setattr__(self, "output_shape", shape)
 
     def offered_tools(self) -> tuple[Tool, ...]:
         """``tools``, then each of ``mcp_servers``' tools.
@@ -195,6 +232,8 @@ class AgentConfig:
         for server in self.mcp_servers:
             offered.extend(server.tools())
         counts = Counter(tool.name for tool in offered)
+        if self.output_shape is not None:
+            counts[OUTPUT_NAME] += 1  # the typed answer's name is taken
         duplicates = sorted(name for name, n in counts.items() if n > 1)
         if duplicates:
             msg = (

@@ -31,6 +31,7 @@ from covonaut_es.errors import (
     CovonautError,
     InterruptError,
     MaxTurnsExceededError,
+    OutputValidationError,
     ProviderError,
     ToolArgumentsLimitError,
     ToolInDoubtError,
@@ -40,6 +41,7 @@ from covonaut_es.errors import (
 from covonaut_es.messages import Message, ProviderRequest, ProviderResponse, Role, ToolCall
 from covonaut_es.runtime._compaction import context_messages
 from covonaut_es.runtime._config import AgentConfig
+from covonaut_es.runtime._output import AnswerRefused
 from covonaut_es.tools import ArgumentsError, Tool, ToolContext, parse_arguments, result_text
 
 FINAL_TURN_INSTRUCTION = (
@@ -193,7 +195,9 @@ def run_program(
     """Run turns until a final answer, an interrupt, an error or the turn limit.
 
     Returns the final answer, or ``""`` when the run paused on an interrupt. Every
-    pause it records carries ``trace_parent``, the traced run's context, if any.
+    pause it records carries ``trace_parent``, the traced run's context, if any. A
+    typed answer that does not validate is sent back to the model, up to
+    ``config.output_retries`` times.
     """
     now = config.clock
     yield from _reach_tool_servers(thread, config)
@@ -211,6 +215,7 @@ def run_program(
         thread.append_message(Message(Role.USER, user_input), now=now())
     yield Commit()
 
+    refusals = 0
     for turn_in_run in range(1, config.max_turns + 1):
         final_turn = turn_in_run == config.max_turns
         thread.start_turn(now=now())
@@ -236,7 +241,15 @@ def run_program(
         )
         thread.call_tools(calls, now=now(), pins=_pins(config))
         if not calls:  # the answer and the end of the run are committed together
-            thread.finish(response.content, now=now())
+            shape = config.output_shape
+            try:
+                typed = None if shape is None else shape.check(response.content)
+            except AnswerRefused as refused:
+                refusals += 1
+                yield from _send_back(thread, config, refused, refusals, final_turn=final_turn)
+                yield from _end_of_turn(thread, settings, now())
+                continue
+            thread.finish(response.content, now=now(), typed=typed)
             yield from _end_of_turn(thread, settings, now())
             return response.content
         # Write-ahead, in every durability mode: a tool gets its idempotency key only
@@ -267,6 +280,7 @@ def build_request(thread: AgentThread, config: AgentConfig, *, final_turn: bool)
         tool_choice="none" if final_turn else "auto",
         max_tokens=config.max_tokens,
         temperature=config.temperature,
+        output=None if config.output_shape is None else config.output_shape.spec,
     )
 
 
@@ -533,6 +547,36 @@ def _refuse_calls_on_final_turn(
     thread.fail(MaxTurnsExceededError.__name__, msg, now=now())
     yield Commit()
     raise MaxTurnsExceededError(msg)
+
+
+def _send_back(
+    thread: AgentThread,
+    config: AgentConfig,
+    refused: AnswerRefused,
+    refusals: int,
+    *,
+    final_turn: bool,
+) -> Generator[Effect, Any, None]:
+    """Tell the model why its typed answer was refused, for it to answer again; or,
+    past ``output_retries`` refusals or on the last turn, record the run as failed."""
+    assert config.output_shape is not None
+    if refusals <= config.output_retries and not final_turn:
+        thread.append_message(
+            Message(Role.USER, config.output_shape.correction(refused)), now=config.clock()
+        )
+        return
+    limit = (
+        f"on turn {config.max_turns}, the last one max_turns={config.max_turns} allows"
+        if final_turn
+        else f"{refusals} times, more than output_retries={config.output_retries} allows"
+    )
+    msg = (
+        f"the model's final answer was refused {limit}: {refused}; raise the limit, "
+        "or make the output type easier to meet"
+    )
+    thread.fail(OutputValidationError.__name__, msg, now=config.clock())
+    yield Commit()
+    raise OutputValidationError(msg)
 
 
 def _end_of_turn(

@@ -71,6 +71,7 @@ CONVERSATION = "gen_ai.conversation.id"
 REQUEST_MODEL = "gen_ai.request.model"
 REQUEST_MAX_TOKENS = "gen_ai.request.max_tokens"
 REQUEST_TEMPERATURE = "gen_ai.request.temperature"
+OUTPUT_TYPE = "gen_ai.output.type"
 RESPONSE_MODEL = "gen_ai.response.model"
 FINISH_REASONS = "gen_ai.response.finish_reasons"
 INPUT_TOKENS = "gen_ai.usage.input_tokens"
@@ -245,7 +246,7 @@ class RunTrace:
                 self._end_tool(prepared.call.id, None, error)
 
     def _start_chat(self, request: ProviderRequest) -> Span:
-        settings = (request.model, request.max_tokens, request.temperature)
+        settings = (request.model, request.max_tokens, request.temperature, request.output)
         if settings != self._chat_settings:  # most runs ask every turn alike
             self._chat_settings = settings
             self._chat_name, self._chat_attributes = self._chat_start(request)
@@ -265,6 +266,8 @@ class RunTrace:
             attributes[REQUEST_MAX_TOKENS] = request.max_tokens
         if request.temperature is not None:
             attributes[REQUEST_TEMPERATURE] = request.temperature
+        if request.output is not None:  # a typed answer is asked for as JSON
+            attributes[OUTPUT_TYPE] = "json"
         return (f"chat {request.model}" if request.model else "chat"), attributes
 
     def _end_chat(self, response: Any, error: Exception | None) -> None:

@@ -148,7 +148,11 @@ _SUMMARIES: dict[type[Any], Callable[[Any], str]] = {
     AgentThread.Resumed: lambda e: "resumed",
     AgentThread.TurnStarted: lambda e: f"turn {e.turn} started",
     AgentThread.Compacted: lambda e: f"context compacted from message {e.compaction.first_kept}",
-    AgentThread.RunFinished: lambda e: f"answered: {_clip(e.output)}",
+    AgentThread.RunFinished: lambda e: (
+        f"answered: {_clip(e.output)}"
+        if e.typed is None
+        else f"answered with the typed value {_clip(canonical_json(e.typed.value).decode())}"
+    ),
     AgentThread.RunFailed: lambda e: f"failed: {e.error_type}: {_clip(e.message)}",
     AgentThread.CheckpointSaved: lambda e: f"checkpoint saved ({e.reason})",
     AgentThread.Abandoned: lambda e: f"abandoned: {e.reason}" if e.reason else "abandoned",
