@@ -133,26 +133,7 @@ class Forks:
         new_thread_id: str | None = None,
         now: datetime | None = None,
     ) -> str:
-        """Create a thread whose history is ``thread_id``'s stream up to a version.
-
-        The fork stores one small ``Forked`` event and no copy of the parent's events;
-        the parent is not written to. Forking at an interrupt gives a branch paused on
-        the same interrupt.
-
-        Args:
-            thread_id: The parent thread.
-            at_version: The parent's version to branch at (default: its head).
-            at_checkpoint: Or the sequence number of one of the parent's checkpoints.
-            new_thread_id: The fork's id (default: derived from the parent's, unique).
-
-        Returns:
-            The new thread's id.
-
-        Raises:
-            ThreadNotFoundError: The parent, the version or the checkpoint is missing.
-            ThreadConflictError: A thread with ``new_thread_id`` already exists.
-            InvalidThreadIdError: ``new_thread_id`` is not a valid thread id.
-        """
+        """As :meth:`covonaut_es.Store.fork`."""
         if at_version is not None and at_checkpoint is not None:
             msg = "fork() takes at_version or at_checkpoint, not both"
             raise ConfigurationError(msg)
@@ -200,8 +181,7 @@ class Forks:
         return new_thread_id
 
     def abandon(self, thread_id: str, reason: str = "", *, now: datetime | None = None) -> None:
-        """Give a thread up: its pending reviews leave the reviewer queue and no run
-        starts on it again (a fork of it still can)."""
+        """As :meth:`covonaut_es.Store.abandon`."""
         thread = self._reader.load(thread_id)
         thread.abandon(reason, now=now or self.clock())
         self._writer.save(thread)
@@ -214,7 +194,7 @@ class Forks:
         version: int | None = None,
         now: datetime | None = None,
     ) -> None:
-        """Label a thread, or one of its versions; labels are events of the thread."""
+        """As :meth:`covonaut_es.Store.label`."""
         thread = self._reader.load(thread_id)
         thread.label(label, version=version, now=now or self.clock())
         self._writer.save(thread)

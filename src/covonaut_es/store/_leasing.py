@@ -73,8 +73,7 @@ class Leasing:
         self._lease_holder: str | None = None
 
     def name_lease_holder(self, holder: str) -> None:
-        """Name who holds the leases this store takes (a worker names itself), shown
-        to runners that find a thread busy."""
+        """As :meth:`covonaut_es.Store.name_lease_holder`."""
         self._lease_holder = holder
         with _CREATE_LOCK:
             if self._lease_backend is not None:
@@ -93,15 +92,7 @@ class Leasing:
 
     @contextlib.contextmanager
     def lease(self, thread_id: str) -> Iterator[Lease]:
-        """Hold the thread's run lease for the block; every save of the thread in the
-        block is fenced by it (refused once a newer lease exists).
-
-        Yields:
-            The lease; :meth:`Lease.check` raises once it no longer stands.
-
-        Raises:
-            ThreadBusyError: Another runner holds it; nothing was done.
-        """
+        """As :meth:`covonaut_es.Store.lease`."""
         held = self.held_lease(thread_id)
         if held is not None:
             yield held
@@ -116,7 +107,7 @@ class Leasing:
 
     @contextlib.asynccontextmanager
     async def alease(self, thread_id: str) -> AsyncIterator[Lease]:
-        """Like :meth:`lease`, for asyncio: the database is asked in a worker thread."""
+        """As :meth:`covonaut_es.Store.alease`."""
         held = self.held_lease(thread_id)
         if held is not None:
             yield held
@@ -133,7 +124,7 @@ class Leasing:
             await asyncio.shield(asyncio.to_thread(self.leases.release, lease))
 
     def held_lease(self, thread_id: str) -> Lease | None:
-        """The lease of the thread the current task holds in this store's database."""
+        """As :meth:`covonaut_es.Store.held_lease`."""
         return _HELD.get().get((self.leases.database, thread_id))
 
     def _with_held(self, lease: Lease) -> Mapping[tuple[str, str], Lease]:
@@ -155,9 +146,7 @@ class Leasing:
         raise ThreadBusyError(msg, thread_id=thread_id, holder=holder)
 
     def publish_worker(self, record: WorkerRecord) -> None:
-        """Write a live worker's record (its heartbeat) to the registry. In an
-        encrypted store the threads it holds and the calls it runs are sealed under the
-        store's key."""
+        """As :meth:`covonaut_es.Store.publish_worker`."""
         cipher = self._app.mapper.cipher
         if cipher is not None and (record.threads or record.calls):
             sealed = cipher.encrypt(msgspec.json.encode(_Held(record.threads, record.calls)))
@@ -166,7 +155,7 @@ class Leasing:
         self.leases.publish(record)
 
     def live_workers(self) -> tuple[WorkerRecord, ...]:
-        """The live workers' records, oldest first."""
+        """As :meth:`covonaut_es.Store.live_workers`."""
         return tuple(self._unsealed(record) for record in self.leases.workers())
 
     def _unsealed(self, record: WorkerRecord) -> WorkerRecord:

@@ -26,20 +26,7 @@ class Submissions:
         self._app = app
 
     def submit(self, thread_id: str, text: str) -> int:
-        """Hand ``text`` to a thread for a worker to run, as a user message.
-
-        The submission is stored durably in the thread's own submission stream, so a
-        :class:`~covonaut_es.Worker` on any machine that follows this store runs it
-        (``agent.run(text)``) once the thread is free: not running, not paused. A
-        thread that does not exist yet is started by the worker.
-
-        Returns:
-            The submission's number in the thread's stream of submissions (1, 2, ...).
-
-        Raises:
-            InvalidThreadIdError: The thread id is not allowed.
-            InvalidSubmissionError: ``text`` is not a string that can be stored.
-        """
+        """As :meth:`covonaut_es.Store.submit`."""
         if not isinstance(text, str):
             msg = f"submitted input must be a string, got {type(text).__name__}"
             raise InvalidSubmissionError(msg)
