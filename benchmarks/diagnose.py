@@ -25,7 +25,7 @@ from single_thread import LONG_T, REFERENCE_T
 
 from covonaut_es import Agent, Store, open_store
 from covonaut_es.domain import ThreadSnapshot
-from covonaut_es.store._store import SNAPSHOT_MIN_VERSION, SNAPSHOT_TAIL_SHARE
+from covonaut_es.store._writer import SNAPSHOT_MIN_VERSION, SNAPSHOT_TAIL_SHARE
 
 if TYPE_CHECKING:
     from harness import Progress

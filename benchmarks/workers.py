@@ -86,7 +86,7 @@ def _wait(what: str, done: Any) -> None:
 
 
 def _finished_times(store: Store, after: int) -> list[float]:
-    found = store._notifications(AgentThread.RunFinished, after=after)
+    found = store._records.notifications(AgentThread.RunFinished, after=after)
     return [store._app.mapper.to_domain_event(n).timestamp.timestamp() for n in found]
 
 
@@ -99,11 +99,11 @@ def run_throughput(
         processes = _start(url, Path(workdir) / f"calls-{workers}", workers)
         try:
             _wait("the workers", lambda: len(store.live_workers()) == workers)
-            warm = store._log_position()
+            warm = store._records.log_position()
             for index in range(workers):  # each process makes its connections first
                 store.submit(f"warm-up-{workers}-{index}", "Pay 5.")
             _wait("the warm-up", lambda: len(_finished_times(store, warm)) >= workers)
-            after = store._log_position()
+            after = store._records.log_position()
             count = per_worker * workers
             started = time.time()
             for index in range(count):

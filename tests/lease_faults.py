@@ -35,8 +35,8 @@ from covonaut_es import (
 from covonaut_es.domain import thread_aggregate_id
 from covonaut_es.domain._calls import event_key
 from covonaut_es.store import Lease
+from covonaut_es.store._backends._memory_leases import _MEMORY
 from covonaut_es.store._backends._sqlite_leases import lease_directory
-from covonaut_es.store._leases import _MEMORY
 from support import ticking_clock
 
 T = TypeVar("T")

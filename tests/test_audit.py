@@ -244,19 +244,19 @@ def forge(store: Store, source: str, target: str, change: Any) -> None:
     ``target`` in its first event and is sealed again as the store would have sealed
     it (a copy naming ``source`` is a finding), so that ``change`` alone is the attack."""
     records, previous = [], UNCHAINED
-    for record in store._stored_records(source):
-        payload = msgspec.json.decode(store._mapper.plain_payload(record))
+    for record in store._records.stored_records(source):
+        payload = msgspec.json.decode(store._records.mapper.plain_payload(record))
         version = record.originator_version
         if record.topic in STARTED_TOPICS:
             payload["thread_id"] = target
         if sealed := payload.get("chain", UNCHAINED):
-            key = store._chain_key if sealed.startswith(KEYED) else None
+            key = store._records.chain_key if sealed.startswith(KEYED) else None
             payload["chain"] = previous = chain_hash(previous, record.topic, version, payload, key)
         payload = change(version, record.topic, payload)
         state = msgspec.json.encode(payload)
         stream = thread_aggregate_id(target)
         records.append(StoredEvent(stream, version, record.topic, state))
-    store._insert_records(records)
+    store._records.insert_records(records)
 
 
 def test_an_altered_event_whose_chain_was_stripped_with_all_later_ones_is_found(

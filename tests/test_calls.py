@@ -24,12 +24,14 @@ def test_a_tool_call_is_stored_once_in_the_message_that_asked_for_it(store: Stor
     """The ToolCalled payload holds the call id alone; the name and arguments are in the
     assistant message before it."""
     converse(store, "t")
-    records = {r.originator_version: r for r in store._stored_records("t")}
+    records = {r.originator_version: r for r in store._records.stored_records("t")}
     (called,) = [r for r in records.values() if r.topic == AgentThread.ToolCalled.TOPIC]
-    payload = msgspec.json.decode(store._mapper.plain_payload(called))
+    payload = msgspec.json.decode(store._records.mapper.plain_payload(called))
     assert set(payload) == {"timestamp", "tool_call_id", "chain", "_v"}
     assert (payload["tool_call_id"], payload["_v"]) == ("c1", 2)
-    asked = msgspec.json.decode(store._mapper.plain_payload(records[called.originator_version - 1]))
+    asked = msgspec.json.decode(
+        store._records.mapper.plain_payload(records[called.originator_version - 1])
+    )
     assert asked["message"]["tool_calls"] == [
         {"id": "c1", "name": "echo", "arguments": '{"text": "x"}'}
     ]

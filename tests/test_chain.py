@@ -116,17 +116,17 @@ def launder(
     hash (or with ``key``, which is not the store's), as a writer without the chain key
     can; with ``rechain``, every event from the first one altered to the head is sealed
     again, so that the chain is whole again under that function."""
-    records = list(store._stored_records(thread_id))
+    records = list(store._records.stored_records(thread_id))
     previous = ""
     first = min(rewritten)
     for record in records:
         version = record.originator_version
-        payload = msgspec.json.decode(store._mapper.plain_payload(record))
+        payload = msgspec.json.decode(store._records.mapper.plain_payload(record))
         if version in rewritten:
             payload["timestamp"] = "2001-01-01T00:00:00Z"
         if version in rewritten or (rechain and version >= first):
             payload["chain"] = chain_hash(previous, record.topic, version, payload, key)
-            state = store._mapper.stored_payload(msgspec.json.encode(payload))
+            state = store._records.mapper.stored_payload(msgspec.json.encode(payload))
             rewrite_sql(url, UUID(str(record.originator_id)), version, state)
         previous = payload["chain"]
 
@@ -180,8 +180,8 @@ def test_a_chain_rewritten_without_the_key_is_never_sealed_over_nor_hidden(
         rewritten = {pick % head + 1 for pick in picks}
         launder(store, shared_url, thread_id, rewritten, rechain=rechain, key=sealer)
         if move_anchor:
-            newest = store._stored_records(thread_id)[-1]
-            chain = store._mapper.payload_fields(newest)["chain"]
+            newest = store._records.stored_records(thread_id)[-1]
+            chain = store._records.mapper.payload_fields(newest)["chain"]
             move_anchor_sql(shared_url, thread_aggregate_id(thread_id), chain)
         first = min(rewritten)
         before = store.verify(thread_id)

@@ -134,8 +134,8 @@ def test_a_thread_written_before_the_key_cannot_be_rewritten_once_it_is_adopted(
     with open_store(shared_url, chain_key=KEY) as store:
         assert store.verify("before").findings[-1].problem.startswith("head not sealed")
         launder(store, shared_url, "before", {2}, rechain=True)
-        newest = store._stored_records("before")[-1]
-        chain = store._mapper.payload_fields(newest)["chain"]
+        newest = store._records.stored_records("before")[-1]
+        chain = store._records.mapper.payload_fields(newest)["chain"]
         move_anchor_sql(shared_url, thread_aggregate_id("before"), chain)
         report = store.verify("before")
         assert report.findings[0].version == 1, report
@@ -213,8 +213,8 @@ def test_no_route_launders_a_thread_of_a_keyed_store(
         else:
             launder(store, url, "victim", {first % head + 1}, rechain=True)
         if move_anchor:
-            newest = store._stored_records("victim")[-1]
-            chain = store._mapper.payload_fields(newest)["chain"]
+            newest = store._records.stored_records("victim")[-1]
+            chain = store._records.mapper.payload_fields(newest)["chain"]
             move_anchor_sql(url, thread_aggregate_id("victim"), chain)
     if route == "delete the record of the key":
         if "points" in deleted:

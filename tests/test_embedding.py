@@ -24,8 +24,8 @@ from covonaut_es import (
     ThreadStatus,
 )
 from covonaut_es.errors import ConfigurationError
-from covonaut_es.store._store import SNAPSHOT_MIN_VERSION
 from covonaut_es.store._urls import persistence_env
+from covonaut_es.store._writer import SNAPSHOT_MIN_VERSION
 from embedded_domain_app import ExpenseApp, ExpenseClaim, reviewer_agent
 
 NOW = datetime(2026, 5, 6, tzinfo=UTC)

@@ -31,7 +31,7 @@ from covonaut_es import AgentThread, CovonautError, Store, open_store
 from covonaut_es.audit import check_store, export_thread
 from covonaut_es.cli import main
 from covonaut_es.messages import Message, Role
-from covonaut_es.store._store import SNAPSHOT_MIN_VERSION
+from covonaut_es.store._writer import SNAPSHOT_MIN_VERSION
 from support import converse, ticking_clock
 from test_abandoned_reviews import paying
 

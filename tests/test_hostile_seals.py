@@ -39,10 +39,10 @@ def put(url: str, place: str, text: str) -> None:
     if place.endswith("chain hash"):
         with open_store(url, create_tables=False) as store:
             thread_id = "old" if place == "chain hash" else "long"
-            record = store._stored_records(thread_id)[0]
-            payload = msgspec.json.decode(store._mapper.plain_payload(record))
+            record = store._records.stored_records(thread_id)[0]
+            payload = msgspec.json.decode(store._records.mapper.plain_payload(record))
             payload["chain"] = text
-            state = store._mapper.stored_payload(msgspec.json.encode(payload))
+            state = store._records.mapper.stored_payload(msgspec.json.encode(payload))
         with sqlite3.connect(path) as conn:
             conn.execute(
                 "UPDATE stored_events SET state = ? WHERE originator_id = ? "
@@ -58,11 +58,11 @@ def put(url: str, place: str, text: str) -> None:
                     )
                 )
             )
-            seal, body = unsealed(store._mapper.plain_payload(record))
+            seal, body = unsealed(store._records.mapper.plain_payload(record))
             assert seal is not None
             header = msgspec.msgpack.encode(Seal(seal.scheme, text, text))
             sealed = b"\x5c\x2a\x4d\x18" + len(header).to_bytes(4, "little") + header + body
-            state = store._mapper.stored_payload(sealed)
+            state = store._records.mapper.stored_payload(sealed)
         with sqlite3.connect(path) as conn:
             conn.execute("UPDATE stored_snapshots SET state = ?", (state,))
     else:

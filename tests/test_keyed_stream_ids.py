@@ -179,8 +179,8 @@ def summary(store: Store, cipher_key: str | None) -> dict[str, Any]:
     with queue.follow():
         queue.wait_until_current(store)
     ready = ReadyThreads()
-    for notification in store._notifications(*TRACKED, after=0):
-        ready.apply(store._mapper.to_domain_event(notification))
+    for notification in store._records.notifications(*TRACKED, after=0):
+        ready.apply(store._records.mapper.to_domain_event(notification))
     return {
         "threads": threads,
         "versions": {t: store.head_version(t) for t in threads},

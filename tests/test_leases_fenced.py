@@ -164,8 +164,8 @@ _LEASE_SESSION_USES: dict[str, Callable[[Store], object]] = {
     "name the holder": lambda store: store.name_lease_holder("worker-renamed"),
     "publish a heartbeat": lambda store: store.publish_worker(_worker_record("w-2")),
     "list live workers": lambda store: store.live_workers(),
-    "withdraw a worker": lambda store: store._leases.withdraw("w-1"),
-    "name who holds a thread": lambda store: store._leases.holder_of("t"),
+    "withdraw a worker": lambda store: store._leasing.leases.withdraw("w-1"),
+    "name who holds a thread": lambda store: store._leasing.leases.holder_of("t"),
     "take a lease": lambda store: _take_and_check(store, "second"),
 }
 

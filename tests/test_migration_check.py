@@ -104,7 +104,7 @@ def test_progress_is_told_after_every_record(store: Store) -> None:
     converse(store, "a")
     seen: list[tuple[int, int]] = []
     report = check_store(store, progress=lambda done, total: seen.append((done, total)))
-    events = store._log_position()
+    events = store._records.log_position()
     assert [done for done, _ in seen] == list(range(1, len(seen) + 1))
     assert {total for _, total in seen} == {events}
     assert len(seen) == report.records - 1  # the named state's document is not a record

@@ -147,7 +147,7 @@ def golden_store(name: str, store_url: str, open_test_store: Callable[..., Store
 
 
 def copy_records(source: Store, target: Store) -> None:
-    records = list(source._all_stored_records())
+    records = list(source._records.all_stored_records())
     events = [r for r in records if r.topic != ThreadSnapshot.TOPIC]
     snapshots = [r for r in records if r.topic == ThreadSnapshot.TOPIC]
     target._app.recorder.insert_events([copy(r) for r in events])
@@ -355,7 +355,7 @@ def test_golden_v2_calls_read_from_their_messages_as_they_were_stored(golden_v2:
     that asked for it is the call and key the record repeats."""
     checked = 0
     for thread_id in ("golden-long", "golden-review"):
-        for record in golden_v2._stored_records(thread_id):
+        for record in golden_v2._records.stored_records(thread_id):
             if record.topic == AgentThread.ToolCalled.TOPIC:
                 stored = json.loads(record.state)
                 state = golden_v2.state_at(thread_id, record.originator_version)

@@ -88,7 +88,7 @@ def test_queue_follows_interrupts_resumes_forks_and_abandons(store: Store) -> No
         "human review required",
         {"request_id": "r1"},
     )
-    assert not store._has_events_after(queue.position(), *QUEUE_EVENT_TYPES)
+    assert not store._records.has_events_after(queue.position(), *QUEUE_EVENT_TYPES)
 
 
 def test_queue_restarts_where_it_stopped(store: Store) -> None:
@@ -212,7 +212,7 @@ def test_separate_process_projection_survives_sigkill(shared_url: str) -> None:
                 queue.wait_until_current(store, timeout=30)
                 follower.send_signal(signal.SIGKILL)
                 follower.wait(timeout=10)
-        assert store._has_events_after(queue.position())  # it really missed events
+        assert store._records.has_events_after(queue.position())  # it really missed events
         follower = start_follower(shared_url)
         queue.wait_until_current(store, timeout=30)
     finally:
@@ -393,7 +393,7 @@ def test_an_old_plain_queue_is_left_as_it_was_and_the_sealed_one_built_from_zero
         requested_at=datetime.now(UTC),
     )
     earlier.view().apply(
-        [ItemAdded(old_item)], Tracking(STORE_APPLICATION_NAME, store._log_position())
+        [ItemAdded(old_item)], Tracking(STORE_APPLICATION_NAME, store._records.log_position())
     )
     earlier.close()
     before = table_contents(shared_url)["covonaut_pauses"]

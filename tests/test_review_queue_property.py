@@ -350,8 +350,8 @@ def test_a_fork_inherits_only_the_pauses_still_waiting_for_a_person(
         world.decide(n, "ok")
         after = store.fork(paused, new_thread_id="after")
         queue.wait_until_current(store)
-    assert store._forked_event(after).interrupts == ()  # type: ignore[union-attr]
-    assert len(store._forked_event(before).interrupts) == len(kinds)  # type: ignore[union-attr]
+    assert store._records.forked_event(after).interrupts == ()  # type: ignore[union-attr]
+    assert len(store._records.forked_event(before).interrupts) == len(kinds)  # type: ignore[union-attr]
     assert {p[0] for p in listed(queue)} == {before}
     assert listed(queue) == expected(store)
     queue.close()

@@ -56,9 +56,9 @@ from covonaut_es.errors import (
     ThreadStateError,
 )
 from covonaut_es.service import Action, Settlement, ThreadService, review_submission
+from covonaut_es.store._backends._memory_leases import _MEMORY
 from covonaut_es.store._backends._postgres_leases import _key
 from covonaut_es.store._backends._sqlite_leases import lease_directory
-from covonaut_es.store._leases import _MEMORY
 
 VERIFIER = HmacReviewerVerifier(secrets.token_bytes(32))
 TOKENS = {name: VERIFIER.issue_token(name, ttl_seconds=3600) for name in ("rita", "sam")}

@@ -58,7 +58,7 @@ def forge_snapshot(store: Store, thread_id: str, change: Callable[[AgentThread],
     """Write a snapshot of the thread's head that ``change`` altered, in the public
     format (the library's mapper alone, no key), as a database writer would; return
     its version."""
-    thread = store._replay(thread_id)
+    thread = store._reader.replay(thread_id)
     assert thread is not None
     change(thread)
     record = MsgspecMapper().to_stored_event(ThreadSnapshot.take(thread))
@@ -297,11 +297,11 @@ def test_a_snapshot_forged_in_any_field_is_reported_and_never_trusted_under_a_ke
     db = tmp_path_factory.mktemp("forged") / "threads.db"
     shutil.copy(templates[keyed].db, db)
     with open_store(f"sqlite:///{db}", **({"chain_key": CHAIN_KEY} if keyed else {})) as store:
-        replayed = store._replay("t")
+        replayed = store._reader.replay("t")
         assert replayed is not None
         fields = sorted(ThreadSnapshot.take(replayed).state)
         field = data.draw(st.sampled_from(fields))
-        forged = store._replay("t")
+        forged = store._reader.replay("t")
         setattr(forged, field, mutated(getattr(forged, field), data))
         assume(differing_fields(forged, replayed))
         snapshot = ThreadSnapshot.take(forged)
@@ -383,7 +383,7 @@ def test_a_snapshot_from_before_seals_is_used_only_by_a_store_without_a_key(
     and verify notes it, as no writer needs the key to write one."""
     store = open_bare(**KEYS[keys])
     thread = unsnapshotted(store, "long")
-    put_raw_snapshot(store, store._mapper.to_stored_event(ThreadSnapshot.take(thread)))
+    put_raw_snapshot(store, store._records.mapper.to_stored_event(ThreadSnapshot.take(thread)))
     with caplog.at_level(logging.INFO, logger="covonaut_es"):
         loaded = store.load("long")
     assert differing_fields(loaded, thread) == ()
@@ -404,7 +404,7 @@ def test_the_golden_snapshot_written_before_seals_is_used(
     shutil.copyfile(GOLDEN / "v2" / "threads.db", db)
     with open_store(f"sqlite:///{db}") as store, caplog.at_level(logging.INFO, "covonaut_es"):
         thread = store.load(thread_id)
-        assert store._snapshot_versions[thread.id] < thread.version  # restored from one
+        assert store._writer.snapshot_versions[thread.id] < thread.version  # restored from one
         assert "passed over" not in caplog.text
         report = store.verify(thread_id)
         assert report.ok and report.snapshots_checked == 1, report.findings
@@ -441,10 +441,10 @@ def test_the_store_restores_from_the_snapshots_it_sealed_under_each_key(
     intact."""
     store = open_bare(**KEYS[keys])
     thread = snapshotted_thread(store)
-    store._snapshot_versions.clear()  # what a restore in a fresh process knows
+    store._writer.snapshot_versions.clear()  # what a restore in a fresh process knows
     with caplog.at_level(logging.INFO, logger="covonaut_es"):
         assert differing_fields(store.load("long"), thread) == ()
-    assert store._snapshot_versions == {thread.id: thread.version}
+    assert store._writer.snapshot_versions == {thread.id: thread.version}
     assert "passed over" not in caplog.text
     report = store.verify("long")
     assert report.ok and report.snapshots_checked == 1, report.findings

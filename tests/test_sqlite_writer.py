@@ -23,7 +23,7 @@ from covonaut_es import Store, open_store
 from covonaut_es.domain import AgentThread
 from covonaut_es.errors import ReadOnlyStoreError, StoreFileReplacedError
 from covonaut_es.messages import Message, Role
-from covonaut_es.store._store import SNAPSHOT_MIN_VERSION
+from covonaut_es.store._writer import SNAPSHOT_MIN_VERSION
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 THREADS, SAVES = 6, 25

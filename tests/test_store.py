@@ -252,7 +252,7 @@ def test_an_encrypted_snapshot_is_compressed_once_and_restores(
     assert store._app.snapshots is not None
     [record] = store._app.snapshots.recorder.select_events(thread.id)
     assert SECRET.encode() not in record.state
-    mapper = store._mapper
+    mapper = store._records.mapper
     assert mapper.cipher is not None
     seal, body = unsealed(mapper.cipher.decrypt(record.state))
     assert seal is not None and seal.scheme == "cipher"

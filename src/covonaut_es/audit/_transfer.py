@@ -55,11 +55,11 @@ def export_thread(store: Store, thread_id: str, *, with_ancestors: bool = False)
         owners[thread_aggregate_id(ancestor.thread_id)] = ancestor.thread_id
         ancestor = store.parent(ancestor.thread_id)
     tally = Tally()
-    for record in store._stored_records(thread_id):
+    for record in store._records.stored_records(thread_id):
         owner = owners.get(record.originator_id)
         if owner is None:
             continue
-        payload = store._mapper.payload_fields(record)
+        payload = store._records.mapper.payload_fields(record)
         line = ExportedEvent(owner, record.originator_version, record.topic, payload)
         tally.add(owner, payload)
         yield json_printable(msgspec.json.encode(line).decode())
@@ -113,7 +113,7 @@ def import_threads(
     elif not allow_untrailed:
         raise missing_trailer(last)
     try:
-        store._insert_records([record for rs in records.values() for record in rs])
+        store._records.insert_records([record for rs in records.values() for record in rs])
     except ThreadConflictError as exc:
         taken = next((t for t in threads if store.head_version(t) is not None), exc.thread_id)
         msg = (
@@ -178,10 +178,10 @@ def _readable(store: Store, thread_id: str, number: int, event: ExportedEvent) -
     )
     sealed = StoredEvent(
         record.originator_id, record.originator_version, record.topic,
-        store._mapper.stored_payload(record.state),
+        store._records.mapper.stored_payload(record.state),
     )  # fmt: skip
     try:
-        store._mapper.decode(sealed)
+        store._records.mapper.decode(sealed)
     except SerializationError as exc:
         msg = f"line {number} (thread {thread_id!r} version {event.version}) does not decode: {exc}"
         raise TransferError(msg) from exc
@@ -217,19 +217,19 @@ def _check(
         start = at + 1
         previous = exported[at] if base is None else base.chain_head or UNCHAINED
     heads: dict[int, str] = {}
-    keyed = store._chain_key is not None and store._chain_adoption().adopted
+    keyed = store._records.chain_key is not None and store._records.chain_adoption().adopted
     for expected, (number, event) in enumerate(events, start=start):
         where = f"line {number} (thread {thread_id!r} version {event.version})"
         if event.version != expected:
             msg = f"{where}: expected version {expected}; versions must be contiguous"
             raise TransferError(msg)
         try:
-            store._mapper.event_class(event.topic, where=where)
+            store._records.mapper.event_class(event.topic, where=where)
         except SerializationError as exc:
             msg = f"{where}: unknown event type {event.topic!r}"
             raise TransferError(msg) from exc
         previous = _checked_link(
-            where, previous, event, store._chain_key, allow_unchained=allow_unchained
+            where, previous, event, store._records.chain_key, allow_unchained=allow_unchained
         )
         if keyed and not previous.startswith(KEYED):
             msg = (

@@ -6,7 +6,6 @@ thread and version, so no parent stream is ever written to when it is forked.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from datetime import datetime
@@ -139,45 +138,3 @@ class SessionTree:
             leaves=len(self.leaves(root_thread_id)),
             branch_points=len(self.branch_points(root_thread_id)),
         )
-
-
-class SessionTreeQueries(ABC):
-    """The session-tree queries of a store, answered from its forks."""
-
-    @abstractmethod
-    def forks(self) -> tuple[ForkRecord, ...]:
-        """Every fork in the store."""
-
-    @abstractmethod
-    def _labels_of(self, thread_id: str) -> tuple[Label, ...]:
-        """A thread's labels; raises when the thread does not exist."""
-
-    def session_tree(self) -> SessionTree:
-        """The tree of all threads linked by forks, for several queries at once."""
-        return SessionTree(self.forks())
-
-    def children(self, thread_id: str) -> tuple[str, ...]:
-        """The direct forks of a thread, oldest first."""
-        return self.session_tree().children(thread_id)
-
-    def path_to_root(self, thread_id: str) -> tuple[str, ...]:
-        """The thread, its parent, and so on up to the root."""
-        return self.session_tree().path_to_root(thread_id)
-
-    def leaves(self, root_thread_id: str) -> tuple[str, ...]:
-        """Threads under the root (the root included) that have no forks."""
-        return self.session_tree().leaves(root_thread_id)
-
-    def branch_points(self, root_thread_id: str) -> tuple[BranchPoint, ...]:
-        """Every (thread, version) under the root that forks branched from."""
-        return self.session_tree().branch_points(root_thread_id)
-
-    def tree(self, root_thread_id: str) -> ThreadTree:
-        """The nested tree of forks under the root, with every thread's labels."""
-        self._labels_of(root_thread_id)  # a clear error for an unknown root
-        return self.session_tree().tree(root_thread_id, self._labels_of)
-
-    def tree_stats(self, root_thread_id: str) -> TreeStats:
-        """Counts over the tree under the root: threads, forks, depth, leaves, branch
-        points."""
-        return self.session_tree().stats(root_thread_id)

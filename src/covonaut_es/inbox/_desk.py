@@ -122,7 +122,7 @@ class ReviewDesk:
         position = self.queue.position()
         waiting = {key for key, at in recorded.items() if at > position}
         # The queue tracks its own events only: past the last of them, it is current.
-        if waiting and not self.store._has_events_after(position, *QUEUE_EVENT_TYPES):
+        if waiting and not self.store._records.has_events_after(position, *QUEUE_EVENT_TYPES):
             waiting = set()
         with self._lock:
             for key, at in recorded.items():
@@ -333,7 +333,7 @@ class ReviewDesk:
     def _remember(self, thread_id: str, item_id: str | None) -> None:
         """Leave the item (None: every item of the thread) out of the listings until the
         queue has caught up with the log as it stands now, right after the save."""
-        position = self.store._log_position()
+        position = self.store._records.log_position()
         with self._lock:
             key = (thread_id, item_id)
             self._recorded[key] = max(position, self._recorded.get(key, 0))

@@ -191,7 +191,7 @@ class ReviewQueue(Closing):
                 whatever else stopped it).
         """
         deadline = time.monotonic() + timeout
-        while store._has_events_after(self.position(), *QUEUE_EVENT_TYPES):
+        while store._records.has_events_after(self.position(), *QUEUE_EVENT_TYPES):
             if runner is not None and runner.is_interrupted.is_set():
                 runner.run_forever(timeout=0)  # raises what stopped it, if anything did
                 return

@@ -14,8 +14,8 @@ reads or rewrites.
 
 The view class of a back end is chosen by the name of the store's back end (its port,
 :mod:`covonaut_es.store._backend`). The views extend eventsourcing's tracking recorders
-through their private ``_insert_tracking``, ``_database_lock`` and
-``_assert_tracking_uniqueness``, checked against eventsourcing 9.5.6.
+through :mod:`covonaut_es.store._tracking`, which keeps what that takes of
+eventsourcing's private parts in the store's back ends.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from typing import Any, ClassVar
 
 import msgspec
 from eventsourcing.persistence import Tracking, TrackingRecorder
-from eventsourcing.popo import POPOTrackingRecorder
 from eventsourcing.sqlite import SQLiteTrackingRecorder
 
 from covonaut_es.domain import PauseKind
@@ -42,6 +41,7 @@ from covonaut_es.projections._items import (
     ThreadNamed,
 )
 from covonaut_es.projections._sealing import QueueSealer
+from covonaut_es.store._tracking import MemoryTracking, TrackedSQL
 
 _COLUMNS = (
     "thread_id, item_id, kind, review_id, tool_name, digest, reason, data, requested_at, "
@@ -270,14 +270,13 @@ def _in_order(items: Iterable[PendingReview]) -> tuple[PendingReview, ...]:
     return tuple(sorted(items, key=lambda i: (i.requested_at, i.thread_id, i.item_id)))
 
 
-class SQLReviewQueueView(ReviewQueueView):
-    """The queue's statements run through an eventsourcing SQL datastore."""
+class SQLReviewQueueView(TrackedSQL, ReviewQueueView):
+    """The queue's statements run through an eventsourcing SQL datastore (the concrete
+    views list this class before their SQL tracking recorder, so that its methods come
+    first)."""
 
     PLACEHOLDER: ClassVar[str]
     """The driver's parameter marker, replacing the ``%s`` of the statements."""
-
-    # Provided by the SQL tracking recorder this is mixed into.
-    datastore: Any
 
     def _sql(self, statement: str) -> str:
         return statement.replace("%s", self.PLACEHOLDER)
@@ -288,10 +287,9 @@ class SQLReviewQueueView(ReviewQueueView):
 
     def apply(self, changes: Sequence[QueueChange], tracking: Tracking) -> None:
         rows = self.rows()
-        with self.datastore.transaction(commit=True) as cursor:
+        with self.tracked(tracking) as cursor:
             for statement, params in statements(changes, rows):
                 cursor.execute(self._sql(statement), params)
-            self._insert_tracking(cursor, tracking)
 
     def pending(self) -> tuple[PendingReview, ...]:
         rows = self.rows()
@@ -307,24 +305,10 @@ class SQLReviewQueueView(ReviewQueueView):
             return None if row is None else rows.thread_id(row)
 
     TRACKING_SUFFIX: ClassVar[str] = TRACKING_SUFFIX
-    """Names this layout's tracking rows apart from other layouts' in one database. (The
-    concrete views list this class before the tracking recorder, so that these methods
-    come first.)"""
+    """Names this layout's tracking rows apart from other layouts' in one database."""
 
-    def _tracked_name(self, application_name: str) -> str:
-        if application_name == getattr(self, "table_migration_identifier", None):
-            return application_name  # eventsourcing's own bookkeeping row
+    def tracked_name(self, application_name: str) -> str:
         return application_name + self.TRACKING_SUFFIX
-
-    def max_tracking_id(self, application_name: str) -> int | None:
-        # The SQL tracking recorder mixed in after this class answers.
-        name = self._tracked_name(application_name)
-        found: int | None = super().max_tracking_id(name)  # type: ignore[safe-super]
-        return found
-
-    def _insert_tracking(self, cursor: Any, tracking: Tracking) -> None:
-        name = self._tracked_name(tracking.application_name)
-        super()._insert_tracking(cursor, Tracking(name, tracking.notification_id))  # type: ignore[misc]
 
 
 class SealedReviewQueueView(SQLReviewQueueView):
@@ -379,7 +363,7 @@ class SealedSQLiteReviewQueueView(SealedReviewQueueView, SQLiteReviewQueueView):
         ]
 
 
-class MemoryReviewQueueView(POPOTrackingRecorder, ReviewQueueView):
+class MemoryReviewQueueView(MemoryTracking, ReviewQueueView):
     """The queue of an in-memory store, in this process."""
 
     def __init__(self) -> None:
@@ -388,8 +372,7 @@ class MemoryReviewQueueView(POPOTrackingRecorder, ReviewQueueView):
         self._threads: dict[str, str] = {}
 
     def apply(self, changes: Sequence[QueueChange], tracking: Tracking) -> None:
-        with self._database_lock:
-            self._assert_tracking_uniqueness(tracking)
+        with self.tracked(tracking):
             for change in changes:
                 match change:
                     case ThreadNamed(aggregate_id, thread_id):
@@ -403,19 +386,18 @@ class MemoryReviewQueueView(POPOTrackingRecorder, ReviewQueueView):
                     case ThreadGivenUp(aggregate_id, thread_id):
                         self._clear(thread_id)
                         self._threads.pop(aggregate_id, None)
-            self._insert_tracking(tracking)
 
     def _clear(self, thread_id: str) -> None:
         for key in [k for k in self._items if k[0] == thread_id]:
             del self._items[key]
 
     def pending(self) -> tuple[PendingReview, ...]:
-        with self._database_lock:
+        with self.locked():
             items = list(self._items.values())
         return _in_order(items)
 
     def thread_id_of(self, aggregate_id: str) -> str | None:
-        with self._database_lock:
+        with self.locked():
             return self._threads.get(aggregate_id)
 
 

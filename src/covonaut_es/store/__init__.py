@@ -25,9 +25,15 @@ Its modules (ADR 0028):
 - ``_open``: :func:`open_store`; ``_application``: the eventsourcing applications, the
   snapshot cache and the save that seals chains; ``_settings`` (with
   ``_settings_tables``): the key and compression a store records and each open checks.
-- ``_store``: :class:`Store`, with its parts ``_records`` (stored records, head
-  anchors), ``_forks``, ``_leasing`` (with ``_leases``, the lease protocol and the
-  in-memory leases), ``_submissions`` and ``_states`` (named states).
+- ``_store``: :class:`Store`, composed of collaborators (ADR 0037): ``_records``
+  (stored records, the log, head anchors), ``_reader`` (loads, histories, replays),
+  ``_writer`` (saves, the snapshot schedule), ``_forks``, ``_leasing`` (with
+  ``_leases``, the lease protocol and the in-memory leases), ``_submissions`` and
+  ``_states`` (named states); ``_read_only`` refuses writes to a store opened
+  read-only.
+- ``_tracking``: what the projections' views extend to be tracking recorders, from
+  the back ends' ``_eventsourcing`` (the store's uses of eventsourcing's private names
+  outside the recorders).
 - ``_heads``: head anchors and lease fences, as the back ends write and check them.
 - ``_mapper`` (with ``_zstd``): the msgspec mapper; ``_audit``: replay and verify.
 """

@@ -37,6 +37,7 @@ from covonaut_es.errors import (
     StoreUnavailableError,
 )
 from covonaut_es.store._backend import Backend, backend_for_env, backend_of
+from covonaut_es.store._backends._eventsourcing import notify, take_snapshots
 from covonaut_es.store._chain import UNCHAINED, chain_in, chain_of
 from covonaut_es.store._chain_key import SEALS_NOTHING, check_chain_key, sealed_predecessor
 from covonaut_es.store._heads import HEADS, NEW_STREAMS, Head
@@ -119,8 +120,8 @@ class AgentApplication(Application[UUID]):
         if self.repository.cache and not self.repository.fastforward:
             for aggregate_id, aggregate in processing_event.aggregates.items():
                 self.repository.cache.put(aggregate_id, aggregate)
-        self._take_snapshots(processing_event)
-        self._notify(recordings)
+        take_snapshots(self, processing_event)
+        notify(self, recordings)
         return recordings
 
     def chain_base(self, thread: AgentThread, first: int) -> str:

@@ -32,10 +32,7 @@ from covonaut_es.errors import (
 )
 from covonaut_es.messages import Message
 from covonaut_es.store._chain import CHAIN_FIELD, KEYED, UNCHAINED, link_problem
-from covonaut_es.store._chain_key import ChainAdoption
-from covonaut_es.store._heads import HeadAnchor
-from covonaut_es.store._mapper import MsgspecMapper
-from covonaut_es.store._records import refuse_fork_loop
+from covonaut_es.store._records import StoredRecords, refuse_fork_loop
 from covonaut_es.store._snapshot_cache import CheckedSnapshot
 
 
@@ -46,15 +43,8 @@ class _AuditedStore(Protocol):
     def parent(self, thread_id: str) -> ThreadParent | None: ...
     def checkpoints(self, thread_id: str) -> tuple[Checkpoint, ...]: ...
     def load(self, thread_id: str) -> AgentThread: ...
-    def _iter_stored_records(self, thread_id: str) -> Iterator[StoredEvent]: ...
     @property
-    def _mapper(self) -> MsgspecMapper: ...
-    def _read_record(self, record: StoredEvent) -> object: ...
-    def _checked_snapshots(self, thread_id: str) -> Iterator[CheckedSnapshot]: ...
-    def _head_anchor(self, thread_id: str) -> HeadAnchor: ...
-    def _chain_adoption(self) -> ChainAdoption: ...
-    @property
-    def _chain_key(self) -> bytes | None: ...
+    def _records(self) -> StoredRecords: ...
 
 
 class AuditEntry(msgspec.Struct, frozen=True):
@@ -276,8 +266,8 @@ class _Fold:
         self.checkpoints_checked = self.snapshots_checked = 0
         self.previous = UNCHAINED
         self.thread: Any = None
-        self.adoption = store._chain_adoption()
-        if self.adoption.adopted and store._chain_key is None:
+        self.adoption = store._records.chain_adoption()
+        if self.adoption.adopted and store._records.chain_key is None:
             self.notes.append(
                 "this store seals its chain with a key: without it, keyed seals cannot be "
                 "checked; open the store with its chain key (--chain-key-env)"
@@ -292,7 +282,7 @@ class _Fold:
         snapshots = self._snapshots()
         snapshot = next(snapshots, None)
         try:
-            for record in store._iter_stored_records(self.thread_id):
+            for record in store._records.iter_stored_records(self.thread_id):
                 self.events += 1
                 if not self._follows(record) or not self._chain_holds(record):
                     return
@@ -317,7 +307,7 @@ class _Fold:
         snapshot row that is damaged, is a finding, and ends the snapshots (it says
         nothing of those after it)."""
         try:
-            yield from self.store._checked_snapshots(self.thread_id)
+            yield from self.store._records.checked_snapshots(self.thread_id)
         except SerializationError as exc:  # SchemaVersionError, StoredRowError among them
             self.findings.append(
                 AuditFinding(self.last_version, f"a snapshot does not load: {exc}")
@@ -362,7 +352,7 @@ class _Fold:
 
     def _check_key(self) -> None:
         """With a chain key, the newest event must be sealed with it."""
-        if self.store._chain_key is None or self.previous.startswith(KEYED):
+        if self.store._records.chain_key is None or self.previous.startswith(KEYED):
             return
         problem = (
             "head not sealed with the chain key: expected a keyed hash, found "
@@ -373,7 +363,7 @@ class _Fold:
 
     def _check_head(self) -> None:
         """Compare where the stream ends with where its head was anchored."""
-        anchor, last = self.store._head_anchor(self.thread_id), self.last_version
+        anchor, last = self.store._records.head_anchor(self.thread_id), self.last_version
         if anchor.version is None and not anchor.store_anchors:
             self.notes.append(
                 "no head anchor: the store was written before heads were anchored, so the "
@@ -408,13 +398,13 @@ class _Fold:
         """Check one record's link in the chain and fold its event; False at a break."""
         version = self.last_version = record.originator_version
         try:
-            payload = self.store._mapper.payload_fields(record)
-            event = self.store._read_record(record)
+            payload = self.store._records.mapper.payload_fields(record)
+            event = self.store._records.read_record(record)
         except SerializationError as exc:
             self.findings.append(AuditFinding(version, f"stored record is unreadable: {exc}"))
             return False
         stored = payload.get(CHAIN_FIELD, UNCHAINED)
-        key = self.store._chain_key
+        key = self.store._records.chain_key
         problem = link_problem(stored, self.previous, record.topic, version, payload, key)
         if problem is None and key is not None:
             stream = UUID(str(record.originator_id))

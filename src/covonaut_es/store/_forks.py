@@ -1,14 +1,14 @@
 """Forking, labelling and abandoning threads: the store's side of the session tree.
 
-Mixed into :class:`~covonaut_es.Store`. A fork reads only the tail of its parent's
-stream and writes one ``Forked`` event (ADR 0009).
+A :class:`~covonaut_es.Store` holds one :class:`Forks` (``store._forks``). A fork reads
+only the tail of its parent's stream and writes one ``Forked`` event (ADR 0009); the
+store's forks are read from the log's ``Forked`` events alone.
 """
 
 from __future__ import annotations
 
 import itertools
 import uuid
-from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any
@@ -19,7 +19,8 @@ from eventsourcing.persistence import IntegrityError
 
 from covonaut_es.domain import (
     AgentThread,
-    Checkpoint,
+    ForkRecord,
+    ThreadParent,
     check_thread_id,
     check_thread_stream,
     thread_aggregate_id,
@@ -36,37 +37,43 @@ from covonaut_es.store._application import AgentApplication
 from covonaut_es.store._backend import Backend
 from covonaut_es.store._chain import chain_of
 from covonaut_es.store._chain_key import sealed_predecessor
-from covonaut_es.store._records import storable
+from covonaut_es.store._read_only import WriteGuard
+from covonaut_es.store._reader import ThreadReader
+from covonaut_es.store._records import StoredRecords, storable
+from covonaut_es.store._writer import ThreadWriter
 
 
-class ThreadForking(ABC):
-    """Fork a thread at any version; label it; abandon it."""
+class Forks:
+    """Fork a thread at any version; label it; abandon it; list the forks.
 
-    _app: Application[UUID]
-    _backend: Backend
-    url: str
-    clock: Callable[[], datetime]
-    _refuse_if_read_only: Callable[[str], None]  # the store's, from its leasing
+    Args:
+        app: The store's application.
+        backend: The port of its back end (whether it guards new streams).
+        records: The store's records and log.
+        reader: Loads the threads forked, labelled or abandoned.
+        writer: Saves labels and abandonments.
+        guard: Refuses writes to a store opened read-only.
+        clock: The time of the events written when a call passes no ``now``.
+    """
 
-    @abstractmethod
-    def load(self, thread_id: str, *, version: int | None = None) -> AgentThread:
-        """The thread, as of a version."""
-
-    @abstractmethod
-    def save(self, thread: AgentThread) -> None:
-        """Append the thread's pending events."""
-
-    @abstractmethod
-    def exists(self, thread_id: str) -> bool:
-        """Whether the thread has any events."""
-
-    @abstractmethod
-    def checkpoints(self, thread_id: str) -> tuple[Checkpoint, ...]:
-        """The thread's retained checkpoints."""
-
-    @abstractmethod
-    def _forked_event(self, thread_id: str) -> AgentThread.Forked | None:
-        """The event that started a fork's stream, or None for a root thread."""
+    def __init__(
+        self,
+        app: Application[UUID],
+        backend: Backend,
+        records: StoredRecords,
+        reader: ThreadReader,
+        writer: ThreadWriter,
+        guard: WriteGuard,
+        clock: Callable[[], datetime],
+    ) -> None:
+        self._app = app
+        self._backend = backend
+        self._records = records
+        self._reader = reader
+        self._writer = writer
+        self._guard = guard
+        self.url = guard.url
+        self.clock = clock
 
     def _newest_first(self, thread_id: str, version: int | None) -> Iterator[Any]:
         """The thread's own events up to ``version`` (None: its head), newest first,
@@ -99,7 +106,7 @@ class ThreadForking(ABC):
                 return thread_id, itertools.chain([newest], events)
             forked = None
             if newest is None and version is not None and version >= 1:
-                forked = self._forked_event(thread_id)
+                forked = self._records.forked_event(thread_id)
             if forked is None:
                 raise self._no_such_version(requested, version)
             # Below the fork's own first version: inherited, so branch from its owner.
@@ -126,30 +133,11 @@ class ThreadForking(ABC):
         new_thread_id: str | None = None,
         now: datetime | None = None,
     ) -> str:
-        """Create a thread whose history is ``thread_id``'s stream up to a version.
-
-        The fork stores one small ``Forked`` event and no copy of the parent's events;
-        the parent is not written to. Forking at an interrupt gives a branch paused on
-        the same interrupt.
-
-        Args:
-            thread_id: The parent thread.
-            at_version: The parent's version to branch at (default: its head).
-            at_checkpoint: Or the sequence number of one of the parent's checkpoints.
-            new_thread_id: The fork's id (default: derived from the parent's, unique).
-
-        Returns:
-            The new thread's id.
-
-        Raises:
-            ThreadNotFoundError: The parent, the version or the checkpoint is missing.
-            ThreadConflictError: A thread with ``new_thread_id`` already exists.
-            InvalidThreadIdError: ``new_thread_id`` is not a valid thread id.
-        """
+        """As :meth:`covonaut_es.Store.fork`."""
         if at_version is not None and at_checkpoint is not None:
             msg = "fork() takes at_version or at_checkpoint, not both"
             raise ConfigurationError(msg)
-        self._refuse_if_read_only(f"thread {thread_id!r} was not forked")
+        self._guard.refuse_if_read_only(f"thread {thread_id!r} was not forked")
         if at_checkpoint is not None:
             at_version = self._checkpoint_version(thread_id, at_checkpoint)
         thread_id, newest_first = self._branch_point(thread_id, at_version)
@@ -162,7 +150,7 @@ class ThreadForking(ABC):
         taken = f"cannot fork {thread_id!r} as {new_thread_id!r}: that thread already exists"
         # Where the back end does not guard new streams, checked here, then written.
         guarded = self._backend.guards_new_streams(self._app.recorder)
-        if not guarded and self.exists(new_thread_id):
+        if not guarded and self._reader.exists(new_thread_id):
             raise ThreadConflictError(taken, thread_id=new_thread_id, expected_version=0)
         interrupts, abandoned = fork_point(itertools.chain([newest], newest_first))
         if abandoned:
@@ -193,11 +181,10 @@ class ThreadForking(ABC):
         return new_thread_id
 
     def abandon(self, thread_id: str, reason: str = "", *, now: datetime | None = None) -> None:
-        """Give a thread up: its pending reviews leave the reviewer queue and no run
-        starts on it again (a fork of it still can)."""
-        thread = self.load(thread_id)
+        """As :meth:`covonaut_es.Store.abandon`."""
+        thread = self._reader.load(thread_id)
         thread.abandon(reason, now=now or self.clock())
-        self.save(thread)
+        self._writer.save(thread)
 
     def label(
         self,
@@ -207,13 +194,13 @@ class ThreadForking(ABC):
         version: int | None = None,
         now: datetime | None = None,
     ) -> None:
-        """Label a thread, or one of its versions; labels are events of the thread."""
-        thread = self.load(thread_id)
+        """As :meth:`covonaut_es.Store.label`."""
+        thread = self._reader.load(thread_id)
         thread.label(label, version=version, now=now or self.clock())
-        self.save(thread)
+        self._writer.save(thread)
 
     def _checkpoint_version(self, thread_id: str, sequence: int) -> int:
-        checkpoints = self.checkpoints(thread_id)
+        checkpoints = self._reader.load(thread_id).checkpoints
         for checkpoint in checkpoints:
             if checkpoint.sequence == sequence:
                 return checkpoint.version
@@ -222,3 +209,19 @@ class ThreadForking(ABC):
             f"{[c.sequence for c in checkpoints]}"
         )
         raise CheckpointNotFoundError(msg)
+
+    def forks(self) -> tuple[ForkRecord, ...]:
+        """As :meth:`covonaut_es.Store.forks`."""
+        return tuple(
+            ForkRecord(
+                event.thread_id,
+                ThreadParent(event.parent_thread_id, event.parent_version),
+                event.timestamp,
+            )
+            for event in self._records.events_of_type(AgentThread.Forked)
+        )
+
+    def parent(self, thread_id: str) -> ThreadParent | None:
+        """As :meth:`covonaut_es.Store.parent`."""
+        forked = self._records.forked_event(thread_id)
+        return ThreadParent(forked.parent_thread_id, forked.parent_version) if forked else None

@@ -1,9 +1,11 @@
 """Run leases as a store hands them out: one runner per thread at a time (ADR 0016).
 
-Mixed into :class:`~covonaut_es.Store`. The lease mechanism of each back end is in
-:mod:`covonaut_es.store._leases`. A lease is re-entrant within one task: a worker that
-holds a thread's lease runs an agent on it, and the agent's own request for the lease
-is granted, whichever store object of the same database it comes through.
+A :class:`~covonaut_es.Store` holds one :class:`Leasing` (``store._leasing``); a
+worker reaches the database's leases and registry through it. The lease mechanism of
+each back end is in :mod:`covonaut_es.store._leases`. A lease is re-entrant within one
+task: a worker that holds a thread's lease runs an agent on it, and the agent's own
+request for the lease is granted, whichever store object of the same database it comes
+through.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from uuid import UUID
 import msgspec
 from eventsourcing.application import Application
 
-from covonaut_es.errors import ReadOnlyStoreError, ThreadBusyError
+from covonaut_es.errors import ThreadBusyError
 from covonaut_es.store._backend import Backend
 from covonaut_es.store._leases import (
     CallRunning,
@@ -30,6 +32,7 @@ from covonaut_es.store._leases import (
     LeaseBackend,
     WorkerRecord,
 )
+from covonaut_es.store._read_only import WriteGuard
 
 _HELD: ContextVar[Mapping[tuple[str, str], Lease]] = ContextVar(
     "covonaut_es_leases_held", default=MappingProxyType({})
@@ -53,41 +56,32 @@ def process_holder() -> str:
     return f"pid {os.getpid()} on {socket.gethostname()}"
 
 
-class ThreadLeasing:
-    """Take and release run leases."""
+class Leasing:
+    """Take and release run leases; publish and list live workers.
 
-    _app: Application[UUID]
-    _backend: Backend
-    url: str
-    read_only: bool = False
-    """Whether the store was opened read-only: it then refuses every write."""
-    _lease_backend: LeaseBackend | None = None
-    _lease_holder: str | None = None
+    Args:
+        app: The store's application.
+        backend: The port of its back end, which makes the leases.
+        guard: Refuses leases on a store opened read-only.
+    """
 
-    def _refuse_if_read_only(self, refused: str) -> None:
-        """Refuse a write before anything is done, on a store opened read-only: every
-        write (a save, a lease, a fork, a named state) asks here first.
-
-        Raises:
-            ReadOnlyStoreError: The store was opened read-only.
-        """
-        if self.read_only:
-            msg = (
-                f"{self.url} was opened read-only: {refused}, and nothing was written; "
-                "open it without ?mode=ro to change it"
-            )
-            raise ReadOnlyStoreError(msg)
+    def __init__(self, app: Application[UUID], backend: Backend, guard: WriteGuard) -> None:
+        self._app = app
+        self._backend = backend
+        self._guard = guard
+        self._lease_backend: LeaseBackend | None = None
+        self._lease_holder: str | None = None
 
     def name_lease_holder(self, holder: str) -> None:
-        """Name who holds the leases this store takes (a worker names itself), shown
-        to runners that find a thread busy."""
+        """As :meth:`covonaut_es.Store.name_lease_holder`."""
         self._lease_holder = holder
         with _CREATE_LOCK:
             if self._lease_backend is not None:
                 self._lease_backend.rename(holder)
 
     @property
-    def _leases(self) -> LeaseBackend:
+    def leases(self) -> LeaseBackend:
+        """The database's leases and worker registry, made on first use."""
         with _CREATE_LOCK:
             if self._lease_backend is None:
                 holder = self._lease_holder or process_holder()
@@ -98,15 +92,7 @@ class ThreadLeasing:
 
     @contextlib.contextmanager
     def lease(self, thread_id: str) -> Iterator[Lease]:
-        """Hold the thread's run lease for the block; every save of the thread in the
-        block is fenced by it (refused once a newer lease exists).
-
-        Yields:
-            The lease; :meth:`Lease.check` raises once it no longer stands.
-
-        Raises:
-            ThreadBusyError: Another runner holds it; nothing was done.
-        """
+        """As :meth:`covonaut_es.Store.lease`."""
         held = self.held_lease(thread_id)
         if held is not None:
             yield held
@@ -117,11 +103,11 @@ class ThreadLeasing:
             yield lease
         finally:
             _HELD.reset(token)
-            self._leases.release(lease)
+            self.leases.release(lease)
 
     @contextlib.asynccontextmanager
     async def alease(self, thread_id: str) -> AsyncIterator[Lease]:
-        """Like :meth:`lease`, for asyncio: the database is asked in a worker thread."""
+        """As :meth:`covonaut_es.Store.alease`."""
         held = self.held_lease(thread_id)
         if held is not None:
             yield held
@@ -135,44 +121,42 @@ class ThreadLeasing:
             # Shielded: a task cancelled again while it lets go (anyio's cancel scopes
             # cancel at every await; a stream's consumer leaving cancels its run) would
             # cancel the release before a worker thread took it, and keep the lease.
-            await asyncio.shield(asyncio.to_thread(self._leases.release, lease))
+            await asyncio.shield(asyncio.to_thread(self.leases.release, lease))
 
     def held_lease(self, thread_id: str) -> Lease | None:
-        """The lease of the thread the current task holds in this store's database."""
-        return _HELD.get().get((self._leases.database, thread_id))
+        """As :meth:`covonaut_es.Store.held_lease`."""
+        return _HELD.get().get((self.leases.database, thread_id))
 
     def _with_held(self, lease: Lease) -> Mapping[tuple[str, str], Lease]:
         held = dict(_HELD.get())
-        held[self._leases.database, lease.thread_id] = lease
+        held[self.leases.database, lease.thread_id] = lease
         return MappingProxyType(held)
 
     def _acquire(self, thread_id: str) -> Lease:
-        self._refuse_if_read_only(f"the run lease of thread {thread_id!r} was not taken")
-        lease = self._leases.try_acquire(thread_id)
+        self._guard.refuse_if_read_only(f"the run lease of thread {thread_id!r} was not taken")
+        lease = self.leases.try_acquire(thread_id)
         if lease is not None:
             return lease
-        holder = self._leases.holder_of(thread_id)
+        holder = self.leases.holder_of(thread_id)
         by = f" by {holder}" if holder else ""
         msg = (
-            f"thread {thread_id!r} in store {self.url} is being run{by}: one runner at a "
+            f"thread {thread_id!r} in store {self._guard.url} is being run{by}: one runner at a "
             "time; nothing was run, try again once that run pauses or ends"
         )
         raise ThreadBusyError(msg, thread_id=thread_id, holder=holder)
 
     def publish_worker(self, record: WorkerRecord) -> None:
-        """Write a live worker's record (its heartbeat) to the registry. In an
-        encrypted store the threads it holds and the calls it runs are sealed under the
-        store's key."""
+        """As :meth:`covonaut_es.Store.publish_worker`."""
         cipher = self._app.mapper.cipher
         if cipher is not None and (record.threads or record.calls):
             sealed = cipher.encrypt(msgspec.json.encode(_Held(record.threads, record.calls)))
             threads = (_SEALED + base64.b64encode(sealed).decode(),)
             record = msgspec.structs.replace(record, threads=threads, calls=())
-        self._leases.publish(record)
+        self.leases.publish(record)
 
     def live_workers(self) -> tuple[WorkerRecord, ...]:
-        """The live workers' records, oldest first."""
-        return tuple(self._unsealed(record) for record in self._leases.workers())
+        """As :meth:`covonaut_es.Store.live_workers`."""
+        return tuple(self._unsealed(record) for record in self.leases.workers())
 
     def _unsealed(self, record: WorkerRecord) -> WorkerRecord:
         cipher = self._app.mapper.cipher
@@ -187,7 +171,8 @@ class ThreadLeasing:
             held = _Held(held)
         return msgspec.structs.replace(record, threads=held.threads, calls=held.calls)
 
-    def _close_leases(self) -> None:
+    def close(self) -> None:
+        """Release the leases' connections, if any were made."""
         with _CREATE_LOCK:
             backend, self._lease_backend = self._lease_backend, None
         if backend is not None:

@@ -1,14 +1,17 @@
-"""Raw access to a store's records, for audits, imports and migration checks.
+"""Raw access to a store's records, for audits, imports, migration checks and the
+readers of its log.
 
-Mixed into :class:`~covonaut_es.Store`; nothing here decodes more than it must.
+A :class:`~covonaut_es.Store` holds one :class:`StoredRecords` (``store._records``): the
+library's other packages read records, the log and the chain key's adoption through it.
+Nothing here decodes more than it must.
 """
 
 from __future__ import annotations
 
 import contextlib
-from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from contextvars import ContextVar
+from typing import Any
 from uuid import UUID
 
 from eventsourcing.application import Application
@@ -72,34 +75,36 @@ def storable(version: int | None) -> int | None:
     return None if version is None else min(version, LAST_VERSION)
 
 
-class StoredRecords(ABC):
-    """A store's records exactly as its database holds them."""
+class StoredRecords:
+    """A store's records exactly as its database holds them, and its log."""
 
-    _app: Application[UUID]
-    _backend: Backend
+    def __init__(self, app: Application[UUID], backend: Backend) -> None:
+        self._app = app
+        self._backend = backend
 
-    @abstractmethod
-    def _forked_event(self, thread_id: str) -> AgentThread.Forked | None:
+    def forked_event(self, thread_id: str) -> AgentThread.Forked | None:
         """The event that started a fork's stream, or None for a root thread."""
+        first = next(iter(self._app.events.get(thread_aggregate_id(thread_id), limit=1)), None)
+        return first if isinstance(first, AgentThread.Forked) else None
 
-    def _stored_records(self, thread_id: str) -> tuple[StoredEvent, ...]:
+    def stored_records(self, thread_id: str) -> tuple[StoredEvent, ...]:
         """The thread's records exactly as the database holds them, a fork's inherited
         ones first. For audits; nothing is decoded."""
-        return tuple(self._iter_stored_records(thread_id))
+        return tuple(self.iter_stored_records(thread_id))
 
-    def _iter_stored_records(
+    def iter_stored_records(
         self, thread_id: str, *, lte: int | None = None, _descendants: tuple[str, ...] = ()
     ) -> Iterator[StoredEvent]:
-        """As :meth:`_stored_records` up to version ``lte``, read a page at a time so
+        """As :meth:`stored_records` up to version ``lte``, read a page at a time so
         that an audit of a long thread holds one page of records, not the stream."""
-        forked = self._forked_event(thread_id)
+        forked = self.forked_event(thread_id)
         if forked is not None:
             inherited = forked.parent_version if lte is None else min(lte, forked.parent_version)
             parent = forked.parent_thread_id
             # Not following_fork: a generator cannot hold a context variable while suspended.
             refuse_fork_loop(thread_id, parent, _descendants, "this store")
             descendants = (*_descendants, thread_id)
-            yield from self._iter_stored_records(parent, lte=inherited, _descendants=descendants)
+            yield from self.iter_stored_records(parent, lte=inherited, _descendants=descendants)
         recorder, stream = self._app.recorder, thread_aggregate_id(thread_id)
         after: int | None = None
         while True:
@@ -109,11 +114,11 @@ class StoredRecords(ABC):
                 return
             after = page[-1].originator_version
 
-    def _insert_records(self, records: Sequence[StoredEvent]) -> None:
+    def insert_records(self, records: Sequence[StoredEvent]) -> None:
         """Write records whose payloads are plain JSON, compressed and encrypted as this
         store is configured, in one transaction. For imports; see
         :func:`covonaut_es.audit.import_threads`."""
-        mapper = self._mapper
+        mapper = self.mapper
         sealed = [
             StoredEvent(
                 r.originator_id, r.originator_version, r.topic, mapper.stored_payload(r.state)
@@ -128,39 +133,37 @@ class StoredRecords(ABC):
             raise ThreadConflictError(msg, thread_id=thread, expected_version=0) from exc
 
     @property
-    def _chain_key(self) -> bytes | None:
+    def chain_key(self) -> bytes | None:
         """The key the store seals its chains with, if it was opened with one."""
         key: bytes | None = getattr(self._app, "chain_key", None)
         return key
 
-    def _chain_adoption(self) -> ChainAdoption:
+    def chain_adoption(self) -> ChainAdoption:
         """What the store records of its chain key, read with the key it was opened with."""
-        return ChainAdoption(self._app, self._chain_key)
+        return ChainAdoption(self._app, self.chain_key)
 
-    def _head_anchor(self, thread_id: str) -> HeadAnchor:
+    def head_anchor(self, thread_id: str) -> HeadAnchor:
         """What the store's head table says of the thread's own stream."""
         return self._backend.read_head(self._app.recorder, thread_aggregate_id(thread_id))
 
     @property
-    def _mapper(self) -> MsgspecMapper:
+    def mapper(self) -> MsgspecMapper:
         mapper = self._app.mapper
         assert isinstance(mapper, MsgspecMapper)
         return mapper
 
-    def _all_stored_records(self) -> Iterator[StoredEvent]:
+    def all_stored_records(self) -> Iterator[StoredEvent]:
         """Every record in the store exactly as the database holds it: the events in log
         order, then each stream's snapshots. For audits and migration checks."""
         streams: dict[UUID, None] = {}
-        for notification in self._notifications():
+        for notification in self.notifications():
             streams.setdefault(UUID(str(notification.originator_id)))
             yield notification
         assert self._app.snapshots is not None
         for stream in streams:
             yield from self._app.snapshots.recorder.select_events(stream)
 
-    def _notifications(
-        self, *event_types: type, after: int | None = None
-    ) -> Iterator[Notification]:
+    def notifications(self, *event_types: type, after: int | None = None) -> Iterator[Notification]:
         """The log's records (of these event types, or all) after position ``after``,
         in log order, read a page at a time and filtered in SQL; nothing is decoded."""
         topics = [get_topic(cls) for cls in event_types]
@@ -174,15 +177,15 @@ class StoredRecords(ABC):
                 return
             after = batch[-1].id
 
-    def _read_record(self, record: StoredEvent) -> object:
+    def read_record(self, record: StoredEvent) -> object:
         """A stored record decoded and upgraded to this code's schema, as a load reads it.
 
         Raises:
             SerializationError: It cannot be read; the subclass says why.
         """
-        return self._mapper.decode(record)
+        return self.mapper.decode(record)
 
-    def _checked_snapshots(self, thread_id: str) -> Iterator[CheckedSnapshot]:
+    def checked_snapshots(self, thread_id: str) -> Iterator[CheckedSnapshot]:
         """The thread's own stored snapshots, oldest first, each decoded and checked as a
         load checks it, one at a time (a long thread's snapshots together are larger
         than its events)."""
@@ -193,3 +196,21 @@ class StoredRecords(ABC):
         while stored := snapshots.recorder.select_events(stream, gt=after, limit=1):
             yield snapshots.check(stored[0], decode_untrusted=True)
             after = stored[0].originator_version
+
+    def events_of_type(self, *event_classes: type[AgentThread.Event]) -> Iterator[Any]:
+        """Events of these types across all threads, in log order (filtered in SQL)."""
+        for notification in self.notifications(*event_classes):
+            yield self._app.mapper.to_domain_event(notification)
+
+    def log_position(self) -> int:
+        """The position of the newest event in the store's log (0 when empty):
+        projections have caught up when they reach it."""
+        return self._app.recorder.max_notification_id() or 0
+
+    def has_events_after(self, position: int, *event_types: type[AgentThread.Event]) -> bool:
+        """Whether the log holds events (of these types, or any) after ``position``."""
+        topics = [get_topic(cls) for cls in event_types]
+        found = self._app.recorder.select_notifications(
+            position, 1, topics=topics, inclusive_of_start=False
+        )
+        return bool(found)

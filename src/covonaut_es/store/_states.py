@@ -5,7 +5,7 @@ a JSON object with its schema version under ``"_v"``, and :func:`decode_state_do
 migrates it to the current schema, one version at a time, when it is read. A state store
 keeps the documents by key: :class:`MemoryStateStore` in this process,
 :class:`FileStateStore` in a directory of JSON files, or the thread
-:class:`~covonaut_es.Store` itself.
+:class:`~covonaut_es.Store` itself (through its :class:`StoredStates`).
 """
 
 from __future__ import annotations
@@ -17,16 +17,20 @@ from collections.abc import Iterator, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
+from uuid import UUID
 
 import msgspec
+from eventsourcing.application import Application
+from eventsourcing.persistence import IntegrityError
 
 from covonaut_es.domain import StateDocument, ThreadState
-from covonaut_es.domain._named_states import check_state_key
+from covonaut_es.domain._named_states import StateSaved, check_state_key, state_stream_id
 from covonaut_es.errors import SerializationError, ToolCallsInDoubtError
 from covonaut_es.migrations import VERSION_KEY, Upcaster, stored_version
 from covonaut_es.migrations._registry import state_document_schema
 from covonaut_es.migrations._upcasting import NO_MIGRATORS
 from covonaut_es.store._mapper import decode_object
+from covonaut_es.store._read_only import WriteGuard
 
 
 @runtime_checkable
@@ -122,6 +126,44 @@ class FileStateStore:
 
     def __repr__(self) -> str:
         return f"FileStateStore({str(self.path)!r})"
+
+
+class StoredStates:
+    """State documents in the thread store, each key a stream of its own, so the store
+    keeps every save; a :class:`~covonaut_es.Store` delegates to one.
+
+    Args:
+        app: The store's application.
+        guard: Refuses saves to a store opened read-only.
+    """
+
+    def __init__(self, app: Application[UUID], guard: WriteGuard) -> None:
+        self._app = app
+        self._guard = guard
+
+    def write_state(self, key: str, document: Mapping[str, Any]) -> None:
+        """As :meth:`covonaut_es.Store.write_state`."""
+        stream = state_stream_id(key)
+        self._guard.refuse_if_read_only(f"state {key!r} was not saved")
+        while True:
+            last = self._app.recorder.select_events(stream, desc=True, limit=1)
+            saved = StateSaved(
+                originator_id=stream,
+                originator_version=last[0].originator_version + 1 if last else 1,
+                timestamp=StateSaved.create_timestamp(),
+                key=key,
+                document=dict(document),
+            )
+            with contextlib.suppress(IntegrityError):  # another writer saved first: go after it
+                self._app.events.put([saved])
+                return
+
+    def read_state(self, key: str) -> dict[str, Any] | None:
+        """As :meth:`covonaut_es.Store.read_state`."""
+        for saved in self._app.events.get(state_stream_id(key), desc=True, limit=1):
+            assert isinstance(saved, StateSaved)
+            return saved.document
+        return None
 
 
 def _sync_directory(path: Path) -> None:

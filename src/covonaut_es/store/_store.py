@@ -2,88 +2,58 @@
 
 A :class:`Store` wraps one eventsourcing ``Application`` configured for one back end
 (in memory, a SQLite file, PostgreSQL) with the msgspec mapper: one that
-:mod:`covonaut_es.store._application` opens, or the user's own. With that module it is the only
-code that talks to eventsourcing's persistence; the runtime loads and saves threads
-through it.
+:mod:`covonaut_es.store._application` opens, or the user's own. It is composed of
+collaborators, each in a module of its own (ADR 0037), and its methods hand each call to
+one of them: ``_records`` (stored records and the log), ``_reader`` (loads, histories,
+replays), ``_writer`` (saves, snapshots), ``_forks``, ``_leasing``, ``_submissions`` and
+``_states`` (named states). The library's other packages use those collaborators'
+public methods; nothing reaches into their private names.
 """
 
 from __future__ import annotations
 
 import contextlib
-import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from datetime import datetime
-from typing import Any, Protocol, cast
+from typing import Any
 from uuid import UUID
 
-from eventsourcing.application import AggregateNotFoundError, Application, Repository
-from eventsourcing.persistence import IntegrityError, OperationalError
-from eventsourcing.utils import get_topic
+from eventsourcing.application import Application
 
 from covonaut_es._aio import in_worker_thread
 from covonaut_es._clock import utc_now
 from covonaut_es._closing import Closing
 from covonaut_es.domain import (
     AgentThread,
+    BranchPoint,
     Checkpoint,
     ForkRecord,
-    Label,
-    PauseKind,
+    SessionTree,
     ThreadParent,
-    ThreadSnapshot,
     ThreadState,
-    thread_aggregate_id,
+    ThreadTree,
+    TreeStats,
 )
-from covonaut_es.domain._named_states import StateSaved, state_stream_id
-from covonaut_es.domain._tree import SessionTreeQueries
-from covonaut_es.errors import (
-    ConfigurationError,
-    MissingEventError,
-    MissingFirstEventError,
-    ReadOnlyStoreError,
-    SerializationError,
-    ThreadConflictError,
-    ThreadNotFoundError,
-)
+from covonaut_es.errors import ConfigurationError, ThreadNotFoundError
 from covonaut_es.migrations import Upcaster
 from covonaut_es.migrations._upcasting import NO_MIGRATORS
 from covonaut_es.store import _audit
-from covonaut_es.store._application import (
-    AgentApplication,
-    ThreadsApplication,
-    open_application,
-)
+from covonaut_es.store._application import AgentApplication, ThreadsApplication, open_application
 from covonaut_es.store._audit import AuditEntry, AuditReport
 from covonaut_es.store._backend import backend_of
-from covonaut_es.store._chain import chain_of
-from covonaut_es.store._forks import ThreadForking
-from covonaut_es.store._heads import FENCES
-from covonaut_es.store._leasing import ThreadLeasing
-from covonaut_es.store._records import StoredRecords, following_fork, storable
-from covonaut_es.store._snapshot_cache import SnapshotCache
-from covonaut_es.store._submissions import ThreadSubmissions
+from covonaut_es.store._forks import Forks
+from covonaut_es.store._leases import Lease, WorkerRecord
+from covonaut_es.store._leasing import Leasing
+from covonaut_es.store._read_only import WriteGuard
+from covonaut_es.store._reader import ThreadReader
+from covonaut_es.store._records import StoredRecords
+from covonaut_es.store._states import StoredStates
+from covonaut_es.store._submissions import Submissions
 from covonaut_es.store._urls import READ_ONLY, redact
+from covonaut_es.store._writer import ThreadWriter
 
 
-class _BaseLoader(Protocol):
-    def __call__(self, thread_id: str, *, version: int | None = None) -> AgentThread | None: ...
-
-
-_FIRST_EVENTS = (AgentThread.Started, AgentThread.StartedFromState, AgentThread.Forked)
-"""The events a thread's own stream can start with."""
-
-SNAPSHOT_MIN_VERSION = 64
-"""No snapshot is written for a thread shorter than this: replaying it is cheap."""
-
-SNAPSHOT_TAIL_SHARE = 16
-"""A new snapshot replaces the thread's last one once the events after that one are a
-sixteenth of the thread (ADR 0014): replaying them then costs less than decoding the
-snapshot, and rewriting the state that often costs a constant share per event."""
-
-
-class Store(
-    StoredRecords, ThreadForking, ThreadLeasing, ThreadSubmissions, SessionTreeQueries, Closing
-):
+class Store(Closing):
     """Threads' event streams, snapshots and checkpoints in one back end.
 
     Create one with :func:`open_store`. A store is safe to share between agents and
@@ -111,14 +81,20 @@ class Store(
         self.max_checkpoints_per_thread = max_checkpoints_per_thread
         self.clock = clock
         self._owns_app = application is None
-        self._app = application or open_application(self.url, env)
-        self._backend = (
-            self._app.backend
-            if isinstance(self._app, ThreadsApplication)
-            else backend_of(self._app.factory)  # a user's application
+        app = self._app = application or open_application(self.url, env)
+        backend = self._backend = (
+            app.backend
+            if isinstance(app, ThreadsApplication)
+            else backend_of(app.factory)  # a user's application
         )
-        self._snapshot_versions: dict[UUID, int] = {}
-        self._lock = threading.Lock()
+        guard = WriteGuard(self.url, read_only=self.read_only)
+        self._records = StoredRecords(app, backend)
+        self._leasing = Leasing(app, backend, guard)
+        self._writer = ThreadWriter(app, backend, guard, self._leasing.held_lease)
+        self._reader = ThreadReader(app, self._records, self.url, self._writer.remember_snapshot)
+        self._forks = Forks(app, backend, self._records, self._reader, self._writer, guard, clock)
+        self._submissions = Submissions(app)
+        self._states = StoredStates(app, guard)
 
     @classmethod
     def from_application(
@@ -153,7 +129,7 @@ class Store(
             url, {}, max_checkpoints_per_thread=max_checkpoints_per_thread, application=application
         )
 
-    # Threads ----------------------------------------------------------------------
+    # Reading threads ---------------------------------------------------------------
 
     def load(
         self,
@@ -177,12 +153,7 @@ class Store(
             ThreadNotFoundError: The thread has no events (at that version).
             SerializationError: A stored event cannot be read.
         """
-        thread = self.find(thread_id, version=version, snapshot_migrators=snapshot_migrators)
-        if thread is None:
-            at = "" if version is None else f" at version {version}"
-            msg = f"thread {thread_id!r} not found{at} in store {self.url}"
-            raise ThreadNotFoundError(msg)
-        return thread
+        return self._reader.load(thread_id, version=version, snapshot_migrators=snapshot_migrators)
 
     def find(
         self,
@@ -192,218 +163,31 @@ class Store(
         snapshot_migrators: Mapping[int, Upcaster] = NO_MIGRATORS,
     ) -> AgentThread | None:
         """Like :meth:`load`, but None when the thread does not exist."""
-        if version is not None and version < 1:
-            return None
-        version = storable(version)
-        aggregate_id = thread_aggregate_id(thread_id)
-        snapshot_seen: list[int] = []
-
-        def project(thread: AgentThread | None, events: Any) -> AgentThread | None:
-            for event in events:
-                if isinstance(event, ThreadSnapshot):
-                    snapshot_seen.append(event.originator_version)
-                thread = self._fold(thread, event, self.find, thread_id)
-            return thread
-
-        try:
-            with self._reading(thread_id):
-                thread = self._repository(snapshot_migrators).get(
-                    aggregate_id, version=version, projector_func=project
-                )
-        except AggregateNotFoundError:
-            return self._inherited(thread_id, version, self.find)
-        if snapshot_seen and version is None:
-            self._remember_snapshot(aggregate_id, snapshot_seen[0])
-        return thread
-
-    def _fold(
-        self, thread: AgentThread | None, event: Any, load_base: _BaseLoader, thread_id: str
-    ) -> AgentThread | None:
-        self._check_follows(thread_id, None if thread is None else thread.version, event)
-        if thread is None and isinstance(event, AgentThread.Forked):
-            with following_fork(thread_id, event.parent_thread_id, self.url):
-                base = load_base(event.parent_thread_id, version=event.parent_version)
-            if base is None:
-                msg = (
-                    f"fork {event.thread_id!r} branches from {event.parent_thread_id!r} at "
-                    f"version {event.parent_version}, which is missing from {self.url}"
-                )
-                raise ThreadNotFoundError(msg)
-            folded = event.graft(base)
-        else:
-            folded = event.mutate(thread)
-        if not isinstance(event, ThreadSnapshot):  # a snapshot brings its own
-            folded.chain_head = chain_of(event)
-        return folded
-
-    @contextlib.contextmanager
-    def _reading(self, thread_id: str) -> Iterator[None]:
-        """Name the thread in a SerializationError raised while reading its stream (a
-        record knows only its stream's id)."""
-        try:
-            yield
-        except SerializationError as exc:
-            named = f"thread {thread_id!r}"
-            if str(exc).startswith(named):
-                raise
-            raise type(exc)(f"{named} in store {self.url}: {exc}") from exc
-
-    def _check_follows(self, thread_id: str, head: int | None, event: Any) -> None:
-        """Raise unless ``event`` follows ``head`` (None: the stream's first) in the
-        thread's stream; a snapshot follows anything."""
-        if isinstance(event, ThreadSnapshot):
-            return
-        version: int = event.originator_version
-        if head is None and not isinstance(event, _FIRST_EVENTS):
-            msg = (
-                f"thread {thread_id!r} in store {self.url} has lost its first event: its "
-                f"stream starts with a {type(event).__name__} at version {version}; "
-                "restore the store from a backup"
-            )
-            raise MissingFirstEventError(msg, thread_id=thread_id, version=version)
-        if head is not None and version != head + 1:
-            msg = (
-                f"thread {thread_id!r} in store {self.url} has lost its event at version "
-                f"{head + 1}: its stream goes from version {head} to {version}; restore "
-                "the store from a backup"
-            )
-            raise MissingEventError(msg, thread_id=thread_id, version=head + 1)
-
-    def _inherited(
-        self, thread_id: str, version: int | None, load_base: _BaseLoader
-    ) -> AgentThread | None:
-        """A fork's versions up to its branch point are its parent's."""
-        forked = self._forked_event(thread_id)
-        if forked is None or version is None or version > forked.parent_version:
-            return None
-        with following_fork(thread_id, forked.parent_thread_id, self.url):
-            return load_base(forked.parent_thread_id, version=version)
-
-    def _forked_event(self, thread_id: str) -> AgentThread.Forked | None:
-        first = next(iter(self._app.events.get(thread_aggregate_id(thread_id), limit=1)), None)
-        return first if isinstance(first, AgentThread.Forked) else None
+        return self._reader.find(thread_id, version=version, snapshot_migrators=snapshot_migrators)
 
     def exists(self, thread_id: str) -> bool:
         """Whether the thread has any events."""
-        events = self._app.events.get(thread_aggregate_id(thread_id), limit=1)
-        return any(True for _ in events)
+        return self._reader.exists(thread_id)
 
     def head_version(self, thread_id: str) -> int | None:
         """The version of the thread's newest stored event (one indexed read, nothing
         decoded); None when its own stream has none."""
-        stream = thread_aggregate_id(thread_id)
-        newest = self._app.recorder.select_events(stream, desc=True, limit=1)
-        return newest[0].originator_version if newest else None
-
-    def save(self, thread: AgentThread) -> None:
-        """Append the thread's pending events atomically.
-
-        Under the thread's run lease (:meth:`lease`), the save carries the lease's
-        token, and the store refuses it once a newer lease of the thread exists.
-
-        Raises:
-            ThreadConflictError: Another writer appended to the thread first; nothing
-                of this save was stored.
-            LeaseLostError: The run lease this task holds on the thread was lost;
-                nothing of this save was stored.
-        """
-        pending = thread.pending_events
-        if not pending:
-            return
-        self._refuse_if_read_only(f"thread {thread.thread_id!r} was not saved")
-        expected = pending[0].originator_version - 1
-        lease = self.held_lease(thread.thread_id)
-        fences = (
-            {FENCES: [(thread.id, lease.token, lease.session)]} if lease and lease.fenced else {}
-        )
-        try:
-            self._app.save(thread, **fences)
-        except OperationalError as exc:
-            if "readonly" not in str(exc):
-                raise
-            msg = (
-                f"store {self.url} is read-only: thread {thread.thread_id!r} was not saved; "
-                "make the file writable, or open it without ?mode=ro"
-            )
-            raise ReadOnlyStoreError(msg) from exc
-        except IntegrityError as exc:
-            msg = (
-                f"thread {thread.thread_id!r} was changed by another writer: this writer "
-                f"started from version {expected} but that version is no longer the head; "
-                "reload the thread and try again"
-            )
-            raise ThreadConflictError(
-                msg, thread_id=thread.thread_id, expected_version=expected
-            ) from exc
-
-    def snapshot_if_due(self, thread: AgentThread) -> bool:
-        """Store a snapshot of a just-saved thread if it pays, replacing its older one
-        (ADR 0014); the run loop asks at every checkpoint.
-
-        A snapshot is written once the events since the thread's last one are at least
-        a sixteenth of its versions (and at least 64), so a restore replays at most
-        that share of the thread, and the snapshot bytes written per event stay
-        constant. Only the newest snapshot is kept.
-
-        Returns:
-            Whether a snapshot was written.
-        """
-        aggregate_id = thread.id
-        with self._lock:
-            last = self._snapshot_versions.get(aggregate_id, 0)
-        tail = thread.version - last
-        if tail < max(SNAPSHOT_MIN_VERSION, thread.version // SNAPSHOT_TAIL_SHARE):
-            return False
-        if not isinstance(self._app.snapshots, SnapshotCache):
-            return False  # an application of the caller's, with snapshotting off
-        with contextlib.suppress(IntegrityError):  # another writer stored this very one
-            self._backend.replace_snapshot(self._app.snapshots, ThreadSnapshot.take(thread))
-        self._remember_snapshot(aggregate_id, thread.version)
-        return True
-
-    def _log_position(self) -> int:
-        """The position of the newest event in the store's log (0 when empty):
-        projections have caught up when they reach it."""
-        return self._app.recorder.max_notification_id() or 0
-
-    def _has_events_after(self, position: int, *event_types: type[AgentThread.Event]) -> bool:
-        """Whether the log holds events (of these types, or any) after ``position``."""
-        topics = [get_topic(cls) for cls in event_types]
-        found = self._app.recorder.select_notifications(
-            position, 1, topics=topics, inclusive_of_start=False
-        )
-        return bool(found)
+        return self._reader.head_version(thread_id)
 
     def events_after(self, thread_id: str, version: int) -> tuple[AgentThread.Event, ...]:
         """The thread's own events after ``version``, in order (what other writers
         appended since a runner loaded it at that version)."""
-        with self._reading(thread_id):
-            events = self._app.events.get(thread_aggregate_id(thread_id), gt=version)
-            return tuple(cast(AgentThread.Event, event) for event in events)
+        return self._reader.events_after(thread_id, version)
 
     def threads_with_review(self, review_id: str) -> tuple[str, ...]:
         """The threads that hold the review: the one that asked for it, and the forks
         that inherited it while it was pending, in creation order. Read from the log's
         review requests and forks, not from the threads themselves."""
-        found: list[str] = []
-        for event in self._events_of_type(AgentThread.ReviewRequested, AgentThread.Forked):
-            if isinstance(event, AgentThread.ReviewRequested):
-                if event.request.review_id == review_id:
-                    found.append(event.request.thread_id)
-            elif event.parent_thread_id in found and any(
-                isinstance(i.data, dict) and i.data.get("review_id") == review_id
-                for i in event.interrupts
-                if i.kind is PauseKind.REVIEW
-            ):
-                found.append(event.thread_id)
-        return tuple(dict.fromkeys(found))
+        return self._reader.threads_with_review(review_id)
 
     def thread_ids(self) -> Iterator[str]:
         """The ids of all threads, forks included, in creation order."""
-        for event in self._events_of_type(
-            AgentThread.Started, AgentThread.StartedFromState, AgentThread.Forked
-        ):
-            yield event.thread_id
+        return self._reader.thread_ids()
 
     def checkpoints(self, thread_id: str) -> tuple[Checkpoint, ...]:
         """The thread's retained checkpoints, oldest first."""
@@ -412,23 +196,7 @@ class Store(
     def history(self, thread_id: str) -> tuple[AgentThread.Event, ...]:
         """Every event of the thread in order, a fork's inherited events first; each
         has ``originator_version`` and ``timestamp``."""
-        with self._reading(thread_id):
-            own: tuple[AgentThread.Event, ...] = tuple(
-                self._app.events.get(thread_aggregate_id(thread_id))  # type: ignore[arg-type]
-            )
-        if not own:
-            msg = f"thread {thread_id!r} not found in store {self.url}"
-            raise ThreadNotFoundError(msg)
-        head: int | None = None
-        for event in own:
-            self._check_follows(thread_id, head, event)
-            head = event.originator_version
-        if isinstance(own[0], AgentThread.Forked):
-            parent = own[0].parent_thread_id
-            with following_fork(thread_id, parent, self.url):
-                inherited = self.history(parent)[: own[0].parent_version]
-            return inherited + own
-        return own
+        return self._reader.history(thread_id)
 
     def state_at(self, thread_id: str, version: int | None = None) -> ThreadState:
         """The thread's state as of ``version`` (default: the head), read-only."""
@@ -436,7 +204,7 @@ class Store(
 
     def replay_state(self, thread_id: str) -> ThreadState:
         """The thread's state rebuilt from its events alone, ignoring snapshots."""
-        thread = self._replay(thread_id)
+        thread = self._reader.replay(thread_id)
         if thread is None:
             msg = f"thread {thread_id!r} not found in store {self.url}"
             raise ThreadNotFoundError(msg)
@@ -450,12 +218,35 @@ class Store(
     astate_at = in_worker_thread(state_at)
     areplay_state = in_worker_thread(replay_state)
 
-    def _replay(self, thread_id: str, *, version: int | None = None) -> AgentThread | None:
-        thread: AgentThread | None = None
-        with self._reading(thread_id):
-            for event in self._app.events.get(thread_aggregate_id(thread_id), lte=version):
-                thread = self._fold(thread, event, self._replay, thread_id)
-        return thread or self._inherited(thread_id, version, self._replay)
+    # Writing threads ---------------------------------------------------------------
+
+    def save(self, thread: AgentThread) -> None:
+        """Append the thread's pending events atomically.
+
+        Under the thread's run lease (:meth:`lease`), the save carries the lease's
+        token, and the store refuses it once a newer lease of the thread exists.
+
+        Raises:
+            ThreadConflictError: Another writer appended to the thread first; nothing
+                of this save was stored.
+            LeaseLostError: The run lease this task holds on the thread was lost;
+                nothing of this save was stored.
+        """
+        self._writer.save(thread)
+
+    def snapshot_if_due(self, thread: AgentThread) -> bool:
+        """Store a snapshot of a just-saved thread if it pays, replacing its older one
+        (ADR 0014); the run loop asks at every checkpoint.
+
+        A snapshot is written once the events since the thread's last one are at least
+        a sixteenth of its versions (and at least 64), so a restore replays at most
+        that share of the thread, and the snapshot bytes written per event stay
+        constant. Only the newest snapshot is kept.
+
+        Returns:
+            Whether a snapshot was written.
+        """
+        return self._writer.snapshot_if_due(thread)
 
     # Audits -------------------------------------------------------------------------
 
@@ -471,31 +262,157 @@ class Store(
 
     # Forks and the session tree ---------------------------------------------------
 
+    def fork(
+        self,
+        thread_id: str,
+        *,
+        at_version: int | None = None,
+        at_checkpoint: int | None = None,
+        new_thread_id: str | None = None,
+        now: datetime | None = None,
+    ) -> str:
+        """Create a thread whose history is ``thread_id``'s stream up to a version.
+
+        The fork stores one small ``Forked`` event and no copy of the parent's events;
+        the parent is not written to. Forking at an interrupt gives a branch paused on
+        the same interrupt.
+
+        Args:
+            thread_id: The parent thread.
+            at_version: The parent's version to branch at (default: its head).
+            at_checkpoint: Or the sequence number of one of the parent's checkpoints.
+            new_thread_id: The fork's id (default: derived from the parent's, unique).
+
+        Returns:
+            The new thread's id.
+
+        Raises:
+            ThreadNotFoundError: The parent, the version or the checkpoint is missing.
+            ThreadConflictError: A thread with ``new_thread_id`` already exists.
+            InvalidThreadIdError: ``new_thread_id`` is not a valid thread id.
+        """
+        return self._forks.fork(
+            thread_id,
+            at_version=at_version,
+            at_checkpoint=at_checkpoint,
+            new_thread_id=new_thread_id,
+            now=now,
+        )
+
+    def abandon(self, thread_id: str, reason: str = "", *, now: datetime | None = None) -> None:
+        """Give a thread up: its pending reviews leave the reviewer queue and no run
+        starts on it again (a fork of it still can)."""
+        self._forks.abandon(thread_id, reason, now=now)
+
+    def label(
+        self, thread_id: str, label: str, *, version: int | None = None, now: datetime | None = None
+    ) -> None:
+        """Label a thread, or one of its versions; labels are events of the thread."""
+        self._forks.label(thread_id, label, version=version, now=now)
+
     def forks(self) -> tuple[ForkRecord, ...]:
         """Every fork in the store, read from the event log."""
-        return tuple(
-            ForkRecord(
-                event.thread_id,
-                ThreadParent(event.parent_thread_id, event.parent_version),
-                event.timestamp,
-            )
-            for event in self._events_of_type(AgentThread.Forked)
-        )
+        return self._forks.forks()
 
     def parent(self, thread_id: str) -> ThreadParent | None:
         """The thread and version a fork branched from; None for a root."""
-        forked = self._forked_event(thread_id)
-        return ThreadParent(forked.parent_thread_id, forked.parent_version) if forked else None
+        return self._forks.parent(thread_id)
 
-    def _labels_of(self, thread_id: str) -> tuple[Label, ...]:
-        return tuple(self.load(thread_id).labels)
+    def session_tree(self) -> SessionTree:
+        """The tree of all threads linked by forks, for several queries at once."""
+        return SessionTree(self.forks())
 
-    def _events_of_type(self, *event_classes: type[AgentThread.Event]) -> Iterator[Any]:
-        """Events of these types across all threads, in log order (filtered in SQL)."""
-        for notification in self._notifications(*event_classes):
-            yield self._app.mapper.to_domain_event(notification)
+    def children(self, thread_id: str) -> tuple[str, ...]:
+        """The direct forks of a thread, oldest first."""
+        return self.session_tree().children(thread_id)
 
-    # Named states -----------------------------------------------------------------
+    def path_to_root(self, thread_id: str) -> tuple[str, ...]:
+        """The thread, its parent, and so on up to the root."""
+        return self.session_tree().path_to_root(thread_id)
+
+    def leaves(self, root_thread_id: str) -> tuple[str, ...]:
+        """Threads under the root (the root included) that have no forks."""
+        return self.session_tree().leaves(root_thread_id)
+
+    def branch_points(self, root_thread_id: str) -> tuple[BranchPoint, ...]:
+        """Every (thread, version) under the root that forks branched from."""
+        return self.session_tree().branch_points(root_thread_id)
+
+    def tree(self, root_thread_id: str) -> ThreadTree:
+        """The nested tree of forks under the root, with every thread's labels."""
+
+        def labels_of(thread_id: str) -> tuple[Any, ...]:
+            return tuple(self.load(thread_id).labels)
+
+        labels_of(root_thread_id)  # a clear error for an unknown root
+        return self.session_tree().tree(root_thread_id, labels_of)
+
+    def tree_stats(self, root_thread_id: str) -> TreeStats:
+        """Counts over the tree under the root: threads, forks, depth, leaves, branch
+        points."""
+        return self.session_tree().stats(root_thread_id)
+
+    # Run leases and workers --------------------------------------------------------
+
+    @contextlib.contextmanager
+    def lease(self, thread_id: str) -> Iterator[Lease]:
+        """Hold the thread's run lease for the block; every save of the thread in the
+        block is fenced by it (refused once a newer lease exists).
+
+        Yields:
+            The lease; :meth:`Lease.check` raises once it no longer stands.
+
+        Raises:
+            ThreadBusyError: Another runner holds it; nothing was done.
+        """
+        with self._leasing.lease(thread_id) as lease:
+            yield lease
+
+    @contextlib.asynccontextmanager
+    async def alease(self, thread_id: str) -> AsyncIterator[Lease]:
+        """Like :meth:`lease`, for asyncio: the database is asked in a worker thread."""
+        async with self._leasing.alease(thread_id) as lease:
+            yield lease
+
+    def held_lease(self, thread_id: str) -> Lease | None:
+        """The lease of the thread the current task holds in this store's database."""
+        return self._leasing.held_lease(thread_id)
+
+    def name_lease_holder(self, holder: str) -> None:
+        """Name who holds the leases this store takes (a worker names itself), shown
+        to runners that find a thread busy."""
+        self._leasing.name_lease_holder(holder)
+
+    def publish_worker(self, record: WorkerRecord) -> None:
+        """Write a live worker's record (its heartbeat) to the registry. In an
+        encrypted store the threads it holds and the calls it runs are sealed under the
+        store's key."""
+        self._leasing.publish_worker(record)
+
+    def live_workers(self) -> tuple[WorkerRecord, ...]:
+        """The live workers' records, oldest first."""
+        return self._leasing.live_workers()
+
+    # Input for workers, and named states ------------------------------------------
+
+    def submit(self, thread_id: str, text: str) -> int:
+        """Hand ``text`` to a thread for a worker to run, as a user message.
+
+        The submission is stored durably in the thread's own submission stream, so a
+        :class:`~covonaut_es.Worker` on any machine that follows this store runs it
+        (``agent.run(text)``) once the thread is free: not running, not paused. A
+        thread that does not exist yet is started by the worker.
+
+        Returns:
+            The submission's number in the thread's stream of submissions (1, 2, ...).
+
+        Raises:
+            InvalidThreadIdError: The thread id is not allowed.
+            InvalidSubmissionError: ``text`` is not a string that can be stored.
+        """
+        return self._submissions.submit(thread_id, text)
+
+    asubmit = in_worker_thread(submit)
 
     def write_state(self, key: str, document: Mapping[str, Any]) -> None:
         """Save a named state document under ``key``; the last save wins.
@@ -505,20 +422,7 @@ class Store(
         Raises:
             InvalidStateKeyError: The key is not allowed.
         """
-        stream = state_stream_id(key)
-        self._refuse_if_read_only(f"state {key!r} was not saved")
-        while True:
-            last = self._app.recorder.select_events(stream, desc=True, limit=1)
-            saved = StateSaved(
-                originator_id=stream,
-                originator_version=last[0].originator_version + 1 if last else 1,
-                timestamp=StateSaved.create_timestamp(),
-                key=key,
-                document=dict(document),
-            )
-            with contextlib.suppress(IntegrityError):  # another writer saved first: go after it
-                self._app.events.put([saved])
-                return
+        self._states.write_state(key, document)
 
     def read_state(self, key: str) -> dict[str, Any] | None:
         """The document last saved under ``key``, or None.
@@ -527,10 +431,7 @@ class Store(
             InvalidStateKeyError: The key is not allowed.
             SerializationError: The stored record cannot be read.
         """
-        for saved in self._app.events.get(state_stream_id(key), desc=True, limit=1):
-            assert isinstance(saved, StateSaved)
-            return saved.document
-        return None
+        return self._states.read_state(key)
 
     # Lifecycle --------------------------------------------------------------------
 
@@ -539,21 +440,9 @@ class Store(
 
         A store made by :meth:`from_application` leaves the application open.
         """
-        self._close_leases()
+        self._leasing.close()
         if self._owns_app:
             self._app.close()
 
     def __repr__(self) -> str:
         return f"Store({self.url!r})"
-
-    def _repository(self, snapshot_migrators: Mapping[int, Upcaster]) -> Repository[UUID]:
-        if not snapshot_migrators:
-            return self._app.repository
-        assert isinstance(self._app.snapshots, SnapshotCache)
-        cache = self._app.snapshots.with_migrators(snapshot_migrators)
-        return Repository(self._app.events, snapshot_store=cache)
-
-    def _remember_snapshot(self, aggregate_id: UUID, version: int) -> None:
-        with self._lock:
-            if version > self._snapshot_versions.get(aggregate_id, 0):
-                self._snapshot_versions[aggregate_id] = version

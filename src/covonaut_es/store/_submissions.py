@@ -1,6 +1,7 @@
 """Input handed to threads for workers to run: the store's side.
 
-Mixed into :class:`~covonaut_es.Store`. Each thread's submissions are a stream of
+A :class:`~covonaut_es.Store` holds one :class:`Submissions` (``store._submissions``);
+workers read and take input through it. Each thread's submissions are a stream of
 their own (:mod:`covonaut_es.domain._submissions`), so submitting never conflicts with
 a run in progress; a worker reads it to find input not yet taken.
 """
@@ -13,33 +14,19 @@ from uuid import UUID
 from eventsourcing.application import Application
 from eventsourcing.persistence import IntegrityError
 
-from covonaut_es._aio import in_worker_thread
 from covonaut_es.domain import AgentThread, RunMode, thread_aggregate_id
 from covonaut_es.domain._submissions import InputSubmitted, InputTaken, submission_stream_id
 from covonaut_es.errors import InvalidSubmissionError
 
 
-class ThreadSubmissions:
+class Submissions:
     """Submit input to a thread; read and take what was submitted."""
 
-    _app: Application[UUID]
-    url: str
+    def __init__(self, app: Application[UUID]) -> None:
+        self._app = app
 
     def submit(self, thread_id: str, text: str) -> int:
-        """Hand ``text`` to a thread for a worker to run, as a user message.
-
-        The submission is stored durably in the thread's own submission stream, so a
-        :class:`~covonaut_es.Worker` on any machine that follows this store runs it
-        (``agent.run(text)``) once the thread is free: not running, not paused. A
-        thread that does not exist yet is started by the worker.
-
-        Returns:
-            The submission's number in the thread's stream of submissions (1, 2, ...).
-
-        Raises:
-            InvalidThreadIdError: The thread id is not allowed.
-            InvalidSubmissionError: ``text`` is not a string that can be stored.
-        """
+        """As :meth:`covonaut_es.Store.submit`."""
         if not isinstance(text, str):
             msg = f"submitted input must be a string, got {type(text).__name__}"
             raise InvalidSubmissionError(msg)
@@ -51,9 +38,7 @@ class ThreadSubmissions:
         stream = submission_stream_id(thread_id)
         return self._append(stream, InputSubmitted, thread_id=thread_id, text=text)
 
-    asubmit = in_worker_thread(submit)
-
-    def _submissions(self, thread_id: str) -> tuple[list[InputSubmitted], InputTaken | None]:
+    def submitted(self, thread_id: str) -> tuple[list[InputSubmitted], InputTaken | None]:
         """The thread's submissions, oldest first, and the last one taken."""
         submitted: list[InputSubmitted] = []
         taken: InputTaken | None = None
@@ -64,7 +49,7 @@ class ThreadSubmissions:
                 taken = event
         return submitted, taken
 
-    def _take(self, thread_id: str, submitted_version: int, thread_version: int) -> None:
+    def take(self, thread_id: str, submitted_version: int, thread_version: int) -> None:
         """Record that a runner takes a submission, before it starts the run."""
         self._append(
             submission_stream_id(thread_id),
@@ -74,7 +59,7 @@ class ThreadSubmissions:
             thread_version=thread_version,
         )
 
-    def _taken_run_started(self, taken: InputTaken) -> bool:
+    def run_started(self, taken: InputTaken) -> bool:
         """Whether the run of a taken submission started: a ``RunStarted`` of a run with
         input was stored after the thread version its taker found."""
         stream = thread_aggregate_id(taken.thread_id)

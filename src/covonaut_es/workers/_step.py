@@ -40,7 +40,7 @@ class Action(enum.Enum):
 def step(store: Store, config: AgentConfig, thread_id: str) -> Action:
     """Run the thread if it is ready; the caller holds its lease."""
     thread = store.find(thread_id)
-    submitted, taken = store._submissions(thread_id)
+    submitted, taken = store._submissions.submitted(thread_id)
     agent = Agent(config)
     if thread is not None and thread.status is ThreadStatus.ABANDONED:
         return Action.NOTHING
@@ -62,7 +62,7 @@ def step(store: Store, config: AgentConfig, thread_id: str) -> Action:
     waiting = _next_submission(submitted, taken)
     if waiting is None:
         return Action.NOTHING
-    store._take(thread_id, waiting.originator_version, thread.version if thread else 0)
+    store._submissions.take(thread_id, waiting.originator_version, thread.version if thread else 0)
     agent.run(waiting.text)
     return Action.RAN_INPUT
 
@@ -92,4 +92,4 @@ def _started(store: Store, thread: AgentThread | None, taken: InputTaken) -> boo
     input was stored after the version the taker found."""
     if thread is None or thread.version <= taken.thread_version:
         return False
-    return store._taken_run_started(taken)
+    return store._submissions.run_started(taken)

@@ -143,7 +143,7 @@ class Worker(Closing):
             self._stopping.set()
             self._changed.set()
             heartbeat.join()
-            self.store._leases.withdraw(self.worker_id)
+            self.store._leasing.leases.withdraw(self.worker_id)
             logger.info("worker %s: stopped", self.worker_id)
 
     def _loop(self, pool: ThreadPoolExecutor, *, once: bool) -> None:
@@ -198,8 +198,8 @@ class Worker(Closing):
 
     def _follow(self) -> None:
         """Fold the log's new events of the tracked types."""
-        mapper = self.store._app.mapper
-        for notification in self.store._notifications(*TRACKED, after=self._position):
+        mapper = self.store._records.mapper
+        for notification in self.store._records.notifications(*TRACKED, after=self._position):
             try:
                 self._ready.apply(mapper.to_domain_event(notification))
             except CovonautError as exc:
@@ -261,7 +261,9 @@ class Worker(Closing):
             self._changed.wait(HEARTBEAT_INTERVAL)  # a beat, or the threads held changed
             self._changed.clear()
             try:
-                record = now_record(self._record, self.store._leases.held(), running_calls())
+                record = now_record(
+                    self._record, self.store._leasing.leases.held(), running_calls()
+                )
                 self.store.publish_worker(record)
             except StoreFileReplacedError as exc:  # it would follow the old file unseen
                 self._lost = exc

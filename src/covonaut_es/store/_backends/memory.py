@@ -34,6 +34,7 @@ from eventsourcing.popo import POPOAggregateRecorder, POPOApplicationRecorder, P
 
 from covonaut_es.domain import ThreadSnapshot
 from covonaut_es.store._backend import BackendName
+from covonaut_es.store._backends._memory_leases import MemoryLeases
 from covonaut_es.store._heads import (
     FENCES,
     HEADS,
@@ -44,7 +45,7 @@ from covonaut_es.store._heads import (
     check_fences,
     taken,
 )
-from covonaut_es.store._leases import LeaseBackend, MemoryLeases
+from covonaut_es.store._leases import LeaseBackend
 from covonaut_es.store._settings_tables import MemorySettings, SettingsTable
 from covonaut_es.store._snapshot_cache import SnapshotCache
 from covonaut_es.store._stream_ids import KeyedEvents, KeyedLog

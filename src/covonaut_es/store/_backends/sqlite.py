@@ -31,6 +31,7 @@ from eventsourcing.persistence import (
 
 from covonaut_es.domain import ThreadSnapshot
 from covonaut_es.store._backend import BackendName
+from covonaut_es.store._backends._memory_leases import MemoryLeases
 from covonaut_es.store._backends._sqlite_connections import (
     SQLiteWriter,
     StatementKeepingPool,
@@ -49,7 +50,7 @@ from covonaut_es.store._heads import (
     lease_table,
     refuse_taken_streams,
 )
-from covonaut_es.store._leases import LeaseBackend, MemoryLeases
+from covonaut_es.store._leases import LeaseBackend
 from covonaut_es.store._rows import checked_head, checked_id, checked_records
 from covonaut_es.store._settings import check_sqlite_file
 from covonaut_es.store._settings_tables import SettingsTable, SQLSettings

@@ -1,0 +1,97 @@
+"""The private parts of eventsourcing that the store and the projections' views rely
+on outside the back ends' recorders, each behind a public name here.
+
+Every use below names the eventsourcing version it was checked against (9.5.6; the
+dependency is pinned below 9.6 for them). Only the store's modules import this one:
+:mod:`covonaut_es.store._application` the save's steps, and
+:mod:`covonaut_es.store._tracking` (which projections import) the tracking recorders.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+from eventsourcing.application import Application, ProcessingEvent
+from eventsourcing.persistence import Recording, Tracking
+from eventsourcing.popo import POPOTrackingRecorder
+
+
+def take_snapshots(app: Application[Any], processing_event: ProcessingEvent[Any]) -> None:
+    """Take the snapshots ``app``'s ``snapshotting_intervals`` ask for after a save, as
+    eventsourcing's own ``save`` does."""
+    # eventsourcing 9.5.6: Application._take_snapshots, the step of save() after recording.
+    app._take_snapshots(processing_event)
+
+
+def notify(app: Application[Any], recordings: list[Recording[Any]]) -> None:
+    """Tell ``app`` of a save's recordings, as eventsourcing's own ``save`` does (a
+    system's runner follows an application through this hook)."""
+    # eventsourcing 9.5.6: Application._notify, the last step of save().
+    app._notify(recordings)
+
+
+class TrackedSQL:
+    """Mixed into a view that is an eventsourcing SQL tracking recorder (SQLite's or
+    PostgreSQL's): it applies changes and records its position in one transaction
+    (:meth:`tracked`), under a tracking name of its own (:meth:`tracked_name`)."""
+
+    datastore: Any  # the SQL tracking recorder's
+
+    def tracked_name(self, application_name: str) -> str:
+        """The name the view records its position of ``application_name`` under."""
+        return application_name
+
+    @contextlib.contextmanager
+    def tracked(self, tracking: Tracking) -> Iterator[Any]:
+        """A cursor in a transaction that records ``tracking`` when the block ends."""
+        with self.datastore.transaction(commit=True) as cursor:
+            yield cursor
+            self._insert_tracking(cursor, tracking)
+
+    def max_tracking_id(self, application_name: str) -> int | None:
+        """The position of ``application_name`` the view has processed."""
+        found: int | None = super().max_tracking_id(  # type: ignore[misc]
+            self._named(application_name)
+        )
+        return found
+
+    # eventsourcing 9.5.6: SQLiteTrackingRecorder and PostgresTrackingRecorder write every
+    # tracking row through _insert_tracking(cursor, tracking), the rows their table
+    # migration carries over included.
+    def _insert_tracking(self, cursor: Any, tracking: Tracking) -> None:
+        named = Tracking(self._named(tracking.application_name), tracking.notification_id)
+        super()._insert_tracking(cursor, named)  # type: ignore[misc]
+
+    def _named(self, application_name: str) -> str:
+        # eventsourcing 9.5.6: table_migration_identifier names the recorder's own
+        # bookkeeping row, which keeps its name.
+        if application_name == getattr(self, "table_migration_identifier", None):
+            return application_name
+        return self.tracked_name(application_name)
+
+
+class MemoryTracking(POPOTrackingRecorder):
+    """An eventsourcing in-memory tracking recorder whose view applies changes and
+    records its position under one lock (:meth:`tracked`)."""
+
+    @contextlib.contextmanager
+    def tracked(self, tracking: Tracking) -> Iterator[None]:
+        """Hold the recorder's lock, refuse a position already recorded, and record
+        ``tracking`` when the block ends.
+
+        Raises:
+            IntegrityError: The view has processed that position.
+        """
+        # eventsourcing 9.5.6: POPOTrackingRecorder.insert_tracking is these three steps.
+        with self._database_lock:
+            self._assert_tracking_uniqueness(tracking)
+            yield
+            self._insert_tracking(tracking)
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the recorder's lock, to read the view's tables whole."""
+        with self._database_lock:  # eventsourcing 9.5.6: POPORecorder's RLock
+            yield

@@ -1,0 +1,77 @@
+"""Run leases and the worker registry of an in-memory store: a table in this process
+(ADR 0016), shared by the stores of one recorder."""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any
+
+import attrs
+
+from covonaut_es.store._leases import LeaseBackend, LeaseTokens, WorkerRecord
+
+
+@attrs.frozen(eq=False)
+class _Mark:
+    holder: str
+
+
+class _MemoryTables:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.leases: dict[str, _Mark] = {}
+        self.workers: dict[str, WorkerRecord] = {}
+
+
+_MEMORY: weakref.WeakKeyDictionary[Any, _MemoryTables] = weakref.WeakKeyDictionary()
+_MEMORY_LOCK = threading.Lock()
+
+
+class MemoryLeases(LeaseBackend):
+    """Leases of an in-memory store: a table shared by the stores of its recorder."""
+
+    def __init__(self, holder: str, recorder: Any, tokens: LeaseTokens | None) -> None:
+        super().__init__(holder, tokens)
+        self._taken: dict[str, object] = {}  # this holder's mark in the table, by thread
+        with _MEMORY_LOCK:
+            self._tables = _MEMORY.setdefault(recorder, _MemoryTables())
+        self.database = f"memory:{id(self._tables)}"
+
+    def _try_lock(self, thread_id: str) -> bool:
+        with self._tables.lock:
+            if thread_id in self._tables.leases:
+                return False
+            mark = _Mark(self.holder)
+            self._tables.leases[thread_id] = mark
+            self._taken[thread_id] = mark
+            return True
+
+    def _unlock(self, thread_id: str) -> None:
+        with self._tables.lock:
+            mark = self._taken.pop(thread_id, None)
+            if self._tables.leases.get(thread_id) is mark:
+                del self._tables.leases[thread_id]
+
+    def _lock_problem(self, thread_id: str, *, in_save: bool) -> str | None:
+        with self._tables.lock:
+            if self._tables.leases.get(thread_id) is self._taken.get(thread_id):
+                return None
+        return "its entry in the store's lease table is gone"
+
+    def holder_of(self, thread_id: str) -> str | None:
+        with self._tables.lock:
+            mark = self._tables.leases.get(thread_id)
+            return None if mark is None else mark.holder
+
+    def publish(self, record: WorkerRecord) -> None:
+        with self._tables.lock:
+            self._tables.workers[record.worker_id] = record
+
+    def withdraw(self, worker_id: str) -> None:
+        with self._tables.lock:
+            self._tables.workers.pop(worker_id, None)
+
+    def workers(self) -> tuple[WorkerRecord, ...]:
+        with self._tables.lock:
+            return tuple(self._tables.workers.values())

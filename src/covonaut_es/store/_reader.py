@@ -1,0 +1,250 @@
+"""Reading threads: loads from snapshots and events, histories and replays.
+
+A :class:`~covonaut_es.Store` holds one :class:`ThreadReader` (``store._reader``); every
+read of a thread's own events that rebuilds it goes through :meth:`ThreadReader.fold`,
+which checks that each event follows the one before and grafts a fork onto its parent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Protocol, cast
+from uuid import UUID
+
+from eventsourcing.application import AggregateNotFoundError, Application, Repository
+
+from covonaut_es.domain import AgentThread, PauseKind, ThreadSnapshot, thread_aggregate_id
+from covonaut_es.errors import (
+    MissingEventError,
+    MissingFirstEventError,
+    SerializationError,
+    ThreadNotFoundError,
+)
+from covonaut_es.migrations import Upcaster
+from covonaut_es.migrations._upcasting import NO_MIGRATORS
+from covonaut_es.store._chain import chain_of
+from covonaut_es.store._records import StoredRecords, following_fork, storable
+from covonaut_es.store._snapshot_cache import SnapshotCache
+
+
+class _BaseLoader(Protocol):
+    def __call__(self, thread_id: str, *, version: int | None = None) -> AgentThread | None: ...
+
+
+_FIRST_EVENTS = (AgentThread.Started, AgentThread.StartedFromState, AgentThread.Forked)
+"""The events a thread's own stream can start with."""
+
+
+class ThreadReader:
+    """Rebuild threads and read their events.
+
+    Args:
+        app: The store's application.
+        records: The store's records (a fork's first event is read there).
+        url: The store's redacted URL, for messages.
+        snapshot_seen: Told the version of the newest snapshot a load of a thread's
+            head started from (the writer's snapshot schedule).
+    """
+
+    def __init__(
+        self,
+        app: Application[UUID],
+        records: StoredRecords,
+        url: str,
+        snapshot_seen: Callable[[UUID, int], None],
+    ) -> None:
+        self._app = app
+        self._records = records
+        self._url = url
+        self._snapshot_seen = snapshot_seen
+
+    def load(
+        self,
+        thread_id: str,
+        *,
+        version: int | None = None,
+        snapshot_migrators: Mapping[int, Upcaster] = NO_MIGRATORS,
+    ) -> AgentThread:
+        """As :meth:`covonaut_es.Store.load`."""
+        thread = self.find(thread_id, version=version, snapshot_migrators=snapshot_migrators)
+        if thread is None:
+            at = "" if version is None else f" at version {version}"
+            msg = f"thread {thread_id!r} not found{at} in store {self._url}"
+            raise ThreadNotFoundError(msg)
+        return thread
+
+    def find(
+        self,
+        thread_id: str,
+        *,
+        version: int | None = None,
+        snapshot_migrators: Mapping[int, Upcaster] = NO_MIGRATORS,
+    ) -> AgentThread | None:
+        """As :meth:`covonaut_es.Store.find`."""
+        if version is not None and version < 1:
+            return None
+        version = storable(version)
+        aggregate_id = thread_aggregate_id(thread_id)
+        snapshot_seen: list[int] = []
+
+        def project(thread: AgentThread | None, events: Any) -> AgentThread | None:
+            for event in events:
+                if isinstance(event, ThreadSnapshot):
+                    snapshot_seen.append(event.originator_version)
+                thread = self.fold(thread, event, self.find, thread_id)
+            return thread
+
+        try:
+            with self.reading(thread_id):
+                thread = self._repository(snapshot_migrators).get(
+                    aggregate_id, version=version, projector_func=project
+                )
+        except AggregateNotFoundError:
+            return self._inherited(thread_id, version, self.find)
+        if snapshot_seen and version is None:
+            self._snapshot_seen(aggregate_id, snapshot_seen[0])
+        return thread
+
+    def replay(self, thread_id: str, *, version: int | None = None) -> AgentThread | None:
+        """The thread rebuilt from its events alone, ignoring snapshots; None when it
+        has none (at that version)."""
+        thread: AgentThread | None = None
+        with self.reading(thread_id):
+            for event in self._app.events.get(thread_aggregate_id(thread_id), lte=version):
+                thread = self.fold(thread, event, self.replay, thread_id)
+        return thread or self._inherited(thread_id, version, self.replay)
+
+    def fold(
+        self, thread: AgentThread | None, event: Any, load_base: _BaseLoader, thread_id: str
+    ) -> AgentThread | None:
+        """``event`` applied to ``thread`` (None: before the stream's first), a fork's
+        first event grafted onto its parent as ``load_base`` reads it.
+
+        Raises:
+            MissingEventError: ``event`` does not follow ``thread``'s version.
+            ThreadNotFoundError: A fork's parent is missing.
+        """
+        self.check_follows(thread_id, None if thread is None else thread.version, event)
+        if thread is None and isinstance(event, AgentThread.Forked):
+            with following_fork(thread_id, event.parent_thread_id, self._url):
+                base = load_base(event.parent_thread_id, version=event.parent_version)
+            if base is None:
+                msg = (
+                    f"fork {event.thread_id!r} branches from {event.parent_thread_id!r} at "
+                    f"version {event.parent_version}, which is missing from {self._url}"
+                )
+                raise ThreadNotFoundError(msg)
+            folded = event.graft(base)
+        else:
+            folded = event.mutate(thread)
+        if not isinstance(event, ThreadSnapshot):  # a snapshot brings its own
+            folded.chain_head = chain_of(event)
+        return folded
+
+    @contextlib.contextmanager
+    def reading(self, thread_id: str) -> Iterator[None]:
+        """Name the thread in a SerializationError raised while reading its stream (a
+        record knows only its stream's id)."""
+        try:
+            yield
+        except SerializationError as exc:
+            named = f"thread {thread_id!r}"
+            if str(exc).startswith(named):
+                raise
+            raise type(exc)(f"{named} in store {self._url}: {exc}") from exc
+
+    def check_follows(self, thread_id: str, head: int | None, event: Any) -> None:
+        """Raise unless ``event`` follows ``head`` (None: the stream's first) in the
+        thread's stream; a snapshot follows anything."""
+        if isinstance(event, ThreadSnapshot):
+            return
+        version: int = event.originator_version
+        if head is None and not isinstance(event, _FIRST_EVENTS):
+            msg = (
+                f"thread {thread_id!r} in store {self._url} has lost its first event: its "
+                f"stream starts with a {type(event).__name__} at version {version}; "
+                "restore the store from a backup"
+            )
+            raise MissingFirstEventError(msg, thread_id=thread_id, version=version)
+        if head is not None and version != head + 1:
+            msg = (
+                f"thread {thread_id!r} in store {self._url} has lost its event at version "
+                f"{head + 1}: its stream goes from version {head} to {version}; restore "
+                "the store from a backup"
+            )
+            raise MissingEventError(msg, thread_id=thread_id, version=head + 1)
+
+    def _inherited(
+        self, thread_id: str, version: int | None, load_base: _BaseLoader
+    ) -> AgentThread | None:
+        """A fork's versions up to its branch point are its parent's."""
+        forked = self._records.forked_event(thread_id)
+        if forked is None or version is None or version > forked.parent_version:
+            return None
+        with following_fork(thread_id, forked.parent_thread_id, self._url):
+            return load_base(forked.parent_thread_id, version=version)
+
+    def _repository(self, snapshot_migrators: Mapping[int, Upcaster]) -> Repository[UUID]:
+        if not snapshot_migrators:
+            return self._app.repository
+        assert isinstance(self._app.snapshots, SnapshotCache)
+        cache = self._app.snapshots.with_migrators(snapshot_migrators)
+        return Repository(self._app.events, snapshot_store=cache)
+
+    def exists(self, thread_id: str) -> bool:
+        """As :meth:`covonaut_es.Store.exists`."""
+        events = self._app.events.get(thread_aggregate_id(thread_id), limit=1)
+        return any(True for _ in events)
+
+    def head_version(self, thread_id: str) -> int | None:
+        """As :meth:`covonaut_es.Store.head_version`."""
+        stream = thread_aggregate_id(thread_id)
+        newest = self._app.recorder.select_events(stream, desc=True, limit=1)
+        return newest[0].originator_version if newest else None
+
+    def events_after(self, thread_id: str, version: int) -> tuple[AgentThread.Event, ...]:
+        """As :meth:`covonaut_es.Store.events_after`."""
+        with self.reading(thread_id):
+            events = self._app.events.get(thread_aggregate_id(thread_id), gt=version)
+            return tuple(cast(AgentThread.Event, event) for event in events)
+
+    def history(self, thread_id: str) -> tuple[AgentThread.Event, ...]:
+        """As :meth:`covonaut_es.Store.history`."""
+        with self.reading(thread_id):
+            own: tuple[AgentThread.Event, ...] = tuple(
+                self._app.events.get(thread_aggregate_id(thread_id))  # type: ignore[arg-type]
+            )
+        if not own:
+            msg = f"thread {thread_id!r} not found in store {self._url}"
+            raise ThreadNotFoundError(msg)
+        head: int | None = None
+        for event in own:
+            self.check_follows(thread_id, head, event)
+            head = event.originator_version
+        if isinstance(own[0], AgentThread.Forked):
+            parent = own[0].parent_thread_id
+            with following_fork(thread_id, parent, self._url):
+                inherited = self.history(parent)[: own[0].parent_version]
+            return inherited + own
+        return own
+
+    def thread_ids(self) -> Iterator[str]:
+        """As :meth:`covonaut_es.Store.thread_ids`."""
+        for event in self._records.events_of_type(*_FIRST_EVENTS):
+            yield event.thread_id
+
+    def threads_with_review(self, review_id: str) -> tuple[str, ...]:
+        """As :meth:`covonaut_es.Store.threads_with_review`."""
+        found: list[str] = []
+        for event in self._records.events_of_type(AgentThread.ReviewRequested, AgentThread.Forked):
+            if isinstance(event, AgentThread.ReviewRequested):
+                if event.request.review_id == review_id:
+                    found.append(event.request.thread_id)
+            elif event.parent_thread_id in found and any(
+                isinstance(i.data, dict) and i.data.get("review_id") == review_id
+                for i in event.interrupts
+                if i.kind is PauseKind.REVIEW
+            ):
+                found.append(event.thread_id)
+        return tuple(dict.fromkeys(found))
