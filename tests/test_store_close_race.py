@@ -8,13 +8,22 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import threading
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
+from eventsourcing.persistence import ConnectionPoolClosedError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from close_racer import seed
+from close_racer import open_connections, seed
+from covonaut_es import open_store
+from covonaut_es.domain import AgentThread
+from covonaut_es.store._backends import _sqlite_connections
 
 RACER = Path(__file__).with_name("close_racer.py")
 
@@ -60,3 +69,42 @@ def test_closing_returns_with_every_connection_closed_whatever_the_readers_do(
     seeded: Path, readers: int, delay_ms: int
 ) -> None:
     race(seeded, 3, "store", readers, delay_ms)
+
+
+def test_a_connection_in_use_past_the_wait_is_closed_by_its_thread_not_under_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read and a save that outlast the close's wait go on on their connections, which
+    are closed when they end; the store is closed for anything begun after."""
+    monkeypatch.setattr(_sqlite_connections, "CLOSE_WAIT", 0.05)
+    path = tmp_path / "threads.db"
+    store = open_store(f"sqlite:///{path}")
+    store.save(AgentThread.start("t", now=datetime(2026, 12, 1, tzinfo=UTC)))
+    recorder: Any = store._app.recorder
+    counted: list[int] = []
+    holding = threading.Barrier(3)
+    released = threading.Event()
+
+    def hold(transaction: Callable[[], AbstractContextManager[Any]]) -> None:
+        with transaction() as cursor:
+            holding.wait()
+            released.wait()
+            cursor.execute(f"SELECT COUNT(*) FROM {recorder.events_table_name}")
+            counted.append(cursor.fetchone()[0])
+
+    holders = [
+        threading.Thread(target=hold, args=(t,))
+        for t in (lambda: recorder.datastore.transaction(commit=False), recorder.writer.transaction)
+    ]
+    for holder in holders:
+        holder.start()
+    holding.wait()
+    store.close()  # gives up waiting for them
+    assert open_connections(path) > 0
+    released.set()
+    for holder in holders:
+        holder.join()
+    assert counted == [1, 1]
+    assert open_connections(path) == 0
+    with pytest.raises(ConnectionPoolClosedError):
+        store.load("t")

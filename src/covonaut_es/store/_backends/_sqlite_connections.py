@@ -124,9 +124,9 @@ class StatementKeepingPool(SQLiteConnectionPool):
         return super().get_connection(timeout, is_writer=is_writer)
 
     def put_connection(self, conn: SQLiteConnection) -> None:
-        with self._put_condition:
-            super().put_connection(conn)
-            if self._closing:  # close() waits for it, as may threads wanting one
+        super().put_connection(conn)  # closed there once the pool is closing
+        if self._closing:  # close() waits for it, as may threads wanting one: wake all
+            with self._put_condition:
                 self._put_condition.notify_all()
 
     @property
