@@ -545,6 +545,21 @@ def test_what_this_server_recorded_is_not_listed_while_its_queue_lags(
         ]
 
 
+def test_a_server_stopped_while_its_queue_catches_up_stops_without_error(
+    tmp_path: Path,
+) -> None:
+    """The server's shutdown stops the queue's runner before it closes the queue's view:
+    closed first, the view was closed under the runner still writing it, and the
+    shutdown failed with the runner's error."""
+    with open_store(f"sqlite:///{tmp_path / 'threads.db'}") as store:
+        for t in range(8):
+            paused(store, f"t{t}", [], [])
+        for attempt in range(3):  # each time a new view, which the runner fills from zero
+            queue = ReviewQueue(store.url, view_url=f"sqlite:///{tmp_path / f'q{attempt}.db'}")
+            with TestClient(create_app(store, VERIFIER, queue=queue)) as client:
+                assert client.get("/healthz").status_code == 200
+
+
 # Tools' pauses and calls in doubt, on every store -------------------------------------
 
 ODD_THREAD = "a/b?c#d %e&f=..<x>"

@@ -193,8 +193,8 @@ def create_app(
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         with ExitStack() as stack:
+            stack.callback(following.close)  # after the runner stopped writing its view
             inbox.desk.follow_with(stack.enter_context(following.follow()))
-            stack.callback(following.close)
             yield
 
     static = StaticFiles(packages=[("covonaut_es.inbox", "static")])

@@ -7,6 +7,12 @@ a save then parsed its ``BEGIN``, inserts, head upsert and ``COMMIT`` again ever
 and a restore its ``BEGIN``, two selects and ``ROLLBACK``. The store's pool opens its
 connections with a cache instead, and its saves go through one more connection, kept
 for them and used by one thread at a time, so that they skip the pool's locks too.
+
+Closing the store closes no connection another thread is reading or writing through:
+Python's ``sqlite3`` crashes the process (SIGSEGV) when a connection is closed under a
+statement another thread is stepping, and eventsourcing's pool closes the connections in
+use. Closing waits for them, ``CLOSE_WAIT`` seconds at most; those still in use then are
+closed by the thread that used them, when it is done.
 """
 
 from __future__ import annotations
@@ -35,6 +41,9 @@ from covonaut_es.errors import StoreFileReplacedError
 
 STATEMENT_CACHE_SIZE = 32
 """Statements each connection keeps parsed: a save uses five at most, a restore four."""
+
+CLOSE_WAIT = 5.0
+"""Seconds closing a store waits for the connections other threads use to be returned."""
 
 
 class StoreFile:
@@ -83,10 +92,12 @@ class StoreFile:
 
 class StatementKeepingPool(SQLiteConnectionPool):
     """eventsourcing's SQLite pool, its connections keeping their statements parsed,
-    refusing any connection once the store's file was replaced.
+    refusing any connection once the store's file was replaced, and closing none while
+    another thread uses it.
 
-    ``_create_connection`` and ``_sqlite_conn`` are eventsourcing's private names,
-    checked against eventsourcing 9.5.6.
+    ``_create_connection``, ``_sqlite_conn``, ``_put_condition``, ``_in_use``, ``_pool``
+    and ``_is_pool_full`` are eventsourcing's private names, checked against
+    eventsourcing 9.5.6.
 
     Args:
         db_name: The database, as eventsourcing's pool takes it.
@@ -97,15 +108,56 @@ class StatementKeepingPool(SQLiteConnectionPool):
     def __init__(self, *, db_name: str, lock_timeout: int | None, file: str | None) -> None:
         super().__init__(db_name=db_name, lock_timeout=lock_timeout)
         self.file = StoreFile(file) if file is not None else None
+        self._closing = False
+
+    @property
+    def closed(self) -> bool:
+        """Whether the pool was closed: it lends no connection since."""
+        return self._closing
 
     def get_connection(
         self, timeout: float | None = None, *, is_writer: bool | None = None
     ) -> SQLiteConnection:
+        self._refuse_if_closed()  # before the file's stat, and the pool's locks
         if self.file is not None:  # a reader too would go on reading the old file
             self.file.check()
         return super().get_connection(timeout, is_writer=is_writer)
 
+    def put_connection(self, conn: SQLiteConnection) -> None:
+        super().put_connection(conn)  # closed there once the pool is closing
+        if self._closing:  # close() waits for it, as may threads wanting one: wake all
+            with self._put_condition:
+                self._put_condition.notify_all()
+
+    @property
+    def _is_pool_full(self) -> bool:
+        # eventsourcing's put_connection closes, rather than keeps, a connection
+        # returned to a full pool: once closing, the pool is full.
+        return self._closing or super()._is_pool_full
+
+    def close(self) -> None:
+        """Lend no more connections; close those idle, and those in use once returned,
+        waiting ``CLOSE_WAIT`` seconds at most: a connection still in use then is closed
+        by the thread using it, when it returns it, never under its statement.
+
+        eventsourcing's ``close`` is not called: it would close the connections in use.
+        """
+        with self._put_condition:
+            if self._closing:
+                return
+            self._closing = True
+            while self._pool:
+                self._pool.popleft().close()
+            self._put_condition.wait_for(lambda: not self._in_use, timeout=CLOSE_WAIT)
+
+    def _refuse_if_closed(self) -> None:
+        if self._closing:
+            raise ConnectionPoolClosedError
+
     def _create_connection(self) -> SQLiteConnection:
+        # Under the lock close() takes: a thread that asked before close() began gets
+        # none once it has.
+        self._refuse_if_closed()
         connection = _connect(self, max_age=self.max_age)
         if self.file is not None:
             self.file.note()
@@ -147,6 +199,7 @@ class SQLiteWriter:
     def __init__(self, datastore: SQLiteDatastore) -> None:
         self._datastore = datastore
         self._lock = threading.Lock()
+        self._closing = False
         pool = datastore.pool
         # Opened with the store, as the pool's connections are, so that saves go to the
         # file the store opened even if it is replaced or made read-only before them;
@@ -178,7 +231,7 @@ class SQLiteWriter:
             raise ConnectionUnavailableError(msg)
         try:
             connection = self._connection
-            if connection is None or pool.closed:
+            if connection is None or self._closing or pool.closed:
                 raise ConnectionPoolClosedError
             if isinstance(pool, StatementKeepingPool) and pool.file is not None:
                 pool.file.check()
@@ -191,15 +244,25 @@ class SQLiteWriter:
                     # block rolls back on errors: else every later save fails to begin.
                     connection.rollback()
         finally:
+            if self._closing:  # close() gave up waiting for this save
+                self._close_connection()
             self._lock.release()
 
     def close(self) -> None:
-        """Close the connection; a later transaction raises
+        """Close the connection once no save uses it, waiting ``CLOSE_WAIT`` seconds at
+        most, else the save closes it when it ends; a later transaction raises
         ``ConnectionPoolClosedError``."""
-        with self._lock:
-            if self._connection is not None:
-                self._connection.close()
-                self._connection = None
+        self._closing = True  # before waiting: a save ending meanwhile sees it
+        if self._lock.acquire(timeout=CLOSE_WAIT):
+            try:
+                self._close_connection()
+            finally:
+                self._lock.release()
+
+    def _close_connection(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
 
 
 def sqlite_file(db_name: str) -> str | None:
