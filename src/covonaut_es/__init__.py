@@ -57,6 +57,7 @@ from covonaut_es.runtime import (
     CheckpointSettings,
     CommittedEvent,
     HmacReviewerVerifier,
+    RunResult,
     StreamItem,
 )
 from covonaut_es.store import (
@@ -97,6 +98,7 @@ __all__ = [
     "ReviewQueue",
     "ReviewerNotVerifiedError",
     "Role",
+    "RunResult",
     "SchemaVersionError",
     "ScriptedProvider",
     "SerializationError",

@@ -33,6 +33,7 @@ from covonaut_es.runtime._loop import (
     run_program,
     settle_program,
 )
+from covonaut_es.runtime._results import RunResult, failed, finished
 from covonaut_es.runtime._reviews import ReviewCommands
 from covonaut_es.runtime._states import StateCommands
 from covonaut_es.runtime._streaming import StreamItem
@@ -48,8 +49,8 @@ class Agent(ReviewCommands, StateCommands):
     The thread id comes from ``config.checkpoint.thread_id``. If the store already has
     that thread, the agent continues it; otherwise the first run starts it.
 
-    A run returns the final answer, or ``""`` when a tool interrupted it: check
-    :attr:`interrupted` after every run.
+    A run returns the final answer, or ``""`` when it paused; :attr:`result` then
+    says how it ended: finished, paused (with what waits, for whom) or failed.
 
     ``arun``, ``acontinue_run``, ``aresume`` and ``asettle`` are the same commands for
     asyncio: they drive the same run loop, await ``async def`` providers and tools, run
@@ -60,6 +61,7 @@ class Agent(ReviewCommands, StateCommands):
     def __init__(self, config: AgentConfig) -> None:
         super().__init__(config)
         self._steering: deque[Message] = deque()
+        self._result: RunResult | None = None
 
     # State ------------------------------------------------------------------------
 
@@ -87,6 +89,13 @@ class Agent(ReviewCommands, StateCommands):
     def usage(self) -> Usage:
         """Token usage accumulated over the thread's runs."""
         return self._current.usage
+
+    @property
+    def result(self) -> RunResult | None:
+        """How the last run command of this agent ended (``run``, ``resume``,
+        ``continue_run``, their awaited and streamed forms): finished with its output,
+        paused with what waits for whom, or failed. None before the first."""
+        return self._result
 
     @property
     def interrupted(self) -> Interrupt | None:
@@ -219,10 +228,24 @@ class Agent(ReviewCommands, StateCommands):
     # Driving ----------------------------------------------------------------------
 
     def _drive(self, mode: RunMode, user_input: str | None) -> str:
-        return self._perform(self._running(mode, user_input), mode)
+        try:
+            answer = self._perform(self._running(mode, user_input), mode)
+        except Exception as exc:
+            self._result = failed(self._thread, exc)
+            raise
+        return self._ended(answer)
 
     async def _adrive(self, mode: RunMode, user_input: str | None) -> str:
-        return await self._aperform(self._running(mode, user_input), mode)
+        try:
+            answer = await self._aperform(self._running(mode, user_input), mode)
+        except Exception as exc:
+            self._result = failed(self._thread, exc)
+            raise
+        return self._ended(answer)
+
+    def _ended(self, answer: str) -> str:
+        self._result = finished(self._current, answer)
+        return answer
 
     async def _astream(
         self, mode: RunMode, user_input: str | None
@@ -231,6 +254,7 @@ class Agent(ReviewCommands, StateCommands):
         run = asyncio.create_task(
             self._aperform(self._running(mode, user_input), mode, items.put_nowait)
         )
+        run.add_done_callback(self._streamed)
         run.add_done_callback(lambda _: items.put_nowait(None))
         try:
             while (item := await items.get()) is not None:
@@ -241,6 +265,15 @@ class Agent(ReviewCommands, StateCommands):
                 run.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await run
+
+    def _streamed(self, run: asyncio.Task[str]) -> None:
+        if run.cancelled():
+            return  # the consumer left early: the run stopped where it stood
+        error = run.exception()
+        if isinstance(error, Exception):
+            self._result = failed(self._thread, error)
+        elif error is None:
+            self._ended(run.result())
 
     def _running(self, mode: RunMode, user_input: str | None) -> MakeProgram:
         return lambda thread, trace_parent: run_program(
