@@ -3,10 +3,12 @@ edits, its approval spent before it starts, and no model call to run it."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ from covonaut_es import (
     AgentConfig,
     AgentThread,
     CheckpointSettings,
+    HmacReviewerVerifier,
     ProviderRequest,
     ProviderResponse,
     ScriptedProvider,
@@ -27,6 +30,8 @@ from covonaut_es import (
     ToolContext,
     open_store,
 )
+from covonaut_es.cli import main
+from covonaut_es.domain import RunMode
 from covonaut_es.errors import ConfigurationError, ProviderError
 from covonaut_es.service import ThreadService, review_submission
 from covonaut_es.workers import Worker
@@ -142,6 +147,60 @@ def test_a_worker_runs_the_approved_call_when_it_resumes_the_thread(store: Store
     assert store.load("t").status is ThreadStatus.FINISHED
     Worker(store, config).run(once=True)
     assert len(runs) == 1
+
+
+def test_an_approval_from_the_command_line_runs_with_its_edit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`covonaut-es approve --arguments` records the edit; the resume runs it once."""
+    secret = "s" * 32
+    monkeypatch.setenv("COVONAUT_ES_REVIEWER_SECRET", secret)
+    token = HmacReviewerVerifier(secret.encode()).issue_token("carol", ttl_seconds=60)
+    runs: list[tuple[ToolContext, dict[str, Any]]] = []
+    with open_store(f"sqlite:///{tmp_path / 'threads.db'}") as store:
+        agent, review_id = paused(store, runs)
+        edit = '{"amount": 7, "to": "bob"}'
+        argv = ["approve", review_id, "--arguments", edit, "--reviewer-token", token]
+        assert main([*argv, "--store", store.url]) == 0
+        agent.resume()
+    ((ctx, args),) = runs
+    assert args == {"amount": 7, "to": "bob"} and ctx.approval is not None
+    assert ctx.approval.reviewer == "carol"
+
+
+def test_a_runner_that_died_before_spending_the_approval_leaves_it_to_the_next(
+    store: Store,
+) -> None:
+    """A runner that committed its resume and died before spending the approval: the
+    call is not in doubt, and the runner that takes over runs it, once."""
+    runs: list[tuple[ToolContext, dict[str, Any]]] = []
+    _, review_id = paused(store, runs)
+    decide(store, review_id, "approve")
+    thread = store.load("t")
+    thread.start_run(RunMode.RESUME, now=datetime.now(UTC))  # what it committed
+    store.save(thread)
+    taking_over = agent_of(store, [answer("paid")], pay_tool(runs))
+    assert taking_over.status is ThreadStatus.RUNNING and taking_over.in_doubt == ()
+    assert taking_over.continue_run() == "paid"
+    assert len(runs) == 1 and len(stored(store, AgentThread.ApprovalUsed)) == 1
+
+
+def test_the_awaited_and_streamed_resumes_run_it_and_set_the_result(store: Store) -> None:
+    """aresume and astream_resume run the approved call too, and set agent.result."""
+
+    async def streamed(agent: Agent) -> list[object]:
+        return [item async for item in agent.astream_resume()]
+
+    for thread_id, how in (("a", "aresume"), ("s", "astream")):
+        runs: list[tuple[ToolContext, dict[str, Any]]] = []
+        script = [call(("c1", "pay", PAY_40)), only_after_the_result]
+        agent = agent_of(store, script, pay_tool(runs), thread_id=thread_id)
+        asyncio.run(agent.arun("Pay bob 40."))
+        assert agent.result is not None and agent.result.status == "paused"
+        decide(store, agent.pending_reviews[0].review_id, "approve")
+        asyncio.run(agent.aresume() if how == "aresume" else streamed(agent))
+        assert len(runs) == 1 and agent.result is not None
+        assert agent.result.status == "finished" and agent.result.output.startswith("Done")
 
 
 def test_a_rejection_or_a_response_is_the_result_and_nothing_runs(store: Store) -> None:
