@@ -271,6 +271,31 @@ def decide_first_review(url: str) -> None:
         decide(store, review.request.review_id, "approve", arguments='{"amount": 20, "to": "b"}')
 
 
+def test_a_fork_asks_again_and_the_approval_runs_the_call_in_its_own_thread_only(
+    store: Store,
+) -> None:
+    """Forked after the approval, before the call ran: the branch's resume asks for a
+    review of its own (approved there, it runs there); the parent's runs once."""
+    runs: list[tuple[ToolContext, dict[str, Any]]] = []
+    agent, review_id = paused(store, runs)
+    decide(store, review_id, "approve")
+    fork = store.fork("t", new_thread_id="t/branch")
+    branch = agent_of(store, [only_after_the_result], pay_tool(runs), thread_id=fork)
+    assert branch.in_doubt == ()
+    assert branch.resume() == "" and runs == []
+    (again,) = branch.pending_reviews
+    assert again.tool_call_id == "c1" and again.review_id != review_id
+    assert branch.result is not None and branch.result.waiting[0].review_id == again.review_id
+    assert agent.resume().startswith("Done")
+    branch.approve(again.review_id, reviewer=ALICE)
+    assert branch.resume().startswith("Done")
+    assert [ctx.thread_id for ctx, _ in runs] == ["t", fork]
+    assert [ctx.approval.review_id for ctx, _ in runs if ctx.approval] == [
+        review_id,
+        again.review_id,
+    ]
+
+
 def test_run_on_approval_needs_a_tool_that_requires_approval() -> None:
     """The keyword on a tool that never requires approval is refused, naming the fix."""
     with pytest.raises(ConfigurationError, match="requires_approval"):

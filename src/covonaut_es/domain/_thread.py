@@ -1084,14 +1084,15 @@ class AgentThread(Aggregate, created_event_name="Started"):
     @property
     def approved_calls(self) -> tuple[PendingToolCall, ...]:
         """Open calls an unspent approval runs (``ReviewRequest.run_on_approval``), in
-        the order they were reviewed: the next run spends each approval and runs its
-        call before anything else."""
-        calls = []
-        for review in self.reviews.reviews:
-            pending = self.open_calls.get(review.request.tool_call_id)
-            if pending is not None and review.runs_call and review.used_by is None:
-                calls.append(pending)
-        return tuple(calls)
+        the order they were called: the next run spends each approval and runs its call
+        before anything else."""
+        return tuple(
+            pending
+            for pending in self.open_calls.values()
+            if (review := self.reviews.of_call(pending.call.id)) is not None
+            and review.runs_call
+            and review.used_by is None
+        )
 
     @property
     def state(self) -> ThreadState:

@@ -519,6 +519,8 @@ def _run_approved_calls(
     the approved arguments and without asking the model: the approval is spent and
     committed before the call starts, so a crash leaves it in doubt, never run twice."""
     for pending in thread.approved_calls:
+        if pending.call.id not in thread.open_calls:
+            continue  # an earlier call of the batch was the same call (never in practice)
         admitted = _admitted(thread, config, pending.call, trace_parent)
         yield from _execute(thread, config, admitted, trace_parent)
 
