@@ -242,7 +242,8 @@ class ReviewLedger(msgspec.Struct, frozen=True):
         unused approval, a rejection, an approval used by another call. None when no
         decision stands, so the call needs a review of its own. Decisions recorded by
         another thread never count: a fork inherits its parent's history, and an
-        approval spendable in both would run twice.
+        approval spendable in both would run twice. Nor does an unspent approval that
+        runs the call it held back: it is that call's alone (:meth:`runs_on_approval`).
         """
         decided = [
             r
@@ -251,6 +252,7 @@ class ReviewLedger(msgspec.Struct, frozen=True):
             and r.decision.digest == digest
             and r.decision.decision is not Decision.RESPONDED
             and r.decision.thread_id == thread_id
+            and not (r.runs_call and r.used_by is None)
         ]
         rulings = (
             (r for r in decided if r.authorizes(idempotency_key)),
