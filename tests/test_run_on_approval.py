@@ -118,7 +118,9 @@ def test_an_approved_call_runs_once_on_resume_with_the_edits_and_no_model_call(
     assert ctx.tool_call_id == "c1" and ctx.idempotency_key == key
     assert ctx.approval is not None and ctx.approval.review_id == review_id
     assert ctx.approval.reviewer == "alice" and ctx.approval.arguments == args
-    assert output.startswith("Done: Approved by alice") and '"amount":20' in output
+    assert (
+        output.startswith("Done: Ran with the arguments alice approved") and '"amount":20' in output
+    )
     assert agent.result is not None and agent.result.status == "finished"
     (used,) = stored(store, AgentThread.ApprovalUsed)
     assert (used.review_id, used.tool_call_id, used.idempotency_key) == (review_id, "c1", key)

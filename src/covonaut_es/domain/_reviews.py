@@ -345,8 +345,8 @@ def ran_text(review: Review, content: str) -> str:
         return content
     edited = canonical_json(decided.arguments).decode()
     return (
-        f"Approved by {decided.reviewer} (review {decided.review_id}) with edited arguments "
-        f"{edited}, and run with them. Result:\n{content}"
+        f"Ran with the arguments {decided.reviewer} approved in review {decided.review_id} "
+        f"instead of the requested ones: {edited}. Result:\n{content}"
     )
 
 
