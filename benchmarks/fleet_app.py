@@ -2,8 +2,10 @@
 
 Its model answers after ``FLEET_MODEL_LATENCY`` seconds (0.2 by default): it asks to pay
 the amount in the user's message, then answers. A payment over 100 needs a person's
-approval. When ``FLEET_CALLS`` names a file, each model call appends ``THREAD TIME``
-(the wall clock when the call started) to it.
+approval; with ``FLEET_RUN_ON_APPROVAL=1`` the approval runs the held-back call on
+resume (``Tool(run_on_approval=True)``), else the model calls the tool again. When
+``FLEET_CALLS`` names a file, each model call appends ``THREAD TIME`` (the wall clock
+when the call started) to it; ``FLEET_TOOL_CALLS`` does the same for each payment.
 """
 
 from __future__ import annotations
@@ -31,11 +33,7 @@ SECRET = b"benchmark-reviewer-secret-0123456789"
 
 def _model(thread_id: str) -> Callable[[ProviderRequest], ProviderResponse]:
     def respond(request: ProviderRequest) -> ProviderResponse:
-        calls = os.environ.get("FLEET_CALLS")
-        if calls:
-            fd = os.open(calls, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-            os.write(fd, f"{thread_id} {time.time()}\n".encode())
-            os.close(fd)
+        _append("FLEET_CALLS", thread_id)
         time.sleep(float(os.environ.get("FLEET_MODEL_LATENCY", "0.2")))
         if any(m.role is Role.TOOL for m in request.messages[-1:]) and _paid(request):
             return ProviderResponse(content="Paid.")
@@ -54,7 +52,16 @@ def _paid(request: ProviderRequest) -> bool:
 
 
 def pay(ctx: ToolContext, args: dict[str, Any]) -> Any:
+    _append("FLEET_TOOL_CALLS", ctx.thread_id)
     return {"paid": args["amount"]}
+
+
+def _append(variable: str, thread_id: str) -> None:
+    path = os.environ.get(variable)
+    if path:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        os.write(fd, f"{thread_id} {time.time()}\n".encode())
+        os.close(fd)
 
 
 def make_config(thread_id: str) -> AgentConfig:
@@ -68,6 +75,7 @@ def make_config(thread_id: str) -> AgentConfig:
                 {"type": "object"},
                 pay,
                 requires_approval=lambda args: args["amount"] > 100,
+                run_on_approval=os.environ.get("FLEET_RUN_ON_APPROVAL") == "1",
             )
         ],
         reviewer_verifier=HmacReviewerVerifier(SECRET),

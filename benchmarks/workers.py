@@ -9,7 +9,10 @@ asks the model again for its answer; the rate runs from the first submission to 
 last ``RunFinished`` event.
 Decision latency: one worker, a thread paused on a payment's review; a reviewer
 approves it, and the lag runs from the moment ``approve()`` returned (the decision is
-committed) to the moment the worker's first model call for that thread starts.
+committed) to the moment the worker's first model call for that thread starts. The
+same again with the payment tool declared ``run_on_approval=True``: the lag to the
+payment's start, and the model calls the thread makes after the decision, against the
+default, in which the model calls the tool again.
 """
 
 from __future__ import annotations
@@ -115,12 +118,18 @@ def run_throughput(
     progress.update(threads=count, rate=count / (ended - started))
 
 
-def run_latency(progress: Progress, url: str, workdir: str, samples: int) -> None:
-    """Time from a committed decision to the worker's first model call after it."""
-    calls = Path(workdir) / "calls-latency"
+def run_latency(
+    progress: Progress, url: str, workdir: str, samples: int, run_on_approval: bool = False
+) -> None:
+    """Per decision on a paused payment: the time to the worker's first model call and to
+    the payment's start, and the model calls the thread made after the decision."""
+    calls = Path(workdir) / f"calls-latency-{run_on_approval}"
+    payments = Path(workdir) / f"payments-latency-{run_on_approval}"
     os.environ["FLEET_MODEL_LATENCY"] = "0"  # this process's own runs only pause
+    os.environ["FLEET_TOOL_CALLS"] = str(payments)
+    os.environ["FLEET_RUN_ON_APPROVAL"] = "1" if run_on_approval else ""
     token = HmacReviewerVerifier(fleet_app.SECRET).issue_token("rita", ttl_seconds=3600)
-    lags = []
+    lags, tool_lags, model_calls = [], [], []
     with closing(open_store(url)) as store:
         processes = _start(url, calls, 1)
         try:
@@ -132,15 +141,17 @@ def run_latency(progress: Progress, url: str, workdir: str, samples: int) -> Non
                 review = agent.pending_reviews[0].review_id
                 agent.approve(review, reviewer=token)
                 decided = time.time()
-                _wait("the model call", lambda t=thread_id: _called(calls, t) is not None)
-                first = _called(calls, thread_id)
-                assert first is not None
-                lags.append(first - decided)
+                _wait("the payment", lambda t=thread_id: _called(payments, t) is not None)
                 # The worker runs one thread at a time: let it finish before the next.
                 _wait("the answer", lambda t=thread_id: store.state_at(t).status == "finished")
+                after = _calls_after(calls, thread_id, decided)
+                lags.append(after[0] - decided)
+                tool_lags.append(_called(payments, thread_id) - decided)  # type: ignore[operator]
+                model_calls.append(len(after))
         finally:
             _stop(processes)
-    progress.update(lags=lags[1:])  # the first warms the worker up
+    # The first warms the worker up.
+    progress.update(lags=lags[1:], tool_lags=tool_lags[1:], model_calls=model_calls[1:])
 
 
 def _agent(store: Store, thread_id: str) -> Agent:
@@ -150,13 +161,20 @@ def _agent(store: Store, thread_id: str) -> Agent:
 
 
 def _called(calls: Path, thread_id: str) -> float | None:
+    found = _calls_after(calls, thread_id, 0.0)
+    return found[0] if found else None
+
+
+def _calls_after(calls: Path, thread_id: str, after: float) -> list[float]:
+    """When each call of the thread logged in ``calls`` started, after ``after``."""
     if not calls.exists():
-        return None
+        return []
+    found = []
     for line in calls.read_text().splitlines():
         called, at = line.rsplit(" ", 1)
-        if called == thread_id:
-            return float(at)
-    return None
+        if called == thread_id and float(at) > after:
+            found.append(float(at))
+    return found
 
 
 def run(ctx: Context) -> list[Section]:
@@ -211,15 +229,20 @@ def run(ctx: Context) -> list[Section]:
         )
 
     samples = QUICK_DECISIONS if ctx.quick else FULL_DECISIONS
-    log(f"workers: decision latency, {samples} decisions")
-    found = isolated(
-        run_latency,
-        BUDGET_S,
-        url=ctx.postgres.database("workers_latency"),
-        workdir=str(ctx.workdir),
-        samples=samples,
-    )
-    ctx.postgres.drop("workers_latency")
+    flows: dict[bool, dict[str, Any]] = {}
+    for run_on_approval in (False, True):
+        log(f"workers: decision latency, {samples} decisions, run_on_approval={run_on_approval}")
+        name = f"workers_latency_{int(run_on_approval)}"
+        flows[run_on_approval] = isolated(
+            run_latency,
+            BUDGET_S,
+            url=ctx.postgres.database(name),
+            workdir=str(ctx.workdir),
+            samples=samples,
+            run_on_approval=run_on_approval,
+        )
+        ctx.postgres.drop(name)
+    found = flows[False]
     latency = Table(
         "from a committed decision to the worker's first model call", ["measure", "time"]
     )
@@ -246,7 +269,49 @@ def run(ctx: Context) -> list[Section]:
             )
         )
     section.tables.append(latency)
+    section.tables.append(_approved_calls(flows, section))
     return [section]
+
+
+def _approved_calls(flows: dict[bool, dict[str, Any]], section: Section) -> Table:
+    """The table that sets an approval that runs its call against today's default, in
+    which the model calls the tool again."""
+    table = Table(
+        f"an approved payment: model calls after the decision, and the time from the "
+        f"decision to the payment's start ({MODEL_LATENCY_S * 1000:.0f} ms per model call)",
+        ["flow", "decisions", "model calls", "to the payment, median", "90th percentile"],
+    )
+    names = {False: "the model calls again (default)", True: "run_on_approval=True"}
+    for run_on_approval, found in flows.items():
+        if "tool_lags" not in found:
+            reason = found.get("error", "over the budget").splitlines()[-1]
+            table.notes.append(f"{names[run_on_approval]} failed: `{reason}`")
+            continue
+        lags = sorted(found["tool_lags"])
+        counts = found["model_calls"]
+        table.rows.append(
+            [
+                names[run_on_approval],
+                str(len(lags)),
+                f"{statistics.mean(counts):g}",
+                seconds(statistics.median(lags)),
+                seconds(lags[int(0.9 * (len(lags) - 1))]),
+            ]
+        )
+        if run_on_approval:
+            section.targets.append(
+                Target(
+                    "an approved call that runs on resume costs no model call before it runs",
+                    f"{statistics.mean(counts):g} model call (its answer) after the decision",
+                    MET if max(counts) == 1 else MISSED,
+                )
+            )
+    table.notes.append(
+        "Model calls count every call the thread made after the decision: with "
+        "run_on_approval only the final answer; by default the model first calls the "
+        "tool again, then answers."
+    )
+    return table
 
 
 if __name__ == "__main__":

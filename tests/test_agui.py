@@ -78,7 +78,8 @@ def model(request: ProviderRequest) -> ProviderResponse:
 class Shop:
     """The application behind the endpoint: its store, its refunds, its reviewers."""
 
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, *, run_on_approval: bool = False) -> None:
+        self.run_on_approval = run_on_approval
         self.store: Store = open_store(f"sqlite:///{tmp_path / 'threads.db'}")
         self.verifier = HmacReviewerVerifier(SECRET)
         self.refunded: list[dict[str, Any]] = []
@@ -95,7 +96,16 @@ class Shop:
         }
         return AgentConfig(
             provider=ScriptedProvider(respond=model),
-            tools=[Tool("refund", "Refund an order", schema, self.refund, requires_approval=True)],
+            tools=[
+                Tool(
+                    "refund",
+                    "Refund an order",
+                    schema,
+                    self.refund,
+                    requires_approval=True,
+                    run_on_approval=self.run_on_approval,
+                )
+            ],
             clock=ticking_clock(),
         )
 
@@ -252,6 +262,27 @@ def test_a_resume_with_two_verified_decisions_runs_both_calls_and_finishes(shop:
     assert "Done: refunded 30 on A-1; refunded 45 on B-2" in "".join(
         e.delta for e in of_type(events, agui.TextMessageContentEvent)
     )
+
+
+def test_a_resume_runs_calls_that_run_on_approval_without_calling_them_again(
+    tmp_path: Path,
+) -> None:
+    """With run_on_approval, the resume's approvals run the reviewed calls themselves,
+    one with the reviewer's edit; their results are the tools' own, then the answer."""
+    shop = Shop(tmp_path, run_on_approval=True)
+    interrupts = paused(shop)
+    resume = approvals(interrupts[:1]) + approvals(
+        interrupts[1:], editedArgs={"order": "B-2", "amount": 40}
+    )
+    events = shop.run({**user_says("chat-1", "Refund my orders."), "resume": resume}, shop.token())
+    finished = events[-1]
+    assert isinstance(finished, agui.RunFinishedEvent)
+    assert isinstance(finished.outcome, agui.RunFinishedSuccessOutcome)
+    results = of_type(events, agui.ToolCallResultEvent)
+    assert [r.tool_call_id for r in results] == ["call-A-1", "call-B-2"]
+    assert results[0].content == "refunded 30 on A-1"
+    assert results[1].content.endswith("refunded 40 on B-2")
+    assert sorted(r["amount"] for r in shop.refunded) == [30, 40]
 
 
 def test_parallel_interrupts_are_routed_by_review_id_whatever_their_order(shop: Shop) -> None:

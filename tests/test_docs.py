@@ -136,6 +136,19 @@ def test_approval_gate_example_audits_each_decision() -> None:
     assert re.search(r"approval [0-9a-f]{32} used by call \S+", audit)
 
 
+def test_run_on_approval_example_runs_the_edited_call_without_a_model_call() -> None:
+    """examples/run_on_approval.py: the worker runs the edited payment once, the model is
+    asked only for its answer, and the audit names the decision that ran the call."""
+    out = run_python(ROOT / "examples" / "run_on_approval.py").stdout
+    assert "Run paused: waits for a reviewer" in out
+    (paid,) = re.findall(r"bank: (\d+) to ACME Ltd, key [0-9a-f]{32}, approved by rita", out)
+    assert paid == "350" and "bank: 400" not in out
+    assert "Model calls after the decision: 1" in out
+    assert 'Answer: Done: {"paid":350}' in out
+    (review,) = re.findall(r"rita approved review ([0-9a-f]{32})", out)
+    assert f"review {review} ran call p1" in out and "call p1 succeeded" in out
+
+
 def test_reviewer_queue_example_approves_from_the_command_line() -> None:
     """examples/reviewer_queue.py: a separate process keeps the queue; after a reviewer
     approves bob's payment on the command line, the queue lists the other two."""

@@ -197,6 +197,26 @@ def test_an_approval_runs_the_reviewed_tool_once(tmp_path: Path, store: Store) -
     assert [entry["tool"] for entry in logged(log)] == ["delete"]
 
 
+def test_an_approval_runs_the_held_back_mcp_call_on_resume(tmp_path: Path, store: Store) -> None:
+    """With run_on_approval, resume runs the reviewed server call once, with the
+    reviewer's edit and the call's key, and asks the model only for its answer."""
+    log = tmp_path / "log"
+    overrides = {"delete": ToolPolicy(run_on_approval=True)}
+    with stdio(log, overrides=overrides) as server:
+        agent = agent_of(store, server, [call(("c1", "delete", '{"path": "a"}')), answer("gone")])
+        assert agent.run("delete a") == ""
+        (review,) = agent.pending_reviews
+        assert review.run_on_approval and logged(log) == []
+        key = agent.state.open_calls[0].idempotency_key
+        agent.approve(review.review_id, reviewer=ALICE, arguments={"path": "b"})
+        assert agent.resume() == "gone"
+        assert agent.result is not None and agent.result.status == "finished"
+    (seen,) = logged(log)
+    assert seen == {"tool": "delete", "args": {"path": "b"}, "key": key}
+    used = [e for e in events(store) if isinstance(e, AgentThread.ApprovalUsed)]
+    assert [(e.review_id, e.tool_call_id) for e in used] == [(review.review_id, "c1")]
+
+
 def test_an_mcp_review_is_shown_and_approved_through_the_inbox(
     tmp_path: Path, store: Store
 ) -> None:
@@ -426,7 +446,12 @@ def test_an_idempotent_call_in_doubt_runs_again_with_the_same_key(
 
 
 HINTS = st.builds(Hints, st.booleans(), st.booleans(), st.booleans())
-OVERRIDES = st.none() | st.builds(ToolPolicy, st.none() | st.booleans(), st.none() | st.booleans())
+OVERRIDES = st.none() | st.builds(
+    ToolPolicy,
+    st.none() | st.booleans(),
+    st.none() | st.booleans(),
+    run_on_approval=st.none() | st.booleans(),
+)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -442,6 +467,8 @@ def test_hints_never_lower_a_policy_the_application_set(
         assert policy.requires_approval is (hints.destructive or not hints.read_only)
     if override is not None and override.idempotent is not None:
         assert policy.idempotent is override.idempotent
+    runs = override is not None and bool(override.run_on_approval)
+    assert policy.run_on_approval is (runs and policy.requires_approval is not False)
 
 
 def _nested(inner: st.SearchStrategy[object]) -> st.SearchStrategy[object]:

@@ -133,7 +133,9 @@ SAMPLES: dict[type, dict[str, Any]] = {
     AgentThread.RunFailed: {"error_type": "ProviderError", "message": "boom"},
     AgentThread.CheckpointSaved: {"reason": CheckpointReason.INTERRUPT, "retain": 3},
     AgentThread.ReviewRequested: {
-        "request": ReviewRequest("r1", "t", "pay", {"amount": 40.5, "to": ["a"]}, "d", "c1")
+        "request": ReviewRequest(
+            "r1", "t", "pay", {"amount": 40.5, "to": ["a"]}, "d", "c1", run_on_approval=True
+        )
     },
     AgentThread.ToolPinned: {"tool_call_id": "c1", "tool": _PIN},
     AgentThread.ReviewDecided: {

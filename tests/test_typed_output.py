@@ -72,6 +72,8 @@ def test_struct_answer_is_validated_recorded_and_read_back(store: Store) -> None
     agent = typed_agent(store, [answer('{"label": "spam", "score": 0.5}')], Verdict)
     assert agent.run("classify this") == '{"label": "spam", "score": 0.5}'
     assert agent.output == Verdict("spam", 0.5)
+    assert agent.result is not None
+    assert (agent.result.status, agent.result.output) == ("finished", Verdict("spam", 0.5))
     assert agent.state.output == TypedOutput({"label": "spam", "score": 0.5})
     finished = [e for e in store.history("t") if isinstance(e, AgentThread.RunFinished)]
     assert [e.typed for e in finished] == [TypedOutput({"label": "spam", "score": 0.5})]
@@ -105,6 +107,8 @@ def test_past_the_bound_the_run_fails_typed_and_recorded(store: Store) -> None:
     assert agent.status is ThreadStatus.ERROR
     assert (agent.state.error or "").startswith("OutputValidationError: ")
     assert agent.output is None
+    assert agent.result is not None and agent.result.status == "failed"
+    assert agent.result.output is None
     assert store.state_at("t").output is None
 
 

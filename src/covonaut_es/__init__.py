@@ -58,6 +58,7 @@ from covonaut_es.runtime import (
     CheckpointSettings,
     CommittedEvent,
     HmacReviewerVerifier,
+    RunResult,
     StreamItem,
 )
 from covonaut_es.store import (
@@ -99,6 +100,7 @@ __all__ = [
     "ReviewQueue",
     "ReviewerNotVerifiedError",
     "Role",
+    "RunResult",
     "SchemaVersionError",
     "ScriptedProvider",
     "SerializationError",

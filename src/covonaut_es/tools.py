@@ -13,7 +13,7 @@ import msgspec
 from covonaut_es import _logs
 from covonaut_es._schema import ArgumentsValidator, compile_schema, validation_error
 from covonaut_es.domain import ReviewDecision, ToolPin
-from covonaut_es.errors import ToolArgumentsLimitError, ToolResultError
+from covonaut_es.errors import ConfigurationError, ToolArgumentsLimitError, ToolResultError
 from covonaut_es.messages import JsonValue, ToolCall, ToolSpec
 
 ToolFunction = Callable[["ToolContext", dict[str, Any]], Any]
@@ -95,6 +95,11 @@ class Tool:
         requires_approval: ``True``, or a policy ``policy(args) -> bool`` deciding per
             call: such a call runs only with an unused approval of its exact operation
             on record; without one, the run pauses for a review.
+        run_on_approval: With ``requires_approval``: an approval runs the held-back
+            call itself, with the reviewer's edits, when the thread resumes (no model
+            call), its approval spent before it starts; a rejection or a response is
+            the call's result. False (the default): the approval is recorded as the
+            call's result, and authorizes the model's next call of the same operation.
         timeout: Seconds a call may run (default: ``AgentConfig.tool_timeout``). A call
             past it is recorded in doubt (it may have done its work), the run pauses on
             it for a person to settle, and the function is left to finish on its own:
@@ -117,6 +122,9 @@ class Tool:
             attrs.validators.instance_of(bool), attrs.validators.is_callable()
         ),
     )
+    run_on_approval: bool = attrs.field(
+        kw_only=True, default=False, validator=attrs.validators.instance_of(bool)
+    )
     timeout: float | None = attrs.field(kw_only=True, default=None, validator=check_timeout)
     pin: ToolPin | None = attrs.field(kw_only=True, default=None)
     _validator: ArgumentsValidator = attrs.field(init=False, repr=False, eq=False)
@@ -125,8 +133,15 @@ class Tool:
         """Check the parameters schema once, so a bad one fails here, naming the tool.
 
         Raises:
-            ConfigurationError: ``parameters`` is not a valid JSON Schema.
+            ConfigurationError: ``parameters`` is not a valid JSON Schema, or
+                ``run_on_approval`` is set on a tool that never requires approval.
         """
+        if self.run_on_approval and self.requires_approval is False:
+            msg = (
+                f"tool {self.name!r} sets run_on_approval=True but never requires approval, "
+                "so no approval could run it; set requires_approval=True (or a policy) too"
+            )
+            raise ConfigurationError(msg)
         object.__setattr__(self, "_validator", compile_schema(self.name, self.parameters))
 
     @property

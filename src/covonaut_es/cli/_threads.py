@@ -123,9 +123,9 @@ def _state_lines(state: ThreadState) -> Iterator[str]:
 
 
 def held_for_review(state: ThreadState) -> tuple[PendingToolCall, ...]:
-    """The open calls a pending review holds back: they never ran, so they are not in
-    doubt."""
-    awaited = {r.request.tool_call_id for r in state.reviews if r.pending}
+    """The open calls a review holds back (pending, or approved to run on resume and
+    not run yet): they never ran, so they are not in doubt."""
+    awaited = {r.request.tool_call_id for r in state.reviews if r.holds_back_call}
     return tuple(call for call in state.open_calls if call.call.id in awaited)
 
 

@@ -14,6 +14,7 @@ from collections.abc import Collection, Mapping, Sequence
 
 import msgspec
 
+from covonaut_es.domain._canonical import canonical_json
 from covonaut_es.domain._reviews import ReviewLedger
 from covonaut_es.domain._values import Interrupt, Pause, PauseKind, PendingToolCall
 
@@ -32,12 +33,12 @@ def _claim_holds(
     interrupt: Interrupt, reviews: ReviewLedger, open_calls: Mapping[str, PendingToolCall]
 ) -> bool:
     data = interrupt.data if isinstance(interrupt.data, dict) else {}
-    awaiting = reviews.awaiting(interrupt.tool_call_id)
     if interrupt.kind is PauseKind.REVIEW:
+        awaiting = reviews.awaiting(interrupt.tool_call_id)
         return awaiting is not None and data.get("review_id") == awaiting.request.review_id
     pending = open_calls.get(interrupt.tool_call_id)
     return (
-        awaiting is None
+        reviews.holding_back(interrupt.tool_call_id) is None
         and pending is not None
         and data.get("idempotency_key") == pending.idempotency_key
     )
@@ -53,12 +54,17 @@ def paused_by_its_tool(interrupts: list[Interrupt], tool_call_id: str) -> None:
             interrupts[i] = msgspec.structs.replace(interrupt, kind=PauseKind.INTERRUPT)
 
 
-def in_doubt_data(pending: PendingToolCall) -> dict[str, str]:
-    """The data of an in-doubt pause: what a person needs to check the external system."""
+def in_doubt_data(pending: PendingToolCall, reviews: ReviewLedger) -> dict[str, str]:
+    """The data of an in-doubt pause: what a person needs to check the external system,
+    with the arguments the call ran with (an approval that ran it may have edited them)."""
+    review = reviews.of_call(pending.call.id)
+    arguments = pending.call.arguments
+    if review is not None and review.runs_call:
+        arguments = canonical_json(review.approved_arguments).decode()
     return {
         "tool_call_id": pending.call.id,
         "idempotency_key": pending.idempotency_key,
-        "arguments": pending.call.arguments,
+        "arguments": arguments,
     }
 
 

@@ -51,6 +51,10 @@ class ReviewRequest(msgspec.Struct, frozen=True, omit_defaults=True):
             tools.
         tool_changed: Not empty when an earlier review of this tool name covered
             another tool (the server changed it): says what changed.
+        run_on_approval: An approval runs the held-back call itself, with the approved
+            arguments, when the thread next runs (``Tool(run_on_approval=True)``): no
+            model call is needed to run it. False: the approval authorizes the model's
+            next call of the same operation.
     """
 
     review_id: str
@@ -61,6 +65,7 @@ class ReviewRequest(msgspec.Struct, frozen=True, omit_defaults=True):
     tool_call_id: str
     tool: ToolPin | None = None
     tool_changed: str = ""
+    run_on_approval: bool = False
 
     def to_data(self) -> dict[str, Any]:
         """The request as plain JSON data, sharing nothing with this object."""
@@ -131,6 +136,26 @@ class Review(msgspec.Struct, frozen=True, omit_defaults=True):
         """Whether this is an approval used by the call with that idempotency key."""
         return self.approved and self.used_by_key == idempotency_key
 
+    @property
+    def runs_call(self) -> bool:
+        """Whether this is an approval that runs the call it held back (see
+        ``ReviewRequest.run_on_approval``)."""
+        return self.approved and self.request.run_on_approval
+
+    @property
+    def approved_arguments(self) -> dict[str, Any]:
+        """The arguments the decision approved: the reviewer's edit, else the request's."""
+        if self.decision is not None and self.decision.arguments is not None:
+            return self.decision.arguments
+        return self.request.arguments
+
+    @property
+    def holds_back_call(self) -> bool:
+        """Whether the call this review asked about waits on it without having run:
+        the review awaits a decision, or it is an approval that runs the call and is
+        not spent yet. Such a call is not in doubt."""
+        return self.pending or (self.runs_call and self.used_by is None)
+
 
 class ReviewLedger(msgspec.Struct, frozen=True):
     """Every review of a thread, in request order (internal to ``AgentThread``).
@@ -180,6 +205,35 @@ class ReviewLedger(msgspec.Struct, frozen=True):
         """The pending review that holds back that call, if any."""
         return next((r for r in self.pending if r.request.tool_call_id == tool_call_id), None)
 
+    def of_call(self, tool_call_id: str) -> Review | None:
+        """The review that call asked for, if any (a call id names one call of a
+        thread, and a call asks for one review)."""
+        return next(
+            (r for r in reversed(self.reviews) if r.request.tool_call_id == tool_call_id), None
+        )
+
+    def holding_back(self, tool_call_id: str) -> Review | None:
+        """The review that call waits on without having run, if any (see
+        :attr:`Review.holds_back_call`)."""
+        review = self.of_call(tool_call_id)
+        return review if review is not None and review.holds_back_call else None
+
+    def runs_on_approval(self, tool_call_id: str, digest: str, *, thread_id: str) -> Review | None:
+        """The approval of thread ``thread_id`` that runs that very call with that
+        operation digest (unspent, or spent by it), if any: it rules on the call before
+        any other approval of the same operation, so the record says which decision
+        ran which call."""
+        review = self.of_call(tool_call_id)
+        if (
+            review is None
+            or not review.runs_call
+            or review.decision is None
+            or review.decision.digest != digest
+            or review.decision.thread_id != thread_id
+        ):
+            return None
+        return review
+
     def standing(self, digest: str, idempotency_key: str, *, thread_id: str) -> Review | None:
         """The decided review that rules now on a call of thread ``thread_id`` with that
         operation digest and idempotency key.
@@ -188,7 +242,8 @@ class ReviewLedger(msgspec.Struct, frozen=True):
         unused approval, a rejection, an approval used by another call. None when no
         decision stands, so the call needs a review of its own. Decisions recorded by
         another thread never count: a fork inherits its parent's history, and an
-        approval spendable in both would run twice.
+        approval spendable in both would run twice. Nor does an unspent approval that
+        runs the call it held back: it is that call's alone (:meth:`runs_on_approval`).
         """
         decided = [
             r
@@ -197,6 +252,7 @@ class ReviewLedger(msgspec.Struct, frozen=True):
             and r.decision.digest == digest
             and r.decision.decision is not Decision.RESPONDED
             and r.decision.thread_id == thread_id
+            and not (r.runs_call and r.used_by is None)
         ]
         rulings = (
             (r for r in decided if r.authorizes(idempotency_key)),
@@ -278,6 +334,19 @@ def decision_text(review: Review) -> str:
         f"Approved by {decided.reviewer} (review {decided.review_id}){note}. The operation "
         f"has not run yet: call {request.tool_name} again with the same arguments to run "
         "it once."
+    )
+
+
+def ran_text(review: Review, content: str) -> str:
+    """The result of a call an approval ran: the tool's own, after a note of the
+    reviewer's edit when the arguments were edited, so the model knows what ran."""
+    decided = review.decision
+    if decided is None or decided.arguments is None:
+        return content
+    edited = canonical_json(decided.arguments).decode()
+    return (
+        f"Ran with the arguments {decided.reviewer} approved in review {decided.review_id} "
+        f"instead of the requested ones: {edited}. Result:\n{content}"
     )
 
 

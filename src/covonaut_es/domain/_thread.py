@@ -849,7 +849,12 @@ class AgentThread(Aggregate, created_event_name="Started"):
                 return interrupt
         call = pending.call
         interrupt = Interrupt(
-            reason, in_doubt_data(pending), call.id, call.name, PauseKind.IN_DOUBT, trace_parent
+            reason,
+            in_doubt_data(pending, self.reviews),
+            call.id,
+            call.name,
+            PauseKind.IN_DOUBT,
+            trace_parent,
         )
         self.trigger_event(self.Interrupted, interrupt=interrupt, timestamp=now)
         return interrupt
@@ -952,9 +957,14 @@ class AgentThread(Aggregate, created_event_name="Started"):
         now: datetime,
         tool: ToolPin | None = None,
         trace_parent: str = "",
+        run_on_approval: bool = False,
     ) -> ReviewRequest:
         """Hold back an open call for a person's review of its exact operation, and
         pause the run on it: the request is the interrupt's data.
+
+        ``run_on_approval``: an approval runs this very call, with the approved
+        arguments, when the thread next runs (see :attr:`approved_calls`); otherwise it
+        authorizes the model's next call of the operation.
 
         ``tool``: for a tool from a server, the tool as the model was offered it; the
         request then says so when an earlier review of the same name covered another.
@@ -978,6 +988,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
             tool_call_id=call.id,
             tool=tool,
             tool_changed=change_note(earlier, tool),
+            run_on_approval=run_on_approval,
         )
         self.trigger_event(self.ReviewRequested, request=request, timestamp=now)
         interrupt = Interrupt(
@@ -1002,7 +1013,9 @@ class AgentThread(Aggregate, created_event_name="Started"):
         arguments: dict[str, Any] | None = None,
     ) -> ReviewDecision:
         """Record a verified reviewer's decision, and as the held-back call's result
-        what it means for the model. ``reviewer`` must come from a verifier.
+        what it means for the model. ``reviewer`` must come from a verifier. An approval
+        of a review that runs its call records no result: the call stays open, held back
+        until the thread's next run spends the approval and runs it.
 
         ``arguments``, only with an approval, are the reviewer's edit of the requested
         arguments: the approval then covers them instead (an edit equal to the request
@@ -1038,6 +1051,8 @@ class AgentThread(Aggregate, created_event_name="Started"):
             self.trigger_event(event, digest=review.request.digest, **fields)
         decided = self.reviews.get(review_id)
         assert decided is not None and decided.decision is not None
+        if decided.runs_call:
+            return decided.decision
         self.record_tool_result(
             review.request.tool_call_id, decision_text(decided), ToolOutcome.NOT_EXECUTED, now=now
         )
@@ -1066,9 +1081,25 @@ class AgentThread(Aggregate, created_event_name="Started"):
         """Calls recorded as called whose result was never recorded.
 
         Outside a live run every open call is in doubt (the tool may or may not have
-        run before the process stopped), except those held back for a review.
+        run before the process stopped), except those held back for a review or by an
+        approval that runs them and is not spent yet.
         """
-        return tuple(p for p in self.open_calls.values() if not self.reviews.awaiting(p.call.id))
+        return tuple(
+            p for p in self.open_calls.values() if not self.reviews.holding_back(p.call.id)
+        )
+
+    @property
+    def approved_calls(self) -> tuple[PendingToolCall, ...]:
+        """Open calls an unspent approval runs (``ReviewRequest.run_on_approval``), in
+        the order they were called: the next run spends each approval and runs its call
+        before anything else."""
+        return tuple(
+            pending
+            for pending in self.open_calls.values()
+            if (review := self.reviews.of_call(pending.call.id)) is not None
+            and review.runs_call
+            and review.used_by is None
+        )
 
     @property
     def state(self) -> ThreadState:
@@ -1154,12 +1185,18 @@ class AgentThread(Aggregate, created_event_name="Started"):
 
     def _call_in_doubt(self, tool_call_id: str) -> PendingToolCall:
         pending = self._open_call(tool_call_id)
-        review = self.reviews.awaiting(tool_call_id)
+        review = self.reviews.holding_back(tool_call_id)
         if review is not None:
+            review_id = review.request.review_id
+            waits = (
+                f"review {review_id!r} approved it, and the thread's next run spends the "
+                "approval and runs it"
+                if review.approved
+                else f"awaits review {review_id!r}; approve or reject that review instead"
+            )
             msg = (
                 f"tool call {tool_call_id!r} of thread {self.thread_id!r} is not in doubt: "
-                f"it never ran and awaits review {review.request.review_id!r}; approve or "
-                "reject that review instead"
+                f"it never ran and {waits}"
             )
             raise ThreadStateError(msg)
         return pending

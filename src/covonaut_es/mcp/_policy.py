@@ -44,11 +44,15 @@ class ToolPolicy:
         idempotent: Whether a call left in doubt may run again with its key. Unset:
             the server's ``idempotentHint`` or ``readOnlyHint``.
         timeout: Seconds a call may run; unset: the server's, then the agent's.
+        run_on_approval: An approved call runs on resume with the reviewer's edits,
+            without another model call (see ``Tool.run_on_approval``); it applies to
+            the calls that need approval. Unset: False.
     """
 
     requires_approval: bool | ApprovalPolicy | None = None
     idempotent: bool | None = None
     timeout: float | None = None
+    run_on_approval: bool | None = None
 
 
 @attrs.frozen
@@ -87,7 +91,9 @@ def effective_policy(hints: Hints, override: ToolPolicy | None) -> ToolPolicy:
     idempotent = override.idempotent
     if idempotent is None:
         idempotent = hints.idempotent or hints.read_only
-    return ToolPolicy(requires, idempotent, override.timeout)
+    # No hint says whether an approval runs the call: only the application does.
+    runs = bool(override.run_on_approval) and requires is not False
+    return ToolPolicy(requires, idempotent, override.timeout, runs)
 
 
 @attrs.frozen
@@ -178,6 +184,7 @@ def to_tool(
             if policy.requires_approval is None
             else policy.requires_approval,
             timeout=policy.timeout,
+            run_on_approval=bool(policy.run_on_approval),
             pin=pin,
         )
     except (ValueError, ConfigurationError) as exc:

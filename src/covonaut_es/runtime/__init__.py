@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from covonaut_es.runtime._agent import Agent
 from covonaut_es.runtime._compaction import CompactionPlan, Compactor, SummarizingCompactor
 from covonaut_es.runtime._config import AgentConfig, CheckpointSettings, Durability
+from covonaut_es.runtime._results import RunResult, RunStatus, Waiting, WaitsFor
 from covonaut_es.runtime._running import running_calls
 from covonaut_es.runtime._streaming import CommittedEvent, StreamItem
 from covonaut_es.service import HmacReviewerVerifier, ReviewerVerifier
@@ -37,8 +38,12 @@ __all__ = [
     "Durability",
     "HmacReviewerVerifier",
     "ReviewerVerifier",
+    "RunResult",
+    "RunStatus",
     "StreamItem",
     "SummarizingCompactor",
+    "Waiting",
+    "WaitsFor",
     "running_calls",
 ]
 

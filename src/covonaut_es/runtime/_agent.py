@@ -34,6 +34,7 @@ from covonaut_es.runtime._loop import (
     settle_program,
 )
 from covonaut_es.runtime._output import output_of
+from covonaut_es.runtime._results import RunResult, failed, finished
 from covonaut_es.runtime._reviews import ReviewCommands
 from covonaut_es.runtime._states import StateCommands
 from covonaut_es.runtime._streaming import StreamItem
@@ -49,8 +50,8 @@ class Agent(ReviewCommands, StateCommands):
     The thread id comes from ``config.checkpoint.thread_id``. If the store already has
     that thread, the agent continues it; otherwise the first run starts it.
 
-    A run returns the final answer, or ``""`` when a tool interrupted it: check
-    :attr:`interrupted` after every run.
+    A run returns the final answer, or ``""`` when it paused; :attr:`result` then
+    says how it ended: finished, paused (with what waits, for whom) or failed.
 
     ``arun``, ``acontinue_run``, ``aresume`` and ``asettle`` are the same commands for
     asyncio: they drive the same run loop, await ``async def`` providers and tools, run
@@ -61,6 +62,7 @@ class Agent(ReviewCommands, StateCommands):
     def __init__(self, config: AgentConfig) -> None:
         super().__init__(config)
         self._steering: deque[Message] = deque()
+        self._result: RunResult | None = None
 
     # State ------------------------------------------------------------------------
 
@@ -88,6 +90,13 @@ class Agent(ReviewCommands, StateCommands):
     def usage(self) -> Usage:
         """Token usage accumulated over the thread's runs."""
         return self._current.usage
+
+    @property
+    def result(self) -> RunResult | None:
+        """How the last run command of this agent ended (``run``, ``resume``,
+        ``continue_run``, their awaited and streamed forms): finished with its output,
+        paused with what waits for whom, or failed. None before the first."""
+        return self._result
 
     @property
     def interrupted(self) -> Interrupt | None:
@@ -235,10 +244,25 @@ class Agent(ReviewCommands, StateCommands):
     # Driving ----------------------------------------------------------------------
 
     def _drive(self, mode: RunMode, user_input: str | None) -> str:
-        return self._perform(self._running(mode, user_input), mode)
+        try:
+            answer = self._perform(self._running(mode, user_input), mode)
+        except Exception as exc:
+            self._result = failed(self._thread, exc)
+            raise
+        return self._ended(answer)
 
     async def _adrive(self, mode: RunMode, user_input: str | None) -> str:
-        return await self._aperform(self._running(mode, user_input), mode)
+        try:
+            answer = await self._aperform(self._running(mode, user_input), mode)
+        except Exception as exc:
+            self._result = failed(self._thread, exc)
+            raise
+        return self._ended(answer)
+
+    def _ended(self, answer: str) -> str:
+        typed = self.config.output_shape is not None
+        self._result = finished(self._current, lambda: self.output if typed else answer)
+        return answer
 
     async def _astream(
         self, mode: RunMode, user_input: str | None
@@ -247,6 +271,7 @@ class Agent(ReviewCommands, StateCommands):
         run = asyncio.create_task(
             self._aperform(self._running(mode, user_input), mode, items.put_nowait)
         )
+        run.add_done_callback(self._streamed)
         run.add_done_callback(lambda _: items.put_nowait(None))
         try:
             while (item := await items.get()) is not None:
@@ -257,6 +282,15 @@ class Agent(ReviewCommands, StateCommands):
                 run.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await run
+
+    def _streamed(self, run: asyncio.Task[str]) -> None:
+        if run.cancelled():
+            return  # the consumer left early: the run stopped where it stood
+        error = run.exception()
+        if isinstance(error, Exception):
+            self._result = failed(self._thread, error)
+        elif error is None:
+            self._ended(run.result())
 
     def _running(self, mode: RunMode, user_input: str | None) -> MakeProgram:
         return lambda thread, trace_parent: run_program(

@@ -24,9 +24,10 @@ from covonaut_es.domain import (
     RunMode,
     ToolOutcome,
     ToolPin,
+    canonical_json,
     operation_digest,
 )
-from covonaut_es.domain._reviews import refusal_text
+from covonaut_es.domain._reviews import ran_text, refusal_text
 from covonaut_es.errors import (
     CovonautError,
     InterruptError,
@@ -209,11 +210,17 @@ def run_program(
         yield from _checkpoint(thread, settings, CheckpointReason.INTERRUPT, now())
         return ""
     thread.start_run(mode, now=now())
+    # Calls that reviewers approved run first, each spending its approval: their
+    # results come right after the calls in the history, before any new input.
+    yield from _run_approved_calls(thread, config, trace_parent)
     if not thread.messages and config.system_prompt:
         thread.append_message(Message(Role.SYSTEM, config.system_prompt), now=now())
     if user_input is not None:
         thread.append_message(Message(Role.USER, user_input), now=now())
     yield Commit()
+    if thread.interrupts:  # an approved call paused (or was left in doubt)
+        yield from _checkpoint(thread, settings, CheckpointReason.INTERRUPT, now())
+        return ""
 
     refusals = 0
     for turn_in_run in range(1, config.max_turns + 1):
@@ -419,8 +426,13 @@ def _execute(
 
 
 def _prepare(thread: AgentThread, config: AgentConfig, call: ToolCall) -> PreparedCall | ToolReport:
-    """Validate a call; an invalid one gives the result to record instead."""
+    """Validate a call; an invalid one gives the result to record instead. A call an
+    approval runs is validated with the approved arguments, which it runs with."""
     tool = config.tool(call.name)
+    review = thread.reviews.of_call(call.id)
+    if review is not None and review.runs_call:
+        approved = canonical_json(review.approved_arguments).decode()
+        call = msgspec.structs.replace(call, arguments=approved)
     try:
         if tool is None:
             msg = f"there is no tool named {call.name!r}"
@@ -451,14 +463,25 @@ def _admit(
     a call without a standing decision still gets its own review.
     """
     call, key = item.call, item.context.idempotency_key
-    review = None
-    if item.tool.needs_approval(item.args):
+    own, review = thread.reviews.of_call(call.id), None
+    # A call an approval runs goes through its approval whatever the policy says of
+    # the approved arguments: the spent approval is its write-ahead record.
+    if (own is not None and own.runs_call) or item.tool.needs_approval(item.args):
         # Digest the very dict the tool will get, after the policy has seen it.
         pin = item.tool.pin
         digest = operation_digest(call.name, item.args, pin)
-        review = thread.reviews.standing(digest, key, thread_id=thread.thread_id)
+        review = thread.reviews.runs_on_approval(
+            call.id, digest, thread_id=thread.thread_id
+        ) or thread.reviews.standing(digest, key, thread_id=thread.thread_id)
         if review is None:
-            thread.request_review(call, item.args, now=now, tool=pin, trace_parent=trace_parent)
+            thread.request_review(
+                call,
+                item.args,
+                now=now,
+                tool=pin,
+                trace_parent=trace_parent,
+                run_on_approval=item.tool.run_on_approval,
+            )
             return None
     if paused:
         note = "Not executed: an earlier call in this batch paused the run."
@@ -503,6 +526,19 @@ def settle_program(
     return ""
 
 
+def _run_approved_calls(
+    thread: AgentThread, config: AgentConfig, trace_parent: str
+) -> Generator[Effect, Any, None]:
+    """Run each call an unspent approval runs (``Tool(run_on_approval=True)``), with
+    the approved arguments and without asking the model: the approval is spent and
+    committed before the call starts, so a crash leaves it in doubt, never run twice."""
+    for pending in thread.approved_calls:
+        if pending.call.id not in thread.open_calls:
+            continue  # an earlier call of the batch was the same call (never in practice)
+        admitted = _admitted(thread, config, pending.call, trace_parent)
+        yield from _execute(thread, config, admitted, trace_parent)
+
+
 def _retry_calls(thread: AgentThread, config: AgentConfig, trace_parent: str) -> Program:
     """Run again the calls in doubt that may run again: a person asked for it, or the
     tool is idempotent."""
@@ -527,10 +563,13 @@ def _record(thread: AgentThread, report: ToolReport, now: datetime, trace_parent
         )
         thread.pause_in_doubt(report.tool_call_id, reason, now=now, trace_parent=trace_parent)
         return
+    content = report.content
     if report.interrupt is not None:
         interrupt = msgspec.structs.replace(report.interrupt, trace_parent=trace_parent)
         thread.interrupt(interrupt, now=now)
-    thread.record_tool_result(report.tool_call_id, report.content, report.outcome, now=now)
+    elif (review := thread.reviews.of_call(report.tool_call_id)) is not None and review.runs_call:
+        content = ran_text(review, content)
+    thread.record_tool_result(report.tool_call_id, content, report.outcome, now=now)
 
 
 def _refuse_calls_on_final_turn(

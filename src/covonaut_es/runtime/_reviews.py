@@ -32,12 +32,14 @@ class ReviewCommands(AgentBase):
     ) -> ReviewDecision:
         """Approve the exact operation of a pending review.
 
-        The approval authorizes a single later call of the same tool with the same
-        arguments: after ``resume()`` the model calls the tool again and the call runs.
-        With ``arguments``, the reviewer's edit of the requested ones, it authorizes a
-        call with exactly those instead (the model reads them in the call's result);
-        the history keeps both, and who edited. An edit equal to the request is a plain
-        approval.
+        For a tool with ``run_on_approval=True``, ``resume()`` runs the held-back call
+        itself, once, with the approved arguments, before the model's next turn.
+        Otherwise the approval authorizes a single later call of the same tool with the
+        same arguments: after ``resume()`` the model calls the tool again and the call
+        runs. With ``arguments``, the reviewer's edit of the requested ones, it
+        authorizes (or runs) exactly those instead (the model reads them in the call's
+        result); the history keeps both, and who edited. An edit equal to the request
+        is a plain approval.
 
         Args:
             review_id: From the review request (the interrupt's data).
