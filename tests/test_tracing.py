@@ -519,7 +519,10 @@ class AskedSampler(Sampler):
         return "asked"
 
 
-def test_a_run_its_sampler_leaves_out_starts_no_other_span_yet_keeps_its_context() -> None:
+@pytest.mark.parametrize("awaited", [False, True], ids=["run", "arun"])
+def test_a_run_its_sampler_leaves_out_starts_no_other_span_yet_keeps_its_context(
+    awaited: bool,
+) -> None:
     """A run whose span is not sampled records nothing and asks for no span of its
     calls; a tool still runs under the run's context, and the pause records it."""
     sampler = AskedSampler()
@@ -535,7 +538,10 @@ def test_a_run_its_sampler_leaves_out_starts_no_other_span_yet_keeps_its_context
     tools = [Tool("look", "Looks", {"type": "object"}, look), review_tool()]
     script = [call(("c1", "look", "{}")), call(("c2", "review", "{}"))]
     agent = Agent(config(tracer_provider, script, tools=tools))
-    agent.run("go")
+    if awaited:
+        asyncio.run(agent.arun("go"))
+    else:
+        agent.run("go")
 
     assert sampler.asked == ["invoke_agent clerk"]
     assert exporter.get_finished_spans() == ()
