@@ -23,6 +23,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased, Sampler
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes
 from opentelemetry.semconv.schemas import Schemas
 
@@ -501,6 +502,56 @@ def test_nothing_is_traced_without_a_tracer_provider(exporter: InMemorySpanExpor
         )
         assert agent.run("go") == "done"
     assert exporter.get_finished_spans() == ()
+
+
+class AskedSampler(Sampler):
+    """``ParentBased(ALWAYS_OFF)``, noting the name of each span it is asked about."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+        self._sampler = ParentBased(ALWAYS_OFF)
+
+    def should_sample(self, parent_context: Any, trace_id: int, name: str, *args: Any) -> Any:
+        self.asked.append(name)
+        return self._sampler.should_sample(parent_context, trace_id, name, *args)
+
+    def get_description(self) -> str:
+        return "asked"
+
+
+@pytest.mark.parametrize("awaited", [False, True], ids=["run", "arun"])
+def test_a_run_its_sampler_leaves_out_starts_no_other_span_yet_keeps_its_context(
+    awaited: bool,
+) -> None:
+    """A run whose span is not sampled records nothing and asks for no span of its
+    calls; a tool still runs under the run's context, and the pause records it."""
+    sampler = AskedSampler()
+    exporter = InMemorySpanExporter()
+    tracer_provider = TracerProvider(sampler=sampler)
+    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+    seen: list[trace.SpanContext] = []
+
+    def look(ctx: ToolContext, args: dict[str, Any]) -> Any:
+        seen.append(trace.get_current_span().get_span_context())
+        return "looked"
+
+    tools = [Tool("look", "Looks", {"type": "object"}, look), review_tool()]
+    script = [call(("c1", "look", "{}")), call(("c2", "review", "{}"))]
+    agent = Agent(config(tracer_provider, script, tools=tools))
+    if awaited:
+        asyncio.run(agent.arun("go"))
+    else:
+        agent.run("go")
+
+    assert sampler.asked == ["invoke_agent clerk"]
+    assert exporter.get_finished_spans() == ()
+    (context,) = seen
+    assert context.is_valid and not context.trace_flags.sampled
+    assert agent.interrupted is not None
+    assert agent.interrupted.trace_parent == (
+        f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
+    )
+    tracer_provider.shutdown()
 
 
 def test_a_tracer_provider_that_is_not_one_is_refused() -> None:

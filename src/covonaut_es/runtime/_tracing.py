@@ -184,7 +184,14 @@ class RunTrace:
 
     def traced(self, program: Program) -> Program:
         """``program``, observed: it yields the same effects and gets the same results,
-        and every span is ended when it ends, however it ends."""
+        and every span is ended when it ends, however it ends.
+
+        A run its sampler left out is not observed: the SDK's samplers leave its calls
+        out too (they follow the parent's decision or the trace id's), and starting
+        their spans would cost every turn for nothing recorded (ADR 0039)."""
+        if not self._span.is_recording():
+            self._ended = True
+            return (yield from program)
         reply: Any = None
         error: Exception | None = None
         try:
