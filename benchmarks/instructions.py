@@ -10,7 +10,8 @@ this folder, for the workload) and prints:
 
 - save per turn: a run of the benchmark workload (``workload.py``: one tool call per
   turn) of ``--turns`` turns into a fresh SQLite file, less one of ``--short`` turns,
-  divided by the difference; what a process pays for a turn beyond starting up;
+  divided by the difference; what a process pays for a turn beyond starting up (both
+  runs make the texts of ``--turns`` turns first, so that making them cancels out);
 - restore per load: ``--loads`` calls of ``store.load`` on a freshly opened SQLite
   store holding one thread of ``--threads-turns`` turns (written beforehand, outside
   valgrind, by the same tree), less ``--few`` of them, divided by the difference.
@@ -33,13 +34,14 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-def run_turns(db: Path, turns: int) -> None:
-    """One run of the workload of ``turns`` turns into the SQLite file ``db``."""
+def run_turns(db: Path, turns: int, texts: int) -> None:
+    """One run of the workload of ``turns`` turns into the SQLite file ``db``, after
+    making the model's and the tool's texts of ``texts`` turns."""
     from workload import PROMPT, Model, agent_config, prepare
 
     from covonaut_es import Agent, open_store
 
-    prepare(turns)
+    prepare(texts)
     with closing(open_store(f"sqlite:///{db}")) as store:
         Agent(agent_config(store, Model(turns))).run(PROMPT)
 
@@ -83,17 +85,17 @@ def measure(args: argparse.Namespace, work: Path, keep: Path) -> tuple[float, fl
     for turns in (args.short, args.turns):
         db = work / f"save-{turns}.db"
         counts[f"save-{turns}"] = instructions(
-            args.src, keep / f"callgrind.save-{turns}", "save", str(turns), str(db)
+            args.src, keep / f"callgrind.save-{turns}", "save", str(turns), str(db), str(args.turns)
         )
     thread = work / "restore.db"
     subprocess.run(
-        _child(args.src, "save", str(args.threads_turns), str(thread)),
+        _child(args.src, "save", str(args.threads_turns), str(thread), str(args.threads_turns)),
         env=_environment(args.src),
         check=True,
     )
     for loads in (args.few, args.loads):
         counts[f"load-{loads}"] = instructions(
-            args.src, keep / f"callgrind.load-{loads}", "load", str(loads), str(thread)
+            args.src, keep / f"callgrind.load-{loads}", "load", str(loads), str(thread), "0"
         )
     save = (counts[f"save-{args.turns}"] - counts[f"save-{args.short}"]) / (args.turns - args.short)
     restore = (counts[f"load-{args.loads}"] - counts[f"load-{args.few}"]) / (args.loads - args.few)
@@ -109,12 +111,15 @@ def main() -> None:
     parser.add_argument("--loads", type=int, default=12)
     parser.add_argument("--few", type=int, default=2)
     parser.add_argument("--keep", type=Path, help="keep callgrind's output files here")
-    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.src = args.src.resolve()
     if args.child:
-        mode, count, db = args.child
-        (run_turns if mode == "save" else load_times)(Path(db), int(count))
+        mode, count, db, texts = args.child
+        if mode == "save":
+            run_turns(Path(db), int(count), int(texts))
+        else:
+            load_times(Path(db), int(count))
         return
     with tempfile.TemporaryDirectory() as work:
         keep = args.keep or Path(work)
