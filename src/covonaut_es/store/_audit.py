@@ -49,7 +49,6 @@ class _AuditedStore(Protocol):
     def _iter_stored_records(self, thread_id: str) -> Iterator[StoredEvent]: ...
     @property
     def _mapper(self) -> MsgspecMapper: ...
-    def _read_record(self, record: StoredEvent) -> object: ...
     def _checked_snapshots(self, thread_id: str) -> Iterator[CheckedSnapshot]: ...
     def _head_anchor(self, thread_id: str) -> HeadAnchor: ...
     def _chain_adoption(self) -> ChainAdoption: ...
@@ -403,18 +402,24 @@ class _Fold:
     def _chain_holds(self, record: StoredEvent) -> bool:
         """Check one record's link in the chain and fold its event; False at a break."""
         version = self.last_version = record.originator_version
+        mapper = self.store._mapper
         try:
-            payload = self.store._mapper.payload_fields(record)
-            event = self.store._read_record(record)
+            payload = mapper.payload_fields(record)
         except SerializationError as exc:
             self.findings.append(AuditFinding(version, f"stored record is unreadable: {exc}"))
             return False
+        # The link covers the payload as stored: checked before upcasters may change it.
         stored = payload.get(CHAIN_FIELD, UNCHAINED)
         key = self.store._chain_key
         problem = link_problem(stored, self.previous, record.topic, version, payload, key)
         if problem is None and key is not None:
             stream = UUID(str(record.originator_id))
             problem = self.adoption.problem(stream, version, stored)
+        try:
+            event = mapper.decode_fields(record, payload)  # decrypted and decoded once
+        except SerializationError as exc:
+            self.findings.append(AuditFinding(version, f"stored record is unreadable: {exc}"))
+            return False
         if problem is not None:
             self.findings.append(AuditFinding(version, problem))
             return False
