@@ -87,6 +87,43 @@ def test_verify_is_one_pass_that_loads_no_state_per_checkpoint(
     assert loads == [None, None]  # the checkpoints' list, and the head state a load gives
 
 
+@pytest.mark.parametrize("compress", [False, True])
+def test_verify_decrypts_and_decodes_each_stored_record_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, compress: bool
+) -> None:
+    """Each record verify reads (its pass over the events, and the loads it compares)
+    is decrypted and decoded once, not once for its chain link and again for its event."""
+    from covonaut_es import create_cipher_key
+
+    url = f"sqlite:///{tmp_path / 'secret.db'}"
+    with open_store(url, cipher_key=create_cipher_key(), compress=compress) as store:
+        conversation(store, turns=5)
+        mapper = store._mapper
+        reads: dict[int, int] = {}
+        seen: list[StoredEvent] = []  # every record kept alive, so that no id is reused
+        real_plain = mapper.plain_payload
+
+        def counting_plain(record: StoredEvent) -> bytes:
+            seen.append(record)
+            reads[id(record)] = reads.get(id(record), 0) + 1
+            return real_plain(record)
+
+        monkeypatch.setattr(mapper, "plain_payload", counting_plain)
+        records: list[StoredEvent] = []
+        real_iter = store._iter_stored_records
+
+        def kept(thread_id: str) -> Any:
+            for record in real_iter(thread_id):
+                records.append(record)
+                yield record
+
+        monkeypatch.setattr(store, "_iter_stored_records", kept)
+        report = store.verify("t")
+    assert report.ok, report.findings
+    assert len(records) == report.events > 10
+    assert [reads.get(id(record)) for record in records] == [1] * len(records)
+
+
 def test_replay_reads_the_log_with_versions_times_and_summaries(store: Store) -> None:
     """replay() yields every event with version, time and a one-line summary, and never
     calls a model or a tool (the store alone is enough)."""

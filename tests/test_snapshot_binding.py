@@ -23,7 +23,8 @@ from covonaut_es.domain import AgentThread, Label, RunMode, ThreadSnapshot
 from covonaut_es.domain._snapshot import differing_fields
 from covonaut_es.messages import Message
 from covonaut_es.store._mapper import MsgspecMapper
-from covonaut_es.store._snapshot_seals import SealKey, unsealed
+from covonaut_es.store._snapshot_cache import SnapshotCache
+from covonaut_es.store._snapshot_seals import SEALED, Seal, SealKey, unsealed
 from support import answer, call, put_raw_snapshot, snapshotted_thread
 from test_approvals import ALICE, PAY_40, make_agent, review_id
 from test_migrations import GOLDEN
@@ -372,6 +373,35 @@ def test_a_sealed_snapshot_moved_to_another_thread_or_version_is_passed_over(
             [finding] = [f for f in store.verify(thread.thread_id).findings if "seal" in f.problem]
             assert finding.version == thread.version
             assert f"{thread.id} at version {thread.version} passed over" in caplog.text
+
+
+@pytest.mark.parametrize("keys", sorted(KEYS))
+def test_a_snapshot_whose_digest_does_not_match_is_passed_over_by_every_load(
+    open_bare: Callable[..., Store], keys: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A snapshot sealed to the right event but with another digest is passed over on
+    load with a warning, on every store (a public digest, being cheap, is checked too),
+    and verify reports it."""
+    store = open_bare(**KEYS[keys])
+    thread = snapshotted_thread(store, "long")
+    thread.append_message(Message(role="user", content="one more"), now=datetime.now(UTC))
+    store.save(thread)
+    snapshots = store._app.snapshots
+    assert isinstance(snapshots, SnapshotCache)
+    record = snapshots.stored(ThreadSnapshot.take(thread))
+    seal, body = unsealed(store._mapper.plain_payload(record))
+    assert seal is not None
+    header = msgspec.msgpack.encode(Seal(seal.scheme, seal.seal, "A" * len(seal.digest)))
+    forged = SEALED + len(header).to_bytes(4, "little") + header + bytes(body)
+    put_raw_snapshot(
+        store,
+        StoredEvent(thread.id, thread.version, record.topic, store._mapper.stored_payload(forged)),
+    )
+    with caplog.at_level(logging.WARNING, logger="covonaut_es"):
+        assert differing_fields(store.load("long"), thread) == ()
+    assert f"{thread.id} at version {thread.version} passed over" in caplog.text
+    [finding] = store.verify("long").findings
+    assert finding.version == thread.version and "digest does not match" in finding.problem
 
 
 @pytest.mark.parametrize("keys", sorted(KEYS))

@@ -256,7 +256,7 @@ def test_an_encrypted_snapshot_is_compressed_once_and_restores(
     assert mapper.cipher is not None
     seal, body = unsealed(mapper.cipher.decrypt(record.state))
     assert seal is not None and seal.scheme == "cipher"
-    assert body.startswith(_zstd.MAGIC)
+    assert bytes(body).startswith(_zstd.MAGIC)
     assert mapper.to_domain_event(record).mutate(None).state == thread.state
     assert store.load("long").state == thread.state
 

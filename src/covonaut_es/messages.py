@@ -25,7 +25,7 @@ class Role(enum.StrEnum):
     TOOL = "tool"
 
 
-class ToolCall(msgspec.Struct, frozen=True):
+class ToolCall(msgspec.Struct, frozen=True, gc=False):
     """A tool call requested by the model.
 
     Attributes:
@@ -39,7 +39,7 @@ class ToolCall(msgspec.Struct, frozen=True):
     arguments: str = "{}"
 
 
-class Message(msgspec.Struct, frozen=True, omit_defaults=True):
+class Message(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     """One message of the conversation.
 
     Attributes:
@@ -59,7 +59,7 @@ class Message(msgspec.Struct, frozen=True, omit_defaults=True):
     usage: Usage | None = None
 
 
-class Usage(msgspec.Struct, frozen=True, omit_defaults=True):
+class Usage(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     """Token usage reported by a provider; usages add up."""
 
     input_tokens: int = 0

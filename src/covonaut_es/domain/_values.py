@@ -116,7 +116,7 @@ class CheckpointReason(enum.StrEnum):
     MANUAL = "manual"
 
 
-class Checkpoint(msgspec.Struct, frozen=True):
+class Checkpoint(msgspec.Struct, frozen=True, gc=False):
     """A named point in a thread's stream.
 
     A checkpoint is a small record; the state it names is rebuilt from the nearest

@@ -10,6 +10,7 @@ the one behind :func:`~covonaut_es.open_store`.
 from __future__ import annotations
 
 import binascii
+import functools
 import sqlite3
 from collections.abc import Iterable, Mapping, Set
 from typing import Any, ClassVar
@@ -288,9 +289,10 @@ class ThreadsApplication(AgentApplication):
         finally:
             super().close()
 
-    @property
+    @functools.cached_property
     def chain_key(self) -> bytes | None:
-        """The key the threads' chains are sealed with (``open_store(chain_key=...)``)."""
+        """The key the threads' chains are sealed with (``open_store(chain_key=...)``),
+        read once: the settings of an open store do not change."""
         key = self.env.get(CHAIN_KEY_ENV)
         return key.encode() if key else None
 

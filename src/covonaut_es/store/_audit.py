@@ -397,18 +397,24 @@ class _Fold:
     def _chain_holds(self, record: StoredEvent) -> bool:
         """Check one record's link in the chain and fold its event; False at a break."""
         version = self.last_version = record.originator_version
+        mapper = self.store._records.mapper
         try:
-            payload = self.store._records.mapper.payload_fields(record)
-            event = self.store._records.read_record(record)
+            payload = mapper.payload_fields(record)
         except SerializationError as exc:
             self.findings.append(AuditFinding(version, f"stored record is unreadable: {exc}"))
             return False
+        # The link covers the payload as stored: checked before upcasters may change it.
         stored = payload.get(CHAIN_FIELD, UNCHAINED)
         key = self.store._records.chain_key
         problem = link_problem(stored, self.previous, record.topic, version, payload, key)
         if problem is None and key is not None:
             stream = UUID(str(record.originator_id))
             problem = self.adoption.problem(stream, version, stored)
+        try:
+            event = mapper.decode_fields(record, payload)  # decrypted and decoded once
+        except SerializationError as exc:
+            self.findings.append(AuditFinding(version, f"stored record is unreadable: {exc}"))
+            return False
         if problem is not None:
             self.findings.append(AuditFinding(version, problem))
             return False

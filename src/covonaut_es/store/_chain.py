@@ -15,7 +15,7 @@ key, a link is 128 bits of HMAC-SHA256 under the key, prefixed :data:`KEYED`.
 
 from __future__ import annotations
 
-import base64
+import binascii
 import hashlib
 import hmac
 from collections.abc import Mapping
@@ -45,6 +45,11 @@ def canonical_fields(fields: Mapping[str, Any]) -> bytes:
     )
 
 
+_URLSAFE = bytes.maketrans(b"+/", b"-_")
+"""base64's alphabet to its URL-safe one (``base64.urlsafe_b64encode``, unwrapped: a
+save hashes each event)."""
+
+
 def link_hash(previous: str, topic: str, version: int, fields: bytes, key: bytes | None) -> str:
     """The chain hash of one event from its :func:`canonical_fields`, after
     ``previous``: public without ``key``, prefixed :data:`KEYED` with it."""
@@ -55,7 +60,7 @@ def link_hash(previous: str, topic: str, version: int, fields: bytes, key: bytes
         digest, prefix = hashlib.sha256(material).digest()[:16], ""
     else:
         digest, prefix = hmac.new(key, material, hashlib.sha256).digest()[:16], KEYED
-    return prefix + base64.urlsafe_b64encode(digest).decode().rstrip("=")
+    return prefix + binascii.b2a_base64(digest, newline=False).translate(_URLSAFE).decode()[:22]
 
 
 def chain_hash(

@@ -72,6 +72,11 @@ class _Codec:
         self.schema = schema
         self.decoder = msgspec.json.Decoder(payload_type)
         self.payload_type = payload_type
+        self._chained = b'{"%s":%d,"%s":' % (
+            VERSION_KEY.encode(),
+            schema.version,
+            CHAIN_FIELD.encode(),
+        )
 
     def encode(self, obj: object) -> bytes:
         return msgspec.json.encode(self._payload(obj))
@@ -84,9 +89,8 @@ class _Codec:
     def with_chain(self, fields: bytes, chain: str) -> bytes:
         """The payload to store for an event's :func:`canonical_fields` and its chain
         hash: the same bytes with the schema version and the hash put first."""
-        head = b'{"%s":%d,"%s":' % (VERSION_KEY.encode(), self.schema.version, CHAIN_FIELD.encode())
         rest = b"}" if fields == b"{}" else b"," + fields[1:]
-        return head + msgspec.json.encode(chain) + rest
+        return self._chained + msgspec.json.encode(chain) + rest
 
     def decode(
         self, data: bytes, *, where: str, migrators: Mapping[int, Upcaster] = NO_MIGRATORS
@@ -96,7 +100,7 @@ class _Codec:
             return self.decode_older(data, where=where, migrators=migrators)
         return fields
 
-    def decode_current(self, data: bytes) -> dict[str, Any] | None:
+    def decode_current(self, data: bytes | memoryview) -> dict[str, Any] | None:
         """The fields of a payload in today's shape; None for anything else (an older
         version to upcast, or bad data), which :meth:`decode_older` then reads and names."""
         try:
@@ -126,7 +130,16 @@ class _Codec:
         """The fields of a payload that :meth:`decode_current` did not read: upcast to
         today's shape, or a :class:`~covonaut_es.errors.SerializationError` naming
         ``where``."""
-        state = self.decode_untyped(data, where=where)
+        return self.upgraded(
+            self.decode_untyped(data, where=where), where=where, migrators=migrators
+        )
+
+    def upgraded(
+        self, state: dict[str, Any], *, where: str, migrators: Mapping[int, Upcaster]
+    ) -> dict[str, Any]:
+        """The fields of a payload read by :meth:`decode_untyped` (which upcasters may
+        change), upcast to today's shape and typed, or a
+        :class:`~covonaut_es.errors.SerializationError` naming ``where``."""
         stored = stored_version(state)
         state = self._upgrade(state, where, migrators)
         try:
@@ -138,7 +151,7 @@ class _Codec:
             raise SerializationError(msg) from exc
         return self._fields(payload)
 
-    def decode_untyped(self, data: bytes, *, where: str) -> dict[str, Any]:
+    def decode_untyped(self, data: bytes | memoryview, *, where: str) -> dict[str, Any]:
         """The payload as plain JSON values, for upcasters and version checks.
 
         Raises:
@@ -176,29 +189,29 @@ class _SnapshotCodec(_Codec):
             return msgspec.json.encode(payload)
         return _zstd.compress(packed)
 
-    def decode_current(self, data: bytes) -> dict[str, Any] | None:
+    def decode_current(self, data: bytes | memoryview) -> dict[str, Any] | None:
         try:
-            data = unsealed(data)[1]  # the seal is checked where a snapshot is trusted
+            body = unsealed(data)[1]  # the seal is checked where a snapshot is trusted
         except SerializationError:
             return None  # named by decode_older
-        if not data.startswith(_zstd.MAGIC):
-            return super().decode_current(data)
+        if body[:4] != _zstd.MAGIC:
+            return super().decode_current(body)
         try:
-            payload = self.packed_decoder.decode(_zstd.decompress(data, limit=SNAPSHOT_SIZE_LIMIT))
+            payload = self.packed_decoder.decode(_zstd.decompress(body, limit=SNAPSHOT_SIZE_LIMIT))
         except (ValueError, RecursionError):  # DecodeError among them; named by decode_older
             return None
         return self._current_fields(payload)
 
-    def decode_untyped(self, data: bytes, *, where: str) -> dict[str, Any]:
+    def decode_untyped(self, data: bytes | memoryview, *, where: str) -> dict[str, Any]:
         try:
-            data = unsealed(data)[1]
+            body = unsealed(data)[1]
         except SerializationError as exc:
             msg = f"{where}: {exc}"
             raise SerializationError(msg) from exc
-        if not data.startswith(_zstd.MAGIC):
-            return super().decode_untyped(data, where=where)
+        if body[:4] != _zstd.MAGIC:
+            return super().decode_untyped(body, where=where)
         try:
-            decoded = msgspec.msgpack.decode(_zstd.decompress(data, limit=SNAPSHOT_SIZE_LIMIT))
+            decoded = msgspec.msgpack.decode(_zstd.decompress(body, limit=SNAPSHOT_SIZE_LIMIT))
             # Through JSON (datetimes become text), so that upcasters see a snapshot
             # alike whichever format it was written in; only older snapshots come here.
             as_json = msgspec.json.encode(decoded)
@@ -228,7 +241,7 @@ class _SnapshotCodec(_Codec):
         return payload
 
 
-def decode_object(data: bytes, *, where: str, hint: str = "") -> dict[str, Any]:
+def decode_object(data: bytes | memoryview, *, where: str, hint: str = "") -> dict[str, Any]:
     """Decode stored JSON that must be an object; ``hint`` follows a JSON error.
 
     Raises:
@@ -388,6 +401,7 @@ class MsgspecMapper(Mapper[UUID]):
         ]
         self._classes: dict[str, type] = {get_topic(cls): cls for cls in classes}
         self._aggregate_topics = frozenset(get_topic(cls) for cls in aggregates)
+        self._writable: dict[type, tuple[_Codec, str]] = {}  # what _listed found, by class
 
     def event_class(self, topic: str, *, where: str) -> type:
         """The class a stored topic names, from the allowlist; nothing is imported.
@@ -440,6 +454,9 @@ class MsgspecMapper(Mapper[UUID]):
                 another class there.
         """
         cls = type(domain_event)
+        listed = self._writable.get(cls)
+        if listed is not None:
+            return listed
         codec = codec_for(cls)  # first: it names fields without a type
         topic = get_topic(cls)
         if self._classes.get(topic) is not cls:  # described only on the way to an error
@@ -447,6 +464,7 @@ class MsgspecMapper(Mapper[UUID]):
             self.event_class(topic, where=where)  # raises if the topic is not listed
             msg = f"{where}: topic {topic!r} names another class in this store's allowlist"
             raise SerializationError(msg)
+        self._writable[cls] = codec, topic
         return codec, topic
 
     def stored_payload(self, plain: bytes) -> bytes:
@@ -495,6 +513,33 @@ class MsgspecMapper(Mapper[UUID]):
         state = codec.decode_current(payload)
         if state is None:
             state = codec.decode_older(payload, where=_where(stored_event), migrators=migrators)
+        return self._event(cls, stored_event, state)
+
+    def decode_fields(
+        self,
+        stored_event: StoredEvent,
+        fields: dict[str, Any],
+        migrators: Mapping[int, Upcaster] = NO_MIGRATORS,
+    ) -> DomainEventProtocol[UUID]:
+        """As :meth:`decode`, from the record's :meth:`payload_fields` read already, so
+        that a reader of both (an audit) decrypts and decodes each record once.
+        ``fields`` is the upcasters' to change.
+
+        Raises:
+            SerializationError: As :meth:`decode`.
+        """
+        cls = self._classes.get(stored_event.topic) or self.event_class(
+            stored_event.topic, where=_where(stored_event)
+        )
+        where = _where(stored_event)
+        state = codec_for(cls).upgraded(fields, where=where, migrators=migrators)
+        return self._event(cls, stored_event, state)
+
+    def _event(
+        self, cls: type, stored_event: StoredEvent, state: dict[str, Any]
+    ) -> DomainEventProtocol[UUID]:
+        """The event of class ``cls`` that ``stored_event`` holds, from its decoded
+        fields."""
         created = state.get("originator_topic")
         if created is not None and created not in self._aggregate_topics:
             msg = (

@@ -153,9 +153,7 @@ class SnapshotCache(EventStore[UUID]):
             event_seal = self._event_seal(stream, version)
         except SerializationError as exc:
             return CheckedSnapshot(version, None, str(exc))
-        distrust = self._key.distrust(
-            seal, body, stream, version, event_seal, thorough=decode_untrusted
-        )
+        distrust = self._key.distrust(seal, body, stream, version, event_seal)
         if distrust is not None and not decode_untrusted:
             return CheckedSnapshot(version, None, distrust.reason, other_key=distrust.other_key)
         try:

@@ -3,10 +3,13 @@
 A snapshot is a cache of the state its thread's events fold to, and anyone who can
 write the database can write one in the public format. So each snapshot is stored
 after a seal: the chain hash of the event at the snapshot's version (the seal of the
-events it summarizes) and a digest of its stream, version, that seal and its own
-bytes. The digest is an HMAC-SHA256 under a key derived from the store's chain key, or
-from its cipher key when it has no chain key; a store with neither uses plain SHA-256,
-which catches a snapshot copied to another thread or version but not a forgery.
+events it summarizes) and a digest of its stream, version and that seal. The digest is
+an HMAC-SHA256 under a key derived from the store's chain key, or from its cipher key
+when it has no chain key, and then covers the snapshot's own bytes too. A store with
+neither uses plain SHA-256 of the stream, version and seal alone, which catches a
+snapshot copied to another thread or version but not a forgery: anyone can compute it,
+so hashing the bytes would guard against nothing that ``verify``, comparing every field
+of the snapshot with the replay, does not find anyway (ADR 0038).
 
 The seal travels in a zstd skippable frame before the snapshot's own bytes (RFC 8878:
 a frame any zstd reader skips), so a sealed snapshot is told apart from one written
@@ -65,13 +68,12 @@ class SealKey:
         # A key of its own, so that no digest here can pass for a chain hash or a cipher's tag.
         self._key = hmac.new(secret.encode(), _CONTEXT, hashlib.sha256).digest() if secret else None
 
-    def digest(self, stream: UUID, version: int, seal: str, body: bytes) -> str:
-        """The digest that binds ``body`` to its stream, version and seal."""
+    def digest(self, stream: UUID, version: int, seal: str, body: bytes | memoryview) -> str:
+        """The digest that binds a snapshot to its stream, version and seal, and under a
+        key ``body`` (its bytes) too."""
         header = msgspec.msgpack.encode([_CONTEXT, stream.bytes, version, self.scheme, seal])
         if self._key is None:
-            plain = hashlib.sha256(header)
-            plain.update(body)
-            raw = plain.digest()
+            raw = hashlib.sha256(header).digest()
         else:
             mac = hmac.new(self._key, header, hashlib.sha256)
             mac.update(body)
@@ -88,12 +90,10 @@ class SealKey:
     def distrust(
         self,
         seal: Seal | None,
-        body: bytes,
+        body: bytes | memoryview,
         stream: UUID,
         version: int,
         event_seal: str | None,
-        *,
-        thorough: bool = True,
     ) -> Distrust | None:
         """Why a snapshot of ``stream`` at ``version`` must not be trusted, or None.
 
@@ -101,11 +101,6 @@ class SealKey:
         there is none). A snapshot written before seals (``seal`` None) is trusted only by
         a store with no key, and then only as far as the check of its state's chain head
         goes (see :func:`chain_head_problem`).
-
-        ``thorough``: check a public digest too. Anyone can compute one, so it guards
-        against nothing a load must fear, and hashing the whole snapshot costs a fifth
-        of a restore: an audit checks it, a load does not. A keyed digest is always
-        checked.
         """
         if event_seal is None:
             return Distrust(f"there is no stored event at its version {version} to bind it to")
@@ -129,12 +124,8 @@ class SealKey:
                 f"bound to the event sealed {seal.seal!r} at version {version}, but the stored "
                 f"event there is sealed {event_seal!r}: the snapshot or the events were replaced"
             )
-        if not thorough and self.scheme == "public":
-            return None
         if not same_seal(seal.digest, self.digest(stream, version, seal.seal, body)):
-            return Distrust(
-                "its digest does not match its bytes: it was altered after it was written"
-            )
+            return Distrust("its digest does not match: it was altered after it was written")
         return None
 
 
@@ -159,26 +150,28 @@ _SCHEMES = {
 }
 
 
-def unsealed(data: bytes) -> tuple[Seal | None, bytes]:
+def unsealed(data: bytes | memoryview) -> tuple[Seal | None, bytes | memoryview]:
     """A stored snapshot's seal and the bytes its codec wrote; no seal for a snapshot
-    written before seals.
+    written before seals. The bytes of a sealed one are a view into ``data``, not a
+    copy: a snapshot of a long thread is hundreds of kilobytes, read on every restore.
 
     Raises:
         SerializationError: The seal's frame is damaged.
     """
-    if not data.startswith(SEALED):
+    if data[: len(SEALED)] != SEALED:
         return None, data
     start = len(SEALED) + _LENGTH
     size = int.from_bytes(data[len(SEALED) : start], "little")
     if len(data) < start + size:
         msg = f"the snapshot's seal frame declares {size} bytes but {len(data) - start} follow"
         raise SerializationError(msg)
+    view = memoryview(data)
     try:
-        seal = msgspec.msgpack.decode(data[start : start + size], type=Seal)
+        seal = msgspec.msgpack.decode(view[start : start + size], type=Seal)
     except msgspec.DecodeError as exc:  # ValidationError among them
         msg = f"the snapshot's seal does not decode: {exc}"
         raise SerializationError(msg) from exc
-    return seal, data[start + size :]
+    return seal, view[start + size :]
 
 
 def chain_head_problem(chain_head: object, event_seal: str, version: int) -> Distrust | None:

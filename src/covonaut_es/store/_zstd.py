@@ -21,10 +21,10 @@ if sys.version_info >= (3, 14):
         """One frame holding ``data``, its size declared in the frame header."""
         return zstd.compress(data, level=_LEVEL)
 
-    def _declared_size(frame: bytes) -> int | None:
+    def _declared_size(frame: bytes | memoryview) -> int | None:
         return zstd.get_frame_info(frame).decompressed_size
 
-    def _decompress(frame: bytes, size: int) -> bytes:
+    def _decompress(frame: bytes | memoryview, size: int) -> bytes:
         decompressor = zstd.ZstdDecompressor()
         data = decompressor.decompress(frame, max_length=size + 1)
         if not decompressor.eof:
@@ -53,17 +53,17 @@ else:
         """One frame holding ``data``, its size declared in the frame header."""
         return _contexts.compressor.compress(data)
 
-    def _declared_size(frame: bytes) -> int | None:
+    def _declared_size(frame: bytes | memoryview) -> int | None:
         size = zstandard.frame_content_size(frame)
         return None if size < 0 else size
 
-    def _decompress(frame: bytes, size: int) -> bytes:
+    def _decompress(frame: bytes | memoryview, size: int) -> bytes:
         return _contexts.decompressor.decompress(frame, max_output_size=size)
 
     _ERRORS = (zstandard.ZstdError, ValueError)
 
 
-def decompress(frame: bytes, *, limit: int) -> bytes:
+def decompress(frame: bytes | memoryview, *, limit: int) -> bytes:
     """The data in one frame of at most ``limit`` bytes; bytes after the frame are
     ignored.
 

@@ -54,7 +54,7 @@ class FileLeases(LeaseBackend):
         # once another file takes its name, a worker's beat says so instead.
         self._file = StoreFile(database_file)
         self._file.note()
-        self._files: dict[str, int] = {}
+        self._files: dict[str, tuple[int, Path]] = {}  # each held lock, and its path
         self._record_fd: int | None = None
 
     def _path(self, thread_id: str) -> Path:
@@ -78,24 +78,25 @@ class FileLeases(LeaseBackend):
             return False
         _rewrite(fd, self.holder.encode())
         with self._lock:
-            self._files[thread_id] = fd
+            self._files[thread_id] = (fd, path)
         return True
 
     def _unlock(self, thread_id: str) -> None:
         with self._lock:
-            fd = self._files.pop(thread_id, None)
-        if fd is None:
+            held = self._files.pop(thread_id, None)
+        if held is None:
             return
+        fd, path = held
         try:
-            if _still_at(fd, self._path(thread_id)):
-                self._path(thread_id).unlink()  # still locked: nobody can take it meanwhile
+            if _still_at(fd, path):
+                path.unlink()  # still locked: nobody can take it meanwhile
         finally:
             os.close(fd)  # closing the only descriptor drops the lock
 
     def _lock_problem(self, thread_id: str, *, in_save: bool) -> str | None:
         with self._lock:
-            fd = self._files.get(thread_id)
-        if fd is not None and _still_at(fd, self._path(thread_id)):
+            held = self._files.get(thread_id)
+        if held is not None and _still_at(*held):
             return None
         return f"its lock file in {self.directory} was removed or replaced"
 
