@@ -98,7 +98,7 @@ def test_verify_decrypts_and_decodes_each_stored_record_once(
     url = f"sqlite:///{tmp_path / 'secret.db'}"
     with open_store(url, cipher_key=create_cipher_key(), compress=compress) as store:
         conversation(store, turns=5)
-        mapper = store._mapper
+        mapper = store._records.mapper
         reads: dict[int, int] = {}
         seen: list[StoredEvent] = []  # every record kept alive, so that no id is reused
         real_plain = mapper.plain_payload
@@ -110,14 +110,14 @@ def test_verify_decrypts_and_decodes_each_stored_record_once(
 
         monkeypatch.setattr(mapper, "plain_payload", counting_plain)
         records: list[StoredEvent] = []
-        real_iter = store._iter_stored_records
+        real_iter = store._records.iter_stored_records
 
         def kept(thread_id: str) -> Any:
             for record in real_iter(thread_id):
                 records.append(record)
                 yield record
 
-        monkeypatch.setattr(store, "_iter_stored_records", kept)
+        monkeypatch.setattr(store._records, "iter_stored_records", kept)
         report = store.verify("t")
     assert report.ok, report.findings
     assert len(records) == report.events > 10

@@ -389,13 +389,15 @@ def test_a_snapshot_whose_digest_does_not_match_is_passed_over_by_every_load(
     snapshots = store._app.snapshots
     assert isinstance(snapshots, SnapshotCache)
     record = snapshots.stored(ThreadSnapshot.take(thread))
-    seal, body = unsealed(store._mapper.plain_payload(record))
+    seal, body = unsealed(store._records.mapper.plain_payload(record))
     assert seal is not None
     header = msgspec.msgpack.encode(Seal(seal.scheme, seal.seal, "A" * len(seal.digest)))
     forged = SEALED + len(header).to_bytes(4, "little") + header + bytes(body)
     put_raw_snapshot(
         store,
-        StoredEvent(thread.id, thread.version, record.topic, store._mapper.stored_payload(forged)),
+        StoredEvent(
+            thread.id, thread.version, record.topic, store._records.mapper.stored_payload(forged)
+        ),
     )
     with caplog.at_level(logging.WARNING, logger="covonaut_es"):
         assert differing_fields(store.load("long"), thread) == ()
