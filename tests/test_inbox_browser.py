@@ -24,9 +24,10 @@ import pytest
 
 from covonaut_es import AgentThread, Store, ToolContext, open_store
 from covonaut_es.inbox import create_app
+from covonaut_es.service import ThreadService
 from inbox_support import HOSTILE, free_port, in_doubt, paused, paused_on_tool, resume
 from support import answer, call
-from test_approvals import ALICE, BOB, VERIFIER, make_agent
+from test_approvals import ALICE, BOB, VERIFIER, make_agent, review_id
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -535,3 +536,53 @@ def test_reject_stands_apart_looks_unlike_approve_and_respond_and_asks_first(
     decided = until(alice, lambda d: d.find_elements(By.ID, "decision"))[0]
     assert "rejected" in decided.text
     assert [d.decision for d in decisions(store, "rejected-apart")] == ["rejected"]
+
+
+def test_an_open_review_page_learns_of_another_reviewers_decision(
+    store: Store, inbox: str, browsers: tuple[Any, Any], axe: str, tmp_path: Path
+) -> None:
+    """alice has a review open; bob approves it through the agent's API, not this page:
+    without a submit or a reload, alice's page says who decided what in its live region,
+    leaves no approve button enabled and offers the next review; it passes axe-core at
+    1280 and 400 pixels in that state."""
+    alice, _ = browsers
+    agent = paused(store, "decided-elsewhere", [], [])
+    paused(store, "decided-elsewhere-next", [], [])
+    open_review(alice, inbox, "decided-elsewhere")
+    marker = alice.execute_script("return window.covonautMarker = 'same page';")
+    agent.approve(review_id(agent), reviewer=BOB, comment="paid by phone")
+    (notice,) = until(alice, lambda d: d.find_elements(By.ID, "decided-elsewhere"))
+    assert "This review was decided by bob (approved)" in notice.text
+    assert alice.find_element(By.ID, "live-status").get_attribute("aria-live") == "polite"
+    assert alice.execute_script("return window.covonautMarker;") == marker  # no reload
+    for button in ("approve", "approve-edited", "respond", "reject"):
+        shown = alice.find_element(By.ID, button)
+        assert not shown.is_enabled() and not shown.is_displayed()
+    assert "decided-elsewhere-next" in alice.find_element(By.ID, "next-review-live").text
+    assert len(alice.find_elements(By.ID, "next-review")) == 0
+    found = {}
+    for width in (1280, PHONE):
+        with viewport(alice, width):
+            found[width] = violations(alice, axe)
+            screenshot(alice, tmp_path / f"decided-elsewhere-{width}.png")
+    assert found == {1280: [], PHONE: []}
+    alice.find_element(By.ID, "next-review-live").click()
+    until(alice, lambda d: d.find_elements(By.ID, "arguments"))
+    assert "decided-elsewhere-next" in alice.find_element(By.TAG_NAME, "main").text
+
+
+def test_an_open_pause_page_learns_the_thread_was_given_up(
+    store: Store, inbox: str, browsers: tuple[Any, Any]
+) -> None:
+    """bob has a tool's pause open; alice gives the thread up elsewhere: bob's page says
+    so without a reload and leaves none of its forms enabled."""
+    _, bob = browsers
+    paused_on_tool(store, "given-up-live", data={"question": "Which account?"})
+    open_pause(bob, inbox, "given-up-live")
+    service = ThreadService(store, verifier=VERIFIER)
+    service.abandon("given-up-live", "duplicate request", reviewer=service.reviewer(ALICE))
+    (notice,) = until(bob, lambda d: d.find_elements(By.ID, "decided-elsewhere"))
+    assert "given up" in notice.text
+    for button in ("send-answer", "abandon"):
+        shown = bob.find_element(By.ID, button)
+        assert not shown.is_enabled() and not shown.is_displayed()

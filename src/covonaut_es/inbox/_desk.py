@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import attrs
 from eventsourcing.projection import BaseProjectionRunner
 
-from covonaut_es.domain import PauseKind, ReviewDecision, ThreadState
+from covonaut_es.domain import PauseKind, ReviewDecision, ThreadState, ThreadStatus
 from covonaut_es.errors import ThreadNotFoundError
 from covonaut_es.inbox._items import (
     Page,
@@ -184,6 +184,10 @@ class ReviewDesk:
             None,
         )
         return ReviewItem.recorded(found.review, found.thread_id, queued)
+
+    def thread_status(self, thread_id: str) -> ThreadStatus:
+        """Where the thread stands now, as it records it."""
+        return self.store.state_at(thread_id).status
 
     def messages(self, thread_id: str, last: int = RECENT_MESSAGES) -> tuple[Message, ...]:
         """The thread's last messages, for context."""

@@ -1,5 +1,6 @@
 """The inbox's pages: sign-in, what waits for a person (with its live update), one
-review with its actions, one pause with its actions, and one thread.
+review with its actions, one pause with its actions (each with a live status that tells
+an open page when someone else dealt with it), and one thread.
 
 No page changes anything on GET. Every POST must come from this origin and carry the
 session's CSRF token; the reviewer's credential is verified once per request, and every
@@ -18,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from covonaut_es.domain import PauseKind
+from covonaut_es.domain import PauseKind, ThreadStatus
 from covonaut_es.errors import (
     CovonautError,
     InvalidDecisionError,
@@ -38,6 +39,7 @@ from covonaut_es.inbox._http import (
 )
 from covonaut_es.inbox._items import ReviewItem
 from covonaut_es.inbox._sessions import CSRF_FIELD, SESSION_COOKIE, Session, same_origin
+from covonaut_es.projections import PendingReview
 from covonaut_es.service import (
     TEXT_FIELD,
     Action,
@@ -100,7 +102,7 @@ def _for_reviewers(
 def _for_live_updates(
     inbox: Inbox, handler: Callable[[Request, SignedIn], Awaitable[Response]]
 ) -> Callable[[Request], Awaitable[Response]]:
-    """A live-update endpoint of the inbox page's script: signed-in reviewers only,
+    """A live-update endpoint of the pages' script: signed-in reviewers only,
     its refusals and errors answered as JSON with their status."""
 
     async def endpoint(request: Request) -> Response:
@@ -234,6 +236,24 @@ def page_routes(inbox: Inbox) -> list[Route]:
         )
         return _page(inbox, request, "review.html", {"session": signed.session, **context})
 
+    async def review_status(request: Request, signed: SignedIn) -> Response:
+        query = request.query_params
+        context = await blocking(
+            _review_status, inbox, query.get("id", ""), query.get("thread") or None
+        )
+        return _page(inbox, request, "_live_status.html", {"session": signed.session, **context})
+
+    async def pause_status(request: Request, signed: SignedIn) -> Response:
+        query = request.query_params
+        context = await blocking(
+            _pause_status,
+            inbox,
+            query.get("thread", ""),
+            query.get("call", ""),
+            query.get("pause", ""),
+        )
+        return _page(inbox, request, "_live_status.html", {"session": signed.session, **context})
+
     async def decide(request: Request, signed: SignedIn) -> Response:
         fields = await _form(inbox, request, signed.session)
         review_id, thread_id = fields.get("review", ""), fields.get("thread") or None
@@ -345,9 +365,21 @@ def page_routes(inbox: Inbox) -> list[Route]:
         Route("/rows", _for_live_updates(inbox, rows), name="rows", methods=["GET"]),
         Route("/changes", _for_live_updates(inbox, changes), name="changes", methods=["GET"]),
         Route("/review", _for_reviewers(inbox, review), name="review", methods=["GET"]),
+        Route(
+            "/review/status",
+            _for_live_updates(inbox, review_status),
+            name="review_status",
+            methods=["GET"],
+        ),
         Route("/decide", _for_reviewers(inbox, decide), name="decide", methods=["POST"]),
         Route("/pause", _for_reviewers(inbox, pause), name="pause", methods=["GET"]),
         Route("/pause", _for_reviewers(inbox, act), name="act", methods=["POST"]),
+        Route(
+            "/pause/status",
+            _for_live_updates(inbox, pause_status),
+            name="pause_status",
+            methods=["GET"],
+        ),
         Route("/thread", _for_reviewers(inbox, thread), name="thread", methods=["GET"]),
         Route("/healthz", healthz, name="healthz", methods=["GET"]),
     ]
@@ -372,20 +404,11 @@ def _review_context(inbox: Inbox, review_id: str, thread_id: str | None) -> dict
     """What the review page shows: the review, its thread's last messages, the edit
     box's text, and the oldest other review waiting (the "next review" link)."""
     item: ReviewItem = inbox.desk.review(review_id, thread_id)
-    following = next(
-        (
-            pending
-            for pending in inbox.desk.pending()
-            if pending.review_id
-            and (pending.review_id, pending.thread_id) != (item.review_id, item.thread_id)
-        ),
-        None,
-    )
     return {
         "review": item,
         "messages": inbox.desk.messages(item.thread_id),
         "arguments_json": _editable_json(item.arguments),
-        "next_review": following,
+        "next_review": _next_review(inbox, item.review_id, item.thread_id),
         "error": "",
         "submitted": {},
     }
@@ -399,3 +422,53 @@ def _editable_json(value: Any) -> str:
     return "".join(
         char if char.isprintable() or char == "\n" else json.dumps(char)[1:-1] for char in text
     )
+
+
+def _next_review(inbox: Inbox, review_id: str, thread_id: str) -> PendingReview | None:
+    """The oldest review waiting other than that one (the "next review" link)."""
+    return next(
+        (
+            pending
+            for pending in inbox.desk.pending()
+            if pending.review_id
+            and (pending.review_id, pending.thread_id) != (review_id, thread_id)
+        ),
+        None,
+    )
+
+
+def _review_status(inbox: Inbox, review_id: str, thread_id: str | None) -> dict[str, Any]:
+    """What an open review page's live status shows: nothing while the review waits;
+    once it was decided (by anyone, or expired) or its thread given up, who decided
+    what, and the next review.
+
+    Raises:
+        ReviewNotFoundError: No such review in that thread.
+    """
+    item: ReviewItem = inbox.desk.review(review_id, thread_id)
+    if item.decision is not None:
+        state = "decided"
+    elif inbox.desk.thread_status(item.thread_id) is ThreadStatus.ABANDONED:
+        state = "abandoned"
+    else:
+        return {"state": "pending", "decision": None, "next_review": None}
+    following = _next_review(inbox, item.review_id, item.thread_id)
+    return {"state": state, "decision": item.decision, "next_review": following}
+
+
+def _pause_status(inbox: Inbox, thread_id: str, call_id: str, token: str) -> dict[str, Any]:
+    """What an open pause page's live status shows: nothing while the pause it was
+    loaded for (``token``) waits; once it was dealt with or its thread given up, that,
+    and the next review.
+
+    Raises:
+        ThreadNotFoundError: No such thread.
+    """
+    view = inbox.desk.pause(thread_id, call_id)
+    if view is not None and view.status == ThreadStatus.ABANDONED:
+        state = "abandoned"
+    elif view is None or view.token != token or view.pause.resolved:
+        state = "dealt-with"
+    else:
+        return {"state": "pending", "decision": None, "next_review": None}
+    return {"state": state, "decision": None, "next_review": _next_review(inbox, "", "")}
