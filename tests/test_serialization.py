@@ -129,7 +129,9 @@ SAMPLES: dict[type, dict[str, Any]] = {
     AgentThread.RunFailed: {"error_type": "ProviderError", "message": "boom"},
     AgentThread.CheckpointSaved: {"reason": CheckpointReason.INTERRUPT, "retain": 3},
     AgentThread.ReviewRequested: {
-        "request": ReviewRequest("r1", "t", "pay", {"amount": 40.5, "to": ["a"]}, "d", "c1")
+        "request": ReviewRequest(
+            "r1", "t", "pay", {"amount": 40.5, "to": ["a"]}, "d", "c1", deadline=NOW
+        )
     },
     AgentThread.ToolPinned: {"tool_call_id": "c1", "tool": _PIN},
     AgentThread.ReviewDecided: {
@@ -155,6 +157,15 @@ SAMPLES: dict[type, dict[str, Any]] = {
         "decision": Decision.RESPONDED,
         "comment": "the balance is 12 EUR",
     },
+    AgentThread.ReviewExpired: {
+        "review_id": "r1",
+        "digest": "d",
+        "reviewer": "",
+        "decision": Decision.EXPIRED,
+        "comment": "",
+        "deadline": NOW,
+    },
+    AgentThread.ReviewDeadlineNear: {"review_id": "r1", "deadline": NOW},
 }
 
 

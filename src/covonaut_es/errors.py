@@ -237,6 +237,11 @@ class StaleReviewError(ThreadStateError):
     may have moved on. A review is decided once."""
 
 
+class ReviewExpiredError(StaleReviewError):
+    """The review's deadline passed before this decision: it failed closed (its
+    operation does not run), and no decision on it is recorded any more."""
+
+
 class StalePauseError(ThreadStateError):
     """The pause a request names (by the token its page or listing gave) is no longer
     pending: it was dealt with, and the thread may have moved on to another pause on

@@ -130,6 +130,7 @@ QUEUE_EVENT_TYPES: tuple[type[AgentThread.Event], ...] = (
     AgentThread.ReviewDecided,
     AgentThread.ReviewApprovedWithEdits,
     AgentThread.ReviewResponded,
+    AgentThread.ReviewExpired,
     AgentThread.InterruptAnswered,
     AgentThread.ToolCallSettled,
     AgentThread.ToolCallRetried,

@@ -458,6 +458,7 @@ _NOTED = frozenset(
         AgentThread.ReviewDecided,
         AgentThread.ReviewApprovedWithEdits,
         AgentThread.ReviewResponded,
+        AgentThread.ReviewExpired,
         AgentThread.Interrupted,
         AgentThread.ToolCallSettled,
         AgentThread.ToolCallRetried,

@@ -26,6 +26,8 @@ TRACKED: tuple[type, ...] = (
     AgentThread.ReviewDecided,
     AgentThread.ReviewApprovedWithEdits,
     AgentThread.ReviewResponded,
+    AgentThread.ReviewExpired,
+    AgentThread.ReviewDeadlineNear,
     AgentThread.RunFinished,
     AgentThread.RunFailed,
     AgentThread.Abandoned,
