@@ -165,7 +165,12 @@ SAMPLES: dict[type, dict[str, Any]] = {
         "comment": "",
         "deadline": NOW,
     },
-    AgentThread.ReviewDeadlineNear: {"review_id": "r1", "deadline": NOW},
+    AgentThread.ReviewDeadlineNear: {
+        "thread_id": "t",
+        "review_id": "r1",
+        "tool_name": "pay",
+        "deadline": NOW,
+    },
 }
 
 

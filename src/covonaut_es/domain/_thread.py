@@ -563,11 +563,15 @@ class AgentThread(Aggregate, created_event_name="Started"):
 
     class ReviewDeadlineNear(Event):
         """A pending review's deadline is near: recorded once per review, so that a
-        notice goes out once (the notices follow the log)."""
+        notice goes out once (the notices follow the log, and this event says all a
+        notice tells: the thread, which may be a fork that inherited the review, the
+        review, its tool and its deadline)."""
 
         TOPIC = "covonaut.thread.ReviewDeadlineNear"
 
+        thread_id: str
         review_id: str
+        tool_name: str
         deadline: datetime
 
         def apply(self, thread: AgentThread) -> None:
@@ -1112,7 +1116,9 @@ class AgentThread(Aggregate, created_event_name="Started"):
         for review in nearing:
             self.trigger_event(
                 self.ReviewDeadlineNear,
+                thread_id=self.thread_id,
                 review_id=review.request.review_id,
+                tool_name=review.request.tool_name,
                 deadline=review.request.deadline,
                 timestamp=now,
             )

@@ -27,7 +27,8 @@ Its modules (ADR 0028):
   ``_settings_tables``): the key and compression a store records and each open checks.
 - ``_store``: :class:`Store`, with its parts ``_records`` (stored records, head
   anchors), ``_forks``, ``_leasing`` (with ``_leases``, the lease protocol and the
-  in-memory leases), ``_submissions`` and ``_states`` (named states).
+  in-memory leases), ``_submissions``, ``_positions`` (how far a consumer of the
+  log got) and ``_states`` (named states).
 - ``_heads``: head anchors and lease fences, as the back ends write and check them.
 - ``_mapper`` (with ``_zstd``): the msgspec mapper; ``_audit``: replay and verify.
 """

@@ -59,6 +59,7 @@ from covonaut_es.store._chain import chain_of
 from covonaut_es.store._forks import ThreadForking
 from covonaut_es.store._heads import FENCES
 from covonaut_es.store._leasing import ThreadLeasing
+from covonaut_es.store._positions import LogPositions
 from covonaut_es.store._records import StoredRecords, following_fork, storable
 from covonaut_es.store._snapshot_cache import SnapshotCache
 from covonaut_es.store._submissions import ThreadSubmissions
@@ -82,7 +83,13 @@ snapshot, and rewriting the state that often costs a constant share per event.""
 
 
 class Store(
-    StoredRecords, ThreadForking, ThreadLeasing, ThreadSubmissions, SessionTreeQueries, Closing
+    StoredRecords,
+    ThreadForking,
+    ThreadLeasing,
+    ThreadSubmissions,
+    LogPositions,
+    SessionTreeQueries,
+    Closing,
 ):
     """Threads' event streams, snapshots and checkpoints in one back end.
 

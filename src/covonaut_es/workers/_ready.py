@@ -27,7 +27,6 @@ TRACKED: tuple[type, ...] = (
     AgentThread.ReviewApprovedWithEdits,
     AgentThread.ReviewResponded,
     AgentThread.ReviewExpired,
-    AgentThread.ReviewDeadlineNear,
     AgentThread.RunFinished,
     AgentThread.RunFailed,
     AgentThread.Abandoned,
