@@ -154,7 +154,9 @@ class Worker(Closing):
             nonzero when any did).
         """
         heartbeat = threading.Thread(target=self._beat, name="worker-heartbeat", daemon=True)
-        notices = threading.Thread(target=self._notify, name="worker-notices", daemon=True)
+        notices = threading.Thread(
+            target=self._notify, args=(once,), name="worker-notices", daemon=True
+        )
         self.store.publish_worker(self._record)
         heartbeat.start()
         if self._sender is not None:
@@ -187,7 +189,8 @@ class Worker(Closing):
         busy: dict[str, tuple[float, int]] = {}
         while not self._stopping.is_set():
             self._follow()
-            self._sweep()
+            if self._sweep():
+                continue  # the expired threads are ready: follow their events first
             now = time.monotonic()
             taken = {thread_id for thread_id, _ in running.values()}
             candidates = [
@@ -251,10 +254,11 @@ class Worker(Closing):
                 )
             self._position = notification.id
 
-    def _sweep(self) -> None:
+    def _sweep(self) -> bool:
         """Expire the reviews past their deadline and note the ones near it, in the
-        threads the log says hold any; the service decides from each thread itself."""
-        now = self._clock()
+        threads the log says hold any (the service decides from each thread itself);
+        whether any expired."""
+        now, any_expired = self._clock(), False
         for thread_id in self._deadlines.due(now, self.notice_lead):
             try:
                 expired = self._service.expire_reviews(thread_id)
@@ -268,6 +272,7 @@ class Worker(Closing):
                 )
                 continue
             self._deadlines.swept(thread_id, now, self.notice_lead)
+            any_expired = any_expired or bool(expired)
             for decision in expired:
                 logger.info(
                     "worker %s: review %s of thread %r expired at its deadline",
@@ -275,17 +280,22 @@ class Worker(Closing):
                     decision.review_id,
                     thread_id,
                 )
+        return any_expired
 
-    def _notify(self) -> None:
-        """Send the review notices until the worker stops; one that fails is tried
-        again (before any later one) after a poll interval."""
+    def _notify(self, once: bool) -> None:
+        """Send the review notices until the worker stops (with ``once``, those its
+        last steps recorded too); one that fails is tried again, before any later
+        one, after a poll interval."""
         assert self._sender is not None
         while True:
+            stopping = self._stopping.wait(self.poll_interval)
+            if stopping and not once:
+                return
             try:
                 self._sender.send_pending()
             except Exception as exc:
                 logger.warning("worker %s: review notices: %s", self.worker_id, exc)
-            if self._stopping.wait(self.poll_interval):
+            if stopping:
                 return
 
     def _step(self, thread_id: str) -> Action | None:
