@@ -175,7 +175,7 @@ def test_expiry_fails_closed_and_the_thread_goes_on_as_after_a_rejection(store: 
     the resumed model's new call of the same operation is refused, not reviewed again,
     and the tool never runs."""
     clock, paid = Clock(), []
-    agent, review_id = paused(store, clock, paid=paid)
+    _, review_id = paused(store, clock, paid=paid)
     commands = ThreadService(store, clock=clock)
     clock.advance(29 * 60)
     assert commands.expire_reviews("t") == ()
@@ -297,7 +297,7 @@ def test_concurrent_sweeps_record_each_expiry_once(shared_url: str) -> None:
             try:
                 for thread_id in thread_ids:
                     commands.expire_reviews(thread_id)
-            except BaseException as exc:  # noqa: BLE001 - reported below
+            except BaseException as exc:  # reported below
                 errors.append(exc)
 
         sweepers = [threading.Thread(target=sweep, args=(s,)) for s in (first, second)]
