@@ -42,12 +42,12 @@ from covonaut_es.domain import Decision
 from covonaut_es.service import ThreadService, review_submission
 from covonaut_es.workers import ReviewNotice
 from support import answer, call
+from test_approvals import ALICE, VERIFIER
 
 ROOT = Path(__file__).resolve().parent.parent
 OBJECT: dict[str, Any] = {"type": "object"}
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
-VERIFIER = HmacReviewerVerifier(b"deadline-tests-secret-0123456789abcdef")
-RITA = VERIFIER.issue_token("rita", ttl_seconds=10**8)
+RITA = VERIFIER.issue_token("rita", ttl_seconds=3600)
 PAY_40 = '{"amount": 40, "to": "bob"}'
 
 
@@ -387,3 +387,37 @@ def test_a_worker_notes_a_near_deadline_once_and_sends_both_notices(store: Store
     assert isinstance(event, AgentThread.ReviewExpired)
     assert store.state_at("t").status is ThreadStatus.FINISHED
     assert [n.kind for n in got] == ["review_requested", "deadline_near"]
+
+
+# The inbox ----------------------------------------------------------------------------------
+
+
+def test_the_inbox_shows_the_deadline_and_refuses_a_late_decision_over_http(
+    shared_url: str,
+) -> None:
+    """The queue and the review page show a review's deadline; past it (the inbox's
+    service reads the store's clock), a decision over the JSON API is 409 saying it
+    expired, the form's answer is the review page with that refusal as an alert, and
+    nothing is recorded."""
+    from inbox_support import current, inbox_client, sign_in
+
+    with open_store(shared_url) as store:
+        _, review_id = paused(store, Clock())  # asked in March 2026: long expired now
+        version = store.state_at("t").version
+        with inbox_client(store) as client:
+            current(client)
+            auth = {"Authorization": f"Bearer {ALICE}"}
+            [listed] = client.get("/api/reviews", headers=auth).json()
+            assert datetime.fromisoformat(listed["deadline"]) == T0 + timedelta(minutes=30)
+            late = client.post(f"/api/reviews/{review_id}/approve", headers=auth, json={})
+            assert late.status_code == 409, late.text
+            assert "expired at 2026-03-01T09:30:00" in late.text
+            assert "nothing was recorded" in late.text
+            csrf = sign_in(client, ALICE)
+            page = client.get("/review", params={"id": review_id, "thread": "t"}).text
+            assert 'id="deadline"' in page and "2026-03-01T09:30:00" in page
+            form = {"review": review_id, "thread": "t", "csrf": csrf, "action": "approve"}
+            refused = client.post("/decide", data=form, headers={"Origin": "http://inbox.test"})
+            assert refused.status_code == 409, refused.text
+            assert 'role="alert"' in refused.text and "expired at 2026-03-01T09:30" in refused.text
+        assert store.state_at("t").version == version and decisions(store) == []

@@ -12,11 +12,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from covonaut_es import Store, open_store
+import deadline_app
+from covonaut_es import Agent, CheckpointSettings, Store, open_store
 from covonaut_es.errors import ConfigurationError, NoticeDeliveryError
 from covonaut_es.providers import RetryPolicy
 from covonaut_es.workers import NoticeSender, ReviewNotice, WebhookNotifier
@@ -180,3 +182,42 @@ def test_generated_faults_deliver_every_notice_once_per_key(
         first_seen = {key: keys.index(key) for key in set(keys)}
         order = sorted(first_seen, key=first_seen.__getitem__)
         assert keys == sorted(keys, key=order.index)
+
+
+def test_the_worker_command_posts_notices_and_refuses_a_webhook_without_its_secret(
+    tmp_path: Path,
+) -> None:
+    """``covonaut-es worker --webhook URL --webhook-secret-env VAR`` posts the notices
+    of the store's reviews (and expires the ones past their deadline); a webhook
+    without its secret, or a secret without a webhook, is a usage error."""
+    url = f"sqlite:///{tmp_path / 'threads.db'}"
+    with open_store(url) as store:
+        config = deadline_app.make_config("t")
+        settings_ = CheckpointSettings(store=store, thread_id="t")
+        Agent(attrs.evolve(config, checkpoint=settings_)).run("Pay.")
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests")]),
+        "DEADLINE_TEST_LEDGER": str(tmp_path / "ledger"),
+        "HOOK_SECRET": SECRET.decode(),
+    }
+    worker = [sys.executable, "-m", "covonaut_es", "worker", "--store", url, "--once"]
+    worker += ["--app", "deadline_app:make_config"]
+
+    def run(*options: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*worker, *options], env=env, capture_output=True, text=True, timeout=120
+        )
+
+    with Receiver() as receiver:
+        no_secret = run("--webhook", receiver.url)
+        assert no_secret.returncode == 2 and "--webhook-secret-env" in no_secret.stderr
+        no_hook = run("--webhook-secret-env", "HOOK_SECRET")
+        assert no_hook.returncode == 2 and "--webhook URL" in no_hook.stderr
+        done = run("--webhook", receiver.url, "--webhook-secret-env", "HOOK_SECRET")
+        assert done.returncode == 0, done.stderr
+    [notice] = receiver.accepted.values()
+    assert (notice["kind"], notice["thread_id"]) == ("review_requested", "t")
+    assert SECRET.decode() not in done.stderr
+    with open_store(url) as store:
+        assert store.state_at("t").messages[-1].content.startswith("Finished: Expired")
