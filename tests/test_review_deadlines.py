@@ -24,7 +24,6 @@ from covonaut_es import (
     AgentConfig,
     AgentThread,
     CheckpointSettings,
-    HmacReviewerVerifier,
     ProviderRequest,
     ProviderResponse,
     ReviewExpiredError,
