@@ -19,7 +19,7 @@ import msgspec
 
 from covonaut_es.domain._canonical import canonical_json
 from covonaut_es.domain._tool_pins import ToolPin
-from covonaut_es.errors import ReviewNotFoundError, StaleReviewError
+from covonaut_es.errors import ReviewExpiredError, ReviewNotFoundError, StaleReviewError
 
 # Values ---------------------------------------------------------------------------------
 
@@ -164,7 +164,8 @@ class ReviewLedger(msgspec.Struct, frozen=True):
 
         Raises:
             ReviewNotFoundError: This thread has no such review.
-            StaleReviewError: The review was decided already.
+            StaleReviewError: The review was decided already (``ReviewExpiredError``:
+                it expired).
         """
         review = self.get(review_id)
         if review is None:
@@ -173,6 +174,14 @@ class ReviewLedger(msgspec.Struct, frozen=True):
                 "through the agent of the thread named in its request"
             )
             raise ReviewNotFoundError(msg)
+        if review.decision is not None and review.decision.decision is Decision.EXPIRED:
+            msg = (
+                f"review {review_id!r} of thread {thread_id!r} expired at "
+                f"{_deadline_text(review.request)} without a decision: it failed closed "
+                "and decides nothing now; a new call of the operation, after new user "
+                "input, asks for a new review"
+            )
+            raise ReviewExpiredError(msg)
         if review.decision is not None:
             msg = (
                 f"review {review_id!r} of thread {thread_id!r} was already "
