@@ -94,6 +94,17 @@ def test_a_refusal_or_a_receiver_down_loses_nothing(store: Store) -> None:
     assert keys[0] == keys[1] and len(set(keys)) == 2 and len(receiver.accepted) == 2
 
 
+def test_a_redirect_is_not_followed(store: Store) -> None:
+    """A receiver answering 307 to another URL gets a refusal, not the signed notice
+    sent on: the other receiver sees nothing."""
+    requested(store, 1)
+    with Receiver() as receiver, Receiver() as elsewhere:
+        receiver.failures, receiver.redirect_to = [307], elsewhere.url
+        with pytest.raises(NoticeDeliveryError, match="HTTP 307"):
+            NoticeSender(store, webhook(receiver)).send_pending()
+    assert len(receiver.deliveries) == 1 and elsewhere.deliveries == []
+
+
 def test_a_webhook_refuses_a_bad_url_or_a_short_secret_without_echoing_it() -> None:
     """Only http(s) URLs with a host; a secret of 16 bytes or more, never shown."""
     with pytest.raises(ConfigurationError, match="http:// or https://"):

@@ -28,6 +28,7 @@ class Receiver:
         self.deliveries: list[tuple[str, dict[str, Any]]] = []  # every POST, in order
         self.accepted: dict[str, dict[str, Any]] = {}  # by idempotency key, first kept
         self.bad_signatures = 0
+        self.redirect_to: str | None = None
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -82,6 +83,8 @@ class Receiver:
                 if status == 200:
                     self.accepted.setdefault(key, notice)
         handler.send_response(status)
+        if self.redirect_to is not None:
+            handler.send_header("Location", self.redirect_to)
         handler.send_header("Content-Length", "0")
         handler.end_headers()
 
