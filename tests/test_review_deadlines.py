@@ -281,34 +281,51 @@ def test_generated_clock_steps_never_record_a_late_decision_nor_run_an_expired_c
 # Sweepers -----------------------------------------------------------------------------------
 
 
+def sweep_together(stores: tuple[Store, Store], thread_id: str, clock: Clock) -> list[int]:
+    """Sweep the thread from both stores at once, each sweep's clock waiting at its
+    first reading (after the load, before the save) for the other; how many expiries
+    each recorded."""
+    meet = threading.Barrier(2)
+    recorded: list[int] = []
+    errors: list[BaseException] = []
+
+    def sweep(store: Store) -> None:
+        read = [False]
+
+        def meeting_clock() -> datetime:
+            if not read[0]:
+                read[0] = True
+                meet.wait(timeout=60)
+            return clock()
+
+        try:
+            recorded.append(
+                len(ThreadService(store, clock=meeting_clock).expire_reviews(thread_id))
+            )
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    sweepers = [threading.Thread(target=sweep, args=(store,)) for store in stores]
+    for sweeper in sweepers:
+        sweeper.start()
+    for sweeper in sweepers:
+        sweeper.join()
+    assert errors == []
+    return recorded
+
+
 def test_concurrent_sweeps_record_each_expiry_once(shared_url: str) -> None:
-    """Two services on two connections sweep the same threads at once: each review
-    expires exactly once (the loser's save conflicts, and its retry finds it decided)."""
+    """Two services on two connections sweep a thread at the same moment: both load it
+    before either saves, so one save conflicts and its retry from the head finds the
+    review expired. Each review expires exactly once."""
     clock = Clock()
-    thread_ids = [f"t{i}" for i in range(8)]
+    thread_ids = [f"t{i}" for i in range(6)]
     with open_store(shared_url) as first, open_store(shared_url) as second:
         for thread_id in thread_ids:
             paused(first, clock, thread_id=thread_id)
         clock.advance(3600)
-        start = threading.Barrier(2)
-        errors: list[BaseException] = []
-
-        def sweep(store: Store) -> None:
-            commands = ThreadService(store, clock=clock)
-            start.wait()
-            try:
-                for thread_id in thread_ids:
-                    commands.expire_reviews(thread_id)
-            except BaseException as exc:  # reported below
-                errors.append(exc)
-
-        sweepers = [threading.Thread(target=sweep, args=(s,)) for s in (first, second)]
-        for sweeper in sweepers:
-            sweeper.start()
-        for sweeper in sweepers:
-            sweeper.join()
-        assert errors == []
         for thread_id in thread_ids:
+            assert sorted(sweep_together((first, second), thread_id, clock)) == [0, 1]
             [event] = decisions(first, thread_id)
             assert isinstance(event, AgentThread.ReviewExpired)
 
