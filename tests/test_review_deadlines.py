@@ -224,6 +224,49 @@ def test_a_fork_inherits_the_deadline_and_expires_on_its_own(store: Store) -> No
     assert decisions(store, "t") == [] and len(decisions(store, "f")) == 1
 
 
+def test_the_queue_shows_the_deadline_and_drops_the_review_once_expired(store: Store) -> None:
+    """The reviewer queue's item carries the deadline; an expiry removes it, as any
+    decision does."""
+    from covonaut_es.projections import ReviewQueue
+
+    clock = Clock()
+    queue = ReviewQueue(store.url)
+    with queue.follow():
+        paused(store, clock)
+        queue.wait_until_current(store)
+        [item] = queue.pending()
+        assert item.deadline == T0 + timedelta(minutes=30)
+        clock.advance(3600)
+        ThreadService(store, clock=clock).expire_reviews("t")
+        queue.wait_until_current(store)
+        assert queue.pending() == ()
+    queue.close()
+
+
+@settings(max_examples=60, deadline=None)
+@given(shown=st.one_of(st.text(max_size=40), st.integers(), st.none(), st.datetimes().map(str)))
+def test_a_queued_deadline_read_from_stored_data_is_a_time_with_its_offset_or_none(
+    shown: Any,
+) -> None:
+    """Whatever a stored pause's data holds as its deadline, the queue item reads it as
+    a time with its offset, or as none; it never raises."""
+    from covonaut_es.domain import PauseKind
+    from covonaut_es.projections import PendingReview
+
+    item = PendingReview(
+        thread_id="t",
+        item_id="r",
+        kind=PauseKind.REVIEW,
+        review_id="r",
+        tool_name="pay",
+        reason="why",
+        data={"deadline": shown},
+        requested_at=T0,
+    )
+    found = item.deadline
+    assert found is None or found.tzinfo is not None
+
+
 _STEPS = st.lists(
     st.tuples(st.integers(0, 400), st.sampled_from(["approve", "reject", "sweep"])),
     min_size=1,
