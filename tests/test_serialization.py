@@ -134,7 +134,14 @@ SAMPLES: dict[type, dict[str, Any]] = {
     AgentThread.CheckpointSaved: {"reason": CheckpointReason.INTERRUPT, "retain": 3},
     AgentThread.ReviewRequested: {
         "request": ReviewRequest(
-            "r1", "t", "pay", {"amount": 40.5, "to": ["a"]}, "d", "c1", run_on_approval=True
+            "r1",
+            "t",
+            "pay",
+            {"amount": 40.5, "to": ["a"]},
+            "d",
+            "c1",
+            run_on_approval=True,
+            deadline=NOW,
         )
     },
     AgentThread.ToolPinned: {"tool_call_id": "c1", "tool": _PIN},
@@ -160,6 +167,20 @@ SAMPLES: dict[type, dict[str, Any]] = {
         "reviewer": "alice",
         "decision": Decision.RESPONDED,
         "comment": "the balance is 12 EUR",
+    },
+    AgentThread.ReviewExpired: {
+        "review_id": "r1",
+        "digest": "d",
+        "reviewer": "",
+        "decision": Decision.EXPIRED,
+        "comment": "",
+        "deadline": NOW,
+    },
+    AgentThread.ReviewDeadlineNear: {
+        "thread_id": "t",
+        "review_id": "r1",
+        "tool_name": "pay",
+        "deadline": NOW,
     },
 }
 

@@ -237,6 +237,17 @@ class StaleReviewError(ThreadStateError):
     may have moved on. A review is decided once."""
 
 
+class ReviewExpiredError(StaleReviewError):
+    """The review's deadline passed before this decision: it failed closed (its
+    operation does not run), and no decision on it is recorded any more."""
+
+
+class NoticeDeliveryError(CovonautError, ConnectionError):
+    """A review notice was not delivered: its receiver refused it or could not be
+    reached. The notice is not lost: the sender tries it again, with the same
+    idempotency key, before any later one."""
+
+
 class StalePauseError(ThreadStateError):
     """The pause a request names (by the token its page or listing gave) is no longer
     pending: it was dealt with, and the thread may have moved on to another pause on

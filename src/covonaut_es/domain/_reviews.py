@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import enum
 import hashlib
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import msgspec
 
 from covonaut_es.domain._canonical import canonical_json
 from covonaut_es.domain._tool_pins import ToolPin
-from covonaut_es.errors import ReviewNotFoundError, StaleReviewError
+from covonaut_es.errors import ReviewExpiredError, ReviewNotFoundError, StaleReviewError
 
 # Values ---------------------------------------------------------------------------------
 
@@ -32,6 +32,9 @@ class Decision(enum.StrEnum):
     RESPONDED = "responded"
     """The reviewer answered in the tool's place: the answer is the call's result and
     the operation never runs."""
+    EXPIRED = "expired"
+    """No reviewer decided before the review's deadline: it failed closed, so the
+    operation never runs, and the thread goes on as after a rejection."""
 
 
 class ReviewRequest(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -55,6 +58,8 @@ class ReviewRequest(msgspec.Struct, frozen=True, omit_defaults=True):
             arguments, when the thread next runs (``Tool(run_on_approval=True)``): no
             model call is needed to run it. False: the approval authorizes the model's
             next call of the same operation.
+        deadline: When the review expires unless decided (see ``Tool.review_deadline``);
+            None when it waits for a decision as long as it takes.
     """
 
     review_id: str
@@ -66,6 +71,11 @@ class ReviewRequest(msgspec.Struct, frozen=True, omit_defaults=True):
     tool: ToolPin | None = None
     tool_changed: str = ""
     run_on_approval: bool = False
+    deadline: datetime | None = None
+
+    def expired(self, now: datetime) -> bool:
+        """Whether the review's deadline has passed at ``now``: no decision counts then."""
+        return self.deadline is not None and now >= self.deadline
 
     def to_data(self) -> dict[str, Any]:
         """The request as plain JSON data, sharing nothing with this object."""
@@ -110,12 +120,14 @@ class Review(msgspec.Struct, frozen=True, omit_defaults=True):
         used_by: For an approval, the id of the tool call it authorized, once used.
         used_by_key: That call's idempotency key: unlike call ids, which models may
             repeat, it names one recorded call.
+        warned: Whether a notice that its deadline nears was recorded.
     """
 
     request: ReviewRequest
     decision: ReviewDecision | None = None
     used_by: str | None = None
     used_by_key: str | None = None
+    warned: bool = False
 
     @property
     def pending(self) -> bool:
@@ -177,7 +189,8 @@ class ReviewLedger(msgspec.Struct, frozen=True):
 
         Raises:
             ReviewNotFoundError: This thread has no such review.
-            StaleReviewError: The review was decided already.
+            StaleReviewError: The review was decided already (``ReviewExpiredError``:
+                it expired).
         """
         review = self.get(review_id)
         if review is None:
@@ -186,6 +199,14 @@ class ReviewLedger(msgspec.Struct, frozen=True):
                 "through the agent of the thread named in its request"
             )
             raise ReviewNotFoundError(msg)
+        if review.decision is not None and review.decision.decision is Decision.EXPIRED:
+            msg = (
+                f"review {review_id!r} of thread {thread_id!r} expired at "
+                f"{_deadline_text(review.request)} without a decision: it failed closed "
+                "and decides nothing now; a new call of the operation, after new user "
+                "input, asks for a new review"
+            )
+            raise ReviewExpiredError(msg)
         if review.decision is not None:
             msg = (
                 f"review {review_id!r} of thread {thread_id!r} was already "
@@ -200,6 +221,22 @@ class ReviewLedger(msgspec.Struct, frozen=True):
     def pending(self) -> tuple[Review, ...]:
         """Reviews awaiting a decision."""
         return tuple(r for r in self.reviews if r.pending)
+
+    def due(self, now: datetime) -> tuple[Review, ...]:
+        """Pending reviews whose deadline has passed at ``now``."""
+        return tuple(r for r in self.pending if r.request.expired(now))
+
+    def nearing(self, now: datetime, lead: timedelta) -> tuple[Review, ...]:
+        """Pending reviews not yet warned of whose deadline is less than ``lead`` away
+        at ``now`` and has not passed."""
+        return tuple(
+            r
+            for r in self.pending
+            if not r.warned
+            and r.request.deadline is not None
+            and not r.request.expired(now)
+            and now >= r.request.deadline - lead
+        )
 
     def awaiting(self, tool_call_id: str) -> Review | None:
         """The pending review that holds back that call, if any."""
@@ -278,6 +315,10 @@ class ReviewLedger(msgspec.Struct, frozen=True):
         """With an approval marked as used by a call."""
         return self._replace(review_id, used_by=tool_call_id, used_by_key=idempotency_key)
 
+    def warned(self, review_id: str) -> ReviewLedger:
+        """With a review's nearing deadline noted."""
+        return self._replace(review_id, warned=True)
+
     def lapsed(self) -> ReviewLedger:
         """With every decision so far no longer standing (new user input)."""
         return msgspec.structs.replace(self, standing_from=len(self.reviews))
@@ -317,6 +358,11 @@ def decision_text(review: Review) -> str:
     decided, request = review.decision, review.request
     if decided.decision is Decision.RESPONDED:
         return decided.comment
+    if decided.decision is Decision.EXPIRED:
+        return (
+            f"Expired (review {decided.review_id}): no reviewer decided by "
+            f"{_deadline_text(request)}. The operation did not run."
+        )
     if decided.decision is Decision.REJECTED:
         return (
             f"Rejected by {decided.reviewer} (review {decided.review_id}): "
@@ -354,6 +400,11 @@ def refusal_text(review: Review) -> str:
     """The tool result of a call that a standing decision keeps from running."""
     decided = review.decision
     assert decided is not None
+    if decided.decision is Decision.EXPIRED:
+        return (
+            f"Not executed: review {decided.review_id} of this operation expired at "
+            f"{_deadline_text(review.request)} without a decision."
+        )
     if decided.decision is Decision.REJECTED:
         return (
             f"Not executed: this operation was rejected by {decided.reviewer} "
@@ -364,3 +415,8 @@ def refusal_text(review: Review) -> str:
         f"(review {decided.review_id}) was already used by call {review.used_by}; an "
         "approval covers one execution."
     )
+
+
+def _deadline_text(request: ReviewRequest) -> str:
+    assert request.deadline is not None
+    return request.deadline.isoformat()

@@ -14,7 +14,7 @@ explicit ``TOPIC``, never where its class lives.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from types import MappingProxyType
 from typing import Any
 from uuid import UUID
@@ -63,6 +63,7 @@ from covonaut_es.errors import (
     InterruptPendingError,
     MissingToolCallError,
     NotInterruptedError,
+    ReviewExpiredError,
     ReviewPendingError,
     ThreadStateError,
     ToolCallsInDoubtError,
@@ -556,6 +557,31 @@ class AgentThread(Aggregate, created_event_name="Started"):
 
         TOPIC = "covonaut.thread.ReviewResponded"
 
+    class ReviewExpired(ReviewDecided):
+        """No reviewer decided before the review's ``deadline``: the review failed
+        closed. ``decision`` is ``EXPIRED`` and ``reviewer`` empty; the held-back call's
+        result says the operation did not run."""
+
+        TOPIC = "covonaut.thread.ReviewExpired"
+
+        deadline: datetime
+
+    class ReviewDeadlineNear(Event):
+        """A pending review's deadline is near: recorded once per review, so that a
+        notice goes out once (the notices follow the log, and this event says all a
+        notice tells: the thread, which may be a fork that inherited the review, the
+        review, its tool and its deadline)."""
+
+        TOPIC = "covonaut.thread.ReviewDeadlineNear"
+
+        thread_id: str
+        review_id: str
+        tool_name: str
+        deadline: datetime
+
+        def apply(self, thread: AgentThread) -> None:
+            thread.reviews = thread.reviews.warned(self.review_id)
+
     class ApprovalUsed(Event):
         """An approval authorized one call, recorded before the call runs; it
         authorizes no other."""
@@ -958,6 +984,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
         tool: ToolPin | None = None,
         trace_parent: str = "",
         run_on_approval: bool = False,
+        deadline: datetime | None = None,
     ) -> ReviewRequest:
         """Hold back an open call for a person's review of its exact operation, and
         pause the run on it: the request is the interrupt's data.
@@ -965,6 +992,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
         ``run_on_approval``: an approval runs this very call, with the approved
         arguments, when the thread next runs (see :attr:`approved_calls`); otherwise it
         authorizes the model's next call of the operation.
+        ``deadline``: when the review expires unless decided (:meth:`expire_reviews`).
 
         ``tool``: for a tool from a server, the tool as the model was offered it; the
         request then says so when an earlier review of the same name covered another.
@@ -989,6 +1017,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
             tool=tool,
             tool_changed=change_note(earlier, tool),
             run_on_approval=run_on_approval,
+            deadline=deadline,
         )
         self.trigger_event(self.ReviewRequested, request=request, timestamp=now)
         interrupt = Interrupt(
@@ -1021,9 +1050,22 @@ class AgentThread(Aggregate, created_event_name="Started"):
         arguments: the approval then covers them instead (an edit equal to the request
         is a plain approval). A ``RESPONDED`` decision makes ``comment`` the call's
         result: the reviewer answers in the tool's place.
+
+        Raises:
+            ReviewExpiredError: ``now`` is at or past the review's deadline.
         """
         self._refuse_if_abandoned("a decision")
         review = self.reviews.undecided(review_id, thread_id=self.thread_id)
+        if review.request.expired(now):
+            assert review.request.deadline is not None
+            msg = (
+                f"review {review_id!r} of thread {self.thread_id!r} expired at "
+                f"{review.request.deadline.isoformat()}, before this decision at "
+                f"{now.isoformat()}: it failed closed and nothing was recorded; the "
+                "operation does not run unless the model asks again and a new review "
+                "approves it"
+            )
+            raise ReviewExpiredError(msg)
         if (
             arguments is not None
             and operation_digest(review.request.tool_name, arguments, review.request.tool)
@@ -1057,6 +1099,51 @@ class AgentThread(Aggregate, created_event_name="Started"):
             review.request.tool_call_id, decision_text(decided), ToolOutcome.NOT_EXECUTED, now=now
         )
         return decided.decision
+
+    def expire_reviews(self, *, now: datetime) -> tuple[ReviewDecision, ...]:
+        """Expire every pending review whose deadline has passed at ``now``: each fails
+        closed, its held-back call's result saying the operation did not run, as after
+        a rejection. A thread given up expires nothing (it decides no review).
+        """
+        if self.status is ThreadStatus.ABANDONED:
+            return ()
+        expired = []
+        for review in self.reviews.due(now):
+            request = review.request
+            self.trigger_event(
+                self.ReviewExpired,
+                review_id=request.review_id,
+                digest=request.digest,
+                reviewer="",
+                decision=Decision.EXPIRED,
+                comment="",
+                deadline=request.deadline,
+                timestamp=now,
+            )
+            decided = self.reviews.get(request.review_id)
+            assert decided is not None and decided.decision is not None
+            self.record_tool_result(
+                request.tool_call_id, decision_text(decided), ToolOutcome.NOT_EXECUTED, now=now
+            )
+            expired.append(decided.decision)
+        return tuple(expired)
+
+    def note_deadlines_near(self, *, lead: timedelta, now: datetime) -> tuple[ReviewRequest, ...]:
+        """Record, once per review, that a pending review's deadline is less than
+        ``lead`` away at ``now``; the requests noted. Nothing for a thread given up."""
+        if self.status is ThreadStatus.ABANDONED:
+            return ()
+        nearing = self.reviews.nearing(now, lead)
+        for review in nearing:
+            self.trigger_event(
+                self.ReviewDeadlineNear,
+                thread_id=self.thread_id,
+                review_id=review.request.review_id,
+                tool_name=review.request.tool_name,
+                deadline=review.request.deadline,
+                timestamp=now,
+            )
+        return tuple(r.request for r in nearing)
 
     def use_approval(self, review_id: str, tool_call_id: str, *, now: datetime) -> ReviewDecision:
         """Spend an unused approval on an open call of its operation, before it runs."""
@@ -1256,7 +1343,8 @@ triggered again by a rebase."""
 
 _COMMUTING = (
     AgentThread.Labelled,
-    AgentThread.ReviewDecided,  # and its subclasses, the edited approval and the response
+    AgentThread.ReviewDecided,  # and its subclasses: edited approval, response, expiry
+    AgentThread.ReviewDeadlineNear,
     AgentThread.InterruptAnswered,
     AgentThread.Abandoned,
 )

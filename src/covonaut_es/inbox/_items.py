@@ -40,6 +40,7 @@ class ReviewItem:
     branch_parent: str | None = None
     tool: ToolPin | None = None
     tool_changed: str = ""
+    deadline: datetime | None = None
 
     @classmethod
     def pending(cls, item: PendingReview) -> ReviewItem:
@@ -57,6 +58,7 @@ class ReviewItem:
             branch_parent=item.branch_parent,
             tool=item.tool,
             tool_changed=item.tool_changed,
+            deadline=item.deadline,
         )
 
     @classmethod
@@ -76,6 +78,7 @@ class ReviewItem:
             branch_parent=queued.branch_parent if queued else None,
             tool=request.tool,
             tool_changed=request.tool_changed,
+            deadline=request.deadline,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -93,6 +96,7 @@ class ReviewItem:
             "decision": None if decision is None else decision_json(decision),
             "server": None if self.tool is None else tool_json(self.tool),
             "tool_changed": self.tool_changed,
+            "deadline": self.deadline.isoformat() if self.deadline else None,
         }
 
 
@@ -127,6 +131,7 @@ class PendingItem:
         review_id: A review's id ("" for other pauses).
         digest: A review's operation digest ("" for other pauses).
         branch_parent: For a pause a fork inherited, the thread it came from.
+        deadline: For a review with a deadline, when it expires.
         pause: The pause's token (:func:`~covonaut_es.service.pause_token`), which a
             command on it sends so as to act on this pause only ("" when the thread
             has moved on since the queue listed it).
@@ -143,6 +148,7 @@ class PendingItem:
     review_id: str = ""
     digest: str = ""
     branch_parent: str | None = None
+    deadline: datetime | None = None
     pause: str = ""
 
     @classmethod
@@ -162,6 +168,7 @@ class PendingItem:
             review_id=item.review_id or "",
             digest=item.digest or "",
             branch_parent=item.branch_parent,
+            deadline=item.deadline,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -177,6 +184,7 @@ class PendingItem:
             "review_id": self.review_id or None,
             "digest": self.digest or None,
             "branch_parent": self.branch_parent,
+            "deadline": self.deadline.isoformat() if self.deadline else None,
             "pause": self.pause or None,
         }
 

@@ -23,6 +23,7 @@ from covonaut_es.errors import (
     CovonautError,
     InvalidDecisionError,
     ReviewerNotVerifiedError,
+    ReviewExpiredError,
     StaleReviewError,
 )
 from covonaut_es.inbox._http import (
@@ -64,7 +65,12 @@ def _page(
 def _error(inbox: Inbox, request: Request, exc: Exception, session: Session | None) -> Response:
     status = status_of(exc)
     titles = {409: "Not possible now", 403: "Refused", 404: "Not found"}
-    title = "Already decided" if isinstance(exc, StaleReviewError) else titles.get(status)
+    if isinstance(exc, ReviewExpiredError):
+        title: str | None = "Expired"
+    elif isinstance(exc, StaleReviewError):
+        title = "Already decided"
+    else:
+        title = titles.get(status)
     context = {
         "session": session,
         "status": status,

@@ -73,6 +73,18 @@ class PendingReview(msgspec.Struct, frozen=True, kw_only=True):
         note = data.get("tool_changed")
         return note if isinstance(note, str) else ""
 
+    @property
+    def deadline(self) -> datetime | None:
+        """For a review with a deadline, when it expires; None otherwise, or for data
+        that does not hold a time with its offset."""
+        data = self.data if isinstance(self.data, dict) else {}
+        text = data.get("deadline")
+        try:
+            found = datetime.fromisoformat(text) if isinstance(text, str) else None
+        except ValueError:
+            return None
+        return found if found is not None and found.tzinfo is not None else None
+
 
 def tool_json(tool: ToolPin) -> dict[str, Any]:
     """A server's tool, as a review's JSON gives it."""
@@ -130,6 +142,7 @@ QUEUE_EVENT_TYPES: tuple[type[AgentThread.Event], ...] = (
     AgentThread.ReviewDecided,
     AgentThread.ReviewApprovedWithEdits,
     AgentThread.ReviewResponded,
+    AgentThread.ReviewExpired,
     AgentThread.InterruptAnswered,
     AgentThread.ToolCallSettled,
     AgentThread.ToolCallRetried,

@@ -11,12 +11,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 import attrs
 
-from covonaut_es.domain import AgentThread, Decision, Review, ReviewDecision, ThreadStatus
+from covonaut_es.domain import (
+    AgentThread,
+    Decision,
+    Review,
+    ReviewDecision,
+    ReviewRequest,
+    ThreadStatus,
+)
 from covonaut_es.errors import (
     AmbiguousReviewError,
     ConfigurationError,
@@ -177,7 +184,8 @@ class ThreadService:
         Raises:
             ReviewNotFoundError: No such review (``AmbiguousReviewError``: in several
                 threads, none named).
-            StaleReviewError: It was decided already.
+            StaleReviewError: It was decided already (``ReviewExpiredError``: its
+                deadline passed, by the service's clock, so it decides nothing).
             InvalidDecisionError: The decision names another operation digest than the
                 review's; nothing was recorded.
         """
@@ -202,6 +210,32 @@ class ThreadService:
             )
 
         return self._change(self._thread_of_review(review_id, thread_id), decide)
+
+    # Deadlines ----------------------------------------------------------------------
+
+    def expire_reviews(self, thread_id: str) -> tuple[ReviewDecision, ...]:
+        """Expire the thread's pending reviews whose deadline has passed by the
+        service's clock: each fails closed (its call does not run) and the thread goes
+        on as after a rejection. It commutes with a run, as a decision does.
+
+        Any number of workers may sweep one thread at once: each expiry is recorded
+        once, since a second writer's save conflicts and its retry finds it decided.
+
+        Returns:
+            The expiries recorded now (none when nothing was due).
+        """
+        return self._change(thread_id, lambda t: t.expire_reviews(now=self._clock()))
+
+    def note_deadlines_near(self, thread_id: str, lead: timedelta) -> tuple[ReviewRequest, ...]:
+        """Record, once per review, that a pending review of the thread expires within
+        ``lead`` by the service's clock; the notices follow these records.
+
+        Returns:
+            The requests noted now (none when nothing was due).
+        """
+        return self._change(
+            thread_id, lambda t: t.note_deadlines_near(lead=lead, now=self._clock())
+        )
 
     # Pauses -------------------------------------------------------------------------
 

@@ -163,6 +163,13 @@ _SUMMARIES: dict[type[Any], Callable[[Any], str]] = {
     AgentThread.ReviewResponded: lambda e: (
         f"review {e.review_id} answered by {e.reviewer} in the tool's place: {_clip(e.comment)}"
     ),
+    AgentThread.ReviewExpired: lambda e: (
+        f"review {e.review_id} expired undecided at its deadline {e.deadline.isoformat()}, "
+        f"digest {e.digest}: the operation did not run"
+    ),
+    AgentThread.ReviewDeadlineNear: lambda e: (
+        f"review {e.review_id} nears its deadline {e.deadline.isoformat()}"
+    ),
     AgentThread.ReviewDecided: lambda e: (
         f"review {e.review_id} {e.decision} by {e.reviewer}, digest {e.digest}"
         + (f": {_clip(e.comment, 60)}" if e.comment else "")
