@@ -70,6 +70,7 @@ def paying(
     deadline: Any = timedelta(minutes=30),
     paid: list[dict[str, Any]] | None = None,
     thread_id: str = "t",
+    run_on_approval: bool = False,
 ) -> Agent:
     """An agent whose model asks to pay 40 to bob (approval required, with ``deadline``),
     asks once more after a refusal of any kind, and answers with the last result."""
@@ -86,7 +87,15 @@ def paying(
             return answer(f"Done: {last.content}")
         return call((f"p{asked}", "pay", PAY_40))
 
-    tool = Tool("pay", "Pay", OBJECT, pay, requires_approval=True, review_deadline=deadline)
+    tool = Tool(
+        "pay",
+        "Pay",
+        OBJECT,
+        pay,
+        requires_approval=True,
+        review_deadline=deadline,
+        run_on_approval=run_on_approval,
+    )
     return Agent(
         AgentConfig(
             provider=ScriptedProvider(respond=model),
@@ -275,17 +284,18 @@ _STEPS = st.lists(
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(wait=st.integers(1, 900), steps=_STEPS)
+@given(wait=st.integers(1, 900), steps=_STEPS, run_on_approval=st.booleans())
 def test_generated_clock_steps_never_record_a_late_decision_nor_run_an_expired_call(
-    wait: int, steps: list[tuple[int, str]]
+    wait: int, steps: list[tuple[int, str]], run_on_approval: bool
 ) -> None:
-    """Over any deadline and any steps of the clock between decisions and sweeps: a
-    decision is recorded only before the deadline, an expiry only at or after it, at
-    most one of them; a refused decision records nothing; resuming runs the call
-    exactly when it was approved."""
+    """Over any deadline and any steps of the clock between decisions and sweeps, for a
+    call the model asks for again or one its approval runs: a decision is recorded only
+    before the deadline, an expiry only at or after it, at most one of them; a refused
+    decision records nothing; resuming runs the call exactly when it was approved."""
     with open_store("memory://") as store:
         clock, paid = Clock(), []
-        _, review_id = paused(store, clock, deadline=timedelta(seconds=wait), paid=paid)
+        options = {"paid": paid, "run_on_approval": run_on_approval}
+        _, review_id = paused(store, clock, deadline=timedelta(seconds=wait), **options)
         deadline = T0 + timedelta(seconds=wait)
         commands = ThreadService(store, verifier=VERIFIER, clock=clock)
         rita = commands.reviewer(RITA)
@@ -316,7 +326,7 @@ def test_generated_clock_steps_never_record_a_late_decision_nor_run_an_expired_c
             else:
                 assert event.timestamp < deadline
         if recorded:
-            paying(store, clock, paid=paid).resume()
+            paying(store, clock, **options).resume()
         approved = bool(recorded) and recorded[0].decision is Decision.APPROVED
         assert paid == ([{"amount": 40, "to": "bob"}] if approved else [])
 
