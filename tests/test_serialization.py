@@ -30,7 +30,9 @@ from covonaut_es.domain import (
     Interrupt,
     Label,
     PauseKind,
+    ReviewLimit,
     ReviewRequest,
+    ReviewRules,
     RunMode,
     StateDocument,
     ThreadSnapshot,
@@ -129,7 +131,22 @@ SAMPLES: dict[type, dict[str, Any]] = {
     AgentThread.RunFailed: {"error_type": "ProviderError", "message": "boom"},
     AgentThread.CheckpointSaved: {"reason": CheckpointReason.INTERRUPT, "retain": 3},
     AgentThread.ReviewRequested: {
-        "request": ReviewRequest("r1", "t", "pay", {"amount": 40.5, "to": ["a"]}, "d", "c1")
+        "request": ReviewRequest(
+            "r1",
+            "t",
+            "pay",
+            {"amount": 40.5, "to": ["a"]},
+            "d",
+            "c1",
+            rules=ReviewRules(
+                decisions=(Decision.APPROVED, Decision.REJECTED),
+                editable=("amount",),
+                description="Pay 40.50 to a",
+                scopes=("payments",),
+                limits=(ReviewLimit("amount", 1000, ("payments:large",)),),
+                four_eyes=True,
+            ),
+        )
     },
     AgentThread.ToolPinned: {"tool_call_id": "c1", "tool": _PIN},
     AgentThread.ReviewDecided: {
@@ -147,6 +164,13 @@ SAMPLES: dict[type, dict[str, Any]] = {
         "decision": Decision.APPROVED,
         "comment": "halved",
         "arguments": {"amount": 20, "to": ["a"]},
+    },
+    AgentThread.ReviewApprovedInPart: {
+        "review_id": "r1",
+        "digest": "d2",
+        "reviewer": "alice",
+        "comment": "first of two",
+        "arguments": {"amount": 20},
     },
     AgentThread.ReviewResponded: {
         "review_id": "r1",

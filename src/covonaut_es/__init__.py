@@ -26,6 +26,7 @@ from covonaut_es.errors import (
     CovonautError,
     InterruptError,
     InterruptPendingError,
+    ReviewerNotPermittedError,
     ReviewerNotVerifiedError,
     SchemaVersionError,
     SerializationError,
@@ -67,6 +68,7 @@ from covonaut_es.store import (
     create_cipher_key,
     open_store,
 )
+from covonaut_es._review_policy import ReviewPolicy
 from covonaut_es.tools import Tool, ToolContext
 from covonaut_es.workers import Worker
 
@@ -94,7 +96,9 @@ __all__ = [
     "ProviderRequest",
     "ProviderResponse",
     "RetryPolicy",
+    "ReviewPolicy",
     "ReviewQueue",
+    "ReviewerNotPermittedError",
     "ReviewerNotVerifiedError",
     "Role",
     "SchemaVersionError",

@@ -11,8 +11,9 @@ import attrs
 import msgspec
 
 from covonaut_es import _logs
+from covonaut_es._review_policy import ReviewPolicy, ReviewPolicyFunction, review_rules
 from covonaut_es._schema import ArgumentsValidator, compile_schema, validation_error
-from covonaut_es.domain import ReviewDecision, ToolPin
+from covonaut_es.domain import ReviewDecision, ReviewRules, ToolPin
 from covonaut_es.errors import ToolArgumentsLimitError, ToolResultError
 from covonaut_es.messages import JsonValue, ToolCall, ToolSpec
 
@@ -103,6 +104,10 @@ class Tool:
         pin: For a tool from a server (see :mod:`covonaut_es.mcp`), the tool exactly
             as its server listed it: recorded with each call, and covered by the
             digest an approval binds to. None for the application's own tools.
+        review: The :class:`ReviewPolicy` of this tool's reviews (who may decide,
+            which decisions and edits, the text shown to the reviewer), or a function
+            ``policy(args) -> ReviewPolicy`` choosing one per call; None: any verified
+            reviewer may decide anything.
     """
 
     name: str = attrs.field(validator=_check_name)
@@ -119,6 +124,15 @@ class Tool:
     )
     timeout: float | None = attrs.field(kw_only=True, default=None, validator=check_timeout)
     pin: ToolPin | None = attrs.field(kw_only=True, default=None)
+    review: ReviewPolicy | ReviewPolicyFunction | None = attrs.field(
+        kw_only=True,
+        default=None,
+        validator=attrs.validators.optional(
+            attrs.validators.or_(
+                attrs.validators.instance_of(ReviewPolicy), attrs.validators.is_callable()
+            )
+        ),
+    )
     _validator: ArgumentsValidator = attrs.field(init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:
@@ -146,6 +160,12 @@ class Tool:
         except Exception:
             logger.exception("approval policy of tool %r failed: approval required", self.name)
             return True
+
+
+    def review_rules(self, args: dict[str, Any]) -> ReviewRules | None:
+        """What a review of a call with these validated arguments allows, recorded with
+        its request (None: no policy). A policy function that raises fails closed."""
+        return review_rules(self.name, self.review, args)
 
 
 class ArgumentsError(ValueError):

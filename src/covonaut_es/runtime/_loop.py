@@ -444,7 +444,10 @@ def _admit(
         digest = operation_digest(call.name, item.args, pin)
         review = thread.reviews.standing(digest, key, thread_id=thread.thread_id)
         if review is None:
-            thread.request_review(call, item.args, now=now, tool=pin, trace_parent=trace_parent)
+            rules = item.tool.review_rules(item.args)
+            thread.request_review(
+                call, item.args, now=now, tool=pin, trace_parent=trace_parent, rules=rules
+            )
             return None
     if paused:
         note = "Not executed: an earlier call in this batch paused the run."

@@ -180,6 +180,13 @@ class ThreadService:
             StaleReviewError: It was decided already.
             InvalidDecisionError: The decision names another operation digest than the
                 review's; nothing was recorded.
+            DecisionNotAllowedError: The review's tool allows no such decision or edit.
+            ReviewerNotPermittedError: The reviewer's scopes do not cover the review (or
+                the approved arguments' limits), or they approved it already under four
+                eyes; nothing was recorded.
+
+        Under four eyes a first approval is recorded in part: the returned decision's
+        ``partial`` is true and the review stays pending for a second reviewer.
         """
         decision = _DECISIONS[submission.action]
 
@@ -196,6 +203,7 @@ class ThreadService:
                 review_id,
                 decision,
                 reviewer=reviewer.id,
+                scopes=reviewer.scopes,
                 comment=submission.text,
                 arguments=submission.arguments,
                 now=self._clock(),
