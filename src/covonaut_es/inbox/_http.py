@@ -22,6 +22,7 @@ from covonaut_es.errors import (
     InvalidDecisionError,
     InvalidThreadIdError,
     ReadOnlyStoreError,
+    ReviewerNotPermittedError,
     ReviewerNotVerifiedError,
     ReviewNotFoundError,
     StaleReviewError,
@@ -87,6 +88,7 @@ _STATUSES: tuple[tuple[type[Exception], int], ...] = (
     (IdentityProviderUnavailableError, 503),  # before its base: the token is not at fault
     (ReadOnlyStoreError, 503),  # the store takes no writes now: the request is not at fault
     (ReviewerNotVerifiedError, 401),
+    (ReviewerNotPermittedError, 403),
     (InvalidDecisionError, 400),
     (StaleReviewError, 409),
     (AmbiguousReviewError, 400),  # before its base: the review exists, name its thread
