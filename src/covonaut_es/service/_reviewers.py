@@ -162,7 +162,7 @@ class HmacReviewerVerifier:
         if not reviewer_id:
             msg = "a reviewer id must not be empty"
             raise ValueError(msg)
-        granted = tuple(scopes)
+        granted = () if isinstance(scopes, str) else tuple(dict.fromkeys(scopes))
         if isinstance(scopes, str) or not all(isinstance(s, str) and s for s in granted):
             msg = f"scopes must be a collection of non-empty strings, got {scopes!r}"
             raise ValueError(msg)
