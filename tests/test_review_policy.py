@@ -332,9 +332,7 @@ def allowed(
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-@given(
-    policy=policies() | four_eyes_policies(), attempts=st.lists(ATTEMPT, min_size=1, max_size=5)
-)
+@given(policy=policies() | four_eyes_policies(), attempts=st.lists(ATTEMPT, min_size=1, max_size=5))
 def test_no_decision_outside_policy_or_scope_is_recorded_and_four_eyes_needs_two(
     policy: ReviewPolicy, attempts: list[Any]
 ) -> None:

@@ -14,6 +14,7 @@ in the library imports it.
 import importlib
 from typing import TYPE_CHECKING
 
+from covonaut_es._review_policy import ReviewPolicy
 from covonaut_es.domain import (
     AgentThread,
     ThreadState,
@@ -68,7 +69,6 @@ from covonaut_es.store import (
     create_cipher_key,
     open_store,
 )
-from covonaut_es._review_policy import ReviewPolicy
 from covonaut_es.tools import Tool, ToolContext
 from covonaut_es.workers import Worker
 

@@ -161,7 +161,6 @@ class Tool:
             logger.exception("approval policy of tool %r failed: approval required", self.name)
             return True
 
-
     def review_rules(self, args: dict[str, Any]) -> ReviewRules | None:
         """What a review of a call with these validated arguments allows, recorded with
         its request (None: no policy). A policy function that raises fails closed."""

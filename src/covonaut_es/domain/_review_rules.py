@@ -15,8 +15,10 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any
 
+from covonaut_es.domain._canonical import canonical_json
 from covonaut_es.domain._reviews import DEFAULT_RULES, Decision, Review, ReviewRules
 from covonaut_es.errors import DecisionNotAllowedError, ReviewerNotPermittedError
+
 
 def rules_of(review: Review) -> ReviewRules:
     """The rules recorded with a review's request."""
@@ -77,8 +79,7 @@ def check_decision(
         changed = sorted(
             name
             for name in set(requested) | set(arguments)
-            if name not in rules.editable
-            and (name not in requested or name not in arguments or requested[name] != arguments[name])
+            if name not in rules.editable and _changed(name, requested, arguments)
         )
         if changed:
             may = ", ".join(rules.editable) or "none"
@@ -109,3 +110,11 @@ def check_decision(
             "was recorded"
         )
         raise DecisionNotAllowedError(msg)
+
+
+def _changed(name: str, requested: Mapping[str, Any], edited: Mapping[str, Any]) -> bool:
+    """Whether the edit added, removed or altered the argument ``name``."""
+    if (name in requested) != (name in edited):
+        return True
+    # Compared as canonical JSON: in Python True == 1 == 1.0, which JSON tells apart.
+    return canonical_json(requested[name]) != canonical_json(edited[name])

@@ -94,11 +94,7 @@ class ReviewDesk:
             for item in items
             if (item.thread_id, item.item_id) not in waiting
             and (item.thread_id, None) not in waiting
-            and (
-                reviewer is None
-                or not item.review_id
-                or may_decide(item.rules, reviewer.scopes)
-            )
+            and (reviewer is None or not item.review_id or may_decide(item.rules, reviewer.scopes))
         )
 
     def _waiting(self) -> set[tuple[str, str | None]]:

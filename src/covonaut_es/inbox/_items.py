@@ -20,15 +20,14 @@ from covonaut_es.domain import (
     ReviewDecision,
     ReviewRules,
     ThreadStatus,
-    may_decide,
     ThreadTree,
     ToolPin,
+    may_decide,
 )
 from covonaut_es.domain._reviews import DEFAULT_RULES, review_reason
 from covonaut_es.messages import Message
 from covonaut_es.projections import PendingReview, tool_json
 from covonaut_es.service import Reviewer
-
 
 _FORMS = {Decision.APPROVED: "approve", Decision.REJECTED: "reject", Decision.RESPONDED: "respond"}
 """The review page's form of each decision."""

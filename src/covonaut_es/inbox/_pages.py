@@ -230,7 +230,10 @@ def page_routes(inbox: Inbox) -> list[Route]:
     async def review(request: Request, signed: SignedIn) -> Response:
         query = request.query_params
         context = await blocking(
-            _review_context, inbox, query.get("id", ""), query.get("thread") or None,
+            _review_context,
+            inbox,
+            query.get("id", ""),
+            query.get("thread") or None,
             signed.reviewer,
         )
         return _page(inbox, request, "review.html", {"session": signed.session, **context})
