@@ -19,6 +19,7 @@ from covonaut_es import (
     AgentThread,
     HmacReviewerVerifier,
     ReviewerNotPermittedError,
+    ReviewerNotVerifiedError,
     ReviewPolicy,
     StaleReviewError,
     Store,
@@ -367,3 +368,57 @@ def test_no_decision_outside_policy_or_scope_is_recorded_and_four_eyes_needs_two
             assert final.decision.digest == (
                 final.approvals[0].digest if final.approvals else final.decision.digest
             )
+
+
+def test_an_edit_of_a_kept_argument_is_found_by_its_json(store: Store) -> None:
+    """5000 and 5000.0 are equal in Python but another operation in JSON (another
+    digest): changing a kept argument so is an edit, and refused."""
+    agent = paused_with(store, ReviewPolicy(editable=("to",)), [])
+    with pytest.raises(DecisionNotAllowedError, match="forbids editing amount"):
+        agent.approve(review_id(agent), reviewer=NO_SCOPE, arguments={"amount": 5000.0,
+                                                                      "to": "DE02 1001"})  # fmt: skip
+    assert decisions_recorded(store) == []
+
+
+@pytest.mark.parametrize(
+    ("claim", "value", "scopes"),
+    [
+        ("scope", "payments payments:large", ("payments", "payments:large")),
+        ("roles", ["payments"], ("payments",)),
+        ("scope", None, ()),
+    ],
+)
+def test_identity_provider_tokens_give_their_scopes_claim(
+    claim: str, value: Any, scopes: tuple[str, ...]
+) -> None:
+    """JwtReviewerVerifier.identify reads the scopes from the configured claim: OAuth's
+    space-separated string or a list; a token without it grants none."""
+    import jwt
+
+    from covonaut_es.runtime import JwtReviewerVerifier
+
+    key = b"k" * 32
+    verifier = JwtReviewerVerifier("https://id.test/", "inbox", key=key, scopes_claim=claim,
+                                   clock=lambda: 1000.0)  # fmt: skip
+    claims: dict[str, Any] = {"iss": "https://id.test/", "aud": "inbox", "sub": "carol",
+                              "iat": 990, "exp": 2000}  # fmt: skip
+    if value is not None:
+        claims[claim] = value
+    token = jwt.encode(claims, key, algorithm="HS256")
+    assert verifier.identify(token) == Reviewer("carol", scopes)
+    assert verifier.verify(token) == "carol"
+
+
+@pytest.mark.parametrize("value", [7, ["payments", 3], [""], {"a": 1}])
+def test_a_scopes_claim_that_is_no_list_of_names_does_not_verify(value: Any) -> None:
+    """A scopes claim of another shape is refused, naming the claim, never guessed at."""
+    import jwt
+
+    from covonaut_es.runtime import JwtReviewerVerifier
+
+    key = b"k" * 32
+    verifier = JwtReviewerVerifier("https://id.test/", "inbox", key=key, clock=lambda: 1000.0)
+    claims = {"iss": "https://id.test/", "aud": "inbox", "sub": "carol", "iat": 990,
+              "exp": 2000, "scope": value}  # fmt: skip
+    with pytest.raises(ReviewerNotVerifiedError, match="'scope' claim"):
+        verifier.identify(jwt.encode(claims, key, algorithm="HS256"))
