@@ -375,8 +375,8 @@ def test_an_edit_of_a_kept_argument_is_found_by_its_json(store: Store) -> None:
     digest): changing a kept argument so is an edit, and refused."""
     agent = paused_with(store, ReviewPolicy(editable=("to",)), [])
     with pytest.raises(DecisionNotAllowedError, match="forbids editing amount"):
-        agent.approve(review_id(agent), reviewer=NO_SCOPE, arguments={"amount": 5000.0,
-                                                                      "to": "DE02 1001"})  # fmt: skip
+        as_float = {"amount": 5000.0, "to": "DE02 1001"}
+        agent.approve(review_id(agent), reviewer=NO_SCOPE, arguments=as_float)
     assert decisions_recorded(store) == []
 
 
