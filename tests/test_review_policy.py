@@ -221,14 +221,16 @@ def test_a_tool_without_a_policy_records_no_rules_and_decides_as_before(store: S
 
 
 def test_review_policy_refuses_what_it_cannot_mean() -> None:
-    """A policy is checked when made: no decision at all, a bare string, or a limit
-    without scopes is refused."""
+    """A policy is checked when made: no decision at all, a bare string, a limit
+    without scopes or without a finite maximum is refused."""
     with pytest.raises(ValueError, match="at least one decision"):
         ReviewPolicy(decisions=())
     with pytest.raises(TypeError, match="not the string"):
         ReviewPolicy(editable="amount")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="at least one scope"):
         ReviewPolicy(limits=(ReviewLimit("amount", 10, ()),))
+    with pytest.raises(ValueError, match="finite number"):
+        ReviewPolicy(limits=(ReviewLimit("amount", float("nan"), ("payments:large",)),))
 
 
 def test_hmac_tokens_carry_scopes_and_tokens_without_them_read_as_before() -> None:

@@ -10,6 +10,7 @@ command line) decides against that record, with or without the application's cod
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -69,6 +70,15 @@ def _limits(value: Iterable[ReviewLimit]) -> tuple[ReviewLimit, ...]:
         if not isinstance(limit, ReviewLimit) or not limit.scopes:
             msg = f"limits must be ReviewLimit values naming at least one scope, got {limit!r}"
             raise TypeError(msg)
+        maximum = limit.maximum
+        if (
+            isinstance(maximum, bool)
+            or not isinstance(maximum, int | float)
+            or not (math.isfinite(maximum))
+        ):
+            # NaN would compare below nothing, and the limit would never apply.
+            msg = f"a limit's maximum must be a finite number, got {maximum!r}"
+            raise ValueError(msg)
     return limits
 
 

@@ -24,6 +24,10 @@ from covonaut_es.errors import ConfigurationError, ReviewerNotVerifiedError
 # Reviewers --------------------------------------------------------------------------------
 
 
+def _as_tuple(scopes: Iterable[str]) -> tuple[str, ...]:
+    return tuple(scopes)
+
+
 @attrs.frozen
 class Reviewer:
     """A person whose credential a :class:`ReviewerVerifier` verified.
@@ -40,7 +44,7 @@ class Reviewer:
     """
 
     id: str
-    scopes: tuple[str, ...] = attrs.field(default=(), converter=tuple[str, ...])
+    scopes: tuple[str, ...] = attrs.field(default=(), converter=_as_tuple)
 
 
 class ReviewerVerifier(Protocol):
