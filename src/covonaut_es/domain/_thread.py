@@ -1071,7 +1071,12 @@ class AgentThread(Aggregate, created_event_name="Started"):
             "timestamp": now,
         }
         rules = request.rules
-        if decision is Decision.APPROVED and rules and rules.four_eyes and not review.approvals:
+        if (
+            decision is Decision.APPROVED
+            and rules is not None
+            and rules.four_eyes
+            and not review.approvals
+        ):
             self.trigger_event(self.ReviewApprovedInPart, arguments=edited, **fields)
             in_part = self.reviews.get(review_id)
             assert in_part is not None
