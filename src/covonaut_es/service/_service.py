@@ -188,6 +188,30 @@ class ThreadService:
         Under four eyes a first approval is recorded in part: the returned decision's
         ``partial`` is true and the review stays pending for a second reviewer.
         """
+        command = self._deciding(review_id, submission, reviewer)
+        return self._change(self._thread_of_review(review_id, thread_id), command)
+
+    def check_decision(
+        self,
+        review_id: str,
+        submission: ReviewSubmission,
+        *,
+        reviewer: Reviewer,
+        thread_id: str | None = None,
+    ) -> None:
+        """Raise what :meth:`decide` would raise now, recording nothing: for a surface
+        that takes several decisions at once and refuses them whole. The same command
+        runs on the thread as loaded, which is then dropped unsaved.
+
+        Raises:
+            As :meth:`decide`.
+        """
+        thread = self.store.load(self._thread_of_review(review_id, thread_id))
+        self._deciding(review_id, submission, reviewer)(thread)
+
+    def _deciding(
+        self, review_id: str, submission: ReviewSubmission, reviewer: Reviewer
+    ) -> Callable[[AgentThread], ReviewDecision]:
         decision = _DECISIONS[submission.action]
 
         def decide(thread: AgentThread) -> ReviewDecision:
@@ -209,7 +233,7 @@ class ThreadService:
                 now=self._clock(),
             )
 
-        return self._change(self._thread_of_review(review_id, thread_id), decide)
+        return decide
 
     # Pauses -------------------------------------------------------------------------
 
