@@ -204,7 +204,7 @@ class ThreadService:
         runs on the thread as loaded, which is then dropped unsaved.
 
         Raises:
-            As :meth:`decide`.
+            ReviewerNotPermittedError: As :meth:`decide` (and its other errors alike).
         """
         thread = self.store.load(self._thread_of_review(review_id, thread_id))
         self._deciding(review_id, submission, reviewer)(thread)
