@@ -301,8 +301,12 @@ ATTEMPT = st.tuples(
     st.sampled_from(["ann", "ben"]),  # who: few names, so that a reviewer comes back
     st.lists(st.sampled_from(SCOPES), unique=True),  # the scopes their token grants
     st.sampled_from(["approve", "approve", "approve", "reject", "respond"]),
-    st.none() | st.fixed_dictionaries({}, optional={"amount": st.sampled_from([5, 500, 50_000]),
-                                                    "to": st.sampled_from(["DE02 1001", "XX"])}),
+    # Edits: as requested, or a few that collide often, so that a second approval meets
+    # a first one's edit; now and then any subset of the arguments.
+    st.sampled_from([None, None, {"amount": 5, "to": "DE02 1001"}, {"amount": 50_000,
+                     "to": "DE02 1001"}, {"amount": 5000, "to": "XX"}])
+    | st.fixed_dictionaries({}, optional={"amount": st.sampled_from([5, 500, 50_000]),
+                                          "to": st.sampled_from(["DE02 1001", "XX"])}),
 )  # fmt: skip
 
 
@@ -424,3 +428,43 @@ def test_a_scopes_claim_that_is_no_list_of_names_does_not_verify(value: Any) -> 
               "exp": 2000, "scope": value}  # fmt: skip
     with pytest.raises(ReviewerNotVerifiedError, match="'scope' claim"):
         verifier.identify(jwt.encode(claims, key, algorithm="HS256"))
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    attempts=st.lists(
+        st.tuples(
+            st.sampled_from(["ann", "ben"]),
+            st.sampled_from([None, {"amount": 5, "to": "DE02 1001"}, {"amount": 7, "to": "XX"}]),
+        ),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_four_eyes_never_approves_with_fewer_than_two_distinct_reviewers(
+    attempts: list[Any],
+) -> None:
+    """Under four eyes, whatever approvals (as requested or edited) two reviewers send
+    in whatever order: an approval stands only with two distinct reviewers behind it,
+    both for the operation it covers; a refused approval records nothing."""
+    with open_store("memory://") as store:
+        paused_with(store, ReviewPolicy(four_eyes=True), [])
+        service = ThreadService(store, verifier=VERIFIER)
+        rid = store.state_at("t").reviews[0].request.review_id
+        for who, edit in attempts:
+            before = len(store.history("t"))
+            reviewer = service.reviewer(VERIFIER.issue_token(who, 60))
+            try:
+                service.decide(rid, review_submission("approve", arguments=edit), reviewer=reviewer)
+            except (InvalidDecisionError, ReviewerNotPermittedError, StaleReviewError):
+                assert len(store.history("t")) == before
+        review = store.state_at("t").reviews[0]
+        if review.approved:
+            assert review.decision is not None
+            (first,) = review.approvals
+            assert first.reviewer != review.decision.reviewer
+            assert first.digest == review.decision.digest
