@@ -30,7 +30,9 @@ from covonaut_es.domain import (
     Interrupt,
     Label,
     PauseKind,
+    ReviewLimit,
     ReviewRequest,
+    ReviewRules,
     RunMode,
     StateDocument,
     ThreadSnapshot,
@@ -142,6 +144,14 @@ SAMPLES: dict[type, dict[str, Any]] = {
             "c1",
             run_on_approval=True,
             deadline=NOW,
+            rules=ReviewRules(
+                decisions=(Decision.APPROVED, Decision.REJECTED),
+                editable=("amount",),
+                description="Pay 40.50 to a",
+                scopes=("payments",),
+                limits=(ReviewLimit("amount", 1000, ("payments:large",)),),
+                four_eyes=True,
+            ),
         )
     },
     AgentThread.ToolPinned: {"tool_call_id": "c1", "tool": _PIN},
@@ -160,6 +170,13 @@ SAMPLES: dict[type, dict[str, Any]] = {
         "decision": Decision.APPROVED,
         "comment": "halved",
         "arguments": {"amount": 20, "to": ["a"]},
+    },
+    AgentThread.ReviewApprovedInPart: {
+        "review_id": "r1",
+        "digest": "d2",
+        "reviewer": "alice",
+        "comment": "first of two",
+        "arguments": {"amount": 20},
     },
     AgentThread.ReviewResponded: {
         "review_id": "r1",

@@ -54,7 +54,7 @@ COMMANDS: dict[str, Callable[[ThreadService, Any, str], object]] = {
 }
 """Every command of ThreadService that writes, run on a thread it would act on."""
 
-READERS = {"reviewer", "find_review"}
+READERS = {"reviewer", "find_review", "check_decision"}
 
 
 def test_the_commands_cover_every_writing_method_of_the_service() -> None:

@@ -14,6 +14,7 @@ in the library imports it.
 import importlib
 from typing import TYPE_CHECKING
 
+from covonaut_es._review_policy import ReviewPolicy
 from covonaut_es.domain import (
     AgentThread,
     ThreadState,
@@ -27,6 +28,7 @@ from covonaut_es.errors import (
     InterruptError,
     InterruptPendingError,
     OutputValidationError,
+    ReviewerNotPermittedError,
     ReviewerNotVerifiedError,
     ReviewExpiredError,
     SchemaVersionError,
@@ -99,7 +101,9 @@ __all__ = [
     "ProviderResponse",
     "RetryPolicy",
     "ReviewExpiredError",
+    "ReviewPolicy",
     "ReviewQueue",
+    "ReviewerNotPermittedError",
     "ReviewerNotVerifiedError",
     "Role",
     "RunResult",

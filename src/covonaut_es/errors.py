@@ -277,8 +277,21 @@ class InvalidDecisionError(CovonautError, ValueError):
     what is wrong with it. Nothing was recorded."""
 
 
+class DecisionNotAllowedError(InvalidDecisionError):
+    """The review's tool allows no such decision (a response where its policy allows
+    only approve or reject, an edit of an argument it keeps as requested, a second
+    approval of another operation than the first under four eyes). Nothing was
+    recorded."""
+
+
 class ReviewerNotVerifiedError(CovonautError, PermissionError):
     """The reviewer's credential could not be verified; nothing was recorded."""
+
+
+class ReviewerNotPermittedError(CovonautError, PermissionError):
+    """The verified reviewer may not make this decision: they lack a scope the review
+    (or a limit on its arguments) needs, or they approved it already and it needs a
+    second, different reviewer. Nothing was recorded."""
 
 
 class IdentityProviderUnavailableError(ReviewerNotVerifiedError, ConnectionError):

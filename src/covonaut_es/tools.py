@@ -12,8 +12,9 @@ import attrs
 import msgspec
 
 from covonaut_es import _logs
+from covonaut_es._review_policy import ReviewPolicy, ReviewPolicyFunction, review_rules
 from covonaut_es._schema import ArgumentsValidator, compile_schema, validation_error
-from covonaut_es.domain import ReviewDecision, ToolPin
+from covonaut_es.domain import ReviewDecision, ReviewRules, ToolPin
 from covonaut_es.errors import ConfigurationError, ToolArgumentsLimitError, ToolResultError
 from covonaut_es.messages import JsonValue, ToolCall, ToolSpec
 
@@ -124,6 +125,10 @@ class Tool:
             positive ``timedelta``, or a policy ``policy(args) -> timedelta | None``
             deciding per call. Past it the review expires and fails closed (the call
             does not run). None (the default): a review waits as long as it takes.
+        review: The :class:`ReviewPolicy` of this tool's reviews (who may decide,
+            which decisions and edits, the text shown to the reviewer), or a function
+            ``policy(args) -> ReviewPolicy`` choosing one per call; None: any verified
+            reviewer may decide anything.
     """
 
     name: str = attrs.field(validator=_check_name)
@@ -145,6 +150,15 @@ class Tool:
     pin: ToolPin | None = attrs.field(kw_only=True, default=None)
     review_deadline: timedelta | DeadlinePolicy | None = attrs.field(
         kw_only=True, default=None, validator=_check_deadline
+    )
+    review: ReviewPolicy | ReviewPolicyFunction | None = attrs.field(
+        kw_only=True,
+        default=None,
+        validator=attrs.validators.optional(
+            attrs.validators.or_(
+                attrs.validators.instance_of(ReviewPolicy), attrs.validators.is_callable()
+            )
+        ),
     )
     _validator: ArgumentsValidator = attrs.field(init=False, repr=False, eq=False)
 
@@ -204,6 +218,11 @@ class Tool:
             found,
         )
         return timedelta(0)
+
+    def review_rules(self, args: dict[str, Any]) -> ReviewRules | None:
+        """What a review of a call with these validated arguments allows, recorded with
+        its request (None: no policy). A policy function that raises fails closed."""
+        return review_rules(self.name, self.review, args)
 
 
 class ArgumentsError(ValueError):

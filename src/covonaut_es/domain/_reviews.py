@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -37,6 +38,70 @@ class Decision(enum.StrEnum):
     operation never runs, and the thread goes on as after a rejection."""
 
 
+ALL_DECISIONS = (Decision.APPROVED, Decision.REJECTED, Decision.RESPONDED)
+"""The decisions a review allows unless its tool's policy says otherwise."""
+
+MAX_DESCRIPTION_CHARS = 4000
+"""The longest description a review request records; a longer one is cut there."""
+
+
+class ReviewLimit(msgspec.Struct, frozen=True):
+    """Above ``maximum``, the argument ``argument`` needs one of ``scopes`` to approve.
+
+    Checked on the arguments an approval covers (the reviewer's edit, if any): an
+    edit cannot raise an amount past what its reviewer may approve. A value that is no
+    number (or a boolean) counts as above every limit; an argument that is absent is
+    under it.
+
+    Attributes:
+        argument: A top-level argument's name, e.g. ``"amount"``.
+        maximum: The largest value approvable without ``scopes``.
+        scopes: The scopes of which a reviewer needs one to approve more.
+    """
+
+    argument: str
+    maximum: int | float
+    scopes: tuple[str, ...]
+
+    def exceeded_by(self, arguments: Mapping[str, Any]) -> bool:
+        """Whether ``arguments`` hold this argument above the maximum."""
+        if self.argument not in arguments:
+            return False
+        value = arguments[self.argument]
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return True
+        return value > self.maximum
+
+
+class ReviewRules(msgspec.Struct, frozen=True, omit_defaults=True):
+    """What a review's tool allows, as recorded in the request (see the module).
+
+    Attributes:
+        decisions: The decisions a reviewer may make.
+        editable: The top-level arguments an approval may change (add, remove or
+            alter); None: any. An empty tuple forbids editing.
+        description: Text for the reviewer, built by the tool from the arguments;
+            shown as text, never as markup.
+        scopes: A reviewer needs one of these to decide; empty: any verified reviewer.
+        limits: Argument values above which an approval needs more scope.
+        four_eyes: An approval takes two different reviewers: the first is recorded
+            as an approval in part, the second completes it; a rejection by either
+            rejects.
+    """
+
+    decisions: tuple[Decision, ...] = ALL_DECISIONS
+    editable: tuple[str, ...] | None = None
+    description: str = ""
+    scopes: tuple[str, ...] = ()
+    limits: tuple[ReviewLimit, ...] = ()
+    four_eyes: bool = False
+
+
+DEFAULT_RULES = ReviewRules()
+"""The rules of a review whose tool declares no policy (and of reviews recorded before
+policies existed): any verified reviewer may decide anything."""
+
+
 class ReviewRequest(msgspec.Struct, frozen=True, omit_defaults=True):
     """A request for a person to approve one exact operation.
 
@@ -60,6 +125,8 @@ class ReviewRequest(msgspec.Struct, frozen=True, omit_defaults=True):
             next call of the same operation.
         deadline: When the review expires unless decided (see ``Tool.review_deadline``);
             None when it waits for a decision as long as it takes.
+        rules: What the tool's review policy allows on this review (who may decide,
+            which decisions, which edits); None: anything, for any verified reviewer.
     """
 
     review_id: str
@@ -76,6 +143,8 @@ class ReviewRequest(msgspec.Struct, frozen=True, omit_defaults=True):
     def expired(self, now: datetime) -> bool:
         """Whether the review's deadline has passed at ``now``: no decision counts then."""
         return self.deadline is not None and now >= self.deadline
+
+    rules: ReviewRules | None = None
 
     def to_data(self) -> dict[str, Any]:
         """The request as plain JSON data, sharing nothing with this object."""
@@ -99,6 +168,8 @@ class ReviewDecision(msgspec.Struct, frozen=True):
         arguments: For an approval with edited arguments, the arguments the reviewer
             approved instead of the requested ones; ``digest`` is then theirs. None
             otherwise.
+        partial: Under four eyes, a first reviewer's approval in part: it authorizes
+            nothing until a second, different reviewer approves.
     """
 
     review_id: str
@@ -109,6 +180,7 @@ class ReviewDecision(msgspec.Struct, frozen=True):
     decided_at: datetime
     thread_id: str
     arguments: dict[str, Any] | None = None
+    partial: bool = False
 
 
 class Review(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -121,6 +193,8 @@ class Review(msgspec.Struct, frozen=True, omit_defaults=True):
         used_by_key: That call's idempotency key: unlike call ids, which models may
             repeat, it names one recorded call.
         warned: Whether a notice that its deadline nears was recorded.
+        approvals: Under four eyes, the approval in part of the first reviewer while
+            the review waits for a second.
     """
 
     request: ReviewRequest
@@ -128,6 +202,7 @@ class Review(msgspec.Struct, frozen=True, omit_defaults=True):
     used_by: str | None = None
     used_by_key: str | None = None
     warned: bool = False
+    approvals: tuple[ReviewDecision, ...] = ()
 
     @property
     def pending(self) -> bool:
@@ -306,6 +381,12 @@ class ReviewLedger(msgspec.Struct, frozen=True):
     def requested(self, request: ReviewRequest) -> ReviewLedger:
         """With a new pending review."""
         return msgspec.structs.replace(self, reviews=(*self.reviews, Review(request)))
+
+    def approved_in_part(self, approval: ReviewDecision) -> ReviewLedger:
+        """With a first reviewer's approval in part of a review under four eyes."""
+        review = self.get(approval.review_id)
+        assert review is not None
+        return self._replace(approval.review_id, approvals=(*review.approvals, approval))
 
     def decided(self, decision: ReviewDecision) -> ReviewLedger:
         """With a review's decision recorded."""

@@ -31,11 +31,13 @@ from covonaut_es.domain._pauses import (
     paused_by_its_tool,
     pauses_of,
 )
+from covonaut_es.domain._review_rules import check_decision
 from covonaut_es.domain._reviews import (
     Decision,
     ReviewDecision,
     ReviewLedger,
     ReviewRequest,
+    ReviewRules,
     decision_text,
     operation_digest,
     review_reason,
@@ -582,6 +584,33 @@ class AgentThread(Aggregate, created_event_name="Started"):
         def apply(self, thread: AgentThread) -> None:
             thread.reviews = thread.reviews.warned(self.review_id)
 
+    class ReviewApprovedInPart(Event):
+        """Under four eyes, a first verified reviewer approved the operation (with
+        ``arguments`` as their edit, if not None): the review waits for a second,
+        different reviewer, and nothing is authorized yet."""
+
+        TOPIC = "covonaut.thread.ReviewApprovedInPart"
+
+        review_id: str
+        digest: str
+        reviewer: str
+        comment: str
+        arguments: dict[str, Any] | None = None
+
+        def apply(self, thread: AgentThread) -> None:
+            approval = ReviewDecision(
+                self.review_id,
+                self.digest,
+                Decision.APPROVED,
+                self.reviewer,
+                self.comment,
+                decided_at=self.timestamp,
+                thread_id=thread.thread_id,
+                arguments=self.arguments,
+                partial=True,
+            )
+            thread.reviews = thread.reviews.approved_in_part(approval)
+
     class ApprovalUsed(Event):
         """An approval authorized one call, recorded before the call runs; it
         authorizes no other."""
@@ -985,6 +1014,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
         trace_parent: str = "",
         run_on_approval: bool = False,
         deadline: datetime | None = None,
+        rules: ReviewRules | None = None,
     ) -> ReviewRequest:
         """Hold back an open call for a person's review of its exact operation, and
         pause the run on it: the request is the interrupt's data.
@@ -997,6 +1027,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
         ``tool``: for a tool from a server, the tool as the model was offered it; the
         request then says so when an earlier review of the same name covered another.
         ``trace_parent``: the traced run's context (see ``Interrupt.trace_parent``).
+        ``rules``: what the tool's review policy allows on this review (None: anything).
         """
         self._open_call(call.id)
         earlier = next(
@@ -1018,6 +1049,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
             tool_changed=change_note(earlier, tool),
             run_on_approval=run_on_approval,
             deadline=deadline,
+            rules=rules,
         )
         self.trigger_event(self.ReviewRequested, request=request, timestamp=now)
         interrupt = Interrupt(
@@ -1040,19 +1072,26 @@ class AgentThread(Aggregate, created_event_name="Started"):
         comment: str,
         now: datetime,
         arguments: dict[str, Any] | None = None,
+        scopes: tuple[str, ...] = (),
     ) -> ReviewDecision:
         """Record a verified reviewer's decision, and as the held-back call's result
-        what it means for the model. ``reviewer`` must come from a verifier. An approval
-        of a review that runs its call records no result: the call stays open, held back
-        until the thread's next run spends the approval and runs it.
+        what it means for the model. ``reviewer`` and ``scopes`` must come from a
+        verifier; the decision must pass the review's rules (``check_decision``). An
+        approval of a review that runs its call records no result: the call stays open,
+        held back until the thread's next run spends the approval and runs it.
 
         ``arguments``, only with an approval, are the reviewer's edit of the requested
         arguments: the approval then covers them instead (an edit equal to the request
         is a plain approval). A ``RESPONDED`` decision makes ``comment`` the call's
-        result: the reviewer answers in the tool's place.
+        result: the reviewer answers in the tool's place. Under four eyes, a first
+        approval is recorded in part (the returned decision's ``partial`` is true) and
+        the review stays pending for a second, different reviewer.
 
         Raises:
             ReviewExpiredError: ``now`` is at or past the review's deadline.
+            ReviewerNotPermittedError: The review's rules do not let this reviewer
+                decide it so; nothing is recorded.
+            DecisionNotAllowedError: The tool's policy allows no such decision or edit.
         """
         self._refuse_if_abandoned("a decision")
         review = self.reviews.undecided(review_id, thread_id=self.thread_id)
@@ -1066,37 +1105,55 @@ class AgentThread(Aggregate, created_event_name="Started"):
                 "approves it"
             )
             raise ReviewExpiredError(msg)
+        request = review.request
         if (
             arguments is not None
-            and operation_digest(review.request.tool_name, arguments, review.request.tool)
-            == review.request.digest
+            and operation_digest(request.tool_name, arguments, request.tool) == request.digest
         ):
             arguments = None
+        if arguments is not None and decision is not Decision.APPROVED:
+            msg = f"only an approval takes edited arguments, not a decision {decision!r}"
+            raise ThreadStateError(msg)
+        edited = None if arguments is None else msgspec.json.decode(canonical_json(arguments))
+        digest = (
+            request.digest
+            if edited is None
+            else operation_digest(request.tool_name, edited, request.tool)
+        )
+        check_decision(
+            review, decision, reviewer=reviewer, scopes=scopes, arguments=edited, digest=digest
+        )
         fields: dict[str, Any] = {
             "review_id": review_id,
             "reviewer": reviewer,
-            "decision": decision,
             "comment": comment,
+            "digest": digest,
             "timestamp": now,
         }
-        if arguments is not None:
-            if decision is not Decision.APPROVED:
-                msg = f"only an approval takes edited arguments, not a decision {decision!r}"
-                raise ThreadStateError(msg)
-            edited = msgspec.json.decode(canonical_json(arguments))
-            digest = operation_digest(review.request.tool_name, edited, review.request.tool)
+        rules = request.rules
+        if (
+            decision is Decision.APPROVED
+            and rules is not None
+            and rules.four_eyes
+            and not review.approvals
+        ):
+            self.trigger_event(self.ReviewApprovedInPart, arguments=edited, **fields)
+            in_part = self.reviews.get(review_id)
+            assert in_part is not None
+            return in_part.approvals[-1]
+        if edited is not None:
             self.trigger_event(
-                self.ReviewApprovedWithEdits, digest=digest, arguments=edited, **fields
+                self.ReviewApprovedWithEdits, decision=decision, arguments=edited, **fields
             )
         else:
             event = self.ReviewResponded if decision is Decision.RESPONDED else self.ReviewDecided
-            self.trigger_event(event, digest=review.request.digest, **fields)
+            self.trigger_event(event, decision=decision, **fields)
         decided = self.reviews.get(review_id)
         assert decided is not None and decided.decision is not None
         if decided.runs_call:
             return decided.decision
         self.record_tool_result(
-            review.request.tool_call_id, decision_text(decided), ToolOutcome.NOT_EXECUTED, now=now
+            request.tool_call_id, decision_text(decided), ToolOutcome.NOT_EXECUTED, now=now
         )
         return decided.decision
 

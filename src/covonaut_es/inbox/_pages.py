@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from covonaut_es.domain import PauseKind
+from covonaut_es.domain import PauseKind, canonical_json, may_decide
 from covonaut_es.errors import (
     CovonautError,
     InvalidDecisionError,
@@ -186,7 +186,7 @@ def page_routes(inbox: Inbox) -> list[Route]:
         response.delete_cookie(SESSION_COOKIE, path=request.scope.get("root_path") or "/")
         return response
 
-    def listing(request: Request) -> dict[str, Any]:
+    def listing(request: Request, reviewer: Reviewer) -> dict[str, Any]:
         query = request.query_params
         try:
             number = max(1, int(query.get("page", "1")))
@@ -201,7 +201,7 @@ def page_routes(inbox: Inbox) -> list[Route]:
         newest_first = query.get("order") == "newest"
         position = inbox.desk.position()  # before the page: a change after it is noticed
         page = inbox.desk.page(
-            **filters, newest_first=newest_first, number=number, size=inbox.page_size
+            reviewer, **filters, newest_first=newest_first, number=number, size=inbox.page_size
         )
         return {
             "page": page,
@@ -213,11 +213,11 @@ def page_routes(inbox: Inbox) -> list[Route]:
         }
 
     async def home(request: Request, signed: SignedIn) -> Response:
-        context = await blocking(listing, request)
+        context = await blocking(listing, request, signed.reviewer)
         return _page(inbox, request, "inbox.html", {"session": signed.session, **context})
 
     async def rows(request: Request, signed: SignedIn) -> Response:
-        context = await blocking(listing, request)
+        context = await blocking(listing, request, signed.reviewer)
         return _page(inbox, request, "_rows.html", {"session": signed.session, **context})
 
     async def changes(request: Request, _: SignedIn) -> Response:
@@ -236,7 +236,11 @@ def page_routes(inbox: Inbox) -> list[Route]:
     async def review(request: Request, signed: SignedIn) -> Response:
         query = request.query_params
         context = await blocking(
-            _review_context, inbox, query.get("id", ""), query.get("thread") or None
+            _review_context,
+            inbox,
+            query.get("id", ""),
+            query.get("thread") or None,
+            signed.reviewer,
         )
         return _page(inbox, request, "review.html", {"session": signed.session, **context})
 
@@ -255,7 +259,9 @@ def page_routes(inbox: Inbox) -> list[Route]:
             # Shown on the review page, with what was typed: a reviewer is not stranded
             # on an error page (one that cannot be loaded falls back to it).
             try:
-                context = await blocking(_review_context, inbox, review_id, thread_id)
+                context = await blocking(
+                    _review_context, inbox, review_id, thread_id, signed.reviewer
+                )
             except CovonautError:
                 raise exc from None
             context |= {"session": signed.session, "error": message_of(inbox, exc)}
@@ -374,14 +380,17 @@ def _submission(fields: dict[str, str]) -> ReviewSubmission:
     )
 
 
-def _review_context(inbox: Inbox, review_id: str, thread_id: str | None) -> dict[str, Any]:
-    """What the review page shows: the review, its thread's last messages, the edit
-    box's text, and the oldest other review waiting (the "next review" link)."""
+def _review_context(
+    inbox: Inbox, review_id: str, thread_id: str | None, reviewer: Reviewer
+) -> dict[str, Any]:
+    """What the review page shows: the review, the forms its rules offer ``reviewer``,
+    its thread's last messages, the edit box's text, and the oldest other review
+    ``reviewer`` may decide (the "next review" link)."""
     item: ReviewItem = inbox.desk.review(review_id, thread_id)
     following = next(
         (
             pending
-            for pending in inbox.desk.pending()
+            for pending in inbox.desk.pending(reviewer)
             if pending.review_id
             and (pending.review_id, pending.thread_id) != (item.review_id, item.thread_id)
         ),
@@ -389,12 +398,24 @@ def _review_context(inbox: Inbox, review_id: str, thread_id: str | None) -> dict
     )
     return {
         "review": item,
+        "actions": item.actions(reviewer),
+        "may_decide": may_decide(item.rules, reviewer.scopes),
+        "seconding": _seconding(item),
         "messages": inbox.desk.messages(item.thread_id),
         "arguments_json": _editable_json(item.arguments),
         "next_review": following,
         "error": "",
         "submitted": {},
     }
+
+
+def _seconding(item: ReviewItem) -> str:
+    """Under four eyes, the arguments the first reviewer approved, as the JSON a second
+    approval posts (it must cover the same operation); "" when there is none."""
+    first = item.approvals[0] if item.approvals else None
+    if first is None or first.arguments is None:
+        return ""
+    return canonical_json(first.arguments).decode()
 
 
 def _editable_json(value: Any) -> str:

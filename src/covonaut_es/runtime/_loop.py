@@ -483,6 +483,7 @@ def _admit(
                 trace_parent=trace_parent,
                 run_on_approval=item.tool.run_on_approval,
                 deadline=None if wait is None else now + wait,
+                rules=item.tool.review_rules(item.args),
             )
             return None
     if paused:

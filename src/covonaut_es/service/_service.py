@@ -188,7 +188,38 @@ class ThreadService:
                 deadline passed, by the service's clock, so it decides nothing).
             InvalidDecisionError: The decision names another operation digest than the
                 review's; nothing was recorded.
+            DecisionNotAllowedError: The review's tool allows no such decision or edit.
+            ReviewerNotPermittedError: The reviewer's scopes do not cover the review (or
+                the approved arguments' limits), or they approved it already under four
+                eyes; nothing was recorded.
+
+        Under four eyes a first approval is recorded in part: the returned decision's
+        ``partial`` is true and the review stays pending for a second reviewer.
         """
+        command = self._deciding(review_id, submission, reviewer)
+        return self._change(self._thread_of_review(review_id, thread_id), command)
+
+    def check_decision(
+        self,
+        review_id: str,
+        submission: ReviewSubmission,
+        *,
+        reviewer: Reviewer,
+        thread_id: str | None = None,
+    ) -> None:
+        """Raise what :meth:`decide` would raise now, recording nothing: for a surface
+        that takes several decisions at once and refuses them whole. The same command
+        runs on the thread as loaded, which is then dropped unsaved.
+
+        Raises:
+            ReviewerNotPermittedError: As :meth:`decide` (and its other errors alike).
+        """
+        thread = self.store.load(self._thread_of_review(review_id, thread_id))
+        self._deciding(review_id, submission, reviewer)(thread)
+
+    def _deciding(
+        self, review_id: str, submission: ReviewSubmission, reviewer: Reviewer
+    ) -> Callable[[AgentThread], ReviewDecision]:
         decision = _DECISIONS[submission.action]
 
         def decide(thread: AgentThread) -> ReviewDecision:
@@ -204,12 +235,13 @@ class ThreadService:
                 review_id,
                 decision,
                 reviewer=reviewer.id,
+                scopes=reviewer.scopes,
                 comment=submission.text,
                 arguments=submission.arguments,
                 now=self._clock(),
             )
 
-        return self._change(self._thread_of_review(review_id, thread_id), decide)
+        return decide
 
     # Deadlines ----------------------------------------------------------------------
 
