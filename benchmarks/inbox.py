@@ -93,8 +93,9 @@ def measure(ctx: Context, reviews: int, samples: int) -> dict[str, Any]:
                 pages.append(time.perf_counter() - start)
                 assert page.status_code == 200 and f"{reviews} pending" in page.text
             lags = []
+            reviewer = desk.reviewer(token)
             for index in range(samples):
-                review_id = desk.page(number=index + 1, size=1).items[0].review_id
+                review_id = desk.page(reviewer, number=index + 1, size=1).items[0].review_id
                 position = str(desk.position())
                 woke: list[float] = []
 

@@ -586,3 +586,47 @@ def test_an_open_pause_page_learns_the_thread_was_given_up(
     for button in ("send-answer", "abandon"):
         shown = bob.find_element(By.ID, button)
         assert not shown.is_enabled() and not shown.is_displayed()
+
+
+def test_a_review_under_a_policy_shows_its_text_and_only_its_actions_wide_and_narrow(
+    store: Store, inbox: str, browsers: tuple[Any, Any], axe: str, tmp_path: Path
+) -> None:
+    """A review under four eyes with a long description: the text is shown whole at 400
+    pixels, only the allowed forms are offered, and axe-core finds no critical or
+    serious violation before and after the first approval, which the page shows as in
+    part while the reviewer who gave it is no longer offered to approve."""
+    from covonaut_es import ReviewPolicy
+    from test_review_policy import pay
+
+    alice, _ = browsers
+    policy = ReviewPolicy(
+        decisions={"approved", "rejected"},
+        editable=("amount",),
+        describe=lambda args: f"Invoice 2026-118 for {args['to']}: " + "pay on receipt " * 12,
+        four_eyes=True,
+    )
+    tool = pay([], policy)
+    payment = json.dumps({"amount": 40, "to": LONG_PAYMENT["iban"]})
+    make_agent(store, [call(("c1", "pay", payment))], [], thread_id="policed", tool=tool).run(
+        "Pay the invoice."
+    )
+    open_review(alice, inbox, "policed")
+    review = alice.current_url
+    found = {}
+    for width in (1280, PHONE):
+        with viewport(alice, width):
+            alice.get(review)
+            forms = {f.get_attribute("id") for f in alice.find_elements(By.TAG_NAME, "form")}
+            assert {"approve-form", "edit-form", "reject-form"} <= forms
+            assert "respond-form" not in forms
+            assert clipped(alice, "#review-description, #four-eyes") == []
+            found[f"review at {width}"] = violations(alice, axe)
+            screenshot(alice, tmp_path / f"policy-review-{width}.png")
+    alice.find_element(By.ID, "approve").click()
+    until(alice, lambda d: "Approved in part by" in d.find_element(By.ID, "four-eyes").text)
+    assert not alice.find_elements(By.ID, "approve-form")
+    with viewport(alice, PHONE):
+        alice.get(review)
+        found["approved in part at 400"] = violations(alice, axe)
+        screenshot(alice, tmp_path / "policy-in-part-400.png")
+    assert found == {page: [] for page in found}

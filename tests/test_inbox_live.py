@@ -14,8 +14,11 @@ from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
 from covonaut_es import Store, open_store
+from covonaut_es.service import ThreadService
 from inbox_support import HOSTILE, current, inbox_client, paused, paused_on_tool, sign_in
 from test_approvals import ALICE, BOB, VERIFIER
+from test_review_deadlines import Clock
+from test_review_deadlines import paused as paused_with_deadline
 
 ORIGIN = {"Origin": "http://inbox.test"}
 
@@ -69,6 +72,19 @@ def test_the_review_status_says_who_decided_it_once_someone_did(store: Store) ->
         assert "&lt;script&gt;" in shown.text
         assert "live-b" in shown.text  # the next review
         assert 'id="live-status"' not in client.get("/review", params=query).text
+
+
+def test_the_review_status_says_when_the_review_expired(store: Store) -> None:
+    """A review past its deadline, expired by a sweep elsewhere: its open page learns
+    it failed closed (an expiry has no reviewer to name)."""
+    clock = Clock()
+    _, review_id = paused_with_deadline(store, clock, thread_id="expiring")
+    clock.advance(3600)
+    ThreadService(store, clock=clock).expire_reviews("expiring")
+    with inbox_client(store) as client:
+        sign_in(client, ALICE)
+        shown = client.get("/review/status", params={"id": review_id, "thread": "expiring"})
+        assert state_of(shown.text) == "decided" and "expired before anyone" in shown.text
 
 
 def test_a_stale_review_page_submit_is_refused_on_the_review_page(store: Store) -> None:

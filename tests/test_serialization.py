@@ -30,7 +30,9 @@ from covonaut_es.domain import (
     Interrupt,
     Label,
     PauseKind,
+    ReviewLimit,
     ReviewRequest,
+    ReviewRules,
     RunMode,
     StateDocument,
     ThreadSnapshot,
@@ -134,7 +136,22 @@ SAMPLES: dict[type, dict[str, Any]] = {
     AgentThread.CheckpointSaved: {"reason": CheckpointReason.INTERRUPT, "retain": 3},
     AgentThread.ReviewRequested: {
         "request": ReviewRequest(
-            "r1", "t", "pay", {"amount": 40.5, "to": ["a"]}, "d", "c1", run_on_approval=True
+            "r1",
+            "t",
+            "pay",
+            {"amount": 40.5, "to": ["a"]},
+            "d",
+            "c1",
+            run_on_approval=True,
+            deadline=NOW,
+            rules=ReviewRules(
+                decisions=(Decision.APPROVED, Decision.REJECTED),
+                editable=("amount",),
+                description="Pay 40.50 to a",
+                scopes=("payments",),
+                limits=(ReviewLimit("amount", 1000, ("payments:large",)),),
+                four_eyes=True,
+            ),
         )
     },
     AgentThread.ToolPinned: {"tool_call_id": "c1", "tool": _PIN},
@@ -154,12 +171,33 @@ SAMPLES: dict[type, dict[str, Any]] = {
         "comment": "halved",
         "arguments": {"amount": 20, "to": ["a"]},
     },
+    AgentThread.ReviewApprovedInPart: {
+        "review_id": "r1",
+        "digest": "d2",
+        "reviewer": "alice",
+        "comment": "first of two",
+        "arguments": {"amount": 20},
+    },
     AgentThread.ReviewResponded: {
         "review_id": "r1",
         "digest": "d",
         "reviewer": "alice",
         "decision": Decision.RESPONDED,
         "comment": "the balance is 12 EUR",
+    },
+    AgentThread.ReviewExpired: {
+        "review_id": "r1",
+        "digest": "d",
+        "reviewer": "",
+        "decision": Decision.EXPIRED,
+        "comment": "",
+        "deadline": NOW,
+    },
+    AgentThread.ReviewDeadlineNear: {
+        "thread_id": "t",
+        "review_id": "r1",
+        "tool_name": "pay",
+        "deadline": NOW,
     },
 }
 

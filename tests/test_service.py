@@ -164,9 +164,9 @@ def test_one_decision_verifies_once_and_loads_the_thread_once(
     writing: list[bool] = []
 
     class Counting(HmacReviewerVerifier):
-        def verify(self, credential: Any) -> str:
+        def identify(self, credential: Any) -> Reviewer:
             verified.append(credential)
-            return super().verify(credential)
+            return super().identify(credential)
 
     load = Store.load
 

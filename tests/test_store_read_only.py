@@ -8,6 +8,7 @@ import asyncio
 import inspect
 import os
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,8 @@ from covonaut_es.errors import ReadOnlyStoreError
 from covonaut_es.service import Settlement, ThreadService, review_submission
 from inbox_support import current, in_doubt, inbox_client, paused_on_tool
 from test_approvals import ALICE
+from test_review_deadlines import Clock
+from test_review_deadlines import paused as paused_with_deadline
 from test_service import RITA, VERIFIER, paused
 
 
@@ -44,12 +47,14 @@ COMMANDS: dict[str, Callable[[ThreadService, Any, str], object]] = {
     "request_retry": lambda s, who, _: s.request_retry("doubt", "c1", reviewer=who),
     "abandon": lambda s, who, _: s.abandon("review", "gone", reviewer=who),
     "label": lambda s, who, _: s.label("review", "seen"),
+    "expire_reviews": lambda s, who, _: s.expire_reviews("late"),
+    "note_deadlines_near": lambda s, who, _: s.note_deadlines_near("near", timedelta(days=2)),
     "session": lambda s, who, _: _session(s),
     "asession": lambda s, who, _: _asession(s),
 }
 """Every command of ThreadService that writes, run on a thread it would act on."""
 
-READERS = {"reviewer", "find_review"}
+READERS = {"reviewer", "find_review", "check_decision"}
 
 
 def test_the_commands_cover_every_writing_method_of_the_service() -> None:
@@ -61,13 +66,16 @@ def test_the_commands_cover_every_writing_method_of_the_service() -> None:
 
 @pytest.fixture
 def read_only(tmp_path: Path) -> Iterator[tuple[Store, str]]:
-    """A SQLite store with a review, a tool's pause and a call in doubt, opened
-    read-only; and the review's id."""
+    """A SQLite store with a review, a tool's pause, a call in doubt, a review past its
+    deadline and one a day from it, opened read-only; and the first review's id."""
     url = f"sqlite:///{tmp_path / 'threads.db'}"
     with open_store(url) as writable:
         _, review_id = paused(writable, "review")
         paused_on_tool(writable, "tool")
         in_doubt(writable, "doubt")
+        paused_with_deadline(writable, Clock(), thread_id="late")
+        now = Clock(datetime.now(UTC))
+        paused_with_deadline(writable, now, deadline=timedelta(days=1), thread_id="near")
     with open_store(url + "?mode=ro") as store:
         yield store, review_id
 

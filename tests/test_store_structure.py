@@ -20,8 +20,11 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "src" / "covonaut_es"
 BACKENDS = PACKAGE / "store" / "_backends"
 
-# Store's public names and signatures when it was five mixins; each must stay.
+# Store's public names and signatures when it was five mixins, and those added since;
+# each must stay.
 PUBLIC_SIGNATURES = {
+    "log_position": "(self, consumer: 'str') -> 'int'",
+    "record_log_position": "(self, consumer: 'str', position: 'int') -> 'None'",
     "abandon": "(self, thread_id: 'str', reason: 'str' = '', *, now: 'datetime | None' = None) -> 'None'",  # noqa: E501
     "acheckpoints": "(self, thread_id: 'str') -> 'tuple[Checkpoint, ...]'",
     "aexists": "(self, thread_id: 'str') -> 'bool'",

@@ -14,6 +14,7 @@ in the library imports it.
 import importlib
 from typing import TYPE_CHECKING
 
+from covonaut_es._review_policy import ReviewPolicy
 from covonaut_es.domain import (
     AgentThread,
     ThreadState,
@@ -27,7 +28,9 @@ from covonaut_es.errors import (
     InterruptError,
     InterruptPendingError,
     OutputValidationError,
+    ReviewerNotPermittedError,
     ReviewerNotVerifiedError,
+    ReviewExpiredError,
     SchemaVersionError,
     SerializationError,
     StalePauseError,
@@ -97,7 +100,10 @@ __all__ = [
     "ProviderRequest",
     "ProviderResponse",
     "RetryPolicy",
+    "ReviewExpiredError",
+    "ReviewPolicy",
     "ReviewQueue",
+    "ReviewerNotPermittedError",
     "ReviewerNotVerifiedError",
     "Role",
     "RunResult",

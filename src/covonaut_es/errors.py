@@ -237,6 +237,17 @@ class StaleReviewError(ThreadStateError):
     may have moved on. A review is decided once."""
 
 
+class ReviewExpiredError(StaleReviewError):
+    """The review's deadline passed before this decision: it failed closed (its
+    operation does not run), and no decision on it is recorded any more."""
+
+
+class NoticeDeliveryError(CovonautError, ConnectionError):
+    """A review notice was not delivered: its receiver refused it or could not be
+    reached. The notice is not lost: the sender tries it again, with the same
+    idempotency key, before any later one."""
+
+
 class StalePauseError(ThreadStateError):
     """The pause a request names (by the token its page or listing gave) is no longer
     pending: it was dealt with, and the thread may have moved on to another pause on
@@ -266,8 +277,21 @@ class InvalidDecisionError(CovonautError, ValueError):
     what is wrong with it. Nothing was recorded."""
 
 
+class DecisionNotAllowedError(InvalidDecisionError):
+    """The review's tool allows no such decision (a response where its policy allows
+    only approve or reject, an edit of an argument it keeps as requested, a second
+    approval of another operation than the first under four eyes). Nothing was
+    recorded."""
+
+
 class ReviewerNotVerifiedError(CovonautError, PermissionError):
     """The reviewer's credential could not be verified; nothing was recorded."""
+
+
+class ReviewerNotPermittedError(CovonautError, PermissionError):
+    """The verified reviewer may not make this decision: they lack a scope the review
+    (or a limit on its arguments) needs, or they approved it already and it needs a
+    second, different reviewer. Nothing was recorded."""
 
 
 class IdentityProviderUnavailableError(ReviewerNotVerifiedError, ConnectionError):

@@ -5,14 +5,16 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Mapping
+from datetime import timedelta
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
 import msgspec
 
 from covonaut_es import _logs
+from covonaut_es._review_policy import ReviewPolicy, ReviewPolicyFunction, review_rules
 from covonaut_es._schema import ArgumentsValidator, compile_schema, validation_error
-from covonaut_es.domain import ReviewDecision, ToolPin
+from covonaut_es.domain import ReviewDecision, ReviewRules, ToolPin
 from covonaut_es.errors import ConfigurationError, ToolArgumentsLimitError, ToolResultError
 from covonaut_es.messages import JsonValue, ToolCall, ToolSpec
 
@@ -21,6 +23,10 @@ ToolFunction = Callable[["ToolContext", dict[str, Any]], Any]
 
 ApprovalPolicy = Callable[[dict[str, Any]], bool]
 """``policy(args)``: whether a call with these validated arguments needs approval."""
+
+DeadlinePolicy = Callable[[dict[str, Any]], timedelta | None]
+"""``policy(args)``: how long a review of a call with these arguments may wait for a
+decision, or None for as long as it takes."""
 
 logger = _logs.logger("covonaut_es")
 
@@ -71,6 +77,13 @@ def check_seconds(name: str, value: object) -> None:
         raise ValueError(msg)
 
 
+def _check_deadline(_: Any, __: attrs.Attribute[Any], value: object) -> None:
+    if value is None or callable(value) or (isinstance(value, timedelta) and value > timedelta(0)):
+        return
+    msg = f"review_deadline must be a positive timedelta, a policy or None, got {value!r}"
+    raise ValueError(msg)
+
+
 def _check_name(_: Any, __: attrs.Attribute[str], value: str) -> None:
     if not value or not value.replace("_", "").replace("-", "").isalnum():
         msg = f"tool name must be letters, digits, '_' or '-', got {value!r}"
@@ -108,6 +121,14 @@ class Tool:
         pin: For a tool from a server (see :mod:`covonaut_es.mcp`), the tool exactly
             as its server listed it: recorded with each call, and covered by the
             digest an approval binds to. None for the application's own tools.
+        review_deadline: How long a review of a call may wait for a decision: a
+            positive ``timedelta``, or a policy ``policy(args) -> timedelta | None``
+            deciding per call. Past it the review expires and fails closed (the call
+            does not run). None (the default): a review waits as long as it takes.
+        review: The :class:`ReviewPolicy` of this tool's reviews (who may decide,
+            which decisions and edits, the text shown to the reviewer), or a function
+            ``policy(args) -> ReviewPolicy`` choosing one per call; None: any verified
+            reviewer may decide anything.
     """
 
     name: str = attrs.field(validator=_check_name)
@@ -127,6 +148,18 @@ class Tool:
     )
     timeout: float | None = attrs.field(kw_only=True, default=None, validator=check_timeout)
     pin: ToolPin | None = attrs.field(kw_only=True, default=None)
+    review_deadline: timedelta | DeadlinePolicy | None = attrs.field(
+        kw_only=True, default=None, validator=_check_deadline
+    )
+    review: ReviewPolicy | ReviewPolicyFunction | None = attrs.field(
+        kw_only=True,
+        default=None,
+        validator=attrs.validators.optional(
+            attrs.validators.or_(
+                attrs.validators.instance_of(ReviewPolicy), attrs.validators.is_callable()
+            )
+        ),
+    )
     _validator: ArgumentsValidator = attrs.field(init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:
@@ -161,6 +194,35 @@ class Tool:
         except Exception:
             logger.exception("approval policy of tool %r failed: approval required", self.name)
             return True
+
+    def deadline_of(self, args: dict[str, Any]) -> timedelta | None:
+        """How long a review of a call with these validated arguments may wait.
+
+        A policy that raises, or gives no positive ``timedelta`` nor None, fails closed:
+        the review expires at once, so no late decision can run the call.
+        """
+        deadline = self.review_deadline
+        if deadline is None or isinstance(deadline, timedelta):
+            return deadline
+        try:
+            found = deadline(args)
+        except Exception:
+            logger.exception("deadline policy of tool %r failed: the review expires", self.name)
+            return timedelta(0)
+        if found is None or (isinstance(found, timedelta) and found > timedelta(0)):
+            return found
+        logger.error(
+            "deadline policy of tool %r gave %r, not a positive timedelta or None: the "
+            "review expires",
+            self.name,
+            found,
+        )
+        return timedelta(0)
+
+    def review_rules(self, args: dict[str, Any]) -> ReviewRules | None:
+        """What a review of a call with these validated arguments allows, recorded with
+        its request (None: no policy). A policy function that raises fails closed."""
+        return review_rules(self.name, self.review, args)
 
 
 class ArgumentsError(ValueError):

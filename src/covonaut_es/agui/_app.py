@@ -43,6 +43,7 @@ from covonaut_es.errors import (
     InvalidRunInputError,
     InvalidThreadIdError,
     MaxTurnsExceededError,
+    ReviewerNotPermittedError,
     ReviewerNotVerifiedError,
     ReviewNotFoundError,
     ThreadBusyError,
@@ -60,6 +61,7 @@ logger = _logs.logger("covonaut_es.agui")
 REQUEST_ERRORS = (
     InvalidRunInputError,
     InvalidDecisionError,
+    ReviewerNotPermittedError,
     ReviewNotFoundError,
     ThreadNotFoundError,
     ThreadStateError,
@@ -224,7 +226,10 @@ async def _run(
             decided = await _decided(agent, service, run_input.resume, open_pauses, reviewer)
             for event in decided:
                 yield event
-            items: AsyncGenerator[StreamItem, None] | None = agent.astream_resume()
+            # Under four eyes a first approval leaves its review pending: nothing to run.
+            items: AsyncGenerator[StreamItem, None] | None = (
+                None if agent.pending_reviews else agent.astream_resume()
+            )
         else:
             items = _started(agent, run_input, open_pauses)
         translated = RunEvents(agent.messages)

@@ -82,7 +82,14 @@ def checked(
 def record(
     service: ThreadService, thread_id: str, answers: Sequence[Answer], reviewer: Reviewer
 ) -> None:
-    """Record the checked answers, each through the service layer under ``reviewer``."""
+    """Record the checked answers, each through the service layer under ``reviewer``,
+    once every decision among them passes its review's policy and the reviewer's scopes
+    (so that a refused one leaves the others unrecorded too)."""
+    for answer in answers:
+        if answer.submission is not None:
+            service.check_decision(
+                answer.interrupt_id, answer.submission, reviewer=reviewer, thread_id=thread_id
+            )
     for answer in answers:
         if answer.submission is not None:
             service.decide(

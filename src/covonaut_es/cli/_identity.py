@@ -26,6 +26,7 @@ _JWT_OPTIONS = (
     "jwt_key_file",
     "jwt_algorithms",
     "jwt_reviewer_claim",
+    "jwt_scopes_claim",
     "jwt_leeway",
 )
 
@@ -53,7 +54,8 @@ def acting_reviewer(
 
 def add_reviewer_options(parser: argparse.ArgumentParser) -> None:
     """Declare ``--jwt-issuer``, ``--jwt-audience``, ``--jwt-jwks-url`` or
-    ``--jwt-key-file``, ``--jwt-algorithm``, ``--jwt-reviewer-claim`` and ``--jwt-leeway``
+    ``--jwt-key-file``, ``--jwt-algorithm``, ``--jwt-reviewer-claim``,
+    ``--jwt-scopes-claim`` and ``--jwt-leeway``
     on a subcommand; :func:`reviewer_verifier_from` reads them."""
     group = parser.add_argument_group(
         "reviewer identity",
@@ -82,6 +84,11 @@ def add_reviewer_options(parser: argparse.ArgumentParser) -> None:
         help="the claim naming the reviewer (default: sub), e.g. email",
     )
     group.add_argument(
+        "--jwt-scopes-claim",
+        metavar="CLAIM",
+        help="the claim holding the reviewer's scopes or roles (default: scope), e.g. roles",
+    )
+    group.add_argument(
         "--jwt-leeway", type=float, metavar="SECONDS", help="clock skew allowed (default: 30)"
     )
 
@@ -108,6 +115,7 @@ def reviewer_verifier_from(args: argparse.Namespace) -> ReviewerVerifier:
     given: dict[str, Any] = {
         "algorithms": args.jwt_algorithms,
         "reviewer_claim": args.jwt_reviewer_claim,
+        "scopes_claim": args.jwt_scopes_claim,
         "leeway_seconds": args.jwt_leeway,
     }
     return JwtReviewerVerifier(

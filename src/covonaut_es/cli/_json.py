@@ -190,8 +190,13 @@ _DECISION = _object(
             "type": "object",
             "description": "the edited arguments an approval covers, when edited",
         },
+        "partial": {
+            "const": True,
+            "description": "under four eyes, a first approval: it waits for a second, "
+            "different reviewer and authorizes nothing yet",
+        },
     },
-    optional=["arguments"],
+    optional=["arguments", "partial"],
 )
 _NULLABLE_STRING: dict[str, Any] = {"type": ["string", "null"]}
 _WAITING_FOR: dict[str, Any] = {
@@ -368,7 +373,14 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             ),
         }
     ),
-    "token issue": _object({"token": _STRING, "reviewer": _STRING, "expires_at": _TIME}),
+    "token issue": _object(
+        {
+            "token": _STRING,
+            "reviewer": _STRING,
+            "scopes": _array(_STRING),
+            "expires_at": _TIME,
+        }
+    ),
     "workers": _array(
         _object(
             {

@@ -82,6 +82,11 @@ def chain_key(args: argparse.Namespace) -> str | None:
     return _key_from_variable("--chain-key-env", args.chain_key_env)
 
 
+def webhook_secret(args: argparse.Namespace) -> str | None:
+    """The webhook's signing secret from the variable ``--webhook-secret-env`` names."""
+    return _key_from_variable("--webhook-secret-env", args.webhook_secret_env)
+
+
 def _key_from_variable(option: str, name: str | None) -> str | None:
     """The secret in the environment variable ``name`` that ``option`` gave, if any."""
     if not name:

@@ -142,10 +142,12 @@ def _review_row(item: PendingReview) -> dict[str, str]:
 
 def _details(item: PendingReview) -> str:
     """A review's or a call in doubt's arguments (canonical JSON when they are a JSON
-    object, else as the model wrote them), or a tool's pause's reason."""
+    object, else as the model wrote them) and a review's description from its tool, or
+    a tool's pause's reason (the table neutralizes them as it prints)."""
     arguments = review_arguments(item)
     if arguments is not None:
-        return canonical(arguments)
+        description = item.rules.description
+        return canonical(arguments) + (f" — {description}" if description else "")
     return call_arguments_text(item) or item.reason
 
 
@@ -223,6 +225,8 @@ def _decide(args: argparse.Namespace, submission: ReviewSubmission) -> int:
             "comment": decision.comment,
             "decided_at": utc(decision.decided_at),
             **({} if decision.arguments is None else {"arguments": decision.arguments}),
+            # Under four eyes: the first approval, which waits for a second reviewer.
+            **({"partial": True} if decision.partial else {}),
         },
     )
     return EXIT_OK

@@ -77,11 +77,19 @@ def add_token_commands(subcommands: Subcommands) -> None:
     parser.add_argument(
         "--ttl", required=True, type=float, metavar="SECONDS", help="how long the token is valid"
     )
+    parser.add_argument(
+        "--scope",
+        dest="scopes",
+        action="append",
+        default=[],
+        metavar="SCOPE",
+        help="a scope the token grants, which a tool's review policy may require (repeatable)",
+    )
     add_json_option(parser)
 
 
 def issue(args: argparse.Namespace) -> int:
-    """``token issue --reviewer ID --ttl SECONDS``: prints the token."""
+    """``token issue --reviewer ID --ttl SECONDS [--scope SCOPE]...``: prints the token."""
     if not args.reviewer:
         msg = "--reviewer needs a non-empty reviewer id"
         raise UsageError(msg)
@@ -91,9 +99,19 @@ def issue(args: argparse.Namespace) -> int:
             f"(a year and a day), got {args.ttl:g}"
         )
         raise UsageError(msg)
+    if not all(args.scopes):
+        msg = "--scope needs a non-empty scope"
+        raise UsageError(msg)
     now = time.time()
-    token = reviewer_verifier(clock=now).issue_token(args.reviewer, ttl_seconds=args.ttl)
+    token = reviewer_verifier(clock=now).issue_token(
+        args.reviewer, ttl_seconds=args.ttl, scopes=args.scopes
+    )
     expires_at = datetime.fromtimestamp(now + args.ttl, tz=UTC)
-    value = {"token": token, "reviewer": args.reviewer, "expires_at": expires_at}
+    value = {
+        "token": token,
+        "reviewer": args.reviewer,
+        "scopes": args.scopes,
+        "expires_at": expires_at,
+    }
     emit_value(args, value, lambda v: [token])
     return EXIT_OK

@@ -1,6 +1,10 @@
 """Running and watching workers: ``worker`` runs ready threads until stopped, ``workers``
 lists the live workers of a store and the threads they hold.
 
+``worker`` also expires reviews past their deadline; with ``--webhook`` it posts the
+review notices (a review asked for, a deadline near ``--notice-lead`` seconds away) to
+a URL, signed with the secret in the variable ``--webhook-secret-env`` names.
+
 ``worker`` stops gracefully on SIGTERM or Ctrl-C: it finishes the steps it is running,
 releases their leases and exits 0, as a container platform expects. ``worker --once``
 exits 1 when a step failed, naming the threads on stderr, so that cron or a test sees it.
@@ -16,16 +20,22 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Iterator
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from covonaut_es._text import printable
 from covonaut_es.cli._command import EXIT_FAILURES, EXIT_OK, Subcommands, UsageError, add_command
 from covonaut_es.cli._json import emit_records, utc
-from covonaut_es.cli._options import add_store_command, add_store_options, open_from
+from covonaut_es.cli._options import (
+    add_store_command,
+    add_store_options,
+    open_from,
+    webhook_secret,
+)
+from covonaut_es.errors import ConfigurationError
 from covonaut_es.runtime import AgentConfig
 from covonaut_es.store import CallRunning, WorkerRecord
-from covonaut_es.workers import Worker
+from covonaut_es.workers import ReviewNotifier, WebhookNotifier, Worker
 
 
 def add_worker_commands(subcommands: Subcommands) -> None:
@@ -51,6 +61,22 @@ def add_worker_commands(subcommands: Subcommands) -> None:
         action="store_true",
         help="run what is ready, then exit (1 if a step failed)",
     )
+    parser.add_argument(
+        "--webhook",
+        metavar="URL",
+        help="post review notices (asked for, deadline near) to this URL, signed",
+    )
+    parser.add_argument(
+        "--webhook-secret-env",
+        metavar="VAR",
+        help="the environment variable holding the webhook's signing secret",
+    )
+    parser.add_argument(
+        "--notice-lead",
+        type=float,
+        metavar="SECONDS",
+        help="note a review this long before its deadline (default: no such notice)",
+    )
     add_store_command(
         subcommands,
         "workers",
@@ -69,8 +95,21 @@ def worker(args: argparse.Namespace) -> int:
         logging.basicConfig(
             level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
         )
+    notifier = _notifier(args)
+    lead = None
+    if args.notice_lead is not None:
+        if not 0 < args.notice_lead < 10**9:
+            msg = f"--notice-lead must be a positive number of seconds, got {args.notice_lead}"
+            raise UsageError(msg)
+        lead = timedelta(seconds=args.notice_lead)
     with open_from(args, writes=True) as store:
-        running = Worker(store, make_config, concurrency=args.concurrency)
+        running = Worker(
+            store,
+            make_config,
+            concurrency=args.concurrency,
+            notifier=notifier,
+            notice_lead=lead,
+        )
         with _stopping_on_signals(running):
             summary = running.run(once=args.once)
     if args.once and summary.failed:
@@ -84,6 +123,25 @@ def worker(args: argparse.Namespace) -> int:
         print(f"covonaut-es worker: {which}; the log above says why", file=sys.stderr)
         return EXIT_FAILURES
     return EXIT_OK
+
+
+def _notifier(args: argparse.Namespace) -> ReviewNotifier | None:
+    """The webhook notifier ``--webhook`` and ``--webhook-secret-env`` describe."""
+    secret = webhook_secret(args)
+    if args.webhook is None:
+        if secret is not None:
+            raise UsageError("--webhook-secret-env is for --webhook URL, which is missing")
+        return None
+    if secret is None:
+        msg = (
+            "--webhook needs --webhook-secret-env VAR, the environment variable holding "
+            "the secret its notices are signed with"
+        )
+        raise UsageError(msg)
+    try:
+        return WebhookNotifier(args.webhook, secret)
+    except ConfigurationError as exc:
+        raise UsageError(str(exc)) from exc
 
 
 @contextlib.contextmanager

@@ -13,11 +13,14 @@ domain classes and msgspec), never a layer above it.
 from covonaut_es.domain._calls import requested_call
 from covonaut_es.domain._canonical import canonical_json
 from covonaut_es.domain._ids import check_thread_id, check_thread_stream, thread_aggregate_id
+from covonaut_es.domain._review_rules import may_decide
 from covonaut_es.domain._reviews import (
     Decision,
     Review,
     ReviewDecision,
+    ReviewLimit,
     ReviewRequest,
+    ReviewRules,
     operation_digest,
 )
 from covonaut_es.domain._snapshot import ThreadSnapshot
@@ -57,7 +60,9 @@ __all__ = [
     "PendingToolCall",
     "Review",
     "ReviewDecision",
+    "ReviewLimit",
     "ReviewRequest",
+    "ReviewRules",
     "RunMode",
     "SessionTree",
     "StateDocument",
@@ -73,6 +78,7 @@ __all__ = [
     "canonical_json",
     "check_thread_id",
     "check_thread_stream",
+    "may_decide",
     "operation_digest",
     "requested_call",
     "thread_aggregate_id",

@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import enum
 import hashlib
-from datetime import datetime
+from collections.abc import Mapping
+from datetime import datetime, timedelta
 from typing import Any
 
 import msgspec
 
 from covonaut_es.domain._canonical import canonical_json
 from covonaut_es.domain._tool_pins import ToolPin
-from covonaut_es.errors import ReviewNotFoundError, StaleReviewError
+from covonaut_es.errors import ReviewExpiredError, ReviewNotFoundError, StaleReviewError
 
 # Values ---------------------------------------------------------------------------------
 
@@ -32,6 +33,73 @@ class Decision(enum.StrEnum):
     RESPONDED = "responded"
     """The reviewer answered in the tool's place: the answer is the call's result and
     the operation never runs."""
+    EXPIRED = "expired"
+    """No reviewer decided before the review's deadline: it failed closed, so the
+    operation never runs, and the thread goes on as after a rejection."""
+
+
+ALL_DECISIONS = (Decision.APPROVED, Decision.REJECTED, Decision.RESPONDED)
+"""The decisions a review allows unless its tool's policy says otherwise."""
+
+MAX_DESCRIPTION_CHARS = 4000
+"""The longest description a review request records; a longer one is cut there."""
+
+
+class ReviewLimit(msgspec.Struct, frozen=True):
+    """Above ``maximum``, the argument ``argument`` needs one of ``scopes`` to approve.
+
+    Checked on the arguments an approval covers (the reviewer's edit, if any): an
+    edit cannot raise an amount past what its reviewer may approve. A value that is no
+    number (or a boolean) counts as above every limit; an argument that is absent is
+    under it.
+
+    Attributes:
+        argument: A top-level argument's name, e.g. ``"amount"``.
+        maximum: The largest value approvable without ``scopes``.
+        scopes: The scopes of which a reviewer needs one to approve more.
+    """
+
+    argument: str
+    maximum: int | float
+    scopes: tuple[str, ...]
+
+    def exceeded_by(self, arguments: Mapping[str, Any]) -> bool:
+        """Whether ``arguments`` hold this argument above the maximum."""
+        if self.argument not in arguments:
+            return False
+        value = arguments[self.argument]
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return True
+        return value > self.maximum
+
+
+class ReviewRules(msgspec.Struct, frozen=True, omit_defaults=True):
+    """What a review's tool allows, as recorded in the request (see the module).
+
+    Attributes:
+        decisions: The decisions a reviewer may make.
+        editable: The top-level arguments an approval may change (add, remove or
+            alter); None: any. An empty tuple forbids editing.
+        description: Text for the reviewer, built by the tool from the arguments;
+            shown as text, never as markup.
+        scopes: A reviewer needs one of these to decide; empty: any verified reviewer.
+        limits: Argument values above which an approval needs more scope.
+        four_eyes: An approval takes two different reviewers: the first is recorded
+            as an approval in part, the second completes it; a rejection by either
+            rejects.
+    """
+
+    decisions: tuple[Decision, ...] = ALL_DECISIONS
+    editable: tuple[str, ...] | None = None
+    description: str = ""
+    scopes: tuple[str, ...] = ()
+    limits: tuple[ReviewLimit, ...] = ()
+    four_eyes: bool = False
+
+
+DEFAULT_RULES = ReviewRules()
+"""The rules of a review whose tool declares no policy (and of reviews recorded before
+policies existed): any verified reviewer may decide anything."""
 
 
 class ReviewRequest(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -55,6 +123,10 @@ class ReviewRequest(msgspec.Struct, frozen=True, omit_defaults=True):
             arguments, when the thread next runs (``Tool(run_on_approval=True)``): no
             model call is needed to run it. False: the approval authorizes the model's
             next call of the same operation.
+        deadline: When the review expires unless decided (see ``Tool.review_deadline``);
+            None when it waits for a decision as long as it takes.
+        rules: What the tool's review policy allows on this review (who may decide,
+            which decisions, which edits); None: anything, for any verified reviewer.
     """
 
     review_id: str
@@ -66,6 +138,13 @@ class ReviewRequest(msgspec.Struct, frozen=True, omit_defaults=True):
     tool: ToolPin | None = None
     tool_changed: str = ""
     run_on_approval: bool = False
+    deadline: datetime | None = None
+
+    def expired(self, now: datetime) -> bool:
+        """Whether the review's deadline has passed at ``now``: no decision counts then."""
+        return self.deadline is not None and now >= self.deadline
+
+    rules: ReviewRules | None = None
 
     def to_data(self) -> dict[str, Any]:
         """The request as plain JSON data, sharing nothing with this object."""
@@ -89,6 +168,8 @@ class ReviewDecision(msgspec.Struct, frozen=True):
         arguments: For an approval with edited arguments, the arguments the reviewer
             approved instead of the requested ones; ``digest`` is then theirs. None
             otherwise.
+        partial: Under four eyes, a first reviewer's approval in part: it authorizes
+            nothing until a second, different reviewer approves.
     """
 
     review_id: str
@@ -99,6 +180,7 @@ class ReviewDecision(msgspec.Struct, frozen=True):
     decided_at: datetime
     thread_id: str
     arguments: dict[str, Any] | None = None
+    partial: bool = False
 
 
 class Review(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -110,12 +192,17 @@ class Review(msgspec.Struct, frozen=True, omit_defaults=True):
         used_by: For an approval, the id of the tool call it authorized, once used.
         used_by_key: That call's idempotency key: unlike call ids, which models may
             repeat, it names one recorded call.
+        warned: Whether a notice that its deadline nears was recorded.
+        approvals: Under four eyes, the approval in part of the first reviewer while
+            the review waits for a second.
     """
 
     request: ReviewRequest
     decision: ReviewDecision | None = None
     used_by: str | None = None
     used_by_key: str | None = None
+    warned: bool = False
+    approvals: tuple[ReviewDecision, ...] = ()
 
     @property
     def pending(self) -> bool:
@@ -177,7 +264,8 @@ class ReviewLedger(msgspec.Struct, frozen=True):
 
         Raises:
             ReviewNotFoundError: This thread has no such review.
-            StaleReviewError: The review was decided already.
+            StaleReviewError: The review was decided already (``ReviewExpiredError``:
+                it expired).
         """
         review = self.get(review_id)
         if review is None:
@@ -186,6 +274,14 @@ class ReviewLedger(msgspec.Struct, frozen=True):
                 "through the agent of the thread named in its request"
             )
             raise ReviewNotFoundError(msg)
+        if review.decision is not None and review.decision.decision is Decision.EXPIRED:
+            msg = (
+                f"review {review_id!r} of thread {thread_id!r} expired at "
+                f"{_deadline_text(review.request)} without a decision: it failed closed "
+                "and decides nothing now; a new call of the operation, after new user "
+                "input, asks for a new review"
+            )
+            raise ReviewExpiredError(msg)
         if review.decision is not None:
             msg = (
                 f"review {review_id!r} of thread {thread_id!r} was already "
@@ -200,6 +296,22 @@ class ReviewLedger(msgspec.Struct, frozen=True):
     def pending(self) -> tuple[Review, ...]:
         """Reviews awaiting a decision."""
         return tuple(r for r in self.reviews if r.pending)
+
+    def due(self, now: datetime) -> tuple[Review, ...]:
+        """Pending reviews whose deadline has passed at ``now``."""
+        return tuple(r for r in self.pending if r.request.expired(now))
+
+    def nearing(self, now: datetime, lead: timedelta) -> tuple[Review, ...]:
+        """Pending reviews not yet warned of whose deadline is less than ``lead`` away
+        at ``now`` and has not passed."""
+        return tuple(
+            r
+            for r in self.pending
+            if not r.warned
+            and r.request.deadline is not None
+            and not r.request.expired(now)
+            and now >= r.request.deadline - lead
+        )
 
     def awaiting(self, tool_call_id: str) -> Review | None:
         """The pending review that holds back that call, if any."""
@@ -270,6 +382,12 @@ class ReviewLedger(msgspec.Struct, frozen=True):
         """With a new pending review."""
         return msgspec.structs.replace(self, reviews=(*self.reviews, Review(request)))
 
+    def approved_in_part(self, approval: ReviewDecision) -> ReviewLedger:
+        """With a first reviewer's approval in part of a review under four eyes."""
+        review = self.get(approval.review_id)
+        assert review is not None
+        return self._replace(approval.review_id, approvals=(*review.approvals, approval))
+
     def decided(self, decision: ReviewDecision) -> ReviewLedger:
         """With a review's decision recorded."""
         return self._replace(decision.review_id, decision=decision)
@@ -277,6 +395,10 @@ class ReviewLedger(msgspec.Struct, frozen=True):
     def used(self, review_id: str, tool_call_id: str, idempotency_key: str) -> ReviewLedger:
         """With an approval marked as used by a call."""
         return self._replace(review_id, used_by=tool_call_id, used_by_key=idempotency_key)
+
+    def warned(self, review_id: str) -> ReviewLedger:
+        """With a review's nearing deadline noted."""
+        return self._replace(review_id, warned=True)
 
     def lapsed(self) -> ReviewLedger:
         """With every decision so far no longer standing (new user input)."""
@@ -317,6 +439,11 @@ def decision_text(review: Review) -> str:
     decided, request = review.decision, review.request
     if decided.decision is Decision.RESPONDED:
         return decided.comment
+    if decided.decision is Decision.EXPIRED:
+        return (
+            f"Expired (review {decided.review_id}): no reviewer decided by "
+            f"{_deadline_text(request)}. The operation did not run."
+        )
     if decided.decision is Decision.REJECTED:
         return (
             f"Rejected by {decided.reviewer} (review {decided.review_id}): "
@@ -354,6 +481,11 @@ def refusal_text(review: Review) -> str:
     """The tool result of a call that a standing decision keeps from running."""
     decided = review.decision
     assert decided is not None
+    if decided.decision is Decision.EXPIRED:
+        return (
+            f"Not executed: review {decided.review_id} of this operation expired at "
+            f"{_deadline_text(review.request)} without a decision."
+        )
     if decided.decision is Decision.REJECTED:
         return (
             f"Not executed: this operation was rejected by {decided.reviewer} "
@@ -364,3 +496,8 @@ def refusal_text(review: Review) -> str:
         f"(review {decided.review_id}) was already used by call {review.used_by}; an "
         "approval covers one execution."
     )
+
+
+def _deadline_text(request: ReviewRequest) -> str:
+    assert request.deadline is not None
+    return request.deadline.isoformat()

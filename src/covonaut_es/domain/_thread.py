@@ -14,7 +14,7 @@ explicit ``TOPIC``, never where its class lives.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from types import MappingProxyType
 from typing import Any
 from uuid import UUID
@@ -31,11 +31,13 @@ from covonaut_es.domain._pauses import (
     paused_by_its_tool,
     pauses_of,
 )
+from covonaut_es.domain._review_rules import check_decision
 from covonaut_es.domain._reviews import (
     Decision,
     ReviewDecision,
     ReviewLedger,
     ReviewRequest,
+    ReviewRules,
     decision_text,
     operation_digest,
     review_reason,
@@ -63,6 +65,7 @@ from covonaut_es.errors import (
     InterruptPendingError,
     MissingToolCallError,
     NotInterruptedError,
+    ReviewExpiredError,
     ReviewPendingError,
     ThreadStateError,
     ToolCallsInDoubtError,
@@ -556,6 +559,58 @@ class AgentThread(Aggregate, created_event_name="Started"):
 
         TOPIC = "covonaut.thread.ReviewResponded"
 
+    class ReviewExpired(ReviewDecided):
+        """No reviewer decided before the review's ``deadline``: the review failed
+        closed. ``decision`` is ``EXPIRED`` and ``reviewer`` empty; the held-back call's
+        result says the operation did not run."""
+
+        TOPIC = "covonaut.thread.ReviewExpired"
+
+        deadline: datetime
+
+    class ReviewDeadlineNear(Event):
+        """A pending review's deadline is near: recorded once per review, so that a
+        notice goes out once (the notices follow the log, and this event says all a
+        notice tells: the thread, which may be a fork that inherited the review, the
+        review, its tool and its deadline)."""
+
+        TOPIC = "covonaut.thread.ReviewDeadlineNear"
+
+        thread_id: str
+        review_id: str
+        tool_name: str
+        deadline: datetime
+
+        def apply(self, thread: AgentThread) -> None:
+            thread.reviews = thread.reviews.warned(self.review_id)
+
+    class ReviewApprovedInPart(Event):
+        """Under four eyes, a first verified reviewer approved the operation (with
+        ``arguments`` as their edit, if not None): the review waits for a second,
+        different reviewer, and nothing is authorized yet."""
+
+        TOPIC = "covonaut.thread.ReviewApprovedInPart"
+
+        review_id: str
+        digest: str
+        reviewer: str
+        comment: str
+        arguments: dict[str, Any] | None = None
+
+        def apply(self, thread: AgentThread) -> None:
+            approval = ReviewDecision(
+                self.review_id,
+                self.digest,
+                Decision.APPROVED,
+                self.reviewer,
+                self.comment,
+                decided_at=self.timestamp,
+                thread_id=thread.thread_id,
+                arguments=self.arguments,
+                partial=True,
+            )
+            thread.reviews = thread.reviews.approved_in_part(approval)
+
     class ApprovalUsed(Event):
         """An approval authorized one call, recorded before the call runs; it
         authorizes no other."""
@@ -958,6 +1013,8 @@ class AgentThread(Aggregate, created_event_name="Started"):
         tool: ToolPin | None = None,
         trace_parent: str = "",
         run_on_approval: bool = False,
+        deadline: datetime | None = None,
+        rules: ReviewRules | None = None,
     ) -> ReviewRequest:
         """Hold back an open call for a person's review of its exact operation, and
         pause the run on it: the request is the interrupt's data.
@@ -965,10 +1022,12 @@ class AgentThread(Aggregate, created_event_name="Started"):
         ``run_on_approval``: an approval runs this very call, with the approved
         arguments, when the thread next runs (see :attr:`approved_calls`); otherwise it
         authorizes the model's next call of the operation.
+        ``deadline``: when the review expires unless decided (:meth:`expire_reviews`).
 
         ``tool``: for a tool from a server, the tool as the model was offered it; the
         request then says so when an earlier review of the same name covered another.
         ``trace_parent``: the traced run's context (see ``Interrupt.trace_parent``).
+        ``rules``: what the tool's review policy allows on this review (None: anything).
         """
         self._open_call(call.id)
         earlier = next(
@@ -989,6 +1048,8 @@ class AgentThread(Aggregate, created_event_name="Started"):
             tool=tool,
             tool_changed=change_note(earlier, tool),
             run_on_approval=run_on_approval,
+            deadline=deadline,
+            rules=rules,
         )
         self.trigger_event(self.ReviewRequested, request=request, timestamp=now)
         interrupt = Interrupt(
@@ -1011,52 +1072,135 @@ class AgentThread(Aggregate, created_event_name="Started"):
         comment: str,
         now: datetime,
         arguments: dict[str, Any] | None = None,
+        scopes: tuple[str, ...] = (),
     ) -> ReviewDecision:
         """Record a verified reviewer's decision, and as the held-back call's result
-        what it means for the model. ``reviewer`` must come from a verifier. An approval
-        of a review that runs its call records no result: the call stays open, held back
-        until the thread's next run spends the approval and runs it.
+        what it means for the model. ``reviewer`` and ``scopes`` must come from a
+        verifier; the decision must pass the review's rules (``check_decision``). An
+        approval of a review that runs its call records no result: the call stays open,
+        held back until the thread's next run spends the approval and runs it.
 
         ``arguments``, only with an approval, are the reviewer's edit of the requested
         arguments: the approval then covers them instead (an edit equal to the request
         is a plain approval). A ``RESPONDED`` decision makes ``comment`` the call's
-        result: the reviewer answers in the tool's place.
+        result: the reviewer answers in the tool's place. Under four eyes, a first
+        approval is recorded in part (the returned decision's ``partial`` is true) and
+        the review stays pending for a second, different reviewer.
+
+        Raises:
+            ReviewExpiredError: ``now`` is at or past the review's deadline.
+            ReviewerNotPermittedError: The review's rules do not let this reviewer
+                decide it so; nothing is recorded.
+            DecisionNotAllowedError: The tool's policy allows no such decision or edit.
         """
         self._refuse_if_abandoned("a decision")
         review = self.reviews.undecided(review_id, thread_id=self.thread_id)
+        if review.request.expired(now):
+            assert review.request.deadline is not None
+            msg = (
+                f"review {review_id!r} of thread {self.thread_id!r} expired at "
+                f"{review.request.deadline.isoformat()}, before this decision at "
+                f"{now.isoformat()}: it failed closed and nothing was recorded; the "
+                "operation does not run unless the model asks again and a new review "
+                "approves it"
+            )
+            raise ReviewExpiredError(msg)
+        request = review.request
         if (
             arguments is not None
-            and operation_digest(review.request.tool_name, arguments, review.request.tool)
-            == review.request.digest
+            and operation_digest(request.tool_name, arguments, request.tool) == request.digest
         ):
             arguments = None
+        if arguments is not None and decision is not Decision.APPROVED:
+            msg = f"only an approval takes edited arguments, not a decision {decision!r}"
+            raise ThreadStateError(msg)
+        edited = None if arguments is None else msgspec.json.decode(canonical_json(arguments))
+        digest = (
+            request.digest
+            if edited is None
+            else operation_digest(request.tool_name, edited, request.tool)
+        )
+        check_decision(
+            review, decision, reviewer=reviewer, scopes=scopes, arguments=edited, digest=digest
+        )
         fields: dict[str, Any] = {
             "review_id": review_id,
             "reviewer": reviewer,
-            "decision": decision,
             "comment": comment,
+            "digest": digest,
             "timestamp": now,
         }
-        if arguments is not None:
-            if decision is not Decision.APPROVED:
-                msg = f"only an approval takes edited arguments, not a decision {decision!r}"
-                raise ThreadStateError(msg)
-            edited = msgspec.json.decode(canonical_json(arguments))
-            digest = operation_digest(review.request.tool_name, edited, review.request.tool)
+        rules = request.rules
+        if (
+            decision is Decision.APPROVED
+            and rules is not None
+            and rules.four_eyes
+            and not review.approvals
+        ):
+            self.trigger_event(self.ReviewApprovedInPart, arguments=edited, **fields)
+            in_part = self.reviews.get(review_id)
+            assert in_part is not None
+            return in_part.approvals[-1]
+        if edited is not None:
             self.trigger_event(
-                self.ReviewApprovedWithEdits, digest=digest, arguments=edited, **fields
+                self.ReviewApprovedWithEdits, decision=decision, arguments=edited, **fields
             )
         else:
             event = self.ReviewResponded if decision is Decision.RESPONDED else self.ReviewDecided
-            self.trigger_event(event, digest=review.request.digest, **fields)
+            self.trigger_event(event, decision=decision, **fields)
         decided = self.reviews.get(review_id)
         assert decided is not None and decided.decision is not None
         if decided.runs_call:
             return decided.decision
         self.record_tool_result(
-            review.request.tool_call_id, decision_text(decided), ToolOutcome.NOT_EXECUTED, now=now
+            request.tool_call_id, decision_text(decided), ToolOutcome.NOT_EXECUTED, now=now
         )
         return decided.decision
+
+    def expire_reviews(self, *, now: datetime) -> tuple[ReviewDecision, ...]:
+        """Expire every pending review whose deadline has passed at ``now``: each fails
+        closed, its held-back call's result saying the operation did not run, as after
+        a rejection. A thread given up expires nothing (it decides no review).
+        """
+        if self.status is ThreadStatus.ABANDONED:
+            return ()
+        expired = []
+        for review in self.reviews.due(now):
+            request = review.request
+            self.trigger_event(
+                self.ReviewExpired,
+                review_id=request.review_id,
+                digest=request.digest,
+                reviewer="",
+                decision=Decision.EXPIRED,
+                comment="",
+                deadline=request.deadline,
+                timestamp=now,
+            )
+            decided = self.reviews.get(request.review_id)
+            assert decided is not None and decided.decision is not None
+            self.record_tool_result(
+                request.tool_call_id, decision_text(decided), ToolOutcome.NOT_EXECUTED, now=now
+            )
+            expired.append(decided.decision)
+        return tuple(expired)
+
+    def note_deadlines_near(self, *, lead: timedelta, now: datetime) -> tuple[ReviewRequest, ...]:
+        """Record, once per review, that a pending review's deadline is less than
+        ``lead`` away at ``now``; the requests noted. Nothing for a thread given up."""
+        if self.status is ThreadStatus.ABANDONED:
+            return ()
+        nearing = self.reviews.nearing(now, lead)
+        for review in nearing:
+            self.trigger_event(
+                self.ReviewDeadlineNear,
+                thread_id=self.thread_id,
+                review_id=review.request.review_id,
+                tool_name=review.request.tool_name,
+                deadline=review.request.deadline,
+                timestamp=now,
+            )
+        return tuple(r.request for r in nearing)
 
     def use_approval(self, review_id: str, tool_call_id: str, *, now: datetime) -> ReviewDecision:
         """Spend an unused approval on an open call of its operation, before it runs."""
@@ -1256,7 +1400,8 @@ triggered again by a rebase."""
 
 _COMMUTING = (
     AgentThread.Labelled,
-    AgentThread.ReviewDecided,  # and its subclasses, the edited approval and the response
+    AgentThread.ReviewDecided,  # and its subclasses: edited approval, response, expiry
+    AgentThread.ReviewDeadlineNear,
     AgentThread.InterruptAnswered,
     AgentThread.Abandoned,
 )

@@ -104,8 +104,8 @@ def _thread_named(request: Request) -> str | None:
 
 
 async def _reviews(inbox: Inbox, request: Request) -> Any:
-    await _credential(inbox, request, changes=False)
-    reviews = await blocking(inbox.desk.reviews)
+    reviewer = await _credential(inbox, request, changes=False)
+    reviews = await blocking(inbox.desk.reviews, reviewer)
     return [review.to_json() for review in reviews]
 
 
@@ -144,8 +144,8 @@ def _decider(action: Action) -> Callable[[Inbox, Request], Awaitable[Any]]:
 
 
 async def _pauses(inbox: Inbox, request: Request) -> Any:
-    await _credential(inbox, request, changes=False)
-    pauses = await blocking(inbox.desk.pauses)
+    reviewer = await _credential(inbox, request, changes=False)
+    pauses = await blocking(inbox.desk.pauses, reviewer)
     return [pause.to_json() for pause in pauses]
 
 

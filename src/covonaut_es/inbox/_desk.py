@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import attrs
 from eventsourcing.projection import BaseProjectionRunner
 
-from covonaut_es.domain import PauseKind, ReviewDecision, ThreadState, ThreadStatus
+from covonaut_es.domain import PauseKind, ReviewDecision, ThreadState, ThreadStatus, may_decide
 from covonaut_es.errors import ThreadNotFoundError
 from covonaut_es.inbox._items import (
     Page,
@@ -97,19 +97,19 @@ class ReviewDesk:
         self._check_following()
         return self.queue.position()
 
-    def pending(self) -> tuple[PendingReview, ...]:
+    def pending(self, reviewer: Reviewer | None = None) -> tuple[PendingReview, ...]:
         """Every pause the queue holds, oldest first, less those this desk recorded a
-        change to that the queue has not caught up with yet."""
+        change to that the queue has not caught up with yet; with ``reviewer``, less
+        the reviews their scopes do not let them decide."""
         self._check_following()
         waiting = self._waiting()
         items = self.queue.pending()  # after the position: at least as new as it
-        if not waiting:
-            return items
         return tuple(
             item
             for item in items
             if (item.thread_id, item.item_id) not in waiting
             and (item.thread_id, None) not in waiting
+            and (reviewer is None or not item.review_id or may_decide(item.rules, reviewer.scopes))
         )
 
     def _waiting(self) -> set[tuple[str, str | None]]:
@@ -130,16 +130,17 @@ class ReviewDesk:
                     del self._recorded[key]
         return waiting
 
-    def reviews(self) -> tuple[ReviewItem, ...]:
-        """Every pending review request, oldest first."""
-        return tuple(ReviewItem.pending(i) for i in self.pending() if i.review_id)
+    def reviews(self, reviewer: Reviewer) -> tuple[ReviewItem, ...]:
+        """Every pending review request ``reviewer`` may decide, oldest first."""
+        return tuple(ReviewItem.pending(i) for i in self.pending(reviewer) if i.review_id)
 
-    def pauses(self) -> tuple[PendingItem, ...]:
-        """Every pause waiting for a person, of every kind, oldest first, each with its
-        token as its thread records it now (one load per thread)."""
+    def pauses(self, reviewer: Reviewer) -> tuple[PendingItem, ...]:
+        """Every pause waiting for a person, of every kind, oldest first (reviews only
+        if ``reviewer`` may decide them), each with its token as its thread records it
+        now (one load per thread)."""
         states: dict[str, ThreadState] = {}
         listed = []
-        for item in self.pending():
+        for item in self.pending(reviewer):
             if item.thread_id not in states:
                 states[item.thread_id] = self.store.state_at(item.thread_id)
             state = states[item.thread_id]
@@ -148,14 +149,15 @@ class ReviewDesk:
         return tuple(listed)
 
     def page(
-        self, *, thread: str = "", tool: str = "", kind: str = "", newest_first: bool = False,
-        number: int = 1, size: int = 50,
+        self, reviewer: Reviewer, *, thread: str = "", tool: str = "", kind: str = "",
+        newest_first: bool = False, number: int = 1, size: int = 50,
     ) -> Page:  # fmt: skip
-        """One page of the pending pauses, filtered by thread, tool and kind (only the
-        page's items are converted, so a long queue costs one pass)."""
+        """One page of the pending pauses ``reviewer`` may act on, filtered by thread,
+        tool and kind (only the page's items are converted, so a long queue costs one
+        pass)."""
         items = [
             item
-            for item in self.pending()
+            for item in self.pending(reviewer)
             if (not thread or item.thread_id == thread)
             and (not tool or item.tool_name == tool)
             and (not kind or item.kind == kind)

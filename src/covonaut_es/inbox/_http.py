@@ -22,6 +22,7 @@ from covonaut_es.errors import (
     InvalidDecisionError,
     InvalidThreadIdError,
     ReadOnlyStoreError,
+    ReviewerNotPermittedError,
     ReviewerNotVerifiedError,
     ReviewNotFoundError,
     StaleReviewError,
@@ -89,6 +90,7 @@ _STATUSES: tuple[tuple[type[Exception], int], ...] = (
     (ReadOnlyStoreError, 503),  # the store takes no writes now: the request is not at fault
     (StoreUnavailableError, 503),  # its database is down, or its file was replaced
     (ReviewerNotVerifiedError, 401),
+    (ReviewerNotPermittedError, 403),
     (InvalidDecisionError, 400),
     (StaleReviewError, 409),
     (AmbiguousReviewError, 400),  # before its base: the review exists, name its thread

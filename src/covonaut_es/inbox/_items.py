@@ -7,27 +7,39 @@ from datetime import datetime
 from typing import Any
 
 import attrs
+import msgspec
 
 from covonaut_es.audit import AuditEntry, AuditReport
 from covonaut_es.domain import (
     Checkpoint,
+    Decision,
     Pause,
     PauseKind,
     PendingToolCall,
     Review,
     ReviewDecision,
+    ReviewRules,
     ThreadStatus,
     ThreadTree,
     ToolPin,
+    may_decide,
 )
-from covonaut_es.domain._reviews import review_reason
+from covonaut_es.domain._reviews import DEFAULT_RULES, review_reason
 from covonaut_es.messages import Message
 from covonaut_es.projections import PendingReview, tool_json
+from covonaut_es.service import Reviewer
+
+_FORMS = {Decision.APPROVED: "approve", Decision.REJECTED: "reject", Decision.RESPONDED: "respond"}
+"""The review page's form of each decision."""
 
 
 @attrs.frozen
 class ReviewItem:
-    """One review as the inbox shows it: the request, and its decision once decided."""
+    """One review as the inbox shows it: the request, and its decision once decided.
+
+    ``rules`` are what its tool's review policy allows; ``approvals``, under four eyes,
+    the first reviewer's approval in part while the review waits for a second.
+    """
 
     review_id: str
     thread_id: str
@@ -40,6 +52,9 @@ class ReviewItem:
     branch_parent: str | None = None
     tool: ToolPin | None = None
     tool_changed: str = ""
+    deadline: datetime | None = None
+    rules: ReviewRules = DEFAULT_RULES
+    approvals: tuple[ReviewDecision, ...] = ()
 
     @classmethod
     def pending(cls, item: PendingReview) -> ReviewItem:
@@ -57,6 +72,8 @@ class ReviewItem:
             branch_parent=item.branch_parent,
             tool=item.tool,
             tool_changed=item.tool_changed,
+            deadline=item.deadline,
+            rules=item.rules,
         )
 
     @classmethod
@@ -76,7 +93,25 @@ class ReviewItem:
             branch_parent=queued.branch_parent if queued else None,
             tool=request.tool,
             tool_changed=request.tool_changed,
+            deadline=request.deadline,
+            rules=request.rules or DEFAULT_RULES,
+            approvals=review.approvals,
         )
+
+    def actions(self, reviewer: Reviewer) -> frozenset[str]:
+        """The review page's forms ``reviewer`` is offered: of ``approve``,
+        ``approve-edited``, ``respond`` and ``reject``, those the review's rules allow
+        them (none once decided). Only what is offered: the decision is checked when it
+        is recorded."""
+        rules = self.rules
+        if self.decision is not None or not may_decide(rules, reviewer.scopes):
+            return frozenset()
+        actions = {_FORMS[decision] for decision in rules.decisions}
+        if "approve" in actions and any(a.reviewer == reviewer.id for a in self.approvals):
+            actions.discard("approve")  # a second, different reviewer approves
+        if "approve" in actions and rules.editable != () and not self.approvals:
+            actions.add("approve-edited")
+        return frozenset(actions)
 
     def to_json(self) -> dict[str, Any]:
         """The review as the JSON API gives it."""
@@ -93,6 +128,16 @@ class ReviewItem:
             "decision": None if decision is None else decision_json(decision),
             "server": None if self.tool is None else tool_json(self.tool),
             "tool_changed": self.tool_changed,
+            "deadline": self.deadline.isoformat() if self.deadline else None,
+            "policy": {
+                "decisions": [str(d) for d in self.rules.decisions],
+                "editable": None if self.rules.editable is None else list(self.rules.editable),
+                "description": self.rules.description,
+                "scopes": list(self.rules.scopes),
+                "limits": [msgspec.to_builtins(limit) for limit in self.rules.limits],
+                "four_eyes": self.rules.four_eyes,
+            },
+            "approvals": [decision_json(a) for a in self.approvals],
         }
 
 
@@ -107,6 +152,7 @@ def decision_json(decision: ReviewDecision) -> dict[str, Any]:
         "comment": decision.comment,
         "arguments": decision.arguments,
         "decided_at": decision.decided_at.isoformat(),
+        "partial": decision.partial,
     }
 
 
@@ -127,6 +173,7 @@ class PendingItem:
         review_id: A review's id ("" for other pauses).
         digest: A review's operation digest ("" for other pauses).
         branch_parent: For a pause a fork inherited, the thread it came from.
+        deadline: For a review with a deadline, when it expires.
         pause: The pause's token (:func:`~covonaut_es.service.pause_token`), which a
             command on it sends so as to act on this pause only ("" when the thread
             has moved on since the queue listed it).
@@ -143,6 +190,7 @@ class PendingItem:
     review_id: str = ""
     digest: str = ""
     branch_parent: str | None = None
+    deadline: datetime | None = None
     pause: str = ""
 
     @classmethod
@@ -162,6 +210,7 @@ class PendingItem:
             review_id=item.review_id or "",
             digest=item.digest or "",
             branch_parent=item.branch_parent,
+            deadline=item.deadline,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -177,6 +226,7 @@ class PendingItem:
             "review_id": self.review_id or None,
             "digest": self.digest or None,
             "branch_parent": self.branch_parent,
+            "deadline": self.deadline.isoformat() if self.deadline else None,
             "pause": self.pause or None,
         }
 

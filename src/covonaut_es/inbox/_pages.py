@@ -19,11 +19,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from covonaut_es.domain import PauseKind, ThreadStatus
+from covonaut_es.domain import PauseKind, ThreadStatus, canonical_json, may_decide
 from covonaut_es.errors import (
     CovonautError,
     InvalidDecisionError,
     ReviewerNotVerifiedError,
+    ReviewExpiredError,
     StaleReviewError,
 )
 from covonaut_es.inbox._http import (
@@ -66,7 +67,12 @@ def _page(
 def _error(inbox: Inbox, request: Request, exc: Exception, session: Session | None) -> Response:
     status = status_of(exc)
     titles = {409: "Not possible now", 403: "Refused", 404: "Not found"}
-    title = "Already decided" if isinstance(exc, StaleReviewError) else titles.get(status)
+    if isinstance(exc, ReviewExpiredError):
+        title: str | None = "Expired"
+    elif isinstance(exc, StaleReviewError):
+        title = "Already decided"
+    else:
+        title = titles.get(status)
     context = {
         "session": session,
         "status": status,
@@ -182,7 +188,7 @@ def page_routes(inbox: Inbox) -> list[Route]:
         response.delete_cookie(SESSION_COOKIE, path=request.scope.get("root_path") or "/")
         return response
 
-    def listing(request: Request) -> dict[str, Any]:
+    def listing(request: Request, reviewer: Reviewer) -> dict[str, Any]:
         query = request.query_params
         try:
             number = max(1, int(query.get("page", "1")))
@@ -197,7 +203,7 @@ def page_routes(inbox: Inbox) -> list[Route]:
         newest_first = query.get("order") == "newest"
         position = inbox.desk.position()  # before the page: a change after it is noticed
         page = inbox.desk.page(
-            **filters, newest_first=newest_first, number=number, size=inbox.page_size
+            reviewer, **filters, newest_first=newest_first, number=number, size=inbox.page_size
         )
         return {
             "page": page,
@@ -209,11 +215,11 @@ def page_routes(inbox: Inbox) -> list[Route]:
         }
 
     async def home(request: Request, signed: SignedIn) -> Response:
-        context = await blocking(listing, request)
+        context = await blocking(listing, request, signed.reviewer)
         return _page(inbox, request, "inbox.html", {"session": signed.session, **context})
 
     async def rows(request: Request, signed: SignedIn) -> Response:
-        context = await blocking(listing, request)
+        context = await blocking(listing, request, signed.reviewer)
         return _page(inbox, request, "_rows.html", {"session": signed.session, **context})
 
     async def changes(request: Request, _: SignedIn) -> Response:
@@ -232,14 +238,22 @@ def page_routes(inbox: Inbox) -> list[Route]:
     async def review(request: Request, signed: SignedIn) -> Response:
         query = request.query_params
         context = await blocking(
-            _review_context, inbox, query.get("id", ""), query.get("thread") or None
+            _review_context,
+            inbox,
+            query.get("id", ""),
+            query.get("thread") or None,
+            signed.reviewer,
         )
         return _page(inbox, request, "review.html", {"session": signed.session, **context})
 
     async def review_status(request: Request, signed: SignedIn) -> Response:
         query = request.query_params
         context = await blocking(
-            _review_status, inbox, query.get("id", ""), query.get("thread") or None
+            _review_status,
+            inbox,
+            query.get("id", ""),
+            query.get("thread") or None,
+            signed.reviewer,
         )
         return _page(inbox, request, "_live_status.html", {"session": signed.session, **context})
 
@@ -251,6 +265,7 @@ def page_routes(inbox: Inbox) -> list[Route]:
             query.get("thread", ""),
             query.get("call", ""),
             query.get("pause", ""),
+            signed.reviewer,
         )
         return _page(inbox, request, "_live_status.html", {"session": signed.session, **context})
 
@@ -269,7 +284,9 @@ def page_routes(inbox: Inbox) -> list[Route]:
             # Shown on the review page, with what was typed: a reviewer is not stranded
             # on an error page (one that cannot be loaded falls back to it).
             try:
-                context = await blocking(_review_context, inbox, review_id, thread_id)
+                context = await blocking(
+                    _review_context, inbox, review_id, thread_id, signed.reviewer
+                )
             except CovonautError:
                 raise exc from None
             context |= {"session": signed.session, "error": message_of(inbox, exc)}
@@ -400,18 +417,33 @@ def _submission(fields: dict[str, str]) -> ReviewSubmission:
     )
 
 
-def _review_context(inbox: Inbox, review_id: str, thread_id: str | None) -> dict[str, Any]:
-    """What the review page shows: the review, its thread's last messages, the edit
-    box's text, and the oldest other review waiting (the "next review" link)."""
+def _review_context(
+    inbox: Inbox, review_id: str, thread_id: str | None, reviewer: Reviewer
+) -> dict[str, Any]:
+    """What the review page shows: the review, the forms its rules offer ``reviewer``,
+    its thread's last messages, the edit box's text, and the oldest other review
+    ``reviewer`` may decide (the "next review" link)."""
     item: ReviewItem = inbox.desk.review(review_id, thread_id)
     return {
         "review": item,
+        "actions": item.actions(reviewer),
+        "may_decide": may_decide(item.rules, reviewer.scopes),
+        "seconding": _seconding(item),
         "messages": inbox.desk.messages(item.thread_id),
         "arguments_json": _editable_json(item.arguments),
-        "next_review": _next_review(inbox, item.review_id, item.thread_id),
+        "next_review": _next_review(inbox, reviewer, item.review_id, item.thread_id),
         "error": "",
         "submitted": {},
     }
+
+
+def _seconding(item: ReviewItem) -> str:
+    """Under four eyes, the arguments the first reviewer approved, as the JSON a second
+    approval posts (it must cover the same operation); "" when there is none."""
+    first = item.approvals[0] if item.approvals else None
+    if first is None or first.arguments is None:
+        return ""
+    return canonical_json(first.arguments).decode()
 
 
 def _editable_json(value: Any) -> str:
@@ -424,12 +456,15 @@ def _editable_json(value: Any) -> str:
     )
 
 
-def _next_review(inbox: Inbox, review_id: str, thread_id: str) -> PendingReview | None:
-    """The oldest review waiting other than that one (the "next review" link)."""
+def _next_review(
+    inbox: Inbox, reviewer: Reviewer, review_id: str, thread_id: str
+) -> PendingReview | None:
+    """The oldest review waiting that ``reviewer`` may decide, other than that one (the
+    "next review" link)."""
     return next(
         (
             pending
-            for pending in inbox.desk.pending()
+            for pending in inbox.desk.pending(reviewer)
             if pending.review_id
             and (pending.review_id, pending.thread_id) != (review_id, thread_id)
         ),
@@ -437,7 +472,9 @@ def _next_review(inbox: Inbox, review_id: str, thread_id: str) -> PendingReview 
     )
 
 
-def _review_status(inbox: Inbox, review_id: str, thread_id: str | None) -> dict[str, Any]:
+def _review_status(
+    inbox: Inbox, review_id: str, thread_id: str | None, reviewer: Reviewer
+) -> dict[str, Any]:
     """What an open review page's live status shows: nothing while the review waits;
     once it was decided (by anyone, or expired) or its thread given up, who decided
     what, and the next review.
@@ -452,11 +489,13 @@ def _review_status(inbox: Inbox, review_id: str, thread_id: str | None) -> dict[
         state = "abandoned"
     else:
         return {"state": "pending", "decision": None, "next_review": None}
-    following = _next_review(inbox, item.review_id, item.thread_id)
+    following = _next_review(inbox, reviewer, item.review_id, item.thread_id)
     return {"state": state, "decision": item.decision, "next_review": following}
 
 
-def _pause_status(inbox: Inbox, thread_id: str, call_id: str, token: str) -> dict[str, Any]:
+def _pause_status(
+    inbox: Inbox, thread_id: str, call_id: str, token: str, reviewer: Reviewer
+) -> dict[str, Any]:
     """What an open pause page's live status shows: nothing while the pause it was
     loaded for (``token``) waits; once it was dealt with or its thread given up, that,
     and the next review.
@@ -471,4 +510,4 @@ def _pause_status(inbox: Inbox, thread_id: str, call_id: str, token: str) -> dic
         state = "dealt-with"
     else:
         return {"state": "pending", "decision": None, "next_review": None}
-    return {"state": state, "decision": None, "next_review": _next_review(inbox, "", "")}
+    return {"state": state, "decision": None, "next_review": _next_review(inbox, reviewer, "", "")}

@@ -13,7 +13,8 @@ from typing import Any
 
 import msgspec
 
-from covonaut_es.domain import AgentThread, Interrupt, PauseKind, ToolPin
+from covonaut_es.domain import AgentThread, Interrupt, PauseKind, ReviewRules, ToolPin
+from covonaut_es.domain._reviews import DEFAULT_RULES
 from covonaut_es.messages import JsonValue
 
 
@@ -73,6 +74,28 @@ class PendingReview(msgspec.Struct, frozen=True, kw_only=True):
         note = data.get("tool_changed")
         return note if isinstance(note, str) else ""
 
+    @property
+    def deadline(self) -> datetime | None:
+        """For a review with a deadline, when it expires; None otherwise, or for data
+        that does not hold a time with its offset."""
+        data = self.data if isinstance(self.data, dict) else {}
+        text = data.get("deadline")
+        try:
+            found = datetime.fromisoformat(text) if isinstance(text, str) else None
+        except ValueError:
+            return None
+        return found if found is not None and found.tzinfo is not None else None
+
+    @property
+    def rules(self) -> ReviewRules:
+        """For a review, what its tool's policy allows (the defaults for data that
+        records none): for what a surface shows; the thread's record is the authority."""
+        data = self.data if isinstance(self.data, dict) else {}
+        try:
+            return msgspec.convert(data.get("rules"), ReviewRules | None) or DEFAULT_RULES
+        except msgspec.ValidationError:
+            return DEFAULT_RULES
+
 
 def tool_json(tool: ToolPin) -> dict[str, Any]:
     """A server's tool, as a review's JSON gives it."""
@@ -130,6 +153,7 @@ QUEUE_EVENT_TYPES: tuple[type[AgentThread.Event], ...] = (
     AgentThread.ReviewDecided,
     AgentThread.ReviewApprovedWithEdits,
     AgentThread.ReviewResponded,
+    AgentThread.ReviewExpired,
     AgentThread.InterruptAnswered,
     AgentThread.ToolCallSettled,
     AgentThread.ToolCallRetried,

@@ -474,6 +474,7 @@ def _admit(
             call.id, digest, thread_id=thread.thread_id
         ) or thread.reviews.standing(digest, key, thread_id=thread.thread_id)
         if review is None:
+            wait = item.tool.deadline_of(item.args)
             thread.request_review(
                 call,
                 item.args,
@@ -481,6 +482,8 @@ def _admit(
                 tool=pin,
                 trace_parent=trace_parent,
                 run_on_approval=item.tool.run_on_approval,
+                deadline=None if wait is None else now + wait,
+                rules=item.tool.review_rules(item.args),
             )
             return None
     if paused:

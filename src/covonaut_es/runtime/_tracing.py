@@ -468,6 +468,7 @@ _NOTED = frozenset(
         AgentThread.ReviewDecided,
         AgentThread.ReviewApprovedWithEdits,
         AgentThread.ReviewResponded,
+        AgentThread.ReviewExpired,
         AgentThread.Interrupted,
         AgentThread.ToolCallSettled,
         AgentThread.ToolCallRetried,

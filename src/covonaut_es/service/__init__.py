@@ -19,6 +19,7 @@ from covonaut_es.service._reviewers import (
     HmacReviewerVerifier,
     Reviewer,
     ReviewerVerifier,
+    ScopedReviewerVerifier,
     verified_reviewer,
 )
 from covonaut_es.service._runs import RunSession
@@ -50,6 +51,7 @@ __all__ = [
     "Reviewer",
     "ReviewerVerifier",
     "RunSession",
+    "ScopedReviewerVerifier",
     "Settlement",
     "ThreadService",
     "json_object",

@@ -22,7 +22,7 @@ from covonaut_es.errors import (
     IdentityProviderUnavailableError,
     ReviewerNotVerifiedError,
 )
-from covonaut_es.service._reviewers import MIN_SECRET_BYTES, _epoch_seconds
+from covonaut_es.service._reviewers import MIN_SECRET_BYTES, Reviewer, _epoch_seconds
 
 try:
     import jwt
@@ -175,6 +175,10 @@ class JwtReviewerVerifier:
             the curve's for an EC key, EdDSA for an Ed25519 key, HS256 for a secret.
         leeway_seconds: Clock skew allowed on ``exp``, ``nbf`` and ``iat``, 0 to 300.
         reviewer_claim: The claim naming the reviewer, e.g. ``"email"``.
+        scopes_claim: The claim holding the reviewer's scopes or roles (what a tool's
+            review policy names): a space-separated string, as OAuth's ``scope``, or
+            a list of strings, as ``scp``, ``roles`` or ``groups``. A token without
+            it grants none.
         jwks_timeout_seconds: How long a fetch of the JWKS may take.
         jwks_cache_seconds: How long fetched keys are used before fetching again.
         jwks_refresh_cooldown_seconds: After a fetch, how long a token with an unknown
@@ -192,6 +196,7 @@ class JwtReviewerVerifier:
         default=30.0, kw_only=True, validator=_seconds_between(0, 300)
     )
     reviewer_claim: str = attrs.field(default="sub", kw_only=True, validator=_non_empty)
+    scopes_claim: str = attrs.field(default="scope", kw_only=True, validator=_non_empty)
     jwks_timeout_seconds: float = attrs.field(
         default=5.0, kw_only=True, validator=_seconds_between(0.001, 120)
     )
@@ -239,10 +244,21 @@ class JwtReviewerVerifier:
         """The reviewer id in a valid token from the configured identity provider.
 
         Raises:
+            ReviewerNotVerifiedError: As :meth:`identify`.
+            IdentityProviderUnavailableError: As :meth:`identify`.
+        """
+        return self.identify(credential).id
+
+    def identify(self, credential: Any) -> Reviewer:
+        """The reviewer in a valid token from the configured identity provider, with
+        the scopes its ``scopes_claim`` grants.
+
+        Raises:
             ReviewerNotVerifiedError: The token is malformed, signed with another
                 algorithm or key, names an unknown key id, was issued by another issuer
-                or for another audience, is expired or not yet valid, or lacks a
-                required claim. The message names the cause, never the token.
+                or for another audience, is expired or not yet valid, lacks a required
+                claim, or holds scopes that are neither a string nor a list of strings.
+                The message names the cause, never the token.
             IdentityProviderUnavailableError: The provider's keys could not be fetched.
         """
         if not isinstance(credential, str) or not 0 < len(credential) <= _MAX_TOKEN_CHARS:
@@ -276,7 +292,21 @@ class JwtReviewerVerifier:
         if not isinstance(reviewer, str) or not reviewer:
             msg = f"the token's {self.reviewer_claim!r} claim is not a non-empty string"
             raise ReviewerNotVerifiedError(msg)
-        return reviewer
+        return Reviewer(reviewer, self._scopes(claims))
+
+    def _scopes(self, claims: dict[str, Any]) -> tuple[str, ...]:
+        granted = claims.get(self.scopes_claim, ())
+        if isinstance(granted, str):
+            granted = granted.split()
+        if not isinstance(granted, list | tuple) or not all(
+            isinstance(scope, str) and scope for scope in granted
+        ):
+            msg = (
+                f"the token's {self.scopes_claim!r} claim is neither a space-separated "
+                "string nor a list of non-empty strings"
+            )
+            raise ReviewerNotVerifiedError(msg)
+        return tuple(dict.fromkeys(granted))
 
     def _header(self, token: str) -> dict[str, Any]:
         try:

@@ -2,7 +2,9 @@
 
 A decision is recorded only under the reviewer id a :class:`ReviewerVerifier` returns,
 never under a name the caller asserts: :func:`verified_reviewer` turns a credential into
-a :class:`Reviewer`, the identity every command of the service layer takes.
+a :class:`Reviewer`, the identity every command of the service layer takes, with the
+scopes the credential grants (a verifier that also has ``identify``, as both of the
+library's do, gives them; one with ``verify`` only gives none).
 """
 
 from __future__ import annotations
@@ -11,8 +13,8 @@ import base64
 import binascii
 import hmac
 import time
-from collections.abc import Callable
-from typing import Any, Protocol
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol, runtime_checkable
 
 import attrs
 import msgspec
@@ -20,6 +22,10 @@ import msgspec
 from covonaut_es.errors import ConfigurationError, ReviewerNotVerifiedError
 
 # Reviewers --------------------------------------------------------------------------------
+
+
+def _as_tuple(scopes: Iterable[str]) -> tuple[str, ...]:
+    return tuple(scopes)
 
 
 @attrs.frozen
@@ -33,9 +39,12 @@ class Reviewer:
 
     Attributes:
         id: The reviewer id the verifier returned; decisions are recorded under it.
+        scopes: The scopes (or roles) the credential grants: a tool's review policy
+            names those that may decide its reviews.
     """
 
     id: str
+    scopes: tuple[str, ...] = attrs.field(default=(), converter=_as_tuple)
 
 
 class ReviewerVerifier(Protocol):
@@ -55,21 +64,42 @@ class ReviewerVerifier(Protocol):
         ...
 
 
+@runtime_checkable
+class ScopedReviewerVerifier(ReviewerVerifier, Protocol):
+    """A :class:`ReviewerVerifier` that also establishes the scopes a credential grants."""
+
+    def identify(self, credential: Any) -> Reviewer:
+        """The verified reviewer, with their scopes.
+
+        Raises:
+            ReviewerNotVerifiedError: As :meth:`verify`.
+        """
+        ...
+
+
 def verified_reviewer(verifier: ReviewerVerifier, credential: Any) -> Reviewer:
-    """The reviewer ``verifier`` establishes from ``credential``.
+    """The reviewer ``verifier`` establishes from ``credential``: with the scopes its
+    ``identify`` gives, if it has one, else with none.
 
     Raises:
         ReviewerNotVerifiedError: The credential does not verify, or the verifier
-            returned no reviewer id.
+            returned no reviewer id (or scopes that are no strings).
     """
-    reviewer_id = verifier.verify(credential)
+    if isinstance(verifier, ScopedReviewerVerifier):
+        reviewer = verifier.identify(credential)
+        reviewer_id, scopes = getattr(reviewer, "id", None), getattr(reviewer, "scopes", None)
+    else:
+        reviewer_id, scopes = verifier.verify(credential), ()
     if not isinstance(reviewer_id, str) or not reviewer_id:
         msg = (
             f"the reviewer verifier returned {reviewer_id!r} instead of a reviewer id; "
             "a ReviewerVerifier must return a non-empty string or raise"
         )
         raise ReviewerNotVerifiedError(msg)
-    return Reviewer(reviewer_id)
+    if not isinstance(scopes, tuple) or not all(isinstance(s, str) for s in scopes):
+        msg = f"the reviewer verifier returned scopes {scopes!r}, not a tuple of strings"
+        raise ReviewerNotVerifiedError(msg)
+    return Reviewer(reviewer_id, scopes)
 
 
 _TOKEN_CONTEXT = b"covonaut-es reviewer token v1\x00"
@@ -77,9 +107,10 @@ MIN_SECRET_BYTES = 32
 """The shortest HMAC reviewer secret accepted, in bytes."""
 
 
-class _TokenClaims(msgspec.Struct, frozen=True):
+class _TokenClaims(msgspec.Struct, frozen=True, omit_defaults=True):
     sub: str
     exp: float
+    scopes: tuple[str, ...] = ()  # omitted when empty: such tokens read as before
 
 
 def _secret_bytes(secret: str | bytes) -> bytes:
@@ -127,18 +158,33 @@ class HmacReviewerVerifier:
     secret: bytes = attrs.field(converter=_secret_bytes, validator=_check_secret, repr=False)
     clock: Callable[[], float] = attrs.field(default=_epoch_seconds, kw_only=True)
 
-    def issue_token(self, reviewer_id: str, ttl_seconds: float) -> str:
+    def issue_token(
+        self, reviewer_id: str, ttl_seconds: float, *, scopes: Iterable[str] = ()
+    ) -> str:
         """A token that verifies as ``reviewer_id`` for ``ttl_seconds`` from now (zero
-        or less gives a token that is already expired)."""
+        or less gives a token that is already expired), granting ``scopes``."""
         if not reviewer_id:
             msg = "a reviewer id must not be empty"
             raise ValueError(msg)
-        claims = _TokenClaims(sub=reviewer_id, exp=self.clock() + ttl_seconds)
+        granted = () if isinstance(scopes, str) else tuple(dict.fromkeys(scopes))
+        if isinstance(scopes, str) or not all(isinstance(s, str) and s for s in granted):
+            msg = f"scopes must be a collection of non-empty strings, got {scopes!r}"
+            raise ValueError(msg)
+        claims = _TokenClaims(sub=reviewer_id, exp=self.clock() + ttl_seconds, scopes=granted)
         payload = _b64(msgspec.json.encode(claims))
         return f"{payload}.{_b64(self._sign(payload))}"
 
     def verify(self, credential: Any) -> str:
         """The reviewer id of a valid, unexpired token this verifier's secret signed.
+
+        Raises:
+            ReviewerNotVerifiedError: As :meth:`identify`.
+        """
+        return self.identify(credential).id
+
+    def identify(self, credential: Any) -> Reviewer:
+        """The reviewer, with the scopes it was issued, of a valid, unexpired token this
+        verifier's secret signed.
 
         Raises:
             ReviewerNotVerifiedError: The token is malformed, tampered with, signed
@@ -169,7 +215,7 @@ class HmacReviewerVerifier:
                 "issue a new token"
             )
             raise ReviewerNotVerifiedError(msg)
-        return claims.sub
+        return Reviewer(claims.sub, claims.scopes)
 
     def _sign(self, payload: str) -> bytes:
         return hmac.digest(self.secret, _TOKEN_CONTEXT + payload.encode(), "sha256")

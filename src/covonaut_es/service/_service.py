@@ -11,12 +11,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 import attrs
 
-from covonaut_es.domain import AgentThread, Decision, Review, ReviewDecision, ThreadStatus
+from covonaut_es.domain import (
+    AgentThread,
+    Decision,
+    Review,
+    ReviewDecision,
+    ReviewRequest,
+    ThreadStatus,
+)
 from covonaut_es.errors import (
     AmbiguousReviewError,
     ConfigurationError,
@@ -177,10 +184,42 @@ class ThreadService:
         Raises:
             ReviewNotFoundError: No such review (``AmbiguousReviewError``: in several
                 threads, none named).
-            StaleReviewError: It was decided already.
+            StaleReviewError: It was decided already (``ReviewExpiredError``: its
+                deadline passed, by the service's clock, so it decides nothing).
             InvalidDecisionError: The decision names another operation digest than the
                 review's; nothing was recorded.
+            DecisionNotAllowedError: The review's tool allows no such decision or edit.
+            ReviewerNotPermittedError: The reviewer's scopes do not cover the review (or
+                the approved arguments' limits), or they approved it already under four
+                eyes; nothing was recorded.
+
+        Under four eyes a first approval is recorded in part: the returned decision's
+        ``partial`` is true and the review stays pending for a second reviewer.
         """
+        command = self._deciding(review_id, submission, reviewer)
+        return self._change(self._thread_of_review(review_id, thread_id), command)
+
+    def check_decision(
+        self,
+        review_id: str,
+        submission: ReviewSubmission,
+        *,
+        reviewer: Reviewer,
+        thread_id: str | None = None,
+    ) -> None:
+        """Raise what :meth:`decide` would raise now, recording nothing: for a surface
+        that takes several decisions at once and refuses them whole. The same command
+        runs on the thread as loaded, which is then dropped unsaved.
+
+        Raises:
+            ReviewerNotPermittedError: As :meth:`decide` (and its other errors alike).
+        """
+        thread = self.store.load(self._thread_of_review(review_id, thread_id))
+        self._deciding(review_id, submission, reviewer)(thread)
+
+    def _deciding(
+        self, review_id: str, submission: ReviewSubmission, reviewer: Reviewer
+    ) -> Callable[[AgentThread], ReviewDecision]:
         decision = _DECISIONS[submission.action]
 
         def decide(thread: AgentThread) -> ReviewDecision:
@@ -196,12 +235,39 @@ class ThreadService:
                 review_id,
                 decision,
                 reviewer=reviewer.id,
+                scopes=reviewer.scopes,
                 comment=submission.text,
                 arguments=submission.arguments,
                 now=self._clock(),
             )
 
-        return self._change(self._thread_of_review(review_id, thread_id), decide)
+        return decide
+
+    # Deadlines ----------------------------------------------------------------------
+
+    def expire_reviews(self, thread_id: str) -> tuple[ReviewDecision, ...]:
+        """Expire the thread's pending reviews whose deadline has passed by the
+        service's clock: each fails closed (its call does not run) and the thread goes
+        on as after a rejection. It commutes with a run, as a decision does.
+
+        Any number of workers may sweep one thread at once: each expiry is recorded
+        once, since a second writer's save conflicts and its retry finds it decided.
+
+        Returns:
+            The expiries recorded now (none when nothing was due).
+        """
+        return self._change(thread_id, lambda t: t.expire_reviews(now=self._clock()))
+
+    def note_deadlines_near(self, thread_id: str, lead: timedelta) -> tuple[ReviewRequest, ...]:
+        """Record, once per review, that a pending review of the thread expires within
+        ``lead`` by the service's clock; the notices follow these records.
+
+        Returns:
+            The requests noted now (none when nothing was due).
+        """
+        return self._change(
+            thread_id, lambda t: t.note_deadlines_near(lead=lead, now=self._clock())
+        )
 
     # Pauses -------------------------------------------------------------------------
 

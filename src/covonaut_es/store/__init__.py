@@ -28,9 +28,9 @@ Its modules (ADR 0028):
 - ``_store``: :class:`Store`, composed of collaborators (ADR 0037): ``_records``
   (stored records, the log, head anchors), ``_reader`` (loads, histories, replays),
   ``_writer`` (saves, the snapshot schedule), ``_forks``, ``_leasing`` (with
-  ``_leases``, the lease protocol and the in-memory leases), ``_submissions`` and
-  ``_states`` (named states); ``_read_only`` refuses writes to a store opened
-  read-only.
+  ``_leases``, the lease protocol and the in-memory leases), ``_submissions``,
+  ``_positions`` (how far a consumer of the log got) and ``_states`` (named
+  states); ``_read_only`` refuses writes to a store opened read-only.
 - ``_tracking``: what the projections' views extend to be tracking recorders, from
   the back ends' ``_eventsourcing`` (the store's uses of eventsourcing's private names
   outside the recorders).

@@ -160,8 +160,19 @@ _SUMMARIES: dict[type[Any], Callable[[Any], str]] = {
         f"{_clip(canonical_json(e.arguments).decode(), 60)}, digest {e.digest}"
         + (f": {_clip(e.comment, 60)}" if e.comment else "")
     ),
+    AgentThread.ReviewApprovedInPart: lambda e: (
+        f"review {e.review_id} approved in part by {e.reviewer}, digest {e.digest}: it waits "
+        "for a second, different reviewer" + (f": {_clip(e.comment, 60)}" if e.comment else "")
+    ),
     AgentThread.ReviewResponded: lambda e: (
         f"review {e.review_id} answered by {e.reviewer} in the tool's place: {_clip(e.comment)}"
+    ),
+    AgentThread.ReviewExpired: lambda e: (
+        f"review {e.review_id} expired undecided at its deadline {e.deadline.isoformat()}, "
+        f"digest {e.digest}: the operation did not run"
+    ),
+    AgentThread.ReviewDeadlineNear: lambda e: (
+        f"review {e.review_id} nears its deadline {e.deadline.isoformat()}"
     ),
     AgentThread.ReviewDecided: lambda e: (
         f"review {e.review_id} {e.decision} by {e.reviewer}, digest {e.digest}"

@@ -44,6 +44,7 @@ from covonaut_es.store._backend import backend_of
 from covonaut_es.store._forks import Forks
 from covonaut_es.store._leases import Lease, WorkerRecord
 from covonaut_es.store._leasing import Leasing
+from covonaut_es.store._positions import LogPositions
 from covonaut_es.store._read_only import WriteGuard
 from covonaut_es.store._reader import ThreadReader
 from covonaut_es.store._records import StoredRecords
@@ -95,6 +96,7 @@ class Store(Closing):
         self._forks = Forks(app, backend, self._records, self._reader, self._writer, guard, clock)
         self._submissions = Submissions(app)
         self._states = StoredStates(app, guard)
+        self._positions = LogPositions(app, guard)
 
     @classmethod
     def from_application(
@@ -432,6 +434,22 @@ class Store(Closing):
             SerializationError: The stored record cannot be read.
         """
         return self._states.read_state(key)
+
+    # Positions of the log's consumers ----------------------------------------------
+
+    def log_position(self, consumer: str) -> int:
+        """The last log position ``consumer`` recorded as done (0 before any)."""
+        return self._positions.log_position(consumer)
+
+    def record_log_position(self, consumer: str, position: int) -> None:
+        """Record that ``consumer`` is done with the log up to ``position``.
+
+        Raises:
+            ReadOnlyStoreError: The store was opened read-only.
+            IntegrityError: The position was recorded already (another process of the
+                same consumer got there first).
+        """
+        self._positions.record_log_position(consumer, position)
 
     # Lifecycle --------------------------------------------------------------------
 

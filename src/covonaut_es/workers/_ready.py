@@ -26,6 +26,7 @@ TRACKED: tuple[type, ...] = (
     AgentThread.ReviewDecided,
     AgentThread.ReviewApprovedWithEdits,
     AgentThread.ReviewResponded,
+    AgentThread.ReviewExpired,
     AgentThread.RunFinished,
     AgentThread.RunFailed,
     AgentThread.Abandoned,

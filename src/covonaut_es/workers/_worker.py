@@ -9,6 +9,7 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from datetime import datetime, timedelta
 
 import attrs
 
@@ -24,9 +25,12 @@ from covonaut_es.errors import (
 )
 from covonaut_es.runtime import AgentConfig, running_calls
 from covonaut_es.runtime._config import bound_config
+from covonaut_es.service import ThreadService
 from covonaut_es.store import Store
 from covonaut_es.store._backend import POLL_INTERVAL
 from covonaut_es.store._leases import HEARTBEAT_INTERVAL, WorkerRecord, now_record
+from covonaut_es.workers._deadlines import DEADLINE_TRACKED, ReviewDeadlines
+from covonaut_es.workers._notices import NoticeSender, ReviewNotifier
 from covonaut_es.workers._ready import TRACKED, ReadyThreads
 from covonaut_es.workers._step import Action, pause_in_doubt, step
 
@@ -35,6 +39,9 @@ logger = _logs.logger("covonaut_es.workers")
 BUSY_RETRY = 1.0
 """Seconds before a worker looks again at a thread another runner held: if that runner
 died, the thread is taken over then."""
+
+_FOLLOWED = tuple(dict.fromkeys((*TRACKED, *DEADLINE_TRACKED)))
+_READY_TYPES, _DEADLINE_TYPES = frozenset(TRACKED), frozenset(DEADLINE_TRACKED)
 
 
 @attrs.frozen
@@ -60,6 +67,12 @@ class Worker(Closing):
     goes on). Each thread is run under its run lease, so any number of workers, in
     any number of processes and machines, can follow one store.
 
+    A worker also sweeps review deadlines (see ``Tool.review_deadline``): a review past
+    its deadline, by the clock, is expired (it fails closed, and the thread goes on as
+    after a rejection), and with ``notice_lead`` a review expiring within it is noted
+    once. With a ``notifier``, it sends the store's review notices (a review asked for,
+    a deadline near) in a thread of its own, each at least once (ADR 0043).
+
     Args:
         store: The store to follow; the worker takes leases through it and names
             itself as their holder.
@@ -69,6 +82,12 @@ class Worker(Closing):
         poll_interval: Seconds between reads of the store's log.
         worker_id: The worker's id in the registry; by default host, process id and
             a random suffix.
+        notifier: Delivers the review notices, e.g. a
+            :class:`~covonaut_es.workers.WebhookNotifier`; None sends none.
+        notice_lead: How long before a review's deadline its notice is recorded; None
+            records none.
+        clock: The time deadlines are judged by and the sweep's events record; the
+            store's clock by default.
     """
 
     def __init__(
@@ -79,9 +98,15 @@ class Worker(Closing):
         concurrency: int = 1,
         poll_interval: float = POLL_INTERVAL,
         worker_id: str | None = None,
+        notifier: ReviewNotifier | None = None,
+        notice_lead: timedelta | None = None,
+        clock: Callable[[], datetime] | None = None,
     ) -> None:
         if concurrency < 1:
             msg = f"a worker's concurrency must be at least 1, got {concurrency}"
+            raise ConfigurationError(msg)
+        if notice_lead is not None and notice_lead <= timedelta(0):
+            msg = f"a worker's notice_lead must be a positive timedelta, got {notice_lead!r}"
             raise ConfigurationError(msg)
         self.store = store
         self.make_config = make_config
@@ -100,6 +125,11 @@ class Worker(Closing):
         self._stopping = threading.Event()
         self._changed = threading.Event()
         self._ready = ReadyThreads()
+        self._deadlines = ReviewDeadlines()
+        self.notice_lead = notice_lead
+        self._clock = clock or store.clock
+        self._service = ThreadService(store, clock=self._clock)
+        self._sender = None if notifier is None else NoticeSender(store, notifier)
         self._position = 0
         self._steps = 0
         self._failed: list[str] = []
@@ -124,8 +154,13 @@ class Worker(Closing):
             nonzero when any did).
         """
         heartbeat = threading.Thread(target=self._beat, name="worker-heartbeat", daemon=True)
+        notices = threading.Thread(
+            target=self._notify, args=(once,), name="worker-notices", daemon=True
+        )
         self.store.publish_worker(self._record)
         heartbeat.start()
+        if self._sender is not None:
+            notices.start()
         logger.info(
             "worker %s: following %s, concurrency %d",
             self.worker_id,
@@ -143,6 +178,8 @@ class Worker(Closing):
             self._stopping.set()
             self._changed.set()
             heartbeat.join()
+            if notices.is_alive():
+                notices.join()
             self.store._leasing.leases.withdraw(self.worker_id)
             logger.info("worker %s: stopped", self.worker_id)
 
@@ -152,6 +189,8 @@ class Worker(Closing):
         busy: dict[str, tuple[float, int]] = {}
         while not self._stopping.is_set():
             self._follow()
+            if self._sweep():
+                continue  # the expired threads are ready: follow their events first
             now = time.monotonic()
             taken = {thread_id for thread_id, _ in running.values()}
             candidates = [
@@ -199,9 +238,13 @@ class Worker(Closing):
     def _follow(self) -> None:
         """Fold the log's new events of the tracked types."""
         mapper = self.store._records.mapper
-        for notification in self.store._records.notifications(*TRACKED, after=self._position):
+        for notification in self.store._records.notifications(*_FOLLOWED, after=self._position):
             try:
-                self._ready.apply(mapper.to_domain_event(notification))
+                event = mapper.to_domain_event(notification)
+                if type(event) in _READY_TYPES:
+                    self._ready.apply(event)
+                if type(event) in _DEADLINE_TYPES:
+                    self._deadlines.apply(event)
             except CovonautError as exc:
                 logger.warning(
                     "worker %s: passing over log position %d: %s",
@@ -210,6 +253,50 @@ class Worker(Closing):
                     exc,
                 )
             self._position = notification.id
+
+    def _sweep(self) -> bool:
+        """Expire the reviews past their deadline and note the ones near it, in the
+        threads the log says hold any (the service decides from each thread itself);
+        whether any expired."""
+        now, any_expired = self._clock(), False
+        for thread_id in self._deadlines.due(now, self.notice_lead):
+            try:
+                expired = self._service.expire_reviews(thread_id)
+                if self.notice_lead is not None:
+                    self._service.note_deadlines_near(thread_id, self.notice_lead)
+            except Exception:
+                logger.exception(
+                    "worker %s: sweeping the review deadlines of thread %r failed",
+                    self.worker_id,
+                    thread_id,
+                )
+                continue
+            self._deadlines.swept(thread_id, now, self.notice_lead)
+            any_expired = any_expired or bool(expired)
+            for decision in expired:
+                logger.info(
+                    "worker %s: review %s of thread %r expired at its deadline",
+                    self.worker_id,
+                    decision.review_id,
+                    thread_id,
+                )
+        return any_expired
+
+    def _notify(self, once: bool) -> None:
+        """Send the review notices until the worker stops (with ``once``, those its
+        last steps recorded too); one that fails is tried again, before any later
+        one, after a poll interval."""
+        assert self._sender is not None
+        while True:
+            stopping = self._stopping.wait(self.poll_interval)
+            if stopping and not once:
+                return
+            try:
+                self._sender.send_pending()
+            except Exception as exc:
+                logger.warning("worker %s: review notices: %s", self.worker_id, exc)
+            if stopping:
+                return
 
     def _step(self, thread_id: str) -> Action | None:
         """Run one thread under its lease; None when another runner holds it."""

@@ -1,0 +1,120 @@
+"""Who may decide a review, and what: the check of a decision against its review's rules.
+
+When a run asks for a review, the tool's policy is evaluated once, on the call's
+arguments, and what it says is recorded in the request as ``ReviewRules``: the
+decisions allowed, the arguments a reviewer may edit, the text shown to the reviewer,
+the scopes that may decide, the limits above which more scope is needed, and whether a
+second, different reviewer must approve. Every surface decides through
+``AgentThread.decide_review``, which checks a decision against them with
+:func:`check_decision`, the one check; the inbox uses :func:`may_decide` only to leave
+out of a reviewer's queue what the check would refuse them. Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from covonaut_es.domain._canonical import canonical_json
+from covonaut_es.domain._reviews import DEFAULT_RULES, Decision, Review, ReviewRules
+from covonaut_es.errors import DecisionNotAllowedError, ReviewerNotPermittedError
+
+
+def rules_of(review: Review) -> ReviewRules:
+    """The rules recorded with a review's request."""
+    return review.request.rules or DEFAULT_RULES
+
+
+def may_decide(rules: ReviewRules, scopes: Collection[str]) -> bool:
+    """Whether a reviewer holding ``scopes`` may decide such a review at all (some
+    decision of theirs could pass :func:`check_decision`)."""
+    return not rules.scopes or any(scope in scopes for scope in rules.scopes)
+
+
+def check_decision(
+    review: Review,
+    decision: Decision,
+    *,
+    reviewer: str,
+    scopes: Collection[str],
+    arguments: Mapping[str, Any] | None,
+    digest: str,
+) -> None:
+    """Refuse a decision its review's rules do not allow this reviewer: the one check.
+
+    Args:
+        review: The pending review.
+        decision: What the reviewer decides.
+        reviewer: The verified reviewer id.
+        scopes: The scopes the verifier established for the reviewer.
+        arguments: An approval's edit of the requested arguments (None: as requested).
+        digest: The operation digest the decision covers.
+
+    Raises:
+        ReviewerNotPermittedError: The reviewer lacks a scope the review or one of its
+            limits needs, or approves a second time under four eyes.
+        DecisionNotAllowedError: The tool's policy allows no such decision, or no edit
+            of an argument the edit changes.
+    """
+    rules, review_id = rules_of(review), review.request.review_id
+    if not may_decide(rules, scopes):
+        msg = (
+            f"reviewer {reviewer!r} may not decide review {review_id!r}: it needs one of the "
+            f"scopes {list(rules.scopes)}, and the reviewer's credential grants "
+            f"{sorted(scopes) or 'none'}; ask a reviewer who holds one; nothing was recorded"
+        )
+        raise ReviewerNotPermittedError(msg)
+    if decision not in rules.decisions:
+        allowed = ", ".join(str(d) for d in rules.decisions)
+        msg = (
+            f"review {review_id!r} cannot be {decision}: its tool allows only {allowed}; "
+            "nothing was recorded"
+        )
+        raise DecisionNotAllowedError(msg)
+    if decision is not Decision.APPROVED:
+        return
+    requested = review.request.arguments
+    approved = requested if arguments is None else arguments
+    if arguments is not None and rules.editable is not None:
+        changed = sorted(
+            name
+            for name in set(requested) | set(arguments)
+            if name not in rules.editable and _changed(name, requested, arguments)
+        )
+        if changed:
+            may = ", ".join(rules.editable) or "none"
+            msg = (
+                f"review {review_id!r} forbids editing {', '.join(changed)} (editable: {may}); "
+                "approve those as requested, or reject; nothing was recorded"
+            )
+            raise DecisionNotAllowedError(msg)
+    for limit in rules.limits:
+        if limit.exceeded_by(approved) and not any(s in scopes for s in limit.scopes):
+            msg = (
+                f"reviewer {reviewer!r} may not approve review {review_id!r}: "
+                f"{limit.argument!r} above {limit.maximum:g} needs one of the scopes "
+                f"{list(limit.scopes)}; ask a reviewer who holds one; nothing was recorded"
+            )
+            raise ReviewerNotPermittedError(msg)
+    if any(a.reviewer == reviewer for a in review.approvals):
+        msg = (
+            f"reviewer {reviewer!r} approved review {review_id!r} already: it needs the "
+            "approval of a second, different reviewer; nothing was recorded"
+        )
+        raise ReviewerNotPermittedError(msg)
+    if review.approvals and review.approvals[0].digest != digest:
+        msg = (
+            f"review {review_id!r} was approved in part for operation digest "
+            f"{review.approvals[0].digest!r}, and this approval covers {digest!r}: the second "
+            "reviewer approves the same operation (with the same edit) or rejects; nothing "
+            "was recorded"
+        )
+        raise DecisionNotAllowedError(msg)
+
+
+def _changed(name: str, requested: Mapping[str, Any], edited: Mapping[str, Any]) -> bool:
+    """Whether the edit added, removed or altered the argument ``name``."""
+    if (name in requested) != (name in edited):
+        return True
+    # Compared as canonical JSON: in Python True == 1 == 1.0, which JSON tells apart.
+    return canonical_json(requested[name]) != canonical_json(edited[name])

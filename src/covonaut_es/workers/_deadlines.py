@@ -1,0 +1,102 @@
+"""Which threads hold a review whose deadline is due, folded from the store's log.
+
+:class:`ReviewDeadlines` keeps the deadline of every pending review the log shows
+(asked for in a thread, or inherited by a fork) and whether a notice of its nearing
+deadline was recorded. It only chooses which threads a worker sweeps: the expiry and
+the notice are commands of :class:`~covonaut_es.service.ThreadService`, which decide
+from the thread itself, by the service's clock.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+import attrs
+
+from covonaut_es.domain import AgentThread, PauseKind
+
+DEADLINE_TRACKED: tuple[type, ...] = (
+    AgentThread.Started,
+    AgentThread.StartedFromState,
+    AgentThread.Forked,
+    AgentThread.ReviewRequested,
+    AgentThread.ReviewDecided,
+    AgentThread.ReviewApprovedWithEdits,
+    AgentThread.ReviewResponded,
+    AgentThread.ReviewExpired,
+    AgentThread.ReviewDeadlineNear,
+    AgentThread.Abandoned,
+)
+"""The event types the deadlines follow (each decision event is listed: the log is
+filtered by topic)."""
+
+
+@attrs.define
+class _Waiting:
+    deadline: datetime
+    noted: bool = False
+
+
+class ReviewDeadlines:
+    """The pending reviews with a deadline, per thread, as the log tells them."""
+
+    def __init__(self) -> None:
+        self._names: dict[Any, str] = {}  # aggregate id -> thread id
+        self._waiting: dict[str, dict[str, _Waiting]] = {}
+
+    def apply(self, event: Any) -> None:
+        """Fold one event of a :data:`DEADLINE_TRACKED` type."""
+        match event:
+            case AgentThread.Forked(thread_id=thread_id, interrupts=interrupts):
+                self._names[event.originator_id] = thread_id
+                for interrupt in interrupts:
+                    if interrupt.kind is PauseKind.REVIEW and isinstance(interrupt.data, dict):
+                        self._inherit(thread_id, interrupt.data)
+            case AgentThread.Started(thread_id=thread_id):
+                self._names[event.originator_id] = thread_id
+            case AgentThread.ReviewRequested(request=request) if request.deadline is not None:
+                waiting = self._waiting.setdefault(request.thread_id, {})
+                waiting[request.review_id] = _Waiting(request.deadline)
+            case AgentThread.ReviewDecided(review_id=review_id):
+                self._of(event).pop(review_id, None)
+            case AgentThread.ReviewDeadlineNear(review_id=review_id):
+                found = self._of(event).get(review_id)
+                if found is not None:
+                    found.noted = True
+            case AgentThread.Abandoned():
+                self._waiting.pop(self._names.get(event.originator_id, ""), None)
+
+    def due(self, now: datetime, lead: timedelta | None) -> tuple[str, ...]:
+        """The threads with a review past its deadline at ``now``, or (with a ``lead``)
+        one expiring within it whose notice is not recorded yet."""
+        return tuple(
+            thread_id
+            for thread_id, waiting in self._waiting.items()
+            if any(
+                now >= w.deadline or (lead is not None and not w.noted and now >= w.deadline - lead)
+                for w in waiting.values()
+            )
+        )
+
+    def swept(self, thread_id: str, now: datetime, lead: timedelta | None) -> None:
+        """A sweep of the thread at ``now`` went through: its reviews nearing their
+        deadline need no other (a fork's may have been noted in its parent)."""
+        for waiting in self._waiting.get(thread_id, {}).values():
+            if lead is not None and now >= waiting.deadline - lead:
+                waiting.noted = True
+
+    def _of(self, event: Any) -> dict[str, _Waiting]:
+        return self._waiting.get(self._names.get(event.originator_id, ""), {})
+
+    def _inherit(self, thread_id: str, data: dict[str, Any]) -> None:
+        # A fork's interrupt repeats its parent's request as JSON data: read leniently,
+        # as it only chooses what to sweep (the thread itself decides).
+        review_id, deadline = data.get("review_id"), data.get("deadline")
+        if not isinstance(review_id, str) or not isinstance(deadline, str):
+            return
+        try:
+            when = datetime.fromisoformat(deadline)
+        except ValueError:
+            return
+        self._waiting.setdefault(thread_id, {})[review_id] = _Waiting(when)

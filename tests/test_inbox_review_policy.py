@@ -1,0 +1,196 @@
+"""The inbox and the served process under review policies: each reviewer is shown and
+offered only what their scopes and the tool's policy let them decide, the tool's text
+for the reviewer is shown as text, and a refused decision is recorded nowhere, over the
+pages, the JSON API and a real ``covonaut-es serve`` process."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from covonaut_es import AgentThread, HmacReviewerVerifier, ReviewPolicy, Store, open_store
+from covonaut_es.domain import ReviewLimit
+from inbox_support import HOSTILE, current, free_port, inbox_client, sign_in
+from support import call
+from test_approvals import make_agent
+from test_inbox_serve import healthy, serve, stopped
+from test_review_policy import LARGE, NO_SCOPE, PAY_5000, PAYMENTS, PAYMENTS_TOO, pay
+
+OWN = {"Origin": "http://inbox.test"}
+
+GUARDED = ReviewPolicy(
+    decisions={"approved", "rejected"},
+    editable=("amount",),
+    describe=lambda args: f"Invoice {HOSTILE}\n\x1b[2Jline two for {args['to']}",
+    scopes=("payments",),
+    limits=(ReviewLimit("amount", 1000, ("payments:large",)),),
+)
+
+
+def paused_on(store: Store, thread_id: str, review: Any) -> str:
+    """``thread_id`` paused on a review of pay 5000 under ``review``; its review id."""
+    agent = make_agent(
+        store, [call(("c1", "pay", PAY_5000))], [], thread_id=thread_id, tool=pay([], review)
+    )
+    agent.run("Pay the invoice.")
+    (pending,) = store.state_at(thread_id).reviews
+    return pending.request.review_id
+
+
+def recorded(store: Store, thread_id: str) -> list[Any]:
+    kinds = (AgentThread.ReviewDecided, AgentThread.ReviewApprovedInPart)
+    return [e for e in store.history(thread_id) if isinstance(e, kinds)]
+
+
+def forms(page: str) -> set[str]:
+    return set(re.findall(r'<form [^>]*id="([a-z-]+-form)"', page))
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def test_each_reviewer_sees_only_the_reviews_they_may_decide(store: Store) -> None:
+    """The queue page and the JSON API leave out a review whose scopes the reviewer's
+    token lacks; reviews without a policy stay listed for every reviewer."""
+    guarded, plain = paused_on(store, "t", GUARDED), paused_on(store, "u", None)
+    with inbox_client(store) as client:
+        current(client)
+        listed = {
+            r["review_id"] for r in client.get("/api/reviews", headers=bearer(NO_SCOPE)).json()
+        }
+        assert listed == {plain}
+        both = {r["review_id"] for r in client.get("/api/reviews", headers=bearer(PAYMENTS)).json()}
+        assert both == {plain, guarded}
+        pauses = client.get("/api/pauses", headers=bearer(NO_SCOPE)).json()
+        assert [p["review_id"] for p in pauses] == [plain]
+        sign_in(client, NO_SCOPE)
+        home = client.get("/").text
+        assert plain in home and guarded not in home
+        page = client.get("/review", params={"id": guarded, "thread": "t"}).text
+        assert 'id="not-yours"' in page and forms(page) == set()
+
+
+def test_the_review_page_offers_only_the_allowed_forms_and_shows_the_text_as_text(
+    store: Store,
+) -> None:
+    """Approve, edit (amount only) and reject are offered, respond is not; the tool's
+    description is escaped and its control characters shown as escapes."""
+    review = paused_on(store, "t", GUARDED)
+    with inbox_client(store) as client:
+        current(client)
+        sign_in(client, PAYMENTS)
+        page = client.get("/review", params={"id": review, "thread": "t"}).text
+        assert forms(page) == {"approve-form", "edit-form", "reject-form"}
+        assert "Only these arguments may be edited: amount." in page
+        assert "<script>" not in page and "&lt;script&gt;" in page
+        assert "\x1b" not in page and "\\x1b[2J" in page
+        assert "line two for DE02 1001" in page
+        api = client.get(f"/api/reviews/{review}", headers=bearer(PAYMENTS)).json()
+        assert api["policy"]["decisions"] == ["approved", "rejected"]
+        assert api["policy"]["editable"] == ["amount"]
+
+
+@pytest.mark.parametrize(
+    ("token", "fields", "status", "said"),
+    [
+        (PAYMENTS, {"action": "respond", "answer": "paid"}, 400, "allows only approved, rejected"),
+        (PAYMENTS, {"action": "approve-edited", "arguments": '{"amount": 10, "to": "XX"}'},
+         400, "forbids editing to"),
+        (PAYMENTS, {"action": "approve"}, 403, "above 1000 needs one of the scopes"),
+        (NO_SCOPE, {"action": "reject", "reason": "no"}, 403, "needs one of the scopes"),
+    ],
+)  # fmt: skip
+def test_a_refused_decision_is_shown_on_the_review_page_and_recorded_nowhere(
+    store: Store, token: str, fields: dict[str, str], status: int, said: str
+) -> None:
+    """A crafted post the page did not offer, or one outside the reviewer's scopes, is
+    refused with the one check's message, on the review page; nothing is recorded."""
+    review = paused_on(store, "t", GUARDED)
+    with inbox_client(store) as client:
+        current(client)
+        csrf = sign_in(client, token)
+        form = {"review": review, "thread": "t", "csrf": csrf, **fields}
+        refused = client.post("/decide", data=form, headers=OWN)
+        assert refused.status_code == status
+        assert said in refused.text
+        api = client.post(f"/api/reviews/{review}/reject", json={"reason": "x"},
+                          headers=bearer(NO_SCOPE))  # fmt: skip
+        assert api.status_code == 403
+    assert recorded(store, "t") == []
+
+
+def test_four_eyes_through_the_pages_needs_a_second_reviewer(store: Store) -> None:
+    """The first approval is shown as in part; its reviewer is no longer offered to
+    approve; a second reviewer's approval decides the review."""
+    review = paused_on(store, "t", ReviewPolicy(four_eyes=True))
+    with inbox_client(store) as client, inbox_client(store) as second:
+        current(client)
+        csrf = sign_in(client, PAYMENTS)
+        form = {"review": review, "thread": "t", "csrf": csrf, "action": "approve"}
+        after = client.post("/decide", data=form, headers=OWN)
+        assert after.status_code == 200
+        assert "Approved in part by" in after.text and "carol" in after.text
+        assert forms(after.text) == {"reject-form", "respond-form"}
+        csrf2 = sign_in(second, PAYMENTS_TOO)
+        page = second.get("/review", params={"id": review, "thread": "t"}).text
+        assert "approve-form" in forms(page)
+        form2 = {"review": review, "thread": "t", "csrf": csrf2, "action": "approve"}
+        decided = second.post("/decide", data=form2, headers=OWN)
+        assert 'id="decision"' in decided.text
+    kinds = [type(e).__name__ for e in recorded(store, "t")]
+    assert kinds == ["ReviewApprovedInPart", "ReviewDecided"]
+
+
+def test_the_served_inbox_applies_the_recorded_policy_without_the_application(
+    tmp_path: Path,
+) -> None:
+    """`covonaut-es serve` has none of the application's code, and still lists and
+    decides by the rules the review recorded: over real HTTP, a reviewer without the
+    scope sees nothing and is refused, one approval is in part, the same reviewer
+    cannot approve twice, a second one decides."""
+    secret = "s" * 40
+    signer = HmacReviewerVerifier(secret)
+    url = f"sqlite:///{tmp_path / 'threads.db'}"
+    with open_store(url) as store:
+        review = paused_on(store, "t", ReviewPolicy(scopes=("payments",), four_eyes=True))
+    port = free_port()
+    process = serve(url, port, env={"COVONAUT_ES_REVIEWER_SECRET": secret})
+    base = f"http://127.0.0.1:{port}"
+    carol = bearer(signer.issue_token("carol", 600, scopes=["payments"]))
+    dave = bearer(signer.issue_token("dave", 600, scopes=["payments"]))
+    nobody = bearer(signer.issue_token("alice", 600))
+    try:
+        healthy(process, base)
+        approve = f"{base}/api/reviews/{review}/approve"
+        assert httpx.get(f"{base}/api/reviews", headers=nobody).json() == []
+        assert httpx.post(approve, json={}, headers=nobody).status_code == 403
+        first = httpx.post(approve, json={}, headers=carol)
+        assert first.status_code == 200 and first.json()["partial"] is True
+        again = httpx.post(approve, json={}, headers=carol)
+        assert again.status_code == 403 and "second, different reviewer" in again.text
+        final = httpx.post(approve, json={}, headers=dave)
+        assert (final.json()["reviewer"], final.json()["partial"]) == ("dave", False)
+    finally:
+        stopped(process)
+    with open_store(url) as store:
+        kinds = [type(e).__name__ for e in recorded(store, "t")]
+    assert kinds == ["ReviewApprovedInPart", "ReviewDecided"]
+
+
+def test_a_limit_keeps_the_review_listed_but_approving_above_it_needs_its_scope(
+    store: Store,
+) -> None:
+    """A limit does not hide the review (the reviewer may still reject it); approving
+    above it needs the limit's scope."""
+    review = paused_on(store, "t", GUARDED)
+    with inbox_client(store) as client:
+        current(client)
+        refused = client.post(f"/api/reviews/{review}/approve", json={}, headers=bearer(PAYMENTS))
+        assert refused.status_code == 403
+        approved = client.post(f"/api/reviews/{review}/approve", json={}, headers=bearer(LARGE))
+        assert approved.status_code == 200 and approved.json()["reviewer"] == "erin"
