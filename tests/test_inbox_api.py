@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 from starlette.applications import Starlette
 from starlette.routing import Mount
@@ -46,7 +47,15 @@ from inbox_support import (
     sign_in,
 )
 from support import answer, call
-from test_approvals import ALICE, BOB, SECRET, VERIFIER, make_agent
+from test_approvals import (
+    ALICE,
+    BOB,
+    SECRET,
+    VERIFIER,
+    make_agent,
+    paused_on_review,
+    pay_tool,
+)
 
 PAY_20 = '{"amount": 20, "to": "bob"}'
 
@@ -252,6 +261,23 @@ def test_healthz_answers_200_while_the_store_answers(store: Store, tmp_path: Pat
         (tmp_path / "gone.db").unlink()
         gone.close()
         assert client.get("/healthz").status_code == 503
+
+
+@pytest.mark.parametrize("runs_on_approval", [False, True])
+def test_a_review_says_whether_approving_runs_the_call_at_once(
+    store: Store, runs_on_approval: bool
+) -> None:
+    """A review of a tool whose approval runs the call says so, in the JSON API and on
+    the review page beside the approve form; any other review does not."""
+    tool = attrs.evolve(pay_tool([]), run_on_approval=runs_on_approval)
+    paused_on_review(store, [], [], thread_id="t", tool=tool)
+    with inbox_client(store) as client:
+        current(client)
+        (review,) = client.get("/api/reviews", headers=bearer(ALICE)).json()
+        assert review["run_on_approval"] is runs_on_approval
+        sign_in(client, ALICE)
+        page = client.get("/review", params={"id": review["review_id"], "thread": "t"}).text
+    assert ("without asking the model again" in page) is runs_on_approval
 
 
 def test_a_replaced_store_file_is_503_and_names_no_file(tmp_path: Path) -> None:

@@ -29,6 +29,7 @@ from covonaut_es import (
     open_store,
 )
 from covonaut_es.domain import Decision, ReviewLimit, ReviewRules
+from covonaut_es.domain._reviews import ALL_DECISIONS
 from covonaut_es.errors import DecisionNotAllowedError, InvalidDecisionError, ReviewPendingError
 from covonaut_es.service import Reviewer, ThreadService, review_submission
 from support import answer, call
@@ -223,6 +224,8 @@ def test_a_tool_without_a_policy_records_no_rules_and_decides_as_before(store: S
 def test_review_policy_refuses_what_it_cannot_mean() -> None:
     """A policy is checked when made: no decision at all, a bare string, a limit
     without scopes or without a finite maximum is refused."""
+    with pytest.raises(ValueError, match="expired is no decision a reviewer makes"):
+        ReviewPolicy(decisions=[Decision.EXPIRED])
     with pytest.raises(ValueError, match="at least one decision"):
         ReviewPolicy(decisions=())
     with pytest.raises(TypeError, match="not the string"):
@@ -270,7 +273,7 @@ SCOPES = ("payments", "payments:large", "audit")
 
 @st.composite
 def policies(draw: st.DrawFn) -> ReviewPolicy:
-    decisions = draw(st.sets(st.sampled_from(list(Decision)), min_size=1))
+    decisions = draw(st.sets(st.sampled_from(ALL_DECISIONS), min_size=1))
     editable = draw(st.none() | st.lists(st.sampled_from(["amount", "to"]), unique=True))
     limits = draw(
         st.lists(

@@ -41,6 +41,12 @@ def _decisions(value: Iterable[Decision | str]) -> tuple[Decision, ...]:
         msg = f"decisions must be a collection of decisions, not the string {value!r}"
         raise TypeError(msg)
     chosen = {Decision(v) for v in value}
+    if Decision.EXPIRED in chosen:
+        msg = (
+            "expired is no decision a reviewer makes: a review policy allows approved, "
+            "rejected or responded"
+        )
+        raise ValueError(msg)
     if not chosen:
         msg = "a review policy must allow at least one decision (rejected, at least)"
         raise ValueError(msg)

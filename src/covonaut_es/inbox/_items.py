@@ -38,7 +38,9 @@ class ReviewItem:
     """One review as the inbox shows it: the request, and its decision once decided.
 
     ``rules`` are what its tool's review policy allows; ``approvals``, under four eyes,
-    the first reviewer's approval in part while the review waits for a second.
+    the first reviewer's approval in part while the review waits for a second;
+    ``run_on_approval``, whether an approval runs the call itself when the thread next
+    runs (no model call in between).
     """
 
     review_id: str
@@ -55,6 +57,7 @@ class ReviewItem:
     deadline: datetime | None = None
     rules: ReviewRules = DEFAULT_RULES
     approvals: tuple[ReviewDecision, ...] = ()
+    run_on_approval: bool = False
 
     @classmethod
     def pending(cls, item: PendingReview) -> ReviewItem:
@@ -74,6 +77,7 @@ class ReviewItem:
             tool_changed=item.tool_changed,
             deadline=item.deadline,
             rules=item.rules,
+            run_on_approval=data.get("run_on_approval") is True,
         )
 
     @classmethod
@@ -96,6 +100,7 @@ class ReviewItem:
             deadline=request.deadline,
             rules=request.rules or DEFAULT_RULES,
             approvals=review.approvals,
+            run_on_approval=request.run_on_approval,
         )
 
     def actions(self, reviewer: Reviewer) -> frozenset[str]:
@@ -129,6 +134,7 @@ class ReviewItem:
             "server": None if self.tool is None else tool_json(self.tool),
             "tool_changed": self.tool_changed,
             "deadline": self.deadline.isoformat() if self.deadline else None,
+            "run_on_approval": self.run_on_approval,
             "policy": {
                 "decisions": [str(d) for d in self.rules.decisions],
                 "editable": None if self.rules.editable is None else list(self.rules.editable),
