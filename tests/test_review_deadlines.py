@@ -467,10 +467,11 @@ def test_a_worker_notes_a_near_deadline_once_and_sends_both_notices(store: Store
 def test_the_inbox_shows_the_deadline_and_refuses_a_late_decision_over_http(
     shared_url: str,
 ) -> None:
-    """The queue and the review page show a review's deadline; past it (the inbox's
-    service reads the store's clock), a decision over the JSON API is 409 saying it
-    expired, the form's answer is the review page with that refusal as an alert, and
-    nothing is recorded."""
+    """The queue shows a review's deadline; past it (the inbox's service reads the
+    system clock), a decision over the JSON API is 409 saying it expired and records no
+    decision but the review's expiry, as a worker's sweep would; the review page then
+    shows it expired, offering no decision, and a form posted from a page opened before
+    is answered by that page with the refusal as an alert."""
     from inbox_support import current, inbox_client, sign_in
 
     with open_store(shared_url) as store:
@@ -485,11 +486,36 @@ def test_the_inbox_shows_the_deadline_and_refuses_a_late_decision_over_http(
             assert late.status_code == 409, late.text
             assert "expired at 2026-03-01T09:30:00" in late.text
             assert "nothing was recorded" in late.text
+            [expired] = decisions(store)
+            assert isinstance(expired, AgentThread.ReviewExpired)
+            assert store.state_at("t").version > version
             csrf = sign_in(client, ALICE)
             page = client.get("/review", params={"id": review_id, "thread": "t"}).text
-            assert 'id="deadline"' in page and "2026-03-01T09:30:00" in page
+            assert 'id="approve-form"' not in page and "Decided: expired" in page
             form = {"review": review_id, "thread": "t", "csrf": csrf, "action": "approve"}
             refused = client.post("/decide", data=form, headers={"Origin": "http://inbox.test"})
             assert refused.status_code == 409, refused.text
-            assert 'role="alert"' in refused.text and "expired at 2026-03-01T09:30" in refused.text
-        assert store.state_at("t").version == version and decisions(store) == []
+            assert 'role="alert"' in refused.text
+        assert decisions(store) == [expired]
+
+
+def test_the_inbox_records_the_expiry_of_a_review_opened_past_its_deadline(
+    shared_url: str,
+) -> None:
+    """A review page opened past the deadline, before any worker swept: the inbox
+    records the expiry (once, however often the page is opened) and shows the review
+    expired, with no form to decide it; the queue no longer lists it."""
+    from inbox_support import current, inbox_client, sign_in
+
+    with open_store(shared_url) as store:
+        _, review_id = paused(store, Clock())  # asked in March 2026: long expired now
+        with inbox_client(store) as client:
+            current(client)
+            sign_in(client, ALICE)
+            for _ in range(2):
+                page = client.get("/review", params={"id": review_id, "thread": "t"}).text
+                assert 'id="approve-form"' not in page and "Decided: expired" in page
+            auth = {"Authorization": f"Bearer {ALICE}"}
+            assert client.get("/api/reviews", headers=auth).json() == []
+        [expired] = decisions(store)
+        assert isinstance(expired, AgentThread.ReviewExpired)

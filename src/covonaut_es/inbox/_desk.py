@@ -19,7 +19,7 @@ import attrs
 from eventsourcing.projection import BaseProjectionRunner
 
 from covonaut_es.domain import PauseKind, ReviewDecision, ThreadState, ThreadStatus, may_decide
-from covonaut_es.errors import ThreadNotFoundError
+from covonaut_es.errors import ReadOnlyStoreError, ReviewExpiredError, ThreadNotFoundError
 from covonaut_es.inbox._items import (
     Page,
     PauseView,
@@ -177,6 +177,9 @@ class ReviewDesk:
             AmbiguousReviewError: Pending in several threads and none named.
         """
         found = self.service.find_review(review_id, thread_id=thread_id)
+        pending = found.review.decision is None
+        if pending and found.review.request.deadline and self._expire_due(found.thread_id):
+            found = self.service.find_review(review_id, thread_id=found.thread_id)
         queued = next(
             (
                 item
@@ -256,10 +259,15 @@ class ReviewDesk:
         thread_id: str | None = None,
     ) -> ReviewDecision:
         """Record a reviewer's decision (see :meth:`ThreadService.decide
-        <covonaut_es.service.ThreadService.decide>`, whose errors it raises)."""
-        decision = self.service.decide(
-            review_id, submission, reviewer=reviewer, thread_id=thread_id
-        )
+        <covonaut_es.service.ThreadService.decide>`, whose errors it raises). A decision
+        too late records the review's expiry, if no worker has yet."""
+        try:
+            decision = self.service.decide(
+                review_id, submission, reviewer=reviewer, thread_id=thread_id
+            )
+        except ReviewExpiredError:
+            self._expire_due(self.service.find_review(review_id, thread_id=thread_id).thread_id)
+            raise
         self._remember(decision.thread_id, review_id)
         return decision
 
@@ -335,6 +343,18 @@ class ReviewDesk:
         result = command()
         self._remember(thread_id, item_id)
         return result
+
+    def _expire_due(self, thread_id: str) -> bool:
+        """Record the expiry of the thread's reviews past their deadline, as a worker's
+        sweep would (the inbox applies deadlines too); whether any expired. A store
+        opened read-only is left to the workers."""
+        try:
+            expired = self.service.expire_reviews(thread_id)
+        except ReadOnlyStoreError:
+            return False
+        for decision in expired:
+            self._remember(thread_id, decision.review_id)
+        return bool(expired)
 
     def _remember(self, thread_id: str, item_id: str | None) -> None:
         """Leave the item (None: every item of the thread) out of the listings until the
