@@ -576,3 +576,35 @@ def test_a_lease_lost_at_any_save_of_a_run_leaves_nothing_after_the_loss(
     finally:
         runner.release()
     check_takeover(flow, observer, THREAD)
+
+
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def test_a_live_worker_is_listed_whenever_its_heartbeat_rewrites_its_record(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A worker beats as fast as it can (each beat rewrites its record) while another
+    process's `workers` lists the live workers again and again: every listing shows it,
+    never a moment of its rewrite in which it would look gone."""
+    url = (
+        f"sqlite:///{tmp_path / 'threads.db'}"
+        if backend == "sqlite"
+        else request.getfixturevalue("postgres_url")
+    )
+    with open_store(url) as worker, open_store(url) as lister:
+        worker.publish_worker(_worker_record("w-busy"))
+        stop = threading.Event()
+
+        def beat() -> None:
+            while not stop.is_set():
+                worker.publish_worker(_worker_record("w-busy"))
+
+        beating = threading.Thread(target=beat)
+        beating.start()
+        try:
+            listings = [[r.worker_id for r in lister.live_workers()] for _ in range(300)]
+        finally:
+            stop.set()
+            beating.join()
+    assert all(listed == ["w-busy"] for listed in listings), listings

@@ -115,15 +115,20 @@ class FileLeases(LeaseBackend):
         records = self._records()
         if self._record_fd is None:
             records.mkdir(parents=True, exist_ok=True)
-            self._record_fd = _locked_file(records / f"{record.worker_id}.json")
+            self._record_fd = _locked_file(records / f"{record.worker_id}.lock")
             if self._record_fd is None:
                 msg = f"worker id {record.worker_id!r} is taken by a live worker: choose another"
                 raise ConfigurationError(msg)
-        _rewrite(self._record_fd, msgspec.json.encode(record))
+        # Written aside and renamed over the record: a listing reads the old record or
+        # the new one, never one cut short by the rewrite.
+        written = records / f".{record.worker_id}.{os.getpid()}.tmp"
+        written.write_bytes(msgspec.json.encode(record))
+        os.replace(written, records / f"{record.worker_id}.json")
 
     def withdraw(self, worker_id: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            (self._records() / f"{worker_id}.json").unlink()
+        for suffix in (".json", ".lock"):
+            with contextlib.suppress(FileNotFoundError):
+                (self._records() / f"{worker_id}{suffix}").unlink()
         if self._record_fd is not None:
             os.close(self._record_fd)
             self._record_fd = None
@@ -132,7 +137,7 @@ class FileLeases(LeaseBackend):
         found = []
         records = self._records()
         for path in sorted(records.glob("*.json")) if records.is_dir() else ():
-            probe = _locked_file(path, create=False)
+            probe = _locked_file(path.with_suffix(".lock"), create=False)
             if probe is not None:  # nobody holds it: its worker died
                 os.close(probe)
                 continue
