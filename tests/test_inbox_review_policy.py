@@ -56,7 +56,9 @@ def bearer(token: str) -> dict[str, str]:
 
 def test_each_reviewer_sees_only_the_reviews_they_may_decide(store: Store) -> None:
     """The queue page and the JSON API leave out a review whose scopes the reviewer's
-    token lacks; reviews without a policy stay listed for every reviewer."""
+    token lacks, and its page and its JSON answer 404 with nothing of it, even to a
+    reviewer who knows (or guessed) its id; reviews without a policy stay listed for
+    every reviewer."""
     guarded, plain = paused_on(store, "t", GUARDED), paused_on(store, "u", None)
     with inbox_client(store) as client:
         current(client)
@@ -71,8 +73,14 @@ def test_each_reviewer_sees_only_the_reviews_they_may_decide(store: Store) -> No
         sign_in(client, NO_SCOPE)
         home = client.get("/").text
         assert plain in home and guarded not in home
-        page = client.get("/review", params={"id": guarded, "thread": "t"}).text
-        assert 'id="not-yours"' in page and forms(page) == set()
+        direct = client.get(f"/api/reviews/{guarded}", headers=bearer(NO_SCOPE))
+        assert direct.status_code == 404 and "5000" not in direct.text
+        assert client.get(f"/api/reviews/{guarded}", headers=bearer(PAYMENTS)).status_code == 200
+        page = client.get("/review", params={"id": guarded, "thread": "t"})
+        assert page.status_code == 404 and forms(page.text) == set()
+        assert "5000" not in page.text
+        status = client.get("/review/status", params={"id": guarded, "thread": "t"})
+        assert status.status_code == 404
 
 
 def test_the_review_page_offers_only_the_allowed_forms_and_shows_the_text_as_text(

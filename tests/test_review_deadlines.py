@@ -139,23 +139,47 @@ def test_a_deadline_policy_decides_per_call_and_one_that_fails_expires_at_once(
     store: Store,
 ) -> None:
     """A policy's timedelta is the deadline; None waits as long as it takes; a policy
-    that raises, or gives what is no positive timedelta, fails closed: the review's
-    deadline is the time it was asked for."""
+    that raises, or gives what is no positive timedelta of at most a hundred years (one
+    that would overflow the time it ends among them), fails closed: the review's deadline
+    is the time it was asked for."""
     cases: dict[str, tuple[Callable[[dict[str, Any]], Any], datetime | None]] = {
         "big": (lambda args: timedelta(hours=args["amount"]), T0 + timedelta(hours=40)),
         "none": (lambda args: None, None),
         "raises": (lambda args: 1 / 0, T0),
         "negative": (lambda args: timedelta(seconds=-5), T0),
         "wrong-type": (lambda args: 30, T0),
+        "overflowing": (lambda args: timedelta.max, T0),
+        "past-a-century": (lambda args: timedelta(days=36_526), T0),
     }
     for thread_id, (policy, expected) in cases.items():
         agent, _ = paused(store, Clock(), deadline=policy, thread_id=thread_id)
         assert agent.pending_reviews[0].deadline == expected, thread_id
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(wait=st.one_of(st.timedeltas(), st.none(), st.integers(), st.floats(), st.text()))
+def test_whatever_a_deadline_policy_gives_the_review_is_asked_for_and_fails_closed(
+    wait: Any,
+) -> None:
+    """Whatever a deadline policy returns, the run pauses on the review (never a crash,
+    never a call left in doubt): its deadline is the policy's when that is a wait of at
+    most a hundred years, none for None, else the time it was asked for."""
+    with open_store("memory://") as store:
+        agent, _ = paused(store, Clock(), deadline=lambda args: wait)
+        [request] = agent.pending_reviews
+        assert agent.in_doubt == ()
+    if wait is None:
+        assert request.deadline is None
+    elif isinstance(wait, timedelta) and timedelta(0) < wait <= timedelta(days=36_525):
+        assert request.deadline == T0 + wait
+    else:
+        assert request.deadline == T0
+
+
 def test_a_tool_refuses_a_deadline_that_is_not_positive() -> None:
-    """``review_deadline`` takes a positive timedelta, a policy or None."""
-    for bad in (timedelta(0), timedelta(seconds=-1), 30):
+    """``review_deadline`` takes a positive timedelta of at most a hundred years (one
+    near ``timedelta.max`` would overflow the time it ends), a policy or None."""
+    for bad in (timedelta(0), timedelta(seconds=-1), 30, timedelta.max, timedelta(days=36_526)):
         with pytest.raises(ValueError, match="review_deadline must be a positive timedelta"):
             Tool("pay", "Pay", OBJECT, lambda ctx, args: None, review_deadline=bad)
 

@@ -31,7 +31,7 @@ from covonaut_es import (
 from covonaut_es.domain import Decision, ReviewLimit, ReviewRules
 from covonaut_es.domain._reviews import ALL_DECISIONS
 from covonaut_es.errors import DecisionNotAllowedError, InvalidDecisionError, ReviewPendingError
-from covonaut_es.service import Reviewer, ThreadService, review_submission
+from covonaut_es.service import Reviewer, Settlement, ThreadService, review_submission
 from support import answer, call
 from test_approvals import PAY_SCHEMA, SECRET, VERIFIER, make_agent, review_id
 
@@ -471,3 +471,60 @@ def test_four_eyes_never_approves_with_fewer_than_two_distinct_reviewers(
             (first,) = review.approvals
             assert first.reviewer != review.decision.reviewer
             assert first.digest == review.decision.digest
+
+
+class _DiedInTool(BaseException):
+    """Stands for the runner's process dying inside the tool, after the approval's spend."""
+
+
+def _in_doubt_after_approval(store: Store, thread_id: str) -> None:
+    """``thread_id``: a payment under the policy's scopes, approved (its approval runs
+    the call), whose runner died inside the tool: the call is in doubt."""
+
+    def dies(ctx: ToolContext, args: dict[str, Any]) -> Any:
+        raise _DiedInTool
+
+    tool = Tool(
+        "pay", "Send a payment", PAY_SCHEMA, dies,
+        requires_approval=True, run_on_approval=True, review=ReviewPolicy(scopes=["payments"]),
+    )  # fmt: skip
+    agent = make_agent(store, [call(("c1", "pay", PAY_5000))], [], tool=tool, thread_id=thread_id)
+    agent.run("Pay the invoice.")
+    agent.approve(review_id(agent), reviewer=PAYMENTS)
+    with pytest.raises(_DiedInTool):
+        agent.resume()
+
+
+_CALL_COMMANDS = {
+    "retry": lambda service, reviewer: service.request_retry("t", "c1", reviewer=reviewer),
+    "settle as run": lambda service, reviewer: service.settle(
+        "t", "c1", Settlement.ran_with("paid"), reviewer=reviewer
+    ),
+    "settle as not run": lambda service, reviewer: service.settle(
+        "t", "c1", Settlement.not_run("no charge found"), reviewer=reviewer
+    ),
+}
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(command=st.sampled_from(sorted(_CALL_COMMANDS)), scoped=st.booleans())
+def test_only_a_reviewer_in_scope_may_retry_or_settle_a_reviewed_call(
+    command: str, scoped: bool
+) -> None:
+    """A call held back under a review's scopes, approved, and in doubt since its runner
+    died: a reviewer holding none of the scopes can neither run it again nor settle it
+    (``ReviewerNotPermittedError``, nothing recorded), where one in scope can; the
+    application itself (no reviewer) still may."""
+    with open_store("memory://") as store:
+        _in_doubt_after_approval(store, "t")
+        service = ThreadService(store, verifier=VERIFIER)
+        reviewer = service.reviewer(PAYMENTS if scoped else NO_SCOPE)
+        before = store.head_version("t")
+        if scoped:
+            _CALL_COMMANDS[command](service, reviewer)
+            assert store.head_version("t") == (before or 0) + 1
+        else:
+            with pytest.raises(ReviewerNotPermittedError, match="may not act on call 'c1'"):
+                _CALL_COMMANDS[command](service, reviewer)
+            assert store.head_version("t") == before
+            service.settle("t", "c1", Settlement.not_run())  # the application's own

@@ -77,10 +77,24 @@ def check_seconds(name: str, value: object) -> None:
         raise ValueError(msg)
 
 
+MAX_REVIEW_DEADLINE = timedelta(days=36_525)
+"""The longest a review may wait: a hundred years (a longer wait is no deadline, and one
+near ``timedelta.max`` would overflow the time it ends)."""
+
+
+def _is_wait(value: object) -> bool:
+    """Whether ``value`` is a deadline's wait: a positive timedelta of at most
+    :data:`MAX_REVIEW_DEADLINE`."""
+    return isinstance(value, timedelta) and timedelta(0) < value <= MAX_REVIEW_DEADLINE
+
+
 def _check_deadline(_: Any, __: attrs.Attribute[Any], value: object) -> None:
-    if value is None or callable(value) or (isinstance(value, timedelta) and value > timedelta(0)):
+    if value is None or callable(value) or _is_wait(value):
         return
-    msg = f"review_deadline must be a positive timedelta, a policy or None, got {value!r}"
+    msg = (
+        "review_deadline must be a positive timedelta of at most a hundred years, a policy "
+        f"or None, got {value!r}"
+    )
     raise ValueError(msg)
 
 
@@ -198,8 +212,9 @@ class Tool:
     def deadline_of(self, args: dict[str, Any]) -> timedelta | None:
         """How long a review of a call with these validated arguments may wait.
 
-        A policy that raises, or gives no positive ``timedelta`` nor None, fails closed:
-        the review expires at once, so no late decision can run the call.
+        A policy that raises, or gives neither None nor a positive ``timedelta`` of at
+        most :data:`MAX_REVIEW_DEADLINE`, fails closed: the review expires at once, so
+        no late decision can run the call.
         """
         deadline = self.review_deadline
         if deadline is None or isinstance(deadline, timedelta):
@@ -209,11 +224,11 @@ class Tool:
         except Exception:
             logger.exception("deadline policy of tool %r failed: the review expires", self.name)
             return timedelta(0)
-        if found is None or (isinstance(found, timedelta) and found > timedelta(0)):
+        if found is None or _is_wait(found):
             return found
         logger.error(
-            "deadline policy of tool %r gave %r, not a positive timedelta or None: the "
-            "review expires",
+            "deadline policy of tool %r gave %r, not None nor a positive timedelta of at "
+            "most a hundred years: the review expires",
             self.name,
             found,
         )

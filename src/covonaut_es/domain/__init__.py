@@ -13,7 +13,7 @@ domain classes and msgspec), never a layer above it.
 from covonaut_es.domain._calls import requested_call
 from covonaut_es.domain._canonical import canonical_json
 from covonaut_es.domain._ids import check_thread_id, check_thread_stream, thread_aggregate_id
-from covonaut_es.domain._review_rules import may_decide
+from covonaut_es.domain._review_rules import check_may_act_on_call, may_decide
 from covonaut_es.domain._reviews import (
     Decision,
     Review,
@@ -76,6 +76,7 @@ __all__ = [
     "TreeStats",
     "TypedOutput",
     "canonical_json",
+    "check_may_act_on_call",
     "check_thread_id",
     "check_thread_stream",
     "may_decide",

@@ -16,7 +16,7 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from covonaut_es.domain._canonical import canonical_json
-from covonaut_es.domain._reviews import DEFAULT_RULES, Decision, Review, ReviewRules
+from covonaut_es.domain._reviews import DEFAULT_RULES, Decision, Review, ReviewLedger, ReviewRules
 from covonaut_es.errors import DecisionNotAllowedError, ReviewerNotPermittedError
 
 
@@ -29,6 +29,27 @@ def may_decide(rules: ReviewRules, scopes: Collection[str]) -> bool:
     """Whether a reviewer holding ``scopes`` may decide such a review at all (some
     decision of theirs could pass :func:`check_decision`)."""
     return not rules.scopes or any(scope in scopes for scope in rules.scopes)
+
+
+def check_may_act_on_call(
+    reviews: ReviewLedger, tool_call_id: str, *, reviewer: str, scopes: Collection[str]
+) -> None:
+    """Refuse a person's settling, retrying or answering of a call reviewed under rules
+    whose scopes they hold none of: they could run again, or settle, an operation they
+    may not decide (a call no review names is anyone's to deal with).
+
+    Raises:
+        ReviewerNotPermittedError: They hold none of the review's scopes.
+    """
+    review = reviews.governing(tool_call_id)
+    rules = review.request.rules if review is not None else None
+    if rules is None or may_decide(rules, scopes):
+        return
+    msg = (
+        f"reviewer {reviewer!r} may not act on call {tool_call_id!r}: its review needs one "
+        f"of the scopes {', '.join(rules.scopes)}; nothing was recorded"
+    )
+    raise ReviewerNotPermittedError(msg)
 
 
 def check_decision(

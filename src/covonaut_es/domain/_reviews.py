@@ -259,6 +259,17 @@ class ReviewLedger(msgspec.Struct, frozen=True):
         """The review with that id, if this thread has one."""
         return next((r for r in self.reviews if r.request.review_id == review_id), None)
 
+    def governing(self, tool_call_id: str) -> Review | None:
+        """The latest review that held back the call, or whose approval it spent."""
+        return next(
+            (
+                r
+                for r in reversed(self.reviews)
+                if tool_call_id in (r.request.tool_call_id, r.used_by)
+            ),
+            None,
+        )
+
     def undecided(self, review_id: str, *, thread_id: str) -> Review:
         """The review with that id, which must still await a decision.
 

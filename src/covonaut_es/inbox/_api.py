@@ -110,9 +110,10 @@ async def _reviews(inbox: Inbox, request: Request) -> Any:
 
 
 async def _review(inbox: Inbox, request: Request) -> Any:
-    await _credential(inbox, request, changes=False)
+    reviewer = await _credential(inbox, request, changes=False)
     thread = _thread_named(request)
-    item = await blocking(inbox.desk.review, request.path_params["review_id"], thread)
+    review_id = request.path_params["review_id"]
+    item = await blocking(inbox.desk.review, review_id, thread, reviewer=reviewer)
     return item.to_json()
 
 

@@ -19,7 +19,12 @@ import attrs
 from eventsourcing.projection import BaseProjectionRunner
 
 from covonaut_es.domain import PauseKind, ReviewDecision, ThreadState, ThreadStatus, may_decide
-from covonaut_es.errors import ReadOnlyStoreError, ReviewExpiredError, ThreadNotFoundError
+from covonaut_es.errors import (
+    ReadOnlyStoreError,
+    ReviewExpiredError,
+    ReviewNotFoundError,
+    ThreadNotFoundError,
+)
 from covonaut_es.inbox._items import (
     Page,
     PauseView,
@@ -169,14 +174,21 @@ class ReviewDesk:
         shown = tuple(PendingItem.queued(item) for item in items[start : start + size])
         return Page(shown, len(items), number, size)
 
-    def review(self, review_id: str, thread_id: str | None = None) -> ReviewItem:
-        """The review with that id, as its thread records it now.
+    def review(
+        self, review_id: str, thread_id: str | None = None, *, reviewer: Reviewer
+    ) -> ReviewItem:
+        """The review with that id, as its thread records it now, if ``reviewer`` may
+        decide it: one outside their scopes is shown them no more than it is listed.
 
         Raises:
-            ReviewNotFoundError: No such review (in that thread).
+            ReviewNotFoundError: No such review (in that thread) that they may see.
             AmbiguousReviewError: Pending in several threads and none named.
         """
         found = self.service.find_review(review_id, thread_id=thread_id)
+        rules = found.review.request.rules
+        if rules is not None and not may_decide(rules, reviewer.scopes):
+            msg = f"no review {review_id!r} that reviewer {reviewer.id!r} may decide"
+            raise ReviewNotFoundError(msg)
         pending = found.review.decision is None
         if pending and found.review.request.deadline and self._expire_due(found.thread_id):
             found = self.service.find_review(review_id, thread_id=found.thread_id)

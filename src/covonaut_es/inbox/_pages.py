@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from covonaut_es.domain import PauseKind, ThreadStatus, canonical_json, may_decide
+from covonaut_es.domain import PauseKind, ThreadStatus, canonical_json
 from covonaut_es.errors import (
     CovonautError,
     InvalidDecisionError,
@@ -423,11 +423,10 @@ def _review_context(
     """What the review page shows: the review, the forms its rules offer ``reviewer``,
     its thread's last messages, the edit box's text, and the oldest other review
     ``reviewer`` may decide (the "next review" link)."""
-    item: ReviewItem = inbox.desk.review(review_id, thread_id)
+    item: ReviewItem = inbox.desk.review(review_id, thread_id, reviewer=reviewer)
     return {
         "review": item,
         "actions": item.actions(reviewer),
-        "may_decide": may_decide(item.rules, reviewer.scopes),
         "seconding": _seconding(item),
         "messages": inbox.desk.messages(item.thread_id),
         "arguments_json": _editable_json(item.arguments),
@@ -482,7 +481,7 @@ def _review_status(
     Raises:
         ReviewNotFoundError: No such review in that thread.
     """
-    item: ReviewItem = inbox.desk.review(review_id, thread_id)
+    item: ReviewItem = inbox.desk.review(review_id, thread_id, reviewer=reviewer)
     if item.decision is not None:
         state = "decided"
     elif inbox.desk.thread_status(item.thread_id) is ThreadStatus.ABANDONED:

@@ -23,6 +23,7 @@ from covonaut_es.domain import (
     ReviewDecision,
     ReviewRequest,
     ThreadStatus,
+    check_may_act_on_call,
 )
 from covonaut_es.errors import (
     AmbiguousReviewError,
@@ -295,11 +296,13 @@ class ThreadService:
             InvalidDecisionError: The answer is no text, too long or blank.
             StalePauseError: ``pause`` is no longer pending on that call.
             ThreadStateError: No tool's pause on that call awaits an answer.
+            ReviewerNotPermittedError: The call's review needs a scope the reviewer
+                holds none of; nothing was recorded.
         """
         text = person_text(answer, "answer", required=True)
 
         def answer_it(thread: AgentThread) -> None:
-            _check(thread, pause, tool_call_id)
+            _check(thread, pause, tool_call_id, reviewer)
             thread.answer(tool_call_id, text, by=reviewer.id, now=self._clock())
 
         self._change(thread_id, answer_it)
@@ -328,11 +331,13 @@ class ThreadService:
                 call's tool, past its timeout, still runs in this process).
             StalePauseError: ``pause`` is no longer pending on that call.
             ThreadStateError: The call is not in doubt.
+            ReviewerNotPermittedError: The call's review needs a scope the reviewer
+                holds none of; nothing was recorded.
         """
         by = reviewer.id if reviewer else ""
 
         def settle(thread: AgentThread) -> None:
-            _check(thread, pause, tool_call_id)
+            _check(thread, pause, tool_call_id, reviewer)
             content, ran = settlement.content, settlement.ran
             thread.settle(tool_call_id, content, ran=ran, by=by, now=self._clock())
 
@@ -372,10 +377,12 @@ class ThreadService:
                 tool, past its timeout, still runs in this process).
             StalePauseError: ``pause`` is no longer pending on that call.
             ThreadStateError: The call is not in doubt, or the thread's run did not fail.
+            ReviewerNotPermittedError: The call's review needs a scope the reviewer
+                holds none of; nothing was recorded.
         """
 
         def retry(thread: AgentThread) -> None:
-            _check(thread, pause, tool_call_id or None)
+            _check(thread, pause, tool_call_id or None, reviewer)
             thread.request_retry(tool_call_id, by=reviewer.id, now=self._clock())
 
         self._change(thread_id, retry, leased=True)
@@ -404,7 +411,7 @@ class ThreadService:
         by = reviewer.id if reviewer else ""
 
         def abandon(thread: AgentThread) -> None:
-            _check(thread, pause, None)
+            _check(thread, pause, None, None)
             thread.abandon(text, by=by, now=self._clock())
 
         self._change(thread_id, abandon)
@@ -518,10 +525,18 @@ class ThreadService:
         return ReviewNotFoundError(f"no review {review_id!r} in {where}")
 
 
-def _check(thread: AgentThread, pause: object, tool_call_id: str | None) -> None:
-    """Refuse the command unless the pause it names (if any) is still pending."""
+def _check(
+    thread: AgentThread, pause: object, tool_call_id: str | None, reviewer: Reviewer | None
+) -> None:
+    """Refuse a person's command on a pause unless the pause it names (if any) is still
+    pending, and the call's review (if any) lets them act on it (the application itself,
+    no reviewer, may)."""
     if pause is not None:
         check_pause(thread, pause, tool_call_id)
+    if reviewer is not None and tool_call_id:
+        check_may_act_on_call(
+            thread.reviews, tool_call_id, reviewer=reviewer.id, scopes=reviewer.scopes
+        )
 
 
 def _pending_in(store: Store, review_id: str, thread_ids: Sequence[str]) -> list[str]:
