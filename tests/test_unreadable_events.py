@@ -169,3 +169,15 @@ def test_an_event_with_a_field_of_the_wrong_type_is_refused_or_reads_back_equal(
         decoded = vars(mapper.to_domain_event(record))
         decoded.pop(CHAIN_FIELD)
         assert decoded == vars(changed)
+
+
+def test_a_value_its_enum_does_not_have_is_refused_naming_the_field(store: Store) -> None:
+    agent = agent_on(store, "t1", [call(("c1", "review", "{}")), answer("done")])
+    agent.run("go")
+    thread = store.load("t1")
+    thread.steer(Message("boss", "hi"), now=NOW)  # type: ignore[arg-type]
+    with pytest.raises(UnreadableEventError) as raised:
+        store.save(thread)
+    assert (raised.value.field, raised.value.found) == ("message.role", "str")
+    assert "'boss'" in raised.value.expected
+    assert store.load("t1").version == store.head_version("t1")

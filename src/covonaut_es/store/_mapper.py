@@ -267,16 +267,22 @@ def _unreadable(cls: type, state: Mapping[str, Any], error: str) -> UnreadableEv
     `$.message.content```)."""
     at = _AT.search(error)
     path = at["path"] if at else ""
-    name = re.split(r"[.\[]", path, maxsplit=1)[0]
     types = _EXPECTED_GOT.search(error)
     if types:
         return UnreadableEventError(cls.__qualname__, path, types["expected"], types["found"])
-    # Another refusal (an enum value it does not know, a missing field): the field's
-    # declared type, and the type of what it holds.
-    hints = typing.get_type_hints(cls)
-    expected = getattr(hints.get(name), "__name__", str(hints.get(name)))
-    found = f"{type(state.get(name)).__name__} ({error})"
-    return UnreadableEventError(cls.__qualname__, path or name, expected, found)
+    # Another refusal (a value its enum does not have, say): what msgspec said, and the
+    # type of the value at that path.
+    value: Any = state
+    for step in re.findall(r"[^.\[\]]+", path):
+        value = value[int(step)] if isinstance(value, (list, tuple)) else _member(value, step)
+    detail = error[: at.start()] if at else error
+    return UnreadableEventError(
+        cls.__qualname__, path, f"its type ({detail})", type(value).__name__
+    )
+
+
+def _member(value: Any, name: str) -> Any:
+    return value.get(name) if isinstance(value, Mapping) else getattr(value, name, None)
 
 
 def decode_object(data: bytes | memoryview, *, where: str, hint: str = "") -> dict[str, Any]:
