@@ -43,6 +43,7 @@ from covonaut_es.errors import (
     ToolCallsInDoubtError,
     ToolInDoubtError,
     ToolServerError,
+    UnreadableEventError,
 )
 from covonaut_es.messages import (
     Message,
@@ -130,6 +131,7 @@ __all__ = [
     "ToolContext",
     "ToolInDoubtError",
     "ToolServerError",
+    "UnreadableEventError",
     "Worker",
     "canonical_json",
     "create_cipher_key",

@@ -390,6 +390,29 @@ class SerializationError(CovonautError, ValueError):
     """Stored bytes could not be decoded into the expected type."""
 
 
+class UnreadableEventError(SerializationError):
+    """An event about to be stored holds a value its declared type cannot read back
+    (``42`` where a field is ``str``): refused before anything is stored, since every
+    later read of its aggregate would fail.
+
+    Attributes:
+        event: The event's class name.
+        field: The field, as a path into it (``message.content``).
+        expected: The type the field declares there.
+        found: The type of the value given.
+    """
+
+    def __init__(self, event: str, field: str, expected: str, found: str) -> None:
+        self.event = event
+        self.field = field
+        self.expected = expected
+        self.found = found
+        super().__init__(
+            f"event {event} cannot be stored: its field {field!r} is a {found}, declared "
+            f"{expected}; it would be written but never read back"
+        )
+
+
 class StoredRowError(SerializationError):
     """A stored row holds a value of the wrong type or shape (a NULL payload, a version
     that is text, an id that is no UUID): it was written around the library, or

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import re
 import typing
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
@@ -34,7 +35,7 @@ from eventsourcing.utils import get_topic
 from covonaut_es.domain import AgentThread, ThreadSnapshot
 from covonaut_es.domain._named_states import StateSaved
 from covonaut_es.domain._submissions import InputSubmitted, InputTaken
-from covonaut_es.errors import SerializationError
+from covonaut_es.errors import SerializationError, UnreadableEventError
 from covonaut_es.migrations import (
     VERSION_KEY,
     Schema,
@@ -79,18 +80,33 @@ class _Codec:
         )
 
     def encode(self, obj: object) -> bytes:
-        return msgspec.json.encode(self._payload(obj))
+        return self.readable(msgspec.json.encode(self._payload(obj)), obj)
+
+    def readable(self, payload: bytes, obj: object) -> bytes:
+        """``payload``, the encoding of event ``obj``, once the decoder its readers use
+        has read it: a value msgspec encodes but its declared type refuses (``42``
+        where a field is ``str``) would be stored and then fail every read.
+
+        Raises:
+            UnreadableEventError: Naming the event, the field, and both types.
+        """
+        try:
+            self.decoder.decode(payload)
+        except msgspec.ValidationError as exc:
+            raise _unreadable(type(obj), vars(obj), str(exc)) from exc
+        return payload
 
     def _payload(self, obj: object) -> dict[str, Any]:
         state = {k: v for k, v in vars(obj).items() if k not in _IDENTITY_FIELDS}
         state[VERSION_KEY] = self.schema.version
         return state
 
-    def with_chain(self, fields: bytes, chain: str) -> bytes:
-        """The payload to store for an event's :func:`canonical_fields` and its chain
-        hash: the same bytes with the schema version and the hash put first."""
+    def with_chain(self, event: object, fields: bytes, chain: str) -> bytes:
+        """The payload to store for ``event`` from its :func:`canonical_fields` and its
+        chain hash: the same bytes with the schema version and the hash put first, once
+        :meth:`readable`."""
         rest = b"}" if fields == b"{}" else b"," + fields[1:]
-        return self._chained + msgspec.json.encode(chain) + rest
+        return self.readable(self._chained + msgspec.json.encode(chain) + rest, event)
 
     def decode(
         self, data: bytes, *, where: str, migrators: Mapping[int, Upcaster] = NO_MIGRATORS
@@ -239,6 +255,34 @@ class _SnapshotCodec(_Codec):
         payload[VERSION_KEY] = state.pop(VERSION_KEY)
         payload["state"] = state
         return payload
+
+
+_EXPECTED_GOT = re.compile(r"Expected `(?P<expected>.+?)`, got `(?P<found>.+?)`")
+_AT = re.compile(r" - at `\$\.?(?P<path>[^`]*)`$")
+
+
+def _unreadable(cls: type, state: Mapping[str, Any], error: str) -> UnreadableEventError:
+    """The error for an event of class ``cls`` and fields ``state`` that its typed
+    decoder refused with msgspec's ``error`` (``Expected `str`, got `int` - at
+    `$.message.content```)."""
+    at = _AT.search(error)
+    path = at["path"] if at else ""
+    types = _EXPECTED_GOT.search(error)
+    if types:
+        return UnreadableEventError(cls.__qualname__, path, types["expected"], types["found"])
+    # Another refusal (a value its enum does not have, say): what msgspec said, and the
+    # type of the value at that path.
+    value: Any = state
+    for step in re.findall(r"[^.\[\]]+", path):
+        value = value[int(step)] if isinstance(value, (list, tuple)) else _member(value, step)
+    detail = error[: at.start()] if at else error
+    return UnreadableEventError(
+        cls.__qualname__, path, f"its type ({detail})", type(value).__name__
+    )
+
+
+def _member(value: Any, name: str) -> Any:
+    return value.get(name) if isinstance(value, Mapping) else getattr(value, name, None)
 
 
 def decode_object(data: bytes | memoryview, *, where: str, hint: str = "") -> dict[str, Any]:
@@ -442,7 +486,7 @@ class MsgspecMapper(Mapper[UUID]):
             originator_id=domain_event.originator_id,
             originator_version=domain_event.originator_version,
             topic=topic,
-            state=self.stored_payload(codec.with_chain(fields, chain)),
+            state=self.stored_payload(codec.with_chain(domain_event, fields, chain)),
         )
         return record, chain
 
