@@ -93,7 +93,9 @@ def link_hash(
     """The chain hash of one event of schema version ``schema`` from its
     :func:`canonical_fields`, after ``previous``, in today's scheme: :data:`PUBLIC`
     without ``key``, :data:`KEYED` with it."""
-    return _sealed([previous, topic, version, schema], fields, key, KEYED if key else PUBLIC)
+    return _sealed(
+        [previous, topic, version, schema], fields, key, PUBLIC if key is None else KEYED
+    )
 
 
 def chain_hash(
@@ -113,8 +115,10 @@ def chain_hash(
         # Whatever a hostile writer stored as ``_v`` (text, a float, nothing: null)
         # encodes unlike the integer the store sealed.
         head = [previous, topic, version, payload.get(VERSION_KEY)]
-        return _sealed(head, fields, key, KEYED if key else PUBLIC)
-    return _sealed([previous, topic, version], fields, key, _KEYED_V1 if key else _PUBLIC_V1)
+        return _sealed(head, fields, key, PUBLIC if key is None else KEYED)
+    return _sealed(
+        [previous, topic, version], fields, key, _PUBLIC_V1 if key is None else _KEYED_V1
+    )
 
 
 def _sealed(head: list[Any], fields: bytes, key: bytes | None, scheme: Scheme) -> str:
