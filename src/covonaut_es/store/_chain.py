@@ -88,14 +88,17 @@ save hashes each event)."""
 
 
 def link_hash(
-    previous: str, topic: str, version: int, schema: int, fields: bytes, key: bytes | None
+    previous: str, topic: str, version: int, schema: Any, fields: bytes, key: bytes | None
 ) -> str:
-    """The chain hash of one event of schema version ``schema`` from its
+    """The chain hash of one event from its schema version ``schema`` and its
     :func:`canonical_fields`, after ``previous``, in today's scheme: :data:`PUBLIC`
-    without ``key``, :data:`KEYED` with it."""
-    return _sealed(
-        [previous, topic, version, schema], fields, key, PUBLIC if key is None else KEYED
-    )
+    without ``key``, :data:`KEYED` with it. ``schema`` is what the payload's ``_v``
+    holds: the integer the store writes, or, when checking, whatever was stored there
+    (text, a float, ``None`` for nothing), which encodes unlike any integer."""
+    # Byte for byte msgspec's encoding of [previous, topic, version, schema, fields].
+    head = msgspec.json.encode([previous, topic, version, schema])
+    prefix = PUBLIC.prefix if key is None else KEYED.prefix
+    return prefix + _digest(head[:-1] + b"," + fields + b"]", key)
 
 
 def chain_hash(
@@ -112,25 +115,20 @@ def chain_hash(
     makes, or its absence."""
     fields = canonical_fields(payload)
     if generation == KEYED.generation:
-        # Whatever a hostile writer stored as ``_v`` (text, a float, nothing: null)
-        # encodes unlike the integer the store sealed.
-        head = [previous, topic, version, payload.get(VERSION_KEY)]
-        return _sealed(head, fields, key, PUBLIC if key is None else KEYED)
-    return _sealed(
-        [previous, topic, version], fields, key, _PUBLIC_V1 if key is None else _KEYED_V1
-    )
+        return link_hash(previous, topic, version, payload.get(VERSION_KEY), fields, key)
+    head = msgspec.json.encode([previous, topic, version])
+    prefix = _PUBLIC_V1.prefix if key is None else _KEYED_V1.prefix
+    return prefix + _digest(head[:-1] + b"," + fields + b"]", key)
 
 
-def _sealed(head: list[Any], fields: bytes, key: bytes | None, scheme: Scheme) -> str:
-    """The link over ``head`` then ``fields`` as one JSON array, prefixed ``scheme``'s."""
-    encoded = msgspec.json.encode(head)
-    material = encoded[:-1] + b"," + fields + b"]"  # byte for byte msgspec's [*head, fields]
+def _digest(material: bytes, key: bytes | None) -> str:
+    """128 bits of SHA-256 of ``material``, or of HMAC-SHA256 under ``key``, in URL-safe
+    base64 without padding."""
     if key is None:
-        digest = hashlib.sha256(material).digest()[:16]
+        raw = hashlib.sha256(material).digest()
     else:
-        digest = hmac.new(key, material, hashlib.sha256).digest()[:16]
-    text = binascii.b2a_base64(digest, newline=False).translate(_URLSAFE).decode()
-    return scheme.prefix + text[:22]
+        raw = hmac.new(key, material, hashlib.sha256).digest()
+    return binascii.b2a_base64(raw[:16], newline=False).translate(_URLSAFE).decode()[:22]
 
 
 class _Chained(msgspec.Struct):
