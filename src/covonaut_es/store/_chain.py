@@ -84,7 +84,7 @@ def canonical_fields(fields: Mapping[str, Any]) -> bytes:
 
 _URLSAFE = bytes.maketrans(b"+/", b"-_")
 """base64's alphabet to its URL-safe one (``base64.urlsafe_b64encode``, unwrapped: a
-save hashes each event)."""
+save hashes each event); the padding is deleted as it is translated."""
 
 
 def link_hash(
@@ -98,7 +98,7 @@ def link_hash(
     # Byte for byte msgspec's encoding of [previous, topic, version, schema, fields].
     head = msgspec.json.encode([previous, topic, version, schema])
     prefix = PUBLIC.prefix if key is None else KEYED.prefix
-    return prefix + _digest(head[:-1] + b"," + fields + b"]", key)
+    return _digest(head[:-1] + b"," + fields + b"]", key, prefix)
 
 
 def chain_hash(
@@ -118,17 +118,17 @@ def chain_hash(
         return link_hash(previous, topic, version, payload.get(VERSION_KEY), fields, key)
     head = msgspec.json.encode([previous, topic, version])
     prefix = _PUBLIC_V1.prefix if key is None else _KEYED_V1.prefix
-    return prefix + _digest(head[:-1] + b"," + fields + b"]", key)
+    return _digest(head[:-1] + b"," + fields + b"]", key, prefix)
 
 
-def _digest(material: bytes, key: bytes | None) -> str:
-    """128 bits of SHA-256 of ``material``, or of HMAC-SHA256 under ``key``, in URL-safe
-    base64 without padding."""
+def _digest(material: bytes, key: bytes | None, prefix: str) -> str:
+    """``prefix``, then 128 bits of SHA-256 of ``material``, or of HMAC-SHA256 under
+    ``key``, in URL-safe base64 without padding."""
     if key is None:
         raw = hashlib.sha256(material).digest()
     else:
         raw = hmac.new(key, material, hashlib.sha256).digest()
-    return binascii.b2a_base64(raw[:16], newline=False).translate(_URLSAFE).decode()[:22]
+    return prefix + binascii.b2a_base64(raw[:16], newline=False).translate(_URLSAFE, b"=").decode()
 
 
 class _Chained(msgspec.Struct):
