@@ -62,6 +62,9 @@ _PUBLIC_V1 = Scheme("", keyed=False, generation=1)
 """Links sealed before ADR 0044 without a key: no prefix (the URL-safe base64 alphabet
 holds no ``.``, so none of them starts like a prefixed one)."""
 _BY_PREFIX = {s.prefix: s for s in (PUBLIC, KEYED, _KEYED_V1)}
+_NEWEST = KEYED.generation
+_PREFIXES_NOW = (PUBLIC.prefix, KEYED.prefix)
+_PREFIXES_V1 = (_PUBLIC_V1.prefix, _KEYED_V1.prefix)
 
 
 def scheme_of(seal: str) -> Scheme:
@@ -84,21 +87,37 @@ def canonical_fields(fields: Mapping[str, Any]) -> bytes:
 
 _URLSAFE = bytes.maketrans(b"+/", b"-_")
 """base64's alphabet to its URL-safe one (``base64.urlsafe_b64encode``, unwrapped: a
-save hashes each event); the padding is deleted as it is translated."""
+save hashes each event)."""
 
 
 def link_hash(
-    previous: str, topic: str, version: int, schema: Any, fields: bytes, key: bytes | None
+    previous: str,
+    topic: str,
+    version: int,
+    schema: Any,
+    fields: bytes,
+    key: bytes | None,
+    generation: int = _NEWEST,
 ) -> str:
     """The chain hash of one event from its schema version ``schema`` and its
-    :func:`canonical_fields`, after ``previous``, in today's scheme: :data:`PUBLIC`
-    without ``key``, :data:`KEYED` with it. ``schema`` is what the payload's ``_v``
-    holds: the integer the store writes, or, when checking, whatever was stored there
-    (text, a float, ``None`` for nothing), which encodes unlike any integer."""
+    :func:`canonical_fields`, after ``previous``, in the scheme of ``generation``
+    (today's unless told) that ``key`` makes, or its absence.
+
+    ``schema`` is what the payload's ``_v`` holds: the integer the store writes, or,
+    when checking, whatever was stored there (text, a float, ``None`` for nothing),
+    which encodes unlike any integer; a generation 1 link leaves it out."""
     # Byte for byte msgspec's encoding of [previous, topic, version, schema, fields].
-    head = msgspec.json.encode([previous, topic, version, schema])
-    prefix = PUBLIC.prefix if key is None else KEYED.prefix
-    return _digest(head[:-1] + b"," + fields + b"]", key, prefix)
+    # Inline, not through helpers nor lookups: a save hashes each event.
+    if generation == _NEWEST:
+        head, prefixes = msgspec.json.encode([previous, topic, version, schema]), _PREFIXES_NOW
+    else:
+        head, prefixes = msgspec.json.encode([previous, topic, version]), _PREFIXES_V1
+    material = head[:-1] + b"," + fields + b"]"
+    if key is None:
+        digest, prefix = hashlib.sha256(material).digest()[:16], prefixes[0]
+    else:
+        digest, prefix = hmac.new(key, material, hashlib.sha256).digest()[:16], prefixes[1]
+    return prefix + binascii.b2a_base64(digest, newline=False).translate(_URLSAFE).decode()[:22]
 
 
 def chain_hash(
@@ -108,27 +127,13 @@ def chain_hash(
     payload: Mapping[str, Any],
     key: bytes | None = None,
     *,
-    generation: int = KEYED.generation,
+    generation: int = _NEWEST,
 ) -> str:
     """The chain hash of an event whose stored payload (plain JSON values) is
     ``payload``, in the scheme of ``generation`` (today's unless told) that ``key``
     makes, or its absence."""
     fields = canonical_fields(payload)
-    if generation == KEYED.generation:
-        return link_hash(previous, topic, version, payload.get(VERSION_KEY), fields, key)
-    head = msgspec.json.encode([previous, topic, version])
-    prefix = _PUBLIC_V1.prefix if key is None else _KEYED_V1.prefix
-    return _digest(head[:-1] + b"," + fields + b"]", key, prefix)
-
-
-def _digest(material: bytes, key: bytes | None, prefix: str) -> str:
-    """``prefix``, then 128 bits of SHA-256 of ``material``, or of HMAC-SHA256 under
-    ``key``, in URL-safe base64 without padding."""
-    if key is None:
-        raw = hashlib.sha256(material).digest()
-    else:
-        raw = hmac.new(key, material, hashlib.sha256).digest()
-    return prefix + binascii.b2a_base64(raw[:16], newline=False).translate(_URLSAFE, b"=").decode()
+    return link_hash(previous, topic, version, payload.get(VERSION_KEY), fields, key, generation)
 
 
 class _Chained(msgspec.Struct):
