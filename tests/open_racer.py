@@ -10,7 +10,7 @@ from typing import Any
 from covonaut_es import open_store
 from covonaut_es.domain import AgentThread, RunMode
 from covonaut_es.messages import Message
-from covonaut_es.store._chain import KEYED
+from covonaut_es.store._chain import scheme_of
 
 
 def open_and_save(
@@ -25,7 +25,7 @@ def open_and_save(
             thread.start_run(RunMode.RUN, now=_now())
             thread.append_message(Message(role="user", content=f"from {racer}"), now=_now())
             store.save(thread)
-            assert options.get("chain_key") is None or str(thread.chain_head).startswith(KEYED)
+            assert options.get("chain_key") is None or scheme_of(str(thread.chain_head)).keyed
         results.put(("ok", racer))
     except BaseException:  # report it to the test rather than die silently
         results.put(("error", traceback.format_exc()))

@@ -27,7 +27,7 @@ from covonaut_es.domain import AgentThread, CheckpointReason, RunMode, thread_ag
 from covonaut_es.errors import ConfigurationError, MissingToolCallError, TransferError
 from covonaut_es.messages import Message
 from covonaut_es.store import _zstd
-from covonaut_es.store._chain import KEYED, UNCHAINED, chain_hash
+from covonaut_es.store._chain import UNCHAINED, chain_hash, scheme_of
 from covonaut_es.store._snapshot_seals import unsealed
 from support import answer, call, echo_tool, review_tool, ticking_clock
 
@@ -287,7 +287,7 @@ def forge(store: Store, source: str, target: str, change: Any) -> None:
         if record.topic in STARTED_TOPICS:
             payload["thread_id"] = target
         if sealed := payload.get("chain", UNCHAINED):
-            key = store._records.chain_key if sealed.startswith(KEYED) else None
+            key = store._records.chain_key if scheme_of(sealed).keyed else None
             payload["chain"] = previous = chain_hash(previous, record.topic, version, payload, key)
         payload = change(version, record.topic, payload)
         state = msgspec.json.encode(payload)

@@ -29,7 +29,7 @@ from covonaut_es.errors import (
     TransferError,
 )
 from covonaut_es.messages import Message
-from covonaut_es.store._chain import chain_hash
+from covonaut_es.store._chain import KEYED, PUBLIC, chain_hash, scheme_of
 from covonaut_es.store._chain_key import CHAIN_TABLE, chain_key_fingerprint
 from covonaut_es.store._settings import settings_table
 
@@ -58,6 +58,8 @@ def test_chains_sealed_by_the_code_before_the_store_sealed_once_verify_and_go_on
             thread = store.load(thread_id)
             thread.append_message(Message(role="user", content="after the change"), now=NOW)
             store.save(thread)
+            # Old links stay as they were; the new one covers its schema version.
+            assert scheme_of(thread.chain_head) == (KEYED if key else PUBLIC)
         store.fork("long-fork", new_thread_id="fork-after")
     with open_store(f"sqlite:///{tmp_path / name}", chain_key=key) as store:
         for thread_id in [*golden["threads"], "fork-after"]:

@@ -28,7 +28,7 @@ from covonaut_es.errors import (
     TransferError,
 )
 from covonaut_es.store import Store
-from covonaut_es.store._chain import CHAIN_FIELD, KEYED, UNCHAINED, link_problem
+from covonaut_es.store._chain import CHAIN_FIELD, UNCHAINED, link_problem, scheme_of
 
 
 class ExportedEvent(msgspec.Struct, frozen=True):
@@ -231,7 +231,7 @@ def _check(
         previous = _checked_link(
             where, previous, event, store._records.chain_key, allow_unchained=allow_unchained
         )
-        if keyed and not previous.startswith(KEYED):
+        if keyed and not scheme_of(previous).keyed:
             msg = (
                 f"{where}: this store seals its chain with a key, and the line is not sealed "
                 "with it; export the thread from a store sealed with the same key"

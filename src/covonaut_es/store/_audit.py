@@ -31,7 +31,7 @@ from covonaut_es.errors import (
     ThreadStateError,
 )
 from covonaut_es.messages import Message
-from covonaut_es.store._chain import CHAIN_FIELD, KEYED, UNCHAINED, link_problem
+from covonaut_es.store._chain import CHAIN_FIELD, UNCHAINED, link_problem, scheme_of
 from covonaut_es.store._records import StoredRecords, refuse_fork_loop
 from covonaut_es.store._snapshot_cache import CheckedSnapshot
 
@@ -363,7 +363,7 @@ class _Fold:
 
     def _check_key(self) -> None:
         """With a chain key, the newest event must be sealed with it."""
-        if self.store._records.chain_key is None or self.previous.startswith(KEYED):
+        if self.store._records.chain_key is None or scheme_of(self.previous).keyed:
             return
         problem = (
             "head not sealed with the chain key: expected a keyed hash, found "

@@ -2,15 +2,19 @@
 
 The store seals a thread's new events once, when it saves them, with its chain key when
 it has one; nothing before the save (the aggregate, the mapper's encoding for storage)
-computes a hash. A link covers the previous hash, the event's topic and version, and
-its fields in canonical JSON (sorted keys, without its identity, its schema version and
-the hash itself), exactly as they are stored: the store encodes the fields once, hashes
-those bytes and stores them. An audit recomputes each link from the stored payload
-*before* any upcasting, so a schema migration never looks like tampering, while a record
-altered behind the library's back breaks the chain at its version.
+computes a hash. A link covers the previous hash, the event's topic, version and schema
+version (its payload's ``_v``, which picks the upcasters a read runs), and its fields in
+canonical JSON (sorted keys, without its identity, its schema version and the hash
+itself), exactly as they are stored: the store encodes the fields once, hashes those
+bytes and stores them. An audit recomputes each link from the stored payload *before*
+any upcasting, so a schema migration never looks like tampering, while a record altered
+behind the library's back breaks the chain at its version.
 
 Unkeyed hashes are 128 bits of SHA-256, public: anyone can compute them. With a chain
-key, a link is 128 bits of HMAC-SHA256 under the key, prefixed :data:`KEYED`.
+key, a link is 128 bits of HMAC-SHA256 under the key. Each link's prefix names its
+:class:`Scheme` (ADR 0044): links sealed before the schema version was covered keep
+theirs, no prefix or ``k1.``, and still verify; a stream never goes back from a newer
+scheme to an older one.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import binascii
 import hashlib
 import hmac
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -31,11 +35,47 @@ CHAIN_FIELD = "chain"
 UNCHAINED = ""
 """The chain value of events written before tamper evidence existed."""
 
-KEYED = "k1."
-"""The prefix of a chain hash sealed with a store's chain key (HMAC-SHA256)."""
+
+class Scheme(NamedTuple):
+    """How a link was sealed, as its prefix says.
+
+    Attributes:
+        prefix: The text a link of this scheme starts with.
+        keyed: Sealed with a store's chain key (HMAC-SHA256), not the public hash.
+        generation: 1 for links that do not cover the schema version (sealed before ADR
+            0044), 2 for those that do; a stream's generations never go down.
+    """
+
+    prefix: str
+    keyed: bool
+    generation: int
+
+
+PUBLIC = Scheme("v2.", keyed=False, generation=2)
+"""The scheme of a link sealed now without a chain key."""
+
+KEYED = Scheme("k2.", keyed=True, generation=2)
+"""The scheme of a link sealed now with a chain key."""
+
+_KEYED_V1 = Scheme("k1.", keyed=True, generation=1)
+_PUBLIC_V1 = Scheme("", keyed=False, generation=1)
+"""Links sealed before ADR 0044 without a key: no prefix (the URL-safe base64 alphabet
+holds no ``.``, so none of them starts like a prefixed one)."""
+_BY_PREFIX = {s.prefix: s for s in (PUBLIC, KEYED, _KEYED_V1)}
+_NEWEST = KEYED.generation
+_PREFIXES_NOW = (PUBLIC.prefix, KEYED.prefix)
+_PREFIXES_V1 = (_PUBLIC_V1.prefix, _KEYED_V1.prefix)
+
+
+def scheme_of(seal: str) -> Scheme:
+    """The scheme ``seal`` (a stored chain hash, or ``""``) was sealed with: the one
+    place that tells the schemes apart."""
+    return _BY_PREFIX.get(seal[:3], _PUBLIC_V1)
+
 
 NOT_HASHED = frozenset({"originator_id", "originator_version", CHAIN_FIELD, VERSION_KEY})
-"""A payload's keys that its link does not cover."""
+"""A payload's keys that are not among the fields its link covers (a link of today's
+scheme covers ``_v`` beside the version)."""
 
 
 def canonical_fields(fields: Mapping[str, Any]) -> bytes:
@@ -50,25 +90,50 @@ _URLSAFE = bytes.maketrans(b"+/", b"-_")
 save hashes each event)."""
 
 
-def link_hash(previous: str, topic: str, version: int, fields: bytes, key: bytes | None) -> str:
-    """The chain hash of one event from its :func:`canonical_fields`, after
-    ``previous``: public without ``key``, prefixed :data:`KEYED` with it."""
-    # Byte for byte msgspec's encoding of [previous, topic, version, fields], sorted.
-    head = msgspec.json.encode([previous, topic, version])
+def link_hash(
+    previous: str,
+    topic: str,
+    version: int,
+    schema: Any,
+    fields: bytes,
+    key: bytes | None,
+    generation: int = _NEWEST,
+) -> str:
+    """The chain hash of one event from its schema version ``schema`` and its
+    :func:`canonical_fields`, after ``previous``, in the scheme of ``generation``
+    (today's unless told) that ``key`` makes, or its absence.
+
+    ``schema`` is what the payload's ``_v`` holds: the integer the store writes, or,
+    when checking, whatever was stored there (text, a float, ``None`` for nothing),
+    which encodes unlike any integer; a generation 1 link leaves it out."""
+    # Byte for byte msgspec's encoding of [previous, topic, version, schema, fields].
+    # Inline, not through helpers nor lookups: a save hashes each event.
+    if generation == _NEWEST:
+        head, prefixes = msgspec.json.encode([previous, topic, version, schema]), _PREFIXES_NOW
+    else:
+        head, prefixes = msgspec.json.encode([previous, topic, version]), _PREFIXES_V1
     material = head[:-1] + b"," + fields + b"]"
     if key is None:
-        digest, prefix = hashlib.sha256(material).digest()[:16], ""
+        digest, prefix = hashlib.sha256(material).digest()[:16], prefixes[0]
     else:
-        digest, prefix = hmac.new(key, material, hashlib.sha256).digest()[:16], KEYED
+        digest, prefix = hmac.new(key, material, hashlib.sha256).digest()[:16], prefixes[1]
     return prefix + binascii.b2a_base64(digest, newline=False).translate(_URLSAFE).decode()[:22]
 
 
 def chain_hash(
-    previous: str, topic: str, version: int, payload: Mapping[str, Any], key: bytes | None = None
+    previous: str,
+    topic: str,
+    version: int,
+    payload: Mapping[str, Any],
+    key: bytes | None = None,
+    *,
+    generation: int = _NEWEST,
 ) -> str:
     """The chain hash of an event whose stored payload (plain JSON values) is
-    ``payload``."""
-    return link_hash(previous, topic, version, canonical_fields(payload), key)
+    ``payload``, in the scheme of ``generation`` (today's unless told) that ``key``
+    makes, or its absence."""
+    fields = canonical_fields(payload)
+    return link_hash(previous, topic, version, payload.get(VERSION_KEY), fields, key, generation)
 
 
 class _Chained(msgspec.Struct):
@@ -116,18 +181,31 @@ def link_problem(
             "hash chain missing after a chained event: expected a chain hash, found none; "
             "the record was altered and its hash removed to hide it"
         )
-    keyed = stored.startswith(KEYED)
-    if keyed and key is None:
+    scheme, before = scheme_of(stored), scheme_of(previous)
+    if scheme.keyed and key is None:
         return (
             "sealed with a chain key: expected the store opened with its chain_key, found "
             "none; open it with chain_key to verify"
         )
-    if not keyed and previous.startswith(KEYED):
+    if not scheme.keyed and before.keyed:
         return (
             "sealed without the chain key after keyed events: expected a keyed hash, found "
             "a public one; the record was re-sealed by someone without the key"
         )
-    expected = chain_hash(previous, topic, version, payload, key if keyed else None)
+    if scheme.generation < before.generation:
+        return (
+            "sealed with an older scheme after a newer one: expected a link that covers the "
+            "schema version, found one that does not; the record was re-sealed to hide an "
+            "edit"
+        )
+    expected = chain_hash(
+        previous,
+        topic,
+        version,
+        payload,
+        key if scheme.keyed else None,
+        generation=scheme.generation,
+    )
     if not same_seal(stored, expected):
         return "hash chain broken: the stored record was altered after it was written"
     return None

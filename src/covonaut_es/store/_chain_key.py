@@ -36,11 +36,11 @@ from covonaut_es.domain import AgentThread, thread_aggregate_id
 from covonaut_es.errors import BrokenChainError, ChainKeyMismatchError, ChainKeyRequiredError
 from covonaut_es.store._chain import (
     CHAIN_FIELD,
-    KEYED,
     UNCHAINED,
     chain_in,
     link_problem,
     same_seal,
+    scheme_of,
 )
 from covonaut_es.store._mapper import MsgspecMapper, aggregate_event_classes
 from covonaut_es.store._settings import settings_table
@@ -126,7 +126,7 @@ def _adopt(app: Application[UUID], key: bytes) -> None:
         )
         for record in page:
             chain = chain_in(mapper.plain_payload(record))
-            if chain.startswith(KEYED):
+            if scheme_of(chain).keyed:
                 break
             heads[UUID(str(record.originator_id))] = (record.originator_version, chain)
         else:
@@ -206,7 +206,7 @@ class ChainAdoption:
     def problem(self, stream: UUID, version: int, stored: str) -> str | None:
         """Why an event of ``stream`` at ``version`` sealed with ``stored`` breaks the
         adoption of the key, or None."""
-        if stored.startswith(KEYED) or version <= self.unkeyed_until(stream):
+        if scheme_of(stored).keyed or version <= self.unkeyed_until(stream):
             return None
         if stream in self._forged:
             return (
@@ -242,7 +242,7 @@ def sealed_predecessor(
         stored = str(payload.get(CHAIN_FIELD, UNCHAINED))
         previous = _before(app, mapper, records, payload)
         problem = link_problem(stored, previous, records[0].topic, version, payload, key)
-        if problem is None and not stored.startswith(KEYED):  # a keyed link is past it
+        if problem is None and not scheme_of(stored).keyed:  # a keyed link is past it
             problem = ChainAdoption(app, key).problem(stream, version, stored)
     if problem is None:
         return stored

@@ -481,7 +481,8 @@ class MsgspecMapper(Mapper[UUID]):
         and stored as those very bytes with the hash. Returns the record and the hash."""
         codec, topic = self._listed(domain_event)
         fields = canonical_fields(vars(domain_event))
-        chain = link_hash(previous, topic, domain_event.originator_version, fields, key)
+        version = domain_event.originator_version
+        chain = link_hash(previous, topic, version, codec.schema.version, fields, key)
         record = StoredEvent(
             originator_id=domain_event.originator_id,
             originator_version=domain_event.originator_version,
