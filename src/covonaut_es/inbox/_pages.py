@@ -236,25 +236,13 @@ def page_routes(inbox: Inbox) -> list[Route]:
         return JSONResponse({"position": position})
 
     async def review(request: Request, signed: SignedIn) -> Response:
-        query = request.query_params
-        context = await blocking(
-            _review_context,
-            inbox,
-            query.get("id", ""),
-            query.get("thread") or None,
-            signed.reviewer,
-        )
+        named = _named_review(request)
+        context = await blocking(_review_context, inbox, *named, signed.reviewer)
         return _page(inbox, request, "review.html", {"session": signed.session, **context})
 
     async def review_status(request: Request, signed: SignedIn) -> Response:
-        query = request.query_params
-        context = await blocking(
-            _review_status,
-            inbox,
-            query.get("id", ""),
-            query.get("thread") or None,
-            signed.reviewer,
-        )
+        named = _named_review(request)
+        context = await blocking(_review_status, inbox, *named, signed.reviewer)
         return _page(inbox, request, "_live_status.html", {"session": signed.session, **context})
 
     async def pause_status(request: Request, signed: SignedIn) -> Response:
@@ -469,6 +457,12 @@ def _next_review(
         ),
         None,
     )
+
+
+def _named_review(request: Request) -> tuple[str, str | None]:
+    """The review id and thread (None when not named) a review page's query names."""
+    query = request.query_params
+    return query.get("id", ""), query.get("thread") or None
 
 
 def _review_status(
