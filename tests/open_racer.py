@@ -35,3 +35,17 @@ def _now() -> Any:
     from datetime import UTC, datetime
 
     return datetime.now(UTC)
+
+
+def open_each(urls: list[str], barrier: Barrier, results: Queue[Any]) -> None:
+    """Open each of ``urls`` in turn, all racers meeting before each; put the
+    tracebacks of the opens that failed on ``results``, as one list."""
+    failures = []
+    for url in urls:
+        barrier.wait(timeout=60)
+        try:
+            with open_store(url):
+                pass
+        except Exception:  # each failure is what the test reports
+            failures.append(traceback.format_exc())
+    results.put(failures)

@@ -18,8 +18,10 @@ closed by the thread that used them, when it is done.
 from __future__ import annotations
 
 import os
+import random
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from urllib.parse import unquote, urlsplit
@@ -163,12 +165,35 @@ class StatementKeepingPool(SQLiteConnectionPool):
             self.file.note()
         if not self.is_sqlite_memory_mode and not self.is_journal_mode_wal:
             # As eventsourcing's pool does: the file is put in WAL mode once.
-            (mode,) = connection._sqlite_conn.execute("PRAGMA journal_mode").fetchone()
-            if mode.lower() != "wal":
-                connection._sqlite_conn.execute("PRAGMA journal_mode=WAL")
+            timeout = self.lock_timeout or SQLITE3_DEFAULT_LOCK_TIMEOUT
+            if _switch_to_wal(connection._sqlite_conn, timeout=timeout):
                 self.journal_mode_was_changed_to_wal = True
             self.is_journal_mode_wal = True
         return connection
+
+
+def _switch_to_wal(connection: sqlite3.Connection, *, timeout: float) -> bool:
+    """Put ``connection``'s file in WAL mode, trying for ``timeout`` seconds; say
+    whether this connection is the one that switched it.
+
+    The switch needs the file's exclusive lock. When connections of several processes
+    ask for it at once, each holding the shared lock it read the mode under, SQLite
+    answers "database is locked" straight away instead of waiting (waiting could
+    deadlock), so the loser asks again, after a pause of a few milliseconds.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            (mode,) = connection.execute("PRAGMA journal_mode").fetchone()
+            if mode.lower() == "wal":
+                return False
+            (mode,) = connection.execute("PRAGMA journal_mode=WAL").fetchone()
+            return bool(mode.lower() == "wal")
+        except sqlite3.OperationalError as exc:
+            busy = exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY
+            if not busy or time.monotonic() >= deadline:
+                raise
+        time.sleep(random.uniform(0.001, 0.01))
 
 
 def _connect(pool: SQLiteConnectionPool, *, max_age: float | None) -> SQLiteConnection:
