@@ -76,10 +76,17 @@ def pauses_of(
     retries: Collection[str],
 ) -> tuple[Pause, ...]:
     """Each pending interrupt, resolved once a person has dealt with it: a review
-    decided, a tool's pause answered, a call in doubt settled or sent to run again."""
+    decided, a tool's pause answered, a call in doubt settled or sent to run again.
+
+    A call in doubt that ran again and paused in its tool has two tool's pauses, the
+    claim of doubt its result turned into one and the tool's own: the tool's own, the
+    later, is the one that waits."""
+    last_pause = {i.tool_call_id: n for n, i in enumerate(interrupts) if _tools_pause(i)}
     pauses = []
-    for interrupt in interrupts:
+    for n, interrupt in enumerate(interrupts):
         call_id = interrupt.tool_call_id
+        if _tools_pause(interrupt) and last_pause[call_id] != n:
+            continue
         if interrupt.kind is PauseKind.REVIEW:
             review = reviews.get(_review_id(interrupt))
             resolved = review is not None and not review.pending
@@ -89,6 +96,10 @@ def pauses_of(
             resolved = call_id in answered
         pauses.append(Pause(interrupt, resolved))
     return tuple(pauses)
+
+
+def _tools_pause(interrupt: Interrupt) -> bool:
+    return interrupt.kind is PauseKind.INTERRUPT
 
 
 def _review_id(interrupt: Interrupt) -> str:
