@@ -16,7 +16,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from covonaut_es import Message, ReviewQueue, Role, Store, ThreadStatus, ToolCall, open_store
+from covonaut_es import (
+    Message,
+    ReviewQueue,
+    Role,
+    Store,
+    ThreadStatus,
+    ToolCall,
+    create_cipher_key,
+    open_store,
+)
 from covonaut_es.domain import AgentThread, PauseKind
 from covonaut_es.errors import CovonautError, InvalidPageRequestError
 from covonaut_es.projections import MAX_PAGE_SIZE, PendingReview, QueueFilter
@@ -108,7 +117,7 @@ steps = st.one_of(
 )
 
 
-def key(item: PendingReview) -> tuple[str, str, str]:
+def key_of(item: PendingReview) -> tuple[str, str, str]:
     return (item.requested_at.isoformat(), item.thread_id, item.item_id)
 
 
@@ -159,7 +168,7 @@ def test_every_paging_of_the_queue_is_the_naive_listing(
             for name, *args in plan:
                 getattr(reviews, name)(*args)
             queue.wait_until_current(store, runner=runner)
-        everything = sorted(queue.pending(), key=key)
+        everything = sorted(queue.pending(), key=key_of)
         assert listed(queue) == expected(store)
         assert len(everything) == len(listed(queue))
         named = reviews.pick(thread)
@@ -289,5 +298,39 @@ def test_finding_a_reviews_thread_uses_the_index_and_the_log_when_it_cannot(
         assert queue.threads_with_review(inherited_id, store) == ("t2", "t2-fork")
         with pytest.raises(CovonautError, match="several threads"):
             service.decide(inherited_id, review_submission("approve"), reviewer=rita)
+    queue.close()
+    store.close()
+
+
+def test_the_sealed_queue_of_an_encrypted_store_pages_and_finds_reviews_alike(
+    tmp_path: Any,
+) -> None:
+    """The sealed queue (no thread, tool or review id in clear) pages by its keyed
+    columns (items requested at one instant in the order of their keyed digests),
+    filters by tool and kind after opening the items, and finds a review's threads by
+    the keyed digest of its id: each as the naive listing says."""
+    key = create_cipher_key()
+    store = open_store(f"sqlite:///{tmp_path / 'threads.db'}", cipher_key=key)
+    reviews = Reviews(store)
+    queue = ReviewQueue(store.url, cipher_key=key)
+    with queue.follow() as runner:
+        for minute in range(5):
+            reviews.open(minute % 2, ("pay", "ask", "pay"), deadline=False)
+        reviews.fork(1)
+        reviews.decide(2)
+        queue.wait_until_current(store, runner=runner)
+    everything = sorted(queue.pending(), key=key_of)
+    assert len(everything) == 17
+    for only in (QueueFilter(), QueueFilter(tool_name="ask"), QueueFilter(thread_id="t1")):
+        for newest_first in (False, True):
+            naive = [i for i in everything if only.matches(i)]
+            walked = list(walk(queue, 2, only, newest_first))
+            times = [i.requested_at for i in walked]
+            assert times == sorted(times, reverse=newest_first)
+            assert sorted(walked, key=key_of) == naive
+    for item in everything:
+        holders = {i.thread_id for i in everything if i.review_id == item.review_id}
+        found = queue.threads_with_review(item.review_id or "", store)
+        assert found is not None and sorted(found) == sorted(holders)
     queue.close()
     store.close()

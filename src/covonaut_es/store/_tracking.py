@@ -7,16 +7,12 @@ of eventsourcing they rest on stay in :mod:`covonaut_es.store._backends._eventso
 """
 
 from covonaut_es.store._backends._eventsourcing import (
-    BATCH_LIMIT,
     BatchingProjectionRunner,
-    BatchProjection,
     MemoryTracking,
     TrackedSQL,
 )
 
 __all__ = [
-    "BATCH_LIMIT",
-    "BatchProjection",
     "BatchingProjectionRunner",
     "MemoryTracking",
     "TrackedSQL",

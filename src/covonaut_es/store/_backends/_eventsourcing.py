@@ -162,9 +162,10 @@ class BatchingProjectionRunner(BaseProjectionRunner[TApplication]):
         is_stopping: threading.Event,
         runner: weakref.ReferenceType[Any],
     ) -> None:
+        batched: BatchProjection = projection
         try:
             for batch in batches(subscription):
-                projection.process_events(batch)
+                batched.process_events(batch)
         except BaseException as exc:
             found = runner()
             if found is not None:
