@@ -193,11 +193,11 @@ def test_every_paging_of_the_queue_is_the_naive_listing(
 
 
 def test_a_batch_in_one_transaction_leaves_the_view_as_events_one_at_a_time(
-    tmp_path: Any,
+    shared_url: str,
 ) -> None:
     """A queue rebuilt from a long log, a batch per transaction, lists what a queue that
     followed the same events one at a time lists, and records the log's last position."""
-    store = open_store(f"sqlite:///{tmp_path / 'threads.db'}")
+    store = open_store(shared_url)
     reviews = Reviews(store)
     live = ReviewQueue(store.url, view_url="memory://")
     with live.follow() as runner:
@@ -210,7 +210,7 @@ def test_a_batch_in_one_transaction_leaves_the_view_as_events_one_at_a_time(
                 reviews.expire(index + 1)
                 reviews.abandon(index + 2)
         live.wait_until_current(store, runner=runner)
-    rebuilt = ReviewQueue(store.url, view_url=f"sqlite:///{tmp_path / 'view.db'}")
+    rebuilt = ReviewQueue(store.url)  # in the store's own database
     with rebuilt.follow() as runner:  # the whole log at once: batches
         rebuilt.wait_until_current(store, runner=runner)
     assert rebuilt.pending() == live.pending()
@@ -223,11 +223,11 @@ def test_a_batch_in_one_transaction_leaves_the_view_as_events_one_at_a_time(
 
 
 def test_a_page_after_an_item_decided_meanwhile_neither_repeats_nor_skips(
-    tmp_path: Any,
+    shared_url: str,
 ) -> None:
     """A cursor names a position, not an offset: deciding an item already shown leaves
     the next page starting right after the last item shown."""
-    store = open_store(f"sqlite:///{tmp_path / 'threads.db'}")
+    store = open_store(shared_url)
     reviews = Reviews(store)
     queue = ReviewQueue(store.url)
     with queue.follow() as runner:
@@ -271,12 +271,12 @@ def test_a_page_size_out_of_bounds_is_refused(limit: Any) -> None:
 
 
 def test_finding_a_reviews_thread_uses_the_index_and_the_log_when_it_cannot(
-    tmp_path: Any,
+    shared_url: str,
 ) -> None:
     """With the queue as its index, the service decides a review named by id alone on
     its thread; a review a fork inherited is ambiguous until the thread is named; a
     review already decided is found in the log and refused as decided."""
-    store = open_store(f"sqlite:///{tmp_path / 'threads.db'}")
+    store = open_store(shared_url)
     reviews = Reviews(store)
     queue = ReviewQueue(store.url)
     service = ThreadService(store, verifier=VERIFIER, reviews=queue)
@@ -303,14 +303,14 @@ def test_finding_a_reviews_thread_uses_the_index_and_the_log_when_it_cannot(
 
 
 def test_the_sealed_queue_of_an_encrypted_store_pages_and_finds_reviews_alike(
-    tmp_path: Any,
+    shared_url: str,
 ) -> None:
     """The sealed queue (no thread, tool or review id in clear) pages by its keyed
     columns (items requested at one instant in the order of their keyed digests),
     filters by tool and kind after opening the items, and finds a review's threads by
     the keyed digest of its id: each as the naive listing says."""
     key = create_cipher_key()
-    store = open_store(f"sqlite:///{tmp_path / 'threads.db'}", cipher_key=key)
+    store = open_store(shared_url, cipher_key=key)
     reviews = Reviews(store)
     queue = ReviewQueue(store.url, cipher_key=key)
     with queue.follow() as runner:
