@@ -80,17 +80,14 @@ class ReviewQueueProjection(Projection[ReviewQueueView]):
         one transaction; a batch the view cannot hold whole is applied again one event
         at a time (:meth:`process_event`), so only the records it cannot hold are passed
         over."""
-        names: dict[str, str | None] = {}  # what the batch named or forgot, not yet stored
-
-        def thread_id_of(aggregate_id: str) -> str | None:
-            if aggregate_id in names:
-                return names[aggregate_id]
-            return self.view.thread_id_of(aggregate_id)
-
+        # The names of the batch's threads, read in one query, then as the batch changes
+        # them before it is stored.
+        names: dict[str, str | None] = {}
+        names.update(self.view.thread_ids_of({e.originator_id.hex for e, _ in batch}))
         changes: list[QueueChange] = []
         for domain_event, _ in batch:
-            for change in changes_for(domain_event, thread_id_of):
-                if isinstance(change, ThreadNamed) and thread_id_of(change.aggregate_id) is None:
+            for change in changes_for(domain_event, names.get):
+                if isinstance(change, ThreadNamed) and names.get(change.aggregate_id) is None:
                     names[change.aggregate_id] = change.thread_id  # the first name stays
                 elif isinstance(change, ThreadGivenUp):
                     names[change.aggregate_id] = None

@@ -21,7 +21,7 @@ eventsourcing's private parts in the store's back ends.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime
 from typing import Any, ClassVar
 
@@ -99,6 +99,9 @@ SEALED_TRACKING_SUFFIX = "+sealed_pauses"
 starts from position zero beside a plain queue of the same database."""
 
 
+_IDS_PER_QUERY = 400
+"""Aggregate ids looked up in one query (SQLite allows 999 parameters before 3.32)."""
+
 ESCAPED = "\x01"
 """Starts a text column that holds JSON text instead of the value itself (see
 :meth:`PlainRows.text`)."""
@@ -117,6 +120,9 @@ class PlainRows:
     forget_thread = "DELETE FROM covonaut_queue_threads WHERE aggregate_id = %s"
     select_pending = SELECT_PENDING
     select_thread_id = "SELECT thread_id FROM covonaut_queue_threads WHERE aggregate_id = %s"
+    select_thread_ids = (
+        "SELECT aggregate_id, thread_id FROM covonaut_queue_threads WHERE aggregate_id IN ({})"
+    )
     select_items = f"SELECT {_COLUMNS} FROM covonaut_pauses"
     key_columns = ("requested_at", "thread_id", "item_id")
     select_review = (
@@ -241,6 +247,10 @@ class SealedRows(PlainRows):
     select_thread_id = (
         "SELECT thread_id FROM covonaut_sealed_queue_threads WHERE aggregate_id IN (%s, %s)"
     )
+    select_thread_ids = (
+        "SELECT aggregate_id, thread_id FROM covonaut_sealed_queue_threads "
+        "WHERE aggregate_id IN ({})"
+    )
     select_items = "SELECT thread_key, item_key, requested_at, item FROM covonaut_sealed_pauses"
     key_columns = ("requested_at", "thread_key", "item_key")
     select_review = (
@@ -305,6 +315,11 @@ class ReviewQueueView(TrackingRecorder, ABC):
     @abstractmethod
     def thread_id_of(self, aggregate_id: str) -> str | None:
         """The thread id of an aggregate id the view has seen."""
+
+    @abstractmethod
+    def thread_ids_of(self, aggregate_ids: Collection[str]) -> dict[str, str]:
+        """The thread ids of those aggregate ids the view has seen (for a batch of
+        events: one query, not one per event)."""
 
     @abstractmethod
     def threads_with_review(self, review_id: str) -> tuple[str, ...]:
@@ -410,6 +425,20 @@ class SQLReviewQueueView(TrackedSQL, ReviewQueueView):
             cursor.execute(self._sql(rows.select_thread_id), rows.aggregate(aggregate_id))
             row = cursor.fetchone()
             return None if row is None else rows.thread_id(row)
+
+    def thread_ids_of(self, aggregate_ids: Collection[str]) -> dict[str, str]:
+        rows = self.rows()
+        wanted = list(aggregate_ids)
+        found: dict[str, str] = {}
+        for start in range(0, len(wanted), _IDS_PER_QUERY):
+            # what the column holds (a keyed digest in a sealed view) -> the aggregate id
+            keys = {k: a for a in wanted[start : start + _IDS_PER_QUERY] for k in rows.aggregate(a)}
+            statement = rows.select_thread_ids.format(", ".join(["%s"] * len(keys)))
+            with self.datastore.transaction(commit=False) as cursor:
+                cursor.execute(self._sql(statement), tuple(keys))
+                for row in cursor.fetchall():
+                    found.setdefault(keys[row["aggregate_id"]], rows.thread_id(row))
+        return found
 
     def threads_with_review(self, review_id: str) -> tuple[str, ...]:
         rows = self.rows()

@@ -10,7 +10,7 @@ review (finding a review's thread is one lookup).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 
 from eventsourcing.persistence import Tracking
 from sortedcontainers import SortedList  # type: ignore[import-untyped]  # no stubs
@@ -103,6 +103,10 @@ class MemoryReviewQueueView(MemoryTracking, ReviewQueueView):
     def thread_id_of(self, aggregate_id: str) -> str | None:
         with self.locked():
             return self._threads.get(aggregate_id)
+
+    def thread_ids_of(self, aggregate_ids: Collection[str]) -> dict[str, str]:
+        with self.locked():
+            return {a: self._threads[a] for a in aggregate_ids if a in self._threads}
 
     def threads_with_review(self, review_id: str) -> tuple[str, ...]:
         with self.locked():
