@@ -13,6 +13,7 @@ import inbox
 import limits
 import mcp_calls
 import queue_lag
+import queue_scale
 import replay
 import single_thread
 import workers
@@ -34,6 +35,7 @@ FIGURES = [
     streaming.run,  # 11
     tracing.run,  # 12
     mcp_calls.run,  # 13
+    queue_scale.run,  # 14
     diagnose.run,  # why the missed targets were missed
 ]
 

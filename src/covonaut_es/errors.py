@@ -277,6 +277,11 @@ class InvalidDecisionError(CovonautError, ValueError):
     what is wrong with it. Nothing was recorded."""
 
 
+class InvalidPageRequestError(CovonautError, ValueError):
+    """A request for a page of the reviewer queue is refused: its cursor is not one a
+    page gave, or its size is out of bounds. Ask for the first page again."""
+
+
 class DecisionNotAllowedError(InvalidDecisionError):
     """The review's tool allows no such decision (a response where its policy allows
     only approve or reject, an edit of an argument it keeps as requested, a second

@@ -5,7 +5,8 @@ projection running), and ``approve`` (as asked or with ``--arguments``), ``rejec
 A decision is read by the service layer's one reader of what people submit
 (:func:`~covonaut_es.service.review_submission`) and recorded by
 :meth:`ThreadService.decide <covonaut_es.service.ThreadService.decide>`, which also finds
-the review's thread when ``--thread`` is not given. Deciding needs
+the review's thread when ``--thread`` is not given, by the reviewer queue's index of
+review ids (the queue is kept in the store's own database). Deciding needs
 ``$COVONAUT_ES_REVIEWER_SECRET``, the secret the tokens are signed with (see
 :mod:`covonaut_es.cli._tokens`), or the ``--jwt-*`` options.
 """
@@ -13,6 +14,7 @@ the review's thread when ``--thread`` is not given. Deciding needs
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 import uuid
@@ -114,14 +116,17 @@ def reviews(args: argparse.Namespace) -> int:
             store.url, view_url=view, cipher_key=cipher_key(args), compress=args.compressed
         )
         shown: object = None
+        read_at = -1
         with queue.follow() as runner:
             while True:
                 queue.wait_until_current(store, timeout=60, runner=runner)
-                pending = queue.pending()
-                if pending != shown:
-                    _print_reviews(args, pending, store)
-                    sys.stdout.flush()
-                    shown = pending
+                position = queue.position()
+                if position != read_at:  # the queue is read again only once it changed
+                    read_at, pending = position, queue.pending()
+                    if pending != shown:
+                        _print_reviews(args, pending, store)
+                        sys.stdout.flush()
+                        shown = pending
                 if not args.follow:
                     return EXIT_OK
                 check_reader_present()
@@ -203,10 +208,18 @@ def respond(args: argparse.Namespace) -> int:
 
 def _decide(args: argparse.Namespace, submission: ReviewSubmission) -> int:
     """Record ``submission``, checked already, through the service: on the thread
-    ``--thread`` names, else on the one the service finds from the log."""
+    ``--thread`` names, else on the one the reviewer queue's index names (the queue kept
+    in the store's own database, brought up to date first: it reads only the log written
+    since it was last current)."""
     verifier = reviewer_verifier_from(args)
-    with open_from(args, writes=True) as store:
-        service, reviewer = acting_reviewer(args, store, verifier)
+    with open_from(args, writes=True) as store, contextlib.ExitStack() as stack:
+        service, reviewer = acting_reviewer(args, store, verifier)  # refused: nothing written
+        if args.thread is None:
+            queue = stack.enter_context(
+                ReviewQueue(store.url, cipher_key=cipher_key(args), compress=args.compressed)
+            )
+            queue.wait_until_current(store, timeout=60, runner=stack.enter_context(queue.follow()))
+            service.reviews = queue
         try:
             decision = service.decide(
                 args.review, submission, reviewer=reviewer, thread_id=args.thread

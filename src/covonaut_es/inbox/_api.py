@@ -9,18 +9,23 @@ the service layer's strict reader; a refusal records nothing. A review already d
 or a pause no longer waiting for what was asked, answers 409. A command on a pause may
 name it by the token ``GET /api/pauses`` lists (``"pause"`` in the body): a pause dealt
 with since, and a later pause of the same call, is then refused with 409.
+
+``GET /api/reviews`` is paged: ``?limit=`` (1 to 500, default 100) and ``?after=``, the
+cursor the previous page gave in its ``Link: <...>; rel="next"`` and ``X-Next-Cursor``
+headers; the last page has neither.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Collection
 from typing import Any
+from urllib.parse import urlencode
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from covonaut_es.errors import CovonautError, InvalidDecisionError
+from covonaut_es.errors import CovonautError, InvalidDecisionError, InvalidPageRequestError
 from covonaut_es.inbox._http import (
     HttpError,
     Inbox,
@@ -33,6 +38,7 @@ from covonaut_es.inbox._http import (
 )
 from covonaut_es.inbox._items import decision_json
 from covonaut_es.inbox._sessions import CSRF_FIELD, SESSION_COOKIE, same_origin
+from covonaut_es.projections import MAX_PAGE_SIZE
 from covonaut_es.service import (
     TEXT_FIELD,
     Action,
@@ -41,6 +47,12 @@ from covonaut_es.service import (
     json_object,
     review_submission,
 )
+
+REVIEWS_PAGE_SIZE = 100
+"""How many reviews ``GET /api/reviews`` lists when ``?limit=`` does not say."""
+
+NEXT_CURSOR = "X-Next-Cursor"
+"""The header that gives the next page's cursor (``?after=``), beside ``Link``."""
 
 
 async def _credential(inbox: Inbox, request: Request, *, changes: bool) -> Reviewer:
@@ -71,7 +83,8 @@ def _handled(
 ) -> Callable[[Request], Awaitable[Response]]:
     async def handle(request: Request) -> Response:
         try:
-            return JSONResponse(await endpoint(inbox, request))
+            found = await endpoint(inbox, request)
+            return found if isinstance(found, Response) else JSONResponse(found)
         except (HttpError, CovonautError) as exc:
             headers = {"WWW-Authenticate": "Bearer"} if status_of(exc) == 401 else None
             return JSONResponse({"error": message_of(inbox, exc)}, status_of(exc), headers=headers)
@@ -103,10 +116,35 @@ def _thread_named(request: Request) -> str | None:
 # Reviews ------------------------------------------------------------------------------
 
 
+def _query_once(request: Request, name: str) -> str | None:
+    """The query parameter ``name``, if given; given twice, refused."""
+    given = request.query_params.getlist(name)
+    if len(given) > 1:
+        msg = f"?{name}= is given {len(given)} times: give it once"
+        raise InvalidPageRequestError(msg)
+    return given[0] if given else None
+
+
+def _page_size(request: Request) -> int:
+    """The page size ``?limit=`` asks for (checked by the queue), else the default."""
+    text = _query_once(request, "limit")
+    if text is None:
+        return REVIEWS_PAGE_SIZE
+    if not (text.isascii() and text.isdigit() and len(text) <= 6):
+        msg = f"?limit= takes a whole number of items from 1 to {MAX_PAGE_SIZE}"
+        raise InvalidPageRequestError(msg)
+    return int(text)
+
+
 async def _reviews(inbox: Inbox, request: Request) -> Any:
     reviewer = await _credential(inbox, request, changes=False)
-    reviews = await blocking(inbox.desk.reviews, reviewer)
-    return [review.to_json() for review in reviews]
+    limit, after = _page_size(request), _query_once(request, "after")
+    reviews, next_cursor = await blocking(inbox.desk.reviews, reviewer, after=after, limit=limit)
+    headers = {}
+    if next_cursor is not None:  # RFC 8288: the next page, as a reference to this path
+        query = urlencode({"after": next_cursor, "limit": limit})
+        headers = {"Link": f'<{request.url.path}?{query}>; rel="next"', NEXT_CURSOR: next_cursor}
+    return JSONResponse([review.to_json() for review in reviews], headers=headers)
 
 
 async def _review(inbox: Inbox, request: Request) -> Any:

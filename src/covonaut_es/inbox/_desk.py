@@ -12,7 +12,7 @@ method blocks; the web layer runs them in worker threads.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import attrs
@@ -33,7 +33,14 @@ from covonaut_es.inbox._items import (
     ThreadView,
 )
 from covonaut_es.messages import Message
-from covonaut_es.projections import PendingReview, ReviewQueue
+from covonaut_es.projections import (
+    EVERY_ITEM,
+    MAX_PAGE_SIZE,
+    PendingReview,
+    QueueFilter,
+    QueuePage,
+    ReviewQueue,
+)
 from covonaut_es.projections._items import QUEUE_EVENT_TYPES
 from covonaut_es.service import (
     Reviewer,
@@ -48,6 +55,8 @@ from covonaut_es.service import (
 from covonaut_es.store import Store
 
 T = TypeVar("T")
+
+_REVIEWS = QueueFilter(kind=PauseKind.REVIEW)
 
 RECENT_MESSAGES = 8
 """How many of a thread's last messages a review or pause page shows."""
@@ -70,7 +79,7 @@ class ReviewDesk:
         self.store = store
         self.queue = queue
         self.verifier = verifier
-        self.service = ThreadService(store, verifier=verifier)
+        self.service = ThreadService(store, verifier=verifier, reviews=queue)
         # (thread id, item id, or None for every item of the thread) -> log position
         self._recorded: dict[tuple[str, str | None], int] = {}
         self._lock = threading.Lock()
@@ -102,20 +111,46 @@ class ReviewDesk:
         self._check_following()
         return self.queue.position()
 
-    def pending(self, reviewer: Reviewer | None = None) -> tuple[PendingReview, ...]:
-        """Every pause the queue holds, oldest first, less those this desk recorded a
-        change to that the queue has not caught up with yet; with ``reviewer``, less
-        the reviews their scopes do not let them decide."""
+    def listing(
+        self,
+        reviewer: Reviewer | None = None,
+        *,
+        after: str | None = None,
+        limit: int = MAX_PAGE_SIZE,
+        only: QueueFilter = EVERY_ITEM,
+        newest_first: bool = False,
+    ) -> QueuePage:
+        """One page of the pauses the queue holds (read by key from its index, after the
+        cursor ``after``), less those this desk recorded a change to that the queue has
+        not caught up with yet; with ``reviewer``, less the reviews their scopes do not
+        let them decide.
+
+        Raises:
+            InvalidPageRequestError: The cursor or the limit is not one the queue serves.
+        """
         self._check_following()
-        waiting = self._waiting()
-        items = self.queue.pending()  # after the position: at least as new as it
-        return tuple(
-            item
-            for item in items
-            if (item.thread_id, item.item_id) not in waiting
-            and (item.thread_id, None) not in waiting
-            and (reviewer is None or not item.review_id or may_decide(item.rules, reviewer.scopes))
+        waiting = self._waiting()  # before the page: the page is at least as new
+
+        def shown(item: PendingReview) -> bool:
+            if (item.thread_id, item.item_id) in waiting or (item.thread_id, None) in waiting:
+                return False
+            return reviewer is None or not item.review_id or may_decide(item.rules, reviewer.scopes)
+
+        return self.queue.page(
+            after=after, limit=limit, only=only, newest_first=newest_first, where=shown
         )
+
+    def pending(
+        self, reviewer: Reviewer | None = None, *, only: QueueFilter = EVERY_ITEM
+    ) -> Iterator[PendingReview]:
+        """As :meth:`listing`, every page in turn, oldest first, read as it is iterated."""
+        after: str | None = None
+        while True:
+            page = self.listing(reviewer, after=after, only=only)
+            yield from page.items
+            if page.next_cursor is None:
+                return
+            after = page.next_cursor
 
     def _waiting(self) -> set[tuple[str, str | None]]:
         """The items recorded here that the queue has not caught up with; forgets the
@@ -135,9 +170,13 @@ class ReviewDesk:
                     del self._recorded[key]
         return waiting
 
-    def reviews(self, reviewer: Reviewer) -> tuple[ReviewItem, ...]:
-        """Every pending review request ``reviewer`` may decide, oldest first."""
-        return tuple(ReviewItem.pending(i) for i in self.pending(reviewer) if i.review_id)
+    def reviews(
+        self, reviewer: Reviewer, *, after: str | None = None, limit: int = MAX_PAGE_SIZE
+    ) -> tuple[tuple[ReviewItem, ...], str | None]:
+        """One page of the pending review requests ``reviewer`` may decide, oldest
+        first, and the cursor of the next page (None on the last)."""
+        page = self.listing(reviewer, after=after, limit=limit, only=_REVIEWS)
+        return tuple(ReviewItem.pending(i) for i in page.items), page.next_cursor
 
     def pauses(self, reviewer: Reviewer) -> tuple[PendingItem, ...]:
         """Every pause waiting for a person, of every kind, oldest first (reviews only
@@ -157,22 +196,26 @@ class ReviewDesk:
         self, reviewer: Reviewer, *, thread: str = "", tool: str = "", kind: str = "",
         newest_first: bool = False, number: int = 1, size: int = 50,
     ) -> Page:  # fmt: skip
-        """One page of the pending pauses ``reviewer`` may act on, filtered by thread,
-        tool and kind (only the page's items are converted, so a long queue costs one
-        pass)."""
-        items = [
-            item
-            for item in self.pending(reviewer)
-            if (not thread or item.thread_id == thread)
-            and (not tool or item.tool_name == tool)
-            and (not kind or item.kind == kind)
-        ]
-        if newest_first:
-            items.reverse()
+        """One numbered page of the pending pauses ``reviewer`` may act on, filtered by
+        thread, tool and kind in the view's query (only the page's items are converted;
+        the count of all matching items reads their keys)."""
+        only = QueueFilter(
+            thread_id=thread or None, tool_name=tool or None, kind=PauseKind(kind) if kind else None
+        )
         number = max(1, number)
         start = (number - 1) * size
-        shown = tuple(PendingItem.queued(item) for item in items[start : start + size])
-        return Page(shown, len(items), number, size)
+        shown: list[PendingItem] = []
+        total = 0
+        after: str | None = None
+        while True:
+            listed = self.listing(reviewer, after=after, only=only, newest_first=newest_first)
+            for item in listed.items:
+                if start <= total < start + size:
+                    shown.append(PendingItem.queued(item))
+                total += 1
+            if listed.next_cursor is None:
+                return Page(tuple(shown), total, number, size)
+            after = listed.next_cursor
 
     def review(
         self, review_id: str, thread_id: str | None = None, *, reviewer: Reviewer
@@ -192,14 +235,9 @@ class ReviewDesk:
         pending = found.review.decision is None
         if pending and found.review.request.deadline and self._expire_due(found.thread_id):
             found = self.service.find_review(review_id, thread_id=found.thread_id)
-        queued = next(
-            (
-                item
-                for item in self.queue.pending()
-                if item.review_id == review_id and item.thread_id == found.thread_id
-            ),
-            None,
-        )
+        only = QueueFilter(thread_id=found.thread_id, kind=PauseKind.REVIEW)
+        in_thread = self.queue.page(only=only).items
+        queued = next((item for item in in_thread if item.review_id == review_id), None)
         return ReviewItem.recorded(found.review, found.thread_id, queued)
 
     def thread_status(self, thread_id: str) -> ThreadStatus:

@@ -11,7 +11,7 @@ a separate one), list the queue, rebuild it.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, cast
 
@@ -23,7 +23,15 @@ from eventsourcing.utils import Environment, get_topic, resolve_topic
 from covonaut_es import _logs
 from covonaut_es._closing import Closing
 from covonaut_es.errors import CovonautError, ReadOnlyStoreError
-from covonaut_es.projections._items import QUEUE_EVENT_TYPES, PendingReview, changes_for
+from covonaut_es.projections._items import (
+    QUEUE_EVENT_TYPES,
+    PendingReview,
+    QueueChange,
+    ThreadGivenUp,
+    ThreadNamed,
+    changes_for,
+)
+from covonaut_es.projections._paging import EVERY_ITEM, MAX_PAGE_SIZE, QueueFilter, QueuePage
 from covonaut_es.projections._sealing import QueueSealer
 from covonaut_es.projections._views import (
     SEALED_VIEW_TOPICS,
@@ -39,6 +47,7 @@ from covonaut_es.store._application import (
 )
 from covonaut_es.store._backend import backend_for_env
 from covonaut_es.store._chain_key import SEALS_NOTHING
+from covonaut_es.store._tracking import BatchingProjectionRunner
 from covonaut_es.store._urls import (
     COMPRESSOR_TOPIC,
     READ_ONLY,
@@ -66,6 +75,31 @@ class ReviewQueueProjection(Projection[ReviewQueueView]):
     name = VIEW_NAME
     topics = tuple(get_topic(cls) for cls in QUEUE_EVENT_TYPES)
 
+    def process_events(self, batch: Sequence[tuple[Any, Tracking]]) -> None:
+        """Apply the queue changes of a batch of events and the last one's position in
+        one transaction; a batch the view cannot hold whole is applied again one event
+        at a time (:meth:`process_event`), so only the records it cannot hold are passed
+        over."""
+        # The names of the batch's threads, read in one query, then as the batch changes
+        # them before it is stored.
+        names: dict[str, str | None] = {}
+        names.update(self.view.thread_ids_of({e.originator_id.hex for e, _ in batch}))
+        changes: list[QueueChange] = []
+        for domain_event, _ in batch:
+            for change in changes_for(domain_event, names.get):
+                if isinstance(change, ThreadNamed) and names.get(change.aggregate_id) is None:
+                    names[change.aggregate_id] = change.thread_id  # the first name stays
+                elif isinstance(change, ThreadGivenUp):
+                    names[change.aggregate_id] = None
+                changes.append(change)
+        try:
+            self.view.apply(changes, batch[-1][1])
+        except UNSTORABLE as exc:
+            if isinstance(exc, CovonautError):
+                raise  # the view is misconfigured: no record could be stored
+            for domain_event, tracking in batch:
+                self.process_event(domain_event, tracking)
+
     def process_event(self, domain_event: Any, tracking: Tracking) -> None:
         """Apply the event's queue changes and its position in one transaction.
 
@@ -90,9 +124,10 @@ class ReviewQueueProjection(Projection[ReviewQueueView]):
             self.view.apply((), tracking)
 
 
-class QueueRunner(BaseProjectionRunner[ThreadsApplication]):
-    """eventsourcing's projection runner, fed a view the queue has opened (and, for an
-    encrypted store, given the key) before the first event is processed."""
+class QueueRunner(BatchingProjectionRunner[ThreadsApplication]):
+    """eventsourcing's projection runner, handing the projection its events in batches,
+    fed a view the queue has opened (and, for an encrypted store, given the key) before
+    the first event is processed."""
 
     def __init__(self, view: ReviewQueueView, env: dict[str, str]) -> None:
         self.view = view
@@ -202,8 +237,47 @@ class ReviewQueue(Closing):
             time.sleep(0.01)
 
     def pending(self) -> tuple[PendingReview, ...]:
-        """Every pending item, oldest first: one query on the view's index."""
+        """Every pending item, oldest first: one query on the view's index. A listing
+        that may be long reads :meth:`page` by page instead."""
         return self.view().pending()
+
+    def page(
+        self,
+        *,
+        after: str | None = None,
+        limit: int = MAX_PAGE_SIZE,
+        only: QueueFilter = EVERY_ITEM,
+        newest_first: bool = False,
+        where: Callable[[PendingReview], bool] | None = None,
+    ) -> QueuePage:
+        """One page of the pending items ``only`` lists, oldest first (or newest first),
+        after the cursor the previous page gave: read by key from the view's index, so
+        it costs its own size, however long the queue is.
+
+        Args:
+            after: The previous page's ``next_cursor``; None for the first page.
+            limit: The most items the page holds (1 to 500).
+            only: Which items to list (by thread, tool, kind).
+            newest_first: List the newest first.
+            where: Lists only the items it is true of, besides (a check no index
+                holds, such as a reviewer's scopes: the items it passes over are read).
+
+        Raises:
+            InvalidPageRequestError: The cursor or the limit is not one the queue serves.
+        """
+        return self.view().page(
+            after=after, limit=limit, only=only, newest_first=newest_first, where=where
+        )
+
+    def threads_with_review(self, review_id: str, store: Store) -> tuple[str, ...] | None:
+        """The threads where the review is pending, from the view's index of review ids;
+        None while the view is behind ``store``'s log (it cannot tell yet)."""
+        view = self.view()
+        position = self.position()
+        found = view.threads_with_review(review_id)
+        if store._records.has_events_after(position, *QUEUE_EVENT_TYPES):
+            return None
+        return found
 
     @contextmanager
     def follow(self) -> Iterator[BaseProjectionRunner[ThreadsApplication]]:

@@ -21,7 +21,7 @@ eventsourcing's private parts in the store's back ends.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime
 from typing import Any, ClassVar
 
@@ -40,8 +40,18 @@ from covonaut_es.projections._items import (
     ThreadGivenUp,
     ThreadNamed,
 )
+from covonaut_es.projections._paging import (
+    EVERY_ITEM,
+    MAX_PAGE_SIZE,
+    QueueFilter,
+    QueueKey,
+    QueuePage,
+    checked_limit,
+    decode_cursor,
+    encode_cursor,
+)
 from covonaut_es.projections._sealing import QueueSealer
-from covonaut_es.store._tracking import MemoryTracking, TrackedSQL
+from covonaut_es.store._tracking import TrackedSQL
 
 _COLUMNS = (
     "thread_id, item_id, kind, review_id, tool_name, digest, reason, data, requested_at, "
@@ -54,6 +64,7 @@ CREATE_STATEMENTS = (
     "requested_at TEXT NOT NULL, branch_parent TEXT, PRIMARY KEY (thread_id, item_id))",
     "CREATE INDEX IF NOT EXISTS covonaut_pauses_by_time "
     "ON covonaut_pauses (requested_at, thread_id, item_id)",
+    "CREATE INDEX IF NOT EXISTS covonaut_pauses_by_review ON covonaut_pauses (review_id)",
     "CREATE TABLE IF NOT EXISTS covonaut_queue_threads ("
     "aggregate_id TEXT PRIMARY KEY, thread_id TEXT NOT NULL)",
 )
@@ -78,6 +89,8 @@ SEALED_CREATE_STATEMENTS = (
     "item {blob} NOT NULL, PRIMARY KEY (thread_key, item_key))",
     "CREATE INDEX IF NOT EXISTS covonaut_sealed_pauses_by_time "
     "ON covonaut_sealed_pauses (requested_at, thread_key, item_key)",
+    "CREATE INDEX IF NOT EXISTS covonaut_sealed_pauses_by_item "
+    "ON covonaut_sealed_pauses (item_key)",
     "CREATE TABLE IF NOT EXISTS covonaut_sealed_queue_threads ("
     "aggregate_id TEXT PRIMARY KEY, thread_id {blob} NOT NULL)",
 )
@@ -85,6 +98,9 @@ SEALED_TRACKING_SUFFIX = "+sealed_pauses"
 """Appended to the application name in the sealed view's tracking rows, so that it
 starts from position zero beside a plain queue of the same database."""
 
+
+_IDS_PER_QUERY = 400
+"""Aggregate ids looked up in one query (SQLite allows 999 parameters before 3.32)."""
 
 ESCAPED = "\x01"
 """Starts a text column that holds JSON text instead of the value itself (see
@@ -104,6 +120,39 @@ class PlainRows:
     forget_thread = "DELETE FROM covonaut_queue_threads WHERE aggregate_id = %s"
     select_pending = SELECT_PENDING
     select_thread_id = "SELECT thread_id FROM covonaut_queue_threads WHERE aggregate_id = %s"
+    select_thread_ids = (
+        "SELECT aggregate_id, thread_id FROM covonaut_queue_threads WHERE aggregate_id IN ({})"
+    )
+    select_items = f"SELECT {_COLUMNS} FROM covonaut_pauses"
+    key_columns = ("requested_at", "thread_id", "item_id")
+    select_review = (
+        f"SELECT {_COLUMNS} FROM covonaut_pauses WHERE review_id = %s "
+        "ORDER BY requested_at, thread_id, item_id"
+    )
+
+    def review_key(self, review_id: str) -> tuple[Any, ...]:
+        """The parameters that find a review's rows."""
+        return (self.text(review_id),)
+
+    def where(self, only: QueueFilter) -> tuple[list[str], list[Any]]:
+        """The conditions (and their parameters) that select what ``only`` lists, as far
+        as the columns can tell."""
+        clauses: list[str] = []
+        params: list[Any] = []
+        for column, value in (
+            ("thread_id", only.thread_id),
+            ("tool_name", only.tool_name),
+            ("kind", None if only.kind is None else only.kind.value),
+        ):
+            if value is not None:
+                clauses.append(f"{column} = %s")
+                params.append(self.text(value))
+        return clauses, params
+
+    def sort_key(self, row: Any) -> QueueKey:
+        """Where the row sorts, as its index holds it."""
+        first, second, third = self.key_columns
+        return QueueKey(row[first], row[second], row[third])
 
     @staticmethod
     def text(value: str) -> str:
@@ -198,6 +247,25 @@ class SealedRows(PlainRows):
     select_thread_id = (
         "SELECT thread_id FROM covonaut_sealed_queue_threads WHERE aggregate_id IN (%s, %s)"
     )
+    select_thread_ids = (
+        "SELECT aggregate_id, thread_id FROM covonaut_sealed_queue_threads "
+        "WHERE aggregate_id IN ({})"
+    )
+    select_items = "SELECT thread_key, item_key, requested_at, item FROM covonaut_sealed_pauses"
+    key_columns = ("requested_at", "thread_key", "item_key")
+    select_review = (
+        "SELECT item FROM covonaut_sealed_pauses WHERE item_key = %s "
+        "ORDER BY requested_at, thread_key, item_key"
+    )
+
+    def review_key(self, review_id: str) -> tuple[Any, ...]:
+        return (self.key(review_id),)
+
+    def where(self, only: QueueFilter) -> tuple[list[str], list[Any]]:
+        # Only the thread is a column; the tool and the kind are sealed in the item.
+        if only.thread_id is None:
+            return [], []
+        return ["thread_key = %s"], [self.key(only.thread_id)]
 
     def __init__(self, sealer: QueueSealer) -> None:
         self._sealer = sealer
@@ -237,7 +305,8 @@ class ReviewQueueView(TrackingRecorder, ABC):
 
     @abstractmethod
     def apply(self, changes: Sequence[QueueChange], tracking: Tracking) -> None:
-        """Make the changes and record the tracking position, atomically."""
+        """Make the changes and record the tracking position, atomically: the changes
+        of every event up to ``tracking``'s, when the projection applies a batch."""
 
     @abstractmethod
     def pending(self) -> tuple[PendingReview, ...]:
@@ -246,6 +315,59 @@ class ReviewQueueView(TrackingRecorder, ABC):
     @abstractmethod
     def thread_id_of(self, aggregate_id: str) -> str | None:
         """The thread id of an aggregate id the view has seen."""
+
+    @abstractmethod
+    def thread_ids_of(self, aggregate_ids: Collection[str]) -> dict[str, str]:
+        """The thread ids of those aggregate ids the view has seen (for a batch of
+        events: one query, not one per event)."""
+
+    @abstractmethod
+    def threads_with_review(self, review_id: str) -> tuple[str, ...]:
+        """The threads where the review is pending, oldest request first: one lookup
+        on the view's index of review ids."""
+
+    @abstractmethod
+    def items_after(
+        self, key: QueueKey | None, limit: int, only: QueueFilter, newest_first: bool
+    ) -> list[tuple[QueueKey, PendingReview]]:
+        """At most ``limit`` items past ``key`` (None: from the start) in the view's
+        order (or its reverse), with their keys; those ``only`` lists, as far as the
+        view's index can tell (the caller checks the rest)."""
+
+    def page(
+        self,
+        *,
+        after: str | None = None,
+        limit: int = MAX_PAGE_SIZE,
+        only: QueueFilter = EVERY_ITEM,
+        newest_first: bool = False,
+        where: Callable[[PendingReview], bool] | None = None,
+    ) -> QueuePage:
+        """One page of the items ``only`` lists (and ``where`` is true of), oldest first
+        (or newest first), after the cursor of the previous page: read by key from the
+        view's index.
+
+        Raises:
+            InvalidPageRequestError: The cursor or the limit is not one the queue serves.
+        """
+        limit = checked_limit(limit)
+        key = None if after is None else decode_cursor(after)
+        found: list[tuple[QueueKey, PendingReview]] = []
+        while len(found) <= limit:
+            chunk = self.items_after(key, limit + 1, only, newest_first)
+            found.extend(
+                entry
+                for entry in chunk
+                if only.matches(entry[1]) and (where is None or where(entry[1]))
+            )
+            if len(chunk) <= limit:
+                break
+            key = chunk[-1][0]
+        shown = found[:limit]
+        more = len(found) > limit
+        return QueuePage(
+            tuple(item for _, item in shown), encode_cursor(shown[-1][0]) if more else None
+        )
 
 
 def statements(
@@ -303,6 +425,43 @@ class SQLReviewQueueView(TrackedSQL, ReviewQueueView):
             cursor.execute(self._sql(rows.select_thread_id), rows.aggregate(aggregate_id))
             row = cursor.fetchone()
             return None if row is None else rows.thread_id(row)
+
+    def thread_ids_of(self, aggregate_ids: Collection[str]) -> dict[str, str]:
+        rows = self.rows()
+        wanted = list(aggregate_ids)
+        found: dict[str, str] = {}
+        for start in range(0, len(wanted), _IDS_PER_QUERY):
+            # what the column holds (a keyed digest in a sealed view) -> the aggregate id
+            keys = {k: a for a in wanted[start : start + _IDS_PER_QUERY] for k in rows.aggregate(a)}
+            statement = rows.select_thread_ids.format(", ".join(["%s"] * len(keys)))
+            with self.datastore.transaction(commit=False) as cursor:
+                cursor.execute(self._sql(statement), tuple(keys))
+                for row in cursor.fetchall():
+                    found.setdefault(keys[row["aggregate_id"]], rows.thread_id(row))
+        return found
+
+    def threads_with_review(self, review_id: str) -> tuple[str, ...]:
+        rows = self.rows()
+        with self.datastore.transaction(commit=False) as cursor:
+            cursor.execute(self._sql(rows.select_review), rows.review_key(review_id))
+            items = [rows.item(row) for row in cursor.fetchall()]
+        return tuple(dict.fromkeys(i.thread_id for i in items if i.review_id == review_id))
+
+    def items_after(
+        self, key: QueueKey | None, limit: int, only: QueueFilter, newest_first: bool
+    ) -> list[tuple[QueueKey, PendingReview]]:
+        rows = self.rows()
+        clauses, params = rows.where(only)
+        if key is not None:  # a row value: the index on the key columns finds it
+            columns = ", ".join(rows.key_columns)
+            clauses.append(f"({columns}) {'<' if newest_first else '>'} (%s, %s, %s)")
+            params.extend((key.requested_at, key.thread_key, key.item_key))
+        where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+        order = ", ".join(c + (" DESC" if newest_first else "") for c in rows.key_columns)
+        statement = f"{rows.select_items}{where} ORDER BY {order} LIMIT %s"
+        with self.datastore.transaction(commit=False) as cursor:
+            cursor.execute(self._sql(statement), (*params, limit))
+            return [(rows.sort_key(row), rows.item(row)) for row in cursor.fetchall()]
 
     TRACKING_SUFFIX: ClassVar[str] = TRACKING_SUFFIX
     """Names this layout's tracking rows apart from other layouts' in one database."""
@@ -363,46 +522,8 @@ class SealedSQLiteReviewQueueView(SealedReviewQueueView, SQLiteReviewQueueView):
         ]
 
 
-class MemoryReviewQueueView(MemoryTracking, ReviewQueueView):
-    """The queue of an in-memory store, in this process."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._items: dict[tuple[str, str], PendingReview] = {}
-        self._threads: dict[str, str] = {}
-
-    def apply(self, changes: Sequence[QueueChange], tracking: Tracking) -> None:
-        with self.tracked(tracking):
-            for change in changes:
-                match change:
-                    case ThreadNamed(aggregate_id, thread_id):
-                        self._threads.setdefault(aggregate_id, thread_id)
-                    case ItemAdded(item):
-                        self._items[item.thread_id, item.item_id] = item
-                    case ItemRemoved(thread_id, item_id):
-                        self._items.pop((thread_id, item_id), None)
-                    case ThreadCleared(thread_id):
-                        self._clear(thread_id)
-                    case ThreadGivenUp(aggregate_id, thread_id):
-                        self._clear(thread_id)
-                        self._threads.pop(aggregate_id, None)
-
-    def _clear(self, thread_id: str) -> None:
-        for key in [k for k in self._items if k[0] == thread_id]:
-            del self._items[key]
-
-    def pending(self) -> tuple[PendingReview, ...]:
-        with self.locked():
-            items = list(self._items.values())
-        return _in_order(items)
-
-    def thread_id_of(self, aggregate_id: str) -> str | None:
-        with self.locked():
-            return self._threads.get(aggregate_id)
-
-
 VIEW_TOPICS: dict[str, str] = {
-    "memory": "covonaut_es.projections._views:MemoryReviewQueueView",
+    "memory": "covonaut_es.projections._views_memory:MemoryReviewQueueView",
     "sqlite": "covonaut_es.projections._views:SQLiteReviewQueueView",
     "postgres": "covonaut_es.projections._views_postgres:PostgresReviewQueueView",
 }

@@ -23,7 +23,7 @@ from covonaut_es.service._reviewers import (
     verified_reviewer,
 )
 from covonaut_es.service._runs import RunSession
-from covonaut_es.service._service import FoundReview, Settlement, ThreadService
+from covonaut_es.service._service import FoundReview, ReviewIndex, Settlement, ThreadService
 from covonaut_es.service._shown import shown_message
 from covonaut_es.service._submissions import (
     MAX_TEXT_CHARS,
@@ -47,6 +47,7 @@ __all__ = [
     "Action",
     "FoundReview",
     "HmacReviewerVerifier",
+    "ReviewIndex",
     "ReviewSubmission",
     "Reviewer",
     "ReviewerVerifier",

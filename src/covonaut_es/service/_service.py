@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import attrs
 
@@ -68,6 +68,15 @@ class FoundReview:
     review: Review
 
 
+class ReviewIndex(Protocol):
+    """Finds the threads where a review is pending by its id, without reading the log:
+    the reviewer queue (:class:`~covonaut_es.projections.ReviewQueue`) is one."""
+
+    def threads_with_review(self, review_id: str, store: Store) -> tuple[str, ...] | None:
+        """The threads of ``store`` where the review is pending; None when the index is
+        behind the store's log and cannot tell."""
+
+
 @attrs.frozen
 class Settlement:
     """What a person found of a call in doubt: it ran, with this result, or it did not.
@@ -110,6 +119,9 @@ class ThreadService:
         verifier: Establishes reviewers from their credentials (:meth:`reviewer`); the
             commands that record a person's decision need one.
         clock: The time of the events it records; the store's clock by default.
+        reviews: Where a pending review's thread is looked up by the review's id, when
+            a command names no thread; without it (or while it is behind the log), the
+            threads are found from the log's review requests and forks.
     """
 
     def __init__(
@@ -118,10 +130,12 @@ class ThreadService:
         *,
         verifier: ReviewerVerifier | None = None,
         clock: Callable[[], datetime] | None = None,
+        reviews: ReviewIndex | None = None,
     ) -> None:
         self.store = store
         self.verifier = verifier
         self._clock = clock or store.clock
+        self.reviews = reviews
 
     # Who acts -----------------------------------------------------------------------
 
@@ -506,7 +520,11 @@ class ThreadService:
     def _thread_of_review(self, review_id: str, thread_id: str | None) -> str:
         if thread_id is not None:
             return thread_id
-        holders = self.store.threads_with_review(review_id)
+        index = self.reviews
+        # Pending: one lookup in the index. Decided, expired or unknown (or the index
+        # cannot tell): the log's review requests and forks say who asked for it.
+        indexed = None if index is None else index.threads_with_review(review_id, self.store)
+        holders = indexed or self.store.threads_with_review(review_id)
         if not holders:
             raise self._no_review(review_id, None)
         if len(holders) == 1:

@@ -2,12 +2,16 @@
 
 A :class:`~covonaut_es.Store` holds one :class:`Forks` (``store._forks``). A fork reads
 only the tail of its parent's stream and writes one ``Forked`` event (ADR 0009); the
-store's forks are read from the log's ``Forked`` events alone.
+store's forks are read from the log's ``Forked`` events alone. The forks under one thread
+are found in an index of forks by parent, kept in this process and brought up to date
+from the log written since it last read it (ADR 0049); a thread's ancestors are read from
+their first events.
 """
 
 from __future__ import annotations
 
 import itertools
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import datetime
@@ -20,6 +24,7 @@ from eventsourcing.persistence import IntegrityError
 from covonaut_es.domain import (
     AgentThread,
     ForkRecord,
+    SessionTree,
     ThreadParent,
     check_thread_id,
     check_thread_stream,
@@ -74,6 +79,10 @@ class Forks:
         self._guard = guard
         self.url = guard.url
         self.clock = clock
+        # The forks by parent thread, read from the log up to position _indexed_to.
+        self._children: dict[str, list[ForkRecord]] = {}
+        self._indexed_to = 0
+        self._index_lock = threading.Lock()
 
     def _newest_first(self, thread_id: str, version: int | None) -> Iterator[Any]:
         """The thread's own events up to ``version`` (None: its head), newest first,
@@ -212,16 +221,60 @@ class Forks:
 
     def forks(self) -> tuple[ForkRecord, ...]:
         """As :meth:`covonaut_es.Store.forks`."""
-        return tuple(
-            ForkRecord(
-                event.thread_id,
-                ThreadParent(event.parent_thread_id, event.parent_version),
-                event.timestamp,
-            )
-            for event in self._records.events_of_type(AgentThread.Forked)
-        )
+        return tuple(map(_record, self._records.events_of_type(AgentThread.Forked)))
+
+    def under(self, root_thread_id: str) -> SessionTree:
+        """The tree of the root and the threads forked from it, directly or not, read
+        from the index of forks by parent: it costs the threads under the root."""
+        records: list[ForkRecord] = []
+        seen = {root_thread_id}
+        stack = [root_thread_id]
+        with self._index_lock:
+            self._catch_up()
+            while stack:
+                for fork in self._children.get(stack.pop(), ()):
+                    if fork.thread_id not in seen:  # forks altered into a loop end here
+                        seen.add(fork.thread_id)
+                        records.append(fork)
+                        stack.append(fork.thread_id)
+        return SessionTree(records)
+
+    def lineage(self, thread_id: str) -> SessionTree:
+        """The tree of the thread and its ancestors, read from each one's first event:
+        it costs the thread's depth."""
+        records: list[ForkRecord] = []
+        seen = {thread_id}
+        while (forked := self._records.forked_event(thread_id)) is not None:
+            thread_id = forked.parent_thread_id
+            records.append(_record(forked))
+            if thread_id in seen:  # forks altered into a loop end here
+                break
+            seen.add(thread_id)
+        return SessionTree(records)
+
+    def _catch_up(self) -> None:
+        """Add the forks the log recorded since the index last read it (the first call
+        reads every fork once); the caller holds the index's lock."""
+        top = self._records.log_position()
+        if top <= self._indexed_to:
+            return
+        for notification in self._records.notifications(AgentThread.Forked, after=self._indexed_to):
+            event = self._app.mapper.to_domain_event(notification)
+            if isinstance(event, AgentThread.Forked):
+                fork = _record(event)
+                self._children.setdefault(fork.parent.thread_id, []).append(fork)
+            top = max(top, notification.id)
+        self._indexed_to = top
 
     def parent(self, thread_id: str) -> ThreadParent | None:
         """As :meth:`covonaut_es.Store.parent`."""
         forked = self._records.forked_event(thread_id)
         return ThreadParent(forked.parent_thread_id, forked.parent_version) if forked else None
+
+
+def _record(event: AgentThread.Forked) -> ForkRecord:
+    return ForkRecord(
+        event.thread_id,
+        ThreadParent(event.parent_thread_id, event.parent_version),
+        event.timestamp,
+    )

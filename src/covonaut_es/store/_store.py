@@ -326,19 +326,19 @@ class Store(Closing):
 
     def children(self, thread_id: str) -> tuple[str, ...]:
         """The direct forks of a thread, oldest first."""
-        return self.session_tree().children(thread_id)
+        return self._forks.under(thread_id).children(thread_id)
 
     def path_to_root(self, thread_id: str) -> tuple[str, ...]:
         """The thread, its parent, and so on up to the root."""
-        return self.session_tree().path_to_root(thread_id)
+        return self._forks.lineage(thread_id).path_to_root(thread_id)
 
     def leaves(self, root_thread_id: str) -> tuple[str, ...]:
         """Threads under the root (the root included) that have no forks."""
-        return self.session_tree().leaves(root_thread_id)
+        return self._forks.under(root_thread_id).leaves(root_thread_id)
 
     def branch_points(self, root_thread_id: str) -> tuple[BranchPoint, ...]:
         """Every (thread, version) under the root that forks branched from."""
-        return self.session_tree().branch_points(root_thread_id)
+        return self._forks.under(root_thread_id).branch_points(root_thread_id)
 
     def tree(self, root_thread_id: str) -> ThreadTree:
         """The nested tree of forks under the root, with every thread's labels."""
@@ -347,12 +347,12 @@ class Store(Closing):
             return tuple(self.load(thread_id).labels)
 
         labels_of(root_thread_id)  # a clear error for an unknown root
-        return self.session_tree().tree(root_thread_id, labels_of)
+        return self._forks.under(root_thread_id).tree(root_thread_id, labels_of)
 
     def tree_stats(self, root_thread_id: str) -> TreeStats:
         """Counts over the tree under the root: threads, forks, depth, leaves, branch
         points."""
-        return self.session_tree().stats(root_thread_id)
+        return self._forks.under(root_thread_id).stats(root_thread_id)
 
     # Run leases and workers --------------------------------------------------------
 

@@ -4,18 +4,25 @@ on outside the back ends' recorders, each behind a public name here.
 Every use below names the eventsourcing version it was checked against (9.5.6; the
 dependency is pinned below 9.6 for them). Only the store's modules import this one:
 :mod:`covonaut_es.store._application` the save's steps, and
-:mod:`covonaut_es.store._tracking` (which projections import) the tracking recorders.
+:mod:`covonaut_es.store._tracking` (which projections import) the tracking recorders and
+the batching projection runner.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
-from typing import Any
+import threading
+import warnings
+import weakref
+from collections.abc import Iterator, Sequence
+from typing import Any, Protocol, TypeVar
 
 from eventsourcing.application import Application, ProcessingEvent
-from eventsourcing.persistence import Recording, Tracking
+from eventsourcing.persistence import ListenNotifySubscription, Recording, Tracking
 from eventsourcing.popo import POPOTrackingRecorder
+from eventsourcing.projection import ApplicationSubscription, BaseProjectionRunner
+
+TApplication = TypeVar("TApplication")
 
 
 def take_snapshots(app: Application[Any], processing_event: ProcessingEvent[Any]) -> None:
@@ -95,3 +102,76 @@ class MemoryTracking(POPOTrackingRecorder):
         """Hold the recorder's lock, to read the view's tables whole."""
         with self._database_lock:  # eventsourcing 9.5.6: POPORecorder's RLock
             yield
+
+
+BATCH_LIMIT = 500
+"""The most events a batching runner hands its projection at once (eventsourcing's
+subscriptions select 500 notifications at a time)."""
+
+
+class BatchProjection(Protocol):
+    """A projection that processes several events, and records the last one's
+    position, in one transaction."""
+
+    def process_events(self, batch: Sequence[tuple[Any, Tracking]]) -> None:
+        """Process the events in order, and record the last one's position with them."""
+
+
+def _buffered(subscription: ApplicationSubscription[Any]) -> bool:
+    """Whether the subscription's next event is already read, so taking it cannot
+    block."""
+    inner = subscription.subscription
+    # eventsourcing 9.5.6: ListenNotifySubscription (the memory, SQLite polling and
+    # PostgreSQL subscriptions) keeps the notifications it selected in _notifications,
+    # read up to _notifications_index, and further selects in _notifications_queue.
+    if not isinstance(inner, ListenNotifySubscription):
+        return False
+    return (
+        inner._notifications_index < len(inner._notifications)
+        or not inner._notifications_queue.empty()
+    )
+
+
+def batches(
+    subscription: ApplicationSubscription[Any], limit: int = BATCH_LIMIT
+) -> Iterator[list[tuple[Any, Tracking]]]:
+    """The subscription's events in batches: each waits for one event, then takes those
+    already read after it, up to ``limit``."""
+    for first in subscription:
+        batch = [first]
+        while len(batch) < limit and _buffered(subscription):
+            following = next(subscription, None)
+            if following is None:
+                break
+            batch.append(following)
+        yield batch
+
+
+class BatchingProjectionRunner(BaseProjectionRunner[TApplication]):
+    """eventsourcing's projection runner, handing its projection every event its
+    subscription has read already in one call (:class:`BatchProjection`), so that a
+    view catching up on a long log commits once per batch, not once per event."""
+
+    # eventsourcing 9.5.6: BaseProjectionRunner.__init__ starts its processing thread on
+    # self._process_events_loop(subscription, projection, is_stopping, runner), and a
+    # failure is handed to run_forever() through the runner's _thread_error.
+    @staticmethod
+    def _process_events_loop(
+        subscription: ApplicationSubscription[Any],
+        projection: Any,
+        is_stopping: threading.Event,
+        runner: weakref.ReferenceType[Any],
+    ) -> None:
+        batched: BatchProjection = projection
+        try:
+            for batch in batches(subscription):
+                batched.process_events(batch)
+        except BaseException as exc:
+            found = runner()
+            if found is not None:
+                found._thread_error = exc
+            else:  # as eventsourcing's own loop does
+                msg = f"projection runner deleted before its error was kept: {exc!r}"
+                warnings.warn(msg, RuntimeWarning, stacklevel=2)
+        finally:
+            is_stopping.set()
