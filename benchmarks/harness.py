@@ -129,8 +129,9 @@ class Postgres:
         self._server = server
 
     @classmethod
-    def start(cls) -> Postgres | str:
-        """A running server, or why none could be had."""
+    def start(cls, *, durable: bool = False) -> Postgres | str:
+        """A running server, or why none could be had; ``durable``: a throwaway one
+        that syncs its WAL (``fsync=on``), as a production server does."""
         try:
             helper = _postgres_server_module()
         except Exception as exc:  # pytest or psycopg missing, or the helper moved
@@ -138,7 +139,7 @@ class Postgres:
         external = os.environ.get(helper.URL_ENV, "").strip()
         if external:
             return cls(external, None)
-        server = helper.PostgresServer()
+        server = helper.PostgresServer(durable=durable)
         try:
             return cls(server.start(), server)
         except helper.PostgresUnavailable as exc:
