@@ -316,8 +316,9 @@ class Context:
 # Command line ----------------------------------------------------------------------------
 
 
-def _command() -> str:
-    """This process's command line, with paths relative to the repository."""
+def command_line() -> str:
+    """This process's command line, with paths relative to the repository, after the
+    environment variables that change what is measured."""
 
     def relative(arg: str) -> str:
         path = Path(arg)
@@ -372,7 +373,7 @@ def cli(figures: Sequence[Figure], argv: Sequence[str] | None = None) -> int:
         postgres_missing=postgres if isinstance(postgres, str) else "",
         langgraph_missing=missing,
         delta=missing is None and peer.langgraph_has_delta(),
-        commands=[_command()],
+        commands=[command_line()],
     )
     try:
         machine = report.machine(ctx.postgres.settings() if ctx.postgres else ctx.postgres_missing)

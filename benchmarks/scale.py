@@ -39,7 +39,8 @@ event rows in version order and one `msgspec` decode of each row's payload.
 `covonaut-es threads`: the command (`--json`, output discarded), median of 3, against a
 `SELECT` of every head anchor row in-process; beside it, the same command on an empty
 store (its own start-up). Reviewer queue rebuilt from the log: `ReviewQueue` with an
-in-memory view, from `follow()` until `wait_until_current`, in log rows per second,
+in-memory view, from `follow()` until `wait_until_current` (the second of two: the first
+pays the imports), in log rows per second,
 against reading every row of the log with bare SQL, 1,000 rows a query in log order.
 `GET /api/reviews`: the inbox (`create_app`) served by uvicorn on loopback, the median
 of 5 requests once its queue lists every pending review; the time from the app's
@@ -86,7 +87,7 @@ import msgspec
 import peer
 import report
 import workload
-from harness import ROOT, Postgres, isolated, log
+from harness import ROOT, Postgres, command_line, isolated, log
 from workload import prose, store_bytes, store_url
 
 from covonaut_es import (
@@ -391,13 +392,13 @@ class Tail(threading.Thread):
         with psycopg.connect(self.url, autocommit=True) as conn:
             while True:
                 finished = self.done.is_set()
-                for (item,) in conn.execute(query, (position,)).fetchall():  # type: ignore[arg-type]
+                for (item,) in conn.execute(query, (position,)).fetchall():
                     self.seen.add(item)
                     position = item
                 if finished:
                     break
                 self.done.wait(0.005)
-            stored = [row[0] for row in conn.execute(f"SELECT {order} FROM {events}")]  # type: ignore[arg-type]
+            stored = [row[0] for row in conn.execute(f"SELECT {order} FROM {events}")]
         self.stored = len(stored)
         self.skipped = sum(1 for item in stored if item not in self.seen)
 
@@ -568,13 +569,14 @@ def _queue(target: str, backend: str) -> dict[str, float]:
     events, order, _ = LAYOUT[backend]
     url = store_url(target)
     with closing(open_store(url)) as store:
-        queue = ReviewQueue(url, view_url=f"memory://scale-{uuid.uuid4().hex}")
-        start = time.perf_counter()
-        with queue.follow() as runner:
-            queue.wait_until_current(store, timeout=BUDGET_S, runner=runner)
-        rebuilt = time.perf_counter() - start
-        pending = len(queue.pending())
-        queue.close()
+        for _ in range(2):  # the second is timed: the first pays the imports
+            queue = ReviewQueue(url, view_url=f"memory://scale-{uuid.uuid4().hex}")
+            start = time.perf_counter()
+            with queue.follow() as runner:
+                queue.wait_until_current(store, timeout=BUDGET_S, runner=runner)
+            rebuilt = time.perf_counter() - start
+            pending = len(queue.pending())
+            queue.close()
     mark = "%s" if backend == "postgresql" else "?"
     query = (
         f"SELECT {order}, originator_id, originator_version, topic, state FROM {events} "
@@ -663,8 +665,8 @@ def _approvals(target: str, size: int) -> dict[str, float]:
     with closing(open_store(url)) as store:
         for index in range(0, size, PAUSED_EVERY)[: 2 * COMMAND_REPEATS]:
             state = store.load(thread_id(index)).state
-            (review,) = [review for review in state.reviews if review.pending]
-            reviews.append((review.request.review_id, thread_id(index)))
+            (pending,) = [review for review in state.reviews if review.pending]
+            reviews.append((pending.request.review_id, thread_id(index)))
     token = VERIFIER.issue_token("bench", ttl_seconds=3600)
     env = {"COVONAUT_ES_REVIEWER_SECRET": SECRET}
     common = ["--store", url, "--reviewer-token", token]
@@ -965,7 +967,7 @@ def main(argv: list[str] | None = None) -> int:
             server.stop()
         shutil.rmtree(workdir, ignore_errors=True)
     elapsed = time.perf_counter() - started
-    command = " ".join([Path(sys.executable).name, *sys.argv])
+    command = command_line()
     text = render(results, command, elapsed, missing)
     if settings:
         text += f"- PostgreSQL: {settings}.\n"
