@@ -1,7 +1,8 @@
 """Many threads: each figure at two sizes ten times apart, against its strict reference.
 
-Not part of `make bench`: run it with `make bench-scale` (sizes 300 and 3,000 threads by
-default, a few minutes) or `python benchmarks/scale.py --scale N` (N and 10 x N threads).
+Not part of `make bench`: run it with `make bench-scale` (100 and 1,000 threads by
+default: a quarter of an hour on this 2-core machine shared with other work) or
+`python benchmarks/scale.py --scale N` (N and 10 x N threads).
 It writes `benchmarks/SCALE.md`, which BENCHMARKS.md includes, and `benchmarks/SCALE.json`.
 
 Each store holds N threads of three turns each: a user prompt, then the model calls the
@@ -40,8 +41,8 @@ event rows in version order and one `msgspec` decode of each row's payload.
 `SELECT` of every head anchor row in-process; beside it, the same command on an empty
 store (its own start-up). Reviewer queue rebuilt from the log: `ReviewQueue` with an
 in-memory view, from `follow()` until `wait_until_current` (the second of two: the first
-pays the imports), in log rows per second,
-against reading every row of the log with bare SQL, 1,000 rows a query in log order.
+pays the imports), in log rows per second, against reading every row of the log with
+bare SQL, 1,000 rows a query in log order.
 `GET /api/reviews`: the inbox (`create_app`) served by uvicorn on loopback, the median
 of 5 requests once its queue lists every pending review; the time from the app's
 creation to that moment is shown too. Worker start: `Worker.run(once=True)` on a store
@@ -107,7 +108,7 @@ from covonaut_es import (
     open_store,
 )
 
-DEFAULT_SCALE = 300
+DEFAULT_SCALE = 100
 """The smaller size by default; the larger is ten times it."""
 GROWTH = 10
 WRITERS = {"sqlite": (1, 4), "postgresql": (1, 4, 8)}
@@ -141,8 +142,9 @@ def decode_payload(state: bytes) -> Any:
 
 
 LISTING_PAGE: int | None = None
-"""Hook: the page size `covonaut-es threads` and `GET /api/reviews` would be asked for;
-neither command nor route is paged yet, so both list everything (None)."""
+"""Hook: the page size `GET /api/reviews` is asked for (query ``size``) once the route is
+paged; it is not yet, so it lists every pending review (None). `covonaut-es threads` has
+no page option either: its row lists every thread, as a page of all of them."""
 
 
 # The workload --------------------------------------------------------------------------
