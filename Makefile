@@ -18,7 +18,7 @@ NODE_TOOLS := node_modules/.package-lock.json
 # griffe extension.
 LINT_PATHS := $(wildcard src tests examples benchmarks docs/_ext)
 
-.PHONY: venv node-tools lint typecheck docs-build docs test demo bench clean
+.PHONY: venv node-tools lint typecheck docs-build docs test demo bench bench-scale clean
 
 venv: $(STAMP)
 
@@ -67,6 +67,14 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[bench]'
 	$(BIN)/python benchmarks/run.py
+
+# Many threads (benchmarks/SCALE.md, which BENCHMARKS.md includes): every figure at
+# SCALE and ten times SCALE threads, on SQLite and on PostgreSQL with fsync on. Run
+# apart from `make bench`; SCALE=100 (100 and 1,000 threads) takes about a quarter of an hour.
+SCALE ?= 100
+bench-scale: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[bench]'
+	$(BIN)/python benchmarks/scale.py --scale $(SCALE)
 
 clean:
 	rm -rf $(VENV) node_modules build dist .pytest_cache .mypy_cache .ruff_cache .hypothesis

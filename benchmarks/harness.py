@@ -129,8 +129,9 @@ class Postgres:
         self._server = server
 
     @classmethod
-    def start(cls) -> Postgres | str:
-        """A running server, or why none could be had."""
+    def start(cls, *, durable: bool = False) -> Postgres | str:
+        """A running server, or why none could be had; ``durable``: a throwaway one
+        that syncs its WAL (``fsync=on``), as a production server does."""
         try:
             helper = _postgres_server_module()
         except Exception as exc:  # pytest or psycopg missing, or the helper moved
@@ -138,7 +139,7 @@ class Postgres:
         external = os.environ.get(helper.URL_ENV, "").strip()
         if external:
             return cls(external, None)
-        server = helper.PostgresServer()
+        server = helper.PostgresServer(durable=durable)
         try:
             return cls(server.start(), server)
         except helper.PostgresUnavailable as exc:
@@ -315,8 +316,9 @@ class Context:
 # Command line ----------------------------------------------------------------------------
 
 
-def _command() -> str:
-    """This process's command line, with paths relative to the repository."""
+def command_line() -> str:
+    """This process's command line, with paths relative to the repository, after the
+    environment variables that change what is measured."""
 
     def relative(arg: str) -> str:
         path = Path(arg)
@@ -371,7 +373,7 @@ def cli(figures: Sequence[Figure], argv: Sequence[str] | None = None) -> int:
         postgres_missing=postgres if isinstance(postgres, str) else "",
         langgraph_missing=missing,
         delta=missing is None and peer.langgraph_has_delta(),
-        commands=[_command()],
+        commands=[command_line()],
     )
     try:
         machine = report.machine(ctx.postgres.settings() if ctx.postgres else ctx.postgres_missing)

@@ -199,7 +199,9 @@ def machine(postgres: str) -> list[tuple[str, str]]:
 # Markdown --------------------------------------------------------------------------------
 
 
-def _table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+def markdown_table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """The lines of one Markdown table."""
+
     def line(cells: Sequence[str]) -> str:
         return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
 
@@ -208,6 +210,8 @@ def _table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 
 CHANGES = Path(__file__).with_name("CHANGES.md")
 """What the library changed because of these benchmarks, kept by hand."""
+SCALE = Path(__file__).with_name("SCALE.md")
+"""The many-threads figures, written by ``scale.py`` (``make bench-scale``), run apart."""
 
 
 def render(
@@ -237,10 +241,10 @@ def render(
         for section in sections
         for target in section.targets
     ]
-    out += _table(["Figure", "Target", "Measured", "Status"], summary)
+    out += markdown_table(["Figure", "Target", "Measured", "Status"], summary)
     out += ["", "Each target's explanation is under its figure below.", ""]
     out += ["## Machine", ""]
-    out += _table(["", ""], [[key, value] for key, value in machine_facts])
+    out += markdown_table(["", ""], [[key, value] for key, value in machine_facts])
     out += ["", "## Commands", "", "```sh"]
     if not quick:
         prefix = f"{environment} " if environment else ""
@@ -253,7 +257,7 @@ def render(
         out += [f"## {section.title}", "", section.intro, ""]
         for table in section.tables:
             out += [f"**{table.title}**", ""]
-            out += [*_table(table.columns, table.rows), ""] if table.columns else []
+            out += [*markdown_table(table.columns, table.rows), ""] if table.columns else []
             out += [f"- {note}" for note in table.notes]
             out += [""] if table.notes else []
         for target in section.targets:
@@ -261,6 +265,8 @@ def render(
             out += [line + (f" {target.explanation}" if target.explanation else "")]
         out += [""] if section.targets else []
         out += [f"{note}\n" for note in section.notes]
+    if not quick and SCALE.exists():
+        out += [SCALE.read_text().strip(), ""]
     if not quick and CHANGES.exists():
         out += [CHANGES.read_text().strip(), ""]
     return "\n".join(out).rstrip() + "\n"

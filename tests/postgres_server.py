@@ -150,8 +150,11 @@ class PostgresServer:
     ...     psycopg.connect(server.url).close()
     """
 
-    def __init__(self, database: str = DATABASE) -> None:
+    def __init__(self, database: str = DATABASE, *, durable: bool = False) -> None:
         self.database = database
+        # Durable: fsync, full_page_writes and synchronous_commit at PostgreSQL's
+        # defaults, as in production, for benchmarks of durable writes.
+        self.durable = durable
         self._base_dir: Path | None = None
         self._port: int | None = None
         self._binaries: PostgresBinaries | None = None
@@ -291,15 +294,17 @@ class PostgresServer:
         failure = ""
         for _ in range(_START_ATTEMPTS):  # another process may grab the port first
             self._port = free_port()
+            unsynced = (
+                []
+                if self.durable
+                else ["-F", "-c fsync=off", "-c synchronous_commit=off", "-c full_page_writes=off"]
+            )
             options = " ".join(
                 [
                     "-h 127.0.0.1",
                     f"-p {self._port}",
                     f"-k {shlex.quote(str(self.base_dir))}",
-                    "-F",
-                    "-c fsync=off",
-                    "-c synchronous_commit=off",
-                    "-c full_page_writes=off",
+                    *unsynced,
                     "-c max_connections=200",
                 ]
             )

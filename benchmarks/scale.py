@@ -1,0 +1,985 @@
+"""Many threads: each figure at two sizes ten times apart, against its strict reference.
+
+Not part of `make bench`: run it with `make bench-scale` (100 and 1,000 threads by
+default: a quarter of an hour on this 2-core machine shared with other work) or
+`python benchmarks/scale.py --scale N` (N and 10 x N threads).
+It writes `benchmarks/SCALE.md`, which BENCHMARKS.md includes, and `benchmarks/SCALE.json`.
+
+Each store holds N threads of three turns each: a user prompt, then the model calls the
+`lookup` tool twice (about 200 bytes of text and a 40-byte query each time; the tool
+returns about 400 bytes) and answers. One thread in five instead calls `pay`, which
+needs a person's approval, on its second turn, and stays paused on that review. Every
+thread's text is its own deterministic English-like prose (`workload.prose`, seeded by
+the thread and the turn), so no two threads repeat each other and zstd of the whole
+corpus is not flattered. SQLite is a WAL file with the store's default `synchronous`
+(`FULL`); PostgreSQL is a throwaway 15 server with `fsync`, `full_page_writes` and
+`synchronous_commit` on (or `$COVONAUT_ES_TEST_POSTGRES_URL`, as it is configured).
+
+Creating threads: W processes each run `Agent.run` on every W-th thread (after one
+warm-up thread on an in-memory store), from a common start to the last finish. The
+reference writes the same rows, read back from our store, into empty tables with the
+same keys, from W processes at once, in the same transactions as our run committed them
+(each thread's events grouped as our `Store.save` calls grouped them), each transaction
+also updating the thread's head anchor row, with bare `INSERT` + `COMMIT` and the same
+durability. Our run also commits each thread's run lease once (a row), which the
+reference does not write. On PostgreSQL a reader follows the log during our run every
+5 ms, as a projection does, and counts the notification ids it passed over that were
+committed later.
+
+Bytes per thread: the store's size (SQLite: the file after a WAL checkpoint;
+PostgreSQL: `pg_total_relation_size` of every table) divided by N, against the
+conversation's own bytes: the UTF-8 text of every message, and the names and arguments
+of its tool calls. Beside it, zstd (level 3) of the whole conversation of all threads
+(the limit) and the messages as compact JSON (field names, nulls and ids included: the
+softer figure BENCHMARKS.md used to divide by).
+
+Restore: `store.load(thread_id)` of a random thread on a store opened for it, the median
+of many, alternating with the reference: a bare indexed `SELECT` of a random thread's
+event rows in version order and one `msgspec` decode of each row's payload.
+
+`covonaut-es threads`: the command (`--json`, output discarded), median of 3, against a
+`SELECT` of every head anchor row in-process; beside it, the same command on an empty
+store (its own start-up). Reviewer queue rebuilt from the log: `ReviewQueue` with an
+in-memory view, from `follow()` until `wait_until_current` (the second of two: the first
+pays the imports), in log rows per second, against reading every row of the log with
+bare SQL, 1,000 rows a query in log order.
+`GET /api/reviews`: the inbox (`create_app`) served by uvicorn on loopback, the median
+of 5 requests once its queue lists every pending review; the time from the app's
+creation to that moment is shown too. Worker start: `Worker.run(once=True)` on a store
+where no thread is ready (it folds the log, finds nothing to run and returns), and the
+memory the run kept (tracemalloc, a second run). `approve`: the command deciding a
+pending review, with and without `--thread`, median of 3 each, alternating.
+
+The growth exponent k of a figure is the slope of its cost (a time, or bytes) against N
+between the two sizes: cost ~ N^k. "Own work" says how the work the figure asks for
+grows with N: `N` for work over every thread (creating, listing, rebuilding them), `1`
+for one item (one thread, one review); a figure whose k exceeds its own work's has a
+path that grows with the threads it does not touch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import multiprocessing
+import os
+import queue as queue_module
+import random
+import shutil
+import socket
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import tracemalloc
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import closing, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import peer
+import report
+import workload
+from harness import ROOT, Postgres, command_line, isolated, log
+from workload import prose, store_bytes, store_url
+
+from covonaut_es import (
+    Agent,
+    AgentConfig,
+    CheckpointSettings,
+    HmacReviewerVerifier,
+    ProviderRequest,
+    ProviderResponse,
+    Role,
+    ScriptedProvider,
+    Store,
+    Tool,
+    ToolCall,
+    ToolContext,
+    Worker,
+    open_store,
+)
+
+DEFAULT_SCALE = 100
+"""The smaller size by default; the larger is ten times it."""
+GROWTH = 10
+WRITERS = {"sqlite": (1, 4), "postgresql": (1, 4, 8)}
+PAUSED_EVERY = 5
+"""One thread in this many pauses on a review."""
+RESTORES = 101
+"""Restores of ours and of the reference per size (fewer when N is smaller)."""
+COMMAND_REPEATS = 3
+REQUESTS = 5
+BUDGET_S = 1800.0
+"""How long one race of writers may take."""
+OUTPUT = ROOT / "benchmarks" / "SCALE.md"
+SECRET = "scale benchmark reviewer secret, 32+ bytes"
+PROMPT = "Research the history of the printing press and report what you find."
+
+# The stored layout the references read with bare SQL: table of events, column of the
+# log's order, table of head anchors. The one place to change when the stored format does.
+LAYOUT = {
+    "sqlite": ("stored_events", "rowid", "stored_events_heads"),
+    "postgresql": ("covonaut_events", "notification_id", "covonaut_events_heads"),
+}
+
+_DECODE = msgspec.json.Decoder()
+
+
+def decode_payload(state: bytes) -> Any:
+    """One decode of a stored event's payload, as the restore reference does it (the
+    store writes each event's payload as JSON). Hook: a stored format that changes the
+    payload's encoding changes this function, and only it."""
+    return _DECODE.decode(state)
+
+
+LISTING_PAGE: int | None = None
+"""Hook: the page size `GET /api/reviews` is asked for (query ``size``) once the route is
+paged; it is not yet, so it lists every pending review (None). `covonaut-es threads` has
+no page option either: its row lists every thread, as a page of all of them."""
+
+
+# The workload --------------------------------------------------------------------------
+
+
+def thread_id(index: int) -> str:
+    """The id of thread ``index``."""
+    return f"thread-{index:06d}"
+
+
+def paused(index: int) -> bool:
+    """Whether thread ``index`` stops on a review."""
+    return index % PAUSED_EVERY == 0
+
+
+def reply(index: int, turn: int) -> ProviderResponse:
+    """The model's answer on ``turn`` (0-based) of thread ``index``."""
+    seed = 7 * index * 1000
+    text = prose(workload.TEXT_BYTES, seed + turn)
+    if turn == 2:
+        return ProviderResponse(content=text)
+    if turn == 1 and paused(index):
+        call = ToolCall(f"c{turn}", "pay", f'{{"amount": {index}, "to": "acct-{index}"}}')
+    else:
+        query = msgspec.json.encode({"query": prose(40, seed + 10 + turn), "n": seed + turn})
+        call = ToolCall(f"c{turn}", workload.TOOL_NAME, query.decode())
+    return ProviderResponse(content=text, tool_calls=(call,))
+
+
+def _respond(index: int) -> Callable[[ProviderRequest], ProviderResponse]:
+    def respond(request: ProviderRequest) -> ProviderResponse:
+        return reply(index, sum(m.role is Role.ASSISTANT for m in request.messages))
+
+    return respond
+
+
+def lookup(args: dict[str, Any]) -> str:
+    """What the ``lookup`` tool returns."""
+    return prose(workload.RESULT_BYTES, int(args["n"]) + 500)
+
+
+def _lookup(ctx: ToolContext, args: dict[str, Any]) -> str:
+    return lookup(args)
+
+
+def _pay(ctx: ToolContext, args: dict[str, Any]) -> Any:
+    return {"paid": args["amount"]}
+
+
+LOOKUP = Tool(workload.TOOL_NAME, "Look up a fact", workload.TOOL_SCHEMA, _lookup)
+PAY = Tool("pay", "Pay", {"type": "object"}, _pay, requires_approval=True)
+VERIFIER = HmacReviewerVerifier(SECRET.encode())
+
+
+def config(store: Store | None, index: int) -> AgentConfig:
+    """Thread ``index``'s agent; bound to ``store`` unless None (a worker binds it)."""
+    bound = None if store is None else CheckpointSettings(store=store, thread_id=thread_id(index))
+    return AgentConfig(
+        provider=ScriptedProvider(respond=_respond(index)),
+        model="bench",
+        tools=[LOOKUP, PAY],
+        reviewer_verifier=VERIFIER,
+        checkpoint=bound,
+    )
+
+
+def worker_config(name: str) -> AgentConfig:
+    """A worker's configuration of a thread, by its id."""
+    return config(None, int(name.rsplit("-", 1)[1]))
+
+
+# Creating threads ----------------------------------------------------------------------
+
+
+def _ours(url: str, indexes: list[int], barrier: Any, results: Any) -> None:
+    """One writer process: run its threads; report the start, end, and the number of
+    events of each commit of each thread (grouped as our saves grouped them)."""
+    with closing(open_store("memory://")) as warm:
+        Agent(config(warm, 1)).run(PROMPT)
+    with closing(open_store(url)) as store:
+        store.exists(thread_id(indexes[0]))  # the connection is open before the start
+        commits: list[int] = []
+        save = store.save
+
+        def counted(thread: Any) -> None:
+            events = len(thread.pending_events)
+            save(thread)
+            if events:
+                commits.append(events)
+
+        store.save = counted  # type: ignore[method-assign]  # wraps the public method
+        patterns: Counter[tuple[int, ...]] = Counter()
+        agents = [Agent(config(store, index)) for index in indexes]
+        barrier.wait()
+        start = time.time()
+        for agent in agents:
+            commits.clear()
+            agent.run(PROMPT)
+            patterns[tuple(commits)] += 1
+        results.put((start, time.time(), dict(patterns)))
+
+
+Layout = tuple[str, str, str]
+
+
+def _source_rows(source: str, layout: Layout) -> dict[Any, list[tuple[Any, ...]]]:
+    """Every thread's event rows at ``source``, in version order, by stream."""
+    events = layout[0]
+    query = (
+        f"SELECT originator_id, originator_version, topic, state FROM {events} "
+        "ORDER BY originator_id, originator_version"
+    )
+    threads: dict[Any, list[tuple[Any, ...]]] = {}
+    with _connect(source) as conn:
+        for row in conn.execute(query):
+            threads.setdefault(row[0], []).append((row[0], row[1], row[2], bytes(row[3])))
+    return threads
+
+
+def _raw(
+    source: str,
+    target: str,
+    share: tuple[int, int],
+    patterns: dict[int, tuple[int, ...]],
+    barrier: Any,
+    results: Any,
+) -> None:
+    """One raw writer: every ``share[1]``-th stream of the source (from ``share[0]``),
+    written again in our run's transactions for a thread of its length, each also
+    setting the stream's head anchor row (its version, and a chain of the same length)."""
+    postgres = target.startswith("postgresql://")
+    layout = LAYOUT["postgresql" if postgres else "sqlite"]
+    with _connect(source) as conn:
+        chains = dict(conn.execute(f"SELECT originator_id, chain FROM {layout[2]}").fetchall())
+    streams = sorted(_source_rows(source, layout).items(), key=lambda item: str(item[0]))
+    mine = [rows for _, rows in streams[share[0] :: share[1]]]
+    mark = "%s" if postgres else "?"
+    insert = f"INSERT INTO raw_events VALUES ({mark}, {mark}, {mark}, {mark})"
+    head = (
+        f"INSERT INTO raw_heads VALUES ({mark}, {mark}, {mark}) ON CONFLICT (originator_id) "
+        "DO UPDATE SET version = excluded.version, chain = excluded.chain"
+    )
+    if postgres:
+        import psycopg
+
+        conn = psycopg.connect(target)
+    else:  # autocommit off: each transaction is begun below, and waits for the lock
+        conn = sqlite3.connect(target, isolation_level=None, timeout=BUDGET_S)
+    barrier.wait()
+    start = time.time()
+    for rows in mine:
+        stream, position = rows[0][0], 0
+        for count in patterns.get(len(rows), (len(rows),)):
+            batch = rows[position : position + count]
+            position += count
+            cursor = conn.cursor()
+            if not postgres:
+                cursor.execute("BEGIN IMMEDIATE")
+            cursor.executemany(insert, batch)
+            cursor.execute(head, (stream, batch[-1][1], chains[stream]))
+            if postgres:
+                conn.commit()
+            else:
+                cursor.execute("COMMIT")
+    results.put((start, time.time(), {}))
+    conn.close()
+
+
+def _raw_tables(source: str, target: str) -> None:
+    """Empty tables for the raw writers, with the keys of ours."""
+    if target.startswith("postgresql://"):
+        ddl = [
+            "CREATE TABLE raw_events (originator_id uuid, originator_version bigint, "
+            "topic text, state bytea, PRIMARY KEY (originator_id, originator_version))",
+            "CREATE TABLE raw_heads (originator_id uuid PRIMARY KEY, version bigint NOT NULL, "
+            "chain text NOT NULL)",
+        ]
+    else:
+        events, _, heads = LAYOUT["sqlite"]
+        with closing(sqlite3.connect(source)) as con:
+            found = dict(con.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'"))
+        ddl = [
+            found[events].replace(events, "raw_events", 1),
+            found[heads].replace(heads, "raw_heads", 1),
+        ]
+    with _connect(target) as conn:
+        if not target.startswith("postgresql://"):
+            conn.execute("PRAGMA journal_mode=WAL")
+        for statement in ddl:
+            conn.execute(statement)
+        conn.commit()
+
+
+def _race(
+    function: Callable[..., None], args: list[tuple[Any, ...]]
+) -> tuple[float, dict[Any, Any]]:
+    """Start one process per argument tuple at a barrier; the seconds from the first
+    start to the last finish, and the patterns they reported."""
+    spawn = multiprocessing.get_context("spawn")
+    barrier, results = spawn.Barrier(len(args), timeout=BUDGET_S), spawn.Queue()
+    processes = [spawn.Process(target=function, args=(*a, barrier, results)) for a in args]
+    for process in processes:
+        process.start()
+    found: list[tuple[float, float, dict[Any, Any]]] = []
+    deadline = time.monotonic() + BUDGET_S
+    try:
+        while len(found) < len(processes):
+            try:
+                found.append(results.get(timeout=0.5))
+            except queue_module.Empty:
+                failed = [p.exitcode for p in processes if p.exitcode not in (None, 0)]
+                if failed:
+                    msg = f"a writer process failed with exit code {failed[0]}"
+                    raise RuntimeError(msg) from None
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the writers ran over {BUDGET_S:.0f} s") from None
+    finally:
+        for process in processes:
+            process.join(10)
+            if process.is_alive():
+                process.kill()
+                process.join()
+    patterns: Counter[Any] = Counter()
+    for _, _, reported in found:
+        patterns.update(reported)
+    return max(f[1] for f in found) - min(f[0] for f in found), dict(patterns)
+
+
+class Tail(threading.Thread):
+    """Follows a PostgreSQL store's log as a projection does (every 5 ms, from its last
+    position), then counts the notification ids it passed over: committed after it had
+    read past them, so a projection would never see them."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(daemon=True)
+        self.url = url
+        self.done = threading.Event()
+        self.seen: set[int] = set()
+        self.stored = self.skipped = 0
+
+    def run(self) -> None:
+        import psycopg
+
+        events, order, _ = LAYOUT["postgresql"]
+        query = f"SELECT {order} FROM {events} WHERE {order} > %s ORDER BY {order} LIMIT 1000"
+        position = 0
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            while True:
+                finished = self.done.is_set()
+                for (item,) in conn.execute(query, (position,)).fetchall():
+                    self.seen.add(item)
+                    position = item
+                if finished:
+                    break
+                self.done.wait(0.005)
+            stored = [row[0] for row in conn.execute(f"SELECT {order} FROM {events}")]
+        self.stored = len(stored)
+        self.skipped = sum(1 for item in stored if item not in self.seen)
+
+
+# Connections and targets ---------------------------------------------------------------
+
+
+@contextmanager
+def _connect(target: str) -> Iterator[Any]:
+    """A bare connection to a SQLite path or a PostgreSQL URL."""
+    if target.startswith("postgresql://"):
+        import psycopg
+
+        with psycopg.connect(target) as conn:
+            yield conn
+    else:
+        with closing(sqlite3.connect(target, timeout=60)) as conn:
+            yield conn
+
+
+class Targets:
+    """Fresh SQLite files in a working directory, or databases on the server."""
+
+    def __init__(self, workdir: Path, postgres: Postgres | None) -> None:
+        self.workdir = workdir
+        self.postgres = postgres
+
+    def fresh(self, backend: str, name: str) -> str:
+        """An empty target named ``name``."""
+        if backend == "postgresql":
+            assert self.postgres is not None
+            return self.postgres.database(name)
+        self.drop(backend, name)
+        return str(self.workdir / f"{name}.db")
+
+    def drop(self, backend: str, name: str) -> None:
+        """Remove target ``name``."""
+        if backend == "postgresql":
+            assert self.postgres is not None
+            self.postgres.drop(name)
+            return
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{self.workdir / name}.db{suffix}").unlink(missing_ok=True)
+
+
+def create(targets: Targets, backend: str, size: int, writers: int) -> tuple[str, dict[str, Any]]:
+    """N threads from ``writers`` processes, then the raw writers: the target of ours
+    (named ``scale_BACKEND_N_WRITERS``, kept for the other figures) and the figures."""
+    name = f"scale_{backend}_{size}_{writers}"
+    target = targets.fresh(backend, name)
+    url = store_url(target)
+    with closing(open_store(url)) as store:
+        store.exists("create the tables before the race")
+    log(f"{backend}, {size} threads, {writers} writer(s): ours")
+    tail = Tail(target) if backend == "postgresql" else None
+    if tail is not None:
+        tail.start()
+    shares = [(url, list(range(w, size, writers))) for w in range(writers)]
+    ours_s, counted = _race(_ours, shares)
+    if tail is not None:
+        tail.done.set()
+        tail.join()
+    by_length: dict[int, Counter[tuple[int, ...]]] = {}
+    for pattern, count in counted.items():
+        by_length.setdefault(sum(pattern), Counter())[pattern] += count
+    patterns = {length: found.most_common(1)[0][0] for length, found in by_length.items()}
+    raw = targets.fresh(backend, f"{name}_raw")
+    _raw_tables(target, raw)
+    log(f"{backend}, {size} threads, {writers} writer(s): raw INSERT + COMMIT")
+    raw_s, _ = _race(_raw, [(target, raw, (w, writers), patterns) for w in range(writers)])
+    targets.drop(backend, f"{name}_raw")
+    commits = sum(len(p) * n for p, n in counted.items()) / max(1, sum(counted.values()))
+    result: dict[str, Any] = {"ours_s": ours_s, "raw_s": raw_s, "commits_per_thread": commits}
+    if tail is not None:
+        result |= {"tailed": tail.stored, "skipped": tail.skipped}
+    return target, result
+
+
+# Reading figures -----------------------------------------------------------------------
+
+
+def _conversation(store: Store, size: int) -> dict[str, float]:
+    """The conversation's own bytes, their zstd, and the messages' JSON, per thread."""
+    import zstandard
+
+    own, as_json, corpus = 0, 0, bytearray()
+    for index in range(size):
+        messages = store.load(thread_id(index)).state.messages
+        as_json += len(msgspec.json.encode(messages))
+        for message in messages:
+            parts = [message.content]
+            for call in message.tool_calls:
+                parts += [call.name, call.arguments]
+            for part in parts:
+                encoded = part.encode()
+                own += len(encoded)
+                corpus += encoded
+    packed = len(zstandard.ZstdCompressor(level=3).compress(bytes(corpus)))
+    return {"own": own / size, "zstd": packed / size, "json": as_json / size}
+
+
+def _restores(target: str, backend: str, size: int) -> tuple[float, float]:
+    """Median seconds of ``store.load`` of a random thread and of the raw reference."""
+    events, _, heads = LAYOUT[backend]
+    mark = "%s" if backend == "postgresql" else "?"
+    select = (
+        f"SELECT originator_version, state FROM {events} "
+        f"WHERE originator_id = {mark} ORDER BY originator_version"
+    )
+    rng = random.Random(size)
+    samples = min(RESTORES, size)
+    ours, raw = [], []
+    with closing(open_store(store_url(target))) as store, _connect(target) as conn:
+        streams = [row[0] for row in conn.execute(f"SELECT originator_id FROM {heads}")]
+        store.load(thread_id(0))  # the connection is open before the first timing
+        for _ in range(samples):
+            chosen = thread_id(rng.randrange(size))
+            start = time.perf_counter()
+            loaded = store.load(chosen)
+            ours.append(time.perf_counter() - start)
+            del loaded
+            stream = rng.choice(streams)
+            start = time.perf_counter()
+            decoded = [decode_payload(bytes(state)) for _, state in conn.execute(select, (stream,))]
+            raw.append(time.perf_counter() - start)
+            del decoded
+    return statistics.median(ours), statistics.median(raw)
+
+
+def _command(*args: str, env: dict[str, str] | None = None) -> float:
+    """Seconds of one ``covonaut-es`` command, which must succeed."""
+    start = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "covonaut_es", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
+    elapsed = time.perf_counter() - start
+    if done.returncode:
+        raise RuntimeError(f"covonaut-es {args[0]} failed: {done.stderr[-2000:]}")
+    return elapsed
+
+
+def _listing(target: str, backend: str, empty: str) -> dict[str, float]:
+    """`covonaut-es threads` on the store and on an empty one; a select of the heads."""
+    url, heads = store_url(target), LAYOUT[backend][2]
+    listed = [_command("threads", "--json", "--store", url) for _ in range(COMMAND_REPEATS)]
+    startup = [_command("threads", "--json", "--store", empty) for _ in range(COMMAND_REPEATS)]
+    selects = []
+    with _connect(target) as conn:
+        for _ in range(5):
+            start = time.perf_counter()
+            conn.execute(f"SELECT originator_id, version, chain FROM {heads}").fetchall()
+            selects.append(time.perf_counter() - start)
+    return {
+        "ours_s": statistics.median(listed),
+        "startup_s": statistics.median(startup),
+        "raw_s": statistics.median(selects),
+    }
+
+
+def _queue(target: str, backend: str) -> dict[str, float]:
+    """The reviewer queue rebuilt from the log in memory; a raw read of the log."""
+    from covonaut_es import ReviewQueue
+
+    events, order, _ = LAYOUT[backend]
+    url = store_url(target)
+    with closing(open_store(url)) as store:
+        for _ in range(2):  # the second is timed: the first pays the imports
+            queue = ReviewQueue(url, view_url=f"memory://scale-{uuid.uuid4().hex}")
+            start = time.perf_counter()
+            with queue.follow() as runner:
+                queue.wait_until_current(store, timeout=BUDGET_S, runner=runner)
+            rebuilt = time.perf_counter() - start
+            pending = len(queue.pending())
+            queue.close()
+    mark = "%s" if backend == "postgresql" else "?"
+    query = (
+        f"SELECT {order}, originator_id, originator_version, topic, state FROM {events} "
+        f"WHERE {order} > {mark} ORDER BY {order} LIMIT 1000"
+    )
+    rows, position = 0, 0
+    with _connect(target) as conn:
+        start = time.perf_counter()
+        while page := conn.execute(query, (position,)).fetchall():
+            rows += len(page)
+            position = page[-1][0]
+        read = time.perf_counter() - start
+    return {"rows": rows, "ours_s": rebuilt, "raw_s": read, "pending": pending}
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _api_reviews(target: str, pending: int) -> dict[str, float]:
+    """`GET /api/reviews` once the inbox's queue lists every pending review."""
+    import httpx
+    import uvicorn
+
+    from covonaut_es.inbox import create_app
+
+    token = VERIFIER.issue_token("bench", ttl_seconds=3600)
+    headers = {"Authorization": f"Bearer {token}"}
+    params = {} if LISTING_PAGE is None else {"size": str(LISTING_PAGE)}
+    with closing(open_store(store_url(target))) as store:
+        created = time.perf_counter()
+        app = create_app(store, VERIFIER)
+        port = _free_port()
+        server = uvicorn.Server(uvicorn.Config(app, port=port, log_level="warning"))
+        serving = threading.Thread(target=server.run, daemon=True)
+        serving.start()
+        try:
+            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=BUDGET_S) as client:
+                while True:
+                    if server.started:
+                        answer = client.get("/api/reviews", headers=headers, params=params)
+                        if answer.status_code == 200 and len(answer.json()) >= pending:
+                            break
+                    time.sleep(0.05)
+                ready = time.perf_counter() - created
+                times, size = [], 0
+                for _ in range(REQUESTS):
+                    start = time.perf_counter()
+                    answer = client.get("/api/reviews", headers=headers, params=params)
+                    times.append(time.perf_counter() - start)
+                    size = len(answer.content)
+        finally:
+            server.should_exit = True
+            serving.join(30)
+    return {"ours_s": statistics.median(times), "bytes": size, "ready_s": ready}
+
+
+def _worker_start(target: str) -> dict[str, float]:
+    """`Worker.run(once=True)` where nothing is ready: its time, then (a second run,
+    under tracemalloc) the memory it kept."""
+    url = store_url(target)
+    with closing(open_store(url)) as store:
+        store.exists(thread_id(0))
+        start = time.perf_counter()
+        Worker(store, worker_config, poll_interval=0.01).run(once=True)
+        elapsed = time.perf_counter() - start
+    with closing(open_store(url)) as store:
+        store.exists(thread_id(0))
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
+        worker = Worker(store, worker_config, poll_interval=0.01)
+        worker.run(once=True)
+        kept = tracemalloc.get_traced_memory()[0] - before
+        tracemalloc.stop()
+        del worker
+    return {"ours_s": elapsed, "kept_bytes": kept}
+
+
+def _approvals(target: str, size: int) -> dict[str, float]:
+    """`covonaut-es approve` of pending reviews without and with ``--thread``."""
+    url = store_url(target)
+    reviews = []
+    with closing(open_store(url)) as store:
+        for index in range(0, size, PAUSED_EVERY)[: 2 * COMMAND_REPEATS]:
+            state = store.load(thread_id(index)).state
+            (pending,) = [review for review in state.reviews if review.pending]
+            reviews.append((pending.request.review_id, thread_id(index)))
+    token = VERIFIER.issue_token("bench", ttl_seconds=3600)
+    env = {"COVONAUT_ES_REVIEWER_SECRET": SECRET}
+    common = ["--store", url, "--reviewer-token", token]
+    without, with_thread = [], []
+    for n, (review, thread) in enumerate(reviews):
+        if n % 2:
+            with_thread.append(_command("approve", review, *common, "--thread", thread, env=env))
+        else:
+            without.append(_command("approve", review, *common, env=env))
+    return {"ours_s": statistics.median(without), "raw_s": statistics.median(with_thread)}
+
+
+def measure(targets: Targets, backend: str, size: int, empty: str) -> dict[str, Any]:
+    """Every figure of one back end at one size."""
+    found: dict[str, Any] = {"size": size}
+    target, name = "", ""
+    for writers in WRITERS[backend]:
+        if name:
+            targets.drop(backend, name)
+        target, found[f"create_{writers}"] = create(targets, backend, size, writers)
+        name = f"scale_{backend}_{size}_{writers}"
+    log(f"{backend}, {size} threads: bytes, restore, listing, queue, inbox, worker, approve")
+    with closing(open_store(store_url(target))) as store:
+        found["conversation"] = _conversation(store, size)
+    found["bytes"] = store_bytes(target)
+    found["restore"] = dict(zip(("ours_s", "raw_s"), _restores(target, backend, size), strict=True))
+    found["threads"] = _listing(target, backend, empty)
+    found["queue"] = _queue(target, backend)
+    found["api_reviews"] = _api_reviews(target, found["queue"]["pending"])
+    found["worker"] = _worker_start(target)
+    found["approve"] = _approvals(target, size)
+    targets.drop(backend, name)
+    found["peer"] = _langgraph(targets, backend, size)
+    return found
+
+
+def _langgraph(targets: Targets, backend: str, size: int) -> dict[str, Any]:
+    """LangGraph's figures for the same threads, in a process of their own."""
+    import scale_peer
+
+    missing = peer.langgraph_missing()
+    if missing:
+        return {"missing": missing}
+    log(f"{backend}, {size} threads: LangGraph")
+    name = f"scale_peer_{backend}_{size}"
+    target = targets.fresh(backend, name)
+    found = isolated(
+        scale_peer.run_peer, BUDGET_S, target=target, size=size, restores=min(RESTORES, size)
+    )
+    targets.drop(backend, name)
+    return found
+
+
+# The report ----------------------------------------------------------------------------
+
+
+def _k(small: float, large: float) -> float:
+    """The growth exponent between sizes ``GROWTH`` apart: cost ~ N^k."""
+    if report.missing(small) or report.missing(large) or small <= 0 or large <= 0:
+        return float("nan")
+    return math.log(large / small) / math.log(GROWTH)
+
+
+NAN = float("nan")
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One row of the table."""
+
+    name: str
+    reference: str
+    work: str
+    """How the work the figure asks for grows: ``N`` (every thread) or ``1`` (one item)."""
+    costs: Callable[[dict[str, Any]], tuple[float, float, float]]
+    """Ours, the reference's and LangGraph's cost (seconds or bytes) in one size's results."""
+    show: Callable[[float, int], str] = lambda cost, size: report.seconds(cost)
+
+
+def _creating(cost: float, size: int) -> str:
+    return f"{report.seconds(cost)} ({size / cost:,.0f}/s)" if cost > 0 else "-"
+
+
+def _peer(found: dict[str, Any], key: str) -> float:
+    return float(found["peer"].get(key, NAN))
+
+
+def figures(backend: str) -> list[Figure]:
+    """The figures of one back end."""
+    creating = [
+        Figure(
+            f"creating N threads, {w} writer{'s' if w > 1 else ''}",
+            "raw INSERT + COMMIT of the same rows, same commits and durability",
+            "N",
+            lambda f, w=w: (
+                f[f"create_{w}"]["ours_s"],
+                f[f"create_{w}"]["raw_s"],
+                _peer(f, "create_s") if w == 1 else NAN,
+            ),
+            _creating,
+        )
+        for w in WRITERS[backend]
+    ]
+    return [
+        *creating,
+        Figure(
+            "bytes per thread",
+            "the conversation's own bytes (UTF-8 text, tool names, arguments)",
+            "1",
+            lambda f: (
+                f["bytes"] / f["size"],
+                f["conversation"]["own"],
+                _peer(f, "bytes") / f["size"],
+            ),
+            lambda cost, size: report.size(cost),
+        ),
+        Figure(
+            "restore one thread, p50",
+            "indexed SELECT of its rows + one decode of each payload",
+            "1",
+            lambda f: (f["restore"]["ours_s"], f["restore"]["raw_s"], _peer(f, "restore_s")),
+        ),
+        Figure(
+            "`covonaut-es threads`",
+            "SELECT of every head anchor",
+            "N",
+            lambda f: (f["threads"]["ours_s"], f["threads"]["raw_s"], NAN),
+        ),
+        Figure(
+            "reviewer queue rebuilt from the log",
+            "bare read of every log row",
+            "N",
+            lambda f: (f["queue"]["ours_s"], f["queue"]["raw_s"], NAN),
+        ),
+        Figure(
+            "`GET /api/reviews`" + (" (every pending review)" if LISTING_PAGE is None else ""),
+            "-",
+            "N" if LISTING_PAGE is None else "1",
+            lambda f: (f["api_reviews"]["ours_s"], NAN, NAN),
+        ),
+        Figure(
+            "worker start, no thread ready",
+            "-",
+            "1",
+            lambda f: (f["worker"]["ours_s"], NAN, NAN),
+        ),
+        Figure(
+            "`approve` without `--thread`",
+            "`approve` with `--thread`",
+            "1",
+            lambda f: (f["approve"]["ours_s"], f["approve"]["raw_s"], NAN),
+        ),
+    ]
+
+
+def _exponent(k: float) -> str:
+    return "-" if report.missing(k) else f"{k:.2f}"
+
+
+def table(results: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """The Markdown table of every back end's figures at both sizes."""
+    lines = []
+    for backend, (small, large) in results.items():
+        for figure in figures(backend):
+            cells = [backend, figure.name, figure.reference, figure.work]
+            for found in (small, large):
+                ours, ref, langgraph = figure.costs(found)
+                size = found["size"]
+                cells += [
+                    figure.show(ours, size),
+                    figure.show(ref, size) if not report.missing(ref) else "-",
+                    report.times(report.ratio(ours, ref)),
+                    figure.show(langgraph, size) if not report.missing(langgraph) else "-",
+                ]
+            costs = figure.costs(small), figure.costs(large)
+            cells += [_exponent(_k(costs[0][side], costs[1][side])) for side in (0, 1)]
+            lines.append(cells)
+    first = next(iter(results.values()))
+    columns = ["back end", "figure", "reference", "own work"]
+    for found in first:
+        columns += [f"N={found['size']:,}: ours", "reference", "ours / ref", "LangGraph"]
+    return report.markdown_table([*columns, "k ours", "k ref"], lines)
+
+
+def notes(results: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """What the table's cells leave out: shares of raw, softer figures, counts."""
+    out = []
+    for backend, sizes in results.items():
+        for found in sizes:
+            n = found["size"]
+            said = [f"{backend}, N={n:,}: creating threads,"]
+            for w in WRITERS[backend]:
+                made = found[f"create_{w}"]
+                skipped = (
+                    f", {made['skipped']} of {made['tailed']:,} notification ids skipped"
+                    if "tailed" in made
+                    else ""
+                )
+                share = report.ratio(made["raw_s"], made["ours_s"])
+                said.append(f"{w} writer(s) {share:.0%} of the raw rate{skipped};")
+            said.append(
+                f"{found['create_1']['commits_per_thread']:.2f} saves of events per thread;"
+            )
+            talk, per_thread = found["conversation"], found["bytes"] / n
+            said.append(
+                f"bytes per thread {report.times(per_thread / talk['own'])} the conversation's, "
+                f"{report.times(per_thread / talk['zstd'])} its zstd "
+                f"({report.size(talk['zstd'])} a thread: the limit), "
+                f"{report.times(per_thread / talk['json'])} the messages' JSON "
+                f"({report.size(talk['json'])}: the softer figure);"
+            )
+            queue = found["queue"]
+            said.append(
+                f"queue {queue['rows'] / queue['ours_s']:,.0f} log rows/s against "
+                f"{queue['rows'] / queue['raw_s']:,.0f} read raw "
+                f"({queue['rows']:,} rows, {queue['pending']:,} pending);"
+            )
+            api = found["api_reviews"]
+            said.append(
+                f"`GET /api/reviews` answers {report.size(api['bytes'])}, and lists every "
+                f"pending review {report.seconds(api['ready_s'])} after `create_app`;"
+            )
+            said.append(
+                "`covonaut-es threads` on an empty store (its start-up) "
+                f"{report.seconds(found['threads']['startup_s'])};"
+            )
+            said.append(f"the worker's run kept {report.size(found['worker']['kept_bytes'])}.")
+            langgraph = found["peer"]
+            if "missing" in langgraph or "error" in langgraph or "timed_out" in langgraph:
+                reason = langgraph.get("missing") or langgraph.get("error") or "over the budget"
+                said.append(f"LangGraph not measured: {reason.strip().splitlines()[-1]}.")
+            out.append(" ".join(said))
+    return out
+
+
+def render(
+    results: dict[str, list[dict[str, Any]]], command: str, elapsed: float, missing: str
+) -> str:
+    """SCALE.md: the command, the table, its notes and the machine."""
+    out = [
+        "## Many threads (`make bench-scale`, run separately)",
+        "",
+        report.intro(__doc__),
+        "",
+        f"Measured on {time.strftime('%Y-%m-%d %H:%M %Z')} in {elapsed:.0f} s:",
+        "",
+        "```sh",
+        command,
+        "```",
+        "",
+        "**each figure at two sizes, against its reference**",
+        "",
+        *table(results),
+        "",
+        *(f"- {note}" for note in notes(results)),
+    ]
+    if missing:
+        out.append(f"- {missing}")
+    facts = {key: value for key, value in report.machine("")}
+    out.append(
+        "- machine: "
+        + ", ".join(
+            f"{key} {facts[key]}"
+            for key in ("nproc", "CPU", "SQLite", "work tree commit", "covonaut_es imported from")
+        )
+        + f"; load average (1 min) at the end {os.getloadavg()[0]:.2f}."
+    )
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run every figure at ``--scale`` and ten times it; write the report and JSON."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scale", type=int, default=DEFAULT_SCALE, help="the smaller N")
+    parser.add_argument("--output", type=Path, default=OUTPUT, help="the Markdown to write")
+    parser.add_argument("--json", type=Path, help="the JSON to write (default: beside it)")
+    parser.add_argument("--no-postgres", action="store_true", help="SQLite only")
+    args = parser.parse_args(argv)
+    if args.scale < 2 * PAUSED_EVERY:  # two paused threads: one approval of each kind
+        parser.error(f"--scale must be at least {2 * PAUSED_EVERY}")
+    started = time.perf_counter()
+    postgres = "skipped (--no-postgres)" if args.no_postgres else Postgres.start(durable=True)
+    server = postgres if isinstance(postgres, Postgres) else None
+    missing = "" if server else f"PostgreSQL not measured: {postgres}."
+    workdir = Path(tempfile.mkdtemp(prefix="covonaut-scale-"))
+    targets = Targets(workdir, server)
+    results: dict[str, list[dict[str, Any]]] = {}
+    try:
+        for backend in ("sqlite", "postgresql") if server else ("sqlite",):
+            empty = targets.fresh(backend, f"scale_{backend}_empty")
+            with closing(open_store(store_url(empty))) as store:
+                store.exists("create the tables")
+            sizes = (args.scale, GROWTH * args.scale)
+            results[backend] = [measure(targets, backend, size, store_url(empty)) for size in sizes]
+        settings = server.settings() if server else ""
+    finally:
+        if server is not None:
+            server.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    elapsed = time.perf_counter() - started
+    command = command_line()
+    text = render(results, command, elapsed, missing)
+    if settings:
+        text += f"- PostgreSQL: {settings}.\n"
+    args.output.write_text(text)
+    (args.json or args.output.with_suffix(".json")).write_text(
+        json.dumps({"command": command, "postgresql": settings, "results": results}, indent=1)
+    )
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
