@@ -39,6 +39,13 @@ def es_number(value: float) -> str:
         raise ValueError(msg)
     if value == 0:
         return "0"
+    # repr's digits are the ones wanted; only their layout may differ.
+    text = repr(value)
+    if "e" not in text:  # from 1e-4 to 1e16 repr writes what ECMAScript does, but "3.0"
+        return text[:-2] if text.endswith(".0") else text
+    if not 1e-6 <= abs(value) < 1e21:  # both write an exponent: "1e-07" is "1e-7"
+        mantissa, _, exponent = text.partition("e")
+        return f"{mantissa}e{int(exponent):+d}"
     mantissa, _, exponent = repr(abs(value)).partition("e")
     whole, _, fraction = mantissa.partition(".")
     significant = (whole + fraction).lstrip("0")
@@ -57,7 +64,7 @@ def es_number(value: float) -> str:
 
 
 def _es_raw(text: str) -> msgspec.Raw:
-    return msgspec.Raw(es_number(float(text)).encode())
+    return msgspec.Raw(es_number(float(text)))
 
 
 _ES_NUMBERS = msgspec.json.Decoder(float_hook=_es_raw)
@@ -103,9 +110,11 @@ def _orders_differ(text: bytes) -> bool:
     """Whether code point order (msgspec's) might differ from UTF-16's for a name in
     ``text``: only a character above U+FFFF against one from U+E000 to U+FFFF sorts
     differently, and an escape could spell either."""
-    return b"\\u" in text or (
-        any(b in text for b in _SUPPLEMENTARY) and any(b in text for b in _PRIVATE_TO_BMP_END)
-    )
+    if b"\\u" in text:
+        return True
+    if text.isascii():
+        return False
+    return any(b in text for b in _SUPPLEMENTARY) and any(b in text for b in _PRIVATE_TO_BMP_END)
 
 
 def _utf16_sorted(value: Any) -> Any:
