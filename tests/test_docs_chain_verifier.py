@@ -16,6 +16,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
@@ -89,9 +90,12 @@ def library(db: Path, keyed: bool) -> dict[str, tuple[AuditFinding, ...]]:
         for thread in THREADS:
             found[thread] = store.verify(thread).findings
     key_option = ["--chain-key-env", "DOCS_VERIFIER_KEY"] if keyed else []
-    os.environ["DOCS_VERIFIER_KEY"] = KEY
     for thread, findings in found.items():
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        with (
+            patch.dict(os.environ, {"DOCS_VERIFIER_KEY": KEY}),
+            contextlib.redirect_stdout(io.StringIO()),
+            contextlib.redirect_stderr(io.StringIO()),
+        ):
             status = main(["replay", thread, "--verify", "--json", "--store", url, *key_option])
         assert status == (1 if findings else 0), (thread, findings, status)
     return found
