@@ -119,7 +119,7 @@ def _orders_differ(text: bytes) -> bool:
 
 def _utf16_sorted(value: Any) -> Any:
     if isinstance(value, dict):
-        names = sorted(value, key=lambda name: name.encode("utf-16-be", "surrogatepass"))
+        names = sorted(value, key=lambda name: name.encode("utf-16-be"))
         return {name: _utf16_sorted(value[name]) for name in names}
     if isinstance(value, list):
         return [_utf16_sorted(item) for item in value]
