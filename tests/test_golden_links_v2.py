@@ -59,9 +59,12 @@ def test_links_and_digests_of_the_release_before_verify_authorize_and_go_on(
 
         ran: list[Any] = []
         pay = Tool(
-            "pay", "Pay", {"type": "object"}, lambda ctx, args: ran.append(args),
+            "pay",
+            "Pay",
+            {"type": "object"},
+            lambda ctx, args: ran.append(args),
             requires_approval=True,
-        )  # fmt: skip
+        )
         reviewers = HmacReviewerVerifier(KEYS["reviewer_secret"].encode(), clock=lambda: 1.8e9)
         agent = Agent(
             AgentConfig(
@@ -70,7 +73,7 @@ def test_links_and_digests_of_the_release_before_verify_authorize_and_go_on(
                         ProviderResponse(tool_calls=(ToolCall("p2", "pay", '{"amount": 40}'),)),
                         ProviderResponse(content="Paid 40."),
                     ]
-                ),  # fmt: skip
+                ),
                 tools=[pay],
                 checkpoint=CheckpointSettings(store=store, thread_id=PENDING),
                 reviewer_verifier=reviewers,
@@ -87,6 +90,10 @@ def test_links_and_digests_of_the_release_before_verify_authorize_and_go_on(
     env = {"COVONAUT_CHAIN_KEY": KEYS["chain_key"]} if keyed else {}
     printed = subprocess.run(
         [sys.executable, "-I", "-S", str(verifier(tmp_path)), str(db)],
-        capture_output=True, text=True, env=env, check=True, timeout=120,
-    ).stdout  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+        timeout=120,
+    ).stdout
     assert printed.splitlines() == [f"{thread}: intact" for thread in sorted(golden["threads"])]
