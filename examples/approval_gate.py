@@ -53,7 +53,9 @@ def send_payment(ctx: ToolContext, args: dict[str, Any]) -> Any:
     """Move the money. The runtime runs this only on an unused approval of exactly
     these arguments; the tool checks the record it was given once more."""
     approval = ctx.approval
-    if approval is None or approval.digest != operation_digest(ctx.tool_name, args):
+    if approval is None or approval.digest != operation_digest(
+        ctx.tool_name, args, like=approval.digest
+    ):
         raise PermissionError("no approval of this exact payment")
     print(f"  bank: {args['amount']} {args['currency']} to {args['payee']}, ", end="")
     print(f"approved by {approval.reviewer} (review {approval.review_id})")

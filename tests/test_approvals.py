@@ -599,15 +599,22 @@ def test_hmac_expiry_follows_the_system_clock(monkeypatch: pytest.MonkeyPatch) -
         VERIFIER.verify(token)
 
 
-def test_operation_digest_is_sha256_of_canonical_json() -> None:
-    """The digest covers tool name and arguments, independent of key order."""
-    canonical = b'{"arguments":{"amount":40,"to":"bob"},"tool_name":"pay"}'
-    assert operation_digest("pay", {"to": "bob", "amount": 40}) == (
-        hashlib.sha256(canonical).hexdigest()
+def test_operation_digest_is_sha256_of_rfc_8785_json_and_keeps_the_form_before() -> None:
+    """The digest covers tool name and arguments in RFC 8785 form (key order and the
+    spelling of a number do not matter); asked like a digest recorded before, it is the
+    bare SHA-256 of msgspec's sorted JSON that one was."""
+    canonical = b'{"arguments":{"amount":40,"rate":1e+21,"to":"bob"},"tool_name":"pay"}'
+    arguments = {"to": "bob", "rate": 1e21, "amount": 40}
+    assert operation_digest("pay", arguments) == (
+        "jcs-sha256:" + hashlib.sha256(canonical).hexdigest()
     )
-    assert operation_digest("pay", {"amount": 40, "to": "bob"}) != operation_digest(
-        "refund", {"amount": 40, "to": "bob"}
+    assert operation_digest("pay", {**arguments, "amount": 40.0}) == operation_digest(
+        "pay", arguments
     )
+    before = b'{"arguments":{"amount":40,"rate":1e21,"to":"bob"},"tool_name":"pay"}'
+    legacy = hashlib.sha256(before).hexdigest()
+    assert operation_digest("pay", arguments, like=legacy) == legacy
+    assert operation_digest("pay", arguments) != operation_digest("refund", arguments)
 
 
 @pytest.mark.parametrize("parallel", [False, True], ids=["sequential", "parallel"])

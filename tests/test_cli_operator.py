@@ -142,7 +142,10 @@ def test_reviews_json_carries_full_values(url: str) -> None:  # noqa: F811
     }
     with open_store(url) as store:
         (review,) = store.state_at("large").reviews
-    assert listed["large"]["digest"] == review.request.digest and len(review.request.digest) == 64
+    assert (
+        listed["large"]["digest"] == review.request.digest
+        and len(review.request.digest) == len("jcs-sha256:") + 64
+    )
     assert listed["large"]["arguments"] == {"amount": 900, "memo": "x" * 300}
     assert (listed["paused"]["kind"], listed["paused"]["review_id"]) == ("interrupt", None)
 

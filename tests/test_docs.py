@@ -132,7 +132,7 @@ def test_approval_gate_example_audits_each_decision() -> None:
     audit = out.split("Audit of accounts-payable\n")[1]
     decisions = re.findall(r"(\S+@finance) (approved|rejected) send_payment", audit)
     assert decisions == [("bob@finance", "rejected"), ("alice@finance", "approved")]
-    assert len(re.findall(r"digest [0-9a-f]{64}", audit)) == 2
+    assert len(re.findall(r"digest jcs-sha256:[0-9a-f]{64}", audit)) == 2
     assert re.search(r"approval [0-9a-f]{32} used by call \S+", audit)
 
 

@@ -396,7 +396,7 @@ def test_the_review_page_posts_the_digest_it_shows(store: Store) -> None:
         review = review_id(client)
         sign_in(client, ALICE)
         page = client.get("/review", params={"id": review, "thread": "t"}).text
-        (shown,) = re.findall(r"<dt>Digest</dt><dd><code[^>]*>([0-9a-f]+)</code>", page)
+        (shown,) = re.findall(r"<dt>Digest</dt><dd><code[^>]*>(jcs-sha256:[0-9a-f]+)</code>", page)
         hidden = re.findall(r'name="digest" value="([^"]*)"', page)
         assert hidden == [shown] * 4
         csrf = re.findall(r'name="csrf" value="([^"]+)"', page)[0]

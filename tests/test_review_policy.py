@@ -379,14 +379,19 @@ def test_no_decision_outside_policy_or_scope_is_recorded_and_four_eyes_needs_two
             )
 
 
-def test_an_edit_of_a_kept_argument_is_found_by_its_json(store: Store) -> None:
-    """5000 and 5000.0 are equal in Python but another operation in JSON (another
-    digest): changing a kept argument so is an edit, and refused."""
+def test_a_kept_argument_written_as_the_same_number_is_no_edit(store: Store) -> None:
+    """5000 and 5000.0 are one number in RFC 8785 JSON, so one operation (one digest,
+    ADR 0048): approving with a kept argument so written is no edit, and the approval
+    covers the arguments as requested; a changed number is an edit, and refused."""
     agent = paused_with(store, ReviewPolicy(editable=("to",)), [])
     with pytest.raises(DecisionNotAllowedError, match="forbids editing amount"):
-        as_float = {"amount": 5000.0, "to": "DE02 1001"}
-        agent.approve(review_id(agent), reviewer=NO_SCOPE, arguments=as_float)
-    assert decisions_recorded(store) == []
+        changed = {"amount": 5000.5, "to": "DE02 1001"}
+        agent.approve(review_id(agent), reviewer=NO_SCOPE, arguments=changed)
+    (request,) = agent.pending_reviews
+    as_float = {"amount": 5000.0, "to": "DE02 1001"}
+    decision = agent.approve(review_id(agent), reviewer=NO_SCOPE, arguments=as_float)
+    assert (decision.arguments, decision.digest) == (None, request.digest)
+    assert len(decisions_recorded(store)) == 1
 
 
 @pytest.mark.parametrize(

@@ -182,7 +182,7 @@ def reseal_from(path: Path, keyed: bool, version: int) -> None:
         payload: dict[str, Any] = msgspec.json.decode(state)
         if at >= version:
             topic = _topic(path, at)
-            generation = 1 if at == version else 2
+            generation = 1 if at == version else PUBLIC.generation
             payload["chain"] = chain_hash(previous, topic, at, payload, key, generation=generation)
             write_row(path, at, msgspec.json.encode(payload))
         previous = payload["chain"]

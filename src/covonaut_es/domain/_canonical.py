@@ -1,7 +1,15 @@
-"""Canonical JSON: the bytes every digest of the domain is taken over."""
+"""Canonical JSON: the bytes every digest of the domain is taken over.
+
+Two forms. :func:`jcs` is RFC 8785, the JSON Canonicalization Scheme: what the hash
+chain and the operation digest cover since ADR 0048, so that anyone can recompute them
+with a JSON library and a page of code. :func:`canonical_json` is msgspec's sorted
+encoding: what they covered before, which links and digests recorded then keep, and
+what texts shown to people and the pins of tools are made of.
+"""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import msgspec
@@ -14,3 +22,105 @@ def canonical_json(value: Any) -> bytes:
     text they were parsed from. Numbers keep their kind: ``40`` and ``40.0`` differ.
     """
     return msgspec.json.encode(value, order="sorted")
+
+
+def es_number(value: float) -> str:
+    """A finite float as ECMAScript's ``Number.prototype.toString`` writes it, which is
+    how RFC 8785 writes every number (section 3.2.2.3): the shortest digits that read
+    back as the same float (Python's ``repr`` finds them), integral values without a
+    fraction (``3``, ``1e+21`` from there on), ``0.000001`` and ``1e-7`` on either side
+    of the switch to an exponent, and ``0`` for minus zero.
+
+    Raises:
+        ValueError: ``value`` is NaN or infinite, which JSON cannot hold.
+    """
+    if not math.isfinite(value):
+        msg = f"a JSON number is finite, found {value!r}"
+        raise ValueError(msg)
+    if value == 0:
+        return "0"
+    # repr's digits are the ones wanted; only their layout may differ.
+    text = repr(value)
+    if "e" not in text:  # from 1e-4 to 1e16 repr writes what ECMAScript does, but "3.0"
+        return text[:-2] if text.endswith(".0") else text
+    if not 1e-6 <= abs(value) < 1e21:  # both write an exponent: "1e-07" is "1e-7"
+        mantissa, _, exponent = text.partition("e")
+        return f"{mantissa}e{int(exponent):+d}"
+    mantissa, _, exponent = repr(abs(value)).partition("e")
+    whole, _, fraction = mantissa.partition(".")
+    significant = (whole + fraction).lstrip("0")
+    # value = 0.<significant> * 10**point
+    point = len(whole) + int(exponent or 0) - (len(whole) + len(fraction) - len(significant))
+    digits = significant.rstrip("0")
+    sign = "-" if value < 0 else ""
+    if len(digits) <= point <= 21:
+        return sign + digits + "0" * (point - len(digits))
+    if 0 < point <= 21:
+        return sign + digits[:point] + "." + digits[point:]
+    if -6 < point <= 0:
+        return sign + "0." + "0" * -point + digits
+    shown = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
+    return f"{sign}{shown}e{point - 1:+d}"
+
+
+def _es_raw(text: str) -> msgspec.Raw:
+    return msgspec.Raw(es_number(float(text)))
+
+
+_ES_NUMBERS = msgspec.json.Decoder(float_hook=_es_raw)
+"""Reads JSON with each number that has a fraction or an exponent already written as
+RFC 8785 writes it; integers stay Python ints, written exactly."""
+
+_SUPPLEMENTARY = tuple(bytes([b]) for b in range(0xF0, 0xF5))
+_PRIVATE_TO_BMP_END = (b"\xee", b"\xef")
+
+
+def jcs_text(text: bytes) -> bytes:
+    """The RFC 8785 canonical form of the JSON text ``text`` (UTF-8), without its
+    whitespace: object members sorted by their names' UTF-16 code units, strings with
+    only ``"``, ``\\`` and the controls escaped (``\\n``-style where JSON has one,
+    ``\\u00xx`` otherwise), numbers as :func:`es_number` writes them.
+
+    Integers written without a fraction or exponent are written exactly, however large:
+    RFC 8785 leaves numbers beyond an IEEE double's precision to the application, and
+    a chain must not let one be changed unseen. Below 2**53 this is RFC 8785's form.
+
+    Raises:
+        ValueError: ``text`` is not JSON, or holds a number too large for a double
+            (``1e400``), or text that is not Unicode (a lone surrogate).
+    """
+    try:
+        tree = _ES_NUMBERS.decode(text)
+        if _orders_differ(text):
+            return msgspec.json.encode(_utf16_sorted(tree))
+        return msgspec.json.encode(tree, order="sorted")
+    except (msgspec.DecodeError, msgspec.EncodeError, UnicodeError, RecursionError) as exc:
+        msg = f"not canonical JSON: {exc}"
+        raise ValueError(msg) from exc
+
+
+def jcs(value: Any) -> bytes:
+    """The RFC 8785 canonical form of ``value`` as msgspec encodes it to JSON (Structs
+    as objects, datetimes as RFC 3339 text; NaN and infinities as ``null``, as the
+    store writes them): see :func:`jcs_text`."""
+    return jcs_text(msgspec.json.encode(value))
+
+
+def _orders_differ(text: bytes) -> bool:
+    """Whether code point order (msgspec's) might differ from UTF-16's for a name in
+    ``text``: only a character above U+FFFF against one from U+E000 to U+FFFF sorts
+    differently, and an escape could spell either."""
+    if b"\\u" in text:
+        return True
+    if text.isascii():
+        return False
+    return any(b in text for b in _SUPPLEMENTARY) and any(b in text for b in _PRIVATE_TO_BMP_END)
+
+
+def _utf16_sorted(value: Any) -> Any:
+    if isinstance(value, dict):
+        names = sorted(value, key=lambda name: name.encode("utf-16-be"))
+        return {name: _utf16_sorted(value[name]) for name in names}
+    if isinstance(value, list):
+        return [_utf16_sorted(item) for item in value]
+    return value

@@ -18,7 +18,7 @@ from typing import Any
 
 import msgspec
 
-from covonaut_es.domain._canonical import canonical_json
+from covonaut_es.domain._canonical import canonical_json, jcs
 from covonaut_es.domain._tool_pins import ToolPin
 from covonaut_es.errors import ReviewExpiredError, ReviewNotFoundError, StaleReviewError
 
@@ -341,25 +341,30 @@ class ReviewLedger(msgspec.Struct, frozen=True):
         review = self.of_call(tool_call_id)
         return review if review is not None and review.holds_back_call else None
 
-    def runs_on_approval(self, tool_call_id: str, digest: str, *, thread_id: str) -> Review | None:
-        """The approval of thread ``thread_id`` that runs that very call with that
-        operation digest (unspent, or spent by it), if any: it rules on the call before
-        any other approval of the same operation, so the record says which decision
-        ran which call."""
+    def runs_on_approval(
+        self, tool_call_id: str, digests: frozenset[str], *, thread_id: str
+    ) -> Review | None:
+        """The approval of thread ``thread_id`` that runs that very call with one of
+        its operation's ``digests`` (:func:`operation_digests`; unspent, or spent by it),
+        if any: it rules on the call before any other approval of the same operation,
+        so the record says which decision ran which call."""
         review = self.of_call(tool_call_id)
         if (
             review is None
             or not review.runs_call
             or review.decision is None
-            or review.decision.digest != digest
+            or review.decision.digest not in digests
             or review.decision.thread_id != thread_id
         ):
             return None
         return review
 
-    def standing(self, digest: str, idempotency_key: str, *, thread_id: str) -> Review | None:
-        """The decided review that rules now on a call of thread ``thread_id`` with that
-        operation digest and idempotency key.
+    def standing(
+        self, digests: frozenset[str], idempotency_key: str, *, thread_id: str
+    ) -> Review | None:
+        """The decided review that rules now on a call of thread ``thread_id`` with one
+        of its operation's ``digests`` (:func:`operation_digests`) and that idempotency
+        key.
 
         In order: an approval that call already used (a retry of the same call), an
         unused approval, a rejection, an approval used by another call. None when no
@@ -372,7 +377,7 @@ class ReviewLedger(msgspec.Struct, frozen=True):
             r
             for r in self.reviews[self.standing_from :]
             if r.decision is not None
-            and r.decision.digest == digest
+            and r.decision.digest in digests
             and r.decision.decision is not Decision.RESPONDED
             and r.decision.thread_id == thread_id
             and not (r.runs_call and r.used_by is None)
@@ -426,16 +431,62 @@ class ReviewLedger(msgspec.Struct, frozen=True):
 # The operation digest ---------------------------------------------------------------------
 
 
-def operation_digest(tool_name: str, arguments: dict[str, Any], tool: ToolPin | None = None) -> str:
-    """The SHA-256 (hex) of the canonical JSON of ``{"arguments": ..., "tool_name": ...}``,
-    with ``"tool": <the pin's digest>`` too for a tool from a server.
+DIGEST_PREFIX = "jcs-sha256:"
+"""What an operation digest computed under ADR 0048 starts with: the SHA-256 of the RFC
+8785 canonical JSON of the operation, in hex. One recorded before has no prefix: the
+SHA-256 of msgspec's sorted JSON of it."""
+
+
+def operation_digest(
+    tool_name: str,
+    arguments: dict[str, Any],
+    tool: ToolPin | None = None,
+    *,
+    like: str | None = None,
+) -> str:
+    """The digest of the operation ``{"arguments": ..., "tool_name": ...}``, with
+    ``"tool": <the pin's digest>`` too for a tool from a server: ``jcs-sha256:`` and the
+    SHA-256 (hex) of its RFC 8785 canonical JSON.
 
     An approval covers exactly the operation with this digest: for a pinned tool, that
     server's tool with that schema and description, no other.
+
+    Args:
+        tool_name: The tool's name.
+        arguments: The call's arguments.
+        tool: The pin of a server's tool, or None.
+        like: A digest recorded earlier (a review's, an approval's): the digest is then
+            computed the way that one was, so that an approval recorded before ADR 0048
+            (a bare hex digest over msgspec's sorted JSON) still covers its operation:
+            ``approval.digest == operation_digest(name, args, like=approval.digest)``.
     """
+    operation = _operation(tool_name, arguments, tool)
+    if like is not None and not like.startswith(DIGEST_PREFIX):
+        return _digest_before_jcs(operation)
+    return _digest(operation)
+
+
+def operation_digests(
+    tool_name: str, arguments: dict[str, Any], tool: ToolPin | None = None
+) -> frozenset[str]:
+    """The digests of an operation that a recorded one may equal: today's, and the one
+    an approval recorded before ADR 0048 holds."""
+    operation = _operation(tool_name, arguments, tool)
+    return frozenset((_digest(operation), _digest_before_jcs(operation)))
+
+
+def _operation(tool_name: str, arguments: dict[str, Any], tool: ToolPin | None) -> dict[str, Any]:
     operation: dict[str, Any] = {"arguments": arguments, "tool_name": tool_name}
     if tool is not None:
         operation["tool"] = tool.digest
+    return operation
+
+
+def _digest(operation: dict[str, Any]) -> str:
+    return DIGEST_PREFIX + hashlib.sha256(jcs(operation)).hexdigest()
+
+
+def _digest_before_jcs(operation: dict[str, Any]) -> str:
     return hashlib.sha256(canonical_json(operation)).hexdigest()
 
 

@@ -1108,7 +1108,8 @@ class AgentThread(Aggregate, created_event_name="Started"):
         request = review.request
         if (
             arguments is not None
-            and operation_digest(request.tool_name, arguments, request.tool) == request.digest
+            and operation_digest(request.tool_name, arguments, request.tool, like=request.digest)
+            == request.digest
         ):
             arguments = None
         if arguments is not None and decision is not Decision.APPROVED:
@@ -1118,7 +1119,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
         digest = (
             request.digest
             if edited is None
-            else operation_digest(request.tool_name, edited, request.tool)
+            else operation_digest(request.tool_name, edited, request.tool, like=request.digest)
         )
         check_decision(
             review, decision, reviewer=reviewer, scopes=scopes, arguments=edited, digest=digest

@@ -25,9 +25,8 @@ from covonaut_es.domain import (
     ToolOutcome,
     ToolPin,
     canonical_json,
-    operation_digest,
 )
-from covonaut_es.domain._reviews import ran_text, refusal_text
+from covonaut_es.domain._reviews import operation_digests, ran_text, refusal_text
 from covonaut_es.errors import (
     CovonautError,
     InterruptError,
@@ -469,10 +468,10 @@ def _admit(
     if (own is not None and own.runs_call) or item.tool.needs_approval(item.args):
         # Digest the very dict the tool will get, after the policy has seen it.
         pin = item.tool.pin
-        digest = operation_digest(call.name, item.args, pin)
+        digests = operation_digests(call.name, item.args, pin)
         review = thread.reviews.runs_on_approval(
-            call.id, digest, thread_id=thread.thread_id
-        ) or thread.reviews.standing(digest, key, thread_id=thread.thread_id)
+            call.id, digests, thread_id=thread.thread_id
+        ) or thread.reviews.standing(digests, key, thread_id=thread.thread_id)
         if review is None:
             wait = item.tool.deadline_of(item.args)
             thread.request_review(

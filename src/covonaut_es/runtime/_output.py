@@ -10,8 +10,6 @@ the aggregate stays pure and a replay needs no application class to read the thr
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -19,6 +17,7 @@ import attrs
 import msgspec
 
 from covonaut_es._schema import ArgumentsValidator, compile_schema, validation_error
+from covonaut_es._strict_json import Wording, strict_loads
 from covonaut_es.domain import TypedOutput
 from covonaut_es.errors import ConfigurationError, OutputValidationError
 from covonaut_es.messages import JsonValue, OutputSpec
@@ -239,40 +238,22 @@ def _nodes(schema: Any) -> Iterator[dict[str, Any]]:
             stack.extend(item)
 
 
+_ANSWER = Wording(
+    twice="the key {key!r} appears more than once in an object",
+    constant="{name} is not a JSON number",
+    too_large="{text} is too large for a JSON number",
+)
+
+
 def _parsed(text: str) -> JsonValue:
     """The answer's JSON value. A key given twice, NaN or infinity are refused: what
     is recorded must be what any reader of the answer's text would take it to say."""
     try:
-        return json.loads(
-            text, object_pairs_hook=_unique_keys, parse_constant=_no_constant, parse_float=_finite
-        )
+        return strict_loads(text, _ANSWER)
     except RecursionError:  # pragma: no cover - the depth limit is checked first
         raise AnswerRefused("the answer is nested too deeply") from None
-    except ValueError as exc:  # JSONDecodeError among them
+    except ValueError as exc:  # JsonRefused and JSONDecodeError among them
         raise AnswerRefused(_clipped(f"the answer is not valid JSON: {exc}")) from None
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    value: dict[str, Any] = {}
-    for key, item in pairs:
-        if key in value:
-            msg = f"the key {key[:40]!r} appears more than once in an object"
-            raise ValueError(msg)
-        value[key] = item
-    return value
-
-
-def _no_constant(name: str) -> Any:
-    msg = f"{name} is not a JSON number"
-    raise ValueError(msg)
-
-
-def _finite(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        msg = f"{text[:40]} is too large for a JSON number"
-        raise ValueError(msg)
-    return value
 
 
 def _check_recordable(value: JsonValue) -> None:

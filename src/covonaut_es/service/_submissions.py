@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import enum
 import json
-import math
 import unicodedata
 from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
+from covonaut_es._strict_json import JsonRefused, Wording, strict_loads
 from covonaut_es.errors import InvalidDecisionError
 from covonaut_es.tools import MAX_ARGUMENTS_DEPTH, json_depth
 
@@ -34,9 +34,6 @@ without a letter to sit on, and spaces and separators (U+00A0, U+3000)."""
 
 _BLANK_GLYPHS = frozenset("\u115f\u1160\u3164\uffa0\u2800")
 """Letters and a symbol drawn as empty space: the Hangul fillers and the Braille blank."""
-
-_INT_RANGE = range(-(2**63), 2**64)
-"""The integers a stored JSON value may hold (msgspec's range)."""
 
 
 class Action(enum.StrEnum):
@@ -220,14 +217,8 @@ def parse_json(text: str | bytes, what: str) -> Any:
         msg = f"{what} must nest at most {MAX_ARGUMENTS_DEPTH + 1} deep, not {depth}"
         raise InvalidDecisionError(msg)
     try:
-        value = json.loads(
-            text,
-            object_pairs_hook=_object,
-            parse_constant=_constant,
-            parse_float=_float,
-            parse_int=_int,
-        )
-    except _Refused as exc:
+        value = strict_loads(text, _SUBMITTED)
+    except JsonRefused as exc:
         raise InvalidDecisionError(f"{what} {exc}") from None
     except (ValueError, RecursionError) as exc:
         msg = f"{what} must be JSON: {exc}"
@@ -238,44 +229,15 @@ def parse_json(text: str | bytes, what: str) -> Any:
     return value
 
 
-class _Refused(ValueError):
-    """What the strict reader's hooks found; :func:`parse_json` says where."""
-
-
-def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result = dict(pairs)
-    if len(result) < len(pairs):
-        keys = [key for key, _ in pairs]
-        twice = next(key for key in keys if keys.count(key) > 1)
-        msg = (
-            f"names the key {twice!r} twice in one object; JSON readers keep one or the "
-            "other, so write it once"
-        )
-        raise _Refused(msg)
-    return result
-
-
-def _constant(name: str) -> Any:
-    msg = f"holds {name}, which is not a JSON number; write a finite number or a string"
-    raise _Refused(msg)
-
-
-def _float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        msg = f"holds the number {text[:40]}, which no stored JSON number can carry"
-        raise _Refused(msg)
-    return value
-
-
-def _int(text: str) -> int:
-    # Beyond 21 characters no integer fits 64 bits, and beyond 4300 digits int() refuses
-    # with a message that would call the text no JSON.
-    value = int(text) if len(text) <= 21 else None
-    if value is None or value not in _INT_RANGE:
-        msg = f"holds the integer {text[:40]}, beyond the 64 bits a stored number can carry"
-        raise _Refused(msg)
-    return value
+_SUBMITTED = Wording(
+    twice=(
+        "names the key {key!r} twice in one object; JSON readers keep one or the other, so "
+        "write it once"
+    ),
+    constant="holds {name}, which is not a JSON number; write a finite number or a string",
+    too_large="holds the number {text}, which no stored JSON number can carry",
+    wide_integer="holds the integer {text}, beyond the 64 bits a stored number can carry",
+)
 
 
 def _is_text(text: str) -> bool:

@@ -3,18 +3,21 @@
 The store seals a thread's new events once, when it saves them, with its chain key when
 it has one; nothing before the save (the aggregate, the mapper's encoding for storage)
 computes a hash. A link covers the previous hash, the event's topic, version and schema
-version (its payload's ``_v``, which picks the upcasters a read runs), and its fields in
-canonical JSON (sorted keys, without its identity, its schema version and the hash
-itself), exactly as they are stored: the store encodes the fields once, hashes those
-bytes and stores them. An audit recomputes each link from the stored payload *before*
-any upcasting, so a schema migration never looks like tampering, while a record altered
-behind the library's back breaks the chain at its version.
+version (its payload's ``_v``, which picks the upcasters a read runs), and its fields
+(without its identity, its schema version and the hash itself) as they are stored: the
+store encodes the fields once, stores those bytes, and hashes their RFC 8785 canonical
+form (ADR 0048), so that anyone can recompute a link from the stored JSON with a JSON
+library; ``docs/audits.md`` gives a verifier. An audit recomputes each link from the
+stored payload *before* any upcasting, so a schema migration never looks like
+tampering, while a record altered behind the library's back breaks the chain at its
+version.
 
 Unkeyed hashes are 128 bits of SHA-256, public: anyone can compute them. With a chain
 key, a link is 128 bits of HMAC-SHA256 under the key. Each link's prefix names its
-:class:`Scheme` (ADR 0044): links sealed before the schema version was covered keep
-theirs, no prefix or ``k1.``, and still verify; a stream never goes back from a newer
-scheme to an older one.
+:class:`Scheme`: links sealed before keep theirs and still verify, those from before the
+schema version was covered (no prefix, ``k1.``; ADR 0044) and those over msgspec's
+sorted JSON rather than RFC 8785's (``v2.``, ``k2.``; ADR 0048); a stream never goes
+back from a newer scheme to an older one.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Any, NamedTuple
 
 import msgspec
 
+from covonaut_es.domain._canonical import jcs, jcs_text
 from covonaut_es.migrations import VERSION_KEY
 
 CHAIN_FIELD = "chain"
@@ -43,7 +47,8 @@ class Scheme(NamedTuple):
         prefix: The text a link of this scheme starts with.
         keyed: Sealed with a store's chain key (HMAC-SHA256), not the public hash.
         generation: 1 for links that do not cover the schema version (sealed before ADR
-            0044), 2 for those that do; a stream's generations never go down.
+            0044), 2 for those that do over msgspec's sorted JSON, 3 for those over RFC
+            8785's canonical JSON (ADR 0048); a stream's generations never go down.
     """
 
     prefix: str
@@ -51,20 +56,24 @@ class Scheme(NamedTuple):
     generation: int
 
 
-PUBLIC = Scheme("v2.", keyed=False, generation=2)
+PUBLIC = Scheme("v3.", keyed=False, generation=3)
 """The scheme of a link sealed now without a chain key."""
 
-KEYED = Scheme("k2.", keyed=True, generation=2)
+KEYED = Scheme("k3.", keyed=True, generation=3)
 """The scheme of a link sealed now with a chain key."""
+
+_PUBLIC_V2 = Scheme("v2.", keyed=False, generation=2)
+_KEYED_V2 = Scheme("k2.", keyed=True, generation=2)
 
 _KEYED_V1 = Scheme("k1.", keyed=True, generation=1)
 _PUBLIC_V1 = Scheme("", keyed=False, generation=1)
 """Links sealed before ADR 0044 without a key: no prefix (the URL-safe base64 alphabet
 holds no ``.``, so none of them starts like a prefixed one)."""
-_BY_PREFIX = {s.prefix: s for s in (PUBLIC, KEYED, _KEYED_V1)}
+_PAIRS = ((PUBLIC, KEYED), (_PUBLIC_V2, _KEYED_V2), (_PUBLIC_V1, _KEYED_V1))
+_BY_PREFIX = {s.prefix: s for pair in _PAIRS for s in pair if s.prefix}
+_PREFIXES = {public.generation: (public.prefix, keyed.prefix) for public, keyed in _PAIRS}
+"""Each generation's prefixes: without a key, then with one."""
 _NEWEST = KEYED.generation
-_PREFIXES_NOW = (PUBLIC.prefix, KEYED.prefix)
-_PREFIXES_V1 = (_PUBLIC_V1.prefix, _KEYED_V1.prefix)
 
 
 def scheme_of(seal: str) -> Scheme:
@@ -103,16 +112,24 @@ def link_hash(
     :func:`canonical_fields`, after ``previous``, in the scheme of ``generation``
     (today's unless told) that ``key`` makes, or its absence.
 
-    ``schema`` is what the payload's ``_v`` holds: the integer the store writes, or,
-    when checking, whatever was stored there (text, a float, ``None`` for nothing),
-    which encodes unlike any integer; a generation 1 link leaves it out."""
-    # Byte for byte msgspec's encoding of [previous, topic, version, schema, fields].
-    # Inline, not through helpers nor lookups: a save hashes each event.
+    Today's scheme hashes the RFC 8785 form of ``[previous, topic, version, schema,
+    fields]``; generation 2 msgspec's encoding of the same array, generation 1 leaves
+    ``schema`` out. ``schema`` is what the payload's ``_v`` holds: the integer the store
+    writes, or, when checking, whatever was stored there (text, a float, ``None`` for
+    nothing), which encodes unlike any integer.
+
+    Raises:
+        ValueError: ``fields`` (read from storage) is not JSON that RFC 8785 can write.
+    """
+    # Spliced, not encoded as one array: ``fields`` are the bytes stored, encoded once.
     if generation == _NEWEST:
-        head, prefixes = msgspec.json.encode([previous, topic, version, schema]), _PREFIXES_NOW
+        head, fields = jcs([previous, topic, version, schema]), jcs_text(fields)
+    elif generation == _PUBLIC_V2.generation:
+        head = msgspec.json.encode([previous, topic, version, schema])
     else:
-        head, prefixes = msgspec.json.encode([previous, topic, version]), _PREFIXES_V1
+        head = msgspec.json.encode([previous, topic, version])
     material = head[:-1] + b"," + fields + b"]"
+    prefixes = _PREFIXES[generation]
     if key is None:
         digest, prefix = hashlib.sha256(material).digest()[:16], prefixes[0]
     else:
@@ -194,18 +211,21 @@ def link_problem(
         )
     if scheme.generation < before.generation:
         return (
-            "sealed with an older scheme after a newer one: expected a link that covers the "
-            "schema version, found one that does not; the record was re-sealed to hide an "
-            "edit"
+            f"sealed with an older scheme after a newer one: expected a link of generation "
+            f"{before.generation} or later, as the one before it, found generation "
+            f"{scheme.generation}; the record was re-sealed to hide an edit"
         )
-    expected = chain_hash(
-        previous,
-        topic,
-        version,
-        payload,
-        key if scheme.keyed else None,
-        generation=scheme.generation,
-    )
+    try:
+        expected = chain_hash(
+            previous,
+            topic,
+            version,
+            payload,
+            key if scheme.keyed else None,
+            generation=scheme.generation,
+        )
+    except ValueError as exc:
+        return f"hash chain broken: the stored record is not canonical JSON ({exc})"
     if not same_seal(stored, expected):
         return "hash chain broken: the stored record was altered after it was written"
     return None

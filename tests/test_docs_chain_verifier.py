@@ -1,0 +1,293 @@
+"""The chain verifier printed in docs/audits.md, run as it stands with the standard
+library alone, agrees with ``verify`` and ``replay --verify`` on stores the library
+wrote: generated threads with floats, text in every script, edited approvals and forks,
+keyed and not; intact, re-spelled, and with one row changed."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import re
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from unittest.mock import patch
+
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from covonaut_es import (
+    Agent,
+    AgentConfig,
+    CheckpointSettings,
+    HmacReviewerVerifier,
+    ProviderResponse,
+    ScriptedProvider,
+    Store,
+    Tool,
+    ToolCall,
+    open_store,
+)
+from covonaut_es.audit import AuditFinding
+from covonaut_es.cli import main
+
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "audits.md"
+KEY = "docs-verifier-chain-key-0123456789"
+SECRET = b"docs-verifier-reviewer-secret-32bytes"
+THREADS = ("main", "fork")
+FENCE = re.compile(r'```python title="verify_chain.py"\n(.*?)```', flags=re.S)
+
+
+def verifier(directory: Path) -> Path:
+    """The verifier exactly as docs/audits.md prints it, as a file."""
+    (code,) = FENCE.findall(DOCS.read_text())
+    path = directory / "verify_chain.py"
+    path.write_text(code)
+    return path
+
+
+def test_the_documented_verifier_is_under_60_lines_of_the_standard_library() -> None:
+    """The page keeps its promise: a short file that imports only the standard library."""
+    (code,) = FENCE.findall(DOCS.read_text())
+    assert len(code.splitlines()) < 60
+    imported = {
+        name
+        for line in code.splitlines()
+        if line.startswith("import ")
+        for name in line.removeprefix("import ").split(", ")
+    }
+    assert imported <= set(sys.stdlib_module_names), imported
+    assert "from " not in "".join(line[:5] for line in code.splitlines())
+
+
+def run_verifier(script: Path, db: Path, keyed: bool) -> dict[str, str]:
+    """What the verifier prints, by thread: run with ``-I -S``, so without site-packages."""
+    env = {"PATH": os.environ.get("PATH", "")}
+    if keyed:
+        env["COVONAUT_CHAIN_KEY"] = KEY
+    result = subprocess.run(
+        [sys.executable, "-I", "-S", str(script), str(db)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+        timeout=120,
+    )
+    return dict(line.split(": ", 1) for line in result.stdout.splitlines())
+
+
+def library(db: Path, keyed: bool) -> dict[str, tuple[AuditFinding, ...]]:
+    """``verify``'s findings by thread; and ``replay --verify`` of each thread exits 0
+    exactly when there are none."""
+    found = {}
+    url = f"sqlite:///{db}"
+    with open_store(url, chain_key=KEY if keyed else None, create_tables=False) as store:
+        for thread in THREADS:
+            found[thread] = store.verify(thread).findings
+    key_option = ["--chain-key-env", "DOCS_VERIFIER_KEY"] if keyed else []
+    for thread, findings in found.items():
+        with (
+            patch.dict(os.environ, {"DOCS_VERIFIER_KEY": KEY}),
+            contextlib.redirect_stdout(io.StringIO()),
+            contextlib.redirect_stderr(io.StringIO()),
+        ):
+            status = main(["replay", thread, "--verify", "--json", "--store", url, *key_option])
+        assert status == (1 if findings else 0), (thread, findings, status)
+    return found
+
+
+def agree(found: dict[str, tuple[AuditFinding, ...]], printed: dict[str, str]) -> bool:
+    """Whether the verifier finds the threads ``verify`` finds broken, each at a version
+    ``verify`` reports (or one whose record it cannot even read)."""
+    for thread, findings in found.items():
+        if not findings:
+            if printed[thread] != "intact":
+                return False
+            continue
+        at = re.fullmatch(r"broken at version (\d+)", printed[thread])
+        if at is None:
+            return False
+        if int(at[1]) not in {f.version for f in findings} and not any(
+            "cannot be read" in f.problem for f in findings
+        ):
+            return False
+    return True
+
+
+INTACT = {"main": (), "fork": ()}
+
+
+NAMES = st.text(st.sampled_from('aé\u2028\ue000\ufb01😀\U0010ffff\x1f"'), max_size=3)
+LEAVES = (
+    st.floats(allow_nan=False, allow_infinity=False)
+    | st.sampled_from([1e16, 0.00001, 1e21, 1e-7, 3.0, -0.0, 2.0**60, 5e-324])
+    | st.integers(-(2**63), 2**63 - 1)
+    | st.text(max_size=8)
+    | st.booleans()
+)
+ARGUMENTS = st.dictionaries(NAMES, LEAVES | st.lists(LEAVES, max_size=3), max_size=4)
+
+
+def pay_tool(paid: list[Any]) -> Tool:
+    return Tool(
+        "pay",
+        "Pay",
+        {"type": "object"},
+        lambda ctx, args: paid.append(args) or {"paid": args},
+        requires_approval=True,
+        run_on_approval=True,
+    )
+
+
+def write_store(
+    db: Path,
+    keyed: bool,
+    text: str,
+    arguments: dict[str, Any],
+    edit: dict[str, Any] | None,
+    answer: str,
+) -> None:
+    """A thread that pays after an approval (edited or not), and a fork of it that
+    goes on, written through the user's side of the API."""
+    verifier_ = HmacReviewerVerifier(SECRET)
+    with open_store(f"sqlite:///{db}", chain_key=KEY if keyed else None) as store:
+        agent = agent_on(
+            store,
+            "main",
+            [
+                ProviderResponse(tool_calls=(ToolCall("c1", "pay", json.dumps(arguments)),)),
+                ProviderResponse(content=answer),
+            ],
+            verifier_,
+        )
+        agent.run(text)
+        (request,) = agent.pending_reviews
+        token = verifier_.issue_token("rita", 3600)
+        agent.approve(request.review_id, reviewer=token, arguments=edit, comment=text)
+        agent.resume()
+        store.fork("main", new_thread_id="fork")
+        agent_on(store, "fork", [ProviderResponse(content=answer + " ∑")], verifier_).run(text)
+
+
+def agent_on(
+    store: Store, thread: str, script: list[ProviderResponse], verifier_: HmacReviewerVerifier
+) -> Agent:
+    return Agent(
+        AgentConfig(
+            provider=ScriptedProvider(script),
+            tools=[pay_tool([])],
+            checkpoint=CheckpointSettings(store=store, thread_id=thread),
+            reviewer_verifier=verifier_,
+        )
+    )
+
+
+def thread_rows(db: Path) -> Iterator[tuple[str, int, dict[str, Any]]]:
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        rows = conn.execute(
+            "SELECT originator_id, originator_version, state FROM stored_events "
+            "WHERE topic LIKE 'covonaut.thread.%' ORDER BY 1, 2"
+        ).fetchall()
+    for stream, version, state in rows:
+        yield stream, version, json.loads(state)
+
+
+def write_row(db: Path, stream: str, version: int, payload: dict[str, Any]) -> None:
+    """Replace one stored payload, as a writer of the database behind the library
+    could; written by the standard library's encoder (every non-ASCII escaped, floats
+    as ``repr`` spells them, members in another order)."""
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        conn.execute(
+            "UPDATE stored_events SET state = ? WHERE originator_id = ? AND originator_version = ?",
+            (json.dumps(payload).encode(), stream, version),
+        )
+        conn.commit()
+
+
+def leaves(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    if isinstance(value, dict):
+        for name, item in value.items():
+            yield from leaves(item, (*path, name))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from leaves(item, (*path, index))
+    else:
+        yield path
+
+
+def changed(value: Any) -> Any:
+    """Another value of the same kind (or ``0`` for null)."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + 1
+    if isinstance(value, float):
+        return value + 1 if abs(value) < 1e15 else value * 2
+    if isinstance(value, str):
+        return value + "x"
+    return 0
+
+
+def with_change(payload: dict[str, Any], path: tuple[Any, ...]) -> dict[str, Any]:
+    copy = json.loads(json.dumps(payload))
+    parent = copy
+    for step in path[:-1]:
+        parent = parent[step]
+    parent[path[-1]] = changed(parent[path[-1]])
+    return copy
+
+
+# Not shrunk: each example writes a store and runs three checks of it.
+@settings(
+    max_examples=6,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+)
+@given(
+    keyed=st.booleans(),
+    text=st.text(max_size=12),
+    arguments=ARGUMENTS,
+    edit=st.none() | ARGUMENTS,
+    answer=st.text(max_size=12),
+    row=st.integers(0, 10_000),
+    leaf=st.integers(0, 10_000),
+)
+def test_the_documented_verifier_agrees_with_verify(
+    tmp_path_factory: Any,
+    keyed: bool,
+    text: str,
+    arguments: dict[str, Any],
+    edit: dict[str, Any] | None,
+    answer: str,
+    row: int,
+    leaf: int,
+) -> None:
+    """Intact, and with every row re-spelled by another JSON encoder, both find every
+    thread intact; with one value of one row changed, both find the same threads broken,
+    at the same version."""
+    directory = tmp_path_factory.mktemp("verifier")
+    script, db = verifier(directory), directory / "store.db"
+    write_store(db, keyed, text, arguments, edit, answer)
+    assert library(db, keyed) == INTACT
+    assert run_verifier(script, db, keyed) == {"main": "intact", "fork": "intact"}
+
+    rows = list(thread_rows(db))
+    for stream, version, payload in rows:
+        write_row(db, stream, version, payload)
+    assert library(db, keyed) == INTACT
+    assert run_verifier(script, db, keyed) == {"main": "intact", "fork": "intact"}
+
+    stream, version, payload = rows[row % len(rows)]
+    # The ids it finds threads by: `verify` checks a stream holds the thread it names.
+    paths = [p for p in leaves(payload) if p not in {("thread_id",), ("parent_thread_id",)}]
+    write_row(db, stream, version, with_change(payload, paths[leaf % len(paths)]))
+    found = library(db, keyed)
+    assert any(found.values()), found
+    printed = run_verifier(script, db, keyed)
+    assert agree(found, printed), (found, printed)
