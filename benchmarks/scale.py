@@ -4,6 +4,10 @@ Not part of `make bench`: run it with `make bench-scale` (100 and 1,000 threads 
 default: a quarter of an hour on this 2-core machine shared with other work) or
 `python benchmarks/scale.py --scale N` (N and 10 x N threads).
 It writes `benchmarks/SCALE.md`, which BENCHMARKS.md includes, and `benchmarks/SCALE.json`.
+`--quick` is the test suite's run, seconds long: 8 and 80 threads, each measurement
+taken once (restores three times, the empty store's start-up at the first size only),
+and one set of writer processes for every race instead of fresh ones per race; it
+checks that every figure runs, and its numbers are not figures to quote.
 
 Each store holds N threads of three turns each: a user prompt, then the model calls the
 `lookup` tool twice (about 200 bytes of text and a 40-byte query each time; the tool
@@ -114,10 +118,25 @@ GROWTH = 10
 WRITERS = {"sqlite": (1, 4), "postgresql": (1, 4, 8)}
 PAUSED_EVERY = 5
 """One thread in this many pauses on a review."""
-RESTORES = 101
-"""Restores of ours and of the reference per size (fewer when N is smaller)."""
-COMMAND_REPEATS = 3
-REQUESTS = 5
+SMALLEST_SCALE = max(PAUSED_EVERY + 1, *(max(counts) for counts in WRITERS.values()))
+"""The smallest N, and ``--quick``'s: every writer has a thread, and two threads pause
+on a review (one approval of each kind)."""
+
+
+@dataclass(frozen=True)
+class Repeats:
+    """How many times each repeated measurement is taken at one size."""
+
+    restores: int
+    """Restores of ours and of the reference (fewer when N is smaller)."""
+    commands: int
+    """Runs of each `covonaut-es` command (the median is shown)."""
+    requests: int
+    """Requests of `GET /api/reviews` (the median is shown)."""
+
+
+FULL = Repeats(restores=101, commands=3, requests=5)
+QUICK = Repeats(restores=3, commands=1, requests=1)
 BUDGET_S = 1800.0
 """How long one race of writers may take."""
 OUTPUT = ROOT / "benchmarks" / "SCALE.md"
@@ -205,7 +224,8 @@ def config(store: Store | None, index: int) -> AgentConfig:
     return AgentConfig(
         provider=ScriptedProvider(respond=_respond(index)),
         model="bench",
-        tools=[LOOKUP, PAY],
+        # AgentConfig's `converter=tuple` leaves this parameter's type unsolved for mypy
+        tools=(LOOKUP, PAY),  # type: ignore[arg-type]
         reviewer_verifier=VERIFIER,
         checkpoint=bound,
     )
@@ -338,39 +358,96 @@ def _raw_tables(source: str, target: str) -> None:
         conn.commit()
 
 
-def _race(
-    function: Callable[..., None], args: list[tuple[Any, ...]]
-) -> tuple[float, dict[Any, Any]]:
-    """Start one process per argument tuple at a barrier; the seconds from the first
-    start to the last finish, and the patterns they reported."""
-    spawn = multiprocessing.get_context("spawn")
-    barrier, results = spawn.Barrier(len(args), timeout=BUDGET_S), spawn.Queue()
-    processes = [spawn.Process(target=function, args=(*a, barrier, results)) for a in args]
-    for process in processes:
-        process.start()
-    found: list[tuple[float, float, dict[Any, Any]]] = []
-    deadline = time.monotonic() + BUDGET_S
-    try:
-        while len(found) < len(processes):
+def _serve(jobs: Any, barriers: dict[int, Any], results: Any) -> None:
+    """One writer process: run each job it is given, set off at the barrier of its
+    race's number of writers, until it is given None."""
+    while (job := jobs.get()) is not None:
+        function, args, writers = job
+        function(*args, barriers[writers], results)
+
+
+class Writers:
+    """Spawned writer processes for races of the given numbers of writers, each race
+    on the first W of them, set off at a common barrier. A fresh set per race measures
+    fresh processes; ``--quick`` keeps one set for the whole run (fewer spawns)."""
+
+    def __init__(self, counts: tuple[int, ...]) -> None:
+        spawn = multiprocessing.get_context("spawn")
+        self.barriers = {w: spawn.Barrier(w, timeout=BUDGET_S) for w in counts}
+        self.results = spawn.Queue()
+        self.jobs = [spawn.Queue() for _ in range(max(counts))]
+        self.processes = [
+            spawn.Process(target=_serve, args=(jobs, self.barriers, self.results))
+            for jobs in self.jobs
+        ]
+        for process in self.processes:
+            process.start()
+
+    def race(
+        self, function: Callable[..., None], args: list[tuple[Any, ...]]
+    ) -> tuple[float, dict[Any, Any]]:
+        """``function(*a, barrier, results)`` for each argument tuple ``a``, each in a
+        process of its own; the seconds from the first start to the last finish, and
+        the patterns they reported."""
+        processes = self.processes[: len(args)]
+        for jobs, arguments in zip(self.jobs, args, strict=False):
+            jobs.put((function, arguments, len(args)))
+        found: list[tuple[float, float, dict[Any, Any]]] = []
+        deadline = time.monotonic() + BUDGET_S
+        while len(found) < len(args):
             try:
-                found.append(results.get(timeout=0.5))
+                found.append(self.results.get(timeout=0.5))
             except queue_module.Empty:
-                failed = [p.exitcode for p in processes if p.exitcode not in (None, 0)]
+                failed = [p.exitcode for p in processes if p.exitcode is not None]
                 if failed:
                     msg = f"a writer process failed with exit code {failed[0]}"
                     raise RuntimeError(msg) from None
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"the writers ran over {BUDGET_S:.0f} s") from None
-    finally:
-        for process in processes:
+        patterns: Counter[Any] = Counter()
+        for _, _, reported in found:
+            patterns.update(reported)
+        return max(f[1] for f in found) - min(f[0] for f in found), dict(patterns)
+
+    def close(self) -> None:
+        """Stop the processes (killing any that do not end)."""
+        for jobs in self.jobs:
+            jobs.put(None)
+        for process in self.processes:
             process.join(10)
             if process.is_alive():
                 process.kill()
                 process.join()
-    patterns: Counter[Any] = Counter()
-    for _, _, reported in found:
-        patterns.update(reported)
-    return max(f[1] for f in found) - min(f[0] for f in found), dict(patterns)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a run repeats, and whether its races share one set of writer processes."""
+
+    repeats: Repeats
+    shared: Writers | None = None
+    once: dict[str, float] | None = None
+    """``--quick``: what is the same at both sizes, by key, measured at the first."""
+
+    def same_at_both_sizes(self, key: str, measure: Callable[[], float]) -> float:
+        """``measure()``, or under ``--quick`` its value at the first size."""
+        if self.once is None:
+            return measure()
+        if key not in self.once:
+            self.once[key] = measure()
+        return self.once[key]
+
+    @contextmanager
+    def writers(self, count: int) -> Iterator[Writers]:
+        """Writer processes for a race of ``count``: the shared set, or a fresh one."""
+        if self.shared is not None:
+            yield self.shared
+            return
+        fresh = Writers((count,))
+        try:
+            yield fresh
+        finally:
+            fresh.close()
 
 
 class Tail(threading.Thread):
@@ -446,7 +523,9 @@ class Targets:
             Path(f"{self.workdir / name}.db{suffix}").unlink(missing_ok=True)
 
 
-def create(targets: Targets, backend: str, size: int, writers: int) -> tuple[str, dict[str, Any]]:
+def create(
+    targets: Targets, plan: Plan, backend: str, size: int, writers: int
+) -> tuple[str, dict[str, Any]]:
     """N threads from ``writers`` processes, then the raw writers: the target of ours
     (named ``scale_BACKEND_N_WRITERS``, kept for the other figures) and the figures."""
     name = f"scale_{backend}_{size}_{writers}"
@@ -459,7 +538,8 @@ def create(targets: Targets, backend: str, size: int, writers: int) -> tuple[str
     if tail is not None:
         tail.start()
     shares = [(url, list(range(w, size, writers))) for w in range(writers)]
-    ours_s, counted = _race(_ours, shares)
+    with plan.writers(writers) as processes:
+        ours_s, counted = processes.race(_ours, shares)
     if tail is not None:
         tail.done.set()
         tail.join()
@@ -470,7 +550,10 @@ def create(targets: Targets, backend: str, size: int, writers: int) -> tuple[str
     raw = targets.fresh(backend, f"{name}_raw")
     _raw_tables(target, raw)
     log(f"{backend}, {size} threads, {writers} writer(s): raw INSERT + COMMIT")
-    raw_s, _ = _race(_raw, [(target, raw, (w, writers), patterns) for w in range(writers)])
+    with plan.writers(writers) as processes:
+        raw_s, _ = processes.race(
+            _raw, [(target, raw, (w, writers), patterns) for w in range(writers)]
+        )
     targets.drop(backend, f"{name}_raw")
     commits = sum(len(p) * n for p, n in counted.items()) / max(1, sum(counted.values()))
     result: dict[str, Any] = {"ours_s": ours_s, "raw_s": raw_s, "commits_per_thread": commits}
@@ -502,7 +585,7 @@ def _conversation(store: Store, size: int) -> dict[str, float]:
     return {"own": own / size, "zstd": packed / size, "json": as_json / size}
 
 
-def _restores(target: str, backend: str, size: int) -> tuple[float, float]:
+def _restores(target: str, backend: str, size: int, samples: int) -> tuple[float, float]:
     """Median seconds of ``store.load`` of a random thread and of the raw reference."""
     events, _, heads = LAYOUT[backend]
     mark = "%s" if backend == "postgresql" else "?"
@@ -511,7 +594,6 @@ def _restores(target: str, backend: str, size: int) -> tuple[float, float]:
         f"WHERE originator_id = {mark} ORDER BY originator_version"
     )
     rng = random.Random(size)
-    samples = min(RESTORES, size)
     ours, raw = [], []
     with closing(open_store(store_url(target))) as store, _connect(target) as conn:
         streams = [row[0] for row in conn.execute(f"SELECT originator_id FROM {heads}")]
@@ -546,11 +628,16 @@ def _command(*args: str, env: dict[str, str] | None = None) -> float:
     return elapsed
 
 
-def _listing(target: str, backend: str, empty: str) -> dict[str, float]:
+def _listing(target: str, backend: str, empty: str, plan: Plan) -> dict[str, float]:
     """`covonaut-es threads` on the store and on an empty one; a select of the heads."""
-    url, heads = store_url(target), LAYOUT[backend][2]
-    listed = [_command("threads", "--json", "--store", url) for _ in range(COMMAND_REPEATS)]
-    startup = [_command("threads", "--json", "--store", empty) for _ in range(COMMAND_REPEATS)]
+    url, heads, repeats = store_url(target), LAYOUT[backend][2], plan.repeats.commands
+    listed = [_command("threads", "--json", "--store", url) for _ in range(repeats)]
+
+    def startup() -> float:
+        return statistics.median(
+            [_command("threads", "--json", "--store", empty) for _ in range(repeats)]
+        )
+
     selects = []
     with _connect(target) as conn:
         for _ in range(5):
@@ -559,7 +646,7 @@ def _listing(target: str, backend: str, empty: str) -> dict[str, float]:
             selects.append(time.perf_counter() - start)
     return {
         "ours_s": statistics.median(listed),
-        "startup_s": statistics.median(startup),
+        "startup_s": plan.same_at_both_sizes(empty, startup),
         "raw_s": statistics.median(selects),
     }
 
@@ -601,7 +688,7 @@ def _free_port() -> int:
         return port
 
 
-def _api_reviews(target: str, pending: int) -> dict[str, float]:
+def _api_reviews(target: str, pending: int, requests: int) -> dict[str, float]:
     """`GET /api/reviews` once the inbox's queue lists every pending review."""
     import httpx
     import uvicorn
@@ -628,7 +715,7 @@ def _api_reviews(target: str, pending: int) -> dict[str, float]:
                     time.sleep(0.05)
                 ready = time.perf_counter() - created
                 times, size = [], 0
-                for _ in range(REQUESTS):
+                for _ in range(requests):
                     start = time.perf_counter()
                     answer = client.get("/api/reviews", headers=headers, params=params)
                     times.append(time.perf_counter() - start)
@@ -660,12 +747,12 @@ def _worker_start(target: str) -> dict[str, float]:
     return {"ours_s": elapsed, "kept_bytes": kept}
 
 
-def _approvals(target: str, size: int) -> dict[str, float]:
+def _approvals(target: str, size: int, repeats: int) -> dict[str, float]:
     """`covonaut-es approve` of pending reviews without and with ``--thread``."""
     url = store_url(target)
     reviews = []
     with closing(open_store(url)) as store:
-        for index in range(0, size, PAUSED_EVERY)[: 2 * COMMAND_REPEATS]:
+        for index in range(0, size, PAUSED_EVERY)[: 2 * repeats]:
             state = store.load(thread_id(index)).state
             (pending,) = [review for review in state.reviews if review.pending]
             reviews.append((pending.request.review_id, thread_id(index)))
@@ -681,31 +768,33 @@ def _approvals(target: str, size: int) -> dict[str, float]:
     return {"ours_s": statistics.median(without), "raw_s": statistics.median(with_thread)}
 
 
-def measure(targets: Targets, backend: str, size: int, empty: str) -> dict[str, Any]:
+def measure(targets: Targets, plan: Plan, backend: str, size: int, empty: str) -> dict[str, Any]:
     """Every figure of one back end at one size."""
     found: dict[str, Any] = {"size": size}
+    repeats, restores = plan.repeats, min(plan.repeats.restores, size)
     target, name = "", ""
     for writers in WRITERS[backend]:
         if name:
             targets.drop(backend, name)
-        target, found[f"create_{writers}"] = create(targets, backend, size, writers)
+        target, found[f"create_{writers}"] = create(targets, plan, backend, size, writers)
         name = f"scale_{backend}_{size}_{writers}"
     log(f"{backend}, {size} threads: bytes, restore, listing, queue, inbox, worker, approve")
     with closing(open_store(store_url(target))) as store:
         found["conversation"] = _conversation(store, size)
     found["bytes"] = store_bytes(target)
-    found["restore"] = dict(zip(("ours_s", "raw_s"), _restores(target, backend, size), strict=True))
-    found["threads"] = _listing(target, backend, empty)
+    restored = _restores(target, backend, size, restores)
+    found["restore"] = dict(zip(("ours_s", "raw_s"), restored, strict=True))
+    found["threads"] = _listing(target, backend, empty, plan)
     found["queue"] = _queue(target, backend)
-    found["api_reviews"] = _api_reviews(target, found["queue"]["pending"])
+    found["api_reviews"] = _api_reviews(target, found["queue"]["pending"], repeats.requests)
     found["worker"] = _worker_start(target)
-    found["approve"] = _approvals(target, size)
+    found["approve"] = _approvals(target, size, repeats.commands)
     targets.drop(backend, name)
-    found["peer"] = _langgraph(targets, backend, size)
+    found["peer"] = _langgraph(targets, backend, size, restores)
     return found
 
 
-def _langgraph(targets: Targets, backend: str, size: int) -> dict[str, Any]:
+def _langgraph(targets: Targets, backend: str, size: int, restores: int) -> dict[str, Any]:
     """LangGraph's figures for the same threads, in a process of their own."""
     import scale_peer
 
@@ -715,9 +804,7 @@ def _langgraph(targets: Targets, backend: str, size: int) -> dict[str, Any]:
     log(f"{backend}, {size} threads: LangGraph")
     name = f"scale_peer_{backend}_{size}"
     target = targets.fresh(backend, name)
-    found = isolated(
-        scale_peer.run_peer, BUDGET_S, target=target, size=size, restores=min(RESTORES, size)
-    )
+    found = isolated(scale_peer.run_peer, BUDGET_S, target=target, size=size, restores=restores)
     targets.drop(backend, name)
     return found
 
@@ -756,6 +843,14 @@ def _peer(found: dict[str, Any], key: str) -> float:
     return float(found["peer"].get(key, NAN))
 
 
+def _creating_costs(writers: int) -> Callable[[dict[str, Any]], tuple[float, float, float]]:
+    def costs(found: dict[str, Any]) -> tuple[float, float, float]:
+        made = found[f"create_{writers}"]
+        return made["ours_s"], made["raw_s"], _peer(found, "create_s") if writers == 1 else NAN
+
+    return costs
+
+
 def figures(backend: str) -> list[Figure]:
     """The figures of one back end."""
     creating = [
@@ -763,11 +858,7 @@ def figures(backend: str) -> list[Figure]:
             f"creating N threads, {w} writer{'s' if w > 1 else ''}",
             "raw INSERT + COMMIT of the same rows, same commits and durability",
             "N",
-            lambda f, w=w: (
-                f[f"create_{w}"]["ours_s"],
-                f[f"create_{w}"]["raw_s"],
-                _peer(f, "create_s") if w == 1 else NAN,
-            ),
+            _creating_costs(w),
             _creating,
         )
         for w in WRITERS[backend]
@@ -942,29 +1033,47 @@ def render(
 def main(argv: list[str] | None = None) -> int:
     """Run every figure at ``--scale`` and ten times it; write the report and JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scale", type=int, default=DEFAULT_SCALE, help="the smaller N")
+    parser.add_argument(
+        "--scale",
+        type=int,
+        help=f"the smaller N (default {DEFAULT_SCALE}; --quick: {SMALLEST_SCALE})",
+    )
     parser.add_argument("--output", type=Path, default=OUTPUT, help="the Markdown to write")
     parser.add_argument("--json", type=Path, help="the JSON to write (default: beside it)")
     parser.add_argument("--no-postgres", action="store_true", help="SQLite only")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"for the test suite: N={SMALLEST_SCALE} by default, each measurement taken "
+        "once (restores 3 times), and one set of writer processes for every race",
+    )
     args = parser.parse_args(argv)
-    if args.scale < 2 * PAUSED_EVERY:  # two paused threads: one approval of each kind
-        parser.error(f"--scale must be at least {2 * PAUSED_EVERY}")
+    scale = args.scale or (SMALLEST_SCALE if args.quick else DEFAULT_SCALE)
+    if scale < SMALLEST_SCALE:
+        parser.error(f"--scale must be at least {SMALLEST_SCALE}")
     started = time.perf_counter()
     postgres = "skipped (--no-postgres)" if args.no_postgres else Postgres.start(durable=True)
     server = postgres if isinstance(postgres, Postgres) else None
     missing = "" if server else f"PostgreSQL not measured: {postgres}."
     workdir = Path(tempfile.mkdtemp(prefix="covonaut-scale-"))
     targets = Targets(workdir, server)
+    backends = ("sqlite", "postgresql") if server else ("sqlite",)
+    counts = tuple(sorted({w for backend in backends for w in WRITERS[backend]}))
+    plan = Plan(QUICK, Writers(counts), {}) if args.quick else Plan(FULL)
     results: dict[str, list[dict[str, Any]]] = {}
     try:
-        for backend in ("sqlite", "postgresql") if server else ("sqlite",):
+        for backend in backends:
             empty = targets.fresh(backend, f"scale_{backend}_empty")
             with closing(open_store(store_url(empty))) as store:
                 store.exists("create the tables")
-            sizes = (args.scale, GROWTH * args.scale)
-            results[backend] = [measure(targets, backend, size, store_url(empty)) for size in sizes]
+            results[backend] = [
+                measure(targets, plan, backend, size, store_url(empty))
+                for size in (scale, GROWTH * scale)
+            ]
         settings = server.settings() if server else ""
     finally:
+        if plan.shared is not None:
+            plan.shared.close()
         if server is not None:
             server.stop()
         shutil.rmtree(workdir, ignore_errors=True)
