@@ -14,6 +14,7 @@ import limits
 import mcp_calls
 import queue_lag
 import replay
+import scaling
 import single_thread
 import workers
 import writers
@@ -34,6 +35,7 @@ FIGURES = [
     streaming.run,  # 11
     tracing.run,  # 12
     mcp_calls.run,  # 13
+    scaling.run,  # 14
     diagnose.run,  # why the missed targets were missed
 ]
 
