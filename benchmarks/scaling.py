@@ -1,5 +1,5 @@
-"""Figure 14: a worker's choice of threads and SQLite's run leases, at two sizes ten
-times apart.
+"""Figure 14: a worker's choice of threads, SQLite's run leases and the listing of
+threads, at two sizes ten times apart.
 
 A worker's fold: a log of N threads, of which R are ready (input submitted, not yet
 taken), P are paused on a review and the rest finished, is folded into the worker's
@@ -12,10 +12,20 @@ every ready thread at each step, as workers did before.
 
 Leases: on a SQLite store, the run lease of each of N threads is taken and released,
 as every run does, and the lock files left beside the database are counted.
+
+Listing: a SQLite store of N threads of one turn each is listed with
+`Store.list_threads`: the first listing (which summarizes every thread), then every
+thread in one page, and a page of 100, each the median of 5, against a select of the head
+anchors (`SELECT originator_id, version, chain` of the head table, sqlite3, median of 5).
+On the command line, `covonaut-es threads --json --limit 3000` against the same command
+listing one thread: its start-up.
 """
 
 from __future__ import annotations
 
+import sqlite3
+import subprocess
+import sys
 import time
 import tracemalloc
 from collections.abc import Iterator
@@ -26,7 +36,14 @@ from typing import TYPE_CHECKING, Any
 from harness import BUDGET_S, Context, cli, isolated, log
 from report import MET, MISSED, Section, Table, Target, intro, seconds, size, times
 
-from covonaut_es import open_store
+from covonaut_es import (
+    Agent,
+    AgentConfig,
+    CheckpointSettings,
+    ProviderResponse,
+    ScriptedProvider,
+    open_store,
+)
 from covonaut_es.domain import AgentThread, PauseKind, RunMode, thread_aggregate_id
 from covonaut_es.domain._reviews import ReviewRequest
 from covonaut_es.domain._submissions import InputSubmitted
@@ -45,6 +62,8 @@ TOPIC = "covonaut_es.domain._thread:AgentThread"
 # the ready ones.
 FULL_FOLDS = ((2_000, 200, 200), (20_000, 200, 200), (20_000, 2_000, 200))
 QUICK_FOLDS = ((200, 20, 20), (2_000, 20, 20), (2_000, 200, 20))
+FULL_LISTINGS = (300, 3_000)
+QUICK_LISTINGS = (30, 300)
 FULL_LEASES = (200, 2_000)
 QUICK_LEASES = (20, 200)
 FLAT = 2.0
@@ -145,6 +164,56 @@ def run_leases(progress: Progress, path: str, threads: int) -> None:
     progress.update(lease_s=elapsed / threads, files=len(files))
 
 
+def run_listing(progress: Progress, path: str, threads: int) -> None:
+    """Write ``threads`` threads, then time listings against a select of the anchors."""
+    url = f"sqlite:///{path}"
+    with closing(open_store(url)) as store:
+        for index in range(threads):
+            config = AgentConfig(
+                provider=ScriptedProvider([ProviderResponse(content="done")]),
+                checkpoint=CheckpointSettings(store=store, thread_id=f"thread-{index}"),
+            )
+            Agent(config).run("go")
+    with closing(sqlite3.connect(path)) as database:
+        select_s = _median(
+            lambda: database.execute(
+                "SELECT originator_id, version, chain FROM stored_events_heads"
+            ).fetchall()
+        )
+    with closing(open_store(url)) as store:
+        started = time.perf_counter()
+        store.list_threads(limit=min(threads, 10_000))
+        first_s = time.perf_counter() - started
+        all_s = _median(lambda: store.list_threads(limit=min(threads, 10_000)))
+        page_s = _median(lambda: store.list_threads(limit=100))
+    command = [sys.executable, "-m", "covonaut_es", "threads", "--store", url, "--json"]
+    cli_s = {
+        limit: _median(lambda limit=limit: _quiet([*command, "--limit", str(limit)]))
+        for limit in (1, min(threads, 3_000))
+    }
+    progress.update(
+        select_s=select_s,
+        first_s=first_s,
+        all_s=all_s,
+        page_s=page_s,
+        cli_one_s=cli_s[1],
+        cli_all_s=cli_s[min(threads, 3_000)],
+    )
+
+
+def _median(measure: Any, repeats: int = 5) -> float:
+    times_s = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        measure()
+        times_s.append(time.perf_counter() - started)
+    return sorted(times_s)[len(times_s) // 2]
+
+
+def _quiet(command: list[str]) -> None:
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def _failed(found: dict[str, Any]) -> str | None:
     if "error" in found or "timed_out" in found:
         return str(found.get("error", "over the budget")).splitlines()[-1]
@@ -153,7 +222,7 @@ def _failed(found: dict[str, Any]) -> str | None:
 
 def run(ctx: Context) -> list[Section]:
     """Figure 14."""
-    section = Section("14. Workers and leases in proportion to their work", intro(__doc__))
+    section = Section("14. Workers, leases and listings in proportion to their work", intro(__doc__))
     folds = QUICK_FOLDS if ctx.quick else FULL_FOLDS
     table = Table(
         "a worker's fold of the log, and draining its ready threads",
@@ -229,6 +298,7 @@ def run(ctx: Context) -> list[Section]:
         left.append(found["files"])
         leases.rows.append([f"{threads:,}", seconds(found["lease_s"]), str(found["files"])])
     section.tables.append(leases)
+    section.tables.append(_listings(ctx, section))
     if len(left) == len(counts):
         section.targets.append(
             Target(
@@ -238,6 +308,80 @@ def run(ctx: Context) -> list[Section]:
             )
         )
     return [section]
+
+
+def _listings(ctx: Context, section: Section) -> Table:
+    """The listing's table and targets."""
+    table = Table(
+        "listing threads (SQLite)",
+        [
+            "threads",
+            "select of the anchors",
+            "first listing",
+            "every thread, one page",
+            "/ select",
+            "a page of 100",
+            "command line, 1 thread",
+            "command line, up to 3,000",
+        ],
+    )
+    found_by: dict[int, dict[str, Any]] = {}
+    for threads in QUICK_LISTINGS if ctx.quick else FULL_LISTINGS:
+        log(f"scaling: listing {threads} threads")
+        name = f"listing_{threads}"
+        found = isolated(run_listing, BUDGET_S, path=ctx.target("sqlite", name), threads=threads)
+        ctx.discard("sqlite", name)
+        reason = _failed(found)
+        if reason is not None:
+            table.notes.append(f"{threads} threads: failed: `{reason}`")
+            continue
+        found_by[threads] = found
+        table.rows.append(
+            [
+                f"{threads:,}",
+                seconds(found["select_s"]),
+                seconds(found["first_s"]),
+                seconds(found["all_s"]),
+                times(found["all_s"] / found["select_s"]),
+                seconds(found["page_s"]),
+                seconds(found["cli_one_s"]),
+                seconds(found["cli_all_s"]),
+            ]
+        )
+    table.notes.append(
+        "The first listing summarizes every thread (a load each); later ones load only the "
+        "threads written since, and read the summaries."
+    )
+    if found_by:
+        largest = found_by[max(found_by)]
+        share = largest["all_s"] / largest["select_s"]
+        section.targets.append(
+            Target(
+                "listing every thread costs at most 2x a select of the head anchors",
+                f"{times(share)} at {max(found_by):,} threads",
+                MET if share <= 2 else MISSED,
+            )
+        )
+        extra = largest["cli_all_s"] / largest["cli_one_s"]
+        section.targets.append(
+            Target(
+                "on the command line, listing 3,000 threads costs no more than the "
+                "command's start-up again",
+                f"{times(extra)} the start-up",
+                MET if extra <= 2 else MISSED,
+            )
+        )
+    if len(found_by) == 2:
+        small, large = sorted(found_by)
+        flat = found_by[large]["page_s"] / found_by[small]["page_s"]
+        section.targets.append(
+            Target(
+                "a page of 100 costs the same at ten times the threads",
+                f"{times(flat)}",
+                MET if flat <= FLAT else MISSED,
+            )
+        )
+    return table
 
 
 if __name__ == "__main__":

@@ -1,19 +1,19 @@
-"""Listing threads a page at a time: a summary per thread, kept in a table beside the
-head anchors and checked against them (ADR 0050).
+"""Listing threads a page at a time, from a summary per thread kept in a table of the
+store (ADR 0050).
 
-Each summary records the thread's version when it was made. A listing first finds the
-threads whose head anchor is at another version, or that have no summary (one scan of
-the head table, as cheap as selecting the anchors), makes their summaries again from
-the threads themselves, then reads one page of summaries in the order the threads were
-first listed, oldest first. Writers never touch the table, so a summary is never
-wrong, only late until the next listing; the cost of a listing is one scan of the
-anchors, the page, and a load per thread written since the last listing.
+Each summary records the log position it was made at. A listing first reads the log's
+thread events after the newest such position, and makes again the summary of each
+thread they name, from the thread itself (a thread begun since is listed after the
+others, in the order the threads began); then it reads one page of summaries in
+order. Writers never touch the table, so a summary is never wrong, only late until the
+next listing: a listing costs the events written since the last one, a load per thread
+they name, and the page, not the number of threads.
 
 A summary names its thread and its state, so an encrypted store seals it with the
-store's cipher. A summary that cannot be read (another writer spoiled it) is made
-again, like one that is out of date. Stores without head anchors (an in-memory store,
-an application of the caller's) and stores opened read-only list from the threads
-themselves, a page at a time.
+store's cipher. When a summary cannot be read (another writer spoiled the table) every
+summary is made again. Stores without the table (an in-memory store, an application of
+the caller's) and stores opened read-only list from the threads themselves, a page at
+a time.
 """
 
 from __future__ import annotations
@@ -34,7 +34,17 @@ from covonaut_es.store._records import StoredRecords
 from covonaut_es.store._stream_ids import KeyedEvents, stored_stream
 from covonaut_es.store._summaries import SummaryTable
 
-_FIRST_EVENTS = (AgentThread.Started, AgentThread.StartedFromState, AgentThread.Forked)
+_THREAD_EVENTS = tuple(
+    dict.fromkeys(
+        cls
+        for cls in vars(AgentThread).values()
+        if isinstance(cls, type)
+        and issubclass(cls, AgentThread.Event)
+        and cls is not AgentThread.Event
+    )
+)
+"""Every event type of a thread's stream: the log filtered by their topics names the
+threads written since a position."""
 
 MAX_PAGE = 10_000
 """The most threads one page lists."""
@@ -146,7 +156,7 @@ class ThreadListing:
         for _, stream, sealed in rows[:limit]:
             summary = self._opened(sealed)
             if summary is None:  # spoiled by another writer: made again
-                remade = self._row(self._domain(stream), 0)
+                remade = self._row(self._domain(stream), table.seen())
                 if remade is None:
                     continue
                 table.write([remade])
@@ -162,34 +172,28 @@ class ThreadListing:
         return self._table
 
     def _bring_up_to_date(self, table: SummaryTable) -> None:
-        """Summarize the threads begun since the newest listed, in log order, and make
-        again the summaries whose head anchor moved (or that have none to check)."""
-        begun = self._records.notifications(*_FIRST_EVENTS, after=table.last_first_event())
-        new: list[tuple[UUID, int, int, bytes]] = []
-        for notification in begun:
-            row = self._row(UUID(str(notification.originator_id)), notification.id)
-            if row is not None:
-                new.append(row)
-            if len(new) == MAX_PAGE:  # written as it goes: a first listing may be long
-                table.write(new)
-                new = []
-        table.write(new)
-        stale = table.out_of_date()
-        if stale is None:  # spoiled by another writer: every summary made again
+        """Make again the summaries of the threads written since the last listing (from
+        the log after the position it reached; a thread begun since is listed after the
+        others, in the order the threads began)."""
+        written: dict[UUID, None] = {}
+        position = table.seen()
+        if position > self._records.log_position():  # spoiled: it would hide new writes
             table.clear()
-            self._bring_up_to_date(table)
-            return
-        made, gone = [], []
-        for stored in stale:
-            row = self._row(self._domain(stored), 0)
-            if row is None:
-                gone.append(stored)
-            else:
+            position = 0
+        for notification in self._records.notifications(*_THREAD_EVENTS, after=position):
+            written[UUID(str(notification.originator_id))] = None
+            position = notification.id
+        made: list[tuple[UUID, int, int, bytes]] = []
+        for stream in written:
+            row = self._row(stream, position)
+            if row is not None:
                 made.append(row)
+            if len(made) == MAX_PAGE:  # written as it goes: a first listing may be long
+                table.write(made)
+                made = []
         table.write(made)
-        table.forget(gone)
 
-    def _row(self, stream: UUID, first_event: int) -> tuple[UUID, int, int, bytes] | None:
+    def _row(self, stream: UUID, seen: int) -> tuple[UUID, int, int, bytes] | None:
         """The sealed summary of the thread with domain stream id ``stream``, under the
         id the store keeps it by; None when no thread has that stream."""
         summary = self._summary(stream)
@@ -198,7 +202,7 @@ class ThreadListing:
         cipher = self._app.mapper.cipher
         encoded = msgspec.msgpack.encode(summary)
         sealed = encoded if cipher is None else cipher.encrypt(encoded)
-        return stored_stream(self._app.recorder, stream), summary.version, first_event, sealed
+        return stored_stream(self._app.recorder, stream), summary.version, seen, sealed
 
     def _summary(self, stream: UUID) -> ThreadSummary | None:
         first = self._records.first_event(stream)

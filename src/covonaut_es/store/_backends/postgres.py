@@ -369,12 +369,12 @@ class _PostgresBackend(RecorderAnchors):
             f"SELECT pg_advisory_xact_lock(hashtext({_literal(f'{schema}.{name}')}))",
             f"CREATE TABLE IF NOT EXISTS {table} (position BIGINT GENERATED ALWAYS AS "
             "IDENTITY PRIMARY KEY, originator_id uuid NOT NULL UNIQUE, "
-            "version BIGINT NOT NULL, first_event BIGINT NOT NULL, summary BYTEA NOT NULL)",
+            "version BIGINT NOT NULL, seen BIGINT NOT NULL, summary BYTEA NOT NULL)",
+            f'CREATE INDEX IF NOT EXISTS "{name}_seen" ON {table} (seen)',
         )
         return SQLSummaries(
             recorder.datastore,
             lambda: recorder.datastore.transaction(commit=True),
-            heads=f'"{schema}"."{heads_table(recorder)}"',
             table=table,
             create=create,
             placeholder="%s",

@@ -311,12 +311,12 @@ class _SQLiteBackend(RecorderAnchors):
         create = (
             f"CREATE TABLE IF NOT EXISTS {table} (position INTEGER PRIMARY KEY, "
             "originator_id TEXT NOT NULL UNIQUE, version INTEGER NOT NULL, "
-            "first_event INTEGER NOT NULL, summary BLOB NOT NULL)",
+            "seen INTEGER NOT NULL, summary BLOB NOT NULL)",
+            f"CREATE INDEX IF NOT EXISTS {table}_seen ON {table} (seen)",
         )
         return SQLSummaries(
             recorder.datastore,
             recorder.writer.transaction,
-            heads=heads_table(recorder),
             table=table,
             create=create,
             placeholder="?",
