@@ -15,8 +15,9 @@ as every run does, and the lock files left beside the database are counted.
 
 Listing: a SQLite store of N threads of one turn each is listed with
 `Store.list_threads`: the first listing (which summarizes every thread), then every
-thread in one page, and a page of 100 (10 with `--quick`), each the median of 5, against a select of the head
-anchors (`SELECT originator_id, version, chain` of the head table, sqlite3, median of 5).
+thread in one page, and a page of 100 (10 with `--quick`), each the median of 5,
+against a select of the head anchors (`SELECT originator_id, version, chain` of the
+head table, sqlite3, median of 5).
 On the command line, `covonaut-es threads --json --limit 3000` against the same command
 listing one thread: its start-up.
 """
