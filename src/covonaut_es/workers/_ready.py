@@ -10,7 +10,8 @@ outstanding.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections import deque
+from collections.abc import Callable, Iterator
 from typing import Any
 from uuid import UUID
 
@@ -100,14 +101,23 @@ class ReadyThreads:
     def __init__(self, name_of: Callable[[UUID], str | None]) -> None:
         self._name_of = name_of
         self._threads: dict[UUID, _Summary] = {}
-        self._ready: dict[UUID, None] = {}  # in the order threads became ready
+        # The threads ready, each with the number of its entry in the queue of the order
+        # they became ready; an entry is stale once its thread left (or came again).
+        # Not a dict alone: one emptied from its front keeps its holes, so each walk
+        # from the front would pass over every thread already stepped.
+        self._ready: dict[UUID, int] = {}
+        self._order: deque[tuple[UUID, int]] = deque()
+        self._entries = 0
         self._applied = 0
 
     @property
-    def ready(self) -> Iterable[UUID]:
+    def ready(self) -> Iterator[UUID]:
         """The stream ids of the threads that look ready, in the order they became
-        ready (a live view)."""
-        return self._ready.keys()
+        ready. Costs the threads walked past, and the stale entries among them."""
+        order, ready = self._order, self._ready
+        while order and ready.get(order[0][0]) != order[0][1]:
+            order.popleft()  # a thread stepped, or changed, since
+        return (stream for stream, entry in order if ready.get(stream) == entry)
 
     def __len__(self) -> int:
         """How many threads are kept."""
@@ -147,7 +157,8 @@ class ReadyThreads:
             summary.thread_id = self._name_of(stream)
             if summary.thread_id is None:
                 del self._threads[stream]
-                self._ready.pop(stream, None)
+                if self._ready.pop(stream, None) is not None:
+                    self._compact()
         return summary.thread_id
 
     def park(self, stream: UUID, seen: int) -> None:
@@ -160,11 +171,23 @@ class ReadyThreads:
 
     def _update(self, stream: UUID, summary: _Summary) -> None:
         if summary.ready():
-            self._ready.setdefault(stream)
+            if stream not in self._ready:
+                self._entries += 1
+                self._ready[stream] = self._entries
+                self._order.append((stream, self._entries))
             return
-        self._ready.pop(stream, None)
+        if self._ready.pop(stream, None) is not None:
+            self._compact()
         if summary.at_rest():
             del self._threads[stream]
+
+    def _compact(self) -> None:
+        """Drop the stale entries of the queue once they outnumber the live ones: each
+        entry is copied at most once for every entry that went stale, so the queue
+        keeps memory and walks in proportion to the threads ready."""
+        if len(self._order) > 2 * len(self._ready) + 64:
+            ready = self._ready
+            self._order = deque((s, e) for s, e in self._order if ready.get(s) == e)
 
 
 def _fold(summary: _Summary, event: Any) -> None:
