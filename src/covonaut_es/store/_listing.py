@@ -32,7 +32,7 @@ from covonaut_es.store._read_only import WriteGuard
 from covonaut_es.store._reader import ThreadReader
 from covonaut_es.store._records import StoredRecords
 from covonaut_es.store._stream_ids import KeyedEvents, stored_stream
-from covonaut_es.store._summaries import SummaryTable
+from covonaut_es.store._summaries import SummaryTable, stream_in
 
 _THREAD_EVENTS = tuple(
     dict.fromkeys(
@@ -156,7 +156,11 @@ class ThreadListing:
         for _, stream, sealed in rows[:limit]:
             summary = self._opened(sealed)
             if summary is None:  # spoiled by another writer: made again
-                remade = self._row(self._domain(stream), table.seen())
+                stored = stream_in(stream)
+                if stored is None:  # which thread it was is lost: every one made again
+                    table.clear()
+                    return self.page(after=after, limit=limit)
+                remade = self._row(self._domain(stored), table.seen())
                 if remade is None:
                     continue
                 table.write([remade])

@@ -5,7 +5,7 @@ and :mod:`covonaut_es.store._listing` decides what goes in it."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 from uuid import UUID
 
@@ -30,9 +30,10 @@ class SummaryTable(ABC):
         """Remove every summary."""
 
     @abstractmethod
-    def page(self, after: int, limit: int) -> list[tuple[int, UUID, bytes]] | None:
-        """Up to ``limit`` ``(position, stream, summary)`` after ``position``, in order;
-        None when a row's values cannot be read (another writer spoiled them)."""
+    def page(self, after: int, limit: int) -> list[tuple[int, Any, bytes]] | None:
+        """Up to ``limit`` ``(position, stream, summary)`` after ``position``, in order,
+        the stream id as stored (read it with :func:`stream_in` where needed); None when
+        a position or summary cannot be read (another writer spoiled them)."""
 
 
 class SQLSummaries(SummaryTable):
@@ -99,7 +100,7 @@ class SQLSummaries(SummaryTable):
         with self._writing() as cursor:
             cursor.execute(f"DELETE FROM {self._table}")
 
-    def page(self, after: int, limit: int) -> list[tuple[int, UUID, bytes]] | None:
+    def page(self, after: int, limit: int) -> list[tuple[int, Any, bytes]] | None:
         self._ensure()
         p = self._p
         with self._datastore.transaction(commit=False) as cursor:
@@ -109,18 +110,16 @@ class SQLSummaries(SummaryTable):
                 (after, limit),
             )
             rows = cursor.fetchall()
-        found = []
-        for row in rows:
-            position = column(row, 0, "position")
-            stream = _stream(column(row, 1, "originator_id"))
-            summary = column(row, 2, "summary")
-            if type(position) is not int or stream is None or not isinstance(summary, bytes):
+        if rows and isinstance(rows[0], Mapping):  # PostgreSQL's rows
+            rows = [(r["position"], r["originator_id"], r["summary"]) for r in rows]
+        found: list[tuple[int, Any, bytes]] = rows
+        for position, _, summary in found:
+            if type(position) is not int or not isinstance(summary, bytes):
                 return None
-            found.append((position, stream, bytes(summary)))
         return found
 
 
-def _stream(value: Any) -> UUID | None:
+def stream_in(value: Any) -> UUID | None:
     """A stream id read from the table; None when another writer spoiled it."""
     if isinstance(value, UUID):
         return value
