@@ -17,7 +17,7 @@ as every run does, and the lock files left beside the database are counted.
 
 Listing: a SQLite store of N threads of one turn each is listed with
 `Store.list_threads`: the first listing (which summarizes every thread), then every
-thread in one page, and a page of 100 (10 with `--quick`), each the median of 5,
+thread in one page, and a page of 100 (5 with `--quick`), each the median of 5,
 against a select of the head anchors (`SELECT originator_id, version, chain` of the
 head table, sqlite3, median of 5). On the command line, `covonaut-es threads --json
 --limit 3000` against the same command listing one thread: its start-up. Listings are
@@ -67,9 +67,9 @@ TOPIC = "covonaut_es.domain._thread:AgentThread"
 FULL_FOLDS = ((2_000, 200, 200), (20_000, 200, 200), (20_000, 2_000, 200))
 QUICK_FOLDS = ((200, 20, 20), (2_000, 20, 20), (2_000, 200, 20))
 FULL_LISTINGS = (300, 3_000)
-QUICK_LISTINGS = (30, 300)
+QUICK_LISTINGS = (10, 100)
 PAGE = 100
-QUICK_PAGE = 10
+QUICK_PAGE = 5
 FULL_LEASES = (200, 2_000)
 QUICK_LEASES = (20, 200)
 REPEATS = 3
@@ -172,7 +172,7 @@ def run_leases(progress: Progress, path: str, threads: int) -> None:
     progress.update(lease_s=elapsed / threads, files=len(files))
 
 
-def run_listing(progress: Progress, path: str, threads: int, page: int) -> None:
+def run_listing(progress: Progress, path: str, threads: int, page: int, repeats: int) -> None:
     """Write ``threads`` threads, then time listings against a select of the anchors."""
     url = f"sqlite:///{path}"
     with closing(open_store(url)) as store:
@@ -197,7 +197,9 @@ def run_listing(progress: Progress, path: str, threads: int, page: int) -> None:
     command = [sys.executable, "-m", "covonaut_es", "threads", "--store", url, "--json"]
     cli_s = {
         limit: _median(
-            lambda limit=limit: _quiet([*command, "--limit", str(limit)]), clock=_children_cpu
+            lambda limit=limit: _quiet([*command, "--limit", str(limit)]),
+            repeats,
+            clock=_children_cpu,
         )
         for limit in (1, min(threads, 3_000))
     }
@@ -353,6 +355,7 @@ def _listings(ctx: Context, section: Section) -> Table:
             path=ctx.target("sqlite", name),
             threads=threads,
             page=QUICK_PAGE if ctx.quick else PAGE,
+            repeats=1 if ctx.quick else 5,
         )
         ctx.discard("sqlite", name)
         reason = _failed(found)
