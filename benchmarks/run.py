@@ -15,6 +15,7 @@ import mcp_calls
 import queue_lag
 import queue_scale
 import replay
+import scaling
 import single_thread
 import workers
 import writers
@@ -36,6 +37,7 @@ FIGURES = [
     tracing.run,  # 12
     mcp_calls.run,  # 13
     queue_scale.run,  # 14
+    scaling.run,  # 15
     diagnose.run,  # why the missed targets were missed
 ]
 

@@ -35,7 +35,7 @@ def test_quick_benchmarks_run_and_write_every_figure(tmp_path: Path) -> None:
     report = output.read_text()
     assert "## Targets" in report
     assert "## Machine" in report
-    for figure in (*range(1, 9), 12):
+    for figure in (*range(1, 9), 12, 14):
         assert f"\n## {figure}. " in report, f"figure {figure} is missing"
     separators = [line for line in report.splitlines() if line.startswith("| --- |")]
     assert len(separators) >= 10, "expected the figures' tables"

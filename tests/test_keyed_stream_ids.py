@@ -178,7 +178,7 @@ def summary(store: Store, cipher_key: str | None) -> dict[str, Any]:
     queue = ReviewQueue(store.url, cipher_key=cipher_key)
     with queue.follow():
         queue.wait_until_current(store)
-    ready = ReadyThreads()
+    ready = ReadyThreads(store._records.thread_id_of)
     for notification in store._records.notifications(*TRACKED, after=0):
         ready.apply(store._records.mapper.to_domain_event(notification))
     return {
@@ -191,7 +191,7 @@ def summary(store: Store, cipher_key: str | None) -> dict[str, Any]:
         "forks": sorted((f.thread_id, f.parent) for f in store.forks()),
         "parents": {t: store.parent(t) for t in threads},
         "queue": sorted((i.thread_id, i.item_id) for i in queue.pending()),
-        "ready": sorted(ready.ready),
+        "ready": sorted(str(ready.thread_id(stream)) for stream in list(ready.ready)),
         "state": store.read_state("k"),
         "checked": check_store(store).ok,
     }

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
@@ -17,16 +18,30 @@ from covonaut_es.cli._options import add_store_command, open_from, read_thread
 from covonaut_es.cli._output import print_json
 from covonaut_es.domain import Pause, PendingToolCall, ThreadState, ThreadStatus
 from covonaut_es.errors import CovonautError
-from covonaut_es.store import Store
+from covonaut_es.store import Store, ThreadSummary
+from covonaut_es.store._listing import MAX_PAGE
 
 
 def add_thread_commands(subcommands: Subcommands) -> None:
     """Declare ``threads``, ``show``, ``history`` and ``replay``."""
-    add_store_command(
+    parser = add_store_command(
         subcommands,
         "threads",
         threads,
         help_="list threads with status, turns, activity, pending pauses and whom they wait for",
+    )
+    parser.add_argument(
+        "--limit",
+        type=int,
+        default=DEFAULT_LIMIT,
+        metavar="N",
+        help=f"list at most N threads, 1 to {MAX_PAGE} (default {DEFAULT_LIMIT})",
+    )
+    parser.add_argument(
+        "--after",
+        type=int,
+        metavar="POSITION",
+        help="list the threads after this position: the one the previous page printed",
     )
     add_store_command(
         subcommands, "show", show, help_="show a thread's current state"
@@ -43,24 +58,29 @@ def add_thread_commands(subcommands: Subcommands) -> None:
     )
 
 
+DEFAULT_LIMIT = 1000
+"""How many threads ``threads`` lists unless told."""
+
+
 def threads(args: argparse.Namespace) -> int:
-    """``threads``: one row per thread."""
+    """``threads``: one row per thread, a page at a time; the position to pass as
+    ``--after`` for the next page goes to standard error."""
     with open_from(args) as store:
-        rows = []
-        for thread_id in store.thread_ids():
-            state = store.state_at(thread_id)
-            last = store.history(thread_id)[-1].timestamp
-            rows.append(
-                {
-                    "thread_id": thread_id,
-                    "status": shown_status(state),
-                    "turns": state.turn,
-                    "last_activity": utc(last),
-                    "pending_reviews": len(awaiting_a_person(state)),
-                    "waiting_for": shown_waiting_for(state),
-                }
-            )
+        page = store.list_threads(after=args.after, limit=args.limit)
+    rows = [
+        {
+            "thread_id": summary.thread_id,
+            "status": shown_status(summary),
+            "turns": summary.turn,
+            "last_activity": utc(summary.last_activity),
+            "pending_reviews": summary.unresolved_pauses,
+            "waiting_for": shown_waiting_for(summary),
+        }
+        for summary in page.threads
+    ]
     emit_records(args, rows, _thread_row, _THREAD_COLUMNS)
+    if page.next_after is not None:
+        print(f"more threads: --after {page.next_after}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -71,7 +91,7 @@ def _thread_row(record: dict[str, Any]) -> dict[str, Any]:
     return {**record, "thread": record["thread_id"]}
 
 
-def shown_status(state: ThreadState) -> str:
+def shown_status(state: ThreadState | ThreadSummary) -> str:
     """The thread's status as the commands show it. A fork taken in the middle of a run
     inherits that run's ``running``, but no process runs it: nothing has run on it since
     it branched, which is what ``idle`` means."""
@@ -141,7 +161,7 @@ def awaiting_a_person(state: ThreadState) -> tuple[Pause, ...]:
 _WAITING_FOR = {"person": "person", "runner": "worker", "": ""}
 
 
-def shown_waiting_for(state: ThreadState) -> str:
+def shown_waiting_for(state: ThreadState | ThreadSummary) -> str:
     """Whom the thread waits for, as the commands show it: ``person`` while a pause
     awaits one, ``worker`` when a runner can take it on (every pause resolved, or a
     failed run to be tried again), else nobody (``""``); nobody for a thread given up,

@@ -34,6 +34,8 @@ Its modules (ADR 0028):
 - ``_tracking``: what the projections' views extend to be tracking recorders, from
   the back ends' ``_eventsourcing`` (the store's uses of eventsourcing's private names
   outside the recorders).
+- ``_listing`` (with ``_summaries``, the back ends' table of summaries): threads
+  listed a page at a time, from summaries checked against the head anchors.
 - ``_heads``: head anchors and lease fences, as the back ends write and check them.
 - ``_mapper`` (with ``_zstd``): the msgspec mapper; ``_audit``: replay and verify.
 """
@@ -41,6 +43,7 @@ Its modules (ADR 0028):
 from covonaut_es.store._application import AgentApplication
 from covonaut_es.store._audit import AuditEntry, AuditFinding, AuditReport
 from covonaut_es.store._leases import CallRunning, Lease, WorkerRecord
+from covonaut_es.store._listing import ThreadPage, ThreadSummary
 from covonaut_es.store._open import create_cipher_key, open_store
 from covonaut_es.store._states import FileStateStore, MemoryStateStore, StateStore
 from covonaut_es.store._store import Store
@@ -56,6 +59,8 @@ __all__ = [
     "MemoryStateStore",
     "StateStore",
     "Store",
+    "ThreadPage",
+    "ThreadSummary",
     "WorkerRecord",
     "create_cipher_key",
     "open_store",

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from covonaut_es.store._leases import LeaseBackend
     from covonaut_es.store._settings_tables import SettingsTable
     from covonaut_es.store._snapshot_cache import SnapshotCache
+    from covonaut_es.store._summaries import SummaryTable
 
 POLL_INTERVAL = 0.05
 """Seconds between polls of a back end that cannot notify (SQLite): the added lag of its
@@ -86,6 +87,10 @@ class Backend(Protocol):
         self, factory: InfrastructureFactory[Any], recorder: ApplicationRecorder, holder: str
     ) -> LeaseBackend:
         """The run leases of the database (ADR 0016)."""
+
+    def summary_table(self, recorder: ApplicationRecorder) -> SummaryTable | None:
+        """The table of thread summaries beside ``recorder``'s head anchors (ADR 0050);
+        None where it keeps no head anchors."""
 
 
 def backend_for_env(env: Mapping[str, str]) -> Backend:

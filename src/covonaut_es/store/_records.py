@@ -87,6 +87,18 @@ class StoredRecords:
         first = next(iter(self._app.events.get(thread_aggregate_id(thread_id), limit=1)), None)
         return first if isinstance(first, AgentThread.Forked) else None
 
+    def first_event(self, stream: UUID) -> AgentThread.Started | AgentThread.Forked | None:
+        """The event that began the thread whose stream id is ``stream`` (one indexed
+        read); None when no thread has that stream."""
+        first = next(iter(self._app.events.get(stream, limit=1)), None)
+        return first if isinstance(first, AgentThread.Started | AgentThread.Forked) else None
+
+    def thread_id_of(self, stream: UUID) -> str | None:
+        """The id of the thread whose stream id is ``stream`` (its first event names
+        it); None when no thread has that stream."""
+        first = self.first_event(stream)
+        return None if first is None else first.thread_id
+
     def stored_records(self, thread_id: str) -> tuple[StoredEvent, ...]:
         """The thread's records exactly as the database holds them, a fork's inherited
         ones first. For audits; nothing is decoded."""

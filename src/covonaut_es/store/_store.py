@@ -44,6 +44,7 @@ from covonaut_es.store._backend import backend_of
 from covonaut_es.store._forks import Forks
 from covonaut_es.store._leases import Lease, WorkerRecord
 from covonaut_es.store._leasing import Leasing
+from covonaut_es.store._listing import ThreadListing, ThreadPage
 from covonaut_es.store._positions import LogPositions
 from covonaut_es.store._read_only import WriteGuard
 from covonaut_es.store._reader import ThreadReader
@@ -96,6 +97,7 @@ class Store(Closing):
         self._forks = Forks(app, backend, self._records, self._reader, self._writer, guard, clock)
         self._submissions = Submissions(app)
         self._states = StoredStates(app, guard)
+        self._listing = ThreadListing(app, backend, self._records, self._reader, guard)
         self._positions = LogPositions(app, guard)
 
     @classmethod
@@ -190,6 +192,22 @@ class Store(Closing):
     def thread_ids(self) -> Iterator[str]:
         """The ids of all threads, forks included, in creation order."""
         return self._reader.thread_ids()
+
+    def list_threads(self, *, after: int | None = None, limit: int = 1000) -> ThreadPage:
+        """One page of the store's threads, forks included, each summarized (status,
+        turns, first and last activity, pauses awaiting a person, whom it waits for),
+        in the order the store first listed them (creation order, for threads written
+        between listings). The first listing after writes loads each thread written
+        since; otherwise a page costs one scan of the head anchors and the page.
+
+        Args:
+            after: The ``next_after`` of the previous page; None for the first page.
+            limit: The most threads on the page, 1 to 10,000.
+
+        Raises:
+            ConfigurationError: ``limit`` or ``after`` is not allowed.
+        """
+        return self._listing.page(after=after, limit=limit)
 
     def checkpoints(self, thread_id: str) -> tuple[Checkpoint, ...]:
         """The thread's retained checkpoints, oldest first."""

@@ -3,16 +3,21 @@
 :class:`ReadyThreads` keeps a small summary per thread from the few event types that
 change whether it can run (:data:`TRACKED`), and the set of threads that look ready.
 It only chooses which threads to look at: the worker decides what to do from the
-thread itself, loaded under its lease.
+thread itself, loaded under its lease. Threads are kept by stream id; a summary is
+dropped once the thread is at rest, so memory follows the threads with work
+outstanding.
 """
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Callable, Iterator
 from typing import Any
+from uuid import UUID
 
 import attrs
 
-from covonaut_es.domain import AgentThread
+from covonaut_es.domain import AgentThread, thread_aggregate_id
 from covonaut_es.domain._submissions import InputSubmitted, InputTaken
 
 TRACKED: tuple[type, ...] = (
@@ -54,13 +59,13 @@ IDLE, RUNNING, PAUSED, ENDED, ABANDONED, UNKNOWN, PARKED = (
 
 @attrs.define
 class _Summary:
+    thread_id: str | None = None  # None until an event or a lookup names the thread
     status: str = IDLE
     paused_on: set[str] = attrs.Factory(set)  # calls of pauses no person dealt with yet
     reviewed_calls: dict[str, str] = attrs.Factory(dict)  # review id -> the call it holds
     retry_asked: bool = False  # a person asked for the failed run to be tried again
-    submitted: int = 0
-    taken: int = 0
-    seen: int = 0  # events applied: a step may park the thread only if none came since
+    inputs: int = 0  # submitted and not yet taken
+    seen: int = 0  # the last event applied: a step may park the thread only if none came since
 
     def ready(self) -> bool:
         if self.status in (ABANDONED, PARKED):
@@ -69,61 +74,130 @@ class _Summary:
             return True  # its runner may have died, or the log alone cannot tell
         if self.status == PAUSED:
             return not self.paused_on
-        return self.retry_asked or self.submitted > self.taken
+        return self.retry_asked or self.inputs > 0
+
+    def at_rest(self) -> bool:
+        """Whether the summary folds every later event exactly as a new one does: it
+        can be forgotten, and made again at the thread's next event."""
+        return self.status in (IDLE, ENDED) and not (
+            self.paused_on or self.reviewed_calls or self.retry_asked or self.inputs
+        )
 
 
 class ReadyThreads:
-    """Per-thread summaries of the log and the threads that look ready."""
+    """Per-thread summaries of the log and the threads that look ready.
 
-    def __init__(self) -> None:
-        self._names: dict[Any, str] = {}  # aggregate id -> thread id
-        self._threads: dict[str, _Summary] = {}
-        self.ready: set[str] = set()
+    Only the threads with something outstanding are kept (ready, running, waiting for
+    a person, parked, given up): a thread whose runs all ended and that holds no input
+    is forgotten, since a new summary folds its next event the same way. Memory
+    follows the threads with work outstanding, not every thread the log names.
+
+    Args:
+        name_of: The thread id of a stream id; asked only for a thread that became
+            ready at an event that does not name it (once its summary was forgotten).
+            None when no thread has that stream.
+    """
+
+    def __init__(self, name_of: Callable[[UUID], str | None]) -> None:
+        self._name_of = name_of
+        self._threads: dict[UUID, _Summary] = {}
+        # The threads ready, each with the number of its entry in the queue of the order
+        # they became ready; an entry is stale once its thread left (or came again).
+        # Not a dict alone: one emptied from its front keeps its holes, so each walk
+        # from the front would pass over every thread already stepped.
+        self._ready: dict[UUID, int] = {}
+        self._order: deque[tuple[UUID, int]] = deque()
+        self._entries = 0
+        self._applied = 0
+
+    @property
+    def ready(self) -> Iterator[UUID]:
+        """The stream ids of the threads that look ready, in the order they became
+        ready. Costs the threads walked past, and the stale entries among them."""
+        order, ready = self._order, self._ready
+        while order and ready.get(order[0][0]) != order[0][1]:
+            order.popleft()  # a thread stepped, or changed, since
+        return (stream for stream, entry in order if ready.get(stream) == entry)
+
+    def __len__(self) -> int:
+        """How many threads are kept."""
+        return len(self._threads)
 
     def apply(self, event: Any) -> None:
         """Fold one event of a :data:`TRACKED` type."""
-        if isinstance(event, InputSubmitted | InputTaken):
-            thread_id = event.thread_id
-        elif isinstance(event, AgentThread.Started | AgentThread.Forked):
-            thread_id = self._names[event.originator_id] = event.thread_id
+        name: str | None = None
+        if isinstance(event, InputSubmitted | InputTaken):  # the submissions' stream
+            name, stream = event.thread_id, thread_aggregate_id(event.thread_id)
         else:
-            found = self._names.get(event.originator_id)
-            if found is None:
-                return  # a thread whose first event this worker did not see
-            thread_id = found
-        summary = self._threads.setdefault(thread_id, _Summary())
+            stream = event.originator_id
+            if isinstance(event, AgentThread.Started | AgentThread.Forked):
+                name = event.thread_id  # the domain checked it names the stream
+        summary = self._threads.get(stream)
+        if summary is None:
+            summary = self._threads[stream] = _Summary()
+        if name is not None:
+            summary.thread_id = name
         _fold(summary, event)
-        summary.seen += 1
-        self._update(thread_id, summary)
+        self._applied += 1
+        summary.seen = self._applied
+        self._update(stream, summary)
 
-    def seen(self, thread_id: str) -> int:
-        """How many of the thread's events were applied."""
-        summary = self._threads.get(thread_id)
+    def seen(self, stream: UUID) -> int:
+        """The last event applied to the thread (0: none is kept)."""
+        summary = self._threads.get(stream)
         return summary.seen if summary else 0
 
-    def park(self, thread_id: str, seen: int) -> None:
+    def thread_id(self, stream: UUID) -> str | None:
+        """The thread id of a ready stream; None when no thread has it (it is
+        forgotten)."""
+        summary = self._threads.get(stream)
+        if summary is None:
+            return None
+        if summary.thread_id is None:
+            summary.thread_id = self._name_of(stream)
+            if summary.thread_id is None:
+                del self._threads[stream]
+                if self._ready.pop(stream, None) is not None:
+                    self._compact()
+        return summary.thread_id
+
+    def park(self, stream: UUID, seen: int) -> None:
         """Stop looking at a thread with nothing to run until its next event, unless
         an event came after ``seen``."""
-        summary = self._threads.get(thread_id)
+        summary = self._threads.get(stream)
         if summary is not None and summary.seen == seen:
             summary.status = PARKED
-            self._update(thread_id, summary)
+            self._update(stream, summary)
 
-    def _update(self, thread_id: str, summary: _Summary) -> None:
+    def _update(self, stream: UUID, summary: _Summary) -> None:
         if summary.ready():
-            self.ready.add(thread_id)
-        else:
-            self.ready.discard(thread_id)
+            if stream not in self._ready:
+                self._entries += 1
+                self._ready[stream] = self._entries
+                self._order.append((stream, self._entries))
+            return
+        if self._ready.pop(stream, None) is not None:
+            self._compact()
+        if summary.at_rest():
+            del self._threads[stream]
+
+    def _compact(self) -> None:
+        """Drop the stale entries of the queue once they outnumber the live ones: each
+        entry is copied at most once for every entry that went stale, so the queue
+        keeps memory and walks in proportion to the threads ready."""
+        if len(self._order) > 2 * len(self._ready) + 64:
+            ready = self._ready
+            self._order = deque((s, e) for s, e in self._order if ready.get(s) == e)
 
 
 def _fold(summary: _Summary, event: Any) -> None:
     match event:
         case InputSubmitted():
-            summary.submitted += 1
+            summary.inputs += 1
             if summary.status == PARKED:
                 summary.status = UNKNOWN
         case InputTaken():
-            summary.taken += 1
+            summary.inputs -= 1
             summary.status = RUNNING  # its run starts next, or its runner died first
         case AgentThread.StartedFromState() | AgentThread.Forked():
             summary.status = UNKNOWN

@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from datetime import datetime, timedelta
+from uuid import UUID
 
 import attrs
 
@@ -29,16 +30,13 @@ from covonaut_es.service import ThreadService
 from covonaut_es.store import Store
 from covonaut_es.store._backend import POLL_INTERVAL
 from covonaut_es.store._leases import HEARTBEAT_INTERVAL, WorkerRecord, now_record
+from covonaut_es.workers._candidates import Candidates
 from covonaut_es.workers._deadlines import DEADLINE_TRACKED, ReviewDeadlines
 from covonaut_es.workers._notices import NoticeSender, ReviewNotifier
 from covonaut_es.workers._ready import TRACKED, ReadyThreads
 from covonaut_es.workers._step import Action, pause_in_doubt, step
 
 logger = _logs.logger("covonaut_es.workers")
-
-BUSY_RETRY = 1.0
-"""Seconds before a worker looks again at a thread another runner held: if that runner
-died, the thread is taken over then."""
 
 _FOLLOWED = tuple(dict.fromkeys((*TRACKED, *DEADLINE_TRACKED)))
 _READY_TYPES, _DEADLINE_TYPES = frozenset(TRACKED), frozenset(DEADLINE_TRACKED)
@@ -124,7 +122,8 @@ class Worker(Closing):
         )
         self._stopping = threading.Event()
         self._changed = threading.Event()
-        self._ready = ReadyThreads()
+        self._ready = ReadyThreads(store._records.thread_id_of)
+        self._candidates = Candidates(self._ready)
         self._deadlines = ReviewDeadlines()
         self.notice_lead = notice_lead
         self._clock = clock or store.clock
@@ -184,56 +183,34 @@ class Worker(Closing):
             logger.info("worker %s: stopped", self.worker_id)
 
     def _loop(self, pool: ThreadPoolExecutor, *, once: bool) -> None:
-        running: dict[Future[Action | None], tuple[str, int]] = {}
-        # Threads another runner held: looked at again after a while, or at their next event.
-        busy: dict[str, tuple[float, int]] = {}
+        running: dict[Future[Action | None], tuple[UUID, str]] = {}
         while not self._stopping.is_set():
             self._follow()
             if self._sweep():
                 continue  # the expired threads are ready: follow their events first
-            now = time.monotonic()
-            taken = {thread_id for thread_id, _ in running.values()}
-            candidates = [
-                t
-                for t in self._ready.ready
-                if t not in taken and not self._waiting(busy.get(t), t, now, once=once)
-            ]
-            if once and not candidates and not running:
+            chosen = self._candidates.next(
+                self.concurrency - len(running), time.monotonic(), once=once
+            )
+            if once and not chosen and not running:
                 return
-            for thread_id in candidates[: self.concurrency - len(running)]:
-                seen = self._ready.seen(thread_id)
-                running[pool.submit(self._step, thread_id)] = (thread_id, seen)
+            for stream in chosen:
+                thread_id = self._ready.thread_id(stream)
+                if thread_id is not None:  # else no thread has the stream: forgotten
+                    self._candidates.started(stream)
+                    running[pool.submit(self._step, thread_id)] = (stream, thread_id)
             if not running:  # wait() returns at once on no futures
                 self._stopping.wait(self.poll_interval)
                 continue
             done, _ = wait(running, timeout=self.poll_interval, return_when=FIRST_COMPLETED)
             for future in done:
-                thread_id, seen = running.pop(future)
-                action = future.result()
-                busy.pop(thread_id, None)
-                if action is None:
-                    busy[thread_id] = (time.monotonic() + BUSY_RETRY, seen)
-                elif action is Action.NOTHING:
-                    self._ready.park(thread_id, seen)
-                elif action is Action.FAILED:
+                (stream, thread_id), action = running.pop(future), future.result()
+                self._candidates.finished(stream, action, time.monotonic())
+                if action is Action.FAILED:
                     self._failed.append(thread_id)
-                    self._ready.park(thread_id, seen)
-                else:
+                elif action not in (None, Action.NOTHING):
                     self._steps += 1
         for future in list(running):  # stopping: finish the steps under way
             future.result()
-
-    def _waiting(
-        self, busy: tuple[float, int] | None, thread_id: str, now: float, *, once: bool
-    ) -> bool:
-        """Whether a thread found busy is still left to its runner: until its next
-        event, and (unless draining ``once``) until the retry time."""
-        if busy is None:
-            return False
-        retry_at, seen = busy
-        if self._ready.seen(thread_id) != seen:
-            return False
-        return once or now < retry_at
 
     def _follow(self) -> None:
         """Fold the log's new events of the tracked types."""

@@ -49,6 +49,7 @@ from covonaut_es.store._leases import LeaseBackend
 from covonaut_es.store._settings_tables import MemorySettings, SettingsTable
 from covonaut_es.store._snapshot_cache import SnapshotCache
 from covonaut_es.store._stream_ids import KeyedEvents, KeyedLog
+from covonaut_es.store._summaries import SummaryTable
 
 MEMORY_STORE_NAME = "MEMORY_STORE_NAME"
 
@@ -199,6 +200,9 @@ class _MemoryBackend(RecorderAnchors):
     ) -> LeaseBackend:
         tokens = recorder if self.guards_new_streams(recorder) else None
         return MemoryLeases(holder, recorder, tokens)  # type: ignore[arg-type]
+
+    def summary_table(self, recorder: ApplicationRecorder) -> SummaryTable | None:
+        return None  # a listing reads the threads in memory themselves
 
 
 BACKEND = _MemoryBackend()

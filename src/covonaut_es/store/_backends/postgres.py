@@ -64,6 +64,7 @@ from covonaut_es.store._rows import building_records, checked_head, checked_reco
 from covonaut_es.store._settings_tables import SettingsTable, SQLSettings, column
 from covonaut_es.store._snapshot_cache import SnapshotCache
 from covonaut_es.store._stream_ids import KeyedEvents, KeyedLog, stored_stream
+from covonaut_es.store._summaries import SQLSummaries, SummaryTable
 from covonaut_es.store._urls import postgres_params
 
 
@@ -356,6 +357,34 @@ class _PostgresBackend(RecorderAnchors):
         stored = lambda stream: stored_stream(recorder, stream)  # noqa: E731
         kwargs = dict(factory.datastore.pool.kwargs)  # type: ignore[arg-type]
         return PostgresLeases(holder, kwargs, tokens, stored)  # type: ignore[arg-type]
+
+    def summary_table(self, recorder: ApplicationRecorder) -> SummaryTable | None:
+        if not (isinstance(recorder, PostgresApplicationRecorder) and recorder.anchoring):
+            return None
+        schema = recorder.datastore.schema
+        name = f"{recorder.events_table_name}_summaries"
+        table = f'"{schema}"."{name}"'
+        create = (
+            # Processes listing a store for the first time at once create it once.
+            f"SELECT pg_advisory_xact_lock(hashtext({_literal(f'{schema}.{name}')}))",
+            f"CREATE TABLE IF NOT EXISTS {table} (position BIGINT GENERATED ALWAYS AS "
+            "IDENTITY PRIMARY KEY, originator_id uuid NOT NULL UNIQUE, "
+            "version BIGINT NOT NULL, seen BIGINT NOT NULL, summary BYTEA NOT NULL)",
+            f'CREATE INDEX IF NOT EXISTS "{name}_seen" ON {table} (seen)',
+        )
+        return SQLSummaries(
+            recorder.datastore,
+            lambda: recorder.datastore.transaction(commit=True),
+            table=table,
+            create=create,
+            placeholder="%s",
+            stored=lambda stream: stream,
+        )
+
+
+def _literal(text: str) -> str:
+    """``text`` as a SQL string literal (a name of ours: letters, digits, ``_``, ``.``)."""
+    return "'" + text.replace("'", "''") + "'"
 
 
 BACKEND = _PostgresBackend()

@@ -56,6 +56,7 @@ from covonaut_es.store._settings import check_sqlite_file
 from covonaut_es.store._settings_tables import SettingsTable, SQLSettings
 from covonaut_es.store._snapshot_cache import SnapshotCache
 from covonaut_es.store._stream_ids import KeyedEvents, KeyedLog, stored_stream
+from covonaut_es.store._summaries import SQLSummaries, SummaryTable
 from covonaut_es.store._urls import SQLITE_PATH
 
 
@@ -302,6 +303,25 @@ class _SQLiteBackend(RecorderAnchors):
             stored = lambda stream: stored_stream(recorder, stream)  # noqa: E731
             return FileLeases(holder, path, tokens, stored)  # type: ignore[arg-type]
         return MemoryLeases(holder, recorder, tokens)  # type: ignore[arg-type]
+
+    def summary_table(self, recorder: ApplicationRecorder) -> SummaryTable | None:
+        if not (isinstance(recorder, SQLiteApplicationRecorder) and recorder.anchoring):
+            return None
+        table = f"{recorder.events_table_name}_summaries"
+        create = (
+            f"CREATE TABLE IF NOT EXISTS {table} (position INTEGER PRIMARY KEY, "
+            "originator_id TEXT NOT NULL UNIQUE, version INTEGER NOT NULL, "
+            "seen INTEGER NOT NULL, summary BLOB NOT NULL)",
+            f"CREATE INDEX IF NOT EXISTS {table}_seen ON {table} (seen)",
+        )
+        return SQLSummaries(
+            recorder.datastore,
+            recorder.writer.transaction,
+            table=table,
+            create=create,
+            placeholder="?",
+            stored=lambda stream: stream.hex,
+        )
 
 
 BACKEND = _SQLiteBackend()

@@ -1,0 +1,129 @@
+"""The table of thread summaries a listing keeps (ADR 0050);
+each back end hands out its own (:meth:`~covonaut_es.store._backend.Backend.summary_table`),
+and :mod:`covonaut_es.store._listing` decides what goes in it."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+from uuid import UUID
+
+from covonaut_es.store._settings_tables import column
+
+
+class SummaryTable(ABC):
+    """A back end's table of thread summaries. Stream ids are as the store keeps them;
+    a summary is the bytes :mod:`._listing` wrote."""
+
+    @abstractmethod
+    def seen(self) -> int:
+        """The log position the newest summaries were made at (0: none)."""
+
+    @abstractmethod
+    def write(self, rows: Sequence[tuple[UUID, int, int, bytes]]) -> None:
+        """Record each ``(stream, version, log position, summary)``: a stream new to the
+        table is listed after every other, in the order given."""
+
+    @abstractmethod
+    def clear(self) -> None:
+        """Remove every summary."""
+
+    @abstractmethod
+    def page(self, after: int, limit: int) -> list[tuple[int, Any, bytes]] | None:
+        """Up to ``limit`` ``(position, stream, summary)`` after ``position``, in order,
+        the stream id as stored (read it with :func:`stream_in` where needed); None when
+        a position or summary cannot be read (another writer spoiled them)."""
+
+
+class SQLSummaries(SummaryTable):
+    """A summary table in a SQL database.
+
+    Args:
+        datastore: The database's eventsourcing datastore (reads).
+        writing: Opens a transaction that commits (writes).
+        table: The summary table's name, as SQL names it.
+        create: The statements that create the table (and its index) if absent.
+        placeholder: The driver's parameter placeholder.
+        stored: A stream id as the table stores it.
+    """
+
+    def __init__(
+        self,
+        datastore: Any,
+        writing: Callable[[], Any],
+        *,
+        table: str,
+        create: Sequence[str],
+        placeholder: str,
+        stored: Callable[[UUID], Any],
+    ) -> None:
+        self._datastore = datastore
+        self._writing = writing
+        self._table = table
+        self._create = create
+        self._p = placeholder
+        self._stored = stored
+        self._created = False
+
+    def _ensure(self) -> None:
+        if not self._created:
+            with self._writing() as cursor:
+                for statement in self._create:
+                    cursor.execute(statement)
+            self._created = True
+
+    def seen(self) -> int:
+        self._ensure()
+        with self._datastore.transaction(commit=False) as cursor:
+            cursor.execute(f"SELECT MAX(seen) AS seen FROM {self._table}")
+            row = cursor.fetchone()
+        found = None if row is None else column(row, 0, "seen")
+        return found if type(found) is int and found > 0 else 0
+
+    def write(self, rows: Sequence[tuple[UUID, int, int, bytes]]) -> None:
+        if not rows:
+            return
+        self._ensure()
+        p = self._p
+        with self._writing() as cursor:
+            for stream, version, seen, summary in rows:
+                cursor.execute(
+                    f"INSERT INTO {self._table} (originator_id, version, seen, summary) "
+                    f"VALUES ({p}, {p}, {p}, {p}) ON CONFLICT (originator_id) DO UPDATE SET "
+                    "version = excluded.version, seen = excluded.seen, "
+                    "summary = excluded.summary",
+                    (self._stored(stream), version, seen, summary),
+                )
+
+    def clear(self) -> None:
+        with self._writing() as cursor:
+            cursor.execute(f"DELETE FROM {self._table}")
+
+    def page(self, after: int, limit: int) -> list[tuple[int, Any, bytes]] | None:
+        self._ensure()
+        p = self._p
+        with self._datastore.transaction(commit=False) as cursor:
+            cursor.execute(
+                f"SELECT position, originator_id, summary FROM {self._table} "
+                f"WHERE position > {p} ORDER BY position LIMIT {p}",
+                (after, limit),
+            )
+            rows = cursor.fetchall()
+        if rows and isinstance(rows[0], Mapping):  # PostgreSQL's rows
+            rows = [(r["position"], r["originator_id"], r["summary"]) for r in rows]
+        found: list[tuple[int, Any, bytes]] = rows
+        for position, _, summary in found:
+            if type(position) is not int or not isinstance(summary, bytes):
+                return None
+        return found
+
+
+def stream_in(value: Any) -> UUID | None:
+    """A stream id read from the table; None when another writer spoiled it."""
+    if isinstance(value, UUID):
+        return value
+    try:
+        return UUID(str(value))
+    except ValueError:
+        return None

@@ -1,0 +1,231 @@
+"""A worker's candidates are exactly those of the naive fold, which keeps every thread
+the log named: a generated state machine over the events that change whether a thread
+can run, steps that park threads or find them busy, and the clock."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID
+
+import attrs
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from covonaut_es.domain import AgentThread, PauseKind, RunMode, thread_aggregate_id
+from covonaut_es.domain._reviews import Decision, ReviewRequest
+from covonaut_es.domain._submissions import InputSubmitted, InputTaken
+from covonaut_es.domain._values import Interrupt, ToolOutcome
+from covonaut_es.workers._candidates import BUSY_RETRY, Candidates
+from covonaut_es.workers._ready import PARKED, ReadyThreads, _fold, _Summary
+from covonaut_es.workers._step import Action
+
+THREADS = ("t0", "t1", "t2", "t3")
+STREAMS = {thread_aggregate_id(t): t for t in THREADS}
+CALLS = ("c0", "c1")
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _event(kind: str, thread_id: str, call: str) -> Any:
+    """An event of the thread of ``kind``, naming ``call`` (and review ``r-<call>``)."""
+    base: dict[str, Any] = {
+        "originator_id": thread_aggregate_id(thread_id),
+        "originator_version": 1,
+        "timestamp": NOW,
+    }
+    review = f"r-{call}"
+    match kind:
+        case "started":
+            topic = "covonaut_es.domain._thread:AgentThread"
+            return AgentThread.Started(**base, originator_topic=topic, thread_id=thread_id)
+        case "forked":
+            return AgentThread.Forked(
+                **base, thread_id=thread_id, parent_thread_id="p", parent_version=1, interrupts=()
+            )
+        case "submitted" | "taken":
+            submissions = {**base, "originator_id": UUID(int=hash(thread_id) & (2**128 - 1))}
+            if kind == "submitted":
+                return InputSubmitted(**submissions, thread_id=thread_id, text="hi")
+            return InputTaken(
+                **submissions, thread_id=thread_id, submitted_version=1, thread_version=1
+            )
+        case "run_started":
+            return AgentThread.RunStarted(**base, mode=RunMode.RUN)
+        case "resumed":
+            return AgentThread.Resumed(**base)
+        case "interrupted":
+            pause = Interrupt("r", tool_call_id=call, kind=PauseKind.REVIEW)
+            return AgentThread.Interrupted(**base, interrupt=pause)
+        case "review_requested":
+            request = ReviewRequest(
+                review_id=review,
+                thread_id=thread_id,
+                tool_name="pay",
+                arguments={},
+                digest="d",
+                tool_call_id=call,
+            )
+            return AgentThread.ReviewRequested(**base, request=request)
+        case "review_decided":
+            fields = {"review_id": review, "digest": "d", "reviewer": "rita", "comment": ""}
+            return AgentThread.ReviewDecided(**base, **fields, decision=Decision.APPROVED)
+        case "answered":
+            return AgentThread.InterruptAnswered(
+                **base, tool_call_id=call, answer="a", answered_by="rita"
+            )
+        case "settled":
+            return AgentThread.ToolCallSettled(
+                **base, tool_call_id=call, tool_name="pay", content="", outcome=ToolOutcome.SETTLED
+            )
+        case "retry_run" | "retry_call":
+            called = call if kind == "retry_call" else ""
+            return AgentThread.RetryRequested(**base, tool_call_id=called, requested_by="rita")
+        case "retried":
+            return AgentThread.ToolCallRetried(**base, tool_call_id=call)
+        case "finished":
+            return AgentThread.RunFinished(**base, output="done")
+        case "failed":
+            return AgentThread.RunFailed(**base, error_type="E", message="m")
+        case "abandoned":
+            return AgentThread.Abandoned(**base, reason="r")
+    raise AssertionError(kind)
+
+
+KINDS = (
+    "started",
+    "forked",
+    "submitted",
+    "taken",
+    "run_started",
+    "resumed",
+    "interrupted",
+    "review_requested",
+    "review_decided",
+    "answered",
+    "settled",
+    "retry_run",
+    "retry_call",
+    "retried",
+    "finished",
+    "failed",
+    "abandoned",
+)
+
+
+@attrs.define
+class Naive:
+    """The definition: a summary of every thread the log named, never forgotten, and the
+    worker's own knowledge (the steps it runs, the threads it found busy) beside it."""
+
+    threads: dict[str, _Summary] = attrs.Factory(dict)
+    applied: dict[str, int] = attrs.Factory(dict)  # events applied, per thread
+    running: dict[str, int] = attrs.Factory(dict)
+    busy: dict[str, tuple[float, int]] = attrs.Factory(dict)
+
+    def apply(self, thread_id: str, event: Any) -> None:
+        _fold(self.threads.setdefault(thread_id, _Summary()), event)
+        self.applied[thread_id] = self.applied.get(thread_id, 0) + 1
+
+    def candidates(self, now: float, *, once: bool) -> set[str]:
+        found = set()
+        for thread_id, summary in self.threads.items():
+            if not summary.ready() or thread_id in self.running:
+                continue
+            busy = self.busy.get(thread_id)
+            if busy is not None and busy[1] == self.applied[thread_id] and (once or now < busy[0]):
+                continue
+            found.add(thread_id)
+        return found
+
+
+class WorkerCandidates(RuleBasedStateMachine):
+    """The worker's fold and its choice of candidates against :class:`Naive`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ready = ReadyThreads(STREAMS.get)
+        self.candidates = Candidates(self.ready)
+        self.naive = Naive()
+        self.now = 0.0
+
+    @rule(
+        kind=st.sampled_from(KINDS), thread_id=st.sampled_from(THREADS), call=st.sampled_from(CALLS)
+    )
+    def event(self, kind: str, thread_id: str, call: str) -> None:
+        event = _event(kind, thread_id, call)
+        self.ready.apply(event)
+        self.naive.apply(thread_id, event)
+
+    @rule(data=st.data(), once=st.booleans())
+    def start_step(self, data: st.DataObject, once: bool) -> None:
+        chosen = self.candidates.next(1, self.now, once=once)
+        if chosen:
+            stream = chosen[0]
+            thread_id = self.ready.thread_id(stream)
+            assert thread_id is not None
+            self.candidates.started(stream)
+            self.naive.running[thread_id] = self.naive.applied[thread_id]
+
+    @precondition(lambda self: self.candidates.running)
+    @rule(
+        data=st.data(),
+        action=st.sampled_from([None, Action.NOTHING, Action.FAILED, Action.RESUMED]),
+    )
+    def finish_step(self, data: st.DataObject, action: Action | None) -> None:
+        stream = data.draw(st.sampled_from(sorted(self.candidates.running)))
+        thread_id = STREAMS[stream]
+        self.candidates.finished(stream, action, self.now)
+        seen = self.naive.running.pop(thread_id)
+        self.naive.busy.pop(thread_id, None)
+        if action is None:
+            self.naive.busy[thread_id] = (self.now + BUSY_RETRY, seen)
+        elif action in (Action.NOTHING, Action.FAILED) and self.naive.applied[thread_id] == seen:
+            self.naive.threads[thread_id].status = PARKED
+
+    @rule(seconds=st.sampled_from([0.1, BUSY_RETRY]))
+    def tick(self, seconds: float) -> None:
+        self.now += seconds
+
+    @invariant()
+    def ready_as_defined(self) -> None:
+        found = {STREAMS[stream] for stream in self.ready.ready}
+        assert found == {t for t, s in self.naive.threads.items() if s.ready()}
+
+    @invariant()
+    def candidates_as_defined(self) -> None:
+        for once in (False, True):
+            chosen = self.candidates.next(len(THREADS), self.now, once=once)
+            assert len(chosen) == len(set(chosen))
+            assert {STREAMS[s] for s in chosen} == self.naive.candidates(self.now, once=once)
+
+    @invariant()
+    def keeps_only_threads_with_work_outstanding(self) -> None:
+        outstanding = [s for s in self.naive.threads.values() if not s.at_rest()]
+        assert len(self.ready) <= len(outstanding)
+
+
+WorkerCandidates.TestCase.settings = settings(
+    max_examples=200, stateful_step_count=40, deadline=None
+)
+TestWorkerCandidates = WorkerCandidates.TestCase
+
+
+def test_a_thread_forgotten_at_rest_is_named_again_when_it_becomes_ready() -> None:
+    """A finished thread is forgotten, and a run started by another runner makes it a
+    candidate again under its own id, looked up from its stream."""
+    looked_up: list[UUID] = []
+
+    def name_of(stream: UUID) -> str | None:
+        looked_up.append(stream)
+        return STREAMS.get(stream)
+
+    ready = ReadyThreads(name_of)
+    for kind in ("started", "submitted", "taken", "run_started", "finished"):
+        ready.apply(_event(kind, "t0", "c0"))
+    assert len(ready) == 0 and not list(ready.ready)
+    ready.apply(_event("run_started", "t0", "c0"))
+    (stream,) = ready.ready
+    assert ready.thread_id(stream) == "t0"
+    assert ready.thread_id(stream) == "t0"
+    assert looked_up == [stream]
