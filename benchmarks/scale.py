@@ -224,8 +224,7 @@ def config(store: Store | None, index: int) -> AgentConfig:
     return AgentConfig(
         provider=ScriptedProvider(respond=_respond(index)),
         model="bench",
-        # AgentConfig's `converter=tuple` leaves this parameter's type unsolved for mypy
-        tools=(LOOKUP, PAY),  # type: ignore[arg-type]
+        tools=(LOOKUP, PAY),
         reviewer_verifier=VERIFIER,
         checkpoint=bound,
     )

@@ -76,7 +76,7 @@ def print_tree(title: str, spans: Sequence[ReadableSpan], paused: ReadableSpan |
 
     def show(span: ReadableSpan, depth: int) -> None:
         attributes = span.attributes or {}
-        shown = ", ".join(f"{key}={attributes[key]}" for key in SHOWN if key in attributes)
+        shown = ", ".join(key + "=" + str(attributes[key]) for key in SHOWN if key in attributes)
         print(f"{'  ' * depth}- {span.name}" + (f" ({shown})" if shown else ""))
         for event in span.events:
             print(f"{'  ' * depth}    event {event.name}")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Literal
 
@@ -36,6 +36,15 @@ def _not_negative(_: object, attribute: attrs.Attribute[int], value: int) -> Non
     if value < 0:
         msg = f"{attribute.name} must be 0 or more, got {value}"
         raise ValueError(msg)
+
+
+def _tools(tools: Iterable[Tool]) -> tuple[Tool, ...]:
+    # A typed converter: with the bare ``tuple`` type checkers accept no list of tools.
+    return tuple(tools)
+
+
+def _tool_sources(sources: Iterable[ToolSource]) -> tuple[ToolSource, ...]:
+    return tuple(sources)
 
 
 def _unique_tools(
@@ -179,7 +188,7 @@ class AgentConfig:
     provider: Provider | AsyncProvider
     model: str = ""
     name: str = "agent"
-    tools: tuple[Tool, ...] = attrs.field(default=(), converter=tuple, validator=_unique_tools)
+    tools: tuple[Tool, ...] = attrs.field(default=(), converter=_tools, validator=_unique_tools)
     system_prompt: str = ""
     max_turns: int = attrs.field(default=10, validator=_positive)
     checkpoint: CheckpointSettings | None = None
@@ -198,7 +207,7 @@ class AgentConfig:
     tool_timeout: float | None = attrs.field(default=None, validator=check_timeout)
     tracer_provider: object | None = attrs.field(default=None, validator=_tracer_provider)
     trace_content: bool = False
-    mcp_servers: tuple[ToolSource, ...] = attrs.field(default=(), converter=tuple)
+    mcp_servers: tuple[ToolSource, ...] = attrs.field(default=(), converter=_tool_sources)
     output_type: object | None = None
     output_retries: int = attrs.field(default=2, validator=_not_negative)
     output_shape: OutputShape | None = attrs.field(init=False, repr=False, eq=False)
