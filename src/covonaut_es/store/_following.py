@@ -1,0 +1,116 @@
+"""The mapper of an :class:`~covonaut_es.AgentApplication`, as it and its followers
+make it (ADR 0046).
+
+eventsourcing's ``System`` gives a follower one mapper per leader, made as
+``type(follower.mapper)(transcoder=..., compressor=..., cipher=...)`` with the leader's
+compression and encryption settings. So an application's mapper is an instance of a
+class of its own, :class:`ApplicationMapper` bound to the application's aggregate
+classes: made that way it reads what the application lists, whichever side of a
+system it is on. An application that is no ``AgentApplication`` reads the events of
+one with :func:`event_mapper`.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Mapping
+from typing import Any, ClassVar
+
+from eventsourcing.persistence import Cipher, Compressor, InfrastructureFactory, Transcoder
+from eventsourcing.popo import POPOFactory
+from eventsourcing.utils import Environment, TopicError
+
+from covonaut_es.errors import ConfigurationError
+from covonaut_es.store._mapper import MsgspecMapper
+from covonaut_es.store._own_snapshots import snapshot_class
+
+
+class ApplicationMapper(MsgspecMapper):
+    """The msgspec mapper of one application class: it reads and writes the library's
+    classes and the events and snapshots of :attr:`aggregate_classes`.
+
+    Args:
+        transcoder: Accepted as eventsourcing passes it, and not used: msgspec encodes.
+        compressor: As eventsourcing's ``Mapper``.
+        cipher: As eventsourcing's ``Mapper``.
+    """
+
+    aggregate_classes: ClassVar[tuple[type, ...]] = ()
+    """The aggregate classes whose events and snapshots this mapper reads."""
+
+    def __init__(
+        self,
+        transcoder: Transcoder | None = None,
+        compressor: Compressor | None = None,
+        cipher: Cipher | None = None,
+    ) -> None:
+        super().__init__(
+            compressor,
+            cipher,
+            aggregate_classes=self.aggregate_classes,
+            event_classes=[snapshot_class(cls) for cls in self.aggregate_classes],
+        )
+
+
+@functools.cache
+def mapper_class(aggregate_classes: tuple[type, ...]) -> type[ApplicationMapper]:
+    """The mapper class reading ``aggregate_classes``, one per tuple of classes."""
+    names = ", ".join(cls.__qualname__ for cls in aggregate_classes)
+    return type(
+        f"ApplicationMapper[{names}]",
+        (ApplicationMapper,),
+        {"aggregate_classes": aggregate_classes, "__module__": __name__},
+    )
+
+
+def cipher_of(factory: InfrastructureFactory[Any]) -> Cipher | None:
+    """The factory's cipher (``CIPHER_TOPIC``, ``CIPHER_KEY``). eventsourcing
+    reports a missing ``cryptography`` package as a failure to resolve its cipher's
+    topic, which no ``except ImportError`` sees: this says which extra to install.
+
+    Raises:
+        ConfigurationError: The cipher's package is missing.
+    """
+    try:
+        return factory.cipher()
+    except TopicError as exc:
+        if not isinstance(exc.__cause__, ImportError):
+            raise
+        msg = (
+            f"an encrypted store needs the 'cryptography' package ({exc.__cause__}); "
+            "install it with: pip install 'covonaut-es[encryption]'"
+        )
+        raise ConfigurationError(msg) from exc
+
+
+def event_mapper(
+    env: Mapping[str, str] | None = None,
+    *,
+    name: str = "",
+    aggregate_classes: Iterable[type] = (),
+) -> MsgspecMapper:
+    """The mapper that reads what an :class:`~covonaut_es.AgentApplication` stores, for
+    an application that is none: a follower in an ``eventsourcing.system.System``
+    (replace its mapper of the leader in ``follow``), or a repository of its own.
+    Events come back as their own classes, every field in its declared type.
+
+    Args:
+        env: The settings the ``AgentApplication`` is configured with; only its cipher
+            and compressor are read (``CIPHER_TOPIC``, ``CIPHER_KEY``,
+            ``COMPRESSOR_TOPIC``, each also prefixed with ``name``, as eventsourcing
+            reads them).
+        name: The ``AgentApplication``'s name, for the settings prefixed with it.
+        aggregate_classes: The application's own aggregate classes whose events to read
+            (besides agent threads'); a record of any other type is a
+            :class:`~covonaut_es.errors.SerializationError`, and nothing it names is
+            imported.
+
+    Raises:
+        ConfigurationError: The settings name a cipher whose package is missing.
+    """
+    # The in-memory factory only reads the cipher's and compressor's settings here: it
+    # opens no connection, unlike the factory of the back end ``env`` may name.
+    settings = POPOFactory[Any](Environment(name, dict(env or {})))
+    return mapper_class(tuple(aggregate_classes))(
+        compressor=settings.compressor(), cipher=cipher_of(settings)
+    )

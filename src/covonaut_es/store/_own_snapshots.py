@@ -1,0 +1,141 @@
+"""Snapshots of an :class:`~covonaut_es.AgentApplication`'s own aggregates (ADR 0046).
+
+eventsourcing snapshots every aggregate with one ``Snapshot`` class whose state is a
+plain dict, and rebuilds the aggregate by importing the module its stored topic names.
+The msgspec mapper decodes a snapshot's state into the types the aggregate class
+declares, and never imports what a record names. So each aggregate class an application
+lists gets a snapshot class of its own, bound to it, whose state fields are the
+attributes annotated on the aggregate class (as a dataclass-style eventsourcing aggregate
+declares them). A state attribute without an annotation is refused before the events
+that make the snapshot due are stored, since its snapshot could not be written.
+"""
+
+from __future__ import annotations
+
+import functools
+import typing
+from collections.abc import Iterable, Mapping
+from typing import Any, ClassVar
+
+from eventsourcing.domain import Snapshot
+
+from covonaut_es.errors import ConfigurationError, SerializationError
+
+_NOT_STATE = frozenset({"_id", "_version", "_pending_events"})
+_TIMES = frozenset({"_created_on", "_modified_on"})  # every eventsourcing aggregate's
+
+
+class OwnSnapshot(Snapshot):
+    """A snapshot of one of the application's own aggregate classes: its state is
+    decoded into the types that class annotates, and it rebuilds an instance of that
+    class, whatever class its stored ``topic`` names."""
+
+    aggregate_class: ClassVar[type]
+
+    @classmethod
+    def take(cls, aggregate: Any) -> OwnSnapshot:
+        """The snapshot of ``aggregate``'s state.
+
+        Raises:
+            SerializationError: The aggregate has attributes its class does not annotate.
+        """
+        check_annotated(aggregate)
+        return cls(
+            originator_id=aggregate.id,
+            originator_version=aggregate.version,
+            timestamp=aggregate.modified_on,  # as a thread's snapshot: no clock is read
+            topic=cls.topic_of_aggregate(),
+            state={k: v for k, v in vars(aggregate).items() if k not in _NOT_STATE},
+        )
+
+    @classmethod
+    def topic_of_aggregate(cls) -> str:
+        """The aggregate's topic, as eventsourcing names it in a snapshot."""
+        return f"{cls.aggregate_class.__module__}:{cls.aggregate_class.__qualname__}"
+
+    def mutate(self, _: None) -> Any:
+        """The aggregate this snapshot holds.
+
+        Raises:
+            SerializationError: Its stored topic names another aggregate class.
+        """
+        if self.topic != self.topic_of_aggregate():
+            msg = (
+                f"snapshot of {self.originator_id} at version {self.originator_version}: "
+                f"its aggregate topic {self.topic!r} is not {self.topic_of_aggregate()!r}, "
+                "the class its snapshot class holds"
+            )
+            raise SerializationError(msg)
+        aggregate = object.__new__(self.aggregate_class)
+        aggregate.__dict__.update(
+            self.state,
+            _id=self.originator_id,
+            _version=self.originator_version,
+            _pending_events=[],
+        )
+        return aggregate
+
+
+@functools.cache
+def snapshot_class(aggregate_class: type) -> type[OwnSnapshot]:
+    """The snapshot class of ``aggregate_class``, one per class. Its topic is the one
+    eventsourcing gives a nested ``Snapshot`` class: ``module:Aggregate.Snapshot``."""
+    name = f"{aggregate_class.__name__}Snapshot"
+    namespace = {
+        "aggregate_class": aggregate_class,
+        "__module__": aggregate_class.__module__,
+        "__qualname__": f"{aggregate_class.__qualname__}.Snapshot",
+    }
+    return typing.cast("type[OwnSnapshot]", type(name, (OwnSnapshot,), namespace))
+
+
+def annotated(aggregate_class: type) -> frozenset[str]:
+    """The state attributes ``aggregate_class`` declares a type for (its own class-level
+    annotations, which the mapper decodes a snapshot's state by)."""
+    own = getattr(aggregate_class, "__annotations__", {})
+    return frozenset(name for name in own if not name.isupper())
+
+
+def check_annotated(aggregate: Any) -> None:
+    """Refuse an aggregate with state attributes its class does not annotate.
+
+    Raises:
+        SerializationError: Naming the class and the attributes.
+    """
+    cls = type(aggregate)
+    missing = sorted(set(vars(aggregate)) - _NOT_STATE - _TIMES - annotated(cls))
+    if missing:
+        msg = (
+            f"cannot snapshot {cls.__qualname__} {aggregate.id}: its attributes {missing} "
+            "have no annotation on the class, so their types could not be read back; "
+            f"annotate them on {cls.__qualname__} (e.g. 'amount: Decimal'), or leave "
+            f"{cls.__qualname__} out of snapshotting_intervals"
+        )
+        raise SerializationError(msg)
+
+
+def check_intervals(
+    intervals: Mapping[type, int], own: Iterable[type], library: Iterable[type]
+) -> None:
+    """Refuse ``snapshotting_intervals`` naming a class the application does not list,
+    or one that annotates none of its state.
+
+    Raises:
+        ConfigurationError: Naming the class and what to do.
+    """
+    listed = set(own) | set(library)
+    for cls in intervals:
+        if cls not in listed:
+            msg = (
+                f"snapshotting_intervals names {cls.__qualname__}, which is not in the "
+                "application's aggregate_classes: its snapshots could not be read back; "
+                "add it there"
+            )
+            raise ConfigurationError(msg)
+        if cls in set(own) and not annotated(cls):
+            msg = (
+                f"snapshotting_intervals names {cls.__qualname__}, whose class annotates "
+                "none of its attributes: a snapshot's state is decoded by those "
+                f"annotations; declare them on {cls.__qualname__} (e.g. 'amount: Decimal')"
+            )
+            raise ConfigurationError(msg)
