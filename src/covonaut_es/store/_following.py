@@ -110,7 +110,7 @@ def event_mapper(
     """
     # The in-memory factory only reads the cipher's and compressor's settings here: it
     # opens no connection, unlike the factory of the back end ``env`` may name.
-    settings = POPOFactory[Any](Environment(name, dict(env or {})))
+    settings = POPOFactory(Environment(name, dict(env or {})))
     return mapper_class(tuple(aggregate_classes))(
         compressor=settings.compressor(), cipher=cipher_of(settings)
     )
