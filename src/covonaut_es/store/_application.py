@@ -198,11 +198,12 @@ class AgentApplication(RecordsProcessingEvents, Application[UUID]):
         if self.snapshots is None or projector_func is not project_aggregate:
             super().take_snapshot(aggregate_id, version, projector_func)
             return
-        aggregate = self.repository.get(aggregate_id, version=version)
-        if type(aggregate) not in self.aggregate_classes:
+        aggregate: Any = self.repository.get(aggregate_id, version=version)
+        cls: type = type(aggregate)
+        if cls not in self.aggregate_classes:
             super().take_snapshot(aggregate_id, version, projector_func)
             return
-        self.snapshots.put([snapshot_class(type(aggregate)).take(aggregate)])
+        self.snapshots.put([snapshot_class(cls).take(aggregate)])
 
     def chain_base(self, thread: AgentThread, first: int) -> str:
         """The chain hash the thread's new event at version ``first`` is sealed after:

@@ -66,7 +66,7 @@ class OwnSnapshot(Snapshot):
                 "the class its snapshot class holds"
             )
             raise SerializationError(msg)
-        aggregate = object.__new__(self.aggregate_class)
+        aggregate: Any = object.__new__(self.aggregate_class)
         aggregate.__dict__.update(
             self.state,
             _id=self.originator_id,

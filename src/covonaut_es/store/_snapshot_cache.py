@@ -199,13 +199,15 @@ class SnapshotCache(EventStore[UUID]):
         with a log line: the repository then replays the aggregate's events."""
         stream, version = record.originator_id, record.originator_version
         try:
+            if not isinstance(stream, UUID):
+                stream = UUID(stream)
             seal, body = unsealed(self._decoder.plain_payload(record))
             distrust = self._key.distrust(seal, body, stream, version, UNCHAINED)
             problem = "it is not sealed" if seal is None else distrust and distrust.reason
             if not problem:
                 yield self._decoder.decode(record)
                 return
-        except SerializationError as exc:
+        except ValueError as exc:  # a SerializationError, or a stream id that is no UUID
             problem = str(exc)
         logger.warning(
             "snapshot of stream %s at version %s passed over: %s; rebuilding the aggregate "
