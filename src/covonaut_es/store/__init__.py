@@ -35,11 +35,16 @@ Its modules (ADR 0028):
   the back ends' ``_eventsourcing`` (the store's uses of eventsourcing's private names
   outside the recorders).
 - ``_heads``: head anchors and lease fences, as the back ends write and check them.
-- ``_mapper`` (with ``_zstd``): the msgspec mapper; ``_audit``: replay and verify.
+- ``_mapper`` (with ``_zstd``): the msgspec mapper; ``_following``: an application's
+  mapper class, which its followers in an eventsourcing ``System`` make theirs of it
+  from, and :func:`event_mapper` for applications that are none;
+  ``_own_snapshots``: snapshots of an application's own aggregates; ``_audit``:
+  replay and verify.
 """
 
 from covonaut_es.store._application import AgentApplication
 from covonaut_es.store._audit import AuditEntry, AuditFinding, AuditReport
+from covonaut_es.store._following import event_mapper
 from covonaut_es.store._leases import CallRunning, Lease, WorkerRecord
 from covonaut_es.store._open import create_cipher_key, open_store
 from covonaut_es.store._states import FileStateStore, MemoryStateStore, StateStore
@@ -58,5 +63,6 @@ __all__ = [
     "Store",
     "WorkerRecord",
     "create_cipher_key",
+    "event_mapper",
     "open_store",
 ]
