@@ -34,6 +34,7 @@ from eventsourcing.domain import Aggregate, event
 from eventsourcing.system import ProcessApplication, SingleThreadedRunner, System
 
 from covonaut_es import AgentApplication, AgentThread, Message, Role, Store
+from covonaut_es.store import AggregateSnapshot
 
 
 class Payment(Aggregate):
@@ -43,6 +44,9 @@ class Payment(Aggregate):
     payee: str
     amount: Decimal
     approved_by: str | None
+
+    class Snapshot(AggregateSnapshot):
+        """Its snapshots, decoded with the types above."""
 
     @event("Requested")
     def __init__(self, payee: str, amount: Decimal) -> None:

@@ -38,7 +38,7 @@ from hypothesis import strategies as st
 
 from covonaut_es import AgentApplication, AgentThread, SerializationError, Store
 from covonaut_es.errors import ConfigurationError
-from covonaut_es.store._following import event_mapper
+from covonaut_es.store import AggregateSnapshot, event_mapper
 from embedded_system import SYSTEM, ApprovedByReviewer, Payment, Payments, sqlite_env
 
 TESTS = Path(__file__).parent
@@ -257,6 +257,9 @@ class PartlyAnnotated(Aggregate):
 
     name: str
 
+    class Snapshot(AggregateSnapshot):
+        """Its snapshots."""
+
     @event("Made")
     def __init__(self, name: str) -> None:
         self.name = name
@@ -274,7 +277,9 @@ def test_snapshotting_an_aggregate_without_annotations_is_refused_at_constructio
     class Unlisted(AgentApplication):
         snapshotting_intervals: ClassVar[dict[type, int]] = {Payment: 1}
 
-    with pytest.raises(ConfigurationError, match=r"Unannotated.*'amount: Decimal'"):
+    with pytest.raises(
+        ConfigurationError, match=r"Unannotated has no snapshot class.*AggregateSnapshot"
+    ):
         Bare()
     with pytest.raises(ConfigurationError, match=r"Payment.*aggregate_classes"):
         Unlisted()

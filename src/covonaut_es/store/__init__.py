@@ -47,11 +47,13 @@ from covonaut_es.store._audit import AuditEntry, AuditFinding, AuditReport
 from covonaut_es.store._following import event_mapper
 from covonaut_es.store._leases import CallRunning, Lease, WorkerRecord
 from covonaut_es.store._open import create_cipher_key, open_store
+from covonaut_es.store._own_snapshots import AggregateSnapshot
 from covonaut_es.store._states import FileStateStore, MemoryStateStore, StateStore
 from covonaut_es.store._store import Store
 
 __all__ = [
     "AgentApplication",
+    "AggregateSnapshot",
     "AuditEntry",
     "AuditFinding",
     "AuditReport",

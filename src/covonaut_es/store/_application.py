@@ -50,10 +50,14 @@ from covonaut_es.store._backends._eventsourcing import (
 )
 from covonaut_es.store._chain import UNCHAINED, chain_in, chain_of
 from covonaut_es.store._chain_key import SEALS_NOTHING, check_chain_key, sealed_predecessor
-from covonaut_es.store._following import cipher_of, mapper_class
+from covonaut_es.store._following import ApplicationMapper, ApplicationTranscoder, cipher_of
 from covonaut_es.store._heads import HEADS, NEW_STREAMS, Head
 from covonaut_es.store._mapper import MsgspecMapper
-from covonaut_es.store._own_snapshots import check_annotated, check_intervals, snapshot_class
+from covonaut_es.store._own_snapshots import (
+    check_annotated,
+    check_intervals,
+    declared_snapshots,
+)
 from covonaut_es.store._settings import as_recorded, check_settings, key_stream_ids
 from covonaut_es.store._snapshot_cache import SnapshotCache
 from covonaut_es.store._snapshot_seals import SealKey
@@ -96,12 +100,18 @@ class AgentApplication(RecordsProcessingEvents, Application[UUID]):
         super().__init__(env)
 
     def construct_mapper(self) -> MsgspecMapper:
-        """covonaut_es's msgspec mapper, with the configured compressor and cipher, of a
-        class bound to ``aggregate_classes`` (which a follower makes its mapper of each
-        leader with)."""
-        return mapper_class(tuple(self.aggregate_classes))(
-            compressor=self.factory.compressor(), cipher=cipher_of(self.factory)
+        """covonaut_es's msgspec mapper, with the configured compressor and cipher,
+        reading ``aggregate_classes``."""
+        return ApplicationMapper(
+            self.construct_transcoder(),
+            compressor=self.factory.compressor(),
+            cipher=cipher_of(self.factory),
         )
+
+    def construct_transcoder(self) -> ApplicationTranscoder:
+        """A transcoder carrying ``aggregate_classes`` to the mappers made with it: this
+        application's, and a follower's of it in a ``System``."""
+        return ApplicationTranscoder(self.aggregate_classes)
 
     def construct_repository(self) -> Repository[UUID]:
         """eventsourcing's repository, whose loads give each thread the chain hash of
@@ -199,11 +209,13 @@ class AgentApplication(RecordsProcessingEvents, Application[UUID]):
             super().take_snapshot(aggregate_id, version, projector_func)
             return
         aggregate: Any = self.repository.get(aggregate_id, version=version)
-        cls: type = type(aggregate)
-        if cls not in self.aggregate_classes:
+        declared = declared_snapshots(
+            [type(aggregate)] if type(aggregate) in self.aggregate_classes else []
+        )
+        if not declared:
             super().take_snapshot(aggregate_id, version, projector_func)
             return
-        self.snapshots.put([snapshot_class(cls).take(aggregate)])
+        self.snapshots.put([declared[0].take(aggregate)])
 
     def chain_base(self, thread: AgentThread, first: int) -> str:
         """The chain hash the thread's new event at version ``first`` is sealed after:
@@ -279,7 +291,7 @@ class AgentApplication(RecordsProcessingEvents, Application[UUID]):
         cipher_key = self.env.get("CIPHER_KEY") if self.mapper.cipher else None
         chain_key = self.chain_key
         key = SealKey(chain_key=chain_key.decode() if chain_key else None, cipher_key=cipher_key)
-        own = [snapshot_class(cls) for cls in self.aggregate_classes]
+        own = declared_snapshots(self.aggregate_classes)
         return SnapshotCache(self.mapper, recorder, events=self.recorder, key=key, own=own)
 
 

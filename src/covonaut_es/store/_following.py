@@ -12,31 +12,41 @@ one with :func:`event_mapper`.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable, Mapping
-from typing import Any, ClassVar
+from typing import Any
 
 from eventsourcing.persistence import Cipher, Compressor, InfrastructureFactory, Transcoder
 from eventsourcing.popo import POPOFactory
 from eventsourcing.utils import Environment, TopicError
 
 from covonaut_es.errors import ConfigurationError
-from covonaut_es.store._mapper import MsgspecMapper
-from covonaut_es.store._own_snapshots import snapshot_class
+from covonaut_es.store._mapper import JsonTranscoder, MsgspecMapper
+from covonaut_es.store._own_snapshots import declared_snapshots
+
+
+class ApplicationTranscoder(JsonTranscoder):
+    """What an :class:`~covonaut_es.AgentApplication` constructs as its transcoder: it
+    carries the application's aggregate classes to the mapper made with it, which is
+    how eventsourcing makes a follower's mapper of each leader.
+
+    Args:
+        aggregate_classes: The aggregate classes whose events and snapshots to read.
+    """
+
+    def __init__(self, aggregate_classes: Iterable[type] = ()) -> None:
+        self.aggregate_classes = tuple(aggregate_classes)
 
 
 class ApplicationMapper(MsgspecMapper):
-    """The msgspec mapper of one application class: it reads and writes the library's
-    classes and the events and snapshots of :attr:`aggregate_classes`.
+    """The msgspec mapper of an application: it reads and writes the library's classes
+    and the events and snapshots of the aggregate classes its transcoder carries.
 
     Args:
-        transcoder: Accepted as eventsourcing passes it, and not used: msgspec encodes.
+        transcoder: An :class:`ApplicationTranscoder`; any other reads the library's
+            classes alone. msgspec encodes: it is not used to encode.
         compressor: As eventsourcing's ``Mapper``.
         cipher: As eventsourcing's ``Mapper``.
     """
-
-    aggregate_classes: ClassVar[tuple[type, ...]] = ()
-    """The aggregate classes whose events and snapshots this mapper reads."""
 
     def __init__(
         self,
@@ -44,23 +54,13 @@ class ApplicationMapper(MsgspecMapper):
         compressor: Compressor | None = None,
         cipher: Cipher | None = None,
     ) -> None:
+        classes = getattr(transcoder, "aggregate_classes", ())
         super().__init__(
             compressor,
             cipher,
-            aggregate_classes=self.aggregate_classes,
-            event_classes=[snapshot_class(cls) for cls in self.aggregate_classes],
+            aggregate_classes=classes,
+            event_classes=declared_snapshots(classes),
         )
-
-
-@functools.cache
-def mapper_class(aggregate_classes: tuple[type, ...]) -> type[ApplicationMapper]:
-    """The mapper class reading ``aggregate_classes``, one per tuple of classes."""
-    names = ", ".join(cls.__qualname__ for cls in aggregate_classes)
-    return type(
-        f"ApplicationMapper[{names}]",
-        (ApplicationMapper,),
-        {"aggregate_classes": aggregate_classes, "__module__": __name__},
-    )
 
 
 def cipher_of(factory: InfrastructureFactory[Any]) -> Cipher | None:
@@ -111,6 +111,8 @@ def event_mapper(
     # The in-memory factory only reads the cipher's and compressor's settings here: it
     # opens no connection, unlike the factory of the back end ``env`` may name.
     settings = POPOFactory(Environment(name, dict(env or {})))
-    return mapper_class(tuple(aggregate_classes))(
-        compressor=settings.compressor(), cipher=cipher_of(settings)
+    return ApplicationMapper(
+        ApplicationTranscoder(aggregate_classes),
+        compressor=settings.compressor(),
+        cipher=cipher_of(settings),
     )

@@ -4,16 +4,15 @@ eventsourcing snapshots every aggregate with one ``Snapshot`` class whose state 
 plain dict, and rebuilds the aggregate by importing the module its stored topic names.
 The msgspec mapper decodes a snapshot's state into the types the aggregate class
 declares, and never imports what a record names. So each aggregate class an application
-lists gets a snapshot class of its own, bound to it, whose state fields are the
-attributes annotated on the aggregate class (as a dataclass-style eventsourcing aggregate
-declares them). A state attribute without an annotation is refused before the events
-that make the snapshot due are stored, since its snapshot could not be written.
+snapshots declares a snapshot class of its own, nested in it as eventsourcing allows
+(``class Snapshot(AggregateSnapshot): pass``), which the application binds to it; its
+state fields are the attributes annotated on the aggregate class (as a dataclass-style
+eventsourcing aggregate declares them). A state attribute without an annotation is
+refused before the events that make the snapshot due are stored.
 """
 
 from __future__ import annotations
 
-import functools
-import typing
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
@@ -25,7 +24,7 @@ _NOT_STATE = frozenset({"_id", "_version", "_pending_events"})
 _TIMES = frozenset({"_created_on", "_modified_on"})  # every eventsourcing aggregate's
 
 
-class OwnSnapshot(Snapshot):
+class AggregateSnapshot(Snapshot):
     """A snapshot of one of the application's own aggregate classes: its state is
     decoded into the types that class annotates, and it rebuilds an instance of that
     class, whatever class its stored ``topic`` names."""
@@ -33,7 +32,7 @@ class OwnSnapshot(Snapshot):
     aggregate_class: ClassVar[type]
 
     @classmethod
-    def take(cls, aggregate: Any) -> OwnSnapshot:
+    def take(cls, aggregate: Any) -> AggregateSnapshot:
         """The snapshot of ``aggregate``'s state.
 
         Raises:
@@ -76,17 +75,40 @@ class OwnSnapshot(Snapshot):
         return aggregate
 
 
-@functools.cache
-def snapshot_class(aggregate_class: type) -> type[OwnSnapshot]:
-    """The snapshot class of ``aggregate_class``, one per class. Its topic is the one
-    eventsourcing gives a nested ``Snapshot`` class: ``module:Aggregate.Snapshot``."""
-    name = f"{aggregate_class.__name__}Snapshot"
-    namespace = {
-        "aggregate_class": aggregate_class,
-        "__module__": aggregate_class.__module__,
-        "__qualname__": f"{aggregate_class.__qualname__}.Snapshot",
-    }
-    return typing.cast("type[OwnSnapshot]", type(name, (OwnSnapshot,), namespace))
+def snapshot_class(aggregate_class: type) -> type[AggregateSnapshot]:
+    """The snapshot class ``aggregate_class`` declares (a nested ``Snapshot`` class
+    subclassing :class:`AggregateSnapshot`), bound to it.
+
+    Raises:
+        ConfigurationError: It declares none, or one bound to another class.
+    """
+    declared = getattr(aggregate_class, "Snapshot", None)
+    name = aggregate_class.__qualname__
+    if not (isinstance(declared, type) and issubclass(declared, AggregateSnapshot)):
+        msg = (
+            f"{name} has no snapshot class the mapper can decode: declare one in it, "
+            "'class Snapshot(covonaut_es.store.AggregateSnapshot): pass'"
+        )
+        raise ConfigurationError(msg)
+    bound = declared.__dict__.get("aggregate_class", aggregate_class)
+    if bound is not aggregate_class:
+        msg = (
+            f"{name}'s snapshot class {declared.__qualname__} holds {bound.__qualname__} "
+            f"already: declare one of its own in {name}"
+        )
+        raise ConfigurationError(msg)
+    declared.aggregate_class = aggregate_class  # the class it is nested in
+    return declared
+
+
+def declared_snapshots(aggregate_classes: Iterable[type]) -> list[type[AggregateSnapshot]]:
+    """The snapshot classes of those of ``aggregate_classes`` that declare one."""
+    return [snapshot_class(cls) for cls in aggregate_classes if _declares(cls)]
+
+
+def _declares(aggregate_class: type) -> bool:
+    declared = getattr(aggregate_class, "Snapshot", None)
+    return isinstance(declared, type) and issubclass(declared, AggregateSnapshot)
 
 
 def annotated(aggregate_class: type) -> frozenset[str]:
@@ -132,6 +154,8 @@ def check_intervals(
                 "add it there"
             )
             raise ConfigurationError(msg)
+        if cls in set(own):
+            snapshot_class(cls)
         if cls in set(own) and not annotated(cls):
             msg = (
                 f"snapshotting_intervals names {cls.__qualname__}, whose class annotates "

@@ -26,7 +26,7 @@ from covonaut_es.migrations import Upcaster
 from covonaut_es.migrations._upcasting import NO_MIGRATORS
 from covonaut_es.store._chain import UNCHAINED, chain_in
 from covonaut_es.store._mapper import MsgspecMapper, codec_for
-from covonaut_es.store._own_snapshots import OwnSnapshot
+from covonaut_es.store._own_snapshots import AggregateSnapshot
 from covonaut_es.store._snapshot_seals import SealKey, chain_head_problem, unsealed
 
 logger = _logs.logger("covonaut_es")
@@ -77,7 +77,7 @@ class SnapshotCache(EventStore[UUID]):
         events: AggregateRecorder,
         key: SealKey,
         migrators: Mapping[int, Upcaster] = NO_MIGRATORS,
-        own: Iterable[type[OwnSnapshot]] = (),
+        own: Iterable[type[AggregateSnapshot]] = (),
     ) -> None:
         super().__init__(mapper, recorder)
         self._own_classes = tuple(own)
@@ -103,7 +103,7 @@ class SnapshotCache(EventStore[UUID]):
         of the event at its version, once the thread is saved); a snapshot of one of
         the application's own aggregates, whose events have no chain, to its stream and
         version (and under a key to its bytes too)."""
-        if isinstance(snapshot, OwnSnapshot):
+        if isinstance(snapshot, AggregateSnapshot):
             return self._sealed(snapshot, get_topic(type(snapshot)), UNCHAINED)
         if not isinstance(snapshot, ThreadSnapshot):
             return self._decoder.to_stored_event(snapshot)
