@@ -28,6 +28,8 @@ from eventsourcing.domain import Aggregate, event
 from eventsourcing.persistence import EventStore
 from eventsourcing.system import (
     MultiThreadedRunner,
+    NewMultiThreadedRunner,
+    NewSingleThreadedRunner,
     ProcessApplication,
     Runner,
     SingleThreadedRunner,
@@ -39,6 +41,7 @@ from hypothesis import strategies as st
 from covonaut_es import AgentApplication, AgentThread, SerializationError, Store
 from covonaut_es.errors import ConfigurationError
 from covonaut_es.store import AggregateSnapshot, event_mapper
+from covonaut_es.store._chain import chain_in
 from embedded_system import SYSTEM, ApprovedByReviewer, Payment, Payments, sqlite_env
 
 TESTS = Path(__file__).parent
@@ -88,12 +91,16 @@ def caught_up(runner: Runner[UUID]) -> ApprovedByReviewer:
     return follower
 
 
-@pytest.mark.parametrize("runner_class", [SingleThreadedRunner, MultiThreadedRunner])
+@pytest.mark.parametrize(
+    "runner_class",
+    [SingleThreadedRunner, MultiThreadedRunner, NewSingleThreadedRunner, NewMultiThreadedRunner],
+)
 def test_a_process_application_follows_an_agent_application(
     configured: dict[str, str], runner_class: type[Runner[UUID]]
 ) -> None:
     """Under each stock runner, the follower counts every approval once with its types,
-    and the threads on both sides keep intact chains."""
+    and the threads on both sides keep intact chains, the follower's sealed as its
+    policy collected them."""
     runner = runner_class(SYSTEM)
     runner.start()
     try:
@@ -113,6 +120,9 @@ def test_a_process_application_follows_an_agent_application(
                 f"maria approved 0.10 ({second})",
             ]
             assert ledger.verify("ledger").ok
+            stream = ledger.load("ledger").id
+        records = approvals.recorder.select_events(stream)
+        assert all(chain_in(approvals.mapper.plain_payload(r)) for r in records)  # sealed
         with Store.from_application(payments) as reviews:
             assert reviews.verify(f"review-{first}").ok
     finally:

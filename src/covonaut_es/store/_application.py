@@ -199,7 +199,8 @@ class AgentApplication(RecordsProcessingEvents, Application[UUID]):
         projector_func: ProjectorFunction[Any, Any] = project_aggregate,
     ) -> None:
         """As eventsourcing's, taking a snapshot of one of ``aggregate_classes`` with
-        the snapshot class the mapper decodes its state with.
+        the ``Snapshot`` class it declares (an
+        :class:`~covonaut_es.store.AggregateSnapshot`), bound to it.
 
         Raises:
             SerializationError: The aggregate has attributes its class does not
@@ -209,9 +210,8 @@ class AgentApplication(RecordsProcessingEvents, Application[UUID]):
             super().take_snapshot(aggregate_id, version, projector_func)
             return
         aggregate: Any = self.repository.get(aggregate_id, version=version)
-        declared = declared_snapshots(
-            [type(aggregate)] if type(aggregate) in self.aggregate_classes else []
-        )
+        cls = type(aggregate)
+        declared = declared_snapshots([cls]) if cls in self.aggregate_classes else []
         if not declared:
             super().take_snapshot(aggregate_id, version, projector_func)
             return
