@@ -38,7 +38,13 @@ from eventsourcing.system import (
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from covonaut_es import AgentApplication, AgentThread, SerializationError, Store
+from covonaut_es import (
+    AgentApplication,
+    AgentThread,
+    SerializationError,
+    Store,
+    create_cipher_key,
+)
 from covonaut_es.errors import ConfigurationError
 from covonaut_es.store import AggregateSnapshot, event_mapper
 from covonaut_es.store._chain import chain_in
@@ -251,6 +257,32 @@ def test_own_aggregates_are_snapshotted_as_eventsourcing_does(configured: dict[s
     assert vars(loaded) == vars(replayed)
     payments.take_snapshot(payment_id, version=1)
     assert [s.originator_version for s in payments.snapshots.get(payment_id)] == [1, 2]
+    payments.close()
+
+
+def test_own_snapshots_are_read_back_compressed_and_encrypted(
+    configured: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With eventsourcing's compressor and cipher configured, a payment's snapshot is
+    read back and used; one whose stored bytes were altered is passed over."""
+    monkeypatch.setenv("COMPRESSOR_TOPIC", "eventsourcing.compressor:ZlibCompressor")
+    monkeypatch.setenv("CIPHER_TOPIC", "eventsourcing.cipher:AESCipher")
+    monkeypatch.setenv("CIPHER_KEY", create_cipher_key())
+    payments = Payments()
+    payment_id = payments.request("acme", Decimal("5.50"))
+    payments.approve(payment_id, "maria")
+    assert payments.snapshots is not None
+    (snapshot,) = payments.snapshots.get(payment_id)
+    assert snapshot.state["approved_by"] == "maria"
+
+    recorder = payments.snapshots.recorder
+    (record,) = recorder.select_events(payment_id)
+    state = bytearray(record.state)
+    state[-1] ^= 1
+    altered = dataclasses.replace(record, originator_version=3, state=bytes(state))
+    recorder.insert_events([altered])
+    assert [s.originator_version for s in payments.snapshots.get(payment_id)] == [2]
+    assert payments.repository.get(payment_id).approved_by == "maria"
     payments.close()
 
 
