@@ -5,11 +5,14 @@ and snapshots of the application's own aggregates."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from decimal import Decimal
 from functools import singledispatchmethod
@@ -51,6 +54,7 @@ from covonaut_es.store._chain import chain_in
 from embedded_system import SYSTEM, ApprovedByReviewer, Payment, Payments, sqlite_env
 
 TESTS = Path(__file__).parent
+CIPHER_KEY = create_cipher_key()
 WAIT = 30.0  # seconds a multi-threaded follower may take to catch up, at most
 
 
@@ -386,6 +390,35 @@ def test_a_payment_loaded_from_its_snapshot_equals_its_replay(
         assert vars(loaded) == vars(Repository(event_store=payments.events).get(payment_id))
         assert type(loaded.amount) is Decimal
     payments.close()
+
+
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+def test_an_altered_snapshot_never_changes_what_loads(data: st.DataObject) -> None:
+    """Whatever bytes of a payment's stored snapshot are changed, in a store with a
+    cipher key, the payment loads as its events alone rebuild it."""
+    with tempfile.TemporaryDirectory() as directory:
+        env = {
+            "PERSISTENCE_MODULE": "eventsourcing.sqlite",
+            "SQLITE_DBNAME": f"{directory}/payments.db",
+            "CIPHER_TOPIC": "eventsourcing.cipher:AESCipher",
+            "CIPHER_KEY": CIPHER_KEY,
+        }
+        payments = Payments(env=env)
+        payment_id = payments.request("acme", Decimal("5.50"))
+        payments.approve(payment_id, "maria")
+        payments.close()
+        with contextlib.closing(sqlite3.connect(env["SQLITE_DBNAME"])) as db, db:
+            (state,) = db.execute("SELECT state FROM stored_snapshots").fetchone()
+            altered = bytearray(state)
+            for _ in range(data.draw(st.integers(1, 3))):
+                at = data.draw(st.integers(0, 2**16)) % len(altered)
+                altered[at] ^= data.draw(st.integers(1, 255))
+            db.execute("UPDATE stored_snapshots SET state = ?", (bytes(altered),))
+        payments = Payments(env=env)
+        loaded = payments.repository.get(payment_id)
+        assert vars(loaded) == vars(Repository(event_store=payments.events).get(payment_id))
+        payments.close()
 
 
 # Durability through kills ---------------------------------------------------------------

@@ -198,29 +198,52 @@ class SnapshotCache(EventStore[UUID]):
         """The snapshot of one of the application's own aggregates that ``record`` holds,
         if its seal binds it to its stream and version and it decodes; else nothing,
         with a log line: the repository then replays the aggregate's events."""
-        stream, version = record.originator_id, record.originator_version
         try:
-            if not isinstance(stream, UUID):
-                stream = UUID(stream)
-            # The mapper leaves the store's compressor off sealed bytes only under the
-            # thread snapshot's topic, which it knows; read this one's bytes as such.
-            as_sealed = dataclasses.replace(record, topic=ThreadSnapshot.TOPIC)
-            plain = self._decoder.plain_payload(as_sealed)
-            seal, body = unsealed(plain)
-            distrust = self._key.distrust(seal, body, stream, version, UNCHAINED)
-            problem = "it is not sealed" if seal is None else distrust and distrust.reason
-            if not problem:
-                yield self._decoder.decode_plain(record, plain)
-                return
+            plain = self._own_plain(record)
+            problem = self._own_problem(record, plain)
+            if problem is None:
+                snapshot = self._decoder.decode_plain(record, plain)
         except ValueError as exc:  # a SerializationError, or a stream id that is no UUID
             problem = str(exc)
+        if problem is None:
+            yield snapshot
+            return
         logger.warning(
             "snapshot of stream %s at version %s passed over: %s; rebuilding the aggregate "
             "from its events",
-            stream,
-            version,
+            record.originator_id,
+            record.originator_version,
             problem,
         )
+
+    def _own_problem(self, record: StoredEvent, plain: bytes) -> str | None:
+        """Why an own aggregate's snapshot must not be trusted, or None.
+
+        Raises:
+            ValueError: Its stream id is not a UUID.
+            SerializationError: Its seal does not parse.
+        """
+        seal, body = unsealed(plain)
+        if seal is None:
+            return "it is not sealed"
+        stream = UUID(str(record.originator_id))
+        distrust = self._key.distrust(seal, body, stream, record.originator_version, UNCHAINED)
+        return None if distrust is None else distrust.reason
+
+    def _own_plain(self, record: StoredEvent) -> bytes:
+        """An own aggregate's snapshot decrypted: the bytes its codec sealed.
+
+        Raises:
+            SerializationError: It cannot be decrypted.
+        """
+        # The mapper leaves the store's compressor off sealed bytes only under the
+        # thread snapshot's topic, which it knows: read this one's bytes under it.
+        as_sealed = dataclasses.replace(record, topic=ThreadSnapshot.TOPIC)
+        try:
+            return self._decoder.plain_payload(as_sealed)
+        except SerializationError as exc:
+            msg = f"cannot decrypt or decompress it (wrong key or corrupt data): {exc.__cause__}"
+            raise SerializationError(msg) from exc
 
     def _event_seal(self, stream: UUID, version: int) -> str | None:
         """The chain hash of the stream's stored event at ``version``; None if it has
