@@ -109,9 +109,12 @@ class AgentApplication(RecordsProcessingEvents, Application[UUID]):
         )
 
     def construct_transcoder(self) -> ApplicationTranscoder:
-        """A transcoder carrying ``aggregate_classes`` to the mappers made with it: this
-        application's, and a follower's of it in a ``System``."""
-        return ApplicationTranscoder(self.aggregate_classes)
+        """eventsourcing's JSON transcoder with the application's transcodings
+        (``register_transcodings``), carrying ``aggregate_classes`` to the mappers made
+        with it: this application's, and a follower's of it in a ``System``."""
+        transcoder = ApplicationTranscoder(self.aggregate_classes)
+        self.register_transcodings(transcoder)
+        return transcoder
 
     def construct_repository(self) -> Repository[UUID]:
         """eventsourcing's repository, whose loads give each thread the chain hash of

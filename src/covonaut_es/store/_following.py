@@ -15,25 +15,33 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from eventsourcing.persistence import Cipher, Compressor, InfrastructureFactory, Transcoder
+from eventsourcing.persistence import (
+    Cipher,
+    Compressor,
+    InfrastructureFactory,
+    JSONTranscoder,
+    Transcoder,
+)
 from eventsourcing.popo import POPOFactory
 from eventsourcing.utils import Environment, TopicError
 
 from covonaut_es.errors import ConfigurationError
-from covonaut_es.store._mapper import JsonTranscoder, MsgspecMapper
+from covonaut_es.store._mapper import MsgspecMapper
 from covonaut_es.store._own_snapshots import declared_snapshots
 
 
-class ApplicationTranscoder(JsonTranscoder):
-    """What an :class:`~covonaut_es.AgentApplication` constructs as its transcoder: it
-    carries the application's aggregate classes to the mapper made with it, which is
-    how eventsourcing makes a follower's mapper of each leader.
+class ApplicationTranscoder(JSONTranscoder):
+    """What an :class:`~covonaut_es.AgentApplication` constructs as its transcoder:
+    eventsourcing's, with the transcodings the application registers, carrying the
+    application's aggregate classes to the mapper made with it, which is how
+    eventsourcing makes a follower's mapper of each leader.
 
     Args:
         aggregate_classes: The aggregate classes whose events and snapshots to read.
     """
 
     def __init__(self, aggregate_classes: Iterable[type] = ()) -> None:
+        super().__init__()
         self.aggregate_classes = tuple(aggregate_classes)
 
 
