@@ -75,7 +75,8 @@ class AgentApplication(RecordsProcessingEvents, Application[UUID]):
     an event class, and each parameter of an ``@event`` method (``Decimal``,
     ``datetime``, enums and msgspec Structs all come back as themselves). To snapshot
     one of your aggregates (``snapshotting_intervals``, ``take_snapshot``), annotate
-    its attributes on the class: a snapshot's state is decoded by those annotations.
+    its attributes on the class (a snapshot's state is decoded by those annotations)
+    and nest a ``class Snapshot(covonaut_es.store.AggregateSnapshot)`` in it.
 
     Use it as the base class of your application, or as a mixin before another
     ``Application`` subclass: in an ``eventsourcing.system.System`` it leads, and,
@@ -89,7 +90,8 @@ class AgentApplication(RecordsProcessingEvents, Application[UUID]):
 
     Raises:
         ConfigurationError: ``snapshotting_intervals`` names a class the application
-            does not list, or one that annotates none of its attributes.
+            does not list, one without such a snapshot class, or one that annotates
+            none of its attributes.
     """
 
     aggregate_classes: ClassVar[tuple[type, ...]] = ()
