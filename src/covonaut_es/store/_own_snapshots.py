@@ -25,9 +25,11 @@ _TIMES = frozenset({"_created_on", "_modified_on"})  # every eventsourcing aggre
 
 
 class AggregateSnapshot(Snapshot):
-    """A snapshot of one of the application's own aggregate classes: its state is
-    decoded into the types that class annotates, and it rebuilds an instance of that
-    class, whatever class its stored ``topic`` names."""
+    """The base of an aggregate's snapshot class: nest ``class Snapshot(AggregateSnapshot):
+    pass`` in an aggregate class of an :class:`~covonaut_es.AgentApplication`, and the
+    application binds it to that class. Its state is decoded into the types the
+    aggregate class annotates, and it rebuilds an instance of that class, whatever class
+    its stored ``topic`` names."""
 
     aggregate_class: ClassVar[type]
 
@@ -140,23 +142,25 @@ def check_intervals(
     intervals: Mapping[type, int], own: Iterable[type], library: Iterable[type]
 ) -> None:
     """Refuse ``snapshotting_intervals`` naming a class the application does not list,
-    or one that annotates none of its state.
+    one that declares no snapshot class, or one that annotates none of its state; bind
+    the snapshot classes of the others.
 
     Raises:
         ConfigurationError: Naming the class and what to do.
     """
-    listed = set(own) | set(library)
+    own, library = set(own), set(library)
     for cls in intervals:
-        if cls not in listed:
+        if cls in library:
+            continue
+        if cls not in own:
             msg = (
                 f"snapshotting_intervals names {cls.__qualname__}, which is not in the "
                 "application's aggregate_classes: its snapshots could not be read back; "
                 "add it there"
             )
             raise ConfigurationError(msg)
-        if cls in set(own):
-            snapshot_class(cls)
-        if cls in set(own) and not annotated(cls):
+        snapshot_class(cls)
+        if not annotated(cls):
             msg = (
                 f"snapshotting_intervals names {cls.__qualname__}, whose class annotates "
                 "none of its attributes: a snapshot's state is decoded by those "
