@@ -123,6 +123,21 @@ def test_embedded_domain_app_example_runs_on_a_sqlite_file(tmp_path: Path) -> No
     assert (tmp_path / "expenses.db").exists()
 
 
+def test_embedded_system_example_projects_and_audits(tmp_path: Path) -> None:
+    """examples/embedded_system.py: the follower counts the approvals per reviewer, and
+    the audit finds the threads on both sides intact, on SQLite files as in memory."""
+    expected = [
+        "maria: 2 approved, 195.75",
+        "li: 1 approved, 9.99",
+        "audit review of acme: intact, 3 events",
+        "audit ledger: intact, 4 events",
+    ]
+    for args in ((), (str(tmp_path),)):
+        result = run_python(ROOT / "examples" / "embedded_system.py", *args, cwd=tmp_path)
+        assert result.stdout.splitlines() == expected
+    assert (tmp_path / "payments.db").exists() and (tmp_path / "approvals.db").exists()
+
+
 def test_approval_gate_example_audits_each_decision() -> None:
     """examples/approval_gate.py pays once, on the approval, and its audit names the
     reviewer and the operation digest of each decision."""

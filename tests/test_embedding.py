@@ -145,9 +145,9 @@ def test_an_untyped_event_field_is_refused_before_anything_is_stored(
         app.repository.get(memo.id)
 
 
-def test_snapshots_of_the_users_aggregates_are_refused_with_a_reason() -> None:
-    """The mapper refuses a snapshot class that does not name its aggregate, saying to
-    leave that aggregate out of snapshotting."""
+def test_a_snapshot_of_an_aggregate_without_a_snapshot_class_is_refused_with_a_reason() -> None:
+    """take_snapshot of an aggregate that declares no snapshot class of its own is
+    refused, saying to leave it out of snapshotting."""
     app = ExpenseApp(env={"IS_SNAPSHOTTING_ENABLED": "y"})
     claim = ExpenseClaim("ann", Decimal("1"), "pens")
     app.save(claim)

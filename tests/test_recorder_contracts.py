@@ -6,8 +6,8 @@ eventsourcing 9.5.6 ships the test cases its own back ends pass
 fresh store as it opens them: the application recorder (the threads' log), the
 snapshots' aggregate recorder, and the reviewer queue's tracking recorders (plain, and
 sealed for an encrypted store); and the infrastructure factory the store's application
-uses. No process recorder is installed by a store, so ``ProcessRecorderTestCase`` has
-nothing to run on.
+uses; and the process recorder its factory makes for an ``AgentApplication`` that
+follows others in an eventsourcing ``System`` on the store's back-end modules.
 
 An inherited test is overridden only where it cannot run as written, with a docstring
 that says why. The test cases are unittest classes; PostgreSQL classes get the session's
@@ -246,6 +246,30 @@ class TestSealedSQLiteQueueTrackingRecorder(ProtectedBackEnd, SQLiteBackEnd, Que
 class TestSealedPostgresQueueTrackingRecorder(
     ProtectedBackEnd, PostgresBackEnd, QueueTrackingRecorder
 ):
+    __test__ = True
+
+
+# A follower's log: the process recorder -----------------------------------------------
+
+
+class FactoryProcessRecorder(BackEnd, cases.ProcessRecorderTestCase):
+    """The process recorder a store's factory makes: an ``AgentApplication`` following
+    others in a ``System`` on the store's back-end module records its events and its
+    position in each leader's log with it."""
+
+    def create_recorder(self) -> ProcessRecorder:
+        return self.fresh_store()._app.factory.process_recorder()
+
+
+class TestMemoryProcessRecorder(MemoryBackEnd, FactoryProcessRecorder):
+    __test__ = True
+
+
+class TestSQLiteProcessRecorder(SQLiteBackEnd, FactoryProcessRecorder):
+    __test__ = True
+
+
+class TestPostgresProcessRecorder(PostgresBackEnd, FactoryProcessRecorder):
     __test__ = True
 
 

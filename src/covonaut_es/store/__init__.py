@@ -37,19 +37,26 @@ Its modules (ADR 0028):
 - ``_listing`` (with ``_summaries``, the back ends' table of summaries): threads
   listed a page at a time, from summaries checked against the head anchors.
 - ``_heads``: head anchors and lease fences, as the back ends write and check them.
-- ``_mapper`` (with ``_zstd``): the msgspec mapper; ``_audit``: replay and verify.
+- ``_mapper`` (with ``_zstd``): the msgspec mapper; ``_following``: an application's
+  mapper class, which its followers in an eventsourcing ``System`` make theirs of it
+  from, and :func:`event_mapper` for applications that are none;
+  ``_own_snapshots``: snapshots of an application's own aggregates; ``_audit``:
+  replay and verify.
 """
 
 from covonaut_es.store._application import AgentApplication
 from covonaut_es.store._audit import AuditEntry, AuditFinding, AuditReport
+from covonaut_es.store._following import event_mapper
 from covonaut_es.store._leases import CallRunning, Lease, WorkerRecord
 from covonaut_es.store._listing import ThreadPage, ThreadSummary
 from covonaut_es.store._open import create_cipher_key, open_store
+from covonaut_es.store._own_snapshots import AggregateSnapshot
 from covonaut_es.store._states import FileStateStore, MemoryStateStore, StateStore
 from covonaut_es.store._store import Store
 
 __all__ = [
     "AgentApplication",
+    "AggregateSnapshot",
     "AuditEntry",
     "AuditFinding",
     "AuditReport",
@@ -63,5 +70,6 @@ __all__ = [
     "ThreadSummary",
     "WorkerRecord",
     "create_cipher_key",
+    "event_mapper",
     "open_store",
 ]

@@ -16,17 +16,22 @@ from collections.abc import Iterable, Mapping, Set
 from typing import Any, ClassVar
 from uuid import UUID
 
-from eventsourcing.application import Application, ProcessingEvent, Repository, project_aggregate
+from eventsourcing.application import (
+    Application,
+    ProcessingEvent,
+    ProjectorFunction,
+    Repository,
+    project_aggregate,
+)
 from eventsourcing.persistence import (
     ApplicationRecorder,
-    Cipher,
     InfrastructureFactory,
     Notification,
     PersistenceError,
     Recording,
     StoredEvent,
 )
-from eventsourcing.utils import Environment, EnvType, TopicError, strtobool
+from eventsourcing.utils import Environment, EnvType, strtobool
 
 from covonaut_es import _logs
 from covonaut_es.domain import AgentThread, ThreadSnapshot
@@ -38,11 +43,21 @@ from covonaut_es.errors import (
     StoreUnavailableError,
 )
 from covonaut_es.store._backend import Backend, backend_for_env, backend_of
-from covonaut_es.store._backends._eventsourcing import notify, take_snapshots
+from covonaut_es.store._backends._eventsourcing import (
+    RecordsProcessingEvents,
+    notify,
+    take_snapshots,
+)
 from covonaut_es.store._chain import UNCHAINED, chain_in, chain_of
 from covonaut_es.store._chain_key import SEALS_NOTHING, check_chain_key, sealed_predecessor
+from covonaut_es.store._following import ApplicationMapper, ApplicationTranscoder, cipher_of
 from covonaut_es.store._heads import HEADS, NEW_STREAMS, Head
 from covonaut_es.store._mapper import MsgspecMapper
+from covonaut_es.store._own_snapshots import (
+    check_annotated,
+    check_intervals,
+    declared_snapshots,
+)
 from covonaut_es.store._settings import as_recorded, check_settings, key_stream_ids
 from covonaut_es.store._snapshot_cache import SnapshotCache
 from covonaut_es.store._snapshot_seals import SealKey
@@ -50,7 +65,7 @@ from covonaut_es.store._snapshot_seals import SealKey
 logger = _logs.logger("covonaut_es")
 
 
-class AgentApplication(Application[UUID]):
+class AgentApplication(RecordsProcessingEvents, Application[UUID]):
     """An eventsourcing ``Application`` whose mapper reads and writes agent threads.
 
     Its mapper is covonaut_es's msgspec mapper, so the thread's events come back with
@@ -58,28 +73,50 @@ class AgentApplication(Application[UUID]):
     ``CIPHER_TOPIC``) apply as usual. Your own aggregates' events go through the same
     mapper, which decodes every field into its declared type: annotate each field of
     an event class, and each parameter of an ``@event`` method (``Decimal``,
-    ``datetime``, enums and msgspec Structs all come back as themselves). Snapshots
-    are written for agent threads only: leave your aggregates out of
-    ``snapshotting_intervals``.
+    ``datetime``, enums and msgspec Structs all come back as themselves). To snapshot
+    one of your aggregates (``snapshotting_intervals``, ``take_snapshot``), annotate
+    its attributes on the class (a snapshot's state is decoded by those annotations)
+    and nest a ``class Snapshot(covonaut_es.store.AggregateSnapshot)`` in it.
 
     Use it as the base class of your application, or as a mixin before another
-    ``Application`` subclass.
+    ``Application`` subclass: in an ``eventsourcing.system.System`` it leads, and,
+    mixed into a ``ProcessApplication``, follows, under the stock runners; threads
+    its policy saves are sealed into their chains as ``save`` seals them.
 
     List your aggregate classes in ``aggregate_classes``: the mapper reads and writes
-    only the events of those and of agent threads. A stored topic is looked up in that
-    list and never imported, so a record naming some other module cannot run its code.
+    only the events of those and of agent threads (a follower lists those of its
+    leaders whose events it reads too). A stored topic is looked up in that list and
+    never imported, so a record naming some other module cannot run its code.
+
+    Raises:
+        ConfigurationError: ``snapshotting_intervals`` names a class the application
+            does not list, one without such a snapshot class, or one that annotates
+            none of its attributes.
     """
 
     aggregate_classes: ClassVar[tuple[type, ...]] = ()
     """The application's own aggregate classes, whose events its mapper may read."""
 
+    def __init__(self, env: EnvType | None = None) -> None:
+        check_intervals(self.snapshotting_intervals, self.aggregate_classes, (AgentThread,))
+        super().__init__(env)
+
     def construct_mapper(self) -> MsgspecMapper:
-        """covonaut_es's msgspec mapper, with the configured compressor and cipher."""
-        return MsgspecMapper(
+        """covonaut_es's msgspec mapper, with the configured compressor and cipher,
+        reading ``aggregate_classes``."""
+        return ApplicationMapper(
+            self.construct_transcoder(),
             compressor=self.factory.compressor(),
-            cipher=_cipher(self.factory),
-            aggregate_classes=self.aggregate_classes,
+            cipher=cipher_of(self.factory),
         )
+
+    def construct_transcoder(self) -> ApplicationTranscoder:
+        """eventsourcing's JSON transcoder with the application's transcodings
+        (``register_transcodings``), carrying ``aggregate_classes`` to the mappers made
+        with it: this application's, and a follower's of it in a ``System``."""
+        transcoder = ApplicationTranscoder(self.aggregate_classes)
+        self.register_transcodings(transcoder)
+        return transcoder
 
     def construct_repository(self) -> Repository[UUID]:
         """eventsourcing's repository, whose loads give each thread the chain hash of
@@ -103,27 +140,87 @@ class AgentApplication(Application[UUID]):
 
     def save(self, *objs: Any, **kwargs: Any) -> list[Recording[UUID]]:
         """As eventsourcing's ``save``, collecting threads' events without its two
-        runtime protocol checks per save (a fifth of a turn's persistence cost), and
-        sealing the threads' new events into their hash chains as they are encoded,
-        once (ADR 0029)."""
+        runtime protocol checks per save (a fifth of a turn's persistence cost)."""
         processing_event = _ThreadsProcessingEvent()
         processing_event.collect_events(*objs, **kwargs)
-        saved = processing_event.threads_saved
-        bases = {thread.id: self.chain_base(thread, first) for thread, first in saved}
+        recordings = self.record_processing_event(processing_event)
+        take_snapshots(self, processing_event)
+        notify(self, recordings)
+        return recordings
+
+    def record_processing_event(
+        self, processing_event: ProcessingEvent[UUID]
+    ) -> list[Recording[UUID]]:
+        """Store the events of a save or of a process application's policy, and its
+        tracking, in one transaction, sealing the threads' new events into their hash
+        chains as they are encoded, once (ADR 0029).
+
+        Raises:
+            SerializationError: An aggregate due for a snapshot could not be
+                snapshotted; nothing is stored.
+        """
+        events = processing_event.events
+        first: dict[UUID, int] = {}
+        for event in events:
+            first.setdefault(event.originator_id, event.originator_version)
+        aggregates = processing_event.aggregates
+        saved = [
+            (a, first[a.id])
+            for a in aggregates.values()
+            if type(a) is AgentThread and a.id in first
+        ]
+        self._check_snapshots_due(processing_event)
+        bases = {thread.id: self.chain_base(thread, version) for thread, version in saved}
         recordings, heads = self.put_sealed(
-            processing_event.events,
-            bases,
-            tracking=processing_event.tracking,
-            **processing_event.saved_kwargs,
+            events, bases, tracking=processing_event.tracking, **processing_event.saved_kwargs
         )
         for thread, _ in saved:
             thread.chain_head = heads[thread.id][2]
         if self.repository.cache and not self.repository.fastforward:
-            for aggregate_id, aggregate in processing_event.aggregates.items():
+            for aggregate_id, aggregate in aggregates.items():
                 self.repository.cache.put(aggregate_id, aggregate)
-        take_snapshots(self, processing_event)
-        notify(self, recordings)
         return recordings
+
+    def _check_snapshots_due(self, processing_event: ProcessingEvent[UUID]) -> None:
+        """Refuse, before anything is stored, a save after which eventsourcing would take
+        a snapshot of one of the application's aggregates that cannot be written."""
+        intervals = self.snapshotting_intervals
+        if not (self.snapshots and intervals):
+            return
+        for event in processing_event.events:
+            aggregate = processing_event.aggregates.get(event.originator_id)
+            interval = intervals.get(type(aggregate)) if aggregate is not None else None
+            if (
+                interval
+                and event.originator_version % interval == 0
+                and type(aggregate) is not AgentThread
+            ):
+                check_annotated(aggregate)
+
+    def take_snapshot(
+        self,
+        aggregate_id: UUID,
+        version: int | None = None,
+        projector_func: ProjectorFunction[Any, Any] = project_aggregate,
+    ) -> None:
+        """As eventsourcing's, taking a snapshot of one of ``aggregate_classes`` with
+        the ``Snapshot`` class it declares (an
+        :class:`~covonaut_es.store.AggregateSnapshot`), bound to it.
+
+        Raises:
+            SerializationError: The aggregate has attributes its class does not
+                annotate.
+        """
+        if self.snapshots is None or projector_func is not project_aggregate:
+            super().take_snapshot(aggregate_id, version, projector_func)
+            return
+        aggregate: Any = self.repository.get(aggregate_id, version=version)
+        cls = type(aggregate)
+        declared = declared_snapshots([cls]) if cls in self.aggregate_classes else []
+        if not declared:
+            super().take_snapshot(aggregate_id, version, projector_func)
+            return
+        self.snapshots.put([declared[0].take(aggregate)])
 
     def chain_base(self, thread: AgentThread, first: int) -> str:
         """The chain hash the thread's new event at version ``first`` is sealed after:
@@ -199,27 +296,8 @@ class AgentApplication(Application[UUID]):
         cipher_key = self.env.get("CIPHER_KEY") if self.mapper.cipher else None
         chain_key = self.chain_key
         key = SealKey(chain_key=chain_key.decode() if chain_key else None, cipher_key=cipher_key)
-        return SnapshotCache(self.mapper, recorder, events=self.recorder, key=key)
-
-
-def _cipher(factory: InfrastructureFactory[Any]) -> Cipher | None:
-    """The factory's cipher. eventsourcing reports a missing ``cryptography`` package as
-    a failure to resolve its cipher's topic, which no ``except ImportError`` sees: this
-    says which extra to install instead.
-
-    Raises:
-        ConfigurationError: The cipher's package is missing.
-    """
-    try:
-        return factory.cipher()
-    except TopicError as exc:
-        if not isinstance(exc.__cause__, ImportError):
-            raise
-        msg = (
-            f"an encrypted store needs the 'cryptography' package ({exc.__cause__}); "
-            "install it with: pip install 'covonaut-es[encryption]'"
-        )
-        raise ConfigurationError(msg) from exc
+        own = declared_snapshots(self.aggregate_classes)
+        return SnapshotCache(self.mapper, recorder, events=self.recorder, key=key, own=own)
 
 
 CHAIN_KEY_ENV = "COVONAUT_CHAIN_KEY"
@@ -329,16 +407,11 @@ class ChainedRepository(Repository[UUID]):
 
 
 class _ThreadsProcessingEvent(ProcessingEvent[UUID]):
-    threads_saved: list[tuple[AgentThread, int]]  # with the version of the first new event
-
     def collect_events(self, *objs: Any, **kwargs: Any) -> None:
-        self.threads_saved = []
         for obj in objs:  # in order: the log keeps the order of the objects saved
             if type(obj) is not AgentThread:
                 super().collect_events(obj)
                 continue
-            if obj.pending_events:
-                self.threads_saved.append((obj, obj.pending_events[0].originator_version))
             self.events.extend(obj.collect_events())
             self.aggregates[obj.id] = obj
         self.saved_kwargs.update(kwargs)

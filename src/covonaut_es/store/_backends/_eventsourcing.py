@@ -3,7 +3,8 @@ on outside the back ends' recorders, each behind a public name here.
 
 Every use below names the eventsourcing version it was checked against (9.5.6; the
 dependency is pinned below 9.6 for them). Only the store's modules import this one:
-:mod:`covonaut_es.store._application` the save's steps, and
+:mod:`covonaut_es.store._application` the save's steps (and the one step every
+recording of an application takes), and
 :mod:`covonaut_es.store._tracking` (which projections import) the tracking recorders and
 the batching projection runner.
 """
@@ -37,6 +38,23 @@ def notify(app: Application[Any], recordings: list[Recording[Any]]) -> None:
     system's runner follows an application through this hook)."""
     # eventsourcing 9.5.6: Application._notify, the last step of save().
     app._notify(recordings)
+
+
+class RecordsProcessingEvents(Application[Any]):
+    """An application that records every processing event through
+    :meth:`record_processing_event`: its own saves', and those a process application's
+    policy collects when it runs in an ``eventsourcing.system.System``."""
+
+    def record_processing_event(
+        self, processing_event: ProcessingEvent[Any]
+    ) -> list[Recording[Any]]:
+        """Store ``processing_event``'s events (and its tracking), in one transaction."""
+        raise NotImplementedError
+
+    # eventsourcing 9.5.6: Application.save and EventSourcedProjection.process_event
+    # (what a follower runs for each event it pulls) both store through _record.
+    def _record(self, processing_event: ProcessingEvent[Any]) -> list[Recording[Any]]:
+        return self.record_processing_event(processing_event)
 
 
 class TrackedSQL:

@@ -1,0 +1,126 @@
+"""The mapper of an :class:`~covonaut_es.AgentApplication`, as it and its followers
+make it (ADR 0046).
+
+eventsourcing's ``System`` gives a follower one mapper per leader, made as
+``type(follower.mapper)(transcoder=..., compressor=..., cipher=...)`` with the leader's
+compression and encryption settings. So an application's mapper is an instance of a
+class of its own, :class:`ApplicationMapper` bound to the application's aggregate
+classes: made that way it reads what the application lists, whichever side of a
+system it is on. An application that is no ``AgentApplication`` reads the events of
+one with :func:`event_mapper`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from eventsourcing.persistence import (
+    Cipher,
+    Compressor,
+    InfrastructureFactory,
+    JSONTranscoder,
+    Transcoder,
+)
+from eventsourcing.popo import POPOFactory
+from eventsourcing.utils import Environment, TopicError
+
+from covonaut_es.errors import ConfigurationError
+from covonaut_es.store._mapper import MsgspecMapper
+from covonaut_es.store._own_snapshots import declared_snapshots
+
+
+class ApplicationTranscoder(JSONTranscoder):
+    """What an :class:`~covonaut_es.AgentApplication` constructs as its transcoder:
+    eventsourcing's, with the transcodings the application registers, carrying the
+    application's aggregate classes to the mapper made with it, which is how
+    eventsourcing makes a follower's mapper of each leader.
+
+    Args:
+        aggregate_classes: The aggregate classes whose events and snapshots to read.
+    """
+
+    def __init__(self, aggregate_classes: Iterable[type] = ()) -> None:
+        super().__init__()
+        self.aggregate_classes = tuple(aggregate_classes)
+
+
+class ApplicationMapper(MsgspecMapper):
+    """The msgspec mapper of an application: it reads and writes the library's classes
+    and the events and snapshots of the aggregate classes its transcoder carries.
+
+    Args:
+        transcoder: An :class:`ApplicationTranscoder`; any other reads the library's
+            classes alone. msgspec encodes: it is not used to encode.
+        compressor: As eventsourcing's ``Mapper``.
+        cipher: As eventsourcing's ``Mapper``.
+    """
+
+    def __init__(
+        self,
+        transcoder: Transcoder | None = None,
+        compressor: Compressor | None = None,
+        cipher: Cipher | None = None,
+    ) -> None:
+        classes = getattr(transcoder, "aggregate_classes", ())
+        super().__init__(
+            compressor,
+            cipher,
+            aggregate_classes=classes,
+            event_classes=declared_snapshots(classes),
+        )
+
+
+def cipher_of(factory: InfrastructureFactory[Any]) -> Cipher | None:
+    """The factory's cipher (``CIPHER_TOPIC``, ``CIPHER_KEY``). eventsourcing
+    reports a missing ``cryptography`` package as a failure to resolve its cipher's
+    topic, which no ``except ImportError`` sees: this says which extra to install.
+
+    Raises:
+        ConfigurationError: The cipher's package is missing.
+    """
+    try:
+        return factory.cipher()
+    except TopicError as exc:
+        if not isinstance(exc.__cause__, ImportError):
+            raise
+        msg = (
+            f"an encrypted store needs the 'cryptography' package ({exc.__cause__}); "
+            "install it with: pip install 'covonaut-es[encryption]'"
+        )
+        raise ConfigurationError(msg) from exc
+
+
+def event_mapper(
+    env: Mapping[str, str] | None = None,
+    *,
+    name: str = "",
+    aggregate_classes: Iterable[type] = (),
+) -> MsgspecMapper:
+    """The mapper that reads what an :class:`~covonaut_es.AgentApplication` stores, for
+    an application that is none: a follower in an ``eventsourcing.system.System``
+    (replace its mapper of the leader in ``follow``), or a repository of its own.
+    Events come back as their own classes, every field in its declared type.
+
+    Args:
+        env: The settings the ``AgentApplication`` is configured with; only its cipher
+            and compressor are read (``CIPHER_TOPIC``, ``CIPHER_KEY``,
+            ``COMPRESSOR_TOPIC``, each also prefixed with ``name``, as eventsourcing
+            reads them).
+        name: The ``AgentApplication``'s name, for the settings prefixed with it.
+        aggregate_classes: The application's own aggregate classes whose events to read
+            (besides agent threads'); a record of any other type is a
+            :class:`~covonaut_es.errors.SerializationError`, and nothing it names is
+            imported.
+
+    Raises:
+        ConfigurationError: The settings name a cipher whose package is missing.
+    """
+    # The in-memory factory only reads the cipher's and compressor's settings here: it
+    # opens no connection, unlike the factory of the back end ``env`` may name.
+    settings = POPOFactory(Environment(name, dict(env or {})))
+    return ApplicationMapper(
+        ApplicationTranscoder(aggregate_classes),
+        compressor=settings.compressor(),
+        cipher=cipher_of(settings),
+    )

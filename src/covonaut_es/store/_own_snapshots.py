@@ -1,0 +1,169 @@
+"""Snapshots of an :class:`~covonaut_es.AgentApplication`'s own aggregates (ADR 0046).
+
+eventsourcing snapshots every aggregate with one ``Snapshot`` class whose state is a
+plain dict, and rebuilds the aggregate by importing the module its stored topic names.
+The msgspec mapper decodes a snapshot's state into the types the aggregate class
+declares, and never imports what a record names. So each aggregate class an application
+snapshots declares a snapshot class of its own, nested in it as eventsourcing allows
+(``class Snapshot(AggregateSnapshot): pass``), which the application binds to it; its
+state fields are the attributes annotated on the aggregate class (as a dataclass-style
+eventsourcing aggregate declares them). A state attribute without an annotation is
+refused before the events that make the snapshot due are stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, ClassVar
+
+from eventsourcing.domain import Snapshot
+
+from covonaut_es.errors import ConfigurationError, SerializationError
+
+_NOT_STATE = frozenset({"_id", "_version", "_pending_events"})
+_TIMES = frozenset({"_created_on", "_modified_on"})  # every eventsourcing aggregate's
+
+
+class AggregateSnapshot(Snapshot):
+    """The base of an aggregate's snapshot class: nest ``class Snapshot(AggregateSnapshot):
+    pass`` in an aggregate class of an :class:`~covonaut_es.AgentApplication`, and the
+    application binds it to that class. Its state is decoded into the types the
+    aggregate class annotates, and it rebuilds an instance of that class, whatever class
+    its stored ``topic`` names."""
+
+    aggregate_class: ClassVar[type]
+
+    @classmethod
+    def take(cls, aggregate: Any) -> AggregateSnapshot:
+        """The snapshot of ``aggregate``'s state.
+
+        Raises:
+            SerializationError: The aggregate has attributes its class does not annotate.
+        """
+        check_annotated(aggregate)
+        return cls(
+            originator_id=aggregate.id,
+            originator_version=aggregate.version,
+            timestamp=aggregate.modified_on,  # as a thread's snapshot: no clock is read
+            topic=cls.topic_of_aggregate(),
+            state={k: v for k, v in vars(aggregate).items() if k not in _NOT_STATE},
+        )
+
+    @classmethod
+    def topic_of_aggregate(cls) -> str:
+        """The aggregate's topic, as eventsourcing names it in a snapshot."""
+        return f"{cls.aggregate_class.__module__}:{cls.aggregate_class.__qualname__}"
+
+    def mutate(self, _: None) -> Any:
+        """The aggregate this snapshot holds.
+
+        Raises:
+            SerializationError: Its stored topic names another aggregate class.
+        """
+        if self.topic != self.topic_of_aggregate():
+            msg = (
+                f"snapshot of {self.originator_id} at version {self.originator_version}: "
+                f"its aggregate topic {self.topic!r} is not {self.topic_of_aggregate()!r}, "
+                "the class its snapshot class holds"
+            )
+            raise SerializationError(msg)
+        aggregate: Any = object.__new__(self.aggregate_class)
+        aggregate.__dict__.update(
+            self.state,
+            _id=self.originator_id,
+            _version=self.originator_version,
+            _pending_events=[],
+        )
+        return aggregate
+
+
+def snapshot_class(aggregate_class: type) -> type[AggregateSnapshot]:
+    """The snapshot class ``aggregate_class`` declares (a nested ``Snapshot`` class
+    subclassing :class:`AggregateSnapshot`), bound to it.
+
+    Raises:
+        ConfigurationError: It declares none, or one bound to another class.
+    """
+    declared = getattr(aggregate_class, "Snapshot", None)
+    name = aggregate_class.__qualname__
+    if not (isinstance(declared, type) and issubclass(declared, AggregateSnapshot)):
+        msg = (
+            f"{name} has no snapshot class the mapper can decode: declare one in it, "
+            "'class Snapshot(covonaut_es.store.AggregateSnapshot): pass'"
+        )
+        raise ConfigurationError(msg)
+    bound = declared.__dict__.get("aggregate_class", aggregate_class)
+    if bound is not aggregate_class:
+        msg = (
+            f"{name}'s snapshot class {declared.__qualname__} holds {bound.__qualname__} "
+            f"already: declare one of its own in {name}"
+        )
+        raise ConfigurationError(msg)
+    declared.aggregate_class = aggregate_class  # the class it is nested in
+    return declared
+
+
+def declared_snapshots(aggregate_classes: Iterable[type]) -> list[type[AggregateSnapshot]]:
+    """The snapshot classes of those of ``aggregate_classes`` that declare one."""
+    return [snapshot_class(cls) for cls in aggregate_classes if _declares(cls)]
+
+
+def _declares(aggregate_class: type) -> bool:
+    declared = getattr(aggregate_class, "Snapshot", None)
+    return isinstance(declared, type) and issubclass(declared, AggregateSnapshot)
+
+
+def annotated(aggregate_class: type) -> frozenset[str]:
+    """The state attributes ``aggregate_class`` declares a type for (its own class-level
+    annotations, which the mapper decodes a snapshot's state by)."""
+    own = getattr(aggregate_class, "__annotations__", {})
+    return frozenset(name for name in own if not name.isupper())
+
+
+def check_annotated(aggregate: Any) -> None:
+    """Refuse an aggregate with state attributes its class does not annotate.
+
+    Raises:
+        SerializationError: Naming the class and the attributes.
+    """
+    cls = type(aggregate)
+    missing = sorted(set(vars(aggregate)) - _NOT_STATE - _TIMES - annotated(cls))
+    if missing:
+        msg = (
+            f"cannot snapshot {cls.__qualname__} {aggregate.id}: its attributes {missing} "
+            "have no annotation on the class, so their types could not be read back; "
+            f"annotate them on {cls.__qualname__} (e.g. 'amount: Decimal'), or leave "
+            f"{cls.__qualname__} out of snapshotting_intervals"
+        )
+        raise SerializationError(msg)
+
+
+def check_intervals(
+    intervals: Mapping[type, int], own: Iterable[type], library: Iterable[type]
+) -> None:
+    """Refuse ``snapshotting_intervals`` naming a class the application does not list,
+    one that declares no snapshot class, or one that annotates none of its state; bind
+    the snapshot classes of the others.
+
+    Raises:
+        ConfigurationError: Naming the class and what to do.
+    """
+    own, library = set(own), set(library)
+    for cls in intervals:
+        if cls in library:
+            continue
+        if cls not in own:
+            msg = (
+                f"snapshotting_intervals names {cls.__qualname__}, which is not in the "
+                "application's aggregate_classes: its snapshots could not be read back; "
+                "add it there"
+            )
+            raise ConfigurationError(msg)
+        snapshot_class(cls)
+        if not annotated(cls):
+            msg = (
+                f"snapshotting_intervals names {cls.__qualname__}, whose class annotates "
+                "none of its attributes: a snapshot's state is decoded by those "
+                f"annotations; declare them on {cls.__qualname__} (e.g. 'amount: Decimal')"
+            )
+            raise ConfigurationError(msg)

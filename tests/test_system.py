@@ -1,0 +1,480 @@
+"""Agent applications in an eventsourcing ``System``, configured by environment variables
+as an eventsourcing user configures one: a leader, a process application following it
+under the stock runners, a follower that is no agent application, the stock repository,
+and snapshots of the application's own aggregates."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from decimal import Decimal
+from functools import singledispatchmethod
+from pathlib import Path
+from typing import Any, ClassVar
+from uuid import UUID
+
+import pytest
+from eventsourcing.application import (
+    AggregateNotFoundError,
+    Application,
+    ProcessingEvent,
+    Repository,
+)
+from eventsourcing.domain import Aggregate, event
+from eventsourcing.persistence import EventStore
+from eventsourcing.system import (
+    MultiThreadedRunner,
+    NewMultiThreadedRunner,
+    NewSingleThreadedRunner,
+    ProcessApplication,
+    Runner,
+    SingleThreadedRunner,
+    System,
+)
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from covonaut_es import (
+    AgentApplication,
+    AgentThread,
+    SerializationError,
+    Store,
+    create_cipher_key,
+)
+from covonaut_es.errors import ConfigurationError
+from covonaut_es.store import AggregateSnapshot, event_mapper
+from covonaut_es.store._chain import chain_in
+from embedded_system import SYSTEM, ApprovedByReviewer, Payment, Payments, sqlite_env
+
+TESTS = Path(__file__).parent
+CIPHER_KEY = create_cipher_key()
+WAIT = 30.0  # seconds a multi-threaded follower may take to catch up, at most
+
+
+@pytest.fixture(
+    params=[
+        "eventsourcing-sqlite",
+        "store-sqlite",
+        pytest.param("postgres", marks=pytest.mark.postgres),
+    ]
+)
+def configured(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> dict[str, str]:
+    """eventsourcing's settings in the environment, for eventsourcing's SQLite module,
+    the store's SQLite back end, or eventsourcing's PostgreSQL module."""
+    if request.param == "postgres":
+        from psycopg.conninfo import conninfo_to_dict
+
+        params = conninfo_to_dict(str(request.getfixturevalue("postgres_database")))
+        env = {
+            "PERSISTENCE_MODULE": "eventsourcing.postgres",
+            "POSTGRES_DBNAME": str(params["dbname"]),
+            "POSTGRES_HOST": str(params["host"]),
+            "POSTGRES_PORT": str(params.get("port", "5432")),
+            "POSTGRES_USER": str(params.get("user", "")),
+            "POSTGRES_PASSWORD": str(params.get("password", "")),
+        }
+    else:
+        env = sqlite_env(tmp_path)
+        if request.param == "store-sqlite":
+            env["PERSISTENCE_MODULE"] = "covonaut_es.store._backends.sqlite"
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return env
+
+
+def caught_up(runner: Runner[UUID]) -> ApprovedByReviewer:
+    """The follower, once it has processed everything its leader recorded."""
+    leader, follower = runner.get(Payments), runner.get(ApprovedByReviewer)
+    deadline = time.monotonic() + WAIT
+    while follower.recorder.max_tracking_id(leader.name) != leader.recorder.max_notification_id():
+        assert time.monotonic() < deadline, "the follower did not catch up"
+        time.sleep(0.01)
+    return follower
+
+
+@pytest.mark.parametrize(
+    "runner_class",
+    [SingleThreadedRunner, MultiThreadedRunner, NewSingleThreadedRunner, NewMultiThreadedRunner],
+)
+def test_a_process_application_follows_an_agent_application(
+    configured: dict[str, str], runner_class: type[Runner[UUID]]
+) -> None:
+    """Under each stock runner, the follower counts every approval once with its types,
+    and the threads on both sides keep intact chains, the follower's sealed as its
+    policy collected them."""
+    runner = runner_class(SYSTEM)
+    runner.start()
+    try:
+        payments = runner.get(Payments)
+        first = payments.request("acme", Decimal("120.50"))
+        second = payments.request("globex", Decimal("0.10"))
+        payments.approve(first, "maria")
+        payments.approve(second, "maria")
+        approvals = caught_up(runner)
+        total = approvals.total("maria")
+        assert (total.count, total.total) == (2, Decimal("120.60"))
+        assert type(total.total) is Decimal
+        with Store.from_application(approvals) as ledger:
+            notes = [m.content for m in ledger.state_at("ledger").messages]
+            assert notes == [
+                f"maria approved 120.50 ({first})",
+                f"maria approved 0.10 ({second})",
+            ]
+            assert ledger.verify("ledger").ok
+            stream = ledger.load("ledger").id
+        records = approvals.recorder.select_events(stream)
+        assert all(chain_in(approvals.mapper.plain_payload(r)) for r in records)  # sealed
+        with Store.from_application(payments) as reviews:
+            assert reviews.verify(f"review-{first}").ok
+    finally:
+        runner.stop()
+
+
+class FollowsFirst(ProcessApplication[UUID], AgentApplication):
+    """A follower with the process application's bases before AgentApplication."""
+
+    aggregate_classes = (Payment,)
+    approved: ClassVar[list[tuple[str, Decimal]]] = []
+
+    @singledispatchmethod
+    def policy(self, domain_event: Any, processing_event: ProcessingEvent[UUID]) -> None:
+        """Nothing but approvals."""
+
+    @policy.register
+    def _(self, domain_event: Payment.Approved, processing_event: ProcessingEvent[UUID]) -> None:
+        self.approved.append((domain_event.reviewer, domain_event.amount))
+
+
+def test_the_bases_may_come_in_either_order() -> None:
+    """A process application listing AgentApplication after ProcessApplication follows
+    an agent application too."""
+    FollowsFirst.approved.clear()
+    runner: SingleThreadedRunner[UUID] = SingleThreadedRunner(System([[Payments, FollowsFirst]]))
+    runner.start()
+    try:
+        payments = runner.get(Payments)
+        payments.approve(payments.request("acme", Decimal("3.30")), "li")
+    finally:
+        runner.stop()
+    assert FollowsFirst.approved == [("li", Decimal("3.30"))]
+
+
+class StockAudit(ProcessApplication[UUID]):
+    """A follower that is no agent application: it reads the leader's events with
+    ``event_mapper``."""
+
+    seen: ClassVar[list[Any]] = []
+
+    def follow(self, name: str, log: Any) -> None:
+        super().follow(name, log)
+        self.mappers[name] = event_mapper(self.env, name=name, aggregate_classes=(Payment,))
+
+    @singledispatchmethod
+    def policy(self, domain_event: Any, processing_event: ProcessingEvent[UUID]) -> None:
+        self.seen.append(domain_event)
+
+
+def test_a_follower_without_the_mapper_reads_typed_events() -> None:
+    """A stock follower given event_mapper gets the leader's events and the threads'
+    as their classes, with datetimes, decimals and enums in their types."""
+    StockAudit.seen.clear()
+    runner: SingleThreadedRunner[UUID] = SingleThreadedRunner(System([[Payments, StockAudit]]))
+    runner.start()
+    try:
+        payments = runner.get(Payments)
+        payments.approve(payments.request("acme", Decimal("7.25")), "li")
+    finally:
+        runner.stop()
+    kinds = [type(e).__qualname__ for e in StockAudit.seen]
+    assert kinds == [
+        "Payment.Requested",
+        "AgentThread.Started",
+        "AgentThread.MessageAppended",
+        "Payment.Approved",
+        "AgentThread.Steered",
+    ]
+    requested, started, appended, approved, _ = StockAudit.seen
+    assert requested.amount == Decimal("7.25") and type(requested.amount) is Decimal
+    assert approved.timestamp.tzinfo is not None
+    assert appended.message.role.value == "user" and type(started.timestamp) is type(
+        approved.timestamp
+    )
+
+
+def test_event_mapper_refuses_a_type_it_was_not_given(configured: dict[str, str]) -> None:
+    """A record of an aggregate class the reader did not list is refused, naming its
+    topic; nothing is imported."""
+    payments = Payments()
+    payments.request("acme", Decimal("1"))
+    (record, *_) = payments.recorder.select_notifications(start=None, limit=1)
+    with pytest.raises(SerializationError, match=r"Payment\.Requested"):
+        event_mapper(os.environ, name=payments.name).to_domain_event(record)
+    payments.close()
+
+
+def test_the_stock_repository_rebuilds_a_thread(configured: dict[str, str]) -> None:
+    """eventsourcing's own Repository, on a stock application's recorder of the same
+    database, rebuilds a thread equal to the one stored, through event_mapper."""
+
+    class Reader(Application[UUID]):
+        name = Payments.name  # the same settings, so the same tables
+
+    payments = Payments()
+    payment_id = payments.request("acme", Decimal("2"))
+    payments.approve(payment_id, "li")
+    with Store.from_application(payments) as threads:
+        stored = threads.load(f"review-{payment_id}")
+    reader = Reader()
+    events = EventStore(event_mapper(os.environ, name=Payments.name), reader.recorder)
+    rebuilt = Repository(event_store=events).get(stored.id)
+    assert isinstance(rebuilt, AgentThread) and rebuilt.state == stored.state
+    reader.close()
+    payments.close()
+
+
+# Snapshots of the application's own aggregates ---------------------------------------
+
+
+def test_own_aggregates_are_snapshotted_as_eventsourcing_does(configured: dict[str, str]) -> None:
+    """With snapshotting_intervals, a payment is snapshotted at its second event, its
+    state in its types, and loads equal to its replay; take_snapshot works too."""
+    payments = Payments()
+    payment_id = payments.request("acme", Decimal("99.95"))
+    payments.approve(payment_id, "maria")
+    assert payments.snapshots is not None
+    (snapshot,) = payments.snapshots.get(payment_id)
+    assert type(snapshot).__qualname__ == "Payment.Snapshot"
+    assert (
+        snapshot.state["amount"] == Decimal("99.95") and type(snapshot.state["amount"]) is Decimal
+    )
+    loaded = payments.repository.get(payment_id)
+    replayed = Repository(event_store=payments.events).get(payment_id)
+    assert vars(loaded) == vars(replayed)
+    payments.take_snapshot(payment_id, version=1)
+    assert [s.originator_version for s in payments.snapshots.get(payment_id)] == [1, 2]
+    payments.close()
+
+
+def test_own_snapshots_are_read_back_compressed_and_encrypted(
+    configured: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With eventsourcing's compressor and cipher configured, a payment's snapshot is
+    read back and used; one whose stored bytes were altered is passed over."""
+    monkeypatch.setenv("COMPRESSOR_TOPIC", "eventsourcing.compressor:ZlibCompressor")
+    monkeypatch.setenv("CIPHER_TOPIC", "eventsourcing.cipher:AESCipher")
+    monkeypatch.setenv("CIPHER_KEY", create_cipher_key())
+    payments = Payments()
+    payment_id = payments.request("acme", Decimal("5.50"))
+    payments.approve(payment_id, "maria")
+    assert payments.snapshots is not None
+    (snapshot,) = payments.snapshots.get(payment_id)
+    assert snapshot.state["approved_by"] == "maria"
+
+    recorder = payments.snapshots.recorder
+    (record,) = recorder.select_events(payment_id)
+    state = bytearray(record.state)
+    state[-1] ^= 1
+    altered = dataclasses.replace(record, originator_version=3, state=bytes(state))
+    recorder.insert_events([altered])
+    assert [s.originator_version for s in payments.snapshots.get(payment_id)] == [2]
+    assert payments.repository.get(payment_id).approved_by == "maria"
+    payments.close()
+
+
+class Unannotated(Aggregate):
+    """An aggregate whose class annotates nothing."""
+
+    @event("Made")
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+class PartlyAnnotated(Aggregate):
+    """An aggregate with an attribute its class does not annotate."""
+
+    name: str
+
+    class Snapshot(AggregateSnapshot):
+        """Its snapshots."""
+
+    @event("Made")
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.nickname = name[:2]
+
+
+def test_snapshotting_an_aggregate_without_annotations_is_refused_at_construction() -> None:
+    """snapshotting_intervals naming a class that annotates nothing, or one not listed,
+    is refused when the application is made, saying what to do."""
+
+    class Bare(AgentApplication):
+        aggregate_classes = (Unannotated,)
+        snapshotting_intervals: ClassVar[dict[type, int]] = {Unannotated: 1}
+
+    class Unlisted(AgentApplication):
+        snapshotting_intervals: ClassVar[dict[type, int]] = {Payment: 1}
+
+    with pytest.raises(
+        ConfigurationError, match=r"Unannotated has no snapshot class.*AggregateSnapshot"
+    ):
+        Bare()
+    with pytest.raises(ConfigurationError, match=r"Payment.*aggregate_classes"):
+        Unlisted()
+
+
+def test_an_attribute_without_annotation_is_refused_before_its_events_are_stored() -> None:
+    """A save after which a snapshot would be due, of an aggregate with an attribute its
+    class does not annotate, fails naming it, and stores nothing."""
+
+    class Partly(AgentApplication):
+        aggregate_classes = (PartlyAnnotated,)
+        snapshotting_intervals: ClassVar[dict[type, int]] = {PartlyAnnotated: 1}
+
+    app = Partly()
+    aggregate = PartlyAnnotated("maria")
+    with pytest.raises(SerializationError, match=r"\['nickname'\].*annotate them"):
+        app.save(aggregate)
+    with pytest.raises(AggregateNotFoundError):
+        app.repository.get(aggregate.id)
+    app.close()
+
+
+def test_a_snapshot_moved_to_another_aggregate_is_passed_over(configured: dict[str, str]) -> None:
+    """A payment's snapshot copied into another payment's stream is not trusted: that
+    payment still loads as its events say."""
+    payments = Payments()
+    first = payments.request("acme", Decimal("1"))
+    second = payments.request("globex", Decimal("2"))
+    payments.approve(first, "maria")
+    payments.approve(second, "li")
+    assert payments.snapshots is not None
+    recorder = payments.snapshots.recorder
+    (record,) = recorder.select_events(first)
+    moved = dataclasses.replace(record, originator_id=second, originator_version=3)
+    recorder.insert_events([moved])
+    loaded = payments.repository.get(second)
+    assert (loaded.payee, loaded.approved_by) == ("globex", "li")
+    payments.close()
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    amounts=st.lists(
+        st.decimals(
+            allow_nan=False, allow_infinity=False, places=2, min_value=-(10**9), max_value=10**9
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    reviewer=st.text(min_size=1, max_size=12),
+)
+def test_a_payment_loaded_from_its_snapshot_equals_its_replay(
+    amounts: list[Decimal], reviewer: str
+) -> None:
+    """Whatever the amounts and reviewer, the payments loaded through their snapshots
+    equal those rebuilt from their events alone."""
+    payments = Payments()
+    for amount in amounts:
+        payment_id = payments.request("payee", amount)
+        payments.approve(payment_id, reviewer)
+        loaded = payments.repository.get(payment_id)
+        assert vars(loaded) == vars(Repository(event_store=payments.events).get(payment_id))
+        assert type(loaded.amount) is Decimal
+    payments.close()
+
+
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+def test_an_altered_snapshot_never_changes_what_loads(data: st.DataObject) -> None:
+    """Whatever bytes of a payment's stored snapshot are changed, in a store with a
+    cipher key, the payment loads as its events alone rebuild it."""
+    with tempfile.TemporaryDirectory() as directory:
+        env = {
+            "PERSISTENCE_MODULE": "eventsourcing.sqlite",
+            "SQLITE_DBNAME": f"{directory}/payments.db",
+            "CIPHER_TOPIC": "eventsourcing.cipher:AESCipher",
+            "CIPHER_KEY": CIPHER_KEY,
+        }
+        payments = Payments(env=env)
+        payment_id = payments.request("acme", Decimal("5.50"))
+        payments.approve(payment_id, "maria")
+        payments.close()
+        with contextlib.closing(sqlite3.connect(env["SQLITE_DBNAME"])) as db, db:
+            (state,) = db.execute("SELECT state FROM stored_snapshots").fetchone()
+            altered = bytearray(state)
+            for _ in range(data.draw(st.integers(1, 3))):
+                at = data.draw(st.integers(0, 2**16)) % len(altered)
+                altered[at] ^= data.draw(st.integers(1, 255))
+            db.execute("UPDATE stored_snapshots SET state = ?", (bytes(altered),))
+        payments = Payments(env=env)
+        loaded = payments.repository.get(payment_id)
+        assert vars(loaded) == vars(Repository(event_store=payments.events).get(payment_id))
+        payments.close()
+
+
+# Durability through kills ---------------------------------------------------------------
+
+
+def test_each_approval_is_counted_once_through_kills(tmp_path: Path) -> None:
+    """A follower killed while processing, then restarted, ends with every approval
+    counted exactly once and its ledger thread intact: the policy's events and its
+    position in the leader's log are one transaction."""
+    path = os.pathsep.join(str(TESTS.parent / part) for part in ("src", "tests", "examples"))
+    env = {**os.environ, **sqlite_env(tmp_path), "PYTHONPATH": path}
+    os.environ.update(sqlite_env(tmp_path))
+    try:
+        payments = Payments()
+        expected = Decimal(0)
+        for n in range(30):
+            amount = Decimal(n) + Decimal("0.01")
+            payments.approve(payments.request(f"payee-{n}", amount), "maria")
+            expected += amount
+        last = payments.recorder.max_notification_id()
+        payments.close()
+
+        kills = 0
+        for kill_after in (1, 3, 5, 2, 4):  # policies run before each kill
+            worker = subprocess.Popen(
+                [sys.executable, str(TESTS / "system_follower.py")],
+                env=env,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            assert worker.stdout is not None
+            lines = [worker.stdout.readline() for _ in range(kill_after)]
+            worker.send_signal(signal.SIGKILL)
+            worker.wait(timeout=60)
+            worker.stdout.close()
+            assert set(lines) <= {"processing\n", "done\n"}, lines
+            kills += "done\n" not in lines
+        assert kills >= 3, "the follower finished before most kills"
+        result = subprocess.run(
+            [sys.executable, str(TESTS / "system_follower.py")],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
+        assert result.stdout.splitlines()[-1] == "done"
+
+        approvals = ApprovedByReviewer()
+        total = approvals.total("maria")
+        assert (total.count, total.total) == (30, expected)
+        assert approvals.recorder.max_tracking_id(Payments.name) == last
+        with Store.from_application(approvals) as ledger:
+            assert len(ledger.state_at("ledger").messages) == 30
+            assert ledger.verify("ledger").ok
+        approvals.close()
+    finally:
+        for name in sqlite_env(tmp_path):
+            os.environ.pop(name, None)
