@@ -58,7 +58,13 @@ class Payment(Aggregate):
         """Record the reviewer's approval."""
         self._approved(reviewer, self.amount)
 
-    @event("Approved")
+    class Approved(Aggregate.Event):
+        """A reviewer approved it (declared, so that a type checker knows the class)."""
+
+        reviewer: str
+        amount: Decimal
+
+    @event(Approved)
     def _approved(self, reviewer: str, amount: Decimal) -> None:
         self.approved_by = reviewer
 
