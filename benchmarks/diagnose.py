@@ -14,11 +14,14 @@ import cProfile
 import pstats
 import re
 import sqlite3
+import tempfile
 import time
 from contextlib import closing
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import workload
+import zstandard
 from harness import BUDGET_S, Context, cli, isolated, log
 from report import MISSED, Section, Table, intro, ratio, seconds, size, times
 from single_thread import LONG_T, REFERENCE_T
@@ -84,7 +87,89 @@ def run_storage(progress: Progress, target: str) -> None:
             "SELECT count(*), coalesce(sum(length(state)), 0), max(originator_version) "
             "FROM stored_snapshots"
         ).fetchone()
-    progress.update(pages=pages, topics=topics, snapshots=snapshots)
+    progress.update(
+        pages=pages, topics=topics, snapshots=snapshots, layouts=what_if_layouts(target)
+    )
+
+
+CONTENTLESS = ("Started", "RunStarted", "TurnStarted", "CheckpointSaved", "RunFinished")
+"""The events of a run that carry no conversation."""
+
+
+def _layout_bytes(
+    rows: list[tuple[bytes, int, str, bytes]], snapshots: list[tuple[bytes, int, str, bytes]]
+) -> int:
+    """The file size of ``rows`` and ``snapshots`` written into a fresh SQLite file with
+    a compact layout: the stream id as 16 bytes, the topic as a small integer naming a
+    row of a topic table, the notification id as the rowid, and the key index on
+    (stream, version)."""
+    with tempfile.TemporaryDirectory() as directory:
+        path = f"{directory}/layout.db"
+        with closing(sqlite3.connect(path)) as con:
+            con.executescript(
+                "CREATE TABLE topics (id INTEGER PRIMARY KEY, topic TEXT UNIQUE);"
+                "CREATE TABLE events (stream BLOB, version INTEGER, topic INTEGER, state BLOB,"
+                " PRIMARY KEY (stream, version));"
+                "CREATE TABLE snapshots (stream BLOB, version INTEGER, topic INTEGER, state BLOB,"
+                " PRIMARY KEY (stream, version)) WITHOUT ROWID;"
+            )
+            codes: dict[str, int] = {}
+            for table, found in (("events", rows), ("snapshots", snapshots)):
+                for stream, version, topic, state in found:
+                    code = codes.setdefault(topic, len(codes) + 1)
+                    con.execute("INSERT OR IGNORE INTO topics VALUES (?, ?)", (code, topic))
+                    con.execute(
+                        f"INSERT INTO {table} VALUES (?, ?, ?, ?)", (stream, version, code, state)
+                    )
+            con.commit()
+        return Path(path).stat().st_size
+
+
+def what_if_layouts(target: str) -> list[tuple[str, int]]:
+    """The directions the strict storage target points to, measured on the run's own
+    rows rewritten into fresh files: nothing in the library changes."""
+    with closing(sqlite3.connect(target)) as con:
+        rows = [
+            (bytes.fromhex(s), v, t, bytes(p))
+            for s, v, t, p in con.execute(
+                "SELECT originator_id, originator_version, topic, state FROM stored_events "
+                "ORDER BY rowid"
+            )
+        ]
+        snapshots = [
+            (bytes.fromhex(s), v, t, bytes(p))
+            for s, v, t, p in con.execute(
+                "SELECT originator_id, originator_version, topic, state FROM stored_snapshots"
+            )
+        ]
+    plain = zstandard.ZstdCompressor(level=3, write_content_size=False, write_dict_id=False)
+
+    def compressed(compressor: Any, found: list[Any]) -> list[Any]:
+        return [(s, v, t, compressor.compress(p)) for s, v, t, p in found]
+
+    content = [row for row in rows if row[2].rsplit(".", 1)[-1] not in CONTENTLESS]
+    found = [
+        ("compact stream ids and topics", _layout_bytes(rows, snapshots)),
+        (
+            "compact, and each payload in its own zstd frame",
+            _layout_bytes(compressed(plain, rows), snapshots),
+        ),
+    ]
+    try:  # zstd needs enough samples to train on: tiny runs have too few
+        trained = zstandard.train_dictionary(16384, [row[3] for row in rows[: len(rows) // 10]])
+    except zstandard.ZstdError:
+        return found
+    dictionary = zstandard.ZstdCompressor(level=3, dict_data=trained, write_dict_id=False)
+    with_dict = _layout_bytes(compressed(dictionary, rows), snapshots) + len(trained.as_bytes())
+    without = _layout_bytes(compressed(dictionary, content), snapshots) + len(trained.as_bytes())
+    found.append(
+        (
+            "compact, each payload zstd with a dictionary of the first tenth (flattered: figure 1)",
+            with_dict,
+        )
+    )
+    found.append(("the same without the rows of events that carry no conversation", without))
+    return found
 
 
 def _median_load(store: Store) -> float:
@@ -179,9 +264,11 @@ def storage(ctx: Context, turns: int) -> Table:
     )
     ctx.discard("sqlite", f"compressed_{turns}")
     total, logical = ours.get("bytes"), ours.get("logical_bytes")
+    conversation = ours.get("conversation_bytes")
     table = Table(
-        f"SQLite, T={turns}: where the {size(total)} go ({times(ratio(total, logical))} the "
-        f"logical {size(logical)})",
+        f"SQLite, T={turns}: where the {size(total)} go ({times(ratio(total, conversation))} "
+        f"the conversation's {size(conversation)}, {times(ratio(total, logical))} the JSON of "
+        f"its messages, {size(logical)})",
         ["part", "rows", "bytes", "share of file", "per turn"],
     )
     if "error" in found:
@@ -213,12 +300,29 @@ def storage(ctx: Context, turns: int) -> Table:
     ]
     without = (total or 0) - pages.get("stored_snapshots", snapshot_bytes)
     table.notes += [
+        f"What if (the run's rows rewritten into a fresh file; snapshots as they are): {label}: "
+        f"{size(bytes_)}, {times(ratio(bytes_, conversation))} the conversation."
+        for label, bytes_ in found["layouts"]
+    ]
+    table.notes += [
         f"What if there were no snapshots: about {size(without)}, "
         f"{times(ratio(without, logical))} the logical bytes (now {times(ratio(total, logical))}).",
         f"What if `open_store(..., compress=True)` (a public option; zlib per event): "
         f"{size(compressed.get('bytes'))}, {times(ratio(compressed.get('bytes'), logical))} "
         "the logical bytes.",
     ]
+    layouts = "; ".join(
+        f"{label}: {times(ratio(bytes_, conversation))}" for label, bytes_ in found["layouts"]
+    )
+    target = ctx.targets.get(f"storage-conversation-{turns}")
+    if target and target.status == MISSED:
+        target.explanation = (
+            f"Cause: of the file, event payloads (JSON with field names, timestamps and "
+            f"chain links) are {ratio(sum(r[2] for r in found['topics']), total):.0%}, the "
+            f"snapshot {ratio(snapshot_bytes, total):.0%}; each turn stores "
+            f"{events / turns:.1f} events, and each row repeats its topic and hex stream "
+            f"id. Measured on the run's own rows rewritten (Diagnosis): {layouts}. ADR 0051."
+        )
     target = ctx.targets.get(f"storage-logical-{turns}")
     if target and target.status == MISSED:
         target.explanation = (
@@ -268,10 +372,18 @@ def restore(ctx: Context) -> list[Table]:
         f"{seconds(longest)}, {times(ratio(longest, decode))} the decode time.",
     ]
     top = ", ".join(f"`{row[0]}`" for row in found["profile"][:4])
+    strict = ours.get("decode_plain_s")
+    table.notes.append(
+        f"Against one msgpack decode of the final messages as plain data ({seconds(strict)}): "
+        f"{times(ratio(now, strict))} now, {times(ratio(longest, strict))} with the longest tail."
+    )
+    target = ctx.targets.get("restore-plain")
+    if target and longest:
+        target.measured += f" ({times(ratio(longest, strict))} with the longest tail; Diagnosis)"
     target = ctx.targets.get("restore-decode")
     if target and longest:
         target.measured += f" ({times(ratio(longest, decode))} with the longest tail; Diagnosis)"
-    for key in ("restore-decode", "restore-peer"):
+    for key in ("restore-plain", "restore-decode", "restore-peer"):
         target = ctx.targets.get(key)
         if target and target.status == MISSED:
             target.explanation = (
@@ -322,9 +434,10 @@ def persistence(ctx: Context) -> list[Table]:
         if backend != "sqlite":
             continue
         for judged in (REFERENCE_T, LONG_T):
-            target = ctx.targets.get(f"persistence-{judged}")
-            if target and target.status == MISSED and judged in ctx.turns:
-                target.explanation = _persistence_cause(ctx, judged, share, turns)
+            for key in (f"persistence-{judged}", f"persistence-softer-{judged}"):
+                target = ctx.targets.get(key)
+                if target and target.status == MISSED and judged in ctx.turns:
+                    target.explanation = _persistence_cause(ctx, judged, share, turns)
     return tables
 
 

@@ -33,7 +33,10 @@ from replay import measure
 from report import Section, Table, Target, intro, rate, ratio, seconds, size, status, times
 from single_thread import LONG_T, REFERENCE_T
 
-TARGET_MULTIPLE = 2.0
+TARGET_MULTIPLE = 1.2
+"""The strict target: our persistence per turn against the paced limit."""
+SOFTER_MULTIPLE = 2.0
+"""The target until 2026-12-02, still shown, labelled softer."""
 
 
 def run(ctx: Context) -> list[Section]:
@@ -96,13 +99,17 @@ def run(ctx: Context) -> list[Section]:
     section.tables += [table, decode]
     for turns in (REFERENCE_T, LONG_T):
         multiple = multiples.get(turns, float("nan"))
-        ctx.targets[f"persistence-{turns}"] = target = Target(
-            f"per-turn persistence at T={turns} (SQLite): at most 2x raw SQLite "
-            "INSERT+COMMIT of the same bytes, paced as ours",
-            f"{times(multiple)} the raw cost",
-            status(None if multiple != multiple else multiple <= TARGET_MULTIPLE),
-        )
-        section.targets.append(target)
+        for key, bound, label in (
+            (f"persistence-{turns}", TARGET_MULTIPLE, "strict"),
+            (f"persistence-softer-{turns}", SOFTER_MULTIPLE, "softer"),
+        ):
+            ctx.targets[key] = target = Target(
+                f"per-turn persistence at T={turns} (SQLite): at most {bound}x raw SQLite "
+                f"INSERT+COMMIT of the same bytes, same durability, paced as ours ({label})",
+                f"{times(multiple)} the raw cost",
+                status(None if multiple != multiple else multiple <= bound),
+            )
+            section.targets.append(target)
     return [section]
 
 

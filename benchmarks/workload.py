@@ -20,7 +20,7 @@ import random
 import sqlite3
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import closing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,6 +31,7 @@ from covonaut_es import (
     Agent,
     AgentConfig,
     CheckpointSettings,
+    Message,
     ProviderRequest,
     ProviderResponse,
     ScriptedProvider,
@@ -41,6 +42,7 @@ from covonaut_es import (
     ToolContext,
     open_store,
 )
+from covonaut_es.store import _zstd
 
 if TYPE_CHECKING:
     from harness import Progress
@@ -374,6 +376,37 @@ def raw_write(
     }
 
 
+def conversation_text(messages: Sequence[Message]) -> bytes:
+    """The conversation's own bytes, the strict reference of storage: the UTF-8 text of
+    every message, and of each tool call its name and arguments; no roles, ids, field
+    names or timestamps."""
+    parts: list[str] = []
+    for message in messages:
+        parts.append(message.content)
+        parts += [part for call in message.tool_calls for part in (call.name, call.arguments)]
+    return "".join(parts).encode()
+
+
+def zstd_whole(data: bytes) -> bytes:
+    """``data`` in one zstd frame at the store's level (3): the floor a store of the
+    conversation could reach, with no per-row framing at all."""
+    return _zstd.compress(data)
+
+
+def decode_time(plain: bytes) -> float:
+    """The median time of one ``msgspec.msgpack.decode`` of ``plain`` into plain data
+    (lists, dicts, strings): the strict reference of a restore. Timed as many times as a
+    restore, each result dropped after its timing."""
+    decoder = msgspec.msgpack.Decoder()
+    times = []
+    for _ in range(REPEAT_LOADS):
+        start = time.perf_counter()
+        decoded = decoder.decode(plain)
+        times.append(time.perf_counter() - start)
+        del decoded
+    return median(times)
+
+
 # Our side ------------------------------------------------------------------------------
 
 
@@ -507,13 +540,17 @@ def run_ours(
             loaded = store.load(THREAD_ID)
             loads.append(time.perf_counter() - start)
             del loaded
+        plain = msgspec.msgpack.encode(msgspec.to_builtins(state.messages))
         progress.update(
             events=state.version,
             messages=len(state.messages),
             logical_bytes=len(msgspec.json.encode(state.messages)),
+            conversation_bytes=len(conversation_text(state.messages)),
+            conversation_zstd_bytes=len(zstd_whole(conversation_text(state.messages))),
             state_bytes=len(encoded),
             restore_s=median(loads),
             decode_latest_s=median(decodes),
+            decode_plain_s=decode_time(plain),
         )
         if history:
             start = time.perf_counter()
