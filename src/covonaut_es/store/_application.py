@@ -74,8 +74,10 @@ class AgentApplication(Application[UUID]):
     """The application's own aggregate classes, whose events its mapper may read."""
 
     def construct_mapper(self) -> MsgspecMapper:
-        """covonaut_es's msgspec mapper, with the configured compressor and cipher."""
+        """covonaut_es's msgspec mapper, with the configured compressor and cipher and
+        the transcodings of ``register_transcodings``."""
         return MsgspecMapper(
+            transcoder=self.construct_transcoder(),
             compressor=self.factory.compressor(),
             cipher=_cipher(self.factory),
             aggregate_classes=self.aggregate_classes,

@@ -24,7 +24,8 @@ from covonaut_es.errors import SchemaVersionError, SerializationError, StaleSnap
 from covonaut_es.migrations import Upcaster
 from covonaut_es.migrations._upcasting import NO_MIGRATORS
 from covonaut_es.store._chain import UNCHAINED, chain_in
-from covonaut_es.store._mapper import MsgspecMapper, codec_for
+from covonaut_es.store._codec import codec_for
+from covonaut_es.store._mapper import MsgspecMapper
 from covonaut_es.store._snapshot_seals import SealKey, chain_head_problem, unsealed
 
 logger = _logs.logger("covonaut_es")

@@ -29,7 +29,7 @@ from covonaut_es.errors import SerializationError, ToolCallsInDoubtError
 from covonaut_es.migrations import VERSION_KEY, Upcaster, stored_version
 from covonaut_es.migrations._registry import state_document_schema
 from covonaut_es.migrations._upcasting import NO_MIGRATORS
-from covonaut_es.store._mapper import decode_object
+from covonaut_es.store._codec import decode_object
 from covonaut_es.store._read_only import WriteGuard
 
 
