@@ -16,7 +16,7 @@ from typing import Any
 from uuid import UUID
 
 import msgspec
-from eventsourcing.domain import DomainEventProtocol
+from eventsourcing.domain import CanSnapshotAggregate, DomainEventProtocol
 from eventsourcing.persistence import Cipher, Compressor, Mapper, StoredEvent, Transcoder
 from eventsourcing.utils import get_topic
 
@@ -35,7 +35,7 @@ from covonaut_es.store._codec import (
     payload_type,
 )
 from covonaut_es.store._snapshot_seals import SEALED
-from covonaut_es.store._transcodings import TranscodedCodec, Transcodings
+from covonaut_es.store._transcodings import OwnSnapshotCodec, TranscodedCodec, Transcodings
 
 
 class JsonTranscoder(Transcoder):
@@ -96,6 +96,7 @@ class MsgspecMapper(Mapper[UUID]):
         own = [
             *event_classes,
             *(event for cls in aggregates[1:] for event in aggregate_event_classes(cls)),
+            *{snapshot for cls in aggregates[1:] if (snapshot := snapshot_class(cls))},
         ]
         check_upcasters((schema_for(cls) for cls in own), own=True)
         self._classes: dict[str, type] = {
@@ -104,18 +105,23 @@ class MsgspecMapper(Mapper[UUID]):
         self._aggregate_topics = frozenset(get_topic(cls) for cls in aggregates)
         self._writable: dict[type, tuple[Codec, str]] = {}  # what _listed found, by class
         self._transcodings = Transcodings.of(transcoder)
+        self._state_transcodings = Transcodings.of(transcoder, stock=True)
         self._transcoded: dict[type, Codec] = {}
         self._library = frozenset(library_event_classes())
 
     def codec(self, cls: type) -> Codec:
         """The codec of a stored class: one that applies the application's
         transcodings for its own event classes, if it registers any."""
-        if not self._transcodings or cls in self._library:
+        own_snapshots = issubclass(cls, CanSnapshotAggregate) and cls is not ThreadSnapshot
+        if cls in self._library or not (self._transcodings or own_snapshots):
             return codec_for(cls)
         codec = self._transcoded.get(cls)
         if codec is None:
-            schema = codec_for(cls).schema
-            codec = TranscodedCodec(schema, payload_type(cls), self._transcodings)
+            schema = schema_for(cls)
+            if own_snapshots:
+                codec = OwnSnapshotCodec(schema, self._state_transcodings)
+            else:
+                codec = TranscodedCodec(schema, payload_type(cls), self._transcodings)
             self._transcoded[cls] = codec
         return codec
 
@@ -257,7 +263,9 @@ class MsgspecMapper(Mapper[UUID]):
     ) -> DomainEventProtocol[UUID]:
         """The event of class ``cls`` that ``stored_event`` holds, from its decoded
         fields."""
-        created = state.get("originator_topic")
+        created = state.get(
+            "topic" if issubclass(cls, CanSnapshotAggregate) else "originator_topic"
+        )
         if created is not None and created not in self._aggregate_topics:
             msg = (
                 f"{_where(stored_event)}: it creates an aggregate of type {created!r}, "
@@ -306,6 +314,13 @@ class MsgspecMapper(Mapper[UUID]):
             )
             raise SerializationError(msg) from exc
         return data
+
+
+def snapshot_class(aggregate_cls: type) -> type | None:
+    """The snapshot class eventsourcing takes an aggregate's snapshots with: its nested
+    ``Snapshot``, if it has one."""
+    cls = getattr(aggregate_cls, "Snapshot", None)
+    return cls if isinstance(cls, type) and issubclass(cls, CanSnapshotAggregate) else None
 
 
 def _compressed_snapshot(topic: str, data: bytes) -> bool:

@@ -14,6 +14,7 @@ to msgspec, which reads those by declared type.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
 import msgspec
@@ -50,16 +51,17 @@ class Transcodings:
             self._by_name[transcoding.name] = transcoding
 
     @classmethod
-    def of(cls, transcoder: Transcoder | None) -> Transcodings:
+    def of(cls, transcoder: Transcoder | None, *, stock: bool = False) -> Transcodings:
         """The transcodings registered on an eventsourcing ``JSONTranscoder``, but for
-        eventsourcing's stock ones; none for None.
+        eventsourcing's stock ones unless ``stock``; for None, the stock ones if
+        ``stock``.
 
         Raises:
             ConfigurationError: ``transcoder`` is another kind of transcoder, whose
                 encoding the msgspec mapper cannot take over.
         """
         if transcoder is None:
-            return cls()
+            return cls(kind() for kind in _STOCK) if stock else cls()
         if not isinstance(transcoder, JSONTranscoder):
             msg = (
                 f"the msgspec mapper takes the transcodings of an eventsourcing "
@@ -67,7 +69,8 @@ class Transcodings:
                 "types' Transcoding objects in your application's register_transcodings"
             )
             raise ConfigurationError(msg)
-        return cls(t for t in transcoder.types.values() if not isinstance(t, _STOCK))
+        registered = transcoder.types.values()
+        return cls(t for t in registered if stock or not isinstance(t, _STOCK))
 
     def __bool__(self) -> bool:
         return bool(self._by_type)
@@ -157,3 +160,39 @@ def _as_it_is(expected: type, value: Any) -> Any:
         return value
     msg = f"Expected `{expected.__qualname__}`, got `{type(value).__qualname__}`"
     raise TypeError(msg)
+
+
+class OwnSnapshotCodec(Codec):
+    """The codec of snapshots of the application's own aggregates, whose state declares
+    no types: it is stored as eventsourcing stores it, each value of a type JSON lacks
+    tagged by its transcoding (eventsourcing's stock ones of ``UUID``, ``Decimal`` and
+    ``datetime`` too), and read back by those tags. The aggregate's ``class_version``
+    stays in the state, as eventsourcing's ``Snapshot.take`` put it, for its
+    ``upcast_vN_vN+1`` methods to run when the snapshot is applied.
+    """
+
+    def __init__(self, schema: Schema, transcodings: Transcodings) -> None:
+        fields: list[tuple[str, Any] | tuple[str, Any, Any]] = [
+            ("timestamp", datetime),
+            ("topic", str),
+            ("state", dict[str, Any]),
+            (VERSION_KEY, int, 0),
+        ]
+        super().__init__(schema, msgspec.defstruct(f"{schema.name}Payload", fields))
+        self.transcodings = transcodings
+
+    def _payload(self, obj: object) -> dict[str, Any]:
+        payload = super()._payload(obj)
+        payload["state"] = self.transcodings.tagged(payload["state"])
+        return payload
+
+    def read_back(self, payload: bytes) -> dict[str, Any]:
+        return self.typed(msgspec.json.decode(payload))
+
+    def decode_current(self, data: bytes | memoryview) -> dict[str, Any] | None:
+        return None  # each payload is read by decode_older, as plain JSON first
+
+    def typed(self, state: dict[str, Any]) -> dict[str, Any]:
+        fields = super().typed(state)
+        fields["state"] = self.transcodings.untagged(fields["state"])[0]
+        return fields
