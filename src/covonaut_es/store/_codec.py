@@ -66,7 +66,7 @@ class Codec:
 
     def readable(self, payload: bytes, obj: object) -> bytes:
         """``payload``, the encoding of event ``obj``, once the reader of its class has
-        read it back equal to ``obj``'s fields, types included: a value msgspec encodes
+        read it back equal to ``obj``'s fields: a value msgspec encodes
         but its declared type refuses (``42`` where a field is ``str``) would be stored
         and then fail every read, and one it reads as something else (a tuple where a
         field is a ``list``) would come back changed.
@@ -79,10 +79,11 @@ class Codec:
             read = self.read_back(payload)
         except msgspec.ValidationError as exc:
             raise _unreadable(type(obj), given, str(exc)) from exc
-        for name, value in given.items():
-            path = difference(read.get(name, _ABSENT), value, name)
-            if path is not None:
-                raise _misread(type(obj), read, given, path)
+        if any(read.get(name, _ABSENT) != value for name, value in given.items()):
+            for name, value in given.items():
+                path = difference(read.get(name, _ABSENT), value, name)
+                if path is not None:
+                    raise _misread(type(obj), read, given, path)
         return payload
 
     def read_back(self, payload: bytes) -> dict[str, Any]:
@@ -311,41 +312,41 @@ _ABSENT: Any = object()
 
 
 def difference(read: Any, given: Any, path: str) -> str | None:
-    """The path of the first value in ``given`` that ``read`` holds otherwise, types
-    included (a tuple read as a list, an int read as a float); None when they are alike.
+    """The path of the first value in ``given`` that ``read`` does not hold equal (a
+    tuple read as a list, a value of the application's type read as text); None when
+    they are equal.
 
-    Containers are compared item by item, msgspec Structs and dataclasses field by
-    field; any other value by its type and ``==``.
+    Where they differ, lists, tuples and dicts of the same shape and msgspec Structs
+    and dataclasses of the same type are searched for the innermost difference.
     """
+    if read == given:
+        return None
     if type(read) is not type(given):
         return path
-    if isinstance(given, (list, tuple)):
-        if len(read) != len(given):
-            return path
-        for index, (left, right) in enumerate(zip(read, given, strict=True)):
-            found = difference(left, right, f"{path}[{index}]")
-            if found is not None:
-                return found
-        return None
-    if isinstance(given, dict):
-        if read.keys() != given.keys():
-            return path
-        for key, right in given.items():
-            found = difference(read[key], right, f"{path}.{key}")
-            if found is not None:
-                return found
-        return None
-    if isinstance(given, msgspec.Struct):
-        names: Iterable[str] = given.__struct_fields__
+    if isinstance(given, (list, tuple)) and len(read) == len(given):
+        pairs: Iterable[tuple[str, Any, Any]] = (
+            (f"{path}[{i}]", left, right)
+            for i, (left, right) in enumerate(zip(read, given, strict=True))
+        )
+    elif isinstance(given, dict) and read.keys() == given.keys():
+        pairs = ((f"{path}.{key}", read[key], given[key]) for key in given)
+    elif isinstance(given, msgspec.Struct):
+        pairs = (
+            (f"{path}.{name}", getattr(read, name), getattr(given, name))
+            for name in given.__struct_fields__
+        )
     elif dataclasses.is_dataclass(given):
-        names = (field.name for field in dataclasses.fields(given))
+        pairs = (
+            (f"{path}.{f.name}", getattr(read, f.name), getattr(given, f.name))
+            for f in dataclasses.fields(given)
+        )
     else:
-        return None if read == given else path
-    for name in names:
-        found = difference(getattr(read, name), getattr(given, name), f"{path}.{name}")
+        return path
+    for inner, left, right in pairs:
+        found = difference(left, right, inner)
         if found is not None:
             return found
-    return None
+    return path
 
 
 def _misread(
@@ -357,7 +358,7 @@ def _misread(
     if read_value is _ABSENT:
         expected = "no such field (its reader drops it)"
     elif type(read_value) is type(given_value):
-        expected = f"a {type(read_value).__name__} read back as {read_value!r}"
+        expected = f"a {type(read_value).__name__} that reads back equal"
     else:
         expected = f"{type(read_value).__name__} (its declared type reads it back so)"
     return UnreadableEventError(cls.__qualname__, path, expected, type(given_value).__name__)

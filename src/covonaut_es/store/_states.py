@@ -152,7 +152,9 @@ class StoredStates:
                 originator_version=last[0].originator_version + 1 if last else 1,
                 timestamp=StateSaved.create_timestamp(),
                 key=key,
-                document=dict(document),
+                # As JSON reads it back (lists for tuples, text for datetimes): the
+                # mapper stores only what reads back alike.
+                document=msgspec.json.decode(msgspec.json.encode(document)),
             )
             with contextlib.suppress(IntegrityError):  # another writer saved first: go after it
                 self._app.events.put([saved])
