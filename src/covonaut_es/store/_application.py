@@ -58,9 +58,10 @@ class AgentApplication(Application[UUID]):
     ``CIPHER_TOPIC``) apply as usual. Your own aggregates' events go through the same
     mapper, which decodes every field into its declared type: annotate each field of
     an event class, and each parameter of an ``@event`` method (``Decimal``,
-    ``datetime``, enums and msgspec Structs all come back as themselves). Snapshots
-    are written for agent threads only: leave your aggregates out of
-    ``snapshotting_intervals``.
+    ``datetime``, enums and msgspec Structs all come back as themselves). Values of
+    your own types go through the transcodings of ``register_transcodings``, and your
+    events' ``class_version`` and ``upcast_vN_vN+1`` methods upgrade older ones, as in
+    eventsourcing; snapshots of your aggregates are stored as eventsourcing stores them.
 
     Use it as the base class of your application, or as a mixin before another
     ``Application`` subclass.
