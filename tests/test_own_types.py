@@ -73,15 +73,7 @@ class EnvironmentConfigured(es_application.ExampleApplicationTestCase):
         with psycopg.connect(self.server_url, autocommit=True) as conn:
             conn.execute(f"CREATE DATABASE {name}")
         self.addCleanup(self._drop, name)
-        url = urlsplit(self.server_url)
-        return {
-            "PERSISTENCE_MODULE": "eventsourcing.postgres",
-            "POSTGRES_DBNAME": name,
-            "POSTGRES_HOST": url.hostname or "",
-            "POSTGRES_PORT": str(url.port),
-            "POSTGRES_USER": url.username or "",
-            "POSTGRES_PASSWORD": url.password or "",
-        }
+        return user_env(self.server_url.rsplit("/", 1)[0] + f"/{name}")
 
     def _drop(self, name: str) -> None:
         with psycopg.connect(self.server_url, autocommit=True) as conn:
@@ -127,10 +119,30 @@ def sqlite_env(path: Path) -> dict[str, str]:
     return {"PERSISTENCE_MODULE": "eventsourcing.sqlite", "SQLITE_DBNAME": str(path)}
 
 
-def test_a_type_without_its_transcoding_is_refused_naming_the_field(tmp_path: Path) -> None:
+def user_env(url: str) -> dict[str, str]:
+    """The environment an eventsourcing user sets for a SQLite file or a PostgreSQL
+    database, from its URL."""
+    if url.startswith("sqlite:///"):
+        return sqlite_env(Path(url.removeprefix("sqlite:///")))
+    parts = urlsplit(url)
+    return {
+        "PERSISTENCE_MODULE": "eventsourcing.postgres",
+        "POSTGRES_DBNAME": parts.path.lstrip("/"),
+        "POSTGRES_HOST": parts.hostname or "",
+        "POSTGRES_PORT": str(parts.port),
+        "POSTGRES_USER": parts.username or "",
+        "POSTGRES_PASSWORD": parts.password or "",
+    }
+
+
+def test_a_type_without_its_transcoding_is_refused_naming_the_field(
+    shared_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Without ``EmailAddressAsStr`` the account's opening holds an ``EmailAddress`` its
     ``str`` field would not read back: refused, typed, and nothing is stored."""
-    app = Plain(env=sqlite_env(tmp_path / "bank.db"))
+    for name, value in user_env(shared_url).items():
+        monkeypatch.setenv(name, value)
+    app = Plain()
     try:
         with pytest.raises(UnreadableEventError) as raised:
             app.save(BankAccount.open("Alice", "alice@example.com"))
@@ -196,10 +208,14 @@ class TranscodedMaps(Maps):
         transcoder.register(PointAsList())
 
 
-def test_a_registered_transcoding_carries_a_type_of_its_own(tmp_path: Path) -> None:
+def test_a_registered_transcoding_carries_a_type_of_its_own(
+    shared_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """With its transcoding registered on the application, the same value is stored in
     eventsourcing's tagged form and read back as itself."""
-    app = TranscodedMaps(env=sqlite_env(tmp_path / "maps.db"))
+    for name, value in user_env(shared_url).items():
+        monkeypatch.setenv(name, value)
+    app = TranscodedMaps()
     try:
         chart = Map()
         chart.mark(Point(7))
