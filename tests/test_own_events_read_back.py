@@ -9,15 +9,17 @@ import typing
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
-from uuid import UUID
+from uuid import UUID, uuid4
 
+import msgspec
 from eventsourcing.domain import Aggregate
-from eventsourcing.persistence import JSONTranscoder, Transcoding
+from eventsourcing.persistence import JSONTranscoder, StoredEvent, Transcoding
 from eventsourcing.tests.domain import EmailAddress
+from eventsourcing.utils import get_topic
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from covonaut_es import AgentApplication, UnreadableEventError
+from covonaut_es import AgentApplication, SerializationError, UnreadableEventError
 
 
 class Colour(enum.StrEnum):
@@ -201,3 +203,44 @@ def test_a_tuple_where_a_list_is_declared_is_refused_naming_it() -> None:
             raise AssertionError("saved")
     finally:
         app.close()
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+TAGS = st.builds(
+    lambda name, data: {"_type_": name, "_data_": data},
+    st.sampled_from(["point", "email", "other"]),
+    JSON,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    payload=st.dictionaries(
+        st.sampled_from([*FIELDS, "_v", "timestamp", "extra"]), JSON | TAGS, max_size=20
+    ),
+    snapshot=st.booleans(),
+)
+def test_a_hostile_stored_entry_or_snapshot_is_read_or_refused_typed(
+    payload: dict[str, Any], snapshot: bool
+) -> None:
+    """A stored entry or snapshot of the application's own, of any JSON (tags of its
+    transcodings included, with data they do not expect), decodes or is a
+    ``SerializationError``; nothing else escapes, and a snapshot names no aggregate
+    outside the allowlist."""
+    mapper = TranscodedLedgers(env={"PERSISTENCE_MODULE": "eventsourcing.popo"}).mapper
+    topic = get_topic(Ledger.Snapshot if snapshot else Ledger.Entered)
+    if snapshot:
+        payload = {"timestamp": "2026-01-01T00:00:00Z", "topic": "os:system", "state": payload}
+    record = StoredEvent(uuid4(), 2, topic, msgspec.json.encode(payload))
+    try:
+        read = mapper.to_domain_event(record)
+    except SerializationError:
+        return
+    assert not snapshot, "a snapshot naming an aggregate outside the allowlist was read"
+    assert isinstance(read, Ledger.Entered)

@@ -104,6 +104,19 @@ class Transcodings:
             found for _, found in pairs.values()
         )
 
+    def read(self, value: Any, name: str) -> tuple[Any, bool]:
+        """As :meth:`untagged`, for the field ``name`` of stored data.
+
+        Raises:
+            msgspec.ValidationError: A transcoding failed on what the data holds under
+                its name (only the error's type is told: the data may be secret).
+        """
+        try:
+            return self.untagged(value)
+        except Exception as exc:  # a transcoding's own code, on hostile or damaged data
+            msg = f"a transcoding failed to read it ({type(exc).__name__}) - at `$.{name}`"
+            raise msgspec.ValidationError(msg) from exc
+
 
 class TranscodedCodec(Codec):
     """The codec of an application's event class when the application registers
@@ -140,7 +153,7 @@ class TranscodedCodec(Codec):
                 has_default = field.default is not msgspec.NODEFAULT
                 fields[field.name] = field.default if has_default else field.default_factory()
                 continue
-            value, transcoded = self.transcodings.untagged(state[field.name])
+            value, transcoded = self.transcodings.read(state[field.name], field.name)
             try:
                 fields[field.name] = msgspec.convert(value, field.type, dec_hook=_as_it_is)
             except msgspec.ValidationError as exc:
@@ -194,5 +207,5 @@ class OwnSnapshotCodec(Codec):
 
     def typed(self, state: dict[str, Any]) -> dict[str, Any]:
         fields = super().typed(state)
-        fields["state"] = self.transcodings.untagged(fields["state"])[0]
+        fields["state"] = self.transcodings.read(fields["state"], "state")[0]
         return fields
