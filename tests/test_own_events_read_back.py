@@ -233,7 +233,9 @@ def test_a_hostile_stored_entry_or_snapshot_is_read_or_refused_typed(
     transcodings included, with data they do not expect), decodes or is a
     ``SerializationError``; nothing else escapes, and a snapshot names no aggregate
     outside the allowlist."""
-    mapper = TranscodedLedgers(env={"PERSISTENCE_MODULE": "eventsourcing.popo"}).mapper
+    app = TranscodedLedgers(env={"PERSISTENCE_MODULE": "eventsourcing.popo"})
+    app.close()
+    mapper = app.mapper
     topic = get_topic(Ledger.Snapshot if snapshot else Ledger.Entered)
     if snapshot:
         payload = {"timestamp": "2026-01-01T00:00:00Z", "topic": "os:system", "state": payload}
