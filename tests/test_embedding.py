@@ -145,15 +145,21 @@ def test_an_untyped_event_field_is_refused_before_anything_is_stored(
         app.repository.get(memo.id)
 
 
-def test_a_snapshot_of_an_aggregate_without_a_snapshot_class_is_refused_with_a_reason() -> None:
-    """take_snapshot of an aggregate that declares no snapshot class of its own is
-    refused, saying to leave it out of snapshotting."""
+def test_snapshots_of_the_users_aggregates_are_taken_and_read_back() -> None:
+    """A snapshot of the user's aggregate that declares no snapshot class of its own is
+    stored as eventsourcing stores it and the aggregate loads from it, with its types."""
     app = ExpenseApp(env={"IS_SNAPSHOTTING_ENABLED": "y"})
-    claim = ExpenseClaim("ann", Decimal("1"), "pens")
-    app.save(claim)
-    with pytest.raises(SerializationError, match="snapshotting_intervals"):
+    try:
+        claim = ExpenseClaim("ann", Decimal("1.50"), "pens")
+        app.save(claim)
         app.take_snapshot(claim.id)
-    app.close()
+        assert app.snapshots is not None
+        (snapshot,) = app.snapshots.get(claim.id)
+        assert snapshot.originator_version == claim.version
+        loaded = app.claim(claim.id)
+        assert (loaded.amount, loaded.created_on) == (Decimal("1.50"), claim.created_on)
+    finally:
+        app.close()
 
 
 def test_from_application_refuses_an_application_with_another_mapper() -> None:

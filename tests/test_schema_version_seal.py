@@ -32,7 +32,7 @@ from covonaut_es.errors import TransferError
 from covonaut_es.messages import Message, Role
 from covonaut_es.store import _zstd
 from covonaut_es.store._chain import KEYED, PUBLIC, chain_hash, scheme_of
-from covonaut_es.store._mapper import SNAPSHOT_SIZE_LIMIT
+from covonaut_es.store._codec import SNAPSHOT_SIZE_LIMIT
 from covonaut_es.store._snapshot_seals import unsealed
 from covonaut_es.store._writer import SNAPSHOT_MIN_VERSION
 from support import ticking_clock

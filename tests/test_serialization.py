@@ -45,9 +45,10 @@ from covonaut_es.domain._named_states import StateSaved, state_stream_id
 from covonaut_es.errors import MissingUpcasterError
 from covonaut_es.messages import Usage
 from covonaut_es.migrations._registry import EVENT_UPCASTERS
-from covonaut_es.store import _mapper, _zstd
+from covonaut_es.store import _codec, _zstd
 from covonaut_es.store._chain import chain_hash, chain_of
-from covonaut_es.store._mapper import MsgspecMapper, codec_for
+from covonaut_es.store._codec import codec_for
+from covonaut_es.store._mapper import MsgspecMapper
 
 NOW = datetime(2026, 3, 4, 5, 6, 7, 890123, tzinfo=UTC)
 ID = thread_aggregate_id("t")
@@ -483,7 +484,7 @@ def test_a_hostile_compressed_snapshot_is_a_serialization_error(
     """A damaged frame, one that holds more than the limit (declared or not), and one
     holding no snapshot are each a SerializationError naming the stream; nothing
     beyond the limit is allocated."""
-    monkeypatch.setattr(_mapper, "SNAPSHOT_SIZE_LIMIT", 1024 * 1024)  # the bomb holds 2 MiB
+    monkeypatch.setattr(_codec, "SNAPSHOT_SIZE_LIMIT", 1024 * 1024)  # the bomb holds 2 MiB
     record = snapshot_record()
     record = StoredEvent(ID, record.originator_version, record.topic, hostile_frames()[name])
     where = f"Snapshot.* of stream {ID} at version 22: stored"
@@ -526,7 +527,7 @@ def test_a_snapshot_frame_without_its_declared_size_is_read() -> None:
     """A frame that does not declare its size (as another zstd writer may make it) is
     read up to the limit: the snapshot is the same."""
     record = snapshot_record()
-    packed = _zstd.decompress(record.state, limit=_mapper.SNAPSHOT_SIZE_LIMIT)
+    packed = _zstd.decompress(record.state, limit=_codec.SNAPSHOT_SIZE_LIMIT)
     streamed = zstandard.ZstdCompressor().compressobj()
     undeclared = StoredEvent(
         ID, record.originator_version, record.topic, streamed.compress(packed) + streamed.flush()

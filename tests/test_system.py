@@ -291,7 +291,10 @@ def test_own_snapshots_are_read_back_compressed_and_encrypted(
 
 
 class Unannotated(Aggregate):
-    """An aggregate whose class annotates nothing."""
+    """An aggregate whose class annotates nothing, yet declares a typed snapshot class."""
+
+    class Snapshot(AggregateSnapshot):
+        pass
 
     @event("Made")
     def __init__(self, name: str) -> None:
@@ -313,8 +316,9 @@ class PartlyAnnotated(Aggregate):
 
 
 def test_snapshotting_an_aggregate_without_annotations_is_refused_at_construction() -> None:
-    """snapshotting_intervals naming a class that annotates nothing, or one not listed,
-    is refused when the application is made, saying what to do."""
+    """snapshotting_intervals naming a class that declares a typed snapshot class but
+    annotates nothing, or one not listed, is refused when the application is made,
+    saying what to do."""
 
     class Bare(AgentApplication):
         aggregate_classes = (Unannotated,)
@@ -324,7 +328,7 @@ def test_snapshotting_an_aggregate_without_annotations_is_refused_at_constructio
         snapshotting_intervals: ClassVar[dict[type, int]] = {Payment: 1}
 
     with pytest.raises(
-        ConfigurationError, match=r"Unannotated has no snapshot class.*AggregateSnapshot"
+        ConfigurationError, match=r"Unannotated, whose class annotates none of its attributes"
     ):
         Bare()
     with pytest.raises(ConfigurationError, match=r"Payment.*aggregate_classes"):

@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 from covonaut_es import AgentApplication, AgentThread, Message, Role, Store, UnreadableEventError
 from covonaut_es.domain import ThreadSnapshot
 from covonaut_es.store._chain import CHAIN_FIELD
-from covonaut_es.store._mapper import MsgspecMapper, library_event_classes
+from covonaut_es.store._codec import library_event_classes
+from covonaut_es.store._mapper import MsgspecMapper
 from covonaut_es.store._urls import persistence_env
 from support import agent_on, answer, call
 

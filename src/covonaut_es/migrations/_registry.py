@@ -10,7 +10,7 @@ ADR 0007 says when a change needs a new version and how to add a step.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from covonaut_es.domain import AgentThread, PauseKind, StateDocument, ThreadSnapshot
@@ -172,10 +172,64 @@ def event_classes() -> Iterator[type[AgentThread.Event]]:
 
 def schema_for(cls: type) -> Schema:
     """The schema of a stored class: a thread event, the thread's snapshot, or another
-    class (with no upcasters)."""
+    class, whose upcasters are its ``upcast_vN_vN+1`` methods (eventsourcing's
+    convention)."""
     if issubclass(cls, ThreadSnapshot):
         return thread_snapshot_schema()
-    return Schema(cls.__qualname__, class_version(cls), EVENT_UPCASTERS.get(cls, {}))
+    upcasters = EVENT_UPCASTERS.get(cls)
+    if upcasters is None:
+        upcasters = convention_upcasters(cls)
+    return Schema(cls.__qualname__, class_version(cls), upcasters)
+
+
+def convention_upcasters(cls: type) -> dict[int, Upcaster]:
+    """The upcasters a class declares the eventsourcing way: for each step ``N`` below
+    its ``class_version``, a static method ``upcast_vN_vN+1(state)`` that changes the
+    state it is given to the next version. Each becomes an upcaster of our rules (one
+    step, checked): it sees the stored fields without ``"_v"``."""
+    steps: dict[int, Upcaster] = {}
+    for step in range(1, class_version(cls)):
+        method = getattr(cls, convention_name(step), None)
+        if method is not None:
+            steps[step] = _from_convention(method, step)
+    return steps
+
+
+def convention_name(step: int) -> str:
+    """The name eventsourcing gives the upcaster of ``step`` -> ``step + 1``."""
+    return f"upcast_v{step}_v{step + 1}"
+
+
+def _from_convention(method: Callable[[dict[str, Any]], object], step: int) -> Upcaster:
+    def upcast(document: dict[str, Any]) -> dict[str, Any]:
+        state = {key: value for key, value in document.items() if key != VERSION_KEY}
+        method(state)
+        return {**state, VERSION_KEY: step + 1}
+
+    return upcast
+
+
+def _to_convention(upcaster: Upcaster, step: int) -> Callable[[dict[str, Any]], None]:
+    """``upcaster`` as eventsourcing's stock mapper calls an ``upcast_vN_vN+1`` method:
+    on state it changes in place, for every step up to the class's version, since our
+    payloads carry their version under ``"_v"``, which the stock mapper does not read."""
+
+    def upcast(state: dict[str, Any]) -> None:
+        version = state.get(VERSION_KEY, 0)
+        if not isinstance(version, int) or version > step:
+            return  # written at a later version (or not ours to judge: the mapper does)
+        upgraded = upcaster({**state, VERSION_KEY: step})
+        state.clear()
+        state.update(upgraded)
+
+    return upcast
+
+
+# eventsourcing's stock Mapper (a stock application reading a thread, a follower without
+# our mapper) upcasts by calling these methods on the event class; they run our steps.
+for _cls, _steps in EVENT_UPCASTERS.items():
+    for _step, _upcaster in _steps.items():
+        setattr(_cls, convention_name(_step), staticmethod(_to_convention(_upcaster, _step)))
 
 
 def thread_snapshot_schema() -> Schema:
@@ -202,7 +256,7 @@ def registry() -> tuple[Schema, ...]:
     )
 
 
-def check_upcasters(schemas: Iterable[Schema] | None = None) -> None:
+def check_upcasters(schemas: Iterable[Schema] | None = None, *, own: bool = False) -> None:
     """Check that every stored type has an upcaster for each step up to its version.
 
     Stores run this when they open, before any data is read, so a version bumped
@@ -210,6 +264,8 @@ def check_upcasters(schemas: Iterable[Schema] | None = None) -> None:
 
     Args:
         schemas: The schemas to check; by default the library's whole registry.
+        own: They are the application's own classes, whose upcasters are their
+            ``upcast_vN_vN+1`` methods.
 
     Raises:
         MissingUpcasterError: Naming every type and step without an upcaster.
@@ -221,8 +277,11 @@ def check_upcasters(schemas: Iterable[Schema] | None = None) -> None:
         for step in schema.missing_steps()
     ]
     if gaps:
-        msg = (
-            f"these schema steps have no upcaster: {', '.join(gaps)}; add one function per "
-            "step to covonaut_es.migrations (see ADR 0007)"
+        where = (
+            "define a static method upcast_vN_vN+1(state) per step on each class, as "
+            "eventsourcing does (see docs/embedding.md)"
+            if own
+            else "add one function per step to covonaut_es.migrations (see ADR 0007)"
         )
+        msg = f"these schema steps have no upcaster: {', '.join(gaps)}; {where}"
         raise MissingUpcasterError(msg)

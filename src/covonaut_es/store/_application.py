@@ -73,10 +73,13 @@ class AgentApplication(RecordsProcessingEvents, Application[UUID]):
     ``CIPHER_TOPIC``) apply as usual. Your own aggregates' events go through the same
     mapper, which decodes every field into its declared type: annotate each field of
     an event class, and each parameter of an ``@event`` method (``Decimal``,
-    ``datetime``, enums and msgspec Structs all come back as themselves). To snapshot
-    one of your aggregates (``snapshotting_intervals``, ``take_snapshot``), annotate
-    its attributes on the class (a snapshot's state is decoded by those annotations)
-    and nest a ``class Snapshot(covonaut_es.store.AggregateSnapshot)`` in it.
+    ``datetime``, enums and msgspec Structs all come back as themselves). Values of
+    your own types go through the transcodings of ``register_transcodings``, and your
+    events' ``class_version`` and ``upcast_vN_vN+1`` methods upgrade older ones, as in
+    eventsourcing. To snapshot one of your aggregates (``snapshotting_intervals``,
+    ``take_snapshot``), annotate its attributes on the class (a snapshot's state is
+    decoded by those annotations) and nest a
+    ``class Snapshot(covonaut_es.store.AggregateSnapshot)`` in it.
 
     Use it as the base class of your application, or as a mixin before another
     ``Application`` subclass: in an ``eventsourcing.system.System`` it leads, and,

@@ -42,7 +42,8 @@ from covonaut_es.store._chain import (
     same_seal,
     scheme_of,
 )
-from covonaut_es.store._mapper import MsgspecMapper, aggregate_event_classes
+from covonaut_es.store._codec import aggregate_event_classes
+from covonaut_es.store._mapper import MsgspecMapper
 from covonaut_es.store._settings import settings_table
 from covonaut_es.store._stream_ids import stored_stream
 

@@ -64,6 +64,7 @@ class ApplicationMapper(MsgspecMapper):
     ) -> None:
         classes = getattr(transcoder, "aggregate_classes", ())
         super().__init__(
+            transcoder,
             compressor,
             cipher,
             aggregate_classes=classes,

@@ -2,13 +2,15 @@
 
 eventsourcing snapshots every aggregate with one ``Snapshot`` class whose state is a
 plain dict, and rebuilds the aggregate by importing the module its stored topic names.
-The msgspec mapper decodes a snapshot's state into the types the aggregate class
-declares, and never imports what a record names. So each aggregate class an application
-snapshots declares a snapshot class of its own, nested in it as eventsourcing allows
-(``class Snapshot(AggregateSnapshot): pass``), which the application binds to it; its
-state fields are the attributes annotated on the aggregate class (as a dataclass-style
-eventsourcing aggregate declares them). A state attribute without an annotation is
-refused before the events that make the snapshot due are stored.
+Such snapshots are stored as eventsourcing stores them (each value of a type JSON lacks
+tagged by its transcoding), never sealed: a record's bytes are all that vouch for them.
+An aggregate class may instead declare a snapshot class of its own, nested in it as
+eventsourcing allows (``class Snapshot(AggregateSnapshot): pass``), which the
+application binds to it: its state fields are the attributes annotated on the aggregate
+class (as a dataclass-style eventsourcing aggregate declares them), decoded into their
+types, and each snapshot is sealed to its stream and version (and, with a cipher key,
+its bytes), so that a forged one is passed over. A state attribute without an
+annotation is refused before the events that make the snapshot due are stored.
 """
 
 from __future__ import annotations
@@ -142,8 +144,8 @@ def check_intervals(
     intervals: Mapping[type, int], own: Iterable[type], library: Iterable[type]
 ) -> None:
     """Refuse ``snapshotting_intervals`` naming a class the application does not list,
-    one that declares no snapshot class, or one that annotates none of its state; bind
-    the snapshot classes of the others.
+    or one that declares a snapshot class but annotates none of its state; bind the
+    snapshot classes declared.
 
     Raises:
         ConfigurationError: Naming the class and what to do.
@@ -159,6 +161,8 @@ def check_intervals(
                 "add it there"
             )
             raise ConfigurationError(msg)
+        if not _declares(cls):
+            continue  # snapshotted as eventsourcing snapshots it, by the mapper's tags
         snapshot_class(cls)
         if not annotated(cls):
             msg = (

@@ -47,7 +47,8 @@ from covonaut_es.errors import (
     StoreSettingsError,
 )
 from covonaut_es.store._backend import backend_of
-from covonaut_es.store._mapper import MsgspecMapper, decode_object
+from covonaut_es.store._codec import decode_object
+from covonaut_es.store._mapper import MsgspecMapper
 from covonaut_es.store._settings_tables import SETTINGS_TABLE, SettingsTable
 from covonaut_es.store._stream_ids import KEYED, STREAM_IDS, KeyedEvents, recorded_stream_ids
 from covonaut_es.store._urls import COMPRESSION_AS_RECORDED, COMPRESSOR_TOPIC, ZLIB_COMPRESSOR

@@ -26,7 +26,8 @@ from covonaut_es.errors import SchemaVersionError, SerializationError, StaleSnap
 from covonaut_es.migrations import Upcaster
 from covonaut_es.migrations._upcasting import NO_MIGRATORS
 from covonaut_es.store._chain import UNCHAINED, chain_in
-from covonaut_es.store._mapper import MsgspecMapper, codec_for
+from covonaut_es.store._codec import codec_for
+from covonaut_es.store._mapper import MsgspecMapper
 from covonaut_es.store._own_snapshots import AggregateSnapshot
 from covonaut_es.store._snapshot_seals import SealKey, chain_head_problem, unsealed
 
@@ -137,6 +138,11 @@ class SnapshotCache(EventStore[UUID]):
         for record in records:
             if record.topic in self._own_topics:
                 yield from self._own(record)
+                continue
+            if record.topic != ThreadSnapshot.TOPIC:
+                # One of the application's aggregates snapshotted as eventsourcing does:
+                # no seal binds it, so it is read as eventsourcing reads it.
+                yield self._decoder.to_domain_event(record)
                 continue
             checked = self.check(record)
             if checked.problem is None and checked.snapshot is not None:

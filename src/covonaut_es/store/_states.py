@@ -29,7 +29,7 @@ from covonaut_es.errors import SerializationError, ToolCallsInDoubtError
 from covonaut_es.migrations import VERSION_KEY, Upcaster, stored_version
 from covonaut_es.migrations._registry import state_document_schema
 from covonaut_es.migrations._upcasting import NO_MIGRATORS
-from covonaut_es.store._mapper import decode_object
+from covonaut_es.store._codec import decode_object
 from covonaut_es.store._read_only import WriteGuard
 
 
@@ -152,7 +152,9 @@ class StoredStates:
                 originator_version=last[0].originator_version + 1 if last else 1,
                 timestamp=StateSaved.create_timestamp(),
                 key=key,
-                document=dict(document),
+                # As JSON reads it back (lists for tuples, text for datetimes): the
+                # mapper stores only what reads back alike.
+                document=msgspec.json.decode(msgspec.json.encode(document)),
             )
             with contextlib.suppress(IntegrityError):  # another writer saved first: go after it
                 self._app.events.put([saved])
