@@ -34,8 +34,8 @@ from covonaut_es.store._codec import (
     library_event_classes,
     payload_type,
 )
-from covonaut_es.store._snapshot_seals import SEALED
 from covonaut_es.store._own_snapshots import AggregateSnapshot
+from covonaut_es.store._snapshot_seals import SEALED
 from covonaut_es.store._transcodings import OwnSnapshotCodec, TranscodedCodec, Transcodings
 
 
