@@ -266,6 +266,25 @@ def test_the_applications_writes_after_the_queue_followed_it_are_not_tampering(
     assert "intact" in replayed.stdout
 
 
+def test_the_queue_of_an_application_opened_without_creating_tables_makes_its_own(
+    where: str,
+) -> None:
+    """An application opened with ``CREATE_TABLE=n`` (as the command line opens it to
+    read) still gets a queue that makes its own tables, as ``reviews --follow`` needs."""
+    env = shop_env(where)
+    with configured(env), Shop() as app, Store.from_application(app) as store:
+        _, thread_id = paused_order(app, store)
+    with (
+        configured({**env, "CREATE_TABLE": "n"}),
+        Shop() as reader,
+        Store.from_application(reader) as store,
+    ):
+        queue = ReviewQueue.from_application(reader)
+        with queue, queue.follow() as runner:
+            queue.wait_until_current(store, runner=runner)
+            assert [item.thread_id for item in queue.pending()] == [thread_id]
+
+
 def test_the_command_line_refuses_store_options_with_an_application(tmp_path: Path) -> None:
     """``--application`` takes the application's own settings: a ``--store`` or a
     cipher key variable given with it is refused by name, and nothing is opened."""

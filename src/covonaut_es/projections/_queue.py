@@ -158,8 +158,9 @@ class ReviewQueue(Closing):
         view_env = persistence_env(view_url) if view_url else source.env
         self._view_read_only = view_env.get(READ_ONLY) == "y"
         # The view makes its tables unless its own database is read-only (a read-only
-        # store's setting must not reach a view kept elsewhere).
-        view_env = {"CREATE_TABLE": "y", **view_env}
+        # store's setting must not reach a view kept elsewhere, nor an application's
+        # opened without creating its own tables reach the view's).
+        view_env = {**view_env, "CREATE_TABLE": "n" if self._view_read_only else "y"}
         key = source.cipher_key
         self._sealer = QueueSealer(key) if key is not None else None
         topics = VIEW_TOPICS if self._sealer is None else SEALED_VIEW_TOPICS
