@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 
 from covonaut_es import Store, create_cipher_key
 from covonaut_es.audit import check_store
+from covonaut_es.errors import ConfigurationError
 from covonaut_es.projections import ReviewQueue
 from shop_app import RenamedShop, Shop, reviewer
 
@@ -295,6 +296,21 @@ def test_the_command_line_refuses_store_options_with_an_application(tmp_path: Pa
     assert "--store cannot be given with it" in result.stderr
     assert not (tmp_path / "other.db").exists()
     assert not (tmp_path / "shop.db").exists()
+
+
+def test_a_queue_by_url_of_an_applications_store_names_the_way_to_open_it(
+    tmp_path: Path,
+) -> None:
+    """``ReviewQueue(store.url)`` of a store made from an application (as the inbox's
+    default queue would be) is refused with the call that opens it."""
+    with (
+        configured(shop_env(str(tmp_path / "shop.db"))),
+        Shop() as app,
+        Store.from_application(app) as store,
+        pytest.raises(ConfigurationError) as info,
+    ):
+        ReviewQueue(store.url)
+    assert "ReviewQueue.from_application(app)" in str(info.value)
 
 
 @contextlib.contextmanager

@@ -22,7 +22,7 @@ from eventsourcing.utils import Environment, get_topic, resolve_topic
 
 from covonaut_es import _logs
 from covonaut_es._closing import Closing
-from covonaut_es.errors import CovonautError, ReadOnlyStoreError
+from covonaut_es.errors import ConfigurationError, CovonautError, ReadOnlyStoreError
 from covonaut_es.projections._items import QUEUE_EVENT_TYPES, PendingReview, changes_for
 from covonaut_es.projections._sealing import QueueSealer
 from covonaut_es.projections._views import (
@@ -107,7 +107,8 @@ class ReviewQueue(Closing):
     """The reviewer queue of one store.
 
     Args:
-        store_url: The store to follow (for ``memory://NAME`` stores: in this process).
+        store_url: The store to follow (for ``memory://NAME`` stores: in this process);
+            for the threads of an application of your own, see :meth:`from_application`.
         view_url: Where the queue's table lives; default: the store's own database.
         cipher_key: The store's cipher key, if it is encrypted. The queue of an
             encrypted store is then sealed under the same key: its tables hold no thread
@@ -123,6 +124,12 @@ class ReviewQueue(Closing):
         cipher_key: str | None = None,
         compress: bool | None = None,
     ) -> None:
+        if store_url.startswith("application:"):  # the url of Store.from_application's
+            msg = (
+                f"{store_url} is an application of your own, not a store's URL: open its "
+                "queue with ReviewQueue.from_application(app)"
+            )
+            raise ConfigurationError(msg)
         env = store_env(store_url, cipher_key=cipher_key, compress=compress)
         self._configure(store_log(store_url, env), view_url)
 
