@@ -147,9 +147,8 @@ class StoredRecords:
         """What the store's head table says of the thread's own stream; an application
         of the user's own whose recorder does not anchor heads keeps none."""
         recorder = self._app.recorder
-        if not isinstance(self._app, ThreadsApplication) and not self._backend.guards_new_streams(
-            recorder
-        ):
+        store = isinstance(self._app, ThreadsApplication)  # a store that predates anchors
+        if not store and not self._backend.guards_new_streams(recorder):
             return HeadAnchor(store_anchors=False, kept=False)
         return self._backend.read_head(recorder, thread_aggregate_id(thread_id))
 
