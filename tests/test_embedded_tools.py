@@ -127,11 +127,11 @@ def tamper(env: dict[str, str], application: type[Shop]) -> None:
         assert conn.execute(statement).rowcount == 1
 
 
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
+def cli(*args: str, application: str = "shop_app:Shop") -> subprocess.CompletedProcess[str]:
     """Run the command line on the shop, as its operator would, in the environment
     that configures the shop."""
     return subprocess.run(
-        [sys.executable, "-m", "covonaut_es", *args, "--application", "shop_app:Shop"],
+        [sys.executable, "-m", "covonaut_es", *args, "--application", application],
         capture_output=True,
         text=True,
         timeout=120,
@@ -287,13 +287,18 @@ def test_the_queue_of_an_application_opened_without_creating_tables_makes_its_ow
 
 
 def test_the_command_line_refuses_store_options_with_an_application(tmp_path: Path) -> None:
-    """``--application`` takes the application's own settings: a ``--store`` or a
-    cipher key variable given with it is refused by name, and nothing is opened."""
+    """``--application`` takes the application's own settings: a ``--store`` given
+    with it is refused by name, and so is a name that is no application class; nothing
+    is opened."""
     env = shop_env(str(tmp_path / "shop.db"))
     with configured(env):
         result = cli("threads", "--store", f"sqlite:///{tmp_path / 'other.db'}")
-    assert result.returncode == 2
+        not_one = cli("threads", application="shop_app:Order")
+        missing = cli("threads", application="shop_app")
+    assert result.returncode == not_one.returncode == missing.returncode == 2
     assert "--store cannot be given with it" in result.stderr
+    assert "is not a subclass of covonaut_es.AgentApplication" in not_one.stderr
+    assert "takes MODULE:CLASS" in missing.stderr
     assert not (tmp_path / "other.db").exists()
     assert not (tmp_path / "shop.db").exists()
 
