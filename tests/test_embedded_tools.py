@@ -180,9 +180,10 @@ def where(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 def test_verify_without_snapshots_is_intact_and_names_the_recorder_that_keeps_no_anchor(
     where: str,
 ) -> None:
-    """With snapshotting off, eventsourcing's default, verify and the migration check
-    read the shop's thread and all its records, and the note on head anchors says the
-    application's recorder keeps none, not that its store predates them."""
+    """With snapshotting off, eventsourcing's default, verify, the migration check and a
+    load given snapshot upcasters read the shop's thread and all its records, and the
+    note on head anchors says the application's recorder keeps none, not that its store
+    predates them."""
     env = shop_env(where)
     with configured(env), Shop() as app, Store.from_application(app) as store:
         order_id, thread_id = paused_order(app, store)
@@ -190,6 +191,7 @@ def test_verify_without_snapshots_is_intact_and_names_the_recorder_that_keeps_no
 
         report = store.verify(thread_id)
         checked = check_store(store)
+        migrated = store.load(thread_id, snapshot_migrators={1: lambda document: document})
 
     assert report.ok, report.findings
     assert report.events == report.chained > 0
@@ -198,6 +200,7 @@ def test_verify_without_snapshots_is_intact_and_names_the_recorder_that_keeps_no
         "deletion of the newest events cannot be detected",
     )
     assert checked.ok
+    assert migrated.version == report.events
     assert {"Order.Placed", "Order.Shipped"} <= {type_name for type_name, _ in checked.counts}
 
 
