@@ -11,10 +11,11 @@ from eventsourcing.persistence import PersistenceError
 from covonaut_es.audit import check_store, format_report
 from covonaut_es.cli._command import EXIT_FAILURES, EXIT_OK, Subcommands, UsageError, add_command
 from covonaut_es.cli._json import migration_report
-from covonaut_es.cli._options import add_store_options, chain_key, cipher_key, store_url
+from covonaut_es.cli._options import add_store_options, open_from, store_url
 from covonaut_es.cli._output import add_json_option, print_json, terminal_progress
 from covonaut_es.errors import CovonautError
-from covonaut_es.store import FileStateStore, open_store
+from covonaut_es.store import FileStateStore
+from covonaut_es.store._urls import redact
 
 
 def add_migrate_command(subcommands: Subcommands) -> None:
@@ -49,28 +50,21 @@ def add_migrate_command(subcommands: Subcommands) -> None:
 
 def migrate(args: argparse.Namespace) -> int:
     """``migrate --check``: exit 0 only if every record upgrades."""
-    key = cipher_key(args)
-    url = store_url(args)
     if args.states is not None and not args.states.is_dir():
         msg = f"--states {str(args.states)!r} is not a directory"
         raise UsageError(msg)
-    store = open_store(
-        url,
-        cipher_key=key,
-        chain_key=chain_key(args),
-        compress=args.compressed,
-        create_tables=False,
-    )
+    shown = f"application:{args.application}" if args.application else redact(store_url(args))
     try:
-        with terminal_progress() as progress, store:
+        with open_from(args) as store, terminal_progress() as progress:  # never writes
+            shown = store.url
             states = None if args.states is None else FileStateStore(args.states)
             report = check_store(store, state_files=states, progress=progress)
     except (CovonautError, PersistenceError) as exc:
-        msg = f"cannot read store {store.url}: {exc}"
+        msg = f"cannot read store {shown}: {exc}"
         raise UsageError(msg) from exc
     if args.json:
-        print_json(migration_report(report, source=store.url))
+        print_json(migration_report(report, source=shown))
     else:
-        for line in format_report(report, source=store.url):
+        for line in format_report(report, source=shown):
             print(line)
     return EXIT_OK if report.ok else EXIT_FAILURES

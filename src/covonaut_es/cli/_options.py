@@ -4,35 +4,55 @@ and opening the store they name.
 ``--store`` (default ``$COVONAUT_ES_STORE``), ``--cipher-key-env``, ``--chain-key-env``
 and ``--compressed`` (rarely needed: a store records its compression) mean the same to
 every subcommand, and every subcommand that prints rows also takes ``--json``
-(:func:`add_store_command`).
+(:func:`add_store_command`). ``--application MODULE:CLASS`` (default
+``$COVONAUT_ES_APPLICATION``) names the user's own eventsourcing application instead: it
+is opened as it opens itself, with its own settings from the environment, and the
+command reads the threads in its tables (never a store's tables beside them).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TypeVar
+
+from eventsourcing.utils import Environment, TopicError, resolve_topic
 
 from covonaut_es.cli._command import Command, Subcommands, UsageError, add_command
 from covonaut_es.cli._output import add_json_option
-from covonaut_es.store import Store, open_store
+from covonaut_es.projections import ReviewQueue
+from covonaut_es.store import AgentApplication, Store, open_store
 
 T = TypeVar("T")
 
 STORE_ENV = "COVONAUT_ES_STORE"
 """The environment variable every command reads the store's URL from."""
 
+APPLICATION_ENV = "COVONAUT_ES_APPLICATION"
+"""The environment variable every command reads the user's application class from."""
+
 
 def add_store_options(parser: argparse.ArgumentParser) -> None:
-    """Declare ``--store``, ``--cipher-key-env``, ``--chain-key-env`` and
-    ``--compressed`` on a subcommand."""
+    """Declare ``--store``, ``--application``, ``--cipher-key-env``,
+    ``--chain-key-env`` and ``--compressed`` on a subcommand."""
     parser.add_argument(
         "--store",
         default=os.environ.get(STORE_ENV),
         metavar="URL",
         help=f"memory://NAME, sqlite:///path or postgresql://... (default: ${STORE_ENV})",
+    )
+    parser.add_argument(
+        "--application",
+        default=os.environ.get(APPLICATION_ENV),
+        metavar="MODULE:CLASS",
+        help=(
+            "instead of --store: your eventsourcing application (a subclass of "
+            "covonaut_es.AgentApplication), opened with its own settings from the "
+            f"environment, PERSISTENCE_MODULE and the rest (default: ${APPLICATION_ENV})"
+        ),
     )
     parser.add_argument(
         "--cipher-key-env",
@@ -66,7 +86,10 @@ def add_store_command(
 def store_url(args: argparse.Namespace) -> str:
     """The store's URL; a usage error when neither ``--store`` nor the variable gives one."""
     if not args.store:
-        msg = f"no store: pass --store URL or set ${STORE_ENV}"
+        msg = (
+            f"no store: pass --store URL or set ${STORE_ENV}, or name your application "
+            f"with --application MODULE:CLASS (or ${APPLICATION_ENV})"
+        )
         raise UsageError(msg)
     url: str = args.store
     return url
@@ -108,13 +131,21 @@ def _key_from_variable(option: str, name: str | None) -> str | None:
 _VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 
 
-def open_from(args: argparse.Namespace, *, writes: bool = False, create: bool = False) -> Store:
-    """Open the store the options name. Only with ``create`` (``import``) are a missing
-    SQLite file and missing tables created: any other command refuses a mistyped path, or
-    a database that is not a store, instead of giving it a store's tables. A command that
-    ``writes`` (``fork``, ``approve``, ``reviews --follow``) then opens it as a writer, so
-    that a cipher key or compression other than the store's is refused before anything
-    is written."""
+@contextlib.contextmanager
+def open_from(
+    args: argparse.Namespace, *, writes: bool = False, create: bool = False
+) -> Iterator[Store]:
+    """Open the store the options name for the block. Only with ``create`` (``import``)
+    are a missing SQLite file and missing tables created: any other command refuses a
+    mistyped path, or a database that is not a store, instead of giving it a store's
+    tables. A command that ``writes`` (``fork``, ``approve``, ``reviews --follow``) then
+    opens it as a writer, so that a cipher key or compression other than the store's is
+    refused before anything is written. With ``--application``, the store is the
+    application's threads, the application opened as it configures itself."""
+    if args.application:
+        with _application_store(args, create=create) as store:
+            yield store
+        return
     url = store_url(args)
     options = {
         "cipher_key": cipher_key(args),
@@ -122,17 +153,86 @@ def open_from(args: argparse.Namespace, *, writes: bool = False, create: bool = 
         "compress": args.compressed,
     }
     if create:
-        return open_store(url, **options)
-    reader = open_store(url, **options, create_tables=False)
+        store = open_store(url, **options)
+    else:
+        store = open_store(url, **options, create_tables=False)
+        try:
+            next(store.thread_ids(), None)  # reads the log: not a store fails here
+        except BaseException:
+            store.close()
+            raise
+        if writes:
+            store.close()
+            store = open_store(url, **options)
+    with store:
+        yield store
+
+
+@contextlib.contextmanager
+def _application_store(args: argparse.Namespace, *, create: bool) -> Iterator[Store]:
+    """The threads of the application ``--application`` names, which creates its tables
+    only with ``create``."""
+    given = ["--store"] if args.store else []
+    given += [option for option, name in _STORE_ONLY.items() if getattr(args, name)]
+    if given:
+        msg = (
+            "--application takes the application's settings from its environment: "
+            f"{', '.join(given)} cannot be given with it (set the application's own "
+            "CIPHER_KEY, COMPRESSOR_TOPIC or store setting instead)"
+        )
+        raise UsageError(msg)
+    application_class = _application_class(args.application)
+    keys = Environment(application_class.name).create_keys("CREATE_TABLE")
+    application = application_class(env={} if create else dict.fromkeys(keys, "n"))
     try:
-        next(reader.thread_ids(), None)  # reads the log: not a store fails here
-    except BaseException:
-        reader.close()
-        raise
-    if not writes:
-        return reader
-    reader.close()
-    return open_store(url, **options)
+        with Store.from_application(application) as store:
+            yield store
+    finally:
+        application.close()
+
+
+_STORE_ONLY = {
+    "--cipher-key-env": "cipher_key_env",
+    "--chain-key-env": "chain_key_env",
+    "--compressed": "compressed",
+}
+"""The options of a store that an application's own settings give instead."""
+
+
+def _application_class(spec: str) -> type[AgentApplication]:
+    """The class ``--application MODULE:CLASS`` names, imported: the user names the
+    code to run, as ``python -m`` would."""
+    module, colon, name = spec.partition(":")
+    if not (colon and module and name):
+        msg = f"--application takes MODULE:CLASS, e.g. myshop.app:ShopApplication; got {spec!r}"
+        raise UsageError(msg)
+    try:
+        found = resolve_topic(spec)
+    except (TopicError, ImportError) as exc:
+        msg = f"--application {spec!r} cannot be imported ({exc}); is its module on PYTHONPATH?"
+        raise UsageError(msg) from exc
+    if not (isinstance(found, type) and issubclass(found, AgentApplication)):
+        msg = (
+            f"--application {spec!r} is not a subclass of covonaut_es.AgentApplication, "
+            "so it cannot read agent threads"
+        )
+        raise UsageError(msg)
+    return found
+
+
+def review_queue(args: argparse.Namespace, store: Store, *, view_url: str | None) -> ReviewQueue:
+    """The reviewer queue of the store the options name (``store``, open), its tables
+    at ``view_url`` (default: the store's database)."""
+    if args.application:
+        application = store._records.application
+        assert isinstance(application, AgentApplication)  # the one _application_store made
+        return ReviewQueue.from_application(application, view_url=view_url)
+    return ReviewQueue(
+        store_url(args),  # the full URL: the store's own hides a password
+        view_url=view_url,
+        cipher_key=cipher_key(args),
+        compress=args.compressed,
+    )
 
 
 def read_thread(args: argparse.Namespace, read: Callable[[Store, str], T]) -> T:

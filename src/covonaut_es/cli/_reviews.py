@@ -35,11 +35,11 @@ from covonaut_es.cli._json import (
     review_kind,
     utc,
 )
-from covonaut_es.cli._options import add_store_command, cipher_key, open_from
+from covonaut_es.cli._options import add_store_command, open_from, review_queue
 from covonaut_es.cli._output import check_reader_present, emit, print_json
 from covonaut_es.domain import ThreadState
 from covonaut_es.errors import AmbiguousReviewError
-from covonaut_es.projections import PendingReview, ReviewQueue
+from covonaut_es.projections import PendingReview
 from covonaut_es.service import Action, ReviewSubmission, pending_pause_token, review_submission
 from covonaut_es.store import Store
 
@@ -112,9 +112,7 @@ def reviews(args: argparse.Namespace) -> int:
     if view is None and not args.follow:
         view = f"memory://covonaut-es-reviews-{uuid.uuid4().hex}"
     with open_from(args, writes=args.follow) as store:  # its view is written to
-        queue = ReviewQueue(
-            store.url, view_url=view, cipher_key=cipher_key(args), compress=args.compressed
-        )
+        queue = review_queue(args, store, view_url=view)
         shown: object = None
         read_at = -1
         with queue.follow() as runner:
@@ -215,9 +213,7 @@ def _decide(args: argparse.Namespace, submission: ReviewSubmission) -> int:
     with open_from(args, writes=True) as store, contextlib.ExitStack() as stack:
         service, reviewer = acting_reviewer(args, store, verifier)  # refused: nothing written
         if args.thread is None:
-            queue = stack.enter_context(
-                ReviewQueue(store.url, cipher_key=cipher_key(args), compress=args.compressed)
-            )
+            queue = stack.enter_context(review_queue(args, store, view_url=None))
             queue.wait_until_current(store, timeout=60, runner=stack.enter_context(queue.follow()))
             service.reviews = queue
         try:

@@ -22,9 +22,8 @@ import uuid
 from covonaut_es.cli._command import EXIT_OK, Subcommands, UsageError, add_command
 from covonaut_es.cli._connections import ConnectionLimits
 from covonaut_es.cli._identity import add_reviewer_options, reviewer_verifier_from
-from covonaut_es.cli._options import add_store_options, cipher_key, open_from, store_url
+from covonaut_es.cli._options import add_store_options, open_from, review_queue
 from covonaut_es.cli._tokens import explain_secret
-from covonaut_es.projections import ReviewQueue
 
 DEFAULT_PORT = 8700
 """The port ``serve`` listens on unless told otherwise."""
@@ -105,12 +104,7 @@ def serve(args: argparse.Namespace) -> int:
         msg = f"serve needs the inbox extra ({exc}): pip install 'covonaut-es[inbox]'"
         raise UsageError(msg) from exc
     with open_from(args, writes=True) as store:
-        queue = ReviewQueue(
-            store_url(args),  # the full URL: the store's own hides a password
-            view_url=f"memory://covonaut-es-serve-{uuid.uuid4().hex}",
-            cipher_key=cipher_key(args),
-            compress=args.compressed,
-        )
+        queue = review_queue(args, store, view_url=f"memory://covonaut-es-serve-{uuid.uuid4().hex}")
         app = create_app(store, verifier, queue=queue, allowed_origins=args.allowed_origin)
         uvicorn.run(
             app,

@@ -132,7 +132,8 @@ def import_(args: argparse.Namespace) -> int:
     if not any(line.strip() for line in lines):
         msg = f"nothing to import: {args.input or 'standard input'} holds no events"
         raise UsageError(msg)
-    with _created_only_if_imported(store_url(args)), open_from(args, create=True) as store:
+    created = contextlib.nullcontext() if args.application else _created_only_if_imported(args)
+    with created, open_from(args, create=True) as store:
         imported = import_threads(
             store,
             with_progress(lines, len(lines)),
@@ -145,10 +146,10 @@ def import_(args: argparse.Namespace) -> int:
 
 
 @contextlib.contextmanager
-def _created_only_if_imported(url: str) -> Iterator[None]:
+def _created_only_if_imported(args: argparse.Namespace) -> Iterator[None]:
     """Remove the SQLite file an import created, with its journal, when the import
     fails: a failed import leaves no store behind where there was none."""
-    path = persistence_env(url).get(SQLITE_PATH)
+    path = persistence_env(store_url(args)).get(SQLITE_PATH)
     new = path is not None and not os.path.exists(path)
     try:
         yield

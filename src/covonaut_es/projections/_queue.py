@@ -22,7 +22,7 @@ from eventsourcing.utils import Environment, get_topic, resolve_topic
 
 from covonaut_es import _logs
 from covonaut_es._closing import Closing
-from covonaut_es.errors import CovonautError, ReadOnlyStoreError
+from covonaut_es.errors import ConfigurationError, CovonautError, ReadOnlyStoreError
 from covonaut_es.projections._items import (
     QUEUE_EVENT_TYPES,
     PendingReview,
@@ -40,18 +40,13 @@ from covonaut_es.projections._views import (
     SealedReviewQueueView,
 )
 from covonaut_es.store import Store
-from covonaut_es.store._application import (
-    STORE_APPLICATION_NAME,
-    ThreadsApplication,
-    open_application,
-)
+from covonaut_es.store._application import AgentApplication, open_application
 from covonaut_es.store._backend import backend_for_env
-from covonaut_es.store._chain_key import SEALS_NOTHING
+from covonaut_es.store._open import LogSource, log_source, store_log
 from covonaut_es.store._tracking import BatchingProjectionRunner
 from covonaut_es.store._urls import (
     COMPRESSOR_TOPIC,
     READ_ONLY,
-    canonical_url,
     persistence_env,
     redact,
     store_env,
@@ -124,17 +119,19 @@ class ReviewQueueProjection(Projection[ReviewQueueView]):
             self.view.apply((), tracking)
 
 
-class QueueRunner(BatchingProjectionRunner[ThreadsApplication]):
+class QueueRunner(BatchingProjectionRunner[AgentApplication]):
     """eventsourcing's projection runner, handing the projection its events in batches,
     fed a view the queue has opened (and, for an encrypted store, given the key) before
     the first event is processed."""
 
-    def __init__(self, view: ReviewQueueView, env: dict[str, str]) -> None:
+    def __init__(
+        self, view: ReviewQueueView, env: dict[str, str], application: type[AgentApplication]
+    ) -> None:
         self.view = view
         self.projection = ReviewQueueProjection(view=view)
         super().__init__(
             projection=self.projection,
-            application_class=ThreadsApplication,
+            application_class=application,
             tracking_recorder=view,
             topics=self.projection.topics,
             env=env,
@@ -145,7 +142,8 @@ class ReviewQueue(Closing):
     """The reviewer queue of one store.
 
     Args:
-        store_url: The store to follow (for ``memory://NAME`` stores: in this process).
+        store_url: The store to follow (for ``memory://NAME`` stores: in this process);
+            for the threads of an application of your own, see :meth:`from_application`.
         view_url: Where the queue's table lives; default: the store's own database.
         cipher_key: The store's cipher key, if it is encrypted. The queue of an
             encrypted store is then sealed under the same key: its tables hold no thread
@@ -161,22 +159,57 @@ class ReviewQueue(Closing):
         cipher_key: str | None = None,
         compress: bool | None = None,
     ) -> None:
-        self._store_env = {
-            **store_env(store_url, cipher_key=cipher_key, compress=compress),
-            SEALS_NOTHING: "y",  # it reads threads, and needs no chain key
-        }
-        self.store_url = canonical_url(store_url, self._store_env)
-        view_env = persistence_env(view_url) if view_url else self._store_env
+        if store_url.startswith("application:"):  # the url of Store.from_application's
+            msg = (
+                f"{store_url} is an application of your own, not a store's URL: open its "
+                "queue with ReviewQueue.from_application(app)"
+            )
+            raise ConfigurationError(msg)
+        env = store_env(store_url, cipher_key=cipher_key, compress=compress)
+        self._configure(store_log(store_url, env), view_url)
+
+    @classmethod
+    def from_application(
+        cls, application: AgentApplication, *, view_url: str | None = None
+    ) -> ReviewQueue:
+        """The reviewer queue of the threads kept in your own eventsourcing application.
+
+        The queue follows the application's own log, opening its class again with the
+        application's settings (its environment, its tables), and keeps its tables in
+        the application's database unless ``view_url`` names another. It never creates
+        a store's tables beside the application's. An encrypted application's queue is
+        sealed under its ``CIPHER_KEY``.
+
+        Args:
+            application: An application of a subclass of
+                :class:`~covonaut_es.AgentApplication` on SQLite or PostgreSQL, whose
+                class opens with ``env=`` alone (as eventsourcing's runners open it).
+            view_url: Where the queue's tables live; default: the application's database.
+
+        Raises:
+            ConfigurationError: It is not an ``AgentApplication``, or keeps its events in
+                this process's memory.
+        """
+        queue = cls.__new__(cls)
+        queue._configure(log_source(application), view_url)
+        return queue
+
+    def _configure(self, source: LogSource, view_url: str | None) -> None:
+        self._source = source
+        self.store_url = source.shown
+        view_env = persistence_env(view_url) if view_url else source.env
         self._view_read_only = view_env.get(READ_ONLY) == "y"
         # The view makes its tables unless its own database is read-only (a read-only
-        # store's setting must not reach a view kept elsewhere).
-        view_env = {"CREATE_TABLE": "y", **view_env}
-        self._sealer = QueueSealer(cipher_key) if cipher_key is not None else None
+        # store's setting must not reach a view kept elsewhere, nor an application's
+        # opened without creating its own tables reach the view's).
+        view_env = {**view_env, "CREATE_TABLE": "n" if self._view_read_only else "y"}
+        key = source.cipher_key
+        self._sealer = QueueSealer(key) if key is not None else None
         topics = VIEW_TOPICS if self._sealer is None else SEALED_VIEW_TOPICS
         self._view_topic = topics[backend_for_env(view_env).name]
         # The view reads the settings prefixed with its name first.
         prefix = VIEW_NAME.upper() + "_"
-        self._env = {**self._store_env, **{prefix + k: v for k, v in view_env.items()}}
+        self._env = {**source.env, **{prefix + k: v for k, v in view_env.items()}}
         self._factory: InfrastructureFactory[Any] | None = None
         self._view: ReviewQueueView | None = None
 
@@ -205,13 +238,13 @@ class ReviewQueue(Closing):
 
     def position(self) -> int:
         """The store log position the view has processed (0 before the first event)."""
-        return self.view().max_tracking_id(STORE_APPLICATION_NAME) or 0
+        return self.view().max_tracking_id(self._source.name) or 0
 
     def wait_until_current(
         self,
         store: Store,
         timeout: float = 10.0,
-        runner: BaseProjectionRunner[ThreadsApplication] | None = None,
+        runner: BaseProjectionRunner[AgentApplication] | None = None,
     ) -> None:
         """Block until the view has processed every queue event in ``store``'s log.
 
@@ -280,7 +313,7 @@ class ReviewQueue(Closing):
         return found
 
     @contextmanager
-    def follow(self) -> Iterator[BaseProjectionRunner[ThreadsApplication]]:
+    def follow(self) -> Iterator[BaseProjectionRunner[AgentApplication]]:
         """Run the projection in this process until the block exits.
 
         ``wait_until_current(store)`` blocks until the view has caught up; the
@@ -293,12 +326,13 @@ class ReviewQueue(Closing):
                 "database (or memory://) to follow a read-only store"
             )
             raise ReadOnlyStoreError(msg)
-        opened = open_application(self.store_url, self._store_env)  # tables exist first
-        opened.close()
-        env = dict(self._env)
-        if COMPRESSOR_TOPIC in opened.env:  # the store's own, when none was given
-            env[COMPRESSOR_TOPIC] = opened.env[COMPRESSOR_TOPIC]
-        with QueueRunner(self.view(), env) as runner:
+        source, env = self._source, dict(self._env)
+        if source.opens_store:
+            opened = open_application(self.store_url, source.env)  # tables exist first
+            opened.close()
+            if COMPRESSOR_TOPIC in opened.env:  # the store's own, when none was given
+                env[COMPRESSOR_TOPIC] = opened.env[COMPRESSOR_TOPIC]
+        with QueueRunner(self.view(), env, source.application_class) as runner:
             yield runner
 
     def run_forever(self) -> None:

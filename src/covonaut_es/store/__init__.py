@@ -22,9 +22,11 @@ Its modules (ADR 0028):
 - ``_rows``: the check that turns a stored row into a ``StoredEvent``, or a typed
   error, shared by every back end's recorders.
 - ``_urls``: store URLs to eventsourcing environments, and redaction of passwords.
-- ``_open``: :func:`open_store`; ``_application``: the eventsourcing applications, the
-  snapshot cache and the save that seals chains; ``_settings`` (with
-  ``_settings_tables``): the key and compression a store records and each open checks.
+- ``_open``: :func:`open_store`, and the log a follower (the reviewer queue) opens, a
+  store's or an application's of the user's own by its own settings; ``_application``:
+  the eventsourcing applications, the snapshot cache and the save that seals chains;
+  ``_settings`` (with ``_settings_tables``): the key and compression a store records
+  and each open checks.
 - ``_store``: :class:`Store`, composed of collaborators (ADR 0037): ``_records``
   (stored records, the log, head anchors), ``_reader`` (loads, histories, replays),
   ``_writer`` (saves, the snapshot schedule), ``_forks``, ``_leasing`` (with

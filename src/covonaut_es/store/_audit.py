@@ -375,6 +375,12 @@ class _Fold:
     def _check_head(self) -> None:
         """Compare where the stream ends with where its head was anchored."""
         anchor, last = self.store._records.head_anchor(self.thread_id), self.last_version
+        if not anchor.kept:
+            self.notes.append(
+                "no head anchor: this application's recorder does not anchor heads, so the "
+                "deletion of the newest events cannot be detected"
+            )
+            return
         if anchor.version is None and not anchor.store_anchors:
             self.notes.append(
                 "no head anchor: the store was written before heads were anchored, so the "

@@ -56,11 +56,15 @@ class HeadAnchor(msgspec.Struct, frozen=True):
         store_anchors: The store anchors every thread's head (it holds an anchor).
         version: The anchored version, or None when the thread has no anchor.
         chain: The anchored chain hash (``""``: anchored when the table was created).
+        kept: The application's recorder writes head anchors at all; False for an
+            application of the user's own, whose recorder keeps none (unlike a store
+            written before heads were anchored, which is not one of its faults).
     """
 
     store_anchors: bool
     version: int | None = None
     chain: str = UNCHAINED
+    kept: bool = True
 
 
 class RecorderAnchors:

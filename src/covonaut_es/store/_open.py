@@ -1,4 +1,7 @@
-"""Opening a store: from a URL and options to a :class:`~covonaut_es.store.Store`."""
+"""Opening a store: from a URL and options to a :class:`~covonaut_es.store.Store`; and
+how a follower of an application's log (the reviewer queue) opens that application
+again, with the application's own settings (:func:`log_source`).
+"""
 
 from __future__ import annotations
 
@@ -7,10 +10,22 @@ import os
 import secrets
 from collections.abc import Callable
 from datetime import datetime
+from uuid import UUID
+
+import attrs
+from eventsourcing.application import Application
 
 from covonaut_es._clock import utc_now
 from covonaut_es.errors import ConfigurationError, StoreUnavailableError
-from covonaut_es.store._application import CHAIN_KEY_ENV, checked_chain_key
+from covonaut_es.store._application import (
+    CHAIN_KEY_ENV,
+    STORE_APPLICATION_NAME,
+    AgentApplication,
+    ThreadsApplication,
+    checked_chain_key,
+)
+from covonaut_es.store._backend import MODULES, backend_of
+from covonaut_es.store._chain_key import SEALS_NOTHING
 from covonaut_es.store._store import Store
 from covonaut_es.store._urls import SQLITE_PATH, canonical_url, redact, store_env
 
@@ -92,3 +107,74 @@ def open_store(
         max_checkpoints_per_thread=max_checkpoints_per_thread,
         clock=clock,
     )
+
+
+@attrs.frozen
+class LogSource:
+    """How a follower of a store's log (the reviewer queue) opens the application that
+    writes it, in a process or thread of its own.
+
+    Attributes:
+        application_class: The class to open: a store's own, or the user's.
+        name: The application's name, which its followers record their positions under
+            (and, on PostgreSQL, its tables are named after).
+        env: Its persistence settings, each as the application reads it, on the
+            store's back end of the same database (which a follower can subscribe to).
+        shown: Names the log in messages (no password).
+        cipher_key: The key its records are encrypted with, if they are.
+        opens_store: The follower opens the store first, creating its tables: a store
+            of :func:`open_store`'s; never an application of the user's own, whose
+            tables are its own to create.
+    """
+
+    application_class: type[AgentApplication]
+    name: str
+    env: dict[str, str]
+    shown: str
+    cipher_key: str | None = None
+    opens_store: bool = False
+
+
+def store_log(url: str, env: dict[str, str]) -> LogSource:
+    """The log of the store at ``url``, opened with ``env`` (:func:`store_env`'s)."""
+    return LogSource(
+        ThreadsApplication,
+        STORE_APPLICATION_NAME,
+        {**env, SEALS_NOTHING: "y"},  # a follower reads threads, and needs no chain key
+        canonical_url(url, env),
+        cipher_key=env.get("CIPHER_KEY"),
+        opens_store=True,
+    )
+
+
+def log_source(application: Application[UUID]) -> LogSource:
+    """The log of an application of the user's own, as its environment configures it:
+    the same tables, never a store's tables beside them.
+
+    Raises:
+        ConfigurationError: It is not an ``AgentApplication``, or it keeps its events in
+            this process's memory, where no other application can follow them.
+    """
+    if not isinstance(application, AgentApplication):
+        msg = (
+            f"{type(application).__name__} is not an AgentApplication, so its log cannot "
+            "be read for agent threads; make covonaut_es.AgentApplication its base class"
+        )
+        raise ConfigurationError(msg)
+    backend = backend_of(application.factory)
+    shown = f"application:{type(application).__name__}"
+    if backend.name == "memory":
+        msg = (
+            f"{shown} keeps its events in this process's memory, where no follower can "
+            "read them; configure it with PERSISTENCE_MODULE for SQLite or PostgreSQL"
+        )
+        raise ConfigurationError(msg)
+    app_env = application.factory.env  # the Environment the application was made with
+    prefix = f"{app_env.name.upper()}_" if app_env.name else ""
+    # Each setting as the application reads it (its name-prefixed one first), so that an
+    # application opened with these reads the same tables of the same database.
+    env = {key: app_env.get(key) or "" for key in {k.removeprefix(prefix) for k in app_env}}
+    for key in app_env.create_keys("PERSISTENCE_MODULE"):
+        env[key] = MODULES[backend.name]  # eventsourcing's own SQLite cannot be followed
+    cipher_key = app_env.get("CIPHER_KEY") if app_env.get("CIPHER_TOPIC") else None
+    return LogSource(type(application), application.name, env, shown, cipher_key=cipher_key)

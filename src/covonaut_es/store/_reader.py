@@ -186,10 +186,10 @@ class ThreadReader:
             return load_base(forked.parent_thread_id, version=version)
 
     def _repository(self, snapshot_migrators: Mapping[int, Upcaster]) -> Repository[UUID]:
-        if not snapshot_migrators:
-            return self._app.repository
-        assert isinstance(self._app.snapshots, SnapshotCache)
-        cache = self._app.snapshots.with_migrators(snapshot_migrators)
+        snapshots = self._app.snapshots
+        if not snapshot_migrators or not isinstance(snapshots, SnapshotCache):
+            return self._app.repository  # an application of the user's own may not snapshot
+        cache = snapshots.with_migrators(snapshot_migrators)
         return Repository(self._app.events, snapshot_store=cache)
 
     def exists(self, thread_id: str) -> bool:

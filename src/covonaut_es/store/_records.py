@@ -20,6 +20,7 @@ from eventsourcing.utils import get_topic
 
 from covonaut_es.domain import AgentThread, thread_aggregate_id
 from covonaut_es.errors import ThreadConflictError, ThreadNotFoundError
+from covonaut_es.store._application import ThreadsApplication
 from covonaut_es.store._backend import Backend
 from covonaut_es.store._chain_key import ChainAdoption
 from covonaut_es.store._heads import HEADS, HeadAnchor, heads_of_records
@@ -155,8 +156,19 @@ class StoredRecords:
         return ChainAdoption(self._app, self.chain_key)
 
     def head_anchor(self, thread_id: str) -> HeadAnchor:
-        """What the store's head table says of the thread's own stream."""
-        return self._backend.read_head(self._app.recorder, thread_aggregate_id(thread_id))
+        """What the store's head table says of the thread's own stream; an application
+        of the user's own whose recorder does not anchor heads keeps none."""
+        recorder = self._app.recorder
+        store = isinstance(self._app, ThreadsApplication)  # a store that predates anchors
+        if not store and not self._backend.guards_new_streams(recorder):
+            return HeadAnchor(store_anchors=False, kept=False)
+        return self._backend.read_head(recorder, thread_aggregate_id(thread_id))
+
+    @property
+    def application(self) -> Application[UUID]:
+        """The eventsourcing application whose records these are: for a follower of its
+        log, which opens another of the same class and settings."""
+        return self._app
 
     @property
     def mapper(self) -> MsgspecMapper:
@@ -171,9 +183,11 @@ class StoredRecords:
         for notification in self.notifications():
             streams.setdefault(UUID(str(notification.originator_id)))
             yield notification
-        assert self._app.snapshots is not None
+        snapshots = self._app.snapshots
+        if snapshots is None:  # an application of the user's own, not snapshotting
+            return
         for stream in streams:
-            yield from self._app.snapshots.recorder.select_events(stream)
+            yield from snapshots.recorder.select_events(stream)
 
     def notifications(self, *event_types: type, after: int | None = None) -> Iterator[Notification]:
         """The log's records (of these event types, or all) after position ``after``,
