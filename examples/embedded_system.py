@@ -10,8 +10,13 @@ position in the leader's log, and a thread of its own noting each approval. Both
 (``Decimal`` stays ``Decimal``), and threads are sealed into their hash chains on
 either side. Payments are snapshotted every two events, as eventsourcing does.
 
+``Payment.Approved`` is at version 2, with the one-step upcaster eventsourcing's
+convention names, so events stored at version 1 still read.
+
 The audit at the end checks each thread's chain, with ``Store.verify`` and with the
-replay that ``covonaut-es replay --verify`` prints.
+replay that ``covonaut-es replay --verify`` prints; given a directory, it then runs on
+each database file the standard-library verifier that docs/audits.md prints, as an
+auditor without this library would.
 
 Run it with no argument for in-memory applications, or with a directory for SQLite
 files, configured through eventsourcing's environment variables as usual.
@@ -20,6 +25,7 @@ files, configured through eventsourcing's environment variables as usual.
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -59,10 +65,16 @@ class Payment(Aggregate):
         self._approved(reviewer, self.amount)
 
     class Approved(Aggregate.Event):
-        """A reviewer approved it (declared, so that a type checker knows the class)."""
+        """A reviewer approved it. Version 1 did not record the amount: its one step to
+        version 2, eventsourcing's way, reads an older event's amount as zero."""
 
+        class_version = 2
         reviewer: str
         amount: Decimal
+
+        @staticmethod
+        def upcast_v1_v2(state: dict[str, Any]) -> None:
+            state["amount"] = "0"  # fields as JSON holds them: a Decimal is text
 
     @event(Approved)
     def _approved(self, reviewer: str, amount: Decimal) -> None:
@@ -178,6 +190,25 @@ def audit(app: AgentApplication, threads: Mapping[str, str]) -> None:
             print(f"audit {label}: {'intact' if report.ok else 'TAMPERED'}, {len(events)} events")
 
 
+def audit_with_the_docs_verifier(directory: Path) -> None:
+    """Run the standard-library verifier that docs/audits.md prints on each database
+    file, as an auditor without this library would: no site-packages, no import of it."""
+    page = (Path(__file__).resolve().parent.parent / "docs" / "audits.md").read_text()
+    code = page.split('```python title="verify_chain.py"\n', 1)[1].split("\n```", 1)[0]
+    verifier = directory / "verify_chain.py"
+    verifier.write_text(code + "\n")
+    for database in ("payments.db", "approvals.db"):
+        result = subprocess.run(
+            [sys.executable, "-I", "-S", str(verifier), str(directory / database)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        states = [line.split(": ", 1)[1] for line in result.stdout.splitlines()]
+        found = "all intact" if set(states) == {"intact"} else "; ".join(states)
+        print(f"docs verifier, {database}: {len(states)} thread{'s' * (len(states) != 1)}, {found}")
+
+
 def main(env: Mapping[str, str]) -> None:
     os.environ.update(env)  # as an eventsourcing user configures a system
     runner: SingleThreadedRunner[UUID] = SingleThreadedRunner(SYSTEM)
@@ -201,4 +232,8 @@ def main(env: Mapping[str, str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sqlite_env(Path(sys.argv[1])) if len(sys.argv) > 1 else {})
+    if len(sys.argv) > 1:
+        main(sqlite_env(Path(sys.argv[1])))
+        audit_with_the_docs_verifier(Path(sys.argv[1]))
+    else:
+        main({})
