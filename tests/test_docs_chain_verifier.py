@@ -102,14 +102,15 @@ def library(db: Path, keyed: bool) -> dict[str, tuple[AuditFinding, ...]]:
 
 
 def agree(found: dict[str, tuple[AuditFinding, ...]], printed: dict[str, str]) -> bool:
-    """Whether the verifier finds the threads ``verify`` finds broken, each at a version
-    ``verify`` reports (or one whose record it cannot even read)."""
+    """Whether the verifier finds the threads ``verify`` finds broken (or stops checking
+    them), each at a version ``verify`` reports (or one whose record it cannot even
+    read)."""
     for thread, findings in found.items():
         if not findings:
             if printed[thread] != "intact":
                 return False
             continue
-        at = re.fullmatch(r"broken at version (\d+)", printed[thread])
+        at = re.fullmatch(r"(?:broken at|not checked from) version (\d+).*", printed[thread])
         if at is None:
             return False
         if int(at[1]) not in {f.version for f in findings} and not any(
@@ -291,3 +292,61 @@ def test_the_documented_verifier_agrees_with_verify(
     assert any(found.values()), found
     printed = run_verifier(script, db, keyed)
     assert agree(found, printed), (found, printed)
+
+
+def test_a_keyed_thread_rewritten_without_the_key_is_never_vouched_for(tmp_path: Path) -> None:
+    """A writer without the key strips every link of a keyed thread (or recomputes them
+    as the public unkeyed hash), edits a message and empties the head anchor's link:
+    given the key, the verifier does not say intact, as ``verify`` does not."""
+    script, db = verifier(tmp_path), tmp_path / "store.db"
+    write_store(db, True, "pay", {"amount": 5}, None, "done")
+    for relink in (False, True):
+        previous = ""
+        for stream, version, payload in thread_rows(db):
+            if payload.get("thread_id", "main") != "main" and version == 1:
+                continue
+            payload.pop("chain", None)
+            if payload.get("message", {}).get("role") == "user":
+                payload["message"]["content"] = "EVIL"
+            if relink:  # the unkeyed scheme anyone can compute, from the docs
+                payload["chain"] = documented_link(script, previous, stream, version, payload)
+                previous = payload["chain"]
+            write_row(db, stream, version, payload)
+        with contextlib.closing(sqlite3.connect(db)) as conn:
+            conn.execute("UPDATE stored_events_heads SET chain = ''")
+            conn.commit()
+        assert library(db, True)["main"]
+        assert run_verifier(script, db, True)["main"] != "intact"
+
+
+def test_a_copy_of_a_thread_under_another_stream_cannot_hide_an_edit(tmp_path: Path) -> None:
+    """The rows of a thread copied unchanged under a new stream id, then the original
+    edited: the verifier reports the thread, instead of checking the copy."""
+    script, db = verifier(tmp_path), tmp_path / "store.db"
+    write_store(db, False, "pay", {"amount": 5}, None, "done")
+    rows = [r for r in thread_rows(db) if r[2].get("thread_id", "") != "fork"]
+    main_stream = next(stream for stream, version, p in rows if p.get("thread_id") == "main")
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        conn.execute(
+            "INSERT INTO stored_events SELECT 'ffffffff-ffff-ffff-ffff-ffffffffffff', "
+            "originator_version, topic, state FROM stored_events WHERE originator_id = ?",
+            (main_stream,),
+        )
+        conn.commit()
+    stream, version, payload = next(r for r in rows if r[0] == main_stream and r[1] == 3)
+    write_row(db, stream, version, with_change(payload, next(iter(leaves(payload)))))
+    assert run_verifier(script, db, False)["main"] != "intact"
+
+
+def documented_link(
+    script: Path, previous: str, stream: str, version: int, payload: dict[str, Any]
+) -> str:
+    """The unkeyed link the documented verifier computes for a row, as a forger would."""
+    with contextlib.closing(sqlite3.connect(script.parent / "store.db")) as conn:
+        (topic,) = conn.execute(
+            "SELECT topic FROM stored_events WHERE originator_id = ? AND originator_version = ?",
+            (stream, version),
+        ).fetchone()
+    namespace: dict[str, Any] = {}
+    exec(compile(script.read_text(), str(script), "exec"), namespace)
+    return str(namespace["link"](previous, topic, version, payload, None))

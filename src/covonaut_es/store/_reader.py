@@ -16,9 +16,11 @@ from eventsourcing.application import AggregateNotFoundError, Application, Repos
 
 from covonaut_es.domain import AgentThread, PauseKind, ThreadSnapshot, thread_aggregate_id
 from covonaut_es.errors import (
+    CovonautError,
     MissingEventError,
     MissingFirstEventError,
     SerializationError,
+    StoredRowError,
     ThreadNotFoundError,
 )
 from covonaut_es.migrations import Upcaster
@@ -124,6 +126,8 @@ class ThreadReader:
         Raises:
             MissingEventError: ``event`` does not follow ``thread``'s version.
             ThreadNotFoundError: A fork's parent is missing.
+            StoredRowError: ``event`` does not apply to ``thread`` (its stored fields
+                name a call, a review or a position the thread does not have).
         """
         self.check_follows(thread_id, None if thread is None else thread.version, event)
         if thread is None and isinstance(event, AgentThread.Forked):
@@ -137,7 +141,7 @@ class ThreadReader:
                 raise ThreadNotFoundError(msg)
             folded = event.graft(base)
         else:
-            folded = event.mutate(thread)
+            folded = _applied(event, thread, thread_id)
         if not isinstance(event, ThreadSnapshot):  # a snapshot brings its own
             folded.chain_head = chain_of(event)
         return folded
@@ -248,3 +252,21 @@ class ThreadReader:
             ):
                 found.append(event.thread_id)
         return tuple(dict.fromkeys(found))
+
+
+def _applied(event: Any, thread: AgentThread | None, thread_id: str) -> AgentThread:
+    """``event`` applied to ``thread``. The apply methods trust the events the thread
+    itself wrote; a stored event altered behind the library (a call id no call has) can
+    fail inside them, which is reported as the damaged record it is."""
+    try:
+        folded: AgentThread = event.mutate(thread)
+    except CovonautError:
+        raise
+    except (LookupError, ValueError, TypeError, AttributeError) as exc:
+        msg = (
+            f"stored event {type(event).__qualname__} of thread {thread_id!r} at version "
+            f"{event.originator_version} does not apply to the thread its earlier events "
+            f"make ({type(exc).__name__}: {exc}): it was altered or damaged"
+        )
+        raise StoredRowError(msg) from exc
+    return folded
