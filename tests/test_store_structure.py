@@ -51,6 +51,7 @@ PUBLIC_SIGNATURES = {
     "label": "(self, thread_id: 'str', label: 'str', *, version: 'int | None' = None, now: 'datetime | None' = None) -> 'None'",  # noqa: E501
     "lease": "(self, thread_id: 'str') -> 'Iterator[Lease]'",
     "leaves": "(self, root_thread_id: 'str') -> 'tuple[str, ...]'",
+    "list_threads": "(self, *, after: 'int | None' = None, limit: 'int' = 1000) -> 'ThreadPage'",
     "live_workers": "(self) -> 'tuple[WorkerRecord, ...]'",
     "load": "(self, thread_id: 'str', *, version: 'int | None' = None, snapshot_migrators: 'Mapping[int, Upcaster]' = mappingproxy({})) -> 'AgentThread'",  # noqa: E501
     "name_lease_holder": "(self, holder: 'str') -> 'None'",
@@ -76,8 +77,8 @@ PUBLIC_ATTRIBUTES = {"clock", "max_checkpoints_per_thread", "read_only", "url"}
 
 
 def test_the_store_keeps_every_public_name_and_signature() -> None:
-    """An open store has exactly the public names it had as five mixins, each method
-    with the same signature."""
+    """An open store has exactly the public names it had as five mixins (and those added
+    since), each method with the same signature."""
     with open_store("memory://") as store:
         public = {name for name in dir(store) if not name.startswith("_")}
     assert public == PUBLIC_SIGNATURES.keys() | PUBLIC_ATTRIBUTES
