@@ -5,9 +5,11 @@ Each summary records the log position it was made at. A listing first reads the 
 thread events after the newest such position, and makes again the summary of each
 thread they name, from the thread itself (a thread begun since is listed after the
 others, in the order the threads began); then it reads one page of summaries in
-order. Writers never touch the table, so a summary is never wrong, only late until the
-next listing: a listing costs the events written since the last one, a load per thread
-they name, and the page, not the number of threads.
+order. The library's writers never touch the table, so a summary it made is late until
+the next listing, never wrong; someone who writes the database behind the library can
+still alter a summary, so a listing is no audit (``verify`` is). A listing costs the
+events written since the last one, a load per thread they name, and the page, not the
+number of threads.
 
 A summary names its thread and its state, so an encrypted store seals it with the
 store's cipher. When a summary cannot be read (another writer spoiled the table) every
