@@ -5,6 +5,7 @@ but for a holder killed (its file waits for the thread's next holder to remove i
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import sys
@@ -133,3 +134,18 @@ class Leases(RuleBasedStateMachine):
 
 Leases.TestCase.settings = settings(max_examples=5, stateful_step_count=15, deadline=None)
 TestLeases = Leases.TestCase
+
+
+def test_leases_let_go_out_of_order_leave_the_others_held(tmp_path: Path) -> None:
+    """Leases held through ExitStacks and let go in another order than taken: the lease
+    still held stays held (taken again, it is the same), and the one let go is gone."""
+    with open_store(f"sqlite:///{tmp_path / 'leases.db'}") as store:
+        other = contextlib.ExitStack()
+        other.enter_context(store.lease("t2"))
+        with store.lease("t0") as held:
+            other.close()
+            assert store.held_lease("t2") is None
+            assert store.held_lease("t0") is held
+            with store.lease("t0") as again:
+                assert again is held
+        assert store.held_lease("t0") is None

@@ -98,11 +98,11 @@ class Leasing:
             yield held
             return
         lease = self._acquire(thread_id)
-        token = _HELD.set(self._with_held(lease))
+        _HELD.set(self._with_held(lease))
         try:
             yield lease
         finally:
-            _HELD.reset(token)
+            _HELD.set(self._without_held(lease))
             self.leases.release(lease)
 
     @contextlib.asynccontextmanager
@@ -113,11 +113,11 @@ class Leasing:
             yield held
             return
         lease = await asyncio.to_thread(self._acquire, thread_id)
-        token = _HELD.set(self._with_held(lease))
+        _HELD.set(self._with_held(lease))
         try:
             yield lease
         finally:
-            _HELD.reset(token)
+            _HELD.set(self._without_held(lease))
             # Shielded: a task cancelled again while it lets go (anyio's cancel scopes
             # cancel at every await; a stream's consumer leaving cancels its run) would
             # cancel the release before a worker thread took it, and keep the lease.
@@ -130,6 +130,14 @@ class Leasing:
     def _with_held(self, lease: Lease) -> Mapping[tuple[str, str], Lease]:
         held = dict(_HELD.get())
         held[self.leases.database, lease.thread_id] = lease
+        return MappingProxyType(held)
+
+    def _without_held(self, lease: Lease) -> Mapping[tuple[str, str], Lease]:
+        # Not a reset to the value before the lease was taken: leases held through an
+        # ExitStack may be let go in any order, and a reset would bring back, or drop,
+        # the leases taken or let go in between.
+        held = dict(_HELD.get())
+        held.pop((self.leases.database, lease.thread_id), None)
         return MappingProxyType(held)
 
     def _acquire(self, thread_id: str) -> Lease:
