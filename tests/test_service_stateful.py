@@ -100,6 +100,9 @@ class Blocked:
         self.lost = False  # its lease's lock was lost
         self.token: int | None = None  # its lease's: a newer one fences it
         self.runner: threading.Thread | None = None
+        # Whether a run with new input could start on the thread: on one that could not,
+        # the runner may first run a call sent to run again, then refuse the new input.
+        self.free = True
 
 
 # The model: a function of the history -----------------------------------------------------
@@ -329,7 +332,12 @@ class TwoProcesses(RuleBasedStateMachine):
             self.traps[thread_id] = trap
         agent = self.agent(process, thread_id)
         if trap == "block":
-            self._start_blocked(process, thread_id, lambda: agent.run(f"pay {amount}"))
+            self._start_blocked(
+                process,
+                thread_id,
+                lambda: agent.run(f"pay {amount}"),
+                free=thread_id in free + fresh,
+            )
             return
         try:
             agent.run(f"pay {amount}")
@@ -342,8 +350,9 @@ class TwoProcesses(RuleBasedStateMachine):
         if thread_id not in self.threads and self.stores[process].exists(thread_id):
             self.threads.append(thread_id)
 
-    def _start_blocked(self, process: str, thread_id: str, run: Any) -> None:
+    def _start_blocked(self, process: str, thread_id: str, run: Any, *, free: bool = True) -> None:
         blocked = self.blocked = Blocked(process, thread_id)
+        blocked.free = free
 
         def target() -> None:
             try:
@@ -388,8 +397,10 @@ class TwoProcesses(RuleBasedStateMachine):
         if taken:  # fenced: it stopped, and wrote nothing more
             assert isinstance(outcome, LeaseLostError | ThreadConflictError), outcome
             assert self.stores["A"].history(blocked.thread_id) == before
-        else:
+        elif blocked.free:
             assert isinstance(outcome, str | ThreadAbandonedError | LeaseLostError), outcome
+        else:  # it ran a call sent to run again, which paused the thread: no new input
+            assert isinstance(outcome, str | ThreadStateError | LeaseLostError), outcome
 
     @precondition(lambda self: self.blocked is not None and not self.blocked.lost)
     @rule()
