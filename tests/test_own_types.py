@@ -245,20 +245,37 @@ class JsonTranscoderOfAnotherKind(Transcoder):
         return None
 
 
-@pytest.fixture
-def golden_parcels(tmp_path: Path) -> Path:
-    """A copy of the golden parcels, stored by version-1 code (the fixture stays as it is)."""
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def golden_parcels(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
+    """The environment of an application holding the golden parcels as version-1 code
+    stored them: a copy of the fixture's SQLite file, or its rows inserted unchanged into
+    a new PostgreSQL database (the fixture stays as it is)."""
     copy = tmp_path / "parcels.db"
     shutil.copy(GOLDEN / "own-v1" / "parcels.db", copy)
-    return copy
+    if request.param == "sqlite":
+        return sqlite_env(copy)
+    env = user_env(str(request.getfixturevalue("postgres_database")))
+    with sqlite3.connect(copy) as golden:
+        rows = golden.execute(
+            "SELECT originator_id, originator_version, topic, state"
+            " FROM stored_events ORDER BY rowid"
+        ).fetchall()
+    app = Parcels(env=env)
+    try:
+        app.recorder.insert_events(
+            [StoredEvent(uuid.UUID(str(i)), v, topic, state) for i, v, topic, state in rows]
+        )
+    finally:
+        app.close()
+    return env
 
 
 def test_version_1_parcels_read_through_their_upcasters(
-    golden_parcels: Path, monkeypatch: pytest.MonkeyPatch
+    golden_parcels: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Parcels stored in grams by version-1 code read as kilograms once their events are
     version 2, upcast by their ``upcast_v1_v2`` methods; new events are written at v2."""
-    for name, value in sqlite_env(golden_parcels).items():
+    for name, value in golden_parcels.items():
         monkeypatch.setenv(name, value)
     manifest = json.loads((GOLDEN / "own-v1" / "manifest.json").read_text())
     app = Parcels()

@@ -65,7 +65,6 @@ def test_a_user_message_of_the_wrong_type_is_refused_and_the_thread_still_loads(
     assert agent.resume() == "done"
 
 
-@pytest.mark.parametrize("store_url", ["memory", "sqlite"], indirect=True)
 def test_an_own_event_of_the_wrong_type_is_refused_and_the_aggregate_still_loads(
     store_url: str,
 ) -> None:
