@@ -501,3 +501,30 @@ def test_a_queue_given_no_compression_follows_a_compressed_store(
             queue.wait_until_current(store)
             assert keys(queue) == expected_queue(store) == {("t", "r1")}
         queue.close()
+
+
+def test_following_a_store_opens_its_application_once_and_closes_it_when_stopped(
+    shared_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The follower follows the very application it opened to create the store's tables
+    and check its settings, opens no second one, and closes it when it stops."""
+    from covonaut_es.store._application import ThreadsApplication
+
+    with open_store(shared_url) as store:
+        pause(store, "t", "r1")
+        opened: list[ThreadsApplication] = []
+        construct = ThreadsApplication.__init__
+
+        def counted(app: ThreadsApplication, env: Any = None) -> None:
+            opened.append(app)
+            construct(app, env)
+
+        monkeypatch.setattr(ThreadsApplication, "__init__", counted)
+        queue = ReviewQueue(shared_url, view_url="memory://")
+        with queue.follow() as runner:
+            queue.wait_until_current(store, runner=runner)
+            assert keys(queue) == expected_queue(store) == {("t", "r1")}
+            assert opened == [runner.app]
+            assert not runner.app.closing.is_set()
+        assert runner.app.closing.is_set()
+        queue.close()

@@ -10,6 +10,7 @@ a separate one), list the queue, rebuild it.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -45,7 +46,6 @@ from covonaut_es.store._backend import backend_for_env
 from covonaut_es.store._open import LogSource, log_source, store_log
 from covonaut_es.store._tracking import BatchingProjectionRunner
 from covonaut_es.store._urls import (
-    COMPRESSOR_TOPIC,
     READ_ONLY,
     persistence_env,
     redact,
@@ -60,6 +60,9 @@ UNSTORABLE = (DataError, ValueError, msgspec.EncodeError)
 forever. (Text that a back end's columns cannot hold, such as a NUL in PostgreSQL, is
 escaped by the rows, not passed over; a lone surrogate never decodes from the log.)"""
 
+_TICK = 0.01
+"""How often (seconds) a wait looks again at a view that no projection here advances."""
+
 log = _logs.logger(__name__)
 
 
@@ -70,11 +73,33 @@ class ReviewQueueProjection(Projection[ReviewQueueView]):
     name = VIEW_NAME
     topics = tuple(get_topic(cls) for cls in QUEUE_EVENT_TYPES)
 
+    def __init__(self, view: ReviewQueueView) -> None:
+        super().__init__(view=view)
+        self._batches = 0
+        self._advanced = threading.Condition()
+
     def process_events(self, batch: Sequence[tuple[Any, Tracking]]) -> None:
         """Apply the queue changes of a batch of events and the last one's position in
         one transaction; a batch the view cannot hold whole is applied again one event
         at a time (:meth:`process_event`), so only the records it cannot hold are passed
-        over."""
+        over. Then wake whoever waits for the view to advance (:meth:`wait_for_batch`)."""
+        self._apply(batch)
+        with self._advanced:
+            self._batches += 1
+            self._advanced.notify_all()
+
+    def batches_applied(self) -> int:
+        """How many batches the projection has applied so far."""
+        with self._advanced:
+            return self._batches
+
+    def wait_for_batch(self, seen: int, timeout: float) -> None:
+        """Block until a batch after the first ``seen`` is applied, or ``timeout``
+        seconds pass."""
+        with self._advanced:
+            self._advanced.wait_for(lambda: self._batches != seen, timeout)
+
+    def _apply(self, batch: Sequence[tuple[Any, Tracking]]) -> None:
         # The names of the batch's threads, read in one query, then as the batch changes
         # them before it is stored.
         names: dict[str, str | None] = {}
@@ -122,16 +147,20 @@ class ReviewQueueProjection(Projection[ReviewQueueView]):
 class QueueRunner(BatchingProjectionRunner[AgentApplication]):
     """eventsourcing's projection runner, handing the projection its events in batches,
     fed a view the queue has opened (and, for an encrypted store, given the key) before
-    the first event is processed."""
+    the first event is processed; it follows an application already open, or one it
+    opens from its class and ``env``."""
 
     def __init__(
-        self, view: ReviewQueueView, env: dict[str, str], application: type[AgentApplication]
+        self,
+        view: ReviewQueueView,
+        application: AgentApplication | type[AgentApplication],
+        env: dict[str, str] | None = None,
     ) -> None:
         self.view = view
         self.projection = ReviewQueueProjection(view=view)
         super().__init__(
             projection=self.projection,
-            application_class=application,
+            application=application,
             tracking_recorder=view,
             topics=self.projection.topics,
             env=env,
@@ -259,6 +288,10 @@ class ReviewQueue(Closing):
                 whatever else stopped it).
         """
         deadline = time.monotonic() + timeout
+        # In this process, the projection says when the view advanced; a view that
+        # another process keeps is looked at again every tick.
+        projection = runner.projection if isinstance(runner, QueueRunner) else None
+        seen = 0 if projection is None else projection.batches_applied()
         while store._records.has_events_after(self.position(), *QUEUE_EVENT_TYPES):
             if runner is not None and runner.is_interrupted.is_set():
                 runner.run_forever(timeout=0)  # raises what stopped it, if anything did
@@ -267,7 +300,11 @@ class ReviewQueue(Closing):
                 shown = redact(self.store_url)
                 msg = f"the review queue of {shown} is still behind after {timeout}s"
                 raise TimeoutError(msg)
-            time.sleep(0.01)
+            if projection is None:
+                time.sleep(_TICK)
+            else:
+                projection.wait_for_batch(seen, _TICK)
+                seen = projection.batches_applied()
 
     def pending(self) -> tuple[PendingReview, ...]:
         """Every pending item, oldest first: one query on the view's index. A listing
@@ -326,13 +363,20 @@ class ReviewQueue(Closing):
                 "database (or memory://) to follow a read-only store"
             )
             raise ReadOnlyStoreError(msg)
-        source, env = self._source, dict(self._env)
-        if source.opens_store:
-            opened = open_application(self.store_url, source.env)  # tables exist first
+        view, source = self.view(), self._source
+        if not source.opens_store:
+            with QueueRunner(view, source.application_class, self._env) as runner:
+                yield runner
+            return
+        # Opened as a store is (its tables created, its settings checked and taken, such
+        # as its compression), and followed as opened.
+        opened = open_application(self.store_url, source.env)
+        try:
+            runner = QueueRunner(view, opened)
+        except BaseException:
             opened.close()
-            if COMPRESSOR_TOPIC in opened.env:  # the store's own, when none was given
-                env[COMPRESSOR_TOPIC] = opened.env[COMPRESSOR_TOPIC]
-        with QueueRunner(self.view(), env, source.application_class) as runner:
+            raise
+        with runner:
             yield runner
 
     def run_forever(self) -> None:

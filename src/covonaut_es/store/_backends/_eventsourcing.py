@@ -19,7 +19,12 @@ from collections.abc import Iterator, Sequence
 from typing import Any, Protocol, TypeVar
 
 from eventsourcing.application import Application, ProcessingEvent
-from eventsourcing.persistence import ListenNotifySubscription, Recording, Tracking
+from eventsourcing.persistence import (
+    ListenNotifySubscription,
+    Recording,
+    Tracking,
+    TrackingRecorder,
+)
 from eventsourcing.popo import POPOTrackingRecorder
 from eventsourcing.projection import ApplicationSubscription, BaseProjectionRunner
 
@@ -165,10 +170,51 @@ def batches(
         yield batch
 
 
+def _given(application: Application[Any]) -> type[Application[Any]]:
+    """A stand-in for ``application``'s class that gives back ``application`` itself
+    when constructed, for a runner to follow an application already open."""
+    opened_class = type(application)
+
+    def opened(cls: type, *args: object, **kwargs: object) -> Application[Any]:
+        return application  # not an instance of cls, so __init__ is not run again
+
+    # The name too: eventsourcing names a subclass after itself unless it says its own.
+    return type(
+        opened_class.__name__, (opened_class,), {"__new__": opened, "name": application.name}
+    )
+
+
 class BatchingProjectionRunner(BaseProjectionRunner[TApplication]):
     """eventsourcing's projection runner, handing its projection every event its
     subscription has read already in one call (:class:`BatchProjection`), so that a
-    view catching up on a long log commits once per batch, not once per event."""
+    view catching up on a long log commits once per batch, not once per event.
+
+    It follows an application it opens from its class and ``env``, or one already open
+    (which it closes when it stops, as it does its own): a follower that opened the
+    application to create its tables and read its settings does not open it again.
+    """
+
+    def __init__(
+        self,
+        *,
+        projection: Any,
+        application: type[TApplication] | TApplication,
+        tracking_recorder: TrackingRecorder,
+        topics: Sequence[str],
+        env: dict[str, str] | None = None,
+    ) -> None:
+        # eventsourcing 9.5.6: BaseProjectionRunner.__init__ subscribes to what
+        # application_class(env) returns, and closes it when the runner exits.
+        application_class: Any = application
+        if isinstance(application, Application):
+            application_class = _given(application)
+        super().__init__(
+            projection=projection,
+            application_class=application_class,
+            tracking_recorder=tracking_recorder,
+            topics=topics,
+            env=env,
+        )
 
     # eventsourcing 9.5.6: BaseProjectionRunner.__init__ starts its processing thread on
     # self._process_events_loop(subscription, projection, is_stopping, runner), and a
