@@ -4,7 +4,7 @@ A snapshot is trusted only when it is bound to the events it summarizes: its sea
 the chain hash of the stored event at its version, its digest matches under the store's
 key, and its state's chain head is that hash. Anything else (forged, moved, altered,
 undecodable, or unsealed in a store with a key) is passed over with a log line, and the
-repository rebuilds the thread from its events.
+thread is rebuilt from its events.
 """
 
 from __future__ import annotations

@@ -340,7 +340,9 @@ class _PostgresBackend(RecorderAnchors):
         stored = stored_stream(events, stream)  # the snapshots' recorder keys ids alike
         reading = f"stream {stored}"
         with events.datastore.get_connection() as conn, conn.cursor(row_factory=tuple_row) as curs:
-            curs.execute(statement, {"stream": stored, "lte": lte}, prepare=True)
+            # In binary: a long thread's snapshot is hundreds of kilobytes, which text
+            # sends as hex for the client to parse.
+            curs.execute(statement, {"stream": stored, "lte": lte}, prepare=True, binary=True)
             with building_records(reading):  # a NULL payload fails bytes()
                 return thread_rows(curs.fetchall(), stream, reading=reading, state=bytes)
 
