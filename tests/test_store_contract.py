@@ -148,6 +148,40 @@ def test_a_new_snapshot_replaces_the_older_ones_and_time_travel_still_works(
     assert store.state_at("long") == thread.state
 
 
+_longs = itertools.count()
+
+
+@settings(
+    max_examples=8,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    saves=st.lists(st.integers(1, 40), min_size=3, max_size=12),
+    data=st.data(),
+)
+def test_a_load_at_any_version_starts_from_the_newest_snapshot_at_or_below_it(
+    store: Store, saves: list[int], data: st.DataObject
+) -> None:
+    """Property: whatever the saves and the snapshots they made, the state at any saved
+    version (below, at or above a snapshot's) is the one the thread had then, read in
+    one statement of the snapshot at or below it and the events after it."""
+    thread_id = f"long{next(_longs)}"  # one store for every example: a new thread each
+    thread = AgentThread.start(thread_id, now=NOW)
+    thread.start_run(RunMode.RUN, now=NOW)
+    states = {}
+    for index, count in enumerate(saves):
+        for i in range(count * 4):
+            thread.append_message(user(f"save {index} message {i}"), now=NOW)
+        store.save(thread)
+        store.snapshot_if_due(thread)
+        states[thread.version] = thread.state
+    versions = data.draw(st.lists(st.sampled_from(sorted(states)), min_size=1, max_size=6))
+    for version in versions:
+        assert store.state_at(thread_id, version) == states[version]
+    assert store.state_at(thread_id) == thread.state == store.replay_state(thread_id)
+
+
 # Forks -------------------------------------------------------------------------------
 
 fork_points = st.lists(st.floats(0, 1), min_size=1, max_size=4)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import unicodedata
 from uuid import UUID, uuid5
 
@@ -53,8 +54,10 @@ def check_thread_id(thread_id: str) -> str:
     return thread_id
 
 
+@functools.lru_cache(maxsize=4096)
 def thread_aggregate_id(thread_id: str) -> UUID:
-    """The aggregate id of a thread: a uuid5 of its thread id."""
+    """The aggregate id of a thread: a uuid5 of its thread id (kept for the threads
+    used last: a load asks twice, for its stream and to check its first event's)."""
     return uuid5(THREAD_NAMESPACE, thread_id)
 
 

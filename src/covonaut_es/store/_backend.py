@@ -19,7 +19,7 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 from uuid import UUID
 
-from eventsourcing.persistence import ApplicationRecorder, InfrastructureFactory
+from eventsourcing.persistence import AggregateRecorder, ApplicationRecorder, InfrastructureFactory
 
 if TYPE_CHECKING:
     from covonaut_es.domain import ThreadSnapshot
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from covonaut_es.store._settings_tables import SettingsTable
     from covonaut_es.store._snapshot_cache import SnapshotCache
     from covonaut_es.store._summaries import SummaryTable
+    from covonaut_es.store._thread_rows import ThreadRows
 
 POLL_INTERVAL = 0.05
 """Seconds between polls of a back end that cannot notify (SQLite): the added lag of its
@@ -73,6 +74,18 @@ class Backend(Protocol):
 
     def close_writer(self, recorder: ApplicationRecorder) -> None:
         """Close the connection ``recorder`` writes through, where it has its own."""
+
+    def select_thread(
+        self,
+        events: ApplicationRecorder,
+        snapshots: AggregateRecorder,
+        stream: UUID,
+        lte: int,
+    ) -> ThreadRows | None:
+        """The rows a load of ``stream`` up to version ``lte`` reads, in one statement
+        (:mod:`covonaut_es.store._thread_rows`); None where ``events`` and
+        ``snapshots`` are not this back end's recorders of one database (a user's
+        application), which are then read one after the other."""
 
     def settings_table(
         self, factory: InfrastructureFactory[Any], recorder: ApplicationRecorder, name: str

@@ -8,11 +8,12 @@ which checks that each event follows the one before and grafts a fork onto its p
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol, cast
 from uuid import UUID
 
-from eventsourcing.application import AggregateNotFoundError, Application, Repository
+from eventsourcing.application import AggregateNotFoundError, Application
 
 from covonaut_es.domain import AgentThread, PauseKind, ThreadSnapshot, thread_aggregate_id
 from covonaut_es.errors import (
@@ -97,16 +98,51 @@ class ThreadReader:
                 thread = self.fold(thread, event, self.find, thread_id)
             return thread
 
-        try:
-            with self.reading(thread_id):
-                thread = self._repository(snapshot_migrators).get(
-                    aggregate_id, version=version, projector_func=project
-                )
-        except AggregateNotFoundError:
+        with self.reading(thread_id):
+            thread = self._rebuild(aggregate_id, version, snapshot_migrators, project)
+        if thread is None:
             return self._inherited(thread_id, version, self.find)
         if snapshot_seen and version is None:
             self._snapshot_seen(aggregate_id, snapshot_seen[0])
         return thread
+
+    def _rebuild(
+        self,
+        stream: UUID,
+        version: int | None,
+        snapshot_migrators: Mapping[int, Upcaster],
+        project: Callable[[AgentThread | None, Any], AgentThread | None],
+    ) -> AgentThread | None:
+        """The thread stored as ``stream``, as of ``version``, projected from its newest
+        trusted snapshot and the events after it; None when it has no events there.
+
+        The store's own application reads the snapshot and the events in one statement
+        (:meth:`StoredRecords.thread_rows`); an application of the user's own that keeps
+        no sealed snapshots, or caches its aggregates, is read by its repository.
+        """
+        snapshots, repository = self._app.snapshots, self._app.repository
+        cached = repository.cache and version is None and not snapshot_migrators
+        if cached or not isinstance(snapshots, SnapshotCache):
+            try:
+                thread: AgentThread = repository.get(
+                    stream, version=version, projector_func=project
+                )
+            except AggregateNotFoundError:
+                return None
+            return thread
+        rows = self._records.thread_rows(snapshots, stream, version)
+        snapshot = None
+        if rows.snapshot is not None:
+            if snapshot_migrators:
+                snapshots = snapshots.with_migrators(snapshot_migrators)
+            snapshot = snapshots.trusted(rows.snapshot, rows.events)
+        events = rows.events
+        if snapshot is not None:
+            events = [e for e in events if e.originator_version > snapshot.originator_version]
+        elif rows.snapshot is not None:  # passed over: every event is needed
+            events = list(self._app.recorder.select_events(stream, lte=version))
+        decoded = map(self._app.mapper.to_domain_event, events)
+        return project(None, decoded if snapshot is None else itertools.chain((snapshot,), decoded))
 
     def replay(self, thread_id: str, *, version: int | None = None) -> AgentThread | None:
         """The thread rebuilt from its events alone, ignoring snapshots; None when it
@@ -188,13 +224,6 @@ class ThreadReader:
             return None
         with following_fork(thread_id, forked.parent_thread_id, self._url):
             return load_base(forked.parent_thread_id, version=version)
-
-    def _repository(self, snapshot_migrators: Mapping[int, Upcaster]) -> Repository[UUID]:
-        snapshots = self._app.snapshots
-        if not snapshot_migrators or not isinstance(snapshots, SnapshotCache):
-            return self._app.repository  # an application of the user's own may not snapshot
-        cache = snapshots.with_migrators(snapshot_migrators)
-        return Repository(self._app.events, snapshot_store=cache)
 
     def exists(self, thread_id: str) -> bool:
         """As :meth:`covonaut_es.Store.exists`."""

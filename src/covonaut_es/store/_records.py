@@ -27,6 +27,7 @@ from covonaut_es.store._heads import HEADS, HeadAnchor, heads_of_records
 from covonaut_es.store._mapper import MsgspecMapper
 from covonaut_es.store._rows import LAST_VERSION
 from covonaut_es.store._snapshot_cache import CheckedSnapshot, SnapshotCache
+from covonaut_es.store._thread_rows import ThreadRows
 
 _LOG_BATCH = 500
 
@@ -99,6 +100,21 @@ class StoredRecords:
         it); None when no thread has that stream."""
         first = self.first_event(stream)
         return None if first is None else first.thread_id
+
+    def thread_rows(self, snapshots: SnapshotCache, stream: UUID, lte: int | None) -> ThreadRows:
+        """What a load of the thread stored as ``stream`` up to version ``lte`` reads: its
+        newest snapshot there, not yet checked, and its events from that snapshot's
+        version on (all of them without one); in one statement where the back end has
+        it, else a select of each."""
+        lte = LAST_VERSION if lte is None else lte
+        events = self._app.recorder
+        found = self._backend.select_thread(events, snapshots.recorder, stream, lte)
+        if found is not None:
+            return found
+        newest = snapshots.recorder.select_events(stream, lte=lte, desc=True, limit=1)
+        snapshot = newest[0] if newest else None
+        after = None if snapshot is None else snapshot.originator_version - 1
+        return ThreadRows(snapshot, list(events.select_events(stream, gt=after, lte=lte)))
 
     def stored_records(self, thread_id: str) -> tuple[StoredEvent, ...]:
         """The thread's records exactly as the database holds them, a fork's inherited

@@ -4,7 +4,7 @@ A snapshot is trusted only when it is bound to the events it summarizes: its sea
 the chain hash of the stored event at its version, its digest matches under the store's
 key, and its state's chain head is that hash. Anything else (forged, moved, altered,
 undecodable, or unsealed in a store with a key) is passed over with a log line, and the
-repository rebuilds the thread from its events.
+thread is rebuilt from its events.
 """
 
 from __future__ import annotations
@@ -136,36 +136,57 @@ class SnapshotCache(EventStore[UUID]):
     ) -> Iterator[DomainEventProtocol[UUID]]:
         records = self.recorder.select_events(originator_id, gt=gt, lte=lte, desc=desc, limit=limit)
         for record in records:
-            if record.topic in self._own_topics:
-                yield from self._own(record)
-                continue
-            if record.topic != ThreadSnapshot.TOPIC:
-                # One of the application's aggregates snapshotted as eventsourcing does:
-                # no seal binds it, so it is read as eventsourcing reads it.
-                yield self._decoder.to_domain_event(record)
-                continue
-            checked = self.check(record)
-            if checked.problem is None and checked.snapshot is not None:
-                yield checked.snapshot
-                continue
-            # Expected after an upgrade that snapshots cannot follow; else worth a look.
-            quiet = checked.other_key or checked.stale
-            logger.log(
-                logging.INFO if quiet else logging.WARNING,
-                "snapshot of stream %s at version %s passed over: %s; rebuilding the thread "
-                "from its events",
-                record.originator_id,
-                record.originator_version,
-                checked.problem,
-            )
+            yield from self._read(record)
 
-    def check(self, record: StoredEvent, *, decode_untrusted: bool = False) -> CheckedSnapshot:
+    def trusted(
+        self, record: StoredEvent, events: Sequence[StoredEvent]
+    ) -> DomainEventProtocol[UUID] | None:
+        """The snapshot ``record`` holds, read as :meth:`get` reads it, or None when it
+        is passed over; ``events`` are its stream's stored events read with it, from its
+        version on, which hold the seal it is checked against."""
+        return next(self._read(record, events), None)
+
+    def _read(
+        self, record: StoredEvent, events: Sequence[StoredEvent] | None = None
+    ) -> Iterator[DomainEventProtocol[UUID]]:
+        if record.topic in self._own_topics:
+            yield from self._own(record)
+            return
+        if record.topic != ThreadSnapshot.TOPIC:
+            # One of the application's aggregates snapshotted as eventsourcing does:
+            # no seal binds it, so it is read as eventsourcing reads it.
+            yield self._decoder.to_domain_event(record)
+            return
+        checked = self.check(record, events=events)
+        if checked.problem is None and checked.snapshot is not None:
+            yield checked.snapshot
+            return
+        # Expected after an upgrade that snapshots cannot follow; else worth a look.
+        quiet = checked.other_key or checked.stale
+        logger.log(
+            logging.INFO if quiet else logging.WARNING,
+            "snapshot of stream %s at version %s passed over: %s; rebuilding the thread "
+            "from its events",
+            record.originator_id,
+            record.originator_version,
+            checked.problem,
+        )
+
+    def check(
+        self,
+        record: StoredEvent,
+        *,
+        decode_untrusted: bool = False,
+        events: Sequence[StoredEvent] | None = None,
+    ) -> CheckedSnapshot:
         """Say whether a stored snapshot may be trusted, and decode it if it may.
 
         Args:
             record: The snapshot as stored.
             decode_untrusted: Decode one whose seal fails too, to compare it (an audit);
                 a load never decodes bytes it will not use.
+            events: Its stream's stored events from its version on, read with it;
+                None: the event at its version is read now.
 
         Raises:
             SchemaVersionError: It was written by newer code.
@@ -178,7 +199,7 @@ class SnapshotCache(EventStore[UUID]):
         try:
             plain = self._decoder.plain_payload(record)
             seal, body = unsealed(plain)
-            event_seal = self._event_seal(stream, version)
+            event_seal = self._event_seal(stream, version, events)
         except SerializationError as exc:
             return CheckedSnapshot(version, None, str(exc))
         distrust = self._key.distrust(seal, body, stream, version, event_seal)
@@ -251,10 +272,14 @@ class SnapshotCache(EventStore[UUID]):
             msg = f"cannot decrypt or decompress it (wrong key or corrupt data): {exc.__cause__}"
             raise SerializationError(msg) from exc
 
-    def _event_seal(self, stream: UUID, version: int) -> str | None:
-        """The chain hash of the stream's stored event at ``version``; None if it has
-        none there."""
-        for record in self._events.select_events(stream, gt=version - 1, lte=version, limit=1):
+    def _event_seal(
+        self, stream: UUID, version: int, events: Sequence[StoredEvent] | None
+    ) -> str | None:
+        """The chain hash of the stream's stored event at ``version``, the first of
+        ``events`` when given (else read now); None if it has none there."""
+        if events is None:
+            events = self._events.select_events(stream, gt=version - 1, lte=version, limit=1)
+        for record in events[:1]:
             if record.originator_version == version:
                 return chain_in(self._decoder.plain_payload(record))
         return None

@@ -4,7 +4,8 @@ through one of its own (ADR 0024).
 eventsourcing's SQLite datastore lends a connection from its pool for each transaction,
 and opens its connections with a statement cache of one (``cached_statements=True``):
 a save then parsed its ``BEGIN``, inserts, head upsert and ``COMMIT`` again every time,
-and a restore its ``BEGIN``, two selects and ``ROLLBACK``. The store's pool opens its
+and a restore its ``BEGIN``, two selects and ``ROLLBACK`` (a restore is one statement
+now, :mod:`covonaut_es.store._thread_rows`). The store's pool opens its
 connections with a cache instead, and its saves go through one more connection, kept
 for them and used by one thread at a time, so that they skip the pool's locks too.
 
@@ -42,7 +43,7 @@ from eventsourcing.sqlite import (
 from covonaut_es.errors import StoreFileReplacedError
 
 STATEMENT_CACHE_SIZE = 32
-"""Statements each connection keeps parsed: a save uses five at most, a restore four."""
+"""Statements each connection keeps parsed: a save uses five at most, a restore one."""
 
 CLOSE_WAIT = 5.0
 """Seconds closing a store waits for the connections other threads use to be returned."""

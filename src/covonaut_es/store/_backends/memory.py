@@ -50,6 +50,7 @@ from covonaut_es.store._settings_tables import MemorySettings, SettingsTable
 from covonaut_es.store._snapshot_cache import SnapshotCache
 from covonaut_es.store._stream_ids import KeyedEvents, KeyedLog
 from covonaut_es.store._summaries import SummaryTable
+from covonaut_es.store._thread_rows import ThreadRows
 
 MEMORY_STORE_NAME = "MEMORY_STORE_NAME"
 
@@ -186,6 +187,15 @@ class _MemoryBackend(RecorderAnchors):
 
     def close_writer(self, recorder: ApplicationRecorder) -> None:
         return
+
+    def select_thread(
+        self,
+        events: ApplicationRecorder,
+        snapshots: AggregateRecorder,
+        stream: UUID,
+        lte: int,
+    ) -> ThreadRows | None:
+        return None  # no round trips to save: read one recorder after the other
 
     def settings_table(
         self, factory: InfrastructureFactory[Any], recorder: ApplicationRecorder, table: str

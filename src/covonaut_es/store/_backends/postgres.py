@@ -24,6 +24,7 @@ from uuid import UUID
 import psycopg
 from eventsourcing import postgres
 from eventsourcing.persistence import (
+    AggregateRecorder,
     ApplicationRecorder,
     InfrastructureFactory,
     InterfaceError,
@@ -33,6 +34,7 @@ from eventsourcing.persistence import (
 )
 from eventsourcing.utils import retry
 from psycopg.conninfo import make_conninfo
+from psycopg.rows import tuple_row
 from psycopg.sql import SQL, Identifier
 
 from covonaut_es.domain import ThreadSnapshot
@@ -65,6 +67,7 @@ from covonaut_es.store._settings_tables import SettingsTable, SQLSettings, colum
 from covonaut_es.store._snapshot_cache import SnapshotCache
 from covonaut_es.store._stream_ids import KeyedEvents, KeyedLog, stored_stream
 from covonaut_es.store._summaries import SQLSummaries, SummaryTable
+from covonaut_es.store._thread_rows import ThreadRows, thread_rows, thread_rows_sql
 from covonaut_es.store._urls import postgres_params
 
 
@@ -311,6 +314,37 @@ class _PostgresBackend(RecorderAnchors):
 
     def close_writer(self, recorder: ApplicationRecorder) -> None:
         return  # saves go through the pool
+
+    # Retried as eventsourcing's reads are.
+    @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
+    def select_thread(
+        self,
+        events: ApplicationRecorder,
+        snapshots: AggregateRecorder,
+        stream: UUID,
+        lte: int,
+    ) -> ThreadRows | None:
+        if not (
+            isinstance(events, PostgresApplicationRecorder)
+            and isinstance(snapshots, PostgresAggregateRecorder)
+            and events.datastore is snapshots.datastore
+        ):
+            return None
+        schema = events.datastore.schema
+        statement = thread_rows_sql(
+            f'"{schema}"."{snapshots.events_table_name}"',
+            f'"{schema}"."{events.events_table_name}"',
+            "%(stream)s",
+            "%(lte)s",
+        )
+        stored = stored_stream(events, stream)  # the snapshots' recorder keys ids alike
+        reading = f"stream {stored}"
+        with events.datastore.get_connection() as conn, conn.cursor(row_factory=tuple_row) as curs:
+            # In binary: a long thread's snapshot is hundreds of kilobytes, which text
+            # sends as hex for the client to parse.
+            curs.execute(statement, {"stream": stored, "lte": lte}, prepare=True, binary=True)
+            with building_records(reading):  # a NULL payload fails bytes()
+                return thread_rows(curs.fetchall(), stream, reading=reading, state=bytes)
 
     def settings_table(
         self, factory: InfrastructureFactory[Any], recorder: ApplicationRecorder, table: str

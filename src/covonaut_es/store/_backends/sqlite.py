@@ -23,6 +23,7 @@ from uuid import UUID
 
 from eventsourcing import sqlite
 from eventsourcing.persistence import (
+    AggregateRecorder,
     ApplicationRecorder,
     InfrastructureFactory,
     Notification,
@@ -57,6 +58,7 @@ from covonaut_es.store._settings_tables import SettingsTable, SQLSettings
 from covonaut_es.store._snapshot_cache import SnapshotCache
 from covonaut_es.store._stream_ids import KeyedEvents, KeyedLog, stored_stream
 from covonaut_es.store._summaries import SQLSummaries, SummaryTable
+from covonaut_es.store._thread_rows import ThreadRows, thread_rows, thread_rows_sql
 from covonaut_es.store._urls import SQLITE_PATH
 
 
@@ -259,6 +261,32 @@ class _SQLiteBackend(RecorderAnchors):
         if isinstance(recorder, SQLiteApplicationRecorder):
             recorder.close_writer()
 
+    def select_thread(
+        self,
+        events: ApplicationRecorder,
+        snapshots: AggregateRecorder,
+        stream: UUID,
+        lte: int,
+    ) -> ThreadRows | None:
+        if not (
+            isinstance(events, SQLiteApplicationRecorder)
+            and isinstance(snapshots, SQLiteSnapshotRecorder)
+            and events.datastore is snapshots.datastore
+        ):
+            return None
+        statement = thread_rows_sql(
+            snapshots.events_table_name, events.events_table_name, ":stream", ":lte"
+        )
+        stored = stored_stream(events, stream)  # the snapshots' recorder keys ids alike
+        params = {"stream": stored.hex, "lte": lte}
+        # One statement on a connection in autocommit mode is read in a transaction of
+        # its own, so no BEGIN and ROLLBACK around it: two statements less per load.
+        datastore = events.datastore
+        with datastore.get_connection(commit=False) as connection, connection.cursor() as cursor:
+            cursor.execute(statement, params)
+            rows = cursor.fetchall()
+        return thread_rows(rows, stream, reading=f"stream {stored}", state=_same)
+
     def settings_table(
         self, factory: InfrastructureFactory[Any], recorder: ApplicationRecorder, table: str
     ) -> SettingsTable:
@@ -322,6 +350,10 @@ class _SQLiteBackend(RecorderAnchors):
             placeholder="?",
             stored=lambda stream: stream.hex,
         )
+
+
+def _same(value: Any) -> Any:
+    return value
 
 
 BACKEND = _SQLiteBackend()
