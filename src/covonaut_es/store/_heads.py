@@ -56,15 +56,16 @@ class HeadAnchor(msgspec.Struct, frozen=True):
         store_anchors: The store anchors every thread's head (it holds an anchor).
         version: The anchored version, or None when the thread has no anchor.
         chain: The anchored chain hash (``""``: anchored when the table was created).
-        kept: The application's recorder writes head anchors at all; False for an
-            application of the user's own, whose recorder keeps none (unlike a store
-            written before heads were anchored, which is not one of its faults).
+        unkept: Why the application keeps no head anchors at all, when it keeps none
+            (an application of the user's own whose recorder keeps none, or whose
+            database has no head table yet); empty for a store, whose missing anchors
+            the table itself explains.
     """
 
     store_anchors: bool
     version: int | None = None
     chain: str = UNCHAINED
-    kept: bool = True
+    unkept: str = ""
 
 
 class RecorderAnchors:
@@ -74,9 +75,13 @@ class RecorderAnchors:
 
     anchoring_recorder: ClassVar[type[Any]]
 
-    def anchor_heads(self, recorder: ApplicationRecorder, *, create: bool) -> None:
+    def anchor_heads(self, recorder: ApplicationRecorder, *, create: bool, summaries: bool) -> None:
         if isinstance(recorder, self.anchoring_recorder):
             recorder.anchor_heads(create=create)
+            recorder.keeps_summaries = summaries
+
+    def anchors_heads(self, recorder: ApplicationRecorder) -> bool:
+        return isinstance(recorder, self.anchoring_recorder)
 
     def guards_new_streams(self, recorder: ApplicationRecorder) -> bool:
         return isinstance(recorder, self.anchoring_recorder) and bool(recorder.anchoring)

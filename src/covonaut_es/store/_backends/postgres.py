@@ -61,6 +61,7 @@ from covonaut_es.store._heads import (
 )
 from covonaut_es.store._leases import LeaseBackend
 from covonaut_es.store._rows import building_records, checked_head, checked_records
+from covonaut_es.store._settings import refuse_application_tables
 from covonaut_es.store._settings_tables import SettingsTable, SQLSettings, column
 from covonaut_es.store._snapshot_cache import SnapshotCache
 from covonaut_es.store._stream_ids import KeyedEvents, KeyedLog, stored_stream
@@ -101,6 +102,7 @@ class _AnchoringRecorder(_CheckedRows, postgres.PostgresApplicationRecorder):
     """
 
     anchoring = False
+    keeps_summaries = False  # a store's recorder; not an application's of the user's own
     insert_function: str | None = None  # the call of the store's insert function, if any
 
     def select_notifications(
@@ -263,6 +265,8 @@ class Factory(postgres.PostgresFactory):
         kwargs.update(postgres_params(self.env))
 
 
+_STORE_EVENTS = "covonaut_events"  # named after the store's application, "covonaut"
+
 _SCHEMA_LOCK_KEY = 0x636F766F  # "covo": serializes table creation across processes
 
 
@@ -277,29 +281,27 @@ class _PostgresBackend(RecorderAnchors):
         return isinstance(factory, postgres.PostgresFactory)
 
     def check_file(self, env: Mapping[str, str], url: str) -> None:
-        return
+        """Refuse a database that holds an eventsourcing application's event tables
+        and no store's (ADR 0052): the store's tables would be created beside them.
+
+        Raises:
+            ForeignSchemaError: It does.
+            StoreUnavailableError: The database cannot be reached.
+        """
+        schema = env.get("POSTGRES_SCHEMA") or "public"
+        with _connect(env) as conn:
+            rows = conn.execute(_EVENT_TABLES, (schema,)).fetchall()
+        tables = sorted(str(row[0]) for row in rows)
+        if tables and _STORE_EVENTS not in tables:
+            shown = ", ".join(repr(table[:63]) for table in tables[:5])
+            refuse_application_tables(url, f"event tables ({shown})")
 
     @contextlib.contextmanager
     def setup_lock(self, env: Mapping[str, str]) -> Iterator[None]:
         """Hold an advisory lock while eventsourcing creates its tables: processes
         opening a new database at the same moment otherwise fail with "tuple
         concurrently updated"."""
-        try:
-            conn = psycopg.connect(
-                make_conninfo(**postgres_params(env)),
-                host=env["POSTGRES_HOST"],
-                port=env["POSTGRES_PORT"],
-                dbname=env["POSTGRES_DBNAME"],
-                user=env["POSTGRES_USER"] or None,
-                password=env["POSTGRES_PASSWORD"] or None,
-                connect_timeout=int(env["POSTGRES_CONNECT_TIMEOUT"]),
-                autocommit=True,
-            )
-        except psycopg.Error as exc:
-            where = f"{env['POSTGRES_HOST']}:{env['POSTGRES_PORT']}"
-            msg = f"cannot connect to PostgreSQL at {where}: {exc}"
-            raise StoreUnavailableError(msg) from exc
-        with conn:
+        with _connect(env) as conn:
             conn.execute("SELECT pg_advisory_lock(%s)", (_SCHEMA_LOCK_KEY,))
             try:
                 yield
@@ -359,7 +361,11 @@ class _PostgresBackend(RecorderAnchors):
         return PostgresLeases(holder, kwargs, tokens, stored)  # type: ignore[arg-type]
 
     def summary_table(self, recorder: ApplicationRecorder) -> SummaryTable | None:
-        if not (isinstance(recorder, PostgresApplicationRecorder) and recorder.anchoring):
+        if not (
+            isinstance(recorder, PostgresApplicationRecorder)
+            and recorder.anchoring
+            and recorder.keeps_summaries
+        ):
             return None
         schema = recorder.datastore.schema
         name = f"{recorder.events_table_name}_summaries"
@@ -380,6 +386,40 @@ class _PostgresBackend(RecorderAnchors):
             placeholder="%s",
             stored=lambda stream: stream,
         )
+
+
+_EVENT_TABLES = (
+    "SELECT table_name FROM information_schema.columns WHERE table_schema = %s "
+    "AND column_name IN ('originator_id', 'originator_version', 'topic', 'state', "
+    "'notification_id') GROUP BY table_name HAVING COUNT(*) = 5"
+)
+"""The tables of a schema with the columns of eventsourcing's application recorder."""
+
+
+@contextlib.contextmanager
+def _connect(env: Mapping[str, str]) -> Iterator[psycopg.Connection[Any]]:
+    """A connection of its own (autocommit) to the database ``env`` names.
+
+    Raises:
+        StoreUnavailableError: It cannot be reached.
+    """
+    try:
+        conn = psycopg.connect(
+            make_conninfo(**postgres_params(env)),
+            host=env["POSTGRES_HOST"],
+            port=env["POSTGRES_PORT"],
+            dbname=env["POSTGRES_DBNAME"],
+            user=env["POSTGRES_USER"] or None,
+            password=env["POSTGRES_PASSWORD"] or None,
+            connect_timeout=int(env["POSTGRES_CONNECT_TIMEOUT"]),
+            autocommit=True,
+        )
+    except psycopg.Error as exc:
+        where = f"{env['POSTGRES_HOST']}:{env['POSTGRES_PORT']}"
+        msg = f"cannot connect to PostgreSQL at {where}: {exc}"
+        raise StoreUnavailableError(msg) from exc
+    with conn:
+        yield conn
 
 
 def _literal(text: str) -> str:

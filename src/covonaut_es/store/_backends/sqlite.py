@@ -91,6 +91,7 @@ class _AnchoringRecorder(SQLiteAggregateRecorder, PollingSQLiteApplicationRecord
     fences and refuse events in streams said to be new, in the insert's transaction."""
 
     anchoring = False
+    keeps_summaries = False  # a store's recorder; not an application's of the user's own
     writer: SQLiteWriter  # the saves' own connection, while anchoring (ADR 0024)
 
     def select_notifications(
@@ -305,7 +306,11 @@ class _SQLiteBackend(RecorderAnchors):
         return MemoryLeases(holder, recorder, tokens)  # type: ignore[arg-type]
 
     def summary_table(self, recorder: ApplicationRecorder) -> SummaryTable | None:
-        if not (isinstance(recorder, SQLiteApplicationRecorder) and recorder.anchoring):
+        if not (
+            isinstance(recorder, SQLiteApplicationRecorder)
+            and recorder.anchoring
+            and recorder.keeps_summaries
+        ):
             return None
         table = f"{recorder.events_table_name}_summaries"
         create = (
