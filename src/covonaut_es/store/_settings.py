@@ -93,8 +93,8 @@ def check_sqlite_file(path: str, url: str, *, writable: bool) -> None:
             }
             # Only a file without a store's settings is read further (a scan of its
             # events, which every store since settings were recorded is spared).
-            stores = found[SETTINGS_TABLE] or not found["stored_events"]
-            foreign = None if stores else _foreign_topic(conn)
+            events = _TABLE_COLUMNS["stored_events"] <= found["stored_events"]
+            foreign = _foreign_topic(conn) if events and not found[SETTINGS_TABLE] else None
         finally:
             conn.close()
     except sqlite3.DatabaseError as exc:
