@@ -9,9 +9,9 @@ the URL's further parameters given to every connection, and leases held as advis
 locks (:mod:`._postgres_leases`). Its recorders store stream ids as the store records
 (:mod:`covonaut_es.store._stream_ids`). Imported only for a PostgreSQL store: it needs psycopg.
 
-Private names of eventsourcing used here (``_insert_events`` of the PostgreSQL
-application recorder, ``_insert_stored_events`` of its aggregate recorder) were checked
-against eventsourcing 9.5.6.
+Private names of eventsourcing used here (``_insert_events`` and ``_lock_table`` of the
+PostgreSQL application recorder, ``_insert_stored_events`` of its aggregate recorder)
+were checked against eventsourcing 9.5.6.
 """
 
 from __future__ import annotations
@@ -134,7 +134,9 @@ class _AnchoringRecorder(_CheckedRows, postgres.PostgresApplicationRecorder):
         if not self.anchoring:
             return super().insert_events(stored_events, **kwargs)
         try:
-            if self.insert_function is None or not stored_events:
+            # A process recorder's position is recorded by eventsourcing's insert, in
+            # its transaction (the insert function writes events and heads alone).
+            if self.insert_function is None or not stored_events or kwargs.get("tracking"):
                 return super().insert_events(stored_events, **kwargs)
             return insert_in_one_statement(
                 self,
@@ -149,16 +151,21 @@ class _AnchoringRecorder(_CheckedRows, postgres.PostgresApplicationRecorder):
     def _insert_events(
         self, curs: Any, stored_events: Sequence[StoredEvent], **kwargs: Any
     ) -> None:
-        super()._insert_events(curs, stored_events, **kwargs)
+        super()._insert_events(curs, stored_events, **kwargs)  # a process's tracking
         if not self.anchoring:
             return
         events = f'"{self.datastore.schema}"."{self.events_table_name}"'
+        # eventsourcing 9.5.6: PostgresApplicationRecorder.insert_events calls
+        # _insert_events before it inserts the events, and takes the table lock only
+        # then (_insert_stored_events); taken now, the count below sees every committed
+        # event, and a failed insert rolls the heads written here back with it.
+        self._lock_table(curs)
 
-        def count(stream: UUID) -> int:  # under the table lock the insert took
+        def count(stream: UUID) -> int:  # before the insert, under the table lock
             curs.execute(f"SELECT COUNT(*) AS n FROM {events} WHERE originator_id = %s", (stream,))
             return int(curs.fetchone()["n"])
 
-        refuse_taken_streams(kwargs, stored_events, count)
+        refuse_taken_streams(kwargs, (), count)  # a new stream holds nothing yet
         leases = f'"{self.datastore.schema}"."{lease_table(self)}"'
 
         def token_of(stream: UUID) -> int | None:  # read under the lease row's share lock
@@ -227,6 +234,12 @@ class PostgresApplicationRecorder(KeyedLog, _AnchoringRecorder):
     """The store's application recorder, storing stream ids as the store records."""
 
 
+class PostgresProcessRecorder(KeyedLog, _AnchoringRecorder, postgres.PostgresProcessRecorder):
+    """eventsourcing's process recorder (a process application's, following others in a
+    ``System``), anchoring the heads of the threads its policy saves as the store's
+    recorder does, in the transaction that records its position (ADR 0052)."""
+
+
 class _JSONRecorder(_CheckedRows):
     """eventsourcing's aggregate recorder, rows sent as one JSON document (ADR 0015)."""
 
@@ -257,6 +270,7 @@ class Factory(postgres.PostgresFactory):
 
     aggregate_recorder_class = PostgresAggregateRecorder
     application_recorder_class = PostgresApplicationRecorder
+    process_recorder_class = PostgresProcessRecorder
 
     def __init__(self, env: Any) -> None:
         super().__init__(env)
@@ -275,7 +289,7 @@ class _PostgresBackend(RecorderAnchors):
     :class:`~covonaut_es.store._backend.Backend`)."""
 
     name: BackendName = "postgres"
-    anchoring_recorder = PostgresApplicationRecorder
+    anchoring_recorder = _AnchoringRecorder
 
     def owns(self, factory: InfrastructureFactory[Any]) -> bool:
         return isinstance(factory, postgres.PostgresFactory)

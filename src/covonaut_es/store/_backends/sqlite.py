@@ -214,6 +214,12 @@ class SQLiteApplicationRecorder(KeyedLog, _AnchoringRecorder):
     """The store's application recorder, storing stream ids as the store records."""
 
 
+class SQLiteProcessRecorder(KeyedLog, _AnchoringRecorder, sqlite.SQLiteProcessRecorder):
+    """eventsourcing's process recorder (a process application's, following others in a
+    ``System``), anchoring the heads of the threads its policy saves as the store's
+    recorder does, in the transaction that records its position (ADR 0052)."""
+
+
 class SQLiteSnapshotRecorder(KeyedEvents, SQLiteAggregateRecorder):
     """The snapshots' recorder, storing stream ids as the store records."""
 
@@ -225,6 +231,7 @@ class Factory(sqlite.SQLiteFactory):
 
     aggregate_recorder_class = SQLiteSnapshotRecorder
     application_recorder_class = SQLiteApplicationRecorder
+    process_recorder_class = SQLiteProcessRecorder
 
     def __init__(self, env: Any) -> None:
         super().__init__(env)
@@ -240,7 +247,7 @@ class _SQLiteBackend(RecorderAnchors):
     """The port of the SQLite back end (see :class:`~covonaut_es.store._backend.Backend`)."""
 
     name: BackendName = "sqlite"
-    anchoring_recorder = SQLiteApplicationRecorder
+    anchoring_recorder = _AnchoringRecorder
 
     def owns(self, factory: InfrastructureFactory[Any]) -> bool:
         return isinstance(factory, sqlite.SQLiteFactory)
@@ -257,7 +264,7 @@ class _SQLiteBackend(RecorderAnchors):
         return url
 
     def close_writer(self, recorder: ApplicationRecorder) -> None:
-        if isinstance(recorder, SQLiteApplicationRecorder):
+        if isinstance(recorder, _AnchoringRecorder):
             recorder.close_writer()
 
     def settings_table(
