@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -357,3 +358,32 @@ def test_a_new_store_on_an_empty_database_is_still_created(where: str) -> None:
         store.save(AgentThread.start("t", now=NOW))
     with open_store(url, create_tables=False) as again:
         assert again.verify("t").ok
+
+
+def test_a_save_killed_at_any_moment_leaves_events_and_anchor_alike(where: str) -> None:
+    """The shop's process, killed (SIGKILL) while it saves orders with their reviewing
+    thread, leaves the thread's stream and its anchor at the same version every time,
+    and the thread verifies intact with its head checked."""
+    env = shop_env(where)
+    path = os.pathsep.join(sys.path)
+    for lines in (1, 7, 3, 12, 5):  # saves begun before each kill
+        saver = subprocess.Popen(
+            [sys.executable, str(Path(__file__).parent / "shop_saver.py")],
+            env={**os.environ, **env, "PYTHONPATH": path},
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert saver.stdout is not None
+        for _ in range(lines):
+            assert saver.stdout.readline() == "saving\n"
+        saver.send_signal(signal.SIGKILL)
+        saver.wait(timeout=60)
+        saver.stdout.close()
+        with configured(env), Shop() as app, Store.from_application(app) as store:
+            stream = store.load("t").id
+            stored, anchored = versions(env, stream)
+            report = store.verify("t")
+        assert stored == anchored
+        assert report.ok, report.findings
+        assert report.notes == ()
+    assert stored > 1
