@@ -85,7 +85,8 @@ class AuditReport(msgspec.Struct, frozen=True):
         snapshots_checked: Stored snapshots compared with the replay.
         findings: Every problem found; empty when the thread is intact.
         notes: What could not be checked, and why, such as a thread without a head
-            anchor in a store written before heads were anchored (not a finding).
+            anchor in a store written before heads were anchored, or in an application
+            whose recorder keeps none (not a finding).
     """
 
     thread_id: str
@@ -377,8 +378,8 @@ class _Fold:
         anchor, last = self.store._records.head_anchor(self.thread_id), self.last_version
         if anchor.unkept:
             self.notes.append(
-                f"no head anchor for thread {self.thread_id!r}: {anchor.unkept}; so the "
-                "deletion of its newest events cannot be detected"
+                f"no head anchor for thread {self.thread_id!r}, so the deletion of its "
+                f"newest events cannot be detected: {anchor.unkept}"
             )
             return
         if anchor.version is None and not anchor.store_anchors:

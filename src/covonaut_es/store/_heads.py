@@ -4,10 +4,11 @@ in the same transaction as its events (ADR 0013).
 A hash chain shows an altered or removed event in the middle of a stream, but not
 that the newest events were deleted: what is left still chains. The anchor says where
 the stream ended when it was last written, so an audit finds a stream shorter than
-its anchor. The table lives beside the events table of each back end; the store's
-application recorder is given the writing of it (``ThreadsApplication`` passes the
+its anchor. The table lives beside the events table of each back end; the back end's
+application (and process) recorder is given the writing of it (an ``AgentApplication``,
+a store's or the user's own on eventsourcing's SQLite or PostgreSQL module, passes the
 heads of the threads it saves as a keyword of ``insert_events``, as eventsourcing's
-process recorders receive their tracking record).
+process recorders receive their tracking record; ADR 0052).
 
 When the table is created in a store that already holds threads, every thread is
 anchored at its present version (its chain is then not recorded: ``""``). From then on

@@ -164,8 +164,9 @@ class StoredRecords:
             if not self._backend.anchors_heads(recorder):
                 unkept = (
                     f"{name}'s recorder ({type(recorder).__module__}."
-                    f"{type(recorder).__qualname__}) keeps none; name eventsourcing's SQLite "
-                    "or PostgreSQL module in PERSISTENCE_MODULE to keep them"
+                    f"{type(recorder).__qualname__}) keeps none; configured with "
+                    "eventsourcing's SQLite or PostgreSQL module and no recorder topic of "
+                    "its own, it would"
                 )
                 return HeadAnchor(store_anchors=False, unkept=unkept)
             if not self._backend.guards_new_streams(recorder):
