@@ -199,7 +199,7 @@ def test_an_application_without_anchors_is_named_thread_by_thread_until_it_keeps
     """A shop that names eventsourcing's own recorder keeps no anchors, and verify says
     which thread has none and why; opened without creating tables, it says the table is
     not there yet; opened once as configured, every thread is anchored at its present
-    head, and a tail deleted afterwards is found."""
+    head (the shop's events left as they were), and a tail deleted afterwards is found."""
     env = shop_env(where)
     stock = (
         "eventsourcing.sqlite:SQLiteApplicationRecorder"
@@ -221,7 +221,13 @@ def test_an_application_without_anchors_is_named_thread_by_thread_until_it_keeps
         Store.from_application(app) as store,
     ):
         unopened = store.verify("older")
+    table = events_table(env, Shop)
+    rows = execute(env, f"SELECT * FROM {table} ORDER BY originator_id, originator_version")
     with configured(env), Shop() as app, Store.from_application(app) as store:
+        assert (
+            execute(env, f"SELECT * FROM {table} ORDER BY originator_id, originator_version")
+            == rows
+        )
         anchored = store.verify("older")
         truncate(env, thread, 2)
         truncated = store.verify("older")
