@@ -13,8 +13,9 @@ either side. Payments are snapshotted every two events, as eventsourcing does.
 ``Payment.Approved`` is at version 2, with the one-step upcaster eventsourcing's
 convention names, so events stored at version 1 still read.
 
-The audit at the end checks each thread's chain, with ``Store.verify`` and with the
-replay that ``covonaut-es replay --verify`` prints; given a directory, it then runs on
+The audit at the end checks each thread's chain and, on SQLite files, its head anchor
+(written by each side's saves, the follower's included), with ``Store.verify`` and with
+the replay that ``covonaut-es replay --verify`` prints; given a directory, it then runs on
 each database file the standard-library verifier that docs/audits.md prints, as an
 auditor without this library would.
 
@@ -182,12 +183,16 @@ def sqlite_env(directory: Path) -> dict[str, str]:
 
 
 def audit(app: AgentApplication, threads: Mapping[str, str]) -> None:
-    """Print each thread's chain check, and how many of its events the replay read."""
+    """Print each thread's chain check, how many of its events the replay read, and
+    whether its head was checked against its anchor."""
     with Store.from_application(app) as store:
         for label, thread_id in threads.items():
             report = store.verify(thread_id)
             events = list(store.replay(thread_id))
-            print(f"audit {label}: {'intact' if report.ok else 'TAMPERED'}, {len(events)} events")
+            # SQLite and PostgreSQL applications anchor each thread's head; in memory, none.
+            head = "no head anchor" if report.notes else "head anchored"
+            state = "intact" if report.ok else "TAMPERED"
+            print(f"audit {label}: {state}, {len(events)} events, {head}")
 
 
 def audit_with_the_docs_verifier(directory: Path) -> None:

@@ -126,18 +126,20 @@ def test_embedded_domain_app_example_runs_on_a_sqlite_file(tmp_path: Path) -> No
 def test_embedded_system_example_projects_and_audits(tmp_path: Path) -> None:
     """examples/embedded_system.py: the follower counts the approvals per reviewer, and
     the audit finds the threads on both sides intact, on SQLite files as in memory; on
-    files, the verifier docs/audits.md prints finds them intact too."""
-    expected = [
-        "maria: 2 approved, 195.75",
-        "li: 1 approved, 9.99",
-        "audit review of acme: intact, 3 events",
-        "audit ledger: intact, 4 events",
-    ]
+    files, their heads anchored by each side's saves, and the verifier docs/audits.md
+    prints finds them intact too."""
+    totals = ["maria: 2 approved, 195.75", "li: 1 approved, 9.99"]
     in_memory = run_python(ROOT / "examples" / "embedded_system.py", cwd=tmp_path)
-    assert in_memory.stdout.splitlines() == expected
+    assert in_memory.stdout.splitlines() == [
+        *totals,
+        "audit review of acme: intact, 3 events, no head anchor",
+        "audit ledger: intact, 4 events, no head anchor",
+    ]
     on_files = run_python(ROOT / "examples" / "embedded_system.py", str(tmp_path), cwd=tmp_path)
     assert on_files.stdout.splitlines() == [
-        *expected,
+        *totals,
+        "audit review of acme: intact, 3 events, head anchored",
+        "audit ledger: intact, 4 events, head anchored",
         "docs verifier, payments.db: 3 threads, all intact",
         "docs verifier, approvals.db: 1 thread, all intact",
     ]

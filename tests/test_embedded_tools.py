@@ -141,13 +141,11 @@ def cli(*args: str, application: str = "shop_app:Shop") -> subprocess.CompletedP
 
 
 def app_tables(env: dict[str, str], application: type[Shop]) -> set[str]:
-    """The tables eventsourcing gives the shop itself."""
-    if "SQLITE_DBNAME" in env:
-        own = {"stored_events"}
-        snapshots = "stored_snapshots"
-    else:
-        own = {f"{application.name.lower()}_events"}
-        snapshots = f"{application.name.lower()}_snapshots"
+    """The tables the shop itself has: eventsourcing's, and beside its events table
+    the head anchors and run leases of its threads."""
+    events = events_table(env, application)
+    own = {events, f"{events}_heads", f"{events}_leases"}
+    snapshots = "stored_snapshots" if "SQLITE_DBNAME" in env else f"{events[:-7]}_snapshots"
     return own | ({snapshots} if env["IS_SNAPSHOTTING_ENABLED"] == "y" else set())
 
 
@@ -177,13 +175,10 @@ def where(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return str(request.getfixturevalue("postgres_database"))
 
 
-def test_verify_without_snapshots_is_intact_and_names_the_recorder_that_keeps_no_anchor(
-    where: str,
-) -> None:
+def test_verify_without_snapshots_is_intact_and_checks_the_anchored_head(where: str) -> None:
     """With snapshotting off, eventsourcing's default, verify, the migration check and a
     load given snapshot upcasters read the shop's thread and all its records, and the
-    note on head anchors says the application's recorder keeps none, not that its store
-    predates them."""
+    thread's head, anchored by the shop's own saves, is checked (no note)."""
     env = shop_env(where)
     with configured(env), Shop() as app, Store.from_application(app) as store:
         order_id, thread_id = paused_order(app, store)
@@ -195,10 +190,7 @@ def test_verify_without_snapshots_is_intact_and_names_the_recorder_that_keeps_no
 
     assert report.ok, report.findings
     assert report.events == report.chained > 0
-    assert report.notes == (
-        "no head anchor: this application's recorder does not anchor heads, so the "
-        "deletion of the newest events cannot be detected",
-    )
+    assert report.notes == ()
     assert checked.ok
     assert migrated.version == report.events
     assert {"Order.Placed", "Order.Shipped"} <= {type_name for type_name, _ in checked.counts}
@@ -207,7 +199,7 @@ def test_verify_without_snapshots_is_intact_and_names_the_recorder_that_keeps_no
 def test_the_review_queue_follows_the_applications_own_tables(where: str) -> None:
     """``ReviewQueue.from_application`` lists the shop's pause from the shop's own log
     (on PostgreSQL, its tables are named after the application), and adds only the
-    queue's tables: no store's events, heads or settings beside the shop's."""
+    queue's tables: no store's events or settings beside the shop's."""
     env = shop_env(where)
     with configured(env), RenamedShop() as app, Store.from_application(app) as store:
         _, thread_id = paused_order(app, store)

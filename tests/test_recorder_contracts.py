@@ -6,8 +6,10 @@ eventsourcing 9.5.6 ships the test cases its own back ends pass
 fresh store as it opens them: the application recorder (the threads' log), the
 snapshots' aggregate recorder, and the reviewer queue's tracking recorders (plain, and
 sealed for an encrypted store); and the infrastructure factory the store's application
-uses; and the process recorder its factory makes for an ``AgentApplication`` that
-follows others in an eventsourcing ``System`` on the store's back-end modules.
+uses, and the one an ``AgentApplication`` of the user's own gets when it names
+eventsourcing's SQLite or PostgreSQL module; and the process recorder its factory makes
+for an ``AgentApplication`` that follows others in an eventsourcing ``System`` on the
+store's back-end modules.
 
 An inherited test is overridden only where it cannot run as written, with a docstring
 that says why. The test cases are unittest classes; PostgreSQL classes get the session's
@@ -33,8 +35,11 @@ from eventsourcing.persistence import (
     TrackingRecorder,
 )
 from eventsourcing.tests import persistence as cases  # a module: pytest collects no base
+from eventsourcing.utils import get_topic
 
 from covonaut_es import ReviewQueue, Store, create_cipher_key, open_store
+from shop_app import Shop
+from test_embedded_tools import shop_env
 
 CIPHER_KEY = create_cipher_key()
 CHAIN_KEY = "recorder-contracts-chain-key"
@@ -358,3 +363,47 @@ class TestPostgresFactory(PostgresBackEnd, StoreFactory):
         """The factory makes an aggregate recorder of the class of the store's snapshot
         recorder."""
         super().test_create_aggregate_recorder()
+
+
+# The factory an application of the user's own is given --------------------------------
+
+
+class ApplicationFactory(StoreFactory):
+    """The infrastructure factory an ``AgentApplication`` gets when its environment
+    names eventsourcing's own SQLite or PostgreSQL module: the back end's factory of
+    that database, whose application recorder anchors threads' heads. Named by its
+    topic, as eventsourcing's ``PERSISTENCE_MODULE`` may name a factory class, it makes
+    the recorders the application installs."""
+
+    def setUp(self) -> None:
+        url = self.fresh_url()
+        where = url.removeprefix("sqlite:///") if url.startswith("sqlite:") else url
+        settings = {**shop_env(where, snapshotting=True), "CREATE_TABLE": "y"}
+        self.app = Shop(env=settings)
+        self.addCleanup(self.app.close)
+        self.store = Store.from_application(self.app)
+        self.addCleanup(self.store.close)
+        self.env = self.app.factory.env  # the tests set keys on it that it must read
+        self.env["PERSISTENCE_MODULE"] = get_topic(type(self.app.factory))
+        TestCase.setUp(self)
+        cases.InfrastructureFactoryTestCase.setUp(self)  # constructs one from the topic
+        self.factory.close()
+        self.factory = self.app.factory
+
+    def tracking_recorder_subclass(self) -> type[TrackingRecorder]:
+        return ReviewQueue.from_application(self.app).view_class
+
+    def test_the_application_installs_an_anchoring_recorder(self) -> None:
+        """Configured with eventsourcing's own module, the application gets the back
+        end's factory of that database, and a recorder that anchors heads."""
+        stock = self.app.factory.__class__.__mro__[1]
+        assert stock.__module__ in {"eventsourcing.sqlite", "eventsourcing.postgres"}
+        assert self.store._backend.guards_new_streams(self.app.recorder)
+
+
+class TestSQLiteApplicationFactory(SQLiteBackEnd, ApplicationFactory):
+    __test__ = True
+
+
+class TestPostgresApplicationFactory(PostgresBackEnd, ApplicationFactory):
+    __test__ = True

@@ -129,7 +129,9 @@ def test_a_process_application_follows_an_agent_application(
                 f"maria approved 120.50 ({first})",
                 f"maria approved 0.10 ({second})",
             ]
-            assert ledger.verify("ledger").ok
+            report = ledger.verify("ledger")
+            assert report.ok, report.findings
+            assert report.notes == ()  # its head anchored by the follower's recorder
             stream = ledger.load("ledger").id
         records = approvals.recorder.select_events(stream)
         assert all(chain_in(approvals.mapper.plain_payload(r)) for r in records)  # sealed
@@ -477,7 +479,9 @@ def test_each_approval_is_counted_once_through_kills(tmp_path: Path) -> None:
         assert approvals.recorder.max_tracking_id(Payments.name) == last
         with Store.from_application(approvals) as ledger:
             assert len(ledger.state_at("ledger").messages) == 30
-            assert ledger.verify("ledger").ok
+            report = ledger.verify("ledger")
+            assert report.ok, report.findings  # each kill left events and anchor alike
+            assert report.notes == ()
         approvals.close()
     finally:
         for name in sqlite_env(tmp_path):

@@ -70,8 +70,9 @@ class NotAStoreError(CovonautError, ValueError):
 
 
 class ForeignSchemaError(NotAStoreError):
-    """The database has tables under a store's names but with another application's
-    columns; nothing was written to them."""
+    """The database holds another application's tables: under a store's names but with
+    other columns, or an eventsourcing application's own and no store (open that one
+    with ``Store.from_application``); nothing was written to them."""
 
 
 class ReadOnlyStoreError(CovonautError, PermissionError):

@@ -24,7 +24,6 @@ from eventsourcing.application import (
     project_aggregate,
 )
 from eventsourcing.persistence import (
-    ApplicationRecorder,
     InfrastructureFactory,
     Notification,
     PersistenceError,
@@ -42,7 +41,7 @@ from covonaut_es.errors import (
     ReadOnlyStoreError,
     StoreUnavailableError,
 )
-from covonaut_es.store._backend import Backend, backend_for_env, backend_of
+from covonaut_es.store._backend import Backend, backend_for_env, backend_of, construct_factory
 from covonaut_es.store._backends._eventsourcing import (
     RecordsProcessingEvents,
     notify,
@@ -99,10 +98,37 @@ class AgentApplication(RecordsProcessingEvents, Application[UUID]):
 
     aggregate_classes: ClassVar[tuple[type, ...]] = ()
     """The application's own aggregate classes, whose events its mapper may read."""
+    backend: Backend
+    """The port of its database's back end (ADR 0028)."""
 
     def __init__(self, env: EnvType | None = None) -> None:
         check_intervals(self.snapshotting_intervals, self.aggregate_classes, (AgentThread,))
         super().__init__(env)
+        # Its recorder writes each saved thread's head anchor too where it can (ADR
+        # 0052), creating the head table unless CREATE_TABLE is off.
+        create = bool(strtobool(self.env.get("CREATE_TABLE") or "yes"))
+        store = isinstance(self, ThreadsApplication)
+        try:
+            self.backend.anchor_heads(self.recorder, create=create, summaries=store)
+        except BaseException:
+            self.close()
+            raise
+
+    def construct_factory(self, env: Environment) -> InfrastructureFactory[Any]:
+        """The factory ``PERSISTENCE_MODULE`` names; for eventsourcing's SQLite or
+        PostgreSQL module, the library's factory of that database, whose recorder
+        anchors each saved thread's head with its events (ADR 0052)."""
+        factory = construct_factory(env)
+        self.backend = backend_of(factory)  # chosen once, when the application opens
+        return factory
+
+    def close(self) -> None:
+        """Close the application's connections, the one its saves are written through
+        too."""
+        try:
+            self.backend.close_writer(self.recorder)
+        finally:
+            super().close()
 
     def construct_mapper(self) -> MsgspecMapper:
         """covonaut_es's msgspec mapper, with the configured compressor and cipher,
@@ -289,8 +315,9 @@ class AgentApplication(RecordsProcessingEvents, Application[UUID]):
 
     def _anchoring(self, heads: Mapping[UUID, Head], new: Set[UUID]) -> dict[str, Any]:
         """What ``insert_events`` is given to anchor the saved threads' heads and keep
-        ``new`` streams new: nothing, since a user's application has no head table."""
-        return {}
+        ``new`` streams new, written with the events (a recorder that keeps no anchors
+        ignores them)."""
+        return {HEADS: list(heads.values()), NEW_STREAMS: new}
 
     def construct_snapshot_store(self) -> SnapshotCache:
         """The snapshot store, read as a cache: see :class:`SnapshotCache`."""
@@ -334,8 +361,6 @@ class ThreadsApplication(AgentApplication):
     # Explicit and stable: PostgreSQL table names derive from it.
     name = STORE_APPLICATION_NAME
     snapshot_class = ThreadSnapshot
-    backend: Backend
-    """The port of the store's back end (ADR 0028)."""
 
     def __init__(self, env: EnvType | None = None) -> None:
         super().__init__(env=env)
@@ -349,26 +374,6 @@ class ThreadsApplication(AgentApplication):
         # Only what open_store() passed: variables in os.environ must not redirect a
         # store to another database behind the caller's back.
         return Environment(name, dict(env or {}))
-
-    def construct_factory(self, env: Environment) -> InfrastructureFactory[Any]:
-        """The factory of the back end ``env`` names, whose port the store then uses."""
-        factory = super().construct_factory(env)
-        self.backend = backend_of(factory)  # chosen once, when the store opens
-        return factory
-
-    def construct_recorder(self) -> ApplicationRecorder:
-        """The back end's recorder, writing each saved thread's head anchor too."""
-        recorder = super().construct_recorder()
-        create = bool(strtobool(self.env.get("CREATE_TABLE") or "yes"))
-        self.backend.anchor_heads(recorder, create=create)
-        return recorder
-
-    def close(self) -> None:
-        """Close the store's connections, the one its saves are written through too."""
-        try:
-            self.backend.close_writer(self.recorder)
-        finally:
-            super().close()
 
     @functools.cached_property
     def chain_key(self) -> bytes | None:
@@ -384,9 +389,6 @@ class ThreadsApplication(AgentApplication):
         if key is None or first == 1:
             return super().chain_base(thread, first)
         return sealed_predecessor(self, key, thread.thread_id, thread.id, first - 1)
-
-    def _anchoring(self, heads: Mapping[UUID, Head], new: Set[UUID]) -> dict[str, Any]:
-        return {HEADS: list(heads.values()), NEW_STREAMS: new}  # written with the events
 
 
 def project_chained(aggregate: Any, events: Iterable[Any]) -> Any:

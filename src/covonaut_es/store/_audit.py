@@ -85,7 +85,8 @@ class AuditReport(msgspec.Struct, frozen=True):
         snapshots_checked: Stored snapshots compared with the replay.
         findings: Every problem found; empty when the thread is intact.
         notes: What could not be checked, and why, such as a thread without a head
-            anchor in a store written before heads were anchored (not a finding).
+            anchor in a store written before heads were anchored, or in an application
+            whose recorder keeps none (not a finding).
     """
 
     thread_id: str
@@ -375,10 +376,10 @@ class _Fold:
     def _check_head(self) -> None:
         """Compare where the stream ends with where its head was anchored."""
         anchor, last = self.store._records.head_anchor(self.thread_id), self.last_version
-        if not anchor.kept:
+        if anchor.unkept:
             self.notes.append(
-                "no head anchor: this application's recorder does not anchor heads, so the "
-                "deletion of the newest events cannot be detected"
+                f"no head anchor for thread {self.thread_id!r}, so the deletion of its "
+                f"newest events cannot be detected: {anchor.unkept}"
             )
             return
         if anchor.version is None and not anchor.store_anchors:
@@ -390,7 +391,8 @@ class _Fold:
         if anchor.version is None:
             problem = (
                 "head anchor missing: this store anchors every thread's head but has no "
-                "anchor for this thread; its anchor row was deleted"
+                "anchor for this thread; its anchor row was deleted, or its events were "
+                "written by a recorder that keeps no anchors"
             )
         elif last < anchor.version:
             problem = (

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from uuid import UUID
 
 from eventsourcing.persistence import AggregateRecorder, ApplicationRecorder, InfrastructureFactory
+from eventsourcing.utils import Environment
 
 if TYPE_CHECKING:
     from covonaut_es.domain import ThreadSnapshot
@@ -63,8 +64,15 @@ class Backend(Protocol):
     def canonical_url(self, url: str, env: Mapping[str, str]) -> str:
         """The URL that opens the same store again."""
 
-    def anchor_heads(self, recorder: ApplicationRecorder, *, create: bool) -> None:
-        """Have ``recorder`` write head anchors, creating their table if ``create``."""
+    def anchor_heads(self, recorder: ApplicationRecorder, *, create: bool, summaries: bool) -> None:
+        """Have ``recorder`` write head anchors, creating their table if ``create``;
+        ``summaries``: it keeps a table of thread summaries beside them (a store's, not
+        an application's of the user's own, whose heads table holds its own
+        aggregates' streams too)."""
+
+    def anchors_heads(self, recorder: ApplicationRecorder) -> bool:
+        """Whether ``recorder`` is of a class that writes head anchors (it does once
+        :meth:`anchor_heads` found or made their table)."""
 
     def guards_new_streams(self, recorder: ApplicationRecorder) -> bool:
         """Whether ``recorder`` refuses events in a stream said to be new."""
@@ -104,6 +112,29 @@ class Backend(Protocol):
     def summary_table(self, recorder: ApplicationRecorder) -> SummaryTable | None:
         """The table of thread summaries beside ``recorder``'s head anchors (ADR 0050);
         None where it keeps no head anchors."""
+
+
+_STOCK_MODULES: Mapping[str, BackendName] = {
+    "eventsourcing.sqlite": "sqlite",
+    "eventsourcing.sqlite:SQLiteFactory": "sqlite",
+    "eventsourcing.postgres": "postgres",
+    "eventsourcing.postgres:PostgresFactory": "postgres",
+}
+"""eventsourcing's own persistence modules (and their factories' topics) that an
+application embedding threads may name, and the back end of the same database."""
+
+
+def construct_factory(env: Environment) -> InfrastructureFactory[Any]:
+    """The infrastructure factory of an application that holds threads: for
+    eventsourcing's own SQLite or PostgreSQL module, the back end's factory of that
+    database (a subclass of eventsourcing's, with the same settings and tables), whose
+    application recorder anchors each saved thread's head in the save's transaction
+    (ADR 0052); for any other ``PERSISTENCE_MODULE``, what eventsourcing constructs."""
+    name = _STOCK_MODULES.get(env.get(InfrastructureFactory.PERSISTENCE_MODULE) or "")
+    if name is None:
+        return InfrastructureFactory.construct(env)
+    factory: InfrastructureFactory[Any] = importlib.import_module(MODULES[name]).Factory(env)
+    return factory
 
 
 def backend_for_env(env: Mapping[str, str]) -> Backend:

@@ -4,10 +4,11 @@ in the same transaction as its events (ADR 0013).
 A hash chain shows an altered or removed event in the middle of a stream, but not
 that the newest events were deleted: what is left still chains. The anchor says where
 the stream ended when it was last written, so an audit finds a stream shorter than
-its anchor. The table lives beside the events table of each back end; the store's
-application recorder is given the writing of it (``ThreadsApplication`` passes the
+its anchor. The table lives beside the events table of each back end; the back end's
+application (and process) recorder is given the writing of it (an ``AgentApplication``,
+a store's or the user's own on eventsourcing's SQLite or PostgreSQL module, passes the
 heads of the threads it saves as a keyword of ``insert_events``, as eventsourcing's
-process recorders receive their tracking record).
+process recorders receive their tracking record; ADR 0052).
 
 When the table is created in a store that already holds threads, every thread is
 anchored at its present version (its chain is then not recorded: ``""``). From then on
@@ -56,15 +57,16 @@ class HeadAnchor(msgspec.Struct, frozen=True):
         store_anchors: The store anchors every thread's head (it holds an anchor).
         version: The anchored version, or None when the thread has no anchor.
         chain: The anchored chain hash (``""``: anchored when the table was created).
-        kept: The application's recorder writes head anchors at all; False for an
-            application of the user's own, whose recorder keeps none (unlike a store
-            written before heads were anchored, which is not one of its faults).
+        unkept: Why the application keeps no head anchors at all, when it keeps none
+            (an application of the user's own whose recorder keeps none, or whose
+            database has no head table yet); empty for a store, whose missing anchors
+            the table itself explains.
     """
 
     store_anchors: bool
     version: int | None = None
     chain: str = UNCHAINED
-    kept: bool = True
+    unkept: str = ""
 
 
 class RecorderAnchors:
@@ -74,9 +76,13 @@ class RecorderAnchors:
 
     anchoring_recorder: ClassVar[type[Any]]
 
-    def anchor_heads(self, recorder: ApplicationRecorder, *, create: bool) -> None:
+    def anchor_heads(self, recorder: ApplicationRecorder, *, create: bool, summaries: bool) -> None:
         if isinstance(recorder, self.anchoring_recorder):
             recorder.anchor_heads(create=create)
+            recorder.keeps_summaries = summaries
+
+    def anchors_heads(self, recorder: ApplicationRecorder) -> bool:
+        return isinstance(recorder, self.anchoring_recorder)
 
     def guards_new_streams(self, recorder: ApplicationRecorder) -> bool:
         return isinstance(recorder, self.anchoring_recorder) and bool(recorder.anchoring)

@@ -172,12 +172,26 @@ class StoredRecords:
         return ChainAdoption(self._app, self.chain_key)
 
     def head_anchor(self, thread_id: str) -> HeadAnchor:
-        """What the store's head table says of the thread's own stream; an application
-        of the user's own whose recorder does not anchor heads keeps none."""
-        recorder = self._app.recorder
-        store = isinstance(self._app, ThreadsApplication)  # a store that predates anchors
-        if not store and not self._backend.guards_new_streams(recorder):
-            return HeadAnchor(store_anchors=False, kept=False)
+        """What the store's head table says of the thread's own stream; for an
+        application of the user's own that keeps no anchors, why it keeps none."""
+        recorder, app = self._app.recorder, self._app
+        if not isinstance(app, ThreadsApplication):  # a store may predate anchors
+            name = f"application {type(app).__name__}"
+            if not self._backend.anchors_heads(recorder):
+                unkept = (
+                    f"{name}'s recorder ({type(recorder).__module__}."
+                    f"{type(recorder).__qualname__}) keeps none; configured with "
+                    "eventsourcing's SQLite or PostgreSQL module and no recorder topic of "
+                    "its own, it would"
+                )
+                return HeadAnchor(store_anchors=False, unkept=unkept)
+            if not self._backend.guards_new_streams(recorder):
+                unkept = (
+                    f"{name}'s database has no head table yet (it was opened without "
+                    "creating tables since its threads were written); open it once with "
+                    "CREATE_TABLE on to anchor every thread's head"
+                )
+                return HeadAnchor(store_anchors=False, unkept=unkept)
         return self._backend.read_head(recorder, thread_aggregate_id(thread_id))
 
     @property

@@ -91,6 +91,10 @@ def check_sqlite_file(path: str, url: str, *, writable: bool) -> None:
                 table: {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
                 for table in _TABLE_COLUMNS
             }
+            # Only a file without a store's settings is read further (a scan of its
+            # events, which every store since settings were recorded is spared).
+            events = _TABLE_COLUMNS["stored_events"] <= found["stored_events"]
+            foreign = _foreign_topic(conn) if events and not found[SETTINGS_TABLE] else None
         finally:
             conn.close()
     except sqlite3.DatabaseError as exc:
@@ -104,6 +108,34 @@ def check_sqlite_file(path: str, url: str, *, writable: bool) -> None:
                 "another file for the store (nothing was written)"
             )
             raise ForeignSchemaError(msg)
+    if foreign is not None:
+        refuse_application_tables(url, f"table 'stored_events' (an event of topic {foreign!r})")
+
+
+def refuse_application_tables(url: str, found: str) -> None:
+    """Refuse to open, as a store, a database that holds an eventsourcing
+    application's tables (``found`` names them) and no store: a store opened there
+    would be a second one beside the application, which its own settings open.
+
+    Raises:
+        ForeignSchemaError: Always.
+    """
+    msg = (
+        f"store {url}: the database holds an eventsourcing application's {found} and no "
+        "store; open that application by its own settings instead: --application "
+        "MODULE:CLASS (or $COVONAUT_ES_APPLICATION) on the command line, "
+        "Store.from_application(app) in code (nothing was written)"
+    )
+    raise ForeignSchemaError(msg)
+
+
+def _foreign_topic(conn: sqlite3.Connection) -> str | None:
+    """A topic in the events table that is none of a store's (all of which begin
+    ``covonaut.``), clipped: the first event of an application's own aggregates."""
+    row = conn.execute(
+        "SELECT topic FROM stored_events WHERE topic NOT LIKE 'covonaut.%' LIMIT 1"
+    ).fetchone()
+    return None if row is None else str(row[0])[:80]
 
 
 def _key_bytes(cipher_key: str) -> bytes:

@@ -24,6 +24,8 @@ SESSION_HOLDS_LOCK = (
 )
 """Whether a backend process (the fence's session) holds a stream's advisory lock."""
 
+_HEADS_LOCK_KEY = 0x68656164  # "head": serializes the head tables' creation
+
 _LEASE_LOST = "covonaut lease lost"
 """Starts the message the insert function raises for a fence that no longer stands."""
 
@@ -89,6 +91,9 @@ def heads_tables(recorder: Any, *, create: bool) -> bool:
     events = f'"{schema}"."{recorder.events_table_name}"'
     with recorder.datastore.transaction(commit=True) as curs:
         if create:
+            # Processes of an application of the user's own, which creates its tables
+            # without a store's setup lock, may start at once.
+            curs.execute("SELECT pg_advisory_xact_lock(%s)", (_HEADS_LOCK_KEY,))
             curs.execute(
                 f'CREATE TABLE IF NOT EXISTS "{schema}"."{lease_table(recorder)}" '
                 "(originator_id uuid PRIMARY KEY, token bigint NOT NULL)"
@@ -118,6 +123,7 @@ def insert_function_call(recorder: Any, *, create: bool) -> str | None:
     function = SQL("{schema}.{name}").format(schema=schema, name=Identifier(name))
     with recorder.datastore.transaction(commit=True) as curs:
         if create:
+            curs.execute("SELECT pg_advisory_xact_lock(%s)", (_HEADS_LOCK_KEY,))
             curs.execute(
                 SQL(_INSERT_FUNCTION).format(
                     function=function,

@@ -9,9 +9,9 @@ the URL's further parameters given to every connection, and leases held as advis
 locks (:mod:`._postgres_leases`). Its recorders store stream ids as the store records
 (:mod:`covonaut_es.store._stream_ids`). Imported only for a PostgreSQL store: it needs psycopg.
 
-Private names of eventsourcing used here (``_insert_events`` of the PostgreSQL
-application recorder, ``_insert_stored_events`` of its aggregate recorder) were checked
-against eventsourcing 9.5.6.
+Private names of eventsourcing used here (``_insert_events`` and ``_lock_table`` of the
+PostgreSQL application recorder, ``_insert_stored_events`` of its aggregate recorder)
+were checked against eventsourcing 9.5.6.
 """
 
 from __future__ import annotations
@@ -63,6 +63,7 @@ from covonaut_es.store._heads import (
 )
 from covonaut_es.store._leases import LeaseBackend
 from covonaut_es.store._rows import building_records, checked_head, checked_records
+from covonaut_es.store._settings import refuse_application_tables
 from covonaut_es.store._settings_tables import SettingsTable, SQLSettings, column
 from covonaut_es.store._snapshot_cache import SnapshotCache
 from covonaut_es.store._stream_ids import KeyedEvents, KeyedLog, stored_stream
@@ -104,6 +105,7 @@ class _AnchoringRecorder(_CheckedRows, postgres.PostgresApplicationRecorder):
     """
 
     anchoring = False
+    keeps_summaries = False  # a store's recorder; not an application's of the user's own
     insert_function: str | None = None  # the call of the store's insert function, if any
 
     def select_notifications(
@@ -135,7 +137,9 @@ class _AnchoringRecorder(_CheckedRows, postgres.PostgresApplicationRecorder):
         if not self.anchoring:
             return super().insert_events(stored_events, **kwargs)
         try:
-            if self.insert_function is None or not stored_events:
+            # A process recorder's position is recorded by eventsourcing's insert, in
+            # its transaction (the insert function writes events and heads alone).
+            if self.insert_function is None or not stored_events or kwargs.get("tracking"):
                 return super().insert_events(stored_events, **kwargs)
             return insert_in_one_statement(
                 self,
@@ -150,16 +154,21 @@ class _AnchoringRecorder(_CheckedRows, postgres.PostgresApplicationRecorder):
     def _insert_events(
         self, curs: Any, stored_events: Sequence[StoredEvent], **kwargs: Any
     ) -> None:
-        super()._insert_events(curs, stored_events, **kwargs)
+        super()._insert_events(curs, stored_events, **kwargs)  # a process's tracking
         if not self.anchoring:
             return
         events = f'"{self.datastore.schema}"."{self.events_table_name}"'
+        # eventsourcing 9.5.6: PostgresApplicationRecorder.insert_events calls
+        # _insert_events before it inserts the events, and takes the table lock only
+        # then (_insert_stored_events); taken now, the count below sees every committed
+        # event, and a failed insert rolls the heads written here back with it.
+        self._lock_table(curs)
 
-        def count(stream: UUID) -> int:  # under the table lock the insert took
+        def count(stream: UUID) -> int:  # before the insert, under the table lock
             curs.execute(f"SELECT COUNT(*) AS n FROM {events} WHERE originator_id = %s", (stream,))
             return int(curs.fetchone()["n"])
 
-        refuse_taken_streams(kwargs, stored_events, count)
+        refuse_taken_streams(kwargs, (), count)  # a new stream holds nothing yet
         leases = f'"{self.datastore.schema}"."{lease_table(self)}"'
 
         def token_of(stream: UUID) -> int | None:  # read under the lease row's share lock
@@ -228,6 +237,12 @@ class PostgresApplicationRecorder(KeyedLog, _AnchoringRecorder):
     """The store's application recorder, storing stream ids as the store records."""
 
 
+class PostgresProcessRecorder(KeyedLog, _AnchoringRecorder, postgres.PostgresProcessRecorder):
+    """eventsourcing's process recorder (a process application's, following others in a
+    ``System``), anchoring the heads of the threads its policy saves as the store's
+    recorder does, in the transaction that records its position (ADR 0052)."""
+
+
 class _JSONRecorder(_CheckedRows):
     """eventsourcing's aggregate recorder, rows sent as one JSON document (ADR 0015)."""
 
@@ -258,6 +273,7 @@ class Factory(postgres.PostgresFactory):
 
     aggregate_recorder_class = PostgresAggregateRecorder
     application_recorder_class = PostgresApplicationRecorder
+    process_recorder_class = PostgresProcessRecorder
 
     def __init__(self, env: Any) -> None:
         super().__init__(env)
@@ -265,6 +281,8 @@ class Factory(postgres.PostgresFactory):
         assert isinstance(kwargs, dict)  # eventsourcing's pool passes its keywords as one
         kwargs.update(postgres_params(self.env))
 
+
+_STORE_EVENTS = "covonaut_events"  # named after the store's application, "covonaut"
 
 _SCHEMA_LOCK_KEY = 0x636F766F  # "covo": serializes table creation across processes
 
@@ -274,35 +292,33 @@ class _PostgresBackend(RecorderAnchors):
     :class:`~covonaut_es.store._backend.Backend`)."""
 
     name: BackendName = "postgres"
-    anchoring_recorder = PostgresApplicationRecorder
+    anchoring_recorder = _AnchoringRecorder
 
     def owns(self, factory: InfrastructureFactory[Any]) -> bool:
         return isinstance(factory, postgres.PostgresFactory)
 
     def check_file(self, env: Mapping[str, str], url: str) -> None:
-        return
+        """Refuse a database that holds an eventsourcing application's event tables
+        and no store's (ADR 0052): the store's tables would be created beside them.
+
+        Raises:
+            ForeignSchemaError: It does.
+            StoreUnavailableError: The database cannot be reached.
+        """
+        schema = env.get("POSTGRES_SCHEMA") or "public"
+        with _connect(env) as conn:
+            rows = conn.execute(_EVENT_TABLES, (schema,)).fetchall()
+        tables = sorted(str(row[0]) for row in rows)
+        if tables and _STORE_EVENTS not in tables:
+            shown = ", ".join(repr(table[:63]) for table in tables[:5])
+            refuse_application_tables(url, f"event tables ({shown})")
 
     @contextlib.contextmanager
     def setup_lock(self, env: Mapping[str, str]) -> Iterator[None]:
         """Hold an advisory lock while eventsourcing creates its tables: processes
         opening a new database at the same moment otherwise fail with "tuple
         concurrently updated"."""
-        try:
-            conn = psycopg.connect(
-                make_conninfo(**postgres_params(env)),
-                host=env["POSTGRES_HOST"],
-                port=env["POSTGRES_PORT"],
-                dbname=env["POSTGRES_DBNAME"],
-                user=env["POSTGRES_USER"] or None,
-                password=env["POSTGRES_PASSWORD"] or None,
-                connect_timeout=int(env["POSTGRES_CONNECT_TIMEOUT"]),
-                autocommit=True,
-            )
-        except psycopg.Error as exc:
-            where = f"{env['POSTGRES_HOST']}:{env['POSTGRES_PORT']}"
-            msg = f"cannot connect to PostgreSQL at {where}: {exc}"
-            raise StoreUnavailableError(msg) from exc
-        with conn:
+        with _connect(env) as conn:
             conn.execute("SELECT pg_advisory_lock(%s)", (_SCHEMA_LOCK_KEY,))
             try:
                 yield
@@ -393,7 +409,11 @@ class _PostgresBackend(RecorderAnchors):
         return PostgresLeases(holder, kwargs, tokens, stored)  # type: ignore[arg-type]
 
     def summary_table(self, recorder: ApplicationRecorder) -> SummaryTable | None:
-        if not (isinstance(recorder, PostgresApplicationRecorder) and recorder.anchoring):
+        if not (
+            isinstance(recorder, PostgresApplicationRecorder)
+            and recorder.anchoring
+            and recorder.keeps_summaries
+        ):
             return None
         schema = recorder.datastore.schema
         name = f"{recorder.events_table_name}_summaries"
@@ -414,6 +434,40 @@ class _PostgresBackend(RecorderAnchors):
             placeholder="%s",
             stored=lambda stream: stream,
         )
+
+
+_EVENT_TABLES = (
+    "SELECT table_name FROM information_schema.columns WHERE table_schema = %s "
+    "AND column_name IN ('originator_id', 'originator_version', 'topic', 'state', "
+    "'notification_id') GROUP BY table_name HAVING COUNT(*) = 5"
+)
+"""The tables of a schema with the columns of eventsourcing's application recorder."""
+
+
+@contextlib.contextmanager
+def _connect(env: Mapping[str, str]) -> Iterator[psycopg.Connection[Any]]:
+    """A connection of its own (autocommit) to the database ``env`` names.
+
+    Raises:
+        StoreUnavailableError: It cannot be reached.
+    """
+    try:
+        conn = psycopg.connect(
+            make_conninfo(**postgres_params(env)),
+            host=env["POSTGRES_HOST"],
+            port=env["POSTGRES_PORT"],
+            dbname=env["POSTGRES_DBNAME"],
+            user=env["POSTGRES_USER"] or None,
+            password=env["POSTGRES_PASSWORD"] or None,
+            connect_timeout=int(env["POSTGRES_CONNECT_TIMEOUT"]),
+            autocommit=True,
+        )
+    except psycopg.Error as exc:
+        where = f"{env['POSTGRES_HOST']}:{env['POSTGRES_PORT']}"
+        msg = f"cannot connect to PostgreSQL at {where}: {exc}"
+        raise StoreUnavailableError(msg) from exc
+    with conn:
+        yield conn
 
 
 def _literal(text: str) -> str:

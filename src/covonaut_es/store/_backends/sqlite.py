@@ -93,6 +93,7 @@ class _AnchoringRecorder(SQLiteAggregateRecorder, PollingSQLiteApplicationRecord
     fences and refuse events in streams said to be new, in the insert's transaction."""
 
     anchoring = False
+    keeps_summaries = False  # a store's recorder; not an application's of the user's own
     writer: SQLiteWriter  # the saves' own connection, while anchoring (ADR 0024)
 
     def select_notifications(
@@ -215,6 +216,12 @@ class SQLiteApplicationRecorder(KeyedLog, _AnchoringRecorder):
     """The store's application recorder, storing stream ids as the store records."""
 
 
+class SQLiteProcessRecorder(KeyedLog, _AnchoringRecorder, sqlite.SQLiteProcessRecorder):
+    """eventsourcing's process recorder (a process application's, following others in a
+    ``System``), anchoring the heads of the threads its policy saves as the store's
+    recorder does, in the transaction that records its position (ADR 0052)."""
+
+
 class SQLiteSnapshotRecorder(KeyedEvents, SQLiteAggregateRecorder):
     """The snapshots' recorder, storing stream ids as the store records."""
 
@@ -226,6 +233,7 @@ class Factory(sqlite.SQLiteFactory):
 
     aggregate_recorder_class = SQLiteSnapshotRecorder
     application_recorder_class = SQLiteApplicationRecorder
+    process_recorder_class = SQLiteProcessRecorder
 
     def __init__(self, env: Any) -> None:
         super().__init__(env)
@@ -241,7 +249,7 @@ class _SQLiteBackend(RecorderAnchors):
     """The port of the SQLite back end (see :class:`~covonaut_es.store._backend.Backend`)."""
 
     name: BackendName = "sqlite"
-    anchoring_recorder = SQLiteApplicationRecorder
+    anchoring_recorder = _AnchoringRecorder
 
     def owns(self, factory: InfrastructureFactory[Any]) -> bool:
         return isinstance(factory, sqlite.SQLiteFactory)
@@ -258,7 +266,7 @@ class _SQLiteBackend(RecorderAnchors):
         return url
 
     def close_writer(self, recorder: ApplicationRecorder) -> None:
-        if isinstance(recorder, SQLiteApplicationRecorder):
+        if isinstance(recorder, _AnchoringRecorder):
             recorder.close_writer()
 
     def select_thread(
@@ -333,7 +341,11 @@ class _SQLiteBackend(RecorderAnchors):
         return MemoryLeases(holder, recorder, tokens)  # type: ignore[arg-type]
 
     def summary_table(self, recorder: ApplicationRecorder) -> SummaryTable | None:
-        if not (isinstance(recorder, SQLiteApplicationRecorder) and recorder.anchoring):
+        if not (
+            isinstance(recorder, SQLiteApplicationRecorder)
+            and recorder.anchoring
+            and recorder.keeps_summaries
+        ):
             return None
         table = f"{recorder.events_table_name}_summaries"
         create = (
