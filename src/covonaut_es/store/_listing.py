@@ -52,7 +52,7 @@ MAX_PAGE = 10_000
 """The most threads one page lists."""
 
 
-class ThreadSummary(msgspec.Struct, frozen=True, kw_only=True):
+class ThreadSummary(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """What a listing says of one thread, as of its version ``version``.
 
     Attributes:
@@ -96,6 +96,9 @@ class ThreadSummary(msgspec.Struct, frozen=True, kw_only=True):
             unresolved_pauses=0 if abandoned else sum(not p.resolved for p in state.pauses),
             waiting_for=state.waiting_for,
         )
+
+
+_DECODER = msgspec.msgpack.Decoder(ThreadSummary)
 
 
 class ThreadPage(msgspec.Struct, frozen=True):
@@ -154,14 +157,38 @@ class ThreadListing:
             table.clear()
             self._bring_up_to_date(table)
             rows = table.page(start, limit + 1) or []
+        threads = self._opened_page([sealed for _, sealed in rows[:limit]])
+        if threads is None:  # a summary spoiled by another writer: each checked alone
+            remade = self._remade_page(table, rows[:limit])
+            if remade is None:  # which thread a summary was is lost: every one made again
+                table.clear()
+                return self.page(after=after, limit=limit)
+            threads = remade
+        more = len(rows) > limit
+        return ThreadPage(tuple(threads), rows[limit - 1][0] if more else None)
+
+    def _opened_page(self, sealed: list[bytes]) -> list[ThreadSummary] | None:
+        """Every summary of a page, opened in one pass; None if any cannot be."""
+        cipher, decode = self._app.mapper.cipher, _DECODER.decode
+        try:
+            if cipher is None:
+                return [decode(encoded) for encoded in sealed]
+            return [decode(cipher.decrypt(encoded)) for encoded in sealed]
+        except Exception:  # spoiled by another writer: the cipher's errors vary
+            return None
+
+    def _remade_page(
+        self, table: SummaryTable, rows: list[tuple[int, bytes]]
+    ) -> list[ThreadSummary] | None:
+        """The summaries of a page, each one that cannot be opened made again from its
+        thread; None when the thread of one cannot be told."""
         threads = []
-        for _, stream, sealed in rows[:limit]:
+        for position, sealed in rows:
             summary = self._opened(sealed)
-            if summary is None:  # spoiled by another writer: made again
-                stored = stream_in(stream)
-                if stored is None:  # which thread it was is lost: every one made again
-                    table.clear()
-                    return self.page(after=after, limit=limit)
+            if summary is None:
+                stored = stream_in(table.stream_at(position))
+                if stored is None:
+                    return None
                 remade = self._row(self._domain(stored), table.seen())
                 if remade is None:
                     continue
@@ -169,8 +196,7 @@ class ThreadListing:
                 summary = self._opened(remade[3])
             if summary is not None:
                 threads.append(summary)
-        more = len(rows) > limit
-        return ThreadPage(tuple(threads), rows[limit - 1][0] if more else None)
+        return threads
 
     def _summaries(self) -> SummaryTable | None:
         if self._table is None:
@@ -224,8 +250,7 @@ class ThreadListing:
     def _opened(self, sealed: bytes) -> ThreadSummary | None:
         cipher = self._app.mapper.cipher
         try:
-            encoded = sealed if cipher is None else cipher.decrypt(sealed)
-            return msgspec.msgpack.decode(encoded, type=ThreadSummary)
+            return _DECODER.decode(sealed if cipher is None else cipher.decrypt(sealed))
         except Exception:  # spoiled by another writer: the cipher's errors vary
             return None
 

@@ -30,10 +30,15 @@ class SummaryTable(ABC):
         """Remove every summary."""
 
     @abstractmethod
-    def page(self, after: int, limit: int) -> list[tuple[int, Any, bytes]] | None:
-        """Up to ``limit`` ``(position, stream, summary)`` after ``position``, in order,
-        the stream id as stored (read it with :func:`stream_in` where needed); None when
-        a position or summary cannot be read (another writer spoiled them)."""
+    def page(self, after: int, limit: int) -> list[tuple[int, bytes]] | None:
+        """Up to ``limit`` ``(position, summary)`` after ``position``, in order; None
+        when the positions cannot be read (another writer spoiled them). A summary is
+        as stored: the caller checks it."""
+
+    @abstractmethod
+    def stream_at(self, position: int) -> Any:
+        """The stream id of the summary at ``position``, as stored (read it with
+        :func:`stream_in`); None when there is none."""
 
 
 class SQLSummaries(SummaryTable):
@@ -100,23 +105,32 @@ class SQLSummaries(SummaryTable):
         with self._writing() as cursor:
             cursor.execute(f"DELETE FROM {self._table}")
 
-    def page(self, after: int, limit: int) -> list[tuple[int, Any, bytes]] | None:
-        self._ensure()
+    def page(self, after: int, limit: int) -> list[tuple[int, bytes]] | None:
+        # The stream ids are not read: a listing needs only the summaries, and reading
+        # them would cost as much again as the select of the head anchors.
         p = self._p
-        with self._datastore.transaction(commit=False) as cursor:
-            cursor.execute(
-                f"SELECT position, originator_id, summary FROM {self._table} "
-                f"WHERE position > {p} ORDER BY position LIMIT {p}",
-                (after, limit),
-            )
-            rows = cursor.fetchall()
-        if rows and isinstance(rows[0], Mapping):  # PostgreSQL's rows
-            rows = [(r["position"], r["originator_id"], r["summary"]) for r in rows]
-        found: list[tuple[int, Any, bytes]] = rows
-        for position, _, summary in found:
-            if type(position) is not int or not isinstance(summary, bytes):
-                return None
+        found = self._select(
+            f"SELECT position, summary FROM {self._table} "
+            f"WHERE position > {p} ORDER BY position LIMIT {p}",
+            (after, limit),
+        )
+        if found and isinstance(found[0], Mapping):  # PostgreSQL's rows
+            found = [(row["position"], row["summary"]) for row in found]
+        if found and type(found[-1][0]) is not int:  # the next page starts after it
+            return None
         return found
+
+    def stream_at(self, position: int) -> Any:
+        found = self._select(
+            f"SELECT originator_id FROM {self._table} WHERE position = {self._p}", (position,)
+        )
+        return column(found[0], 0, "originator_id") if found else None
+
+    def _select(self, statement: str, parameters: tuple[Any, ...]) -> list[Any]:
+        self._ensure()
+        with self._datastore.transaction(commit=False) as cursor:
+            cursor.execute(statement, parameters)
+            return list(cursor.fetchall())
 
 
 def stream_in(value: Any) -> UUID | None:
