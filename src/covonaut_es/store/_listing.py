@@ -151,12 +151,15 @@ class ThreadListing:
         table = None if self._guard.read_only else self._summaries()
         if table is None:
             return self._from_threads(start, limit)
-        self._bring_up_to_date(table)
-        rows = table.page(start, limit + 1)
-        if rows is None:  # spoiled by another writer: every summary made again
-            table.clear()
-            self._bring_up_to_date(table)
-            rows = table.page(start, limit + 1) or []
+        found = table.page(start, limit + 1)  # read at once: it is up to date, mostly
+        seen = table.seen() if found is None else found[0]
+        if self._bring_up_to_date(table, seen) or found is None:
+            found = table.page(start, limit + 1)
+            if found is None:  # spoiled by another writer: every summary made again
+                table.clear()
+                self._bring_up_to_date(table, 0)
+                found = table.page(start, limit + 1) or (0, [])
+        rows = found[1]
         threads = self._opened_page([sealed for _, sealed in rows[:limit]])
         if threads is None:  # a summary spoiled by another writer: each checked alone
             remade = self._remade_page(table, rows[:limit])
@@ -203,18 +206,27 @@ class ThreadListing:
             self._table = self._backend.summary_table(self._app.recorder)
         return self._table
 
-    def _bring_up_to_date(self, table: SummaryTable) -> None:
-        """Make again the summaries of the threads written since the last listing (from
-        the log after the position it reached; a thread begun since is listed after the
-        others, in the order the threads began)."""
+    def _bring_up_to_date(self, table: SummaryTable, seen: int) -> bool:
+        """Make again the summaries of the threads written since the last listing, from
+        the log after ``seen``, the position the table reached (a thread begun since is
+        listed after the others, in the order the threads began); whether it changed the
+        table."""
         written: dict[UUID, None] = {}
-        position = table.seen()
-        if position > self._records.log_position():  # spoiled: it would hide new writes
-            table.clear()
-            position = 0
-        for notification in self._records.notifications(*_THREAD_EVENTS, after=position):
+        position = seen
+        # Read from the event at ``seen`` itself: a position the log does not hold was
+        # spoiled by another writer, and one beyond the log would hide new writes.
+        notifications = self._records.notifications(*_THREAD_EVENTS, after=max(seen - 1, 0))
+        if seen:
+            first = next(notifications, None)
+            if first is None or first.id != seen:
+                table.clear()
+                position = 0
+                notifications = self._records.notifications(*_THREAD_EVENTS, after=0)
+        for notification in notifications:
             written[UUID(str(notification.originator_id))] = None
             position = notification.id
+        if position == seen:
+            return False
         made: list[tuple[UUID, int, int, bytes]] = []
         for stream in written:
             row = self._row(stream, position)
@@ -224,6 +236,7 @@ class ThreadListing:
                 table.write(made)
                 made = []
         table.write(made)
+        return True
 
     def _row(self, stream: UUID, seen: int) -> tuple[UUID, int, int, bytes] | None:
         """The sealed summary of the thread with domain stream id ``stream``, under the

@@ -5,11 +5,9 @@ and :mod:`covonaut_es.store._listing` decides what goes in it."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 from uuid import UUID
-
-from covonaut_es.store._settings_tables import column
 
 
 class SummaryTable(ABC):
@@ -30,10 +28,10 @@ class SummaryTable(ABC):
         """Remove every summary."""
 
     @abstractmethod
-    def page(self, after: int, limit: int) -> list[tuple[int, bytes]] | None:
-        """Up to ``limit`` ``(position, summary)`` after ``position``, in order; None
-        when the positions cannot be read (another writer spoiled them). A summary is
-        as stored: the caller checks it."""
+    def page(self, after: int, limit: int) -> tuple[int, list[tuple[int, bytes]]] | None:
+        """What :meth:`seen` says, and up to ``limit`` ``(position, summary)`` after
+        ``position``, in order, read at once; None when the positions cannot be read
+        (another writer spoiled them). A summary is as stored: the caller checks it."""
 
     @abstractmethod
     def stream_at(self, position: int) -> Any:
@@ -51,6 +49,8 @@ class SQLSummaries(SummaryTable):
         create: The statements that create the table (and its index) if absent.
         placeholder: The driver's parameter placeholder.
         stored: A stream id as the table stores it.
+        fetch: Runs a read on a cursor of ``datastore`` and gives its rows as tuples;
+            by default ``execute`` then ``fetchall``.
     """
 
     def __init__(
@@ -62,6 +62,7 @@ class SQLSummaries(SummaryTable):
         create: Sequence[str],
         placeholder: str,
         stored: Callable[[UUID], Any],
+        fetch: Callable[[Any, str, tuple[Any, ...]], list[Any]] | None = None,
     ) -> None:
         self._datastore = datastore
         self._writing = writing
@@ -69,6 +70,7 @@ class SQLSummaries(SummaryTable):
         self._create = create
         self._p = placeholder
         self._stored = stored
+        self._fetch = fetch or _fetch
         self._created = False
 
     def _ensure(self) -> None:
@@ -79,12 +81,8 @@ class SQLSummaries(SummaryTable):
             self._created = True
 
     def seen(self) -> int:
-        self._ensure()
-        with self._datastore.transaction(commit=False) as cursor:
-            cursor.execute(f"SELECT MAX(seen) AS seen FROM {self._table}")
-            row = cursor.fetchone()
-        found = None if row is None else column(row, 0, "seen")
-        return found if type(found) is int and found > 0 else 0
+        found = self._select(f"SELECT MAX(seen) FROM {self._table}", ())
+        return _position(found[0][0][0])
 
     def write(self, rows: Sequence[tuple[UUID, int, int, bytes]]) -> None:
         if not rows:
@@ -105,32 +103,45 @@ class SQLSummaries(SummaryTable):
         with self._writing() as cursor:
             cursor.execute(f"DELETE FROM {self._table}")
 
-    def page(self, after: int, limit: int) -> list[tuple[int, bytes]] | None:
+    def page(self, after: int, limit: int) -> tuple[int, list[tuple[int, bytes]]] | None:
         # The stream ids are not read: a listing needs only the summaries, and reading
         # them would cost as much again as the select of the head anchors.
         p = self._p
-        found = self._select(
+        seen, found = self._select(
+            f"SELECT MAX(seen) FROM {self._table}",
+            (),
             f"SELECT position, summary FROM {self._table} "
             f"WHERE position > {p} ORDER BY position LIMIT {p}",
             (after, limit),
         )
-        if found and isinstance(found[0], Mapping):  # PostgreSQL's rows
-            found = [(row["position"], row["summary"]) for row in found]
         if found and type(found[-1][0]) is not int:  # the next page starts after it
             return None
-        return found
+        return _position(seen[0][0]), found
 
     def stream_at(self, position: int) -> Any:
         found = self._select(
             f"SELECT originator_id FROM {self._table} WHERE position = {self._p}", (position,)
-        )
-        return column(found[0], 0, "originator_id") if found else None
+        )[0]
+        return found[0][0] if found else None
 
-    def _select(self, statement: str, parameters: tuple[Any, ...]) -> list[Any]:
+    def _select(self, *statements: Any) -> list[list[Any]]:
+        """The rows of each ``statement, parameters`` pair, read in one transaction."""
         self._ensure()
+        found = []
         with self._datastore.transaction(commit=False) as cursor:
-            cursor.execute(statement, parameters)
-            return list(cursor.fetchall())
+            for statement, parameters in zip(statements[::2], statements[1::2], strict=True):
+                found.append(self._fetch(cursor, statement, parameters))
+        return found
+
+
+def _fetch(cursor: Any, statement: str, parameters: tuple[Any, ...]) -> list[Any]:
+    cursor.execute(statement, parameters)
+    return list(cursor.fetchall())
+
+
+def _position(found: Any) -> int:
+    """A log position read from the table: 0 for none, or one another writer spoiled."""
+    return found if type(found) is int and found > 0 else 0
 
 
 def stream_in(value: Any) -> UUID | None:

@@ -33,6 +33,7 @@ from eventsourcing.persistence import (
 )
 from eventsourcing.utils import retry
 from psycopg.conninfo import make_conninfo
+from psycopg.rows import tuple_row
 from psycopg.sql import SQL, Identifier
 
 from covonaut_es.domain import ThreadSnapshot
@@ -379,7 +380,16 @@ class _PostgresBackend(RecorderAnchors):
             create=create,
             placeholder="%s",
             stored=lambda stream: stream,
+            fetch=_fetch_tuples,
         )
+
+
+def _fetch_tuples(cursor: Any, statement: str, parameters: tuple[Any, ...]) -> list[Any]:
+    """Rows as tuples, sent in binary: the datastore's mappings, and bytes sent as text,
+    would cost as much again as the select (a listing of summaries reads thousands)."""
+    cursor.row_factory = tuple_row
+    cursor.execute(statement, parameters, binary=True)
+    return cursor.fetchall()
 
 
 def _literal(text: str) -> str:
