@@ -389,7 +389,7 @@ def _fetch_tuples(cursor: Any, statement: str, parameters: tuple[Any, ...]) -> l
     would cost as much again as the select (a listing of summaries reads thousands)."""
     cursor.row_factory = tuple_row
     cursor.execute(statement, parameters, binary=True)
-    return cursor.fetchall()
+    return list(cursor.fetchall())
 
 
 def _literal(text: str) -> str:
