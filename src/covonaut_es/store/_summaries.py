@@ -70,7 +70,7 @@ class SQLSummaries(SummaryTable):
         self._create = create
         self._p = placeholder
         self._stored = stored
-        self._fetch = fetch or _fetch
+        self._fetch = fetch or fetch_rows
         self._created = False
 
     def _ensure(self) -> None:
@@ -134,7 +134,8 @@ class SQLSummaries(SummaryTable):
         return found
 
 
-def _fetch(cursor: Any, statement: str, parameters: tuple[Any, ...]) -> list[Any]:
+def fetch_rows(cursor: Any, statement: str, parameters: tuple[Any, ...]) -> list[Any]:
+    """The rows of a read, as the cursor gives them."""
     cursor.execute(statement, parameters)
     return list(cursor.fetchall())
 

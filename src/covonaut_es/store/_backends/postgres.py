@@ -61,6 +61,7 @@ from covonaut_es.store._heads import (
     refuse_taken_streams,
 )
 from covonaut_es.store._leases import LeaseBackend
+from covonaut_es.store._outstanding import OutstandingTable, SQLOutstanding
 from covonaut_es.store._rows import building_records, checked_head, checked_records
 from covonaut_es.store._settings_tables import SettingsTable, SQLSettings, column
 from covonaut_es.store._snapshot_cache import SnapshotCache
@@ -374,6 +375,28 @@ class _PostgresBackend(RecorderAnchors):
             f'CREATE INDEX IF NOT EXISTS "{name}_seen" ON {table} (seen)',
         )
         return SQLSummaries(
+            recorder.datastore,
+            lambda: recorder.datastore.transaction(commit=True),
+            table=table,
+            create=create,
+            placeholder="%s",
+            stored=lambda stream: stream,
+            fetch=_fetch_tuples,
+        )
+
+    def outstanding_table(self, recorder: ApplicationRecorder) -> OutstandingTable | None:
+        if not (isinstance(recorder, PostgresApplicationRecorder) and recorder.anchoring):
+            return None
+        schema = recorder.datastore.schema
+        name = f"{recorder.events_table_name}_outstanding"
+        table = f'"{schema}"."{name}"'
+        create = (
+            # Workers starting on a store for the first time at once create it once.
+            f"SELECT pg_advisory_xact_lock(hashtext({_literal(f'{schema}.{name}')}))",
+            f"CREATE TABLE IF NOT EXISTS {table} (originator_id uuid PRIMARY KEY, "
+            "position BIGINT NOT NULL, state BYTEA NOT NULL)",
+        )
+        return SQLOutstanding(
             recorder.datastore,
             lambda: recorder.datastore.transaction(commit=True),
             table=table,
