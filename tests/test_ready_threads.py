@@ -18,7 +18,7 @@ from covonaut_es.domain._reviews import Decision, ReviewRequest
 from covonaut_es.domain._submissions import InputSubmitted, InputTaken
 from covonaut_es.domain._values import Interrupt, ToolOutcome
 from covonaut_es.workers._candidates import BUSY_RETRY, Candidates
-from covonaut_es.workers._ready import PARKED, ReadyThreads, _fold, Summary
+from covonaut_es.workers._ready import PARKED, ReadyThreads, Summary, _fold
 from covonaut_es.workers._step import Action
 
 THREADS = ("t0", "t1", "t2", "t3")
