@@ -28,10 +28,11 @@ class SummaryTable(ABC):
         """Remove every summary."""
 
     @abstractmethod
-    def page(self, after: int, limit: int) -> tuple[int, list[tuple[int, bytes]]] | None:
-        """What :meth:`seen` says, and up to ``limit`` ``(position, summary)`` after
-        ``position``, in order, read at once; None when the positions cannot be read
-        (another writer spoiled them). A summary is as stored: the caller checks it."""
+    def page(self, after: int, limit: int) -> tuple[int, int, list[tuple[int, bytes]]] | None:
+        """What :meth:`seen` says, the position of the log's newest event, and up to
+        ``limit`` ``(position, summary)`` after ``position``, in order, read at once;
+        None when the positions cannot be read (another writer spoiled them). A summary
+        is as stored: the caller checks it."""
 
     @abstractmethod
     def stream_at(self, position: int) -> Any:
@@ -49,6 +50,7 @@ class SQLSummaries(SummaryTable):
         create: The statements that create the table (and its index) if absent.
         placeholder: The driver's parameter placeholder.
         stored: A stream id as the table stores it.
+        log_end: The statement that selects the position of the log's newest event.
         fetch: Runs a read on a cursor of ``datastore`` and gives its rows as tuples;
             by default ``execute`` then ``fetchall``.
     """
@@ -62,6 +64,7 @@ class SQLSummaries(SummaryTable):
         create: Sequence[str],
         placeholder: str,
         stored: Callable[[UUID], Any],
+        log_end: Any,
         fetch: Callable[[Any, str, tuple[Any, ...]], list[Any]] | None = None,
     ) -> None:
         self._datastore = datastore
@@ -70,6 +73,7 @@ class SQLSummaries(SummaryTable):
         self._create = create
         self._p = placeholder
         self._stored = stored
+        self._log_end = log_end
         self._fetch = fetch or fetch_rows
         self._created = False
 
@@ -103,12 +107,14 @@ class SQLSummaries(SummaryTable):
         with self._writing() as cursor:
             cursor.execute(f"DELETE FROM {self._table}")
 
-    def page(self, after: int, limit: int) -> tuple[int, list[tuple[int, bytes]]] | None:
+    def page(self, after: int, limit: int) -> tuple[int, int, list[tuple[int, bytes]]] | None:
         # The stream ids are not read: a listing needs only the summaries, and reading
         # them would cost as much again as the select of the head anchors.
         p = self._p
-        seen, found = self._select(
+        seen, end, found = self._select(
             f"SELECT MAX(seen) FROM {self._table}",
+            (),
+            self._log_end,
             (),
             f"SELECT position, summary FROM {self._table} "
             f"WHERE position > {p} ORDER BY position LIMIT {p}",
@@ -116,7 +122,7 @@ class SQLSummaries(SummaryTable):
         )
         if found and type(found[-1][0]) is not int:  # the next page starts after it
             return None
-        return _position(seen[0][0]), found
+        return _position(seen[0][0]), _position(end[0][0]), found
 
     def stream_at(self, position: int) -> Any:
         found = self._select(

@@ -381,6 +381,7 @@ class _PostgresBackend(RecorderAnchors):
             create=create,
             placeholder="%s",
             stored=lambda stream: stream,
+            log_end=recorder.max_notification_id_statement,
             fetch=_fetch_tuples,
         )
 
