@@ -18,13 +18,14 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 from uuid import UUID
 
 from eventsourcing.application import Application
 
 from covonaut_es.store._stream_ids import KeyedEvents, stored_stream
-from covonaut_es.store._summaries import fetch_rows, stream_in
+from covonaut_es.store._summaries import stream_in
 
 TRACKING = UUID(int=0)
 """The stream id of the row that holds the table's log position."""
@@ -69,8 +70,8 @@ class SQLOutstanding(OutstandingTable):
         table: The table's name, as SQL names it.
         create: The statements that create the table if absent.
         placeholder: The driver's parameter placeholder.
-        fetch: Runs a read on a cursor of ``datastore`` and gives its rows as tuples;
-            by default ``execute`` then ``fetchall``.
+        reading: Opens a cursor for reads that gives rows as tuples; by default, in a
+            transaction of ``datastore`` that does not commit.
         stored: A stream id (as stored) as the table's column holds it.
     """
 
@@ -83,14 +84,14 @@ class SQLOutstanding(OutstandingTable):
         create: Sequence[str],
         placeholder: str,
         stored: Callable[[UUID], Any],
-        fetch: Callable[[Any, str, tuple[Any, ...]], list[Any]] | None = None,
+        reading: Callable[[], AbstractContextManager[Any]] | None = None,
     ) -> None:
         self._datastore = datastore
         self._writing = writing
         self._table = table
         self._create = create
         self._p = placeholder
-        self._fetch = fetch or fetch_rows
+        self._reading = reading or (lambda: datastore.transaction(commit=False))
         self._stored = stored
         self._tracking = stored(TRACKING)
         self._created = False
@@ -172,8 +173,9 @@ class SQLOutstanding(OutstandingTable):
 
     def _select(self, statement: str, parameters: tuple[Any, ...]) -> list[Any]:
         self._ensure()
-        with self._datastore.transaction(commit=False) as cursor:
-            return self._fetch(cursor, statement, parameters)
+        with self._reading() as cursor:
+            cursor.execute(statement, parameters)
+            return list(cursor.fetchall())
 
 
 class OutstandingThreads:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 from uuid import UUID
 
@@ -50,9 +51,9 @@ class SQLSummaries(SummaryTable):
         create: The statements that create the table (and its index) if absent.
         placeholder: The driver's parameter placeholder.
         stored: A stream id as the table stores it.
-        log_end: The statement that selects the position of the log's newest event.
-        fetch: Runs a read on a cursor of ``datastore`` and gives its rows as tuples;
-            by default ``execute`` then ``fetchall``.
+        log_end: A query of the position of the log's newest event.
+        reading: Opens a cursor for reads that gives rows as tuples; by default, in a
+            transaction of ``datastore`` that does not commit.
     """
 
     def __init__(
@@ -64,8 +65,8 @@ class SQLSummaries(SummaryTable):
         create: Sequence[str],
         placeholder: str,
         stored: Callable[[UUID], Any],
-        log_end: Any,
-        fetch: Callable[[Any, str, tuple[Any, ...]], list[Any]] | None = None,
+        log_end: str,
+        reading: Callable[[], AbstractContextManager[Any]] | None = None,
     ) -> None:
         self._datastore = datastore
         self._writing = writing
@@ -74,7 +75,7 @@ class SQLSummaries(SummaryTable):
         self._p = placeholder
         self._stored = stored
         self._log_end = log_end
-        self._fetch = fetch or fetch_rows
+        self._reading = reading or (lambda: datastore.transaction(commit=False))
         self._created = False
 
     def _ensure(self) -> None:
@@ -111,10 +112,8 @@ class SQLSummaries(SummaryTable):
         # The stream ids are not read: a listing needs only the summaries, and reading
         # them would cost as much again as the select of the head anchors.
         p = self._p
-        seen, end, found = self._select(
-            f"SELECT MAX(seen) FROM {self._table}",
-            (),
-            self._log_end,
+        ends, found = self._select(
+            f"SELECT (SELECT MAX(seen) FROM {self._table}), ({self._log_end})",
             (),
             f"SELECT position, summary FROM {self._table} "
             f"WHERE position > {p} ORDER BY position LIMIT {p}",
@@ -122,7 +121,7 @@ class SQLSummaries(SummaryTable):
         )
         if found and type(found[-1][0]) is not int:  # the next page starts after it
             return None
-        return _position(seen[0][0]), _position(end[0][0]), found
+        return _position(ends[0][0]), _position(ends[0][1]), found
 
     def stream_at(self, position: int) -> Any:
         found = self._select(
@@ -131,19 +130,14 @@ class SQLSummaries(SummaryTable):
         return found[0][0] if found else None
 
     def _select(self, *statements: Any) -> list[list[Any]]:
-        """The rows of each ``statement, parameters`` pair, read in one transaction."""
+        """The rows of each ``statement, parameters`` pair, read with one cursor."""
         self._ensure()
         found = []
-        with self._datastore.transaction(commit=False) as cursor:
+        with self._reading() as cursor:
             for statement, parameters in zip(statements[::2], statements[1::2], strict=True):
-                found.append(self._fetch(cursor, statement, parameters))
+                cursor.execute(statement, parameters)
+                found.append(list(cursor.fetchall()))
         return found
-
-
-def fetch_rows(cursor: Any, statement: str, parameters: tuple[Any, ...]) -> list[Any]:
-    """The rows of a read, as the cursor gives them."""
-    cursor.execute(statement, parameters)
-    return list(cursor.fetchall())
 
 
 def _position(found: Any) -> int:

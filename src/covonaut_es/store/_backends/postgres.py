@@ -381,8 +381,8 @@ class _PostgresBackend(RecorderAnchors):
             create=create,
             placeholder="%s",
             stored=lambda stream: stream,
-            log_end=recorder.max_notification_id_statement,
-            fetch=_fetch_tuples,
+            log_end=f'SELECT MAX(notification_id) FROM "{schema}"."{recorder.events_table_name}"',
+            reading=lambda: _reading(recorder.datastore),
         )
 
     def outstanding_table(self, recorder: ApplicationRecorder) -> OutstandingTable | None:
@@ -404,16 +404,18 @@ class _PostgresBackend(RecorderAnchors):
             create=create,
             placeholder="%s",
             stored=lambda stream: stream,
-            fetch=_fetch_tuples,
+            reading=lambda: _reading(recorder.datastore),
         )
 
 
-def _fetch_tuples(cursor: Any, statement: str, parameters: tuple[Any, ...]) -> list[Any]:
-    """Rows as tuples, sent in binary: the datastore's mappings, and bytes sent as text,
-    would cost as much again as the select (a listing of summaries reads thousands)."""
-    cursor.row_factory = tuple_row
-    cursor.execute(statement, parameters, binary=True)
-    return list(cursor.fetchall())
+@contextlib.contextmanager
+def _reading(datastore: Any) -> Iterator[Any]:
+    """A cursor for reads, outside a transaction (a read of one statement needs none:
+    the begin and rollback were most of a short read's cost), giving rows as tuples
+    sent in binary: the datastore's mappings, and bytes sent as text, would cost as
+    much again as the select (a listing reads thousands of summaries)."""
+    with datastore.get_connection() as connection:
+        yield connection.cursor(row_factory=tuple_row, binary=True)
 
 
 def _literal(text: str) -> str:

@@ -322,7 +322,7 @@ class _SQLiteBackend(RecorderAnchors):
             create=create,
             placeholder="?",
             stored=lambda stream: stream.hex,
-            log_end=recorder.select_max_notification_id_statement,
+            log_end=f"SELECT MAX(rowid) FROM {recorder.events_table_name}",
         )
 
     def outstanding_table(self, recorder: ApplicationRecorder) -> OutstandingTable | None:
