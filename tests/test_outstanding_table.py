@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 import worker_app
 from covonaut_es import Store, ThreadStatus, Worker, create_cipher_key, open_store
 from covonaut_es.domain import thread_aggregate_id
+from covonaut_es.workers import _outstanding as outstanding
 from covonaut_es.workers._deadlines import ReviewDeadlines
 from covonaut_es.workers._outstanding import FOLLOWED, catch_up, events, fold
 from covonaut_es.workers._ready import ReadyThreads
@@ -51,9 +52,11 @@ def threads(store: Store) -> None:
 def test_a_starting_worker_reads_the_table_and_the_log_after_it(
     shared_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A worker's start brings the table up to the log's end and keeps what the fold of
-    the whole log keeps; a later start follows only the events written since."""
+    """A worker's start brings the table up to the log's end, a few events per
+    transaction, and keeps what the fold of the whole log keeps; a later start follows
+    only the events written since."""
     monkeypatch.setenv("WORKER_TEST_LEDGER", str(tmp_path / "ledger"))
+    monkeypatch.setattr(outstanding, "BATCH", 3)  # rows made again across transactions
     with open_store(shared_url) as store:
         threads(store)
         Worker(store, worker_app.make_config).run(once=True)  # runs "finished" and more
