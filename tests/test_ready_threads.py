@@ -18,7 +18,7 @@ from covonaut_es.domain._reviews import Decision, ReviewRequest
 from covonaut_es.domain._submissions import InputSubmitted, InputTaken
 from covonaut_es.domain._values import Interrupt, ToolOutcome
 from covonaut_es.workers._candidates import BUSY_RETRY, Candidates
-from covonaut_es.workers._ready import PARKED, ReadyThreads, _fold, _Summary
+from covonaut_es.workers._ready import PARKED, ReadyThreads, Summary, _fold
 from covonaut_es.workers._step import Action
 
 THREADS = ("t0", "t1", "t2", "t3")
@@ -118,13 +118,13 @@ class Naive:
     """The definition: a summary of every thread the log named, never forgotten, and the
     worker's own knowledge (the steps it runs, the threads it found busy) beside it."""
 
-    threads: dict[str, _Summary] = attrs.Factory(dict)
+    threads: dict[str, Summary] = attrs.Factory(dict)
     applied: dict[str, int] = attrs.Factory(dict)  # events applied, per thread
     running: dict[str, int] = attrs.Factory(dict)
     busy: dict[str, tuple[float, int]] = attrs.Factory(dict)
 
     def apply(self, thread_id: str, event: Any) -> None:
-        _fold(self.threads.setdefault(thread_id, _Summary()), event)
+        _fold(self.threads.setdefault(thread_id, Summary()), event)
         self.applied[thread_id] = self.applied.get(thread_id, 0) + 1
 
     def candidates(self, now: float, *, once: bool) -> set[str]:

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from covonaut_es.domain import ThreadSnapshot
     from covonaut_es.store._heads import HeadAnchor
     from covonaut_es.store._leases import LeaseBackend
+    from covonaut_es.store._outstanding import OutstandingTable
     from covonaut_es.store._settings_tables import SettingsTable
     from covonaut_es.store._snapshot_cache import SnapshotCache
     from covonaut_es.store._summaries import SummaryTable
@@ -112,6 +113,10 @@ class Backend(Protocol):
     def summary_table(self, recorder: ApplicationRecorder) -> SummaryTable | None:
         """The table of thread summaries beside ``recorder``'s head anchors (ADR 0050);
         None where it keeps no head anchors."""
+
+    def outstanding_table(self, recorder: ApplicationRecorder) -> OutstandingTable | None:
+        """The table of threads with work outstanding that workers keep beside
+        ``recorder``'s head anchors (ADR 0054); None where it keeps no head anchors."""
 
 
 _STOCK_MODULES: Mapping[str, BackendName] = {

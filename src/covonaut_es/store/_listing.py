@@ -52,7 +52,7 @@ MAX_PAGE = 10_000
 """The most threads one page lists."""
 
 
-class ThreadSummary(msgspec.Struct, frozen=True, kw_only=True):
+class ThreadSummary(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """What a listing says of one thread, as of its version ``version``.
 
     Attributes:
@@ -96,6 +96,9 @@ class ThreadSummary(msgspec.Struct, frozen=True, kw_only=True):
             unresolved_pauses=0 if abandoned else sum(not p.resolved for p in state.pauses),
             waiting_for=state.waiting_for,
         )
+
+
+_DECODER = msgspec.msgpack.Decoder(ThreadSummary)
 
 
 class ThreadPage(msgspec.Struct, frozen=True):
@@ -148,20 +151,48 @@ class ThreadListing:
         table = None if self._guard.read_only else self._summaries()
         if table is None:
             return self._from_threads(start, limit)
-        self._bring_up_to_date(table)
-        rows = table.page(start, limit + 1)
-        if rows is None:  # spoiled by another writer: every summary made again
-            table.clear()
-            self._bring_up_to_date(table)
-            rows = table.page(start, limit + 1) or []
-        threads = []
-        for _, stream, sealed in rows[:limit]:
-            summary = self._opened(sealed)
-            if summary is None:  # spoiled by another writer: made again
-                stored = stream_in(stream)
-                if stored is None:  # which thread it was is lost: every one made again
+        found = table.page(start, limit + 1)  # read at once: it is up to date, mostly
+        if found is None or found[0] != found[1]:  # events since the newest summary
+            seen = table.seen() if found is None else found[0]
+            if self._bring_up_to_date(table, seen) or found is None:
+                found = table.page(start, limit + 1)
+                if found is None:  # spoiled by another writer: every summary made again
                     table.clear()
-                    return self.page(after=after, limit=limit)
+                    self._bring_up_to_date(table, 0)
+                    found = table.page(start, limit + 1) or (0, 0, [])
+        rows = found[2]
+        threads = self._opened_page([sealed for _, sealed in rows[:limit]])
+        if threads is None:  # a summary spoiled by another writer: each checked alone
+            remade = self._remade_page(table, rows[:limit])
+            if remade is None:  # which thread a summary was is lost: every one made again
+                table.clear()
+                return self.page(after=after, limit=limit)
+            threads = remade
+        more = len(rows) > limit
+        return ThreadPage(tuple(threads), rows[limit - 1][0] if more else None)
+
+    def _opened_page(self, sealed: list[bytes]) -> list[ThreadSummary] | None:
+        """Every summary of a page, opened in one pass; None if any cannot be."""
+        cipher, decode = self._app.mapper.cipher, _DECODER.decode
+        try:
+            if cipher is None:
+                return [decode(encoded) for encoded in sealed]
+            return [decode(cipher.decrypt(encoded)) for encoded in sealed]
+        except Exception:  # spoiled by another writer: the cipher's errors vary
+            return None
+
+    def _remade_page(
+        self, table: SummaryTable, rows: list[tuple[int, bytes]]
+    ) -> list[ThreadSummary] | None:
+        """The summaries of a page, each one that cannot be opened made again from its
+        thread; None when the thread of one cannot be told."""
+        threads = []
+        for position, sealed in rows:
+            summary = self._opened(sealed)
+            if summary is None:
+                stored = stream_in(table.stream_at(position))
+                if stored is None:
+                    return None
                 remade = self._row(self._domain(stored), table.seen())
                 if remade is None:
                     continue
@@ -169,26 +200,34 @@ class ThreadListing:
                 summary = self._opened(remade[3])
             if summary is not None:
                 threads.append(summary)
-        more = len(rows) > limit
-        return ThreadPage(tuple(threads), rows[limit - 1][0] if more else None)
+        return threads
 
     def _summaries(self) -> SummaryTable | None:
         if self._table is None:
             self._table = self._backend.summary_table(self._app.recorder)
         return self._table
 
-    def _bring_up_to_date(self, table: SummaryTable) -> None:
-        """Make again the summaries of the threads written since the last listing (from
-        the log after the position it reached; a thread begun since is listed after the
-        others, in the order the threads began)."""
+    def _bring_up_to_date(self, table: SummaryTable, seen: int) -> bool:
+        """Make again the summaries of the threads written since the last listing, from
+        the log after ``seen``, the position the table reached (a thread begun since is
+        listed after the others, in the order the threads began); whether it changed the
+        table."""
         written: dict[UUID, None] = {}
-        position = table.seen()
-        if position > self._records.log_position():  # spoiled: it would hide new writes
-            table.clear()
-            position = 0
-        for notification in self._records.notifications(*_THREAD_EVENTS, after=position):
+        position = seen
+        # Read from the event at ``seen`` itself: a position the log does not hold was
+        # spoiled by another writer, and one beyond the log would hide new writes.
+        notifications = self._records.notifications(*_THREAD_EVENTS, after=max(seen - 1, 0))
+        if seen:
+            first = next(notifications, None)
+            if first is None or first.id != seen:
+                table.clear()
+                position = 0
+                notifications = self._records.notifications(*_THREAD_EVENTS, after=0)
+        for notification in notifications:
             written[UUID(str(notification.originator_id))] = None
             position = notification.id
+        if position == seen:
+            return False
         made: list[tuple[UUID, int, int, bytes]] = []
         for stream in written:
             row = self._row(stream, position)
@@ -198,6 +237,7 @@ class ThreadListing:
                 table.write(made)
                 made = []
         table.write(made)
+        return True
 
     def _row(self, stream: UUID, seen: int) -> tuple[UUID, int, int, bytes] | None:
         """The sealed summary of the thread with domain stream id ``stream``, under the
@@ -224,8 +264,7 @@ class ThreadListing:
     def _opened(self, sealed: bytes) -> ThreadSummary | None:
         cipher = self._app.mapper.cipher
         try:
-            encoded = sealed if cipher is None else cipher.decrypt(sealed)
-            return msgspec.msgpack.decode(encoded, type=ThreadSummary)
+            return _DECODER.decode(sealed if cipher is None else cipher.decrypt(sealed))
         except Exception:  # spoiled by another writer: the cipher's errors vary
             return None
 

@@ -45,6 +45,7 @@ from covonaut_es.store._forks import Forks
 from covonaut_es.store._leases import Lease, WorkerRecord
 from covonaut_es.store._leasing import Leasing
 from covonaut_es.store._listing import ThreadListing, ThreadPage
+from covonaut_es.store._outstanding import OutstandingThreads
 from covonaut_es.store._positions import LogPositions
 from covonaut_es.store._read_only import WriteGuard
 from covonaut_es.store._reader import ThreadReader
@@ -98,6 +99,8 @@ class Store(Closing):
         self._submissions = Submissions(app)
         self._states = StoredStates(app, guard)
         self._listing = ThreadListing(app, backend, self._records, self._reader, guard)
+        outstanding = None if self.read_only else backend.outstanding_table(app.recorder)
+        self._outstanding = None if outstanding is None else OutstandingThreads(app, outstanding)
         self._positions = LogPositions(app, guard)
 
     @classmethod

@@ -5,11 +5,10 @@ and :mod:`covonaut_es.store._listing` decides what goes in it."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 from uuid import UUID
-
-from covonaut_es.store._settings_tables import column
 
 
 class SummaryTable(ABC):
@@ -30,10 +29,16 @@ class SummaryTable(ABC):
         """Remove every summary."""
 
     @abstractmethod
-    def page(self, after: int, limit: int) -> list[tuple[int, Any, bytes]] | None:
-        """Up to ``limit`` ``(position, stream, summary)`` after ``position``, in order,
-        the stream id as stored (read it with :func:`stream_in` where needed); None when
-        a position or summary cannot be read (another writer spoiled them)."""
+    def page(self, after: int, limit: int) -> tuple[int, int, list[tuple[int, bytes]]] | None:
+        """What :meth:`seen` says, the position of the log's newest event, and up to
+        ``limit`` ``(position, summary)`` after ``position``, in order, read at once;
+        None when the positions cannot be read (another writer spoiled them). A summary
+        is as stored: the caller checks it."""
+
+    @abstractmethod
+    def stream_at(self, position: int) -> Any:
+        """The stream id of the summary at ``position``, as stored (read it with
+        :func:`stream_in`); None when there is none."""
 
 
 class SQLSummaries(SummaryTable):
@@ -46,6 +51,9 @@ class SQLSummaries(SummaryTable):
         create: The statements that create the table (and its index) if absent.
         placeholder: The driver's parameter placeholder.
         stored: A stream id as the table stores it.
+        log_end: A query of the position of the log's newest event.
+        reading: Opens a cursor for reads that gives rows as tuples; by default, in a
+            transaction of ``datastore`` that does not commit.
     """
 
     def __init__(
@@ -57,6 +65,8 @@ class SQLSummaries(SummaryTable):
         create: Sequence[str],
         placeholder: str,
         stored: Callable[[UUID], Any],
+        log_end: str,
+        reading: Callable[[], AbstractContextManager[Any]] | None = None,
     ) -> None:
         self._datastore = datastore
         self._writing = writing
@@ -64,6 +74,8 @@ class SQLSummaries(SummaryTable):
         self._create = create
         self._p = placeholder
         self._stored = stored
+        self._log_end = log_end
+        self._reading = reading or (lambda: datastore.transaction(commit=False))
         self._created = False
 
     def _ensure(self) -> None:
@@ -74,12 +86,8 @@ class SQLSummaries(SummaryTable):
             self._created = True
 
     def seen(self) -> int:
-        self._ensure()
-        with self._datastore.transaction(commit=False) as cursor:
-            cursor.execute(f"SELECT MAX(seen) AS seen FROM {self._table}")
-            row = cursor.fetchone()
-        found = None if row is None else column(row, 0, "seen")
-        return found if type(found) is int and found > 0 else 0
+        found = self._select(f"SELECT MAX(seen) FROM {self._table}", ())
+        return _position(found[0][0][0])
 
     def write(self, rows: Sequence[tuple[UUID, int, int, bytes]]) -> None:
         if not rows:
@@ -100,23 +108,41 @@ class SQLSummaries(SummaryTable):
         with self._writing() as cursor:
             cursor.execute(f"DELETE FROM {self._table}")
 
-    def page(self, after: int, limit: int) -> list[tuple[int, Any, bytes]] | None:
-        self._ensure()
+    def page(self, after: int, limit: int) -> tuple[int, int, list[tuple[int, bytes]]] | None:
+        # The stream ids are not read: a listing needs only the summaries, and reading
+        # them would cost as much again as the select of the head anchors.
         p = self._p
-        with self._datastore.transaction(commit=False) as cursor:
-            cursor.execute(
-                f"SELECT position, originator_id, summary FROM {self._table} "
-                f"WHERE position > {p} ORDER BY position LIMIT {p}",
-                (after, limit),
-            )
-            rows = cursor.fetchall()
-        if rows and isinstance(rows[0], Mapping):  # PostgreSQL's rows
-            rows = [(r["position"], r["originator_id"], r["summary"]) for r in rows]
-        found: list[tuple[int, Any, bytes]] = rows
-        for position, _, summary in found:
-            if type(position) is not int or not isinstance(summary, bytes):
-                return None
+        ends, found = self._select(
+            f"SELECT (SELECT MAX(seen) FROM {self._table}), ({self._log_end})",
+            (),
+            f"SELECT position, summary FROM {self._table} "
+            f"WHERE position > {p} ORDER BY position LIMIT {p}",
+            (after, limit),
+        )
+        if found and type(found[-1][0]) is not int:  # the next page starts after it
+            return None
+        return _position(ends[0][0]), _position(ends[0][1]), found
+
+    def stream_at(self, position: int) -> Any:
+        found = self._select(
+            f"SELECT originator_id FROM {self._table} WHERE position = {self._p}", (position,)
+        )[0]
+        return found[0][0] if found else None
+
+    def _select(self, *statements: Any) -> list[list[Any]]:
+        """The rows of each ``statement, parameters`` pair, read with one cursor."""
+        self._ensure()
+        found = []
+        with self._reading() as cursor:
+            for statement, parameters in zip(statements[::2], statements[1::2], strict=True):
+                cursor.execute(statement, parameters)
+                found.append(list(cursor.fetchall()))
         return found
+
+
+def _position(found: Any) -> int:
+    """A log position read from the table: 0 for none, or one another writer spoiled."""
+    return found if type(found) is int and found > 0 else 0
 
 
 def stream_in(value: Any) -> UUID | None:

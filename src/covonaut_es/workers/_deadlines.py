@@ -17,8 +17,6 @@ import attrs
 from covonaut_es.domain import AgentThread, PauseKind
 
 DEADLINE_TRACKED: tuple[type, ...] = (
-    AgentThread.Started,
-    AgentThread.StartedFromState,
     AgentThread.Forked,
     AgentThread.ReviewRequested,
     AgentThread.ReviewDecided,
@@ -39,33 +37,58 @@ class _Waiting:
 
 
 class ReviewDeadlines:
-    """The pending reviews with a deadline, per thread, as the log tells them."""
+    """The pending reviews with a deadline, per thread, as the log tells them; only the
+    threads holding any are kept."""
 
     def __init__(self) -> None:
-        self._names: dict[Any, str] = {}  # aggregate id -> thread id
+        self._names: dict[Any, str] = {}  # aggregate id -> thread id, of threads kept
         self._waiting: dict[str, dict[str, _Waiting]] = {}
 
     def apply(self, event: Any) -> None:
         """Fold one event of a :data:`DEADLINE_TRACKED` type."""
         match event:
             case AgentThread.Forked(thread_id=thread_id, interrupts=interrupts):
-                self._names[event.originator_id] = thread_id
                 for interrupt in interrupts:
                     if interrupt.kind is PauseKind.REVIEW and isinstance(interrupt.data, dict):
-                        self._inherit(thread_id, interrupt.data)
-            case AgentThread.Started(thread_id=thread_id):
-                self._names[event.originator_id] = thread_id
+                        self._inherit(event.originator_id, thread_id, interrupt.data)
             case AgentThread.ReviewRequested(request=request) if request.deadline is not None:
+                self._names[event.originator_id] = request.thread_id
                 waiting = self._waiting.setdefault(request.thread_id, {})
                 waiting[request.review_id] = _Waiting(request.deadline)
             case AgentThread.ReviewDecided(review_id=review_id):
-                self._of(event).pop(review_id, None)
+                waiting = self._of(event)
+                waiting.pop(review_id, None)
+                if not waiting:
+                    self._forget(event.originator_id)
             case AgentThread.ReviewDeadlineNear(review_id=review_id):
                 found = self._of(event).get(review_id)
                 if found is not None:
                     found.noted = True
             case AgentThread.Abandoned():
-                self._waiting.pop(self._names.get(event.originator_id, ""), None)
+                self._forget(event.originator_id)
+
+    def kept(self, stream: Any) -> tuple[str, dict[str, tuple[datetime, bool]]] | None:
+        """The thread id of a stream and its pending reviews' deadlines and notices;
+        None when it holds none."""
+        name = self._names.get(stream)
+        waiting = self._waiting.get(name or "")
+        if name is None or not waiting:
+            return None
+        return name, {review: (w.deadline, w.noted) for review, w in waiting.items()}
+
+    def restore(
+        self, stream: Any, thread_id: str, waiting: dict[str, tuple[datetime, bool]]
+    ) -> None:
+        """Keep a thread's pending reviews as :meth:`kept` gave them."""
+        if waiting:
+            self._names[stream] = thread_id
+            self._waiting[thread_id] = {
+                review: _Waiting(deadline, noted) for review, (deadline, noted) in waiting.items()
+            }
+
+    def __len__(self) -> int:
+        """How many threads are kept."""
+        return len(self._names)
 
     def due(self, now: datetime, lead: timedelta | None) -> tuple[str, ...]:
         """The threads with a review past its deadline at ``now``, or (with a ``lead``)
@@ -89,7 +112,10 @@ class ReviewDeadlines:
     def _of(self, event: Any) -> dict[str, _Waiting]:
         return self._waiting.get(self._names.get(event.originator_id, ""), {})
 
-    def _inherit(self, thread_id: str, data: dict[str, Any]) -> None:
+    def _forget(self, stream: Any) -> None:
+        self._waiting.pop(self._names.pop(stream, ""), None)
+
+    def _inherit(self, stream: Any, thread_id: str, data: dict[str, Any]) -> None:
         # A fork's interrupt repeats its parent's request as JSON data: read leniently,
         # as it only chooses what to sweep (the thread itself decides).
         review_id, deadline = data.get("review_id"), data.get("deadline")
@@ -99,4 +125,5 @@ class ReviewDeadlines:
             when = datetime.fromisoformat(deadline)
         except ValueError:
             return
+        self._names[stream] = thread_id
         self._waiting.setdefault(thread_id, {})[review_id] = _Waiting(when)

@@ -45,6 +45,19 @@ TRACKED: tuple[type, ...] = (
 """The event types a worker follows in the log. The log is filtered by topic, and a
 subclass has a topic of its own: each decision event is listed."""
 
+
+_NAMING = (InputSubmitted, InputTaken, AgentThread.Started, AgentThread.Forked)
+"""The events that name their thread."""
+
+
+def stream_of(event: Any) -> UUID:
+    """The domain stream id of the thread a :data:`TRACKED` event is about."""
+    if isinstance(event, InputSubmitted | InputTaken):  # the submissions' stream
+        return thread_aggregate_id(event.thread_id)
+    stream: UUID = event.originator_id
+    return stream
+
+
 # What the log says of a thread's last run.
 IDLE, RUNNING, PAUSED, ENDED, ABANDONED, UNKNOWN, PARKED = (
     "idle",
@@ -58,7 +71,7 @@ IDLE, RUNNING, PAUSED, ENDED, ABANDONED, UNKNOWN, PARKED = (
 
 
 @attrs.define
-class _Summary:
+class Summary:
     thread_id: str | None = None  # None until an event or a lookup names the thread
     status: str = IDLE
     paused_on: set[str] = attrs.Factory(set)  # calls of pauses no person dealt with yet
@@ -100,7 +113,7 @@ class ReadyThreads:
 
     def __init__(self, name_of: Callable[[UUID], str | None]) -> None:
         self._name_of = name_of
-        self._threads: dict[UUID, _Summary] = {}
+        self._threads: dict[UUID, Summary] = {}
         # The threads ready, each with the number of its entry in the queue of the order
         # they became ready; an entry is stale once its thread left (or came again).
         # Not a dict alone: one emptied from its front keeps its holes, so each walk
@@ -125,21 +138,28 @@ class ReadyThreads:
 
     def apply(self, event: Any) -> None:
         """Fold one event of a :data:`TRACKED` type."""
-        name: str | None = None
-        if isinstance(event, InputSubmitted | InputTaken):  # the submissions' stream
-            name, stream = event.thread_id, thread_aggregate_id(event.thread_id)
-        else:
-            stream = event.originator_id
-            if isinstance(event, AgentThread.Started | AgentThread.Forked):
-                name = event.thread_id  # the domain checked it names the stream
+        stream = stream_of(event)
         summary = self._threads.get(stream)
         if summary is None:
-            summary = self._threads[stream] = _Summary()
-        if name is not None:
-            summary.thread_id = name
+            summary = self._threads[stream] = Summary()
+        if isinstance(
+            event, InputSubmitted | InputTaken | AgentThread.Started | AgentThread.Forked
+        ):
+            summary.thread_id = event.thread_id  # the domain checked it names the stream
         _fold(summary, event)
         self._applied += 1
         summary.seen = self._applied
+        self._update(stream, summary)
+
+    def kept(self, stream: UUID) -> Summary | None:
+        """The summary kept of a thread; None when it is at rest (forgotten)."""
+        return self._threads.get(stream)
+
+    def restore(self, stream: UUID, summary: Summary) -> None:
+        """Keep a summary :meth:`kept` gave, as if its events were folded now."""
+        self._applied += 1
+        summary.seen = self._applied
+        self._threads[stream] = summary
         self._update(stream, summary)
 
     def seen(self, stream: UUID) -> int:
@@ -169,7 +189,7 @@ class ReadyThreads:
             summary.status = PARKED
             self._update(stream, summary)
 
-    def _update(self, stream: UUID, summary: _Summary) -> None:
+    def _update(self, stream: UUID, summary: Summary) -> None:
         if summary.ready():
             if stream not in self._ready:
                 self._entries += 1
@@ -190,7 +210,7 @@ class ReadyThreads:
             self._order = deque((s, e) for s, e in self._order if ready.get(s) == e)
 
 
-def _fold(summary: _Summary, event: Any) -> None:
+def _fold(summary: Summary, event: Any) -> None:
     match event:
         case InputSubmitted():
             summary.inputs += 1
@@ -235,7 +255,7 @@ def _fold(summary: _Summary, event: Any) -> None:
             summary.status = UNKNOWN
 
 
-def _dealt_with(summary: _Summary, call_id: str) -> None:
+def _dealt_with(summary: Summary, call_id: str) -> None:
     """A person dealt with the pause on ``call_id``."""
     summary.paused_on.discard(call_id)
     if summary.status == PARKED:

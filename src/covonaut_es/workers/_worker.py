@@ -19,7 +19,6 @@ from covonaut_es._clock import utc_now
 from covonaut_es._closing import Closing
 from covonaut_es.errors import (
     ConfigurationError,
-    CovonautError,
     StoreFileReplacedError,
     ThreadBusyError,
     ToolCallsInDoubtError,
@@ -31,15 +30,17 @@ from covonaut_es.store import Store
 from covonaut_es.store._backend import POLL_INTERVAL
 from covonaut_es.store._leases import HEARTBEAT_INTERVAL, WorkerRecord, now_record
 from covonaut_es.workers._candidates import Candidates
-from covonaut_es.workers._deadlines import DEADLINE_TRACKED, ReviewDeadlines
+from covonaut_es.workers._deadlines import ReviewDeadlines
 from covonaut_es.workers._notices import NoticeSender, ReviewNotifier
-from covonaut_es.workers._ready import TRACKED, ReadyThreads
+from covonaut_es.workers._outstanding import FOLLOWED, catch_up, events, fold, restore
+from covonaut_es.workers._ready import ReadyThreads
 from covonaut_es.workers._step import Action, pause_in_doubt, step
 
 logger = _logs.logger("covonaut_es.workers")
 
-_FOLLOWED = tuple(dict.fromkeys((*TRACKED, *DEADLINE_TRACKED)))
-_READY_TYPES, _DEADLINE_TYPES = frozenset(TRACKED), frozenset(DEADLINE_TRACKED)
+CATCH_UP_INTERVAL = 10.0
+"""Seconds between a running worker's updates of the store's table of outstanding
+threads, which the next worker to start reads instead of the whole log."""
 
 
 @attrs.frozen
@@ -130,6 +131,7 @@ class Worker(Closing):
         self._service = ThreadService(store, clock=self._clock)
         self._sender = None if notifier is None else NoticeSender(store, notifier)
         self._position = 0
+        self._table_due = time.monotonic() + CATCH_UP_INTERVAL
         self._steps = 0
         self._failed: list[str] = []
         self._lost: StoreFileReplacedError | None = None
@@ -184,8 +186,10 @@ class Worker(Closing):
 
     def _loop(self, pool: ThreadPoolExecutor, *, once: bool) -> None:
         running: dict[Future[Action | None], tuple[UUID, str]] = {}
+        self._start()
         while not self._stopping.is_set():
             self._follow()
+            self._keep_table(time.monotonic())
             if self._sweep():
                 continue  # the expired threads are ready: follow their events first
             chosen = self._candidates.next(
@@ -214,22 +218,40 @@ class Worker(Closing):
 
     def _follow(self) -> None:
         """Fold the log's new events of the tracked types."""
-        mapper = self.store._records.mapper
-        for notification in self.store._records.notifications(*_FOLLOWED, after=self._position):
-            try:
-                event = mapper.to_domain_event(notification)
-                if type(event) in _READY_TYPES:
-                    self._ready.apply(event)
-                if type(event) in _DEADLINE_TYPES:
-                    self._deadlines.apply(event)
-            except CovonautError as exc:
-                logger.warning(
-                    "worker %s: passing over log position %d: %s",
-                    self.worker_id,
-                    notification.id,
-                    exc,
-                )
-            self._position = notification.id
+        found = self.store._records.notifications(*FOLLOWED, after=self._position)
+        for position, event in events(self.store, found, self.worker_id):
+            if event is not None:
+                fold(self._ready, self._deadlines, event)
+            self._position = position
+
+    def _start(self) -> None:
+        """Begin from the store's table of outstanding threads, brought up to date, and
+        follow the log after its position; with no table (or one that cannot be read),
+        from the start of the log."""
+        table = self.store._outstanding
+        if table is None or self._position:
+            return
+        for _ in range(2):  # a table spoiled by another writer is made again once
+            catch_up(self.store, self.worker_id)
+            found = table.read()
+            if found is not None:
+                ready, deadlines = ReadyThreads(self.store._records.thread_id_of), ReviewDeadlines()
+                if restore(found[1], ready, deadlines):
+                    self._ready, self._deadlines, self._position = ready, deadlines, found[0]
+                    self._candidates = Candidates(ready)
+                    return
+            table.clear()
+
+    def _keep_table(self, now: float) -> None:
+        """Bring the table of outstanding threads up to date, every
+        :data:`CATCH_UP_INTERVAL`; a failure only leaves more for the next."""
+        if self.store._outstanding is None or now < self._table_due:
+            return
+        self._table_due = now + CATCH_UP_INTERVAL
+        try:
+            catch_up(self.store, self.worker_id)
+        except Exception as exc:
+            logger.warning("worker %s: updating the outstanding threads: %s", self.worker_id, exc)
 
     def _sweep(self) -> bool:
         """Expire the reviews past their deadline and note the ones near it, in the

@@ -46,6 +46,7 @@ from covonaut_es.store._heads import (
     taken,
 )
 from covonaut_es.store._leases import LeaseBackend
+from covonaut_es.store._outstanding import OutstandingTable
 from covonaut_es.store._settings_tables import MemorySettings, SettingsTable
 from covonaut_es.store._snapshot_cache import SnapshotCache
 from covonaut_es.store._stream_ids import KeyedEvents, KeyedLog
@@ -213,6 +214,9 @@ class _MemoryBackend(RecorderAnchors):
 
     def summary_table(self, recorder: ApplicationRecorder) -> SummaryTable | None:
         return None  # a listing reads the threads in memory themselves
+
+    def outstanding_table(self, recorder: ApplicationRecorder) -> OutstandingTable | None:
+        return None  # a worker folds the log in memory, which dies with the process too
 
 
 BACKEND = _MemoryBackend()

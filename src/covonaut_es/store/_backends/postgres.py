@@ -62,6 +62,7 @@ from covonaut_es.store._heads import (
     refuse_taken_streams,
 )
 from covonaut_es.store._leases import LeaseBackend
+from covonaut_es.store._outstanding import OutstandingTable, SQLOutstanding
 from covonaut_es.store._rows import building_records, checked_head, checked_records
 from covonaut_es.store._settings import refuse_application_tables
 from covonaut_es.store._settings_tables import SettingsTable, SQLSettings, column
@@ -433,7 +434,41 @@ class _PostgresBackend(RecorderAnchors):
             create=create,
             placeholder="%s",
             stored=lambda stream: stream,
+            log_end=f'SELECT MAX(notification_id) FROM "{schema}"."{recorder.events_table_name}"',
+            reading=lambda: _reading(recorder.datastore),
         )
+
+    def outstanding_table(self, recorder: ApplicationRecorder) -> OutstandingTable | None:
+        if not (isinstance(recorder, PostgresApplicationRecorder) and recorder.anchoring):
+            return None
+        schema = recorder.datastore.schema
+        name = f"{recorder.events_table_name}_outstanding"
+        table = f'"{schema}"."{name}"'
+        create = (
+            # Workers starting on a store for the first time at once create it once.
+            f"SELECT pg_advisory_xact_lock(hashtext({_literal(f'{schema}.{name}')}))",
+            f"CREATE TABLE IF NOT EXISTS {table} (originator_id uuid PRIMARY KEY, "
+            "position BIGINT NOT NULL, state BYTEA NOT NULL)",
+        )
+        return SQLOutstanding(
+            recorder.datastore,
+            lambda: recorder.datastore.transaction(commit=True),
+            table=table,
+            create=create,
+            placeholder="%s",
+            stored=lambda stream: stream,
+            reading=lambda: _reading(recorder.datastore),
+        )
+
+
+@contextlib.contextmanager
+def _reading(datastore: Any) -> Iterator[Any]:
+    """A cursor for reads, outside a transaction (a read of one statement needs none:
+    the begin and rollback were most of a short read's cost), giving rows as tuples
+    sent in binary: the datastore's mappings, and bytes sent as text, would cost as
+    much again as the select (a listing reads thousands of summaries)."""
+    with datastore.get_connection() as connection:
+        yield connection.cursor(row_factory=tuple_row, binary=True)
 
 
 _EVENT_TABLES = (

@@ -52,6 +52,7 @@ from covonaut_es.store._heads import (
     refuse_taken_streams,
 )
 from covonaut_es.store._leases import LeaseBackend
+from covonaut_es.store._outstanding import OutstandingTable, SQLOutstanding
 from covonaut_es.store._rows import checked_head, checked_id, checked_records
 from covonaut_es.store._settings import check_sqlite_file
 from covonaut_es.store._settings_tables import SettingsTable, SQLSettings
@@ -355,6 +356,24 @@ class _SQLiteBackend(RecorderAnchors):
             f"CREATE INDEX IF NOT EXISTS {table}_seen ON {table} (seen)",
         )
         return SQLSummaries(
+            recorder.datastore,
+            recorder.writer.transaction,
+            table=table,
+            create=create,
+            placeholder="?",
+            stored=lambda stream: stream.hex,
+            log_end=f"SELECT MAX(rowid) FROM {recorder.events_table_name}",
+        )
+
+    def outstanding_table(self, recorder: ApplicationRecorder) -> OutstandingTable | None:
+        if not (isinstance(recorder, SQLiteApplicationRecorder) and recorder.anchoring):
+            return None
+        table = f"{recorder.events_table_name}_outstanding"
+        create = (
+            f"CREATE TABLE IF NOT EXISTS {table} (originator_id TEXT PRIMARY KEY, "
+            "position INTEGER NOT NULL, state BLOB NOT NULL)",
+        )
+        return SQLOutstanding(
             recorder.datastore,
             recorder.writer.transaction,
             table=table,

@@ -1,0 +1,254 @@
+"""The table of threads with work outstanding that workers keep (ADR 0054).
+
+A row per thread holds what a worker's fold of the log says of it (the workers decide
+what, and write it as bytes); one row more, under the nil stream id, holds the log
+position the rows were made at. Workers bring the table up to date from the log after
+that position, and a starting worker reads it instead of folding the whole log, so it
+starts in time proportional to the threads with work outstanding and the events
+written since.
+
+Rows name threads and what they wait for, so an encrypted store seals each with the
+store's cipher and keeps it under the stream id as stored. The table only chooses what
+a worker looks at: a worker decides from the thread itself, under its lease, so a row
+another writer spoiled makes it look at a thread in vain or pass over one until its
+next event, never run one that is not ready.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
+from typing import Any
+from uuid import UUID
+
+from eventsourcing.application import Application
+
+from covonaut_es.store._stream_ids import KeyedEvents, stored_stream
+from covonaut_es.store._summaries import stream_in
+
+TRACKING = UUID(int=0)
+"""The stream id of the row that holds the table's log position."""
+
+
+class OutstandingTable(ABC):
+    """A back end's table of outstanding threads: stream ids as stored (read back as
+    the column holds them: read them with :func:`stream_in`), rows as bytes."""
+
+    @abstractmethod
+    def read(self) -> list[tuple[Any, int, bytes]]:
+        """Every ``(stream, position, row)``, read at once; the tracking row's position
+        is the table's."""
+
+    @abstractmethod
+    def position(self) -> Any:
+        """The table's log position, as stored."""
+
+    @abstractmethod
+    def rows(self, streams: Sequence[UUID]) -> list[tuple[Any, bytes]]:
+        """The ``(stream, row)`` of these streams (as stored) that the table holds."""
+
+    @abstractmethod
+    def advance(
+        self, before: int, after: int, changes: Sequence[tuple[UUID, bytes | None]]
+    ) -> bool:
+        """Move the table from position ``before`` to ``after``, writing each changed
+        row (None: removed), in one transaction; False, writing nothing, when the table
+        is no longer at ``before`` (another worker moved it first)."""
+
+    @abstractmethod
+    def clear(self) -> None:
+        """Remove every row and go back to position 0."""
+
+
+class SQLOutstanding(OutstandingTable):
+    """The table of outstanding threads in a SQL database.
+
+    Args:
+        datastore: The database's eventsourcing datastore (reads).
+        writing: Opens a transaction that commits (writes).
+        table: The table's name, as SQL names it.
+        create: The statements that create the table if absent.
+        placeholder: The driver's parameter placeholder.
+        reading: Opens a cursor for reads that gives rows as tuples; by default, in a
+            transaction of ``datastore`` that does not commit.
+        stored: A stream id (as stored) as the table's column holds it.
+    """
+
+    def __init__(
+        self,
+        datastore: Any,
+        writing: Callable[[], Any],
+        *,
+        table: str,
+        create: Sequence[str],
+        placeholder: str,
+        stored: Callable[[UUID], Any],
+        reading: Callable[[], AbstractContextManager[Any]] | None = None,
+    ) -> None:
+        self._datastore = datastore
+        self._writing = writing
+        self._table = table
+        self._create = create
+        self._p = placeholder
+        self._reading = reading or (lambda: datastore.transaction(commit=False))
+        self._stored = stored
+        self._tracking = stored(TRACKING)
+        self._created = False
+
+    def _ensure(self) -> None:
+        if not self._created:
+            with self._writing() as cursor:
+                for statement in self._create:
+                    cursor.execute(statement)
+            # A transaction of its own, opened by its write: in SQLite one whose first
+            # statement only read (the table existed) fails at its first write if
+            # another process wrote meanwhile, where one opened by a write waits.
+            with self._writing() as cursor:
+                cursor.execute(
+                    f"INSERT INTO {self._table} (originator_id, position, state) "
+                    f"VALUES ({self._p}, 0, {self._p}) ON CONFLICT (originator_id) DO NOTHING",
+                    (self._tracking, b""),
+                )
+            self._created = True
+
+    def _insert(self, cursor: Any, stream: Any, position: int, row: bytes) -> None:
+        p = self._p
+        cursor.execute(
+            f"INSERT INTO {self._table} (originator_id, position, state) VALUES ({p}, {p}, "
+            f"{p}) ON CONFLICT (originator_id) DO UPDATE SET position = excluded.position, "
+            "state = excluded.state",
+            (stream, position, row),
+        )
+
+    def read(self) -> list[tuple[Any, int, bytes]]:
+        return self._select(f"SELECT originator_id, position, state FROM {self._table}", ())
+
+    def position(self) -> Any:
+        found = self._select(
+            f"SELECT position FROM {self._table} WHERE originator_id = {self._p}",
+            (self._tracking,),
+        )
+        return found[0][0] if found else None
+
+    def rows(self, streams: Sequence[UUID]) -> list[tuple[Any, bytes]]:
+        found: list[tuple[Any, bytes]] = []
+        for start in range(0, len(streams), 500):
+            chunk = [self._stored(stream) for stream in streams[start : start + 500]]
+            marks = ", ".join([self._p] * len(chunk))
+            found += self._select(
+                f"SELECT originator_id, state FROM {self._table} WHERE originator_id IN ({marks})",
+                tuple(chunk),
+            )
+        return found
+
+    def advance(
+        self, before: int, after: int, changes: Sequence[tuple[UUID, bytes | None]]
+    ) -> bool:
+        self._ensure()
+        p = self._p
+        with self._writing() as cursor:
+            cursor.execute(
+                f"UPDATE {self._table} SET position = {p} "
+                f"WHERE originator_id = {p} AND position = {p} RETURNING position",
+                (after, self._tracking, before),
+            )
+            if not cursor.fetchall():  # nothing written yet: the transaction ends empty
+                return False
+            for stream, row in changes:
+                if row is None:
+                    cursor.execute(
+                        f"DELETE FROM {self._table} WHERE originator_id = {p}",
+                        (self._stored(stream),),
+                    )
+                else:
+                    self._insert(cursor, self._stored(stream), after, row)
+        return True
+
+    def clear(self) -> None:
+        self._ensure()
+        with self._writing() as cursor:
+            cursor.execute(f"DELETE FROM {self._table}")
+            self._insert(cursor, self._tracking, 0, b"")
+
+    def _select(self, statement: str, parameters: tuple[Any, ...]) -> list[Any]:
+        self._ensure()
+        with self._reading() as cursor:
+            cursor.execute(statement, parameters)
+            return list(cursor.fetchall())
+
+
+class OutstandingThreads:
+    """The store's table of outstanding threads, by domain stream id, each row sealed
+    with the store's cipher.
+
+    Args:
+        app: The store's application.
+        table: Its back end's table.
+    """
+
+    def __init__(self, app: Application[UUID], table: OutstandingTable) -> None:
+        self._app = app
+        self._table = table
+
+    def read(self) -> tuple[int, dict[UUID, bytes]] | None:
+        """The table's log position and every row, read at once; None when a row cannot
+        be read (another writer spoiled it)."""
+        position, rows = None, {}
+        for stored, at, sealed in self._table.read():
+            stream = stream_in(stored)
+            if stream == TRACKING:
+                position = at
+                continue
+            opened = self._opened(stream, sealed)
+            if opened is None:
+                return None
+            rows[opened[0]] = opened[1]
+        if type(position) is not int or position < 0:
+            return None
+        return position, rows
+
+    def position(self) -> int | None:
+        """The table's log position; None when another writer spoiled it."""
+        found = self._table.position()
+        return found if type(found) is int and found >= 0 else None
+
+    def rows(self, streams: Iterable[UUID]) -> dict[UUID, bytes] | None:
+        """The rows of these streams the table holds; None when one cannot be read."""
+        wanted = set(streams)
+        found: dict[UUID, bytes] = {}
+        for key, sealed in self._table.rows([self._stored(stream) for stream in wanted]):
+            opened = self._opened(stream_in(key), sealed)
+            if opened is None or opened[0] not in wanted:
+                return None
+            found[opened[0]] = opened[1]
+        return found
+
+    def advance(self, before: int, after: int, changes: dict[UUID, bytes | None]) -> bool:
+        """As :meth:`OutstandingTable.advance`, by domain stream id."""
+        cipher = self._app.mapper.cipher
+        sealed = []
+        for stream, row in changes.items():
+            if row is not None and cipher is not None:
+                row = cipher.encrypt(row)
+            sealed.append((self._stored(stream), row))
+        return self._table.advance(before, after, sealed)
+
+    def clear(self) -> None:
+        """Remove every row: the table is made again from the whole log."""
+        self._table.clear()
+
+    def _stored(self, stream: UUID) -> Any:
+        return stored_stream(self._app.recorder, stream)
+
+    def _opened(self, stored: UUID | None, sealed: Any) -> tuple[UUID, bytes] | None:
+        if stored is None or not isinstance(sealed, bytes):
+            return None
+        recorder, cipher = self._app.recorder, self._app.mapper.cipher
+        try:
+            stream = (
+                recorder.stream_ids.domain(stored) if isinstance(recorder, KeyedEvents) else stored
+            )
+            return stream, sealed if cipher is None else cipher.decrypt(sealed)
+        except Exception:  # spoiled by another writer: the cipher's errors vary
+            return None

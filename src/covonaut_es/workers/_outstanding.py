@@ -1,0 +1,151 @@
+"""The table of threads with work outstanding, which workers keep up to date from the
+log and a starting worker reads instead of folding the whole log (ADR 0054).
+
+A row holds what a worker's fold says of one thread (:class:`~._ready.ReadyThreads`,
+without the worker's own parking) and its pending reviews' deadlines
+(:class:`~._deadlines.ReviewDeadlines`); a thread at rest with no deadline pending has
+no row. :func:`catch_up` folds the log's events after the table's position into the
+rows they touch, a batch per transaction, so a worker starts in time proportional to
+the outstanding threads and the events written since the table's last update.
+
+The rows only choose what a worker looks at: a step decides from the thread itself,
+under its lease, and a sweep from the thread's own reviews by the clock. A row that
+cannot be read makes the table again from the whole log; one altered to read well makes
+a worker look at a thread in vain, or pass over one until its next event.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import msgspec
+
+from covonaut_es import _logs
+from covonaut_es.errors import CovonautError
+from covonaut_es.store import Store
+from covonaut_es.workers._deadlines import DEADLINE_TRACKED, ReviewDeadlines
+from covonaut_es.workers._ready import TRACKED, ReadyThreads, Summary, stream_of
+
+logger = _logs.logger("covonaut_es.workers")
+
+FOLLOWED = tuple(dict.fromkeys((*TRACKED, *DEADLINE_TRACKED)))
+"""The event types a worker follows in the log."""
+
+READY_TYPES, DEADLINE_TYPES = frozenset(TRACKED), frozenset(DEADLINE_TRACKED)
+
+BATCH = 2_000
+"""The most events one update of the table folds (one transaction)."""
+
+
+class _Ready(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
+    thread_id: str | None
+    status: str
+    paused_on: list[str]
+    reviewed_calls: dict[str, str]
+    retry_asked: bool
+    inputs: int
+
+
+class _Row(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
+    ready: _Ready | None = None
+    waiting: tuple[str, dict[str, tuple[datetime, bool]]] | None = None
+
+
+_DECODER = msgspec.msgpack.Decoder(_Row)
+
+
+def fold(ready: ReadyThreads, deadlines: ReviewDeadlines, event: Any) -> None:
+    """Fold one followed event into a worker's summaries and deadlines."""
+    if type(event) in READY_TYPES:
+        ready.apply(event)
+    if type(event) in DEADLINE_TYPES:
+        deadlines.apply(event)
+
+
+def events(store: Store, notifications: Iterable[Any], worker: str) -> Iterable[tuple[int, Any]]:
+    """Each notification's position and event, passing over (with a warning) one that
+    cannot be read."""
+    mapper = store._records.mapper
+    for notification in notifications:
+        try:
+            yield notification.id, mapper.to_domain_event(notification)
+        except CovonautError as exc:
+            logger.warning(
+                "worker %s: passing over log position %d: %s", worker, notification.id, exc
+            )
+            yield notification.id, None
+
+
+def restore(rows: dict[UUID, bytes], ready: ReadyThreads, deadlines: ReviewDeadlines) -> bool:
+    """Keep the threads of these rows; False when one cannot be read (nothing kept)."""
+    try:
+        decoded = [(stream, _DECODER.decode(row)) for stream, row in rows.items()]
+    except msgspec.DecodeError:
+        return False
+    for stream, row in decoded:
+        if row.ready is not None:
+            kept = row.ready
+            summary = Summary(
+                thread_id=kept.thread_id,
+                status=kept.status,
+                paused_on=set(kept.paused_on),
+                reviewed_calls=kept.reviewed_calls,
+                retry_asked=kept.retry_asked,
+                inputs=kept.inputs,
+            )
+            ready.restore(stream, summary)
+        if row.waiting is not None:
+            deadlines.restore(stream, *row.waiting)
+    return True
+
+
+def _row(stream: UUID, ready: ReadyThreads, deadlines: ReviewDeadlines) -> bytes | None:
+    summary, waiting = ready.kept(stream), deadlines.kept(stream)
+    if summary is None and waiting is None:
+        return None
+    kept = None
+    if summary is not None:
+        kept = _Ready(
+            summary.thread_id,
+            summary.status,
+            sorted(summary.paused_on),
+            summary.reviewed_calls,
+            summary.retry_asked,
+            summary.inputs,
+        )
+    return msgspec.msgpack.encode(_Row(kept, waiting))
+
+
+def catch_up(store: Store, worker: str) -> None:
+    """Fold the log's followed events after the table's position into its rows, until
+    the table reaches the log's end (another worker's update counts as this one's)."""
+    table = store._outstanding
+    assert table is not None
+    while True:
+        before = table.position()
+        if before is None or before > store._records.log_position():
+            table.clear()  # spoiled: a position beyond the log would hide new events
+            before = 0
+        found = store._records.notifications(*FOLLOWED, after=before)
+        batch = list(events(store, itertools.islice(found, BATCH), worker))
+        if not batch:
+            return
+        read = [event for _, event in batch if event is not None]
+        streams = {stream_of(event) for event in read}
+        rows = table.rows(streams)
+        ready, deadlines = ReadyThreads(lambda _: None), ReviewDeadlines()
+        if rows is None or not restore(rows, ready, deadlines):
+            table.clear()  # a row spoiled by another writer: made again from the log
+            continue
+        for event in read:
+            fold(ready, deadlines, event)
+        changes = {}
+        for stream in streams:  # a thread at rest that had no row needs no removal
+            row = _row(stream, ready, deadlines)
+            if row is not None or stream in rows:
+                changes[stream] = row
+        table.advance(before, batch[-1][0], changes)

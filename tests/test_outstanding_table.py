@@ -1,0 +1,186 @@
+"""The table of outstanding threads a worker starts from: it holds what the fold of the
+whole log holds, a starting worker reads it and the log after its position only, an
+encrypted store seals it, and rows another writer altered never make a worker act on a
+thread that is not ready (a generated test): at worst it makes the table again, or
+passes over a thread."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import worker_app
+from covonaut_es import Store, ThreadStatus, Worker, create_cipher_key, open_store
+from covonaut_es.domain import thread_aggregate_id
+from covonaut_es.workers import _outstanding as outstanding
+from covonaut_es.workers._deadlines import ReviewDeadlines
+from covonaut_es.workers._outstanding import FOLLOWED, catch_up, events, fold
+from covonaut_es.workers._ready import ReadyThreads
+from test_workers import agent, decide, pause, payments
+
+TABLE = "stored_events_outstanding"
+NIL = "0" * 32
+
+
+def naive(store: Store) -> tuple[set[Any], set[Any]]:
+    """The ready and kept threads of a fold of the whole log."""
+    ready, deadlines = ReadyThreads(store._records.thread_id_of), ReviewDeadlines()
+    for _, event in events(store, store._records.notifications(*FOLLOWED), "test"):
+        if event is not None:
+            fold(ready, deadlines, event)
+    return set(ready.ready), {s for s in store_streams(store) if ready.kept(s) is not None}
+
+
+def store_streams(store: Store) -> list[Any]:
+    return [thread_aggregate_id(t) for t in store.thread_ids()]
+
+
+def threads(store: Store) -> None:
+    """A thread waiting for a person, one whose review is decided, one given up, one
+    finished and submitted input for a new one."""
+    pause(store, "waiting", "decided", "finished", "given-up")
+    decide(store, "decided", "finished")
+    store.abandon("given-up", "no longer needed")
+    store.submit("walk-in", "Pay 5.")
+
+
+def test_a_starting_worker_reads_the_table_and_the_log_after_it(
+    shared_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker's start brings the table up to the log's end, a few events per
+    transaction, and keeps what the fold of the whole log keeps; a later start follows
+    only the events written since."""
+    monkeypatch.setenv("WORKER_TEST_LEDGER", str(tmp_path / "ledger"))
+    monkeypatch.setattr(outstanding, "BATCH", 3)  # rows made again across transactions
+    with open_store(shared_url) as store:
+        threads(store)
+        Worker(store, worker_app.make_config).run(once=True)  # runs "finished" and more
+        assert store.state_at("finished").status is ThreadStatus.FINISHED
+        table = store._outstanding
+        assert table is not None
+        found = table.read()
+        assert found is not None
+        assert found[0] > 0
+        pause(store, "late")
+        decide(store, "late")
+        worker = Worker(store, worker_app.make_config)
+        worker._start()
+        ready, kept = naive(store)
+        assert set(worker._ready.ready) == ready
+        assert thread_aggregate_id("late") in ready
+        assert {s for s in store_streams(store) if worker._ready.kept(s) is not None} == kept
+        position = worker._position
+        assert found[0] <= position <= store._records.log_position()
+        worker.run(once=True)
+        assert store.state_at("late").status is ThreadStatus.FINISHED
+
+
+def test_an_encrypted_stores_table_is_sealed(tmp_path: Path) -> None:
+    """The rows of an encrypted store name neither thread nor review in the clear, and
+    are kept under the stream ids as stored."""
+    path = tmp_path / "threads.db"
+    with open_store(f"sqlite:///{path}", cipher_key=create_cipher_key()) as store:
+        pause(store, "secret-thread-name")
+        catch_up(store, "test")
+        review = agent(store, "secret-thread-name").pending_reviews[0].review_id
+    with sqlite3.connect(path) as database:
+        rows = database.execute(f"SELECT originator_id, state FROM {TABLE}").fetchall()
+    database.close()
+    assert len(rows) == 2  # the thread and the table's position
+    for stream, state in rows:
+        assert b"secret-thread-name" not in state and review.encode() not in state
+        assert stream != thread_aggregate_id("secret-thread-name").hex
+
+
+MUTATIONS = st.one_of(
+    st.tuples(st.just("delete"), st.integers(0, 8)),
+    st.tuples(st.just("garble"), st.integers(0, 8), st.binary(max_size=40)),
+    st.tuples(st.just("copy"), st.integers(0, 8), st.integers(0, 8)),
+    st.tuples(st.just("rename"), st.integers(0, 8), st.sampled_from(["x", NIL, "walk-in"])),
+    st.tuples(st.just("position"), st.one_of(st.integers(-5, 10**12), st.just("p"))),
+    st.tuples(st.just("claim"), st.sampled_from(["finished", "waiting", "given-up"])),
+)
+
+
+def mutate(database: sqlite3.Connection, mutation: tuple[Any, ...]) -> None:
+    """Apply one change another writer of the database could make to the table."""
+    rows = database.execute(f"SELECT originator_id, state FROM {TABLE} ORDER BY 1").fetchall()
+    match mutation:
+        case ("delete", index):
+            database.execute(f"DELETE FROM {TABLE} WHERE originator_id = ?", (pick(rows, index),))
+        case ("garble", index, state):
+            database.execute(
+                f"UPDATE {TABLE} SET state = ? WHERE originator_id = ?", (state, pick(rows, index))
+            )
+        case ("copy", source, target):
+            state = rows[source % len(rows)][1]
+            database.execute(
+                f"UPDATE {TABLE} SET state = ? WHERE originator_id = ?", (state, pick(rows, target))
+            )
+        case ("rename", index, name):
+            stream = name if name in ("x", NIL) else thread_aggregate_id(name).hex
+            database.execute(
+                f"UPDATE OR IGNORE {TABLE} SET originator_id = ? WHERE originator_id = ?",
+                (stream, pick(rows, index)),
+            )
+        case ("position", position):
+            database.execute(
+                f"UPDATE {TABLE} SET position = ? WHERE originator_id = ?", (position, NIL)
+            )
+        case ("claim", name):  # the thread is said to hold what a ready one holds
+            ready = database.execute(
+                f"SELECT state FROM {TABLE} WHERE originator_id = ?",
+                (thread_aggregate_id("decided").hex,),
+            ).fetchone()
+            database.execute(
+                f"INSERT OR REPLACE INTO {TABLE} (originator_id, position, state) VALUES (?, 1, ?)",
+                (thread_aggregate_id(name).hex, ready[0] if ready else b"\x92\xc0\xc0"),
+            )
+
+
+def pick(rows: list[tuple[Any, ...]], index: int) -> Any:
+    return rows[index % len(rows)][0] if rows else NIL
+
+
+@settings(
+    max_examples=12,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(mutations=st.lists(MUTATIONS, min_size=1, max_size=4))
+def test_an_altered_table_never_makes_a_worker_act_on_a_thread_not_ready(
+    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    mutations: list[tuple[Any, ...]],
+) -> None:
+    """Whatever another writer does to the rows and the position, a worker started on
+    the table never runs a thread waiting for a person, finished or given up, and pays
+    only for the thread whose review was decided; it does not fail."""
+    directory = tmp_path_factory.mktemp("outstanding")
+    monkeypatch.setenv("WORKER_TEST_LEDGER", str(directory / "ledger"))
+    path = directory / "threads.db"
+    with open_store(f"sqlite:///{path}") as store:
+        pause(store, "waiting", "decided", "finished", "given-up")
+        decide(store, "finished")
+        agent(store, "finished").resume()
+        decide(store, "decided")
+        store.abandon("given-up", "no longer needed")
+        catch_up(store, "test")
+        before = {t: store.state_at(t).version for t in ("waiting", "finished", "given-up")}
+    with sqlite3.connect(path) as database:
+        for mutation in mutations:
+            mutate(database, mutation)
+    database.close()
+    with open_store(f"sqlite:///{path}") as store:
+        summary = Worker(store, worker_app.make_config).run(once=True)
+        assert summary.failed == ()
+        after = {t: store.state_at(t).version for t in before}
+        assert after == before
+        assert agent(store, "waiting").pending_reviews
+        assert set(payments(directory / "ledger")) <= {"finished", "decided"}
+        assert sum(payments(directory / "ledger")["finished"].values()) == 1
