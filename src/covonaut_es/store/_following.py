@@ -27,7 +27,6 @@ from eventsourcing.utils import Environment, TopicError
 
 from covonaut_es.errors import ConfigurationError
 from covonaut_es.store._mapper import MsgspecMapper
-from covonaut_es.store._own_snapshots import declared_snapshots
 
 
 class ApplicationTranscoder(JSONTranscoder):
@@ -68,7 +67,6 @@ class ApplicationMapper(MsgspecMapper):
             compressor,
             cipher,
             aggregate_classes=classes,
-            event_classes=declared_snapshots(classes),
         )
 
 

@@ -34,7 +34,7 @@ from covonaut_es.store._codec import (
     library_event_classes,
     payload_type,
 )
-from covonaut_es.store._own_snapshots import AggregateSnapshot
+from covonaut_es.store._own_snapshots import AggregateSnapshot, snapshot_classes
 from covonaut_es.store._snapshot_seals import SEALED
 from covonaut_es.store._transcodings import OwnSnapshotCodec, TranscodedCodec, Transcodings
 
@@ -97,7 +97,7 @@ class MsgspecMapper(Mapper[UUID]):
         own = [
             *event_classes,
             *(event for cls in aggregates[1:] for event in aggregate_event_classes(cls)),
-            *{snapshot for cls in aggregates[1:] if (snapshot := snapshot_class(cls))},
+            *snapshot_classes(aggregates[1:]),
         ]
         check_upcasters((schema_for(cls) for cls in own), own=True)
         self._classes: dict[str, type] = {
@@ -318,13 +318,6 @@ class MsgspecMapper(Mapper[UUID]):
             )
             raise SerializationError(msg) from exc
         return data
-
-
-def snapshot_class(aggregate_cls: type) -> type | None:
-    """The snapshot class eventsourcing takes an aggregate's snapshots with: its nested
-    ``Snapshot``, if it has one."""
-    cls = getattr(aggregate_cls, "Snapshot", None)
-    return cls if isinstance(cls, type) and issubclass(cls, CanSnapshotAggregate) else None
 
 
 def _compressed_snapshot(topic: str, data: bytes) -> bool:

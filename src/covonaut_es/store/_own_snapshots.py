@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
-from eventsourcing.domain import Snapshot
+from eventsourcing.domain import CanSnapshotAggregate, Snapshot
 
 from covonaut_es.errors import ConfigurationError, SerializationError
 
@@ -108,6 +108,20 @@ def snapshot_class(aggregate_class: type) -> type[AggregateSnapshot]:
 def declared_snapshots(aggregate_classes: Iterable[type]) -> list[type[AggregateSnapshot]]:
     """The snapshot classes of those of ``aggregate_classes`` that declare one."""
     return [snapshot_class(cls) for cls in aggregate_classes if _declares(cls)]
+
+
+def snapshot_classes(aggregate_classes: Iterable[type]) -> list[type[CanSnapshotAggregate[Any]]]:
+    """The snapshot classes the ``aggregate_classes`` are snapshotted with: the one each
+    declares, bound to it, or else eventsourcing's own nested ``Snapshot``."""
+    found: list[type[CanSnapshotAggregate[Any]]] = []
+    for cls in aggregate_classes:
+        if _declares(cls):
+            found.append(snapshot_class(cls))
+            continue
+        stock = getattr(cls, "Snapshot", None)
+        if isinstance(stock, type) and issubclass(stock, CanSnapshotAggregate):
+            found.append(stock)
+    return list(dict.fromkeys(found))
 
 
 def _declares(aggregate_class: type) -> bool:
