@@ -126,7 +126,14 @@ def snapshot_classes(aggregate_classes: Iterable[type]) -> list[type[CanSnapshot
 
 def _declares(aggregate_class: type) -> bool:
     declared = getattr(aggregate_class, "Snapshot", None)
-    return isinstance(declared, type) and issubclass(declared, AggregateSnapshot)
+    return isinstance(declared, type) and declared_snapshot(declared)
+
+
+def declared_snapshot(cls: type) -> bool:
+    """Whether ``cls`` is a snapshot class an aggregate declares: sealed, its state
+    decoded into the types the aggregate class annotates (rather than eventsourcing's
+    own, tagged by transcodings and never sealed)."""
+    return issubclass(cls, AggregateSnapshot)
 
 
 def annotated(aggregate_class: type) -> frozenset[str]:
