@@ -159,7 +159,7 @@ def open_from(
         try:
             # Reads the log, decoding nothing: not a store fails here, and a store with
             # a damaged record still opens, for verify and replay to say where it is.
-            store._records.log_position()
+            store.last_log_position()
         except BaseException:
             store.close()
             raise
