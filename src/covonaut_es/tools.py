@@ -15,6 +15,7 @@ from covonaut_es import _logs
 from covonaut_es._review_policy import ReviewPolicy, ReviewPolicyFunction, review_rules
 from covonaut_es._schema import ArgumentsValidator, compile_schema, validation_error
 from covonaut_es.domain import ReviewDecision, ReviewRules, ToolPin
+from covonaut_es.domain._canonical import refuse_non_finite
 from covonaut_es.errors import ConfigurationError, ToolArgumentsLimitError, ToolResultError
 from covonaut_es.messages import JsonValue, ToolCall, ToolSpec
 
@@ -347,25 +348,10 @@ def result_text(value: Any) -> str:
             text = value
         else:
             plain = msgspec.to_builtins(value)
-            _refuse_non_finite(plain)
+            refuse_non_finite(plain)
             text = msgspec.json.encode(plain).decode()
         text.encode("utf-8")  # a lone surrogate could not be stored
     except (TypeError, ValueError, RecursionError, msgspec.EncodeError) as exc:
         msg = f"the tool returned a value that cannot be recorded as JSON: {exc}"
         raise ToolResultError(msg) from exc
     return text
-
-
-def _refuse_non_finite(value: Any) -> None:
-    # msgspec writes NaN and infinity as null, which would change what the tool said.
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, float) and not math.isfinite(item):
-            msg = f"{item} is not a JSON number; return it as a string or None"
-            raise ValueError(msg)
-        if isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
