@@ -14,6 +14,7 @@ import msgspec
 from covonaut_es import _logs
 from covonaut_es._review_policy import ReviewPolicy, ReviewPolicyFunction, review_rules
 from covonaut_es._schema import ArgumentsValidator, compile_schema, validation_error
+from covonaut_es._strict_json import FOR_THE_MODEL, JsonRefused, strict_loads
 from covonaut_es.domain import ReviewDecision, ReviewRules, ToolPin
 from covonaut_es.domain._canonical import refuse_non_finite
 from covonaut_es.errors import ConfigurationError, ToolArgumentsLimitError, ToolResultError
@@ -268,15 +269,18 @@ def parse_arguments(tool: Tool, call: ToolCall) -> dict[str, Any]:
     Raises:
         ToolArgumentsLimitError: The arguments are larger than ``MAX_ARGUMENTS_BYTES``
             or nested deeper than ``MAX_ARGUMENTS_DEPTH``; checked before decoding.
-        ArgumentsError: With a message meant for the model.
+        ArgumentsError: With a message meant for the model (a key given twice in an
+            object among them: what ran would not be what every reader of the text
+            takes it to say).
     """
     text = call.arguments or "{}"
     check_arguments_limits(tool.name, text)
     try:
         args = msgspec.json.decode(text)
+        strict_loads(text, FOR_THE_MODEL)  # msgspec keeps the last of a key given twice
     except msgspec.ValidationError as exc:  # a number that overflows to infinity
         error = f"hold a number JSON cannot carry ({exc}); use a finite number"
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, JsonRefused) as exc:
         error = f"are not valid JSON: {exc}"
     else:
         if isinstance(args, dict):
