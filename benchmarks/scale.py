@@ -101,12 +101,10 @@ from workload import prose, store_bytes, store_url
 from covonaut_es import (
     Agent,
     AgentConfig,
-    CheckpointSettings,
     HmacReviewerVerifier,
     ProviderRequest,
     ProviderResponse,
     Role,
-    ScriptedProvider,
     Store,
     Tool,
     ToolCall,
@@ -208,28 +206,19 @@ def lookup(args: dict[str, Any]) -> str:
     return prose(workload.RESULT_BYTES, int(args["n"]) + 500)
 
 
-def _lookup(ctx: ToolContext, args: dict[str, Any]) -> str:
-    return lookup(args)
-
-
 def _pay(ctx: ToolContext, args: dict[str, Any]) -> Any:
     return {"paid": args["amount"]}
 
 
-LOOKUP = Tool(workload.TOOL_NAME, "Look up a fact", workload.TOOL_SCHEMA, _lookup)
+LOOKUP = workload.lookup_tool(lookup)
 PAY = Tool("pay", "Pay", {"type": "object"}, _pay, requires_approval=True)
 VERIFIER = HmacReviewerVerifier(SECRET.encode())
 
 
 def config(store: Store | None, index: int) -> AgentConfig:
     """Thread ``index``'s agent; bound to ``store`` unless None (a worker binds it)."""
-    bound = None if store is None else CheckpointSettings(store=store, thread_id=thread_id(index))
-    return AgentConfig(
-        provider=ScriptedProvider(respond=_respond(index)),
-        model="bench",
-        tools=(LOOKUP, PAY),
-        reviewer_verifier=VERIFIER,
-        checkpoint=bound,
+    return workload.scripted_agent(
+        store, _respond(index), thread_id(index), tools=(LOOKUP, PAY), reviewer_verifier=VERIFIER
     )
 
 

@@ -427,22 +427,42 @@ class Model:
         return ProviderResponse(content=answer(turn))
 
 
-def _lookup(ctx: ToolContext, args: dict[str, Any]) -> str:
-    return tool_result(int(args["n"]))
+def lookup_tool(result: Callable[[dict[str, Any]], str]) -> Tool:
+    """The workload's ``lookup`` tool, answering a call with ``result(args)``."""
+
+    def lookup(ctx: ToolContext, args: dict[str, Any]) -> str:
+        return result(args)
+
+    return Tool(TOOL_NAME, "Look up a fact", TOOL_SCHEMA, lookup)
 
 
-LOOKUP = Tool(TOOL_NAME, "Look up a fact", TOOL_SCHEMA, _lookup)
+LOOKUP = lookup_tool(lambda args: tool_result(int(args["n"])))
+
+
+def scripted_agent(
+    store: Store | None,
+    respond: Callable[[ProviderRequest], ProviderResponse],
+    thread_id: str,
+    *,
+    tools: Sequence[Tool] = (LOOKUP,),
+    **settings: Any,
+) -> AgentConfig:
+    """A benchmark's agent: the scripted model ``respond`` with ``tools``, saving
+    thread ``thread_id`` to ``store`` (unbound when None: a worker binds it), with any
+    further ``AgentConfig`` ``settings``."""
+    bound = None if store is None else CheckpointSettings(store=store, thread_id=thread_id)
+    return AgentConfig(
+        provider=ScriptedProvider(respond=respond),
+        model="bench",
+        tools=tuple(tools),
+        checkpoint=bound,
+        **settings,
+    )
 
 
 def agent_config(store: Store, model: Model, thread_id: str = THREAD_ID) -> AgentConfig:
     """Our agent for the workload; one ``run()`` does all of the model's turns."""
-    return AgentConfig(
-        provider=ScriptedProvider(respond=model),
-        model="bench",
-        max_turns=model.turns + 1,
-        tools=[LOOKUP],
-        checkpoint=CheckpointSettings(store=store, thread_id=thread_id),
-    )
+    return scripted_agent(store, model, thread_id, max_turns=model.turns + 1)
 
 
 class PersistenceTimer:

@@ -305,6 +305,22 @@ def test_head_version_is_the_newest_stored_version_of_the_threads_own_stream(
     assert store.head_version("t") == agent.state.version
 
 
+def test_last_log_position_is_the_newest_event_of_any_writer(store: Store, other: Store) -> None:
+    """last_log_position is 0 for an empty store, then the position of the newest event
+    in the log, whoever wrote it; a consumer that recorded it has nothing after it."""
+    assert store.last_log_position() == 0
+    thread = AgentThread.start("t", now=NOW)
+    store.save(thread)
+    first = store.last_log_position()
+    assert first >= thread.version
+    theirs = other.load("t")
+    theirs.append_message(user("one"), now=NOW)
+    other.save(theirs)
+    assert store.last_log_position() > first
+    store.record_log_position("reader", store.last_log_position())
+    assert store.log_position("reader") == store.last_log_position()
+
+
 def test_events_after_lists_what_other_writers_appended_since_a_version(
     store: Store, other: Store
 ) -> None:

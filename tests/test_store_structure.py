@@ -24,6 +24,7 @@ BACKENDS = PACKAGE / "store" / "_backends"
 # each must stay.
 PUBLIC_SIGNATURES = {
     "log_position": "(self, consumer: 'str') -> 'int'",
+    "last_log_position": "(self) -> 'int'",
     "record_log_position": "(self, consumer: 'str', position: 'int') -> 'None'",
     "abandon": "(self, thread_id: 'str', reason: 'str' = '', *, now: 'datetime | None' = None) -> 'None'",  # noqa: E501
     "acheckpoints": "(self, thread_id: 'str') -> 'tuple[Checkpoint, ...]'",

@@ -40,6 +40,15 @@ class Wording:
     wide_integer: str | None = None
 
 
+FOR_THE_MODEL = Wording(
+    twice="the key {key!r} appears more than once in an object",
+    constant="{name} is not a JSON number",
+    too_large="{text} is too large for a JSON number",
+)
+"""How a refusal is worded to the model: of its typed answer, or of a tool call's
+arguments."""
+
+
 def strict_loads(text: str, wording: Wording) -> Any:
     """The JSON value of ``text``, read strictly.
 

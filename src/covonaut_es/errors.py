@@ -369,6 +369,12 @@ class ToolArgumentsLimitError(CovonautError, ValueError):
     refused before it runs and the refusal is recorded as its result."""
 
 
+class NonFiniteNumberError(CovonautError, ValueError):
+    """A value to be written as JSON, or digested, holds NaN or an infinity, which JSON
+    (and RFC 8785) cannot carry: refused rather than written as ``null``, which would
+    give NaN, an infinity and None one digest."""
+
+
 class ToolResultError(CovonautError, ValueError):
     """A tool's return value cannot be recorded as JSON text (an unsupported type, a
     recursive structure, NaN or infinity, a lone surrogate): the call ran, so this is

@@ -14,7 +14,9 @@ import msgspec
 from covonaut_es import _logs
 from covonaut_es._review_policy import ReviewPolicy, ReviewPolicyFunction, review_rules
 from covonaut_es._schema import ArgumentsValidator, compile_schema, validation_error
+from covonaut_es._strict_json import FOR_THE_MODEL, JsonRefused, strict_loads
 from covonaut_es.domain import ReviewDecision, ReviewRules, ToolPin
+from covonaut_es.domain._canonical import refuse_non_finite
 from covonaut_es.errors import ConfigurationError, ToolArgumentsLimitError, ToolResultError
 from covonaut_es.messages import JsonValue, ToolCall, ToolSpec
 
@@ -267,15 +269,18 @@ def parse_arguments(tool: Tool, call: ToolCall) -> dict[str, Any]:
     Raises:
         ToolArgumentsLimitError: The arguments are larger than ``MAX_ARGUMENTS_BYTES``
             or nested deeper than ``MAX_ARGUMENTS_DEPTH``; checked before decoding.
-        ArgumentsError: With a message meant for the model.
+        ArgumentsError: With a message meant for the model (a key given twice in an
+            object among them: what ran would not be what every reader of the text
+            takes it to say).
     """
     text = call.arguments or "{}"
     check_arguments_limits(tool.name, text)
     try:
         args = msgspec.json.decode(text)
+        strict_loads(text, FOR_THE_MODEL)  # msgspec keeps the last of a key given twice
     except msgspec.ValidationError as exc:  # a number that overflows to infinity
         error = f"hold a number JSON cannot carry ({exc}); use a finite number"
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, JsonRefused) as exc:
         error = f"are not valid JSON: {exc}"
     else:
         if isinstance(args, dict):
@@ -347,25 +352,10 @@ def result_text(value: Any) -> str:
             text = value
         else:
             plain = msgspec.to_builtins(value)
-            _refuse_non_finite(plain)
+            refuse_non_finite(plain)
             text = msgspec.json.encode(plain).decode()
         text.encode("utf-8")  # a lone surrogate could not be stored
     except (TypeError, ValueError, RecursionError, msgspec.EncodeError) as exc:
         msg = f"the tool returned a value that cannot be recorded as JSON: {exc}"
         raise ToolResultError(msg) from exc
     return text
-
-
-def _refuse_non_finite(value: Any) -> None:
-    # msgspec writes NaN and infinity as null, which would change what the tool said.
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, float) and not math.isfinite(item):
-            msg = f"{item} is not a JSON number; return it as a string or None"
-            raise ValueError(msg)
-        if isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)

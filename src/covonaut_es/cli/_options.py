@@ -25,6 +25,7 @@ from covonaut_es.cli._command import Command, Subcommands, UsageError, add_comma
 from covonaut_es.cli._output import add_json_option
 from covonaut_es.projections import ReviewQueue
 from covonaut_es.store import AgentApplication, Store, open_store
+from covonaut_es.store._urls import require_sqlite_file
 
 T = TypeVar("T")
 
@@ -159,7 +160,7 @@ def open_from(
         try:
             # Reads the log, decoding nothing: not a store fails here, and a store with
             # a damaged record still opens, for verify and replay to say where it is.
-            store._records.log_position()
+            store.last_log_position()
         except BaseException:
             store.close()
             raise
@@ -184,6 +185,12 @@ def _application_store(args: argparse.Namespace, *, create: bool) -> Iterator[St
         )
         raise UsageError(msg)
     application_class = _application_class(args.application)
+    if not create:
+        # The settings as the application will read them (eventsourcing's construct_env).
+        settings = Environment(application_class.name, {**application_class.env, **os.environ})
+        if settings.get("PERSISTENCE_MODULE") == "eventsourcing.sqlite":
+            where = f"--application {args.application}"
+            require_sqlite_file(settings.get("SQLITE_DBNAME"), where)
     keys = Environment(application_class.name).create_keys("CREATE_TABLE")
     application = application_class(env={} if create else dict.fromkeys(keys, "n"))
     try:

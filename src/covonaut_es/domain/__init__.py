@@ -13,7 +13,7 @@ domain classes and msgspec), never a layer above it.
 from covonaut_es.domain._calls import requested_call
 from covonaut_es.domain._canonical import canonical_json
 from covonaut_es.domain._ids import check_thread_id, check_thread_stream, thread_aggregate_id
-from covonaut_es.domain._review_rules import check_may_act_on_call, may_decide
+from covonaut_es.domain._review_rules import check_may_act_on_call, may_decide, same_reviewer
 from covonaut_es.domain._reviews import (
     Decision,
     Review,
@@ -82,5 +82,6 @@ __all__ = [
     "may_decide",
     "operation_digest",
     "requested_call",
+    "same_reviewer",
     "thread_aggregate_id",
 ]

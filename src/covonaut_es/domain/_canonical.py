@@ -14,6 +14,30 @@ from typing import Any
 
 import msgspec
 
+from covonaut_es.errors import NonFiniteNumberError
+
+
+def refuse_non_finite(value: Any, *, where: str = "") -> None:
+    """Refuse NaN and infinities anywhere in ``value`` (plain JSON-like data): msgspec
+    writes them as ``null``, and RFC 8785 has none, so the value would not say what it
+    says, and its digest would be None's.
+
+    Raises:
+        NonFiniteNumberError: Naming ``where`` (what the value is) and the number.
+    """
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            prefix = f"{where}: " if where else ""
+            msg = f"{prefix}{item} is not a JSON number; give it as a string or None"
+            raise NonFiniteNumberError(msg)
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+
 
 def canonical_json(value: Any) -> bytes:
     """JSON with object keys sorted (by code point) at every level, no whitespace, UTF-8.

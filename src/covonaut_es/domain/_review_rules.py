@@ -12,6 +12,7 @@ out of a reviewer's queue what the check would refuse them. Pure: no I/O, no clo
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Collection, Mapping
 from typing import Any
 
@@ -117,7 +118,7 @@ def check_decision(
                 f"{list(limit.scopes)}; ask a reviewer who holds one; nothing was recorded"
             )
             raise ReviewerNotPermittedError(msg)
-    if any(a.reviewer == reviewer for a in review.approvals):
+    if any(same_reviewer(a.reviewer, reviewer) for a in review.approvals):
         msg = (
             f"reviewer {reviewer!r} approved review {review_id!r} already: it needs the "
             "approval of a second, different reviewer; nothing was recorded"
@@ -139,3 +140,15 @@ def _changed(name: str, requested: Mapping[str, Any], edited: Mapping[str, Any])
         return True
     # Compared as canonical JSON: in Python True == 1 == 1.0, which JSON tells apart.
     return canonical_json(requested[name]) != canonical_json(edited[name])
+
+
+def same_reviewer(first: str, second: str) -> bool:
+    """Whether two reviewer ids name one person for four eyes: equal once each is
+    NFKC-normalised and case-folded (Unicode's NFKC_Casefold, roughly), so that
+    ``Alice`` and ``alice``, or ``alice`` in fullwidth letters, are not two reviewers. The
+    ids are recorded as the verifier gave them; only this comparison folds them."""
+    return _folded(first) == _folded(second)
+
+
+def _folded(reviewer: str) -> str:
+    return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", reviewer).casefold())

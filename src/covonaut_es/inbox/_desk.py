@@ -409,7 +409,7 @@ class ReviewDesk:
     def _remember(self, thread_id: str, item_id: str | None) -> None:
         """Leave the item (None: every item of the thread) out of the listings until the
         queue has caught up with the log as it stands now, right after the save."""
-        position = self.store._records.log_position()
+        position = self.store.last_log_position()
         with self._lock:
             key = (thread_id, item_id)
             self._recorded[key] = max(position, self._recorded.get(key, 0))

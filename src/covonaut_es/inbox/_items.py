@@ -23,6 +23,7 @@ from covonaut_es.domain import (
     ThreadTree,
     ToolPin,
     may_decide,
+    same_reviewer,
 )
 from covonaut_es.domain._reviews import DEFAULT_RULES, review_reason
 from covonaut_es.messages import Message
@@ -112,7 +113,9 @@ class ReviewItem:
         if self.decision is not None or not may_decide(rules, reviewer.scopes):
             return frozenset()
         actions = {_FORMS[decision] for decision in rules.decisions}
-        if "approve" in actions and any(a.reviewer == reviewer.id for a in self.approvals):
+        if "approve" in actions and any(
+            same_reviewer(a.reviewer, reviewer.id) for a in self.approvals
+        ):
             actions.discard("approve")  # a second, different reviewer approves
         if "approve" in actions and rules.editable != () and not self.approvals:
             actions.add("approve-edited")

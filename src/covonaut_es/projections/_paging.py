@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from datetime import datetime
 
 import msgspec
 
@@ -76,20 +77,36 @@ def encode_cursor(key: QueueKey) -> str:
 
 
 def decode_cursor(cursor: str) -> QueueKey:
-    """The position a cursor from :func:`encode_cursor` names.
+    """The position a cursor from :func:`encode_cursor` names: one that
+    :func:`encode_cursor` gives back as it came (no other spelling of the same bytes),
+    whose time is an ISO timestamp as a view writes it and whose keys are text a
+    view's index could hold (not empty, no NUL).
 
     Raises:
         InvalidPageRequestError: It is not such a cursor.
     """
+    msg = "the page cursor is not one a page of the reviewer queue gave: ask for page one"
     if not isinstance(cursor, str) or not 0 < len(cursor) <= _MAX_CURSOR_CHARS:
-        msg = "the page cursor is not one a page of the reviewer queue gave: ask for page one"
         raise InvalidPageRequestError(msg)
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        return msgspec.json.decode(raw, type=QueueKey)
+        key = msgspec.json.decode(raw, type=QueueKey)
     except (binascii.Error, ValueError, msgspec.DecodeError) as exc:
-        msg = "the page cursor is not one a page of the reviewer queue gave: ask for page one"
         raise InvalidPageRequestError(msg) from exc
+    if encode_cursor(key) != cursor or not _position(key):
+        raise InvalidPageRequestError(msg)
+    return key
+
+
+def _position(key: QueueKey) -> bool:
+    """Whether ``key`` could be an item's place in a view."""
+    try:
+        at = datetime.fromisoformat(key.requested_at)
+    except ValueError:
+        return False
+    if at.isoformat() != key.requested_at:
+        return False
+    return all(text and "\x00" not in text for text in (key.thread_key, key.item_key))
 
 
 def checked_limit(limit: int) -> int:

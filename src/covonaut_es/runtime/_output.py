@@ -17,7 +17,7 @@ import attrs
 import msgspec
 
 from covonaut_es._schema import ArgumentsValidator, compile_schema, validation_error
-from covonaut_es._strict_json import Wording, strict_loads
+from covonaut_es._strict_json import FOR_THE_MODEL, strict_loads
 from covonaut_es.domain import TypedOutput
 from covonaut_es.errors import ConfigurationError, OutputValidationError
 from covonaut_es.messages import JsonValue, OutputSpec
@@ -238,18 +238,11 @@ def _nodes(schema: Any) -> Iterator[dict[str, Any]]:
             stack.extend(item)
 
 
-_ANSWER = Wording(
-    twice="the key {key!r} appears more than once in an object",
-    constant="{name} is not a JSON number",
-    too_large="{text} is too large for a JSON number",
-)
-
-
 def _parsed(text: str) -> JsonValue:
     """The answer's JSON value. A key given twice, NaN or infinity are refused: what
     is recorded must be what any reader of the answer's text would take it to say."""
     try:
-        return strict_loads(text, _ANSWER)
+        return strict_loads(text, FOR_THE_MODEL)
     except RecursionError:  # pragma: no cover - the depth limit is checked first
         raise AnswerRefused("the answer is nested too deeply") from None
     except ValueError as exc:  # JsonRefused and JSONDecodeError among them

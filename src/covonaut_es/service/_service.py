@@ -16,6 +16,7 @@ from typing import Any, Protocol, TypeVar
 
 import attrs
 
+from covonaut_es._clock import AwareClock
 from covonaut_es.domain import (
     AgentThread,
     Decision,
@@ -118,7 +119,8 @@ class ThreadService:
         store: The threads' store.
         verifier: Establishes reviewers from their credentials (:meth:`reviewer`); the
             commands that record a person's decision need one.
-        clock: The time of the events it records; the store's clock by default.
+        clock: The time of the events it records; the store's clock by default. A
+            time it gives without a timezone is a ``ConfigurationError`` naming it.
         reviews: Where a pending review's thread is looked up by the review's id, when
             a command names no thread; without it (or while it is behind the log), the
             threads are found from the log's review requests and forks.
@@ -134,7 +136,7 @@ class ThreadService:
     ) -> None:
         self.store = store
         self.verifier = verifier
-        self._clock = clock or store.clock
+        self._clock = AwareClock(clock or store.clock)
         self.reviews = reviews
 
     # Who acts -----------------------------------------------------------------------

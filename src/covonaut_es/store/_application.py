@@ -326,8 +326,7 @@ class AgentApplication(RecordsProcessingEvents, Application[UUID]):
         cipher_key = self.env.get("CIPHER_KEY") if self.mapper.cipher else None
         chain_key = self.chain_key
         key = SealKey(chain_key=chain_key.decode() if chain_key else None, cipher_key=cipher_key)
-        own = declared_snapshots(self.aggregate_classes)
-        return SnapshotCache(self.mapper, recorder, events=self.recorder, key=key, own=own)
+        return SnapshotCache(self.mapper, recorder, events=self.recorder, key=key)
 
 
 CHAIN_KEY_ENV = "COVONAUT_CHAIN_KEY"

@@ -58,12 +58,16 @@ class Codec:
         )
 
     def encode(self, obj: object) -> bytes:
-        payload = self._payload(obj)
         try:
-            encoded = msgspec.json.encode(payload)
-        except TypeError as exc:  # a value of a type msgspec does not encode
-            raise unsupported(type(obj), payload) from exc
+            encoded = msgspec.json.encode(self._payload(obj))
+        except (TypeError, UnicodeEncodeError, RecursionError) as exc:
+            fields = {k: v for k, v in vars(obj).items() if k not in _IDENTITY_FIELDS}
+            raise unsupported(type(obj), fields, self._field_encoding) from exc
         return self.readable(encoded, obj)
+
+    def _field_encoding(self, value: Any) -> bytes:
+        """One field's value encoded as :meth:`encode` encodes it in a payload."""
+        return msgspec.json.encode(value)
 
     def readable(self, payload: bytes, obj: object) -> bytes:
         """``payload``, the encoding of event ``obj``, once the reader of its class has

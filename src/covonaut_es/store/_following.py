@@ -12,6 +12,7 @@ one with :func:`event_mapper`.
 
 from __future__ import annotations
 
+import binascii
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -27,7 +28,6 @@ from eventsourcing.utils import Environment, TopicError
 
 from covonaut_es.errors import ConfigurationError
 from covonaut_es.store._mapper import MsgspecMapper
-from covonaut_es.store._own_snapshots import declared_snapshots
 
 
 class ApplicationTranscoder(JSONTranscoder):
@@ -68,7 +68,6 @@ class ApplicationMapper(MsgspecMapper):
             compressor,
             cipher,
             aggregate_classes=classes,
-            event_classes=declared_snapshots(classes),
         )
 
 
@@ -78,10 +77,24 @@ def cipher_of(factory: InfrastructureFactory[Any]) -> Cipher | None:
     topic, which no ``except ImportError`` sees: this says which extra to install.
 
     Raises:
-        ConfigurationError: The cipher's package is missing.
+        ConfigurationError: The cipher's package is missing, or its key is missing or
+            is not one it takes (the key is not shown).
     """
     try:
         return factory.cipher()
+    except (ValueError, OSError) as exc:  # eventsourcing's AESCipher: absence, base64, size
+        if isinstance(exc, OSError):
+            found = "it is not set"
+        elif isinstance(exc, binascii.Error | UnicodeError):
+            found = "it is not base64"
+        else:
+            found = "it is not 16, 24 or 32 bytes long"
+        msg = (
+            f"the cipher key (CIPHER_KEY) is not one the cipher takes: {found}; expected "
+            "the base64 of 16, 24 or 32 bytes, as create_cipher_key() returns"
+        )
+        # Not chained: the cipher's own message may quote the key.
+        raise ConfigurationError(msg) from None
     except TopicError as exc:
         if not isinstance(exc.__cause__, ImportError):
             raise

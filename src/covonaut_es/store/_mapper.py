@@ -34,7 +34,7 @@ from covonaut_es.store._codec import (
     library_event_classes,
     payload_type,
 )
-from covonaut_es.store._own_snapshots import AggregateSnapshot
+from covonaut_es.store._own_snapshots import declared_snapshot, snapshot_classes
 from covonaut_es.store._snapshot_seals import SEALED
 from covonaut_es.store._transcodings import OwnSnapshotCodec, TranscodedCodec, Transcodings
 
@@ -97,7 +97,7 @@ class MsgspecMapper(Mapper[UUID]):
         own = [
             *event_classes,
             *(event for cls in aggregates[1:] for event in aggregate_event_classes(cls)),
-            *{snapshot for cls in aggregates[1:] if (snapshot := snapshot_class(cls))},
+            *snapshot_classes(aggregates[1:]),
         ]
         check_upcasters((schema_for(cls) for cls in own), own=True)
         self._classes: dict[str, type] = {
@@ -113,9 +113,11 @@ class MsgspecMapper(Mapper[UUID]):
     def codec(self, cls: type) -> Codec:
         """The codec of a stored class: one that applies the application's
         transcodings for its own event classes, if it registers any."""
-        own_snapshots = issubclass(cls, CanSnapshotAggregate) and not issubclass(
-            cls,
-            ThreadSnapshot | AggregateSnapshot,  # these decode typed, by their codecs
+        # A thread's snapshots and declared ones decode typed, by their codecs.
+        own_snapshots = (
+            issubclass(cls, CanSnapshotAggregate)
+            and not issubclass(cls, ThreadSnapshot)
+            and not declared_snapshot(cls)
         )
         if cls in self._library or not (self._transcodings or own_snapshots):
             return codec_for(cls)
@@ -128,6 +130,12 @@ class MsgspecMapper(Mapper[UUID]):
                 codec = TranscodedCodec(schema, payload_type(cls), self._transcodings)
             self._transcoded[cls] = codec
         return codec
+
+    def names_declared_snapshot(self, topic: str) -> bool:
+        """Whether a stored topic names the snapshot class one of the application's
+        aggregates declares (see :mod:`covonaut_es.store._own_snapshots`)."""
+        cls = self._classes.get(topic)
+        return cls is not None and declared_snapshot(cls)
 
     def event_class(self, topic: str, *, where: str) -> type:
         """The class a stored topic names, from the allowlist; nothing is imported.
@@ -318,13 +326,6 @@ class MsgspecMapper(Mapper[UUID]):
             )
             raise SerializationError(msg) from exc
         return data
-
-
-def snapshot_class(aggregate_cls: type) -> type | None:
-    """The snapshot class eventsourcing takes an aggregate's snapshots with: its nested
-    ``Snapshot``, if it has one."""
-    cls = getattr(aggregate_cls, "Snapshot", None)
-    return cls if isinstance(cls, type) and issubclass(cls, CanSnapshotAggregate) else None
 
 
 def _compressed_snapshot(topic: str, data: bytes) -> bool:

@@ -6,7 +6,6 @@ again, with the application's own settings (:func:`log_source`).
 from __future__ import annotations
 
 import base64
-import os
 import secrets
 from collections.abc import Callable
 from datetime import datetime
@@ -16,7 +15,7 @@ import attrs
 from eventsourcing.application import Application
 
 from covonaut_es._clock import utc_now
-from covonaut_es.errors import ConfigurationError, StoreUnavailableError
+from covonaut_es.errors import ConfigurationError
 from covonaut_es.store._application import (
     CHAIN_KEY_ENV,
     STORE_APPLICATION_NAME,
@@ -27,7 +26,13 @@ from covonaut_es.store._application import (
 from covonaut_es.store._backend import MODULES, backend_of
 from covonaut_es.store._chain_key import SEALS_NOTHING
 from covonaut_es.store._store import Store
-from covonaut_es.store._urls import SQLITE_PATH, canonical_url, redact, store_env
+from covonaut_es.store._urls import (
+    SQLITE_PATH,
+    canonical_url,
+    redact,
+    require_sqlite_file,
+    store_env,
+)
 
 
 def create_cipher_key(num_bytes: int = 32) -> str:
@@ -97,10 +102,7 @@ def open_store(
         env[CHAIN_KEY_ENV] = checked_chain_key(chain_key)
     if not create_tables:
         env["CREATE_TABLE"] = "n"
-        sqlite_file = env.get(SQLITE_PATH)
-        if sqlite_file is not None and not os.path.exists(sqlite_file):
-            msg = f"store {redact(url)}: there is no SQLite file {sqlite_file!r} to open"
-            raise StoreUnavailableError(msg)
+        require_sqlite_file(env.get(SQLITE_PATH), f"store {redact(url)}")
     return Store(
         canonical_url(url, env),
         env,

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
-from eventsourcing.domain import Snapshot
+from eventsourcing.domain import CanSnapshotAggregate, Snapshot
 
 from covonaut_es.errors import ConfigurationError, SerializationError
 
@@ -110,9 +110,30 @@ def declared_snapshots(aggregate_classes: Iterable[type]) -> list[type[Aggregate
     return [snapshot_class(cls) for cls in aggregate_classes if _declares(cls)]
 
 
+def snapshot_classes(aggregate_classes: Iterable[type]) -> list[type[CanSnapshotAggregate[Any]]]:
+    """The snapshot classes the ``aggregate_classes`` are snapshotted with: the one each
+    declares, bound to it, or else eventsourcing's own nested ``Snapshot``."""
+    found: list[type[CanSnapshotAggregate[Any]]] = []
+    for cls in aggregate_classes:
+        if _declares(cls):
+            found.append(snapshot_class(cls))
+            continue
+        stock = getattr(cls, "Snapshot", None)
+        if isinstance(stock, type) and issubclass(stock, CanSnapshotAggregate):
+            found.append(stock)
+    return list(dict.fromkeys(found))
+
+
 def _declares(aggregate_class: type) -> bool:
     declared = getattr(aggregate_class, "Snapshot", None)
-    return isinstance(declared, type) and issubclass(declared, AggregateSnapshot)
+    return isinstance(declared, type) and declared_snapshot(declared)
+
+
+def declared_snapshot(cls: type) -> bool:
+    """Whether ``cls`` is a snapshot class an aggregate declares: sealed, its state
+    decoded into the types the aggregate class annotates (rather than eventsourcing's
+    own, tagged by transcodings and never sealed)."""
+    return issubclass(cls, AggregateSnapshot)
 
 
 def annotated(aggregate_class: type) -> frozenset[str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import msgspec
@@ -35,19 +35,30 @@ def unreadable(cls: type, state: Mapping[str, Any], error: str) -> UnreadableEve
     )
 
 
-def unsupported(cls: type, payload: Mapping[str, Any]) -> UnreadableEventError:
-    """The error for an event of class ``cls`` whose ``payload`` msgspec cannot encode,
-    naming the first field that holds such a value."""
-    for name, value in payload.items():
+def unsupported(
+    cls: type, fields: Mapping[str, Any], encode: Callable[[Any], bytes]
+) -> UnreadableEventError:
+    """The error for an event of class ``cls`` whose ``fields`` its codec's ``encode``
+    cannot write (a value of a type msgspec does not encode, text holding a lone
+    surrogate, a value nested past the recursion limit), naming the first field that
+    holds such a value."""
+    for name, value in fields.items():
+        found = type(value).__name__
         try:
-            msgspec.json.encode(value)
+            encode(value)
         except TypeError:
-            return UnreadableEventError(
-                cls.__qualname__,
-                name,
-                "a type msgspec encodes, or one with a Transcoding registered on the application",
-                type(value).__name__,
+            expected = (
+                "a type msgspec encodes, or one with a Transcoding registered on the application"
             )
+        except UnicodeEncodeError:
+            expected = "text that is valid Unicode (no lone surrogate such as \\ud800)"
+            found += " holding a lone surrogate"
+        except RecursionError:
+            expected = "a value nested shallowly enough to be encoded"
+            found += " nested too deeply"
+        else:
+            continue
+        return UnreadableEventError(cls.__qualname__, name, expected, found)
     msg = f"event {cls.__qualname__} holds a value msgspec does not encode"  # pragma: no cover
     raise SerializationError(msg)  # pragma: no cover
 

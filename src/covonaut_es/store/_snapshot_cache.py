@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 from uuid import UUID
 
@@ -68,7 +68,6 @@ class SnapshotCache(EventStore[UUID]):
         key: The key of the store's seals.
         migrators: The application's upcasters for snapshots, each replacing the
             library's own for its step.
-        own: The snapshot classes of the application's own aggregates.
     """
 
     def __init__(
@@ -79,11 +78,8 @@ class SnapshotCache(EventStore[UUID]):
         events: AggregateRecorder,
         key: SealKey,
         migrators: Mapping[int, Upcaster] = NO_MIGRATORS,
-        own: Iterable[type[AggregateSnapshot]] = (),
     ) -> None:
         super().__init__(mapper, recorder)
-        self._own_classes = tuple(own)
-        self._own_topics = frozenset(get_topic(cls) for cls in self._own_classes)
         self._decoder = mapper
         self._events = events
         self._key = key
@@ -97,7 +93,6 @@ class SnapshotCache(EventStore[UUID]):
             events=self._events,
             key=self._key,
             migrators=migrators,
-            own=self._own_classes,
         )
 
     def stored(self, snapshot: DomainEventProtocol[UUID]) -> StoredEvent:
@@ -149,7 +144,7 @@ class SnapshotCache(EventStore[UUID]):
     def _read(
         self, record: StoredEvent, events: Sequence[StoredEvent] | None = None
     ) -> Iterator[DomainEventProtocol[UUID]]:
-        if record.topic in self._own_topics:
+        if self._decoder.names_declared_snapshot(record.topic):
             yield from self._own(record)
             return
         if record.topic != ThreadSnapshot.TOPIC:

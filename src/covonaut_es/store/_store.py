@@ -458,6 +458,11 @@ class Store(Closing):
 
     # Positions of the log's consumers ----------------------------------------------
 
+    def last_log_position(self) -> int:
+        """The position of the newest event in the store's log (0 when it is empty): a
+        consumer that has recorded it is up to date."""
+        return self._records.log_position()
+
     def log_position(self, consumer: str) -> int:
         """The last log position ``consumer`` recorded as done (0 before any)."""
         return self._positions.log_position(consumer)

@@ -137,6 +137,9 @@ class TranscodedCodec(Codec):
         payload: dict[str, Any] = self.transcodings.tagged(super()._payload(obj))
         return payload
 
+    def _field_encoding(self, value: Any) -> bytes:
+        return msgspec.json.encode(self.transcodings.tagged(value))
+
     def read_back(self, payload: bytes) -> dict[str, Any]:
         return self.typed(msgspec.json.decode(payload))
 

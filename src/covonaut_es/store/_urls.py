@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from covonaut_es.errors import StoreURLError
+from covonaut_es.errors import StoreUnavailableError, StoreURLError
 from covonaut_es.store._backend import MODULES, backend_for_env
 
 SCHEMES = ("memory", "sqlite", "postgresql")
@@ -222,3 +223,19 @@ def _secrets(url: str) -> set[str]:
     found.update(match.group(1) for match in _PASSWORD_PARAMETER.finditer(url))
     found.discard("")
     return found | {unquote(secret) for secret in found} - {""}
+
+
+def require_sqlite_file(path: str | None, where: str) -> None:
+    """Refuse a SQLite file at ``path`` that does not exist, for an open that must not
+    create one: SQLite would create an empty file under a misspelt name. None, an
+    in-memory database and a ``file:`` URI (which says itself whether to create) are
+    not checked.
+
+    Raises:
+        StoreUnavailableError: Naming ``where`` and the path.
+    """
+    if not path or path == ":memory:" or path.startswith("file:"):
+        return
+    if not os.path.exists(path):
+        msg = f"{where}: there is no SQLite file {path!r} to open; check its name"
+        raise StoreUnavailableError(msg)

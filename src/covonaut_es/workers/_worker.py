@@ -15,7 +15,7 @@ from uuid import UUID
 import attrs
 
 from covonaut_es import _logs
-from covonaut_es._clock import utc_now
+from covonaut_es._clock import AwareClock, utc_now
 from covonaut_es._closing import Closing
 from covonaut_es.errors import (
     ConfigurationError,
@@ -86,7 +86,8 @@ class Worker(Closing):
         notice_lead: How long before a review's deadline its notice is recorded; None
             records none.
         clock: The time deadlines are judged by and the sweep's events record; the
-            store's clock by default.
+            store's clock by default. A time it gives without a timezone is a
+            ``ConfigurationError`` naming it.
     """
 
     def __init__(
@@ -127,7 +128,7 @@ class Worker(Closing):
         self._candidates = Candidates(self._ready)
         self._deadlines = ReviewDeadlines()
         self.notice_lead = notice_lead
-        self._clock = clock or store.clock
+        self._clock = AwareClock(clock or store.clock)
         self._service = ThreadService(store, clock=self._clock)
         self._sender = None if notifier is None else NoticeSender(store, notifier)
         self._position = 0

@@ -1,0 +1,79 @@
+"""A clock that gives a time without a timezone, handed to a worker or the thread
+service: its first reading is a ConfigurationError naming the clock, before a deadline is
+compared with it or an event records it; never a bare TypeError from the sweep."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+
+import attrs
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from covonaut_es import AgentConfig, Store, Worker, open_store
+from covonaut_es._clock import AwareClock
+from covonaut_es.errors import ConfigurationError
+from covonaut_es.service import ThreadService
+from test_review_deadlines import Clock, decisions, paused, paying
+
+NAIVE = datetime(2026, 3, 1, 10, 0)
+
+
+def naive_clock() -> datetime:
+    return NAIVE
+
+
+def test_a_workers_naive_clock_is_refused_naming_it_and_expires_nothing(store: Store) -> None:
+    """A worker whose clock gives naive times, on a store holding a review with a
+    deadline, stops with a ConfigurationError naming the clock; nothing is recorded."""
+    paused(store, Clock())
+    before = store.head_version("t")
+
+    def make_config(thread_id: str) -> AgentConfig:
+        return attrs.evolve(paying(store, Clock(), thread_id=thread_id).config, checkpoint=None)
+
+    worker = Worker(store, make_config, clock=naive_clock, poll_interval=0.01)
+    with pytest.raises(ConfigurationError, match=r"the clock naive_clock returned .*timezone"):
+        worker.run(once=True)
+    assert store.head_version("t") == before
+    assert decisions(store) == []
+
+
+def test_the_services_naive_clock_is_refused_naming_it(store: Store) -> None:
+    """Sweeping a thread's deadlines with a service whose clock is naive is refused,
+    naming the clock, and records nothing."""
+    paused(store, Clock())
+    before = store.head_version("t")
+    service = ThreadService(store, clock=naive_clock)
+    with pytest.raises(ConfigurationError, match="naive_clock"):
+        service.expire_reviews("t")
+    assert store.head_version("t") == before
+
+
+def test_a_store_opened_with_a_naive_clock_is_refused_when_a_service_reads_it() -> None:
+    """The store's clock is the service's by default: a naive one is named the same way."""
+    with open_store("memory://", clock=naive_clock) as store:
+        paused(store, Clock())
+        with pytest.raises(ConfigurationError, match="naive_clock"):
+            ThreadService(store).expire_reviews("t")
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    when=st.datetimes(
+        timezones=st.none()
+        | st.just(UTC)
+        | st.timezones()
+        | st.builds(lambda m: timezone(timedelta(minutes=m)), st.integers(-23 * 60, 23 * 60))
+    )
+)
+def test_any_reading_is_given_back_when_aware_and_refused_when_naive(when: datetime) -> None:
+    """Property: a checked clock gives back exactly the time of an aware reading, and
+    refuses a naive one with the typed error; never another exception."""
+    clock = AwareClock(lambda: when)
+    if when.utcoffset() is None:
+        with pytest.raises(ConfigurationError, match="timezone-aware"):
+            clock()
+    else:
+        assert clock() is when

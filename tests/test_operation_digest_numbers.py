@@ -1,0 +1,83 @@
+"""The operation digest of arguments holding NaN or an infinity: RFC 8785 has no such
+numbers, and msgspec would write them as null, so NaN, an infinity and None would share
+one digest and one approval would cover each. Each is refused with a typed error,
+whichever way the digest is asked for."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from covonaut_es import Message, Role, ToolCall, operation_digest
+from covonaut_es.domain import AgentThread
+from covonaut_es.domain._reviews import operation_digests
+from covonaut_es.errors import NonFiniteNumberError
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+NON_FINITE = [math.nan, math.inf, -math.inf]
+
+
+@pytest.mark.parametrize("number", NON_FINITE)
+@pytest.mark.parametrize(
+    "place", [lambda x: {"amount": x}, lambda x: {"to": [1, {"n": x}]}, lambda x: {"t": (x,)}]
+)
+def test_a_non_finite_number_has_no_digest(number: float, place: Any) -> None:
+    """NaN and the infinities, at any depth, are refused by each way of taking the
+    digest (today's, the one recorded before RFC 8785, both), naming the tool."""
+    arguments = place(number)
+    with pytest.raises(NonFiniteNumberError, match=r"'pay'.*not a JSON number"):
+        operation_digest("pay", arguments)
+    with pytest.raises(NonFiniteNumberError):
+        operation_digest("pay", arguments, like="0" * 64)
+    with pytest.raises(NonFiniteNumberError):
+        operation_digests("pay", arguments)
+
+
+def test_a_review_of_non_finite_arguments_is_refused_before_any_event() -> None:
+    """A review asked for arguments holding NaN is refused, and records nothing."""
+    thread = AgentThread.start("t", now=NOW)
+    call = ToolCall("c0", "pay", "{}")
+    thread.append_message(Message(Role.ASSISTANT, tool_calls=(call,)), now=NOW)
+    thread.call_tools([call], now=NOW)
+    before = len(thread.collect_events())
+    with pytest.raises(NonFiniteNumberError):
+        thread.request_review(call, {"amount": math.nan}, now=NOW)
+    assert len(thread.collect_events()) == 0 and before > 0
+
+
+_PLAIN = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.floats() | st.text(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+def _non_finite_in(value: Any) -> bool:
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, dict):
+        return any(_non_finite_in(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_non_finite_in(v) for v in value)
+    return False
+
+
+@settings(max_examples=60, deadline=None)
+@given(arguments=st.dictionaries(st.text(max_size=4), _PLAIN, max_size=4))
+def test_a_digest_is_refused_exactly_when_a_number_is_not_finite(arguments: dict[str, Any]) -> None:
+    """Property: any arguments get a digest, unless they hold NaN or an infinity; then
+    the typed error, and never a digest shared with None in its place."""
+    try:
+        digest = operation_digest("pay", arguments)
+    except NonFiniteNumberError:
+        assert _non_finite_in(arguments)
+        return
+    assert not _non_finite_in(arguments)
+    assert digest.startswith("jcs-sha256:")
