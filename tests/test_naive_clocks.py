@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from covonaut_es import AgentConfig, Store, Worker, open_store
+from covonaut_es import Agent, AgentConfig, AgentThread, ScriptedProvider, Store, Worker, open_store
 from covonaut_es._clock import AwareClock
 from covonaut_es.errors import ConfigurationError
 from covonaut_es.service import ThreadService
@@ -77,3 +77,29 @@ def test_any_reading_is_given_back_when_aware_and_refused_when_naive(when: datet
             clock()
     else:
         assert clock() is when
+
+
+def test_an_agents_naive_clock_is_refused_naming_it_before_the_run_records_anything(
+    store: Store,
+) -> None:
+    """An agent configured with a naive clock: its run is a ConfigurationError naming
+    the clock, and nothing of it (nor a review deadline a worker would compare) is
+    stored."""
+    store.save(AgentThread.start("n", now=datetime.now(UTC)))  # begun elsewhere
+    before = store.head_version("n")
+    agent = paying(store, Clock(), thread_id="n")
+    naive = Agent(attrs.evolve(agent.config, clock=naive_clock))
+    with pytest.raises(ConfigurationError, match="naive_clock"):
+        naive.run("Pay 7.")
+    assert store.head_version("n") == before
+
+
+def test_a_configs_clock_is_checked_and_compares_as_the_clock_it_wraps() -> None:
+    """The configuration keeps the caller's clock, checked at each reading; two
+    configurations of one clock and one provider are equal."""
+    provider = ScriptedProvider([])
+    config = AgentConfig(provider=provider, clock=naive_clock)
+    assert config == AgentConfig(provider=provider, clock=naive_clock)
+    assert config != AgentConfig(provider=provider)
+    with pytest.raises(ConfigurationError, match="naive_clock"):
+        config.clock()

@@ -7,11 +7,14 @@ passes over a thread."""
 from __future__ import annotations
 
 import sqlite3
+import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import worker_app
@@ -104,7 +107,21 @@ MUTATIONS = st.one_of(
     st.tuples(st.just("rename"), st.integers(0, 8), st.sampled_from(["x", NIL, "walk-in"])),
     st.tuples(st.just("position"), st.one_of(st.integers(-5, 10**12), st.just("p"))),
     st.tuples(st.just("claim"), st.sampled_from(["finished", "waiting", "given-up"])),
+    st.tuples(
+        st.just("forge"),
+        st.sampled_from(["waiting", "decided", "ghost"]),
+        st.dictionaries(
+            st.text(max_size=3),
+            st.tuples(
+                st.datetimes(timezones=st.none() | st.just(UTC)).map(datetime.isoformat),
+                st.booleans(),
+            ),
+            max_size=2,
+        ),
+    ),
 )
+"""Changes of another writer; a forged row is well formed, its review deadlines naive or
+not (a naive one cannot be compared with the clock's time)."""
 
 
 def mutate(database: sqlite3.Connection, mutation: tuple[Any, ...]) -> None:
@@ -132,6 +149,11 @@ def mutate(database: sqlite3.Connection, mutation: tuple[Any, ...]) -> None:
             database.execute(
                 f"UPDATE {TABLE} SET position = ? WHERE originator_id = ?", (position, NIL)
             )
+        case ("forge", name, waiting):  # a row that reads, saying reviews are due
+            database.execute(
+                f"INSERT OR REPLACE INTO {TABLE} (originator_id, position, state) VALUES (?, 1, ?)",
+                (uuid.uuid4().hex, msgspec.msgpack.encode([None, [name, waiting]])),
+            )
         case ("claim", name):  # the thread is said to hold what a ready one holds
             ready = database.execute(
                 f"SELECT state FROM {TABLE} WHERE originator_id = ?",
@@ -152,6 +174,7 @@ def pick(rows: list[tuple[Any, ...]], index: int) -> Any:
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
+@example(mutations=[("forge", "ghost", {"r1": ("2020-01-01T00:00:00", False)})])
 @given(mutations=st.lists(MUTATIONS, min_size=1, max_size=4))
 def test_an_altered_table_never_makes_a_worker_act_on_a_thread_not_ready(
     tmp_path_factory: pytest.TempPathFactory,

@@ -28,6 +28,15 @@ class AwareClock:
     def __init__(self, clock: Callable[[], datetime]) -> None:
         self.clock = clock.clock if isinstance(clock, AwareClock) else clock
 
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, AwareClock) and other.clock == self.clock
+
+    def __hash__(self) -> int:
+        return hash(self.clock)
+
+    def __repr__(self) -> str:
+        return f"AwareClock({self.clock!r})"
+
     def __call__(self) -> datetime:
         """The clock's time.
 

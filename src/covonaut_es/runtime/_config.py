@@ -9,7 +9,7 @@ from typing import Literal
 
 import attrs
 
-from covonaut_es._clock import utc_now
+from covonaut_es._clock import AwareClock, utc_now
 from covonaut_es.domain import AgentThread
 from covonaut_es.errors import ConfigurationError, ToolServerError
 from covonaut_es.messages import Delta
@@ -138,7 +138,8 @@ class AgentConfig:
         compactor: Decides when to compact the context (see ``SummarizingCompactor``).
         max_tokens: Passed to the provider.
         temperature: Passed to the provider.
-        clock: Source of event timestamps.
+        clock: Source of event timestamps; each reading must be a timezone-aware
+            datetime (else ``ConfigurationError``, naming the clock, before it is used).
         on_event: Called with each of the thread's events, in order, once the step that
             recorded it is committed (with ``durability="checkpoint"``: once the step
             ends), on the thread that drives the run (the event loop's, for ``arun``).
@@ -196,7 +197,7 @@ class AgentConfig:
     compactor: Compactor | None = None
     max_tokens: int | None = None
     temperature: float | None = None
-    clock: Callable[[], datetime] = utc_now
+    clock: Callable[[], datetime] = attrs.field(default=utc_now, converter=AwareClock)
     on_event: Callable[[AgentThread.Event], None] | None = None
     on_delta: Callable[[Delta], None] | None = None
     reviewer_verifier: ReviewerVerifier | None = None

@@ -30,6 +30,13 @@ DEADLINE_TRACKED: tuple[type, ...] = (
 filtered by topic)."""
 
 
+def _comparable(deadline: datetime) -> bool:
+    """Whether a deadline from the log compares with the clock's times: a naive one
+    (which no clock the library accepts writes, but a writer of the database may) is
+    passed over rather than stop the sweep of every thread."""
+    return deadline.utcoffset() is not None
+
+
 @attrs.define
 class _Waiting:
     deadline: datetime
@@ -51,7 +58,9 @@ class ReviewDeadlines:
                 for interrupt in interrupts:
                     if interrupt.kind is PauseKind.REVIEW and isinstance(interrupt.data, dict):
                         self._inherit(event.originator_id, thread_id, interrupt.data)
-            case AgentThread.ReviewRequested(request=request) if request.deadline is not None:
+            case AgentThread.ReviewRequested(request=request) if (
+                request.deadline is not None and _comparable(request.deadline)
+            ):
                 self._names[event.originator_id] = request.thread_id
                 waiting = self._waiting.setdefault(request.thread_id, {})
                 waiting[request.review_id] = _Waiting(request.deadline)
@@ -80,11 +89,14 @@ class ReviewDeadlines:
         self, stream: Any, thread_id: str, waiting: dict[str, tuple[datetime, bool]]
     ) -> None:
         """Keep a thread's pending reviews as :meth:`kept` gave them."""
-        if waiting:
+        kept = {
+            review: _Waiting(deadline, noted)
+            for review, (deadline, noted) in waiting.items()
+            if _comparable(deadline)
+        }
+        if kept:
             self._names[stream] = thread_id
-            self._waiting[thread_id] = {
-                review: _Waiting(deadline, noted) for review, (deadline, noted) in waiting.items()
-            }
+            self._waiting[thread_id] = kept
 
     def __len__(self) -> int:
         """How many threads are kept."""
@@ -124,6 +136,8 @@ class ReviewDeadlines:
         try:
             when = datetime.fromisoformat(deadline)
         except ValueError:
+            return
+        if not _comparable(when):
             return
         self._names[stream] = thread_id
         self._waiting.setdefault(thread_id, {})[review_id] = _Waiting(when)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 from uuid import UUID
 
 import msgspec
@@ -50,9 +50,13 @@ class _Ready(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
     inputs: int
 
 
+_Deadline = Annotated[datetime, msgspec.Meta(tz=True)]
+"""A deadline as a row holds it: a naive one cannot be read, so the table is made again."""
+
+
 class _Row(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
     ready: _Ready | None = None
-    waiting: tuple[str, dict[str, tuple[datetime, bool]]] | None = None
+    waiting: tuple[str, dict[str, tuple[_Deadline, bool]]] | None = None
 
 
 _DECODER = msgspec.msgpack.Decoder(_Row)
