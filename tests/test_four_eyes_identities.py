@@ -25,6 +25,8 @@ SAME_PERSON = [
     ("alice", "\uff41\uff4c\uff49\uff43\uff45"),  # fullwidth
     ("jos\u00e9", "jose\u0301"),  # composed and decomposed
     ("stra\u00dfe", "STRASSE"),  # ß folds to ss
+    ("alice", "al\u00adice"),  # a soft hyphen
+    ("alice", "alice\u200b"),  # a zero-width space
 ]
 
 
@@ -69,8 +71,14 @@ def _variants(name: str) -> st.SearchStrategy[str]:
             name.title(),
             unicodedata.normalize("NFD", name),
             "".join(chr(ord(c) + 0xFEE0) if "!" <= c <= "~" else c for c in name),
+            *(name[:1] + mark + name[1:] for mark in _INVISIBLE),
         ]
     )
+
+
+_INVISIBLE = ("\u00ad", "\u200b", "\u2060", "\ufe0f", "\u034f", "\u180e", "\U000e0041")
+"""Default-ignorable characters (a soft hyphen, a zero-width space, a word joiner, a
+variation selector, a grapheme joiner, a Mongolian vowel separator, a tag letter)."""
 
 
 @settings(

@@ -24,7 +24,14 @@ NON_FINITE = [math.nan, math.inf, -math.inf]
 
 @pytest.mark.parametrize("number", NON_FINITE)
 @pytest.mark.parametrize(
-    "place", [lambda x: {"amount": x}, lambda x: {"to": [1, {"n": x}]}, lambda x: {"t": (x,)}]
+    "place",
+    [
+        lambda x: {"amount": x},
+        lambda x: {"to": [1, {"n": x}]},
+        lambda x: {"t": (x,)},
+        lambda x: {"s": frozenset([x])},
+        lambda x: {"s": {x}},
+    ],
 )
 def test_a_non_finite_number_has_no_digest(number: float, place: Any) -> None:
     """NaN and the infinities, at any depth, are refused by each way of taking the
@@ -53,7 +60,10 @@ def test_a_review_of_non_finite_arguments_is_refused_before_any_event() -> None:
 _PLAIN = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.floats() | st.text(max_size=5),
     lambda inner: (
-        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3)
+        st.lists(inner, max_size=3)
+        | st.lists(inner, max_size=3).map(tuple)
+        | st.frozensets(st.floats() | st.integers() | st.text(max_size=3), max_size=3)
+        | st.dictionaries(st.text(max_size=3), inner, max_size=3)
     ),
     max_leaves=8,
 )
@@ -64,7 +74,7 @@ def _non_finite_in(value: Any) -> bool:
         return not math.isfinite(value)
     if isinstance(value, dict):
         return any(_non_finite_in(v) for v in value.values())
-    if isinstance(value, list):
+    if isinstance(value, list | tuple | frozenset):
         return any(_non_finite_in(v) for v in value)
     return False
 

@@ -35,7 +35,7 @@ def refuse_non_finite(value: Any, *, where: str = "") -> None:
         if isinstance(item, dict):
             stack.extend(item.keys())
             stack.extend(item.values())
-        elif isinstance(item, list | tuple):
+        elif isinstance(item, list | tuple | set | frozenset):
             stack.extend(item)
 
 

@@ -144,11 +144,41 @@ def _changed(name: str, requested: Mapping[str, Any], edited: Mapping[str, Any])
 
 def same_reviewer(first: str, second: str) -> bool:
     """Whether two reviewer ids name one person for four eyes: equal once each is
-    NFKC-normalised and case-folded (Unicode's NFKC_Casefold, roughly), so that
-    ``Alice`` and ``alice``, or ``alice`` in fullwidth letters, are not two reviewers. The
-    ids are recorded as the verifier gave them; only this comparison folds them."""
+    NFKC-normalised, case-folded and stripped of default-ignorable characters (Unicode's
+    NFKC_Casefold, roughly), so that ``Alice`` and ``alice``, ``alice`` in fullwidth
+    letters, or ``alice`` with a soft hyphen, are not two reviewers. The ids are
+    recorded as the verifier gave them; only this comparison folds them."""
     return _folded(first) == _folded(second)
 
 
+_DEFAULT_IGNORABLE = dict.fromkeys(
+    code
+    for first, last in (
+        (0x00AD, 0x00AD),
+        (0x034F, 0x034F),
+        (0x061C, 0x061C),
+        (0x115F, 0x1160),
+        (0x17B4, 0x17B5),
+        (0x180B, 0x180F),
+        (0x200B, 0x200F),
+        (0x202A, 0x202E),
+        (0x2060, 0x206F),
+        (0x3164, 0x3164),
+        (0xFE00, 0xFE0F),
+        (0xFEFF, 0xFEFF),
+        (0xFFA0, 0xFFA0),
+        (0xFFF0, 0xFFF8),
+        (0x1BCA0, 0x1BCA3),
+        (0x1D173, 0x1D17A),
+        (0xE0000, 0xE0FFF),
+    )
+    for code in range(first, last + 1)
+)
+"""Unicode's Default_Ignorable_Code_Point characters (DerivedCoreProperties.txt), which
+NFKC_Casefold removes and the standard library's normalisation keeps: a soft hyphen or
+a zero-width space must not make a second reviewer of the first."""
+
+
 def _folded(reviewer: str) -> str:
-    return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", reviewer).casefold())
+    folded = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", reviewer).casefold())
+    return folded.translate(_DEFAULT_IGNORABLE)
