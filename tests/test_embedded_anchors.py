@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from covonaut_es import AgentThread, Message, Role, Store, open_store
+from covonaut_es import AgentThread, Message, ReviewQueue, Role, Store, open_store
 from covonaut_es.errors import ForeignSchemaError
 from shop_app import NOW, Shop
 from test_embedded_tools import (
@@ -327,8 +327,8 @@ def command(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_a_store_opened_by_url_on_an_applications_database_is_refused(where: str) -> None:
-    """``open_store`` and the command line's ``--store`` on the shop's database (its
-    own aggregates' events and no store) refuse it with the way to open the shop, and
+    """``open_store``, ``ReviewQueue`` and the command line's ``--store`` on the shop's
+    database (its own aggregates' events and no store) refuse it with the way to open the shop, and
     create no table there, read-only commands included."""
     env = shop_env(where)
     with configured(env), Shop() as app, Store.from_application(app):
@@ -340,6 +340,8 @@ def test_a_store_opened_by_url_on_an_applications_database_is_refused(where: str
         open_store(url)
     with pytest.raises(ForeignSchemaError):
         open_store(url, create_tables=False)
+    with pytest.raises(ForeignSchemaError):
+        ReviewQueue(url)
     results = [
         command("threads", "--store", url),
         command("replay", "t", "--verify", "--store", url),

@@ -23,7 +23,7 @@ from covonaut_es.store._application import (
     ThreadsApplication,
     checked_chain_key,
 )
-from covonaut_es.store._backend import MODULES, backend_of
+from covonaut_es.store._backend import MODULES, backend_for_env, backend_of
 from covonaut_es.store._chain_key import SEALS_NOTHING
 from covonaut_es.store._store import Store
 from covonaut_es.store._urls import (
@@ -138,7 +138,13 @@ class LogSource:
 
 
 def store_log(url: str, env: dict[str, str]) -> LogSource:
-    """The log of the store at ``url``, opened with ``env`` (:func:`store_env`'s)."""
+    """The log of the store at ``url``, opened with ``env`` (:func:`store_env`'s).
+
+    Raises:
+        NotAStoreError: The database is not a store (``ForeignSchemaError``: an
+            application's tables), checked before anything reads or creates a table.
+    """
+    backend_for_env(env).check_file(env, url)
     return LogSource(
         ThreadsApplication,
         STORE_APPLICATION_NAME,
