@@ -51,8 +51,16 @@ docs-build: $(STAMP)
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 
-test: $(STAMP) $(NODE_TOOLS) lint typecheck docs-build
-	$(BIN)/python -m pytest
+# The suite runs in TEST_WORKERS processes (pytest-xdist), each taking whole test modules
+# (--dist loadfile) in the order collected (--no-loadscope-reorder: the long benchmark
+# smoke module starts early, not last): a module's fixtures are made once and its tests
+# never race each other; each process starts its own PostgreSQL server (ADR 0051).
+TEST_WORKERS ?= 2
+
+# The checks before the suite run side by side, each one's output printed whole.
+test: $(STAMP) $(NODE_TOOLS)
+	$(MAKE) --no-print-directory --jobs=3 --output-sync=target lint typecheck docs-build
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # The demo's store is kept in $(DEMO_DB), for the command line and the inbox to look at
 # afterwards: a review waits in it.

@@ -28,7 +28,7 @@ def test_quick_benchmarks_run_and_write_every_figure(tmp_path: Path) -> None:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=600,  # a hang guard: the run takes minutes on a loaded 2-core machine
         check=False,
     )
     assert result.returncode == 0, result.stderr[-4000:]

@@ -112,6 +112,9 @@ def test_the_review_page_offers_only_the_allowed_forms_and_shows_the_text_as_tex
         (PAYMENTS, {"action": "approve"}, 403, "above 1000 needs one of the scopes"),
         (NO_SCOPE, {"action": "reject", "reason": "no"}, 403, "needs one of the scopes"),
     ],
+    # named, not shown: a token's id changes with its expiry, and every pytest-xdist
+    # worker must collect the same tests
+    ids=["respond", "edit-forbidden", "approve-over-limit", "no-scope"],
 )  # fmt: skip
 def test_a_refused_decision_is_shown_on_the_review_page_and_recorded_nowhere(
     store: Store, token: str, fields: dict[str, str], status: int, said: str

@@ -6,9 +6,7 @@ but for a holder killed (its file waits for the thread's next holder to remove i
 from __future__ import annotations
 
 import contextlib
-import signal
-import subprocess
-import sys
+import multiprocessing
 import tempfile
 from pathlib import Path
 
@@ -16,46 +14,50 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+import lease_runner
 from covonaut_es.domain import thread_aggregate_id
 from covonaut_es.store._backends._sqlite_leases import lease_directory
 from covonaut_es.store._open import open_store
 
-RUNNER = Path(__file__).with_name("lease_runner.py")
 THREADS = ("t0", "t1", "t2")
 RUNNERS = 2
 WAIT = 30.0
+FORKS = multiprocessing.get_context("forkserver")
+"""Runner processes fork from a server that imported the library once: each kill is
+followed by a new runner, and a Python start-up apiece made this test minutes long on a
+loaded machine."""
+FORKS.set_forkserver_preload(["lease_runner"])
 
 
 class Runner:
-    """A ``lease_runner.py`` process."""
+    """A process running ``lease_runner.serve``."""
 
     def __init__(self, database: Path) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, str(RUNNER), str(database)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
+        self.connection, theirs = FORKS.Pipe()
+        self.process = FORKS.Process(target=lease_runner.serve, args=(str(database), theirs))
+        self.process.start()
+        theirs.close()  # the runner's end lives in the runner alone: its death is EOF here
         assert self.said() == "ready"
 
     def said(self) -> str:
-        assert self.process.stdout is not None
-        line = self.process.stdout.readline().strip()
-        assert line, f"the runner exited with {self.process.wait(timeout=WAIT)}"
-        return line
+        if not self.connection.poll(WAIT):
+            raise AssertionError(f"no answer from the runner within {WAIT} s")
+        try:
+            return str(self.connection.recv())
+        except EOFError:
+            self.process.join(WAIT)
+            raise AssertionError(f"the runner exited with {self.process.exitcode}") from None
 
     def ask(self, command: str, thread_id: str) -> str:
-        assert self.process.stdin is not None
-        self.process.stdin.write(f"{command} {thread_id}\n")
-        self.process.stdin.flush()
+        self.connection.send((command, thread_id))
         return self.said()
 
     def kill(self) -> None:
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait(timeout=WAIT)
-        for pipe in (self.process.stdin, self.process.stdout):
-            if pipe is not None:
-                pipe.close()
+        self.process.kill()
+        self.process.join(WAIT)
+        assert self.process.exitcode is not None, "the killed runner did not end"
+        self.connection.close()
+        self.process.close()
 
 
 class Leases(RuleBasedStateMachine):

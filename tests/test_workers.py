@@ -104,11 +104,14 @@ class Fleet:
     def __init__(self, url: str, tmp_path: Path, delay: float = 0.0) -> None:
         self.url, self.tmp_path = url, tmp_path
         self.ledger = tmp_path / "ledger"
+        self.hold = tmp_path / "hold"
+        """While this file exists, the workers' model waits (see ``worker_app``)."""
         self.env = {
             **os.environ,
             "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests")]),
             "WORKER_TEST_LEDGER": str(self.ledger),
             "WORKER_TEST_DELAY": str(delay),
+            "WORKER_TEST_HOLD": str(self.hold),
         }
         self.processes: list[subprocess.Popen[str]] = []
 
@@ -274,9 +277,10 @@ def test_sigterm_finishes_the_step_under_way_and_releases_its_lease(
     """While a step runs, `workers` lists the thread its worker holds; SIGTERM in the
     middle of the step: the worker finishes it (the thread is answered), releases the
     lease and exits 0."""
-    workers = fleet(delay=0.6)
+    workers = fleet()
     with open_store(shared_url) as store:
         pause(store, "slow")
+        workers.hold.touch()  # the step stays under way until the signal was sent
         process = workers.start()
         decide(store, "slow")
         wait_for(lambda: store.state_at("slow").status is ThreadStatus.RUNNING, "the resume")
@@ -289,8 +293,9 @@ def test_sigterm_finishes_the_step_under_way_and_releases_its_lease(
                 for w in json.loads(workers.cli("workers", "--json").stdout)
             ]
 
-        wait_for(lambda: listed() == [(process.pid, ["slow"])], "the worker's record", 10)
+        wait_for(lambda: listed() == [(process.pid, ["slow"])], "the worker's record")
         process.send_signal(signal.SIGTERM)
+        workers.hold.unlink()
         assert process.wait(timeout=30) == 0
         assert store.state_at("slow").status is ThreadStatus.FINISHED
         with store.lease("slow"):

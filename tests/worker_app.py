@@ -4,7 +4,9 @@ Each thread asks to pay, a person approves the payment, and after the resume the
 pays and answers. Paying appends ``THREAD KEY`` to the ledger file named by
 ``WORKER_TEST_LEDGER`` (the external system), so the tests count the payments made and
 the idempotency keys they ran under. ``WORKER_TEST_DELAY`` (seconds) slows the model
-and the payment, so that kills land in the middle of steps.
+and the payment, so that kills land in the middle of steps. While the file named by
+``WORKER_TEST_HOLD`` exists, the model waits before each answer: a step stays under way
+until the test removes it.
 """
 
 from __future__ import annotations
@@ -33,8 +35,15 @@ def _delay() -> None:
     time.sleep(float(os.environ.get("WORKER_TEST_DELAY", "0")))
 
 
+def _held() -> None:
+    hold = os.environ.get("WORKER_TEST_HOLD")
+    while hold and os.path.exists(hold):
+        time.sleep(0.02)
+
+
 def model(request: ProviderRequest) -> ProviderResponse:
     """Ask to pay, ask again once approved, then answer: a function of the history."""
+    _held()
     _delay()
     answered = sum(message.role is Role.ASSISTANT for message in request.messages)
     if answered < 2:
