@@ -17,13 +17,13 @@ next event, never run one that is not ready.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Iterable, Sequence
 from typing import Any
 from uuid import UUID
 
 from eventsourcing.application import Application
 
+from covonaut_es.store._side_tables import SQLSideTable
 from covonaut_es.store._stream_ids import KeyedEvents, stored_stream
 from covonaut_es.store._summaries import stream_in
 
@@ -61,56 +61,20 @@ class OutstandingTable(ABC):
         """Remove every row and go back to position 0."""
 
 
-class SQLOutstanding(OutstandingTable):
-    """The table of outstanding threads in a SQL database.
+class SQLOutstanding(SQLSideTable, OutstandingTable):
+    """The table of outstanding threads in a SQL database (:class:`SQLSideTable`'s
+    arguments), its tracking row made with it."""
 
-    Args:
-        datastore: The database's eventsourcing datastore (reads).
-        writing: Opens a transaction that commits (writes).
-        table: The table's name, as SQL names it.
-        create: The statements that create the table if absent.
-        placeholder: The driver's parameter placeholder.
-        reading: Opens a cursor for reads that gives rows as tuples; by default, in a
-            transaction of ``datastore`` that does not commit.
-        stored: A stream id (as stored) as the table's column holds it.
-    """
-
-    def __init__(
-        self,
-        datastore: Any,
-        writing: Callable[[], Any],
-        *,
-        table: str,
-        create: Sequence[str],
-        placeholder: str,
-        stored: Callable[[UUID], Any],
-        reading: Callable[[], AbstractContextManager[Any]] | None = None,
-    ) -> None:
-        self._datastore = datastore
-        self._writing = writing
-        self._table = table
-        self._create = create
-        self._p = placeholder
-        self._reading = reading or (lambda: datastore.transaction(commit=False))
-        self._stored = stored
-        self._tracking = stored(TRACKING)
-        self._created = False
-
-    def _ensure(self) -> None:
-        if not self._created:
-            with self._writing() as cursor:
-                for statement in self._create:
-                    cursor.execute(statement)
-            # A transaction of its own, opened by its write: in SQLite one whose first
-            # statement only read (the table existed) fails at its first write if
-            # another process wrote meanwhile, where one opened by a write waits.
-            with self._writing() as cursor:
-                cursor.execute(
-                    f"INSERT INTO {self._table} (originator_id, position, state) "
-                    f"VALUES ({self._p}, 0, {self._p}) ON CONFLICT (originator_id) DO NOTHING",
-                    (self._tracking, b""),
-                )
-            self._created = True
+    def _made(self) -> None:
+        # A transaction of its own, opened by its write: in SQLite one whose first
+        # statement only read (the table existed) fails at its first write if another
+        # process wrote meanwhile, where one opened by a write waits.
+        with self._writing() as cursor:
+            cursor.execute(
+                f"INSERT INTO {self._table} (originator_id, position, state) "
+                f"VALUES ({self._p}, 0, {self._p}) ON CONFLICT (originator_id) DO NOTHING",
+                (self._stored(TRACKING), b""),
+            )
 
     def _insert(self, cursor: Any, stream: Any, position: int, row: bytes) -> None:
         p = self._p
@@ -122,12 +86,12 @@ class SQLOutstanding(OutstandingTable):
         )
 
     def read(self) -> list[tuple[Any, int, bytes]]:
-        return self._select(f"SELECT originator_id, position, state FROM {self._table}", ())
+        return self._select(f"SELECT originator_id, position, state FROM {self._table}", ())[0]
 
     def position(self) -> Any:
-        found = self._select(
+        (found,) = self._select(
             f"SELECT position FROM {self._table} WHERE originator_id = {self._p}",
-            (self._tracking,),
+            (self._stored(TRACKING),),
         )
         return found[0][0] if found else None
 
@@ -139,7 +103,7 @@ class SQLOutstanding(OutstandingTable):
             found += self._select(
                 f"SELECT originator_id, state FROM {self._table} WHERE originator_id IN ({marks})",
                 tuple(chunk),
-            )
+            )[0]
         return found
 
     def advance(
@@ -151,7 +115,7 @@ class SQLOutstanding(OutstandingTable):
             cursor.execute(
                 f"UPDATE {self._table} SET position = {p} "
                 f"WHERE originator_id = {p} AND position = {p} RETURNING position",
-                (after, self._tracking, before),
+                (after, self._stored(TRACKING), before),
             )
             if not cursor.fetchall():  # nothing written yet: the transaction ends empty
                 return False
@@ -169,13 +133,7 @@ class SQLOutstanding(OutstandingTable):
         self._ensure()
         with self._writing() as cursor:
             cursor.execute(f"DELETE FROM {self._table}")
-            self._insert(cursor, self._tracking, 0, b"")
-
-    def _select(self, statement: str, parameters: tuple[Any, ...]) -> list[Any]:
-        self._ensure()
-        with self._reading() as cursor:
-            cursor.execute(statement, parameters)
-            return list(cursor.fetchall())
+            self._insert(cursor, self._stored(TRACKING), 0, b"")
 
 
 class OutstandingThreads:

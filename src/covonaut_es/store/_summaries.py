@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
 from typing import Any
 from uuid import UUID
+
+from covonaut_es.store._side_tables import SQLSideTable
 
 
 class SummaryTable(ABC):
@@ -41,49 +42,13 @@ class SummaryTable(ABC):
         :func:`stream_in`); None when there is none."""
 
 
-class SQLSummaries(SummaryTable):
-    """A summary table in a SQL database.
+class SQLSummaries(SQLSideTable, SummaryTable):
+    """A summary table in a SQL database: :class:`SQLSideTable`'s arguments, and
+    ``log_end``, a query of the position of the log's newest event."""
 
-    Args:
-        datastore: The database's eventsourcing datastore (reads).
-        writing: Opens a transaction that commits (writes).
-        table: The summary table's name, as SQL names it.
-        create: The statements that create the table (and its index) if absent.
-        placeholder: The driver's parameter placeholder.
-        stored: A stream id as the table stores it.
-        log_end: A query of the position of the log's newest event.
-        reading: Opens a cursor for reads that gives rows as tuples; by default, in a
-            transaction of ``datastore`` that does not commit.
-    """
-
-    def __init__(
-        self,
-        datastore: Any,
-        writing: Callable[[], Any],
-        *,
-        table: str,
-        create: Sequence[str],
-        placeholder: str,
-        stored: Callable[[UUID], Any],
-        log_end: str,
-        reading: Callable[[], AbstractContextManager[Any]] | None = None,
-    ) -> None:
-        self._datastore = datastore
-        self._writing = writing
-        self._table = table
-        self._create = create
-        self._p = placeholder
-        self._stored = stored
+    def __init__(self, datastore: Any, writing: Callable[[], Any], *, log_end: str, **table: Any):
+        super().__init__(datastore, writing, **table)
         self._log_end = log_end
-        self._reading = reading or (lambda: datastore.transaction(commit=False))
-        self._created = False
-
-    def _ensure(self) -> None:
-        if not self._created:
-            with self._writing() as cursor:
-                for statement in self._create:
-                    cursor.execute(statement)
-            self._created = True
 
     def seen(self) -> int:
         found = self._select(f"SELECT MAX(seen) FROM {self._table}", ())
@@ -128,16 +93,6 @@ class SQLSummaries(SummaryTable):
             f"SELECT originator_id FROM {self._table} WHERE position = {self._p}", (position,)
         )[0]
         return found[0][0] if found else None
-
-    def _select(self, *statements: Any) -> list[list[Any]]:
-        """The rows of each ``statement, parameters`` pair, read with one cursor."""
-        self._ensure()
-        found = []
-        with self._reading() as cursor:
-            for statement, parameters in zip(statements[::2], statements[1::2], strict=True):
-                cursor.execute(statement, parameters)
-                found.append(list(cursor.fetchall()))
-        return found
 
 
 def _position(found: Any) -> int:

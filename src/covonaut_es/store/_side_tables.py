@@ -1,0 +1,66 @@
+"""A table the store keeps beside its log in a SQL database (thread summaries, the
+threads with work outstanding): where it is, how to write and read it, and its
+creation on first use."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from typing import Any
+from uuid import UUID
+
+
+class SQLSideTable:
+    """A table beside the log in a SQL database, made when first used.
+
+    Args:
+        datastore: The database's eventsourcing datastore (reads).
+        writing: Opens a transaction that commits (writes).
+        table: The table's name, as SQL names it.
+        create: The statements that create the table (and its indexes) if absent.
+        placeholder: The driver's parameter placeholder.
+        stored: A stream id as the table's column holds it.
+        reading: Opens a cursor for reads that gives rows as tuples; by default, in a
+            transaction of ``datastore`` that does not commit.
+    """
+
+    def __init__(
+        self,
+        datastore: Any,
+        writing: Callable[[], Any],
+        *,
+        table: str,
+        create: Sequence[str],
+        placeholder: str,
+        stored: Callable[[UUID], Any],
+        reading: Callable[[], AbstractContextManager[Any]] | None = None,
+    ) -> None:
+        self._datastore = datastore
+        self._writing = writing
+        self._table = table
+        self._create = create
+        self._p = placeholder
+        self._stored = stored
+        self._reading = reading or (lambda: datastore.transaction(commit=False))
+        self._created = False
+
+    def _ensure(self) -> None:
+        if not self._created:
+            with self._writing() as cursor:
+                for statement in self._create:
+                    cursor.execute(statement)
+            self._made()
+            self._created = True
+
+    def _made(self) -> None:
+        """What a new table needs once its statements ran (by default nothing)."""
+
+    def _select(self, *statements: Any) -> list[list[Any]]:
+        """The rows of each ``statement, parameters`` pair, read with one cursor."""
+        self._ensure()
+        found = []
+        with self._reading() as cursor:
+            for statement, parameters in zip(statements[::2], statements[1::2], strict=True):
+                cursor.execute(statement, parameters)
+                found.append(list(cursor.fetchall()))
+        return found
