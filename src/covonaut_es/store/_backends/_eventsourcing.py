@@ -170,18 +170,13 @@ def batches(
         yield batch
 
 
-def _given(application: Application[Any]) -> type[Application[Any]]:
-    """A stand-in for ``application``'s class that gives back ``application`` itself
-    when constructed, for a runner to follow an application already open."""
-    opened_class = type(application)
+class _AlreadyOpen(Application[Any]):
+    """Stands in for an open application's class: made with that application as its
+    ``env``, it gives back the application itself (not an instance of this class, so
+    no ``__init__`` runs), for a runner to follow an application already open."""
 
-    def opened(cls: type, *args: object, **kwargs: object) -> Application[Any]:
-        return application  # not an instance of cls, so __init__ is not run again
-
-    # The name too: eventsourcing names a subclass after itself unless it says its own.
-    return type(
-        opened_class.__name__, (opened_class,), {"__new__": opened, "name": application.name}
-    )
+    def __new__(cls, env: Any) -> Any:
+        return env
 
 
 class BatchingProjectionRunner(BaseProjectionRunner[TApplication]):
@@ -205,15 +200,13 @@ class BatchingProjectionRunner(BaseProjectionRunner[TApplication]):
     ) -> None:
         # eventsourcing 9.5.6: BaseProjectionRunner.__init__ subscribes to what
         # application_class(env) returns, and closes it when the runner exits.
-        application_class: Any = application
-        if isinstance(application, Application):
-            application_class = _given(application)
+        opened = isinstance(application, Application)
         super().__init__(
             projection=projection,
-            application_class=application_class,
+            application_class=_AlreadyOpen if opened else application,  # type: ignore[arg-type]
             tracking_recorder=tracking_recorder,
             topics=topics,
-            env=env,
+            env=application if opened else env,  # type: ignore[arg-type]
         )
 
     # eventsourcing 9.5.6: BaseProjectionRunner.__init__ starts its processing thread on
