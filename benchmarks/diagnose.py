@@ -321,7 +321,7 @@ def storage(ctx: Context, turns: int) -> Table:
             f"chain links) are {ratio(sum(r[2] for r in found['topics']), total):.0%}, the "
             f"snapshot {ratio(snapshot_bytes, total):.0%}; each turn stores "
             f"{events / turns:.1f} events, and each row repeats its topic and hex stream "
-            f"id. Measured on the run's own rows rewritten (Diagnosis): {layouts}. ADR 0051."
+            f"id. Measured on the run's own rows rewritten (Diagnosis): {layouts}."
         )
     target = ctx.targets.get(f"storage-logical-{turns}")
     if target and target.status == MISSED:

@@ -54,10 +54,11 @@ def check_thread_id(thread_id: str) -> str:
     return thread_id
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=64)
 def thread_aggregate_id(thread_id: str) -> UUID:
-    """The aggregate id of a thread: a uuid5 of its thread id (kept for the threads
-    used last: a load asks twice, for its stream and to check its first event's)."""
+    """The aggregate id of a thread: a uuid5 of its thread id (kept for the few threads
+    used last: a load asks twice, for its stream and to check its first event's; a
+    worker folding many threads' events keeps no more for them)."""
     return uuid5(THREAD_NAMESPACE, thread_id)
 
 
