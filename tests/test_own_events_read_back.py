@@ -163,6 +163,21 @@ def test_an_entry_is_stored_to_read_back_equal_or_refused_with_nothing_stored(
     """Saved, the entry reads back equal from the store (on SQLite); refused, it is an
     ``UnreadableEventError`` naming one of its fields, and the store holds nothing new."""
     application = TranscodedLedgers if transcoded else Ledgers
+    error = saved_or_refused(application, fields)
+    if error is None:
+        event("saved")
+        return
+    assert error.event == "Ledger.Entered"
+    assert error.field.split(".")[0].split("[")[0] in FIELDS
+    event("refused")
+
+
+def saved_or_refused(
+    application: type[AgentApplication], fields: dict[str, Any]
+) -> UnreadableEventError | None:
+    """Save an entry of ``fields`` in a new ``application`` on SQLite: None once it reads
+    back equal, else the ``UnreadableEventError`` that refused it, the store holding
+    nothing new."""
     app = application(
         env={"PERSISTENCE_MODULE": "eventsourcing.sqlite", "SQLITE_DBNAME": ":memory:"}
     )
@@ -173,16 +188,13 @@ def test_an_entry_is_stored_to_read_back_equal_or_refused_with_nothing_stored(
         try:
             app.save(ledger)
         except UnreadableEventError as error:
-            assert error.event == "Ledger.Entered"
-            assert error.field.split(".")[0].split("[")[0] in FIELDS
             assert app.recorder.max_notification_id() == 1
             assert app.repository.get(ledger.id).version == 1
-            event("refused")
-            return
-        event("saved")
+            return error
         (read,) = app.events.get(ledger.id, gt=1)
         for name, value in fields.items():
             assert getattr(read, name) == value, name
+        return None
     finally:
         app.close()
 
