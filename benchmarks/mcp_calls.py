@@ -73,7 +73,7 @@ def run(ctx: Context) -> list[Section]:
     """Figure 13."""
     calls = QUICK_CALLS if ctx.quick else FULL_CALLS
     log(f"MCP calls, {calls} calls a run")
-    section = Section("11. A tool call through MCP", intro(__doc__))
+    section = Section("13. A tool call through MCP", intro(__doc__))
     provider = ScriptedProvider(respond=_model(calls))
     direct = _per_call(
         AgentConfig(provider=provider, tools=[_direct()], max_turns=calls + 1), calls
