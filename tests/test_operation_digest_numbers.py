@@ -6,6 +6,9 @@ whichever way the digest is asked for."""
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,7 +19,7 @@ from hypothesis import strategies as st
 from covonaut_es import Message, Role, ToolCall, operation_digest
 from covonaut_es.domain import AgentThread
 from covonaut_es.domain._reviews import operation_digests
-from covonaut_es.errors import NonFiniteNumberError
+from covonaut_es.errors import NonFiniteNumberError, NotJSONDataError
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 NON_FINITE = [math.nan, math.inf, -math.inf]
@@ -91,3 +94,62 @@ def test_a_digest_is_refused_exactly_when_a_number_is_not_finite(arguments: dict
         return
     assert not _non_finite_in(arguments)
     assert digest.startswith("jcs-sha256:")
+
+
+_JSON_LIKE = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.lists(inner, max_size=3).map(tuple)
+        | st.frozensets(st.integers(-9, 9) | st.text(max_size=3), max_size=5)
+        | st.sets(st.text(max_size=3), max_size=5)
+        | st.dictionaries(st.text(max_size=3), inner, max_size=3)
+    ),
+    max_leaves=10,
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(arguments=st.dictionaries(st.text(max_size=4), _JSON_LIKE, min_size=1, max_size=4))
+def test_a_reviews_digest_is_the_digest_of_the_arguments_it_records(
+    arguments: dict[str, Any],
+) -> None:
+    """Property: the digest a review asks approval for equals the digest of the
+    arguments the review records, whichever the process's string hashing and however
+    a set's items mix types; so an approval given in one process covers the call in
+    another, and a replayed thread recomputes the same digest."""
+    thread = AgentThread.start("t", now=NOW)
+    call = ToolCall("c0", "pay", "{}")
+    thread.append_message(Message(Role.ASSISTANT, tool_calls=(call,)), now=NOW)
+    thread.call_tools([call], now=NOW)
+    request = thread.request_review(call, arguments, now=NOW)
+    assert request.digest == operation_digest("pay", request.arguments)
+    assert request.digest == operation_digest("pay", arguments)
+    assert set(operation_digests("pay", arguments)) == set(
+        operation_digests("pay", request.arguments)
+    )
+
+
+def test_a_set_is_digested_in_one_order_whatever_the_hashing() -> None:
+    """A set of strings gets one digest in processes with different string hashing."""
+    code = (
+        "from covonaut_es import operation_digest;"
+        "print(operation_digest('pay', {'to': {'ann', 'bob', 'cy', 'dee', 'eve'}, 'n': {3, 'x'}}))"
+    )
+    digests = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            env={**os.environ, "PYTHONHASHSEED": str(seed)},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in (1, 2, 3, 4)
+    }
+    assert len(digests) == 1
+
+
+def test_arguments_that_are_not_json_data_are_refused_with_a_typed_error() -> None:
+    """An object JSON cannot carry gets a typed error naming the tool, not a digest."""
+    with pytest.raises(NotJSONDataError, match=r"'pay'.*not JSON data"):
+        operation_digest("pay", {"to": object()})

@@ -375,6 +375,11 @@ class NonFiniteNumberError(CovonautError, ValueError):
     give NaN, an infinity and None one digest."""
 
 
+class NotJSONDataError(CovonautError, ValueError):
+    """A value to be recorded as JSON data, or digested, holds what JSON cannot carry:
+    an object msgspec cannot encode, a recursive structure, a lone surrogate."""
+
+
 class ToolResultError(CovonautError, ValueError):
     """A tool's return value cannot be recorded as JSON text (an unsupported type, a
     recursive structure, NaN or infinity, a lone surrogate): the call ran, so this is

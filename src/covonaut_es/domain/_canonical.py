@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from covonaut_es.errors import NonFiniteNumberError
+from covonaut_es.errors import NonFiniteNumberError, NotJSONDataError
 
 
 def refuse_non_finite(value: Any, *, where: str = "") -> None:
@@ -37,6 +37,37 @@ def refuse_non_finite(value: Any, *, where: str = "") -> None:
             stack.extend(item.values())
         elif isinstance(item, list | tuple | set | frozenset):
             stack.extend(item)
+
+
+def json_data(value: Any, *, where: str) -> Any:
+    """``value`` as the plain JSON data a thread records of it, and digests: objects,
+    arrays, text, numbers, booleans and null.
+
+    A set or frozenset becomes an array of its items in the order of their RFC 8785
+    forms, so that neither the process's string hashing nor a mix of item types decides
+    the order: the digest of a value and the digest of the data recorded of it are one.
+
+    Raises:
+        NonFiniteNumberError: ``value`` holds NaN or an infinity.
+        NotJSONDataError: ``value`` holds what JSON cannot carry (an object msgspec
+            cannot encode, a recursive structure, a lone surrogate); names ``where``.
+    """
+    refuse_non_finite(value, where=where)
+    try:
+        return msgspec.json.decode(msgspec.json.encode(_sets_in_order(value)))
+    except (TypeError, ValueError, RecursionError, msgspec.EncodeError) as exc:
+        msg = f"{where}: not JSON data ({exc})"
+        raise NotJSONDataError(msg) from exc
+
+
+def _sets_in_order(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {name: _sets_in_order(item) for name, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_sets_in_order(item) for item in value]
+    if isinstance(value, set | frozenset):
+        return sorted((_sets_in_order(item) for item in value), key=jcs)
+    return value
 
 
 def canonical_json(value: Any) -> bytes:

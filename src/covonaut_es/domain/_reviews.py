@@ -18,7 +18,7 @@ from typing import Any
 
 import msgspec
 
-from covonaut_es.domain._canonical import canonical_json, jcs, refuse_non_finite
+from covonaut_es.domain._canonical import canonical_json, jcs, json_data
 from covonaut_es.domain._tool_pins import ToolPin
 from covonaut_es.errors import ReviewExpiredError, ReviewNotFoundError, StaleReviewError
 
@@ -476,8 +476,8 @@ def operation_digests(
 
 
 def _operation(tool_name: str, arguments: dict[str, Any], tool: ToolPin | None) -> dict[str, Any]:
-    refuse_non_finite(arguments, where=f"the arguments of {tool_name!r}")
-    operation: dict[str, Any] = {"arguments": arguments, "tool_name": tool_name}
+    data = json_data(arguments, where=f"the arguments of {tool_name!r}")
+    operation: dict[str, Any] = {"arguments": data, "tool_name": tool_name}
     if tool is not None:
         operation["tool"] = tool.digest
     return operation

@@ -23,7 +23,7 @@ import msgspec
 from eventsourcing.domain import Aggregate
 
 from covonaut_es.domain._calls import event_key, has_key_form, requested_call
-from covonaut_es.domain._canonical import canonical_json
+from covonaut_es.domain._canonical import json_data
 from covonaut_es.domain._ids import check_thread_id, check_thread_stream, thread_aggregate_id
 from covonaut_es.domain._pauses import (
     checked_kind,
@@ -1042,7 +1042,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
             review_id=self._next_event_key(call),
             thread_id=self.thread_id,
             tool_name=call.name,
-            arguments=msgspec.json.decode(canonical_json(arguments)),
+            arguments=json_data(arguments, where=f"the arguments of {call.name!r}"),
             digest=operation_digest(call.name, arguments, tool),
             tool_call_id=call.id,
             tool=tool,
@@ -1115,7 +1115,11 @@ class AgentThread(Aggregate, created_event_name="Started"):
         if arguments is not None and decision is not Decision.APPROVED:
             msg = f"only an approval takes edited arguments, not a decision {decision!r}"
             raise ThreadStateError(msg)
-        edited = None if arguments is None else msgspec.json.decode(canonical_json(arguments))
+        edited = (
+            None
+            if arguments is None
+            else json_data(arguments, where=f"the edited arguments of {request.tool_name!r}")
+        )
         digest = (
             request.digest
             if edited is None
