@@ -94,14 +94,14 @@ def _script(turns: int) -> list[ProviderResponse]:
     return [*calls, ProviderResponse(content="done")]
 
 
-class _SpansAlone:
+class _SpansAlone(ScriptedProvider):
     """The "spans alone" row: the spans of a traced turn, made by the model and the tool
     themselves with the SDK, as an instrumented client or tool would, under a run span."""
 
     def __init__(self, provider: TracerProvider, turns: int) -> None:
+        super().__init__(_script(turns))
         self.provider = provider
         self._tracer = provider.get_tracer("covonaut_es", schema_url=SCHEMA_URL)
-        self._model = ScriptedProvider(_script(turns))
         self.tool = Tool("echo", "Echo the text back", {"type": "object"}, self._echo)
 
     def start(self) -> None:
@@ -117,7 +117,7 @@ class _SpansAlone:
             "chat", self._parent, kind=SpanKind.CLIENT, attributes=_CHAT_ATTRIBUTES
         )
         try:
-            return self._model.complete(request)
+            return super().complete(request)
         finally:
             span.end()
 
