@@ -82,7 +82,7 @@ def sdk_turns(provider: TracerProvider, turns: int) -> None:
             "covonaut.tool.idempotency_key": f"{turn:032x}",
         }
         span = tracer.start_span("execute_tool echo", parent, attributes=attributes)
-        span.set_attributes({"covonaut.tool.outcome": "succeeded"})
+        span.set_attribute("covonaut.tool.outcome", "succeeded")
         span.end()
     run.end()
 

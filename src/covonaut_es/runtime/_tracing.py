@@ -161,6 +161,11 @@ class RunTrace:
         self._chat_name = ""
         self._chat_attributes: dict[str, AttributeValue] = {}
         self._tools: dict[str, Span] = {}
+        self._tool_attributes: dict[str, AttributeValue] = {
+            OPERATION: "execute_tool",
+            TOOL_TYPE: "function",
+            **self._common,
+        }
         self._input_tokens = self._output_tokens = 0
         self._ended = False
         for name, event_attributes in _resolved_pauses(thread):
@@ -202,7 +207,14 @@ class RunTrace:
                     self._end(None)
                     output: str = stop.value
                     return output
-                current = self._before(effect)
+                # Commits are most effects of a turn and start no span: dispatched here,
+                # without the calls the other effects go through.
+                commit = type(effect) is Commit
+                if commit:
+                    self._note_events()
+                    current = None
+                else:
+                    current = self._before(effect)
                 # The span of a model call or of a lone tool call is the current one while
                 # the driver performs it, so that the spans its client or the tool makes
                 # on the driving thread (or a task or worker thread it starts) are its
@@ -214,7 +226,8 @@ class RunTrace:
                     reply, error = None, exc
                 if token is not None:
                     otel_context.detach(token)
-                self._after(effect, reply, error)
+                if not commit:
+                    self._after(effect, reply, error)
         except BaseException as exc:
             self._end(exc)
             raise
@@ -226,9 +239,7 @@ class RunTrace:
     def _before(self, effect: Effect) -> Context | None:
         """Start the effect's spans; the context to make current while it is performed."""
         # Compared by type, most frequent first: this runs for every effect of every turn.
-        if type(effect) is Commit:
-            self._note_events()
-        elif type(effect) is Complete:
+        if type(effect) is Complete:
             self._chat = self._start_chat(effect.request)
             return trace.set_span_in_context(self._chat, self._context)
         elif type(effect) is RunTool:
@@ -239,8 +250,6 @@ class RunTrace:
         return None
 
     def _after(self, effect: Effect, reply: Any, error: Exception | None) -> None:
-        if type(effect) is Commit:
-            return
         if type(effect) is Complete:
             self._end_chat(reply, error)
         elif type(effect) is RunTool:
@@ -305,11 +314,9 @@ class RunTrace:
     def _start_tool(self, prepared: PreparedCall) -> Span:
         call, context = prepared.call, prepared.context
         attributes: dict[str, AttributeValue] = {
-            OPERATION: "execute_tool",
+            **self._tool_attributes,
             TOOL_NAME: call.name,
             TOOL_CALL_ID: call.id,
-            TOOL_TYPE: "function",
-            **self._common,
             "covonaut.tool.idempotency_key": context.idempotency_key,
         }
         if context.approval is not None:
@@ -336,27 +343,30 @@ class RunTrace:
         if report.expired_after is not None:
             span.set_attributes({ERROR_TYPE: "timeout", "covonaut.tool.outcome": "in_doubt"})
             span.set_status(trace.StatusCode.ERROR)
-        else:
+        elif report.error_type or self._content:
             attributes: dict[str, AttributeValue] = {"covonaut.tool.outcome": str(report.outcome)}
             if report.error_type:
                 attributes[ERROR_TYPE] = report.error_type
+                span.set_status(trace.StatusCode.ERROR)
             if self._content:
                 attributes[TOOL_RESULT] = _bounded(report.content)
             span.set_attributes(attributes)
-            if report.error_type:
-                span.set_status(trace.StatusCode.ERROR)
+        else:  # most calls: one attribute, which the SDK sets for less alone than in a dict
+            span.set_attribute("covonaut.tool.outcome", str(report.outcome))
         span.end()
 
     # Events and the end ---------------------------------------------------------------
 
     def _note_events(self) -> None:
         """The thread's new events that matter to an operator, as span events."""
-        for event in self._thread.pending_events:
-            version = event.originator_version
-            if version <= self._seen:
-                continue
-            self._seen = version
-            if type(event) in _NOTED:  # most events are not: skip the match below
+        events = self._thread.pending_events
+        if not events:
+            return
+        seen = self._seen
+        self._seen = max(seen, events[-1].originator_version)  # in the order of versions
+        for event in events:
+            # Most events are not noted: their type is looked up before their version.
+            if type(event) in _NOTED and event.originator_version > seen:
                 noted = _span_event(event)
                 if noted is not None:
                     self._span.add_event(*noted)
@@ -374,10 +384,14 @@ class RunTrace:
             _fail(span, unfinished, content=self._content)
             span.end()
         thread, span = self._thread, self._span
-        span.set_attribute("covonaut.thread.version", thread.version)
-        span.set_attribute("covonaut.thread.status", str(thread.status))
-        span.set_attribute(INPUT_TOKENS, self._input_tokens)
-        span.set_attribute(OUTPUT_TOKENS, self._output_tokens)
+        span.set_attributes(
+            {
+                "covonaut.thread.version": thread.version,
+                "covonaut.thread.status": str(thread.status),
+                INPUT_TOKENS: self._input_tokens,
+                OUTPUT_TOKENS: self._output_tokens,
+            }
+        )
         if error is not None:  # a run that fails raises, once its failure is recorded
             _fail(span, error, content=self._content)
         span.end()
