@@ -453,10 +453,12 @@ def _persistence_cause(ctx: Context, turns: int, share: float, profiled: int) ->
         f"more per transaction. Under cProfile (T={profiled}) {share:.0%} of our persistence "
         "time is the client blocked in SQLite (the same commits and fsyncs as the limit); the "
         "rest is Python per commit on the path `Store.save` (`store/_store.py`) -> "
-        "`ThreadsApplication.save` (`store/_application.py`) -> the store's own writing "
-        "connection (`store/_sqlite_writer.py`, one `execute` per event) -> "
-        "`MsgspecMapper.to_stored_event` (`store/_mapper.py`), and the snapshot's encoding "
-        "and compression when one is due (`store/_zstd.py`). See Diagnosis."
+        "`ThreadsApplication.save` (`store/_application.py`) -> "
+        "`MsgspecMapper.to_sealed_event` (`store/_mapper.py`: each event encoded, linked "
+        "into its chain by `store/_chain.py` and read back) -> the store's own writing "
+        "connection (`store/_backends/_sqlite_connections.py`, one `execute` per event, "
+        "and one for the lease fence), and the snapshot's encoding and compression when "
+        "one is due (`store/_zstd.py`). See Diagnosis."
     )
 
 

@@ -10,11 +10,12 @@ import struct
 from fractions import Fraction
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from covonaut_es.domain._canonical import es_number, jcs, jcs_text
+from covonaut_es.domain._canonical import es_number, jcs, jcs_of_sorted, jcs_text
 
 # RFC 8785, Appendix B: IEEE 754 doubles (hex) and how the scheme writes them.
 APPENDIX_B = {
@@ -138,26 +139,23 @@ def plain_rfc_8785(value: Any) -> str:
     return ecmascript(value)
 
 
-NAMES = st.text(
-    st.sampled_from(
-        [
-            "a",
-            "b",
-            "\x00",
-            "\x1f",
-            '"',
-            "\\",
-            "é",
-            "\u2028",
-            "\ue000",
-            "\ufb01",
-            "\uffff",
-            "😀",
-            "\U0010ffff",
-        ]
-    ),
-    max_size=3,
-)
+CHARACTERS = [
+    "a",
+    "b",
+    "\x00",
+    "\x1f",
+    '"',
+    "\\",
+    "é",
+    "\u2028",
+    "\ue000",
+    "\ufb01",
+    "\uffff",
+    "😀",
+    "\U0010ffff",
+]
+"""Characters JSON escapes, and ones that sort apart by code point and by UTF-16."""
+NAMES = st.text(st.sampled_from(CHARACTERS), max_size=3)
 JSON = st.recursive(
     st.none()
     | st.booleans()
@@ -182,6 +180,30 @@ def test_documents_match_a_plain_reading_of_rfc_8785(value: Any) -> None:
     assert jcs_text(json.dumps(value).encode()) == expected  # every non-ASCII escaped
     spaced = json.dumps(value, ensure_ascii=False, indent=1, sort_keys=True)
     assert jcs_text(spaced.encode()) == expected
+
+
+WITHOUT_FLOATS = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.text(st.sampled_from(CHARACTERS))
+    | st.text(),
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.dictionaries(NAMES | st.text(max_size=4), children, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(WITHOUT_FLOATS)
+def test_sorted_text_without_floats_is_taken_as_rfc_8785_only_where_it_is(value: Any) -> None:
+    """msgspec's sorted text of a value without floats, taken as it is where that is
+    RFC 8785's form, gives the bytes the full rewrite gives, whatever its names and
+    strings hold (controls, escapes, characters that sort apart in UTF-16)."""
+    text = msgspec.json.encode(value, order="sorted")
+    assert jcs_of_sorted(text, floats=False) == jcs_text(text) == jcs(value)
 
 
 @pytest.mark.parametrize("text", [b"[1e400]", b'["\\ud800"]', b"[NaN]", b'{"a":1', b"[" * 100_000])

@@ -334,3 +334,39 @@ def test_a_shared_memory_store_adopts_its_key_and_refuses_writers_without_it() -
             for thread_id in ("t", "f"):
                 report = again.verify(thread_id)
                 assert report.ok and report.chained == report.events, report.findings
+
+
+TRICKY_TEXT = st.text(
+    st.sampled_from(["a", "\x00", "\x1f", '"', "\\", "é", "\u2028", "\ue000", "😀", "\U0010ffff"])
+    | st.characters(),
+    max_size=6,
+)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    contents=st.lists(TRICKY_TEXT, min_size=1, max_size=4),
+    thread_id=st.text(
+        st.sampled_from(["a", '"', "\\", "é", "\ue000", "😀", "\U0010ffff"]), min_size=1, max_size=4
+    ),
+    key=st.sampled_from([None, "a chain key of at least sixteen characters"]),
+)
+def test_events_sealed_at_save_verify_whatever_text_they_hold(
+    tmp_path_factory: pytest.TempPathFactory,
+    contents: list[str],
+    thread_id: str,
+    key: str | None,
+) -> None:
+    """The seal a save computes (msgspec's text taken as RFC 8785's where it is that)
+    is the one verify recomputes from the stored payload by the full rewrite: text with
+    controls, quotes, escapes and characters that sort apart in UTF-16, in the thread's
+    id and its messages, with and without a chain key."""
+    url = f"sqlite:///{tmp_path_factory.mktemp('seal')}/store.db"
+    with open_store(url, chain_key=key) as store:
+        thread = AgentThread.start(thread_id, now=NOW)
+        store.save(thread)
+        for content in contents:
+            thread.append_message(Message(role="user", content=content, name=content), now=NOW)
+            store.save(thread)
+        report = store.verify(thread_id)
+        assert report.ok, report.findings

@@ -154,6 +154,21 @@ def jcs_text(text: bytes) -> bytes:
         raise ValueError(msg) from exc
 
 
+def jcs_of_sorted(text: bytes, *, floats: bool = True) -> bytes:
+    """:func:`jcs_text` of ``text``, which is msgspec's sorted encoding of a value: that
+    very text when the value held no float (``floats`` false) and its names sort alike
+    by code points and by UTF-16 code units, since then RFC 8785 writes what msgspec
+    wrote (the same escapes, integers exactly), and decoding it to write it again would
+    give the same bytes.
+
+    Raises:
+        ValueError: As :func:`jcs_text`.
+    """
+    if not floats and not _orders_differ(text):
+        return text
+    return jcs_text(text)
+
+
 def jcs(value: Any) -> bytes:
     """The RFC 8785 canonical form of ``value`` as msgspec encodes it to JSON (Structs
     as objects, datetimes as RFC 3339 text; NaN and infinities as ``null``, as the

@@ -190,8 +190,11 @@ class AgentApplication(RecordsProcessingEvents, Application[UUID]):
         """
         events = processing_event.events
         first: dict[UUID, int] = {}
+        stream: Any = None
         for event in events:
-            first.setdefault(event.originator_id, event.originator_version)
+            if event.originator_id is not stream:  # a stream's events come together
+                stream = event.originator_id
+                first.setdefault(stream, event.originator_version)
         aggregates = processing_event.aggregates
         saved = [
             (a, first[a.id])
@@ -284,19 +287,26 @@ class AgentApplication(RecordsProcessingEvents, Application[UUID]):
         heads: dict[UUID, Head] = {}
         stored: list[StoredEvent] = []
         # A thread saved from version 1 must not land in a fork's stream, which starts above.
-        new = {e.originator_id for e in events if e.originator_version == 1} & bases.keys()
+        new: set[UUID] = set()
         stream: Any = None
         previous: str | None = None
+        version = 0
         for event in events:
             if event.originator_id is not stream:  # a stream's events come together
+                if previous is not None:
+                    heads[stream] = (stream, version, previous)
                 stream = event.originator_id
                 previous = heads[stream][2] if stream in heads else bases.get(stream)
+            version = event.originator_version
             if previous is None:
                 stored.append(mapper.to_stored_event(event))
                 continue
+            if version == 1:
+                new.add(stream)
             record, previous = mapper.to_sealed_event(event, previous, key)
             stored.append(record)
-            heads[stream] = (stream, event.originator_version, previous)
+        if previous is not None:
+            heads[stream] = (stream, version, previous)
         anchoring = self._anchoring(heads, new | new_streams)
         ids = self.recorder.insert_events(stored, **anchoring, **kwargs)
         if not ids:  # a recorder that keeps no log (an aggregate recorder's)

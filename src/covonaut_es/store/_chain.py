@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from covonaut_es.domain._canonical import jcs, jcs_text
+from covonaut_es.domain._canonical import jcs_of_sorted
 from covonaut_es.migrations import VERSION_KEY
 
 CHAIN_FIELD = "chain"
@@ -99,6 +99,14 @@ _URLSAFE = bytes.maketrans(b"+/", b"-_")
 save hashes each event)."""
 
 
+def _jcs_head(previous: str, topic: str, version: int, schema: Any) -> bytes:
+    """The RFC 8785 form of ``[previous, topic, version, schema]``: msgspec's, when the
+    version and schema version are integers (no float, and no object to sort)."""
+    integers = type(version) is int and type(schema) is int
+    head = msgspec.json.encode([previous, topic, version, schema])
+    return jcs_of_sorted(head, floats=not integers)
+
+
 def link_hash(
     previous: str,
     topic: str,
@@ -107,10 +115,15 @@ def link_hash(
     fields: bytes,
     key: bytes | None,
     generation: int = _NEWEST,
+    *,
+    floats: bool = True,
 ) -> str:
     """The chain hash of one event from its schema version ``schema`` and its
     :func:`canonical_fields`, after ``previous``, in the scheme of ``generation``
-    (today's unless told) that ``key`` makes, or its absence.
+    (today's unless told) that ``key`` makes, or its absence. ``floats`` false says the
+    fields hold no float (their codec's types have none, and its read-back check refuses
+    a payload that does not read back as given), so that their canonical form needs no
+    second encoding.
 
     Today's scheme hashes the RFC 8785 form of ``[previous, topic, version, schema,
     fields]``; generation 2 msgspec's encoding of the same array, generation 1 leaves
@@ -123,7 +136,8 @@ def link_hash(
     """
     # Spliced, not encoded as one array: ``fields`` are the bytes stored, encoded once.
     if generation == _NEWEST:
-        head, fields = jcs([previous, topic, version, schema]), jcs_text(fields)
+        head = _jcs_head(previous, topic, version, schema)
+        fields = jcs_of_sorted(fields, floats=floats)
     elif generation == _PUBLIC_V2.generation:
         head = msgspec.json.encode([previous, topic, version, schema])
     else:

@@ -23,6 +23,7 @@ from functools import cache
 from typing import Any
 
 import msgspec
+import msgspec.inspect as mi
 from eventsourcing.domain import CanMutateAggregate, CanSnapshotAggregate
 
 from covonaut_es.domain import AgentThread, ThreadSnapshot
@@ -47,10 +48,15 @@ _UNREADABLE_HINT = (
 class Codec:
     """Encodes and decodes the payload of one stored class."""
 
-    def __init__(self, schema: Schema, payload_type: type[msgspec.Struct]) -> None:
+    def __init__(
+        self, schema: Schema, payload_type: type[msgspec.Struct], *, floats: bool = True
+    ) -> None:
         self.schema = schema
         self.decoder = msgspec.json.Decoder(payload_type)
         self.payload_type = payload_type
+        self.floats = floats
+        """Whether a payload it reads back may hold a float (False only where its types
+        hold none: see :func:`holds_floats`)."""
         self._chained = b'{"%s":%d,"%s":' % (
             VERSION_KEY.encode(),
             schema.version,
@@ -368,7 +374,51 @@ def codec_for(cls: type) -> Codec:
             (VERSION_KEY, int, 0),
         ]
         return SnapshotCodec(schema, msgspec.defstruct(f"{cls.__qualname__}Payload", fields))
-    return Codec(schema, payload_type(typing.cast("type", cls)))
+    payload = payload_type(typing.cast("type", cls))
+    return Codec(schema, payload, floats=holds_floats(payload))
+
+
+_FLOAT_FREE = (
+    mi.StrType,
+    mi.IntType,
+    mi.BoolType,
+    mi.NoneType,
+    mi.DateTimeType,
+    mi.EnumType,
+    mi.LiteralType,
+    mi.UnionType,
+    mi.CollectionType,
+    mi.DictType,
+    mi.StructType,
+)
+"""The msgspec types whose values JSON writes without a float, given their parts do."""
+
+
+def holds_floats(payload: type[msgspec.Struct]) -> bool:
+    """Whether a payload of this type may hold a float: it names a float, or a type whose
+    values are not checked as declared (``Any``, a custom type), anywhere. One that
+    holds none is written by RFC 8785 as msgspec writes it, once sorted."""
+    seen: set[type] = set()
+    pending: list[mi.Type] = [mi.type_info(payload)]
+    while pending:
+        info = pending.pop()
+        if not isinstance(info, _FLOAT_FREE):
+            return True
+        if isinstance(info, mi.StructType):
+            if info.cls not in seen:
+                seen.add(info.cls)
+                pending += [field.type for field in info.fields]
+        elif isinstance(info, mi.EnumType | mi.LiteralType):
+            values = [m.value for m in info.cls] if isinstance(info, mi.EnumType) else info.values
+            if not all(isinstance(v, str | int) for v in values):
+                return True
+        elif isinstance(info, mi.UnionType):
+            pending += info.types
+        elif isinstance(info, mi.CollectionType):
+            pending.append(info.item_type)
+        elif isinstance(info, mi.DictType):
+            pending += [info.key_type, info.value_type]
+    return False
 
 
 @cache

@@ -172,7 +172,9 @@ class MsgspecMapper(Mapper[UUID]):
         codec, topic = self._listed(domain_event)
         fields = canonical_fields(vars(domain_event))
         version = domain_event.originator_version
-        chain = link_hash(previous, topic, version, codec.schema.version, fields, key)
+        chain = link_hash(
+            previous, topic, version, codec.schema.version, fields, key, floats=codec.floats
+        )
         record = StoredEvent(
             originator_id=domain_event.originator_id,
             originator_version=domain_event.originator_version,

@@ -38,6 +38,7 @@ from eventsourcing.sqlite import (
     SQLiteConnectionPool,
     SQLiteCursor,
     SQLiteDatastore,
+    SQLiteTransaction,
 )
 
 from covonaut_es.errors import StoreFileReplacedError
@@ -262,7 +263,9 @@ class SQLiteWriter:
             if isinstance(pool, StatementKeepingPool) and pool.file is not None:
                 pool.file.check()
             try:
-                with connection.transaction(commit=True) as cursor:
+                # What eventsourcing's connection.transaction() does, without one more
+                # generator: it begins, then commits, or rolls back and raises its error.
+                with SQLiteTransaction(connection, commit=True) as cursor, cursor:
                     yield cursor
             finally:
                 if connection._sqlite_conn.in_transaction:

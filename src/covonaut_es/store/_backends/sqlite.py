@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 from uuid import UUID
@@ -142,13 +143,20 @@ class _AnchoringRecorder(SQLiteAggregateRecorder, PollingSQLiteApplicationRecord
         refuse_taken_streams(kwargs, stored_events, count)
         check_fences(kwargs.get(FENCES, ()), lambda stream: self._lease_token(c, stream))
         rows = [(h[0].hex, h[1], h[2]) for h in kwargs.get(HEADS, ())]
-        c.executemany(
+        upsert = self._upsert_head
+        if len(rows) == 1:  # a save of one thread: one statement, as for the others
+            c.execute(upsert, rows[0])
+        else:
+            c.executemany(upsert, rows)
+        return ids
+
+    @functools.cached_property
+    def _upsert_head(self) -> str:
+        return (
             f"INSERT INTO {heads_table(self)} (originator_id, version, chain) VALUES (?, ?, ?) "
             "ON CONFLICT (originator_id) DO UPDATE SET version = excluded.version, "
-            "chain = excluded.chain",
-            rows,
+            "chain = excluded.chain"
         )
-        return ids
 
     def advance_lease_token(self, stream: UUID) -> int:
         """Record a new run lease of ``stream``: its token, one more than the last."""
