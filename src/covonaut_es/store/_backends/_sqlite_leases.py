@@ -170,7 +170,7 @@ def _locked_file(path: Path, *, create: bool = True) -> int | None:
 def _still_at(fd: int, path: Path) -> bool:
     """Whether ``path`` still names the file open as ``fd``."""
     try:
-        named = path.stat()
+        named = os.stat(path)
     except FileNotFoundError:
         return False
     opened = os.fstat(fd)
