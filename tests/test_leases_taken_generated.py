@@ -13,6 +13,7 @@ import uuid
 from contextlib import closing
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import psycopg
 import pytest
@@ -28,7 +29,7 @@ from hypothesis.stateful import (
 
 from covonaut_es import Store, open_store
 from covonaut_es.domain import thread_aggregate_id
-from covonaut_es.errors import LeaseLostError
+from covonaut_es.errors import LeaseLostError, ReadOnlyStoreError
 from covonaut_es.store import Lease
 from covonaut_es.store._heads import lease_table
 from lease_faults import APPLICATION_PREFIX, backends, lock_file, terminate
@@ -161,3 +162,59 @@ def test_leases_on_sqlite() -> None:
 @pytest.mark.postgres
 def test_leases_on_postgres(postgres_database: str) -> None:
     run_state_machine_as_test(machine(postgres_database), settings=SETTINGS)
+
+
+@pytest.mark.postgres
+def test_a_role_that_may_not_write_the_lease_table_gets_no_lease_and_leaves_no_lock(
+    postgres_database: str,
+) -> None:
+    """A role that may read and write the store but not its lease table is refused the
+    lease with a typed error, and the thread's lock is not left held by its session."""
+    role = f"runner_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(postgres_database, autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {role} LOGIN")
+        admin.execute(f"GRANT USAGE, CREATE ON SCHEMA public TO {role}")
+    parts = urlsplit(postgres_database)
+    url = parts._replace(netloc=f"{role}@{parts.hostname}:{parts.port}").geturl()
+    try:
+        open_store(url).close()  # the role's own tables
+        with psycopg.connect(postgres_database, autocommit=True) as admin:
+            admin.execute(f"REVOKE INSERT, UPDATE ON covonaut_events_leases FROM {role}")
+        with open_store(url) as store:
+            with pytest.raises(ReadOnlyStoreError, match="lease table"):
+                store._leasing.leases.try_acquire("t")
+            with psycopg.connect(postgres_database, autocommit=True) as admin:
+                held = admin.execute(
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND database "
+                    "= (SELECT oid FROM pg_database WHERE datname = current_database())"
+                ).fetchone()
+            assert held == (0,)
+    finally:
+        with psycopg.connect(postgres_database, autocommit=True) as admin:
+            admin.execute(f"DROP OWNED BY {role}")
+            admin.execute(f"DROP ROLE {role}")
+
+
+@pytest.mark.postgres
+def test_a_take_whose_token_cannot_be_recorded_leaves_no_lock(postgres_database: str) -> None:
+    """The token's insert fails after the session took the thread's lock (a trigger of
+    the database refuses it): the error is raised, the lock is let go, and another store
+    takes the thread once the insert may go through."""
+    open_store(postgres_database).close()
+    with psycopg.connect(postgres_database, autocommit=True) as admin:
+        admin.execute(
+            "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$ BEGIN RAISE EXCEPTION 'refused by a trigger'; END $$"
+        )
+        admin.execute(
+            "CREATE TRIGGER refuse BEFORE INSERT OR UPDATE ON covonaut_events_leases "
+            "FOR EACH ROW EXECUTE FUNCTION refuse()"
+        )
+    with open_store(postgres_database) as first, open_store(postgres_database) as second:
+        with pytest.raises(psycopg.Error, match="refused by a trigger"):
+            first._leasing.leases.try_acquire("t")
+        with psycopg.connect(postgres_database, autocommit=True) as admin:
+            admin.execute("DROP TRIGGER refuse ON covonaut_events_leases")
+        lease = second._leasing.leases.try_acquire("t")
+        assert lease is not None and lease.token == 1
+        second._leasing.leases.release(lease)

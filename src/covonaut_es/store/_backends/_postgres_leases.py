@@ -13,7 +13,7 @@ from uuid import UUID
 import msgspec
 
 from covonaut_es.domain import thread_aggregate_id
-from covonaut_es.errors import StoreUnavailableError
+from covonaut_es.errors import ReadOnlyStoreError, StoreUnavailableError
 from covonaut_es.store._leases import (
     STALE_AFTER,
     CallRunning,
@@ -190,14 +190,22 @@ class PostgresLeases(LeaseBackend):
     def _take(self, thread_id: str) -> int | None:
         if self._token_table is None:
             return super()._take(thread_id)
+        import psycopg
+
         stream = self._stream(thread_id)
         try:
             connection, row = self._execute(
                 _TAKE.format(table=self._token_table), (_key(stream), stream)
             )
-        except Exception:
+        except Exception as exc:
             with contextlib.suppress(Exception):  # not held, or its session is gone
                 self._conn().execute("SELECT pg_advisory_unlock(%s)", (_key(stream),))
+            if isinstance(exc, psycopg.errors.InsufficientPrivilege):
+                msg = (
+                    f"cannot record the run lease of thread {thread_id!r} in {self.database}: "
+                    f"{exc}; runs need a role that may write the store's lease table"
+                )
+                raise ReadOnlyStoreError(msg) from exc
             raise
         locked, token = row.fetchone()
         if not locked:
