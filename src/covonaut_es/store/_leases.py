@@ -99,7 +99,8 @@ class WorkerRecord(msgspec.Struct, frozen=True, kw_only=True):
 
 class LeaseTokens(Protocol):
     """Where a store's database records each thread's newest lease (the store's
-    recorder, which checks the tokens saves carry in the same table)."""
+    recorder, which checks the tokens saves carry in the same table; PostgreSQL's
+    leases write the table on their own connection instead, ADR 0057)."""
 
     def advance_lease_token(self, stream: UUID) -> int:
         """Record a new lease of ``stream``; its token."""

@@ -389,12 +389,12 @@ class _PostgresBackend(RecorderAnchors):
         self, factory: InfrastructureFactory[Any], recorder: ApplicationRecorder, holder: str
     ) -> LeaseBackend:
         assert isinstance(factory, postgres.PostgresFactory)
-        tokens = None
+        token_table = None
         if self.guards_new_streams(recorder):
-            tokens = f'"{factory.datastore.schema}"."{lease_table(recorder)}"'
+            token_table = f'"{factory.datastore.schema}"."{lease_table(recorder)}"'
         stored = lambda stream: stored_stream(recorder, stream)  # noqa: E731
         kwargs = dict(factory.datastore.pool.kwargs)  # type: ignore[arg-type]
-        return PostgresLeases(holder, kwargs, tokens, stored)
+        return PostgresLeases(holder, kwargs, token_table, stored)
 
     def summary_table(self, recorder: ApplicationRecorder) -> SummaryTable | None:
         if not (
