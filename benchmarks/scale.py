@@ -26,7 +26,9 @@ same keys, from W processes at once, in the same transactions as our run committ
 (each thread's events grouped as our `Store.save` calls grouped them), each transaction
 also updating the thread's head anchor row, with bare `INSERT` + `COMMIT` and the same
 durability. Our run also commits each thread's run lease once (a row), which the
-reference does not write. On PostgreSQL a reader follows the log during our run every
+reference does not write. Each writer makes its threads' model answers and tool results
+before the start (the same texts), as the reference has its rows: neither times the
+making of text. On PostgreSQL a reader follows the log during our run every
 5 ms, as a projection does, and counts the notification ids it passed over that were
 committed later.
 
@@ -191,16 +193,41 @@ def reply(index: int, turn: int) -> ProviderResponse:
     return ProviderResponse(content=text, tool_calls=(call,))
 
 
+_REPLIES: dict[int, tuple[ProviderResponse, ...]] = {}
+_RESULTS: dict[int, str] = {}
+"""The answers and tool results :func:`prepare` made ahead, by thread and by ``n``."""
+
+
+def prepare(indexes: list[int]) -> None:
+    """Make the model's answers and the ``lookup`` tool's results of threads ``indexes``
+    ahead (the same texts), so that a race times none of their making: the reference
+    generates no text either."""
+    for index in indexes:
+        replies = _REPLIES[index] = tuple(reply(index, turn) for turn in range(3))
+        for call in (call for answer in replies for call in answer.tool_calls):
+            if call.name == workload.TOOL_NAME:
+                n = int(msgspec.json.decode(call.arguments)["n"])
+                _RESULTS[n] = _lookup_text(n)
+
+
 def _respond(index: int) -> Callable[[ProviderRequest], ProviderResponse]:
     def respond(request: ProviderRequest) -> ProviderResponse:
-        return reply(index, sum(m.role is Role.ASSISTANT for m in request.messages))
+        turn = sum(m.role is Role.ASSISTANT for m in request.messages)
+        prepared = _REPLIES.get(index)
+        return prepared[turn] if prepared is not None else reply(index, turn)
 
     return respond
 
 
+def _lookup_text(n: int) -> str:
+    return prose(workload.RESULT_BYTES, n + 500)
+
+
 def lookup(args: dict[str, Any]) -> str:
     """What the ``lookup`` tool returns."""
-    return prose(workload.RESULT_BYTES, int(args["n"]) + 500)
+    n = int(args["n"])
+    prepared = _RESULTS.get(n)
+    return prepared if prepared is not None else _lookup_text(n)
 
 
 def _pay(ctx: ToolContext, args: dict[str, Any]) -> Any:
@@ -246,6 +273,7 @@ def _ours(url: str, indexes: list[int], barrier: Any, results: Any) -> None:
         store.save = counted  # type: ignore[method-assign]  # wraps the public method
         patterns: Counter[tuple[int, ...]] = Counter()
         agents = [Agent(config(store, index)) for index in indexes]
+        prepare(indexes)
         barrier.wait()
         start = time.time()
         for agent in agents:

@@ -99,7 +99,8 @@ class WorkerRecord(msgspec.Struct, frozen=True, kw_only=True):
 
 class LeaseTokens(Protocol):
     """Where a store's database records each thread's newest lease (the store's
-    recorder, which checks the tokens saves carry in the same table)."""
+    recorder, which checks the tokens saves carry in the same table; PostgreSQL's
+    leases write the table on their own connection instead, ADR 0057)."""
 
     def advance_lease_token(self, stream: UUID) -> int:
         """Record a new lease of ``stream``; its token."""
@@ -187,17 +188,13 @@ class LeaseBackend(ABC):
                 return None
             self._held[thread_id] = None
         try:
-            if not self._try_lock(thread_id):
-                self._forget(thread_id)
-                return None
-            try:
-                token = self._advance(thread_id)
-            except BaseException:
-                self._unlock(thread_id)
-                raise
+            token = self._take(thread_id)
         except BaseException:
             self._forget(thread_id)
             raise
+        if token is None:
+            self._forget(thread_id)
+            return None
         lease = Lease(thread_id, token, backend=self, session=self._session_of(thread_id))
         with self._lock:
             self._held[thread_id] = lease
@@ -228,13 +225,7 @@ class LeaseBackend(ABC):
         """
         with self._lock:
             held = self._held.get(lease.thread_id) is lease
-        problem = None if held else "it was released"
-        if problem is None:
-            problem = self._lock_problem(lease.thread_id, in_save=in_save)
-        if problem is None and lease.fenced and not in_save:
-            stored = self._current_token(lease)
-            if stored != lease.token:
-                problem = f"the store records a newer lease ({stored}) of the thread"
+        problem = self._problem(lease, in_save=in_save) if held else "it was released"
         if problem is not None:
             msg = (
                 f"the run lease of thread {lease.thread_id!r} (token {lease.token}) was "
@@ -252,14 +243,27 @@ class LeaseBackend(ABC):
         """The database session that holds the thread's lock, where saves can check it."""
         return 0
 
-    def _advance(self, thread_id: str) -> int:
-        if self._tokens is None:
-            return 0
-        return self._tokens.advance_lease_token(thread_aggregate_id(thread_id))
+    def _take(self, thread_id: str) -> int | None:
+        """Lock the thread and record a new lease of it: its token (0 without tokens),
+        or None when another holder has the lock."""
+        if not self._try_lock(thread_id):
+            return None
+        try:
+            if self._tokens is None:
+                return 0
+            return self._tokens.advance_lease_token(thread_aggregate_id(thread_id))
+        except BaseException:
+            self._unlock(thread_id)
+            raise
 
-    def _current_token(self, lease: Lease) -> int | None:
-        assert self._tokens is not None  # a fenced lease came from tokens
-        return self._tokens.lease_token(lease.stream)
+    def _problem(self, lease: Lease, *, in_save: bool) -> str | None:
+        """Why ``lease``, held here, no longer stands: its lock lost, or (unless
+        ``in_save``) a newer token recorded; None if it stands."""
+        problem = self._lock_problem(lease.thread_id, in_save=in_save)
+        if problem is None and lease.fenced and not in_save:
+            assert self._tokens is not None  # a fenced lease came from tokens
+            problem = newer_lease(lease, self._tokens.lease_token(lease.stream))
+        return problem
 
     def _forget(self, thread_id: str) -> None:
         with self._lock:
@@ -298,6 +302,14 @@ class LeaseBackend(ABC):
             leases = [lease for lease in self._held.values() if lease is not None]
         for lease in leases:
             self.release(lease)
+
+
+def newer_lease(lease: Lease, stored: int | None) -> str | None:
+    """What a check of ``lease`` finds when the store records ``stored`` as the thread's
+    newest token: None when it is the lease's own."""
+    if stored == lease.token:
+        return None
+    return f"the store records a newer lease ({stored}) of the thread"
 
 
 def now_record(

@@ -219,8 +219,10 @@ class ThreadReader:
         self, thread_id: str, version: int | None, load_base: _BaseLoader
     ) -> AgentThread | None:
         """A fork's versions up to its branch point are its parent's."""
+        if version is None:  # the thread has no events at all: nothing to inherit
+            return None
         forked = self._records.forked_event(thread_id)
-        if forked is None or version is None or version > forked.parent_version:
+        if forked is None or version > forked.parent_version:
             return None
         with following_fork(thread_id, forked.parent_thread_id, self._url):
             return load_base(forked.parent_thread_id, version=version)

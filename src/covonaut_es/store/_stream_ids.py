@@ -189,7 +189,8 @@ class KeyedLog(KeyedEvents, ApplicationRecorder):
         return _mapped(found, self.stream_ids.domain)
 
     def advance_lease_token(self, stream: UUID) -> int:
-        """Record a new run lease of ``stream``: its token, one more than the last."""
+        """Record a new run lease of ``stream``: its token, one more than the last (SQLite
+        and memory: PostgreSQL's leases record theirs on their own connection)."""
         inner: Any = super()
         return int(inner.advance_lease_token(self.stream_ids.stored(stream)))
 

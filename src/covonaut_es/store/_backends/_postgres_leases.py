@@ -3,6 +3,7 @@ locks on a connection of their own, and a table of workers (ADR 0016)."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import weakref
 from collections.abc import Callable
@@ -12,13 +13,14 @@ from uuid import UUID
 import msgspec
 
 from covonaut_es.domain import thread_aggregate_id
-from covonaut_es.errors import StoreUnavailableError
+from covonaut_es.errors import ReadOnlyStoreError, StoreUnavailableError
 from covonaut_es.store._leases import (
     STALE_AFTER,
     CallRunning,
+    Lease,
     LeaseBackend,
-    LeaseTokens,
     WorkerRecord,
+    newer_lease,
 )
 
 T = TypeVar("T")
@@ -53,6 +55,18 @@ _HOLDS_LOCK = (
     "SELECT count(*) > 0 FROM pg_locks WHERE locktype = 'advisory' AND granted "
     "AND pid = pg_backend_pid() AND classid = %s AND objid = %s AND objsubid = 1"
 )
+# A lease taken and its token recorded in one statement (one round trip, one commit):
+# the insert runs only once the lock is taken. A session-level lock outlives a failed
+# statement, so a failure lets the lock go (``_take``).
+_TAKE = (
+    "WITH taken AS (SELECT pg_try_advisory_lock(%s) AS locked), "
+    "advanced AS (INSERT INTO {table} AS l (originator_id, token) "
+    "SELECT %s, 1 FROM taken WHERE locked "
+    "ON CONFLICT (originator_id) DO UPDATE SET token = l.token + 1 RETURNING token) "
+    "SELECT (SELECT locked FROM taken), (SELECT token FROM advanced)"
+)
+# A fenced lease's check before a tool call, in one round trip on its own session.
+_STANDS = "SELECT (" + _HOLDS_LOCK + "), (SELECT token FROM {table} WHERE originator_id = %s)"
 _APPLICATION_PREFIX = "covonaut-es "
 _KEEPALIVES = (
     "SET tcp_keepalives_idle = 10",
@@ -74,16 +88,22 @@ class PostgresLeases(LeaseBackend):
 
     A lock's key comes from the thread's stream id as the store keeps it (keyed in an
     encrypted store, ``stored`` maps a domain id to it).
+
+    The tokens (ADR 0025) are rows of ``token_table`` (the store's lease table, quoted
+    with its schema; None for an application of the user's own, which keeps none),
+    written and read on the lease connection itself: a lease is taken and its token
+    recorded in one statement, and a check reads the lock and the token in one.
     """
 
     def __init__(
         self,
         holder: str,
         connect_kwargs: dict[str, Any],
-        tokens: LeaseTokens | None,
+        token_table: str | None,
         stored: Callable[[UUID], UUID],
     ) -> None:
-        super().__init__(holder, tokens)
+        super().__init__(holder, None)
+        self._token_table = token_table
         self._stored = stored
         # The lease connection names itself after the holder, whatever the URL named
         # the store's own sessions: runners refused read the holder from it.
@@ -167,6 +187,33 @@ class PostgresLeases(LeaseBackend):
                 self._sessions[thread_id] = connection
         return taken
 
+    def _take(self, thread_id: str) -> int | None:
+        if self._token_table is None:
+            return super()._take(thread_id)
+        import psycopg
+
+        stream = self._stream(thread_id)
+        try:
+            connection, row = self._execute(
+                _TAKE.format(table=self._token_table), (_key(stream), stream)
+            )
+        except Exception as exc:
+            with contextlib.suppress(Exception):  # not held, or its session is gone
+                self._conn().execute("SELECT pg_advisory_unlock(%s)", (_key(stream),))
+            if isinstance(exc, psycopg.errors.InsufficientPrivilege):
+                msg = (
+                    f"cannot record the run lease of thread {thread_id!r} in {self.database}: "
+                    f"{exc}; runs need a role that may write the store's lease table"
+                )
+                raise ReadOnlyStoreError(msg) from exc
+            raise
+        locked, token = row.fetchone()
+        if not locked:
+            return None
+        with self._lock:
+            self._sessions[thread_id] = connection
+        return int(token)
+
     def _unlock(self, thread_id: str) -> None:
         with self._lock:
             connection = self._sessions.pop(thread_id, None)
@@ -182,6 +229,23 @@ class PostgresLeases(LeaseBackend):
             connection = self._sessions.get(thread_id)
         return 0 if connection is None else int(connection.info.backend_pid)
 
+    def _problem(self, lease: Lease, *, in_save: bool) -> str | None:
+        if in_save or not lease.fenced or self._token_table is None:
+            return super()._problem(lease, in_save=in_save)
+        with self._lock:
+            connection = self._sessions.get(lease.thread_id)
+        if connection is None or connection.broken or connection.closed:
+            return self._lock_problem(lease.thread_id, in_save=in_save)
+        stream = self._stream(lease.thread_id)
+        try:
+            query = _STANDS.format(table=self._token_table)
+            holds, token = connection.execute(query, (*lock_ids(stream), stream)).fetchone()
+        except Exception as exc:  # psycopg's errors of a dead session vary
+            return _session_ended(exc)
+        if not holds:
+            return _NOT_HELD
+        return newer_lease(lease, token)
+
     def _lock_problem(self, thread_id: str, *, in_save: bool) -> str | None:
         with self._lock:
             connection = self._sessions.get(thread_id)
@@ -195,9 +259,9 @@ class PostgresLeases(LeaseBackend):
             ids = lock_ids(self._stream(thread_id))
             found = connection.execute(_HOLDS_LOCK, ids).fetchone()
         except Exception as exc:  # psycopg's errors of a dead session vary
-            return f"its database session ended ({type(exc).__name__}: {exc})"
+            return _session_ended(exc)
         if found is None or not found[0]:
-            return "its database session no longer holds the lock"
+            return _NOT_HELD
         return None
 
     def holder_of(self, thread_id: str) -> str | None:
@@ -253,6 +317,13 @@ class PostgresLeases(LeaseBackend):
             if self._connection is not None:
                 self._connection.close()
                 self._connection = None
+
+
+_NOT_HELD = "its database session no longer holds the lock"
+
+
+def _session_ended(exc: Exception) -> str:
+    return f"its database session ended ({type(exc).__name__}: {exc})"
 
 
 def _decoded(text: str, kind: type[tuple[T, ...]]) -> tuple[T, ...]:

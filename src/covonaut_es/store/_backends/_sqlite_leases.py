@@ -170,7 +170,7 @@ def _locked_file(path: Path, *, create: bool = True) -> int | None:
 def _still_at(fd: int, path: Path) -> bool:
     """Whether ``path`` still names the file open as ``fd``."""
     try:
-        named = path.stat()
+        named = os.stat(path)
     except FileNotFoundError:
         return False
     opened = os.fstat(fd)
@@ -178,5 +178,8 @@ def _still_at(fd: int, path: Path) -> bool:
 
 
 def _rewrite(fd: int, data: bytes) -> None:
-    os.ftruncate(fd, 0)
+    # Written, then cut to its length; never cut to nothing first: ext4 (its default
+    # auto_da_alloc) flushes a file written after a truncation to zero when it is
+    # closed, which made each release of a lease cost about 0.2 ms.
     os.pwrite(fd, data, 0)
+    os.ftruncate(fd, len(data))

@@ -193,22 +193,7 @@ class _AnchoringRecorder(_CheckedRows, postgres.PostgresApplicationRecorder):
                 (stream, version, chain),
             )
 
-    # Retried as eventsourcing's reads and writes are, so that a session the pool lost
-    # (a restart) is not the lease's error; a repeated advance only skips a token.
-    @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
-    def advance_lease_token(self, stream: UUID) -> int:
-        """Record a new run lease of ``stream``: its token, one more than the last."""
-        table = f'"{self.datastore.schema}"."{lease_table(self)}"'
-        with self.datastore.transaction(commit=True) as curs:
-            curs.execute(
-                f"INSERT INTO {table} AS l (originator_id, token) VALUES (%s, 1) "
-                "ON CONFLICT (originator_id) DO UPDATE SET token = l.token + 1 RETURNING token",
-                (stream,),
-            )
-            row = curs.fetchone()
-            assert row is not None  # RETURNING gives the row written
-            return int(row["token"])
-
+    # The run leases record new tokens on their own connection (``PostgresLeases``).
     @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
     def lease_token(self, stream: UUID) -> int | None:
         """The token of ``stream``'s newest run lease; None before its first."""
@@ -403,11 +388,13 @@ class _PostgresBackend(RecorderAnchors):
     def lease_backend(
         self, factory: InfrastructureFactory[Any], recorder: ApplicationRecorder, holder: str
     ) -> LeaseBackend:
-        tokens = recorder if self.guards_new_streams(recorder) else None
         assert isinstance(factory, postgres.PostgresFactory)
+        token_table = None
+        if self.guards_new_streams(recorder):
+            token_table = f'"{factory.datastore.schema}"."{lease_table(recorder)}"'
         stored = lambda stream: stored_stream(recorder, stream)  # noqa: E731
         kwargs = dict(factory.datastore.pool.kwargs)  # type: ignore[arg-type]
-        return PostgresLeases(holder, kwargs, tokens, stored)  # type: ignore[arg-type]
+        return PostgresLeases(holder, kwargs, token_table, stored)
 
     def summary_table(self, recorder: ApplicationRecorder) -> SummaryTable | None:
         if not (
