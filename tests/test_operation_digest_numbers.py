@@ -12,12 +12,14 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from covonaut_es import Message, Role, ToolCall, operation_digest
 from covonaut_es.domain import AgentThread
+from covonaut_es.domain._canonical import jcs
 from covonaut_es.domain._reviews import operation_digests
 from covonaut_es.errors import NonFiniteNumberError, NotJSONDataError
 
@@ -153,3 +155,118 @@ def test_arguments_that_are_not_json_data_are_refused_with_a_typed_error() -> No
     """An object JSON cannot carry gets a typed error naming the tool, not a digest."""
     with pytest.raises(NotJSONDataError, match=r"'pay'.*not JSON data"):
         operation_digest("pay", {"to": object()})
+
+
+class _Amount(msgspec.Struct):
+    value: float
+
+
+def _holding_itself() -> list[Any]:
+    held: list[Any] = []
+    held.append(held)
+    return held
+
+
+@pytest.mark.parametrize(
+    ("arguments", "refusal"),
+    [
+        ({"to": _holding_itself()}, NotJSONDataError),
+        ({"to": {"again": _holding_itself()}}, NotJSONDataError),
+        ({1: "send to mallory", "1": "send to alice"}, NotJSONDataError),
+        ({"to": {None: "x"}}, NotJSONDataError),
+        ({"amount": _Amount(math.nan)}, NonFiniteNumberError),
+        ({"amount": [_Amount(math.inf)]}, NonFiniteNumberError),
+    ],
+    ids=["itself", "nested-itself", "int-key", "none-key", "nan-in-struct", "inf-in-list"],
+)
+def test_a_review_of_what_json_cannot_carry_is_refused_before_any_event(
+    arguments: dict[Any, Any], refusal: type[Exception]
+) -> None:
+    """A structure that holds itself, a key that is not text (which JSON would write as
+    text, one digest for two operations), NaN inside a Struct: each is refused with a
+    typed error by the digest and by the review, and the review records nothing."""
+    with pytest.raises(refusal):
+        operation_digest("pay", arguments)
+    thread = AgentThread.start("t", now=NOW)
+    call = ToolCall("c0", "pay", "{}")
+    thread.append_message(Message(Role.ASSISTANT, tool_calls=(call,)), now=NOW)
+    thread.call_tools([call], now=NOW)
+    thread.collect_events()
+    with pytest.raises(refusal):
+        thread.request_review(call, arguments, now=NOW)
+    assert thread.collect_events() == []
+
+
+def test_a_value_shared_twice_is_not_taken_for_one_holding_itself() -> None:
+    """The same list under two keys is plain data, digested as written twice."""
+    shared = [1, 2]
+    assert operation_digest("pay", {"a": shared, "b": shared}) == operation_digest(
+        "pay", {"a": [1, 2], "b": [1, 2]}
+    )
+
+
+_ANY_KEY = st.text(max_size=2) | st.integers(0, 3) | st.none() | st.booleans()
+_PYTHON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-9, 9)
+    | st.floats()
+    | st.text(max_size=3)
+    | st.floats().map(_Amount),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.lists(inner, max_size=3).map(tuple)
+        | st.frozensets(st.integers(-9, 9) | st.text(max_size=2), max_size=4)
+        | st.dictionaries(_ANY_KEY, inner, max_size=3)
+    ),
+    max_leaves=10,
+)
+
+
+class _Refused(Exception):
+    pass
+
+
+def _expected(value: Any) -> Any:
+    """What a review records of ``value``, by the rules as documented: a reference
+    model, written apart from the library's walk."""
+    if isinstance(value, _Amount):
+        return {"value": _expected(value.value)}
+    if isinstance(value, float) and not math.isfinite(value):
+        raise _Refused
+    if isinstance(value, dict):
+        if not all(isinstance(key, str) for key in value):
+            raise _Refused
+        return {key: _expected(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_expected(item) for item in value]
+    if isinstance(value, frozenset):
+        return sorted(value, key=lambda item: jcs(item))
+    return value
+
+
+@settings(max_examples=150, deadline=None)
+@given(arguments=st.dictionaries(_ANY_KEY, _PYTHON_VALUES, min_size=1, max_size=3))
+def test_a_review_records_all_its_arguments_say_or_refuses_them(arguments: Any) -> None:
+    """Property: any Python arguments are either refused with a typed error, recording
+    nothing, or recorded as the documented rules write them (text keys only, so no two
+    keys merge into one and no digest covers two operations; NaN refused inside a
+    Struct too; a set in the order of its items' RFC 8785 forms), under the digest of
+    what is recorded."""
+    thread = AgentThread.start("t", now=NOW)
+    call = ToolCall("c0", "pay", "{}")
+    thread.append_message(Message(Role.ASSISTANT, tool_calls=(call,)), now=NOW)
+    thread.call_tools([call], now=NOW)
+    thread.collect_events()
+    try:
+        expected = _expected(arguments)
+    except _Refused:
+        expected = _Refused
+    try:
+        request = thread.request_review(call, arguments, now=NOW)
+    except (NotJSONDataError, NonFiniteNumberError):
+        assert expected is _Refused
+        assert thread.collect_events() == []
+        return
+    assert request.arguments == expected
+    assert request.digest == operation_digest("pay", request.arguments)

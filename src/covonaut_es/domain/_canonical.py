@@ -24,50 +24,90 @@ def refuse_non_finite(value: Any, *, where: str = "") -> None:
 
     Raises:
         NonFiniteNumberError: Naming ``where`` (what the value is) and the number.
+        NotJSONDataError: ``value`` holds itself.
     """
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, float) and not math.isfinite(item):
-            prefix = f"{where}: " if where else ""
-            msg = f"{prefix}{item} is not a JSON number; give it as a string or None"
-            raise NonFiniteNumberError(msg)
-        if isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, list | tuple | set | frozenset):
-            stack.extend(item)
+    _Plain(where, text_keys=False).of(value)
 
 
 def json_data(value: Any, *, where: str) -> Any:
-    """``value`` as the plain JSON data a thread records of it, and digests: objects,
-    arrays, text, numbers, booleans and null.
+    """``value`` as the plain JSON data a thread records of it, and digests: objects
+    with text keys, arrays, text, numbers, booleans and null.
 
     A set or frozenset becomes an array of its items in the order of their RFC 8785
     forms, so that neither the process's string hashing nor a mix of item types decides
     the order: the digest of a value and the digest of the data recorded of it are one.
+    Any other object is written as msgspec writes it (a Struct or dataclass as an
+    object, a datetime or UUID as text, bytes as base64 text), then checked the same way.
 
     Raises:
-        NonFiniteNumberError: ``value`` holds NaN or an infinity.
-        NotJSONDataError: ``value`` holds what JSON cannot carry (an object msgspec
-            cannot encode, a recursive structure, a lone surrogate); names ``where``.
+        NonFiniteNumberError: ``value`` holds NaN or an infinity, anywhere.
+        NotJSONDataError: ``value`` holds what JSON cannot carry: a key that is not
+            text (``{1: ...}`` would be written as ``{"1": ...}``, one digest for two
+            operations), a structure that holds itself, an object msgspec cannot
+            encode, an integer beyond 64 bits, a lone surrogate. Names ``where``.
     """
-    refuse_non_finite(value, where=where)
+    plain = _Plain(where, text_keys=True).of(value)
     try:
-        return msgspec.json.decode(msgspec.json.encode(_sets_in_order(value)))
-    except (TypeError, ValueError, RecursionError, msgspec.EncodeError) as exc:
+        return msgspec.json.decode(msgspec.json.encode(plain))
+    except (TypeError, ValueError, msgspec.EncodeError) as exc:
         msg = f"{where}: not JSON data ({exc})"
         raise NotJSONDataError(msg) from exc
 
 
-def _sets_in_order(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {name: _sets_in_order(item) for name, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_sets_in_order(item) for item in value]
-    if isinstance(value, set | frozenset):
-        return sorted((_sets_in_order(item) for item in value), key=jcs)
-    return value
+class _Plain:
+    """One walk of a value into plain data, refusing what JSON cannot carry."""
+
+    def __init__(self, where: str, *, text_keys: bool) -> None:
+        self.where = where
+        self.text_keys = text_keys
+        self.open: set[int] = set()  # the containers being walked: one met again holds itself
+
+    def of(self, value: Any) -> Any:
+        try:
+            return self._plain(value)
+        except RecursionError as exc:
+            raise self._refusal("nested too deeply") from exc
+
+    def _plain(self, value: Any) -> Any:
+        if isinstance(value, float):
+            if not math.isfinite(value):
+                prefix = f"{self.where}: " if self.where else ""
+                msg = f"{prefix}{value} is not a JSON number; give it as a string or None"
+                raise NonFiniteNumberError(msg)
+            return value
+        if value is None or isinstance(value, str | int):
+            return value
+        if not isinstance(value, dict | list | tuple | set | frozenset):
+            try:
+                builtins = msgspec.to_builtins(value, order="deterministic")
+            except (TypeError, ValueError, msgspec.EncodeError) as exc:
+                raise self._refusal(str(exc)) from exc
+            return self._plain(builtins)
+        if id(value) in self.open:
+            raise self._refusal("it holds itself")
+        self.open.add(id(value))
+        try:
+            if isinstance(value, dict):
+                return {self._key(key): self._plain(item) for key, item in value.items()}
+            items = [self._plain(item) for item in value]
+            if isinstance(value, set | frozenset):
+                try:
+                    items.sort(key=jcs)
+                except (TypeError, ValueError, msgspec.EncodeError) as exc:
+                    raise self._refusal(str(exc)) from exc
+            return items
+        finally:
+            self.open.discard(id(value))
+
+    def _key(self, key: Any) -> Any:
+        if self.text_keys and not isinstance(key, str):
+            raise self._refusal(f"keys must be text, not {type(key).__name__}")
+        self._plain(key)
+        return key
+
+    def _refusal(self, why: str) -> NotJSONDataError:
+        prefix = f"{self.where}: " if self.where else ""
+        return NotJSONDataError(f"{prefix}not JSON data ({why})")
 
 
 def canonical_json(value: Any) -> bytes:
