@@ -13,7 +13,7 @@ from uuid import UUID
 import msgspec
 
 from covonaut_es.domain import thread_aggregate_id
-from covonaut_es.errors import ConfigurationError, ReadOnlyStoreError
+from covonaut_es.errors import ConfigurationError, ReadOnlyStoreError, StoreUnavailableError
 from covonaut_es.store._backends._sqlite_connections import StoreFile
 from covonaut_es.store._leases import LeaseBackend, LeaseTokens, WorkerRecord
 
@@ -76,7 +76,15 @@ class FileLeases(LeaseBackend):
             raise ReadOnlyStoreError(msg) from exc
         if fd is None:
             return False
-        _rewrite(fd, self.holder.encode())
+        try:
+            _rewrite(fd, self.holder.encode() + b"\n")
+        except OSError as exc:  # a full disk: let the lock go, leave no file behind
+            with contextlib.suppress(OSError):
+                if _still_at(fd, path):
+                    path.unlink()
+            os.close(fd)
+            msg = f"cannot take the run lease of thread {thread_id!r} in {self.directory}: {exc}"
+            raise StoreUnavailableError(msg) from exc
         with self._lock:
             self._files[thread_id] = (fd, path)
         return True
@@ -102,10 +110,12 @@ class FileLeases(LeaseBackend):
 
     def holder_of(self, thread_id: str) -> str | None:
         try:
-            text = self._path(thread_id).read_text(errors="replace").strip()
+            text = self._path(thread_id).read_text(errors="replace")
         except OSError:
             return None
-        return text or None
+        # The name ends at its newline: a longer name written before may follow it
+        # until the file is cut to length.
+        return text.partition("\n")[0].strip() or None
 
     def _records(self) -> Path:
         return self.directory / "workers"
@@ -180,6 +190,7 @@ def _still_at(fd: int, path: Path) -> bool:
 def _rewrite(fd: int, data: bytes) -> None:
     # Written, then cut to its length; never cut to nothing first: ext4 (its default
     # auto_da_alloc) flushes a file written after a truncation to zero when it is
-    # closed, which made each release of a lease cost about 0.2 ms.
+    # closed, which made each release of a lease cost about 0.2 ms. A reader meanwhile
+    # may see the tail of a longer name after this one's newline.
     os.pwrite(fd, data, 0)
     os.ftruncate(fd, len(data))
