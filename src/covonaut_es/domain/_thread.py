@@ -114,8 +114,21 @@ class AgentThread(Aggregate, created_event_name="Started"):
         originator_id: UUID
 
         def mutate(self, aggregate: Any) -> Any:
-            abandoned = aggregate is not None and aggregate.status is ThreadStatus.ABANDONED
-            thread: Any = super().mutate(aggregate)
+            return self.follow(aggregate, checked=False)
+
+        def follow(self, thread: Any, *, checked: bool = True) -> Any:
+            """``thread`` with this event applied. ``checked``: the caller knows what
+            eventsourcing's ``mutate`` checks first, that this event is the next one of
+            the thread's stream (the store's reader checks each event it folds), and it
+            is not a first event, which makes a thread rather than changes one; else
+            ``mutate`` checks, or makes the thread (``thread`` None)."""
+            abandoned = thread is not None and thread.status is ThreadStatus.ABANDONED
+            if checked:
+                self.apply(thread)
+                thread.version = self.originator_version
+                thread.modified_on = self.timestamp
+            else:
+                thread = super().mutate(thread)
             if abandoned:  # the last results of a run it stopped change nothing
                 thread.status = ThreadStatus.ABANDONED
             return thread

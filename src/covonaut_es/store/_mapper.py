@@ -109,6 +109,7 @@ class MsgspecMapper(Mapper[UUID]):
         self._state_transcodings = Transcodings.of(transcoder, stock=True)
         self._transcoded: dict[type, Codec] = {}
         self._library = frozenset(library_event_classes())
+        self._readers: dict[str, _Reader] = {}  # what _reader found, by topic
 
     def codec(self, cls: type) -> Codec:
         """The codec of a stored class: one that applies the application's
@@ -215,7 +216,7 @@ class MsgspecMapper(Mapper[UUID]):
         return plain
 
     def to_domain_event(self, stored_event: StoredEvent) -> DomainEventProtocol[UUID]:
-        return self.decode(stored_event)
+        return self.decode_plain(stored_event, self.plain_payload(stored_event))
 
     def decode(
         self, stored_event: StoredEvent, *, migrators: Mapping[int, Upcaster] = NO_MIGRATORS
@@ -241,16 +242,14 @@ class MsgspecMapper(Mapper[UUID]):
         migrators: Mapping[int, Upcaster] = NO_MIGRATORS,
     ) -> DomainEventProtocol[UUID]:
         """As :meth:`decode`, from the record's :meth:`plain_payload` read already."""
-        # The record's description is built only on the way to an error: it costs as
-        # much as the decode itself.
-        cls = self._classes.get(stored_event.topic) or self.event_class(
-            stored_event.topic, where=_where(stored_event)
-        )
-        codec = self.codec(cls)
-        state = codec.decode_current(payload)
+        reader = self._readers.get(stored_event.topic) or self._reader(stored_event)
+        state = reader.codec.decode_current(payload)
         if state is None:
-            state = codec.decode_older(payload, where=_where(stored_event), migrators=migrators)
-        return self._event(cls, stored_event, state)
+            # The record's description is built only on the way to an upcast or an
+            # error: it costs as much as the decode itself.
+            where = _where(stored_event)
+            state = reader.codec.decode_older(payload, where=where, migrators=migrators)
+        return self._event(reader, stored_event, state)
 
     def decode_fields(
         self,
@@ -265,34 +264,46 @@ class MsgspecMapper(Mapper[UUID]):
         Raises:
             SerializationError: As :meth:`decode`.
         """
-        cls = self._classes.get(stored_event.topic) or self.event_class(
-            stored_event.topic, where=_where(stored_event)
-        )
+        reader = self._readers.get(stored_event.topic) or self._reader(stored_event)
         where = _where(stored_event)
-        state = self.codec(cls).upgraded(fields, where=where, migrators=migrators)
-        return self._event(cls, stored_event, state)
+        state = reader.codec.upgraded(fields, where=where, migrators=migrators)
+        return self._event(reader, stored_event, state)
+
+    def _reader(self, stored_event: StoredEvent) -> _Reader:
+        """How records of ``stored_event``'s topic are read, found once per topic.
+
+        Raises:
+            SerializationError: The topic is not one this mapper reads.
+        """
+        topic = stored_event.topic
+        cls = self.event_class(topic, where=_where(stored_event))
+        codec = self.codec(cls)
+        creates = "topic" if issubclass(cls, CanSnapshotAggregate) else "originator_topic"
+        # Only a payload with that field names an aggregate type to check.
+        named = creates if creates in codec.payload_type.__struct_fields__ else None
+        reader = self._readers[topic] = _Reader(cls, codec, named)
+        return reader
 
     def _event(
-        self, cls: type, stored_event: StoredEvent, state: dict[str, Any]
+        self, reader: _Reader, stored_event: StoredEvent, state: dict[str, Any]
     ) -> DomainEventProtocol[UUID]:
-        """The event of class ``cls`` that ``stored_event`` holds, from its decoded
-        fields."""
-        created = state.get(
-            "topic" if issubclass(cls, CanSnapshotAggregate) else "originator_topic"
-        )
-        if created is not None and created not in self._aggregate_topics:
-            msg = (
-                f"{_where(stored_event)}: it creates an aggregate of type {created!r}, "
-                "unknown to this store; it was not imported. Add the aggregate class to "
-                "your AgentApplication's aggregate_classes if the record is yours"
-            )
-            raise SerializationError(msg)
+        """The event that ``stored_event`` holds, of ``reader``'s class, from its
+        decoded fields."""
+        if reader.creates is not None:
+            created = state.get(reader.creates)
+            if created is not None and created not in self._aggregate_topics:
+                msg = (
+                    f"{_where(stored_event)}: it creates an aggregate of type {created!r}, "
+                    "unknown to this store; it was not imported. Add the aggregate class to "
+                    "your AgentApplication's aggregate_classes if the record is yours"
+                )
+                raise SerializationError(msg)
         originator_id = stored_event.originator_id
         state["originator_id"] = (
             originator_id if isinstance(originator_id, UUID) else UUID(originator_id)
         )
         state["originator_version"] = stored_event.originator_version
-        event: object = object.__new__(cls)
+        event: object = object.__new__(reader.cls)
         object.__setattr__(event, "__dict__", state)
         return typing.cast("DomainEventProtocol[UUID]", event)
 
@@ -328,6 +339,21 @@ class MsgspecMapper(Mapper[UUID]):
             )
             raise SerializationError(msg) from exc
         return data
+
+
+class _Reader(typing.NamedTuple):
+    """How the records of one topic are read.
+
+    Attributes:
+        cls: The class they hold.
+        codec: Its codec.
+        creates: The payload's field naming the type of the aggregate it creates, which
+            must be one this store knows; None when the payload has no such field.
+    """
+
+    cls: type
+    codec: Codec
+    creates: str | None
 
 
 def _compressed_snapshot(topic: str, data: bytes) -> bool:

@@ -8,7 +8,6 @@ which checks that each event follows the one before and grafts a fork onto its p
 from __future__ import annotations
 
 import contextlib
-import itertools
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol, cast
 from uuid import UUID
@@ -37,6 +36,10 @@ class _BaseLoader(Protocol):
 
 _FIRST_EVENTS = (AgentThread.Started, AgentThread.StartedFromState, AgentThread.Forked)
 """The events a thread's own stream can start with."""
+_STARTS = (ThreadSnapshot, *_FIRST_EVENTS)
+"""What :meth:`ThreadReader.fold` starts a thread from."""
+_STARTING: dict[type, bool] = {}
+"""Whether each class of event read so far is one of :data:`_STARTS`."""
 
 
 class ThreadReader:
@@ -89,47 +92,51 @@ class ThreadReader:
             return None
         version = storable(version)
         aggregate_id = thread_aggregate_id(thread_id)
-        snapshot_seen: list[int] = []
-
-        def project(thread: AgentThread | None, events: Any) -> AgentThread | None:
-            for event in events:
-                if isinstance(event, ThreadSnapshot):
-                    snapshot_seen.append(event.originator_version)
-                thread = self.fold(thread, event, self.find, thread_id)
-            return thread
-
         with self.reading(thread_id):
-            thread = self._rebuild(aggregate_id, version, snapshot_migrators, project)
+            thread, snapshot_version = self._rebuild(
+                thread_id, aggregate_id, version, snapshot_migrators
+            )
         if thread is None:
             return self._inherited(thread_id, version, self.find)
-        if snapshot_seen and version is None:
-            self._snapshot_seen(aggregate_id, snapshot_seen[0])
+        if snapshot_version is not None and version is None:
+            self._snapshot_seen(aggregate_id, snapshot_version)
         return thread
 
     def _rebuild(
         self,
+        thread_id: str,
         stream: UUID,
         version: int | None,
         snapshot_migrators: Mapping[int, Upcaster],
-        project: Callable[[AgentThread | None, Any], AgentThread | None],
-    ) -> AgentThread | None:
-        """The thread stored as ``stream``, as of ``version``, projected from its newest
-        trusted snapshot and the events after it; None when it has no events there.
+    ) -> tuple[AgentThread | None, int | None]:
+        """The thread stored as ``stream``, as of ``version``, folded from its newest
+        trusted snapshot and the events after it (None when it has no events there),
+        and that snapshot's version (None without one).
 
         The store's own application reads the snapshot and the events in one statement
         (:meth:`StoredRecords.thread_rows`); an application of the user's own that keeps
         no sealed snapshots, or caches its aggregates, is read by its repository.
         """
         snapshots, repository = self._app.snapshots, self._app.repository
+        load_base = self.find
         cached = repository.cache and version is None and not snapshot_migrators
         if cached or not isinstance(snapshots, SnapshotCache):
+            seen: list[int] = []
+
+            def project(thread: AgentThread | None, events: Any) -> AgentThread | None:
+                for event in events:
+                    if isinstance(event, ThreadSnapshot):
+                        seen.append(event.originator_version)
+                    thread = self.fold(thread, event, load_base, thread_id)
+                return thread
+
             try:
                 thread: AgentThread = repository.get(
                     stream, version=version, projector_func=project
                 )
             except AggregateNotFoundError:
-                return None
-            return thread
+                return None, None
+            return thread, seen[0] if seen else None
         rows = self._records.thread_rows(snapshots, stream, version)
         snapshot = None
         if rows.snapshot is not None:
@@ -137,12 +144,16 @@ class ThreadReader:
                 snapshots = snapshots.with_migrators(snapshot_migrators)
             snapshot = snapshots.trusted(rows.snapshot, rows.events)
         events = rows.events
+        folded: AgentThread | None = None
         if snapshot is not None:
             events = [e for e in events if e.originator_version > snapshot.originator_version]
+            folded = self.fold(None, snapshot, load_base, thread_id)
         elif rows.snapshot is not None:  # passed over: every event is needed
             events = list(self._app.recorder.select_events(stream, lte=version))
-        decoded = map(self._app.mapper.to_domain_event, events)
-        return project(None, decoded if snapshot is None else itertools.chain((snapshot,), decoded))
+        decode = self._app.mapper.to_domain_event
+        for record in events:
+            folded = self.fold(folded, decode(record), load_base, thread_id)
+        return folded, None if snapshot is None else snapshot.originator_version
 
     def replay(self, thread_id: str, *, version: int | None = None) -> AgentThread | None:
         """The thread rebuilt from its events alone, ignoring snapshots; None when it
@@ -156,8 +167,9 @@ class ThreadReader:
     def fold(
         self, thread: AgentThread | None, event: Any, load_base: _BaseLoader, thread_id: str
     ) -> AgentThread | None:
-        """``event`` applied to ``thread`` (None: before the stream's first), a fork's
-        first event grafted onto its parent as ``load_base`` reads it.
+        """``event``, read from the thread's own stream, applied to ``thread`` (None:
+        before the stream's first), a fork's first event grafted onto its parent as
+        ``load_base`` reads it.
 
         Raises:
             MissingEventError: ``event`` does not follow ``thread``'s version.
@@ -165,6 +177,30 @@ class ThreadReader:
             StoredRowError: ``event`` does not apply to ``thread`` (its stored fields
                 name a call, a review or a position the thread does not have).
         """
+        starts = _STARTING.get(type(event))
+        if starts is None:  # isinstance costs a load more than a dict does, event by event
+            starts = _STARTING[type(event)] = isinstance(event, _STARTS)
+        if thread is None or starts:
+            return self._started(thread, event, load_base, thread_id)
+        # Each event after the first: read from the thread's own stream, and checked
+        # here to be its next version, so it follows the thread without the same checks
+        # made again by eventsourcing's mutate.
+        if event.originator_version != thread.version + 1:
+            self.check_follows(thread_id, thread.version, event)
+        try:
+            folded: AgentThread = event.follow(thread)
+        except CovonautError:
+            raise
+        except _APPLY_ERRORS as exc:
+            raise _not_applying(event, thread_id, exc) from exc
+        folded.chain_head = chain_of(event)
+        return folded
+
+    def _started(
+        self, thread: AgentThread | None, event: Any, load_base: _BaseLoader, thread_id: str
+    ) -> AgentThread:
+        """As :meth:`fold`, for an event that starts a thread: its first, a fork's first
+        grafted onto its parent, or a snapshot."""
         self.check_follows(thread_id, None if thread is None else thread.version, event)
         if thread is None and isinstance(event, AgentThread.Forked):
             with following_fork(thread_id, event.parent_thread_id, self._url):
@@ -177,7 +213,12 @@ class ThreadReader:
                 raise ThreadNotFoundError(msg)
             folded = event.graft(base)
         else:
-            folded = _applied(event, thread, thread_id)
+            try:
+                folded = event.mutate(thread)
+            except CovonautError:
+                raise
+            except _APPLY_ERRORS as exc:
+                raise _not_applying(event, thread_id, exc) from exc
         if not isinstance(event, ThreadSnapshot):  # a snapshot brings its own
             folded.chain_head = chain_of(event)
         return folded
@@ -285,19 +326,17 @@ class ThreadReader:
         return tuple(dict.fromkeys(found))
 
 
-def _applied(event: Any, thread: AgentThread | None, thread_id: str) -> AgentThread:
-    """``event`` applied to ``thread``. The apply methods trust the events the thread
-    itself wrote; a stored event altered behind the library (a call id no call has) can
-    fail inside them, which is reported as the damaged record it is."""
-    try:
-        folded: AgentThread = event.mutate(thread)
-    except CovonautError:
-        raise
-    except (LookupError, ValueError, TypeError, AttributeError) as exc:
-        msg = (
-            f"stored event {type(event).__qualname__} of thread {thread_id!r} at version "
-            f"{event.originator_version} does not apply to the thread its earlier events "
-            f"make ({type(exc).__name__}: {exc}): it was altered or damaged"
-        )
-        raise StoredRowError(msg) from exc
-    return folded
+_APPLY_ERRORS = (LookupError, ValueError, TypeError, AttributeError)
+"""What an apply method raises on a stored event altered behind the library."""
+
+
+def _not_applying(event: Any, thread_id: str, exc: Exception) -> StoredRowError:
+    """The error for ``event`` failing inside its apply method with ``exc``: the apply
+    methods trust the events the thread itself wrote, so a stored event altered behind
+    the library (a call id no call has) is reported as the damaged record it is."""
+    msg = (
+        f"stored event {type(event).__qualname__} of thread {thread_id!r} at version "
+        f"{event.originator_version} does not apply to the thread its earlier events "
+        f"make ({type(exc).__name__}: {exc}): it was altered or damaged"
+    )
+    return StoredRowError(msg)

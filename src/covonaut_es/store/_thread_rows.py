@@ -76,7 +76,21 @@ def thread_rows(
     snapshots: list[StoredEvent] = []
     events: list[StoredEvent] = []
     for kind, version, topic, payload in rows:
-        found = StoredEvent(stream, version, topic, state(payload))
+        # Made as the mapper makes events, fields in place: StoredEvent's own __init__
+        # sets each field through object.__setattr__ (it is frozen), which costs a
+        # long thread's restore as much as decoding its events does. (StoredEvent is a
+        # dataclass without slots in eventsourcing 9.5.6.)
+        found = object.__new__(StoredEvent)
+        object.__setattr__(
+            found,
+            "__dict__",
+            {
+                "originator_id": stream,
+                "originator_version": version,
+                "topic": topic,
+                "state": state(payload),
+            },
+        )
         (snapshots if kind == _SNAPSHOT else events).append(found)
     checked = checked_records(snapshots, reading=reading)
     ordered = sorted(checked_records(events, reading=reading), key=_VERSION)  # versions are ints

@@ -1,0 +1,69 @@
+"""Generated: a load folds the events after its snapshot as a replay of every event
+does, and refuses a stream that lost an event it needs, wherever the gap falls."""
+
+from __future__ import annotations
+
+import sqlite3
+import tempfile
+from contextlib import closing
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from covonaut_es import Message, Role, open_store
+from covonaut_es.domain import AgentThread, ThreadSnapshot, thread_aggregate_id
+from covonaut_es.errors import MissingEventError
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    messages=st.integers(min_value=2, max_value=10),
+    snapshot_at=st.integers(min_value=0, max_value=11),
+    deleted=st.integers(min_value=0, max_value=11),
+)
+def test_a_load_folds_as_a_replay_and_refuses_a_gap_it_reads(
+    messages: int, snapshot_at: int, deleted: int
+) -> None:
+    """A thread of ``messages`` steered messages (versions 1 to ``messages + 1``), with
+    a sealed snapshot at ``snapshot_at`` (none at 0) and its event at ``deleted`` removed
+    behind the library (none unless between its first and its last): the load equals
+    the thread as written, unless the events it folds skip the deleted version, which
+    it then names."""
+    head = messages + 1
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "store.db"
+        with open_store(f"sqlite:///{path}") as store:
+            thread = AgentThread.start("t", now=NOW)
+            for index in range(messages):
+                thread.steer(Message(Role.USER, f"message {index}"), now=NOW)
+            store.save(thread)
+            snapshot = 1 <= snapshot_at <= head
+            if snapshot:
+                base = store._reader.replay("t", version=snapshot_at)
+                assert store._app.snapshots is not None
+                store._app.snapshots.put([ThreadSnapshot.take(base)])
+            gap = 2 <= deleted < head
+            if gap:
+                with closing(sqlite3.connect(path)) as conn, conn:
+                    conn.execute(
+                        "DELETE FROM stored_events WHERE originator_id = ? "
+                        "AND originator_version = ?",
+                        (thread_aggregate_id("t").hex, deleted),
+                    )
+            # A snapshot at or above the gap (its own event gone: passed over) still
+            # leaves the load the gap to fold; one above it spares the load the gap.
+            folds_gap = gap and not (snapshot and deleted < snapshot_at)
+            if folds_gap:
+                with pytest.raises(MissingEventError) as raised:
+                    store.load("t")
+                assert (raised.value.thread_id, raised.value.version) == ("t", deleted)
+                return
+            loaded = store.load("t")
+            assert loaded.state == thread.state
+            assert loaded.version == head
+            assert loaded.chain_head == thread.chain_head  # the store set it on the save
