@@ -27,6 +27,15 @@ NOW = datetime(2026, 1, 1, tzinfo=UTC)
 NON_FINITE = [math.nan, math.inf, -math.inf]
 
 
+def _open_call() -> tuple[AgentThread, ToolCall]:
+    """A thread whose model asked for ``pay``, the call open."""
+    thread = AgentThread.start("t", now=NOW)
+    call = ToolCall("c0", "pay", "{}")
+    thread.append_message(Message(Role.ASSISTANT, tool_calls=(call,)), now=NOW)
+    thread.call_tools([call], now=NOW)
+    return thread, call
+
+
 @pytest.mark.parametrize("number", NON_FINITE)
 @pytest.mark.parametrize(
     "place",
@@ -52,10 +61,7 @@ def test_a_non_finite_number_has_no_digest(number: float, place: Any) -> None:
 
 def test_a_review_of_non_finite_arguments_is_refused_before_any_event() -> None:
     """A review asked for arguments holding NaN is refused, and records nothing."""
-    thread = AgentThread.start("t", now=NOW)
-    call = ToolCall("c0", "pay", "{}")
-    thread.append_message(Message(Role.ASSISTANT, tool_calls=(call,)), now=NOW)
-    thread.call_tools([call], now=NOW)
+    thread, call = _open_call()
     before = len(thread.collect_events())
     with pytest.raises(NonFiniteNumberError):
         thread.request_review(call, {"amount": math.nan}, now=NOW)
@@ -120,10 +126,7 @@ def test_a_reviews_digest_is_the_digest_of_the_arguments_it_records(
     arguments the review records, whichever the process's string hashing and however
     a set's items mix types; so an approval given in one process covers the call in
     another, and a replayed thread recomputes the same digest."""
-    thread = AgentThread.start("t", now=NOW)
-    call = ToolCall("c0", "pay", "{}")
-    thread.append_message(Message(Role.ASSISTANT, tool_calls=(call,)), now=NOW)
-    thread.call_tools([call], now=NOW)
+    thread, call = _open_call()
     request = thread.request_review(call, arguments, now=NOW)
     assert request.digest == operation_digest("pay", request.arguments)
     assert request.digest == operation_digest("pay", arguments)
@@ -187,10 +190,7 @@ def test_a_review_of_what_json_cannot_carry_is_refused_before_any_event(
     typed error by the digest and by the review, and the review records nothing."""
     with pytest.raises(refusal):
         operation_digest("pay", arguments)
-    thread = AgentThread.start("t", now=NOW)
-    call = ToolCall("c0", "pay", "{}")
-    thread.append_message(Message(Role.ASSISTANT, tool_calls=(call,)), now=NOW)
-    thread.call_tools([call], now=NOW)
+    thread, call = _open_call()
     thread.collect_events()
     with pytest.raises(refusal):
         thread.request_review(call, arguments, now=NOW)
@@ -253,10 +253,7 @@ def test_a_review_records_all_its_arguments_say_or_refuses_them(arguments: Any) 
     keys merge into one and no digest covers two operations; NaN refused inside a
     Struct too; a set in the order of its items' RFC 8785 forms), under the digest of
     what is recorded."""
-    thread = AgentThread.start("t", now=NOW)
-    call = ToolCall("c0", "pay", "{}")
-    thread.append_message(Message(Role.ASSISTANT, tool_calls=(call,)), now=NOW)
-    thread.call_tools([call], now=NOW)
+    thread, call = _open_call()
     thread.collect_events()
     try:
         expected = _expected(arguments)
