@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from covonaut_es import Message, Role, open_store
-from covonaut_es.domain import AgentThread, ThreadSnapshot, thread_aggregate_id
-from covonaut_es.errors import MissingEventError
+from covonaut_es.domain import AgentThread, ThreadSnapshot, ThreadState, thread_aggregate_id
+from covonaut_es.errors import CovonautError, MissingEventError
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -67,3 +67,78 @@ def test_a_load_folds_as_a_replay_and_refuses_a_gap_it_reads(
             assert loaded.state == thread.state
             assert loaded.version == head
             assert loaded.chain_head == thread.chain_head  # the store set it on the save
+
+
+def _thread(thread_id: str, messages: int) -> AgentThread:
+    thread = AgentThread.start(thread_id, now=NOW)
+    for index in range(messages):
+        thread.steer(Message(Role.USER, f"{thread_id} message {index}"), now=NOW)
+    return thread
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    source=st.sampled_from(["own first", "other's first", "other's event", "other's snapshot"]),
+    place=st.integers(min_value=1, max_value=6),
+    replace=st.booleans(),
+)
+def test_a_row_copied_into_a_stream_never_loads_as_another_state(
+    source: str, place: int, replace: bool
+) -> None:
+    """Generated: a row copied behind the library into thread t's stream (its own first
+    event again, another thread's first event, event or sealed snapshot), replacing the
+    row at ``place`` or added there: every read of t (load, each version, history)
+    returns thread t as its rows make it, or raises the library's typed error, and
+    ``verify`` reports instead of raising."""
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "store.db"
+        with open_store(f"sqlite:///{path}") as store:
+            store.save(_thread("t", 4))
+            other = _thread("u", 4)
+            store.save(other)
+            assert store._app.snapshots is not None
+            store._app.snapshots.put([ThreadSnapshot.take(store._reader.replay("u"))])
+        t, u = thread_aggregate_id("t").hex, thread_aggregate_id("u").hex
+        table, stream, version = {
+            "own first": ("stored_events", t, 1),
+            "other's first": ("stored_events", u, 1),
+            "other's event": ("stored_events", u, 3),
+            "other's snapshot": ("stored_snapshots", u, 5),
+        }[source]
+        with closing(sqlite3.connect(path)) as conn, conn:
+            topic, state = conn.execute(
+                f"SELECT topic, state FROM {table} "  # the test's own table names
+                "WHERE originator_id = ? AND originator_version = ?",
+                (stream, version),
+            ).fetchone()
+            if replace:
+                conn.execute(
+                    "DELETE FROM stored_events WHERE originator_id = ? AND originator_version = ?",
+                    (t, place),
+                )
+            else:  # the rows from there one version on: out of the key's way, then back
+                for shift, since in ((1000, place), (-999, place + 1000)):
+                    conn.execute(
+                        "UPDATE stored_events SET originator_version = originator_version + ? "
+                        "WHERE originator_id = ? AND originator_version >= ?",
+                        (shift, t, since),
+                    )
+            conn.execute(
+                "INSERT INTO stored_events (originator_id, originator_version, topic, state) "
+                "VALUES (?, ?, ?, ?)",
+                (t, place, topic, state),
+            )
+        with open_store(f"sqlite:///{path}") as store:
+            reads = [
+                lambda: store.load("t"),
+                lambda: store.history("t"),
+                *(lambda v=v: store.state_at("t", v) for v in range(1, 8)),
+            ]
+            for read in reads:
+                try:
+                    found = read()
+                except CovonautError:
+                    continue
+                if isinstance(found, AgentThread | ThreadState):
+                    assert found.thread_id == "t"
+            store.verify("t")

@@ -27,11 +27,13 @@ from covonaut_es.errors import (
     MissingEventError,
     MissingToolCallError,
     SerializationError,
+    StoredRowError,
     ThreadNotFoundError,
     ThreadStateError,
 )
 from covonaut_es.messages import Message
 from covonaut_es.store._chain import CHAIN_FIELD, UNCHAINED, link_problem, scheme_of
+from covonaut_es.store._reader import APPLY_ERRORS, refuse_restart
 from covonaut_es.store._records import StoredRecords, refuse_fork_loop
 from covonaut_es.store._snapshot_cache import CheckedSnapshot
 
@@ -442,13 +444,15 @@ class _Fold:
         else:
             self.previous, self.chained = stored, self.chained + 1
         try:
-            if isinstance(event, AgentThread.Forked):
+            if isinstance(event, AgentThread.Forked):  # grafted onto its parent, read before
                 self.thread = event.graft(self.thread)
             else:
+                refuse_restart(self.thread, event, self.thread_id)
                 self.thread = event.mutate(self.thread)  # type: ignore[attr-defined]
             self.thread.chain_head = self.previous
-        # A chain re-sealed around a changed message, or a stream copied under another id.
-        except (MissingToolCallError, ThreadStateError) as exc:
+        # A chain re-sealed around a changed message, a stream copied under another id, a
+        # row of another stream or table (another type's event, a second first event).
+        except (MissingToolCallError, ThreadStateError, StoredRowError, *APPLY_ERRORS) as exc:
             self.findings.append(AuditFinding(version, f"event does not apply: {exc}"))
             return False
         return True

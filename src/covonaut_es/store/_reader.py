@@ -191,7 +191,7 @@ class ThreadReader:
             folded: AgentThread = event.follow(thread)
         except CovonautError:
             raise
-        except _APPLY_ERRORS as exc:
+        except APPLY_ERRORS as exc:
             raise _not_applying(event, thread_id, exc) from exc
         folded.chain_head = chain_of(event)
         return folded
@@ -202,6 +202,7 @@ class ThreadReader:
         """As :meth:`fold`, for an event that starts a thread: its first, a fork's first
         grafted onto its parent, or a snapshot."""
         self.check_follows(thread_id, None if thread is None else thread.version, event)
+        refuse_restart(thread, event, thread_id)
         if thread is None and isinstance(event, AgentThread.Forked):
             with following_fork(thread_id, event.parent_thread_id, self._url):
                 base = load_base(event.parent_thread_id, version=event.parent_version)
@@ -217,8 +218,15 @@ class ThreadReader:
                 folded = event.mutate(thread)
             except CovonautError:
                 raise
-            except _APPLY_ERRORS as exc:
+            except APPLY_ERRORS as exc:
                 raise _not_applying(event, thread_id, exc) from exc
+        if folded.thread_id != thread_id:  # a row of another thread's, copied in
+            msg = (
+                f"stored {type(event).__qualname__} at version {event.originator_version} "
+                f"in the stream of thread {thread_id!r} makes thread {folded.thread_id!r}: "
+                "it was copied or altered behind the library"
+            )
+            raise StoredRowError(msg)
         if not isinstance(event, ThreadSnapshot):  # a snapshot brings its own
             folded.chain_head = chain_of(event)
         return folded
@@ -326,8 +334,24 @@ class ThreadReader:
         return tuple(dict.fromkeys(found))
 
 
-_APPLY_ERRORS = (LookupError, ValueError, TypeError, AttributeError)
+APPLY_ERRORS = (LookupError, ValueError, TypeError, AttributeError)
 """What an apply method raises on a stored event altered behind the library."""
+
+
+def refuse_restart(thread: AgentThread | None, event: Any, thread_id: str) -> None:
+    """Refuse an event that starts a thread (a first event, a snapshot) read after the
+    thread's first: a stream holds one, and a snapshot is read from its own table.
+
+    Raises:
+        StoredRowError: ``thread`` is not None and ``event`` starts a thread.
+    """
+    if thread is not None and isinstance(event, _STARTS):
+        msg = (
+            f"stored {type(event).__qualname__} at version {event.originator_version} of "
+            f"thread {thread_id!r} starts a thread in the middle of its stream: it was "
+            "copied or altered behind the library"
+        )
+        raise StoredRowError(msg)
 
 
 def _not_applying(event: Any, thread_id: str, exc: Exception) -> StoredRowError:
