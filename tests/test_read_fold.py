@@ -142,3 +142,36 @@ def test_a_row_copied_into_a_stream_never_loads_as_another_state(
                 if isinstance(found, AgentThread | ThreadState):
                     assert found.thread_id == "t"
             store.verify("t")
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    branch=st.integers(min_value=1, max_value=4),
+    shift=st.integers(min_value=-3, max_value=3).filter(bool),
+)
+def test_a_fork_renumbered_behind_the_library_does_not_load(branch: int, shift: int) -> None:
+    """Generated: a fork's rows moved ``shift`` versions behind the library (its first
+    event no longer one past the version it branches from): every read of the fork
+    raises the library's typed error, and ``verify`` reports it."""
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "store.db"
+        with open_store(f"sqlite:///{path}") as store:
+            store.save(_thread("t", 4))
+            store.fork("t", at_version=branch, new_thread_id="f")
+            fork = store.load("f")
+            fork.steer(Message(Role.USER, "on the fork"), now=NOW)
+            store.save(fork)
+        f = thread_aggregate_id("f").hex
+        with closing(sqlite3.connect(path)) as conn, conn:
+            for step, where in ((1000, 0), (shift - 1000, 1000)):
+                conn.execute(
+                    "UPDATE stored_events SET originator_version = originator_version + ? "
+                    "WHERE originator_id = ? AND originator_version >= ?",
+                    (step, f, where),
+                )
+        with open_store(f"sqlite:///{path}") as store:
+            with pytest.raises(CovonautError):
+                store.load("f")
+            with pytest.raises(CovonautError):
+                store.history("f")
+            assert not store.verify("f").ok

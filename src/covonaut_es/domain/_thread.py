@@ -471,6 +471,21 @@ class AgentThread(Aggregate, created_event_name="Started"):
         parent_version: int
         interrupts: tuple[Interrupt, ...]
 
+        def check_place(self) -> None:
+            """Raise unless this event is one past the version the fork branches from,
+            where a fork's first event always is.
+
+            Raises:
+                ThreadStateError: It is at another version.
+            """
+            if self.originator_version != self.parent_version + 1:
+                msg = (
+                    f"fork {self.thread_id!r} branches from {self.parent_thread_id!r} at "
+                    f"version {self.parent_version}, so its first event is at version "
+                    f"{self.parent_version + 1}, not {self.originator_version}"
+                )
+                raise ThreadStateError(msg)
+
         def graft(self, base: AgentThread) -> AgentThread:
             """Turn ``base``, the parent as of ``parent_version``, into this fork."""
             if (base.thread_id, base.version) != (self.parent_thread_id, self.parent_version):
@@ -479,6 +494,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
                     f"version {self.parent_version}, not {base.thread_id!r} at {base.version}"
                 )
                 raise ThreadStateError(msg)
+            self.check_place()
             check_thread_stream(self.originator_id, self.thread_id)
             base.__dict__.update(
                 _id=self.originator_id,

@@ -307,6 +307,7 @@ class ThreadReader:
             self.check_follows(thread_id, head, event)
             head = event.originator_version
         if isinstance(own[0], AgentThread.Forked):
+            own[0].check_place()
             parent = own[0].parent_thread_id
             with following_fork(thread_id, parent, self._url):
                 inherited = self.history(parent)[: own[0].parent_version]
