@@ -76,9 +76,20 @@ def _thread(thread_id: str, messages: int) -> AgentThread:
     return thread
 
 
-@settings(max_examples=25, deadline=None)
+def _state_stream(path: Path) -> str:
+    """The stream id of the one stream in the store that is no thread's (a named state's)."""
+    threads = {thread_aggregate_id(t).hex for t in ("t", "u")}
+    with closing(sqlite3.connect(path)) as conn:
+        streams = {row[0] for row in conn.execute("SELECT originator_id FROM stored_events")}
+    (state,) = streams - threads
+    return str(state)
+
+
+@settings(max_examples=30, deadline=None)
 @given(
-    source=st.sampled_from(["own first", "other's first", "other's event", "other's snapshot"]),
+    source=st.sampled_from(
+        ["own first", "other's first", "other's event", "other's snapshot", "a state's event"]
+    ),
     place=st.integers(min_value=1, max_value=6),
     replace=st.booleans(),
 )
@@ -86,10 +97,10 @@ def test_a_row_copied_into_a_stream_never_loads_as_another_state(
     source: str, place: int, replace: bool
 ) -> None:
     """Generated: a row copied behind the library into thread t's stream (its own first
-    event again, another thread's first event, event or sealed snapshot), replacing the
-    row at ``place`` or added there: every read of t (load, each version, history)
-    returns thread t as its rows make it, or raises the library's typed error, and
-    ``verify`` reports instead of raising."""
+    event again, another thread's first event, event or sealed snapshot, a named state's
+    event), replacing the row at ``place`` or added there: every read of t (load, each
+    version, history) returns thread t as its rows make it, or raises the library's
+    typed error, and ``verify`` reports the damage instead of raising."""
     with tempfile.TemporaryDirectory() as directory:
         path = Path(directory) / "store.db"
         with open_store(f"sqlite:///{path}") as store:
@@ -98,12 +109,14 @@ def test_a_row_copied_into_a_stream_never_loads_as_another_state(
             store.save(other)
             assert store._app.snapshots is not None
             store._app.snapshots.put([ThreadSnapshot.take(store._reader.replay("u"))])
+            store.write_state("k", {"plan": "a named state's document"})
         t, u = thread_aggregate_id("t").hex, thread_aggregate_id("u").hex
         table, stream, version = {
             "own first": ("stored_events", t, 1),
             "other's first": ("stored_events", u, 1),
             "other's event": ("stored_events", u, 3),
             "other's snapshot": ("stored_snapshots", u, 5),
+            "a state's event": ("stored_events", _state_stream(path), 1),
         }[source]
         with closing(sqlite3.connect(path)) as conn, conn:
             topic, state = conn.execute(
@@ -141,7 +154,7 @@ def test_a_row_copied_into_a_stream_never_loads_as_another_state(
                     continue
                 if isinstance(found, AgentThread | ThreadState):
                     assert found.thread_id == "t"
-            store.verify("t")
+            assert not store.verify("t").ok
 
 
 @settings(max_examples=12, deadline=None)

@@ -33,7 +33,7 @@ from covonaut_es.errors import (
 )
 from covonaut_es.messages import Message
 from covonaut_es.store._chain import CHAIN_FIELD, UNCHAINED, link_problem, scheme_of
-from covonaut_es.store._reader import APPLY_ERRORS, refuse_restart
+from covonaut_es.store._reader import APPLY_ERRORS, refuse_out_of_place
 from covonaut_es.store._records import StoredRecords, refuse_fork_loop
 from covonaut_es.store._snapshot_cache import CheckedSnapshot
 
@@ -447,7 +447,7 @@ class _Fold:
             if isinstance(event, AgentThread.Forked):  # grafted onto its parent, read before
                 self.thread = event.graft(self.thread)
             else:
-                refuse_restart(self.thread, event, self.thread_id)
+                refuse_out_of_place(self.thread, event, self.thread_id)
                 self.thread = event.mutate(self.thread)  # type: ignore[attr-defined]
             self.thread.chain_head = self.previous
         # A chain re-sealed around a changed message, a stream copied under another id, a

@@ -38,6 +38,8 @@ _FIRST_EVENTS = (AgentThread.Started, AgentThread.StartedFromState, AgentThread.
 """The events a thread's own stream can start with."""
 _STARTS = (ThreadSnapshot, *_FIRST_EVENTS)
 """What :meth:`ThreadReader.fold` starts a thread from."""
+_THREAD_EVENTS = (AgentThread.Event, ThreadSnapshot)
+"""What a thread's stream holds."""
 _STARTING: dict[type, bool] = {}
 """Whether each class of event read so far is one of :data:`_STARTS`."""
 
@@ -202,7 +204,7 @@ class ThreadReader:
         """As :meth:`fold`, for an event that starts a thread: its first, a fork's first
         grafted onto its parent, or a snapshot."""
         self.check_follows(thread_id, None if thread is None else thread.version, event)
-        refuse_restart(thread, event, thread_id)
+        refuse_out_of_place(thread, event, thread_id)
         if thread is None and isinstance(event, AgentThread.Forked):
             with following_fork(thread_id, event.parent_thread_id, self._url):
                 base = load_base(event.parent_thread_id, version=event.parent_version)
@@ -339,20 +341,26 @@ APPLY_ERRORS = (LookupError, ValueError, TypeError, AttributeError)
 """What an apply method raises on a stored event altered behind the library."""
 
 
-def refuse_restart(thread: AgentThread | None, event: Any, thread_id: str) -> None:
-    """Refuse an event that starts a thread (a first event, a snapshot) read after the
-    thread's first: a stream holds one, and a snapshot is read from its own table.
+def refuse_out_of_place(thread: AgentThread | None, event: Any, thread_id: str) -> None:
+    """Refuse an event read from a thread's stream that has no place there: one that is
+    not a thread's (another aggregate's, a named state's), or one that starts a thread
+    (a first event, a snapshot) read after the thread's first: a stream holds one, and a
+    snapshot is read from its own table.
 
     Raises:
-        StoredRowError: ``thread`` is not None and ``event`` starts a thread.
+        StoredRowError: Naming the event, its version and the thread.
     """
-    if thread is not None and isinstance(event, _STARTS):
-        msg = (
-            f"stored {type(event).__qualname__} at version {event.originator_version} of "
-            f"thread {thread_id!r} starts a thread in the middle of its stream: it was "
-            "copied or altered behind the library"
-        )
-        raise StoredRowError(msg)
+    if not isinstance(event, _THREAD_EVENTS):
+        where = "is not a thread's event"
+    elif thread is not None and isinstance(event, _STARTS):
+        where = "starts a thread in the middle of its stream"
+    else:
+        return
+    msg = (
+        f"stored {type(event).__qualname__} at version {event.originator_version} of "
+        f"thread {thread_id!r} {where}: it was copied or altered behind the library"
+    )
+    raise StoredRowError(msg)
 
 
 def _not_applying(event: Any, thread_id: str, exc: Exception) -> StoredRowError:
