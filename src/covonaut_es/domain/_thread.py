@@ -1067,12 +1067,13 @@ class AgentThread(Aggregate, created_event_name="Started"):
             ),
             None,
         )
+        recorded = json_data(arguments, where=f"the arguments of {call.name!r}")
         request = ReviewRequest(
             review_id=self._next_event_key(call),
             thread_id=self.thread_id,
             tool_name=call.name,
-            arguments=json_data(arguments, where=f"the arguments of {call.name!r}"),
-            digest=operation_digest(call.name, arguments, tool),
+            arguments=recorded,
+            digest=operation_digest(call.name, recorded, tool),
             tool_call_id=call.id,
             tool=tool,
             tool_changed=change_note(earlier, tool),
@@ -1135,25 +1136,15 @@ class AgentThread(Aggregate, created_event_name="Started"):
             )
             raise ReviewExpiredError(msg)
         request = review.request
-        if (
-            arguments is not None
-            and operation_digest(request.tool_name, arguments, request.tool, like=request.digest)
-            == request.digest
-        ):
-            arguments = None
-        if arguments is not None and decision is not Decision.APPROVED:
+        edited, digest = None, request.digest
+        if arguments is not None:
+            edited = json_data(arguments, where=f"the arguments of {request.tool_name!r}")
+            digest = operation_digest(request.tool_name, edited, request.tool, like=request.digest)
+            if digest == request.digest:  # an edit equal to the request: a plain approval
+                edited = None
+        if edited is not None and decision is not Decision.APPROVED:
             msg = f"only an approval takes edited arguments, not a decision {decision!r}"
             raise ThreadStateError(msg)
-        edited = (
-            None
-            if arguments is None
-            else json_data(arguments, where=f"the edited arguments of {request.tool_name!r}")
-        )
-        digest = (
-            request.digest
-            if edited is None
-            else operation_digest(request.tool_name, edited, request.tool, like=request.digest)
-        )
         check_decision(
             review, decision, reviewer=reviewer, scopes=scopes, arguments=edited, digest=digest
         )
