@@ -33,7 +33,7 @@ from covonaut_es.errors import (
 )
 from covonaut_es.messages import Message
 from covonaut_es.store._chain import CHAIN_FIELD, UNCHAINED, link_problem, scheme_of
-from covonaut_es.store._reader import APPLY_ERRORS, refuse_out_of_place
+from covonaut_es.store._reader import applied, refuse_out_of_place
 from covonaut_es.store._records import StoredRecords, refuse_fork_loop
 from covonaut_es.store._snapshot_cache import CheckedSnapshot
 
@@ -448,11 +448,11 @@ class _Fold:
                 self.thread = event.graft(self.thread)
             else:
                 refuse_out_of_place(self.thread, event, self.thread_id)
-                self.thread = event.mutate(self.thread)  # type: ignore[attr-defined]
+                self.thread = applied(event, self.thread, self.thread_id)
             self.thread.chain_head = self.previous
         # A chain re-sealed around a changed message, a stream copied under another id, a
         # row of another stream or table (another type's event, a second first event).
-        except (MissingToolCallError, ThreadStateError, StoredRowError, *APPLY_ERRORS) as exc:
+        except (MissingToolCallError, ThreadStateError, StoredRowError) as exc:
             self.findings.append(AuditFinding(version, f"event does not apply: {exc}"))
             return False
         return True

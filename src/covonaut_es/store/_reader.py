@@ -189,12 +189,7 @@ class ThreadReader:
         # made again by eventsourcing's mutate.
         if event.originator_version != thread.version + 1:
             self.check_follows(thread_id, thread.version, event)
-        try:
-            folded: AgentThread = event.follow(thread)
-        except CovonautError:
-            raise
-        except APPLY_ERRORS as exc:
-            raise _not_applying(event, thread_id, exc) from exc
+        folded = applied(event, thread, thread_id, checked=True)
         folded.chain_head = chain_of(event)
         return folded
 
@@ -216,12 +211,7 @@ class ThreadReader:
                 raise ThreadNotFoundError(msg)
             folded = event.graft(base)
         else:
-            try:
-                folded = event.mutate(thread)
-            except CovonautError:
-                raise
-            except APPLY_ERRORS as exc:
-                raise _not_applying(event, thread_id, exc) from exc
+            folded = applied(event, thread, thread_id)
         if folded.thread_id != thread_id:  # a row of another thread's, copied in
             msg = (
                 f"stored {type(event).__qualname__} at version {event.originator_version} "
@@ -337,8 +327,30 @@ class ThreadReader:
         return tuple(dict.fromkeys(found))
 
 
-APPLY_ERRORS = (LookupError, ValueError, TypeError, AttributeError)
-"""What an apply method raises on a stored event altered behind the library."""
+def applied(
+    event: Any, thread: AgentThread | None, thread_id: str, *, checked: bool = False
+) -> AgentThread:
+    """``event`` applied to ``thread``: followed, when the caller ``checked`` it is the
+    thread's next (see ``AgentThread.Event.follow``), else mutated. The apply methods
+    trust the events the thread itself wrote; a stored event altered behind the library
+    (a call id no call has), or one that has no apply method, fails inside, which is
+    reported as the damaged record it is.
+
+    Raises:
+        StoredRowError: ``event`` does not apply to ``thread``.
+    """
+    try:
+        folded: AgentThread = event.follow(thread) if checked else event.mutate(thread)
+        return folded
+    except CovonautError:
+        raise
+    except (LookupError, ValueError, TypeError, AttributeError) as exc:
+        msg = (
+            f"stored event {type(event).__qualname__} of thread {thread_id!r} at version "
+            f"{event.originator_version} does not apply to the thread its earlier events "
+            f"make ({type(exc).__name__}: {exc}): it was altered or damaged"
+        )
+        raise StoredRowError(msg) from exc
 
 
 def refuse_out_of_place(thread: AgentThread | None, event: Any, thread_id: str) -> None:
@@ -361,15 +373,3 @@ def refuse_out_of_place(thread: AgentThread | None, event: Any, thread_id: str) 
         f"thread {thread_id!r} {where}: it was copied or altered behind the library"
     )
     raise StoredRowError(msg)
-
-
-def _not_applying(event: Any, thread_id: str, exc: Exception) -> StoredRowError:
-    """The error for ``event`` failing inside its apply method with ``exc``: the apply
-    methods trust the events the thread itself wrote, so a stored event altered behind
-    the library (a call id no call has) is reported as the damaged record it is."""
-    msg = (
-        f"stored event {type(event).__qualname__} of thread {thread_id!r} at version "
-        f"{event.originator_version} does not apply to the thread its earlier events "
-        f"make ({type(exc).__name__}: {exc}): it was altered or damaged"
-    )
-    return StoredRowError(msg)
