@@ -232,37 +232,47 @@ class PostgresLeases(LeaseBackend):
     def _problem(self, lease: Lease, *, in_save: bool) -> str | None:
         if in_save or not lease.fenced or self._token_table is None:
             return super()._problem(lease, in_save=in_save)
-        with self._lock:
-            connection = self._sessions.get(lease.thread_id)
-        if connection is None or connection.broken or connection.closed:
-            return self._lock_problem(lease.thread_id, in_save=in_save)
         stream = self._stream(lease.thread_id)
-        try:
-            query = _STANDS.format(table=self._token_table)
-            holds, token = connection.execute(query, (*lock_ids(stream), stream)).fetchone()
-        except Exception as exc:  # psycopg's errors of a dead session vary
-            return _session_ended(exc)
-        if not holds:
-            return _NOT_HELD
-        return newer_lease(lease, token)
+        query = _STANDS.format(table=self._token_table)
+        row = self._asked(lease.thread_id, query, (*lock_ids(stream), stream))
+        if isinstance(row, str):
+            return row
+        holds, token = row if row is not None else (False, None)
+        return newer_lease(lease, token) if holds else _NOT_HELD
 
     def _lock_problem(self, thread_id: str, *, in_save: bool) -> str | None:
+        if in_save:  # the save itself checks that the session holds the lock
+            session = self._session(thread_id)
+            return session if isinstance(session, str) else None
+        row = self._asked(thread_id, _HOLDS_LOCK, lock_ids(self._stream(thread_id)))
+        if isinstance(row, str):
+            return row
+        return None if row is not None and row[0] else _NOT_HELD
+
+    def _asked(
+        self, thread_id: str, query: str, params: tuple[Any, ...]
+    ) -> tuple[Any, ...] | str | None:
+        """The row ``query`` gives on the session holding the thread's lock (None: no
+        row), or why no session holds it (a string)."""
+        session = self._session(thread_id)
+        if isinstance(session, str):
+            return session
+        try:
+            row: tuple[Any, ...] | None = session.execute(query, params).fetchone()
+        except Exception as exc:  # psycopg's errors of a dead session vary
+            return f"its database session ended ({type(exc).__name__}: {exc})"
+        return row
+
+    def _session(self, thread_id: str) -> Any:
+        """The live connection whose session took the thread's lock, or why there is
+        none (a string)."""
         with self._lock:
             connection = self._sessions.get(thread_id)
         if connection is None:
             return "it was never taken on a connection"
         if connection.broken or connection.closed:
             return "its database session ended"
-        if in_save:
-            return None  # the save itself checks that the session holds the lock
-        try:
-            ids = lock_ids(self._stream(thread_id))
-            found = connection.execute(_HOLDS_LOCK, ids).fetchone()
-        except Exception as exc:  # psycopg's errors of a dead session vary
-            return _session_ended(exc)
-        if found is None or not found[0]:
-            return _NOT_HELD
-        return None
+        return connection
 
     def holder_of(self, thread_id: str) -> str | None:
         _, cursor = self._execute(_HOLDER, lock_ids(self._stream(thread_id)))
@@ -320,10 +330,6 @@ class PostgresLeases(LeaseBackend):
 
 
 _NOT_HELD = "its database session no longer holds the lock"
-
-
-def _session_ended(exc: Exception) -> str:
-    return f"its database session ended ({type(exc).__name__}: {exc})"
 
 
 def _decoded(text: str, kind: type[tuple[T, ...]]) -> tuple[T, ...]:
