@@ -414,10 +414,10 @@ def test_parallel_calls_record_their_results_in_call_order(
     recorded = [
         e.tool_call_id for e in events(store) if isinstance(e, AgentThread.ToolResultRecorded)
     ]
-    assert recorded == ["c1", "c2"] and [e["tool"] for e in logged(log)[before:]] == [
-        "slow",
-        "read",
-    ]
+    # The calls run in threads of their own, so which reaches the server first is the
+    # scheduler's; what is promised is the order the results are recorded in.
+    assert recorded == ["c1", "c2"]
+    assert sorted(e["tool"] for e in logged(log)[before:]) == ["read", "slow"]
 
 
 def test_an_idempotent_call_in_doubt_runs_again_with_the_same_key(
