@@ -180,7 +180,9 @@ class World:
         agent.resume()
 
     def fork(self, n: int, where: float) -> None:
-        """Fork a thread at some version of it."""
+        """Fork a thread at some version of it. A version inside a run may leave calls
+        in doubt (called, no result yet): as after a runner's death, the fork is paused
+        on each for a person."""
         thread_id = self.pick(n)
         if thread_id is None:
             return
@@ -191,6 +193,8 @@ class World:
         except CovonautError:
             return  # abandoned by then
         self.threads.append(fork_id)
+        if self.store.state_at(fork_id).in_doubt:
+            self.service.pause_calls_in_doubt(fork_id, "forked inside a run")
 
     def abandon(self, n: int) -> None:
         thread_id = self.pick(n)
@@ -287,6 +291,16 @@ def fresh_store(
 @given(plan=st.tuples(run, st.lists(steps, max_size=9)).map(lambda p: [p[0], *p[1]]))
 # A call in doubt sent to run again, whose tool then pauses: the pause waits, not the doubt.
 @example(plan=[("run", "", ("transfer", "ask")), ("decide", 1, ""), ("resume", 0)])
+# A fork between a decision and the result it records: the call is not in doubt.
+@example(
+    plan=[
+        ("run", "", ("pay",)),
+        ("decide", 0, ""),
+        ("run", "", ("ask",)),
+        ("fork", 0, 0.875),
+        ("resume", 2),
+    ]
+)
 def test_the_queue_lists_exactly_what_the_aggregates_say_is_pending(
     fresh_store: Callable[[], Store], plan: list[Step]
 ) -> None:

@@ -109,7 +109,7 @@ def show(args: argparse.Namespace) -> int:
         print_json(
             {
                 **msgspec.to_builtins(state),
-                "in_doubt": [p.call.id for p in state.open_calls if p not in held],
+                "in_doubt": [p.call.id for p in state.in_doubt],
                 "awaiting_review": [p.call.id for p in held],
             }
         )
@@ -132,7 +132,7 @@ def _state_lines(state: ThreadState) -> Iterator[str]:
         "parent": f"{state.parent.thread_id}@{state.parent.version}" if state.parent else "",
         "labels": ", ".join(label.name for label in state.labels),
         "interrupts": "; ".join(f"{i.tool_name}: {i.reason}" for i in state.interrupts),
-        "in doubt": ", ".join(call.call.id for call in state.open_calls if call not in held),
+        "in doubt": ", ".join(call.call.id for call in state.in_doubt),
         "awaiting review": ", ".join(f"{call.call.id} (never ran)" for call in held),
         "pending reviews": ", ".join(r.request.review_id for r in state.reviews if r.pending),
         "last message": f"{last.role}: {last.content[:70]}" if last else "",

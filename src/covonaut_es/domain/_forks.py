@@ -11,57 +11,107 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
+import msgspec
+
 from covonaut_es.domain._ids import thread_aggregate_id
+from covonaut_es.domain._pauses import pauses_of
 from covonaut_es.domain._thread import AgentThread
-from covonaut_es.domain._values import Interrupt, PauseKind, RunMode
+from covonaut_es.domain._values import Interrupt, PauseKind, RunMode, ToolOutcome
 
 
 def fork_point(newest_first: Iterable[Any]) -> tuple[tuple[Interrupt, ...], bool]:
     """What a fork at some version inherits, from the events up to it, newest first.
 
-    Returns the interrupts pending at that version that still wait for a person (those
-    dealt with by then, a review decided, a pause answered, a call settled or sent to
-    run again, are the thread's history, not its queue), and whether the thread was
-    abandoned by then. Reads back only to the start of the last turn, run or resume (no
-    interrupt is pending at any of them: interrupts end a run, and only ``resume``
-    starts one over them, clearing them) or to the fork or saved state that started the
-    stream, which records its own; so forking costs the same however long the thread is.
+    Returns the interrupts pending at that version that still wait for a person, by the
+    thread's own rule (:func:`pauses_of`: a review decided, a tool's pause answered, a
+    call in doubt settled or sent to run again and not yet run again are history, not
+    queue), and whether the thread was abandoned by then. Reads back only to the start
+    of the last turn, run or resume (no interrupt is pending at any of them: interrupts
+    end a run, and only ``resume`` starts one over them, clearing them) or to the fork or
+    saved state that started the stream, which records its own; so forking costs the
+    same however long the thread is.
     """
-    interrupts: list[Interrupt] = []
-    dealt_with: set[tuple[bool, str]] = set()  # (a review's?, its review or call id)
+    newest_interrupts: list[Interrupt] = []
+    tail = _Tail()
     for event in newest_first:
         if isinstance(event, AgentThread.Abandoned):
             return (), True
-        if isinstance(event, AgentThread.Interrupted):
-            interrupts.append(event.interrupt)
-        elif isinstance(event, AgentThread.ReviewDecided):
-            dealt_with.add((True, event.review_id))
-        elif isinstance(event, _DEALT_WITH) and event.tool_call_id:
-            dealt_with.add((False, event.tool_call_id))
-        elif isinstance(event, AgentThread.Forked | AgentThread.StartedFromState):
-            interrupts.extend(reversed(event.interrupts))
+        if isinstance(event, AgentThread.Forked | AgentThread.StartedFromState):
+            newest_interrupts.extend(map(tail.as_read, reversed(event.interrupts)))
             break
-        elif isinstance(event, AgentThread.Resumed | AgentThread.TurnStarted) or (
+        if isinstance(event, AgentThread.Resumed | AgentThread.TurnStarted) or (
             isinstance(event, AgentThread.RunStarted) and event.mode is not RunMode.RESUME
         ):
             break
-    return tuple(i for i in reversed(interrupts) if _waiting(i, dealt_with)), False
+        if isinstance(event, AgentThread.Interrupted):
+            newest_interrupts.append(tail.as_read(event.interrupt))
+            if event.interrupt.kind is PauseKind.INTERRUPT:
+                tail.paused_in_tool.add(event.interrupt.tool_call_id)
+        else:
+            tail.note(event)
+    pauses = pauses_of(
+        newest_interrupts[::-1], tail.decided, tail.open, tail.answered, tail.retries
+    )
+    return tuple(p.interrupt for p in pauses if not p.resolved), False
 
 
-_DEALT_WITH = (
-    AgentThread.InterruptAnswered,
-    AgentThread.ToolCallSettled,
-    AgentThread.RetryRequested,
-)
-"""What deals with a tool's pause (an answer) or a call in doubt (settled, or a retry
-asked for) on the call it names."""
+class _Open:
+    """The calls open at the fork's version, as far as its tail tells: every call but
+    those whose result it records."""
+
+    def __init__(self, closed: set[str]) -> None:
+        self._closed = closed
+
+    def __contains__(self, call_id: object) -> bool:
+        return call_id not in self._closed
 
 
-def _waiting(interrupt: Interrupt, dealt_with: set[tuple[bool, str]]) -> bool:
-    data = interrupt.data if isinstance(interrupt.data, dict) else {}
-    if interrupt.kind is PauseKind.REVIEW:
-        return (True, data.get("review_id")) not in dealt_with
-    return (False, interrupt.tool_call_id) not in dealt_with
+class _Tail:
+    """What the events after the last interrupt's run began record about its pauses,
+    read newest first: for each call, the newest event that gives or takes back an
+    answer or a retry is the one that stands, as the thread's folding leaves it."""
+
+    def __init__(self) -> None:
+        self.decided: set[str] = set()
+        self.closed: set[str] = set()
+        self.open = _Open(self.closed)
+        self.paused_in_tool: set[str] = set()
+        self._answers: dict[str, bool] = {}
+        self._retries: dict[str, bool] = {}
+
+    @property
+    def answered(self) -> set[str]:
+        return {call_id for call_id, given in self._answers.items() if given}
+
+    @property
+    def retries(self) -> set[str]:
+        return {call_id for call_id, asked in self._retries.items() if asked}
+
+    def note(self, event: Any) -> None:
+        if isinstance(event, AgentThread.ReviewDecided):
+            self.decided.add(event.review_id)
+        elif isinstance(event, AgentThread.InterruptAnswered):
+            self._answers.setdefault(event.tool_call_id, True)
+        elif isinstance(event, AgentThread.Steered) and event.answer_to:
+            self._answers.setdefault(event.answer_to, False)
+        elif isinstance(event, AgentThread.RetryRequested) and event.tool_call_id:
+            self._retries.setdefault(event.tool_call_id, True)
+        elif isinstance(event, AgentThread.ToolCallRetried):
+            self._retries.setdefault(event.tool_call_id, False)
+        if isinstance(event, AgentThread.ToolResultRecorded):
+            self.closed.add(event.tool_call_id)
+            if isinstance(event, AgentThread.ToolCallSettled):
+                self._retries.setdefault(event.tool_call_id, False)
+            if event.outcome is ToolOutcome.INTERRUPTED:
+                self.paused_in_tool.add(event.tool_call_id)
+
+    def as_read(self, interrupt: Interrupt) -> Interrupt:
+        """``interrupt`` as the thread reads it now: a claim of doubt on a call whose
+        tool later paused, or whose later result says so, is that tool's pause
+        (``paused_by_its_tool``)."""
+        if interrupt.kind is PauseKind.IN_DOUBT and interrupt.tool_call_id in self.paused_in_tool:
+            return msgspec.structs.replace(interrupt, kind=PauseKind.INTERRUPT)
+        return interrupt
 
 
 def fork_event(

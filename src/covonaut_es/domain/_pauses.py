@@ -10,7 +10,7 @@ kind, whose kind the migration can only guess from their data.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 
 import msgspec
 
@@ -38,9 +38,17 @@ def _claim_holds(
         return awaiting is not None and data.get("review_id") == awaiting.request.review_id
     pending = open_calls.get(interrupt.tool_call_id)
     return (
-        reviews.holding_back(interrupt.tool_call_id) is None
+        reviews.accounting_for(interrupt.tool_call_id) is None
         and pending is not None
         and data.get("idempotency_key") == pending.idempotency_key
+    )
+
+
+def paused_text(reason: str) -> str:
+    """The result of a call whose tool paused (``InterruptError``), as the model reads it."""
+    return (
+        f"Paused for review: {reason}. The operation waits for a person's decision; you "
+        "will be told the outcome."
     )
 
 
@@ -70,13 +78,15 @@ def in_doubt_data(pending: PendingToolCall, reviews: ReviewLedger) -> dict[str, 
 
 def pauses_of(
     interrupts: Sequence[Interrupt],
-    reviews: ReviewLedger,
-    open_calls: Mapping[str, PendingToolCall],
-    answered: Collection[str],
-    retries: Collection[str],
+    decided: Container[str],
+    open_calls: Container[str],
+    answered: Container[str],
+    retries: Container[str],
 ) -> tuple[Pause, ...]:
     """Each pending interrupt, resolved once a person has dealt with it: a review
-    decided, a tool's pause answered, a call in doubt settled or sent to run again.
+    decided (its id in ``decided``), a tool's pause answered, a call in doubt settled
+    (no longer in ``open_calls``) or sent to run again (in ``retries``). The one rule
+    both the thread and what a fork inherits (:func:`fork_point`) go by.
 
     A call in doubt that ran again and paused in its tool has two tool's pauses, the
     claim of doubt its result turned into one and the tool's own: the tool's own, the
@@ -88,8 +98,7 @@ def pauses_of(
         if _tools_pause(interrupt) and last_pause[call_id] != n:
             continue
         if interrupt.kind is PauseKind.REVIEW:
-            review = reviews.get(_review_id(interrupt))
-            resolved = review is not None and not review.pending
+            resolved = _review_id(interrupt) in decided
         elif interrupt.kind is PauseKind.IN_DOUBT:
             resolved = call_id not in open_calls or call_id in retries
         else:

@@ -237,11 +237,26 @@ class Review(msgspec.Struct, frozen=True, omit_defaults=True):
         return self.request.arguments
 
     @property
+    def answers_call(self) -> bool:
+        """Whether the decision stands in for the result of the call it held back: the
+        review is decided, and not by an approval that runs the call. The thread records
+        that result with the decision; a state between the two (a fork, a time-travel
+        view or a saved state taken there) records it at its next run."""
+        return self.decision is not None and not self.runs_call
+
+    @property
     def holds_back_call(self) -> bool:
         """Whether the call this review asked about waits on it without having run:
         the review awaits a decision, or it is an approval that runs the call and is
-        not spent yet. Such a call is not in doubt."""
+        not spent yet."""
         return self.pending or (self.runs_call and self.used_by is None)
+
+    @property
+    def accounts_for_call(self) -> bool:
+        """Whether this review accounts for its call having no result: it holds the
+        call back, or its decision stands in for the result. Such a call never ran, so
+        it is not in doubt."""
+        return self.holds_back_call or self.answers_call
 
 
 class ReviewLedger(msgspec.Struct, frozen=True):
@@ -335,11 +350,21 @@ class ReviewLedger(msgspec.Struct, frozen=True):
             (r for r in reversed(self.reviews) if r.request.tool_call_id == tool_call_id), None
         )
 
-    def holding_back(self, tool_call_id: str) -> Review | None:
-        """The review that call waits on without having run, if any (see
-        :attr:`Review.holds_back_call`)."""
+    def answering(self, tool_call_id: str) -> Review | None:
+        """The decided review whose decision stands in for that call's result, if any
+        (see :attr:`Review.answers_call`)."""
         review = self.of_call(tool_call_id)
-        return review if review is not None and review.holds_back_call else None
+        return review if review is not None and review.answers_call else None
+
+    def decided_ids(self) -> frozenset[str]:
+        """The ids of the reviews decided (in part does not count)."""
+        return frozenset(r.request.review_id for r in self.reviews if not r.pending)
+
+    def accounting_for(self, tool_call_id: str) -> Review | None:
+        """The review that accounts for that call having no result, if any (see
+        :attr:`Review.accounts_for_call`)."""
+        review = self.of_call(tool_call_id)
+        return review if review is not None and review.accounts_for_call else None
 
     def runs_on_approval(
         self, tool_call_id: str, digests: frozenset[str], *, thread_id: str

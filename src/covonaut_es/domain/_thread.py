@@ -29,6 +29,7 @@ from covonaut_es.domain._pauses import (
     checked_kind,
     in_doubt_data,
     paused_by_its_tool,
+    paused_text,
     pauses_of,
 )
 from covonaut_es.domain._review_rules import check_decision
@@ -60,6 +61,7 @@ from covonaut_es.domain._values import (
     ThreadStatus,
     ToolOutcome,
     TypedOutput,
+    calls_in_doubt,
 )
 from covonaut_es.errors import (
     InterruptPendingError,
@@ -336,9 +338,10 @@ class AgentThread(Aggregate, created_event_name="Started"):
         interrupt: Interrupt
 
         def apply(self, thread: AgentThread) -> None:
-            thread.interrupts.append(
-                checked_kind(self.interrupt, thread.reviews, thread.open_calls)
-            )
+            interrupt = checked_kind(self.interrupt, thread.reviews, thread.open_calls)
+            if interrupt.kind is PauseKind.INTERRUPT:  # its tool ran: no claim of doubt holds
+                paused_by_its_tool(thread.interrupts, interrupt.tool_call_id)
+            thread.interrupts.append(interrupt)
             thread.status = ThreadStatus.INTERRUPTED
 
     class InterruptAnswered(Event):
@@ -749,6 +752,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
                 f"({self.interrupts[0].reason!r}); decide it, steer, then call resume()"
             )
             raise InterruptPendingError(msg)
+        self._record_owed_results(now=now)
         self.trigger_event(self.RunStarted, mode=mode, timestamp=now)
         if mode is RunMode.RESUME:
             self.trigger_event(self.Resumed, timestamp=now)
@@ -1173,13 +1177,9 @@ class AgentThread(Aggregate, created_event_name="Started"):
         else:
             event = self.ReviewResponded if decision is Decision.RESPONDED else self.ReviewDecided
             self.trigger_event(event, decision=decision, **fields)
+        self._record_owed_results(now=now)
         decided = self.reviews.get(review_id)
         assert decided is not None and decided.decision is not None
-        if decided.runs_call:
-            return decided.decision
-        self.record_tool_result(
-            request.tool_call_id, decision_text(decided), ToolOutcome.NOT_EXECUTED, now=now
-        )
         return decided.decision
 
     def expire_reviews(self, *, now: datetime) -> tuple[ReviewDecision, ...]:
@@ -1202,11 +1202,9 @@ class AgentThread(Aggregate, created_event_name="Started"):
                 deadline=request.deadline,
                 timestamp=now,
             )
+            self._record_owed_results(now=now)
             decided = self.reviews.get(request.review_id)
             assert decided is not None and decided.decision is not None
-            self.record_tool_result(
-                request.tool_call_id, decision_text(decided), ToolOutcome.NOT_EXECUTED, now=now
-            )
             expired.append(decided.decision)
         return tuple(expired)
 
@@ -1247,15 +1245,8 @@ class AgentThread(Aggregate, created_event_name="Started"):
 
     @property
     def in_doubt(self) -> tuple[PendingToolCall, ...]:
-        """Calls recorded as called whose result was never recorded.
-
-        Outside a live run every open call is in doubt (the tool may or may not have
-        run before the process stopped), except those held back for a review or by an
-        approval that runs them and is not spent yet.
-        """
-        return tuple(
-            p for p in self.open_calls.values() if not self.reviews.holding_back(p.call.id)
-        )
+        """The open calls in doubt (see :func:`calls_in_doubt`)."""
+        return calls_in_doubt(self.open_calls.values(), self.reviews, self.interrupts)
 
     @property
     def approved_calls(self) -> tuple[PendingToolCall, ...]:
@@ -1297,7 +1288,11 @@ class AgentThread(Aggregate, created_event_name="Started"):
     def pauses(self) -> tuple[Pause, ...]:
         """Each pending interrupt, and whether a person has dealt with it."""
         return pauses_of(
-            self.interrupts, self.reviews, self.open_calls, self.answers, self.retries_requested
+            self.interrupts,
+            self.reviews.decided_ids(),
+            self.open_calls,
+            self.answers,
+            self.retries_requested,
         )
 
     # Rebasing ---------------------------------------------------------------------
@@ -1354,21 +1349,52 @@ class AgentThread(Aggregate, created_event_name="Started"):
 
     def _call_in_doubt(self, tool_call_id: str) -> PendingToolCall:
         pending = self._open_call(tool_call_id)
-        review = self.reviews.holding_back(tool_call_id)
+        review = self.reviews.accounting_for(tool_call_id)
         if review is not None:
             review_id = review.request.review_id
-            waits = (
-                f"review {review_id!r} approved it, and the thread's next run spends the "
-                "approval and runs it"
-                if review.approved
-                else f"awaits review {review_id!r}; approve or reject that review instead"
-            )
+            if review.pending:
+                waits = f"awaits review {review_id!r}; approve or reject that review instead"
+            elif review.runs_call:
+                waits = (
+                    f"review {review_id!r} approved it, and the thread's next run spends "
+                    "the approval and runs it"
+                )
+            else:
+                waits = (
+                    f"review {review_id!r} decided it, and the decision is its result, "
+                    "recorded when the thread next runs"
+                )
             msg = (
                 f"tool call {tool_call_id!r} of thread {self.thread_id!r} is not in doubt: "
                 f"it never ran and {waits}"
             )
             raise ThreadStateError(msg)
         return pending
+
+    def _record_owed_results(self, *, now: datetime) -> None:
+        """Record the result each open call is owed by what the thread already holds: a
+        decision that stands for it, or its tool's pause. The command that records
+        either records the result with it; a state taken between the two (a fork at
+        that version, or a saved state of it) records it before it next runs."""
+        for call_id in tuple(self.open_calls):
+            if (review := self.reviews.answering(call_id)) is not None:
+                self.record_tool_result(
+                    call_id, decision_text(review), ToolOutcome.NOT_EXECUTED, now=now
+                )
+            elif (paused := self._tools_pause(call_id)) is not None:
+                self.record_tool_result(
+                    call_id, paused_text(paused.reason), ToolOutcome.INTERRUPTED, now=now
+                )
+
+    def _tools_pause(self, call_id: str) -> Interrupt | None:
+        return next(
+            (
+                i
+                for i in reversed(self.interrupts)
+                if i.tool_call_id == call_id and i.kind is PauseKind.INTERRUPT
+            ),
+            None,
+        )
 
     def _refuse_if_abandoned(self, what: str) -> None:
         if self.status is ThreadStatus.ABANDONED:

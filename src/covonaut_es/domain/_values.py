@@ -7,12 +7,13 @@ of :mod:`covonaut_es.messages`.
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from datetime import datetime
 from typing import ClassVar
 
 import msgspec
 
-from covonaut_es.domain._reviews import Review
+from covonaut_es.domain._reviews import Review, ReviewLedger
 from covonaut_es.messages import JsonValue, Message, ToolCall, Usage
 
 
@@ -235,6 +236,11 @@ class ThreadState(msgspec.Struct, frozen=True):
     output: TypedOutput | None = None
 
     @property
+    def in_doubt(self) -> tuple[PendingToolCall, ...]:
+        """The open calls in doubt (see :func:`calls_in_doubt`)."""
+        return calls_in_doubt(self.open_calls, ReviewLedger(self.reviews), self.interrupts)
+
+    @property
     def waiting_for(self) -> str:
         """Who the thread waits for: ``"person"`` while a pause is unresolved,
         ``"runner"`` when it is paused and every pause is resolved, or a person asked
@@ -246,6 +252,24 @@ class ThreadState(msgspec.Struct, frozen=True):
         if self.pauses or (self.retry_requested and self.status is ThreadStatus.ERROR):
             return "runner"
         return ""
+
+
+def calls_in_doubt(
+    open_calls: Iterable[PendingToolCall],
+    reviews: ReviewLedger,
+    interrupts: Iterable[Interrupt],
+) -> tuple[PendingToolCall, ...]:
+    """Calls recorded as called whose result was never recorded, and which nothing the
+    thread holds accounts for: outside a live run such a tool may or may not have run
+    before the process stopped. A call held back for a review, or by an approval that
+    runs it and is not spent yet, never ran; nor did one whose decision stands for its
+    result; and one whose tool's pause is recorded ran and paused."""
+    paused = {i.tool_call_id for i in interrupts if i.kind is PauseKind.INTERRUPT}
+    return tuple(
+        p
+        for p in open_calls
+        if p.call.id not in paused and reviews.accounting_for(p.call.id) is None
+    )
 
 
 class StateDocument(msgspec.Struct, frozen=True, kw_only=True):
