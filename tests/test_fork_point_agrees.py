@@ -45,6 +45,7 @@ def test_a_fork_inherits_exactly_the_pauses_waiting_at_its_version(plan: list[St
     world = World(store, "p")
     for name, *args in plan:
         getattr(world, name)(*args)
+        world.note_heads()
     for thread_id in store.thread_ids():
         events = list(store.history(thread_id))
         for n, event in enumerate(events):

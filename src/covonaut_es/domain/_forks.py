@@ -45,8 +45,6 @@ def fork_point(newest_first: Iterable[Any]) -> tuple[tuple[Interrupt, ...], bool
             break
         if isinstance(event, AgentThread.Interrupted):
             newest_interrupts.append(tail.as_read(event.interrupt))
-            if event.interrupt.kind is PauseKind.INTERRUPT:
-                tail.paused_in_tool.add(event.interrupt.tool_call_id)
         else:
             tail.note(event)
     pauses = pauses_of(
@@ -107,8 +105,7 @@ class _Tail:
 
     def as_read(self, interrupt: Interrupt) -> Interrupt:
         """``interrupt`` as the thread reads it now: a claim of doubt on a call whose
-        tool later paused, or whose later result says so, is that tool's pause
-        (``paused_by_its_tool``)."""
+        later result says its tool paused is that tool's pause (``paused_by_its_tool``)."""
         if interrupt.kind is PauseKind.IN_DOUBT and interrupt.tool_call_id in self.paused_in_tool:
             return msgspec.structs.replace(interrupt, kind=PauseKind.INTERRUPT)
         return interrupt

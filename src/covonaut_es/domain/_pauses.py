@@ -38,17 +38,9 @@ def _claim_holds(
         return awaiting is not None and data.get("review_id") == awaiting.request.review_id
     pending = open_calls.get(interrupt.tool_call_id)
     return (
-        reviews.accounting_for(interrupt.tool_call_id) is None
+        reviews.holding_back(interrupt.tool_call_id) is None
         and pending is not None
         and data.get("idempotency_key") == pending.idempotency_key
-    )
-
-
-def paused_text(reason: str) -> str:
-    """The result of a call whose tool paused (``InterruptError``), as the model reads it."""
-    return (
-        f"Paused for review: {reason}. The operation waits for a person's decision; you "
-        "will be told the outcome."
     )
 
 

@@ -254,8 +254,8 @@ class Review(msgspec.Struct, frozen=True, omit_defaults=True):
     @property
     def accounts_for_call(self) -> bool:
         """Whether this review accounts for its call having no result: it holds the
-        call back, or its decision stands in for the result. Such a call never ran, so
-        it is not in doubt."""
+        call back, or its decision stands for the result. Such a call is not in doubt:
+        it waits on the review, or the decision is what the model reads for it."""
         return self.holds_back_call or self.answers_call
 
 
@@ -359,6 +359,13 @@ class ReviewLedger(msgspec.Struct, frozen=True):
     def decided_ids(self) -> frozenset[str]:
         """The ids of the reviews decided (in part does not count)."""
         return frozenset(r.request.review_id for r in self.reviews if not r.pending)
+
+    def holding_back(self, tool_call_id: str) -> Review | None:
+        """The review that call waits on without having run, if any (see
+        :attr:`Review.holds_back_call`): what a stored claim of doubt is checked
+        against, as it was when the claim was recorded."""
+        review = self.of_call(tool_call_id)
+        return review if review is not None and review.holds_back_call else None
 
     def accounting_for(self, tool_call_id: str) -> Review | None:
         """The review that accounts for that call having no result, if any (see

@@ -29,7 +29,6 @@ from covonaut_es.domain._pauses import (
     checked_kind,
     in_doubt_data,
     paused_by_its_tool,
-    paused_text,
     pauses_of,
 )
 from covonaut_es.domain._review_rules import check_decision
@@ -338,10 +337,9 @@ class AgentThread(Aggregate, created_event_name="Started"):
         interrupt: Interrupt
 
         def apply(self, thread: AgentThread) -> None:
-            interrupt = checked_kind(self.interrupt, thread.reviews, thread.open_calls)
-            if interrupt.kind is PauseKind.INTERRUPT:  # its tool ran: no claim of doubt holds
-                paused_by_its_tool(thread.interrupts, interrupt.tool_call_id)
-            thread.interrupts.append(interrupt)
+            thread.interrupts.append(
+                checked_kind(self.interrupt, thread.reviews, thread.open_calls)
+            )
             thread.status = ThreadStatus.INTERRUPTED
 
     class InterruptAnswered(Event):
@@ -752,7 +750,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
                 f"({self.interrupts[0].reason!r}); decide it, steer, then call resume()"
             )
             raise InterruptPendingError(msg)
-        self._record_owed_results(now=now)
+        self._record_decided_results(now=now)
         self.trigger_event(self.RunStarted, mode=mode, timestamp=now)
         if mode is RunMode.RESUME:
             self.trigger_event(self.Resumed, timestamp=now)
@@ -1177,7 +1175,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
         else:
             event = self.ReviewResponded if decision is Decision.RESPONDED else self.ReviewDecided
             self.trigger_event(event, decision=decision, **fields)
-        self._record_owed_results(now=now)
+        self._record_decided_results(now=now)
         decided = self.reviews.get(review_id)
         assert decided is not None and decided.decision is not None
         return decided.decision
@@ -1202,7 +1200,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
                 deadline=request.deadline,
                 timestamp=now,
             )
-            self._record_owed_results(now=now)
+            self._record_decided_results(now=now)
             decided = self.reviews.get(request.review_id)
             assert decided is not None and decided.decision is not None
             expired.append(decided.decision)
@@ -1246,7 +1244,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
     @property
     def in_doubt(self) -> tuple[PendingToolCall, ...]:
         """The open calls in doubt (see :func:`calls_in_doubt`)."""
-        return calls_in_doubt(self.open_calls.values(), self.reviews, self.interrupts)
+        return calls_in_doubt(self.open_calls.values(), self.reviews)
 
     @property
     def approved_calls(self) -> tuple[PendingToolCall, ...]:
@@ -1348,53 +1346,43 @@ class AgentThread(Aggregate, created_event_name="Started"):
         return pending
 
     def _call_in_doubt(self, tool_call_id: str) -> PendingToolCall:
+        """The open call, which must be in doubt, or claimed so by a pause recorded when
+        it was held to be (code before ADR 0060 held a fork's call in doubt between a
+        decision and its result, and a person may still settle that pause)."""
         pending = self._open_call(tool_call_id)
         review = self.reviews.accounting_for(tool_call_id)
-        if review is not None:
-            review_id = review.request.review_id
-            if review.pending:
-                waits = f"awaits review {review_id!r}; approve or reject that review instead"
-            elif review.runs_call:
-                waits = (
-                    f"review {review_id!r} approved it, and the thread's next run spends "
-                    "the approval and runs it"
-                )
-            else:
-                waits = (
-                    f"review {review_id!r} decided it, and the decision is its result, "
-                    "recorded when the thread next runs"
-                )
-            msg = (
-                f"tool call {tool_call_id!r} of thread {self.thread_id!r} is not in doubt: "
-                f"it never ran and {waits}"
+        if review is None or self._claimed_in_doubt(tool_call_id):
+            return pending
+        review_id = review.request.review_id
+        if review.pending:
+            why = f"it never ran and awaits review {review_id!r}; decide that review instead"
+        elif review.runs_call:
+            why = (
+                f"it never ran, review {review_id!r} approved it, and the thread's next run "
+                "spends the approval and runs it"
             )
-            raise ThreadStateError(msg)
-        return pending
+        else:
+            why = (
+                f"review {review_id!r} decided it, and the decision is its result, recorded "
+                "when the thread next runs"
+            )
+        msg = f"tool call {tool_call_id!r} of thread {self.thread_id!r} is not in doubt: {why}"
+        raise ThreadStateError(msg)
 
-    def _record_owed_results(self, *, now: datetime) -> None:
-        """Record the result each open call is owed by what the thread already holds: a
-        decision that stands for it, or its tool's pause. The command that records
-        either records the result with it; a state taken between the two (a fork at
-        that version, or a saved state of it) records it before it next runs."""
+    def _claimed_in_doubt(self, tool_call_id: str) -> bool:
+        return any(
+            i.kind is PauseKind.IN_DOUBT and i.tool_call_id == tool_call_id for i in self.interrupts
+        )
+
+    def _record_decided_results(self, *, now: datetime) -> None:
+        """Record as its call's result each decision that stands for one: the command
+        that decides records it at once, but a state taken between the two (a fork at
+        the decision's version) records it before it next runs."""
         for call_id in tuple(self.open_calls):
             if (review := self.reviews.answering(call_id)) is not None:
                 self.record_tool_result(
                     call_id, decision_text(review), ToolOutcome.NOT_EXECUTED, now=now
                 )
-            elif (paused := self._tools_pause(call_id)) is not None:
-                self.record_tool_result(
-                    call_id, paused_text(paused.reason), ToolOutcome.INTERRUPTED, now=now
-                )
-
-    def _tools_pause(self, call_id: str) -> Interrupt | None:
-        return next(
-            (
-                i
-                for i in reversed(self.interrupts)
-                if i.tool_call_id == call_id and i.kind is PauseKind.INTERRUPT
-            ),
-            None,
-        )
 
     def _refuse_if_abandoned(self, what: str) -> None:
         if self.status is ThreadStatus.ABANDONED:

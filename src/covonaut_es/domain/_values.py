@@ -238,7 +238,7 @@ class ThreadState(msgspec.Struct, frozen=True):
     @property
     def in_doubt(self) -> tuple[PendingToolCall, ...]:
         """The open calls in doubt (see :func:`calls_in_doubt`)."""
-        return calls_in_doubt(self.open_calls, ReviewLedger(self.reviews), self.interrupts)
+        return calls_in_doubt(self.open_calls, ReviewLedger(self.reviews))
 
     @property
     def waiting_for(self) -> str:
@@ -255,21 +255,14 @@ class ThreadState(msgspec.Struct, frozen=True):
 
 
 def calls_in_doubt(
-    open_calls: Iterable[PendingToolCall],
-    reviews: ReviewLedger,
-    interrupts: Iterable[Interrupt],
+    open_calls: Iterable[PendingToolCall], reviews: ReviewLedger
 ) -> tuple[PendingToolCall, ...]:
-    """Calls recorded as called whose result was never recorded, and which nothing the
-    thread holds accounts for: outside a live run such a tool may or may not have run
-    before the process stopped. A call held back for a review, or by an approval that
-    runs it and is not spent yet, never ran; nor did one whose decision stands for its
-    result; and one whose tool's pause is recorded ran and paused."""
-    paused = {i.tool_call_id for i in interrupts if i.kind is PauseKind.INTERRUPT}
-    return tuple(
-        p
-        for p in open_calls
-        if p.call.id not in paused and reviews.accounting_for(p.call.id) is None
-    )
+    """Calls recorded as called whose result was never recorded, and which no review
+    accounts for (:attr:`Review.accounts_for_call`): outside a live run such a tool may
+    or may not have run before the process stopped. A call held back for a review, or
+    by an approval that runs it and is not spent yet, waits on it; one whose review was
+    decided without running it has the decision for its result."""
+    return tuple(p for p in open_calls if reviews.accounting_for(p.call.id) is None)
 
 
 class StateDocument(msgspec.Struct, frozen=True, kw_only=True):

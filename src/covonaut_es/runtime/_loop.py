@@ -26,7 +26,6 @@ from covonaut_es.domain import (
     ToolPin,
     canonical_json,
 )
-from covonaut_es.domain._pauses import paused_text
 from covonaut_es.domain._reviews import operation_digests, ran_text, refusal_text
 from covonaut_es.errors import (
     CovonautError,
@@ -156,7 +155,11 @@ class ToolReport:
                 msg = f"the tool's InterruptError carries data that cannot be recorded: {exc}"
                 return cls.raised(prepared, ToolResultError(msg))
             interrupt = Interrupt(reason, data, call.id, call.name)
-            return cls(call.id, ToolOutcome.INTERRUPTED, paused_text(reason), interrupt)
+            content = (
+                f"Paused for review: {reason}. The operation waits for a person's "
+                "decision; you will be told the outcome."
+            )
+            return cls(call.id, ToolOutcome.INTERRUPTED, content, interrupt)
         content = f"Error: tool {call.name!r} failed: {type(error).__name__}: {error}"
         # An exception's text may hold a lone surrogate, which could not be stored.
         content = content.encode("utf-8", "backslashreplace").decode("utf-8")

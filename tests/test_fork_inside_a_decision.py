@@ -1,8 +1,7 @@
 """A decision that does not run its call writes two events in one command: the decision,
-then the call's result that it stands for; so does a tool that pauses: its pause, then
-its result. A fork (or a saved state) taken between the two must be a thread that goes
-on: its call is not in doubt, and its next run records the result the thread already
-holds, so that the fork continues exactly as the parent does from the same point."""
+then the call's result that it stands for. A fork taken between the two must be a thread
+that goes on: its call is not in doubt, and its next run records the decision's result,
+so that the fork continues exactly as the parent does from the same point."""
 
 from __future__ import annotations
 
@@ -17,15 +16,12 @@ from covonaut_es import (
     Agent,
     AgentConfig,
     CheckpointSettings,
-    InterruptError,
     ScriptedProvider,
     Store,
     ThreadStatus,
     Tool,
-    ToolContext,
     open_store,
 )
-from covonaut_es.domain import AgentThread
 from covonaut_es.service import ThreadService, review_submission
 from support import answer, call, ticking_clock
 from test_service import RITA, VERIFIER
@@ -150,38 +146,3 @@ def test_settling_a_call_its_decision_answers_is_refused_and_says_why(how: str) 
     service = ThreadService(store, verifier=VERIFIER)
     with pytest.raises(Exception, match="the decision is its result"):
         service.request_retry(fork, "c1", reviewer=service.reviewer(RITA))
-
-
-def test_a_fork_between_a_tools_pause_and_its_result_goes_on_as_its_parent() -> None:
-    """The tool paused, so it ran: at the pause's version its call is not in doubt, and
-    once the pause is answered the fork resumes as the parent does."""
-
-    def ask(ctx: ToolContext, args: dict[str, Any]) -> Any:
-        raise InterruptError("which account?", {"q": args["q"]})
-
-    def asking(thread_id: str, script: list[Any]) -> Agent:
-        return Agent(
-            AgentConfig(
-                provider=ScriptedProvider(script),
-                tools=[Tool("ask", "Ask a person", OBJECT, ask)],
-                checkpoint=CheckpointSettings(store=store, thread_id=thread_id),
-                reviewer_verifier=VERIFIER,
-                clock=ticking_clock(),
-            )
-        )
-
-    store = open_store("memory://")
-    asking("t", [call(("c1", "ask", '{"q": "acct"}'))]).run("pay bob")
-    (paused,) = (e for e in store.history("t") if isinstance(e, AgentThread.Interrupted))
-    fork = store.fork("t", at_version=paused.originator_version)
-    assert store.state_at(fork).in_doubt == ()
-    service = ThreadService(store, verifier=VERIFIER, clock=lambda: SOON)
-    messages = []
-    for thread_id in (fork, "t"):
-        service.answer(thread_id, "c1", "savings", reviewer=service.reviewer(RITA))
-        runner = asking(thread_id, [answer("done")])
-        runner.restore_latest_checkpoint(thread_id)
-        runner.resume()
-        assert store.state_at(thread_id).status is ThreadStatus.FINISHED
-        messages.append(store.state_at(thread_id).messages)
-    assert messages[0] == messages[1]
