@@ -27,13 +27,12 @@ from covonaut_es.errors import (
     MissingEventError,
     MissingToolCallError,
     SerializationError,
-    StoredRowError,
     ThreadNotFoundError,
     ThreadStateError,
 )
 from covonaut_es.messages import Message
 from covonaut_es.store._chain import CHAIN_FIELD, UNCHAINED, link_problem, scheme_of
-from covonaut_es.store._reader import applied, refuse_out_of_place
+from covonaut_es.store._reader import ThreadReader
 from covonaut_es.store._records import StoredRecords, refuse_fork_loop
 from covonaut_es.store._snapshot_cache import CheckedSnapshot
 
@@ -47,6 +46,8 @@ class _AuditedStore(Protocol):
     def load(self, thread_id: str) -> AgentThread: ...
     @property
     def _records(self) -> StoredRecords: ...
+    @property
+    def _reader(self) -> ThreadReader: ...
 
 
 class AuditEntry(msgspec.Struct, frozen=True):
@@ -280,6 +281,9 @@ class _Fold:
         self.checkpoints_checked = self.snapshots_checked = 0
         self.previous = UNCHAINED
         self.thread: Any = None
+        self.owners: dict[UUID, str] = {}  # the thread's and its ancestors', by stream
+        self.stream: UUID | None = None  # of the record folded last
+        self.owner = thread_id  # the thread whose stream that is
         self.adoption = store._records.chain_adoption()
         if self.adoption.adopted and store._records.chain_key is None:
             self.notes.append(
@@ -296,6 +300,7 @@ class _Fold:
         snapshots = self._snapshots()
         snapshot = next(snapshots, None)
         try:
+            self.owners = {thread_aggregate_id(t): t for t in _ancestry(store, self.thread_id)}
             for record in store._records.iter_stored_records(self.thread_id):
                 self.events += 1
                 if not self._follows(record) or not self._chain_holds(record):
@@ -428,8 +433,8 @@ class _Fold:
         stored = payload.get(CHAIN_FIELD, UNCHAINED)
         key = self.store._records.chain_key
         problem = link_problem(stored, self.previous, record.topic, version, payload, key)
+        stream = UUID(str(record.originator_id))
         if problem is None and key is not None:
-            stream = UUID(str(record.originator_id))
             problem = self.adoption.problem(stream, version, stored)
         try:
             event = mapper.decode_fields(record, payload)  # decrypted and decoded once
@@ -443,18 +448,19 @@ class _Fold:
             self.unchained += 1
         else:
             self.previous, self.chained = stored, self.chained + 1
+        thread, base = self.thread, None
+        if stream != self.stream:  # a stream starts: the thread's own after its ancestors'
+            self.stream, self.owner = stream, self.owners.get(stream, self.thread_id)
+            thread, base = None, self.thread  # a fork's first event is grafted onto base
         try:
-            if isinstance(event, AgentThread.Forked):  # grafted onto its parent, read before
-                self.thread = event.graft(self.thread)
-            else:
-                refuse_out_of_place(self.thread, event, self.thread_id)
-                self.thread = applied(event, self.thread, self.thread_id)
-            self.thread.chain_head = self.previous
+            self.thread = self.store._reader.fold(thread, event, self.owner, lambda _: base)
         # A chain re-sealed around a changed message, a stream copied under another id, a
-        # row of another stream or table (another type's event, a second first event).
-        except (MissingToolCallError, ThreadStateError, StoredRowError) as exc:
+        # row of another stream or table (another type's event, a second first event):
+        # what a load of the thread raises, from the same fold.
+        except _DAMAGE as exc:
             self.findings.append(AuditFinding(version, f"event does not apply: {exc}"))
             return False
+        self.thread.chain_head = self.previous
         return True
 
     def _compare_snapshot(self, checked: CheckedSnapshot) -> None:
