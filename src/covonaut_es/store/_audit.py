@@ -453,7 +453,7 @@ class _Fold:
             self.stream, self.owner = stream, self.owners.get(stream, self.thread_id)
             thread, base = None, self.thread  # a fork's first event is grafted onto base
         try:
-            self.thread = self.store._reader.fold(thread, event, self.owner, lambda _: base)
+            self.thread = self.store._reader.fold(thread, (event,), self.owner, lambda _: base)
         # A chain re-sealed around a changed message, a stream copied under another id, a
         # row of another stream or table (another type's event, a second first event):
         # what a load of the thread raises, from the same fold.

@@ -9,6 +9,7 @@ checks that each event follows the one before and grafts a fork onto its parent.
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol, cast
 from uuid import UUID
@@ -138,7 +139,7 @@ class ThreadReader:
                             seen.append(event.originator_version)
                         yield event
 
-                return self.fold_all(thread, noting(events), thread_id, parent)
+                return self.fold(thread, noting(events), thread_id, parent)
 
             try:
                 thread: AgentThread = repository.get(
@@ -153,15 +154,16 @@ class ThreadReader:
             if snapshot_migrators:
                 snapshots = snapshots.with_migrators(snapshot_migrators)
             snapshot = snapshots.trusted(rows.snapshot, rows.events)
-        events = rows.events
-        folded: AgentThread | None = None
+        records = rows.events
         if snapshot is not None:
-            events = [e for e in events if e.originator_version > snapshot.originator_version]
-            folded = self.fold(None, snapshot, thread_id, parent)
+            after = snapshot.originator_version
+            records = [e for e in records if e.originator_version > after]
         elif rows.snapshot is not None:  # passed over: every event is needed
-            events = list(self._app.recorder.select_events(stream, lte=version))
-        decode = self._app.mapper.to_domain_event
-        folded = self.fold_all(folded, map(decode, events), thread_id, parent)
+            records = list(self._app.recorder.select_events(stream, lte=version))
+        events: Iterable[Any] = map(self._app.mapper.to_domain_event, records)
+        if snapshot is not None:
+            events = itertools.chain((snapshot,), events)
+        folded = self.fold(None, events, thread_id, parent)
         return folded, None if snapshot is None else snapshot.originator_version
 
     def replay(self, thread_id: str, *, version: int | None = None) -> AgentThread | None:
@@ -170,63 +172,62 @@ class ThreadReader:
         parent = self.parent_loader(thread_id, self.replay)
         with self.reading(thread_id):
             events = self._app.events.get(thread_aggregate_id(thread_id), lte=version)
-            thread = self.fold_all(None, events, thread_id, parent)
+            thread = self.fold(None, events, thread_id, parent)
         return thread or self._inherited(thread_id, version, self.replay)
 
     def fold(
-        self, thread: AgentThread | None, event: Any, thread_id: str, parent: ParentOf
-    ) -> AgentThread:
-        """``event``, read from the stream of thread ``thread_id``, applied to ``thread``
-        (None: before the stream's first): the one fold of a load, a replay and
+        self,
+        thread: AgentThread | None,
+        events: Iterable[Any],
+        thread_id: str,
+        parent: ParentOf,
+    ) -> AgentThread | None:
+        """``events``, read in order from the stream of thread ``thread_id``, applied in
+        turn to ``thread`` (None: before the stream's first), and its chain head set to
+        the last one's (a snapshot brings its own): the one fold of a load, a replay and
         :func:`~covonaut_es.store._audit.verify`. A fork's first event is grafted onto
-        the state ``parent`` gives. ``chain_head`` is the caller's to set (see
-        :meth:`fold_all`).
+        the state ``parent`` gives.
 
         Raises:
-            MissingEventError: ``event`` does not follow ``thread``'s version.
+            MissingEventError: An event does not follow the one before.
             ThreadNotFoundError: A fork's parent is missing.
-            StoredRowError: ``event`` has no place in the stream, or does not apply to
-                ``thread`` (its stored fields name a call, a review or a position the
+            StoredRowError: An event has no place in the stream, or does not apply to
+                the thread (its stored fields name a call, a review or a position the
                 thread does not have).
             ThreadStateError: A fork's first event does not fit its parent.
         """
-        starts = _STARTING.get(type(event))
-        if starts is None:  # isinstance costs a load more than a dict does, event by event
-            starts = _STARTING[type(event)] = isinstance(event, _STARTS)
-        try:
-            if thread is None or starts:
-                return self._started(thread, event, thread_id, parent)
-            # Each event after the first: read from the thread's own stream, and checked
-            # here to be its next version, so it follows the thread without the same
-            # checks made again by eventsourcing's mutate.
-            if event.originator_version != thread.version + 1:
-                self.check_follows(thread_id, thread.version, event)
-            folded: AgentThread = event.follow(thread)
-        except CovonautError:
-            raise
-        # The apply methods trust the events the thread itself wrote: a stored event
-        # altered behind the library (a call id no call has), or one that has no apply
-        # method, fails inside, which is reported as the damaged record it is.
-        except (LookupError, ValueError, TypeError, AttributeError) as exc:
-            msg = (
-                f"stored event {type(event).__qualname__} of thread {thread_id!r} at version "
-                f"{event.originator_version} does not apply to the thread its earlier events "
-                f"make ({type(exc).__name__}: {exc}): it was altered or damaged"
-            )
-            raise StoredRowError(msg) from exc
-        return folded
-
-    def fold_all(
-        self, thread: AgentThread | None, events: Iterable[Any], thread_id: str, parent: ParentOf
-    ) -> AgentThread | None:
-        """``events`` folded onto ``thread`` in turn (:meth:`fold`), and the thread's
-        chain head set once, to the last event's (a snapshot brings its own)."""
-        last = None
+        head = None if thread is None else thread.version
+        event = None
         for event in events:
-            thread = self.fold(thread, event, thread_id, parent)
-            last = event
-        if thread is not None and last is not None and not isinstance(last, ThreadSnapshot):
-            thread.chain_head = chain_of(last)
+            starts = _STARTING.get(type(event))
+            if starts is None:  # isinstance costs a load more than a dict does, event by event
+                starts = _STARTING[type(event)] = isinstance(event, _STARTS)
+            try:
+                if head is None or starts:
+                    thread = self._started(thread, event, thread_id, parent)
+                else:
+                    # Each event after the first: checked here to be the thread's next
+                    # version, so it follows the thread without the same checks made
+                    # again by eventsourcing's mutate.
+                    if event.originator_version != head + 1:
+                        self.check_follows(thread_id, head, event)
+                    thread = event.follow(thread)
+            except CovonautError:
+                raise
+            # The apply methods trust the events the thread itself wrote: a stored event
+            # altered behind the library (a call id no call has), or one that has no
+            # apply method, fails inside, which is reported as the damaged record it is.
+            except (LookupError, ValueError, TypeError, AttributeError) as exc:
+                msg = (
+                    f"stored event {type(event).__qualname__} of thread {thread_id!r} at "
+                    f"version {event.originator_version} does not apply to the thread its "
+                    f"earlier events make ({type(exc).__name__}: {exc}): it was altered or "
+                    "damaged"
+                )
+                raise StoredRowError(msg) from exc
+            head = event.originator_version
+        if thread is not None and event is not None and not isinstance(event, ThreadSnapshot):
+            thread.chain_head = chain_of(event)
         return thread
 
     def parent_loader(self, thread_id: str, load_base: _BaseLoader) -> ParentOf:
