@@ -303,7 +303,7 @@ class _Fold:
             self.owners = {thread_aggregate_id(t): t for t in _ancestry(store, self.thread_id)}
             for record in store._records.iter_stored_records(self.thread_id):
                 self.events += 1
-                if not self._follows(record) or not self._chain_holds(record):
+                if not self._holds(record):
                     return
                 version = record.originator_version
                 while snapshot is not None and snapshot.version <= version:
@@ -331,24 +331,6 @@ class _Fold:
             self.findings.append(
                 AuditFinding(self.last_version, f"a snapshot does not load: {exc}")
             )
-
-    def _follows(self, record: StoredEvent) -> bool:
-        """Whether the record is the one after the last: False, with a finding naming
-        the versions lost, at a gap (the chain cannot be followed past it)."""
-        version, expected = record.originator_version, self.last_version + 1
-        if version == expected:
-            return True
-        lost = (
-            f"version {expected}"
-            if version == expected + 1
-            else f"versions {expected} to {version - 1}"
-        )
-        problem = (
-            f"the event at {lost} is missing: the stream goes from version "
-            f"{self.last_version} to {version}; events were deleted"
-        )
-        self.findings.append(AuditFinding(expected, problem))
-        return False
 
     def _compare_load(self) -> None:
         """Compare the state a load gives with the replay; a load that fails is a
@@ -420,9 +402,10 @@ class _Fold:
             return
         self.findings.append(AuditFinding(last, problem))
 
-    def _chain_holds(self, record: StoredEvent) -> bool:
-        """Check one record's link in the chain and fold its event; False at a break."""
-        version = self.last_version = record.originator_version
+    def _holds(self, record: StoredEvent) -> bool:
+        """Fold one record's event as a load folds it, then check its link in the chain;
+        False, with a finding, where either fails (neither can be followed past it)."""
+        version = record.originator_version
         mapper = self.store._records.mapper
         try:
             payload = mapper.payload_fields(record)
@@ -441,6 +424,20 @@ class _Fold:
         except SerializationError as exc:
             self.findings.append(AuditFinding(version, f"stored record is unreadable: {exc}"))
             return False
+        thread, base = self.thread, None
+        if stream != self.stream:  # a stream starts: the thread's own after its ancestors'
+            self.stream, self.owner = stream, self.owners.get(stream, self.thread_id)
+            thread, base = None, self.thread  # a fork's first event is grafted onto base
+        # Folded first, as a load folds it: the same damage is the same error.
+        try:
+            folded = self.store._reader.fold(thread, (event,), self.owner, lambda _: base)
+        except MissingEventError as exc:  # reported where the gap starts
+            problem = f"events were deleted: {exc}"
+            self.findings.append(AuditFinding(self.last_version + 1, problem))
+            return False
+        except _DAMAGE as exc:
+            self.findings.append(AuditFinding(version, f"event does not apply: {exc}"))
+            return False
         if problem is not None:
             self.findings.append(AuditFinding(version, problem))
             return False
@@ -448,18 +445,7 @@ class _Fold:
             self.unchained += 1
         else:
             self.previous, self.chained = stored, self.chained + 1
-        thread, base = self.thread, None
-        if stream != self.stream:  # a stream starts: the thread's own after its ancestors'
-            self.stream, self.owner = stream, self.owners.get(stream, self.thread_id)
-            thread, base = None, self.thread  # a fork's first event is grafted onto base
-        try:
-            self.thread = self.store._reader.fold(thread, (event,), self.owner, lambda _: base)
-        # A chain re-sealed around a changed message, a stream copied under another id, a
-        # row of another stream or table (another type's event, a second first event):
-        # what a load of the thread raises, from the same fold.
-        except _DAMAGE as exc:
-            self.findings.append(AuditFinding(version, f"event does not apply: {exc}"))
-            return False
+        self.thread, self.last_version = folded, version
         self.thread.chain_head = self.previous
         return True
 

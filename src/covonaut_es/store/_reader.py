@@ -255,6 +255,15 @@ class ThreadReader:
                     f"version {event.parent_version}, which is missing from {self._url}"
                 )
                 raise ThreadNotFoundError(msg)
+            parent_id, lost = event.parent_thread_id, base.version + 1
+            if base.thread_id == parent_id and lost <= event.parent_version:
+                msg = (
+                    f"thread {parent_id!r} in store {self._url} has lost its events from "
+                    f"version {lost}: its fork {thread_id!r} branches from it at version "
+                    f"{event.parent_version}, past its last at {base.version}; restore the "
+                    "store from a backup"
+                )
+                raise MissingEventError(msg, thread_id=parent_id, version=lost)
             folded = event.graft(base)
         else:
             folded = event.mutate(thread)
