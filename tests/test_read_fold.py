@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from covonaut_es import Message, Role, Store, open_store
 from covonaut_es.domain import AgentThread, ThreadSnapshot, ThreadState, thread_aggregate_id
-from covonaut_es.errors import CovonautError, MissingEventError
+from covonaut_es.errors import CovonautError, MissingEventError, StoredRowError
 from covonaut_es.store._chain import UNCHAINED, chain_hash
 from test_audit import conversation
 
@@ -324,4 +324,32 @@ def test_a_fork_whose_parent_lost_its_newest_events_names_the_first_lost(
             assert (raised.value.thread_id, raised.value.version) == ("t", deleted[0])
             finding = store.verify("f").findings[0]
             assert finding.version == deleted[0]
+            assert str(raised.value).endswith(finding.problem.split(": ", 1)[1])
+
+
+@pytest.mark.parametrize("shift", [1, 2, 5])
+def test_a_thread_renumbered_behind_the_library_is_refused_by_load_and_verify(
+    shift: int,
+) -> None:
+    """A root thread's rows all moved ``shift`` versions up behind the library, its head
+    anchor deleted: its first event is no longer at version 1, so a load refuses it,
+    naming that event, and verify reports the same error there (a load used to return
+    the thread at versions it never had)."""
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "store.db"
+        with open_store(f"sqlite:///{path}") as store:
+            store.save(_thread("t", 3))
+        with closing(sqlite3.connect(path)) as conn, conn:
+            for step in (1000, shift - 1000):
+                conn.execute(
+                    "UPDATE stored_events SET originator_version = originator_version + ?",
+                    (step,),
+                )
+            conn.execute("DELETE FROM stored_events_heads")
+        with open_store(f"sqlite:///{path}") as store:
+            with pytest.raises(StoredRowError, match="another version than 1") as raised:
+                store.load("t")
+            assert f"Started at version {1 + shift} " in str(raised.value)
+            finding = store.verify("t").findings[0]
+            assert finding.version == 1 + shift
             assert str(raised.value).endswith(finding.problem.split(": ", 1)[1])

@@ -382,9 +382,10 @@ class ThreadReader:
 
 def refuse_out_of_place(thread: AgentThread | None, event: Any, thread_id: str) -> None:
     """Refuse an event read from a thread's stream that has no place there: one that is
-    not a thread's (another aggregate's, a named state's), or one that starts a thread
-    (a first event, a snapshot) read after the thread's first: a stream holds one, and a
-    snapshot is read from its own table.
+    not a thread's (another aggregate's, a named state's), one that starts a thread (a
+    first event, a snapshot) read after the thread's first: a stream holds one, and a
+    snapshot is read from its own table; or a root thread's first event at another
+    version than 1 (a fork's is checked against its parent when it is grafted).
 
     Raises:
         StoredRowError: Naming the event, its version and the thread.
@@ -393,6 +394,8 @@ def refuse_out_of_place(thread: AgentThread | None, event: Any, thread_id: str) 
         where = "is not a thread's event"
     elif thread is not None and isinstance(event, _STARTS):
         where = "starts a thread in the middle of its stream"
+    elif isinstance(event, AgentThread.Started) and event.originator_version != 1:
+        where = "starts its thread at another version than 1, where a thread's first event is"
     else:
         return
     msg = (
