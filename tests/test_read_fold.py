@@ -15,7 +15,7 @@ from uuid import UUID
 import msgspec
 import pytest
 from eventsourcing.persistence import StoredEvent
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from covonaut_es import Message, Role, Store, open_store
@@ -266,6 +266,9 @@ def _reseal(store: Store, path: Path, changed: StoredEvent, leaf: int, value: An
         st.just([]),
     ),
 )
+# The fork's parent id (its first row's second value) emptied, or made the fork's own.
+@example(damaged="f", read="f", row=0, leaf=1, value="")
+@example(damaged="f", read="f", row=0, leaf=1, value="f")
 def test_a_resealed_row_with_one_value_changed_is_refused_by_load_and_verify_alike(
     damaged: str, read: str, row: int, leaf: int, value: Any
 ) -> None:

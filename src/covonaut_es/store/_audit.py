@@ -40,6 +40,8 @@ from covonaut_es.store._snapshot_cache import CheckedSnapshot
 class _AuditedStore(Protocol):
     """What an audit reads of a store (the store passes itself)."""
 
+    url: str
+
     def history(self, thread_id: str) -> tuple[AgentThread.Event, ...]: ...
     def parent(self, thread_id: str) -> ThreadParent | None: ...
     def checkpoints(self, thread_id: str) -> tuple[Checkpoint, ...]: ...
@@ -231,7 +233,7 @@ def replay(store: _AuditedStore, thread_id: str) -> Iterator[AuditEntry]:
 def _ancestry(store: _AuditedStore, thread_id: str) -> list[str]:
     threads = [thread_id]
     while (parent := store.parent(threads[-1])) is not None:
-        refuse_fork_loop(threads[-1], parent.thread_id, tuple(threads), "this store")
+        refuse_fork_loop(threads[-1], parent.thread_id, tuple(threads), store.url)
         threads.append(parent.thread_id)
     return threads
 
