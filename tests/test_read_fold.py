@@ -1,5 +1,6 @@
 """Generated: a load folds the events after its snapshot as a replay of every event
-does, and refuses a stream that lost an event it needs, wherever the gap falls."""
+does, and refuses a stream that lost an event it needs, wherever the gap falls; a row
+copied in or changed behind the library is refused by a load and by verify alike."""
 
 from __future__ import annotations
 
@@ -8,14 +9,20 @@ import tempfile
 from contextlib import closing
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
+from uuid import UUID
 
+import msgspec
 import pytest
-from hypothesis import given, settings
+from eventsourcing.persistence import StoredEvent
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from covonaut_es import Message, Role, open_store
+from covonaut_es import Message, Role, Store, open_store
 from covonaut_es.domain import AgentThread, ThreadSnapshot, ThreadState, thread_aggregate_id
-from covonaut_es.errors import CovonautError, MissingEventError
+from covonaut_es.errors import CovonautError, MissingEventError, StoredRowError
+from covonaut_es.store._chain import UNCHAINED, chain_hash
+from test_audit import conversation
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -190,3 +197,162 @@ def test_a_fork_renumbered_behind_the_library_does_not_load(branch: int, shift: 
             with pytest.raises(CovonautError):
                 store.history("f")
             assert not store.verify("f").ok
+
+
+def _leaves(value: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """The paths to every scalar inside a decoded payload, its chain hash left out."""
+    if isinstance(value, dict):
+        items = [(k, v) for k, v in value.items() if path or k != "chain"]
+    elif isinstance(value, list):
+        items = list(enumerate(value))
+    else:
+        return [path]
+    return [leaf for key, item in items for leaf in _leaves(item, (*path, key))]
+
+
+def _replace(payload: Any, path: tuple[Any, ...], value: Any) -> None:
+    for key in path[:-1]:
+        payload = payload[key]
+    payload[path[-1]] = value
+
+
+def _reseal(store: Store, path: Path, changed: StoredEvent, leaf: int, value: Any) -> None:
+    """Change one value of the stored record ``changed`` and seal the chain again from
+    it on, in its stream and in the fork ``f`` branching from ``t`` (its first event is
+    sealed into ``t``'s chain), head anchors included, as a writer who knows the scheme
+    would: the fold alone can then tell."""
+    mapper, changed_at = store._records.mapper, changed.originator_version
+    chains: dict[tuple[UUID, int], str] = {}
+    updates, heads = [], {}
+    for thread_id in ("t", "f"):
+        previous = UNCHAINED
+        for record in store._records.stored_records(thread_id):
+            key = (record.originator_id, record.originator_version)
+            if key in chains:  # a record of t read again as f's inherited: done
+                previous = chains[key]
+                continue
+            payload = msgspec.json.decode(mapper.plain_payload(record))
+            if key == (changed.originator_id, changed_at):
+                found = _leaves(payload)
+                _replace(payload, found[leaf % len(found)], value)
+            if payload.get("chain", UNCHAINED) != UNCHAINED:
+                payload["chain"] = chain_hash(previous, record.topic, key[1], payload)
+            previous = chains[key] = payload.get("chain", UNCHAINED)
+            state = mapper.stored_payload(msgspec.json.encode(payload))
+            updates.append((state, key[0].hex, key[1]))
+            heads[key[0].hex] = previous
+    with closing(sqlite3.connect(path)) as conn, conn:
+        conn.executemany(
+            "UPDATE stored_events SET state = ? WHERE originator_id = ? AND originator_version = ?",
+            updates,
+        )
+        conn.executemany(
+            "UPDATE stored_events_heads SET chain = ? WHERE originator_id = ?",
+            [(chain, stream) for stream, chain in heads.items()],
+        )
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    damaged=st.sampled_from(["t", "f"]),
+    read=st.sampled_from(["t", "f"]),
+    row=st.integers(min_value=0, max_value=200),
+    leaf=st.integers(min_value=0, max_value=10_000),
+    value=st.one_of(
+        st.integers(min_value=-2, max_value=40),
+        st.sampled_from(["", "c0", "c1", "t", "f", "u", "assistant", "tool", "x" * 9]),
+        st.booleans(),
+        st.none(),
+        st.just([]),
+    ),
+)
+# The fork's parent id (its first row's second value) emptied, or made the fork's own.
+@example(damaged="f", read="f", row=0, leaf=1, value="")
+@example(damaged="f", read="f", row=0, leaf=1, value="f")
+def test_a_resealed_row_with_one_value_changed_is_refused_by_load_and_verify_alike(
+    damaged: str, read: str, row: int, leaf: int, value: Any
+) -> None:
+    """Generated: one value anywhere in one stored row of thread t or of its fork f
+    changed (a fork's parent, version or first event among them), and the chain sealed
+    again around it so that only the fold can see it: a load of t or of f refuses
+    exactly when verify reports it, and verify's first finding is the error the load
+    raised, at the row it names; a read both accept gives the thread read, at its head."""
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "store.db"
+        with open_store(f"sqlite:///{path}") as store:
+            conversation(store, "t", turns=2)
+            store.fork("t", at_version=5, new_thread_id="f")
+            fork = store.load("f")
+            fork.steer(Message(Role.USER, "on the fork"), now=NOW)
+            store.save(fork)
+            written = store.load(read)
+            own = store._records.stored_records(damaged)
+            own = tuple(r for r in own if r.originator_id == thread_aggregate_id(damaged))
+            _reseal(store, path, own[row % len(own)], leaf, value)
+        with open_store(f"sqlite:///{path}") as store:
+            report = store.verify(read)
+            try:
+                loaded = store.load(read)
+            except CovonautError as exc:
+                assert not report.ok, exc
+                finding = report.findings[0]
+                assert str(exc).endswith(finding.problem.split(": ", 1)[1]), (exc, finding)
+                assert getattr(exc, "version", finding.version) == finding.version, exc
+                return
+            assert report.ok, report.findings
+            assert (loaded.thread_id, loaded.version) == (read, written.version)
+
+
+@pytest.mark.parametrize("deleted", [(4,), (3, 4), (2, 3, 4)])
+def test_a_fork_whose_parent_lost_its_newest_events_names_the_first_lost(
+    deleted: tuple[int, ...],
+) -> None:
+    """A fork of t at version 4, after t's events from ``deleted[0]`` to 4 were removed
+    behind the library (its later ones kept): a load of the fork raises
+    MissingEventError naming t and the first version lost, and verify reports that
+    same error there, instead of a fork that does not fit its parent."""
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "store.db"
+        with open_store(f"sqlite:///{path}") as store:
+            store.save(_thread("t", 5))
+            store.fork("t", at_version=4, new_thread_id="f")
+        with closing(sqlite3.connect(path)) as conn, conn:
+            conn.executemany(
+                "DELETE FROM stored_events WHERE originator_id = ? AND originator_version = ?",
+                [(thread_aggregate_id("t").hex, version) for version in deleted],
+            )
+        with open_store(f"sqlite:///{path}") as store:
+            with pytest.raises(MissingEventError) as raised:
+                store.load("f")
+            assert (raised.value.thread_id, raised.value.version) == ("t", deleted[0])
+            finding = store.verify("f").findings[0]
+            assert finding.version == deleted[0]
+            assert str(raised.value).endswith(finding.problem.split(": ", 1)[1])
+
+
+@pytest.mark.parametrize("shift", [1, 2, 5])
+def test_a_thread_renumbered_behind_the_library_is_refused_by_load_and_verify(
+    shift: int,
+) -> None:
+    """A root thread's rows all moved ``shift`` versions up behind the library, its head
+    anchor deleted: its first event is no longer at version 1, so a load refuses it,
+    naming that event, and verify reports the same error there (a load used to return
+    the thread at versions it never had)."""
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "store.db"
+        with open_store(f"sqlite:///{path}") as store:
+            store.save(_thread("t", 3))
+        with closing(sqlite3.connect(path)) as conn, conn:
+            for step in (1000, shift - 1000):
+                conn.execute(
+                    "UPDATE stored_events SET originator_version = originator_version + ?",
+                    (step,),
+                )
+            conn.execute("DELETE FROM stored_events_heads")
+        with open_store(f"sqlite:///{path}") as store:
+            with pytest.raises(StoredRowError, match="another version than 1") as raised:
+                store.load("t")
+            assert f"Started at version {1 + shift} " in str(raised.value)
+            finding = store.verify("t").findings[0]
+            assert finding.version == 1 + shift
+            assert str(raised.value).endswith(finding.problem.split(": ", 1)[1])

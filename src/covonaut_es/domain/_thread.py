@@ -126,8 +126,11 @@ class AgentThread(Aggregate, created_event_name="Started"):
             abandoned = thread is not None and thread.status is ThreadStatus.ABANDONED
             if checked:
                 self.apply(thread)
-                thread.version = self.originator_version
-                thread.modified_on = self.timestamp
+                # What eventsourcing's version and modified_on setters write, without
+                # two property calls on every event of a restore.
+                state = thread.__dict__
+                state["_version"] = self.originator_version
+                state["_modified_on"] = self.timestamp
             else:
                 thread = super().mutate(thread)
             if abandoned:  # the last results of a run it stopped change nothing

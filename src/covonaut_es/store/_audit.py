@@ -27,13 +27,12 @@ from covonaut_es.errors import (
     MissingEventError,
     MissingToolCallError,
     SerializationError,
-    StoredRowError,
     ThreadNotFoundError,
     ThreadStateError,
 )
 from covonaut_es.messages import Message
 from covonaut_es.store._chain import CHAIN_FIELD, UNCHAINED, link_problem, scheme_of
-from covonaut_es.store._reader import applied, refuse_out_of_place
+from covonaut_es.store._reader import ThreadReader
 from covonaut_es.store._records import StoredRecords, refuse_fork_loop
 from covonaut_es.store._snapshot_cache import CheckedSnapshot
 
@@ -41,12 +40,16 @@ from covonaut_es.store._snapshot_cache import CheckedSnapshot
 class _AuditedStore(Protocol):
     """What an audit reads of a store (the store passes itself)."""
 
+    url: str
+
     def history(self, thread_id: str) -> tuple[AgentThread.Event, ...]: ...
     def parent(self, thread_id: str) -> ThreadParent | None: ...
     def checkpoints(self, thread_id: str) -> tuple[Checkpoint, ...]: ...
     def load(self, thread_id: str) -> AgentThread: ...
     @property
     def _records(self) -> StoredRecords: ...
+    @property
+    def _reader(self) -> ThreadReader: ...
 
 
 class AuditEntry(msgspec.Struct, frozen=True):
@@ -230,7 +233,7 @@ def replay(store: _AuditedStore, thread_id: str) -> Iterator[AuditEntry]:
 def _ancestry(store: _AuditedStore, thread_id: str) -> list[str]:
     threads = [thread_id]
     while (parent := store.parent(threads[-1])) is not None:
-        refuse_fork_loop(threads[-1], parent.thread_id, tuple(threads), "this store")
+        refuse_fork_loop(threads[-1], parent.thread_id, tuple(threads), store.url)
         threads.append(parent.thread_id)
     return threads
 
@@ -280,6 +283,9 @@ class _Fold:
         self.checkpoints_checked = self.snapshots_checked = 0
         self.previous = UNCHAINED
         self.thread: Any = None
+        self.owners: dict[UUID, str] = {}  # the thread's and its ancestors', by stream
+        self.stream: UUID | None = None  # of the record folded last
+        self.owner = thread_id  # the thread whose stream that is
         self.adoption = store._records.chain_adoption()
         if self.adoption.adopted and store._records.chain_key is None:
             self.notes.append(
@@ -296,9 +302,10 @@ class _Fold:
         snapshots = self._snapshots()
         snapshot = next(snapshots, None)
         try:
+            self.owners = {thread_aggregate_id(t): t for t in _ancestry(store, self.thread_id)}
             for record in store._records.iter_stored_records(self.thread_id):
                 self.events += 1
-                if not self._follows(record) or not self._chain_holds(record):
+                if not self._holds(record):
                     return
                 version = record.originator_version
                 while snapshot is not None and snapshot.version <= version:
@@ -326,24 +333,6 @@ class _Fold:
             self.findings.append(
                 AuditFinding(self.last_version, f"a snapshot does not load: {exc}")
             )
-
-    def _follows(self, record: StoredEvent) -> bool:
-        """Whether the record is the one after the last: False, with a finding naming
-        the versions lost, at a gap (the chain cannot be followed past it)."""
-        version, expected = record.originator_version, self.last_version + 1
-        if version == expected:
-            return True
-        lost = (
-            f"version {expected}"
-            if version == expected + 1
-            else f"versions {expected} to {version - 1}"
-        )
-        problem = (
-            f"the event at {lost} is missing: the stream goes from version "
-            f"{self.last_version} to {version}; events were deleted"
-        )
-        self.findings.append(AuditFinding(expected, problem))
-        return False
 
     def _compare_load(self) -> None:
         """Compare the state a load gives with the replay; a load that fails is a
@@ -415,9 +404,10 @@ class _Fold:
             return
         self.findings.append(AuditFinding(last, problem))
 
-    def _chain_holds(self, record: StoredEvent) -> bool:
-        """Check one record's link in the chain and fold its event; False at a break."""
-        version = self.last_version = record.originator_version
+    def _holds(self, record: StoredEvent) -> bool:
+        """Fold one record's event as a load folds it, then check its link in the chain;
+        False, with a finding, where either fails (neither can be followed past it)."""
+        version = record.originator_version
         mapper = self.store._records.mapper
         try:
             payload = mapper.payload_fields(record)
@@ -428,13 +418,27 @@ class _Fold:
         stored = payload.get(CHAIN_FIELD, UNCHAINED)
         key = self.store._records.chain_key
         problem = link_problem(stored, self.previous, record.topic, version, payload, key)
+        stream = UUID(str(record.originator_id))
         if problem is None and key is not None:
-            stream = UUID(str(record.originator_id))
             problem = self.adoption.problem(stream, version, stored)
         try:
             event = mapper.decode_fields(record, payload)  # decrypted and decoded once
         except SerializationError as exc:
             self.findings.append(AuditFinding(version, f"stored record is unreadable: {exc}"))
+            return False
+        thread, base = self.thread, None
+        if stream != self.stream:  # a stream starts: the thread's own after its ancestors'
+            self.stream, self.owner = stream, self.owners.get(stream, self.thread_id)
+            thread, base = None, self.thread  # a fork's first event is grafted onto base
+        # Folded first, as a load folds it: the same damage is the same error.
+        try:
+            folded = self.store._reader.fold(thread, (event,), self.owner, lambda _: base)
+        except MissingEventError as exc:  # reported where the gap starts
+            problem = f"events were deleted: {exc}"
+            self.findings.append(AuditFinding(self.last_version + 1, problem))
+            return False
+        except _DAMAGE as exc:
+            self.findings.append(AuditFinding(version, f"event does not apply: {exc}"))
             return False
         if problem is not None:
             self.findings.append(AuditFinding(version, problem))
@@ -443,18 +447,8 @@ class _Fold:
             self.unchained += 1
         else:
             self.previous, self.chained = stored, self.chained + 1
-        try:
-            if isinstance(event, AgentThread.Forked):  # grafted onto its parent, read before
-                self.thread = event.graft(self.thread)
-            else:
-                refuse_out_of_place(self.thread, event, self.thread_id)
-                self.thread = applied(event, self.thread, self.thread_id)
-            self.thread.chain_head = self.previous
-        # A chain re-sealed around a changed message, a stream copied under another id, a
-        # row of another stream or table (another type's event, a second first event).
-        except (MissingToolCallError, ThreadStateError, StoredRowError) as exc:
-            self.findings.append(AuditFinding(version, f"event does not apply: {exc}"))
-            return False
+        self.thread, self.last_version = folded, version
+        self.thread.chain_head = self.previous
         return True
 
     def _compare_snapshot(self, checked: CheckedSnapshot) -> None:

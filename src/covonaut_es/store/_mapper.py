@@ -303,9 +303,10 @@ class MsgspecMapper(Mapper[UUID]):
             originator_id if isinstance(originator_id, UUID) else UUID(originator_id)
         )
         state["originator_version"] = stored_event.originator_version
-        event: object = object.__new__(reader.cls)
+        # Annotated, not typing.cast: that is a call of its own on every event read.
+        event: DomainEventProtocol[UUID] = object.__new__(reader.cls)
         object.__setattr__(event, "__dict__", state)
-        return typing.cast("DomainEventProtocol[UUID]", event)
+        return event
 
     def payload_fields(self, stored_event: StoredEvent) -> dict[str, Any]:
         """A stored record's payload as plain JSON values, before any upgrade (to read

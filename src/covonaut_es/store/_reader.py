@@ -1,14 +1,16 @@
 """Reading threads: loads from snapshots and events, histories and replays.
 
 A :class:`~covonaut_es.Store` holds one :class:`ThreadReader` (``store._reader``); every
-read of a thread's own events that rebuilds it goes through :meth:`ThreadReader.fold`,
-which checks that each event follows the one before and grafts a fork onto its parent.
+read of a thread's own events that rebuilds it, a load, a replay and an audit's
+(:func:`~covonaut_es.store._audit.verify`), goes through :meth:`ThreadReader.fold`, which
+checks that each event follows the one before and grafts a fork onto its parent.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Mapping
+import itertools
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol, cast
 from uuid import UUID
 
@@ -32,6 +34,11 @@ from covonaut_es.store._snapshot_cache import SnapshotCache
 
 class _BaseLoader(Protocol):
     def __call__(self, thread_id: str, *, version: int | None = None) -> AgentThread | None: ...
+
+
+ParentOf = Callable[[AgentThread.Forked], AgentThread | None]
+"""What :meth:`ThreadReader.fold` grafts a fork's first event onto: the fork's parent as
+of the version it branches from, None when it is missing."""
 
 
 _FIRST_EVENTS = (AgentThread.Started, AgentThread.StartedFromState, AgentThread.Forked)
@@ -120,17 +127,19 @@ class ThreadReader:
         no sealed snapshots, or caches its aggregates, is read by its repository.
         """
         snapshots, repository = self._app.snapshots, self._app.repository
-        load_base = self.find
+        parent = self.parent_loader(thread_id, self.find)
         cached = repository.cache and version is None and not snapshot_migrators
         if cached or not isinstance(snapshots, SnapshotCache):
             seen: list[int] = []
 
             def project(thread: AgentThread | None, events: Any) -> AgentThread | None:
-                for event in events:
-                    if isinstance(event, ThreadSnapshot):
-                        seen.append(event.originator_version)
-                    thread = self.fold(thread, event, load_base, thread_id)
-                return thread
+                def noting(events: Iterable[Any]) -> Iterator[Any]:
+                    for event in events:
+                        if isinstance(event, ThreadSnapshot):
+                            seen.append(event.originator_version)
+                        yield event
+
+                return self.fold(thread, noting(events), thread_id, parent)
 
             try:
                 thread: AgentThread = repository.get(
@@ -145,73 +154,119 @@ class ThreadReader:
             if snapshot_migrators:
                 snapshots = snapshots.with_migrators(snapshot_migrators)
             snapshot = snapshots.trusted(rows.snapshot, rows.events)
-        events = rows.events
-        folded: AgentThread | None = None
+        records = rows.events
         if snapshot is not None:
-            events = [e for e in events if e.originator_version > snapshot.originator_version]
-            folded = self.fold(None, snapshot, load_base, thread_id)
+            after = snapshot.originator_version
+            records = [e for e in records if e.originator_version > after]
         elif rows.snapshot is not None:  # passed over: every event is needed
-            events = list(self._app.recorder.select_events(stream, lte=version))
-        decode = self._app.mapper.to_domain_event
-        for record in events:
-            folded = self.fold(folded, decode(record), load_base, thread_id)
+            records = list(self._app.recorder.select_events(stream, lte=version))
+        events: Iterable[Any] = map(self._app.mapper.to_domain_event, records)
+        if snapshot is not None:
+            events = itertools.chain((snapshot,), events)
+        folded = self.fold(None, events, thread_id, parent)
         return folded, None if snapshot is None else snapshot.originator_version
 
     def replay(self, thread_id: str, *, version: int | None = None) -> AgentThread | None:
         """The thread rebuilt from its events alone, ignoring snapshots; None when it
         has none (at that version)."""
-        thread: AgentThread | None = None
+        parent = self.parent_loader(thread_id, self.replay)
         with self.reading(thread_id):
-            for event in self._app.events.get(thread_aggregate_id(thread_id), lte=version):
-                thread = self.fold(thread, event, self.replay, thread_id)
+            events = self._app.events.get(thread_aggregate_id(thread_id), lte=version)
+            thread = self.fold(None, events, thread_id, parent)
         return thread or self._inherited(thread_id, version, self.replay)
 
     def fold(
-        self, thread: AgentThread | None, event: Any, load_base: _BaseLoader, thread_id: str
+        self,
+        thread: AgentThread | None,
+        events: Iterable[Any],
+        thread_id: str,
+        parent: ParentOf,
     ) -> AgentThread | None:
-        """``event``, read from the thread's own stream, applied to ``thread`` (None:
-        before the stream's first), a fork's first event grafted onto its parent as
-        ``load_base`` reads it.
+        """``events``, read in order from the stream of thread ``thread_id``, applied in
+        turn to ``thread`` (None: before the stream's first), and its chain head set to
+        the last one's (a snapshot brings its own): the one fold of a load, a replay and
+        :func:`~covonaut_es.store._audit.verify`. A fork's first event is grafted onto
+        the state ``parent`` gives.
 
         Raises:
-            MissingEventError: ``event`` does not follow ``thread``'s version.
+            MissingEventError: An event does not follow the one before.
             ThreadNotFoundError: A fork's parent is missing.
-            StoredRowError: ``event`` does not apply to ``thread`` (its stored fields
-                name a call, a review or a position the thread does not have).
+            StoredRowError: An event has no place in the stream, or does not apply to
+                the thread (its stored fields name a call, a review or a position the
+                thread does not have).
+            ThreadStateError: A fork's first event does not fit its parent.
         """
-        starts = _STARTING.get(type(event))
-        if starts is None:  # isinstance costs a load more than a dict does, event by event
-            starts = _STARTING[type(event)] = isinstance(event, _STARTS)
-        if thread is None or starts:
-            return self._started(thread, event, load_base, thread_id)
-        # Each event after the first: read from the thread's own stream, and checked
-        # here to be its next version, so it follows the thread without the same checks
-        # made again by eventsourcing's mutate.
-        if event.originator_version != thread.version + 1:
-            self.check_follows(thread_id, thread.version, event)
-        folded = applied(event, thread, thread_id, checked=True)
-        folded.chain_head = chain_of(event)
-        return folded
+        head = None if thread is None else thread.version
+        event = None
+        for event in events:
+            starts = _STARTING.get(type(event))
+            if starts is None:  # isinstance costs a load more than a dict does, event by event
+                starts = _STARTING[type(event)] = isinstance(event, _STARTS)
+            try:
+                if head is None or starts:
+                    thread = self._started(thread, event, thread_id, parent)
+                else:
+                    # Each event after the first: checked here to be the thread's next
+                    # version, so it follows the thread without the same checks made
+                    # again by eventsourcing's mutate.
+                    if event.originator_version != head + 1:
+                        self.check_follows(thread_id, head, event)
+                    thread = event.follow(thread)
+            except CovonautError:
+                raise
+            # The apply methods trust the events the thread itself wrote: a stored event
+            # altered behind the library (a call id no call has), or one that has no
+            # apply method, fails inside, which is reported as the damaged record it is.
+            except (LookupError, ValueError, TypeError, AttributeError) as exc:
+                msg = (
+                    f"stored event {type(event).__qualname__} of thread {thread_id!r} at "
+                    f"version {event.originator_version} does not apply to the thread its "
+                    f"earlier events make ({type(exc).__name__}: {exc}): it was altered or "
+                    "damaged"
+                )
+                raise StoredRowError(msg) from exc
+            head = event.originator_version
+        if thread is not None and event is not None and not isinstance(event, ThreadSnapshot):
+            thread.chain_head = chain_of(event)
+        return thread
+
+    def parent_loader(self, thread_id: str, load_base: _BaseLoader) -> ParentOf:
+        """The :data:`ParentOf` of a fork read alone: its parent as ``load_base`` reads it."""
+
+        def parent(forked: AgentThread.Forked) -> AgentThread | None:
+            with following_fork(thread_id, forked.parent_thread_id, self._url):
+                return load_base(forked.parent_thread_id, version=forked.parent_version)
+
+        return parent
 
     def _started(
-        self, thread: AgentThread | None, event: Any, load_base: _BaseLoader, thread_id: str
+        self, thread: AgentThread | None, event: Any, thread_id: str, parent: ParentOf
     ) -> AgentThread:
         """As :meth:`fold`, for an event that starts a thread: its first, a fork's first
         grafted onto its parent, or a snapshot."""
         self.check_follows(thread_id, None if thread is None else thread.version, event)
         refuse_out_of_place(thread, event, thread_id)
+        folded: AgentThread
         if thread is None and isinstance(event, AgentThread.Forked):
-            with following_fork(thread_id, event.parent_thread_id, self._url):
-                base = load_base(event.parent_thread_id, version=event.parent_version)
+            base = parent(event)
             if base is None:
                 msg = (
                     f"fork {event.thread_id!r} branches from {event.parent_thread_id!r} at "
                     f"version {event.parent_version}, which is missing from {self._url}"
                 )
                 raise ThreadNotFoundError(msg)
+            parent_id, lost = event.parent_thread_id, base.version + 1
+            if base.thread_id == parent_id and lost <= event.parent_version:
+                msg = (
+                    f"thread {parent_id!r} in store {self._url} has lost its events from "
+                    f"version {lost}: its fork {thread_id!r} branches from it at version "
+                    f"{event.parent_version}, past its last at {base.version}; restore the "
+                    "store from a backup"
+                )
+                raise MissingEventError(msg, thread_id=parent_id, version=lost)
             folded = event.graft(base)
         else:
-            folded = applied(event, thread, thread_id)
+            folded = event.mutate(thread)
         if folded.thread_id != thread_id:  # a row of another thread's, copied in
             msg = (
                 f"stored {type(event).__qualname__} at version {event.originator_version} "
@@ -219,8 +274,6 @@ class ThreadReader:
                 "it was copied or altered behind the library"
             )
             raise StoredRowError(msg)
-        if not isinstance(event, ThreadSnapshot):  # a snapshot brings its own
-            folded.chain_head = chain_of(event)
         return folded
 
     @contextlib.contextmanager
@@ -327,37 +380,12 @@ class ThreadReader:
         return tuple(dict.fromkeys(found))
 
 
-def applied(
-    event: Any, thread: AgentThread | None, thread_id: str, *, checked: bool = False
-) -> AgentThread:
-    """``event`` applied to ``thread``: followed, when the caller ``checked`` it is the
-    thread's next (see ``AgentThread.Event.follow``), else mutated. The apply methods
-    trust the events the thread itself wrote; a stored event altered behind the library
-    (a call id no call has), or one that has no apply method, fails inside, which is
-    reported as the damaged record it is.
-
-    Raises:
-        StoredRowError: ``event`` does not apply to ``thread``.
-    """
-    try:
-        folded: AgentThread = event.follow(thread) if checked else event.mutate(thread)
-        return folded
-    except CovonautError:
-        raise
-    except (LookupError, ValueError, TypeError, AttributeError) as exc:
-        msg = (
-            f"stored event {type(event).__qualname__} of thread {thread_id!r} at version "
-            f"{event.originator_version} does not apply to the thread its earlier events "
-            f"make ({type(exc).__name__}: {exc}): it was altered or damaged"
-        )
-        raise StoredRowError(msg) from exc
-
-
 def refuse_out_of_place(thread: AgentThread | None, event: Any, thread_id: str) -> None:
     """Refuse an event read from a thread's stream that has no place there: one that is
-    not a thread's (another aggregate's, a named state's), or one that starts a thread
-    (a first event, a snapshot) read after the thread's first: a stream holds one, and a
-    snapshot is read from its own table.
+    not a thread's (another aggregate's, a named state's), one that starts a thread (a
+    first event, a snapshot) read after the thread's first: a stream holds one, and a
+    snapshot is read from its own table; or a root thread's first event at another
+    version than 1 (a fork's is checked against its parent when it is grafted).
 
     Raises:
         StoredRowError: Naming the event, its version and the thread.
@@ -366,6 +394,8 @@ def refuse_out_of_place(thread: AgentThread | None, event: Any, thread_id: str) 
         where = "is not a thread's event"
     elif thread is not None and isinstance(event, _STARTS):
         where = "starts a thread in the middle of its stream"
+    elif isinstance(event, AgentThread.Started) and event.originator_version != 1:
+        where = "starts its thread at another version than 1, where a thread's first event is"
     else:
         return
     msg = (
