@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 
 from covonaut_es import AgentThread, Store, open_store
 from covonaut_es.domain import RunMode
-from covonaut_es.errors import CompressionDictionaryError, ConfigurationError
+from covonaut_es.errors import CompressionDictionaryError, ConfigurationError, SerializationError
 from covonaut_es.messages import Message, Role
-from covonaut_es.store import _zstd
+from covonaut_es.store import _dictionary, _zstd
 from covonaut_es.store._dictionary import (
     DICTIONARY_FILE,
     ZstdDictionaryCompressor,
@@ -128,3 +128,21 @@ def test_compress_must_name_a_compression(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="names no compression"):
         open_store(f"sqlite:///{tmp_path / 'x.db'}", compress="brotli")  # type: ignore[arg-type]
     assert not (tmp_path / "x.db").exists()
+
+
+def test_a_payload_beyond_the_limit_is_refused_when_written_and_when_read(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A payload larger than the limit a reader allows is refused before anything is
+    stored, and a stored frame declaring more is refused before it is decompressed."""
+    monkeypatch.setattr(_dictionary, "PAYLOAD_SIZE_LIMIT", 4096)
+    with open_store(f"sqlite:///{tmp_path / 'big.db'}") as store:
+        thread = AgentThread.start("big", now=NOW)
+        thread.start_run(RunMode.RUN, now=NOW)
+        thread.append_message(Message(role=Role.USER, content="x" * 5000), now=NOW)
+        with pytest.raises(SerializationError, match="larger than the 4096 a store reads back"):
+            store.save(thread)
+        assert not store.exists("big")
+    frame = shipped_dictionary().compress(b"x" * 5000)
+    with pytest.raises(ValueError, match="declares 5000 bytes, more than the 4096 allowed"):
+        ZstdDictionaryCompressor().decompress(frame)

@@ -21,7 +21,7 @@ from importlib import resources
 
 from eventsourcing.persistence import Compressor
 
-from covonaut_es.errors import CompressionDictionaryError
+from covonaut_es.errors import CompressionDictionaryError, SerializationError
 from covonaut_es.store import _zstd
 
 DICTIONARY_FILE = "events.zdict"
@@ -47,14 +47,15 @@ class ZstdDictionaryCompressor(Compressor):
         """One frame holding ``data``.
 
         Raises:
-            ValueError: ``data`` is larger than :data:`PAYLOAD_SIZE_LIMIT`.
+            SerializationError: ``data`` is larger than :data:`PAYLOAD_SIZE_LIMIT`;
+                nothing is stored.
         """
         if len(data) > PAYLOAD_SIZE_LIMIT:
             msg = (
                 f"an event payload of {len(data)} bytes is larger than the "
                 f"{PAYLOAD_SIZE_LIMIT} a store reads back; store large data outside the thread"
             )
-            raise ValueError(msg)
+            raise SerializationError(msg)
         return shipped_dictionary().compress(data)
 
     def decompress(self, data: bytes) -> bytes:

@@ -211,10 +211,10 @@ def check_settings(app: Application[UUID], env: Mapping[str, str], url: str) -> 
     requested = requested_settings(env)
     table = settings_table(app)
     recorded = table.read()
-    if not recorded and env.get(COMPRESSION_AS_RECORDED) and app.recorder.max_notification_id():
-        # Written before stores recorded settings, when a store opened without
-        # compress was not compressed.
-        requested["compression"] = "none"
+    # A store with events and no settings was written before stores recorded them, when
+    # a store opened without compress was not compressed (one without events records
+    # what it is opened with, below).
+    older = {**requested, "compression": "none"} if env.get(COMPRESSION_AS_RECORDED) else requested
     if recorded.get("compression", "none") not in COMPRESSIONS:
         # Read as none, an unknown value would have every record seem damaged, and a
         # writer add uncompressed events to a compressed store.
@@ -229,11 +229,11 @@ def check_settings(app: Application[UUID], env: Mapping[str, str], url: str) -> 
         # decode instead.
         if recorded:
             _compare(recorded, requested, env, url, written="nothing was read")
-        return recorded.get("compression", requested["compression"])
+        return recorded.get("compression", older["compression"])
     if not recorded:
         if app.recorder.max_notification_id():
-            _check_first_event(app, url, requested)
-            return requested["compression"]
+            _check_first_event(app, url, older)
+            return older["compression"]
         table.write(requested)
         recorded = table.read()
     _compare(recorded, requested, env, url)
