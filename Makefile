@@ -16,7 +16,7 @@ NODE_TOOLS := node_modules/.package-lock.json
 
 # Only the source folders that exist (examples/ may not yet); docs/_ext holds the site's
 # griffe extension.
-LINT_PATHS := $(wildcard src tests examples benchmarks docs/_ext)
+LINT_PATHS := $(wildcard src tests examples benchmarks scripts docs/_ext)
 
 .PHONY: venv node-tools lint typecheck docs-build docs test demo bench bench-scale clean
 

@@ -4,7 +4,7 @@ Every diagnosis runs on every run (also in quick mode, so it cannot rot); a targ
 was missed gets its explanation from the diagnosis, with the measured numbers. The
 profiles are cProfile's, which inflates Python-level costs against C calls: read them
 for where the time goes, not for absolute figures. "What if" rows change nothing in the
-library: they use public options (`open_store(compress=True)`), or write a snapshot
+library: they use public options (`open_store(compress="none")`), or write a snapshot
 on a copy of the database, to show what a change would buy before anyone makes it.
 """
 
@@ -28,6 +28,7 @@ from single_thread import LONG_T, REFERENCE_T
 
 from covonaut_es import Agent, Store, open_store
 from covonaut_es.domain import ThreadSnapshot
+from covonaut_es.store._dictionary import ZstdDictionaryCompressor
 from covonaut_es.store._writer import SNAPSHOT_MIN_VERSION, SNAPSHOT_TAIL_SHARE
 
 if TYPE_CHECKING:
@@ -127,9 +128,11 @@ def _layout_bytes(
 
 def what_if_layouts(target: str) -> list[tuple[str, int]]:
     """The directions the strict storage target points to, measured on the run's own
-    rows rewritten into fresh files: nothing in the library changes."""
+    rows rewritten into fresh files: nothing in the library changes. The first keeps
+    the payloads as stored (a new store's: zstd with the shipped dictionary, ADR 0061);
+    the others compress them afresh from their plain bytes."""
     with closing(sqlite3.connect(target)) as con:
-        rows = [
+        stored = [
             (bytes.fromhex(s), v, t, bytes(p))
             for s, v, t, p in con.execute(
                 "SELECT originator_id, originator_version, topic, state FROM stored_events "
@@ -142,6 +145,14 @@ def what_if_layouts(target: str) -> list[tuple[str, int]]:
                 "SELECT originator_id, originator_version, topic, state FROM stored_snapshots"
             )
         ]
+        (compression,) = con.execute(
+            "SELECT value FROM covonaut_settings WHERE name = 'compression'"
+        ).fetchone()
+    assert compression in ("zstd", "none"), compression
+    shipped = ZstdDictionaryCompressor()
+    rows = [
+        (s, v, t, shipped.decompress(p) if compression == "zstd" else p) for s, v, t, p in stored
+    ]
     plain = zstandard.ZstdCompressor(level=3, write_content_size=False, write_dict_id=False)
 
     def compressed(compressor: Any, found: list[Any]) -> list[Any]:
@@ -149,9 +160,12 @@ def what_if_layouts(target: str) -> list[tuple[str, int]]:
 
     content = [row for row in rows if row[2].rsplit(".", 1)[-1] not in CONTENTLESS]
     found = [
-        ("compact stream ids and topics", _layout_bytes(rows, snapshots)),
         (
-            "compact, and each payload in its own zstd frame",
+            f"compact stream ids and topics (payloads as stored: {compression})",
+            _layout_bytes(stored, snapshots),
+        ),
+        (
+            "compact, and each payload in its own zstd frame without a dictionary",
             _layout_bytes(compressed(plain, rows), snapshots),
         ),
     ]
@@ -253,16 +267,16 @@ def storage(ctx: Context, turns: int) -> Table:
     ours = ctx.ours("sqlite", turns)[0]
     log(f"diagnose: storage at T={turns}")
     found = isolated(run_storage, BUDGET_S, target=ours["target"])
-    compressed_target = ctx.target("sqlite", f"compressed_{turns}")
-    compressed = isolated(
+    uncompressed_target = ctx.target("sqlite", f"uncompressed_{turns}")
+    uncompressed = isolated(
         workload.run_ours,
         BUDGET_S,
-        target=compressed_target,
+        target=uncompressed_target,
         turns=turns,
         history=False,
-        compress=True,
+        compress="none",
     )
-    ctx.discard("sqlite", f"compressed_{turns}")
+    ctx.discard("sqlite", f"uncompressed_{turns}")
     total, logical = ours.get("bytes"), ours.get("logical_bytes")
     conversation = ours.get("conversation_bytes")
     table = Table(
@@ -307,9 +321,9 @@ def storage(ctx: Context, turns: int) -> Table:
     table.notes += [
         f"What if there were no snapshots: about {size(without)}, "
         f"{times(ratio(without, logical))} the logical bytes (now {times(ratio(total, logical))}).",
-        f"What if `open_store(..., compress=True)` (a public option; zlib per event): "
-        f"{size(compressed.get('bytes'))}, {times(ratio(compressed.get('bytes'), logical))} "
-        "the logical bytes.",
+        f'What if `open_store(..., compress="none")` (a public option; a store before ADR '
+        f"0061): {size(uncompressed.get('bytes'))}, "
+        f"{times(ratio(uncompressed.get('bytes'), logical))} the logical bytes.",
     ]
     layouts = "; ".join(
         f"{label}: {times(ratio(bytes_, conversation))}" for label, bytes_ in found["layouts"]
@@ -333,7 +347,8 @@ def storage(ctx: Context, turns: int) -> Table:
             "conversation; every event row repeats its topic string and hex thread id "
             "(eventsourcing's SQLite schema, in `ThreadsApplication`). Without snapshots "
             f"the file would be {times(ratio(without, logical))} the logical bytes; with "
-            f"`compress=True` {times(ratio(compressed.get('bytes'), logical))}. See Diagnosis."
+            f'`compress="none"` {times(ratio(uncompressed.get("bytes"), logical))}. See '
+            "Diagnosis."
         )
     return table
 

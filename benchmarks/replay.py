@@ -2,8 +2,9 @@
 
 Ours is ``store.history(thread_id)``: every event of the longest thread of figure 1,
 read and decoded into its typed event class. The limit reads the same rows with a bare
-``SELECT`` and decodes each payload with ``msgspec.json.Decoder()`` (figure 8 shows the
-decode alone).
+``SELECT``, decompresses each payload (a zstd frame with the shipped dictionary, as a new
+store writes them, ADR 0061) and decodes it with ``msgspec.json.Decoder()`` (figure 8
+shows the decode alone, of the payloads decompressed beforehand).
 
 Verify: ``store.verify(thread_id)`` (the audit's full pass over a thread's hash chain and
 head anchor) on the thread of every T of figure 1, best of 3; it must grow linearly
@@ -24,6 +25,7 @@ from harness import BUDGET_S, Context, cli, isolated, log
 from report import Section, Table, Target, intro, rate, ratio, seconds, status, times
 
 from covonaut_es import open_store
+from covonaut_es.store._dictionary import ZstdDictionaryCompressor
 
 if TYPE_CHECKING:
     from harness import Progress
@@ -48,9 +50,10 @@ def run_replay(progress: Progress, target: str) -> None:
         events = len(store.history(workload.THREAD_ID))
         history_s = _best(lambda: store.history(workload.THREAD_ID))
     decoder = msgspec.json.Decoder()
+    decompress = ZstdDictionaryCompressor().decompress
     with closing(workload.Reader(target)) as reader:
-        select_s = _best(lambda: [decoder.decode(row[3]) for row in reader.rows()])
-        payloads = [row[3] for row in reader.rows()]
+        select_s = _best(lambda: [decoder.decode(decompress(row[3])) for row in reader.rows()])
+        payloads = [decompress(row[3]) for row in reader.rows()]
     decode_s = _best(lambda: [decoder.decode(state) for state in payloads])
     progress.update(
         events=events,

@@ -42,7 +42,7 @@ from covonaut_es import (
     ToolContext,
     open_store,
 )
-from covonaut_es.store import _zstd
+from covonaut_es.store import Compression, _zstd
 
 if TYPE_CHECKING:
     from harness import Progress
@@ -509,11 +509,12 @@ def run_ours(
     target: str,
     turns: int,
     history: bool = True,
-    compress: bool = False,
+    compress: Compression | None = None,
     raw_target: str | None = None,
     paced_target: str | None = None,
 ) -> None:
-    """One thread of ``turns`` turns in our store at ``target``; then, into
+    """One thread of ``turns`` turns in our store at ``target`` (compressed as a new
+    store is unless ``compress`` says otherwise); then, into
     ``raw_target`` at once (so that both see the same disk and load), the write limit
     for the same rows, back to back, and into ``paced_target`` paced as our run's
     transactions were; then the store's size, restore and history times."""

@@ -32,6 +32,7 @@ from covonaut_es import (
 from covonaut_es.domain import RunMode, thread_aggregate_id
 from covonaut_es.messages import StreamDelta, Usage
 from covonaut_es.providers._protocol import Responder, ScriptItem
+from covonaut_es.store._mapper import MsgspecMapper
 
 OBJECT_SCHEMA: dict[str, Any] = {"type": "object"}
 
@@ -165,9 +166,13 @@ def converse(store: Store, thread_id: str) -> Agent:
 
 def append_raw_event(store: Store, thread_id: str, topic: str, payload: bytes) -> int:
     """Write a record behind the library's back, after the thread's last event, as data
-    from other code (newer, or damaged) would be; returns its version."""
+    from other code (newer, or damaged) would be, compressed and encrypted as the store
+    does; returns its version."""
     version = store.load(thread_id).version + 1
-    record = StoredEvent(thread_aggregate_id(thread_id), version, topic, payload)
+    mapper = store._app.mapper
+    assert isinstance(mapper, MsgspecMapper)
+    stored = mapper.stored_payload(payload)
+    record = StoredEvent(thread_aggregate_id(thread_id), version, topic, stored)
     store._app.recorder.insert_events([record])
     return version
 

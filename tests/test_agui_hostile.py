@@ -45,6 +45,7 @@ from covonaut_es.errors import (
     ThreadBusyError,
 )
 from covonaut_es.messages import Role, StreamDelta, ToolCallDelta
+from covonaut_es.store._dictionary import ZstdDictionaryCompressor
 from inbox_support import free_port
 from support import HeldProvider
 from test_agui import Shop, approvals, events_of, model, paused, user_says
@@ -300,7 +301,8 @@ def tamper_with_review_pause(shop: Shop, thread_id: str, change: tuple[str, str,
             "AND originator_id = ? ORDER BY originator_version DESC LIMIT 1",
             ("covonaut.thread.Interrupted", originator),
         ).fetchone()
-        payload = json.loads(state)
+        compressor = ZstdDictionaryCompressor()  # the store's: its dictionary is public
+        payload = json.loads(compressor.decompress(state))
         how, key, value = change
         if how == "drop":
             payload["interrupt"]["data"].pop(key)
@@ -308,7 +310,7 @@ def tamper_with_review_pause(shop: Shop, thread_id: str, change: tuple[str, str,
             payload["interrupt"]["data"][key] = value
         db.execute(
             "UPDATE stored_events SET state = ? WHERE originator_id = ? AND originator_version = ?",
-            (json.dumps(payload).encode(), originator, version),
+            (compressor.compress(json.dumps(payload).encode()), originator, version),
         )
 
 

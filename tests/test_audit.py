@@ -175,7 +175,7 @@ def tamper_sqlite(db: Path, version: int, change: Any) -> None:
 def test_tampering_with_one_sqlite_record_is_reported_at_its_version(tmp_path: Path) -> None:
     """Altering one stored event's bytes breaks the hash chain exactly there."""
     db = tmp_path / "threads.db"
-    with open_store(f"sqlite:///{db}") as store:
+    with open_store(f"sqlite:///{db}", compress=False) as store:  # text a writer can edit
         conversation(store)
     tamper_sqlite(db, 10, lambda state: state.replace(b"hello", b"HELLO"))
     with open_store(f"sqlite:///{db}") as store:
@@ -214,7 +214,7 @@ def test_a_record_nested_deeper_than_the_decoder_follows_is_reported_not_raised(
 
 def test_tampering_with_postgres_is_reported(postgres_database: str) -> None:
     """The same on PostgreSQL."""
-    with open_store(postgres_database) as store:
+    with open_store(postgres_database, compress=False) as store:
         conversation(store)
     with psycopg.connect(postgres_database) as conn:
         conn.execute(

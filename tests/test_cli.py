@@ -237,10 +237,10 @@ def test_a_compressed_store_is_read_and_written_without_compressed(
         assert store.state_at("b").version == 3
         assert store.verify("golden-export").ok
     plain = f"sqlite:///{tmp_path / 'plain.db'}"
-    with open_store(plain) as store:
+    with open_store(plain, compress=False) as store:
         converse(store, "a")
     assert main(["threads", "--store", plain, "--compressed"]) == 2
-    assert "pass compress=False" in capsys.readouterr().err
+    assert "pass compress='none'" in capsys.readouterr().err
 
 
 @functools.cache

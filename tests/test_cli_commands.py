@@ -23,6 +23,7 @@ from covonaut_es import (
     Tool,
     open_store,
 )
+from covonaut_es.store._dictionary import ZstdDictionaryCompressor
 from support import answer, call, echo_tool, review_tool
 
 SECRET = secrets.token_hex(32)
@@ -125,11 +126,12 @@ def test_replay_verify_fails_on_tampering(url: str) -> None:
     import sqlite3
 
     db = url.removeprefix("sqlite:///")
+    compressor = ZstdDictionaryCompressor()  # the store's: its dictionary is public
     with sqlite3.connect(db) as conn:
-        conn.execute(
-            "UPDATE stored_events SET state = replace(state, 'done', 'DONE') "
-            "WHERE originator_version = 10"
-        )
+        where = "WHERE originator_version = 10"
+        (state,) = conn.execute(f"SELECT state FROM stored_events {where}").fetchone()
+        altered = compressor.decompress(state).replace(b"done", b"DONE")
+        conn.execute(f"UPDATE stored_events SET state = ? {where}", (compressor.compress(altered),))
     result = covonaut("replay", "finished", "--verify", store=url)
     assert result.returncode == 1
     assert "version 10: hash chain broken" in result.stdout

@@ -85,10 +85,10 @@ def forge_thread(store: Store, thread_id: str) -> None:
     """Start a thread behind the library's back under an id it refuses, as another
     writer to the database could: a copy of the first event of ``finished``."""
     (first,) = store._app.recorder.select_events(thread_aggregate_id("finished"), lte=1)
-    payload = {**json.loads(first.state), "thread_id": thread_id}
-    forged = StoredEvent(
-        thread_aggregate_id(thread_id), 1, first.topic, json.dumps(payload).encode()
-    )
+    mapper = store._app.mapper  # the store's compression, which is no secret
+    payload = {**json.loads(mapper.plain_payload(first)), "thread_id": thread_id}  # type: ignore[attr-defined]
+    stored = mapper.stored_payload(json.dumps(payload).encode())  # type: ignore[attr-defined]
+    forged = StoredEvent(thread_aggregate_id(thread_id), 1, first.topic, stored)
     store._app.recorder.insert_events([forged])
 
 

@@ -1,8 +1,10 @@
-"""Golden v4: whole stores and exports written by covonaut-es 198c838 (plain, compressed,
-encrypted, chain-keyed, all three) load, verify, export and are read by the command line
-with this code; the data on disk is never rewritten.
+"""Golden stores load, verify, export and are read by the command line with this code;
+the data on disk is never rewritten. Golden v4: whole stores and exports written by
+covonaut-es 198c838 (plain, compressed, encrypted, chain-keyed, all three); golden
+v6-zstd: the same written by 5dee68c, where a store opened without ``compress`` keeps
+its event payloads in zstd frames with the shipped dictionary (ADR 0061).
 
-The fixtures come from ``tests/fixtures/write_golden_stores.py``; its manifest says what
+The fixtures come from ``tests/fixtures/write_golden_stores.py``; each manifest says what
 each store holds. Each test works on a copy in ``tmp_path``.
 """
 
@@ -35,23 +37,34 @@ from covonaut_es import (
 from covonaut_es.audit import check_store, export_thread
 from covonaut_es.cli import main
 from covonaut_es.domain import Decision, ThreadStatus
+from covonaut_es.store import _zstd
+from covonaut_es.store._dictionary import shipped_dictionary
 
-GOLDEN = Path(__file__).parent / "fixtures" / "golden" / "v4"
-MANIFEST: dict[str, Any] = json.loads((GOLDEN / "manifest.json").read_text(encoding="utf-8"))
+GOLDENS = {
+    version: Path(__file__).parent / "fixtures" / "golden" / version
+    for version in ("v4", "v6-zstd")
+}
+MANIFESTS: dict[str, dict[str, Any]] = {
+    version: json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
+    for version, directory in GOLDENS.items()
+}
+GOLDEN = GOLDENS["v4"]
+MANIFEST = MANIFESTS["v4"]
 STORES = MANIFEST["stores"]
-KEYS = MANIFEST["test_only_keys"]
-CIPHER_KEY_ENV = "GOLDEN_V4_CIPHER_KEY"
-CHAIN_KEY_ENV = "GOLDEN_V4_CHAIN_KEY"
+KEYS = MANIFEST["test_only_keys"]  # the same in every manifest
+CIPHER_KEY_ENV = "GOLDEN_CIPHER_KEY"
+CHAIN_KEY_ENV = "GOLDEN_CHAIN_KEY"
 
 
 def fingerprints() -> dict[str, str]:
-    """The digest of every golden v4 file, and every directory (no new file appears
-    beside the stores, such as a journal or a leases directory)."""
+    """The digest of every golden file, and every directory (no new file appears beside
+    the stores, such as a journal or a leases directory)."""
     return {
-        str(path.relative_to(GOLDEN)): (
+        str(path.relative_to(directory.parent)): (
             hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "directory"
         )
-        for path in sorted(GOLDEN.rglob("*"))
+        for directory in GOLDENS.values()
+        for path in sorted(directory.rglob("*"))
     }
 
 
@@ -63,13 +76,19 @@ def fixtures_untouched() -> Iterator[None]:
     assert fingerprints() == before
 
 
-@pytest.fixture(params=sorted(STORES))
+@pytest.fixture(
+    params=[(v, name) for v, manifest in MANIFESTS.items() for name in sorted(manifest["stores"])],
+    ids="-".join,
+)
 def golden(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, Any]:
-    """One golden store's manifest entry, with ``url``: a copy of its file."""
-    entry: dict[str, Any] = STORES[request.param]
+    """One golden store's manifest entry, with ``original``: its file, and ``url``: a
+    copy of it."""
+    version, name = request.param
+    entry: dict[str, Any] = MANIFESTS[version]["stores"][name]
+    original = GOLDENS[version] / entry["file"]
     copy = tmp_path / entry["file"]
-    shutil.copyfile(GOLDEN / entry["file"], copy)
-    return {**entry, "name": request.param, "url": f"sqlite:///{copy}"}
+    shutil.copyfile(original, copy)
+    return {**entry, "name": name, "original": original, "url": f"sqlite:///{copy}"}
 
 
 @pytest.fixture
@@ -334,7 +353,7 @@ def test_using_a_golden_store_rewrites_none_of_its_stored_events(
     """Reading, verifying and exporting every thread, then deciding the pending review,
     leaves every event row the older code wrote exactly as it was: stored data is never
     rewritten in place, only appended to."""
-    before = stored_rows(GOLDEN / golden["file"])
+    before = stored_rows(golden["original"])
     for thread_id in golden["threads"]:
         store.load(thread_id)
         store.verify(thread_id)
@@ -369,4 +388,23 @@ def test_a_golden_store_opened_read_only_is_read_and_left_byte_for_byte(
     for command in (("threads",), ("migrate", "--check"), ("show", "golden-long")):
         assert cli(read_only, monkeypatch, *command) == 0, capsys.readouterr().err
     copy = Path(golden["url"].removeprefix("sqlite:///"))
-    assert copy.read_bytes() == (GOLDEN / golden["file"]).read_bytes()
+    assert copy.read_bytes() == golden["original"].read_bytes()
+
+
+def test_a_golden_store_keeps_reading_with_the_compression_it_recorded(
+    golden: dict[str, Any], store: Store
+) -> None:
+    """Each golden store is read with the compression it recorded, whatever a new store
+    records now; the event payloads of a zstd store are frames naming the dictionary
+    this version ships (a later dictionary must keep reading them)."""
+    with contextlib.closing(sqlite3.connect(golden["original"])) as db:
+        (recorded,) = db.execute(
+            "SELECT value FROM covonaut_settings WHERE name = 'compression'"
+        ).fetchone()
+    assert recorded == golden.get(
+        "compression", "zlib" if golden["options"].get("compress") else "none"
+    )
+    if recorded == "zstd" and "cipher_key" not in golden["options"]:
+        ids = {_zstd.dictionary_id(row[3]) for row in stored_rows(golden["original"])}
+        assert ids == {shipped_dictionary().id}
+    assert store.state_at("golden-long").status is ThreadStatus.FINISHED

@@ -133,12 +133,13 @@ def golden_v2(store_url: str, open_test_store: Callable[..., Store]) -> Store:
 
 def golden_store(name: str, store_url: str, open_test_store: Callable[..., Store]) -> Store:
     """A golden store on each kind of store: the SQLite file itself, or its records
-    copied byte for byte into a memory or PostgreSQL store."""
+    copied byte for byte into a memory or PostgreSQL store, which records no compression
+    as the golden one was written."""
     fixture = GOLDEN / name / "threads.db"
     if store_url.startswith("sqlite"):
         shutil.copyfile(fixture, store_url.removeprefix("sqlite:///"))
         return open_test_store()
-    store = open_test_store()
+    store = open_test_store(compress="none")
     with tempfile.TemporaryDirectory() as directory:
         shutil.copyfile(fixture, Path(directory) / "threads.db")
         with open_store(f"sqlite:///{directory}/threads.db", create_tables=False) as source:

@@ -48,6 +48,7 @@ from covonaut_es.migrations._registry import EVENT_UPCASTERS
 from covonaut_es.store import _codec, _zstd
 from covonaut_es.store._chain import chain_hash, chain_of
 from covonaut_es.store._codec import codec_for
+from covonaut_es.store._dictionary import ZstdDictionaryCompressor
 from covonaut_es.store._mapper import MsgspecMapper
 
 NOW = datetime(2026, 3, 4, 5, 6, 7, 890123, tzinfo=UTC)
@@ -425,18 +426,28 @@ def talked_thread() -> AgentThread:
     return thread
 
 
-@pytest.mark.parametrize("compress", [False, True])
-def test_a_snapshot_is_one_zstd_frame_and_one_written_as_json_still_reads(compress: bool) -> None:
+COMPRESSORS: dict[str, Any] = {
+    "none": lambda: None,
+    "zlib": ZlibCompressor,
+    "zstd": ZstdDictionaryCompressor,
+}
+"""Each compressor a store may record, by its name there."""
+
+
+@pytest.mark.parametrize("compress", sorted(COMPRESSORS))
+def test_a_snapshot_is_one_zstd_frame_and_one_written_as_json_still_reads(compress: str) -> None:
     """A snapshot is stored as msgpack in a zstd frame, which the store's own compressor
-    leaves alone; a JSON snapshot as written before (compressed by the store or not)
-    decodes to the same thread."""
+    leaves alone; a JSON snapshot as written before, or when msgpack cannot hold its
+    state (compressed by the store or not, a zstd frame naming the store's dictionary
+    too), decodes to the same thread."""
     thread = talked_thread()
-    mapper = MsgspecMapper(compressor=ZlibCompressor() if compress else None)
+    mapper = MsgspecMapper(compressor=COMPRESSORS[compress]())
     record = mapper.to_stored_event(ThreadSnapshot.take(thread))
     assert record.state.startswith(_zstd.MAGIC)
+    assert _zstd.dictionary_id(record.state) == 0
     json_snapshot = mapper.stored_payload(msgspec.json.encode(mapper.payload_fields(record)))
     older = StoredEvent(ID, record.originator_version, record.topic, json_snapshot)
-    assert older.state.startswith(b"x" if compress else b"{")
+    assert older.state.startswith({"none": b"{", "zlib": b"x", "zstd": _zstd.MAGIC}[compress])
     for stored in (record, older):
         restored = mapper.to_domain_event(stored).mutate(None)
         assert restored.state == thread.state

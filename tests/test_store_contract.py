@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -38,6 +38,7 @@ from covonaut_es.audit import export_thread
 from covonaut_es.domain import CheckpointReason, RunMode
 from covonaut_es.errors import InvalidStateKeyError
 from covonaut_es.messages import Message, Role
+from covonaut_es.store import Compression
 from support import (
     agent_on,
     answer,
@@ -83,10 +84,14 @@ def second_url(store_url: str, tmp_path: Path) -> Iterator[str]:
             conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
-def test_compression_shrinks_records(store: Store, second_url: str) -> None:
-    """compress=True stores the same thread in fewer bytes."""
+@pytest.mark.parametrize("compress", ["zstd", "zlib"])
+def test_compression_shrinks_records(
+    open_test_store: Callable[..., Store], second_url: str, compress: Compression
+) -> None:
+    """Each compression stores the same thread in fewer bytes than none."""
     long_answer = "all work and no play " * 50
-    with open_store(second_url, compress=True) as packed:
+    store = open_test_store(compress="none")
+    with open_store(second_url, compress=compress) as packed:
         for each in (store, packed):
             agent_on(each, "t", [answer(long_answer)]).run("go")
         assert sum(map(len, raw_records(packed))) < sum(map(len, raw_records(store))) / 2

@@ -41,7 +41,8 @@ from covonaut_es.errors import (
     TransferError,
 )
 from covonaut_es.messages import Message, Role
-from covonaut_es.store import AgentApplication, Store
+from covonaut_es.store import AgentApplication, Store, _zstd
+from covonaut_es.store._dictionary import ZstdDictionaryCompressor, shipped_dictionary
 from covonaut_es.store._settings import SETTINGS_TABLE, settings_table
 from covonaut_es.store._urls import persistence_env, postgres_params
 from support import append_raw_event
@@ -98,9 +99,8 @@ def test_a_created_event_naming_a_module_as_its_aggregate_is_refused_without_imp
     aggregate."""
     topic, flag = planted_topic
     payload = {"timestamp": NOW.isoformat(), "originator_topic": topic, "thread_id": "t"}
-    record = StoredEvent(
-        thread_aggregate_id("t"), 1, AgentThread.Started.TOPIC, msgspec.json.encode(payload)
-    )
+    stored = store._app.mapper.stored_payload(msgspec.json.encode(payload))  # type: ignore[attr-defined]
+    record = StoredEvent(thread_aggregate_id("t"), 1, AgentThread.Started.TOPIC, stored)
     store._app.recorder.insert_events([record])
 
     stream = thread_aggregate_id("t")
@@ -221,7 +221,7 @@ def test_another_compression_fails_at_open(reopenable_url: str) -> None:
     with open_store(reopenable_url, compress=True) as first:
         first.save(AgentThread.start("t", now=NOW))
         for create_tables in (True, False):
-            with pytest.raises(CompressionMismatchError, match="pass compress=True"):
+            with pytest.raises(CompressionMismatchError, match="pass compress='zlib'"):
                 open_store(reopenable_url, compress=False, create_tables=create_tables)
 
 
@@ -240,16 +240,24 @@ def test_an_open_that_names_no_compression_takes_the_stores(reopenable_url: str)
             assert reader.load("t").version == 2
 
 
-def test_a_new_store_opened_without_compress_is_not_compressed(tmp_path: Path) -> None:
-    """A new store opened without ``compress`` stores plain records and records so: a
-    later ``compress=True`` is refused."""
+def test_a_new_store_opened_without_compress_compresses_with_the_shipped_dictionary(
+    tmp_path: Path,
+) -> None:
+    """A new store opened without ``compress`` stores each record in a zstd frame naming
+    the shipped dictionary, and records so: a later ``compress=True`` (zlib) or
+    ``False`` is refused, ``"zstd"`` opens it."""
     url = f"sqlite:///{tmp_path / 'new.db'}"
     with open_store(url) as new:
         new.save(AgentThread.start("t", now=NOW))
         [first_record] = new._app.recorder.select_notifications(None, 10)
-        assert msgspec.json.decode(first_record.state)["thread_id"] == "t"
-    with pytest.raises(CompressionMismatchError, match="pass compress=False"):
-        open_store(url, compress=True)
+        assert _zstd.dictionary_id(first_record.state) == shipped_dictionary().id != 0
+        plain = ZstdDictionaryCompressor().decompress(first_record.state)
+        assert msgspec.json.decode(plain)["thread_id"] == "t"
+    for other in (True, False):
+        with pytest.raises(CompressionMismatchError, match="pass compress='zstd'"):
+            open_store(url, compress=other)
+    with open_store(url, compress="zstd") as again:
+        assert again.load("t").version == 1
 
 
 def test_an_empty_store_keeps_the_options_of_its_first_open(reopenable_url: str) -> None:
@@ -267,7 +275,7 @@ def test_an_older_store_is_checked_by_decoding_its_first_event(shared_url: str) 
     checked by decoding its first event: a wrong key fails at open, the right key opens
     it, and neither records anything in it."""
     key = create_cipher_key()
-    with open_store(shared_url, cipher_key=key) as first:
+    with open_store(shared_url, cipher_key=key, compress="none") as first:  # as they were
         first.save(AgentThread.start("t", now=NOW))
         with first._app.recorder.datastore.transaction(commit=True) as cursor:
             cursor.execute(f"DROP TABLE {SETTINGS_TABLE}")

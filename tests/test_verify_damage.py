@@ -1,11 +1,12 @@
 """Property: verify reports every kind of damage it can see, and keeps going.
 
 A SQLite store holding a snapshotted thread and a fork of it is written once, keyed and
-unkeyed; each example copies it and damages one to three stored rows or snapshots as a
-hostile database writer or a failing disk would (rows deleted or moved, bytes changed,
-topics and versions rewritten, hostile snapshot bytes, a fork's parent gone). Then
-``store.verify`` returns a report for every thread, and ``covonaut-es replay --verify``
-prints findings in lines, never a traceback.
+unkeyed, its events compressed as a new store compresses them (zstd); each example
+copies it and damages one to three stored rows or snapshots as a hostile database writer
+or a failing disk would (rows deleted or moved, bytes changed, topics and versions
+rewritten, hostile snapshot bytes, a fork's parent gone). Then ``store.verify`` returns
+a report for every thread, and ``covonaut-es replay --verify`` prints findings in lines,
+never a traceback. One flipped byte of a compressed row is always a damaged row.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from covonaut_es import CovonautError, open_store
 from covonaut_es.cli import main
 from covonaut_es.domain import AgentThread, thread_aggregate_id
 from covonaut_es.domain._snapshot import differing_fields
+from covonaut_es.errors import SerializationError
 from covonaut_es.store._snapshot_seals import SEALED
 from test_audit import conversation
 
@@ -209,3 +211,55 @@ def test_verify_reports_any_damage_and_never_raises(
         printed = capsys.readouterr()
         assert status in (0, 1, 2), printed
         assert "Traceback" not in printed.err
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    keyed=st.booleans(),
+    stream=st.sampled_from(STREAMS),
+    index=st.integers(0, 200),
+    position=st.integers(0, 10**6),
+)
+def test_one_flipped_byte_of_a_compressed_row_is_a_damaged_row(
+    templates: dict[bool, Template],
+    tmp_path_factory: pytest.TempPathFactory,
+    keyed: bool,
+    stream: str,
+    index: int,
+    position: int,
+) -> None:
+    """One byte changed anywhere in an event's zstd frame (magic, header, dictionary
+    id, data or checksum) is reported by verify, naming that version, and reading the
+    thread's events (a load, where no snapshot covers the version) raises a
+    SerializationError naming the version: the frame never decodes to other bytes."""
+    template = templates[keyed]
+    db = tmp_path_factory.mktemp("flipped") / "threads.db"
+    shutil.copy(template.db, db)
+    with sqlite3.connect(db) as conn:
+        assert conn.execute(
+            "SELECT value FROM covonaut_settings WHERE name = 'compression'"
+        ).fetchone() == ("zstd",)
+        version = nth(conn, stream, index)
+        (snapshot,) = conn.execute(
+            "SELECT coalesce(max(originator_version), 0) FROM stored_snapshots "
+            "WHERE originator_id = ?",
+            (stream,),
+        ).fetchone()
+    apply(db, ("flip byte", stream, index, position))
+    thread_id = THREADS[STREAMS.index(stream)]
+    with open_store(f"sqlite:///{db}", **options(keyed)) as store:
+        findings = store.verify(thread_id).findings
+        # At its version; a fork's first record, which says where the fork begins, is
+        # reported at the fork's start, naming the row.
+        named = [
+            f for f in findings if f.version == version or f"at version {version}:" in f.problem
+        ]
+        assert named, findings
+        reads = [store.history] + ([store.load] if version > snapshot else [])
+        for read in reads:
+            with pytest.raises(SerializationError, match=f"at version {version}"):
+                read(thread_id)

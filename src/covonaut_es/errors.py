@@ -436,6 +436,12 @@ class StoredRowError(SerializationError):
     damaged. The message names the stream, the position and the column."""
 
 
+class CompressionDictionaryError(SerializationError):
+    """A stored payload's zstd frame names a compression dictionary this version does
+    not ship: it was written by a newer version, or damaged. The message names the
+    row."""
+
+
 class SchemaVersionError(SerializationError):
     """A schema version breaks the one-step order: stored data is newer than this
     code supports, or an upcaster returned another version than the next one."""

@@ -69,7 +69,10 @@ def add_store_options(parser: argparse.ArgumentParser) -> None:
         "--compressed",
         action="store_const",
         const=True,
-        help="the store is compressed (default: as the store records it; given, it must be)",
+        help=(
+            "the store is compressed with zlib (default: as the store records it, zstd for "
+            "a new one; given, it must be)"
+        ),
     )
 
 

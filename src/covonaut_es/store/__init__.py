@@ -39,7 +39,8 @@ Its modules (ADR 0028):
 - ``_listing`` (with ``_summaries``, the back ends' table of summaries): threads
   listed a page at a time, from summaries checked against the head anchors.
 - ``_heads``: head anchors and lease fences, as the back ends write and check them.
-- ``_mapper`` (with ``_zstd``): the msgspec mapper; ``_following``: an application's
+- ``_mapper`` (with ``_zstd``, and ``_dictionary``: event payloads compressed with the
+  shipped zstd dictionary): the msgspec mapper; ``_following``: an application's
   mapper class, which its followers in an eventsourcing ``System`` make theirs of it
   from, and :func:`event_mapper` for applications that are none;
   ``_own_snapshots``: snapshots of an application's own aggregates; ``_audit``:
@@ -55,6 +56,7 @@ from covonaut_es.store._open import create_cipher_key, open_store
 from covonaut_es.store._own_snapshots import AggregateSnapshot
 from covonaut_es.store._states import FileStateStore, MemoryStateStore, StateStore
 from covonaut_es.store._store import Store
+from covonaut_es.store._urls import Compression
 
 __all__ = [
     "AgentApplication",
@@ -63,6 +65,7 @@ __all__ = [
     "AuditFinding",
     "AuditReport",
     "CallRunning",
+    "Compression",
     "FileStateStore",
     "Lease",
     "MemoryStateStore",

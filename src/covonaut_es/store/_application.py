@@ -451,16 +451,18 @@ def open_application(url: str, env: Mapping[str, str]) -> AgentApplication:
             app = ThreadsApplication(env=dict(env))
             try:
                 settled = as_recorded(env, check_settings(app, env, url))
+                if settled != env:
+                    # The mapper takes its compressor when it is made, and the chain
+                    # key's check reads events with it.
+                    app.close()
+                    app = ThreadsApplication(env=settled)
                 key_stream_ids(app, f"store {url}")  # as a new store has just recorded
                 writes = env.get("CREATE_TABLE") != "n" and env.get(SEALS_NOTHING) != "y"
                 check_chain_key(app, app.chain_key, url, writes=writes)
             except BaseException:
                 app.close()
                 raise
-            if settled == env:
-                return app
-            app.close()  # the mapper takes its compressor when it is made
-            return ThreadsApplication(env=settled)
+            return app
     except CovonautError:
         raise  # e.g. a gap in the upcasters, found before any data is read
     except ImportError as exc:

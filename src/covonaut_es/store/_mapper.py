@@ -21,7 +21,7 @@ from eventsourcing.persistence import Cipher, Compressor, Mapper, StoredEvent, T
 from eventsourcing.utils import get_topic
 
 from covonaut_es.domain import AgentThread, ThreadSnapshot
-from covonaut_es.errors import SerializationError
+from covonaut_es.errors import CompressionDictionaryError, SerializationError
 from covonaut_es.migrations import Upcaster, check_upcasters, schema_for
 from covonaut_es.migrations._upcasting import NO_MIGRATORS
 from covonaut_es.store import _zstd
@@ -333,6 +333,9 @@ class MsgspecMapper(Mapper[UUID]):
                 data = self.cipher.decrypt(data)
             if self.compressor and not _compressed_snapshot(stored_event.topic, data):
                 data = self.compressor.decompress(data)
+        except CompressionDictionaryError as exc:
+            msg = f"{_where(stored_event)}: {exc}"
+            raise CompressionDictionaryError(msg) from exc
         except Exception as exc:
             msg = (
                 f"{_where(stored_event)}: cannot decrypt or decompress it "
@@ -361,8 +364,19 @@ def _compressed_snapshot(topic: str, data: bytes) -> bool:
     """Whether decrypted stored bytes are a snapshot its codec compressed, or a sealed
     one, which the store's own compressor left alone. No zlib stream starts with the
     zstd magic or the seal's (their first two bytes fail zlib's header check), so a
-    snapshot the store's compressor compressed before ADR 0022 is still told apart."""
-    return topic == ThreadSnapshot.TOPIC and data.startswith((_zstd.MAGIC, SEALED))
+    snapshot the store's compressor compressed before ADR 0022 is still told apart;
+    nor does the codec's frame name a dictionary, which the frame of a store that
+    compresses with zstd does (a snapshot the codec wrote as JSON, ADR 0061)."""
+    if topic != ThreadSnapshot.TOPIC:
+        return False
+    if data.startswith(SEALED):
+        return True
+    if not data.startswith(_zstd.MAGIC):
+        return False
+    try:
+        return _zstd.dictionary_id(data) == 0
+    except ValueError:
+        return True  # damaged: its codec says how
 
 
 def _where(stored_event: StoredEvent) -> str:

@@ -28,6 +28,7 @@ from covonaut_es.store._chain_key import SEALS_NOTHING
 from covonaut_es.store._store import Store
 from covonaut_es.store._urls import (
     SQLITE_PATH,
+    Compression,
     canonical_url,
     redact,
     require_sqlite_file,
@@ -51,7 +52,7 @@ def open_store(
     *,
     max_checkpoints_per_thread: int = 0,
     cipher_key: str | None = None,
-    compress: bool | None = None,
+    compress: bool | Compression | None = None,
     create_tables: bool = True,
     clock: Callable[[], datetime] = utc_now,
     chain_key: str | None = None,
@@ -71,9 +72,12 @@ def open_store(
         cipher_key: Encrypt stored events and snapshots with AES-GCM under this key
             (base64 of 16, 24 or 32 bytes; see :func:`create_cipher_key`). Needs the
             ``encryption`` extra.
-        compress: Compress stored events and snapshots with zlib (True) or not
-            (False). By default (None) an existing store is opened as it records it
-            was created, and a new one is not compressed.
+        compress: How a new store compresses its events: ``"zstd"``, each in a frame
+            of its own with the dictionary the package ships (the default); ``"zlib"``
+            (also ``True``), eventsourcing's compressor; ``"none"`` (also ``False``).
+            Snapshots are zstd frames whatever it says. By default (None) an existing
+            store is opened as it records it was created, and a new one uses
+            ``"zstd"``; given, it must be what the store records.
         create_tables: Create the store's tables (and a SQLite file) when they are
             missing. Tools that must not write pass False.
         clock: The time of the events the store itself writes (forks, labels,

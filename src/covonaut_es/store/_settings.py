@@ -14,13 +14,14 @@ are checked against what the store recorded, and record nothing: a store opened 
 its key says so, instead of every record seeming corrupt.
 
 An open that names no compression (``compress=None``) takes the store's: a new store
-records none, and :func:`check_settings` returns what an existing store records, for
-the open to apply (:func:`as_recorded`).
+records zstd with the shipped dictionary (ADR 0061), and :func:`check_settings` returns
+what an existing store records, for the open to apply (:func:`as_recorded`).
 
 A store created before this existed has no such record. If it holds no events yet, the
 first open records its options. Otherwise its first stored event is decoded with the
-options given, so a wrong key or compression still fails at open; nothing is written
-to it, since its data must never be changed behind its owner's back.
+options given (no compression, when the open names none: what such a store was written
+with unless told otherwise), so a wrong key or compression still fails at open; nothing
+is written to it, since its data must never be changed behind its owner's back.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from pathlib import Path
 from uuid import UUID
 
 from eventsourcing.application import Application
+from eventsourcing.utils import resolve_topic
 
 from covonaut_es.errors import (
     CipherKeyMismatchError,
@@ -51,10 +53,14 @@ from covonaut_es.store._codec import decode_object
 from covonaut_es.store._mapper import MsgspecMapper
 from covonaut_es.store._settings_tables import SETTINGS_TABLE, SettingsTable
 from covonaut_es.store._stream_ids import KEYED, STREAM_IDS, KeyedEvents, recorded_stream_ids
-from covonaut_es.store._urls import COMPRESSION_AS_RECORDED, COMPRESSOR_TOPIC, ZLIB_COMPRESSOR
+from covonaut_es.store._urls import (
+    COMPRESSION_AS_RECORDED,
+    COMPRESSIONS,
+    COMPRESSOR_TOPIC,
+    compression_of,
+    with_compression,
+)
 
-COMPRESSIONS = ("zlib", "none")
-"""The compressions a store may record."""
 NO_KEY = "none"
 _LABEL = b"covonaut-es store key check v1"
 
@@ -157,7 +163,7 @@ def requested_settings(env: Mapping[str, str]) -> dict[str, str]:
     store created by it keeps its stream ids keyed (:mod:`._stream_ids`)."""
     requested = {
         "cipher": key_fingerprint(env.get("CIPHER_KEY")),
-        "compression": "zlib" if env.get(COMPRESSOR_TOPIC) else "none",
+        "compression": compression_of(env),
     }
     if env.get("CIPHER_KEY"):
         requested[STREAM_IDS] = KEYED
@@ -186,16 +192,15 @@ def key_stream_ids(app: Application[UUID], where: str) -> None:
 def as_recorded(env: Mapping[str, str], compression: str) -> dict[str, str]:
     """``env`` with the ``compression`` :func:`check_settings` found, when the open
     takes the store's (``compress=None``); ``env`` as it is otherwise."""
-    settled = dict(env)
-    if env.get(COMPRESSION_AS_RECORDED) and compression == "zlib":
-        settled[COMPRESSOR_TOPIC] = ZLIB_COMPRESSOR
-    return settled
+    if env.get(COMPRESSION_AS_RECORDED):
+        return with_compression(env, compression)
+    return dict(env)
 
 
 def check_settings(app: Application[UUID], env: Mapping[str, str], url: str) -> str:
     """Check the options of an open against those the store was created with,
     recording them for a store that has none and no events yet; returns the store's
-    compression (``"zlib"`` or ``"none"``).
+    compression (one of :data:`~covonaut_es.store._urls.COMPRESSIONS`).
 
     Raises:
         CipherKeyMismatchError: The key is not the store's, or one of the two has none.
@@ -206,6 +211,10 @@ def check_settings(app: Application[UUID], env: Mapping[str, str], url: str) -> 
     requested = requested_settings(env)
     table = settings_table(app)
     recorded = table.read()
+    # A store with events and no settings was written before stores recorded them, when
+    # a store opened without compress was not compressed (one without events records
+    # what it is opened with, below).
+    older = {**requested, "compression": "none"} if env.get(COMPRESSION_AS_RECORDED) else requested
     if recorded.get("compression", "none") not in COMPRESSIONS:
         # Read as none, an unknown value would have every record seem damaged, and a
         # writer add uncompressed events to a compressed store.
@@ -220,11 +229,11 @@ def check_settings(app: Application[UUID], env: Mapping[str, str], url: str) -> 
         # decode instead.
         if recorded:
             _compare(recorded, requested, env, url, written="nothing was read")
-        return recorded.get("compression", requested["compression"])
+        return recorded.get("compression", older["compression"])
     if not recorded:
         if app.recorder.max_notification_id():
-            _check_first_event(app, url, requested)
-            return requested["compression"]
+            _check_first_event(app, url, older)
+            return older["compression"]
         table.write(requested)
         recorded = table.read()
     _compare(recorded, requested, env, url)
@@ -257,8 +266,7 @@ def _compare(
         msg = (
             f"store {url} was created with compression {stored_mode!r} but opened with "
             f"{given_mode!r}: leave compress out (--compressed on the command line) to open "
-            f"it as it records, or pass compress={stored_mode != 'none'} as when it was "
-            f"created ({written})"
+            f"it as it records, or pass compress={stored_mode!r} ({written})"
         )
         raise CompressionMismatchError(msg)
 
@@ -268,8 +276,11 @@ def _describe(fingerprint: str) -> str:
 
 
 def _check_first_event(app: Application[UUID], url: str, requested: Mapping[str, str]) -> None:
-    mapper = app.mapper
-    assert isinstance(mapper, MsgspecMapper)
+    assert isinstance(app.mapper, MsgspecMapper)
+    # The open's own mapper compresses as a new store would, when it names no compression.
+    topic = with_compression({}, requested["compression"]).get(COMPRESSOR_TOPIC)
+    compressor = None if topic is None else resolve_topic(topic)()
+    mapper = MsgspecMapper(compressor=compressor, cipher=app.mapper.cipher)
     [first] = app.recorder.select_notifications(None, 1)
     try:
         decode_object(mapper.plain_payload(first), where=f"store {url}")

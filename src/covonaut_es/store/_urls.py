@@ -8,9 +8,10 @@ import re
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Literal, get_args
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from covonaut_es.errors import StoreUnavailableError, StoreURLError
+from covonaut_es.errors import ConfigurationError, StoreUnavailableError, StoreURLError
 from covonaut_es.store._backend import MODULES, backend_for_env
 
 SCHEMES = ("memory", "sqlite", "postgresql")
@@ -27,8 +28,18 @@ POSTGRES_PARAMS = "COVONAUT_POSTGRES_PARAMS"
 COMPRESSOR_TOPIC = "COMPRESSOR_TOPIC"
 """eventsourcing's setting of the compressor its mapper uses."""
 ZLIB_COMPRESSOR = "eventsourcing.compressor:ZlibCompressor"
+ZSTD_COMPRESSOR = "covonaut_es.store._dictionary:ZstdDictionaryCompressor"
 COMPRESSION_AS_RECORDED = "COVONAUT_COMPRESSION_AS_RECORDED"
 """Set (to ``y``) when the open takes its compression from the store's settings."""
+
+Compression = Literal["zstd", "zlib", "none"]
+"""How a store compresses its event payloads: zstd with the dictionary the package
+ships (the default of a new store, ADR 0061), eventsourcing's zlib, or not at all."""
+COMPRESSIONS: tuple[Compression, ...] = get_args(Compression)
+"""The compressions a store may record."""
+NEW_STORE_COMPRESSION: Compression = "zstd"
+"""What a store opened without ``compress`` records when it is created."""
+_COMPRESSORS: dict[str, str] = {"zstd": ZSTD_COMPRESSOR, "zlib": ZLIB_COMPRESSOR}
 
 SQLITE_MODES = ("ro", "rw", "rwc")
 _POSTGRES_FIELDS = ("dbname", "host", "port", "user", "password", "connect_timeout")
@@ -172,21 +183,54 @@ def postgres_params(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def store_env(
-    url: str, *, cipher_key: str | None = None, compress: bool | None = False
+    url: str, *, cipher_key: str | None = None, compress: bool | Compression | None = False
 ) -> dict[str, str]:
     """The eventsourcing environment of a store: its URL's settings, plus encryption
-    (AES-GCM under ``cipher_key``) and zlib compression when asked for; with
-    ``compress=None``, the compression the store records (see
-    :func:`~covonaut_es.store._settings.check_settings`)."""
+    (AES-GCM under ``cipher_key``) and the compression asked for (``True`` is zlib,
+    ``False`` none, as before stores recorded zstd); with ``compress=None``, the
+    compression the store records (see
+    :func:`~covonaut_es.store._settings.check_settings`), zstd for a new one.
+
+    Raises:
+        ConfigurationError: ``compress`` names no compression.
+    """
     env = persistence_env(url)
     if cipher_key is not None:
         env["CIPHER_TOPIC"] = "eventsourcing.cryptography:AESCipher"
         env["CIPHER_KEY"] = cipher_key
     if compress is None:
         env[COMPRESSION_AS_RECORDED] = "y"
-    elif compress:
-        env[COMPRESSOR_TOPIC] = ZLIB_COMPRESSOR
-    return env
+    return with_compression(env, NEW_STORE_COMPRESSION if compress is None else compress)
+
+
+def with_compression(env: Mapping[str, str], compress: bool | str) -> dict[str, str]:
+    """``env`` with the compressor of ``compress`` (``True`` is zlib, ``False`` none).
+
+    Raises:
+        ConfigurationError: ``compress`` names no compression.
+    """
+    name = ("zlib" if compress else "none") if isinstance(compress, bool) else compress
+    if name not in COMPRESSIONS:
+        msg = (
+            f"compress={compress!r} names no compression: expected one of "
+            f"{list(COMPRESSIONS)}, True (zlib), False (none) or None (as the store records, "
+            f"{NEW_STORE_COMPRESSION} for a new one)"
+        )
+        raise ConfigurationError(msg)
+    settled = dict(env)
+    settled.pop(COMPRESSOR_TOPIC, None)
+    if name in _COMPRESSORS:
+        settled[COMPRESSOR_TOPIC] = _COMPRESSORS[name]
+    return settled
+
+
+def compression_of(env: Mapping[str, str]) -> str:
+    """The compression an environment's compressor gives (any other compressor than
+    the library's is taken for zlib, as eventsourcing's own is)."""
+    topic = env.get(COMPRESSOR_TOPIC)
+    if not topic:
+        return "none"
+    return next((name for name, known in _COMPRESSORS.items() if known == topic), "zlib")
 
 
 def canonical_url(url: str, env: Mapping[str, str]) -> str:

@@ -1,0 +1,150 @@
+"""Event payloads compressed with the zstd dictionary the package ships (ADR 0061):
+the dictionary is what its script trains, payloads round-trip, and a frame naming
+another dictionary is a typed error naming its row, on load and on verify."""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+
+import msgspec
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from covonaut_es import AgentThread, Store, open_store
+from covonaut_es.domain import RunMode
+from covonaut_es.errors import CompressionDictionaryError, ConfigurationError, SerializationError
+from covonaut_es.messages import Message, Role
+from covonaut_es.store import _dictionary, _zstd
+from covonaut_es.store._dictionary import (
+    DICTIONARY_FILE,
+    ZstdDictionaryCompressor,
+    shipped_dictionary,
+)
+from support import append_raw_event, conversation, run_python
+
+ROOT = Path(__file__).resolve().parents[1]
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def test_the_shipped_dictionary_is_what_its_script_trains() -> None:
+    """The dictionary file in the package is byte for byte what
+    ``scripts/train_event_dictionary.py`` trains from the library's own events: the
+    script is kept honest, and training is deterministic. Training needs zstandard,
+    a dependency only before Python 3.14."""
+    pytest.importorskip("zstandard")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    result = run_python(ROOT / "scripts" / "train_event_dictionary.py", "--check", env=env)
+    assert f"{DICTIONARY_FILE}: as trained" in result.stdout
+
+
+def test_the_dictionary_is_package_data_of_a_few_kilobytes() -> None:
+    """The dictionary is loaded from the package, and names itself by an id zstd leaves
+    to users."""
+    dictionary = shipped_dictionary()
+    assert 32_768 <= dictionary.id < 2**31
+    size = (ROOT / "src" / "covonaut_es" / "store" / DICTIONARY_FILE).stat().st_size
+    assert 4 * 1024 <= size <= 32 * 1024
+
+
+@settings(max_examples=200, deadline=None)
+@given(payload=st.binary(max_size=4096) | st.text(max_size=2048).map(str.encode))
+def test_any_payload_round_trips_in_a_frame_naming_the_dictionary(payload: bytes) -> None:
+    """Whatever bytes a payload holds, its frame names the shipped dictionary and gives
+    them back exactly."""
+    compressor = ZstdDictionaryCompressor()
+    frame = compressor.compress(payload)
+    assert frame.startswith(_zstd.MAGIC)
+    assert _zstd.dictionary_id(frame) == shipped_dictionary().id
+    assert compressor.decompress(frame) == payload
+
+
+@pytest.fixture(scope="module")
+def zstd_store(tmp_path_factory: pytest.TempPathFactory) -> Store:
+    path = tmp_path_factory.mktemp("zstd") / "threads.db"
+    return open_store(f"sqlite:///{path}")
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(texts=st.lists(st.text(st.characters(exclude_characters="\x00")), min_size=1, max_size=5))
+def test_messages_of_any_text_read_back_from_a_zstd_store(
+    zstd_store: Store, texts: list[str]
+) -> None:
+    """Messages of any text saved in a new (zstd) SQLite store load back equal, from the
+    events alone as through the store's reads."""
+    thread_id = f"t{abs(hash(tuple(texts)))}"
+    if zstd_store.exists(thread_id):
+        return
+    thread = AgentThread.start(thread_id, now=NOW)
+    thread.start_run(RunMode.RUN, now=NOW)
+    for text in texts:
+        thread.append_message(Message(role=Role.USER, content=text), now=NOW)
+    zstd_store.save(thread)
+    state = zstd_store.state_at(thread_id)
+    assert [m.content for m in state.messages] == texts
+    assert zstd_store.replay_state(thread_id) == state
+    assert zstd_store.verify(thread_id).ok
+
+
+def other_dictionary() -> _zstd.Dictionary:
+    """The shipped dictionary under another id: as a later release's would be."""
+    content = (ROOT / "src" / "covonaut_es" / "store" / DICTIONARY_FILE).read_bytes()
+    return _zstd.Dictionary(
+        content[:4] + (shipped_dictionary().id + 1).to_bytes(4, "little") + content[8:]
+    )
+
+
+@pytest.mark.parametrize("names", ["another dictionary", "no dictionary"])
+def test_a_frame_naming_another_dictionary_is_a_typed_error_naming_its_row(
+    store_url: str, names: str
+) -> None:
+    """A stored frame compressed with a dictionary this version does not ship (or none)
+    is refused with CompressionDictionaryError naming the stream and version, never
+    read with the shipped one; verify reports it at that version."""
+    with open_store(store_url) as store:  # damaged: outside the replay law's teardown
+        conversation(store, "t", 2)
+        payload = msgspec.json.encode({"timestamp": NOW.isoformat(), "mode": "run"})
+        frame = (
+            other_dictionary().compress(payload)
+            if names == "another dictionary"
+            else _zstd.compress(payload)
+        )
+        version = append_raw_event(store, "t", AgentThread.TurnStarted.TOPIC, frame)
+        found = (
+            f"dictionary {shipped_dictionary().id + 1}" if names == "another dictionary" else names
+        )
+        with pytest.raises(
+            CompressionDictionaryError, match=rf"at version {version}: its zstd frame names {found}"
+        ):
+            store.history("t")
+        report = store.verify("t")
+        assert [f.version for f in report.findings] == [version], report.findings
+
+
+def test_compress_must_name_a_compression(tmp_path: Path) -> None:
+    """``compress`` given a name no store records is refused before anything is opened."""
+    with pytest.raises(ConfigurationError, match="names no compression"):
+        open_store(f"sqlite:///{tmp_path / 'x.db'}", compress="brotli")  # type: ignore[arg-type]
+    assert not (tmp_path / "x.db").exists()
+
+
+def test_a_payload_beyond_the_limit_is_refused_when_written_and_when_read(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A payload larger than the limit a reader allows is refused before anything is
+    stored, and a stored frame declaring more is refused before it is decompressed."""
+    monkeypatch.setattr(_dictionary, "PAYLOAD_SIZE_LIMIT", 4096)
+    with open_store(f"sqlite:///{tmp_path / 'big.db'}") as store:
+        thread = AgentThread.start("big", now=NOW)
+        thread.start_run(RunMode.RUN, now=NOW)
+        thread.append_message(Message(role=Role.USER, content="x" * 5000), now=NOW)
+        with pytest.raises(SerializationError, match="larger than the 4096 a store reads back"):
+            store.save(thread)
+        assert not store.exists("big")
+    frame = shipped_dictionary().compress(b"x" * 5000)
+    with pytest.raises(ValueError, match="declares 5000 bytes, more than the 4096 allowed"):
+        ZstdDictionaryCompressor().decompress(frame)
