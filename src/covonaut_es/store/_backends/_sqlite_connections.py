@@ -248,10 +248,39 @@ class SQLiteWriter:
             ConnectionUnavailableError: Another thread's save held the connection for
                 longer than the pool's timeout, as the pool's writer would have.
         """
-        pool = self._datastore.pool
-        if pool.is_sqlite_memory_mode:  # another connection would open another database
-            with self._datastore.transaction(commit=True) as cursor:
+        with self._held() as connection:
+            if connection is None:  # in memory: another connection, another database
+                with self._datastore.transaction(commit=True) as cursor:
+                    yield cursor
+                return
+            # What eventsourcing's connection.transaction() does, without one more
+            # generator: it begins, then commits, or rolls back and raises its error.
+            with SQLiteTransaction(connection, commit=True) as cursor, cursor:
                 yield cursor
+
+    @contextmanager
+    def statement(self) -> Iterator[SQLiteCursor]:
+        """A cursor for one read, on the saves' connection, in a transaction of its own:
+        no ``BEGIN`` and ``ROLLBACK`` around it. The connection's pages are those its
+        saves wrote, where a pooled connection would read them again after each save
+        of another connection (a run's lease checks read the token between its saves).
+        Errors and refusals as :meth:`transaction`'s; it waits for a save in flight.
+        """
+        with self._held() as connection:
+            if connection is None:
+                with self._datastore.transaction(commit=False) as cursor:
+                    yield cursor
+                return
+            with _Statement(connection) as cursor, cursor:
+                yield cursor
+
+    @contextmanager
+    def _held(self) -> Iterator[SQLiteConnection | None]:
+        """The saves' connection, held by this thread alone, in a store still open on
+        the file it opened; None for a database in memory."""
+        pool = self._datastore.pool
+        if pool.is_sqlite_memory_mode:
+            yield None
             return
         if not self._lock.acquire(timeout=pool.pool_timeout):
             msg = "Timed out waiting for return of writer"  # the pool's words
@@ -263,10 +292,7 @@ class SQLiteWriter:
             if isinstance(pool, StatementKeepingPool) and pool.file is not None:
                 pool.file.check()
             try:
-                # What eventsourcing's connection.transaction() does, without one more
-                # generator: it begins, then commits, or rolls back and raises its error.
-                with SQLiteTransaction(connection, commit=True) as cursor, cursor:
-                    yield cursor
+                yield connection
             finally:
                 if connection._sqlite_conn.in_transaction:
                     # Interrupted (Ctrl-C) just after eventsourcing's BEGIN, before its
@@ -292,6 +318,15 @@ class SQLiteWriter:
         if self._connection is not None:
             self._connection.close()
             self._connection = None
+
+
+class _Statement(SQLiteTransaction):
+    """eventsourcing's transaction of a connection in autocommit mode, without its
+    ``BEGIN``: the one statement run in it is read in a transaction of its own. Its
+    rollback, when nothing began, does nothing; its errors are eventsourcing's."""
+
+    def __enter__(self) -> SQLiteCursor:
+        return self.connection.cursor()
 
 
 def sqlite_file(db_name: str) -> str | None:

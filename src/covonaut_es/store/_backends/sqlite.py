@@ -169,8 +169,11 @@ class _AnchoringRecorder(SQLiteAggregateRecorder, PollingSQLiteApplicationRecord
             return int(c.fetchone()[0])
 
     def lease_token(self, stream: UUID) -> int | None:
-        """The token of ``stream``'s newest run lease; None before its first."""
-        with self.datastore.transaction(commit=False) as c:
+        """The token of ``stream``'s newest run lease; None before its first. Read on
+        the saves' connection, which wrote the token and the run's saves, in one
+        statement: a pooled connection would first read again the pages those saves
+        changed, and begin and roll back a transaction around it."""
+        with self.writer.statement() as c:
             return self._lease_token(c, stream)
 
     def _lease_token(self, c: Any, stream: UUID) -> int | None:
