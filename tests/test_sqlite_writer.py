@@ -343,6 +343,7 @@ def test_a_lease_check_reads_the_token_in_one_statement_on_the_saves_connection(
         connection = store._app.recorder.writer._connection._sqlite_conn  # type: ignore[attr-defined]
         connection.set_trace_callback(run.append)
         with store.lease("t") as lease:
+            assert lease.token == 1  # read: synced now (ADR 0062), as a save would
             run.clear()
             lease.check()
             assert len(run) == 1

@@ -233,14 +233,26 @@ class SQLiteWriter:
         # and read from at once, as the pool's first connection is, which attaches it to
         # that file's write-ahead log too.
         self._connection: SQLiteConnection | None = None
+        self._synchronous = 2  # FULL, SQLite's default; the file's own setting below
         if not pool.is_sqlite_memory_mode:
             self._connection = _connect(pool, max_age=None)
             self._connection._sqlite_conn.execute("PRAGMA journal_mode").fetchone()
+            (self._synchronous,) = self._connection._sqlite_conn.execute(
+                "PRAGMA synchronous"
+            ).fetchone()
 
     @contextmanager
-    def transaction(self) -> Iterator[SQLiteCursor]:
+    def transaction(self, *, synced: bool = True) -> Iterator[SQLiteCursor]:
         """A cursor in a transaction, committed when the block ends (rolled back if it
         raises); errors come as eventsourcing's, as from the datastore's transactions.
+
+        Args:
+            synced: Whether the commit waits for the disk (the file's ``synchronous``
+                setting, ``FULL`` unless changed). When not, the commit is visible to
+                every connection at once, and durable once a later synced commit of any
+                connection to the file (or a checkpoint) syncs the write-ahead log it was
+                appended to: in WAL mode, ``synchronous=NORMAL`` risks losing recent
+                commits at a power loss, never the file's integrity.
 
         Raises:
             ConnectionPoolClosedError: The store is closed.
@@ -248,7 +260,7 @@ class SQLiteWriter:
             ConnectionUnavailableError: Another thread's save held the connection for
                 longer than the pool's timeout, as the pool's writer would have.
         """
-        with self._held() as connection:
+        with self._held(synced=synced) as connection:
             if connection is None:  # in memory: another connection, another database
                 with self._datastore.transaction(commit=True) as cursor:
                     yield cursor
@@ -275,9 +287,10 @@ class SQLiteWriter:
                 yield cursor
 
     @contextmanager
-    def _held(self) -> Iterator[SQLiteConnection | None]:
+    def _held(self, *, synced: bool = True) -> Iterator[SQLiteConnection | None]:
         """The saves' connection, held by this thread alone, in a store still open on
-        the file it opened; None for a database in memory."""
+        the file it opened (its commits synced or not, see :meth:`transaction`); None
+        for a database in memory."""
         pool = self._datastore.pool
         if pool.is_sqlite_memory_mode:
             yield None
@@ -291,13 +304,18 @@ class SQLiteWriter:
                 raise ConnectionPoolClosedError
             if isinstance(pool, StatementKeepingPool) and pool.file is not None:
                 pool.file.check()
+            sqlite_conn = connection._sqlite_conn
+            if not synced:  # set, and set back, outside any transaction: SQLite says so
+                sqlite_conn.execute("PRAGMA synchronous = NORMAL")
             try:
                 yield connection
             finally:
-                if connection._sqlite_conn.in_transaction:
+                if sqlite_conn.in_transaction:
                     # Interrupted (Ctrl-C) just after eventsourcing's BEGIN, before its
                     # block rolls back on errors: else every later save fails to begin.
                     connection.rollback()
+                if not synced:
+                    sqlite_conn.execute(f"PRAGMA synchronous = {self._synchronous}")
         finally:
             if self._closing:  # close() gave up waiting for this save
                 self._close_connection()

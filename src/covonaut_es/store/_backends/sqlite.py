@@ -158,15 +158,27 @@ class _AnchoringRecorder(SQLiteAggregateRecorder, PollingSQLiteApplicationRecord
             "chain = excluded.chain"
         )
 
-    def advance_lease_token(self, stream: UUID) -> int:
-        """Record a new run lease of ``stream``: its token, one more than the last."""
-        with self.writer.transaction() as c:
+    def advance_lease_token(self, stream: UUID, *, synced: bool = True) -> int:
+        """Record a new run lease of ``stream``: its token, one more than the last;
+        ``synced``: wait for the disk before returning it (else see
+        :meth:`sync_lease_token`)."""
+        with self.writer.transaction(synced=synced) as c:
             c.execute(
                 f"INSERT INTO {lease_table(self)} (originator_id, token) VALUES (?, 1) "
                 "ON CONFLICT (originator_id) DO UPDATE SET token = token + 1 RETURNING token",
                 (stream.hex,),
             )
             return int(c.fetchone()[0])
+
+    def sync_lease_token(self, stream: UUID) -> None:
+        """Make the tokens recorded without waiting for the disk durable: a synced
+        commit (rewriting ``stream``'s token as it is) syncs the write-ahead log they
+        were appended to."""
+        with self.writer.transaction() as c:
+            c.execute(
+                f"UPDATE {lease_table(self)} SET token = token WHERE originator_id = ?",
+                (stream.hex,),
+            )
 
     def lease_token(self, stream: UUID) -> int | None:
         """The token of ``stream``'s newest run lease; None before its first. Read on
