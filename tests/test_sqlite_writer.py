@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from covonaut_es import Store, open_store
 from covonaut_es.domain import AgentThread
-from covonaut_es.errors import ReadOnlyStoreError, StoreFileReplacedError
+from covonaut_es.errors import LeaseLostError, ReadOnlyStoreError, StoreFileReplacedError
 from covonaut_es.messages import Message, Role
 from covonaut_es.store._writer import SNAPSHOT_MIN_VERSION
 
@@ -328,3 +328,27 @@ def test_a_save_waiting_behind_a_stuck_one_times_out_as_the_pools_writer_did(
     assert store.find("second") is None
     store.save(second)
     store.close()
+
+
+def test_a_lease_check_reads_the_token_in_one_statement_on_the_saves_connection(
+    tmp_path: Path,
+) -> None:
+    """A check before a tool call reads the lease's token on the connection that wrote it
+    and the run's saves, whose pages are current, in one statement (no BEGIN and
+    ROLLBACK), and still finds a newer lease recorded by another store."""
+    url = f"sqlite:///{tmp_path / 'threads.db'}"
+    with open_store(url) as store, open_store(url) as other:
+        store.save(AgentThread.start("t", now=NOW))
+        run: list[str] = []
+        connection = store._app.recorder.writer._connection._sqlite_conn  # type: ignore[attr-defined]
+        connection.set_trace_callback(run.append)
+        with store.lease("t") as lease:
+            assert lease.token == 1  # read: synced now (ADR 0062), as a save would
+            run.clear()
+            lease.check()
+            assert len(run) == 1
+            assert run[0].startswith("SELECT token FROM")
+            recorder = other._app.recorder  # type: ignore[attr-defined]
+            recorder.advance_lease_token(lease.stream)  # a newer lease, as a taker records it
+            with pytest.raises(LeaseLostError, match="newer lease"):
+                lease.check()

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Protocol
 from uuid import UUID
@@ -117,23 +118,37 @@ class Lease:
 
     Attributes:
         thread_id: The thread.
-        token: Greater than every earlier lease's on the thread: saves under the lease
-            carry it, and the store refuses them once a newer lease exists. Hand it to
-            an external system that can refuse a stale writer, too. 0 when the store's
-            database keeps no tokens (an application's own, see ADR 0025).
         session: The database session holding the lease's lock, where a save can check
             that it still does (PostgreSQL's backend process id); 0 elsewhere.
     """
 
     thread_id: str
-    token: int
+    _token: int = attrs.field(alias="token")
     _backend: LeaseBackend = attrs.field(repr=False, alias="backend")
     session: int = 0
 
     @property
+    def token(self) -> int:
+        """Greater than every earlier lease's on the thread: saves under the lease carry
+        it, and the store refuses them once a newer lease exists. Hand it to an external
+        system that can refuse a stale writer, too: it is durable once read (a SQLite
+        store records it without waiting for the disk, and syncs it on its first read
+        here, unless a save under the lease did). 0 when the store's database keeps no
+        tokens (an application's own, see ADR 0025)."""
+        self._backend.settle(self)
+        return self._token
+
+    @property
+    def fence_token(self) -> int:
+        """The token as the store records it, durable or not yet: what a save under the
+        lease carries (its synced commit makes it durable) and a check compares. Never
+        handed out: :attr:`token` is."""
+        return self._token
+
+    @property
     def fenced(self) -> bool:
         """Whether the store checks this lease's token when saving under it."""
-        return self.token > 0
+        return self._token > 0
 
     @property
     def stream(self) -> UUID:
@@ -159,6 +174,10 @@ class Lease:
         """
         self._backend.check(self, in_save=True)
 
+    def saved(self) -> None:
+        """Note that a save under the lease committed, synced: its token is durable."""
+        self._backend.saved(self)
+
 
 class LeaseBackend(ABC):
     """Leases and worker records in one database. Safe to share between threads.
@@ -175,6 +194,8 @@ class LeaseBackend(ABC):
         self.holder = holder
         self._tokens = tokens
         self._held: dict[str, Lease | None] = {}  # None while being taken
+        # How to sync the token of each thread whose lease's token is not durable yet.
+        self._unsynced: dict[str, Callable[[], None]] = {}
         self._lock = threading.Lock()
 
     def rename(self, holder: str) -> None:
@@ -210,7 +231,7 @@ class LeaseBackend(ABC):
             logger.warning(
                 "the run lease of thread %r (token %d) was lost before its release: %s",
                 lease.thread_id,
-                lease.token,
+                lease.fence_token,
                 exc,
             )
         finally:
@@ -228,11 +249,28 @@ class LeaseBackend(ABC):
         problem = self._problem(lease, in_save=in_save) if held else "it was released"
         if problem is not None:
             msg = (
-                f"the run lease of thread {lease.thread_id!r} (token {lease.token}) was "
-                f"lost: {problem}; another runner may run the thread, so this runner stops "
-                "before its next tool call"
+                f"the run lease of thread {lease.thread_id!r} (token {lease.fence_token}) "
+                f"was lost: {problem}; another runner may run the thread, so this runner "
+                "stops before its next tool call"
             )
-            raise LeaseLostError(msg, token=lease.token)
+            raise LeaseLostError(msg, token=lease.fence_token)
+        if not in_save:  # a side effect follows, which may hand the token out
+            self.settle(lease)
+
+    def settle(self, lease: Lease) -> None:
+        """Make ``lease``'s token durable if it is not yet: a back end that records
+        tokens without waiting for the disk leaves how to sync one in :attr:`_unsynced`
+        (the others' tokens are durable when taken)."""
+        with self._lock:
+            sync = self._unsynced.get(lease.thread_id)
+        if sync is not None:
+            sync()
+            self.saved(lease)
+
+    def saved(self, lease: Lease) -> None:
+        """Note that a synced save under ``lease`` made its token durable."""
+        with self._lock:
+            self._unsynced.pop(lease.thread_id, None)
 
     def held(self) -> tuple[str, ...]:
         """The threads whose leases this back end holds."""
@@ -251,10 +289,16 @@ class LeaseBackend(ABC):
         try:
             if self._tokens is None:
                 return 0
-            return self._tokens.advance_lease_token(thread_aggregate_id(thread_id))
+            return self._advance(thread_id)
         except BaseException:
             self._unlock(thread_id)
             raise
+
+    def _advance(self, thread_id: str) -> int:
+        """Record a new lease of the thread, whose lock is taken: its token (called
+        only where the database keeps tokens)."""
+        assert self._tokens is not None
+        return self._tokens.advance_lease_token(thread_aggregate_id(thread_id))
 
     def _problem(self, lease: Lease, *, in_save: bool) -> str | None:
         """Why ``lease``, held here, no longer stands: its lock lost, or (unless
@@ -268,6 +312,7 @@ class LeaseBackend(ABC):
     def _forget(self, thread_id: str) -> None:
         with self._lock:
             self._held.pop(thread_id, None)
+            self._unsynced.pop(thread_id, None)
 
     @abstractmethod
     def _try_lock(self, thread_id: str) -> bool: ...
@@ -307,7 +352,7 @@ class LeaseBackend(ABC):
 def newer_lease(lease: Lease, stored: int | None) -> str | None:
     """What a check of ``lease`` finds when the store records ``stored`` as the thread's
     newest token: None when it is the lease's own."""
-    if stored == lease.token:
+    if stored == lease.fence_token:
         return None
     return f"the store records a newer lease ({stored}) of the thread"
 

@@ -188,11 +188,17 @@ class KeyedLog(KeyedEvents, ApplicationRecorder):
             return found
         return _mapped(found, self.stream_ids.domain)
 
-    def advance_lease_token(self, stream: UUID) -> int:
+    def advance_lease_token(self, stream: UUID, **options: bool) -> int:
         """Record a new run lease of ``stream``: its token, one more than the last (SQLite
-        and memory: PostgreSQL's leases record theirs on their own connection)."""
+        and memory: PostgreSQL's leases record theirs on their own connection); the
+        back end's ``options`` (SQLite's ``synced``)."""
         inner: Any = super()
-        return int(inner.advance_lease_token(self.stream_ids.stored(stream)))
+        return int(inner.advance_lease_token(self.stream_ids.stored(stream), **options))
+
+    def sync_lease_token(self, stream: UUID) -> None:
+        """Make the tokens recorded without waiting for the disk durable (SQLite)."""
+        inner: Any = super()
+        inner.sync_lease_token(self.stream_ids.stored(stream))
 
     def lease_token(self, stream: UUID) -> int | None:
         """The token of ``stream``'s newest run lease; None before its first."""

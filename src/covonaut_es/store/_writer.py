@@ -65,9 +65,8 @@ class ThreadWriter:
         self._guard.refuse_if_read_only(f"thread {thread.thread_id!r} was not saved")
         expected = pending[0].originator_version - 1
         lease = self._held_lease(thread.thread_id)
-        fences = (
-            {FENCES: [(thread.id, lease.token, lease.session)]} if lease and lease.fenced else {}
-        )
+        fenced = lease if lease is not None and lease.fenced else None
+        fences = {FENCES: [(thread.id, fenced.fence_token, fenced.session)]} if fenced else {}
         try:
             self._app.save(thread, **fences)
         except OperationalError as exc:
@@ -87,6 +86,8 @@ class ThreadWriter:
             raise ThreadConflictError(
                 msg, thread_id=thread.thread_id, expected_version=expected
             ) from exc
+        if fenced is not None:
+            fenced.saved()
 
     def snapshot_if_due(self, thread: AgentThread) -> bool:
         """As :meth:`covonaut_es.Store.snapshot_if_due`."""

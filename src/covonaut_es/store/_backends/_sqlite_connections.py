@@ -233,14 +233,26 @@ class SQLiteWriter:
         # and read from at once, as the pool's first connection is, which attaches it to
         # that file's write-ahead log too.
         self._connection: SQLiteConnection | None = None
+        self._synchronous = 2  # FULL, SQLite's default; the file's own setting below
         if not pool.is_sqlite_memory_mode:
             self._connection = _connect(pool, max_age=None)
             self._connection._sqlite_conn.execute("PRAGMA journal_mode").fetchone()
+            (self._synchronous,) = self._connection._sqlite_conn.execute(
+                "PRAGMA synchronous"
+            ).fetchone()
 
     @contextmanager
-    def transaction(self) -> Iterator[SQLiteCursor]:
+    def transaction(self, *, synced: bool = True) -> Iterator[SQLiteCursor]:
         """A cursor in a transaction, committed when the block ends (rolled back if it
         raises); errors come as eventsourcing's, as from the datastore's transactions.
+
+        Args:
+            synced: Whether the commit waits for the disk (the file's ``synchronous``
+                setting, ``FULL`` unless changed). When not, the commit is visible to
+                every connection at once, and durable once a later synced commit of any
+                connection to the file (or a checkpoint) syncs the write-ahead log it was
+                appended to: in WAL mode, ``synchronous=NORMAL`` risks losing recent
+                commits at a power loss, never the file's integrity.
 
         Raises:
             ConnectionPoolClosedError: The store is closed.
@@ -248,10 +260,40 @@ class SQLiteWriter:
             ConnectionUnavailableError: Another thread's save held the connection for
                 longer than the pool's timeout, as the pool's writer would have.
         """
-        pool = self._datastore.pool
-        if pool.is_sqlite_memory_mode:  # another connection would open another database
-            with self._datastore.transaction(commit=True) as cursor:
+        with self._held(synced=synced) as connection:
+            if connection is None:  # in memory: another connection, another database
+                with self._datastore.transaction(commit=True) as cursor:
+                    yield cursor
+                return
+            # What eventsourcing's connection.transaction() does, without one more
+            # generator: it begins, then commits, or rolls back and raises its error.
+            with SQLiteTransaction(connection, commit=True) as cursor, cursor:
                 yield cursor
+
+    @contextmanager
+    def statement(self) -> Iterator[SQLiteCursor]:
+        """A cursor for one read, on the saves' connection, in a transaction of its own:
+        no ``BEGIN`` and ``ROLLBACK`` around it. The connection's pages are those its
+        saves wrote, where a pooled connection would read them again after each save
+        of another connection (a run's lease checks read the token between its saves).
+        Errors and refusals as :meth:`transaction`'s; it waits for a save in flight.
+        """
+        with self._held() as connection:
+            if connection is None:
+                with self._datastore.transaction(commit=False) as cursor:
+                    yield cursor
+                return
+            with _Statement(connection) as cursor, cursor:
+                yield cursor
+
+    @contextmanager
+    def _held(self, *, synced: bool = True) -> Iterator[SQLiteConnection | None]:
+        """The saves' connection, held by this thread alone, in a store still open on
+        the file it opened (its commits synced or not, see :meth:`transaction`); None
+        for a database in memory."""
+        pool = self._datastore.pool
+        if pool.is_sqlite_memory_mode:
+            yield None
             return
         if not self._lock.acquire(timeout=pool.pool_timeout):
             msg = "Timed out waiting for return of writer"  # the pool's words
@@ -262,16 +304,18 @@ class SQLiteWriter:
                 raise ConnectionPoolClosedError
             if isinstance(pool, StatementKeepingPool) and pool.file is not None:
                 pool.file.check()
+            sqlite_conn = connection._sqlite_conn
+            if not synced:  # set, and set back, outside any transaction: SQLite says so
+                sqlite_conn.execute("PRAGMA synchronous = NORMAL")
             try:
-                # What eventsourcing's connection.transaction() does, without one more
-                # generator: it begins, then commits, or rolls back and raises its error.
-                with SQLiteTransaction(connection, commit=True) as cursor, cursor:
-                    yield cursor
+                yield connection
             finally:
-                if connection._sqlite_conn.in_transaction:
+                if sqlite_conn.in_transaction:
                     # Interrupted (Ctrl-C) just after eventsourcing's BEGIN, before its
                     # block rolls back on errors: else every later save fails to begin.
                     connection.rollback()
+                if not synced:
+                    sqlite_conn.execute(f"PRAGMA synchronous = {self._synchronous}")
         finally:
             if self._closing:  # close() gave up waiting for this save
                 self._close_connection()
@@ -292,6 +336,15 @@ class SQLiteWriter:
         if self._connection is not None:
             self._connection.close()
             self._connection = None
+
+
+class _Statement(SQLiteTransaction):
+    """eventsourcing's transaction of a connection in autocommit mode, without its
+    ``BEGIN``: the one statement run in it is read in a transaction of its own. Its
+    rollback, when nothing began, does nothing; its errors are eventsourcing's."""
+
+    def __enter__(self) -> SQLiteCursor:
+        return self.connection.cursor()
 
 
 def sqlite_file(db_name: str) -> str | None:

@@ -8,6 +8,7 @@ import fcntl
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 from uuid import UUID
 
 import msgspec
@@ -27,6 +28,18 @@ def lease_directory(database_file: str) -> Path:
     return resolved.parent / f".covonaut-leases-{found.st_dev:x}-{found.st_ino:x}"
 
 
+class SyncedLaterTokens(LeaseTokens, Protocol):
+    """The SQLite recorder's lease tokens, recorded without waiting for the disk."""
+
+    def advance_lease_token(self, stream: UUID, *, synced: bool = True) -> int:
+        """Record a new lease of ``stream``; its token. ``synced``: wait for the disk."""
+        ...
+
+    def sync_lease_token(self, stream: UUID) -> None:
+        """Make the tokens recorded without waiting for the disk durable."""
+        ...
+
+
 class FileLeases(LeaseBackend):
     """Leases of a SQLite store: ``flock`` on files in :func:`lease_directory`.
 
@@ -37,16 +50,23 @@ class FileLeases(LeaseBackend):
     no longer leads to it and tries again, so two runners never hold two files of one
     name, and lock files do not pile up (a runner that died leaves its file, which the
     next holder removes).
+
+    A lease's token is committed without waiting for the disk (ADR 0062): every
+    connection sees it at once, so saves under an older lease are refused from then on,
+    and it is synced by the first save under the lease, or before it can leave the
+    store (its first read through :attr:`Lease.token`, a check before a side effect),
+    whichever comes first. A power loss before either forgets a token nobody saw.
     """
 
     def __init__(
         self,
         holder: str,
         database_file: str,
-        tokens: LeaseTokens | None,
+        tokens: SyncedLaterTokens | None,
         stored: Callable[[UUID], UUID],
     ) -> None:
         super().__init__(holder, tokens)
+        self._later_tokens = tokens
         self._stored = stored
         self.directory = lease_directory(database_file)
         self.database = f"sqlite:{self.directory}"
@@ -88,6 +108,14 @@ class FileLeases(LeaseBackend):
         with self._lock:
             self._files[thread_id] = (fd, path)
         return True
+
+    def _advance(self, thread_id: str) -> int:
+        assert self._later_tokens is not None  # _take asks only where tokens are kept
+        tokens, stream = self._later_tokens, thread_aggregate_id(thread_id)
+        token = tokens.advance_lease_token(stream, synced=False)
+        with self._lock:
+            self._unsynced[thread_id] = lambda: tokens.sync_lease_token(stream)
+        return token
 
     def _unlock(self, thread_id: str) -> None:
         with self._lock:

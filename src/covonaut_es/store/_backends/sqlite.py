@@ -158,9 +158,11 @@ class _AnchoringRecorder(SQLiteAggregateRecorder, PollingSQLiteApplicationRecord
             "chain = excluded.chain"
         )
 
-    def advance_lease_token(self, stream: UUID) -> int:
-        """Record a new run lease of ``stream``: its token, one more than the last."""
-        with self.writer.transaction() as c:
+    def advance_lease_token(self, stream: UUID, *, synced: bool = True) -> int:
+        """Record a new run lease of ``stream``: its token, one more than the last;
+        ``synced``: wait for the disk before returning it (else see
+        :meth:`sync_lease_token`)."""
+        with self.writer.transaction(synced=synced) as c:
             c.execute(
                 f"INSERT INTO {lease_table(self)} (originator_id, token) VALUES (?, 1) "
                 "ON CONFLICT (originator_id) DO UPDATE SET token = token + 1 RETURNING token",
@@ -168,9 +170,22 @@ class _AnchoringRecorder(SQLiteAggregateRecorder, PollingSQLiteApplicationRecord
             )
             return int(c.fetchone()[0])
 
+    def sync_lease_token(self, stream: UUID) -> None:
+        """Make the tokens recorded without waiting for the disk durable: a synced
+        commit (rewriting ``stream``'s token as it is) syncs the write-ahead log they
+        were appended to."""
+        with self.writer.transaction() as c:
+            c.execute(
+                f"UPDATE {lease_table(self)} SET token = token WHERE originator_id = ?",
+                (stream.hex,),
+            )
+
     def lease_token(self, stream: UUID) -> int | None:
-        """The token of ``stream``'s newest run lease; None before its first."""
-        with self.datastore.transaction(commit=False) as c:
+        """The token of ``stream``'s newest run lease; None before its first. Read on
+        the saves' connection, which wrote the token and the run's saves, in one
+        statement: a pooled connection would first read again the pages those saves
+        changed, and begin and roll back a transaction around it."""
+        with self.writer.statement() as c:
             return self._lease_token(c, stream)
 
     def _lease_token(self, c: Any, stream: UUID) -> int | None:
