@@ -25,6 +25,7 @@ from covonaut_es.cli import main
 from covonaut_es.domain import AgentThread, thread_aggregate_id
 from covonaut_es.domain._snapshot import differing_fields
 from covonaut_es.errors import SerializationError
+from covonaut_es.store._dictionary import shipped_dictionary
 from covonaut_es.store._snapshot_seals import SEALED
 from test_audit import conversation
 
@@ -146,12 +147,20 @@ def apply(db: Path, change: tuple[Any, ...]) -> None:
                     (state,) = conn.execute(
                         f"SELECT state FROM stored_events {where}", (stream, version)
                     ).fetchone()
-                    position = rest[0] % len(state)
+                    position, mask = rest[0] % len(state), (rest[1:] or [0x5A])[0]
                     flipped = (
-                        state[:position] + bytes([state[position] ^ 0x5A]) + state[position + 1 :]
+                        state[:position] + bytes([state[position] ^ mask]) + state[position + 1 :]
                     )
                     conn.execute(
                         f"UPDATE stored_events SET state = ? {where}", (flipped, stream, version)
+                    )
+                elif kind == "append bytes":  # in Python: SQLite's || makes text of a blob
+                    (state,) = conn.execute(
+                        f"SELECT state FROM stored_events {where}", (stream, version)
+                    ).fetchone()
+                    conn.execute(
+                        f"UPDATE stored_events SET state = ? {where}",
+                        (state + rest[0], stream, version),
                     )
                 elif kind == "event topic":
                     conn.execute(
@@ -223,6 +232,10 @@ def test_verify_reports_any_damage_and_never_raises(
     stream=st.sampled_from(STREAMS),
     index=st.integers(0, 200),
     position=st.integers(0, 10**6),
+    change=st.one_of(
+        st.tuples(st.just("flip byte"), st.integers(1, 255)),
+        st.tuples(st.just("append bytes"), st.binary(min_size=1, max_size=40)),
+    ),
 )
 def test_one_flipped_byte_of_a_compressed_row_is_a_damaged_row(
     templates: dict[bool, Template],
@@ -231,9 +244,11 @@ def test_one_flipped_byte_of_a_compressed_row_is_a_damaged_row(
     stream: str,
     index: int,
     position: int,
+    change: tuple[str, Any],
 ) -> None:
-    """One byte changed anywhere in an event's zstd frame (magic, header, dictionary
-    id, data or checksum) is reported by verify, naming that version, and reading the
+    """One byte changed anywhere in an event's zstd frame (magic, header flags,
+    dictionary id, data or checksum), by any bits, or bytes appended after it (another
+    frame among them), is reported by verify, naming that version, and reading the
     thread's events (a load, where no snapshot covers the version) raises a
     SerializationError naming the version: the frame never decodes to other bytes."""
     template = templates[keyed]
@@ -249,7 +264,13 @@ def test_one_flipped_byte_of_a_compressed_row_is_a_damaged_row(
             "WHERE originator_id = ?",
             (stream,),
         ).fetchone()
-    apply(db, ("flip byte", stream, index, position))
+    kind, value = change
+    if kind == "flip byte":
+        apply(db, ("flip byte", stream, index, position, value))
+    else:
+        # Bytes, or (led by NUL) a whole second frame of the store's own kind.
+        frame = shipped_dictionary().compress(value) if value[:1] == b"\x00" else value
+        apply(db, ("append bytes", stream, index, frame))
     thread_id = THREADS[STREAMS.index(stream)]
     with open_store(f"sqlite:///{db}", **options(keyed)) as store:
         findings = store.verify(thread_id).findings

@@ -25,6 +25,7 @@ if sys.version_info >= (3, 14):
 
         def __init__(self, dictionary: bytes | None = None, *, checksum: bool = False) -> None:
             self._dictionary = None if dictionary is None else zstd.ZstdDict(dictionary)
+            self._whole = checksum
             self._options = {
                 zstd.CompressionParameter.compression_level: _LEVEL,
                 zstd.CompressionParameter.checksum_flag: int(checksum),
@@ -43,6 +44,9 @@ if sys.version_info >= (3, 14):
             data = decompressor.decompress(frame, max_length=size + 1)
             if not decompressor.eof:
                 msg = "the frame ends early"
+                raise ValueError(msg)
+            if self._whole and decompressor.unused_data:
+                msg = f"{len(decompressor.unused_data)} bytes follow the frame"
                 raise ValueError(msg)
             return data
 
@@ -72,12 +76,15 @@ else:
                 level=_LEVEL, dict_data=loaded, write_content_size=True, write_checksum=checksum
             )
             self._decompressor = zstandard.ZstdDecompressor(dict_data=loaded)
+            self._whole = checksum
 
         def compress(self, data: bytes) -> bytes:
             return self._compressor.compress(data)
 
         def decompress(self, frame: bytes | memoryview, size: int) -> bytes:
-            return self._decompressor.decompress(frame, max_output_size=size)
+            return self._decompressor.decompress(
+                frame, max_output_size=size, allow_extra_data=not self._whole
+            )
 
     def _declared_size(frame: bytes | memoryview) -> int | None:
         size = zstandard.frame_content_size(frame)
@@ -125,9 +132,16 @@ def dictionary_id(frame: bytes | memoryview) -> int:
         raise ValueError(msg) from exc
 
 
+_DESCRIPTOR_CHECKSUM = 0x04
+_DESCRIPTOR_RESERVED = 0x18  # the unused and the reserved bit, which ours leave clear
+_DESCRIPTOR_DICTIONARY = 0x03
+
+
 class Dictionary:
     """Frames compressed with one zstd dictionary, each carrying its id and a checksum
-    of its content, so that a damaged frame is refused rather than read as other data.
+    of its content, so that a damaged frame is refused rather than read as other data:
+    a frame must be the whole of what is read, and its header must declare the checksum
+    (clearing that flag would turn the check off) and no bit this library never sets.
 
     Args:
         content: The dictionary as zstd trains it (its header holds its id).
@@ -146,8 +160,17 @@ class Dictionary:
         """As :func:`decompress`, for a frame compressed with this dictionary.
 
         Raises:
-            ValueError: As :func:`decompress`, or the frame's checksum does not match.
+            ValueError: As :func:`decompress`, the frame's checksum does not match, its
+                header does not declare one, or bytes follow the frame.
         """
+        descriptor = frame[4] if len(frame) > 4 else 0
+        if (
+            not descriptor & _DESCRIPTOR_CHECKSUM
+            or descriptor & _DESCRIPTOR_RESERVED
+            or not descriptor & _DESCRIPTOR_DICTIONARY
+        ):
+            msg = f"the zstd frame's header is not one this library writes ({descriptor:#04x})"
+            raise ValueError(msg)
         return _checked(frame, limit, self._frames.decompress)
 
 
