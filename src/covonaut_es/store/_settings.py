@@ -48,6 +48,7 @@ from covonaut_es.errors import (
     SerializationError,
     StoreSettingsError,
 )
+from covonaut_es.store import _zstd
 from covonaut_es.store._backend import backend_of
 from covonaut_es.store._codec import decode_object
 from covonaut_es.store._mapper import MsgspecMapper
@@ -229,6 +230,7 @@ def check_settings(app: Application[UUID], env: Mapping[str, str], url: str) -> 
         # decode instead.
         if recorded:
             _compare(recorded, requested, env, url, written="nothing was read")
+            _check_stored_as_recorded(app, url, recorded)
         return recorded.get("compression", older["compression"])
     if not recorded:
         if app.recorder.max_notification_id():
@@ -237,6 +239,7 @@ def check_settings(app: Application[UUID], env: Mapping[str, str], url: str) -> 
         table.write(requested)
         recorded = table.read()
     _compare(recorded, requested, env, url)
+    _check_stored_as_recorded(app, url, recorded)
     return recorded.get("compression", "none")
 
 
@@ -269,6 +272,39 @@ def _compare(
             f"it as it records, or pass compress={stored_mode!r} ({written})"
         )
         raise CompressionMismatchError(msg)
+
+
+def _stored_as(payload: bytes) -> str | None:
+    """The compression a plain (unencrypted) event payload was stored with, as its
+    first bytes tell, or None when they tell none of them."""
+    if payload.startswith(_zstd.MAGIC):
+        return "zstd"
+    if payload[:1] == b"{":
+        return "none"
+    if payload[:1] == b"\x78":  # the header of a zlib stream with its default window
+        return "zlib"
+    return None
+
+
+def _check_stored_as_recorded(
+    app: Application[UUID], url: str, recorded: Mapping[str, str]
+) -> None:
+    """Refuse a store whose first event is plainly stored with another compression than
+    the one its settings record: a writer changed or deleted the record, and the store
+    would read every event as damaged and write new ones another way. An encrypted
+    store's payloads tell nothing (its key's check stands), nor does a damaged one,
+    which reads report."""
+    if recorded.get("cipher", NO_KEY) != NO_KEY or not app.recorder.max_notification_id():
+        return
+    [first] = app.recorder.select_notifications(None, 1)
+    stored, compression = _stored_as(first.state), recorded.get("compression", "none")
+    if stored is not None and stored != compression:
+        msg = (
+            f"store {url} records compression {compression!r}, but its first event is "
+            f"stored with {stored!r}: its settings were altered (nothing was read or "
+            "written); restore its settings from a backup"
+        )
+        raise StoreSettingsError(msg)
 
 
 def _describe(fingerprint: str) -> str:

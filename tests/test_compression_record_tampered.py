@@ -1,0 +1,72 @@
+"""A store's recorded compression against a hostile database writer: changed to another
+valid name, or deleted, while its events were stored with the first. An open then
+refuses with a typed error that says the settings were altered, and writes nothing,
+whatever the open asks for; put back, the store reads as before."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from covonaut_es import open_store
+from covonaut_es.errors import StoreSettingsError
+from test_audit import conversation
+
+COMPRESSIONS = ("zstd", "zlib", "none")
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    made = {}
+    for compression in COMPRESSIONS:
+        path = tmp_path_factory.mktemp(compression) / "threads.db"
+        with open_store(f"sqlite:///{path}", compress=compression) as store:
+            conversation(store, "t", 2)
+        made[compression] = path
+    return made
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    written=st.sampled_from(COMPRESSIONS),
+    altered=st.sampled_from((*COMPRESSIONS, None)),
+    asked=st.sampled_from((None, *COMPRESSIONS)),
+)
+def test_an_altered_compression_record_is_refused_at_open(
+    stores: dict[str, Path],
+    tmp_path_factory: pytest.TempPathFactory,
+    written: str,
+    altered: str | None,
+    asked: str | None,
+) -> None:
+    path = tmp_path_factory.mktemp("altered") / "threads.db"
+    shutil.copy(stores[written], path)
+    with sqlite3.connect(path) as conn:
+        if altered is None:
+            conn.execute("DELETE FROM covonaut_settings WHERE name = 'compression'")
+        else:
+            conn.execute(
+                "UPDATE covonaut_settings SET value = ? WHERE name = 'compression'", (altered,)
+            )
+    before = path.read_bytes()
+    effective = altered or "none"
+    if effective == written:
+        if asked in (None, written):
+            with open_store(f"sqlite:///{path}", compress=asked) as store:
+                assert store.load("t").version > 1
+        return
+    with pytest.raises(StoreSettingsError, match=r"settings were altered|was created with"):
+        open_store(f"sqlite:///{path}", compress=asked).close()
+    assert path.read_bytes() == before
+    with sqlite3.connect(path) as conn:
+        conn.execute("DELETE FROM covonaut_settings WHERE name = 'compression'")
+        conn.execute("INSERT INTO covonaut_settings VALUES ('compression', ?)", (written,))
+    with open_store(f"sqlite:///{path}") as store:
+        assert store.load("t").version > 1
