@@ -43,6 +43,7 @@ from covonaut_es import (
     open_store,
 )
 from covonaut_es.store import Compression, _zstd
+from covonaut_es.store._dictionary import ZstdDictionaryCompressor
 
 if TYPE_CHECKING:
     from harness import Progress
@@ -278,8 +279,11 @@ _UPSERT_HEAD = (
 
 
 def _head(batch: list[Row]) -> Head:
-    """The head anchor a save of ``batch`` writes: its newest version and chain hash."""
+    """The head anchor a save of ``batch`` writes: its newest version and chain hash
+    (read from the payload as stored: JSON, or JSON in a zstd frame, ADR 0061)."""
     originator, version, _, payload = batch[-1]
+    if payload.startswith(_zstd.MAGIC):
+        payload = ZstdDictionaryCompressor().decompress(payload)
     return originator, version, str(msgspec.json.decode(payload).get("chain", ""))
 
 
