@@ -70,7 +70,14 @@ def zstd_store(tmp_path_factory: pytest.TempPathFactory) -> Store:
 @settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(texts=st.lists(st.text(st.characters(exclude_characters="\x00")), min_size=1, max_size=5))
+# No lone surrogate: the mapper refuses to encode one, so no event holds one.
+@given(
+    texts=st.lists(
+        st.text(st.characters(exclude_characters="\x00", exclude_categories=("Cs",))),
+        min_size=1,
+        max_size=5,
+    )
+)
 def test_messages_of_any_text_read_back_from_a_zstd_store(
     zstd_store: Store, texts: list[str]
 ) -> None:
