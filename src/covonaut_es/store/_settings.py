@@ -51,6 +51,7 @@ from covonaut_es.errors import (
 from covonaut_es.store import _zstd
 from covonaut_es.store._backend import backend_of
 from covonaut_es.store._codec import decode_object
+from covonaut_es.store._dictionary import shipped_dictionary
 from covonaut_es.store._mapper import MsgspecMapper
 from covonaut_es.store._settings_tables import SETTINGS_TABLE, SettingsTable
 from covonaut_es.store._stream_ids import KEYED, STREAM_IDS, KeyedEvents, recorded_stream_ids
@@ -274,35 +275,34 @@ def _compare(
         raise CompressionMismatchError(msg)
 
 
-def _stored_as(payload: bytes) -> str | None:
-    """The compression a plain (unencrypted) event payload was stored with, as its
-    first bytes tell, or None when they tell none of them."""
-    if payload.startswith(_zstd.MAGIC):
-        return "zstd"
-    if payload[:1] == b"{":
-        return "none"
-    if payload[:1] == b"\x78":  # the header of a zlib stream with its default window
-        return "zlib"
-    return None
-
-
 def _check_stored_as_recorded(
     app: Application[UUID], url: str, recorded: Mapping[str, str]
 ) -> None:
-    """Refuse a store whose first event is plainly stored with another compression than
-    the one its settings record: a writer changed or deleted the record, and the store
-    would read every event as damaged and write new ones another way. An encrypted
-    store's payloads tell nothing (its key's check stands), nor does a damaged one,
-    which reads report."""
-    if recorded.get("cipher", NO_KEY) != NO_KEY or not app.recorder.max_notification_id():
+    """Refuse a store that records no compression, or zlib, while its first event is a
+    zstd frame naming the dictionary this library ships: a writer changed or deleted the
+    record of a zstd store, which would then read every event as damaged and write new
+    ones another way. Only such a frame is taken as proof: a damaged first row (one byte
+    changed, other bytes) is the reads' and verify's to report, and an encrypted store's
+    payloads tell nothing (its key's check stands)."""
+    compression = recorded.get("compression", "none")
+    if (
+        compression == "zstd"
+        or recorded.get("cipher", NO_KEY) != NO_KEY
+        or not app.recorder.max_notification_id()
+    ):
         return
     [first] = app.recorder.select_notifications(None, 1)
-    stored, compression = _stored_as(first.state), recorded.get("compression", "none")
-    if stored is not None and stored != compression:
+    if not first.state.startswith(_zstd.MAGIC):
+        return
+    try:
+        names = _zstd.dictionary_id(first.state)
+    except ValueError:
+        return
+    if names == shipped_dictionary().id:
         msg = (
             f"store {url} records compression {compression!r}, but its first event is "
-            f"stored with {stored!r}: its settings were altered (nothing was read or "
-            "written); restore its settings from a backup"
+            "stored in a zstd frame with the shipped dictionary: its settings were altered "
+            "(nothing was read or written); restore its settings from a backup"
         )
         raise StoreSettingsError(msg)
 
