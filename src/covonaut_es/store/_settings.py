@@ -292,13 +292,7 @@ def _check_stored_as_recorded(
     ):
         return
     [first] = app.recorder.select_notifications(None, 1)
-    if not first.state.startswith(_zstd.MAGIC):
-        return
-    try:
-        names = _zstd.dictionary_id(first.state)
-    except ValueError:
-        return
-    if names == shipped_dictionary().id:
+    if _zstd.named_dictionary(first.state) == shipped_dictionary().id:
         msg = (
             f"store {url} records compression {compression!r}, but its first event is "
             "stored in a zstd frame with the shipped dictionary: its settings were altered "

@@ -132,6 +132,18 @@ def dictionary_id(frame: bytes | memoryview) -> int:
         raise ValueError(msg) from exc
 
 
+def named_dictionary(data: bytes | memoryview) -> int | None:
+    """The id of the dictionary ``data``'s zstd frame names (0: none), or None when
+    ``data`` does not begin with a readable frame header, for a caller that tells kinds
+    of stored bytes apart rather than reads them."""
+    if bytes(data[:4]) != MAGIC:
+        return None
+    try:
+        return dictionary_id(data)
+    except ValueError:
+        return None
+
+
 _DESCRIPTOR_CHECKSUM = 0x04
 _DESCRIPTOR_RESERVED = 0x18  # the unused and the reserved bit, which ours leave clear
 _DESCRIPTOR_DICTIONARY = 0x03
