@@ -37,6 +37,7 @@ from pathlib import Path
 from uuid import UUID
 
 from eventsourcing.application import Application
+from eventsourcing.persistence import StoredEvent
 from eventsourcing.utils import resolve_topic
 
 from covonaut_es.errors import (
@@ -48,10 +49,8 @@ from covonaut_es.errors import (
     SerializationError,
     StoreSettingsError,
 )
-from covonaut_es.store import _zstd
 from covonaut_es.store._backend import backend_of
 from covonaut_es.store._codec import decode_object
-from covonaut_es.store._dictionary import shipped_dictionary
 from covonaut_es.store._mapper import MsgspecMapper
 from covonaut_es.store._settings_tables import SETTINGS_TABLE, SettingsTable
 from covonaut_es.store._stream_ids import KEYED, STREAM_IDS, KeyedEvents, recorded_stream_ids
@@ -278,27 +277,45 @@ def _compare(
 def _check_stored_as_recorded(
     app: Application[UUID], url: str, recorded: Mapping[str, str]
 ) -> None:
-    """Refuse a store that records no compression, or zlib, while its first event is a
-    zstd frame naming the dictionary this library ships: a writer changed or deleted the
-    record of a zstd store, which would then read every event as damaged and write new
-    ones another way. Only such a frame is taken as proof: a damaged first row (one byte
-    changed, other bytes) is the reads' and verify's to report, and an encrypted store's
-    payloads tell nothing (its key's check stands)."""
-    compression = recorded.get("compression", "none")
-    if (
-        compression == "zstd"
-        or recorded.get("cipher", NO_KEY) != NO_KEY
-        or not app.recorder.max_notification_id()
-    ):
+    """Refuse a store whose first event is stored with a compression other than the one
+    it records: a writer changed or deleted the record, and the store would then read
+    every event as damaged and write new ones another way. Only a first event that
+    decodes whole under another compression is taken as proof: a damaged first row (one
+    byte changed, other bytes) decodes under none, and is the reads' and verify's to
+    report; an encrypted store's payloads tell nothing (its key's check stands)."""
+    if recorded.get("cipher", NO_KEY) != NO_KEY or not app.recorder.max_notification_id():
         return
+    compression = recorded.get("compression", "none")
     [first] = app.recorder.select_notifications(None, 1)
-    if _zstd.named_dictionary(first.state) == shipped_dictionary().id:
+    stored = _stored_compression(app, first)
+    if stored is not None and stored != compression:
         msg = (
             f"store {url} records compression {compression!r}, but its first event is "
-            "stored in a zstd frame with the shipped dictionary: its settings were altered "
-            "(nothing was read or written); restore its settings from a backup"
+            f"stored with {stored!r}: its settings were altered (nothing was read or "
+            "written); restore its settings from a backup"
         )
         raise StoreSettingsError(msg)
+
+
+def _stored_compression(app: Application[UUID], first: StoredEvent) -> str | None:
+    """The one compression under which ``first`` (unencrypted) decodes to an event's
+    payload, or None if none does, or more than one."""
+    decodes = []
+    for compression in COMPRESSIONS:
+        try:
+            decode_object(_mapper_for(app, compression).plain_payload(first), where="")
+        except SerializationError:
+            continue
+        decodes.append(compression)
+    return decodes[0] if len(decodes) == 1 else None
+
+
+def _mapper_for(app: Application[UUID], compression: str) -> MsgspecMapper:
+    """A mapper that reads payloads stored with ``compression`` and the store's cipher."""
+    assert isinstance(app.mapper, MsgspecMapper)
+    topic = with_compression({}, compression).get(COMPRESSOR_TOPIC)
+    compressor = None if topic is None else resolve_topic(topic)()
+    return MsgspecMapper(compressor=compressor, cipher=app.mapper.cipher)
 
 
 def _describe(fingerprint: str) -> str:
@@ -306,11 +323,8 @@ def _describe(fingerprint: str) -> str:
 
 
 def _check_first_event(app: Application[UUID], url: str, requested: Mapping[str, str]) -> None:
-    assert isinstance(app.mapper, MsgspecMapper)
     # The open's own mapper compresses as a new store would, when it names no compression.
-    topic = with_compression({}, requested["compression"]).get(COMPRESSOR_TOPIC)
-    compressor = None if topic is None else resolve_topic(topic)()
-    mapper = MsgspecMapper(compressor=compressor, cipher=app.mapper.cipher)
+    mapper = _mapper_for(app, requested["compression"])
     [first] = app.recorder.select_notifications(None, 1)
     try:
         decode_object(mapper.plain_payload(first), where=f"store {url}")
