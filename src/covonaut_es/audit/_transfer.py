@@ -12,7 +12,7 @@ short (a full disk, a kill, another writer creating one of its threads) writes n
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import msgspec
@@ -22,6 +22,7 @@ from covonaut_es._text import json_printable
 from covonaut_es.audit._trailer import ExportTrailer, Tally, missing_trailer, read_trailer
 from covonaut_es.domain import AgentThread, check_thread_id, thread_aggregate_id
 from covonaut_es.errors import (
+    CovonautError,
     IncompleteExportError,
     SerializationError,
     ThreadConflictError,
@@ -102,11 +103,15 @@ def import_threads(
     threads, tally, (trailer, last) = _parsed(lines)
     chains: dict[str, dict[int, str]] = {}  # a fork's parent may come earlier in the file
     records: dict[str, list[StoredEvent]] = {}
+    decoded: dict[str, list[Any]] = {}
     for thread_id, events in threads.items():
         chains[thread_id] = _check(
             store, thread_id, events, chains=chains, allow_unchained=allow_unchained
         )
-        records[thread_id] = [_readable(store, thread_id, number, e) for number, e in events]
+        read = [_readable(store, thread_id, number, e) for number, e in events]
+        records[thread_id] = [record for record, _ in read]
+        decoded[thread_id] = [event for _, event in read]
+        _folded(store, thread_id, decoded)
     # Last, so that a line's own problem is reported as such in any export.
     if trailer is not None:
         tally.check(trailer, last)
@@ -167,9 +172,12 @@ def _event(number: int, line: str) -> ExportedEvent:
         raise TransferError(msg) from exc
 
 
-def _readable(store: Store, thread_id: str, number: int, event: ExportedEvent) -> StoredEvent:
-    """The record a line becomes, once the store's own read path decodes it: a line
-    that no read could decode would break every listing of the store afterwards."""
+def _readable(
+    store: Store, thread_id: str, number: int, event: ExportedEvent
+) -> tuple[StoredEvent, Any]:
+    """The record a line becomes, and the event the store's own read path decodes from
+    it: a line that no read could decode would break every listing of the store
+    afterwards."""
     record = StoredEvent(
         originator_id=thread_aggregate_id(thread_id),
         originator_version=event.version,
@@ -181,11 +189,32 @@ def _readable(store: Store, thread_id: str, number: int, event: ExportedEvent) -
         store._records.mapper.stored_payload(record.state),
     )  # fmt: skip
     try:
-        store._records.mapper.decode(sealed)
+        return record, store._records.mapper.decode(sealed)
     except SerializationError as exc:
         msg = f"line {number} (thread {thread_id!r} version {event.version}) does not decode: {exc}"
         raise TransferError(msg) from exc
-    return record
+
+
+def _folded(
+    store: Store, thread_id: str, decoded: Mapping[str, list[Any]], version: int | None = None
+) -> AgentThread | None:
+    """The thread ``decoded`` holds the events of, folded up to ``version`` by the
+    store's one fold (each line decoding alone is not enough: events that do not fold
+    into a thread would break every listing of the store, as a stored thread that does
+    not load does); a fork's parent comes from the file or the store."""
+
+    def parent(forked: AgentThread.Forked) -> AgentThread | None:
+        at = forked.parent_version
+        if forked.parent_thread_id in decoded:
+            return _folded(store, forked.parent_thread_id, decoded, at)
+        return store.find(forked.parent_thread_id, version=at)
+
+    events = [e for e in decoded[thread_id] if version is None or e.originator_version <= version]
+    try:
+        return store._reader.fold(None, events, thread_id, parent)
+    except CovonautError as exc:
+        msg = f"thread {thread_id!r} does not fold into a thread: {exc}; nothing was written"
+        raise TransferError(msg) from exc
 
 
 def _check(
