@@ -35,6 +35,7 @@ from covonaut_es import (
 )
 from covonaut_es.audit import AuditFinding
 from covonaut_es.cli import main
+from covonaut_es.store._topic_codes import full_topic
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "audits.md"
 KEY = "docs-verifier-chain-key-0123456789"
@@ -193,11 +194,12 @@ def agent_on(
 def thread_rows(db: Path) -> Iterator[tuple[str, int, dict[str, Any]]]:
     with contextlib.closing(sqlite3.connect(db)) as conn:
         rows = conn.execute(
-            "SELECT originator_id, originator_version, state FROM stored_events "
-            "WHERE topic LIKE 'covonaut.thread.%' ORDER BY 1, 2"
+            "SELECT originator_id, originator_version, topic, state FROM stored_events "
+            "ORDER BY 1, 2"
         ).fetchall()
-    for stream, version, state in rows:
-        yield stream, version, json.loads(state)
+    for stream, version, topic, state in rows:
+        if full_topic(topic).startswith("covonaut.thread."):
+            yield stream, version, json.loads(state)
 
 
 def write_row(db: Path, stream: str, version: int, payload: dict[str, Any]) -> None:
