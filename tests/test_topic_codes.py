@@ -197,3 +197,18 @@ def test_a_known_code_names_its_class_in_an_error(tmp_path: Path) -> None:
         expected = r"stored event '2' \(covonaut.thread.ToolCalled\) of stream"
         with pytest.raises(SerializationError, match=expected):
             store.load("t")
+
+
+def test_the_golden_stores_hold_each_form() -> None:
+    """The golden stores written before codes hold full topics only, those written
+    with them codes only: tests/test_golden_stores.py reads both forms."""
+    golden = GOLDEN.parent.parent
+    for version, coded in (("v6-zstd", False), ("v7-topic-codes", True)):
+        with sqlite3.connect(golden / version / "plain.db") as conn:
+            topics = {
+                topic
+                for table in ("stored_events", "stored_snapshots")
+                for (topic,) in conn.execute(f"SELECT DISTINCT topic FROM {table}")
+            }
+        conn.close()
+        assert all((topic in TOPIC_CODES) is coded for topic in topics), (version, topics)
