@@ -61,7 +61,8 @@ def export_thread(store: Store, thread_id: str, *, with_ancestors: bool = False)
         if owner is None:
             continue
         payload = store._records.mapper.payload_fields(record)
-        line = ExportedEvent(owner, record.originator_version, record.topic, payload)
+        topic = full_topic(record.topic)  # the form every version reads
+        line = ExportedEvent(owner, record.originator_version, topic, payload)
         tally.add(owner, payload)
         yield json_printable(msgspec.json.encode(line).decode())
     yield tally.trailer_line()

@@ -70,8 +70,8 @@ class MsgspecMapper(Mapper[UUID]):
     eventsourcing would import whatever module that name says.
 
     A record of one of the library's classes is written under its code
-    (:mod:`covonaut_es.store._topic_codes`), which its chain link covers; a record is
-    read under its code or its full topic alike.
+    (:mod:`covonaut_es.store._topic_codes`); a record is read under its code or its full
+    topic alike, and its chain link covers the full topic.
     """
 
     def __init__(

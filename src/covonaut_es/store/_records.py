@@ -27,7 +27,7 @@ from covonaut_es.store._mapper import MsgspecMapper
 from covonaut_es.store._rows import LAST_VERSION
 from covonaut_es.store._snapshot_cache import CheckedSnapshot, SnapshotCache
 from covonaut_es.store._thread_rows import ThreadRows
-from covonaut_es.store._topic_codes import stored_forms
+from covonaut_es.store._topic_codes import compact, stored_forms
 
 _LOG_BATCH = 500
 
@@ -145,12 +145,15 @@ class StoredRecords:
 
     def insert_records(self, records: Sequence[StoredEvent]) -> None:
         """Write records whose payloads are plain JSON, compressed and encrypted as this
-        store is configured, in one transaction. For imports; see
-        :func:`covonaut_es.audit.import_threads`."""
+        store is configured, and their topics as codes where they have one, in one
+        transaction. For imports; see :func:`covonaut_es.audit.import_threads`."""
         mapper = self.mapper
         sealed = [
             StoredEvent(
-                r.originator_id, r.originator_version, r.topic, mapper.stored_payload(r.state)
+                r.originator_id,
+                r.originator_version,
+                compact(r.topic),
+                mapper.stored_payload(r.state),
             )
             for r in records
         ]

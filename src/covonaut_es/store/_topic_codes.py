@@ -5,10 +5,11 @@ instead of the class's topic (``"covonaut.thread.ToolResultRecorded"``): a thirt
 the bytes, on every row. Rows written before keep their full topics, and every reader
 takes both forms. A code has neither ``.`` nor ``:``, which every topic the library or
 eventsourcing names a class by has (and the mapper refuses an application's class whose
-topic is a code), so each row says which form it holds. A chain link covers the topic
-column as stored, code or topic. The table is the one place codes are given; a code,
-once given, names its topic for good: a class that is removed keeps its line, and a new
-class takes the next number. Classes of an application's own keep their full topics.
+topic is a code), so each row says which form it holds. A chain link covers the full
+topic, whichever form the row holds, and an export carries it. The table is the one
+place codes are given; a code, once given, names its topic for good: a class that is
+removed keeps its line, and a new class takes the next number. Classes of an
+application's own keep their full topics.
 """
 
 from __future__ import annotations
