@@ -3,7 +3,7 @@ the data on disk is never rewritten. Golden v4: whole stores and exports written
 covonaut-es 198c838 (plain, compressed, encrypted, chain-keyed, all three); golden
 v6-zstd: the same written by 5dee68c, where a store opened without ``compress`` keeps
 its event payloads in zstd frames with the shipped dictionary (ADR 0061); golden
-v7-topic-codes: the same written by ef86c2a, whose rows name the library's classes by
+v7-topic-codes: the same written by 12fffa8, whose rows name the library's classes by
 their codes (ADR 0064).
 
 The fixtures come from ``tests/fixtures/write_golden_stores.py``; each manifest says what

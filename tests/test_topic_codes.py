@@ -224,3 +224,14 @@ def test_the_golden_stores_hold_each_form() -> None:
             }
         conn.close()
         assert all((topic in TOPIC_CODES) is coded for topic in topics), (version, topics)
+
+
+def test_codes_change_neither_links_nor_exports() -> None:
+    """The same threads written with the same clock before codes (v6-zstd) and with
+    them (v7-topic-codes): every chain head, and every exported line, is the same."""
+    golden = GOLDEN.parent.parent
+    old, new = golden / "v6-zstd", golden / "v7-topic-codes"
+    for name in ("golden-values.jsonl", "golden-fork-of-fork.jsonl"):
+        assert (old / "exports" / name).read_bytes() == (new / "exports" / name).read_bytes()
+    manifests = [json.loads((d / "manifest.json").read_text(encoding="utf-8")) for d in (old, new)]
+    assert manifests[0]["stores"] == manifests[1]["stores"]
