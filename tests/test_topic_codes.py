@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -235,3 +236,16 @@ def test_codes_change_neither_links_nor_exports() -> None:
         assert (old / "exports" / name).read_bytes() == (new / "exports" / name).read_bytes()
     manifests = [json.loads((d / "manifest.json").read_text(encoding="utf-8")) for d in (old, new)]
     assert manifests[0]["stores"] == manifests[1]["stores"]
+
+
+def test_every_row_reads_the_same_under_its_code_and_its_full_topic(store: Store) -> None:
+    """Each event row of a thread that paused and was forked, read with its
+    topic column as its code and as its full topic: the same event, field for field."""
+    pause(store, "t", "r1")
+    store.fork("t", new_thread_id="f")
+    records = list(store._records.notifications())
+    assert len({r.topic for r in records}) > 5
+    for record in records:
+        forms = {compact(record.topic), full_topic(record.topic)}
+        read = [vars(store._records.read_record(replace(record, topic=t))) for t in forms]
+        assert len(forms) == 2 and read[0] == read[1], record.topic
