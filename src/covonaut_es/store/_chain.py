@@ -8,10 +8,9 @@ picks the upcasters a read runs), and its fields (without its identity, its sche
 version and the hash itself) as they are stored: the store encodes the fields once,
 stores those bytes, and hashes their RFC 8785 canonical form (ADR 0048), so that anyone
 can recompute a link from the stored JSON with a JSON library; ``docs/audits.md`` gives
-a verifier. An audit recomputes each link from the
-stored payload *before* any upcasting, so a schema migration never looks like
-tampering, while a record altered behind the library's back breaks the chain at its
-version.
+a verifier. An audit recomputes each link from the stored payload *before* any
+upcasting, so a schema migration never looks like tampering, while a record altered
+behind the library's back breaks the chain at its version.
 
 Unkeyed hashes are 128 bits of SHA-256, public: anyone can compute them. With a chain
 key, a link is 128 bits of HMAC-SHA256 under the key. Each link's prefix names its
