@@ -35,7 +35,7 @@ from covonaut_es import (
     ToolCall,
 )
 from covonaut_es.agui import create_agui_app
-from covonaut_es.domain import ThreadStatus, thread_aggregate_id
+from covonaut_es.domain import AgentThread, ThreadStatus, thread_aggregate_id
 from covonaut_es.errors import (
     IdentityProviderUnavailableError,
     ProviderConnectionError,
@@ -46,6 +46,7 @@ from covonaut_es.errors import (
 )
 from covonaut_es.messages import Role, StreamDelta, ToolCallDelta
 from covonaut_es.store._dictionary import ZstdDictionaryCompressor
+from covonaut_es.store._topic_codes import stored_forms
 from inbox_support import free_port
 from support import HeldProvider
 from test_agui import Shop, approvals, events_of, model, paused, user_says
@@ -297,9 +298,9 @@ def tamper_with_review_pause(shop: Shop, thread_id: str, change: tuple[str, str,
     with contextlib.closing(sqlite3.connect(path)) as db, db:
         originator = thread_aggregate_id(thread_id).hex
         version, state = db.execute(
-            "SELECT originator_version, state FROM stored_events WHERE topic = ? "
+            "SELECT originator_version, state FROM stored_events WHERE topic IN (?, ?) "
             "AND originator_id = ? ORDER BY originator_version DESC LIMIT 1",
-            ("covonaut.thread.Interrupted", originator),
+            (*stored_forms([AgentThread.Interrupted]), originator),
         ).fetchone()
         compressor = ZstdDictionaryCompressor()  # the store's: its dictionary is public
         payload = json.loads(compressor.decompress(state))

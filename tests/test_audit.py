@@ -29,6 +29,7 @@ from covonaut_es.messages import Message
 from covonaut_es.store import _zstd
 from covonaut_es.store._chain import UNCHAINED, chain_hash, scheme_of
 from covonaut_es.store._snapshot_seals import unsealed
+from covonaut_es.store._topic_codes import full_topic
 from support import answer, call, echo_tool, review_tool, ticking_clock
 
 STARTED_TOPICS = {AgentThread.Started.TOPIC, AgentThread.StartedFromState.TOPIC}
@@ -284,7 +285,7 @@ def forge(store: Store, source: str, target: str, change: Any) -> None:
     for record in store._records.stored_records(source):
         payload = msgspec.json.decode(store._records.mapper.plain_payload(record))
         version = record.originator_version
-        if record.topic in STARTED_TOPICS:
+        if full_topic(record.topic) in STARTED_TOPICS:
             payload["thread_id"] = target
         if sealed := payload.get("chain", UNCHAINED):
             key = store._records.chain_key if scheme_of(sealed).keyed else None
@@ -559,7 +560,7 @@ def test_a_call_removed_from_its_message_fails_the_load_and_is_a_finding(
         previous = [""]
 
         def drop_calls(version: int, topic: str, payload: dict[str, Any]) -> dict[str, Any]:
-            if topic == AgentThread.MessageAppended.TOPIC:
+            if full_topic(topic) == AgentThread.MessageAppended.TOPIC:
                 payload["message"]["tool_calls"] = []
             payload["chain"] = previous[0] = chain_hash(previous[0], topic, version, payload)
             return payload

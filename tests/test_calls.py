@@ -14,6 +14,7 @@ from covonaut_es import Message, Role, Store, ToolCall, open_store
 from covonaut_es.domain import AgentThread, PendingToolCall, ToolOutcome, thread_aggregate_id
 from covonaut_es.errors import UpcasterError
 from covonaut_es.store._mapper import MsgspecMapper
+from covonaut_es.store._topic_codes import full_topic
 from support import converse
 
 NOW = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
@@ -25,7 +26,7 @@ def test_a_tool_call_is_stored_once_in_the_message_that_asked_for_it(store: Stor
     assistant message before it."""
     converse(store, "t")
     records = {r.originator_version: r for r in store._records.stored_records("t")}
-    (called,) = [r for r in records.values() if r.topic == AgentThread.ToolCalled.TOPIC]
+    (called,) = [r for r in records.values() if full_topic(r.topic) == AgentThread.ToolCalled.TOPIC]
     payload = msgspec.json.decode(store._records.mapper.plain_payload(called))
     assert set(payload) == {"timestamp", "tool_call_id", "chain", "_v"}
     assert (payload["tool_call_id"], payload["_v"]) == ("c1", 2)
@@ -83,7 +84,7 @@ def test_v1_calls_read_from_their_messages_with_the_keys_tools_saw() -> None:
     keys = {
         r.originator_version: msgspec.json.decode(r.state)["idempotency_key"]
         for r in records
-        if r.topic == AgentThread.ToolCalled.TOPIC
+        if full_topic(r.topic) == AgentThread.ToolCalled.TOPIC
     }
     assert state.open_calls == (PendingToolCall(again, keys[6]), PendingToolCall(twin_2, keys[8]))
 

@@ -24,8 +24,11 @@ from hypothesis import strategies as st
 
 from covonaut_es import Store, create_cipher_key
 from covonaut_es.audit import check_store
+from covonaut_es.domain import AgentThread
 from covonaut_es.errors import ConfigurationError
 from covonaut_es.projections import ReviewQueue
+from covonaut_es.store._codec import aggregate_event_classes
+from covonaut_es.store._topic_codes import stored_forms
 from shop_app import RenamedShop, Shop, reviewer
 
 QUEUE_TABLES = {
@@ -103,6 +106,10 @@ def _postgres(env: dict[str, str]) -> Iterator[Any]:
         yield conn
 
 
+THREAD_TOPICS = stored_forms(aggregate_event_classes(AgentThread))
+"""What a thread event's row names in its topic column: a code, or a topic before codes."""
+
+
 def events_table(env: dict[str, str], application: type[Shop]) -> str:
     """The table the shop's events are in: eventsourcing names it."""
     if "SQLITE_DBNAME" in env:
@@ -114,10 +121,10 @@ def tamper(env: dict[str, str], application: type[Shop]) -> None:
     """Write the thread's third event over with its second, as someone with access to
     the database could."""
     table = events_table(env, application)
+    thread_row = "topic IN ({})".format(", ".join(f"'{t}'" for t in THREAD_TOPICS))
     statement = (
-        f"UPDATE {table} SET state = (SELECT state FROM {table} WHERE topic LIKE "
-        "'covonaut.thread.%' AND originator_version = 2) WHERE topic LIKE 'covonaut.thread.%' "
-        "AND originator_version = 3"
+        f"UPDATE {table} SET state = (SELECT state FROM {table} WHERE {thread_row} "
+        f"AND originator_version = 2) WHERE {thread_row} AND originator_version = 3"
     )
     if "SQLITE_DBNAME" in env:
         with contextlib.closing(sqlite3.connect(env["SQLITE_DBNAME"])) as conn, conn:

@@ -2,7 +2,9 @@
 the data on disk is never rewritten. Golden v4: whole stores and exports written by
 covonaut-es 198c838 (plain, compressed, encrypted, chain-keyed, all three); golden
 v6-zstd: the same written by 5dee68c, where a store opened without ``compress`` keeps
-its event payloads in zstd frames with the shipped dictionary (ADR 0061).
+its event payloads in zstd frames with the shipped dictionary (ADR 0061); golden
+v7-topic-codes: the same written by 12fffa8, whose rows name the library's classes by
+their codes (ADR 0064).
 
 The fixtures come from ``tests/fixtures/write_golden_stores.py``; each manifest says what
 each store holds. Each test works on a copy in ``tmp_path``.
@@ -42,7 +44,7 @@ from covonaut_es.store._dictionary import shipped_dictionary
 
 GOLDENS = {
     version: Path(__file__).parent / "fixtures" / "golden" / version
-    for version in ("v4", "v6-zstd")
+    for version in ("v4", "v6-zstd", "v7-topic-codes")
 }
 MANIFESTS: dict[str, dict[str, Any]] = {
     version: json.loads((directory / "manifest.json").read_text(encoding="utf-8"))

@@ -41,6 +41,7 @@ from covonaut_es.migrations import Schema, check_upcasters
 from covonaut_es.migrations._registry import event_classes, registry
 from covonaut_es.store import StateStore
 from covonaut_es.store._mapper import MsgspecMapper
+from covonaut_es.store._topic_codes import full_topic
 from support import answer, put_raw_snapshot
 
 
@@ -149,8 +150,8 @@ def golden_store(name: str, store_url: str, open_test_store: Callable[..., Store
 
 def copy_records(source: Store, target: Store) -> None:
     records = list(source._records.all_stored_records())
-    events = [r for r in records if r.topic != ThreadSnapshot.TOPIC]
-    snapshots = [r for r in records if r.topic == ThreadSnapshot.TOPIC]
+    events = [r for r in records if full_topic(r.topic) != ThreadSnapshot.TOPIC]
+    snapshots = [r for r in records if full_topic(r.topic) == ThreadSnapshot.TOPIC]
     target._app.recorder.insert_events([copy(r) for r in events])
     for snapshot in snapshots:
         put_raw_snapshot(target, copy(snapshot))
@@ -344,7 +345,7 @@ def test_every_golden_idempotency_key_is_the_one_tool_called_v2_derives(name: st
     for stream, version, topic, state in rows:
         payload = json.loads(state)
         thread_ids.setdefault(stream, payload.get("thread_id"))
-        if topic == AgentThread.ToolCalled.TOPIC:
+        if full_topic(topic) == AgentThread.ToolCalled.TOPIC:
             derived = event_key(thread_ids[stream], version, payload["call"]["id"])
             keys.append((payload["idempotency_key"], derived))
     assert len(keys) >= 25

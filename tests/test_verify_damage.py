@@ -4,9 +4,10 @@ A SQLite store holding a snapshotted thread and a fork of it is written once, ke
 unkeyed, its events compressed as a new store compresses them (zstd); each example
 copies it and damages one to three stored rows or snapshots as a hostile database writer
 or a failing disk would (rows deleted or moved, bytes changed, topics and versions
-rewritten, hostile snapshot bytes, a fork's parent gone). Then ``store.verify`` returns
-a report for every thread, and ``covonaut-es replay --verify`` prints findings in lines,
-never a traceback. One flipped byte of a compressed row is always a damaged row.
+rewritten, a code or a full topic in place of another, hostile snapshot bytes, a fork's
+parent gone). Then ``store.verify`` returns a report for every thread, and
+``covonaut-es replay --verify`` prints findings in lines, never a traceback. One flipped
+byte of a compressed row is always a damaged row.
 """
 
 from __future__ import annotations
@@ -78,7 +79,18 @@ damage = st.one_of(
         st.sampled_from(STREAMS),
         st.integers(0, 200),
         st.sampled_from(
-            ["covonaut.thread.Started", "covonaut.thread.Snapshot", "os:system", "", "x" * 300]
+            [
+                "covonaut.thread.Started",
+                "covonaut.thread.Snapshot",
+                "covonaut.thread.ToolCalled",  # a code's full topic (ADR 0064)
+                "8",  # codes: Started, Snapshot, ToolResultRecorded, none
+                "9",
+                "3",
+                "999",
+                "os:system",
+                "",
+                "x" * 300,
+            ]
         ),
     ),
     st.tuples(

@@ -23,6 +23,7 @@ from covonaut_es.migrations import Schema, schema_for, stored_version
 from covonaut_es.migrations._registry import state_document_schema
 from covonaut_es.store import FileStateStore, Store
 from covonaut_es.store._states import decode_state_document
+from covonaut_es.store._topic_codes import full_topic
 
 
 @attrs.frozen
@@ -117,7 +118,8 @@ class _Checker:
     def check(self, record: StoredEvent) -> None:
         stream = UUID(str(record.originator_id))
         owner = self.owners.get(stream, f"stream {stream}")
-        kind = "snapshot at version" if record.topic == ThreadSnapshot.TOPIC else "event"
+        snapshot = full_topic(record.topic) == ThreadSnapshot.TOPIC
+        kind = "snapshot at version" if snapshot else "event"
         position = f"{kind} {record.originator_version}"
         version = self._stored_version(record)
         name = self._count(self._schema_of(record.topic), record.topic, version)

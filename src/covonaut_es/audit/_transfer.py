@@ -30,6 +30,7 @@ from covonaut_es.errors import (
 )
 from covonaut_es.store import Store
 from covonaut_es.store._chain import CHAIN_FIELD, UNCHAINED, link_problem, scheme_of
+from covonaut_es.store._topic_codes import full_topic
 
 
 class ExportedEvent(msgspec.Struct, frozen=True):
@@ -61,7 +62,8 @@ def export_thread(store: Store, thread_id: str, *, with_ancestors: bool = False)
         if owner is None:
             continue
         payload = store._records.mapper.payload_fields(record)
-        line = ExportedEvent(owner, record.originator_version, record.topic, payload)
+        topic = full_topic(record.topic)  # the form every version reads
+        line = ExportedEvent(owner, record.originator_version, topic, payload)
         tally.add(owner, payload)
         yield json_printable(msgspec.json.encode(line).decode())
     yield tally.trailer_line()
@@ -233,7 +235,7 @@ def _check(
         raise ThreadConflictError(msg, thread_id=thread_id, expected_version=0)
     first = events[0][1]
     start, previous = 1, UNCHAINED
-    if first.topic == AgentThread.Forked.TOPIC:
+    if full_topic(first.topic) == AgentThread.Forked.TOPIC:
         parent, at = first.payload.get("parent_thread_id"), first.payload.get("parent_version")
         exported = chains.get(str(parent), {})
         base = store.find(str(parent), version=at) if isinstance(at, int) else None

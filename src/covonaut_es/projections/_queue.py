@@ -19,7 +19,7 @@ from typing import Any, cast
 import msgspec
 from eventsourcing.persistence import DataError, InfrastructureFactory, Tracking
 from eventsourcing.projection import BaseProjectionRunner, Projection
-from eventsourcing.utils import Environment, get_topic, resolve_topic
+from eventsourcing.utils import Environment, resolve_topic
 
 from covonaut_es import _logs
 from covonaut_es._closing import Closing
@@ -44,6 +44,7 @@ from covonaut_es.store import Store
 from covonaut_es.store._application import AgentApplication, open_application
 from covonaut_es.store._backend import backend_for_env
 from covonaut_es.store._open import LogSource, log_source, store_log
+from covonaut_es.store._topic_codes import stored_forms
 from covonaut_es.store._tracking import BatchingProjectionRunner
 from covonaut_es.store._urls import (
     READ_ONLY,
@@ -71,7 +72,7 @@ class ReviewQueueProjection(Projection[ReviewQueueView]):
     abandoning its thread removes it; a fork adds the interrupts it inherited."""
 
     name = VIEW_NAME
-    topics = tuple(get_topic(cls) for cls in QUEUE_EVENT_TYPES)
+    topics = stored_forms(QUEUE_EVENT_TYPES)
 
     def __init__(self, view: ReviewQueueView) -> None:
         super().__init__(view=view)

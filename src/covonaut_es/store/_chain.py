@@ -2,15 +2,15 @@
 
 The store seals a thread's new events once, when it saves them, with its chain key when
 it has one; nothing before the save (the aggregate, the mapper's encoding for storage)
-computes a hash. A link covers the previous hash, the event's topic, version and schema
-version (its payload's ``_v``, which picks the upcasters a read runs), and its fields
-(without its identity, its schema version and the hash itself) as they are stored: the
-store encodes the fields once, stores those bytes, and hashes their RFC 8785 canonical
-form (ADR 0048), so that anyone can recompute a link from the stored JSON with a JSON
-library; ``docs/audits.md`` gives a verifier. An audit recomputes each link from the
-stored payload *before* any upcasting, so a schema migration never looks like
-tampering, while a record altered behind the library's back breaks the chain at its
-version.
+computes a hash. A link covers the previous hash, the event's topic (in full, whichever
+form its row stores, ADR 0064), version and schema version (its payload's ``_v``, which
+picks the upcasters a read runs), and its fields (without its identity, its schema
+version and the hash itself) as they are stored: the store encodes the fields once,
+stores those bytes, and hashes their RFC 8785 canonical form (ADR 0048), so that anyone
+can recompute a link from the stored JSON with a JSON library; ``docs/audits.md`` gives
+a verifier. An audit recomputes each link from the stored payload *before* any
+upcasting, so a schema migration never looks like tampering, while a record altered
+behind the library's back breaks the chain at its version.
 
 Unkeyed hashes are 128 bits of SHA-256, public: anyone can compute them. With a chain
 key, a link is 128 bits of HMAC-SHA256 under the key. Each link's prefix names its
@@ -32,6 +32,7 @@ import msgspec
 
 from covonaut_es.domain._canonical import jcs_of_sorted
 from covonaut_es.migrations import VERSION_KEY
+from covonaut_es.store._topic_codes import full_topic
 
 CHAIN_FIELD = "chain"
 """The payload key holding a thread event's chain hash."""
@@ -118,7 +119,8 @@ def link_hash(
     *,
     floats: bool = True,
 ) -> str:
-    """The chain hash of one event from its schema version ``schema`` and its
+    """The chain hash of one event of ``topic`` (its full topic or its code: the link
+    covers the full topic) from its schema version ``schema`` and its
     :func:`canonical_fields`, after ``previous``, in the scheme of ``generation``
     (today's unless told) that ``key`` makes, or its absence. ``floats`` false says the
     fields hold no float (their codec's types have none, and its read-back check refuses
@@ -134,6 +136,9 @@ def link_hash(
     Raises:
         ValueError: ``fields`` (read from storage) is not JSON that RFC 8785 can write.
     """
+    # A code and its topic name one class: how a row names it is below the chain, as its
+    # compression is.
+    topic = full_topic(topic)
     # Spliced, not encoded as one array: ``fields`` are the bytes stored, encoded once.
     if generation == _NEWEST:
         head = _jcs_head(previous, topic, version, schema)

@@ -30,7 +30,6 @@ from uuid import UUID
 
 from eventsourcing.application import Application
 from eventsourcing.persistence import StoredEvent
-from eventsourcing.utils import get_topic
 
 from covonaut_es.domain import AgentThread, thread_aggregate_id
 from covonaut_es.errors import BrokenChainError, ChainKeyMismatchError, ChainKeyRequiredError
@@ -46,6 +45,7 @@ from covonaut_es.store._codec import aggregate_event_classes
 from covonaut_es.store._mapper import MsgspecMapper
 from covonaut_es.store._settings import settings_table
 from covonaut_es.store._stream_ids import stored_stream
+from covonaut_es.store._topic_codes import full_topic, stored_forms
 
 CHAIN_TABLE = "covonaut_chain"
 """The table recording a store's chain key: ``key`` (its fingerprint), ``adopted_at``
@@ -63,7 +63,7 @@ _POINT_LABEL = b"covonaut-es chain adoption point v2"
 _POSITION_LABEL = b"covonaut-es chain adoption position v1"
 _PAGE = 500
 
-_THREAD_TOPICS = [get_topic(cls) for cls in aggregate_event_classes(AgentThread)]
+_THREAD_TOPICS = stored_forms(aggregate_event_classes(AgentThread))
 
 
 def chain_key_fingerprint(key: bytes) -> str:
@@ -264,7 +264,7 @@ def _before(
     """The chain hash the newest of ``records`` (newest first) was sealed after."""
     if len(records) > 1:
         return chain_in(mapper.plain_payload(records[1]))
-    if records[0].topic != AgentThread.Forked.TOPIC:
+    if full_topic(records[0].topic) != AgentThread.Forked.TOPIC:
         return UNCHAINED
     parent, at = payload.get("parent_thread_id"), payload.get("parent_version")
     if not isinstance(parent, str) or not isinstance(at, int):

@@ -21,7 +21,11 @@ from eventsourcing.persistence import Cipher, Compressor, Mapper, StoredEvent, T
 from eventsourcing.utils import get_topic
 
 from covonaut_es.domain import AgentThread, ThreadSnapshot
-from covonaut_es.errors import CompressionDictionaryError, SerializationError
+from covonaut_es.errors import (
+    CompressionDictionaryError,
+    ConfigurationError,
+    SerializationError,
+)
 from covonaut_es.migrations import Upcaster, check_upcasters, schema_for
 from covonaut_es.migrations._upcasting import NO_MIGRATORS
 from covonaut_es.store import _zstd
@@ -36,6 +40,7 @@ from covonaut_es.store._codec import (
 )
 from covonaut_es.store._own_snapshots import declared_snapshot, snapshot_classes
 from covonaut_es.store._snapshot_seals import SEALED
+from covonaut_es.store._topic_codes import TOPIC_CODES, compact, full_topic
 from covonaut_es.store._transcodings import OwnSnapshotCodec, TranscodedCodec, Transcodings
 
 
@@ -63,6 +68,10 @@ class MsgspecMapper(Mapper[UUID]):
     refused before it is written, since it could not be read back. So is a created
     event naming an aggregate type other than a thread or one of ``aggregate_classes``:
     eventsourcing would import whatever module that name says.
+
+    A record of one of the library's classes is written under its code
+    (:mod:`covonaut_es.store._topic_codes`); a record is read under its code or its full
+    topic alike, and its chain link covers the full topic.
     """
 
     def __init__(
@@ -89,7 +98,9 @@ class MsgspecMapper(Mapper[UUID]):
         Raises:
             MissingUpcasterError: A stored class (the library's, or one of the
                 application's with a ``class_version``) lacks an upcaster for a step.
-            ConfigurationError: ``transcoder`` is not a ``JSONTranscoder``.
+            ConfigurationError: ``transcoder`` is not a ``JSONTranscoder``, or a
+                class of ``event_classes`` or ``aggregate_classes`` has a topic that
+                is one of the library's codes.
         """
         check_upcasters()
         super().__init__(JsonTranscoder(), compressor=compressor, cipher=cipher)
@@ -103,6 +114,16 @@ class MsgspecMapper(Mapper[UUID]):
         self._classes: dict[str, type] = {
             get_topic(cls): cls for cls in [*library_event_classes(), *own]
         }
+        coded = {code: self._classes[topic] for code, topic in TOPIC_CODES.items()}
+        taken = sorted({get_topic(cls) for cls in own} & coded.keys())
+        if taken:
+            msg = (
+                f"event classes with the topics {taken}: those are codes the library's "
+                "own records are stored under; expected topics with a '.' or ':', as "
+                "eventsourcing names a class. Register another topic for them"
+            )
+            raise ConfigurationError(msg)
+        self._classes.update(coded)
         self._aggregate_topics = frozenset(get_topic(cls) for cls in aggregates)
         self._writable: dict[type, tuple[Codec, str]] = {}  # what _listed found, by class
         self._transcodings = Transcodings.of(transcoder)
@@ -185,7 +206,8 @@ class MsgspecMapper(Mapper[UUID]):
         return record, chain
 
     def _listed(self, domain_event: DomainEventProtocol[UUID]) -> tuple[Codec, str]:
-        """The codec and topic of an event this mapper may write.
+        """The codec of an event this mapper may write, and the topic its record
+        stores: the code of its class's topic, when it has one.
 
         Raises:
             SerializationError: Its class is not in the allowlist, or its topic names
@@ -202,8 +224,8 @@ class MsgspecMapper(Mapper[UUID]):
             self.event_class(topic, where=where)  # raises if the topic is not listed
             msg = f"{where}: topic {topic!r} names another class in this store's allowlist"
             raise SerializationError(msg)
-        self._writable[cls] = codec, topic
-        return codec, topic
+        listed = self._writable[cls] = codec, compact(topic)
+        return listed
 
     def stored_payload(self, plain: bytes) -> bytes:
         """The bytes to store for an encoded payload: compressed, then encrypted, as
@@ -367,7 +389,7 @@ def _compressed_snapshot(topic: str, data: bytes) -> bool:
     snapshot the store's compressor compressed before ADR 0022 is still told apart;
     nor does the codec's frame name a dictionary, which the frame of a store that
     compresses with zstd does (a snapshot the codec wrote as JSON, ADR 0061)."""
-    if topic != ThreadSnapshot.TOPIC:
+    if full_topic(topic) != ThreadSnapshot.TOPIC:
         return False
     if data.startswith(SEALED):
         return True
@@ -376,7 +398,10 @@ def _compressed_snapshot(topic: str, data: bytes) -> bool:
 
 
 def _where(stored_event: StoredEvent) -> str:
+    topic = stored_event.topic
+    named = full_topic(topic)
+    described = repr(topic) if named == topic else f"{topic!r} ({named})"
     return (
-        f"stored event {stored_event.topic!r} of stream {stored_event.originator_id} "
+        f"stored event {described} of stream {stored_event.originator_id} "
         f"at version {stored_event.originator_version}"
     )

@@ -16,7 +16,6 @@ from uuid import UUID
 
 from eventsourcing.application import Application
 from eventsourcing.persistence import IntegrityError, Notification, StoredEvent
-from eventsourcing.utils import get_topic
 
 from covonaut_es.domain import AgentThread, thread_aggregate_id
 from covonaut_es.errors import ThreadConflictError, ThreadNotFoundError
@@ -28,6 +27,7 @@ from covonaut_es.store._mapper import MsgspecMapper
 from covonaut_es.store._rows import LAST_VERSION
 from covonaut_es.store._snapshot_cache import CheckedSnapshot, SnapshotCache
 from covonaut_es.store._thread_rows import ThreadRows
+from covonaut_es.store._topic_codes import compact, stored_forms
 
 _LOG_BATCH = 500
 
@@ -145,12 +145,15 @@ class StoredRecords:
 
     def insert_records(self, records: Sequence[StoredEvent]) -> None:
         """Write records whose payloads are plain JSON, compressed and encrypted as this
-        store is configured, in one transaction. For imports; see
-        :func:`covonaut_es.audit.import_threads`."""
+        store is configured, and their topics as codes where they have one, in one
+        transaction. For imports; see :func:`covonaut_es.audit.import_threads`."""
         mapper = self.mapper
         sealed = [
             StoredEvent(
-                r.originator_id, r.originator_version, r.topic, mapper.stored_payload(r.state)
+                r.originator_id,
+                r.originator_version,
+                compact(r.topic),
+                mapper.stored_payload(r.state),
             )
             for r in records
         ]
@@ -222,7 +225,7 @@ class StoredRecords:
     def notifications(self, *event_types: type, after: int | None = None) -> Iterator[Notification]:
         """The log's records (of these event types, or all) after position ``after``,
         in log order, read a page at a time and filtered in SQL; nothing is decoded."""
-        topics = [get_topic(cls) for cls in event_types]
+        topics = stored_forms(event_types)
         recorder = self._app.recorder
         while True:
             batch = recorder.select_notifications(
@@ -265,7 +268,7 @@ class StoredRecords:
 
     def has_events_after(self, position: int, *event_types: type[AgentThread.Event]) -> bool:
         """Whether the log holds events (of these types, or any) after ``position``."""
-        topics = [get_topic(cls) for cls in event_types]
+        topics = stored_forms(event_types)
         found = self._app.recorder.select_notifications(
             position, 1, topics=topics, inclusive_of_start=False
         )

@@ -54,6 +54,7 @@ from covonaut_es.store._codec import decode_object
 from covonaut_es.store._mapper import MsgspecMapper
 from covonaut_es.store._settings_tables import SETTINGS_TABLE, SettingsTable
 from covonaut_es.store._stream_ids import KEYED, STREAM_IDS, KeyedEvents, recorded_stream_ids
+from covonaut_es.store._topic_codes import TOPIC_CODES
 from covonaut_es.store._urls import (
     COMPRESSION_AS_RECORDED,
     COMPRESSIONS,
@@ -138,9 +139,13 @@ def refuse_application_tables(url: str, found: str) -> None:
 
 def _foreign_topic(conn: sqlite3.Connection) -> str | None:
     """A topic in the events table that is none of a store's (all of which begin
-    ``covonaut.``), clipped: the first event of an application's own aggregates."""
+    ``covonaut.``, or are their codes), clipped: the first event of an application's
+    own aggregates."""
+    codes = tuple(TOPIC_CODES)
     row = conn.execute(
-        "SELECT topic FROM stored_events WHERE topic NOT LIKE 'covonaut.%' LIMIT 1"
+        "SELECT topic FROM stored_events WHERE topic NOT LIKE 'covonaut.%' "
+        f"AND topic NOT IN ({', '.join('?' * len(codes))}) LIMIT 1",
+        codes,
     ).fetchone()
     return None if row is None else str(row[0])[:80]
 

@@ -30,6 +30,7 @@ from covonaut_es.store._codec import codec_for
 from covonaut_es.store._mapper import MsgspecMapper
 from covonaut_es.store._own_snapshots import AggregateSnapshot
 from covonaut_es.store._snapshot_seals import SealKey, chain_head_problem, unsealed
+from covonaut_es.store._topic_codes import compact, full_topic
 
 logger = _logs.logger("covonaut_es")
 
@@ -105,7 +106,7 @@ class SnapshotCache(EventStore[UUID]):
         if not isinstance(snapshot, ThreadSnapshot):
             return self._decoder.to_stored_event(snapshot)
         seal = str(snapshot.state.get("chain_head") or UNCHAINED)
-        return self._sealed(snapshot, ThreadSnapshot.TOPIC, seal)
+        return self._sealed(snapshot, compact(ThreadSnapshot.TOPIC), seal)
 
     def _sealed(self, snapshot: DomainEventProtocol[UUID], topic: str, seal: str) -> StoredEvent:
         stream, version = snapshot.originator_id, snapshot.originator_version
@@ -147,7 +148,7 @@ class SnapshotCache(EventStore[UUID]):
         if self._decoder.names_declared_snapshot(record.topic):
             yield from self._own(record)
             return
-        if record.topic != ThreadSnapshot.TOPIC:
+        if full_topic(record.topic) != ThreadSnapshot.TOPIC:
             # One of the application's aggregates snapshotted as eventsourcing does:
             # no seal binds it, so it is read as eventsourcing reads it.
             yield self._decoder.to_domain_event(record)
