@@ -132,6 +132,35 @@ def test_a_frame_naming_another_dictionary_is_a_typed_error_naming_its_row(
         assert [f.version for f in report.findings] == [version], report.findings
 
 
+@given(payload=st.binary(min_size=1, max_size=1024), data=st.data())
+def test_a_damaged_frame_is_refused_or_read_as_written(payload: bytes, data: st.DataObject) -> None:
+    """A payload's frame with one byte changed (its header's among them), cut short, or
+    followed by more bytes, is refused with a ValueError (a CompressionDictionaryError
+    when its header then names another dictionary, or none) or read as the payload it
+    holds: never as other data, and never with another error. A frame whose header was
+    changed to declare no content is read, not answered with no bytes unread (ADR 0065)."""
+    compressor = ZstdDictionaryCompressor()
+    frame = compressor.compress(payload)
+    damage = data.draw(st.sampled_from(["byte", "cut", "appended"]))
+    if damage == "byte":
+        at = data.draw(st.integers(0, len(frame) - 1))
+        value = data.draw(st.integers(0, 255).filter(lambda v: v != frame[at]))
+        damaged = frame[:at] + bytes([value]) + frame[at + 1 :]
+    elif damage == "cut":
+        damaged = frame[: data.draw(st.integers(0, len(frame) - 1))]
+    else:
+        damaged = frame + data.draw(st.binary(min_size=1, max_size=16))
+    try:
+        read = compressor.decompress(damaged)
+    except CompressionDictionaryError as exc:
+        assert damage == "byte", exc  # the dictionary's id, or the flag saying it has one
+        return
+    except ValueError as exc:
+        assert not isinstance(exc, SerializationError), exc  # only the typed one above
+        return
+    assert damage == "byte" and read == payload  # a byte the frame's reading never uses
+
+
 def test_compress_must_name_a_compression(tmp_path: Path) -> None:
     """``compress`` given a name no store records is refused before anything is opened."""
     with pytest.raises(ConfigurationError, match="names no compression"):

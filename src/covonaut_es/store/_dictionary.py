@@ -66,13 +66,13 @@ class ZstdDictionaryCompressor(Compressor):
             ValueError: The frame is damaged.
         """
         dictionary = shipped_dictionary()
-        found = _zstd.dictionary_id(data)
-        if found != dictionary.id:
-            named = f"dictionary {found}" if found else "no dictionary"
+        try:
+            return dictionary.decompress(data, limit=PAYLOAD_SIZE_LIMIT)
+        except _zstd.OtherDictionaryError as exc:
+            named = f"dictionary {exc.found}" if exc.found else "no dictionary"
             msg = (
                 f"its zstd frame names {named}, and this version ships dictionary "
                 f"{dictionary.id}: it was written by a newer covonaut-es (read it with that "
                 "version), or damaged"
             )
-            raise CompressionDictionaryError(msg)
-        return dictionary.decompress(data, limit=PAYLOAD_SIZE_LIMIT)
+            raise CompressionDictionaryError(msg) from exc

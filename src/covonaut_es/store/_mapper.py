@@ -353,7 +353,9 @@ class MsgspecMapper(Mapper[UUID]):
         try:
             if self.cipher:
                 data = self.cipher.decrypt(data)
-            if self.compressor and not _compressed_snapshot(stored_event.topic, data):
+            if self.compressor and (
+                stored_event.topic not in _SNAPSHOT_TOPICS or not _compressed_snapshot(data)
+            ):
                 data = self.compressor.decompress(data)
         except CompressionDictionaryError as exc:
             msg = f"{_where(stored_event)}: {exc}"
@@ -382,15 +384,18 @@ class _Reader(typing.NamedTuple):
     creates: str | None
 
 
-def _compressed_snapshot(topic: str, data: bytes) -> bool:
-    """Whether decrypted stored bytes are a snapshot its codec compressed, or a sealed
-    one, which the store's own compressor left alone. No zlib stream starts with the
-    zstd magic or the seal's (their first two bytes fail zlib's header check), so a
-    snapshot the store's compressor compressed before ADR 0022 is still told apart;
-    nor does the codec's frame name a dictionary, which the frame of a store that
-    compresses with zstd does (a snapshot the codec wrote as JSON, ADR 0061)."""
-    if full_topic(topic) != ThreadSnapshot.TOPIC:
-        return False
+_SNAPSHOT_TOPICS = frozenset({ThreadSnapshot.TOPIC, compact(ThreadSnapshot.TOPIC)})
+"""A snapshot's row names its topic in either form (ADR 0064)."""
+
+
+def _compressed_snapshot(data: bytes) -> bool:
+    """Whether the decrypted stored bytes of a thread's snapshot are ones its codec
+    compressed, or sealed, which the store's own compressor left alone. No zlib stream
+    starts with the zstd magic or the seal's (their first two bytes fail zlib's header
+    check), so a snapshot the store's compressor compressed before ADR 0022 is still
+    told apart; nor does the codec's frame name a dictionary, which the frame of a
+    store that compresses with zstd does (a snapshot the codec wrote as JSON, ADR
+    0061). (Asked of a snapshot's bytes only: an event's are never the codec's.)"""
     if data.startswith(SEALED):
         return True
     # A damaged frame header is the codec's to name.

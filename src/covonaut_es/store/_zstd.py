@@ -10,7 +10,7 @@ payloads are frames with one, which carry its id and a checksum of their content
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from typing import Any
 
 MAGIC = b"\x28\xb5\x2f\xfd"
 """The first four bytes of every zstd frame; no JSON text or zlib stream starts so."""
@@ -25,7 +25,7 @@ if sys.version_info >= (3, 14):
 
         def __init__(self, dictionary: bytes | None = None, *, checksum: bool = False) -> None:
             self._dictionary = None if dictionary is None else zstd.ZstdDict(dictionary)
-            self._whole = checksum
+            self.extra_allowed = not checksum
             self._options = {
                 zstd.CompressionParameter.compression_level: _LEVEL,
                 zstd.CompressionParameter.checksum_flag: int(checksum),
@@ -39,22 +39,25 @@ if sys.version_info >= (3, 14):
             digested = None if self._dictionary is None else self._dictionary.as_digested_dict
             return zstd.compress(data, options=self._options, zstd_dict=digested)
 
-        def decompress(self, frame: bytes | memoryview, size: int) -> bytes:
+        def decompress(
+            self, frame: bytes | memoryview, size: int, across: bool, extra: bool
+        ) -> bytes:
+            """As zstandard's ``ZstdDecompressor.decompress`` with its arguments
+            (``max_output_size``, ``read_across_frames``: never, ``allow_extra_data``)."""
             decompressor = zstd.ZstdDecompressor(zstd_dict=self._dictionary)
-            data = decompressor.decompress(frame, max_length=size + 1)
-            if not decompressor.eof:
-                msg = "the frame ends early"
-                raise ValueError(msg)
-            if self._whole and decompressor.unused_data:
-                msg = f"{len(decompressor.unused_data)} bytes follow the frame"
-                raise ValueError(msg)
-            return data
+            return _read_whole(decompressor, decompressor.decompress(frame, size + 1), extra)
 
-    def _declared_size(frame: bytes | memoryview) -> int | None:
-        return zstd.get_frame_info(frame).decompressed_size
+        def decompress_empty(self, frame: bytes | memoryview, extra: bool) -> bytes:
+            """As :meth:`decompress`, for a frame declaring no content."""
+            return self.decompress(frame, 0, False, extra)
 
-    def _dictionary_id(frame: bytes | memoryview) -> int:
-        return zstd.get_frame_info(frame).dictionary_id
+    def _header(frame: bytes | memoryview) -> tuple[int, int | None]:
+        """As in the other branch."""
+        try:
+            info = zstd.get_frame_info(frame)
+        except _ERRORS as exc:
+            raise _unreadable_header(exc) from exc
+        return info.dictionary_id, info.decompressed_size
 
     _ERRORS: tuple[type[Exception], ...] = (zstd.ZstdError, ValueError)
 else:
@@ -75,23 +78,39 @@ else:
             self._compressor = zstandard.ZstdCompressor(
                 level=_LEVEL, dict_data=loaded, write_content_size=True, write_checksum=checksum
             )
+            # The decompressor's own method, called positionally (max_output_size,
+            # read_across_frames, allow_extra_data) by _checked: keywords, or a method
+            # of this class around it, cost a third of a small payload's decompression,
+            # paid once per event read.
             self._decompressor = zstandard.ZstdDecompressor(dict_data=loaded)
-            self._whole = checksum
+            self.decompress = self._decompressor.decompress
+            self.extra_allowed = not checksum
 
         def compress(self, data: bytes) -> bytes:
             return self._compressor.compress(data)
 
-        def decompress(self, frame: bytes | memoryview, size: int) -> bytes:
-            # Positional (max_output_size, read_across_frames, allow_extra_data): keywords
-            # cost a third of a small payload's decompression, paid once per event read.
-            return self._decompressor.decompress(frame, size, False, not self._whole)
+        def decompress_empty(self, frame: bytes | memoryview, extra: bool) -> bytes:
+            """The content of a frame declaring none, which zstandard's one-shot
+            ``decompress`` answers without reading the frame (its checksum, its blocks,
+            what follows it): read by a streaming decompressor, which does."""
+            decompressor = self._decompressor.decompressobj()
+            return _read_whole(decompressor, decompressor.decompress(frame), extra)
 
-    def _declared_size(frame: bytes | memoryview) -> int | None:
-        size = zstandard.frame_content_size(frame)
-        return None if size < 0 else size
+    _UNKNOWN_SIZE = 2**64 - 1  # zstd's ZSTD_CONTENTSIZE_UNKNOWN
 
-    def _dictionary_id(frame: bytes | memoryview) -> int:
-        return zstandard.get_frame_parameters(frame).dict_id
+    def _header(frame: bytes | memoryview) -> tuple[int, int | None]:
+        """The id of the dictionary a frame names (0: none) and the size it declares
+        (None: none), from one reading of its header, for every check.
+
+        Raises:
+            ValueError: The bytes do not begin with a readable frame header.
+        """
+        try:
+            parameters = zstandard.get_frame_parameters(frame)
+        except _ERRORS as exc:
+            raise _unreadable_header(exc) from exc
+        size = parameters.content_size
+        return parameters.dict_id, None if size == _UNKNOWN_SIZE else size
 
     _ERRORS = (zstandard.ZstdError, ValueError)
 
@@ -115,7 +134,7 @@ def decompress(frame: bytes | memoryview, *, limit: int) -> bytes:
     Raises:
         ValueError: The frame is damaged or truncated, or holds more than ``limit``.
     """
-    return _checked(frame, limit, _PLAIN.decompress)
+    return _checked(frame, limit, _header(frame)[1], _PLAIN)
 
 
 def dictionary_id(frame: bytes | memoryview) -> int:
@@ -125,11 +144,7 @@ def dictionary_id(frame: bytes | memoryview) -> int:
     Raises:
         ValueError: The bytes do not begin with a readable frame header.
     """
-    try:
-        return _dictionary_id(frame)
-    except _ERRORS as exc:
-        msg = f"not a readable zstd frame header ({exc})"
-        raise ValueError(msg) from exc
+    return _header(frame)[0]
 
 
 def named_dictionary(data: bytes | memoryview) -> int | None:
@@ -144,16 +159,28 @@ def named_dictionary(data: bytes | memoryview) -> int | None:
         return None
 
 
+class OtherDictionaryError(ValueError):
+    """A frame read with one dictionary names another, or none.
+
+    Args:
+        found: The id of the dictionary the frame names; 0 when it names none.
+    """
+
+    def __init__(self, found: int) -> None:
+        super().__init__(f"the zstd frame names dictionary {found}")
+        self.found = found
+
+
 _DESCRIPTOR_CHECKSUM = 0x04
 _DESCRIPTOR_RESERVED = 0x18  # the unused and the reserved bit, which ours leave clear
-_DESCRIPTOR_DICTIONARY = 0x03
 
 
 class Dictionary:
     """Frames compressed with one zstd dictionary, each carrying its id and a checksum
     of its content, so that a damaged frame is refused rather than read as other data:
-    a frame must be the whole of what is read, and its header must declare the checksum
-    (clearing that flag would turn the check off) and no bit this library never sets.
+    a frame must be the whole of what is read, name this dictionary, and its header must
+    declare the checksum (clearing that flag would turn the check off) and no bit this
+    library never sets.
 
     Args:
         content: The dictionary as zstd trains it (its header holds its id).
@@ -169,36 +196,43 @@ class Dictionary:
         return self._frames.compress(data)
 
     def decompress(self, frame: bytes | memoryview, *, limit: int) -> bytes:
-        """As :func:`decompress`, for a frame compressed with this dictionary.
+        """As :func:`decompress`, for a frame compressed with this dictionary; its header
+        is read once, for every check.
 
         Raises:
+            OtherDictionaryError: The frame names another dictionary, or none.
             ValueError: As :func:`decompress`, the frame's checksum does not match, its
                 header does not declare one, or bytes follow the frame.
         """
-        descriptor = frame[4] if len(frame) > 4 else 0
-        if (
-            not descriptor & _DESCRIPTOR_CHECKSUM
-            or descriptor & _DESCRIPTOR_RESERVED
-            or not descriptor & _DESCRIPTOR_DICTIONARY
-        ):
+        found, size = _header(frame)
+        if found != self.id:
+            raise OtherDictionaryError(found)
+        descriptor = frame[4]  # a readable header has it
+        if not descriptor & _DESCRIPTOR_CHECKSUM or descriptor & _DESCRIPTOR_RESERVED:
             msg = f"the zstd frame's header is not one this library writes ({descriptor:#04x})"
             raise ValueError(msg)
-        return _checked(frame, limit, self._frames.decompress)
+        return _checked(frame, limit, size, self._frames)
 
 
-def _checked(
-    frame: bytes | memoryview, limit: int, decompress: Callable[[bytes | memoryview, int], bytes]
-) -> bytes:
-    try:
-        size = _declared_size(frame)
-    except _ERRORS as exc:
-        msg = f"not a readable zstd frame header ({exc})"
-        raise ValueError(msg) from exc
+def _unreadable_header(cause: Exception) -> ValueError:
+    """What ``_header`` raises for bytes that do not begin with a readable frame header
+    (each zstd module has its ``_header``: their parsers differ)."""
+    return ValueError(f"not a readable zstd frame header ({cause})")
+
+
+def _checked(frame: bytes | memoryview, limit: int, size: int | None, frames: _Frames) -> bytes:
+    """The data of ``frame``, whose header declares ``size``, of at most ``limit``
+    bytes, decompressed by ``frames``, which say whether bytes may follow it."""
     if size is not None and size > limit:
         msg = f"the zstd frame declares {size} bytes, more than the {limit} allowed"
         raise ValueError(msg)
     try:
-        data = decompress(frame, limit if size is None else size)
+        if size == 0:
+            data = frames.decompress_empty(frame, frames.extra_allowed)
+        else:
+            data = frames.decompress(
+                frame, limit if size is None else size, False, frames.extra_allowed
+            )
     except _ERRORS as exc:
         msg = f"the zstd frame does not decompress ({exc})"
         raise ValueError(msg) from exc
@@ -207,5 +241,21 @@ def _checked(
         raise ValueError(msg)
     if size is not None and len(data) != size:
         msg = f"the zstd frame holds {len(data)} bytes but declares {size}"
+        raise ValueError(msg)
+    return data
+
+
+def _read_whole(decompressor: Any, data: bytes, extra: bool) -> bytes:
+    """``data``, what a streaming ``decompressor`` gave of a frame, once it read the
+    frame to its end and, unless ``extra``, found nothing after it.
+
+    Raises:
+        ValueError: The frame ends early, or bytes follow it.
+    """
+    if not decompressor.eof:
+        msg = "the frame ends early"
+        raise ValueError(msg)
+    if not extra and decompressor.unused_data:
+        msg = f"{len(decompressor.unused_data)} bytes follow the frame"
         raise ValueError(msg)
     return data
