@@ -31,7 +31,7 @@ from covonaut_es import (
     open_store,
 )
 from covonaut_es.domain import PauseKind
-from covonaut_es.errors import CovonautError
+from covonaut_es.errors import CovonautError, ToolCallsInDoubtError
 from covonaut_es.service import Settlement, ThreadService, review_submission
 from covonaut_es.service._submissions import is_blank
 from support import answer, call, ticking_clock
@@ -169,8 +169,11 @@ class World:
                     thread_id, call_id, "ok" if is_blank(text) else text, reviewer=self.rita
                 )
 
-    def resume(self, n: int) -> None:
-        """Resume a thread whose every pause was dealt with."""
+    def resume(self, n: int, runner: str = "lives") -> None:
+        """Resume a thread whose every pause was dealt with, as a worker does: a call in
+        doubt that no runner may retry pauses it again. The ``runner`` may die in a
+        ``transfer`` it runs again, and be found dead (its calls in doubt paused) or not
+        yet."""
         thread_id = self.pick(n)
         if thread_id is None:
             return
@@ -179,9 +182,15 @@ class World:
             p.resolved for p in state.pauses
         ):
             return
-        agent = self.agent(thread_id, [answer("done")])
+        agent = self.agent(thread_id, [answer("done")], [runner != "lives"])
         agent.restore_latest_checkpoint(thread_id)
-        agent.resume()
+        try:
+            agent.resume()
+        except ToolCallsInDoubtError:
+            self.service.pause_calls_in_doubt(thread_id, "no runner may retry it")
+        except ProcessDied:
+            if runner == "dies":
+                self.service.pause_calls_in_doubt(thread_id, "its runner stopped again")
 
     def note_heads(self) -> None:
         """Note each thread's head, once a command is over."""
@@ -225,6 +234,7 @@ steps: st.SearchStrategy[Step] = st.one_of(
     st.tuples(st.just("from_state"), indexes),
     st.tuples(st.just("decide"), indexes, odd_text),
     st.tuples(st.just("resume"), indexes),
+    st.tuples(st.just("resume"), indexes, st.sampled_from(["dies", "dies unfound"])),
     st.tuples(st.just("fork"), indexes, st.floats(0, 1)),
     st.tuples(st.just("abandon"), indexes),
 )
@@ -308,6 +318,20 @@ def fresh_store(
         ("run", "", ("ask",)),
         ("fork", 0, 0.875),
         ("resume", 2),
+    ]
+)
+# A call in doubt sent to run again, whose runner dies in the retry: found dead, the call
+# is paused anew; not found yet, nobody is asked to settle it while a runner may.
+@example(plan=[("run", "", ("transfer",)), ("decide", 1, ""), ("resume", 0, "dies")])
+@example(plan=[("run", "", ("transfer",)), ("decide", 1, ""), ("resume", 0, "dies unfound")])
+# The same in a fork taken once the retry was asked for.
+@example(
+    plan=[
+        ("run", "", ("transfer",)),
+        ("decide", 1, ""),
+        ("fork", 0, 1.0),
+        ("resume", 1, "dies unfound"),
+        ("resume", 1),
     ]
 )
 def test_the_queue_lists_exactly_what_the_aggregates_say_is_pending(
