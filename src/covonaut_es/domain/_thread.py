@@ -1075,6 +1075,9 @@ class AgentThread(Aggregate, created_event_name="Started"):
         authorizes the model's next call of the operation.
         ``deadline``: when the review expires unless decided (:meth:`expire_reviews`).
 
+        A call in doubt that runs again (its retry began) may have run already: its
+        review says so (``ReviewRequest.may_have_run``), and an approval runs it again.
+
         ``tool``: for a tool from a server, the tool as the model was offered it; the
         request then says so when an earlier review of the same name covered another.
         ``trace_parent``: the traced run's context (see ``Interrupt.trace_parent``).
@@ -1090,6 +1093,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
             None,
         )
         recorded = json_data(arguments, where=f"the arguments of {call.name!r}")
+        may_have_run = call.id in self.retries_begun
         request = ReviewRequest(
             review_id=self._next_event_key(call),
             thread_id=self.thread_id,
@@ -1099,9 +1103,10 @@ class AgentThread(Aggregate, created_event_name="Started"):
             tool_call_id=call.id,
             tool=tool,
             tool_changed=change_note(earlier, tool),
-            run_on_approval=run_on_approval,
+            run_on_approval=run_on_approval or may_have_run,
             deadline=deadline,
             rules=rules,
+            may_have_run=may_have_run,
         )
         self.trigger_event(self.ReviewRequested, request=request, timestamp=now)
         interrupt = Interrupt(
@@ -1375,10 +1380,10 @@ class AgentThread(Aggregate, created_event_name="Started"):
             return pending
         review_id = review.request.review_id
         if review.pending:
-            why = f"it never ran and awaits review {review_id!r}; decide that review instead"
+            why = f"it awaits review {review_id!r}; decide that review instead"
         elif review.runs_call:
             why = (
-                f"it never ran, review {review_id!r} approved it, and the thread's next run "
+                f"review {review_id!r} approved running it, and the thread's next run "
                 "spends the approval and runs it"
             )
         else:
