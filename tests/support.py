@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
+import shutil
 import subprocess
 import sys
 import threading
@@ -28,6 +30,7 @@ from covonaut_es import (
     Tool,
     ToolCall,
     ToolContext,
+    open_store,
 )
 from covonaut_es.domain import RunMode, thread_aggregate_id
 from covonaut_es.messages import StreamDelta, Usage
@@ -35,6 +38,21 @@ from covonaut_es.providers._protocol import Responder, ScriptItem
 from covonaut_es.store._mapper import MsgspecMapper
 
 OBJECT_SCHEMA: dict[str, Any] = {"type": "object"}
+
+GOLDEN = Path(__file__).parent / "fixtures" / "golden"
+"""Data written by older code, which the tests read and never change."""
+
+
+@contextlib.contextmanager
+def golden_store(name: str, tmp_path: Path) -> Iterator[Store]:
+    """The golden SQLite store ``GOLDEN/<name>/threads.db``, opened from a copy in
+    ``tmp_path``, so that the test leaves the fixture as it was written."""
+    shutil.copy(GOLDEN / name / "threads.db", tmp_path / "threads.db")
+    opened = open_store(f"sqlite:///{tmp_path / 'threads.db'}")
+    try:
+        yield opened
+    finally:
+        opened.close()
 
 
 def ticking_clock(start: datetime | None = None) -> Callable[[], datetime]:

@@ -7,8 +7,8 @@ events, verifies, and goes on: the call's result is recorded once."""
 from __future__ import annotations
 
 import json
-import shutil
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,25 +20,22 @@ from covonaut_es import (
     CheckpointSettings,
     ReviewQueue,
     ScriptedProvider,
+    Store,
     Tool,
-    open_store,
 )
 from covonaut_es.service import Settlement, ThreadService
-from support import answer, ticking_clock
+from support import GOLDEN, answer, golden_store, ticking_clock
 
-GOLDEN = Path(__file__).parent / "fixtures" / "golden" / "forks-in-doubt"
-MANIFEST = json.loads((GOLDEN / "manifest.json").read_text())
+MANIFEST = json.loads((GOLDEN / "forks-in-doubt" / "manifest.json").read_text())
 
-sys.path.insert(0, str(GOLDEN.parent.parent))
+sys.path.insert(0, str(GOLDEN.parent))
 from write_golden_forks_in_doubt import VERIFIER, summary  # noqa: E402
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Any:
-    shutil.copy(GOLDEN / "threads.db", tmp_path / "threads.db")
-    opened = open_store(f"sqlite:///{tmp_path / 'threads.db'}")
-    yield opened
-    opened.close()
+def store(tmp_path: Path) -> Iterator[Store]:
+    with golden_store("forks-in-doubt", tmp_path) as opened:
+        yield opened
 
 
 @pytest.mark.parametrize("fork", sorted(MANIFEST["threads"]))

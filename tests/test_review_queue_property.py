@@ -30,8 +30,8 @@ from covonaut_es import (
     create_cipher_key,
     open_store,
 )
-from covonaut_es.domain import PauseKind
-from covonaut_es.errors import CovonautError
+from covonaut_es.domain import AgentThread, PauseKind, ToolOutcome
+from covonaut_es.errors import CovonautError, ToolCallsInDoubtError
 from covonaut_es.service import Settlement, ThreadService, review_submission
 from covonaut_es.service._submissions import is_blank
 from support import answer, call, ticking_clock
@@ -56,7 +56,8 @@ class ProcessDied(BaseException):
 
 def tools(dies: list[bool]) -> list[Tool]:
     """``ask`` pauses with its arguments as reason and data; ``pay`` needs a review;
-    ``transfer`` dies while ``dies`` holds True, else succeeds."""
+    ``transfer`` dies while ``dies`` holds True, else succeeds; so does ``wire``, which
+    an approval runs."""
 
     def ask(ctx: ToolContext, args: dict[str, Any]) -> Any:
         raise InterruptError(args["q"], {"q": args["q"], args["q"]: [args["q"], None, 1.5]})
@@ -70,6 +71,7 @@ def tools(dies: list[bool]) -> list[Tool]:
         Tool("ask", "Ask a person", OBJECT, ask),
         Tool("pay", "Pay", OBJECT, lambda ctx, args: "paid", requires_approval=True),
         Tool("transfer", "Move money", OBJECT, transfer),
+        Tool("wire", "Wire money", OBJECT, transfer, requires_approval=True, run_on_approval=True),
     ]
 
 
@@ -146,7 +148,9 @@ class World:
     # What people and runners do --------------------------------------------------------
 
     def decide(self, n: int, text: str) -> None:
-        """Deal with every pause of a thread that waits for a person."""
+        """Deal with every pause of a thread that waits for a person: approve a review
+        (reject it for every fourth ``n``), send a call in doubt to run again (odd ``n``)
+        or settle it, answer a tool's pause."""
         thread_id = self.pick(n)
         if thread_id is None or self.store.state_at(thread_id).status is ThreadStatus.ABANDONED:
             return
@@ -157,7 +161,10 @@ class World:
             call_id = interrupt.tool_call_id
             if interrupt.kind is PauseKind.REVIEW:
                 review_id = interrupt.data["review_id"]  # type: ignore[index,call-overload]
-                submission = review_submission("approve", text=text)
+                if n % 4 == 3:  # a rejection gives a reason
+                    submission = review_submission("reject", text="no" if is_blank(text) else text)
+                else:
+                    submission = review_submission("approve", text=text)
                 self.service.decide(review_id, submission, reviewer=self.rita, thread_id=thread_id)
             elif interrupt.kind is PauseKind.IN_DOUBT and n % 2:
                 self.service.request_retry(thread_id, call_id, reviewer=self.rita)
@@ -169,8 +176,11 @@ class World:
                     thread_id, call_id, "ok" if is_blank(text) else text, reviewer=self.rita
                 )
 
-    def resume(self, n: int) -> None:
-        """Resume a thread whose every pause was dealt with."""
+    def resume(self, n: int, runner: str = "lives") -> None:
+        """Resume a thread whose every pause was dealt with, as a worker does: a call in
+        doubt that no runner may retry pauses it again. The ``runner`` may die in a
+        ``transfer`` it runs again, and be found dead (its calls in doubt paused) or not
+        yet."""
         thread_id = self.pick(n)
         if thread_id is None:
             return
@@ -179,9 +189,15 @@ class World:
             p.resolved for p in state.pauses
         ):
             return
-        agent = self.agent(thread_id, [answer("done")])
+        agent = self.agent(thread_id, [answer("done")], [runner != "lives"])
         agent.restore_latest_checkpoint(thread_id)
-        agent.resume()
+        try:
+            agent.resume()
+        except ToolCallsInDoubtError:
+            self.service.pause_calls_in_doubt(thread_id, "no runner may retry it")
+        except ProcessDied:
+            if runner == "dies":
+                self.service.pause_calls_in_doubt(thread_id, "its runner stopped again")
 
     def note_heads(self) -> None:
         """Note each thread's head, once a command is over."""
@@ -216,7 +232,7 @@ class World:
 Step = tuple[Any, ...]
 """A method of :class:`World` and its arguments (printed as such when a case fails)."""
 
-kinds = st.lists(st.sampled_from(["ask", "pay", "transfer"]), min_size=1, max_size=3)
+kinds = st.lists(st.sampled_from(["ask", "pay", "transfer", "wire"]), min_size=1, max_size=3)
 indexes = st.integers(0, 7)
 run = st.tuples(st.just("run"), odd_text, kinds.map(tuple))
 steps: st.SearchStrategy[Step] = st.one_of(
@@ -225,6 +241,7 @@ steps: st.SearchStrategy[Step] = st.one_of(
     st.tuples(st.just("from_state"), indexes),
     st.tuples(st.just("decide"), indexes, odd_text),
     st.tuples(st.just("resume"), indexes),
+    st.tuples(st.just("resume"), indexes, st.sampled_from(["dies", "dies unfound"])),
     st.tuples(st.just("fork"), indexes, st.floats(0, 1)),
     st.tuples(st.just("abandon"), indexes),
 )
@@ -244,6 +261,26 @@ def expected(store: Store) -> set[tuple[Any, ...]]:
             review = i.kind is PauseKind.REVIEW
             item_id = i.data["review_id"] if review else i.tool_call_id  # type: ignore[index,call-overload]
             found.add((thread_id, item_id, i.kind, i.tool_name, i.reason, json.dumps(i.data)))
+    return found
+
+
+def said_not_run(store: Store) -> set[tuple[str, str]]:
+    """The calls that were in doubt, so may have run, and whose result says they did not
+    run without a person's settlement saying so: there must be none."""
+    found = set()
+    for thread_id in store.thread_ids():
+        in_doubt: set[str] = set()
+        for event in store.history(thread_id):
+            if isinstance(event, AgentThread.Interrupted) and event.interrupt.kind is (
+                PauseKind.IN_DOUBT
+            ):
+                in_doubt.add(event.interrupt.tool_call_id)
+            elif (
+                type(event) is AgentThread.ToolResultRecorded
+                and event.outcome is ToolOutcome.NOT_EXECUTED
+                and event.tool_call_id in in_doubt
+            ):
+                found.add((thread_id, event.tool_call_id))
     return found
 
 
@@ -310,6 +347,34 @@ def fresh_store(
         ("resume", 2),
     ]
 )
+# A call in doubt sent to run again, whose runner dies in the retry: found dead, the call
+# is paused anew; not found yet, nobody is asked to settle it while a runner may.
+@example(plan=[("run", "", ("transfer",)), ("decide", 1, ""), ("resume", 0, "dies")])
+@example(plan=[("run", "", ("transfer",)), ("decide", 1, ""), ("resume", 0, "dies unfound")])
+# The same in a fork taken once the retry was asked for.
+@example(
+    plan=[
+        ("run", "", ("transfer",)),
+        ("decide", 1, ""),
+        ("fork", 0, 1.0),
+        ("resume", 1, "dies unfound"),
+        ("resume", 1),
+    ]
+)
+# A call an approval ran, left in doubt, retried in a fork (which asks for a review of its
+# own) and refused there: still in doubt, never recorded as not run, and paused anew.
+@example(
+    plan=[
+        ("run", "", ("wire",)),
+        ("decide", 0, ""),
+        ("resume", 0, "dies"),
+        ("fork", 0, 1.0),
+        ("decide", 1, ""),
+        ("resume", 1),
+        ("decide", 3, ""),
+        ("resume", 1),
+    ]
+)
 def test_the_queue_lists_exactly_what_the_aggregates_say_is_pending(
     fresh_store: Callable[[], Store], plan: list[Step]
 ) -> None:
@@ -326,6 +391,7 @@ def test_the_queue_lists_exactly_what_the_aggregates_say_is_pending(
             queue.wait_until_current(store)
         assert len(queue.pending()) == len(listed(queue))
         assert listed(queue) == expected(store)
+        assert said_not_run(store) == set()
         for thread_id in store.thread_ids():
             assert store.replay_state(thread_id) == store.state_at(thread_id), thread_id
     finally:

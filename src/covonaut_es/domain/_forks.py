@@ -44,7 +44,7 @@ def fork_point(newest_first: Iterable[Any]) -> tuple[tuple[Interrupt, ...], bool
         ):
             break
         if isinstance(event, AgentThread.Interrupted):
-            newest_interrupts.append(tail.as_read(event.interrupt))
+            newest_interrupts.append(tail.paused(event.interrupt))
         else:
             tail.note(event)
     pauses = pauses_of(
@@ -95,13 +95,23 @@ class _Tail:
         elif isinstance(event, AgentThread.RetryRequested) and event.tool_call_id:
             self._retries.setdefault(event.tool_call_id, True)
         elif isinstance(event, AgentThread.ToolCallRetried):
-            self._retries.setdefault(event.tool_call_id, False)
+            # A retry begun deals with the call's pause, as asking for it did; a record
+            # of the code before revived it (ADR 0066).
+            self._retries.setdefault(event.tool_call_id, not event.revives_pause)
         if isinstance(event, AgentThread.ToolResultRecorded):
             self.closed.add(event.tool_call_id)
             if isinstance(event, AgentThread.ToolCallSettled):
                 self._retries.setdefault(event.tool_call_id, False)
             if event.outcome is ToolOutcome.INTERRUPTED:
                 self.paused_in_tool.add(event.tool_call_id)
+
+    def paused(self, interrupt: Interrupt) -> Interrupt:
+        """``interrupt`` as the thread reads it now (:meth:`as_read`), noted: a pause in
+        doubt is newer than the retries before it, which dealt with an older one."""
+        read = self.as_read(interrupt)
+        if read.kind is PauseKind.IN_DOUBT:
+            self._retries.setdefault(read.tool_call_id, False)
+        return read
 
     def as_read(self, interrupt: Interrupt) -> Interrupt:
         """``interrupt`` as the thread reads it now: a claim of doubt on a call whose

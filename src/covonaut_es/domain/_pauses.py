@@ -77,17 +77,20 @@ def pauses_of(
 ) -> tuple[Pause, ...]:
     """Each pending interrupt, resolved once a person has dealt with it: a review
     decided (its id in ``decided``), a tool's pause answered, a call in doubt settled
-    (no longer in ``open_calls``) or sent to run again (in ``retries``). The one rule
-    both the thread and what a fork inherits (:func:`fork_point`) go by.
+    (no longer in ``open_calls``) or sent to run again (in ``retries``: asked for, or
+    begun). The one rule both the thread and what a fork inherits (:func:`fork_point`)
+    go by.
 
-    A call in doubt that ran again and paused in its tool has two tool's pauses, the
-    claim of doubt its result turned into one and the tool's own: the tool's own, the
-    later, is the one that waits."""
-    last_pause = {i.tool_call_id: n for n, i in enumerate(interrupts) if _tools_pause(i)}
+    A call has at most one tool's pause and one pause in doubt: the newest of each
+    kind. A call in doubt that ran again and paused in its tool has two tool's pauses,
+    the claim of doubt its result turned into one and the tool's own: the tool's own,
+    the later, is the one that waits. A call whose retry began and was left in doubt
+    again has two pauses in doubt: the retry dealt with the first, the second waits."""
+    newest = {k: n for n, i in enumerate(interrupts) if (k := _superseding(i)) is not None}
     pauses = []
     for n, interrupt in enumerate(interrupts):
         call_id = interrupt.tool_call_id
-        if _tools_pause(interrupt) and last_pause[call_id] != n:
+        if (key := _superseding(interrupt)) is not None and newest[key] != n:
             continue
         if interrupt.kind is PauseKind.REVIEW:
             resolved = _review_id(interrupt) in decided
@@ -99,8 +102,12 @@ def pauses_of(
     return tuple(pauses)
 
 
-def _tools_pause(interrupt: Interrupt) -> bool:
-    return interrupt.kind is PauseKind.INTERRUPT
+def _superseding(interrupt: Interrupt) -> tuple[str, PauseKind] | None:
+    """What a newer pause of the same call and kind supersedes this one by; None for a
+    review, which its own id names."""
+    if interrupt.kind is PauseKind.REVIEW:
+        return None
+    return interrupt.tool_call_id, interrupt.kind
 
 
 def _review_id(interrupt: Interrupt) -> str:

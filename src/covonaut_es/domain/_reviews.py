@@ -127,6 +127,11 @@ class ReviewRequest(msgspec.Struct, frozen=True, omit_defaults=True):
             None when it waits for a decision as long as it takes.
         rules: What the tool's review policy allows on this review (who may decide,
             which decisions, which edits); None: anything, for any verified reviewer.
+        may_have_run: The call may have run already: it was in doubt, and its retry
+            asks for this review (a fork retrying a call its parent ran under an
+            approval, whose authority it does not inherit). An approval runs it again,
+            with its idempotency key (``run_on_approval`` is set); any other decision
+            leaves it in doubt, for a person to settle, since none knows what it did.
     """
 
     review_id: str
@@ -145,6 +150,7 @@ class ReviewRequest(msgspec.Struct, frozen=True, omit_defaults=True):
         return self.deadline is not None and now >= self.deadline
 
     rules: ReviewRules | None = None
+    may_have_run: bool = False
 
     def to_data(self) -> dict[str, Any]:
         """The request as plain JSON data, sharing nothing with this object."""
@@ -239,10 +245,12 @@ class Review(msgspec.Struct, frozen=True, omit_defaults=True):
     @property
     def answers_call(self) -> bool:
         """Whether the decision stands in for the result of the call it held back: the
-        review is decided, and not by an approval that runs the call. The thread records
-        that result with the decision; a state between the two (a fork, a time-travel
-        view or a saved state taken there) records it at its next run."""
-        return self.decision is not None and not self.runs_call
+        review is decided, and not by an approval that runs the call. No decision stands
+        for the result of a call that may have run (``ReviewRequest.may_have_run``): none
+        knows what it did, and a person settles it. The thread records that result with
+        the decision; a state between the two (a fork, a time-travel view or a saved
+        state taken there) records it at its next run."""
+        return self.decision is not None and not self.runs_call and not self.request.may_have_run
 
     @property
     def holds_back_call(self) -> bool:

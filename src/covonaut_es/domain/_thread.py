@@ -102,6 +102,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
     reviews: ReviewLedger
     answers: dict[str, str]
     retries_requested: list[str]
+    retries_begun: list[str]
     retry_requested: bool
     output: TypedOutput | None
 
@@ -275,6 +276,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
 
         def apply(self, thread: AgentThread) -> None:
             del thread.open_calls[self.tool_call_id]
+            _discard(thread.retries_begun, self.tool_call_id)
             if self.outcome is ToolOutcome.INTERRUPTED:
                 paused_by_its_tool(thread.interrupts, self.tool_call_id)
             thread.messages.append(
@@ -299,15 +301,25 @@ class AgentThread(Aggregate, created_event_name="Started"):
 
     class ToolCallRetried(Event):
         """The application (or the tool's ``idempotent`` flag) chose to run a call in
-        doubt again, with the same idempotency key."""
+        doubt again, with the same idempotency key, and its retry began.
+
+        Version 2: the retry deals with the call's pause in doubt, as a person's request
+        for it did; should the call be left in doubt again (its runner dies), a new pause
+        says so. ``revives_pause`` marks a record of version 1, whose retry revived the
+        old pause instead, so that the thread waited on it again (ADR 0066).
+        """
 
         TOPIC = "covonaut.thread.ToolCallRetried"
+        class_version = 2
 
         tool_call_id: str
+        revives_pause: bool = False
 
         def apply(self, thread: AgentThread) -> None:
             # The call stays open until its result is recorded.
             _discard(thread.retries_requested, self.tool_call_id)
+            if not self.revives_pause and self.tool_call_id not in thread.retries_begun:
+                thread.retries_begun.append(self.tool_call_id)
 
     class RetryRequested(Event):
         """A verified person asked for a call in doubt to run again (with the same
@@ -340,9 +352,10 @@ class AgentThread(Aggregate, created_event_name="Started"):
         interrupt: Interrupt
 
         def apply(self, thread: AgentThread) -> None:
-            thread.interrupts.append(
-                checked_kind(self.interrupt, thread.reviews, thread.open_calls)
-            )
+            interrupt = checked_kind(self.interrupt, thread.reviews, thread.open_calls)
+            thread.interrupts.append(interrupt)
+            if interrupt.kind is PauseKind.IN_DOUBT:  # a new pause, no retry deals with
+                _discard(thread.retries_begun, interrupt.tool_call_id)
             thread.status = ThreadStatus.INTERRUPTED
 
     class InterruptAnswered(Event):
@@ -686,6 +699,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
         self.reviews = ReviewLedger()
         self.answers = {}
         self.retries_requested = []
+        self.retries_begun = []
         self.retry_requested = False
         self.output = None
 
@@ -926,16 +940,19 @@ class AgentThread(Aggregate, created_event_name="Started"):
     ) -> Interrupt:
         """Pause the thread on a call in doubt, for a person to check the external system
         and settle it; the interrupt's data names the call and its idempotency key. A
-        thread paused on the call in doubt already stays so (nothing is recorded).
+        thread paused on the call in doubt already stays so (nothing is recorded), unless
+        a retry of the call began since: the retry dealt with that pause, and the new one
+        says the call is in doubt again.
         ``trace_parent``: the traced run's context (see ``Interrupt.trace_parent``).
 
         Raises:
             ThreadStateError: The call is not in doubt.
         """
         pending = self._call_in_doubt(tool_call_id)
-        for interrupt in self.interrupts:
-            if interrupt.tool_call_id == tool_call_id and interrupt.kind is PauseKind.IN_DOUBT:
-                return interrupt
+        if tool_call_id not in self.retries_begun:
+            for interrupt in self.interrupts:
+                if interrupt.tool_call_id == tool_call_id and interrupt.kind is PauseKind.IN_DOUBT:
+                    return interrupt
         call = pending.call
         interrupt = Interrupt(
             reason,
@@ -1058,6 +1075,9 @@ class AgentThread(Aggregate, created_event_name="Started"):
         authorizes the model's next call of the operation.
         ``deadline``: when the review expires unless decided (:meth:`expire_reviews`).
 
+        A call in doubt that runs again (its retry began) may have run already: its
+        review says so (``ReviewRequest.may_have_run``), and an approval runs it again.
+
         ``tool``: for a tool from a server, the tool as the model was offered it; the
         request then says so when an earlier review of the same name covered another.
         ``trace_parent``: the traced run's context (see ``Interrupt.trace_parent``).
@@ -1073,6 +1093,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
             None,
         )
         recorded = json_data(arguments, where=f"the arguments of {call.name!r}")
+        may_have_run = call.id in self.retries_begun
         request = ReviewRequest(
             review_id=self._next_event_key(call),
             thread_id=self.thread_id,
@@ -1082,9 +1103,10 @@ class AgentThread(Aggregate, created_event_name="Started"):
             tool_call_id=call.id,
             tool=tool,
             tool_changed=change_note(earlier, tool),
-            run_on_approval=run_on_approval,
+            run_on_approval=run_on_approval or may_have_run,
             deadline=deadline,
             rules=rules,
+            may_have_run=may_have_run,
         )
         self.trigger_event(self.ReviewRequested, request=request, timestamp=now)
         interrupt = Interrupt(
@@ -1293,7 +1315,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
             self.reviews.decided_ids(),
             self.open_calls,
             self.answers,
-            self.retries_requested,
+            (*self.retries_requested, *self.retries_begun),
         )
 
     # Rebasing ---------------------------------------------------------------------
@@ -1358,10 +1380,10 @@ class AgentThread(Aggregate, created_event_name="Started"):
             return pending
         review_id = review.request.review_id
         if review.pending:
-            why = f"it never ran and awaits review {review_id!r}; decide that review instead"
+            why = f"it awaits review {review_id!r}; decide that review instead"
         elif review.runs_call:
             why = (
-                f"it never ran, review {review_id!r} approved it, and the thread's next run "
+                f"review {review_id!r} approved running it, and the thread's next run "
                 "spends the approval and runs it"
             )
         else:

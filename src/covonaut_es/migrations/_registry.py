@@ -139,11 +139,23 @@ def thread_snapshot_v2_v3(state: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+# ToolCallRetried version 2: a retry begun deals with its call's pause in doubt, and a
+# call left in doubt again is paused anew (ADR 0066). A record of version 1 revived the
+# old pause, and reads so.
+
+
+def tool_call_retried_v1_v2(payload: dict[str, Any]) -> dict[str, Any]:
+    """ToolCallRetried v2 says whether its retry revived the call's pause: a v1 record's
+    did (the thread then waited on that pause again)."""
+    return {**payload, "revives_pause": True, VERSION_KEY: 2}
+
+
 EVENT_UPCASTERS: dict[type, Mapping[int, Upcaster]] = {
     AgentThread.MessageAppended: {1: message_appended_v1_v2},
     AgentThread.ToolCalled: {1: tool_called_v1_v2},
     AgentThread.Interrupted: {1: interrupted_v1_v2},
     AgentThread.Forked: {1: forked_v1_v2},
+    AgentThread.ToolCallRetried: {1: tool_call_retried_v1_v2},
 }
 """Upcasters of the stored event types, by event class."""
 

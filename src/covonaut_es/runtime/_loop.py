@@ -508,12 +508,22 @@ def retry_program(
     """Run a call in doubt again with its idempotency key and record the result.
 
     A call whose tool requires approval is admitted as any call is: the approval it
-    used authorizes it again, since it is the same call.
+    used authorizes it again, since it is the same call. A retry refused before it runs
+    (a standing rejection, arguments a tool no longer takes) records no result, which
+    would say the call did not run: it may have run before, so it is paused in doubt
+    again, for a person to settle.
     """
     pending = thread.retry_tool_call(tool_call_id, now=config.clock())
     yield Commit()
     admitted = _admitted(thread, config, pending.call, trace_parent)
-    yield from _execute(thread, config, admitted, trace_parent)
+    if isinstance(admitted, ToolReport):
+        reason = (
+            f"call {tool_call_id!r} was not run again ({admitted.content}) and may have run "
+            "before; check the external system, then settle it"
+        )
+        thread.pause_in_doubt(tool_call_id, reason, now=config.clock(), trace_parent=trace_parent)
+    else:
+        yield from _execute(thread, config, admitted, trace_parent)
     yield Commit()
     return ""
 
