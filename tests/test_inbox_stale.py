@@ -83,14 +83,29 @@ def review_again(store: Store) -> None:
     make_agent(store, [again], [], thread_id=THREAD).resume()
 
 
+def retried_in_doubt_again(store: Store) -> None:
+    """A (c1 in doubt) sent to run again, with its idempotency key; the runner dies in
+    the retry too, and c1 is paused in doubt again: B, under the same key."""
+    service = ThreadService(store, verifier=VERIFIER)
+    state = store.state_at(THREAD)
+    (first,) = [p for p in state.pauses if not p.resolved]
+    pause = pause_token(state.messages, first)
+    service.request_retry(THREAD, "c1", reviewer=service.reviewer(BOB), pause=pause)
+    with pytest.raises(ProcessDied):
+        make_agent(store, [], [], thread_id=THREAD, tool=_transfer()).resume()
+    service.pause_calls_in_doubt(THREAD, "its runner died in the retry")
+
+
 START: dict[str, Callable[[Store], None]] = {
     "tool": lambda store: paused_on_tool(store, THREAD),
     "doubt": lambda store: (in_doubt(store, THREAD), None)[1],
+    "retried": lambda store: (in_doubt(store, THREAD), None)[1],
     "review": lambda store: (paused(store, THREAD, [], []), None)[1],
 }
 MOVE_ON: dict[str, Callable[[Store], None]] = {
     "tool": tool_pause_again,
     "doubt": in_doubt_again,
+    "retried": retried_in_doubt_again,
     "review": review_again,
 }
 
@@ -100,6 +115,8 @@ FORMS: dict[str, tuple[str, dict[str, str]]] = {
     "ran-form": ("doubt", {"result": "sent twice"}),
     "not-run-form": ("doubt", {"note": "bank says no"}),
     "retry-form": ("doubt", {}),
+    "not-run-form@retried": ("retried", {"note": "bank says no"}),
+    "ran-form@retried": ("retried", {"result": "sent once"}),
     "abandon-form@tool": ("tool", {"reason": "customer left"}),
     "abandon-form@doubt": ("doubt", {"reason": "customer left"}),
     "approve-form": ("review", {}),
@@ -166,6 +183,8 @@ API: dict[str, tuple[str, str, dict[str, Any]]] = {
     "settle-ran": ("doubt", "settle", {"ran": True, "result": "sent twice"}),
     "settle-not-run": ("doubt", "settle", {"ran": False}),
     "retry": ("doubt", "retry", {}),
+    "settle-not-run@retried": ("retried", "settle", {"ran": False}),
+    "abandon@retried": ("retried", "abandon", {"reason": "customer left"}),
     "abandon@tool": ("tool", "abandon", {"reason": "customer left"}),
     "abandon@doubt": ("doubt", "abandon", {"reason": "customer left"}),
     "approve": ("review", "approve", {}),

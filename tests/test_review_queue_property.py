@@ -32,7 +32,7 @@ from covonaut_es import (
 )
 from covonaut_es.domain import AgentThread, PauseKind, ToolOutcome
 from covonaut_es.errors import CovonautError, ToolCallsInDoubtError
-from covonaut_es.service import Settlement, ThreadService, review_submission
+from covonaut_es.service import Settlement, ThreadService, pause_token, review_submission
 from covonaut_es.service._submissions import is_blank
 from support import answer, call, ticking_clock
 from test_service import RITA, VERIFIER
@@ -284,6 +284,17 @@ def said_not_run(store: Store) -> set[tuple[str, str]]:
     return found
 
 
+def pending_tokens(store: Store) -> set[tuple[str, str]]:
+    """Each pause waiting for a person, as the token a page or listing names it by."""
+    found = set()
+    for thread_id in store.thread_ids():
+        state = store.state_at(thread_id)
+        found |= {
+            (thread_id, pause_token(state.messages, p)) for p in state.pauses if not p.resolved
+        }
+    return found
+
+
 def listed(queue: ReviewQueue) -> set[tuple[Any, ...]]:
     return {
         (p.thread_id, p.item_id, p.kind, p.tool_name, p.reason, json.dumps(p.data))
@@ -379,15 +390,23 @@ def test_the_queue_lists_exactly_what_the_aggregates_say_is_pending(
     fresh_store: Callable[[], Store], plan: list[Step]
 ) -> None:
     """Property: on every store, after any steps, the queue's items are the pauses the
-    loaded threads say wait for a person, no more and no fewer, their text unchanged."""
+    loaded threads say wait for a person, no more and no fewer, their text unchanged;
+    and a pause dealt with never comes back under the same token, which a page loaded
+    for it would then act on."""
     store = fresh_store()
     world = World(store, "e")
     queue = ReviewQueue(store.url)
+    waiting: set[tuple[str, str]] = set()
+    dealt_with: set[tuple[str, str]] = set()
     try:
         with queue.follow():
             for name, *args in plan:
                 getattr(world, name)(*args)
                 world.note_heads()
+                now = pending_tokens(store)
+                assert not now & dealt_with, (name, args)
+                dealt_with |= waiting - now
+                waiting = now
             queue.wait_until_current(store)
         assert len(queue.pending()) == len(listed(queue))
         assert listed(queue) == expected(store)

@@ -54,9 +54,14 @@ def paused_by_its_tool(interrupts: list[Interrupt], tool_call_id: str) -> None:
             interrupts[i] = msgspec.structs.replace(interrupt, kind=PauseKind.INTERRUPT)
 
 
-def in_doubt_data(pending: PendingToolCall, reviews: ReviewLedger) -> dict[str, str]:
+def in_doubt_data(
+    pending: PendingToolCall, reviews: ReviewLedger, *, paused_at: int
+) -> dict[str, str]:
     """The data of an in-doubt pause: what a person needs to check the external system,
-    with the arguments the call ran with (an approval that ran it may have edited them)."""
+    with the arguments the call ran with (an approval that ran it may have edited them),
+    and the version of the thread that records the pause: a call retried with the same
+    idempotency key may be paused in doubt again, and a person's page of the first pause
+    must not settle the second."""
     review = reviews.of_call(pending.call.id)
     arguments = pending.call.arguments
     if review is not None and review.runs_call:
@@ -65,6 +70,7 @@ def in_doubt_data(pending: PendingToolCall, reviews: ReviewLedger) -> dict[str, 
         "tool_call_id": pending.call.id,
         "idempotency_key": pending.idempotency_key,
         "arguments": arguments,
+        "paused_at_version": str(paused_at),
     }
 
 

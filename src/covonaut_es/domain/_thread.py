@@ -956,7 +956,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
         call = pending.call
         interrupt = Interrupt(
             reason,
-            in_doubt_data(pending, self.reviews),
+            in_doubt_data(pending, self.reviews, paused_at=self.version + 1),
             call.id,
             call.name,
             PauseKind.IN_DOUBT,

@@ -5,8 +5,9 @@ A pause is found by its thread and its call, but a model may use a call id again
 later turn, and the thread may pause on it again: a form loaded for the first pause
 would then act on the second. The token tells them apart: it is made of the pause's
 kind, its call and what makes that pause itself, which no later pause shares (a
-review's id, a call in doubt's idempotency key, the place in the thread of the tool
-message that records a tool's pause).
+review's id; a call in doubt's idempotency key, and the version that paused it, since
+a retry keeps the key; the place in the thread of the tool message that records a
+tool's pause).
 """
 
 from __future__ import annotations
@@ -32,7 +33,10 @@ def pause_token(messages: Sequence[Message], pause: Pause) -> str:
     if pause.kind is PauseKind.REVIEW:
         anchor = str(data.get("review_id"))
     elif pause.kind is PauseKind.IN_DOUBT:
+        # A pause recorded before in-doubt pauses named their version keeps its token.
         anchor = str(data.get("idempotency_key"))
+        if "paused_at_version" in data:
+            anchor += f"@{data['paused_at_version']}"
     else:
         anchor = str(_tool_message_at(messages, interrupt.tool_call_id))
     material = f"{pause.kind}\x00{interrupt.tool_call_id}\x00{anchor}".encode()
