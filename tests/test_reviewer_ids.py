@@ -28,7 +28,11 @@ VERIFIER = HmacReviewerVerifier(b"r" * 40)
 HIDDEN = st.characters(categories=["Cc", "Cf", "Zl", "Zp"]) | st.sampled_from(
     ["\u200b", "\u202e", "\n", "\x00", "\u2028", "\ufeff"]
 )
-VISIBLE = st.text(st.characters(categories=["L", "N", "P"]), min_size=1, max_size=20)
+VISIBLE = st.text(
+    st.characters(categories=["L", "N", "P"], exclude_characters="\u115f\u1160\u3164\uffa0"),
+    min_size=1,
+    max_size=20,
+)  # less the letters drawn as empty space
 
 
 @st.composite
@@ -68,9 +72,8 @@ def test_an_id_that_shows_nothing_or_hides_a_character_is_neither_issued_nor_acc
 
 @given(VISIBLE)
 def test_a_visible_id_is_issued_and_verified_as_itself(reviewer_id: str) -> None:
-    """Letters, digits and punctuation, composed, are a reviewer id."""
-    if reviewer_id_problem(reviewer_id) is not None:  # only a decomposed form is left
-        return
+    """Letters, digits and punctuation are a reviewer id."""
+    assert reviewer_id_problem(reviewer_id) is None
     token = VERIFIER.issue_token(reviewer_id, ttl_seconds=60)
     service = ThreadService(open_store("memory://ids"), verifier=VERIFIER)
     assert service.reviewer(token).id == reviewer_id
