@@ -177,7 +177,7 @@ def test_every_reading_command_says_an_encrypted_store_needs_its_key(
 
 WRITING_COMMANDS = (
     ("fork", "a", "--at", "2"),
-    ("abandon", "a"),
+    ("abandon", "a", "--reason", "gone"),
     ("approve", "0" * 32),
     ("reviews", "--follow"),
     ("import", str(Path(__file__).parent / "fixtures" / "golden" / "v4-export" / "thread.jsonl")),

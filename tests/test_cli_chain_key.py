@@ -109,7 +109,7 @@ def keyed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, dict[st
         "respond": ["respond", reviews[2], "--answer", "done", "--reviewer-token", TOKEN],
         "settle": ["settle", "charge-1", "c1", "--result", "ran", "--reviewer-token", TOKEN],
         "settle --retry": ["settle", "charge-2", "c1", "--retry", "--reviewer-token", TOKEN],
-        "abandon": ["abandon", "pay-3", "--reviewer-token", TOKEN],
+        "abandon": ["abandon", "pay-3", "--reason", "gone", "--reviewer-token", TOKEN],
         "fork": ["fork", "pay-1", "--at", "2", "--as", "forked"],
         "import": ["import", str(tmp_path / "export.jsonl")],
         "retry": ["retry", "failed-1", "--reviewer-token", TOKEN],

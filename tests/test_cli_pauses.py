@@ -307,14 +307,14 @@ def test_every_refusal_exits_2_in_one_line_and_leaves_every_thread_as_it_was(
         (("answer", "ghost", "a1", "--answer", "yes"), "'ghost' not found"),
         (("settle", "ghost", "c1", "--retry"), "'ghost' not found"),
         (("retry", "ghost"), "'ghost' not found"),
-        (("abandon", "ghost"), "'ghost' not found"),
+        (("abandon", "ghost", "--reason", "r"), "'ghost' not found"),
         (("settle", "ask-1", "a1", "--result", "done"), "is not open"),
         (("settle", "charge-1", "c1", "--result", "  "), "must not be empty"),
         (("settle", "charge-1", "c1", "--result", "x", "--note", "y"), "--note goes with"),
         (("settle", "charge-1", "", "--retry"), "CALL must name"),
         (("settle", "ask-1", "a1", "--retry"), "is not open"),
         (("retry", "ask-1"), "not a failed run"),
-        (("abandon", "gone"), "already abandoned"),
+        (("abandon", "gone", "--reason", "r"), "already abandoned"),
     ]
     forged = token("eve", secret=secrets.token_hex(32))
     for args in (

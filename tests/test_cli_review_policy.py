@@ -65,3 +65,23 @@ def test_reviews_shows_the_tools_description_neutralized(tmp_path: Path) -> None
     assert "\x1b" not in as_json.stdout
     (item,) = json.loads(as_json.stdout)
     assert item["data"]["rules"]["description"] == "\x1b[2J!"
+
+
+def test_abandon_needs_the_scope_of_every_review_the_thread_waits_on(tmp_path: Path) -> None:
+    """Without the review's scope, giving its thread up exits 2 naming the scope and
+    records nothing; with it, the thread is given up."""
+    url = f"sqlite:///{tmp_path / 'threads.db'}"
+    with open_store(url) as store:
+        paused_on(store, "t", ReviewPolicy(scopes=("payments",)))
+        version = store.state_at("t").version
+    refused = covonaut(
+        "abandon", "t", "--reason", "x", "--reviewer-token", issued("alice"), store=url
+    )
+    assert refused.returncode == 2 and "payments" in refused.stderr, refused.stderr
+    with open_store(url) as store:
+        assert store.state_at("t").version == version
+    carol = issued("carol", "payments")
+    given_up = covonaut("abandon", "t", "--reason", "x", "--reviewer-token", carol, store=url)
+    assert given_up.returncode == 0, given_up.stderr
+    with open_store(url) as store:
+        assert store.state_at("t").status == "abandoned"

@@ -108,7 +108,7 @@ def person_acting(credential: str, thread: str = "payment") -> list[tuple[str, .
     return [
         ("answer", thread, "p1", "--answer", "yes", *given),
         ("settle", thread, "p1", "--result", "paid", *given),
-        ("abandon", thread, *given),
+        ("abandon", thread, "--reason", "gone", *given),
         ("retry", thread, *given),
     ]
 

@@ -25,9 +25,10 @@ SAME_PERSON = [
     ("alice", "\uff41\uff4c\uff49\uff43\uff45"),  # fullwidth
     ("jos\u00e9", "jose\u0301"),  # composed and decomposed
     ("stra\u00dfe", "STRASSE"),  # ß folds to ss
-    ("alice", "al\u00adice"),  # a soft hyphen
-    ("alice", "alice\u200b"),  # a zero-width space
+    ("alice", "al\u034fice"),  # a combining grapheme joiner
 ]
+# An id holding a format character (a soft hyphen, a zero-width space) is no reviewer id
+# at all: tests/test_reviewer_ids.py.
 
 
 @pytest.mark.parametrize(("first", "second"), SAME_PERSON)
@@ -76,9 +77,10 @@ def _variants(name: str) -> st.SearchStrategy[str]:
     )
 
 
-_INVISIBLE = ("\u00ad", "\u200b", "\u2060", "\ufe0f", "\u034f", "\u180e", "\U000e0041")
-"""Default-ignorable characters (a soft hyphen, a zero-width space, a word joiner, a
-variation selector, a grapheme joiner, a Mongolian vowel separator, a tag letter)."""
+_INVISIBLE = ("\ufe0f", "\u034f")
+"""Default-ignorable marks a reviewer id may hold (a variation selector, a grapheme
+joiner); the format characters among them (a soft hyphen, a zero-width space, a word
+joiner, a tag letter) make no reviewer id."""
 
 
 @settings(

@@ -205,3 +205,29 @@ def test_a_limit_keeps_the_review_listed_but_approving_above_it_needs_its_scope(
         assert refused.status_code == 403
         approved = client.post(f"/api/reviews/{review}/approve", json={}, headers=bearer(LARGE))
         assert approved.status_code == 200 and approved.json()["reviewer"] == "erin"
+
+
+def test_a_reviewer_gives_up_no_thread_waiting_on_a_review_outside_their_scopes(
+    store: Store,
+) -> None:
+    """Giving a thread up ends every review it waits on: without the scope of one, the
+    API answers 403 and records nothing, and the thread's page answers 404 with nothing
+    of the operation, as the review's own page does; with the scope, both work."""
+    paused_on(store, "t", GUARDED)
+    version = store.state_at("t").version
+    with inbox_client(store) as client:
+        refused = client.post(
+            "/api/threads/t/abandon", headers=bearer(NO_SCOPE), json={"reason": "not mine"}
+        )
+        assert refused.status_code == 403 and "payments" in refused.json()["error"]
+        assert store.state_at("t").version == version
+        sign_in(client, NO_SCOPE)
+        page = client.get("/thread", params={"id": "t"})
+        assert page.status_code == 404 and "5000" not in page.text and "DE02" not in page.text
+        sign_in(client, PAYMENTS)
+        assert client.get("/thread", params={"id": "t"}).status_code == 200
+        given_up = client.post(
+            "/api/threads/t/abandon", headers=bearer(PAYMENTS), json={"reason": "duplicate"}
+        )
+        assert given_up.status_code == 200, given_up.text
+    assert store.state_at("t").status == "abandoned"

@@ -64,6 +64,11 @@ class StoreUnavailableError(CovonautError, ConnectionError):
     """The store's database cannot be reached or refused the connection."""
 
 
+class StoreLockedError(StoreUnavailableError):
+    """Another connection held the store's write lock for longer than the store waits
+    (SQLite's ``database is locked``): nothing was saved; try again shortly."""
+
+
 class NotAStoreError(CovonautError, ValueError):
     """The database is not a covonaut-es store: a file that is not a database, or
     tables of another application under the names a store uses."""

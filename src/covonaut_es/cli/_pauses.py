@@ -68,7 +68,9 @@ def add_pause_commands(subcommands: Subcommands) -> None:
         subcommands, "abandon", abandon, help_="give a thread up: nothing runs on it again"
     )
     _add_thread_arguments(parser)
-    parser.add_argument("--reason", default="", metavar="TEXT", help="why, for the record")
+    parser.add_argument(
+        "--reason", default="", metavar="TEXT", help="why, for the record (required)"
+    )
     parser = add_store_command(
         subcommands, "retry", retry, help_="have a worker try a thread's failed run again"
     )

@@ -3,7 +3,7 @@ projection running), and ``approve`` (as asked or with ``--arguments``), ``rejec
 ``respond`` to one with a signed reviewer token.
 
 A decision is read by the service layer's one reader of what people submit
-(:func:`~covonaut_es.service.review_submission`) and recorded by
+(:func:`~covonaut_es.service.submitted_review`) and recorded by
 :meth:`ThreadService.decide <covonaut_es.service.ThreadService.decide>`, which also finds
 the review's thread when ``--thread`` is not given, by the reviewer queue's index of
 review ids (the queue is kept in the store's own database). Deciding needs
@@ -40,7 +40,7 @@ from covonaut_es.cli._output import check_reader_present, emit, print_json
 from covonaut_es.domain import ThreadState
 from covonaut_es.errors import AmbiguousReviewError
 from covonaut_es.projections import PendingReview
-from covonaut_es.service import Action, ReviewSubmission, pending_pause_token, review_submission
+from covonaut_es.service import Action, ReviewSubmission, pending_pause_token, submitted_review
 from covonaut_es.store import Store
 
 _THREAD_HELP = (
@@ -87,12 +87,12 @@ def add_review_commands(subcommands: Subcommands) -> None:
     )
     parser = add_store_command(subcommands, "reject", reject, help_="reject a review's operation")
     _add_decision_arguments(parser)
-    parser.add_argument("--reason", required=True, help="why; the model reads it")
+    parser.add_argument("--reason", help="why (required); the model reads it")
     parser = add_store_command(
         subcommands, "respond", respond, help_="answer in the tool's place; it never runs"
     )
     _add_decision_arguments(parser)
-    parser.add_argument("--answer", required=True, help="the call's result the model reads")
+    parser.add_argument("--answer", help="the call's result the model reads (required)")
 
 
 def _add_decision_arguments(parser: argparse.ArgumentParser) -> None:
@@ -188,20 +188,27 @@ def _shorten(text: str, width: int) -> str:
 
 def approve(args: argparse.Namespace) -> int:
     """``approve REVIEW --reviewer-token TOKEN [--arguments JSON] [--digest DIGEST]``."""
-    submission = review_submission(
-        Action.APPROVE, text=args.comment, arguments=args.arguments, digest=args.digest
+    return _decide(
+        args, _submitted(args, Action.APPROVE, comment=args.comment, arguments=args.arguments)
     )
-    return _decide(args, submission)
 
 
 def reject(args: argparse.Namespace) -> int:
     """``reject REVIEW --reviewer-token TOKEN --reason R``."""
-    return _decide(args, review_submission(Action.REJECT, text=args.reason, digest=args.digest))
+    return _decide(args, _submitted(args, Action.REJECT, reason=args.reason))
 
 
 def respond(args: argparse.Namespace) -> int:
     """``respond REVIEW --reviewer-token TOKEN --answer A``."""
-    return _decide(args, review_submission(Action.RESPOND, text=args.answer, digest=args.digest))
+    return _decide(args, _submitted(args, Action.RESPOND, answer=args.answer))
+
+
+def _submitted(args: argparse.Namespace, action: Action, **options: str | None) -> ReviewSubmission:
+    """The decision the command's options give (each that was given, ``--digest`` too),
+    read as the inbox reads the fields of its JSON body."""
+    options["digest"] = args.digest
+    given = {name: value for name, value in options.items() if value is not None}
+    return submitted_review(action, given)
 
 
 def _decide(args: argparse.Namespace, submission: ReviewSubmission) -> int:

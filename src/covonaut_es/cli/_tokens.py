@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from covonaut_es.cli._command import EXIT_OK, Subcommands, UsageError, add_command
 from covonaut_es.cli._output import add_json_option, emit_value
 from covonaut_es.runtime import HmacReviewerVerifier
-from covonaut_es.service._reviewers import MIN_SECRET_BYTES
+from covonaut_es.service._reviewers import MIN_SECRET_BYTES, reviewer_id_problem
 
 REVIEWER_SECRET_ENV = "COVONAUT_ES_REVIEWER_SECRET"
 """The environment variable holding the secret reviewer tokens are signed with."""
@@ -90,8 +90,8 @@ def add_token_commands(subcommands: Subcommands) -> None:
 
 def issue(args: argparse.Namespace) -> int:
     """``token issue --reviewer ID --ttl SECONDS [--scope SCOPE]...``: prints the token."""
-    if not args.reviewer:
-        msg = "--reviewer needs a non-empty reviewer id"
+    if (problem := reviewer_id_problem(args.reviewer)) is not None:
+        msg = f"--reviewer needs a reviewer id: {problem}"
         raise UsageError(msg)
     if not 0 < args.ttl <= _MAX_TTL_SECONDS:
         msg = (

@@ -45,7 +45,7 @@ from covonaut_es.service import (
     Reviewer,
     Settlement,
     json_object,
-    review_submission,
+    submitted_review,
 )
 
 REVIEWS_PAGE_SIZE = 100
@@ -161,12 +161,7 @@ def _decider(action: Action) -> Callable[[Inbox, Request], Awaitable[Any]]:
     async def decide(inbox: Inbox, request: Request) -> Any:
         reviewer = await _credential(inbox, request, changes=True)
         body = await _body(request, (text_field, "arguments", "digest"))
-        submission = review_submission(
-            action,
-            text=body.get(text_field, ""),
-            arguments=body.get("arguments"),
-            digest=body.get("digest"),
-        )
+        submission = submitted_review(action, body)
         decision = await blocking(
             inbox.desk.decide,
             request.path_params["review_id"],

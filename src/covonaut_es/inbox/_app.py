@@ -14,13 +14,14 @@ from typing import Any
 import jinja2
 from starlette.applications import Starlette
 from starlette.datastructures import MutableHeaders
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from covonaut_es._logs import logger
 from covonaut_es._text import printable
 from covonaut_es.domain import PauseKind
 from covonaut_es.errors import ConfigurationError
@@ -56,6 +57,22 @@ KIND_NAMES = {
 """What the pages call each kind of pause."""
 
 
+RETRY_AFTER_SECONDS = 5
+"""What a 503 (the store locked or down, the identity provider unreachable) asks a
+client to wait before trying again, in its ``Retry-After`` header."""
+
+_LOG = logger("covonaut_es.inbox")
+
+
+def _client_gone(request: Request, _: Exception) -> Response:
+    """A client that hung up before its request's body arrived whole: nobody reads an
+    answer, and it is no fault of the inbox's, so a line at INFO, no traceback."""
+    _LOG.info(
+        "%s %s: the client hung up before sending its whole body", request.method, request.url.path
+    )
+    return Response(status_code=400)
+
+
 def _server_error(_: Request, __: Exception) -> Response:
     """The 500 of an unexpected error: the server error middleware sends it outside
     :class:`_SecurityHeaders`, so it carries the headers itself (and no detail)."""
@@ -65,7 +82,7 @@ def _server_error(_: Request, __: Exception) -> Response:
 
 class _SecurityHeaders:
     """Adds :data:`SECURITY_HEADERS` and ``Cache-Control: no-store`` to every response
-    (pages show reviews, which must not linger in caches)."""
+    (pages show reviews, which must not linger in caches), and ``Retry-After`` to a 503."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -81,6 +98,8 @@ class _SecurityHeaders:
                 for name, value in SECURITY_HEADERS.items():
                     headers[name] = value
                 headers["Cache-Control"] = "no-store"
+                if message["status"] == 503 and "retry-after" not in headers:
+                    headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
@@ -201,7 +220,7 @@ def create_app(
     app = Starlette(
         routes=[*page_routes(inbox), *api_routes(inbox), Mount("/static", static, name="static")],
         lifespan=lifespan,
-        exception_handlers={Exception: _server_error},
+        exception_handlers={ClientDisconnect: _client_gone, Exception: _server_error},
     )
     app.add_middleware(_SecurityHeaders)
     app.state.inbox = inbox

@@ -50,7 +50,6 @@ from covonaut_es.service import (
     ThreadService,
     pause_token,
     pending_pause_token,
-    person_text,
 )
 from covonaut_es.store import Store
 
@@ -271,15 +270,23 @@ class ReviewDesk:
             token=pause_token(state.messages, pause),
         )
 
-    def thread(self, thread_id: str) -> ThreadView:
-        """The thread page's content.
+    def thread(self, thread_id: str, *, reviewer: Reviewer) -> ThreadView:
+        """The thread page's content, if ``reviewer`` may decide every review the
+        thread asked for: its timeline shows each review's operation, and one outside
+        their scopes is shown them no more than it is listed.
 
         Raises:
-            ThreadNotFoundError: No such thread.
+            ThreadNotFoundError: No such thread that they may see.
         """
-        if not self.store.exists(thread_id):
-            raise ThreadNotFoundError(f"no thread {thread_id!r}")
-        state = self.store.state_at(thread_id)
+        state = self.store.state_at(thread_id) if self.store.exists(thread_id) else None
+        if state is None or any(
+            review.request.rules is not None
+            and not may_decide(review.request.rules, reviewer.scopes)
+            for review in state.reviews
+        ):
+            raise ThreadNotFoundError(
+                f"no thread {thread_id!r} that reviewer {reviewer.id!r} may see"
+            )
         root = self.store.path_to_root(thread_id)[-1]
         return ThreadView(
             thread_id=thread_id,
@@ -377,16 +384,16 @@ class ReviewDesk:
     ) -> None:
         """Give a thread up (:meth:`ThreadService.abandon
         <covonaut_es.service.ThreadService.abandon>`): every pause of it leaves the list.
-        A person who gives a thread up from the inbox says why.
+        A person says why, and gives up only a thread whose reviews they may decide.
 
         Raises:
             InvalidDecisionError: The reason is no text, too long, or blank.
+            ReviewerNotPermittedError: The thread waits on a review outside their scopes.
         """
-        text = person_text(reason, "reason", required=True)
         self._recording(
             thread_id,
             None,
-            lambda: self.service.abandon(thread_id, text, reviewer=reviewer, pause=pause),
+            lambda: self.service.abandon(thread_id, reason, reviewer=reviewer, pause=pause),
         )
 
     def _recording(self, thread_id: str, item_id: str | None, command: Callable[[], T]) -> T:

@@ -47,7 +47,7 @@ from covonaut_es.service import (
     Reviewer,
     ReviewSubmission,
     Settlement,
-    review_submission,
+    submitted_review,
 )
 
 _POLL_SECONDS = 0.05
@@ -355,7 +355,8 @@ def page_routes(inbox: Inbox) -> list[Route]:
         return RedirectResponse(target, status_code=303)
 
     async def thread(request: Request, signed: SignedIn) -> Response:
-        view = await blocking(inbox.desk.thread, request.query_params.get("id", ""))
+        thread_id = request.query_params.get("id", "")
+        view = await blocking(inbox.desk.thread, thread_id, reviewer=signed.reviewer)
         return _page(inbox, request, "thread.html", {"session": signed.session, "thread": view})
 
     async def healthz(request: Request) -> Response:
@@ -397,12 +398,10 @@ def _submission(fields: dict[str, str]) -> ReviewSubmission:
     edited = kind == "approve-edited"
     action = Action.APPROVE.value if edited else kind
     name = next((TEXT_FIELD[a] for a in Action if a.value == action), "")
-    return review_submission(
-        action,
-        text=fields.get(name, ""),
-        arguments=fields.get("arguments", "") if edited else None,
-        digest=fields.get("digest"),
-    )
+    sent: dict[str, object] = {key: fields[key] for key in (name, "digest") if key in fields}
+    if edited:
+        sent["arguments"] = fields.get("arguments", "")
+    return submitted_review(action, sent)
 
 
 def _review_context(

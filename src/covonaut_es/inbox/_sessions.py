@@ -52,6 +52,10 @@ class Session:
         return token is not None and hmac.compare_digest(token.encode(), self.csrf.encode())
 
 
+MAX_SESSIONS = 10_000
+"""The most sessions an inbox keeps open; signing in past it ends the oldest."""
+
+
 class Sessions:
     """The open sessions of one inbox, in memory (signing in again after a restart).
 
@@ -59,10 +63,18 @@ class Sessions:
         ttl_seconds: How long a session lasts at most; the credential's own expiry,
             checked at every use, may end it sooner.
         clock: Monotonic seconds.
+        max_open: The most sessions kept; a sign-in past it ends the oldest.
     """
 
-    def __init__(self, ttl_seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        ttl_seconds: float,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        max_open: int = MAX_SESSIONS,
+    ) -> None:
         self._ttl = ttl_seconds
+        self._max_open = max_open
         self._clock = clock
         self._open: dict[str, Session] = {}
         self._lock = threading.Lock()
@@ -79,6 +91,8 @@ class Sessions:
         with self._lock:
             now = self._clock()
             self._open = {k: s for k, s in self._open.items() if s.expires > now}
+            while len(self._open) >= self._max_open:  # the oldest out: memory is bounded
+                del self._open[next(iter(self._open))]
             self._open[session.session_id] = session
         return session
 

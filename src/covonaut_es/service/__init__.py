@@ -34,6 +34,7 @@ from covonaut_es.service._submissions import (
     parse_json,
     person_text,
     review_submission,
+    submitted_review,
 )
 
 if TYPE_CHECKING:
@@ -62,6 +63,7 @@ __all__ = [
     "person_text",
     "review_submission",
     "shown_message",
+    "submitted_review",
     "verified_reviewer",
 ]
 

@@ -13,6 +13,7 @@ import base64
 import binascii
 import hmac
 import time
+import unicodedata
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol, runtime_checkable
 
@@ -20,6 +21,7 @@ import attrs
 import msgspec
 
 from covonaut_es.errors import ConfigurationError, ReviewerNotVerifiedError
+from covonaut_es.service._submissions import is_blank
 
 # Reviewers --------------------------------------------------------------------------------
 
@@ -77,6 +79,39 @@ class ScopedReviewerVerifier(ReviewerVerifier, Protocol):
         ...
 
 
+MAX_REVIEWER_ID_LENGTH = 200
+"""The longest reviewer id a token may name, in characters."""
+
+
+def reviewer_id_problem(reviewer_id: object) -> str | None:
+    """What is wrong with ``reviewer_id`` as the name a decision is recorded under, or
+    None: the one rule, applied where a token is issued and where any verifier's
+    reviewer is accepted.
+
+    A reviewer id is 1 to 200 characters that show something, neither begins nor ends
+    with a space, and holds no control, format or line-separating character (a newline,
+    a zero-width space, a bidirectional override): what a page or an audit shows of it
+    is all there is. (An identity provider may spell one account in composed or
+    decomposed form: such ids are accepted, and four eyes tells them apart by NFKC.)
+    """
+    if not isinstance(reviewer_id, str):
+        return f"a reviewer id must be text, got {type(reviewer_id).__name__}"
+    if not 1 <= len(reviewer_id) <= MAX_REVIEWER_ID_LENGTH:
+        return f"a reviewer id has 1 to {MAX_REVIEWER_ID_LENGTH} characters, got {len(reviewer_id)}"
+    if is_blank(reviewer_id) or reviewer_id != reviewer_id.strip():
+        return f"reviewer id {reviewer_id!r} shows nothing, or begins or ends with a space"
+    for position, char in enumerate(reviewer_id):
+        if unicodedata.category(char) in _HIDDEN:
+            return (
+                f"reviewer id {reviewer_id!r} has the control, format or separator "
+                f"character {char!r} at position {position}: it may hold visible text only"
+            )
+    return None
+
+
+_HIDDEN = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+
+
 def verified_reviewer(verifier: ReviewerVerifier, credential: Any) -> Reviewer:
     """The reviewer ``verifier`` establishes from ``credential``: with the scopes its
     ``identify`` gives, if it has one, else with none.
@@ -90,10 +125,11 @@ def verified_reviewer(verifier: ReviewerVerifier, credential: Any) -> Reviewer:
         reviewer_id, scopes = getattr(reviewer, "id", None), getattr(reviewer, "scopes", None)
     else:
         reviewer_id, scopes = verifier.verify(credential), ()
-    if not isinstance(reviewer_id, str) or not reviewer_id:
+    problem = reviewer_id_problem(reviewer_id)
+    if problem is not None or not isinstance(reviewer_id, str):
         msg = (
-            f"the reviewer verifier returned {reviewer_id!r} instead of a reviewer id; "
-            "a ReviewerVerifier must return a non-empty string or raise"
+            f"the reviewer verifier returned {reviewer_id!r} instead of a reviewer id "
+            f"({problem}); a ReviewerVerifier must return one or raise"
         )
         raise ReviewerNotVerifiedError(msg)
     if not isinstance(scopes, tuple) or not all(isinstance(s, str) for s in scopes):
@@ -162,10 +198,14 @@ class HmacReviewerVerifier:
         self, reviewer_id: str, ttl_seconds: float, *, scopes: Iterable[str] = ()
     ) -> str:
         """A token that verifies as ``reviewer_id`` for ``ttl_seconds`` from now (zero
-        or less gives a token that is already expired), granting ``scopes``."""
-        if not reviewer_id:
-            msg = "a reviewer id must not be empty"
-            raise ValueError(msg)
+        or less gives a token that is already expired), granting ``scopes``.
+
+        Raises:
+            ValueError: ``reviewer_id`` breaks :func:`reviewer_id_problem`'s rule, or a
+                scope is no non-empty string.
+        """
+        if (problem := reviewer_id_problem(reviewer_id)) is not None:
+            raise ValueError(problem)
         granted = () if isinstance(scopes, str) else tuple(dict.fromkeys(scopes))
         if isinstance(scopes, str) or not all(isinstance(s, str) and s for s in granted):
             msg = f"scopes must be a collection of non-empty strings, got {scopes!r}"

@@ -25,11 +25,13 @@ from covonaut_es.domain import (
     ReviewRequest,
     ThreadStatus,
     check_may_act_on_call,
+    may_decide,
 )
 from covonaut_es.errors import (
     AmbiguousReviewError,
     ConfigurationError,
     InvalidDecisionError,
+    ReviewerNotPermittedError,
     ReviewNotFoundError,
     ThreadConflictError,
     ThreadNotFoundError,
@@ -418,16 +420,24 @@ class ThreadService:
         the calls that ran and stops. With ``pause`` (the token of the pause the person
         gave the thread up from), only while that pause is still pending.
 
+        A person (``reviewer``) says why, and may give up only a thread whose pending
+        reviews they may all decide: giving it up ends each of them.
+
         Raises:
-            InvalidDecisionError: The reason is no text or too long.
+            InvalidDecisionError: The reason is no text or too long, or a person gave
+                none (or one that shows nothing).
             StalePauseError: ``pause`` is no longer pending on the thread.
             ThreadStateError: It is abandoned already.
+            ReviewerNotPermittedError: A review the thread waits on needs a scope the
+                reviewer holds none of; nothing was recorded.
         """
-        text = person_text(reason, "reason")
+        text = person_text(reason, "reason", required=reviewer is not None)
         by = reviewer.id if reviewer else ""
 
         def abandon(thread: AgentThread) -> None:
             _check(thread, pause, None, None)
+            if reviewer is not None:
+                _check_may_give_up(thread, reviewer)
             thread.abandon(text, by=by, now=self._clock())
 
         self._change(thread_id, abandon)
@@ -557,6 +567,20 @@ def _check(
         check_may_act_on_call(
             thread.reviews, tool_call_id, reviewer=reviewer.id, scopes=reviewer.scopes
         )
+
+
+def _check_may_give_up(thread: AgentThread, reviewer: Reviewer) -> None:
+    """Refuse a person's giving up of a thread that waits on a review they may not
+    decide: it would end, unseen, a review the queue never shows them."""
+    for review in thread.reviews.pending:
+        rules = review.request.rules
+        if rules is not None and not may_decide(rules, reviewer.scopes):
+            msg = (
+                f"reviewer {reviewer.id!r} may not give up thread {thread.thread_id!r}: it "
+                f"waits on a review that needs one of the scopes {', '.join(rules.scopes)}; "
+                "ask a reviewer who holds one; nothing was recorded"
+            )
+            raise ReviewerNotPermittedError(msg)
 
 
 def _pending_in(store: Store, review_id: str, thread_ids: Sequence[str]) -> list[str]:

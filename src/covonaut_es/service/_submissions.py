@@ -74,7 +74,7 @@ def review_submission(
     action: Action | str,
     *,
     text: object = "",
-    arguments: str | Mapping[str, Any] | None = None,
+    arguments: object = None,
     digest: object = None,
 ) -> ReviewSubmission:
     """A reviewer's decision, checked: the one reader every surface uses.
@@ -83,8 +83,8 @@ def review_submission(
         action: ``approve``, ``reject`` or ``respond``.
         text: The comment, reason or answer; a reason and an answer must not be blank.
         arguments: Edited arguments, only with ``approve``: JSON text (read strictly) or
-            a mapping (which must be plain JSON).
-        digest: The operation digest the reviewer saw, or None.
+            a mapping (which must be plain JSON); None: as requested.
+        digest: The operation digest the reviewer saw (not blank), or None.
 
     Raises:
         InvalidDecisionError: Naming the field and what is wrong with it.
@@ -106,7 +106,35 @@ def review_submission(
     if digest is not None and not isinstance(digest, str):
         msg = f"the digest must be text, got {type(digest).__name__}"
         raise InvalidDecisionError(msg)
-    return ReviewSubmission(action, checked, edited, digest or None)
+    if digest is not None and is_blank(digest):
+        # An empty digest read as "none sent" would skip the check of the operation.
+        msg = (
+            "the digest is empty or shows nothing: send the operation digest the reviewer "
+            "was shown, or leave the field out to decide without that check"
+        )
+        raise InvalidDecisionError(msg)
+    return ReviewSubmission(action, checked, edited, digest)
+
+
+def submitted_review(action: Action | str, fields: Mapping[str, object]) -> ReviewSubmission:
+    """A reviewer's decision from the fields a surface received (a JSON body, a form, a
+    command line's options), each present only if it was sent: the action's text
+    (:data:`TEXT_FIELD`), ``arguments`` and ``digest``. A field sent empty is checked as
+    sent, never read as one left out, so every surface refuses alike.
+
+    Raises:
+        InvalidDecisionError: As :func:`review_submission`, or ``arguments`` was sent as
+            null (leave it out to approve the arguments as requested).
+    """
+    arguments = fields.get("arguments")
+    sent_null = "arguments" in fields and arguments is None
+    name = next((TEXT_FIELD[a] for a in Action if a.value == action), "")
+    return review_submission(
+        action,
+        text=fields.get(name, ""),
+        arguments="null" if sent_null else arguments,  # refused as the JSON text null is
+        digest=fields.get("digest"),
+    )
 
 
 def person_text(value: object, name: str, *, required: bool = False) -> str:

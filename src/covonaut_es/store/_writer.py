@@ -16,7 +16,7 @@ from eventsourcing.application import Application
 from eventsourcing.persistence import IntegrityError, OperationalError
 
 from covonaut_es.domain import AgentThread, ThreadSnapshot
-from covonaut_es.errors import ReadOnlyStoreError, ThreadConflictError
+from covonaut_es.errors import ReadOnlyStoreError, StoreLockedError, ThreadConflictError
 from covonaut_es.store._backend import Backend
 from covonaut_es.store._heads import FENCES
 from covonaut_es.store._leases import Lease
@@ -70,6 +70,12 @@ class ThreadWriter:
         try:
             self._app.save(thread, **fences)
         except OperationalError as exc:
+            if "database is locked" in str(exc):
+                msg = (
+                    f"store {self._guard.url} is locked by another writer: thread "
+                    f"{thread.thread_id!r} was not saved; try again shortly"
+                )
+                raise StoreLockedError(msg) from exc
             if "readonly" not in str(exc):
                 raise
             msg = (
