@@ -469,7 +469,12 @@ def is_still_a_valid_decision(body: Any, valid: dict[str, Any]) -> bool:
                 and e["payload"]["approved"] is True
                 and e["payload"]["digest"] == v["payload"]["digest"]
                 and isinstance(e["payload"].get("comment", ""), str)
-                and e["payload"].get("editedArgs") in (None, {})  # null: no edit, as inbox
+                # null: no edit, as inbox; an object: the reviewer's edit, theirs to make
+                # (the run checks it against the tool's schema before the tool sees it)
+                and (
+                    e["payload"].get("editedArgs") is None
+                    or isinstance(e["payload"]["editedArgs"], dict)
+                )
                 for e, v in zip(entries, valid["resume"], strict=True)
             )
         )
