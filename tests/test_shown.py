@@ -49,22 +49,25 @@ def _paused_with_fork(store: Store) -> None:
     store.fork("t", new_thread_id="f")
 
 
-def _pause_rows(store: Store) -> list[Any]:
-    """The rows that hold a copy of the pause: t's Interrupted, then f's Forked."""
-    return [
-        record
-        for thread_id, topic in (
-            ("t", AgentThread.Interrupted.TOPIC),
-            ("f", AgentThread.Forked.TOPIC),
-        )
-        for record in store._records.stored_records(thread_id)
-        if record.topic == topic
-    ]
+_COPIES = {
+    "interrupt": ("t", AgentThread.Interrupted.TOPIC),
+    "interrupts": ("f", AgentThread.Forked.TOPIC),
+    "request": ("t", AgentThread.ReviewRequested.TOPIC),
+}
+"""Where each field that holds the review (its pause's copies, its request) is stored."""
+
+
+def _row(store: Store, field: str) -> Any:
+    """The stored row that holds ``field``."""
+    thread_id, topic = _COPIES[field]
+    return next(
+        record for record in store._records.stored_records(thread_id) if record.topic == topic
+    )
 
 
 def _leaf_of(store: Store, record: Any, field: str, n: int) -> int:
     """The index, among every leaf of the row's payload, of the ``n``-th leaf of its
-    pause copy ``field``."""
+    ``field``."""
     payload = msgspec.json.decode(store._records.mapper.plain_payload(record))
     every = _leaves(payload)
     ours = [i for i, leaf in enumerate(every) if leaf[0] == field]
@@ -73,7 +76,7 @@ def _leaf_of(store: Store, record: Any, field: str, n: int) -> int:
 
 @settings(max_examples=30, deadline=None)
 @given(
-    fork_row=st.booleans(),
+    field=st.sampled_from(sorted(_COPIES)),
     leaf=st.integers(min_value=0, max_value=200),
     value=st.one_of(
         st.integers(min_value=-1, max_value=41),
@@ -82,23 +85,23 @@ def _leaf_of(store: Store, record: Any, field: str, n: int) -> int:
         st.none(),
     ),
 )
-@example(fork_row=True, leaf=0, value=4)
-@example(fork_row=False, leaf=0, value=4)
-@example(fork_row=False, leaf=7, value=None)
+@example(field="interrupts", leaf=0, value=4)
+@example(field="interrupt", leaf=0, value=4)
+@example(field="interrupt", leaf=7, value=None)
+@example(field="request", leaf=0, value=4)
 def test_an_altered_pause_copy_is_refused_and_never_shown_as_another_operation(
-    fork_row: bool, leaf: int, value: Any
+    field: str, leaf: int, value: Any
 ) -> None:
-    """Generated: one value of the pause copy in t's Interrupted row or in f's Forked row
-    changed, the chain sealed again: a load and verify agree on each thread; every
-    review the queue shows with a digest shows arguments that digest to it, and an
-    approval of that digest on a thread that loads binds to exactly those arguments."""
+    """Generated: one value of the pause copy in t's Interrupted row or in f's Forked row,
+    or of t's review request, changed, the chain sealed again: a load and verify agree
+    on each thread; every review the queue shows with a digest shows arguments that
+    digest to it, and an approval of that digest on a thread that loads binds to
+    exactly those arguments."""
     with tempfile.TemporaryDirectory() as directory:
         path = Path(directory) / "store.db"
         with open_store(f"sqlite:///{path}") as store:
             _paused_with_fork(store)
-            rows = _pause_rows(store)
-            record = rows[1 if fork_row else 0]
-            field = "interrupts" if fork_row else "interrupt"
+            record = _row(store, field)
             _reseal(store, path, record, _leaf_of(store, record, field, leaf), value)
         with open_store(f"sqlite:///{path}") as store:
             loaded: dict[str, AgentThread | None] = {}

@@ -8,8 +8,9 @@ surface built on it show those copies. A copy that says something else than the 
 holds would show a reviewer one operation and have them approve another, so:
 
 * folding a thread refuses a copy that disagrees with what it holds
-  (:func:`check_review_copy`, :func:`check_recorded_pauses`): a load and a verify
-  raise on the row;
+  (:func:`check_review_copy`, :func:`check_recorded_pauses`), and a request whose digest
+  is not its operation's (:func:`check_request_digest`): a load and a verify raise on
+  the row;
 * the queue, which reads the copies without folding, shows a review's arguments only
   when they digest to the digest it shows (:func:`shown_operation_fits`).
 """
@@ -22,7 +23,7 @@ from typing import Any
 import msgspec
 
 from covonaut_es.domain._canonical import canonical_json
-from covonaut_es.domain._reviews import ReviewLedger, operation_digests
+from covonaut_es.domain._reviews import ReviewLedger, ReviewRequest, operation_digests
 from covonaut_es.domain._tool_pins import ToolPin
 from covonaut_es.domain._values import Interrupt, Pause, PauseKind
 from covonaut_es.errors import CovonautError
@@ -96,6 +97,21 @@ def check_recorded_pauses(recorded: Sequence[Interrupt], pauses: Sequence[Pause]
             raise ValueError(msg)
 
 
+def check_request_digest(request: ReviewRequest) -> None:
+    """Raise unless a review request's digest is its operation's: an approval is checked
+    against the digest and runs the arguments, so the two must be one operation.
+
+    Raises:
+        ValueError: They are not (the fold reports the altered row).
+    """
+    if not _operation_fits(request.tool_name, request.arguments, request.tool, request.digest):
+        msg = (
+            f"review {request.review_id!r} asks to approve digest {request.digest!r}, which "
+            f"is not the digest of its operation (tool {request.tool_name!r} and its arguments)"
+        )
+        raise ValueError(msg)
+
+
 def shown_operation_fits(tool_name: str, data: Any) -> bool:
     """Whether a review's pause data shows the operation its digest covers: its
     arguments (and its server's tool, whose pin must digest to itself) digest to the
@@ -107,8 +123,17 @@ def shown_operation_fits(tool_name: str, data: Any) -> bool:
         return False
     try:
         tool = msgspec.convert(data.get("tool"), ToolPin | None)
+    except msgspec.ValidationError:
+        return False
+    return _operation_fits(tool_name, arguments, tool, digest)
+
+
+def _operation_fits(
+    tool_name: str, arguments: dict[str, Any], tool: ToolPin | None, digest: str
+) -> bool:
+    try:
         digests = operation_digests(tool_name, arguments, tool)
-    except (msgspec.ValidationError, CovonautError):
+    except CovonautError:  # arguments that are not JSON data digest to nothing
         return False
     return digest in digests and (tool is None or _pin_fits(tool))
 

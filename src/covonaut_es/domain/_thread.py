@@ -42,7 +42,7 @@ from covonaut_es.domain._reviews import (
     operation_digest,
     review_reason,
 )
-from covonaut_es.domain._shown import check_recorded_pauses
+from covonaut_es.domain._shown import check_recorded_pauses, check_request_digest
 from covonaut_es.domain._snapshot import RESULT_CALL_IDS, ThreadSnapshot
 from covonaut_es.domain._tool_pins import ToolPin, change_note
 from covonaut_es.domain._values import (
@@ -555,6 +555,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
         request: ReviewRequest
 
         def apply(self, thread: AgentThread) -> None:
+            check_request_digest(self.request)
             thread.reviews = thread.reviews.requested(self.request)
 
     class ReviewDecided(Event):
