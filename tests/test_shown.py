@@ -5,12 +5,14 @@ listed as altered when they do not digest to the digest they show."""
 
 from __future__ import annotations
 
+import json
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import msgspec
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -24,6 +26,7 @@ from covonaut_es import (
     Tool,
     open_store,
 )
+from covonaut_es.cli import main
 from covonaut_es.domain import AgentThread, Interrupt, PauseKind, canonical_json
 from covonaut_es.domain._shown import shown_operation_fits
 from covonaut_es.errors import CovonautError, SerializationError
@@ -167,3 +170,27 @@ def test_a_tools_pause_with_review_like_data_is_still_a_tools_pause() -> None:
     )
     [pause] = thread.pauses
     assert pause.kind is PauseKind.INTERRUPT
+
+
+def test_a_thread_whose_pause_copy_was_altered_leaves_the_others_listed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``reviews --json`` loads each listed thread for its pauses' tokens: the fork whose
+    Forked row was altered (amount 4, resealed) is listed as altered with no token, and
+    its parent's review is listed as it is, with its token, instead of the whole listing
+    failing."""
+    path = tmp_path / "store.db"
+    with open_store(f"sqlite:///{path}") as store:
+        _paused_with_fork(store)
+        record = _row(store, "interrupts")
+        payload = msgspec.json.decode(store._records.mapper.plain_payload(record))
+        amount = _leaves(payload).index(("interrupts", 0, "data", "arguments", "amount"))
+        _reseal(store, path, record, amount, 4)
+    assert main(["reviews", "--json", "--store", f"sqlite:///{path}"]) == 0
+    listed = {item["thread_id"]: item for item in json.loads(capsys.readouterr().out)}
+    assert listed["t"]["arguments"] == {"amount": 40, "to": "bob"} and listed["t"]["pause"]
+    assert (listed["f"]["arguments"], listed["f"]["digest"], listed["f"]["pause"]) == (
+        None,
+        None,
+        None,
+    )
