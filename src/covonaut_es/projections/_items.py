@@ -30,9 +30,10 @@ class PendingReview(msgspec.Struct, frozen=True, kw_only=True):
         kind: What the pause waits for.
         review_id: The review's id, for a review.
         tool_name: The tool of the paused call.
-        digest: The operation digest of a review (tool name and arguments).
-        reason: Why the run paused.
-        data: The interrupt's data.
+        digest: The operation digest of a review (tool name and arguments); None for
+            a review whose stored pause was altered (see :func:`pending_from`).
+        reason: Why the run paused, or that a review's stored pause was altered.
+        data: The interrupt's data (of an altered review's pause, its ids only).
         requested_at: When the run paused.
         branch_parent: For a pause a fork inherited, the thread it came from.
     """
