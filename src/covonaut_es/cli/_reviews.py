@@ -37,10 +37,14 @@ from covonaut_es.cli._json import (
 )
 from covonaut_es.cli._options import add_store_command, open_from, review_queue
 from covonaut_es.cli._output import check_reader_present, emit, print_json
-from covonaut_es.domain import ThreadState
 from covonaut_es.errors import AmbiguousReviewError
 from covonaut_es.projections import PendingReview
-from covonaut_es.service import Action, ReviewSubmission, pending_pause_token, submitted_review
+from covonaut_es.service import (
+    Action,
+    ReviewSubmission,
+    listed_pause_tokens,
+    submitted_review,
+)
 from covonaut_es.store import Store
 
 _THREAD_HELP = (
@@ -161,15 +165,8 @@ def _print_reviews(
     table whose last column, DETAILS (a review's or a call in doubt's arguments, a tool's
     pause's reason), is shortened so that rows fit :data:`_TABLE_WIDTH`."""
     if args.json:
-        states: dict[str, ThreadState] = {}
-        items = []
-        for item in pending:
-            if item.thread_id not in states:
-                states[item.thread_id] = store.state_at(item.thread_id)
-            state = states[item.thread_id]
-            token = pending_pause_token(state, item.kind, item.tool_call_id, item.review_id)
-            items.append(pending_review(item, token))
-        print_json(items)
+        tokens = listed_pause_tokens(store, pending)
+        print_json([pending_review(i, t) for i, t in zip(pending, tokens, strict=True)])
         return
     rows = [_review_row(item) for item in pending]
     columns = ["thread", "kind", "review", "tool"]  # --json adds requested_at

@@ -16,6 +16,7 @@ import msgspec
 
 from covonaut_es.domain._canonical import canonical_json
 from covonaut_es.domain._reviews import ReviewLedger
+from covonaut_es.domain._shown import check_review_copy
 from covonaut_es.domain._values import Interrupt, Pause, PauseKind, PendingToolCall
 
 
@@ -23,7 +24,14 @@ def checked_kind(
     interrupt: Interrupt, reviews: ReviewLedger, open_calls: Mapping[str, PendingToolCall]
 ) -> Interrupt:
     """``interrupt`` with the kind the thread bears out: a review or in-doubt claim
-    that the thread does not support becomes a tool's pause."""
+    that the thread does not support becomes a tool's pause.
+
+    Raises:
+        ValueError: A review's pause names a review of the thread but does not repeat
+            its request (:func:`check_review_copy`).
+    """
+    if interrupt.kind is PauseKind.REVIEW:
+        check_review_copy(interrupt, reviews)
     if interrupt.kind is PauseKind.INTERRUPT or _claim_holds(interrupt, reviews, open_calls):
         return interrupt
     return msgspec.structs.replace(interrupt, kind=PauseKind.INTERRUPT)

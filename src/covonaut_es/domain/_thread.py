@@ -42,6 +42,7 @@ from covonaut_es.domain._reviews import (
     operation_digest,
     review_reason,
 )
+from covonaut_es.domain._shown import check_recorded_pauses, check_request_digest
 from covonaut_es.domain._snapshot import RESULT_CALL_IDS, ThreadSnapshot
 from covonaut_es.domain._tool_pins import ToolPin, change_note
 from covonaut_es.domain._values import (
@@ -504,7 +505,14 @@ class AgentThread(Aggregate, created_event_name="Started"):
                 raise ThreadStateError(msg)
 
         def graft(self, base: AgentThread) -> AgentThread:
-            """Turn ``base``, the parent as of ``parent_version``, into this fork."""
+            """Turn ``base``, the parent as of ``parent_version``, into this fork.
+
+            Raises:
+                ThreadStateError: ``base`` is not the parent at that version, or this
+                    event is not one past it.
+                ValueError: The interrupts recorded are not what the fork waits on
+                    (:func:`check_recorded_pauses`): the row was altered.
+            """
             if (base.thread_id, base.version) != (self.parent_thread_id, self.parent_version):
                 msg = (
                     f"fork {self.thread_id!r} branches from {self.parent_thread_id!r} at "
@@ -520,6 +528,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
                 thread_id=self.thread_id,
                 parent=ThreadParent(self.parent_thread_id, self.parent_version),
             )
+            check_recorded_pauses(self.interrupts, base.pauses)
             return base
 
         def apply(self, thread: AgentThread) -> None:
@@ -559,6 +568,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
         request: ReviewRequest
 
         def apply(self, thread: AgentThread) -> None:
+            check_request_digest(self.request)
             thread.reviews = thread.reviews.requested(self.request)
 
     class ReviewDecided(Event):

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import attrs
 from eventsourcing.projection import BaseProjectionRunner
 
-from covonaut_es.domain import PauseKind, ReviewDecision, ThreadState, ThreadStatus, may_decide
+from covonaut_es.domain import PauseKind, ReviewDecision, ThreadStatus, may_decide
 from covonaut_es.errors import (
     ReadOnlyStoreError,
     ReviewExpiredError,
@@ -48,8 +48,8 @@ from covonaut_es.service import (
     ReviewSubmission,
     Settlement,
     ThreadService,
+    listed_pause_tokens,
     pause_token,
-    pending_pause_token,
 )
 from covonaut_es.store import Store
 
@@ -181,15 +181,12 @@ class ReviewDesk:
         """Every pause waiting for a person, of every kind, oldest first (reviews only
         if ``reviewer`` may decide them), each with its token as its thread records it
         now (one load per thread)."""
-        states: dict[str, ThreadState] = {}
-        listed = []
-        for item in self.pending(reviewer):
-            if item.thread_id not in states:
-                states[item.thread_id] = self.store.state_at(item.thread_id)
-            state = states[item.thread_id]
-            token = pending_pause_token(state, item.kind, item.tool_call_id, item.review_id)
-            listed.append(attrs.evolve(PendingItem.queued(item), pause=token))
-        return tuple(listed)
+        pending = tuple(self.pending(reviewer))
+        tokens = listed_pause_tokens(self.store, pending)
+        return tuple(
+            attrs.evolve(PendingItem.queued(i), pause=t)
+            for i, t in zip(pending, tokens, strict=True)
+        )
 
     def page(
         self, reviewer: Reviewer, *, thread: str = "", tool: str = "", kind: str = "",

@@ -15,6 +15,7 @@ import msgspec
 
 from covonaut_es.domain import AgentThread, Interrupt, PauseKind, ReviewRules, ToolPin
 from covonaut_es.domain._reviews import DEFAULT_RULES
+from covonaut_es.domain._shown import shown_operation_fits
 from covonaut_es.messages import JsonValue
 
 
@@ -29,9 +30,10 @@ class PendingReview(msgspec.Struct, frozen=True, kw_only=True):
         kind: What the pause waits for.
         review_id: The review's id, for a review.
         tool_name: The tool of the paused call.
-        digest: The operation digest of a review (tool name and arguments).
-        reason: Why the run paused.
-        data: The interrupt's data.
+        digest: The operation digest of a review (tool name and arguments); None for
+            a review whose stored pause was altered (see :func:`pending_from`).
+        reason: Why the run paused, or that a review's stored pause was altered.
+        data: The interrupt's data (of an altered review's pause, its ids only).
         requested_at: When the run paused.
         branch_parent: For a pause a fork inherited, the thread it came from.
     """
@@ -167,11 +169,24 @@ QUEUE_EVENT_TYPES: tuple[type[AgentThread.Event], ...] = (
 def pending_from(
     interrupt: Interrupt, thread_id: str, at: datetime, branch_parent: str | None = None
 ) -> PendingReview:
-    """The queue item of an interrupt (a review's request fills in its fields)."""
+    """The queue item of an interrupt (a review's request fills in its fields).
+
+    A review's item shows its arguments and digest only when they are one operation
+    (:func:`~covonaut_es.domain._shown.shown_operation_fits`): the stored copy the queue
+    reads is not the thread's request, so one that was altered is listed as altered,
+    with no arguments nor digest to approve."""
     data = interrupt.data if isinstance(interrupt.data, dict) else {}
     review = interrupt.kind is PauseKind.REVIEW
-    review_id = data.get("review_id") if review else None
+    named = data.get("review_id") if review else None
+    review_id = named if isinstance(named, str) else None
     digest = data.get("digest") if review else None
+    shown, reason = interrupt.data, interrupt.reason
+    if review and not shown_operation_fits(interrupt.tool_name, data):
+        digest, shown = None, {"review_id": review_id, "tool_call_id": interrupt.tool_call_id}
+        reason = (
+            f"the stored pause of review {review_id!r} was altered: its arguments are not "
+            "the operation its digest covers; read the review from its thread"
+        )
     return PendingReview(
         thread_id=thread_id,
         item_id=review_id or interrupt.tool_call_id,
@@ -179,8 +194,8 @@ def pending_from(
         review_id=review_id,
         tool_name=interrupt.tool_name,
         digest=digest,
-        reason=interrupt.reason,
-        data=interrupt.data,
+        reason=reason,
+        data=shown,
         requested_at=at,
         branch_parent=branch_parent,
     )

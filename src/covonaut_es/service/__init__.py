@@ -14,7 +14,7 @@ them, never the runtime, a provider or a layer above.
 import importlib
 from typing import TYPE_CHECKING
 
-from covonaut_es.service._pauses import pause_token, pending_pause_token
+from covonaut_es.service._pauses import listed_pause_tokens, pause_token, pending_pause_token
 from covonaut_es.service._reviewers import (
     HmacReviewerVerifier,
     Reviewer,
@@ -57,6 +57,7 @@ __all__ = [
     "Settlement",
     "ThreadService",
     "json_object",
+    "listed_pause_tokens",
     "parse_json",
     "pause_token",
     "pending_pause_token",

@@ -13,11 +13,13 @@ tool's pause).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import Protocol
 
 from covonaut_es.domain import AgentThread, Pause, PauseKind, ThreadState
-from covonaut_es.errors import InvalidDecisionError, StalePauseError
+from covonaut_es.errors import InvalidDecisionError, StalePauseError, StoredRowError
 from covonaut_es.messages import Message, Role
+from covonaut_es.store import Store
 
 
 def pause_token(messages: Sequence[Message], pause: Pause) -> str:
@@ -41,6 +43,42 @@ def pause_token(messages: Sequence[Message], pause: Pause) -> str:
         anchor = str(_tool_message_at(messages, interrupt.tool_call_id))
     material = f"{pause.kind}\x00{interrupt.tool_call_id}\x00{anchor}".encode()
     return hashlib.sha256(material).hexdigest()[:32]
+
+
+class Listed(Protocol):
+    """A pause as a listing names it (a reviewer queue's item)."""
+
+    @property
+    def thread_id(self) -> str: ...
+    @property
+    def kind(self) -> PauseKind: ...
+    @property
+    def tool_call_id(self) -> str: ...
+    @property
+    def review_id(self) -> str | None: ...
+
+
+def listed_pause_tokens(store: Store, items: Iterable[Listed]) -> list[str]:
+    """The token of each queue item as its thread records it now (one load per thread),
+    for a listing: "" for an item its thread does not hold, and for every item of a
+    thread whose stored rows do not fold (:class:`~covonaut_es.errors.StoredRowError`):
+    nothing can be decided on that thread, and one altered thread does not stop the
+    listing of every other."""
+    states: dict[str, ThreadState | None] = {}
+    tokens = []
+    for item in items:
+        if item.thread_id not in states:
+            try:
+                states[item.thread_id] = store.state_at(item.thread_id)
+            except StoredRowError:
+                states[item.thread_id] = None
+        state = states[item.thread_id]
+        tokens.append(
+            ""
+            if state is None
+            else pending_pause_token(state, item.kind, item.tool_call_id, item.review_id)
+        )
+    return tokens
 
 
 def pending_pause_token(
