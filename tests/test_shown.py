@@ -31,6 +31,7 @@ from covonaut_es.domain import AgentThread, Interrupt, PauseKind, canonical_json
 from covonaut_es.domain._shown import shown_operation_fits
 from covonaut_es.errors import CovonautError, SerializationError
 from covonaut_es.projections._items import pending_from
+from covonaut_es.store._topic_codes import full_topic
 from support import call
 from test_read_fold import _leaves, _reseal
 
@@ -64,7 +65,9 @@ def _row(store: Store, field: str) -> Any:
     """The stored row that holds ``field``."""
     thread_id, topic = _COPIES[field]
     return next(
-        record for record in store._records.stored_records(thread_id) if record.topic == topic
+        record
+        for record in store._records.stored_records(thread_id)
+        if full_topic(record.topic) == topic
     )
 
 
