@@ -6,14 +6,17 @@ doubt for a person to settle."""
 
 from __future__ import annotations
 
+import functools
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from covonaut_es import Agent, Store, Tool
+from covonaut_es import Agent, Store, Tool, open_store
 from covonaut_es.domain import PauseKind
-from covonaut_es.errors import ToolCallsInDoubtError
+from covonaut_es.errors import DecisionNotAllowedError, ToolCallsInDoubtError
 from covonaut_es.service import Settlement, ThreadService, review_submission
 from support import answer, call, ticking_clock
 from test_approvals import ProcessDied
@@ -130,3 +133,34 @@ def test_a_retry_a_standing_rejection_refuses_leaves_the_call_in_doubt(store: St
     assert "rejected" in pause.interrupt.reason
     assert "c2" not in [m.tool_call_id for m in state.messages]
     assert len(keys) == 1
+
+
+_ARGUMENTS = st.dictionaries(
+    st.sampled_from(["to", "amount", "memo"]),
+    st.one_of(st.sampled_from(["bob", "mallory", "Bob"]), st.integers(0, 10**6), st.none()),
+    max_size=3,
+)
+
+
+@settings(max_examples=15, deadline=None)
+@given(arguments=_ARGUMENTS)
+def test_a_retry_review_takes_no_edit(arguments: dict[str, Any]) -> None:
+    """Its approval runs the call again under the key it may have run with, which an
+    external system may answer with what that run did: any edit of the arguments is
+    refused, and nothing is recorded; the arguments as requested are approved."""
+    with open_store("memory://") as store:
+        keys: list[str] = []
+        service = ThreadService(store, verifier=VERIFIER, clock=ticking_clock(SOON))
+        fork = fork_retrying(store, service, keys)
+        (_, retry_review) = store.state_at(fork).reviews
+        before = store.state_at(fork).version
+        submission = review_submission("approve", text="again", arguments=arguments)
+        decide = functools.partial(
+            service.decide, retry_review.request.review_id, reviewer=service.reviewer(RITA)
+        )
+        if arguments == retry_review.request.arguments:
+            decide(submission)
+            return
+        with pytest.raises(DecisionNotAllowedError, match="may have run"):
+            decide(submission)
+        assert store.state_at(fork).version == before

@@ -17,6 +17,8 @@ from typing import Any
 from unittest.mock import patch
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
 from covonaut_es import HmacReviewerVerifier, open_store
@@ -129,3 +131,15 @@ def test_signing_in_past_the_bound_ends_the_oldest_session() -> None:
     opened = [sessions.open(RITA, "rita") for _ in range(4)]
     assert sessions.get(opened[0].session_id) is None
     assert all(sessions.get(s.session_id) == s for s in opened[1:])
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.sampled_from(["rita", "sam", "mallory"]), max_size=40))
+def test_one_reviewers_sign_ins_never_end_another_reviewers_session(signing_in: list[str]) -> None:
+    """Whoever signs in, however often: each reviewer keeps their newest sessions, up to
+    their own bound, and a session ends only by its own reviewer's later sign-ins."""
+    sessions = Sessions(3600, max_per_reviewer=3)
+    opened = [(reviewer, sessions.open(RITA, reviewer)) for reviewer in signing_in]
+    for index, (reviewer, session) in enumerate(opened):
+        later = sum(1 for other, _ in opened[index + 1 :] if other == reviewer)
+        assert (sessions.get(session.session_id) is not None) == (later < 3)

@@ -508,22 +508,29 @@ _CALL_COMMANDS = {
     "settle as not run": lambda service, reviewer: service.settle(
         "t", "c1", Settlement.not_run("no charge found"), reviewer=reviewer
     ),
+    "give up": lambda service, reviewer: service.abandon("t", "customer left", reviewer=reviewer),
+    "give up, paused in doubt": lambda service, reviewer: service.abandon(
+        "t", "customer left", reviewer=reviewer
+    ),
 }
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=16, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(command=st.sampled_from(sorted(_CALL_COMMANDS)), scoped=st.booleans())
 def test_only_a_reviewer_in_scope_may_retry_or_settle_a_reviewed_call(
     command: str, scoped: bool
 ) -> None:
     """A call held back under a review's scopes, approved, and in doubt since its runner
-    died: a reviewer holding none of the scopes can neither run it again nor settle it
+    died (paused for a person or not yet): a reviewer holding none of the scopes can
+    neither run it again, nor settle it, nor give its thread up, which would end it
     (``ReviewerNotPermittedError``, nothing recorded), where one in scope can; the
     application itself (no reviewer) still may."""
     with open_store("memory://") as store:
         _in_doubt_after_approval(store, "t")
         service = ThreadService(store, verifier=VERIFIER)
         reviewer = service.reviewer(PAYMENTS if scoped else NO_SCOPE)
+        if command.endswith("paused in doubt"):
+            service.pause_calls_in_doubt("t", "its runner died")
         before = store.head_version("t")
         if scoped:
             _CALL_COMMANDS[command](service, reviewer)

@@ -134,3 +134,27 @@ def test_giving_a_thread_up_is_refused_alike_by_the_inbox_and_the_command_line(
         given_reason = [] if reason is None else ["--reason", reason]
         cli = via_cli("abandon", "cli", "--store", url, "--reviewer-token", TOKEN, *given_reason)
         assert same(api, "", "api") == same(cli, "", "cli")
+
+
+@pytest.mark.parametrize(
+    ("action", "field"),
+    [(action, field) for action in sorted(FIELD_NAMES) for field in ("text", "digest")]
+    + [("approve", "arguments")],
+)
+def test_a_decision_field_sent_as_null_is_refused_never_read_as_left_out(
+    tmp_path_factory: pytest.TempPathFactory, action: str, field: str
+) -> None:
+    """Every field of a decision sent as JSON null: 400 naming it, nothing recorded; a
+    null digest read as none sent would skip the check of the operation."""
+    with surfaces(tmp_path_factory.mktemp("null")) as (store, client, _):
+        paused(store, "api", [], [])
+        data = store.state_at("api").pauses[0].interrupt.data
+        name = FIELD_NAMES[action] if field == "text" else field
+        body = {"digest": data["digest"], name: None}
+        before = store.head_version("api")
+        recorded, message = via_api(
+            client, f"/api/reviews/{data['review_id']}/{action}", json.dumps(body)
+        )
+        assert not recorded
+        assert "null" in message or "NoneType" in message, message
+        assert store.head_version("api") == before

@@ -76,7 +76,8 @@ def check_decision(
         ReviewerNotPermittedError: The reviewer lacks a scope the review or one of its
             limits needs, or approves a second time under four eyes.
         DecisionNotAllowedError: The tool's policy allows no such decision, or no edit
-            of an argument the edit changes.
+            of an argument the edit changes; or the review runs again a call that may
+            have run, which takes no edit.
     """
     rules, review_id = rules_of(review), review.request.review_id
     if not may_decide(rules, scopes):
@@ -97,6 +98,16 @@ def check_decision(
         return
     requested = review.request.arguments
     approved = requested if arguments is None else arguments
+    if review.request.may_have_run and arguments is not None and _edits(requested, arguments):
+        # Its approval runs the call again under the same idempotency key, which an
+        # external system may answer with what the first run did: other arguments under
+        # that key would be recorded as run while another operation may have happened.
+        msg = (
+            f"review {review_id!r} asks to run again a call that may have run already, "
+            "under the same idempotency key: approve it as requested, or reject; an edit "
+            "is a new operation for the model to ask for; nothing was recorded"
+        )
+        raise DecisionNotAllowedError(msg)
     if arguments is not None and rules.editable is not None:
         changed = sorted(
             name
@@ -132,6 +143,11 @@ def check_decision(
             "was recorded"
         )
         raise DecisionNotAllowedError(msg)
+
+
+def _edits(requested: Mapping[str, Any], edited: Mapping[str, Any]) -> bool:
+    """Whether ``edited`` changes any argument of ``requested``."""
+    return any(_changed(name, requested, edited) for name in set(requested) | set(edited))
 
 
 def _changed(name: str, requested: Mapping[str, Any], edited: Mapping[str, Any]) -> bool:

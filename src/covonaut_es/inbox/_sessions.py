@@ -55,6 +55,10 @@ class Session:
 MAX_SESSIONS = 10_000
 """The most sessions an inbox keeps open; signing in past it ends the oldest."""
 
+MAX_SESSIONS_PER_REVIEWER = 32
+"""The most sessions one reviewer keeps open; their sign-in past it ends their oldest,
+so that one reviewer signing in again and again never ends another's session."""
+
 
 class Sessions:
     """The open sessions of one inbox, in memory (signing in again after a restart).
@@ -64,6 +68,8 @@ class Sessions:
             checked at every use, may end it sooner.
         clock: Monotonic seconds.
         max_open: The most sessions kept; a sign-in past it ends the oldest.
+        max_per_reviewer: The most sessions of one reviewer kept; their sign-in past
+            it ends their oldest.
     """
 
     def __init__(
@@ -72,9 +78,11 @@ class Sessions:
         clock: Callable[[], float] = time.monotonic,
         *,
         max_open: int = MAX_SESSIONS,
+        max_per_reviewer: int = MAX_SESSIONS_PER_REVIEWER,
     ) -> None:
         self._ttl = ttl_seconds
         self._max_open = max_open
+        self._max_per_reviewer = max_per_reviewer
         self._clock = clock
         self._open: dict[str, Session] = {}
         self._lock = threading.Lock()
@@ -91,6 +99,9 @@ class Sessions:
         with self._lock:
             now = self._clock()
             self._open = {k: s for k, s in self._open.items() if s.expires > now}
+            theirs = [k for k, s in self._open.items() if s.reviewer == reviewer]
+            for key in theirs[: max(0, len(theirs) - self._max_per_reviewer + 1)]:
+                del self._open[key]  # their oldest out, not another reviewer's
             while len(self._open) >= self._max_open:  # the oldest out: memory is bounded
                 del self._open[next(iter(self._open))]
             self._open[session.session_id] = session

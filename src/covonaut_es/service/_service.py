@@ -25,7 +25,6 @@ from covonaut_es.domain import (
     ReviewRequest,
     ThreadStatus,
     check_may_act_on_call,
-    may_decide,
 )
 from covonaut_es.errors import (
     AmbiguousReviewError,
@@ -570,17 +569,20 @@ def _check(
 
 
 def _check_may_give_up(thread: AgentThread, reviewer: Reviewer) -> None:
-    """Refuse a person's giving up of a thread that waits on a review they may not
-    decide: it would end, unseen, a review the queue never shows them."""
-    for review in thread.reviews.pending:
-        rules = review.request.rules
-        if rules is not None and not may_decide(rules, reviewer.scopes):
-            msg = (
-                f"reviewer {reviewer.id!r} may not give up thread {thread.thread_id!r}: it "
-                f"waits on a review that needs one of the scopes {', '.join(rules.scopes)}; "
-                "ask a reviewer who holds one; nothing was recorded"
+    """Refuse a person's giving up of a thread that waits on a review, a pause or a call
+    in doubt of a reviewed call they may not act on: it would end, unseen, what the
+    queue never shows them, or a call they may not settle."""
+    waiting = [p.interrupt.tool_call_id for p in thread.pauses if not p.resolved]
+    waiting += [review.request.tool_call_id for review in thread.reviews.pending]
+    waiting += [pending.call.id for pending in thread.in_doubt]
+    for tool_call_id in dict.fromkeys(waiting):
+        try:
+            check_may_act_on_call(
+                thread.reviews, tool_call_id, reviewer=reviewer.id, scopes=reviewer.scopes
             )
-            raise ReviewerNotPermittedError(msg)
+        except ReviewerNotPermittedError as exc:
+            msg = f"thread {thread.thread_id!r} cannot be given up by this reviewer: {exc}"
+            raise ReviewerNotPermittedError(msg) from exc
 
 
 def _pending_in(store: Store, review_id: str, thread_ids: Sequence[str]) -> list[str]:

@@ -123,9 +123,17 @@ def submitted_review(action: Action | str, fields: Mapping[str, object]) -> Revi
     sent, never read as one left out, so every surface refuses alike.
 
     Raises:
-        InvalidDecisionError: As :func:`review_submission`, or ``arguments`` was sent as
-            null (leave it out to approve the arguments as requested).
+        InvalidDecisionError: As :func:`review_submission`, or ``arguments`` or
+            ``digest`` was sent as null (leave it out to approve the arguments as
+            requested, or to decide without the check of the operation).
     """
+    if "digest" in fields and fields["digest"] is None:
+        # Read as left out, a null digest would skip the check of the operation.
+        msg = (
+            "the digest is null: send the operation digest the reviewer was shown, or "
+            "leave the field out to decide without that check"
+        )
+        raise InvalidDecisionError(msg)
     arguments = fields.get("arguments")
     sent_null = "arguments" in fields and arguments is None
     name = next((TEXT_FIELD[a] for a in Action if a.value == action), "")
