@@ -80,6 +80,12 @@ def _leaf_of(store: Store, record: Any, field: str, n: int) -> int:
     return ours[n % len(ours)]
 
 
+def _kind_leaf(store: Store, record: Any) -> int:
+    """The index, among every leaf of an Interrupted row's payload, of its pause's kind."""
+    payload = msgspec.json.decode(store._records.mapper.plain_payload(record))
+    return _leaves(payload).index(("interrupt", "kind"))
+
+
 @settings(max_examples=30, deadline=None)
 @given(
     field=st.sampled_from(sorted(_COPIES)),
@@ -90,23 +96,29 @@ def _leaf_of(store: Store, record: Any, field: str, n: int) -> int:
         st.booleans(),
         st.none(),
     ),
+    relabel=st.sampled_from([None, "interrupt", "in_doubt"]),
 )
-@example(field="interrupts", leaf=0, value=4)
-@example(field="interrupt", leaf=0, value=4)
-@example(field="interrupt", leaf=7, value=None)
-@example(field="request", leaf=0, value=4)
+@example(field="interrupts", leaf=0, value=4, relabel=None)
+@example(field="interrupt", leaf=0, value=4, relabel=None)
+@example(field="interrupt", leaf=7, value=None, relabel=None)
+@example(field="request", leaf=0, value=4, relabel=None)
+@example(field="interrupt", leaf=0, value=4, relabel="interrupt")
 def test_an_altered_pause_copy_is_refused_and_never_shown_as_another_operation(
-    field: str, leaf: int, value: Any
+    field: str, leaf: int, value: Any, relabel: str | None
 ) -> None:
     """Generated: one value of the pause copy in t's Interrupted row or in f's Forked row,
-    or of t's review request, changed, the chain sealed again: a load and verify agree
-    on each thread; every review the queue shows with a digest shows arguments that
-    digest to it, and an approval of that digest on a thread that loads binds to
-    exactly those arguments."""
+    or of t's review request, changed (and the pause's kind relabelled, or not), the
+    chain sealed again: a load and verify agree on each thread; every review the queue
+    shows with a digest shows arguments that digest to it, an approval of that digest on
+    a thread that loads binds to exactly those arguments, and every review such a thread
+    waits on is listed as a review."""
     with tempfile.TemporaryDirectory() as directory:
         path = Path(directory) / "store.db"
         with open_store(f"sqlite:///{path}") as store:
             _paused_with_fork(store)
+            if relabel is not None:
+                record = _row(store, "interrupt")
+                _reseal(store, path, record, _kind_leaf(store, record), relabel)
             record = _row(store, field)
             _reseal(store, path, record, _leaf_of(store, record, field, leaf), value)
         with open_store(f"sqlite:///{path}") as store:
@@ -126,6 +138,10 @@ def test_an_altered_pause_copy_is_refused_and_never_shown_as_another_operation(
                     queue.wait_until_current(store)
             except SerializationError:
                 return  # a row that does not decode stops the queue's projection there
+            listed = {(i.thread_id, i.review_id) for i in queue.pending() if i.review_id}
+            for thread_id, thread in loaded.items():
+                for review in () if thread is None else thread.reviews.pending:
+                    assert (thread_id, review.request.review_id) in listed, thread_id
             for item in queue.pending():
                 if item.kind is not PauseKind.REVIEW or item.digest is None:
                     continue

@@ -27,11 +27,11 @@ def checked_kind(
     that the thread does not support becomes a tool's pause.
 
     Raises:
-        ValueError: A review's pause names a review of the thread but does not repeat
-            its request (:func:`check_review_copy`).
+        ValueError: A review's pause names a review of the thread, or a pause is on a
+            call a review awaits, and it does not repeat that review's request as a
+            review's pause (:func:`check_review_copy`).
     """
-    if interrupt.kind is PauseKind.REVIEW:
-        check_review_copy(interrupt, reviews)
+    check_review_copy(interrupt, reviews)
     if interrupt.kind is PauseKind.INTERRUPT or _claim_holds(interrupt, reviews, open_calls):
         return interrupt
     return msgspec.structs.replace(interrupt, kind=PauseKind.INTERRUPT)

@@ -30,10 +30,13 @@ from covonaut_es.errors import CovonautError
 
 
 def check_review_copy(interrupt: Interrupt, reviews: ReviewLedger) -> None:
-    """Raise unless a review's pause repeats the request of the review it names.
+    """Raise unless a review's pause, or any pause on a call a review awaits, repeats
+    the request of that review, as a review's pause.
 
-    The review named is the one that holds back the pause's call, else the one its data
-    names. A pause that names no review of the thread is left to
+    The review is the one that awaits the pause's call, else (for a review's pause) the
+    one its data names: a call held back by a review never ran, so its only pause is the
+    review's, and a copy relabelled as a tool's pause or a call in doubt would show other
+    data under the review's digest. A pause that names no review of the thread is left to
     :func:`~covonaut_es.domain._pauses.checked_kind`, which reads it as a tool's pause
     (the data is then the tool's, as in a record of version 1 whose kind was guessed).
 
@@ -44,12 +47,13 @@ def check_review_copy(interrupt: Interrupt, reviews: ReviewLedger) -> None:
     data = interrupt.data if isinstance(interrupt.data, dict) else {}
     named = data.get("review_id")
     review = reviews.awaiting(interrupt.tool_call_id)
-    if review is None and isinstance(named, str):
+    if review is None and interrupt.kind is PauseKind.REVIEW and isinstance(named, str):
         review = reviews.get(named)
     if review is None:
         return
     request = review.request
     copies: tuple[tuple[str, Any, Any], ...] = (
+        ("kind", str(interrupt.kind), str(PauseKind.REVIEW)),
         ("call", interrupt.tool_call_id, request.tool_call_id),
         ("tool", interrupt.tool_name, request.tool_name),
         ("data", interrupt.data, request.to_data()),
