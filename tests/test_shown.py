@@ -80,6 +80,12 @@ def _leaf_of(store: Store, record: Any, field: str, n: int) -> int:
     return ours[n % len(ours)]
 
 
+def _waits_on_no_pause(thread: AgentThread, tool_call_id: str) -> bool:
+    """Whether no pause of ``thread`` is on the call: its review's pause was moved to
+    another call, which reads as a tool's pause (a gap ADR 0067 lists)."""
+    return all(p.interrupt.tool_call_id != tool_call_id for p in thread.pauses)
+
+
 def _kind_leaf(store: Store, record: Any) -> int:
     """The index, among every leaf of an Interrupted row's payload, of its pause's kind."""
     payload = msgspec.json.decode(store._records.mapper.plain_payload(record))
@@ -103,6 +109,9 @@ def _kind_leaf(store: Store, record: Any) -> int:
 @example(field="interrupt", leaf=7, value=None, relabel=None)
 @example(field="request", leaf=0, value=4, relabel=None)
 @example(field="interrupt", leaf=0, value=4, relabel="interrupt")
+# The review's pause moved to another call and relabelled a tool's pause: the gap ADR 0067
+# leaves (the thread loads, its review waiting on no pause), set aside explicitly.
+@example(field="interrupt", leaf=108, value="", relabel="interrupt")
 def test_an_altered_pause_copy_is_refused_and_never_shown_as_another_operation(
     field: str, leaf: int, value: Any, relabel: str | None
 ) -> None:
@@ -141,6 +150,8 @@ def test_an_altered_pause_copy_is_refused_and_never_shown_as_another_operation(
             listed = {(i.thread_id, i.review_id) for i in queue.pending() if i.review_id}
             for thread_id, thread in loaded.items():
                 for review in () if thread is None else thread.reviews.pending:
+                    if _waits_on_no_pause(thread, review.request.tool_call_id):
+                        continue  # the gap ADR 0067 leaves: the pause's ids both changed
                     assert (thread_id, review.request.review_id) in listed, thread_id
             for item in queue.pending():
                 if item.kind is not PauseKind.REVIEW or item.digest is None:
