@@ -15,8 +15,8 @@ import contextlib
 import threading
 import warnings
 import weakref
-from collections.abc import Iterator, Sequence
-from typing import Any, Protocol, TypeVar
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from eventsourcing.application import Application, ProcessingEvent
 from eventsourcing.persistence import (
@@ -140,16 +140,27 @@ class BatchProjection(Protocol):
         """Process the events in order, and record the last one's position with them."""
 
 
-def _buffered(subscription: ApplicationSubscription[Any]) -> bool:
-    """Whether the subscription's next event is already read, so taking it cannot
-    block."""
+@runtime_checkable
+class ReadsAhead(Protocol):
+    """A subscription that says whether its next notification is read already (the
+    SQLite back end's)."""
+
+    def buffered(self) -> bool:
+        """Whether taking the next notification cannot block."""
+
+
+def _read_ahead(subscription: ApplicationSubscription[Any]) -> Callable[[], bool]:
+    """What says whether the subscription's next event is read already, so taking it
+    cannot block."""
     inner = subscription.subscription
-    # eventsourcing 9.5.6: ListenNotifySubscription (the memory, SQLite polling and
-    # PostgreSQL subscriptions) keeps the notifications it selected in _notifications,
-    # read up to _notifications_index, and further selects in _notifications_queue.
+    if isinstance(inner, ReadsAhead):
+        return inner.buffered
     if not isinstance(inner, ListenNotifySubscription):
-        return False
-    return (
+        return lambda: False
+    # eventsourcing 9.5.6: ListenNotifySubscription (the memory and PostgreSQL
+    # subscriptions) keeps the notifications it selected in _notifications, read up to
+    # _notifications_index, and further selects in _notifications_queue.
+    return lambda: (
         inner._notifications_index < len(inner._notifications)
         or not inner._notifications_queue.empty()
     )
@@ -160,9 +171,10 @@ def batches(
 ) -> Iterator[list[tuple[Any, Tracking]]]:
     """The subscription's events in batches: each waits for one event, then takes those
     already read after it, up to ``limit``."""
+    buffered = _read_ahead(subscription)
     for first in subscription:
         batch = [first]
-        while len(batch) < limit and _buffered(subscription):
+        while len(batch) < limit and buffered():
             following = next(subscription, None)
             if following is None:
                 break
