@@ -45,7 +45,7 @@ from covonaut_es.store._application import AgentApplication, open_application
 from covonaut_es.store._backend import backend_for_env
 from covonaut_es.store._open import LogSource, log_source, store_log
 from covonaut_es.store._topic_codes import stored_forms
-from covonaut_es.store._tracking import BatchingProjectionRunner
+from covonaut_es.store._tracking import BatchingProjectionRunner, UnreadableRecord
 from covonaut_es.store._urls import (
     READ_ONLY,
     persistence_env,
@@ -106,7 +106,10 @@ class ReviewQueueProjection(Projection[ReviewQueueView]):
         names: dict[str, str | None] = {}
         names.update(self.view.thread_ids_of({e.originator_id.hex for e, _ in batch}))
         changes: list[QueueChange] = []
-        for domain_event, _ in batch:
+        for domain_event, tracking in batch:
+            if isinstance(domain_event, UnreadableRecord):
+                _pass_over(domain_event, tracking)
+                continue
             for change in changes_for(domain_event, names.get):
                 if isinstance(change, ThreadNamed) and names.get(change.aggregate_id) is None:
                     names[change.aggregate_id] = change.thread_id  # the first name stays
@@ -128,6 +131,9 @@ class ReviewQueueProjection(Projection[ReviewQueueView]):
         or by code older than the thread-id rule) is passed over with a warning: its
         position alone is recorded, so one bad record never stops the queue.
         """
+        if isinstance(domain_event, UnreadableRecord):
+            self.view.apply((), tracking)  # warned of already, as the batch was read
+            return
         changes = changes_for(domain_event, self.view.thread_id_of)
         try:
             self.view.apply(changes, tracking)
@@ -143,6 +149,19 @@ class ReviewQueueProjection(Projection[ReviewQueueView]):
                 exc,
             )
             self.view.apply((), tracking)
+
+
+def _pass_over(record: UnreadableRecord, tracking: Tracking) -> None:
+    log.warning(
+        "review queue: passing over the record at log position %d (version %d of stream "
+        "%s), which does not decode (%s: %s); its thread's items may be missing or "
+        "stale: `covonaut-es replay --verify` names the thread",
+        tracking.notification_id,
+        record.originator_version,
+        record.originator_id,
+        type(record.error).__name__,
+        record.error,
+    )
 
 
 class QueueRunner(BatchingProjectionRunner[AgentApplication]):

@@ -10,10 +10,12 @@ from covonaut_es.store._backends._eventsourcing import (
     BatchingProjectionRunner,
     MemoryTracking,
     TrackedSQL,
+    UnreadableRecord,
 )
 
 __all__ = [
     "BatchingProjectionRunner",
     "MemoryTracking",
     "TrackedSQL",
+    "UnreadableRecord",
 ]

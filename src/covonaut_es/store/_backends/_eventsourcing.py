@@ -18,15 +18,20 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
+import attrs
 from eventsourcing.application import Application, ProcessingEvent
 from eventsourcing.persistence import (
     ListenNotifySubscription,
+    Notification,
     Recording,
+    Subscription,
     Tracking,
     TrackingRecorder,
 )
 from eventsourcing.popo import POPOTrackingRecorder
 from eventsourcing.projection import ApplicationSubscription, BaseProjectionRunner
+
+from covonaut_es.errors import SerializationError
 
 TApplication = TypeVar("TApplication")
 
@@ -149,10 +154,9 @@ class ReadsAhead(Protocol):
         """Whether taking the next notification cannot block."""
 
 
-def _read_ahead(subscription: ApplicationSubscription[Any]) -> Callable[[], bool]:
-    """What says whether the subscription's next event is read already, so taking it
-    cannot block."""
-    inner = subscription.subscription
+def _read_ahead(inner: Subscription[Any]) -> Callable[[], bool]:
+    """What says whether the subscription's next notification is read already, so
+    taking it cannot block."""
     if isinstance(inner, ReadsAhead):
         return inner.buffered
     if not isinstance(inner, ListenNotifySubscription):
@@ -166,19 +170,44 @@ def _read_ahead(subscription: ApplicationSubscription[Any]) -> Callable[[], bool
     )
 
 
+@attrs.frozen
+class UnreadableRecord:
+    """A record of the log that does not decode into an event, handed to a batching
+    projection in place of its event (with its position), for it to pass over: one
+    damaged row must not stop a projection of every thread (ADR 0070)."""
+
+    originator_id: Any
+    originator_version: int
+    error: SerializationError
+
+
 def batches(
     subscription: ApplicationSubscription[Any], limit: int = BATCH_LIMIT
 ) -> Iterator[list[tuple[Any, Tracking]]]:
     """The subscription's events in batches: each waits for one event, then takes those
-    already read after it, up to ``limit``."""
-    buffered = _read_ahead(subscription)
-    for first in subscription:
-        batch = [first]
+    already read after it, up to ``limit``. A record that does not decode is an
+    :class:`UnreadableRecord` in its event's place."""
+    # eventsourcing's ApplicationSubscription would make each event itself, and a record
+    # that does not decode would end the iteration with its position unknown.
+    notifications, name = subscription.subscription, subscription.name
+    to_event, buffered = subscription.mapper.to_domain_event, _read_ahead(notifications)
+
+    def read(notification: Notification) -> tuple[Any, Tracking]:
+        try:
+            event = to_event(notification)
+        except SerializationError as exc:
+            event = UnreadableRecord(
+                notification.originator_id, notification.originator_version, exc
+            )
+        return event, Tracking(name, notification.id)
+
+    for first in notifications:
+        batch = [read(first)]
         while len(batch) < limit and buffered():
-            following = next(subscription, None)
+            following = next(notifications, None)
             if following is None:
                 break
-            batch.append(following)
+            batch.append(read(following))
         yield batch
 
 
