@@ -25,12 +25,15 @@ from covonaut_es import (
     ScriptedProvider,
     Store,
     Tool,
+    create_cipher_key,
     open_store,
 )
 from covonaut_es.domain import thread_aggregate_id
 from covonaut_es.errors import CovonautError
 from covonaut_es.projections._items import QUEUE_EVENT_TYPES, pending_from
+from covonaut_es.store._application import AgentApplication
 from covonaut_es.store._topic_codes import stored_forms
+from covonaut_es.store._urls import persistence_env
 from support import append_raw_event, call, review_tool
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -65,8 +68,9 @@ def _expected(store: Store) -> set[tuple[str, str]]:
     return found
 
 
-def _listed(store: Store) -> set[tuple[str, str]]:
-    queue = ReviewQueue(store.url, view_url="memory://")
+def _listed(store: Store, queue: ReviewQueue | None = None) -> set[tuple[str, str]]:
+    """What the queue (a new one in memory by default) lists once current."""
+    queue = queue or ReviewQueue(store.url, view_url="memory://")
     try:
         with queue.follow() as runner:
             queue.wait_until_current(store, runner=runner)
@@ -183,3 +187,71 @@ def test_a_record_appended_that_does_not_decode_is_passed_over_on_every_back_end
 def _item_of(store: Store, thread_id: str) -> str:
     (pause,) = store.load(thread_id).pauses
     return pending_from(pause.interrupt, thread_id, NOW).item_id
+
+
+def test_a_queue_kept_in_the_store_lists_a_repaired_record_once_rebuilt(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The store's own queue passes over a record damaged before it read it, and does not
+    read it again once repaired, until rebuilt as the operations guide says."""
+    path = tmp_path / "store.db"
+    with open_store(f"sqlite:///{path}") as store:
+        _listed(store, ReviewQueue(store.url))
+        _paused(store)
+    with closing(sqlite3.connect(path)) as conn, conn:
+        position, state = conn.execute(
+            "SELECT rowid, state FROM stored_events WHERE topic = '14' ORDER BY rowid LIMIT 1"
+        ).fetchone()
+        conn.execute("UPDATE stored_events SET state = ? WHERE rowid = ?", (b"\x00", position))
+    with open_store(f"sqlite:///{path}") as store, _warnings(caplog):
+        _listed(store, ReviewQueue(store.url))
+    assert f"{PASSED_OVER} {position} " in caplog.text
+    with closing(sqlite3.connect(path)) as conn, conn:
+        conn.execute("UPDATE stored_events SET state = ? WHERE rowid = ?", (state, position))
+    with open_store(f"sqlite:///{path}") as store:
+        item = (THREADS[0], _item_of(store, THREADS[0]))
+        assert item not in _listed(store, ReviewQueue(store.url))
+    with closing(sqlite3.connect(path)) as conn, conn:
+        conn.executescript(_REBUILD)
+    with open_store(f"sqlite:///{path}") as store:
+        assert item in _listed(store, ReviewQueue(store.url))
+
+
+_REBUILD = """
+DELETE FROM covonaut_pauses;
+DELETE FROM covonaut_queue_threads;
+DELETE FROM tracking WHERE application_name LIKE '%+pauses';
+"""
+"""The operations guide's rebuild of a queue kept in a SQLite store."""
+
+
+class _TextIds(AgentApplication):
+    """An application of one's own that keeps stream ids as text."""
+
+
+def test_an_application_keeping_text_ids_passes_over_a_record_too(tmp_path: Path) -> None:
+    env = {**persistence_env(f"sqlite:///{tmp_path / 'app.db'}"), "ORIGINATOR_ID_TYPE": "text"}
+    with closing(_TextIds(env=env)) as app:
+        store = Store.from_application(app)
+        _paused(store)
+        append_raw_event(store, "b", "8", b'{"key": "b", "state": {}}')
+        listed = _listed(store, ReviewQueue.from_application(app, view_url="memory://"))
+        assert ("a", _item_of(store, "a")) in listed
+
+
+def test_the_warning_names_no_stream_of_an_encrypted_store(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A record passed over is named by its log position alone: the stream id, derived
+    from the thread id, is what an encrypted store keeps out of clear text."""
+    key = create_cipher_key()
+    url = f"sqlite:///{tmp_path / 'sealed.db'}"
+    with open_store(url, cipher_key=key) as store:
+        _paused(store)
+        append_raw_event(store, "b", "8", b'{"key": "b", "state": {}}')
+        with _warnings(caplog):
+            _listed(store, ReviewQueue(url, view_url="memory://", cipher_key=key))
+    assert PASSED_OVER in caplog.text
+    stream = thread_aggregate_id("b")
+    for shown in (str(stream), stream.hex, "'b'"):
+        assert shown not in caplog.text

@@ -103,13 +103,11 @@ class ReviewQueueProjection(Projection[ReviewQueueView]):
     def _apply(self, batch: Sequence[tuple[Any, Tracking]]) -> None:
         # The names of the batch's threads, read in one query, then as the batch changes
         # them before it is stored.
+        events = [(e, t) for e, t in batch if not _passed_over(e, t)]
         names: dict[str, str | None] = {}
-        names.update(self.view.thread_ids_of({e.originator_id.hex for e, _ in batch}))
+        names.update(self.view.thread_ids_of({e.originator_id.hex for e, _ in events}))
         changes: list[QueueChange] = []
-        for domain_event, tracking in batch:
-            if isinstance(domain_event, UnreadableRecord):
-                _pass_over(domain_event, tracking)
-                continue
+        for domain_event, _ in events:
             for change in changes_for(domain_event, names.get):
                 if isinstance(change, ThreadNamed) and names.get(change.aggregate_id) is None:
                     names[change.aggregate_id] = change.thread_id  # the first name stays
@@ -151,17 +149,20 @@ class ReviewQueueProjection(Projection[ReviewQueueView]):
             self.view.apply((), tracking)
 
 
-def _pass_over(record: UnreadableRecord, tracking: Tracking) -> None:
+def _passed_over(event: Any, tracking: Tracking) -> bool:
+    """Whether ``event`` is a record that does not decode, which the queue passes over
+    (warning of it without its stream's id, which an encrypted store keeps unsaid)."""
+    if not isinstance(event, UnreadableRecord):
+        return False
     log.warning(
-        "review queue: passing over the record at log position %d (version %d of stream "
-        "%s), which does not decode (%s: %s); its thread's items may be missing or "
-        "stale: `covonaut-es replay --verify` names the thread",
+        "review queue: passing over the record at log position %d (%s: it does not "
+        "decode); its thread's items may be missing or stale. `covonaut-es replay "
+        "--verify` names the thread; a queue kept in a database does not read the record "
+        "again once it is repaired, until its tables are dropped (see the operations guide)",
         tracking.notification_id,
-        record.originator_version,
-        record.originator_id,
-        type(record.error).__name__,
-        record.error,
+        type(event.error).__name__,
     )
+    return True
 
 
 class QueueRunner(BatchingProjectionRunner[AgentApplication]):

@@ -173,11 +173,9 @@ def _read_ahead(inner: Subscription[Any]) -> Callable[[], bool]:
 @attrs.frozen
 class UnreadableRecord:
     """A record of the log that does not decode into an event, handed to a batching
-    projection in place of its event (with its position), for it to pass over: one
+    projection in place of its event (its position beside it), for it to pass over: one
     damaged row must not stop a projection of every thread (ADR 0070)."""
 
-    originator_id: Any
-    originator_version: int
     error: SerializationError
 
 
@@ -193,12 +191,11 @@ def batches(
     to_event, buffered = subscription.mapper.to_domain_event, _read_ahead(notifications)
 
     def read(notification: Notification) -> tuple[Any, Tracking]:
+        event: Any
         try:
             event = to_event(notification)
         except SerializationError as exc:
-            event = UnreadableRecord(
-                notification.originator_id, notification.originator_version, exc
-            )
+            event = UnreadableRecord(exc)
         return event, Tracking(name, notification.id)
 
     for first in notifications:
