@@ -25,6 +25,7 @@ from covonaut_es import (
     ScriptedProvider,
     Store,
     Tool,
+    Worker,
     create_cipher_key,
     open_store,
 )
@@ -242,8 +243,9 @@ def test_an_application_keeping_text_ids_passes_over_a_record_too(tmp_path: Path
 def test_the_warning_names_no_stream_of_an_encrypted_store(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A record passed over is named by its log position alone: the stream id, derived
-    from the thread id, is what an encrypted store keeps out of clear text."""
+    """A record the queue or a worker passes over is named by its log position alone:
+    the stream id, derived from the thread id, is what an encrypted store keeps out of
+    clear text."""
     key = create_cipher_key()
     url = f"sqlite:///{tmp_path / 'sealed.db'}"
     with open_store(url, cipher_key=key) as store:
@@ -251,7 +253,10 @@ def test_the_warning_names_no_stream_of_an_encrypted_store(
         append_raw_event(store, "b", "8", b'{"key": "b", "state": {}}')
         with _warnings(caplog):
             _listed(store, ReviewQueue(url, view_url="memory://", cipher_key=key))
-    assert PASSED_OVER in caplog.text
+            worker = Worker(store, lambda thread_id: AgentConfig(ScriptedProvider([])))
+            worker.run(once=True)
+    assert f"review queue: {PASSED_OVER}" in caplog.text
+    assert f"worker {worker.worker_id}: {PASSED_OVER}" in caplog.text
     stream = thread_aggregate_id("b")
     for shown in (str(stream), stream.hex, "'b'"):
         assert shown not in caplog.text

@@ -29,3 +29,17 @@ def logger(name: str) -> logging.Logger:
     if _ONE_LINE not in log.filters:
         log.addFilter(_ONE_LINE)
     return log
+
+
+def pass_over(log: logging.Logger, reader: str, position: int, error: Exception, then: str) -> None:
+    """Warn that ``reader`` passes over the record at log ``position``, which does not
+    decode (``error``), and what ``then`` follows from it. The record is named by its
+    position and the error by its class alone: the error's text names the record's
+    stream, whose unkeyed id an encrypted store keeps out of clear text."""
+    log.warning(
+        "%s: passing over the record at log position %d (%s: it does not decode); %s",
+        reader,
+        position,
+        type(error).__name__,
+        then,
+    )

@@ -151,16 +151,17 @@ class ReviewQueueProjection(Projection[ReviewQueueView]):
 
 def _passed_over(event: Any, tracking: Tracking) -> bool:
     """Whether ``event`` is a record that does not decode, which the queue passes over
-    (warning of it without its stream's id, which an encrypted store keeps unsaid)."""
+    with a warning."""
     if not isinstance(event, UnreadableRecord):
         return False
-    log.warning(
-        "review queue: passing over the record at log position %d (%s: it does not "
-        "decode); its thread's items may be missing or stale. `covonaut-es replay "
-        "--verify` names the thread; a queue kept in a database does not read the record "
-        "again once it is repaired, until its tables are dropped (see the operations guide)",
+    _logs.pass_over(
+        log,
+        "review queue",
         tracking.notification_id,
-        type(event.error).__name__,
+        event.error,
+        "its thread's items may be missing or stale. `covonaut-es replay --verify` names "
+        "the thread; a queue kept in a database does not read the record again once it "
+        "is repaired, until its tables are dropped (see the operations guide)",
     )
     return True
 

@@ -154,8 +154,8 @@ class NoticeSender:
             try:
                 event = cast(AgentThread.Event, mapper.to_domain_event(notification))
             except CovonautError as exc:  # a record no notice can be made of
-                logger.warning(
-                    "review notices: passing over log position %d: %s", notification.id, exc
+                _logs.pass_over(
+                    logger, "review notices", notification.id, exc, "no notice is made of it"
                 )
             else:
                 self.notifier(notice_of(event, notification.id))

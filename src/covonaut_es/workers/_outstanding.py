@@ -78,8 +78,12 @@ def events(store: Store, notifications: Iterable[Any], worker: str) -> Iterable[
         try:
             yield notification.id, mapper.to_domain_event(notification)
         except CovonautError as exc:
-            logger.warning(
-                "worker %s: passing over log position %d: %s", worker, notification.id, exc
+            _logs.pass_over(
+                logger,
+                f"worker {worker}",
+                notification.id,
+                exc,
+                "whether its thread is ready is not read from it",
             )
             yield notification.id, None
 
