@@ -29,7 +29,7 @@ import report
 import workload
 
 ROOT = Path(__file__).resolve().parent.parent
-FULL_TURNS = (100, 200, 1000)
+FULL_TURNS = (100, 200, 300, 1000)
 QUICK_TURNS = (5,)
 BUDGET_S = 600.0
 """Time budget of one peer configuration (one system, store and T): ten minutes."""
