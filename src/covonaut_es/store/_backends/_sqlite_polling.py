@@ -45,7 +45,7 @@ class PollingSubscription(Subscription[SQLiteApplicationRecorder]):
         return self._taken < len(self._page) and not self._stopped.is_set()
 
     def __next__(self) -> Notification:
-        while self._taken == len(self._page):
+        while not self.buffered():
             if self._stopped.is_set():
                 raise StopIteration
             page = self._selects(
@@ -56,10 +56,8 @@ class PollingSubscription(Subscription[SQLiteApplicationRecorder]):
             )
             if page:
                 self._page, self._taken, self._after = page, 0, page[-1].id
-            elif self._stopped.wait(POLL_INTERVAL):
-                raise StopIteration
-        if self._stopped.is_set():
-            raise StopIteration
+            else:
+                self._stopped.wait(POLL_INTERVAL)
         self._taken += 1
         return self._page[self._taken - 1]
 
