@@ -10,12 +10,15 @@ nothing of a user's text or of the benchmark's; the same code gives the same byt
 
 Run it after a change to what events hold, from the repository's root::
 
-    PYTHONPATH=src python scripts/train_event_dictionary.py          # rewrite it
     PYTHONPATH=src python scripts/train_event_dictionary.py --check  # exit 1 if stale
+    PYTHONPATH=src python scripts/train_event_dictionary.py          # rewrite it
 
+The shipped dictionary is stale when one trained from today's events compresses the
+events of other generated threads (another seed, never trained on) more than
+:data:`STALE_GAIN` better: a change to what events hold that compresses as well keeps
+it. Shipping a new dictionary needs a new id, kept beside the old one for the stores it
+compressed (see ``covonaut_es/store/_dictionary.py``), so it is worth a real gain only.
 Training needs ``zstandard`` (a dependency before Python 3.14; install it on 3.14+).
-Shipping a new dictionary needs a new id, kept beside the old one for the stores it
-compressed (see ``covonaut_es/store/_dictionary.py``).
 """
 
 from __future__ import annotations
@@ -56,6 +59,13 @@ DICTIONARY_ID = 610_001
 DICTIONARY_SIZE = 16 * 1024
 SEED = 61
 THREADS = 240
+HELD_OUT_SEED = 62
+HELD_OUT_THREADS = 60
+"""The threads the dictionaries are compared on: generated as the samples are, from
+another seed."""
+STALE_GAIN = 0.02
+"""How much fewer bytes a dictionary trained now must give the held-out threads' events
+than the shipped one for the shipped one to be stale."""
 OUTPUT = Path(__file__).resolve().parents[1] / "src" / "covonaut_es" / "store" / DICTIONARY_FILE
 REVIEWER_SECRET = b"event-dictionary-reviewer-secret!!"
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
@@ -109,8 +119,8 @@ def clock() -> Callable[[], datetime]:
     return tick
 
 
-def run_threads(store: Store, gen: Generated) -> None:
-    """Run :data:`THREADS` threads of generated conversation on ``store``."""
+def run_threads(store: Store, gen: Generated, threads: int) -> None:
+    """Run ``threads`` threads of generated conversation on ``store``."""
     names = [gen.word() + "_" + gen.word() for _ in range(12)]
     tools = [
         Tool(name, gen.text(2, 12), {"type": "object"}, _echo, requires_approval=i == 0)
@@ -149,7 +159,7 @@ def run_threads(store: Store, gen: Generated) -> None:
         )
 
     token = verifier.issue_token(gen.word(), 3600)
-    for number in range(THREADS):
+    for number in range(threads):
         thread_id = f"{gen.word()}-{number}"
         script = [
             respond(tuple(call() for _ in range(gen.random.choice([1, 1, 1, 2, 3]))))
@@ -186,14 +196,14 @@ def _echo(ctx: ToolContext, args: dict[str, Any]) -> Any:
     return {"echo": args}
 
 
-def samples() -> list[bytes]:
-    """Every event payload of the generated threads, as a store without compression
-    keeps it."""
-    gen = Generated(SEED)
+def samples(seed: int = SEED, threads: int = THREADS) -> list[bytes]:
+    """Every event payload of ``threads`` threads generated from ``seed``, as a store
+    without compression keeps it."""
+    gen = Generated(seed)
     with tempfile.TemporaryDirectory() as directory:
         path = Path(directory) / "samples.db"
         with open_store(f"sqlite:///{path}", compress="none", clock=clock()) as store:
-            run_threads(store, gen)
+            run_threads(store, gen, threads)
         with contextlib.closing(sqlite3.connect(path)) as db:
             rows = db.execute("SELECT state FROM stored_events ORDER BY rowid").fetchall()
     return [bytes(state) for (state,) in rows]
@@ -210,15 +220,38 @@ def train() -> bytes:
     return trained.as_bytes()
 
 
+def compressed_bytes(dictionary: bytes, payloads: list[bytes]) -> int:
+    """The bytes of ``payloads``, each in a frame of its own with ``dictionary``, as a
+    store compresses them."""
+    compressor = zstandard.ZstdCompressor(
+        level=3, dict_data=zstandard.ZstdCompressionDict(dictionary), write_checksum=True
+    )
+    return sum(len(compressor.compress(payload)) for payload in payloads)
+
+
+def gain(shipped: bytes, trained: bytes) -> float:
+    """How much fewer bytes ``trained`` gives the held-out threads' events than
+    ``shipped`` (a fraction of ``shipped``'s bytes)."""
+    held_out = samples(HELD_OUT_SEED, HELD_OUT_THREADS)
+    return 1 - compressed_bytes(trained, held_out) / compressed_bytes(shipped, held_out)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if the file is stale")
     args = parser.parse_args()
     content = train()
     if args.check:
-        stale = not OUTPUT.is_file() or OUTPUT.read_bytes() != content
-        print(f"{OUTPUT.name}: {'stale, run this script' if stale else 'as trained'}")
-        return 1 if stale else 0
+        if not OUTPUT.is_file():
+            print(f"{OUTPUT.name}: missing, run this script")
+            return 1
+        found = gain(OUTPUT.read_bytes(), content)
+        verdict = "stale, run this script" if found > STALE_GAIN else "current"
+        print(
+            f"{OUTPUT.name}: {verdict} (a dictionary trained now gives held-out threads' "
+            f"events {found:.1%} fewer bytes; stale above {STALE_GAIN:.0%})"
+        )
+        return 1 if found > STALE_GAIN else 0
     OUTPUT.write_bytes(content)
     print(f"wrote {OUTPUT} ({len(content)} bytes, id {DICTIONARY_ID})")
     return 0

@@ -135,7 +135,8 @@ def test_replay_reads_the_log_with_versions_times_and_summaries(store: Store) ->
     kinds = [e.kind for e in entries]
     assert kinds[:3] == ["Started", "RunStarted", "MessageAppended"]
     summaries = {e.kind: e.summary for e in entries}
-    assert summaries["MessageAppended"] == "assistant: all done"
+    assert summaries["MessageAppended"] == "user: say hello"
+    assert summaries["TurnAnswered"] == "turn 4: assistant: all done"
     assert summaries["ToolCalled"] == 'intent to call echo({"text": "hello"})'
     assert summaries["ToolResultRecorded"] == 'echo succeeded: {"echo":"hello"}'
     assert summaries["RunFinished"] == "answered: all done"
@@ -547,6 +548,9 @@ def test_a_short_chain_key_is_refused() -> None:
         open_store("memory://", chain_key="short")
 
 
+MESSAGE_TOPICS = (AgentThread.MessageAppended.TOPIC, AgentThread.TurnAnswered.TOPIC)
+
+
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])
 def test_a_call_removed_from_its_message_fails_the_load_and_is_a_finding(
     kind: str, tmp_path: Path
@@ -560,7 +564,10 @@ def test_a_call_removed_from_its_message_fails_the_load_and_is_a_finding(
         previous = [""]
 
         def drop_calls(version: int, topic: str, payload: dict[str, Any]) -> dict[str, Any]:
-            if full_topic(topic) == AgentThread.MessageAppended.TOPIC:
+            if full_topic(topic) in (
+                AgentThread.MessageAppended.TOPIC,
+                AgentThread.TurnAnswered.TOPIC,
+            ):
                 payload["message"]["tool_calls"] = []
             payload["chain"] = previous[0] = chain_hash(previous[0], topic, version, payload)
             return payload

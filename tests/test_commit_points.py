@@ -55,7 +55,7 @@ def record_commits(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[list[s
 def test_a_turn_that_calls_tools_commits_twice(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The turn start, the response and its calls are committed before any tool runs;
+    """The response, which starts its turn, and its calls are committed before any tool runs;
     the results with the end-of-turn checkpoint; in a batch, each earlier result before
     the next call runs. The final answer's turn commits once."""
     commits = record_commits(store, monkeypatch)
@@ -65,7 +65,7 @@ def test_a_turn_that_calls_tools_commits_twice(
         answer("done"),
     ]
     assert agent_on(store, script).run("go") == "done"
-    write_ahead = ["TurnStarted", "MessageAppended", "ToolCalled"]
+    write_ahead = ["TurnAnswered", "ToolCalled"]
     results = ["ToolResultRecorded", "CheckpointSaved"]
     assert commits == [
         ["Started", "RunStarted", "MessageAppended"],
@@ -74,7 +74,7 @@ def test_a_turn_that_calls_tools_commits_twice(
         [*write_ahead, "ToolCalled"],
         ["ToolResultRecorded"],
         results,
-        ["TurnStarted", "MessageAppended", "RunFinished", "CheckpointSaved"],
+        ["TurnAnswered", "RunFinished", "CheckpointSaved"],
     ]
 
 

@@ -92,6 +92,10 @@ SAMPLES: dict[type, dict[str, Any]] = {
             usage=Usage(3, 4),
         ),
     },
+    AgentThread.TurnAnswered: {
+        "message": Message(Role.ASSISTANT, "hi", tool_calls=(ToolCall("c1", "echo", "{}"),)),
+        "turn": 2,
+    },
     AgentThread.ToolCalled: {"tool_call_id": "c1"},
     AgentThread.ToolResultRecorded: {
         "tool_call_id": "c1",

@@ -62,6 +62,7 @@ PINNED = {
     "32": "covonaut.state.StateSaved",
     "33": "covonaut.submission.InputSubmitted",
     "34": "covonaut.submission.InputTaken",
+    "35": "covonaut.thread.TurnAnswered",
 }
 """The codes as stores hold them: a line here never changes (rows written with it would
 read as another class); a new class appends one."""

@@ -39,7 +39,8 @@ def fork_point(newest_first: Iterable[Any]) -> tuple[tuple[Interrupt, ...], bool
         if isinstance(event, AgentThread.Forked | AgentThread.StartedFromState):
             newest_interrupts.extend(map(tail.as_read, reversed(event.interrupts)))
             break
-        if isinstance(event, AgentThread.Resumed | AgentThread.TurnStarted) or (
+        turn_start = AgentThread.TurnStarted | AgentThread.TurnAnswered
+        if isinstance(event, AgentThread.Resumed | turn_start) or (
             isinstance(event, AgentThread.RunStarted) and event.mode is not RunMode.RESUME
         ):
             break

@@ -211,6 +211,21 @@ class AgentThread(Aggregate, created_event_name="Started"):
             if self.message.usage is not None:
                 thread.usage = thread.usage + self.message.usage
 
+    class TurnAnswered(MessageAppended):
+        """A turn began and the model's answer to it was added: one record where a
+        turn start with nothing of its own to record before the answer would need two
+        (ADR 0071). A turn that records steering, a compaction or a checkpoint before
+        its answer, or whose model call fails, starts with ``TurnStarted`` instead."""
+
+        TOPIC = "covonaut.thread.TurnAnswered"
+        class_version = 1
+
+        turn: int
+
+        def apply(self, thread: AgentThread) -> None:
+            thread.turn = self.turn
+            super().apply(thread)
+
     class ToolCalled(Event):
         """Write-ahead record of a tool call, saved before the tool runs.
 
@@ -1018,6 +1033,13 @@ class AgentThread(Aggregate, created_event_name="Started"):
     def start_turn(self, *, now: datetime) -> None:
         """Begin the next turn."""
         self.trigger_event(self.TurnStarted, turn=self.turn + 1, timestamp=now)
+
+    def answer_turn(self, message: Message, *, now: datetime) -> None:
+        """Begin the next turn with the model's answer to it, in one event."""
+        if message.role is not Role.ASSISTANT:
+            msg = f"a turn is answered by an assistant message, not a {message.role} one"
+            raise ThreadStateError(msg)
+        self.trigger_event(self.TurnAnswered, message=message, turn=self.turn + 1, timestamp=now)
 
     def compact(self, compaction: Compaction, *, now: datetime, usage: Usage | None) -> None:
         """Record a context compaction."""

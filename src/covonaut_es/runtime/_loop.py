@@ -224,27 +224,36 @@ def run_program(
     refusals = 0
     for turn_in_run in range(1, config.max_turns + 1):
         final_turn = turn_in_run == config.max_turns
-        thread.start_turn(now=now())
-        turn_started = thread.version
-        thread.steer_answers(now=now())
-        for message in steering():
-            thread.steer(message, now=now())
-        if config.compactor is not None:
-            yield from _compact(thread, config)
-        if settings.save_on_turn_start:
-            yield from _checkpoint(thread, settings, CheckpointReason.TURN_START, now())
-        elif thread.version > turn_started:
-            # Steering taken from its source, or a compaction, outlives the process
-            # dying in the model call; a bare turn start waits for the response.
-            yield Commit()
+        steered = steering()
+        # A turn start with nothing of its own to record before the answer is recorded
+        # with the answer, in one event (ADR 0071).
+        started = bool(thread.answers or steered) or (
+            config.compactor is not None or settings.save_on_turn_start
+        )
+        if started:
+            thread.start_turn(now=now())
+            turn_started = thread.version
+            thread.steer_answers(now=now())
+            for message in steered:
+                thread.steer(message, now=now())
+            if config.compactor is not None:
+                yield from _compact(thread, config)
+            if settings.save_on_turn_start:
+                yield from _checkpoint(thread, settings, CheckpointReason.TURN_START, now())
+            elif thread.version > turn_started:
+                # Steering taken from its source, or a compaction, outlives the
+                # process dying in the model call; a bare turn start waits for the
+                # response.
+                yield Commit()
 
         request = build_request(thread, config, final_turn=final_turn)
-        response = yield from _ask(thread, request, now, answer=True)
+        response = yield from _ask(thread, request, now, answer=True, unstarted=not started)
         calls = thread.unique_calls(response.tool_calls)
-        thread.append_message(
-            Message(Role.ASSISTANT, response.content, tool_calls=calls, usage=response.usage),
-            now=now(),
-        )
+        answer = Message(Role.ASSISTANT, response.content, tool_calls=calls, usage=response.usage)
+        if started:
+            thread.append_message(answer, now=now())
+        else:
+            thread.answer_turn(answer, now=now())
         thread.call_tools(calls, now=now(), pins=_pins(config))
         if not calls:  # the answer and the end of the run are committed together
             shape = config.output_shape
@@ -312,10 +321,16 @@ def _ask(
     clock: Callable[[], datetime],
     *,
     answer: bool = False,
+    unstarted: bool = False,
 ) -> Generator[Effect, Any, ProviderResponse]:
+    """The model's response to ``request``; a failure is recorded and raised.
+    ``unstarted``: the turn this call answers has no record yet, and a failure records
+    its start first, as a turn whose answer never came."""
     try:
         response = _checked_response((yield Complete(request, answer)))
     except Exception as exc:
+        if unstarted:
+            thread.start_turn(now=clock())
         thread.fail(type(exc).__name__, str(exc), now=clock())
         yield Commit()
         if isinstance(exc, CovonautError):

@@ -54,6 +54,7 @@ _CODES = (
     ("32", "covonaut.state.StateSaved"),
     ("33", "covonaut.submission.InputSubmitted"),
     ("34", "covonaut.submission.InputTaken"),
+    ("35", "covonaut.thread.TurnAnswered"),
 )
 """Each code and the topic it stands for, in the order they were given. Append only."""
 
