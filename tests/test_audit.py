@@ -24,7 +24,12 @@ from hypothesis import strategies as st
 from covonaut_es import Agent, AgentConfig, CheckpointSettings, ScriptedProvider, Store, open_store
 from covonaut_es.audit import export_thread, import_threads
 from covonaut_es.domain import AgentThread, CheckpointReason, RunMode, thread_aggregate_id
-from covonaut_es.errors import ConfigurationError, MissingToolCallError, TransferError
+from covonaut_es.errors import (
+    ConfigurationError,
+    MissingToolCallError,
+    StoredRowError,
+    TransferError,
+)
 from covonaut_es.messages import Message
 from covonaut_es.store import _zstd
 from covonaut_es.store._chain import UNCHAINED, chain_hash, scheme_of
@@ -582,6 +587,34 @@ def test_a_call_removed_from_its_message_fails_the_load_and_is_a_finding(
         assert "event does not apply" in finding.problem
         summaries = [e.summary for e in store.replay("forged") if e.kind == "ToolCalled"]
         assert summaries == ["intent to call c0, which no assistant message asked for"]
+
+
+@settings(max_examples=12, deadline=None)
+@given(role=st.sampled_from(["user", "system", "tool"]), turns=st.integers(0, 2))
+def test_a_turn_answered_by_other_than_the_model_fails_the_load_and_is_a_finding(
+    role: str, turns: int
+) -> None:
+    """A ``TurnAnswered`` is the model's answer: when a writer gives one another role
+    and seals the chain again, a load raises StoredRowError at it and verify reports it
+    there (the library never writes one: ``answer_turn`` takes an assistant's alone)."""
+    with open_store("memory://") as store:
+        conversation(store, turns=turns)
+        answered = [e for e in store.history("t") if isinstance(e, AgentThread.TurnAnswered)]
+        forged_at = answered[-1].originator_version
+        previous = [""]
+
+        def relabel(version: int, topic: str, payload: dict[str, Any]) -> dict[str, Any]:
+            if version == forged_at:
+                payload["message"]["role"] = role
+            payload["chain"] = previous[0] = chain_hash(previous[0], topic, version, payload)
+            return payload
+
+        forge(store, "t", "forged", relabel)
+        with pytest.raises(StoredRowError, match=f"assistant message, not a {role} one"):
+            store.replay_state("forged")
+        finding = store.verify("forged").findings[0]
+        assert finding.version == forged_at
+        assert "does not apply" in finding.problem
 
 
 @settings(

@@ -1,12 +1,14 @@
 """A turn's start is recorded with the model's answer, in one ``TurnAnswered`` event,
-unless the turn records something of its own before the answer (steering, a checkpoint at
-the turn's start) or its model call fails: then ``TurnStarted`` comes first, as before
-(ADR 0071). Checked over generated runs: every model call starts exactly one recorded
-turn, no ``TurnStarted`` is stored where its answer could have carried it, and the
-thread folded from the store is the thread the agent holds."""
+unless the turn records something of its own before the answer (steering, a compaction,
+a checkpoint at the turn's start) or its model call fails: then ``TurnStarted`` comes
+first, as before (ADR 0071). Checked over generated runs: every model call starts exactly
+one recorded turn, no ``TurnStarted`` is stored where its answer could have carried it,
+what a turn records before its answer follows a ``TurnStarted``, and the thread folded
+from the store is the thread the agent holds."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +27,10 @@ from covonaut_es import (
     ToolCall,
     open_store,
 )
-from covonaut_es.errors import ProviderError, ThreadStateError
+from covonaut_es.domain import Compaction
+from covonaut_es.errors import ProviderError
 from covonaut_es.messages import Message, Role
+from covonaut_es.runtime._compaction import CompactionPlan
 from support import OBJECT_SCHEMA, golden_store, ticking_clock
 
 STEER, NOTE, ANSWER, FAIL = "steer", "note", "answer", "fail"
@@ -39,7 +43,31 @@ turns = st.tuples(
 steers the next turn; the last answers or fails."""
 
 
-def _agent(store: Any, plan: tuple[list[str], str], *, turn_start: bool) -> Agent:
+class EveryFewMessages:
+    """Compacts, with a summary of its own, once ``every`` messages came since the last
+    compaction: some turns compact and some do not."""
+
+    def __init__(self, every: int) -> None:
+        self.every = every
+        self.planned = 0
+
+    def plan(
+        self, messages: Sequence[Message], previous: Compaction | None, *, model: str
+    ) -> CompactionPlan | None:
+        start = previous.first_kept if previous else 0
+        if len(messages) - start < self.every:
+            return None
+        self.planned += 1
+        return CompactionPlan(first_kept=len(messages) - 1, summary=f"{len(messages)} so far")
+
+
+def _agent(
+    store: Any,
+    plan: tuple[list[str], str],
+    *,
+    turn_start: bool,
+    compactor: EveryFewMessages | None = None,
+) -> Agent:
     calls, last = plan
     script: list[Any] = [
         ProviderResponse(tool_calls=(ToolCall(f"c{n}", tool, "{}"),))
@@ -63,6 +91,7 @@ def _agent(store: Any, plan: tuple[list[str], str], *, turn_start: bool) -> Agen
             checkpoint=CheckpointSettings(
                 store=store, thread_id="t1", save_on_turn_start=turn_start
             ),
+            compactor=compactor,
             clock=ticking_clock(),
         )
     )
@@ -78,14 +107,19 @@ def _run(agent: Agent, last: str) -> None:
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(runs=st.lists(turns, min_size=1, max_size=3), turn_start=st.booleans())
+@given(
+    runs=st.lists(turns, min_size=1, max_size=3),
+    turn_start=st.booleans(),
+    compact=st.none() | st.integers(2, 5),
+)
 def test_every_model_call_starts_one_recorded_turn_folded_where_nothing_comes_between(
-    runs: list[tuple[list[str], str]], turn_start: bool
+    runs: list[tuple[list[str], str]], turn_start: bool, compact: int | None
 ) -> None:
+    compactor = None if compact is None else EveryFewMessages(compact)
     with open_store("memory://") as store:
         model_calls = 0
         for plan in runs:
-            agent = _agent(store, plan, turn_start=turn_start)
+            agent = _agent(store, plan, turn_start=turn_start, compactor=compactor)
             _run(agent, plan[1])
             model_calls += len(plan[0]) + 1
         history = store.history("t1")
@@ -98,11 +132,19 @@ def test_every_model_call_starts_one_recorded_turn_folded_where_nothing_comes_be
         assert thread.turn == model_calls
         steered = sum(plan[0].count(STEER) for plan in runs)
         assert sum(isinstance(e, AgentThread.Steered) for e in history) == steered
+        compacted = sum(isinstance(e, AgentThread.Compacted) for e in history)
+        assert compacted == (0 if compactor is None else compactor.planned)
+        started_by: Any = None
         for event, after in zip(history, [*history[1:], None], strict=True):
+            if isinstance(event, TURN_STARTS):
+                started_by = type(event)
             if isinstance(event, AgentThread.TurnStarted):
                 # Kept only where something of the turn's own follows before its answer.
                 plain_answer = type(after) is AgentThread.MessageAppended
                 assert not (plain_answer and after.message.role is Role.ASSISTANT), history
+            if isinstance(event, AgentThread.Steered | AgentThread.Compacted):
+                # What a turn records before its answer follows a turn start of its own.
+                assert started_by is AgentThread.TurnStarted, history
         assert tuple(thread.messages) == agent.messages
         assert store.state_at("t1") == store.replay_state("t1")
         assert store.verify("t1").ok
@@ -122,9 +164,9 @@ def test_a_plain_turn_is_one_event_and_its_audit_line_names_the_turn() -> None:
 def test_a_turn_is_answered_by_the_model_only() -> None:
     now = ticking_clock()
     thread = AgentThread.start("t1", now=now())
-    with pytest.raises(ThreadStateError, match="assistant message"):
+    with pytest.raises(ValueError, match="assistant message, not a user one"):
         thread.answer_turn(Message(Role.USER, "hi"), now=now())
-    assert thread.turn == 0
+    assert (thread.turn, thread.version, thread.messages) == (0, 1, [])
 
 
 def test_a_thread_written_with_turn_starts_goes_on_counting_its_turns(tmp_path: Path) -> None:

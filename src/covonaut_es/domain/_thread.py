@@ -223,6 +223,9 @@ class AgentThread(Aggregate, created_event_name="Started"):
         turn: int
 
         def apply(self, thread: AgentThread) -> None:
+            if self.message.role is not Role.ASSISTANT:
+                msg = f"a turn is answered by an assistant message, not a {self.message.role} one"
+                raise ValueError(msg)
             thread.turn = self.turn
             super().apply(thread)
 
@@ -1035,10 +1038,11 @@ class AgentThread(Aggregate, created_event_name="Started"):
         self.trigger_event(self.TurnStarted, turn=self.turn + 1, timestamp=now)
 
     def answer_turn(self, message: Message, *, now: datetime) -> None:
-        """Begin the next turn with the model's answer to it, in one event."""
-        if message.role is not Role.ASSISTANT:
-            msg = f"a turn is answered by an assistant message, not a {message.role} one"
-            raise ThreadStateError(msg)
+        """Begin the next turn with the model's answer to it, in one event.
+
+        Raises:
+            ValueError: ``message`` is not an assistant's; nothing changed.
+        """
         self.trigger_event(self.TurnAnswered, message=message, turn=self.turn + 1, timestamp=now)
 
     def compact(self, compaction: Compaction, *, now: datetime, usage: Usage | None) -> None:

@@ -39,7 +39,7 @@ from covonaut_es.errors import (
     ToolServerError,
 )
 from covonaut_es.messages import Message, ProviderRequest, ProviderResponse, Role, ToolCall
-from covonaut_es.runtime._compaction import context_messages
+from covonaut_es.runtime._compaction import CompactionPlan, context_messages
 from covonaut_es.runtime._config import AgentConfig
 from covonaut_es.runtime._output import AnswerRefused
 from covonaut_es.tools import ArgumentsError, Tool, ToolContext, parse_arguments, result_text
@@ -226,10 +226,13 @@ def run_program(
         final_turn = turn_in_run == config.max_turns
         steered = steering()
         # A turn start with nothing of its own to record before the answer is recorded
-        # with the answer, in one event (ADR 0071).
-        started = bool(thread.answers or steered) or (
-            config.compactor is not None or settings.save_on_turn_start
-        )
+        # with the answer, in one event (ADR 0071); steering, a compaction and a
+        # checkpoint at the turn's start follow a turn start of their own.
+        started = bool(thread.answers or steered) or settings.save_on_turn_start
+        plan = None
+        if config.compactor is not None and not started:  # no steering changes the messages
+            plan = config.compactor.plan(thread.messages, thread.compaction, model=config.model)
+            started = plan is not None
         if started:
             thread.start_turn(now=now())
             turn_started = thread.version
@@ -237,7 +240,7 @@ def run_program(
             for message in steered:
                 thread.steer(message, now=now())
             if config.compactor is not None:
-                yield from _compact(thread, config)
+                yield from _compact(thread, config, plan)
             if settings.save_on_turn_start:
                 yield from _checkpoint(thread, settings, CheckpointReason.TURN_START, now())
             elif thread.version > turn_started:
@@ -359,9 +362,14 @@ def _checked_response(value: object) -> ProviderResponse:
         raise ProviderError(msg) from exc
 
 
-def _compact(thread: AgentThread, config: AgentConfig) -> Generator[Effect, Any, None]:
+def _compact(
+    thread: AgentThread, config: AgentConfig, plan: CompactionPlan | None
+) -> Generator[Effect, Any, None]:
+    """Compact the context by ``plan``, or by the compactor's plan now if None (it may
+    have none)."""
     assert config.compactor is not None
-    plan = config.compactor.plan(thread.messages, thread.compaction, model=config.model)
+    if plan is None:
+        plan = config.compactor.plan(thread.messages, thread.compaction, model=config.model)
     if plan is None:
         return
     summary, usage = plan.summary, None
