@@ -23,7 +23,7 @@ from typing import Any
 import msgspec
 
 from covonaut_es.domain._canonical import canonical_json
-from covonaut_es.domain._reviews import ReviewLedger, ReviewRequest, operation_digests
+from covonaut_es.domain._reviews import ReviewLedger, ReviewRequest, operation_digest
 from covonaut_es.domain._tool_pins import ToolPin
 from covonaut_es.domain._values import Interrupt, Pause, PauseKind
 from covonaut_es.errors import CovonautError
@@ -125,21 +125,23 @@ def shown_operation_fits(tool_name: str, data: Any) -> bool:
     arguments, digest = data.get("arguments"), data.get("digest")
     if not isinstance(arguments, dict) or not isinstance(digest, str):
         return False
-    try:
-        tool = msgspec.convert(data.get("tool"), ToolPin | None)
-    except msgspec.ValidationError:
-        return False
+    tool = data.get("tool")
+    if tool is not None:
+        try:
+            tool = msgspec.convert(tool, ToolPin)
+        except msgspec.ValidationError:
+            return False
     return _operation_fits(tool_name, arguments, tool, digest)
 
 
 def _operation_fits(
     tool_name: str, arguments: dict[str, Any], tool: ToolPin | None, digest: str
 ) -> bool:
-    try:
-        digests = operation_digests(tool_name, arguments, tool)
+    try:  # the one form ``digest`` was recorded in: a digest of the other never equals it
+        fits = digest == operation_digest(tool_name, arguments, tool, like=digest)
     except CovonautError:  # arguments that are not JSON data digest to nothing
         return False
-    return digest in digests and (tool is None or _pin_fits(tool))
+    return fits and (tool is None or _pin_fits(tool))
 
 
 def _pin_fits(tool: ToolPin) -> bool:
