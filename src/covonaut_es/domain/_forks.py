@@ -18,6 +18,9 @@ from covonaut_es.domain._pauses import pauses_of
 from covonaut_es.domain._thread import AgentThread
 from covonaut_es.domain._values import Interrupt, PauseKind, RunMode, ToolOutcome
 
+_TURN_OR_RESUME_START = (AgentThread.TurnStarted, AgentThread.TurnAnswered, AgentThread.Resumed)
+"""The events no interrupt is pending at, besides a run's start."""
+
 
 def fork_point(newest_first: Iterable[Any]) -> tuple[tuple[Interrupt, ...], bool]:
     """What a fork at some version inherits, from the events up to it, newest first.
@@ -39,8 +42,7 @@ def fork_point(newest_first: Iterable[Any]) -> tuple[tuple[Interrupt, ...], bool
         if isinstance(event, AgentThread.Forked | AgentThread.StartedFromState):
             newest_interrupts.extend(map(tail.as_read, reversed(event.interrupts)))
             break
-        turn_start = AgentThread.TurnStarted | AgentThread.TurnAnswered
-        if isinstance(event, AgentThread.Resumed | turn_start) or (
+        if isinstance(event, _TURN_OR_RESUME_START) or (
             isinstance(event, AgentThread.RunStarted) and event.mode is not RunMode.RESUME
         ):
             break
