@@ -47,6 +47,7 @@ from covonaut_es.errors import (
     NotAStoreError,
     ReadOnlyStoreError,
     SerializationError,
+    StoredRowError,
     StoreSettingsError,
 )
 from covonaut_es.store._backend import backend_of
@@ -286,12 +287,16 @@ def _check_stored_as_recorded(
     it records: a writer changed or deleted the record, and the store would then read
     every event as damaged and write new ones another way. Only a first event that
     decodes whole under another compression is taken as proof: a damaged first row (one
-    byte changed, other bytes) decodes under none, and is the reads' and verify's to
-    report; an encrypted store's payloads tell nothing (its key's check stands)."""
+    byte changed, other bytes, a column that is no record's) decodes under none, and is
+    the reads' and verify's to report; an encrypted store's payloads tell nothing (its
+    key's check stands)."""
     if recorded.get("cipher", NO_KEY) != NO_KEY or not app.recorder.max_notification_id():
         return
     compression = recorded.get("compression", "none")
-    [first] = app.recorder.select_notifications(None, 1)
+    try:
+        [first] = app.recorder.select_notifications(None, 1)
+    except StoredRowError:
+        return
     stored = _stored_compression(app, first)
     if stored is not None and stored != compression:
         msg = (
