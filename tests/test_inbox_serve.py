@@ -156,7 +156,7 @@ def test_serve_keeps_answering_reviewers_while_a_client_trickles_1100_connection
     open_store(url).close()
     port = free_port()
     process = serve(
-        url, port, "--request-timeout", "2",
+        url, port, "--request-timeout", "3",
         env={"COVONAUT_ES_REVIEWER_SECRET": SECRET}, open_files=OPEN_FILES,
     )  # fmt: skip
     base = f"http://127.0.0.1:{port}"
@@ -176,7 +176,7 @@ def test_serve_keeps_answering_reviewers_while_a_client_trickles_1100_connection
         assert attack.opened == 1100
         assert attack.refused > 0  # past the client's share: 503 at once
         assert attack.refused + attack.closed == 1100  # the rest: closed at the timeout
-        assert len(answers) >= 10
+        assert len(answers) >= 5  # the attack lasts the request timeout: about 20 answers
         assert {status for status, _ in answers} == {200}
         assert max(elapsed for _, elapsed in answers) < 2.0
         assert healthy(process, base).status_code == 200
