@@ -4,7 +4,9 @@ covonaut-es 198c838 (plain, compressed, encrypted, chain-keyed, all three); gold
 v6-zstd: the same written by 5dee68c, where a store opened without ``compress`` keeps
 its event payloads in zstd frames with the shipped dictionary (ADR 0061); golden
 v7-topic-codes: the same written by 12fffa8, whose rows name the library's classes by
-their codes (ADR 0064).
+their codes (ADR 0064); golden v8-turn-answered: the same written by 8f6b487, where a
+turn's start is stored with the model's answer (ADR 0071), before the calls' intents
+went with it too (ADR 0072).
 
 The fixtures come from ``tests/fixtures/write_golden_stores.py``; each manifest says what
 each store holds. Each test works on a copy in ``tmp_path``.
@@ -44,7 +46,7 @@ from covonaut_es.store._dictionary import shipped_dictionary
 
 GOLDENS = {
     version: Path(__file__).parent / "fixtures" / "golden" / version
-    for version in ("v4", "v6-zstd", "v7-topic-codes")
+    for version in ("v4", "v6-zstd", "v7-topic-codes", "v8-turn-answered")
 }
 MANIFESTS: dict[str, dict[str, Any]] = {
     version: json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
@@ -151,9 +153,10 @@ def test_golden_history_replay_and_time_travel(store: Store) -> None:
         )
         assert [entry.version for entry in store.replay(thread_id)] == list(range(1, version + 1))
     long = store.state_at("golden-long")
+    # "halfway" was labelled at half the version its own event followed.
     assert [(label.name, label.version) for label in long.labels] == [
         ("whole-run", None),
-        ("halfway", long.version // 2),
+        ("halfway", (long.version - 1) // 2),
     ]
     halfway = store.state_at("golden-long", long.version // 2)
     assert halfway.version == long.version // 2
