@@ -17,15 +17,19 @@ as every run does, and the lock files left beside the database are counted.
 
 Listing: a SQLite store of N threads of one turn each is listed with
 `Store.list_threads`: the first listing (which summarizes every thread), then every
-thread in one page, and a page of 100 (5 with `--quick`), each the median of 5,
-against a select of the head anchors (`SELECT originator_id, version, chain` of the
-head table, sqlite3, median of 5). On the command line, `covonaut-es threads --json
---limit 3000` against the same command listing one thread: its start-up. Listings are
-timed in CPU time (the command's, as its process's), since the machine may be shared.
+thread in one page against a select of the head anchors (`SELECT originator_id,
+version, chain` of the head table, sqlite3), the two taken in turn 21 times, medians.
+A page of 100 (5 with `--quick`) is read from the stores of both sizes in turn, 41
+times each, medians: taken side by side, both meet the machine's same moments (this
+kind of machine has slow spells that a median of five in one process may fall in). On
+the command line, `covonaut-es threads --json --limit 3000` against the same command
+listing one thread (its start-up), median of 5. Listings are timed in CPU time (the
+command's, as its process's), since the machine may be shared.
 """
 
 from __future__ import annotations
 
+import contextlib
 import resource
 import sqlite3
 import subprocess
@@ -70,6 +74,10 @@ FULL_LISTINGS = (300, 3_000)
 QUICK_LISTINGS = (10, 100)
 PAGE = 100
 QUICK_PAGE = 5
+PAIRED = 21
+"""How many times a listing and the select it is judged against are each taken, in turn."""
+PAGES = 41
+"""How many times a page is read from each store, in turn."""
 FULL_LEASES = (200, 2_000)
 QUICK_LEASES = (20, 200)
 REPEATS = 3
@@ -172,7 +180,7 @@ def run_leases(progress: Progress, path: str, threads: int) -> None:
     progress.update(lease_s=elapsed / threads, files=len(files))
 
 
-def run_listing(progress: Progress, path: str, threads: int, page: int, repeats: int) -> None:
+def run_listing(progress: Progress, path: str, threads: int, repeats: int) -> None:
     """Write ``threads`` threads, then time listings against a select of the anchors."""
     url = f"sqlite:///{path}"
     with closing(open_store(url)) as store:
@@ -182,18 +190,17 @@ def run_listing(progress: Progress, path: str, threads: int, page: int, repeats:
                 checkpoint=CheckpointSettings(store=store, thread_id=f"thread-{index}"),
             )
             Agent(config).run("go")
-    with closing(sqlite3.connect(path)) as database:
-        select_s = _median(
-            lambda: database.execute(
-                "SELECT originator_id, version, chain FROM stored_events_heads"
-            ).fetchall()
-        )
-    with closing(open_store(url)) as store:
+    with closing(open_store(url)) as store, closing(sqlite3.connect(path)) as database:
         started = time.process_time()
         store.list_threads(limit=min(threads, 10_000))
         first_s = time.process_time() - started
-        all_s = _median(lambda: store.list_threads(limit=min(threads, 10_000)))
-        page_s = _median(lambda: store.list_threads(limit=page))
+        select_s, all_s = _in_turn(
+            lambda: database.execute(
+                "SELECT originator_id, version, chain FROM stored_events_heads"
+            ).fetchall(),
+            lambda: store.list_threads(limit=min(threads, 10_000)),
+            repeats=PAIRED,
+        )
     command = [sys.executable, "-m", "covonaut_es", "threads", "--store", url, "--json"]
     cli_s = {
         limit: _median(
@@ -207,10 +214,29 @@ def run_listing(progress: Progress, path: str, threads: int, page: int, repeats:
         select_s=select_s,
         first_s=first_s,
         all_s=all_s,
-        page_s=page_s,
         cli_one_s=cli_s[1],
         cli_all_s=cli_s[min(threads, 3_000)],
     )
+
+
+def run_pages(progress: Progress, paths: list[str], page: int) -> None:
+    """Time a page of ``page`` threads from each listed store of ``paths``, in turn."""
+    with contextlib.ExitStack() as stack:
+        stores = [stack.enter_context(closing(open_store(f"sqlite:///{p}"))) for p in paths]
+        pages = [lambda store=store: store.list_threads(limit=page) for store in stores]
+        progress.update(page_s=_in_turn(*pages, repeats=PAGES))
+
+
+def _in_turn(*measures: Any, repeats: int) -> list[float]:
+    """The median CPU time of each of ``measures``, each taken ``repeats`` times, in
+    turn with the others."""
+    times_s: list[list[float]] = [[] for _ in measures]
+    for _ in range(repeats):
+        for measure, taken in zip(measures, times_s, strict=True):
+            started = time.process_time()
+            measure()
+            taken.append(time.process_time() - started)
+    return [sorted(taken)[len(taken) // 2] for taken in times_s]
 
 
 def _median(measure: Any, repeats: int = 5, clock: Any = time.process_time) -> float:
@@ -346,23 +372,35 @@ def _listings(ctx: Context, section: Section) -> Table:
         ],
     )
     found_by: dict[int, dict[str, Any]] = {}
-    for threads in QUICK_LISTINGS if ctx.quick else FULL_LISTINGS:
+    sizes = QUICK_LISTINGS if ctx.quick else FULL_LISTINGS
+    paths = {threads: ctx.target("sqlite", f"listing_{threads}") for threads in sizes}
+    for threads in sizes:
         log(f"scaling: listing {threads} threads")
-        name = f"listing_{threads}"
         found = isolated(
             run_listing,
             BUDGET_S,
-            path=ctx.target("sqlite", name),
+            path=paths[threads],
             threads=threads,
-            page=QUICK_PAGE if ctx.quick else PAGE,
             repeats=1 if ctx.quick else 5,
         )
-        ctx.discard("sqlite", name)
         reason = _failed(found)
         if reason is not None:
             table.notes.append(f"{threads} threads: failed: `{reason}`")
             continue
         found_by[threads] = found
+    if len(found_by) == len(sizes):
+        log("scaling: a page of each listing, in turn")
+        page = QUICK_PAGE if ctx.quick else PAGE
+        pages = isolated(run_pages, BUDGET_S, paths=list(paths.values()), page=page)
+        reason = _failed(pages)
+        if reason is not None:
+            table.notes.append(f"pages: failed: `{reason}`")
+        else:
+            for threads, page_s in zip(sizes, pages["page_s"], strict=True):
+                found_by[threads]["page_s"] = page_s
+    for threads in sizes:
+        ctx.discard("sqlite", f"listing_{threads}")
+    for threads, found in found_by.items():
         table.rows.append(
             [
                 f"{threads:,}",
@@ -370,7 +408,7 @@ def _listings(ctx: Context, section: Section) -> Table:
                 seconds(found["first_s"]),
                 seconds(found["all_s"]),
                 times(found["all_s"] / found["select_s"]),
-                seconds(found["page_s"]),
+                seconds(found["page_s"]) if "page_s" in found else "-",
                 seconds(found["cli_one_s"]),
                 seconds(found["cli_all_s"]),
             ]
@@ -398,7 +436,7 @@ def _listings(ctx: Context, section: Section) -> Table:
                 MET if extra <= 2 else MISSED,
             )
         )
-    if len(found_by) == 2:
+    if len(found_by) == 2 and all("page_s" in found for found in found_by.values()):
         small, large = sorted(found_by)
         flat = found_by[large]["page_s"] / found_by[small]["page_s"]
         section.targets.append(
