@@ -81,8 +81,9 @@ async def stream_whole(agent: Agent) -> None:
                 print(text, end="", flush=True)
             case ToolCallDelta(name=name, arguments=arguments):
                 print(f"  [call piece {name or ''}{arguments}]")
-            case CommittedEvent(event=AgentThread.ToolCalled(tool_call_id=call_id)):
-                print(f"  [committed: call {call_id} to run]")
+            case CommittedEvent(event=event) if event.intended_calls:
+                # The calls' intents: with the answer that asks for them, or one by one.
+                print(f"  [committed: calls {', '.join(event.intended_calls)} to run]")
             case CommittedEvent(event=AgentThread.RunFinished(output=output)):
                 print(f"\n  [committed: the answer, {len(output)} characters]")
 

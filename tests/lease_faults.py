@@ -37,7 +37,7 @@ from covonaut_es.domain._calls import event_key
 from covonaut_es.store import Lease
 from covonaut_es.store._backends._memory_leases import _MEMORY
 from covonaut_es.store._backends._sqlite_leases import lease_directory
-from support import ticking_clock
+from support import call_intents, ticking_clock
 
 T = TypeVar("T")
 
@@ -180,11 +180,11 @@ def recorded_calls(store: Store, thread_id: str) -> dict[str, bool]:
     if not store.exists(thread_id):
         return found
     for event in store.history(thread_id):
-        if isinstance(event, AgentThread.ToolCalled):
-            key = event_key(thread_id, event.originator_version, event.tool_call_id)
+        for call_id, version in call_intents([event]):
+            key = event_key(thread_id, version, call_id)
             found[key] = False
-            open_keys[event.tool_call_id] = key
-        elif isinstance(event, AgentThread.ToolResultRecorded):  # settlements too
+            open_keys[call_id] = key
+        if isinstance(event, AgentThread.ToolResultRecorded):  # settlements too
             found[open_keys.pop(event.tool_call_id)] = True
     return found
 

@@ -55,6 +55,17 @@ def golden_store(name: str, tmp_path: Path) -> Iterator[Store]:
         opened.close()
 
 
+def call_intents(events: Iterable[Any]) -> Iterator[tuple[str, int]]:
+    """Each call whose intent ``events`` record, as its id and the version of the event
+    that records it (from which its idempotency key derives): a ``ToolCalled``, or the
+    ``TurnAnsweredWithCalls`` that holds the call (ADR 0072). Items of ``events`` that
+    are no thread events are passed over."""
+    for event in events:
+        if isinstance(event, AgentThread.Event):
+            for call_id in event.intended_calls:
+                yield call_id, event.originator_version
+
+
 def ticking_clock(start: datetime | None = None) -> Callable[[], datetime]:
     """A clock that advances one millisecond per reading, so times are distinct and
     tests are repeatable."""
@@ -165,14 +176,17 @@ class HeldProvider(ScriptedProvider):
             yield delta
 
 
-def converse(store: Store, thread_id: str) -> Agent:
+def converse(store: Store, thread_id: str, *, save_on_turn_start: bool = False) -> Agent:
     """One run with a tool call on ``store``, its state then saved there under the
-    thread's id."""
+    thread's id. With ``save_on_turn_start`` each turn begins with its own
+    ``TurnStarted``, so the call's intent is a ``ToolCalled`` of its own (ADR 0072)."""
     agent = Agent(
         AgentConfig(
             provider=ScriptedProvider([call(("c1", "echo", '{"text": "x"}')), answer("done")]),
             tools=[echo_tool()],
-            checkpoint=CheckpointSettings(store=store, thread_id=thread_id),
+            checkpoint=CheckpointSettings(
+                store=store, thread_id=thread_id, save_on_turn_start=save_on_turn_start
+            ),
             state_store=store,
             clock=ticking_clock(),
         )

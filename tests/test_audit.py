@@ -21,7 +21,16 @@ from eventsourcing.persistence import StoredEvent
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from covonaut_es import Agent, AgentConfig, CheckpointSettings, ScriptedProvider, Store, open_store
+from covonaut_es import (
+    Agent,
+    AgentConfig,
+    CheckpointSettings,
+    ScriptedProvider,
+    Store,
+    Tool,
+    ToolContext,
+    open_store,
+)
 from covonaut_es.audit import export_thread, import_threads
 from covonaut_es.domain import AgentThread, CheckpointReason, RunMode, thread_aggregate_id
 from covonaut_es.errors import (
@@ -35,19 +44,26 @@ from covonaut_es.store import _zstd
 from covonaut_es.store._chain import UNCHAINED, chain_hash, scheme_of
 from covonaut_es.store._snapshot_seals import unsealed
 from covonaut_es.store._topic_codes import full_topic
-from support import answer, call, echo_tool, review_tool, ticking_clock
+from support import OBJECT_SCHEMA, answer, call, echo_tool, review_tool, ticking_clock
 
 STARTED_TOPICS = {AgentThread.Started.TOPIC, AgentThread.StartedFromState.TOPIC}
 
 
-def conversation(store: Store, thread_id: str = "t", turns: int = 3) -> Agent:
+def conversation(
+    store: Store, thread_id: str = "t", turns: int = 3, *, save_on_turn_start: bool = False
+) -> Agent:
+    """A run of ``turns`` calls of ``echo`` and an answer. With ``save_on_turn_start``
+    each turn begins with its own ``TurnStarted``, and each call's intent is a
+    ``ToolCalled`` of its own (ADR 0072)."""
     script = [call((f"c{i}", "echo", '{"text": "hello"}')) for i in range(turns)]
     agent = Agent(
         AgentConfig(
             provider=ScriptedProvider([*script, answer("all done")]),
             tools=[echo_tool(), review_tool()],
             max_turns=200,
-            checkpoint=CheckpointSettings(store=store, thread_id=thread_id),
+            checkpoint=CheckpointSettings(
+                store=store, thread_id=thread_id, save_on_turn_start=save_on_turn_start
+            ),
             clock=ticking_clock(),
         )
     )
@@ -142,9 +158,14 @@ def test_replay_reads_the_log_with_versions_times_and_summaries(store: Store) ->
     summaries = {e.kind: e.summary for e in entries}
     assert summaries["MessageAppended"] == "user: say hello"
     assert summaries["TurnAnswered"] == "turn 4: assistant: all done"
-    assert summaries["ToolCalled"] == 'intent to call echo({"text": "hello"})'
+    assert summaries["TurnAnsweredWithCalls"] == (
+        "turn 3: assistant: [calls echo], each call's intent recorded"
+    )
     assert summaries["ToolResultRecorded"] == 'echo succeeded: {"echo":"hello"}'
     assert summaries["RunFinished"] == "answered: all done"
+    conversation(store, "stepped", turns=1, save_on_turn_start=True)
+    stepped = {e.kind: e.summary for e in store.replay("stepped")}
+    assert stepped["ToolCalled"] == 'intent to call echo({"text": "hello"})'
     times = [e.recorded_at for e in entries]
     assert times == sorted(times)
 
@@ -565,7 +586,7 @@ def test_a_call_removed_from_its_message_fails_the_load_and_is_a_finding(
     naming the call, verify reports it at the ToolCalled, and replay says so."""
     url = "memory://" if kind == "memory" else f"sqlite:///{tmp_path}/t.db"
     with open_store(url) as store:
-        conversation(store, turns=1)
+        conversation(store, turns=1, save_on_turn_start=True)
         previous = [""]
 
         def drop_calls(version: int, topic: str, payload: dict[str, Any]) -> dict[str, Any]:
@@ -601,20 +622,96 @@ def test_a_turn_answered_by_other_than_the_model_fails_the_load_and_is_a_finding
         conversation(store, turns=turns)
         answered = [e for e in store.history("t") if isinstance(e, AgentThread.TurnAnswered)]
         forged_at = answered[-1].originator_version
-        previous = [""]
+        message = f"assistant message, not a {role} one"
+        refused_where_resealed(store, forged_at, lambda payload: payload.update(role=role), message)
 
-        def relabel(version: int, topic: str, payload: dict[str, Any]) -> dict[str, Any]:
-            if version == forged_at:
-                payload["message"]["role"] = role
-            payload["chain"] = previous[0] = chain_hash(previous[0], topic, version, payload)
-            return payload
 
-        forge(store, "t", "forged", relabel)
-        with pytest.raises(StoredRowError, match=f"assistant message, not a {role} one"):
-            store.replay_state("forged")
-        finding = store.verify("forged").findings[0]
-        assert finding.version == forged_at
-        assert "does not apply" in finding.problem
+def refused_where_resealed(
+    store: Store, at: int, edit: Callable[[dict[str, Any]], None], message: str
+) -> None:
+    """Thread ``t`` copied as ``forged`` with ``edit`` made to the message of its event
+    at version ``at`` and the chain sealed again: a load raises StoredRowError matching
+    ``message``, and verify's first finding is at that event."""
+    previous = [""]
+
+    def alter(version: int, topic: str, payload: dict[str, Any]) -> dict[str, Any]:
+        if version == at:
+            edit(payload["message"])
+        payload["chain"] = previous[0] = chain_hash(previous[0], topic, version, payload)
+        return payload
+
+    forge(store, "t", "forged", alter)
+    with pytest.raises(StoredRowError, match=message):
+        store.replay_state("forged")
+    finding = store.verify("forged").findings[0]
+    assert finding.version == at
+    assert "does not apply" in finding.problem
+
+
+class _Killed(BaseException):
+    """The process dying while a tool runs."""
+
+
+def _calls_left_in_doubt(store: Store, calls: int) -> None:
+    """Thread ``t``: an answered call, then an answer asking for ``calls`` calls, the
+    first of which kills the process as it runs: they are left in doubt."""
+
+    def note(ctx: ToolContext, args: dict[str, Any]) -> str:
+        if ctx.tool_call_id != "p0":
+            raise _Killed
+        return "noted"
+
+    asked = tuple((f"c{i}", "note", "{}") for i in range(calls))
+    agent = Agent(
+        AgentConfig(
+            provider=ScriptedProvider([call(("p0", "note", "{}")), call(*asked)]),
+            tools=[Tool("note", "Note", OBJECT_SCHEMA, note)],
+            checkpoint=CheckpointSettings(store=store, thread_id="t"),
+            clock=ticking_clock(),
+        )
+    )
+    with pytest.raises(_Killed):
+        agent.run("go")
+
+
+_ID_EDITS: dict[str, Callable[[list[dict[str, Any]], int], None]] = {
+    "every call taken out": lambda calls, i: calls.clear(),
+    "an id emptied": lambda calls, i: calls[i].update(id=""),
+    "an id repeated": lambda calls, i: calls[i].update(id=calls[i - 1]["id"]),
+    "a call repeated": lambda calls, i: calls.append(dict(calls[i])),
+    "an id of a review id's form": lambda calls, i: calls[i].update(id="ab" * 16),
+}
+
+
+@settings(max_examples=30, deadline=None)
+@given(edit=st.sampled_from(sorted(_ID_EDITS)), calls=st.integers(1, 3), which=st.integers(0, 2))
+def test_an_answer_whose_calls_the_library_would_not_record_fails_the_load_and_is_a_finding(
+    edit: str, calls: int, which: int
+) -> None:
+    """A ``TurnAnsweredWithCalls`` opens each call its answer asks for: when a writer
+    alters the calls of one whose calls are in doubt (so that no later result gives it
+    away) into calls the library never records (none, an empty or repeated id, one of a
+    review id's form) and seals the chain again, a load raises StoredRowError at it and
+    verify reports it there, instead of the calls in doubt reading as other calls
+    (``answer_turn_calling`` refuses such an answer too). Taking out some of the calls,
+    giving the row another class's code, or an id an earlier call's result has (which a
+    fold does not look for: ADR 0072) leave an answer that reads as written: only a
+    chain key shows those edits."""
+    with open_store("memory://") as store:
+        _calls_left_in_doubt(store, calls)
+        answers = [
+            e for e in store.history("t") if isinstance(e, AgentThread.TurnAnsweredWithCalls)
+        ]
+        forged_at = answers[-1].originator_version
+
+        def alter(message: dict[str, Any]) -> None:
+            asked = message["tool_calls"]
+            if edit != "an id repeated" or len(asked) > 1:
+                _ID_EDITS[edit](asked, which % len(asked))
+            else:  # one call: repeated with its own id
+                _ID_EDITS["a call repeated"](asked, 0)
+
+        refused_where_resealed(store, forged_at, alter, f"version {forged_at} does not apply")
 
 
 @settings(

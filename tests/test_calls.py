@@ -23,8 +23,13 @@ ID = thread_aggregate_id("t")
 
 def test_a_tool_call_is_stored_once_in_the_message_that_asked_for_it(store: Store) -> None:
     """The ToolCalled payload holds the call id alone; the name and arguments are in the
-    assistant message before it."""
-    converse(store, "t")
+    assistant message before it. Where the answer's event records the call's intent
+    (ADR 0072), no other row names the call."""
+    converse(store, "folded")
+    topics = [full_topic(r.topic) for r in store._records.stored_records("folded")]
+    assert AgentThread.TurnAnsweredWithCalls.TOPIC in topics
+    assert AgentThread.ToolCalled.TOPIC not in topics
+    converse(store, "t", save_on_turn_start=True)
     records = {r.originator_version: r for r in store._records.stored_records("t")}
     (called,) = [r for r in records.values() if full_topic(r.topic) == AgentThread.ToolCalled.TOPIC]
     payload = msgspec.json.decode(store._records.mapper.plain_payload(called))

@@ -107,7 +107,7 @@ def test_branching_example_prints_both_outcomes_and_the_tree() -> None:
     )
     assert lines[-2:] == [
         "invoice-17 [approved]",
-        "  invoice-17/rejected (from version 8) [rejected]",
+        "  invoice-17/rejected (from version 7) [rejected]",
     ]
 
 
@@ -209,7 +209,7 @@ def test_streaming_example_streams_commits_then_continues_a_cut_stream() -> None
         '  [call piece ty": "Ly]',
         '  [call piece on"}]',
     ]
-    committed = lines.index("  [committed: call call-1 to run]")
+    committed = lines.index("  [committed: calls call-1 to run]")
     started = lines.index("  [tool forecast starts for Lyon, its call committed]")
     assert lines.index(pieces[-1]) < committed < started
     assert "Tomorrow in Lyon: light rain, so take an umbrella." in lines

@@ -22,7 +22,7 @@ from covonaut_es import (
 )
 from covonaut_es.domain import Label, ThreadParent
 from covonaut_es.errors import CheckpointNotFoundError, ConfigurationError, ThreadStateError
-from support import agent_on, answer, call, conversation, ticking_clock
+from support import agent_on, answer, call, call_intents, conversation, ticking_clock
 
 
 def test_fork_loads_the_parent_prefix_plus_its_own_events(store: Store) -> None:
@@ -153,7 +153,7 @@ def test_forking_at_an_interrupt_gives_an_independently_paused_branch(store: Sto
 def test_history_of_a_fork_lists_inherited_then_own_events(store: Store) -> None:
     """history() of a fork is the parent's prefix followed by the fork's events."""
     conversation(store, "root", 1)
-    at = 4  # the answer asking for a call, before the call is recorded
+    at = 3  # the user's message, before the answer that asks for a call
     store.fork("root", at_version=at, new_thread_id="f")
     agent_on(store, "f", [answer("x")]).run("y")
     history = store.history("f")
@@ -250,10 +250,10 @@ def test_a_fork_between_a_call_and_its_result_inherits_the_call_in_doubt(store: 
     no result, so the branch reports it in doubt instead of assuming the parent's
     outcome."""
     conversation(store, "root", 1)
-    called = next(e for e in store.history("root") if isinstance(e, AgentThread.ToolCalled))
-    fork = store.fork("root", at_version=called.originator_version)
+    ((call_id, version),) = call_intents(store.history("root"))
+    fork = store.fork("root", at_version=version)
     branch = agent_on(store, fork, [answer("ok")])
-    assert [p.call.id for p in branch.in_doubt] == [called.tool_call_id]
+    assert [p.call.id for p in branch.in_doubt] == [call_id]
 
 
 def test_an_abandoned_thread_is_forked_from_before_it_was_abandoned(store: Store) -> None:

@@ -38,7 +38,7 @@ from covonaut_es.runtime import SummarizingCompactor
 from covonaut_es.runtime._compaction import SUMMARY_PREFIX, context_messages
 from covonaut_es.runtime._loop import FINAL_TURN_INSTRUCTION
 from covonaut_es.tools import MAX_ARGUMENTS_BYTES, MAX_ARGUMENTS_DEPTH, check_arguments_limits
-from support import OBJECT_SCHEMA, answer, call, echo_tool, ticking_clock
+from support import OBJECT_SCHEMA, answer, call, call_intents, echo_tool, ticking_clock
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -106,7 +106,7 @@ def test_repeated_call_ids_are_made_unique_and_each_runs_once(store: Store, para
         "x1-3": '{"echo":"c"}',
         "call-2": '{"echo":"d"}',
     }
-    called = [e.tool_call_id for e in store.history("t") if type(e).__name__ == "ToolCalled"]
+    called = [call_id for call_id, _ in call_intents(store.history("t"))]
     assert called == ["x1", "x1-2", "x1-3", "call-2"]
     assert agent.in_doubt == () and agent.status is ThreadStatus.FINISHED
 
@@ -205,8 +205,9 @@ def test_tool_exception_becomes_an_error_result(store: Store, error: Exception, 
 
 def test_tool_context_carries_thread_call_and_idempotency_key(store: Store) -> None:
     """ToolContext names the thread, the call and a key derived from the thread, the
-    version of the call's ToolCalled and the call id, exactly as keys were always made:
-    ToolCalled stores no key, so the derivation is part of the stored format."""
+    version of the event that recorded the call's intent and the call id, exactly as
+    keys were always made: no event stores the key, so the derivation is part of the
+    stored format."""
     seen: list[ToolContext] = []
 
     def record(ctx: ToolContext, args: dict[str, Any]) -> Any:
@@ -218,8 +219,8 @@ def test_tool_context_carries_thread_call_and_idempotency_key(store: Store) -> N
     agent.run("go")
     (ctx,) = seen
     assert (ctx.thread_id, ctx.tool_call_id, ctx.tool_name) == ("t", "c1", "record")
-    (called,) = [e for e in store.history("t") if isinstance(e, AgentThread.ToolCalled)]
-    material = f"t\x00{called.originator_version}\x00c1".encode()
+    ((_, version),) = call_intents(store.history("t"))
+    material = f"t\x00{version}\x00c1".encode()
     assert ctx.idempotency_key == hashlib.sha256(material).hexdigest()[:32]
     assert (
         event_key("t", 7, "c1") == "3b6b46bcab05d69d30c35752b9975881"

@@ -96,6 +96,10 @@ SAMPLES: dict[type, dict[str, Any]] = {
         "message": Message(Role.ASSISTANT, "hi", tool_calls=(ToolCall("c1", "echo", "{}"),)),
         "turn": 2,
     },
+    AgentThread.TurnAnsweredWithCalls: {
+        "message": Message(Role.ASSISTANT, "", tool_calls=(ToolCall("c1", "echo", "{}"),)),
+        "turn": 2,
+    },
     AgentThread.ToolCalled: {"tool_call_id": "c1"},
     AgentThread.ToolResultRecorded: {
         "tool_call_id": "c1",

@@ -27,7 +27,6 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from covonaut_es import (
     Agent,
     AgentConfig,
-    AgentThread,
     CheckpointSettings,
     HmacReviewerVerifier,
     ProviderRequest,
@@ -59,6 +58,7 @@ from covonaut_es.service import Action, Settlement, ThreadService, review_submis
 from covonaut_es.store._backends._memory_leases import _MEMORY
 from covonaut_es.store._backends._postgres_leases import _key
 from covonaut_es.store._backends._sqlite_leases import lease_directory
+from support import call_intents
 
 VERIFIER = HmacReviewerVerifier(secrets.token_bytes(32))
 TOKENS = {name: VERIFIER.issue_token(name, ttl_seconds=3600) for name in ("rita", "sam")}
@@ -604,13 +604,14 @@ class TwoProcesses(RuleBasedStateMachine):
         owners = {thread_aggregate_id(t): t for t in self.stores["A"].thread_ids()}
         recorded = {}
         for thread_id in owners.values():
-            for event in self.stores["A"].history(thread_id):
-                if (
-                    isinstance(event, AgentThread.ToolCalled)
-                    and owners[event.originator_id] == thread_id
-                ):
-                    key = event_key(thread_id, event.originator_version, event.tool_call_id)
-                    recorded[key] = (thread_id, event.tool_call_id)
+            # A fork's inherited events are its parent's: their calls are the parent's.
+            own = [
+                event
+                for event in self.stores["A"].history(thread_id)
+                if owners[event.originator_id] == thread_id
+            ]
+            for call_id, version in call_intents(own):
+                recorded[event_key(thread_id, version, call_id)] = (thread_id, call_id)
         return recorded
 
     @invariant()

@@ -104,7 +104,7 @@ def test_compression_shrinks_records(
 def test_replay_law_holds_across_snapshots(store: Store) -> None:
     """Long threads are loaded through snapshots; the result equals the replay."""
     script: list[Any] = []
-    for i in range(70):
+    for i in range(90):
         script += [ProviderResponse(tool_calls=(ToolCall(f"c{i}", "echo", '{"text": "x"}'),))]
     script.append(ProviderResponse(content="done"))
     agent = Agent(

@@ -43,6 +43,7 @@ from support import (
     HeldProvider,
     answer,
     call,
+    call_intents,
     echo_tool,
     ticking_clock,
 )
@@ -181,9 +182,7 @@ def test_a_tool_starts_only_after_its_streamed_call_is_committed(
             i for i, e in enumerate(log) if isinstance(e, ToolCallDelta) and e.id == call_id
         )
         intent = next(
-            i
-            for i, e in enumerate(log)
-            if isinstance(e, AgentThread.ToolCalled) and e.tool_call_id == call_id
+            i for i, e in enumerate(log) if any(c == call_id for c, _ in call_intents([e]))
         )
         start = log.index(("started", call_id, True))
         assert last_piece < intent < start

@@ -63,6 +63,7 @@ PINNED = {
     "33": "covonaut.submission.InputSubmitted",
     "34": "covonaut.submission.InputTaken",
     "35": "covonaut.thread.TurnAnswered",
+    "36": "covonaut.thread.TurnAnsweredWithCalls",
 }
 """The codes as stores hold them: a line here never changes (rows written with it would
 read as another class); a new class appends one."""
@@ -147,12 +148,13 @@ def test_old_rows_and_new_rows_are_read_filtered_and_queued_alike(tmp_path: Path
         assert store.verify("new").ok and store.verify("golden-review-pending").ok
 
 
-def first_tool_called(db: Path) -> int:
-    """The version of thread ``t``'s first ``ToolCalled``, which its row names by code."""
+def first_tool_result(db: Path) -> int:
+    """The version of thread ``t``'s first ``ToolResultRecorded``, which its row names by
+    code."""
     with sqlite3.connect(db) as conn:
         (version,) = conn.execute(
             "SELECT min(originator_version) FROM stored_events WHERE topic = ?",
-            (compact(AgentThread.ToolCalled.TOPIC),),
+            (compact(AgentThread.ToolResultRecorded.TOPIC),),
         ).fetchone()
     return int(version)
 
@@ -177,8 +179,8 @@ def test_a_full_topic_in_place_of_a_code_is_harmless_to_load_and_verify(
     with open_store(f"sqlite:///{db}") as store:
         conversation(store, "t", 3)
         before = store.load("t")
-    version = first_tool_called(db)
-    rewrite(db, version, "topic", AgentThread.ToolCalled.TOPIC)
+    version = first_tool_result(db)
+    rewrite(db, version, "topic", AgentThread.ToolResultRecorded.TOPIC)
     with open_store(f"sqlite:///{db}") as store:
         assert differing_fields(store.load("t"), before) == ()
         assert store.verify("t").ok
@@ -193,7 +195,7 @@ def test_an_unknown_code_is_a_typed_error_naming_the_row(tmp_path: Path) -> None
     db = tmp_path / "t.db"
     with open_store(f"sqlite:///{db}") as store:
         conversation(store, "t", 3)
-    version = first_tool_called(db)
+    version = first_tool_result(db)
     rewrite(db, version, "topic", "999")
     with open_store(f"sqlite:///{db}") as store:
         with pytest.raises(SerializationError, match=rf"'999' of stream .* at version {version}"):
@@ -206,9 +208,9 @@ def test_a_known_code_names_its_class_in_an_error(tmp_path: Path) -> None:
     db = tmp_path / "t.db"
     with open_store(f"sqlite:///{db}") as store:
         conversation(store, "t", 3)
-    rewrite(db, first_tool_called(db), "state", b"\x00")
+    rewrite(db, first_tool_result(db), "state", b"\x00")
     with open_store(f"sqlite:///{db}") as store:
-        expected = r"stored event '2' \(covonaut.thread.ToolCalled\) of stream"
+        expected = r"stored event '3' \(covonaut.thread.ToolResultRecorded\) of stream"
         with pytest.raises(SerializationError, match=expected):
             store.load("t")
 

@@ -20,7 +20,7 @@ from covonaut_es import (
     ToolContext,
     open_store,
 )
-from support import answer, call, ticking_clock
+from support import answer, call, call_intents, ticking_clock
 
 OBJECT: dict[str, Any] = {"type": "object"}
 DURABILITIES = ["step", "checkpoint"]
@@ -121,7 +121,7 @@ def test_a_commit_that_fails_before_the_tools_runs_none(
     save = store.save
 
     def dying(thread: Any) -> None:
-        if any(type(e).__name__ == "ToolCalled" for e in thread.pending_events):
+        if any(call_intents(thread.pending_events)):
             raise death("the commit of the calls' records")
         save(thread)
 

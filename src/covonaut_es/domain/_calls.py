@@ -52,8 +52,9 @@ def _calls_by_id(message: Message) -> dict[str, ToolCall]:
 def event_key(thread_id: str, version: int, tool_call_id: str) -> str:
     """The key of a call at the event of ``version``: 128 bits of SHA-256, in hex.
 
-    It is the idempotency key of the call a ``ToolCalled`` at ``version`` records, and
-    the review id of a ``ReviewRequested``. The version keeps it unique when a model
+    It is the idempotency key of the call a ``ToolCalled`` or a
+    ``TurnAnsweredWithCalls`` at ``version`` records, and the review id of a
+    ``ReviewRequested``. The version keeps it unique when a model
     reuses call ids across turns. ``ToolCalled`` stores no key since version 2, so this
     function is part of the stored format: changing it would give every recorded call a
     new key and repeat its side effects; it needs a new ``ToolCalled`` version instead.

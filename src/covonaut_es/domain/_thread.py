@@ -145,6 +145,14 @@ class AgentThread(Aggregate, created_event_name="Started"):
             stream it stood."""
             return {k: v for k, v in vars(self).items() if k not in _POSITION_FIELDS}
 
+        @property
+        def intended_calls(self) -> tuple[str, ...]:
+            """The ids of the calls whose intent this event records before they run, in
+            order: a ``ToolCalled``'s call, each call of a ``TurnAnsweredWithCalls``'s
+            answer, none for other events. Each call's idempotency key derives from
+            this event's version."""
+            return ()
+
     class Started(Event, Aggregate.Created):
         """The thread was created."""
 
@@ -229,6 +237,34 @@ class AgentThread(Aggregate, created_event_name="Started"):
             thread.turn = self.turn
             super().apply(thread)
 
+    class TurnAnsweredWithCalls(TurnAnswered):
+        """A turn began, the model's answer to it was added, and the intent to call
+        each tool the answer asks for was recorded, before any of them runs: one
+        record where ``TurnAnswered`` and a ``ToolCalled`` per call would be needed
+        (ADR 0072). Each call's idempotency key is derived from the thread, this
+        event's version and the call id, as a ``ToolCalled``'s is from its own. A call
+        of a tool from a server, whose intent is followed by the tool's pin, is
+        recorded by ``ToolCalled`` instead."""
+
+        TOPIC = "covonaut.thread.TurnAnsweredWithCalls"
+        class_version = 1
+
+        def apply(self, thread: AgentThread) -> None:
+            calls = self.message.tool_calls
+            if not calls:
+                msg = "a turn answered with calls holds an answer that asks for tools"
+                raise ValueError(msg)
+            # What answer_turn_calling checks, but the ids only the thread's results have.
+            thread._check_new_call_ids(calls, results=False, error=ValueError)
+            super().apply(thread)
+            for call in calls:
+                key = event_key(thread.thread_id, self.originator_version, call.id)
+                thread.open_calls[call.id] = PendingToolCall(call, key)
+
+        @property
+        def intended_calls(self) -> tuple[str, ...]:
+            return tuple(call.id for call in self.message.tool_calls)
+
     class ToolCalled(Event):
         """Write-ahead record of a tool call, saved before the tool runs.
 
@@ -241,6 +277,10 @@ class AgentThread(Aggregate, created_event_name="Started"):
         class_version = 2
 
         tool_call_id: str
+
+        @property
+        def intended_calls(self) -> tuple[str, ...]:
+            return (self.tool_call_id,)
 
         def apply(self, thread: AgentThread) -> None:
             call = self.call_in(thread.messages, thread_id=thread.thread_id)
@@ -852,16 +892,8 @@ class AgentThread(Aggregate, created_event_name="Started"):
                 the ids unique with :meth:`unique_calls` first. Or no assistant message
                 asks for the call: append the model's message first.
         """
-        given: set[str] = set()
+        self._check_new_call_ids(calls)
         for call in calls:
-            if not call.id or call.id in given or self._call_id_used(call.id):
-                msg = (
-                    f"tool call id {call.id!r} is empty or already used in thread "
-                    f"{self.thread_id!r} (an id of a review id's form counts as used); "
-                    "make the ids unique with unique_calls() first"
-                )
-                raise ThreadStateError(msg)
-            given.add(call.id)
             if requested_call(self.messages, call.id) != call:
                 msg = (
                     f"tool call {call.id!r} ({call.name}) is not asked for by the latest "
@@ -1044,6 +1076,22 @@ class AgentThread(Aggregate, created_event_name="Started"):
             ValueError: ``message`` is not an assistant's; nothing changed.
         """
         self.trigger_event(self.TurnAnswered, message=message, turn=self.turn + 1, timestamp=now)
+
+    def answer_turn_calling(self, message: Message, *, now: datetime) -> None:
+        """Begin the next turn with the model's answer to it, and record the intent to
+        call each tool the answer asks for before any of them runs, in one event: as
+        :meth:`answer_turn` then :meth:`call_tools` without pins.
+
+        Raises:
+            ValueError: ``message`` is not an assistant's, or asks for no tool, or a
+                call id is empty, repeated or already used in this thread (make the
+                ids unique with :meth:`unique_calls` first); nothing changed.
+        """
+        # The fold checks the ids again, all but those the thread's results have.
+        self._check_new_call_ids(message.tool_calls, error=ValueError)
+        self.trigger_event(
+            self.TurnAnsweredWithCalls, message=message, turn=self.turn + 1, timestamp=now
+        )
 
     def compact(self, compaction: Compaction, *, now: datetime, usage: Usage | None) -> None:
         """Record a context compaction."""
@@ -1382,9 +1430,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
             for e in unsaved
             if isinstance(e, AgentThread.Interrupted) and e.interrupt.kind is PauseKind.IN_DOUBT
         }
-        if not _commute(tail, head) or any(
-            isinstance(e, AgentThread.ToolCalled) and e.tool_call_id in ran for e in unsaved
-        ):
+        if not _commute(tail, head) or any(not ran.isdisjoint(e.intended_calls) for e in unsaved):
             return False
         try:
             for event in unsaved:
@@ -1472,13 +1518,35 @@ class AgentThread(Aggregate, created_event_name="Started"):
             )
             raise ToolCallsInDoubtError(msg, tool_call_ids=ids)
 
-    def _call_id_used(self, call_id: str) -> bool:
+    def _check_new_call_ids(
+        self,
+        calls: Sequence[ToolCall],
+        *,
+        results: bool = True,
+        error: type[Exception] = ThreadStateError,
+    ) -> None:
+        """Raise ``error`` for an empty or repeated id, or one already used in the
+        thread. Without ``results``, an id that only a recorded result has passes:
+        finding those reads every tool message of a thread just loaded, which a fold
+        does not pay for."""
+        given: set[str] = set()
+        for call in calls:
+            if not call.id or call.id in given or self._call_id_used(call.id, results=results):
+                msg = (
+                    f"tool call id {call.id!r} is empty or already used in thread "
+                    f"{self.thread_id!r} (an id of a review id's form counts as used); "
+                    "make the ids unique with unique_calls() first"
+                )
+                raise error(msg)
+            given.add(call.id)
+
+    def _call_id_used(self, call_id: str, *, results: bool = True) -> bool:
         # Every recorded call is open or has its result among the tool messages; an id
         # of a review's form is taken by the reviews, past and future.
         return (
             has_key_form(call_id)
             or call_id in self.open_calls
-            or call_id in self._result_call_ids()
+            or (results and call_id in self._result_call_ids())
         )
 
     def _result_call_ids(self) -> set[str]:

@@ -253,11 +253,17 @@ def run_program(
         response = yield from _ask(thread, request, now, answer=True, unstarted=not started)
         calls = thread.unique_calls(response.tool_calls)
         answer = Message(Role.ASSISTANT, response.content, tool_calls=calls, usage=response.usage)
+        pins = _pins(config)
         if started:
             thread.append_message(answer, now=now())
+            thread.call_tools(calls, now=now(), pins=pins)
+        elif calls and not any(call.name in pins for call in calls):
+            # The calls' intents go with the answer, in one event (ADR 0072); a pinned
+            # tool's intent is followed by its pin, so its calls keep events of their own.
+            thread.answer_turn_calling(answer, now=now())
         else:
             thread.answer_turn(answer, now=now())
-        thread.call_tools(calls, now=now(), pins=_pins(config))
+            thread.call_tools(calls, now=now(), pins=pins)
         if not calls:  # the answer and the end of the run are committed together
             shape = config.output_shape
             try:

@@ -129,6 +129,9 @@ _SUMMARIES: dict[type[Any], Callable[[Any], str]] = {
         + (f" with {len(e.interrupts)} pending interrupt(s)" if e.interrupts else "")
     ),
     AgentThread.RunStarted: lambda e: f"{e.mode} started",
+    AgentThread.TurnAnsweredWithCalls: lambda e: (
+        f"turn {e.turn}: {_message_summary(e.message)}, each call's intent recorded"
+    ),
     AgentThread.TurnAnswered: lambda e: f"turn {e.turn}: {_message_summary(e.message)}",
     AgentThread.MessageAppended: lambda e: _message_summary(e.message),
     AgentThread.ToolCallSettled: lambda e: (

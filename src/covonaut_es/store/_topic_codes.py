@@ -55,6 +55,7 @@ _CODES = (
     ("33", "covonaut.submission.InputSubmitted"),
     ("34", "covonaut.submission.InputTaken"),
     ("35", "covonaut.thread.TurnAnswered"),
+    ("36", "covonaut.thread.TurnAnsweredWithCalls"),
 )
 """Each code and the topic it stands for, in the order they were given. Append only."""
 
