@@ -27,7 +27,7 @@ from covonaut_es import (
     ToolCall,
     open_store,
 )
-from covonaut_es.domain import Compaction
+from covonaut_es.domain import Compaction, ThreadStatus
 from covonaut_es.errors import ProviderError
 from covonaut_es.messages import Message, Role
 from covonaut_es.runtime._compaction import CompactionPlan
@@ -191,3 +191,56 @@ def test_a_thread_written_with_turn_starts_goes_on_counting_its_turns(tmp_path: 
         assert folded.turn == before.turn + 1 == store.load(thread_id).turn
         assert store.verify(thread_id).ok
         assert store.replay_state(thread_id) == store.state_at(thread_id)
+
+
+class FailingOnPlan(EveryFewMessages):
+    """Compacts as :class:`EveryFewMessages`, and raises at its ``fail_at``-th plan."""
+
+    def __init__(self, every: int, fail_at: int) -> None:
+        super().__init__(every)
+        self.fail_at, self.plans = fail_at, 0
+
+    def plan(
+        self, messages: Sequence[Message], previous: Compaction | None, *, model: str
+    ) -> CompactionPlan | None:
+        self.plans += 1
+        if self.plans == self.fail_at:
+            raise LookupError("the planner's index is gone")
+        return super().plan(messages, previous, model=model)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    calls=st.lists(st.sampled_from((STEER, NOTE)), min_size=1, max_size=4),
+    every=st.integers(2, 5),
+    fail_at=st.integers(1, 5),
+)
+def test_a_compactor_that_fails_fails_the_run_on_record(
+    calls: list[str], every: int, fail_at: int
+) -> None:
+    """A compactor's plan that raises, before a turn starts or after steering started
+    it, is recorded as the run's failure (its turn counted), as a model call's is, and
+    raised as it is; the thread folds and verifies, and a run after goes on."""
+    compactor = FailingOnPlan(every, fail_at)
+    with open_store("memory://") as store:
+        agent = _agent(store, (calls, ANSWER), turn_start=False, compactor=compactor)
+        if fail_at > len(calls) + 1:  # the run ends before the failing plan
+            agent.run("go")
+            return
+        with pytest.raises(LookupError, match="index is gone"):
+            agent.run("go")
+        history = store.history("t1")
+        assert isinstance(history[-1], AgentThread.RunFailed)
+        assert history[-1].error_type == "LookupError"
+        state = store.state_at("t1")
+        assert state.status is ThreadStatus.ERROR and state.turn == fail_at
+        assert state == store.replay_state("t1")
+        assert store.verify("t1").ok
+        again = Agent(
+            AgentConfig(
+                provider=ScriptedProvider([ProviderResponse(content="recovered")]),
+                checkpoint=CheckpointSettings(store=store, thread_id="t1"),
+                clock=ticking_clock(),
+            )
+        )
+        assert again.continue_run() == "recovered"

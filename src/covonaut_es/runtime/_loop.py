@@ -231,7 +231,7 @@ def run_program(
         started = bool(thread.answers or steered) or settings.save_on_turn_start
         plan = None
         if config.compactor is not None and not started:  # no steering changes the messages
-            plan = config.compactor.plan(thread.messages, thread.compaction, model=config.model)
+            plan = yield from _plan(thread, config, unstarted=True)
             started = plan is not None
         if started:
             thread.start_turn(now=now())
@@ -338,15 +338,36 @@ def _ask(
     try:
         response = _checked_response((yield Complete(request, answer)))
     except Exception as exc:
-        if unstarted:
-            thread.start_turn(now=clock())
-        thread.fail(type(exc).__name__, str(exc), now=clock())
-        yield Commit()
+        yield from _record_failure(thread, exc, clock, unstarted=unstarted)
         if isinstance(exc, CovonautError):
             raise
         msg = f"the model provider failed: {type(exc).__name__}: {exc}"
         raise ProviderError(msg) from exc
     return response
+
+
+def _plan(
+    thread: AgentThread, config: AgentConfig, *, unstarted: bool
+) -> Generator[Effect, Any, CompactionPlan | None]:
+    """The compactor's plan for the thread's messages; a failure is recorded, as a
+    model call's is, and raised as it is (the compactor is the application's code)."""
+    assert config.compactor is not None
+    try:
+        return config.compactor.plan(thread.messages, thread.compaction, model=config.model)
+    except Exception as exc:
+        yield from _record_failure(thread, exc, config.clock, unstarted=unstarted)
+        raise
+
+
+def _record_failure(
+    thread: AgentThread, exc: Exception, clock: Callable[[], datetime], *, unstarted: bool
+) -> Generator[Effect, Any, None]:
+    """Record the run as failed by ``exc``; ``unstarted``: the turn it failed in has no
+    record yet, and its start is recorded first, so that a failed turn counts."""
+    if unstarted:
+        thread.start_turn(now=clock())
+    thread.fail(type(exc).__name__, str(exc), now=clock())
+    yield Commit()
 
 
 def _checked_response(value: object) -> ProviderResponse:
@@ -373,9 +394,8 @@ def _compact(
 ) -> Generator[Effect, Any, None]:
     """Compact the context by ``plan``, or by the compactor's plan now if None (it may
     have none)."""
-    assert config.compactor is not None
     if plan is None:
-        plan = config.compactor.plan(thread.messages, thread.compaction, model=config.model)
+        plan = yield from _plan(thread, config, unstarted=False)
     if plan is None:
         return
     summary, usage = plan.summary, None
