@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+import msgspec
 import pytest
 
 from covonaut_es import (
@@ -28,6 +30,7 @@ from covonaut_es.domain._calls import event_key
 from covonaut_es.errors import (
     InterruptError,
     MaxTurnsExceededError,
+    OutputValidationError,
     ProviderError,
     ScriptExhaustedError,
     ThreadStateError,
@@ -486,3 +489,62 @@ def test_an_interrupt_whose_data_cannot_be_recorded_is_the_calls_error(
     assert agent.run("go") == "ok"
     assert "cannot be recorded" in tool_results(agent)["c1"]
     assert agent.state.interrupts == () and agent.in_doubt == ()
+
+
+class _Verdict(msgspec.Struct, frozen=True):
+    approved: bool
+
+
+class _FailingPlanner:
+    def plan(self, messages: Any, previous: Any, *, model: str) -> None:
+        raise LookupError("the planner's index is gone")
+
+
+_FAILURES: dict[str, tuple[Callable[[], dict[str, Any]], type[BaseException]]] = {
+    "the model call": (
+        lambda: {"provider": ScriptedProvider([RuntimeError("down")])},
+        ProviderError,
+    ),
+    "the compactor": (
+        lambda: {"provider": ScriptedProvider([answer("x")]), "compactor": _FailingPlanner()},
+        LookupError,
+    ),
+    "the turn limit": (
+        lambda: {"provider": ScriptedProvider([call(("c1", "echo", "{}"))]), "max_turns": 1},
+        MaxTurnsExceededError,
+    ),
+    "the typed answer": (
+        lambda: {
+            "provider": ScriptedProvider([answer("not json")]),
+            "output_type": _Verdict,
+            "output_retries": 0,
+        },
+        OutputValidationError,
+    ),
+}
+"""Each way a run fails: the agent's options that make it fail so, and what it raises."""
+
+
+@pytest.mark.parametrize("durability", ["step", "checkpoint"])
+@pytest.mark.parametrize("failure", sorted(_FAILURES))
+def test_a_failed_run_is_on_record_in_every_durability_mode(
+    store: Store, failure: str, durability: str
+) -> None:
+    """However a run fails (its model call, its compactor, its turn limit, a typed
+    answer refused), the failure is committed with what led to it, also where steps are
+    committed only with checkpoints: the store never shows a run that ended as running."""
+    options, raised = _FAILURES[failure]
+    agent = Agent(
+        AgentConfig(
+            tools=[echo_tool()],
+            checkpoint=CheckpointSettings(store=store, thread_id="t", durability=durability),
+            clock=ticking_clock(),
+            **options(),
+        )
+    )
+    with pytest.raises(raised):
+        agent.run("go")
+    stored = store.state_at("t")
+    assert stored.status is ThreadStatus.ERROR
+    assert stored == agent.state
+    assert isinstance(store.history("t")[-1], AgentThread.RunFailed)

@@ -314,8 +314,7 @@ def _reach_tool_servers(thread: AgentThread, config: AgentConfig) -> Generator[E
     try:
         config.offered_tools()
     except ToolServerError as exc:
-        thread.fail(type(exc).__name__, str(exc), now=config.clock())
-        yield Commit()
+        yield from _record_failure(thread, exc, config.clock)
         raise
 
 
@@ -360,14 +359,20 @@ def _plan(
 
 
 def _record_failure(
-    thread: AgentThread, exc: Exception, clock: Callable[[], datetime], *, unstarted: bool
+    thread: AgentThread,
+    exc: Exception,
+    clock: Callable[[], datetime],
+    *,
+    unstarted: bool = False,
 ) -> Generator[Effect, Any, None]:
-    """Record the run as failed by ``exc``; ``unstarted``: the turn it failed in has no
-    record yet, and its start is recorded first, so that a failed turn counts."""
+    """Record the run as failed by ``exc``, committed in every durability mode: the
+    process knows the run ended, so the store says so too. ``unstarted``: the turn it
+    failed in has no record yet, and its start is recorded first, so that a failed turn
+    counts."""
     if unstarted:
         thread.start_turn(now=clock())
     thread.fail(type(exc).__name__, str(exc), now=clock())
-    yield Commit()
+    yield Commit(always=True)
 
 
 def _checked_response(value: object) -> ProviderResponse:
@@ -644,9 +649,9 @@ def _refuse_calls_on_final_turn(
         f"the model still called tools on turn {config.max_turns}, the last one "
         f"max_turns={config.max_turns} allows; continue_run() gives it more turns"
     )
-    thread.fail(MaxTurnsExceededError.__name__, msg, now=now())
-    yield Commit()
-    raise MaxTurnsExceededError(msg)
+    error = MaxTurnsExceededError(msg)
+    yield from _record_failure(thread, error, now)
+    raise error
 
 
 def _send_back(
@@ -674,9 +679,9 @@ def _send_back(
         f"the model's final answer was refused {limit}: {refused}; raise the limit, "
         "or make the output type easier to meet"
     )
-    thread.fail(OutputValidationError.__name__, msg, now=config.clock())
-    yield Commit()
-    raise OutputValidationError(msg)
+    error = OutputValidationError(msg)
+    yield from _record_failure(thread, error, config.clock)
+    raise error
 
 
 def _end_of_turn(
