@@ -41,7 +41,10 @@ softer figure BENCHMARKS.md used to divide by).
 
 Restore: `store.load(thread_id)` of a random thread on a store opened for it, the median
 of many, alternating with the reference: a bare indexed `SELECT` of a random thread's
-event rows in version order and one `msgspec` decode of each row's payload.
+event rows in version order and one `msgspec` decode of each row's payload. LangGraph's
+`get_state` of a random thread is taken in turn with our `store.load` of the same thread,
+as many times, in the peer's process: the notes give ours as measured there too, since
+the table's two columns are timed at different moments.
 
 `covonaut-es threads`: the command listing every thread in one page (`--json --limit N`,
 output discarded), median of 3, against a
@@ -838,13 +841,16 @@ def measure(targets: Targets, plan: Plan, backend: str, size: int, empty: str) -
     found["api_reviews"] = _api_reviews(target, found["queue"]["pending"], repeats.requests)
     found["worker"] = _worker_start(target)
     found["approve"] = _approvals(target, size, repeats.commands)
+    found["peer"] = _langgraph(targets, backend, size, restores, store_url(target))
     targets.drop(backend, name)
-    found["peer"] = _langgraph(targets, backend, size, restores)
     return found
 
 
-def _langgraph(targets: Targets, backend: str, size: int, restores: int) -> dict[str, Any]:
-    """LangGraph's figures for the same threads, in a process of their own."""
+def _langgraph(
+    targets: Targets, backend: str, size: int, restores: int, ours: str
+) -> dict[str, Any]:
+    """LangGraph's figures for the same threads, in a process of their own; its
+    restores are taken in turn with ours from the store at URL ``ours``."""
     import scale_peer
 
     missing = peer.langgraph_missing()
@@ -853,7 +859,9 @@ def _langgraph(targets: Targets, backend: str, size: int, restores: int) -> dict
     log(f"{backend}, {size} threads: LangGraph")
     name = f"scale_peer_{backend}_{size}"
     target = targets.fresh(backend, name)
-    found = isolated(scale_peer.run_peer, BUDGET_S, target=target, size=size, restores=restores)
+    found = isolated(
+        scale_peer.run_peer, BUDGET_S, target=target, size=size, restores=restores, ours=ours
+    )
     targets.drop(backend, name)
     return found
 
@@ -1020,6 +1028,13 @@ def notes(results: dict[str, list[dict[str, Any]]]) -> list[str]:
                 f"{report.times(per_thread / talk['json'])} the messages' JSON "
                 f"({report.size(talk['json'])}: the softer figure);"
             )
+            ours_s, peer_s = _peer(found, "ours_restore_s"), _peer(found, "restore_s")
+            if not math.isnan(ours_s):
+                said.append(
+                    f"restore taken in turn with LangGraph's `get_state` of the same "
+                    f"thread: ours {report.seconds(ours_s)}, LangGraph's "
+                    f"{report.seconds(peer_s)} ({report.times(peer_s / ours_s)} ours);"
+                )
             queue = found["queue"]
             said.append(
                 f"queue {queue['rows'] / queue['ours_s']:,.0f} log rows/s against "

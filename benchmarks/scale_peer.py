@@ -13,11 +13,14 @@ import json
 import random
 import statistics
 import time
+from contextlib import closing
 from typing import TYPE_CHECKING, Any
 
 import scale
 from peer import _saver
 from workload import store_bytes
+
+from covonaut_es import open_store
 
 if TYPE_CHECKING:
     from harness import Progress
@@ -68,9 +71,11 @@ def _config(index: int) -> dict[str, Any]:
     return {"configurable": {"thread_id": scale.thread_id(index)}}
 
 
-def run_peer(progress: Progress, target: str, size: int, restores: int) -> None:
+def run_peer(progress: Progress, target: str, size: int, restores: int, ours: str) -> None:
     """N threads on LangGraph: the seconds to write them, bytes per thread, and the
-    median ``get_state`` of a random thread (on a saver opened afresh)."""
+    median ``get_state`` of a random thread (on a saver opened afresh), each taken in
+    turn with ``store.load`` of the same thread from our store at URL ``ours``, so that
+    both meet the machine's same moments."""
     from langchain_core.messages import HumanMessage
     from langgraph.checkpoint.memory import InMemorySaver
 
@@ -87,14 +92,21 @@ def run_peer(progress: Progress, target: str, size: int, restores: int) -> None:
         progress.update(create_s=time.perf_counter() - start)
     progress.update(bytes=store_bytes(target))
     rng = random.Random(size)
-    with _saver(target) as saver:
+    with _saver(target) as saver, closing(open_store(ours)) as store:
         graph = _graph().compile(checkpointer=saver)
-        graph.get_state(_config(0))  # the saver's connection is open before the timings
-        loads = []
+        graph.get_state(_config(0))  # each connection is open before the timings
+        store.load(scale.thread_id(0))
+        loads, ours_loads = [], []
         for _ in range(restores):
-            chosen = _config(rng.randrange(size))
+            chosen = rng.randrange(size)
             start = time.perf_counter()
-            state = graph.get_state(chosen)
+            state = graph.get_state(_config(chosen))
             loads.append(time.perf_counter() - start)
             del state
-    progress.update(restore_s=statistics.median(loads))
+            start = time.perf_counter()
+            loaded = store.load(scale.thread_id(chosen))
+            ours_loads.append(time.perf_counter() - start)
+            del loaded
+    progress.update(
+        restore_s=statistics.median(loads), ours_restore_s=statistics.median(ours_loads)
+    )
