@@ -23,8 +23,9 @@ A page of 100 (5 with `--quick`) is read from the stores of both sizes in turn, 
 times each, medians: taken side by side, both meet the machine's same moments (this
 kind of machine has slow spells that a median of five in one process may fall in). On
 the command line, `covonaut-es threads --json --limit 3000` against the same command
-listing one thread (its start-up), median of 5. Listings are timed in CPU time (the
-command's, as its process's), since the machine may be shared.
+listing one thread (its start-up), the two taken in turn 5 times, medians. Listings
+are timed in CPU time (the command's, as its process's), since the machine may be
+shared.
 """
 
 from __future__ import annotations
@@ -202,20 +203,20 @@ def run_listing(progress: Progress, path: str, threads: int, repeats: int) -> No
             repeats=PAIRED,
         )
     command = [sys.executable, "-m", "covonaut_es", "threads", "--store", url, "--json"]
-    cli_s = {
-        limit: _median(
-            lambda limit=limit: _quiet([*command, "--limit", str(limit)]),
-            repeats,
-            clock=_children_cpu,
-        )
-        for limit in (1, min(threads, 3_000))
-    }
+    cli_one_s, cli_all_s = _in_turn(
+        *(
+            lambda limit=limit: _quiet([*command, "--limit", str(limit)])
+            for limit in (1, min(threads, 3_000))
+        ),
+        repeats=repeats,
+        clock=_children_cpu,
+    )
     progress.update(
         select_s=select_s,
         first_s=first_s,
         all_s=all_s,
-        cli_one_s=cli_s[1],
-        cli_all_s=cli_s[min(threads, 3_000)],
+        cli_one_s=cli_one_s,
+        cli_all_s=cli_all_s,
     )
 
 
@@ -227,26 +228,16 @@ def run_pages(progress: Progress, paths: list[str], page: int) -> None:
         progress.update(page_s=_in_turn(*pages, repeats=PAGES))
 
 
-def _in_turn(*measures: Any, repeats: int) -> list[float]:
-    """The median CPU time of each of ``measures``, each taken ``repeats`` times, in
-    turn with the others."""
+def _in_turn(*measures: Any, repeats: int, clock: Any = time.process_time) -> list[float]:
+    """The median CPU time (the process's, or ``clock``) of each of ``measures``, each
+    taken ``repeats`` times, in turn with the others."""
     times_s: list[list[float]] = [[] for _ in measures]
     for _ in range(repeats):
         for measure, taken in zip(measures, times_s, strict=True):
-            started = time.process_time()
+            started = clock()
             measure()
-            taken.append(time.process_time() - started)
+            taken.append(clock() - started)
     return [sorted(taken)[len(taken) // 2] for taken in times_s]
-
-
-def _median(measure: Any, repeats: int = 5, clock: Any = time.process_time) -> float:
-    """The median of ``repeats`` measures, in CPU time (the process's, or ``clock``)."""
-    times_s = []
-    for _ in range(repeats):
-        started = clock()
-        measure()
-        times_s.append(clock() - started)
-    return sorted(times_s)[len(times_s) // 2]
 
 
 def _children_cpu() -> float:

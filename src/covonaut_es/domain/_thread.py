@@ -258,8 +258,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
             thread._check_new_call_ids(calls, results=False, error=ValueError)
             super().apply(thread)
             for call in calls:
-                key = event_key(thread.thread_id, self.originator_version, call.id)
-                thread.open_calls[call.id] = PendingToolCall(call, key)
+                thread._open_intended(call, self.originator_version)
 
         @property
         def intended_calls(self) -> tuple[str, ...]:
@@ -284,8 +283,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
 
         def apply(self, thread: AgentThread) -> None:
             call = self.call_in(thread.messages, thread_id=thread.thread_id)
-            key = event_key(thread.thread_id, self.originator_version, call.id)
-            thread.open_calls[call.id] = PendingToolCall(call, key)
+            thread._open_intended(call, self.originator_version)
 
         def call_in(self, messages: Sequence[Message], *, thread_id: str) -> ToolCall:
             """The call this event records, from the messages before it: the latest
@@ -1517,6 +1515,12 @@ class AgentThread(Aggregate, created_event_name="Started"):
                 "run; check the external state and settle each one first"
             )
             raise ToolCallsInDoubtError(msg, tool_call_ids=ids)
+
+    def _open_intended(self, call: ToolCall, version: int) -> None:
+        # The call's idempotency key derives from the version of the event recording its
+        # intent (ADR 0023): part of the stored format.
+        key = event_key(self.thread_id, version, call.id)
+        self.open_calls[call.id] = PendingToolCall(call, key)
 
     def _check_new_call_ids(
         self,
