@@ -37,10 +37,11 @@ REPEATS = 3
 """Runs per configuration (the median is reported), unless a run is long (below)."""
 REPEAT_UNDER_S = 30.0
 """A configuration is repeated only when one run takes less than this."""
-DELTA_HISTORY_MAX_T = 200
-"""LangGraph's DeltaChannel savers list their full history only up to this T: above
-it the listing takes 1.5 minutes per back end (a third of the whole benchmark) and
-shows the growth that T=100 and T=200 show already."""
+PEER_HISTORY_MAX_T = 300
+"""LangGraph's savers list their full history only up to this T. The listing reads every
+checkpoint's whole state, so it grows as T squared: at T=1000 it took the default
+savers 93 s and 100 s and the DeltaChannel ones about 1.5 minutes each, a fifth of
+``make bench`` for a growth that T=100 to T=300 show already."""
 
 
 def log(message: str) -> None:
@@ -267,7 +268,7 @@ class Context:
         index, ours = len(runs), delta is None
         system = "ours" if ours else f"langgraph_{'delta' if delta else 'default'}"
         name = f"{system}_{backend}_{turns}_{index}"
-        kwargs: dict[str, Any] = {"delta": delta}
+        kwargs: dict[str, Any] = {"delta": delta, "fork": index == 0}
         if ours:
             kwargs = {
                 "raw_target": self.target(backend, f"{name}_raw"),
@@ -280,7 +281,7 @@ class Context:
             BUDGET_S,
             target=target,
             turns=turns,
-            history=index == 0 and not (delta and turns > DELTA_HISTORY_MAX_T),
+            history=index == 0 and (ours or turns <= PEER_HISTORY_MAX_T),
             **kwargs,
         )
         result["target"] = target

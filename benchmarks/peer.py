@@ -141,10 +141,16 @@ def _invoke(graph: Any, turns: int, thread_id: str = THREAD_ID) -> None:
 
 
 def run_langgraph(
-    progress: Progress, target: str, turns: int, delta: bool, history: bool = True
+    progress: Progress,
+    target: str,
+    turns: int,
+    delta: bool,
+    history: bool = True,
+    fork: bool = True,
 ) -> None:
     """The same thread on LangGraph with ``SqliteSaver`` or ``PostgresSaver`` (synchronous
-    durability); then its size, ``get_state`` and ``get_state_history`` times."""
+    durability); then its size, ``get_state`` and ``get_state_history`` times, and a
+    fork of its middle checkpoint."""
     from langgraph.checkpoint.memory import InMemorySaver
 
     warm: list[float] = []
@@ -174,6 +180,7 @@ def run_langgraph(
             start = time.perf_counter()
             count = sum(1 for _ in graph.get_state_history(config))
             progress.update(history_s=time.perf_counter() - start, history_items=count)
+        if fork:
             progress.update(**_fork(graph, target))
 
 
