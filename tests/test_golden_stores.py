@@ -6,7 +6,9 @@ its event payloads in zstd frames with the shipped dictionary (ADR 0061); golden
 v7-topic-codes: the same written by 12fffa8, whose rows name the library's classes by
 their codes (ADR 0064); golden v8-turn-answered: the same written by 8f6b487, where a
 turn's start is stored with the model's answer (ADR 0071), before the calls' intents
-went with it too (ADR 0072).
+went with it too (ADR 0072); golden v9-calls-with-answer: the same written by 2b2fac2,
+where they do, before a turn's last result or final answer saved its checkpoint
+with it (ADR 0073).
 
 The fixtures come from ``tests/fixtures/write_golden_stores.py``; each manifest says what
 each store holds. Each test works on a copy in ``tmp_path``.
@@ -46,7 +48,7 @@ from covonaut_es.store._dictionary import shipped_dictionary
 
 GOLDENS = {
     version: Path(__file__).parent / "fixtures" / "golden" / version
-    for version in ("v4", "v6-zstd", "v7-topic-codes", "v8-turn-answered")
+    for version in ("v4", "v6-zstd", "v7-topic-codes", "v8-turn-answered", "v9-calls-with-answer")
 }
 MANIFESTS: dict[str, dict[str, Any]] = {
     version: json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
