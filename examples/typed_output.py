@@ -67,7 +67,7 @@ def main() -> None:
         # Another process, later: the value is read from the thread, typed again.
         with open_store(url) as store, Agent(config(store, ScriptedProvider())) as restored:
             print("Restored output equal:", restored.output == triage)
-            print("Audit:", [entry.summary for entry in store.replay("ticket-4711")][-2])
+            print("Audit:", [entry.summary for entry in store.replay("ticket-4711")][-1])
 
 
 if __name__ == "__main__":

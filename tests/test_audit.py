@@ -161,8 +161,12 @@ def test_replay_reads_the_log_with_versions_times_and_summaries(store: Store) ->
     assert summaries["TurnAnsweredWithCalls"] == (
         "turn 3: assistant: [calls echo], each call's intent recorded"
     )
-    assert summaries["ToolResultRecorded"] == 'echo succeeded: {"echo":"hello"}'
-    assert summaries["RunFinished"] == "answered: all done"
+    assert summaries["ToolResultCheckpointed"] == (
+        'echo succeeded: {"echo":"hello"}, checkpoint saved (turn_end)'
+    )
+    assert summaries["RunFinishedCheckpointed"] == (
+        "answered: all done, checkpoint saved (turn_end)"
+    )
     conversation(store, "stepped", turns=1, save_on_turn_start=True)
     stepped = {e.kind: e.summary for e in store.replay("stepped")}
     assert stepped["ToolCalled"] == 'intent to call echo({"text": "hello"})'
@@ -205,13 +209,13 @@ def test_tampering_with_one_sqlite_record_is_reported_at_its_version(tmp_path: P
     db = tmp_path / "threads.db"
     with open_store(f"sqlite:///{db}", compress=False) as store:  # text a writer can edit
         conversation(store)
-    tamper_sqlite(db, 10, lambda state: state.replace(b"hello", b"HELLO"))
+    tamper_sqlite(db, 8, lambda state: state.replace(b"hello", b"HELLO"))  # the last call
     with open_store(f"sqlite:///{db}") as store:
         report = store.verify("t")
     assert not report.ok
-    assert [f.version for f in report.findings] == [10]
+    assert [f.version for f in report.findings] == [8]
     assert "hash chain broken" in report.findings[0].problem
-    assert report.chained == 9
+    assert report.chained == 7
 
 
 def test_an_unreadable_record_is_reported_not_raised(tmp_path: Path) -> None:
@@ -247,10 +251,10 @@ def test_tampering_with_postgres_is_reported(postgres_database: str) -> None:
     with psycopg.connect(postgres_database) as conn:
         conn.execute(
             "UPDATE covonaut_events SET state = convert_to(replace("
-            "convert_from(state, 'UTF8'), 'hello', 'HELLO'), 'UTF8') WHERE originator_version = 10"
+            "convert_from(state, 'UTF8'), 'hello', 'HELLO'), 'UTF8') WHERE originator_version = 8"
         )
     with open_store(postgres_database) as store:
-        assert [f.version for f in store.verify("t").findings] == [10]
+        assert [f.version for f in store.verify("t").findings] == [8]
 
 
 def test_a_snapshot_that_disagrees_with_the_events_is_reported(tmp_path: Path) -> None:
@@ -502,7 +506,7 @@ def test_a_store_from_before_head_anchors_verifies_and_is_anchored_when_opened(
     with open_store(shared_url) as store:
         report = store.verify("t")
         assert report.ok and not report.notes
-    delete_sql(shared_url, "events", "AND originator_version > 12", str(thread_aggregate_id("t")))
+    delete_sql(shared_url, "events", "AND originator_version > 8", str(thread_aggregate_id("t")))
     with open_store(shared_url) as store:
         assert "the newest events were deleted" in store.verify("t").findings[0].problem
 

@@ -56,8 +56,8 @@ def test_a_turn_that_calls_tools_commits_twice(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The response, which starts its turn, and its calls are committed before any tool runs;
-    the results with the end-of-turn checkpoint; in a batch, each earlier result before
-    the next call runs. The final answer's turn commits once."""
+    the last result, which saves the end-of-turn checkpoint; in a batch, each earlier
+    result before the next call runs. The final answer's turn commits once."""
     commits = record_commits(store, monkeypatch)
     script = [
         call(("c1", "echo", '{"text": "a"}')),
@@ -66,7 +66,7 @@ def test_a_turn_that_calls_tools_commits_twice(
     ]
     assert agent_on(store, script).run("go") == "done"
     write_ahead = ["TurnAnsweredWithCalls"]  # the answer, its turn start and its calls
-    results = ["ToolResultRecorded", "CheckpointSaved"]
+    results = ["ToolResultCheckpointed"]
     assert commits == [
         ["Started", "RunStarted", "MessageAppended"],
         write_ahead,
@@ -74,7 +74,7 @@ def test_a_turn_that_calls_tools_commits_twice(
         write_ahead,
         ["ToolResultRecorded"],
         results,
-        ["TurnAnswered", "RunFinished", "CheckpointSaved"],
+        ["TurnAnswered", "RunFinishedCheckpointed"],
     ]
 
 

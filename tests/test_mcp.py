@@ -111,7 +111,8 @@ def test_a_call_records_intent_passes_its_key_and_records_the_result(
     script = [call(("c1", "read", '{"path": "a.txt"}')), answer("done")]
     assert agent_of(store, server, script).run("read a") == "done"
     kinds = [type(e).__name__ for e in events(store)]
-    assert kinds.index("ToolCalled") < kinds.index("ToolPinned") < kinds.index("ToolResultRecorded")
+    result_at = kinds.index("ToolResultCheckpointed")  # the turn's last result
+    assert kinds.index("ToolCalled") < kinds.index("ToolPinned") < result_at
     pinned = next(e for e in events(store) if isinstance(e, AgentThread.ToolPinned))
     assert pinned.tool.tool == "read" and pinned.tool.server == "files"
     result = next(e for e in events(store) if isinstance(e, AgentThread.ToolResultRecorded))

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from covonaut_es import (
     Agent,
     AgentConfig,
+    AgentThread,
     CheckpointSettings,
     HmacReviewerVerifier,
     InterruptError,
@@ -32,6 +33,7 @@ from covonaut_es import (
 )
 from covonaut_es.projections._items import QUEUE_EVENT_TYPES
 from covonaut_es.projections._views import SQLReviewQueueView
+from covonaut_es.store._codec import aggregate_event_classes
 from support import answer, call, review_tool
 
 
@@ -63,6 +65,13 @@ def expected_queue(store: Store) -> set[tuple[str, str]]:
 
 def keys(queue: ReviewQueue) -> set[tuple[str, str]]:
     return {(item.thread_id, item.item_id) for item in queue.pending()}
+
+
+def test_the_queue_follows_every_subclass_of_an_event_it_follows() -> None:
+    """The projection subscribes by topic, and a subclass has a topic of its own."""
+    for cls in aggregate_event_classes(AgentThread):
+        if issubclass(cls, QUEUE_EVENT_TYPES):
+            assert cls in QUEUE_EVENT_TYPES, cls
 
 
 def test_queue_follows_interrupts_resumes_forks_and_abandons(store: Store) -> None:

@@ -394,7 +394,7 @@ def outcomes(store: Store) -> dict[str, ToolOutcome]:
     return {
         e.tool_call_id: e.outcome
         for e in store.history("t")
-        if type(e).__name__ == "ToolResultRecorded"
+        if isinstance(e, AgentThread.ToolResultRecorded)
     }
 
 

@@ -114,6 +114,13 @@ SAMPLES: dict[type, dict[str, Any]] = {
         "outcome": ToolOutcome.SETTLED,
         "settled_by": "alice",
     },
+    AgentThread.ToolResultCheckpointed: {
+        "tool_call_id": "c1",
+        "tool_name": "echo",
+        "content": "ok",
+        "outcome": ToolOutcome.SUCCEEDED,
+        "retain": 3,
+    },
     AgentThread.ToolCallRetried: {"tool_call_id": "c1"},
     AgentThread.RetryRequested: {"tool_call_id": "c1", "requested_by": "alice"},
     AgentThread.InterruptAnswered: {
@@ -142,6 +149,7 @@ SAMPLES: dict[type, dict[str, Any]] = {
         "output": '{"a": [1, 2.5, null, "x"]}',
         "typed": TypedOutput({"a": [1, 2.5, None, "x"]}),
     },
+    AgentThread.RunFinishedCheckpointed: {"output": "done", "typed": None, "retain": 0},
     AgentThread.RunFailed: {"error_type": "ProviderError", "message": "boom"},
     AgentThread.CheckpointSaved: {"reason": CheckpointReason.INTERRUPT, "retain": 3},
     AgentThread.ReviewRequested: {

@@ -64,6 +64,8 @@ PINNED = {
     "34": "covonaut.submission.InputTaken",
     "35": "covonaut.thread.TurnAnswered",
     "36": "covonaut.thread.TurnAnsweredWithCalls",
+    "37": "covonaut.thread.ToolResultCheckpointed",
+    "38": "covonaut.thread.RunFinishedCheckpointed",
 }
 """The codes as stores hold them: a line here never changes (rows written with it would
 read as another class); a new class appends one."""

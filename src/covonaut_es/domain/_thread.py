@@ -77,6 +77,25 @@ from covonaut_es.messages import Message, Role, ToolCall, Usage
 _NO_PINS: Mapping[str, ToolPin] = MappingProxyType({})
 
 
+class _SavesTurnEndCheckpoint:
+    """What an event that saves its turn's checkpoint with what it records does after
+    it (ADR 0073): the checkpoint is the thread it leaves, at its own version."""
+
+    originator_version: int
+    timestamp: datetime
+    retain: int
+
+    def apply(self, thread: AgentThread) -> None:
+        super().apply(thread)  # type: ignore[misc]  # the event class it is mixed into
+        thread._add_checkpoint(
+            CheckpointReason.TURN_END, self.retain, self.originator_version, self.timestamp
+        )
+
+    @property
+    def checkpoint_reason(self) -> CheckpointReason:
+        return CheckpointReason.TURN_END
+
+
 class AgentThread(Aggregate, created_event_name="Started"):
     """One conversation's agent state, derived from its events."""
 
@@ -152,6 +171,14 @@ class AgentThread(Aggregate, created_event_name="Started"):
             answer, none for other events. Each call's idempotency key derives from
             this event's version."""
             return ()
+
+        @property
+        def checkpoint_reason(self) -> CheckpointReason | None:
+            """Why this event saves a checkpoint, at its own version: a
+            ``CheckpointSaved``'s reason, or that of an event that saves the turn's
+            checkpoint with what it records (``ToolResultCheckpointed``,
+            ``RunFinishedCheckpointed``); None for other events."""
+            return None
 
     class Started(Event, Aggregate.Created):
         """The thread was created."""
@@ -356,6 +383,18 @@ class AgentThread(Aggregate, created_event_name="Started"):
             super().apply(thread)
             _discard(thread.retries_requested, self.tool_call_id)
 
+    class ToolResultCheckpointed(_SavesTurnEndCheckpoint, ToolResultRecorded):
+        """A tool call's result is known, and it ends its turn, whose checkpoint is
+        saved with it: one record where ``ToolResultRecorded`` and ``CheckpointSaved``
+        would be needed (ADR 0073). The checkpoint, of reason ``turn_end``, is the
+        thread with the result, at this event's version; ``retain`` is as
+        ``CheckpointSaved``'s."""
+
+        TOPIC = "covonaut.thread.ToolResultCheckpointed"
+        class_version = 1
+
+        retain: int = 0
+
     class ToolCallRetried(Event):
         """The application (or the tool's ``idempotent`` flag) chose to run a call in
         doubt again, with the same idempotency key, and its retry began.
@@ -486,6 +525,17 @@ class AgentThread(Aggregate, created_event_name="Started"):
             thread.status = ThreadStatus.FINISHED
             thread.output = self.typed
 
+    class RunFinishedCheckpointed(_SavesTurnEndCheckpoint, RunFinished):
+        """The model gave a final answer, and the checkpoint of the turn it ends was
+        saved with it: one record where ``RunFinished`` and ``CheckpointSaved`` would
+        be needed (ADR 0073). The checkpoint, of reason ``turn_end``, is the finished
+        thread, at this event's version; ``retain`` is as ``CheckpointSaved``'s."""
+
+        TOPIC = "covonaut.thread.RunFinishedCheckpointed"
+        class_version = 1
+
+        retain: int = 0
+
     class RunFailed(Event):
         """The run ended in an error (provider failure, turn limit)."""
 
@@ -512,19 +562,13 @@ class AgentThread(Aggregate, created_event_name="Started"):
         retain: int
 
         def apply(self, thread: AgentThread) -> None:
-            thread.checkpoints.append(
-                Checkpoint(
-                    sequence=thread.next_checkpoint_sequence,
-                    version=self.originator_version,
-                    turn=thread.turn,
-                    status=thread.status,
-                    reason=self.reason,
-                    saved_at=self.timestamp,
-                )
+            thread._add_checkpoint(
+                self.reason, self.retain, self.originator_version, self.timestamp
             )
-            thread.next_checkpoint_sequence += 1
-            if self.retain and len(thread.checkpoints) > self.retain:
-                del thread.checkpoints[: -self.retain]
+
+        @property
+        def checkpoint_reason(self) -> CheckpointReason:
+            return self.reason
 
     class Forked(Event):
         """The thread was created as a branch of another thread at ``parent_version``.
@@ -909,14 +953,45 @@ class AgentThread(Aggregate, created_event_name="Started"):
         self, tool_call_id: str, content: str, outcome: ToolOutcome, *, now: datetime
     ) -> None:
         """Record the result of an open tool call."""
+        self._record_result(self.ToolResultRecorded, tool_call_id, content, outcome, now=now)
+
+    def record_tool_result_checkpointed(
+        self,
+        tool_call_id: str,
+        content: str,
+        outcome: ToolOutcome,
+        *,
+        retain: int,
+        now: datetime,
+    ) -> Checkpoint:
+        """Record the result of an open tool call that ends its turn, and save the
+        turn's checkpoint with it, in one event: as :meth:`record_tool_result` then
+        :meth:`save_checkpoint` with reason ``turn_end``. Returns the checkpoint, at
+        the event's version."""
+        self._record_result(
+            self.ToolResultCheckpointed, tool_call_id, content, outcome, now=now, retain=retain
+        )
+        return self.checkpoints[-1]
+
+    def _record_result(
+        self,
+        event: type[ToolResultRecorded],
+        tool_call_id: str,
+        content: str,
+        outcome: ToolOutcome,
+        *,
+        now: datetime,
+        **fields: Any,
+    ) -> None:
         pending = self._open_call(tool_call_id)
         self.trigger_event(
-            self.ToolResultRecorded,
+            event,
             tool_call_id=tool_call_id,
             tool_name=pending.call.name,
             content=content,
             outcome=outcome,
             timestamp=now,
+            **fields,
         )
 
     def settle(
@@ -1105,6 +1180,26 @@ class AgentThread(Aggregate, created_event_name="Started"):
         """Record the final answer, and the value a typed answer was validated into
         (validated by the caller: the aggregate records it as given)."""
         self.trigger_event(self.RunFinished, output=output, typed=typed, timestamp=now)
+
+    def finish_checkpointed(
+        self,
+        output: str,
+        *,
+        retain: int,
+        now: datetime,
+        typed: TypedOutput | None = None,
+    ) -> Checkpoint:
+        """Record the final answer and save the checkpoint of the turn it ends, in one
+        event: as :meth:`finish` then :meth:`save_checkpoint` with reason
+        ``turn_end``. Returns the checkpoint, at the event's version."""
+        self.trigger_event(
+            self.RunFinishedCheckpointed,
+            output=output,
+            typed=typed,
+            retain=retain,
+            timestamp=now,
+        )
+        return self.checkpoints[-1]
 
     def fail(self, error_type: str, message: str, *, now: datetime) -> None:
         """Record that the run failed."""
@@ -1515,6 +1610,25 @@ class AgentThread(Aggregate, created_event_name="Started"):
                 "run; check the external state and settle each one first"
             )
             raise ToolCallsInDoubtError(msg, tool_call_ids=ids)
+
+    def _add_checkpoint(
+        self, reason: CheckpointReason, retain: int, version: int, saved_at: datetime
+    ) -> None:
+        """Keep a checkpoint of the thread as it is, at ``version``: the newest
+        ``retain`` are kept (0 keeps all)."""
+        self.checkpoints.append(
+            Checkpoint(
+                sequence=self.next_checkpoint_sequence,
+                version=version,
+                turn=self.turn,
+                status=self.status,
+                reason=reason,
+                saved_at=saved_at,
+            )
+        )
+        self.next_checkpoint_sequence += 1
+        if retain and len(self.checkpoints) > retain:
+            del self.checkpoints[:-retain]
 
     def _open_intended(self, call: ToolCall, version: int) -> None:
         # The call's idempotency key derives from the version of the event recording its

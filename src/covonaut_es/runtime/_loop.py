@@ -24,6 +24,7 @@ from covonaut_es.domain import (
     RunMode,
     ToolOutcome,
     ToolPin,
+    TypedOutput,
     canonical_json,
 )
 from covonaut_es.domain._reviews import operation_digests, ran_text, refusal_text
@@ -273,8 +274,7 @@ def run_program(
                 yield from _send_back(thread, config, refused, refusals, final_turn=final_turn)
                 yield from _end_of_turn(thread, settings, now())
                 continue
-            thread.finish(response.content, now=now(), typed=typed)
-            yield from _end_of_turn(thread, settings, now())
+            yield from _finish(thread, settings, response.content, typed, now())
             return response.content
         # Write-ahead, in every durability mode: a tool gets its idempotency key only
         # once the record it derives from is stored, or a restore could call it anew
@@ -283,7 +283,9 @@ def run_program(
 
         if final_turn:
             yield from _refuse_calls_on_final_turn(thread, config, calls)
-        yield from _run_tools(thread, config, calls, trace_parent)
+        if (yield from _run_tools(thread, config, calls, trace_parent, _turn_end(settings))):
+            yield Commit(checkpoint=True)  # the last result saved the turn's checkpoint
+            continue
         if thread.interrupts:
             yield from _checkpoint(thread, settings, CheckpointReason.INTERRUPT, now())
             return ""
@@ -412,21 +414,33 @@ def _compact(
 
 
 def _run_tools(
-    thread: AgentThread, config: AgentConfig, calls: Sequence[ToolCall], trace_parent: str
-) -> Generator[Effect, Any, None]:
-    """Run a response's calls and record every result in the order the model asked."""
+    thread: AgentThread,
+    config: AgentConfig,
+    calls: Sequence[ToolCall],
+    trace_parent: str,
+    retain: int | None,
+) -> Generator[Effect, Any, bool]:
+    """Run a response's calls and record every result in the order the model asked.
+    The last result saves the turn's checkpoint with it (``retain`` says how many are
+    kept; None: the turn saves none) unless the run is paused; returns whether it did.
+    The last result is committed with the end of the turn."""
+    last = len(calls) - 1
     if not (config.parallel_tools and len(calls) > 1):
-        for call in calls:
+        saved = False
+        for index, call in enumerate(calls):
             # A call admitted after an earlier one paused the run does not execute.
             paused = bool(thread.interrupts)
             admitted = _admitted(thread, config, call, trace_parent, paused=paused)
-            yield from _execute(thread, config, admitted, trace_parent)
-        return  # the last result is committed with the end of the turn
+            ends = retain if index == last else None
+            saved = yield from _execute(thread, config, admitted, trace_parent, ends)
+        return saved
 
     slots = [_admitted(thread, config, call, trace_parent) for call in calls]
     runnable = tuple(slot for slot in slots if isinstance(slot, PreparedCall))
     finished: dict[str, ToolReport] = {}
-    for slot in slots:
+    saved = False
+    for index, slot in enumerate(slots):
+        ends = retain if index == last else None
         if isinstance(slot, PreparedCall):
             # What is recorded (the approvals used, the results before this call) is
             # committed before any call runs, and before waiting for a running one.
@@ -438,9 +452,11 @@ def _run_tools(
             while slot.call.id not in finished:  # the calls end in any order
                 report: ToolReport = yield NextToolReport()
                 finished[report.tool_call_id] = report
-            yield from _execute(thread, config, finished.pop(slot.call.id), trace_parent)
+            report = finished.pop(slot.call.id)
+            saved = yield from _execute(thread, config, report, trace_parent, ends)
         else:
-            yield from _execute(thread, config, slot, trace_parent)
+            saved = yield from _execute(thread, config, slot, trace_parent, ends)
+    return saved
 
 
 Admitted = PreparedCall | ToolReport | None
@@ -463,19 +479,24 @@ def _admitted(
 
 
 def _execute(
-    thread: AgentThread, config: AgentConfig, item: Admitted, trace_parent: str
-) -> Generator[Effect, Any, None]:
+    thread: AgentThread,
+    config: AgentConfig,
+    item: Admitted,
+    trace_parent: str,
+    retain: int | None = None,
+) -> Generator[Effect, Any, bool]:
     """Run an admitted call and record its result, or record a result known without
-    running it. The result is left to the next commit: the one before the next call
-    runs, or the end of the turn's. Whatever was recorded before the call runs (an
-    earlier call's result, its approval marked used) is committed first."""
+    running it; as :func:`_record` with ``retain``, return whether the result saved
+    the turn's checkpoint. The result is left to the next commit: the one before the
+    next call runs, or the end of the turn's. Whatever was recorded before the call
+    runs (an earlier call's result, its approval marked used) is committed first."""
     if item is None:
-        return
+        return False
     if isinstance(item, PreparedCall):
         yield Commit(always=_authorized(item))
         item = yield RunTool(item)
     assert isinstance(item, ToolReport)
-    _record(thread, item, config.clock(), trace_parent)
+    return _record(thread, item, config.clock(), trace_parent, retain)
 
 
 def _prepare(thread: AgentThread, config: AgentConfig, call: ToolCall) -> PreparedCall | ToolReport:
@@ -616,7 +637,17 @@ def _retry_calls(thread: AgentThread, config: AgentConfig, trace_parent: str) ->
     return ""
 
 
-def _record(thread: AgentThread, report: ToolReport, now: datetime, trace_parent: str) -> None:
+def _record(
+    thread: AgentThread,
+    report: ToolReport,
+    now: datetime,
+    trace_parent: str,
+    retain: int | None = None,
+) -> bool:
+    """Record what a call's report says. A result that ends its turn saves the turn's
+    checkpoint with it (ADR 0073), given its ``retain`` (None: the turn saves none),
+    unless the run is paused, which saves a checkpoint of its own: returns whether it
+    did."""
     if report.expired_after is not None or report.in_doubt:  # the call stays open
         if report.expired_after is not None:
             why = f"ran past its timeout of {report.expired_after:g} s"
@@ -628,14 +659,20 @@ def _record(thread: AgentThread, report: ToolReport, now: datetime, trace_parent
             "idempotency key)"
         )
         thread.pause_in_doubt(report.tool_call_id, reason, now=now, trace_parent=trace_parent)
-        return
+        return False
     content = report.content
     if report.interrupt is not None:
         interrupt = msgspec.structs.replace(report.interrupt, trace_parent=trace_parent)
         thread.interrupt(interrupt, now=now)
     elif (review := thread.reviews.of_call(report.tool_call_id)) is not None and review.runs_call:
         content = ran_text(review, content)
+    if retain is not None and not thread.interrupts:
+        thread.record_tool_result_checkpointed(
+            report.tool_call_id, content, report.outcome, retain=retain, now=now
+        )
+        return True
     thread.record_tool_result(report.tool_call_id, content, report.outcome, now=now)
+    return False
 
 
 def _refuse_calls_on_final_turn(
@@ -684,13 +721,40 @@ def _send_back(
     raise error
 
 
+def _turn_end(settings: RunSettings) -> int | None:
+    """The ``retain`` of the checkpoint that ends a turn; None when a turn saves none."""
+    if settings.skip_save_on_turn_end or not settings.checkpointing:
+        return None
+    return settings.retain
+
+
 def _end_of_turn(
     thread: AgentThread, settings: RunSettings, now: datetime
 ) -> Generator[Effect, Any, None]:
-    if settings.skip_save_on_turn_end:
+    retain = _turn_end(settings)
+    if retain is None:
         yield Commit()
-    else:
-        yield from _checkpoint(thread, settings, CheckpointReason.TURN_END, now)
+        return
+    thread.save_checkpoint(CheckpointReason.TURN_END, retain=retain, now=now)
+    yield Commit(checkpoint=True)
+
+
+def _finish(
+    thread: AgentThread,
+    settings: RunSettings,
+    output: str,
+    typed: TypedOutput | None,
+    now: datetime,
+) -> Generator[Effect, Any, None]:
+    """Record the final answer, which saves the turn's checkpoint with it (ADR 0073)
+    when the turn saves one, and commit it."""
+    retain = _turn_end(settings)
+    if retain is None:
+        thread.finish(output, now=now, typed=typed)
+        yield Commit()
+        return
+    thread.finish_checkpointed(output, retain=retain, now=now, typed=typed)
+    yield Commit(checkpoint=True)
 
 
 def _checkpoint(

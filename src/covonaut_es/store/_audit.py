@@ -122,6 +122,12 @@ def _message_summary(message: Message) -> str:
     return " ".join(parts)
 
 
+def _answered(finished: AgentThread.RunFinished) -> str:
+    if finished.typed is None:
+        return f"answered: {_clip(finished.output)}"
+    return f"answered with the typed value {_clip(canonical_json(finished.typed.value).decode())}"
+
+
 _SUMMARIES: dict[type[Any], Callable[[Any], str]] = {
     AgentThread.Started: lambda e: f"thread {e.thread_id!r} started",
     AgentThread.Forked: lambda e: (
@@ -137,6 +143,9 @@ _SUMMARIES: dict[type[Any], Callable[[Any], str]] = {
     AgentThread.ToolCallSettled: lambda e: (
         f"{e.tool_name} settled by the application: {_clip(e.content)}"
     ),
+    AgentThread.ToolResultCheckpointed: lambda e: (
+        f"{e.tool_name} {e.outcome}: {_clip(e.content)}, checkpoint saved ({e.checkpoint_reason})"
+    ),
     AgentThread.ToolResultRecorded: lambda e: f"{e.tool_name} {e.outcome}: {_clip(e.content)}",
     AgentThread.ToolCallRetried: lambda e: (
         f"call {e.tool_call_id} retried with its idempotency key"
@@ -148,11 +157,10 @@ _SUMMARIES: dict[type[Any], Callable[[Any], str]] = {
     AgentThread.Resumed: lambda e: "resumed",
     AgentThread.TurnStarted: lambda e: f"turn {e.turn} started",
     AgentThread.Compacted: lambda e: f"context compacted from message {e.compaction.first_kept}",
-    AgentThread.RunFinished: lambda e: (
-        f"answered: {_clip(e.output)}"
-        if e.typed is None
-        else f"answered with the typed value {_clip(canonical_json(e.typed.value).decode())}"
+    AgentThread.RunFinishedCheckpointed: lambda e: (
+        f"{_answered(e)}, checkpoint saved ({e.checkpoint_reason})"
     ),
+    AgentThread.RunFinished: _answered,
     AgentThread.RunFailed: lambda e: f"failed: {e.error_type}: {_clip(e.message)}",
     AgentThread.CheckpointSaved: lambda e: f"checkpoint saved ({e.reason})",
     AgentThread.Abandoned: lambda e: f"abandoned: {e.reason}" if e.reason else "abandoned",

@@ -56,6 +56,8 @@ _CODES = (
     ("34", "covonaut.submission.InputTaken"),
     ("35", "covonaut.thread.TurnAnswered"),
     ("36", "covonaut.thread.TurnAnsweredWithCalls"),
+    ("37", "covonaut.thread.ToolResultCheckpointed"),
+    ("38", "covonaut.thread.RunFinishedCheckpointed"),
 )
 """Each code and the topic it stands for, in the order they were given. Append only."""
 

@@ -33,6 +33,7 @@ TRACKED: tuple[type, ...] = (
     AgentThread.ReviewResponded,
     AgentThread.ReviewExpired,
     AgentThread.RunFinished,
+    AgentThread.RunFinishedCheckpointed,
     AgentThread.RunFailed,
     AgentThread.Abandoned,
     AgentThread.ToolCallSettled,
@@ -43,7 +44,8 @@ TRACKED: tuple[type, ...] = (
     InputTaken,
 )
 """The event types a worker follows in the log. The log is filtered by topic, and a
-subclass has a topic of its own: each decision event is listed."""
+subclass has a topic of its own: each is listed (the decisions, a finish that saves its
+turn's checkpoint)."""
 
 
 _NAMING = (InputSubmitted, InputTaken, AgentThread.Started, AgentThread.Forked)
