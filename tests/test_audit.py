@@ -631,16 +631,22 @@ def test_a_turn_answered_by_other_than_the_model_fails_the_load_and_is_a_finding
 
 
 def refused_where_resealed(
-    store: Store, at: int, edit: Callable[[dict[str, Any]], None], message: str
+    store: Store,
+    at: int,
+    edit: Callable[[dict[str, Any]], None],
+    message: str,
+    *,
+    part: str | None = "message",
 ) -> None:
-    """Thread ``t`` copied as ``forged`` with ``edit`` made to the message of its event
-    at version ``at`` and the chain sealed again: a load raises StoredRowError matching
-    ``message``, and verify's first finding is at that event."""
+    """Thread ``t`` copied as ``forged`` with ``edit`` made to the ``part`` (None: the
+    whole payload) of its event at version ``at`` and the chain sealed again: a load
+    raises StoredRowError matching ``message``, and verify's first finding is at that
+    event."""
     previous = [""]
 
     def alter(version: int, topic: str, payload: dict[str, Any]) -> dict[str, Any]:
         if version == at:
-            edit(payload["message"])
+            edit(payload if part is None else payload[part])
         payload["chain"] = previous[0] = chain_hash(previous[0], topic, version, payload)
         return payload
 
@@ -650,6 +656,27 @@ def refused_where_resealed(
     finding = store.verify("forged").findings[0]
     assert finding.version == at
     assert "does not apply" in finding.problem
+
+
+@settings(max_examples=12, deadline=None)
+@given(data=st.data(), retain=st.integers(max_value=-1))
+def test_a_checkpoint_told_to_keep_fewer_than_none_fails_the_load_and_is_a_finding(
+    data: st.DataObject, retain: int
+) -> None:
+    """An event that saves a checkpoint keeps the newest ``retain`` (0: all): a writer
+    who makes it negative and seals the chain again would have every checkpoint
+    forgotten; a load raises StoredRowError at it and verify reports it there."""
+    with open_store("memory://") as store:
+        conversation(store, turns=1).save_checkpoint()  # a CheckpointSaved too
+        savers = [e for e in store.history("t") if e.checkpoint_reason is not None]
+        forged_at = data.draw(st.sampled_from(savers)).originator_version
+        refused_where_resealed(
+            store,
+            forged_at,
+            lambda payload: payload.update(retain=retain),
+            f"version {forged_at} does not apply",
+            part=None,
+        )
 
 
 class _Killed(BaseException):

@@ -104,14 +104,14 @@ def test_compression_shrinks_records(
 def test_replay_law_holds_across_snapshots(store: Store) -> None:
     """Long threads are loaded through snapshots; the result equals the replay."""
     script: list[Any] = []
-    for i in range(90):
+    for i in range(130):
         script += [ProviderResponse(tool_calls=(ToolCall(f"c{i}", "echo", '{"text": "x"}'),))]
     script.append(ProviderResponse(content="done"))
     agent = Agent(
         AgentConfig(
             provider=ScriptedProvider(script),
             tools=[echo_tool()],
-            max_turns=100,
+            max_turns=140,
             checkpoint=CheckpointSettings(store=store, thread_id="long"),
             clock=ticking_clock(),
         )

@@ -106,7 +106,7 @@ def test_a_new_store_writes_codes_for_its_events_and_snapshots(store: Store) -> 
     conversation(store, "t", 40)  # long enough for a snapshot
     records = list(store._records.all_stored_records())
     assert {full_topic(r.topic) for r in records} >= {
-        AgentThread.ToolResultRecorded.TOPIC,
+        AgentThread.ToolResultCheckpointed.TOPIC,
         "covonaut.thread.Snapshot",
     }
     assert all(r.topic in TOPIC_CODES for r in records), {r.topic for r in records}
@@ -151,12 +151,12 @@ def test_old_rows_and_new_rows_are_read_filtered_and_queued_alike(tmp_path: Path
 
 
 def first_tool_result(db: Path) -> int:
-    """The version of thread ``t``'s first ``ToolResultRecorded``, which its row names by
-    code."""
+    """The version of thread ``t``'s first tool result (a turn's last, which saves the
+    turn's checkpoint: ``ToolResultCheckpointed``), which its row names by code."""
     with sqlite3.connect(db) as conn:
         (version,) = conn.execute(
             "SELECT min(originator_version) FROM stored_events WHERE topic = ?",
-            (compact(AgentThread.ToolResultRecorded.TOPIC),),
+            (compact(AgentThread.ToolResultCheckpointed.TOPIC),),
         ).fetchone()
     return int(version)
 
@@ -182,7 +182,7 @@ def test_a_full_topic_in_place_of_a_code_is_harmless_to_load_and_verify(
         conversation(store, "t", 3)
         before = store.load("t")
     version = first_tool_result(db)
-    rewrite(db, version, "topic", AgentThread.ToolResultRecorded.TOPIC)
+    rewrite(db, version, "topic", AgentThread.ToolResultCheckpointed.TOPIC)
     with open_store(f"sqlite:///{db}") as store:
         assert differing_fields(store.load("t"), before) == ()
         assert store.verify("t").ok
@@ -212,7 +212,7 @@ def test_a_known_code_names_its_class_in_an_error(tmp_path: Path) -> None:
         conversation(store, "t", 3)
     rewrite(db, first_tool_result(db), "state", b"\x00")
     with open_store(f"sqlite:///{db}") as store:
-        expected = r"stored event '3' \(covonaut.thread.ToolResultRecorded\) of stream"
+        expected = r"stored event '37' \(covonaut.thread.ToolResultCheckpointed\) of stream"
         with pytest.raises(SerializationError, match=expected):
             store.load("t")
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from covonaut_es import (
@@ -35,7 +35,7 @@ from covonaut_es import (
 )
 from covonaut_es.domain import CheckpointReason, ThreadStatus, ToolOutcome
 from covonaut_es.domain._tool_pins import ToolPin
-from covonaut_es.errors import ProviderError
+from covonaut_es.errors import ProviderError, ThreadAbandonedError
 from covonaut_es.messages import Message, Role
 from support import GOLDEN, OBJECT_SCHEMA, answer, ticking_clock
 
@@ -93,6 +93,19 @@ def _script(calls: list[list[str]], ends: str, run: int) -> list[Any]:
     return script
 
 
+def _abandoning(store: Store, item: Any) -> Any:
+    """``item`` of a script, played after the thread is given up (once it is stored)."""
+
+    def respond(request: Any) -> Any:
+        if store.exists("t1"):
+            store.abandon("t1", "the customer left")
+        if isinstance(item, Exception):
+            raise item
+        return item
+
+    return respond
+
+
 def _turns(history: list[Any]) -> list[list[Any]]:
     """The events of each model call's turn, from the event that records its answer to
     the event before the next turn, run or resumption starts."""
@@ -118,6 +131,16 @@ def _turns(history: list[Any]) -> list[list[Any]]:
     skip_end=st.booleans(),
     save_on_turn_start=st.booleans(),
     retain=st.sampled_from((0, 2)),
+    abandon_in_call=st.none() | st.integers(0, 3),
+)
+@example(  # given up during the last model call, whose answer is stored after that
+    runs=[([[NOTE]], "answer")],
+    parallel=False,
+    durability="step",
+    skip_end=False,
+    save_on_turn_start=False,
+    retain=0,
+    abandon_in_call=1,
 )
 def test_every_turn_that_ends_saves_one_checkpoint_with_its_last_result_or_answer(
     runs: list[tuple[list[list[str]], str]],
@@ -126,15 +149,23 @@ def test_every_turn_that_ends_saves_one_checkpoint_with_its_last_result_or_answe
     skip_end: bool,
     save_on_turn_start: bool,
     retain: int,
+    abandon_in_call: int | None,
 ) -> None:
+    """``abandon_in_call``: the model call of the first run during which a person gives
+    the thread up (the run's later events are stored after it, ADR 0026)."""
     # Under durability="checkpoint" a thread that saves no turn-end checkpoint commits
     # only its pauses and failures: nothing for a turn to fold into.
     assume(not (durability == "checkpoint" and skip_end))
     with open_store("memory://", max_checkpoints_per_thread=retain) as store:
         for run, (calls, ends) in enumerate(runs):
+            script = _script(calls, ends, run)
+            if run == 0 and abandon_in_call is not None and abandon_in_call < len(script):
+                script[abandon_in_call] = _abandoning(store, script[abandon_in_call])
+            elif run and store.load("t1").status is ThreadStatus.ABANDONED:
+                break
             agent = _agent(
                 store,
-                _script(calls, ends, run),
+                script,
                 parallel=parallel,
                 durability=durability,
                 skip_save_on_turn_end=skip_end,
@@ -148,6 +179,8 @@ def test_every_turn_that_ends_saves_one_checkpoint_with_its_last_result_or_answe
                 agent.run("go")
             except ProviderError:
                 assert ends == "fail"
+            except ThreadAbandonedError:
+                assert run == 0 and abandon_in_call is not None
             # The store holds what the agent holds: a run's end, failure and pause are
             # each committed.
             assert store.load("t1").version == agent.state.version
@@ -166,12 +199,21 @@ def test_every_turn_that_ends_saves_one_checkpoint_with_its_last_result_or_answe
             at = store.state_at("t1", checkpoint.version)
             assert (at.turn, at.status) == (checkpoint.turn, checkpoint.status)
 
-        for span in _turns(history):
+        given_up = next(
+            (e.originator_version for e in history if isinstance(e, AgentThread.Abandoned)), None
+        )
+        for whole in _turns(history):
+            # What a person does beside a run (here, giving the thread up) is no turn's.
+            span = [e for e in whole if not isinstance(e, AgentThread.Abandoned)]
             ended = [e for e in span if e.checkpoint_reason is CheckpointReason.TURN_END]
             paused = any(isinstance(e, AgentThread.Interrupted) for e in span)
             failed = any(isinstance(e, AgentThread.RunFailed) for e in span)
             if skip_end or paused or failed:
                 assert ended == [], span
+                continue
+            if given_up is not None and whole[-1].originator_version >= given_up:
+                # The run stopped after what it had recorded: a turn it ended saved one.
+                assert ended in ([], [span[-1]]), span
                 continue
             # One checkpoint, saved by the turn's last event: its last result or answer.
             assert ended == [span[-1]], span

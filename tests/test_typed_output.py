@@ -78,7 +78,7 @@ def test_struct_answer_is_validated_recorded_and_read_back(store: Store) -> None
     finished = [e for e in store.history("t") if isinstance(e, AgentThread.RunFinished)]
     assert [e.typed for e in finished] == [TypedOutput({"label": "spam", "score": 0.5})]
     assert store.replay_state("t").output == agent.state.output
-    assert "typed value" in [entry.summary for entry in store.replay("t")][-2]
+    assert "typed value" in [entry.summary for entry in store.replay("t")][-1]
     restored = typed_agent(store, [], Verdict)
     assert restored.output == Verdict("spam", 0.5)
 

@@ -77,16 +77,20 @@ from covonaut_es.messages import Message, Role, ToolCall, Usage
 _NO_PINS: Mapping[str, ToolPin] = MappingProxyType({})
 
 
+def _check_retain(retain: int) -> None:
+    if retain < 0:
+        msg = f"retain counts the newest checkpoints to keep (0: all), not {retain}"
+        raise ValueError(msg)
+
+
 class _SavesTurnEndCheckpoint:
-    """What an event that saves its turn's checkpoint with what it records does after
-    it (ADR 0073): the checkpoint is the thread it leaves, at its own version."""
+    """An event that saves its turn's checkpoint with what it records (ADR 0073)."""
 
     originator_version: int
     timestamp: datetime
     retain: int
 
-    def apply(self, thread: AgentThread) -> None:
-        super().apply(thread)  # type: ignore[misc]  # the event class it is mixed into
+    def keep_checkpoint(self, thread: AgentThread) -> None:
         thread._add_checkpoint(
             CheckpointReason.TURN_END, self.retain, self.originator_version, self.timestamp
         )
@@ -156,7 +160,12 @@ class AgentThread(Aggregate, created_event_name="Started"):
                 thread = super().mutate(thread)
             if abandoned:  # the last results of a run it stopped change nothing
                 thread.status = ThreadStatus.ABANDONED
+            self.keep_checkpoint(thread)
             return thread
+
+        def keep_checkpoint(self, thread: AgentThread) -> None:
+            """Add the checkpoint this event saves (:attr:`checkpoint_reason`), if any,
+            to ``thread``: the thread as this event leaves it, at its version."""
 
         def rebased_fields(self, thread: AgentThread) -> dict[str, Any]:
             """The fields to trigger this event with again on ``thread`` (see
@@ -562,6 +571,9 @@ class AgentThread(Aggregate, created_event_name="Started"):
         retain: int
 
         def apply(self, thread: AgentThread) -> None:
+            pass  # its checkpoint is kept once the event is followed
+
+        def keep_checkpoint(self, thread: AgentThread) -> None:
             thread._add_checkpoint(
                 self.reason, self.retain, self.originator_version, self.timestamp
             )
@@ -968,6 +980,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
         turn's checkpoint with it, in one event: as :meth:`record_tool_result` then
         :meth:`save_checkpoint` with reason ``turn_end``. Returns the checkpoint, at
         the event's version."""
+        _check_retain(retain)  # before anything changes
         self._record_result(
             self.ToolResultCheckpointed, tool_call_id, content, outcome, now=now, retain=retain
         )
@@ -1192,6 +1205,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
         """Record the final answer and save the checkpoint of the turn it ends, in one
         event: as :meth:`finish` then :meth:`save_checkpoint` with reason
         ``turn_end``. Returns the checkpoint, at the event's version."""
+        _check_retain(retain)  # before anything changes
         self.trigger_event(
             self.RunFinishedCheckpointed,
             output=output,
@@ -1209,6 +1223,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
         self, reason: CheckpointReason, *, retain: int, now: datetime
     ) -> Checkpoint:
         """Record a checkpoint; its version is the one this event gets."""
+        _check_retain(retain)  # before anything changes
         self.trigger_event(self.CheckpointSaved, reason=reason, retain=retain, timestamp=now)
         return self.checkpoints[-1]
 
@@ -1615,7 +1630,13 @@ class AgentThread(Aggregate, created_event_name="Started"):
         self, reason: CheckpointReason, retain: int, version: int, saved_at: datetime
     ) -> None:
         """Keep a checkpoint of the thread as it is, at ``version``: the newest
-        ``retain`` are kept (0 keeps all)."""
+        ``retain`` are kept (0 keeps all).
+
+        Raises:
+            ValueError: ``retain`` is negative (a stored event altered so would forget
+                every checkpoint).
+        """
+        _check_retain(retain)
         self.checkpoints.append(
             Checkpoint(
                 sequence=self.next_checkpoint_sequence,
