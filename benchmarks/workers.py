@@ -89,7 +89,10 @@ def _wait(what: str, done: Any) -> None:
 
 
 def _finished_times(store: Store, after: int) -> list[float]:
-    found = store._records.notifications(AgentThread.RunFinished, after=after)
+    # By topic, so each class that records a run's end is named (ADR 0073).
+    found = store._records.notifications(
+        AgentThread.RunFinished, AgentThread.RunFinishedCheckpointed, after=after
+    )
     return [store._app.mapper.to_domain_event(n).timestamp.timestamp() for n in found]
 
 
