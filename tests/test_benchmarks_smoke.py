@@ -32,10 +32,13 @@ def test_quick_benchmarks_run_and_write_every_figure(tmp_path: Path) -> None:
         check=False,
     )
     assert result.returncode == 0, result.stderr[-4000:]
+    # A measurement that fails in its own process leaves its cells empty and the run
+    # going: its traceback is what shows it.
+    assert "Traceback" not in result.stderr, result.stderr[-4000:]
     report = output.read_text()
     assert "## Targets" in report
     assert "## Machine" in report
-    for figure in (*range(1, 9), 12, 14):
+    for figure in range(1, 16):
         assert f"\n## {figure}. " in report, f"figure {figure} is missing"
     separators = [line for line in report.splitlines() if line.startswith("| --- |")]
     assert len(separators) >= 10, "expected the figures' tables"
