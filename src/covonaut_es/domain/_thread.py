@@ -83,17 +83,26 @@ def _check_retain(retain: int) -> None:
         raise ValueError(msg)
 
 
-class _SavesTurnEndCheckpoint:
-    """An event that saves its turn's checkpoint with what it records (ADR 0073)."""
+class _SavesCheckpoint:
+    """An event that saves a checkpoint: the thread as the event leaves it, at its
+    version, keeping the newest ``retain`` (0: all)."""
 
     originator_version: int
     timestamp: datetime
     retain: int
 
+    @property
+    def checkpoint_reason(self) -> CheckpointReason:
+        raise NotImplementedError
+
     def keep_checkpoint(self, thread: AgentThread) -> None:
         thread._add_checkpoint(
-            CheckpointReason.TURN_END, self.retain, self.originator_version, self.timestamp
+            self.checkpoint_reason, self.retain, self.originator_version, self.timestamp
         )
+
+
+class _SavesTurnEndCheckpoint(_SavesCheckpoint):
+    """An event that saves its turn's checkpoint with what it records (ADR 0073)."""
 
     @property
     def checkpoint_reason(self) -> CheckpointReason:
@@ -557,7 +566,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
             thread.status = ThreadStatus.ERROR
             thread.error = f"{self.error_type}: {self.message}"
 
-    class CheckpointSaved(Event):
+    class CheckpointSaved(_SavesCheckpoint, Event):
         """A checkpoint was saved; only the newest ``retain`` are kept (0 keeps all).
 
         The checkpoint's other fields are the thread's at this event, so they are
@@ -572,11 +581,6 @@ class AgentThread(Aggregate, created_event_name="Started"):
 
         def apply(self, thread: AgentThread) -> None:
             pass  # its checkpoint is kept once the event is followed
-
-        def keep_checkpoint(self, thread: AgentThread) -> None:
-            thread._add_checkpoint(
-                self.reason, self.retain, self.originator_version, self.timestamp
-            )
 
         @property
         def checkpoint_reason(self) -> CheckpointReason:
