@@ -272,6 +272,27 @@ def test_the_thread_saves_the_checkpoint_with_what_it_records() -> None:
     assert finished.status is ThreadStatus.FINISHED and thread.output is None
 
 
+@pytest.mark.parametrize("saving", ["result", "finish", "checkpoint"])
+def test_a_negative_retain_is_refused_before_anything_changes(saving: str) -> None:
+    now = ticking_clock()
+    thread = AgentThread.start("t1", now=now())
+    call = ToolCall("c1", NOTE, "{}")
+    thread.answer_turn_calling(Message(Role.ASSISTANT, "", tool_calls=(call,)), now=now())
+    before = (thread.version, list(thread.checkpoints), list(thread.open_calls), thread.status)
+    with pytest.raises(ValueError, match="retain counts the newest checkpoints"):
+        if saving == "result":
+            thread.record_tool_result_checkpointed(
+                "c1", "noted", ToolOutcome.SUCCEEDED, retain=-1, now=now()
+            )
+        elif saving == "finish":
+            thread.finish_checkpointed("done", retain=-1, now=now())
+        else:
+            thread.save_checkpoint(CheckpointReason.MANUAL, retain=-1, now=now())
+    after = (thread.version, list(thread.checkpoints), list(thread.open_calls), thread.status)
+    assert after == before
+    assert len(thread.collect_events()) == 2  # its start and the answer
+
+
 def test_a_thread_written_before_goes_on_saving_its_checkpoints_with_its_turns(
     tmp_path: Path,
 ) -> None:

@@ -91,6 +91,12 @@ class _SavesCheckpoint:
     timestamp: datetime
     retain: int
 
+    def __post_init__(self) -> None:
+        # Triggered with a negative retain, the event is refused before anything
+        # changes; one read from the store is refused when it is followed.
+        super().__post_init__()  # type: ignore[misc]  # the event class it is mixed into
+        _check_retain(self.retain)
+
     @property
     def checkpoint_reason(self) -> CheckpointReason:
         raise NotImplementedError
@@ -984,7 +990,6 @@ class AgentThread(Aggregate, created_event_name="Started"):
         turn's checkpoint with it, in one event: as :meth:`record_tool_result` then
         :meth:`save_checkpoint` with reason ``turn_end``. Returns the checkpoint, at
         the event's version."""
-        _check_retain(retain)  # before anything changes
         self._record_result(
             self.ToolResultCheckpointed, tool_call_id, content, outcome, now=now, retain=retain
         )
@@ -1209,7 +1214,6 @@ class AgentThread(Aggregate, created_event_name="Started"):
         """Record the final answer and save the checkpoint of the turn it ends, in one
         event: as :meth:`finish` then :meth:`save_checkpoint` with reason
         ``turn_end``. Returns the checkpoint, at the event's version."""
-        _check_retain(retain)  # before anything changes
         self.trigger_event(
             self.RunFinishedCheckpointed,
             output=output,
@@ -1227,7 +1231,6 @@ class AgentThread(Aggregate, created_event_name="Started"):
         self, reason: CheckpointReason, *, retain: int, now: datetime
     ) -> Checkpoint:
         """Record a checkpoint; its version is the one this event gets."""
-        _check_retain(retain)  # before anything changes
         self.trigger_event(self.CheckpointSaved, reason=reason, retain=retain, timestamp=now)
         return self.checkpoints[-1]
 
