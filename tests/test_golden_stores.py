@@ -8,7 +8,8 @@ their codes (ADR 0064); golden v8-turn-answered: the same written by 8f6b487, wh
 turn's start is stored with the model's answer (ADR 0071), before the calls' intents
 went with it too (ADR 0072); golden v9-calls-with-answer: the same written by 2b2fac2,
 where they do, before a turn's last result or final answer saved its checkpoint
-with it (ADR 0073).
+with it (ADR 0073); golden v10-turn-checkpoint: the same written by 40fe483, where they
+do, before a SQLite store kept its stream ids as 16 bytes (ADR 0074).
 
 The fixtures come from ``tests/fixtures/write_golden_stores.py``; each manifest says what
 each store holds. Each test works on a copy in ``tmp_path``.
@@ -48,7 +49,14 @@ from covonaut_es.store._dictionary import shipped_dictionary
 
 GOLDENS = {
     version: Path(__file__).parent / "fixtures" / "golden" / version
-    for version in ("v4", "v6-zstd", "v7-topic-codes", "v8-turn-answered", "v9-calls-with-answer")
+    for version in (
+        "v4",
+        "v6-zstd",
+        "v7-topic-codes",
+        "v8-turn-answered",
+        "v9-calls-with-answer",
+        "v10-turn-checkpoint",
+    )
 }
 MANIFESTS: dict[str, dict[str, Any]] = {
     version: json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
