@@ -126,6 +126,12 @@ def _layout_bytes(
         return Path(path).stat().st_size
 
 
+def _stream_bytes(stored: bytes | str) -> bytes:
+    """A stored stream id as its 16 bytes: a store keeps them so since ADR 0074, as
+    hex before."""
+    return stored if isinstance(stored, bytes) else bytes.fromhex(stored)
+
+
 def what_if_layouts(target: str) -> list[tuple[str, int]]:
     """The directions the strict storage target points to, measured on the run's own
     rows rewritten into fresh files: nothing in the library changes. The first keeps
@@ -133,14 +139,14 @@ def what_if_layouts(target: str) -> list[tuple[str, int]]:
     the others compress them afresh from their plain bytes."""
     with closing(sqlite3.connect(target)) as con:
         stored = [
-            (bytes.fromhex(s), v, t, bytes(p))
+            (_stream_bytes(s), v, t, bytes(p))
             for s, v, t, p in con.execute(
                 "SELECT originator_id, originator_version, topic, state FROM stored_events "
                 "ORDER BY rowid"
             )
         ]
         snapshots = [
-            (bytes.fromhex(s), v, t, bytes(p))
+            (_stream_bytes(s), v, t, bytes(p))
             for s, v, t, p in con.execute(
                 "SELECT originator_id, originator_version, topic, state FROM stored_snapshots"
             )
@@ -161,7 +167,7 @@ def what_if_layouts(target: str) -> list[tuple[str, int]]:
     content = [row for row in rows if row[2].rsplit(".", 1)[-1] not in CONTENTLESS]
     found = [
         (
-            f"compact stream ids and topics (payloads as stored: {compression})",
+            f"compact topics and 16-byte stream ids (payloads as stored: {compression})",
             _layout_bytes(stored, snapshots),
         ),
         (
@@ -302,7 +308,7 @@ def storage(ctx: Context, turns: int) -> Table:
     table.rows += [
         part("topic strings, one per event", str(events), sum(r[3] for r in found["topics"])),
         part(
-            "hex thread ids, one per event (the key index holds them again)",
+            "thread ids (16 bytes since ADR 0074), one per event (the key index holds them again)",
             str(events),
             sum(r[4] for r in found["topics"]),
         ),
@@ -334,7 +340,7 @@ def storage(ctx: Context, turns: int) -> Table:
             f"Cause: of the file, event payloads (JSON with field names, timestamps and "
             f"chain links) are {ratio(sum(r[2] for r in found['topics']), total):.0%}, the "
             f"snapshot {ratio(snapshot_bytes, total):.0%}; each turn stores "
-            f"{events / turns:.1f} events, and each row repeats its topic and hex stream "
+            f"{events / turns:.1f} events, and each row repeats its topic and stream "
             f"id. Measured on the run's own rows rewritten (Diagnosis): {layouts}."
         )
     target = ctx.targets.get(f"storage-logical-{turns}")
@@ -344,7 +350,7 @@ def storage(ctx: Context, turns: int) -> Table:
             "(`Store.snapshot_if_due` in `store/_store.py` keeps one per thread, "
             "the newest, ADR 0014, as msgpack in a zstd frame, ADR 0022), and each "
             f"turn stores {events / turns:.1f} events, of which only the message events carry "
-            "conversation; every event row repeats its topic string and hex thread id "
+            "conversation; every event row repeats its topic code and thread id "
             "(eventsourcing's SQLite schema, in `ThreadsApplication`). Without snapshots "
             f"the file would be {times(ratio(without, logical))} the logical bytes; with "
             f'`compress="none"` {times(ratio(uncompressed.get("bytes"), logical))}. See '

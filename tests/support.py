@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 from eventsourcing.persistence import StoredEvent
 
@@ -153,6 +154,12 @@ def conversation(store: Store, thread_id: str, turns: int) -> Agent:
     agent = agent_on(store, thread_id, [*script, answer("done")])
     agent.run("go")
     return agent
+
+
+def sqlite_key(stream: UUID | str) -> bytes:
+    """A stream id as the tables of a SQLite store created by this version key it: its
+    16 bytes (ADR 0074)."""
+    return (stream if isinstance(stream, UUID) else UUID(stream)).bytes
 
 
 def raw_records(store: Store) -> list[bytes]:

@@ -48,7 +48,7 @@ from covonaut_es.messages import Role, StreamDelta, ToolCallDelta
 from covonaut_es.store._dictionary import ZstdDictionaryCompressor
 from covonaut_es.store._topic_codes import stored_forms
 from inbox_support import free_port
-from support import HeldProvider
+from support import HeldProvider, sqlite_key
 from test_agui import Shop, approvals, events_of, model, paused, user_says
 
 SECRET_TEXT = "sk-proj-DoNotShowThisKey"
@@ -296,7 +296,7 @@ def tamper_with_review_pause(shop: Shop, thread_id: str, change: tuple[str, str,
     review request does."""
     path = shop.store.url.removeprefix("sqlite:///")
     with contextlib.closing(sqlite3.connect(path)) as db, db:
-        originator = thread_aggregate_id(thread_id).hex
+        originator = sqlite_key(thread_aggregate_id(thread_id))
         version, state = db.execute(
             "SELECT originator_version, state FROM stored_events WHERE topic IN (?, ?) "
             "AND originator_id = ? ORDER BY originator_version DESC LIMIT 1",

@@ -44,7 +44,15 @@ from covonaut_es.store import _zstd
 from covonaut_es.store._chain import UNCHAINED, chain_hash, scheme_of
 from covonaut_es.store._snapshot_seals import unsealed
 from covonaut_es.store._topic_codes import full_topic
-from support import OBJECT_SCHEMA, answer, call, echo_tool, review_tool, ticking_clock
+from support import (
+    OBJECT_SCHEMA,
+    answer,
+    call,
+    echo_tool,
+    review_tool,
+    sqlite_key,
+    ticking_clock,
+)
 
 STARTED_TOPICS = {AgentThread.Started.TOPIC, AgentThread.StartedFromState.TOPIC}
 
@@ -441,12 +449,11 @@ def test_import_refuses_a_line_that_does_not_decode(store: Store) -> None:
 def run_sql(url: str, sqlite_statement: str, postgres_statement: str, stream: str = "") -> None:
     """Run a statement on a store's database behind the library's back; ``{events}`` and
     ``{heads}`` name its tables, and its parameter (if any) is the stream's id."""
-    params = (stream.replace("-", ""),) if stream else ()
     if url.startswith("sqlite"):
         with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
             conn.execute(
                 sqlite_statement.format(events="stored_events", heads="stored_events_heads"),
-                params,
+                (sqlite_key(stream),) if stream else (),
             )
     else:
         with psycopg.connect(url) as conn:

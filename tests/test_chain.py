@@ -32,6 +32,7 @@ from covonaut_es.messages import Message
 from covonaut_es.store._chain import KEYED, PUBLIC, chain_hash, scheme_of
 from covonaut_es.store._chain_key import CHAIN_TABLE, chain_key_fingerprint
 from covonaut_es.store._settings import settings_table
+from support import sqlite_key
 
 GOLDEN = Path(__file__).parent / "fixtures" / "golden" / "v4-chain"
 MANIFEST: dict[str, Any] = json.loads((GOLDEN / "manifest.json").read_text())
@@ -78,7 +79,7 @@ def rewrite_sql(url: str, stream: UUID, version: int, state: bytes) -> None:
             conn.execute(
                 "UPDATE stored_events SET state = ? WHERE originator_id = ? "
                 "AND originator_version = ?",
-                (state, stream.hex, version),
+                (state, sqlite_key(stream), version),
             )
     else:
         with psycopg.connect(url) as conn:
@@ -95,7 +96,7 @@ def move_anchor_sql(url: str, stream: UUID, chain: str) -> None:
         with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
             conn.execute(
                 "UPDATE stored_events_heads SET chain = ? WHERE originator_id = ?",
-                (chain, stream.hex),
+                (chain, sqlite_key(stream)),
             )
     else:
         with psycopg.connect(url) as conn:

@@ -16,6 +16,7 @@ from covonaut_es.domain import thread_aggregate_id
 from covonaut_es.errors import BrokenChainError, ThreadStateError
 from covonaut_es.messages import Message
 from covonaut_es.store._chain_key import CHAIN_TABLE
+from support import sqlite_key
 from test_chain import KEY, NOW, launder, move_anchor_sql, written_thread
 
 
@@ -32,7 +33,7 @@ def run_sql(url: str, sql: str, *params: Any) -> None:
 def tables(url: str) -> tuple[str, str, Any]:
     """The events and head tables, and how a stream id is stored, on the URL's back end."""
     if url.startswith("sqlite"):
-        return "stored_events", "stored_events_heads", lambda stream: stream.hex
+        return "stored_events", "stored_events_heads", sqlite_key
     return "covonaut_events", "covonaut_events_heads", lambda stream: stream
 
 

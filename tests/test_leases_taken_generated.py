@@ -33,6 +33,7 @@ from covonaut_es.errors import LeaseLostError, ReadOnlyStoreError
 from covonaut_es.store import Lease
 from covonaut_es.store._heads import lease_table
 from lease_faults import APPLICATION_PREFIX, backends, lock_file, terminate
+from support import sqlite_key
 
 THREADS = ("t0", "t1")
 STORES = 2
@@ -126,7 +127,7 @@ def machine(url: str) -> type[RuleBasedStateMachine]:
                     conn.execute(advance.format("%s"), (stream,))
             else:
                 with closing(sqlite3.connect(self.url.removeprefix("sqlite:///"))) as conn:
-                    conn.execute(advance.format("?"), (stream.hex,))
+                    conn.execute(advance.format("?"), (sqlite_key(stream),))
                     conn.commit()
             self.token[thread_id] += 1
 

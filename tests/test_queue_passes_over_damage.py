@@ -35,7 +35,7 @@ from covonaut_es.projections._items import QUEUE_EVENT_TYPES, pending_from
 from covonaut_es.store._application import AgentApplication
 from covonaut_es.store._topic_codes import stored_forms
 from covonaut_es.store._urls import persistence_env
-from support import append_raw_event, call, review_tool
+from support import append_raw_event, call, review_tool, sqlite_key
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 THREADS = ("a", "b", "c")
@@ -90,7 +90,7 @@ def _warnings(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
 def _rewrite(path: Path, thread_id: str, nth: int, topic: str | None, state: bytes | None) -> int:
     """Give the ``nth`` of the thread's queue records (modulo their number) another topic
     or payload, behind the library's back; its log position."""
-    stream = thread_aggregate_id(thread_id).hex
+    stream = sqlite_key(thread_aggregate_id(thread_id))
     marks = ",".join("?" * len(QUEUE_TOPICS))
     with closing(sqlite3.connect(path)) as conn, conn:
         rows = conn.execute(
@@ -141,7 +141,7 @@ def test_a_rewritten_record_leaves_every_thread_that_loads_listed(
             _paused(store)
         if flip is not None and state is None:
             with closing(sqlite3.connect(path)) as conn:
-                stream = thread_aggregate_id(thread_id).hex
+                stream = sqlite_key(thread_aggregate_id(thread_id))
                 (state,) = conn.execute(
                     "SELECT state FROM stored_events WHERE originator_id = ? "
                     "ORDER BY originator_version LIMIT 1 OFFSET 1",

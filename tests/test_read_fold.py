@@ -22,6 +22,7 @@ from covonaut_es import Message, Role, Store, open_store
 from covonaut_es.domain import AgentThread, ThreadSnapshot, ThreadState, thread_aggregate_id
 from covonaut_es.errors import CovonautError, MissingEventError, StoredRowError
 from covonaut_es.store._chain import UNCHAINED, chain_hash
+from support import sqlite_key
 from test_audit import conversation
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -60,7 +61,7 @@ def test_a_load_folds_as_a_replay_and_refuses_a_gap_it_reads(
                     conn.execute(
                         "DELETE FROM stored_events WHERE originator_id = ? "
                         "AND originator_version = ?",
-                        (thread_aggregate_id("t").hex, deleted),
+                        (sqlite_key(thread_aggregate_id("t")), deleted),
                     )
             # A snapshot at or above the gap (its own event gone: passed over) still
             # leaves the load the gap to fold; one above it spares the load the gap.
@@ -83,13 +84,13 @@ def _thread(thread_id: str, messages: int) -> AgentThread:
     return thread
 
 
-def _state_stream(path: Path) -> str:
+def _state_stream(path: Path) -> bytes:
     """The stream id of the one stream in the store that is no thread's (a named state's)."""
-    threads = {thread_aggregate_id(t).hex for t in ("t", "u")}
+    threads = {sqlite_key(thread_aggregate_id(t)) for t in ("t", "u")}
     with closing(sqlite3.connect(path)) as conn:
         streams = {row[0] for row in conn.execute("SELECT originator_id FROM stored_events")}
     (state,) = streams - threads
-    return str(state)
+    return bytes(state)
 
 
 @settings(max_examples=30, deadline=None)
@@ -118,7 +119,7 @@ def test_a_row_copied_into_a_stream_never_loads_as_another_state(
             assert store._app.snapshots is not None
             store._app.snapshots.put([ThreadSnapshot.take(store._reader.replay("u"))])
             store.write_state("k", {"plan": "a named state's document"})
-        t, u = thread_aggregate_id("t").hex, thread_aggregate_id("u").hex
+        t, u = sqlite_key(thread_aggregate_id("t")), sqlite_key(thread_aggregate_id("u"))
         table, stream, version = {
             "own first": ("stored_events", t, 1),
             "other's first": ("stored_events", u, 1),
@@ -183,7 +184,7 @@ def test_a_fork_renumbered_behind_the_library_does_not_load(branch: int, shift: 
             fork = store.load("f")
             fork.steer(Message(Role.USER, "on the fork"), now=NOW)
             store.save(fork)
-        f = thread_aggregate_id("f").hex
+        f = sqlite_key(thread_aggregate_id("f"))
         with closing(sqlite3.connect(path)) as conn, conn:
             for step, where in ((1000, 0), (shift - 1000, 1000)):
                 conn.execute(
@@ -239,8 +240,8 @@ def _reseal(store: Store, path: Path, changed: StoredEvent, leaf: int, value: An
                 payload["chain"] = chain_hash(previous, record.topic, key[1], payload)
             previous = chains[key] = payload.get("chain", UNCHAINED)
             state = mapper.stored_payload(msgspec.json.encode(payload))
-            updates.append((state, key[0].hex, key[1]))
-            heads[key[0].hex] = previous
+            updates.append((state, sqlite_key(key[0]), key[1]))
+            heads[sqlite_key(key[0])] = previous
     with closing(sqlite3.connect(path)) as conn, conn:
         conn.executemany(
             "UPDATE stored_events SET state = ? WHERE originator_id = ? AND originator_version = ?",
@@ -319,7 +320,7 @@ def test_a_fork_whose_parent_lost_its_newest_events_names_the_first_lost(
         with closing(sqlite3.connect(path)) as conn, conn:
             conn.executemany(
                 "DELETE FROM stored_events WHERE originator_id = ? AND originator_version = ?",
-                [(thread_aggregate_id("t").hex, version) for version in deleted],
+                [(sqlite_key(thread_aggregate_id("t")), version) for version in deleted],
             )
         with open_store(f"sqlite:///{path}") as store:
             with pytest.raises(MissingEventError) as raised:

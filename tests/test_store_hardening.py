@@ -45,7 +45,7 @@ from covonaut_es.store import AgentApplication, Store, _zstd
 from covonaut_es.store._dictionary import ZstdDictionaryCompressor, shipped_dictionary
 from covonaut_es.store._settings import SETTINGS_TABLE, settings_table
 from covonaut_es.store._urls import persistence_env, postgres_params
-from support import append_raw_event
+from support import append_raw_event, sqlite_key
 from test_cli import ROOT, covonaut_es
 
 NOW = datetime(2026, 5, 6, tzinfo=UTC)
@@ -294,7 +294,7 @@ def delete_event(store: Store, thread_id: str, version: int) -> None:
     with store._app.recorder.datastore.transaction(commit=True) as cursor:
         cursor.execute(
             f"DELETE FROM {table} WHERE originator_id = {mark} AND originator_version = {mark}",
-            (stream.hex if sqlite else stream, version),
+            (sqlite_key(stream) if sqlite else stream, version),
         )
 
 

@@ -21,6 +21,7 @@ from covonaut_es.errors import ConfigurationError, SerializationError
 from covonaut_es.store._codec import library_event_classes
 from covonaut_es.store._mapper import MsgspecMapper
 from covonaut_es.store._topic_codes import TOPIC_CODES, compact, full_topic, stored_forms
+from support import sqlite_key
 from test_audit import conversation
 from test_review_queue import pause
 
@@ -167,7 +168,7 @@ def rewrite(db: Path, version: int, column: str, value: str | bytes) -> None:
         conn.execute(
             f"UPDATE stored_events SET {column} = ? WHERE originator_id = ? "
             "AND originator_version = ?",
-            (value, thread_aggregate_id("t").hex, version),
+            (value, sqlite_key(thread_aggregate_id("t")), version),
         )
 
 

@@ -35,6 +35,7 @@ from covonaut_es.errors import (
     TransferError,
 )
 from covonaut_es.messages import Message
+from support import sqlite_key
 from test_transfer import NOW, ROOT, converse, covonaut, source_export
 
 CHILD_ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
@@ -293,7 +294,7 @@ def test_an_import_racing_a_writer_of_one_of_its_threads_writes_none_of_them(
         writer.execute(
             "INSERT INTO stored_events (originator_id, originator_version, topic, state) "
             "VALUES (?, 6, ?, ?)",
-            (thread_aggregate_id("t-b").hex, AgentThread.Forked.TOPIC, b"{}"),
+            (sqlite_key(thread_aggregate_id("t-b")), AgentThread.Forked.TOPIC, b"{}"),
         )
         committer = threading.Timer(2.0, writer.execute, ["COMMIT"])
         committer.start()

@@ -28,11 +28,12 @@ from covonaut_es.domain._snapshot import differing_fields
 from covonaut_es.errors import SerializationError
 from covonaut_es.store._dictionary import shipped_dictionary
 from covonaut_es.store._snapshot_seals import SEALED
+from support import sqlite_key
 from test_audit import conversation
 
 CHAIN_KEY = "a chain key of thirty-two chars!"
 THREADS = ("root", "f")
-STREAMS = tuple(thread_aggregate_id(t).hex for t in THREADS)
+STREAMS = tuple(sqlite_key(thread_aggregate_id(t)) for t in THREADS)
 
 
 class Template:
@@ -110,7 +111,7 @@ damage = st.one_of(
 )
 
 
-def nth(conn: sqlite3.Connection, stream: str, index: int) -> int | None:
+def nth(conn: sqlite3.Connection, stream: bytes, index: int) -> int | None:
     """The version of the stream's ``index``-th event (modulo its length), if any."""
     versions = [
         v

@@ -129,6 +129,12 @@ _STOCK_MODULES: Mapping[str, BackendName] = {
 application embedding threads may name, and the back end of the same database."""
 
 
+def names_stock_module(env: Environment) -> bool:
+    """Whether ``env`` names eventsourcing's own persistence module (of a database that
+    is a back end's), whose tables a back end's factory then makes as eventsourcing does."""
+    return (env.get(InfrastructureFactory.PERSISTENCE_MODULE) or "") in _STOCK_MODULES
+
+
 def construct_factory(env: Environment) -> InfrastructureFactory[Any]:
     """The infrastructure factory of an application that holds threads: for
     eventsourcing's own SQLite or PostgreSQL module, the back end's factory of that

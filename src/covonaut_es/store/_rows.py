@@ -44,8 +44,8 @@ def _damaged(where: str, column: str, value: object, expected: str) -> StoredRow
 
 @functools.lru_cache(maxsize=1024)
 def checked_id(value: Any) -> UUID:
-    """A stored stream id (hex text, or a UUID already) as a UUID; parsed once per id,
-    as a restore reads hundreds of rows of one stream.
+    """A stored stream id (hex text, 16 bytes, or a UUID already) as a UUID; parsed once
+    per id, as a restore reads hundreds of rows of one stream.
 
     Raises:
         StoredRowError: It is no UUID.
@@ -53,6 +53,8 @@ def checked_id(value: Any) -> UUID:
     if isinstance(value, UUID):
         return value
     try:
+        if type(value) is bytes:
+            return UUID(bytes=value)
         if not isinstance(value, str):
             raise TypeError
         return UUID(value)

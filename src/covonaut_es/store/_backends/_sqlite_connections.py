@@ -42,6 +42,7 @@ from eventsourcing.sqlite import (
 )
 
 from covonaut_es.errors import StoreFileReplacedError
+from covonaut_es.store._backends._sqlite_keys import KeyType
 
 STATEMENT_CACHE_SIZE = 32
 """Statements each connection keeps parsed: a save uses five at most, a restore one."""
@@ -107,11 +108,15 @@ class StatementKeepingPool(SQLiteConnectionPool):
         db_name: The database, as eventsourcing's pool takes it.
         lock_timeout: As eventsourcing's pool takes it.
         file: The database's file, if it is one (not in memory).
+        tables_key: How the tables made through its connections key streams (ADR 0074).
     """
 
-    def __init__(self, *, db_name: str, lock_timeout: int | None, file: str | None) -> None:
+    def __init__(
+        self, *, db_name: str, lock_timeout: int | None, file: str | None, tables_key: KeyType
+    ) -> None:
         super().__init__(db_name=db_name, lock_timeout=lock_timeout)
         self.file = StoreFile(file) if file is not None else None
+        self.tables_key = tables_key
         self._closing = False
 
     @property

@@ -7,7 +7,8 @@ application recorder that anchors heads and checks lease fences in the saves'
 transaction (ADR 0013, ADR 0016) and that projections can follow by polling
 (:mod:`._sqlite_polling`), snapshots that replace their thread's older ones, and leases
 taken with ``flock`` beside the file (:mod:`._sqlite_leases`). Its recorders store stream
-ids as the store records (:mod:`covonaut_es.store._stream_ids`).
+ids as the store records (:mod:`covonaut_es.store._stream_ids`), keyed in its tables as
+their events table declares (:mod:`._sqlite_keys`).
 
 Private names of eventsourcing used here (``_insert_events`` of the SQLite recorders)
 were checked against eventsourcing 9.5.6.
@@ -32,12 +33,21 @@ from eventsourcing.persistence import (
 )
 
 from covonaut_es.domain import ThreadSnapshot
-from covonaut_es.store._backend import BackendName
+from covonaut_es.store._backend import BackendName, names_stock_module
 from covonaut_es.store._backends._memory_leases import MemoryLeases
 from covonaut_es.store._backends._sqlite_connections import (
     SQLiteWriter,
     StatementKeepingPool,
     sqlite_file,
+)
+from covonaut_es.store._backends._sqlite_keys import (
+    NEW_TABLES,
+    KeyType,
+    StreamKey,
+    declared_key_type,
+    declaring,
+    key_column,
+    stream_key,
 )
 from covonaut_es.store._backends._sqlite_leases import FileLeases
 from covonaut_es.store._backends._sqlite_polling import PollingSQLiteApplicationRecorder
@@ -66,7 +76,28 @@ from covonaut_es.store._urls import SQLITE_PATH
 
 class SQLiteAggregateRecorder(sqlite.SQLiteAggregateRecorder):
     """eventsourcing's SQLite recorder (of snapshots, and the base of the store's
-    application recorder) that checks each row it reads."""
+    application recorder) that keys streams as its table declares and checks each row
+    it reads."""
+
+    key_type: KeyType
+    """How this recorder's table keys its streams, and the store's other tables with it."""
+
+    stream_key: StreamKey
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        with self.datastore.transaction(commit=False) as c:
+            table = self.events_table_name
+            self.key_type = declared_key_type(c, table, absent=self._new_tables())
+        self.stream_key = stream_key(self.key_type)
+
+    def _new_tables(self) -> KeyType:
+        pool = self.datastore.pool
+        return pool.tables_key if isinstance(pool, StatementKeepingPool) else "TEXT"
+
+    def construct_create_table_statements(self) -> list[str]:
+        made = super().construct_create_table_statements()
+        return [declaring(statement, self._new_tables()) for statement in made]
 
     def convert_originator_id(self, originator_id: str) -> UUID | str:
         """The row's stream id, checked, parsed once per id (a restore reads hundreds
@@ -74,6 +105,17 @@ class SQLiteAggregateRecorder(sqlite.SQLiteAggregateRecorder):
         if self.datastore.originator_id_type != "uuid":
             return originator_id
         return checked_id(originator_id)
+
+    def _keyed(self, originator_id: UUID | str) -> Any:
+        return self.stream_key(originator_id) if isinstance(originator_id, UUID) else originator_id
+
+    def _insert_events(self, c: Any, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Any:
+        if self.key_type != "TEXT":  # eventsourcing writes a UUID as hex, anything else as is
+            stored_events = [
+                dataclasses.replace(s, originator_id=self._keyed(s.originator_id))
+                for s in stored_events
+            ]
+        return super()._insert_events(c, stored_events, **kwargs)
 
     def select_events(
         self,
@@ -85,7 +127,8 @@ class SQLiteAggregateRecorder(sqlite.SQLiteAggregateRecorder):
         limit: int | None = None,
     ) -> Sequence[StoredEvent]:
         """As eventsourcing's, each row checked (:mod:`covonaut_es.store._rows`)."""
-        found = super().select_events(originator_id, gt=gt, lte=lte, desc=desc, limit=limit)
+        key = self._keyed(originator_id)
+        found = super().select_events(key, gt=gt, lte=lte, desc=desc, limit=limit)
         return checked_records(found, reading=f"stream {originator_id}")
 
 
@@ -136,13 +179,13 @@ class _AnchoringRecorder(SQLiteAggregateRecorder, PollingSQLiteApplicationRecord
         def count(stream: UUID) -> int:  # after the insert took the write lock
             c.execute(
                 f"SELECT COUNT(*) FROM {self.events_table_name} WHERE originator_id = ?",
-                (stream.hex,),
+                (self.stream_key(stream),),
             )
             return int(c.fetchone()[0])
 
         refuse_taken_streams(kwargs, stored_events, count)
         check_fences(kwargs.get(FENCES, ()), lambda stream: self._lease_token(c, stream))
-        rows = [(h[0].hex, h[1], h[2]) for h in kwargs.get(HEADS, ())]
+        rows = [(self.stream_key(h[0]), h[1], h[2]) for h in kwargs.get(HEADS, ())]
         upsert = self._upsert_head
         if len(rows) == 1:  # a save of one thread: one statement, as for the others
             c.execute(upsert, rows[0])
@@ -166,7 +209,7 @@ class _AnchoringRecorder(SQLiteAggregateRecorder, PollingSQLiteApplicationRecord
             c.execute(
                 f"INSERT INTO {lease_table(self)} (originator_id, token) VALUES (?, 1) "
                 "ON CONFLICT (originator_id) DO UPDATE SET token = token + 1 RETURNING token",
-                (stream.hex,),
+                (self.stream_key(stream),),
             )
             return int(c.fetchone()[0])
 
@@ -177,7 +220,7 @@ class _AnchoringRecorder(SQLiteAggregateRecorder, PollingSQLiteApplicationRecord
         with self.writer.transaction() as c:
             c.execute(
                 f"UPDATE {lease_table(self)} SET token = token WHERE originator_id = ?",
-                (stream.hex,),
+                (self.stream_key(stream),),
             )
 
     def lease_token(self, stream: UUID) -> int | None:
@@ -189,7 +232,10 @@ class _AnchoringRecorder(SQLiteAggregateRecorder, PollingSQLiteApplicationRecord
             return self._lease_token(c, stream)
 
     def _lease_token(self, c: Any, stream: UUID) -> int | None:
-        c.execute(f"SELECT token FROM {lease_table(self)} WHERE originator_id = ?", (stream.hex,))
+        c.execute(
+            f"SELECT token FROM {lease_table(self)} WHERE originator_id = ?",
+            (self.stream_key(stream),),
+        )
         row = c.fetchone()
         return None if row is None else int(row[0])
 
@@ -202,7 +248,7 @@ class _AnchoringRecorder(SQLiteAggregateRecorder, PollingSQLiteApplicationRecord
                 f"SELECT originator_id, version, chain FROM {heads_table(self)} "
                 "WHERE originator_id = ? OR originator_id = (SELECT originator_id "
                 f"FROM {heads_table(self)} LIMIT 1)",
-                (stream.hex,),
+                (self.stream_key(stream),),
             )
             rows = dict(checked_head(*r) for r in c.fetchall())
         return anchor_in(rows, stream)
@@ -213,11 +259,11 @@ class _AnchoringRecorder(SQLiteAggregateRecorder, PollingSQLiteApplicationRecord
             self.writer.close()
 
     def _heads_table(self, *, create: bool) -> bool:
-        table, events = heads_table(self), self.events_table_name
+        table, events, key = heads_table(self), self.events_table_name, self.key_type
         with self.datastore.transaction(commit=True) as c:
             if create:
                 c.execute(
-                    f"CREATE TABLE IF NOT EXISTS {lease_table(self)} (originator_id TEXT "
+                    f"CREATE TABLE IF NOT EXISTS {lease_table(self)} ({key_column(key)} "
                     "PRIMARY KEY, token INTEGER NOT NULL) WITHOUT ROWID"
                 )
             c.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,))
@@ -226,7 +272,7 @@ class _AnchoringRecorder(SQLiteAggregateRecorder, PollingSQLiteApplicationRecord
             if not create:
                 return False
             c.execute(
-                f"CREATE TABLE {table} (originator_id TEXT PRIMARY KEY, "
+                f"CREATE TABLE {table} ({key_column(key)} PRIMARY KEY, "
                 "version INTEGER NOT NULL, chain TEXT NOT NULL) WITHOUT ROWID"
             )
             c.execute(
@@ -253,7 +299,8 @@ class SQLiteSnapshotRecorder(KeyedEvents, SQLiteAggregateRecorder):
 # eventsourcing looks for exactly one factory class in a persistence module.
 class Factory(sqlite.SQLiteFactory):
     """eventsourcing's SQLite factory, with the store's recorder and a pool whose
-    connections keep their statements parsed."""
+    connections keep their statements parsed, and which make tables keying streams as
+    :meth:`_tables_key` says."""
 
     aggregate_recorder_class = SQLiteSnapshotRecorder
     application_recorder_class = SQLiteApplicationRecorder
@@ -266,7 +313,15 @@ class Factory(sqlite.SQLiteFactory):
             db_name=pool.db_name,
             lock_timeout=pool.lock_timeout,
             file=None if pool.is_sqlite_memory_mode else sqlite_file(pool.db_name),
+            tables_key=self._tables_key(),
         )
+
+    def _tables_key(self) -> KeyType:
+        """16 bytes, but for an application that names eventsourcing's own module or
+        keeps ids that are no UUIDs (``ORIGINATOR_ID_TYPE=text``)."""
+        if names_stock_module(self.env) or self.datastore.originator_id_type != "uuid":
+            return "TEXT"
+        return NEW_TABLES
 
 
 class _SQLiteBackend(RecorderAnchors):
@@ -310,7 +365,7 @@ class _SQLiteBackend(RecorderAnchors):
             snapshots.events_table_name, events.events_table_name, ":stream", ":lte"
         )
         stored = stored_stream(events, stream)  # the snapshots' recorder keys ids alike
-        params = {"stream": stored.hex, "lte": lte}
+        params = {"stream": events.stream_key(stored), "lte": lte}
         # One statement on a connection in autocommit mode is read in a transaction of
         # its own, so no BEGIN and ROLLBACK around it: two statements less per load.
         datastore = events.datastore
@@ -339,7 +394,7 @@ class _SQLiteBackend(RecorderAnchors):
             IntegrityError: The thread already has a snapshot at that version.
         """
         recorder = snapshots.recorder
-        assert isinstance(recorder, sqlite.SQLiteAggregateRecorder)
+        assert isinstance(recorder, SQLiteAggregateRecorder)
         thread = stored_stream(recorder, snapshot.originator_id)
         sealed = snapshots.stored(snapshot)  # sealed (ADR 0030)
         record = dataclasses.replace(sealed, originator_id=thread)
@@ -348,7 +403,7 @@ class _SQLiteBackend(RecorderAnchors):
             c.execute(
                 f"DELETE FROM {recorder.events_table_name} "
                 "WHERE originator_id = ? AND originator_version < ?",
-                (thread.hex, version),
+                (recorder.stream_key(thread), version),
             )
             recorder._insert_events(c, [record])
 
