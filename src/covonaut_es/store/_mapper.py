@@ -10,8 +10,9 @@ registers (:mod:`covonaut_es.store._transcodings`).
 
 from __future__ import annotations
 
+import contextlib
 import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 from uuid import UUID
 
@@ -52,6 +53,24 @@ class JsonTranscoder(Transcoder):
 
     def decode(self, data: bytes) -> Any:
         return msgspec.json.decode(data)
+
+
+@contextlib.contextmanager
+def _encoding(domain_event: DomainEventProtocol[UUID]) -> Iterator[None]:
+    """Encode ``domain_event`` in the block: text that UTF-8 cannot hold (a lone
+    surrogate, which Python's ``json`` decodes from a model's ``"\\ud800"``) is a
+    :class:`~covonaut_es.errors.SerializationError` naming the event, before anything
+    is written.
+    """
+    try:
+        yield
+    except UnicodeEncodeError as exc:
+        where = f"event {type(domain_event).__qualname__} of {domain_event.originator_id}"
+        msg = (
+            f"{where}: it holds text that is not valid Unicode ({exc.reason}: "
+            f"{exc.object[exc.start : exc.end]!r}), which no store can keep; nothing was written"
+        )
+        raise SerializationError(msg) from None
 
 
 class MsgspecMapper(Mapper[UUID]):
@@ -178,11 +197,13 @@ class MsgspecMapper(Mapper[UUID]):
 
     def to_stored_event(self, domain_event: DomainEventProtocol[UUID]) -> StoredEvent:
         codec, topic = self._listed(domain_event)
+        with _encoding(domain_event):
+            state = codec.encode(domain_event)
         return StoredEvent(
             originator_id=domain_event.originator_id,
             originator_version=domain_event.originator_version,
             topic=topic,
-            state=self.stored_payload(codec.encode(domain_event)),
+            state=self.stored_payload(state),
         )
 
     def to_sealed_event(
@@ -192,7 +213,8 @@ class MsgspecMapper(Mapper[UUID]):
         ``key`` when given): its fields are encoded once, in canonical form, hashed,
         and stored as those very bytes with the hash. Returns the record and the hash."""
         codec, topic = self._listed(domain_event)
-        fields = canonical_fields(vars(domain_event))
+        with _encoding(domain_event):
+            fields = canonical_fields(vars(domain_event))
         version = domain_event.originator_version
         chain = link_hash(
             previous, topic, version, codec.schema.version, fields, key, floats=codec.floats
