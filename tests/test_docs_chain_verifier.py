@@ -346,7 +346,7 @@ def test_a_copy_of_a_thread_under_another_stream_cannot_hide_an_edit(tmp_path: P
     main_stream = next(stream for stream, version, p in rows if p.get("thread_id") == "main")
     with contextlib.closing(sqlite3.connect(db)) as conn:
         conn.execute(
-            "INSERT INTO stored_events SELECT 'ffffffff-ffff-ffff-ffff-ffffffffffff', "
+            "INSERT INTO stored_events SELECT X'ffffffffffffffffffffffffffffffff', "
             "originator_version, topic, state FROM stored_events WHERE originator_id = ?",
             (main_stream,),
         )
