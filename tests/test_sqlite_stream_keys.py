@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from covonaut_es import Store, open_store
 from covonaut_es.domain import thread_aggregate_id
+from covonaut_es.errors import ForeignSchemaError, StoredRowError
 from test_audit import conversation
 
 GOLDEN = Path(__file__).parent / "fixtures" / "golden"
@@ -136,3 +137,89 @@ def test_a_store_written_before_keeps_hex_in_every_table_as_it_runs_on(
         sql, found = keys(path, table)
         assert "originator_id TEXT" in sql, sql
         assert found == {("text", 32)}, (table, found)
+
+
+def test_a_table_made_first_by_another_process_keys_the_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An older version makes the events table (hex) between a new store's first look
+    for it and its own creation: the store keys every table by hex, as that table
+    declares, and its thread is listed and loaded once, run again or not."""
+    from covonaut_es.store._backends import sqlite as backend
+
+    path, looked = tmp_path / "store.db", backend.declared_key_type
+
+    def raced(cursor: Any, table: str, *, absent: Any) -> Any:
+        found = looked(cursor, table, absent=absent)
+        if table == "stored_events" and found == absent:  # the first look: not there yet
+            with contextlib.closing(sqlite3.connect(path)) as other, other:
+                other.execute(
+                    f"CREATE TABLE {table} (originator_id TEXT, originator_version INTEGER, "
+                    "topic TEXT, state BLOB, PRIMARY KEY (originator_id, originator_version))"
+                )
+        return found
+
+    monkeypatch.setattr(backend, "declared_key_type", raced)
+    with open_store(f"sqlite:///{path}") as store:
+        conversation(store, "t", turns=1)
+    monkeypatch.setattr(backend, "declared_key_type", looked)
+    with open_store(f"sqlite:///{path}") as store:
+        assert list(store.thread_ids()) == ["t"]
+        conversation(store, "t", turns=1)
+        assert list(store.thread_ids()) == ["t"] and store.verify("t").ok
+    for table in ("stored_events", "stored_events_heads", "stored_events_leases"):
+        sql, found = keys(path, table)
+        assert "originator_id TEXT" in sql and found <= {("text", 32)}, (table, sql, found)
+
+
+def hex_declared(path: Path) -> None:
+    """Declare a new store's events table TEXT, its 16-byte rows left as they are, as a
+    writer of the file's schema can."""
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+        conn.execute("PRAGMA writable_schema = ON")
+        conn.execute(
+            "UPDATE sqlite_master SET sql = replace(sql, ?, 'originator_id TEXT') "
+            "WHERE name = 'stored_events'",
+            (
+                "originator_id BLOB CHECK (typeof(originator_id) = 'blob' AND "
+                "length(originator_id) = 16)",
+            ),
+        )
+
+
+def bytes_copied(path: Path) -> None:
+    """Copy thread ``t``'s rows of a store keyed by hex under its 16 bytes, as the new
+    version would have keyed them."""
+    stream = thread_aggregate_id("t")
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+        conn.execute(
+            "INSERT INTO stored_events SELECT ?, originator_version, topic, state "
+            "FROM stored_events WHERE originator_id = ?",
+            (stream.bytes, stream.hex),
+        )
+
+
+@pytest.mark.parametrize("mixed", [hex_declared, bytes_copied])
+def test_a_table_holding_a_key_it_does_not_declare_is_damage_never_a_second_thread(
+    tmp_path: Path, template: Path, mixed: Any
+) -> None:
+    """A table declaring hex that holds a 16-byte key (its schema rewritten, or rows
+    copied under the other form) lists nothing it cannot load: reading the log is a
+    StoredRowError naming the row, and no run writes a second copy of the thread."""
+    path = tmp_path / "store.db"
+    if mixed is hex_declared:
+        shutil.copy(template, path)
+    else:  # a store keyed by hex, written before
+        shutil.copy(GOLDEN / "v10-turn-checkpoint" / "plain.db", path)
+        with open_store(f"sqlite:///{path}") as store:
+            conversation(store, "t", turns=1)
+    mixed(path)
+    if mixed is hex_declared:  # its head and lease tables still declare 16 bytes
+        with pytest.raises(ForeignSchemaError, match="keys streams as BLOB, its events"):
+            open_store(f"sqlite:///{path}")
+        return
+    with (
+        open_store(f"sqlite:///{path}") as store,
+        pytest.raises(StoredRowError, match=r"originator_id is b'.*kept as str"),
+    ):
+        list(store.thread_ids())

@@ -43,23 +43,27 @@ def _damaged(where: str, column: str, value: object, expected: str) -> StoredRow
 
 
 @functools.lru_cache(maxsize=1024)
-def checked_id(value: Any) -> UUID:
+def checked_id(value: Any, *, kept: type[bytes | str] | None = None) -> UUID:
     """A stored stream id (hex text, 16 bytes, or a UUID already) as a UUID; parsed once
-    per id, as a restore reads hundreds of rows of one stream.
+    per id, as a restore reads hundreds of rows of one stream. ``kept``: the only type
+    the row's table keeps ids as (ADR 0074), if one.
 
     Raises:
-        StoredRowError: It is no UUID.
+        StoredRowError: It is no UUID, or not kept as ``kept``.
     """
     if isinstance(value, UUID):
         return value
     try:
+        if kept is not None and type(value) is not kept:
+            raise TypeError
         if type(value) is bytes:
             return UUID(bytes=value)
         if not isinstance(value, str):
             raise TypeError
         return UUID(value)
     except (TypeError, ValueError):
-        raise _damaged("a stored row", "originator_id", value, "a UUID") from None
+        expected = "a UUID" if kept is None else f"a UUID kept as {kept.__name__}"
+        raise _damaged("a stored row", "originator_id", value, expected) from None
 
 
 def checked_records(records: Sequence[R], *, reading: str = "the store's log") -> Sequence[R]:
@@ -115,13 +119,15 @@ def building_records(reading: str = "the store's log") -> Iterator[None]:
         raise StoredRowError(msg) from exc
 
 
-def checked_head(originator_id: Any, version: Any, chain: Any) -> tuple[UUID, tuple[int, str]]:
-    """A row of the head table, checked.
+def checked_head(
+    originator_id: Any, version: Any, chain: Any, *, kept: type[bytes | str] | None = None
+) -> tuple[UUID, tuple[int, str]]:
+    """A row of the head table, checked (``kept``: as :func:`checked_id`).
 
     Raises:
         StoredRowError: It holds a value of the wrong type.
     """
-    stream = checked_id(originator_id)
+    stream = checked_id(originator_id, kept=kept)
     where = f"the head anchor of stream {stream}"
     if type(version) is not int or not 0 <= version <= LAST_VERSION:
         raise _damaged(where, "version", version, "a version")

@@ -108,7 +108,8 @@ class StatementKeepingPool(SQLiteConnectionPool):
         db_name: The database, as eventsourcing's pool takes it.
         lock_timeout: As eventsourcing's pool takes it.
         file: The database's file, if it is one (not in memory).
-        tables_key: How the tables made through its connections key streams (ADR 0074).
+        tables_key: How the store's tables key streams (ADR 0074): the factory's choice
+            for a new store, then what its events table declares.
     """
 
     def __init__(

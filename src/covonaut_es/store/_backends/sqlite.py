@@ -33,6 +33,7 @@ from eventsourcing.persistence import (
 )
 
 from covonaut_es.domain import ThreadSnapshot
+from covonaut_es.errors import ForeignSchemaError
 from covonaut_es.store._backend import BackendName, names_stock_module
 from covonaut_es.store._backends._memory_leases import MemoryLeases
 from covonaut_es.store._backends._sqlite_connections import (
@@ -87,8 +88,18 @@ class SQLiteAggregateRecorder(sqlite.SQLiteAggregateRecorder):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         with self.datastore.transaction(commit=False) as c:
-            table = self.events_table_name
-            self.key_type = declared_key_type(c, table, absent=self._new_tables())
+            self._settle_keys(c)
+
+    def _create_table(self, c: Any) -> None:
+        super()._create_table(c)
+        # In the creating transaction: another process may have made the table first,
+        # and its declaration is the one that stands.
+        self._settle_keys(c)
+
+    def _settle_keys(self, c: Any) -> None:
+        """Key streams as this recorder's table declares (read with ``c``), or as a table
+        not made yet will be."""
+        self.key_type = declared_key_type(c, self.events_table_name, absent=self._new_tables())
         self.stream_key = stream_key(self.key_type)
 
     def _new_tables(self) -> KeyType:
@@ -104,7 +115,13 @@ class SQLiteAggregateRecorder(sqlite.SQLiteAggregateRecorder):
         of rows of one stream)."""
         if self.datastore.originator_id_type != "uuid":
             return originator_id
-        return checked_id(originator_id)
+        return checked_id(originator_id, kept=self._kept)
+
+    @property
+    def _kept(self) -> type[bytes | str]:
+        """What this recorder's table keeps a stream id as: a row holding another is
+        damaged, even where its value would parse (a table that mixes the two)."""
+        return bytes if self.key_type == "BLOB" else str
 
     def _keyed(self, originator_id: UUID | str) -> Any:
         return self.stream_key(originator_id) if isinstance(originator_id, UUID) else originator_id
@@ -140,6 +157,12 @@ class _AnchoringRecorder(SQLiteAggregateRecorder, PollingSQLiteApplicationRecord
     anchoring = False
     keeps_summaries = False  # a store's recorder; not an application's of the user's own
     writer: SQLiteWriter  # the saves' own connection, while anchoring (ADR 0024)
+
+    def _settle_keys(self, c: Any) -> None:
+        super()._settle_keys(c)
+        pool = self.datastore.pool
+        if isinstance(pool, StatementKeepingPool):  # the events table decides for the store
+            pool.tables_key = self.key_type  # the snapshots' table, made after it, follows
 
     def select_notifications(
         self,
@@ -250,7 +273,7 @@ class _AnchoringRecorder(SQLiteAggregateRecorder, PollingSQLiteApplicationRecord
                 f"FROM {heads_table(self)} LIMIT 1)",
                 (self.stream_key(stream),),
             )
-            rows = dict(checked_head(*r) for r in c.fetchall())
+            rows = dict(checked_head(*r, kept=self._kept) for r in c.fetchall())
         return anchor_in(rows, stream)
 
     def close_writer(self) -> None:
@@ -267,19 +290,35 @@ class _AnchoringRecorder(SQLiteAggregateRecorder, PollingSQLiteApplicationRecord
                     "PRIMARY KEY, token INTEGER NOT NULL) WITHOUT ROWID"
                 )
             c.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,))
-            if c.fetchone() is not None:
-                return True
-            if not create:
-                return False
-            c.execute(
-                f"CREATE TABLE {table} ({key_column(key)} PRIMARY KEY, "
-                "version INTEGER NOT NULL, chain TEXT NOT NULL) WITHOUT ROWID"
-            )
-            c.execute(
-                f"INSERT INTO {table} SELECT originator_id, MAX(originator_version), '' "
-                f"FROM {events} GROUP BY originator_id"
-            )
-        return True
+            found = c.fetchone() is not None
+            if not found and create:
+                c.execute(
+                    f"CREATE TABLE {table} ({key_column(key)} PRIMARY KEY, "
+                    "version INTEGER NOT NULL, chain TEXT NOT NULL) WITHOUT ROWID"
+                )
+                c.execute(
+                    f"INSERT INTO {table} SELECT originator_id, MAX(originator_version), '' "
+                    f"FROM {events} GROUP BY originator_id"
+                )
+            self._check_keyed_alike(c)
+        return found or create
+
+    def _check_keyed_alike(self, c: Any) -> None:
+        """Refuse a store whose head or lease table keys streams otherwise than its
+        events table: a write would fail on one of them, a read miss rows of the other.
+
+        Raises:
+            ForeignSchemaError: The file's schema was altered.
+        """
+        for table in (heads_table(self), lease_table(self)):
+            found = declared_key_type(c, table, absent=self.key_type)
+            if found != self.key_type:
+                msg = (
+                    f"the store's table {table!r} keys streams as {found}, its events table "
+                    f"{self.events_table_name!r} as {self.key_type}: the file's schema was "
+                    "altered; restore it from a backup or an export (nothing was written)"
+                )
+                raise ForeignSchemaError(msg)
 
 
 class SQLiteApplicationRecorder(KeyedLog, _AnchoringRecorder):
