@@ -10,8 +10,10 @@ taken with ``flock`` beside the file (:mod:`._sqlite_leases`). Its recorders sto
 ids as the store records (:mod:`covonaut_es.store._stream_ids`), keyed in its tables as
 their events table declares (:mod:`._sqlite_keys`).
 
-Private names of eventsourcing used here (``_insert_events`` of the SQLite recorders)
-were checked against eventsourcing 9.5.6.
+Private names of eventsourcing used here (``_insert_events`` and ``_create_table`` of
+the SQLite recorders), and the text of its statements making tables (``originator_id
+TEXT``, which :func:`._sqlite_keys.declaring` replaces), were checked against
+eventsourcing 9.5.6.
 """
 
 from __future__ import annotations
