@@ -6,6 +6,7 @@ decodes whole under one compression only, ADR 0061.)"""
 
 from __future__ import annotations
 
+import json
 import shutil
 import sqlite3
 from pathlib import Path
@@ -71,3 +72,30 @@ def test_an_altered_compression_record_is_refused_at_open(
         conn.execute("INSERT INTO covonaut_settings VALUES ('compression', ?)", (written,))
     with open_store(f"sqlite:///{path}") as store:
         assert store.load("t").version > 1
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    written=st.sampled_from(("zstd", "zlib")),
+    payload=st.one_of(
+        st.sampled_from([b"{}", b'{"a": 1}', b"[]", b"null", b'"x"']),
+        st.dictionaries(st.text(max_size=8).filter(lambda k: k != "timestamp"), st.integers()).map(
+            lambda d: json.dumps(d).encode()
+        ),
+    ),
+)
+def test_a_first_event_replaced_with_json_that_is_no_event_is_damage_not_altered_settings(
+    stores: dict[str, Path], tmp_path_factory: pytest.TempPathFactory, written: str, payload: bytes
+) -> None:
+    """The first row's payload replaced with plain JSON that is no event's (no time of
+    its own), as damage or a writer could: the store opens as it records, and verify
+    reports the row, where the open took it for proof that the settings were altered."""
+    path = tmp_path_factory.mktemp("replaced") / "threads.db"
+    shutil.copy(stores[written], path)
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE stored_events SET state = ? WHERE rowid = 1", (payload,))
+    with open_store(f"sqlite:///{path}") as store:
+        report = store.verify("t")
+    assert [finding.version for finding in report.findings] == [1]

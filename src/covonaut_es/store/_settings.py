@@ -309,14 +309,16 @@ def _check_stored_as_recorded(
 
 def _stored_compression(app: Application[UUID], first: StoredEvent) -> str | None:
     """The one compression under which ``first`` (unencrypted) decodes to an event's
-    payload, or None if none does, or more than one."""
+    payload, or None if none does, or more than one. Every event's payload names its
+    time; other JSON (a payload replaced with ``{}``) is damage, no proof."""
     decodes = []
     for compression in COMPRESSIONS:
         try:
-            decode_object(_mapper_for(app, compression).plain_payload(first), where="")
+            payload = decode_object(_mapper_for(app, compression).plain_payload(first), where="")
         except SerializationError:
             continue
-        decodes.append(compression)
+        if "timestamp" in payload:
+            decodes.append(compression)
     return decodes[0] if len(decodes) == 1 else None
 
 
