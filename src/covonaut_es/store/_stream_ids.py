@@ -113,7 +113,8 @@ def recorded_stream_ids(recorded: Mapping[str, str], cipher_key: bytes, where: s
     return KeyedStreamIds(cipher_key)
 
 
-def _mapped(records: Sequence[_R], to: Any) -> list[_R]:
+def mapped_ids(records: Sequence[_R], to: Any) -> list[_R]:
+    """``records``, each under ``to`` of its stream id (as a UUID)."""
     return [dataclasses.replace(r, originator_id=to(UUID(str(r.originator_id)))) for r in records]
 
 
@@ -136,7 +137,7 @@ class KeyedEvents(AggregateRecorder):
 
     def stored_records(self, stored_events: Sequence[StoredEvent]) -> list[StoredEvent]:
         """``stored_events`` as they are stored (for a back end writing them itself)."""
-        return _mapped(stored_events, self.stream_ids.stored)
+        return mapped_ids(stored_events, self.stream_ids.stored)
 
     def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Any:
         inner: Any = super()  # the back end's recorder, after this base
@@ -164,7 +165,7 @@ class KeyedEvents(AggregateRecorder):
             return found
         stored = ids.stored(UUID(str(originator_id)))
         found = inner.select_events(stored, gt=gt, lte=lte, desc=desc, limit=limit)
-        return _mapped(found, ids.domain)
+        return mapped_ids(found, ids.domain)
 
 
 class KeyedLog(KeyedEvents, ApplicationRecorder):
@@ -186,7 +187,7 @@ class KeyedLog(KeyedEvents, ApplicationRecorder):
         )
         if self.stream_ids is PLAIN:
             return found
-        return _mapped(found, self.stream_ids.domain)
+        return mapped_ids(found, self.stream_ids.domain)
 
     def advance_lease_token(self, stream: UUID, **options: bool) -> int:
         """Record a new run lease of ``stream``: its token, one more than the last (SQLite

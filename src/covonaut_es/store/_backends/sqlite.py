@@ -71,7 +71,7 @@ from covonaut_es.store._rows import checked_head, checked_id, checked_records
 from covonaut_es.store._settings import check_sqlite_file
 from covonaut_es.store._settings_tables import SettingsTable, SQLSettings
 from covonaut_es.store._snapshot_cache import SnapshotCache
-from covonaut_es.store._stream_ids import KeyedEvents, KeyedLog, stored_stream
+from covonaut_es.store._stream_ids import KeyedEvents, KeyedLog, mapped_ids, stored_stream
 from covonaut_es.store._summaries import SQLSummaries, SummaryTable
 from covonaut_es.store._thread_rows import ThreadRows, thread_rows, thread_rows_sql
 from covonaut_es.store._urls import SQLITE_PATH
@@ -130,10 +130,7 @@ class SQLiteAggregateRecorder(sqlite.SQLiteAggregateRecorder):
 
     def _insert_events(self, c: Any, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Any:
         if self.key_type != "TEXT":  # eventsourcing writes a UUID as hex, anything else as is
-            stored_events = [
-                dataclasses.replace(s, originator_id=self._keyed(s.originator_id))
-                for s in stored_events
-            ]
+            stored_events = mapped_ids(stored_events, self.stream_key)
         return super()._insert_events(c, stored_events, **kwargs)
 
     def select_events(
