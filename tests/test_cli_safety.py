@@ -311,13 +311,18 @@ def test_a_fork_taken_mid_run_shows_idle_not_running(url: str) -> None:
 
 
 def follower(url: str, *extra: str) -> subprocess.Popen[str]:
-    """``reviews --follow`` running on ``url``, its first listing already read."""
+    """``reviews --follow`` running on ``url``, its first listing already read.
+
+    It starts with Ctrl-C's default disposition, as a terminal's foreground job does:
+    a suite run as a background job (``make test &``) has SIGINT ignored, the child
+    would inherit that, and Python, rightly, keeps ignoring it."""
     process = subprocess.Popen(
         [sys.executable, "-m", "covonaut_es", "reviews", "--follow", "--store", url, *extra],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert process.stdout is not None
     assert process.stdout.readline()
