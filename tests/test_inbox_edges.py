@@ -25,6 +25,7 @@ from covonaut_es import HmacReviewerVerifier, open_store
 from covonaut_es.cli import main
 from covonaut_es.inbox import create_app
 from covonaut_es.inbox._sessions import Sessions
+from covonaut_es.store import _urls
 from inbox_support import paused
 
 SECRET = "inbox-edges-" + "e" * 32
@@ -33,12 +34,13 @@ RITA = VERIFIER.issue_token("rita", ttl_seconds=3600)
 
 
 def test_a_decision_while_another_process_holds_the_write_lock_is_503_and_lost_nowhere(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """While another connection holds SQLite's write lock past the store's wait, the
     API answers 503 with ``Retry-After`` and a message naming the lock, the command line
     exits 2 naming it (not a damaged store), nothing is recorded; once the lock is gone
     the same requests record the decisions."""
+    monkeypatch.setattr(_urls, "SQLITE_LOCK_WAIT_S", 2)  # the wait's length changes nothing
     path = tmp_path / "threads.db"
     url = f"sqlite:///{path}"
     with open_store(url) as store:

@@ -19,6 +19,10 @@ SCHEMES = ("memory", "sqlite", "postgresql")
 SQLITE_PATH = "COVONAUT_SQLITE_PATH"
 """The environment key of a SQLite store's file path (``SQLITE_DBNAME`` may be a URI)."""
 
+SQLITE_LOCK_WAIT_S = 30
+"""How long a SQLite store's statement waits for another connection's write lock
+before it fails with ``database is locked``, in seconds."""
+
 READ_ONLY = "COVONAUT_READ_ONLY"
 """The environment key that is ``y`` for a store opened read-only (``?mode=ro``)."""
 
@@ -105,7 +109,7 @@ def _sqlite_env(url: str, rest: str) -> dict[str, str]:
         "PERSISTENCE_MODULE": MODULES["sqlite"],
         "SQLITE_DBNAME": str(path),
         SQLITE_PATH: str(path),
-        "SQLITE_LOCK_TIMEOUT": "30",
+        "SQLITE_LOCK_TIMEOUT": str(SQLITE_LOCK_WAIT_S),
         "IS_SNAPSHOTTING_ENABLED": "y",
     }
     if mode or str(path).startswith("file:"):
