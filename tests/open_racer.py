@@ -10,6 +10,8 @@ from typing import Any
 from covonaut_es import open_store
 from covonaut_es.domain import AgentThread, RunMode
 from covonaut_es.messages import Message
+from covonaut_es.projections import ReviewQueue
+from covonaut_es.store import WorkerRecord
 from covonaut_es.store._chain import scheme_of
 
 
@@ -48,4 +50,49 @@ def open_each(urls: list[str], barrier: Barrier, results: Queue[Any]) -> None:
                 pass
         except Exception:  # each failure is what the test reports
             failures.append(traceback.format_exc())
+    results.put(failures)
+
+
+def register_on_each(
+    urls: list[str], racer: int, racers: int, barrier: Barrier, results: Queue[Any]
+) -> None:
+    """On each of ``urls``, opened beforehand, publish a worker record of this racer's
+    own once all racers meet, as workers starting at once on a store that no worker
+    ran on before do, then, once all have, read the registry; put what failed (a
+    publication's traceback, or a registry that does not list every racer) on
+    ``results``, as one list."""
+    failures = []
+    everyone = {f"racer-{n}" for n in range(racers)}
+    for url in urls:
+        with open_store(url) as store:
+            now = _now()
+            record = WorkerRecord(
+                worker_id=f"racer-{racer}", host="here", pid=racer, started_at=now,
+                heartbeat_at=now,
+            )  # fmt: skip
+            barrier.wait(timeout=60)
+            try:
+                store.publish_worker(record)
+            except Exception:  # each failure is what the test reports
+                failures.append(traceback.format_exc())
+            barrier.wait(timeout=60)
+            listed = {worker.worker_id for worker in store.live_workers()}
+            if listed != everyone:
+                failures.append(f"{url} lists {sorted(listed)}")
+            barrier.wait(timeout=60)  # every racer has read before any closes its store
+    results.put(failures)
+
+
+def view_each(urls: list[str], barrier: Barrier, results: Queue[Any]) -> None:
+    """Once all racers meet, open the reviewer queue's view in the database of each of
+    ``urls``, as reviewers' processes starting at once on a store no queue ran on do;
+    put the tracebacks of the views that failed on ``results``, as one list."""
+    failures = []
+    for url in urls:
+        with ReviewQueue(url) as queue:
+            barrier.wait(timeout=60)
+            try:
+                queue.view()
+            except Exception:  # each failure is what the test reports
+                failures.append(traceback.format_exc())
     results.put(failures)

@@ -90,3 +90,63 @@ def test_every_open_succeeds_when_processes_race_to_create_many_stores(
     for process in racers:
         process.join(timeout=60)
     assert failures == []
+
+
+@pytest.mark.slow
+def test_workers_starting_at_once_on_stores_no_worker_ran_on_all_register(
+    new_store_urls: Any,
+) -> None:
+    """Worker processes that start at the same moment on a store no worker ran on
+    before (its registry of workers not made yet) each publish their record, and the
+    registry lists them all while they run: none fails for losing the race to make
+    the registry.
+
+    Like the tables' own creation, losing that race is rare, so the test makes many
+    stores."""
+    urls = []
+    for _ in range(12):
+        urls.append(new_store_urls())
+        with open_store(urls[-1]) as store:
+            store.exists("the store's own tables made before the race")
+    context = multiprocessing.get_context("spawn")
+    barrier, queue = context.Barrier(RACERS), context.Queue()
+    racers = [
+        context.Process(
+            target=open_racer.register_on_each, args=(urls, racer, RACERS, barrier, queue)
+        )
+        for racer in range(RACERS)
+    ]
+    for process in racers:
+        process.start()
+    failures = [failure for _ in racers for failure in queue.get(timeout=300)]
+    for process in racers:
+        process.join(timeout=60)
+    assert failures == []
+
+
+@pytest.mark.slow
+def test_reviewer_queues_starting_at_once_on_stores_no_queue_ran_on_all_open_their_view(
+    new_store_urls: Any,
+) -> None:
+    """Reviewers' processes (``serve``, ``reviews --follow``) that start at the same
+    moment on a store whose queue never ran (its view's tables not made yet) all open
+    the view: none fails for losing the race to make its tables.
+
+    Losing that race is rarer than winning it, so the test makes many stores."""
+    urls = []
+    for _ in range(12):
+        urls.append(new_store_urls())
+        with open_store(urls[-1]) as store:
+            store.exists("the store's own tables made before the race")
+    context = multiprocessing.get_context("spawn")
+    barrier, queue = context.Barrier(RACERS), context.Queue()
+    racers = [
+        context.Process(target=open_racer.view_each, args=(urls, barrier, queue))
+        for _ in range(RACERS)
+    ]
+    for process in racers:
+        process.start()
+    failures = [failure for _ in racers for failure in queue.get(timeout=300)]
+    for process in racers:
+        process.join(timeout=60)
+    assert failures == []

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from typing import Any, cast
 
 import msgspec
-from eventsourcing.persistence import DataError, InfrastructureFactory, Tracking
+from eventsourcing.persistence import DataError, InfrastructureFactory, IntegrityError, Tracking
 from eventsourcing.projection import BaseProjectionRunner, Projection
 from eventsourcing.utils import Environment, resolve_topic
 
@@ -258,6 +258,7 @@ class ReviewQueue(Closing):
         self._sealer = QueueSealer(key) if key is not None else None
         topics = VIEW_TOPICS if self._sealer is None else SEALED_VIEW_TOPICS
         self._view_topic = topics[backend_for_env(view_env).name]
+        self._view_env = view_env
         # The view reads the settings prefixed with its name first.
         prefix = VIEW_NAME.upper() + "_"
         self._env = {**source.env, **{prefix + k: v for k, v in view_env.items()}}
@@ -275,7 +276,16 @@ class ReviewQueue(Closing):
         does not follow the store."""
         if self._view is None:
             self._factory = InfrastructureFactory.construct(env=Environment(VIEW_NAME, self._env))
-            view = cast(ReviewQueueView, self._factory.tracking_recorder(self.view_class))
+            # Queues started at once on a database no queue ran on make its tables once.
+            with backend_for_env(self._view_env).setup_lock(self._view_env):
+                try:
+                    view = cast(ReviewQueueView, self._factory.tracking_recorder(self.view_class))
+                except IntegrityError:
+                    # SQLite, whose lock covers each transaction: eventsourcing reads
+                    # whether the tables exist, then makes them and records their
+                    # migration in one transaction, which another process committed
+                    # in between. They are made now: making the view again opens it.
+                    view = cast(ReviewQueueView, self._factory.tracking_recorder(self.view_class))
             if isinstance(view, SealedReviewQueueView) and self._sealer is not None:
                 view.seal_with(self._sealer)
             self._view = view

@@ -25,14 +25,19 @@ from covonaut_es.store._leases import (
 
 T = TypeVar("T")
 
-_CREATE_WORKERS = (
-    "CREATE TABLE IF NOT EXISTS covonaut_workers (worker_id TEXT PRIMARY KEY, "
-    "host TEXT NOT NULL, pid INTEGER NOT NULL, started_at TIMESTAMPTZ NOT NULL, "
-    "heartbeat_at TIMESTAMPTZ NOT NULL, threads TEXT NOT NULL)"
-)
 # The calls a worker runs were added later: a column of their own, added where missing.
 _ADD_CALLS = (
     "ALTER TABLE covonaut_workers ADD COLUMN IF NOT EXISTS calls TEXT NOT NULL DEFAULT '[]'"
+)
+# Workers starting at once on a store no worker ran on make the table once: IF NOT
+# EXISTS does not hold against another session's creation under way (the loser fails on
+# pg_type's unique index). Sent as one query, the statements are one transaction, which
+# holds the lock to its end.
+_CREATE_WORKERS = (
+    "SELECT pg_advisory_xact_lock(hashtext('covonaut_workers')); "
+    "CREATE TABLE IF NOT EXISTS covonaut_workers (worker_id TEXT PRIMARY KEY, "
+    "host TEXT NOT NULL, pid INTEGER NOT NULL, started_at TIMESTAMPTZ NOT NULL, "
+    f"heartbeat_at TIMESTAMPTZ NOT NULL, threads TEXT NOT NULL); {_ADD_CALLS}"
 )
 _UPSERT_WORKER = (
     "INSERT INTO covonaut_workers "
@@ -159,7 +164,7 @@ class PostgresLeases(LeaseBackend):
                 "SELECT set_config('application_name', %s, false)", (self._application_name(),)
             )
 
-    def _execute(self, query: str, params: tuple[Any, ...]) -> tuple[Any, Any]:
+    def _execute(self, query: str, params: tuple[Any, ...] | None) -> tuple[Any, Any]:
         """Run a query on the lease connection (every query of this class but the
         release of a lock, which belongs to its own session): the connection and its
         cursor. A
@@ -282,8 +287,7 @@ class PostgresLeases(LeaseBackend):
 
     def publish(self, record: WorkerRecord) -> None:
         if not self._workers_table_ready:
-            self._execute(_CREATE_WORKERS, ())
-            self._execute(_ADD_CALLS, ())
+            self._execute(_CREATE_WORKERS, None)  # several statements: no parameters
             self._workers_table_ready = True
         self._execute(
             _UPSERT_WORKER,
