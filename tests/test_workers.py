@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import attrs
 import jsonschema
@@ -114,6 +115,7 @@ class Fleet:
             "WORKER_TEST_HOLD": str(self.hold),
         }
         self.processes: list[subprocess.Popen[str]] = []
+        self.last_listed: list[dict[str, Any]] | None = None
 
     def start(self, *options: str) -> subprocess.Popen[str]:
         log = open(self.tmp_path / f"worker-{len(self.processes)}.log", "w")  # noqa: SIM115
@@ -138,6 +140,22 @@ class Fleet:
             check=False,
         )
 
+    def logs(self) -> str:
+        """Each worker process's exit status, or that it runs, and its log."""
+        return "\n".join(
+            f"worker {n} (pid {process.pid}, exit {process.poll()}):\n"
+            + (self.tmp_path / f"worker-{n}.log").read_text()[-4000:]
+            for n, process in enumerate(self.processes)
+        )
+
+    def listed(self) -> list[dict[str, Any]]:
+        """The workers ``covonaut-es workers --json`` lists; its error output when it fails."""
+        result = self.cli("workers", "--json")
+        assert result.returncode == 0, result.stderr
+        listed: list[dict[str, Any]] = json.loads(result.stdout)
+        self.last_listed = listed
+        return listed
+
     def stop(self) -> None:
         for process in self.processes:
             if process.poll() is None:
@@ -158,11 +176,18 @@ def fleet(shared_url: str, tmp_path: Path) -> Iterator[Callable[..., Fleet]]:
         each.stop()
 
 
-def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+def wait_for(
+    condition: Callable[[], bool],
+    what: str,
+    timeout: float = 60.0,
+    seen: Callable[[], str] = str,
+) -> None:
+    """Wait until ``condition()`` holds; past ``timeout``, fail with what ``seen()`` says
+    of the moment (the workers' logs, say), for a failure in CI to explain itself."""
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
-            raise AssertionError(f"still waiting for {what} after {timeout}s")
+            raise AssertionError(f"still waiting for {what} after {timeout}s\n{seen()}")
         time.sleep(0.05)
 
 
@@ -192,9 +217,13 @@ def test_worker_processes_answer_every_thread_exactly_once(
             ),
             "the submitted threads to pause",
         )
-        wait_for(lambda: len(json.loads(workers.cli("workers", "--json").stdout)) == 2, "workers")
+        wait_for(
+            lambda: len(workers.listed()) == 2,
+            "both workers listed",
+            seen=lambda: f"listed: {workers.last_listed}\n{workers.logs()}",
+        )
         decide(store, *paused, *submitted)
-        listed = json.loads(workers.cli("workers", "--json").stdout)
+        listed = workers.listed()
         jsonschema.validate(listed, SCHEMAS["workers"])
         assert {w["pid"] for w in listed} == {p.pid for p in running}
         wait_for(finished(store, paused + submitted), "every thread's answer")
