@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import traceback
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Barrier
@@ -53,22 +54,19 @@ def open_each(urls: list[str], barrier: Barrier, results: Queue[Any]) -> None:
     results.put(failures)
 
 
-def register_on_each(
-    urls: list[str], racer: int, racers: int, barrier: Barrier, results: Queue[Any]
-) -> None:
+def register_on_each(urls: list[str], barrier: Barrier, results: Queue[Any]) -> None:
     """On each of ``urls``, opened beforehand, publish a worker record of this racer's
     own once all racers meet, as workers starting at once on a store that no worker
     ran on before do, then, once all have, read the registry; put what failed (a
     publication's traceback, or a registry that does not list every racer) on
     ``results``, as one list."""
     failures = []
-    everyone = {f"racer-{n}" for n in range(racers)}
     for url in urls:
         with open_store(url) as store:
             now = _now()
             record = WorkerRecord(
-                worker_id=f"racer-{racer}", host="here", pid=racer, started_at=now,
-                heartbeat_at=now,
+                worker_id=f"racer-{os.getpid()}", host="here", pid=os.getpid(),
+                started_at=now, heartbeat_at=now,
             )  # fmt: skip
             barrier.wait(timeout=60)
             try:
@@ -76,9 +74,9 @@ def register_on_each(
             except Exception:  # each failure is what the test reports
                 failures.append(traceback.format_exc())
             barrier.wait(timeout=60)
-            listed = {worker.worker_id for worker in store.live_workers()}
-            if listed != everyone:
-                failures.append(f"{url} lists {sorted(listed)}")
+            listed = [worker.worker_id for worker in store.live_workers()]
+            if len(listed) != barrier.parties:
+                failures.append(f"{url} lists {sorted(listed)} of {barrier.parties} racers")
             barrier.wait(timeout=60)  # every racer has read before any closes its store
     results.put(failures)
 

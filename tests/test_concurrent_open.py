@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +67,31 @@ def test_processes_opening_a_new_store_at_once_all_succeed(new_store_urls: Any) 
                 assert report.ok, report.findings
 
 
+def failures_racing(
+    target: Callable[[list[str], Any, Any], None], urls: list[str], racers: int = RACERS
+) -> list[str]:
+    """What ``racers`` processes running ``target(urls, barrier, results)`` at once put
+    on ``results``: each a list of what failed."""
+    context = multiprocessing.get_context("spawn")
+    barrier, queue = context.Barrier(racers), context.Queue()
+    processes = [context.Process(target=target, args=(urls, barrier, queue)) for _ in range(racers)]
+    for process in processes:
+        process.start()
+    failures = [failure for _ in processes for failure in queue.get(timeout=300)]
+    for process in processes:
+        process.join(timeout=60)
+    return failures
+
+
+def stores_made(new_store_urls: Any, count: int) -> list[str]:
+    """The URLs of ``count`` new stores, opened once: their own tables are made."""
+    urls = [new_store_urls() for _ in range(count)]
+    for url in urls:
+        with open_store(url) as store:
+            store.exists("the store's own tables made before the race")
+    return urls
+
+
 @pytest.mark.slow
 def test_every_open_succeeds_when_processes_race_to_create_many_stores(
     new_store_urls: Any, request: pytest.FixtureRequest
@@ -78,18 +103,7 @@ def test_every_open_succeeds_when_processes_race_to_create_many_stores(
     such a fight is rare: a few stores in a hundred. So the test makes many of them."""
     stores = 60 if "sqlite" in request.node.name else 8
     urls = [new_store_urls() for _ in range(stores)]
-    context = multiprocessing.get_context("spawn")
-    barrier, queue = context.Barrier(RACERS + 2), context.Queue()
-    racers = [
-        context.Process(target=open_racer.open_each, args=(urls, barrier, queue))
-        for _ in range(RACERS + 2)
-    ]
-    for process in racers:
-        process.start()
-    failures = [failure for _ in racers for failure in queue.get(timeout=300)]
-    for process in racers:
-        process.join(timeout=60)
-    assert failures == []
+    assert failures_racing(open_racer.open_each, urls, racers=RACERS + 2) == []
 
 
 @pytest.mark.slow
@@ -103,25 +117,8 @@ def test_workers_starting_at_once_on_stores_no_worker_ran_on_all_register(
 
     Like the tables' own creation, losing that race is rare, so the test makes many
     stores."""
-    urls = []
-    for _ in range(12):
-        urls.append(new_store_urls())
-        with open_store(urls[-1]) as store:
-            store.exists("the store's own tables made before the race")
-    context = multiprocessing.get_context("spawn")
-    barrier, queue = context.Barrier(RACERS), context.Queue()
-    racers = [
-        context.Process(
-            target=open_racer.register_on_each, args=(urls, racer, RACERS, barrier, queue)
-        )
-        for racer in range(RACERS)
-    ]
-    for process in racers:
-        process.start()
-    failures = [failure for _ in racers for failure in queue.get(timeout=300)]
-    for process in racers:
-        process.join(timeout=60)
-    assert failures == []
+    urls = stores_made(new_store_urls, 12)
+    assert failures_racing(open_racer.register_on_each, urls) == []
 
 
 @pytest.mark.slow
@@ -133,20 +130,5 @@ def test_reviewer_queues_starting_at_once_on_stores_no_queue_ran_on_all_open_the
     the view: none fails for losing the race to make its tables.
 
     Losing that race is rarer than winning it, so the test makes many stores."""
-    urls = []
-    for _ in range(12):
-        urls.append(new_store_urls())
-        with open_store(urls[-1]) as store:
-            store.exists("the store's own tables made before the race")
-    context = multiprocessing.get_context("spawn")
-    barrier, queue = context.Barrier(RACERS), context.Queue()
-    racers = [
-        context.Process(target=open_racer.view_each, args=(urls, barrier, queue))
-        for _ in range(RACERS)
-    ]
-    for process in racers:
-        process.start()
-    failures = [failure for _ in racers for failure in queue.get(timeout=300)]
-    for process in racers:
-        process.join(timeout=60)
-    assert failures == []
+    urls = stores_made(new_store_urls, 12)
+    assert failures_racing(open_racer.view_each, urls) == []
