@@ -42,7 +42,7 @@ from covonaut_es.projections._views import (
 )
 from covonaut_es.store import Store
 from covonaut_es.store._application import AgentApplication, open_application
-from covonaut_es.store._backend import backend_for_env
+from covonaut_es.store._backend import backend_for_env, backend_of
 from covonaut_es.store._open import LogSource, log_source, store_log
 from covonaut_es.store._topic_codes import stored_forms
 from covonaut_es.store._tracking import BatchingProjectionRunner, UnreadableRecord
@@ -258,7 +258,6 @@ class ReviewQueue(Closing):
         self._sealer = QueueSealer(key) if key is not None else None
         topics = VIEW_TOPICS if self._sealer is None else SEALED_VIEW_TOPICS
         self._view_topic = topics[backend_for_env(view_env).name]
-        self._view_env = view_env
         # The view reads the settings prefixed with its name first.
         prefix = VIEW_NAME.upper() + "_"
         self._env = {**source.env, **{prefix + k: v for k, v in view_env.items()}}
@@ -277,7 +276,7 @@ class ReviewQueue(Closing):
         if self._view is None:
             self._factory = InfrastructureFactory.construct(env=Environment(VIEW_NAME, self._env))
             # Queues started at once on a database no queue ran on make its tables once.
-            with backend_for_env(self._view_env).setup_lock(self._view_env):
+            with backend_of(self._factory).tables_lock(self._factory):
                 try:
                     view = cast(ReviewQueueView, self._factory.tracking_recorder(self.view_class))
                 except IntegrityError:

@@ -62,6 +62,10 @@ class Backend(Protocol):
     def setup_lock(self, env: Mapping[str, str]) -> AbstractContextManager[None]:
         """Held while an application of ``env`` creates its tables."""
 
+    def tables_lock(self, factory: InfrastructureFactory[Any]) -> AbstractContextManager[None]:
+        """Held while ``factory`` makes a projection's tables: the lock of
+        :meth:`setup_lock`, taken with the factory's own connection settings."""
+
     def canonical_url(self, url: str, env: Mapping[str, str]) -> str:
         """The URL that opens the same store again."""
 

@@ -181,6 +181,11 @@ class _MemoryBackend(RecorderAnchors):
     def setup_lock(self, env: Mapping[str, str]) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()
 
+    def tables_lock(
+        self, factory: InfrastructureFactory[Any]
+    ) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
     def canonical_url(self, url: str, env: Mapping[str, str]) -> str:
         # An anonymous store gets the name it was given, so that projections in this
         # process can follow it.

@@ -304,12 +304,17 @@ class _PostgresBackend(RecorderAnchors):
         """Hold an advisory lock while eventsourcing creates its tables: processes
         opening a new database at the same moment otherwise fail with "tuple
         concurrently updated"."""
-        with _connect(env) as conn:
-            conn.execute("SELECT pg_advisory_lock(%s)", (_SCHEMA_LOCK_KEY,))
-            try:
-                yield
-            finally:
-                conn.execute("SELECT pg_advisory_unlock(%s)", (_SCHEMA_LOCK_KEY,))
+        with _connect(env) as conn, _schema_lock(conn):
+            yield
+
+    @contextlib.contextmanager
+    def tables_lock(self, factory: InfrastructureFactory[Any]) -> Iterator[None]:
+        # The factory's settings, not an environment's: an application of the user's
+        # own leaves to eventsourcing's defaults what a store's URL spells out.
+        assert isinstance(factory, postgres.PostgresFactory)
+        kwargs = dict(factory.datastore.pool.kwargs)  # type: ignore[arg-type]
+        with _connected(kwargs) as conn, _schema_lock(conn):
+            yield
 
     def canonical_url(self, url: str, env: Mapping[str, str]) -> str:
         return url
@@ -473,23 +478,44 @@ def _connect(env: Mapping[str, str]) -> Iterator[psycopg.Connection[Any]]:
     Raises:
         StoreUnavailableError: It cannot be reached.
     """
+    kwargs = {
+        "conninfo": make_conninfo(**postgres_params(env)),
+        "host": env["POSTGRES_HOST"],
+        "port": env["POSTGRES_PORT"],
+        "dbname": env["POSTGRES_DBNAME"],
+        "user": env["POSTGRES_USER"] or None,
+        "password": env["POSTGRES_PASSWORD"] or None,
+        "connect_timeout": int(env["POSTGRES_CONNECT_TIMEOUT"]),
+    }
+    with _connected(kwargs) as conn:
+        yield conn
+
+
+@contextlib.contextmanager
+def _connected(kwargs: Mapping[str, Any]) -> Iterator[psycopg.Connection[Any]]:
+    """A connection of its own (autocommit), made with ``kwargs``.
+
+    Raises:
+        StoreUnavailableError: It cannot be reached.
+    """
     try:
-        conn = psycopg.connect(
-            make_conninfo(**postgres_params(env)),
-            host=env["POSTGRES_HOST"],
-            port=env["POSTGRES_PORT"],
-            dbname=env["POSTGRES_DBNAME"],
-            user=env["POSTGRES_USER"] or None,
-            password=env["POSTGRES_PASSWORD"] or None,
-            connect_timeout=int(env["POSTGRES_CONNECT_TIMEOUT"]),
-            autocommit=True,
-        )
+        conn = psycopg.connect(**kwargs, autocommit=True)
     except psycopg.Error as exc:
-        where = f"{env['POSTGRES_HOST']}:{env['POSTGRES_PORT']}"
+        where = f"{kwargs.get('host')}:{kwargs.get('port')}"
         msg = f"cannot connect to PostgreSQL at {where}: {exc}"
         raise StoreUnavailableError(msg) from exc
     with conn:
         yield conn
+
+
+@contextlib.contextmanager
+def _schema_lock(conn: psycopg.Connection[Any]) -> Iterator[None]:
+    """Hold the lock under which processes make a database's tables, on ``conn``."""
+    conn.execute("SELECT pg_advisory_lock(%s)", (_SCHEMA_LOCK_KEY,))
+    try:
+        yield
+    finally:
+        conn.execute("SELECT pg_advisory_unlock(%s)", (_SCHEMA_LOCK_KEY,))
 
 
 def _literal(text: str) -> str:

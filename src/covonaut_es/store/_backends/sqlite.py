@@ -379,6 +379,11 @@ class _SQLiteBackend(RecorderAnchors):
     def setup_lock(self, env: Mapping[str, str]) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()  # SQLite creates tables under its file lock
 
+    def tables_lock(
+        self, factory: InfrastructureFactory[Any]
+    ) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
     def canonical_url(self, url: str, env: Mapping[str, str]) -> str:
         return url
 
