@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from typing import Any, cast
 
 import msgspec
-from eventsourcing.persistence import DataError, InfrastructureFactory, IntegrityError, Tracking
+from eventsourcing.persistence import DataError, InfrastructureFactory, Tracking
 from eventsourcing.projection import BaseProjectionRunner, Projection
 from eventsourcing.utils import Environment, resolve_topic
 
@@ -277,14 +277,7 @@ class ReviewQueue(Closing):
             self._factory = InfrastructureFactory.construct(env=Environment(VIEW_NAME, self._env))
             # Queues started at once on a database no queue ran on make its tables once.
             with backend_of(self._factory).tables_lock(self._factory):
-                try:
-                    view = cast(ReviewQueueView, self._factory.tracking_recorder(self.view_class))
-                except IntegrityError:
-                    # SQLite, whose lock covers each transaction: eventsourcing reads
-                    # whether the tables exist, then makes them and records their
-                    # migration in one transaction, which another process committed
-                    # in between. They are made now: making the view again opens it.
-                    view = cast(ReviewQueueView, self._factory.tracking_recorder(self.view_class))
+                view = cast(ReviewQueueView, self._factory.tracking_recorder(self.view_class))
             if isinstance(view, SealedReviewQueueView) and self._sealer is not None:
                 view.seal_with(self._sealer)
             self._view = view

@@ -26,7 +26,7 @@ from datetime import datetime
 from typing import Any, ClassVar
 
 import msgspec
-from eventsourcing.persistence import Tracking, TrackingRecorder
+from eventsourcing.persistence import IntegrityError, Tracking, TrackingRecorder
 from eventsourcing.sqlite import SQLiteTrackingRecorder
 
 from covonaut_es.domain import PauseKind
@@ -507,6 +507,16 @@ class SQLiteReviewQueueView(SQLReviewQueueView, SQLiteTrackingRecorder):
 
     def construct_create_table_statements(self) -> list[str]:
         return [*super().construct_create_table_statements(), *CREATE_STATEMENTS]
+
+    def create_table(self) -> None:
+        try:
+            super().create_table()
+        except IntegrityError:
+            # eventsourcing reads whether the tables exist, then makes them and records
+            # their migration in one transaction, which another process (a second queue
+            # started at once) committed in between: they are made now, and reading
+            # again finds them.
+            super().create_table()
 
 
 class SealedSQLiteReviewQueueView(SealedReviewQueueView, SQLiteReviewQueueView):
