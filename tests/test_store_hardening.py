@@ -420,6 +420,8 @@ def test_a_read_only_sqlite_url_reads_and_refuses_writes(tmp_path: Path) -> None
         ("sqlite:///a%00b.db", "NUL byte"),
         ("postgresql://localhost/app?bogus=1", "bogus"),
         ("postgresql://localhost:port/app", "invalid port"),
+        ("postgresql://localhost:\u00b2/app", "invalid port"),
+        ("postgresql://localhost/app?connect_timeout=0", "invalid connect_timeout"),
     ],
 )
 def test_a_malformed_store_url_names_its_problem(url: str, message: str) -> None:
@@ -427,6 +429,44 @@ def test_a_malformed_store_url_names_its_problem(url: str, message: str) -> None
     StoreURLError saying what is wrong, not an error about something else."""
     with pytest.raises(StoreURLError, match=message):
         open_store(url)
+
+
+# Each number's setting, range, and default (taken for a URL's empty port, as libpq does).
+_LIMITS = {
+    "port": ("POSTGRES_PORT", 1, 65535, "5432"),
+    "connect_timeout": ("POSTGRES_CONNECT_TIMEOUT", 1, 2**31 - 1, "5"),
+}
+_WRITTEN_NUMBERS = st.one_of(
+    st.integers(-(2**70), 2**70).map(str),
+    st.integers(1, 5000).map(lambda n: "7" * n),  # past the 4,300 digits int() takes
+    st.text(st.characters(categories=("Nd", "No")), min_size=1, max_size=4),  # ٣, ², ...
+    st.from_regex(r"\A[0-9]{1,4}[^0-9]{0,2}\Z"),
+    st.text(max_size=4),
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(name=st.sampled_from(sorted(_LIMITS)), written=_WRITTEN_NUMBERS, in_query=st.booleans())
+def test_a_postgres_urls_numbers_are_whole_numbers_or_refused_by_name(
+    name: str, written: str, in_query: bool
+) -> None:
+    """A PostgreSQL URL's port and connect_timeout reach the drivers only as whole numbers
+    in ASCII digits, in the range libpq takes; anything else (another script's digits, a
+    superscript, a number too long for int(), zero, a sign) is a StoreURLError naming
+    the parameter, never a driver's error at connection time."""
+    if name == "port" and not in_query:
+        url = f"postgresql://app@db.internal:{quote(written, safe='')}/app"
+    else:
+        url = f"postgresql://app@db.internal/app?{name}={quote(written, safe='')}"
+    key, least, most, default = _LIMITS[name]
+    try:
+        env = persistence_env(url)
+    except StoreURLError as refused:
+        assert name in str(refused) or "is not understood" in str(refused)
+        return
+    taken = written or default
+    assert taken.isascii() and taken.isdigit()
+    assert env[key] == str(int(taken)) and least <= int(taken) <= most
 
 
 _URLS_THAT_DO_NOT_OPEN = (

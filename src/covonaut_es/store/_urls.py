@@ -156,10 +156,10 @@ def _postgres_env(url: str) -> dict[str, str]:
     if not params.get("host") or not params.get("dbname"):
         msg = f"PostgreSQL store URL {shown!r} needs a host and a database name"
         raise StoreURLError(msg)
-    port = params.get("port", "5432")
-    if not port.isdigit():
-        msg = f"PostgreSQL store URL {shown!r} has an invalid port {port!r}"
-        raise StoreURLError(msg)
+    port = _whole_number(params.get("port", "5432"), "port", url, least=1, most=_MAX_PORT)
+    timeout = _whole_number(
+        params.get("connect_timeout", "5"), "connect_timeout", url, least=1, most=_MAX_TIMEOUT_S
+    )
     extra = {k: v for k, v in params.items() if k not in _POSTGRES_FIELDS}
     return {
         "PERSISTENCE_MODULE": MODULES["postgres"],
@@ -168,7 +168,7 @@ def _postgres_env(url: str) -> dict[str, str]:
         "POSTGRES_PORT": port,
         "POSTGRES_USER": params.get("user", ""),
         "POSTGRES_PASSWORD": params.get("password", ""),
-        "POSTGRES_CONNECT_TIMEOUT": params.get("connect_timeout", "5"),
+        "POSTGRES_CONNECT_TIMEOUT": timeout,
         POSTGRES_PARAMS: json.dumps(extra, sort_keys=True),
         # One connection kept open, up to 15 under concurrent use (eventsourcing keeps 5):
         # its pool hands them out in turn, so each statement and the insert function
@@ -177,6 +177,30 @@ def _postgres_env(url: str) -> dict[str, str]:
         "POSTGRES_MAX_OVERFLOW": "14",
         "IS_SNAPSHOTTING_ENABLED": "y",
     }
+
+
+_MAX_PORT = 65535
+_MAX_TIMEOUT_S = 2**31 - 1  # libpq reads connect_timeout into a C int
+
+
+def _whole_number(value: str, name: str, url: str, *, least: int, most: int) -> str:
+    """``value``, a URL's ``name``, checked to be a whole number from ``least`` to
+    ``most`` in ASCII digits: ``str.isdigit`` also takes other scripts' digits and
+    superscripts, which ``int`` and libpq refuse, and ``int`` refuses a number of more
+    than 4,300 digits (the length is checked first).
+
+    Raises:
+        StoreURLError: It is not, named with the URL's secrets hidden.
+    """
+    if not (value.isascii() and value.isdigit() and len(value) <= len(str(most))) or not (
+        least <= int(value) <= most
+    ):
+        msg = (
+            f"PostgreSQL store URL {redact(url)!r} has an invalid {name} {scrub(repr(value), url)}:"
+            f" expected a whole number from {least} to {most}"
+        )
+        raise StoreURLError(msg)
+    return str(int(value))
 
 
 def postgres_params(env: Mapping[str, str]) -> dict[str, str]:
