@@ -7,9 +7,10 @@ import os
 import sqlite3
 import uuid
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import msgspec
@@ -31,6 +32,7 @@ from covonaut_es.domain import RunMode, thread_aggregate_id
 from covonaut_es.errors import (
     CipherKeyMismatchError,
     CompressionMismatchError,
+    CovonautError,
     ForeignSchemaError,
     MissingEventError,
     MissingFirstEventError,
@@ -512,6 +514,81 @@ def test_the_command_line_never_prints_a_store_urls_password() -> None:
     assert result.returncode == 2
     assert "app:***@db" in result.stderr
     assert "Sekret" not in result.stdout + result.stderr
+
+
+def _an_applications_tables(url: str) -> dict[str, Any]:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "CREATE TABLE shop_events (originator_id uuid, originator_version bigint, "
+            "topic text, state bytea, notification_id bigserial)"
+        )
+    return {}
+
+
+def _a_changed_table(url: str) -> dict[str, Any]:
+    import psycopg
+
+    open_store(url).close()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("ALTER TABLE covonaut_events ALTER COLUMN topic TYPE varchar(200)")
+    return {}
+
+
+def _another_compression(url: str) -> dict[str, Any]:
+    open_store(url).close()
+    return {"compress": "zlib"}
+
+
+def _another_cipher_key(url: str) -> dict[str, Any]:
+    open_store(url, cipher_key=create_cipher_key()).close()
+    return {"cipher_key": create_cipher_key()}
+
+
+_REFUSED_OPENS: dict[str, Callable[[str], dict[str, Any]]] = {
+    "an application's tables": _an_applications_tables,
+    "a changed table": _a_changed_table,
+    "another compression": _another_compression,
+    "another cipher key": _another_cipher_key,
+}
+"""Databases a PostgreSQL store's open refuses, each made at a URL: the open's options."""
+
+
+@settings(
+    max_examples=12,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    refused=st.sampled_from(sorted(_REFUSED_OPENS)),
+    password=_RAW_PASSWORD.map(lambda text: "Sekret" + text),
+)
+def test_no_refused_postgres_open_shows_the_urls_password(
+    postgres_url: str, refused: str, password: str
+) -> None:
+    """Whatever an open of a PostgreSQL store refuses (another application's tables, a
+    table changed around the library, other settings), its error shows neither the URL's
+    password nor its percent-encoded form, on the API and on the command line."""
+    import psycopg
+
+    name = f"p_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    written = quote(password, safe="")
+    base = postgres_url.rsplit("/", 1)[0].replace("://postgres@", f"://postgres:{written}@")
+    url = f"{base}/{name}"
+    try:
+        options = _REFUSED_OPENS[refused](url)
+        with pytest.raises(CovonautError) as raised:
+            open_store(url, **options).close()
+        assert password not in str(raised.value) and written not in str(raised.value)
+        result = covonaut_es("threads", "--store", url)  # which opens as the store records
+        shown = result.stdout + result.stderr
+        assert password not in shown and written not in shown
+    finally:
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 def test_postgres_url_parameters_reach_every_connection(postgres_database: str) -> None:

@@ -76,8 +76,9 @@ class NotAStoreError(CovonautError, ValueError):
 
 class ForeignSchemaError(NotAStoreError):
     """The database holds another application's tables: under a store's names but with
-    other columns, or an eventsourcing application's own and no store (open that one
-    with ``Store.from_application``); nothing was written to them."""
+    other columns (or, on PostgreSQL, columns of other types: a store's table changed
+    around the library), or an eventsourcing application's own and no store (open that
+    one with ``Store.from_application``); nothing was written to them."""
 
 
 class ReadOnlyStoreError(CovonautError, PermissionError):

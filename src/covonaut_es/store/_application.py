@@ -60,6 +60,7 @@ from covonaut_es.store._own_snapshots import (
 from covonaut_es.store._settings import as_recorded, check_settings, key_stream_ids
 from covonaut_es.store._snapshot_cache import SnapshotCache
 from covonaut_es.store._snapshot_seals import SealKey
+from covonaut_es.store._urls import redact, scrub
 
 logger = _logs.logger("covonaut_es")
 
@@ -444,21 +445,21 @@ def open_application(url: str, env: Mapping[str, str]) -> AgentApplication:
         ReadOnlyStoreError: The store's file is read-only and the open may write.
         StoreUnavailableError: The database cannot be reached.
     """
-    backend = backend_for_env(env)
-    backend.check_file(env, url)
+    backend, shown = backend_for_env(env), redact(url)  # no message shows a password
+    backend.check_file(env, shown)
     try:
         with backend.setup_lock(env):
             app = ThreadsApplication(env=dict(env))
             try:
-                settled = as_recorded(env, check_settings(app, env, url))
+                settled = as_recorded(env, check_settings(app, env, shown))
                 if settled != env:
                     # The mapper takes its compressor when it is made, and the chain
                     # key's check reads events with it.
                     app.close()
                     app = ThreadsApplication(env=settled)
-                key_stream_ids(app, f"store {url}")  # as a new store has just recorded
+                key_stream_ids(app, f"store {shown}")  # as a new store has just recorded
                 writes = env.get("CREATE_TABLE") != "n" and env.get(SEALS_NOTHING) != "y"
-                check_chain_key(app, app.chain_key, url, writes=writes)
+                check_chain_key(app, app.chain_key, shown, writes=writes)
             except BaseException:
                 app.close()
                 raise
@@ -467,20 +468,22 @@ def open_application(url: str, env: Mapping[str, str]) -> AgentApplication:
         raise  # e.g. a gap in the upcasters, found before any data is read
     except ImportError as exc:
         extra = "encryption" if "CIPHER_KEY" in env else "postgres"
-        msg = f"store {url} needs a missing package ({exc}); install 'covonaut-es[{extra}]'"
+        msg = f"store {shown} needs a missing package ({exc}); install 'covonaut-es[{extra}]'"
         raise ConfigurationError(msg) from exc
     except (ValueError, binascii.Error) as exc:
         msg = (
-            f"store {url}: invalid cipher key ({exc}); expected the base64 of 16, 24 or 32 "
+            f"store {shown}: invalid cipher key ({exc}); expected the base64 of 16, 24 or 32 "
             "bytes, as create_cipher_key() returns"
         )
         raise ConfigurationError(msg) from exc
     except (PersistenceError, sqlite3.DatabaseError) as exc:
         if "readonly" in str(exc):
-            msg = f"store {url} is read-only ({exc}); make it writable, or add ?mode=ro to read it"
+            msg = (
+                f"store {shown} is read-only ({exc}); make it writable, or add ?mode=ro to read it"
+            )
             raise ReadOnlyStoreError(msg) from exc
         if "not a database" in str(exc):
-            msg = f"store {url} is not a SQLite database ({exc}); expected a store"
+            msg = f"store {shown} is not a SQLite database ({exc}); expected a store"
             raise NotAStoreError(msg) from exc
-        msg = f"cannot open store {url}: {exc}"
+        msg = f"cannot open store {shown}: {scrub(str(exc), url)}"
         raise StoreUnavailableError(msg) from exc

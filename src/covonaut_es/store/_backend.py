@@ -56,8 +56,9 @@ class Backend(Protocol):
         """Whether ``factory`` (ours, or eventsourcing's own that a user's application
         may name) is of this back end's database."""
 
-    def check_file(self, env: Mapping[str, str], url: str) -> None:
-        """Check what ``env`` opens before eventsourcing opens (and writes) it."""
+    def check_file(self, env: Mapping[str, str], shown: str) -> None:
+        """Check what ``env`` opens before eventsourcing opens (and writes) it; its
+        errors name the store as ``shown`` (its URL, the password hidden)."""
 
     def setup_lock(self, env: Mapping[str, str]) -> AbstractContextManager[None]:
         """Held while an application of ``env`` creates its tables."""

@@ -148,7 +148,7 @@ def store_log(url: str, env: dict[str, str]) -> LogSource:
         NotAStoreError: The database is not a store (``ForeignSchemaError``: an
             application's tables), checked before anything reads or creates a table.
     """
-    backend_for_env(env).check_file(env, url)
+    backend_for_env(env).check_file(env, redact(url))
     return LogSource(
         ThreadsApplication,
         STORE_APPLICATION_NAME,

@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, TypeVar
 from uuid import UUID
 
-from eventsourcing.persistence import StoredEvent
+from eventsourcing.persistence import Notification, StoredEvent
 
 from covonaut_es.errors import StoredRowError
 
@@ -28,6 +28,7 @@ a read up to a higher one asks for no more than a read up to this, and the drive
 refuse the number itself."""
 
 R = TypeVar("R", bound=StoredEvent)
+N = TypeVar("N", bound=Notification)
 
 
 def _shown(value: object) -> str:
@@ -42,7 +43,6 @@ def _damaged(where: str, column: str, value: object, expected: str) -> StoredRow
     )
 
 
-@functools.lru_cache(maxsize=1024)
 def checked_id(value: Any, *, kept: type[bytes | str] | None = None) -> UUID:
     """A stored stream id (hex text, 16 bytes, or a UUID already) as a UUID; parsed once
     per id, as a restore reads hundreds of rows of one stream. ``kept``: the only type
@@ -53,17 +53,48 @@ def checked_id(value: Any, *, kept: type[bytes | str] | None = None) -> UUID:
     """
     if isinstance(value, UUID):
         return value
+    if type(value) not in (str, bytes) or (kept is not None and type(value) is not kept):
+        # Checked before the cache, which cannot hash a list (a column retyped to an array).
+        raise _not_an_id(value, kept)
     try:
-        if kept is not None and type(value) is not kept:
-            raise TypeError
-        if type(value) is bytes:
-            return UUID(bytes=value)
-        if not isinstance(value, str):
-            raise TypeError
-        return UUID(value)
-    except (TypeError, ValueError):
-        expected = "a UUID" if kept is None else f"a UUID kept as {kept.__name__}"
-        raise _damaged("a stored row", "originator_id", value, expected) from None
+        return _parsed_id(value)
+    except ValueError:
+        raise _not_an_id(value, kept) from None
+
+
+@functools.lru_cache(maxsize=1024)
+def _parsed_id(value: str | bytes) -> UUID:
+    return UUID(bytes=value) if isinstance(value, bytes) else UUID(value)
+
+
+def _not_an_id(value: object, kept: type[bytes | str] | None) -> StoredRowError:
+    expected = "a UUID" if kept is None else f"a UUID kept as {kept.__name__}"
+    return _damaged("a stored row", "originator_id", value, expected)
+
+
+def checked_position(value: Any) -> int | None:
+    """The newest position of the log as its table gives it (None while it is empty).
+
+    Raises:
+        StoredRowError: It is no position (the notification ids' column retyped).
+    """
+    if value is not None and (type(value) is not int or value < 0):
+        raise _damaged("the store's log", "newest notification_id", value, "a whole number")
+    return value
+
+
+def checked_log(notifications: Sequence[N]) -> Sequence[N]:
+    """``notifications``, each checked as :func:`checked_records` checks a record and to
+    hold a position in the log.
+
+    Raises:
+        StoredRowError: A notification holds a value of the wrong type.
+    """
+    for notification in notifications:
+        if type(notification.id) is not int or notification.id < 1:
+            where = f"a stored row of stream {_shown(notification.originator_id)} (the store's log)"
+            raise _damaged(where, "notification_id", notification.id, "a position from 1")
+    return checked_records(notifications)
 
 
 def checked_records(records: Sequence[R], *, reading: str = "the store's log") -> Sequence[R]:

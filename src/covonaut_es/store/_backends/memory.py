@@ -175,7 +175,7 @@ class _MemoryBackend(RecorderAnchors):
     def owns(self, factory: InfrastructureFactory[Any]) -> bool:
         return isinstance(factory, popo.POPOFactory)
 
-    def check_file(self, env: Mapping[str, str], url: str) -> None:
+    def check_file(self, env: Mapping[str, str], shown: str) -> None:
         return
 
     def setup_lock(self, env: Mapping[str, str]) -> contextlib.AbstractContextManager[None]:

@@ -38,7 +38,7 @@ from psycopg.rows import tuple_row
 from psycopg.sql import SQL, Identifier
 
 from covonaut_es.domain import ThreadSnapshot
-from covonaut_es.errors import StoreUnavailableError
+from covonaut_es.errors import ForeignSchemaError, StoreUnavailableError
 from covonaut_es.store._backend import BackendName
 from covonaut_es.store._backends._postgres_heads import (
     SESSION_HOLDS_LOCK,
@@ -63,7 +63,13 @@ from covonaut_es.store._heads import (
 )
 from covonaut_es.store._leases import LeaseBackend
 from covonaut_es.store._outstanding import OutstandingTable, SQLOutstanding
-from covonaut_es.store._rows import building_records, checked_head, checked_records
+from covonaut_es.store._rows import (
+    building_records,
+    checked_head,
+    checked_log,
+    checked_position,
+    checked_records,
+)
 from covonaut_es.store._settings import refuse_application_tables
 from covonaut_es.store._settings_tables import SettingsTable, SQLSettings, column
 from covonaut_es.store._snapshot_cache import SnapshotCache
@@ -123,7 +129,11 @@ class _AnchoringRecorder(_CheckedRows, postgres.PostgresApplicationRecorder):
             found = super().select_notifications(
                 start, limit, stop, topics, inclusive_of_start=inclusive_of_start
             )
-        return checked_records(found)
+        return checked_log(found)
+
+    def max_notification_id(self) -> int | None:
+        """As eventsourcing's, the position checked (:func:`checked_position`)."""
+        return checked_position(super().max_notification_id())
 
     def anchor_heads(self, *, create: bool) -> None:
         """Write head anchors from now on, creating their table, the lease table and
@@ -270,6 +280,55 @@ class Factory(postgres.PostgresFactory):
 
 _STORE_EVENTS = "covonaut_events"  # named after the store's application, "covonaut"
 
+_STORE_COLUMNS: dict[str, dict[str, str]] = {
+    _STORE_EVENTS: {
+        "originator_id": "uuid",
+        "originator_version": "bigint",
+        "topic": "text",
+        "state": "bytea",
+        "notification_id": "bigint",
+    },
+    "covonaut_snapshots": {
+        "originator_id": "uuid",
+        "originator_version": "bigint",
+        "topic": "text",
+        "state": "bytea",
+    },
+    f"{_STORE_EVENTS}_heads": {"originator_id": "uuid", "version": "bigint", "chain": "text"},
+    f"{_STORE_EVENTS}_leases": {"originator_id": "uuid", "token": "bigint"},
+    "covonaut_settings": {"name": "text", "value": "text"},
+}
+"""The columns a store's tables are made with, each with its type as PostgreSQL's
+catalog names it: those eventsourcing's statements and the store's read. (The tables of
+listings' summaries and workers' outstanding threads are made again from the log when
+they cannot be read, as earlier versions' are.)"""
+
+_DECLARED_TYPES = (
+    "SELECT table_name, column_name, data_type FROM information_schema.columns "
+    "WHERE table_schema = %s AND table_name = ANY(%s)"
+)
+
+
+def _refuse_changed_tables(shown: str, declared: Mapping[tuple[str, str], str]) -> None:
+    """Refuse a store whose tables (those of them that exist: ``declared`` gives each
+    column's type) lack a column of the store's, or declare it with another type.
+
+    Raises:
+        ForeignSchemaError: Naming the first such column.
+    """
+    for table in sorted({table for table, _ in declared}):
+        for name, expected in _STORE_COLUMNS[table].items():
+            found = declared.get((table, name))
+            if found != expected:
+                what = "has no such column" if found is None else f"is declared {found}"
+                msg = (
+                    f"store {shown}: table {table!r} was changed around the library: its "
+                    f"column {name!r} {what}, expected {expected}; restore the table from "
+                    "a backup or an export (nothing was read or written)"
+                )
+                raise ForeignSchemaError(msg)
+
+
 _SCHEMA_LOCK_KEY = 0x636F766F  # "covo": serializes table creation across processes
 
 
@@ -283,21 +342,25 @@ class _PostgresBackend(RecorderAnchors):
     def owns(self, factory: InfrastructureFactory[Any]) -> bool:
         return isinstance(factory, postgres.PostgresFactory)
 
-    def check_file(self, env: Mapping[str, str], url: str) -> None:
+    def check_file(self, env: Mapping[str, str], shown: str) -> None:
         """Refuse a database that holds an eventsourcing application's event tables
-        and no store's (ADR 0052): the store's tables would be created beside them.
+        and no store's (ADR 0052): the store's tables would be created beside them;
+        and a store whose tables were changed around the library (a column dropped,
+        or given another type), which its statements would misread or fail on.
 
         Raises:
-            ForeignSchemaError: It does.
+            ForeignSchemaError: It does, or they were.
             StoreUnavailableError: The database cannot be reached.
         """
         schema = env.get("POSTGRES_SCHEMA") or "public"
         with _connect(env) as conn:
             rows = conn.execute(_EVENT_TABLES, (schema,)).fetchall()
+            declared = conn.execute(_DECLARED_TYPES, (schema, list(_STORE_COLUMNS))).fetchall()
         tables = sorted(str(row[0]) for row in rows)
         if tables and _STORE_EVENTS not in tables:
-            shown = ", ".join(repr(table[:63]) for table in tables[:5])
-            refuse_application_tables(url, f"event tables ({shown})")
+            shown_tables = ", ".join(repr(table[:63]) for table in tables[:5])
+            refuse_application_tables(shown, f"event tables ({shown_tables})")
+        _refuse_changed_tables(shown, {(table, column): kind for table, column, kind in declared})
 
     @contextlib.contextmanager
     def setup_lock(self, env: Mapping[str, str]) -> Iterator[None]:

@@ -67,7 +67,13 @@ from covonaut_es.store._heads import (
 )
 from covonaut_es.store._leases import LeaseBackend
 from covonaut_es.store._outstanding import OutstandingTable, SQLOutstanding
-from covonaut_es.store._rows import checked_head, checked_id, checked_records
+from covonaut_es.store._rows import (
+    checked_head,
+    checked_id,
+    checked_log,
+    checked_position,
+    checked_records,
+)
 from covonaut_es.store._settings import check_sqlite_file
 from covonaut_es.store._settings_tables import SettingsTable, SQLSettings
 from covonaut_es.store._snapshot_cache import SnapshotCache
@@ -176,7 +182,12 @@ class _AnchoringRecorder(SQLiteAggregateRecorder, PollingSQLiteApplicationRecord
         found = super().select_notifications(
             start, limit, stop, topics, inclusive_of_start=inclusive_of_start
         )
-        return checked_records(found)
+        return checked_log(found)
+
+    def max_notification_id(self) -> int:
+        """As eventsourcing's (None while the log is empty, which its annotation does not
+        say), the position checked (:func:`checked_position`)."""
+        return checked_position(super().max_notification_id())  # type: ignore[return-value]
 
     def anchor_heads(self, *, create: bool) -> None:
         """Write head anchors from now on, creating their table (and the lease table)
@@ -371,10 +382,10 @@ class _SQLiteBackend(RecorderAnchors):
     def owns(self, factory: InfrastructureFactory[Any]) -> bool:
         return isinstance(factory, sqlite.SQLiteFactory)
 
-    def check_file(self, env: Mapping[str, str], url: str) -> None:
+    def check_file(self, env: Mapping[str, str], shown: str) -> None:
         sqlite_file = env.get(SQLITE_PATH, env.get("SQLITE_DBNAME"))
         if sqlite_file:
-            check_sqlite_file(sqlite_file, url, writable=env.get("CREATE_TABLE") != "n")
+            check_sqlite_file(sqlite_file, shown, writable=env.get("CREATE_TABLE") != "n")
 
     def setup_lock(self, env: Mapping[str, str]) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()  # SQLite creates tables under its file lock
