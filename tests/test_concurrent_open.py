@@ -132,3 +132,58 @@ def test_reviewer_queues_starting_at_once_on_stores_no_queue_ran_on_all_open_the
     Losing that race is rarer than winning it, so the test makes many stores."""
     urls = stores_made(new_store_urls, 12)
     assert failures_racing(open_racer.view_each, urls) == []
+
+
+@pytest.mark.postgres
+def test_an_open_waits_a_bounded_time_for_a_session_stuck_making_tables(
+    postgres_database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session that holds the lock under which a store's tables are made (a process
+    stuck halfway through its open) makes another open fail with StoreLockedError after
+    the store's wait, not hang; once it lets go, the open succeeds."""
+    from covonaut_es.errors import StoreLockedError
+    from covonaut_es.store._backends import postgres
+
+    monkeypatch.setattr(postgres, "SCHEMA_LOCK_WAIT_S", 1)
+    with psycopg.connect(postgres_database, autocommit=True) as holder:
+        holder.execute("SELECT pg_advisory_lock(%s)", (postgres._SCHEMA_LOCK_KEY,))
+        with pytest.raises(StoreLockedError, match="pg_locks gives its pid"):
+            open_store(postgres_database)
+    with open_store(postgres_database) as store:
+        assert list(store.thread_ids()) == []
+
+
+@pytest.mark.postgres
+def test_an_open_whose_session_is_ended_while_it_waits_says_so(postgres_database: str) -> None:
+    """The database ending the open's session (pg_terminate_backend, a restart) while it
+    waits to make the tables is a StoreUnavailableError, not a driver's error."""
+    import threading
+
+    from covonaut_es.errors import StoreUnavailableError
+    from covonaut_es.store._backends import postgres
+
+    failures: list[BaseException] = []
+
+    def opening() -> None:
+        try:
+            open_store(postgres_database).close()
+        except BaseException as exc:  # reported below
+            failures.append(exc)
+
+    with psycopg.connect(postgres_database, autocommit=True) as holder:
+        holder.execute("SELECT pg_advisory_lock(%s)", (postgres._SCHEMA_LOCK_KEY,))
+        opener = threading.Thread(target=opening)
+        opener.start()
+        waiting: list[Any] = []
+        for _ in range(200):
+            waiting = holder.execute(
+                "SELECT pid FROM pg_stat_activity WHERE wait_event = 'advisory'"
+            ).fetchall()
+            if waiting or not opener.is_alive():
+                break
+            opener.join(0.05)
+        assert waiting, failures
+        holder.execute("SELECT pg_terminate_backend(%s)", (waiting[0][0],))
+        opener.join(30)
+    assert len(failures) == 1 and isinstance(failures[0], StoreUnavailableError), failures
+    assert "connection to PostgreSQL" in str(failures[0])

@@ -446,9 +446,8 @@ def open_application(url: str, env: Mapping[str, str]) -> AgentApplication:
         StoreUnavailableError: The database cannot be reached.
     """
     backend, shown = backend_for_env(env), redact(url)  # no message shows a password
-    backend.check_file(env, shown)
     try:
-        with backend.setup_lock(env):
+        with backend.opening(env, shown):
             app = ThreadsApplication(env=dict(env))
             try:
                 settled = as_recorded(env, check_settings(app, env, shown))

@@ -60,12 +60,14 @@ class Backend(Protocol):
         """Check what ``env`` opens before eventsourcing opens (and writes) it; its
         errors name the store as ``shown`` (its URL, the password hidden)."""
 
-    def setup_lock(self, env: Mapping[str, str]) -> AbstractContextManager[None]:
-        """Held while an application of ``env`` creates its tables."""
+    def opening(self, env: Mapping[str, str], shown: str) -> AbstractContextManager[None]:
+        """Held while an application of ``env`` opens and creates its tables, having
+        checked what it opens as :meth:`check_file` does (on one connection, where the
+        back end has connections)."""
 
     def tables_lock(self, factory: InfrastructureFactory[Any]) -> AbstractContextManager[None]:
         """Held while ``factory`` makes a projection's tables: the lock of
-        :meth:`setup_lock`, taken with the factory's own connection settings."""
+        :meth:`opening`, taken with the factory's own connection settings."""
 
     def canonical_url(self, url: str, env: Mapping[str, str]) -> str:
         """The URL that opens the same store again."""

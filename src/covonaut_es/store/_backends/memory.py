@@ -178,7 +178,9 @@ class _MemoryBackend(RecorderAnchors):
     def check_file(self, env: Mapping[str, str], shown: str) -> None:
         return
 
-    def setup_lock(self, env: Mapping[str, str]) -> contextlib.AbstractContextManager[None]:
+    def opening(
+        self, env: Mapping[str, str], shown: str
+    ) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()
 
     def tables_lock(

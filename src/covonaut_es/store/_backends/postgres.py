@@ -38,7 +38,7 @@ from psycopg.rows import tuple_row
 from psycopg.sql import SQL, Identifier
 
 from covonaut_es.domain import ThreadSnapshot
-from covonaut_es.errors import ForeignSchemaError, StoreUnavailableError
+from covonaut_es.errors import ForeignSchemaError, StoreLockedError, StoreUnavailableError
 from covonaut_es.store._backend import BackendName
 from covonaut_es.store._backends._postgres_heads import (
     SESSION_HOLDS_LOCK,
@@ -303,10 +303,36 @@ catalog names it: those eventsourcing's statements and the store's read. (The ta
 listings' summaries and workers' outstanding threads are made again from the log when
 they cannot be read, as earlier versions' are.)"""
 
-_DECLARED_TYPES = (
-    "SELECT table_name, column_name, data_type FROM information_schema.columns "
-    "WHERE table_schema = %s AND table_name = ANY(%s)"
+_EVENT_COLUMNS = frozenset(_STORE_COLUMNS[_STORE_EVENTS])
+"""The columns of eventsourcing's application recorder's table (named after its
+application: a table that has them all is an application's events)."""
+
+_COLUMNS_READ = (
+    "SELECT c.relname, a.attname, format_type(a.atttypid, a.atttypmod) "
+    "FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_class c ON c.oid = a.attrelid "
+    "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+    "WHERE n.nspname = %s AND c.relkind IN ('r', 'p', 'v', 'm', 'f') AND a.attnum > 0 "
+    "AND NOT a.attisdropped AND (c.relname = ANY(%s) OR a.attname = ANY(%s))"
 )
+"""The columns (with their types, as :data:`_STORE_COLUMNS` names them) of a schema's
+tables and views that are a store's, or that may be an application's events. Read from
+PostgreSQL's catalog: ``information_schema``'s views cost milliseconds to plan, on
+every open's new connection."""
+
+
+def _check_tables(conn: psycopg.Connection[Any], env: Mapping[str, str], shown: str) -> None:
+    """See :meth:`_PostgresBackend.check_file`."""
+    schema = env.get("POSTGRES_SCHEMA") or "public"
+    rows = conn.execute(_COLUMNS_READ, (schema, list(_STORE_COLUMNS), list(_EVENT_COLUMNS)))
+    declared = {(str(table), str(name)): str(kind) for table, name, kind in rows}
+    columns: dict[str, set[str]] = {}
+    for table, name in declared:
+        columns.setdefault(table, set()).add(name)
+    tables = sorted(table for table, names in columns.items() if names >= _EVENT_COLUMNS)
+    if tables and _STORE_EVENTS not in tables:
+        shown_tables = ", ".join(repr(table[:63]) for table in tables[:5])
+        refuse_application_tables(shown, f"event tables ({shown_tables})")
+    _refuse_changed_tables(shown, declared)
 
 
 def _refuse_changed_tables(shown: str, declared: Mapping[tuple[str, str], str]) -> None:
@@ -316,7 +342,7 @@ def _refuse_changed_tables(shown: str, declared: Mapping[tuple[str, str], str]) 
     Raises:
         ForeignSchemaError: Naming the first such column.
     """
-    for table in sorted({table for table, _ in declared}):
+    for table in sorted({table for table, _ in declared} & _STORE_COLUMNS.keys()):
         for name, expected in _STORE_COLUMNS[table].items():
             found = declared.get((table, name))
             if found != expected:
@@ -330,6 +356,10 @@ def _refuse_changed_tables(shown: str, declared: Mapping[tuple[str, str], str]) 
 
 
 _SCHEMA_LOCK_KEY = 0x636F766F  # "covo": serializes table creation across processes
+
+SCHEMA_LOCK_WAIT_S = 30
+"""How long an open waits for another session making the database's tables, in seconds
+(it takes milliseconds: a session that holds the lock longer is stuck)."""
 
 
 class _PostgresBackend(RecorderAnchors):
@@ -352,22 +382,17 @@ class _PostgresBackend(RecorderAnchors):
             ForeignSchemaError: It does, or they were.
             StoreUnavailableError: The database cannot be reached.
         """
-        schema = env.get("POSTGRES_SCHEMA") or "public"
         with _connect(env) as conn:
-            rows = conn.execute(_EVENT_TABLES, (schema,)).fetchall()
-            declared = conn.execute(_DECLARED_TYPES, (schema, list(_STORE_COLUMNS))).fetchall()
-        tables = sorted(str(row[0]) for row in rows)
-        if tables and _STORE_EVENTS not in tables:
-            shown_tables = ", ".join(repr(table[:63]) for table in tables[:5])
-            refuse_application_tables(shown, f"event tables ({shown_tables})")
-        _refuse_changed_tables(shown, {(table, column): kind for table, column, kind in declared})
+            _check_tables(conn, env, shown)
 
     @contextlib.contextmanager
-    def setup_lock(self, env: Mapping[str, str]) -> Iterator[None]:
-        """Hold an advisory lock while eventsourcing creates its tables: processes
-        opening a new database at the same moment otherwise fail with "tuple
-        concurrently updated"."""
+    def opening(self, env: Mapping[str, str], shown: str) -> Iterator[None]:
+        """Check the database as :meth:`check_file` does, and hold an advisory lock
+        while eventsourcing creates its tables (processes opening a new database at
+        the same moment otherwise fail with "tuple concurrently updated"), on one
+        connection: each costs the open milliseconds."""
         with _connect(env) as conn, _schema_lock(conn):
+            _check_tables(conn, env, shown)
             yield
 
     @contextlib.contextmanager
@@ -526,14 +551,6 @@ def _reading(datastore: Any) -> Iterator[Any]:
         yield connection.cursor(row_factory=tuple_row, binary=True)
 
 
-_EVENT_TABLES = (
-    "SELECT table_name FROM information_schema.columns WHERE table_schema = %s "
-    "AND column_name IN ('originator_id', 'originator_version', 'topic', 'state', "
-    "'notification_id') GROUP BY table_name HAVING COUNT(*) = 5"
-)
-"""The tables of a schema with the columns of eventsourcing's application recorder."""
-
-
 @contextlib.contextmanager
 def _connect(env: Mapping[str, str]) -> Iterator[psycopg.Connection[Any]]:
     """A connection of its own (autocommit) to the database ``env`` names.
@@ -559,26 +576,44 @@ def _connected(kwargs: Mapping[str, Any]) -> Iterator[psycopg.Connection[Any]]:
     """A connection of its own (autocommit), made with ``kwargs``.
 
     Raises:
-        StoreUnavailableError: It cannot be reached.
+        StoreUnavailableError: It cannot be reached, or was lost.
     """
+    where = f"{kwargs.get('host')}:{kwargs.get('port')}"
     try:
         conn = psycopg.connect(**kwargs, autocommit=True)
     except psycopg.Error as exc:
-        where = f"{kwargs.get('host')}:{kwargs.get('port')}"
         msg = f"cannot connect to PostgreSQL at {where}: {exc}"
         raise StoreUnavailableError(msg) from exc
     with conn:
-        yield conn
+        try:
+            yield conn
+        except psycopg.OperationalError as exc:  # the server shut down, or ended the session
+            msg = f"the connection to PostgreSQL at {where} failed: {exc}"
+            raise StoreUnavailableError(msg) from exc
 
 
 @contextlib.contextmanager
 def _schema_lock(conn: psycopg.Connection[Any]) -> Iterator[None]:
-    """Hold the lock under which processes make a database's tables, on ``conn``."""
-    conn.execute("SELECT pg_advisory_lock(%s)", (_SCHEMA_LOCK_KEY,))
+    """Hold the lock under which processes make a database's tables, on ``conn``.
+
+    Raises:
+        StoreLockedError: Another session held it for :data:`SCHEMA_LOCK_WAIT_S`.
+    """
+    try:
+        conn.execute(f"SET lock_timeout = '{SCHEMA_LOCK_WAIT_S}s'")
+        conn.execute("SELECT pg_advisory_lock(%s)", (_SCHEMA_LOCK_KEY,))
+    except psycopg.errors.LockNotAvailable as exc:
+        msg = (
+            f"another session held the lock under which a store's tables are made "
+            f"(advisory lock {_SCHEMA_LOCK_KEY}) for {SCHEMA_LOCK_WAIT_S} s; nothing was "
+            "written: try again, or end that session (pg_locks gives its pid)"
+        )
+        raise StoreLockedError(msg) from exc
     try:
         yield
     finally:
-        conn.execute("SELECT pg_advisory_unlock(%s)", (_SCHEMA_LOCK_KEY,))
+        if not conn.broken:  # a connection lost took its session's locks with it
+            conn.execute("SELECT pg_advisory_unlock(%s)", (_SCHEMA_LOCK_KEY,))
 
 
 def _literal(text: str) -> str:

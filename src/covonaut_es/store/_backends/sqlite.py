@@ -387,7 +387,10 @@ class _SQLiteBackend(RecorderAnchors):
         if sqlite_file:
             check_sqlite_file(sqlite_file, shown, writable=env.get("CREATE_TABLE") != "n")
 
-    def setup_lock(self, env: Mapping[str, str]) -> contextlib.AbstractContextManager[None]:
+    def opening(
+        self, env: Mapping[str, str], shown: str
+    ) -> contextlib.AbstractContextManager[None]:
+        self.check_file(env, shown)
         return contextlib.nullcontext()  # SQLite creates tables under its file lock
 
     def tables_lock(
