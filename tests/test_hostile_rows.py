@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 from covonaut_es import AgentThread, CovonautError, Store, open_store
 from covonaut_es.audit import check_store, export_thread
 from covonaut_es.cli import main
+from covonaut_es.errors import StoredRowError
 from covonaut_es.messages import Message, Role
 from covonaut_es.store._writer import SNAPSHOT_MIN_VERSION
 from support import converse, ticking_clock
@@ -357,38 +358,57 @@ def test_no_hostile_postgresql_value_makes_a_reading_command_crash(
             conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
-RETYPES: dict[str, str] = {
-    "text": "{column}::text",
-    "varchar": "{column}::varchar(100)",
-    "bytea": "convert_to({column}::text, 'UTF8')",
-    "jsonb": "to_jsonb({column})",
-    "text[]": "ARRAY[{column}::text]",
-    "numeric": "{column}::text::numeric",
-    "real": "{column}::text::double precision",
-    "uuid": "{column}::text::uuid",
+_RETYPED = "ALTER TABLE {table} ALTER COLUMN {column} DROP DEFAULT, ALTER COLUMN {column} TYPE "
+COLUMN_CHANGES: dict[str, str] = {
+    "text": _RETYPED + "text USING {column}::text",
+    "varchar": _RETYPED + "varchar(100) USING {column}::varchar(100)",
+    "bytea": _RETYPED + "bytea USING convert_to({column}::text, 'UTF8')",
+    "jsonb": _RETYPED + "jsonb USING to_jsonb({column})",
+    "text[]": _RETYPED + "text[] USING ARRAY[{column}::text]",
+    "numeric": _RETYPED + "numeric USING {column}::text::numeric",
+    "real": _RETYPED + "double precision USING {column}::text::double precision",
+    "uuid": _RETYPED + "uuid USING {column}::text::uuid",
+    "nullable": "ALTER TABLE {table} ALTER COLUMN {column} DROP NOT NULL",
+    "a NULL": (
+        "ALTER TABLE {table} ALTER COLUMN {column} DROP NOT NULL; "
+        "UPDATE {table} SET {column} = NULL WHERE ctid = (SELECT ctid FROM {table} LIMIT 1)"
+    ),
+    "dropped": "ALTER TABLE {table} DROP COLUMN {column} CASCADE",
 }
-"""Types a writer may give a column of the store's tables, each with the expression that
-converts its values (where PostgreSQL can: else the example is passed over)."""
+"""What a writer may do to a column of a store's table: give it another type, with the
+expression that converts its values (where PostgreSQL can: else the change is passed
+over), let it hold NULL (and give a row one), or drop it."""
+
+_REPLACED = (
+    "ALTER TABLE {table} RENAME TO {table}_kept; "
+    "CREATE {kind} {table} AS SELECT * FROM {table}_kept"
+)
+TABLE_CHANGES: dict[str, str] = {
+    "view": _REPLACED.replace("{kind}", "VIEW"),
+    "materialized view": _REPLACED.replace("{kind}", "MATERIALIZED VIEW"),
+    "every column dropped": (
+        # One statement: ";" without a space does not end it for changed().
+        "DO $$ DECLARE c text;BEGIN FOR c IN SELECT attname FROM pg_attribute WHERE "
+        "attrelid = '{table}'::regclass AND attnum > 0 AND NOT attisdropped LOOP "
+        "EXECUTE format('ALTER TABLE {table} DROP COLUMN %I CASCADE', c);END LOOP;END $$"
+    ),
+}
+"""What a writer may do to a store's table as a whole: put a view in its place (of the
+same rows), or drop every column."""
+
+STORE_TABLES: dict[str, tuple[str, ...]] = {
+    "covonaut_events": ("originator_id", "originator_version", "topic", "state", "notification_id"),
+    "covonaut_snapshots": ("originator_id", "originator_version", "topic", "state"),
+    "covonaut_events_heads": ("originator_id", "version", "chain"),
+    "covonaut_events_leases": ("originator_id", "token"),
+    "covonaut_events_summaries": ("originator_id", "version", "seen", "summary"),
+    "covonaut_settings": ("name", "value"),
+}
+"""A PostgreSQL store's tables and their columns (the summaries' once a listing made them)."""
 
 STORE_COLUMNS = tuple(
-    (table, column)
-    for table, columns in {
-        "covonaut_events": (
-            "originator_id",
-            "originator_version",
-            "topic",
-            "state",
-            "notification_id",
-        ),
-        "covonaut_snapshots": ("originator_id", "originator_version", "topic", "state"),
-        "covonaut_events_heads": ("originator_id", "version", "chain"),
-        "covonaut_events_leases": ("originator_id", "token"),
-        "covonaut_events_summaries": ("originator_id", "version", "seen", "summary"),
-        "covonaut_settings": ("name", "value"),
-    }.items()
-    for column in columns
+    (table, column) for table, columns in STORE_TABLES.items() for column in columns
 )
-"""The columns of a PostgreSQL store's tables (the summaries' once a listing made them)."""
 
 LOG_READS: dict[str, Callable[[str], object]] = {
     **API_READS,
@@ -405,21 +425,52 @@ def _database_url(postgres_url: str, name: str) -> str:
     return postgres_url.rsplit("/", 1)[0] + f"/{name}"
 
 
-@pytest.fixture(scope="module")
-def pristine_reads(postgres_url: str, pristine_postgres: str) -> dict[str, str]:
-    """What each of the API's reads gives on a copy of the pristine store (a digest of its
-    repr: Hypothesis shows its test's arguments)."""
+@contextlib.contextmanager
+def copied_store(postgres_url: str, pristine: str) -> Iterator[str]:
+    """The URL of a copy of the database ``pristine``, dropped afterwards."""
     import psycopg
 
     name = f"t_{uuid.uuid4().hex[:16]}"
     with psycopg.connect(postgres_url, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name} TEMPLATE {pristine_postgres}")
+        conn.execute(f"CREATE DATABASE {name} TEMPLATE {pristine}")
     try:
-        url = _database_url(postgres_url, name)
-        return {reader: _digest(read(url)) for reader, read in LOG_READS.items()}
+        yield _database_url(postgres_url, name)
     finally:
         with psycopg.connect(postgres_url, autocommit=True) as conn:
             conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def changed(url: str, statements: str) -> bool:
+    """Whether PostgreSQL made the changes ``statements`` (``; ``-separated) at ``url``."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        try:
+            for statement in statements.split("; "):
+                conn.execute(statement)
+        except psycopg.Error:  # the values do not convert, or the table is not made yet
+            return False
+    return True
+
+
+def reads_as_it_was_or_not_at_all(url: str, reader: str, pristine_reads: dict[str, str]) -> None:
+    """An API read gives what it gave on the pristine store or a typed error; a command
+    gives its output or a typed one-line error, never a traceback."""
+    if reader in LOG_READS:
+        with contextlib.suppress(CovonautError):
+            assert _digest(LOG_READS[reader](url)) == pristine_reads[reader], reader
+        return
+    status, _, err = run_cli(url, tuple(reader.split(" ")))
+    assert status in (0, 1, 2), (status, err)
+    assert "Traceback" not in err and err.count("\n") <= 1, err
+
+
+@pytest.fixture(scope="module")
+def pristine_reads(postgres_url: str, pristine_postgres: str) -> dict[str, str]:
+    """What each of the API's reads gives on a copy of the pristine store (a digest of its
+    repr: Hypothesis shows its test's arguments)."""
+    with copied_store(postgres_url, pristine_postgres) as url:
+        return {reader: _digest(read(url)) for reader, read in LOG_READS.items()}
 
 
 @pytest.mark.postgres
@@ -429,45 +480,121 @@ def pristine_reads(postgres_url: str, pristine_postgres: str) -> dict[str, str]:
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(
-    cell=st.sampled_from(STORE_COLUMNS),
-    retype=st.sampled_from(sorted(RETYPES)),
+    changes=st.lists(
+        st.tuples(st.sampled_from(STORE_COLUMNS), st.sampled_from(sorted(COLUMN_CHANGES))),
+        min_size=1,
+        max_size=3,
+    ),
     reader=st.sampled_from(sorted({*READERS, *LOG_READS})),
 )
-def test_a_table_retyped_around_the_library_reads_as_it_was_or_not_at_all(
+def test_a_table_changed_around_the_library_reads_as_it_was_or_not_at_all(
     postgres_url: str,
     pristine_postgres: str,
     pristine_reads: dict[str, str],
-    cell: tuple[str, str],
-    retype: str,
+    changes: list[tuple[tuple[str, str], str]],
     reader: str,
 ) -> None:
-    """A writer may change a column's type (a stream id to text, a position to numeric, a
-    topic to an array): every read then gives exactly what it gave before, or a typed
-    error; a command gives a one-line error, never a traceback."""
+    """A writer may change columns of the store's tables (give a stream id the type text,
+    a position numeric, a topic an array; let one hold NULL; drop it): every read then
+    gives exactly what it gave before, or a typed error; a command gives a one-line
+    error, never a traceback."""
+    with copied_store(postgres_url, pristine_postgres) as url:
+        made = [
+            changed(url, COLUMN_CHANGES[change].format(table=table, column=column))
+            for (table, column), change in changes
+        ]
+        if any(made):
+            reads_as_it_was_or_not_at_all(url, reader, pristine_reads)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("change", sorted(TABLE_CHANGES))
+@pytest.mark.parametrize("table", sorted(STORE_TABLES))
+def test_a_table_replaced_around_the_library_reads_as_it_was_or_not_at_all(
+    postgres_url: str,
+    pristine_postgres: str,
+    pristine_reads: dict[str, str],
+    table: str,
+    change: str,
+) -> None:
+    """Each of the store's tables replaced by a view of its rows, or stripped of every
+    column: every API read gives exactly what it gave before, or a typed error, and
+    the listing, the queue and a thread's history say so in one line."""
+    with copied_store(postgres_url, pristine_postgres) as url:
+        if not changed(url, TABLE_CHANGES[change].format(table=table)):
+            assert table.endswith("_summaries"), "made by a listing: not in the pristine store"
+            return
+        for reader in (*LOG_READS, "threads", "reviews", "history long"):
+            reads_as_it_was_or_not_at_all(url, reader, pristine_reads)
+
+
+LAYOUT_EVENTS = {"sqlite": "stored_events", "postgres": "covonaut_events"}
+
+_MOVED = {
+    "sqlite": (
+        "UPDATE stored_events SET rowid = ? "
+        "WHERE rowid = (SELECT rowid FROM stored_events ORDER BY rowid LIMIT 1 OFFSET ?)"
+    ),
+    "postgres": (
+        "UPDATE covonaut_events SET notification_id = %s WHERE notification_id = "
+        "(SELECT notification_id FROM covonaut_events ORDER BY 1 LIMIT 1 OFFSET %s)"
+    ),
+}
+"""A row of the log (the ``OFFSET``-th) given another position, on each back end."""
+
+
+@contextlib.contextmanager
+def _store_copy(request: pytest.FixtureRequest, backend: str) -> Iterator[tuple[str, Any]]:
+    """A copy of the pristine store on ``backend``: its URL, and a connection to it."""
+    if backend == "sqlite":
+        with tempfile.TemporaryDirectory() as directory:
+            path = Path(directory) / "threads.db"
+            shutil.copy(_pristine(), path)
+            with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as conn:
+                yield f"sqlite:///{path}", conn
+        return
     import psycopg
 
-    name = f"t_{uuid.uuid4().hex[:16]}"
-    with psycopg.connect(postgres_url, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name} TEMPLATE {pristine_postgres}")
-    url = _database_url(postgres_url, name)
-    try:
-        with psycopg.connect(url, autocommit=True) as conn:
-            table, column = cell
-            converted = RETYPES[retype].format(column=column)
-            try:
-                conn.execute(
-                    f"ALTER TABLE {table} ALTER COLUMN {column} DROP DEFAULT, "
-                    f"ALTER COLUMN {column} TYPE {retype} USING {converted}"
-                )
-            except psycopg.Error:  # the values do not convert, or the table is not made yet
-                return
-        if reader in LOG_READS:
-            with contextlib.suppress(CovonautError):
-                assert _digest(LOG_READS[reader](url)) == pristine_reads[reader]
-            return
-        status, _, err = run_cli(url, tuple(reader.split(" ")))
-        assert status in (0, 1, 2), (status, err)
-        assert "Traceback" not in err and err.count("\n") <= 1, err
-    finally:
-        with psycopg.connect(postgres_url, autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    server = request.getfixturevalue("postgres_url")
+    with (
+        copied_store(server, request.getfixturevalue("pristine_postgres")) as url,
+        psycopg.connect(url, autocommit=True) as conn,
+    ):
+        yield url, conn
+
+
+_QUEUE_AS_PRISTINE: dict[str, str] = {}
+
+
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+@settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    row=st.integers(0, 10_000),
+    among_the_newest=st.booleans(),  # the paused thread's, which the queue lists, are last
+    position=st.sampled_from([0, -1, -(2**40)]),
+)
+def test_a_row_moved_before_the_logs_start_is_read_or_refused(
+    request: pytest.FixtureRequest, backend: str, row: int, among_the_newest: bool, position: int
+) -> None:
+    """A writer may give a row of the log a position before 1, which a read from a position
+    passes over: the reviewer queue then lists what it listed before or refuses the row
+    by name, and a check of the store reports it, on both back ends."""
+    if backend not in _QUEUE_AS_PRISTINE:
+        with _store_copy(request, backend) as (url, _):
+            _QUEUE_AS_PRISTINE[backend] = run_cli(url, ("reviews", "--json"))[1]
+    with _store_copy(request, backend) as (url, conn):
+        rows = conn.execute("SELECT COUNT(*) FROM " + LAYOUT_EVENTS[backend]).fetchone()[0]
+        offset = rows - 1 - row % 8 if among_the_newest else row % rows
+        conn.execute(_MOVED[backend], (position, offset))
+        status, out, err = run_cli(url, ("reviews", "--json"))
+        assert (status, out) == (0, _QUEUE_AS_PRISTINE[backend]) or (
+            status == 2 and "notification_id" in err and err.count("\n") == 1
+        ), (status, out, err)
+        with pytest.raises(StoredRowError, match="notification_id"):
+            API_READS["check"](url)

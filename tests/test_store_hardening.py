@@ -441,6 +441,7 @@ _LIMITS = {
 _WRITTEN_NUMBERS = st.one_of(
     st.integers(-(2**70), 2**70).map(str),
     st.integers(1, 5000).map(lambda n: "7" * n),  # past the 4,300 digits int() takes
+    st.integers(1, 5000).map(lambda n: "0" * n + "5432"),  # libpq takes leading zeros
     st.text(st.characters(categories=("Nd", "No")), min_size=1, max_size=4),  # ٣, ², ...
     st.from_regex(r"\A[0-9]{1,4}[^0-9]{0,2}\Z"),
     st.text(max_size=4),
@@ -466,9 +467,9 @@ def test_a_postgres_urls_numbers_are_whole_numbers_or_refused_by_name(
     except StoreURLError as refused:
         assert name in str(refused) or "is not understood" in str(refused)
         return
-    taken = written or default
+    taken = (written or default).lstrip("0") or "0"
     assert taken.isascii() and taken.isdigit()
-    assert env[key] == str(int(taken)) and least <= int(taken) <= most
+    assert env[key] == taken and least <= int(taken) <= most
 
 
 _URLS_THAT_DO_NOT_OPEN = (
@@ -514,6 +515,65 @@ def test_the_command_line_never_prints_a_store_urls_password() -> None:
     assert result.returncode == 2
     assert "app:***@db" in result.stderr
     assert "Sekret" not in result.stdout + result.stderr
+
+
+_PASSWORD_PLACES = (
+    "postgresql://postgres:{secret}@{server}/{db}",
+    "postgresql://postgres:{secret}@{server}/{db}?connect_timeout=0",
+    "postgresql://postgres@{server}/{db}?{key}={secret}",
+    "postgresql://postgres@{server}/{db}?{key}={secret}&connect_timeout=0",
+    "postgresql://postgres@{server}/{db}?connect_timeout=0&{key}={secret}",
+)
+"""Where a URL may carry a password: its user information, or a parameter (which a
+later parameter's error may be about)."""
+_PASSWORD_KEYS = ("password", "PASSWORD", "pass%77ord", "%70assword", "sslpassword")
+# Pieces of a password, joined by characters that end a part of a URL when written raw.
+_PIECES = st.lists(
+    st.text(st.characters(categories=("L", "N")), min_size=1, max_size=6).map(
+        lambda text: "Sekret" + text
+    ),
+    min_size=1,
+    max_size=3,
+)
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    place=st.sampled_from(_PASSWORD_PLACES),
+    key=st.sampled_from(_PASSWORD_KEYS),
+    pieces=_PIECES,
+    joints=st.lists(st.sampled_from(["@", "/", "#", "&", " ", "\t", "=", "?", ":"]), min_size=2),
+    percent_encoded=st.booleans(),
+)
+def test_no_message_of_an_open_shows_a_piece_of_a_password_however_it_is_written(
+    postgres_url: str,
+    place: str,
+    key: str,
+    pieces: list[str],
+    joints: list[str],
+    percent_encoded: bool,
+) -> None:
+    """A password written raw with characters that end a part of a URL (``@``, ``/``,
+    ``&``, ``#``, a space) is read apart by libpq, which may show a piece of it as a host,
+    a port or an option; under a percent-encoded key it is still a password. Whether the
+    store opens or not, no message, nor the store's URL, shows any piece of it."""
+    password = "".join(piece + joint for piece, joint in zip(pieces, joints, strict=False))
+    written = quote(password, safe="") if percent_encoded else password
+    server = postgres_url.split("@", 1)[1].rsplit("/", 1)[0]
+    url = place.format(secret=written, server=server, db="covonaut_missing", key=key)
+    try:
+        with open_store(url, create_tables=False) as store:
+            shown = store.url
+    except CovonautError as refused:
+        shown = str(refused)
+    result = covonaut_es("threads", "--store", url)
+    for piece in pieces:
+        for text in (shown, result.stdout + result.stderr):
+            assert piece not in text and quote(piece, safe="") not in text, (piece, text)
 
 
 def _an_applications_tables(url: str) -> dict[str, Any]:

@@ -60,7 +60,7 @@ from covonaut_es.store._own_snapshots import (
 from covonaut_es.store._settings import as_recorded, check_settings, key_stream_ids
 from covonaut_es.store._snapshot_cache import SnapshotCache
 from covonaut_es.store._snapshot_seals import SealKey
-from covonaut_es.store._urls import redact, scrub
+from covonaut_es.store._urls import redact, scrub, secrets_hidden
 
 logger = _logs.logger("covonaut_es")
 
@@ -445,44 +445,46 @@ def open_application(url: str, env: Mapping[str, str]) -> AgentApplication:
         ReadOnlyStoreError: The store's file is read-only and the open may write.
         StoreUnavailableError: The database cannot be reached.
     """
-    backend, shown = backend_for_env(env), redact(url)  # no message shows a password
-    try:
-        with backend.opening(env, shown):
-            app = ThreadsApplication(env=dict(env))
-            try:
-                settled = as_recorded(env, check_settings(app, env, shown))
-                if settled != env:
-                    # The mapper takes its compressor when it is made, and the chain
-                    # key's check reads events with it.
+    backend, shown = backend_for_env(env), redact(url)  # no message shows a password,
+    with secrets_hidden(url):  # nor a driver's, about what it read from a malformed URL
+        try:
+            with backend.opening(env, shown):
+                app = ThreadsApplication(env=dict(env))
+                try:
+                    settled = as_recorded(env, check_settings(app, env, shown))
+                    if settled != env:
+                        # The mapper takes its compressor when it is made, and the chain
+                        # key's check reads events with it.
+                        app.close()
+                        app = ThreadsApplication(env=settled)
+                    key_stream_ids(app, f"store {shown}")  # as a new store has just recorded
+                    writes = env.get("CREATE_TABLE") != "n" and env.get(SEALS_NOTHING) != "y"
+                    check_chain_key(app, app.chain_key, shown, writes=writes)
+                except BaseException:
                     app.close()
-                    app = ThreadsApplication(env=settled)
-                key_stream_ids(app, f"store {shown}")  # as a new store has just recorded
-                writes = env.get("CREATE_TABLE") != "n" and env.get(SEALS_NOTHING) != "y"
-                check_chain_key(app, app.chain_key, shown, writes=writes)
-            except BaseException:
-                app.close()
-                raise
-            return app
-    except CovonautError:
-        raise  # e.g. a gap in the upcasters, found before any data is read
-    except ImportError as exc:
-        extra = "encryption" if "CIPHER_KEY" in env else "postgres"
-        msg = f"store {shown} needs a missing package ({exc}); install 'covonaut-es[{extra}]'"
-        raise ConfigurationError(msg) from exc
-    except (ValueError, binascii.Error) as exc:
-        msg = (
-            f"store {shown}: invalid cipher key ({exc}); expected the base64 of 16, 24 or 32 "
-            "bytes, as create_cipher_key() returns"
-        )
-        raise ConfigurationError(msg) from exc
-    except (PersistenceError, sqlite3.DatabaseError) as exc:
-        if "readonly" in str(exc):
+                    raise
+                return app
+        except CovonautError:
+            raise  # e.g. a gap in the upcasters, found before any data is read
+        except ImportError as exc:
+            extra = "encryption" if "CIPHER_KEY" in env else "postgres"
+            msg = f"store {shown} needs a missing package ({exc}); install 'covonaut-es[{extra}]'"
+            raise ConfigurationError(msg) from exc
+        except (ValueError, binascii.Error) as exc:
             msg = (
-                f"store {shown} is read-only ({exc}); make it writable, or add ?mode=ro to read it"
+                f"store {shown}: invalid cipher key ({exc}); expected the base64 of 16, 24 or 32 "
+                "bytes, as create_cipher_key() returns"
             )
-            raise ReadOnlyStoreError(msg) from exc
-        if "not a database" in str(exc):
-            msg = f"store {shown} is not a SQLite database ({exc}); expected a store"
-            raise NotAStoreError(msg) from exc
-        msg = f"cannot open store {shown}: {scrub(str(exc), url)}"
-        raise StoreUnavailableError(msg) from exc
+            raise ConfigurationError(msg) from exc
+        except (PersistenceError, sqlite3.DatabaseError) as exc:
+            if "readonly" in str(exc):
+                msg = (
+                    f"store {shown} is read-only ({exc}); make it writable, or add ?mode=ro "
+                    "to read it"
+                )
+                raise ReadOnlyStoreError(msg) from exc
+            if "not a database" in str(exc):
+                msg = f"store {shown} is not a SQLite database ({exc}); expected a store"
+                raise NotAStoreError(msg) from exc
+            msg = f"cannot open store {shown}: {scrub(str(exc), url)}"
+            raise StoreUnavailableError(msg) from exc

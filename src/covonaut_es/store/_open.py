@@ -32,6 +32,7 @@ from covonaut_es.store._urls import (
     canonical_url,
     redact,
     require_sqlite_file,
+    secrets_hidden,
     store_env,
 )
 
@@ -107,12 +108,13 @@ def open_store(
     if not create_tables:
         env["CREATE_TABLE"] = "n"
         require_sqlite_file(env.get(SQLITE_PATH), f"store {redact(url)}")
-    return Store(
-        canonical_url(url, env),
-        env,
-        max_checkpoints_per_thread=max_checkpoints_per_thread,
-        clock=clock,
-    )
+    with secrets_hidden(url):  # the store is given the URL as its messages show it
+        return Store(
+            canonical_url(url, env),
+            env,
+            max_checkpoints_per_thread=max_checkpoints_per_thread,
+            clock=clock,
+        )
 
 
 @attrs.frozen
@@ -148,7 +150,8 @@ def store_log(url: str, env: dict[str, str]) -> LogSource:
         NotAStoreError: The database is not a store (``ForeignSchemaError``: an
             application's tables), checked before anything reads or creates a table.
     """
-    backend_for_env(env).check_file(env, redact(url))
+    with secrets_hidden(url):
+        backend_for_env(env).check_file(env, redact(url))
     return LogSource(
         ThreadsApplication,
         STORE_APPLICATION_NAME,

@@ -78,9 +78,18 @@ def checked_position(value: Any) -> int | None:
     Raises:
         StoredRowError: It is no position (the notification ids' column retyped).
     """
-    if value is not None and (type(value) is not int or value < 0):
-        raise _damaged("the store's log", "newest notification_id", value, "a whole number")
+    if value is not None and (type(value) is not int or value < 1):
+        raise _damaged("the store's log", "newest notification_id", value, "a position from 1")
     return value
+
+
+def log_start(start: int | None, *, inclusive: bool) -> int | None:
+    """Where a read of the log from ``start`` begins: at its first row (None) when the
+    read is from its beginning, whatever that row's position, so that a row a writer
+    gave a position before 1 is refused by :func:`checked_log`, not passed over."""
+    if start is not None and (start > 1 or (start == 1 and not inclusive)):
+        return start
+    return None
 
 
 def checked_log(notifications: Sequence[N]) -> Sequence[N]:

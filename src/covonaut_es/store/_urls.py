@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import json
 import os
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Literal, get_args
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from covonaut_es.errors import ConfigurationError, StoreUnavailableError, StoreURLError
+from covonaut_es.errors import (
+    ConfigurationError,
+    CovonautError,
+    StoreUnavailableError,
+    StoreURLError,
+)
 from covonaut_es.store._backend import MODULES, backend_for_env
 
 SCHEMES = ("memory", "sqlite", "postgresql")
@@ -187,20 +194,21 @@ def _whole_number(value: str, name: str, url: str, *, least: int, most: int) -> 
     """``value``, a URL's ``name``, checked to be a whole number from ``least`` to
     ``most`` in ASCII digits: ``str.isdigit`` also takes other scripts' digits and
     superscripts, which ``int`` and libpq refuse, and ``int`` refuses a number of more
-    than 4,300 digits (the length is checked first).
+    than 4,300 digits (the length is checked first, leading zeros aside).
 
     Raises:
         StoreURLError: It is not, named with the URL's secrets hidden.
     """
-    if not (value.isascii() and value.isdigit() and len(value) <= len(str(most))) or not (
-        least <= int(value) <= most
+    significant = value.lstrip("0") or "0"  # libpq takes 05432 for 5432
+    if not (value.isascii() and value.isdigit() and len(significant) <= len(str(most))) or not (
+        least <= int(significant) <= most
     ):
         msg = (
             f"PostgreSQL store URL {redact(url)!r} has an invalid {name} {scrub(repr(value), url)}:"
             f" expected a whole number from {least} to {most}"
         )
         raise StoreURLError(msg)
-    return str(int(value))
+    return str(int(significant))
 
 
 def postgres_params(env: Mapping[str, str]) -> dict[str, str]:
@@ -268,33 +276,71 @@ def canonical_url(url: str, env: Mapping[str, str]) -> str:
 
 
 def redact(url: str) -> str:
-    """The URL with its password, and any ``password=`` parameter, replaced by ``***``,
-    for messages and logs, however malformed the URL is."""
+    """The URL with its password, and any password parameter, replaced by ``***``, for
+    messages and logs, however malformed the URL is."""
     return scrub(url, url)
 
 
 def scrub(text: str, url: str) -> str:
     """``text`` (a URL, or a driver's error about one) without the secrets of ``url``.
 
-    The URL is read as loosely as any parser might read it, the user information ending
-    at its last ``@``, so that no reading of a malformed URL leaves a secret in sight.
+    The URL is read as loosely as any parser might read it, so that no reading of a
+    malformed URL leaves a secret, or a piece of one, in sight: the user information
+    ends at its first ``@`` to libpq and at its last to others, and a character that
+    ends a part of a URL (``@``, ``/``, ``&``, ``#``, a space) in a password, written
+    raw, cuts it into pieces that a driver may show apart (as a host, a port, an option:
+    each of three characters or more is hidden too);
+    a password parameter's key may be percent-encoded (``pass%77ord``), and its value is
+    taken to run to the URL's end.
     """
     for secret in sorted(_secrets(url), key=len, reverse=True):
         text = text.replace(secret, "***")
     return text
 
 
-_PASSWORD_PARAMETER = re.compile(r"password=([^&#\s]*)", re.IGNORECASE)
+@contextlib.contextmanager
+def secrets_hidden(url: str) -> Iterator[None]:
+    """Around an open of ``url``: an error whose message shows a secret of the URL (a
+    driver's text about a host or an option it read from a malformed URL) is raised
+    again without it, and without the error it was made from, which shows it too.
+
+    Raises:
+        CovonautError: What the open raised, its message scrubbed.
+    """
+    try:
+        yield
+    except CovonautError as exc:
+        shown = scrub(str(exc), url)
+        if shown == str(exc):
+            raise
+        hidden = copy.copy(exc)
+        hidden.args = (shown,)
+        raise hidden from None
+
+
+_URL_DELIMITERS = re.compile(r"[@/?#&=\s]+")
+_SHORTEST_PIECE = 3  # a shorter piece hidden everywhere would make every message noise
 
 
 def _secrets(url: str) -> set[str]:
+    found: set[str] = set()
     _, sep, rest = url.partition("://")
     userinfo, at, _ = rest.rpartition("@")
     _, colon, password = userinfo.partition(":")
-    found = {password} if sep and at and colon else set()
-    found.update(match.group(1) for match in _PASSWORD_PARAMETER.finditer(url))
-    found.discard("")
-    return found | {unquote(secret) for secret in found} - {""}
+    if sep and at and colon:
+        found.add(password)
+    parameters = url.partition("?")[2].split("&")
+    for index, parameter in enumerate(parameters):
+        key, equals, value = parameter.partition("=")
+        if equals and unquote(key).strip().lower().endswith("password"):
+            found.update({value, "&".join([value, *parameters[index + 1 :]])})
+    pieces = {
+        piece
+        for secret in found
+        for piece in _URL_DELIMITERS.split(secret)
+        if len(piece) >= _SHORTEST_PIECE
+    }
+    return {text for text in found | pieces | {unquote(t) for t in found | pieces} if text}
 
 
 def require_sqlite_file(path: str | None, where: str) -> None:

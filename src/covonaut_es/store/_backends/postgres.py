@@ -69,6 +69,7 @@ from covonaut_es.store._rows import (
     checked_log,
     checked_position,
     checked_records,
+    log_start,
 )
 from covonaut_es.store._settings import refuse_application_tables
 from covonaut_es.store._settings_tables import SettingsTable, SQLSettings, column
@@ -127,7 +128,11 @@ class _AnchoringRecorder(_CheckedRows, postgres.PostgresApplicationRecorder):
         """As eventsourcing's, each row checked (:mod:`covonaut_es.store._rows`)."""
         with building_records():
             found = super().select_notifications(
-                start, limit, stop, topics, inclusive_of_start=inclusive_of_start
+                log_start(start, inclusive=inclusive_of_start),
+                limit,
+                stop,
+                topics,
+                inclusive_of_start=inclusive_of_start,
             )
         return checked_log(found)
 
@@ -282,26 +287,30 @@ _STORE_EVENTS = "covonaut_events"  # named after the store's application, "covon
 
 _STORE_COLUMNS: dict[str, dict[str, str]] = {
     _STORE_EVENTS: {
-        "originator_id": "uuid",
-        "originator_version": "bigint",
+        "originator_id": "uuid not null",
+        "originator_version": "bigint not null",
         "topic": "text",
         "state": "bytea",
-        "notification_id": "bigint",
+        "notification_id": "bigint not null",
     },
     "covonaut_snapshots": {
-        "originator_id": "uuid",
-        "originator_version": "bigint",
+        "originator_id": "uuid not null",
+        "originator_version": "bigint not null",
         "topic": "text",
         "state": "bytea",
     },
-    f"{_STORE_EVENTS}_heads": {"originator_id": "uuid", "version": "bigint", "chain": "text"},
-    f"{_STORE_EVENTS}_leases": {"originator_id": "uuid", "token": "bigint"},
-    "covonaut_settings": {"name": "text", "value": "text"},
+    f"{_STORE_EVENTS}_heads": {
+        "originator_id": "uuid not null",
+        "version": "bigint not null",
+        "chain": "text not null",
+    },
+    f"{_STORE_EVENTS}_leases": {"originator_id": "uuid not null", "token": "bigint not null"},
+    "covonaut_settings": {"name": "text not null", "value": "text not null"},
 }
 """The columns a store's tables are made with, each with its type as PostgreSQL's
-catalog names it: those eventsourcing's statements and the store's read. (The tables of
-listings' summaries and workers' outstanding threads are made again from the log when
-they cannot be read, as earlier versions' are.)"""
+catalog names it, and whether it holds NULL: those eventsourcing's statements and the
+store's read. (The tables of listings' summaries and workers' outstanding threads are
+made again from the log when they cannot be read, as earlier versions' are.)"""
 
 _EVENT_COLUMNS = frozenset(_STORE_COLUMNS[_STORE_EVENTS])
 """The columns of eventsourcing's application recorder's table (named after its
@@ -309,44 +318,50 @@ application: a table that has them all is an application's events)."""
 
 _COLUMNS_READ = (
     "SELECT c.relname, a.attname, format_type(a.atttypid, a.atttypmod) "
-    "FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_class c ON c.oid = a.attrelid "
-    "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
-    "WHERE n.nspname = %s AND c.relkind IN ('r', 'p', 'v', 'm', 'f') AND a.attnum > 0 "
-    "AND NOT a.attisdropped AND (c.relname = ANY(%s) OR a.attname = ANY(%s))"
+    "|| CASE WHEN a.attnotnull THEN ' not null' ELSE '' END "
+    "FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+    "LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 "
+    "AND NOT a.attisdropped "
+    "WHERE n.nspname = %s AND c.relkind IN ('r', 'p', 'v', 'm', 'f') "
+    "AND (c.relname = ANY(%s) OR a.attname = ANY(%s))"
 )
-"""The columns (with their types, as :data:`_STORE_COLUMNS` names them) of a schema's
-tables and views that are a store's, or that may be an application's events. Read from
-PostgreSQL's catalog: ``information_schema``'s views cost milliseconds to plan, on
-every open's new connection."""
+"""The tables, views and their like of a schema that are a store's (each with every
+column, none for a table whose columns were all dropped) or that may be an
+application's events (with those columns), each column with its type as
+:data:`_STORE_COLUMNS` names it. Read from PostgreSQL's catalog: ``information_schema``'s
+views cost milliseconds to plan, on every open's new connection, and show neither a
+materialized view nor a table without columns."""
 
 
 def _check_tables(conn: psycopg.Connection[Any], env: Mapping[str, str], shown: str) -> None:
     """See :meth:`_PostgresBackend.check_file`."""
     schema = env.get("POSTGRES_SCHEMA") or "public"
     rows = conn.execute(_COLUMNS_READ, (schema, list(_STORE_COLUMNS), list(_EVENT_COLUMNS)))
-    declared = {(str(table), str(name)): str(kind) for table, name, kind in rows}
-    columns: dict[str, set[str]] = {}
-    for table, name in declared:
-        columns.setdefault(table, set()).add(name)
-    tables = sorted(table for table, names in columns.items() if names >= _EVENT_COLUMNS)
+    columns: dict[str, dict[str, str]] = {}
+    for table, name, kind in rows:
+        found = columns.setdefault(str(table), {})
+        if name is not None:
+            found[str(name)] = str(kind)
+    tables = sorted(table for table, found in columns.items() if found.keys() >= _EVENT_COLUMNS)
     if tables and _STORE_EVENTS not in tables:
         shown_tables = ", ".join(repr(table[:63]) for table in tables[:5])
         refuse_application_tables(shown, f"event tables ({shown_tables})")
-    _refuse_changed_tables(shown, declared)
+    _refuse_changed_tables(shown, columns)
 
 
-def _refuse_changed_tables(shown: str, declared: Mapping[tuple[str, str], str]) -> None:
-    """Refuse a store whose tables (those of them that exist: ``declared`` gives each
-    column's type) lack a column of the store's, or declare it with another type.
+def _refuse_changed_tables(shown: str, columns: Mapping[str, Mapping[str, str]]) -> None:
+    """Refuse a store whose tables (those of them that exist: ``columns`` gives each
+    one's columns and their types) lack a column of the store's, or declare it another
+    way.
 
     Raises:
         ForeignSchemaError: Naming the first such column.
     """
-    for table in sorted({table for table, _ in declared} & _STORE_COLUMNS.keys()):
+    for table in sorted(columns.keys() & _STORE_COLUMNS.keys()):
         for name, expected in _STORE_COLUMNS[table].items():
-            found = declared.get((table, name))
+            found = columns[table].get(name)
             if found != expected:
-                what = "has no such column" if found is None else f"is declared {found}"
+                what = "is missing" if found is None else f"is declared {found}"
                 msg = (
                     f"store {shown}: table {table!r} was changed around the library: its "
                     f"column {name!r} {what}, expected {expected}; restore the table from "
@@ -576,7 +591,8 @@ def _connected(kwargs: Mapping[str, Any]) -> Iterator[psycopg.Connection[Any]]:
     """A connection of its own (autocommit), made with ``kwargs``.
 
     Raises:
-        StoreUnavailableError: It cannot be reached, or was lost.
+        StoreUnavailableError: It cannot be reached, or was lost, or refused a
+            statement (a ``statement_timeout`` of the URL's options, say).
     """
     where = f"{kwargs.get('host')}:{kwargs.get('port')}"
     try:
@@ -587,7 +603,7 @@ def _connected(kwargs: Mapping[str, Any]) -> Iterator[psycopg.Connection[Any]]:
     with conn:
         try:
             yield conn
-        except psycopg.OperationalError as exc:  # the server shut down, or ended the session
+        except psycopg.Error as exc:  # the server shut down, ended the session, or refused
             msg = f"the connection to PostgreSQL at {where} failed: {exc}"
             raise StoreUnavailableError(msg) from exc
 

@@ -73,6 +73,7 @@ from covonaut_es.store._rows import (
     checked_log,
     checked_position,
     checked_records,
+    log_start,
 )
 from covonaut_es.store._settings import check_sqlite_file
 from covonaut_es.store._settings_tables import SettingsTable, SQLSettings
@@ -180,7 +181,11 @@ class _AnchoringRecorder(SQLiteAggregateRecorder, PollingSQLiteApplicationRecord
     ) -> Sequence[Notification]:
         """As eventsourcing's, each row checked (:mod:`covonaut_es.store._rows`)."""
         found = super().select_notifications(
-            start, limit, stop, topics, inclusive_of_start=inclusive_of_start
+            log_start(start, inclusive=inclusive_of_start),
+            limit,
+            stop,
+            topics,
+            inclusive_of_start=inclusive_of_start,
         )
         return checked_log(found)
 
