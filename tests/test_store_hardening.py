@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import traceback
 import uuid
 import zlib
 from collections.abc import Callable, Iterator
@@ -46,7 +47,7 @@ from covonaut_es.messages import Message, Role
 from covonaut_es.store import AgentApplication, Store, _zstd
 from covonaut_es.store._dictionary import ZstdDictionaryCompressor, shipped_dictionary
 from covonaut_es.store._settings import SETTINGS_TABLE, settings_table
-from covonaut_es.store._urls import persistence_env, postgres_params
+from covonaut_es.store._urls import persistence_env, postgres_params, redact
 from support import append_raw_event, sqlite_key
 from test_cli import ROOT, covonaut_es
 
@@ -501,12 +502,14 @@ def test_no_error_about_a_store_url_shows_its_password(
     template: str, password: str, percent_encoded: bool
 ) -> None:
     """However a URL is wrong (a scheme, a host, a port, a parameter), the error names
-    the problem and shows neither the password nor its percent-encoded form."""
+    the problem and shows neither the password nor its percent-encoded form, nor does
+    a traceback of it."""
     written = quote(password, safe="") if percent_encoded else password
     with pytest.raises(StoreURLError) as refused:
         open_store(template.format(secret=written))
-    assert password not in str(refused.value)
-    assert written not in str(refused.value)
+    shown = _shown_anywhere(refused.value)  # the driver's error it was raised from too
+    assert password not in shown
+    assert written not in shown
 
 
 def test_the_command_line_never_prints_a_store_urls_password() -> None:
@@ -523,10 +526,20 @@ _PASSWORD_PLACES = (
     "postgresql://postgres@{server}/{db}?{key}={secret}",
     "postgresql://postgres@{server}/{db}?{key}={secret}&connect_timeout=0",
     "postgresql://postgres@{server}/{db}?connect_timeout=0&{key}={secret}",
+    "postgresql:/postgres:{secret}@{server}/{db}",  # a scheme mistyped
+    "postgresql//postgres:{secret}@{server}/{db}",
+    "host=127.0.0.1 dbname={db} {key}={secret}",  # libpq's other form, which no store takes
 )
 """Where a URL may carry a password: its user information, or a parameter (which a
 later parameter's error may be about)."""
-_PASSWORD_KEYS = ("password", "PASSWORD", "pass%77ord", "%70assword", "sslpassword")
+_PASSWORD_KEYS = (
+    "password",
+    "PASSWORD",
+    "pass%77ord",
+    "%70assword",
+    "sslpassword",
+    "scram_client_key",
+)
 # Pieces of a password, joined by characters that end a part of a URL when written raw.
 _PIECES = st.lists(
     st.text(st.characters(categories=("L", "N")), min_size=1, max_size=6).map(
@@ -535,6 +548,12 @@ _PIECES = st.lists(
     min_size=1,
     max_size=3,
 )
+_JOINTS = st.lists(st.sampled_from(list("@/#& \t=?:,%")), min_size=3)
+
+
+def _shown_anywhere(error: BaseException) -> str:
+    """Everything a traceback of ``error`` prints (its chain included)."""
+    return "".join(traceback.format_exception(error))
 
 
 @settings(
@@ -546,34 +565,83 @@ _PIECES = st.lists(
     place=st.sampled_from(_PASSWORD_PLACES),
     key=st.sampled_from(_PASSWORD_KEYS),
     pieces=_PIECES,
-    joints=st.lists(st.sampled_from(["@", "/", "#", "&", " ", "\t", "=", "?", ":"]), min_size=2),
+    joints=_JOINTS,
     percent_encoded=st.booleans(),
+    as_the_view=st.booleans(),
 )
 def test_no_message_of_an_open_shows_a_piece_of_a_password_however_it_is_written(
-    postgres_url: str,
+    postgres_database: str,
     place: str,
     key: str,
     pieces: list[str],
     joints: list[str],
     percent_encoded: bool,
+    as_the_view: bool,
 ) -> None:
     """A password written raw with characters that end a part of a URL (``@``, ``/``,
-    ``&``, ``#``, a space) is read apart by libpq, which may show a piece of it as a host,
-    a port or an option; under a percent-encoded key it is still a password. Whether the
-    store opens or not, no message, nor the store's URL, shows any piece of it."""
+    ``&``, ``#``, ``,``, a space) is read apart by libpq, which may show a piece of it as
+    a host, a port or an option; under a percent-encoded key it is still a password.
+    Whether the store (or the reviewer queue's view kept there) opens or not, no message,
+    nor a traceback of it, nor the store's or the queue's URL, shows any piece of it."""
     password = "".join(piece + joint for piece, joint in zip(pieces, joints, strict=False))
     written = quote(password, safe="") if percent_encoded else password
-    server = postgres_url.split("@", 1)[1].rsplit("/", 1)[0]
+    server = postgres_database.split("@", 1)[1].rsplit("/", 1)[0]
     url = place.format(secret=written, server=server, db="covonaut_missing", key=key)
+    shown: list[str] = []
     try:
-        with open_store(url, create_tables=False) as store:
-            shown = store.url
+        if as_the_view:
+            queue = ReviewQueue(postgres_database, view_url=url)
+            shown.append(queue.store_url)
+            queue.view()
+            queue.close()
+        else:
+            with open_store(url, create_tables=False) as store:
+                shown.append(store.url)
+            shown.append(ReviewQueue(url).store_url)
     except CovonautError as refused:
-        shown = str(refused)
-    result = covonaut_es("threads", "--store", url)
+        shown.append(_shown_anywhere(refused))
+    command = (
+        ("reviews", "--store", postgres_database, "--view", url)
+        if as_the_view
+        else ("threads", "--store", url)
+    )
+    result = covonaut_es(*command)
+    shown.append(result.stdout + result.stderr)
     for piece in pieces:
-        for text in (shown, result.stdout + result.stderr):
+        for text in shown:
             assert piece not in text and quote(piece, safe="") not in text, (piece, text)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    password=_PIECES.map("".join),
+    names=st.lists(st.from_regex(r"\A[a-z][a-z0-9_]{2,8}\Z"), min_size=3, max_size=3),
+    parameters=st.lists(
+        st.tuples(
+            st.sampled_from(["application_name", "user", "options", "sslmode"]),
+            st.from_regex(r"\A[a-z0-9]{1,6}(@[a-z0-9]{1,6})?\Z"),
+        ),
+        max_size=3,
+    ),
+    in_the_query=st.booleans(),
+)
+def test_an_ordinary_url_is_shown_whole_but_for_its_password(
+    password: str, names: list[str], parameters: list[tuple[str, str]], in_the_query: bool
+) -> None:
+    """A well-formed URL is shown with its password replaced and nothing else: an ``@``
+    in a parameter (a user ``ann@corp``, an application name) does not make its host,
+    port, database or parameters count as a password's pieces."""
+    user, host, db = names
+    query = "&".join(f"{k}={v}" for k, v in parameters)
+    if in_the_query:
+        url = f"postgresql://{user}@{host}:5432/{db}?password={password}" + (
+            f"&{query}" if query else ""
+        )
+        expected = url.replace(f"password={password}", "password=***")
+    else:
+        url = f"postgresql://{user}:{password}@{host}:5432/{db}" + (f"?{query}" if query else "")
+        expected = url.replace(f":{password}@", ":***@")
+    assert redact(url) == expected
 
 
 def _an_applications_tables(url: str) -> dict[str, Any]:

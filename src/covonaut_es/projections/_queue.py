@@ -49,7 +49,7 @@ from covonaut_es.store._tracking import BatchingProjectionRunner, UnreadableReco
 from covonaut_es.store._urls import (
     READ_ONLY,
     persistence_env,
-    redact,
+    secrets_hidden,
     store_env,
 )
 
@@ -216,8 +216,10 @@ class ReviewQueue(Closing):
                 "queue with ReviewQueue.from_application(app)"
             )
             raise ConfigurationError(msg)
-        env = store_env(store_url, cipher_key=cipher_key, compress=compress)
-        self._configure(store_log(store_url, env), view_url)
+        with secrets_hidden(store_url):
+            env = store_env(store_url, cipher_key=cipher_key, compress=compress)
+            source = store_log(store_url, env)
+        self._configure(source, view_url)
 
     @classmethod
     def from_application(
@@ -248,7 +250,9 @@ class ReviewQueue(Closing):
     def _configure(self, source: LogSource, view_url: str | None) -> None:
         self._source = source
         self.store_url = source.shown
-        view_env = persistence_env(view_url) if view_url else source.env
+        self._view_url = view_url
+        with secrets_hidden(view_url or ""):
+            view_env = persistence_env(view_url) if view_url else source.env
         self._view_read_only = view_env.get(READ_ONLY) == "y"
         # The view makes its tables unless its own database is read-only (a read-only
         # store's setting must not reach a view kept elsewhere, nor an application's
@@ -276,7 +280,10 @@ class ReviewQueue(Closing):
         if self._view is None:
             self._factory = InfrastructureFactory.construct(env=Environment(VIEW_NAME, self._env))
             # Queues started at once on a database no queue ran on make its tables once.
-            with backend_of(self._factory).tables_lock(self._factory):
+            with (
+                secrets_hidden(self._view_url or ""),
+                backend_of(self._factory).tables_lock(self._factory),
+            ):
                 view = cast(ReviewQueueView, self._factory.tracking_recorder(self.view_class))
             if isinstance(view, SealedReviewQueueView) and self._sealer is not None:
                 view.seal_with(self._sealer)
@@ -321,7 +328,7 @@ class ReviewQueue(Closing):
                 runner.run_forever(timeout=0)  # raises what stopped it, if anything did
                 return
             if time.monotonic() > deadline:
-                shown = redact(self.store_url)
+                shown = self.store_url
                 msg = f"the review queue of {shown} is still behind after {timeout}s"
                 raise TimeoutError(msg)
             if projection is None:
@@ -382,7 +389,7 @@ class ReviewQueue(Closing):
         """
         if self._view_read_only:
             msg = (
-                f"the review queue of {redact(self.store_url)} is kept in a database opened "
+                f"the review queue of {self.store_url} is kept in a database opened "
                 "read-only, so it cannot follow the store: pass view_url= a writable "
                 "database (or memory://) to follow a read-only store"
             )
@@ -394,7 +401,8 @@ class ReviewQueue(Closing):
             return
         # Opened as a store is (its tables created, its settings checked and taken, such
         # as its compression), and followed as opened.
-        opened = open_application(self.store_url, source.env)
+        assert source.url is not None  # a store's log: opened by its URL
+        opened = open_application(source.url, source.env)
         try:
             runner = QueueRunner(view, opened)
         except BaseException:

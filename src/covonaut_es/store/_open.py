@@ -102,13 +102,13 @@ def open_store(
         ReadOnlyStoreError: The SQLite file is read-only and the open may write.
         StoreUnavailableError: The database cannot be reached.
     """
-    env = store_env(url, cipher_key=cipher_key, compress=compress)
-    if chain_key is not None:
-        env[CHAIN_KEY_ENV] = checked_chain_key(chain_key)
-    if not create_tables:
-        env["CREATE_TABLE"] = "n"
-        require_sqlite_file(env.get(SQLITE_PATH), f"store {redact(url)}")
     with secrets_hidden(url):  # the store is given the URL as its messages show it
+        env = store_env(url, cipher_key=cipher_key, compress=compress)
+        if chain_key is not None:
+            env[CHAIN_KEY_ENV] = checked_chain_key(chain_key)
+        if not create_tables:
+            env["CREATE_TABLE"] = "n"
+            require_sqlite_file(env.get(SQLITE_PATH), f"store {redact(url)}")
         return Store(
             canonical_url(url, env),
             env,
@@ -129,6 +129,8 @@ class LogSource:
         env: Its persistence settings, each as the application reads it, on the
             store's back end of the same database (which a follower can subscribe to).
         shown: Names the log in messages (no password).
+        url: The store's URL, which opens it again (None for an application of the
+            user's own, opened from ``application_class`` and ``env``).
         cipher_key: The key its records are encrypted with, if they are.
         opens_store: The follower opens the store first, creating its tables: a store
             of :func:`open_store`'s; never an application of the user's own, whose
@@ -139,6 +141,7 @@ class LogSource:
     name: str
     env: dict[str, str]
     shown: str
+    url: str | None = None
     cipher_key: str | None = None
     opens_store: bool = False
 
@@ -152,11 +155,13 @@ def store_log(url: str, env: dict[str, str]) -> LogSource:
     """
     with secrets_hidden(url):
         backend_for_env(env).check_file(env, redact(url))
+    opened_again = canonical_url(url, env)
     return LogSource(
         ThreadsApplication,
         STORE_APPLICATION_NAME,
         {**env, SEALS_NOTHING: "y"},  # a follower reads threads, and needs no chain key
-        canonical_url(url, env),
+        redact(opened_again),
+        url=opened_again,
         cipher_key=env.get("CIPHER_KEY"),
         opens_store=True,
     )
