@@ -47,7 +47,8 @@ from covonaut_es.messages import Message, Role
 from covonaut_es.store import AgentApplication, Store, _zstd
 from covonaut_es.store._dictionary import ZstdDictionaryCompressor, shipped_dictionary
 from covonaut_es.store._settings import SETTINGS_TABLE, settings_table
-from covonaut_es.store._urls import persistence_env, postgres_params, redact
+from covonaut_es.store._url_secrets import redact
+from covonaut_es.store._urls import persistence_env, postgres_params
 from support import append_raw_event, sqlite_key
 from test_cli import ROOT, covonaut_es
 
@@ -529,6 +530,8 @@ _PASSWORD_PLACES = (
     "postgresql:/postgres:{secret}@{server}/{db}",  # a scheme mistyped
     "postgresql//postgres:{secret}@{server}/{db}",
     "host=127.0.0.1 dbname={db} {key}={secret}",  # libpq's other form, which no store takes
+    "postgresql://postgres:{secret}@{server}/{db}?application_name=etl@node1",
+    "application://postgres:{secret}@{server}/{db}",  # no store's: Store.from_application's
 )
 """Where a URL may carry a password: its user information, or a parameter (which a
 later parameter's error may be about)."""
@@ -548,7 +551,7 @@ _PIECES = st.lists(
     min_size=1,
     max_size=3,
 )
-_JOINTS = st.lists(st.sampled_from(list("@/#& \t=?:,%")), min_size=3)
+_JOINTS = st.lists(st.sampled_from(list("@/#& \t=?:,%\\'\"")), min_size=3)
 
 
 def _shown_anywhere(error: BaseException) -> str:
@@ -589,7 +592,9 @@ def test_no_message_of_an_open_shows_a_piece_of_a_password_however_it_is_written
     url = place.format(secret=written, server=server, db="covonaut_missing", key=key)
     shown: list[str] = []
     try:
-        if as_the_view:
+        if url.startswith("application:"):
+            ReviewQueue(url)
+        elif as_the_view:
             queue = ReviewQueue(postgres_database, view_url=url)
             shown.append(queue.store_url)
             queue.view()
@@ -614,8 +619,16 @@ def test_no_message_of_an_open_shows_a_piece_of_a_password_however_it_is_written
 
 @settings(max_examples=100, deadline=None)
 @given(
-    password=_PIECES.map("".join),
-    names=st.lists(st.from_regex(r"\A[a-z][a-z0-9_]{2,8}\Z"), min_size=3, max_size=3),
+    password=st.one_of(
+        _PIECES.map("".join),
+        st.from_regex(r"\A[a-z0-9]{1,3}\Z"),  # short: e, p, 5432
+        st.sampled_from(["postgres", "app", "5432", "password"]),  # as common as the names
+    ),
+    names=st.lists(
+        st.one_of(st.from_regex(r"\A[a-z][a-z0-9_]{2,8}\Z"), st.sampled_from(["postgres", "app"])),
+        min_size=3,
+        max_size=3,
+    ),
     parameters=st.lists(
         st.tuples(
             st.sampled_from(["application_name", "user", "options", "sslmode"]),
@@ -630,7 +643,8 @@ def test_an_ordinary_url_is_shown_whole_but_for_its_password(
 ) -> None:
     """A well-formed URL is shown with its password replaced and nothing else: an ``@``
     in a parameter (a user ``ann@corp``, an application name) does not make its host,
-    port, database or parameters count as a password's pieces."""
+    port, database or parameters count as a password's pieces, nor does a short or
+    common password (``postgres``, ``5432``) hide the same text elsewhere in the URL."""
     user, host, db = names
     query = "&".join(f"{k}={v}" for k, v in parameters)
     if in_the_query:

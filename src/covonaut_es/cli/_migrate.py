@@ -15,7 +15,7 @@ from covonaut_es.cli._options import add_store_options, open_from, store_url
 from covonaut_es.cli._output import add_json_option, print_json, terminal_progress
 from covonaut_es.errors import CovonautError
 from covonaut_es.store import FileStateStore
-from covonaut_es.store._urls import redact
+from covonaut_es.store._url_secrets import redact
 
 
 def add_migrate_command(subcommands: Subcommands) -> None:

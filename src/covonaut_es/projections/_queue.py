@@ -46,10 +46,10 @@ from covonaut_es.store._backend import backend_for_env, backend_of
 from covonaut_es.store._open import LogSource, log_source, store_log
 from covonaut_es.store._topic_codes import stored_forms
 from covonaut_es.store._tracking import BatchingProjectionRunner, UnreadableRecord
+from covonaut_es.store._url_secrets import redact, secrets_hidden
 from covonaut_es.store._urls import (
     READ_ONLY,
     persistence_env,
-    secrets_hidden,
     store_env,
 )
 
@@ -212,7 +212,7 @@ class ReviewQueue(Closing):
     ) -> None:
         if store_url.startswith("application:"):  # the url of Store.from_application's
             msg = (
-                f"{store_url} is an application of your own, not a store's URL: open its "
+                f"{redact(store_url)} is an application of your own, not a store's URL: open its "
                 "queue with ReviewQueue.from_application(app)"
             )
             raise ConfigurationError(msg)

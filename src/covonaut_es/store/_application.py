@@ -60,7 +60,7 @@ from covonaut_es.store._own_snapshots import (
 from covonaut_es.store._settings import as_recorded, check_settings, key_stream_ids
 from covonaut_es.store._snapshot_cache import SnapshotCache
 from covonaut_es.store._snapshot_seals import SealKey
-from covonaut_es.store._urls import redact, scrub, secrets_hidden
+from covonaut_es.store._url_secrets import redact, scrub, secrets_hidden
 
 logger = _logs.logger("covonaut_es")
 

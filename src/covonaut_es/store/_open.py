@@ -26,13 +26,12 @@ from covonaut_es.store._application import (
 from covonaut_es.store._backend import MODULES, backend_for_env, backend_of
 from covonaut_es.store._chain_key import SEALS_NOTHING
 from covonaut_es.store._store import Store
+from covonaut_es.store._url_secrets import redact, secrets_hidden
 from covonaut_es.store._urls import (
     SQLITE_PATH,
     Compression,
     canonical_url,
-    redact,
     require_sqlite_file,
-    secrets_hidden,
     store_env,
 )
 

@@ -52,7 +52,8 @@ from covonaut_es.store._reader import ThreadReader
 from covonaut_es.store._records import StoredRecords
 from covonaut_es.store._states import StoredStates
 from covonaut_es.store._submissions import Submissions
-from covonaut_es.store._urls import READ_ONLY, redact
+from covonaut_es.store._url_secrets import redact
+from covonaut_es.store._urls import READ_ONLY
 from covonaut_es.store._writer import ThreadWriter
 
 

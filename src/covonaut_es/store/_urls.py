@@ -2,24 +2,17 @@
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import json
 import os
-import re
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal, get_args
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from covonaut_es.errors import (
-    ConfigurationError,
-    CovonautError,
-    StoreUnavailableError,
-    StoreURLError,
-)
+from covonaut_es.errors import ConfigurationError, StoreUnavailableError, StoreURLError
 from covonaut_es.store._backend import MODULES, backend_for_env
+from covonaut_es.store._url_secrets import redact, scrub
 
 SCHEMES = ("memory", "sqlite", "postgresql")
 
@@ -204,7 +197,7 @@ def _whole_number(value: str, name: str, url: str, *, least: int, most: int) -> 
         least <= int(significant) <= most
     ):
         msg = (
-            f"PostgreSQL store URL {redact(url)!r} has an invalid {name} {scrub(repr(value), url)}:"
+            f"PostgreSQL store URL {redact(url)!r} has an invalid {name} {scrub(value, url)!r}:"
             f" expected a whole number from {least} to {most}"
         )
         raise StoreURLError(msg)
@@ -273,119 +266,6 @@ def canonical_url(url: str, env: Mapping[str, str]) -> str:
     """The URL that opens the same store again: an anonymous ``memory://`` store gets
     the name it was given, so that projections in this process can follow it."""
     return backend_for_env(env).canonical_url(url, env)
-
-
-def redact(url: str) -> str:
-    """The URL with its password, and any password parameter, replaced by ``***``, for
-    messages and logs, however malformed the URL is."""
-    return scrub(url, url)
-
-
-def scrub(text: str, url: str) -> str:
-    """``text`` (a URL, or a driver's error about one) without the secrets of ``url``.
-
-    The URL is read as loosely as any parser might read it, so that no reading of a
-    malformed one leaves a secret, or a piece of one, in sight:
-
-    - the user information ends at the last ``@`` that is not in a query parameter
-      (libpq ends it at the first: a password holding a raw ``@`` is read into the
-      host), after a scheme however mistyped (``postgresql:/``, ``postgresql//``);
-    - a ``password=`` (or ``sslpassword=``, ``oauth_client_secret=``, a SCRAM key)
-      anywhere (a key=value string, a mistyped scheme), under a key that may be
-      percent-encoded (``pass%77ord``), runs to the next ``&`` that starts a parameter
-      libpq takes (the rest of a password holding a raw ``&``), or, in a key=value
-      string, to the end;
-    - a character that ends a part of a URL (``@ / ? # & = ,`` or a space), written raw
-      in a password, cuts it into pieces that a driver may show apart (as a host, a
-      port, an option): each piece of three characters or more is hidden too.
-    """
-    for secret in sorted(_secrets(url), key=len, reverse=True):
-        text = text.replace(secret, "***")
-    return text
-
-
-@contextlib.contextmanager
-def secrets_hidden(url: str) -> Iterator[None]:
-    """Around an open of ``url``: an error whose message, or that of an error it was
-    raised from or during, shows a secret of the URL (a driver's text about a host or an
-    option it read from a malformed URL) has its text scrubbed before it goes on, as
-    each error of its chain does (one whose text cannot be replaced is cut from it).
-
-    Raises:
-        CovonautError: What the open raised, scrubbed.
-    """
-    try:
-        yield
-    except CovonautError as exc:
-        link: BaseException | None = exc
-        while link is not None:
-            if scrub(str(link), url) != str(link):
-                link.args = (scrub(str(link), url),)
-            after = link.__cause__ or link.__context__
-            if after is not None and scrub(str(after), url) != str(after):
-                after.args = (scrub(str(after), url),)
-                if scrub(str(after), url) != str(after):  # its text is not its args
-                    link.__cause__, link.__suppress_context__ = None, True
-                    after = None
-            link = after
-        raise
-
-
-_URL_DELIMITERS = re.compile(r"[@/?#&=,\s]+")
-_SHORTEST_PIECE = 3  # a shorter piece hidden everywhere would make every message noise
-_SCHEME = re.compile(r"^[A-Za-z][\w+.-]*:?[/\\]+")  # also as mistyped: postgresql:/, //
-_SECRET_PARAMETERS = frozenset({"oauth_client_secret", "scram_client_key", "scram_server_key"})
-_PASSWORD_KEY = re.compile(r"([\w%]*)\s*=\s*", re.ASCII)
-
-
-def _secrets(url: str) -> set[str]:
-    found: set[str] = set()
-    # The last "@" ends the user information, unless it is in a parameter (user=ann@corp):
-    # a "?" before it may be a password's, written raw.
-    before_query, _, query = url.partition("?")
-    in_a_parameter = "=" in query.rpartition("@")[0] and "@" in before_query
-    userinfo, at, _ = (before_query if in_a_parameter else url).rpartition("@")
-    _, colon, password = _SCHEME.sub("", userinfo).partition(":")
-    if at and colon:
-        found.add(password)
-    for key in _PASSWORD_KEY.finditer(url):
-        name = unquote(key.group(1)).lower()
-        if name.endswith("password") or name in _SECRET_PARAMETERS:
-            in_a_query = url[key.start() - 1 : key.start()] in ("?", "&")
-            found.add(_password_value(url[key.end() :], in_a_query=in_a_query))
-    pieces = {
-        piece
-        for secret in found
-        for piece in _URL_DELIMITERS.split(secret)
-        if len(piece) >= _SHORTEST_PIECE
-    }
-    return {text for text in found | pieces | {unquote(t) for t in found | pieces} if text}
-
-
-def _password_value(text: str, *, in_a_query: bool) -> str:
-    """The value at the start of ``text`` (after a secret's ``=``): in a URL's query, up
-    to the next ``&`` that starts a parameter libpq takes (what follows a raw ``&`` in a
-    password is read as a parameter of another name, or none); elsewhere (a key=value
-    string, which no store URL is), the rest of the text, as a raw space may not end it."""
-    if not in_a_query:
-        return text
-    value, *after = text.split("&")
-    for parameter in after:
-        if unquote(parameter.partition("=")[0]).strip().lower() in _libpq_keywords():
-            break
-        value += "&" + parameter
-    return value
-
-
-@functools.cache
-def _libpq_keywords() -> frozenset[str]:
-    """The parameters libpq takes (none known without psycopg: every parameter after a
-    secret is then taken for a piece of it)."""
-    try:
-        from psycopg import pq
-    except ImportError:
-        return frozenset()
-    return frozenset(option.keyword.decode() for option in pq.Conninfo.get_defaults())
 
 
 def require_sqlite_file(path: str | None, where: str) -> None:

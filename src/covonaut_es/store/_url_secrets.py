@@ -1,0 +1,160 @@
+"""What in a store URL is secret, and how a message shows the URL without it.
+
+The URL is read as loosely as any parser might read it, so that no reading of a malformed
+one leaves a secret, or a piece of one, in sight:
+
+- the user information ends at the last ``@`` that is not in a query parameter (libpq
+  ends it at the first: a password holding a raw ``@`` is read into the host), after a
+  scheme however mistyped (``postgresql:/``, ``postgresql//``);
+- a ``password=`` (or ``sslpassword=``, ``oauth_client_secret=``, a SCRAM key) anywhere
+  (a key=value string, a mistyped scheme), under a key that may be percent-encoded
+  (``pass%77ord``), runs to the next ``&`` that starts a parameter libpq takes (the rest
+  of a password holding a raw ``&``), or, in a key=value string, to the end;
+- a character that ends a part of a URL (``@ / ? # & = ,`` or a space), written raw in a
+  password, cuts it into pieces that a driver may show apart (as a host, a port, an
+  option).
+
+:func:`redact` replaces the secrets where they stand in the URL, and nothing else;
+:func:`scrub` hides, in any other text (a driver's error), each secret and each piece of
+three characters or more: a shorter one hidden everywhere would make every message noise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import re
+from collections.abc import Iterator
+from urllib.parse import unquote
+
+from covonaut_es.errors import CovonautError
+
+_URL_DELIMITERS = re.compile(r"[@/?#&=,\s]+")
+_SHORTEST_HIDDEN = 3
+_SCHEME = re.compile(r"^[A-Za-z][\w+.-]*:?[/\\]+")  # also as mistyped: postgresql:/, //
+_SECRET_PARAMETERS = frozenset({"oauth_client_secret", "scram_client_key", "scram_server_key"})
+# A key starts where no key character precedes it: tried at every offset of a long run of
+# them, the pattern took time quadratic in a long password's length.
+_PARAMETER_KEY = re.compile(r"(?<![\w%])([\w%]+)\s*=\s*", re.ASCII)
+
+
+def redact(url: str) -> str:
+    """The URL with its password, and any secret parameter, replaced by ``***``, for
+    messages and logs, however malformed the URL is."""
+    shown = url
+    for start, end in sorted(_secret_spans(url), reverse=True):
+        shown = shown[:start] + "***" + shown[end:]
+    return shown
+
+
+def scrub(text: str, url: str) -> str:
+    """``text`` (a driver's error about ``url``, or a message showing it) without the
+    secrets of ``url``; the URL as :func:`redact` shows it is left as it stands."""
+    if not _secrets(url):
+        return text
+    shown = redact(url)
+    return shown.join(_hidden(part, url) for part in text.split(shown))
+
+
+@contextlib.contextmanager
+def secrets_hidden(url: str) -> Iterator[None]:
+    """Around an open of ``url``: an error whose message, or that of an error it was
+    raised from or during, shows a secret of the URL (a driver's text about a host or an
+    option it read from a malformed URL) has its text scrubbed before it goes on, as
+    each error of its chain does (one whose text cannot be replaced is cut from it).
+
+    Raises:
+        CovonautError: What the open raised, scrubbed.
+    """
+    try:
+        yield
+    except CovonautError as exc:
+        link: BaseException | None = exc
+        while link is not None:
+            if scrub(str(link), url) != str(link):
+                link.args = (scrub(str(link), url),)
+            after = link.__cause__ or link.__context__
+            if after is not None and scrub(str(after), url) != str(after):
+                after.args = (scrub(str(after), url),)
+                if scrub(str(after), url) != str(after):  # its text is not its args
+                    link.__cause__, link.__suppress_context__ = None, True
+                    after = None
+            link = after
+        raise
+
+
+def _hidden(text: str, url: str) -> str:
+    for secret in _secrets(url):
+        text = text.replace(secret, "***")
+    return text
+
+
+@functools.lru_cache(maxsize=16)
+def _secrets(url: str) -> tuple[str, ...]:
+    """The texts :func:`scrub` hides, longest first."""
+    found = {url[start:end] for start, end in _secret_spans(url)}
+    pieces = {piece for secret in found for piece in _URL_DELIMITERS.split(secret)}
+    every = found | pieces | {unquote(text) for text in found | pieces}
+    return tuple(sorted((t for t in every if len(t) >= _SHORTEST_HIDDEN), key=len, reverse=True))
+
+
+@functools.lru_cache(maxsize=16)
+def _secret_spans(url: str) -> tuple[tuple[int, int], ...]:
+    """Where the secrets stand in ``url`` (start, end), without overlaps."""
+    spans: list[tuple[int, int]] = []
+    at = _end_of_user_information(url)
+    if at is not None:
+        scheme = _SCHEME.match(url)
+        colon = url.find(":", scheme.end() if scheme else 0, at)
+        if colon >= 0:
+            spans.append((colon + 1, at))
+    for key in _PARAMETER_KEY.finditer(url):
+        name = unquote(key.group(1)).lower()
+        if name.endswith("password") or name in _SECRET_PARAMETERS:
+            in_a_query = url[key.start() - 1 : key.start()] in ("?", "&")
+            value = _password_value(url[key.end() :], in_a_query=in_a_query)
+            spans.append((key.end(), key.end() + len(value)))
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        elif end > start:
+            merged.append((start, end))
+    return tuple(merged)
+
+
+def _end_of_user_information(url: str) -> int | None:
+    """The position of the ``@`` that ends the user information: the last one that is not
+    in a query parameter's value (``?user=ann@corp``), if any."""
+    at = len(url)
+    while (at := url.rfind("@", 0, at)) >= 0:
+        parameter_start = max(url.rfind("?", 0, at), url.rfind("&", 0, at))
+        if parameter_start < 0 or "=" not in url[parameter_start:at]:
+            return at
+    return None
+
+
+def _password_value(text: str, *, in_a_query: bool) -> str:
+    """The value at the start of ``text`` (after a secret's ``=``): in a URL's query, up
+    to the next ``&`` that starts a parameter libpq takes (what follows a raw ``&`` in a
+    password is read as a parameter of another name, or none); elsewhere (a key=value
+    string, which no store URL is), the rest of the text, as a raw space may not end it."""
+    if not in_a_query:
+        return text
+    value, *after = text.split("&")
+    for parameter in after:
+        if unquote(parameter.partition("=")[0]).strip().lower() in _libpq_keywords():
+            break
+        value += "&" + parameter
+    return value
+
+
+@functools.cache
+def _libpq_keywords() -> frozenset[str]:
+    """The parameters libpq takes (none known without psycopg: every parameter after a
+    secret is then taken for a piece of it)."""
+    try:
+        from psycopg import pq
+    except ImportError:
+        return frozenset()
+    return frozenset(option.keyword.decode() for option in pq.Conninfo.get_defaults())
