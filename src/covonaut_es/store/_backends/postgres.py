@@ -334,7 +334,7 @@ materialized view nor a table without columns."""
 
 
 def _check_tables(conn: psycopg.Connection[Any], env: Mapping[str, str], shown: str) -> None:
-    """See :meth:`_PostgresBackend.check_file`."""
+    """See :meth:`_PostgresBackend.check_file` (ADR 0075)."""
     schema = env.get("POSTGRES_SCHEMA") or "public"
     rows = conn.execute(_COLUMNS_READ, (schema, list(_STORE_COLUMNS), list(_EVENT_COLUMNS)))
     columns: dict[str, dict[str, str]] = {}
