@@ -328,8 +328,7 @@ class ReviewQueue(Closing):
                 runner.run_forever(timeout=0)  # raises what stopped it, if anything did
                 return
             if time.monotonic() > deadline:
-                shown = self.store_url
-                msg = f"the review queue of {shown} is still behind after {timeout}s"
+                msg = f"the review queue of {self.store_url} is still behind after {timeout}s"
                 raise TimeoutError(msg)
             if projection is None:
                 time.sleep(_TICK)

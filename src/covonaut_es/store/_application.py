@@ -60,7 +60,7 @@ from covonaut_es.store._own_snapshots import (
 from covonaut_es.store._settings import as_recorded, check_settings, key_stream_ids
 from covonaut_es.store._snapshot_cache import SnapshotCache
 from covonaut_es.store._snapshot_seals import SealKey
-from covonaut_es.store._url_secrets import redact, scrub, secrets_hidden
+from covonaut_es.store._url_secrets import redact, secrets_hidden
 
 logger = _logs.logger("covonaut_es")
 
@@ -486,5 +486,5 @@ def open_application(url: str, env: Mapping[str, str]) -> AgentApplication:
             if "not a database" in str(exc):
                 msg = f"store {shown} is not a SQLite database ({exc}); expected a store"
                 raise NotAStoreError(msg) from exc
-            msg = f"cannot open store {shown}: {scrub(str(exc), url)}"
+            msg = f"cannot open store {shown}: {exc}"
             raise StoreUnavailableError(msg) from exc

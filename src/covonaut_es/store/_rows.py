@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, TypeVar
 from uuid import UUID
 
-from eventsourcing.persistence import Notification, StoredEvent
+from eventsourcing.persistence import ApplicationRecorder, Notification, StoredEvent
 
 from covonaut_es.errors import StoredRowError
 
@@ -81,6 +81,38 @@ def checked_position(value: Any) -> int | None:
     if value is not None and (type(value) is not int or value < 1):
         raise _damaged("the store's log", "newest notification_id", value, "a position from 1")
     return value
+
+
+class CheckedLog(ApplicationRecorder):
+    """An application recorder (named after this class in the bases) whose reads of the
+    log check each row, and start at the log's first row when they read from its
+    beginning (:func:`log_start`)."""
+
+    def select_notifications(
+        self,
+        start: int | None,
+        limit: int,
+        stop: int | None = None,
+        topics: Sequence[str] = (),
+        *,
+        inclusive_of_start: bool = True,
+    ) -> Sequence[Notification]:
+        """As the recorder's, each row checked (:func:`checked_log`)."""
+        inner: Any = super()
+        found: Sequence[Notification] = inner.select_notifications(
+            log_start(start, inclusive=inclusive_of_start),
+            limit,
+            stop,
+            topics,
+            inclusive_of_start=inclusive_of_start,
+        )
+        return checked_log(found)
+
+    def max_notification_id(self) -> int | None:
+        """As the recorder's (None while the log is empty), the position checked
+        (:func:`checked_position`)."""
+        inner: Any = super()
+        return checked_position(inner.max_notification_id())
 
 
 def log_start(start: int | None, *, inclusive: bool) -> int | None:

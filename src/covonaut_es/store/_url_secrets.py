@@ -69,17 +69,16 @@ def secrets_hidden(url: str) -> Iterator[None]:
     try:
         yield
     except CovonautError as exc:
+        earlier: BaseException | None = None
         link: BaseException | None = exc
         while link is not None:
-            if scrub(str(link), url) != str(link):
-                link.args = (scrub(str(link), url),)
-            after = link.__cause__ or link.__context__
-            if after is not None and scrub(str(after), url) != str(after):
-                after.args = (scrub(str(after), url),)
-                if scrub(str(after), url) != str(after):  # its text is not its args
-                    link.__cause__, link.__suppress_context__ = None, True
-                    after = None
-            link = after
+            if (scrubbed := scrub(str(link), url)) != str(link):
+                link.args = (scrubbed,)
+                if earlier is not None and scrub(str(link), url) != str(link):
+                    # Its text is not its args: the chain ends before it.
+                    earlier.__cause__, earlier.__suppress_context__ = None, True
+                    break
+            earlier, link = link, link.__cause__ or link.__context__
         raise
 
 

@@ -63,14 +63,7 @@ from covonaut_es.store._heads import (
 )
 from covonaut_es.store._leases import LeaseBackend
 from covonaut_es.store._outstanding import OutstandingTable, SQLOutstanding
-from covonaut_es.store._rows import (
-    building_records,
-    checked_head,
-    checked_log,
-    checked_position,
-    checked_records,
-    log_start,
-)
+from covonaut_es.store._rows import CheckedLog, building_records, checked_head, checked_records
 from covonaut_es.store._settings import refuse_application_tables
 from covonaut_es.store._settings_tables import SettingsTable, SQLSettings, column
 from covonaut_es.store._snapshot_cache import SnapshotCache
@@ -125,20 +118,14 @@ class _AnchoringRecorder(_CheckedRows, postgres.PostgresApplicationRecorder):
         *,
         inclusive_of_start: bool = True,
     ) -> Sequence[Notification]:
-        """As eventsourcing's, each row checked (:mod:`covonaut_es.store._rows`)."""
+        """As eventsourcing's, a row it cannot build a record of refused
+        (:func:`~covonaut_es.store._rows.building_records`); :class:`CheckedLog` checks
+        the records."""
         with building_records():
-            found = super().select_notifications(
-                log_start(start, inclusive=inclusive_of_start),
-                limit,
-                stop,
-                topics,
-                inclusive_of_start=inclusive_of_start,
+            found: Sequence[Notification] = super().select_notifications(
+                start, limit, stop, topics, inclusive_of_start=inclusive_of_start
             )
-        return checked_log(found)
-
-    def max_notification_id(self) -> int | None:
-        """As eventsourcing's, the position checked (:func:`checked_position`)."""
-        return checked_position(super().max_notification_id())
+        return found
 
     def anchor_heads(self, *, create: bool) -> None:
         """Write head anchors from now on, creating their table, the lease table and
@@ -234,11 +221,13 @@ class _AnchoringRecorder(_CheckedRows, postgres.PostgresApplicationRecorder):
         return anchor_in(rows, stream)
 
 
-class PostgresApplicationRecorder(KeyedLog, _AnchoringRecorder):
+class PostgresApplicationRecorder(KeyedLog, CheckedLog, _AnchoringRecorder):
     """The store's application recorder, storing stream ids as the store records."""
 
 
-class PostgresProcessRecorder(KeyedLog, _AnchoringRecorder, postgres.PostgresProcessRecorder):
+class PostgresProcessRecorder(
+    KeyedLog, CheckedLog, _AnchoringRecorder, postgres.PostgresProcessRecorder
+):
     """eventsourcing's process recorder (a process application's, following others in a
     ``System``), anchoring the heads of the threads its policy saves as the store's
     recorder does, in the transaction that records its position (ADR 0052)."""

@@ -30,7 +30,6 @@ from eventsourcing.persistence import (
     AggregateRecorder,
     ApplicationRecorder,
     InfrastructureFactory,
-    Notification,
     StoredEvent,
 )
 
@@ -67,14 +66,7 @@ from covonaut_es.store._heads import (
 )
 from covonaut_es.store._leases import LeaseBackend
 from covonaut_es.store._outstanding import OutstandingTable, SQLOutstanding
-from covonaut_es.store._rows import (
-    checked_head,
-    checked_id,
-    checked_log,
-    checked_position,
-    checked_records,
-    log_start,
-)
+from covonaut_es.store._rows import CheckedLog, checked_head, checked_id, checked_records
 from covonaut_es.store._settings import check_sqlite_file
 from covonaut_es.store._settings_tables import SettingsTable, SQLSettings
 from covonaut_es.store._snapshot_cache import SnapshotCache
@@ -169,30 +161,6 @@ class _AnchoringRecorder(SQLiteAggregateRecorder, PollingSQLiteApplicationRecord
         pool = self.datastore.pool
         if isinstance(pool, StatementKeepingPool):  # the events table decides for the store
             pool.tables_key = self.key_type  # the snapshots' table, made after it, follows
-
-    def select_notifications(
-        self,
-        start: int | None,
-        limit: int,
-        stop: int | None = None,
-        topics: Sequence[str] = (),
-        *,
-        inclusive_of_start: bool = True,
-    ) -> Sequence[Notification]:
-        """As eventsourcing's, each row checked (:mod:`covonaut_es.store._rows`)."""
-        found = super().select_notifications(
-            log_start(start, inclusive=inclusive_of_start),
-            limit,
-            stop,
-            topics,
-            inclusive_of_start=inclusive_of_start,
-        )
-        return checked_log(found)
-
-    def max_notification_id(self) -> int:
-        """As eventsourcing's (None while the log is empty, which its annotation does not
-        say), the position checked (:func:`checked_position`)."""
-        return checked_position(super().max_notification_id())  # type: ignore[return-value]
 
     def anchor_heads(self, *, create: bool) -> None:
         """Write head anchors from now on, creating their table (and the lease table)
@@ -336,11 +304,15 @@ class _AnchoringRecorder(SQLiteAggregateRecorder, PollingSQLiteApplicationRecord
                 raise ForeignSchemaError(msg)
 
 
-class SQLiteApplicationRecorder(KeyedLog, _AnchoringRecorder):
+# eventsourcing 9.5.6 annotates SQLite's max_notification_id as int; it is None while the
+# log is empty, as CheckedLog's says.
+class SQLiteApplicationRecorder(KeyedLog, CheckedLog, _AnchoringRecorder):  # type: ignore[misc]
     """The store's application recorder, storing stream ids as the store records."""
 
 
-class SQLiteProcessRecorder(KeyedLog, _AnchoringRecorder, sqlite.SQLiteProcessRecorder):
+class SQLiteProcessRecorder(  # type: ignore[misc]  # as SQLiteApplicationRecorder
+    KeyedLog, CheckedLog, _AnchoringRecorder, sqlite.SQLiteProcessRecorder
+):
     """eventsourcing's process recorder (a process application's, following others in a
     ``System``), anchoring the heads of the threads its policy saves as the store's
     recorder does, in the transaction that records its position (ADR 0052)."""
