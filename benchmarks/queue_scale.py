@@ -34,6 +34,7 @@ from report import Section, Table, Target, intro, rate, seconds, status, times
 from covonaut_es import Message, ReviewQueue, Role, Store, ToolCall, open_store
 from covonaut_es.domain import AgentThread
 from covonaut_es.projections._items import QUEUE_EVENT_TYPES, ThreadCleared
+from covonaut_es.projections._names import ThreadNames
 from covonaut_es.projections._paging import QueueFilter
 from covonaut_es.projections._queue import ReviewQueueProjection
 from covonaut_es.store._application import STORE_APPLICATION_NAME
@@ -136,7 +137,7 @@ def _apply_rate(workdir: Path, url: str, store: Store, batch: int) -> float:
     the projection does (the log read and decoded beforehand, not timed)."""
     view_file = workdir / f"view-batch{batch}-{store._records.log_position()}.db"
     queue = ReviewQueue(url, view_url=f"sqlite:///{view_file}")
-    projection = ReviewQueueProjection(view=queue.view())
+    projection = ReviewQueueProjection(view=queue.view(), names=ThreadNames(store._records))
     decode = store._records.read_record
     events = [
         (decode(n), Tracking(STORE_APPLICATION_NAME, n.id))

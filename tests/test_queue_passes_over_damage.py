@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from eventsourcing.utils import get_topic
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -29,18 +30,21 @@ from covonaut_es import (
     create_cipher_key,
     open_store,
 )
-from covonaut_es.domain import thread_aggregate_id
+from covonaut_es.domain import AgentThread, thread_aggregate_id
 from covonaut_es.errors import CovonautError
 from covonaut_es.projections._items import QUEUE_EVENT_TYPES, pending_from
 from covonaut_es.store._application import AgentApplication
-from covonaut_es.store._topic_codes import stored_forms
+from covonaut_es.store._topic_codes import compact, stored_forms
 from covonaut_es.store._urls import persistence_env
 from support import append_raw_event, call, review_tool, sqlite_key
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 THREADS = ("a", "b", "c")
 QUEUE_TOPICS = sorted(stored_forms(QUEUE_EVENT_TYPES))
+PAUSE = compact(get_topic(AgentThread.Interrupted))
+STARTED = compact(get_topic(AgentThread.Started))
 PASSED_OVER = "passing over the record at log position"
+FIRST_EVENT_PASSED_OVER = "review queue: passing over a thread's first event"
 
 
 def _paused(store: Store) -> None:
@@ -87,23 +91,27 @@ def _warnings(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
         yield
 
 
-def _rewrite(path: Path, thread_id: str, nth: int, topic: str | None, state: bytes | None) -> int:
-    """Give the ``nth`` of the thread's queue records (modulo their number) another topic
-    or payload, behind the library's back; its log position."""
+def _rewrite(
+    path: Path, thread_id: str, nth: int, topic: str | None, state: bytes | None
+) -> tuple[int, str, int]:
+    """Give the ``nth`` of the records of the thread the queue reads (modulo their
+    number: its first event and its queue records) another topic or payload, behind the
+    library's back; its log position, topic and version."""
     stream = sqlite_key(thread_aggregate_id(thread_id))
     marks = ",".join("?" * len(QUEUE_TOPICS))
     with closing(sqlite3.connect(path)) as conn, conn:
         rows = conn.execute(
-            f"SELECT rowid, topic, state FROM stored_events WHERE originator_id = ? "
-            f"AND topic IN ({marks}) ORDER BY rowid",
+            f"SELECT rowid, topic, state, originator_version FROM stored_events "
+            f"WHERE originator_id = ? AND (topic IN ({marks}) OR originator_version = 1) "
+            "ORDER BY rowid",
             (stream, *QUEUE_TOPICS),
         ).fetchall()
-        rowid, old_topic, old_state = rows[nth % len(rows)]
+        rowid, old_topic, old_state, version = rows[nth % len(rows)]
         conn.execute(
             "UPDATE stored_events SET topic = ?, state = ? WHERE rowid = ?",
             (topic or old_topic, old_state if state is None else state, rowid),
         )
-    return int(rowid)
+    return int(rowid), topic or old_topic, version
 
 
 _DAMAGE = st.one_of(
@@ -123,7 +131,9 @@ _DAMAGE = st.one_of(
     flip=st.none() | st.integers(0, 400),
 )
 # A thread's Interrupted retitled as a thread's first event (ADR 0067 left it open).
-@example(thread_id="a", nth=1, damage=("8", None), flip=None)
+@example(thread_id="a", nth=1, damage=(STARTED, None), flip=None)
+# A thread's first event given the payload of another (ADR 0076: the queue reads it).
+@example(thread_id="b", nth=0, damage=(None, b'{"key": "b", "state": {}}'), flip=None)
 def test_a_rewritten_record_leaves_every_thread_that_loads_listed(
     caplog: pytest.LogCaptureFixture,
     thread_id: str,
@@ -131,9 +141,11 @@ def test_a_rewritten_record_leaves_every_thread_that_loads_listed(
     damage: tuple[str | None, bytes | None],
     flip: int | None,
 ) -> None:
-    """Generated: one of a thread's queue records retitled as another queue event, its
-    payload replaced, or one bit of it flipped: the rebuild finishes, every pause of every
-    thread that loads and verifies is listed, and a record passed over is named."""
+    """Generated: one of a thread's records the queue reads (its first event, or a queue
+    record) retitled as another queue event, its payload replaced, or one bit of it
+    flipped: the rebuild finishes, every pause of every thread that loads and verifies
+    is listed, and a record passed over is named (a thread's first event, by what it
+    is: the queue reads it from its stream, not from the log)."""
     topic, state = damage
     with tempfile.TemporaryDirectory() as directory:
         path = Path(directory) / "store.db"
@@ -150,15 +162,17 @@ def test_a_rewritten_record_leaves_every_thread_that_loads_listed(
             changed = bytearray(state)
             changed[flip % len(changed)] ^= 1 << (flip % 8)
             state = bytes(changed)
-        position = _rewrite(path, thread_id, nth, topic, state)
+        position, stored_topic, version = _rewrite(path, thread_id, nth, topic, state)
         with open_store(f"sqlite:///{path}") as store, _warnings(caplog):
             expected = _expected(store)
             listed = _listed(store)
             unreadable = _decodes_not(store, position)
         assert expected <= listed
         assert len(expected) >= 2 * len(THREADS) // 3  # the other threads, at least
-        if unreadable:
+        if unreadable and stored_topic in QUEUE_TOPICS:
             assert f"{PASSED_OVER} {position} " in caplog.text
+        if unreadable and version == 1:
+            assert FIRST_EVENT_PASSED_OVER in caplog.text
 
 
 def _decodes_not(store: Store, position: int) -> bool:
@@ -173,11 +187,11 @@ def _decodes_not(store: Store, position: int) -> bool:
 def test_a_record_appended_that_does_not_decode_is_passed_over_on_every_back_end(
     store_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A record of a thread's first event whose payload is another's (a named state's,
-    say) stops neither the queue nor the listing of the thread's own pause."""
+    """A record of a pause whose payload is another's (a named state's, say) stops
+    neither the queue nor the listing of the other threads' pauses."""
     with open_store(store_url) as store:
         _paused(store)
-        append_raw_event(store, "b", "8", b'{"key": "b", "state": {}}')
+        append_raw_event(store, "b", PAUSE, b'{"key": "b", "state": {}}')
         with _warnings(caplog):
             listed = _listed(store)
         assert ("a", _item_of(store, "a")) in listed
@@ -235,7 +249,7 @@ def test_an_application_keeping_text_ids_passes_over_a_record_too(tmp_path: Path
     with closing(_TextIds(env=env)) as app:
         store = Store.from_application(app)
         _paused(store)
-        append_raw_event(store, "b", "8", b'{"key": "b", "state": {}}')
+        append_raw_event(store, "b", PAUSE, b'{"key": "b", "state": {}}')
         listed = _listed(store, ReviewQueue.from_application(app, view_url="memory://"))
         assert ("a", _item_of(store, "a")) in listed
 
@@ -250,13 +264,41 @@ def test_the_warning_names_no_stream_of_an_encrypted_store(
     url = f"sqlite:///{tmp_path / 'sealed.db'}"
     with open_store(url, cipher_key=key) as store:
         _paused(store)
-        append_raw_event(store, "b", "8", b'{"key": "b", "state": {}}')
+        append_raw_event(store, "b", PAUSE, b'{"key": "b", "state": {}}')
         with _warnings(caplog):
             _listed(store, ReviewQueue(url, view_url="memory://", cipher_key=key))
             worker = Worker(store, lambda thread_id: AgentConfig(ScriptedProvider([])))
             worker.run(once=True)
     assert f"review queue: {PASSED_OVER}" in caplog.text
     assert f"worker {worker.worker_id}: {PASSED_OVER}" in caplog.text
+    stream = thread_aggregate_id("b")
+    for shown in (str(stream), stream.hex, "'b'"):
+        assert shown not in caplog.text
+
+
+def test_a_first_event_the_queue_reads_from_its_stream_is_named_by_its_kind_alone(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The queue reads a paused thread's first event from its stream, not from the log
+    (ADR 0076): when it does not decode, the queue passes over it with a warning that
+    names no stream of an encrypted store, lists no pause of that thread, and lists the
+    others'."""
+    key = create_cipher_key()
+    url = f"sqlite:///{tmp_path / 'sealed.db'}"
+    with open_store(url, cipher_key=key) as store:
+        _paused(store)
+        first_of_b = store._records.openings([thread_aggregate_id("b")])
+    (record,) = first_of_b
+    with closing(sqlite3.connect(tmp_path / "sealed.db")) as conn, conn:
+        changed = conn.execute(
+            "UPDATE stored_events SET state = ? WHERE originator_version = 1 AND state = ?",
+            (b"\x00" + record.state[1:], record.state),
+        ).rowcount
+    assert changed == 1
+    with open_store(url, cipher_key=key) as store, _warnings(caplog):
+        listed = _listed(store, ReviewQueue(url, view_url="memory://", cipher_key=key))
+        assert {thread_id for thread_id, _ in listed} == {"a", "c"}
+    assert FIRST_EVENT_PASSED_OVER in caplog.text
     stream = thread_aggregate_id("b")
     for shown in (str(stream), stream.hex, "'b'"):
         assert shown not in caplog.text

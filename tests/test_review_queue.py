@@ -428,6 +428,7 @@ def test_a_sealed_view_without_the_key_stops_instead_of_passing_records_over(
 
     from covonaut_es.domain import AgentThread
     from covonaut_es.errors import ConfigurationError
+    from covonaut_es.projections._names import ThreadNames
     from covonaut_es.projections._queue import ReviewQueueProjection
     from covonaut_es.projections._views import SealedSQLiteReviewQueueView
 
@@ -435,9 +436,12 @@ def test_a_sealed_view_without_the_key_stops_instead_of_passing_records_over(
     factory = InfrastructureFactory.construct(env=Environment("review_queue", env))
     view = factory.tracking_recorder(SealedSQLiteReviewQueueView)
     started = AgentThread.start("a", now=datetime.now(UTC)).pending_events[0]
+    store = open_store(f"sqlite:///{tmp_path / 'store.db'}")
+    projection = ReviewQueueProjection(view, names=ThreadNames(store._records))
     with pytest.raises(ConfigurationError, match="seal_with"):
-        ReviewQueueProjection(view).process_event(started, Tracking("ThreadsApplication", 1))
+        projection.process_event(started, Tracking("ThreadsApplication", 1))
     assert view.max_tracking_id("ThreadsApplication") is None
+    store.close()
     factory.close()
 
 

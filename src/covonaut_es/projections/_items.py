@@ -148,7 +148,6 @@ class ThreadGivenUp(msgspec.Struct, frozen=True):
 QueueChange = ThreadNamed | ItemAdded | ItemRemoved | ThreadCleared | ThreadGivenUp
 
 QUEUE_EVENT_TYPES: tuple[type[AgentThread.Event], ...] = (
-    AgentThread.Started,
     AgentThread.StartedFromState,
     AgentThread.Forked,
     AgentThread.Interrupted,
@@ -163,7 +162,13 @@ QUEUE_EVENT_TYPES: tuple[type[AgentThread.Event], ...] = (
     AgentThread.Resumed,
     AgentThread.Abandoned,
 )
-"""The events the queue follows; the projection subscribes to these topics only."""
+"""The events the queue follows; the projection subscribes to these topics only. A
+thread begun afresh is named when it first has something to list (:data:`NAMED_LATER`),
+not by its first event, which would cost the queue every thread the log began."""
+
+NAMED_LATER: tuple[type[AgentThread.Event], ...] = (AgentThread.Interrupted, AgentThread.Abandoned)
+"""The events whose thread the queue names from the store when its view has no name
+for it: they list a pause, or give the thread up."""
 
 
 def pending_from(
@@ -221,11 +226,9 @@ def changes_for(event: Any, thread_id_of: Callable[[str], str | None]) -> list[Q
             ItemAdded(pending_from(i, event.thread_id, event.timestamp, parent))
             for i in event.interrupts
         ]
-    if isinstance(event, AgentThread.Started):
-        return [ThreadNamed(event.originator_id.hex, event.thread_id)]
     thread_id = thread_id_of(event.originator_id.hex)
     if thread_id is None:
-        return []  # a thread written by code older than the queue's first event
+        return []  # a thread given up, or whose first event names no thread
     if isinstance(event, AgentThread.Interrupted):
         return [ItemAdded(pending_from(event.interrupt, thread_id, event.timestamp))]
     if isinstance(event, AgentThread.ReviewDecided):

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, cast
+from uuid import UUID
 
 import msgspec
 from eventsourcing.persistence import DataError, InfrastructureFactory, Tracking
@@ -25,6 +26,7 @@ from covonaut_es import _logs
 from covonaut_es._closing import Closing
 from covonaut_es.errors import ConfigurationError, CovonautError, ReadOnlyStoreError
 from covonaut_es.projections._items import (
+    NAMED_LATER,
     QUEUE_EVENT_TYPES,
     PendingReview,
     QueueChange,
@@ -32,6 +34,7 @@ from covonaut_es.projections._items import (
     ThreadNamed,
     changes_for,
 )
+from covonaut_es.projections._names import ThreadNames
 from covonaut_es.projections._paging import EVERY_ITEM, MAX_PAGE_SIZE, QueueFilter, QueuePage
 from covonaut_es.projections._sealing import QueueSealer
 from covonaut_es.projections._views import (
@@ -44,6 +47,7 @@ from covonaut_es.store import Store
 from covonaut_es.store._application import AgentApplication, open_application
 from covonaut_es.store._backend import backend_for_env, backend_of
 from covonaut_es.store._open import LogSource, log_source, store_log
+from covonaut_es.store._records import StoredRecords
 from covonaut_es.store._topic_codes import stored_forms
 from covonaut_es.store._tracking import BatchingProjectionRunner, UnreadableRecord
 from covonaut_es.store._url_secrets import redact, secrets_hidden
@@ -69,13 +73,18 @@ log = _logs.logger(__name__)
 
 class ReviewQueueProjection(Projection[ReviewQueueView]):
     """Keeps the queue: an interrupt adds an item; resuming past it, deciding it or
-    abandoning its thread removes it; a fork adds the interrupts it inherited."""
+    abandoning its thread removes it; a fork adds the interrupts it inherited. A thread
+    the view has no name for is named by ``names`` (:class:`ThreadNames`) when one of
+    its events needs the name."""
 
     name = VIEW_NAME
     topics = stored_forms(QUEUE_EVENT_TYPES)
 
-    def __init__(self, view: ReviewQueueView) -> None:
+    def __init__(
+        self, view: ReviewQueueView, names: Callable[[Collection[UUID]], dict[str, str]]
+    ) -> None:
         super().__init__(view=view)
+        self._names = names
         self._batches = 0
         self._advanced = threading.Condition()
 
@@ -101,19 +110,7 @@ class ReviewQueueProjection(Projection[ReviewQueueView]):
             self._advanced.wait_for(lambda: self._batches != seen, timeout)
 
     def _apply(self, batch: Sequence[tuple[Any, Tracking]]) -> None:
-        # The names of the batch's threads, read in one query, then as the batch changes
-        # them before it is stored.
-        events = [(e, t) for e, t in batch if not _passed_over(e, t)]
-        names: dict[str, str | None] = {}
-        names.update(self.view.thread_ids_of({e.originator_id.hex for e, _ in events}))
-        changes: list[QueueChange] = []
-        for domain_event, _ in events:
-            for change in changes_for(domain_event, names.get):
-                if isinstance(change, ThreadNamed) and names.get(change.aggregate_id) is None:
-                    names[change.aggregate_id] = change.thread_id  # the first name stays
-                elif isinstance(change, ThreadGivenUp):
-                    names[change.aggregate_id] = None
-                changes.append(change)
+        changes = self._changes([e for e, t in batch if not _passed_over(e, t)])
         try:
             self.view.apply(changes, batch[-1][1])
         except UNSTORABLE as exc:
@@ -121,6 +118,30 @@ class ReviewQueueProjection(Projection[ReviewQueueView]):
                 raise  # the view is misconfigured: no record could be stored
             for domain_event, tracking in batch:
                 self.process_event(domain_event, tracking)
+
+    def _changes(self, events: Sequence[Any]) -> list[QueueChange]:
+        """The queue changes of ``events`` in turn. Their threads' names are read in one
+        query of the view; those it lacks that an event needs, in one read of the
+        store; then kept as the events change them, before they are stored."""
+        names: dict[str, str | None] = {}
+        names.update(self.view.thread_ids_of({e.originator_id.hex for e in events}))
+        unnamed = {
+            e.originator_id
+            for e in events
+            if isinstance(e, NAMED_LATER) and e.originator_id.hex not in names
+        }
+        changes: list[QueueChange] = []
+        for aggregate_id, thread_id in self._names(unnamed).items():
+            names[aggregate_id] = thread_id
+            changes.append(ThreadNamed(aggregate_id, thread_id))
+        for domain_event in events:
+            for change in changes_for(domain_event, names.get):
+                if isinstance(change, ThreadNamed) and names.get(change.aggregate_id) is None:
+                    names[change.aggregate_id] = change.thread_id  # the first name stays
+                elif isinstance(change, ThreadGivenUp):
+                    names[change.aggregate_id] = None
+                changes.append(change)
+        return changes
 
     def process_event(self, domain_event: Any, tracking: Tracking) -> None:
         """Apply the event's queue changes and its position in one transaction.
@@ -132,7 +153,7 @@ class ReviewQueueProjection(Projection[ReviewQueueView]):
         if isinstance(domain_event, UnreadableRecord):
             self.view.apply((), tracking)  # warned of already, as the batch was read
             return
-        changes = changes_for(domain_event, self.view.thread_id_of)
+        changes = self._changes([domain_event])
         try:
             self.view.apply(changes, tracking)
         except UNSTORABLE as exc:
@@ -170,7 +191,7 @@ class QueueRunner(BatchingProjectionRunner[AgentApplication]):
     """eventsourcing's projection runner, handing the projection its events in batches,
     fed a view the queue has opened (and, for an encrypted store, given the key) before
     the first event is processed; it follows an application already open, or one it
-    opens from its class and ``env``."""
+    opens from its class and ``env``, whose store names the threads."""
 
     def __init__(
         self,
@@ -178,15 +199,21 @@ class QueueRunner(BatchingProjectionRunner[AgentApplication]):
         application: AgentApplication | type[AgentApplication],
         env: dict[str, str] | None = None,
     ) -> None:
-        self.view = view
-        self.projection = ReviewQueueProjection(view=view)
-        super().__init__(
-            projection=self.projection,
-            application=application,
-            tracking_recorder=view,
-            topics=self.projection.topics,
-            env=env,
-        )
+        opened = application if isinstance(application, AgentApplication) else application(env)
+        try:
+            records = StoredRecords(opened, backend_of(opened.factory))
+            self.view = view
+            self.projection = ReviewQueueProjection(view=view, names=ThreadNames(records))
+            super().__init__(
+                projection=self.projection,
+                application=opened,
+                tracking_recorder=view,
+                topics=self.projection.topics,
+            )
+        except BaseException:
+            if opened is not application:
+                opened.close()
+            raise
 
 
 class ReviewQueue(Closing):

@@ -14,12 +14,17 @@ from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 from uuid import UUID
 
-from eventsourcing.persistence import AggregateRecorder, ApplicationRecorder, InfrastructureFactory
+from eventsourcing.persistence import (
+    AggregateRecorder,
+    ApplicationRecorder,
+    InfrastructureFactory,
+    StoredEvent,
+)
 from eventsourcing.utils import Environment
 
 if TYPE_CHECKING:
@@ -102,6 +107,15 @@ class Backend(Protocol):
         (:mod:`covonaut_es.store._thread_rows`); None where ``events`` and
         ``snapshots`` are not this back end's recorders of one database (a user's
         application), which are then read one after the other."""
+
+    def select_openings(
+        self, events: ApplicationRecorder, streams: Sequence[UUID], topics: Sequence[str]
+    ) -> list[StoredEvent] | None:
+        """The record at version 1 of each of ``streams`` that has one, and their records
+        of ``topics`` (each named by its domain id, checked, in no set order), in one
+        statement per few hundred streams; None where ``events`` is not this back end's
+        recorder of UUID stream ids (a user's application), whose streams are then read
+        one at a time."""
 
     def settings_table(
         self, factory: InfrastructureFactory[Any], recorder: ApplicationRecorder, name: str

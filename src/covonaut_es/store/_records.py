@@ -9,7 +9,7 @@ Nothing here decodes more than it must.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextvars import ContextVar
 from typing import Any
 from uuid import UUID
@@ -24,6 +24,7 @@ from covonaut_es.store._backend import Backend
 from covonaut_es.store._chain_key import ChainAdoption
 from covonaut_es.store._heads import HEADS, HeadAnchor, heads_of_records
 from covonaut_es.store._mapper import MsgspecMapper
+from covonaut_es.store._openings import OPENING_VERSION
 from covonaut_es.store._rows import LAST_VERSION
 from covonaut_es.store._snapshot_cache import CheckedSnapshot, SnapshotCache
 from covonaut_es.store._thread_rows import ThreadRows
@@ -100,6 +101,25 @@ class StoredRecords:
         it); None when no thread has that stream."""
         first = self.first_event(stream)
         return None if first is None else first.thread_id
+
+    def openings(
+        self, streams: Collection[UUID], *event_types: type[AgentThread.Event]
+    ) -> list[StoredEvent]:
+        """The record at version 1 of each of ``streams`` that has one (the event a
+        thread begun afresh starts with; a fork's stream starts later), and their
+        records of ``event_types``, in no set order. In one statement per few hundred
+        streams where the back end has it, else a read of each stream."""
+        wanted, recorder = list(streams), self._app.recorder
+        topics = stored_forms(event_types)
+        found = self._backend.select_openings(recorder, wanted, topics)
+        if found is not None:
+            return found
+        return [
+            record
+            for stream in wanted
+            for record in recorder.select_events(stream)
+            if record.originator_version == OPENING_VERSION or record.topic in topics
+        ]
 
     def thread_rows(self, snapshots: SnapshotCache, stream: UUID, lte: int | None) -> ThreadRows:
         """What a load of the thread stored as ``stream`` up to version ``lte`` reads: its

@@ -205,6 +205,11 @@ class _MemoryBackend(RecorderAnchors):
     ) -> ThreadRows | None:
         return None  # no round trips to save: read one recorder after the other
 
+    def select_openings(
+        self, events: ApplicationRecorder, streams: Sequence[UUID], topics: Sequence[str]
+    ) -> list[StoredEvent] | None:
+        return None  # no round trips to save: read each stream's first record
+
     def settings_table(
         self, factory: InfrastructureFactory[Any], recorder: ApplicationRecorder, table: str
     ) -> SettingsTable:

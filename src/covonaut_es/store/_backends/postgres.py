@@ -62,6 +62,7 @@ from covonaut_es.store._heads import (
     refuse_taken_streams,
 )
 from covonaut_es.store._leases import LeaseBackend
+from covonaut_es.store._openings import opening_records, openings_sql
 from covonaut_es.store._outstanding import OutstandingTable, SQLOutstanding
 from covonaut_es.store._rows import CheckedLog, building_records, checked_head, checked_records
 from covonaut_es.store._settings import refuse_application_tables
@@ -444,6 +445,21 @@ class _PostgresBackend(RecorderAnchors):
             curs.execute(statement, {"stream": stored, "lte": lte}, prepare=True, binary=True)
             with building_records(reading):  # a NULL payload fails bytes()
                 return thread_rows(curs.fetchall(), stream, reading=reading, state=bytes)
+
+    # Retried as eventsourcing's reads are.
+    @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
+    def select_openings(
+        self, events: ApplicationRecorder, streams: Sequence[UUID], topics: Sequence[str]
+    ) -> list[StoredEvent] | None:
+        if not (isinstance(events, _CheckedRows) and events.datastore.originator_id_type == "uuid"):
+            return None
+        domain_of = {stored_stream(events, s): s for s in streams}
+        table = f'"{events.datastore.schema}"."{events.events_table_name}"'
+        statement = openings_sql(table, "= ANY(%s)", "= ANY(%s)")
+        with events.datastore.get_connection() as conn, conn.cursor(row_factory=tuple_row) as curs:
+            curs.execute(statement, (list(domain_of), list(topics)), binary=True)
+            with building_records("the opening records of threads"):  # NULL fails bytes()
+                return list(opening_records(curs.fetchall(), domain_of, state=bytes))
 
     def settings_table(
         self, factory: InfrastructureFactory[Any], recorder: ApplicationRecorder, table: str

@@ -65,6 +65,7 @@ from covonaut_es.store._heads import (
     refuse_taken_streams,
 )
 from covonaut_es.store._leases import LeaseBackend
+from covonaut_es.store._openings import in_chunks, opening_records, openings_sql
 from covonaut_es.store._outstanding import OutstandingTable, SQLOutstanding
 from covonaut_es.store._rows import CheckedLog, checked_head, checked_id, checked_records
 from covonaut_es.store._settings import check_sqlite_file
@@ -407,6 +408,28 @@ class _SQLiteBackend(RecorderAnchors):
             cursor.execute(statement, params)
             rows = cursor.fetchall()
         return thread_rows(rows, stream, reading=f"stream {stored}", state=_same)
+
+    def select_openings(
+        self, events: ApplicationRecorder, streams: Sequence[UUID], topics: Sequence[str]
+    ) -> list[StoredEvent] | None:
+        if not (
+            isinstance(events, SQLiteAggregateRecorder)
+            and events.datastore.originator_id_type == "uuid"
+        ):
+            return None
+        domain_of = {events.stream_key(stored_stream(events, s)): s for s in streams}
+        found: list[StoredEvent] = []
+        datastore = events.datastore
+        with datastore.get_connection(commit=False) as connection, connection.cursor() as cursor:
+            for chunk in in_chunks(list(domain_of)):
+                statement = openings_sql(
+                    events.events_table_name,
+                    f"IN ({', '.join('?' * len(chunk))})",
+                    f"IN ({', '.join('?' * len(topics))})",
+                )
+                cursor.execute(statement, (*chunk, *topics))
+                found += opening_records(cursor.fetchall(), domain_of, state=_same)
+        return found
 
     def settings_table(
         self, factory: InfrastructureFactory[Any], recorder: ApplicationRecorder, table: str

@@ -1,0 +1,69 @@
+"""The record each of several streams opens with, and its records of some types, read
+in one statement (ADR 0076).
+
+A thread begun afresh opens its stream at version 1 with the event that names it (a
+fork's stream opens later, at its parent's version after, with an event the reviewer
+queue follows anyway). The queue reads these records, with each thread's abandonment,
+only for the threads it is about to list, so that naming them costs the reviews, not
+every thread's first event in the log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+from uuid import UUID
+
+from eventsourcing.persistence import StoredEvent
+
+from covonaut_es.store._rows import checked_records
+
+OPENING_VERSION = 1
+"""The version a stream's first event holds (eventsourcing's initial version)."""
+
+STREAMS_PER_STATEMENT = 400
+"""Streams asked for in one statement (SQLite allows 999 parameters before 3.32)."""
+
+
+def openings_sql(table: str, streams: str, topics: str) -> str:
+    """The statement reading the opening record of ``table``'s streams given by the
+    parameter list or array ``streams``, and their records of the topics ``topics``
+    gives: each row's stored stream id, version, topic and payload, in no set order."""
+    return (
+        f"SELECT originator_id, originator_version, topic, state FROM {table} "
+        f"WHERE originator_id {streams} "
+        f"AND (originator_version = {OPENING_VERSION} OR topic {topics})"
+    )
+
+
+def in_chunks(items: Sequence[Any]) -> Iterable[Sequence[Any]]:
+    """``items`` cut into runs of at most :data:`STREAMS_PER_STATEMENT`."""
+    for start in range(0, len(items), STREAMS_PER_STATEMENT):
+        yield items[start : start + STREAMS_PER_STATEMENT]
+
+
+def opening_records(
+    rows: Iterable[tuple[Any, ...]], domain_of: Mapping[Any, UUID], *, state: Callable[[Any], Any]
+) -> Sequence[StoredEvent]:
+    """The records of the rows :func:`openings_sql` selected, each named by the domain
+    id ``domain_of`` gives its stored id, and checked as every back end checks the rows
+    it reads (:func:`~covonaut_es.store._rows.checked_records`).
+
+    Args:
+        rows: The selected rows.
+        domain_of: The domain stream id of each stored id asked for.
+        state: Makes a payload column's value the record's (the driver's own type).
+
+    Raises:
+        StoredRowError: A row holds a value of the wrong type.
+    """
+    records = [
+        StoredEvent(
+            originator_id=domain_of[stored],
+            originator_version=version,
+            topic=topic,
+            state=state(payload),
+        )
+        for stored, version, topic, payload in rows
+    ]
+    return checked_records(records, reading="the opening records of threads")
