@@ -1001,6 +1001,95 @@ def table(results: dict[str, list[dict[str, Any]]]) -> list[str]:
     return report.markdown_table([*columns, "k ours", "k ref"], lines)
 
 
+@dataclass(frozen=True)
+class Limit:
+    """A strict limit the performance issue sets on a figure, judged at each size."""
+
+    figure: str
+    limit: str
+    judge: Callable[[dict[str, Any]], tuple[str, bool | None]]
+    """What one size's results measure (as shown) and whether that keeps the limit
+    (None: not measured)."""
+
+
+def _writers_limit(backend: str, writers: int) -> Limit:
+    floor = 0.8 if writers == 8 else 0.7
+
+    def judge(found: dict[str, Any]) -> tuple[str, bool | None]:
+        made = found[f"create_{writers}"]
+        share = report.ratio(made["raw_s"], made["ours_s"])
+        skipped = made.get("skipped", 0)
+        said = f"{share:.0%}" + (f", {skipped} skipped" if "tailed" in made else "")
+        return said, share >= floor and not skipped
+
+    tailed = ", no notification id skipped" if backend == "postgresql" else ""
+    return Limit(
+        f"creating threads, {writers} writer{'s' if writers > 1 else ''}",
+        f"at least {floor:.0%} of the raw rate{tailed}",
+        judge,
+    )
+
+
+def _ratio_limit(
+    figure: str, limit: str, most: float, of: Callable[[dict[str, Any]], tuple[float, float]]
+) -> Limit:
+    """A limit on ours / reference, at most ``most``."""
+
+    def judge(found: dict[str, Any]) -> tuple[str, bool | None]:
+        ours, ref = of(found)
+        if report.missing(ours) or report.missing(ref):
+            return "-", None
+        return report.times(ours / ref), ours / ref <= most
+
+    return Limit(figure, limit, judge)
+
+
+def limits(backend: str) -> list[Limit]:
+    """The issue's strict limits on one back end's figures."""
+    return [
+        *(_writers_limit(backend, w) for w in WRITERS[backend]),
+        _ratio_limit(
+            "bytes per thread",
+            "at most 2x the conversation's own bytes",
+            2.0,
+            lambda f: (f["bytes"] / f["size"], f["conversation"]["own"]),
+        ),
+        _ratio_limit(
+            "restore one thread, p50",
+            "at most 1.5x an indexed SELECT of its rows + one decode of each payload",
+            1.5,
+            lambda f: (f["restore"]["ours_s"], f["restore"]["raw_s"]),
+        ),
+        _ratio_limit(
+            "restore one thread, p50, taken in turn with LangGraph's `get_state`",
+            "faster than LangGraph's `get_state` (ours / LangGraph's under 1x)",
+            1.0 - 1e-9,
+            lambda f: (_peer(f, "ours_restore_s"), _peer(f, "restore_s")),
+        ),
+        _ratio_limit(
+            "reviewer queue rebuilt from the log",
+            "at least half the raw rate of reading the log (ours / raw at most 2x)",
+            2.0,
+            lambda f: (f["queue"]["ours_s"], f["queue"]["raw_s"]),
+        ),
+    ]
+
+
+def judged(results: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """The Markdown table of the strict limits, judged at both sizes: met only where
+    both keep it."""
+    lines = []
+    for backend, sizes in results.items():
+        for limit in limits(backend):
+            verdicts = [limit.judge(found) for found in sizes]
+            kept = [met for _, met in verdicts]
+            status = "not measured" if None in kept else "met" if all(kept) else "MISSED"
+            lines.append([backend, limit.figure, limit.limit, *(s for s, _ in verdicts), status])
+    first = next(iter(results.values()))
+    sizes = [f"N={found['size']:,}" for found in first]
+    return report.markdown_table(["back end", "figure", "strict limit", *sizes, "status"], lines)
+
+
 def notes(results: dict[str, list[dict[str, Any]]]) -> list[str]:
     """What the table's cells leave out: shares of raw, softer figures, counts."""
     out = []
@@ -1083,6 +1172,11 @@ def render(
         "**each figure at two sizes, against its reference**",
         "",
         *table(results),
+        "",
+        "**the performance issue's strict limits, at both sizes** (met where both keep it; "
+        "the issue sets them at 10,000 to 50,000 threads)",
+        "",
+        *judged(results),
         "",
         *(f"- {note}" for note in notes(results)),
     ]
