@@ -166,9 +166,10 @@ QUEUE_EVENT_TYPES: tuple[type[AgentThread.Event], ...] = (
 thread begun afresh is named when it first has something to list (:data:`NAMED_LATER`),
 not by its first event, which would cost the queue every thread the log began."""
 
-NAMED_LATER: tuple[type[AgentThread.Event], ...] = (AgentThread.Interrupted, AgentThread.Abandoned)
+NAMED_LATER: tuple[type[AgentThread.Event], ...] = (AgentThread.Interrupted,)
 """The events whose thread the queue names from the store when its view has no name
-for it: they list a pause, or give the thread up."""
+for it: they list a pause. (An abandonment of a thread the view cannot name has nothing
+of it to clear, and a stream that holds one is never named.)"""
 
 
 def pending_from(
