@@ -44,7 +44,7 @@ QUEUE_TOPICS = sorted(stored_forms(QUEUE_EVENT_TYPES))
 PAUSE = compact(get_topic(AgentThread.Interrupted))
 STARTED = compact(get_topic(AgentThread.Started))
 PASSED_OVER = "passing over the record at log position"
-FIRST_EVENT_PASSED_OVER = "review queue: passing over a thread's first event"
+FIRST_EVENT_PASSED_OVER = "of the threads' first events and abandonments it read"
 
 
 def _paused(store: Store) -> None:
@@ -171,7 +171,7 @@ def test_a_rewritten_record_leaves_every_thread_that_loads_listed(
         assert len(expected) >= 2 * len(THREADS) // 3  # the other threads, at least
         if unreadable and stored_topic in QUEUE_TOPICS:
             assert f"{PASSED_OVER} {position} " in caplog.text
-        if unreadable and version == 1:
+        if unreadable and version == 1 and stored_topic == STARTED:
             assert FIRST_EVENT_PASSED_OVER in caplog.text
 
 
@@ -287,7 +287,7 @@ def test_a_first_event_the_queue_reads_from_its_stream_is_named_by_its_kind_alon
     url = f"sqlite:///{tmp_path / 'sealed.db'}"
     with open_store(url, cipher_key=key) as store:
         _paused(store)
-        first_of_b = store._records.openings([thread_aggregate_id("b")])
+        first_of_b = store._records.openings([thread_aggregate_id("b")]).records
     (record,) = first_of_b
     with closing(sqlite3.connect(tmp_path / "sealed.db")) as conn, conn:
         changed = conn.execute(

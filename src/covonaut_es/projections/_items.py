@@ -166,6 +166,9 @@ QUEUE_EVENT_TYPES: tuple[type[AgentThread.Event], ...] = (
 thread begun afresh is named when it first has something to list (:data:`NAMED_LATER`),
 not by its first event, which would cost the queue every thread the log began."""
 
+SELF_NAMED = (AgentThread.StartedFromState, AgentThread.Forked)
+"""The first events the queue follows, which name their thread themselves."""
+
 NAMED_LATER: tuple[type[AgentThread.Event], ...] = (AgentThread.Interrupted,)
 """The events whose thread the queue names from the store when its view has no name
 for it: they list a pause. (An abandonment of a thread the view cannot name has nothing
@@ -219,7 +222,7 @@ sent to run again."""
 
 def changes_for(event: Any, thread_id_of: Callable[[str], str | None]) -> list[QueueChange]:
     """The queue changes one event makes; ``thread_id_of`` names an aggregate id."""
-    if isinstance(event, AgentThread.StartedFromState | AgentThread.Forked):
+    if isinstance(event, SELF_NAMED):
         # A thread that starts paused: on its parent's interrupts, or its document's.
         named: QueueChange = ThreadNamed(event.originator_id.hex, event.thread_id)
         parent = getattr(event, "parent_thread_id", None)

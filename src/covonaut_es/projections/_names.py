@@ -3,9 +3,9 @@
 The queue's events name a thread's stream, not the thread. A fork's first event and a
 start from a saved state name their thread, and the queue follows them; a thread begun
 afresh is named by its first event, which the queue does not follow: it reads that
-event from the store when it first has something of the thread to list, with the
-thread's abandonment if any, so that naming costs the threads that pause, not every
-thread the log began.
+event from the store when it first has a pause of the thread to list, with the thread's
+abandonment if any, so that naming costs the threads that pause, not every thread the
+log began.
 """
 
 from __future__ import annotations
@@ -16,12 +16,16 @@ from uuid import UUID
 from eventsourcing.persistence import StoredEvent
 
 from covonaut_es import _logs
-from covonaut_es.domain import AgentThread
+from covonaut_es.domain import AgentThread, thread_aggregate_id
 from covonaut_es.errors import SerializationError
-from covonaut_es.store._openings import OPENING_VERSION
 from covonaut_es.store._records import StoredRecords
 
 log = _logs.logger(__name__)
+
+_THEN = (
+    "a thread's pauses may be missing from the queue, or a thread given up listed. "
+    "`covonaut-es check` names the threads of damaged rows"
+)
 
 
 class ThreadNames:
@@ -35,31 +39,39 @@ class ThreadNames:
     def __call__(self, streams: Collection[UUID]) -> dict[str, str]:
         """The thread id of each of ``streams`` (by its hex) that a thread began afresh
         and that holds no abandonment: an abandoned thread waits for nobody, and the
-        events of a run it stopped, committed after it, list nothing of it."""
+        events of a run it stopped, committed after it, list nothing of it. A first
+        event names only the stream its thread id derives to: one copied into another
+        stream names none."""
         if not streams:
             return {}
+        read = self._records.openings(streams, AgentThread.Abandoned)
         names: dict[str, str] = {}
         abandoned: set[str] = set()
-        for record in self._records.openings(streams, AgentThread.Abandoned):
+        passed_over = read.passed_over
+        for record in read.records:
             event = self._event(record)
             if isinstance(event, AgentThread.Abandoned):
                 abandoned.add(event.originator_id.hex)
-            elif isinstance(event, AgentThread.Started):
+            elif (
+                isinstance(event, AgentThread.Started)
+                and thread_aggregate_id(event.thread_id) == event.originator_id
+            ):
                 names[event.originator_id.hex] = event.thread_id
+            else:
+                passed_over += 1
+        if passed_over:
+            # Counted, not named: a record's stream id is what an encrypted store keeps
+            # out of clear text.
+            log.warning(
+                "review queue: passing over %d of the threads' first events and "
+                "abandonments it read, which are damaged or do not decode; %s",
+                passed_over,
+                _THEN,
+            )
         return {stream: name for stream, name in names.items() if stream not in abandoned}
 
     def _event(self, record: StoredEvent) -> object:
         try:
             return self._read(record)
-        except SerializationError as exc:
-            # Named by its kind alone: the record's error names a stream, whose unkeyed
-            # id an encrypted store keeps out of clear text.
-            opening = record.originator_version == OPENING_VERSION
-            log.warning(
-                "review queue: passing over a thread's %s, which does not decode (%s); %s. "
-                "`covonaut-es replay --verify` names the thread",
-                "first event" if opening else "abandonment",
-                type(exc).__name__,
-                "its pauses are not listed" if opening else "it may be listed as waiting",
-            )
+        except SerializationError:
             return None

@@ -28,6 +28,7 @@ from covonaut_es.errors import ConfigurationError, CovonautError, ReadOnlyStoreE
 from covonaut_es.projections._items import (
     NAMED_LATER,
     QUEUE_EVENT_TYPES,
+    SELF_NAMED,
     PendingReview,
     QueueChange,
     ThreadGivenUp,
@@ -121,14 +122,18 @@ class ReviewQueueProjection(Projection[ReviewQueueView]):
 
     def _changes(self, events: Sequence[Any]) -> list[QueueChange]:
         """The queue changes of ``events`` in turn. Their threads' names are read in one
-        query of the view; those it lacks that an event needs, in one read of the
-        store; then kept as the events change them, before they are stored."""
+        query of the view; those it lacks that an event needs, and no event of the
+        batch names, in one read of the store; then kept as the events change them,
+        before they are stored."""
         names: dict[str, str | None] = {}
         names.update(self.view.thread_ids_of({e.originator_id.hex for e in events}))
+        named_here = {e.originator_id for e in events if isinstance(e, SELF_NAMED)}
         unnamed = {
             e.originator_id
             for e in events
-            if isinstance(e, NAMED_LATER) and e.originator_id.hex not in names
+            if isinstance(e, NAMED_LATER)
+            and e.originator_id.hex not in names
+            and e.originator_id not in named_here
         }
         changes: list[QueueChange] = []
         for aggregate_id, thread_id in self._names(unnamed).items():

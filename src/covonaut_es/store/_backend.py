@@ -23,7 +23,6 @@ from eventsourcing.persistence import (
     AggregateRecorder,
     ApplicationRecorder,
     InfrastructureFactory,
-    StoredEvent,
 )
 from eventsourcing.utils import Environment
 
@@ -31,6 +30,7 @@ if TYPE_CHECKING:
     from covonaut_es.domain import ThreadSnapshot
     from covonaut_es.store._heads import HeadAnchor
     from covonaut_es.store._leases import LeaseBackend
+    from covonaut_es.store._openings import Openings
     from covonaut_es.store._outstanding import OutstandingTable
     from covonaut_es.store._settings_tables import SettingsTable
     from covonaut_es.store._snapshot_cache import SnapshotCache
@@ -109,13 +109,16 @@ class Backend(Protocol):
         application), which are then read one after the other."""
 
     def select_openings(
-        self, events: ApplicationRecorder, streams: Sequence[UUID], topics: Sequence[str]
-    ) -> list[StoredEvent] | None:
-        """The record at version 1 of each of ``streams`` that has one, and their records
-        of ``topics`` (each named by its domain id, checked, in no set order), in one
-        statement per few hundred streams; None where ``events`` is not this back end's
-        recorder of UUID stream ids (a user's application), whose streams are then read
-        one at a time."""
+        self,
+        events: ApplicationRecorder,
+        streams: Sequence[UUID],
+        openings: Sequence[str],
+        topics: Sequence[str],
+    ) -> Openings | None:
+        """The rows of ``streams`` at version 1 with a topic of ``openings``, and those
+        with a topic of ``topics``, each checked, in one statement per few hundred
+        streams; None where ``events`` is not this back end's recorder of UUID stream
+        ids (a user's application), whose streams are then read one at a time."""
 
     def settings_table(
         self, factory: InfrastructureFactory[Any], recorder: ApplicationRecorder, name: str

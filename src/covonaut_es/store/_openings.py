@@ -1,5 +1,5 @@
-"""The record each of several streams opens with, and its records of some types, read
-in one statement (ADR 0076).
+"""The record each of several threads' streams opens with, and their records of some
+types, read in one statement (ADR 0076).
 
 A thread begun afresh opens its stream at version 1 with the event that names it (a
 fork's stream opens later, at its parent's version after, with an event the reviewer
@@ -11,7 +11,7 @@ every thread's first event in the log.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 from uuid import UUID
 
 from eventsourcing.persistence import StoredEvent
@@ -25,14 +25,30 @@ STREAMS_PER_STATEMENT = 400
 """Streams asked for in one statement (SQLite allows 999 parameters before 3.32)."""
 
 
-def openings_sql(table: str, streams: str, topics: str) -> str:
-    """The statement reading the opening record of ``table``'s streams given by the
-    parameter list or array ``streams``, and their records of the topics ``topics``
-    gives: each row's stored stream id, version, topic and payload, in no set order."""
+class Openings(NamedTuple):
+    """What a read of some streams' openings found.
+
+    Attributes:
+        records: The records read, each checked and named by its domain stream id, in no
+            set order.
+        passed_over: How many rows did not pass the check every back end puts a row
+            through (:func:`~covonaut_es.store._rows.checked_records`): they are left
+            out, and their streams read as if they did not hold them.
+    """
+
+    records: list[StoredEvent]
+    passed_over: int
+
+
+def openings_sql(table: str, streams: str, openings: str, topics: str) -> str:
+    """The statement reading, from ``table``, the rows of the streams given by the
+    parameter list or array ``streams`` that are at version 1 with a topic ``openings``
+    gives, or have a topic ``topics`` gives: each row's stored stream id, version, topic
+    and payload, in no set order."""
     return (
         f"SELECT originator_id, originator_version, topic, state FROM {table} "
         f"WHERE originator_id {streams} "
-        f"AND (originator_version = {OPENING_VERSION} OR topic {topics})"
+        f"AND ((originator_version = {OPENING_VERSION} AND topic {openings}) OR topic {topics})"
     )
 
 
@@ -44,26 +60,27 @@ def in_chunks(items: Sequence[Any]) -> Iterable[Sequence[Any]]:
 
 def opening_records(
     rows: Iterable[tuple[Any, ...]], domain_of: Mapping[Any, UUID], *, state: Callable[[Any], Any]
-) -> Sequence[StoredEvent]:
-    """The records of the rows :func:`openings_sql` selected, each named by the domain
-    id ``domain_of`` gives its stored id, and checked as every back end checks the rows
-    it reads (:func:`~covonaut_es.store._rows.checked_records`).
+) -> Openings:
+    """The :class:`Openings` of the rows :func:`openings_sql` selected, each named by the
+    domain id ``domain_of`` gives its stored id, and checked row by row.
 
     Args:
         rows: The selected rows.
         domain_of: The domain stream id of each stored id asked for.
-        state: Makes a payload column's value the record's (the driver's own type).
-
-    Raises:
-        StoredRowError: A row holds a value of the wrong type.
+        state: Makes a payload column's value the record's (the driver's own type);
+            raises ``TypeError`` or ``ValueError`` for a value that is no payload.
     """
-    records = [
-        StoredEvent(
-            originator_id=domain_of[stored],
-            originator_version=version,
-            topic=topic,
-            state=state(payload),
-        )
-        for stored, version, topic, payload in rows
-    ]
-    return checked_records(records, reading="the opening records of threads")
+    records: list[StoredEvent] = []
+    passed_over = 0
+    for stored, version, topic, payload in rows:
+        try:
+            record = StoredEvent(
+                originator_id=domain_of[stored],
+                originator_version=version,
+                topic=topic,
+                state=state(payload),
+            )
+            records += checked_records([record], reading="the opening records of threads")
+        except (TypeError, ValueError):  # StoredRowError is a ValueError
+            passed_over += 1
+    return Openings(records, passed_over)

@@ -18,13 +18,13 @@ from eventsourcing.application import Application
 from eventsourcing.persistence import IntegrityError, Notification, StoredEvent
 
 from covonaut_es.domain import AgentThread, thread_aggregate_id
-from covonaut_es.errors import ThreadConflictError, ThreadNotFoundError
+from covonaut_es.errors import StoredRowError, ThreadConflictError, ThreadNotFoundError
 from covonaut_es.store._application import ThreadsApplication
 from covonaut_es.store._backend import Backend
 from covonaut_es.store._chain_key import ChainAdoption
 from covonaut_es.store._heads import HEADS, HeadAnchor, heads_of_records
 from covonaut_es.store._mapper import MsgspecMapper
-from covonaut_es.store._openings import OPENING_VERSION
+from covonaut_es.store._openings import OPENING_VERSION, Openings
 from covonaut_es.store._rows import LAST_VERSION
 from covonaut_es.store._snapshot_cache import CheckedSnapshot, SnapshotCache
 from covonaut_es.store._thread_rows import ThreadRows
@@ -104,22 +104,32 @@ class StoredRecords:
 
     def openings(
         self, streams: Collection[UUID], *event_types: type[AgentThread.Event]
-    ) -> list[StoredEvent]:
-        """The record at version 1 of each of ``streams`` that has one (the event a
-        thread begun afresh starts with; a fork's stream starts later), and their
-        records of ``event_types``, in no set order. In one statement per few hundred
-        streams where the back end has it, else a read of each stream."""
+    ) -> Openings:
+        """Each of ``streams``' ``Started`` at version 1 (the event a thread begun afresh
+        starts with; a fork's stream starts later), and their records of
+        ``event_types``, each checked (a row that fails its check is passed over and
+        counted). In one statement per few hundred streams where the back end has it,
+        else a read of each stream (passed over whole when a row of it fails)."""
         wanted, recorder = list(streams), self._app.recorder
-        topics = stored_forms(event_types)
-        found = self._backend.select_openings(recorder, wanted, topics)
+        openings, topics = stored_forms((AgentThread.Started,)), stored_forms(event_types)
+        found = self._backend.select_openings(recorder, wanted, openings, topics)
         if found is not None:
             return found
-        return [
-            record
-            for stream in wanted
-            for record in recorder.select_events(stream)
-            if record.originator_version == OPENING_VERSION or record.topic in topics
-        ]
+        records: list[StoredEvent] = []
+        passed_over = 0
+        for stream in wanted:
+            try:
+                rows = recorder.select_events(stream)
+            except StoredRowError:
+                passed_over += 1
+                continue
+            records += (
+                r
+                for r in rows
+                if r.topic in topics
+                or (r.originator_version == OPENING_VERSION and r.topic in openings)
+            )
+        return Openings(records, passed_over)
 
     def thread_rows(self, snapshots: SnapshotCache, stream: UUID, lte: int | None) -> ThreadRows:
         """What a load of the thread stored as ``stream`` up to version ``lte`` reads: its

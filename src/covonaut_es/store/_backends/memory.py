@@ -46,6 +46,7 @@ from covonaut_es.store._heads import (
     taken,
 )
 from covonaut_es.store._leases import LeaseBackend
+from covonaut_es.store._openings import Openings
 from covonaut_es.store._outstanding import OutstandingTable
 from covonaut_es.store._settings_tables import MemorySettings, SettingsTable
 from covonaut_es.store._snapshot_cache import SnapshotCache
@@ -206,9 +207,13 @@ class _MemoryBackend(RecorderAnchors):
         return None  # no round trips to save: read one recorder after the other
 
     def select_openings(
-        self, events: ApplicationRecorder, streams: Sequence[UUID], topics: Sequence[str]
-    ) -> list[StoredEvent] | None:
-        return None  # no round trips to save: read each stream's first record
+        self,
+        events: ApplicationRecorder,
+        streams: Sequence[UUID],
+        openings: Sequence[str],
+        topics: Sequence[str],
+    ) -> Openings | None:
+        return None  # no round trips to save: read each stream
 
     def settings_table(
         self, factory: InfrastructureFactory[Any], recorder: ApplicationRecorder, table: str

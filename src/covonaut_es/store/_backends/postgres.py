@@ -62,7 +62,7 @@ from covonaut_es.store._heads import (
     refuse_taken_streams,
 )
 from covonaut_es.store._leases import LeaseBackend
-from covonaut_es.store._openings import opening_records, openings_sql
+from covonaut_es.store._openings import Openings, opening_records, openings_sql
 from covonaut_es.store._outstanding import OutstandingTable, SQLOutstanding
 from covonaut_es.store._rows import CheckedLog, building_records, checked_head, checked_records
 from covonaut_es.store._settings import refuse_application_tables
@@ -449,17 +449,21 @@ class _PostgresBackend(RecorderAnchors):
     # Retried as eventsourcing's reads are.
     @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
     def select_openings(
-        self, events: ApplicationRecorder, streams: Sequence[UUID], topics: Sequence[str]
-    ) -> list[StoredEvent] | None:
+        self,
+        events: ApplicationRecorder,
+        streams: Sequence[UUID],
+        openings: Sequence[str],
+        topics: Sequence[str],
+    ) -> Openings | None:
         if not (isinstance(events, _CheckedRows) and events.datastore.originator_id_type == "uuid"):
             return None
         domain_of = {stored_stream(events, s): s for s in streams}
         table = f'"{events.datastore.schema}"."{events.events_table_name}"'
-        statement = openings_sql(table, "= ANY(%s)", "= ANY(%s)")
+        statement = openings_sql(table, "= ANY(%s)", "= ANY(%s)", "= ANY(%s)")
         with events.datastore.get_connection() as conn, conn.cursor(row_factory=tuple_row) as curs:
-            curs.execute(statement, (list(domain_of), list(topics)), binary=True)
-            with building_records("the opening records of threads"):  # NULL fails bytes()
-                return list(opening_records(curs.fetchall(), domain_of, state=bytes))
+            curs.execute(statement, (list(domain_of), list(openings), list(topics)), binary=True)
+            rows = curs.fetchall()
+        return opening_records(rows, domain_of, state=bytes)
 
     def settings_table(
         self, factory: InfrastructureFactory[Any], recorder: ApplicationRecorder, table: str

@@ -65,7 +65,7 @@ from covonaut_es.store._heads import (
     refuse_taken_streams,
 )
 from covonaut_es.store._leases import LeaseBackend
-from covonaut_es.store._openings import in_chunks, opening_records, openings_sql
+from covonaut_es.store._openings import Openings, in_chunks, opening_records, openings_sql
 from covonaut_es.store._outstanding import OutstandingTable, SQLOutstanding
 from covonaut_es.store._rows import CheckedLog, checked_head, checked_id, checked_records
 from covonaut_es.store._settings import check_sqlite_file
@@ -410,26 +410,34 @@ class _SQLiteBackend(RecorderAnchors):
         return thread_rows(rows, stream, reading=f"stream {stored}", state=_same)
 
     def select_openings(
-        self, events: ApplicationRecorder, streams: Sequence[UUID], topics: Sequence[str]
-    ) -> list[StoredEvent] | None:
+        self,
+        events: ApplicationRecorder,
+        streams: Sequence[UUID],
+        openings: Sequence[str],
+        topics: Sequence[str],
+    ) -> Openings | None:
         if not (
             isinstance(events, SQLiteAggregateRecorder)
             and events.datastore.originator_id_type == "uuid"
         ):
             return None
         domain_of = {events.stream_key(stored_stream(events, s)): s for s in streams}
-        found: list[StoredEvent] = []
+        records: list[StoredEvent] = []
+        passed_over = 0
         datastore = events.datastore
         with datastore.get_connection(commit=False) as connection, connection.cursor() as cursor:
             for chunk in in_chunks(list(domain_of)):
                 statement = openings_sql(
                     events.events_table_name,
                     f"IN ({', '.join('?' * len(chunk))})",
+                    f"IN ({', '.join('?' * len(openings))})",
                     f"IN ({', '.join('?' * len(topics))})",
                 )
-                cursor.execute(statement, (*chunk, *topics))
-                found += opening_records(cursor.fetchall(), domain_of, state=_same)
-        return found
+                cursor.execute(statement, (*chunk, *openings, *topics))
+                read = opening_records(cursor.fetchall(), domain_of, state=_same)
+                records += read.records
+                passed_over += read.passed_over
+        return Openings(records, passed_over)
 
     def settings_table(
         self, factory: InfrastructureFactory[Any], recorder: ApplicationRecorder, table: str
