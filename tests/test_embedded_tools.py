@@ -36,8 +36,10 @@ QUEUE_TABLES = {
     "review_queue_tracking",
     "covonaut_pauses",
     "covonaut_queue_threads",
+    "covonaut_queue_given_up",
     "covonaut_sealed_pauses",
     "covonaut_sealed_queue_threads",
+    "covonaut_sealed_queue_given_up",
 }
 """The reviewer queue's own tables (a projection's, not a store's)."""
 

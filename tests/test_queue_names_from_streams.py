@@ -33,9 +33,12 @@ from test_review_queue_property import World, run, steps
 
 KEY = create_cipher_key()
 ABANDONED = compact(get_topic(AgentThread.Abandoned))
+STARTED = compact(get_topic(AgentThread.Started))
 
-# Each takes the SQLite file's connection, the version-1 row of one stream and a stream
-# that has none (a fork's, when there is one).
+# Each changes the row of a thread's first event that the queue reads from its stream (a
+# Started at version 1; a start from a saved state is read from the log, as every event
+# the queue follows), given its stream and, for those marked, a stream that has no row
+# at version 1 (a fork's).
 _COPY_FIRST = (
     "INSERT INTO stored_events (originator_id, originator_version, topic, state) "
     "SELECT ?, 1, topic, state FROM stored_events WHERE originator_id = ? "
@@ -100,15 +103,16 @@ def pending_of(store: Store, thread_id: str) -> set[str] | None:
 
 
 def _hostile_write(path: Path, action: str, pick: int) -> bool:
-    """Make ``action`` on the ``pick``-th version-1 row (modulo their number); False
-    when the store has no stream to write into."""
+    """Make ``action`` on the ``pick``-th thread's first event (modulo their number);
+    False when the store has none, or no stream to write into."""
     statement, into_a_fork = HOSTILE[action]
     with closing(sqlite3.connect(path)) as conn, conn:
         firsts = [
             r[0]
             for r in conn.execute(
                 "SELECT originator_id FROM stored_events WHERE originator_version = 1 "
-                "ORDER BY rowid"
+                "AND topic = ? ORDER BY rowid",
+                (STARTED,),
             )
         ]
         forks = [
@@ -118,6 +122,8 @@ def _hostile_write(path: Path, action: str, pick: int) -> bool:
                 "HAVING min(originator_version) > 1 ORDER BY min(rowid)"
             )
         ]
+        if not firsts:
+            return False
         source = firsts[pick % len(firsts)]
         if not into_a_fork:
             conn.execute(statement, (source,))

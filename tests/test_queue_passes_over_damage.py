@@ -44,7 +44,7 @@ QUEUE_TOPICS = sorted(stored_forms(QUEUE_EVENT_TYPES))
 PAUSE = compact(get_topic(AgentThread.Interrupted))
 STARTED = compact(get_topic(AgentThread.Started))
 PASSED_OVER = "passing over the record at log position"
-FIRST_EVENT_PASSED_OVER = "of the threads' first events and abandonments it read"
+FIRST_EVENT_PASSED_OVER = "of the threads' first events it read"
 
 
 def _paused(store: Store) -> None:
@@ -235,6 +235,7 @@ def test_a_queue_kept_in_the_store_lists_a_repaired_record_once_rebuilt(
 _REBUILD = """
 DELETE FROM covonaut_pauses;
 DELETE FROM covonaut_queue_threads;
+DELETE FROM covonaut_queue_given_up;
 DELETE FROM tracking WHERE application_name LIKE '%+pauses';
 """
 """The operations guide's rebuild of a queue kept in a SQLite store."""

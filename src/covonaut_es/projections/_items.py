@@ -137,12 +137,13 @@ class ThreadCleared(msgspec.Struct, frozen=True):
 
 
 class ThreadGivenUp(msgspec.Struct, frozen=True):
-    """A thread was abandoned: its items leave the queue, and the view forgets its name,
-    so that nothing later in its stream (a run's commit put after the abandonment)
-    lists anything of it again. An abandoned thread waits for nobody."""
+    """A thread was abandoned: its items leave the queue, and the view keeps it as given
+    up, so that nothing later in its stream (a run's commit put after the abandonment)
+    lists anything of it again, nor names it. An abandoned thread waits for nobody.
+    ``thread_id`` is None for a thread the view never named: it has no items."""
 
     aggregate_id: str
-    thread_id: str
+    thread_id: str | None
 
 
 QueueChange = ThreadNamed | ItemAdded | ItemRemoved | ThreadCleared | ThreadGivenUp
@@ -171,8 +172,7 @@ SELF_NAMED = (AgentThread.StartedFromState, AgentThread.Forked)
 
 NAMED_LATER: tuple[type[AgentThread.Event], ...] = (AgentThread.Interrupted,)
 """The events whose thread the queue names from the store when its view has no name
-for it: they list a pause. (An abandonment of a thread the view cannot name has nothing
-of it to clear, and a stream that holds one is never named.)"""
+for it, nor keeps it as given up: they list a pause."""
 
 
 def pending_from(
@@ -231,6 +231,8 @@ def changes_for(event: Any, thread_id_of: Callable[[str], str | None]) -> list[Q
             for i in event.interrupts
         ]
     thread_id = thread_id_of(event.originator_id.hex)
+    if isinstance(event, AgentThread.Abandoned):
+        return [ThreadGivenUp(event.originator_id.hex, thread_id)]
     if thread_id is None:
         return []  # a thread given up, or whose first event names no thread
     if isinstance(event, AgentThread.Interrupted):
@@ -241,6 +243,4 @@ def changes_for(event: Any, thread_id_of: Callable[[str], str | None]) -> list[Q
         return [ItemRemoved(thread_id, event.tool_call_id)]
     if isinstance(event, AgentThread.Resumed):
         return [ThreadCleared(thread_id)]
-    if isinstance(event, AgentThread.Abandoned):
-        return [ThreadGivenUp(event.originator_id.hex, thread_id)]
     return []

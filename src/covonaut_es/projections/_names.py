@@ -3,9 +3,9 @@
 The queue's events name a thread's stream, not the thread. A fork's first event and a
 start from a saved state name their thread, and the queue follows them; a thread begun
 afresh is named by its first event, which the queue does not follow: it reads that
-event from the store when it first has a pause of the thread to list, with the thread's
-abandonment if any, so that naming costs the threads that pause, not every thread the
-log began.
+event from the thread's stream when it first has a pause of the thread to list (and
+keeps the name), so that naming costs the threads that pause, not every thread the log
+began. A thread given up is kept as such by the view, and never named after.
 """
 
 from __future__ import annotations
@@ -22,11 +22,6 @@ from covonaut_es.store._records import StoredRecords
 
 log = _logs.logger(__name__)
 
-_THEN = (
-    "a thread's pauses may be missing from the queue, or a thread given up listed. "
-    "`covonaut-es check` names the threads of damaged rows"
-)
-
 
 class ThreadNames:
     """The ids of the threads of streams the queue is about to list, read from the
@@ -37,22 +32,17 @@ class ThreadNames:
         self._read = records.mapper.to_domain_event
 
     def __call__(self, streams: Collection[UUID]) -> dict[str, str]:
-        """The thread id of each of ``streams`` (by its hex) that a thread began afresh
-        and that holds no abandonment: an abandoned thread waits for nobody, and the
-        events of a run it stopped, committed after it, list nothing of it. A first
-        event names only the stream its thread id derives to: one copied into another
-        stream names none."""
+        """The thread id of each of ``streams`` (by its hex) that a thread began afresh.
+        A first event names only the stream its thread id derives to: one copied or
+        moved into another stream (a fork's, which opens after version 1) names none."""
         if not streams:
             return {}
-        read = self._records.openings(streams, AgentThread.Abandoned)
+        read = self._records.openings(streams)
         names: dict[str, str] = {}
-        abandoned: set[str] = set()
         passed_over = read.passed_over
         for record in read.records:
             event = self._event(record)
-            if isinstance(event, AgentThread.Abandoned):
-                abandoned.add(event.originator_id.hex)
-            elif (
+            if (
                 isinstance(event, AgentThread.Started)
                 and thread_aggregate_id(event.thread_id) == event.originator_id
             ):
@@ -63,12 +53,12 @@ class ThreadNames:
             # Counted, not named: a record's stream id is what an encrypted store keeps
             # out of clear text.
             log.warning(
-                "review queue: passing over %d of the threads' first events and "
-                "abandonments it read, which are damaged or do not decode; %s",
+                "review queue: passing over %d of the threads' first events it read, "
+                "damaged or not theirs: those threads' pauses are not listed. "
+                "`covonaut-es check` names the threads of damaged rows",
                 passed_over,
-                _THEN,
             )
-        return {stream: name for stream, name in names.items() if stream not in abandoned}
+        return names
 
     def _event(self, record: StoredEvent) -> object:
         try:

@@ -141,7 +141,7 @@ class ReviewQueueProjection(Projection[ReviewQueueView]):
             changes.append(ThreadNamed(aggregate_id, thread_id))
         for domain_event in events:
             for change in changes_for(domain_event, names.get):
-                if isinstance(change, ThreadNamed) and names.get(change.aggregate_id) is None:
+                if isinstance(change, ThreadNamed) and change.aggregate_id not in names:
                     names[change.aggregate_id] = change.thread_id  # the first name stays
                 elif isinstance(change, ThreadGivenUp):
                     names[change.aggregate_id] = None

@@ -67,6 +67,7 @@ CREATE_STATEMENTS = (
     "CREATE INDEX IF NOT EXISTS covonaut_pauses_by_review ON covonaut_pauses (review_id)",
     "CREATE TABLE IF NOT EXISTS covonaut_queue_threads ("
     "aggregate_id TEXT PRIMARY KEY, thread_id TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS covonaut_queue_given_up (aggregate_id TEXT PRIMARY KEY)",
 )
 # Written with %s placeholders; the SQLite view swaps them for ?.
 _UPSERT_ITEM = (
@@ -93,6 +94,7 @@ SEALED_CREATE_STATEMENTS = (
     "ON covonaut_sealed_pauses (item_key)",
     "CREATE TABLE IF NOT EXISTS covonaut_sealed_queue_threads ("
     "aggregate_id TEXT PRIMARY KEY, thread_id {blob} NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS covonaut_sealed_queue_given_up (aggregate_id TEXT PRIMARY KEY)",
 )
 SEALED_TRACKING_SUFFIX = "+sealed_pauses"
 """Appended to the application name in the sealed view's tracking rows, so that it
@@ -118,11 +120,16 @@ class PlainRows:
     remove_item = "DELETE FROM covonaut_pauses WHERE thread_id = %s AND item_id = %s"
     clear_thread = "DELETE FROM covonaut_pauses WHERE thread_id = %s"
     forget_thread = "DELETE FROM covonaut_queue_threads WHERE aggregate_id = %s"
+    give_up = (
+        "INSERT INTO covonaut_queue_given_up (aggregate_id) VALUES (%s) "
+        "ON CONFLICT (aggregate_id) DO NOTHING"
+    )
     select_pending = SELECT_PENDING
     select_thread_id = "SELECT thread_id FROM covonaut_queue_threads WHERE aggregate_id = %s"
     select_thread_ids = (
         "SELECT aggregate_id, thread_id FROM covonaut_queue_threads WHERE aggregate_id IN ({})"
     )
+    select_given_up = "SELECT aggregate_id FROM covonaut_queue_given_up WHERE aggregate_id IN ({})"
     select_items = f"SELECT {_COLUMNS} FROM covonaut_pauses"
     key_columns = ("requested_at", "thread_id", "item_id")
     select_review = (
@@ -191,6 +198,10 @@ class PlainRows:
         """The parameters that find a thread's row by its aggregate id."""
         return (aggregate_id,)
 
+    def given_up_row(self, aggregate_id: str) -> tuple[str]:
+        """The row that keeps a thread as given up."""
+        return (aggregate_id,)
+
     def item_row(self, item: PendingReview) -> tuple[Any, ...]:
         column, text = self.column, self.text
         return (
@@ -241,6 +252,10 @@ class SealedRows(PlainRows):
     remove_item = "DELETE FROM covonaut_sealed_pauses WHERE thread_key = %s AND item_key = %s"
     clear_thread = "DELETE FROM covonaut_sealed_pauses WHERE thread_key = %s"
     forget_thread = "DELETE FROM covonaut_sealed_queue_threads WHERE aggregate_id IN (%s, %s)"
+    give_up = (
+        "INSERT INTO covonaut_sealed_queue_given_up (aggregate_id) VALUES (%s) "
+        "ON CONFLICT (aggregate_id) DO NOTHING"
+    )
     select_pending = (
         "SELECT item FROM covonaut_sealed_pauses ORDER BY requested_at, thread_key, item_key"
     )
@@ -250,6 +265,9 @@ class SealedRows(PlainRows):
     select_thread_ids = (
         "SELECT aggregate_id, thread_id FROM covonaut_sealed_queue_threads "
         "WHERE aggregate_id IN ({})"
+    )
+    select_given_up = (
+        "SELECT aggregate_id FROM covonaut_sealed_queue_given_up WHERE aggregate_id IN ({})"
     )
     select_items = "SELECT thread_key, item_key, requested_at, item FROM covonaut_sealed_pauses"
     key_columns = ("requested_at", "thread_key", "item_key")
@@ -280,6 +298,9 @@ class SealedRows(PlainRows):
         """Its keyed digest (a thread's aggregate id is an unkeyed hash of its thread
         id), or the id itself, as a view written before digests holds it."""
         return (self.key(aggregate_id), aggregate_id)
+
+    def given_up_row(self, aggregate_id: str) -> tuple[str]:
+        return (self.key(aggregate_id),)
 
     def item_row(self, item: PendingReview) -> tuple[Any, ...]:
         sealed = self._sealer.seal(msgspec.json.encode(item))
@@ -312,14 +333,15 @@ class ReviewQueueView(TrackingRecorder, ABC):
     def pending(self) -> tuple[PendingReview, ...]:
         """Every pending item, oldest first."""
 
-    @abstractmethod
     def thread_id_of(self, aggregate_id: str) -> str | None:
-        """The thread id of an aggregate id the view has seen."""
+        """The thread id of an aggregate id the view named and keeps (None: it did not
+        name it, or keeps it as given up)."""
+        return self.thread_ids_of((aggregate_id,)).get(aggregate_id)
 
     @abstractmethod
-    def thread_ids_of(self, aggregate_ids: Collection[str]) -> dict[str, str]:
-        """The thread ids of those aggregate ids the view has seen (for a batch of
-        events: one query, not one per event)."""
+    def thread_ids_of(self, aggregate_ids: Collection[str]) -> dict[str, str | None]:
+        """The thread ids of those aggregate ids the view has named, None for those it
+        keeps as given up (for a batch of events: one query, not one per event)."""
 
     @abstractmethod
     def threads_with_review(self, review_id: str) -> tuple[str, ...]:
@@ -384,8 +406,10 @@ def statements(
             case ThreadCleared(thread_id):
                 yield rows.clear_thread, (rows.key(thread_id),)
             case ThreadGivenUp(aggregate_id, thread_id):
-                yield rows.clear_thread, (rows.key(thread_id),)
+                if thread_id is not None:
+                    yield rows.clear_thread, (rows.key(thread_id),)
                 yield rows.forget_thread, rows.aggregate(aggregate_id)
+                yield rows.give_up, rows.given_up_row(aggregate_id)
 
 
 def _in_order(items: Iterable[PendingReview]) -> tuple[PendingReview, ...]:
@@ -419,25 +443,20 @@ class SQLReviewQueueView(TrackedSQL, ReviewQueueView):
             cursor.execute(rows.select_pending)
             return _in_order(rows.item(row) for row in cursor.fetchall())
 
-    def thread_id_of(self, aggregate_id: str) -> str | None:
-        rows = self.rows()
-        with self.datastore.transaction(commit=False) as cursor:
-            cursor.execute(self._sql(rows.select_thread_id), rows.aggregate(aggregate_id))
-            row = cursor.fetchone()
-            return None if row is None else rows.thread_id(row)
-
-    def thread_ids_of(self, aggregate_ids: Collection[str]) -> dict[str, str]:
+    def thread_ids_of(self, aggregate_ids: Collection[str]) -> dict[str, str | None]:
         rows = self.rows()
         wanted = list(aggregate_ids)
-        found: dict[str, str] = {}
+        found: dict[str, str | None] = {}
         for start in range(0, len(wanted), _IDS_PER_QUERY):
             # what the column holds (a keyed digest in a sealed view) -> the aggregate id
             keys = {k: a for a in wanted[start : start + _IDS_PER_QUERY] for k in rows.aggregate(a)}
-            statement = rows.select_thread_ids.format(", ".join(["%s"] * len(keys)))
+            marks = ", ".join(["%s"] * len(keys))
             with self.datastore.transaction(commit=False) as cursor:
-                cursor.execute(self._sql(statement), tuple(keys))
+                cursor.execute(self._sql(rows.select_thread_ids.format(marks)), tuple(keys))
                 for row in cursor.fetchall():
                     found.setdefault(keys[row["aggregate_id"]], rows.thread_id(row))
+                cursor.execute(self._sql(rows.select_given_up.format(marks)), tuple(keys))
+                found.update(dict.fromkeys(keys[row["aggregate_id"]] for row in cursor.fetchall()))
         return found
 
     def threads_with_review(self, review_id: str) -> tuple[str, ...]:

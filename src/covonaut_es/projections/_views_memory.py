@@ -42,7 +42,7 @@ class MemoryReviewQueueView(MemoryTracking, ReviewQueueView):
 
     def __init__(self) -> None:
         super().__init__()
-        self._threads: dict[str, str] = {}
+        self._threads: dict[str, str | None] = {}  # None: given up
         self._by_thread: dict[str, dict[str, PendingReview]] = {}
         self._order: SortedList = SortedList()
         self._by_review: dict[str, dict[str, None]] = {}
@@ -61,8 +61,9 @@ class MemoryReviewQueueView(MemoryTracking, ReviewQueueView):
                     case ThreadCleared(thread_id):
                         self._clear(thread_id)
                     case ThreadGivenUp(aggregate_id, thread_id):
-                        self._clear(thread_id)
-                        self._threads.pop(aggregate_id, None)
+                        if thread_id is not None:
+                            self._clear(thread_id)
+                        self._threads[aggregate_id] = None
 
     def _add(self, item: PendingReview) -> None:
         self._by_thread.setdefault(item.thread_id, {})[item.item_id] = item
@@ -100,11 +101,7 @@ class MemoryReviewQueueView(MemoryTracking, ReviewQueueView):
         with self.locked():
             return tuple(self._item(key) for key in self._order)
 
-    def thread_id_of(self, aggregate_id: str) -> str | None:
-        with self.locked():
-            return self._threads.get(aggregate_id)
-
-    def thread_ids_of(self, aggregate_ids: Collection[str]) -> dict[str, str]:
+    def thread_ids_of(self, aggregate_ids: Collection[str]) -> dict[str, str | None]:
         with self.locked():
             return {a: self._threads[a] for a in aggregate_ids if a in self._threads}
 

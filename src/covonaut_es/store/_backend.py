@@ -109,16 +109,12 @@ class Backend(Protocol):
         application), which are then read one after the other."""
 
     def select_openings(
-        self,
-        events: ApplicationRecorder,
-        streams: Sequence[UUID],
-        openings: Sequence[str],
-        topics: Sequence[str],
+        self, events: ApplicationRecorder, streams: Sequence[UUID], topics: Sequence[str]
     ) -> Openings | None:
-        """The rows of ``streams`` at version 1 with a topic of ``openings``, and those
-        with a topic of ``topics``, each checked, in one statement per few hundred
-        streams; None where ``events`` is not this back end's recorder of UUID stream
-        ids (a user's application), whose streams are then read one at a time."""
+        """The rows of ``streams`` at version 1 with a topic of ``topics``, each checked,
+        in one statement per few hundred streams; None where ``events`` is not this back
+        end's recorder of UUID stream ids (a user's application), whose streams are then
+        read one at a time."""
 
     def settings_table(
         self, factory: InfrastructureFactory[Any], recorder: ApplicationRecorder, name: str

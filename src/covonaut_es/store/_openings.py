@@ -1,11 +1,11 @@
-"""The record each of several threads' streams opens with, and their records of some
-types, read in one statement (ADR 0076).
+"""The record each of several threads' streams opens with, read in one statement
+(ADR 0076).
 
 A thread begun afresh opens its stream at version 1 with the event that names it (a
 fork's stream opens later, at its parent's version after, with an event the reviewer
-queue follows anyway). The queue reads these records, with each thread's abandonment,
-only for the threads it is about to list, so that naming them costs the reviews, not
-every thread's first event in the log.
+queue follows anyway). The queue reads these records only for the threads it is about
+to list, so that naming them costs the reviews, not every thread's first event in the
+log: a lookup by the primary key of each.
 """
 
 from __future__ import annotations
@@ -40,15 +40,14 @@ class Openings(NamedTuple):
     passed_over: int
 
 
-def openings_sql(table: str, streams: str, openings: str, topics: str) -> str:
-    """The statement reading, from ``table``, the rows of the streams given by the
-    parameter list or array ``streams`` that are at version 1 with a topic ``openings``
-    gives, or have a topic ``topics`` gives: each row's stored stream id, version, topic
-    and payload, in no set order."""
+def openings_sql(table: str, streams: str, topics: str) -> str:
+    """The statement reading, from ``table``, the rows at version 1 of the streams given
+    by the parameter list or array ``streams`` whose topic ``topics`` gives: each row's
+    stored stream id, version, topic and payload, in no set order."""
     return (
         f"SELECT originator_id, originator_version, topic, state FROM {table} "
-        f"WHERE originator_id {streams} "
-        f"AND ((originator_version = {OPENING_VERSION} AND topic {openings}) OR topic {topics})"
+        f"WHERE originator_id {streams} AND originator_version = {OPENING_VERSION} "
+        f"AND topic {topics}"
     )
 
 

@@ -102,33 +102,25 @@ class StoredRecords:
         first = self.first_event(stream)
         return None if first is None else first.thread_id
 
-    def openings(
-        self, streams: Collection[UUID], *event_types: type[AgentThread.Event]
-    ) -> Openings:
+    def openings(self, streams: Collection[UUID]) -> Openings:
         """Each of ``streams``' ``Started`` at version 1 (the event a thread begun afresh
-        starts with; a fork's stream starts later), and their records of
-        ``event_types``, each checked (a row that fails its check is passed over and
-        counted). In one statement per few hundred streams where the back end has it,
-        else a read of each stream (passed over whole when a row of it fails)."""
+        starts with; a fork's stream starts later), each checked (a row that fails its
+        check is passed over and counted). In one statement per few hundred streams
+        where the back end has it, else a read of each stream's first record."""
         wanted, recorder = list(streams), self._app.recorder
-        openings, topics = stored_forms((AgentThread.Started,)), stored_forms(event_types)
-        found = self._backend.select_openings(recorder, wanted, openings, topics)
+        topics = stored_forms((AgentThread.Started,))
+        found = self._backend.select_openings(recorder, wanted, topics)
         if found is not None:
             return found
         records: list[StoredEvent] = []
         passed_over = 0
         for stream in wanted:
             try:
-                rows = recorder.select_events(stream)
+                first = recorder.select_events(stream, gt=0, lte=OPENING_VERSION)
             except StoredRowError:
                 passed_over += 1
                 continue
-            records += (
-                r
-                for r in rows
-                if r.topic in topics
-                or (r.originator_version == OPENING_VERSION and r.topic in openings)
-            )
+            records += (r for r in first if r.topic in topics)
         return Openings(records, passed_over)
 
     def thread_rows(self, snapshots: SnapshotCache, stream: UUID, lte: int | None) -> ThreadRows:

@@ -207,13 +207,9 @@ class _MemoryBackend(RecorderAnchors):
         return None  # no round trips to save: read one recorder after the other
 
     def select_openings(
-        self,
-        events: ApplicationRecorder,
-        streams: Sequence[UUID],
-        openings: Sequence[str],
-        topics: Sequence[str],
+        self, events: ApplicationRecorder, streams: Sequence[UUID], topics: Sequence[str]
     ) -> Openings | None:
-        return None  # no round trips to save: read each stream
+        return None  # no round trips to save: read each stream's first record
 
     def settings_table(
         self, factory: InfrastructureFactory[Any], recorder: ApplicationRecorder, table: str

@@ -449,19 +449,15 @@ class _PostgresBackend(RecorderAnchors):
     # Retried as eventsourcing's reads are.
     @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
     def select_openings(
-        self,
-        events: ApplicationRecorder,
-        streams: Sequence[UUID],
-        openings: Sequence[str],
-        topics: Sequence[str],
+        self, events: ApplicationRecorder, streams: Sequence[UUID], topics: Sequence[str]
     ) -> Openings | None:
         if not (isinstance(events, _CheckedRows) and events.datastore.originator_id_type == "uuid"):
             return None
         domain_of = {stored_stream(events, s): s for s in streams}
         table = f'"{events.datastore.schema}"."{events.events_table_name}"'
-        statement = openings_sql(table, "= ANY(%s)", "= ANY(%s)", "= ANY(%s)")
+        statement = openings_sql(table, "= ANY(%s)", "= ANY(%s)")
         with events.datastore.get_connection() as conn, conn.cursor(row_factory=tuple_row) as curs:
-            curs.execute(statement, (list(domain_of), list(openings), list(topics)), binary=True)
+            curs.execute(statement, (list(domain_of), list(topics)), binary=True)
             rows = curs.fetchall()
         return opening_records(rows, domain_of, state=bytes)
 

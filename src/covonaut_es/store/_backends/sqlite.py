@@ -410,11 +410,7 @@ class _SQLiteBackend(RecorderAnchors):
         return thread_rows(rows, stream, reading=f"stream {stored}", state=_same)
 
     def select_openings(
-        self,
-        events: ApplicationRecorder,
-        streams: Sequence[UUID],
-        openings: Sequence[str],
-        topics: Sequence[str],
+        self, events: ApplicationRecorder, streams: Sequence[UUID], topics: Sequence[str]
     ) -> Openings | None:
         if not (
             isinstance(events, SQLiteAggregateRecorder)
@@ -430,10 +426,9 @@ class _SQLiteBackend(RecorderAnchors):
                 statement = openings_sql(
                     events.events_table_name,
                     f"IN ({', '.join('?' * len(chunk))})",
-                    f"IN ({', '.join('?' * len(openings))})",
                     f"IN ({', '.join('?' * len(topics))})",
                 )
-                cursor.execute(statement, (*chunk, *openings, *topics))
+                cursor.execute(statement, (*chunk, *topics))
                 read = opening_records(cursor.fetchall(), domain_of, state=_same)
                 records += read.records
                 passed_over += read.passed_over
