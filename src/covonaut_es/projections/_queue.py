@@ -125,8 +125,7 @@ class ReviewQueueProjection(Projection[ReviewQueueView]):
         query of the view; those it lacks that an event needs, and no event of the
         batch names, in one read of the store; then kept as the events change them,
         before they are stored."""
-        names: dict[str, str | None] = {}
-        names.update(self.view.thread_ids_of({e.originator_id.hex for e in events}))
+        names = self.view.thread_ids_of({e.originator_id.hex for e in events})
         named_here = {e.originator_id for e in events if isinstance(e, SELF_NAMED)}
         unnamed = {
             e.originator_id

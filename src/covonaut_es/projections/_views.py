@@ -125,7 +125,6 @@ class PlainRows:
         "ON CONFLICT (aggregate_id) DO NOTHING"
     )
     select_pending = SELECT_PENDING
-    select_thread_id = "SELECT thread_id FROM covonaut_queue_threads WHERE aggregate_id = %s"
     select_thread_ids = (
         "SELECT aggregate_id, thread_id FROM covonaut_queue_threads WHERE aggregate_id IN ({})"
     )
@@ -258,9 +257,6 @@ class SealedRows(PlainRows):
     )
     select_pending = (
         "SELECT item FROM covonaut_sealed_pauses ORDER BY requested_at, thread_key, item_key"
-    )
-    select_thread_id = (
-        "SELECT thread_id FROM covonaut_sealed_queue_threads WHERE aggregate_id IN (%s, %s)"
     )
     select_thread_ids = (
         "SELECT aggregate_id, thread_id FROM covonaut_sealed_queue_threads "

@@ -19,11 +19,7 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 from uuid import UUID
 
-from eventsourcing.persistence import (
-    AggregateRecorder,
-    ApplicationRecorder,
-    InfrastructureFactory,
-)
+from eventsourcing.persistence import AggregateRecorder, ApplicationRecorder, InfrastructureFactory
 from eventsourcing.utils import Environment
 
 if TYPE_CHECKING:
