@@ -158,42 +158,42 @@ _INSERT_FUNCTION = """
 CREATE OR REPLACE FUNCTION {function}(events json, heads json, fences json, timeout text)
 RETURNS SETOF bigint LANGUAGE plpgsql AS $body$
 DECLARE
-    lost record;
+    fence record;
+    head record;
+    held bigint;
 BEGIN
     PERFORM set_config('lock_timeout', timeout, true);
     LOCK TABLE {schema}.{events} IN EXCLUSIVE MODE;
-    -- A new lease of a fenced stream waits for this insert to commit, or wins first.
-    PERFORM FROM {schema}.{leases} WHERE originator_id IN (
-        SELECT f.originator_id FROM json_to_recordset(fences) AS f(originator_id uuid)
-    ) FOR SHARE;
-    SELECT f.originator_id, l.token INTO lost
-        FROM json_to_recordset(fences) AS f(originator_id uuid, token bigint)
-        LEFT JOIN {schema}.{leases} AS l ON l.originator_id = f.originator_id
-        WHERE l.token IS DISTINCT FROM f.token
-        LIMIT 1;
-    IF FOUND THEN
-        RAISE EXCEPTION 'covonaut lease lost: stream %: the store records lease %',
-            lost.originator_id, coalesce(lost.token::text, 'none');
-    END IF;
-    SELECT f.originator_id, f.session AS token INTO lost
-        FROM json_to_recordset(fences)
-            AS f(originator_id uuid, session integer, classid oid, objid oid)
-        WHERE f.session <> 0 AND NOT EXISTS (
+    -- Each fence's lease and each new stream's events are read by their keys, row by
+    -- row: a join of the JSON rows with a table is planned for a hundred of them, and
+    -- scans the whole table (a save's cost grew with the threads stored).
+    FOR fence IN SELECT * FROM json_to_recordset(fences)
+        AS f(originator_id uuid, token bigint, session integer, classid oid, objid oid)
+    LOOP
+        -- A new lease of a fenced stream waits for this insert to commit, or wins first.
+        SELECT l.token INTO held FROM {schema}.{leases} AS l
+            WHERE l.originator_id = fence.originator_id FOR SHARE;
+        IF held IS DISTINCT FROM fence.token THEN
+            RAISE EXCEPTION 'covonaut lease lost: stream %: the store records lease %',
+                fence.originator_id, coalesce(held::text, 'none');
+        END IF;
+        IF fence.session <> 0 AND NOT EXISTS (
             SELECT FROM pg_locks AS k WHERE k.locktype = 'advisory' AND k.granted
-            AND k.pid = f.session AND k.classid = f.classid AND k.objid = f.objid
-            AND k.objsubid = 1
-        )
-        LIMIT 1;
-    IF FOUND THEN
-        RAISE EXCEPTION 'covonaut lease lost: stream %: database session % holds its lock no more',
-            lost.originator_id, lost.token;
-    END IF;
-    IF EXISTS (
-        SELECT FROM json_to_recordset(heads) AS h(originator_id uuid, new boolean)
-        JOIN {schema}.{events} AS e ON e.originator_id = h.originator_id WHERE h.new
-    ) THEN
-        RAISE unique_violation USING MESSAGE = 'a new stream already has events';
-    END IF;
+            AND k.pid = fence.session AND k.classid = fence.classid
+            AND k.objid = fence.objid AND k.objsubid = 1
+        ) THEN
+            RAISE EXCEPTION 'covonaut lease lost: stream %: database session % '
+                'holds its lock no more', fence.originator_id, fence.session;
+        END IF;
+    END LOOP;
+    FOR head IN SELECT * FROM json_to_recordset(heads) AS h(originator_id uuid, new boolean)
+    LOOP
+        IF head.new AND EXISTS (
+            SELECT FROM {schema}.{events} AS e WHERE e.originator_id = head.originator_id
+        ) THEN
+            RAISE unique_violation USING MESSAGE = 'a new stream already has events';
+        END IF;
+    END LOOP;
     NOTIFY {channel};
     INSERT INTO {schema}.{heads} (originator_id, version, chain)
         SELECT * FROM json_to_recordset(heads)
