@@ -89,6 +89,8 @@ def test_an_encrypted_stores_table_is_sealed(tmp_path: Path) -> None:
     path = tmp_path / "threads.db"
     with open_store(f"sqlite:///{path}", cipher_key=create_cipher_key()) as store:
         pause(store, "secret-thread-name")
+        # Input waiting behind the review: a thread only waiting for a person has no row.
+        store.submit("secret-thread-name", "And then pay 5.")
         catch_up(store, "test")
         review = agent(store, "secret-thread-name").pending_reviews[0].review_id
     with sqlite3.connect(path) as database:
@@ -98,6 +100,60 @@ def test_an_encrypted_stores_table_is_sealed(tmp_path: Path) -> None:
     for stream, state in rows:
         assert b"secret-thread-name" not in state and review.encode() not in state
         assert stream != thread_aggregate_id("secret-thread-name").hex
+
+
+def test_a_worker_keeps_nothing_of_threads_waiting_for_a_person(
+    shared_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Threads paused on a review have no row and no summary in a worker, so its start
+    and its memory follow the threads ready, not those waiting; once a person decides,
+    a worker runs the thread."""
+    monkeypatch.setenv("WORKER_TEST_LEDGER", str(tmp_path / "ledger"))
+    waiting = [f"waiting-{n}" for n in range(6)]
+    with open_store(shared_url) as store:
+        pause(store, *waiting)
+        store.submit("walk-in", "Pay 5.")
+        worker = Worker(store, worker_app.make_config)
+        worker._start()
+        found = store._outstanding.read() if store._outstanding else None
+        assert found is not None
+        assert set(found[1]) == {thread_aggregate_id("walk-in")}
+        assert len(worker._ready) == 1
+        decide(store, waiting[0])
+        worker.run(once=True)
+        assert store.state_at(waiting[0]).status is ThreadStatus.FINISHED
+        assert {store.state_at(t).status for t in waiting[1:]} == {ThreadStatus.INTERRUPTED}
+        catch_up(store, "test")
+        assert store._outstanding.read()[1] == {}  # type: ignore[union-attr]
+
+
+def test_a_starting_worker_removes_the_rows_an_earlier_version_kept_of_waiting_threads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A row that an earlier version kept for a thread waiting for a person is removed
+    at a worker's start, and the thread still runs once its review is decided."""
+    monkeypatch.setenv("WORKER_TEST_LEDGER", str(tmp_path / "ledger"))
+    path = tmp_path / "threads.db"
+    with open_store(f"sqlite:///{path}") as store:
+        pause(store, "waiting")
+        catch_up(store, "test")
+        review = agent(store, "waiting").pending_reviews[0]
+    kept = [["waiting", "paused", [review.tool_call_id], {review.review_id: review.tool_call_id},
+             False, 0], None]  # fmt: skip
+    with sqlite3.connect(path) as database:
+        database.execute(
+            f"INSERT INTO {TABLE} (originator_id, position, state) VALUES (?, 1, ?)",
+            (thread_aggregate_id("waiting").hex, msgspec.msgpack.encode(kept)),
+        )
+    database.close()
+    with open_store(f"sqlite:///{path}") as store:
+        worker = Worker(store, worker_app.make_config)
+        worker._start()
+        assert len(worker._ready) == 0
+        assert store._outstanding.read()[1] == {}  # type: ignore[union-attr]
+        decide(store, "waiting")
+        worker.run(once=True)
+        assert store.state_at("waiting").status is ThreadStatus.FINISHED
 
 
 MUTATIONS = st.one_of(

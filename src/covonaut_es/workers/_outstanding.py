@@ -111,6 +111,15 @@ def restore(rows: dict[UUID, bytes], ready: ReadyThreads, deadlines: ReviewDeadl
     return True
 
 
+def unneeded(
+    rows: dict[UUID, bytes], ready: ReadyThreads, deadlines: ReviewDeadlines
+) -> dict[UUID, bytes | None]:
+    """The rows :func:`restore` kept nothing of, each as a removal for
+    :meth:`~covonaut_es.store._outstanding.OutstandingThreads.advance`: an earlier
+    version kept a row for a thread waiting for a person (ADR 0077)."""
+    return {stream: None for stream in rows if _row(stream, ready, deadlines) is None}
+
+
 def _row(stream: UUID, ready: ReadyThreads, deadlines: ReviewDeadlines) -> bytes | None:
     summary, waiting = ready.kept(stream), deadlines.kept(stream)
     if summary is None and waiting is None:

@@ -4,8 +4,9 @@
 change whether it can run (:data:`TRACKED`), and the set of threads that look ready.
 It only chooses which threads to look at: the worker decides what to do from the
 thread itself, loaded under its lease. Threads are kept by stream id; a summary is
-dropped once the thread is at rest, so memory follows the threads with work
-outstanding.
+dropped once the thread has nothing for a worker to do until its next event (it ended
+or waits for a person), so memory follows the threads ready, running, holding input or
+given up, not every thread the log names (ADR 0077).
 """
 
 from __future__ import annotations
@@ -92,20 +93,28 @@ class Summary:
         return self.retry_asked or self.inputs > 0
 
     def at_rest(self) -> bool:
-        """Whether the summary folds every later event exactly as a new one does: it
-        can be forgotten, and made again at the thread's next event."""
-        return self.status in (IDLE, ENDED) and not (
-            self.paused_on or self.reviewed_calls or self.retry_asked or self.inputs
+        """Whether the summary can be forgotten, and made again at the thread's next
+        event: the thread is not ready, and no later event needs what the summary
+        knows to make it ready. A new summary takes a person's answer to a pause it
+        never saw for a reason to look at the thread (:func:`_dealt_with`), so a
+        thread waiting for a person is forgotten too: one look, perhaps in vain,
+        instead of a summary kept for as long as the person takes. A thread given up
+        is kept, so that input or an answer sent to it makes no worker look."""
+        return (
+            self.status in (IDLE, ENDED, PAUSED)
+            and not self.ready()
+            and not (self.retry_asked or self.inputs)
         )
 
 
 class ReadyThreads:
     """Per-thread summaries of the log and the threads that look ready.
 
-    Only the threads with something outstanding are kept (ready, running, waiting for
-    a person, parked, given up): a thread whose runs all ended and that holds no input
-    is forgotten, since a new summary folds its next event the same way. Memory
-    follows the threads with work outstanding, not every thread the log names.
+    Only the threads a worker has to look at, or must not, are kept (ready, running,
+    parked by the worker, holding input or a request to try again, given up): a thread
+    whose runs all ended or that waits for a person is forgotten
+    (:meth:`Summary.at_rest`). Memory follows those threads, not every thread the log
+    names.
 
     Args:
         name_of: The thread id of a stream id; asked only for a thread that became
@@ -258,7 +267,12 @@ def _fold(summary: Summary, event: Any) -> None:
 
 
 def _dealt_with(summary: Summary, call_id: str) -> None:
-    """A person dealt with the pause on ``call_id``."""
-    summary.paused_on.discard(call_id)
-    if summary.status == PARKED:
-        summary.status = PAUSED
+    """A person dealt with the pause on ``call_id``: one the summary does not hold (it
+    forgot the thread while it waited, or never saw the pause) makes the thread one to
+    look at, unless it runs or was given up."""
+    if call_id and call_id in summary.paused_on:
+        summary.paused_on.discard(call_id)
+        if summary.status == PARKED:
+            summary.status = PAUSED
+    elif summary.status not in (RUNNING, ABANDONED):
+        summary.status = UNKNOWN

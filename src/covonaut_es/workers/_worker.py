@@ -32,7 +32,14 @@ from covonaut_es.store._leases import HEARTBEAT_INTERVAL, WorkerRecord, now_reco
 from covonaut_es.workers._candidates import Candidates
 from covonaut_es.workers._deadlines import ReviewDeadlines
 from covonaut_es.workers._notices import NoticeSender, ReviewNotifier
-from covonaut_es.workers._outstanding import FOLLOWED, catch_up, events, fold, restore
+from covonaut_es.workers._outstanding import (
+    FOLLOWED,
+    catch_up,
+    events,
+    fold,
+    restore,
+    unneeded,
+)
 from covonaut_es.workers._ready import ReadyThreads
 from covonaut_es.workers._step import Action, pause_in_doubt, step
 
@@ -238,6 +245,8 @@ class Worker(Closing):
             if found is not None:
                 ready, deadlines = ReadyThreads(self.store._records.thread_id_of), ReviewDeadlines()
                 if restore(found[1], ready, deadlines):
+                    if shed := unneeded(found[1], ready, deadlines):
+                        table.advance(found[0], found[0], shed)  # another worker may win
                     self._ready, self._deadlines, self._position = ready, deadlines, found[0]
                     self._candidates = Candidates(ready)
                     return
