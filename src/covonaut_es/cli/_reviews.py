@@ -5,8 +5,8 @@ projection running), and ``approve`` (as asked or with ``--arguments``), ``rejec
 A decision is read by the service layer's one reader of what people submit
 (:func:`~covonaut_es.service.submitted_review`) and recorded by
 :meth:`ThreadService.decide <covonaut_es.service.ThreadService.decide>`, which also finds
-the review's thread when ``--thread`` is not given, by the reviewer queue's index of
-review ids (the queue is kept in the store's own database). Deciding needs
+the review's thread when ``--thread`` is not given, by the store's index of review ids
+(ADR 0078). Deciding needs
 ``$COVONAUT_ES_REVIEWER_SECRET``, the secret the tokens are signed with (see
 :mod:`covonaut_es.cli._tokens`), or the ``--jwt-*`` options.
 """
@@ -14,7 +14,6 @@ review ids (the queue is kept in the store's own database). Deciding needs
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 import time
 import uuid
@@ -210,16 +209,11 @@ def _submitted(args: argparse.Namespace, action: Action, **options: str | None) 
 
 def _decide(args: argparse.Namespace, submission: ReviewSubmission) -> int:
     """Record ``submission``, checked already, through the service: on the thread
-    ``--thread`` names, else on the one the reviewer queue's index names (the queue kept
-    in the store's own database, brought up to date first: it reads only the log written
-    since it was last current)."""
+    ``--thread`` names, else on the one the store's review index names (ADR 0078: it
+    reads only the review requests and forks written since its last lookup)."""
     verifier = reviewer_verifier_from(args)
-    with open_from(args, writes=True) as store, contextlib.ExitStack() as stack:
+    with open_from(args, writes=True) as store:
         service, reviewer = acting_reviewer(args, store, verifier)  # refused: nothing written
-        if args.thread is None:
-            queue = stack.enter_context(review_queue(args, store, view_url=None))
-            queue.wait_until_current(store, timeout=60, runner=stack.enter_context(queue.follow()))
-            service.reviews = queue
         try:
             decision = service.decide(
                 args.review, submission, reviewer=reviewer, thread_id=args.thread

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from covonaut_es.store._leases import LeaseBackend
     from covonaut_es.store._openings import Openings
     from covonaut_es.store._outstanding import OutstandingTable
+    from covonaut_es.store._review_index_table import ReviewIndexTable
     from covonaut_es.store._settings_tables import SettingsTable
     from covonaut_es.store._snapshot_cache import SnapshotCache
     from covonaut_es.store._summaries import SummaryTable
@@ -133,6 +134,10 @@ class Backend(Protocol):
     def outstanding_table(self, recorder: ApplicationRecorder) -> OutstandingTable | None:
         """The table of threads with work outstanding that workers keep beside
         ``recorder``'s head anchors (ADR 0054); None where it keeps no head anchors."""
+
+    def review_index_table(self, recorder: ApplicationRecorder) -> ReviewIndexTable | None:
+        """The table of the review index beside ``recorder``'s head anchors (ADR 0078);
+        None where it keeps no head anchors."""
 
 
 _STOCK_MODULES: Mapping[str, BackendName] = {

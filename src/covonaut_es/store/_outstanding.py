@@ -112,13 +112,8 @@ class SQLOutstanding(SQLSideTable, OutstandingTable):
         self._ensure()
         p = self._p
         with self._writing() as cursor:
-            cursor.execute(
-                f"UPDATE {self._table} SET position = {p} "
-                f"WHERE originator_id = {p} AND position = {p} RETURNING position",
-                (after, self._stored(TRACKING), before),
-            )
-            if not cursor.fetchall():  # nothing written yet: the transaction ends empty
-                return False
+            if not self._moved(cursor, "originator_id", self._stored(TRACKING), before, after):
+                return False  # nothing written yet: the transaction ends empty
             for stream, row in changes:
                 if row is None:
                     cursor.execute(

@@ -16,7 +16,7 @@ from uuid import UUID
 
 from eventsourcing.application import AggregateNotFoundError, Application
 
-from covonaut_es.domain import AgentThread, PauseKind, ThreadSnapshot, thread_aggregate_id
+from covonaut_es.domain import AgentThread, ThreadSnapshot, thread_aggregate_id
 from covonaut_es.errors import (
     CovonautError,
     MissingEventError,
@@ -29,6 +29,7 @@ from covonaut_es.migrations import Upcaster
 from covonaut_es.migrations._upcasting import NO_MIGRATORS
 from covonaut_es.store._chain import chain_of
 from covonaut_es.store._records import StoredRecords, following_fork, storable
+from covonaut_es.store._review_index import HOLDING, entries, holders
 from covonaut_es.store._snapshot_cache import SnapshotCache
 
 
@@ -365,19 +366,9 @@ class ThreadReader:
             yield event.thread_id
 
     def threads_with_review(self, review_id: str) -> tuple[str, ...]:
-        """As :meth:`covonaut_es.Store.threads_with_review`."""
-        found: list[str] = []
-        for event in self._records.events_of_type(AgentThread.ReviewRequested, AgentThread.Forked):
-            if isinstance(event, AgentThread.ReviewRequested):
-                if event.request.review_id == review_id:
-                    found.append(event.request.thread_id)
-            elif event.parent_thread_id in found and any(
-                isinstance(i.data, dict) and i.data.get("review_id") == review_id
-                for i in event.interrupts
-                if i.kind is PauseKind.REVIEW
-            ):
-                found.append(event.thread_id)
-        return tuple(dict.fromkeys(found))
+        """As :meth:`covonaut_es.Store.threads_with_review`, read from the whole log."""
+        events = self._records.events_of_type(*HOLDING)
+        return holders(e for event in events for r, e in entries(event) if r == review_id)
 
 
 def refuse_out_of_place(thread: AgentThread | None, event: Any, thread_id: str) -> None:

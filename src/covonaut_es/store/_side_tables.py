@@ -64,3 +64,15 @@ class SQLSideTable:
                 cursor.execute(statement, parameters)
                 found.append(list(cursor.fetchall()))
         return found
+
+    def _moved(self, cursor: Any, key_column: str, key: Any, before: int, after: int) -> bool:
+        """Move the position of the row ``key_column`` = ``key`` (a table's tracking
+        row) from ``before`` to ``after`` in ``cursor``'s transaction; False, nothing
+        written, if it is not at ``before``: another process moved it."""
+        p = self._p
+        cursor.execute(
+            f"UPDATE {self._table} SET position = {p} "
+            f"WHERE {key_column} = {p} AND position = {p} RETURNING position",
+            (after, key, before),
+        )
+        return bool(cursor.fetchall())

@@ -50,6 +50,7 @@ from covonaut_es.store._positions import LogPositions
 from covonaut_es.store._read_only import WriteGuard
 from covonaut_es.store._reader import ThreadReader
 from covonaut_es.store._records import StoredRecords
+from covonaut_es.store._review_index import ReviewIndex
 from covonaut_es.store._states import StoredStates
 from covonaut_es.store._submissions import Submissions
 from covonaut_es.store._url_secrets import redact
@@ -102,6 +103,8 @@ class Store(Closing):
         self._listing = ThreadListing(app, backend, self._records, self._reader, guard)
         outstanding = None if self.read_only else backend.outstanding_table(app.recorder)
         self._outstanding = None if outstanding is None else OutstandingThreads(app, outstanding)
+        reviews = None if self.read_only else backend.review_index_table(app.recorder)
+        self._review_index = None if reviews is None else ReviewIndex(app, reviews)
         self._positions = LogPositions(app, guard)
 
     @classmethod
@@ -190,8 +193,18 @@ class Store(Closing):
     def threads_with_review(self, review_id: str) -> tuple[str, ...]:
         """The threads that hold the review: the one that asked for it, and the forks
         that inherited it while it was pending, in creation order. Read from the log's
-        review requests and forks, not from the threads themselves."""
+        review requests and forks, not from the threads themselves: through the store's
+        index of them where it keeps one (a lookup by key), kept only if it names a
+        thread and each one it names holds the review, else from the log (ADR 0078)."""
+        if self._review_index is not None:
+            indexed = self._review_index.holders(review_id, self._records)
+            if indexed and all(self._holds(t, review_id) for t in indexed):
+                return indexed
         return self._reader.threads_with_review(review_id)
+
+    def _holds(self, thread_id: str, review_id: str) -> bool:
+        thread = self.find(thread_id)
+        return thread is not None and thread.reviews.get(review_id) is not None
 
     def thread_ids(self) -> Iterator[str]:
         """The ids of all threads, forks included, in creation order."""

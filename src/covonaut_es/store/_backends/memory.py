@@ -48,6 +48,7 @@ from covonaut_es.store._heads import (
 from covonaut_es.store._leases import LeaseBackend
 from covonaut_es.store._openings import Openings
 from covonaut_es.store._outstanding import OutstandingTable
+from covonaut_es.store._review_index_table import ReviewIndexTable
 from covonaut_es.store._settings_tables import MemorySettings, SettingsTable
 from covonaut_es.store._snapshot_cache import SnapshotCache
 from covonaut_es.store._stream_ids import KeyedEvents, KeyedLog
@@ -230,6 +231,9 @@ class _MemoryBackend(RecorderAnchors):
 
     def outstanding_table(self, recorder: ApplicationRecorder) -> OutstandingTable | None:
         return None  # a worker folds the log in memory, which dies with the process too
+
+    def review_index_table(self, recorder: ApplicationRecorder) -> ReviewIndexTable | None:
+        return None  # a lookup reads the log in memory
 
 
 BACKEND = _MemoryBackend()

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
 import psycopg
@@ -64,9 +64,11 @@ from covonaut_es.store._heads import (
 from covonaut_es.store._leases import LeaseBackend
 from covonaut_es.store._openings import Openings, opening_records, openings_sql
 from covonaut_es.store._outstanding import OutstandingTable, SQLOutstanding
+from covonaut_es.store._review_index_table import ReviewIndexTable, SQLReviewIndex
 from covonaut_es.store._rows import CheckedLog, building_records, checked_head, checked_records
 from covonaut_es.store._settings import refuse_application_tables
 from covonaut_es.store._settings_tables import SettingsTable, SQLSettings, column
+from covonaut_es.store._side_tables import SQLSideTable
 from covonaut_es.store._snapshot_cache import SnapshotCache
 from covonaut_es.store._stream_ids import KeyedEvents, KeyedLog, stored_stream
 from covonaut_es.store._summaries import SQLSummaries, SummaryTable
@@ -539,26 +541,50 @@ class _PostgresBackend(RecorderAnchors):
         )
 
     def outstanding_table(self, recorder: ApplicationRecorder) -> OutstandingTable | None:
-        if not (isinstance(recorder, PostgresApplicationRecorder) and recorder.anchoring):
-            return None
-        schema = recorder.datastore.schema
-        name = f"{recorder.events_table_name}_outstanding"
-        table = f'"{schema}"."{name}"'
-        create = (
-            # Workers starting on a store for the first time at once create it once.
-            f"SELECT pg_advisory_xact_lock(hashtext({_literal(f'{schema}.{name}')}))",
-            f"CREATE TABLE IF NOT EXISTS {table} (originator_id uuid PRIMARY KEY, "
-            "position BIGINT NOT NULL, state BYTEA NOT NULL)",
+        return _side_table(
+            recorder,
+            SQLOutstanding,
+            "outstanding",
+            "originator_id uuid PRIMARY KEY, position BIGINT NOT NULL, state BYTEA NOT NULL",
         )
-        return SQLOutstanding(
-            recorder.datastore,
-            lambda: recorder.datastore.transaction(commit=True),
-            table=table,
-            create=create,
-            placeholder="%s",
-            stored=lambda stream: stream,
-            reading=lambda: _reading(recorder.datastore),
+
+    def review_index_table(self, recorder: ApplicationRecorder) -> ReviewIndexTable | None:
+        return _side_table(
+            recorder,
+            SQLReviewIndex,
+            "reviews",
+            "review text NOT NULL, position BIGINT NOT NULL, state BYTEA NOT NULL, "
+            "PRIMARY KEY (review, position)",
         )
+
+
+_Table = TypeVar("_Table", bound=SQLSideTable)
+
+
+def _side_table(
+    recorder: ApplicationRecorder, kind: type[_Table], suffix: str, columns: str
+) -> _Table | None:
+    """A table of ``kind`` beside ``recorder``'s head anchors, named after its events
+    table and ``suffix``; None where it keeps none."""
+    if not (isinstance(recorder, PostgresApplicationRecorder) and recorder.anchoring):
+        return None
+    schema = recorder.datastore.schema
+    name = f"{recorder.events_table_name}_{suffix}"
+    table = f'"{schema}"."{name}"'
+    create = (
+        # Processes using it on a store for the first time at once create it once.
+        f"SELECT pg_advisory_xact_lock(hashtext({_literal(f'{schema}.{name}')}))",
+        f"CREATE TABLE IF NOT EXISTS {table} ({columns})",
+    )
+    return kind(
+        recorder.datastore,
+        lambda: recorder.datastore.transaction(commit=True),
+        table=table,
+        create=create,
+        placeholder="%s",
+        stored=lambda stream: stream,
+        reading=lambda: _reading(recorder.datastore),
+    )
 
 
 @contextlib.contextmanager

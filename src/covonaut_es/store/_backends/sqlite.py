@@ -22,7 +22,7 @@ import contextlib
 import dataclasses
 import functools
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
 from eventsourcing import sqlite
@@ -67,9 +67,11 @@ from covonaut_es.store._heads import (
 from covonaut_es.store._leases import LeaseBackend
 from covonaut_es.store._openings import Openings, in_chunks, opening_records, openings_sql
 from covonaut_es.store._outstanding import OutstandingTable, SQLOutstanding
+from covonaut_es.store._review_index_table import ReviewIndexTable, SQLReviewIndex
 from covonaut_es.store._rows import CheckedLog, checked_head, checked_id, checked_records
 from covonaut_es.store._settings import check_sqlite_file
 from covonaut_es.store._settings_tables import SettingsTable, SQLSettings
+from covonaut_es.store._side_tables import SQLSideTable
 from covonaut_es.store._snapshot_cache import SnapshotCache
 from covonaut_es.store._stream_ids import KeyedEvents, KeyedLog, mapped_ids, stored_stream
 from covonaut_es.store._summaries import SQLSummaries, SummaryTable
@@ -504,21 +506,42 @@ class _SQLiteBackend(RecorderAnchors):
         )
 
     def outstanding_table(self, recorder: ApplicationRecorder) -> OutstandingTable | None:
-        if not (isinstance(recorder, SQLiteApplicationRecorder) and recorder.anchoring):
-            return None
-        table = f"{recorder.events_table_name}_outstanding"
-        create = (
-            f"CREATE TABLE IF NOT EXISTS {table} (originator_id TEXT PRIMARY KEY, "
-            "position INTEGER NOT NULL, state BLOB NOT NULL)",
+        return _side_table(
+            recorder,
+            SQLOutstanding,
+            "outstanding",
+            "originator_id TEXT PRIMARY KEY, position INTEGER NOT NULL, state BLOB NOT NULL",
         )
-        return SQLOutstanding(
-            recorder.datastore,
-            recorder.writer.transaction,
-            table=table,
-            create=create,
-            placeholder="?",
-            stored=lambda stream: stream.hex,
+
+    def review_index_table(self, recorder: ApplicationRecorder) -> ReviewIndexTable | None:
+        return _side_table(
+            recorder,
+            SQLReviewIndex,
+            "reviews",
+            "review TEXT NOT NULL, position INTEGER NOT NULL, state BLOB NOT NULL, "
+            "PRIMARY KEY (review, position)",
         )
+
+
+_Table = TypeVar("_Table", bound=SQLSideTable)
+
+
+def _side_table(
+    recorder: ApplicationRecorder, kind: type[_Table], suffix: str, columns: str
+) -> _Table | None:
+    """A table of ``kind`` beside ``recorder``'s head anchors, named after its events
+    table and ``suffix``; None where it keeps none."""
+    if not (isinstance(recorder, SQLiteApplicationRecorder) and recorder.anchoring):
+        return None
+    table = f"{recorder.events_table_name}_{suffix}"
+    return kind(
+        recorder.datastore,
+        recorder.writer.transaction,
+        table=table,
+        create=(f"CREATE TABLE IF NOT EXISTS {table} ({columns})",),
+        placeholder="?",
+        stored=lambda stream: stream.hex,
+    )
 
 
 def _same(value: Any) -> Any:

@@ -1,0 +1,181 @@
+"""The review index: finding the threads that hold a review is a lookup by key that
+reads only the review requests and forks written since the last lookup, gives what the
+log read whole gives, seals an encrypted store's rows, and gives nothing else whatever
+another writer does to its rows (a generated test): at worst the lookup reads the log.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from covonaut_es import Store, create_cipher_key, open_store
+from test_workers import agent, pause
+
+TABLE = "stored_events_reviews"
+
+
+def _reviews(store: Store, thread_id: str) -> list[str]:
+    return [review.review_id for review in agent(store, thread_id).pending_reviews]
+
+
+def _scene(store: Store) -> dict[str, str]:
+    """Threads ``asked`` and ``other`` paused on a review each, and ``branch``, a fork
+    of ``asked`` that inherits its review; their review ids by thread."""
+    pause(store, "asked", "other")
+    store.fork("asked", new_thread_id="branch")
+    return {thread_id: _reviews(store, thread_id)[0] for thread_id in ("asked", "other")}
+
+
+def _counting(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The number of log records each lookup reads from now on, appended per call."""
+    read: list[int] = []
+    records = store._records
+    original = records.notifications
+
+    def notifications(*types: Any, after: int | None = None) -> Any:
+        for notification in original(*types, after=after):
+            read.append(notification.id)
+            yield notification
+
+    monkeypatch.setattr(records, "notifications", notifications)
+    return read
+
+
+def test_a_lookup_reads_only_the_review_requests_written_since_the_last(
+    shared_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("WORKER_TEST_LEDGER", str(tmp_path / "ledger"))
+    with open_store(shared_url) as store:
+        reviews = _scene(store)
+        read = _counting(store, monkeypatch)
+        assert store.threads_with_review(reviews["asked"]) == ("asked", "branch")
+        assert len(read) == 3  # two requests and a fork, once
+        assert store.threads_with_review(reviews["other"]) == ("other",)
+        assert store.threads_with_review("0" * 32) == ()
+        pause(store, "later")
+        (later,) = _reviews(store, "later")
+        read.clear()
+        assert store.threads_with_review(later) == ("later",)
+        assert len(read) == 1
+        assert store.threads_with_review(reviews["asked"]) == store._reader.threads_with_review(
+            reviews["asked"]
+        )
+    with open_store(shared_url) as store:  # another process's lookup uses the index as made
+        read = _counting(store, monkeypatch)
+        assert store.threads_with_review(later) == ("later",)
+        assert read == []
+
+
+def test_an_encrypted_stores_index_names_no_review_nor_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("WORKER_TEST_LEDGER", str(tmp_path / "ledger"))
+    path = tmp_path / "threads.db"
+    with open_store(f"sqlite:///{path}", cipher_key=create_cipher_key()) as store:
+        reviews = _scene(store)
+        assert store.threads_with_review(reviews["asked"]) == ("asked", "branch")
+    with sqlite3.connect(path) as database:
+        rows = database.execute(f"SELECT review, state FROM {TABLE}").fetchall()
+    database.close()
+    assert len(rows) == 4  # the position, two requests, the fork's inherited review
+    for key, state in rows:
+        for secret in (*reviews.values(), "asked", "other", "branch"):
+            assert secret not in key and secret.encode() not in state
+
+
+MUTATIONS = st.one_of(
+    st.tuples(st.just("delete"), st.integers(0, 8)),
+    st.tuples(st.just("garble"), st.integers(0, 8), st.binary(max_size=24)),
+    st.tuples(st.just("copy"), st.integers(0, 8), st.integers(0, 8)),
+    st.tuples(st.just("move"), st.integers(0, 8), st.integers(0, 8)),
+    st.tuples(
+        st.just("position"), st.integers(0, 8), st.one_of(st.integers(-5, 10**12), st.just("p"))
+    ),
+    st.tuples(
+        st.just("forge"),
+        st.integers(0, 8),
+        st.sampled_from(["asked", "other", "branch", "ghost"]),
+        st.none() | st.sampled_from(["asked", "other", "ghost"]),
+    ),
+)
+"""Changes of another writer of the database: a row removed, its state garbled or
+copied from another row, moved under another row's key, its position changed (the
+tracking row's too), or a well-formed row forged under a row's key naming any thread."""
+
+
+def _mutate(database: sqlite3.Connection, mutation: tuple[Any, ...]) -> None:
+    rows = database.execute(f"SELECT review, position, state FROM {TABLE} ORDER BY 1, 2").fetchall()
+
+    def row(index: int) -> tuple[Any, ...]:
+        return rows[index % len(rows)]
+
+    match mutation:
+        case ("delete", i):
+            database.execute(f"DELETE FROM {TABLE} WHERE review = ? AND position = ?", row(i)[:2])
+        case ("garble", i, state):
+            database.execute(
+                f"UPDATE {TABLE} SET state = ? WHERE review = ? AND position = ?",
+                (state, *row(i)[:2]),
+            )
+        case ("copy", i, j):
+            database.execute(
+                f"UPDATE {TABLE} SET state = ? WHERE review = ? AND position = ?",
+                (row(j)[2], *row(i)[:2]),
+            )
+        case ("move", i, j):
+            database.execute(
+                f"UPDATE OR IGNORE {TABLE} SET review = ? WHERE review = ? AND position = ?",
+                (row(j)[0], *row(i)[:2]),
+            )
+        case ("position", i, position):
+            database.execute(
+                f"UPDATE OR IGNORE {TABLE} SET position = ? WHERE review = ? AND position = ?",
+                (position, *row(i)[:2]),
+            )
+        case ("forge", i, thread_id, parent):
+            state = msgspec.msgpack.encode([thread_id, parent])
+            database.execute(
+                f"INSERT OR REPLACE INTO {TABLE} (review, position, state) VALUES (?, ?, ?)",
+                (row(i)[0], 1_000 + i, state),
+            )
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(mutations=st.lists(MUTATIONS, min_size=1, max_size=4))
+def test_no_change_to_the_index_makes_a_lookup_name_a_thread_the_log_does_not(
+    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    mutations: list[tuple[Any, ...]],
+) -> None:
+    """Whatever another writer does to the rows and the position, a lookup names only
+    threads that hold the review, the one that asked for it first; it fails on nothing.
+    (A removed row of a fork can leave the fork out: the index is not an audit.)"""
+    directory = tmp_path_factory.mktemp("reviews")
+    monkeypatch.setenv("WORKER_TEST_LEDGER", str(directory / "ledger"))
+    path = directory / "threads.db"
+    with open_store(f"sqlite:///{path}") as store:
+        reviews = _scene(store)
+        for review in reviews.values():
+            store.threads_with_review(review)  # the index made
+    with sqlite3.connect(path) as database:
+        for mutation in mutations:
+            _mutate(database, mutation)
+    database.close()
+    with open_store(f"sqlite:///{path}") as store:
+        for review in (*reviews.values(), "0" * 32):
+            scanned = store._reader.threads_with_review(review)
+            for _ in range(2):  # as found, then as the lookup left the index
+                found = store.threads_with_review(review)
+                assert set(found) <= set(scanned), (review, found, scanned)
+                assert found[:1] == scanned[:1], (review, found, scanned)
