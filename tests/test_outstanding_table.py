@@ -12,27 +12,39 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import attrs
 import msgspec
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import worker_app
-from covonaut_es import Store, ThreadStatus, Worker, create_cipher_key, open_store
+from covonaut_es import (
+    Agent,
+    CheckpointSettings,
+    Role,
+    Store,
+    ThreadStatus,
+    Worker,
+    create_cipher_key,
+    open_store,
+)
 from covonaut_es.domain import thread_aggregate_id
 from covonaut_es.workers import _outstanding as outstanding
 from covonaut_es.workers._deadlines import ReviewDeadlines
 from covonaut_es.workers._outstanding import FOLLOWED, catch_up, events, fold
 from covonaut_es.workers._ready import ReadyThreads
-from test_workers import agent, decide, pause, payments
+from covonaut_es.workers._recall import recalling
+from test_workers import TOKEN, agent, decide, pause, payments
 
-TABLE = "stored_events_outstanding"
+TABLE = "stored_events_outstanding_v2"
 NIL = "0" * 32
 
 
 def naive(store: Store) -> tuple[set[Any], set[Any]]:
     """The ready and kept threads of a fold of the whole log."""
-    ready, deadlines = ReadyThreads(store._records.thread_id_of), ReviewDeadlines()
+    recall = recalling(store)
+    ready, deadlines = ReadyThreads(store._records.thread_id_of, recall), ReviewDeadlines()
     for _, event in events(store, store._records.notifications(*FOLLOWED), "test"):
         if event is not None:
             fold(ready, deadlines, event)
@@ -127,33 +139,91 @@ def test_a_worker_keeps_nothing_of_threads_waiting_for_a_person(
         assert store._outstanding.read()[1] == {}  # type: ignore[union-attr]
 
 
-def test_a_starting_worker_removes_the_rows_an_earlier_version_kept_of_waiting_threads(
+def test_a_worker_looks_at_no_thread_that_still_waits_for_a_person(
+    shared_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A decision that leaves another review pending, or input sent to a thread waiting
+    for a person, makes no worker look at the thread, at any start; once every pause is
+    dealt with, a worker runs the thread, then its input."""
+    monkeypatch.setenv("WORKER_TEST_LEDGER", str(tmp_path / "ledger"))
+    looked: list[str] = []
+
+    def config(thread_id: str) -> Any:
+        looked.append(thread_id)
+        return worker_app.make_two_payments_config(thread_id)
+
+    twice = [f"twice-{n}" for n in range(3)]
+    with open_store(shared_url) as store:
+        for thread_id in twice:
+            paused = Agent(
+                attrs.evolve(
+                    config(thread_id),
+                    checkpoint=CheckpointSettings(store=store, thread_id=thread_id),
+                )
+            )
+            paused.run("Pay 5 and 7.")
+            paused.approve(paused.pending_reviews[0].review_id, reviewer=TOKEN)
+        pause(store, "with-input")
+        store.submit("with-input", "Then pay 9.")
+        looked.clear()
+        for _ in range(3):
+            worker = Worker(store, config)
+            assert worker.run(once=True).steps == 0
+            assert len(worker._ready) == 1  # the thread holding input
+            catch_up(store, "test")
+            found = store._outstanding.read()  # type: ignore[union-attr]
+            assert found is not None and set(found[1]) == {thread_aggregate_id("with-input")}
+        assert looked == []
+        for thread_id in twice:
+            deciding = Agent(
+                attrs.evolve(
+                    config(thread_id),
+                    checkpoint=CheckpointSettings(store=store, thread_id=thread_id),
+                )
+            )
+            deciding.approve(deciding.pending_reviews[0].review_id, reviewer=TOKEN)
+        decide(store, "with-input")
+        Worker(store, config).run(once=True)
+        assert {store.state_at(t).status for t in twice} == {ThreadStatus.FINISHED}
+        ran = [m.content for m in store.state_at("with-input").messages if m.role is Role.USER]
+        assert ran[-1] == "Then pay 9."
+
+
+def test_a_table_an_earlier_version_kept_is_left_to_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A row that an earlier version kept for a thread waiting for a person is removed
-    at a worker's start, and the thread still runs once its review is decided."""
+    """Workers of this version keep their own table: the one earlier versions kept,
+    which holds rows of threads waiting for a person that they need, is not changed, and
+    a thread waiting there runs once its review is decided."""
     monkeypatch.setenv("WORKER_TEST_LEDGER", str(tmp_path / "ledger"))
     path = tmp_path / "threads.db"
+    earlier = "stored_events_outstanding"
     with open_store(f"sqlite:///{path}") as store:
         pause(store, "waiting")
-        catch_up(store, "test")
         review = agent(store, "waiting").pending_reviews[0]
     kept = [["waiting", "paused", [review.tool_call_id], {review.review_id: review.tool_call_id},
              False, 0], None]  # fmt: skip
     with sqlite3.connect(path) as database:
         database.execute(
-            f"INSERT INTO {TABLE} (originator_id, position, state) VALUES (?, 1, ?)",
-            (thread_aggregate_id("waiting").hex, msgspec.msgpack.encode(kept)),
+            f"CREATE TABLE {earlier} (originator_id TEXT PRIMARY KEY, "
+            "position INTEGER NOT NULL, state BLOB NOT NULL)"
         )
+        rows = [
+            (NIL, 3, b""),
+            (thread_aggregate_id("waiting").hex, 3, msgspec.msgpack.encode(kept)),
+        ]
+        database.executemany(f"INSERT INTO {earlier} VALUES (?, ?, ?)", rows)
     database.close()
     with open_store(f"sqlite:///{path}") as store:
         worker = Worker(store, worker_app.make_config)
         worker._start()
         assert len(worker._ready) == 0
-        assert store._outstanding.read()[1] == {}  # type: ignore[union-attr]
         decide(store, "waiting")
         worker.run(once=True)
         assert store.state_at("waiting").status is ThreadStatus.FINISHED
+    with sqlite3.connect(path) as database:
+        assert database.execute(f"SELECT * FROM {earlier} ORDER BY 1").fetchall() == sorted(rows)
+    database.close()
 
 
 MUTATIONS = st.one_of(

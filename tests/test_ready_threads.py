@@ -1,11 +1,10 @@
-"""A worker's candidates are those of the naive fold, which keeps every thread the log
-named, and at most one look more at a thread it forgot: a generated state machine over
-the events that change whether a thread can run, steps that park threads or find them
-busy, and the clock.
+"""A worker's candidates are exactly those of the naive fold, which keeps every thread
+the log named: a generated state machine over the events that change whether a thread
+can run, steps that park threads or find them busy, and the clock.
 
-The worker forgets a thread that waits for a person (ADR 0077), so an event of it that
-comes later (a decision, say) makes the worker look at it though another pause still
-holds it: such a thread is owed a look, until a step looked."""
+The worker forgets a thread that ended or waits for a person, and recalls what the
+thread itself says when an event comes that needs it (ADR 0077): here, the naive fold's
+summary of the thread before the event, as the thread's own state (no input counted)."""
 
 from __future__ import annotations
 
@@ -14,6 +13,7 @@ from typing import Any
 from uuid import UUID
 
 import attrs
+import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -136,14 +136,10 @@ class Naive:
         _fold(self.threads.setdefault(thread_id, Summary()), event)
         self.applied[thread_id] = self.applied.get(thread_id, 0) + 1
 
-    def ready(self) -> set[str]:
-        return {thread_id for thread_id, summary in self.threads.items() if summary.ready()}
-
-    def candidates(self, now: float, ready: set[str], *, once: bool) -> set[str]:
-        """The threads of ``ready`` a worker may step now."""
+    def candidates(self, now: float, *, once: bool) -> set[str]:
         found = set()
-        for thread_id in ready:
-            if thread_id in self.running:
+        for thread_id, summary in self.threads.items():
+            if not summary.ready() or thread_id in self.running:
                 continue
             busy = self.busy.get(thread_id)
             if busy is not None and busy[1] == self.applied[thread_id] and (once or now < busy[0]):
@@ -157,19 +153,26 @@ class WorkerCandidates(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.ready = ReadyThreads(STREAMS.get)
+        self.ready = ReadyThreads(STREAMS.get, self.recall)
         self.candidates = Candidates(self.ready)
         self.naive = Naive()
-        self.owed: set[str] = set()  # an event came while the worker had forgotten them
         self.now = 0.0
+
+    def recall(self, stream: UUID) -> Summary | None:
+        """What the thread says of itself: the naive summary, before the event being
+        folded, without input (another stream counts it)."""
+        kept = self.naive.threads.get(STREAMS[stream])
+        if kept is None:
+            return None
+        return attrs.evolve(
+            kept, paused_on=set(kept.paused_on), reviewed_calls=dict(kept.reviewed_calls), inputs=0
+        )
 
     @rule(
         kind=st.sampled_from(KINDS), thread_id=st.sampled_from(THREADS), call=st.sampled_from(CALLS)
     )
     def event(self, kind: str, thread_id: str, call: str) -> None:
         event = _event(kind, thread_id, call)
-        if self.ready.kept(thread_aggregate_id(thread_id)) is None:
-            self.owed.add(thread_id)
         self.ready.apply(event)
         self.naive.apply(thread_id, event)
 
@@ -192,7 +195,6 @@ class WorkerCandidates(RuleBasedStateMachine):
         stream = data.draw(st.sampled_from(sorted(self.candidates.running)))
         thread_id = STREAMS[stream]
         self.candidates.finished(stream, action, self.now)
-        self.owed.discard(thread_id)  # looked at
         seen = self.naive.running.pop(thread_id)
         self.naive.busy.pop(thread_id, None)
         if action is None:
@@ -207,23 +209,19 @@ class WorkerCandidates(RuleBasedStateMachine):
     @invariant()
     def ready_as_defined(self) -> None:
         found = {STREAMS[stream] for stream in self.ready.ready}
-        ready = self.naive.ready()
-        assert ready <= found <= ready | self.owed
+        assert found == {t for t, s in self.naive.threads.items() if s.ready()}
 
     @invariant()
     def candidates_as_defined(self) -> None:
-        ready = self.naive.ready()
         for once in (False, True):
             chosen = self.candidates.next(len(THREADS), self.now, once=once)
             assert len(chosen) == len(set(chosen))
-            found = {STREAMS[s] for s in chosen}
-            least = self.naive.candidates(self.now, ready, once=once)
-            assert least <= found <= self.naive.candidates(self.now, ready | self.owed, once=once)
+            assert {STREAMS[s] for s in chosen} == self.naive.candidates(self.now, once=once)
 
     @invariant()
     def keeps_only_threads_with_work_outstanding(self) -> None:
-        outstanding = {t for t, s in self.naive.threads.items() if not s.at_rest()}
-        assert len(self.ready) <= len(outstanding | self.owed)
+        outstanding = [s for s in self.naive.threads.values() if not s.at_rest()]
+        assert len(self.ready) <= len(outstanding)
 
 
 WorkerCandidates.TestCase.settings = settings(
@@ -258,3 +256,23 @@ def test_a_thread_forgotten_at_rest_is_named_again_when_it_becomes_ready() -> No
     assert ready.thread_id(stream) == "t0"
     assert ready.thread_id(stream) == "t0"
     assert looked_up == [stream]
+
+
+@pytest.mark.parametrize(
+    "kind", ["review_decided", "answered", "settled", "retry_call", "submitted"]
+)
+def test_an_event_for_a_thread_forgotten_while_it_waited_is_folded_onto_what_it_says(
+    kind: str,
+) -> None:
+    """A thread paused on two calls is forgotten; each event that deals with a pause, or
+    brings input, is folded onto the thread's own state, as the fold that keeps every
+    thread folds it."""
+    machine = WorkerCandidates()
+    for step in ("run_started", "review_requested", "interrupted"):
+        for call in CALLS:
+            machine.event(kind=step, thread_id="t0", call=call)
+    assert len(machine.ready) == 0
+    for call in CALLS:
+        machine.event(kind=kind, thread_id="t0", call=call)
+        machine.ready_as_defined()
+        machine.candidates_as_defined()

@@ -15,6 +15,8 @@ import os
 import time
 from typing import Any
 
+import attrs
+
 from covonaut_es import (
     AgentConfig,
     HmacReviewerVerifier,
@@ -71,3 +73,20 @@ def make_config(thread_id: str) -> AgentConfig:
         ],
         reviewer_verifier=HmacReviewerVerifier(SECRET),
     )
+
+
+def two_payments(request: ProviderRequest) -> ProviderResponse:
+    """Ask for two payments at once, each under its own review, then answer."""
+    answered = sum(message.role is Role.ASSISTANT for message in request.messages)
+    if answered < 1:
+        calls = (
+            ToolCall("pay-a", "pay", '{"amount": 5}'),
+            ToolCall("pay-b", "pay", '{"amount": 7}'),
+        )
+        return ProviderResponse(tool_calls=calls)
+    return ProviderResponse(content=ANSWER)
+
+
+def make_two_payments_config(thread_id: str) -> AgentConfig:
+    """As :func:`make_config`, for a thread that pauses on two reviews at once."""
+    return attrs.evolve(make_config(thread_id), provider=ScriptedProvider(respond=two_payments))

@@ -29,6 +29,7 @@ from covonaut_es.errors import CovonautError
 from covonaut_es.store import Store
 from covonaut_es.workers._deadlines import DEADLINE_TRACKED, ReviewDeadlines
 from covonaut_es.workers._ready import TRACKED, ReadyThreads, Summary, stream_of
+from covonaut_es.workers._recall import recalling
 
 logger = _logs.logger("covonaut_es.workers")
 
@@ -111,15 +112,6 @@ def restore(rows: dict[UUID, bytes], ready: ReadyThreads, deadlines: ReviewDeadl
     return True
 
 
-def unneeded(
-    rows: dict[UUID, bytes], ready: ReadyThreads, deadlines: ReviewDeadlines
-) -> dict[UUID, bytes | None]:
-    """The rows :func:`restore` kept nothing of, each as a removal for
-    :meth:`~covonaut_es.store._outstanding.OutstandingThreads.advance`: an earlier
-    version kept a row for a thread waiting for a person (ADR 0077)."""
-    return {stream: None for stream in rows if _row(stream, ready, deadlines) is None}
-
-
 def _row(stream: UUID, ready: ReadyThreads, deadlines: ReviewDeadlines) -> bytes | None:
     summary, waiting = ready.kept(stream), deadlines.kept(stream)
     if summary is None and waiting is None:
@@ -154,7 +146,7 @@ def catch_up(store: Store, worker: str) -> None:
         read = [event for _, event in batch if event is not None]
         streams = {stream_of(event) for event in read}
         rows = table.rows(streams)
-        ready, deadlines = ReadyThreads(lambda _: None), ReviewDeadlines()
+        ready, deadlines = ReadyThreads(lambda _: None, recalling(store)), ReviewDeadlines()
         if rows is None or not restore(rows, ready, deadlines):
             table.clear()  # a row spoiled by another writer: made again from the log
             continue

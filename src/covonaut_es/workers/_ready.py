@@ -18,7 +18,7 @@ from uuid import UUID
 
 import attrs
 
-from covonaut_es.domain import AgentThread, thread_aggregate_id
+from covonaut_es.domain import AgentThread, ThreadStatus, thread_aggregate_id
 from covonaut_es.domain._submissions import InputSubmitted, InputTaken
 
 TRACKED: tuple[type, ...] = (
@@ -48,6 +48,18 @@ TRACKED: tuple[type, ...] = (
 subclass has a topic of its own: each is listed (the decisions, a finish that saves its
 turn's checkpoint)."""
 
+
+RECALLED = (
+    AgentThread.ReviewDecided,
+    AgentThread.InterruptAnswered,
+    AgentThread.ToolCallSettled,
+    AgentThread.RetryRequested,
+    InputSubmitted,
+)
+"""The events that change a summary without setting its status outright (a person's
+answer to a pause, a request to try again, input): for a thread the fold forgot, they
+are folded onto what the thread itself says (ADR 0077). (A decision's subclasses are
+ReviewDecided's.)"""
 
 _NAMING = (InputSubmitted, InputTaken, AgentThread.Started, AgentThread.Forked)
 """The events that name their thread."""
@@ -94,12 +106,12 @@ class Summary:
 
     def at_rest(self) -> bool:
         """Whether the summary can be forgotten, and made again at the thread's next
-        event: the thread is not ready, and no later event needs what the summary
-        knows to make it ready. A new summary takes a person's answer to a pause it
-        never saw for a reason to look at the thread (:func:`_dealt_with`), so a
-        thread waiting for a person is forgotten too: one look, perhaps in vain,
-        instead of a summary kept for as long as the person takes. A thread given up
-        is kept, so that input or an answer sent to it makes no worker look."""
+        event: the thread is not ready, and what the summary knows is what the thread
+        itself says (:func:`summary_of`), which :class:`ReadyThreads` reads back when
+        an event comes that needs it. So a thread waiting for a person is forgotten
+        too, instead of kept for as long as the person takes; not one holding input,
+        which another stream counts. A thread given up is kept, so that input sent
+        to it makes no worker look."""
         return (
             self.status in (IDLE, ENDED, PAUSED)
             and not self.ready()
@@ -120,10 +132,19 @@ class ReadyThreads:
         name_of: The thread id of a stream id; asked only for a thread that became
             ready at an event that does not name it (once its summary was forgotten).
             None when no thread has that stream.
+        recall: What a forgotten thread itself says (:func:`summary_of` of it, as
+            stored now), asked when an event of :data:`RECALLED` comes for it; None
+            when no thread has that stream. By default nothing is recalled: a fold that
+            keeps every thread it may need, as the test's reference does.
     """
 
-    def __init__(self, name_of: Callable[[UUID], str | None]) -> None:
+    def __init__(
+        self,
+        name_of: Callable[[UUID], str | None],
+        recall: Callable[[UUID], Summary | None] = lambda _: None,
+    ) -> None:
         self._name_of = name_of
+        self._recall = recall
         self._threads: dict[UUID, Summary] = {}
         # The threads ready, each with the number of its entry in the queue of the order
         # they became ready; an entry is stale once its thread left (or came again).
@@ -152,7 +173,8 @@ class ReadyThreads:
         stream = stream_of(event)
         summary = self._threads.get(stream)
         if summary is None:
-            summary = self._threads[stream] = Summary()
+            recalled = self._recall(stream) if isinstance(event, RECALLED) else None
+            summary = self._threads[stream] = recalled or Summary()
         if isinstance(
             event, InputSubmitted | InputTaken | AgentThread.Started | AgentThread.Forked
         ):
@@ -221,6 +243,31 @@ class ReadyThreads:
             self._order = deque((s, e) for s, e in self._order if ready.get(s) == e)
 
 
+_STATUSES = {
+    ThreadStatus.RUNNING: RUNNING,
+    ThreadStatus.INTERRUPTED: PAUSED,
+    ThreadStatus.FINISHED: ENDED,
+    ThreadStatus.ERROR: ENDED,
+    ThreadStatus.ABANDONED: ABANDONED,
+}
+
+
+def summary_of(thread: AgentThread) -> Summary:
+    """What ``thread`` itself says: the summary its events fold to, without the input
+    waiting for it (which its submissions' stream holds)."""
+    status = _STATUSES.get(thread.status, IDLE)
+    paused_on = {p.interrupt.tool_call_id for p in thread.pauses if not p.resolved}
+    return Summary(
+        thread_id=thread.thread_id,
+        status=status,
+        paused_on=paused_on if status == PAUSED else set(),
+        reviewed_calls={
+            r.request.review_id: r.request.tool_call_id for r in thread.reviews.pending
+        },
+        retry_asked=thread.retry_requested,
+    )
+
+
 def _fold(summary: Summary, event: Any) -> None:
     match event:
         case InputSubmitted():
@@ -229,17 +276,16 @@ def _fold(summary: Summary, event: Any) -> None:
                 summary.status = UNKNOWN
         case InputTaken():
             summary.inputs -= 1
-            summary.status = RUNNING  # its run starts next, or its runner died first
+            _begun(summary, RUNNING)  # its run starts next, or its runner died first
         case AgentThread.StartedFromState() | AgentThread.Forked():
-            summary.status = UNKNOWN
+            _begun(summary, UNKNOWN)
         case AgentThread.Started():
-            summary.status = IDLE
+            _begun(summary, IDLE)
         case AgentThread.RunStarted():
-            summary.status, summary.retry_asked = RUNNING, False
+            _begun(summary, RUNNING)
+            summary.retry_asked = False
         case AgentThread.Resumed():
-            summary.status = RUNNING
-            summary.paused_on.clear()
-            summary.reviewed_calls.clear()
+            _begun(summary, RUNNING)
         case AgentThread.Interrupted(interrupt=interrupt):
             summary.status = PAUSED
             summary.paused_on.add(interrupt.tool_call_id)
@@ -266,13 +312,16 @@ def _fold(summary: Summary, event: Any) -> None:
             summary.status = UNKNOWN
 
 
+def _begun(summary: Summary, status: str) -> None:
+    """A thread, a run or a resume began: no pause before it still holds the thread
+    (a summary made anew at this event, the thread forgotten, knows of none either)."""
+    summary.status = status
+    summary.paused_on.clear()
+    summary.reviewed_calls.clear()
+
+
 def _dealt_with(summary: Summary, call_id: str) -> None:
-    """A person dealt with the pause on ``call_id``: one the summary does not hold (it
-    forgot the thread while it waited, or never saw the pause) makes the thread one to
-    look at, unless it runs or was given up."""
-    if call_id and call_id in summary.paused_on:
-        summary.paused_on.discard(call_id)
-        if summary.status == PARKED:
-            summary.status = PAUSED
-    elif summary.status not in (RUNNING, ABANDONED):
-        summary.status = UNKNOWN
+    """A person dealt with the pause on ``call_id``."""
+    summary.paused_on.discard(call_id)
+    if summary.status == PARKED:
+        summary.status = PAUSED

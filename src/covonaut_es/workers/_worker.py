@@ -32,15 +32,9 @@ from covonaut_es.store._leases import HEARTBEAT_INTERVAL, WorkerRecord, now_reco
 from covonaut_es.workers._candidates import Candidates
 from covonaut_es.workers._deadlines import ReviewDeadlines
 from covonaut_es.workers._notices import NoticeSender, ReviewNotifier
-from covonaut_es.workers._outstanding import (
-    FOLLOWED,
-    catch_up,
-    events,
-    fold,
-    restore,
-    unneeded,
-)
+from covonaut_es.workers._outstanding import FOLLOWED, catch_up, events, fold, restore
 from covonaut_es.workers._ready import ReadyThreads
+from covonaut_es.workers._recall import recalling
 from covonaut_es.workers._step import Action, pause_in_doubt, step
 
 logger = _logs.logger("covonaut_es.workers")
@@ -131,7 +125,7 @@ class Worker(Closing):
         )
         self._stopping = threading.Event()
         self._changed = threading.Event()
-        self._ready = ReadyThreads(store._records.thread_id_of)
+        self._ready = ReadyThreads(store._records.thread_id_of, recalling(store))
         self._candidates = Candidates(self._ready)
         self._deadlines = ReviewDeadlines()
         self.notice_lead = notice_lead
@@ -243,10 +237,9 @@ class Worker(Closing):
             catch_up(self.store, self.worker_id)
             found = table.read()
             if found is not None:
-                ready, deadlines = ReadyThreads(self.store._records.thread_id_of), ReviewDeadlines()
+                names, recall = self.store._records.thread_id_of, recalling(self.store)
+                ready, deadlines = ReadyThreads(names, recall), ReviewDeadlines()
                 if restore(found[1], ready, deadlines):
-                    if shed := unneeded(found[1], ready, deadlines):
-                        table.advance(found[0], found[0], shed)  # another worker may win
                     self._ready, self._deadlines, self._position = ready, deadlines, found[0]
                     self._candidates = Candidates(ready)
                     return

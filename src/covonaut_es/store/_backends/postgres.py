@@ -544,7 +544,7 @@ class _PostgresBackend(RecorderAnchors):
         return _side_table(
             recorder,
             SQLOutstanding,
-            "outstanding",
+            "outstanding_v2",  # ADR 0077: the rows of ADR 0054 meant more
             "originator_id uuid PRIMARY KEY, position BIGINT NOT NULL, state BYTEA NOT NULL",
         )
 

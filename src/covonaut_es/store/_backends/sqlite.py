@@ -509,7 +509,7 @@ class _SQLiteBackend(RecorderAnchors):
         return _side_table(
             recorder,
             SQLOutstanding,
-            "outstanding",
+            "outstanding_v2",  # ADR 0077: the rows of ADR 0054 meant more
             "originator_id TEXT PRIMARY KEY, position INTEGER NOT NULL, state BLOB NOT NULL",
         )
 
