@@ -81,6 +81,8 @@ def test_a_starting_worker_reads_the_table_and_the_log_after_it(
         found = table.read()
         assert found is not None
         assert found[0] > 0
+        catch_up(store, "test")
+        assert table.position() == store._records.log_position()  # past what none follows
         pause(store, "late")
         decide(store, "late")
         worker = Worker(store, worker_app.make_config)

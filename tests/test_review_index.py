@@ -64,6 +64,11 @@ def test_a_lookup_reads_only_the_review_requests_written_since_the_last(
         read.clear()
         assert store.threads_with_review(later) == ("later",)
         assert len(read) == 1
+        store.submit("walk-in", "Pay 5.")  # events of other types after the last request
+        assert store.threads_with_review(later) == ("later",)
+        index = store._review_index
+        assert index is not None  # its position passed them: the next lookup reads none
+        assert index._table.position() == store._records.log_position()
         assert store.threads_with_review(reviews["asked"]) == store._reader.threads_with_review(
             reviews["asked"]
         )
@@ -179,3 +184,42 @@ def test_no_change_to_the_index_makes_a_lookup_name_a_thread_the_log_does_not(
                 found = store.threads_with_review(review)
                 assert set(found) <= set(scanned), (review, found, scanned)
                 assert found[:1] == scanned[:1], (review, found, scanned)
+
+
+@pytest.mark.postgres
+def test_processes_making_the_index_at_once_on_postgresql_all_succeed(
+    postgres_database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process that makes the index's tracking row while another one's insert of it
+    is not yet committed waits for it and keeps it, rather than failing."""
+    import threading
+
+    import psycopg
+
+    monkeypatch.setenv("WORKER_TEST_LEDGER", str(tmp_path / "ledger"))
+    with open_store(postgres_database) as store:
+        reviews = _scene(store)
+    with psycopg.connect(postgres_database) as first, open_store(postgres_database) as store:
+        first.execute(
+            "CREATE TABLE covonaut_events_reviews (review text NOT NULL, position BIGINT NOT "
+            "NULL, state BYTEA NOT NULL, PRIMARY KEY (review, position))"
+        )
+        first.commit()
+        first.execute("INSERT INTO covonaut_events_reviews VALUES ('', 0, '')")  # uncommitted
+        found: list[Any] = []
+        second = threading.Thread(
+            target=lambda: found.append(store.threads_with_review(reviews["asked"]))
+        )
+        second.start()
+        with psycopg.connect(postgres_database, autocommit=True) as watch:
+            for _ in range(200):  # until the second waits for the first's row
+                waiting = watch.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND wait_event_type = 'Lock'"
+                ).fetchone()
+                if waiting and waiting[0]:
+                    break
+                second.join(0.02)
+        first.commit()
+        second.join(30)
+        assert found == [("asked", "branch")]

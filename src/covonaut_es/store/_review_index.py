@@ -112,16 +112,21 @@ class ReviewIndex:
     def _catch_up(self, records: StoredRecords) -> None:
         """Add the entries of the review requests and forks after the index's position,
         a batch per transaction, until it reaches the log's end (another process's
-        update counts as this one's)."""
+        update counts as this one's). The last batch moves the position to the end the
+        log had before it was read, past the events of other types after the last
+        request or fork, so that the next lookup reads none of them again: the log's
+        positions are taken in the order their events commit (one writer at a time)."""
         mapper = self._app.mapper
         while True:
-            before = self._table.position()
-            if type(before) is not int or not 0 <= before <= records.log_position():
+            before, end = self._table.position(), records.log_position()
+            if type(before) is not int or not 0 <= before <= end:
                 self._table.clear()  # spoiled: a position beyond the log would hide events
                 before = 0
             batch = list(itertools.islice(records.notifications(*HOLDING, after=before), BATCH))
             if not batch:
-                return
+                if end == before or self._table.advance(before, end, []):
+                    return
+                continue  # another process moved it: from where it stands
             rows = []
             for notification in batch:
                 try:
@@ -132,7 +137,10 @@ class ReviewIndex:
                     continue
                 for review_id, entry in entries(event):
                     rows.append((self._key(review_id), notification.id, self._sealed(entry)))
-            self._table.advance(before, batch[-1].id, rows)
+            last = batch[-1].id
+            after = last if len(batch) == BATCH else max(last, end)
+            if self._table.advance(before, after, rows) and len(batch) < BATCH:
+                return
 
     def _key(self, review_id: str) -> str:
         return stored_stream(self._app.recorder, uuid.uuid5(_NAMESPACE, review_id)).hex

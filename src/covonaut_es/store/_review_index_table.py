@@ -46,7 +46,8 @@ class SQLReviewIndex(SQLSideTable, ReviewIndexTable):
         with self._writing() as cursor:  # a transaction opened by a write (SQLite)
             cursor.execute(
                 f"INSERT INTO {self._table} (review, position, state) SELECT {p}, 0, {p} "
-                f"WHERE NOT EXISTS (SELECT 1 FROM {self._table} WHERE review = {p})",
+                f"WHERE NOT EXISTS (SELECT 1 FROM {self._table} WHERE review = {p}) "
+                "ON CONFLICT (review, position) DO NOTHING",  # another process made it first
                 (TRACKING, b"", TRACKING),
             )
 
@@ -82,6 +83,6 @@ class SQLReviewIndex(SQLSideTable, ReviewIndexTable):
             cursor.execute(f"DELETE FROM {self._table}")
             cursor.execute(
                 f"INSERT INTO {self._table} (review, position, state) "
-                f"VALUES ({self._p}, 0, {self._p})",
+                f"VALUES ({self._p}, 0, {self._p}) ON CONFLICT (review, position) DO NOTHING",
                 (TRACKING, b""),
             )

@@ -131,18 +131,23 @@ def _row(stream: UUID, ready: ReadyThreads, deadlines: ReviewDeadlines) -> bytes
 
 def catch_up(store: Store, worker: str) -> None:
     """Fold the log's followed events after the table's position into its rows, until
-    the table reaches the log's end (another worker's update counts as this one's)."""
+    the table reaches the log's end (another worker's update counts as this one's). The
+    last batch moves the position to the end the log had before it was read, past the
+    events no worker follows, so that the next update reads none of them again: the
+    log's positions are taken in the order their events commit."""
     table = store._outstanding
     assert table is not None
     while True:
-        before = table.position()
-        if before is None or before > store._records.log_position():
+        before, end = table.position(), store._records.log_position()
+        if before is None or before > end:
             table.clear()  # spoiled: a position beyond the log would hide new events
             before = 0
         found = store._records.notifications(*FOLLOWED, after=before)
         batch = list(events(store, itertools.islice(found, BATCH), worker))
         if not batch:
-            return
+            if end == before or table.advance(before, end, {}):
+                return
+            continue  # another worker moved it: from where it stands
         read = [event for _, event in batch if event is not None]
         streams = {stream_of(event) for event in read}
         rows = table.rows(streams)
@@ -157,4 +162,7 @@ def catch_up(store: Store, worker: str) -> None:
             row = _row(stream, ready, deadlines)
             if row is not None or stream in rows:
                 changes[stream] = row
-        table.advance(before, batch[-1][0], changes)
+        last = batch[-1][0]
+        moved = table.advance(before, last if len(batch) == BATCH else max(last, end), changes)
+        if moved and len(batch) < BATCH:
+            return
