@@ -191,6 +191,32 @@ def test_a_worker_looks_at_no_thread_that_still_waits_for_a_person(
         assert ran[-1] == "Then pay 9."
 
 
+def test_a_fork_of_a_thread_waiting_for_a_person_waits_too(
+    shared_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fork that inherits a pending review is read as the fork says it stands, waiting
+    for a person: no worker looks at it, at any start, until its review is decided."""
+    monkeypatch.setenv("WORKER_TEST_LEDGER", str(tmp_path / "ledger"))
+    looked: list[str] = []
+
+    def config(thread_id: str) -> Any:
+        looked.append(thread_id)
+        return worker_app.make_config(thread_id)
+
+    with open_store(shared_url) as store:
+        pause(store, "parent")
+        forks = [store.fork("parent", new_thread_id=f"fork-{n}") for n in range(3)]
+        for _ in range(2):
+            worker = Worker(store, config)
+            assert worker.run(once=True).steps == 0
+            assert len(worker._ready) == 0
+        assert looked == []
+        decide(store, forks[0])
+        Worker(store, config).run(once=True)
+        assert looked == [forks[0]]
+        assert store.state_at(forks[0]).status is ThreadStatus.FINISHED
+
+
 def test_a_table_an_earlier_version_kept_is_left_to_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

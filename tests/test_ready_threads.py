@@ -3,8 +3,9 @@ the log named: a generated state machine over the events that change whether a t
 can run, steps that park threads or find them busy, and the clock.
 
 The worker forgets a thread that ended or waits for a person, and recalls what the
-thread itself says when an event comes that needs it (ADR 0077): here, the naive fold's
-summary of the thread before the event, as the thread's own state (no input counted)."""
+thread itself says when an event comes that needs it, or a thread starts from another's
+state (ADR 0077): here, the naive fold's summary of the thread before the event, as the
+thread's own state (no input counted)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,14 @@ from covonaut_es.domain._submissions import InputSubmitted, InputTaken
 from covonaut_es.domain._values import Interrupt, ToolOutcome
 from covonaut_es.store._codec import aggregate_event_classes
 from covonaut_es.workers._candidates import BUSY_RETRY, Candidates
-from covonaut_es.workers._ready import PARKED, TRACKED, ReadyThreads, Summary, _fold
+from covonaut_es.workers._ready import (
+    PARKED,
+    STARTED_AS_STORED,
+    TRACKED,
+    ReadyThreads,
+    Summary,
+    _fold,
+)
 from covonaut_es.workers._step import Action
 
 THREADS = ("t0", "t1", "t2", "t3")
@@ -133,7 +141,10 @@ class Naive:
     busy: dict[str, tuple[float, int]] = attrs.Factory(dict)
 
     def apply(self, thread_id: str, event: Any) -> None:
-        _fold(self.threads.setdefault(thread_id, Summary()), event)
+        # A thread started from another's state is what its own state says: here, its
+        # summary as it stands; one never seen is one to look at.
+        if not (isinstance(event, STARTED_AS_STORED) and thread_id in self.threads):
+            _fold(self.threads.setdefault(thread_id, Summary()), event)
         self.applied[thread_id] = self.applied.get(thread_id, 0) + 1
 
     def candidates(self, now: float, *, once: bool) -> set[str]:
@@ -258,9 +269,10 @@ def test_a_thread_forgotten_at_rest_is_named_again_when_it_becomes_ready() -> No
     assert looked_up == [stream]
 
 
-@pytest.mark.parametrize(
-    "kind", ["review_decided", "answered", "settled", "retry_call", "submitted"]
-)
+RECALLING = ("review_decided", "answered", "settled", "retry_call", "retried", "submitted")
+
+
+@pytest.mark.parametrize("kind", RECALLING)
 def test_an_event_for_a_thread_forgotten_while_it_waited_is_folded_onto_what_it_says(
     kind: str,
 ) -> None:

@@ -54,12 +54,18 @@ RECALLED = (
     AgentThread.InterruptAnswered,
     AgentThread.ToolCallSettled,
     AgentThread.RetryRequested,
+    AgentThread.ToolCallRetried,
     InputSubmitted,
 )
-"""The events that change a summary without setting its status outright (a person's
-answer to a pause, a request to try again, input): for a thread the fold forgot, they
-are folded onto what the thread itself says (ADR 0077). (A decision's subclasses are
-ReviewDecided's.)"""
+"""The events whose fold keeps what the summary knew of the thread's pauses (a person's
+answer to a pause, a request to try again, a call in doubt run again, input): for a
+thread the fold forgot, they are folded onto what the thread itself says (ADR 0077).
+(A decision's subclasses are ReviewDecided's.)"""
+
+STARTED_AS_STORED = (AgentThread.Forked, AgentThread.StartedFromState)
+"""The first events of a thread that starts from another's state (a fork's parent, a
+saved state): what the thread holds then, pauses included, is its own state, recalled,
+rather than one to look at."""
 
 _NAMING = (InputSubmitted, InputTaken, AgentThread.Started, AgentThread.Forked)
 """The events that name their thread."""
@@ -132,9 +138,10 @@ class ReadyThreads:
         name_of: The thread id of a stream id; asked only for a thread that became
             ready at an event that does not name it (once its summary was forgotten).
             None when no thread has that stream.
-        recall: What a forgotten thread itself says (:func:`summary_of` of it, as
-            stored now), asked when an event of :data:`RECALLED` comes for it; None
-            when no thread has that stream. By default nothing is recalled: a fold that
+        recall: What a thread itself says (:func:`summary_of` of it, as stored now),
+            asked when an event of :data:`RECALLED` comes for a thread it forgot, and at
+            a thread's start of :data:`STARTED_AS_STORED`; None when no thread has that
+            stream. By default nothing is recalled: a fold that
             keeps every thread it may need, as the test's reference does.
     """
 
@@ -172,6 +179,12 @@ class ReadyThreads:
         """Fold one event of a :data:`TRACKED` type."""
         stream = stream_of(event)
         summary = self._threads.get(stream)
+        if isinstance(event, STARTED_AS_STORED):
+            recalled = self._recall(stream)
+            if recalled is not None:  # the thread's own state stands for the event's
+                recalled.inputs = summary.inputs if summary else 0
+                self.restore(stream, recalled)
+                return
         if summary is None:
             recalled = self._recall(stream) if isinstance(event, RECALLED) else None
             summary = self._threads[stream] = recalled or Summary()
