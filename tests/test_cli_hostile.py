@@ -117,3 +117,39 @@ def test_a_generated_id_of_no_thread_is_refused_in_one_line(
         assert file_of(url) == before
 
     refused()
+
+
+REVIEW_IDS = st.text(st.characters(exclude_categories=()), min_size=1, max_size=40).filter(
+    lambda review_id: not review_id.startswith("-")
+)
+"""Any text, lone surrogates included: what argv decodes a byte that is not UTF-8 to."""
+
+
+@pytest.mark.parametrize("command", ["approve", "reject", "respond"])
+def test_a_generated_id_of_no_review_is_refused_in_one_line(
+    url: str, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    """Any text as a review id, without ``--thread``: exit 2 with one line saying no such
+    review, its characters escaped, and nothing recorded."""
+    capsys.readouterr()
+    assert main(["token", "issue", "--reviewer", "rita", "--ttl", "3600"]) == 0
+    token = capsys.readouterr().out.strip()
+    with open_store(url) as store:
+        before = store._records.log_position()
+    extra = {"reject": ("--reason", "no"), "respond": ("--answer", "no")}.get(command, ())
+
+    @settings(
+        max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    )
+    @given(review_id=REVIEW_IDS)
+    def refused(review_id: str) -> None:
+        args = (command, "--store", url, "--reviewer-token", token, *extra, "--", review_id)
+        status, err = run(capsys, *args)
+        assert status == 2, (review_id, err)
+        assert len(err.splitlines()) == 1, (review_id, err)
+        assert "no review" in err, err
+        assert err.rstrip("\n").isprintable(), err
+
+    refused()
+    with open_store(url) as store:
+        assert store._records.log_position() == before

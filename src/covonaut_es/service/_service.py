@@ -41,7 +41,13 @@ from covonaut_es.service._pauses import check_pause
 from covonaut_es.service._reviewers import Reviewer, ReviewerVerifier, verified_reviewer
 from covonaut_es.service._running import refuse_while_running
 from covonaut_es.service._runs import RunSession
-from covonaut_es.service._submissions import Action, ReviewSubmission, is_blank, person_text
+from covonaut_es.service._submissions import (
+    Action,
+    ReviewSubmission,
+    is_blank,
+    is_text,
+    person_text,
+)
 from covonaut_es.store import Store
 
 T = TypeVar("T")
@@ -531,6 +537,8 @@ class ThreadService:
     def _thread_of_review(self, review_id: str, thread_id: str | None) -> str:
         if thread_id is not None:
             return thread_id
+        if not is_text(review_id):  # a lone surrogate (a byte of argv not UTF-8): no id has one
+            raise self._no_review(review_id, None)
         index = self.reviews
         # Pending: one lookup in the index. Decided, expired or unknown (or the index
         # cannot tell): the log's review requests and forks say who asked for it.

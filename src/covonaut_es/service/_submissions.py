@@ -158,7 +158,7 @@ def person_text(value: object, name: str, *, required: bool = False) -> str:
     if len(value) > MAX_TEXT_CHARS:
         msg = f"the {name} is {len(value)} characters, more than the {MAX_TEXT_CHARS} allowed"
         raise InvalidDecisionError(msg)
-    if not _is_text(value):
+    if not is_text(value):
         msg = f"the {name} holds a lone surrogate, which is not text"
         raise InvalidDecisionError(msg)
     if required and is_blank(value):
@@ -259,7 +259,7 @@ def parse_json(text: str | bytes, what: str) -> Any:
     except (ValueError, RecursionError) as exc:
         msg = f"{what} must be JSON: {exc}"
         raise InvalidDecisionError(msg) from exc
-    if not _is_text(json.dumps(value, ensure_ascii=False)):
+    if not is_text(json.dumps(value, ensure_ascii=False)):
         msg = f"{what} holds a lone surrogate (an escape such as \\ud800), which is not text"
         raise InvalidDecisionError(msg)
     return value
@@ -276,7 +276,8 @@ _SUBMITTED = Wording(
 )
 
 
-def _is_text(text: str) -> bool:
+def is_text(text: str) -> bool:
+    """Whether ``text`` is valid Unicode text: it holds no lone surrogate."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
