@@ -99,9 +99,13 @@ class ReviewIndex:
         """The threads that hold the review, in log order, once the index is brought up
         to the log's end; None when a row cannot be read (the index is made again from
         the whole log at the next lookup)."""
+        try:
+            key = self._key(review_id)
+        except UnicodeEncodeError:  # a lone surrogate: no stored review id holds one
+            return ()
         self._catch_up(records)
         found = []
-        for position, sealed in self._table.rows(self._key(review_id)):
+        for position, sealed in self._table.rows(key):
             entry = self._opened(sealed)
             if entry is None or type(position) is not int:
                 self._table.clear()
