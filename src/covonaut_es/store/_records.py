@@ -9,6 +9,7 @@ Nothing here decodes more than it must.
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections.abc import Collection, Iterator, Sequence
 from contextvars import ContextVar
 from typing import Any
@@ -257,6 +258,20 @@ class StoredRecords:
             if len(batch) < _LOG_BATCH:
                 return
             after = batch[-1].id
+
+    def next_batch(
+        self, *event_types: type, after: int, end: int, limit: int
+    ) -> tuple[list[Notification], int]:
+        """At most ``limit`` of the log's records of these types after position
+        ``after``, and the position a table made from them stands at once it holds them:
+        the last one's, or ``end`` (the log's end, read before them) when they are the
+        last up to it, so that the events of other types after them are not read again.
+        The log's positions are taken in the order their events commit (one writer at a
+        time), so none before ``end`` comes later."""
+        found = list(itertools.islice(self.notifications(*event_types, after=after), limit))
+        if len(found) == limit:
+            return found, found[-1].id
+        return found, max(end, found[-1].id) if found else end
 
     def read_record(self, record: StoredEvent) -> object:
         """A stored record decoded and upgraded to this code's schema, as a load reads it.

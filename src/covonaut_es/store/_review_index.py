@@ -19,7 +19,6 @@ otherwise (:meth:`covonaut_es.Store.threads_with_review`).
 
 from __future__ import annotations
 
-import itertools
 import uuid
 from collections.abc import Iterable
 from typing import Any
@@ -110,27 +109,23 @@ class ReviewIndex:
             if entry is None or type(position) is not int:
                 self._table.clear()
                 return None
-            found.append((position, entry))
-        return holders(entry for _, entry in sorted(found, key=lambda item: item[0]))
+            found.append(entry)
+        return holders(found)
 
     def _catch_up(self, records: StoredRecords) -> None:
         """Add the entries of the review requests and forks after the index's position,
         a batch per transaction, until it reaches the log's end (another process's
-        update counts as this one's). The last batch moves the position to the end the
-        log had before it was read, past the events of other types after the last
-        request or fork, so that the next lookup reads none of them again: the log's
-        positions are taken in the order their events commit (one writer at a time)."""
+        update counts as this one's); the position passes the events of other types
+        too (:meth:`StoredRecords.next_batch`)."""
         mapper = self._app.mapper
         while True:
             before, end = self._table.position(), records.log_position()
             if type(before) is not int or not 0 <= before <= end:
                 self._table.clear()  # spoiled: a position beyond the log would hide events
                 before = 0
-            batch = list(itertools.islice(records.notifications(*HOLDING, after=before), BATCH))
-            if not batch:
-                if end == before or self._table.advance(before, end, []):
-                    return
-                continue  # another process moved it: from where it stands
+            batch, after = records.next_batch(*HOLDING, after=before, end=end, limit=BATCH)
+            if after == before:
+                return
             rows = []
             for notification in batch:
                 try:
@@ -141,9 +136,7 @@ class ReviewIndex:
                     continue
                 for review_id, entry in entries(event):
                     rows.append((self._key(review_id), notification.id, self._sealed(entry)))
-            last = batch[-1].id
-            after = last if len(batch) == BATCH else max(last, end)
-            if self._table.advance(before, after, rows) and len(batch) < BATCH:
+            if self._table.advance(before, after, rows) and after >= end:
                 return
 
     def _key(self, review_id: str) -> str:

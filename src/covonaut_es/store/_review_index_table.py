@@ -24,7 +24,7 @@ class ReviewIndexTable(ABC):
 
     @abstractmethod
     def rows(self, key: str) -> list[tuple[Any, bytes]]:
-        """Each ``(position, row)`` under ``key``."""
+        """Each ``(position, row)`` under ``key``, in position order."""
 
     @abstractmethod
     def advance(self, before: int, after: int, rows: Sequence[tuple[str, int, bytes]]) -> bool:
@@ -59,7 +59,8 @@ class SQLReviewIndex(SQLSideTable, ReviewIndexTable):
 
     def rows(self, key: str) -> list[tuple[Any, bytes]]:
         (found,) = self._select(
-            f"SELECT position, state FROM {self._table} WHERE review = {self._p}", (key,)
+            f"SELECT position, state FROM {self._table} WHERE review = {self._p} ORDER BY position",
+            (key,),
         )
         return [(position, state) for position, state in found]
 

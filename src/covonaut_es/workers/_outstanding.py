@@ -16,7 +16,6 @@ a worker look at a thread in vain, or pass over one until its next event.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Annotated, Any
@@ -131,10 +130,9 @@ def _row(stream: UUID, ready: ReadyThreads, deadlines: ReviewDeadlines) -> bytes
 
 def catch_up(store: Store, worker: str) -> None:
     """Fold the log's followed events after the table's position into its rows, until
-    the table reaches the log's end (another worker's update counts as this one's). The
-    last batch moves the position to the end the log had before it was read, past the
-    events no worker follows, so that the next update reads none of them again: the
-    log's positions are taken in the order their events commit."""
+    the table reaches the log's end (another worker's update counts as this one's); the
+    position passes the events no worker follows too
+    (:meth:`~covonaut_es.store._records.StoredRecords.next_batch`)."""
     table = store._outstanding
     assert table is not None
     while True:
@@ -142,13 +140,10 @@ def catch_up(store: Store, worker: str) -> None:
         if before is None or before > end:
             table.clear()  # spoiled: a position beyond the log would hide new events
             before = 0
-        found = store._records.notifications(*FOLLOWED, after=before)
-        batch = list(events(store, itertools.islice(found, BATCH), worker))
-        if not batch:
-            if end == before or table.advance(before, end, {}):
-                return
-            continue  # another worker moved it: from where it stands
-        read = [event for _, event in batch if event is not None]
+        found, after = store._records.next_batch(*FOLLOWED, after=before, end=end, limit=BATCH)
+        if after == before:
+            return
+        read = [event for _, event in events(store, found, worker) if event is not None]
         streams = {stream_of(event) for event in read}
         rows = table.rows(streams)
         ready, deadlines = ReadyThreads(lambda _: None, recalling(store)), ReviewDeadlines()
@@ -162,7 +157,5 @@ def catch_up(store: Store, worker: str) -> None:
             row = _row(stream, ready, deadlines)
             if row is not None or stream in rows:
                 changes[stream] = row
-        last = batch[-1][0]
-        moved = table.advance(before, last if len(batch) == BATCH else max(last, end), changes)
-        if moved and len(batch) < BATCH:
+        if table.advance(before, after, changes) and after >= end:
             return
