@@ -512,32 +512,18 @@ class _PostgresBackend(RecorderAnchors):
         return PostgresLeases(holder, kwargs, token_table, stored)
 
     def summary_table(self, recorder: ApplicationRecorder) -> SummaryTable | None:
-        if not (
-            isinstance(recorder, PostgresApplicationRecorder)
-            and recorder.anchoring
-            and recorder.keeps_summaries
-        ):
+        if not (isinstance(recorder, PostgresApplicationRecorder) and recorder.keeps_summaries):
             return None
-        schema = recorder.datastore.schema
-        name = f"{recorder.events_table_name}_summaries"
-        table = f'"{schema}"."{name}"'
-        create = (
-            # Processes listing a store for the first time at once create it once.
-            f"SELECT pg_advisory_xact_lock(hashtext({_literal(f'{schema}.{name}')}))",
-            f"CREATE TABLE IF NOT EXISTS {table} (position BIGINT GENERATED ALWAYS AS "
-            "IDENTITY PRIMARY KEY, originator_id uuid NOT NULL UNIQUE, "
-            "version BIGINT NOT NULL, seen BIGINT NOT NULL, summary BYTEA NOT NULL)",
-            f'CREATE INDEX IF NOT EXISTS "{name}_seen" ON {table} (seen)',
-        )
-        return SQLSummaries(
-            recorder.datastore,
-            lambda: recorder.datastore.transaction(commit=True),
-            table=table,
-            create=create,
-            placeholder="%s",
-            stored=lambda stream: stream,
-            log_end=f'SELECT MAX(notification_id) FROM "{schema}"."{recorder.events_table_name}"',
-            reading=lambda: _reading(recorder.datastore),
+        events = f'"{recorder.datastore.schema}"."{recorder.events_table_name}"'
+        return _side_table(
+            recorder,
+            SQLSummaries,
+            "summaries",
+            "position BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, originator_id uuid "
+            "NOT NULL UNIQUE, version BIGINT NOT NULL, seen BIGINT NOT NULL, "
+            "summary BYTEA NOT NULL",
+            indexed="seen",
+            log_end=f"SELECT MAX(notification_id) FROM {events}",
         )
 
     def outstanding_table(self, recorder: ApplicationRecorder) -> OutstandingTable | None:
@@ -562,20 +548,29 @@ _Table = TypeVar("_Table", bound=SQLSideTable)
 
 
 def _side_table(
-    recorder: ApplicationRecorder, kind: type[_Table], suffix: str, columns: str
+    recorder: ApplicationRecorder,
+    kind: type[_Table],
+    suffix: str,
+    columns: str,
+    *,
+    indexed: str = "",
+    **options: Any,
 ) -> _Table | None:
-    """A table of ``kind`` beside ``recorder``'s head anchors, named after its events
-    table and ``suffix``; None where it keeps none."""
+    """A table of ``kind`` (made with ``options`` too) beside ``recorder``'s head
+    anchors, named after its events table and ``suffix``, with an index on the column
+    ``indexed`` if given; None where it keeps none."""
     if not (isinstance(recorder, PostgresApplicationRecorder) and recorder.anchoring):
         return None
     schema = recorder.datastore.schema
     name = f"{recorder.events_table_name}_{suffix}"
     table = f'"{schema}"."{name}"'
-    create = (
+    create = [
         # Processes using it on a store for the first time at once create it once.
         f"SELECT pg_advisory_xact_lock(hashtext({_literal(f'{schema}.{name}')}))",
         f"CREATE TABLE IF NOT EXISTS {table} ({columns})",
-    )
+    ]
+    if indexed:
+        create.append(f'CREATE INDEX IF NOT EXISTS "{name}_{indexed}" ON {table} ({indexed})')
     return kind(
         recorder.datastore,
         lambda: recorder.datastore.transaction(commit=True),
@@ -584,6 +579,7 @@ def _side_table(
         placeholder="%s",
         stored=lambda stream: stream,
         reading=lambda: _reading(recorder.datastore),
+        **options,
     )
 
 

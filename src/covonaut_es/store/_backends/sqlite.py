@@ -482,26 +482,15 @@ class _SQLiteBackend(RecorderAnchors):
         return MemoryLeases(holder, recorder, tokens)  # type: ignore[arg-type]
 
     def summary_table(self, recorder: ApplicationRecorder) -> SummaryTable | None:
-        if not (
-            isinstance(recorder, SQLiteApplicationRecorder)
-            and recorder.anchoring
-            and recorder.keeps_summaries
-        ):
+        if not (isinstance(recorder, SQLiteApplicationRecorder) and recorder.keeps_summaries):
             return None
-        table = f"{recorder.events_table_name}_summaries"
-        create = (
-            f"CREATE TABLE IF NOT EXISTS {table} (position INTEGER PRIMARY KEY, "
-            "originator_id TEXT NOT NULL UNIQUE, version INTEGER NOT NULL, "
-            "seen INTEGER NOT NULL, summary BLOB NOT NULL)",
-            f"CREATE INDEX IF NOT EXISTS {table}_seen ON {table} (seen)",
-        )
-        return SQLSummaries(
-            recorder.datastore,
-            recorder.writer.transaction,
-            table=table,
-            create=create,
-            placeholder="?",
-            stored=lambda stream: stream.hex,
+        return _side_table(
+            recorder,
+            SQLSummaries,
+            "summaries",
+            "position INTEGER PRIMARY KEY, originator_id TEXT NOT NULL UNIQUE, "
+            "version INTEGER NOT NULL, seen INTEGER NOT NULL, summary BLOB NOT NULL",
+            indexed="seen",
             log_end=f"SELECT MAX(rowid) FROM {recorder.events_table_name}",
         )
 
@@ -527,20 +516,31 @@ _Table = TypeVar("_Table", bound=SQLSideTable)
 
 
 def _side_table(
-    recorder: ApplicationRecorder, kind: type[_Table], suffix: str, columns: str
+    recorder: ApplicationRecorder,
+    kind: type[_Table],
+    suffix: str,
+    columns: str,
+    *,
+    indexed: str = "",
+    **options: Any,
 ) -> _Table | None:
-    """A table of ``kind`` beside ``recorder``'s head anchors, named after its events
-    table and ``suffix``; None where it keeps none."""
+    """A table of ``kind`` (made with ``options`` too) beside ``recorder``'s head
+    anchors, named after its events table and ``suffix``, with an index on the column
+    ``indexed`` if given; None where it keeps none."""
     if not (isinstance(recorder, SQLiteApplicationRecorder) and recorder.anchoring):
         return None
     table = f"{recorder.events_table_name}_{suffix}"
+    create = [f"CREATE TABLE IF NOT EXISTS {table} ({columns})"]
+    if indexed:
+        create.append(f"CREATE INDEX IF NOT EXISTS {table}_{indexed} ON {table} ({indexed})")
     return kind(
         recorder.datastore,
         recorder.writer.transaction,
         table=table,
-        create=(f"CREATE TABLE IF NOT EXISTS {table} ({columns})",),
+        create=create,
         placeholder="?",
         stored=lambda stream: stream.hex,
+        **options,
     )
 
 
