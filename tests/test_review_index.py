@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from covonaut_es import Store, create_cipher_key, open_store
@@ -158,6 +158,7 @@ def _mutate(database: sqlite3.Connection, mutation: tuple[Any, ...]) -> None:
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
+@example(mutations=[("delete", 2), ("forge", 2, "branch", None)])  # the fork as the asker
 @given(mutations=st.lists(MUTATIONS, min_size=1, max_size=4))
 def test_no_change_to_the_index_makes_a_lookup_name_a_thread_the_log_does_not(
     tmp_path_factory: pytest.TempPathFactory,

@@ -195,16 +195,22 @@ class Store(Closing):
         that inherited it while it was pending, in creation order. Read from the log's
         review requests and forks, not from the threads themselves: through the store's
         index of them where it keeps one (a lookup by key), kept only if it names a
-        thread and each one it names holds the review, else from the log (ADR 0078)."""
+        thread, the first one named asked for the review and each one holds it, else
+        from the log (ADR 0078)."""
         if self._review_index is not None:
             indexed = self._review_index.holders(review_id, self._records)
-            if indexed and all(self._holds(t, review_id) for t in indexed):
+            if indexed and all(
+                self._holds(t, review_id, asked=n == 0) for n, t in enumerate(indexed)
+            ):
                 return indexed
         return self._reader.threads_with_review(review_id)
 
-    def _holds(self, thread_id: str, review_id: str) -> bool:
+    def _holds(self, thread_id: str, review_id: str, *, asked: bool) -> bool:
+        """Whether the thread holds the review, and (``asked``) is the one whose request
+        it is, not a fork that inherited it."""
         thread = self.find(thread_id)
-        return thread is not None and thread.reviews.get(review_id) is not None
+        review = None if thread is None else thread.reviews.get(review_id)
+        return review is not None and (not asked or review.request.thread_id == thread_id)
 
     def thread_ids(self) -> Iterator[str]:
         """The ids of all threads, forks included, in creation order."""
