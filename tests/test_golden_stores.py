@@ -9,7 +9,9 @@ turn's start is stored with the model's answer (ADR 0071), before the calls' int
 went with it too (ADR 0072); golden v9-calls-with-answer: the same written by 2b2fac2,
 where they do, before a turn's last result or final answer saved its checkpoint
 with it (ADR 0073); golden v10-turn-checkpoint: the same written by 40fe483, where they
-do, before a SQLite store kept its stream ids as 16 bytes (ADR 0074).
+do, before a SQLite store kept its stream ids as 16 bytes (ADR 0074); golden
+v11-run-input: the same written by 0aa9ebe, where they are, before a run started by new
+input stored its start with that input (ADR 0079).
 
 The fixtures come from ``tests/fixtures/write_golden_stores.py``; each manifest says what
 each store holds. Each test works on a copy in ``tmp_path``.
@@ -56,6 +58,7 @@ GOLDENS = {
         "v8-turn-answered",
         "v9-calls-with-answer",
         "v10-turn-checkpoint",
+        "v11-run-input",
     )
 }
 MANIFESTS: dict[str, dict[str, Any]] = {
