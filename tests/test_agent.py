@@ -389,7 +389,7 @@ def test_on_event_sees_every_event_once_in_order_after_its_commit(store: Store) 
     ]
     assert all(stored_when_seen)
     tool_message = next(m for m in agent.messages if m.role is Role.TOOL)
-    assert tool_message.content == '["MessageAppended","TurnAnsweredWithCalls"]'
+    assert tool_message.content == '["RunStartedWithInput","TurnAnsweredWithCalls"]'
 
 
 def test_on_event_reports_only_new_events_after_a_restore(store: Store) -> None:
@@ -411,7 +411,7 @@ def test_on_event_with_checkpoint_durability_reports_at_every_step(store: Store)
     seen: list[str] = []
 
     def respond(request: ProviderRequest) -> ProviderResponse:
-        assert "RunStarted" in seen and not store.exists("t1")
+        assert "RunStartedWithInput" in seen and not store.exists("t1")
         return answer("ok")
 
     agent = Agent(

@@ -18,7 +18,7 @@ import msgspec
 import psycopg
 import pytest
 from eventsourcing.persistence import StoredEvent
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from covonaut_es import (
@@ -162,9 +162,9 @@ def test_replay_reads_the_log_with_versions_times_and_summaries(store: Store) ->
     assert [e.version for e in entries] == list(range(1, agent.state.version + 1))
     assert all(e.thread_id == "t" for e in entries)
     kinds = [e.kind for e in entries]
-    assert kinds[:3] == ["Started", "RunStarted", "MessageAppended"]
+    assert kinds[:2] == ["Started", "RunStartedWithInput"]
     summaries = {e.kind: e.summary for e in entries}
-    assert summaries["MessageAppended"] == "user: say hello"
+    assert summaries["RunStartedWithInput"] == "run started with user: say hello"
     assert summaries["TurnAnswered"] == "turn 4: assistant: all done"
     assert summaries["TurnAnsweredWithCalls"] == (
         "turn 3: assistant: [calls echo], each call's intent recorded"
@@ -475,12 +475,14 @@ def test_deleting_the_newest_events_is_found_against_the_head_anchor(shared_url:
         conversation(store)
         head = store.state_at("t").version
         assert not store.verify("t").notes
-    delete_sql(shared_url, "events", "AND originator_version > 10", str(thread_aggregate_id("t")))
+    kept = head - 3
+    where = f"AND originator_version > {kept}"
+    delete_sql(shared_url, "events", where, str(thread_aggregate_id("t")))
     with open_store(shared_url) as store:
         report = store.verify("t")
-    assert [f.version for f in report.findings] == [10]
+    assert [f.version for f in report.findings] == [kept]
     assert report.findings[0].problem == (
-        f"stream ends at version 10 but its head was anchored at version {head}: "
+        f"stream ends at version {kept} but its head was anchored at version {head}: "
         "the newest events were deleted"
     )
 
@@ -635,6 +637,35 @@ def test_a_turn_answered_by_other_than_the_model_fails_the_load_and_is_a_finding
         forged_at = answered[-1].originator_version
         message = f"assistant message, not a {role} one"
         refused_where_resealed(store, forged_at, lambda payload: payload.update(role=role), message)
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    role=st.sampled_from(["assistant", "system", "tool"]) | st.none(),
+    mode=st.sampled_from(["continue", "resume"]) | st.none(),
+)
+def test_a_run_started_with_other_than_a_users_input_fails_the_load_and_is_a_finding(
+    role: str | None, mode: str | None
+) -> None:
+    """A ``RunStartedWithInput`` is a ``run()`` given a user's message: when a writer
+    gives it another role or another mode and seals the chain again, a load raises
+    StoredRowError at it and verify reports it there (``start_run`` takes a user's
+    message for a ``run`` alone)."""
+    assume(role is not None or mode is not None)
+    with open_store("memory://") as store:
+        conversation(store, turns=0)
+        (started,) = [
+            e for e in store.history("t") if isinstance(e, AgentThread.RunStartedWithInput)
+        ]
+
+        def edit(payload: dict[str, Any]) -> None:
+            if role is not None:
+                payload["message"]["role"] = role
+            if mode is not None:
+                payload["mode"] = mode
+
+        message = "a run started with input is a run given a user's message"
+        refused_where_resealed(store, started.originator_version, edit, message, part=None)
 
 
 def refused_where_resealed(

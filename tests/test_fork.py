@@ -153,7 +153,7 @@ def test_forking_at_an_interrupt_gives_an_independently_paused_branch(store: Sto
 def test_history_of_a_fork_lists_inherited_then_own_events(store: Store) -> None:
     """history() of a fork is the parent's prefix followed by the fork's events."""
     conversation(store, "root", 1)
-    at = 3  # the user's message, before the answer that asks for a call
+    at = 2  # the run's start with the user's message, before the answer that asks for a call
     store.fork("root", at_version=at, new_thread_id="f")
     agent_on(store, "f", [answer("x")]).run("y")
     history = store.history("f")

@@ -143,6 +143,7 @@ SAMPLES: dict[type, dict[str, Any]] = {
     },
     AgentThread.Steered: {"message": Message(Role.USER, "approved?"), "answer_to": "c1"},
     AgentThread.Resumed: {},
+    AgentThread.RunStartedWithInput: {"mode": RunMode.RUN, "message": Message(Role.USER, "hi é")},
     AgentThread.TurnStarted: {"turn": 2},
     AgentThread.Compacted: {"compaction": Compaction("sum", 3), "usage": None},
     AgentThread.RunFinished: {

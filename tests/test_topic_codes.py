@@ -67,6 +67,7 @@ PINNED = {
     "36": "covonaut.thread.TurnAnsweredWithCalls",
     "37": "covonaut.thread.ToolResultCheckpointed",
     "38": "covonaut.thread.RunFinishedCheckpointed",
+    "39": "covonaut.thread.RunStartedWithInput",
 }
 """The codes as stores hold them: a line here never changes (rows written with it would
 read as another class); a new class appends one."""

@@ -240,8 +240,7 @@ def test_a_turn_with_a_tool_and_a_final_answer_store_no_checkpoint_of_their_own(
         kinds = [type(e).__name__ for e in store.history("t1")]
         assert kinds == [
             "Started",
-            "RunStarted",
-            "MessageAppended",
+            "RunStartedWithInput",
             "TurnAnsweredWithCalls",
             "ToolResultCheckpointed",
             "TurnAnswered",
@@ -254,8 +253,8 @@ def test_a_turn_with_a_tool_and_a_final_answer_store_no_checkpoint_of_their_own(
             "answered: done, checkpoint saved (turn_end)",
         ]
         (first, second) = store.checkpoints("t1")
-        assert (first.version, first.turn, first.status) == (5, 1, ThreadStatus.RUNNING)
-        assert (second.version, second.turn, second.status) == (7, 2, ThreadStatus.FINISHED)
+        assert (first.version, first.turn, first.status) == (4, 1, ThreadStatus.RUNNING)
+        assert (second.version, second.turn, second.status) == (6, 2, ThreadStatus.FINISHED)
 
 
 def test_the_thread_saves_the_checkpoint_with_what_it_records() -> None:
@@ -319,8 +318,8 @@ def test_a_thread_written_before_goes_on_saving_its_checkpoints_with_its_turns(
         assert after[-1] == "RunFinishedCheckpointed"
         assert [c.version for c in store.checkpoints("golden-values")][-3:] == [
             before.checkpoints[-1].version,
-            before.version + 4,
-            before.version + 6,
+            before.version + 3,  # the run started with its input (ADR 0079), then a turn
+            before.version + 5,
         ]
         assert store.verify("golden-values").ok
 

@@ -270,6 +270,25 @@ class AgentThread(Aggregate, created_event_name="Started"):
             if self.message.usage is not None:
                 thread.usage = thread.usage + self.message.usage
 
+    class RunStartedWithInput(RunStarted, MessageAppended):
+        """``run`` started a run and the user's message it was given was added: one
+        record where a ``RunStarted`` and a ``MessageAppended`` would be needed (ADR
+        0079). A run that records the agent's system prompt between them, before a
+        thread's first message, starts with ``RunStarted`` instead."""
+
+        TOPIC = "covonaut.thread.RunStartedWithInput"
+        class_version = 1
+
+        def apply(self, thread: AgentThread) -> None:
+            if self.mode is not RunMode.RUN or self.message.role is not Role.USER:
+                msg = (
+                    "a run started with input is a run given a user's message, not a "
+                    f"{self.mode} given a {self.message.role} one"
+                )
+                raise ValueError(msg)
+            AgentThread.RunStarted.apply(self, thread)
+            AgentThread.MessageAppended.apply(self, thread)
+
     class TurnAnswered(MessageAppended):
         """A turn began and the model's answer to it was added: one record where a
         turn start with nothing of its own to record before the answer would need two
@@ -879,8 +898,23 @@ class AgentThread(Aggregate, created_event_name="Started"):
         )
         return thread
 
-    def start_run(self, mode: RunMode, *, now: datetime) -> None:
-        """Begin a run; ``resume`` needs a pending interrupt, the others refuse one."""
+    def start_run(self, mode: RunMode, *, now: datetime, given: Message | None = None) -> None:
+        """Begin a run; ``resume`` needs a pending interrupt, the others refuse one.
+
+        Args:
+            mode: How the run starts.
+            now: When.
+            given: The user's message a ``run`` starts with, recorded with the run's
+                start in one ``RunStartedWithInput``; the caller gives it only when
+                nothing is to be recorded between the two.
+
+        Raises:
+            ThreadStateError: ``given`` is not a user's message, or the run is not a
+                ``run``; or the thread was abandoned.
+        """
+        if given is not None and (mode is not RunMode.RUN or given.role is not Role.USER):
+            msg = f"a {mode} does not start with a {given.role} message: only run() takes input"
+            raise ThreadStateError(msg)
         if self.status is ThreadStatus.ABANDONED:
             msg = f"thread {self.thread_id!r} was abandoned: fork it to go on from any version"
             raise ThreadStateError(msg)
@@ -900,6 +934,9 @@ class AgentThread(Aggregate, created_event_name="Started"):
             )
             raise InterruptPendingError(msg)
         self._record_decided_results(now=now)
+        if given is not None:
+            self.trigger_event(self.RunStartedWithInput, mode=mode, message=given, timestamp=now)
+            return
         self.trigger_event(self.RunStarted, mode=mode, timestamp=now)
         if mode is RunMode.RESUME:
             self.trigger_event(self.Resumed, timestamp=now)

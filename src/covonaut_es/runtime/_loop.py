@@ -209,13 +209,14 @@ def run_program(
         # the run stays paused on it, as on any pause, for a person to deal with.
         yield from _checkpoint(thread, settings, CheckpointReason.INTERRUPT, now())
         return ""
-    thread.start_run(mode, now=now())
+    given = _given_with_start(thread, config, user_input)
+    thread.start_run(mode, now=now(), given=given)
     # Calls that reviewers approved run first, each spending its approval: their
     # results come right after the calls in the history, before any new input.
     yield from _run_approved_calls(thread, config, trace_parent)
     if not thread.messages and config.system_prompt:
         thread.append_message(Message(Role.SYSTEM, config.system_prompt), now=now())
-    if user_input is not None:
+    if user_input is not None and given is None:
         thread.append_message(Message(Role.USER, user_input), now=now())
     yield Commit()
     if thread.interrupts:  # an approved call paused (or was left in doubt)
@@ -611,6 +612,19 @@ def settle_program(
     thread.settle(tool_call_id, content, ran=ran, now=config.clock())
     yield Commit()
     return ""
+
+
+def _given_with_start(
+    thread: AgentThread, config: AgentConfig, user_input: str | None
+) -> Message | None:
+    """The user's message a run starts with, to record with the run's start in one
+    event (ADR 0079); None when the run takes no input, or the system prompt goes
+    between the two, before a thread's first message. (Calls that unspent approvals
+    run never do: each is held by its review's pending interrupt, and a run with input
+    starts only once no interrupt is pending.)"""
+    if user_input is None or (config.system_prompt and not thread.messages):
+        return None
+    return Message(Role.USER, user_input)
 
 
 def _run_approved_calls(

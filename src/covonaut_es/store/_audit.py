@@ -134,6 +134,9 @@ _SUMMARIES: dict[type[Any], Callable[[Any], str]] = {
         f"forked from {e.parent_thread_id!r} at version {e.parent_version}"
         + (f" with {len(e.interrupts)} pending interrupt(s)" if e.interrupts else "")
     ),
+    AgentThread.RunStartedWithInput: lambda e: (
+        f"{e.mode} started with {_message_summary(e.message)}"
+    ),
     AgentThread.RunStarted: lambda e: f"{e.mode} started",
     AgentThread.TurnAnsweredWithCalls: lambda e: (
         f"turn {e.turn}: {_message_summary(e.message)}, each call's intent recorded"

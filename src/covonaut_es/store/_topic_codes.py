@@ -58,6 +58,7 @@ _CODES = (
     ("36", "covonaut.thread.TurnAnsweredWithCalls"),
     ("37", "covonaut.thread.ToolResultCheckpointed"),
     ("38", "covonaut.thread.RunFinishedCheckpointed"),
+    ("39", "covonaut.thread.RunStartedWithInput"),
 )
 """Each code and the topic it stands for, in the order they were given. Append only."""
 

@@ -26,6 +26,7 @@ TRACKED: tuple[type, ...] = (
     AgentThread.StartedFromState,
     AgentThread.Forked,
     AgentThread.RunStarted,
+    AgentThread.RunStartedWithInput,
     AgentThread.Resumed,
     AgentThread.Interrupted,
     AgentThread.ReviewRequested,

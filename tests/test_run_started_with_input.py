@@ -1,0 +1,175 @@
+"""A run that ``run()`` starts with new input records its start and the user's message
+in one ``RunStartedWithInput`` event, unless the system prompt is recorded between
+them, before a thread's first message; then ``RunStarted`` comes first, as before (ADR
+0079). Checked over generated
+sequences of runs, pauses, decisions, resumes and continues: every input is stored once,
+in order, each ``run()`` starts exactly one run, no ``RunStarted`` is stored where the
+input after it could have carried it, and the thread folded from the store is the thread
+the agent holds."""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from covonaut_es import (
+    Agent,
+    AgentConfig,
+    AgentThread,
+    CheckpointSettings,
+    ScriptedProvider,
+    Store,
+    open_store,
+)
+from covonaut_es.domain import RunMode
+from covonaut_es.errors import ThreadStateError
+from covonaut_es.messages import Message, Role
+from support import GOLDEN, answer, call, ticking_clock
+from test_approvals import PAY_40, VERIFIER
+from test_run_on_approval import decide, pay_tool
+
+ANSWER, PAUSE, CONTINUE = "answer", "pause", "continue"
+APPROVE, REJECT = "approve", "reject"
+
+steps = st.lists(st.sampled_from((ANSWER, PAUSE, CONTINUE)), min_size=1, max_size=5)
+"""What each step does: ``run()`` with input that the model answers, or that asks for
+a call held for review (decided, then resumed), or ``continue_run()`` without input."""
+
+
+def _agent(store: Store, script: list[Any], *, system_prompt: str | None) -> Agent:
+    return Agent(
+        AgentConfig(
+            provider=ScriptedProvider(script),
+            tools=[pay_tool([])],
+            checkpoint=CheckpointSettings(store=store, thread_id="t"),
+            reviewer_verifier=VERIFIER,
+            system_prompt=system_prompt,
+            clock=ticking_clock(),
+        )
+    )
+
+
+def _is_user_message(event: Any) -> bool:
+    return isinstance(event, AgentThread.MessageAppended) and event.message.role is Role.USER
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    plan=steps,
+    decisions=st.lists(st.sampled_from((APPROVE, REJECT)), min_size=5, max_size=5),
+    system_prompt=st.none() | st.just("You help with payments."),
+)
+def test_each_input_is_stored_once_with_its_runs_start_where_nothing_comes_between(
+    plan: list[str], decisions: list[str], system_prompt: str | None
+) -> None:
+    with open_store("memory://") as store:
+        inputs: list[str] = []
+        agent: Agent | None = None
+        for n, step in enumerate(plan):
+            if step == CONTINUE:
+                agent = _agent(store, [answer(f"on {n}")], system_prompt=system_prompt)
+                assert agent.continue_run() == f"on {n}"
+                continue
+            inputs.append(f"question {n}")
+            script = [call((f"c{n}", "pay", PAY_40))] if step == PAUSE else [answer(f"a{n}")]
+            agent = _agent(store, script, system_prompt=system_prompt)
+            agent.run(inputs[-1])
+            if step == PAUSE:
+                (request,) = agent.pending_reviews
+                reason = {"text": "not this one"} if decisions[n] == REJECT else {}
+                decide(store, request.review_id, decisions[n], **reason)
+                agent = _agent(store, [answer(f"after {n}")], system_prompt=system_prompt)
+                assert agent.resume() == f"after {n}"
+        assert agent is not None
+        history = store.history("t")
+
+        users = [e.message.content for e in history if _is_user_message(e)]
+        assert users == inputs
+        run_starts = [
+            e for e in history if isinstance(e, AgentThread.RunStarted) and e.mode is RunMode.RUN
+        ]
+        assert len(run_starts) == len(inputs)
+        for event, after in itertools.pairwise(history):
+            if type(event) is AgentThread.RunStarted and event.mode is RunMode.RUN:
+                # Kept only where something of the run's own comes before its input.
+                assert not _is_user_message(after), history
+                assert after.message.role is Role.SYSTEM, history
+        system = [
+            e
+            for e in history
+            if isinstance(e, AgentThread.MessageAppended) and e.message.role is Role.SYSTEM
+        ]
+        assert len(system) == (system_prompt is not None)
+        thread = store.load("t")
+        if system_prompt:
+            assert thread.messages[0].role is Role.SYSTEM  # before any input
+        assert tuple(thread.messages) == agent.messages
+        assert store.state_at("t") == store.replay_state("t")
+        assert store.verify("t").ok
+        assert len(list(store.replay("t"))) == len(history)
+
+
+def test_a_new_threads_run_is_three_events_and_its_audit_line_names_the_input() -> None:
+    with open_store("memory://") as store:
+        assert _agent(store, [answer("hello")], system_prompt=None).run("Hi there") == "hello"
+        kinds = [type(e).__name__ for e in store.history("t")]
+        assert kinds == [
+            "Started",
+            "RunStartedWithInput",
+            "TurnAnswered",
+            "RunFinishedCheckpointed",
+        ]
+        (line,) = [e.summary for e in store.replay("t") if e.kind == "RunStartedWithInput"]
+        assert line == "run started with user: Hi there"
+
+
+@pytest.mark.parametrize(
+    ("mode", "role"),
+    [
+        (RunMode.RUN, Role.ASSISTANT),
+        (RunMode.RUN, Role.SYSTEM),
+        (RunMode.CONTINUE, Role.USER),
+        (RunMode.RESUME, Role.USER),
+    ],
+)
+def test_only_a_run_starts_with_a_users_message(mode: RunMode, role: Role) -> None:
+    """``start_run`` takes a message only for a ``run``, and only a user's: nothing is
+    recorded when it refuses one."""
+    now = ticking_clock()
+    thread = AgentThread.start("t", now=now())
+    with pytest.raises(ThreadStateError, match="only run\\(\\) takes input"):
+        thread.start_run(mode, now=now(), given=Message(role, "hi"))
+    assert (thread.version, thread.messages) == (1, [])
+
+
+def test_a_thread_written_with_run_starts_apart_goes_on_with_them_together(
+    tmp_path: Path,
+) -> None:
+    """A golden thread of the code before, whose runs stored their start and their
+    input as two events, given new input: the new run's start and input are one event,
+    and the thread verifies and replays."""
+    shutil.copy(GOLDEN / "v11-run-input" / "plain.db", tmp_path / "plain.db")
+    with open_store(f"sqlite:///{tmp_path / 'plain.db'}") as store:
+        before = store.load("golden-values")
+        agent = Agent(
+            AgentConfig(
+                provider=ScriptedProvider([answer("again")]),
+                checkpoint=CheckpointSettings(store=store, thread_id="golden-values"),
+                clock=ticking_clock(),
+            )
+        )
+        assert agent.run("once more") == "again"
+        history = store.history("golden-values")
+        old, new = history[: before.version], history[before.version :]
+        assert any(type(e) is AgentThread.RunStarted for e in old)
+        assert not any(isinstance(e, AgentThread.RunStartedWithInput) for e in old)
+        assert type(new[0]) is AgentThread.RunStartedWithInput
+        assert new[0].message == Message(Role.USER, "once more")
+        assert store.verify("golden-values").ok
+        assert store.replay_state("golden-values") == store.state_at("golden-values")
