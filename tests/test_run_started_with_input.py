@@ -143,7 +143,7 @@ def test_only_a_run_starts_with_a_users_message(mode: RunMode, role: Role) -> No
     recorded when it refuses one."""
     now = ticking_clock()
     thread = AgentThread.start("t", now=now())
-    with pytest.raises(ThreadStateError, match="only run\\(\\) takes input"):
+    with pytest.raises(ThreadStateError, match="a run given a user's message, not a"):
         thread.start_run(mode, now=now(), given=Message(role, "hi"))
     assert (thread.version, thread.messages) == (1, [])
 

@@ -280,12 +280,9 @@ class AgentThread(Aggregate, created_event_name="Started"):
         class_version = 1
 
         def apply(self, thread: AgentThread) -> None:
-            if self.mode is not RunMode.RUN or self.message.role is not Role.USER:
-                msg = (
-                    "a run started with input is a run given a user's message, not a "
-                    f"{self.mode} given a {self.message.role} one"
-                )
-                raise ValueError(msg)
+            problem = run_input_problem(self.mode, self.message)
+            if problem is not None:
+                raise ValueError(problem)
             AgentThread.RunStarted.apply(self, thread)
             AgentThread.MessageAppended.apply(self, thread)
 
@@ -912,9 +909,8 @@ class AgentThread(Aggregate, created_event_name="Started"):
             ThreadStateError: ``given`` is not a user's message, or the run is not a
                 ``run``; or the thread was abandoned.
         """
-        if given is not None and (mode is not RunMode.RUN or given.role is not Role.USER):
-            msg = f"a {mode} does not start with a {given.role} message: only run() takes input"
-            raise ThreadStateError(msg)
+        if given is not None and (problem := run_input_problem(mode, given)) is not None:
+            raise ThreadStateError(problem)
         if self.status is ThreadStatus.ABANDONED:
             msg = f"thread {self.thread_id!r} was abandoned: fork it to go on from any version"
             raise ThreadStateError(msg)
@@ -1800,6 +1796,18 @@ class _ResultCallIds:
                 self.ids.add(message.tool_call_id)
         self.seen = len(messages)
         return self.ids
+
+
+def run_input_problem(mode: RunMode, message: Message) -> str | None:
+    """Why a run of ``mode`` cannot start with ``message`` recorded with its start, or
+    None: only ``run`` takes input, and only a user's. The one rule of
+    :meth:`AgentThread.start_run` and of a stored ``RunStartedWithInput``'s fold."""
+    if mode is RunMode.RUN and message.role is Role.USER:
+        return None
+    return (
+        "a run started with input is a run given a user's message, not a "
+        f"{mode} given a {message.role} one"
+    )
 
 
 # The snapshot module cannot import the aggregate (this module imports it): wire them here.
