@@ -1,7 +1,8 @@
 """A run that ``run()`` starts with new input records its start and the user's message
-in one ``RunStartedWithInput`` event, unless the system prompt is recorded between
-them, before a thread's first message; then ``RunStarted`` comes first, as before (ADR
-0079). Checked over generated
+in one ``RunStartedWithInput`` event, unless something is recorded between them: the
+results of calls that unspent approvals run (a fork taken after a resume began holds
+such calls and no pause), or the system prompt before a thread's first message; then
+``RunStarted`` comes first, as before (ADR 0079). Checked over generated
 sequences of runs, pauses, decisions, resumes and continues: every input is stored once,
 in order, each ``run()`` starts exactly one run, no ``RunStarted`` is stored where the
 input after it could have carried it, and the thread folded from the store is the thread
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,7 @@ from covonaut_es import (
     CheckpointSettings,
     ScriptedProvider,
     Store,
+    Tool,
     open_store,
 )
 from covonaut_es.domain import RunMode
@@ -32,7 +35,7 @@ from covonaut_es.errors import ThreadStateError
 from covonaut_es.messages import Message, Role
 from support import GOLDEN, answer, call, ticking_clock
 from test_approvals import PAY_40, VERIFIER
-from test_run_on_approval import decide, pay_tool
+from test_run_on_approval import agent_of, decide, pay_tool
 
 ANSWER, PAUSE, CONTINUE = "answer", "pause", "continue"
 APPROVE, REJECT = "approve", "reject"
@@ -113,6 +116,74 @@ def test_each_input_is_stored_once_with_its_runs_start_where_nothing_comes_betwe
         assert store.state_at("t") == store.replay_state("t")
         assert store.verify("t").ok
         assert len(list(store.replay("t"))) == len(history)
+
+
+PAY_20 = '{"amount": 20, "to": "amy"}'
+STRICTER = {
+    "type": "object",
+    "properties": {"amount": {"type": "number"}, "to": {"type": "string"}, "memo": {}},
+    "required": ["amount", "to", "memo"],
+}
+
+
+def _results_follow_their_calls(messages: Sequence[Message]) -> bool:
+    """Each tool message follows the assistant message that asked for its call, with
+    only results of that batch between them, as every provider requires."""
+    asked: set[str] = set()
+    for message in messages:
+        if message.role is Role.TOOL:
+            if message.tool_call_id not in asked:
+                return False
+        else:
+            asked = {c.id for c in message.tool_calls}
+    return True
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    batch=st.integers(1, 2),
+    point=st.integers(0, 3),
+    tools=st.sampled_from(("none", "stricter schema")),
+    system_prompt=st.none() | st.just("You pay."),
+)
+def test_a_fork_holding_approved_calls_records_their_results_before_new_input(
+    batch: int, point: int, tools: str, system_prompt: str | None
+) -> None:
+    """A fork taken where a resume spends approvals on calls not yet run (its
+    ``Resumed``, or a result of the batch before the next call's), given input by an
+    agent that cannot run those calls: their results are recorded first, right after
+    the calls, and the input after them (found by a fresh attack, helper-85)."""
+    with open_store("memory://") as store:
+        calls = [(f"c{i}", "pay", (PAY_40, PAY_20)[i]) for i in range(batch)]
+        agent_of(store, [call(*calls)], pay_tool([])).run("Pay.")
+        for request in agent_of(store, [], pay_tool([])).pending_reviews:
+            decide(store, request.review_id, "approve")
+        agent_of(store, [answer("done")], pay_tool([])).resume()
+        history = store.history("t")
+        resumed = next(e for e in history if isinstance(e, AgentThread.Resumed))
+        results = [e for e in history if isinstance(e, AgentThread.ToolResultRecorded)]
+        points = [resumed, *results[: batch - 1]]
+        at = points[point % len(points)].originator_version
+        fork = store.fork("t", at_version=at, new_thread_id="f")
+        offered = [Tool("pay", "Pay", STRICTER, lambda ctx, args: "paid", requires_approval=True)]
+        agent = Agent(
+            AgentConfig(
+                provider=ScriptedProvider([answer("ok")]),
+                tools=[] if tools == "none" else offered,
+                checkpoint=CheckpointSettings(store=store, thread_id=fork),
+                reviewer_verifier=VERIFIER,
+                system_prompt=system_prompt,
+                clock=ticking_clock(),
+            )
+        )
+        assert agent.run("new input") == "ok"
+        thread = store.load(fork)
+        assert _results_follow_their_calls(thread.messages), thread.messages
+        assert [m.content for m in thread.messages if m.role is Role.USER] == [
+            "Pay.",
+            "new input",
+        ]
+        assert store.verify(fork).ok
 
 
 def test_a_new_threads_run_is_three_events_and_its_audit_line_names_the_input() -> None:

@@ -273,8 +273,9 @@ class AgentThread(Aggregate, created_event_name="Started"):
     class RunStartedWithInput(RunStarted, MessageAppended):
         """``run`` started a run and the user's message it was given was added: one
         record where a ``RunStarted`` and a ``MessageAppended`` would be needed (ADR
-        0079). A run that records the agent's system prompt between them, before a
-        thread's first message, starts with ``RunStarted`` instead."""
+        0079). A run that records something between them (the results of calls that
+        unspent approvals run, or the agent's system prompt before a thread's first
+        message) starts with ``RunStarted`` instead."""
 
         TOPIC = "covonaut.thread.RunStartedWithInput"
         class_version = 1

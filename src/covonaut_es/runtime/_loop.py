@@ -618,11 +618,13 @@ def _given_with_start(
     thread: AgentThread, config: AgentConfig, user_input: str | None
 ) -> Message | None:
     """The user's message a run starts with, to record with the run's start in one
-    event (ADR 0079); None when the run takes no input, or the system prompt goes
-    between the two, before a thread's first message. (Calls that unspent approvals
-    run never do: each is held by its review's pending interrupt, and a run with input
-    starts only once no interrupt is pending.)"""
-    if user_input is None or (config.system_prompt and not thread.messages):
+    event (ADR 0079); None when the run takes no input, or something goes between the
+    two: the results of calls that unspent approvals run (a fork taken after a resume
+    began holds such calls and no pause), or the system prompt before a thread's first
+    message."""
+    if user_input is None or thread.approved_calls:
+        return None
+    if config.system_prompt and not thread.messages:
         return None
     return Message(Role.USER, user_input)
 
