@@ -30,7 +30,9 @@ reference does not write. Each writer makes its threads' model answers and tool 
 before the start (the same texts), as the reference has its rows: neither times the
 making of text. On PostgreSQL a reader follows the log during our run every
 5 ms, as a projection does, and counts the notification ids it passed over that were
-committed later.
+committed later. The notes also give the same threads run from one writer on an
+in-memory store: the agent's own work and the encoding, without a database, which the
+reference does not do; its rate bounds what share of the raw rate any store could reach.
 
 Bytes per thread: the store's size (SQLite: the file after a WAL checkpoint;
 PostgreSQL: `pg_total_relation_size` of every table) divided by N, against the
@@ -579,6 +581,12 @@ def create(
     targets.drop(backend, f"{name}_raw")
     commits = sum(len(p) * n for p, n in counted.items()) / max(1, sum(counted.values()))
     result: dict[str, Any] = {"ours_s": ours_s, "raw_s": raw_s, "commits_per_thread": commits}
+    if writers == 1:
+        # The same threads with no database under the store: what the agent's own work
+        # and the encoding take before any row is written, which the raw writer does not do.
+        log(f"{backend}, {size} threads, 1 writer: ours on an in-memory store")
+        with plan.writers(1) as processes:
+            result["memory_s"], _ = processes.race(_ours, [("memory://", list(range(size)))])
     if tail is not None:
         result |= {"tailed": tail.stored, "skipped": tail.skipped}
     return target, result
@@ -1107,9 +1115,14 @@ def notes(results: dict[str, list[dict[str, Any]]]) -> list[str]:
                 )
                 share = report.ratio(made["raw_s"], made["ours_s"])
                 said.append(f"{w} writer(s) {share:.0%} of the raw rate{skipped};")
+            alone = found["create_1"]
             said.append(
-                f"{found['create_1']['commits_per_thread']:.2f} saves of events per thread;"
+                f"the same threads from 1 writer on an in-memory store (the agent's work and "
+                f"the encoding, no database): {report.seconds(alone['memory_s'])}, "
+                f"{report.ratio(alone['raw_s'], alone['memory_s']):.0%} of the raw rate before "
+                "any row is written;"
             )
+            said.append(f"{alone['commits_per_thread']:.2f} saves of events per thread;")
             talk, per_thread = found["conversation"], found["bytes"] / n
             said.append(
                 f"bytes per thread {report.times(per_thread / talk['own'])} the conversation's, "
