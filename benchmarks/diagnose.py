@@ -416,8 +416,8 @@ def restore(ctx: Context) -> list[Table]:
                 "The snapshot policy (ADR 0014) lets that tail grow to a sixteenth of the "
                 "thread, and decompressing the whole state takes about as long as the "
                 "reference decode at every zstd level: uncompressed snapshots would meet the "
-                "strict limit at about 2.4x the conversation's bytes, against storage's strict "
-                "1.5x, and ADR 0080 keeps them compressed. In the diagnosis run a restore took "
+                "strict limit and miss storage's strict one by more (ADR 0080 has the numbers "
+                "and keeps them compressed). In the diagnosis run a restore took "
                 f"{times(ratio(now, decode))} the decode time, and "
                 f"{times(ratio(longest, decode))} with the longest tail. See Diagnosis."
             )
