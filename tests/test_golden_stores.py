@@ -11,7 +11,9 @@ where they do, before a turn's last result or final answer saved its checkpoint
 with it (ADR 0073); golden v10-turn-checkpoint: the same written by 40fe483, where they
 do, before a SQLite store kept its stream ids as 16 bytes (ADR 0074); golden
 v11-run-input: the same written by 0aa9ebe, where they are, before a run started by new
-input stored its start with that input (ADR 0079).
+input stored its start with that input (ADR 0079); golden v12-started-with-input: the
+same written by bee2085, where it does, before a new thread's creation was stored with
+its first run's start and input (ADR 0081).
 
 The fixtures come from ``tests/fixtures/write_golden_stores.py``; each manifest says what
 each store holds. Each test works on a copy in ``tmp_path``.
@@ -59,6 +61,7 @@ GOLDENS = {
         "v9-calls-with-answer",
         "v10-turn-checkpoint",
         "v11-run-input",
+        "v12-started-with-input",
     )
 }
 MANIFESTS: dict[str, dict[str, Any]] = {
