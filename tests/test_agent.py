@@ -389,7 +389,7 @@ def test_on_event_sees_every_event_once_in_order_after_its_commit(store: Store) 
     ]
     assert all(stored_when_seen)
     tool_message = next(m for m in agent.messages if m.role is Role.TOOL)
-    assert tool_message.content == '["RunStartedWithInput","TurnAnsweredWithCalls"]'
+    assert tool_message.content == '["StartedWithInput","TurnAnsweredWithCalls"]'
 
 
 def test_on_event_reports_only_new_events_after_a_restore(store: Store) -> None:
@@ -411,7 +411,7 @@ def test_on_event_with_checkpoint_durability_reports_at_every_step(store: Store)
     seen: list[str] = []
 
     def respond(request: ProviderRequest) -> ProviderResponse:
-        assert "RunStartedWithInput" in seen and not store.exists("t1")
+        assert "StartedWithInput" in seen and not store.exists("t1")
         return answer("ok")
 
     agent = Agent(
@@ -491,7 +491,7 @@ def test_runs_are_logged_on_the_covonaut_es_logger(
         with pytest.raises(ProviderError):
             agent.resume()
     records = [(r.levelname, r.getMessage()) for r in caplog.records]
-    assert records[0] == ("INFO", "thread 't1': run started at version 2")
+    assert records[0] == ("INFO", "thread 't1': run started at version 1")
     assert any(
         level == "INFO" and "paused at version" in text and "'review'" in text
         for level, text in records

@@ -54,7 +54,11 @@ from support import (
     ticking_clock,
 )
 
-STARTED_TOPICS = {AgentThread.Started.TOPIC, AgentThread.StartedFromState.TOPIC}
+STARTED_TOPICS = {
+    AgentThread.Started.TOPIC,
+    AgentThread.StartedWithInput.TOPIC,
+    AgentThread.StartedFromState.TOPIC,
+}
 
 
 def conversation(
@@ -162,9 +166,9 @@ def test_replay_reads_the_log_with_versions_times_and_summaries(store: Store) ->
     assert [e.version for e in entries] == list(range(1, agent.state.version + 1))
     assert all(e.thread_id == "t" for e in entries)
     kinds = [e.kind for e in entries]
-    assert kinds[:2] == ["Started", "RunStartedWithInput"]
+    assert kinds[:2] == ["StartedWithInput", "TurnAnsweredWithCalls"]
     summaries = {e.kind: e.summary for e in entries}
-    assert summaries["RunStartedWithInput"] == "run started with user: say hello"
+    assert summaries["StartedWithInput"] == ("thread 't' started; run started with user: say hello")
     assert summaries["TurnAnswered"] == "turn 4: assistant: all done"
     assert summaries["TurnAnsweredWithCalls"] == (
         "turn 3: assistant: [calls echo], each call's intent recorded"
@@ -217,13 +221,13 @@ def test_tampering_with_one_sqlite_record_is_reported_at_its_version(tmp_path: P
     db = tmp_path / "threads.db"
     with open_store(f"sqlite:///{db}", compress=False) as store:  # text a writer can edit
         conversation(store)
-    tamper_sqlite(db, 8, lambda state: state.replace(b"hello", b"HELLO"))  # the last call
+    tamper_sqlite(db, 7, lambda state: state.replace(b"hello", b"HELLO"))  # the last result
     with open_store(f"sqlite:///{db}") as store:
         report = store.verify("t")
     assert not report.ok
-    assert [f.version for f in report.findings] == [8]
+    assert [f.version for f in report.findings] == [7]
     assert "hash chain broken" in report.findings[0].problem
-    assert report.chained == 7
+    assert report.chained == 6
 
 
 def test_an_unreadable_record_is_reported_not_raised(tmp_path: Path) -> None:
@@ -259,10 +263,10 @@ def test_tampering_with_postgres_is_reported(postgres_database: str) -> None:
     with psycopg.connect(postgres_database) as conn:
         conn.execute(
             "UPDATE covonaut_events SET state = convert_to(replace("
-            "convert_from(state, 'UTF8'), 'hello', 'HELLO'), 'UTF8') WHERE originator_version = 8"
+            "convert_from(state, 'UTF8'), 'hello', 'HELLO'), 'UTF8') WHERE originator_version = 7"
         )
     with open_store(postgres_database) as store:
-        assert [f.version for f in store.verify("t").findings] == [8]
+        assert [f.version for f in store.verify("t").findings] == [7]
 
 
 def test_a_snapshot_that_disagrees_with_the_events_is_reported(tmp_path: Path) -> None:
@@ -344,8 +348,8 @@ def test_an_altered_event_whose_chain_was_stripped_with_all_later_ones_is_found(
     one with a hash is a finding at its version."""
     conversation(store)
 
-    def strip_from_ten(version: int, topic: str, payload: dict[str, Any]) -> dict[str, Any]:
-        if version < 10:
+    def strip_from_nine(version: int, topic: str, payload: dict[str, Any]) -> dict[str, Any]:
+        if version < 9:
             return payload
         payload.pop("chain")
         return {
@@ -355,9 +359,9 @@ def test_an_altered_event_whose_chain_was_stripped_with_all_later_ones_is_found(
 
     forge(store, "t", "copy", lambda version, topic, payload: payload)
     assert store.verify("copy").ok
-    forge(store, "t", "stripped", strip_from_ten)
+    forge(store, "t", "stripped", strip_from_nine)
     report = store.verify("stripped")
-    assert [f.version for f in report.findings] == [10]
+    assert [f.version for f in report.findings] == [9]
     assert "hash chain missing after a chained event" in report.findings[0].problem
 
 
@@ -437,11 +441,11 @@ def test_import_refuses_a_line_that_does_not_decode(store: Store) -> None:
     stop it: an unkeyed chain's hashes are public, and legacy exports have none.)"""
     conversation(store)
     lines = exported(store, "t", strip_from=1)
-    broken = json.loads(lines[2])
+    broken = json.loads(lines[1])
     broken["payload"]["message"] = 42  # a message that is a number
-    lines[2] = json.dumps(broken)
+    lines[1] = json.dumps(broken)
     with open_store("memory://") as target:
-        with pytest.raises(TransferError, match=r"line 3 \(thread 't' version 3\) does not decode"):
+        with pytest.raises(TransferError, match=r"line 2 \(thread 't' version 2\) does not decode"):
             import_threads(target, lines, allow_unchained=True)
         assert list(target.thread_ids()) == []
 
@@ -560,7 +564,7 @@ def test_a_keyed_chain_verifies_with_its_key_and_only_with_it(
         assert "keyed seals cannot be checked" in report.notes[0]
 
 
-@pytest.mark.parametrize("first", [1, 10])
+@pytest.mark.parametrize("first", [1, 9])
 def test_events_resealed_without_the_chain_key_are_found(
     open_test_store: Callable[..., Store], store_url: str, first: int
 ) -> None:
@@ -643,20 +647,31 @@ def test_a_turn_answered_by_other_than_the_model_fails_the_load_and_is_a_finding
 @given(
     role=st.sampled_from(["assistant", "system", "tool"]) | st.none(),
     mode=st.sampled_from(["continue", "resume"]) | st.none(),
+    first=st.booleans(),
 )
 def test_a_run_started_with_other_than_a_users_input_fails_the_load_and_is_a_finding(
-    role: str | None, mode: str | None
+    role: str | None, mode: str | None, first: bool
 ) -> None:
-    """A ``RunStartedWithInput`` is a ``run()`` given a user's message: when a writer
-    gives it another role or another mode and seals the chain again, a load raises
-    StoredRowError at it and verify reports it there (``start_run`` takes a user's
-    message for a ``run`` alone)."""
+    """A ``RunStartedWithInput`` is a ``run()`` given a user's message, and so is a new
+    thread's ``StartedWithInput``: when a writer gives either another role or another
+    mode and seals the chain again, a load raises StoredRowError at it and verify
+    reports it there (``start_run`` takes a user's message for a ``run`` alone)."""
     assume(role is not None or mode is not None)
     with open_store("memory://") as store:
         conversation(store, turns=0)
-        (started,) = [
-            e for e in store.history("t") if isinstance(e, AgentThread.RunStartedWithInput)
+        Agent(
+            AgentConfig(
+                provider=ScriptedProvider([answer("more")]),
+                checkpoint=CheckpointSettings(store=store, thread_id="t"),
+                clock=ticking_clock(),
+            )
+        ).run("say more")
+        starts = [e for e in store.history("t") if isinstance(e, AgentThread.RunStartedWithInput)]
+        assert [type(e) for e in starts] == [
+            AgentThread.StartedWithInput,
+            AgentThread.RunStartedWithInput,
         ]
+        started = starts[0 if first else 1]
 
         def edit(payload: dict[str, Any]) -> None:
             if role is not None:

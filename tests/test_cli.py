@@ -63,7 +63,9 @@ def test_a_clean_store_exits_0_and_prints_the_counts(shared_url: str) -> None:
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0].startswith("Checked ") and lines[0].endswith("; nothing was written.")
-    assert any(line.split()[:4] == ["AgentThread.Started", "v1", "v1", "1"] for line in lines)
+    assert any(
+        line.split()[:4] == ["AgentThread.StartedWithInput", "v1", "v1", "1"] for line in lines
+    )
     assert any(line.split()[:3] == ["StateDocument", "v2", "v2"] for line in lines)
     assert lines[-1].startswith("OK: all ")
     assert result.stderr == ""  # not a terminal: no progress bar

@@ -68,7 +68,7 @@ def test_a_turn_that_calls_tools_commits_twice(
     write_ahead = ["TurnAnsweredWithCalls"]  # the answer, its turn start and its calls
     results = ["ToolResultCheckpointed"]
     assert commits == [
-        ["Started", "RunStartedWithInput"],
+        ["StartedWithInput"],
         write_ahead,
         results,
         write_ahead,

@@ -107,7 +107,7 @@ def test_branching_example_prints_both_outcomes_and_the_tree() -> None:
     )
     assert lines[-2:] == [
         "invoice-17 [approved]",
-        "  invoice-17/rejected (from version 6) [rejected]",
+        "  invoice-17/rejected (from version 5) [rejected]",
     ]
 
 

@@ -153,7 +153,7 @@ def test_forking_at_an_interrupt_gives_an_independently_paused_branch(store: Sto
 def test_history_of_a_fork_lists_inherited_then_own_events(store: Store) -> None:
     """history() of a fork is the parent's prefix followed by the fork's events."""
     conversation(store, "root", 1)
-    at = 2  # the run's start with the user's message, before the answer that asks for a call
+    at = 1  # the thread's start with its run and the user's message, before the answer
     store.fork("root", at_version=at, new_thread_id="f")
     agent_on(store, "f", [answer("x")]).run("y")
     history = store.history("f")
@@ -196,7 +196,7 @@ def test_tree_queries_on_three_levels(store: Store) -> None:
     conversation(store, "root", 2)
     store.fork("root", at_version=4, new_thread_id="a")
     store.fork("root", at_version=4, new_thread_id="b")
-    store.fork("root", at_version=8, new_thread_id="c")
+    store.fork("root", at_version=7, new_thread_id="c")
     store.fork("a", new_thread_id="a1")
     store.fork("a", new_thread_id="a2")
     store.fork("a1", new_thread_id="a1x")
@@ -213,7 +213,7 @@ def test_tree_queries_on_three_levels(store: Store) -> None:
     points = {(p.thread_id, p.version): p.children for p in store.branch_points("root")}
     assert points == {
         ("root", 4): ("a", "b"),
-        ("root", 8): ("c",),
+        ("root", 7): ("c",),
         ("a", 5): ("a1", "a2"),
         ("a1", 6): ("a1x",),
     }

@@ -389,7 +389,9 @@ def test_a_server_answering_garbage_fails_the_run_with_a_typed_error(store: Stor
 def test_a_server_down_at_restore_fails_the_run_then_reconnects(
     tmp_path: Path, store: Store
 ) -> None:
-    """Unreachable: a typed error and a failed run; once it is up, the run goes on."""
+    """Unreachable: a typed error and a failed run; once it is up, the run goes on. The
+    new thread's creation is recorded before the failure, apart from the run that is
+    given the input (ADR 0081)."""
     port, log = _free_port(), tmp_path / "log"
     web = MCPServer.http(f"http://127.0.0.1:{port}/mcp", name="web", connect_timeout=2.0)
     script = [call(("c1", "read", '{"path": "x"}')), answer("read it")]
@@ -399,6 +401,12 @@ def test_a_server_down_at_restore_fails_the_run_then_reconnects(
     with serving_http(log, port), web:
         assert agent_of(store, web, script).run("go") == "read it"
     assert [entry["tool"] for entry in logged(log)] == ["read"]
+    kinds = [type(e) for e in store.history("t")]
+    assert kinds[:3] == [
+        AgentThread.Started,
+        AgentThread.RunFailed,
+        AgentThread.RunStartedWithInput,
+    ]
 
 
 def test_parallel_calls_record_their_results_in_call_order(

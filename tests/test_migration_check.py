@@ -18,7 +18,7 @@ def test_a_clean_store_upgrades_and_is_counted_per_type_and_version(store: Store
     events = converse(store, "a").state.version + converse(store, "b").state.version
     report = check_store(store)
     assert report.ok and report.failures == []
-    assert report.counts["AgentThread.Started", 1] == 2
+    assert report.counts["AgentThread.StartedWithInput", 1] == 2
     assert report.counts["AgentThread.TurnAnsweredWithCalls", 1] == 2
     assert report.counts["StateSaved", 1] == 2
     assert report.counts["StateDocument", report.current["StateDocument"]] == 2

@@ -2,11 +2,13 @@
 in one ``RunStartedWithInput`` event, unless something is recorded between them: the
 results of calls that unspent approvals run (a fork taken after a resume began holds
 such calls and no pause), or the system prompt before a thread's first message; then
-``RunStarted`` comes first, as before (ADR 0079). Checked over generated
+``RunStarted`` comes first, as before (ADR 0079). On a new thread the same record is its
+first, ``StartedWithInput``, unless the run records something before its input or the
+thread's first command is not a ``run()`` (ADR 0081). Checked over generated
 sequences of runs, pauses, decisions, resumes and continues: every input is stored once,
-in order, each ``run()`` starts exactly one run, no ``RunStarted`` is stored where the
-input after it could have carried it, and the thread folded from the store is the thread
-the agent holds."""
+in order, each ``run()`` starts exactly one run, no ``RunStarted`` or ``Started`` is
+stored where the input after it could have carried it, and the thread folded from the
+store is the thread the agent holds."""
 
 from __future__ import annotations
 
@@ -103,6 +105,14 @@ def test_each_input_is_stored_once_with_its_runs_start_where_nothing_comes_betwe
                 # Kept only where something of the run's own comes before its input.
                 assert not _is_user_message(after), history
                 assert after.message.role is Role.SYSTEM, history
+            if type(event) is AgentThread.Started:
+                # Kept only where the first run records something before its input,
+                # or the first command is not a run.
+                assert not isinstance(after, AgentThread.RunStartedWithInput), history
+        assert isinstance(history[0], AgentThread.Started)
+        created_with_input = plan[0] != CONTINUE and system_prompt is None
+        assert (type(history[0]) is AgentThread.StartedWithInput) is created_with_input
+        assert [type(e) for e in history].count(AgentThread.StartedWithInput) <= 1
         system = [
             e
             for e in history
@@ -186,18 +196,61 @@ def test_a_fork_holding_approved_calls_records_their_results_before_new_input(
         assert store.verify(fork).ok
 
 
-def test_a_new_threads_run_is_three_events_and_its_audit_line_names_the_input() -> None:
+def test_a_new_threads_run_is_three_events_and_its_audit_lines_name_the_input() -> None:
     with open_store("memory://") as store:
         assert _agent(store, [answer("hello")], system_prompt=None).run("Hi there") == "hello"
+        assert _agent(store, [answer("again")], system_prompt=None).run("Once more") == "again"
         kinds = [type(e).__name__ for e in store.history("t")]
         assert kinds == [
-            "Started",
+            "StartedWithInput",
+            "TurnAnswered",
+            "RunFinishedCheckpointed",
             "RunStartedWithInput",
             "TurnAnswered",
             "RunFinishedCheckpointed",
         ]
-        (line,) = [e.summary for e in store.replay("t") if e.kind == "RunStartedWithInput"]
-        assert line == "run started with user: Hi there"
+        lines = [e.summary for e in store.replay("t") if "WithInput" in e.kind]
+        assert lines == [
+            "thread 't' started; run started with user: Hi there",
+            "run started with user: Once more",
+        ]
+        assert list(store.thread_ids()) == ["t"]
+        assert store.verify("t").ok
+
+
+def test_a_new_threads_creation_carries_its_first_run_only_while_unsaved() -> None:
+    """``start_run`` given input folds the creation into one ``StartedWithInput`` only
+    while the plain ``Started`` is the thread's one event and unsaved: the live thread is
+    then the thread the event makes. A thread loaded from the store (even one holding
+    nothing but its creation) keeps its ``Started`` and starts the run apart."""
+    now = ticking_clock()
+    thread = AgentThread.start("t", now=now())
+    at = now()
+    thread.start_run(RunMode.RUN, now=at, given=Message(Role.USER, "hi"))
+    (event,) = thread.pending_events
+    assert type(event) is AgentThread.StartedWithInput
+    assert (event.originator_version, event.timestamp, thread.version) == (1, at, 1)
+    replayed = event.mutate(None)
+    assert {k: v for k, v in vars(replayed).items() if k != "_pending_events"} == {
+        k: v for k, v in vars(thread).items() if k != "_pending_events"
+    }
+    with open_store("memory://") as store:
+        store.save(AgentThread.start("bare", now=now()))
+        loaded = store.load("bare")
+        loaded.start_run(RunMode.RUN, now=now(), given=Message(Role.USER, "hi"))
+        assert [type(e) for e in loaded.pending_events] == [AgentThread.RunStartedWithInput]
+        store.save(loaded)
+        assert [type(e) for e in store.history("bare")] == [
+            AgentThread.Started,
+            AgentThread.RunStartedWithInput,
+        ]
+    for mode in (RunMode.CONTINUE, RunMode.RUN):
+        plain = AgentThread.start("p", now=now())
+        plain.start_run(mode, now=now())
+        assert [type(e) for e in plain.pending_events] == [
+            AgentThread.Started,
+            AgentThread.RunStarted,
+        ]
 
 
 @pytest.mark.parametrize(
@@ -219,28 +272,37 @@ def test_only_a_run_starts_with_a_users_message(mode: RunMode, role: Role) -> No
     assert (thread.version, thread.messages) == (1, [])
 
 
+@pytest.mark.parametrize("golden", ["v11-run-input", "v12-started-with-input"])
 def test_a_thread_written_with_run_starts_apart_goes_on_with_them_together(
-    tmp_path: Path,
+    tmp_path: Path, golden: str
 ) -> None:
     """A golden thread of the code before, whose runs stored their start and their
-    input as two events, given new input: the new run's start and input are one event,
-    and the thread verifies and replays."""
-    shutil.copy(GOLDEN / "v11-run-input" / "plain.db", tmp_path / "plain.db")
+    input as two events (v11), or whose creation and first run's start were two (v12),
+    given new input: the new run's start and input are one event, and the thread
+    verifies and replays; a new thread of the same store starts with its first run."""
+    shutil.copy(GOLDEN / golden / "plain.db", tmp_path / "plain.db")
     with open_store(f"sqlite:///{tmp_path / 'plain.db'}") as store:
         before = store.load("golden-values")
-        agent = Agent(
-            AgentConfig(
-                provider=ScriptedProvider([answer("again")]),
-                checkpoint=CheckpointSettings(store=store, thread_id="golden-values"),
-                clock=ticking_clock(),
+        for thread_id in ("golden-values", "fresh"):
+            agent = Agent(
+                AgentConfig(
+                    provider=ScriptedProvider([answer("again")]),
+                    checkpoint=CheckpointSettings(store=store, thread_id=thread_id),
+                    clock=ticking_clock(),
+                )
             )
-        )
-        assert agent.run("once more") == "again"
+            assert agent.run("once more") == "again"
+            assert store.verify(thread_id).ok
+            assert store.replay_state(thread_id) == store.state_at(thread_id)
         history = store.history("golden-values")
         old, new = history[: before.version], history[before.version :]
-        assert any(type(e) is AgentThread.RunStarted for e in old)
-        assert not any(isinstance(e, AgentThread.RunStartedWithInput) for e in old)
+        assert type(old[0]) is AgentThread.Started
+        assert any(type(e) is AgentThread.RunStarted for e in old) is (golden == "v11-run-input")
+        assert any(type(e) is AgentThread.RunStartedWithInput for e in old) is (
+            golden != "v11-run-input"
+        )
         assert type(new[0]) is AgentThread.RunStartedWithInput
         assert new[0].message == Message(Role.USER, "once more")
-        assert store.verify("golden-values").ok
-        assert store.replay_state("golden-values") == store.state_at("golden-values")
+        (first, *_) = store.history("fresh")
+        assert type(first) is AgentThread.StartedWithInput
+        assert first.message == Message(Role.USER, "once more")

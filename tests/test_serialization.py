@@ -64,6 +64,12 @@ _PIN = ToolPin.of(
 
 SAMPLES: dict[type, dict[str, Any]] = {
     AgentThread.Started: {"thread_id": "t", "originator_topic": "covonaut.thread"},
+    AgentThread.StartedWithInput: {
+        "thread_id": "t",
+        "originator_topic": "covonaut.thread",
+        "mode": RunMode.RUN,
+        "message": Message(Role.USER, "first é"),
+    },
     AgentThread.StartedFromState: {
         "thread_id": "t",
         "originator_topic": "covonaut.thread",

@@ -17,6 +17,7 @@ from eventsourcing.utils import Environment
 from covonaut_es import (
     Agent,
     AgentConfig,
+    AgentThread,
     CheckpointSettings,
     SchemaVersionError,
     ScriptedProvider,
@@ -149,7 +150,7 @@ def test_history_lists_events_in_order_with_versions_and_times(store: Store) -> 
     assert [e.originator_version for e in history] == list(range(1, agent.state.version + 1))
     times = [e.timestamp for e in history]
     assert times == sorted(times)
-    assert type(history[0]).__name__ == "Started"
+    assert isinstance(history[0], AgentThread.Started)
 
 
 def test_state_at_any_version_is_read_only_time_travel(store: Store) -> None:

@@ -68,6 +68,7 @@ PINNED = {
     "37": "covonaut.thread.ToolResultCheckpointed",
     "38": "covonaut.thread.RunFinishedCheckpointed",
     "39": "covonaut.thread.RunStartedWithInput",
+    "40": "covonaut.thread.StartedWithInput",
 }
 """The codes as stores hold them: a line here never changes (rows written with it would
 read as another class); a new class appends one."""
@@ -115,7 +116,7 @@ def test_a_new_store_writes_codes_for_its_events_and_snapshots(store: Store) -> 
     assert store.verify("t").ok
     assert store.load("t").state.status.value == "finished"
     lines = list(export_thread(store, "t"))
-    assert {json.loads(line).get("topic") for line in lines} >= {AgentThread.Started.TOPIC}
+    assert {json.loads(line).get("topic") for line in lines} >= {AgentThread.StartedWithInput.TOPIC}
     with open_store("memory://") as copy:
         assert import_threads(copy, lines) == ["t"]
         assert all(r.topic in TOPIC_CODES for r in copy._records.all_stored_records())

@@ -234,7 +234,7 @@ def _fork_with_a_long_tail(url: str) -> None:
     """Thread ``t`` and its fork ``t-b``, which holds about a megabyte of messages."""
     with open_store(url) as store:
         converse(store, "t")
-        store.fork("t", at_version=2, new_thread_id="t-b", now=NOW)
+        store.fork("t", at_version=1, new_thread_id="t-b", now=NOW)
         thread = store.load("t-b")
         thread.start_run(RunMode.RUN, now=NOW)
         for i in range(2500):

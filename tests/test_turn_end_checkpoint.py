@@ -239,8 +239,7 @@ def test_a_turn_with_a_tool_and_a_final_answer_store_no_checkpoint_of_their_own(
         _agent(store, _script([[NOTE]], "answer", 0), parallel=False).run("go")
         kinds = [type(e).__name__ for e in store.history("t1")]
         assert kinds == [
-            "Started",
-            "RunStartedWithInput",
+            "StartedWithInput",
             "TurnAnsweredWithCalls",
             "ToolResultCheckpointed",
             "TurnAnswered",
@@ -253,8 +252,8 @@ def test_a_turn_with_a_tool_and_a_final_answer_store_no_checkpoint_of_their_own(
             "answered: done, checkpoint saved (turn_end)",
         ]
         (first, second) = store.checkpoints("t1")
-        assert (first.version, first.turn, first.status) == (4, 1, ThreadStatus.RUNNING)
-        assert (second.version, second.turn, second.status) == (6, 2, ThreadStatus.FINISHED)
+        assert (first.version, first.turn, first.status) == (3, 1, ThreadStatus.RUNNING)
+        assert (second.version, second.turn, second.status) == (5, 2, ThreadStatus.FINISHED)
 
 
 def test_the_thread_saves_the_checkpoint_with_what_it_records() -> None:

@@ -287,6 +287,19 @@ class AgentThread(Aggregate, created_event_name="Started"):
             AgentThread.RunStarted.apply(self, thread)
             AgentThread.MessageAppended.apply(self, thread)
 
+    class StartedWithInput(Started, RunStartedWithInput):
+        """The thread was created by ``run`` with the user's message it was given: one
+        record where a ``Started`` and a ``RunStartedWithInput`` would be needed (ADR
+        0081). A thread whose first run records something before its input (the
+        agent's system prompt, a tool server's failure), or whose first command is not
+        a ``run``, starts with ``Started`` instead."""
+
+        TOPIC = "covonaut.thread.StartedWithInput"
+        class_version = 1
+
+        def apply(self, thread: AgentThread) -> None:
+            AgentThread.RunStartedWithInput.apply(self, thread)
+
     class TurnAnswered(MessageAppended):
         """A turn began and the model's answer to it was added: one record where a
         turn start with nothing of its own to record before the answer would need two
@@ -903,8 +916,10 @@ class AgentThread(Aggregate, created_event_name="Started"):
             mode: How the run starts.
             now: When.
             given: The user's message a ``run`` starts with, recorded with the run's
-                start in one ``RunStartedWithInput``; the caller gives it only when
-                nothing is to be recorded between the two.
+                start in one ``RunStartedWithInput`` (with the thread's creation too,
+                in one ``StartedWithInput``, when that is all the thread has recorded
+                and none of it is saved); the caller gives it only when nothing is to
+                be recorded between the two.
 
         Raises:
             ThreadStateError: ``given`` is not a user's message, or the run is not a
@@ -931,6 +946,9 @@ class AgentThread(Aggregate, created_event_name="Started"):
             )
             raise InterruptPendingError(msg)
         self._record_decided_results(now=now)
+        if given is not None and self._only_created():
+            self._create_again(self.StartedWithInput, mode=mode, message=given, timestamp=now)
+            return
         if given is not None:
             self.trigger_event(self.RunStartedWithInput, mode=mode, message=given, timestamp=now)
             return
@@ -1550,6 +1568,19 @@ class AgentThread(Aggregate, created_event_name="Started"):
             self.answers,
             (*self.retries_requested, *self.retries_begun),
         )
+
+    def _only_created(self) -> bool:
+        """Whether the thread's one event is its plain creation, not yet saved: nothing
+        read it from a store, so its first record may still say more."""
+        pending = self.pending_events
+        return self.version == 1 and len(pending) == 1 and type(pending[0]) is self.Started
+
+    def _create_again(self, created: type[AgentThread.Started], **fields: Any) -> None:
+        """Become this thread created by ``created`` instead of its unsaved ``Started``
+        (see :meth:`_only_created`), with the same id and name."""
+        again = self._create(created, id=self.id, thread_id=self.thread_id, **fields)
+        self.__dict__.clear()
+        self.__dict__.update(again.__dict__)
 
     # Rebasing ---------------------------------------------------------------------
 

@@ -129,6 +129,9 @@ def _answered(finished: AgentThread.RunFinished) -> str:
 
 
 _SUMMARIES: dict[type[Any], Callable[[Any], str]] = {
+    AgentThread.StartedWithInput: lambda e: (
+        f"thread {e.thread_id!r} started; {e.mode} started with {_message_summary(e.message)}"
+    ),
     AgentThread.Started: lambda e: f"thread {e.thread_id!r} started",
     AgentThread.Forked: lambda e: (
         f"forked from {e.parent_thread_id!r} at version {e.parent_version}"

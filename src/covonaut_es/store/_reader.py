@@ -42,8 +42,14 @@ ParentOf = Callable[[AgentThread.Forked], AgentThread | None]
 of the version it branches from, None when it is missing."""
 
 
-_FIRST_EVENTS = (AgentThread.Started, AgentThread.StartedFromState, AgentThread.Forked)
-"""The events a thread's own stream can start with."""
+_FIRST_EVENTS = (
+    AgentThread.Started,
+    AgentThread.StartedWithInput,
+    AgentThread.StartedFromState,
+    AgentThread.Forked,
+)
+"""The events a thread's own stream can start with (each subclass has a topic of its
+own, and the log is filtered by topic)."""
 _STARTS = (ThreadSnapshot, *_FIRST_EVENTS)
 """What :meth:`ThreadReader.fold` starts a thread from."""
 _THREAD_EVENTS = (AgentThread.Event, ThreadSnapshot)

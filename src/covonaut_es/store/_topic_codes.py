@@ -59,6 +59,7 @@ _CODES = (
     ("37", "covonaut.thread.ToolResultCheckpointed"),
     ("38", "covonaut.thread.RunFinishedCheckpointed"),
     ("39", "covonaut.thread.RunStartedWithInput"),
+    ("40", "covonaut.thread.StartedWithInput"),
 )
 """Each code and the topic it stands for, in the order they were given. Append only."""
 

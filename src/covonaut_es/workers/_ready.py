@@ -23,6 +23,7 @@ from covonaut_es.domain._submissions import InputSubmitted, InputTaken
 
 TRACKED: tuple[type, ...] = (
     AgentThread.Started,
+    AgentThread.StartedWithInput,
     AgentThread.StartedFromState,
     AgentThread.Forked,
     AgentThread.RunStarted,
@@ -293,11 +294,11 @@ def _fold(summary: Summary, event: Any) -> None:
             _begun(summary, RUNNING)  # its run starts next, or its runner died first
         case AgentThread.StartedFromState() | AgentThread.Forked():
             _begun(summary, UNKNOWN)
-        case AgentThread.Started():
-            _begun(summary, IDLE)
-        case AgentThread.RunStarted():
+        case AgentThread.RunStarted():  # a StartedWithInput too: its thread's run began
             _begun(summary, RUNNING)
             summary.retry_asked = False
+        case AgentThread.Started():
+            _begun(summary, IDLE)
         case AgentThread.Resumed():
             _begun(summary, RUNNING)
         case AgentThread.Interrupted(interrupt=interrupt):
