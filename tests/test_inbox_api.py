@@ -18,6 +18,7 @@ from typing import Any
 
 import attrs
 import pytest
+from eventsourcing.persistence import StoredEvent
 from starlette.applications import Starlette
 from starlette.routing import Mount
 from starlette.testclient import TestClient
@@ -31,8 +32,8 @@ from covonaut_es import (
     create_cipher_key,
     open_store,
 )
-from covonaut_es.domain import operation_digest
-from covonaut_es.errors import StoreFileReplacedError
+from covonaut_es.domain import operation_digest, thread_aggregate_id
+from covonaut_es.errors import SerializationError, StoreFileReplacedError
 from covonaut_es.inbox import create_app
 from covonaut_es.inbox._http import quoted
 from covonaut_es.projections import ReviewQueue
@@ -265,6 +266,18 @@ def test_healthz_answers_200_while_the_store_answers(store: Store, tmp_path: Pat
         gone.close()
         answers.append(client.get("/healthz").status_code)
     assert answers == [503]
+
+
+def test_healthz_reads_no_thread(store: Store) -> None:
+    """healthz asks the store one read of its log's end, not its threads: a thread's
+    first row that no longer decodes (written behind the library) does not make the
+    probe fail, and no thread's first input is read to answer it."""
+    stream = thread_aggregate_id("damaged")
+    store._records.insert_records([StoredEvent(stream, 1, "40", b"not an event")])
+    with pytest.raises(SerializationError):
+        list(store.thread_ids())
+    with inbox_client(store) as client:
+        assert client.get("/healthz").status_code == 200
 
 
 @pytest.mark.parametrize("runs_on_approval", [False, True])
