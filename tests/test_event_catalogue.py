@@ -60,6 +60,28 @@ def test_a_subscriber_by_topic_is_told_every_topic_of_a_decision() -> None:
         assert f"`{get_topic(cls)}`" in family
 
 
+def test_each_family_lists_every_subclass_however_far_down_and_by_any_base() -> None:
+    """A record is stored under its own class's topic: a subscriber to a class's topic
+    must be told every catalogued subclass's, including one that derives from two
+    (``StartedWithInput`` is a ``Started``, a ``RunStarted`` and a ``MessageAppended``)."""
+    module = hook()
+    classes = module.catalogued_classes()
+    families = {
+        line.split("`")[1]: line
+        for line in module.catalogue().splitlines()
+        if line.startswith("- `")
+    }
+    for cls in classes:
+        kinds = [sub for sub in classes if sub is not cls and issubclass(sub, cls)]
+        if not kinds:
+            assert cls.__qualname__ not in families
+            continue
+        family = families[cls.__qualname__]
+        for kind in [cls, *kinds]:
+            assert f"`{get_topic(kind)}`" in family, (cls, kind)
+    assert "`covonaut.thread.StartedWithInput`" in families["AgentThread.MessageAppended"]
+
+
 def test_the_docs_expand_the_catalogue_in_one_place() -> None:
     module = hook()
     pages = [p for p in (ROOT / "docs").glob("*.md") if module.MARKER in p.read_text()]

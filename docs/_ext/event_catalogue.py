@@ -52,8 +52,11 @@ def _summary(cls: type) -> str:
     return _ROLE.sub(r"`\1`", " ".join(paragraph.split())).replace("|", "\\|")
 
 
-def _parent(cls: type, catalogued: Iterable[type]) -> type | None:
-    return next((base for base in cls.__mro__[1:] if base in catalogued), None)
+def _parents(cls: type, catalogued: Iterable[type]) -> list[type]:
+    """The nearest catalogued classes ``cls`` derives from (two for an event that records
+    what two others would)."""
+    ancestors = [base for base in cls.__mro__[1:] if base in catalogued]
+    return [a for a in ancestors if not any(o is not a and issubclass(o, a) for o in ancestors)]
 
 
 def _envelope(classes: list[type]) -> list[str]:
@@ -72,8 +75,11 @@ def _fields(cls: type, skip: list[str]) -> str:
 
 
 def _families(classes: list[type]) -> Iterator[str]:
+    # Every catalogued subclass, however far down and by whichever base: a record of
+    # `StartedWithInput` is one a subscriber to `RunStarted` or `MessageAppended` misses
+    # unless it lists that topic too.
     for cls in classes:
-        kinds = [sub for sub in classes if _parent(sub, classes) is cls]
+        kinds = [sub for sub in classes if sub is not cls and issubclass(sub, cls)]
         if kinds:
             topics = ", ".join(f"`{get_topic(c)}`" for c in [cls, *kinds])
             yield (
@@ -102,11 +108,10 @@ def catalogue() -> str:
         "|---|---|---|---|---|---|",
     ]
     for cls in classes:
-        parent = _parent(cls, classes)
+        parents = ", ".join(f"`{p.__qualname__}`" for p in _parents(cls, classes))
         lines.append(
             f"| `{cls.__qualname__}` | `{get_topic(cls)}` | {class_version(cls)} | "
-            f"{f'`{parent.__qualname__}`' if parent else ''} | {_fields(cls, envelope)} | "
-            f"{_summary(cls)} |"
+            f"{parents} | {_fields(cls, envelope)} | {_summary(cls)} |"
         )
     return "\n".join(lines)
 

@@ -31,6 +31,10 @@ from covonaut_es.store._snapshot_cache import CheckedSnapshot, SnapshotCache
 from covonaut_es.store._thread_rows import ThreadRows
 from covonaut_es.store._topic_codes import compact, stored_forms
 
+OPENING_EVENTS = (AgentThread.Started, AgentThread.StartedWithInput)
+"""The events a thread begun afresh opens its stream with, which name it (a start from a
+saved state is a ``Started`` the reviewer queue follows, and so names by itself)."""
+
 _LOG_BATCH = 500
 
 
@@ -110,7 +114,7 @@ class StoredRecords:
         statement per few hundred streams where the back end has it, else a read of each
         stream's first record."""
         wanted, recorder = list(streams), self._app.recorder
-        topics = stored_forms((AgentThread.Started, AgentThread.StartedWithInput))
+        topics = stored_forms(OPENING_EVENTS)
         found = self._backend.select_openings(recorder, wanted, topics)
         if found is not None:
             return found
