@@ -108,11 +108,10 @@ class StoredRecords:
         return None if first is None else first.thread_id
 
     def openings(self, streams: Collection[UUID]) -> Openings:
-        """Each of ``streams``' ``Started`` or ``StartedWithInput`` at version 1 (the
-        events a thread begun afresh starts with; a fork's stream starts later), each
-        checked (a row that fails its check is passed over and counted). In one
-        statement per few hundred streams where the back end has it, else a read of each
-        stream's first record."""
+        """Each of ``streams``' record at version 1 that is one of
+        :data:`OPENING_EVENTS` (a fork's stream starts later), each checked (a row that
+        fails its check is passed over and counted). In one statement per few hundred
+        streams where the back end has it, else a read of each stream's first record."""
         wanted, recorder = list(streams), self._app.recorder
         topics = stored_forms(OPENING_EVENTS)
         found = self._backend.select_openings(recorder, wanted, topics)
