@@ -93,6 +93,15 @@ class Backend(Protocol):
     def close_writer(self, recorder: ApplicationRecorder) -> None:
         """Close the connection ``recorder`` writes through, where it has its own."""
 
+    def ping(self, recorder: ApplicationRecorder, timeout: float) -> None:
+        """Raise unless the database ``recorder`` writes to answers one statement within
+        about ``timeout`` seconds, tried once: a read through ``recorder`` may wait out
+        its retries first.
+
+        Raises:
+            StoreUnavailableError: It did not answer.
+        """
+
     def select_thread(
         self,
         events: ApplicationRecorder,

@@ -302,6 +302,10 @@ class StoredRecords:
         for notification in self.notifications(*event_classes):
             yield self._app.mapper.to_domain_event(notification)
 
+    def ping(self, timeout: float) -> None:
+        """As :meth:`covonaut_es.Store.ping`."""
+        self._backend.ping(self._app.recorder, timeout)
+
     def log_position(self) -> int:
         """The position of the newest event in the store's log (0 when empty):
         projections have caught up when they reach it."""

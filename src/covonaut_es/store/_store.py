@@ -476,6 +476,18 @@ class Store(Closing):
         """
         return self._states.read_state(key)
 
+    def ping(self, *, timeout: float = 2.0) -> None:
+        """Raise unless the store's database answers one statement within about
+        ``timeout`` seconds (rounded up to whole seconds on PostgreSQL), tried once: a
+        health check. Reads of the store retry as eventsourcing's do, and wait tens of
+        seconds before they fail when a PostgreSQL database is gone.
+
+        Raises:
+            StoreUnavailableError: It did not answer (``StoreFileReplacedError`` for a
+                SQLite file removed or replaced since the store opened it).
+        """
+        self._records.ping(timeout)
+
     # Positions of the log's consumers ----------------------------------------------
 
     def last_log_position(self) -> int:

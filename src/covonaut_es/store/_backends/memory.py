@@ -198,6 +198,9 @@ class _MemoryBackend(RecorderAnchors):
     def close_writer(self, recorder: ApplicationRecorder) -> None:
         return
 
+    def ping(self, recorder: ApplicationRecorder, timeout: float) -> None:
+        return  # in this process: nothing to reach
+
     def select_thread(
         self,
         events: ApplicationRecorder,

@@ -17,6 +17,7 @@ were checked against eventsourcing 9.5.6.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 from uuid import UUID
@@ -416,6 +417,14 @@ class _PostgresBackend(RecorderAnchors):
 
     def close_writer(self, recorder: ApplicationRecorder) -> None:
         return  # saves go through the pool
+
+    def ping(self, recorder: ApplicationRecorder, timeout: float) -> None:
+        # A connection of its own, outside the pool, whose reads eventsourcing retries
+        # (9.5.6: ten times, each waiting up to the pool's timeout for a connection).
+        datastore: Any = getattr(recorder, "datastore", None)
+        kwargs = {**datastore.pool.kwargs, "connect_timeout": max(1, math.ceil(timeout))}
+        with _connected(kwargs) as conn:
+            conn.execute("SELECT 1")
 
     # Retried as eventsourcing's reads are.
     @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)

@@ -385,6 +385,10 @@ class _SQLiteBackend(RecorderAnchors):
         if isinstance(recorder, _AnchoringRecorder):
             recorder.close_writer()
 
+    def ping(self, recorder: ApplicationRecorder, timeout: float) -> None:
+        # A file of this machine: a read fails at once when it is gone or replaced.
+        recorder.max_notification_id()
+
     def select_thread(
         self,
         events: ApplicationRecorder,

@@ -1,0 +1,93 @@
+"""``Store.ping``: whether the store's database answers a statement, tried once within a
+deadline of its own, as a health check needs. A read of the store goes through the
+back end's retries (on PostgreSQL, eventsourcing's: ten attempts, each waiting for a
+connection from the pool), which take tens of seconds to give up on a database that
+is gone; the inbox's ``/healthz`` asks ``ping``."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from eventsourcing.persistence import OperationalError
+
+from covonaut_es import Store, open_store
+from covonaut_es.errors import StoreFileReplacedError, StoreUnavailableError
+from inbox_support import inbox_client
+from support import converse
+
+
+def test_a_store_that_answers_pings(store: Store) -> None:
+    converse(store, "t")
+    store.ping()
+    store.ping(timeout=0.5)
+
+
+def test_a_sqlite_store_whose_file_is_gone_does_not_answer(tmp_path: Path) -> None:
+    path = tmp_path / "gone.db"
+    with open_store(f"sqlite:///{path}") as store:
+        store.ping()
+        path.unlink()
+        with pytest.raises(StoreFileReplacedError):
+            store.ping()
+
+
+def _refuse_the_pool(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make every connection taken from the store's pool fail the test: ``ping`` must
+    not wait for one."""
+
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("ping took a connection from the store's pool")
+
+    pool = store._app.recorder.datastore.pool  # type: ignore[attr-defined]
+    monkeypatch.setattr(pool, "getconn", refused)
+    monkeypatch.setattr(pool, "connection", refused)
+
+
+@pytest.mark.postgres
+def test_a_postgres_store_answers_after_its_sessions_end_and_not_once_its_database_is_gone(
+    postgres_url: str, postgres_database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name = postgres_database.rsplit("/", 1)[1]
+    with open_store(postgres_database) as store:
+        converse(store, "t")
+        _refuse_the_pool(store, monkeypatch)
+        store.ping()
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+                (name,),
+            )
+        store.ping()  # a connection of its own: the pool's ended sessions do not count
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
+        with pytest.raises(StoreUnavailableError, match=f'database "{name}" does not exist'):
+            store.ping(timeout=1)
+        monkeypatch.undo()
+
+
+@pytest.mark.postgres
+def test_healthz_asks_postgres_once_without_the_pool(
+    postgres_url: str, postgres_database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``/healthz`` answers 503 as soon as the database is gone, not after the store's
+    retries (found by helper-87: 42 s with the reads' retries)."""
+    name = postgres_database.rsplit("/", 1)[1]
+    answers = []
+    # The queue's follower finds the database gone too, and says so as it stops.
+    with (
+        open_store(postgres_database) as store,
+        contextlib.suppress(OperationalError),
+        inbox_client(store) as client,
+    ):
+        answers.append(client.get("/healthz").status_code)
+        _refuse_the_pool(store, monkeypatch)
+        answers.append(client.get("/healthz").status_code)
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
+        answers.append(client.get("/healthz").status_code)
+        monkeypatch.undo()
+    assert answers == [200, 200, 503]
