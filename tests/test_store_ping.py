@@ -7,6 +7,8 @@ is gone; the inbox's ``/healthz`` asks ``ping``."""
 from __future__ import annotations
 
 import contextlib
+import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +35,36 @@ def test_a_sqlite_store_whose_file_is_gone_does_not_answer(tmp_path: Path) -> No
         path.unlink()
         with pytest.raises(StoreFileReplacedError):
             store.ping()
+
+
+def _lose_the_log(url: str, rename: Callable[[], None]) -> None:
+    """A database that answers but no longer holds the store's log (``rename`` moves
+    its table behind the library) is a store that does not answer."""
+    with open_store(url) as store:
+        converse(store, "t")
+        store.ping()
+        rename()
+        with pytest.raises(StoreUnavailableError, match=r"did not answer|does not exist"):
+            store.ping()
+
+
+def test_a_sqlite_store_whose_log_table_is_gone_does_not_answer(tmp_path: Path) -> None:
+    path = tmp_path / "t.db"
+
+    def rename() -> None:
+        with sqlite3.connect(path) as conn:
+            conn.execute("ALTER TABLE stored_events RENAME TO elsewhere")
+
+    _lose_the_log(f"sqlite:///{path}", rename)
+
+
+@pytest.mark.postgres
+def test_a_postgres_store_whose_log_table_is_gone_does_not_answer(postgres_database: str) -> None:
+    def rename() -> None:
+        with psycopg.connect(postgres_database, autocommit=True) as conn:
+            conn.execute("ALTER TABLE covonaut_events RENAME TO elsewhere")
+
+    _lose_the_log(postgres_database, rename)
 
 
 def _refuse_the_pool(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:

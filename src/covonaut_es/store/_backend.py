@@ -94,9 +94,9 @@ class Backend(Protocol):
         """Close the connection ``recorder`` writes through, where it has its own."""
 
     def ping(self, recorder: ApplicationRecorder, timeout: float) -> None:
-        """Raise unless the database ``recorder`` writes to answers one statement within
-        about ``timeout`` seconds, tried once: a read through ``recorder`` may wait out
-        its retries first.
+        """Raise unless the database ``recorder`` writes to answers one read of the log's
+        end within about ``timeout`` seconds, tried once: a read through ``recorder`` may
+        wait out its retries first.
 
         Raises:
             StoreUnavailableError: It did not answer.

@@ -16,10 +16,20 @@ from typing import Any
 from uuid import UUID
 
 from eventsourcing.application import Application
-from eventsourcing.persistence import IntegrityError, Notification, StoredEvent
+from eventsourcing.persistence import (
+    IntegrityError,
+    Notification,
+    PersistenceError,
+    StoredEvent,
+)
 
 from covonaut_es.domain import AgentThread, thread_aggregate_id
-from covonaut_es.errors import StoredRowError, ThreadConflictError, ThreadNotFoundError
+from covonaut_es.errors import (
+    StoredRowError,
+    StoreUnavailableError,
+    ThreadConflictError,
+    ThreadNotFoundError,
+)
 from covonaut_es.store._application import ThreadsApplication
 from covonaut_es.store._backend import Backend
 from covonaut_es.store._chain_key import ChainAdoption
@@ -304,7 +314,11 @@ class StoredRecords:
 
     def ping(self, timeout: float) -> None:
         """As :meth:`covonaut_es.Store.ping`."""
-        self._backend.ping(self._app.recorder, timeout)
+        try:
+            self._backend.ping(self._app.recorder, timeout)
+        except PersistenceError as exc:  # a table gone, say: the store does not answer
+            msg = f"the store's log did not answer a read: {exc}"
+            raise StoreUnavailableError(msg) from exc
 
     def log_position(self) -> int:
         """The position of the newest event in the store's log (0 when empty):

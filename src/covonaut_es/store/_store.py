@@ -477,9 +477,9 @@ class Store(Closing):
         return self._states.read_state(key)
 
     def ping(self, *, timeout: float = 2.0) -> None:
-        """Raise unless the store's database answers one statement within about
-        ``timeout`` seconds (rounded up to whole seconds on PostgreSQL), tried once: a
-        health check. Reads of the store retry as eventsourcing's do, and wait tens of
+        """Raise unless the store's database answers one read of its log's end within
+        about ``timeout`` seconds (rounded up to whole seconds on PostgreSQL), tried
+        once: a health check. Reads of the store retry as eventsourcing's do, and wait tens of
         seconds before they fail when a PostgreSQL database is gone.
 
         Raises:

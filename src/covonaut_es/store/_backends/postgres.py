@@ -421,10 +421,13 @@ class _PostgresBackend(RecorderAnchors):
     def ping(self, recorder: ApplicationRecorder, timeout: float) -> None:
         # A connection of its own, outside the pool, whose reads eventsourcing retries
         # (9.5.6: ten times, each waiting up to the pool's timeout for a connection).
-        datastore: Any = getattr(recorder, "datastore", None)
-        kwargs = {**datastore.pool.kwargs, "connect_timeout": max(1, math.ceil(timeout))}
+        assert isinstance(recorder, postgres.PostgresApplicationRecorder)
+        datastore = recorder.datastore
+        kwargs = dict(datastore.pool.kwargs)  # type: ignore[arg-type]
+        kwargs["connect_timeout"] = max(1, math.ceil(timeout))
+        events = f'"{datastore.schema}"."{recorder.events_table_name}"'
         with _connected(kwargs) as conn:
-            conn.execute("SELECT 1")
+            conn.execute(f"SELECT max(notification_id) FROM {events}")
 
     # Retried as eventsourcing's reads are.
     @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
