@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,7 +19,7 @@ import pytest
 from eventsourcing.persistence import OperationalError
 
 from covonaut_es import Store, open_store
-from covonaut_es.errors import StoreFileReplacedError, StoreUnavailableError
+from covonaut_es.errors import ConfigurationError, StoreFileReplacedError, StoreUnavailableError
 from inbox_support import inbox_client
 from support import converse
 
@@ -123,3 +125,58 @@ def test_healthz_asks_postgres_once_without_the_pool(
         answers.append(client.get("/healthz").status_code)
         monkeypatch.undo()
     assert answers == [200, 200, 503]
+
+
+@pytest.mark.parametrize("timeout", [0, -1.0, float("nan"), float("inf"), 3601, True, "2", None])
+def test_a_timeout_that_is_not_a_number_of_seconds_is_refused(timeout: Any) -> None:
+    with open_store("memory://") as store, pytest.raises(ConfigurationError, match="timeout"):
+        store.ping(timeout=timeout)
+
+
+@pytest.mark.parametrize(
+    "kind", ["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def test_a_closed_store_does_not_answer(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    url = {
+        "memory": lambda: "memory://",
+        "sqlite": lambda: f"sqlite:///{tmp_path / 't.db'}",
+        "postgres": lambda: request.getfixturevalue("postgres_database"),
+    }[kind]()
+    store = open_store(url)
+    store.ping()
+    store.close()
+    with pytest.raises(StoreUnavailableError, match="is closed"):
+        store.ping()
+
+
+@pytest.mark.postgres
+def test_a_postgres_ping_waits_for_a_locked_log_no_longer_than_its_timeout(
+    postgres_database: str,
+) -> None:
+    """A lock on the log's table (a migration's, ``VACUUM FULL``) holds the ping's read
+    no longer than its timeout; and one ping runs at a time, so probes that pile up on
+    it open no more sessions than one: another ping waits for it within its own."""
+    with open_store(postgres_database) as store, psycopg.connect(postgres_database) as locker:
+        converse(store, "t")
+        locker.execute("LOCK TABLE covonaut_events IN ACCESS EXCLUSIVE MODE")
+        with pytest.raises(StoreUnavailableError, match="statement timeout"):
+            store.ping(timeout=1)
+        first: list[BaseException] = []
+
+        def ping() -> None:
+            try:
+                store.ping(timeout=3)
+            except StoreUnavailableError as exc:
+                first.append(exc)
+
+        running = threading.Thread(target=ping)
+        running.start()
+        time.sleep(0.5)  # the first ping holds its turn, waiting on the lock
+        with pytest.raises(StoreUnavailableError, match=r"within 0\.5 s"):
+            store.ping(timeout=0.5)
+        running.join()
+        assert len(first) == 1
+        locker.rollback()
+        store.ping()

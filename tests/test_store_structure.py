@@ -58,6 +58,7 @@ PUBLIC_SIGNATURES = {
     "name_lease_holder": "(self, holder: 'str') -> 'None'",
     "parent": "(self, thread_id: 'str') -> 'ThreadParent | None'",
     "path_to_root": "(self, thread_id: 'str') -> 'tuple[str, ...]'",
+    "ping": "(self, *, timeout: 'float' = 2.0) -> 'None'",
     "publish_worker": "(self, record: 'WorkerRecord') -> 'None'",
     "read_state": "(self, key: 'str') -> 'dict[str, Any] | None'",
     "replay": "(self, thread_id: 'str') -> 'Iterator[AuditEntry]'",

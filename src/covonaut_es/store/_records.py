@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import threading
 from collections.abc import Collection, Iterator, Sequence
 from contextvars import ContextVar
 from typing import Any
@@ -17,6 +18,7 @@ from uuid import UUID
 
 from eventsourcing.application import Application
 from eventsourcing.persistence import (
+    ConnectionPoolClosedError,
     IntegrityError,
     Notification,
     PersistenceError,
@@ -25,6 +27,7 @@ from eventsourcing.persistence import (
 
 from covonaut_es.domain import AgentThread, thread_aggregate_id
 from covonaut_es.errors import (
+    ConfigurationError,
     StoredRowError,
     StoreUnavailableError,
     ThreadConflictError,
@@ -44,6 +47,9 @@ from covonaut_es.store._topic_codes import compact, stored_forms
 OPENING_EVENTS = (AgentThread.Started, AgentThread.StartedWithInput)
 """The events a thread begun afresh opens its stream with, which name it (a start from a
 saved state is a ``Started`` the reviewer queue follows, and so names by itself)."""
+
+MAX_PING_S = 3600
+"""The longest :meth:`StoredRecords.ping` may be told to wait, in seconds."""
 
 _LOG_BATCH = 500
 
@@ -99,6 +105,7 @@ class StoredRecords:
     def __init__(self, app: Application[UUID], backend: Backend) -> None:
         self._app = app
         self._backend = backend
+        self._pinging = threading.Lock()
 
     def forked_event(self, thread_id: str) -> AgentThread.Forked | None:
         """The event that started a fork's stream, or None for a root thread."""
@@ -313,12 +320,26 @@ class StoredRecords:
             yield self._app.mapper.to_domain_event(notification)
 
     def ping(self, timeout: float) -> None:
-        """As :meth:`covonaut_es.Store.ping`."""
+        """As :meth:`covonaut_es.Store.ping` (of a store not closed)."""
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not 0 < timeout <= MAX_PING_S
+        ):
+            msg = f"ping's timeout is seconds above 0 and at most {MAX_PING_S}, not {timeout!r}"
+            raise ConfigurationError(msg)
+        # One at a time: probes that pile up on a database that hangs open no more
+        # sessions than one.
+        if not self._pinging.acquire(timeout=timeout):
+            msg = f"the store's log did not answer a read within {timeout} s"
+            raise StoreUnavailableError(msg)
         try:
             self._backend.ping(self._app.recorder, timeout)
-        except PersistenceError as exc:  # a table gone, say: the store does not answer
-            msg = f"the store's log did not answer a read: {exc}"
+        except (PersistenceError, ConnectionPoolClosedError) as exc:  # a table gone, say
+            msg = f"the store's log did not answer a read: {type(exc).__name__}: {exc}"
             raise StoreUnavailableError(msg) from exc
+        finally:
+            self._pinging.release()
 
     def log_position(self) -> int:
         """The position of the newest event in the store's log (0 when empty):

@@ -34,7 +34,7 @@ from covonaut_es.domain import (
     ThreadTree,
     TreeStats,
 )
-from covonaut_es.errors import ConfigurationError, ThreadNotFoundError
+from covonaut_es.errors import ConfigurationError, StoreUnavailableError, ThreadNotFoundError
 from covonaut_es.migrations import Upcaster
 from covonaut_es.migrations._upcasting import NO_MIGRATORS
 from covonaut_es.store import _audit
@@ -106,6 +106,7 @@ class Store(Closing):
         reviews = None if self.read_only else backend.review_index_table(app.recorder)
         self._review_index = None if reviews is None else ReviewIndex(app, reviews)
         self._positions = LogPositions(app, guard)
+        self._closed = False
 
     @classmethod
     def from_application(
@@ -478,14 +479,22 @@ class Store(Closing):
 
     def ping(self, *, timeout: float = 2.0) -> None:
         """Raise unless the store's database answers one read of its log's end within
-        about ``timeout`` seconds (rounded up to whole seconds on PostgreSQL), tried
-        once: a health check. Reads of the store retry as eventsourcing's do, and wait tens of
-        seconds before they fail when a PostgreSQL database is gone.
+        about ``timeout`` seconds, tried once: a health check. Reads of the store retry
+        as eventsourcing's do, and wait tens of seconds before they fail when a
+        PostgreSQL database is gone. On PostgreSQL the read has a connection of its own,
+        which waits at least 2 s to connect (libpq's least ``connect_timeout``), and
+        one ping runs at a time: others wait for it within their own timeout.
 
         Raises:
-            StoreUnavailableError: It did not answer (``StoreFileReplacedError`` for a
-                SQLite file removed or replaced since the store opened it).
+            ConfigurationError: ``timeout`` is not a number of seconds above 0 and at
+                most 3600.
+            StoreUnavailableError: It did not answer, or the store is closed
+                (``StoreFileReplacedError`` for a SQLite file removed or replaced since
+                the store opened it).
         """
+        if self._closed:
+            msg = f"store {self.url} is closed"
+            raise StoreUnavailableError(msg)
         self._records.ping(timeout)
 
     # Positions of the log's consumers ----------------------------------------------
@@ -516,6 +525,7 @@ class Store(Closing):
 
         A store made by :meth:`from_application` leaves the application open.
         """
+        self._closed = True
         self._leasing.close()
         if self._owns_app:
             self._app.close()

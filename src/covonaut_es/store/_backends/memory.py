@@ -199,7 +199,8 @@ class _MemoryBackend(RecorderAnchors):
         return
 
     def ping(self, recorder: ApplicationRecorder, timeout: float) -> None:
-        return  # in this process: nothing to reach
+        # This process's memory, or a user's persistence module this port stands in for.
+        recorder.max_notification_id()
 
     def select_thread(
         self,

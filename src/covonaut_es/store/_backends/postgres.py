@@ -420,11 +420,16 @@ class _PostgresBackend(RecorderAnchors):
 
     def ping(self, recorder: ApplicationRecorder, timeout: float) -> None:
         # A connection of its own, outside the pool, whose reads eventsourcing retries
-        # (9.5.6: ten times, each waiting up to the pool's timeout for a connection).
-        assert isinstance(recorder, postgres.PostgresApplicationRecorder)
+        # (9.5.6: ten times, each waiting up to the pool's timeout for a connection);
+        # its statement may wait no longer than the ping (a lock on the table, say).
+        if not isinstance(recorder, postgres.PostgresApplicationRecorder):
+            recorder.max_notification_id()
+            return
         datastore = recorder.datastore
         kwargs = dict(datastore.pool.kwargs)  # type: ignore[arg-type]
-        kwargs["connect_timeout"] = max(1, math.ceil(timeout))
+        kwargs["connect_timeout"] = math.ceil(timeout)
+        waited = f"-c statement_timeout={math.ceil(timeout * 1000)}"
+        kwargs["options"] = f"{kwargs.get('options') or ''} {waited}".strip()
         events = f'"{datastore.schema}"."{recorder.events_table_name}"'
         with _connected(kwargs) as conn:
             conn.execute(f"SELECT max(notification_id) FROM {events}")
