@@ -295,7 +295,8 @@ class ReviewDesk:
         )
 
     def reachable(self) -> bool:
-        """Whether the store's database answers a statement, within a few seconds."""
+        """Whether the store answers a read of its log's end within a few seconds
+        (:meth:`~covonaut_es.Store.ping`)."""
         try:
             self.store.ping()
         except Exception:

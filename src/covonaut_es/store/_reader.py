@@ -28,7 +28,7 @@ from covonaut_es.errors import (
 from covonaut_es.migrations import Upcaster
 from covonaut_es.migrations._upcasting import NO_MIGRATORS
 from covonaut_es.store._chain import chain_of
-from covonaut_es.store._records import StoredRecords, following_fork, storable
+from covonaut_es.store._records import OPENING_EVENTS, StoredRecords, following_fork, storable
 from covonaut_es.store._review_index import HOLDING, entries, holders
 from covonaut_es.store._snapshot_cache import SnapshotCache
 
@@ -42,12 +42,7 @@ ParentOf = Callable[[AgentThread.Forked], AgentThread | None]
 of the version it branches from, None when it is missing."""
 
 
-_FIRST_EVENTS = (
-    AgentThread.Started,
-    AgentThread.StartedWithInput,
-    AgentThread.StartedFromState,
-    AgentThread.Forked,
-)
+_FIRST_EVENTS = (*OPENING_EVENTS, AgentThread.StartedFromState, AgentThread.Forked)
 """The events a thread's own stream can start with (each subclass has a topic of its
 own, and the log is filtered by topic)."""
 _STARTS = (ThreadSnapshot, *_FIRST_EVENTS)
