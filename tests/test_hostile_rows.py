@@ -14,6 +14,7 @@ import contextlib
 import functools
 import hashlib
 import io
+import json
 import logging
 import re
 import shutil
@@ -245,6 +246,8 @@ def test_no_hostile_stored_value_makes_a_reading_command_crash(
         # listing then waited its whole timeout instead of saying why.
         ("stored_events", "state", "real", "reviews"),
         ("stored_events", "topic", "int", "reviews --json"),
+        # A fork's first event moved into a named state's stream: an AssertionError.
+        ("stored_events", "originator_id", "other row", "read_state"),
     ],
 )
 def test_the_hostile_values_found_before_give_typed_errors(
@@ -598,3 +601,95 @@ def test_a_row_moved_before_the_logs_start_is_read_or_refused(
         ), (status, out, err)
         with pytest.raises(StoredRowError, match="notification_id"):
             API_READS["check"](url)
+
+
+NO_TOPIC: dict[str, dict[str, Any]] = {
+    "sqlite": {"NULL": None, "empty": "", "blob": b"\x00\xff\xfe"},
+    "postgres": {"NULL": None, "empty": ""},
+}
+"""What a writer may put in a row's topic that names no event type, on each back end
+(PostgreSQL's column is text, and allows NULL)."""
+
+_TOPIC_SET = {
+    "sqlite": (
+        "UPDATE stored_events SET topic = ? "
+        "WHERE rowid = (SELECT rowid FROM stored_events ORDER BY rowid LIMIT 1 OFFSET ?)"
+    ),
+    "postgres": (
+        "UPDATE covonaut_events SET topic = %s WHERE notification_id = "
+        "(SELECT notification_id FROM covonaut_events ORDER BY 1 LIMIT 1 OFFSET %s)"
+    ),
+}
+"""The topic of a row of the log (the ``OFFSET``-th) set to a value, on each back end."""
+
+TOPIC_READERS = (*sorted(LOG_READS), "reviews --json", "threads --json", "workers")
+"""Every read of the API, and the commands that read the log by the type of its rows."""
+
+_TOPIC_READS_AS_PRISTINE: dict[str, dict[str, str]] = {}
+
+
+def _read(url: str, reader: str) -> str:
+    """What ``reader`` gives on the store at ``url``: a digest of an API read's result, a
+    command's output."""
+    if reader in LOG_READS:
+        return _digest(LOG_READS[reader](url))
+    status, out, err = run_cli(url, tuple(reader.split(" ")))
+    assert status == 0, err
+    return out
+
+
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+@settings(
+    max_examples=12,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(row=st.integers(0, 10_000), data=st.data())
+def test_a_row_whose_topic_names_no_event_type_is_never_passed_over(
+    request: pytest.FixtureRequest, backend: str, row: int, data: st.DataObject
+) -> None:
+    """A writer may empty any row's topic (NULL, empty, a blob), which a read of the log
+    filtered by type would pass over: every read of the API and every command that
+    reads the log by type (the thread ids, the forks, the listing, the workers' table)
+    then gives what it gave before or a typed error naming the row, and the reviewer
+    queue lists every pause it listed of every thread that still loads, and no other,
+    on both back ends."""
+    if backend not in _TOPIC_READS_AS_PRISTINE:
+        with _store_copy(request, backend) as (url, _):
+            _TOPIC_READS_AS_PRISTINE[backend] = {r: _read(url, r) for r in TOPIC_READERS}
+    pristine = _TOPIC_READS_AS_PRISTINE[backend]
+    value = NO_TOPIC[backend][data.draw(st.sampled_from(sorted(NO_TOPIC[backend])))]
+    with _store_copy(request, backend) as (url, conn):
+        rows = conn.execute("SELECT COUNT(*) FROM " + LAYOUT_EVENTS[backend]).fetchone()[0]
+        conn.execute(_TOPIC_SET[backend], (value, row % rows))
+        for reader in TOPIC_READERS:
+            if reader in LOG_READS:
+                with contextlib.suppress(CovonautError):
+                    found = _read(url, reader)
+                    # An audit reports the damage: check finds it wherever the row is.
+                    if reader == "check":
+                        assert found != pristine[reader], "check found nothing"
+                    elif reader != "verify":  # the row may be outside the threads verified
+                        assert found == pristine[reader], reader
+                continue
+            status, out, err = run_cli(url, tuple(reader.split(" ")))
+            if reader == "reviews --json" and status == 0:
+                # Every pause of every thread that loads, and none it did not list.
+                listed, before = json.loads(out), json.loads(pristine[reader])
+                assert all(item in before for item in listed), listed
+                assert all(i in listed for i in before if _loads(url, i["thread_id"])), listed
+                continue
+            assert (status, out) == (0, pristine[reader]) or (
+                status == 2 and "topic" in err and err.count("\n") == 1
+            ), (reader, status, out, err)
+
+
+def _loads(url: str, thread_id: str) -> bool:
+    with open_store(url, create_tables=False) as store:
+        try:
+            store.load(thread_id)
+        except CovonautError:
+            return False
+        return True

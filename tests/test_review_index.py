@@ -39,8 +39,8 @@ def _counting(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     records = store._records
     original = records.notifications
 
-    def notifications(*types: Any, after: int | None = None) -> Any:
-        for notification in original(*types, after=after):
+    def notifications(*types: Any, after: int | None = None, **options: bool) -> Any:
+        for notification in original(*types, after=after, **options):
             read.append(notification.id)
             yield notification
 

@@ -221,7 +221,7 @@ class Forks:
 
     def forks(self) -> tuple[ForkRecord, ...]:
         """As :meth:`covonaut_es.Store.forks`."""
-        return tuple(map(_record, self._records.events_of_type(AgentThread.Forked)))
+        return tuple(map(_record, self._records.events_of_type(AgentThread.Forked, topicless=True)))
 
     def under(self, root_thread_id: str) -> SessionTree:
         """The tree of the root and the threads forked from it, directly or not, read
@@ -258,7 +258,9 @@ class Forks:
         top = self._records.log_position()
         if top <= self._indexed_to:
             return
-        for notification in self._records.notifications(AgentThread.Forked, after=self._indexed_to):
+        for notification in self._records.notifications(
+            AgentThread.Forked, after=self._indexed_to, topicless=True
+        ):
             event = self._app.mapper.to_domain_event(notification)
             if isinstance(event, AgentThread.Forked):
                 fork = _record(event)

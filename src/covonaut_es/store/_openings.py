@@ -40,14 +40,15 @@ class Openings(NamedTuple):
     passed_over: int
 
 
-def openings_sql(table: str, streams: str, topics: str) -> str:
+def openings_sql(table: str, streams: str, topics: str, no_topic: str) -> str:
     """The statement reading, from ``table``, the rows at version 1 of the streams given
-    by the parameter list or array ``streams`` whose topic ``topics`` gives: each row's
-    stored stream id, version, topic and payload, in no set order."""
+    by the parameter list or array ``streams`` whose topic ``topics`` gives, or names no
+    event type (``no_topic``: the back end's condition; such a row is passed over, and
+    counted): each row's stored stream id, version, topic and payload, in no set order."""
     return (
         f"SELECT originator_id, originator_version, topic, state FROM {table} "
         f"WHERE originator_id {streams} AND originator_version = {OPENING_VERSION} "
-        f"AND topic {topics}"
+        f"AND (topic {topics} OR {no_topic})"
     )
 
 

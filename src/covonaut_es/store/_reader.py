@@ -363,7 +363,7 @@ class ThreadReader:
 
     def thread_ids(self) -> Iterator[str]:
         """As :meth:`covonaut_es.Store.thread_ids`."""
-        for event in self._records.events_of_type(*_FIRST_EVENTS):
+        for event in self._records.events_of_type(*_FIRST_EVENTS, topicless=True):
             yield event.thread_id
 
     def threads_with_review(self, review_id: str) -> tuple[str, ...]:

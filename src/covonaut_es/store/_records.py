@@ -39,7 +39,7 @@ from covonaut_es.store._chain_key import ChainAdoption
 from covonaut_es.store._heads import HEADS, HeadAnchor, heads_of_records
 from covonaut_es.store._mapper import MsgspecMapper
 from covonaut_es.store._openings import OPENING_VERSION, Openings
-from covonaut_es.store._rows import LAST_VERSION
+from covonaut_es.store._rows import LAST_VERSION, CheckedLog
 from covonaut_es.store._snapshot_cache import CheckedSnapshot, SnapshotCache
 from covonaut_es.store._thread_rows import ThreadRows
 from covonaut_es.store._topic_codes import compact, stored_forms
@@ -266,14 +266,24 @@ class StoredRecords:
         for stream in streams:
             yield from snapshots.recorder.select_events(stream)
 
-    def notifications(self, *event_types: type, after: int | None = None) -> Iterator[Notification]:
+    def notifications(
+        self, *event_types: type, after: int | None = None, topicless: bool = False
+    ) -> Iterator[Notification]:
         """The log's records (of these event types, or all) after position ``after``,
-        in log order, read a page at a time and filtered in SQL; nothing is decoded."""
+        in log order, read a page at a time and filtered in SQL; nothing is decoded.
+
+        ``topicless``: for a read that lists every thread of some kind, a row that holds
+        no topic, which the filter would pass over, fails it instead, with
+        :class:`~covonaut_es.errors.StoredRowError` (the store's own back ends: nothing
+        else writes such a row in memory, and a recorder of the user's own filters as
+        eventsourcing's do).
+        """
         topics = stored_forms(event_types)
         recorder = self._app.recorder
+        options = {"topicless": True} if topicless and isinstance(recorder, CheckedLog) else {}
         while True:
             batch = recorder.select_notifications(
-                after, _LOG_BATCH, topics=topics, inclusive_of_start=False
+                after, _LOG_BATCH, topics=topics, inclusive_of_start=False, **options
             )
             yield from batch
             if len(batch) < _LOG_BATCH:
@@ -314,9 +324,12 @@ class StoredRecords:
             yield snapshots.check(stored[0], decode_untrusted=True)
             after = stored[0].originator_version
 
-    def events_of_type(self, *event_classes: type[AgentThread.Event]) -> Iterator[Any]:
-        """Events of these types across all threads, in log order (filtered in SQL)."""
-        for notification in self.notifications(*event_classes):
+    def events_of_type(
+        self, *event_classes: type[AgentThread.Event], topicless: bool = False
+    ) -> Iterator[Any]:
+        """Events of these types across all threads, in log order (filtered in SQL;
+        ``topicless`` as for :meth:`notifications`)."""
+        for notification in self.notifications(*event_classes, topicless=topicless):
             yield self._app.mapper.to_domain_event(notification)
 
     def ping(self, timeout: float) -> None:

@@ -96,8 +96,11 @@ class CheckedLog(ApplicationRecorder):
         topics: Sequence[str] = (),
         *,
         inclusive_of_start: bool = True,
+        topicless: bool = False,
     ) -> Sequence[Notification]:
-        """As the recorder's, each row checked (:func:`checked_log`)."""
+        """As the recorder's, each row checked (:func:`checked_log`); ``topicless``: a
+        read of some topics also reads, and so refuses, the rows that hold no topic
+        (:func:`log_sql`)."""
         inner: Any = super()
         found: Sequence[Notification] = inner.select_notifications(
             log_start(start, inclusive=inclusive_of_start),
@@ -105,6 +108,7 @@ class CheckedLog(ApplicationRecorder):
             stop,
             topics,
             inclusive_of_start=inclusive_of_start,
+            topicless=topicless,
         )
         return checked_log(found)
 
@@ -122,6 +126,42 @@ def log_start(start: int | None, *, inclusive: bool) -> int | None:
     if start is not None and (start > 1 or (start == 1 and not inclusive)):
         return start
     return None
+
+
+def log_sql(
+    table: str,
+    position: str,
+    *,
+    start: str | None,
+    stop: str | None,
+    topics: str | None,
+    no_topic: str | None,
+    limit: str,
+    inclusive_of_start: bool,
+) -> str:
+    """The statement reading the log ``table`` in the order of its ``position`` column,
+    given the placeholders of its parameters: ``start`` and ``stop`` (each None when the
+    read has no such bound), ``topics`` (the condition ``topic`` meets: None reads every
+    topic) and ``limit``. Each row is its position, stream id, version, topic and payload.
+
+    Given ``no_topic`` (the back end's condition on a topic that names no event type:
+    NULL, empty, or no text at all), a read of some topics also reads such rows, so that
+    :func:`checked_log` refuses them rather than the filter passing over them: for a
+    read that lists every thread of some kind (a thread whose first event a writer
+    stripped of its topic would otherwise drop out of ``thread_ids`` without a word).
+    """
+    conditions = []
+    if start is not None:
+        conditions.append(f"{position} {'>=' if inclusive_of_start else '>'} {start}")
+    if stop is not None:
+        conditions.append(f"{position} <= {stop}")
+    if topics is not None:
+        conditions.append(f"(topic {topics} OR {no_topic})" if no_topic else f"topic {topics}")
+    where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
+    return (
+        f"SELECT {position}, originator_id, originator_version, topic, state FROM {table}"
+        f"{where} ORDER BY {position} LIMIT {limit}"
+    )
 
 
 def checked_log(notifications: Sequence[N]) -> Sequence[N]:

@@ -25,7 +25,7 @@ from eventsourcing.persistence import IntegrityError
 
 from covonaut_es.domain import StateDocument, ThreadState
 from covonaut_es.domain._named_states import StateSaved, check_state_key, state_stream_id
-from covonaut_es.errors import SerializationError, ToolCallsInDoubtError
+from covonaut_es.errors import SerializationError, StoredRowError, ToolCallsInDoubtError
 from covonaut_es.migrations import VERSION_KEY, Upcaster, stored_version
 from covonaut_es.migrations._registry import state_document_schema
 from covonaut_es.migrations._upcasting import NO_MIGRATORS
@@ -161,9 +161,20 @@ class StoredStates:
                 return
 
     def read_state(self, key: str) -> dict[str, Any] | None:
-        """As :meth:`covonaut_es.Store.read_state`."""
+        """As :meth:`covonaut_es.Store.read_state`.
+
+        Raises:
+            StoredRowError: The state's newest stored event is not a save of this key (a
+                row moved or copied into its stream behind the library).
+        """
         for saved in self._app.events.get(state_stream_id(key), desc=True, limit=1):
-            assert isinstance(saved, StateSaved)
+            if not isinstance(saved, StateSaved) or saved.key != key:
+                msg = (
+                    f"stored {type(saved).__qualname__} at version {saved.originator_version} "
+                    f"of state {key!r} is not a save of that state: it was copied or altered "
+                    "behind the library"
+                )
+                raise StoredRowError(msg)
             return saved.document
         return None
 

@@ -180,10 +180,11 @@ class KeyedLog(KeyedEvents, ApplicationRecorder):
         topics: Sequence[str] = (),
         *,
         inclusive_of_start: bool = True,
+        **options: bool,
     ) -> Sequence[Notification]:
         inner: Any = super()
         found: Sequence[Notification] = inner.select_notifications(
-            start, limit, stop, topics, inclusive_of_start=inclusive_of_start
+            start, limit, stop, topics, inclusive_of_start=inclusive_of_start, **options
         )
         if self.stream_ids is PLAIN:
             return found

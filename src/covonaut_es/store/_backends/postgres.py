@@ -66,7 +66,13 @@ from covonaut_es.store._leases import LeaseBackend
 from covonaut_es.store._openings import Openings, opening_records, openings_sql
 from covonaut_es.store._outstanding import OutstandingTable, SQLOutstanding
 from covonaut_es.store._review_index_table import ReviewIndexTable, SQLReviewIndex
-from covonaut_es.store._rows import CheckedLog, building_records, checked_head, checked_records
+from covonaut_es.store._rows import (
+    CheckedLog,
+    building_records,
+    checked_head,
+    checked_records,
+    log_sql,
+)
 from covonaut_es.store._settings import refuse_application_tables
 from covonaut_es.store._settings_tables import SettingsTable, SQLSettings, column
 from covonaut_es.store._side_tables import SQLSideTable
@@ -75,6 +81,9 @@ from covonaut_es.store._stream_ids import KeyedEvents, KeyedLog, stored_stream
 from covonaut_es.store._summaries import SQLSummaries, SummaryTable
 from covonaut_es.store._thread_rows import ThreadRows, thread_rows, thread_rows_sql
 from covonaut_es.store._urls import postgres_params
+
+NO_TOPIC = "topic IS NULL OR topic = ''"
+"""The condition on a row whose topic names no event type."""
 
 
 class _CheckedRows(postgres.PostgresAggregateRecorder):
@@ -113,6 +122,8 @@ class _AnchoringRecorder(_CheckedRows, postgres.PostgresApplicationRecorder):
     keeps_summaries = False  # a store's recorder; not an application's of the user's own
     insert_function: str | None = None  # the call of the store's insert function, if any
 
+    # Retried as eventsourcing's reads are.
+    @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
     def select_notifications(
         self,
         start: int | None,
@@ -121,15 +132,40 @@ class _AnchoringRecorder(_CheckedRows, postgres.PostgresApplicationRecorder):
         topics: Sequence[str] = (),
         *,
         inclusive_of_start: bool = True,
+        topicless: bool = False,
     ) -> Sequence[Notification]:
         """As eventsourcing's, a row it cannot build a record of refused
-        (:func:`~covonaut_es.store._rows.building_records`); :class:`CheckedLog` checks
-        the records."""
-        with building_records():
-            found: Sequence[Notification] = super().select_notifications(
-                start, limit, stop, topics, inclusive_of_start=inclusive_of_start
-            )
-        return found
+        (:func:`~covonaut_es.store._rows.building_records`); ``topicless``: a read of
+        some topics also reads the rows that hold no topic
+        (:func:`~covonaut_es.store._rows.log_sql`). :class:`CheckedLog` checks the
+        records."""
+        datastore = self.datastore
+        statement = log_sql(
+            f'"{datastore.schema}"."{self.events_table_name}"',
+            "notification_id",
+            start=None if start is None else "%s",
+            stop=None if stop is None else "%s",
+            topics="= ANY(%s)" if topics else None,
+            no_topic=NO_TOPIC if topicless else None,
+            limit="%s",
+            inclusive_of_start=inclusive_of_start,
+        )
+        params: list[Any] = [p for p in (start, stop) if p is not None]
+        if topics:
+            params.append(list(topics))
+        with datastore.get_connection() as conn, conn.cursor(row_factory=tuple_row) as curs:
+            curs.execute(statement, [*params, limit], prepare=True)
+            with building_records():  # a NULL payload fails bytes()
+                return [
+                    Notification(
+                        id=position,
+                        originator_id=stream,
+                        originator_version=version,
+                        topic=topic,
+                        state=bytes(state),
+                    )
+                    for position, stream, version, topic, state in curs.fetchall()
+                ]
 
     def anchor_heads(self, *, create: bool) -> None:
         """Write head anchors from now on, creating their table, the lease table and
@@ -474,7 +510,7 @@ class _PostgresBackend(RecorderAnchors):
             return None
         domain_of = {stored_stream(events, s): s for s in streams}
         table = f'"{events.datastore.schema}"."{events.events_table_name}"'
-        statement = openings_sql(table, "= ANY(%s)", "= ANY(%s)")
+        statement = openings_sql(table, "= ANY(%s)", "= ANY(%s)", NO_TOPIC)
         with events.datastore.get_connection() as conn, conn.cursor(row_factory=tuple_row) as curs:
             curs.execute(statement, (list(domain_of), list(topics)), binary=True)
             rows = curs.fetchall()

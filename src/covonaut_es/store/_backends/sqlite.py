@@ -30,6 +30,7 @@ from eventsourcing.persistence import (
     AggregateRecorder,
     ApplicationRecorder,
     InfrastructureFactory,
+    Notification,
     StoredEvent,
 )
 
@@ -68,7 +69,13 @@ from covonaut_es.store._leases import LeaseBackend
 from covonaut_es.store._openings import Openings, in_chunks, opening_records, openings_sql
 from covonaut_es.store._outstanding import OutstandingTable, SQLOutstanding
 from covonaut_es.store._review_index_table import ReviewIndexTable, SQLReviewIndex
-from covonaut_es.store._rows import CheckedLog, checked_head, checked_id, checked_records
+from covonaut_es.store._rows import (
+    CheckedLog,
+    checked_head,
+    checked_id,
+    checked_records,
+    log_sql,
+)
 from covonaut_es.store._settings import check_sqlite_file
 from covonaut_es.store._settings_tables import SettingsTable, SQLSettings
 from covonaut_es.store._side_tables import SQLSideTable
@@ -77,6 +84,10 @@ from covonaut_es.store._stream_ids import KeyedEvents, KeyedLog, mapped_ids, sto
 from covonaut_es.store._summaries import SQLSummaries, SummaryTable
 from covonaut_es.store._thread_rows import ThreadRows, thread_rows, thread_rows_sql
 from covonaut_es.store._urls import SQLITE_PATH
+
+NO_TOPIC = "typeof(topic) <> 'text' OR topic = ''"
+"""The condition on a row whose topic names no event type: NULL, empty, or no text (a
+column of SQLite holds any value)."""
 
 
 class SQLiteAggregateRecorder(sqlite.SQLiteAggregateRecorder):
@@ -179,6 +190,42 @@ class _AnchoringRecorder(SQLiteAggregateRecorder, PollingSQLiteApplicationRecord
             return super().insert_events(stored_events, **kwargs)
         with self.writer.transaction() as c:
             return self._insert_events(c, stored_events, **kwargs)
+
+    def select_notifications(
+        self,
+        start: int | None,
+        limit: int,
+        stop: int | None = None,
+        topics: Sequence[str] = (),
+        *,
+        inclusive_of_start: bool = True,
+        topicless: bool = False,
+    ) -> Sequence[Notification]:
+        """As eventsourcing's; ``topicless``: a read of some topics also reads the rows
+        that hold no topic (:func:`~covonaut_es.store._rows.log_sql`)."""
+        statement = log_sql(
+            self.events_table_name,
+            "rowid",
+            start=None if start is None else "?",
+            stop=None if stop is None else "?",
+            topics=f"IN ({', '.join('?' * len(topics))})" if topics else None,
+            no_topic=NO_TOPIC if topicless else None,
+            limit="?",
+            inclusive_of_start=inclusive_of_start,
+        )
+        params = [p for p in (start, stop) if p is not None]
+        with self.datastore.transaction(commit=False) as c:
+            c.execute(statement, [*params, *topics, limit])
+            return [
+                Notification(
+                    id=position,
+                    originator_id=self.convert_originator_id(stream),
+                    originator_version=version,
+                    topic=topic,
+                    state=state,
+                )
+                for position, stream, version, topic, state in c.fetchall()
+            ]
 
     def _insert_events(self, c: Any, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Any:
         ids = super()._insert_events(c, stored_events, **kwargs)
@@ -433,6 +480,7 @@ class _SQLiteBackend(RecorderAnchors):
                     events.events_table_name,
                     f"IN ({', '.join('?' * len(chunk))})",
                     f"IN ({', '.join('?' * len(topics))})",
+                    NO_TOPIC,
                 )
                 cursor.execute(statement, (*chunk, *topics))
                 read = opening_records(cursor.fetchall(), domain_of, state=_same)
