@@ -55,7 +55,7 @@ class ThreadNames:
             log.warning(
                 "review queue: passing over %d of the threads' first events it read, "
                 "damaged or not theirs: those threads' pauses are not listed. "
-                "`covonaut-es check` names the threads of damaged rows",
+                "`covonaut-es migrate --check` reads every record and names a damaged one",
                 passed_over,
             )
         return names

@@ -258,12 +258,15 @@ class Forks:
         top = self._records.log_position()
         if top <= self._indexed_to:
             return
-        for notification in self._records.notifications(
-            AgentThread.Forked, after=self._indexed_to, topicless=True
-        ):
+        for notification in self._records.notifications(AgentThread.Forked, after=self._indexed_to):
             event = self._app.mapper.to_domain_event(notification)
+            # A fork's first event moved out of its stream is left out: the fork does not
+            # load, and the trees of the others are read on (forks() refuses it).
             if isinstance(event, AgentThread.Forked):
-                fork = _record(event)
+                try:
+                    fork = _record(event)
+                except ThreadStateError:
+                    continue
                 self._children.setdefault(fork.parent.thread_id, []).append(fork)
             top = max(top, notification.id)
         self._indexed_to = top
@@ -275,6 +278,9 @@ class Forks:
 
 
 def _record(event: AgentThread.Forked) -> ForkRecord:
+    """The fork ``event`` (read from the log) records, refused when its row was moved or
+    copied out of the fork's own stream (:func:`check_thread_stream`)."""
+    check_thread_stream(event.originator_id, event.thread_id)
     return ForkRecord(
         event.thread_id,
         ThreadParent(event.parent_thread_id, event.parent_version),

@@ -20,6 +20,7 @@ a time.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from datetime import datetime
 from uuid import UUID
@@ -216,13 +217,15 @@ class ThreadListing:
         position = seen
         # Read from the event at ``seen`` itself: a position the log does not hold was
         # spoiled by another writer, and one beyond the log would hide new writes.
-        notifications = self._records.notifications(*_THREAD_EVENTS, after=max(seen - 1, 0))
+        # A row without a topic may be a thread's: refused, never passed over (ADR 0083).
+        read = functools.partial(self._records.notifications, *_THREAD_EVENTS, topicless=True)
+        notifications = read(after=max(seen - 1, 0))
         if seen:
             first = next(notifications, None)
             if first is None or first.id != seen:
                 table.clear()
                 position = 0
-                notifications = self._records.notifications(*_THREAD_EVENTS, after=0)
+                notifications = read(after=0)
         for notification in notifications:
             written[UUID(str(notification.originator_id))] = None
             position = notification.id

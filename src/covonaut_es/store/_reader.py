@@ -16,7 +16,12 @@ from uuid import UUID
 
 from eventsourcing.application import AggregateNotFoundError, Application
 
-from covonaut_es.domain import AgentThread, ThreadSnapshot, thread_aggregate_id
+from covonaut_es.domain import (
+    AgentThread,
+    ThreadSnapshot,
+    check_thread_stream,
+    thread_aggregate_id,
+)
 from covonaut_es.errors import (
     CovonautError,
     MissingEventError,
@@ -98,7 +103,23 @@ class ThreadReader:
         version: int | None = None,
         snapshot_migrators: Mapping[int, Upcaster] = NO_MIGRATORS,
     ) -> AgentThread | None:
-        """As :meth:`covonaut_es.Store.find`."""
+        """As :meth:`covonaut_es.Store.find`; a read up to ``version`` that ends below it
+        while the thread's stream goes on is refused (:meth:`_refuse_lost_after`)."""
+        return self._find(thread_id, version, snapshot_migrators, whole=True)
+
+    def _grafted_onto(self, thread_id: str, *, version: int | None = None) -> AgentThread | None:
+        """A fork's parent as of the fork's branch point, for grafting: a parent that ends
+        below it is refused there, naming the fork (:meth:`_started`)."""
+        return self._find(thread_id, version, NO_MIGRATORS, whole=False)
+
+    def _find(
+        self,
+        thread_id: str,
+        version: int | None,
+        snapshot_migrators: Mapping[int, Upcaster],
+        *,
+        whole: bool,
+    ) -> AgentThread | None:
         if version is not None and version < 1:
             return None
         version = storable(version)
@@ -109,9 +130,27 @@ class ThreadReader:
             )
         if thread is None:
             return self._inherited(thread_id, version, self.find)
+        if whole and version is not None and thread.version < version:
+            self._refuse_lost_after(thread_id, aggregate_id, thread.version)
         if snapshot_version is not None and version is None:
             self._snapshot_seen(aggregate_id, snapshot_version)
         return thread
+
+    def _refuse_lost_after(self, thread_id: str, stream: UUID, head: int) -> None:
+        """Refuse a read up to a version that ended at ``head`` below it, when the
+        stream holds an event after ``head``: the one at ``head + 1`` was lost (or given
+        another version), and the read would give the thread as it stood before it.
+
+        Raises:
+            MissingEventError: Naming the version lost.
+        """
+        if self._app.recorder.select_events(stream, gt=head, limit=1):
+            msg = (
+                f"thread {thread_id!r} in store {self._url} has lost its event at version "
+                f"{head + 1}: its stream goes on after version {head}; restore the store "
+                "from a backup"
+            )
+            raise MissingEventError(msg, thread_id=thread_id, version=head + 1)
 
     def _rebuild(
         self,
@@ -129,7 +168,7 @@ class ThreadReader:
         no sealed snapshots, or caches its aggregates, is read by its repository.
         """
         snapshots, repository = self._app.snapshots, self._app.repository
-        parent = self.parent_loader(thread_id, self.find)
+        parent = self.parent_loader(thread_id, self._grafted_onto)
         cached = repository.cache and version is None and not snapshot_migrators
         if cached or not isinstance(snapshots, SnapshotCache):
             seen: list[int] = []
@@ -362,8 +401,14 @@ class ThreadReader:
         return own
 
     def thread_ids(self) -> Iterator[str]:
-        """As :meth:`covonaut_es.Store.thread_ids`."""
+        """As :meth:`covonaut_es.Store.thread_ids`.
+
+        Raises:
+            StoredRowError: A row of the log holds no topic.
+            ThreadStateError: A thread's first event is stored in another's stream.
+        """
         for event in self._records.events_of_type(*_FIRST_EVENTS, topicless=True):
+            check_thread_stream(event.originator_id, event.thread_id)
             yield event.thread_id
 
     def threads_with_review(self, review_id: str) -> tuple[str, ...]:

@@ -214,7 +214,12 @@ class Store(Closing):
         return review is not None and (not asked or review.request.thread_id == thread_id)
 
     def thread_ids(self) -> Iterator[str]:
-        """The ids of all threads, forks included, in creation order."""
+        """The ids of all threads, forks included, in creation order.
+
+        Raises:
+            StoredRowError: A row of the log holds no topic (written around the library).
+            ThreadStateError: A thread's first event is stored in another thread's stream.
+        """
         return self._reader.thread_ids()
 
     def list_threads(self, *, after: int | None = None, limit: int = 1000) -> ThreadPage:
@@ -355,7 +360,12 @@ class Store(Closing):
         self._forks.label(thread_id, label, version=version, now=now)
 
     def forks(self) -> tuple[ForkRecord, ...]:
-        """Every fork in the store, read from the event log."""
+        """Every fork in the store, read from the event log.
+
+        Raises:
+            StoredRowError: A row of the log holds no topic (written around the library).
+            ThreadStateError: A fork's first event is stored in another thread's stream.
+        """
         return self._forks.forks()
 
     def parent(self, thread_id: str) -> ThreadParent | None:

@@ -85,6 +85,10 @@ from covonaut_es.store._urls import postgres_params
 NO_TOPIC = "topic IS NULL OR topic = ''"
 """The condition on a row whose topic names no event type."""
 
+NO_VERSION = "originator_version < 0"
+"""The condition on a row whose version no event is stored at (a ``bigint``; a column
+let hold NULL is refused when the store opens)."""
+
 
 class _CheckedRows(postgres.PostgresAggregateRecorder):
     """eventsourcing's PostgreSQL recorder, checking each row it reads."""
@@ -491,6 +495,7 @@ class _PostgresBackend(RecorderAnchors):
             f'"{schema}"."{events.events_table_name}"',
             "%(stream)s",
             "%(lte)s",
+            NO_VERSION,
         )
         stored = stored_stream(events, stream)  # the snapshots' recorder keys ids alike
         reading = f"stream {stored}"

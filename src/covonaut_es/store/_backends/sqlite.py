@@ -70,6 +70,7 @@ from covonaut_es.store._openings import Openings, in_chunks, opening_records, op
 from covonaut_es.store._outstanding import OutstandingTable, SQLOutstanding
 from covonaut_es.store._review_index_table import ReviewIndexTable, SQLReviewIndex
 from covonaut_es.store._rows import (
+    LAST_VERSION,
     CheckedLog,
     checked_head,
     checked_id,
@@ -88,6 +89,13 @@ from covonaut_es.store._urls import SQLITE_PATH
 NO_TOPIC = "typeof(topic) <> 'text' OR topic = ''"
 """The condition on a row whose topic names no event type: NULL, empty, or no text (a
 column of SQLite holds any value)."""
+
+NO_VERSION = (
+    f"originator_version IS NULL OR originator_version < 0 OR originator_version > {LAST_VERSION}"
+)
+"""The condition on a row whose version no event is stored at: NULL, negative, or (as
+SQLite orders values of other types after every number) text, a blob or a real past any
+integer."""
 
 
 class SQLiteAggregateRecorder(sqlite.SQLiteAggregateRecorder):
@@ -450,7 +458,7 @@ class _SQLiteBackend(RecorderAnchors):
         ):
             return None
         statement = thread_rows_sql(
-            snapshots.events_table_name, events.events_table_name, ":stream", ":lte"
+            snapshots.events_table_name, events.events_table_name, ":stream", ":lte", NO_VERSION
         )
         stored = stored_stream(events, stream)  # the snapshots' recorder keys ids alike
         params = {"stream": events.stream_key(stored), "lte": lte}
