@@ -34,6 +34,7 @@ from covonaut_es.domain._forks import fork_event, fork_point
 from covonaut_es.errors import (
     CheckpointNotFoundError,
     ConfigurationError,
+    SerializationError,
     ThreadConflictError,
     ThreadNotFoundError,
     ThreadStateError,
@@ -259,14 +260,15 @@ class Forks:
         if top <= self._indexed_to:
             return
         for notification in self._records.notifications(AgentThread.Forked, after=self._indexed_to):
-            event = self._app.mapper.to_domain_event(notification)
-            # A fork's first event moved out of its stream is left out: the fork does not
-            # load, and the trees of the others are read on (forks() refuses it).
-            if isinstance(event, AgentThread.Forked):
-                try:
-                    fork = _record(event)
-                except ThreadStateError:
-                    continue
+            # A fork's first event that does not decode, or was moved out of its stream, is
+            # left out: the fork does not load, and the trees of the others are read on
+            # (forks() refuses it).
+            try:
+                event = self._app.mapper.to_domain_event(notification)
+                fork = _record(event) if isinstance(event, AgentThread.Forked) else None
+            except (SerializationError, ThreadStateError):
+                continue
+            if fork is not None:
                 self._children.setdefault(fork.parent.thread_id, []).append(fork)
             top = max(top, notification.id)
         self._indexed_to = top

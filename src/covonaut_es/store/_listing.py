@@ -28,7 +28,13 @@ from uuid import UUID
 import msgspec
 from eventsourcing.application import Application
 
-from covonaut_es.domain import AgentThread, ThreadParent, ThreadStatus, thread_aggregate_id
+from covonaut_es.domain import (
+    AgentThread,
+    ThreadParent,
+    ThreadStatus,
+    check_thread_stream,
+    thread_aggregate_id,
+)
 from covonaut_es.errors import ConfigurationError
 from covonaut_es.store._backend import Backend
 from covonaut_es.store._read_only import WriteGuard
@@ -257,6 +263,7 @@ class ThreadListing:
         first = self._records.first_event(stream)
         if first is None:
             return None  # not a thread's stream
+        check_thread_stream(first.originator_id, first.thread_id)  # not another's, moved
         thread = self._reader.find(first.thread_id)
         if thread is None:
             return None

@@ -140,11 +140,17 @@ class ThreadReader:
         """Refuse a read up to a version that ended at ``head`` below it, when the
         stream holds an event after ``head``: the one at ``head + 1`` was lost (or given
         another version), and the read would give the thread as it stood before it.
+        Every row of the stream is read, each checked: a row at no version (NULL, text)
+        meets no bound, and an application of the user's own reads through
+        eventsourcing's bounded statement. (Asked only of a read that ended below its
+        version: one past the head, or of a damaged stream.)
 
         Raises:
             MissingEventError: Naming the version lost.
+            StoredRowError: A row of the stream holds no version.
         """
-        if self._app.recorder.select_events(stream, gt=head, limit=1):
+        rows = self._app.recorder.select_events(stream)
+        if any(row.originator_version > head for row in rows):
             msg = (
                 f"thread {thread_id!r} in store {self._url} has lost its event at version "
                 f"{head + 1}: its stream goes on after version {head}; restore the store "

@@ -178,8 +178,11 @@ def checked_log(notifications: Sequence[N]) -> Sequence[N]:
     return checked_records(notifications)
 
 
-def checked_records(records: Sequence[R], *, reading: str = "the store's log") -> Sequence[R]:
-    """``records``, each checked to hold a version in range, a topic and a payload.
+def checked_records(
+    records: Sequence[R], *, reading: str = "the store's log", lowest: int = 0
+) -> Sequence[R]:
+    """``records``, each checked to hold a version in range (from ``lowest``: 1 for a
+    thread's events, whose stream begins there), a topic and a payload.
 
     Raises:
         StoredRowError: A record holds a value of the wrong type.
@@ -187,11 +190,12 @@ def checked_records(records: Sequence[R], *, reading: str = "the store's log") -
     for record in records:  # one pass: a restore reads every row of a thread through it
         version, topic, state = record.originator_version, record.topic, record.state
         if isinstance(state, str):  # typed bytes, stored anything: read again as bytes
-            return checked_records([_as_bytes(r) for r in records], reading=reading)
+            again = [_as_bytes(r) for r in records]
+            return checked_records(again, reading=reading, lowest=lowest)
         # eventsourcing's recorders take any version from 0 (its contract tests write 0).
-        if type(version) is not int or not 0 <= version <= LAST_VERSION:
+        if type(version) is not int or not lowest <= version <= LAST_VERSION:
             where = f"a stored row of stream {record.originator_id} ({reading})"
-            raise _damaged(where, "originator_version", version, "an integer from 0")
+            raise _damaged(where, "originator_version", version, f"an integer from {lowest}")
         if type(topic) is not str or not topic:
             where = f"stored row {version} of stream {record.originator_id}"
             raise _damaged(where, "topic", topic, "the name of an event type")

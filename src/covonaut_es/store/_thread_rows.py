@@ -15,6 +15,7 @@ from uuid import UUID
 
 from eventsourcing.persistence import StoredEvent
 
+from covonaut_es.store._openings import OPENING_VERSION
 from covonaut_es.store._rows import checked_records
 
 _SNAPSHOT, _EVENT = 0, 1
@@ -36,16 +37,18 @@ class ThreadRows(NamedTuple):
 
 
 @functools.lru_cache(maxsize=16)
-def thread_rows_sql(snapshots: str, events: str, stream: str, lte: str, no_version: str) -> str:
+def thread_rows_sql(
+    snapshots: str, events: str, stream: str, lte: str, no_version: tuple[str, ...]
+) -> str:
     """The statement reading a thread's :class:`ThreadRows` from the tables
     ``snapshots`` and ``events``, given the placeholders of its parameters: ``stream``
     (the thread's stored id) and ``lte`` (the highest version read), and the back end's
-    condition ``no_version`` on a version no event is stored at (negative; on SQLite
-    also NULL, text, a blob or past any integer). The events that meet it are read
-    too, wherever they stand, so that the rows' check refuses them: a comparison
+    conditions ``no_version`` on a version no event is stored at (negative; on SQLite
+    also NULL, text, a blob or past any integer), each a lookup of the stream's index
+    (SQLite scans the whole stream for an OR of three). The events that meet them are
+    read too, wherever they stand, so that the rows' check refuses them: a comparison
     passes over such a row, and a thread whose newest event a writer gave one loaded
-    as the version before it, without a word (two lookups of the stream's index). Each
-    row is
+    as the version before it, without a word. Each row is
     its kind (0 the snapshot, 1 an event), version, topic and payload, in no set order:
     :func:`thread_rows` orders them. An ``ORDER BY`` over the union would sort, that is
     copy, a long thread's snapshot of hundreds of kilobytes; and SQLite reads the union
@@ -59,9 +62,11 @@ def thread_rows_sql(snapshots: str, events: str, stream: str, lte: str, no_versi
         f"WHERE originator_id = {stream} AND originator_version <= {lte} "
         f"AND originator_version >= coalesce({newest}, 0) "
         f"UNION ALL SELECT {_SNAPSHOT}, originator_version, topic, state FROM {snapshots} "
-        f"WHERE originator_id = {stream} AND originator_version = {newest} "
-        f"UNION ALL SELECT {_EVENT}, originator_version, topic, state FROM {events} "
-        f"WHERE originator_id = {stream} AND ({no_version})"
+        f"WHERE originator_id = {stream} AND originator_version = {newest}"
+    ) + "".join(
+        f" UNION ALL SELECT {_EVENT}, originator_version, topic, state FROM {events} "
+        f"WHERE originator_id = {stream} AND ({condition})"
+        for condition in no_version
     )
 
 
@@ -98,5 +103,6 @@ def thread_rows(
         fields["state"] = state(payload)
         (events if kind == _EVENT else snapshots).append(found)
     checked = checked_records(snapshots, reading=reading)
-    ordered = sorted(checked_records(events, reading=reading), key=_VERSION)  # versions are ints
+    checked_events = checked_records(events, reading=reading, lowest=OPENING_VERSION)
+    ordered = sorted(checked_events, key=_VERSION)  # versions are ints
     return ThreadRows(checked[0] if checked else None, ordered)

@@ -85,9 +85,9 @@ from covonaut_es.store._urls import postgres_params
 NO_TOPIC = "topic IS NULL OR topic = ''"
 """The condition on a row whose topic names no event type."""
 
-NO_VERSION = "originator_version < 0"
-"""The condition on a row whose version no event is stored at (a ``bigint``; a column
-let hold NULL is refused when the store opens)."""
+NO_VERSION = ("originator_version < 1",)
+"""The condition on a row whose version no thread's event is stored at (a stream begins
+at 1; a ``bigint``, and a column let hold NULL is refused when the store opens)."""
 
 
 class _CheckedRows(postgres.PostgresAggregateRecorder):

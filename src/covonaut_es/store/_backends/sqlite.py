@@ -91,11 +91,13 @@ NO_TOPIC = "typeof(topic) <> 'text' OR topic = ''"
 column of SQLite holds any value)."""
 
 NO_VERSION = (
-    f"originator_version IS NULL OR originator_version < 0 OR originator_version > {LAST_VERSION}"
+    "originator_version IS NULL OR originator_version < 1",
+    f"originator_version > {LAST_VERSION}",
 )
-"""The condition on a row whose version no event is stored at: NULL, negative, or (as
-SQLite orders values of other types after every number) text, a blob or a real past any
-integer."""
+"""The conditions on a row whose version no thread's event is stored at: NULL or below 1
+(a stream begins at 1); or,
+as SQLite orders values of other types after every number, text, a blob or a real past
+any integer."""
 
 
 class SQLiteAggregateRecorder(sqlite.SQLiteAggregateRecorder):
