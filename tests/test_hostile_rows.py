@@ -732,7 +732,7 @@ def _loads(url: str, thread_id: str) -> bool:
         return True
 
 
-RENAMING = {"text", "int", "negative", "huge", "beyond", "real", "JSON", "other row"}
+RENAMING = {"text", "int", "zero", "negative", "huge", "beyond", "real", "JSON", "other row"}
 """The shapes that give a SQLite topic a name (SQLite keeps a number or JSON in a text
 column as text): a row renamed so is read as that name (the log holds an application's
 own events under names the library does not know), and found by the chain."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -32,6 +33,7 @@ from covonaut_es import (
 )
 from covonaut_es.domain import AgentThread, PauseKind, ToolOutcome
 from covonaut_es.errors import CovonautError, ToolCallsInDoubtError
+from covonaut_es.runtime import running_calls
 from covonaut_es.service import Settlement, ThreadService, pause_token, review_submission
 from covonaut_es.service._submissions import is_blank
 from support import answer, call, ticking_clock
@@ -126,6 +128,12 @@ class World:
             agent.run(f"go {text}")
         except ProcessDied:
             dies[0] = False
+            # A process that died runs no tool: the calls started beside the one that
+            # "killed" it finish first (their threads outlive the exception here).
+            deadline = time.monotonic() + 10
+            while any(c.thread_id == thread_id for c in running_calls()):
+                assert time.monotonic() < deadline, running_calls()
+                time.sleep(0.001)
             self.service.pause_calls_in_doubt(thread_id, f"its runner stopped: {text}")
 
     def from_state(self, n: int) -> None:

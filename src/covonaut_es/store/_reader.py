@@ -131,26 +131,29 @@ class ThreadReader:
         if thread is None:
             return self._inherited(thread_id, version, self.find)
         if whole and version is not None and thread.version < version:
-            self._refuse_lost_after(thread_id, aggregate_id, thread.version)
+            with self.reading(thread_id):
+                self._refuse_lost_after(thread_id, aggregate_id, thread.version)
         if snapshot_version is not None and version is None:
             self._snapshot_seen(aggregate_id, snapshot_version)
         return thread
 
     def _refuse_lost_after(self, thread_id: str, stream: UUID, head: int) -> None:
         """Refuse a read up to a version that ended at ``head`` below it, when the
-        stream holds an event after ``head``: the one at ``head + 1`` was lost (or given
-        another version), and the read would give the thread as it stood before it.
-        Every row of the stream is read, each checked: a row at no version (NULL, text)
-        meets no bound, and an application of the user's own reads through
-        eventsourcing's bounded statement. (Asked only of a read that ended below its
-        version: one past the head, or of a damaged stream.)
+        stream holds events after ``head`` but none at ``head + 1``: that one was lost
+        (or given another version), and the read would give the thread as it stood
+        before it. Events another writer appended since the read begin at ``head + 1``
+        (a save writes a thread's next versions in one transaction): the read stands,
+        as of its moment. Every row of the stream is read, each checked: a row at no
+        version (NULL, text) meets no bound, and an application of the user's own reads
+        through eventsourcing's bounded statement. (Asked only of a read that ended
+        below its version: one past the head, or of a damaged stream.)
 
         Raises:
             MissingEventError: Naming the version lost.
             StoredRowError: A row of the stream holds no version.
         """
-        rows = self._app.recorder.select_events(stream)
-        if any(row.originator_version > head for row in rows):
+        versions = {row.originator_version for row in self._app.recorder.select_events(stream)}
+        if head + 1 not in versions and any(v > head for v in versions):
             msg = (
                 f"thread {thread_id!r} in store {self._url} has lost its event at version "
                 f"{head + 1}: its stream goes on after version {head}; restore the store "

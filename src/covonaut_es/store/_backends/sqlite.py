@@ -95,9 +95,9 @@ NO_VERSION = (
     f"originator_version > {LAST_VERSION}",
 )
 """The conditions on a row whose version no thread's event is stored at: NULL or below 1
-(a stream begins at 1); or,
-as SQLite orders values of other types after every number, text, a blob or a real past
-any integer."""
+(a stream begins at 1); or, as SQLite orders values of other types after every number,
+text, a blob or a real past any integer. Two conditions, each a search of the stream's
+index: SQLite plans an OR of three as a scan of the whole stream."""
 
 
 class SQLiteAggregateRecorder(sqlite.SQLiteAggregateRecorder):
