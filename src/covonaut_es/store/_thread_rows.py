@@ -43,13 +43,13 @@ def thread_rows_sql(
     """The statement reading a thread's :class:`ThreadRows` from the tables
     ``snapshots`` and ``events``, given the placeholders of its parameters: ``stream``
     (the thread's stored id) and ``lte`` (the highest version read), and the back end's
-    conditions ``no_version`` on a version no event is stored at (negative; on SQLite
-    also NULL, text, a blob or past any integer), each a lookup of the stream's index
-    (SQLite scans the whole stream for an OR of three). The events that meet them are
-    read too, wherever they stand, so that the rows' check refuses them: a comparison
-    passes over such a row, and a thread whose newest event a writer gave one loaded
-    as the version before it, without a word. Each row is
-    its kind (0 the snapshot, 1 an event), version, topic and payload, in no set order:
+    conditions ``no_version`` on a version no thread's event is stored at (below 1; on
+    SQLite also NULL, text, a blob or past any integer), each a lookup of the stream's
+    index (SQLite scans the whole stream for an OR of three). The events that meet them
+    are read too, wherever they stand, so that the rows' check refuses them: a
+    comparison passes over such a row, and a thread whose newest event a writer gave
+    one loaded as the version before it, without a word. Each row is its kind (0 the
+    snapshot, 1 an event), version, topic and payload, in no set order:
     :func:`thread_rows` orders them. An ``ORDER BY`` over the union would sort, that is
     copy, a long thread's snapshot of hundreds of kilobytes; and SQLite reads the union
     faster with the snapshot last (by a third, on a thread of 5,000 events)."""
