@@ -6,14 +6,21 @@ pauses, decisions, retries, settlements, forks and abandonment."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from covonaut_es import ThreadStatus, open_store
+from covonaut_es.domain import AgentThread, Interrupt, PauseKind
 from covonaut_es.domain._forks import fork_point
+from covonaut_es.domain._pauses import in_doubt_data
+from covonaut_es.errors import ThreadStateError
 from test_review_queue_property import Step, World, run, steps
+
+NOW = datetime(2026, 12, 1, tzinfo=UTC)
 
 
 def waiting(store: Any, thread_id: str, version: int) -> tuple[Any, ...]:
@@ -43,6 +50,11 @@ def waiting(store: Any, thread_id: str, version: int) -> tuple[Any, ...]:
         ("decide", 1, ""),
     ]
 )
+# A call in doubt whose runner was not found dead, sent to run again, then the thread
+# paused on its calls in doubt, in it or in a fork of it: the retry asked for deals with
+# the call, which waits for a runner and is not paused.
+@example(plan=[("run", "", ("transfer",), False), ("retry", 0), ("pause", 0)])
+@example(plan=[("run", "", ("transfer",), False), ("retry", 0), ("fork", 0, 1.0), ("pause", 1)])
 # A call in doubt sent to run again, whose runner then dies in the retry, twice.
 @example(
     plan=[
@@ -77,3 +89,30 @@ def test_a_fork_inherits_exactly_the_pauses_waiting_at_its_version(plan: list[St
             state = store.state_at(thread_id, version=version)
             assert abandoned is (state.status is ThreadStatus.ABANDONED), (thread_id, version)
             assert inherited == waiting(store, thread_id, version), (thread_id, version)
+
+
+def test_a_pause_in_doubt_stored_after_a_retry_asked_for_is_inherited_as_the_thread_reads_it() -> (
+    None
+):
+    """A thread written before a call whose retry was asked for could not be paused holds
+    that pause after the request: the thread reads it as dealt with (the retry stands),
+    and so does a fork's record of what it inherits, and the fork loads."""
+    store = open_store("memory://")
+    world = World(store, "p")
+    world.run("", ("transfer",), False)
+    world.retry(0)
+    (thread_id,) = world.threads
+    thread = store.load(thread_id)
+    (pending,) = thread.in_doubt
+    with pytest.raises(ThreadStateError, match="to be run again"):
+        thread.pause_in_doubt(pending.call.id, "checking", now=NOW)
+    # As the code before wrote it: the event, past the command's refusal.
+    data = in_doubt_data(pending, thread.reviews, paused_at=thread.version + 1)
+    interrupt = Interrupt("checking", data, pending.call.id, pending.call.name, PauseKind.IN_DOUBT)
+    thread.trigger_event(AgentThread.Interrupted, interrupt=interrupt, timestamp=NOW)
+    store.save(thread)
+    events = list(store.history(thread_id))
+    assert fork_point(reversed(events)) == ((), False)
+    assert waiting(store, thread_id, thread.version) == ()
+    fork_id = store.fork(thread_id)
+    assert store.load(fork_id).pauses == store.load(thread_id).pauses

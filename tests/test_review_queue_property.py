@@ -116,9 +116,10 @@ class World:
 
     # Threads that pause ---------------------------------------------------------------
 
-    def run(self, text: str, kinds: tuple[str, ...]) -> None:
+    def run(self, text: str, kinds: tuple[str, ...], found: bool = True) -> None:
         """A new thread whose model calls each tool of ``kinds`` at once, with ``text`` in
-        the call ids and arguments."""
+        the call ids and arguments; a runner that dies in a ``transfer`` is found dead
+        (its calls in doubt paused) or not yet."""
         thread_id = self.new_thread()
         arguments = json.dumps({"q": text, "memo": text})
         calls = [(f"c{i}{text}", kind, arguments) for i, kind in enumerate(kinds)]
@@ -134,7 +135,8 @@ class World:
             while any(c.thread_id == thread_id for c in running_calls()):
                 assert time.monotonic() < deadline, running_calls()
                 time.sleep(0.001)
-            self.service.pause_calls_in_doubt(thread_id, f"its runner stopped: {text}")
+            if found:
+                self.service.pause_calls_in_doubt(thread_id, f"its runner stopped: {text}")
 
     def from_state(self, n: int) -> None:
         """A new thread started from the saved state of an existing one."""
@@ -207,6 +209,25 @@ class World:
             if runner == "dies":
                 self.service.pause_calls_in_doubt(thread_id, "its runner stopped again")
 
+    def retry(self, n: int) -> None:
+        """A person sends each call in doubt to run again, paused on or not (its runner
+        may be gone unfound), unless its retry is asked for already."""
+        thread_id = self.pick(n)
+        if thread_id is None or self.store.state_at(thread_id).status is ThreadStatus.ABANDONED:
+            return
+        thread = self.store.load(thread_id)
+        for pending in thread.in_doubt:
+            if pending.call.id not in thread.retries_requested:
+                self.service.request_retry(thread_id, pending.call.id, reviewer=self.rita)
+
+    def pause(self, n: int) -> None:
+        """A runner finds the thread's runner gone, whatever a person did since, and
+        pauses it on its calls in doubt (a call whose retry is asked for stays so)."""
+        thread_id = self.pick(n)
+        if thread_id is None or self.store.state_at(thread_id).status is ThreadStatus.ABANDONED:
+            return
+        self.service.pause_calls_in_doubt(thread_id, "its runner is gone")
+
     def note_heads(self) -> None:
         """Note each thread's head, once a command is over."""
         for thread_id in self.threads:
@@ -242,7 +263,7 @@ Step = tuple[Any, ...]
 
 kinds = st.lists(st.sampled_from(["ask", "pay", "transfer", "wire"]), min_size=1, max_size=3)
 indexes = st.integers(0, 7)
-run = st.tuples(st.just("run"), odd_text, kinds.map(tuple))
+run = st.tuples(st.just("run"), odd_text, kinds.map(tuple), st.booleans())
 steps: st.SearchStrategy[Step] = st.one_of(
     run,
     run,
@@ -250,6 +271,8 @@ steps: st.SearchStrategy[Step] = st.one_of(
     st.tuples(st.just("decide"), indexes, odd_text),
     st.tuples(st.just("resume"), indexes),
     st.tuples(st.just("resume"), indexes, st.sampled_from(["dies", "dies unfound"])),
+    st.tuples(st.just("retry"), indexes),
+    st.tuples(st.just("pause"), indexes),
     st.tuples(st.just("fork"), indexes, st.floats(0, 1)),
     st.tuples(st.just("abandon"), indexes),
 )

@@ -78,7 +78,10 @@ class _Tail:
         self.open = _Open(self.closed)
         self.paused_in_tool: set[str] = set()
         self._answers: dict[str, bool] = {}
-        self._retries: dict[str, bool] = {}
+        # As the thread keeps them: retries asked for, until one begins or the call is
+        # settled; and retries begun, until the call's result or a new pause in doubt.
+        self._requested: dict[str, bool] = {}
+        self._begun: dict[str, bool] = {}
 
     @property
     def answered(self) -> set[str]:
@@ -86,7 +89,8 @@ class _Tail:
 
     @property
     def retries(self) -> set[str]:
-        return {call_id for call_id, asked in self._retries.items() if asked}
+        asked = {call_id for call_id, given in self._requested.items() if given}
+        return asked | {call_id for call_id, given in self._begun.items() if given}
 
     def note(self, event: Any) -> None:
         if isinstance(event, AgentThread.ReviewDecided):
@@ -96,24 +100,28 @@ class _Tail:
         elif isinstance(event, AgentThread.Steered) and event.answer_to:
             self._answers.setdefault(event.answer_to, False)
         elif isinstance(event, AgentThread.RetryRequested) and event.tool_call_id:
-            self._retries.setdefault(event.tool_call_id, True)
+            self._requested.setdefault(event.tool_call_id, True)
         elif isinstance(event, AgentThread.ToolCallRetried):
             # A retry begun deals with the call's pause, as asking for it did; a record
             # of the code before revived it (ADR 0066).
-            self._retries.setdefault(event.tool_call_id, not event.revives_pause)
+            self._requested.setdefault(event.tool_call_id, False)
+            if not event.revives_pause:
+                self._begun.setdefault(event.tool_call_id, True)
         if isinstance(event, AgentThread.ToolResultRecorded):
             self.closed.add(event.tool_call_id)
+            self._begun.setdefault(event.tool_call_id, False)
             if isinstance(event, AgentThread.ToolCallSettled):
-                self._retries.setdefault(event.tool_call_id, False)
+                self._requested.setdefault(event.tool_call_id, False)
             if event.outcome is ToolOutcome.INTERRUPTED:
                 self.paused_in_tool.add(event.tool_call_id)
 
     def paused(self, interrupt: Interrupt) -> Interrupt:
         """``interrupt`` as the thread reads it now (:meth:`as_read`), noted: a pause in
-        doubt is newer than the retries before it, which dealt with an older one."""
+        doubt is newer than the retry begun before it, which dealt with an older one;
+        a retry asked for and not begun deals with it too."""
         read = self.as_read(interrupt)
         if read.kind is PauseKind.IN_DOUBT:
-            self._retries.setdefault(read.tool_call_id, False)
+            self._begun.setdefault(read.tool_call_id, False)
         return read
 
     def as_read(self, interrupt: Interrupt) -> Interrupt:

@@ -1153,9 +1153,17 @@ class AgentThread(Aggregate, created_event_name="Started"):
         ``trace_parent``: the traced run's context (see ``Interrupt.trace_parent``).
 
         Raises:
-            ThreadStateError: The call is not in doubt.
+            ThreadStateError: The call is not in doubt, or a person asked for it to run
+                again: it waits for a runner, and a pause would wait for nobody (its
+                retry deals with it), which a fork could not tell once past the request.
         """
         pending = self._call_in_doubt(tool_call_id)
+        if tool_call_id in self.retries_requested:
+            msg = (
+                f"call {tool_call_id!r} of thread {self.thread_id!r} is to be run again, as "
+                "a person asked: it waits for a runner, not for a person to check it"
+            )
+            raise ThreadStateError(msg)
         if tool_call_id not in self.retries_begun:
             for interrupt in self.interrupts:
                 if interrupt.tool_call_id == tool_call_id and interrupt.kind is PauseKind.IN_DOUBT:

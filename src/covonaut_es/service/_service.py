@@ -369,7 +369,7 @@ class ThreadService:
     def pause_calls_in_doubt(self, thread_id: str, reason: str) -> None:
         """Pause the thread on each of its calls in doubt (its runner stopped between a
         call and its result), for a person to settle; a runner's command, under the
-        thread's lease.
+        thread's lease. A call a person asked to run again waits for a runner instead.
 
         Raises:
             ThreadBusyError: Another runner holds the thread.
@@ -378,6 +378,8 @@ class ThreadService:
         def pause(thread: AgentThread) -> None:
             for pending in thread.in_doubt:
                 call = pending.call
+                if call.id in thread.retries_requested:
+                    continue
                 why = f"call {call.id!r} of tool {call.name!r} is in doubt: {reason}"
                 thread.pause_in_doubt(call.id, why, now=self._clock())
 
