@@ -491,9 +491,9 @@ class PersistenceTimer:
                 self.groups.append([events, 0])
                 self.starts.append(start)
 
-        def timed_snapshot(thread: Any) -> bool:
+        def timed_snapshot(thread: Any, **options: Any) -> bool:  # at_rest, at a run's end
             start = time.perf_counter()
-            written = snapshot(thread)
+            written = snapshot(thread, **options)
             self.seconds += time.perf_counter() - start
             if written and self.groups:
                 self.groups[-1][1] = 1

@@ -9,6 +9,7 @@ recorder-level contract is ``test_recorder_contracts.py``.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import threading
 from collections.abc import Callable, Iterator
@@ -35,7 +36,7 @@ from covonaut_es import (
     open_store,
 )
 from covonaut_es.audit import export_thread
-from covonaut_es.domain import CheckpointReason, RunMode
+from covonaut_es.domain import CheckpointReason, RunMode, thread_aggregate_id
 from covonaut_es.errors import InvalidStateKeyError
 from covonaut_es.messages import Message, Role
 from covonaut_es.store import Compression
@@ -151,6 +152,92 @@ def test_a_new_snapshot_replaces_the_older_ones_and_time_travel_still_works(
     for version in sorted(states)[::4]:
         assert store.state_at("long", version) == states[version]
     assert store.state_at("long") == thread.state
+
+
+def newest_snapshot(store: Store, thread_id: str) -> int | None:
+    """The version of the thread's newest stored snapshot, if it has one."""
+    assert store._app.snapshots is not None
+    stream = thread_aggregate_id(thread_id)
+    newest = store._app.snapshots.recorder.select_events(stream, desc=True, limit=1)
+    return newest[0].originator_version if newest else None
+
+
+def grown(store: Store, thread: AgentThread, events: int) -> AgentThread:
+    """``thread`` with ``events`` more messages, saved."""
+    for i in range(events):
+        thread.append_message(user(f"message {thread.version} {i}"), now=NOW)
+    store.save(thread)
+    return thread
+
+
+def test_at_rest_a_snapshot_is_due_once_its_tail_is_a_sixty_fourth_of_the_thread(
+    store: Store,
+) -> None:
+    """When a run ends a snapshot is due sooner than at a checkpoint (ADR 0085): once the
+    events since the last one are a sixty-fourth of the thread and at least 32, where a
+    checkpoint waits for a sixteenth and at least 64; no thread under 64 events has one."""
+    thread = AgentThread.start("rest", now=NOW)
+    thread.start_run(RunMode.RUN, now=NOW)
+    grown(store, thread, 61)
+    assert thread.version == 63
+    assert not store.snapshot_if_due(thread, at_rest=True)
+    grown(store, thread, 1)
+    assert store.snapshot_if_due(thread, at_rest=True)
+    assert newest_snapshot(store, "rest") == 64
+
+    grown(store, thread, 31)
+    assert not store.snapshot_if_due(thread, at_rest=True)
+    grown(store, thread, 1)
+    assert not store.snapshot_if_due(thread)  # 32 events: short of a checkpoint's 64
+    assert store.snapshot_if_due(thread, at_rest=True)
+    assert newest_snapshot(store, "rest") == 96
+
+    grown(store, thread, 2521 - thread.version)
+    assert store.snapshot_if_due(thread, at_rest=True)
+    grown(store, thread, 39)  # 2,560 events: a sixty-fourth is 40
+    assert not store.snapshot_if_due(thread, at_rest=True)
+    grown(store, thread, 1)
+    assert store.snapshot_if_due(thread, at_rest=True)
+    assert newest_snapshot(store, "rest") == thread.version == 2561
+    assert store.state_at("rest") == thread.state == store.replay_state("rest")
+
+
+def long_run(store: Store, thread_id: str, turns: int) -> Agent:
+    """An agent of ``thread_id`` whose run calls the echo tool ``turns`` times."""
+    script = [
+        ProviderResponse(tool_calls=(ToolCall(f"c{i}", "echo", '{"text": "x"}'),))
+        for i in range(turns)
+    ]
+    script.append(ProviderResponse(content="done"))
+    return Agent(
+        AgentConfig(
+            provider=ScriptedProvider(script),
+            tools=[echo_tool()],
+            max_turns=turns + 10,
+            checkpoint=CheckpointSettings(store=store, thread_id=thread_id),
+            clock=ticking_clock(),
+        )
+    )
+
+
+@pytest.mark.parametrize("awaited", [False, True], ids=["run", "arun"])
+def test_a_run_that_ends_leaves_a_snapshot_of_its_end_when_one_is_due_at_rest(
+    store: Store, awaited: bool
+) -> None:
+    """A run's end stores a snapshot at the thread's head once one is due at rest, so
+    that the next restore replays nothing; a short thread's run leaves none."""
+    for thread_id, turns in (("long", 60), ("short", 3)):
+        agent = long_run(store, thread_id, turns)
+        if awaited:
+            asyncio.run(agent.arun("go"))
+        else:
+            agent.run("go")
+        head = store.head_version(thread_id)
+        expected = head if thread_id == "long" else None
+        assert newest_snapshot(store, thread_id) == expected
+        assert store.state_at(thread_id) == agent.state == store.replay_state(thread_id)
+    report = store.verify("long")
+    assert report.ok, report.findings
 
 
 _longs = itertools.count()

@@ -65,7 +65,7 @@ PUBLIC_SIGNATURES = {
     "replay_state": "(self, thread_id: 'str') -> 'ThreadState'",
     "save": "(self, thread: 'AgentThread') -> 'None'",
     "session_tree": "(self) -> 'SessionTree'",
-    "snapshot_if_due": "(self, thread: 'AgentThread') -> 'bool'",
+    "snapshot_if_due": "(self, thread: 'AgentThread', *, at_rest: 'bool' = False) -> 'bool'",
     "state_at": "(self, thread_id: 'str', version: 'int | None' = None) -> 'ThreadState'",
     "submit": "(self, thread_id: 'str', text: 'str') -> 'int'",
     "thread_ids": "(self) -> 'Iterator[str]'",

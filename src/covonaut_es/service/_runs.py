@@ -92,6 +92,14 @@ class RunSession:
             self._store.snapshot_if_due(thread)
         return pending
 
+    def rest(self) -> None:
+        """The run is over: store a snapshot of the thread, saved as it stands, if one is
+        due at rest (:meth:`Store.snapshot_if_due <covonaut_es.Store.snapshot_if_due>`),
+        so that its next restore replays few events. A thread with unsaved events is
+        left as it is."""
+        if not self.thread.pending_events:
+            self._store.snapshot_if_due(self.thread, at_rest=True)
+
     def stop_if_abandoned(self) -> None:
         """Raise if a commit found the thread given up meanwhile; the runner calls it
         once it has handed on what the commit saved.

@@ -467,7 +467,9 @@ class ThreadService:
         thread: AgentThread | None = None,
         migrators: Mapping[int, Upcaster] = NO_MIGRATORS,
     ) -> Iterator[RunSession]:
-        """Hold the thread's run lease for a run, with the thread loaded under it.
+        """Hold the thread's run lease for a run, with the thread loaded under it; when
+        the run ends without an error, store a snapshot of it if one is due at rest
+        (:meth:`RunSession.rest`), still under the lease.
 
         Args:
             thread_id: The thread; started (not yet saved) when the store has none.
@@ -481,7 +483,9 @@ class ThreadService:
         """
         refuse_while_running(self.store, thread_id)
         with self.store.lease(thread_id) as lease:
-            yield RunSession(self.store, lease, self._current(thread_id, thread, migrators))
+            session = RunSession(self.store, lease, self._current(thread_id, thread, migrators))
+            yield session
+            session.rest()  # not after an error: the run did not come to rest
 
     @contextlib.asynccontextmanager
     async def asession(
@@ -495,7 +499,9 @@ class ThreadService:
         refuse_while_running(self.store, thread_id)
         async with self.store.alease(thread_id) as lease:
             current = await asyncio.to_thread(self._current, thread_id, thread, migrators)
-            yield RunSession(self.store, lease, current)
+            session = RunSession(self.store, lease, current)
+            yield session
+            await asyncio.to_thread(session.rest)
 
     # Internals ----------------------------------------------------------------------
 

@@ -283,19 +283,26 @@ class Store(Closing):
         """
         self._writer.save(thread)
 
-    def snapshot_if_due(self, thread: AgentThread) -> bool:
+    def snapshot_if_due(self, thread: AgentThread, *, at_rest: bool = False) -> bool:
         """Store a snapshot of a just-saved thread if it pays, replacing its older one
-        (ADR 0014); the run loop asks at every checkpoint.
+        (ADR 0014); the run loop asks at every checkpoint, and when a run ends.
 
         A snapshot is written once the events since the thread's last one are at least
         a sixteenth of its versions (and at least 64), so a restore replays at most
         that share of the thread, and the snapshot bytes written per event stay
-        constant. Only the newest snapshot is kept.
+        constant. Only the newest snapshot is kept. No thread shorter than 64 events
+        has one.
+
+        Args:
+            thread: The thread, saved up to its version.
+            at_rest: A run of the thread has just ended, and its next read is a
+                restore: a snapshot is due once the events since the last one are a
+                sixty-fourth of the thread (and at least 32; ADR 0085).
 
         Returns:
             Whether a snapshot was written.
         """
-        return self._writer.snapshot_if_due(thread)
+        return self._writer.snapshot_if_due(thread, at_rest=at_rest)
 
     # Audits -------------------------------------------------------------------------
 

@@ -31,6 +31,15 @@ SNAPSHOT_TAIL_SHARE = 16
 sixteenth of the thread (ADR 0014): replaying them then costs less than decoding the
 snapshot, and rewriting the state that often costs a constant share per event."""
 
+SNAPSHOT_AT_REST_SHARE = 64
+"""When a run ends, the thread's snapshot is replaced once the events after it are a
+sixty-fourth of the thread (ADR 0085): the thread's next read is a restore, which then
+replays at most that share; the snapshot bytes written per event stay constant."""
+
+SNAPSHOT_AT_REST_MIN = 32
+"""The fewest events after a thread's last snapshot that make one due when a run ends:
+one snapshot per 32 events at most, however short the runs."""
+
 
 class ThreadWriter:
     """Save threads' new events; write their snapshots when due.
@@ -95,13 +104,18 @@ class ThreadWriter:
         if fenced is not None:
             fenced.saved()
 
-    def snapshot_if_due(self, thread: AgentThread) -> bool:
+    def snapshot_if_due(self, thread: AgentThread, *, at_rest: bool = False) -> bool:
         """As :meth:`covonaut_es.Store.snapshot_if_due`."""
         aggregate_id = thread.id
         with self._lock:
             last = self.snapshot_versions.get(aggregate_id, 0)
         tail = thread.version - last
-        if tail < max(SNAPSHOT_MIN_VERSION, thread.version // SNAPSHOT_TAIL_SHARE):
+        share, least = (
+            (SNAPSHOT_AT_REST_SHARE, SNAPSHOT_AT_REST_MIN)
+            if at_rest
+            else (SNAPSHOT_TAIL_SHARE, SNAPSHOT_MIN_VERSION)
+        )
+        if thread.version < SNAPSHOT_MIN_VERSION or tail < max(least, thread.version // share):
             return False
         if not isinstance(self._app.snapshots, SnapshotCache):
             return False  # an application of the caller's, with snapshotting off
