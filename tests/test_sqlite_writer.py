@@ -4,6 +4,7 @@ must not change."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sqlite3
 import tempfile
@@ -19,11 +20,22 @@ from eventsourcing.sqlite import SQLiteCursor
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from covonaut_es import Store, open_store
+from covonaut_es import (
+    Agent,
+    AgentConfig,
+    CheckpointSettings,
+    ProviderResponse,
+    ScriptedProvider,
+    Store,
+    ToolCall,
+    open_store,
+)
 from covonaut_es.domain import AgentThread
 from covonaut_es.errors import LeaseLostError, ReadOnlyStoreError, StoreFileReplacedError
 from covonaut_es.messages import Message, Role
+from covonaut_es.store import _urls
 from covonaut_es.store._writer import SNAPSHOT_MIN_VERSION
+from support import echo_tool, ticking_clock
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 THREADS, SAVES = 6, 25
@@ -352,3 +364,47 @@ def test_a_lease_check_reads_the_token_in_one_statement_on_the_saves_connection(
             recorder.advance_lease_token(lease.stream)  # a newer lease, as a taker records it
             with pytest.raises(LeaseLostError, match="newer lease"):
                 lease.check()
+
+
+def test_a_snapshot_a_runs_end_cannot_store_leaves_the_run_answered_and_stored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another process holds the file's write lock when a run ends: the snapshot due at
+    its end is not stored, with a warning naming the thread, and the run returns its
+    answer with every event stored (a snapshot is a cache; an error here would read as a
+    run that failed, which a caller would send again). The next restore folds more."""
+    monkeypatch.setattr(_urls, "SQLITE_LOCK_WAIT_S", 1)
+    path = tmp_path / "threads.db"
+    store = open_store(f"sqlite:///{path}")
+    blocker = sqlite3.connect(path, isolation_level=None)
+
+    def hold_the_file(event: AgentThread.Event) -> None:
+        if isinstance(event, AgentThread.RunFinished):  # committed: the run is stored
+            blocker.execute("BEGIN IMMEDIATE")
+
+    script = [answer_calling(i) for i in range(48)] + [ProviderResponse(content="done")]
+    agent = Agent(
+        AgentConfig(
+            provider=ScriptedProvider(script),
+            tools=[echo_tool()],
+            max_turns=60,
+            checkpoint=CheckpointSettings(store=store, thread_id="t"),
+            clock=ticking_clock(),
+            on_event=hold_the_file,
+        )
+    )
+    with caplog.at_level(logging.WARNING, logger="covonaut_es.store._writer"):
+        assert agent.run("go") == "done"
+    blocker.execute("ROLLBACK")
+    blocker.close()
+    (warning,) = [r.getMessage() for r in caplog.records if "was not stored" in r.getMessage()]
+    assert "thread 't'" in warning and "locked" in warning
+    stored = store.load("t")
+    assert stored.version == agent.state.version > SNAPSHOT_MIN_VERSION
+    assert stored.state == agent.state == store.replay_state("t")
+    assert store._writer.snapshot_versions[stored.id] < stored.version
+    store.close()
+
+
+def answer_calling(n: int) -> ProviderResponse:
+    return ProviderResponse(tool_calls=(ToolCall(f"c{n}", "echo", '{"text": "x"}'),))

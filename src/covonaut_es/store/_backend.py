@@ -54,6 +54,11 @@ class Backend(Protocol):
     name: BackendName
     """Names the back end (views of the reviewer queue are chosen by it)."""
 
+    keeps_one_snapshot: bool
+    """Whether :meth:`replace_snapshot` drops a thread's older snapshots. Only where it
+    does is a snapshot written when a run ends (ADR 0085): one kept beside every other
+    would grow a thread of many short runs' memory in proportion to its square."""
+
     def owns(self, factory: InfrastructureFactory[Any]) -> bool:
         """Whether ``factory`` (ours, or eventsourcing's own that a user's application
         may name) is of this back end's database."""

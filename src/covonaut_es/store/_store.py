@@ -297,7 +297,9 @@ class Store(Closing):
             thread: The thread, saved up to its version.
             at_rest: A run of the thread has just ended, and its next read is a
                 restore: a snapshot is due once the events since the last one are a
-                sixty-fourth of the thread (and at least 32; ADR 0085).
+                sixty-fourth of the thread (and at least 32; ADR 0085), where the store
+                keeps one snapshot per thread (not in memory, which keeps them all); a
+                database error writing it is logged, not raised, as the run is stored.
 
         Returns:
             Whether a snapshot was written.

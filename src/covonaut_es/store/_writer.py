@@ -8,12 +8,13 @@ chain is sealed and each event encoded by the application's save
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 from collections.abc import Callable
 from uuid import UUID
 
 from eventsourcing.application import Application
-from eventsourcing.persistence import IntegrityError, OperationalError
+from eventsourcing.persistence import IntegrityError, InterfaceError, OperationalError
 
 from covonaut_es.domain import AgentThread, ThreadSnapshot
 from covonaut_es.errors import ReadOnlyStoreError, StoreLockedError, ThreadConflictError
@@ -22,6 +23,8 @@ from covonaut_es.store._heads import FENCES
 from covonaut_es.store._leases import Lease
 from covonaut_es.store._read_only import WriteGuard
 from covonaut_es.store._snapshot_cache import SnapshotCache
+
+logger = logging.getLogger(__name__)
 
 SNAPSHOT_MIN_VERSION = 64
 """No snapshot is written for a thread shorter than this: replaying it is cheap."""
@@ -119,8 +122,26 @@ class ThreadWriter:
             return False
         if not isinstance(self._app.snapshots, SnapshotCache):
             return False  # an application of the caller's, with snapshotting off
-        with contextlib.suppress(IntegrityError):  # another writer stored this very one
-            self._backend.replace_snapshot(self._app.snapshots, ThreadSnapshot.take(thread))
+        if at_rest and not self._backend.keeps_one_snapshot:
+            return False
+        snapshot = ThreadSnapshot.take(thread)
+        try:
+            with contextlib.suppress(IntegrityError):  # another writer stored this very one
+                self._backend.replace_snapshot(self._app.snapshots, snapshot)
+        except (OperationalError, InterfaceError) as exc:
+            if not at_rest:
+                raise
+            # The run it ends is stored: a cache not written leaves the next restore a
+            # longer tail, not the run an error its caller would take for a failure.
+            logger.warning(
+                "the snapshot of thread %r at version %d, at its run's end, was not "
+                "stored (%s: %s); its next restore folds more events",
+                thread.thread_id,
+                thread.version,
+                type(exc).__name__,
+                exc,
+            )
+            return False
         self.remember_snapshot(aggregate_id, thread.version)
         return True
 

@@ -172,6 +172,7 @@ class _MemoryBackend(RecorderAnchors):
     """The port of the in-memory back end (see :class:`~covonaut_es.store._backend.Backend`)."""
 
     name: BackendName = "memory"
+    keeps_one_snapshot = False
     anchoring_recorder = MemoryApplicationRecorder
 
     def owns(self, factory: InfrastructureFactory[Any]) -> bool:

@@ -415,6 +415,7 @@ class _PostgresBackend(RecorderAnchors):
     :class:`~covonaut_es.store._backend.Backend`)."""
 
     name: BackendName = "postgres"
+    keeps_one_snapshot = True
     anchoring_recorder = _AnchoringRecorder
 
     def owns(self, factory: InfrastructureFactory[Any]) -> bool:

@@ -414,6 +414,7 @@ class _SQLiteBackend(RecorderAnchors):
     """The port of the SQLite back end (see :class:`~covonaut_es.store._backend.Backend`)."""
 
     name: BackendName = "sqlite"
+    keeps_one_snapshot = True
     anchoring_recorder = _AnchoringRecorder
 
     def owns(self, factory: InfrastructureFactory[Any]) -> bool:
