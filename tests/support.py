@@ -135,8 +135,9 @@ class AsyncScriptedProvider:
         return self.scripted.requests
 
 
-def agent_on(store: Store, thread_id: str, script: list[Any]) -> Agent:
-    """An agent with ``echo`` and ``review`` running ``script`` on the thread."""
+def agent_on(store: Store, thread_id: str, script: list[Any], **options: Any) -> Agent:
+    """An agent with ``echo`` and ``review`` running ``script`` on the thread;
+    ``options``: more of its ``AgentConfig``."""
     return Agent(
         AgentConfig(
             provider=ScriptedProvider(script),
@@ -144,14 +145,20 @@ def agent_on(store: Store, thread_id: str, script: list[Any]) -> Agent:
             checkpoint=CheckpointSettings(store=store, thread_id=thread_id),
             clock=ticking_clock(),
             max_turns=1000,
+            **options,
         )
     )
 
 
+def echo_script(turns: int) -> list[Any]:
+    """A model's script that calls ``echo`` on each of ``turns`` turns, then answers
+    "done"."""
+    return [*(call((f"c{i}", "echo", '{"text": "x"}')) for i in range(turns)), answer("done")]
+
+
 def conversation(store: Store, thread_id: str, turns: int) -> Agent:
     """A finished run of ``turns`` echo calls on the thread."""
-    script = [call((f"c{i}", "echo", '{"text": "x"}')) for i in range(turns)]
-    agent = agent_on(store, thread_id, [*script, answer("done")])
+    agent = agent_on(store, thread_id, echo_script(turns))
     agent.run("go")
     return agent
 

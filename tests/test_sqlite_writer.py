@@ -21,13 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from covonaut_es import (
-    Agent,
-    AgentConfig,
-    CheckpointSettings,
-    ProviderResponse,
-    ScriptedProvider,
     Store,
-    ToolCall,
     open_store,
 )
 from covonaut_es.domain import AgentThread
@@ -35,7 +29,7 @@ from covonaut_es.errors import LeaseLostError, ReadOnlyStoreError, StoreFileRepl
 from covonaut_es.messages import Message, Role
 from covonaut_es.store import _urls
 from covonaut_es.store._writer import SNAPSHOT_MIN_VERSION
-from support import echo_tool, ticking_clock
+from support import agent_on, echo_script
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 THREADS, SAVES = 6, 25
@@ -382,17 +376,7 @@ def test_a_snapshot_a_runs_end_cannot_store_leaves_the_run_answered_and_stored(
         if isinstance(event, AgentThread.RunFinished):  # committed: the run is stored
             blocker.execute("BEGIN IMMEDIATE")
 
-    script = [answer_calling(i) for i in range(48)] + [ProviderResponse(content="done")]
-    agent = Agent(
-        AgentConfig(
-            provider=ScriptedProvider(script),
-            tools=[echo_tool()],
-            max_turns=60,
-            checkpoint=CheckpointSettings(store=store, thread_id="t"),
-            clock=ticking_clock(),
-            on_event=hold_the_file,
-        )
-    )
+    agent = agent_on(store, "t", echo_script(48), on_event=hold_the_file)
     with caplog.at_level(logging.WARNING, logger="covonaut_es.store._writer"):
         assert agent.run("go") == "done"
     blocker.execute("ROLLBACK")
@@ -404,7 +388,3 @@ def test_a_snapshot_a_runs_end_cannot_store_leaves_the_run_answered_and_stored(
     assert stored.state == agent.state == store.replay_state("t")
     assert store._writer.snapshot_versions[stored.id] < stored.version
     store.close()
-
-
-def answer_calling(n: int) -> ProviderResponse:
-    return ProviderResponse(tool_calls=(ToolCall(f"c{n}", "echo", '{"text": "x"}'),))

@@ -15,7 +15,6 @@ import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import psycopg
 import pytest
@@ -45,7 +44,7 @@ from support import (
     answer,
     call,
     conversation,
-    echo_tool,
+    echo_script,
     raw_records,
     ticking_clock,
 )
@@ -104,19 +103,7 @@ def test_compression_shrinks_records(
 
 def test_replay_law_holds_across_snapshots(store: Store) -> None:
     """Long threads are loaded through snapshots; the result equals the replay."""
-    script: list[Any] = []
-    for i in range(130):
-        script += [ProviderResponse(tool_calls=(ToolCall(f"c{i}", "echo", '{"text": "x"}'),))]
-    script.append(ProviderResponse(content="done"))
-    agent = Agent(
-        AgentConfig(
-            provider=ScriptedProvider(script),
-            tools=[echo_tool()],
-            max_turns=140,
-            checkpoint=CheckpointSettings(store=store, thread_id="long"),
-            clock=ticking_clock(),
-        )
-    )
+    agent = agent_on(store, "long", echo_script(130))
     agent.run("go")
     assert agent.state.version > 256
     assert store.verify("long").snapshots_checked >= 1
@@ -207,24 +194,6 @@ def test_at_rest_a_snapshot_is_due_once_its_tail_is_a_sixty_fourth_of_the_thread
     assert store.state_at("rest") == thread.state == store.replay_state("rest")
 
 
-def long_run(store: Store, thread_id: str, turns: int) -> Agent:
-    """An agent of ``thread_id`` whose run calls the echo tool ``turns`` times."""
-    script = [
-        ProviderResponse(tool_calls=(ToolCall(f"c{i}", "echo", '{"text": "x"}'),))
-        for i in range(turns)
-    ]
-    script.append(ProviderResponse(content="done"))
-    return Agent(
-        AgentConfig(
-            provider=ScriptedProvider(script),
-            tools=[echo_tool()],
-            max_turns=turns + 10,
-            checkpoint=CheckpointSettings(store=store, thread_id=thread_id),
-            clock=ticking_clock(),
-        )
-    )
-
-
 @pytest.mark.parametrize("awaited", [False, True], ids=["run", "arun"])
 def test_a_run_that_ends_leaves_a_snapshot_of_its_end_when_one_is_due_at_rest(
     store_url: str, store: Store, awaited: bool
@@ -233,7 +202,7 @@ def test_a_run_that_ends_leaves_a_snapshot_of_its_end_when_one_is_due_at_rest(
     that the next restore replays nothing; a short thread's run leaves none, and a store
     in memory keeps only the snapshots its checkpoints wrote."""
     for thread_id, turns in (("long", 60), ("short", 3)):
-        agent = long_run(store, thread_id, turns)
+        agent = agent_on(store, thread_id, echo_script(turns))
         if awaited:
             asyncio.run(agent.arun("go"))
         else:
