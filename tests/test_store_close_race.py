@@ -108,3 +108,82 @@ def test_a_connection_in_use_past_the_wait_is_closed_by_its_thread_not_under_it(
     assert open_connections(path) == 0
     with pytest.raises(ConnectionPoolClosedError):
         store.load("t")
+
+
+class HeldReads:
+    """Every connection the store opens gets ``hold()``, a SQL function that waits, so
+    that a test can keep reads in flight: ``arrived`` counts the reads inside it."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.arrived = threading.Semaphore(0)
+        self.released = threading.Event()
+        connect = _sqlite_connections._connect
+
+        def connecting(pool: Any, *, max_age: float | None) -> Any:
+            connection = connect(pool, max_age=max_age)
+            connection._sqlite_conn.create_function("hold", 0, self._hold)
+            return connection
+
+        monkeypatch.setattr(_sqlite_connections, "_connect", connecting)
+
+    def _hold(self) -> int:
+        self.arrived.release()
+        self.released.wait()
+        return 1
+
+    def start(self, pool: Any, reads: int) -> tuple[list[threading.Thread], list[Any]]:
+        """``reads`` reads of ``SELECT hold()`` through ``pool``, each in a thread of its
+        own, once all are inside it."""
+        found: list[Any] = []
+        threads = [
+            threading.Thread(target=lambda: found.append(pool.read("SELECT hold()", ())))
+            for _ in range(reads)
+        ]
+        for thread in threads:
+            thread.start()
+        for _ in range(reads):
+            assert self.arrived.acquire(timeout=10)
+        return threads, found
+
+
+def test_a_read_in_flight_past_the_wait_is_closed_by_its_thread_not_under_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read on one of the connections kept for reads, outlasting the close's wait,
+    ends with its rows; its connection is closed when it ends, with the store's last."""
+    monkeypatch.setattr(_sqlite_connections, "CLOSE_WAIT", 0.05)
+    held = HeldReads(monkeypatch)
+    path = tmp_path / "threads.db"
+    store = open_store(f"sqlite:///{path}")
+    store.save(AgentThread.start("t", now=datetime(2026, 12, 1, tzinfo=UTC)))
+    pool: Any = store._app.recorder.datastore.pool
+    threads, found = held.start(pool, 1)
+    store.close()  # gives up waiting for the read
+    assert open_connections(path) > 0
+    held.released.set()
+    threads[0].join()
+    assert [tuple(row) for rows in found for row in rows] == [(1,)]
+    assert open_connections(path) == 0
+    with pytest.raises(ConnectionPoolClosedError):
+        store.load("t")
+
+
+def test_reads_beyond_the_connections_kept_for_them_go_through_the_pool(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """More reads at once than the pool keeps connections for them: each is read, no
+    more than ``pool_size`` reading connections are opened, and closing, once they
+    ended, closes every connection at once."""
+    held = HeldReads(monkeypatch)
+    path = tmp_path / "threads.db"
+    store = open_store(f"sqlite:///{path}")
+    pool: Any = store._app.recorder.datastore.pool
+    threads, found = held.start(pool, pool.pool_size + 2)
+    assert pool._readers == pool.pool_size
+    held.released.set()
+    for thread in threads:
+        thread.join()
+    assert len(found) == pool.pool_size + 2
+    assert len(pool._idle_readers) == pool.pool_size
+    store.close()
+    assert open_connections(path) == 0

@@ -127,7 +127,7 @@ class AgentApplication(RecordsProcessingEvents, Application[UUID]):
         """Close the application's connections, the one its saves are written through
         too."""
         try:
-            self.backend.close_writer(self.recorder)
+            self.backend.close_connections(self.recorder)
         finally:
             super().close()
 

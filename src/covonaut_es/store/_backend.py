@@ -95,8 +95,10 @@ class Backend(Protocol):
     def read_head(self, recorder: ApplicationRecorder, stream: UUID) -> HeadAnchor:
         """What the head table says of ``stream``."""
 
-    def close_writer(self, recorder: ApplicationRecorder) -> None:
-        """Close the connection ``recorder`` writes through, where it has its own."""
+    def close_connections(self, recorder: ApplicationRecorder) -> None:
+        """Close the connections ``recorder`` keeps of its own, outside the pool: the one
+        its saves are written through (SQLite), those its restores read through
+        (PostgreSQL)."""
 
     def ping(self, recorder: ApplicationRecorder, timeout: float) -> None:
         """Raise unless the database ``recorder`` writes to answers one read of the log's

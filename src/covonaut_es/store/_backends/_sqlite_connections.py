@@ -7,7 +7,9 @@ a save then parsed its ``BEGIN``, inserts, head upsert and ``COMMIT`` again ever
 and a restore its ``BEGIN``, two selects and ``ROLLBACK`` (a restore is one statement
 now, :mod:`covonaut_es.store._thread_rows`). The store's pool opens its
 connections with a cache instead, and its saves go through one more connection, kept
-for them and used by one thread at a time, so that they skip the pool's locks too.
+for them and used by one thread at a time, so that they skip the pool's locks too. A
+restore's one statement skips them as well: the pool keeps a few connections for such
+reads apart, lent without a lock (ADR 0086).
 
 Closing the store closes no connection another thread is reading or writing through:
 Python's ``sqlite3`` crashes the process (SIGSEGV) when a connection is closed under a
@@ -23,8 +25,9 @@ import random
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from eventsourcing.persistence import (
@@ -98,7 +101,8 @@ class StoreFile:
 class StatementKeepingPool(SQLiteConnectionPool):
     """eventsourcing's SQLite pool, its connections keeping their statements parsed,
     refusing any connection once the store's file was replaced, and closing none while
-    another thread uses it.
+    another thread uses it; with connections of its own for one-statement reads
+    (:meth:`read`).
 
     ``_create_connection``, ``_sqlite_conn``, ``_put_condition``, ``_in_use``, ``_pool``
     and ``_is_pool_full`` are eventsourcing's private names, checked against
@@ -119,6 +123,10 @@ class StatementKeepingPool(SQLiteConnectionPool):
         self.file = StoreFile(file) if file is not None else None
         self.tables_key = tables_key
         self._closing = False
+        # The reading connections idle: a list, whose pop and append are atomic, so that
+        # lending one takes no lock. Counted, idle or lent, under _put_condition.
+        self._idle_readers: list[SQLiteConnection] = []
+        self._readers = 0
 
     @property
     def closed(self) -> bool:
@@ -133,6 +141,61 @@ class StatementKeepingPool(SQLiteConnectionPool):
             self.file.check()
         return super().get_connection(timeout, is_writer=is_writer)
 
+    def read(self, statement: str, params: Sequence[Any] | Mapping[str, Any]) -> list[Any]:
+        """Every row of one statement, read in a transaction of its own: no ``BEGIN``
+        and ``ROLLBACK`` around it (a connection in autocommit mode).
+
+        A file's reads go through connections kept for them, at most ``pool_size``,
+        lent and taken back without a lock: the pool's locks and conditions cost a
+        short thread's restore about a seventh of its time. A read finding none idle
+        while that many are lent goes through the pool; so does a database in memory,
+        whose reads the pool keeps apart from its writes.
+
+        Raises:
+            ConnectionPoolClosedError: The store is closed.
+            StoreFileReplacedError: The store's file was replaced or deleted.
+            sqlite3.Error: The statement failed.
+        """
+        self._refuse_if_closed()
+        if self.file is not None:
+            self.file.check()
+            try:
+                reader: SQLiteConnection | None = self._idle_readers.pop()
+            except IndexError:
+                reader = self._open_reader()
+            if reader is not None:
+                try:
+                    return reader._sqlite_conn.execute(statement, params).fetchall()
+                finally:
+                    self._idle_readers.append(reader)
+                    if self._closing:  # close() may have closed the idle ones before it
+                        self._close_idle_readers()
+        connection = super().get_connection(is_writer=False)
+        try:
+            return connection._sqlite_conn.execute(statement, params).fetchall()
+        finally:
+            self.put_connection(connection)
+
+    def _open_reader(self) -> SQLiteConnection | None:
+        """A new reading connection, unless ``pool_size`` are open already."""
+        with self._put_condition:
+            if self._readers >= self.pool_size:
+                return None
+            connection = self._create_connection()  # refused once closing
+            self._readers += 1
+            return connection
+
+    def _close_idle_readers(self) -> None:
+        while True:
+            try:
+                connection = self._idle_readers.pop()
+            except IndexError:
+                return
+            connection.close()
+            with self._put_condition:
+                self._readers -= 1
+                self._put_condition.notify_all()
+
     def put_connection(self, conn: SQLiteConnection) -> None:
         super().put_connection(conn)  # closed there once the pool is closing
         if self._closing:  # close() waits for it, as may threads wanting one: wake all
@@ -146,9 +209,10 @@ class StatementKeepingPool(SQLiteConnectionPool):
         return self._closing or super()._is_pool_full
 
     def close(self) -> None:
-        """Lend no more connections; close those idle, and those in use once returned,
-        waiting ``CLOSE_WAIT`` seconds at most: a connection still in use then is closed
-        by the thread using it, when it returns it, never under its statement.
+        """Lend no more connections; close those idle, and those in use once returned
+        (reading connections too), waiting ``CLOSE_WAIT`` seconds at most: a connection
+        still in use then is closed by the thread using it, when it returns it, never
+        under its statement.
 
         eventsourcing's ``close`` is not called: it would close the connections in use.
         """
@@ -158,7 +222,10 @@ class StatementKeepingPool(SQLiteConnectionPool):
             self._closing = True
             while self._pool:
                 self._pool.popleft().close()
-            self._put_condition.wait_for(lambda: not self._in_use, timeout=CLOSE_WAIT)
+            self._close_idle_readers()
+            self._put_condition.wait_for(
+                lambda: not self._in_use and not self._readers, timeout=CLOSE_WAIT
+            )
 
     def _refuse_if_closed(self) -> None:
         if self._closing:

@@ -196,7 +196,7 @@ class _MemoryBackend(RecorderAnchors):
         # process can follow it.
         return f"memory://{env[MEMORY_STORE_NAME]}"
 
-    def close_writer(self, recorder: ApplicationRecorder) -> None:
+    def close_connections(self, recorder: ApplicationRecorder) -> None:
         return
 
     def ping(self, recorder: ApplicationRecorder, timeout: float) -> None:

@@ -49,6 +49,7 @@ from covonaut_es.store._backends._postgres_heads import (
     lease_lost_in,
 )
 from covonaut_es.store._backends._postgres_leases import PostgresLeases, lock_ids
+from covonaut_es.store._backends._postgres_reads import KeptReads
 from covonaut_es.store._backends._postgres_rows import rows_json, select_rows
 from covonaut_es.store._heads import (
     FENCES,
@@ -125,6 +126,11 @@ class _AnchoringRecorder(_CheckedRows, postgres.PostgresApplicationRecorder):
     anchoring = False
     keeps_summaries = False  # a store's recorder; not an application's of the user's own
     insert_function: str | None = None  # the call of the store's insert function, if any
+
+    def __init__(self, datastore: postgres.PostgresDatastore, **kwargs: Any) -> None:
+        super().__init__(datastore, **kwargs)
+        self.reads = KeptReads(datastore)
+        """The connections a restore reads its thread's rows through."""
 
     # Retried as eventsourcing's reads are.
     @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
@@ -456,8 +462,9 @@ class _PostgresBackend(RecorderAnchors):
     def canonical_url(self, url: str, env: Mapping[str, str]) -> str:
         return url
 
-    def close_writer(self, recorder: ApplicationRecorder) -> None:
-        return  # saves go through the pool
+    def close_connections(self, recorder: ApplicationRecorder) -> None:
+        if isinstance(recorder, _AnchoringRecorder):  # saves go through the pool
+            recorder.reads.close()
 
     def ping(self, recorder: ApplicationRecorder, timeout: float) -> None:
         # A connection of its own, outside the pool, whose reads eventsourcing retries
@@ -500,12 +507,9 @@ class _PostgresBackend(RecorderAnchors):
         )
         stored = stored_stream(events, stream)  # the snapshots' recorder keys ids alike
         reading = f"stream {stored}"
-        with events.datastore.get_connection() as conn, conn.cursor(row_factory=tuple_row) as curs:
-            # In binary: a long thread's snapshot is hundreds of kilobytes, which text
-            # sends as hex for the client to parse.
-            curs.execute(statement, {"stream": stored, "lte": lte}, prepare=True, binary=True)
-            with building_records(reading):  # a NULL payload fails bytes()
-                return thread_rows(curs.fetchall(), stream, reading=reading, state=bytes)
+        rows = events.reads.rows(statement, {"stream": stored, "lte": lte}, binary=True)
+        with building_records(reading):  # a NULL payload fails bytes()
+            return thread_rows(rows, stream, reading=reading, state=bytes)
 
     # Retried as eventsourcing's reads are.
     @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)

@@ -439,7 +439,7 @@ class _SQLiteBackend(RecorderAnchors):
     def canonical_url(self, url: str, env: Mapping[str, str]) -> str:
         return url
 
-    def close_writer(self, recorder: ApplicationRecorder) -> None:
+    def close_connections(self, recorder: ApplicationRecorder) -> None:
         if isinstance(recorder, _AnchoringRecorder):
             recorder.close_writer()
 
@@ -458,6 +458,7 @@ class _SQLiteBackend(RecorderAnchors):
             isinstance(events, SQLiteApplicationRecorder)
             and isinstance(snapshots, SQLiteSnapshotRecorder)
             and events.datastore is snapshots.datastore
+            and isinstance(pool := events.datastore.pool, StatementKeepingPool)
         ):
             return None
         statement = thread_rows_sql(
@@ -465,12 +466,7 @@ class _SQLiteBackend(RecorderAnchors):
         )
         stored = stored_stream(events, stream)  # the snapshots' recorder keys ids alike
         params = {"stream": events.stream_key(stored), "lte": lte}
-        # One statement on a connection in autocommit mode is read in a transaction of
-        # its own, so no BEGIN and ROLLBACK around it: two statements less per load.
-        datastore = events.datastore
-        with datastore.get_connection(commit=False) as connection, connection.cursor() as cursor:
-            cursor.execute(statement, params)
-            rows = cursor.fetchall()
+        rows = pool.read(statement, params)
         return thread_rows(rows, stream, reading=f"stream {stored}", state=_same)
 
     def select_openings(
@@ -479,24 +475,23 @@ class _SQLiteBackend(RecorderAnchors):
         if not (
             isinstance(events, SQLiteAggregateRecorder)
             and events.datastore.originator_id_type == "uuid"
+            and isinstance(pool := events.datastore.pool, StatementKeepingPool)
         ):
             return None
         domain_of = {events.stream_key(stored_stream(events, s)): s for s in streams}
         records: list[StoredEvent] = []
         passed_over = 0
-        datastore = events.datastore
-        with datastore.get_connection(commit=False) as connection, connection.cursor() as cursor:
-            for chunk in in_chunks(list(domain_of)):
-                statement = openings_sql(
-                    events.events_table_name,
-                    f"IN ({', '.join('?' * len(chunk))})",
-                    f"IN ({', '.join('?' * len(topics))})",
-                    NO_TOPIC,
-                )
-                cursor.execute(statement, (*chunk, *topics))
-                read = opening_records(cursor.fetchall(), domain_of, state=_same)
-                records += read.records
-                passed_over += read.passed_over
+        for chunk in in_chunks(list(domain_of)):
+            statement = openings_sql(
+                events.events_table_name,
+                f"IN ({', '.join('?' * len(chunk))})",
+                f"IN ({', '.join('?' * len(topics))})",
+                NO_TOPIC,
+            )
+            rows = pool.read(statement, (*chunk, *topics))
+            read = opening_records(rows, domain_of, state=_same)
+            records += read.records
+            passed_over += read.passed_over
         return Openings(records, passed_over)
 
     def settings_table(

@@ -1,0 +1,110 @@
+"""A PostgreSQL store's restores read on connections of their own (ADR 0086): a session
+the server ended is replaced, reads beyond the connections kept go through the pool, and
+closing the store ends every session it opened, a read in flight finishing first."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+import pytest
+
+from covonaut_es import Store, open_store
+from covonaut_es.domain import AgentThread
+
+pytestmark = pytest.mark.postgres
+
+NOW = datetime(2026, 12, 5, tzinfo=UTC)
+
+
+def sessions(postgres_url: str, database: str) -> int:
+    """How many sessions the server holds on ``database``."""
+    name = database.rsplit("/", 1)[1]
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        row = admin.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (name,)
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def active(postgres_url: str, statement: str) -> bool:
+    """Whether a session of the server runs ``statement`` now."""
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        row = admin.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query = %s",
+            (statement,),
+        ).fetchone()
+    return bool(row and row[0])
+
+
+def end_sessions(postgres_url: str, database: str) -> None:
+    name = database.rsplit("/", 1)[1]
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (name,)
+        )
+
+
+def kept(store: Store) -> Any:
+    return store._app.recorder.reads  # type: ignore[attr-defined]
+
+
+def saved(store: Store, thread_id: str) -> AgentThread:
+    thread = AgentThread.start(thread_id, now=NOW)
+    store.save(thread)
+    return thread
+
+
+def in_threads(count: int, read: Any) -> list[Any]:
+    """``read()`` in ``count`` threads at once; what each returned."""
+    found: list[Any] = []
+    threads = [threading.Thread(target=lambda: found.append(read())) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return found
+
+
+def test_a_restore_whose_session_ended_reads_on_a_new_one(
+    postgres_url: str, postgres_database: str
+) -> None:
+    with open_store(postgres_database) as store:
+        thread = saved(store, "t")
+        assert store.load("t").version == thread.version
+        end_sessions(postgres_url, postgres_database)
+        assert store.load("t").version == thread.version
+        assert kept(store)._open == 1  # the ended one closed, a new one opened
+
+
+def test_reads_beyond_the_connections_kept_go_through_the_pool(postgres_database: str) -> None:
+    with open_store(postgres_database) as store:
+        reads, limit = kept(store), store._app.recorder.datastore.pool.min_size  # type: ignore[attr-defined]
+        found = in_threads(limit + 3, lambda: reads.rows("SELECT 1 FROM pg_sleep(0.3)", ()))
+        assert found == [[(1,)]] * (limit + 3)
+        assert reads._open == len(reads._idle) == limit
+
+
+def test_closing_ends_every_session_a_read_in_flight_finishing_first(
+    postgres_url: str, postgres_database: str
+) -> None:
+    store = open_store(postgres_database)
+    saved(store, "t")
+    in_threads(3, lambda: store.load("t"))  # leaves kept connections idle
+    reads = kept(store)
+    assert reads._open >= 1
+    found: list[Any] = []
+    reader = threading.Thread(
+        target=lambda: found.append(reads.rows("SELECT 2 FROM pg_sleep(0.5)", ()))
+    )
+    reader.start()
+    while not active(postgres_url, "SELECT 2 FROM pg_sleep(0.5)"):  # its statement runs
+        time.sleep(0.01)
+    store.close()
+    reader.join()
+    assert found == [[(2,)]]
+    assert reads._open == 0
+    assert sessions(postgres_url, postgres_database) == 0
