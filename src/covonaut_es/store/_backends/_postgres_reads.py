@@ -40,7 +40,7 @@ class KeptReads:
         self._idle: list[psycopg.Connection[Any]] = []
         self._open = 0
         self._lock = threading.Lock()
-        self._closed = False
+        self._store_closed = False
 
     def rows(
         self, statement: str, params: Sequence[Any] | Mapping[str, Any], *, binary: bool = False
@@ -76,13 +76,13 @@ class KeptReads:
     def close(self) -> None:
         """Close the idle connections, and each lent one once its read ends; reads from
         now on go through the pool (closed with the store, it refuses them)."""
-        self._closed = True
+        self._store_closed = True
         self._close_idle()
 
     def _lent(self) -> psycopg.Connection[Any] | None:
         """An idle connection, or a new one while fewer than the limit are open; None
         when the store is closed, the limit is reached or no connection can be opened."""
-        if self._closed:
+        if self._store_closed:
             return None
         try:
             return self._idle.pop()
@@ -90,7 +90,7 @@ class KeptReads:
             pass
         pool = self._datastore.pool
         with self._lock:
-            if self._closed or self._open >= pool.min_size:
+            if self._store_closed or self._open >= pool.min_size:
                 return None
             self._open += 1
         try:
@@ -113,7 +113,7 @@ class KeptReads:
             self._forget()
             return
         self._idle.append(connection)
-        if self._closed:  # close() may have closed the idle ones before this one
+        if self._store_closed:  # close() may have closed the idle ones before this one
             self._close_idle()
 
     def _close_idle(self) -> None:
