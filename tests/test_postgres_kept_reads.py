@@ -14,6 +14,7 @@ import pytest
 
 from covonaut_es import Store, open_store
 from covonaut_es.domain import AgentThread
+from covonaut_es.store._backends import _postgres_reads
 
 pytestmark = pytest.mark.postgres
 
@@ -108,3 +109,30 @@ def test_closing_ends_every_session_a_read_in_flight_finishing_first(
     assert found == [[(2,)]]
     assert reads._open == 0
     assert sessions(postgres_url, postgres_database) == 0
+
+
+def test_a_connection_that_cannot_be_opened_leaves_restores_to_the_pool(
+    postgres_database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A password function that fails (a token service down) fails no restore the
+    pool can serve, and once it answers again, a connection is opened, after a pause."""
+    with open_store(postgres_database) as store:
+        thread = saved(store, "t")
+        pool, reads = store._app.recorder.datastore.pool, kept(store)  # type: ignore[attr-defined]
+        down = [True]
+
+        def token() -> str:
+            if down[0]:
+                raise RuntimeError("token service unreachable")
+            return ""
+
+        monkeypatch.setattr(pool, "get_password_func", token)
+        assert store.load("t").version == thread.version  # through the pool
+        assert reads._open == 0
+        down[0] = False
+        assert store.load("t").version == thread.version  # still paused: the pool
+        assert reads._open == 0
+        monkeypatch.setattr(_postgres_reads, "OPEN_AGAIN_AFTER", 0.0)
+        reads._open_again_at = 0.0
+        assert store.load("t").version == thread.version
+        assert reads._open == len(reads._idle) == 1

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -18,6 +19,10 @@ from eventsourcing.postgres import PostgresDatastore
 from psycopg.pq import TransactionStatus
 from psycopg.rows import tuple_row
 
+OPEN_AGAIN_AFTER = 5.0
+"""Seconds reads go through the pool, opening no connection of their own, after one
+failed to open (the server refusing more sessions, a password function failing)."""
+
 
 class KeptReads:
     """Reads of one statement each, on at most as many connections of their own as the
@@ -25,9 +30,11 @@ class KeptReads:
     with the store.
 
     A read that none of them can make, because every one is lent, the store is closed,
-    or the read failed on it (its session ended, say), is made through the pool, whose
-    errors are eventsourcing's, so a read raises what it raised before; a connection
-    whose session ended is closed, and another opened for a later read.
+    none could be opened (for :data:`OPEN_AGAIN_AFTER` seconds after a failure), or the
+    read failed on it (its session ended, say), is made through the pool, whose errors
+    are eventsourcing's, so a read raises what it raised before (a statement that fails
+    on both is run twice); a connection whose session ended is closed, and another
+    opened for a later read.
 
     Args:
         datastore: The store's datastore, whose connection parameters they use.
@@ -41,6 +48,7 @@ class KeptReads:
         self._open = 0
         self._lock = threading.Lock()
         self._store_closed = False
+        self._open_again_at = 0.0  # time.monotonic() after a connection failed to open
 
     def rows(
         self, statement: str, params: Sequence[Any] | Mapping[str, Any], *, binary: bool = False
@@ -90,7 +98,11 @@ class KeptReads:
             pass
         pool = self._datastore.pool
         with self._lock:
-            if self._store_closed or self._open >= pool.min_size:
+            if (
+                self._store_closed
+                or self._open >= pool.min_size
+                or time.monotonic() < self._open_again_at
+            ):
                 return None
             self._open += 1
         try:
@@ -100,9 +112,13 @@ class KeptReads:
                 kwargs["password"] = pool.get_password_func()
             kwargs.setdefault("connect_timeout", max(2, math.ceil(pool.timeout)))
             return psycopg.connect(**kwargs, autocommit=True)
-        except psycopg.Error:
+        except Exception:  # the password function's too: the pool may still serve the read
+            self._open_again_at = time.monotonic() + OPEN_AGAIN_AFTER
             self._forget()
             return None
+        except BaseException:
+            self._forget()
+            raise
 
     def _take_back(self, connection: psycopg.Connection[Any]) -> None:
         usable = (
