@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from covonaut_es import Store, open_store
 from covonaut_es.domain import AgentThread
@@ -136,3 +139,50 @@ def test_a_connection_that_cannot_be_opened_leaves_restores_to_the_pool(
         reads._open_again_at = 0.0
         assert store.load("t").version == thread.version
         assert reads._open == len(reads._idle) == 1
+
+
+FAILURES = {
+    "refused": lambda: psycopg.OperationalError("too many clients already"),
+    "raised": lambda: RuntimeError("token service unreachable"),
+}
+
+
+@settings(
+    max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    steps=st.lists(
+        st.sampled_from(["refused", "raised", "up", "load", "loads"]), min_size=1, max_size=12
+    )
+)
+def test_whatever_opening_a_connection_does_every_restore_is_served_and_counted(
+    postgres_database: str, steps: list[str]
+) -> None:
+    """Generated: opening a kept connection fails (as the server refuses one, or the
+    password function raises) or works, between loads alone and at once: every load
+    reads the thread, and the connections counted are those kept, never above the
+    limit."""
+    with pytest.MonkeyPatch.context() as patch, open_store(postgres_database) as store:
+        patch.setattr(_postgres_reads, "OPEN_AGAIN_AFTER", 0.0)
+        thread = saved(store, f"t-{uuid.uuid4().hex}")  # the database serves every example
+        pool, reads = store._app.recorder.datastore.pool, kept(store)  # type: ignore[attr-defined]
+        failing: list[str] = []
+
+        def password() -> str:
+            if failing:
+                raise FAILURES[failing[0]]()
+            return ""
+
+        patch.setattr(pool, "get_password_func", password)
+        for step in steps:
+            if step in FAILURES:
+                failing[:] = [step]
+                reads._close_idle()  # the next load opens one
+            elif step == "up":
+                failing.clear()
+            else:
+                count = 3 if step == "loads" else 1
+                loaded = in_threads(count, lambda: store.load(thread.thread_id).version)
+                assert loaded == [thread.version] * count
+            assert reads._open == len(reads._idle) <= pool.min_size
+            assert not failing or reads._open == 0
