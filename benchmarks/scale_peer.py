@@ -91,6 +91,7 @@ def run_peer(progress: Progress, target: str, size: int, restores: int, ours: st
             invoke(graph, index)
         progress.update(create_s=time.perf_counter() - start)
     progress.update(bytes=store_bytes(target))
+    scale.vacuumed(target)
     rng = random.Random(size)
     with _saver(target) as saver, closing(open_store(ours)) as store:
         graph = _graph().compile(checkpointer=saver)
