@@ -157,27 +157,34 @@ class StatementKeepingPool(SQLiteConnectionPool):
             sqlite3.Error: The statement failed.
         """
         self._refuse_if_closed()
-        if self.file is not None:
-            self.file.check()
+        reader = self._lent_reader()
+        if reader is not None:
             try:
-                reader: SQLiteConnection | None = self._idle_readers.pop()
-            except IndexError:
-                reader = self._open_reader()
-            if reader is not None:
-                try:
-                    return reader._sqlite_conn.execute(statement, params).fetchall()
-                finally:
-                    self._idle_readers.append(reader)
-                    if self._closing:  # close() may have closed the idle ones before it
-                        self._close_idle_readers()
+                return reader._sqlite_conn.execute(statement, params).fetchall()
+            finally:
+                self._idle_readers.append(reader)
+                if self._closing:  # close() may have closed the idle ones before it
+                    self._close_idle_readers()
         connection = super().get_connection(is_writer=False)
         try:
             return connection._sqlite_conn.execute(statement, params).fetchall()
         finally:
             self.put_connection(connection)
 
-    def _open_reader(self) -> SQLiteConnection | None:
-        """A new reading connection, unless ``pool_size`` are open already."""
+    def _lent_reader(self) -> SQLiteConnection | None:
+        """An idle reading connection of the file, or a new one unless ``pool_size`` are
+        open already; None in memory or at that limit.
+
+        Raises:
+            StoreFileReplacedError: The store's file was replaced or deleted.
+        """
+        if self.file is None:
+            return None
+        self.file.check()
+        try:
+            return self._idle_readers.pop()
+        except IndexError:
+            pass
         with self._put_condition:
             if self._readers >= self.pool_size:
                 return None

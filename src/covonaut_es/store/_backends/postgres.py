@@ -463,7 +463,7 @@ class _PostgresBackend(RecorderAnchors):
         return url
 
     def close_connections(self, recorder: ApplicationRecorder) -> None:
-        if isinstance(recorder, _AnchoringRecorder):  # saves go through the pool
+        if isinstance(recorder, _AnchoringRecorder):  # its restores'; saves use the pool
             recorder.reads.close()
 
     def ping(self, recorder: ApplicationRecorder, timeout: float) -> None:
