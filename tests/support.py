@@ -259,3 +259,12 @@ def run_python(
     )
     assert result.returncode == 0, result.stderr
     return result
+
+
+def is_utf8(data: bytes) -> bool:
+    """Whether ``data`` decodes as UTF-8."""
+    try:
+        data.decode()
+    except UnicodeDecodeError:
+        return False
+    return True

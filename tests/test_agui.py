@@ -19,7 +19,7 @@ import ag_ui.core as agui
 import attrs
 import pydantic
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
@@ -436,6 +436,7 @@ HOSTILE_VALUES = st.one_of(
     st.just("\u200b"),
     st.lists(st.integers(), max_size=2),
     st.dictionaries(st.text(max_size=5), st.integers(), max_size=2),
+    st.just('{"order": "B-2", "amount": 40}'),  # an edit's JSON, as a string
 )
 
 
@@ -469,12 +470,10 @@ def is_still_a_valid_decision(body: Any, valid: dict[str, Any]) -> bool:
                 and e["payload"]["approved"] is True
                 and e["payload"]["digest"] == v["payload"]["digest"]
                 and isinstance(e["payload"].get("comment", ""), str)
-                # null: no edit, as inbox; an object: the reviewer's edit, theirs to make
-                # (the run checks it against the tool's schema before the tool sees it)
-                and (
-                    e["payload"].get("editedArgs") is None
-                    or isinstance(e["payload"]["editedArgs"], dict)
-                )
+                # left out: no edit; an object: the reviewer's edit, theirs to make (the
+                # run checks it against the tool's schema before the tool sees it); null
+                # or a string, refused as the inbox's API refuses them
+                and isinstance(e["payload"].get("editedArgs", {}), dict)
                 for e, v in zip(entries, valid["resume"], strict=True)
             )
         )
@@ -486,6 +485,10 @@ def is_still_a_valid_decision(body: Any, valid: dict[str, Any]) -> bool:
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(st.sampled_from(PATHS), HOSTILE_VALUES, st.booleans(), st.booleans())
+# An edit's JSON as a string, and null: the inbox's API refuses both (the edit is an
+# object or left out), so this surface must too.
+@example(("resume", 0, "payload", "editedArgs"), '{"order": "B-2", "amount": 40}', False, True)
+@example(("resume", 0, "payload", "editedArgs"), None, False, True)
 def test_every_mutation_of_a_valid_resume_is_refused_whole(
     tmp_path_factory: pytest.TempPathFactory,
     path: tuple[Any, ...],

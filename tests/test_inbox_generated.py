@@ -88,7 +88,16 @@ def refused_bodies(fields: tuple[str, ...], texts: tuple[str, ...]) -> st.Search
     wrong_type = st.builds(
         lambda body, name, value: {**body, name: value}, known, st.sampled_from(texts), NOT_TEXT
     ).filter(lambda body: body.get("pause", "") is not None)  # null is no pause named
-    return st.one_of(JSON.filter(lambda value: not isinstance(value, dict)), unknown, wrong_type)
+    # An edit that is no object, a string holding an object's JSON among them: a JSON
+    # body's arguments are its value, never text to read again.
+    not_an_object = JSON | st.builds(json.dumps, st.dictionaries(st.text(max_size=4), JSON))
+    edit = st.builds(
+        lambda body, value: {**body, "arguments": value},
+        known,
+        not_an_object.filter(lambda value: not isinstance(value, dict) and value is not None),
+    )
+    refused = [JSON.filter(lambda value: not isinstance(value, dict)), unknown, wrong_type]
+    return st.one_of(*refused, *([edit] if "arguments" in fields else []))
 
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))

@@ -28,7 +28,11 @@ VERIFIER = HmacReviewerVerifier(SECRET)
 TOKEN = VERIFIER.issue_token("rita", ttl_seconds=3600)
 
 TEXTS = ["", " ", "\u200b", "\x00", "ok", "\u202eevil", "x" * 10_001]
-ARGUMENTS = ["null", "{}", '{"amount": 40, "to": "bob"}', '{"amount": 41, "to": "bob"}', "[1]", "7"]
+ARGUMENTS = [
+    "null", "{}", '{"amount": 40, "to": "bob"}', '{"amount": 41, "to": "bob"}', "[1]", "7",
+    # the JSON of a string holding an object's JSON: a string, on every surface
+    json.dumps('{"amount": 41, "to": "bob"}'), '"x"',
+]  # fmt: skip
 DIGESTS = ["", " ", "\u200b", "0" * 64, "REAL"]
 
 

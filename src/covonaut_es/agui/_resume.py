@@ -28,7 +28,7 @@ from covonaut_es.service import (
     ThreadService,
     json_object,
     person_text,
-    review_submission,
+    submitted_review,
 )
 
 CANCELLED = "Cancelled in the chat by the reviewer."
@@ -154,10 +154,13 @@ def _decision(payload: dict[str, Any], *, cancelled: bool, where: str) -> Review
     text_field = TEXT_FIELD[action]
     allowed = {"approved", "digest", text_field} | ({"editedArgs"} if approved else set())
     _refuse_other_keys(payload, allowed, where)
-    text = payload.get(text_field, CANCELLED if cancelled else "")
-    return review_submission(
-        action, text=text, arguments=payload.get("editedArgs"), digest=payload["digest"]
-    )
+    fields = {
+        text_field: payload.get(text_field, CANCELLED if cancelled else ""),
+        "digest": payload["digest"],
+    }
+    if "editedArgs" in payload:
+        fields["arguments"] = payload["editedArgs"]
+    return submitted_review(action, fields, json_body=True)
 
 
 def _refuse_other_keys(payload: dict[str, Any], allowed: set[str], where: str) -> None:

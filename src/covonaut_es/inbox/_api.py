@@ -161,7 +161,7 @@ def _decider(action: Action) -> Callable[[Inbox, Request], Awaitable[Any]]:
     async def decide(inbox: Inbox, request: Request) -> Any:
         reviewer = await _credential(inbox, request, changes=True)
         body = await _body(request, (text_field, "arguments", "digest"))
-        submission = submitted_review(action, body)
+        submission = submitted_review(action, body, json_body=True)
         decision = await blocking(
             inbox.desk.decide,
             request.path_params["review_id"],

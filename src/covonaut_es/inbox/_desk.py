@@ -18,7 +18,14 @@ from typing import Any, TypeVar
 import attrs
 from eventsourcing.projection import BaseProjectionRunner
 
-from covonaut_es.domain import PauseKind, ReviewDecision, ThreadStatus, may_decide
+from covonaut_es.domain import (
+    PauseKind,
+    Review,
+    ReviewDecision,
+    ThreadState,
+    ThreadStatus,
+    may_decide,
+)
 from covonaut_es.errors import (
     ReadOnlyStoreError,
     ReviewExpiredError,
@@ -224,8 +231,7 @@ class ReviewDesk:
             AmbiguousReviewError: Pending in several threads and none named.
         """
         found = self.service.find_review(review_id, thread_id=thread_id)
-        rules = found.review.request.rules
-        if rules is not None and not may_decide(rules, reviewer.scopes):
+        if not _may_decide(found.review, reviewer):
             msg = f"no review {review_id!r} that reviewer {reviewer.id!r} may decide"
             raise ReviewNotFoundError(msg)
         pending = found.review.decision is None
@@ -240,13 +246,15 @@ class ReviewDesk:
         """Where the thread stands now, as it records it."""
         return self.store.state_at(thread_id).status
 
-    def messages(self, thread_id: str, last: int = RECENT_MESSAGES) -> tuple[Message, ...]:
-        """The thread's last messages, for context."""
-        return self.store.state_at(thread_id).messages[-last:]
+    def messages(self, thread_id: str, *, reviewer: Reviewer) -> tuple[Message, ...] | None:
+        """The thread's last messages, for context; None when they are hidden from
+        ``reviewer`` (:func:`may_see`)."""
+        return _recent_messages(self.store.state_at(thread_id), reviewer)
 
-    def pause(self, thread_id: str, tool_call_id: str) -> PauseView | None:
+    def pause(self, thread_id: str, tool_call_id: str, *, reviewer: Reviewer) -> PauseView | None:
         """The pending pause on that call, as the thread records it now (one load);
-        None when the thread has none (it resumed, or never paused there).
+        None when the thread has none (it resumed, or never paused there), or when it is
+        a review outside ``reviewer``'s scopes, shown them no more than it is listed.
 
         Raises:
             ThreadNotFoundError: No such thread.
@@ -258,14 +266,19 @@ class ReviewDesk:
         # A call held for review that is also a tool's pause is answered here first.
         pause = next((p for p in on_call if p.kind is not PauseKind.REVIEW), on_call[0])
         call = next((c for c in state.open_calls if c.call.id == tool_call_id), None)
-        return PauseView(
+        view = PauseView(
             thread_id=thread_id,
             status=str(state.status),
             pause=pause,
             call=call if pause.kind is PauseKind.IN_DOUBT else None,
-            messages=state.messages[-RECENT_MESSAGES:],
+            messages=_recent_messages(state, reviewer),
             token=pause_token(state.messages, pause),
         )
+        asked = (r for r in state.reviews if r.request.review_id == view.review_id)
+        review = next(asked, None) if view.review_id else None
+        if review is not None and not _may_decide(review, reviewer):
+            return None
+        return view
 
     def thread(self, thread_id: str, *, reviewer: Reviewer) -> ThreadView:
         """The thread page's content, if ``reviewer`` may decide every review the
@@ -276,11 +289,7 @@ class ReviewDesk:
             ThreadNotFoundError: No such thread that they may see.
         """
         state = self.store.state_at(thread_id) if self.store.exists(thread_id) else None
-        if state is None or any(
-            review.request.rules is not None
-            and not may_decide(review.request.rules, reviewer.scopes)
-            for review in state.reviews
-        ):
+        if state is None or not may_see(state, reviewer):
             raise ThreadNotFoundError(
                 f"no thread {thread_id!r} that reviewer {reviewer.id!r} may see"
             )
@@ -418,3 +427,20 @@ class ReviewDesk:
         with self._lock:
             key = (thread_id, item_id)
             self._recorded[key] = max(position, self._recorded.get(key, 0))
+
+
+def may_see(state: ThreadState, reviewer: Reviewer) -> bool:
+    """Whether ``reviewer`` may see the thread's messages and timeline: they may decide
+    every review it asked for. The messages show each review's operation, and one
+    outside their scopes is shown them no more than it is listed."""
+    return all(_may_decide(review, reviewer) for review in state.reviews)
+
+
+def _may_decide(review: Review, reviewer: Reviewer) -> bool:
+    rules = review.request.rules
+    return rules is None or may_decide(rules, reviewer.scopes)
+
+
+def _recent_messages(state: ThreadState, reviewer: Reviewer) -> tuple[Message, ...] | None:
+    """The thread's last messages, or None when :func:`may_see` hides them."""
+    return tuple(state.messages[-RECENT_MESSAGES:]) if may_see(state, reviewer) else None

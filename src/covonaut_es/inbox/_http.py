@@ -1,12 +1,12 @@
-"""What the pages and the JSON API share: the inbox's parts, bounded request bodies,
-the reviewer a request's credential verifies as, routes whose ids may hold any
+"""What the pages and the JSON API share: the inbox's parts, bounded request bodies and
+forms, the reviewer a request's credential verifies as, routes whose ids may hold any
 character, and the HTTP status and message of each error."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any, TypeVar
-from urllib.parse import quote, unquote_to_bytes
+from urllib.parse import parse_qsl, quote, unquote_to_bytes
 
 import attrs
 from starlette.concurrency import run_in_threadpool
@@ -135,6 +135,49 @@ async def read_body(request: Request) -> bytes:
     if len(body) > MAX_BODY_BYTES:
         raise HttpError(413, f"the request body exceeds {MAX_BODY_BYTES} bytes")
     return body
+
+
+FORM_TYPE = "application/x-www-form-urlencoded"
+"""How the pages' forms are posted, and the one way the inbox reads a form."""
+
+MAX_FORM_FIELDS = 16
+"""The most fields a form may post; the pages' forms post fewer."""
+
+
+async def read_form(request: Request) -> dict[str, str]:
+    """The request's form (:data:`FORM_TYPE`, its body bounded as :func:`read_body`'s),
+    each field once, its names and values read as UTF-8 text, strictly: a value that is
+    no text is refused, never replaced by what the reader made of its bytes (Starlette's
+    form parser reads raw bytes as Latin-1, and escapes that are no UTF-8 as U+FFFD, so
+    a decision would record text nobody typed).
+
+    Raises:
+        HttpError: 415 for another content type; 400 for text that is not UTF-8, more
+            than :data:`MAX_FORM_FIELDS` fields, or a field posted twice.
+    """
+    media = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+    if media != FORM_TYPE:
+        raise HttpError(415, f"a form is posted as {FORM_TYPE}, not {media or 'without a type'}")
+    body = await read_body(request)
+    try:
+        pairs = parse_qsl(
+            body.decode(), keep_blank_values=True, errors="strict", max_num_fields=MAX_FORM_FIELDS
+        )
+    except UnicodeDecodeError as exc:
+        # The value is not echoed: the sign-in form's field is a credential.
+        msg = f"the form must be UTF-8 text, percent-encoded as browsers post it ({exc.reason})"
+        raise HttpError(400, msg) from None
+    except ValueError:  # parse_qsl's limit on the fields
+        raise HttpError(400, f"the form posts more than {MAX_FORM_FIELDS} fields") from None
+    fields: dict[str, str] = {}
+    for name, value in pairs:
+        if name in fields:
+            # A page posts each field once; keeping either value of a crafted post would
+            # record one nobody chose (the JSON API refuses a key given twice alike).
+            msg = f"the form names the field {name[:40]!r} twice: post each field once"
+            raise HttpError(400, msg)
+        fields[name] = value
+    return fields
 
 
 async def verified(inbox: Inbox, credential: str) -> Reviewer:

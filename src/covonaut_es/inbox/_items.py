@@ -265,7 +265,8 @@ class PauseView:
         pause: The pause, and whether a person has dealt with it.
         call: For a call in doubt not yet settled, the open call (its arguments and
             idempotency key, which a person checks the external system for).
-        messages: The thread's last messages.
+        messages: The thread's last messages; None when they are hidden from the
+            reviewer (the thread asked for a review outside their scopes).
         token: The pause's token, which the page's forms send: they act on this pause
             only, never on a later one of the same call.
     """
@@ -274,7 +275,7 @@ class PauseView:
     status: str
     pause: Pause
     call: PendingToolCall | None
-    messages: tuple[Message, ...]
+    messages: tuple[Message, ...] | None
     token: str = ""
 
     @property

@@ -33,7 +33,7 @@ from covonaut_es.inbox._http import (
     SignedIn,
     blocking,
     message_of,
-    read_body,
+    read_form,
     signed_in,
     status_of,
     verified,
@@ -132,17 +132,7 @@ async def _form(inbox: Inbox, request: Request, session: Session | None) -> dict
             "names the proxy's public origin with --allowed-origin)"
         )
         raise HttpError(403, msg)
-    await read_body(request)  # bounds the body before the form parser reads it
-    form = await request.form(max_files=0, max_fields=16)
-    fields: dict[str, str] = {}
-    for name, value in form.multi_items():
-        if name in fields:
-            # A page posts each field once; keeping either value of a crafted post would
-            # record one nobody chose (the JSON API refuses a key given twice alike).
-            msg = f"the form names the field {name!r} twice: post each field once"
-            raise HttpError(400, msg)
-        if isinstance(value, str):
-            fields[name] = value
+    fields = await read_form(request)
     if session is not None and not session.carries_csrf(fields.get(CSRF_FIELD)):
         raise HttpError(403, "refused: the form's CSRF token is missing or not this session's")
     return fields
@@ -288,7 +278,7 @@ def page_routes(inbox: Inbox) -> list[Route]:
     async def pause(request: Request, signed: SignedIn) -> Response:
         thread_id = request.query_params.get("thread", "")
         call_id = request.query_params.get("call", "")
-        view = await blocking(inbox.desk.pause, thread_id, call_id)
+        view = await blocking(inbox.desk.pause, thread_id, call_id, reviewer=signed.reviewer)
         if view is None:
             msg = (
                 f"thread {thread_id!r} has no pending pause on call {call_id!r}: it may have "
@@ -311,7 +301,9 @@ def page_routes(inbox: Inbox) -> list[Route]:
             # Shown on the pause's page while it is pending, as a refused decision is.
             thread_id, call_id = fields.get("thread", ""), fields.get("call", "")
             try:
-                view = await blocking(inbox.desk.pause, thread_id, call_id)
+                view = await blocking(
+                    inbox.desk.pause, thread_id, call_id, reviewer=signed.reviewer
+                )
             except CovonautError:
                 view = None
             if view is None or view.review_id:
@@ -415,7 +407,7 @@ def _review_context(
         "review": item,
         "actions": item.actions(reviewer),
         "seconding": _seconding(item),
-        "messages": inbox.desk.messages(item.thread_id),
+        "messages": inbox.desk.messages(item.thread_id, reviewer=reviewer),
         "arguments_json": _editable_json(item.arguments),
         "next_review": _next_review(inbox, reviewer, item.review_id, item.thread_id),
         "error": "",
@@ -495,7 +487,7 @@ def _pause_status(
     Raises:
         ThreadNotFoundError: No such thread.
     """
-    view = inbox.desk.pause(thread_id, call_id)
+    view = inbox.desk.pause(thread_id, call_id, reviewer=reviewer)
     if view is not None and view.status == ThreadStatus.ABANDONED:
         state = "abandoned"
     elif view is None or view.token != token or view.pause.resolved:

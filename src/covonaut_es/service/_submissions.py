@@ -76,6 +76,7 @@ def review_submission(
     text: object = "",
     arguments: object = None,
     digest: object = None,
+    arguments_as_text: bool = True,
 ) -> ReviewSubmission:
     """A reviewer's decision, checked: the one reader every surface uses.
 
@@ -85,6 +86,10 @@ def review_submission(
         arguments: Edited arguments, only with ``approve``: JSON text (read strictly) or
             a mapping (which must be plain JSON); None: as requested.
         digest: The operation digest the reviewer saw (not blank), or None.
+        arguments_as_text: Whether ``arguments`` may be JSON text; False where the
+            surface received them as a JSON value (a JSON body), whose object they
+            must be: a string holding one is refused, as the command line refuses the
+            JSON text of a string.
 
     Raises:
         InvalidDecisionError: Naming the field and what is wrong with it.
@@ -102,7 +107,7 @@ def review_submission(
         if action is not Action.APPROVE:
             msg = f"only an approval takes edited arguments, not a decision to {action}"
             raise InvalidDecisionError(msg)
-        edited = json_object(arguments, "the edited arguments")
+        edited = json_object(arguments, "the edited arguments", as_text=arguments_as_text)
     if digest is not None and not isinstance(digest, str):
         msg = f"the digest must be text, got {type(digest).__name__}"
         raise InvalidDecisionError(msg)
@@ -116,11 +121,15 @@ def review_submission(
     return ReviewSubmission(action, checked, edited, digest)
 
 
-def submitted_review(action: Action | str, fields: Mapping[str, object]) -> ReviewSubmission:
+def submitted_review(
+    action: Action | str, fields: Mapping[str, object], *, json_body: bool = False
+) -> ReviewSubmission:
     """A reviewer's decision from the fields a surface received (a JSON body, a form, a
     command line's options), each present only if it was sent: the action's text
     (:data:`TEXT_FIELD`), ``arguments`` and ``digest``. A field sent empty is checked as
-    sent, never read as one left out, so every surface refuses alike.
+    sent, never read as one left out, so every surface refuses alike. ``json_body``:
+    the fields are a JSON body's values, so ``arguments`` must be an object, where a
+    form and a command line send its JSON text.
 
     Raises:
         InvalidDecisionError: As :func:`review_submission`, or ``arguments`` or
@@ -142,6 +151,7 @@ def submitted_review(action: Action | str, fields: Mapping[str, object]) -> Revi
         text=fields.get(name, ""),
         arguments="null" if sent_null else arguments,  # refused as the JSON text null is
         digest=fields.get("digest"),
+        arguments_as_text=sent_null or not json_body,
     )
 
 
@@ -191,15 +201,15 @@ def _shows_nothing(char: str) -> bool:
     )
 
 
-def json_object(value: object, what: str) -> dict[str, Any]:
-    """A JSON object a person submitted, as text (read by :func:`parse_json`) or already
-    a mapping (which must hold plain JSON only); any other value (a list, a number a
-    JSON body held where the object belongs) is refused.
+def json_object(value: object, what: str, *, as_text: bool = True) -> dict[str, Any]:
+    """A JSON object a person submitted, as text (read by :func:`parse_json`; unless
+    ``as_text`` is False) or already a mapping (which must hold plain JSON only); any
+    other value (a list, a number a JSON body held where the object belongs) is refused.
 
     Raises:
         InvalidDecisionError: It is not one JSON object, or does not read strictly.
     """
-    if not isinstance(value, str | bytes | Mapping):
+    if not isinstance(value, (str | bytes | Mapping) if as_text else Mapping):
         msg = f"{what} must be one JSON object, got a JSON {_kind(value)}"
         raise InvalidDecisionError(msg)
     if isinstance(value, Mapping):
