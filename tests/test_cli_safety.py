@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 from eventsourcing.persistence import StoredEvent
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from covonaut_es import Store, Tool, create_cipher_key, open_store
 from covonaut_es._text import printable
@@ -24,7 +26,7 @@ from covonaut_es.cli import main
 from covonaut_es.domain import thread_aggregate_id
 from covonaut_es.providers import ScriptedProvider
 from covonaut_es.runtime import Agent, AgentConfig, CheckpointSettings, HmacReviewerVerifier
-from support import answer, call, echo_tool
+from support import answer, call, echo_tool, is_utf8
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = secrets.token_hex(32)
@@ -147,6 +149,9 @@ def test_every_command_refuses_bad_input_in_one_line_and_writes_nothing(
         (command, "ghost", "--store", url) for command in ("show", "replay", "tree", "export")
     ]
     cases += [
+        ("replay", "ghost", "--verify", "--store", url),  # a mistyped id, not a damaged one
+        ("threads", "--after", str(2**63), "--store", url),
+        ("threads", "--after", "-1", "--store", url),
         ("history", "ghost", "--store", url),
         ("fork", "ghost", "--store", url),
         ("fork", "finished", "--at", "999", "--store", url),
@@ -438,3 +443,40 @@ def test_a_failed_import_leaves_no_store_where_there_was_none(
     assert result.returncode == 2, result.stderr
     assert result.stderr.count("\n") == 1, result.stderr
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("new.db")) == []
+
+
+NO_TEXT_IDS = st.builds(
+    lambda head, junk: head + junk.decode("utf-8", "surrogateescape"),
+    st.text(st.characters(codec="ascii", categories=("L", "N")), max_size=3),
+    st.binary(min_size=1, max_size=3).filter(lambda b: not is_utf8(b)),
+)
+
+
+@settings(
+    max_examples=2, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(thread=NO_TEXT_IDS)
+def test_a_thread_id_of_bytes_that_are_no_utf8_is_refused_in_one_line(
+    url: str, tmp_path: Path, thread: str
+) -> None:
+    """Every command that takes a thread id, given one whose bytes are no UTF-8 (as a
+    shell passes them): exit 2, one line naming it, no traceback, no file changed."""
+    review = review_of(url)
+    acting = ("--reviewer-token", token("rita"))
+    commands: list[tuple[str, ...]] = [
+        *((command, thread) for command in ("show", "history", "tree", "export")),
+        ("replay", thread), ("replay", thread, "--verify"),
+        ("fork", thread), ("fork", "finished", "--as", thread),
+        ("answer", thread, "c1", "--answer", "yes", *acting),
+        ("settle", thread, "c1", "--result", "paid", *acting),
+        ("abandon", thread, "--reason", "gone", *acting),
+        ("retry", thread, *acting),
+        ("approve", review, "--thread", thread, *acting),
+    ]  # fmt: skip
+    before = listing(tmp_path)
+    for args in commands:
+        result = run(*args, "--store", url)  # passed to the process as the bytes
+        assert result.returncode == 2, (args, result.stderr)
+        assert len(result.stderr.splitlines()) == 1, (args, result.stderr)
+        assert "Traceback" not in result.stderr, args
+    assert listing(tmp_path) == before

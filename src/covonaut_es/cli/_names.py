@@ -8,6 +8,7 @@ import ast
 import re
 
 from covonaut_es.domain import thread_aggregate_id
+from covonaut_es.errors import InvalidThreadIdError
 
 _QUOTED_THREAD = re.compile(r"""thread ('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")""")
 """``thread 'ID'`` as messages name a thread (the id as Python's ``repr`` writes it)."""
@@ -20,6 +21,9 @@ def name_threads(message: str, args: argparse.Namespace) -> str:
     named.update(ast.literal_eval(quoted) for quoted in _QUOTED_THREAD.findall(message))
     for thread_id in named:
         if isinstance(thread_id, str) and thread_id:
-            stream = f"stream {thread_aggregate_id(thread_id)}"
+            try:
+                stream = f"stream {thread_aggregate_id(thread_id)}"
+            except InvalidThreadIdError:  # no text: no stream is its
+                continue
             message = message.replace(stream, f"thread {thread_id!r}")
     return message

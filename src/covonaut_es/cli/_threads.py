@@ -17,7 +17,7 @@ from covonaut_es.cli._json import emit_records, utc
 from covonaut_es.cli._options import add_store_command, open_from, read_thread
 from covonaut_es.cli._output import print_json
 from covonaut_es.domain import Pause, PendingToolCall, ThreadState, ThreadStatus
-from covonaut_es.errors import CovonautError
+from covonaut_es.errors import CovonautError, ThreadNotFoundError
 from covonaut_es.store import Store, ThreadSummary
 from covonaut_es.store._listing import MAX_PAGE
 
@@ -201,7 +201,10 @@ def replay(args: argparse.Namespace) -> int:
         try:
             entries = list(store.replay(args.thread))
         except CovonautError as exc:
-            if report is None or report.ok:
+            # No record at all: a thread never written (a mistyped id), which a store
+            # that anchors heads would otherwise report as one whose anchor was deleted.
+            absent = report is not None and report.events == 0
+            if report is None or report.ok or (absent and isinstance(exc, ThreadNotFoundError)):
                 raise
             entries, unlisted = [], str(exc)
     if args.json:

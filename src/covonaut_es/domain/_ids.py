@@ -58,8 +58,21 @@ def check_thread_id(thread_id: str) -> str:
 def thread_aggregate_id(thread_id: str) -> UUID:
     """The aggregate id of a thread: a uuid5 of its thread id (kept for the few threads
     used last: a load asks twice, for its stream and to check its first event's; a
-    worker folding many threads' events keeps no more for them)."""
-    return uuid5(THREAD_NAMESPACE, thread_id)
+    worker folding many threads' events keeps no more for them).
+
+    Raises:
+        InvalidThreadIdError: The id holds a lone surrogate (as bytes that are no UTF-8
+            on a command line read): it is no text, so no thread has it.
+    """
+    try:
+        return uuid5(THREAD_NAMESPACE, thread_id)
+    except UnicodeEncodeError as exc:
+        msg = (
+            f"thread id {thread_id!r} holds the lone surrogate {exc.object[exc.start]!r} at "
+            f"position {exc.start}, which is no text (bytes that are not UTF-8): no thread "
+            "has such an id"
+        )
+        raise InvalidThreadIdError(msg) from None
 
 
 def check_thread_stream(stream: UUID, thread_id: str) -> None:

@@ -58,6 +58,9 @@ threads written since a position."""
 MAX_PAGE = 10_000
 """The most threads one page lists."""
 
+LAST_AFTER = 2**63 - 1
+"""The largest position a page may follow: the largest integer the databases store."""
+
 
 class ThreadSummary(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """What a listing says of one thread, as of its version ``version``.
@@ -151,10 +154,15 @@ class ThreadListing:
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
             msg = f"a page lists 1 to {MAX_PAGE} threads, got limit={limit!r}"
             raise ConfigurationError(msg)
-        if after is not None and (isinstance(after, bool) or not isinstance(after, int)):
-            msg = f"after must be the next_after of a page (an int) or None, got {after!r}"
+        if after is not None and (
+            isinstance(after, bool) or not isinstance(after, int) or not 0 <= after <= LAST_AFTER
+        ):
+            msg = (
+                f"after must be the next_after of a page (a whole number from 0 to "
+                f"{LAST_AFTER}) or None, got {after!r}"
+            )
             raise ConfigurationError(msg)
-        start = max(after or 0, 0)
+        start = after or 0
         table = None if self._guard.read_only else self._summaries()
         if table is None:
             return self._from_threads(start, limit)
