@@ -59,6 +59,9 @@ SHAPES: dict[str, Any] = {
     "empty": "",
     "JSON": '{"a": [1, null]}',
     "other row": "<the same column of another row>",
+    # Bytes kept, type changed: a payload or a hash sqlite3 cannot decode as UTF-8.
+    "as text": "<the value, CAST AS TEXT>",
+    "text not UTF-8": "<CAST(x'ff28' AS TEXT)>",
 }
 
 CLI_COMMANDS: tuple[tuple[str, ...], ...] = (
@@ -166,6 +169,10 @@ def _mutate(path: Path, table: str, column: str, row: int, shape: str) -> bool:
             value, params = f"(SELECT {column} FROM {table} WHERE {where})", (*other, *target)
         elif shape == "beyond":
             value, params = "9223372036854775808", target
+        elif shape == "as text":
+            value, params = f"CAST({column} AS TEXT)", target
+        elif shape == "text not UTF-8":
+            value, params = "CAST(x'ff28' AS TEXT)", target
         else:
             value, params = "?", (SHAPES[shape], *target)
         try:
@@ -235,9 +242,34 @@ def test_no_hostile_stored_value_makes_a_reading_command_crash(
     check_case(*cell, row, shape, reader)
 
 
+@settings(max_examples=40, deadline=None)
+@given(
+    column=st.sampled_from(["version", "chain"]),
+    row=st.integers(0, 10_000),
+    shape=st.sampled_from(sorted(set(SHAPES) - {"other row"})),
+)
+def test_a_damaged_head_anchor_is_its_own_threads_finding_only(
+    column: str, row: int, shape: str
+) -> None:
+    """One value of one thread's head anchor made hostile: that thread's verify reports
+    it (a finding, never an error), and every other thread still verifies intact."""
+    with mutated("stored_events_heads", column, row, shape) as url:
+        if url is None:
+            return
+        with open_store(url) as store:
+            reports = {t: store.verify(t) for t in THREADS}
+    damaged = [t for t, report in reports.items() if not report.ok]
+    assert len(damaged) <= 1, reports
+
+
 @pytest.mark.parametrize(
     ("table", "column", "shape", "reader"),
     [
+        ("stored_events", "state", "as text", "history long --json"),
+        ("stored_events", "state", "as text", "threads"),
+        ("stored_snapshots", "state", "as text", "replay --verify long"),
+        ("stored_events", "topic", "text not UTF-8", "verify"),
+        ("stored_events_heads", "chain", "text not UTF-8", "replay --verify a"),
         ("stored_events", "state", "NULL", "history long --json"),
         ("stored_events", "originator_id", "blob", "history a"),
         ("stored_events", "originator_id", "text", "migrate --check"),
@@ -732,10 +764,15 @@ def _loads(url: str, thread_id: str) -> bool:
         return True
 
 
-RENAMING = {"text", "int", "zero", "negative", "huge", "beyond", "real", "JSON", "other row"}
+RENAMING = {
+    "text", "int", "zero", "negative", "huge", "beyond", "real", "JSON", "other row",
+    "text not UTF-8",
+}  # fmt: skip
 """The shapes that give a SQLite topic a name (SQLite keeps a number or JSON in a text
 column as text): a row renamed so is read as that name (the log holds an application's
-own events under names the library does not know), and found by the chain."""
+own events under names the library does not know), and found by the chain; one that is
+no UTF-8 is a name too, to a listing that selects the topics it knows (a read of the row
+itself refuses it)."""
 
 AS_IT_WAS: dict[str, Callable[[str], object]] = {
     **{name: read for name, read in API_READS.items() if name not in ("load", "verify", "check")},
@@ -846,3 +883,31 @@ def test_an_applications_own_thread_whose_newest_version_is_hostile_reads_whole_
         for read in (lambda: store.load("t"), lambda: store.load("t", version=5)):
             with contextlib.suppress(CovonautError):
                 assert read().version == 5
+
+
+@pytest.mark.parametrize(("thread", "listings"), [("a", 1), ("a-fork", 2)])
+def test_a_first_event_copied_later_in_its_stream_is_refused_by_the_listings(
+    thread: str, listings: int
+) -> None:
+    """A thread's first row copied past its head (a row inserted, which no single value
+    change makes): the listings of threads and forks refuse it with a typed error
+    rather than name the thread twice."""
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "threads.db"
+        shutil.copyfile(_pristine(), path)
+        stream = thread_aggregate_id(thread).bytes
+        with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+            ((head,),) = conn.execute(
+                "SELECT max(originator_version) FROM stored_events WHERE originator_id = ?",
+                (stream,),
+            )
+            conn.execute(
+                "INSERT INTO stored_events SELECT originator_id, ?, topic, state FROM "
+                "stored_events WHERE originator_id = ? ORDER BY originator_version LIMIT 1",
+                (head + 1, stream),
+            )
+        with open_store(f"sqlite:///{path}") as store:
+            reads = [lambda: list(store.thread_ids()), store.forks][:listings]
+            for read in reads:
+                with pytest.raises(CovonautError):
+                    read()

@@ -124,6 +124,19 @@ def nth(conn: sqlite3.Connection, stream: bytes, index: int) -> int | None:
     return versions[index % len(versions)] if versions else None
 
 
+def content(db: Path, stream: bytes, version: int) -> bytes | None:
+    """What the event's zstd frame holds; None when it does not decompress."""
+    with sqlite3.connect(db) as conn:
+        (state,) = conn.execute(
+            "SELECT state FROM stored_events WHERE originator_id = ? AND originator_version = ?",
+            (stream, version),
+        ).fetchone()
+    try:
+        return shipped_dictionary().decompress(state, limit=2**20)
+    except ValueError:
+        return None
+
+
 def apply(db: Path, change: tuple[Any, ...]) -> None:
     """Damage the store's file as ``change`` says; a change the schema refuses (a
     duplicate key) changes nothing."""
@@ -302,6 +315,11 @@ def test_one_flipped_byte_of_a_compressed_row_is_a_damaged_row(
         frame = shipped_dictionary().compress(value) if value[:1] == b"\x00" else value
         apply(db, ("append bytes", stream, index, frame))
     thread_id = THREADS[STREAMS.index(stream)]
+    unread = content(db, stream, version) == content(template.db, stream, version)
+    if kind == "flip byte" and unread:
+        # A bit no decoder reads (zstd's bitstreams end in padding): the row still holds
+        # the true data, which every read gives; found 1 time in 4 at one position.
+        return
     with open_store(f"sqlite:///{db}", **options(keyed)) as store:
         findings = store.verify(thread_id).findings
         # At its version; a fork's first record, which says where the fork begins, is

@@ -27,6 +27,7 @@ from covonaut_es.errors import (
     MissingEventError,
     MissingToolCallError,
     SerializationError,
+    StoredRowError,
     ThreadNotFoundError,
     ThreadStateError,
 )
@@ -384,7 +385,12 @@ class _Fold:
 
     def _check_head(self) -> None:
         """Compare where the stream ends with where its head was anchored."""
-        anchor, last = self.store._records.head_anchor(self.thread_id), self.last_version
+        last = self.last_version
+        try:
+            anchor = self.store._records.head_anchor(self.thread_id)
+        except StoredRowError as exc:
+            self.findings.append(AuditFinding(last, f"the head anchor does not read: {exc}"))
+            return
         if anchor.unkept:
             self.notes.append(
                 f"no head anchor for thread {self.thread_id!r}, so the deletion of its "

@@ -44,7 +44,7 @@ from covonaut_es.store._backend import Backend
 from covonaut_es.store._chain import chain_of
 from covonaut_es.store._chain_key import sealed_predecessor
 from covonaut_es.store._read_only import WriteGuard
-from covonaut_es.store._reader import ThreadReader
+from covonaut_es.store._reader import ThreadReader, check_first_event
 from covonaut_es.store._records import StoredRecords, storable
 from covonaut_es.store._writer import ThreadWriter
 
@@ -156,7 +156,9 @@ class Forks:
         if isinstance(first, AgentThread.Started | AgentThread.Forked):  # not sealed on a copy
             check_thread_stream(first.originator_id, first.thread_id)
         version = newest.originator_version
-        new_thread_id = check_thread_id(new_thread_id or f"{thread_id}~{uuid.uuid4().hex[:8]}")
+        if new_thread_id is None:  # an empty id is refused, not read as none given
+            new_thread_id = f"{thread_id}~{uuid.uuid4().hex[:8]}"
+        new_thread_id = check_thread_id(new_thread_id)
         taken = f"cannot fork {thread_id!r} as {new_thread_id!r}: that thread already exists"
         # Where the back end does not guard new streams, checked here, then written.
         guarded = self._backend.guards_new_streams(self._app.recorder)
@@ -281,8 +283,8 @@ class Forks:
 
 def _record(event: AgentThread.Forked) -> ForkRecord:
     """The fork ``event`` (read from the log) records, refused when its row was moved or
-    copied out of the fork's own stream (:func:`check_thread_stream`)."""
-    check_thread_stream(event.originator_id, event.thread_id)
+    copied out of its place (:func:`check_first_event`)."""
+    check_first_event(event)
     return ForkRecord(
         event.thread_id,
         ThreadParent(event.parent_thread_id, event.parent_version),

@@ -19,7 +19,7 @@ library), not a return to the state before anchors.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ClassVar
 from uuid import UUID
 
@@ -156,10 +156,23 @@ def refuse_taken_streams(
             raise taken(stream)
 
 
-def anchor_in(rows: Mapping[UUID, tuple[int, str]], stream: UUID) -> HeadAnchor:
-    """What head rows (all of a table's, or ``stream``'s and any other) say of
-    ``stream``."""
-    if stream not in rows:
-        return HeadAnchor(store_anchors=bool(rows))
-    version, chain = rows[stream]
+def head_sql(table: str, mark: str) -> str:
+    """The statement that reads what the head table says of a stream (its id, as
+    stored, is ``mark``): one row, whether the table holds a row at all, then the
+    stream's own row's id, version and chain (NULLs without one). No other row's value
+    is read: another thread's damaged anchor is that thread's finding, not every
+    thread's (a value no reader can decode fails the whole statement)."""
+    return (
+        f"SELECT EXISTS (SELECT 1 FROM {table}), own.originator_id, own.version, own.chain "
+        f"FROM (SELECT 1) AS one LEFT JOIN {table} AS own ON own.originator_id = {mark}"
+    )
+
+
+def anchor_in(own: tuple[int, str] | None, *, anchors: bool) -> HeadAnchor:
+    """What the head table says of a stream: its own row's version and chain hash (None:
+    it has no row); ``anchors``: the table holds a row, of any stream (a table without
+    one is a store's from before anchors)."""
+    if own is None:
+        return HeadAnchor(store_anchors=anchors)
+    version, chain = own
     return HeadAnchor(store_anchors=True, version=version, chain=chain)

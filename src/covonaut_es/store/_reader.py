@@ -409,13 +409,30 @@ class ThreadReader:
             ThreadStateError: A thread's first event is stored in another's stream.
         """
         for event in self._records.events_of_type(*_FIRST_EVENTS, topicless=True):
-            check_thread_stream(event.originator_id, event.thread_id)
+            check_first_event(event)
             yield event.thread_id
 
     def threads_with_review(self, review_id: str) -> tuple[str, ...]:
         """As :meth:`covonaut_es.Store.threads_with_review`, read from the whole log."""
         events = self._records.events_of_type(*HOLDING)
         return holders(e for event in events for r, e in entries(event) if r == review_id)
+
+
+def check_first_event(event: AgentThread.Started | AgentThread.Forked) -> None:
+    """Refuse a thread's first event read from the log where no first event is: in
+    another thread's stream (:func:`check_thread_stream`), or at another version of its
+    own (a copy, which would name its thread twice in a listing).
+
+    Raises:
+        ThreadStateError: It is in another thread's stream, or a fork's is not one past
+            the version the fork branches from.
+        StoredRowError: A thread's ``Started`` is at another version than 1.
+    """
+    check_thread_stream(event.originator_id, event.thread_id)
+    if isinstance(event, AgentThread.Forked):
+        event.check_place()
+    else:
+        refuse_out_of_place(None, event, event.thread_id)
 
 
 def refuse_out_of_place(thread: AgentThread | None, event: Any, thread_id: str) -> None:

@@ -44,7 +44,7 @@ from eventsourcing.sqlite import (
     SQLiteTransaction,
 )
 
-from covonaut_es.errors import StoreFileReplacedError
+from covonaut_es.errors import StoredRowError, StoreFileReplacedError
 from covonaut_es.store._backends._sqlite_keys import KeyType
 
 STATEMENT_CACHE_SIZE = 32
@@ -293,7 +293,28 @@ def _connect(pool: SQLiteConnectionPool, *, max_age: float | None) -> SQLiteConn
     except sqlite3.Error as exc:
         raise InterfaceError(exc) from exc
     connection.row_factory = sqlite3.Row
+    connection.text_factory = stored_text
     return SQLiteConnection(connection, max_age=max_age)
+
+
+def stored_text(value: bytes) -> str:
+    """A TEXT value read from the store, which the library writes as UTF-8 only.
+
+    sqlite3's own decoding fails with a bare ``OperationalError`` on bytes that are no
+    UTF-8, which another writer can store (``CAST(state AS TEXT)``), and which then
+    escaped every read of the thread, a listing, and ``verify``.
+
+    Raises:
+        StoredRowError: ``value`` is not UTF-8 (not echoed: it may be a payload).
+    """
+    try:
+        return value.decode()
+    except UnicodeDecodeError as exc:
+        msg = (
+            f"a stored text value of {len(value)} bytes is not UTF-8 ({exc.reason} at byte "
+            f"{exc.start}): a row was altered behind the library; restore it from a backup"
+        )
+        raise StoredRowError(msg) from None
 
 
 class SQLiteWriter:

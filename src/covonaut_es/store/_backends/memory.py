@@ -107,7 +107,7 @@ class _AnchoringRecorder(POPOApplicationRecorder):
         if not self.anchoring:
             return HeadAnchor(store_anchors=False)
         with self._database_lock:
-            return anchor_in(dict(self.thread_heads), stream)
+            return anchor_in(self.thread_heads.get(stream), anchors=bool(self.thread_heads))
 
 
 class MemoryApplicationRecorder(KeyedLog, _AnchoringRecorder):

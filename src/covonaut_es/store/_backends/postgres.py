@@ -59,6 +59,7 @@ from covonaut_es.store._heads import (
     RecorderAnchors,
     anchor_in,
     check_fences,
+    head_sql,
     heads_table,
     lease_table,
     refuse_taken_streams,
@@ -261,14 +262,10 @@ class _AnchoringRecorder(_CheckedRows, postgres.PostgresApplicationRecorder):
             return HeadAnchor(store_anchors=False)
         table = f'"{self.datastore.schema}"."{heads_table(self)}"'
         with self.datastore.transaction(commit=False) as curs:
-            curs.execute(
-                f"SELECT originator_id, version, chain FROM {table} "
-                "WHERE originator_id = %s OR originator_id = (SELECT originator_id "
-                f"FROM {table} LIMIT 1)",
-                (stream,),
-            )
-            rows = dict(checked_head(r["originator_id"], r["version"], r["chain"]) for r in curs)
-        return anchor_in(rows, stream)
+            curs.execute(head_sql(table, "%s"), (stream,))
+            anchors, *own = curs.fetchall()[0].values()  # the statement's one row
+        head = None if own[0] is None else checked_head(*own)[1]
+        return anchor_in(head, anchors=bool(anchors))
 
 
 class PostgresApplicationRecorder(KeyedLog, CheckedLog, _AnchoringRecorder):

@@ -61,6 +61,7 @@ from covonaut_es.store._heads import (
     RecorderAnchors,
     anchor_in,
     check_fences,
+    head_sql,
     heads_table,
     lease_table,
     refuse_taken_streams,
@@ -310,14 +311,10 @@ class _AnchoringRecorder(SQLiteAggregateRecorder, PollingSQLiteApplicationRecord
         if not self.anchoring:
             return HeadAnchor(store_anchors=False)
         with self.datastore.transaction(commit=False) as c:
-            c.execute(
-                f"SELECT originator_id, version, chain FROM {heads_table(self)} "
-                "WHERE originator_id = ? OR originator_id = (SELECT originator_id "
-                f"FROM {heads_table(self)} LIMIT 1)",
-                (self.stream_key(stream),),
-            )
-            rows = dict(checked_head(*r, kept=self._kept) for r in c.fetchall())
-        return anchor_in(rows, stream)
+            c.execute(head_sql(heads_table(self), "?"), (self.stream_key(stream),))
+            anchors, *own = c.fetchone()
+        head = None if own[0] is None else checked_head(*own, kept=self._kept)[1]
+        return anchor_in(head, anchors=bool(anchors))
 
     def close_writer(self) -> None:
         """Close the connection the saves are written through."""
