@@ -150,6 +150,10 @@ def test_every_command_refuses_bad_input_in_one_line_and_writes_nothing(
     ]
     cases += [
         ("replay", "ghost", "--verify", "--store", url),  # a mistyped id, not a damaged one
+        # empty values, refused rather than read as left out
+        ("fork", "finished", "--as", "", "--store", url),
+        ("export", "finished", "--output", "", "--store", url),
+        ("threads", "--cipher-key-env", "EMPTY_KEY", "--store", url),
         ("threads", "--after", str(2**63), "--store", url),
         ("threads", "--after", "-1", "--store", url),
         ("history", "ghost", "--store", url),
@@ -173,7 +177,7 @@ def test_every_command_refuses_bad_input_in_one_line_and_writes_nothing(
     ]
     before = listing(tmp_path)
     for args in cases:
-        result = run(*args)
+        result = run(*args, env={"EMPTY_KEY": ""})
         assert result.returncode == 2, (args, result.stdout, result.stderr)
         assert len(result.stderr.splitlines()) == 1, (args, result.stderr)
         assert "Traceback" not in result.stderr, args
@@ -191,18 +195,30 @@ def test_a_mistyped_sqlite_path_is_named_and_not_created(tmp_path: Path) -> None
 
 def test_a_database_that_is_not_a_store_gets_no_store_tables(url: str, tmp_path: Path) -> None:
     """Reading, deciding and forking on another application's SQLite file refuse it in
-    one line and leave its tables as they were."""
+    one line and leave its tables as they were; a reading command leaves its journal's
+    mode as it was too, and an empty file empty."""
     foreign = tmp_path / "foreign.db"
     with contextlib.closing(sqlite3.connect(foreign)) as connection, connection:
         connection.execute("CREATE TABLE notes (text TEXT)")
+    empty = tmp_path / "empty.db"
+    empty.touch()
     deciding = ("approve", "r", "--reviewer-token", "t")
-    for args in (("threads",), ("reviews",), ("fork", "a"), deciding):
+    reading = [("threads",), ("reviews",), ("show", "a"), ("history", "a"), ("export", "a")]
+    reading += [("tree", "a"), ("replay", "a", "--verify"), ("migrate", "--check")]
+    for args in (*reading, ("fork", "a"), deciding):
         result = run(*args, "--store", f"sqlite:///{foreign}")
         assert result.returncode == 2, (args, result.stderr)
         assert "expected a covonaut-es store" in result.stderr
         with contextlib.closing(sqlite3.connect(foreign)) as connection:
             tables = connection.execute("SELECT name FROM sqlite_master").fetchall()
+            (mode,) = connection.execute("PRAGMA journal_mode").fetchone()
         assert tables == [("notes",)], args
+        if args in reading:  # a reader writes nothing, not even the journal's mode
+            assert mode == "delete", args
+            result = run(*args, "--store", f"sqlite:///{empty}")
+            assert result.returncode == 2, (args, result.stderr)
+            assert "expected a covonaut-es store" in result.stderr
+            assert empty.stat().st_size == 0, args
 
 
 def test_listing_reviews_leaves_the_store_file_unchanged(url: str, tmp_path: Path) -> None:

@@ -89,6 +89,30 @@ def test_serve_answers_healthz_and_signs_reviewers_in(tmp_path: Path) -> None:
     assert process.returncode == 0
 
 
+def test_serve_names_its_address_and_refuses_one_it_cannot_listen_on(tmp_path: Path) -> None:
+    """``--port 0`` names the port it took; a port another process listens on, or a host
+    that is no address of this machine: exit 2, one line on stderr, nothing served."""
+    url = f"sqlite:///{tmp_path / 'threads.db'}"
+    open_store(url).close()
+    env = {"COVONAUT_ES_REVIEWER_SECRET": SECRET}
+    process = serve(url, 0, env=env)
+    try:
+        assert process.stderr is not None
+        named = process.stderr.readline()
+        assert named.startswith("covonaut-es serve: the inbox is at http://127.0.0.1:"), named
+        base = named.rsplit(" ", 1)[1].strip().rstrip("/")
+        assert healthy(process, base).status_code == 200
+        taken = int(base.rsplit(":", 1)[1])
+        for extra in (("--port", str(taken)), ("--host", "256.1.1.1")):
+            refused = serve(url, taken, *extra, env=env)
+            _, err = refused.communicate(timeout=60)
+            assert refused.returncode == 2, err
+            assert err.startswith("covonaut-es serve: cannot listen on "), err
+            assert len(err.splitlines()) == 1, err
+    finally:
+        stopped(process)
+
+
 class Trickler:
     """One unauthenticated client (127.0.0.2, loopback) opening ``count`` connections to
     ``port`` at once, then sending each a request's headers one byte a round until the

@@ -127,7 +127,7 @@ def _key_from_variable(option: str, name: str | None) -> str | None:
         raise UsageError(msg)
     key = os.environ.get(name)
     if not key:
-        msg = f"the environment variable {name} is not set"
+        msg = f"the environment variable {name} is {'empty' if key == '' else 'not set'}"
         raise UsageError(msg)
     return key
 

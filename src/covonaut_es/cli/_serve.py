@@ -14,8 +14,10 @@ within the process's open-file limit.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import resource
+import socket
 import sys
 import uuid
 
@@ -103,10 +105,10 @@ def serve(args: argparse.Namespace) -> int:
     except ImportError as exc:
         msg = f"serve needs the inbox extra ({exc}): pip install 'covonaut-es[inbox]'"
         raise UsageError(msg) from exc
-    with open_from(args, writes=True) as store:
+    with listening_on(args.host, args.port) as listening, open_from(args, writes=True) as store:
         queue = review_queue(args, store, view_url=f"memory://covonaut-es-serve-{uuid.uuid4().hex}")
         app = create_app(store, verifier, queue=queue, allowed_origins=args.allowed_origin)
-        uvicorn.run(
+        config = uvicorn.Config(
             app,
             host=args.host,
             port=args.port,
@@ -117,7 +119,36 @@ def serve(args: argparse.Namespace) -> int:
             h11_max_incomplete_event_size=MAX_HEADER_BYTES,
             timeout_graceful_shutdown=2,
         )
+        bound_host, bound_port = listening.getsockname()[:2]
+        shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+        # uvicorn names the address only of the sockets it binds itself.
+        print(f"covonaut-es serve: the inbox is at http://{shown}:{bound_port}/", file=sys.stderr)
+        # Ctrl-C ends serving, as uvicorn.run takes it: the server re-raises the signal
+        # once it has shut down.
+        with contextlib.suppress(KeyboardInterrupt):
+            uvicorn.Server(config).run(sockets=[listening])
     return EXIT_OK
+
+
+def listening_on(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host`` and ``port`` (0: any free one), for uvicorn to serve
+    on: bound here, so that an address taken or no address of this machine is the
+    command's one-line refusal, not the server's log lines and its own exit status.
+
+    Raises:
+        UsageError: The address cannot be bound.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET  # as uvicorn binds
+    listening = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listening.bind((host, port))
+    except OSError as exc:
+        listening.close()
+        reason = exc.strerror or str(exc)
+        msg = f"cannot listen on {host} port {port}: {reason}; choose another --host or --port"
+        raise UsageError(msg) from None
+    return listening
 
 
 def connection_limits(args: argparse.Namespace) -> ConnectionLimits:

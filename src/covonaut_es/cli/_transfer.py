@@ -71,13 +71,16 @@ def export(args: argparse.Namespace) -> int:
     if args.json:
         msg = "export writes JSON Lines already and has no --json: drop the option"
         raise UsageError(msg)
+    if args.output == "":  # not read as none given: the export would go to the terminal
+        msg = "--output needs the path of a file to write, not an empty one"
+        raise UsageError(msg)
     with open_from(args) as store:
         total = store.state_at(args.thread).version
         written = export_thread(store, args.thread, with_ancestors=args.with_ancestors)
         lines = list(with_progress(written, total))
     text = "".join(line + "\n" for line in lines)
     events = len(lines) - 1  # the last line is the trailer
-    if args.output:
+    if args.output is not None:
         _write_file(args.output, text)
         noun = "event" if events == 1 else "events"
         print(f"exported {events} {noun} of {args.thread!r} to {args.output}", file=sys.stderr)

@@ -80,12 +80,17 @@ def check_sqlite_file(path: str, url: str, *, writable: bool) -> None:
     """Check an existing SQLite file before eventsourcing opens (and writes) it.
 
     Raises:
-        NotAStoreError: The file is not a SQLite database.
+        NotAStoreError: The file is not a SQLite database, or (unless ``writable``) holds
+            no store: a reader would write to it (put it in WAL mode) before finding so.
         ForeignSchemaError: A table under a store's name has other columns.
         ReadOnlyStoreError: ``writable`` is asked for and the file is read-only.
     """
     file = Path(path)
-    if not file.is_file() or file.stat().st_size == 0:
+    if not file.is_file():
+        return
+    if file.stat().st_size == 0:
+        if not writable:
+            _refuse_no_store(url, path, "is empty")
         return
     if writable and not os.access(file, os.W_OK):
         msg = (
@@ -103,6 +108,8 @@ def check_sqlite_file(path: str, url: str, *, writable: bool) -> None:
             # Only a file without a store's settings is read further (a scan of its
             # events, which every store since settings were recorded is spared).
             events = _TABLE_COLUMNS["stored_events"] <= found["stored_events"]
+            if not writable and not found["stored_events"]:
+                _refuse_no_store(url, path, "has no table 'stored_events'")
             foreign = _foreign_topic(conn) if events and not found[SETTINGS_TABLE] else None
         finally:
             conn.close()
@@ -119,6 +126,14 @@ def check_sqlite_file(path: str, url: str, *, writable: bool) -> None:
             raise ForeignSchemaError(msg)
     if foreign is not None:
         refuse_application_tables(url, f"table 'stored_events' (an event of topic {foreign!r})")
+
+
+def _refuse_no_store(url: str, path: str, why: str) -> None:
+    msg = (
+        f"store {url}: the file {path!r} {why}: expected a covonaut-es store there "
+        "(nothing was written)"
+    )
+    raise NotAStoreError(msg)
 
 
 def refuse_application_tables(url: str, found: str) -> None:
