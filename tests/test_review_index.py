@@ -16,6 +16,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from covonaut_es import Store, create_cipher_key, open_store
+from covonaut_es.errors import StoreLockedError
+from covonaut_es.store import _urls
 from test_workers import agent, pause
 
 TABLE = "stored_events_reviews"
@@ -225,3 +227,32 @@ def test_processes_making_the_index_at_once_on_postgresql_all_succeed(
         first.commit()
         second.join(30)
         assert found == [("asked", "branch")]
+
+
+def test_a_lookup_that_must_make_the_index_while_another_writer_holds_the_lock_is_typed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The index is made at its first lookup: if another connection holds SQLite's
+    write lock then, the lookup raises StoreLockedError (an inbox answers 503), not the
+    driver's error; once the lock is gone it is made and read."""
+    monkeypatch.setenv("WORKER_TEST_LEDGER", str(tmp_path / "ledger"))
+    monkeypatch.setattr(_urls, "SQLITE_LOCK_WAIT_S", 1)
+    path = tmp_path / "threads.db"
+    with open_store(f"sqlite:///{path}") as store:
+        reviews = _scene(store)
+    with open_store(f"sqlite:///{path}") as store:
+        assert TABLE not in _tables(path)  # no lookup yet: the index is not made
+        lock = sqlite3.connect(path, isolation_level=None)
+        lock.execute("BEGIN EXCLUSIVE")
+        try:
+            with pytest.raises(StoreLockedError, match="locked by another writer"):
+                store.threads_with_review(reviews["asked"])
+        finally:
+            lock.execute("ROLLBACK")
+            lock.close()
+        assert store.threads_with_review(reviews["asked"]) == ("asked", "branch")
+
+
+def _tables(path: Path) -> set[str]:
+    with sqlite3.connect(path) as conn:
+        return {name for (name,) in conn.execute("SELECT name FROM sqlite_master")}

@@ -68,6 +68,12 @@ class StoreLockedError(StoreUnavailableError):
     """Another connection held the store's write lock for longer than the store waits
     (SQLite's ``database is locked``): nothing was saved; try again shortly."""
 
+    @staticmethod
+    def said_by(error: BaseException) -> bool:
+        """Whether a database's ``error`` is SQLite's: another connection held the
+        write lock for longer than the store waits."""
+        return "database is locked" in str(error)
+
 
 class NotAStoreError(CovonautError, ValueError):
     """The database is not a covonaut-es store: a file that is not a database, or

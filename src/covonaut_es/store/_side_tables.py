@@ -9,6 +9,10 @@ from contextlib import AbstractContextManager
 from typing import Any
 from uuid import UUID
 
+from eventsourcing.persistence import OperationalError
+
+from covonaut_es.errors import StoreLockedError
+
 
 class SQLSideTable:
     """A table beside the log in a SQL database, made when first used.
@@ -45,12 +49,28 @@ class SQLSideTable:
         self._created = False
 
     def _ensure(self) -> None:
-        if not self._created:
+        """Make the table if absent, once.
+
+        Raises:
+            StoreLockedError: Another connection held the store's write lock for longer
+                than the store waits (a read that first needs the table meets it too).
+        """
+        if self._created:
+            return
+        try:
             with self._writing() as cursor:
                 for statement in self._create:
                     cursor.execute(statement)
-            self._made()
-            self._created = True
+        except OperationalError as exc:
+            if not StoreLockedError.said_by(exc):
+                raise
+            msg = (
+                f"the store is locked by another writer, and its table {self._table} is "
+                "yet to be made: nothing was written; try again shortly"
+            )
+            raise StoreLockedError(msg) from exc
+        self._made()
+        self._created = True
 
     def _made(self) -> None:
         """What a new table needs once its statements ran (by default nothing)."""

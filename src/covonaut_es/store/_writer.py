@@ -82,7 +82,7 @@ class ThreadWriter:
         try:
             self._app.save(thread, **fences)
         except OperationalError as exc:
-            if "database is locked" in str(exc):
+            if StoreLockedError.said_by(exc):
                 msg = (
                     f"store {self._guard.url} is locked by another writer: thread "
                     f"{thread.thread_id!r} was not saved; try again shortly"
