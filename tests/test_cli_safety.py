@@ -9,6 +9,7 @@ import contextlib
 import json
 import os
 import secrets
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -40,10 +41,12 @@ def run(
     stdin: str | None = None,
     env: dict[str, str] | None = None,
     program: tuple[str, ...] = ("-m", "covonaut_es"),
+    via: str = sys.executable,
 ) -> subprocess.CompletedProcess[str]:
-    """``covonaut-es ARGS`` with this checkout's sources and the reviewer secret set."""
+    """``covonaut-es ARGS`` with this checkout's sources and the reviewer secret set
+    (``via`` runs ``program``: Python, or a program that runs it)."""
     return subprocess.run(
-        [sys.executable, *program, *args],
+        [via, *program, *args],
         input=stdin,
         capture_output=True,
         text=True,
@@ -496,3 +499,38 @@ def test_a_thread_id_of_bytes_that_are_no_utf8_is_refused_in_one_line(
         assert len(result.stderr.splitlines()) == 1, (args, result.stderr)
         assert "Traceback" not in result.stderr, args
     assert listing(tmp_path) == before
+
+
+def as_a_user(*args: str) -> subprocess.CompletedProcess[str]:
+    """``run``, as a user the file permissions apply to: root without the capabilities
+    that override them (util-linux's setpriv, as Debian has it), anyone else as is."""
+    if os.geteuid() != 0:
+        return run(*args)
+    drop = ("--bounding-set", "-dac_override,-dac_read_search")
+    return run(*args, program=(*drop, "--", sys.executable, "-m", "covonaut_es"), via="setpriv")
+
+
+def test_a_store_on_read_only_media_is_read_and_an_unreadable_one_named(
+    url: str, tmp_path: Path
+) -> None:
+    """A store copied into a directory no one may write to reads with ``?mode=ro``; a
+    file this user may not read is named as such (exit 2), not as no SQLite database."""
+    media = tmp_path / "media"
+    media.mkdir()
+    shutil.copyfile(url.removeprefix("sqlite:///"), media / "threads.db")
+    unreadable = tmp_path / "unreadable.db"
+    shutil.copyfile(url.removeprefix("sqlite:///"), unreadable)
+    (media / "threads.db").chmod(0o444)
+    media.chmod(0o555)
+    unreadable.chmod(0)
+    try:
+        listed = as_a_user("threads", "--store", f"sqlite:///{media / 'threads.db'}?mode=ro")
+        assert listed.returncode == 0, listed.stderr
+        assert "finished" in listed.stdout
+        refused = as_a_user("threads", "--store", f"sqlite:///{unreadable}")
+        assert refused.returncode == 2, refused.stderr
+        assert "cannot be opened" in refused.stderr and "not a SQLite" not in refused.stderr
+    finally:
+        media.chmod(0o755)
+        unreadable.chmod(0o644)
+    assert sorted(p.name for p in media.iterdir()) == ["threads.db"]  # nothing written

@@ -49,6 +49,7 @@ from covonaut_es.errors import (
     SerializationError,
     StoredRowError,
     StoreSettingsError,
+    StoreUnavailableError,
 )
 from covonaut_es.store._backend import backend_of
 from covonaut_es.store._codec import decode_object
@@ -61,6 +62,7 @@ from covonaut_es.store._urls import (
     COMPRESSIONS,
     COMPRESSOR_TOPIC,
     compression_of,
+    read_only_uri,
     with_compression,
 )
 
@@ -99,7 +101,7 @@ def check_sqlite_file(path: str, url: str, *, writable: bool) -> None:
         )
         raise ReadOnlyStoreError(msg)
     try:
-        conn = sqlite3.connect(f"{file.resolve().as_uri()}?mode=ro", uri=True)
+        conn = sqlite3.connect(read_only_uri(file), uri=True)
         try:
             found = {
                 table: {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
@@ -114,6 +116,13 @@ def check_sqlite_file(path: str, url: str, *, writable: bool) -> None:
         finally:
             conn.close()
     except sqlite3.DatabaseError as exc:
+        if exc.sqlite_errorcode & 0xFF in (sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY):
+            msg = (
+                f"store {url}: the file {path!r} cannot be opened ({exc}): it is not readable "
+                "by this user, or it lies in a directory this user may not write to with "
+                "its write-ahead log beside it (copy both to a writable directory)"
+            )
+            raise StoreUnavailableError(msg) from exc
         msg = f"store {url}: the file {path!r} is not a SQLite database ({exc}); expected a store"
         raise NotAStoreError(msg) from exc
     for table, columns in found.items():

@@ -112,7 +112,9 @@ def _sqlite_env(url: str, rest: str) -> dict[str, str]:
         "SQLITE_LOCK_TIMEOUT": str(SQLITE_LOCK_WAIT_S),
         "IS_SNAPSHOTTING_ENABLED": "y",
     }
-    if mode or str(path).startswith("file:"):
+    if mode == "ro":
+        env["SQLITE_DBNAME"] = read_only_uri(path)
+    elif mode or str(path).startswith("file:"):
         # sqlite3 opens with uri=True: a URI carries the mode, and a name that starts
         # with "file:" must not be taken for one.
         env["SQLITE_DBNAME"] = path.resolve().as_uri() + (f"?mode={mode}" if mode else "")
@@ -120,6 +122,22 @@ def _sqlite_env(url: str, rest: str) -> dict[str, str]:
         env["CREATE_TABLE"] = "n"
         env[READ_ONLY] = "y"
     return env
+
+
+def read_only_uri(path: Path) -> str:
+    """The URI sqlite3 opens a SQLite file with to read it and never write it.
+
+    A file in a directory no one may write to (a backup's read-only media) is opened as
+    immutable when no write-ahead log lies beside it: SQLite could not make the
+    shared-memory file a WAL-mode file is read with, and no writer can change the file,
+    since a writer needs a journal or log beside it too. With a log there, it is opened
+    as any other (and fails to open): immutable would read past what the log holds.
+    """
+    uri = f"{path.resolve().as_uri()}?mode=ro"
+    directory = path.resolve().parent
+    if not os.access(directory, os.W_OK) and not Path(f"{path}-wal").exists():
+        uri += "&immutable=1"
+    return uri
 
 
 def _sqlite_mode(url: str, query: str) -> str | None:
