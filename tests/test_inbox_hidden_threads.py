@@ -1,7 +1,9 @@
 """A thread that asked for a review outside a reviewer's scopes shows that reviewer
 nothing of the review's operation, on any page or JSON answer of the inbox: its
 messages hold the operation's arguments, so they are shown to no one who may not see
-the thread, and a pause that is such a review is not found, as the review is not."""
+the thread; and a pause whose call that review governs (the review itself, the call
+left in doubt after it was approved, a tool's pause the call raised) is neither listed
+to them nor found, as they may not act on it."""
 
 from __future__ import annotations
 
@@ -11,8 +13,19 @@ from typing import Any
 
 import pytest
 
-from covonaut_es import Agent, AgentConfig, CheckpointSettings, ScriptedProvider, Store, Tool
-from inbox_support import ask_tool, current, inbox_client, sign_in
+from covonaut_es import (
+    Agent,
+    AgentConfig,
+    CheckpointSettings,
+    InterruptError,
+    ScriptedProvider,
+    Store,
+    Tool,
+    ToolContext,
+)
+from covonaut_es.domain import PauseKind
+from covonaut_es.service import ThreadService
+from inbox_support import ProcessDied, ask_tool, current, inbox_client, sign_in
 from support import call, ticking_clock
 from test_approvals import PAY_SCHEMA, VERIFIER
 from test_review_policy import LARGE, NO_SCOPE, POLICY, pay
@@ -27,6 +40,11 @@ THREADS: dict[str, tuple[str, str, str] | None] = {
     "plain-review": ("c2", "pay_plain", '{"amount": 40, "to": "bob"}'),
     "guarded-pending": None,
 }
+
+
+# thread -> whether its guarded call's runner dies in it (a call in doubt), else the call
+# pauses the run itself (a tool's pause): either pause shows the guarded operation
+CALL_PAUSED = {"guarded-in-doubt": True, "guarded-asks": False}
 
 
 def plain_pay() -> Tool:
@@ -60,10 +78,47 @@ def guarded_then(store: Store, thread_id: str, then: tuple[str, str, str] | None
     return review.request.review_id
 
 
+def guarded_call_pauses(store: Store, thread_id: str, *, dies: bool) -> str:
+    """``thread_id``, whose guarded payment (approved, it runs at once) was left in
+    doubt by its runner's death (``dies``), or paused the run itself; its review's id."""
+
+    def run(ctx: ToolContext, args: dict[str, Any]) -> Any:
+        if dies:
+            raise ProcessDied
+        raise InterruptError("which account?", {"to": args["to"]})
+
+    guarded = Tool(
+        "pay", "Send a payment", PAY_SCHEMA, run, requires_approval=True, review=POLICY,
+        run_on_approval=True,
+    )  # fmt: skip
+    agent = Agent(
+        AgentConfig(
+            provider=ScriptedProvider([call(GUARDED_CALL)]),
+            tools=[guarded],
+            checkpoint=CheckpointSettings(store=store, thread_id=thread_id),
+            clock=ticking_clock(),
+            reviewer_verifier=VERIFIER,
+        )
+    )
+    agent.run("Pay the invoice.")
+    (review,) = agent.state.reviews
+    agent.approve(review.request.review_id, reviewer=LARGE)
+    if dies:
+        with pytest.raises(ProcessDied):
+            agent.resume()
+        ThreadService(store).pause_calls_in_doubt(thread_id, "the runner died")
+    else:
+        agent.resume()
+    assert store.state_at(thread_id).pauses[0].kind is not PauseKind.REVIEW
+    return review.request.review_id
+
+
 @pytest.fixture
 def hidden(store: Store) -> Iterator[tuple[Any, set[str]]]:
-    """The inbox over the threads of :data:`THREADS`, and their guarded reviews' ids."""
+    """The inbox over the threads of :data:`THREADS` and :data:`CALL_PAUSED`, and their
+    guarded reviews' ids."""
     guarded = {guarded_then(store, thread, then) for thread, then in THREADS.items()}
+    guarded |= {guarded_call_pauses(store, t, dies=d) for t, d in CALL_PAUSED.items()}
     with inbox_client(store) as client:
         current(client)
         yield client, guarded
@@ -73,7 +128,7 @@ def reachable(store: Store) -> list[tuple[str, dict[str, str]]]:
     """Every GET of the inbox a reviewer could make about the threads: their pages and
     live statuses, for every call and every review each thread has."""
     paths: list[tuple[str, dict[str, str]]] = [("/", {}), ("/rows", {})]
-    for thread in THREADS:
+    for thread in [*THREADS, *CALL_PAUSED]:
         paths.append(("/thread", {"id": thread}))
         state = store.state_at(thread)
         for call_id in ("c1", "c2"):
@@ -93,15 +148,28 @@ def test_no_answer_to_a_reviewer_outside_the_scopes_shows_the_hidden_operation(
     unless the request named it;
     the pages of what they may act on say that the messages are hidden."""
     client, guarded = hidden
-    sign_in(client, NO_SCOPE)
+    csrf = sign_in(client, NO_SCOPE)
     answers = [client.get(path, params=params) for path, params in reachable(store)]
     bearer = {"Authorization": f"Bearer {NO_SCOPE}"}
     answers += [client.get(path, headers=bearer) for path in ("/api/reviews", "/api/pauses")]
+    for review in guarded:  # a decision with a wrong digest names not the right one
+        sent = {"digest": "0" * 64}
+        answers.append(client.post(f"/api/reviews/{review}/approve", json=sent, headers=bearer))
+    digests = {
+        r.request.digest
+        for thread in [*THREADS, *CALL_PAUSED]
+        for r in store.state_at(thread).reviews
+        if r.request.review_id in guarded
+    }
+    for thread in CALL_PAUSED:  # acting on it is refused, and the refusal shows nothing
+        act = {"csrf": csrf, "thread": thread, "call": "c1", "pause": "x", "action": "retry"}
+        answers.append(client.post("/pause", data=act, headers={"Origin": "http://inbox.test"}))
     for answer in answers:
         assert HIDDEN not in answer.text, (answer.request.url, answer.text)
+        assert not any(digest in answer.text for digest in digests), answer.request.url
         named = str(answer.request.url)  # a refusal may name what it was asked for
         assert not any(r in answer.text and r not in named for r in guarded), named
-        assert answer.status_code in (200, 404), (answer.request.url, answer.status_code)
+        assert answer.status_code in (200, 403, 404, 409), (answer.request.url, answer.status_code)
     pause = client.get("/pause", params={"thread": "tool-pause", "call": "c2"})
     assert pause.status_code == 200 and 'id="messages-hidden"' in pause.text
     held = client.get("/pause", params={"thread": "guarded-pending", "call": "c1"})

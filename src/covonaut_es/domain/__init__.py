@@ -13,7 +13,12 @@ domain classes and msgspec), never a layer above it.
 from covonaut_es.domain._calls import requested_call
 from covonaut_es.domain._canonical import canonical_json
 from covonaut_es.domain._ids import check_thread_id, check_thread_stream, thread_aggregate_id
-from covonaut_es.domain._review_rules import check_may_act_on_call, may_decide, same_reviewer
+from covonaut_es.domain._review_rules import (
+    check_may_act_on_call,
+    check_may_decide,
+    may_decide,
+    same_reviewer,
+)
 from covonaut_es.domain._reviews import (
     Decision,
     Review,
@@ -77,6 +82,7 @@ __all__ = [
     "TypedOutput",
     "canonical_json",
     "check_may_act_on_call",
+    "check_may_decide",
     "check_thread_id",
     "check_thread_stream",
     "may_decide",

@@ -53,6 +53,24 @@ def check_may_act_on_call(
     raise ReviewerNotPermittedError(msg)
 
 
+def check_may_decide(review: Review, *, reviewer: str, scopes: Collection[str]) -> None:
+    """Refuse a reviewer whose scopes let them decide nothing of the review: checked
+    first, before anything that would tell them about its operation.
+
+    Raises:
+        ReviewerNotPermittedError: They hold none of the scopes the review needs.
+    """
+    rules = rules_of(review)
+    if not may_decide(rules, scopes):
+        msg = (
+            f"reviewer {reviewer!r} may not decide review {review.request.review_id!r}: it "
+            f"needs one of the scopes {list(rules.scopes)}, and the reviewer's credential "
+            f"grants {sorted(scopes) or 'none'}; ask a reviewer who holds one; nothing was "
+            "recorded"
+        )
+        raise ReviewerNotPermittedError(msg)
+
+
 def check_decision(
     review: Review,
     decision: Decision,
@@ -79,14 +97,8 @@ def check_decision(
             of an argument the edit changes; or the review runs again a call that may
             have run, which takes no edit.
     """
+    check_may_decide(review, reviewer=reviewer, scopes=scopes)
     rules, review_id = rules_of(review), review.request.review_id
-    if not may_decide(rules, scopes):
-        msg = (
-            f"reviewer {reviewer!r} may not decide review {review_id!r}: it needs one of the "
-            f"scopes {list(rules.scopes)}, and the reviewer's credential grants "
-            f"{sorted(scopes) or 'none'}; ask a reviewer who holds one; nothing was recorded"
-        )
-        raise ReviewerNotPermittedError(msg)
     if decision not in rules.decisions:
         allowed = ", ".join(str(d) for d in rules.decisions)
         msg = (

@@ -240,6 +240,12 @@ class ThreadState(msgspec.Struct, frozen=True):
         """The open calls in doubt (see :func:`calls_in_doubt`)."""
         return calls_in_doubt(self.open_calls, ReviewLedger(self.reviews))
 
+    def governing_review(self, tool_call_id: str) -> Review | None:
+        """The latest review that held back the call, or whose approval it spent: the
+        one whose scopes a person needs to act on the call; None for a call no review
+        names."""
+        return ReviewLedger(self.reviews).governing(tool_call_id)
+
     @property
     def waiting_for(self) -> str:
         """Who the thread waits for: ``"person"`` while a pause is unresolved,

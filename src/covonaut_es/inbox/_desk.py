@@ -27,6 +27,7 @@ from covonaut_es.domain import (
     may_decide,
 )
 from covonaut_es.errors import (
+    CovonautError,
     ReadOnlyStoreError,
     ReviewExpiredError,
     ReviewNotFoundError,
@@ -136,15 +137,32 @@ class ReviewDesk:
         """
         self._check_following()
         waiting = self._waiting()  # before the page: the page is at least as new
+        states: dict[str, ThreadState | None] = {}  # read once per listing
 
         def shown(item: PendingReview) -> bool:
             if (item.thread_id, item.item_id) in waiting or (item.thread_id, None) in waiting:
                 return False
-            return reviewer is None or not item.review_id or may_decide(item.rules, reviewer.scopes)
+            if reviewer is None:
+                return True
+            if item.review_id:
+                return may_decide(item.rules, reviewer.scopes)
+            # A call in doubt or a tool's pause shows its call: as its review would.
+            if item.thread_id not in states:
+                states[item.thread_id] = self._readable(item.thread_id)
+            state = states[item.thread_id]
+            return state is not None and _may_see_call(state, item.tool_call_id, reviewer)
 
         return self.queue.page(
             after=after, limit=limit, only=only, newest_first=newest_first, where=shown
         )
+
+    def _readable(self, thread_id: str) -> ThreadState | None:
+        """The thread's state, or None when it does not read (damaged): its pauses are
+        then listed to no reviewer whose scopes must be checked against it."""
+        try:
+            return self.store.state_at(thread_id)
+        except CovonautError:
+            return None
 
     def pending(
         self, reviewer: Reviewer | None = None, *, only: QueueFilter = EVERY_ITEM
@@ -253,8 +271,9 @@ class ReviewDesk:
 
     def pause(self, thread_id: str, tool_call_id: str, *, reviewer: Reviewer) -> PauseView | None:
         """The pending pause on that call, as the thread records it now (one load);
-        None when the thread has none (it resumed, or never paused there), or when it is
-        a review outside ``reviewer``'s scopes, shown them no more than it is listed.
+        None when the thread has none (it resumed, or never paused there), or when its
+        call is governed by a review outside ``reviewer``'s scopes, shown them no more
+        than it is listed (:func:`_may_see_call`).
 
         Raises:
             ThreadNotFoundError: No such thread.
@@ -274,11 +293,7 @@ class ReviewDesk:
             messages=_recent_messages(state, reviewer),
             token=pause_token(state.messages, pause),
         )
-        asked = (r for r in state.reviews if r.request.review_id == view.review_id)
-        review = next(asked, None) if view.review_id else None
-        if review is not None and not _may_decide(review, reviewer):
-            return None
-        return view
+        return view if _may_see_call(state, tool_call_id, reviewer) else None
 
     def thread(self, thread_id: str, *, reviewer: Reviewer) -> ThreadView:
         """The thread page's content, if ``reviewer`` may decide every review the
@@ -439,6 +454,15 @@ def may_see(state: ThreadState, reviewer: Reviewer) -> bool:
 def _may_decide(review: Review, reviewer: Reviewer) -> bool:
     rules = review.request.rules
     return rules is None or may_decide(rules, reviewer.scopes)
+
+
+def _may_see_call(state: ThreadState, tool_call_id: str, reviewer: Reviewer) -> bool:
+    """Whether ``reviewer`` may see a pause on the call, which shows its operation: they
+    may decide the review that governs it (that holds it back, or whose approval it
+    spent), as they must to act on it (:func:`~covonaut_es.domain.check_may_act_on_call`);
+    a call no review names is anyone's."""
+    review = state.governing_review(tool_call_id)
+    return review is None or _may_decide(review, reviewer)
 
 
 def _recent_messages(state: ThreadState, reviewer: Reviewer) -> tuple[Message, ...] | None:

@@ -25,6 +25,7 @@ from covonaut_es.domain import (
     ReviewRequest,
     ThreadStatus,
     check_may_act_on_call,
+    check_may_decide,
 )
 from covonaut_es.errors import (
     AmbiguousReviewError,
@@ -248,6 +249,9 @@ class ThreadService:
 
         def decide(thread: AgentThread) -> ReviewDecision:
             review = thread.reviews.undecided(review_id, thread_id=thread.thread_id)
+            # The scopes first: a refused digest would confirm a guess at an operation
+            # the reviewer may not see.
+            check_may_decide(review, reviewer=reviewer.id, scopes=reviewer.scopes)
             if submission.digest is not None and submission.digest != review.request.digest:
                 msg = (
                     f"the decision is for operation digest {submission.digest!r}, but review "
