@@ -12,7 +12,9 @@ method blocks; the web layer runs them in worker threads.
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from typing import Any, TypeVar
 
 import attrs
@@ -22,6 +24,7 @@ from covonaut_es.domain import (
     PauseKind,
     Review,
     ReviewDecision,
+    ReviewRules,
     ThreadState,
     ThreadStatus,
     may_decide,
@@ -66,6 +69,10 @@ T = TypeVar("T")
 _REVIEWS = QueueFilter(kind=PauseKind.REVIEW)
 
 RECENT_MESSAGES = 8
+
+GOVERNING_KEPT = 65_536
+"""The pauses on calls whose governing review's rules a desk keeps, the least recently
+listed forgotten first."""
 """How many of a thread's last messages a review or pause page shows."""
 
 
@@ -91,6 +98,8 @@ class ReviewDesk:
         self._recorded: dict[tuple[str, str | None], int] = {}
         self._lock = threading.Lock()
         self._runner: BaseProjectionRunner[Any] | None = None
+        # (thread id, call id, paused at) -> the rules of the review governing the call
+        self._governing: OrderedDict[tuple[str, str, datetime], ReviewRules | None] = OrderedDict()
 
     def follow_with(self, runner: BaseProjectionRunner[Any]) -> None:
         """Check ``runner``, the one keeping the queue current, before every listing:
@@ -147,14 +156,38 @@ class ReviewDesk:
             if item.review_id:
                 return may_decide(item.rules, reviewer.scopes)
             # A call in doubt or a tool's pause shows its call: as its review would.
-            if item.thread_id not in states:
-                states[item.thread_id] = self._readable(item.thread_id)
-            state = states[item.thread_id]
-            return state is not None and _may_see_call(state, item.tool_call_id, reviewer)
+            readable, rules = self._call_rules(item, states)
+            return readable and (rules is None or may_decide(rules, reviewer.scopes))
 
         return self.queue.page(
             after=after, limit=limit, only=only, newest_first=newest_first, where=shown
         )
+
+    def _call_rules(
+        self, item: PendingReview, states: dict[str, ThreadState | None]
+    ) -> tuple[bool, ReviewRules | None]:
+        """Whether the thread of a pause on a call reads, and the rules of the review
+        that governs the call (None: no review names it, or none records rules). Kept
+        per pause, since no review of its call is asked while it waits: a listing
+        that counts every item loads each thread once, not at every request.
+        ``states``: the threads this listing has read."""
+        key = (item.thread_id, item.item_id, item.requested_at)
+        with self._lock:
+            if key in self._governing:
+                self._governing.move_to_end(key)
+                return True, self._governing[key]
+        if item.thread_id not in states:
+            states[item.thread_id] = self._readable(item.thread_id)
+        state = states[item.thread_id]
+        if state is None:
+            return False, None
+        review = state.governing_review(item.tool_call_id)
+        rules = None if review is None else review.request.rules
+        with self._lock:
+            self._governing[key] = rules
+            if len(self._governing) > GOVERNING_KEPT:
+                self._governing.popitem(last=False)
+        return True, rules
 
     def _readable(self, thread_id: str) -> ThreadState | None:
         """The thread's state, or None when it does not read (damaged): its pauses are
