@@ -167,6 +167,7 @@ def test_no_answer_to_a_reviewer_outside_the_scopes_shows_the_hidden_operation(
     for answer in answers:
         assert HIDDEN not in answer.text, (answer.request.url, answer.text)
         assert not any(digest in answer.text for digest in digests), answer.request.url
+        assert "erin" not in answer.text, answer.request.url  # who decided a hidden review
         named = str(answer.request.url)  # a refusal may name what it was asked for
         assert not any(r in answer.text and r not in named for r in guarded), named
         assert answer.status_code in (200, 403, 404, 409), (answer.request.url, answer.status_code)

@@ -248,10 +248,12 @@ class ThreadService:
         decision = _DECISIONS[submission.action]
 
         def decide(thread: AgentThread) -> ReviewDecision:
-            review = thread.reviews.undecided(review_id, thread_id=thread.thread_id)
             # The scopes first: a refused digest would confirm a guess at an operation
-            # the reviewer may not see.
-            check_may_decide(review, reviewer=reviewer.id, scopes=reviewer.scopes)
+            # the reviewer may not see, and a stale review say who decided it how.
+            asked = thread.reviews.get(review_id)
+            if asked is not None:
+                check_may_decide(asked, reviewer=reviewer.id, scopes=reviewer.scopes)
+            review = thread.reviews.undecided(review_id, thread_id=thread.thread_id)
             if submission.digest is not None and submission.digest != review.request.digest:
                 msg = (
                     f"the decision is for operation digest {submission.digest!r}, but review "
