@@ -28,9 +28,9 @@ from covonaut_es import (
     open_store,
 )
 from covonaut_es.domain import thread_aggregate_id
-from covonaut_es.errors import ConfigurationError
+from covonaut_es.errors import ConfigurationError, StoredRowError
 from covonaut_es.store import ThreadSummary
-from support import answer, call
+from support import answer, call, converse, sqlite_key
 
 PAY = Tool("pay", "Pay", {"type": "object"}, lambda c, a: "paid", requires_approval=True)
 
@@ -215,3 +215,40 @@ def test_the_command_line_lists_a_page_and_names_the_next(tmp_path: Path) -> Non
             break
         after = ["--after", result.stderr.split("--after")[1].split()[0]]
     assert seen == [f"thread-{index}" for index in range(5)]
+
+
+def test_a_stored_number_no_summary_carries_is_a_typed_error(tmp_path: Path) -> None:
+    """A thread whose stored turn another writer made one beyond 64 bits: the listing
+    raises StoredRowError naming the thread, not msgpack's OverflowError."""
+    path = tmp_path / "threads.db"
+    with open_store(f"sqlite:///{path}") as store:
+        converse(store, "t")
+        mapper = store._app.mapper
+        stream = sqlite_key(thread_aggregate_id("t"))
+        with sqlite3.connect(path) as conn:
+            rows = conn.execute(
+                "SELECT originator_version, state FROM stored_events WHERE originator_id = ?",
+                (stream,),
+            ).fetchall()
+            for version, state in reversed(rows):  # the newest turn is the thread's
+                payload = json.loads(mapper.plain_payload(_Row(state)))  # type: ignore[attr-defined]
+                if "turn" in payload:
+                    payload["turn"] = 2**64
+                    stored = mapper.stored_payload(json.dumps(payload).encode())  # type: ignore[attr-defined]
+                    conn.execute(
+                        "UPDATE stored_events SET state = ? WHERE originator_id = ? AND "
+                        "originator_version = ?",
+                        (stored, stream, version),
+                    )
+                    break
+    with open_store(f"sqlite:///{path}") as store, pytest.raises(StoredRowError, match="'t'"):
+        store.list_threads()
+
+
+class _Row:
+    """A stored record's payload, for the mapper's reader of payloads."""
+
+    topic = "covonaut.thread.TurnAnsweredWithCalls"
+
+    def __init__(self, state: bytes) -> None:
+        self.state = state

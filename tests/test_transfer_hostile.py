@@ -28,6 +28,8 @@ from covonaut_es.audit import export_thread, import_threads
 from covonaut_es.audit._trailer import Tally
 from covonaut_es.cli._output import print_json
 from covonaut_es.domain import AgentThread, RunMode, thread_aggregate_id
+from covonaut_es.domain._named_states import StateSaved
+from covonaut_es.domain._submissions import InputSubmitted
 from covonaut_es.errors import (
     InvalidThreadIdError,
     StoreSettingsError,
@@ -35,6 +37,7 @@ from covonaut_es.errors import (
     TransferError,
 )
 from covonaut_es.messages import Message
+from covonaut_es.store._chain import CHAIN_FIELD, chain_hash
 from support import sqlite_key
 from test_transfer import NOW, ROOT, converse, covonaut, source_export
 
@@ -566,3 +569,111 @@ def test_a_store_from_before_recorded_settings_opens_by_default_or_names_the_opt
         tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
     db.close()
     assert "covonaut_settings" not in tables
+
+
+def _relinked(events: list[dict[str, object]]) -> list[str]:
+    """The event lines of one root thread, its chain recomputed as the author of an
+    edited export can (without a chain key)."""
+    previous = ""
+    for event in events:
+        payload = event["payload"]
+        assert isinstance(payload, dict)
+        version, topic = event["version"], event["topic"]
+        assert isinstance(version, int) and isinstance(topic, str)
+        payload[CHAIN_FIELD] = previous = chain_hash(previous, topic, version, payload)
+    return [json.dumps(event, separators=(",", ":")) + "\n" for event in events]
+
+
+def _root_events() -> list[dict[str, object]]:
+    """The event lines of thread ``t`` of the unkeyed export, decoded."""
+    lines = _lines(source_export(keyed=False))[:-1]
+    return [json.loads(line) for line in lines if '"thread_id":"t",' in line]
+
+
+def _int_paths(value: object, path: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+    """The paths of the integers in ``value`` (a payload), booleans left out."""
+    if isinstance(value, bool):
+        return []
+    if isinstance(value, int):
+        return [path]
+    items = (
+        value.items()
+        if isinstance(value, dict)
+        else enumerate(value)
+        if isinstance(value, list)
+        else ()
+    )
+    return [p for key, item in items for p in _int_paths(item, (*path, key))]
+
+
+@settings(max_examples=25, deadline=None)
+@given(data=st.data(), beyond=st.sampled_from([2**64, 2**64 + 7, -(2**63) - 1, 10**30]))
+def test_an_export_rewritten_with_a_number_no_store_carries_is_refused(
+    data: st.DataObject, beyond: int
+) -> None:
+    """Any integer of any line (but its version) made one beyond 64 bits, the chain and
+    the trailer made again to agree: refused naming the line, nothing written; no
+    listing of the store is left to fail on it."""
+    events = _root_events()
+    at = data.draw(st.integers(0, len(events) - 1))
+    paths = [p for p in _int_paths(events[at]["payload"]) if p != ("_v",)]
+    if not paths:
+        return
+    path = data.draw(st.sampled_from(paths))
+    target: object = events[at]["payload"]
+    for key in path[:-1]:
+        target = target[key]  # type: ignore[index]
+    target[path[-1]] = beyond  # type: ignore[index]
+    with open_store("memory://") as store:
+        with pytest.raises(TransferError, match=f"line {at + 1} "):
+            import_threads(store, _lines(_retrailed(_relinked(events))))
+        assert list(store.thread_ids()) == []
+        assert store.list_threads().threads == ()
+
+
+@pytest.mark.parametrize(
+    "topic", ["covonaut.thread.Snapshot", StateSaved.TOPIC, InputSubmitted.TOPIC]
+)
+def test_an_export_whose_first_line_is_no_threads_event_is_refused(topic: str) -> None:
+    """A first line retitled as a store's own record (a snapshot, a named state, an
+    input), the chain and trailer made again: refused; a thread made of a snapshot alone
+    would take any state without one event of its own."""
+    events = _root_events()
+    events[0]["topic"] = topic
+    with open_store("memory://") as store:
+        with pytest.raises(TransferError, match="is not an event of a thread"):
+            import_threads(store, _lines(_retrailed(_relinked(events))))
+        assert list(store.thread_ids()) == []
+
+
+@settings(max_examples=25, deadline=None)
+@given(data=st.data(), byte=st.integers(0x80, 0xFF))
+def test_an_export_holding_bytes_that_are_no_utf8_is_refused_naming_the_line(
+    data: st.DataObject, byte: int
+) -> None:
+    """A byte that is no UTF-8 anywhere in an export read as Python reads standard input
+    (surrogateescape): refused naming the line, nothing written."""
+    raw = source_export(keyed=False).encode()
+    at = data.draw(st.integers(0, len(raw) - 1))
+    # A byte from 0x80 inserted into UTF-8 text always leaves one that is no UTF-8.
+    damaged = (raw[:at] + bytes([byte]) + raw[at:]).decode("utf-8", "surrogateescape")
+    line = raw[:at].count(b"\n") + 1
+    with open_store("memory://") as store:
+        with pytest.raises(TransferError, match=f"line {line} "):
+            import_threads(store, _lines(damaged))
+        assert list(store.thread_ids()) == []
+
+
+def test_the_command_line_refuses_an_export_on_standard_input_that_is_no_utf8(
+    tmp_path: Path,
+) -> None:
+    """Standard input holding bytes that are no UTF-8: one line, exit 2, no store made."""
+    url = f"sqlite:///{tmp_path / 'threads.db'}"
+    sent = source_export(keyed=False).encode().replace(b'"payload":{', b'"payload":{"\xff":1,', 1)
+    done = subprocess.run(
+        [sys.executable, "-m", "covonaut_es", "import", "--store", url], input=sent,
+        capture_output=True, env=CHILD_ENV, check=False, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert b"is not UTF-8 text" in done.stderr and len(done.stderr.splitlines()) == 1
+    assert not (tmp_path / "threads.db").exists()

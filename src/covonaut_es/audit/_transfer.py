@@ -141,12 +141,14 @@ def _parsed(
         msg = "the export holds no lines; nothing was written"
         raise TransferError(msg)
     last = numbered[-1][0]
+    _refuse_no_text(last, numbered[-1][1])
     trailer = read_trailer(numbered[-1][1])
     if trailer is not None:
         numbered.pop()
     threads: dict[str, list[tuple[int, ExportedEvent]]] = {}
     tally = Tally()
     for number, line in numbered:
+        _refuse_no_text(number, line)
         event = _event(number, line)
         threads.setdefault(event.thread_id, []).append((number, event))
         tally.add(event.thread_id, event.payload)
@@ -154,6 +156,23 @@ def _parsed(
         msg = f"the export holds no events, only the trailer at line {last}; nothing was written"
         raise TransferError(msg)
     return threads, tally, (trailer, last)
+
+
+def _refuse_no_text(number: int, line: str) -> None:
+    """Refuse a line that holds a lone surrogate: text read from bytes that are no UTF-8
+    (Python reads standard input so), which no JSON reader can take as text.
+
+    Raises:
+        TransferError: Naming the line and the position.
+    """
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        msg = (
+            f"line {number} is not UTF-8 text (bytes that are no UTF-8 at character "
+            f"{exc.start}); an export is UTF-8 JSON Lines; nothing was written"
+        )
+        raise TransferError(msg) from None
 
 
 def _event(number: int, line: str) -> ExportedEvent:
@@ -180,6 +199,15 @@ def _readable(
     """The record a line becomes, and the event the store's own read path decodes from
     it: a line that no read could decode would break every listing of the store
     afterwards."""
+    where = f"line {number} (thread {thread_id!r} version {event.version})"
+    try:
+        msgspec.msgpack.encode(event.payload)  # refuses what no stored number can carry
+    except OverflowError:
+        msg = (
+            f"{where} holds an integer beyond the 64 bits a stored number can carry (a "
+            "listing of the store would fail on it); nothing was written"
+        )
+        raise TransferError(msg) from None
     record = StoredEvent(
         originator_id=thread_aggregate_id(thread_id),
         originator_version=event.version,
@@ -193,7 +221,7 @@ def _readable(
     try:
         return record, store._records.mapper.decode(sealed)
     except SerializationError as exc:
-        msg = f"line {number} (thread {thread_id!r} version {event.version}) does not decode: {exc}"
+        msg = f"{where} does not decode: {exc}"
         raise TransferError(msg) from exc
 
 
@@ -255,10 +283,16 @@ def _check(
             msg = f"{where}: expected version {expected}; versions must be contiguous"
             raise TransferError(msg)
         try:
-            store._records.mapper.event_class(event.topic, where=where)
+            cls = store._records.mapper.event_class(event.topic, where=where)
         except SerializationError as exc:
             msg = f"{where}: unknown event type {event.topic!r}"
             raise TransferError(msg) from exc
+        if not issubclass(cls, AgentThread.Event):
+            # A snapshot, a named state, an input: a store's own records, never a
+            # thread's events, which is all an export holds (a thread made of a snapshot
+            # alone would take any state without one event).
+            msg = f"{where}: {event.topic!r} is not an event of a thread"
+            raise TransferError(msg)
         previous = _checked_link(
             where, previous, event, store._records.chain_key, allow_unchained=allow_unchained
         )

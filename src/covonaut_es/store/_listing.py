@@ -35,7 +35,7 @@ from covonaut_es.domain import (
     check_thread_stream,
     thread_aggregate_id,
 )
-from covonaut_es.errors import ConfigurationError
+from covonaut_es.errors import ConfigurationError, StoredRowError
 from covonaut_es.store._backend import Backend
 from covonaut_es.store._read_only import WriteGuard
 from covonaut_es.store._reader import ThreadReader
@@ -263,7 +263,14 @@ class ThreadListing:
         if summary is None:
             return None
         cipher = self._app.mapper.cipher
-        encoded = msgspec.msgpack.encode(summary)
+        try:
+            encoded = msgspec.msgpack.encode(summary)
+        except OverflowError as exc:  # a stored number no summary carries
+            msg = (
+                f"thread {summary.thread_id!r} holds a number beyond 64 bits (its turn or "
+                f"version, say): a row was altered behind the library ({exc})"
+            )
+            raise StoredRowError(msg) from exc
         sealed = encoded if cipher is None else cipher.encrypt(encoded)
         return stored_stream(self._app.recorder, stream), summary.version, seen, sealed
 
