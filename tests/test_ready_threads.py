@@ -24,7 +24,7 @@ from covonaut_es.domain._reviews import Decision, ReviewRequest
 from covonaut_es.domain._submissions import InputSubmitted, InputTaken
 from covonaut_es.domain._values import Interrupt, ToolOutcome
 from covonaut_es.store._codec import aggregate_event_classes
-from covonaut_es.workers._candidates import BUSY_RETRY, Candidates
+from covonaut_es.workers._candidates import BUSY_RETRY, FAILED_RETRY, Candidates
 from covonaut_es.workers._ready import (
     PARKED,
     STARTED_AS_STORED,
@@ -210,10 +210,12 @@ class WorkerCandidates(RuleBasedStateMachine):
         self.naive.busy.pop(thread_id, None)
         if action is None:
             self.naive.busy[thread_id] = (self.now + BUSY_RETRY, seen)
-        elif action in (Action.NOTHING, Action.FAILED) and self.naive.applied[thread_id] == seen:
+        elif action is Action.FAILED:  # nothing may have recorded it: tried again later
+            self.naive.busy[thread_id] = (self.now + FAILED_RETRY, seen)
+        elif action is Action.NOTHING and self.naive.applied[thread_id] == seen:
             self.naive.threads[thread_id].status = PARKED
 
-    @rule(seconds=st.sampled_from([0.1, BUSY_RETRY]))
+    @rule(seconds=st.sampled_from([0.1, BUSY_RETRY, FAILED_RETRY]))
     def tick(self, seconds: float) -> None:
         self.now += seconds
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import os
+import sqlite3
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -15,8 +16,9 @@ from typing import Any
 import pytest
 
 from covonaut_es import Store, open_store
-from covonaut_es.errors import ReadOnlyStoreError
+from covonaut_es.errors import NotAStoreError, ReadOnlyStoreError, StoreUnavailableError
 from covonaut_es.service import Settlement, ThreadService, review_submission
+from covonaut_es.store import _settings
 from inbox_support import current, in_doubt, inbox_client, paused_on_tool
 from test_approvals import ALICE
 from test_review_deadlines import Clock
@@ -127,3 +129,33 @@ def test_the_inbox_answers_a_write_to_a_read_only_store_with_503(
             response = client.post(path, headers=headers, json=body)
             assert response.status_code == 503, (path, response.text)
             assert "read-only" in response.json()["error"], path
+
+
+@pytest.mark.parametrize(
+    ("code", "refused"),
+    [
+        ("SQLITE_IOERR", StoreUnavailableError),
+        ("SQLITE_FULL", StoreUnavailableError),
+        ("SQLITE_NOMEM", StoreUnavailableError),
+        ("SQLITE_CANTOPEN", StoreUnavailableError),
+        ("SQLITE_NOTADB", NotAStoreError),
+    ],
+)
+def test_a_file_that_fails_to_open_is_named_by_its_cause(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: str, refused: type[Exception]
+) -> None:
+    """A store's file that SQLite cannot read now (a full disk, an I/O error) is named
+    as such, never as no SQLite database: an operator told that a good store is none
+    might replace it; only a file that is not a database is said to be one."""
+    url = f"sqlite:///{tmp_path / 'threads.db'}"
+    open_store(url).close()
+
+    def failing(*args: object, **kwargs: object) -> sqlite3.Connection:
+        error = sqlite3.OperationalError(code.lower())
+        error.sqlite_errorcode = getattr(sqlite3, code)
+        raise error
+
+    monkeypatch.setattr(_settings.sqlite3, "connect", failing)
+    with pytest.raises(refused) as raised:
+        open_store(url, create_tables=False)
+    assert ("not a SQLite database" in str(raised.value)) is (refused is NotAStoreError)

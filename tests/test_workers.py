@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -47,6 +48,7 @@ from covonaut_es.domain import PauseKind, RunMode
 from covonaut_es.errors import InvalidSubmissionError
 from covonaut_es.store import WorkerRecord
 from covonaut_es.store._backends._sqlite_leases import lease_directory
+from covonaut_es.workers import _candidates
 from support import answer, call, echo_tool
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -557,3 +559,56 @@ def test_a_worker_carries_an_edited_approval_and_a_response_to_the_answer(
     assert store.state_at("responded").messages[-1].content == "Done: Paid by hand."
     for thread_id in ("edited", "responded"):
         assert store.state_at(thread_id).status is ThreadStatus.FINISHED
+
+
+def test_a_step_that_fails_with_nothing_recorded_is_stepped_again_by_the_live_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A step that raises before anything could record it (here its configuration, as a
+    full disk fails a save) leaves the thread as it was: the running worker steps it
+    again a while later, with no new event to wake it, and runs the input then."""
+    monkeypatch.setattr(_candidates, "FAILED_RETRY", 0.2)
+    failures: list[str] = []
+
+    def make_config(thread_id: str) -> AgentConfig:
+        if not failures:
+            failures.append(thread_id)
+            raise OSError(28, "No space left on device")
+        return AgentConfig(provider=ScriptedProvider([answer("Done.")]))
+
+    with open_store(f"sqlite:///{tmp_path / 'threads.db'}") as store:
+        store.submit("t", "Do it.")
+        worker = Worker(store, make_config)
+        running = threading.Thread(target=worker.run)
+        running.start()
+        try:
+            deadline = time.monotonic() + 30
+            while (found := store.find("t")) is None or found.status is not ThreadStatus.FINISHED:
+                assert time.monotonic() < deadline, found
+                time.sleep(0.05)
+        finally:
+            worker.stop()
+            running.join(timeout=30)
+        assert failures == ["t"]
+
+
+@pytest.mark.parametrize("removed", ["the registry", "the whole lease directory"])
+def test_a_workers_record_removed_behind_it_is_written_again_at_its_next_heartbeat(
+    tmp_path: Path, removed: str
+) -> None:
+    """A cleaner of temporary files removes the worker registry, or the whole lease
+    directory, while a worker lives: its next heartbeat lists it again, so that a
+    person's settling or retry sees the calls it still runs."""
+    url = f"sqlite:///{tmp_path / 'threads.db'}"
+    now = datetime.now(UTC)
+    record = WorkerRecord(
+        worker_id="w-1", host="h", pid=os.getpid(), started_at=now, heartbeat_at=now, threads=()
+    )
+    with open_store(url) as store:
+        store.publish_worker(record)
+        assert [w.worker_id for w in store.live_workers()] == ["w-1"]
+        leases = lease_directory(str(tmp_path / "threads.db"))
+        shutil.rmtree(leases / "workers" if removed == "the registry" else leases)
+        assert store.live_workers() == ()
+        store.publish_worker(record)  # the next heartbeat
+        assert [w.worker_id for w in store.live_workers()] == ["w-1"]

@@ -116,7 +116,14 @@ def check_sqlite_file(path: str, url: str, *, writable: bool) -> None:
         finally:
             conn.close()
     except sqlite3.DatabaseError as exc:
-        if exc.sqlite_errorcode & 0xFF in (sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY):
+        code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
+        if code not in (sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT, *_CANNOT_OPEN):
+            msg = (
+                f"store {url}: the file {path!r} cannot be read now ({exc}): the disk or "
+                "its file system failed (full, or an I/O error); nothing was written"
+            )
+            raise StoreUnavailableError(msg) from exc
+        if code in _CANNOT_OPEN:
             msg = (
                 f"store {url}: the file {path!r} cannot be opened ({exc}): it is not readable "
                 "by this user, or it lies in a directory this user may not write to with "
@@ -135,6 +142,9 @@ def check_sqlite_file(path: str, url: str, *, writable: bool) -> None:
             raise ForeignSchemaError(msg)
     if foreign is not None:
         refuse_application_tables(url, f"table 'stored_events' (an event of topic {foreign!r})")
+
+
+_CANNOT_OPEN = (sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY)
 
 
 def _refuse_no_store(url: str, path: str, why: str) -> None:

@@ -17,6 +17,12 @@ BUSY_RETRY = 1.0
 """Seconds before a worker looks again at a thread another runner held: if that runner
 died, the thread is taken over then."""
 
+FAILED_RETRY = 30.0
+"""Seconds before a worker steps again a thread whose step raised: one that recorded
+its failure (a failed run) is decided by that event, but a failure nothing could record
+(a full disk, a store that failed) leaves the thread as it was, ready, with no event to
+come that would wake it."""
+
 
 class Candidates:
     """The ready threads a worker may step next, oldest ready first.
@@ -28,7 +34,8 @@ class Candidates:
     def __init__(self, ready: ReadyThreads) -> None:
         self._ready = ready
         self.running: dict[UUID, int] = {}  # stream -> its last event when its step started
-        # Threads another runner held: looked at again after a while, or at their next event.
+        # Threads another runner held, or whose step failed: looked at again after a
+        # while, or at their next event.
         self._busy: dict[UUID, tuple[float, int]] = {}
 
     def next(self, count: int, now: float, *, once: bool) -> list[UUID]:
@@ -63,5 +70,7 @@ class Candidates:
         self._busy.pop(stream, None)
         if action is None:
             self._busy[stream] = (now + BUSY_RETRY, seen)
-        elif action in (Action.NOTHING, Action.FAILED):
+        elif action is Action.FAILED:
+            self._busy[stream] = (now + FAILED_RETRY, seen)
+        elif action is Action.NOTHING:
             self._ready.park(stream, seen)

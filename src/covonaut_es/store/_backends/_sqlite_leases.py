@@ -151,9 +151,15 @@ class FileLeases(LeaseBackend):
     def publish(self, record: WorkerRecord) -> None:
         self._file.check()
         records = self._records()
+        lock = records / f"{record.worker_id}.lock"
+        if self._record_fd is not None and not _still_at(self._record_fd, lock):
+            # Removed (the whole directory, by a cleaner of temporary files, say): made
+            # again, or the worker would run calls that no listing says it runs.
+            os.close(self._record_fd)
+            self._record_fd = None
         if self._record_fd is None:
             records.mkdir(parents=True, exist_ok=True)
-            self._record_fd = _locked_file(records / f"{record.worker_id}.lock")
+            self._record_fd = _locked_file(lock)
             if self._record_fd is None:
                 msg = f"worker id {record.worker_id!r} is taken by a live worker: choose another"
                 raise ConfigurationError(msg)
