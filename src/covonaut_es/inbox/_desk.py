@@ -69,11 +69,11 @@ T = TypeVar("T")
 _REVIEWS = QueueFilter(kind=PauseKind.REVIEW)
 
 RECENT_MESSAGES = 8
+"""How many of a thread's last messages a review or pause page shows."""
 
 GOVERNING_KEPT = 65_536
 """The pauses on calls whose governing review's rules a desk keeps, the least recently
 listed forgotten first."""
-"""How many of a thread's last messages a review or pause page shows."""
 
 
 class ReviewDesk:
