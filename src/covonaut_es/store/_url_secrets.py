@@ -10,8 +10,8 @@ one leaves a secret, or a piece of one, in sight:
   (a key=value string, a mistyped scheme), under a key that may be percent-encoded
   (``pass%77ord``), runs to the next ``&`` that starts a parameter libpq takes (the rest
   of a password holding a raw ``&``), or, in a key=value string, to the end;
-- a character that ends a part of a URL (``@ / ? # & = ,`` or a space), written raw in a
-  password, cuts it into pieces that a driver may show apart (as a host, a port, an
+- a character that ends a part of a URL (``@ / ? # & = , :`` or a space), written raw
+  in a password, cuts it into pieces that a driver may show apart (as a host, a port, an
   option).
 
 :func:`redact` replaces the secrets where they stand in the URL, and nothing else;
@@ -29,7 +29,7 @@ from urllib.parse import unquote
 
 from covonaut_es.errors import CovonautError
 
-_URL_DELIMITERS = re.compile(r"[@/?#&=,\s]+")
+_URL_DELIMITERS = re.compile(r"[@/?#&=,:\s]+")  # ":" ends a host before its port
 _SHORTEST_HIDDEN = 3
 _SCHEME = re.compile(r"^[A-Za-z][\w+.-]*:?[/\\]+")  # also as mistyped: postgresql:/, //
 _SECRET_PARAMETERS = frozenset({"oauth_client_secret", "scram_client_key", "scram_server_key"})
@@ -124,11 +124,16 @@ def _secret_spans(url: str) -> tuple[tuple[int, int], ...]:
 
 def _end_of_user_information(url: str) -> int | None:
     """The position of the ``@`` that ends the user information: the last one that is not
-    in a query parameter's value (``?user=ann@corp``), if any."""
+    in a query parameter's value (``/db?user=ann@corp``), if any. A query begins after
+    the path: a ``?`` before the first ``/`` after the scheme is a password's own
+    character (``pw@x?y=@host``), so the ``@`` after it may still end the password."""
+    scheme = _SCHEME.match(url)
+    path = url.find("/", scheme.end() if scheme else 0)
     at = len(url)
     while (at := url.rfind("@", 0, at)) >= 0:
         parameter_start = max(url.rfind("?", 0, at), url.rfind("&", 0, at))
-        if parameter_start < 0 or "=" not in url[parameter_start:at]:
+        in_a_query = parameter_start >= 0 and "=" in url[parameter_start:at]
+        if not in_a_query or not 0 <= path < parameter_start:
             return at
     return None
 
