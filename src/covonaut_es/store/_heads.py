@@ -28,6 +28,7 @@ from eventsourcing.persistence import ApplicationRecorder, IntegrityError, Store
 
 from covonaut_es.errors import LeaseLostError
 from covonaut_es.store._chain import UNCHAINED, chain_in
+from covonaut_es.store._rows import checked_head
 
 HEADS = "covonaut_thread_heads"
 """The ``insert_events`` keyword carrying ``(originator_id, version, chain)`` rows."""
@@ -166,6 +167,18 @@ def head_sql(table: str, mark: str) -> str:
         f"SELECT EXISTS (SELECT 1 FROM {table}), own.originator_id, own.version, own.chain "
         f"FROM (SELECT 1) AS one LEFT JOIN {table} AS own ON own.originator_id = {mark}"
     )
+
+
+def head_in_row(row: Sequence[Any], *, kept: type[bytes | str] | None = None) -> HeadAnchor:
+    """What the one row of :func:`head_sql` says, its own row's values checked
+    (``kept``: as :func:`~covonaut_es.store._rows.checked_id`).
+
+    Raises:
+        StoredRowError: The stream's own row holds a value of the wrong type.
+    """
+    anchors, stream_id, version, chain = row
+    own = None if stream_id is None else checked_head(stream_id, version, chain, kept=kept)[1]
+    return anchor_in(own, anchors=bool(anchors))
 
 
 def anchor_in(own: tuple[int, str] | None, *, anchors: bool) -> HeadAnchor:

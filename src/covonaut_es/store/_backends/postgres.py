@@ -57,8 +57,8 @@ from covonaut_es.store._heads import (
     NEW_STREAMS,
     HeadAnchor,
     RecorderAnchors,
-    anchor_in,
     check_fences,
+    head_in_row,
     head_sql,
     heads_table,
     lease_table,
@@ -71,7 +71,6 @@ from covonaut_es.store._review_index_table import ReviewIndexTable, SQLReviewInd
 from covonaut_es.store._rows import (
     CheckedLog,
     building_records,
-    checked_head,
     checked_records,
     log_sql,
 )
@@ -263,9 +262,8 @@ class _AnchoringRecorder(_CheckedRows, postgres.PostgresApplicationRecorder):
         table = f'"{self.datastore.schema}"."{heads_table(self)}"'
         with self.datastore.transaction(commit=False) as curs:
             curs.execute(head_sql(table, "%s"), (stream,))
-            anchors, *own = curs.fetchall()[0].values()  # the statement's one row
-        head = None if own[0] is None else checked_head(*own)[1]
-        return anchor_in(head, anchors=bool(anchors))
+            (row,) = curs.fetchall()
+            return head_in_row(tuple(row.values()))
 
 
 class PostgresApplicationRecorder(KeyedLog, CheckedLog, _AnchoringRecorder):

@@ -59,8 +59,8 @@ from covonaut_es.store._heads import (
     HEADS,
     HeadAnchor,
     RecorderAnchors,
-    anchor_in,
     check_fences,
+    head_in_row,
     head_sql,
     heads_table,
     lease_table,
@@ -73,7 +73,6 @@ from covonaut_es.store._review_index_table import ReviewIndexTable, SQLReviewInd
 from covonaut_es.store._rows import (
     LAST_VERSION,
     CheckedLog,
-    checked_head,
     checked_id,
     checked_records,
     log_sql,
@@ -312,9 +311,7 @@ class _AnchoringRecorder(SQLiteAggregateRecorder, PollingSQLiteApplicationRecord
             return HeadAnchor(store_anchors=False)
         with self.datastore.transaction(commit=False) as c:
             c.execute(head_sql(heads_table(self), "?"), (self.stream_key(stream),))
-            anchors, *own = c.fetchone()
-        head = None if own[0] is None else checked_head(*own, kept=self._kept)[1]
-        return anchor_in(head, anchors=bool(anchors))
+            return head_in_row(c.fetchone(), kept=self._kept)
 
     def close_writer(self) -> None:
         """Close the connection the saves are written through."""
