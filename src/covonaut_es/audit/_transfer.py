@@ -140,15 +140,15 @@ def _parsed(
     if not numbered:
         msg = "the export holds no lines; nothing was written"
         raise TransferError(msg)
+    for number, line in numbered:
+        _refuse_no_text(number, line)
     last = numbered[-1][0]
-    _refuse_no_text(last, numbered[-1][1])
     trailer = read_trailer(numbered[-1][1])
     if trailer is not None:
         numbered.pop()
     threads: dict[str, list[tuple[int, ExportedEvent]]] = {}
     tally = Tally()
     for number, line in numbered:
-        _refuse_no_text(number, line)
         event = _event(number, line)
         threads.setdefault(event.thread_id, []).append((number, event))
         tally.add(event.thread_id, event.payload)
