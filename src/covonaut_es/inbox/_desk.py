@@ -22,7 +22,6 @@ from eventsourcing.projection import BaseProjectionRunner
 
 from covonaut_es.domain import (
     PauseKind,
-    Review,
     ReviewDecision,
     ReviewRules,
     ThreadState,
@@ -157,7 +156,7 @@ class ReviewDesk:
                 return may_decide(item.rules, reviewer.scopes)
             # A call in doubt or a tool's pause shows its call: as its review would.
             readable, rules = self._call_rules(item, states)
-            return readable and (rules is None or may_decide(rules, reviewer.scopes))
+            return readable and _allows(rules, reviewer)
 
         return self.queue.page(
             after=after, limit=limit, only=only, newest_first=newest_first, where=shown
@@ -181,8 +180,7 @@ class ReviewDesk:
         state = states[item.thread_id]
         if state is None:
             return False, None
-        review = state.governing_review(item.tool_call_id)
-        rules = None if review is None else review.request.rules
+        rules = _governing_rules(state, item.tool_call_id)
         with self._lock:
             self._governing[key] = rules
             if len(self._governing) > GOVERNING_KEPT:
@@ -282,7 +280,7 @@ class ReviewDesk:
             AmbiguousReviewError: Pending in several threads and none named.
         """
         found = self.service.find_review(review_id, thread_id=thread_id)
-        if not _may_decide(found.review, reviewer):
+        if not _allows(found.review.request.rules, reviewer):
             msg = f"no review {review_id!r} that reviewer {reviewer.id!r} may decide"
             raise ReviewNotFoundError(msg)
         pending = found.review.decision is None
@@ -481,12 +479,19 @@ def may_see(state: ThreadState, reviewer: Reviewer) -> bool:
     """Whether ``reviewer`` may see the thread's messages and timeline: they may decide
     every review it asked for. The messages show each review's operation, and one
     outside their scopes is shown them no more than it is listed."""
-    return all(_may_decide(review, reviewer) for review in state.reviews)
+    return all(_allows(review.request.rules, reviewer) for review in state.reviews)
 
 
-def _may_decide(review: Review, reviewer: Reviewer) -> bool:
-    rules = review.request.rules
+def _allows(rules: ReviewRules | None, reviewer: Reviewer) -> bool:
+    """Whether a review's ``rules`` (None: a review without a policy, or no review) let
+    ``reviewer`` decide it, and so see what it asks about."""
     return rules is None or may_decide(rules, reviewer.scopes)
+
+
+def _governing_rules(state: ThreadState, tool_call_id: str) -> ReviewRules | None:
+    """The rules of the review that governs the call; None when no review names it."""
+    review = state.governing_review(tool_call_id)
+    return None if review is None else review.request.rules
 
 
 def _may_see_call(state: ThreadState, tool_call_id: str, reviewer: Reviewer) -> bool:
@@ -494,8 +499,7 @@ def _may_see_call(state: ThreadState, tool_call_id: str, reviewer: Reviewer) -> 
     may decide the review that governs it (that holds it back, or whose approval it
     spent), as they must to act on it (:func:`~covonaut_es.domain.check_may_act_on_call`);
     a call no review names is anyone's."""
-    review = state.governing_review(tool_call_id)
-    return review is None or _may_decide(review, reviewer)
+    return _allows(_governing_rules(state, tool_call_id), reviewer)
 
 
 def _recent_messages(state: ThreadState, reviewer: Reviewer) -> tuple[Message, ...] | None:
