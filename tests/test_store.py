@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -115,6 +116,24 @@ def test_invalid_cipher_key_is_a_configuration_error(store_url: str) -> None:
         open_store(store_url, cipher_key="not-a-key")
     with pytest.raises(ConfigurationError, match="16, 24 or 32"):
         create_cipher_key(7)
+
+
+def test_a_key_the_cipher_reads_leniently_as_another_is_refused(tmp_path: Path) -> None:
+    """eventsourcing's AES cipher drops characters outside base64's alphabet: a key
+    whose text is the bytes of the store's key, with such characters added, encrypts
+    under another AES key while the bytes a strict reading falls back to are the store's.
+    It is refused at open, before anything is written, and the store stays whole."""
+    other = "QUJDREVGR0hJSktMTU5PUA==" + "!" * 8  # AES-128 to the cipher
+    key = base64.b64encode(other.encode()).decode()  # the store's AES-256 key
+    store_url = f"sqlite:///{tmp_path / 'keyed.db'}"
+    with open_store(store_url, cipher_key=key) as store:
+        talk(store, "kept")
+    for given in (other, key + "\n", " " + key):
+        with pytest.raises(ConfigurationError, match="it is not base64") as refused:
+            open_store(store_url, cipher_key=given)
+        assert "QUJD" not in str(refused.value)
+    with open_store(store_url, cipher_key=key) as store:
+        assert list(store.thread_ids()) == ["kept"]
 
 
 @pytest.mark.parametrize(

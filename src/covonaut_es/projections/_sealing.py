@@ -9,13 +9,13 @@ which reveal only which rows share a value.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import hmac
 
 from eventsourcing.utils import Environment
 
 from covonaut_es.errors import ConfigurationError
+from covonaut_es.store._cipher_keys import aes_key
 
 _INDEX_KEY_LABEL = b"covonaut-es review queue index digests v1"
 """Derives the digest key from the cipher key; changing it orphans every sealed view."""
@@ -40,15 +40,8 @@ class QueueSealer:
                 "pip install 'covonaut-es[encryption]'"
             )
             raise ConfigurationError(msg) from exc
-        try:
-            raw_key = base64.b64decode(cipher_key, validate=True)
-            self._cipher = AESCipher(Environment(env={AESCipher.CIPHER_KEY: cipher_key}))
-        except ValueError as exc:
-            msg = (
-                "the review queue's cipher key must be the store's key: base64 of 16, 24 "
-                f"or 32 bytes, as create_cipher_key() makes ({exc})"
-            )
-            raise ConfigurationError(msg) from exc
+        raw_key = aes_key(cipher_key)
+        self._cipher = AESCipher(Environment(env={AESCipher.CIPHER_KEY: cipher_key}))
         self._index_key = hmac.new(raw_key, _INDEX_KEY_LABEL, hashlib.sha256).digest()
 
     def digest(self, value: str) -> str:

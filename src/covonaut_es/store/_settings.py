@@ -26,8 +26,6 @@ is written to it, since its data must never be changed behind its owner's back.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 import hmac
 import os
@@ -52,6 +50,7 @@ from covonaut_es.errors import (
     StoreUnavailableError,
 )
 from covonaut_es.store._backend import backend_of
+from covonaut_es.store._cipher_keys import aes_key
 from covonaut_es.store._codec import decode_object
 from covonaut_es.store._mapper import MsgspecMapper
 from covonaut_es.store._settings_tables import SETTINGS_TABLE, SettingsTable
@@ -185,18 +184,11 @@ def _foreign_topic(conn: sqlite3.Connection) -> str | None:
     return None if row is None else str(row[0])[:80]
 
 
-def _key_bytes(cipher_key: str) -> bytes:
-    try:
-        return base64.b64decode(cipher_key, validate=True)
-    except binascii.Error:
-        return cipher_key.encode()
-
-
 def key_fingerprint(cipher_key: str | None) -> str:
     """The fingerprint of a cipher key as a store records it; ``"none"`` without one."""
     if cipher_key is None:
         return NO_KEY
-    return "hmac-sha256:" + hmac.new(_key_bytes(cipher_key), _LABEL, hashlib.sha256).hexdigest()
+    return "hmac-sha256:" + hmac.new(aes_key(cipher_key), _LABEL, hashlib.sha256).hexdigest()
 
 
 def requested_settings(env: Mapping[str, str]) -> dict[str, str]:
@@ -223,7 +215,7 @@ def key_stream_ids(app: Application[UUID], where: str) -> None:
     cipher_key = app.env.get("CIPHER_KEY")
     if not cipher_key:
         return
-    ids = recorded_stream_ids(settings_table(app).read(), _key_bytes(cipher_key), where)
+    ids = recorded_stream_ids(settings_table(app).read(), aes_key(cipher_key), where)
     snapshots = app.snapshots
     for recorder in (app.recorder, None if snapshots is None else snapshots.recorder):
         if isinstance(recorder, KeyedEvents):
