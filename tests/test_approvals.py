@@ -10,6 +10,8 @@ import time
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from covonaut_es import (
     Agent,
@@ -38,6 +40,7 @@ from covonaut_es.errors import (
     ReviewPendingError,
     ThreadStateError,
 )
+from covonaut_es.service._reviewers import MAX_TOKEN_TTL_SECONDS
 from support import answer, call, echo_tool, ticking_clock
 
 SECRET = secrets.token_bytes(32)
@@ -583,11 +586,44 @@ def test_hmac_issue_token_refuses_an_empty_reviewer_id() -> None:
         VERIFIER.issue_token("", 60)
 
 
-def test_hmac_token_with_no_lifetime_left_is_expired() -> None:
-    """A token issued with a ttl of zero or less never verifies."""
-    for ttl in (0, -5):
-        with pytest.raises(ReviewerNotVerifiedError, match="expired"):
-            VERIFIER.verify(VERIFIER.issue_token("alice", ttl))
+@settings(max_examples=40, deadline=None)
+@given(
+    ttl=st.floats(max_value=0)
+    | st.floats(min_value=MAX_TOKEN_TTL_SECONDS, exclude_min=True)
+    | st.integers(max_value=0)
+    | st.integers(min_value=MAX_TOKEN_TTL_SECONDS + 1)
+    | st.sampled_from([float("nan"), True, "60", None, b"60", [60]])
+)
+def test_hmac_issue_token_refuses_a_ttl_that_is_no_lifetime(ttl: Any) -> None:
+    """Property: a token lasts above 0 and at most a year and a day; any other ttl (10**30
+    made a token that never expired, NaN one that never verified) is a ValueError
+    naming the lifetime, as the command line's --ttl is."""
+    with pytest.raises(ValueError, match="a token's lifetime"):
+        VERIFIER.issue_token("alice", ttl)
+
+
+def test_hmac_token_lasting_longer_than_a_token_may_is_refused() -> None:
+    """A token whose expiry lies further ahead than any token may last (signed by a
+    clock that ran ahead, or issued by an earlier version without the bound) does not
+    verify."""
+    ahead = HmacReviewerVerifier(SECRET, clock=lambda: time.time() + 2 * MAX_TOKEN_TTL_SECONDS)
+    with pytest.raises(ReviewerNotVerifiedError, match="longer than a token may"):
+        VERIFIER.verify(ahead.issue_token("alice", 60))
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    secret=st.integers()
+    | st.lists(st.integers(0, 255), min_size=32)
+    | st.none()
+    | st.floats()
+    | st.tuples(st.integers(0, 255))
+)
+def test_hmac_verifier_refuses_a_secret_that_is_no_bytes_or_text(secret: Any) -> None:
+    """Property: a secret is bytes or text; bytes(64) was 64 zero bytes, a secret anyone
+    knows, accepted as long enough."""
+    with pytest.raises(ConfigurationError, match="secret is bytes or text"):
+        HmacReviewerVerifier(secret)
 
 
 def test_hmac_expiry_follows_the_system_clock(monkeypatch: pytest.MonkeyPatch) -> None:

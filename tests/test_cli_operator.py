@@ -318,7 +318,7 @@ def test_reviews_of_an_empty_queue_prints_the_header(tmp_path: Path) -> None:
 def test_token_issue_refuses_a_ttl_that_is_no_lifetime(ttl: str) -> None:
     """--ttl must be a positive number of seconds up to a year and a day: exit 2."""
     result = covonaut("token", "issue", "--reviewer", "ann", "--ttl", ttl)
-    assert result.returncode == 2 and "--ttl needs a number of seconds" in result.stderr
+    assert result.returncode == 2 and "--ttl needs a token's lifetime" in result.stderr
 
 
 def test_token_issue_refuses_a_short_secret_saying_how_to_make_one() -> None:

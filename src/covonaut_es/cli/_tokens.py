@@ -16,13 +16,10 @@ from datetime import UTC, datetime
 from covonaut_es.cli._command import EXIT_OK, Subcommands, UsageError, add_command
 from covonaut_es.cli._output import add_json_option, emit_value
 from covonaut_es.runtime import HmacReviewerVerifier
-from covonaut_es.service._reviewers import MIN_SECRET_BYTES, reviewer_id_problem
+from covonaut_es.service._reviewers import MIN_SECRET_BYTES, reviewer_id_problem, token_ttl_problem
 
 REVIEWER_SECRET_ENV = "COVONAUT_ES_REVIEWER_SECRET"
 """The environment variable holding the secret reviewer tokens are signed with."""
-
-_MAX_TTL_SECONDS = 366 * 24 * 3600
-"""A year and a day: longer lived tokens are a risk, and expiry times must stay dates."""
 
 SECRET_HELP = f"""\
 The reviewer secret is read from ${REVIEWER_SECRET_ENV}: its text, encoded as UTF-8,
@@ -93,11 +90,8 @@ def issue(args: argparse.Namespace) -> int:
     if (problem := reviewer_id_problem(args.reviewer)) is not None:
         msg = f"--reviewer needs a reviewer id: {problem}"
         raise UsageError(msg)
-    if not 0 < args.ttl <= _MAX_TTL_SECONDS:
-        msg = (
-            f"--ttl needs a number of seconds above 0 and at most {_MAX_TTL_SECONDS} "
-            f"(a year and a day), got {args.ttl:g}"
-        )
+    if (problem := token_ttl_problem(args.ttl)) is not None:
+        msg = f"--ttl needs a token's lifetime: {problem}"
         raise UsageError(msg)
     if not all(args.scopes):
         msg = "--scope needs a non-empty scope"

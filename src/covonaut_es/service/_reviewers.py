@@ -149,8 +149,32 @@ class _TokenClaims(msgspec.Struct, frozen=True, omit_defaults=True):
     scopes: tuple[str, ...] = ()  # omitted when empty: such tokens read as before
 
 
+MAX_TOKEN_TTL_SECONDS = 366 * 24 * 3600
+"""The longest a reviewer token may last, a year and a day: longer lived tokens are a
+risk, and expiry times must stay dates."""
+
+
+def token_ttl_problem(ttl_seconds: object) -> str | None:
+    """What makes ``ttl_seconds`` no lifetime of a reviewer token (None: nothing): it
+    is a number of seconds above 0 and at most :data:`MAX_TOKEN_TTL_SECONDS`."""
+    if isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, int | float):
+        return f"a token's lifetime is a number of seconds, got a {type(ttl_seconds).__name__}"
+    if not 0 < ttl_seconds <= MAX_TOKEN_TTL_SECONDS:  # NaN is neither
+        return (
+            f"a token's lifetime is above 0 and at most {MAX_TOKEN_TTL_SECONDS} seconds "
+            f"(a year and a day), got {ttl_seconds:g}"
+        )
+    return None
+
+
 def _secret_bytes(secret: str | bytes) -> bytes:
-    return secret.encode() if isinstance(secret, str) else bytes(secret)
+    if isinstance(secret, str):
+        return secret.encode()
+    if not isinstance(secret, bytes | bytearray | memoryview):
+        # bytes(64) would be 64 zero bytes: a secret anyone knows.
+        msg = f"an HMAC reviewer secret is bytes or text, got a {type(secret).__name__}"
+        raise ConfigurationError(msg)
+    return bytes(secret)
 
 
 def _check_secret(_: object, __: attrs.Attribute[bytes], secret: bytes) -> None:
@@ -197,14 +221,17 @@ class HmacReviewerVerifier:
     def issue_token(
         self, reviewer_id: str, ttl_seconds: float, *, scopes: Iterable[str] = ()
     ) -> str:
-        """A token that verifies as ``reviewer_id`` for ``ttl_seconds`` from now (zero
-        or less gives a token that is already expired), granting ``scopes``.
+        """A token that verifies as ``reviewer_id`` for ``ttl_seconds`` from now,
+        granting ``scopes``.
 
         Raises:
-            ValueError: ``reviewer_id`` breaks :func:`reviewer_id_problem`'s rule, or a
-                scope is no non-empty string.
+            ValueError: ``reviewer_id`` breaks :func:`reviewer_id_problem`'s rule,
+                ``ttl_seconds`` :func:`token_ttl_problem`'s, or a scope is no non-empty
+                string.
         """
         if (problem := reviewer_id_problem(reviewer_id)) is not None:
+            raise ValueError(problem)
+        if (problem := token_ttl_problem(ttl_seconds)) is not None:
             raise ValueError(problem)
         granted = () if isinstance(scopes, str) else tuple(dict.fromkeys(scopes))
         if isinstance(scopes, str) or not all(isinstance(s, str) and s for s in granted):
@@ -249,6 +276,12 @@ class HmacReviewerVerifier:
             msg = f"the reviewer token is signed but its claims do not decode: {exc}"
             raise ReviewerNotVerifiedError(msg) from exc
         now = self.clock()
+        if claims.exp > now + MAX_TOKEN_TTL_SECONDS:
+            msg = (
+                f"the reviewer token of {claims.sub!r} lasts longer than a token may "
+                f"({MAX_TOKEN_TTL_SECONDS} s); issue a new token"
+            )
+            raise ReviewerNotVerifiedError(msg)
         if now >= claims.exp:
             msg = (
                 f"the reviewer token of {claims.sub!r} expired {now - claims.exp:.0f} s ago; "
