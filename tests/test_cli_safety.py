@@ -398,20 +398,31 @@ def _commands_taking_a_cipher_key() -> list[str]:
     )
 
 
+@pytest.mark.parametrize(
+    "key",
+    [
+        create_cipher_key(),
+        # Keys that could be a variable's name: base64 of 24 bytes without '+' or '/'
+        # (29% of them), and hex beginning with a letter.
+        "Et3qU1W97H7OdGKX0pJ19d0Bv8alBhsp",
+        "d" + "0123456789abcdef" * 3 + "0123456789abcde",
+    ],
+    ids=["base64", "base64-like-a-name", "hex-like-a-name"],
+)
 @pytest.mark.parametrize("option", ["--cipher-key-env", "--chain-key-env"])
 @pytest.mark.parametrize("command", _commands_taking_a_cipher_key())
 def test_a_key_given_in_place_of_its_variables_name_is_never_shown(
     command: str,
     option: str,
+    key: str,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """An operator who passes the cipher or chain key itself to ``--cipher-key-env`` or
-    ``--chain-key-env`` is told the option takes a variable's name, and the key is
-    printed nowhere."""
+    ``--chain-key-env`` is told the option takes a variable's name, or that the variable
+    it names is not set, and the key is printed nowhere, whatever it looks like."""
     monkeypatch.setenv("COVONAUT_ES_REVIEWER_SECRET", SECRET)
-    key = create_cipher_key()
     store = f"sqlite:///{tmp_path / 'store.db'}"
     argv = [command, "--store", store, option, key]
     arguments = [
@@ -420,7 +431,10 @@ def test_a_key_given_in_place_of_its_variables_name_is_never_shown(
     status = main([*argv, *arguments])
     printed = capsys.readouterr()
     assert status == 2, printed
-    assert f"{option} takes the name of an environment variable" in printed.err
+    assert (
+        f"{option} takes the name of an environment variable" in printed.err
+        or f"the environment variable {option} names is not set" in printed.err
+    )
     assert key not in printed.out + printed.err
     assert key[:12] not in printed.out + printed.err
 

@@ -127,7 +127,8 @@ def _key_from_variable(option: str, name: str | None) -> str | None:
         raise UsageError(msg)
     key = os.environ.get(name)
     if not key:
-        msg = f"the environment variable {name} is {'empty' if key == '' else 'not set'}"
+        # Not named either: a key given by mistake may look like a variable's name.
+        msg = f"the environment variable {option} names is {'empty' if key == '' else 'not set'}"
         raise UsageError(msg)
     return key
 
