@@ -11,11 +11,11 @@ one leaves a secret, or a piece of one, in sight:
   (``pass%77ord``), runs to the next ``&`` that starts a parameter libpq takes (the rest
   of a password holding a raw ``&``), or, in a key=value string, to the end;
 - a character that ends a part of a URL (``@ / ? # & = , :`` or a space), written raw
-  in a password, cuts it into pieces that a driver may show apart (as a host, a port, an
-  option).
+  in a password, cuts it into runs that a driver may show apart (as a host, a port, an
+  option), cutting at some of them and not at others.
 
 :func:`redact` replaces the secrets where they stand in the URL, and nothing else;
-:func:`scrub` hides, in any other text (a driver's error), each secret and each piece of
+:func:`scrub` hides, in any other text (a driver's error), each secret and each run of
 three characters or more: a shorter one hidden everywhere would make every message noise.
 """
 
@@ -92,9 +92,26 @@ def _hidden(text: str, url: str) -> str:
 def _secrets(url: str) -> tuple[str, ...]:
     """The texts :func:`scrub` hides, longest first."""
     found = {url[start:end] for start, end in _secret_spans(url)}
-    pieces = {piece for secret in found for piece in _URL_DELIMITERS.split(secret)}
-    every = found | pieces | {unquote(text) for text in found | pieces}
+    every = {run for secret in found | {unquote(t) for t in found} for run in _runs(secret)}
+    every |= {unquote(text) for text in every}
     return tuple(sorted((t for t in every if len(t) >= _SHORTEST_HIDDEN), key=len, reverse=True))
+
+
+_MOST_CUTS_SPANNED = 64
+
+
+def _runs(secret: str) -> Iterator[str]:
+    """Each run of ``secret`` a parser may show apart: from its start or a character
+    that ends a part of a URL to its end or another such character, whichever of them
+    the parser cuts at (libpq cuts a password at ``@`` and ``:`` but not at ``#``, so
+    ``ab#cd:ef`` may show ``ab#cd``). A run across more than :data:`_MOST_CUTS_SPANNED`
+    cuts is not listed: longest first, the runs it holds hide it."""
+    cuts = [(m.start(), m.end()) for m in _URL_DELIMITERS.finditer(secret)]
+    starts = [0, *(end for _, end in cuts)]
+    ends = [*(start for start, _ in cuts), len(secret)]
+    for first, start in enumerate(starts):
+        for end in ends[first : first + _MOST_CUTS_SPANNED + 1]:
+            yield secret[start:end]
 
 
 @functools.lru_cache(maxsize=16)
