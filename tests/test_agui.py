@@ -12,6 +12,7 @@ import contextlib
 import copy
 import json
 import re
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,9 @@ from covonaut_es import (
 )
 from covonaut_es.agui import create_agui_app
 from covonaut_es.domain import ThreadStatus
+from covonaut_es.messages import StreamDelta, ToolCallDelta
 from covonaut_es.runtime._config import bound_config
+from hostile_text import hostile_text
 from support import HeldProvider, ticking_clock
 
 SECRET = b"a reviewer secret of at least 32 bytes"
@@ -506,3 +509,59 @@ def test_every_mutation_of_a_valid_resume_is_refused_whole(
         return
     response = shop.post(hostile, shop.token() if signed else None)
     assert_refused_and_nothing_recorded(shop, response, version)
+
+
+# What a hostile model streams ------------------------------------------------------------
+
+HOSTILE_TEXT = hostile_text(min_size=1, max_size=6)
+PIECE = st.builds(StreamDelta, content=HOSTILE_TEXT) | st.builds(
+    lambda id_, name, arguments: StreamDelta(
+        tool_call_deltas=(ToolCallDelta(index=0, id=id_, name=name, arguments=arguments),)
+    ),
+    HOSTILE_TEXT,
+    HOSTILE_TEXT,
+    HOSTILE_TEXT,
+)
+
+
+@settings(max_examples=25, deadline=None)
+@given(pieces=st.lists(PIECE, min_size=1, max_size=3))
+def test_whatever_a_model_streams_the_response_ends_as_the_protocol_says(
+    pieces: list[StreamDelta],
+) -> None:
+    """Property: whatever pieces a model streams (a lone surrogate among them, which no
+    JSON encoder writes), every frame is an AG-UI event, the last a RUN_FINISHED or a
+    RUN_ERROR, and the thread as stored is not left running. (A lone surrogate broke the
+    response off inside the event encoder, with no RUN_ERROR and the run left running.)"""
+    with tempfile.TemporaryDirectory() as directory:
+        shop = Shop(Path(directory))
+
+        def make_config(thread_id: str) -> AgentConfig:
+            return attrs.evolve(
+                shop.make_config(thread_id), provider=ScriptedProvider([tuple(pieces)])
+            )
+
+        client = TestClient(create_agui_app(shop.store, make_config, shop.verifier))
+        response = client.post("/", json=user_says("hostile", "hello"))
+        assert response.status_code == 200
+        events = events_of(response.text)
+        assert isinstance(events[-1], agui.RunFinishedEvent | agui.RunErrorEvent)
+        assert shop.store.load("hostile").status is not ThreadStatus.RUNNING
+        shop.store.close()
+
+
+def test_a_factory_that_raises_is_told_by_its_kind_and_logged(
+    shop: Shop, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The application's own factory raising (not a library error) is answered as any
+    other failure on the server: a JSON 500 telling its kind only, the rest logged."""
+
+    def make_config(thread_id: str) -> AgentConfig:
+        raise RuntimeError("the factory's secret detail")
+
+    client = TestClient(create_agui_app(shop.store, make_config, shop.verifier))
+    response = client.post("/", json=user_says("chat-1", "hello"))
+    assert response.status_code == 500
+    assert "RuntimeError" in response.json()["error"]
+    assert "secret detail" not in response.text
+    assert "secret detail" in caplog.text

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased, Sampler
@@ -41,12 +41,13 @@ from covonaut_es import (
     ToolContext,
     open_store,
 )
-from covonaut_es.domain import Interrupt
-from covonaut_es.errors import ConfigurationError, ProviderError
+from covonaut_es.domain import Interrupt, ThreadStatus
+from covonaut_es.errors import ConfigurationError, CovonautError, ProviderError
 from covonaut_es.messages import ProviderRequest, ProviderResponse, Role, ToolCall, Usage
 from covonaut_es.runtime import running_calls
 from covonaut_es.runtime._tracing import SEMCONV_VERSION, _links
 from covonaut_es.workers import Worker
+from hostile_text import hostile_text
 from provider_wire import VendorWire
 from support import answer, call, echo_tool, review_tool, ticking_clock
 from wire_server import WireServer
@@ -779,6 +780,69 @@ def test_no_content_is_recorded_unless_the_application_opts_in(secret: str) -> N
         else:
             assert leaked == []
         tracer_provider.shutdown()
+
+
+class _Counting(SpanProcessor):
+    """Counts the spans started and ended."""
+
+    def __init__(self) -> None:
+        self.started = 0
+        self.ended = 0
+
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        self.started += 1
+
+    def on_end(self, span: ReadableSpan) -> None:
+        self.ended += 1
+
+
+HOSTILE_TEXT = hostile_text()
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    content=HOSTILE_TEXT,
+    calls=st.lists(st.tuples(HOSTILE_TEXT, HOSTILE_TEXT, HOSTILE_TEXT), max_size=2),
+    opted_in=st.booleans(),
+)
+def test_a_hostile_answer_ends_a_traced_run_as_an_untraced_one(
+    content: str, calls: list[tuple[str, str, str]], opted_in: bool
+) -> None:
+    """Property: whatever text the model answers with, in its content or a tool call's
+    id, name or arguments, a traced run ends as it does untraced: answered, or refused
+    with a CovonautError and its failure stored, never running; and every span it
+    started is ended. (With content traced, a lone surrogate failed the run inside the
+    tracing code, with a UnicodeEncodeError, its chat span open and the run stored as
+    running.)"""
+    answer_ = ProviderResponse(
+        content=content, tool_calls=tuple(ToolCall(i, n, a) for i, n, a in calls)
+    )
+    ends = []
+    for traced in (False, True):
+        counting = _Counting()
+        tracer_provider = TracerProvider()
+        tracer_provider.add_span_processor(counting)
+        store = open_store("memory://")
+        agent = Agent(
+            config(
+                tracer_provider if traced else None,
+                [answer_, answer("done")],
+                tools=[echo_tool()],
+                trace_content=opted_in,
+                checkpoint=CheckpointSettings(store=store, thread_id="t"),
+            )
+        )
+        try:
+            agent.run("go")
+            ended: str = "answered"
+        except CovonautError as refused:
+            ended = type(refused).__name__
+        assert store.load("t").status != ThreadStatus.RUNNING
+        assert counting.started == counting.ended
+        ends.append((ended, store.load("t").status))
+        store.close()
+        tracer_provider.shutdown()
+    assert ends[0] == ends[1]
 
 
 def test_content_is_recorded_exactly_when_opted_in(

@@ -123,6 +123,8 @@ def create_agui_app(
             return _refusal(422, str(exc))
         except CovonautError as exc:
             return _refusal(400 if _requests(exc) else 500, _told(exc, store))
+        except Exception as exc:  # the application's factory failed
+            return _refusal(500, _told(exc, store))
         encoder = EventEncoder(accept=request.headers.get("accept", "text/event-stream"))
         events = _run(Agent(config), service, store, run_input, reviewer)
         return StreamingResponse(_encoded(encoder, events), media_type=encoder.get_content_type())
@@ -130,16 +132,16 @@ def create_agui_app(
     return Starlette(routes=[Route(path, run, methods=["POST"])])
 
 
-def _requests(exc: CovonautError) -> bool:
+def _requests(exc: Exception) -> bool:
     """Whether ``exc`` is about the request, so the front end is told what it says."""
     return isinstance(exc, REQUEST_ERRORS)
 
 
-def _told(exc: CovonautError, store: Store) -> str:
+def _told(exc: Exception, store: Store) -> str:
     """What the front end is told of ``exc``: its message if it is about the request
     (without the store's location), else only its kind; the server's log has the rest
     (a provider's error may quote a key, a store's names its host)."""
-    if _requests(exc):
+    if isinstance(exc, CovonautError) and _requests(exc):
         return shown_message(exc, store)
     logger.error("the AG-UI endpoint's run failed: %s: %s", type(exc).__name__, exc, exc_info=exc)
     return f"the run failed on the server ({type(exc).__name__}); the server's log has the details"
@@ -239,7 +241,7 @@ async def _run(
                     for event in translated.of(item):
                         yield event
         waiting = interrupts(agent)
-    except CovonautError as exc:
+    except Exception as exc:  # told by its kind alone unless it is about the request
         for event in translated.closed() if translated else ():
             yield event
         yield agui.RunErrorEvent(message=_told(exc, store), code=type(exc).__name__)

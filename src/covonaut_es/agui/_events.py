@@ -75,7 +75,9 @@ class RunEvents:
             case TextDelta(text=text):
                 events = self._opened_text()
                 assert self._text is not None
-                events.append(agui.TextMessageContentEvent(message_id=self._text, delta=text))
+                events.append(
+                    agui.TextMessageContentEvent(message_id=self._text, delta=_sendable(text))
+                )
                 return events
             case ToolCallDelta():
                 return self._call_piece(item)
@@ -103,18 +105,19 @@ class RunEvents:
         events: list[agui.BaseEvent] = []
         call = self._calls.get(piece.index)
         if call is None:
-            call = _StreamedCall(self._new_id(piece.id), piece.name)
+            call = _StreamedCall(self._new_id(_sendable(piece.id)), piece.name)
             self._calls[piece.index] = call
             events.append(
                 agui.ToolCallStartEvent(
                     tool_call_id=call.id,
-                    tool_call_name=piece.name,
+                    tool_call_name=_sendable(piece.name),
                     parent_message_id=message_id(self._next),
                 )
             )
         call.arguments.append(piece.arguments)
         if piece.arguments:
-            events.append(agui.ToolCallArgsEvent(tool_call_id=call.id, delta=piece.arguments))
+            delta = _sendable(piece.arguments)
+            events.append(agui.ToolCallArgsEvent(tool_call_id=call.id, delta=delta))
         return events
 
     def _new_id(self, sent: str) -> str:
@@ -154,6 +157,17 @@ class RunEvents:
 
 MESSAGE_EVENTS = (AgentThread.MessageAppended, AgentThread.ToolResultRecorded, AgentThread.Steered)
 """The events that add a message to the thread."""
+
+
+def _sendable(piece: str) -> str:
+    """A streamed piece as text a front end can be sent: a lone surrogate (a model's
+    ``"\\ud800"`` escape, decoded) made U+FFFD. Pieces are news; the answer they make is
+    stored, or refused, whole, and the snapshots that end the run tell it as stored."""
+    try:
+        piece.encode()
+    except UnicodeEncodeError:
+        return piece.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return piece
 
 
 def _version_delta(event: AgentThread.Event) -> agui.StateDeltaEvent:

@@ -12,6 +12,7 @@ verifies as (ADR 0034).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -64,8 +65,8 @@ def checked(
         InvalidDecisionError: Naming the entry and what is wrong with it.
     """
     ids = [entry.interrupt_id for entry in entries]
-    if twice := sorted({key for key in ids if ids.count(key) > 1}):
-        msg = f"the resume answers interrupts {twice} more than once: answer each once"
+    if twice := sorted(key for key, times in Counter(ids).items() if times > 1):
+        msg = f"the resume answers interrupts {twice[:5]} more than once: answer each once"
         raise InvalidDecisionError(msg)
     if unknown := [key for key in ids if key not in open_pauses]:
         msg = (

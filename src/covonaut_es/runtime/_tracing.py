@@ -21,6 +21,7 @@ resumes it, days later maybe, starts a new trace with a link to each paused run'
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -432,7 +433,10 @@ def _messages_json(messages: Iterable[Message]) -> str:
                 {"type": "tool_call", "id": call.id, "name": call.name, "arguments": call.arguments}
             )
         converted.append({"role": str(message.role), "parts": parts})
-    return msgspec.json.encode(converted).decode()
+    try:
+        return msgspec.json.encode(converted).decode()
+    except UnicodeEncodeError:  # a lone surrogate from the model, which the run refuses
+        return json.dumps(converted)  # escaped: an attribute's text is UTF-8 to exporters
 
 
 def _links(interrupts: Sequence[Interrupt]) -> list[Link]:
