@@ -21,7 +21,7 @@ def main(url: str, key: str, name: str) -> None:
                 thread = store.load(thread_id)
             else:
                 thread = AgentThread.start(thread_id, now=now)
-                thread.start_run(RunMode.RUN, now=now)
+                thread.start_run(RunMode.CONTINUE, now=now)
             for i in range(40):
                 thread.append_message(Message(role="user", content=f"{round_} {i}" * 20), now=now)
             store.save(thread)

@@ -25,7 +25,7 @@ def open_and_save(
         barrier.wait(timeout=60)
         with open_store(url, **options) as store:
             thread = AgentThread.start(f"racer-{racer}", now=_now())
-            thread.start_run(RunMode.RUN, now=_now())
+            thread.start_run(RunMode.CONTINUE, now=_now())
             thread.append_message(Message(role="user", content=f"from {racer}"), now=_now())
             store.save(thread)
             assert options.get("chain_key") is None or scheme_of(str(thread.chain_head)).keyed

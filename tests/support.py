@@ -233,7 +233,7 @@ def snapshotted_thread(store: Store, thread_id: str = "long", *, text: str = "hi
     """A thread long enough for a snapshot, saved with one."""
     now = datetime(2026, 1, 1, tzinfo=UTC)
     thread = AgentThread.start(thread_id, now=now)
-    thread.start_run(RunMode.RUN, now=now)
+    thread.start_run(RunMode.CONTINUE, now=now)
     for i in range(70):
         thread.append_message(Message(role="user", content=f"{text} {i}"), now=now)
     store.save(thread)

@@ -88,7 +88,7 @@ def long_thread(store: Store, thread_id: str, messages: int) -> AgentThread:
     of 50 and snapshotted as a run would be, built without a model."""
     now = datetime.now(UTC)
     thread = AgentThread.start(thread_id, now=now)
-    thread.start_run(RunMode.RUN, now=now)
+    thread.start_run(RunMode.CONTINUE, now=now)
     for i in range(1, messages + 1):
         thread.append_message(Message(role="user", content=f"message {i}"), now=now)
         if i % 10 == 0:

@@ -139,7 +139,7 @@ def launder(
 def written_thread(store: Store, thread_id: str, messages: int) -> None:
     """A keyed thread of ``messages`` messages, saved in batches of three."""
     thread = AgentThread.start(thread_id, now=NOW)
-    thread.start_run(RunMode.RUN, now=NOW)
+    thread.start_run(RunMode.CONTINUE, now=NOW)
     for i in range(messages):
         thread.append_message(Message(role="user", content=f"message {i}"), now=NOW)
         if i % 3 == 2:

@@ -108,7 +108,7 @@ def test_messages_of_any_text_read_back_from_a_zstd_store(
     if zstd_store.exists(thread_id):
         return
     thread = AgentThread.start(thread_id, now=NOW)
-    thread.start_run(RunMode.RUN, now=NOW)
+    thread.start_run(RunMode.CONTINUE, now=NOW)
     for text in texts:
         thread.append_message(Message(role=Role.USER, content=text), now=NOW)
     zstd_store.save(thread)
@@ -197,7 +197,7 @@ def test_a_payload_beyond_the_limit_is_refused_when_written_and_when_read(
     monkeypatch.setattr(_dictionary, "PAYLOAD_SIZE_LIMIT", 4096)
     with open_store(f"sqlite:///{tmp_path / 'big.db'}") as store:
         thread = AgentThread.start("big", now=NOW)
-        thread.start_run(RunMode.RUN, now=NOW)
+        thread.start_run(RunMode.CONTINUE, now=NOW)
         thread.append_message(Message(role=Role.USER, content="x" * 5000), now=NOW)
         with pytest.raises(SerializationError, match="larger than the 4096 a store reads back"):
             store.save(thread)

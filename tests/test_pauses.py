@@ -280,7 +280,7 @@ def test_an_in_doubt_claim_on_a_call_its_tool_paused_reads_as_a_tools_pause() ->
     says its tool paused: it waits for a person's answer, not for a runner."""
     now = datetime(2026, 1, 1, tzinfo=UTC)
     thread = AgentThread.start("legacy", now=now)
-    thread.start_run(RunMode.RUN, now=now)
+    thread.start_run(RunMode.CONTINUE, now=now)
     asked = ToolCall("a1", "ask", '{"in_doubt": true}')
     thread.append_message(Message(Role.ASSISTANT, "", tool_calls=(asked,)), now=now)
     thread.call_tools([asked], now=now)

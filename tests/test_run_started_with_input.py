@@ -12,6 +12,7 @@ store is the thread the agent holds."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import shutil
 from collections.abc import Sequence
@@ -33,7 +34,7 @@ from covonaut_es import (
     open_store,
 )
 from covonaut_es.domain import RunMode
-from covonaut_es.errors import ThreadStateError
+from covonaut_es.errors import InvalidRunInputError
 from covonaut_es.messages import Message, Role
 from support import GOLDEN, answer, call, ticking_clock
 from test_approvals import PAY_40, VERIFIER
@@ -244,9 +245,9 @@ def test_a_new_threads_creation_carries_its_first_run_only_while_unsaved() -> No
             AgentThread.Started,
             AgentThread.RunStartedWithInput,
         ]
-    for mode in (RunMode.CONTINUE, RunMode.RUN):
+    for mode, message in ((RunMode.CONTINUE, None), (RunMode.RUN, Message(Role.USER, "hi"))):
         plain = AgentThread.start("p", now=now())
-        plain.start_run(mode, now=now())
+        plain.start_run(mode, now=now(), given=message, apart=True)
         assert [type(e) for e in plain.pending_events] == [
             AgentThread.Started,
             AgentThread.RunStarted,
@@ -267,7 +268,7 @@ def test_only_a_run_starts_with_a_users_message(mode: RunMode, role: Role) -> No
     recorded when it refuses one."""
     now = ticking_clock()
     thread = AgentThread.start("t", now=now())
-    with pytest.raises(ThreadStateError, match="a run given a user's message, not a"):
+    with pytest.raises(InvalidRunInputError, match="a run given a user's message, not a"):
         thread.start_run(mode, now=now(), given=Message(role, "hi"))
     assert (thread.version, thread.messages) == (1, [])
 
@@ -306,3 +307,58 @@ def test_a_thread_written_with_run_starts_apart_goes_on_with_them_together(
         (first, *_) = store.history("fresh")
         assert type(first) is AgentThread.StartedWithInput
         assert first.message == Message(Role.USER, "once more")
+
+
+not_text = st.one_of(
+    st.none(),
+    st.integers(),
+    st.floats(allow_nan=True),
+    st.binary(max_size=4),
+    st.lists(st.text(max_size=2), max_size=2),
+    st.dictionaries(st.text(max_size=2), st.text(max_size=2), max_size=1),
+    st.builds(object),
+    st.builds(Message, st.sampled_from(list(Role)), st.text(max_size=4)),
+)
+"""Values that are no str: what ``run`` must refuse as its input."""
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(value=not_text, entry=st.sampled_from(("run", "arun", "astream")))
+def test_a_run_given_no_str_is_refused_and_the_standing_decisions_stand(
+    value: object, entry: str
+) -> None:
+    """``run``, ``arun`` and ``astream`` given anything but a str (None, a number, bytes,
+    a ``Message``...) raise ``InvalidRunInputError`` naming ``input`` and record nothing:
+    a rejected call's decision stands, where ``run(None)`` used to record a run with no
+    input and so put the rejected call up for review again."""
+    with open_store("memory://") as store:
+        agent = agent_of(store, [call(("c1", "pay", PAY_40)), answer("Not paid.")], pay_tool([]))
+        agent.run("Pay bob 40.")
+        (request,) = agent.pending_reviews
+        decide(store, request.review_id, "reject", text="no")
+        agent.resume()
+        before = store.history("t")
+        again = agent_of(store, [call(("c2", "pay", PAY_40)), answer("done")], pay_tool([]))
+        with pytest.raises(InvalidRunInputError, match=r"run\(input\).* got "):
+            if entry == "run":
+                again.run(value)  # type: ignore[arg-type]
+            elif entry == "arun":
+                asyncio.run(again.arun(value))  # type: ignore[arg-type]
+            else:
+                again.astream(value)  # type: ignore[arg-type]
+        assert store.history("t") == before
+        assert again.continue_run() == "done"  # the rejection stood: no review was asked
+
+
+@pytest.mark.parametrize("given_input", [None, Message(Role.USER, 5)])  # type: ignore[arg-type]
+def test_the_thread_refuses_a_run_without_a_users_text(given_input: Message | None) -> None:
+    """``start_run`` refuses a ``run`` given no message, or a message that is no text,
+    whatever its caller: a ``run`` is what lapses past decisions, so it must carry new
+    input; nothing is recorded."""
+    now = ticking_clock()
+    thread = AgentThread.start("t", now=now())
+    with pytest.raises(InvalidRunInputError, match=r"run\(input\)"):
+        thread.start_run(RunMode.RUN, now=now(), given=given_input)
+    with pytest.raises(InvalidRunInputError, match=r"run\(input\)"):
+        thread.start_run(RunMode.RUN, now=now(), given=given_input, apart=True)
+    assert (thread.version, thread.messages) == (1, [])

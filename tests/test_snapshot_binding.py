@@ -343,7 +343,7 @@ def unsnapshotted(store: Store, thread_id: str, messages: int = 70) -> AgentThre
     """A thread long enough for a snapshot, saved without one."""
     now = datetime(2026, 1, 1, tzinfo=UTC)
     thread = AgentThread.start(thread_id, now=now)
-    thread.start_run(RunMode.RUN, now=now)
+    thread.start_run(RunMode.CONTINUE, now=now)
     for i in range(messages):
         thread.append_message(Message(role="user", content=f"{thread_id} {i}"), now=now)
     store.save(thread)

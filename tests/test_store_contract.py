@@ -121,7 +121,7 @@ def test_a_new_snapshot_replaces_the_older_ones_and_time_travel_still_works(
     keeps them all, ADR 0014); the state at any version, below it or above it, is still
     the one the thread had then."""
     thread = AgentThread.start("long", now=NOW)
-    thread.start_run(RunMode.RUN, now=NOW)
+    thread.start_run(RunMode.CONTINUE, now=NOW)
     states = {}
     written = 0
     for i in range(1, 301):
@@ -165,7 +165,7 @@ def test_at_rest_a_snapshot_is_due_once_its_tail_is_a_sixty_fourth_of_the_thread
     checkpoint waits for a sixteenth and at least 64; no thread under 64 events has one.
     A store in memory, which keeps every snapshot, writes none at rest."""
     thread = AgentThread.start("rest", now=NOW)
-    thread.start_run(RunMode.RUN, now=NOW)
+    thread.start_run(RunMode.CONTINUE, now=NOW)
     grown(store, thread, 61)
     assert thread.version == 63
     assert not store.snapshot_if_due(thread, at_rest=True)
@@ -239,7 +239,7 @@ def test_a_load_at_any_version_starts_from_the_newest_snapshot_at_or_below_it(
     one statement of the snapshot at or below it and the events after it."""
     thread_id = f"long{next(_longs)}"  # one store for every example: a new thread each
     thread = AgentThread.start(thread_id, now=NOW)
-    thread.start_run(RunMode.RUN, now=NOW)
+    thread.start_run(RunMode.CONTINUE, now=NOW)
     states = {}
     for index, count in enumerate(saves):
         for i in range(count * 4):

@@ -236,10 +236,10 @@ def test_an_open_that_names_no_compression_takes_the_stores(reopenable_url: str)
         first.save(AgentThread.start("t", now=NOW))
         with open_store(reopenable_url) as writer:
             thread = writer.load("t")
-            thread.start_run(RunMode.RUN, now=NOW)
+            thread.start_run(RunMode.CONTINUE, now=NOW)
             writer.save(thread)
             [*_, newest] = writer._app.recorder.select_notifications(None, 10)
-            assert msgspec.json.decode(zlib.decompress(newest.state))["mode"] == "run"
+            assert msgspec.json.decode(zlib.decompress(newest.state))["mode"] == "continue"
         with open_store(reopenable_url, create_tables=False) as reader:
             assert reader.load("t").version == 2
 

@@ -274,7 +274,7 @@ def _large_store(path: Path) -> str:
     pipe holds."""
     url = f"sqlite:///{path}"
     thread = AgentThread.start("big", now=NOW)
-    thread.start_run(RunMode.RUN, now=NOW)
+    thread.start_run(RunMode.CONTINUE, now=NOW)
     for i in range(1, 2001):
         thread.append_message(Message(role="user", content=f"{i} " + "x" * 400), now=NOW)
     with open_store(url) as store:

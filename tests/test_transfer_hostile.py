@@ -239,7 +239,7 @@ def _fork_with_a_long_tail(url: str) -> None:
         converse(store, "t")
         store.fork("t", at_version=1, new_thread_id="t-b", now=NOW)
         thread = store.load("t-b")
-        thread.start_run(RunMode.RUN, now=NOW)
+        thread.start_run(RunMode.CONTINUE, now=NOW)
         for i in range(2500):
             thread.append_message(Message(role="user", content=f"{i} " + "x" * 400), now=NOW)
         store.save(thread)
@@ -482,7 +482,7 @@ def test_an_export_holding_separators_and_overrides_is_one_line_per_event(
     url = f"sqlite:///{tmp_path / 'source.db'}"
     with open_store(url) as store:
         thread = AgentThread.start(thread_id, now=NOW)
-        thread.start_run(RunMode.RUN, now=NOW)
+        thread.start_run(RunMode.CONTINUE, now=NOW)
         thread.append_message(Message(role="user", content=UNSAFE), now=NOW)
         store.save(thread)
         lines = list(export_thread(store, thread_id))
@@ -528,7 +528,7 @@ def test_an_export_read_while_its_thread_grows_imports_as_one_state_of_it(
     url = f"sqlite:///{tmp_path / 'threads.db'}"
     with open_store(url) as store:
         thread = AgentThread.start("grows", now=NOW)
-        thread.start_run(RunMode.RUN, now=NOW)
+        thread.start_run(RunMode.CONTINUE, now=NOW)
         for i in range(700):
             thread.append_message(Message(role="user", content=f"{i}"), now=NOW)
         store.save(thread)

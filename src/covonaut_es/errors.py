@@ -518,5 +518,6 @@ class InvalidSubmissionError(CovonautError, ValueError):
 
 
 class InvalidRunInputError(CovonautError, ValueError):
-    """A run request a chat front end sent the AG-UI endpoint cannot be taken: it is no
-    AG-UI ``RunAgentInput``, or its new message is not text. Nothing was recorded."""
+    """A run's input cannot be taken: ``run`` was given no str, or a run request a chat
+    front end sent the AG-UI endpoint is no AG-UI ``RunAgentInput`` or its new message is
+    not text. Nothing was recorded."""

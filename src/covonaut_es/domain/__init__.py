@@ -29,7 +29,7 @@ from covonaut_es.domain._reviews import (
     operation_digest,
 )
 from covonaut_es.domain._snapshot import ThreadSnapshot
-from covonaut_es.domain._thread import AgentThread
+from covonaut_es.domain._thread import AgentThread, run_input
 from covonaut_es.domain._tool_pins import ToolPin
 from covonaut_es.domain._tree import BranchPoint, ForkRecord, SessionTree, ThreadTree, TreeStats
 from covonaut_es.domain._values import (
@@ -88,6 +88,7 @@ __all__ = [
     "may_decide",
     "operation_digest",
     "requested_call",
+    "run_input",
     "same_reviewer",
     "thread_aggregate_id",
 ]

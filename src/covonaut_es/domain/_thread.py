@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from types import MappingProxyType
-from typing import Any
+from typing import Any, cast
 from uuid import UUID
 
 import msgspec
@@ -65,6 +65,7 @@ from covonaut_es.domain._values import (
 )
 from covonaut_es.errors import (
     InterruptPendingError,
+    InvalidRunInputError,
     MissingToolCallError,
     NotInterruptedError,
     ReviewExpiredError,
@@ -909,24 +910,37 @@ class AgentThread(Aggregate, created_event_name="Started"):
         )
         return thread
 
-    def start_run(self, mode: RunMode, *, now: datetime, given: Message | None = None) -> None:
+    def start_run(
+        self,
+        mode: RunMode,
+        *,
+        now: datetime,
+        given: Message | None = None,
+        apart: bool = False,
+    ) -> None:
         """Begin a run; ``resume`` needs a pending interrupt, the others refuse one.
 
         Args:
             mode: How the run starts.
             now: When.
-            given: The user's message a ``run`` starts with, recorded with the run's
-                start in one ``RunStartedWithInput`` (with the thread's creation too,
-                in one ``StartedWithInput``, when that is all the thread has recorded
-                and none of it is saved); the caller gives it only when nothing is to
-                be recorded between the two.
+            given: The user's message a ``run`` starts with, which only a ``run`` takes
+                and a ``run`` always takes: new input is what lapses the decisions
+                people made before it. It is recorded with the run's start in one
+                ``RunStartedWithInput`` (with the thread's creation too, in one
+                ``StartedWithInput``, when that is all the thread has recorded and none
+                of it is saved).
+            apart: The caller records ``given`` itself, after what goes between the
+                run's start and its input (the system prompt, the results of calls that
+                unspent approvals run); the run's start is a ``RunStarted`` then.
 
         Raises:
-            ThreadStateError: ``given`` is not a user's message, or the run is not a
-                ``run``; or the thread was abandoned.
+            InvalidRunInputError: A ``run`` was given no user's message of text, or
+                another mode was given one; nothing was recorded.
+            ThreadStateError: The thread was abandoned, or the mode does not fit its
+                interrupts.
         """
-        if given is not None and (problem := run_input_problem(mode, given)) is not None:
-            raise ThreadStateError(problem)
+        if (problem := run_input_problem(mode, given)) is not None:
+            raise InvalidRunInputError(problem)
         if self.status is ThreadStatus.ABANDONED:
             msg = f"thread {self.thread_id!r} was abandoned: fork it to go on from any version"
             raise ThreadStateError(msg)
@@ -946,10 +960,10 @@ class AgentThread(Aggregate, created_event_name="Started"):
             )
             raise InterruptPendingError(msg)
         self._record_decided_results(now=now)
-        if given is not None and self._only_created():
+        if given is not None and not apart and self._only_created():
             self._create_again(self.StartedWithInput, mode=mode, message=given, timestamp=now)
             return
-        if given is not None:
+        if given is not None and not apart:
             self.trigger_event(self.RunStartedWithInput, mode=mode, message=given, timestamp=now)
             return
         self.trigger_event(self.RunStarted, mode=mode, timestamp=now)
@@ -1838,16 +1852,40 @@ class _ResultCallIds:
         return self.ids
 
 
-def run_input_problem(mode: RunMode, message: Message) -> str | None:
-    """Why a run of ``mode`` cannot start with ``message`` recorded with its start, or
-    None: only ``run`` takes input, and only a user's. The one rule of
-    :meth:`AgentThread.start_run` and of a stored ``RunStartedWithInput``'s fold."""
-    if mode is RunMode.RUN and message.role is Role.USER:
-        return None
-    return (
-        "a run started with input is a run given a user's message, not a "
-        f"{mode} given a {message.role} one"
-    )
+def run_input_problem(mode: RunMode, message: Message | None) -> str | None:
+    """Why a run of ``mode`` cannot start given ``message``, or None: a ``run`` takes
+    input, a user's message of text, and only a ``run`` does. The one rule of
+    :func:`run_input`, of :meth:`AgentThread.start_run` and of a stored
+    ``RunStartedWithInput``'s fold."""
+    if mode is not RunMode.RUN:
+        if message is None:
+            return None
+        return (
+            "a run started with input is a run given a user's message, not a "
+            f"{mode} given a {message.role} one"
+        )
+    if message is None:
+        return "run(input) needs the user's input as a str, got None"
+    if not isinstance(message.content, str):
+        return f"run(input) takes the user's input as a str, got {type(message.content).__name__}"
+    if message.role is not Role.USER:
+        return (
+            "a run started with input is a run given a user's message, not a "
+            f"{mode} given a {message.role} one"
+        )
+    return None
+
+
+def run_input(text: object) -> Message:
+    """The user's message a ``run`` starts with, made of the ``text`` it was given.
+
+    Raises:
+        InvalidRunInputError: ``text`` is not a str; nothing was recorded.
+    """
+    message = Message(Role.USER, cast(str, text))  # the rule checks that it is one
+    if (problem := run_input_problem(RunMode.RUN, message)) is not None:
+        raise InvalidRunInputError(problem)
+    return message
 
 
 # The snapshot module cannot import the aggregate (this module imports it): wire them here.

@@ -21,6 +21,7 @@ from covonaut_es.domain import (
     RunMode,
     ThreadState,
     ThreadStatus,
+    run_input,
 )
 from covonaut_es.errors import ThreadStateError
 from covonaut_es.messages import Message, Role, Usage
@@ -143,8 +144,12 @@ class Agent(ReviewCommands, StateCommands):
     # Running ----------------------------------------------------------------------
 
     def run(self, input: str) -> str:
-        """Append a user message and run until an answer or an interrupt."""
-        return self._drive(RunMode.RUN, input)
+        """Append a user message and run until an answer or an interrupt.
+
+        Raises:
+            InvalidRunInputError: ``input`` is not a str; nothing was recorded.
+        """
+        return self._drive(RunMode.RUN, run_input(input))
 
     def continue_run(self) -> str:
         """Run on from the history without new input."""
@@ -160,8 +165,12 @@ class Agent(ReviewCommands, StateCommands):
         return self._drive(RunMode.RESUME, None)
 
     async def arun(self, input: str) -> str:
-        """Like :meth:`run`, awaited."""
-        return await self._adrive(RunMode.RUN, input)
+        """Like :meth:`run`, awaited.
+
+        Raises:
+            InvalidRunInputError: ``input`` is not a str; nothing was recorded.
+        """
+        return await self._adrive(RunMode.RUN, run_input(input))
 
     async def acontinue_run(self) -> str:
         """Like :meth:`continue_run`, awaited."""
@@ -186,8 +195,12 @@ class Agent(ReviewCommands, StateCommands):
         cancelling the task) stops the run where it stands; what is stored resumes
         cleanly, as after any crash, with ``continue_run()`` or ``resume()``. A tool never
         starts before its call is committed, streamed or not.
+
+        Raises:
+            InvalidRunInputError: ``input`` is not a str (when called); nothing was
+                recorded.
         """
-        return self._astream(RunMode.RUN, input)
+        return self._astream(RunMode.RUN, run_input(input))
 
     def astream_continue(self) -> AsyncGenerator[StreamItem, None]:
         """Like :meth:`acontinue_run`, yielding the run as :meth:`astream` does."""
@@ -243,7 +256,7 @@ class Agent(ReviewCommands, StateCommands):
 
     # Driving ----------------------------------------------------------------------
 
-    def _drive(self, mode: RunMode, user_input: str | None) -> str:
+    def _drive(self, mode: RunMode, user_input: Message | None) -> str:
         try:
             answer = self._perform(self._running(mode, user_input), mode)
         except Exception as exc:
@@ -251,7 +264,7 @@ class Agent(ReviewCommands, StateCommands):
             raise
         return self._ended(answer)
 
-    async def _adrive(self, mode: RunMode, user_input: str | None) -> str:
+    async def _adrive(self, mode: RunMode, user_input: Message | None) -> str:
         try:
             answer = await self._aperform(self._running(mode, user_input), mode)
         except Exception as exc:
@@ -265,7 +278,7 @@ class Agent(ReviewCommands, StateCommands):
         return answer
 
     async def _astream(
-        self, mode: RunMode, user_input: str | None
+        self, mode: RunMode, user_input: Message | None
     ) -> AsyncGenerator[StreamItem, None]:
         items: asyncio.Queue[StreamItem | None] = asyncio.Queue()  # None: the run ended
         run = asyncio.create_task(
@@ -292,7 +305,7 @@ class Agent(ReviewCommands, StateCommands):
         elif error is None:
             self._ended(run.result())
 
-    def _running(self, mode: RunMode, user_input: str | None) -> MakeProgram:
+    def _running(self, mode: RunMode, user_input: Message | None) -> MakeProgram:
         return lambda thread, trace_parent: run_program(
             thread,
             self.config,

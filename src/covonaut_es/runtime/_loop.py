@@ -189,7 +189,7 @@ def run_program(
     settings: RunSettings,
     mode: RunMode,
     *,
-    user_input: str | None = None,
+    user_input: Message | None = None,
     steering: Callable[[], Sequence[Message]] = tuple,
     trace_parent: str = "",
 ) -> Program:
@@ -209,15 +209,15 @@ def run_program(
         # the run stays paused on it, as on any pause, for a person to deal with.
         yield from _checkpoint(thread, settings, CheckpointReason.INTERRUPT, now())
         return ""
-    given = _given_with_start(thread, config, user_input)
-    thread.start_run(mode, now=now(), given=given)
+    apart = user_input is not None and _input_apart(thread, config)
+    thread.start_run(mode, now=now(), given=user_input, apart=apart)
     # Calls that reviewers approved run first, each spending its approval: their
     # results come right after the calls in the history, before any new input.
     yield from _run_approved_calls(thread, config, trace_parent)
     if not thread.messages and config.system_prompt:
         thread.append_message(Message(Role.SYSTEM, config.system_prompt), now=now())
-    if user_input is not None and given is None:
-        thread.append_message(Message(Role.USER, user_input), now=now())
+    if user_input is not None and apart:
+        thread.append_message(user_input, now=now())
     yield Commit()
     if thread.interrupts:  # an approved call paused (or was left in doubt)
         yield from _checkpoint(thread, settings, CheckpointReason.INTERRUPT, now())
@@ -614,19 +614,12 @@ def settle_program(
     return ""
 
 
-def _given_with_start(
-    thread: AgentThread, config: AgentConfig, user_input: str | None
-) -> Message | None:
-    """The user's message a run starts with, to record with the run's start in one
-    event (ADR 0079); None when the run takes no input, or something goes between the
-    two: the results of calls that unspent approvals run (a fork taken after a resume
-    began holds such calls and no pause), or the system prompt before a thread's first
-    message."""
-    if user_input is None or thread.approved_calls:
-        return None
-    if config.system_prompt and not thread.messages:
-        return None
-    return Message(Role.USER, user_input)
+def _input_apart(thread: AgentThread, config: AgentConfig) -> bool:
+    """Whether the user's message a run starts with is recorded apart from the run's
+    start, not with it in one event (ADR 0079): something goes between the two, the
+    results of calls that unspent approvals run (a fork taken after a resume began holds
+    such calls and no pause), or the system prompt before a thread's first message."""
+    return bool(thread.approved_calls) or bool(config.system_prompt and not thread.messages)
 
 
 def _run_approved_calls(
