@@ -19,6 +19,7 @@ from covonaut_es import (
     CheckpointSettings,
     InterruptError,
     InterruptPendingError,
+    Message,
     ProviderRequest,
     ProviderResponse,
     Role,
@@ -32,6 +33,7 @@ from covonaut_es._text import printable
 from covonaut_es.domain import CheckpointReason, ToolOutcome
 from covonaut_es.errors import (
     ConfigurationError,
+    InvalidRunInputError,
     NotInterruptedError,
     ProviderError,
     ProviderServerError,
@@ -499,3 +501,41 @@ def test_runs_are_logged_on_the_covonaut_es_logger(
     assert any("resume started" in text for _, text in records)
     assert records[-1][0] == "WARNING" and "ValueError: boom" in records[-1][1]
     assert "a secret question" not in caplog.text
+
+
+wrong_count = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.floats(allow_nan=True),
+    st.text(max_size=3),
+    st.binary(max_size=3),
+    st.lists(st.integers(), max_size=2),
+    st.builds(object),
+    st.integers(max_value=-1),
+)
+"""Values that are no count of turns or of retries."""
+
+
+@settings(max_examples=40, deadline=None)
+@given(setting=st.sampled_from(("max_turns", "output_retries")), value=wrong_count)
+def test_a_count_that_is_no_whole_number_is_refused_when_configured(
+    setting: str, value: object
+) -> None:
+    """``max_turns`` and ``output_retries`` must be whole numbers (no bool, no float, no
+    text) in range, refused with ``ConfigurationError`` naming the setting: a float
+    ``max_turns`` used to be taken, and the run then died in ``range()`` after its
+    start was stored."""
+    with pytest.raises(ConfigurationError, match=rf"AgentConfig\.{setting} must be a whole"):
+        AgentConfig(provider=ScriptedProvider([]), **{setting: value})
+
+
+@pytest.mark.parametrize("value", [object(), 42, None, b"x", Message(Role.USER, 5)])  # type: ignore[arg-type]
+def test_steering_that_is_no_text_is_refused_when_given(value: object) -> None:
+    """``steer`` takes a str or a ``Message`` of text, refusing anything else with
+    ``InvalidRunInputError`` and queueing nothing: it used to be queued and the next run
+    failed on it after its start was stored."""
+    agent = Agent(AgentConfig(provider=ScriptedProvider([answer("hi")])))
+    with pytest.raises(InvalidRunInputError, match=r"steer\(message\) takes a str"):
+        agent.steer(value)  # type: ignore[arg-type]
+    assert agent.run("hello") == "hi"
+    assert [m.content for m in agent.messages] == ["hello", "hi"]

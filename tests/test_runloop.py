@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
+from unittest import mock
 
 import msgspec
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from covonaut_es import (
     Agent,
@@ -24,6 +28,7 @@ from covonaut_es import (
     ThreadStatus,
     Tool,
     ToolContext,
+    open_store,
 )
 from covonaut_es.domain import AgentThread, ThreadSnapshot, ToolOutcome
 from covonaut_es.domain._calls import event_key
@@ -548,3 +553,65 @@ def test_a_failed_run_is_on_record_in_every_durability_mode(
     assert stored.status is ThreadStatus.ERROR
     assert stored == agent.state
     assert isinstance(store.history("t")[-1], AgentThread.RunFailed)
+
+
+class _Fault(RuntimeError):
+    """What the generated faults raise: no error of the library's."""
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    where=st.sampled_from(("clock", "save")),
+    at=st.integers(min_value=1, max_value=30),
+    durability=st.sampled_from(("step", "checkpoint")),
+    awaited=st.booleans(),
+)
+def test_whatever_a_run_raises_the_store_never_shows_it_running(
+    where: str, at: int, durability: str, awaited: bool
+) -> None:
+    """An exception from anywhere once a run started (the application's clock at its
+    ``at``-th reading, the store's ``at``-th save) ends the run with its failure on
+    record, ``RunFailed`` naming it, committed after what the store holds: no stored
+    thread is left running while the process that ran it lives. It used to be left
+    running, with no failure, by any exception but the model's and the compactor's (a
+    float ``max_turns``, a bad steering message)."""
+    readings = itertools.count(1)
+    ticks = ticking_clock()
+
+    def clock() -> datetime:
+        if where == "clock" and next(readings) == at:
+            raise _Fault("the clock broke")
+        return ticks()
+
+    with open_store("memory://") as store:
+        saves = itertools.count(1)
+        save = store.save
+
+        def faulty_save(*args: Any, **kwargs: Any) -> Any:
+            if where == "save" and next(saves) == at:
+                raise _Fault("the disk broke")
+            return save(*args, **kwargs)
+
+        script = [call(("c1", "echo", '{"text": "a"}')), call(("c2", "echo", '{"text": "b"}'))]
+        agent = Agent(
+            AgentConfig(
+                provider=ScriptedProvider([*script, answer("done")]),
+                tools=[echo_tool()],
+                checkpoint=CheckpointSettings(store=store, thread_id="t", durability=durability),
+                clock=clock,
+            )
+        )
+        with mock.patch.object(store, "save", faulty_save):
+            try:
+                asyncio.run(agent.arun("go")) if awaited else agent.run("go")
+            except _Fault as exc:
+                failed: str | None = f"_Fault: {exc}"
+            else:
+                failed = None
+        if not store.exists("t"):
+            return  # the fault came before anything was stored
+        stored = store.state_at("t")
+        assert stored.status is not ThreadStatus.RUNNING
+        if failed is not None and stored.status is ThreadStatus.ERROR:
+            assert stored.error == failed
+            assert isinstance(store.history("t")[-1], AgentThread.RunFailed)

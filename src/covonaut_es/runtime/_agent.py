@@ -23,7 +23,7 @@ from covonaut_es.domain import (
     ThreadStatus,
     run_input,
 )
-from covonaut_es.errors import ThreadStateError
+from covonaut_es.errors import InvalidRunInputError, ThreadStateError
 from covonaut_es.messages import Message, Role, Usage
 from covonaut_es.runtime._agent_base import DEFAULT_THREAD_ID as DEFAULT_THREAD_ID
 from covonaut_es.runtime._agent_base import MakeProgram
@@ -216,9 +216,18 @@ class Agent(ReviewCommands, StateCommands):
 
     def steer(self, message: str | Message) -> None:
         """Queue a message for the model; it is recorded when the next model call is
-        prepared. A string is a user message."""
+        prepared. A string is a user message.
+
+        Raises:
+            InvalidRunInputError: ``message`` is not a str, nor a ``Message`` of text;
+                nothing was queued.
+        """
         if isinstance(message, str):
             message = Message(Role.USER, message)
+        if not isinstance(message, Message) or not isinstance(message.content, str):
+            found = type(message.content if isinstance(message, Message) else message)
+            msg = f"steer(message) takes a str or a Message of text, got {found.__name__}"
+            raise InvalidRunInputError(msg)
         self._steering.append(message)
 
     def settle(

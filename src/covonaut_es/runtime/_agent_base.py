@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import cast
 
 from covonaut_es import _logs
@@ -115,10 +115,12 @@ class AgentBase(Closing):
                 self._delta_receiver(),
             )
             trace = self._trace(session.thread, run)
-            if trace is None:
-                return driver.drive(make_program(session.thread, ""))
-            with trace.driving():
-                return driver.drive(trace.traced(make_program(session.thread, trace.trace_parent)))
+            with self._failing(session, run):
+                if trace is None:
+                    return driver.drive(make_program(session.thread, ""))
+                with trace.driving():
+                    program = trace.traced(make_program(session.thread, trace.trace_parent))
+                    return driver.drive(program)
 
     async def _aperform(
         self,
@@ -143,11 +145,51 @@ class AgentBase(Closing):
 
                 driver = AsyncDriver(self.config.provider, commit, guard, self._delta_receiver())
                 trace = self._trace(session.thread, run)
-                if trace is None:
-                    return await driver.drive(make_program(session.thread, ""))
-                with trace.driving():
-                    program = trace.traced(make_program(session.thread, trace.trace_parent))
-                    return await driver.drive(program)
+                async with self._afailing(session, run):
+                    if trace is None:
+                        return await driver.drive(make_program(session.thread, ""))
+                    with trace.driving():
+                        program = trace.traced(make_program(session.thread, trace.trace_parent))
+                        return await driver.drive(program)
+
+    @contextlib.contextmanager
+    def _failing(self, session: RunSession, run: RunMode | None) -> Iterator[None]:
+        """Record the run's failure on any exception the run raises once it started,
+        as :meth:`RunSession.fail <covonaut_es.service.RunSession.fail>` decides; the
+        exception goes on. A ``BaseException`` (an interrupt, a cancellation) stops the
+        run as a crash does: it is not recorded."""
+        since = session.thread.version - len(session.thread.pending_events)
+        try:
+            yield
+        except Exception as exc:
+            if run is not None:
+                self._record_failure(session, exc, since)
+            raise
+
+    @contextlib.asynccontextmanager
+    async def _afailing(self, session: RunSession, run: RunMode | None) -> AsyncIterator[None]:
+        """Like :meth:`_failing`, the store asked in a worker thread."""
+        since = session.thread.version - len(session.thread.pending_events)
+        try:
+            yield
+        except Exception as exc:
+            if run is not None:
+                await asyncio.to_thread(self._record_failure, session, exc, since)
+            raise
+
+    def _record_failure(self, session: RunSession, error: Exception, since: int) -> None:
+        try:
+            news = session.fail(error, since=since, now=self.config.clock())
+        except Exception:
+            self._thread = None  # what is stored is read again on the next command
+            logger.exception(
+                "thread %r: the failure of its run (%s) could not be recorded",
+                self._thread_id,
+                type(error).__name__,
+            )
+            return
+        self._bind_session(session)
+        self._publish(news)
 
     def _trace(self, thread: AgentThread, run: RunMode | None) -> RunTrace | None:
         return None if run is None else start_run(self.config, thread, run)

@@ -26,16 +26,19 @@ from covonaut_es.tools import Tool, ToolSource, check_timeout
 Durability = Literal["step", "checkpoint"]
 
 
-def _positive(_: object, attribute: attrs.Attribute[int], value: int) -> None:
-    if value < 1:
-        msg = f"{attribute.name} must be at least 1, got {value}"
-        raise ValueError(msg)
+def _at_least(least: int) -> Callable[[object, attrs.Attribute[int], object], None]:
+    """An attrs validator: the setting is a whole number (no bool, no float) of at least
+    ``least``; a float or a string would fail only once a run started."""
 
+    def check(_: object, attribute: attrs.Attribute[int], value: object) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            msg = (
+                f"AgentConfig.{attribute.name} must be a whole number of at least {least}, "
+                f"got {value!r}"
+            )
+            raise ConfigurationError(msg)
 
-def _not_negative(_: object, attribute: attrs.Attribute[int], value: int) -> None:
-    if value < 0:
-        msg = f"{attribute.name} must be 0 or more, got {value}"
-        raise ValueError(msg)
+    return check
 
 
 def _tools(tools: Iterable[Tool]) -> tuple[Tool, ...]:
@@ -191,7 +194,7 @@ class AgentConfig:
     name: str = "agent"
     tools: tuple[Tool, ...] = attrs.field(default=(), converter=_tools, validator=_unique_tools)
     system_prompt: str = ""
-    max_turns: int = attrs.field(default=10, validator=_positive)
+    max_turns: int = attrs.field(default=10, validator=_at_least(1))
     checkpoint: CheckpointSettings | None = None
     parallel_tools: bool = False
     compactor: Compactor | None = None
@@ -210,7 +213,7 @@ class AgentConfig:
     trace_content: bool = False
     mcp_servers: tuple[ToolSource, ...] = attrs.field(default=(), converter=_tool_sources)
     output_type: object | None = None
-    output_retries: int = attrs.field(default=2, validator=_not_negative)
+    output_retries: int = attrs.field(default=2, validator=_at_least(0))
     output_shape: OutputShape | None = attrs.field(init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:

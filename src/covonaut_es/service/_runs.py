@@ -6,10 +6,16 @@ a :class:`RunSession`; the runtime's run loop changes its thread and commits thr
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import cast
 
 from covonaut_es.domain import AgentThread, ThreadStatus
-from covonaut_es.errors import ThreadAbandonedError, ThreadConflictError
+from covonaut_es.errors import (
+    LeaseLostError,
+    ThreadAbandonedError,
+    ThreadConflictError,
+    ThreadStateError,
+)
 from covonaut_es.store import Store
 from covonaut_es.store._leases import Lease
 
@@ -91,6 +97,53 @@ class RunSession:
         if snapshot:
             self._store.snapshot_if_due(thread)
         return pending
+
+    def fail(self, error: Exception, *, since: int, now: datetime) -> list[AgentThread.Event]:
+        """Record that the run failed by ``error`` and commit it, if the thread is still
+        running a run recorded after version ``since``: whatever raised, in the library
+        or in the application's code, a store never shows a run that ended as running
+        (ADR 0091). The failure goes after the run's unsaved events; should they not
+        save (a save failed on them, or took them), after what the store holds.
+
+        Nothing is recorded for a refusal (a ``ThreadStateError``: the thread did not
+        change), a lost lease (another runner holds the thread), or a run that already
+        ended (its failure recorded, paused, given up).
+
+        Returns:
+            The events saved, the ``RunFailed`` last.
+
+        Raises:
+            CovonautError: The failure could not be saved either (the store's error).
+        """
+        if isinstance(error, ThreadStateError | LeaseLostError):
+            return []
+        thread = self.thread
+        saved = thread.version - len(thread.pending_events)
+        if (self._store.head_version(thread.thread_id) or 0) == saved and (
+            thread.status is ThreadStatus.RUNNING or not thread.pending_events
+        ):
+            try:
+                return self._record_failure(error, since, now)
+            except LeaseLostError:
+                raise
+            except Exception:  # the unsaved events do not save: record it after what is stored
+                pass
+        found = self._store.find(thread.thread_id)
+        if found is None:
+            return []
+        self.thread = found
+        return self._record_failure(error, since, now)
+
+    def _record_failure(
+        self, error: Exception, since: int, now: datetime
+    ) -> list[AgentThread.Event]:
+        thread = self.thread
+        if thread.status is not ThreadStatus.RUNNING or thread.version <= since:
+            return []
+        # An exception's text may hold a lone surrogate, which could not be stored.
+        text = str(error).encode("utf-8", "backslashreplace").decode("utf-8")
+        thread.fail(type(error).__name__, text, now=now)
+        return self.commit()
 
     def rest(self) -> None:
         """The run is over: store a snapshot of the thread, saved as it stands, if one is
