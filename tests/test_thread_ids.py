@@ -7,10 +7,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from covonaut_es import Store
+from covonaut_es import CheckpointSettings, Store, open_store
 from covonaut_es.domain import AgentThread, check_thread_id
 from covonaut_es.errors import InvalidThreadIdError
 from support import converse
@@ -104,3 +104,46 @@ def test_an_import_cannot_bring_in_a_bad_id(store: Store) -> None:
     with pytest.raises(InvalidThreadIdError, match=r"'\\n' at position 3"):
         import_threads(store, hostile)
     assert list(store.thread_ids()) == ["good"]
+
+
+not_text = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(allow_nan=True),
+    st.binary(max_size=3),
+    st.lists(st.text(max_size=2), max_size=2),
+    st.builds(object),
+)
+"""Thread ids that are no str."""
+
+_READS: dict[str, Any] = {
+    "state_at": lambda store, tid: store.state_at(tid),
+    "find": lambda store, tid: store.find(tid),
+    "load": lambda store, tid: store.load(tid),
+    "history": lambda store, tid: store.history(tid),
+    "checkpoints": lambda store, tid: store.checkpoints(tid),
+    "fork": lambda store, tid: store.fork(tid, at_version=1, new_thread_id="f"),
+    "fork.new_thread_id": lambda store, tid: store.fork("t", at_version=1, new_thread_id=tid),
+    "tree": lambda store, tid: store.tree(tid),
+    "children": lambda store, tid: store.children(tid),
+    "path_to_root": lambda store, tid: store.path_to_root(tid),
+    "submit": lambda store, tid: store.submit(tid, "hi"),
+    "CheckpointSettings": lambda store, tid: CheckpointSettings(store=store, thread_id=tid),
+}
+
+
+@settings(max_examples=50, deadline=None)
+@given(thread_id=not_text, entry=st.sampled_from(sorted(_READS)))
+def test_an_id_that_is_no_str_is_refused_by_every_entry_naming_its_type(
+    thread_id: object, entry: str
+) -> None:
+    """Every public way in that takes a thread id refuses one that is no str with
+    ``InvalidThreadIdError`` naming its type: 5 or bytes failed with a bare TypeError
+    from uuid5, a list with "unhashable type", and ``CheckpointSettings(thread_id=0)``
+    ran as thread "default"."""
+    assume(not (thread_id is None and entry == "fork.new_thread_id"))  # None: name one
+    with open_store("memory://") as store:
+        converse(store, "t")
+        with pytest.raises(InvalidThreadIdError, match=type(thread_id).__name__):
+            _READS[entry](store, thread_id)

@@ -28,9 +28,7 @@ def check_thread_id(thread_id: str) -> str:
     Raises:
         InvalidThreadIdError: It is not such an id.
     """
-    if not isinstance(thread_id, str):
-        msg = f"a thread id must be a string, found {type(thread_id).__name__} {thread_id!r}"
-        raise InvalidThreadIdError(msg)
+    _check_text(thread_id)
     if not 1 <= len(thread_id) <= MAX_THREAD_ID_LENGTH:
         msg = (
             f"a thread id has 1 to {MAX_THREAD_ID_LENGTH} characters, found "
@@ -54,16 +52,23 @@ def check_thread_id(thread_id: str) -> str:
     return thread_id
 
 
-@functools.lru_cache(maxsize=64)
 def thread_aggregate_id(thread_id: str) -> UUID:
-    """The aggregate id of a thread: a uuid5 of its thread id (kept for the few threads
-    used last: a load asks twice, for its stream and to check its first event's; a
-    worker folding many threads' events keeps no more for them).
+    """The aggregate id of a thread: a uuid5 of its thread id. Every read of a thread
+    by its id asks for it, so it is where an id that is no str is refused.
 
     Raises:
-        InvalidThreadIdError: The id holds a lone surrogate (as bytes that are no UTF-8
-            on a command line read): it is no text, so no thread has it.
+        InvalidThreadIdError: The id is no str, or holds a lone surrogate (as bytes
+            that are no UTF-8 on a command line read): it is no text, so no thread has
+            it.
     """
+    _check_text(thread_id)
+    return _aggregate_id(thread_id)
+
+
+@functools.lru_cache(maxsize=64)
+def _aggregate_id(thread_id: str) -> UUID:
+    # Kept for the few threads used last: a load asks twice, for its stream and to
+    # check its first event's; a worker folding many threads' events keeps no more.
     try:
         return uuid5(THREAD_NAMESPACE, thread_id)
     except UnicodeEncodeError as exc:
@@ -73,6 +78,13 @@ def thread_aggregate_id(thread_id: str) -> UUID:
             "has such an id"
         )
         raise InvalidThreadIdError(msg) from None
+
+
+def _check_text(thread_id: object) -> None:
+    if not isinstance(thread_id, str):
+        name = type(thread_id).__name__
+        msg = f"a thread id (thread_id) must be a string, found {name} {thread_id!r:.60}"
+        raise InvalidThreadIdError(msg)
 
 
 def check_thread_stream(stream: UUID, thread_id: str) -> None:

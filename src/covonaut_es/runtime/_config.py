@@ -10,7 +10,7 @@ from typing import Literal
 import attrs
 
 from covonaut_es._clock import AwareClock, utc_now
-from covonaut_es.domain import AgentThread
+from covonaut_es.domain import AgentThread, thread_aggregate_id
 from covonaut_es.errors import ConfigurationError, ToolServerError
 from covonaut_es.messages import Delta
 from covonaut_es.migrations import Upcaster
@@ -66,6 +66,12 @@ def _snapshot_steps(
     thread_snapshot_schema().check_steps(steps, what=f"CheckpointSettings.{attribute.name}")
 
 
+def _thread_id(_: object, __: attrs.Attribute[str], thread_id: str) -> None:
+    # Empty means "default"; anything else must be an id some thread may be read by.
+    if thread_id != "":
+        thread_aggregate_id(thread_id)
+
+
 def _state_store(_: object, __: attrs.Attribute[StateStore | None], store: object) -> None:
     if store is not None and not isinstance(store, StateStore):
         msg = (
@@ -112,7 +118,7 @@ class CheckpointSettings:
     """
 
     store: Store
-    thread_id: str = ""
+    thread_id: str = attrs.field(default="", validator=_thread_id)
     save_on_turn_start: bool = False
     skip_save_on_turn_end: bool = False
     durability: Durability = attrs.field(

@@ -228,7 +228,12 @@ class Forks:
 
     def under(self, root_thread_id: str) -> SessionTree:
         """The tree of the root and the threads forked from it, directly or not, read
-        from the index of forks by parent: it costs the threads under the root."""
+        from the index of forks by parent: it costs the threads under the root.
+
+        Raises:
+            InvalidThreadIdError: The id is no str.
+        """
+        thread_aggregate_id(root_thread_id)  # the index is read by id: refuse no text
         records: list[ForkRecord] = []
         seen = {root_thread_id}
         stack = [root_thread_id]
