@@ -249,7 +249,12 @@ class Forks:
 
     def lineage(self, thread_id: str) -> SessionTree:
         """The tree of the thread and its ancestors, read from each one's first event:
-        it costs the thread's depth."""
+        it costs the thread's depth.
+
+        Raises:
+            InvalidThreadIdError: The id is no str.
+        """
+        thread_aggregate_id(thread_id)  # before it is a key of the ids seen
         records: list[ForkRecord] = []
         seen = {thread_id}
         while (forked := self._records.forked_event(thread_id)) is not None:
