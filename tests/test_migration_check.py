@@ -59,7 +59,7 @@ def test_a_corrupt_and_a_too_new_record_are_reported_by_thread_and_version(store
         f"event {too_new}",
         99,
     )
-    assert second.error.startswith("SchemaVersionError:") and "up to version 1" in second.error
+    assert second.error.startswith("NewerSchemaError:") and "up to version 1" in second.error
     assert report.counts["AgentThread.TurnStarted", 99] == 1
     text = "\n".join(format_report(report, source=store_url))
     assert f"thread 'b', event {too_new} (AgentThread.TurnStarted, schema v99)" in text

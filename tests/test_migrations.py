@@ -309,6 +309,25 @@ def test_a_checkpoint_migrator_can_keep_golden_v1_snapshots(golden_v1: Store) ->
     assert agent.state.messages[1].usage is None  # in the snapshot: as the migrator kept it
 
 
+@pytest.mark.parametrize("returned", [None, 0, 1, 3, 99, True, "2"])
+def test_a_checkpoint_migrator_returning_another_version_passes_the_snapshot_over(
+    golden_v1: Store, returned: object
+) -> None:
+    """A snapshot migrator that returns another version than the next (or none) is the
+    migrator's mistake, not data from newer code: the snapshot is passed over and the
+    thread rebuilt from its events, as the docs promise of a snapshot that cannot be
+    upgraded."""
+
+    def wrong(state: dict[str, Any]) -> dict[str, Any]:
+        state = {key: value for key, value in state.items() if key != "_v"}
+        return state if returned is None else {**state, "_v": returned}
+
+    settings = CheckpointSettings(store=golden_v1, thread_id="golden-long", migrators={1: wrong})
+    agent = Agent(AgentConfig(provider=ScriptedProvider([]), checkpoint=settings))
+    agent.restore_latest_checkpoint()
+    assert agent.state == golden_v1.replay_state("golden-long")
+
+
 def test_migrate_check_passes_on_the_golden_store(golden_v1: Store) -> None:
     """Every record of the golden store upgrades; its v1 snapshot is counted as one to
     rebuild, not as a failure."""

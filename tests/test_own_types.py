@@ -5,10 +5,13 @@ by environment variables as an eventsourcing user configures it."""
 
 from __future__ import annotations
 
+import itertools
 import json
+import logging
 import os
 import shutil
 import sqlite3
+import sys
 import tempfile
 import uuid
 from decimal import Decimal
@@ -16,17 +19,32 @@ from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
+import msgspec
 import psycopg
 import pytest
+from eventsourcing import utils
 from eventsourcing.application import Repository
 from eventsourcing.domain import Aggregate, event
 from eventsourcing.persistence import JSONTranscoder, Mapper, StoredEvent, Transcoder, Transcoding
 from eventsourcing.tests import application as es_application
 from eventsourcing.tests.domain import BankAccount, EmailAddress
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from covonaut_es import AgentApplication, Store, UnreadableEventError
-from covonaut_es.errors import ConfigurationError, MissingUpcasterError
+from covonaut_es.audit import check_store
+from covonaut_es.errors import (
+    ConfigurationError,
+    MissingUpcasterError,
+    NewerSchemaError,
+    StaleSnapshotError,
+    UpcasterError,
+)
+from covonaut_es.migrations import schema_for
+from covonaut_es.store import AggregateSnapshot
+from covonaut_es.store._codec import codec_for
 from covonaut_es.store._mapper import MsgspecMapper
+from covonaut_es.store._own_snapshots import snapshot_class
 from parcels import Parcels
 from support import agent_on, answer
 
@@ -323,6 +341,41 @@ def test_a_version_without_its_upcast_method_fails_when_the_application_opens(
         Crates(env=sqlite_env(tmp_path / "crates.db"))
 
 
+@settings(max_examples=50, deadline=None)
+@given(version=st.integers(1, 4), step=st.integers(1, 6))
+def test_an_upcast_method_beyond_the_class_version_is_refused(version: int, step: int) -> None:
+    """An ``upcast_vN_vN+1`` method for a step at or beyond the class's
+    ``class_version`` (a version not raised with it) is a ConfigurationError naming
+    the class, as the application opens; one below it is the class's upcaster."""
+    upcast = staticmethod(lambda state: None)
+    cls = type("Crated", (), {"class_version": version, f"upcast_v{step}_v{step + 1}": upcast})
+    if step < version:
+        assert step in schema_for(cls).upcasters
+        return
+    with pytest.raises(ConfigurationError, match=rf"{step} is not a step of Crated.*class_version"):
+        schema_for(cls)
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    returned=st.one_of(
+        st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+        st.integers(),
+        st.text(max_size=3),
+        st.booleans(),
+    )
+)
+def test_an_upcast_method_that_returns_a_value_is_refused(returned: object) -> None:
+    """An ``upcast_vN_vN+1`` method changes the state in place: one that returns
+    anything but None (the upgraded state, say, which would be dropped) is an
+    UpcasterError naming the record and the method."""
+    upcast = staticmethod(lambda state: returned)
+    cls = type("Crated", (), {"class_version": 2, "upcast_v1_v2": upcast})
+    named = r"record 7: the Crated upcaster for 1 -> 2 failed: .*Crated.upcast_v1_v2 returned a"
+    with pytest.raises(UpcasterError, match=named):
+        schema_for(cls).upgrade({"_v": 1}, where="record 7")
+
+
 def test_the_stock_mapper_upcasts_a_thread_event_of_version_1() -> None:
     """eventsourcing's stock ``Mapper`` reads a thread event stored at version 1 through
     our upcaster (as an ``upcast_v1_v2`` method), as plain JSON values."""
@@ -349,5 +402,190 @@ def test_the_stock_repository_rebuilds_a_thread(tmp_path: Path) -> None:
         thread = store.load("t1")
         rebuilt = Repository(event_store=app.events).get(thread.id)
         assert (rebuilt.version, rebuilt.messages) == (thread.version, thread.messages)
+    finally:
+        app.close()
+
+
+# Versions of an aggregate, and its snapshots -------------------------------------------
+
+
+def _times_ten(state: dict[str, Any]) -> None:
+    state["weight"] = int(state["weight"]) * 10
+
+
+def scaled(version: int, *, upcasters: bool, declared: bool) -> type[Aggregate]:
+    """An aggregate at ``class_version`` ``version`` that holds a weight of ``grams``
+    as ``grams * 10**version``: its events hold grams, so a replay is right at every
+    version, and a snapshot of version ``v`` is right at ``w`` only once upcast, each
+    step (``upcast_vN_vN+1``, when ``upcasters``) times ten. ``declared``: it declares
+    an :class:`AggregateSnapshot`; else eventsourcing's stock snapshot holds it."""
+
+    class Scaled(Aggregate):
+        class_version = version
+        weight: int
+
+        if declared:
+
+            class Snapshot(AggregateSnapshot):
+                pass
+
+        @event("Weighed")
+        def __init__(self, grams: int) -> None:
+            self.weight = grams * 10**version
+
+        @event("Reweighed")
+        def reweigh(self, grams: int) -> None:
+            self.weight = grams * 10**version
+
+    Scaled.__qualname__ = "Scaled"  # one topic at every version, importable by it
+    for step in range(1, version) if upcasters else ():
+        setattr(Scaled, f"upcast_v{step}_v{step + 1}", staticmethod(_times_ten))
+    return Scaled
+
+
+def scaled_app(cls: type[Aggregate], path: Path) -> AgentApplication:
+    """An application snapshotting ``cls`` at its second event, on a SQLite file."""
+
+    class ScaledApp(AgentApplication):
+        aggregate_classes = (cls,)
+        snapshotting_intervals: ClassVar[dict[type[Aggregate], int]] = {cls: 2}
+
+    return ScaledApp(env=sqlite_env(path))
+
+
+def run_as(cls: type[Aggregate], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make ``cls`` the class its topic (and its events' topics) name, as a process
+    running that code would: eventsourcing's stock snapshot imports its aggregate
+    class by topic, and its topic caches refuse a second class under one topic."""
+    module = sys.modules[__name__]
+    monkeypatch.setattr(module, "Scaled", cls, raising=False)
+
+    def forgotten(topic: str) -> bool:
+        return topic.startswith(f"{__name__}:") and "Scaled" in topic
+
+    topics = {t: o for t, o in utils._topic_cache.items() if not forgotten(t)}
+    types = {o: t for o, t in utils._type_cache.items() if not forgotten(t)}
+    monkeypatch.setattr(utils, "_topic_cache", topics)
+    monkeypatch.setattr(utils, "_type_cache", types)
+
+
+VERSIONS = (1, 2, 3)
+
+
+@pytest.mark.parametrize("declared", [False, True], ids=["stock", "declared"])
+@pytest.mark.parametrize("upcasters", [True, False], ids=["upcasters", "no-upcasters"])
+@pytest.mark.parametrize(("stored", "code"), list(itertools.product(VERSIONS, VERSIONS)))
+def test_an_aggregates_snapshot_upcasts_or_is_refused_and_never_loads_wrong(
+    stored: int,
+    code: int,
+    upcasters: bool,
+    declared: bool,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A snapshot taken at the aggregate's class_version ``stored``, read by code at
+    ``code``: upcast by the aggregate's upcast methods and used when older, refused
+    with NewerSchemaError (by a load and by migrate --check) when newer, and a version
+    without its upcast methods stops the application from opening; what loads equals
+    the aggregate's replay from its events."""
+    path = tmp_path / "scaled.db"
+    writer = scaled(stored, upcasters=True, declared=declared)
+    run_as(writer, monkeypatch)
+    app = scaled_app(writer, path)
+    parcel = writer(3)
+    parcel.reweigh(4)  # type: ignore[attr-defined]
+    app.save(parcel)
+    assert app.snapshots is not None and len(list(app.snapshots.get(parcel.id))) == 1
+    app.close()
+
+    monkeypatch.delattr(sys.modules[__name__], "Scaled")  # eventsourcing refuses a twin
+    reader = scaled(code, upcasters=upcasters, declared=declared)
+    run_as(reader, monkeypatch)
+    if code > 1 and not upcasters:
+        with pytest.raises(MissingUpcasterError, match=r"Scaled 1 -> 2.*upcast_vN_vN\+1"):
+            scaled_app(reader, path)
+        return
+    app = scaled_app(reader, path)
+    try:
+        if stored > code:
+            newer = f"schema version {stored}, but this code supports up to version {code}"
+            with pytest.raises(NewerSchemaError, match=newer):
+                app.repository.get(parcel.id)
+            (failure,) = check_store(Store.from_application(app)).failures
+            assert failure.error.startswith("NewerSchemaError:") and newer in failure.error
+            return
+        with caplog.at_level(logging.INFO, logger="covonaut_es"):
+            loaded = app.repository.get(parcel.id)
+        replayed = Repository(event_store=app.events).get(parcel.id)
+        assert loaded.weight == replayed.weight == 4 * 10**code
+        assert "passed over" not in caplog.text  # upcast and used, not rebuilt
+        assert check_store(Store.from_application(app)).ok
+    finally:
+        app.close()
+
+
+def test_a_declared_snapshot_from_before_aggregate_versions_reads_as_it_did() -> None:
+    """A declared snapshot written before snapshots recorded their aggregate's
+    class_version (its "_v" the snapshot class's, 1) reads as before for an aggregate at
+    version 1; at a later version its state's version is unknown, so it is stale, to be
+    passed over and the aggregate rebuilt."""
+    legacy = msgspec.json.encode(
+        {
+            "timestamp": "2026-01-01T00:00:00Z",
+            "topic": f"{__name__}:Scaled",
+            "state": {
+                "_created_on": "2026-01-01T00:00:00Z",
+                "_modified_on": "2026-01-01T00:00:00Z",
+                "weight": 40,
+            },
+            "_v": 1,
+        }
+    )
+    for version in VERSIONS:
+        snapshot_class = scaled_snapshot_class(version)
+        codec = codec_for(snapshot_class)
+        if version == 1:
+            assert codec.decode(legacy, where="legacy")["state"]["weight"] == 40
+            continue
+        with pytest.raises(StaleSnapshotError, match="class_version, which is"):
+            codec.decode(legacy, where="legacy")
+
+
+def scaled_snapshot_class(version: int) -> type[AggregateSnapshot]:
+    """The declared snapshot class of :func:`scaled` at ``version``, bound to it."""
+    return snapshot_class(scaled(version, upcasters=True, declared=True))
+
+
+def test_an_aggregate_upcaster_that_fails_names_the_snapshot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An aggregate's upcast method that fails on a stock snapshot is an UpcasterError
+    naming the record, the class and the step, at a load and in migrate --check."""
+    path = tmp_path / "scaled.db"
+    writer = scaled(1, upcasters=True, declared=False)
+    run_as(writer, monkeypatch)
+    app = scaled_app(writer, path)
+    parcel = writer(3)
+    parcel.reweigh(4)  # type: ignore[attr-defined]
+    app.save(parcel)
+    app.close()
+    monkeypatch.delattr(sys.modules[__name__], "Scaled")  # eventsourcing refuses a twin
+    reader = scaled(2, upcasters=True, declared=False)
+
+    def fails(state: dict[str, Any]) -> None:
+        state["weight"] = state["weight_g"]
+
+    monkeypatch.setattr(reader, "upcast_v1_v2", staticmethod(fails))
+    run_as(reader, monkeypatch)
+    app = scaled_app(reader, path)
+    try:
+        named = (
+            r"Snapshot' of stream .* at version 2: the Scaled upcaster for 1 -> 2 failed: KeyError"
+        )
+        with pytest.raises(UpcasterError, match=named):
+            app.repository.get(parcel.id)
+        (failure,) = check_store(Store.from_application(app)).failures
+        assert failure.error.startswith("UpcasterError:")
     finally:
         app.close()

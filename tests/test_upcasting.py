@@ -7,7 +7,12 @@ from typing import Any
 import pytest
 
 from covonaut_es import SchemaVersionError
-from covonaut_es.errors import ConfigurationError, MissingUpcasterError, UpcasterError
+from covonaut_es.errors import (
+    ConfigurationError,
+    MissingUpcasterError,
+    NewerSchemaError,
+    UpcasterError,
+)
 from covonaut_es.migrations import Schema
 
 
@@ -43,9 +48,31 @@ def test_data_newer_than_the_code_names_type_and_both_versions() -> None:
     """A stored version above the current one is refused, naming the type, the
     stored version and the supported one."""
     with pytest.raises(
-        SchemaVersionError, match=r"Sample data has schema version 4.*up to version 3"
+        NewerSchemaError, match=r"Sample data has schema version 4.*up to version 3"
     ):
         THREE.upgrade({"_v": 4}, where="test")
+
+
+@pytest.mark.parametrize("own", [False, True], ids=["library", "application"])
+def test_each_hint_names_whose_code_to_change(own: bool) -> None:
+    """A schema of the application's own class says to upgrade or change the
+    application, never covonaut-es; one of the library's says to upgrade covonaut-es."""
+    gappy = Schema("Mine", 3, {1: add_step(1, "steps")}, own=own)
+    with pytest.raises(NewerSchemaError) as newer:
+        gappy.upgrade({"_v": 4}, where="test")
+    with pytest.raises(MissingUpcasterError) as missing:
+        gappy.upgrade({"_v": 2}, where="test")
+    with pytest.raises(ConfigurationError) as beyond:
+        Schema("Mine", 1, {1: add_step(1, "steps")}, own=own)
+    messages = (str(newer.value), str(missing.value), str(beyond.value))
+    if own:
+        assert "upgrade the application" in messages[0]
+        assert "define a static method upcast_v2_v3(state) on Mine" in messages[1]
+        assert "raise Mine's class_version" in messages[2]
+        assert not any("covonaut" in message for message in messages)
+    else:
+        assert "upgrade covonaut-es" in messages[0]
+        assert "covonaut_es.migrations" in messages[1]
 
 
 @pytest.mark.parametrize("version", ["2", -1, None, True, 1.5])

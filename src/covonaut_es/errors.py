@@ -459,6 +459,11 @@ class SchemaVersionError(SerializationError):
     code supports, or an upcaster returned another version than the next one."""
 
 
+class NewerSchemaError(SchemaVersionError):
+    """Stored data was written at a schema version newer than this code supports: only
+    newer code reads it, so even a cache (a snapshot) is refused rather than passed over."""
+
+
 class MissingUpcasterError(SerializationError):
     """No upcaster exists for a version step that stored data needs."""
 

@@ -8,7 +8,15 @@ nothing from disk: the store applies it when it decodes, and ``covonaut-es migra
 domain, never the store or a layer above.
 """
 
-from covonaut_es.migrations._registry import check_upcasters, schema_for
+from covonaut_es.migrations._registry import aggregate_schema, check_upcasters, schema_for
 from covonaut_es.migrations._upcasting import VERSION_KEY, Schema, Upcaster, stored_version
 
-__all__ = ["VERSION_KEY", "Schema", "Upcaster", "check_upcasters", "schema_for", "stored_version"]
+__all__ = [
+    "VERSION_KEY",
+    "Schema",
+    "Upcaster",
+    "aggregate_schema",
+    "check_upcasters",
+    "schema_for",
+    "stored_version",
+]

@@ -10,8 +10,11 @@ ADR 0007 says when a change needs a new version and how to add a step.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
+
+import attrs
 
 from covonaut_es.domain import AgentThread, PauseKind, StateDocument, ThreadSnapshot
 from covonaut_es.domain._named_states import StateSaved
@@ -183,28 +186,70 @@ def event_classes() -> Iterator[type[AgentThread.Event]]:
 
 
 def schema_for(cls: type) -> Schema:
-    """The schema of a stored class: a thread event, the thread's snapshot, or another
-    class, whose upcasters are its ``upcast_vN_vN+1`` methods (eventsourcing's
-    convention)."""
+    """The schema of a stored class: a thread event, the thread's snapshot, a snapshot
+    class an aggregate declares (versioned as that aggregate), or another class, whose
+    upcasters are its ``upcast_vN_vN+1`` methods (eventsourcing's convention).
+
+    Raises:
+        ConfigurationError: A class defines an ``upcast_vN_vN+1`` method for a step at
+            or beyond its ``class_version``.
+    """
     if issubclass(cls, ThreadSnapshot):
         return thread_snapshot_schema()
+    aggregate = getattr(cls, "aggregate_class", None)
+    if isinstance(aggregate, type):
+        # A declared snapshot holds its aggregate's state, at the aggregate's version.
+        return attrs.evolve(aggregate_schema(aggregate), name=cls.__qualname__)
     upcasters = EVENT_UPCASTERS.get(cls)
-    if upcasters is None:
-        upcasters = convention_upcasters(cls)
-    return Schema(cls.__qualname__, class_version(cls), upcasters)
+    if upcasters is not None:
+        return Schema(cls.__qualname__, class_version(cls), upcasters)
+    own = cls not in _LIBRARY_CLASSES
+    return Schema(cls.__qualname__, class_version(cls), convention_upcasters(cls), own=own)
+
+
+def aggregate_schema(cls: type) -> Schema:
+    """The schema of an application's aggregate class, which its snapshots' state is
+    written at: its ``class_version`` and its ``upcast_vN_vN+1`` methods.
+
+    Raises:
+        ConfigurationError: It has an ``upcast_vN_vN+1`` method for a step at or beyond
+            its ``class_version``.
+    """
+    return Schema(cls.__qualname__, class_version(cls), convention_upcasters(cls), own=True)
 
 
 def convention_upcasters(cls: type) -> dict[int, Upcaster]:
     """The upcasters a class declares the eventsourcing way: for each step ``N`` below
     its ``class_version``, a static method ``upcast_vN_vN+1(state)`` that changes the
     state it is given to the next version. Each becomes an upcaster of our rules (one
-    step, checked): it sees the stored fields without ``"_v"``."""
+    step, checked): it sees the stored fields without ``"_v"``. One for a later step is
+    taken too, for its :class:`Schema` to refuse (its ``class_version`` was not raised
+    with it), unless it is inherited from a class of another version."""
     steps: dict[int, Upcaster] = {}
-    for step in range(1, class_version(cls)):
-        method = getattr(cls, convention_name(step), None)
+    for step in sorted({*range(1, class_version(cls)), *_later_steps(cls)}):
+        name = convention_name(step)
+        method = getattr(cls, name, None)
         if method is not None:
-            steps[step] = _from_convention(method, step)
+            steps[step] = _from_convention(method, step, f"{cls.__qualname__}.{name}")
     return steps
+
+
+_CONVENTION_NAME = re.compile(r"upcast_v(\d+)_v(\d+)")
+
+
+def _later_steps(cls: type) -> set[int]:
+    """The steps at or beyond ``cls``'s version that it has ``upcast_vN_vN+1`` methods
+    for, defined at its version (eventsourcing redefines an aggregate's nested event
+    classes as subclasses, which inherit them)."""
+    version, later = class_version(cls), set()
+    for name in dir(cls):
+        found = _CONVENTION_NAME.fullmatch(name)
+        if found is None or int(found[2]) != int(found[1]) + 1 or int(found[1]) < version:
+            continue
+        owner = next(base for base in cls.__mro__ if name in vars(base))
+        if class_version(owner) == version:
+            later.add(int(found[1]))
+    return later
 
 
 def convention_name(step: int) -> str:
@@ -212,10 +257,18 @@ def convention_name(step: int) -> str:
     return f"upcast_v{step}_v{step + 1}"
 
 
-def _from_convention(method: Callable[[dict[str, Any]], object], step: int) -> Upcaster:
+def _from_convention(method: Callable[[dict[str, Any]], object], step: int, name: str) -> Upcaster:
     def upcast(document: dict[str, Any]) -> dict[str, Any]:
         state = {key: value for key, value in document.items() if key != VERSION_KEY}
-        method(state)
+        returned = method(state)
+        if returned is not None:
+            # eventsourcing ignores it too: a method written to return the new state
+            # would otherwise leave the old one in place, unchanged and unnoticed.
+            msg = (
+                f"{name} returned a {type(returned).__name__}; it must change the state "
+                "it is given in place and return None"
+            )
+            raise TypeError(msg)
         return {**state, VERSION_KEY: step + 1}
 
     return upcast
@@ -256,6 +309,10 @@ def state_document_schema() -> Schema:
     )
 
 
+_LIBRARY_CLASSES = frozenset({*event_classes(), StateSaved, InputSubmitted, InputTaken})
+"""The library's stored classes that are versioned by ``class_version``."""
+
+
 def registry() -> tuple[Schema, ...]:
     """The schema of every type the library stores."""
     return (
@@ -268,7 +325,7 @@ def registry() -> tuple[Schema, ...]:
     )
 
 
-def check_upcasters(schemas: Iterable[Schema] | None = None, *, own: bool = False) -> None:
+def check_upcasters(schemas: Iterable[Schema] | None = None) -> None:
     """Check that every stored type has an upcaster for each step up to its version.
 
     Stores run this when they open, before any data is read, so a version bumped
@@ -276,24 +333,22 @@ def check_upcasters(schemas: Iterable[Schema] | None = None, *, own: bool = Fals
 
     Args:
         schemas: The schemas to check; by default the library's whole registry.
-        own: They are the application's own classes, whose upcasters are their
-            ``upcast_vN_vN+1`` methods.
 
     Raises:
         MissingUpcasterError: Naming every type and step without an upcaster.
-        ConfigurationError: An upcaster is registered for a step its type does not have.
     """
-    gaps = [
-        f"{schema.name} {step} -> {step + 1}"
+    gapped = [
+        (schema, step)
         for schema in (registry() if schemas is None else schemas)
         for step in schema.missing_steps()
     ]
-    if gaps:
+    if gapped:
+        gaps = ", ".join(f"{schema.name} {step} -> {step + 1}" for schema, step in gapped)
         where = (
             "define a static method upcast_vN_vN+1(state) per step on each class, as "
             "eventsourcing does (see docs/embedding.md)"
-            if own
+            if all(schema.own for schema, _ in gapped)
             else "add one function per step to covonaut_es.migrations (see ADR 0007)"
         )
-        msg = f"these schema steps have no upcaster: {', '.join(gaps)}; {where}"
+        msg = f"these schema steps have no upcaster: {gaps}; {where}"
         raise MissingUpcasterError(msg)

@@ -20,6 +20,7 @@ from covonaut_es.errors import (
     ConfigurationError,
     CovonautError,
     MissingUpcasterError,
+    NewerSchemaError,
     SchemaVersionError,
     UpcasterError,
 )
@@ -53,11 +54,15 @@ class Schema:
         version: The version the running code writes and reads.
         upcasters: One upcaster per step, keyed by the version it upgrades from. Every
             step from 1 up to ``version`` needs one; 0 -> 1 is the identity unless given.
+        own: It is a class of the application's, versioned by its ``class_version`` and
+            upcast by its ``upcast_vN_vN+1`` methods; its messages say what to change
+            there rather than in covonaut-es.
     """
 
     name: str
     version: int
     upcasters: Mapping[int, Upcaster] = attrs.field(default=NO_MIGRATORS, converter=frozen_steps)
+    own: bool = False
 
     def __attrs_post_init__(self) -> None:
         self.check_steps(self.upcasters, what=f"{self.name} upcasters")
@@ -71,10 +76,16 @@ class Schema:
         """
         for step, upcaster in steps.items():
             if not isinstance(step, int) or isinstance(step, bool) or not 0 <= step < self.version:
+                fix = (
+                    f"raise {self.name}'s class_version to the version its newest "
+                    "upcast_vN_vN+1 method upgrades to"
+                    if self.own
+                    else "key each upcaster by the version it upgrades from, "
+                    f"0 to {self.version - 1}"
+                )
                 msg = (
                     f"{what}: {step!r} is not a step of {self.name}, whose current version is "
-                    f"{self.version}; key each upcaster by the version it upgrades from, "
-                    f"0 to {self.version - 1}"
+                    f"{self.version}; {fix}"
                 )
                 raise ConfigurationError(msg)
             if not callable(upcaster):
@@ -104,8 +115,9 @@ class Schema:
             The document at the current version, with ``"_v"`` set to it.
 
         Raises:
-            SchemaVersionError: The document is newer than the code, its version is not
-                a version, or an upcaster returned another version than the next one.
+            NewerSchemaError: The document is newer than the code.
+            SchemaVersionError: Its version is not a version, or an upcaster returned
+                another version than the next one.
             MissingUpcasterError: A step has no upcaster.
             UpcasterError: An upcaster failed or returned something other than a dict.
         """
@@ -114,11 +126,12 @@ class Schema:
             msg = f"{where}: {self.name} data has schema version {stored!r}, which is not a version"
             raise SchemaVersionError(msg)
         if stored > self.version:
+            upgrade = "the application" if self.own else "covonaut-es"
             msg = (
                 f"{where}: {self.name} data has schema version {stored}, but this code "
-                f"supports up to version {self.version}; upgrade covonaut-es to read it"
+                f"supports up to version {self.version}; upgrade {upgrade} to read it"
             )
-            raise SchemaVersionError(msg)
+            raise NewerSchemaError(msg)
         for step in range(stored, self.version):
             document = self._step(document, step, where, migrators.get(step))
         return document
@@ -130,9 +143,14 @@ class Schema:
         if upcaster is None:
             if step == 0:
                 return {**document, VERSION_KEY: 1}  # unversioned data is version 0
+            add = (
+                f"define a static method upcast_v{step}_v{step + 1}(state) on {self.name}"
+                if self.own
+                else "add one to covonaut_es.migrations"
+            )
             msg = (
                 f"{where}: {self.name} has no upcaster for schema version {step} -> "
-                f"{step + 1}; add one to covonaut_es.migrations"
+                f"{step + 1}; {add}"
             )
             raise MissingUpcasterError(msg)
         try:

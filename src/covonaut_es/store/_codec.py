@@ -29,7 +29,7 @@ from eventsourcing.domain import CanMutateAggregate, CanSnapshotAggregate
 from covonaut_es.domain import AgentThread, ThreadSnapshot
 from covonaut_es.domain._named_states import StateSaved
 from covonaut_es.domain._submissions import InputSubmitted, InputTaken
-from covonaut_es.errors import SerializationError
+from covonaut_es.errors import SerializationError, StaleSnapshotError
 from covonaut_es.migrations import VERSION_KEY, Schema, Upcaster, schema_for, stored_version
 from covonaut_es.migrations._upcasting import NO_MIGRATORS
 from covonaut_es.store import _zstd
@@ -278,6 +278,47 @@ class SnapshotCodec(Codec):
         return payload
 
 
+_CLASS_VERSION = "class_version"
+
+
+class DeclaredSnapshotCodec(SnapshotCodec):
+    """The codec of a snapshot class an application's aggregate declares: its ``"_v"``
+    is the aggregate's ``class_version``, which its ``upcast_vN_vN+1`` methods upgrade
+    the state from, as for eventsourcing's own snapshots.
+
+    Snapshots written before that recorded no aggregate version: their ``"_v"`` was
+    the snapshot class's, 1, whatever the aggregate's. Each is written with
+    ``"class_version"`` now, beside ``"_v"``; one without it is read as before by an
+    aggregate at version 1, and passed over by any other, since its state may be of any
+    version up to the one that wrote it (ADR 0089).
+    """
+
+    def _payload(self, obj: object) -> dict[str, Any]:
+        return {**super()._payload(obj), _CLASS_VERSION: self.schema.version}
+
+    def _current_fields(self, payload: msgspec.Struct) -> dict[str, Any] | None:
+        if not getattr(payload, _CLASS_VERSION) and self.schema.version > 1:
+            return None  # named by decode_older
+        return super()._current_fields(payload)
+
+    def _fields(self, payload: msgspec.Struct) -> dict[str, Any]:
+        fields = super()._fields(payload)
+        del fields[_CLASS_VERSION]
+        return fields
+
+    def _upgrade(
+        self, payload: dict[str, Any], where: str, migrators: Mapping[int, Upcaster]
+    ) -> dict[str, Any]:
+        if not payload.get(_CLASS_VERSION) and self.schema.version > 1:
+            msg = (
+                f"{where}: {self.schema.name} was written before snapshots recorded their "
+                f"aggregate's class_version, which is {self.schema.version} now, so the "
+                "version of its state is unknown"
+            )
+            raise StaleSnapshotError(msg)
+        return super()._upgrade(payload, where, migrators)
+
+
 def decode_object(data: bytes | memoryview, *, where: str, hint: str = "") -> dict[str, Any]:
     """Decode stored JSON that must be an object; ``hint`` follows a JSON error.
 
@@ -373,7 +414,11 @@ def codec_for(cls: type) -> Codec:
             ("state", state_type),
             (VERSION_KEY, int, 0),
         ]
-        return SnapshotCodec(schema, msgspec.defstruct(f"{cls.__qualname__}Payload", fields))
+        if issubclass(cls, ThreadSnapshot):
+            return SnapshotCodec(schema, msgspec.defstruct(f"{cls.__qualname__}Payload", fields))
+        fields.append((_CLASS_VERSION, int, 0))  # 0: written before it was recorded
+        payload = msgspec.defstruct(f"{cls.__qualname__}Payload", fields)
+        return DeclaredSnapshotCodec(schema, payload)
     payload = payload_type(typing.cast("type", cls))
     return Codec(schema, payload, floats=holds_floats(payload))
 

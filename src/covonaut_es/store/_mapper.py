@@ -27,7 +27,7 @@ from covonaut_es.errors import (
     ConfigurationError,
     SerializationError,
 )
-from covonaut_es.migrations import Upcaster, check_upcasters, schema_for
+from covonaut_es.migrations import Upcaster, aggregate_schema, check_upcasters, schema_for
 from covonaut_es.migrations._upcasting import NO_MIGRATORS
 from covonaut_es.store import _zstd
 from covonaut_es.store._chain import canonical_fields, link_hash
@@ -116,10 +116,12 @@ class MsgspecMapper(Mapper[UUID]):
 
         Raises:
             MissingUpcasterError: A stored class (the library's, or one of the
-                application's with a ``class_version``) lacks an upcaster for a step.
-            ConfigurationError: ``transcoder`` is not a ``JSONTranscoder``, or a
-                class of ``event_classes`` or ``aggregate_classes`` has a topic that
-                is one of the library's codes.
+                application's with a ``class_version``, aggregates included) lacks an
+                upcaster for a step.
+            ConfigurationError: ``transcoder`` is not a ``JSONTranscoder``, a class of
+                ``event_classes`` or ``aggregate_classes`` has a topic that is one of
+                the library's codes, or an ``upcast_vN_vN+1`` method for a step at or
+                beyond its class's ``class_version``.
         """
         check_upcasters()
         super().__init__(JsonTranscoder(), compressor=compressor, cipher=cipher)
@@ -129,7 +131,9 @@ class MsgspecMapper(Mapper[UUID]):
             *(event for cls in aggregates[1:] for event in aggregate_event_classes(cls)),
             *snapshot_classes(aggregates[1:]),
         ]
-        check_upcasters((schema_for(cls) for cls in own), own=True)
+        # The aggregates' own versions are their stock snapshots' states'.
+        self._aggregate_schemas = {get_topic(cls): aggregate_schema(cls) for cls in aggregates[1:]}
+        check_upcasters([*(schema_for(cls) for cls in own), *self._aggregate_schemas.values()])
         self._classes: dict[str, type] = {
             get_topic(cls): cls for cls in [*library_event_classes(), *own]
         }
@@ -166,7 +170,7 @@ class MsgspecMapper(Mapper[UUID]):
         if codec is None:
             schema = schema_for(cls)
             if own_snapshots:
-                codec = OwnSnapshotCodec(schema, self._state_transcodings)
+                codec = OwnSnapshotCodec(schema, self._state_transcodings, self._aggregate_schemas)
             else:
                 codec = TranscodedCodec(schema, payload_type(cls), self._transcodings)
             self._transcoded[cls] = codec

@@ -22,7 +22,7 @@ from eventsourcing.utils import get_topic
 
 from covonaut_es import _logs
 from covonaut_es.domain import ThreadSnapshot
-from covonaut_es.errors import SchemaVersionError, SerializationError, StaleSnapshotError
+from covonaut_es.errors import NewerSchemaError, SerializationError, StaleSnapshotError
 from covonaut_es.migrations import Upcaster
 from covonaut_es.migrations._upcasting import NO_MIGRATORS
 from covonaut_es.store._chain import UNCHAINED, chain_in
@@ -185,7 +185,8 @@ class SnapshotCache(EventStore[UUID]):
                 None: the event at its version is read now.
 
         Raises:
-            SchemaVersionError: It was written by newer code.
+            NewerSchemaError: It was written by newer code. Any other version it cannot
+                be upgraded from (a migrator's mistake among them) passes it over.
         """
         version = record.originator_version
         try:
@@ -203,7 +204,7 @@ class SnapshotCache(EventStore[UUID]):
             return CheckedSnapshot(version, None, distrust.reason, other_key=distrust.other_key)
         try:
             snapshot = self._decoder.decode_plain(record, plain, self._migrators)
-        except SchemaVersionError:
+        except NewerSchemaError:
             raise
         except SerializationError as exc:
             stale = isinstance(exc, StaleSnapshotError)
@@ -220,18 +221,26 @@ class SnapshotCache(EventStore[UUID]):
     def _own(self, record: StoredEvent) -> Iterator[DomainEventProtocol[UUID]]:
         """The snapshot of one of the application's own aggregates that ``record`` holds,
         if its seal binds it to its stream and version and it decodes; else nothing,
-        with a log line: the repository then replays the aggregate's events."""
+        with a log line: the repository then replays the aggregate's events.
+
+        Raises:
+            NewerSchemaError: It was written by newer code, as :meth:`check` says.
+        """
+        stale = False
         try:
             plain = self._own_plain(record)
             problem = self._own_problem(record, plain)
             if problem is None:
                 snapshot = self._decoder.decode_plain(record, plain)
+        except NewerSchemaError:
+            raise
         except ValueError as exc:  # a SerializationError, or a stream id that is no UUID
-            problem = str(exc)
+            problem, stale = str(exc), isinstance(exc, StaleSnapshotError)
         if problem is None:
             yield snapshot
             return
-        logger.warning(
+        logger.log(
+            logging.INFO if stale else logging.WARNING,  # expected after an upgrade
             "snapshot of stream %s at version %s passed over: %s; rebuilding the aggregate "
             "from its events",
             record.originator_id,

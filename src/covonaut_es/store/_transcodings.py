@@ -13,7 +13,7 @@ to msgspec, which reads those by declared type.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -28,7 +28,7 @@ from eventsourcing.persistence import (
 )
 
 from covonaut_es.errors import ConfigurationError
-from covonaut_es.migrations import VERSION_KEY, Schema
+from covonaut_es.migrations import VERSION_KEY, Schema, Upcaster
 from covonaut_es.store._codec import Codec
 
 _STOCK = (UUIDAsHex, DecimalAsStr, DatetimeAsISO)
@@ -183,11 +183,20 @@ class OwnSnapshotCodec(Codec):
     no types: it is stored as eventsourcing stores it, each value of a type JSON lacks
     tagged by its transcoding (eventsourcing's stock ones of ``UUID``, ``Decimal`` and
     ``datetime`` too), and read back by those tags. The aggregate's ``class_version``
-    stays in the state, as eventsourcing's ``Snapshot.take`` put it, for its
-    ``upcast_vN_vN+1`` methods to run when the snapshot is applied.
+    stays in the state, as eventsourcing's ``Snapshot.take`` put it; a read upgrades the
+    state to the aggregate's current version by its ``upcast_vN_vN+1`` methods under the
+    one-step rules, as it does an event, so that one written by newer code, or an
+    upcaster that fails, is a typed error naming the record.
+
+    Args:
+        schema: The snapshot class's schema.
+        transcodings: The transcodings the state is tagged with.
+        aggregates: The schema of each aggregate class, by its topic.
     """
 
-    def __init__(self, schema: Schema, transcodings: Transcodings) -> None:
+    def __init__(
+        self, schema: Schema, transcodings: Transcodings, aggregates: Mapping[str, Schema]
+    ) -> None:
         fields: list[tuple[str, Any] | tuple[str, Any, Any]] = [
             ("timestamp", datetime),
             ("topic", str),
@@ -196,6 +205,7 @@ class OwnSnapshotCodec(Codec):
         ]
         super().__init__(schema, msgspec.defstruct(f"{schema.name}Payload", fields))
         self.transcodings = transcodings
+        self.aggregates = aggregates
 
     def _payload(self, obj: object) -> dict[str, Any]:
         payload = super()._payload(obj)
@@ -212,3 +222,24 @@ class OwnSnapshotCodec(Codec):
         fields = super().typed(state)
         fields["state"] = self.transcodings.read(fields["state"], "state")[0]
         return fields
+
+    def upgraded(
+        self, state: dict[str, Any], *, where: str, migrators: Mapping[int, Upcaster]
+    ) -> dict[str, Any]:
+        fields = super().upgraded(state, where=where, migrators=migrators)
+        aggregate = self.aggregates.get(fields["topic"])
+        if aggregate is None:
+            return fields  # not an aggregate this store knows: the mapper refuses it
+        # Versioned as eventsourcing's Snapshot.take versions it: absent means 1.
+        document = dict(fields["state"])
+        document[VERSION_KEY] = document.pop(_CLASS_VERSION, 1)
+        upgraded = aggregate.upgrade(document, where=where)
+        del upgraded[VERSION_KEY]
+        if aggregate.version > 1:
+            upgraded[_CLASS_VERSION] = aggregate.version  # applying it upcasts no further
+        fields["state"] = upgraded
+        return fields
+
+
+_CLASS_VERSION = "class_version"
+"""Where eventsourcing's ``Snapshot.take`` records its aggregate's version in the state."""
