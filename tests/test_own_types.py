@@ -5,6 +5,8 @@ by environment variables as an eventsourcing user configures it."""
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import itertools
 import json
 import logging
@@ -14,6 +16,7 @@ import sqlite3
 import sys
 import tempfile
 import uuid
+from datetime import UTC, date, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, ClassVar
@@ -37,12 +40,13 @@ from covonaut_es.errors import (
     ConfigurationError,
     MissingUpcasterError,
     NewerSchemaError,
+    SerializationError,
     StaleSnapshotError,
     UpcasterError,
 )
 from covonaut_es.migrations import schema_for
 from covonaut_es.store import AggregateSnapshot
-from covonaut_es.store._codec import codec_for
+from covonaut_es.store._codec import codec_for, payload_type
 from covonaut_es.store._mapper import MsgspecMapper
 from covonaut_es.store._own_snapshots import snapshot_class
 from parcels import Parcels
@@ -589,3 +593,56 @@ def test_an_aggregate_upcaster_that_fails_names_the_snapshot(
         assert failure.error.startswith("UpcasterError:")
     finally:
         app.close()
+
+
+class MixedColor(enum.Enum):
+    RED = "red"
+    BLUE = 2
+
+
+REFUSED_ANNOTATIONS = (
+    str | datetime,
+    str | date,
+    datetime | date,
+    MixedColor,
+    list[str | datetime],
+    dict[str, MixedColor | None],
+)
+"""Annotations msgspec refuses to decode, whatever the value."""
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    annotation=st.sampled_from(REFUSED_ANNOTATIONS),
+    name=st.from_regex(r"[a-z][a-z_]{0,8}", fullmatch=True),
+)
+def test_a_field_msgspec_cannot_decode_is_named_with_its_class(annotation: Any, name: str) -> None:
+    """An event field whose annotation msgspec cannot decode is a SerializationError
+    naming the event class and the field, when its codec is made (before any save or
+    read), not msgspec's bare TypeError naming neither."""
+    cls = dataclasses.make_dataclass(
+        "Shipped", [("when", int), (f"f_{name}", annotation)], bases=(Aggregate.Event,), frozen=True
+    )
+    with pytest.raises(
+        SerializationError, match=rf"event Shipped: its field 'f_{name}' is annotated"
+    ):
+        payload_type(cls)
+
+
+class Billed(Aggregate.Event):
+    amount: Decimal
+
+
+@pytest.mark.parametrize("amount", ["sNaN", "-sNaN", "sNaN12", "NaN"])
+def test_a_decimal_that_is_not_equal_to_itself_is_refused_naming_its_field(amount: str) -> None:
+    """A Decimal NaN, signalling or quiet, never reads back equal: its event is refused
+    with an UnreadableEventError naming the field, not decimal.InvalidOperation."""
+    billed = Billed(
+        originator_id=uuid.uuid4(),
+        originator_version=1,
+        timestamp=datetime(2026, 1, 1, tzinfo=UTC),
+        amount=Decimal(amount),
+    )
+    with pytest.raises(UnreadableEventError) as refused:
+        codec_for(Billed).encode(billed)
+    assert (refused.value.event, refused.value.field) == ("Billed", "amount")

@@ -15,6 +15,7 @@ before that are JSON and still read, told apart by the frame's magic bytes.
 from __future__ import annotations
 
 import dataclasses
+import decimal
 import inspect
 import typing
 from collections.abc import Iterator, Mapping
@@ -94,11 +95,14 @@ class Codec:
         except msgspec.ValidationError as exc:
             raise unreadable(type(obj), given, str(exc)) from exc
         read.pop(CHAIN_FIELD, None)
-        if read != given:  # one comparison on the way to a save; the search is for errors
-            for name, value in given.items():
-                path = difference(read.get(name, ABSENT), value, name)
-                if path is not None:
-                    raise misread(type(obj), read, given, path)
+        with decimal.localcontext() as context:
+            # A signalling NaN (Decimal('sNaN')) raises when compared; unequal, it is named.
+            context.traps[decimal.InvalidOperation] = False
+            if read != given:  # one comparison on the way to a save; the search is for errors
+                for name, value in given.items():
+                    path = difference(read.get(name, ABSENT), value, name)
+                    if path is not None:
+                        raise misread(type(obj), read, given, path)
         return payload
 
     def read_back(self, payload: bytes) -> dict[str, Any]:
@@ -476,11 +480,38 @@ def payload_type(cls: type) -> type[msgspec.Struct]:
     """
     # The chain hash travels with every event's payload, outside its dataclass fields.
     chain_field = (CHAIN_FIELD, str, UNCHAINED)
-    return msgspec.defstruct(
+    payload = msgspec.defstruct(
         f"{cls.__qualname__}Payload",
         [*_field_types(cls), chain_field, (VERSION_KEY, int, 0)],
         kw_only=True,  # fields with defaults may come before those without
     )
+    _check_decodable(cls, payload)
+    return payload
+
+
+def _check_decodable(cls: type, payload: type[msgspec.Struct]) -> None:
+    """Refuse an event class with a field whose annotation msgspec cannot decode (a
+    union of ``str`` and ``datetime``, an enum of both text and integer values), naming
+    the field: msgspec's own ``TypeError`` names neither it nor the class.
+
+    Raises:
+        SerializationError: Naming the class, the field, its annotation and why.
+    """
+    try:
+        msgspec.json.Decoder(payload)
+    except TypeError as exc:
+        for field in msgspec.structs.fields(payload):
+            try:
+                msgspec.json.Decoder(field.type)
+            except TypeError as refused:
+                msg = (
+                    f"event {cls.__qualname__}: its field {field.name!r} is annotated "
+                    f"{field.type!r}, which the msgspec mapper cannot decode ({refused}); "
+                    "annotate it with a type msgspec reads (one text-like type per union, "
+                    "an enum of all text or all integer values)"
+                )
+                raise SerializationError(msg) from exc
+        raise  # pragma: no cover - a whole refused where no field is
 
 
 def aggregate_event_classes(aggregate_cls: type) -> Iterator[type]:
