@@ -201,10 +201,9 @@ def schema_for(cls: type) -> Schema:
         # A declared snapshot holds its aggregate's state, at the aggregate's version.
         return attrs.evolve(aggregate_schema(aggregate), name=cls.__qualname__)
     upcasters = EVENT_UPCASTERS.get(cls)
-    if upcasters is not None:
-        return Schema(cls.__qualname__, class_version(cls), upcasters)
-    own = cls not in _LIBRARY_CLASSES
-    return Schema(cls.__qualname__, class_version(cls), convention_upcasters(cls), own=own)
+    if upcasters is not None or cls in _LIBRARY_CLASSES:
+        return Schema(cls.__qualname__, class_version(cls), upcasters or {})
+    return Schema(cls.__qualname__, class_version(cls), convention_upcasters(cls), own=True)
 
 
 def aggregate_schema(cls: type) -> Schema:
@@ -242,13 +241,13 @@ def _later_steps(cls: type) -> set[int]:
     for, defined at its version (eventsourcing redefines an aggregate's nested event
     classes as subclasses, which inherit them)."""
     version, later = class_version(cls), set()
-    for name in dir(cls):
-        found = _CONVENTION_NAME.fullmatch(name)
-        if found is None or int(found[2]) != int(found[1]) + 1 or int(found[1]) < version:
-            continue
-        owner = next(base for base in cls.__mro__ if name in vars(base))
-        if class_version(owner) == version:
-            later.add(int(found[1]))
+    for owner in cls.__mro__:
+        if class_version(owner) != version:
+            continue  # its methods step another class's versions
+        for name in vars(owner):
+            found = name.startswith("upcast_v") and _CONVENTION_NAME.fullmatch(name)
+            if found and int(found[2]) == int(found[1]) + 1 and int(found[1]) >= version:
+                later.add(int(found[1]))
     return later
 
 
