@@ -24,7 +24,6 @@ from functools import cache
 from typing import Any
 
 import msgspec
-import msgspec.inspect as mi
 from eventsourcing.domain import CanMutateAggregate, CanSnapshotAggregate
 
 from covonaut_es.domain import AgentThread, ThreadSnapshot
@@ -35,6 +34,7 @@ from covonaut_es.migrations import VERSION_KEY, Schema, Upcaster, schema_for, st
 from covonaut_es.migrations._upcasting import NO_MIGRATORS
 from covonaut_es.store import _zstd
 from covonaut_es.store._chain import CHAIN_FIELD, UNCHAINED
+from covonaut_es.store._payload_types import check_decodable, holds_floats
 from covonaut_es.store._read_back import ABSENT, difference, misread, unreadable, unsupported
 from covonaut_es.store._snapshot_seals import unsealed
 
@@ -427,49 +427,6 @@ def codec_for(cls: type) -> Codec:
     return Codec(schema, payload, floats=holds_floats(payload))
 
 
-_FLOAT_FREE = (
-    mi.StrType,
-    mi.IntType,
-    mi.BoolType,
-    mi.NoneType,
-    mi.DateTimeType,
-    mi.EnumType,
-    mi.LiteralType,
-    mi.UnionType,
-    mi.CollectionType,
-    mi.DictType,
-    mi.StructType,
-)
-"""The msgspec types whose values JSON writes without a float, given their parts do."""
-
-
-def holds_floats(payload: type[msgspec.Struct]) -> bool:
-    """Whether a payload of this type may hold a float: it names a float, or a type whose
-    values are not checked as declared (``Any``, a custom type), anywhere. One that
-    holds none is written by RFC 8785 as msgspec writes it, once sorted."""
-    seen: set[type] = set()
-    pending: list[mi.Type] = [mi.type_info(payload)]
-    while pending:
-        info = pending.pop()
-        if not isinstance(info, _FLOAT_FREE):
-            return True
-        if isinstance(info, mi.StructType):
-            if info.cls not in seen:
-                seen.add(info.cls)
-                pending += [field.type for field in info.fields]
-        elif isinstance(info, mi.EnumType | mi.LiteralType):
-            values = [m.value for m in info.cls] if isinstance(info, mi.EnumType) else info.values
-            if not all(isinstance(v, str | int) for v in values):
-                return True
-        elif isinstance(info, mi.UnionType):
-            pending += info.types
-        elif isinstance(info, mi.CollectionType):
-            pending.append(info.item_type)
-        elif isinstance(info, mi.DictType):
-            pending += [info.key_type, info.value_type]
-    return False
-
-
 @cache
 def payload_type(cls: type) -> type[msgspec.Struct]:
     """The Struct an event class's payloads decode into, built once from its
@@ -485,33 +442,8 @@ def payload_type(cls: type) -> type[msgspec.Struct]:
         [*_field_types(cls), chain_field, (VERSION_KEY, int, 0)],
         kw_only=True,  # fields with defaults may come before those without
     )
-    _check_decodable(cls, payload)
+    check_decodable(cls, payload)
     return payload
-
-
-def _check_decodable(cls: type, payload: type[msgspec.Struct]) -> None:
-    """Refuse an event class with a field whose annotation msgspec cannot decode (a
-    union of ``str`` and ``datetime``, an enum of both text and integer values), naming
-    the field: msgspec's own ``TypeError`` names neither it nor the class.
-
-    Raises:
-        SerializationError: Naming the class, the field, its annotation and why.
-    """
-    try:
-        msgspec.json.Decoder(payload)
-    except TypeError as exc:
-        for field in msgspec.structs.fields(payload):
-            try:
-                msgspec.json.Decoder(field.type)
-            except TypeError as refused:
-                msg = (
-                    f"event {cls.__qualname__}: its field {field.name!r} is annotated "
-                    f"{field.type!r}, which the msgspec mapper cannot decode ({refused}); "
-                    "annotate it with a type msgspec reads (one text-like type per union, "
-                    "an enum of all text or all integer values)"
-                )
-                raise SerializationError(msg) from exc
-        raise  # pragma: no cover - a whole refused where no field is
 
 
 def aggregate_event_classes(aggregate_cls: type) -> Iterator[type]:
