@@ -117,7 +117,7 @@ def test_a_corrupt_and_a_too_new_record_exit_non_zero_naming_both(shared_url: st
     assert result.returncode == 1, result.stderr
     out = result.stdout
     assert f"thread 'a', event {corrupt} (AgentThread.TurnStarted, schema v?): Serialization" in out
-    assert f"thread 'b', event {too_new} (AgentThread.TurnStarted, schema v7): SchemaVersion" in out
+    assert f"thread 'b', event {too_new} (AgentThread.TurnStarted, schema v7): NewerSchema" in out
     assert out.splitlines()[-1].startswith("FAILED: 2 of ")
     assert fingerprint(shared_url) == before
 
