@@ -13,6 +13,7 @@ import copy
 import json
 import re
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -149,14 +150,17 @@ def of_type(events: list[Any], event_type: type[Any]) -> list[Any]:
     return [event for event in events if isinstance(event, event_type)]
 
 
-def approvals(interrupts: list[agui.Interrupt], **payload: Any) -> list[dict[str, Any]]:
-    """A resume entry approving each interrupt, bound to the digest it carries."""
+def approvals(
+    interrupts: list[agui.Interrupt], *, approved: bool = True, **payload: Any
+) -> list[dict[str, Any]]:
+    """A resume entry approving (or rejecting) each interrupt, bound to the digest it
+    carries."""
     return [
         {
             "interruptId": interrupt.id,
             "status": "resolved",
             "payload": {
-                "approved": True,
+                "approved": approved,
                 "digest": interrupt.metadata["covonaut"]["digest"],  # type: ignore[index]
                 **payload,
             },
@@ -340,6 +344,39 @@ def test_a_reload_mid_run_picks_the_run_up_from_the_store(shop: Shop) -> None:
     assert text == "Refunding both orders."
     assert isinstance(events[-1].outcome, agui.RunFinishedInterruptOutcome)
     assert len(events[-1].outcome.interrupts) == 2
+
+
+class _ProcessDied(BaseException):
+    """Stands in for the server's task cancelled, or its process killed, mid-call."""
+
+
+def test_a_reload_of_a_run_cut_short_mid_call_announces_the_calls_in_doubt(shop: Shop) -> None:
+    """A run cut short between a call and its result (the front end left while the tool
+    ran) is, at its next reload, paused on each call in doubt, as a worker pauses it:
+    the reload ends with a ``covonaut:in_doubt`` interrupt per call, which the reviewer
+    queue lists too, and runs nothing. (Each reload answered RUN_ERROR
+    ToolCallsInDoubtError, and the thread stayed running with nothing for a person to
+    act on; helper-109.)"""
+
+    def dies(ctx: ToolContext, args: dict[str, Any]) -> str:
+        raise _ProcessDied
+
+    config = bound_config(shop.make_config, shop.store, "cut")
+    dying = Tool("refund", "Refund an order", {"type": "object"}, dies)
+    with contextlib.suppress(_ProcessDied):
+        Agent(attrs.evolve(config, tools=[dying])).run("Refund my two orders.")
+    assert shop.store.load("cut").status is ThreadStatus.RUNNING
+
+    events = shop.run(user_says("cut", "Refund my two orders.", message_id="msg-0"))
+    finished = events[-1]
+    assert isinstance(finished, agui.RunFinishedEvent)
+    assert isinstance(finished.outcome, agui.RunFinishedInterruptOutcome)
+    kinds = {i.reason for i in finished.outcome.interrupts}
+    assert kinds == {"covonaut:in_doubt"}, kinds
+    thread = shop.store.load("cut")
+    assert thread.status is ThreadStatus.INTERRUPTED
+    assert {p.interrupt.tool_call_id for p in thread.pauses} == {c.call.id for c in thread.in_doubt}
+    assert shop.refunded == []
 
 
 def test_a_request_that_is_no_run_input_is_refused_before_anything_runs(shop: Shop) -> None:
@@ -565,3 +602,67 @@ def test_a_factory_that_raises_is_told_by_its_kind_and_logged(
     assert "RuntimeError" in response.json()["error"]
     assert "secret detail" not in response.text
     assert "secret detail" in caplog.text
+
+
+# Two reviewers resuming one thread at once ----------------------------------------------
+
+
+@settings(max_examples=8, deadline=None)
+@given(first_approves=st.booleans(), second_approves=st.booleans(), reversed_=st.booleans())
+def test_two_resumes_racing_are_each_recorded_whole_or_not_at_all(
+    first_approves: bool, second_approves: bool, reversed_: bool
+) -> None:
+    """Property: two reviewers resuming one thread at once, their saves made to meet
+    (each waits at its first save for the other), end with one resume recorded whole
+    and the other refused with nothing recorded, whatever each decides and in whatever
+    order their entries come. Decided one by one, each recorded its first decision and
+    failed on its second, both were told their resume failed, and a refund ran on an
+    approval its reviewer was told had failed (helper-109)."""
+    with tempfile.TemporaryDirectory() as directory:
+        shop = Shop(Path(directory))
+        interrupts = paused(shop)
+        meeting = threading.Barrier(2, timeout=10)
+        to_meet = [1, 2]  # the first save of each resume's decisions
+        save = shop.store.save
+
+        def meeting_save(thread: AgentThread) -> None:
+            with lock:
+                meets = bool(to_meet) and to_meet.pop() > 0
+            if meets:
+                meeting.wait()
+            save(thread)
+
+        lock = threading.Lock()
+
+        shop.store.save = meeting_save  # type: ignore[method-assign]
+        ends: dict[str, Any] = {}
+
+        def resume(reviewer: str, approved: bool, backwards: bool) -> None:
+            payload = {} if approved else {"reason": "not today"}
+            entries = approvals(interrupts, approved=approved, **payload)
+            body = {
+                **user_says("chat-1", "Refund my two orders."),
+                "runId": reviewer,
+                "resume": entries[::-1] if backwards else entries,
+            }
+            ends[reviewer] = shop.run(body, shop.token(reviewer))[-1]
+
+        racers = [
+            threading.Thread(target=resume, args=("dana", first_approves, False)),
+            threading.Thread(target=resume, args=("erin", second_approves, reversed_)),
+        ]
+        for racer in racers:
+            racer.start()
+        for racer in racers:
+            racer.join(30)
+        shop.store.save = save  # type: ignore[method-assign]
+        thread = shop.store.load("chat-1")
+        deciders = {thread.reviews.get(i.id).decision.reviewer for i in interrupts}  # type: ignore[union-attr]
+        assert len(deciders) == 1, deciders
+        (winner,) = deciders
+        loser = "erin" if winner == "dana" else "dana"
+        assert isinstance(ends[loser], agui.RunErrorEvent)
+        assert ends[loser].code == "StaleReviewError"
+        approved = first_approves if winner == "dana" else second_approves
+        assert len(shop.refunded) == (2 if approved else 0)
+        shop.store.close()

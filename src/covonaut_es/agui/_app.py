@@ -50,6 +50,7 @@ from covonaut_es.errors import (
     ThreadConflictError,
     ThreadNotFoundError,
     ThreadStateError,
+    ToolCallsInDoubtError,
 )
 from covonaut_es.runtime import Agent, AgentConfig, ReviewerVerifier, StreamItem
 from covonaut_es.runtime._config import bound_config
@@ -236,10 +237,15 @@ async def _run(
             items = _started(agent, run_input, open_pauses)
         translated = RunEvents(agent.messages)
         if items is not None:
-            async with contextlib.aclosing(items):
-                async for item in items:
-                    for event in translated.of(item):
-                        yield event
+            try:
+                async with contextlib.aclosing(items):
+                    async for item in items:
+                        for event in translated.of(item):
+                            yield event
+            except ToolCallsInDoubtError:
+                # A run cut short between calls and their results (its client left): as
+                # a worker does, pause on each call for a person to settle it.
+                await asyncio.to_thread(_paused_in_doubt, agent, service)
         waiting = interrupts(agent)
     except Exception as exc:  # told by its kind alone unless it is about the request
         for event in translated.closed() if translated else ():
@@ -254,6 +260,13 @@ async def _run(
     else:
         outcome = agui.RunFinishedSuccessOutcome()
     yield agui.RunFinishedEvent(thread_id=thread_id, run_id=run_id, outcome=outcome)
+
+
+def _paused_in_doubt(agent: Agent, service: ThreadService) -> None:
+    """Pause the agent's thread on its calls in doubt and read it again."""
+    service.pause_calls_in_doubt(agent.thread_id)
+    agent.close()
+    open_interrupt_ids(agent)
 
 
 async def _decided(

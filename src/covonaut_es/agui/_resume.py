@@ -24,6 +24,7 @@ from covonaut_es.errors import InvalidDecisionError
 from covonaut_es.service import (
     TEXT_FIELD,
     Action,
+    PauseAnswer,
     Reviewer,
     ReviewSubmission,
     ThreadService,
@@ -83,24 +84,18 @@ def checked(
 def record(
     service: ThreadService, thread_id: str, answers: Sequence[Answer], reviewer: Reviewer
 ) -> None:
-    """Record the checked answers, each through the service layer under ``reviewer``,
-    once every decision among them passes its review's policy and the reviewer's scopes
-    (so that a refused one leaves the others unrecorded too)."""
-    for answer in answers:
-        if answer.submission is not None:
-            service.check_decision(
-                answer.interrupt_id, answer.submission, reviewer=reviewer, thread_id=thread_id
-            )
-    for answer in answers:
-        if answer.submission is not None:
-            service.decide(
-                answer.interrupt_id, answer.submission, reviewer=reviewer, thread_id=thread_id
-            )
-        else:
-            call_id = answer.pause.interrupt.tool_call_id
-            service.answer(
-                thread_id, call_id, answer.answer, reviewer=reviewer, pause=answer.interrupt_id
-            )
+    """Record the checked answers under ``reviewer`` in one save through the service
+    layer: all of them, or none when one is refused."""
+    service.decide_together(
+        thread_id,
+        decisions={a.interrupt_id: a.submission for a in answers if a.submission is not None},
+        answers=[
+            PauseAnswer(a.pause.interrupt.tool_call_id, a.answer, a.interrupt_id)
+            for a in answers
+            if a.submission is None
+        ],
+        reviewer=reviewer,
+    )
 
 
 def _answer(entry: agui.ResumeEntry, pause: Pause, requests: Mapping[str, ReviewRequest]) -> Answer:

@@ -23,7 +23,13 @@ from covonaut_es.service._reviewers import (
     verified_reviewer,
 )
 from covonaut_es.service._runs import RunSession
-from covonaut_es.service._service import FoundReview, ReviewIndex, Settlement, ThreadService
+from covonaut_es.service._service import (
+    FoundReview,
+    PauseAnswer,
+    ReviewIndex,
+    Settlement,
+    ThreadService,
+)
 from covonaut_es.service._shown import shown_message
 from covonaut_es.service._submissions import (
     MAX_TEXT_CHARS,
@@ -48,6 +54,7 @@ __all__ = [
     "Action",
     "FoundReview",
     "HmacReviewerVerifier",
+    "PauseAnswer",
     "ReviewIndex",
     "ReviewSubmission",
     "Reviewer",

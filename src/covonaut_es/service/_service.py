@@ -59,6 +59,12 @@ _DECISIONS = {
     Action.RESPOND: Decision.RESPONDED,
 }
 
+RUNNER_STOPPED = (
+    "its runner stopped after recording the call and before its result; check the "
+    "external system, settle it, then resume"
+)
+"""Why a call is in doubt when a runner finds the run it takes over cut short there."""
+
 NOT_RUN_RESULT = "Not executed: a person checked and found that the call did not run."
 """What the model reads of a call in doubt settled as not run, with no note."""
 
@@ -75,6 +81,21 @@ class FoundReview:
 
     thread_id: str
     review: Review
+
+
+@attrs.frozen
+class PauseAnswer:
+    """A person's answer to a tool's pause, as :meth:`ThreadService.answer` takes it.
+
+    Attributes:
+        tool_call_id: The paused call.
+        text: What the model reads.
+        pause: The token of the pause the person saw, if the surface sent it.
+    """
+
+    tool_call_id: str
+    text: object
+    pause: object = None
 
 
 class ReviewIndex(Protocol):
@@ -224,23 +245,43 @@ class ThreadService:
         command = self._deciding(review_id, submission, reviewer)
         return self._change(self._thread_of_review(review_id, thread_id), command)
 
-    def check_decision(
+    def decide_together(
         self,
-        review_id: str,
-        submission: ReviewSubmission,
+        thread_id: str,
         *,
+        decisions: Mapping[str, ReviewSubmission],
+        answers: Sequence[PauseAnswer] = (),
         reviewer: Reviewer,
-        thread_id: str | None = None,
-    ) -> None:
-        """Raise what :meth:`decide` would raise now, recording nothing: for a surface
-        that takes several decisions at once and refuses them whole. The same command
-        runs on the thread as loaded, which is then dropped unsaved.
+    ) -> tuple[ReviewDecision, ...]:
+        """Record a reviewer's decisions on reviews of one thread, and answers to its
+        tools' pauses, in one save: all of them, or none. For a surface that takes
+        several at once (an AG-UI resume): decided one by one, two such requests racing
+        could each record a part while both were refused; a writer that got in between
+        makes the retry check the whole again.
+
+        Args:
+            thread_id: The thread whose reviews and pauses these are.
+            decisions: Each decision by review id, as :meth:`decide` takes it.
+            answers: Each answer, as :meth:`answer` takes it.
+            reviewer: Who decides and answers, from :meth:`reviewer`.
+
+        Returns:
+            The recorded decisions, in the order given.
 
         Raises:
-            ReviewerNotPermittedError: As :meth:`decide` (and its other errors alike).
+            CovonautError: What :meth:`decide` or :meth:`answer` raises for the first
+                one refused; nothing was recorded.
         """
-        thread = self.store.load(self._thread_of_review(review_id, thread_id))
-        self._deciding(review_id, submission, reviewer)(thread)
+        commands = [self._deciding(r, s, reviewer) for r, s in decisions.items()]
+        answering = [self._answering(a.tool_call_id, a.text, reviewer, a.pause) for a in answers]
+
+        def together(thread: AgentThread) -> tuple[ReviewDecision, ...]:
+            decided = tuple(command(thread) for command in commands)
+            for answer_it in answering:
+                answer_it(thread)
+            return decided
+
+        return self._change(thread_id, together)
 
     def _deciding(
         self, review_id: str, submission: ReviewSubmission, reviewer: Reviewer
@@ -328,13 +369,18 @@ class ThreadService:
             ReviewerNotPermittedError: The call's review needs a scope the reviewer
                 holds none of; nothing was recorded.
         """
+        self._change(thread_id, self._answering(tool_call_id, answer, reviewer, pause))
+
+    def _answering(
+        self, tool_call_id: str, answer: object, reviewer: Reviewer, pause: object
+    ) -> Callable[[AgentThread], None]:
         text = person_text(answer, "answer", required=True)
 
         def answer_it(thread: AgentThread) -> None:
             _check(thread, pause, tool_call_id, reviewer)
             thread.answer(tool_call_id, text, by=reviewer.id, now=self._clock())
 
-        self._change(thread_id, answer_it)
+        return answer_it
 
     def settle(
         self,
@@ -372,10 +418,11 @@ class ThreadService:
 
         self._change(thread_id, settle, leased=True)
 
-    def pause_calls_in_doubt(self, thread_id: str, reason: str) -> None:
+    def pause_calls_in_doubt(self, thread_id: str, reason: str = RUNNER_STOPPED) -> None:
         """Pause the thread on each of its calls in doubt (its runner stopped between a
         call and its result), for a person to settle; a runner's command, under the
-        thread's lease. A call a person asked to run again waits for a runner instead.
+        thread's lease, for a runner that finds a run cut short with calls no runner may
+        retry. A call a person asked to run again waits for a runner instead.
 
         Raises:
             ThreadBusyError: Another runner holds the thread.

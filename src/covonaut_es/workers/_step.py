@@ -71,13 +71,7 @@ def pause_in_doubt(store: Store, config: AgentConfig, thread_id: str) -> None:
     """Pause a thread on its calls in doubt, one pause per call, so that the reviewer
     queue (and inbox) show them to a person, who checks the external system and settles
     each call; a worker then resumes the thread."""
-    ThreadService(store, clock=config.clock).pause_calls_in_doubt(thread_id, IN_DOUBT_REASON)
-
-
-IN_DOUBT_REASON = (
-    "its runner stopped after recording the call and before its result; check the "
-    "external system, settle it, then resume"
-)
+    ThreadService(store, clock=config.clock).pause_calls_in_doubt(thread_id)
 
 
 def _next_submission(
