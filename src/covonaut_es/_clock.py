@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import UTC, datetime
 
+from covonaut_es._arguments import check_callable
 from covonaut_es.errors import ConfigurationError
 
 
@@ -20,12 +21,16 @@ class AwareClock:
 
     Args:
         clock: The clock to read.
+
+    Raises:
+        ConfigurationError: ``clock`` cannot be called (None failed only once read).
     """
 
     __slots__ = ("clock",)
     clock: Callable[[], datetime]
 
     def __init__(self, clock: Callable[[], datetime]) -> None:
+        check_callable("clock", clock)
         self.clock = clock.clock if isinstance(clock, AwareClock) else clock
 
     def __eq__(self, other: object) -> bool:

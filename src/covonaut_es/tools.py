@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable, Mapping
 from datetime import timedelta
@@ -12,6 +11,14 @@ import attrs
 import msgspec
 
 from covonaut_es import _logs
+from covonaut_es._arguments import (
+    check_callable,
+    check_text,
+    instance_of,
+    positive_seconds,
+    refuse,
+    validated,
+)
 from covonaut_es._review_policy import ReviewPolicy, ReviewPolicyFunction, review_rules
 from covonaut_es._schema import ArgumentsValidator, compile_schema, validation_error
 from covonaut_es._strict_json import FOR_THE_MODEL, JsonRefused, strict_loads
@@ -70,13 +77,10 @@ def check_seconds(name: str, value: object) -> None:
     """``name`` is None or a positive, finite number of seconds.
 
     Raises:
-        ValueError: Naming the setting and the value found.
+        ConfigurationError: Naming the setting and the value found.
     """
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
-        msg = f"{name} must be None or a positive number of seconds, got {value!r}"
-        raise ValueError(msg)
+    if value is not None:
+        positive_seconds(name, value)
 
 
 MAX_REVIEW_DEADLINE = timedelta(days=36_525)
@@ -93,17 +97,31 @@ def _is_wait(value: object) -> bool:
 def _check_deadline(_: Any, __: attrs.Attribute[Any], value: object) -> None:
     if value is None or callable(value) or _is_wait(value):
         return
-    msg = (
-        "review_deadline must be a positive timedelta of at most a hundred years, a policy "
-        f"or None, got {value!r}"
+    refuse(
+        "Tool.review_deadline",
+        "a positive timedelta of at most a hundred years, a policy or None",
+        value,
     )
-    raise ValueError(msg)
 
 
-def _check_name(_: Any, __: attrs.Attribute[str], value: str) -> None:
-    if not value or not value.replace("_", "").replace("-", "").isalnum():
+def _check_name(name: str, value: object) -> None:
+    check_text(name, value)
+    if not value or not value.replace("_", "").replace("-", "").isalnum():  # type: ignore[attr-defined]
         msg = f"tool name must be letters, digits, '_' or '-', got {value!r}"
-        raise ValueError(msg)
+        raise ConfigurationError(msg)
+
+
+_A_BOOL = instance_of(bool, "True or False")
+
+
+def _check_approval(name: str, value: object) -> None:
+    if not isinstance(value, bool) and not callable(value):
+        refuse(name, "True, False or a policy policy(args) -> bool", value)
+
+
+def _check_review(name: str, value: object) -> None:
+    if not isinstance(value, ReviewPolicy) and not callable(value):
+        refuse(name, "a ReviewPolicy, a policy policy(args) -> ReviewPolicy, or None", value)
 
 
 @attrs.frozen
@@ -147,34 +165,24 @@ class Tool:
             reviewer may decide anything.
     """
 
-    name: str = attrs.field(validator=_check_name)
-    description: str
+    name: str = attrs.field(validator=validated(_check_name))
+    description: str = attrs.field(validator=validated(check_text))
     parameters: Mapping[str, JsonValue]
-    func: ToolFunction = attrs.field(validator=attrs.validators.is_callable())
-    idempotent: bool = attrs.field(kw_only=True, default=False)
+    func: ToolFunction = attrs.field(validator=validated(check_callable))
+    idempotent: bool = attrs.field(kw_only=True, default=False, validator=_A_BOOL)
     requires_approval: bool | ApprovalPolicy = attrs.field(
-        kw_only=True,
-        default=False,
-        validator=attrs.validators.or_(
-            attrs.validators.instance_of(bool), attrs.validators.is_callable()
-        ),
+        kw_only=True, default=False, validator=validated(_check_approval)
     )
-    run_on_approval: bool = attrs.field(
-        kw_only=True, default=False, validator=attrs.validators.instance_of(bool)
-    )
+    run_on_approval: bool = attrs.field(kw_only=True, default=False, validator=_A_BOOL)
     timeout: float | None = attrs.field(kw_only=True, default=None, validator=check_timeout)
-    pin: ToolPin | None = attrs.field(kw_only=True, default=None)
+    pin: ToolPin | None = attrs.field(
+        kw_only=True, default=None, validator=instance_of(ToolPin, "a ToolPin", optional=True)
+    )
     review_deadline: timedelta | DeadlinePolicy | None = attrs.field(
         kw_only=True, default=None, validator=_check_deadline
     )
     review: ReviewPolicy | ReviewPolicyFunction | None = attrs.field(
-        kw_only=True,
-        default=None,
-        validator=attrs.validators.optional(
-            attrs.validators.or_(
-                attrs.validators.instance_of(ReviewPolicy), attrs.validators.is_callable()
-            )
-        ),
+        kw_only=True, default=None, validator=validated(_check_review, optional=True)
     )
     _validator: ArgumentsValidator = attrs.field(init=False, repr=False, eq=False)
 

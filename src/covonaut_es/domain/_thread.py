@@ -22,6 +22,7 @@ from uuid import UUID
 import msgspec
 from eventsourcing.domain import Aggregate
 
+from covonaut_es._arguments import check_text, check_whole
 from covonaut_es.domain._calls import event_key, has_key_form, requested_call
 from covonaut_es.domain._canonical import json_data
 from covonaut_es.domain._ids import check_thread_id, check_thread_stream, thread_aggregate_id
@@ -1316,7 +1317,16 @@ class AgentThread(Aggregate, created_event_name="Started"):
         self.trigger_event(self.Abandoned, reason=reason, abandoned_by=by, timestamp=now)
 
     def label(self, name: str, *, version: int | None, now: datetime) -> None:
-        """Give the thread (or one of its versions) a label; a name labels one thing."""
+        """Give the thread (or one of its versions) a label; a name labels one thing.
+
+        Raises:
+            ConfigurationError: ``label`` is no str, or ``version`` no whole number of
+                at least 1.
+            ThreadStateError: The label is blank, or the thread has no such version.
+        """
+        check_text("label", name)
+        if version is not None:
+            check_whole("version", version, least=1)
         if not name.strip():
             msg = "a label needs a non-empty name"
             raise ThreadStateError(msg)

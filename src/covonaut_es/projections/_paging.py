@@ -85,7 +85,7 @@ def decode_cursor(cursor: str) -> QueueKey:
     Raises:
         InvalidPageRequestError: It is not such a cursor.
     """
-    msg = "the page cursor is not one a page of the reviewer queue gave: ask for page one"
+    msg = "the page cursor (after) is not one a page of the reviewer queue gave: ask for page one"
     if not isinstance(cursor, str) or not 0 < len(cursor) <= _MAX_CURSOR_CHARS:
         raise InvalidPageRequestError(msg)
     try:
@@ -116,6 +116,6 @@ def checked_limit(limit: int) -> int:
         InvalidPageRequestError: It is below 1 or above :data:`MAX_PAGE_SIZE`.
     """
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE_SIZE:
-        msg = f"a page holds 1 to {MAX_PAGE_SIZE} items, not {limit!r}"
+        msg = f"a page holds 1 to {MAX_PAGE_SIZE} items (limit), not {limit!r}"
         raise InvalidPageRequestError(msg)
     return limit

@@ -23,6 +23,7 @@ from eventsourcing.projection import BaseProjectionRunner, Projection
 from eventsourcing.utils import Environment, resolve_topic
 
 from covonaut_es import _logs
+from covonaut_es._arguments import check_callable, check_instance, check_text, positive_seconds
 from covonaut_es._closing import Closing
 from covonaut_es.errors import ConfigurationError, CovonautError, ReadOnlyStoreError
 from covonaut_es.projections._items import (
@@ -231,6 +232,10 @@ class ReviewQueue(Closing):
             encrypted store is then sealed under the same key: its tables hold no thread
             id, reason or tool argument in clear.
         compress: Whether the store is compressed; default: as the store records it.
+
+    Raises:
+        ConfigurationError: ``store_url`` or ``view_url`` is no str, or the store's URL
+            is an application's (``StoreURLError``: a URL that is not understood).
     """
 
     def __init__(
@@ -241,6 +246,7 @@ class ReviewQueue(Closing):
         cipher_key: str | None = None,
         compress: bool | None = None,
     ) -> None:
+        check_text("ReviewQueue(store_url)", store_url)
         if store_url.startswith("application:"):  # the url of Store.from_application's
             msg = (
                 f"{redact(store_url)} is an application of your own, not a store's URL: open its "
@@ -279,6 +285,8 @@ class ReviewQueue(Closing):
         return queue
 
     def _configure(self, source: LogSource, view_url: str | None) -> None:
+        if view_url is not None:
+            check_text("ReviewQueue(view_url)", view_url)
         self._source = source
         self.store_url = source.shown
         self._view_url = view_url
@@ -348,7 +356,9 @@ class ReviewQueue(Closing):
             TimeoutError: The view is still behind after ``timeout`` seconds.
             SerializationError: The runner stopped on a record it cannot read (or
                 whatever else stopped it).
+            ConfigurationError: ``timeout`` is no positive number of seconds.
         """
+        positive_seconds("timeout", timeout)
         deadline = time.monotonic() + timeout
         # In this process, the projection says when the view advanced; a view that
         # another process keeps is looked at again every tick.
@@ -395,14 +405,23 @@ class ReviewQueue(Closing):
 
         Raises:
             InvalidPageRequestError: The cursor or the limit is not one the queue serves.
+            ConfigurationError: ``newest_first`` is no bool, or ``where`` not callable.
         """
+        check_instance("newest_first", newest_first, bool, "True or False")
+        if where is not None:
+            check_callable("where", where)
         return self.view().page(
             after=after, limit=limit, only=only, newest_first=newest_first, where=where
         )
 
     def threads_with_review(self, review_id: str, store: Store) -> tuple[str, ...] | None:
         """The threads where the review is pending, from the view's index of review ids;
-        None while the view is behind ``store``'s log (it cannot tell yet)."""
+        None while the view is behind ``store``'s log (it cannot tell yet).
+
+        Raises:
+            ConfigurationError: ``review_id`` is no str.
+        """
+        check_text("review_id", review_id)
         view = self.view()
         position = self.position()
         found = view.threads_with_review(review_id)

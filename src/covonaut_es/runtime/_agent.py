@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import AsyncGenerator
 from typing import Any
 
+from covonaut_es._arguments import check_instance, check_text
 from covonaut_es.domain import (
     Interrupt,
     Pause,
@@ -249,6 +250,7 @@ class Agent(ReviewCommands, StateCommands):
         Raises:
             ThreadStateError: The call is not open, or not exactly one of ``result``,
                 ``ran=False`` and ``retry`` was given.
+            ConfigurationError: ``tool_call_id`` is no str, or ``retry`` or ``ran`` no bool.
         """
         self._perform(self._settling(tool_call_id, result, retry, ran))
 
@@ -326,6 +328,9 @@ class Agent(ReviewCommands, StateCommands):
         )
 
     def _settling(self, tool_call_id: str, result: Any, retry: bool, ran: bool) -> MakeProgram:
+        check_text("tool_call_id", tool_call_id)
+        check_instance("retry", retry, bool, "True or False")
+        check_instance("ran", ran, bool, "True or False")
         given = result is not _NO_RESULT
         if (retry and (given or not ran)) or (not retry and ran and not given):
             msg = (

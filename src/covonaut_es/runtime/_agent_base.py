@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import cast
 
 from covonaut_es import _logs
+from covonaut_es._arguments import check_instance
 from covonaut_es._closing import Closing
 from covonaut_es.domain import AgentThread, RunMode
 from covonaut_es.errors import ThreadStateError
@@ -46,6 +47,7 @@ class AgentBase(Closing):
     """An agent's hold on its thread: binding, one command at a time, and commits."""
 
     def __init__(self, config: AgentConfig) -> None:
+        check_instance("Agent(config)", config, AgentConfig, "an AgentConfig")
         self.config = config
         settings = config.checkpoint
         self._thread_id = settings.thread_id if settings else DEFAULT_THREAD_ID
@@ -60,7 +62,7 @@ class AgentBase(Closing):
         # Without checkpoint settings the thread lives in this agent's own memory store.
         self._own_store: Store | None = None if settings else open_store("memory://")
         store = settings.store if settings else self._own_store
-        assert store is not None
+        assert store is not None  # the settings' store is checked to be a Store
         self._service = ThreadService(store, verifier=config.reviewer_verifier, clock=config.clock)
         self._thread: AgentThread | None = None
         self._published_version = 0  # the last event handed to on_event and the log

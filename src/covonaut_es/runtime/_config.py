@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal, cast, get_args
 
 import attrs
 
+from covonaut_es._arguments import (
+    check_callable,
+    check_instance,
+    check_text,
+    check_whole,
+    instance_of,
+    refuse,
+    validated,
+)
 from covonaut_es._clock import AwareClock, utc_now
 from covonaut_es.domain import AgentThread, thread_aggregate_id
 from covonaut_es.errors import ConfigurationError, ToolServerError
@@ -26,28 +36,56 @@ from covonaut_es.tools import Tool, ToolSource, check_timeout
 Durability = Literal["step", "checkpoint"]
 
 
-def _at_least(least: int) -> Callable[[object, attrs.Attribute[int], object], None]:
+def _at_least(least: int) -> Any:
     """An attrs validator: the setting is a whole number (no bool, no float) of at least
     ``least``; a float or a string would fail only once a run started."""
+    return validated(lambda name, value: check_whole(name, value, least=least))
 
-    def check(_: object, attribute: attrs.Attribute[int], value: object) -> None:
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            msg = (
-                f"AgentConfig.{attribute.name} must be a whole number of at least {least}, "
-                f"got {value!r}"
-            )
-            raise ConfigurationError(msg)
 
-    return check
+def _items(what: str, items: object, kind: type, expected: str) -> tuple[Any, ...]:
+    """The ``AgentConfig.{what}`` items as a tuple, refusing what is no iterable of
+    ``kind`` (a tool that is no Tool failed with an AttributeError)."""
+    name = f"AgentConfig.{what}"
+    if isinstance(items, str | bytes | Mapping) or not isinstance(items, Iterable):
+        refuse(name, f"an iterable of {expected}", items)
+    found = tuple(items)
+    for item in found:
+        check_instance(f"an item of {name}", item, kind, expected)
+    return found
 
 
 def _tools(tools: Iterable[Tool]) -> tuple[Tool, ...]:
     # A typed converter: with the bare ``tuple`` type checkers accept no list of tools.
-    return tuple(tools)
+    return _items("tools", tools, Tool, "Tool")
 
 
 def _tool_sources(sources: Iterable[ToolSource]) -> tuple[ToolSource, ...]:
-    return tuple(sources)
+    return _items("mcp_servers", sources, ToolSource, "tool sources (MCPServer)")
+
+
+def _steps(what: str, steps: object) -> Mapping[int, Upcaster]:
+    """Upcasters keyed by step as a read-only copy, refusing what is no mapping (None
+    failed with "'NoneType' object is not iterable")."""
+    check_instance(what, steps, Mapping, "a mapping of upcasters keyed by version")
+    return frozen_steps(cast(Mapping[int, Upcaster], steps))
+
+
+def _snapshot_migrators(steps: Mapping[int, Upcaster]) -> Mapping[int, Upcaster]:
+    return _steps("CheckpointSettings.migrators", steps)
+
+
+def _state_migrators(steps: Mapping[int, Upcaster]) -> Mapping[int, Upcaster]:
+    return _steps("AgentConfig.state_migrators", steps)
+
+
+def _has_method(method: str, expected: str, *, optional: bool = False) -> Any:
+    """An attrs validator: the setting has a method ``method`` (a protocol's)."""
+
+    def check(name: str, value: object) -> None:
+        if not callable(getattr(value, method, None)):
+            refuse(name, expected, value)
+
+    return validated(check, optional=optional)
 
 
 def _unique_tools(
@@ -58,6 +96,11 @@ def _unique_tools(
     if duplicates:
         msg = f"tool names must be unique, these repeat: {duplicates}"
         raise ValueError(msg)
+
+
+def _durability(name: str, value: object) -> None:
+    if value not in get_args(Durability) or not isinstance(value, str):
+        refuse(name, " or ".join(map(repr, get_args(Durability))), value)
 
 
 def _snapshot_steps(
@@ -72,22 +115,15 @@ def _thread_id(_: object, __: attrs.Attribute[str], thread_id: str) -> None:
         thread_aggregate_id(thread_id)
 
 
-def _state_store(_: object, __: attrs.Attribute[StateStore | None], store: object) -> None:
-    if store is not None and not isinstance(store, StateStore):
-        msg = (
-            "AgentConfig.state_store must be a MemoryStateStore, a FileStateStore or a "
-            f"Store (anything with write_state and read_state), got {store!r}"
-        )
-        raise ConfigurationError(msg)
+_TEXT = validated(check_text)
+_A_BOOL = instance_of(bool, "True or False")
+_A_CALLABLE = validated(check_callable, optional=True)
 
 
-def _tracer_provider(_: object, __: attrs.Attribute[object], provider: object) -> None:
-    if provider is not None and not callable(getattr(provider, "get_tracer", None)):
-        msg = (
-            "AgentConfig.tracer_provider must be an OpenTelemetry TracerProvider (anything "
-            f"with get_tracer), or None for the global one; got {type(provider).__name__}"
-        )
-        raise ConfigurationError(msg)
+def _temperature(name: str, value: object) -> None:
+    check_instance(name, value, (int, float), "a number of at least 0, or None")
+    if not 0 <= value < math.inf:  # type: ignore[operator]  # a number, checked above
+        refuse(name, "a number of at least 0, or None", value)
 
 
 def _state_document_steps(
@@ -117,15 +153,15 @@ class CheckpointSettings:
             its events.
     """
 
-    store: Store
+    store: Store = attrs.field(validator=instance_of(Store, "a Store (see open_store)"))
     thread_id: str = attrs.field(default="", validator=_thread_id)
-    save_on_turn_start: bool = False
-    skip_save_on_turn_end: bool = False
-    durability: Durability = attrs.field(
-        default="step", validator=attrs.validators.in_(("step", "checkpoint"))
-    )
+    save_on_turn_start: bool = attrs.field(default=False, validator=_A_BOOL)
+    skip_save_on_turn_end: bool = attrs.field(default=False, validator=_A_BOOL)
+    durability: Durability = attrs.field(default="step", validator=validated(_durability))
     migrators: Mapping[int, Upcaster] = attrs.field(
-        default=NO_MIGRATORS, converter=frozen_steps, validator=_snapshot_steps
+        default=NO_MIGRATORS,
+        converter=_snapshot_migrators,
+        validator=_snapshot_steps,
     )
 
 
@@ -195,28 +231,62 @@ class AgentConfig:
             validator of its answers; None for an untyped answer.
     """
 
-    provider: Provider | AsyncProvider
-    model: str = ""
-    name: str = "agent"
+    provider: Provider | AsyncProvider = attrs.field(
+        validator=_has_method("complete", "a model provider (anything with complete)")
+    )
+    model: str = attrs.field(default="", validator=_TEXT)
+    name: str = attrs.field(default="agent", validator=_TEXT)
     tools: tuple[Tool, ...] = attrs.field(default=(), converter=_tools, validator=_unique_tools)
-    system_prompt: str = ""
+    system_prompt: str = attrs.field(default="", validator=_TEXT)
     max_turns: int = attrs.field(default=10, validator=_at_least(1))
-    checkpoint: CheckpointSettings | None = None
-    parallel_tools: bool = False
-    compactor: Compactor | None = None
-    max_tokens: int | None = None
-    temperature: float | None = None
+    checkpoint: CheckpointSettings | None = attrs.field(
+        default=None, validator=instance_of(CheckpointSettings, "CheckpointSettings", optional=True)
+    )
+    parallel_tools: bool = attrs.field(default=False, validator=_A_BOOL)
+    compactor: Compactor | None = attrs.field(
+        default=None,
+        validator=_has_method("plan", "a Compactor (anything with plan)", optional=True),
+    )
+    max_tokens: int | None = attrs.field(
+        default=None, validator=validated(lambda n, v: check_whole(n, v, least=1), optional=True)
+    )
+    temperature: float | None = attrs.field(
+        default=None, validator=validated(_temperature, optional=True)
+    )
     clock: Callable[[], datetime] = attrs.field(default=utc_now, converter=AwareClock)
-    on_event: Callable[[AgentThread.Event], None] | None = None
-    on_delta: Callable[[Delta], None] | None = None
-    reviewer_verifier: ReviewerVerifier | None = None
-    state_store: StateStore | None = attrs.field(default=None, validator=_state_store)
+    on_event: Callable[[AgentThread.Event], None] | None = attrs.field(
+        default=None, validator=_A_CALLABLE
+    )
+    on_delta: Callable[[Delta], None] | None = attrs.field(default=None, validator=_A_CALLABLE)
+    reviewer_verifier: ReviewerVerifier | None = attrs.field(
+        default=None,
+        validator=_has_method("verify", "a ReviewerVerifier (anything with verify)", optional=True),
+    )
+    state_store: StateStore | None = attrs.field(
+        default=None,
+        validator=instance_of(
+            StateStore,
+            "a MemoryStateStore, a FileStateStore or a Store (anything with write_state and "
+            "read_state)",
+            optional=True,
+        ),
+    )
     state_migrators: Mapping[int, Upcaster] = attrs.field(
-        default=NO_MIGRATORS, converter=frozen_steps, validator=_state_document_steps
+        default=NO_MIGRATORS,
+        converter=_state_migrators,
+        validator=_state_document_steps,
     )
     tool_timeout: float | None = attrs.field(default=None, validator=check_timeout)
-    tracer_provider: object | None = attrs.field(default=None, validator=_tracer_provider)
-    trace_content: bool = False
+    tracer_provider: object | None = attrs.field(
+        default=None,
+        validator=_has_method(
+            "get_tracer",
+            "an OpenTelemetry TracerProvider (anything with get_tracer), or None for the "
+            "global one",
+            optional=True,
+        ),
+    )
+    trace_content: bool = attrs.field(default=False, validator=_A_BOOL)
     mcp_servers: tuple[ToolSource, ...] = attrs.field(default=(), converter=_tool_sources)
     output_type: object | None = None
     output_retries: int = attrs.field(default=2, validator=_at_least(0))

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from covonaut_es._aio import in_worker_thread
+from covonaut_es._arguments import check_text
 from covonaut_es.domain import ReviewDecision
 from covonaut_es.runtime._agent_base import AgentBase
 from covonaut_es.service import Action, ReviewSubmission, review_submission
@@ -103,6 +104,7 @@ class ReviewCommands(AgentBase):
     def _decide(
         self, review_id: str, credential: Any, submission: Callable[[], ReviewSubmission]
     ) -> ReviewDecision:
+        check_text("review_id", review_id)
         verified = self._service.reviewer(credential)  # before anything is read
         checked = submission()
         with self._exclusive():

@@ -61,7 +61,8 @@ class StateCommands(AgentBase):
         settings = self._require_checkpointing("restore_latest_checkpoint()")
         with self._run_lock:
             thread = settings.store.load(
-                thread_id or self._thread_id, snapshot_migrators=settings.migrators
+                self._thread_id if thread_id is None else thread_id,
+                snapshot_migrators=settings.migrators,
             )
             self._thread_id = thread.thread_id
             self._bind(thread)
@@ -126,7 +127,7 @@ class StateCommands(AgentBase):
         document, stored_version = decode_state_document(
             data, where=f"state {key!r} in {store!r}", migrators=self.config.state_migrators
         )
-        new_thread_id = thread_id or f"{key}-{uuid.uuid4().hex[:12]}"
+        new_thread_id = f"{key}-{uuid.uuid4().hex[:12]}" if thread_id is None else thread_id
         settings = self.config.checkpoint
         if settings is not None and settings.store.exists(new_thread_id):
             msg = (

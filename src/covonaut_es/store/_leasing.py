@@ -24,6 +24,7 @@ from uuid import UUID
 import msgspec
 from eventsourcing.application import Application
 
+from covonaut_es.domain import thread_aggregate_id
 from covonaut_es.errors import ThreadBusyError
 from covonaut_es.store._backend import Backend
 from covonaut_es.store._leases import (
@@ -124,7 +125,9 @@ class Leasing:
             await asyncio.shield(asyncio.to_thread(self.leases.release, lease))
 
     def held_lease(self, thread_id: str) -> Lease | None:
-        """As :meth:`covonaut_es.Store.held_lease`."""
+        """As :meth:`covonaut_es.Store.held_lease`; every lease is looked up here first,
+        so it is where an id that is no str is refused."""
+        thread_aggregate_id(thread_id)
         return _HELD.get().get((self.leases.database, thread_id))
 
     def _with_held(self, lease: Lease) -> Mapping[tuple[str, str], Lease]:

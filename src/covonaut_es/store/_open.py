@@ -14,6 +14,7 @@ from uuid import UUID
 import attrs
 from eventsourcing.application import Application
 
+from covonaut_es._arguments import check_text
 from covonaut_es._clock import utc_now
 from covonaut_es.errors import ConfigurationError
 from covonaut_es.store._application import (
@@ -101,6 +102,7 @@ def open_store(
         ReadOnlyStoreError: The SQLite file is read-only and the open may write.
         StoreUnavailableError: The database cannot be reached.
     """
+    check_text("open_store(url)", url)
     with secrets_hidden(url):  # the store is given the URL as its messages show it
         env = store_env(url, cipher_key=cipher_key, compress=compress)
         if chain_key is not None:

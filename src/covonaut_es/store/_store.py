@@ -21,6 +21,7 @@ from uuid import UUID
 from eventsourcing.application import Application
 
 from covonaut_es._aio import in_worker_thread
+from covonaut_es._arguments import check_instance, check_text, check_whole
 from covonaut_es._clock import utc_now
 from covonaut_es._closing import Closing
 from covonaut_es.domain import (
@@ -75,12 +76,7 @@ class Store(Closing):
         application: Application[UUID] | None = None,
         clock: Callable[[], datetime] = utc_now,
     ) -> None:
-        if max_checkpoints_per_thread < 0:
-            msg = (
-                "max_checkpoints_per_thread must be 0 (no cap) or more, "
-                f"got {max_checkpoints_per_thread}"
-            )
-            raise ConfigurationError(msg)
+        check_whole("max_checkpoints_per_thread", max_checkpoints_per_thread, least=0)
         self.url = redact(url)
         self.read_only = env.get(READ_ONLY) == "y"
         self.max_checkpoints_per_thread = max_checkpoints_per_thread
@@ -164,7 +160,10 @@ class Store(Closing):
         Raises:
             ThreadNotFoundError: The thread has no events (at that version).
             SerializationError: A stored event cannot be read.
+            ConfigurationError: ``version`` is no whole number of at least 0, or
+                ``snapshot_migrators`` no mapping.
         """
+        _check_read(version, snapshot_migrators)
         return self._reader.load(thread_id, version=version, snapshot_migrators=snapshot_migrators)
 
     def find(
@@ -175,6 +174,7 @@ class Store(Closing):
         snapshot_migrators: Mapping[int, Upcaster] = NO_MIGRATORS,
     ) -> AgentThread | None:
         """Like :meth:`load`, but None when the thread does not exist."""
+        _check_read(version, snapshot_migrators)
         return self._reader.find(thread_id, version=version, snapshot_migrators=snapshot_migrators)
 
     def exists(self, thread_id: str) -> bool:
@@ -188,7 +188,12 @@ class Store(Closing):
 
     def events_after(self, thread_id: str, version: int) -> tuple[AgentThread.Event, ...]:
         """The thread's own events after ``version``, in order (what other writers
-        appended since a runner loaded it at that version)."""
+        appended since a runner loaded it at that version).
+
+        Raises:
+            ConfigurationError: ``version`` is no whole number of at least 0.
+        """
+        check_whole("version", version, least=0)
         return self._reader.events_after(thread_id, version)
 
     def threads_with_review(self, review_id: str) -> tuple[str, ...]:
@@ -197,7 +202,12 @@ class Store(Closing):
         review requests and forks, not from the threads themselves: through the store's
         index of them where it keeps one (a lookup by key), kept only if it names a
         thread, the first one named asked for the review and each one holds it, else
-        from the log (ADR 0078)."""
+        from the log (ADR 0078).
+
+        Raises:
+            ConfigurationError: ``review_id`` is no str.
+        """
+        check_text("review_id", review_id)
         if self._review_index is not None:
             indexed = self._review_index.holders(review_id, self._records)
             if indexed and all(
@@ -280,7 +290,9 @@ class Store(Closing):
                 of this save was stored.
             LeaseLostError: The run lease this task holds on the thread was lost;
                 nothing of this save was stored.
+            ConfigurationError: ``thread`` is no AgentThread.
         """
+        check_instance("thread", thread, AgentThread, "an AgentThread")
         self._writer.save(thread)
 
     def snapshot_if_due(self, thread: AgentThread, *, at_rest: bool = False) -> bool:
@@ -303,7 +315,12 @@ class Store(Closing):
 
         Returns:
             Whether a snapshot was written.
+
+        Raises:
+            ConfigurationError: ``thread`` is no AgentThread, or ``at_rest`` no bool.
         """
+        check_instance("thread", thread, AgentThread, "an AgentThread")
+        check_instance("at_rest", at_rest, bool, "True or False")
         return self._writer.snapshot_if_due(thread, at_rest=at_rest)
 
     # Audits -------------------------------------------------------------------------
@@ -348,7 +365,13 @@ class Store(Closing):
             ThreadNotFoundError: The parent, the version or the checkpoint is missing.
             ThreadConflictError: A thread with ``new_thread_id`` already exists.
             InvalidThreadIdError: ``new_thread_id`` is not a valid thread id.
+            ConfigurationError: ``at_version`` or ``at_checkpoint`` is no whole number
+                of at least 1, or ``now`` no datetime.
         """
+        for name, number in (("at_version", at_version), ("at_checkpoint", at_checkpoint)):
+            if number is not None:
+                check_whole(name, number, least=1)
+        _check_now(now)
         return self._forks.fork(
             thread_id,
             at_version=at_version,
@@ -359,13 +382,26 @@ class Store(Closing):
 
     def abandon(self, thread_id: str, reason: str = "", *, now: datetime | None = None) -> None:
         """Give a thread up: its pending reviews leave the reviewer queue and no run
-        starts on it again (a fork of it still can)."""
+        starts on it again (a fork of it still can).
+
+        Raises:
+            ConfigurationError: ``reason`` is no str, or ``now`` no datetime.
+        """
+        check_text("reason", reason)
+        _check_now(now)
         self._forks.abandon(thread_id, reason, now=now)
 
     def label(
         self, thread_id: str, label: str, *, version: int | None = None, now: datetime | None = None
     ) -> None:
-        """Label a thread, or one of its versions; labels are events of the thread."""
+        """Label a thread, or one of its versions; labels are events of the thread.
+
+        Raises:
+            ConfigurationError: ``label`` is no str, ``version`` no whole number of at
+                least 1, or ``now`` no datetime.
+            ThreadStateError: The label is blank, or the thread has no such version.
+        """
+        _check_now(now)
         self._forks.label(thread_id, label, version=version, now=now)
 
     def forks(self) -> tuple[ForkRecord, ...]:
@@ -438,18 +474,32 @@ class Store(Closing):
             yield lease
 
     def held_lease(self, thread_id: str) -> Lease | None:
-        """The lease of the thread the current task holds in this store's database."""
+        """The lease of the thread the current task holds in this store's database.
+
+        Raises:
+            InvalidThreadIdError: The id is no str.
+        """
         return self._leasing.held_lease(thread_id)
 
     def name_lease_holder(self, holder: str) -> None:
         """Name who holds the leases this store takes (a worker names itself), shown
-        to runners that find a thread busy."""
+        to runners that find a thread busy.
+
+        Raises:
+            ConfigurationError: ``holder`` is no str.
+        """
+        check_text("holder", holder)
         self._leasing.name_lease_holder(holder)
 
     def publish_worker(self, record: WorkerRecord) -> None:
         """Write a live worker's record (its heartbeat) to the registry. In an
         encrypted store the threads it holds and the calls it runs are sealed under the
-        store's key."""
+        store's key.
+
+        Raises:
+            ConfigurationError: ``record`` is no WorkerRecord.
+        """
+        check_instance("record", record, WorkerRecord, "a WorkerRecord")
         self._leasing.publish_worker(record)
 
     def live_workers(self) -> tuple[WorkerRecord, ...]:
@@ -484,7 +534,9 @@ class Store(Closing):
 
         Raises:
             InvalidStateKeyError: The key is not allowed.
+            ConfigurationError: ``document`` is no mapping.
         """
+        check_instance("document", document, Mapping, "a mapping of JSON values")
         self._states.write_state(key, document)
 
     def read_state(self, key: str) -> dict[str, Any] | None:
@@ -524,7 +576,12 @@ class Store(Closing):
         return self._records.log_position()
 
     def log_position(self, consumer: str) -> int:
-        """The last log position ``consumer`` recorded as done (0 before any)."""
+        """The last log position ``consumer`` recorded as done (0 before any).
+
+        Raises:
+            ConfigurationError: ``consumer`` is no str.
+        """
+        check_text("consumer", consumer)
         return self._positions.log_position(consumer)
 
     def record_log_position(self, consumer: str, position: int) -> None:
@@ -534,7 +591,11 @@ class Store(Closing):
             ReadOnlyStoreError: The store was opened read-only.
             IntegrityError: The position was recorded already (another process of the
                 same consumer got there first).
+            ConfigurationError: ``consumer`` is no str, or ``position`` no whole number
+                of at least 0.
         """
+        check_text("consumer", consumer)
+        check_whole("position", position, least=0)
         self._positions.record_log_position(consumer, position)
 
     # Lifecycle --------------------------------------------------------------------
@@ -551,3 +612,17 @@ class Store(Closing):
 
     def __repr__(self) -> str:
         return f"Store({self.url!r})"
+
+
+def _check_read(version: object, snapshot_migrators: object) -> None:
+    """A read's ``version`` is None or a whole number (1.5 was read as 1; at 0 no
+    thread exists), and its ``snapshot_migrators`` a mapping."""
+    if version is not None:
+        check_whole("version", version, least=0)
+    check_instance("snapshot_migrators", snapshot_migrators, Mapping, "a mapping of upcasters")
+
+
+def _check_now(now: object) -> None:
+    """An event's ``now`` is None (the store's clock) or a datetime."""
+    if now is not None:
+        check_instance("now", now, datetime, "a timezone-aware datetime or None")

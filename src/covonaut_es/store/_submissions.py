@@ -28,7 +28,7 @@ class Submissions:
     def submit(self, thread_id: str, text: str) -> int:
         """As :meth:`covonaut_es.Store.submit`."""
         if not isinstance(text, str):
-            msg = f"submitted input must be a string, got {type(text).__name__}"
+            msg = f"submitted input (text) must be a string, got {type(text).__name__}"
             raise InvalidSubmissionError(msg)
         try:
             text.encode("utf-8")

@@ -15,10 +15,17 @@ from uuid import UUID
 import attrs
 
 from covonaut_es import _logs
+from covonaut_es._arguments import (
+    check_callable,
+    check_instance,
+    check_text,
+    check_whole,
+    positive_seconds,
+    refuse,
+)
 from covonaut_es._clock import AwareClock, utc_now
 from covonaut_es._closing import Closing
 from covonaut_es.errors import (
-    ConfigurationError,
     StoreFileReplacedError,
     ThreadBusyError,
     ToolCallsInDoubtError,
@@ -89,6 +96,10 @@ class Worker(Closing):
         clock: The time deadlines are judged by and the sweep's events record; the
             store's clock by default. A time it gives without a timezone is a
             ``ConfigurationError`` naming it.
+
+    Raises:
+        ConfigurationError: An argument is of the wrong type or out of range (a
+            concurrency of 0, a poll interval that is no positive number of seconds).
     """
 
     def __init__(
@@ -103,12 +114,18 @@ class Worker(Closing):
         notice_lead: timedelta | None = None,
         clock: Callable[[], datetime] | None = None,
     ) -> None:
-        if concurrency < 1:
-            msg = f"a worker's concurrency must be at least 1, got {concurrency}"
-            raise ConfigurationError(msg)
-        if notice_lead is not None and notice_lead <= timedelta(0):
-            msg = f"a worker's notice_lead must be a positive timedelta, got {notice_lead!r}"
-            raise ConfigurationError(msg)
+        check_instance("Worker(store)", store, Store, "a Store (see open_store)")
+        check_callable("Worker(make_config)", make_config)
+        check_whole("Worker(concurrency)", concurrency, least=1)
+        positive_seconds("Worker(poll_interval)", poll_interval)
+        if worker_id is not None:
+            check_text("Worker(worker_id)", worker_id)
+        if notice_lead is not None:
+            check_instance("Worker(notice_lead)", notice_lead, timedelta, "a timedelta")
+            if notice_lead <= timedelta(0):
+                refuse("Worker(notice_lead)", "a positive timedelta", notice_lead)
+        if notifier is not None:
+            check_callable("Worker(notifier)", notifier)
         self.store = store
         self.make_config = make_config
         self.concurrency = concurrency
@@ -129,7 +146,7 @@ class Worker(Closing):
         self._candidates = Candidates(self._ready)
         self._deadlines = ReviewDeadlines()
         self.notice_lead = notice_lead
-        self._clock = AwareClock(clock or store.clock)
+        self._clock = AwareClock(store.clock if clock is None else clock)
         self._service = ThreadService(store, clock=self._clock)
         self._sender = None if notifier is None else NoticeSender(store, notifier)
         self._position = 0

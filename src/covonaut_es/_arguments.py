@@ -1,0 +1,100 @@
+"""The checks of a public call's arguments where they enter: each refuses a value of the
+wrong type with a ``ConfigurationError`` naming the argument and the type found, before
+anything uses it (a wrong type used later fails with an AttributeError from deep inside,
+or is silently taken for another value: a version 1.5 read as 1)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+import attrs
+
+from covonaut_es.errors import ConfigurationError
+
+
+def refuse(name: str, expected: str, value: object) -> NoReturn:
+    """Raise the error refusing ``value`` as argument ``name``, which should be
+    ``expected``.
+
+    Raises:
+        ConfigurationError: Always; naming the argument, what it takes and the type found.
+    """
+    msg = f"{name} must be {expected}, got {type(value).__name__} {value!r:.60}"
+    raise ConfigurationError(msg)
+
+
+def check_instance(name: str, value: object, types: type | tuple[type, ...], expected: str) -> None:
+    """``value`` of argument ``name`` is an instance of ``types`` (no bool where those
+    take an int).
+
+    Raises:
+        ConfigurationError: It is not.
+    """
+    if not isinstance(value, types) or (isinstance(value, bool) and bool not in _tuple(types)):
+        refuse(name, expected, value)
+
+
+def check_text(name: str, value: object) -> None:
+    """``value`` of argument ``name`` is a str.
+
+    Raises:
+        ConfigurationError: It is not.
+    """
+    check_instance(name, value, str, "a str")
+
+
+def check_callable(name: str, value: object) -> None:
+    """``value`` of argument ``name`` can be called.
+
+    Raises:
+        ConfigurationError: It cannot.
+    """
+    if not callable(value):
+        refuse(name, "callable", value)
+
+
+def check_whole(name: str, value: object, *, least: int) -> None:
+    """``value`` of argument ``name`` is a whole number (an int, not a bool nor a float)
+    of at least ``least``: a version, a count, a position.
+
+    Raises:
+        ConfigurationError: It is not.
+    """
+    check_instance(name, value, int, f"a whole number of at least {least}")
+    if value < least:  # type: ignore[operator]  # an int, checked above
+        refuse(name, f"a whole number of at least {least}", value)
+
+
+def positive_seconds(name: str, value: object) -> None:
+    """``value`` of argument ``name`` is a positive, finite number of seconds.
+
+    Raises:
+        ConfigurationError: It is not.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        refuse(name, "a positive number of seconds", value)
+
+
+def validated(check: Callable[[str, Any], None], *, optional: bool = False) -> Any:
+    """An attrs validator running ``check(name, value)``, the name being the class's
+    and the attribute's (``AgentConfig.clock``); with ``optional``, None passes."""
+
+    def validate(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+        if not (optional and value is None):
+            check(f"{type(instance).__name__}.{attribute.name}", value)
+
+    return validate
+
+
+def instance_of(types: type | tuple[type, ...], expected: str, *, optional: bool = False) -> Any:
+    """An attrs validator: the attribute is an instance of ``types`` (see
+    :func:`check_instance`); with ``optional``, or None."""
+    return validated(
+        lambda name, value: check_instance(name, value, types, expected), optional=optional
+    )
+
+
+def _tuple(types: type | tuple[type, ...]) -> tuple[type, ...]:
+    return types if isinstance(types, tuple) else (types,)

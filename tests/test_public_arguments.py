@@ -1,0 +1,514 @@
+"""Every public constructor and method refuses an argument of the wrong type where it
+enters, with the library's typed error naming the argument (helper-105's family)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import math
+import secrets
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from covonaut_es import (
+    Agent,
+    AgentConfig,
+    CheckpointSettings,
+    HmacReviewerVerifier,
+    ReviewQueue,
+    ScriptedProvider,
+    Tool,
+    ToolContext,
+    Worker,
+    open_store,
+)
+from covonaut_es.errors import CovonautError
+from covonaut_es.store._leases import WorkerRecord
+from support import OBJECT_SCHEMA, answer, call, echo_tool, ticking_clock
+
+WRONG: dict[str, object] = {
+    "None": None,
+    "0": 0,
+    "-1": -1,
+    "1.5": 1.5,
+    "nan": math.nan,
+    "''": "",
+    "b'x'": b"x",
+    "[]": [],
+    "object()": object(),
+}
+"""The wrong values tried in each argument's place, by label."""
+
+
+class ProcessDied(BaseException):
+    """Stands in for the process dying inside a tool, leaving its call in doubt."""
+
+
+def _pay(ctx: ToolContext, args: dict[str, Any]) -> str:
+    return "paid"
+
+
+def _transfer(ctx: ToolContext, args: dict[str, Any]) -> str:
+    raise ProcessDied
+
+
+class World:
+    """What the calls act on, each part made when a call first needs it: a store with a
+    thread ``t`` paused on a review of ``pay``, and an agent on it."""
+
+    def __init__(self) -> None:
+        self.verifier = HmacReviewerVerifier(secrets.token_bytes(32))
+        self.token = self.verifier.issue_token("rita", ttl_seconds=600)
+        self.store = open_store("memory://")
+
+    def config(self, **options: Any) -> AgentConfig:
+        tool = Tool("pay", "Pay", OBJECT_SCHEMA, _pay, requires_approval=True)
+        return AgentConfig(
+            provider=ScriptedProvider([call(("c1", "pay", "{}")), answer("done")]),
+            tools=[tool, echo_tool()],
+            checkpoint=CheckpointSettings(store=self.store, thread_id="t"),
+            reviewer_verifier=self.verifier,
+            state_store=self.store,
+            clock=ticking_clock(),
+            **options,
+        )
+
+    @functools.cached_property
+    def agent(self) -> Agent:
+        agent = Agent(self.config())
+        agent.run("go")
+        return agent
+
+    @functools.cached_property
+    def done(self) -> Agent:
+        """An agent on thread ``s`` whose run ended, its state saved under ``s``."""
+        agent = Agent(
+            AgentConfig(
+                provider=ScriptedProvider(respond=lambda request: answer("done")),
+                checkpoint=CheckpointSettings(store=self.store, thread_id="s"),
+                state_store=self.store,
+            )
+        )
+        agent.run("go")
+        agent.save_state("s")
+        return agent
+
+    @functools.cached_property
+    def review_id(self) -> str:
+        return self.agent.pending_reviews[0].review_id
+
+    @functools.cached_property
+    def in_doubt(self) -> Agent:
+        """An agent on thread ``d`` whose call ``c1`` is in doubt."""
+        tool = Tool("transfer", "Move money", OBJECT_SCHEMA, _transfer)
+
+        def agent(script: list[Any]) -> Agent:
+            return Agent(
+                AgentConfig(
+                    provider=ScriptedProvider(script),
+                    tools=[tool],
+                    checkpoint=CheckpointSettings(store=self.store, thread_id="d"),
+                )
+            )
+
+        with contextlib.suppress(ProcessDied):
+            agent([call(("c1", "transfer", "{}"))]).run("send it")
+        restored = agent([answer("done")])
+        restored.restore_latest_checkpoint()
+        return restored
+
+    @functools.cached_property
+    def thread(self) -> Any:
+        self.agent  # noqa: B018  (the thread exists)
+        return self.store.load("t")
+
+
+def _held(world: World, thread_id: object) -> None:
+    with world.store.lease(thread_id):  # type: ignore[arg-type]
+        pass
+
+
+def _wait(world: World, timeout: object) -> None:
+    ReviewQueue(world.store.url).wait_until_current(world.store, timeout)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One public call: ``call(world, **args)``, a valid ``args``, and per argument the
+    labels of :data:`WRONG` it documents as valid, and the name its errors use when
+    not the argument's own."""
+
+    call: Callable[..., Any]
+    args: dict[str, Any]
+    valid: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    named: dict[str, str] = field(default_factory=dict)
+
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+EMPTY = ("''",)
+OPTIONAL = ("None",)
+ROOT_NAMED = {"root_thread_id": "thread_id"}
+ROOT = lambda w, **a: w.agent and None  # noqa: E731  (thread t exists)
+
+_ENTRIES: dict[str, Entry] = {
+    # Constructors ------------------------------------------------------------------
+    "open_store": Entry(
+        lambda w, **a: open_store(**a).close(),
+        {"url": "memory://", "max_checkpoints_per_thread": 0, "cipher_key": None},
+        {"max_checkpoints_per_thread": ("0",), "cipher_key": OPTIONAL},
+    ),
+    "Tool": Entry(
+        lambda w, **a: Tool(**a),
+        {"name": "t", "description": "d", "parameters": OBJECT_SCHEMA, "func": _pay},
+        {"description": EMPTY},
+    ),
+    "Tool.options": Entry(
+        lambda w, **a: Tool("t", "d", OBJECT_SCHEMA, _pay, **a),
+        {
+            "idempotent": False,
+            "requires_approval": True,
+            "run_on_approval": False,
+            "timeout": 1.0,
+            "review_deadline": timedelta(hours=1),
+            "review": None,
+            "pin": None,
+        },
+        {
+            "timeout": ("None", "1.5"),
+            "review_deadline": OPTIONAL,
+            "review": OPTIONAL,
+            "pin": OPTIONAL,
+        },
+    ),
+    "CheckpointSettings": Entry(
+        lambda w, **a: CheckpointSettings(**a),
+        {
+            "store": None,  # replaced by the world's store below
+            "thread_id": "t",
+            "save_on_turn_start": False,
+            "skip_save_on_turn_end": False,
+            "durability": "step",
+            "migrators": {},
+        },
+        {"thread_id": EMPTY},
+    ),
+    "AgentConfig": Entry(
+        lambda w, **a: w.config(**a),
+        {
+            "model": "m",
+            "name": "agent",
+            "system_prompt": "",
+            "max_turns": 3,
+            "parallel_tools": False,
+            "compactor": None,
+            "max_tokens": 10,
+            "temperature": 0.5,
+            "on_event": None,
+            "on_delta": None,
+            "state_migrators": {},
+            "tool_timeout": None,
+            "tracer_provider": None,
+            "trace_content": False,
+            "mcp_servers": (),
+            "output_type": None,
+            "output_retries": 2,
+        },
+        {
+            "model": EMPTY,
+            "name": EMPTY,
+            "system_prompt": EMPTY,
+            "output_retries": ("0",),
+            "compactor": OPTIONAL,
+            "max_tokens": OPTIONAL,
+            "temperature": ("None", "0", "1.5"),
+            "on_event": OPTIONAL,
+            "on_delta": OPTIONAL,
+            "tool_timeout": ("None", "1.5"),
+            "tracer_provider": OPTIONAL,
+            "mcp_servers": ("[]",),
+            "output_type": OPTIONAL,
+        },
+    ),
+    "AgentConfig.core": Entry(
+        lambda w, **a: AgentConfig(**a),
+        {
+            "provider": ScriptedProvider([]),
+            "tools": (),
+            "checkpoint": None,
+            "clock": ticking_clock(),
+            "reviewer_verifier": None,
+            "state_store": None,
+        },
+        {
+            "tools": ("[]",),
+            "checkpoint": OPTIONAL,
+            "reviewer_verifier": OPTIONAL,
+            "state_store": OPTIONAL,
+        },
+    ),
+    "Agent": Entry(lambda w, **a: Agent(**a), {"config": None}),
+    "Worker": Entry(
+        lambda w, **a: Worker(**a).close(),
+        {
+            "store": None,
+            "make_config": lambda thread_id: None,
+            "concurrency": 1,
+            "poll_interval": 0.05,
+            "worker_id": "w",
+            "notifier": None,
+            "notice_lead": timedelta(minutes=1),
+            "clock": ticking_clock(),
+        },
+        {
+            "poll_interval": ("1.5",),
+            "worker_id": ("None",),
+            "notifier": OPTIONAL,
+            "notice_lead": OPTIONAL,
+            "clock": OPTIONAL,
+        },
+    ),
+    "ReviewQueue": Entry(
+        lambda w, **a: ReviewQueue(**a).close(),
+        {"store_url": "memory://q", "view_url": None, "cipher_key": None, "compress": None},
+        {"view_url": ("None", "''"), "cipher_key": OPTIONAL, "compress": OPTIONAL},
+    ),
+    # Agent -------------------------------------------------------------------------
+    "Agent.run": Entry(lambda w, **a: w.done.run(**a), {"input": "more"}),
+    "Agent.arun": Entry(lambda w, **a: asyncio.run(w.done.arun(**a)), {"input": "more"}),
+    "Agent.steer": Entry(lambda w, **a: w.agent.steer(**a), {"message": "x"}, {"message": EMPTY}),
+    "Agent.approve": Entry(
+        lambda w, **a: w.agent.approve(**{"review_id": w.review_id, **a}),
+        {"reviewer": None, "comment": "ok", "arguments": None, "digest": None},
+        {"comment": EMPTY, "arguments": OPTIONAL, "digest": OPTIONAL},
+    ),
+    "Agent.approve.review_id": Entry(
+        lambda w, **a: w.agent.approve(**a, reviewer=w.token),
+        {"review_id": None},
+        {"review_id": EMPTY},
+    ),
+    "Agent.reject": Entry(
+        lambda w, **a: w.agent.reject(**{"review_id": w.review_id, "reviewer": w.token, **a}),
+        {"reason": "no", "digest": None},
+        {"digest": OPTIONAL},
+    ),
+    "Agent.respond": Entry(
+        lambda w, **a: w.agent.respond(**{"review_id": w.review_id, "reviewer": w.token, **a}),
+        {"answer": "42", "digest": None},
+        {"digest": OPTIONAL},
+    ),
+    "Agent.settle": Entry(
+        lambda w, **a: w.in_doubt.settle(**a),
+        {"tool_call_id": "c1", "retry": False, "ran": False},
+    ),
+    "Agent.restore_latest_checkpoint": Entry(
+        lambda w, **a: w.done.restore_latest_checkpoint(**a),
+        {"thread_id": "s"},
+        {"thread_id": OPTIONAL},
+    ),
+    "Agent.save_state": Entry(lambda w, **a: w.done.save_state(**a), {"key": "k"}),
+    "Agent.load_state": Entry(
+        lambda w, **a: w.done.load_state(**a),
+        {"key": "s", "thread_id": "from-s"},
+        {"thread_id": OPTIONAL},
+    ),
+    # Store -------------------------------------------------------------------------
+    "Store.load": Entry(
+        lambda w, **a: ROOT(w) or w.store.load(**a),
+        {"thread_id": "t", "version": 1, "snapshot_migrators": {}},
+        {"version": OPTIONAL},
+    ),
+    "Store.find": Entry(
+        lambda w, **a: ROOT(w) or w.store.find(**a),
+        {"thread_id": "t", "version": 1, "snapshot_migrators": {}},
+        {"version": ("None", "0")},
+    ),
+    "Store.exists": Entry(lambda w, **a: w.store.exists(**a), {"thread_id": "t"}),
+    "Store.head_version": Entry(lambda w, **a: w.store.head_version(**a), {"thread_id": "t"}),
+    "Store.events_after": Entry(
+        lambda w, **a: ROOT(w) or w.store.events_after(**a),
+        {"thread_id": "t", "version": 1},
+        {"version": ("0",)},
+    ),
+    "Store.threads_with_review": Entry(
+        lambda w, **a: w.store.threads_with_review(**a), {"review_id": "r"}
+    ),
+    "Store.list_threads": Entry(
+        lambda w, **a: w.store.list_threads(**a),
+        {"after": None, "limit": 10},
+        {"after": ("None", "0")},
+    ),
+    "Store.checkpoints": Entry(
+        lambda w, **a: ROOT(w) or w.store.checkpoints(**a), {"thread_id": "t"}
+    ),
+    "Store.history": Entry(lambda w, **a: ROOT(w) or w.store.history(**a), {"thread_id": "t"}),
+    "Store.state_at": Entry(
+        lambda w, **a: ROOT(w) or w.store.state_at(**a),
+        {"thread_id": "t", "version": 1},
+        {"version": OPTIONAL},
+    ),
+    "Store.replay_state": Entry(
+        lambda w, **a: ROOT(w) or w.store.replay_state(**a), {"thread_id": "t"}
+    ),
+    "Store.save": Entry(lambda w, **a: w.store.save(**a), {"thread": None}),
+    "Store.snapshot_if_due": Entry(
+        lambda w, **a: w.store.snapshot_if_due(**{"thread": w.thread, **a}),
+        {"at_rest": False},
+    ),
+    "Store.replay": Entry(lambda w, **a: ROOT(w) or list(w.store.replay(**a)), {"thread_id": "t"}),
+    "Store.verify": Entry(lambda w, **a: ROOT(w) or w.store.verify(**a), {"thread_id": "t"}),
+    "Store.fork": Entry(
+        lambda w, **a: ROOT(w) or w.store.fork(**a),
+        {
+            "thread_id": "t",
+            "at_version": 2,
+            "at_checkpoint": None,
+            "new_thread_id": "f",
+            "now": NOW,
+        },
+        {
+            "at_version": OPTIONAL,
+            "at_checkpoint": OPTIONAL,
+            "new_thread_id": OPTIONAL,
+            "now": OPTIONAL,
+        },
+        {"new_thread_id": "thread_id"},
+    ),
+    "Store.abandon": Entry(
+        lambda w, **a: ROOT(w) or w.store.abandon(**a),
+        {"thread_id": "t", "reason": "gone", "now": NOW},
+        {"reason": EMPTY, "now": OPTIONAL},
+    ),
+    "Store.label": Entry(
+        lambda w, **a: ROOT(w) or w.store.label(**a),
+        {"thread_id": "t", "label": "good", "version": 1, "now": NOW},
+        {"version": OPTIONAL, "now": OPTIONAL},
+    ),
+    "Store.parent": Entry(lambda w, **a: ROOT(w) or w.store.parent(**a), {"thread_id": "t"}),
+    "Store.children": Entry(lambda w, **a: ROOT(w) or w.store.children(**a), {"thread_id": "t"}),
+    "Store.path_to_root": Entry(
+        lambda w, **a: ROOT(w) or w.store.path_to_root(**a), {"thread_id": "t"}
+    ),
+    "Store.leaves": Entry(
+        lambda w, **a: ROOT(w) or w.store.leaves(**a), {"root_thread_id": "t"}, named=ROOT_NAMED
+    ),
+    "Store.branch_points": Entry(
+        lambda w, **a: ROOT(w) or w.store.branch_points(**a),
+        {"root_thread_id": "t"},
+        named=ROOT_NAMED,
+    ),
+    "Store.tree": Entry(
+        lambda w, **a: ROOT(w) or w.store.tree(**a), {"root_thread_id": "t"}, named=ROOT_NAMED
+    ),
+    "Store.tree_stats": Entry(
+        lambda w, **a: ROOT(w) or w.store.tree_stats(**a), {"root_thread_id": "t"}, named=ROOT_NAMED
+    ),
+    "Store.lease": Entry(lambda w, **a: _held(w, **a), {"thread_id": "t"}),
+    "Store.held_lease": Entry(lambda w, **a: w.store.held_lease(**a), {"thread_id": "t"}),
+    "Store.name_lease_holder": Entry(
+        lambda w, **a: w.store.name_lease_holder(**a), {"holder": "me"}
+    ),
+    "Store.publish_worker": Entry(lambda w, **a: w.store.publish_worker(**a), {"record": None}),
+    "Store.submit": Entry(
+        lambda w, **a: w.store.submit(**a), {"thread_id": "t", "text": "hi"}, {"text": EMPTY}
+    ),
+    "Store.write_state": Entry(
+        lambda w, **a: w.store.write_state(**a), {"key": "k", "document": {"a": 1}}
+    ),
+    "Store.read_state": Entry(lambda w, **a: w.store.read_state(**a), {"key": "k"}),
+    "Store.ping": Entry(lambda w, **a: w.store.ping(**a), {"timeout": 1.0}, {"timeout": ("1.5",)}),
+    "Store.log_position": Entry(lambda w, **a: w.store.log_position(**a), {"consumer": "c"}),
+    "Store.record_log_position": Entry(
+        lambda w, **a: w.store.record_log_position(**a),
+        {"consumer": "c", "position": 1},
+        {"position": ("0",)},
+    ),
+    # ReviewQueue -------------------------------------------------------------------
+    "ReviewQueue.wait_until_current": Entry(
+        lambda w, **a: _wait(w, **a), {"timeout": 5.0}, {"timeout": ("1.5",)}
+    ),
+    "ReviewQueue.page": Entry(
+        lambda w, **a: ReviewQueue(w.store.url).page(**a),
+        {"after": None, "limit": 10, "newest_first": False, "where": None},
+        {"after": OPTIONAL, "where": OPTIONAL},
+    ),
+    "ReviewQueue.threads_with_review": Entry(
+        lambda w, **a: ReviewQueue(w.store.url).threads_with_review(**{"store": w.store, **a}),
+        {"review_id": "r"},
+    ),
+}
+"""Every public constructor and method of Store, Agent, AgentConfig, CheckpointSettings,
+Tool, Worker and ReviewQueue that takes an argument, with a valid call."""
+
+
+def _valid_args(world: World, entry: Entry) -> dict[str, Any]:
+    """The entry's valid arguments, with the world's store, verifier and config where
+    the table holds a placeholder."""
+    args = dict(entry.args)
+    for name in ("store",):
+        if name in args and args[name] is None:
+            args[name] = world.store
+    if args.get("reviewer", ...) is None:
+        args["reviewer"] = world.token
+    if args.get("config", ...) is None:
+        args["config"] = world.config()
+    if args.get("thread", ...) is None:
+        args["thread"] = world.thread
+    if args.get("record", ...) is None:
+        args["record"] = WorkerRecord(
+            worker_id="w", host="h", pid=1, started_at=NOW, heartbeat_at=NOW
+        )
+    if args.get("review_id", ...) is None:
+        args["review_id"] = world.review_id
+    return args
+
+
+_CASES = sorted((name, argument) for name, entry in _ENTRIES.items() for argument in entry.args)
+
+
+def test_every_valid_call_succeeds() -> None:
+    """The table's valid calls succeed, so a refusal below is the wrong value's."""
+    for entry in _ENTRIES.values():
+        world = World()
+        entry.call(world, **_valid_args(world, entry))
+
+
+@contextlib.contextmanager
+def _closing(world: World) -> Iterator[World]:
+    try:
+        yield world
+    finally:
+        world.store.close()
+
+
+@pytest.mark.parametrize(("name", "argument"), _CASES)
+@settings(max_examples=len(WRONG), deadline=None)
+@given(label=st.sampled_from(sorted(WRONG)))
+def test_a_wrong_value_is_refused_naming_its_argument(name: str, argument: str, label: str) -> None:
+    """Each argument of each public call, given a value of the wrong type (None, 0, -1,
+    1.5, nan, "", b"x", [], object()), either takes it as documented or refuses it
+    where it enters with a ``CovonautError`` whose message names the argument: never
+    an AttributeError, TypeError or AssertionError from deep inside, nor a value
+    silently taken for another (a version 1.5 read as 1)."""
+    entry = _ENTRIES[name]
+    # A value the argument documents, or "" for a str: of the right type, it may be
+    # refused only for what it names (a thread that does not exist).
+    typed = label in entry.valid.get(argument, ()) or (
+        label == "''" and isinstance(entry.args[argument], str)
+    )
+    with _closing(World()) as world:
+        args = {**_valid_args(world, entry), argument: WRONG[label]}
+        try:
+            entry.call(world, **args)
+        except CovonautError as exc:
+            said = entry.named.get(argument, argument).lower()
+            told = str(exc).lower()
+            assert typed or said in told or said.replace("_", " ") in told, (name, label, exc)
+        else:
+            assert typed, f"{name}({argument}={label}) was taken"
