@@ -21,7 +21,8 @@ def refuse(name: str, expected: str, value: object) -> NoReturn:
     Raises:
         ConfigurationError: Always; naming the argument, what it takes and the type found.
     """
-    msg = f"{name} must be {expected}, got {type(value).__name__} {value!r:.60}"
+    # The value is not shown: a secret given in the wrong place (a URL as bytes) would be.
+    msg = f"{name} must be {expected}, got a {type(value).__name__}"
     raise ConfigurationError(msg)
 
 
