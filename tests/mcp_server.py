@@ -5,7 +5,9 @@ streamable HTTP on 127.0.0.1:PORT. Every call appends one JSON line to LOG (the 
 its arguments and the idempotency key from the request's ``_meta``) before it acts, so
 a test sees which calls reached the server. ``MCP_TEST_VARIANT=changed`` lists
 ``delete`` with another schema; ``MCP_TEST_VARIANT=hostile`` adds tools that answer
-huge, or never.
+huge, never, or with a line that is not JSON; ``MCP_TEST_VARIANT=second`` lists the
+first schema in its first process (counted in LOG.starts) and the other one after, and
+adds ``crash``, which ends the first process.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -25,6 +28,21 @@ LOG = sys.argv[1]
 VARIANT = os.environ.get("MCP_TEST_VARIANT", "")
 
 app = MCPServer("files", log_level="CRITICAL")
+WIRE = os.dup(1)  # the client's end, before the SDK moves stdout away from it
+
+if VARIANT == "second":
+    STARTS = LOG + ".starts"
+    START = int(Path(STARTS).read_text()) + 1 if os.path.exists(STARTS) else 1
+    with open(STARTS, "w") as starts:
+        starts.write(str(START))
+    VARIANT = "changed" if START > 1 else "first"
+
+    @app.tool(annotations=ToolAnnotations(read_only_hint=True))
+    def crash() -> str:
+        """Read nothing; the first process dies doing it."""
+        if START == 1:
+            os._exit(1)
+        return "fine"
 
 
 def _log(tool: str, args: dict[str, Any], ctx: Context) -> None:
@@ -86,6 +104,14 @@ if VARIANT == "hostile":
         """Answers more than anyone should keep."""
         _log("huge", {}, ctx)
         return "x" * 3_000_000
+
+    @app.tool(annotations=ToolAnnotations(read_only_hint=True))
+    def babble(ctx: Context) -> str:
+        """Writes a line no JSON parser reads, then never answers."""
+        _log("babble", {}, ctx)
+        os.write(WIRE, b'{"jsonrpc": "2.0", "id": 1, "result": "\\ud800"\n')
+        time.sleep(30)
+        return "never"
 
     @app.tool(annotations=ToolAnnotations(read_only_hint=True))
     def hang(ctx: Context) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import json
 import os
 import shlex
 import sys
@@ -23,6 +24,7 @@ from concurrent.futures import CancelledError
 from typing import Any, Self, TypeVar
 
 import httpx2
+import mcp_types
 from mcp import Client, MCPError
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
@@ -48,8 +50,77 @@ logger = _logs.logger("covonaut_es.mcp")
 
 _T = TypeVar("_T")
 
-# JSON-RPC errors that say the request was refused before any tool ran.
-_REFUSED_CODES = frozenset({-32700, -32600, -32601, -32602})
+# The only JSON-RPC errors that say the server refused a call before any tool ran: no
+# such method, arguments it does not take. Any other answer to a call that was sent (an
+# error the SDK makes up for a 202, a page that is not MCP, a 5xx) leaves it in doubt.
+_REFUSED_CODES = frozenset({mcp_types.METHOD_NOT_FOUND, mcp_types.INVALID_PARAMS})
+
+# An HTTP request that fails with these was never sent: no connection was made.
+_UNCONNECTED = (httpx2.ConnectError, httpx2.ConnectTimeout)
+
+
+class _Link:
+    """One connection to the server: its client (once connected), the event that ends
+    it, and the task that holds it open."""
+
+    def __init__(self) -> None:
+        self.client: Any = None
+        self.closing = asyncio.Event()
+        self.holder: asyncio.Future[None] | None = None
+
+
+class _Outbox:
+    """A connection's write stream that notes the idempotency key of each call it hands
+    to the transport: a call whose key it never saw was not sent."""
+
+    def __init__(self, stream: Any, handed: set[str]) -> None:
+        self._stream = stream
+        self._handed = handed
+
+    async def send(self, item: Any) -> None:
+        await self._stream.send(item)
+        message = getattr(item, "message", None)
+        if getattr(message, "method", None) == "tools/call":
+            key = _key_of(getattr(message, "params", None))
+            if key is not None:
+                self._handed.add(key)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+    async def __aenter__(self) -> Self:
+        await self._stream.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> Any:
+        return await self._stream.__aexit__(*exc)
+
+
+def _key_of(params: object) -> str | None:
+    """The idempotency key in a ``tools/call`` request's params, if any."""
+    meta = params.get("_meta") if isinstance(params, Mapping) else None
+    key = meta.get(IDEMPOTENCY_KEY_META) if isinstance(meta, Mapping) else None
+    return key if isinstance(key, str) else None
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    """The exceptions an exception group holds, however nested (or ``exc`` itself)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
+
+
+def _unconnected_keys(exc: BaseException) -> set[str]:
+    """The keys of the calls whose HTTP request failed to connect, so was never sent."""
+    keys: set[str] = set()
+    for leaf in _leaves(exc):
+        if isinstance(leaf, _UNCONNECTED):
+            with contextlib.suppress(RuntimeError, ValueError):
+                body = json.loads(leaf.request.content)
+                key = _key_of(body.get("params") if isinstance(body, dict) else None)
+                if key is not None:
+                    keys.add(key)
+    return keys
 
 
 class MCPServer:
@@ -102,13 +173,19 @@ class MCPServer:
         self._timeout = timeout
         self._connect_timeout = connect_timeout
         self._max_result_bytes = max_result_bytes
+        self._hidden: tuple[str, ...] = ()  # parts of the address no message shows
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
-        self._client: Any = None
-        self._closing: asyncio.Event | None = None
-        self._holding: asyncio.Future[None] | None = None
-        self._tools: tuple[Tool, ...] | None = None
+        self._connecting: asyncio.Lock | None = None
+        self._link: _Link | None = None
+        # Bumped whenever what the server lists may have changed (a connection made or
+        # ended, the server's word): a listing of an earlier epoch is not the current
+        # one, and a call pinned by it is not sent.
+        self._epoch = 0
+        self._listing: tuple[int, tuple[Tool, ...]] | None = None
+        self._handed: set[str] = set()  # keys of the calls handed to the transport
+        self._unsent: set[str] = set()  # keys of the HTTP calls that could not connect
 
     @classmethod
     def stdio(
@@ -166,7 +243,12 @@ class MCPServer:
             ):
                 yield streams
 
-        return cls(name=name or host, origin=origin, connect=connect, **options)
+        server = cls(name=name or host, origin=origin, connect=connect, **options)
+        userinfo = parts.netloc.rpartition("@")[0]
+        hidden = {userinfo, parts.password or "", parts.query}
+        hidden |= {urllib.parse.unquote(text) for text in hidden}
+        server._hidden = tuple(sorted(filter(None, hidden), key=len, reverse=True))
+        return server
 
     @property
     def name(self) -> str:
@@ -198,7 +280,7 @@ class MCPServer:
         with self._lock:
             loop, thread = self._loop, self._thread
             self._loop = self._thread = None
-            self._tools = None
+            self._listing = None
         if loop is None or thread is None:
             return
         with contextlib.suppress(Exception):
@@ -212,39 +294,42 @@ class MCPServer:
 
     def tools(self) -> tuple[Tool, ...]:
         """The server's tools as the model is offered them, listed once per connection
-        (the first time they are needed).
+        (the first time they are needed) and again when the server says they changed.
 
         Raises:
             ToolServerError: The server cannot be reached within ``connect_timeout``, or
                 its listing breaks a limit or holds a tool our checks refuse.
         """
-        tools = self._tools
-        if tools is None:
-            listed = self._run(self._listed(), self._connect_timeout, "list its tools")
-            tools = tuple(self._tool(item) for item in listed)
-            self._tools = tools
-        return tools
+        listing = self._listing
+        if listing is None or listing[0] != self._epoch:
+            epoch, listed = self._run(self._listed(), self._connect_timeout, "list its tools")
+            listing = (epoch, tuple(self._tool(epoch, item) for item in listed))
+            self._listing = listing
+        return listing[1]
 
-    def _tool(self, listing: Listing) -> Tool:
+    def _tool(self, epoch: int, listing: Listing) -> Tool:
         return to_tool(
             listing,
             server=self._name,
             origin=self.origin,
             prefix=self._prefix,
             override=self._overrides.get(listing.name),
-            func=functools.partial(self._call, listing.name),
+            func=functools.partial(self._call, epoch, listing.name),
         )
 
-    def _call(self, tool: str, ctx: ToolContext, args: dict[str, Any]) -> str:
+    def _call(self, epoch: int, tool: str, ctx: ToolContext, args: dict[str, Any]) -> str:
         """Run one tool on the server, blocking, with the call's idempotency key in the
-        request's ``_meta``."""
-        result = self._run(self._called(tool, args, ctx.idempotency_key), None, "call " + tool)
+        request's ``_meta``; ``epoch`` is that of the listing that offered the tool."""
+        called = self._called(epoch, tool, args, ctx.idempotency_key)
+        result = self._run(called, None, "call " + tool)
         return result_value(result, tool=tool, max_bytes=self._max_result_bytes)
 
     # On the server's loop -------------------------------------------------------------
 
-    async def _listed(self) -> list[Listing]:
-        client = await self._connected()
+    async def _listed(self) -> tuple[int, list[Listing]]:
+        """The connection's epoch and the tools it lists."""
+        client = (await self._connected()).client
+        epoch = self._epoch
         tools: list[Any] = []
         cursor = None
         while True:
@@ -252,70 +337,139 @@ class MCPServer:
             tools.extend(page.tools)
             cursor = page.next_cursor
             if cursor is None or len(tools) > MAX_TOOLS:
-                return checked_listing(self._name, tools)
+                return epoch, checked_listing(self._name, tools)
 
-    async def _called(self, tool: str, args: dict[str, Any], key: str) -> Any:
+    async def _called(self, epoch: int, tool: str, args: dict[str, Any], key: str) -> Any:
+        """Call ``tool``; a call that was not sent raises ``ToolServerError`` (it never
+        ran), one whose answer is lost or is not MCP ``ToolInDoubtError``."""
+        self._handed.discard(key)
+        self._unsent.discard(key)
         try:
-            client = await asyncio.wait_for(self._connected(), self._connect_timeout)
+            link = await asyncio.wait_for(self._connected(), self._connect_timeout)
         except Exception as exc:  # nothing was sent
-            msg = f"MCP server {self._name!r} could not be reached to call {tool!r}: {exc}"
+            msg = (
+                f"MCP server {self._name!r} could not be reached to call {tool!r}: "
+                f"{self._described(exc)}"
+            )
             raise ToolServerError(msg) from exc
+        if epoch != self._epoch:
+            msg = (
+                f"MCP server {self._name!r} reconnected or changed its tools since {tool!r} "
+                "was offered, so the call was not sent; its tools are listed again"
+            )
+            raise ToolServerError(msg)
         try:
-            return await client.call_tool(
+            return await link.client.call_tool(
                 tool, args, read_timeout_seconds=self._timeout, meta={IDEMPOTENCY_KEY_META: key}
             )
         except MCPError as exc:
             if exc.code in _REFUSED_CODES:
                 raise ToolServerError(f"MCP server {self._name!r} refused the call: {exc}") from exc
-            await self._drop()
-            msg = f"MCP server {self._name!r} failed during the call: {exc.error.message}"
-            raise ToolInDoubtError(msg) from exc
+            failure: Exception = exc
         except Exception as exc:  # a dropped connection, an answer that is not MCP
-            await self._drop()
-            msg = f"MCP server {self._name!r} gave no usable answer: {type(exc).__name__}"
-            raise ToolInDoubtError(msg) from exc
+            failure = exc
+        await self._drop(link)
+        if key not in self._handed or key in self._unsent:
+            msg = (
+                f"MCP server {self._name!r} could not be reached, so {tool!r} was not "
+                f"called: {self._described(failure)}"
+            )
+            raise ToolServerError(msg) from failure
+        if isinstance(failure, MCPError):
+            msg = f"MCP server {self._name!r} failed during the call: {failure.error.message}"
+        else:
+            msg = f"MCP server {self._name!r} gave no usable answer: {type(failure).__name__}"
+        raise ToolInDoubtError(msg) from failure
 
-    async def _connected(self) -> Any:
-        if self._client is None:
-            self._closing = asyncio.Event()
-            ready: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-            self._holding = asyncio.ensure_future(self._hold(ready, self._closing))
-            self._client = await ready
-        return self._client
+    async def _connected(self) -> _Link:
+        """The open connection, or a new one: one connects at a time, so calls that
+        find the connection gone open one between them."""
+        if self._connecting is None:
+            self._connecting = asyncio.Lock()
+        async with self._connecting:
+            link = self._link
+            if link is None:
+                link = _Link()
+                ready: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+                link.holder = asyncio.ensure_future(self._hold(link, ready))
+                link.client = await ready
+                self._link = link
+                self._epoch += 1
+            return link
 
-    async def _hold(self, ready: asyncio.Future[Any], closing: asyncio.Event) -> None:
+    async def _hold(self, link: _Link, ready: asyncio.Future[Any]) -> None:
         """Open the connection and keep it until closing is set or it drops: one task
         enters and leaves the SDK's context managers."""
+        heard = functools.partial(self._heard, link)
         try:
-            async with Client(self._connect(), cache=None) as client:
+            async with Client(self._wired(), cache=None, message_handler=heard) as client:
                 ready.set_result(client)
-                await closing.wait()
+                await link.closing.wait()
         except BaseException as exc:  # a connection that fails or drops
+            self._unsent |= _unconnected_keys(exc)
             if not ready.done():
                 ready.set_exception(exc)
             else:
-                logger.warning("MCP server %r disconnected: %s", self._name, exc)
+                logger.warning("MCP server %r disconnected: %s", self._name, self._described(exc))
         finally:
-            if self._closing is closing:
-                self._client = None
+            self._end(link)
 
-    async def _drop(self) -> None:
-        """Forget a connection that failed a call: the next call reconnects."""
-        if self._closing is not None:
-            self._closing.set()
-        self._client = None
+    @contextlib.asynccontextmanager
+    async def _wired(self) -> Any:
+        """The transport, its write stream noting the calls it is handed."""
+        async with self._connect() as (read, write):
+            yield read, _Outbox(write, self._handed)
+
+    async def _heard(self, link: _Link, message: Any) -> None:
+        """What the session hears besides answers: the server's word that its tools
+        changed (listed again before the next call), or an answer the transport could
+        not read, which drops the connection, so a call waiting for it is in doubt."""
+        if isinstance(message, Exception):
+            logger.warning(
+                "MCP server %r sent what is not MCP: %s", self._name, self._described(message)
+            )
+            link.closing.set()
+            self._end(link)
+        elif isinstance(message, mcp_types.ToolListChangedNotification):
+            self._epoch += 1
+
+    def _end(self, link: _Link) -> None:
+        """Forget the connection, if it is the current one: the next call reconnects,
+        and lists the tools again."""
+        if self._link is link:
+            self._link = None
+            self._epoch += 1
+
+    async def _drop(self, link: _Link) -> None:
+        """End a connection that failed a call, and wait for it to be left (and for
+        why it ended to be known)."""
+        link.closing.set()
+        self._end(link)
+        if link.holder is not None:
+            await asyncio.wait([link.holder], timeout=5)
 
     async def _disconnect(self) -> None:
         """Cancel the calls still running (each is then in doubt), and let the holder
         leave the SDK's context managers."""
-        holder = self._holding
+        link = self._link
+        holder = None if link is None else link.holder
         others = [t for t in asyncio.all_tasks() if t not in (asyncio.current_task(), holder)]
         for task in others:
             task.cancel()
-        await self._drop()
-        waited = [t for t in (holder, *others) if t is not None]
-        if waited:
-            await asyncio.wait(waited, timeout=5)
+        if link is not None:
+            await self._drop(link)
+        if others:
+            await asyncio.wait(others, timeout=5)
+
+    def _described(self, exc: BaseException) -> str:
+        """What went wrong, each exception of a group named, the address's secrets
+        hidden."""
+        text = "; ".join(
+            dict.fromkeys(f"{type(leaf).__name__}: {leaf}".rstrip(": ") for leaf in _leaves(exc))
+        )
+        for secret in self._hidden:
+            text = text.replace(secret, "***")
+        return text
 
     def _run(self, work: Coroutine[Any, Any, _T], timeout: float | None, what: str) -> _T:
         """Run ``work`` on the server's loop and wait for it; past ``timeout``, cancel it
@@ -340,8 +494,8 @@ class MCPServer:
         except Exception as exc:
             if what.startswith("call"):
                 raise
-            msg = f"MCP server {self._name!r} ({self.origin}) could not {what}: {exc}"
-            raise ToolServerError(msg) from exc
+            msg = f"MCP server {self._name!r} ({self.origin}) could not {what}: "
+            raise ToolServerError(msg + self._described(exc)) from exc
 
     def _running_loop(self) -> asyncio.AbstractEventLoop:
         with self._lock:
@@ -352,4 +506,5 @@ class MCPServer:
                 )
                 thread.start()
                 self._loop, self._thread = loop, thread
+                self._connecting = None  # a lock of the loop that ended is no use
             return self._loop

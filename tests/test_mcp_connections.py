@@ -1,0 +1,312 @@
+"""A server tool's call across connections: a listing belongs to the connection that gave
+it, a call that was not sent never ran, and one whose answer is lost is in doubt. The
+servers are real (``mcp_server.py``); a proxy on loopback stands in for what may stand
+between the agent and the server and answers a call in each way it can."""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import json
+import os
+import signal
+import sys
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from covonaut_es import Store, ToolServerError, open_store
+from covonaut_es.domain import AgentThread
+from covonaut_es.mcp import MCPServer, ToolPolicy
+from covonaut_es.tools import ToolContext
+from support import answer, call
+from test_approvals import ALICE
+from test_mcp import (
+    _children,
+    _free_port,
+    agent_of,
+    events,
+    logged,
+    serving_http,
+    stdio,
+)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    with open_store(f"sqlite:///{tmp_path / 'threads.db'}") as opened:
+        yield opened
+
+
+def _outcomes(store: Store) -> dict[str, str]:
+    return {
+        e.tool_call_id: e.outcome.value
+        for e in events(store)
+        if isinstance(e, AgentThread.ToolResultRecorded)
+    }
+
+
+def test_a_tool_changed_on_reconnection_is_reviewed_again_not_run(
+    tmp_path: Path,
+    store: Store,
+) -> None:
+    """The approval of the first process's delete does not run the delete the second
+    process lists after the first died: the model's call asks a new review, which says
+    what changed, and no delete reaches the server."""
+    log = tmp_path / "log"
+    script = [
+        call(("c1", "delete", '{"path": "/srv"}')),
+        call(("c2", "crash", "{}")),
+        call(("c3", "delete", '{"path": "/srv"}')),
+        answer("done"),
+    ]
+    with stdio(log, "second") as server:
+        agent = agent_of(store, server, script)
+        assert agent.run("go") == ""
+        agent.approve(agent.pending_reviews[0].review_id, reviewer=ALICE)
+        assert agent.resume() == "" and [p.call.id for p in agent.in_doubt] == ["c2"]
+        assert agent.resume() == ""
+        (again,) = agent.pending_reviews
+        assert again.tool_call_id == "c3" and "input schema" in again.tool_changed
+        assert again.tool is not None and again.tool.description == "Delete a file or a whole tree."
+    assert [entry["tool"] for entry in logged(log)] == []
+
+
+def test_a_listing_of_an_earlier_connection_sends_no_call(tmp_path: Path) -> None:
+    """A tool offered before the connection was made anew is refused before it is sent."""
+    log = tmp_path / "log"
+    with stdio(log, overrides={"read": ToolPolicy(requires_approval=False)}) as server:
+        (read,) = [tool for tool in server.tools() if tool.name == "read"]
+        server._run(server._drop(server._link), 5, "drop")  # type: ignore[arg-type]
+        with pytest.raises(ToolServerError, match="not sent"):
+            read.func(ToolContext("t", "c1", "read", "k1"), {"path": "x"})
+        assert [tool.pin for tool in server.tools() if tool.name == "read"] == [read.pin]
+    assert logged(log) == []
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_a_server_gone_before_a_call_records_it_failed_not_in_doubt(
+    tmp_path: Path,
+    store: Store,
+    transport: str,
+) -> None:
+    """A stdio server killed while idle, or an HTTP server gone: the call was not sent,
+    so it is a failed call, which the model reads, never in doubt."""
+    log = tmp_path / "log"
+    if transport == "stdio":
+        others = set(_children())
+        server = stdio(log)
+        server.tools()
+        for pid in set(_children()) - others:
+            os.kill(pid, signal.SIGKILL)
+    else:
+        port = _free_port()
+        server = MCPServer.http(f"http://127.0.0.1:{port}/mcp", name="files", connect_timeout=3)
+        with serving_http(log, port):
+            server.tools()
+    with server:
+        agent = agent_of(store, server, [call(("c1", "read", '{"path": "x"}')), answer("end")])
+        with contextlib.suppress(ToolServerError):  # a server still gone fails the next turn
+            agent.run("go")
+        assert _outcomes(store) == {"c1": "failed"} and agent.in_doubt == ()
+    assert logged(log) == []
+
+
+def test_an_answer_that_is_not_json_drops_the_connection_leaving_the_call_in_doubt(
+    tmp_path: Path,
+    store: Store,
+) -> None:
+    """A line the SDK cannot parse (it drops it) does not leave the call waiting for
+    ever: the connection is dropped and the call is in doubt."""
+    log = tmp_path / "log"
+    with stdio(log, "hostile") as server:
+        agent = agent_of(store, server, [call(("c1", "babble", "{}")), answer("x")])
+        assert agent.run("go") == ""
+        assert [p.call.id for p in agent.in_doubt] == ["c1"]
+    assert [entry["tool"] for entry in logged(log)] == ["babble"]
+
+
+# What a server, or a proxy before it, may answer to a call it received. Only a JSON-RPC
+# "no such method" or "invalid params" says the call was refused before it ran.
+REFUSED = {-32601, -32602}
+ANSWERS = st.one_of(
+    st.builds(lambda code: f"error:{code}", st.sampled_from([-32700, -32600, -32603, -32000]))
+    | st.builds(lambda code: f"error:{code}", st.sampled_from(sorted(REFUSED)))
+    | st.builds(lambda code: f"error:{code}", st.integers(-33000, 1000)),
+    st.sampled_from(["html", "202", "500", "502", "not-json", "surrogate", "cut", "404"]),
+)
+
+
+SURROGATE = b'{"jsonrpc": "2.0", "id": 1, "result": "\\ud800'
+
+
+class _Proxy(http.server.BaseHTTPRequestHandler):
+    """Passes requests to the real server; answers a tools/call as ``mode`` says, after
+    the server ran it (a refusal is answered without passing the call on)."""
+
+    upstream = ""
+    mode = ""
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        message = json.loads(body)
+        mode = self.mode if message.get("method") == "tools/call" else ""
+        if mode.startswith("error:") and int(mode[6:]) in REFUSED:
+            return self._reply(200, _error(message, int(mode[6:])), "application/json")
+        status, headers, answer = self._forward(body)
+        if not mode:
+            return self._reply(status, answer, headers.get("content-type", ""), headers)
+        if mode.startswith("error:"):
+            return self._reply(200, _error(message, int(mode[6:])), "application/json")
+        return self._misanswer(mode)
+
+    def _misanswer(self, mode: str) -> None:
+        if mode == "cut":
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", "500")
+            self.end_headers()
+            self.wfile.write(b'{"jsonrpc": "2.0", "id"')
+            self.close_connection = True
+            return
+        replies = {
+            "html": (200, b"<html>gateway</html>", "text/html"),
+            "202": (202, b"", "application/json"),
+            "500": (500, b"oops", "text/plain"),
+            "502": (502, b'{"jsonrpc": "2.0"}', "application/json"),
+            "404": (404, b"", "text/plain"),
+            "not-json": (200, b"{not json", "application/json"),
+            "surrogate": (
+                200,
+                b'{"jsonrpc": "2.0", "id": 1, "result": "\\ud800',
+                "application/json",
+            ),
+        }
+        self._reply(*replies[mode])
+
+    def _forward(self, body: bytes) -> tuple[int, dict[str, str], bytes]:
+        request = urllib.request.Request(self.upstream, data=body, method="POST")
+        for name in ("Content-Type", "Accept", "Mcp-Session-Id", "Mcp-Protocol-Version"):
+            if self.headers.get(name):
+                request.add_header(name, self.headers[name])
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return response.status, _lowered(response.headers), response.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, _lowered(exc.headers), exc.read()
+
+    def _reply(
+        self, status: int, body: bytes, kind: str, headers: dict[str, str] | None = None
+    ) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        session = (headers or {}).get("mcp-session-id")
+        if session:
+            self.send_header("Mcp-Session-Id", session)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        self._reply(405, b"", "text/plain")
+
+    def do_DELETE(self) -> None:
+        self._reply(200, b"", "text/plain")
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+
+def _lowered(headers: object) -> dict[str, str]:
+    return {name.lower(): value for name, value in headers.items()}  # type: ignore[attr-defined]
+
+
+def _error(message: dict[str, object], code: int) -> bytes:
+    error = {"code": code, "message": "no"}
+    return json.dumps({"jsonrpc": "2.0", "id": message.get("id"), "error": error}).encode()
+
+
+@pytest.fixture(scope="module")
+def proxied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    log = tmp_path_factory.mktemp("proxied") / "log"
+    with serving_http(log, _free_port()) as upstream:
+        _Proxy.upstream = upstream
+        proxy = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Proxy)
+        threading.Thread(target=proxy.serve_forever, daemon=True).start()
+        try:
+            yield f"http://127.0.0.1:{proxy.server_address[1]}/mcp", log
+        finally:
+            proxy.shutdown()
+            proxy.server_close()
+
+
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(mode=ANSWERS)
+def test_an_answer_after_the_call_was_received_leaves_it_in_doubt_unless_refused(
+    proxied: tuple[str, Path], tmp_path: Path, mode: str
+) -> None:
+    """Recorded failed only where the protocol says nothing ran; any other answer to a
+    call the server received (an error code, a page, 202, 5xx, a cut answer) is in doubt."""
+    url, log = proxied
+    _Proxy.mode = mode
+    before = len(logged(log))
+    path = tmp_path / f"{abs(hash(mode))}-{before}.db"
+    policy = {"put": ToolPolicy(requires_approval=False)}
+    server = MCPServer.http(url, name="web", connect_timeout=5, overrides=policy)
+    with open_store(f"sqlite:///{path}") as opened, server:
+        script = [call(("c1", "put", '{"path": "a", "text": "b"}')), answer("end")]
+        agent_of(opened, server, script).run("go")
+        refused = mode.startswith("error:") and int(mode[6:]) in REFUSED
+        if refused:
+            assert _outcomes(opened) == {"c1": "failed"}
+            assert len(logged(log)) == before
+        else:
+            assert [p.call.id for p in agent_of(opened, server, []).in_doubt] == ["c1"]
+            assert len(logged(log)) == before + 1
+
+
+def test_parallel_calls_after_a_drop_open_one_connection(
+    tmp_path: Path,
+    store: Store,
+) -> None:
+    """Two calls that find the connection gone reconnect once: one server process, and
+    none left after close."""
+    log = tmp_path / "log"
+    others = set(_children())
+    server = stdio(log, overrides={"read": ToolPolicy(requires_approval=False)})
+    server.tools()
+    server._run(server._drop(server._link), 5, "drop")  # type: ignore[arg-type]
+    script = [call(("c1", "read", '{"path": "a"}'), ("c2", "read", '{"path": "b"}')), answer("e")]
+    agent_of(store, server, script, parallel_tools=True).run("go")
+    assert len(set(_children()) - others) == 1
+    server.close()
+    assert set(_children()) - others == set()
+
+
+if sys.platform == "win32":  # pragma: no cover
+    pytestmark = pytest.mark.skip("POSIX signals")
+
+
+def test_a_connection_that_fails_says_why_without_the_urls_secrets() -> None:
+    """Refused: the error names the leaf exception (not "a TaskGroup"), and shows
+    neither the URL's user information nor its query."""
+    url = f"http://u:s3cr3t-pw@127.0.0.1:{_free_port()}/mcp?token=t0k3n-xyz"
+    web = MCPServer.http(url, name="web", connect_timeout=3)
+    try:
+        with pytest.raises(ToolServerError) as raised:
+            web.tools()
+    finally:
+        web.close()
+    text = str(raised.value)
+    assert "ConnectError" in text and "TaskGroup" not in text
+    assert "s3cr3t-pw" not in text and "t0k3n-xyz" not in text
