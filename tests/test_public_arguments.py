@@ -327,7 +327,7 @@ _ENTRIES: dict[str, Entry] = {
     "Store.find": Entry(
         lambda w, **a: ROOT(w) or w.store.find(**a),
         {"thread_id": "t", "version": 1, "snapshot_migrators": {}},
-        {"version": ("None", "0")},
+        {"version": ("None", "0", "-1")},  # a version no thread has: found is None
     ),
     "Store.exists": Entry(lambda w, **a: w.store.exists(**a), {"thread_id": "t"}),
     "Store.head_version": Entry(lambda w, **a: w.store.head_version(**a), {"thread_id": "t"}),

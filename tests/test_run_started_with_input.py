@@ -55,7 +55,7 @@ def _agent(store: Store, script: list[Any], *, system_prompt: str | None) -> Age
             tools=[pay_tool([])],
             checkpoint=CheckpointSettings(store=store, thread_id="t"),
             reviewer_verifier=VERIFIER,
-            system_prompt=system_prompt,
+            system_prompt=system_prompt or "",
             clock=ticking_clock(),
         )
     )
@@ -183,7 +183,7 @@ def test_a_fork_holding_approved_calls_records_their_results_before_new_input(
                 tools=[] if tools == "none" else offered,
                 checkpoint=CheckpointSettings(store=store, thread_id=fork),
                 reviewer_verifier=VERIFIER,
-                system_prompt=system_prompt,
+                system_prompt=system_prompt or "",
                 clock=ticking_clock(),
             )
         )

@@ -43,6 +43,9 @@ COMMANDS: dict[str, Callable[[ThreadService, Any, str], object]] = {
     "decide": lambda s, who, review: s.decide(
         review, review_submission("approve"), reviewer=who, thread_id="review"
     ),
+    "decide_together": lambda s, who, review: s.decide_together(
+        "review", decisions={review: review_submission("approve")}, reviewer=who
+    ),
     "answer": lambda s, who, _: s.answer("tool", "c1", "yes", reviewer=who),
     "settle": lambda s, who, _: s.settle("doubt", "c1", Settlement.not_run(), reviewer=who),
     "pause_calls_in_doubt": lambda s, who, _: s.pause_calls_in_doubt("doubt", "stopped"),
@@ -56,7 +59,7 @@ COMMANDS: dict[str, Callable[[ThreadService, Any, str], object]] = {
 }
 """Every command of ThreadService that writes, run on a thread it would act on."""
 
-READERS = {"reviewer", "find_review", "check_decision"}
+READERS = {"reviewer", "find_review"}
 
 
 def test_the_commands_cover_every_writing_method_of_the_service() -> None:

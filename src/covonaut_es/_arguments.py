@@ -22,7 +22,7 @@ def refuse(name: str, expected: str, value: object) -> NoReturn:
         ConfigurationError: Always; naming the argument, what it takes and the type found.
     """
     # The value is not shown: a secret given in the wrong place (a URL as bytes) would be.
-    msg = f"{name} must be {expected}, got a {type(value).__name__}"
+    msg = f"{name} must be {expected}, found a value of type {type(value).__name__}"
     raise ConfigurationError(msg)
 
 
@@ -56,16 +56,18 @@ def check_callable(name: str, value: object) -> None:
         refuse(name, "callable", value)
 
 
-def check_whole(name: str, value: object, *, least: int) -> None:
-    """``value`` of argument ``name`` is a whole number (an int, not a bool nor a float)
-    of at least ``least``: a version, a count, a position.
+def check_whole(name: str, value: object, *, least: int | None = None) -> None:
+    """``value`` of argument ``name`` is a whole number (an int, not a bool nor a float),
+    of at least ``least`` if given: a count, a position. (A version takes any: one the
+    thread does not have is the thread's to refuse, as for any other.)
 
     Raises:
         ConfigurationError: It is not.
     """
-    check_instance(name, value, int, f"a whole number of at least {least}")
-    if value < least:  # type: ignore[operator]  # an int, checked above
-        refuse(name, f"a whole number of at least {least}", value)
+    expected = "a whole number" if least is None else f"a whole number of at least {least}"
+    check_instance(name, value, int, expected)
+    if least is not None and value < least:  # type: ignore[operator]  # an int, checked above
+        refuse(name, expected, value)
 
 
 def positive_seconds(name: str, value: object) -> None:

@@ -1320,13 +1320,12 @@ class AgentThread(Aggregate, created_event_name="Started"):
         """Give the thread (or one of its versions) a label; a name labels one thing.
 
         Raises:
-            ConfigurationError: ``label`` is no str, or ``version`` no whole number of
-                at least 1.
+            ConfigurationError: ``label`` is no str, or ``version`` no whole number.
             ThreadStateError: The label is blank, or the thread has no such version.
         """
         check_text("label", name)
         if version is not None:
-            check_whole("version", version, least=1)
+            check_whole("version", version)
         if not name.strip():
             msg = "a label needs a non-empty name"
             raise ThreadStateError(msg)

@@ -160,7 +160,7 @@ class Store(Closing):
         Raises:
             ThreadNotFoundError: The thread has no events (at that version).
             SerializationError: A stored event cannot be read.
-            ConfigurationError: ``version`` is no whole number of at least 0, or
+            ConfigurationError: ``version`` is no whole number, or
                 ``snapshot_migrators`` no mapping.
         """
         _check_read(version, snapshot_migrators)
@@ -365,12 +365,12 @@ class Store(Closing):
             ThreadNotFoundError: The parent, the version or the checkpoint is missing.
             ThreadConflictError: A thread with ``new_thread_id`` already exists.
             InvalidThreadIdError: ``new_thread_id`` is not a valid thread id.
-            ConfigurationError: ``at_version`` or ``at_checkpoint`` is no whole number
-                of at least 1, or ``now`` no datetime.
+            ConfigurationError: ``at_version`` or ``at_checkpoint`` is no whole number,
+                or ``now`` no datetime.
         """
         for name, number in (("at_version", at_version), ("at_checkpoint", at_checkpoint)):
             if number is not None:
-                check_whole(name, number, least=1)
+                check_whole(name, number)
         _check_now(now)
         return self._forks.fork(
             thread_id,
@@ -618,7 +618,7 @@ def _check_read(version: object, snapshot_migrators: object) -> None:
     """A read's ``version`` is None or a whole number (1.5 was read as 1; at 0 no
     thread exists), and its ``snapshot_migrators`` a mapping."""
     if version is not None:
-        check_whole("version", version, least=0)
+        check_whole("version", version)
     check_instance("snapshot_migrators", snapshot_migrators, Mapping, "a mapping of upcasters")
 
 
