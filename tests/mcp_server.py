@@ -5,7 +5,8 @@ streamable HTTP on 127.0.0.1:PORT. Every call appends one JSON line to LOG (the 
 its arguments and the idempotency key from the request's ``_meta``) before it acts, so
 a test sees which calls reached the server. ``MCP_TEST_VARIANT=changed`` lists
 ``delete`` with another schema; ``MCP_TEST_VARIANT=hostile`` adds tools that answer
-huge, never, or with a line that is not JSON; ``MCP_TEST_VARIANT=second`` lists the
+huge, never, or with a line that is not JSON; ``MCP_TEST_VARIANT=redos`` adds ``find``,
+whose argument has a catastrophic ``pattern``; ``MCP_TEST_VARIANT=second`` lists the
 first schema in its first process (counted in LOG.starts) and the other one after, and
 adds ``crash``, which ends the first process.
 """
@@ -119,6 +120,15 @@ if VARIANT == "hostile":
         _log("hang", {}, ctx)
         time.sleep(3600)
         return "never"
+
+
+if VARIANT == "redos":
+
+    @app.tool(annotations=ToolAnnotations(read_only_hint=True))
+    def find(text: Annotated[str, Field(pattern=r"^(a+)+$")], ctx: Context) -> str:
+        """Find a run of a's (a regular expression that backtracks for ever)."""
+        _log("find", {"text": text}, ctx)
+        return "found"
 
 
 if __name__ == "__main__":

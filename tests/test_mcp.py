@@ -532,6 +532,100 @@ def test_a_hostile_tool_list_becomes_checked_tools_or_a_typed_error(listed: list
         assert tool.spec.parameters == raw.input_schema  # type: ignore[attr-defined]
 
 
+def test_a_servers_catastrophic_pattern_refuses_its_listing(tmp_path: Path) -> None:
+    """A tool whose schema has a pattern is refused when listed, naming the tool and
+    where the pattern is, before any argument could be matched against it."""
+    with pytest.raises(ToolServerError, match=r"tool 'find' .*'pattern' at \$\.properties"):
+        stdio(tmp_path / "log", "redos", connect_timeout=5.0).tools()
+
+
+# Where 2020-12 keeps subschemas: a keyword's value, each item of its list, each value
+# of its name map; independent of the walk under test.
+IN_VALUE = ("items", "not", "if", "then", "else", "contains", "additionalProperties")
+IN_VALUE += ("propertyNames", "unevaluatedItems", "unevaluatedProperties", "contentSchema")
+IN_LIST = ("allOf", "anyOf", "oneOf", "prefixItems")
+IN_MAP = ("properties", "$defs", "dependentSchemas")
+REGEX = st.sampled_from(["^(a+)+$", "(x|x)*y", "pattern", "a{1,99}"])
+NAMES = st.sampled_from(["pattern", "patternProperties", "enum", "$ref", "p", "x"])
+DATA = st.recursive(
+    st.none() | st.booleans() | st.integers() | REGEX,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(NAMES | REGEX, inner, max_size=3),
+    max_leaves=6,
+)
+
+
+def _schemas(inner: st.SearchStrategy[dict[str, object]]) -> st.SearchStrategy[dict[str, object]]:
+    applied = st.one_of(
+        st.tuples(st.sampled_from(IN_VALUE), inner),
+        st.tuples(st.sampled_from(IN_LIST), st.lists(inner, min_size=1, max_size=2)),
+        st.tuples(st.sampled_from(IN_MAP), st.dictionaries(NAMES, inner, max_size=2)),
+    )
+    return st.lists(applied, max_size=3).map(dict)
+
+
+CLEAN_SCHEMAS = st.recursive(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "type": st.sampled_from(["string", "object", "array"]),
+            "enum": st.lists(DATA, min_size=1, max_size=2),
+            "const": DATA,
+            "default": DATA,
+            "examples": st.lists(DATA, max_size=2),
+            "description": REGEX,
+        },
+    ),
+    _schemas,
+    max_leaves=6,
+)
+
+
+def _positions(schema: dict[str, object]) -> list[dict[str, object]]:
+    """Every subschema of a generated schema (the oracle of where a pattern applies)."""
+    found = [schema]
+    for key, value in schema.items():
+        if key in IN_VALUE:
+            children = [value]
+        elif key in IN_LIST or key in IN_MAP:
+            children = list(value.values() if isinstance(value, dict) else value)  # type: ignore[attr-defined]
+        else:
+            continue
+        for child in children:
+            found += _positions(child)  # type: ignore[arg-type]
+    return found
+
+
+def _listed_tool(schema: dict[str, object]) -> object:
+    return mcp_types.Tool.model_construct(
+        name="t", description="d", input_schema={"type": "object", **schema}, annotations=None
+    )
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(schema=CLEAN_SCHEMAS, data=st.data())
+def test_a_pattern_at_any_schema_position_is_refused_and_none_in_values(
+    schema: dict[str, object], data: st.DataObject
+) -> None:
+    """Regex-like text in values and names is listed; a pattern or patternProperties
+    put at any subschema, or a $ref into a value, refuses the listing, naming the tool."""
+    (listed,) = checked_listing("s", [_listed_tool(schema)])
+    to_tool(listed, server="s", origin="stdio:x", prefix="", override=None, func=print)
+    at = data.draw(st.sampled_from(_positions(schema)))
+    hostile = data.draw(
+        st.sampled_from(
+            [
+                {"pattern": "^(a+)+$"},
+                {"patternProperties": {"^(a+)+$": {}}},
+                {"$ref": "#/default", "default": {"pattern": "^(a+)+$"}},
+                {"$ref": "#/$defs/d/enum/0", "$defs": {"d": {"enum": [{"pattern": "x"}]}}},
+            ]
+        )
+    )
+    at.update(hostile)
+    with pytest.raises(ToolServerError, match=r"tool 't' .*(pattern|into a value)"):
+        checked_listing("s", [_listed_tool(schema)])
+
+
 def test_without_the_extra_the_import_names_it() -> None:
     """Importing covonaut_es.mcp without the mcp package says which extra to install."""
     code = "import sys; sys.modules['mcp'] = None; import covonaut_es.mcp"

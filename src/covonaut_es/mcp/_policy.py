@@ -8,7 +8,8 @@ server can never lower a policy the application set.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import urllib.parse
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import attrs
@@ -30,6 +31,23 @@ MAX_SCHEMA_BYTES = 65_536
 
 MAX_RESULT_BYTES = 1_048_576
 """The default bound on a call's result text (UTF-8 bytes); see ``MCPServer``."""
+
+
+# Where a JSON Schema keeps what is not a schema: values (never applied to arguments)
+# and maps whose keys are names (of properties, definitions), not keywords.
+_DATA_KEYWORDS = frozenset({"enum", "const", "default", "examples"})
+_NAME_MAPS = frozenset(
+    {
+        "properties",
+        "patternProperties",
+        "$defs",
+        "definitions",
+        "dependentSchemas",
+        "dependentRequired",
+        "dependencies",
+    }
+)
+_REFERENCES = ("$ref", "$dynamicRef", "$recursiveRef")
 
 
 @attrs.frozen
@@ -140,12 +158,77 @@ def checked_listing(server: str, tools: list[Any]) -> list[Listing]:
                 f"{MAX_SCHEMA_BYTES} bytes"
             )
             raise ToolServerError(msg)
+        found = _regex_in(schema)
+        if found is not None:
+            msg = (
+                f"MCP server {server!r} gives tool {name!r} an input schema with {found}: a "
+                "server's regular expression could take unbounded time to match the "
+                "model's arguments, so none is run and the listing is refused; ask for "
+                "the tool without pattern and patternProperties"
+            )
+            raise ToolServerError(msg)
         listed.append(Listing(name, description, schema, Hints.of(tool.annotations)))
     names = [item.name for item in listed]
     if len(set(names)) != len(names):
         msg = f"MCP server {server!r} lists a tool name twice: {sorted(names)}"
         raise ToolServerError(msg)
     return listed
+
+
+def _regex_in(schema: Any) -> str | None:
+    """Where a server's schema would have ``jsonschema`` run a regular expression (a
+    ``pattern`` or ``patternProperties``), or a ``$ref`` that points into a value, named
+    by its JSON path; None when it has neither.
+
+    Python's ``re`` cannot be bounded, and one expression such as ``^(a+)+$`` holds the
+    interpreter for minutes on an argument of 35 characters (ADR 0094). Every position
+    is read as a schema, conservatively (an unknown keyword's value too, since a
+    ``$ref`` may point there), except the names of a name map and the values of
+    ``enum``, ``const``, ``default`` and ``examples``, which are never applied; so a
+    ``$ref`` into one of those is refused as well.
+    """
+    for path, node in _schema_positions(schema):
+        if isinstance(node.get("pattern"), str):
+            return f"'pattern' at {path}"
+        if isinstance(node.get("patternProperties"), dict):
+            return f"'patternProperties' at {path}"
+        for keyword in _REFERENCES:
+            ref = node.get(keyword)
+            if isinstance(ref, str) and _points_into_a_value(ref):
+                return f"a {keyword} into a value ({ref!r}) at {path}"
+    return None
+
+
+def _schema_positions(schema: Any) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Each object a validator may read as a schema, with its JSON path (iteratively:
+    a hostile schema may nest deeper than Python recurses)."""
+    stack: list[tuple[str, Any]] = [("$", schema)]
+    while stack:
+        path, node = stack.pop()
+        if isinstance(node, list):
+            stack.extend((f"{path}[{i}]", item) for i, item in enumerate(node))
+        elif isinstance(node, dict):
+            yield path, node
+            for key, value in node.items():
+                if key in _NAME_MAPS and isinstance(value, dict):
+                    stack.extend((f"{path}.{key}[{name!r}]", item) for name, item in value.items())
+                elif key not in _DATA_KEYWORDS:
+                    stack.append((f"{path}.{key}", value))
+
+
+def _points_into_a_value(ref: str) -> bool:
+    """Whether a reference's JSON pointer passes through a value keyword, read as
+    ``referencing`` reads it (keywords and names alternate after a name map)."""
+    fragment = urllib.parse.urldefrag(ref).fragment
+    if not fragment.startswith("/"):
+        return False  # the whole resource, or an anchor: both schemas
+    keyword = True
+    for raw in urllib.parse.unquote(fragment[1:]).split("/"):
+        segment = raw.replace("~1", "/").replace("~0", "~")
+        if keyword and segment in _DATA_KEYWORDS:
+            return True
+        keyword = not (keyword and segment in _NAME_MAPS)
+    return False
 
 
 def to_tool(
