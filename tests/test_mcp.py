@@ -38,6 +38,7 @@ from covonaut_es.cli import main
 from covonaut_es.cli._json import SCHEMAS
 from covonaut_es.domain import AgentThread
 from covonaut_es.domain._calls import event_key
+from covonaut_es.errors import ConfigurationError
 from covonaut_es.mcp import IDEMPOTENCY_KEY_META, MCPServer, ToolPolicy
 from covonaut_es.mcp._policy import Hints, checked_listing, effective_policy, to_tool
 from inbox_support import current, inbox_client, sign_in
@@ -624,6 +625,62 @@ def test_a_pattern_at_any_schema_position_is_refused_and_none_in_values(
     at.update(hostile)
     with pytest.raises(ToolServerError, match=r"tool 't' .*(pattern|into a value)"):
         checked_listing("s", [_listed_tool(schema)])
+
+
+NAN = float("nan")
+# Per constructor, an argument and values of it that are wrong: of another type, or out
+# of range; every one must be refused when given, naming it, before anything starts.
+BAD_OPTIONS = {
+    "name": [1, b"n"],
+    "tool_prefix": [None, 1, b"x_"],
+    "timeout": [-1, 0, "1", NAN, True],
+    "connect_timeout": [None, -1, "10", float("inf")],
+    "max_result_bytes": ["x", 0, -5, 1.5, True, None],
+    "overrides": [["read"], {"read": {}}, {1: ToolPolicy()}, "read"],
+}
+BAD_STDIO = {"command": [None, 1], "args": ["server.py", [1], None], "env": [{"A": 1}, ["A"]]}
+BAD_HTTP = {"url": [None, b"http://h/mcp"], "headers": [{"A": 1}, {2: "b"}, "A: b"]}
+BAD_POLICY = {
+    "requires_approval": ["yes", 1, 0],
+    "idempotent": ["no", 1],
+    "timeout": [-1, 0, "1", NAN, False],
+    "run_on_approval": ["yes", 0],
+}
+
+
+def _bad(table: dict[str, list[object]]) -> st.SearchStrategy[tuple[str, object]]:
+    return st.sampled_from([(name, value) for name, values in table.items() for value in values])
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    made=st.sampled_from(["stdio", "http"]).flatmap(
+        lambda kind: st.tuples(
+            st.just(kind), _bad(BAD_OPTIONS) | _bad(BAD_STDIO if kind == "stdio" else BAD_HTTP)
+        )
+    )
+)
+def test_a_bad_server_option_is_refused_when_given_naming_it(
+    made: tuple[str, tuple[str, object]],
+) -> None:
+    """MCPServer.stdio/.http refuse a wrong option with ConfigurationError naming it,
+    before any server is started or listed (it surfaced inside a run, blaming the server)."""
+    kind, (option, value) = made
+    given = {"command": sys.executable, "args": [SERVER], "env": None} if kind == "stdio" else {}
+    given = {"url": "http://127.0.0.1:9/mcp", "headers": None} if kind == "http" else given
+    given[option] = value
+    make = MCPServer.stdio if kind == "stdio" else MCPServer.http
+    with pytest.raises(ConfigurationError, match=rf"\b{option}\b"):
+        make(**given)  # type: ignore[arg-type]
+
+
+@settings(max_examples=30, deadline=None)
+@given(bad=_bad(BAD_POLICY))
+def test_a_bad_tool_policy_is_refused_when_made_naming_its_field(bad: tuple[str, object]) -> None:
+    """ToolPolicy refuses a field of the wrong type or range with ConfigurationError."""
+    field, value = bad
+    with pytest.raises(ConfigurationError, match=rf"ToolPolicy\.{field}\b"):
+        ToolPolicy(**{field: value})  # type: ignore[arg-type]
 
 
 def test_without_the_extra_the_import_names_it() -> None:

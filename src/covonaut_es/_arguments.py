@@ -6,7 +6,7 @@ or is silently taken for another value: a version 1.5 read as 1)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
 import attrs
@@ -44,6 +44,19 @@ def check_text(name: str, value: object) -> None:
         ConfigurationError: It is not.
     """
     check_instance(name, value, str, "a str")
+
+
+def check_mapping(name: str, value: object, of: type | tuple[type, ...], what: str) -> None:
+    """``value`` of argument ``name`` is a mapping of str keys to instances of ``of``
+    (described as ``what``: "a str").
+
+    Raises:
+        ConfigurationError: It is not, naming the entry found wrong.
+    """
+    check_instance(name, value, Mapping, f"a mapping of str to {what}")
+    for key, item in value.items():  # type: ignore[attr-defined]  # a Mapping, checked above
+        check_text(f"each key of {name}", key)
+        check_instance(f"{name}[{key!r}]", item, of, what)
 
 
 def check_callable(name: str, value: object) -> None:

@@ -114,7 +114,12 @@ def _check_name(name: str, value: object) -> None:
 _A_BOOL = instance_of(bool, "True or False")
 
 
-def _check_approval(name: str, value: object) -> None:
+def check_approval(name: str, value: object) -> None:
+    """``value`` of argument ``name`` is True, False or an approval policy.
+
+    Raises:
+        ConfigurationError: It is none of those.
+    """
     if not isinstance(value, bool) and not callable(value):
         refuse(name, "True, False or a policy policy(args) -> bool", value)
 
@@ -171,7 +176,7 @@ class Tool:
     func: ToolFunction = attrs.field(validator=validated(check_callable))
     idempotent: bool = attrs.field(kw_only=True, default=False, validator=_A_BOOL)
     requires_approval: bool | ApprovalPolicy = attrs.field(
-        kw_only=True, default=False, validator=validated(_check_approval)
+        kw_only=True, default=False, validator=validated(check_approval)
     )
     run_on_approval: bool = attrs.field(kw_only=True, default=False, validator=_A_BOOL)
     timeout: float | None = attrs.field(kw_only=True, default=None, validator=check_timeout)

@@ -15,10 +15,11 @@ from typing import Any
 import attrs
 import msgspec
 
+from covonaut_es._arguments import instance_of, positive_seconds, validated
 from covonaut_es.domain import ToolPin, canonical_json
 from covonaut_es.errors import ConfigurationError, MCPToolError, ToolResultError, ToolServerError
 from covonaut_es.messages import JsonValue
-from covonaut_es.tools import ApprovalPolicy, Tool, ToolFunction
+from covonaut_es.tools import ApprovalPolicy, Tool, ToolFunction, check_approval
 
 MAX_TOOLS = 256
 """The most tools one server may list."""
@@ -49,6 +50,8 @@ _NAME_MAPS = frozenset(
 )
 _REFERENCES = ("$ref", "$dynamicRef", "$recursiveRef")
 
+_OPTIONAL_BOOL = instance_of(bool, "True, False or None", optional=True)
+
 
 @attrs.frozen
 class ToolPolicy:
@@ -65,12 +68,20 @@ class ToolPolicy:
         run_on_approval: An approved call runs on resume with the reviewer's edits,
             without another model call (see ``Tool.run_on_approval``); it applies to
             the calls that need approval. Unset: False.
+
+    Raises:
+        ConfigurationError: A field is neither None nor of its type (a timeout of no
+            positive number of seconds), naming it.
     """
 
-    requires_approval: bool | ApprovalPolicy | None = None
-    idempotent: bool | None = None
-    timeout: float | None = None
-    run_on_approval: bool | None = None
+    requires_approval: bool | ApprovalPolicy | None = attrs.field(
+        default=None, validator=validated(check_approval, optional=True)
+    )
+    idempotent: bool | None = attrs.field(default=None, validator=_OPTIONAL_BOOL)
+    timeout: float | None = attrs.field(
+        default=None, validator=validated(positive_seconds, optional=True)
+    )
+    run_on_approval: bool | None = attrs.field(default=None, validator=_OPTIONAL_BOOL)
 
 
 @attrs.frozen

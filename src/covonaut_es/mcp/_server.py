@@ -30,7 +30,15 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from covonaut_es import _logs
-from covonaut_es.errors import ToolInDoubtError, ToolServerError
+from covonaut_es._arguments import (
+    check_callable,
+    check_instance,
+    check_mapping,
+    check_text,
+    check_whole,
+    positive_seconds,
+)
+from covonaut_es.errors import ConfigurationError, ToolInDoubtError, ToolServerError
 from covonaut_es.mcp._policy import (
     MAX_RESULT_BYTES,
     MAX_TOOLS,
@@ -149,6 +157,10 @@ class MCPServer:
         connect_timeout: Seconds to reach the server and list its tools.
         max_result_bytes: The largest result text kept; a larger one is recorded as an
             error that says so.
+
+    Raises:
+        ConfigurationError: An argument of the wrong type or out of range, naming it;
+            nothing is started or contacted.
     """
 
     def __init__(
@@ -163,8 +175,15 @@ class MCPServer:
         connect_timeout: float = 10.0,
         max_result_bytes: int = MAX_RESULT_BYTES,
     ) -> None:
-        check_seconds("timeout", timeout)
-        check_seconds("connect_timeout", connect_timeout)
+        check_text("MCPServer name", name)
+        check_text("MCPServer origin", origin)
+        check_callable("MCPServer connect", connect)
+        if overrides is not None:
+            check_mapping("MCPServer overrides", overrides, ToolPolicy, "a ToolPolicy")
+        check_text("MCPServer tool_prefix", tool_prefix)
+        check_seconds("MCPServer timeout", timeout)
+        positive_seconds("MCPServer connect_timeout", connect_timeout)
+        check_whole("MCPServer max_result_bytes", max_result_bytes, least=1)
         self._name = name
         self.origin = origin
         self._connect = connect
@@ -201,7 +220,16 @@ class MCPServer:
 
         ``env`` is added to a minimal environment (the SDK's); it is not part of the
         server's identity, so it may hold secrets. ``options`` are the constructor's.
+
+        Raises:
+            ConfigurationError: An argument of the wrong type, naming it.
         """
+        check_text("MCPServer.stdio command", command)
+        check_instance("MCPServer.stdio args", args, (list, tuple), "a list of str")
+        for arg in args:
+            check_text("each of MCPServer.stdio args", arg)
+        if env is not None:
+            check_mapping("MCPServer.stdio env", env, str, "a str")
         params = StdioServerParameters(command=command, args=list(args), env=dict(env or {}))
         errlog = sys.__stderr__ or open(os.devnull, "w")  # noqa: SIM115 - lives with the process
 
@@ -209,9 +237,8 @@ class MCPServer:
             return stdio_client(params, errlog=errlog)
 
         origin = "stdio:" + shlex.join([command, *args])
-        return cls(
-            name=name or os.path.basename(command), origin=origin, connect=connect, **options
-        )
+        name = os.path.basename(command) if name is None else name
+        return cls(name=name, origin=origin, connect=connect, **options)
 
     @classmethod
     def http(
@@ -226,11 +253,18 @@ class MCPServer:
 
         ``headers`` (an ``Authorization`` token, say) go with every request; they and
         the URL's credentials and query are not part of the server's identity.
+
+        Raises:
+            ConfigurationError: An argument of the wrong type, or a URL that is not
+                http(s) with a host.
         """
+        check_text("MCPServer.http url", url)
+        if headers is not None:
+            check_mapping("MCPServer.http headers", headers, str, "a str")
         parts = urllib.parse.urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             msg = f"MCPServer.http needs an http:// or https:// URL, got {parts.scheme!r} URL"
-            raise ValueError(msg)
+            raise ConfigurationError(msg)
         host = parts.hostname + (f":{parts.port}" if parts.port else "")
         origin = f"http:{parts.scheme}://{host}{parts.path}"
 
@@ -243,7 +277,7 @@ class MCPServer:
             ):
                 yield streams
 
-        server = cls(name=name or host, origin=origin, connect=connect, **options)
+        server = cls(name=host if name is None else name, origin=origin, connect=connect, **options)
         userinfo = parts.netloc.rpartition("@")[0]
         hidden = {userinfo, parts.password or "", parts.query}
         hidden |= {urllib.parse.unquote(text) for text in hidden}
