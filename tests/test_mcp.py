@@ -40,7 +40,14 @@ from covonaut_es.domain import AgentThread
 from covonaut_es.domain._calls import event_key
 from covonaut_es.errors import ConfigurationError
 from covonaut_es.mcp import IDEMPOTENCY_KEY_META, MCPServer, ToolPolicy
-from covonaut_es.mcp._policy import Hints, checked_listing, effective_policy, to_tool
+from covonaut_es.mcp._policy import (
+    Hints,
+    Listing,
+    check_overrides,
+    checked_listing,
+    effective_policy,
+    to_tool,
+)
 from inbox_support import current, inbox_client, sign_in
 from support import answer, call
 from test_approvals import ALICE, VERIFIER
@@ -681,6 +688,39 @@ def test_a_bad_tool_policy_is_refused_when_made_naming_its_field(bad: tuple[str,
     field, value = bad
     with pytest.raises(ConfigurationError, match=rf"ToolPolicy\.{field}\b"):
         ToolPolicy(**{field: value})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("key", ["files_read", "Read"], ids=["prefixed", "typo"])
+def test_an_override_of_no_listed_tool_is_refused_when_listed(tmp_path: Path, key: str) -> None:
+    """An override keyed by the name the model sees, or by a typo, is a ConfigurationError
+    naming it (it was ignored, and the read-only hint ran the tool unreviewed); entering
+    the server that refuses leaves no subprocess behind."""
+    others = set(_children())
+    server = stdio(
+        tmp_path / "log", tool_prefix="files_", overrides={key: ToolPolicy(requires_approval=True)}
+    )
+    with pytest.raises(ConfigurationError, match=rf"\['{key}'\].*tool_prefix 'files_'"), server:
+        pass
+    assert set(_children()) - others == set()
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    names=st.sets(st.sampled_from(["read", "put", "Read", "x_read"]), max_size=3),
+    keys=st.sets(st.sampled_from(["read", "put", "Read", "x_read", ""]), max_size=3),
+)
+def test_overrides_are_refused_exactly_when_a_key_names_no_listed_tool(
+    names: set[str], keys: set[str]
+) -> None:
+    """Any key that is not a listed tool's name is named in the error; else none."""
+    listed = [Listing(name, "d", {"type": "object"}, Hints()) for name in names]
+    overrides = dict.fromkeys(keys, ToolPolicy())
+    if keys <= names:
+        check_overrides("s", overrides, listed, "x_")
+        return
+    with pytest.raises(ConfigurationError) as refused:
+        check_overrides("s", overrides, listed, "x_")
+    assert str(sorted(keys - names)) in str(refused.value)
 
 
 def test_without_the_extra_the_import_names_it() -> None:

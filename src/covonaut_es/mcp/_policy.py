@@ -186,6 +186,26 @@ def checked_listing(server: str, tools: list[Any]) -> list[Listing]:
     return listed
 
 
+def check_overrides(
+    server: str, overrides: Mapping[str, ToolPolicy], listed: list[Listing], prefix: str
+) -> None:
+    """Every override names a listed tool, by the server's name for it.
+
+    Raises:
+        ConfigurationError: A key names no listed tool (the name the model sees, with
+            the prefix, or a typo): ignored, it left the tool to the server's hints.
+    """
+    names = sorted(item.name for item in listed)
+    unknown = sorted(set(overrides) - set(names))
+    if unknown:
+        hint = f", without the tool_prefix {prefix!r}" if prefix else ""
+        msg = (
+            f"MCPServer {server!r} has overrides for {unknown}, which it does not list; "
+            f"it lists {names}: key overrides by the server's tool names{hint}"
+        )
+        raise ConfigurationError(msg)
+
+
 def _regex_in(schema: Any) -> str | None:
     """Where a server's schema would have ``jsonschema`` run a regular expression (a
     ``pattern`` or ``patternProperties``), or a ``$ref`` that points into a value, named

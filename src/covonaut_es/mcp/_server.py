@@ -44,6 +44,7 @@ from covonaut_es.mcp._policy import (
     MAX_TOOLS,
     Listing,
     ToolPolicy,
+    check_overrides,
     checked_listing,
     result_value,
     to_tool,
@@ -148,8 +149,9 @@ class MCPServer:
         origin: How the server is reached, without credentials: covered by every tool
             digest, so an approval never runs another server's tool of the same name.
         connect: Opens the transport (an async context manager of the SDK's streams).
-        overrides: By tool name (the server's), the application's policy; it always
-            wins over the server's hints.
+        overrides: By tool name (the server's, without ``tool_prefix``), the
+            application's policy; it always wins over the server's hints. A key that
+            names no listed tool is refused when the tools are listed.
         tool_prefix: Put before each tool's name, for the model (two servers with a
             tool of the same name need one).
         timeout: Seconds a call may run (default: ``AgentConfig.tool_timeout``); the
@@ -295,14 +297,22 @@ class MCPServer:
     # Lifecycle ----------------------------------------------------------------------
 
     def __enter__(self) -> Self:
-        self.tools()
+        try:
+            self.tools()
+        except BaseException:
+            self.close()  # no __exit__ follows: the connection and the thread end here
+            raise
         return self
 
     def __exit__(self, *_: object) -> None:
         self.close()
 
     async def __aenter__(self) -> Self:
-        await asyncio.to_thread(self.tools)
+        try:
+            await asyncio.to_thread(self.tools)
+        except BaseException:
+            await asyncio.to_thread(self.close)
+            raise
         return self
 
     async def __aexit__(self, *_: object) -> None:
@@ -333,10 +343,12 @@ class MCPServer:
         Raises:
             ToolServerError: The server cannot be reached within ``connect_timeout``, or
                 its listing breaks a limit or holds a tool our checks refuse.
+            ConfigurationError: An override names no tool the server lists.
         """
         listing = self._listing
         if listing is None or listing[0] != self._epoch:
             epoch, listed = self._run(self._listed(), self._connect_timeout, "list its tools")
+            check_overrides(self._name, self._overrides, listed, self._prefix)
             listing = (epoch, tuple(self._tool(epoch, item) for item in listed))
             self._listing = listing
         return listing[1]
