@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import http.server
 import json
+import logging
 import os
 import signal
 import sys
@@ -310,3 +311,19 @@ def test_a_connection_that_fails_says_why_without_the_urls_secrets() -> None:
     text = str(raised.value)
     assert "ConnectError" in text and "TaskGroup" not in text
     assert "s3cr3t-pw" not in text and "t0k3n-xyz" not in text
+
+
+def test_the_urls_user_information_goes_as_basic_auth_not_to_the_sdks_log(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The SDK logs the URL it connects to at DEBUG: the password is not in it, and
+    the server still lists its tools."""
+    caplog.set_level(logging.DEBUG)
+    port = _free_port()
+    with (
+        serving_http(tmp_path / "log", port),
+        MCPServer.http(f"http://u:s3cr3t%2Fpw@127.0.0.1:{port}/mcp", name="web") as web,
+    ):
+        assert "read" in {tool.name for tool in web.tools()}
+    assert "Connecting to StreamableHTTP endpoint" in caplog.text
+    assert "s3cr3t" not in caplog.text

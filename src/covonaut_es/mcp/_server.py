@@ -254,7 +254,10 @@ class MCPServer:
         """A server reached over streamable HTTP at ``url``.
 
         ``headers`` (an ``Authorization`` token, say) go with every request; they and
-        the URL's credentials and query are not part of the server's identity.
+        the URL's credentials and query are not part of the server's identity. The
+        URL's user information is sent as basic auth; a token in its query is not
+        hidden from the SDK's own DEBUG log, which shows the URL: pass it in
+        ``headers``.
 
         Raises:
             ConfigurationError: An argument of the wrong type, or a URL that is not
@@ -269,13 +272,22 @@ class MCPServer:
             raise ConfigurationError(msg)
         host = parts.hostname + (f":{parts.port}" if parts.port else "")
         origin = f"http:{parts.scheme}://{host}{parts.path}"
+        # The URL's user information goes as basic auth (as httpx would send it), not
+        # in the URL: the SDK logs the URL it connects to at DEBUG.
+        auth = None
+        if parts.username is not None or parts.password is not None:
+            user, password = (
+                urllib.parse.unquote(p or "") for p in (parts.username, parts.password)
+            )
+            auth = httpx2.BasicAuth(user, password)
+        address = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
 
         @contextlib.asynccontextmanager
         async def connect() -> Any:
             timeout = httpx2.Timeout(30.0, read=300.0)
             async with (
-                httpx2.AsyncClient(headers=dict(headers or {}), timeout=timeout) as http,
-                streamable_http_client(url, http_client=http) as streams,
+                httpx2.AsyncClient(headers=dict(headers or {}), timeout=timeout, auth=auth) as http,
+                streamable_http_client(address, http_client=http) as streams,
             ):
                 yield streams
 
