@@ -602,6 +602,23 @@ def test_hmac_issue_token_refuses_a_ttl_that_is_no_lifetime(ttl: Any) -> None:
         VERIFIER.issue_token("alice", ttl)
 
 
+@settings(max_examples=20, deadline=None)
+@given(position=st.integers(0, 40), surrogate=st.integers(0xD800, 0xDFFF))
+def test_hmac_verifier_refuses_text_that_is_no_utf8_without_carrying_it(
+    position: int, surrogate: int
+) -> None:
+    """Property: a secret given as text holding a lone surrogate (what the environment
+    makes of a byte that is no UTF-8) is a ConfigurationError that carries nothing of
+    the secret, not even in an exception it was raised during: the encoder's error,
+    whose ``object`` is the whole secret, was what escaped (helper-112)."""
+    secret = "sup3r-s3cret-value-that-is-long-enough!!"
+    secret = secret[:position] + chr(surrogate) + secret[position:]
+    with pytest.raises(ConfigurationError, match="must be UTF-8 text") as refused:
+        HmacReviewerVerifier(secret)
+    assert refused.value.__context__ is None and refused.value.__cause__ is None
+    assert "s3cret" not in repr(refused.value)
+
+
 def test_hmac_token_lasting_longer_than_a_token_may_is_refused() -> None:
     """A token whose expiry lies further ahead than any token may last (signed by a
     clock that ran ahead, or issued by an earlier version without the bound) does not

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import os
 import re
 import sqlite3
 from datetime import UTC, datetime, timedelta
@@ -319,6 +320,17 @@ def test_token_issue_refuses_a_ttl_that_is_no_lifetime(ttl: str) -> None:
     """--ttl must be a positive number of seconds up to a year and a day: exit 2."""
     result = covonaut("token", "issue", "--reviewer", "ann", "--ttl", ttl)
     assert result.returncode == 2 and "--ttl needs a token's lifetime" in result.stderr
+
+
+def test_token_issue_takes_a_secret_whose_bytes_are_no_utf8() -> None:
+    """The secret is the variable's bytes, UTF-8 or not: a byte that is no UTF-8 (which
+    Python's environment gives as a lone surrogate) failed with a UnicodeEncodeError
+    traceback (helper-112); its token verifies under the same bytes."""
+    secret = b"abcdefghijklmnopqrstuvwxyz0123456789\xff"
+    env = {"COVONAUT_ES_REVIEWER_SECRET": os.fsdecode(secret)}
+    result = covonaut_es("token", "issue", "--reviewer", "ann", "--ttl", "60", env=env)
+    assert result.returncode == 0, result.stderr
+    assert HmacReviewerVerifier(secret).verify(result.stdout.strip()) == "ann"
 
 
 def test_token_issue_refuses_a_short_secret_saying_how_to_make_one() -> None:

@@ -30,6 +30,7 @@ from covonaut_es import (
     open_store,
 )
 from covonaut_es.errors import CovonautError
+from covonaut_es.service import Reviewer, ThreadService, review_submission
 from covonaut_es.store._leases import WorkerRecord
 from support import OBJECT_SCHEMA, answer, call, echo_tool, ticking_clock
 
@@ -156,6 +157,8 @@ EMPTY = ("''",)
 OPTIONAL = ("None",)
 ROOT_NAMED = {"root_thread_id": "thread_id"}
 ROOT = lambda w, **a: w.agent and None  # noqa: E731  (thread t exists)
+APPROVE = review_submission("approve")
+RITA = Reviewer("rita")
 
 _ENTRIES: dict[str, Entry] = {
     # Constructors ------------------------------------------------------------------
@@ -438,13 +441,24 @@ _ENTRIES: dict[str, Entry] = {
         {"after": None, "limit": 10, "newest_first": False, "where": None},
         {"after": OPTIONAL, "where": OPTIONAL},
     ),
+    "ThreadService.decide": Entry(
+        lambda w, **a: ThreadService(w.store).decide(**a),
+        {"review_id": None, "submission": APPROVE, "reviewer": RITA, "thread_id": "t"},
+        {"thread_id": OPTIONAL, "review_id": EMPTY},
+    ),
+    "ThreadService.decide_together": Entry(
+        lambda w, **a: ThreadService(w.store).decide_together(**a),
+        {"thread_id": "t", "decisions": None, "answers": (), "reviewer": RITA},
+        {"answers": ("[]",)},
+    ),
     "ReviewQueue.threads_with_review": Entry(
         lambda w, **a: ReviewQueue(w.store.url).threads_with_review(**{"store": w.store, **a}),
         {"review_id": "r"},
     ),
 }
 """Every public constructor and method of Store, Agent, AgentConfig, CheckpointSettings,
-Tool, Worker and ReviewQueue that takes an argument, with a valid call."""
+Tool, Worker, ReviewQueue and ThreadService's decisions that takes an argument, with a
+valid call."""
 
 
 def _valid_args(world: World, entry: Entry) -> dict[str, Any]:
@@ -466,6 +480,8 @@ def _valid_args(world: World, entry: Entry) -> dict[str, Any]:
         )
     if args.get("review_id", ...) is None:
         args["review_id"] = world.review_id
+    if args.get("decisions", ...) is None:
+        args["decisions"] = {world.review_id: APPROVE}
     return args
 
 

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from covonaut_es import (
     ToolContext,
     open_store,
 )
+from covonaut_es.domain import ThreadStatus
 from covonaut_es.errors import ProviderError
 from covonaut_es.messages import StreamDelta
 from covonaut_es.runtime import SummarizingCompactor
@@ -354,3 +356,65 @@ def test_a_compaction_summary_is_not_streamed() -> None:
     agent.run("one")
     agent.run("two")
     assert "".join(texts(pieces)) == "first answersecond answer"
+
+
+class _ClockBroke(RuntimeError):
+    """What the application's clock raises, once."""
+
+
+@settings(max_examples=12, deadline=None)
+@given(broken_reading=st.integers(min_value=2, max_value=12))
+def test_a_streamed_run_that_fails_hands_its_failure_on_the_loop_and_raises_it(
+    broken_reading: int,
+) -> None:
+    """Property: whichever reading of the clock fails, a streamed run, under asyncio's
+    debug mode (which refuses a queue fed from another thread), raises the run's own
+    error to its consumer, and every committed event (the RunFailed among them, when the
+    run had started) reaches it on the loop's thread. The failure was published from
+    the worker thread that recorded it, and the consumer waited for ever (helper-112)."""
+    ticks, readings = ticking_clock(), itertools.count(1)
+
+    def clock() -> Any:
+        if next(readings) == broken_reading:
+            raise _ClockBroke("the clock broke")
+        return ticks()
+
+    store = open_store("memory://")
+    agent = Agent(
+        AgentConfig(
+            provider=ScriptedProvider([call(("c1", "echo", '{"text": "a"}')), answer("done")]),
+            tools=[echo_tool()],
+            checkpoint=CheckpointSettings(store=store, thread_id="t"),
+            clock=clock,
+        )
+    )
+    committed: list[Any] = []
+
+    async def consume() -> None:
+        loop_thread = threading.get_ident()
+        async for item in agent.astream("go"):
+            if isinstance(item, CommittedEvent):
+                assert threading.get_ident() == loop_thread
+                committed.append(item.event)
+
+    raised: list[BaseException] = []
+
+    def stream() -> None:
+        try:
+            asyncio.run(consume(), debug=True)
+        except BaseException as exc:  # handed to the test's thread
+            raised.append(exc)
+
+    streaming = threading.Thread(target=stream, daemon=True)  # a hang fails, not blocks
+    streaming.start()
+    streaming.join(10)
+    assert not streaming.is_alive(), "the consumer was left waiting"
+    assert all(isinstance(exc, _ClockBroke) for exc in raised), raised
+    if store.exists("t"):
+        thread = store.load("t")
+        assert thread.status is not ThreadStatus.RUNNING
+        if committed:  # each committed event handed on once, in order, to the last
+            first = committed[0].originator_version
+            assert [e.originator_version for e in committed] == list(
+                range(first, thread.version + 1)
+            )

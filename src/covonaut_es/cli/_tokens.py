@@ -39,23 +39,24 @@ def explain_secret(parser: argparse.ArgumentParser) -> None:
 def reviewer_verifier(clock: float | None = None) -> HmacReviewerVerifier:
     """The verifier of the secret in ``$COVONAUT_ES_REVIEWER_SECRET`` (a fixed ``clock``
     in epoch seconds, if given); a usage error when the variable is unset."""
-    secret = os.environ.get(REVIEWER_SECRET_ENV, "")
+    # The variable's bytes as the environment holds them, UTF-8 or not.
+    secret = os.fsencode(os.environ.get(REVIEWER_SECRET_ENV, ""))
     if not secret:
         msg = (
             f"set ${REVIEWER_SECRET_ENV} to the secret reviewer tokens are signed with "
             "(see --help for how to make one)"
         )
         raise UsageError(msg)
-    if len(secret.encode()) < MIN_SECRET_BYTES:
+    if len(secret) < MIN_SECRET_BYTES:
         msg = (
-            f"${REVIEWER_SECRET_ENV} holds {len(secret.encode())} bytes; a reviewer secret "
+            f"${REVIEWER_SECRET_ENV} holds {len(secret)} bytes; a reviewer secret "
             f'needs at least {MIN_SECRET_BYTES}: make one with python -c "import secrets; '
             'print(secrets.token_urlsafe(32))"'
         )
         raise UsageError(msg)
     if clock is None:
-        return HmacReviewerVerifier(secret.encode())
-    return HmacReviewerVerifier(secret.encode(), clock=lambda: clock)
+        return HmacReviewerVerifier(secret)
+    return HmacReviewerVerifier(secret, clock=lambda: clock)
 
 
 def add_token_commands(subcommands: Subcommands) -> None:

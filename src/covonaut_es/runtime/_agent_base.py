@@ -176,10 +176,20 @@ class AgentBase(Closing):
             yield
         except Exception as exc:
             if run is not None:
-                await asyncio.to_thread(self._record_failure, session, exc, since)
+                # Recorded in a worker thread, published on the loop: a stream's queue
+                # takes its items on the loop's thread only.
+                self._publish(await asyncio.to_thread(self._failure, session, exc, since))
             raise
 
     def _record_failure(self, session: RunSession, error: Exception, since: int) -> None:
+        self._publish(self._failure(session, error, since))
+
+    def _failure(
+        self, session: RunSession, error: Exception, since: int
+    ) -> Sequence[AgentThread.Event]:
+        """Record the run's failure (:meth:`RunSession.fail
+        <covonaut_es.service.RunSession.fail>`); the events it saved, none when it could
+        not (logged)."""
         try:
             news = session.fail(error, since=since, now=self.config.clock())
         except Exception:
@@ -189,9 +199,9 @@ class AgentBase(Closing):
                 self._thread_id,
                 type(error).__name__,
             )
-            return
+            return ()
         self._bind_session(session)
-        self._publish(news)
+        return news
 
     def _trace(self, thread: AgentThread, run: RunMode | None) -> RunTrace | None:
         return None if run is None else start_run(self.config, thread, run)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import hmac
 import time
 import unicodedata
@@ -169,7 +170,11 @@ def token_ttl_problem(ttl_seconds: object) -> str | None:
 
 def _secret_bytes(secret: str | bytes) -> bytes:
     if isinstance(secret, str):
-        return secret.encode()
+        with contextlib.suppress(UnicodeEncodeError):
+            return secret.encode()
+        # Raised outside the encoder's error, whose object is the secret.
+        msg = "an HMAC reviewer secret given as text must be UTF-8 text; give bytes"
+        raise ConfigurationError(msg)
     if not isinstance(secret, bytes | bytearray | memoryview):
         # bytes(64) would be 64 zero bytes: a secret anyone knows.
         msg = f"an HMAC reviewer secret is bytes or text, got a {type(secret).__name__}"

@@ -16,6 +16,7 @@ from typing import Any, Protocol, TypeVar
 
 import attrs
 
+from covonaut_es._arguments import check_instance, check_text
 from covonaut_es._clock import AwareClock
 from covonaut_es.domain import (
     AgentThread,
@@ -272,6 +273,10 @@ class ThreadService:
             CovonautError: What :meth:`decide` or :meth:`answer` raises for the first
                 one refused; nothing was recorded.
         """
+        check_instance("decisions", decisions, Mapping, "a mapping of review ids to decisions")
+        check_instance("answers", answers, (list, tuple), "a sequence of PauseAnswer")
+        for answer in answers:
+            check_instance("answers", answer, PauseAnswer, "a sequence of PauseAnswer")
         commands = [self._deciding(r, s, reviewer) for r, s in decisions.items()]
         answering = [self._answering(a.tool_call_id, a.text, reviewer, a.pause) for a in answers]
 
@@ -286,6 +291,10 @@ class ThreadService:
     def _deciding(
         self, review_id: str, submission: ReviewSubmission, reviewer: Reviewer
     ) -> Callable[[AgentThread], ReviewDecision]:
+        """The command recording one decision, its arguments checked first."""
+        check_text("review_id", review_id)
+        check_instance("submission", submission, ReviewSubmission, "a ReviewSubmission")
+        _check_reviewer(reviewer)
         decision = _DECISIONS[submission.action]
 
         def decide(thread: AgentThread) -> ReviewDecision:
@@ -374,6 +383,9 @@ class ThreadService:
     def _answering(
         self, tool_call_id: str, answer: object, reviewer: Reviewer, pause: object
     ) -> Callable[[AgentThread], None]:
+        """The command recording one answer, its arguments checked first."""
+        check_text("tool_call_id", tool_call_id)
+        _check_reviewer(reviewer)
         text = person_text(answer, "answer", required=True)
 
         def answer_it(thread: AgentThread) -> None:
@@ -664,3 +676,12 @@ def _pending_in(store: Store, review_id: str, thread_ids: Sequence[str]) -> list
         if review is not None and review.pending and thread.status is not ThreadStatus.ABANDONED:
             pending.append(thread_id)
     return pending
+
+
+def _check_reviewer(reviewer: object) -> None:
+    """A command's reviewer is one :meth:`ThreadService.reviewer` verified.
+
+    Raises:
+        ConfigurationError: It is not a ``Reviewer``.
+    """
+    check_instance("reviewer", reviewer, Reviewer, "a Reviewer, from ThreadService.reviewer")
