@@ -61,7 +61,8 @@ def thread_aggregate_id(thread_id: str) -> UUID:
             that are no UTF-8 on a command line read): it is no text, so no thread has
             it.
     """
-    _check_text(thread_id)
+    if type(thread_id) is not str:  # the check alone, of most ids, costs as much again
+        _check_text(thread_id)
     return _aggregate_id(thread_id)
 
 

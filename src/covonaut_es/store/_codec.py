@@ -14,6 +14,7 @@ before that are JSON and still read, told apart by the frame's magic bytes.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import decimal
 import inspect
@@ -95,9 +96,9 @@ class Codec:
         except msgspec.ValidationError as exc:
             raise unreadable(type(obj), given, str(exc)) from exc
         read.pop(CHAIN_FIELD, None)
-        with decimal.localcontext() as context:
-            # A signalling NaN (Decimal('sNaN')) raises when compared; unequal, it is named.
-            context.traps[decimal.InvalidOperation] = False
+        # A signalling NaN (Decimal('sNaN')) raises when compared; unequal, it is named.
+        # Only a type that holds floats may hold a Decimal (holds_floats).
+        with _signalling_nan_unequal() if self.floats else contextlib.nullcontext():
             if read != given:  # one comparison on the way to a save; the search is for errors
                 for name, value in given.items():
                     path = difference(read.get(name, ABSENT), value, name)
@@ -463,3 +464,10 @@ def library_event_classes() -> Iterator[type]:
     yield StateSaved
     yield InputSubmitted
     yield InputTaken
+
+
+def _signalling_nan_unequal() -> contextlib.AbstractContextManager[decimal.Context]:
+    """A decimal context in which comparing a signalling NaN is unequal, not an error."""
+    context = decimal.getcontext().copy()
+    context.traps[decimal.InvalidOperation] = False
+    return decimal.localcontext(context)
