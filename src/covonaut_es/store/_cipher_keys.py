@@ -12,11 +12,34 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Mapping
 
 from covonaut_es.errors import ConfigurationError
 
 AES_KEY_SIZES = (16, 24, 32)
 """The lengths in bytes of an AES-128, AES-192 and AES-256 key."""
+
+_AES_CIPHERS = ("eventsourcing.cipher:AESCipher", "eventsourcing.cryptography:AESCipher")
+"""eventsourcing's AES ciphers (9.4); the first is the one it makes of a ``CIPHER_KEY``
+given without a ``CIPHER_TOPIC``."""
+
+
+def key_material(env: Mapping[str, str]) -> bytes | None:
+    """The bytes a store derives what it keeps of its key from (the key's fingerprint,
+    keyed stream ids, snapshot seals), from an eventsourcing environment: None without a
+    ``CIPHER_KEY``; the AES key (:func:`aes_key`) for eventsourcing's AES ciphers, which
+    it makes without a ``CIPHER_TOPIC`` too; the key's text as UTF-8 for a cipher of
+    the application's own, which reads its key its own way.
+
+    Raises:
+        ConfigurationError: As :func:`aes_key`, for an AES cipher's key.
+    """
+    key = env.get("CIPHER_KEY")
+    if not key:
+        return None
+    if (env.get("CIPHER_TOPIC") or _AES_CIPHERS[0]) in _AES_CIPHERS:
+        return aes_key(key)
+    return key.encode("utf-8", "surrogatepass")
 
 
 def aes_key(cipher_key: str) -> bytes:
@@ -35,6 +58,10 @@ def aes_key(cipher_key: str) -> bytes:
         raise refused_cipher_key("it is not base64") from None
     if len(key) not in AES_KEY_SIZES:
         raise refused_cipher_key("it is not 16, 24 or 32 bytes long") from None
+    if base64.b64encode(key).decode() != cipher_key:
+        # Another text of the same bytes (its last character's unused bits set): what
+        # is keyed on the text, a snapshot's seal, would differ.
+        raise refused_cipher_key("it is not base64 as create_cipher_key() writes it")
     return key
 
 

@@ -26,7 +26,7 @@ from eventsourcing.popo import POPOFactory
 from eventsourcing.utils import Environment, TopicError
 
 from covonaut_es.errors import ConfigurationError
-from covonaut_es.store._cipher_keys import aes_key, refused_cipher_key
+from covonaut_es.store._cipher_keys import key_material, refused_cipher_key
 from covonaut_es.store._mapper import MsgspecMapper
 
 
@@ -80,9 +80,7 @@ def cipher_of(factory: InfrastructureFactory[Any]) -> Cipher | None:
         ConfigurationError: The cipher's package is missing, or its key is missing or
             is not one it takes (the key is not shown).
     """
-    key = factory.env.get("CIPHER_KEY") if factory.env.get("CIPHER_TOPIC") else None
-    if key:
-        aes_key(key)  # the cipher's own reading is lenient (ADR 0088)
+    key_material(factory.env)  # eventsourcing's AES ciphers read the key leniently (ADR 0088)
     try:
         return factory.cipher()
     except OSError:  # eventsourcing's AESCipher, without a key

@@ -197,5 +197,6 @@ def log_source(application: Application[UUID]) -> LogSource:
     env = {key: app_env.get(key) or "" for key in {k.removeprefix(prefix) for k in app_env}}
     for key in app_env.create_keys("PERSISTENCE_MODULE"):
         env[key] = MODULES[backend.name]  # eventsourcing's own SQLite cannot be followed
-    cipher_key = app_env.get("CIPHER_KEY") if app_env.get("CIPHER_TOPIC") else None
+    # Whatever made its cipher: eventsourcing makes one of a CIPHER_KEY alone too.
+    cipher_key = app_env.get("CIPHER_KEY") if application.mapper.cipher else None
     return LogSource(type(application), application.name, env, shown, cipher_key=cipher_key)

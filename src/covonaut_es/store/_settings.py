@@ -50,7 +50,7 @@ from covonaut_es.errors import (
     StoreUnavailableError,
 )
 from covonaut_es.store._backend import backend_of
-from covonaut_es.store._cipher_keys import aes_key
+from covonaut_es.store._cipher_keys import key_material
 from covonaut_es.store._codec import decode_object
 from covonaut_es.store._mapper import MsgspecMapper
 from covonaut_es.store._settings_tables import SETTINGS_TABLE, SettingsTable
@@ -184,18 +184,19 @@ def _foreign_topic(conn: sqlite3.Connection) -> str | None:
     return None if row is None else str(row[0])[:80]
 
 
-def key_fingerprint(cipher_key: str | None) -> str:
-    """The fingerprint of a cipher key as a store records it; ``"none"`` without one."""
-    if cipher_key is None:
+def key_fingerprint(material: bytes | None) -> str:
+    """The fingerprint of a cipher key (its :func:`key_material`) as a store records
+    it; ``"none"`` without one."""
+    if material is None:
         return NO_KEY
-    return "hmac-sha256:" + hmac.new(aes_key(cipher_key), _LABEL, hashlib.sha256).hexdigest()
+    return "hmac-sha256:" + hmac.new(material, _LABEL, hashlib.sha256).hexdigest()
 
 
 def requested_settings(env: Mapping[str, str]) -> dict[str, str]:
     """The settings an open asks for, from its eventsourcing environment: an encrypted
     store created by it keeps its stream ids keyed (:mod:`._stream_ids`)."""
     requested = {
-        "cipher": key_fingerprint(env.get("CIPHER_KEY")),
+        "cipher": key_fingerprint(key_material(env)),
         "compression": compression_of(env),
     }
     if env.get("CIPHER_KEY"):
@@ -212,10 +213,10 @@ def key_stream_ids(app: Application[UUID], where: str) -> None:
         StoreSettingsError: The store records a scheme of stream ids this version does
             not know.
     """
-    cipher_key = app.env.get("CIPHER_KEY")
-    if not cipher_key:
+    material = key_material(app.env)
+    if material is None:
         return
-    ids = recorded_stream_ids(settings_table(app).read(), aes_key(cipher_key), where)
+    ids = recorded_stream_ids(settings_table(app).read(), material, where)
     snapshots = app.snapshots
     for recorder in (app.recorder, None if snapshots is None else snapshots.recorder):
         if isinstance(recorder, KeyedEvents):
