@@ -136,6 +136,28 @@ class Schema:
             document = self._step(document, step, where, migrators.get(step))
         return document
 
+    def upgrade_state(
+        self,
+        state: dict[str, Any],
+        version: object,
+        *,
+        where: str,
+        migrators: Mapping[int, Upcaster] = NO_MIGRATORS,
+    ) -> tuple[dict[str, Any], int]:
+        """An aggregate's ``state`` at schema ``version`` (a snapshot's), upgraded as
+        :meth:`upgrade` upgrades a document, and the version it is at now. The version
+        travels apart from the state: an attribute of the aggregate's named as the
+        version key comes back as it was stored (upcasters see the version there).
+
+        Raises:
+            SchemaVersionError: As :meth:`upgrade` (and its other errors alike).
+        """
+        upgraded = self.upgrade({**state, VERSION_KEY: version}, where=where, migrators=migrators)
+        current: int = upgraded.pop(VERSION_KEY)
+        if VERSION_KEY in state:
+            upgraded[VERSION_KEY] = state[VERSION_KEY]
+        return upgraded, current
+
     def _step(
         self, document: dict[str, Any], step: int, where: str, migrator: Upcaster | None
     ) -> dict[str, Any]:

@@ -276,10 +276,9 @@ class SnapshotCodec(Codec):
         if not isinstance(state, dict):
             msg = f"{where}: the snapshot's state is a {type(state).__name__}, expected an object"
             raise SerializationError(msg)
-        state = {**state, VERSION_KEY: stored_version(payload)}
-        state = self.schema.upgrade(state, where=where, migrators=migrators)
-        payload[VERSION_KEY] = state.pop(VERSION_KEY)
-        payload["state"] = state
+        payload["state"], payload[VERSION_KEY] = self.schema.upgrade_state(
+            state, stored_version(payload), where=where, migrators=migrators
+        )
         return payload
 
 

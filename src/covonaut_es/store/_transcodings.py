@@ -231,10 +231,8 @@ class OwnSnapshotCodec(Codec):
         if aggregate is None:
             return fields  # not an aggregate this store knows: the mapper refuses it
         # Versioned as eventsourcing's Snapshot.take versions it: absent means 1.
-        document = dict(fields["state"])
-        document[VERSION_KEY] = document.pop(_CLASS_VERSION, 1)
-        upgraded = aggregate.upgrade(document, where=where)
-        del upgraded[VERSION_KEY]
+        state = dict(fields["state"])
+        upgraded, _ = aggregate.upgrade_state(state, state.pop(_CLASS_VERSION, 1), where=where)
         if aggregate.version > 1:
             upgraded[_CLASS_VERSION] = aggregate.version  # applying it upcasts no further
         fields["state"] = upgraded
