@@ -46,6 +46,7 @@ from covonaut_es.runtime import SummarizingCompactor
 from covonaut_es.runtime._compaction import SUMMARY_PREFIX, context_messages
 from covonaut_es.runtime._loop import FINAL_TURN_INSTRUCTION
 from covonaut_es.tools import MAX_ARGUMENTS_BYTES, MAX_ARGUMENTS_DEPTH, check_arguments_limits
+from hostile_text import hostile_text
 from support import OBJECT_SCHEMA, answer, call, call_intents, echo_tool, ticking_clock
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -615,3 +616,26 @@ def test_whatever_a_run_raises_the_store_never_shows_it_running(
         if failed is not None and stored.status is ThreadStatus.ERROR:
             assert stored.error == failed
             assert isinstance(store.history("t")[-1], AgentThread.RunFailed)
+
+
+@settings(max_examples=25, deadline=None)
+@given(text=hostile_text(min_size=1))
+def test_a_providers_error_is_recorded_whatever_its_text_holds(text: str) -> None:
+    """Property: a provider's exception whose text holds anything (a lone surrogate
+    among it) fails the run with ProviderError and is stored as that failure, its text
+    escaped where UTF-8 cannot hold it. The failure's record failed to encode, and the
+    thread stored a SerializationError about RunFailed in place of what happened
+    (helper-113)."""
+    store = open_store("memory://")
+    agent = Agent(
+        AgentConfig(
+            provider=ScriptedProvider([ValueError(text)]),
+            checkpoint=CheckpointSettings(store=store, thread_id="t"),
+            clock=ticking_clock(),
+        )
+    )
+    with pytest.raises(ProviderError):
+        agent.run("go")
+    failed = [e for e in store.history("t") if isinstance(e, AgentThread.RunFailed)]
+    assert [e.error_type for e in failed] == ["ValueError"]
+    assert failed[0].message == text.encode("utf-8", "backslashreplace").decode()

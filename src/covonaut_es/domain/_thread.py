@@ -1299,8 +1299,11 @@ class AgentThread(Aggregate, created_event_name="Started"):
         return self.checkpoints[-1]
 
     def fail(self, error_type: str, message: str, *, now: datetime) -> None:
-        """Record that the run failed."""
-        self.trigger_event(self.RunFailed, error_type=error_type, message=message, timestamp=now)
+        """Record that the run failed. An error's text that UTF-8 cannot hold (a lone
+        surrogate a provider's message quoted) is recorded escaped: a failure that could
+        not be recorded would stand in for the one that happened."""
+        text = message.encode("utf-8", "backslashreplace").decode("utf-8")
+        self.trigger_event(self.RunFailed, error_type=error_type, message=text, timestamp=now)
 
     def save_checkpoint(
         self, reason: CheckpointReason, *, retain: int, now: datetime

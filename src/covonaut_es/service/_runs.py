@@ -140,9 +140,7 @@ class RunSession:
         thread = self.thread
         if thread.status is not ThreadStatus.RUNNING or thread.version <= since:
             return []
-        # An exception's text may hold a lone surrogate, which could not be stored.
-        text = str(error).encode("utf-8", "backslashreplace").decode("utf-8")
-        thread.fail(type(error).__name__, text, now=now)
+        thread.fail(type(error).__name__, str(error), now=now)
         return self.commit()
 
     def rest(self) -> None:
