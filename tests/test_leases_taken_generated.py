@@ -100,7 +100,8 @@ def machine(url: str) -> type[RuleBasedStateMachine]:
         @rule(data=st.data())
         def lose(self, data: st.DataObject) -> None:
             """PostgreSQL: the lease session of the store is ended (every lease on it is
-            lost); SQLite: the lease's lock file is removed."""
+            lost); SQLite: the thread's lock file is removed (every lease of the thread
+            taken by it is lost)."""
             index, thread_id = data.draw(st.sampled_from(sorted(self.held)))
             if self.postgres:
                 terminate(self.url, backends(self.url, APPLICATION_PREFIX + self.holders[index]))
@@ -108,7 +109,9 @@ def machine(url: str) -> type[RuleBasedStateMachine]:
             else:
                 path = lock_file(Path(self.url.removeprefix("sqlite:///")), thread_id)
                 path.unlink(missing_ok=True)
-                self.lost.add((index, thread_id))
+                # The thread's one lock file: whoever holds it now loses it, which is
+                # another holder when the drawn lease was lost before.
+                self.lost.update(key for key in self.held if key[1] == thread_id)
 
         @rule(pick=st.integers(0, len(THREADS) - 1))
         def lease_elsewhere(self, pick: int) -> None:
