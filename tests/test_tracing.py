@@ -803,25 +803,36 @@ HOSTILE_TEXT = hostile_text()
 @given(
     content=HOSTILE_TEXT,
     calls=st.lists(st.tuples(HOSTILE_TEXT, HOSTILE_TEXT, HOSTILE_TEXT), max_size=2),
+    model=HOSTILE_TEXT,
+    finish_reason=HOSTILE_TEXT,
     opted_in=st.booleans(),
 )
 def test_a_hostile_answer_ends_a_traced_run_as_an_untraced_one(
-    content: str, calls: list[tuple[str, str, str]], opted_in: bool
+    content: str,
+    calls: list[tuple[str, str, str]],
+    model: str,
+    finish_reason: str,
+    opted_in: bool,
 ) -> None:
     """Property: whatever text the model answers with, in its content or a tool call's
-    id, name or arguments, a traced run ends as it does untraced: answered, or refused
-    with a CovonautError and its failure stored, never running; and every span it
-    started is ended. (With content traced, a lone surrogate failed the run inside the
+    id, name or arguments, its model or its finish reason, a traced run ends as it does
+    untraced: answered, or refused with a CovonautError and its failure stored, never
+    running; every span it started is ended, and every text a span holds is UTF-8 to an
+    exporter. (With content traced, a lone surrogate failed the run inside the
     tracing code, with a UnicodeEncodeError, its chat span open and the run stored as
     running.)"""
     answer_ = ProviderResponse(
-        content=content, tool_calls=tuple(ToolCall(i, n, a) for i, n, a in calls)
+        content=content,
+        tool_calls=tuple(ToolCall(i, n, a) for i, n, a in calls),
+        model=model,
+        finish_reason=finish_reason or None,
     )
     ends = []
     for traced in (False, True):
-        counting = _Counting()
+        counting, exported = _Counting(), InMemorySpanExporter()
         tracer_provider = TracerProvider()
         tracer_provider.add_span_processor(counting)
+        tracer_provider.add_span_processor(SimpleSpanProcessor(exported))
         store = open_store("memory://")
         agent = Agent(
             config(
@@ -839,6 +850,8 @@ def test_a_hostile_answer_ends_a_traced_run_as_an_untraced_one(
             ended = type(refused).__name__
         assert store.load("t").status != ThreadStatus.RUNNING
         assert counting.started == counting.ended
+        for text in _recorded_text(exported.get_finished_spans()):
+            text.encode()  # every attribute is UTF-8 to an exporter
         ends.append((ended, store.load("t").status))
         store.close()
         tracer_provider.shutdown()

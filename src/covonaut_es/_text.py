@@ -61,3 +61,14 @@ def _json_escaped(char: str) -> str:
         return f"\\u{code:04x}"
     high, low = divmod(code - 0x10000, 0x400)  # JSON escapes the rest as a UTF-16 pair
     return f"\\u{0xD800 + high:04x}\\u{0xDC00 + low:04x}"
+
+
+def encodable(text: str) -> str:
+    """``text`` as UTF-8 can carry it, to a front end or an exporter: a lone surrogate
+    (a ``"\\ud800"`` escape a model's JSON held, decoded) made U+FFFD. Plain text comes
+    back unchanged."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text

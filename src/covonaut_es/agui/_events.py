@@ -17,6 +17,7 @@ from typing import Any
 import ag_ui.core as agui
 import attrs
 
+from covonaut_es._text import encodable
 from covonaut_es.domain import AgentThread, Pause, PauseKind, ReviewRequest
 from covonaut_es.messages import Message, Role, TextDelta, ToolCall, ToolCallDelta
 from covonaut_es.runtime import Agent, CommittedEvent, StreamItem
@@ -76,7 +77,7 @@ class RunEvents:
                 events = self._opened_text()
                 assert self._text is not None
                 events.append(
-                    agui.TextMessageContentEvent(message_id=self._text, delta=_sendable(text))
+                    agui.TextMessageContentEvent(message_id=self._text, delta=encodable(text))
                 )
                 return events
             case ToolCallDelta():
@@ -105,18 +106,18 @@ class RunEvents:
         events: list[agui.BaseEvent] = []
         call = self._calls.get(piece.index)
         if call is None:
-            call = _StreamedCall(self._new_id(_sendable(piece.id)), piece.name)
+            call = _StreamedCall(self._new_id(encodable(piece.id)), piece.name)
             self._calls[piece.index] = call
             events.append(
                 agui.ToolCallStartEvent(
                     tool_call_id=call.id,
-                    tool_call_name=_sendable(piece.name),
+                    tool_call_name=encodable(piece.name),
                     parent_message_id=message_id(self._next),
                 )
             )
         call.arguments.append(piece.arguments)
         if piece.arguments:
-            delta = _sendable(piece.arguments)
+            delta = encodable(piece.arguments)
             events.append(agui.ToolCallArgsEvent(tool_call_id=call.id, delta=delta))
         return events
 
@@ -157,17 +158,6 @@ class RunEvents:
 
 MESSAGE_EVENTS = (AgentThread.MessageAppended, AgentThread.ToolResultRecorded, AgentThread.Steered)
 """The events that add a message to the thread."""
-
-
-def _sendable(piece: str) -> str:
-    """A streamed piece as text a front end can be sent: a lone surrogate (a model's
-    ``"\\ud800"`` escape, decoded) made U+FFFD. Pieces are news; the answer they make is
-    stored, or refused, whole, and the snapshots that end the run tell it as stored."""
-    try:
-        piece.encode()
-    except UnicodeEncodeError:
-        return piece.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-    return piece
 
 
 def _version_delta(event: AgentThread.Event) -> agui.StateDeltaEvent:

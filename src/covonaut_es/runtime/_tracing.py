@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from covonaut_es._text import encodable
 from covonaut_es.domain import AgentThread, Interrupt, PauseKind, RunMode
 from covonaut_es.messages import Message, ProviderRequest, ProviderResponse, Role
 from covonaut_es.runtime._config import AgentConfig
@@ -296,10 +297,12 @@ class RunTrace:
             span.end()
             return
         attributes: dict[str, AttributeValue] = {}
+        # The response is checked after this, by the run: an attribute's text is UTF-8
+        # to exporters, whatever the model said.
         if response.model:
-            attributes[RESPONSE_MODEL] = response.model
+            attributes[RESPONSE_MODEL] = encodable(response.model)
         if response.finish_reason:
-            attributes[FINISH_REASONS] = (response.finish_reason,)
+            attributes[FINISH_REASONS] = (encodable(response.finish_reason),)
         if response.usage is not None:
             attributes[INPUT_TOKENS] = response.usage.input_tokens
             attributes[OUTPUT_TOKENS] = response.usage.output_tokens
