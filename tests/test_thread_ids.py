@@ -106,7 +106,12 @@ def test_an_import_cannot_bring_in_a_bad_id(store: Store) -> None:
     assert list(store.thread_ids()) == ["good"]
 
 
+class _ThreadId(str):
+    """A subclass of str, which no event can hold."""
+
+
 not_text = st.one_of(
+    st.builds(_ThreadId, st.text(min_size=1, max_size=3)),
     st.none(),
     st.booleans(),
     st.integers(),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import functools
 import unicodedata
 from uuid import UUID, uuid5
@@ -82,7 +83,12 @@ def _aggregate_id(thread_id: str) -> UUID:
 
 
 def _check_text(thread_id: object) -> None:
-    if not isinstance(thread_id, str):
+    # A subclass of str is no text the events can hold (msgspec encodes str and enums
+    # only): refused here rather than at the first save.
+    text = type(thread_id) is str or (
+        isinstance(thread_id, str) and isinstance(thread_id, enum.Enum)
+    )
+    if not text:
         name = type(thread_id).__name__
         msg = f"a thread id (thread_id) must be a string, found {name} {thread_id!r:.60}"
         raise InvalidThreadIdError(msg)
