@@ -136,15 +136,22 @@ def test_a_cipher_of_the_applications_own_reads_its_key_its_own_way() -> None:
     assert _opened("00" * 32, f"{__name__}:HexCipher") is None
 
 
-def test_an_application_encrypted_by_its_key_alone_keeps_its_queue_sealed(
-    tmp_path: Path,
+@pytest.mark.parametrize("own_cipher", [False, True], ids=["default-cipher", "own-cipher"])
+def test_an_encrypted_applications_queue_is_sealed_whatever_made_its_cipher(
+    tmp_path: Path, own_cipher: bool
 ) -> None:
     """An application given a CIPHER_KEY and no CIPHER_TOPIC is encrypted by
-    eventsourcing's default cipher; its review queue, kept in the same database, is
-    sealed as an encrypted store's is: it was kept in the clear, thread ids, tool names
-    and arguments beside encrypted events (helper-113)."""
+    eventsourcing's default cipher, one naming a cipher of its own by that cipher; its
+    review queue, kept in the same database, is sealed as an encrypted store's is. The
+    first was kept in the clear, thread ids, tool names and arguments beside encrypted
+    events (helper-113); the second refused its key as no AES key (helper-114)."""
     path = tmp_path / "app.db"
-    env = {**persistence_env(f"sqlite:///{path}"), "CIPHER_KEY": create_cipher_key()}
+    cipher = (
+        {"CIPHER_TOPIC": f"{__name__}:HexCipher", "CIPHER_KEY": "00" * 32}
+        if own_cipher
+        else {"CIPHER_KEY": create_cipher_key()}
+    )
+    env = {**persistence_env(f"sqlite:///{path}"), **cipher}
     with contextlib.closing(AgentApplication(env=env)) as app:
         store = Store.from_application(app)
         _paused(store)

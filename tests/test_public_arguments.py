@@ -29,8 +29,14 @@ from covonaut_es import (
     Worker,
     open_store,
 )
-from covonaut_es.errors import CovonautError
-from covonaut_es.service import Reviewer, ThreadService, review_submission
+from covonaut_es.errors import CovonautError, InvalidDecisionError
+from covonaut_es.service import (
+    Action,
+    Reviewer,
+    ReviewSubmission,
+    ThreadService,
+    review_submission,
+)
 from covonaut_es.store._leases import WorkerRecord
 from support import OBJECT_SCHEMA, answer, call, echo_tool, ticking_clock
 
@@ -528,3 +534,28 @@ def test_a_wrong_value_is_refused_naming_its_argument(name: str, argument: str, 
             assert typed or said in told or said.replace("_", " ") in told, (name, label, exc)
         else:
             assert typed, f"{name}({argument}={label}) was taken"
+
+
+@pytest.mark.parametrize(
+    "submission",
+    [
+        ReviewSubmission("approved"),  # type: ignore[arg-type]
+        ReviewSubmission(Action.REJECT, text=""),
+        ReviewSubmission(Action.RESPOND, text="   "),
+        ReviewSubmission(Action.APPROVE, arguments={"to": {1, 2}}),
+        ReviewSubmission(Action.REJECT, text="no", arguments={}),
+        ReviewSubmission(Action.APPROVE, digest=""),
+    ],
+    ids=["unknown-action", "empty-reason", "blank-answer", "set", "edit-on-reject", "blank-digest"],
+)
+def test_a_submission_made_directly_is_read_by_the_one_reader(
+    submission: ReviewSubmission,
+) -> None:
+    """A ``ReviewSubmission`` built directly, not by ``review_submission``, is held to
+    its rules when decided: an unknown action was a bare KeyError, and an empty reason,
+    a blank answer or a set in an edit were recorded (helper-114). Nothing is."""
+    with _closing(World()) as world:
+        before = world.store.load("t").version if world.agent else 0
+        with pytest.raises(InvalidDecisionError):
+            ThreadService(world.store).decide(world.review_id, submission, reviewer=RITA)
+        assert world.store.load("t").version == before

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import unicodedata
 from datetime import UTC, datetime
 from typing import Any
@@ -110,8 +111,15 @@ class _ThreadId(str):
     """A subclass of str, which no event can hold."""
 
 
+class _Ids(str, enum.Enum):  # noqa: UP042  (the classic form, as users write it)
+    """A string enum, whose member formats as "_Ids.A", not as its value."""
+
+    A = "orders-1"
+
+
 not_text = st.one_of(
     st.builds(_ThreadId, st.text(min_size=1, max_size=3)),
+    st.just(_Ids.A),
     st.none(),
     st.booleans(),
     st.integers(),

@@ -806,6 +806,7 @@ HOSTILE_TEXT = hostile_text()
     model=HOSTILE_TEXT,
     finish_reason=HOSTILE_TEXT,
     opted_in=st.booleans(),
+    raises=st.booleans(),
 )
 def test_a_hostile_answer_ends_a_traced_run_as_an_untraced_one(
     content: str,
@@ -813,9 +814,11 @@ def test_a_hostile_answer_ends_a_traced_run_as_an_untraced_one(
     model: str,
     finish_reason: str,
     opted_in: bool,
+    raises: bool,
 ) -> None:
     """Property: whatever text the model answers with, in its content or a tool call's
-    id, name or arguments, its model or its finish reason, a traced run ends as it does
+    id, name or arguments, its model or its finish reason (or the provider raises with
+    that text), a traced run ends as it does
     untraced: answered, or refused with a CovonautError and its failure stored, never
     running; every span it started is ended, and every text a span holds is UTF-8 to an
     exporter. (With content traced, a lone surrogate failed the run inside the
@@ -837,7 +840,7 @@ def test_a_hostile_answer_ends_a_traced_run_as_an_untraced_one(
         agent = Agent(
             config(
                 tracer_provider if traced else None,
-                [answer_, answer("done")],
+                [ValueError(content)] if raises else [answer_, answer("done")],
                 tools=[echo_tool()],
                 trace_content=opted_in,
                 checkpoint=CheckpointSettings(store=store, thread_id="t"),

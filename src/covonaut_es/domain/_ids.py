@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import enum
 import functools
 import unicodedata
 from uuid import UUID, uuid5
@@ -83,12 +82,10 @@ def _aggregate_id(thread_id: str) -> UUID:
 
 
 def _check_text(thread_id: object) -> None:
-    # A subclass of str is no text the events can hold (msgspec encodes str and enums
-    # only): refused here rather than at the first save.
-    text = type(thread_id) is str or (
-        isinstance(thread_id, str) and isinstance(thread_id, enum.Enum)
-    )
-    if not text:
+    # Exactly a str: no event holds a subclass (msgspec encodes str, and an enum as its
+    # value), and a key derived by formatting one (a (str, Enum) member formats as
+    # "Ids.A") would differ from the key its stored copy gives.
+    if type(thread_id) is not str:
         name = type(thread_id).__name__
         msg = f"a thread id (thread_id) must be a string, found {name} {thread_id!r:.60}"
         raise InvalidThreadIdError(msg)

@@ -48,6 +48,7 @@ from covonaut_es.projections._views import (
 from covonaut_es.store import Store
 from covonaut_es.store._application import AgentApplication, open_application
 from covonaut_es.store._backend import backend_for_env, backend_of
+from covonaut_es.store._cipher_keys import queue_key
 from covonaut_es.store._open import LogSource, log_source, store_log
 from covonaut_es.store._records import StoredRecords
 from covonaut_es.store._topic_codes import stored_forms
@@ -297,7 +298,7 @@ class ReviewQueue(Closing):
         # store's setting must not reach a view kept elsewhere, nor an application's
         # opened without creating its own tables reach the view's).
         view_env = {**view_env, "CREATE_TABLE": "n" if self._view_read_only else "y"}
-        key = source.cipher_key
+        key = queue_key(source.env) if source.cipher_key is not None else None
         self._sealer = QueueSealer(key) if key is not None else None
         topics = VIEW_TOPICS if self._sealer is None else SEALED_VIEW_TOPICS
         self._view_topic = topics[backend_for_env(view_env).name]

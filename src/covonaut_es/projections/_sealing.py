@@ -9,29 +9,30 @@ which reveal only which rows share a value.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 
 from eventsourcing.utils import Environment
 
 from covonaut_es.errors import ConfigurationError
-from covonaut_es.store._cipher_keys import aes_key
 
 _INDEX_KEY_LABEL = b"covonaut-es review queue index digests v1"
 """Derives the digest key from the cipher key; changing it orphans every sealed view."""
 
 
 class QueueSealer:
-    """Encrypts queue items and digests their ids under one store's cipher key.
+    """Encrypts queue items and digests their ids under one store's key.
 
     Args:
-        cipher_key: The store's cipher key (base64 of 16, 24 or 32 bytes).
+        key: The AES key to seal under (:func:`~covonaut_es.store._cipher_keys.queue_key`:
+            the store's own, or one derived from an application's own cipher's key).
 
     Raises:
-        ConfigurationError: The key is not base64, or the ``encryption`` extra is missing.
+        ConfigurationError: The ``encryption`` extra is missing.
     """
 
-    def __init__(self, cipher_key: str) -> None:
+    def __init__(self, key: bytes) -> None:
         try:
             from eventsourcing.cryptography import AESCipher
         except ImportError as exc:  # pragma: no cover - depends on the installed extras
@@ -40,9 +41,9 @@ class QueueSealer:
                 "pip install 'covonaut-es[encryption]'"
             )
             raise ConfigurationError(msg) from exc
-        raw_key = aes_key(cipher_key)
-        self._cipher = AESCipher(Environment(env={AESCipher.CIPHER_KEY: cipher_key}))
-        self._index_key = hmac.new(raw_key, _INDEX_KEY_LABEL, hashlib.sha256).digest()
+        text = base64.b64encode(key).decode()
+        self._cipher = AESCipher(Environment(env={AESCipher.CIPHER_KEY: text}))
+        self._index_key = hmac.new(key, _INDEX_KEY_LABEL, hashlib.sha256).digest()
 
     def digest(self, value: str) -> str:
         """The keyed digest that stands for ``value`` in an indexed column."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import traceback
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -406,10 +407,21 @@ class _Unfinished(Exception):
 
 
 def _fail(span: Span, error: BaseException, *, content: bool) -> None:
-    span.set_attribute(ERROR_TYPE, type(error).__qualname__)
+    kind = type(error).__qualname__
+    span.set_attribute(ERROR_TYPE, kind)
     if content:  # an exception's text may quote the model, the arguments or a result
-        span.record_exception(error)
-        span.set_status(trace.StatusCode.ERROR, f"{type(error).__qualname__}: {error}")
+        # As record_exception records it, each text as UTF-8 can carry it: an error may
+        # quote a lone surrogate the model sent.
+        text = encodable(str(error))
+        span.add_event(
+            "exception",
+            {
+                "exception.type": kind,
+                "exception.message": text,
+                "exception.stacktrace": encodable("".join(traceback.format_exception(error))),
+            },
+        )
+        span.set_status(trace.StatusCode.ERROR, f"{kind}: {text}")
     else:
         span.set_status(trace.StatusCode.ERROR)
 

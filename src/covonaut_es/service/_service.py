@@ -49,6 +49,7 @@ from covonaut_es.service._submissions import (
     is_blank,
     is_text,
     person_text,
+    review_submission,
 )
 from covonaut_es.store import Store
 
@@ -295,6 +296,14 @@ class ThreadService:
         check_text("review_id", review_id)
         check_instance("submission", submission, ReviewSubmission, "a ReviewSubmission")
         _check_reviewer(reviewer)
+        # One made directly, not by the one reader, is read by it now: its rules hold.
+        submission = review_submission(
+            submission.action,
+            text=submission.text,
+            arguments=submission.arguments,
+            digest=submission.digest,
+            arguments_as_text=False,
+        )
         decision = _DECISIONS[submission.action]
 
         def decide(thread: AgentThread) -> ReviewDecision:

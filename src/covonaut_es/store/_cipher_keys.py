@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import hmac
 from collections.abc import Mapping
 
 from covonaut_es.errors import ConfigurationError
@@ -24,6 +26,29 @@ _AES_CIPHERS = ("eventsourcing.cipher:AESCipher", "eventsourcing.cryptography:AE
 given without a ``CIPHER_TOPIC``."""
 
 
+_OWN_CIPHER_QUEUE_LABEL = b"covonaut-es review queue key of an application's own cipher v1"
+"""Derives an AES key for the review queue from the key of a cipher that is no AES one."""
+
+
+def queue_key(env: Mapping[str, str]) -> bytes | None:
+    """The AES key the review queue of a store with this environment is sealed under:
+    None without a ``CIPHER_KEY``; the store's own AES key for eventsourcing's AES
+    ciphers; for a cipher of the application's own, an AES-256 key derived from its key.
+
+    Raises:
+        ConfigurationError: As :func:`key_material`.
+    """
+    material = key_material(env)
+    if material is None or _is_aes(env):
+        return material
+    return hmac.new(material, _OWN_CIPHER_QUEUE_LABEL, hashlib.sha256).digest()
+
+
+def _is_aes(env: Mapping[str, str]) -> bool:
+    """Whether the store's cipher is one of eventsourcing's AES ciphers."""
+    return (env.get("CIPHER_TOPIC") or _AES_CIPHERS[0]) in _AES_CIPHERS
+
+
 def key_material(env: Mapping[str, str]) -> bytes | None:
     """The bytes a store derives what it keeps of its key from (the key's fingerprint,
     keyed stream ids, snapshot seals), from an eventsourcing environment: None without a
@@ -32,12 +57,15 @@ def key_material(env: Mapping[str, str]) -> bytes | None:
     the application's own, which reads its key its own way.
 
     Raises:
-        ConfigurationError: As :func:`aes_key`, for an AES cipher's key.
+        ConfigurationError: A cipher is named and no key given, or as
+            :func:`aes_key` for an AES cipher's key.
     """
     key = env.get("CIPHER_KEY")
     if not key:
+        if env.get("CIPHER_TOPIC"):  # a cipher named, and no key for it
+            raise refused_cipher_key("it is not set")
         return None
-    if (env.get("CIPHER_TOPIC") or _AES_CIPHERS[0]) in _AES_CIPHERS:
+    if _is_aes(env):
         return aes_key(key)
     return key.encode("utf-8", "surrogatepass")
 

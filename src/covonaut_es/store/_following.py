@@ -26,7 +26,7 @@ from eventsourcing.popo import POPOFactory
 from eventsourcing.utils import Environment, TopicError
 
 from covonaut_es.errors import ConfigurationError
-from covonaut_es.store._cipher_keys import key_material, refused_cipher_key
+from covonaut_es.store._cipher_keys import key_material
 from covonaut_es.store._mapper import MsgspecMapper
 
 
@@ -83,8 +83,6 @@ def cipher_of(factory: InfrastructureFactory[Any]) -> Cipher | None:
     key_material(factory.env)  # eventsourcing's AES ciphers read the key leniently (ADR 0088)
     try:
         return factory.cipher()
-    except OSError:  # eventsourcing's AESCipher, without a key
-        raise refused_cipher_key("it is not set") from None
     except TopicError as exc:
         if not isinstance(exc.__cause__, ImportError):
             raise

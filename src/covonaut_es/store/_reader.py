@@ -377,7 +377,8 @@ class ThreadReader:
     def events_after(self, thread_id: str, version: int) -> tuple[AgentThread.Event, ...]:
         """As :meth:`covonaut_es.Store.events_after`."""
         with self.reading(thread_id):
-            events = self._app.events.get(thread_aggregate_id(thread_id), gt=version)
+            # Past the last version a database holds there is nothing: asked as that.
+            events = self._app.events.get(thread_aggregate_id(thread_id), gt=storable(version))
             return tuple(cast(AgentThread.Event, event) for event in events)
 
     def history(self, thread_id: str) -> tuple[AgentThread.Event, ...]:

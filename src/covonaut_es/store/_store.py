@@ -397,8 +397,8 @@ class Store(Closing):
         """Label a thread, or one of its versions; labels are events of the thread.
 
         Raises:
-            ConfigurationError: ``label`` is no str, ``version`` no whole number of at
-                least 1, or ``now`` no datetime.
+            ConfigurationError: ``label`` is no str, ``version`` no whole number, or
+                ``now`` no datetime.
             ThreadStateError: The label is blank, or the thread has no such version.
         """
         _check_now(now)
