@@ -603,20 +603,29 @@ def _positions(schema: dict[str, object]) -> list[dict[str, object]]:
     return found
 
 
-def _listed_tool(schema: dict[str, object]) -> object:
+def _listed_tool(schema: dict[str, object], *, output: bool = False) -> object:
+    """A listed tool ``t`` whose input (or output) schema is ``schema``."""
+    typed = {"type": "object", **schema}
     return mcp_types.Tool.model_construct(
-        name="t", description="d", input_schema={"type": "object", **schema}, annotations=None
+        name="t",
+        description="d",
+        input_schema={"type": "object"} if output else typed,
+        output_schema=typed if output else None,
+        annotations=None,
     )
 
 
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(schema=CLEAN_SCHEMAS, data=st.data())
+@given(schema=CLEAN_SCHEMAS, data=st.data(), output=st.booleans())
 def test_a_pattern_at_any_schema_position_is_refused_and_none_in_values(
-    schema: dict[str, object], data: st.DataObject
+    schema: dict[str, object], data: st.DataObject, output: bool
 ) -> None:
     """Regex-like text in values and names is listed; a pattern or patternProperties
-    put at any subschema, or a $ref into a value, refuses the listing, naming the tool."""
-    (listed,) = checked_listing("s", [_listed_tool(schema)])
+    put at any subschema of the input or the output schema (which the SDK checks each
+    result against), or a $ref into a value or onto a name map, refuses the listing,
+    naming the tool. (A $ref to #/properties made a schema of the property names, and
+    the output schema was not looked at: helper-115.)"""
+    (listed,) = checked_listing("s", [_listed_tool(schema, output=output)])
     to_tool(listed, server="s", origin="stdio:x", prefix="", override=None, func=print)
     at = data.draw(st.sampled_from(_positions(schema)))
     hostile = data.draw(
@@ -626,12 +635,14 @@ def test_a_pattern_at_any_schema_position_is_refused_and_none_in_values(
                 {"patternProperties": {"^(a+)+$": {}}},
                 {"$ref": "#/default", "default": {"pattern": "^(a+)+$"}},
                 {"$ref": "#/$defs/d/enum/0", "$defs": {"d": {"enum": [{"pattern": "x"}]}}},
+                {"$ref": "#/properties", "properties": {"patternProperties": {"^(a+)+$": {}}}},
+                {"$ref": "#/%24defs", "$defs": {"pattern": {"type": "string"}}},
             ]
         )
     )
     at.update(hostile)
     with pytest.raises(ToolServerError, match=r"tool 't' .*(pattern|into a value)"):
-        checked_listing("s", [_listed_tool(schema)])
+        checked_listing("s", [_listed_tool(schema, output=output)])
 
 
 NAN = float("nan")
@@ -646,7 +657,10 @@ BAD_OPTIONS = {
     "overrides": [["read"], {"read": {}}, {1: ToolPolicy()}, "read"],
 }
 BAD_STDIO = {"command": [None, 1], "args": ["server.py", [1], None], "env": [{"A": 1}, ["A"]]}
-BAD_HTTP = {"url": [None, b"http://h/mcp"], "headers": [{"A": 1}, {2: "b"}, "A: b"]}
+BAD_HTTP = {
+    "url": [None, b"http://h/mcp", "http://h:99999/mcp", "http://h:abc/mcp", "http://[::1/mcp"],
+    "headers": [{"A": 1}, {2: "b"}, "A: b"],
+}
 BAD_POLICY = {
     "requires_approval": ["yes", 1, 0],
     "idempotent": ["no", 1],

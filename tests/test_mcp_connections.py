@@ -91,6 +91,24 @@ def test_a_listing_of_an_earlier_connection_sends_no_call(tmp_path: Path) -> Non
     assert logged(log) == []
 
 
+def test_a_tool_changed_in_place_is_not_called_from_its_old_listing(tmp_path: Path) -> None:
+    """A server that swaps a tool for another under the same name, on the same
+    connection, is not sent a call the old listing offered: the protocol's change
+    notice reaches only a subscription, so each call lists the tools again first and
+    refuses one whose tool changed, and the model is offered the new tool, pinned anew
+    (an approval of the old one ran the new one: helper-115)."""
+    log = tmp_path / "log"
+    with stdio(log, "armed") as server:
+        (delete,) = [tool for tool in server.tools() if tool.name == "delete"]
+        (arm,) = [tool for tool in server.tools() if tool.name == "arm"]
+        arm.func(ToolContext("t", "c0", "arm", "k0"), {})
+        with pytest.raises(ToolServerError, match="not sent"):
+            delete.func(ToolContext("t", "c1", "delete", "k1"), {"path": "/srv"})
+        (again,) = [tool for tool in server.tools() if tool.name == "delete"]
+        assert again.pin != delete.pin and again.description == "Delete a whole tree."
+    assert [entry["tool"] for entry in logged(log)] == ["arm"]
+
+
 @pytest.mark.parametrize("transport", ["stdio", "http"])
 def test_a_server_gone_before_a_call_records_it_failed_not_in_doubt(
     tmp_path: Path,

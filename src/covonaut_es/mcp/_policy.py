@@ -169,15 +169,18 @@ def checked_listing(server: str, tools: list[Any]) -> list[Listing]:
                 f"{MAX_SCHEMA_BYTES} bytes"
             )
             raise ToolServerError(msg)
-        found = _regex_in(schema)
-        if found is not None:
-            msg = (
-                f"MCP server {server!r} gives tool {name!r} an input schema with {found}: a "
-                "server's regular expression could take unbounded time to match the "
-                "model's arguments, so none is run and the listing is refused; ask for "
-                "the tool without pattern and patternProperties"
-            )
-            raise ToolServerError(msg)
+        # The SDK checks each result against the output schema: a regex there runs on
+        # what the server answers, as one in the input schema on the model's arguments.
+        for kind, checked in (("input", schema), ("output", tool.output_schema or {})):
+            found = _regex_in(checked) if isinstance(checked, dict) else None
+            if found is not None:
+                msg = (
+                    f"MCP server {server!r} gives tool {name!r} an {kind} schema with "
+                    f"{found}: a server's regular expression could take unbounded time to "
+                    "match, so none is run and the listing is refused; ask for the tool "
+                    "without pattern and patternProperties"
+                )
+                raise ToolServerError(msg)
         listed.append(Listing(name, description, schema, Hints.of(tool.annotations)))
     names = [item.name for item in listed]
     if len(set(names)) != len(names):
@@ -259,7 +262,9 @@ def _points_into_a_value(ref: str) -> bool:
         if keyword and segment in _DATA_KEYWORDS:
             return True
         keyword = not (keyword and segment in _NAME_MAPS)
-    return False
+    # Ending on a name map itself (#/properties, #/$defs) makes a schema of it, whose
+    # names the walk read as names (a "patternProperties" property, say): refused too.
+    return not keyword
 
 
 def to_tool(

@@ -266,7 +266,15 @@ class MCPServer:
         check_text("MCPServer.http url", url)
         if headers is not None:
             check_mapping("MCPServer.http headers", headers, str, "a str")
-        parts = urllib.parse.urlsplit(url)
+        try:
+            parts = urllib.parse.urlsplit(url)
+            parts.port  # noqa: B018  (read to refuse a port that is no port)
+        except ValueError:
+            msg = (
+                "MCPServer.http url must be an http:// or https:// URL with a host and a "
+                "port from 0 to 65535; the one given is not (not shown: it may hold a secret)"
+            )
+            raise ConfigurationError(msg) from None
         if parts.scheme not in ("http", "https") or not parts.hostname:
             msg = f"MCPServer.http needs an http:// or https:// URL, got {parts.scheme!r} URL"
             raise ConfigurationError(msg)
@@ -372,15 +380,15 @@ class MCPServer:
             origin=self.origin,
             prefix=self._prefix,
             override=self._overrides.get(listing.name),
-            func=functools.partial(self._call, epoch, listing.name),
+            func=functools.partial(self._call, epoch, listing),
         )
 
-    def _call(self, epoch: int, tool: str, ctx: ToolContext, args: dict[str, Any]) -> str:
+    def _call(self, epoch: int, offered: Listing, ctx: ToolContext, args: dict[str, Any]) -> str:
         """Run one tool on the server, blocking, with the call's idempotency key in the
-        request's ``_meta``; ``epoch`` is that of the listing that offered the tool."""
-        called = self._called(epoch, tool, args, ctx.idempotency_key)
-        result = self._run(called, None, "call " + tool)
-        return result_value(result, tool=tool, max_bytes=self._max_result_bytes)
+        request's ``_meta``; ``epoch`` is that of the listing that ``offered`` it."""
+        called = self._called(epoch, offered, args, ctx.idempotency_key)
+        result = self._run(called, None, "call " + offered.name)
+        return result_value(result, tool=offered.name, max_bytes=self._max_result_bytes)
 
     # On the server's loop -------------------------------------------------------------
 
@@ -397,47 +405,61 @@ class MCPServer:
             if cursor is None or len(tools) > MAX_TOOLS:
                 return epoch, checked_listing(self._name, tools)
 
-    async def _called(self, epoch: int, tool: str, args: dict[str, Any], key: str) -> Any:
-        """Call ``tool``; a call that was not sent raises ``ToolServerError`` (it never
-        ran), one whose answer is lost or is not MCP ``ToolInDoubtError``."""
+    async def _called(self, epoch: int, offered: Listing, args: dict[str, Any], key: str) -> Any:
+        """Call the ``offered`` tool; a call that was not sent raises ``ToolServerError``
+        (it never ran), one whose answer is lost or is not MCP ``ToolInDoubtError``."""
+        tool = offered.name
         self._handed.discard(key)
         self._unsent.discard(key)
         try:
-            link = await asyncio.wait_for(self._connected(), self._connect_timeout)
-        except Exception as exc:  # nothing was sent
-            msg = (
-                f"MCP server {self._name!r} could not be reached to call {tool!r}: "
-                f"{self._described(exc)}"
-            )
-            raise ToolServerError(msg) from exc
-        if epoch != self._epoch:
-            msg = (
-                f"MCP server {self._name!r} reconnected or changed its tools since {tool!r} "
-                "was offered, so the call was not sent; its tools are listed again"
-            )
-            raise ToolServerError(msg)
-        try:
-            return await link.client.call_tool(
-                tool, args, read_timeout_seconds=self._timeout, meta={IDEMPOTENCY_KEY_META: key}
-            )
-        except MCPError as exc:
-            if exc.code in _REFUSED_CODES:
-                raise ToolServerError(f"MCP server {self._name!r} refused the call: {exc}") from exc
-            failure: Exception = exc
-        except Exception as exc:  # a dropped connection, an answer that is not MCP
-            failure = exc
-        await self._drop(link)
-        if key not in self._handed or key in self._unsent:
-            msg = (
-                f"MCP server {self._name!r} could not be reached, so {tool!r} was not "
-                f"called: {self._described(failure)}"
-            )
-            raise ToolServerError(msg) from failure
-        if isinstance(failure, MCPError):
-            msg = f"MCP server {self._name!r} failed during the call: {failure.error.message}"
-        else:
-            msg = f"MCP server {self._name!r} gave no usable answer: {type(failure).__name__}"
-        raise ToolInDoubtError(msg) from failure
+            try:
+                link = await asyncio.wait_for(self._connected(), self._connect_timeout)
+                # Listed again first: a server at a protocol version whose change notices
+                # need a subscription tells this client nothing when its tools change.
+                listed = await asyncio.wait_for(self._listed(), self._connect_timeout)
+            except ToolServerError:
+                raise
+            except Exception as exc:  # nothing was sent
+                msg = (
+                    f"MCP server {self._name!r} could not be reached to call {tool!r}: "
+                    f"{self._described(exc)}"
+                )
+                raise ToolServerError(msg) from exc
+            if offered not in listed[1]:
+                self._epoch += 1  # the tools are listed again before they are offered again
+            if epoch != self._epoch:
+                msg = (
+                    f"MCP server {self._name!r} reconnected or changed its tools since {tool!r} "
+                    "was offered, so the call was not sent; its tools are listed again"
+                )
+                raise ToolServerError(msg)
+            try:
+                return await link.client.call_tool(
+                    tool, args, read_timeout_seconds=self._timeout, meta={IDEMPOTENCY_KEY_META: key}
+                )
+            except MCPError as exc:
+                if exc.code in _REFUSED_CODES:
+                    raise ToolServerError(
+                        f"MCP server {self._name!r} refused the call: {exc}"
+                    ) from exc
+                failure: Exception = exc
+            except Exception as exc:  # a dropped connection, an answer that is not MCP
+                failure = exc
+            await self._drop(link)
+            if key not in self._handed or key in self._unsent:
+                msg = (
+                    f"MCP server {self._name!r} could not be reached, so {tool!r} was not "
+                    f"called: {self._described(failure)}"
+                )
+                raise ToolServerError(msg) from failure
+            if isinstance(failure, MCPError):
+                msg = f"MCP server {self._name!r} failed during the call: {failure.error.message}"
+            else:
+                msg = f"MCP server {self._name!r} gave no usable answer: {type(failure).__name__}"
+            raise ToolInDoubtError(msg) from failure
+        finally:  # the call's outcome is decided: its key is kept no longer
+            self._handed.discard(key)
+            self._unsent.discard(key)
 
     async def _connected(self) -> _Link:
         """The open connection, or a new one: one connects at a time, so calls that
