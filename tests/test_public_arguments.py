@@ -40,7 +40,13 @@ from covonaut_es.service import (
 from covonaut_es.store._leases import WorkerRecord
 from support import OBJECT_SCHEMA, answer, call, echo_tool, ticking_clock
 
+
+class _Text(str):
+    """A subclass of str, which no event can hold."""
+
+
 WRONG: dict[str, object] = {
+    "Text('x')": _Text("x"),
     "None": None,
     "0": 0,
     "-1": -1,
@@ -513,11 +519,11 @@ def _closing(world: World) -> Iterator[World]:
 @settings(max_examples=len(WRONG), deadline=None)
 @given(label=st.sampled_from(sorted(WRONG)))
 def test_a_wrong_value_is_refused_naming_its_argument(name: str, argument: str, label: str) -> None:
-    """Each argument of each public call, given a value of the wrong type (None, 0, -1,
-    1.5, nan, "", b"x", [], object()), either takes it as documented or refuses it
-    where it enters with a ``CovonautError`` whose message names the argument: never
-    an AttributeError, TypeError or AssertionError from deep inside, nor a value
-    silently taken for another (a version 1.5 read as 1)."""
+    """Each argument of each public call, given a value of the wrong type (a subclass
+    of str, None, 0, -1, 1.5, nan, "", b"x", [], object()), either takes it as
+    documented or refuses it where it enters with a ``CovonautError`` whose message
+    names the argument: never an AttributeError, TypeError or AssertionError from deep
+    inside, nor a value silently taken for another (a version 1.5 read as 1)."""
     entry = _ENTRIES[name]
     # A value the argument documents, or "" for a str: of the right type, it may be
     # refused only for what it names (a thread that does not exist).

@@ -639,3 +639,25 @@ def test_a_providers_error_is_recorded_whatever_its_text_holds(text: str) -> Non
     failed = [e for e in store.history("t") if isinstance(e, AgentThread.RunFailed)]
     assert [e.error_type for e in failed] == ["ValueError"]
     assert failed[0].message == text.encode("utf-8", "backslashreplace").decode()
+
+
+class _Text(str):
+    """A subclass of str, as a library a tool calls may return (markupsafe's Markup)."""
+
+
+def test_a_tool_returning_a_str_subclass_is_recorded_as_its_text() -> None:
+    """A tool's result that is a subclass of str is recorded as the text it holds: no
+    event holds the subclass, so the result's save failed after the tool ran, and the
+    call was left in doubt (helper-116)."""
+    store = open_store("memory://")
+    tool = Tool("fmt", "Format", OBJECT_SCHEMA, lambda ctx, args: _Text("<b>ok</b>"))
+    agent = Agent(
+        AgentConfig(
+            provider=ScriptedProvider([call(("c1", "fmt", "{}")), answer("done")]),
+            tools=[tool],
+            checkpoint=CheckpointSettings(store=store, thread_id="t"),
+        )
+    )
+    assert agent.run("go") == "done"
+    (result,) = [m for m in store.load("t").messages if m.tool_call_id == "c1"]
+    assert type(result.content) is str and result.content == "<b>ok</b>"

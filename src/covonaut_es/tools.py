@@ -362,7 +362,7 @@ def result_text(value: Any) -> str:
     """
     try:
         if isinstance(value, str):
-            text = value
+            text = str.__str__(value)  # a subclass of str, which no event holds, as str
         else:
             plain = msgspec.to_builtins(value)
             refuse_non_finite(plain)

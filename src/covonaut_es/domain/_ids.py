@@ -87,7 +87,10 @@ def _check_text(thread_id: object) -> None:
     # "Ids.A") would differ from the key its stored copy gives.
     if type(thread_id) is not str:
         name = type(thread_id).__name__
-        msg = f"a thread id (thread_id) must be a string, found {name} {thread_id!r:.60}"
+        msg = (
+            f"a thread id (thread_id) must be a string, found {name} {thread_id!r:.60}; "
+            "exactly a str: of an enum's member or a str subclass, pass its value"
+        )
         raise InvalidThreadIdError(msg)
 
 

@@ -33,7 +33,7 @@ def check_state_key(key: str) -> str:
     Raises:
         InvalidStateKeyError: It is not such a key.
     """
-    if not isinstance(key, str) or not _KEY.fullmatch(key):
+    if type(key) is not str or not _KEY.fullmatch(key):  # exactly: as every id's text
         msg = (
             f"state key {key!r} is not allowed: use 1 to 128 letters, digits, '.', '_' "
             "and '-', starting with a letter or digit"

@@ -1878,7 +1878,7 @@ def run_input_problem(mode: RunMode, message: Message | None) -> str | None:
         )
     if message is None:
         return "run(input) needs the user's input as a str, got None"
-    if not isinstance(message.content, str):
+    if type(message.content) is not str:  # a subclass of str no event can hold either
         return f"run(input) takes the user's input as a str, got {type(message.content).__name__}"
     if message.role is not Role.USER:
         return (

@@ -225,7 +225,7 @@ class Agent(ReviewCommands, StateCommands):
         """
         if isinstance(message, str):
             message = Message(Role.USER, message)
-        if not isinstance(message, Message) or not isinstance(message.content, str):
+        if not isinstance(message, Message) or type(message.content) is not str:
             found = type(message.content if isinstance(message, Message) else message)
             msg = f"steer(message) takes a str or a Message of text, got {found.__name__}"
             raise InvalidRunInputError(msg)

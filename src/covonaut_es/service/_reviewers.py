@@ -163,7 +163,7 @@ def token_ttl_problem(ttl_seconds: object) -> str | None:
     if not 0 < ttl_seconds <= MAX_TOKEN_TTL_SECONDS:  # NaN is neither
         return (
             f"a token's lifetime is above 0 and at most {MAX_TOKEN_TTL_SECONDS} seconds "
-            f"(a year and a day), got {ttl_seconds:g}"
+            f"(a year and a day), got {ttl_seconds!r}"
         )
     return None
 

@@ -162,7 +162,7 @@ def person_text(value: object, name: str, *, required: bool = False) -> str:
         InvalidDecisionError: It is no string, longer than :data:`MAX_TEXT_CHARS`, not
             valid text, or blank where ``required``.
     """
-    if not isinstance(value, str):
+    if type(value) is not str:  # a subclass of str no event can hold either
         msg = f"the {name} must be text, got {type(value).__name__}"
         raise InvalidDecisionError(msg)
     if len(value) > MAX_TEXT_CHARS:
