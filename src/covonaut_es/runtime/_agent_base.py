@@ -160,38 +160,31 @@ class AgentBase(Closing):
         as :meth:`RunSession.fail <covonaut_es.service.RunSession.fail>` decides; the
         exception goes on. A ``BaseException`` (an interrupt, a cancellation) stops the
         run as a crash does: it is not recorded."""
-        since = session.thread.version - len(session.thread.pending_events)
         try:
             yield
         except Exception as exc:
             if run is not None:
-                self._record_failure(session, exc, since)
+                self._publish(self._failure(session, exc))
             raise
 
     @contextlib.asynccontextmanager
     async def _afailing(self, session: RunSession, run: RunMode | None) -> AsyncIterator[None]:
         """Like :meth:`_failing`, the store asked in a worker thread."""
-        since = session.thread.version - len(session.thread.pending_events)
         try:
             yield
         except Exception as exc:
             if run is not None:
                 # Recorded in a worker thread, published on the loop: a stream's queue
                 # takes its items on the loop's thread only.
-                self._publish(await asyncio.to_thread(self._failure, session, exc, since))
+                self._publish(await asyncio.to_thread(self._failure, session, exc))
             raise
 
-    def _record_failure(self, session: RunSession, error: Exception, since: int) -> None:
-        self._publish(self._failure(session, error, since))
-
-    def _failure(
-        self, session: RunSession, error: Exception, since: int
-    ) -> Sequence[AgentThread.Event]:
+    def _failure(self, session: RunSession, error: Exception) -> Sequence[AgentThread.Event]:
         """Record the run's failure (:meth:`RunSession.fail
         <covonaut_es.service.RunSession.fail>`); the events it saved, none when it could
         not (logged)."""
         try:
-            news = session.fail(error, since=since, now=self.config.clock())
+            news = session.fail(error, now=self.config.clock())
         except Exception:
             self._thread = None  # what is stored is read again on the next command
             logger.exception(

@@ -43,6 +43,9 @@ class RunSession:
         self.lease = lease
         self._store = store
         self._abandoned = False
+        # What was stored when the session began: only a run recorded after it is one
+        # whose failure this session records.
+        self._began = thread.version - len(thread.pending_events)
 
     def check_lease(self) -> None:
         """Raise unless the lease still stands; called before each tool call.
@@ -98,9 +101,9 @@ class RunSession:
             self._store.snapshot_if_due(thread)
         return pending
 
-    def fail(self, error: Exception, *, since: int, now: datetime) -> list[AgentThread.Event]:
+    def fail(self, error: Exception, *, now: datetime) -> list[AgentThread.Event]:
         """Record that the run failed by ``error`` and commit it, if the thread is still
-        running a run recorded after version ``since``: whatever raised, in the library
+        running a run recorded since the session began: whatever raised, in the library
         or in the application's code, a store never shows a run that ended as running
         (ADR 0091). The failure goes after the run's unsaved events; should they not
         save (a save failed on them, or took them), after what the store holds.
@@ -123,7 +126,7 @@ class RunSession:
             thread.status is ThreadStatus.RUNNING or not thread.pending_events
         ):
             try:
-                return self._record_failure(error, since, now)
+                return self._record_failure(error, now)
             except LeaseLostError:
                 raise
             except Exception:  # the unsaved events do not save: record it after what is stored
@@ -132,13 +135,11 @@ class RunSession:
         if found is None:
             return []
         self.thread = found
-        return self._record_failure(error, since, now)
+        return self._record_failure(error, now)
 
-    def _record_failure(
-        self, error: Exception, since: int, now: datetime
-    ) -> list[AgentThread.Event]:
+    def _record_failure(self, error: Exception, now: datetime) -> list[AgentThread.Event]:
         thread = self.thread
-        if thread.status is not ThreadStatus.RUNNING or thread.version <= since:
+        if thread.status is not ThreadStatus.RUNNING or thread.version <= self._began:
             return []
         thread.fail(type(error).__name__, str(error), now=now)
         return self.commit()
