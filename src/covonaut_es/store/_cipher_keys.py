@@ -63,7 +63,7 @@ def key_material(env: Mapping[str, str]) -> bytes | None:
     key = env.get("CIPHER_KEY")
     if not key:
         if env.get("CIPHER_TOPIC"):  # a cipher named, and no key for it
-            raise refused_cipher_key("it is not set")
+            raise _refused("it is not set")
         return None
     if _is_aes(env):
         return aes_key(key)
@@ -79,21 +79,21 @@ def aes_key(cipher_key: str) -> bytes:
             not shown.
     """
     if not isinstance(cipher_key, str):
-        raise refused_cipher_key(f"it is a {type(cipher_key).__name__}, not text")
+        raise _refused(f"it is a {type(cipher_key).__name__}, not text")
     try:
         key = base64.b64decode(cipher_key, validate=True)
     except (binascii.Error, ValueError):  # ValueError: text that is no ASCII
-        raise refused_cipher_key("it is not base64") from None
+        raise _refused("it is not base64") from None
     if len(key) not in AES_KEY_SIZES:
-        raise refused_cipher_key("it is not 16, 24 or 32 bytes long") from None
+        raise _refused("it is not 16, 24 or 32 bytes long") from None
     if base64.b64encode(key).decode() != cipher_key:
         # Another text of the same bytes (its last character's unused bits set): what
         # is keyed on the text, a snapshot's seal, would differ.
-        raise refused_cipher_key("it is not base64 as create_cipher_key() writes it")
+        raise _refused("it is not base64 as create_cipher_key() writes it")
     return key
 
 
-def refused_cipher_key(found: str) -> ConfigurationError:
+def _refused(found: str) -> ConfigurationError:
     """The error refusing a cipher key for what was ``found`` wrong with it; raise it
     unchained, since a decoder's own message may quote the key."""
     return ConfigurationError(

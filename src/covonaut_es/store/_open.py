@@ -26,6 +26,7 @@ from covonaut_es.store._application import (
 )
 from covonaut_es.store._backend import MODULES, backend_for_env, backend_of
 from covonaut_es.store._chain_key import SEALS_NOTHING
+from covonaut_es.store._cipher_keys import AES_KEY_SIZES
 from covonaut_es.store._store import Store
 from covonaut_es.store._url_secrets import redact, secrets_hidden
 from covonaut_es.store._urls import (
@@ -42,7 +43,7 @@ def create_cipher_key(num_bytes: int = 32) -> str:
 
     Keep it secret and safe: without it the store cannot be read.
     """
-    if num_bytes not in (16, 24, 32):
+    if num_bytes not in AES_KEY_SIZES:
         msg = f"an AES key has 16, 24 or 32 bytes, not {num_bytes}"
         raise ConfigurationError(msg)
     return base64.b64encode(secrets.token_bytes(num_bytes)).decode()
