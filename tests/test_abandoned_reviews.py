@@ -28,9 +28,13 @@ from covonaut_es import (
     ToolContext,
     open_store,
 )
+from covonaut_es.agui._events import interrupts
 from covonaut_es.errors import ThreadAbandonedError, ThreadStateError
+from covonaut_es.runtime._results import waiting_in
 from covonaut_es.service import ThreadService, review_submission
+from inbox_support import in_doubt, paused_on_tool
 from support import answer, call, ticking_clock
+from test_approvals import make_agent, paused_on_review
 
 OBJECT: dict[str, Any] = {"type": "object"}
 VERIFIER = HmacReviewerVerifier(secrets.token_bytes(32))
@@ -208,3 +212,53 @@ def test_a_review_a_run_asked_for_after_the_abandonment_is_never_decided(
         queue.wait_until_current(runner)
         assert queue.pending() == ()  # an abandoned thread waits for nobody
     queue.close()
+
+
+PAUSING: dict[str, Callable[[Store, str], object]] = {
+    "review": lambda store, thread_id: paused_on_review(store, [], [], thread_id=thread_id),
+    "tool's pause": paused_on_tool,
+    "call in doubt": in_doubt,
+}
+
+
+def waiting_as_each_reader_shows_it(store: Store, thread_id: str) -> dict[str, object]:
+    """What each reader of a thread shows as waiting for a person, empty when nothing."""
+    agent = make_agent(store, [], [], thread_id=thread_id)
+    state = store.state_at(thread_id)
+    [summary] = [s for s in store.list_threads().threads if s.thread_id == thread_id]
+    queue = ReviewQueue(store.url)
+    with queue.follow():
+        queue.wait_until_current(store)
+        queued = [item for item in queue.pending() if item.thread_id == thread_id]
+    queue.close()
+    return {
+        "Agent.pending_reviews": agent.pending_reviews,
+        "Agent.awaiting_person": agent.awaiting_person,
+        "ThreadState.awaiting_person": state.awaiting_person,
+        "ThreadState.waiting_for": state.waiting_for,
+        "listing": (summary.unresolved_pauses, summary.waiting_for),
+        "AG-UI interrupts": interrupts(agent),
+        "reviewer queue": queued,
+        "a run's result": waiting_in(store.load(thread_id)),
+    }
+
+
+@pytest.mark.parametrize("kind", sorted(PAUSING))
+@pytest.mark.parametrize("given_up", ["thread", "fork"])
+def test_every_reader_shows_a_thread_given_up_waiting_for_nobody(
+    store: Store, kind: str, given_up: str
+) -> None:
+    """Each reader that shows what waits for a person agrees with the commands, which
+    all refuse a decision on a thread given up: before, the agent, AG-UI and a run's
+    result still offered its pauses."""
+    PAUSING[kind](store, "t")
+    thread_id = "t" if given_up == "thread" else store.fork("t", new_thread_id="f")
+    before = waiting_as_each_reader_shows_it(store, thread_id)
+    shown = {name for name, waiting in before.items() if waiting}
+    assert shown == set(before) - ({"Agent.pending_reviews"} if kind != "review" else set())
+    store.abandon(thread_id, "given up")
+    after = waiting_as_each_reader_shows_it(store, thread_id)
+    assert after == {
+        name: (0, "") if name == "listing" else "" if name.endswith("waiting_for") else ()
+        for name in after
+    } | {"AG-UI interrupts": [], "reviewer queue": []}

@@ -379,6 +379,25 @@ def test_a_reload_of_a_run_cut_short_mid_call_announces_the_calls_in_doubt(shop:
     assert shop.refunded == []
 
 
+def test_a_reload_of_a_thread_given_up_offers_no_decision(shop: Shop) -> None:
+    """A thread abandoned while it waited on reviews is, at its next reload, refused
+    with the reason, and no interrupt asks the front end for a decision that every
+    command would refuse (it ended with both reviews as interrupts; helper-120)."""
+    paused(shop)
+    shop.store.abandon("chat-1", "the customer withdrew")
+    version = shop.version("chat-1")
+
+    events = shop.run(user_says("chat-1", "Refund my two orders."))
+    assert [type(e) for e in events] == [
+        agui.RunStartedEvent,
+        agui.StateSnapshotEvent,
+        agui.RunErrorEvent,
+    ]
+    assert "abandoned" in events[-1].message
+    assert shop.version("chat-1") == version
+    assert shop.refunded == []
+
+
 def test_a_request_that_is_no_run_input_is_refused_before_anything_runs(shop: Shop) -> None:
     """A body that is no RunAgentInput, JSON that names a key twice, a thread id that
     is none, and a new message that is not text are refused (422, or RUN_ERROR naming
@@ -466,6 +485,10 @@ PATHS = [
     ("threadId",),
     ("resume",),
 ]
+AS_JSON_TEXT = object()
+"""Stands for the field's own value written as JSON text: the same decision in the
+shape a surface that reads text takes, which this one must not."""
+
 HOSTILE_VALUES = st.one_of(
     st.none(),
     st.booleans(),
@@ -477,6 +500,7 @@ HOSTILE_VALUES = st.one_of(
     st.lists(st.integers(), max_size=2),
     st.dictionaries(st.text(max_size=5), st.integers(), max_size=2),
     st.just('{"order": "B-2", "amount": 40}'),  # an edit's JSON, as a string
+    st.just(AS_JSON_TEXT),
 )
 
 
@@ -485,6 +509,11 @@ def mutated(body: dict[str, Any], path: tuple[Any, ...], value: Any, drop: bool)
     target = result
     for key in path[:-1]:
         target = target[key]
+    if value is AS_JSON_TEXT:
+        try:
+            value = json.dumps(target[path[-1]])
+        except (KeyError, IndexError):
+            value = "{}"
     if drop:
         if isinstance(target, dict):
             target.pop(path[-1], None)
@@ -529,6 +558,7 @@ def is_still_a_valid_decision(body: Any, valid: dict[str, Any]) -> bool:
 # object or left out), so this surface must too.
 @example(("resume", 0, "payload", "editedArgs"), '{"order": "B-2", "amount": 40}', False, True)
 @example(("resume", 0, "payload", "editedArgs"), None, False, True)
+@example(("resume", 0, "payload"), AS_JSON_TEXT, False, True)
 def test_every_mutation_of_a_valid_resume_is_refused_whole(
     tmp_path_factory: pytest.TempPathFactory,
     path: tuple[Any, ...],

@@ -214,12 +214,26 @@ def test_reviews_follow_stops_in_one_line_once_its_sqlite_file_is_replaced(
     assert f"the SQLite file {str(path)!r} was replaced" in stderr, stderr
 
 
-def test_a_bad_token_is_refused_and_records_nothing(url: str) -> None:
-    """approve with a forged token exits 2 and the review stays pending."""
+@pytest.mark.parametrize(
+    "decision",
+    [
+        ("approve",),
+        ("approve", "--arguments", "[1]", "--digest", "sha256:x"),
+        ("reject", "--reason", " "),
+        ("respond", "--answer", "\u3164"),
+    ],
+    ids=["approve", "approve, bad edit and digest", "reject, blank reason", "respond, blank"],
+)
+def test_a_bad_token_is_refused_first_and_records_nothing(url: str, decision: tuple[str]) -> None:
+    """A decision with a forged token exits 2 naming the token, whatever else it holds,
+    and the review stays pending: the reviewer is verified before the submission is
+    read, as on every other surface (the command told an unverified caller what was
+    wrong with a blank reason; helper-120)."""
     forged = HmacReviewerVerifier(secrets.token_bytes(32)).issue_token("eve", ttl_seconds=60)
-    result = covonaut("approve", review_id(url), "--reviewer-token", forged, store=url)
+    command, *options = decision
+    result = covonaut(command, review_id(url), *options, "--reviewer-token", forged, store=url)
     assert result.returncode == 2
-    assert "not verified" in result.stderr.lower() or "signature" in result.stderr.lower()
+    assert "signature does not match" in result.stderr, result.stderr
     assert len(json.loads(covonaut("reviews", "--json", store=url).stdout)) == 2
 
 

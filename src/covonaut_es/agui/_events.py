@@ -219,7 +219,7 @@ def interrupts(agent: Agent) -> list[agui.Interrupt]:
     """An AG-UI interrupt for each pause that waits for a person, named by its review id
     (a review) or its pause token (a tool's pause, a call in doubt)."""
     messages, requests = agent.messages, review_requests(agent)
-    return [_interrupt(messages, requests, pause) for pause in agent.pauses if not pause.resolved]
+    return [_interrupt(messages, requests, pause) for pause in agent.awaiting_person]
 
 
 def review_requests(agent: Agent) -> dict[str, ReviewRequest]:
@@ -232,7 +232,7 @@ def review_requests(agent: Agent) -> dict[str, ReviewRequest]:
 def open_interrupt_ids(agent: Agent) -> dict[str, Pause]:
     """The pauses waiting for a person, by the id their AG-UI interrupt carries."""
     messages = agent.messages
-    return {interrupt_id(messages, p): p for p in agent.pauses if not p.resolved}
+    return {interrupt_id(messages, p): p for p in agent.awaiting_person}
 
 
 def interrupt_id(messages: tuple[Message, ...], pause: Pause) -> str:

@@ -107,7 +107,10 @@ def _answer(entry: agui.ResumeEntry, pause: Pause, requests: Mapping[str, Review
         )
         raise InvalidDecisionError(msg)
     cancelled = entry.status == "cancelled"
-    payload = json_object({} if entry.payload is None and cancelled else entry.payload, where)
+    # The payload is the request's JSON itself: an object, never text holding one.
+    payload = json_object(
+        {} if entry.payload is None and cancelled else entry.payload, where, as_text=False
+    )
     if pause.kind is PauseKind.INTERRUPT:
         if cancelled:
             msg = f"interrupt {entry.interrupt_id!r} is a tool's pause: answer it, resolved"

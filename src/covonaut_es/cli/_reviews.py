@@ -184,19 +184,17 @@ def _shorten(text: str, width: int) -> str:
 
 def approve(args: argparse.Namespace) -> int:
     """``approve REVIEW --reviewer-token TOKEN [--arguments JSON] [--digest DIGEST]``."""
-    return _decide(
-        args, _submitted(args, Action.APPROVE, comment=args.comment, arguments=args.arguments)
-    )
+    return _decide(args, Action.APPROVE, comment=args.comment, arguments=args.arguments)
 
 
 def reject(args: argparse.Namespace) -> int:
     """``reject REVIEW --reviewer-token TOKEN --reason R``."""
-    return _decide(args, _submitted(args, Action.REJECT, reason=args.reason))
+    return _decide(args, Action.REJECT, reason=args.reason)
 
 
 def respond(args: argparse.Namespace) -> int:
     """``respond REVIEW --reviewer-token TOKEN --answer A``."""
-    return _decide(args, _submitted(args, Action.RESPOND, answer=args.answer))
+    return _decide(args, Action.RESPOND, answer=args.answer)
 
 
 def _submitted(args: argparse.Namespace, action: Action, **options: str | None) -> ReviewSubmission:
@@ -207,13 +205,16 @@ def _submitted(args: argparse.Namespace, action: Action, **options: str | None) 
     return submitted_review(action, given)
 
 
-def _decide(args: argparse.Namespace, submission: ReviewSubmission) -> int:
-    """Record ``submission``, checked already, through the service: on the thread
-    ``--thread`` names, else on the one the store's review index names (ADR 0078: it
-    reads only the review requests and forks written since its last lookup)."""
+def _decide(args: argparse.Namespace, action: Action, **options: str | None) -> int:
+    """Record the decision through the service: on the thread ``--thread`` names, else
+    on the one the store's review index names (ADR 0078: it reads only the review
+    requests and forks written since its last lookup). The reviewer is verified before
+    the submission is read, as every other surface does: whoever cannot act is told
+    nothing about what they submitted."""
     verifier = reviewer_verifier_from(args)
     with open_from(args, writes=True) as store:
         service, reviewer = acting_reviewer(args, store, verifier)  # refused: nothing written
+        submission = _submitted(args, action, **options)
         try:
             decision = service.decide(
                 args.review, submission, reviewer=reviewer, thread_id=args.thread

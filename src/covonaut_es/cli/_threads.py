@@ -16,7 +16,7 @@ from covonaut_es.cli._command import EXIT_FAILURES, EXIT_OK, Subcommands
 from covonaut_es.cli._json import emit_records, utc
 from covonaut_es.cli._options import add_store_command, open_from, read_thread
 from covonaut_es.cli._output import print_json
-from covonaut_es.domain import Pause, PendingToolCall, ThreadState, ThreadStatus
+from covonaut_es.domain import PendingToolCall, ThreadState, ThreadStatus
 from covonaut_es.errors import CovonautError, ThreadNotFoundError
 from covonaut_es.store import Store, ThreadSummary
 from covonaut_es.store._listing import MAX_PAGE
@@ -147,15 +147,6 @@ def held_for_review(state: ThreadState) -> tuple[PendingToolCall, ...]:
     not run yet): they never ran, so they are not in doubt."""
     awaited = {r.request.tool_call_id for r in state.reviews if r.holds_back_call}
     return tuple(call for call in state.open_calls if call.call.id in awaited)
-
-
-def awaiting_a_person(state: ThreadState) -> tuple[Pause, ...]:
-    """The pauses ``reviews`` lists for the thread: those no person has dealt with yet
-    (a review undecided, a tool's pause unanswered, a call in doubt unsettled); none on
-    a thread given up."""
-    if state.status is ThreadStatus.ABANDONED:
-        return ()
-    return tuple(pause for pause in state.pauses if not pause.resolved)
 
 
 _WAITING_FOR = {"person": "person", "runner": "worker", "": ""}

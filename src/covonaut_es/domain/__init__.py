@@ -48,6 +48,7 @@ from covonaut_es.domain._values import (
     ThreadStatus,
     ToolOutcome,
     TypedOutput,
+    awaiting_a_person,
 )
 
 __all__ = [
@@ -80,6 +81,7 @@ __all__ = [
     "ToolPin",
     "TreeStats",
     "TypedOutput",
+    "awaiting_a_person",
     "canonical_json",
     "check_may_act_on_call",
     "check_may_decide",

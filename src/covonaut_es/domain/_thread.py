@@ -35,6 +35,7 @@ from covonaut_es.domain._pauses import (
 from covonaut_es.domain._review_rules import check_decision
 from covonaut_es.domain._reviews import (
     Decision,
+    Review,
     ReviewDecision,
     ReviewLedger,
     ReviewRequest,
@@ -62,6 +63,7 @@ from covonaut_es.domain._values import (
     ThreadStatus,
     ToolOutcome,
     TypedOutput,
+    awaiting_a_person,
     calls_in_doubt,
 )
 from covonaut_es.errors import (
@@ -1591,6 +1593,16 @@ class AgentThread(Aggregate, created_event_name="Started"):
             retry_requested=self.retry_requested,
             output=self.output,
         )
+
+    @property
+    def awaiting_person(self) -> tuple[Pause, ...]:
+        """The pauses a person can still act on (see :func:`awaiting_a_person`)."""
+        return awaiting_a_person(self.status, (p for p in self.pauses if not p.resolved))
+
+    @property
+    def reviews_awaiting(self) -> tuple[Review, ...]:
+        """The reviews a person can still decide (see :func:`awaiting_a_person`)."""
+        return awaiting_a_person(self.status, self.reviews.pending)
 
     @property
     def pauses(self) -> tuple[Pause, ...]:

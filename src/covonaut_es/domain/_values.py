@@ -9,12 +9,14 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable
 from datetime import datetime
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 import msgspec
 
 from covonaut_es.domain._reviews import Review, ReviewLedger
 from covonaut_es.messages import JsonValue, Message, ToolCall, Usage
+
+T = TypeVar("T")
 
 
 class ThreadStatus(enum.StrEnum):
@@ -247,17 +249,31 @@ class ThreadState(msgspec.Struct, frozen=True):
         return ReviewLedger(self.reviews).governing(tool_call_id)
 
     @property
+    def awaiting_person(self) -> tuple[Pause, ...]:
+        """The pauses a person can still act on (see :func:`awaiting_a_person`)."""
+        return awaiting_a_person(self.status, (p for p in self.pauses if not p.resolved))
+
+    @property
     def waiting_for(self) -> str:
         """Who the thread waits for: ``"person"`` while a pause is unresolved,
         ``"runner"`` when it is paused and every pause is resolved, or a person asked
         for its failed run to be tried again, else ``""`` (also once it is abandoned)."""
         if self.status is ThreadStatus.ABANDONED:
             return ""  # nothing runs on it again, and nobody decides its pauses
-        if any(not pause.resolved for pause in self.pauses):
+        if self.awaiting_person:
             return "person"
         if self.pauses or (self.retry_requested and self.status is ThreadStatus.ERROR):
             return "runner"
         return ""
+
+
+def awaiting_a_person(status: ThreadStatus, items: Iterable[T]) -> tuple[T, ...]:
+    """The ``items`` (pauses nobody has dealt with, reviews not decided) that a person
+    can still act on, of a thread at ``status``: every one, and none once the thread is
+    abandoned, whose pauses nobody decides and on which nothing runs again. Every
+    reader of what waits for a person asks here, so that none shows a decision that
+    every command would refuse."""
+    return () if status is ThreadStatus.ABANDONED else tuple(items)
 
 
 def calls_in_doubt(

@@ -118,14 +118,21 @@ class Agent(ReviewCommands, StateCommands):
 
     @property
     def pending_reviews(self) -> tuple[ReviewRequest, ...]:
-        """Review requests awaiting a decision; ``resume()`` needs every one decided."""
-        return tuple(review.request for review in self._current.reviews.pending)
+        """Review requests awaiting a decision; ``resume()`` needs every one decided.
+        None once the thread is abandoned: nobody decides its reviews."""
+        return tuple(review.request for review in self._current.reviews_awaiting)
 
     @property
     def pauses(self) -> tuple[Pause, ...]:
         """Every pending interrupt with its kind (a tool's pause, a review, a call in
         doubt) and whether a person has dealt with it."""
         return self._current.pauses
+
+    @property
+    def awaiting_person(self) -> tuple[Pause, ...]:
+        """The pauses a person can still act on: those of :attr:`pauses` nobody has
+        dealt with, and none once the thread is abandoned."""
+        return self._current.awaiting_person
 
     @property
     def output(self) -> Any:

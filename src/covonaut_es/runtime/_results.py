@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 import attrs
 
-from covonaut_es.domain import AgentThread, PauseKind
+from covonaut_es.domain import AgentThread, PauseKind, awaiting_a_person
 
 RunStatus = Literal["finished", "paused", "failed"]
 """How a run command ended."""
@@ -91,9 +91,7 @@ def waiting_in(thread: AgentThread) -> tuple[Waiting, ...]:
     """What the thread waits on a person for: its unresolved pauses, then its calls in
     doubt that no pause names."""
     items: list[Waiting] = []
-    for pause in thread.pauses:
-        if pause.resolved:
-            continue
+    for pause in thread.awaiting_person:
         interrupt = pause.interrupt
         data = interrupt.data if isinstance(interrupt.data, dict) else {}
         review_id = data.get("review_id") if pause.kind is PauseKind.REVIEW else ""
@@ -108,7 +106,7 @@ def waiting_in(thread: AgentThread) -> tuple[Waiting, ...]:
             )
         )
     named = {item.tool_call_id for item in items}
-    for pending in thread.in_doubt:
+    for pending in awaiting_a_person(thread.status, thread.in_doubt):
         if pending.call.id in named:
             continue
         reason = "recorded as called, with no result: it may or may not have run"

@@ -24,7 +24,6 @@ from covonaut_es.domain import (
     Review,
     ReviewDecision,
     ReviewRequest,
-    ThreadStatus,
     check_may_act_on_call,
     check_may_decide,
 )
@@ -680,9 +679,8 @@ def _pending_in(store: Store, review_id: str, thread_ids: Sequence[str]) -> list
     decides none of its reviews, so it holds none that waits."""
     pending = []
     for thread_id in thread_ids:
-        thread = store.load(thread_id)
-        review = thread.reviews.get(review_id)
-        if review is not None and review.pending and thread.status is not ThreadStatus.ABANDONED:
+        awaiting = store.load(thread_id).reviews_awaiting
+        if any(review.request.review_id == review_id for review in awaiting):
             pending.append(thread_id)
     return pending
 

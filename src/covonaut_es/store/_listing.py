@@ -94,7 +94,6 @@ class ThreadSummary(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     ) -> ThreadSummary:
         """The summary of a loaded thread."""
         state = thread.state
-        abandoned = state.status is ThreadStatus.ABANDONED
         return cls(
             thread_id=state.thread_id,
             version=state.version,
@@ -103,7 +102,7 @@ class ThreadSummary(msgspec.Struct, frozen=True, kw_only=True, gc=False):
             created_at=created_at,
             last_activity=last_activity,
             parent=state.parent,
-            unresolved_pauses=0 if abandoned else sum(not p.resolved for p in state.pauses),
+            unresolved_pauses=len(state.awaiting_person),
             waiting_for=state.waiting_for,
         )
 
