@@ -323,6 +323,7 @@ class ReviewDesk:
             call=call if pause.kind is PauseKind.IN_DOUBT else None,
             messages=_recent_messages(state, reviewer),
             token=pause_token(state.messages, pause),
+            actionable=pause in state.awaiting_person,
         )
         return view if _may_see_call(state, tool_call_id, reviewer) else None
 

@@ -19,7 +19,6 @@ from covonaut_es.domain import (
     Review,
     ReviewDecision,
     ReviewRules,
-    ThreadStatus,
     ThreadTree,
     ToolPin,
     may_decide,
@@ -269,6 +268,8 @@ class PauseView:
             reviewer (the thread asked for a review outside their scopes).
         token: The pause's token, which the page's forms send: they act on this pause
             only, never on a later one of the same call.
+        actionable: Whether a person can still act on it here (its thread's
+            ``awaiting_person`` holds it).
     """
 
     thread_id: str
@@ -277,6 +278,7 @@ class PauseView:
     call: PendingToolCall | None
     messages: tuple[Message, ...] | None
     token: str = ""
+    actionable: bool = False
 
     @property
     def review_id(self) -> str:
@@ -286,11 +288,6 @@ class PauseView:
         if self.pause.kind is not PauseKind.REVIEW or not isinstance(review_id, str):
             return ""
         return review_id
-
-    @property
-    def actionable(self) -> bool:
-        """Whether a person can still act on it here."""
-        return not self.pause.resolved and self.status != ThreadStatus.ABANDONED
 
 
 @attrs.frozen
