@@ -5,6 +5,7 @@ written before (no ``stream_ids`` setting) keep their ids (ADR 0031)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sqlite3
@@ -18,7 +19,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from covonaut_es import (
@@ -39,9 +40,10 @@ from covonaut_es.domain._named_states import state_stream_id
 from covonaut_es.errors import StoreSettingsError
 from covonaut_es.store._backends._sqlite_leases import lease_directory
 from covonaut_es.store._settings import settings_table
-from covonaut_es.store._stream_ids import KEYED, STREAM_IDS
+from covonaut_es.store._stream_ids import KEYED, STREAM_IDS, KeyedStreamIds
 from covonaut_es.workers._ready import TRACKED, ReadyThreads
 from support import answer, call, review_tool
+from test_chain_laundering import run_sql
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 GOLDEN = Path(__file__).parent / "fixtures" / "golden" / "v4"
@@ -324,3 +326,96 @@ def test_a_store_recording_an_unknown_scheme_of_stream_ids_is_refused(tmp_path: 
         with pytest.raises(StoreSettingsError, match="'keyed-v9'"):
             open_store(f"sqlite:///{path}", cipher_key=key, create_tables=create_tables)
     assert path.read_bytes() == before
+
+
+SETTINGS_ROWS = ("cipher", "compression", STREAM_IDS)
+
+
+def settings_mutations() -> st.SearchStrategy[tuple[str, tuple[Any, ...]]]:
+    """Every single-row change a writer without the key can make to a store's settings
+    (a statement with ``?`` placeholders and its parameters), and the whole table gone."""
+    rows = st.sampled_from(SETTINGS_ROWS)
+    values = st.sampled_from([None, "", "text", "42", "none", "zstd", KEYED, "hmac-sha256:00"])
+    names = st.sampled_from([None, "", "x", "stream_ids_", *SETTINGS_ROWS])
+    table = "covonaut_settings"
+    return st.one_of(
+        rows.map(lambda r: (f"DELETE FROM {table} WHERE name = ?", (r,))),
+        st.tuples(names, rows).map(lambda a: (f"UPDATE {table} SET name = ? WHERE name = ?", a)),
+        st.tuples(values, rows).map(lambda a: (f"UPDATE {table} SET value = ? WHERE name = ?", a)),
+        st.tuples(rows, rows).map(
+            lambda a: (
+                f"UPDATE {table} SET value = (SELECT value FROM {table} WHERE name = ?) "
+                "WHERE name = ?",
+                a,
+            )
+        ),
+        st.just((f"DELETE FROM {table} WHERE name <> ?", ("",))),
+        st.just((f"DROP TABLE {table}", ())),
+    )
+
+
+def run_statement(url: str, sql: str, params: tuple[Any, ...]) -> bool:
+    """Run ``sql`` on the database of ``url`` as a writer of it can; whether the
+    database took it (a constraint may refuse it)."""
+    try:
+        run_sql(url, sql, *params)
+    except (sqlite3.IntegrityError, psycopg.errors.IntegrityError):
+        return False
+    return True
+
+
+def stored_rows(url: str) -> list[tuple[Any, ...]]:
+    """Every stream id and version stored, and the settings recorded, of a store."""
+    table = "stored_events" if url.startswith("sqlite") else "covonaut_events"
+    query = f"SELECT originator_id, originator_version FROM {table} ORDER BY 1, 2"
+    settings = "SELECT name, value FROM covonaut_settings ORDER BY 1"
+    if url.startswith("sqlite"):
+        with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
+            rows = conn.execute(query).fetchall()
+            with contextlib.suppress(sqlite3.OperationalError):
+                rows += conn.execute(settings).fetchall()
+            return rows
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(query).fetchall()
+        with contextlib.suppress(psycopg.errors.UndefinedTable):
+            rows += conn.execute(settings).fetchall()
+        return rows
+
+
+@pytest.fixture
+def database_url(fresh_url: Callable[[], str], store_url: str) -> Callable[[], str]:
+    """New empty SQLite or PostgreSQL stores (one per call)."""
+    if store_url.startswith("memory"):
+        pytest.skip("a memory store's settings are not written behind its back")
+    return fresh_url
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(mutation=settings_mutations(), with_events=st.booleans())
+def test_no_change_to_an_encrypted_stores_settings_makes_it_write_unkeyed_ids(
+    database_url: Callable[[], str], mutation: tuple[str, tuple[Any, ...]], with_events: bool
+) -> None:
+    """Whatever single row of an encrypted store's settings a writer without its key
+    deletes, renames or changes (or the whole table), an open with the key either keeps
+    the store's keyed ids or is refused with a ``StoreSettingsError``, nothing written;
+    no thread is ever written under its unkeyed id (ADR 0095)."""
+    key, url = create_cipher_key(), database_url()
+    with open_store(url, cipher_key=key) as store:
+        if with_events:
+            store.save(AgentThread.start("t", now=NOW))
+    assume(run_statement(url, *mutation))
+    before = stored_rows(url)
+    try:
+        store = open_store(url, cipher_key=key)
+    except StoreSettingsError:
+        assert stored_rows(url) == before
+        return
+    with store:
+        assert isinstance(store._app.recorder.stream_ids, KeyedStreamIds)
+        store.save(AgentThread.start("new", now=NOW))
+    found = {str(row[0]).replace("-", "") for row in stored_rows(url)}
+    assert thread_aggregate_id("new").hex not in found

@@ -54,8 +54,14 @@ from covonaut_es.store._cipher_keys import key_material
 from covonaut_es.store._codec import decode_object
 from covonaut_es.store._mapper import MsgspecMapper
 from covonaut_es.store._settings_tables import SETTINGS_TABLE, SettingsTable
-from covonaut_es.store._stream_ids import KEYED, STREAM_IDS, KeyedEvents, recorded_stream_ids
-from covonaut_es.store._topic_codes import TOPIC_CODES
+from covonaut_es.store._stream_ids import (
+    KEYED,
+    STREAM_IDS,
+    KeyedEvents,
+    first_stream_keyed,
+    recorded_stream_ids,
+)
+from covonaut_es.store._topic_codes import TOPIC_CODES, full_topic
 from covonaut_es.store._urls import (
     COMPRESSION_AS_RECORDED,
     COMPRESSIONS,
@@ -264,16 +270,69 @@ def check_settings(app: Application[UUID], env: Mapping[str, str], url: str) -> 
         if recorded:
             _compare(recorded, requested, env, url, written="nothing was read")
             _check_stored_as_recorded(app, url, recorded)
-        return recorded.get("compression", older["compression"])
+        compression = recorded.get("compression", older["compression"])
+        _check_stream_ids(app, url, recorded, requested, compression, writes=False)
+        return compression
     if not recorded:
         if app.recorder.max_notification_id():
             _check_first_event(app, url, older)
+            _check_stream_ids(app, url, recorded, requested, older["compression"], writes=True)
             return older["compression"]
         table.write(requested)
         recorded = table.read()
     _compare(recorded, requested, env, url)
     _check_stored_as_recorded(app, url, recorded)
-    return recorded.get("compression", "none")
+    compression = recorded.get("compression", "none")
+    if _check_stream_ids(app, url, recorded, requested, compression, writes=True):
+        table.write({STREAM_IDS: KEYED})
+    return compression
+
+
+def _check_stream_ids(
+    app: Application[UUID],
+    url: str,
+    recorded: Mapping[str, str],
+    requested: Mapping[str, str],
+    compression: str,
+    *,
+    writes: bool,
+) -> bool:
+    """Refuse an encrypted store that records no scheme of stream ids (the open's key
+    checked already) when its rows may be keyed: a writer without the key deleted or
+    renamed the record, and every new stream would be stored under its unkeyed id
+    (ADR 0095). Its first event, which names its stream, tells: stored under that
+    stream's keyed id, it is refused; under the stream's own id, it is a store created
+    before keyed ids, which keeps its ids. An open that may write is refused when the
+    first event tells neither. Returns whether the store holds no events, which a
+    writer then records keyed, as a new store.
+
+    Raises:
+        StoreSettingsError: As said.
+    """
+    if STREAM_IDS not in requested or STREAM_IDS in recorded:
+        return False
+    if not app.recorder.max_notification_id():
+        return writes
+    try:
+        [first] = app.recorder.select_notifications(None, 1)
+        payload = decode_object(_mapper_for(app, compression).plain_payload(first), where="")
+    except (StoredRowError, SerializationError):
+        keyed = None
+    else:
+        stored = UUID(str(first.originator_id))
+        keyed = first_stream_keyed(
+            stored, full_topic(first.topic), payload, key_material(app.env) or b""
+        )
+    if keyed is False or (keyed is None and not writes):
+        return False
+    found = "is stored under a keyed id" if keyed else "does not show its stream's id"
+    msg = (
+        f"store {url} is encrypted and its table {SETTINGS_TABLE!r} records no scheme of "
+        f"stream ids ({STREAM_IDS!r}), but its first event {found}: the record was "
+        f"deleted or altered; restore table {SETTINGS_TABLE!r} from a backup (nothing "
+        "was written)"
+    )
+    raise StoreSettingsError(msg)
 
 
 def _compare(

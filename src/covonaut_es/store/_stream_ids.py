@@ -28,7 +28,11 @@ from eventsourcing.persistence import (
     StoredEvent,
 )
 
-from covonaut_es.errors import StoreSettingsError
+from covonaut_es.domain import AgentThread, thread_aggregate_id
+from covonaut_es.domain._named_states import StateSaved, state_stream_id
+from covonaut_es.domain._submissions import InputSubmitted, InputTaken, submission_stream_id
+from covonaut_es.errors import CovonautError, StoreSettingsError
+from covonaut_es.store._codec import aggregate_event_classes
 from covonaut_es.store._heads import FENCES, HEADS, NEW_STREAMS, HeadAnchor
 
 STREAM_IDS = "stream_ids"
@@ -111,6 +115,40 @@ def recorded_stream_ids(recorded: Mapping[str, str], cipher_key: bytes, where: s
         )
         raise StoreSettingsError(msg)
     return KeyedStreamIds(cipher_key)
+
+
+_NAMED_BY: Mapping[str, tuple[str, Any]] = {
+    **{
+        cls.TOPIC: ("thread_id", thread_aggregate_id)
+        for cls in aggregate_event_classes(AgentThread)
+        if issubclass(cls, AgentThread.Started)
+    },
+    StateSaved.TOPIC: ("key", state_stream_id),
+    InputSubmitted.TOPIC: ("thread_id", submission_stream_id),
+    InputTaken.TOPIC: ("thread_id", submission_stream_id),
+}
+"""The events that name their stream, by topic: the field naming it and its stream id."""
+
+
+def first_stream_keyed(
+    stored: UUID, topic: str, payload: Mapping[str, Any], cipher_key: bytes
+) -> bool | None:
+    """Whether the first event of a store that records no scheme of stream ids, of
+    ``topic`` and decoded ``payload``, is stored under ``stored``: the keyed id of the
+    stream it names (True), that stream's own id (False), or neither (None: it names no
+    stream, or another one; its rows cannot tell the store's scheme)."""
+    if topic not in _NAMED_BY:
+        return None
+    field, stream_of = _NAMED_BY[topic]
+    try:
+        named: UUID = stream_of(payload.get(field))
+    except CovonautError:  # not text: the row is damaged
+        return None
+    if stored == named:
+        return False
+    if stored == KeyedStreamIds(cipher_key).stored(named):
+        return True
+    return None
 
 
 def mapped_ids(records: Sequence[_R], to: Any) -> list[_R]:
