@@ -4,15 +4,18 @@ typed error and verify a finding, never a ``TypeError`` from comparing it."""
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from pathlib import Path
 
 import msgspec
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from covonaut_es import CovonautError, open_store
 from covonaut_es.domain import thread_aggregate_id
+from covonaut_es.errors import ChainKeyMismatchError, StoreSettingsError
 from covonaut_es.store._chain_key import CHAIN_TABLE
 from covonaut_es.store._snapshot_seals import Seal, unsealed
 from support import snapshotted_thread
@@ -103,3 +106,29 @@ def test_no_hostile_text_in_a_seal_makes_an_open_or_a_verify_raise(
         reports = [store.verify(thread_id) for thread_id in ("old", "long")]
     if place in ("chain hash", "keyed chain hash", "point row"):
         assert not all(report.ok for report in reports), reports
+
+
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    text=st.sampled_from(["", "text", "42", "hmac-sha256:", "hmac-sha256:" + "G" * 64])
+    | st.text(max_size=80).filter(lambda t: not re.fullmatch(r"hmac-sha256:[0-9a-f]{64}", t))
+)
+def test_a_key_row_not_in_a_fingerprints_form_is_reported_damaged(
+    tmp_path: Path, text: str
+) -> None:
+    """A ``key`` row of ``covonaut_chain`` whose value is no fingerprint says the row is
+    damaged, not that the store adopted another key, on an open that writes and on one
+    that reads."""
+    url = keyed_store(tmp_path)
+    try:
+        put(url, "key row", text)
+    except UnicodeEncodeError:  # a lone surrogate SQLite cannot store as text
+        return
+    for create_tables in (True, False):
+        with pytest.raises(StoreSettingsError, match="row of table 'covonaut_chain' is dama") as e:
+            open_store(url, chain_key=KEY, create_tables=create_tables)
+        assert not isinstance(e.value, ChainKeyMismatchError)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 from uuid import UUID
@@ -32,7 +33,12 @@ from eventsourcing.application import Application
 from eventsourcing.persistence import StoredEvent
 
 from covonaut_es.domain import AgentThread, thread_aggregate_id
-from covonaut_es.errors import BrokenChainError, ChainKeyMismatchError, ChainKeyRequiredError
+from covonaut_es.errors import (
+    BrokenChainError,
+    ChainKeyMismatchError,
+    ChainKeyRequiredError,
+    StoreSettingsError,
+)
 from covonaut_es.store._chain import (
     CHAIN_FIELD,
     UNCHAINED,
@@ -62,6 +68,8 @@ _FINGERPRINT_LABEL = b"covonaut-es chain key check v1"
 _POINT_LABEL = b"covonaut-es chain adoption point v2"
 _POSITION_LABEL = b"covonaut-es chain adoption position v1"
 _PAGE = 500
+_FINGERPRINT = re.compile(r"hmac-sha256:[0-9a-f]{64}", re.ASCII)
+"""The form of the recorded fingerprint (:func:`chain_key_fingerprint`)."""
 
 _THREAD_TOPICS = stored_forms(aggregate_event_classes(AgentThread))
 
@@ -79,6 +87,7 @@ def check_chain_key(app: Application[UUID], key: bytes | None, url: str, *, writ
     Raises:
         ChainKeyRequiredError: The store has a key, and the open may write without it.
         ChainKeyMismatchError: The key given is not the store's.
+        StoreSettingsError: The store's record of its key is not a fingerprint.
     """
     table = settings_table(app, CHAIN_TABLE)
     recorded = table.get(_KEY_ROW)
@@ -95,6 +104,13 @@ def check_chain_key(app: Application[UUID], key: bytes | None, url: str, *, writ
             )
             raise ChainKeyRequiredError(msg)
         return
+    if not _FINGERPRINT.fullmatch(recorded):
+        msg = (
+            f"store {url}: the {_KEY_ROW!r} row of table {CHAIN_TABLE!r} is damaged: its "
+            "value is not in the form 'hmac-sha256:<64 hex digits>'; restore the table from "
+            "a backup (nothing was written)"
+        )
+        raise StoreSettingsError(msg)
     if not same_seal(recorded, chain_key_fingerprint(key)):
         msg = (
             f"store {url} seals its chain with another key than the one given: pass the "
