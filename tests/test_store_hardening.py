@@ -274,19 +274,25 @@ def test_an_empty_store_keeps_the_options_of_its_first_open(reopenable_url: str)
         open_store(reopenable_url, cipher_key=create_cipher_key())
 
 
-def test_an_older_store_is_checked_by_decoding_its_first_event(shared_url: str) -> None:
-    """A store with events but no recorded options (made before they were recorded) is
-    checked by decoding its first event: a wrong key fails at open, the right key opens
-    it, and neither records anything in it."""
+def test_a_store_without_its_settings_is_checked_by_decoding_its_first_event(
+    shared_url: str,
+) -> None:
+    """A store with events but no recorded options (as one made before they were
+    recorded) is checked by decoding its first event: a wrong key fails at open; with
+    the right key, a first event stored under its keyed stream id shows that the
+    settings were removed (a store that old kept unkeyed ids: the golden stores open),
+    and it is refused too (ADR 0095). Neither records anything in it."""
     key = create_cipher_key()
-    with open_store(shared_url, cipher_key=key, compress="none") as first:  # as they were
+    with open_store(shared_url, cipher_key=key, compress="none") as first:
         first.save(AgentThread.start("t", now=NOW))
         with first._app.recorder.datastore.transaction(commit=True) as cursor:
             cursor.execute(f"DROP TABLE {SETTINGS_TABLE}")
     with pytest.raises(StoreSettingsError, match="predates recorded settings"):
         open_store(shared_url)
-    with open_store(shared_url, cipher_key=key) as again:  # its first event decodes
-        assert settings_table(again._app).read() == {}
+    with pytest.raises(StoreSettingsError, match="records no scheme of stream ids"):
+        open_store(shared_url, cipher_key=key)
+    with pytest.raises(StoreSettingsError, match="predates recorded settings"):
+        open_store(shared_url)  # nothing was recorded
 
 
 def delete_event(store: Store, thread_id: str, version: int) -> None:
