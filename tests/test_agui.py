@@ -379,6 +379,28 @@ def test_a_reload_of_a_run_cut_short_mid_call_announces_the_calls_in_doubt(shop:
     assert shop.refunded == []
 
 
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    length=st.sampled_from([b"\xb2", b"\xd9\xa3", b"1" * 5000, b"-1", b" 9", b"0x10", b""])
+    | st.binary(max_size=30)
+)
+def test_a_content_length_that_is_no_ascii_number_is_refused_as_missing(
+    shop: Shop, length: bytes
+) -> None:
+    """A Content-Length that writes no whole number in ASCII digits (a superscript,
+    another script's digit, 5,000 digits) is answered 411, or 413 when too large, never
+    500 (the endpoint's ``int`` raised ValueError on what ``isdigit`` let through)."""
+    body = json.dumps(user_says("c", "hi")).encode()
+    response = shop.client.post(
+        "/", content=body, headers={"content-type": "application/json", "content-length": length}
+    )
+    assert response.status_code in (200, 400, 411, 413), response.text
+    if response.status_code != 200:
+        assert shop.version("c") == 0
+
+
 def test_a_reload_of_a_thread_given_up_offers_no_decision(shop: Shop) -> None:
     """A thread abandoned while it waited on reviews is, at its next reload, refused
     with the reason, and no interrupt asks the front end for a decision that every

@@ -414,6 +414,25 @@ def test_bodies_must_be_bounded(store: Store) -> None:
     assert decisions(store, "t") == []
 
 
+@pytest.mark.parametrize("length", [b"\xb2", b"\xd9\xa3", b"1" * 5000, b"-1", b"0x10"])
+def test_a_content_length_that_is_no_ascii_number_is_refused_as_missing(
+    store: Store, length: bytes
+) -> None:
+    """A Content-Length that writes no whole number in ASCII digits (a superscript,
+    another script's digit, 5,000 digits) is answered 411, never 500, and records
+    nothing."""
+    paused(store, "t", [], [])
+    with inbox_client(store) as client:
+        current(client)
+        (review,) = client.get("/api/reviews", headers=bearer(ALICE)).json()
+        url = f"/api/reviews/{review['review_id']}/approve"
+        response = client.post(
+            url, headers={**bearer(ALICE), "content-length": length}, content=b"{}"
+        )
+        assert response.status_code in (400, 411), response.text
+    assert decisions(store, "t") == []
+
+
 def test_the_inbox_filters_sorts_and_pages(store: Store) -> None:
     """Filters by thread and tool, oldest or newest first, a page at a time."""
     for thread_id in ("first", "second", "third"):

@@ -72,3 +72,14 @@ def encodable(text: str) -> str:
     except UnicodeEncodeError:
         return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
     return text
+
+
+def whole_number(text: str, *, most_digits: int) -> int | None:
+    """The whole number ``text`` writes in at most ``most_digits`` ASCII digits; None
+    for any other text. ``str.isdigit`` alone also takes other scripts' digits and
+    superscripts (``"²"``), which ``int`` refuses with a ValueError, and ``int`` refuses
+    a number of more than 4,300 digits: every number read from outside (a header, a
+    query, a URL, a stored row) is read here."""
+    if not (text.isascii() and text.isdigit()) or len(text) > most_digits:
+        return None
+    return int(text)

@@ -24,6 +24,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from covonaut_es import _logs
+from covonaut_es._text import whole_number
 from covonaut_es.agui._events import (
     RunEvents,
     interrupts,
@@ -165,10 +166,10 @@ async def _run_input(request: Request) -> agui.RunAgentInput:
     if media_type.lower() != "application/json":
         msg = f"a run request is sent as application/json, not {media_type or 'untyped'!r}"
         raise _Refused(415, msg)
-    length = request.headers.get("content-length", "")
-    if not length.isdigit():
+    length = whole_number(request.headers.get("content-length", ""), most_digits=19)
+    if length is None:
         raise _Refused(411, "a run request needs a Content-Length header")
-    if int(length) > MAX_BODY_BYTES:
+    if length > MAX_BODY_BYTES:
         raise _Refused(413, f"the run request exceeds {MAX_BODY_BYTES} bytes")
     body = await request.body()
     if len(body) > MAX_BODY_BYTES:

@@ -25,6 +25,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from covonaut_es._text import whole_number
 from covonaut_es.errors import CovonautError, InvalidDecisionError, InvalidPageRequestError
 from covonaut_es.inbox._http import (
     HttpError,
@@ -130,10 +131,11 @@ def _page_size(request: Request) -> int:
     text = _query_once(request, "limit")
     if text is None:
         return REVIEWS_PAGE_SIZE
-    if not (text.isascii() and text.isdigit() and len(text) <= 6):
+    size = whole_number(text, most_digits=6)
+    if size is None:
         msg = f"?limit= takes a whole number of items from 1 to {MAX_PAGE_SIZE}"
         raise InvalidPageRequestError(msg)
-    return int(text)
+    return size
 
 
 async def _reviews(inbox: Inbox, request: Request) -> Any:

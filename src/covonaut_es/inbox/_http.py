@@ -15,6 +15,7 @@ from starlette.routing import Match, Route
 from starlette.templating import Jinja2Templates
 from starlette.types import Scope
 
+from covonaut_es._text import whole_number
 from covonaut_es.errors import (
     AmbiguousReviewError,
     CovonautError,
@@ -126,10 +127,10 @@ async def blocking(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
 
 async def read_body(request: Request) -> bytes:
     """The request's body, at most :data:`MAX_BODY_BYTES`; it must say its length."""
-    length = request.headers.get("content-length", "")
-    if not length.isdigit():
+    length = whole_number(request.headers.get("content-length", ""), most_digits=19)
+    if length is None:
         raise HttpError(411, "a request body needs a Content-Length header")
-    if int(length) > MAX_BODY_BYTES:
+    if length > MAX_BODY_BYTES:
         raise HttpError(413, f"the request body exceeds {MAX_BODY_BYTES} bytes")
     body = await request.body()
     if len(body) > MAX_BODY_BYTES:

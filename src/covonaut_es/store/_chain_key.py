@@ -32,6 +32,7 @@ from uuid import UUID
 from eventsourcing.application import Application
 from eventsourcing.persistence import StoredEvent
 
+from covonaut_es._text import whole_number
 from covonaut_es.domain import AgentThread, thread_aggregate_id
 from covonaut_es.errors import (
     BrokenChainError,
@@ -168,12 +169,10 @@ def _position(key: bytes, position: int) -> str:
 def _sealed_position(key: bytes, row: str | None) -> int | None:
     """The log position a store adopted ``key`` at, from its row; None unless the row
     is sealed with ``key``."""
-    position = (row or "").partition(":")[0]
-    if not position.isdigit() or len(position) > 19:
+    position = whole_number((row or "").partition(":")[0], most_digits=19)
+    if position is None or not same_seal(row or "", _position(key, position)):
         return None
-    if not same_seal(row or "", _position(key, int(position))):
-        return None
-    return int(position)
+    return position
 
 
 def _point(key: bytes, stream: UUID, version: int, chain: str) -> str:
@@ -208,11 +207,11 @@ class ChainAdoption:
             return 0
         version = row.partition(":")[0]
         self._forged[stream] = version[:20]
-        if not version.isdigit() or len(version) > 19:
+        at = whole_number(version, most_digits=19)
+        if at is None:
             return 0
         mapper = self._app.mapper
         assert isinstance(mapper, MsgspecMapper)
-        at = int(version)
         found = self._app.recorder.select_events(stream, gt=at - 1, lte=at, limit=1)
         chain = chain_in(mapper.plain_payload(found[0])) if found else UNCHAINED
         if not same_seal(row, _point(self._key, stream, at, chain)):

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Literal, get_args
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from covonaut_es._text import whole_number
 from covonaut_es.errors import ConfigurationError, StoreUnavailableError, StoreURLError
 from covonaut_es.store._backend import MODULES, backend_for_env
 from covonaut_es.store._url_secrets import redact, scrub
@@ -203,23 +204,21 @@ _MAX_TIMEOUT_S = 2**31 - 1  # libpq reads connect_timeout into a C int
 
 def _whole_number(value: str, name: str, url: str, *, least: int, most: int) -> str:
     """``value``, a URL's ``name``, checked to be a whole number from ``least`` to
-    ``most`` in ASCII digits: ``str.isdigit`` also takes other scripts' digits and
-    superscripts, which ``int`` and libpq refuse, and ``int`` refuses a number of more
-    than 4,300 digits (the length is checked first, leading zeros aside).
+    ``most`` in ASCII digits (:func:`~covonaut_es._text.whole_number`), leading zeros
+    aside.
 
     Raises:
         StoreURLError: It is not, named with the URL's secrets hidden.
     """
-    significant = value.lstrip("0") or "0"  # libpq takes 05432 for 5432
-    if not (value.isascii() and value.isdigit() and len(significant) <= len(str(most))) or not (
-        least <= int(significant) <= most
-    ):
+    significant = value.lstrip("0") or value[:1]  # libpq takes 05432 for 5432
+    number = whole_number(significant, most_digits=len(str(most)))
+    if number is None or not least <= number <= most:
         msg = (
             f"PostgreSQL store URL {redact(url)!r} has an invalid {name} {scrub(value, url)!r}:"
             f" expected a whole number from {least} to {most}"
         )
         raise StoreURLError(msg)
-    return str(int(significant))
+    return str(number)
 
 
 def postgres_params(env: Mapping[str, str]) -> dict[str, str]:
