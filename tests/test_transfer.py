@@ -13,6 +13,7 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -28,7 +29,12 @@ from covonaut_es import (
 )
 from covonaut_es.audit import export_thread, import_threads
 from covonaut_es.domain import AgentThread, RunMode
-from covonaut_es.errors import IncompleteExportError, ThreadConflictError, TransferError
+from covonaut_es.errors import (
+    ConfigurationError,
+    IncompleteExportError,
+    ThreadConflictError,
+    TransferError,
+)
 from covonaut_es.messages import Message
 from support import answer, call, echo_tool, review_tool, ticking_clock
 
@@ -245,6 +251,19 @@ def test_import_refuses_a_truncated_export_in_one_line_and_creates_no_store(
     [line] = result.stderr.splitlines()
     assert line.startswith("covonaut-es import: ") and "cut short" in line
     assert not target.exists()
+
+
+@pytest.mark.parametrize("as_one", [str, str.encode, lambda text: bytearray(text.encode())])
+def test_import_refuses_the_export_as_one_text_naming_the_argument(as_one: Any) -> None:
+    """The whole export given as one str or bytes, which iterates by character: a
+    ConfigurationError naming ``lines`` and saying to pass lines, not the file blamed;
+    its lines import."""
+    text = source_export(keyed=False)
+    with open_store("memory://") as store:
+        with pytest.raises(ConfigurationError, match=r"^lines must be .*splitlines\(\)"):
+            import_threads(store, as_one(text))
+        assert list(store.thread_ids()) == []
+        assert import_threads(store, text.splitlines()) == ["t", "t-b"]
 
 
 def test_the_command_line_imports_a_whole_export(tmp_path: Path, exported_text: str) -> None:

@@ -572,22 +572,33 @@ def test_a_store_from_before_recorded_settings_opens_by_default_or_names_the_opt
 
 
 def _relinked(events: list[dict[str, object]]) -> list[str]:
-    """The event lines of one root thread, its chain recomputed as the author of an
-    edited export can (without a chain key)."""
-    previous = ""
+    """The event lines of a thread and its forks, each thread's chain recomputed as the
+    author of an edited export can (without a chain key): a fork's links on from its
+    parent's hash at the version its first event names."""
+    heads: dict[str, dict[object, str]] = {}
     for event in events:
         payload = event["payload"]
         assert isinstance(payload, dict)
-        version, topic = event["version"], event["topic"]
-        assert isinstance(version, int) and isinstance(topic, str)
-        payload[CHAIN_FIELD] = previous = chain_hash(previous, topic, version, payload)
+        version, topic, thread = event["version"], event["topic"], event["thread_id"]
+        assert isinstance(version, int) and isinstance(topic, str) and isinstance(thread, str)
+        chain = heads.setdefault(thread, {})
+        previous = chain.get(version - 1, "")
+        if topic == AgentThread.Forked.TOPIC:
+            parent = heads.get(str(payload["parent_thread_id"]), {})
+            previous = parent.get(payload["parent_version"], "")
+        payload[CHAIN_FIELD] = chain[version] = chain_hash(previous, topic, version, payload)
     return [json.dumps(event, separators=(",", ":")) + "\n" for event in events]
 
 
 def _root_events() -> list[dict[str, object]]:
     """The event lines of thread ``t`` of the unkeyed export, decoded."""
-    lines = _lines(source_export(keyed=False))[:-1]
-    return [json.loads(line) for line in lines if '"thread_id":"t",' in line]
+    return [e for e in _exported_events() if e["thread_id"] == "t"]
+
+
+def _exported_events() -> list[dict[str, object]]:
+    """The event lines of the unkeyed export (thread ``t``, then its fork ``t-b``),
+    decoded."""
+    return [json.loads(line) for line in _lines(source_export(keyed=False))[:-1]]
 
 
 def _int_paths(value: object, path: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
@@ -606,20 +617,26 @@ def _int_paths(value: object, path: tuple[object, ...] = ()) -> list[tuple[objec
     return [p for key, item in items for p in _int_paths(item, (*path, key))]
 
 
-@settings(max_examples=25, deadline=None)
-@given(data=st.data(), beyond=st.sampled_from([2**64, 2**64 + 7, -(2**63) - 1, 10**30]))
+@settings(max_examples=50, deadline=None)
+@given(
+    data=st.data(),
+    beyond=st.sampled_from([2**64, 2**64 + 7, -(2**63) - 1, 10**30, True, False]),
+)
 def test_an_export_rewritten_with_a_number_no_store_carries_is_refused(
     data: st.DataObject, beyond: int
 ) -> None:
-    """Any integer of any line (but its version) made one beyond 64 bits, the chain and
-    the trailer made again to agree: refused naming the line, nothing written; no
-    listing of the store is left to fail on it."""
-    events = _root_events()
-    at = data.draw(st.integers(0, len(events) - 1))
-    paths = [p for p in _int_paths(events[at]["payload"]) if p != ("_v",)]
-    if not paths:
-        return
-    path = data.draw(st.sampled_from(paths))
+    """Any integer of any line (but its version), a fork's parent version among them,
+    made one beyond 64 bits or a boolean, the chain and the trailer made again to agree:
+    refused naming the line, nothing written; no listing of the store is left to fail
+    on it."""
+    events = _exported_events()
+    fields = [
+        (at, path)
+        for at, event in enumerate(events)
+        for path in _int_paths(event["payload"])
+        if path != ("_v",)
+    ]
+    at, path = data.draw(st.sampled_from(fields))
     target: object = events[at]["payload"]
     for key in path[:-1]:
         target = target[key]  # type: ignore[index]

@@ -18,10 +18,12 @@ from typing import Any
 import msgspec
 from eventsourcing.persistence import StoredEvent
 
+from covonaut_es._arguments import check_whole, refuse
 from covonaut_es._text import json_printable
 from covonaut_es.audit._trailer import ExportTrailer, Tally, missing_trailer, read_trailer
 from covonaut_es.domain import AgentThread, check_thread_id, thread_aggregate_id
 from covonaut_es.errors import (
+    ConfigurationError,
     CovonautError,
     IncompleteExportError,
     SerializationError,
@@ -101,6 +103,8 @@ def import_threads(
             not sealed with it; nothing was written.
         ThreadConflictError: A thread already exists in the store.
         InvalidThreadIdError: A thread id breaks the rule new threads follow.
+        ConfigurationError: ``lines`` is the whole export as one str or bytes, not its
+            lines.
     """
     threads, tally, (trailer, last) = _parsed(lines)
     chains: dict[str, dict[int, str]] = {}  # a fork's parent may come earlier in the file
@@ -135,7 +139,14 @@ def _parsed(
     lines: Iterable[str],
 ) -> tuple[dict[str, list[tuple[int, ExportedEvent]]], Tally, tuple[ExportTrailer | None, int]]:
     """The export's event lines by thread and their tally, then its trailer (None
-    without one) and the number of its last line."""
+    without one) and the number of its last line.
+
+    Raises:
+        ConfigurationError: ``lines`` is one str or bytes, which iterates by character.
+        TransferError: A line is malformed.
+    """
+    if isinstance(lines, str | bytes | bytearray):
+        refuse("lines", "the export's lines (text.splitlines(), or an open file)", lines)
     numbered = [(number, line) for number, line in enumerate(lines, start=1) if line.strip()]
     if not numbered:
         msg = "the export holds no lines; nothing was written"
@@ -264,15 +275,16 @@ def _check(
     first = events[0][1]
     start, previous = 1, UNCHAINED
     if full_topic(first.topic) == AgentThread.Forked.TOPIC:
-        parent, at = first.payload.get("parent_thread_id"), first.payload.get("parent_version")
+        parent = first.payload.get("parent_thread_id")
+        at: Any = first.payload.get("parent_version")  # any JSON value until checked
         exported = chains.get(str(parent), {})
-        base = store.find(str(parent), version=at) if isinstance(at, int) else None
-        if not isinstance(at, int) or (base is None and at not in exported):
-            msg = (
-                f"fork {thread_id!r} needs its parent {parent!r} at version {at}: import it "
-                "first, or export the fork with its ancestors"
-            )
-            raise TransferError(msg)
+        try:
+            check_whole("parent_version", at)  # no bool: True would stand for version 1
+        except ConfigurationError as exc:
+            raise _no_parent(events[0][0], thread_id, parent, at) from exc
+        base = store.find(str(parent), version=at)
+        if base is None and at not in exported:
+            raise _no_parent(events[0][0], thread_id, parent, at)
         start = at + 1
         previous = exported[at] if base is None else base.chain_head or UNCHAINED
     heads: dict[int, str] = {}
@@ -313,6 +325,14 @@ def _check(
         )
         raise TransferError(msg)
     return heads
+
+
+def _no_parent(number: int, thread_id: str, parent: object, at: object) -> TransferError:
+    msg = (
+        f"line {number} (fork {thread_id!r}): it needs its parent {parent!r} at version "
+        f"{at!r}: import the parent first, or export the fork with its ancestors"
+    )
+    return TransferError(msg)
 
 
 def _checked_link(
