@@ -22,6 +22,7 @@ import sqlite3
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +36,10 @@ from covonaut_es.cli import main
 from covonaut_es.domain import thread_aggregate_id
 from covonaut_es.errors import StoredRowError
 from covonaut_es.messages import Message, Role
+from covonaut_es.service import ThreadService, review_submission
 from covonaut_es.store._writer import SNAPSHOT_MIN_VERSION
 from support import converse, ticking_clock
-from test_abandoned_reviews import paying
+from test_abandoned_reviews import RITA, VERIFIER, paying
 
 RAW_CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 """A character no command may print raw (a newline may end a line)."""
@@ -921,3 +923,217 @@ def test_a_first_event_copied_later_in_its_stream_is_refused_by_the_listings(
             for read in reads:
                 with pytest.raises(CovonautError):
                     read()
+
+
+SNAPSHOTTED = ("long", "w")
+"""The threads of the store of snapshots: one with an event after its snapshot, one
+paused on a review at its snapshot."""
+SNAPSHOT_CHAIN_KEY = "chain-key-0123456789abcdef"
+DECIDED_AT = datetime.now(UTC)
+"""When the review of ``w`` is decided: the reviewer's token is valid then."""
+
+SNAPSHOT_VALUES: dict[str, Any] = {
+    "NULL": None,
+    "empty": "",
+    "negative": -1,
+    "zero": 0,
+    "real": 1.5,
+    "huge": 2**63 - 1,
+    "other row": "<the same column of the other snapshot>",
+    "unknown topic": "covonaut.thread.NoSuchSnapshot",
+    "bytes": b"\x00\xff\xfe",
+}
+"""What a writer may give one column of a snapshot's row."""
+
+
+def write_snapshotted_threads(url: str) -> str:
+    """Write the threads of ``SNAPSHOTTED``, each snapshotted, into a store with a chain
+    key at ``url``; the id of the review ``w`` waits on."""
+    clock = ticking_clock()
+    with open_store(url, chain_key=SNAPSHOT_CHAIN_KEY) as store:
+        for thread_id in SNAPSHOTTED:
+            thread = AgentThread.start(thread_id, now=clock())
+            for n in range(SNAPSHOT_MIN_VERSION + 4):
+                thread.append_message(Message(Role.USER, f"message {n}"), now=clock())
+            store.save(thread)
+        agent = paying(store, "w")
+        assert agent.run("Pay bob 40.") == ""
+        [request] = agent.pending_reviews
+        store.snapshot_if_due(store.load("long"))  # ``w``'s run ended with one
+        long = store.load("long")
+        long.append_message(Message(Role.USER, "after the snapshot"), now=clock())
+        store.save(long)
+    return request.review_id
+
+
+def _decided(store: Store, review_id: str) -> object:
+    commands = ThreadService(store, verifier=VERIFIER, clock=lambda: DECIDED_AT)
+    submission = review_submission("approve", text="a reason")
+    decision = commands.decide(review_id, submission, reviewer=commands.reviewer(RITA))
+    return decision, store.load("w").state
+
+
+SNAPSHOT_READS: dict[str, Callable[[Store, str], object]] = {
+    "load": lambda s, _: [s.load(t).state for t in SNAPSHOTTED],
+    "history": lambda s, _: [s.history(t) for t in SNAPSHOTTED],
+    "state_at": lambda s, _: [
+        s.state_at(t, v) for t in SNAPSHOTTED for v in (3, SNAPSHOT_MIN_VERSION, None)
+    ],
+    "fork": lambda s, _: (
+        s.fork("long", at_version=SNAPSHOT_MIN_VERSION + 2, new_thread_id="f", now=DECIDED_AT),
+        s.load("f").state,
+    ),
+    "decision": _decided,
+}
+"""What a load of a snapshotted thread serves: each read's result, or its error."""
+
+
+def _snapshot_read(url: str, review_id: str, name: str) -> object:
+    """What read ``name`` of ``SNAPSHOT_READS`` gives on the store at ``url``: its result
+    (compared by value: a thread rebuilt from its events holds its mappings in another
+    order than one restored from a snapshot), or the type of its error."""
+    with open_store(url, chain_key=SNAPSHOT_CHAIN_KEY) as store:
+        try:
+            return SNAPSHOT_READS[name](store, review_id)
+        except CovonautError as exc:
+            return type(exc)
+
+
+@functools.cache
+def _snapshots_pristine() -> tuple[Path, str, dict[str, object]]:
+    """A SQLite store of ``SNAPSHOTTED``, the review id, and what each read gives once
+    its snapshots are gone."""
+    directory = Path(tempfile.mkdtemp(prefix="hostile-snapshots-"))
+    atexit.register(shutil.rmtree, directory, ignore_errors=True)
+    path = directory / "pristine.db"
+    review_id = write_snapshotted_threads(f"sqlite:///{path}")
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("SELECT count(*) FROM stored_snapshots").fetchone() == (2,)
+    return path, review_id, _sqlite_reads_after(path, review_id, "DELETE FROM stored_snapshots")
+
+
+def _sqlite_reads_after(
+    pristine: Path, review_id: str, statement: str, *params: object
+) -> dict[str, object]:
+    """What each read gives on copies of ``pristine`` changed by ``statement``."""
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "threads.db"
+        shutil.copyfile(pristine, path)
+        with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+            conn.execute(statement, params)
+        copies: dict[str, object] = {}
+        for name in SNAPSHOT_READS:  # each read on a copy of the changed store
+            each = Path(directory) / f"{name}.db"
+            shutil.copyfile(path, each)
+            copies[name] = _snapshot_read(f"sqlite:///{each}", review_id, name)
+        return copies
+
+
+def _snapshot_update(
+    table: str, column: str, shape: str, row: int, mark: str = "?"
+) -> tuple[str, tuple[Any, ...]]:
+    """The statement (and its parameters, each written ``mark``) giving ``column`` of the
+    ``row``-th snapshot (by stream) of ``table`` the value ``shape`` names."""
+    nth = f"(SELECT originator_id FROM {table} ORDER BY originator_id LIMIT 1 OFFSET {row})"
+    if shape == "other row":
+        other = (
+            f"(SELECT originator_id FROM {table} ORDER BY originator_id LIMIT 1 OFFSET {1 - row})"
+        )
+        value: str = f"(SELECT {column} FROM {table} WHERE originator_id = {other})"
+        return f"UPDATE {table} SET {column} = {value} WHERE originator_id = {nth}", ()
+    statement = f"UPDATE {table} SET {column} = {mark} WHERE originator_id = {nth}"
+    return statement, (SNAPSHOT_VALUES[shape],)
+
+
+SNAPSHOT_COLUMNS = st.sampled_from(["originator_id", "originator_version", "topic", "state"])
+SNAPSHOT_SHAPES = st.sampled_from(sorted(SNAPSHOT_VALUES))
+
+
+@settings(max_examples=50, deadline=None)
+@given(column=SNAPSHOT_COLUMNS, shape=SNAPSHOT_SHAPES, row=st.integers(0, 1))
+def test_a_snapshot_row_made_hostile_in_any_column_serves_as_no_snapshot(
+    column: str, shape: str, row: int
+) -> None:
+    """A snapshot is a cache: one value of a snapshot's row made hostile (NULL, empty,
+    a negative, zero, a real, a huge number, the other snapshot's, an unknown topic,
+    bytes) in a store with a chain key, and a load, the history, a state at a version,
+    a fork and a decision each give what they give with no snapshot at all: the
+    snapshot is passed over and the thread rebuilt from its events."""
+    pristine, review_id, without = _snapshots_pristine()
+    statement, params = _snapshot_update("stored_snapshots", column, shape, row)
+    try:
+        found = _sqlite_reads_after(pristine, review_id, statement, *params)
+    except sqlite3.IntegrityError:  # the other snapshot's key
+        return
+    assert found == without, [name for name in found if found[name] != without[name]]
+
+
+@pytest.fixture(scope="module")
+def snapshots_postgres(postgres_url: str) -> Iterator[tuple[str, str]]:
+    """A PostgreSQL database of ``SNAPSHOTTED`` to copy from, and the review id."""
+    import psycopg
+
+    name = f"snapshots_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    try:
+        yield name, write_snapshotted_threads(_database_url(postgres_url, name))
+    finally:
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@functools.cache
+def _postgres_reads_without_snapshots(
+    postgres_url: str, pristine: str, review_id: str
+) -> dict[str, object] | None:
+    """What each read gives on copies of the database ``pristine`` with no snapshots
+    (cached here, not in the fixture: Hypothesis shows its test's arguments)."""
+    delete = "DELETE FROM covonaut_snapshots"
+    return _postgres_reads_after(postgres_url, pristine, review_id, delete)
+
+
+def _postgres_reads_after(
+    postgres_url: str, pristine: str, review_id: str, *statements: str, params: tuple[Any, ...] = ()
+) -> dict[str, object] | None:
+    """What each read gives on copies of the database ``pristine`` changed by
+    ``statements`` (the last one given ``params``); None when PostgreSQL refuses them."""
+    import psycopg
+
+    found: dict[str, object] = {}
+    for name in SNAPSHOT_READS:
+        with copied_store(postgres_url, pristine) as url:
+            with psycopg.connect(url, autocommit=True) as conn:
+                try:
+                    for statement in statements[:-1]:
+                        conn.execute(statement)
+                    conn.execute(statements[-1], params)
+                except psycopg.Error:  # the column's type or its key refuses the value
+                    return None
+            found[name] = _snapshot_read(url, review_id, name)
+    return found
+
+
+@pytest.mark.postgres
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(column=SNAPSHOT_COLUMNS, shape=SNAPSHOT_SHAPES, row=st.integers(0, 1))
+def test_a_postgresql_snapshot_row_made_hostile_in_any_column_serves_as_no_snapshot(
+    postgres_url: str,
+    snapshots_postgres: tuple[str, str],
+    column: str,
+    shape: str,
+    row: int,
+) -> None:
+    """On PostgreSQL as on SQLite: whatever value its column types let a writer give one
+    column of a snapshot's row (NULL once the column allows it), a load, the history, a
+    state at a version, a fork and a decision each give what they give with no
+    snapshot at all."""
+    pristine, review_id = snapshots_postgres
+    without = _postgres_reads_without_snapshots(postgres_url, pristine, review_id)
+    assert without is not None
+    statement, params = _snapshot_update("covonaut_snapshots", column, shape, row, "%s")
+    nullable = f"ALTER TABLE covonaut_snapshots ALTER COLUMN {column} DROP NOT NULL"
+    statements = (nullable, statement) if shape == "NULL" else (statement,)
+    found = _postgres_reads_after(postgres_url, pristine, review_id, *statements, params=params)
+    if found is not None:
+        assert found == without, [name for name in found if found[name] != without[name]]

@@ -31,14 +31,9 @@ R = TypeVar("R", bound=StoredEvent)
 N = TypeVar("N", bound=Notification)
 
 
-def _shown(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
 def _damaged(where: str, column: str, value: object, expected: str) -> StoredRowError:
     return StoredRowError(
-        f"{where}: its {column} is {_shown(value)}, expected {expected}; the row was "
+        f"{where}: its {column} is {shown(value)}, expected {expected}; the row was "
         "written around the library or is damaged: restore it from a backup or an export"
     )
 
@@ -173,7 +168,7 @@ def checked_log(notifications: Sequence[N]) -> Sequence[N]:
     """
     for notification in notifications:
         if type(notification.id) is not int or notification.id < 1:
-            where = f"a stored row of stream {_shown(notification.originator_id)} (the store's log)"
+            where = f"a stored row of stream {shown(notification.originator_id)} (the store's log)"
             raise _damaged(where, "notification_id", notification.id, "a position from 1")
     return checked_records(notifications)
 
@@ -182,27 +177,48 @@ def checked_records(
     records: Sequence[R], *, reading: str = "the store's log", lowest: int = 0
 ) -> Sequence[R]:
     """``records``, each checked to hold a version in range (from ``lowest``: 1 for a
-    thread's events, whose stream begins there), a topic and a payload.
+    thread's events, whose stream begins there), a topic and a payload
+    (:func:`row_damage`).
 
     Raises:
         StoredRowError: A record holds a value of the wrong type.
     """
     for record in records:  # one pass: a restore reads every row of a thread through it
-        version, topic, state = record.originator_version, record.topic, record.state
-        if isinstance(state, str):  # typed bytes, stored anything: read again as bytes
+        if isinstance(record.state, str):  # typed bytes, stored anything: read again as bytes
             again = [_as_bytes(r) for r in records]
             return checked_records(again, reading=reading, lowest=lowest)
-        # eventsourcing's recorders take any version from 0 (its contract tests write 0).
-        if type(version) is not int or not lowest <= version <= LAST_VERSION:
-            where = f"a stored row of stream {record.originator_id} ({reading})"
-            raise _damaged(where, "originator_version", version, f"an integer from {lowest}")
-        if type(topic) is not str or not topic:
-            where = f"stored row {version} of stream {record.originator_id}"
-            raise _damaged(where, "topic", topic, "the name of an event type")
-        if type(state) is not bytes:
-            where = f"stored row {version} of stream {record.originator_id}"
-            raise _damaged(where, "state", state, "the event's bytes")
+        damage = row_damage(record, lowest=lowest)
+        if damage is not None:
+            column, value, expected = damage
+            where = (
+                f"a stored row of stream {record.originator_id} ({reading})"
+                if column == "originator_version"
+                else f"stored row {record.originator_version} of stream {record.originator_id}"
+            )
+            raise _damaged(where, column, value, expected)
     return records
+
+
+def row_damage(record: StoredEvent, *, lowest: int = 0) -> tuple[str, object, str] | None:
+    """The column of a stored record (an event's, or a snapshot's) that holds a value of
+    the wrong type, that value and what the column should hold; None when every column
+    holds what it should: a version from ``lowest``, a topic, a payload's bytes."""
+    version, topic, state = record.originator_version, record.topic, record.state
+    # eventsourcing's recorders take any version from 0 (its contract tests write 0).
+    if type(version) is not int or not lowest <= version <= LAST_VERSION:
+        return "originator_version", version, f"an integer from {lowest}"
+    if type(topic) is not str or not topic:
+        return "topic", topic, "the name of an event type"
+    if type(state) is not bytes:
+        return "state", state, "the payload's bytes"
+    return None
+
+
+def shown(value: object) -> str:
+    """``value`` as an error message shows a stored value: its repr, cut to 40
+    characters."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _as_bytes(record: R) -> R:

@@ -29,6 +29,7 @@ from covonaut_es.store._chain import UNCHAINED, chain_in
 from covonaut_es.store._codec import codec_for
 from covonaut_es.store._mapper import MsgspecMapper
 from covonaut_es.store._own_snapshots import AggregateSnapshot
+from covonaut_es.store._rows import row_damage, shown
 from covonaut_es.store._snapshot_seals import SealKey, chain_head_problem, unsealed
 from covonaut_es.store._topic_codes import compact, full_topic
 
@@ -134,17 +135,18 @@ class SnapshotCache(EventStore[UUID]):
         for record in records:
             yield from self._read(record)
 
-    def trusted(
-        self, record: StoredEvent, events: Sequence[StoredEvent]
-    ) -> DomainEventProtocol[UUID] | None:
-        """The snapshot ``record`` holds, read as :meth:`get` reads it, or None when it
-        is passed over; ``events`` are its stream's stored events read with it, from its
-        version on, which hold the seal it is checked against."""
-        return next(self._read(record, events), None)
+    def trusted(self, record: StoredEvent, events: Sequence[StoredEvent]) -> ThreadSnapshot | None:
+        """The thread's snapshot ``record`` holds (its row as read, whatever its
+        topic), or None when it is passed over; ``events`` are its stream's stored
+        events read with it, from its version on, which hold the seal it is checked
+        against.
 
-    def _read(
-        self, record: StoredEvent, events: Sequence[StoredEvent] | None = None
-    ) -> Iterator[DomainEventProtocol[UUID]]:
+        Raises:
+            NewerSchemaError: It was written by newer code, as :meth:`check` says.
+        """
+        return next(self._thread_snapshot(record, events), None)
+
+    def _read(self, record: StoredEvent) -> Iterator[DomainEventProtocol[UUID]]:
         if self._decoder.names_declared_snapshot(record.topic):
             yield from self._own(record)
             return
@@ -153,6 +155,13 @@ class SnapshotCache(EventStore[UUID]):
             # no seal binds it, so it is read as eventsourcing reads it.
             yield self._decoder.to_domain_event(record)
             return
+        yield from self._thread_snapshot(record)
+
+    def _thread_snapshot(
+        self, record: StoredEvent, events: Sequence[StoredEvent] | None = None
+    ) -> Iterator[ThreadSnapshot]:
+        """The thread's snapshot ``record`` holds, if :meth:`check` trusts it; else
+        nothing, with a log line: the thread is then rebuilt from its events."""
         checked = self.check(record, events=events)
         if checked.problem is None and checked.snapshot is not None:
             yield checked.snapshot
@@ -193,6 +202,17 @@ class SnapshotCache(EventStore[UUID]):
             stream = UUID(str(record.originator_id))
         except ValueError:
             return CheckedSnapshot(version, None, "its stream id is not a UUID")
+        damage = row_damage(record)
+        if damage is not None:
+            column, value, expected = damage
+            problem = (
+                f"its row in the snapshots table holds {column} {shown(value)}, expected {expected}"
+            )
+            return CheckedSnapshot(version, None, problem)
+        if full_topic(record.topic) != ThreadSnapshot.TOPIC:
+            topic = shown(record.topic)
+            problem = f"its row in the snapshots table names {topic}, not a thread's snapshot"
+            return CheckedSnapshot(version, None, problem)
         try:
             plain = self._decoder.plain_payload(record)
             seal, body = unsealed(plain)

@@ -27,7 +27,10 @@ class ThreadRows(NamedTuple):
 
     Attributes:
         snapshot: Its newest snapshot at or below the version read, if it has one;
-            not yet checked.
+            not yet checked, its row's values as read (a cache's row is checked where
+            snapshots are, :meth:`SnapshotCache.check
+            <covonaut_es.store._snapshot_cache.SnapshotCache.check>`, which passes a
+            damaged one over).
         events: Its events up to that version, in order: from the snapshot's version
             on when it has one, else all of them.
     """
@@ -74,8 +77,9 @@ def thread_rows(
     rows: Iterable[tuple[Any, ...]], stream: UUID, *, reading: str, state: Callable[[Any], Any]
 ) -> ThreadRows:
     """The :class:`ThreadRows` of the rows :func:`thread_rows_sql` selected, named by
-    the domain id ``stream``, each row checked as every back end checks the rows it
-    reads (:func:`~covonaut_es.store._rows.checked_records`).
+    the domain id ``stream``, each event's row checked as every back end checks the rows
+    it reads (:func:`~covonaut_es.store._rows.checked_records`); the snapshot's row is
+    left to the snapshots' check.
 
     Args:
         rows: The selected rows.
@@ -84,7 +88,7 @@ def thread_rows(
         state: Makes a payload column's value the record's (the driver's own type).
 
     Raises:
-        StoredRowError: A row holds a value of the wrong type.
+        StoredRowError: An event's row holds a value of the wrong type.
     """
     snapshots: list[StoredEvent] = []
     events: list[StoredEvent] = []
@@ -100,9 +104,15 @@ def thread_rows(
         fields["originator_id"] = stream
         fields["originator_version"] = version
         fields["topic"] = topic
-        fields["state"] = state(payload)
-        (events if kind == _EVENT else snapshots).append(found)
-    checked = checked_records(snapshots, reading=reading)
+        if kind == _EVENT:
+            fields["state"] = state(payload)
+            events.append(found)
+        else:
+            # Only a driver's bytes are made the record's: PostgreSQL's ``bytes`` would
+            # make a number a run of zero bytes, and its check would pass them.
+            buffer = isinstance(payload, bytes | memoryview)
+            fields["state"] = state(payload) if buffer else payload
+            snapshots.append(found)
     checked_events = checked_records(events, reading=reading, lowest=OPENING_VERSION)
     ordered = sorted(checked_events, key=_VERSION)  # versions are ints
-    return ThreadRows(checked[0] if checked else None, ordered)
+    return ThreadRows(snapshots[0] if snapshots else None, ordered)
