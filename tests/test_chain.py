@@ -4,6 +4,7 @@ predecessor."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import shutil
@@ -16,10 +17,10 @@ from uuid import UUID
 import msgspec
 import psycopg
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from covonaut_es import Store, open_store
+from covonaut_es import Store, create_cipher_key, open_store
 from covonaut_es.audit import export_thread, import_threads
 from covonaut_es.domain import AgentThread, RunMode, thread_aggregate_id
 from covonaut_es.errors import (
@@ -291,19 +292,169 @@ def test_a_keyed_store_refuses_writers_without_its_key_and_readers_are_told(
         assert reader.head_version("t") == 4  # nothing was written by the refused opens
 
 
-@pytest.mark.parametrize("source_key", [None, "another secret of 32 characters!"])
+@pytest.mark.parametrize(
+    ("source_key", "refused"),
+    [
+        (None, r"line 5 .*head not sealed with the chain key: expected a keyed hash, found a"),
+        ("another secret of 32 characters!", "line 1 .*hash chain broken"),
+    ],
+)
 def test_a_keyed_store_imports_only_threads_sealed_with_its_key(
-    shared_url: str, source_key: str | None
+    shared_url: str, source_key: str | None, refused: str
 ) -> None:
-    """An export sealed with the public hash, or with another key, is refused by a store
-    that adopted a key, and nothing is written."""
+    """An export sealed with the public hash alone, or with another key, is refused by a
+    store that adopted a key, and nothing is written."""
     with open_store("memory://", chain_key=source_key) as source:
         written_thread(source, "exported", 3)
         lines = list(export_thread(source, "exported"))
     with open_store(shared_url, chain_key=KEY) as target:
-        with pytest.raises(TransferError, match="line 1 "):
+        with pytest.raises(TransferError, match=refused):
             import_threads(target, lines)
         assert not target.exists("exported")
+
+
+@functools.cache
+def adopted_exports(
+    before: int, after: int, *, fork: bool
+) -> tuple[tuple[tuple[str, ...], ...], int]:
+    """Exports (without their trailers) of a thread written with ``before`` messages in a
+    plain store, which then adopted KEY, and ``after`` more: the thread's, or, with
+    ``fork``, its parent's then that of a fork of it made before the key (one message),
+    which goes on after it too. The last export is the subject; then its adoption point
+    in that store."""
+    url = f"memory://adopted-{before}-{after}-{fork}"
+    threads = ("t", "f") if fork else ("t",)
+    with open_store(url) as plain:  # kept open: a memory store lives while it is open
+        written_thread(plain, "t", before)
+        if fork:
+            plain.fork("t", new_thread_id="f", now=NOW)
+            plain.label("f", "before the key", now=NOW)
+        with open_store(url, chain_key=KEY) as store:
+            for thread_id in threads:
+                thread = store.load(thread_id)
+                for i in range(after):
+                    thread.append_message(Message(role="user", content=f"keyed {i}"), now=NOW)
+                    store.save(thread)
+            exports = tuple(tuple(export_thread(store, t))[:-1] for t in threads)
+            point = store._records.chain_adoption().unkeyed_until(thread_aggregate_id(threads[-1]))
+    return exports, point
+
+
+def resealed(lines: tuple[str, ...], start: int) -> tuple[str, ...]:
+    """The lines with each from ``start`` on sealed again with the public hash, chained
+    after the one before: what a writer without the key can make of them."""
+    out = list(lines)
+    previous = json.loads(out[start - 1])["payload"]["chain"]
+    for index in range(start, len(out)):
+        line = json.loads(out[index])
+        line["payload"]["chain"] = previous = chain_hash(
+            previous, line["topic"], line["version"], line["payload"]
+        )
+        out[index] = json.dumps(line, separators=(",", ":"))
+    return tuple(out)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    before=st.integers(min_value=1, max_value=5),
+    after=st.integers(min_value=1, max_value=3),
+    fork=st.booleans(),
+    target=st.sampled_from(["same key", "other key", "no key"]),
+    encrypted=st.booleans(),
+    mutation=st.sampled_from(["none", "cut at the key", "public after keyed", "all public"]),
+    pick=st.integers(min_value=0, max_value=100),
+)
+def test_a_thread_begun_before_its_store_adopted_the_key_moves_to_stores_with_that_key(
+    before: int,
+    after: int,
+    fork: bool,
+    target: str,
+    encrypted: bool,
+    mutation: str,
+    pick: int,
+) -> None:
+    """A thread (or a fork) whose unkeyed lines come before its keyed ones imports into a
+    store with the same key, grants the adoption point its source store granted, verifies
+    and goes on there; into a store with another key or none it is refused at its first
+    keyed line. Cut where the key begins, sealed publicly from there or after any keyed
+    line, it is refused by every keyed store and writes nothing (a plain store takes a
+    thread with no keyed line, as it takes any public chain)."""
+    (*ancestors, subject), point = adopted_exports(before, after, fork=fork)
+    first_keyed = next(i for i, line in enumerate(subject) if '"chain":"k' in line)
+    if mutation == "cut at the key":
+        subject = subject[:first_keyed]
+    elif mutation == "all public":
+        subject = resealed(subject, first_keyed)
+    elif mutation == "public after keyed":
+        assume(len(subject) - first_keyed > 1)
+        subject = resealed(subject, first_keyed + 1 + pick % (len(subject) - first_keyed - 1))
+    keys = {"same key": KEY, "other key": "another secret of 32 characters!", "no key": None}
+    thread_id = json.loads(subject[0])["thread_id"]
+    stream = thread_aggregate_id(thread_id)
+    keyless = mutation in ("cut at the key", "all public")
+    expected = (target, mutation) == ("same key", "none") or (
+        target == "no key" and keyless and not fork
+    )
+    cipher_key = create_cipher_key() if encrypted else None
+    with open_store("memory://", chain_key=keys[target], cipher_key=cipher_key) as store:
+        try:
+            for lines in (*ancestors, subject):
+                import_threads(store, lines, allow_untrailed=True)
+        except TransferError as exc:
+            assert not expected, exc
+            assert not store.exists(thread_id)
+            # Keyed lines as exported are refused first: the subject's, or its parent's.
+            whole = not keyless or (fork and target != "same key")
+            if target == "no key" and whole:
+                assert "sealed with a chain key: expected the store opened" in str(exc)
+            elif target == "other key" and whole:
+                assert "hash chain broken" in str(exc)
+            elif keyless:
+                assert "head not sealed with the chain key" in str(exc)
+            elif target == "same key":
+                assert "sealed without the chain key after keyed events" in str(exc)
+            if target != "no key":  # a refusal grants no point
+                assert store._records.chain_adoption().unkeyed_until(stream) == 0
+            return
+        assert expected
+        assert store.verify(thread_id).ok, store.verify(thread_id).findings
+        assert tuple(export_thread(store, thread_id))[:-1] == subject
+        if target == "same key":
+            assert store._records.chain_adoption().unkeyed_until(stream) == point > 0
+            thread = store.load(thread_id)
+            thread.append_message(Message(role="user", content="imported"), now=NOW)
+            store.save(thread)
+            assert store.verify(thread_id).ok
+
+
+def test_a_fork_begun_before_the_key_exported_with_its_ancestors_names_the_way_to_move_it() -> None:
+    """A fork that branched before its store adopted the key, exported with its parent's
+    unkeyed lines up to the branch, is refused by a store with the key, naming the way
+    that works: the parent whole first, then the fork alone."""
+    url = "memory://adopted-fork-with-ancestors"
+    with open_store(url) as plain:  # kept open: a memory store lives while it is open
+        written_thread(plain, "t", 2)
+        plain.fork("t", new_thread_id="f", now=NOW)
+        with open_store(url, chain_key=KEY) as source:
+            source.label("f", "after the key", now=NOW)
+            lines = list(export_thread(source, "f", with_ancestors=True))
+    with open_store("memory://", chain_key=KEY) as target:
+        with pytest.raises(TransferError, match=r"thread 't'.*export and import it whole first"):
+            import_threads(target, lines)
+        assert list(target.thread_ids()) == []
+
+
+def test_an_import_refuses_a_thread_whose_stream_holds_another_adoption_point() -> None:
+    """A keyed store that holds another adoption point for the stream of a thread begun
+    before its source adopted the key (another thread of that id's, or one written
+    around the library) refuses it, naming the thread, and writes no event."""
+    (lines,), _ = adopted_exports(2, 1, fork=False)
+    with open_store("memory://", chain_key=KEY) as store:
+        table = settings_table(store._app, CHAIN_TABLE)
+        table.write({thread_aggregate_id("t").hex: "1:" + "0" * 64})
+        with pytest.raises(TransferError, match="'t': the store holds another adoption point"):
+            import_threads(store, lines, allow_untrailed=True)
+        assert not store.exists("t")
 
 
 def test_a_thread_that_comes_without_its_chain_head_is_sealed_after_the_stored_one(

@@ -32,6 +32,7 @@ from covonaut_es.errors import (
 )
 from covonaut_es.store import Store
 from covonaut_es.store._chain import CHAIN_FIELD, UNCHAINED, link_problem, scheme_of
+from covonaut_es.store._chain_key import ChainAdoption, head_problem
 from covonaut_es.store._topic_codes import full_topic
 
 
@@ -99,8 +100,9 @@ def import_threads(
             written.
         TransferError: A line is malformed, a version is missing or repeated, a topic is
             unknown, a line has no chain hash (unless ``allow_unchained``), the hash
-            chain does not verify, or the store seals its chain with a key and a line is
-            not sealed with it; nothing was written.
+            chain does not verify, or the store seals its chain with a key and a
+            thread's last line is not sealed with it (unkeyed lines are taken only
+            before keyed ones, which seal over them); nothing was written.
         ThreadConflictError: A thread already exists in the store.
         InvalidThreadIdError: A thread id breaks the rule new threads follow.
         ConfigurationError: ``lines`` is the whole export as one str or bytes, not its
@@ -110,9 +112,11 @@ def import_threads(
     chains: dict[str, dict[int, str]] = {}  # a fork's parent may come earlier in the file
     records: dict[str, list[StoredEvent]] = {}
     decoded: dict[str, list[Any]] = {}
+    adoption = store._records.chain_adoption()
+    keyed = store._records.chain_key is not None and adoption.adopted
     for thread_id, events in threads.items():
         chains[thread_id] = _check(
-            store, thread_id, events, chains=chains, allow_unchained=allow_unchained
+            store, thread_id, events, chains=chains, keyed=keyed, allow_unchained=allow_unchained
         )
         read = [_readable(store, thread_id, number, e) for number, e in events]
         records[thread_id] = [record for record, _ in read]
@@ -123,6 +127,8 @@ def import_threads(
         tally.check(trailer, last)
     elif not allow_untrailed:
         raise missing_trailer(last)
+    if keyed:
+        _grant_points(adoption, chains)
     try:
         store._records.insert_records([record for rs in records.values() for record in rs])
     except ThreadConflictError as exc:
@@ -264,10 +270,12 @@ def _check(
     events: list[tuple[int, ExportedEvent]],
     *,
     chains: dict[str, dict[int, str]],
+    keyed: bool,
     allow_unchained: bool,
 ) -> dict[int, str]:
-    """Check a thread's lines; returns the chain hash after each version. A fork's
-    parent is found among ``chains``, the threads checked before it, or in the store."""
+    """Check a thread's lines, into a store that seals with a key when ``keyed``;
+    returns the chain hash after each version. A fork's parent is found among
+    ``chains``, the threads checked before it, or in the store."""
     check_thread_id(thread_id)
     if store.exists(thread_id):
         msg = f"cannot import thread {thread_id!r}: the store already has it"
@@ -288,7 +296,6 @@ def _check(
         start = at + 1
         previous = exported[at] if base is None else base.chain_head or UNCHAINED
     heads: dict[int, str] = {}
-    keyed = store._records.chain_key is not None and store._records.chain_adoption().adopted
     for expected, (number, event) in enumerate(events, start=start):
         where = f"line {number} (thread {thread_id!r} version {event.version})"
         if event.version != expected:
@@ -308,12 +315,6 @@ def _check(
         previous = _checked_link(
             where, previous, event, store._records.chain_key, allow_unchained=allow_unchained
         )
-        if keyed and not scheme_of(previous).keyed:
-            msg = (
-                f"{where}: this store seals its chain with a key, and the line is not sealed "
-                "with it; export the thread from a store sealed with the same key"
-            )
-            raise TransferError(msg)
         heads[event.version] = previous
     named = first.payload.get("thread_id")
     if named != thread_id:
@@ -322,6 +323,18 @@ def _check(
         msg = (
             f"line {events[0][0]}: it names thread {thread_id!r}, but its events are those "
             f"of thread {named!r}; nothing was written"
+        )
+        raise TransferError(msg)
+    # A link after a keyed one is keyed (link_problem); the head's seals over the rest.
+    if keyed and (problem := head_problem(previous)) is not None:
+        number, event = events[-1]
+        msg = (
+            f"line {number} (thread {thread_id!r} version {event.version}): {problem}. "
+            "This store seals its chain with a key, and takes a thread's unkeyed lines only "
+            "before one sealed with the key: open the store the thread comes from with "
+            "this chain key, go on with the thread there and export it again (an ancestor "
+            "exported up to a fork: export and import it whole first, then the fork "
+            "without its ancestors); nothing was written"
         )
         raise TransferError(msg)
     return heads
@@ -333,6 +346,36 @@ def _no_parent(number: int, thread_id: str, parent: object, at: object) -> Trans
         f"{at!r}: import the parent first, or export the fork with its ancestors"
     )
     return TransferError(msg)
+
+
+def _grant_points(adoption: ChainAdoption, chains: Mapping[str, Mapping[int, str]]) -> None:
+    """Record, as the store's adoption of its key would have, the adoption point of each
+    thread whose first lines are unkeyed (a thread begun before its store adopted the
+    key): the newest of them, which its keyed lines seal over, so that it verifies here
+    as it did there. Recorded before the threads' events, so that an import cut short in
+    between leaves no thread whose verify fails; a point whose events are missing lets
+    nothing through, sealed as it is over the chain hash of the event it names.
+
+    Raises:
+        TransferError: The store holds another point for a thread's stream.
+    """
+    points = {}
+    for thread_id, heads in chains.items():
+        unkeyed = [
+            (version, chain) for version, chain in heads.items() if not scheme_of(chain).keyed
+        ]
+        if unkeyed:
+            points[thread_aggregate_id(thread_id)] = unkeyed[-1]
+    held = adoption.grant(points)
+    if held:
+        thread_id = next(t for t in chains if thread_aggregate_id(t) in held)
+        msg = (
+            f"cannot import thread {thread_id!r}: the store holds another adoption point "
+            "of the chain key for its stream (of another thread under that id, or written "
+            "around the library), under which its unkeyed lines would not verify; no event "
+            "was written"
+        )
+        raise TransferError(msg)
 
 
 def _checked_link(

@@ -32,7 +32,8 @@ from covonaut_es.errors import (
     ThreadStateError,
 )
 from covonaut_es.messages import Message
-from covonaut_es.store._chain import CHAIN_FIELD, UNCHAINED, link_problem, scheme_of
+from covonaut_es.store._chain import CHAIN_FIELD, UNCHAINED, link_problem
+from covonaut_es.store._chain_key import head_problem
 from covonaut_es.store._reader import ThreadReader
 from covonaut_es.store._records import StoredRecords, refuse_fork_loop
 from covonaut_es.store._snapshot_cache import CheckedSnapshot
@@ -374,14 +375,15 @@ class _Fold:
 
     def _check_key(self) -> None:
         """With a chain key, the newest event must be sealed with it."""
-        if self.store._records.chain_key is None or scheme_of(self.previous).keyed:
+        if self.store._records.chain_key is None:
             return
-        problem = (
-            "head not sealed with the chain key: expected a keyed hash, found "
-            f"{'a public one' if self.previous else 'none'}; the thread was rewritten without "
-            "the key, or not written since the store's key was adopted"
-        )
-        self.findings.append(AuditFinding(self.last_version, problem))
+        problem = head_problem(self.previous)
+        if problem is not None:
+            problem += (
+                "; the thread was rewritten without the key, or not written since the "
+                "store's key was adopted"
+            )
+            self.findings.append(AuditFinding(self.last_version, problem))
 
     def _check_head(self) -> None:
         """Compare where the stream ends with where its head was anchored."""

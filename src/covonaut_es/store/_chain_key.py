@@ -1,5 +1,5 @@
 """A store's chain key: which key it adopted, and from where its events must bear it
-(ADR 0029).
+(ADR 0029, 0099).
 
 The first open that may write and is given a chain key adopts it: the store records the
 key's fingerprint (an HMAC-SHA256 of a fixed label under the key: never the key) in a
@@ -11,7 +11,8 @@ but its own new events. A writer without the key cannot move a stream's adoption
 (its row is sealed), and deleting the row only makes more of the stream need the key.
 The point's seal covers the chain hash of the event it names too, and so, link by link,
 every event before it: the public history a stream had when the key was adopted cannot
-be rewritten afterwards.
+be rewritten afterwards. An import records the same point for a thread whose unkeyed
+first events a keyed one seals over (a thread begun before its store adopted the key).
 
 From then on, an open that may write without the key, or with another, is refused
 before anything is written; an open that only reads may go without it. A save seals
@@ -152,7 +153,7 @@ def _adopt(app: Application[UUID], key: bytes) -> None:
                 after = page[-1].id
                 continue
         break
-    table.write({_row(app, stream): _point(key, stream, *head) for stream, head in heads.items()})
+    table.write(_point_rows(app, key, heads))
     table.write({_POSITION_ROW: _position(key, position), _KEY_ROW: chain_key_fingerprint(key)})
 
 
@@ -178,6 +179,24 @@ def _sealed_position(key: bytes, row: str | None) -> int | None:
 def _point(key: bytes, stream: UUID, version: int, chain: str) -> str:
     material = b"%s|%s|%d|%s" % (_POINT_LABEL, stream.hex.encode(), version, chain.encode())
     return f"{version}:{hmac.new(key, material, hashlib.sha256).hexdigest()}"
+
+
+def _point_rows(
+    app: Application[UUID], key: bytes, heads: Mapping[UUID, tuple[int, str]]
+) -> dict[str, str]:
+    """The rows recording each stream's adoption point: ``heads`` holds the version of
+    its newest unkeyed event and that event's chain hash."""
+    return {_row(app, stream): _point(key, stream, *head) for stream, head in heads.items()}
+
+
+def head_problem(head: str) -> str | None:
+    """Why a thread of a keyed store whose newest chain hash is ``head`` breaks the key,
+    or None: its newest event must be sealed with it, so that a keyed link seals over
+    every unkeyed one before it (and, after a keyed link, none may be unkeyed)."""
+    if scheme_of(head).keyed:
+        return None
+    found = "a public one" if head else "none"
+    return f"head not sealed with the chain key: expected a keyed hash, found {found}"
 
 
 class ChainAdoption:
@@ -218,6 +237,18 @@ class ChainAdoption:
             return 0
         del self._forged[stream]
         return at
+
+    def grant(self, points: Mapping[UUID, tuple[int, str]]) -> list[UUID]:
+        """Record each stream's adoption point as the adoption of the key records them:
+        ``points`` holds the version of its newest unkeyed event and that event's chain
+        hash. Returns the streams whose row held another point already, which stays (the
+        first writer's, as with every row of the table).
+        """
+        assert self._key is not None, "a point is sealed with the key"
+        rows = _point_rows(self._app, self._key, points)
+        self._table.write(rows)
+        held = [self._table.get(row) != value for row, value in rows.items()]
+        return [stream for stream, other in zip(points, held, strict=True) if other]
 
     def problem(self, stream: UUID, version: int, stored: str) -> str | None:
         """Why an event of ``stream`` at ``version`` sealed with ``stored`` breaks the
