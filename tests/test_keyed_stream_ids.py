@@ -382,28 +382,24 @@ def stored_rows(url: str) -> list[tuple[Any, ...]]:
         return rows
 
 
-@pytest.fixture
-def database_url(fresh_url: Callable[[], str], store_url: str) -> Callable[[], str]:
-    """New empty SQLite or PostgreSQL stores (one per call)."""
-    if store_url.startswith("memory"):
-        pytest.skip("a memory store's settings are not written behind its back")
-    return fresh_url
-
-
 @settings(
     max_examples=40,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(mutation=settings_mutations(), with_events=st.booleans())
+# A memory store's settings are not written behind its back: SQLite and PostgreSQL only.
+@pytest.mark.parametrize(
+    "store_url", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
 def test_no_change_to_an_encrypted_stores_settings_makes_it_write_unkeyed_ids(
-    database_url: Callable[[], str], mutation: tuple[str, tuple[Any, ...]], with_events: bool
+    fresh_url: Callable[[], str], mutation: tuple[str, tuple[Any, ...]], with_events: bool
 ) -> None:
     """Whatever single row of an encrypted store's settings a writer without its key
     deletes, renames or changes (or the whole table), an open with the key either keeps
     the store's keyed ids or is refused with a ``StoreSettingsError``, nothing written;
     no thread is ever written under its unkeyed id (ADR 0095)."""
-    key, url = create_cipher_key(), database_url()
+    key, url = create_cipher_key(), fresh_url()
     with open_store(url, cipher_key=key) as store:
         if with_events:
             store.save(AgentThread.start("t", now=NOW))
