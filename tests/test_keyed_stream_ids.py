@@ -397,8 +397,10 @@ def test_no_change_to_an_encrypted_stores_settings_makes_it_write_unkeyed_ids(
 ) -> None:
     """Whatever single row of an encrypted store's settings a writer without its key
     deletes, renames or changes (or the whole table), an open with the key either keeps
-    the store's keyed ids or is refused with a ``StoreSettingsError``, nothing written;
-    no thread is ever written under its unkeyed id (ADR 0095)."""
+    the store's keyed ids and reads what it holds, or is refused with a
+    ``StoreSettingsError``, nothing written; no thread is ever written under its
+    unkeyed id (ADR 0095). (A compression row deleted or changed was taken, and every
+    event then failed to read.)"""
     key, url = create_cipher_key(), fresh_url()
     with open_store(url, cipher_key=key) as store:
         if with_events:
@@ -412,6 +414,9 @@ def test_no_change_to_an_encrypted_stores_settings_makes_it_write_unkeyed_ids(
         return
     with store:
         assert isinstance(store._app.recorder.stream_ids, KeyedStreamIds)
+        assert store.exists("t") is with_events
+        if with_events:
+            store.load("t")
         store.save(AgentThread.start("new", now=NOW))
     found = {str(row[0]).replace("-", "") for row in stored_rows(url)}
     assert thread_aggregate_id("new").hex not in found

@@ -374,9 +374,9 @@ def _check_stored_as_recorded(
     every event as damaged and write new ones another way. Only a first event that
     decodes whole under another compression is taken as proof: a damaged first row (one
     byte changed, other bytes, a column that is no record's) decodes under none, and is
-    the reads' and verify's to report; an encrypted store's payloads tell nothing (its
-    key's check stands)."""
-    if recorded.get("cipher", NO_KEY) != NO_KEY or not app.recorder.max_notification_id():
+    the reads' and verify's to report. An encrypted store's first event is decrypted
+    with the key its fingerprint was checked against already."""
+    if not app.recorder.max_notification_id():
         return
     compression = recorded.get("compression", "none")
     try:
@@ -394,9 +394,10 @@ def _check_stored_as_recorded(
 
 
 def _stored_compression(app: Application[UUID], first: StoredEvent) -> str | None:
-    """The one compression under which ``first`` (unencrypted) decodes to an event's
-    payload, or None if none does, or more than one. Every event's payload names its
-    time; other JSON (a payload replaced with ``{}``) is damage, no proof."""
+    """The one compression under which ``first`` (decrypted, if the store has a cipher)
+    decodes to an event's payload, or None if none does, or more than one. Every
+    event's payload names its time; other JSON (a payload replaced with ``{}``) is
+    damage, no proof."""
     decodes = []
     for compression in COMPRESSIONS:
         try:
