@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -22,10 +23,12 @@ from covonaut_es import (
     AgentConfig,
     AgentThread,
     CheckpointSettings,
+    HmacReviewerVerifier,
     InterruptError,
     Message,
     ProviderRequest,
     ProviderResponse,
+    ReviewQueue,
     ScriptedProvider,
     Store,
     Tool,
@@ -34,8 +37,10 @@ from covonaut_es import (
     open_store,
 )
 from covonaut_es.domain import RunMode, thread_aggregate_id
-from covonaut_es.messages import StreamDelta, Usage
+from covonaut_es.errors import CovonautError
+from covonaut_es.messages import Role, StreamDelta, Usage
 from covonaut_es.providers._protocol import Responder, ScriptItem
+from covonaut_es.service import ThreadService, review_submission
 from covonaut_es.store._mapper import MsgspecMapper
 
 OBJECT_SCHEMA: dict[str, Any] = {"type": "object"}
@@ -268,3 +273,95 @@ def is_utf8(data: bytes) -> bool:
     except UnicodeDecodeError:
         return False
     return True
+
+
+class WriteFaults:
+    """A store holding thread ``t`` paused on a review, and the commands that write to
+    it (the fault tests': each a fresh call on each ask).
+
+    Args:
+        url: The store's URL.
+    """
+
+    def __init__(self, url: str) -> None:
+        self.store = open_store(url)
+        verifier = HmacReviewerVerifier(b"k" * 32)
+        pay = Tool("pay", "Pay", {"type": "object"}, lambda c, a: "paid", requires_approval=True)
+        agent = Agent(
+            AgentConfig(
+                provider=ScriptedProvider([call(("c1", "pay", "{}")), answer("done")]),
+                tools=[pay],
+                checkpoint=CheckpointSettings(store=self.store, thread_id="t"),
+                reviewer_verifier=verifier,
+            )
+        )
+        agent.run("Pay.")
+        (request,) = agent.pending_reviews
+        self.review_id = request.review_id
+        self.service = ThreadService(self.store, verifier=verifier)
+        self.reviewer = self.service.reviewer(verifier.issue_token("alice", ttl_seconds=900))
+        self.store.history("t")  # the side tables are made before a fault
+
+    def command(self, name: str) -> Callable[[], object]:
+        """The command ``name``: save, decide, fork, run or queue."""
+        store = self.store
+
+        def save() -> None:
+            thread = store.load("t")
+            thread.append_message(Message(Role.USER, "more"), now=datetime.now(UTC))
+            store.save(thread)
+
+        def queue() -> None:
+            queue = ReviewQueue(store.url)
+            try:
+                with queue.follow() as runner:
+                    queue.wait_until_current(store, runner=runner)
+            finally:
+                queue.close()
+
+        commands: dict[str, Callable[[], object]] = {
+            "save": save,
+            "decide": lambda: self.service.decide(
+                self.review_id, review_submission("approve"), reviewer=self.reviewer
+            ),
+            "fork": lambda: store.fork("t", new_thread_id="f"),
+            "run": lambda: agent_on(store, "r", [answer("done")]).run("go"),
+            "queue": queue,
+        }
+        return commands[name]
+
+    def survive_a_fault(
+        self, name: str, arm: Callable[[], None], disarm: Callable[[], None]
+    ) -> None:
+        """Run the command ``name`` between ``arm()`` and ``disarm()`` of a fault: it
+        succeeds or raises a CovonautError, what was stored before stays stored, and
+        the command, if it failed, completes when run again."""
+        before = self.store.load("t").state.messages
+        arm()
+        try:
+            self.command(name)()
+            failed = False
+        except CovonautError:
+            failed = True
+        finally:
+            disarm()
+        assert self.store.load("t").state.messages[: len(before)] == before
+        if failed:
+            self.command(name)()
+        assert self.store.verify("t").ok
+
+
+@contextlib.contextmanager
+def postgres_database_of(url: str) -> Iterator[str]:
+    """The URL of a new, empty database on ``url``'s server (for one generated
+    example), dropped when the block ends."""
+    import psycopg
+
+    name = f"e_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    try:
+        yield url.rsplit("/", 1)[0] + f"/{name}"
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")

@@ -11,7 +11,6 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
-import uuid
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -30,6 +29,7 @@ from covonaut_es.projections import ReviewQueue
 from covonaut_es.store._codec import aggregate_event_classes
 from covonaut_es.store._topic_codes import stored_forms
 from shop_app import RenamedShop, Shop, reviewer
+from support import postgres_database_of
 
 QUEUE_TABLES = {
     "tracking",
@@ -329,17 +329,9 @@ def fresh_database(backend: str, postgres_url: str | None) -> Iterator[str]:
         with tempfile.TemporaryDirectory() as directory:
             yield str(Path(directory) / "shop.db")
         return
-    import psycopg
-
     assert postgres_url is not None
-    name = f"e_{uuid.uuid4().hex[:16]}"
-    with psycopg.connect(postgres_url, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    try:
-        yield postgres_url.rsplit("/", 1)[0] + f"/{name}"
-    finally:
-        with psycopg.connect(postgres_url, autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    with postgres_database_of(postgres_url) as url:
+        yield url
 
 
 def check_configuration(

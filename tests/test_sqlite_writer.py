@@ -7,6 +7,7 @@ import contextlib
 import logging
 import os
 import sqlite3
+import sys
 import tempfile
 import threading
 import time
@@ -25,11 +26,15 @@ from covonaut_es import (
     open_store,
 )
 from covonaut_es.domain import AgentThread
-from covonaut_es.errors import LeaseLostError, ReadOnlyStoreError, StoreFileReplacedError
+from covonaut_es.errors import (
+    LeaseLostError,
+    ReadOnlyStoreError,
+    StoreFileReplacedError,
+)
 from covonaut_es.messages import Message, Role
 from covonaut_es.store import _urls
 from covonaut_es.store._writer import SNAPSHOT_MIN_VERSION
-from support import agent_on, echo_script
+from support import WriteFaults, agent_on, echo_script, run_python
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 THREADS, SAVES = 6, 25
@@ -388,3 +393,88 @@ def test_a_snapshot_a_runs_end_cannot_store_leaves_the_run_answered_and_stored(
     assert stored.state == agent.state == store.replay_state("t")
     assert store._writer.snapshot_versions[stored.id] < stored.version
     store.close()
+
+
+FULL_DISK_CHILD = """
+import os, resource, signal, sys
+from covonaut_es.errors import CovonautError
+from support import WriteFaults
+
+faults = WriteFaults("sqlite:///" + sys.argv[1])
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails, as on a full disk
+size = max(os.path.getsize(p) for p in (sys.argv[1], sys.argv[1] + "-wal") if os.path.exists(p))
+resource.setrlimit(resource.RLIMIT_FSIZE, (size, resource.RLIM_INFINITY))
+for name in ("decide", "save"):
+    try:
+        faults.command(name)()
+        print(name, "succeeded")
+    except CovonautError as exc:
+        print(name, type(exc).__name__, exc)
+"""
+
+FAULTED = ("INSERT", "UPDATE", "DELETE", "CREATE", "REPLACE")
+"""The statements a fault fails (a failed read is another family)."""
+
+
+class FailingStatement:
+    """Fails the ``k``-th write statement of the store's connections while armed: SQLite
+    interrupts it, raising its own ``OperationalError`` (a statement the disk has no
+    room for fails as it does, but at a place a test cannot choose)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.k = 0
+        self.seen = 0
+        self.failing = False
+        connect = sqlite3.connect
+
+        def hooked(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+            connection = connect(*args, **kwargs)
+            connection.set_trace_callback(self._traced)
+            connection.set_progress_handler(lambda: self.failing, 1)
+            return connection
+
+        monkeypatch.setattr(sqlite3, "connect", hooked)
+
+    def arm(self, k: int) -> None:
+        self.k, self.seen, self.failing = k, 0, False
+
+    def disarm(self) -> None:
+        self.k, self.failing = 0, False
+
+    def _traced(self, statement: str) -> None:
+        write = statement.lstrip().split(" ", 1)[0].upper() in FAULTED
+        self.seen += write
+        self.failing = write and self.seen == self.k
+
+
+def test_a_save_that_finds_no_room_raises_a_store_error_and_keeps_the_store(
+    tmp_path: Path,
+) -> None:
+    """A file size limit reached as a decision and a save are written (a full disk):
+    each raises StoreUnavailableError saying what was not saved, not eventsourcing's
+    OperationalError, and the store loads as before (found by helper-117)."""
+    path = tmp_path / "threads.db"
+    tests = str(Path(__file__).parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([tests, *sys.path])}
+    result = run_python("-c", FULL_DISK_CHILD, path, env=env, cwd=tmp_path)
+    decide, save = result.stdout.splitlines()
+    assert decide.startswith("decide StoreUnavailableError") and "failed (" in decide
+    assert save.startswith("save StoreUnavailableError") and "thread 't' was not saved" in save
+    with open_store(f"sqlite:///{path}") as store:
+        assert store.load("t").reviews.pending
+        assert store.verify("t").ok
+
+
+@settings(max_examples=50, deadline=None)
+@given(name=st.sampled_from(["save", "decide", "fork", "run", "queue"]), k=st.integers(1, 12))
+def test_a_write_statement_that_fails_raises_a_store_error_and_a_retry_completes(
+    name: str, k: int
+) -> None:
+    """Whichever write statement of a command SQLite fails (the ``k``-th), the command
+    succeeds or raises a CovonautError, never a dependency's error; what was stored
+    before stays stored, and the command run again completes."""
+    with pytest.MonkeyPatch.context() as monkeypatch, tempfile.TemporaryDirectory() as tmp:
+        fault = FailingStatement(monkeypatch)
+        faults = WriteFaults(f"sqlite:///{os.path.join(tmp, 'threads.db')}")
+        faults.survive_a_fault(name, lambda: fault.arm(k), fault.disarm)
+        faults.store.close()

@@ -59,6 +59,7 @@ from covonaut_es.store._urls import (
     persistence_env,
     store_env,
 )
+from covonaut_es.store._write_errors import database_errors_typed
 
 VIEW_NAME = "review_queue"
 """The projection's name: it names the view's tracking table and settings prefix."""
@@ -316,11 +317,18 @@ class ReviewQueue(Closing):
 
     def view(self) -> ReviewQueueView:
         """The queue's view, opened once (its tables created if needed); reading it
-        does not follow the store."""
+        does not follow the store.
+
+        Raises:
+            StoreUnavailableError: Its database failed to make its tables.
+        """
         if self._view is None:
             self._factory = InfrastructureFactory.construct(env=Environment(VIEW_NAME, self._env))
             # Queues started at once on a database no queue ran on make its tables once.
             with (
+                database_errors_typed(
+                    f"the review queue of {self.store_url}", "its tables were not made"
+                ),
                 secrets_hidden(self._view_url or ""),
                 backend_of(self._factory).tables_lock(self._factory),
             ):

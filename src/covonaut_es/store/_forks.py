@@ -46,6 +46,7 @@ from covonaut_es.store._chain_key import sealed_predecessor
 from covonaut_es.store._read_only import WriteGuard
 from covonaut_es.store._reader import ThreadReader, check_first_event
 from covonaut_es.store._records import StoredRecords, storable
+from covonaut_es.store._write_errors import database_errors_typed
 from covonaut_es.store._writer import ThreadWriter
 
 
@@ -187,7 +188,12 @@ class Forks:
             else sealed_predecessor(app, key, thread_id, newest.originator_id, version)
         )
         try:
-            app.put_sealed([event], {event.originator_id: base}, new_streams={event.originator_id})
+            with database_errors_typed(
+                f"store {self._guard.url}", f"thread {thread_id!r} was not forked"
+            ):
+                app.put_sealed(
+                    [event], {event.originator_id: base}, new_streams={event.originator_id}
+                )
         except IntegrityError as exc:
             raise ThreadConflictError(taken, thread_id=new_thread_id, expected_version=0) from exc
         return new_thread_id

@@ -111,24 +111,33 @@ class SQLOutstanding(SQLSideTable, OutstandingTable):
     ) -> bool:
         self._ensure()
         p = self._p
-        with self._writing() as cursor:
-            if not self._moved(cursor, "originator_id", self._stored(TRACKING), before, after):
-                return False  # nothing written yet: the transaction ends empty
-            for stream, row in changes:
-                if row is None:
-                    cursor.execute(
-                        f"DELETE FROM {self._table} WHERE originator_id = {p}",
-                        (self._stored(stream),),
-                    )
-                else:
-                    self._insert(cursor, self._stored(stream), after, row)
-        return True
+
+        def write() -> bool:  # retried whole, as the review index's advance
+            with self._writing() as cursor:
+                tracking = self._stored(TRACKING)
+                if not self._moved(cursor, "originator_id", tracking, before, after):
+                    return False  # nothing written yet: the transaction ends empty
+                for stream, row in changes:
+                    if row is None:
+                        cursor.execute(
+                            f"DELETE FROM {self._table} WHERE originator_id = {p}",
+                            (self._stored(stream),),
+                        )
+                    else:
+                        self._insert(cursor, self._stored(stream), after, row)
+            return True
+
+        return self._run(write, f"its rows to log position {after} were not written")
 
     def clear(self) -> None:
         self._ensure()
-        with self._writing() as cursor:
-            cursor.execute(f"DELETE FROM {self._table}")
-            self._insert(cursor, self._stored(TRACKING), 0, b"")
+
+        def write() -> None:
+            with self._writing() as cursor:
+                cursor.execute(f"DELETE FROM {self._table}")
+                self._insert(cursor, self._stored(TRACKING), 0, b"")
+
+        self._run(write, "it was not cleared")
 
 
 class OutstandingThreads:

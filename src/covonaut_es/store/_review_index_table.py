@@ -67,23 +67,33 @@ class SQLReviewIndex(SQLSideTable, ReviewIndexTable):
     def advance(self, before: int, after: int, rows: Sequence[tuple[str, int, bytes]]) -> bool:
         self._ensure()
         p = self._p
-        with self._writing() as cursor:
-            if not self._moved(cursor, "review", TRACKING, before, after):
-                return False
-            for row in rows:
-                cursor.execute(
-                    f"INSERT INTO {self._table} (review, position, state) "
-                    f"VALUES ({p}, {p}, {p}) ON CONFLICT DO NOTHING",
-                    row,
-                )
-        return True
+
+        # Retried whole: a first try that committed unanswered leaves the position
+        # moved, and the second finds it so (False), as when another process moved it.
+        def write() -> bool:
+            with self._writing() as cursor:
+                if not self._moved(cursor, "review", TRACKING, before, after):
+                    return False
+                for row in rows:
+                    cursor.execute(
+                        f"INSERT INTO {self._table} (review, position, state) "
+                        f"VALUES ({p}, {p}, {p}) ON CONFLICT DO NOTHING",
+                        row,
+                    )
+            return True
+
+        return self._run(write, f"its rows to log position {after} were not written")
 
     def clear(self) -> None:
         self._ensure()
-        with self._writing() as cursor:
-            cursor.execute(f"DELETE FROM {self._table}")
-            cursor.execute(
-                f"INSERT INTO {self._table} (review, position, state) "
-                f"VALUES ({self._p}, 0, {self._p}) ON CONFLICT (review, position) DO NOTHING",
-                (TRACKING, b""),
-            )
+
+        def write() -> None:
+            with self._writing() as cursor:
+                cursor.execute(f"DELETE FROM {self._table}")
+                cursor.execute(
+                    f"INSERT INTO {self._table} (review, position, state) VALUES "
+                    f"({self._p}, 0, {self._p}) ON CONFLICT (review, position) DO NOTHING",
+                    (TRACKING, b""),
+                )
+
+        self._run(write, "it was not cleared")

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
-from eventsourcing.persistence import OperationalError
+from covonaut_es.store._write_errors import database_errors_typed
 
-from covonaut_es.errors import StoreLockedError
+T = TypeVar("T")
 
 
 class SQLSideTable:
@@ -26,6 +26,9 @@ class SQLSideTable:
         stored: A stream id as the table's column holds it.
         reading: Opens a cursor for reads that gives rows as tuples; by default, in a
             transaction of ``datastore`` that does not commit.
+        retried: Wraps a function to call it again when its statements fail as the
+            back end retries its log's (PostgreSQL: on a session ended); by default,
+            called once.
     """
 
     def __init__(
@@ -38,6 +41,7 @@ class SQLSideTable:
         placeholder: str,
         stored: Callable[[UUID], Any],
         reading: Callable[[], AbstractContextManager[Any]] | None = None,
+        retried: Callable[[Callable[[], Any]], Callable[[], Any]] = lambda call: call,
     ) -> None:
         self._datastore = datastore
         self._writing = writing
@@ -46,30 +50,39 @@ class SQLSideTable:
         self._p = placeholder
         self._stored = stored
         self._reading = reading or (lambda: datastore.transaction(commit=False))
+        self._retried = retried
         self._created = False
+
+    def _run(self, call: Callable[[], T], unsaved: str) -> T:
+        """What ``call`` (statements on this table) gives, retried as the back end
+        retries a statement.
+
+        Raises:
+            StoreUnavailableError: Its database failed it, each time (the subclass
+                StoreLockedError: another connection held the write lock).
+        """
+        with database_errors_typed(f"the store's table {self._table}", unsaved):
+            found: T = self._retried(call)()
+            return found
 
     def _ensure(self) -> None:
         """Make the table if absent, once.
 
         Raises:
-            StoreLockedError: Another connection held the store's write lock for longer
-                than the store waits (a read that first needs the table meets it too).
+            StoreUnavailableError: The database failed it (StoreLockedError: another
+                connection held the store's write lock for longer than the store waits;
+                a read that first needs the table meets it too).
         """
         if self._created:
             return
-        try:
+
+        def create() -> None:
             with self._writing() as cursor:
                 for statement in self._create:
                     cursor.execute(statement)
-        except OperationalError as exc:
-            if not StoreLockedError.said_by(exc):
-                raise
-            msg = (
-                f"the store is locked by another writer, and its table {self._table} is "
-                "yet to be made: nothing was written; try again shortly"
-            )
-            raise StoreLockedError(msg) from exc
-        self._made()
+            self._made()
+
+        self._run(create, "it is yet to be made, and nothing was written")
         self._created = True
 
     def _made(self) -> None:
@@ -78,12 +91,16 @@ class SQLSideTable:
     def _select(self, *statements: Any) -> list[list[Any]]:
         """The rows of each ``statement, parameters`` pair, read with one cursor."""
         self._ensure()
-        found = []
-        with self._reading() as cursor:
-            for statement, parameters in zip(statements[::2], statements[1::2], strict=True):
-                cursor.execute(statement, parameters)
-                found.append(list(cursor.fetchall()))
-        return found
+
+        def read() -> list[list[Any]]:
+            found = []
+            with self._reading() as cursor:
+                for statement, parameters in zip(statements[::2], statements[1::2], strict=True):
+                    cursor.execute(statement, parameters)
+                    found.append(list(cursor.fetchall()))
+            return found
+
+        return self._run(read, "it was not read")
 
     def _moved(self, cursor: Any, key_column: str, key: Any, before: int, after: int) -> bool:
         """Move the position of the row ``key_column`` = ``key`` (a table's tracking

@@ -290,6 +290,8 @@ class Store(Closing):
                 of this save was stored.
             LeaseLostError: The run lease this task holds on the thread was lost;
                 nothing of this save was stored.
+            StoreUnavailableError: The database failed the write (its disk full, its
+                connection lost); nothing of this save was stored.
             ConfigurationError: ``thread`` is no AgentThread.
         """
         check_instance("thread", thread, AgentThread, "an AgentThread")
@@ -367,6 +369,7 @@ class Store(Closing):
             InvalidThreadIdError: ``new_thread_id`` is not a valid thread id.
             ConfigurationError: ``at_version`` or ``at_checkpoint`` is no whole number,
                 or ``now`` no datetime.
+            StoreUnavailableError: The database failed the write; no fork was stored.
         """
         for name, number in (("at_version", at_version), ("at_checkpoint", at_checkpoint)):
             if number is not None:

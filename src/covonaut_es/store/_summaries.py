@@ -59,19 +59,26 @@ class SQLSummaries(SQLSideTable, SummaryTable):
             return
         self._ensure()
         p = self._p
-        with self._writing() as cursor:
-            for stream, version, seen, summary in rows:
-                cursor.execute(
-                    f"INSERT INTO {self._table} (originator_id, version, seen, summary) "
-                    f"VALUES ({p}, {p}, {p}, {p}) ON CONFLICT (originator_id) DO UPDATE SET "
-                    "version = excluded.version, seen = excluded.seen, "
-                    "summary = excluded.summary",
-                    (self._stored(stream), version, seen, summary),
-                )
+
+        def write() -> None:
+            with self._writing() as cursor:
+                for stream, version, seen, summary in rows:
+                    cursor.execute(
+                        f"INSERT INTO {self._table} (originator_id, version, seen, summary) "
+                        f"VALUES ({p}, {p}, {p}, {p}) ON CONFLICT (originator_id) DO UPDATE "
+                        "SET version = excluded.version, seen = excluded.seen, "
+                        "summary = excluded.summary",
+                        (self._stored(stream), version, seen, summary),
+                    )
+
+        self._run(write, "its summaries were not written")
 
     def clear(self) -> None:
-        with self._writing() as cursor:
-            cursor.execute(f"DELETE FROM {self._table}")
+        def write() -> None:
+            with self._writing() as cursor:
+                cursor.execute(f"DELETE FROM {self._table}")
+
+        self._run(write, "it was not cleared")
 
     def page(self, after: int, limit: int) -> tuple[int, int, list[tuple[int, bytes]]] | None:
         # The stream ids are not read: a listing needs only the summaries, and reading

@@ -17,12 +17,13 @@ from eventsourcing.application import Application
 from eventsourcing.persistence import IntegrityError, InterfaceError, OperationalError
 
 from covonaut_es.domain import AgentThread, ThreadSnapshot
-from covonaut_es.errors import ReadOnlyStoreError, StoreLockedError, ThreadConflictError
+from covonaut_es.errors import ThreadConflictError
 from covonaut_es.store._backend import Backend
 from covonaut_es.store._heads import FENCES
 from covonaut_es.store._leases import Lease
 from covonaut_es.store._read_only import WriteGuard
 from covonaut_es.store._snapshot_cache import SnapshotCache
+from covonaut_es.store._write_errors import database_errors_typed
 
 logger = logging.getLogger(__name__)
 
@@ -80,21 +81,10 @@ class ThreadWriter:
         fenced = lease if lease is not None and lease.fenced else None
         fences = {FENCES: [(thread.id, fenced.fence_token, fenced.session)]} if fenced else {}
         try:
-            self._app.save(thread, **fences)
-        except OperationalError as exc:
-            if StoreLockedError.said_by(exc):
-                msg = (
-                    f"store {self._guard.url} is locked by another writer: thread "
-                    f"{thread.thread_id!r} was not saved; try again shortly"
-                )
-                raise StoreLockedError(msg) from exc
-            if "readonly" not in str(exc):
-                raise
-            msg = (
-                f"store {self._guard.url} is read-only: thread {thread.thread_id!r} was not "
-                "saved; make the file writable, or open it without ?mode=ro"
-            )
-            raise ReadOnlyStoreError(msg) from exc
+            with database_errors_typed(
+                f"store {self._guard.url}", f"thread {thread.thread_id!r} was not saved"
+            ):
+                self._app.save(thread, **fences)
         except IntegrityError as exc:
             msg = (
                 f"thread {thread.thread_id!r} was changed by another writer: this writer "

@@ -32,6 +32,7 @@ from eventsourcing.popo import POPOTrackingRecorder
 from eventsourcing.projection import ApplicationSubscription, BaseProjectionRunner
 
 from covonaut_es.errors import SerializationError
+from covonaut_es.store._write_errors import database_errors_typed
 
 TApplication = TypeVar("TApplication")
 
@@ -80,8 +81,19 @@ class TrackedSQL:
 
     @contextlib.contextmanager
     def tracked(self, tracking: Tracking) -> Iterator[Any]:
-        """A cursor in a transaction that records ``tracking`` when the block ends."""
-        with self.datastore.transaction(commit=True) as cursor:
+        """A cursor in a transaction that records ``tracking`` when the block ends.
+
+        Raises:
+            StoreUnavailableError: The database failed the transaction; the view stays
+                at the position it had.
+        """
+        with (
+            database_errors_typed(
+                f"the view of {tracking.application_name!r}",
+                f"its changes to log position {tracking.notification_id} were not written",
+            ),
+            self.datastore.transaction(commit=True) as cursor,
+        ):
             yield cursor
             self._insert_tracking(cursor, tracking)
 

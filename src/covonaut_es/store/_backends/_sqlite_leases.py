@@ -17,6 +17,7 @@ from covonaut_es.domain import thread_aggregate_id
 from covonaut_es.errors import ConfigurationError, ReadOnlyStoreError, StoreUnavailableError
 from covonaut_es.store._backends._sqlite_connections import StoreFile
 from covonaut_es.store._leases import LeaseBackend, LeaseTokens, WorkerRecord
+from covonaut_es.store._write_errors import database_errors_typed
 
 
 def lease_directory(database_file: str) -> Path:
@@ -112,7 +113,10 @@ class FileLeases(LeaseBackend):
     def _advance(self, thread_id: str) -> int:
         assert self._later_tokens is not None  # _take asks only where tokens are kept
         tokens, stream = self._later_tokens, thread_aggregate_id(thread_id)
-        token = tokens.advance_lease_token(stream, synced=False)
+        with database_errors_typed(
+            "the store's lease table", f"the run lease of thread {thread_id!r} was not taken"
+        ):
+            token = tokens.advance_lease_token(stream, synced=False)
         with self._lock:
             self._unsynced[thread_id] = lambda: tokens.sync_lease_token(stream)
         return token
