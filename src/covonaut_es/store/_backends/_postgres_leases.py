@@ -129,6 +129,7 @@ class PostgresLeases(LeaseBackend):
             if self._connection is None or self._connection.closed or self._connection.broken:
                 import psycopg
 
+                connection = None
                 try:
                     connection = psycopg.connect(
                         **self._kwargs,
@@ -139,12 +140,15 @@ class PostgresLeases(LeaseBackend):
                         keepalives_interval=5,
                         keepalives_count=6,
                     )
+                    # The server's side: drop the session, and its locks, of a vanished
+                    # client.
+                    for setting in _KEEPALIVES:
+                        connection.execute(setting)
                 except psycopg.Error as exc:
+                    if connection is not None:  # its session ended as it was set up
+                        connection.close()
                     msg = f"cannot connect to PostgreSQL for run leases ({self.database}): {exc}"
                     raise StoreUnavailableError(msg) from exc
-                # The server's side: drop the session, and its locks, of a vanished client.
-                for setting in _KEEPALIVES:
-                    connection.execute(setting)
                 # A store left unclosed still closes its lease connection when collected.
                 weakref.finalize(self, connection.close)
                 self._connection = connection
@@ -170,17 +174,29 @@ class PostgresLeases(LeaseBackend):
         cursor. A
         session that ended unnoticed (nothing had asked it since) is found dead here:
         the query runs once more on a new connection, which serves the leases taken
-        from now on; those taken on the old one stay lost."""
+        from now on; those taken on the old one stay lost.
+
+        Raises:
+            StoreUnavailableError: The query failed on a live connection (a timeout),
+                or on the new one too.
+        """
         import psycopg
 
         connection = self._conn()
         try:
             return connection, connection.execute(query, params)
-        except psycopg.OperationalError:
+        except psycopg.OperationalError as exc:
             if not (connection.broken or connection.closed):
-                raise
+                raise self._failed(exc) from exc
         connection = self._conn()
-        return connection, connection.execute(query, params)
+        try:
+            return connection, connection.execute(query, params)
+        except psycopg.OperationalError as exc:
+            raise self._failed(exc) from exc
+
+    def _failed(self, error: Exception) -> StoreUnavailableError:
+        msg = f"the connection to PostgreSQL for run leases ({self.database}) failed: {error}"
+        return StoreUnavailableError(msg)
 
     def _try_lock(self, thread_id: str) -> bool:
         connection, row = self._execute(

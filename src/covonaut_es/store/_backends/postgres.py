@@ -637,6 +637,7 @@ def _side_table(
         placeholder="%s",
         stored=lambda stream: stream,
         reading=lambda: _reading(recorder.datastore),
+        retried=retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2),
         **options,
     )
 
