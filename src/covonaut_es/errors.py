@@ -61,7 +61,9 @@ class BrokenChainError(CovonautError, RuntimeError):
 
 
 class StoreUnavailableError(CovonautError, ConnectionError):
-    """The store's database cannot be reached or refused the connection."""
+    """The store's database cannot be reached or refused the connection, or failed a
+    statement (a full disk, a session the server ended): a write it failed was rolled
+    back whole."""
 
 
 class StoreLockedError(StoreUnavailableError):
