@@ -290,3 +290,30 @@ def test_an_event_for_a_thread_forgotten_while_it_waited_is_folded_onto_what_it_
         machine.event(kind=kind, thread_id="t0", call=call)
         machine.ready_as_defined()
         machine.candidates_as_defined()
+
+
+def test_a_take_recorded_out_of_date_leaves_the_input_waiting_counted() -> None:
+    """A take of an input a later take passed (a fenced-out runner's, written before
+    takes were checked) is no take to the fold: input submitted after the run ended
+    makes the thread ready, as the step that reads the submissions runs it."""
+    ready = ReadyThreads(STREAMS.get)
+    stream = UUID(int=1)
+
+    def at(version: int, event: type, **fields: Any) -> Any:
+        base = {"originator_id": stream, "originator_version": version, "timestamp": NOW}
+        return event(**base, thread_id="t0", **fields)
+
+    for event in (
+        at(1, InputSubmitted, text="one"),
+        at(2, InputSubmitted, text="two"),
+        at(3, InputTaken, submitted_version=1, thread_version=0),
+        at(4, InputTaken, submitted_version=2, thread_version=5),
+        _event("finished", "t0", "c0"),
+        at(5, InputTaken, submitted_version=1, thread_version=0),  # out of date
+        at(6, InputSubmitted, text="three"),
+    ):
+        ready.apply(event)
+    summary = ready.kept(thread_aggregate_id("t0"))
+    assert summary is not None
+    assert summary.inputs == 1
+    assert list(ready.ready) == [thread_aggregate_id("t0")]

@@ -16,6 +16,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from itertools import product
 from pathlib import Path
 from typing import Any
 
@@ -45,10 +46,13 @@ from covonaut_es import (
 )
 from covonaut_es.cli._json import SCHEMAS
 from covonaut_es.domain import PauseKind, RunMode
-from covonaut_es.errors import InvalidSubmissionError
+from covonaut_es.domain._submissions import InputTaken
+from covonaut_es.errors import InvalidSubmissionError, LeaseLostError
+from covonaut_es.runtime._config import bound_config
 from covonaut_es.store import WorkerRecord
 from covonaut_es.store._backends._sqlite_leases import lease_directory
 from covonaut_es.workers import _candidates
+from covonaut_es.workers._step import step
 from support import answer, call, echo_tool
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -612,3 +616,135 @@ def test_a_workers_record_removed_behind_it_is_written_again_at_its_next_heartbe
         assert store.live_workers() == ()
         store.publish_worker(record)  # the next heartbeat
         assert [w.worker_id for w in store.live_workers()] == ["w-1"]
+
+
+STALE_POINTS = ("before reading its submissions", "before taking input", "before running it")
+"""Where a runner is paused (a GC pause, SIGSTOP, a slow VM) while its lease is lost."""
+
+
+def _answering(runs: list[str]) -> Callable[[str], AgentConfig]:
+    """A configuration whose model answers each input, noting it in ``runs``."""
+
+    def make_config(thread_id: str) -> AgentConfig:
+        def respond(request: ProviderRequest) -> ProviderResponse:
+            runs.append(request.messages[-1].content)
+            return ProviderResponse(content="ok")
+
+        return AgentConfig(provider=ScriptedProvider(respond=respond))
+
+    return make_config
+
+
+def _run_with_a_stale_runner(
+    tmp_path: Path, point: str, inputs: int, late: bool
+) -> tuple[list[str], list[str], Exception | None]:
+    """Runner A takes thread "t" of ``inputs`` submissions and is paused at ``point``;
+    its lease lost (its lock file removed), worker B runs the thread (and input
+    submitted meanwhile, if ``late``); A goes on, then B runs what is left. Returns the
+    inputs submitted, every model call's input, and what A's step raised."""
+    url = f"sqlite:///{tmp_path / 'threads.db'}"
+    runs: list[str] = []
+    make_config = _answering(runs)
+    texts = [f"input {n}" for n in range(inputs + late)]
+    a, b = open_store(url), open_store(url)
+    for text in texts[:inputs]:
+        a.submit("t", text)
+    reached, go = threading.Event(), threading.Event()
+
+    def paused(method: Callable[..., Any], *, after: bool) -> Callable[..., Any]:
+        def at_point(*args: Any) -> Any:
+            if not after:
+                reached.set()
+                go.wait(30)
+            result = method(*args)
+            if after:
+                reached.set()
+                go.wait(30)
+            return result
+
+        return at_point
+
+    submissions = a._submissions
+    if point == STALE_POINTS[0]:
+        submissions.submitted = paused(submissions.submitted, after=False)  # type: ignore[method-assign]
+    else:
+        submissions.take = paused(submissions.take, after=point == STALE_POINTS[2])  # type: ignore[method-assign]
+    raised: list[Exception] = []
+
+    def runner_a() -> None:
+        try:
+            with a.lease("t"):
+                step(a, bound_config(make_config, a, "t"), "t")
+        except Exception as exc:
+            raised.append(exc)
+        finally:
+            reached.set()
+
+    running = threading.Thread(target=runner_a)
+    running.start()
+    try:
+        assert reached.wait(30)
+        for lock in lease_directory(str(tmp_path / "threads.db")).glob("*.lock"):
+            lock.unlink()  # A's lease is lost
+        if late:
+            b.submit("t", texts[-1])
+        Worker(b, make_config).run(once=True)
+    finally:
+        go.set()
+        running.join(30)
+    Worker(b, make_config).run(once=True)
+    a.close()
+    b.close()
+    return texts, runs, raised[0] if raised else None
+
+
+def test_a_runner_that_lost_its_lease_before_taking_input_takes_none(tmp_path: Path) -> None:
+    """A runner paused between reading a thread's submissions and taking one, whose
+    lease is lost meanwhile and whose inputs another worker runs, records no take when
+    it goes on: it stops with LeaseLostError, and no input is run a second time."""
+    texts, runs, raised = _run_with_a_stale_runner(tmp_path, STALE_POINTS[1], 2, late=False)
+    assert isinstance(raised, LeaseLostError)
+    assert runs == texts
+    with open_store(f"sqlite:///{tmp_path / 'threads.db'}") as store:
+        stream = store._submissions.submitted("t").inputs[0].originator_id
+        takes = [e for e in store._app.events.get(stream) if isinstance(e, InputTaken)]
+        assert [e.submitted_version for e in takes] == [1, 2]  # B's two, none of A's
+
+
+def test_a_take_recorded_out_of_date_moves_nothing_back(tmp_path: Path) -> None:
+    """A take recorded after a later one (by a runner fenced out, before takes were
+    checked when written) does not count: the latest input taken stays the one taken
+    last, and no worker runs it, or the one after, again."""
+    runs: list[str] = []
+    make_config = _answering(runs)
+    with open_store(f"sqlite:///{tmp_path / 'threads.db'}") as store:
+        store.submit("t", "one")
+        store.submit("t", "two")
+        Worker(store, make_config).run(once=True)
+        stale = store._submissions._append(
+            store._submissions.submitted("t").inputs[0].originator_id,
+            InputTaken,
+            thread_id="t",
+            submitted_version=1,
+            thread_version=0,
+        )
+        submitted = store._submissions.submitted("t")
+        assert submitted.version == stale
+        assert submitted.taken is not None
+        assert submitted.taken.submitted_version == 2
+        assert submitted.waiting() is None
+        assert Worker(store, make_config).run(once=True).steps == 0
+    assert runs == ["one", "two"]
+
+
+@pytest.mark.parametrize(
+    ("point", "inputs", "late"), list(product(STALE_POINTS, (1, 2, 3), (False, True)))
+)
+def test_a_runner_paused_anywhere_in_its_step_while_its_lease_is_lost_runs_nothing_twice(
+    tmp_path: Path, point: str, inputs: int, late: bool
+) -> None:
+    """Whichever point of its step a runner is paused at while its lease is lost and
+    another worker runs the thread (input submitted meanwhile or not), every input is
+    run exactly once, and no model call is made twice."""
+    texts, runs, _ = _run_with_a_stale_runner(tmp_path, point, inputs, late)
+    assert runs == texts

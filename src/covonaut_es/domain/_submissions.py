@@ -53,5 +53,13 @@ class InputTaken(DomainEvent):
     thread_version: int
 
 
+def takes_further(event: InputTaken, taken: int) -> bool:
+    """Whether ``event`` takes a submission after the one at stream version ``taken``
+    (0: none was taken): the one rule of what has been taken. Only such a take counts;
+    one recorded out of date (its runner lost the thread to one that took further
+    first, before this rule was kept at the write) moves nothing back (ADR 0105)."""
+    return event.submitted_version > taken
+
+
 register_topic(InputSubmitted.TOPIC, InputSubmitted)
 register_topic(InputTaken.TOPIC, InputTaken)

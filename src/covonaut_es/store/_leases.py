@@ -42,6 +42,7 @@ from covonaut_es import _logs
 from covonaut_es._clock import utc_now
 from covonaut_es.domain import thread_aggregate_id
 from covonaut_es.errors import LeaseLostError
+from covonaut_es.store._heads import FENCES, Fence
 
 logger = _logs.logger("covonaut_es")
 
@@ -154,6 +155,13 @@ class Lease:
     def stream(self) -> UUID:
         """The thread's stream id."""
         return thread_aggregate_id(self.thread_id)
+
+    def fences(self) -> dict[str, list[Fence]]:
+        """What a write under the lease gives the store's insert, which then refuses it in
+        its own transaction once a newer lease exists (and, on PostgreSQL, once the
+        lease's session holds its lock no more): nothing for a lease the store keeps no
+        token of."""
+        return {FENCES: [(self.stream, self._token, self.session)]} if self.fenced else {}
 
     def check(self) -> None:
         """Raise unless the lease still stands (before a side effect: a tool call).

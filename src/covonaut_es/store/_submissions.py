@@ -9,14 +9,49 @@ a run in progress; a worker reads it to find input not yet taken.
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 from uuid import UUID
 
+import attrs
 from eventsourcing.application import Application
 from eventsourcing.persistence import IntegrityError
 
 from covonaut_es.domain import AgentThread, RunMode, thread_aggregate_id
-from covonaut_es.domain._submissions import InputSubmitted, InputTaken, submission_stream_id
-from covonaut_es.errors import InvalidSubmissionError
+from covonaut_es.domain._submissions import (
+    InputSubmitted,
+    InputTaken,
+    submission_stream_id,
+    takes_further,
+)
+from covonaut_es.errors import InvalidSubmissionError, LeaseLostError
+from covonaut_es.store._leases import Lease
+
+
+@attrs.frozen
+class Submitted:
+    """A thread's submissions as read at one version of their stream.
+
+    Attributes:
+        inputs: The submissions, oldest first.
+        taken: The take that counts: the one of the latest submission taken.
+        version: The stream's version read (0: it holds nothing), which a take is
+            conditional on.
+    """
+
+    inputs: tuple[InputSubmitted, ...]
+    taken: InputTaken | None
+    version: int
+
+    def waiting(self) -> InputSubmitted | None:
+        """The submission to run next: the first after the one taken."""
+        done = self.taken.submitted_version if self.taken else 0
+        return next((s for s in self.inputs if s.originator_version > done), None)
+
+    def taken_input(self) -> InputSubmitted:
+        """The submission taken (there is one)."""
+        assert self.taken is not None
+        version = self.taken.submitted_version
+        return next(s for s in self.inputs if s.originator_version == version)
 
 
 class Submissions:
@@ -38,26 +73,61 @@ class Submissions:
         stream = submission_stream_id(thread_id)
         return self._append(stream, InputSubmitted, thread_id=thread_id, text=text)
 
-    def submitted(self, thread_id: str) -> tuple[list[InputSubmitted], InputTaken | None]:
-        """The thread's submissions, oldest first, and the last one taken."""
-        submitted: list[InputSubmitted] = []
+    def submitted(self, thread_id: str) -> Submitted:
+        """The thread's submissions, the take that counts, and the version read."""
+        inputs: list[InputSubmitted] = []
         taken: InputTaken | None = None
+        version = 0
         for event in self._app.events.get(submission_stream_id(thread_id)):
+            version = event.originator_version
             if isinstance(event, InputSubmitted):
-                submitted.append(event)
-            elif isinstance(event, InputTaken):
+                inputs.append(event)
+            elif isinstance(event, InputTaken) and takes_further(
+                event, taken.submitted_version if taken else 0
+            ):
                 taken = event
-        return submitted, taken
+        return Submitted(tuple(inputs), taken, version)
 
-    def take(self, thread_id: str, submitted_version: int, thread_version: int) -> None:
-        """Record that a runner takes a submission, before it starts the run."""
-        self._append(
-            submission_stream_id(thread_id),
-            InputTaken,
-            thread_id=thread_id,
-            submitted_version=submitted_version,
-            thread_version=thread_version,
-        )
+    def take(
+        self, read: Submitted, taken: InputSubmitted, thread_version: int, lease: Lease | None
+    ) -> None:
+        """Record that a runner takes the submission ``taken``, before it starts the
+        run, only if no other runner took one since the submissions were ``read``, and
+        under ``lease``, the thread's, which the insert is fenced by as a thread's save
+        is (ADR 0105). Submissions appended since are followed: the one to run next is
+        the same.
+
+        Raises:
+            LeaseLostError: Another runner took input since, or the lease was lost;
+                nothing was recorded.
+        """
+        thread_id = taken.thread_id
+        if lease is not None:
+            lease.check_before_save()
+        stream = submission_stream_id(thread_id)
+        version = read.version
+        while True:
+            event = _event(
+                InputTaken,
+                stream,
+                version + 1,
+                thread_id=thread_id,
+                submitted_version=taken.originator_version,
+                thread_version=thread_version,
+            )
+            try:
+                self._app.events.put([event], **(lease.fences() if lease else {}))
+                return
+            except IntegrityError:
+                since = list(self._app.events.get(stream, gt=version))
+            if not since or any(isinstance(e, InputTaken) for e in since):
+                msg = (
+                    f"input to thread {thread_id!r} was taken by another runner since this "
+                    f"one read its submissions (at version {read.version}), so its run "
+                    "lease no longer stands; nothing was recorded or run"
+                )
+                raise LeaseLostError(msg, token=lease.fence_token if lease else 0)
+            version = since[-1].originator_version
 
     def run_started(self, taken: InputTaken) -> bool:
         """Whether the run of a taken submission started: a ``RunStarted`` of a run with
@@ -72,12 +142,16 @@ class Submissions:
         while True:
             last = self._app.recorder.select_events(stream, desc=True, limit=1)
             version = last[0].originator_version + 1 if last else 1
-            event = event_class(
-                originator_id=stream,
-                originator_version=version,
-                timestamp=event_class.create_timestamp(),  # type: ignore[attr-defined]
-                **fields,
-            )
+            event = _event(event_class, stream, version, **fields)
             with contextlib.suppress(IntegrityError):  # another writer went first: follow it
                 self._app.events.put([event])
                 return version
+
+
+def _event(event_class: type, stream: UUID, version: int, **fields: object) -> Any:
+    return event_class(
+        originator_id=stream,
+        originator_version=version,
+        timestamp=event_class.create_timestamp(),  # type: ignore[attr-defined]
+        **fields,
+    )

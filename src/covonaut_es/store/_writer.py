@@ -19,7 +19,6 @@ from eventsourcing.persistence import IntegrityError, InterfaceError, Operationa
 from covonaut_es.domain import AgentThread, ThreadSnapshot
 from covonaut_es.errors import ThreadConflictError
 from covonaut_es.store._backend import Backend
-from covonaut_es.store._heads import FENCES
 from covonaut_es.store._leases import Lease
 from covonaut_es.store._read_only import WriteGuard
 from covonaut_es.store._snapshot_cache import SnapshotCache
@@ -79,12 +78,11 @@ class ThreadWriter:
         expected = pending[0].originator_version - 1
         lease = self._held_lease(thread.thread_id)
         fenced = lease if lease is not None and lease.fenced else None
-        fences = {FENCES: [(thread.id, fenced.fence_token, fenced.session)]} if fenced else {}
         try:
             with database_errors_typed(
                 f"store {self._guard.url}", f"thread {thread.thread_id!r} was not saved"
             ):
-                self._app.save(thread, **fences)
+                self._app.save(thread, **(fenced.fences() if fenced else {}))
         except IntegrityError as exc:
             msg = (
                 f"thread {thread.thread_id!r} was changed by another writer: this writer "

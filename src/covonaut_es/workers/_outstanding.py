@@ -48,6 +48,7 @@ class _Ready(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
     reviewed_calls: dict[str, str]
     retry_asked: bool
     inputs: int
+    taken: int = 0  # absent from rows written before it was kept
 
 
 _Deadline = Annotated[datetime, msgspec.Meta(tz=True)]
@@ -104,6 +105,7 @@ def restore(rows: dict[UUID, bytes], ready: ReadyThreads, deadlines: ReviewDeadl
                 reviewed_calls=kept.reviewed_calls,
                 retry_asked=kept.retry_asked,
                 inputs=kept.inputs,
+                taken=kept.taken,
             )
             ready.restore(stream, summary)
         if row.waiting is not None:
@@ -124,6 +126,7 @@ def _row(stream: UUID, ready: ReadyThreads, deadlines: ReviewDeadlines) -> bytes
             summary.reviewed_calls,
             summary.retry_asked,
             summary.inputs,
+            summary.taken,
         )
     return msgspec.msgpack.encode(_Row(kept, waiting))
 

@@ -19,7 +19,7 @@ from uuid import UUID
 import attrs
 
 from covonaut_es.domain import AgentThread, ThreadStatus, thread_aggregate_id
-from covonaut_es.domain._submissions import InputSubmitted, InputTaken
+from covonaut_es.domain._submissions import InputSubmitted, InputTaken, takes_further
 
 TRACKED: tuple[type, ...] = (
     AgentThread.Started,
@@ -101,6 +101,7 @@ class Summary:
     reviewed_calls: dict[str, str] = attrs.Factory(dict)  # review id -> the call it holds
     retry_asked: bool = False  # a person asked for the failed run to be tried again
     inputs: int = 0  # submitted and not yet taken
+    taken: int = 0  # the submissions' stream version of the latest input taken
     seen: int = 0  # the last event applied: a step may park the thread only if none came since
 
     def ready(self) -> bool:
@@ -185,6 +186,7 @@ class ReadyThreads:
             recalled = self._recall(stream)
             if recalled is not None:  # the thread's own state stands for the event's
                 recalled.inputs = summary.inputs if summary else 0
+                recalled.taken = summary.taken if summary else 0
                 self.restore(stream, recalled)
                 return
         if summary is None:
@@ -289,9 +291,12 @@ def _fold(summary: Summary, event: Any) -> None:
             summary.inputs += 1
             if summary.status == PARKED:
                 summary.status = UNKNOWN
-        case InputTaken():
+        case InputTaken() if summary.inputs and takes_further(event, summary.taken):
             summary.inputs -= 1
+            summary.taken = event.submitted_version
             _begun(summary, RUNNING)  # its run starts next, or its runner died first
+        case InputTaken():
+            pass  # out of date: another runner took this input, or a later one, first
         case AgentThread.StartedFromState() | AgentThread.Forked():
             _begun(summary, UNKNOWN)
         case AgentThread.RunStarted():  # a StartedWithInput too: its thread's run began

@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 
 from covonaut_es.domain import AgentThread, ThreadStatus
-from covonaut_es.domain._submissions import InputSubmitted, InputTaken
+from covonaut_es.domain._submissions import InputTaken
 from covonaut_es.runtime import Agent, AgentConfig
 from covonaut_es.service import ThreadService
 from covonaut_es.store import Store
@@ -40,13 +40,13 @@ class Action(enum.Enum):
 def step(store: Store, config: AgentConfig, thread_id: str) -> Action:
     """Run the thread if it is ready; the caller holds its lease."""
     thread = store.find(thread_id)
-    submitted, taken = store._submissions.submitted(thread_id)
+    submitted = store._submissions.submitted(thread_id)
     agent = Agent(config)
     if thread is not None and thread.status is ThreadStatus.ABANDONED:
         return Action.NOTHING
+    taken = submitted.taken
     if taken is not None and not _started(store, thread, taken):
-        redo = next(s for s in submitted if s.originator_version == taken.submitted_version)
-        agent.run(redo.text)  # its taker died before the run started
+        agent.run(submitted.taken_input().text)  # its taker died before the run started
         return Action.RAN_INPUT
     if thread is not None and thread.status is ThreadStatus.RUNNING:
         agent.continue_run()
@@ -59,10 +59,11 @@ def step(store: Store, config: AgentConfig, thread_id: str) -> Action:
     if thread is not None and thread.status is ThreadStatus.ERROR and thread.retry_requested:
         agent.continue_run()
         return Action.RETRIED
-    waiting = _next_submission(submitted, taken)
+    waiting = submitted.waiting()
     if waiting is None:
         return Action.NOTHING
-    store._submissions.take(thread_id, waiting.originator_version, thread.version if thread else 0)
+    lease = store.held_lease(thread_id)
+    store._submissions.take(submitted, waiting, thread.version if thread else 0, lease)
     agent.run(waiting.text)
     return Action.RAN_INPUT
 
@@ -72,13 +73,6 @@ def pause_in_doubt(store: Store, config: AgentConfig, thread_id: str) -> None:
     queue (and inbox) show them to a person, who checks the external system and settles
     each call; a worker then resumes the thread."""
     ThreadService(store, clock=config.clock).pause_calls_in_doubt(thread_id)
-
-
-def _next_submission(
-    submitted: list[InputSubmitted], taken: InputTaken | None
-) -> InputSubmitted | None:
-    done = taken.submitted_version if taken else 0
-    return next((s for s in submitted if s.originator_version > done), None)
 
 
 def _started(store: Store, thread: AgentThread | None, taken: InputTaken) -> bool:
