@@ -5,14 +5,18 @@ every decision passes, through the agent and the service layer."""
 from __future__ import annotations
 
 import base64
+import contextlib
+import io
 import json
 import logging
+import tempfile
 from typing import Any
 
 import attrs
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from starlette.testclient import TestClient
 
 from covonaut_es import (
     Agent,
@@ -28,9 +32,11 @@ from covonaut_es import (
     ToolContext,
     open_store,
 )
+from covonaut_es.cli import main
 from covonaut_es.domain import Decision, ReviewLimit, ReviewRules
 from covonaut_es.domain._reviews import ALL_DECISIONS
 from covonaut_es.errors import DecisionNotAllowedError, InvalidDecisionError, ReviewPendingError
+from covonaut_es.inbox import create_app as create_inbox_app
 from covonaut_es.service import Reviewer, Settlement, ThreadService, review_submission
 from support import answer, call
 from test_approvals import PAY_SCHEMA, SECRET, VERIFIER, make_agent, review_id
@@ -540,3 +546,130 @@ def test_only_a_reviewer_in_scope_may_retry_or_settle_a_reviewed_call(
                 _CALL_COMMANDS[command](service, reviewer)
             assert store.head_version("t") == before
             service.settle("t", "c1", Settlement.not_run())  # the application's own
+
+
+HEX_SECRET = "5e" * 32  # text, as $COVONAUT_ES_REVIEWER_SECRET holds it, for the CLI too
+HEX_VERIFIER = HmacReviewerVerifier(HEX_SECRET.encode())
+APPROVERS = ("erin", "frank")  # hold every scope: their approval always stands
+
+
+def _in_doubt_under(store: Store, policy: ReviewPolicy, amount: int, edit: int | None) -> None:
+    """Thread ``t``: a payment of ``amount`` under ``policy``, approved (by two reviewers
+    under four eyes), with the amount edited to ``edit`` if not None, whose runner died
+    inside the tool: the call is in doubt."""
+
+    def dies(ctx: ToolContext, args: dict[str, Any]) -> Any:
+        raise _DiedInTool
+
+    tool = Tool(
+        "pay", "Send a payment", PAY_SCHEMA, dies,
+        requires_approval=True, run_on_approval=True, review=policy,
+    )  # fmt: skip
+    arguments = json.dumps({"amount": amount, "to": "DE02 1001"})
+    agent = make_agent(
+        store, [call(("c1", "pay", arguments))], [], tool=tool, reviewer_verifier=HEX_VERIFIER
+    )
+    agent.run("Pay the invoice.")
+    approved = None if edit is None else {"amount": edit, "to": "DE02 1001"}
+    for name in APPROVERS[: 2 if policy.four_eyes else 1]:
+        everything = HEX_VERIFIER.issue_token(name, 600, scopes=["payments", "payments:large"])
+        agent.approve(review_id(agent), reviewer=everything, arguments=approved)
+    with pytest.raises(_DiedInTool):
+        agent.resume()
+
+
+def _by_service(store: Store, command: str, token: str) -> bool:
+    service = ThreadService(store, verifier=HEX_VERIFIER)
+    reviewer = service.reviewer(token)
+    try:
+        if command == "retry":
+            service.request_retry("t", "c1", reviewer=reviewer)
+        elif command == "give up":
+            service.abandon("t", "customer left", reviewer=reviewer)
+        else:
+            ran = command == "settle as run"
+            settlement = Settlement.ran_with("paid") if ran else Settlement.not_run()
+            service.settle("t", "c1", settlement, reviewer=reviewer)
+    except ReviewerNotPermittedError:
+        return False
+    return True
+
+
+def _by_cli(store: Store, command: str, token: str) -> bool:
+    args = {
+        "retry": ("settle", "t", "c1", "--retry"),
+        "settle as run": ("settle", "t", "c1", "--result", "paid"),
+        "settle as not run": ("settle", "t", "c1", "--not-run"),
+        "give up": ("abandon", "t", "--reason", "customer left"),
+    }[command]
+    out, err = io.StringIO(), io.StringIO()
+    with (
+        pytest.MonkeyPatch.context() as env,
+        contextlib.redirect_stdout(out),
+        contextlib.redirect_stderr(err),
+    ):
+        env.setenv("COVONAUT_ES_REVIEWER_SECRET", HEX_SECRET)
+        status = main([*args, "--reviewer-token", token, "--store", store.url])
+    assert status == 0 or "may not act on call 'c1'" in err.getvalue(), err.getvalue()
+    return status == 0
+
+
+def _by_inbox(store: Store, command: str, token: str) -> bool:
+    path, body = {
+        "retry": ("/api/pauses/t/c1/retry", {}),
+        "settle as run": ("/api/pauses/t/c1/settle", {"ran": True, "result": "paid"}),
+        "settle as not run": ("/api/pauses/t/c1/settle", {"ran": False}),
+        "give up": ("/api/threads/t/abandon", {"reason": "customer left"}),
+    }[command]
+    app = create_inbox_app(store, HEX_VERIFIER)
+    with TestClient(app, base_url="http://inbox.test") as client:
+        response = client.post(path, json=body, headers={"Authorization": f"Bearer {token}"})
+    assert response.status_code in (200, 403), response.text
+    return response.status_code == 200
+
+
+_SURFACES = {"service": _by_service, "cli": _by_cli, "inbox": _by_inbox}
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    surface=st.sampled_from(sorted(_SURFACES)),
+    command=st.sampled_from(("retry", "settle as run", "settle as not run", "give up")),
+    scoped=st.booleans(),
+    four_eyes=st.booleans(),
+    limited=st.booleans(),
+    amount=st.sampled_from((500, 5000)),
+    edit=st.sampled_from((None, 500, 5000)),
+    held=st.sets(st.sampled_from(("payments", "payments:large"))),
+)
+def test_acting_on_a_reviewed_call_needs_what_its_approval_needed(
+    surface: str,
+    command: str,
+    scoped: bool,
+    four_eyes: bool,
+    limited: bool,
+    amount: int,
+    edit: int | None,
+    held: set[str],
+) -> None:
+    """A call approved under a policy (its scopes, four eyes, a limit above 1000 that
+    needs ``payments:large``), its amount perhaps edited, then in doubt: on every
+    surface, a person's retry, settlement or giving up of its thread is accepted exactly
+    when they could have approved alone what the approval covered (a scope of the
+    review, and of the limit the approved amount exceeds), and a retry not under four
+    eyes, which one person's word would undo; else nothing is recorded (ADR 0107)."""
+    limits = (ReviewLimit("amount", 1000, ("payments:large",)),) if limited else ()
+    scopes = ("payments",) if scoped else ()
+    policy = ReviewPolicy(scopes=scopes, four_eyes=four_eyes, limits=limits)
+    approved = amount if edit is None else edit
+    may = (
+        (not scoped or "payments" in held)
+        and (not limited or approved <= 1000 or "payments:large" in held)
+        and not (command == "retry" and four_eyes)
+    )
+    with tempfile.TemporaryDirectory() as tmp, open_store(f"sqlite:///{tmp}/t.db") as store:
+        _in_doubt_under(store, policy, amount, edit)
+        before = store.head_version("t")
+        token = HEX_VERIFIER.issue_token("carol", 600, scopes=sorted(held))
+        assert _SURFACES[surface](store, command, token) is may
+        assert (store.head_version("t") != before) is may

@@ -33,24 +33,63 @@ def may_decide(rules: ReviewRules, scopes: Collection[str]) -> bool:
 
 
 def check_may_act_on_call(
-    reviews: ReviewLedger, tool_call_id: str, *, reviewer: str, scopes: Collection[str]
+    reviews: ReviewLedger,
+    tool_call_id: str,
+    *,
+    reviewer: str,
+    scopes: Collection[str],
+    runs_again: bool = False,
 ) -> None:
-    """Refuse a person's settling, retrying or answering of a call reviewed under rules
-    whose scopes they hold none of: they could run again, or settle, an operation they
-    may not decide (a call no review names is anyone's to deal with).
+    """Refuse a person's dealing with a reviewed call (answering, settling, giving up,
+    or with ``runs_again`` running it again) unless they could have made the approval
+    it acts on (ADR 0107): they hold one of its review's scopes and, once it is
+    approved, one of the scopes of each limit its approved arguments exceed; and a
+    review under four eyes runs its call only on two reviewers' word, never on one
+    person's retry. A call no review names is anyone's to deal with.
 
     Raises:
-        ReviewerNotPermittedError: They hold none of the review's scopes.
+        ReviewerNotPermittedError: They hold none of the review's scopes, or none of a
+            limit's the approved arguments exceed; or they would run again a call
+            approved under four eyes.
     """
     review = reviews.governing(tool_call_id)
     rules = review.request.rules if review is not None else None
-    if rules is None or may_decide(rules, scopes):
+    if review is None or rules is None:
         return
-    msg = (
-        f"reviewer {reviewer!r} may not act on call {tool_call_id!r}: its review needs one "
-        f"of the scopes {', '.join(rules.scopes)}; nothing was recorded"
-    )
-    raise ReviewerNotPermittedError(msg)
+    refused = f"reviewer {reviewer!r} may not act on call {tool_call_id!r}"
+    if not may_decide(rules, scopes):
+        needed = ", ".join(rules.scopes)
+        msg = f"{refused}: its review needs one of the scopes {needed}; nothing was recorded"
+        raise ReviewerNotPermittedError(msg)
+    if review.approved:
+        _check_limits(rules, review.approved_arguments, scopes, refused=refused)
+    if runs_again and rules.four_eyes:
+        msg = (
+            f"{refused}: its review needs the approval of two different reviewers, and a "
+            "retry runs it again on one person's word; check the external system and "
+            "settle it instead; nothing was recorded"
+        )
+        raise ReviewerNotPermittedError(msg)
+
+
+def _check_limits(
+    rules: ReviewRules, arguments: Mapping[str, Any], scopes: Collection[str], *, refused: str
+) -> None:
+    """Refuse, saying ``refused`` and why, a reviewer who lacks a scope one of the
+    rules' limits needs for ``arguments``.
+
+    Raises:
+        ReviewerNotPermittedError: ``arguments`` exceed a limit none of whose scopes
+            they hold.
+    """
+    for limit in rules.limits:
+        if limit.exceeded_by(arguments) and not any(s in scopes for s in limit.scopes):
+            msg = (
+                f"{refused}: {limit.argument!r} above {limit.maximum:g} needs one of the "
+                f"scopes {list(limit.scopes)}; ask a reviewer who holds one; nothing was "
+                "recorded"
+            )
+            raise ReviewerNotPermittedError(msg)
 
 
 def check_may_decide(review: Review, *, reviewer: str, scopes: Collection[str]) -> None:
@@ -133,14 +172,8 @@ def check_decision(
                 "approve those as requested, or reject; nothing was recorded"
             )
             raise DecisionNotAllowedError(msg)
-    for limit in rules.limits:
-        if limit.exceeded_by(approved) and not any(s in scopes for s in limit.scopes):
-            msg = (
-                f"reviewer {reviewer!r} may not approve review {review_id!r}: "
-                f"{limit.argument!r} above {limit.maximum:g} needs one of the scopes "
-                f"{list(limit.scopes)}; ask a reviewer who holds one; nothing was recorded"
-            )
-            raise ReviewerNotPermittedError(msg)
+    refused = f"reviewer {reviewer!r} may not approve review {review_id!r}"
+    _check_limits(rules, approved, scopes, refused=refused)
     if any(same_reviewer(a.reviewer, reviewer) for a in review.approvals):
         msg = (
             f"reviewer {reviewer!r} approved review {review_id!r} already: it needs the "

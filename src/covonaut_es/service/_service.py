@@ -383,8 +383,9 @@ class ThreadService:
             InvalidDecisionError: The answer is no text, too long or blank.
             StalePauseError: ``pause`` is no longer pending on that call.
             ThreadStateError: No tool's pause on that call awaits an answer.
-            ReviewerNotPermittedError: The call's review needs a scope the reviewer
-                holds none of; nothing was recorded.
+            ReviewerNotPermittedError: The reviewer could not have made the approval
+                the call ran under (a scope of its review or of a limit its approved
+                arguments exceed); nothing was recorded.
         """
         self._change(thread_id, self._answering(tool_call_id, answer, reviewer, pause))
 
@@ -426,8 +427,9 @@ class ThreadService:
                 call's tool, past its timeout, still runs in this process).
             StalePauseError: ``pause`` is no longer pending on that call.
             ThreadStateError: The call is not in doubt.
-            ReviewerNotPermittedError: The call's review needs a scope the reviewer
-                holds none of; nothing was recorded.
+            ReviewerNotPermittedError: The reviewer could not have made the approval
+                the call ran under (a scope of its review or of a limit its approved
+                arguments exceed); nothing was recorded.
         """
         by = reviewer.id if reviewer else ""
 
@@ -475,12 +477,14 @@ class ThreadService:
                 tool, past its timeout, still runs in this process).
             StalePauseError: ``pause`` is no longer pending on that call.
             ThreadStateError: The call is not in doubt, or the thread's run did not fail.
-            ReviewerNotPermittedError: The call's review needs a scope the reviewer
-                holds none of; nothing was recorded.
+            ReviewerNotPermittedError: The reviewer could not have made the approval
+                the call ran under (a scope of its review or of a limit its approved
+                arguments exceed), or it was approved under four eyes, which one
+                person's retry would undo; nothing was recorded.
         """
 
         def retry(thread: AgentThread) -> None:
-            _check(thread, pause, tool_call_id or None, reviewer)
+            _check(thread, pause, tool_call_id or None, reviewer, runs_again=True)
             thread.request_retry(tool_call_id, by=reviewer.id, now=self._clock())
 
         self._change(thread_id, retry, leased=True)
@@ -508,8 +512,8 @@ class ThreadService:
                 none (or one that shows nothing).
             StalePauseError: ``pause`` is no longer pending on the thread.
             ThreadStateError: It is abandoned already.
-            ReviewerNotPermittedError: A review the thread waits on needs a scope the
-                reviewer holds none of; nothing was recorded.
+            ReviewerNotPermittedError: A call the thread waits on is one the reviewer
+                may not act on (see :meth:`settle`); nothing was recorded.
         """
         text = person_text(reason, "reason", required=reviewer is not None)
         by = reviewer.id if reviewer else ""
@@ -644,16 +648,25 @@ class ThreadService:
 
 
 def _check(
-    thread: AgentThread, pause: object, tool_call_id: str | None, reviewer: Reviewer | None
+    thread: AgentThread,
+    pause: object,
+    tool_call_id: str | None,
+    reviewer: Reviewer | None,
+    *,
+    runs_again: bool = False,
 ) -> None:
     """Refuse a person's command on a pause unless the pause it names (if any) is still
-    pending, and the call's review (if any) lets them act on it (the application itself,
-    no reviewer, may)."""
+    pending, and the call's review (if any) lets them act on it, ``runs_again`` or not
+    (the application itself, no reviewer, may)."""
     if pause is not None:
         check_pause(thread, pause, tool_call_id)
     if reviewer is not None and tool_call_id:
         check_may_act_on_call(
-            thread.reviews, tool_call_id, reviewer=reviewer.id, scopes=reviewer.scopes
+            thread.reviews,
+            tool_call_id,
+            reviewer=reviewer.id,
+            scopes=reviewer.scopes,
+            runs_again=runs_again,
         )
 
 
