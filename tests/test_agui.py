@@ -14,6 +14,7 @@ import json
 import re
 import tempfile
 import threading
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -718,3 +719,47 @@ def test_two_resumes_racing_are_each_recorded_whole_or_not_at_all(
         approved = first_approves if winner == "dana" else second_approves
         assert len(shop.refunded) == (2 if approved else 0)
         shop.store.close()
+
+
+class DeadlineShop(Shop):
+    """The shop, its refunds' reviews due an hour after they are asked for by the
+    agent's clock (``now``, which the test moves), its store on another clock."""
+
+    def __init__(self, tmp_path: Path, store_now: datetime) -> None:
+        self.now = datetime(2026, 1, 1, tzinfo=UTC)
+        super().__init__(tmp_path)
+        self.store.close()
+        url = f"sqlite:///{tmp_path / 'threads.db'}"
+        self.store = open_store(url, clock=lambda: store_now)
+        self.client = TestClient(create_agui_app(self.store, self.make_config, self.verifier))
+
+    def make_config(self, thread_id: str) -> AgentConfig:
+        config = super().make_config(thread_id)
+        (refund,) = config.tools
+        assert isinstance(refund, Tool)
+        tool = attrs.evolve(refund, review_deadline=timedelta(hours=1))
+        return attrs.evolve(config, tools=[tool], clock=lambda: self.now)
+
+
+@pytest.mark.parametrize("past_the_deadline", [False, True])
+def test_a_resume_judges_the_review_deadline_by_the_agents_clock(
+    tmp_path: Path, past_the_deadline: bool
+) -> None:
+    """The agent's clock set the reviews' deadline, and judges a resume's decisions by
+    it, as Agent.approve does: before it, the approvals run the refunds, though the
+    store's clock is days past it; after it, the reviews are expired and nothing runs,
+    though the store's clock is still before it."""
+    store_now = (
+        datetime(2025, 12, 1, tzinfo=UTC) if past_the_deadline else datetime(2026, 2, 1, tzinfo=UTC)
+    )
+    shop = DeadlineShop(tmp_path, store_now)
+    body, _ = valid_resume(shop)
+    shop.now += timedelta(hours=2 if past_the_deadline else 0, minutes=30)
+    response = shop.post(body, shop.token())
+    if past_the_deadline:
+        assert shop.refunded == []
+        assert "expired" in response.text, response.text
+    else:
+        events = events_of(response.text)
+        assert isinstance(events[-1], agui.RunFinishedEvent), events[-1]
+        assert sorted(r["order"] for r in shop.refunded) == ["A-1", "B-2"]

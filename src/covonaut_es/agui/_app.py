@@ -98,7 +98,9 @@ def create_agui_app(
     Args:
         store: The thread store.
         make_config: Gives the agent configuration of a thread id (the workers' factory
-            works here too); one without checkpoint settings is bound to ``store``.
+            works here too); one without checkpoint settings is bound to ``store``. Its
+            clock times the decisions, and judges the reviews' deadlines, as
+            ``Agent.approve`` does.
         verifier: Verifies the reviewer's credential a resume carries, as
             ``Authorization: Bearer <token>``; every decision is recorded under the
             reviewer it verifies as.
@@ -128,7 +130,10 @@ def create_agui_app(
         except Exception as exc:  # the application's factory failed
             return _refusal(500, _told(exc, store))
         encoder = EventEncoder(accept=request.headers.get("accept", "text/event-stream"))
-        events = _run(Agent(config), service, store, run_input, reviewer)
+        # Decided by the agent's clock, as Agent.approve decides and the run set the
+        # review's deadline, not by the store's.
+        deciding = ThreadService(store, verifier=verifier, clock=config.clock)
+        events = _run(Agent(config), deciding, store, run_input, reviewer)
         return StreamingResponse(_encoded(encoder, events), media_type=encoder.get_content_type())
 
     return Starlette(routes=[Route(path, run, methods=["POST"])])
