@@ -5,6 +5,7 @@ loopback sockets."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import socket
 import threading
@@ -17,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from covonaut_es.cli._connections import (
+    MAX_HEADER_BYTES,
     Admission,
     ConnectionLimits,
     client_of,
@@ -171,6 +173,68 @@ def test_a_client_past_its_share_is_refused_while_another_gets_in(port: int) -> 
     finally:
         for connection in held:
             connection.close()
+
+
+def sized_request(size: int, headers: int, in_target: bool, body: int) -> bytes:
+    """A request whose line and headers are ``size`` bytes: ``headers`` headers besides
+    its own, the padding in its target or spread over their values, then ``body`` bytes."""
+    fixed = [b"Host: inbox", b"Connection: close"]
+    if body:
+        fixed.append(b"Content-Length: %d" % body)
+    names = [b"X-H%d: " % number for number in range(headers)]
+    method = b"POST" if body else b"GET"
+    short = size - len(b"%s /?p= HTTP/1.1\r\n\r\n" % method)
+    short -= sum(len(line) + 2 for line in [*fixed, *names])
+    target = b"/?p=" + (b"x" * short if in_target else b"")
+    spread = 0 if in_target else short
+    values = [b"v" * (spread // headers + (number < spread % headers)) for number in range(headers)]
+    lines = [method + b" " + target + b" HTTP/1.1", *fixed]
+    lines += [name + value for name, value in zip(names, values, strict=True)]
+    request = b"\r\n".join(lines) + b"\r\n\r\n"
+    assert len(request) == size
+    return request + b"b" * body
+
+
+def answer_until_closed(connection: socket.socket) -> bytes:
+    """What the server sends until it closes the connection (a reset ends it too)."""
+    received = b""
+    with contextlib.suppress(ConnectionResetError):
+        while chunk := connection.recv(65536):
+            received += chunk
+    return received
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    size=st.one_of(
+        st.integers(min_value=MAX_HEADER_BYTES - 64, max_value=MAX_HEADER_BYTES + 64),
+        st.integers(min_value=MAX_HEADER_BYTES + 65, max_value=128 * 1024),
+    ),
+    headers=st.integers(min_value=1, max_value=1000),
+    in_target=st.booleans(),
+    body=st.sampled_from([0, 40 * 1024]),
+    cuts=st.lists(st.integers(min_value=1, max_value=128 * 1024), max_size=4),
+)
+def test_a_request_line_and_headers_past_the_cap_are_answered_400_however_they_arrive(
+    port: int, size: int, headers: int, in_target: bool, body: int, cuts: list[int]
+) -> None:
+    """A request whose line and headers pass MAX_HEADER_BYTES is answered 400 and
+    closed, whether they arrive whole in one write or in pieces, padded in a long
+    target or spread over many headers; one within the cap is answered, its body
+    however long (only the line and headers count)."""
+    request = sized_request(size, headers, in_target, body)
+    with connect(port, "127.0.0.8") as connection:
+        connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        start = 0
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # refused early
+            for cut in sorted({cut for cut in cuts if cut < len(request)}):
+                connection.sendall(request[start:cut])
+                start = cut
+                time.sleep(0.01)
+            connection.sendall(request[start:])
+        answer = answer_until_closed(connection)
+    expected = b"HTTP/1.1 200" if size <= MAX_HEADER_BYTES else b"HTTP/1.1 400"
+    assert answer.startswith(expected)
 
 
 IPV6_HOSTS = st.integers(min_value=0, max_value=2**64 - 1)

@@ -68,8 +68,8 @@ def healthy(process: subprocess.Popen[str], base: str) -> httpx.Response:
 
 
 def test_serve_answers_healthz_and_signs_reviewers_in(tmp_path: Path) -> None:
-    """The served inbox is healthy, refuses a forged token and accepts a signed one;
-    Ctrl-C stops it."""
+    """The served inbox is healthy, refuses a forged token and accepts a signed one,
+    answers 400 to headers past 16 KiB that arrive whole; Ctrl-C stops it."""
     url = f"sqlite:///{tmp_path / 'threads.db'}"
     open_store(url).close()
     port = free_port()
@@ -84,6 +84,8 @@ def test_serve_answers_healthz_and_signs_reviewers_in(tmp_path: Path) -> None:
         )
         listed = httpx.get(f"{base}/api/reviews", headers={"Authorization": f"Bearer {token}"})
         assert (listed.status_code, listed.json()) == (200, [])
+        padded = httpx.get(f"{base}/healthz", headers={"X-Padding": "x" * (17 * 1024)})
+        assert padded.status_code == 400
     finally:
         stopped(process)
     assert process.returncode == 0

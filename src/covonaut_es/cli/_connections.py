@@ -1,15 +1,18 @@
 """The connection limits ``serve`` runs uvicorn with: slow or greedy clients must not
 exhaust the process's open files nor keep reviewers out.
 
-uvicorn bounds a request's header size (h11's incomplete-event size) and the idle time
-between requests (``timeout_keep_alive``), but nothing else: its keep-alive timer runs
-only after a response, every byte received resets it, and ``limit_concurrency`` answers
-503 only once a request's headers are complete, to reviewers and attackers alike. So
-:func:`guarded_protocol` extends uvicorn's h11 protocol with the two bounds it lacks
-(ADR 0035): a connection past the total or past its client address's share is answered
-503 and closed at once, and a request not wholly received within a deadline has its
-connection closed; so does a client that stops reading its answer for as long (its
-writes stalled: a slow read holds the connection at no cost to the client).
+uvicorn bounds the idle time between requests (``timeout_keep_alive``), but little
+else: its keep-alive timer runs only after a response, every byte received resets it,
+``limit_concurrency`` answers 503 only once a request's headers are complete, to
+reviewers and attackers alike, and h11's incomplete-event size bounds only a header
+block still arriving (one that arrives whole in a read is parsed whatever its size).
+So :func:`guarded_protocol` extends uvicorn's h11 protocol with the bounds it lacks
+(ADR 0035, ADR 0101): a connection past the total or past its client address's share is
+answered 503 and closed at once, a request not wholly received within a deadline has
+its connection closed, and so does a client that stops reading its answer for as long
+(its writes stalled: a slow read holds the connection at no cost to the client); a
+request whose line and headers pass :data:`MAX_HEADER_BYTES` is answered 400 and
+closed, however it arrived.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ REFUSAL = (
     b"Connection: close\r\nRetry-After: 1\r\n\r\n"
 )
 """What a connection past a limit is sent before it is closed."""
+MAX_HEADER_BYTES = 16 * 1024
+"""The largest request line and headers accepted, counted in bytes as received."""
 
 
 @attrs.frozen
@@ -107,10 +112,34 @@ def guarded_protocol(limits: ConnectionLimits) -> type[H11Protocol]:
     receiving = (h11.IDLE, h11.SEND_BODY)  # the client's request has not wholly arrived
     admission = Admission(limits)
 
+    class HeaderBoundedConnection(h11.Connection):
+        """h11's server side, refusing a request whose line and headers pass
+        :data:`MAX_HEADER_BYTES`: h11 itself bounds only a header block still arriving."""
+
+        def __init__(self) -> None:
+            super().__init__(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
+
+        def next_event(self) -> h11.Event | type[h11.NEED_DATA] | type[h11.PAUSED]:
+            if self.their_state is not h11.IDLE:  # no request line and headers to come
+                return super().next_event()
+            unread = len(self.trailing_data[0])
+            event = super().next_event()
+            if isinstance(event, h11.Request):
+                size = unread - len(self.trailing_data[0])  # what h11 read of the buffer
+                if size > MAX_HEADER_BYTES:
+                    msg = f"a request line and headers of {size} bytes, past {MAX_HEADER_BYTES}"
+                    # uvicorn answers h11's refusal 400 and closes the connection
+                    raise h11.RemoteProtocolError(msg, error_status_hint=431)
+            return event
+
     class GuardedH11Protocol(H11Protocol):
         admitted_as: str | None = None
         deadline: asyncio.TimerHandle | None = None
         stalled: asyncio.TimerHandle | None = None  # the client stopped reading its answer
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.conn = HeaderBoundedConnection()
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             client = client_host(transport)

@@ -7,8 +7,8 @@ and decrypts with the key ``--cipher-key-env`` names, and no other. Needs the ``
 extra.
 
 uvicorn runs with the bounds of :mod:`covonaut_es.cli._connections`: connections in all
-and per client address, and the time a request may take to arrive; the total is kept
-within the process's open-file limit.
+and per client address, the time a request may take to arrive and the size of its line
+and headers; the total is kept within the process's open-file limit.
 """
 
 from __future__ import annotations
@@ -42,8 +42,6 @@ connections accepted and not yet refused: the total of connections is at most th
 open-file limit less these."""
 KEEP_ALIVE_SECONDS = 5
 """How long an idle connection is kept open between two requests."""
-MAX_HEADER_BYTES = 16 * 1024
-"""The largest request line and headers accepted (h11's incomplete-event size)."""
 
 
 def add_serve_command(subcommands: Subcommands) -> None:
@@ -116,7 +114,6 @@ def serve(args: argparse.Namespace) -> int:
             ws="none",  # the inbox has none; an upgraded connection would leave the count
             backlog=BACKLOG,
             timeout_keep_alive=KEEP_ALIVE_SECONDS,
-            h11_max_incomplete_event_size=MAX_HEADER_BYTES,
             timeout_graceful_shutdown=2,
         )
         bound_host, bound_port = listening.getsockname()[:2]
