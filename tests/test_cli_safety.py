@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from covonaut_es import Store, Tool, create_cipher_key, open_store
-from covonaut_es._text import printable
+from covonaut_es._text import json_printable, printable, shows_nothing
 from covonaut_es.cli import main
 from covonaut_es.domain import thread_aggregate_id
 from covonaut_es.providers import ScriptedProvider
@@ -284,6 +284,31 @@ def test_printable_escapes_every_control_and_keeps_plain_text() -> None:
         "\\x1b[2J\\x07\\r\\n\\t\\x85\\x9b\\x7f\\u202e\\u2028"
     )
     assert printable("Grüße, 世界 😀 a b") == "Grüße, 世界 😀 a b"
+
+
+BLANKS = "\u115f\u1160\u3164\uffa0\u2800\u034f\u17b4\u180b\ufe0f\U000e0100\u2065\ufff0"
+"""Characters Python calls printable that show nothing: Hangul fillers, the Braille
+blank, default-ignorable marks, reserved default-ignorable code points."""
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(BLANKS)
+        | st.characters(categories=("Cc", "Cf", "Zs", "Zl", "Zp", "Co", "Cn"))
+        | st.characters(codec="utf-8"),
+        max_size=12,
+    ).map("".join)
+)
+def test_what_shows_nothing_is_escaped_in_text_and_json(text: str) -> None:
+    """Text and JSON shown to a person hold no character that shows nothing (ASCII's
+    space aside), nor a private-use or unassigned one, and the JSON holds the same
+    value."""
+    for shown in (printable(text), json_printable(json.dumps(text, ensure_ascii=False))):
+        assert all(char == " " or (char.isprintable() and not shows_nothing(char))
+                   for char in shown), shown  # fmt: skip
+    assert json.loads(json_printable(json.dumps(text, ensure_ascii=False))) == text
+    assert printable("bob\u3164\u2800\u00a0") == "bob\\u3164\\u2800\\xa0"
 
 
 def test_a_cipher_key_without_the_encryption_extra_names_the_extra(url: str) -> None:

@@ -4,6 +4,7 @@ the security headers, a TLS proxy in front, and a second sign-in in the same bro
 from __future__ import annotations
 
 import html
+import itertools
 import json
 import re
 from collections.abc import Iterator
@@ -193,6 +194,65 @@ def test_the_edit_box_shows_invisible_characters_as_json_escapes(store: Store) -
         assert char not in box
     assert "\\u202e" in box and "\\udb40\\udc01" in box
     assert json.loads(html.unescape(box.split(">", 1)[1])) == review["arguments"]
+
+
+SHOWS_NOTHING = (
+    "\u115f\u1160\u3164\uffa0\u2800"  # Hangul fillers, the Braille blank
+    "\u034f\u17b4\u17b5\u180b\u180f\ufe00\ufe0f\U000e0100\U000e01ef"  # ignorable marks
+    "\u00a0\u2007\u3000\u200b\u2060\ufeff\u00ad\u202e\u2028\u0085"  # spaces, formats
+    "\u2065\ufff0\U000e0001\U000e0fff"  # reserved default-ignorable code points
+)
+"""Characters that show nothing wherever they stand, by name; sampled from their
+categories too."""
+HIDDEN = st.sampled_from(SHOWS_NOTHING) | st.characters(
+    categories=("Cc", "Cf", "Zs", "Zl", "Zp", "Co"), exclude_characters=" "
+)
+ORDINARY = st.sampled_from("ab19\\u ")
+"""Ordinary text, the backslash and ``u`` of an escape's spelling among it."""
+_stores = itertools.count()
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    base=st.text(ORDINARY, min_size=1, max_size=4),
+    hidden=st.lists(HIDDEN, min_size=1, max_size=3),
+    at=st.integers(min_value=0, max_value=4),
+    value=st.lists(ORDINARY | HIDDEN, max_size=8).map("".join),
+    glyph=st.sampled_from("\u115f\u3164\uffa0\u2800\u034f\ufe0f"),
+)
+def test_what_shows_nothing_is_shown_escaped_and_no_two_keys_look_alike(
+    base: str, hidden: list[str], at: int, value: str, glyph: str
+) -> None:
+    """Arguments mixing ordinary text with characters that show nothing (a Hangul
+    filler, the Braille blank, a variation selector, a space other than ASCII's, a
+    format or private-use character), in a thread whose id holds one: the inbox's rows
+    and the review page show none of those characters raw, its arguments and edit box
+    show two keys that differ by one of them (or by its escape's spelling) differently,
+    and the edit box parses back to the arguments."""
+    thread = f"shown{glyph}"
+    sneaked = base[:at] + "".join(hidden) + base[at:]
+    spelt = base[:at] + json.dumps("".join(hidden))[1:-1] + base[at:]
+    arguments = {base: 1, sneaked: 1_000_000, spelt: 2, "amount": 40, "to": value}
+    raw = json.dumps(arguments, ensure_ascii=False)
+    with open_store(f"memory://shown-{next(_stores)}") as store:
+        make_agent(store, [call(("c1", "pay", raw))], [], thread_id=thread).run("pay")
+        with inbox_client(store) as client:
+            current(client)
+            sign_in(client, ALICE)
+            rows = client.get("/rows", params={"thread": thread}).text
+            (review,) = client.get("/api/reviews", headers=bearer()).json()
+            page = client.get("/review", params={"id": review["review_id"], "thread": thread})
+    page = page.text
+    drawn = {char for char in thread + raw if char in SHOWS_NOTHING or char in [*hidden, *value]}
+    drawn -= set("ab19\\u ")
+    for text in (rows, page):
+        shown = html.unescape(re.sub(r'<input type="hidden"[^>]*>', "", text))  # posted back
+        assert not drawn & set(shown), [hex(ord(c)) for c in drawn & set(shown)]
+    (pre,) = re.findall(r'<pre class="arguments full" id="arguments"[^>]*>(.*?)</pre>', page, re.S)
+    keys = re.findall(r'^  "(.*)": ', html.unescape(pre), flags=re.M)
+    assert len(set(keys)) == len(arguments)
+    box = page.split('id="edited-arguments"')[1].split("</textarea>")[0]
+    assert json.loads(html.unescape(box.split(">", 1)[1])) == arguments
 
 
 def test_depth_check_is_linear_on_unterminated_strings() -> None:

@@ -31,11 +31,11 @@ from covonaut_es import (
     create_cipher_key,
     open_store,
 )
+from covonaut_es._text import is_blank
 from covonaut_es.domain import AgentThread, PauseKind, ToolOutcome
 from covonaut_es.errors import CovonautError, ToolCallsInDoubtError
 from covonaut_es.runtime import running_calls
 from covonaut_es.service import Settlement, ThreadService, pause_token, review_submission
-from covonaut_es.service._submissions import is_blank
 from support import answer, call, ticking_clock
 from test_service import RITA, VERIFIER
 

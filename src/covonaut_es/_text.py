@@ -2,12 +2,17 @@
 
 Thread ids, model messages, tool names and arguments come from outside the process:
 printed raw, an escape sequence in them can set the window title or clear the screen,
-a newline can forge a table row, and a bidirectional override can make a page show
-other text than is stored. :func:`printable` renders every character that
-could do so as a visible escape (``\\x1b``, ``\\n``), so a line stays one line and
-shows what is stored. JSON text needs the same: msgspec escapes only the C0 controls
-and leaves a bidirectional override, a C1 control or a line separator raw, so
-:func:`json_printable` writes those as JSON escapes, which decode to the same value.
+a newline can forge a table row, a bidirectional override can make a page show other
+text than is stored, and a character that shows nothing (a Hangul filler, the Braille
+blank, a variation selector) makes ``"bob\\u3164"`` read as ``"bob"`` and two keys as
+one. :func:`printable` renders every character that could do so as a visible escape
+(``\\x1b``, ``\\n``, ``\\u3164``), so a line stays one line and shows what is stored.
+JSON text needs the same: msgspec escapes only the C0 controls and leaves a
+bidirectional override, a C1 control or a line separator raw, so :func:`json_printable`
+writes those as JSON escapes, which decode to the same value.
+
+:func:`shows_nothing` is the one rule of what shows nothing: these escapes use it, and
+:func:`is_blank` (a reason, an answer, a reviewer id that shows nothing is refused).
 """
 
 from __future__ import annotations
@@ -16,21 +21,66 @@ import unicodedata
 
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
-_UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
-"""Control characters (C0, DEL, C1), format characters (bidirectional overrides that
-reorder what the terminal shows), lone surrogates and the Unicode line separators."""
+_INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zs", "Zl", "Zp"})
+"""Control characters (C0, DEL, C1), format characters (zero-width space, word joiner,
+byte order mark, bidirectional overrides that reorder what is shown), lone surrogates,
+spaces (U+00A0, U+3000) and the Unicode line separators."""
+
+_BLANK_GLYPHS = frozenset("\u115f\u1160\u3164\uffa0\u2800")
+"""Letters and a symbol drawn as empty space: the Hangul fillers and the Braille blank."""
+
+_IGNORABLE_MARKS = frozenset(
+    "\u034f\u17b4\u17b5\u180b\u180c\u180d\u180f\U00016fe4"
+    + "".join(map(chr, range(0xFE00, 0xFE10)))
+)
+"""Combining marks Unicode makes default-ignorable, drawn as nothing even after a letter:
+the combining grapheme joiner, the Khmer inherent vowels, the Mongolian free variation
+selectors, the Khitan filler and the variation selectors (VS17 to VS256 are in the
+reserved plane-14 block below)."""
+
+_MARKS = frozenset({"Mn", "Mc", "Me"})
+
+
+def shows_nothing(char: str) -> bool:
+    """Whether ``char`` shows nothing wherever it stands: a space or separator (ASCII's
+    included), a control or format character, a lone surrogate, a letter or symbol
+    drawn as empty space, a default-ignorable combining mark, or a code point Unicode
+    reserves as default-ignorable. Other combining marks show on the character before."""
+    code = ord(char)
+    return (
+        unicodedata.category(char) in _INVISIBLE_CATEGORIES
+        or char in _BLANK_GLYPHS
+        or char in _IGNORABLE_MARKS
+        or code == 0x2065  # reserved default-ignorable code points
+        or 0xFFF0 <= code <= 0xFFF8
+        or 0xE0000 <= code <= 0xE0FFF
+    )
+
+
+def is_blank(text: str) -> bool:
+    """Whether ``text`` shows nothing: it is empty, or holds only characters that
+    :func:`shows_nothing` and combining marks with nothing to combine with."""
+    return all(shows_nothing(char) or unicodedata.category(char) in _MARKS for char in text)
+
+
+def _hidden(char: str) -> bool:
+    """Whether ``char`` is written as an escape for a person to see it: it shows nothing
+    (ASCII's space aside), or is no printable character (a private-use or unassigned
+    code point, which a font may draw as anything or nothing)."""
+    return char != " " and (shows_nothing(char) or not char.isprintable())
 
 
 def printable(text: str) -> str:
-    """``text`` with every control, format and line-separating character shown as an
-    escape (``\\x1b``, ``\\n``, ``\\u202e``); plain text comes back unchanged."""
-    if text.isprintable():
+    """``text`` with every character that shows nothing, controls and line separators
+    among them, and every private-use or unassigned one shown as an escape (``\\x1b``,
+    ``\\n``, ``\\u202e``, ``\\u3164``); plain text comes back unchanged."""
+    if text.isascii() and text.isprintable():
         return text  # the common case, checked in C
     return "".join(_escaped(char) for char in text)
 
 
 def _escaped(char: str) -> str:
-    if unicodedata.category(char) not in _UNSAFE_CATEGORIES:
+    if not _hidden(char):
         return char
     if char in _NAMED:
         return _NAMED[char]
@@ -48,13 +98,13 @@ def json_printable(text: str) -> str:
     Such a character can only stand inside a JSON string (JSON's whitespace is ASCII),
     where its escape means the character itself.
     """
-    if text.isprintable():
+    if text.isascii() and text.isprintable():
         return text
     return "".join(_json_escaped(char) for char in text)
 
 
 def _json_escaped(char: str) -> str:
-    if unicodedata.category(char) not in _UNSAFE_CATEGORIES:
+    if not _hidden(char):
         return char
     code = ord(char)
     if code <= 0xFFFF:

@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
+from covonaut_es._text import json_printable
 from covonaut_es.domain import PauseKind, ThreadStatus, canonical_json
 from covonaut_es.errors import (
     CovonautError,
@@ -425,13 +426,11 @@ def _seconding(item: ReviewItem) -> str:
 
 
 def _editable_json(value: Any) -> str:
-    """``value`` as indented JSON, its invisible and line-breaking characters (a
-    bidirectional override, a C1 control) written as JSON escapes: the edit box then
-    shows what is stored, and parses back to exactly it."""
+    """``value`` as indented JSON, each line through :func:`json_printable`: what shows
+    nothing (a Hangul filler, a bidirectional override, a C1 control) is written as a
+    JSON escape, so the edit box shows what is stored and parses back to exactly it."""
     text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
-    return "".join(
-        char if char.isprintable() or char == "\n" else json.dumps(char)[1:-1] for char in text
-    )
+    return "\n".join(json_printable(line) for line in text.split("\n"))
 
 
 def _next_review(

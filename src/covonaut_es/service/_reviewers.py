@@ -21,8 +21,8 @@ from typing import Any, Protocol, runtime_checkable
 import attrs
 import msgspec
 
+from covonaut_es._text import is_blank
 from covonaut_es.errors import ConfigurationError, ReviewerNotVerifiedError
-from covonaut_es.service._submissions import is_blank
 
 # Reviewers --------------------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ import attrs
 
 from covonaut_es._arguments import check_instance, check_text
 from covonaut_es._clock import AwareClock
+from covonaut_es._text import is_blank
 from covonaut_es.domain import (
     AgentThread,
     Decision,
@@ -45,7 +46,6 @@ from covonaut_es.service._runs import RunSession
 from covonaut_es.service._submissions import (
     Action,
     ReviewSubmission,
-    is_blank,
     is_text,
     person_text,
     review_submission,

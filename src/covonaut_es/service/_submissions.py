@@ -14,26 +14,18 @@ from __future__ import annotations
 
 import enum
 import json
-import unicodedata
 from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
 from covonaut_es._strict_json import JsonRefused, Wording, strict_loads
+from covonaut_es._text import is_blank
 from covonaut_es.errors import InvalidDecisionError
 from covonaut_es.tools import MAX_ARGUMENTS_DEPTH, json_depth
 
 MAX_TEXT_CHARS = 10_000
 """The longest comment, reason, answer or result a person may submit."""
-
-_SHOWS_NOTHING = frozenset({"Cc", "Cf", "Cs", "Mn", "Mc", "Me", "Zs", "Zl", "Zp"})
-"""The categories of characters that show nothing alone: controls, format characters
-(zero-width space, word joiner, byte order mark, bidirectional marks), combining marks
-without a letter to sit on, and spaces and separators (U+00A0, U+3000)."""
-
-_BLANK_GLYPHS = frozenset("\u115f\u1160\u3164\uffa0\u2800")
-"""Letters and a symbol drawn as empty space: the Hangul fillers and the Braille blank."""
 
 
 class Action(enum.StrEnum):
@@ -178,27 +170,6 @@ def person_text(value: object, name: str, *, required: bool = False) -> str:
         )
         raise InvalidDecisionError(msg)
     return value
-
-
-def is_blank(text: str) -> bool:
-    """Whether ``text`` shows nothing: it is empty, or holds only whitespace, control
-    and format characters (U+200B, U+2060, U+FEFF), combining marks with nothing to
-    combine with, separators (U+00A0, U+3000), characters drawn as empty space (the
-    Hangul fillers, the Braille blank) or the code points Unicode reserves as ignorable.
-    What :func:`person_text` refuses where a text is required, on every surface."""
-    return all(_shows_nothing(char) for char in text)
-
-
-def _shows_nothing(char: str) -> bool:
-    code = ord(char)
-    return (
-        char.isspace()
-        or char in _BLANK_GLYPHS
-        or unicodedata.category(char) in _SHOWS_NOTHING
-        or code == 0x2065  # reserved default-ignorable code points
-        or 0xFFF0 <= code <= 0xFFF8
-        or 0xE0000 <= code <= 0xE0FFF
-    )
 
 
 def json_object(value: object, what: str, *, as_text: bool = True) -> dict[str, Any]:
