@@ -14,6 +14,7 @@ import pytest
 
 from covonaut_es import AgentThread, HmacReviewerVerifier, ReviewPolicy, Store, open_store
 from covonaut_es.domain import ReviewLimit
+from covonaut_es.projections._paging import QueueKey, encode_cursor
 from inbox_support import HOSTILE, current, free_port, inbox_client, sign_in
 from support import call
 from test_approvals import make_agent
@@ -81,6 +82,20 @@ def test_each_reviewer_sees_only_the_reviews_they_may_decide(store: Store) -> No
         assert "5000" not in page.text
         status = client.get("/review/status", params={"id": guarded, "thread": "t"})
         assert status.status_code == 404
+
+
+def test_a_cursor_a_client_made_up_only_places_the_page(store: Store) -> None:
+    """A cursor is not signed: one a client made up in the form a page gives, before
+    every review, is accepted, and the page it starts holds only the reviews the
+    reviewer may see, as the first page does."""
+    guarded, plain = paused_on(store, "t", GUARDED), paused_on(store, "u", None)
+    made_up = encode_cursor(QueueKey("2000-01-01T00:00:00+00:00", "a", "a"))
+    with inbox_client(store) as client:
+        current(client)
+        for token, expected in ((NO_SCOPE, {plain}), (PAYMENTS, {plain, guarded})):
+            page = client.get("/api/reviews", params={"after": made_up}, headers=bearer(token))
+            assert page.status_code == 200, page.text
+            assert {r["review_id"] for r in page.json()} == expected
 
 
 def test_the_review_page_offers_only_the_allowed_forms_and_shows_the_text_as_text(
