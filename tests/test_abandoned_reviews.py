@@ -32,9 +32,9 @@ from covonaut_es.agui._events import interrupts
 from covonaut_es.errors import ThreadAbandonedError, ThreadStateError
 from covonaut_es.runtime._results import waiting_in
 from covonaut_es.service import ThreadService, review_submission
-from inbox_support import in_doubt, paused_on_tool
+from inbox_support import in_doubt, inbox_client, paused_on_tool, sign_in
 from support import answer, call, ticking_clock
-from test_approvals import make_agent, paused_on_review
+from test_approvals import ALICE, make_agent, paused_on_review
 
 OBJECT: dict[str, Any] = {"type": "object"}
 VERIFIER = HmacReviewerVerifier(secrets.token_bytes(32))
@@ -232,6 +232,7 @@ def waiting_as_each_reader_shows_it(store: Store, thread_id: str) -> dict[str, o
         queued = [item for item in queue.pending() if item.thread_id == thread_id]
     queue.close()
     return {
+        "inbox review": inbox_reviews_offered(store, thread_id),
         "Agent.pending_reviews": agent.pending_reviews,
         "Agent.awaiting_person": agent.awaiting_person,
         "ThreadState.awaiting_person": state.awaiting_person,
@@ -241,6 +242,21 @@ def waiting_as_each_reader_shows_it(store: Store, thread_id: str) -> dict[str, o
         "reviewer queue": queued,
         "a run's result": waiting_in(store.load(thread_id)),
     }
+
+
+def inbox_reviews_offered(store: Store, thread_id: str) -> tuple[str, ...]:
+    """The thread's reviews that the inbox's review API calls pending and whose page
+    offers a decision."""
+    offered = []
+    with inbox_client(store) as client:
+        sign_in(client, ALICE)
+        for review in store.load(thread_id).reviews.reviews:
+            named = {"id": review.request.review_id, "thread": thread_id}
+            shown = client.get(f"/api/reviews/{named['id']}", params={"thread": thread_id})
+            page = client.get("/review", params=named).text
+            if shown.json()["status"] == "pending" and 'id="approve-form"' in page:
+                offered.append(review.request.review_id)
+    return tuple(offered)
 
 
 @pytest.mark.parametrize("kind", sorted(PAUSING))
@@ -255,7 +271,8 @@ def test_every_reader_shows_a_thread_given_up_waiting_for_nobody(
     thread_id = "t" if given_up == "thread" else store.fork("t", new_thread_id="f")
     before = waiting_as_each_reader_shows_it(store, thread_id)
     shown = {name for name, waiting in before.items() if waiting}
-    assert shown == set(before) - ({"Agent.pending_reviews"} if kind != "review" else set())
+    reviews_only = {"Agent.pending_reviews", "inbox review"}
+    assert shown == set(before) - (reviews_only if kind != "review" else set())
     store.abandon(thread_id, "given up")
     after = waiting_as_each_reader_shows_it(store, thread_id)
     assert after == {

@@ -433,6 +433,23 @@ def test_a_content_length_that_is_no_ascii_number_is_refused_as_missing(
     assert decisions(store, "t") == []
 
 
+@pytest.mark.parametrize("number", ["\u0663", "+3", "1_0", " 2 ", "9" * 5000, "-1", ""])
+def test_a_page_number_that_is_no_ascii_number_shows_the_first_page(
+    store: Store, number: str
+) -> None:
+    """``?page=`` is read as every number from outside is (``whole_number``): another
+    script's digit, a sign, an underscore or spaces, which ``int`` took, give the first
+    page."""
+    for index in range(51):  # two pages of 50
+        paused(store, f"t{index}", [], [])
+    with inbox_client(store) as client:
+        current(client)
+        sign_in(client, ALICE)
+        shown = client.get("/", params={"page": number})
+        assert shown.status_code == 200
+        assert "51 pending · page 1 of 2" in shown.text
+
+
 def test_the_inbox_filters_sorts_and_pages(store: Store) -> None:
     """Filters by thread and tool, oldest or newest first, a page at a time."""
     for thread_id in ("first", "second", "third"):

@@ -25,7 +25,6 @@ from covonaut_es.domain import (
     ReviewDecision,
     ReviewRules,
     ThreadState,
-    ThreadStatus,
     may_decide,
 )
 from covonaut_es.errors import (
@@ -289,11 +288,7 @@ class ReviewDesk:
         only = QueueFilter(thread_id=found.thread_id, kind=PauseKind.REVIEW)
         in_thread = self.queue.page(only=only).items
         queued = next((item for item in in_thread if item.review_id == review_id), None)
-        return ReviewItem.recorded(found.review, found.thread_id, queued)
-
-    def thread_status(self, thread_id: str) -> ThreadStatus:
-        """Where the thread stands now, as it records it."""
-        return self.store.state_at(thread_id).status
+        return ReviewItem.recorded(found, queued)
 
     def messages(self, thread_id: str, *, reviewer: Reviewer) -> tuple[Message, ...] | None:
         """The thread's last messages, for context; None when they are hidden from

@@ -16,7 +16,6 @@ from covonaut_es.domain import (
     Pause,
     PauseKind,
     PendingToolCall,
-    Review,
     ReviewDecision,
     ReviewRules,
     ThreadTree,
@@ -27,7 +26,7 @@ from covonaut_es.domain import (
 from covonaut_es.domain._reviews import DEFAULT_RULES, review_reason
 from covonaut_es.messages import Message
 from covonaut_es.projections import PendingReview, tool_json
-from covonaut_es.service import Reviewer
+from covonaut_es.service import FoundReview, Reviewer
 
 _FORMS = {Decision.APPROVED: "approve", Decision.REJECTED: "reject", Decision.RESPONDED: "respond"}
 """The review page's form of each decision."""
@@ -58,6 +57,7 @@ class ReviewItem:
     rules: ReviewRules = DEFAULT_RULES
     approvals: tuple[ReviewDecision, ...] = ()
     run_on_approval: bool = False
+    given_up: bool = False
 
     @classmethod
     def pending(cls, item: PendingReview) -> ReviewItem:
@@ -81,9 +81,11 @@ class ReviewItem:
         )
 
     @classmethod
-    def recorded(cls, review: Review, thread_id: str, queued: PendingReview | None) -> ReviewItem:
+    def recorded(cls, found: FoundReview, queued: PendingReview | None) -> ReviewItem:
         """From a thread's own record of a review (pending or decided), with the time
-        the queue item (if still queued) says it was asked for."""
+        the queue item (if still queued) says it was asked for; ``given_up`` when its
+        thread was abandoned before anyone decided it."""
+        review, thread_id = found.review, found.thread_id
         request = review.request
         return cls(
             review_id=request.review_id,
@@ -101,6 +103,7 @@ class ReviewItem:
             rules=request.rules or DEFAULT_RULES,
             approvals=review.approvals,
             run_on_approval=request.run_on_approval,
+            given_up=review.pending and not found.awaiting,
         )
 
     def actions(self, reviewer: Reviewer) -> frozenset[str]:
@@ -109,7 +112,7 @@ class ReviewItem:
         them (none once decided). Only what is offered: the decision is checked when it
         is recorded."""
         rules = self.rules
-        if self.decision is not None or not may_decide(rules, reviewer.scopes):
+        if self.decision is not None or self.given_up or not may_decide(rules, reviewer.scopes):
             return frozenset()
         actions = {_FORMS[decision] for decision in rules.decisions}
         if "approve" in actions and any(
@@ -131,7 +134,7 @@ class ReviewItem:
             "reason": self.reason,
             "digest": self.digest,
             "requested_at": self.requested_at.isoformat() if self.requested_at else None,
-            "status": "pending" if decision is None else str(decision.decision),
+            "status": self._status(),
             "decision": None if decision is None else decision_json(decision),
             "server": None if self.tool is None else tool_json(self.tool),
             "tool_changed": self.tool_changed,
@@ -147,6 +150,11 @@ class ReviewItem:
             },
             "approvals": [decision_json(a) for a in self.approvals],
         }
+
+    def _status(self) -> str:
+        if self.decision is not None:
+            return str(self.decision.decision)
+        return "given up" if self.given_up else "pending"
 
 
 def decision_json(decision: ReviewDecision) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from covonaut_es._text import json_printable
+from covonaut_es._text import json_printable, whole_number
 from covonaut_es.domain import PauseKind, ThreadStatus, canonical_json
 from covonaut_es.errors import (
     CovonautError,
@@ -181,10 +181,7 @@ def page_routes(inbox: Inbox) -> list[Route]:
 
     def listing(request: Request, reviewer: Reviewer) -> dict[str, Any]:
         query = request.query_params
-        try:
-            number = max(1, int(query.get("page", "1")))
-        except ValueError:
-            number = 1
+        number = max(1, whole_number(query.get("page", "1"), most_digits=9) or 1)
         kind = query.get("kind", "")
         filters = {
             "thread": query.get("thread", ""),
@@ -468,7 +465,7 @@ def _review_status(
     item: ReviewItem = inbox.desk.review(review_id, thread_id, reviewer=reviewer)
     if item.decision is not None:
         state = "decided"
-    elif inbox.desk.thread_status(item.thread_id) is ThreadStatus.ABANDONED:
+    elif item.given_up:
         state = "abandoned"
     else:
         return {"state": "pending", "decision": None, "next_review": None}

@@ -78,10 +78,14 @@ class FoundReview:
         thread_id: The thread that holds it (for a review a fork inherited pending, the
             fork it is pending in).
         review: The review as that thread records it now.
+        awaiting: Whether a person can still decide it (the thread's
+            ``reviews_awaiting`` holds it): False once decided, or once the thread is
+            abandoned.
     """
 
     thread_id: str
     review: Review
+    awaiting: bool
 
 
 @attrs.frozen
@@ -206,7 +210,7 @@ class ThreadService:
         review = thread.reviews.get(review_id)
         if review is None:
             raise self._no_review(review_id, thread.thread_id)
-        return FoundReview(thread.thread_id, review)
+        return FoundReview(thread.thread_id, review, review in thread.reviews_awaiting)
 
     def decide(
         self,
