@@ -13,17 +13,20 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from covonaut_es import AgentThread, Message, ReviewQueue, Role, Store, open_store
-from covonaut_es.errors import ForeignSchemaError
+import worker_app
+from covonaut_es import AgentThread, Message, ReviewQueue, Role, Store, Worker, open_store
+from covonaut_es.errors import CovonautError, ForeignSchemaError
 from shop_app import NOW, Shop
 from test_embedded_tools import (
     _postgres,
@@ -34,6 +37,7 @@ from test_embedded_tools import (
     shop_env,
     tables,
 )
+from test_workers import agent, decide, pause, payments
 
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
@@ -395,3 +399,119 @@ def test_a_save_killed_at_any_moment_leaves_events_and_anchor_alike(where: str) 
         assert report.ok, report.findings
         assert report.notes == ()
     assert stored > 1
+
+
+# A save stores exactly its rows or fails whole (ADR 0109): a trigger that drops an
+# insert (or, on PostgreSQL, changes its row's id) makes each writing command raise.
+
+_WRITTEN = {
+    "sqlite": ("stored_events", "stored_events_heads", "stored_events_leases"),
+    "postgres": ("covonaut_events", "covonaut_events_heads", "covonaut_events_leases"),
+}
+_DROPS = ("drop", "negative id", "same id")  # the last two change a row of PostgreSQL's log
+
+
+def _intercept(url: str, table: str, how: str) -> None:
+    """A trigger on ``table`` that drops each insert, or gives the row another id."""
+    if url.startswith("sqlite"):
+        with contextlib.closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as db, db:
+            db.execute(
+                f"CREATE TRIGGER intercept BEFORE INSERT ON {table} BEGIN SELECT RAISE(IGNORE); END"
+            )
+        return
+    body = {
+        "drop": "RETURN NULL;",
+        "negative id": "NEW.notification_id := -NEW.notification_id; RETURN NEW;",
+        "same id": "NEW.notification_id := 1; RETURN NEW;",
+    }[how]
+
+    with psycopg.connect(url, autocommit=True) as db:
+        db.execute(
+            "CREATE OR REPLACE FUNCTION intercept() RETURNS trigger LANGUAGE plpgsql AS "
+            f"$$ BEGIN {body} END $$"
+        )
+        db.execute(f"DROP TRIGGER IF EXISTS intercept ON {table}")
+        db.execute(
+            f"CREATE TRIGGER intercept BEFORE INSERT ON {table} "
+            "FOR EACH ROW EXECUTE FUNCTION intercept()"
+        )
+
+
+def _command(store: Store, command: str, ledger: Path) -> None:
+    """Run ``command`` of the worker tests' application on ``store``."""
+
+    if command == "run":
+        agent(store, "new").run("Pay 5.")
+    elif command == "decide":
+        decide(store, "paused")
+    elif command == "fork":
+        store.fork("paused", at_version=1, new_thread_id="forked")
+    else:  # a worker's step of the approved thread
+        done = threading.Event()
+        failed: list[BaseException] = []
+
+        def step() -> None:
+            try:
+                Worker(store, worker_app.make_config).run(once=True)
+            except BaseException as exc:
+                failed.append(exc)
+            done.set()
+
+        threading.Thread(target=step, daemon=True).start()
+        assert done.wait(30), "the worker's step never ended"
+        if failed:
+            raise failed[0]
+
+
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    table=st.integers(0, 2),
+    how=st.sampled_from(_DROPS),
+    command=st.sampled_from(("run", "decide", "worker", "fork")),
+)
+def test_a_write_a_trigger_drops_or_changes_fails_whole(
+    backend: str,
+    table: int,
+    how: str,
+    command: str,
+    tmp_path_factory: pytest.TempPathFactory,
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A trigger that drops the inserts of a table a write makes (the log, the heads,
+    the leases), or changes the id of a row of the log: each command that writes the
+    table raises a CovonautError and stores nothing; a worker's step ends, its failure
+    logged, with the thread as it was; no payment runs."""
+
+    tmp = tmp_path_factory.mktemp("dropped")
+    if backend == "sqlite":
+        url = f"sqlite:///{tmp / 'threads.db'}"
+    else:
+        url = str(request.getfixturevalue("postgres_database"))
+
+        with psycopg.connect(url, autocommit=True) as db:  # each example on a fresh store
+            db.execute("DROP SCHEMA public CASCADE")
+            db.execute("CREATE SCHEMA public")
+    ledger = tmp / "ledger"
+    monkeypatch.setenv("WORKER_TEST_LEDGER", str(ledger))
+    with open_store(url) as store:
+        pause(store, "paused")
+        if command == "worker":
+            decide(store, "paused")
+        before = {t: store.load(t).version for t in store.thread_ids()}
+        name = _WRITTEN[backend][table]
+        _intercept(url, name, how if name.endswith("_events") else "drop")
+        try:
+            _command(store, command, ledger)
+        except CovonautError:
+            assert {t: store.load(t).version for t in store.thread_ids()} == before
+        else:  # a worker logs its step's failure; decide and fork take no lease
+            assert command == "worker" or (name.endswith("_leases") and command != "run")
+        if command == "worker":
+            assert {t: store.load(t).version for t in store.thread_ids()} == before
+    assert payments(ledger) == {}

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from eventsourcing.persistence import (
     ConnectionUnavailableError,
@@ -51,3 +51,37 @@ def database_errors_typed(where: str, unsaved: str) -> Iterator[None]:
             "(a full disk once it has room)"
         )
         raise StoreUnavailableError(msg) from exc
+
+
+def require_stored(table: str, stored: int, given: int, ids: Sequence[int] = ()) -> None:
+    """Refuse a write whose statement did not store exactly the rows it was given.
+
+    Raised inside the write's transaction, so that it is rolled back whole: a trigger
+    or rule that drops an insert (or changes its row) would else let a save report
+    success with nothing stored (ADR 0109).
+
+    Args:
+        table: The table the statement wrote.
+        stored: The rows the database says the statement stored.
+        given: The rows the statement was given.
+        ids: The notification ids the statement returned, if it writes the log: each
+            must be positive and distinct.
+
+    Raises:
+        StoreUnavailableError: Another number of rows was stored, or an id is not
+            positive or repeats another.
+    """
+    if ids and (any(i < 1 for i in ids) or len(set(ids)) < len(ids)):
+        raise not_stored(table, f"ids {sorted(ids)}", given)
+    if stored != given:
+        raise not_stored(table, f"{stored} rows", given)
+
+
+def not_stored(table: str, found: str, given: int) -> StoreUnavailableError:
+    """The error of a write whose ``table`` stored ``found`` for ``given`` rows."""
+    msg = (
+        f"table {table!r} stored {found} for the {given} rows a write gave it (a trigger "
+        "or rule on the table drops or changes its inserts): nothing was saved; remove "
+        "what intercepts the table's inserts"
+    )
+    return StoreUnavailableError(msg)

@@ -11,12 +11,13 @@ from uuid import UUID
 import msgspec
 from eventsourcing.persistence import InterfaceError, OperationalError, StoredEvent
 from eventsourcing.utils import retry
-from psycopg.sql import SQL, Identifier
+from psycopg.sql import SQL, Identifier, Literal
 
 from covonaut_es.errors import LeaseLostError
 from covonaut_es.store._backends._postgres_leases import lock_ids
 from covonaut_es.store._backends._postgres_rows import encode_json, rows_json, select_rows
 from covonaut_es.store._heads import Fence, Head, heads_table, lease_lost, lease_table
+from covonaut_es.store._write_errors import not_stored
 
 SESSION_HOLDS_LOCK = (
     "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND pid = %s "
@@ -29,9 +30,19 @@ _HEADS_LOCK_KEY = 0x68656164  # "head": serializes the head tables' creation
 _LEASE_LOST = "covonaut lease lost"
 """Starts the message the insert function raises for a fence that no longer stands."""
 
+_NOT_STORED = "covonaut rows not stored"
+"""Starts the message the insert function raises for a table that stored other rows
+than it was given: the table, the rows stored, the rows given."""
 
-def lease_lost_in(exc: Exception, fences: Sequence[Fence]) -> Exception:
-    """A :class:`LeaseLostError` for the insert function's refusal; else ``exc``."""
+
+def refusal_in(exc: Exception, fences: Sequence[Fence]) -> Exception:
+    """A typed error for the insert function's refusal (a :class:`LeaseLostError`, or
+    a :class:`StoreUnavailableError` for a table that stored other rows than the call
+    gave it); else ``exc``."""
+    if _NOT_STORED in str(exc):
+        said = str(exc).partition(_NOT_STORED + ": ")[2].splitlines()[0]
+        table, stored, given = said.rsplit(" ", 2)
+        return not_stored(table, f"{stored} rows", int(given))
     if isinstance(exc, LeaseLostError) or _LEASE_LOST not in str(exc):
         return exc
     problem = str(exc).partition(_LEASE_LOST + ": ")[2].splitlines()[0]
@@ -130,6 +141,8 @@ def insert_function_call(recorder: Any, *, create: bool) -> str | None:
                     schema=schema,
                     events=Identifier(recorder.events_table_name),
                     heads=Identifier(heads_table(recorder)),
+                    heads_name=Literal(heads_table(recorder)),
+                    events_name=Literal(recorder.events_table_name),
                     leases=Identifier(lease_table(recorder)),
                     rows=select_rows(SQL("events"), recorder.datastore.originator_id_type),
                     channel=Identifier(recorder.channel_name),
@@ -161,6 +174,8 @@ DECLARE
     fence record;
     head record;
     held bigint;
+    stored bigint;
+    ids bigint[];
 BEGIN
     PERFORM set_config('lock_timeout', timeout, true);
     LOCK TABLE {schema}.{events} IN EXCLUSIVE MODE;
@@ -200,10 +215,24 @@ BEGIN
             AS h(originator_id uuid, version bigint, chain text)
         ON CONFLICT (originator_id) DO UPDATE
         SET version = EXCLUDED.version, chain = EXCLUDED.chain;
-    RETURN QUERY INSERT INTO {schema}.{events}
-        (originator_id, originator_version, topic, state)
+    -- A trigger or rule may drop or change a row: the call stores exactly its rows or
+    -- fails whole (ADR 0109).
+    GET DIAGNOSTICS stored = ROW_COUNT;
+    IF stored <> json_array_length(heads) THEN
+        RAISE EXCEPTION 'covonaut rows not stored: % % %',
+            {heads_name}, stored, json_array_length(heads);
+    END IF;
+    WITH inserted AS (
+        INSERT INTO {schema}.{events} (originator_id, originator_version, topic, state)
         {rows}
-        RETURNING notification_id;
+        RETURNING notification_id
+    ) SELECT array_agg(notification_id ORDER BY notification_id) INTO ids FROM inserted;
+    SELECT count(DISTINCT i) FILTER (WHERE i > 0) INTO stored FROM unnest(ids) AS i;
+    IF stored <> json_array_length(events) OR cardinality(ids) <> stored THEN
+        RAISE EXCEPTION 'covonaut rows not stored: % % %',
+            {events_name}, stored, json_array_length(events);
+    END IF;
+    RETURN QUERY SELECT unnest(ids);
 END;
 $body$
 """

@@ -22,6 +22,7 @@ from covonaut_es.store._leases import (
     WorkerRecord,
     newer_lease,
 )
+from covonaut_es.store._write_errors import not_stored
 
 T = TypeVar("T")
 
@@ -231,6 +232,9 @@ class PostgresLeases(LeaseBackend):
         locked, token = row.fetchone()
         if not locked:
             return None
+        if token is None:  # a trigger dropped the token's row: the lease is not recorded
+            connection.execute("SELECT pg_advisory_unlock(%s)", (_key(stream),))
+            raise not_stored(self._token_table, "0 rows", 1)
         with self._lock:
             self._sessions[thread_id] = connection
         return int(token)

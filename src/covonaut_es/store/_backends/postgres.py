@@ -46,7 +46,7 @@ from covonaut_es.store._backends._postgres_heads import (
     heads_tables,
     insert_function_call,
     insert_in_one_statement,
-    lease_lost_in,
+    refusal_in,
 )
 from covonaut_es.store._backends._postgres_leases import PostgresLeases, lock_ids
 from covonaut_es.store._backends._postgres_reads import KeptReads
@@ -82,6 +82,7 @@ from covonaut_es.store._stream_ids import KeyedEvents, KeyedLog, stored_stream
 from covonaut_es.store._summaries import SQLSummaries, SummaryTable
 from covonaut_es.store._thread_rows import ThreadRows, thread_rows, thread_rows_sql
 from covonaut_es.store._urls import postgres_params
+from covonaut_es.store._write_errors import require_stored
 
 NO_TOPIC = "topic IS NULL OR topic = ''"
 """The condition on a row whose topic names no event type."""
@@ -202,7 +203,7 @@ class _AnchoringRecorder(_CheckedRows, postgres.PostgresApplicationRecorder):
                 kwargs.get(FENCES, ()),
             )
         except Exception as exc:
-            raise lease_lost_in(exc, kwargs.get(FENCES, ())) from exc
+            raise refusal_in(exc, kwargs.get(FENCES, ())) from exc
 
     def _insert_events(
         self, curs: Any, stored_events: Sequence[StoredEvent], **kwargs: Any
@@ -244,6 +245,15 @@ class _AnchoringRecorder(_CheckedRows, postgres.PostgresApplicationRecorder):
                 "chain = EXCLUDED.chain",
                 (stream, version, chain),
             )
+            require_stored(heads_table(self), curs.rowcount, 1)
+
+    def _fetch_ids_after_insert_events(
+        self, curs: Any, stored_events: Sequence[StoredEvent], **kwargs: Any
+    ) -> Sequence[int] | None:
+        ids = super()._fetch_ids_after_insert_events(curs, stored_events, **kwargs)
+        found = ids or ()
+        require_stored(self.events_table_name, len(found), len(stored_events), found)
+        return ids
 
     # The run leases record new tokens on their own connection (``PostgresLeases``).
     @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
@@ -294,6 +304,7 @@ class _JSONRecorder(_CheckedRows):
         self, curs: Any, stored_events: Sequence[StoredEvent], **_: Any
     ) -> None:
         curs.execute(self.json_insert, (rows_json(stored_events),))
+        require_stored(self.events_table_name, curs.rowcount, len(stored_events))
 
 
 class PostgresAggregateRecorder(KeyedEvents, _JSONRecorder):

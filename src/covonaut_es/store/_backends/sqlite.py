@@ -85,6 +85,7 @@ from covonaut_es.store._stream_ids import KeyedEvents, KeyedLog, mapped_ids, sto
 from covonaut_es.store._summaries import SQLSummaries, SummaryTable
 from covonaut_es.store._thread_rows import ThreadRows, thread_rows, thread_rows_sql
 from covonaut_es.store._urls import SQLITE_PATH
+from covonaut_es.store._write_errors import require_stored
 
 NO_TOPIC = "typeof(topic) <> 'text' OR topic = ''"
 """The condition on a row whose topic names no event type: NULL, empty, or no text (a
@@ -154,7 +155,10 @@ class SQLiteAggregateRecorder(sqlite.SQLiteAggregateRecorder):
     def _insert_events(self, c: Any, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Any:
         if self.key_type != "TEXT":  # eventsourcing writes a UUID as hex, anything else as is
             stored_events = mapped_ids(stored_events, self.stream_key)
-        return super()._insert_events(c, stored_events, **kwargs)
+        checked = _CheckedInserts(
+            c.sqlite_cursor, self.insert_events_statement, self.events_table_name
+        )
+        return super()._insert_events(checked, stored_events, **kwargs)
 
     def select_events(
         self,
@@ -169,6 +173,26 @@ class SQLiteAggregateRecorder(sqlite.SQLiteAggregateRecorder):
         key = self._keyed(originator_id)
         found = super().select_events(key, gt=gt, lte=lte, desc=desc, limit=limit)
         return checked_records(found, reading=f"stream {originator_id}")
+
+
+class _CheckedInserts(sqlite.SQLiteCursor):
+    """A cursor that refuses an insert of a recorder's rows that stored other than the
+    rows it was given (a trigger's ``RAISE(IGNORE)`` drops a row silently)."""
+
+    def __init__(self, cursor: Any, insert: str, table: str) -> None:
+        super().__init__(cursor)
+        self._insert = insert
+        self._table = table
+
+    def execute(self, *args: Any, **kwargs: Any) -> None:
+        super().execute(*args, **kwargs)
+        if args[0] == self._insert:
+            require_stored(self._table, self.sqlite_cursor.rowcount, 1)
+
+    def executemany(self, statement: str, rows: Sequence[Any]) -> None:
+        super().executemany(statement, rows)
+        if statement == self._insert:
+            require_stored(self._table, self.sqlite_cursor.rowcount, len(rows))
 
 
 class _AnchoringRecorder(SQLiteAggregateRecorder, PollingSQLiteApplicationRecorder):
@@ -247,7 +271,9 @@ class _AnchoringRecorder(SQLiteAggregateRecorder, PollingSQLiteApplicationRecord
                 f"SELECT COUNT(*) FROM {self.events_table_name} WHERE originator_id = ?",
                 (self.stream_key(stream),),
             )
-            return int(c.fetchone()[0])
+            row = c.fetchone()
+            require_stored(lease_table(self), 0 if row is None else 1, 1)
+            return int(row[0])
 
         refuse_taken_streams(kwargs, stored_events, count)
         check_fences(kwargs.get(FENCES, ()), lambda stream: self._lease_token(c, stream))
@@ -257,6 +283,7 @@ class _AnchoringRecorder(SQLiteAggregateRecorder, PollingSQLiteApplicationRecord
             c.execute(upsert, rows[0])
         else:
             c.executemany(upsert, rows)
+        require_stored(heads_table(self), c.sqlite_cursor.rowcount, len(rows))
         return ids
 
     @functools.cached_property
@@ -277,7 +304,9 @@ class _AnchoringRecorder(SQLiteAggregateRecorder, PollingSQLiteApplicationRecord
                 "ON CONFLICT (originator_id) DO UPDATE SET token = token + 1 RETURNING token",
                 (self.stream_key(stream),),
             )
-            return int(c.fetchone()[0])
+            row = c.fetchone()
+            require_stored(lease_table(self), 0 if row is None else 1, 1)
+            return int(row[0])
 
     def sync_lease_token(self, stream: UUID) -> None:
         """Make the tokens recorded without waiting for the disk durable: a synced
