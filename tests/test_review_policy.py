@@ -553,21 +553,32 @@ HEX_VERIFIER = HmacReviewerVerifier(HEX_SECRET.encode())
 APPROVERS = ("erin", "frank")  # hold every scope: their approval always stands
 
 
-def _in_doubt_under(store: Store, policy: ReviewPolicy, amount: int, edit: int | None) -> None:
-    """Thread ``t``: a payment of ``amount`` under ``policy``, approved (by two reviewers
-    under four eyes), with the amount edited to ``edit`` if not None, whose runner died
-    inside the tool: the call is in doubt."""
+def _dying_pay(policy: ReviewPolicy) -> Tool:
+    """``pay`` under ``policy``, run on approval, whose runner dies inside it."""
 
     def dies(ctx: ToolContext, args: dict[str, Any]) -> Any:
         raise _DiedInTool
 
-    tool = Tool(
+    return Tool(
         "pay", "Send a payment", PAY_SCHEMA, dies,
         requires_approval=True, run_on_approval=True, review=policy,
     )  # fmt: skip
+
+
+def _in_doubt_under(
+    store: Store, policy: ReviewPolicy, amount: int, edit: int | None, thread_id: str = "t"
+) -> None:
+    """Thread ``thread_id``: a payment of ``amount`` under ``policy``, approved (by two
+    reviewers under four eyes), with the amount edited to ``edit`` if not None, whose
+    runner died inside the tool: the call is in doubt."""
     arguments = json.dumps({"amount": amount, "to": "DE02 1001"})
     agent = make_agent(
-        store, [call(("c1", "pay", arguments))], [], tool=tool, reviewer_verifier=HEX_VERIFIER
+        store,
+        [call(("c1", "pay", arguments))],
+        [],
+        tool=_dying_pay(policy),
+        reviewer_verifier=HEX_VERIFIER,
+        thread_id=thread_id,
     )
     agent.run("Pay the invoice.")
     approved = None if edit is None else {"amount": edit, "to": "DE02 1001"}
@@ -576,6 +587,23 @@ def _in_doubt_under(store: Store, policy: ReviewPolicy, amount: int, edit: int |
         agent.approve(review_id(agent), reviewer=everything, arguments=approved)
     with pytest.raises(_DiedInTool):
         agent.resume()
+
+
+def _forked_and_asked_again(store: Store, policy: ReviewPolicy) -> None:
+    """Thread ``t``: a fork of ``p``, whose call is in doubt there, which the
+    application asks to run the call again: the fork asks a review of its own (a fork
+    does not run on its parent's approval), which a reviewer holding ``payments`` alone
+    rejects, leaving the call in doubt in the fork."""
+    store.fork("p", new_thread_id="t")
+    agent = make_agent(
+        store, [], [], tool=_dying_pay(policy), reviewer_verifier=HEX_VERIFIER, thread_id="t"
+    )
+    agent.settle("c1", retry=True)
+    if not agent.pending_reviews:  # else asked already, when the retry was recorded
+        assert agent.resume() == ""
+    low = HEX_VERIFIER.issue_token("dan", 600, scopes=["payments"])
+    agent.reject(review_id(agent), reviewer=low, reason="not sure it went through")
+    assert [p.call.id for p in store.load("t").in_doubt] == ["c1"]
 
 
 def _by_service(store: Store, command: str, token: str) -> bool:
@@ -641,6 +669,7 @@ _SURFACES = {"service": _by_service, "cli": _by_cli, "inbox": _by_inbox}
     amount=st.sampled_from((500, 5000)),
     edit=st.sampled_from((None, 500, 5000)),
     held=st.sets(st.sampled_from(("payments", "payments:large"))),
+    forked=st.booleans(),
 )
 def test_acting_on_a_reviewed_call_needs_what_its_approval_needed(
     surface: str,
@@ -651,13 +680,16 @@ def test_acting_on_a_reviewed_call_needs_what_its_approval_needed(
     amount: int,
     edit: int | None,
     held: set[str],
+    forked: bool,
 ) -> None:
     """A call approved under a policy (its scopes, four eyes, a limit above 1000 that
     needs ``payments:large``), its amount perhaps edited, then in doubt: on every
     surface, a person's retry, settlement or giving up of its thread is accepted exactly
     when they could have approved alone what the approval covered (a scope of the
     review, and of the limit the approved amount exceeds), and a retry not under four
-    eyes, which one person's word would undo; else nothing is recorded (ADR 0107)."""
+    eyes, which one person's word would undo; else nothing is recorded (ADR 0107). The
+    same in a fork whose own review of the call was rejected by someone without the
+    limit's scope: the parent's approval still binds (helper-135)."""
     limits = (ReviewLimit("amount", 1000, ("payments:large",)),) if limited else ()
     scopes = ("payments",) if scoped else ()
     policy = ReviewPolicy(scopes=scopes, four_eyes=four_eyes, limits=limits)
@@ -668,7 +700,11 @@ def test_acting_on_a_reviewed_call_needs_what_its_approval_needed(
         and not (command == "retry" and four_eyes)
     )
     with tempfile.TemporaryDirectory() as tmp, open_store(f"sqlite:///{tmp}/t.db") as store:
-        _in_doubt_under(store, policy, amount, edit)
+        if forked:
+            _in_doubt_under(store, policy, amount, edit, thread_id="p")
+            _forked_and_asked_again(store, policy)
+        else:
+            _in_doubt_under(store, policy, amount, edit)
         before = store.head_version("t")
         token = HEX_VERIFIER.issue_token("carol", 600, scopes=sorted(held))
         assert _SURFACES[surface](store, command, token) is may

@@ -41,10 +41,12 @@ def check_may_act_on_call(
     runs_again: bool = False,
 ) -> None:
     """Refuse a person's dealing with a reviewed call (answering, settling, giving up,
-    or with ``runs_again`` running it again) unless they could have made the approval
-    it acts on (ADR 0107): they hold one of its review's scopes and, once it is
-    approved, one of the scopes of each limit its approved arguments exceed; and a
-    review under four eyes runs its call only on two reviewers' word, never on one
+    or with ``runs_again`` running it again) unless they could have made the approvals
+    it acts on (ADR 0107): they hold one of the scopes of the review that governs it
+    now, and of each review that approved it (a fork's new review of a call its parent
+    approved does not stand in for the parent's approval, whatever its own decision),
+    with one of the scopes of each limit that approval's arguments exceed; and a call
+    approved under four eyes runs again only on two reviewers' word, never on one
     person's retry. A call no review names is anyone's to deal with.
 
     Raises:
@@ -52,18 +54,20 @@ def check_may_act_on_call(
             limit's the approved arguments exceed; or they would run again a call
             approved under four eyes.
     """
-    review = reviews.governing(tool_call_id)
-    rules = review.request.rules if review is not None else None
-    if review is None or rules is None:
-        return
+    naming = reviews.naming(tool_call_id)
+    approvals = [r for r in naming if r.approved]
+    binding = [r for r in (*approvals, *naming[-1:]) if r.request.rules is not None]
     refused = f"reviewer {reviewer!r} may not act on call {tool_call_id!r}"
-    if not may_decide(rules, scopes):
-        needed = ", ".join(rules.scopes)
-        msg = f"{refused}: its review needs one of the scopes {needed}; nothing was recorded"
-        raise ReviewerNotPermittedError(msg)
-    if review.approved:
-        _check_limits(rules, review.approved_arguments, scopes, refused=refused)
-    if runs_again and rules.four_eyes:
+    for review in binding:
+        rules = review.request.rules
+        assert rules is not None
+        if not may_decide(rules, scopes):
+            needed = ", ".join(rules.scopes)
+            msg = f"{refused}: its review needs one of the scopes {needed}; nothing was recorded"
+            raise ReviewerNotPermittedError(msg)
+        if review.approved:
+            _check_limits(rules, review.approved_arguments, scopes, refused=refused)
+    if runs_again and any(r.request.rules and r.request.rules.four_eyes for r in binding):
         msg = (
             f"{refused}: its review needs the approval of two different reviewers, and a "
             "retry runs it again on one person's word; check the external system and "

@@ -284,13 +284,15 @@ class ReviewLedger(msgspec.Struct, frozen=True):
 
     def governing(self, tool_call_id: str) -> Review | None:
         """The latest review that held back the call, or whose approval it spent."""
-        return next(
-            (
-                r
-                for r in reversed(self.reviews)
-                if tool_call_id in (r.request.tool_call_id, r.used_by)
-            ),
-            None,
+        naming = self.naming(tool_call_id)
+        return naming[-1] if naming else None
+
+    def naming(self, tool_call_id: str) -> tuple[Review, ...]:
+        """Every review that held back the call, or whose approval it spent, oldest
+        first: a fork asked to run again a call its parent approved asks a review of its
+        own, after the parent's."""
+        return tuple(
+            r for r in self.reviews if tool_call_id in (r.request.tool_call_id, r.used_by)
         )
 
     def undecided(self, review_id: str, *, thread_id: str) -> Review:
