@@ -291,9 +291,7 @@ class ReviewLedger(msgspec.Struct, frozen=True):
         """Every review that held back the call, or whose approval it spent, oldest
         first: a fork asked to run again a call its parent approved asks a review of its
         own, after the parent's."""
-        return tuple(
-            r for r in self.reviews if tool_call_id in (r.request.tool_call_id, r.used_by)
-        )
+        return tuple(r for r in self.reviews if tool_call_id in (r.request.tool_call_id, r.used_by))
 
     def undecided(self, review_id: str, *, thread_id: str) -> Review:
         """The review with that id, which must still await a decision.
