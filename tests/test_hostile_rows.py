@@ -30,7 +30,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from covonaut_es import AgentThread, CovonautError, Store, open_store
+from covonaut_es import AgentApplication, AgentThread, CovonautError, Store, open_store
 from covonaut_es.audit import check_store, export_thread
 from covonaut_es.cli import main
 from covonaut_es.domain import thread_aggregate_id
@@ -946,11 +946,54 @@ SNAPSHOT_VALUES: dict[str, Any] = {
 """What a writer may give one column of a snapshot's row."""
 
 
-def write_snapshotted_threads(url: str) -> str:
+class _CachingApplication(AgentApplication):
+    """An application of the user's own that caches its aggregates, sealing with the
+    chain key of the store of snapshots."""
+
+    @property
+    def chain_key(self) -> bytes:
+        return SNAPSHOT_CHAIN_KEY.encode()
+
+
+SNAPSHOT_OPENERS = ("open_store", "embedded")
+"""How the store of snapshots is opened: by ``open_store``, or through an embedded
+application that caches its aggregates (``AGGREGATE_CACHE_MAXSIZE``), whose loads of a
+thread missing from its cache read its snapshot through eventsourcing's repository."""
+
+
+@contextlib.contextmanager
+def _snapshot_store(url: str, opener: str) -> Iterator[Store]:
+    """The store of snapshots at ``url`` (a SQLite one for ``embedded``), opened as
+    ``opener`` (one of ``SNAPSHOT_OPENERS``) says."""
+    if opener == "open_store":
+        with open_store(url, chain_key=SNAPSHOT_CHAIN_KEY) as store:
+            yield store
+        return
+    app = _CachingApplication(env=_caching_env(url.removeprefix("sqlite:///")))
+    try:
+        with Store.from_application(app) as store:
+            yield store
+    finally:
+        app.close()
+
+
+def _caching_env(path: str, **settings: str) -> dict[str, str]:
+    """The settings of an embedded application on the SQLite file ``path`` that caches
+    its aggregates and snapshots them, with more ``settings``."""
+    return {
+        "PERSISTENCE_MODULE": "eventsourcing.sqlite",
+        "SQLITE_DBNAME": path,
+        "AGGREGATE_CACHE_MAXSIZE": "10",
+        "IS_SNAPSHOTTING_ENABLED": "y",
+        **settings,
+    }
+
+
+def write_snapshotted_threads(url: str, opener: str = "open_store") -> str:
     """Write the threads of ``SNAPSHOTTED``, each snapshotted, into a store with a chain
-    key at ``url``; the id of the review ``w`` waits on."""
+    key at ``url`` opened as ``opener`` says; the id of the review ``w`` waits on."""
     clock = ticking_clock()
-    with open_store(url, chain_key=SNAPSHOT_CHAIN_KEY) as store:
+    with _snapshot_store(url, opener) as store:
         for thread_id in SNAPSHOTTED:
             thread = AgentThread.start(thread_id, now=clock())
             for n in range(SNAPSHOT_MIN_VERSION + 4):
@@ -988,11 +1031,12 @@ SNAPSHOT_READS: dict[str, Callable[[Store, str], object]] = {
 """What a load of a snapshotted thread serves: each read's result, or its error."""
 
 
-def _snapshot_read(url: str, review_id: str, name: str) -> object:
-    """What read ``name`` of ``SNAPSHOT_READS`` gives on the store at ``url``: its result
-    (compared by value: a thread rebuilt from its events holds its mappings in another
-    order than one restored from a snapshot), or the type of its error."""
-    with open_store(url, chain_key=SNAPSHOT_CHAIN_KEY) as store:
+def _snapshot_read(url: str, review_id: str, name: str, opener: str = "open_store") -> object:
+    """What read ``name`` of ``SNAPSHOT_READS`` gives on the store at ``url`` opened as
+    ``opener`` says: its result (compared by value: a thread rebuilt from its events
+    holds its mappings in another order than one restored from a snapshot), or the type
+    of its error."""
+    with _snapshot_store(url, opener) as store:
         try:
             return SNAPSHOT_READS[name](store, review_id)
         except CovonautError as exc:
@@ -1000,22 +1044,24 @@ def _snapshot_read(url: str, review_id: str, name: str) -> object:
 
 
 @functools.cache
-def _snapshots_pristine() -> tuple[Path, str, dict[str, object]]:
-    """A SQLite store of ``SNAPSHOTTED``, the review id, and what each read gives once
-    its snapshots are gone."""
+def _snapshots_pristine(opener: str = "open_store") -> tuple[Path, str, dict[str, object]]:
+    """A SQLite store of ``SNAPSHOTTED`` opened as ``opener`` says, the review id, and
+    what each read gives once its snapshots are gone."""
     directory = Path(tempfile.mkdtemp(prefix="hostile-snapshots-"))
     atexit.register(shutil.rmtree, directory, ignore_errors=True)
     path = directory / "pristine.db"
-    review_id = write_snapshotted_threads(f"sqlite:///{path}")
+    review_id = write_snapshotted_threads(f"sqlite:///{path}", opener)
     with contextlib.closing(sqlite3.connect(path)) as conn:
         assert conn.execute("SELECT count(*) FROM stored_snapshots").fetchone() == (2,)
-    return path, review_id, _sqlite_reads_after(path, review_id, "DELETE FROM stored_snapshots")
+    delete = "DELETE FROM stored_snapshots"
+    return path, review_id, _sqlite_reads_after(path, review_id, delete, opener=opener)
 
 
 def _sqlite_reads_after(
-    pristine: Path, review_id: str, statement: str, *params: object
+    pristine: Path, review_id: str, statement: str, *params: object, opener: str = "open_store"
 ) -> dict[str, object]:
-    """What each read gives on copies of ``pristine`` changed by ``statement``."""
+    """What each read gives on copies of ``pristine`` changed by ``statement``, opened as
+    ``opener`` says."""
     with tempfile.TemporaryDirectory() as directory:
         path = Path(directory) / "threads.db"
         shutil.copyfile(pristine, path)
@@ -1025,7 +1071,7 @@ def _sqlite_reads_after(
         for name in SNAPSHOT_READS:  # each read on a copy of the changed store
             each = Path(directory) / f"{name}.db"
             shutil.copyfile(path, each)
-            copies[name] = _snapshot_read(f"sqlite:///{each}", review_id, name)
+            copies[name] = _snapshot_read(f"sqlite:///{each}", review_id, name, opener)
         return copies
 
 
@@ -1050,22 +1096,101 @@ SNAPSHOT_SHAPES = st.sampled_from(sorted(SNAPSHOT_VALUES))
 
 
 @settings(max_examples=50, deadline=None)
-@given(column=SNAPSHOT_COLUMNS, shape=SNAPSHOT_SHAPES, row=st.integers(0, 1))
+@given(
+    column=SNAPSHOT_COLUMNS,
+    shape=SNAPSHOT_SHAPES,
+    row=st.integers(0, 1),
+    opener=st.sampled_from(SNAPSHOT_OPENERS),
+)
 def test_a_snapshot_row_made_hostile_in_any_column_serves_as_no_snapshot(
-    column: str, shape: str, row: int
+    column: str, shape: str, row: int, opener: str
 ) -> None:
     """A snapshot is a cache: one value of a snapshot's row made hostile (NULL, empty,
     a negative, zero, a real, a huge number, the other snapshot's, an unknown topic,
-    bytes) in a store with a chain key, and a load, the history, a state at a version,
-    a fork and a decision each give what they give with no snapshot at all: the
-    snapshot is passed over and the thread rebuilt from its events."""
-    pristine, review_id, without = _snapshots_pristine()
+    bytes) in a store with a chain key, opened by open_store or through an embedded
+    application that caches its aggregates, and a load, the history, a state at a
+    version, a fork and a decision each give what they give with no snapshot at all:
+    the snapshot is passed over and the thread rebuilt from its events."""
+    pristine, review_id, without = _snapshots_pristine(opener)
     statement, params = _snapshot_update("stored_snapshots", column, shape, row)
     try:
-        found = _sqlite_reads_after(pristine, review_id, statement, *params)
+        found = _sqlite_reads_after(pristine, review_id, statement, *params, opener=opener)
     except sqlite3.IntegrityError:  # the other snapshot's key
         return
     assert found == without, [name for name in found if found[name] != without[name]]
+
+
+EVENT_VERSIONS = st.integers(1, SNAPSHOT_MIN_VERSION + 5)
+"""A version every thread of ``SNAPSHOTTED`` has an event at."""
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    source=st.sampled_from(SNAPSHOTTED),
+    source_version=EVENT_VERSIONS,
+    target=st.sampled_from(SNAPSHOTTED),
+    target_version=EVENT_VERSIONS,
+    edited=st.booleans(),
+    opener=st.sampled_from(SNAPSHOT_OPENERS),
+)
+def test_an_event_row_copied_in_as_a_snapshot_serves_as_no_snapshot(
+    source: str,
+    source_version: int,
+    target: str,
+    target_version: int,
+    edited: bool,
+    opener: str,
+) -> None:
+    """An event's row (the thread's own or another's, at any version, its text edited
+    or not) copied into the snapshots table as a thread's snapshot at any version, in a
+    store opened by open_store or through an embedded application that caches its
+    aggregates: each read gives what it gives with no snapshot at all; the row is never
+    decoded as an event and used as the snapshot."""
+    pristine, review_id, without = _snapshots_pristine(opener)
+    state = "CAST(replace(state, 'message 1', 'message 9') AS BLOB)" if edited else "state"
+    event = "FROM stored_events WHERE originator_id = ? AND originator_version = ?"
+    statement = (
+        f"UPDATE stored_snapshots SET originator_version = ?, topic = (SELECT topic {event}), "
+        f"state = (SELECT {state} {event}) WHERE originator_id = ?"
+    )
+    copied = (thread_aggregate_id(source).hex, source_version)
+    params = (target_version, *copied, *copied, thread_aggregate_id(target).hex)
+    found = _sqlite_reads_after(pristine, review_id, statement, *params, opener=opener)
+    assert found == without, [name for name in found if found[name] != without[name]]
+
+
+@pytest.mark.parametrize("cached", [True, False])
+def test_another_threads_encrypted_event_copied_in_as_a_snapshot_is_passed_over(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, cached: bool
+) -> None:
+    """In an encrypted store, the first event of thread t2 copied as t1's snapshot by a
+    writer without the key: t1 loads as its own events make it, with or without the
+    application's cache, and the row is passed over with a warning."""
+    path = tmp_path / "threads.db"
+    cipher = {"CIPHER_TOPIC": "eventsourcing.cipher:AESCipher", "CIPHER_KEY": "A" * 22 + "=="}
+    env = _caching_env(str(path), **cipher)
+    app = AgentApplication(env=env)
+    with Store.from_application(app) as store:
+        for thread_id in ("t1", "t2"):
+            thread = AgentThread.start(thread_id, now=DECIDED_AT)
+            thread.append_message(Message(Role.USER, f"to {thread_id}"), now=DECIDED_AT)
+            store.save(thread)
+    app.close()
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+        conn.execute(
+            "INSERT INTO stored_snapshots (originator_id, originator_version, topic, state) "
+            "SELECT ?, 1, topic, state FROM stored_events "
+            "WHERE originator_id = ? AND originator_version = 1",
+            (thread_aggregate_id("t1").hex, thread_aggregate_id("t2").hex),
+        )
+    if not cached:
+        del env["AGGREGATE_CACHE_MAXSIZE"]
+    app = AgentApplication(env=env)
+    with caplog.at_level(logging.WARNING), Store.from_application(app) as store:
+        loaded = store.load("t1")
+    app.close()
+    assert [m.content for m in loaded.messages] == ["to t1"]
+    assert "passed over" in caplog.text
 
 
 @pytest.fixture(scope="module")

@@ -43,6 +43,7 @@ from covonaut_es.errors import (
 )
 from covonaut_es.store._backend import Backend, backend_for_env, backend_of, construct_factory
 from covonaut_es.store._backends._eventsourcing import (
+    RebuildingRepository,
     RecordsProcessingEvents,
     notify,
     take_snapshots,
@@ -411,9 +412,10 @@ def project_chained(aggregate: Any, events: Iterable[Any]) -> Any:
     return aggregate
 
 
-class ChainedRepository(Repository[UUID]):
+class ChainedRepository(RebuildingRepository, Repository[UUID]):
     """eventsourcing's repository, projecting with :func:`project_chained` unless told
-    otherwise."""
+    otherwise, and rebuilding as a :class:`~covonaut_es.store._backends._eventsourcing.Rebuilt`
+    projection says when given one."""
 
     def get(self, aggregate_id: UUID, *, version: int | None = None, **kwargs: Any) -> Any:
         if kwargs.get("projector_func", project_aggregate) is project_aggregate:

@@ -31,6 +31,7 @@ from covonaut_es.errors import (
 )
 from covonaut_es.migrations import Upcaster
 from covonaut_es.migrations._upcasting import NO_MIGRATORS
+from covonaut_es.store._backends._eventsourcing import RebuildingRepository, Rebuilt
 from covonaut_es.store._chain import chain_of
 from covonaut_es.store._records import OPENING_EVENTS, StoredRecords, following_fork, storable
 from covonaut_es.store._review_index import HOLDING, entries, holders
@@ -172,13 +173,14 @@ class ThreadReader:
         and that snapshot's version (None without one).
 
         The store's own application reads the snapshot and the events in one statement
-        (:meth:`StoredRecords.thread_rows`); an application of the user's own that keeps
-        no sealed snapshots, or caches its aggregates, is read by its repository.
+        (:meth:`StoredRecords.thread_rows`), its snapshot judged by
+        :meth:`SnapshotCache.trusted` alone; an application of the user's own that
+        caches its aggregates rebuilds a thread missing from its cache the same way,
+        and one that keeps no sealed snapshots is read by its repository.
         """
         snapshots, repository = self._app.snapshots, self._app.repository
         parent = self.parent_loader(thread_id, self._grafted_onto)
-        cached = repository.cache and version is None and not snapshot_migrators
-        if cached or not isinstance(snapshots, SnapshotCache):
+        if not isinstance(snapshots, SnapshotCache):
             seen: list[int] = []
 
             def project(thread: AgentThread | None, events: Any) -> AgentThread | None:
@@ -197,6 +199,37 @@ class ThreadReader:
             except AggregateNotFoundError:
                 return None, None
             return thread, seen[0] if seen else None
+        cached = repository.cache and version is None and not snapshot_migrators
+        if not (cached and isinstance(repository, RebuildingRepository)):
+            return self._from_rows(
+                thread_id, stream, version, snapshots, parent, snapshot_migrators
+            )
+        rebuilt: list[int | None] = []
+
+        def rebuild(at: int | None) -> AgentThread | None:
+            thread, snapshot_version = self._from_rows(thread_id, stream, at, snapshots, parent)
+            rebuilt.append(snapshot_version)
+            return thread
+
+        def fold(thread: AgentThread, events: Iterable[Any]) -> AgentThread | None:
+            return self.fold(thread, events, thread_id, parent)
+
+        try:
+            thread = repository.get(stream, projector_func=Rebuilt(fold, rebuild))
+        except AggregateNotFoundError:
+            return None, None
+        return thread, rebuilt[0] if rebuilt else None
+
+    def _from_rows(
+        self,
+        thread_id: str,
+        stream: UUID,
+        version: int | None,
+        snapshots: SnapshotCache,
+        parent: ParentOf,
+        snapshot_migrators: Mapping[int, Upcaster] = NO_MIGRATORS,
+    ) -> tuple[AgentThread | None, int | None]:
+        """As :meth:`_rebuild`, from the rows :meth:`StoredRecords.thread_rows` reads."""
         rows = self._records.thread_rows(snapshots, stream, version)
         snapshot = None
         if rows.snapshot is not None:

@@ -4,7 +4,8 @@ on outside the back ends' recorders, each behind a public name here.
 Every use below names the eventsourcing version it was checked against (9.5.6; the
 dependency is pinned below 9.6 for them). Only the store's modules import this one:
 :mod:`covonaut_es.store._application` the save's steps (and the one step every
-recording of an application takes), and
+recording of an application takes) and the repository's rebuild of an aggregate,
+:mod:`covonaut_es.store._reader` the projection that rebuilds a thread, and
 :mod:`covonaut_es.store._tracking` (which projections import) the tracking recorders and
 the batching projection runner.
 """
@@ -19,7 +20,13 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import attrs
-from eventsourcing.application import Application, ProcessingEvent
+from eventsourcing.application import (
+    AggregateNotFoundError,
+    Application,
+    ProcessingEvent,
+    ProjectorFunction,
+    Repository,
+)
 from eventsourcing.persistence import (
     ListenNotifySubscription,
     Notification,
@@ -66,6 +73,48 @@ class RecordsProcessingEvents(Application[Any]):
     # (what a follower runs for each event it pulls) both store through _record.
     def _record(self, processing_event: ProcessingEvent[Any]) -> list[Recording[Any]]:
         return self.record_processing_event(processing_event)
+
+
+class Rebuilt:
+    """A projection for a :class:`RebuildingRepository`'s ``get`` that also rebuilds the
+    aggregate where eventsourcing would rebuild it from the snapshot store and the
+    events: a thread, whose snapshot only :meth:`SnapshotCache.trusted
+    <covonaut_es.store._snapshot_cache.SnapshotCache.trusted>` judges (ADR 0097), which
+    the snapshot store's reads cannot, not knowing a thread's stream from another
+    aggregate's.
+
+    Args:
+        fold: Applies events to an aggregate: a cached one's new events.
+        rebuild: The aggregate as of a version (None: its newest), or None when it has
+            no events there.
+    """
+
+    def __init__(
+        self, fold: Callable[[Any, Any], Any], rebuild: Callable[[int | None], Any]
+    ) -> None:
+        self.fold = fold
+        self.rebuild = rebuild
+
+    def __call__(self, aggregate: Any, events: Any) -> Any:
+        return self.fold(aggregate, events)
+
+
+class RebuildingRepository(Repository[Any]):
+    """A repository that, given a :class:`Rebuilt` projection, rebuilds the aggregate
+    with it, and caches what it gives as eventsourcing caches what it rebuilds."""
+
+    # eventsourcing 9.5.6: Repository._reconstruct_aggregate, what get() calls for a
+    # version or on a cache miss (and then caches what it gives).
+    def _reconstruct_aggregate(
+        self, aggregate_id: Any, version: int | None, projector_func: ProjectorFunction[Any, Any]
+    ) -> Any:
+        if not isinstance(projector_func, Rebuilt):
+            return super()._reconstruct_aggregate(aggregate_id, version, projector_func)
+        aggregate = projector_func.rebuild(version)
+        if aggregate is None:
+            msg = f"Aggregate {aggregate_id!r} version {version!r} not found."
+            raise AggregateNotFoundError(msg)
+        return aggregate
 
 
 class TrackedSQL:
