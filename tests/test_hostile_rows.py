@@ -33,7 +33,7 @@ from hypothesis import strategies as st
 from covonaut_es import AgentApplication, AgentThread, CovonautError, Store, open_store
 from covonaut_es.audit import check_store, export_thread
 from covonaut_es.cli import main
-from covonaut_es.domain import thread_aggregate_id
+from covonaut_es.domain import RunMode, thread_aggregate_id
 from covonaut_es.errors import StoredRowError
 from covonaut_es.messages import Message, Role
 from covonaut_es.service import ThreadService, review_submission
@@ -1191,6 +1191,34 @@ def test_another_threads_encrypted_event_copied_in_as_a_snapshot_is_passed_over(
     app.close()
     assert [m.content for m in loaded.messages] == ["to t1"]
     assert "passed over" in caplog.text
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_the_applications_repository_passes_over_an_event_row_copied_in_as_a_snapshot(
+    tmp_path: Path, version: int
+) -> None:
+    """The thread's first event (its input) copied into the snapshots table at a
+    version, its text edited: the application's own repository rebuilds the thread
+    from its events, as a store's load does, and does not take the row for a snapshot."""
+    app = AgentApplication(env=_caching_env(str(tmp_path / "threads.db")))
+    thread = AgentThread.start("t1", now=DECIDED_AT)
+    thread.start_run(RunMode.RUN, now=DECIDED_AT, given=Message(Role.USER, "hello"))
+    thread.append_message(Message(Role.ASSISTANT, "ok"), now=DECIDED_AT)
+    app.save(thread)
+    app.close()
+    with contextlib.closing(sqlite3.connect(tmp_path / "threads.db")) as conn, conn:
+        conn.execute(
+            "INSERT INTO stored_snapshots (originator_id, originator_version, topic, state) "
+            "SELECT originator_id, ?, topic, CAST(replace(state, 'hello', 'EVILL') AS BLOB) "
+            "FROM stored_events WHERE originator_version = 1",
+            (version,),
+        )
+    app = AgentApplication(env=_caching_env(str(tmp_path / "threads.db")))
+    try:
+        loaded = app.repository.get(thread.id)
+    finally:
+        app.close()
+    assert [m.content for m in loaded.messages] == ["hello", "ok"]
 
 
 @pytest.fixture(scope="module")

@@ -158,12 +158,7 @@ class MsgspecMapper(Mapper[UUID]):
     def codec(self, cls: type) -> Codec:
         """The codec of a stored class: one that applies the application's
         transcodings for its own event classes, if it registers any."""
-        # A thread's snapshots and declared ones decode typed, by their codecs.
-        own_snapshots = (
-            issubclass(cls, CanSnapshotAggregate)
-            and not issubclass(cls, ThreadSnapshot)
-            and not declared_snapshot(cls)
-        )
+        own_snapshots = _stock_snapshot(cls)
         if cls in self._library or not (self._transcodings or own_snapshots):
             return codec_for(cls)
         codec = self._transcoded.get(cls)
@@ -181,6 +176,12 @@ class MsgspecMapper(Mapper[UUID]):
         aggregates declares (see :mod:`covonaut_es.store._own_snapshots`)."""
         cls = self._classes.get(topic)
         return cls is not None and declared_snapshot(cls)
+
+    def names_stock_snapshot(self, topic: str) -> bool:
+        """Whether a stored topic names a snapshot class one of the application's
+        aggregates is snapshotted with as eventsourcing snapshots it, unsealed."""
+        cls = self._classes.get(topic)
+        return cls is not None and _stock_snapshot(cls)
 
     def event_class(self, topic: str, *, where: str) -> type:
         """The class a stored topic names, from the allowlist; nothing is imported.
@@ -412,6 +413,16 @@ class _Reader(typing.NamedTuple):
 
 _SNAPSHOT_TOPICS = frozenset({ThreadSnapshot.TOPIC, compact(ThreadSnapshot.TOPIC)})
 """A snapshot's row names its topic in either form (ADR 0064)."""
+
+
+def _stock_snapshot(cls: type) -> bool:
+    """Whether ``cls`` is a snapshot class as eventsourcing's: neither a thread's nor
+    one an aggregate declares, which decode typed, by their codecs."""
+    return (
+        issubclass(cls, CanSnapshotAggregate)
+        and not issubclass(cls, ThreadSnapshot)
+        and not declared_snapshot(cls)
+    )
 
 
 def _compressed_snapshot(data: bytes) -> bool:

@@ -150,11 +150,13 @@ class SnapshotCache(EventStore[UUID]):
         if self._decoder.names_declared_snapshot(record.topic):
             yield from self._own(record)
             return
-        if full_topic(record.topic) != ThreadSnapshot.TOPIC:
+        if self._decoder.names_stock_snapshot(record.topic):
             # One of the application's aggregates snapshotted as eventsourcing does:
             # no seal binds it, so it is read as eventsourcing reads it.
             yield self._decoder.to_domain_event(record)
             return
+        # A thread's snapshot, or a row naming no snapshot (an event's, copied in):
+        # either is judged as a thread's, and only a sealed snapshot is trusted.
         yield from self._thread_snapshot(record)
 
     def _thread_snapshot(
