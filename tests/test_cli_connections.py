@@ -237,6 +237,37 @@ def test_a_request_line_and_headers_past_the_cap_are_answered_400_however_they_a
     assert answer.startswith(expected)
 
 
+@settings(max_examples=20, deadline=None)
+@given(
+    trailers=st.integers(min_value=0, max_value=120 * 1024),
+    extension=st.integers(min_value=0, max_value=100 * 1024),
+    whole=st.booleans(),
+)
+def test_a_body_in_chunks_is_refused_before_its_trailers_or_extensions_are_read(
+    port: int, trailers: int, extension: int, whole: bool
+) -> None:
+    """A request whose body comes in chunks is answered 400 and closed at its headers:
+    every endpoint takes a body of a stated length only, and a chunked body's trailers
+    and chunk extensions, more header fields, were parsed at any size when they arrived
+    in one read (helper-135)."""
+    head = (
+        b"POST /api/reviews/r/approve HTTP/1.1\r\nHost: inbox\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+    chunk = b"2;x=" + b"e" * extension + b"\r\n{}\r\n"
+    fields = b"".join(b"X-T%d: %s\r\n" % (n, b"t" * 40) for n in range(trailers // 48))
+    request = head + chunk + b"0\r\n" + fields + b"\r\n"
+    with connect(port, "127.0.0.9") as connection:
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # refused early
+            if whole:
+                connection.sendall(request)
+            else:
+                connection.sendall(head)
+                time.sleep(0.01)
+                connection.sendall(request[len(head) :])
+        answer = answer_until_closed(connection)
+    assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
+
+
 IPV6_HOSTS = st.integers(min_value=0, max_value=2**64 - 1)
 IPV6_NETWORKS = st.integers(min_value=0, max_value=2**64 - 1)
 

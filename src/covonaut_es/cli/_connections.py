@@ -114,7 +114,10 @@ def guarded_protocol(limits: ConnectionLimits) -> type[H11Protocol]:
 
     class HeaderBoundedConnection(h11.Connection):
         """h11's server side, refusing a request whose line and headers pass
-        :data:`MAX_HEADER_BYTES`: h11 itself bounds only a header block still arriving."""
+        :data:`MAX_HEADER_BYTES` (h11 itself bounds only a header block still arriving),
+        and a body sent in chunks: every endpoint needs a Content-Length (411 from the
+        application), and a chunked body's trailers and chunk extensions are more header
+        fields, which h11 parses at any size when they arrive whole."""
 
         def __init__(self) -> None:
             super().__init__(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
@@ -130,6 +133,9 @@ def guarded_protocol(limits: ConnectionLimits) -> type[H11Protocol]:
                     msg = f"a request line and headers of {size} bytes, past {MAX_HEADER_BYTES}"
                     # uvicorn answers h11's refusal 400 and closes the connection
                     raise h11.RemoteProtocolError(msg, error_status_hint=431)
+                if any(name == b"transfer-encoding" for name, _ in event.headers):
+                    msg = "a request body in chunks; send its Content-Length"
+                    raise h11.RemoteProtocolError(msg, error_status_hint=411)
             return event
 
     class GuardedH11Protocol(H11Protocol):
