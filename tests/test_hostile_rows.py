@@ -36,10 +36,12 @@ from covonaut_es.cli import main
 from covonaut_es.domain import RunMode, thread_aggregate_id
 from covonaut_es.errors import StoredRowError
 from covonaut_es.messages import Message, Role
+from covonaut_es.projections import ReviewQueue
 from covonaut_es.service import ThreadService, review_submission
 from covonaut_es.store._writer import SNAPSHOT_MIN_VERSION
+from covonaut_es.workers import Worker
 from support import converse, ticking_clock
-from test_abandoned_reviews import RITA, VERIFIER, paying
+from test_abandoned_reviews import RITA, VERIFIER, paused, paying
 
 RAW_CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 """A character no command may print raw (a newline may end a line)."""
@@ -616,15 +618,15 @@ def _store_copy(request: pytest.FixtureRequest, backend: str) -> Iterator[tuple[
 
 _QUEUE_AS_PRISTINE: dict[str, str] = {}
 
-
-@pytest.mark.parametrize(
+ON_EACH_BACKEND = pytest.mark.parametrize(
     "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 )
-@settings(
-    max_examples=15,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+COPIED_PER_EXAMPLE = [HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+"""The health checks a test that copies a store per example passes over."""
+
+
+@ON_EACH_BACKEND
+@settings(max_examples=15, deadline=None, suppress_health_check=COPIED_PER_EXAMPLE)
 @given(
     row=st.integers(0, 10_000),
     among_the_newest=st.booleans(),  # the paused thread's, which the queue lists, are last
@@ -649,6 +651,94 @@ def test_a_row_moved_before_the_logs_start_is_read_or_refused(
         ), (status, out, err)
         with pytest.raises(StoredRowError, match="notification_id"):
             API_READS["check"](url)
+
+
+def _worker_runs_the_approved(store: Store) -> None:
+    """A worker that caught up runs ``w`` once its review is approved."""
+    worker = Worker(store, lambda thread_id: paying(store, thread_id).config)
+    worker.run(once=True)
+    [request] = paying(store, "w").pending_reviews
+    commands = ThreadService(store, verifier=VERIFIER)
+    submission = review_submission("approve")
+    commands.decide(request.review_id, submission, reviewer=commands.reviewer(RITA))
+    worker.run(once=True)
+    assert paying(store, "w").pending_reviews == ()
+
+
+def _queue_lists_the_new(store: Store) -> None:
+    """The review queue, caught up, lists a review asked afterwards."""
+    with ReviewQueue(store.url) as queue, queue.follow() as runner:
+        queue.wait_until_current(store, runner=runner)
+        review_id = paused(store, "v")
+        queue.wait_until_current(store, runner=runner)
+        assert review_id in {item.review_id for item in queue.pending()}
+        assert queue.threads_with_review(review_id, store) == ("v",)
+
+
+def _index_finds_the_new(store: Store) -> None:
+    """The store's index of review ids, caught up, finds a review asked afterwards."""
+    store.threads_with_review("no such review")
+    assert store.threads_with_review(paused(store, "v")) == ("v",)
+
+
+FOLLOWERS: dict[str, Callable[[Store], None]] = {
+    "worker": _worker_runs_the_approved,
+    "review queue": _queue_lists_the_new,
+    "review index": _index_finds_the_new,
+}
+"""Each follower of the log, catching up, then reading what was written afterwards."""
+
+_LAST_NUMBERED = {
+    "sqlite": "SELECT max(rowid) FROM stored_events",
+    "postgres": "SELECT last_value FROM covonaut_events_notification_id_seq",
+}
+"""The position a new event is numbered after, on each back end."""
+
+_NEWEST_MOVED = {
+    "sqlite": (
+        "UPDATE stored_events SET rowid = ? WHERE rowid = (SELECT max(rowid) FROM stored_events)"
+    ),
+    "postgres": (
+        "UPDATE covonaut_events SET notification_id = %s "
+        "WHERE notification_id = (SELECT max(notification_id) FROM covonaut_events)"
+    ),
+}
+
+
+@pytest.mark.parametrize("follower", sorted(FOLLOWERS))
+@ON_EACH_BACKEND
+@settings(max_examples=6, deadline=None, suppress_health_check=COPIED_PER_EXAMPLE)
+@given(past=st.one_of(st.integers(1, 2**20), st.sampled_from([2**62, 2**63 - 1])))
+@example(past=1)
+@example(past=2**62)
+@example(past=2**63 - 1)
+def test_a_row_moved_past_where_new_events_are_numbered_is_followed_or_refused(
+    request: pytest.FixtureRequest, backend: str, follower: str, past: int
+) -> None:
+    """A writer may give the newest row of the log a position past the one new events are
+    numbered after (by ``past``, or 2**62 and 2**63-1 outright): on PostgreSQL, past the
+    last its sequence issued; on SQLite, 2**63-1, past which it numbers rows at random.
+    New events are then numbered before it, and a follower whose position reached it
+    would pass over them without a word: each follower sees what was written afterwards,
+    or refuses with a typed error naming the events table."""
+    with (
+        _store_copy(request, backend) as (url, conn),
+        open_store(url, create_tables=False) as store,  # open before: a worker running on
+    ):
+        [(last,)] = conn.execute(_LAST_NUMBERED[backend]).fetchall()
+        position = past if past >= 2**62 else last + past
+        conn.execute(_NEWEST_MOVED[backend], (position,))
+        refused = backend == "postgres" or position == 2**63 - 1
+        try:
+            FOLLOWERS[follower](store)
+        except StoredRowError as exc:
+            assert f"({LAYOUT_EVENTS[backend]!r}) is at notification_id {position}" in str(exc)
+            assert refused, exc
+    if refused:  # opened now, the store is refused as it opens
+        with _store_copy(request, backend) as (url, conn):
+            conn.execute(_NEWEST_MOVED[backend], (position,))
+            with pytest.raises(StoredRowError, match="notification_id"):
+                open_store(url, create_tables=False)
 
 
 NO_TOPIC: dict[str, dict[str, Any]] = {

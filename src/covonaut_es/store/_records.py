@@ -356,11 +356,25 @@ class StoredRecords:
 
     def log_position(self) -> int:
         """The position of the newest event in the store's log (0 when empty):
-        projections have caught up when they reach it."""
+        projections have caught up when they reach it.
+
+        Raises:
+            StoredRowError: It is past the highest after which new events are numbered
+                (:meth:`~covonaut_es.store._rows.CheckedLog.max_notification_id`).
+        """
         return self._app.recorder.max_notification_id() or 0
 
     def has_events_after(self, position: int, *event_types: type[AgentThread.Event]) -> bool:
-        """Whether the log holds events (of these types, or any) after ``position``."""
+        """Whether the log holds events (of these types, or any) after ``position``: read
+        past the log's end (:meth:`log_position`), which refuses one that new events
+        would be numbered before, as a follower asks this to know it caught up.
+
+        Raises:
+            StoredRowError: The log's end is past the highest after which new events are
+                numbered.
+        """
+        if position >= self.log_position():
+            return False
         topics = stored_forms(event_types)
         found = self._app.recorder.select_notifications(
             position, 1, topics=topics, inclusive_of_start=False

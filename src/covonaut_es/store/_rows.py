@@ -107,11 +107,39 @@ class CheckedLog(ApplicationRecorder):
         )
         return checked_log(found)
 
+    events_table_name: str  # set by the back end's recorder
+
     def max_notification_id(self) -> int | None:
         """As the recorder's (None while the log is empty), the position checked
-        (:func:`checked_position`)."""
+        (:func:`checked_position`), and refused when it is past the highest after which
+        the back end numbers a new event (:meth:`log_end`): events written from then on
+        would be numbered before it, and a follower whose position reached the newest
+        would pass over them without a word (ADR 0113).
+
+        Raises:
+            StoredRowError: It is no position, or one past that highest.
+        """
+        found, highest = self.log_end()
+        newest = checked_position(found)
+        if newest is not None and highest is not None and newest > highest:
+            msg = (
+                f"the newest row of the store's log ({self.events_table_name!r}) is at "
+                f"notification_id {newest}, past {highest}, the highest after which new "
+                "events are numbered (the last its sequence issued on PostgreSQL): events "
+                "written from now on would be numbered before it, and whoever follows the "
+                "log would pass over them; the row was written around the library or is "
+                "damaged: give it back its position, or restore the store from a backup"
+            )
+            raise StoredRowError(msg)
+        return newest
+
+    def log_end(self) -> tuple[Any, int | None]:
+        """The newest position of the log as its table gives it (unchecked), and the
+        highest after which the back end numbers a new event (None when it cannot
+        tell). SQLite gives a new row the rowid past the newest, but past 2**63-1 it has
+        none, and picks free ones at random."""
         inner: Any = super()
-        return checked_position(inner.max_notification_id())
+        return inner.max_notification_id(), LAST_VERSION - 1
 
 
 def log_start(start: int | None, *, inclusive: bool) -> int | None:

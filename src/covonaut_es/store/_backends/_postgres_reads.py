@@ -144,3 +144,17 @@ class KeptReads:
     def _forget(self) -> None:
         with self._lock:
             self._open -= 1
+
+
+def log_end_sql(events: str) -> str:
+    """The statement reading the newest position of the log ``events`` (its quoted
+    name, the statement's one parameter) and the last position its column's sequence
+    issued: 0 when it issued none yet, NULL when the store's role may not read the
+    sequence (or the column has none), which then goes unchecked. One statement, as
+    eventsourcing's read of the newest position is: a follower reads the end often."""
+    return (
+        "SELECT max(notification_id), (SELECT CASE WHEN has_sequence_privilege(s, "
+        "'SELECT,USAGE') THEN coalesce(pg_sequence_last_value(s), 0) END FROM (SELECT "
+        "pg_get_serial_sequence(%s, 'notification_id')::regclass AS s) AS sequence) "
+        f"FROM {events}"
+    )

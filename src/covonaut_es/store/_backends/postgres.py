@@ -49,7 +49,7 @@ from covonaut_es.store._backends._postgres_heads import (
     refusal_in,
 )
 from covonaut_es.store._backends._postgres_leases import PostgresLeases, lock_ids
-from covonaut_es.store._backends._postgres_reads import KeptReads
+from covonaut_es.store._backends._postgres_reads import KeptReads, log_end_sql
 from covonaut_es.store._backends._postgres_rows import rows_json, select_rows
 from covonaut_es.store._heads import (
     FENCES,
@@ -276,13 +276,22 @@ class _AnchoringRecorder(_CheckedRows, postgres.PostgresApplicationRecorder):
             return head_in_row(tuple(row.values()))
 
 
-class PostgresApplicationRecorder(KeyedLog, CheckedLog, _AnchoringRecorder):
+class _SequencedLog(CheckedLog, _AnchoringRecorder):
+    """A log whose end is read with the last position its sequence issued."""
+
+    # Retried as eventsourcing's reads are.
+    @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
+    def log_end(self) -> tuple[Any, int | None]:
+        events = f'"{self.datastore.schema}"."{self.events_table_name}"'
+        [(newest, issued)] = self.reads.rows(log_end_sql(events), (events,))
+        return newest, issued
+
+
+class PostgresApplicationRecorder(KeyedLog, _SequencedLog):
     """The store's application recorder, storing stream ids as the store records."""
 
 
-class PostgresProcessRecorder(
-    KeyedLog, CheckedLog, _AnchoringRecorder, postgres.PostgresProcessRecorder
-):
+class PostgresProcessRecorder(KeyedLog, _SequencedLog, postgres.PostgresProcessRecorder):
     """eventsourcing's process recorder (a process application's, following others in a
     ``System``), anchoring the heads of the threads its policy saves as the store's
     recorder does, in the transaction that records its position (ADR 0052)."""
