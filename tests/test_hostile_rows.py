@@ -681,7 +681,15 @@ def _index_finds_the_new(store: Store) -> None:
     assert store.threads_with_review(paused(store, "v")) == ("v",)
 
 
+def _listing_lists_the_new(store: Store) -> None:
+    """The listing of threads, brought up to date, lists a thread begun afterwards."""
+    store.list_threads()
+    paused(store, "v")
+    assert "v" in {summary.thread_id for summary in store.list_threads().threads}
+
+
 FOLLOWERS: dict[str, Callable[[Store], None]] = {
+    "listing": _listing_lists_the_new,
     "worker": _worker_runs_the_approved,
     "review queue": _queue_lists_the_new,
     "review index": _index_finds_the_new,

@@ -165,16 +165,19 @@ class ThreadListing:
         table = None if self._guard.read_only else self._summaries()
         if table is None:
             return self._from_threads(start, limit)
+        # The end as every follower reads it: refused when new events would be numbered
+        # before it (ADR 0113), where the summaries would never be made again.
+        end = self._records.log_position()
         found = table.page(start, limit + 1)  # read at once: it is up to date, mostly
-        if found is None or found[0] != found[1]:  # events since the newest summary
+        if found is None or found[0] != end:  # events since the newest summary
             seen = table.seen() if found is None else found[0]
             if self._bring_up_to_date(table, seen) or found is None:
                 found = table.page(start, limit + 1)
                 if found is None:  # spoiled by another writer: every summary made again
                     table.clear()
                     self._bring_up_to_date(table, 0)
-                    found = table.page(start, limit + 1) or (0, 0, [])
-        rows = found[2]
+                    found = table.page(start, limit + 1) or (0, [])
+        rows = found[1]
         threads = self._opened_page([sealed for _, sealed in rows[:limit]])
         if threads is None:  # a summary spoiled by another writer: each checked alone
             remade = self._remade_page(table, rows[:limit])

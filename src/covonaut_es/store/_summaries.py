@@ -5,7 +5,7 @@ and :mod:`covonaut_es.store._listing` decides what goes in it."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 from uuid import UUID
 
@@ -30,9 +30,9 @@ class SummaryTable(ABC):
         """Remove every summary."""
 
     @abstractmethod
-    def page(self, after: int, limit: int) -> tuple[int, int, list[tuple[int, bytes]]] | None:
-        """What :meth:`seen` says, the position of the log's newest event, and up to
-        ``limit`` ``(position, summary)`` after ``position``, in order, read at once;
+    def page(self, after: int, limit: int) -> tuple[int, list[tuple[int, bytes]]] | None:
+        """What :meth:`seen` says, and up to ``limit`` ``(position, summary)`` after
+        ``position``, in order, read at once;
         None when the positions cannot be read (another writer spoiled them). A summary
         is as stored: the caller checks it."""
 
@@ -43,12 +43,7 @@ class SummaryTable(ABC):
 
 
 class SQLSummaries(SQLSideTable, SummaryTable):
-    """A summary table in a SQL database: :class:`SQLSideTable`'s arguments, and
-    ``log_end``, a query of the position of the log's newest event."""
-
-    def __init__(self, datastore: Any, writing: Callable[[], Any], *, log_end: str, **table: Any):
-        super().__init__(datastore, writing, **table)
-        self._log_end = log_end
+    """A summary table in a SQL database: :class:`SQLSideTable`'s arguments."""
 
     def seen(self) -> int:
         found = self._select(f"SELECT MAX(seen) FROM {self._table}", ())
@@ -80,12 +75,12 @@ class SQLSummaries(SQLSideTable, SummaryTable):
 
         self._run(write, "it was not cleared")
 
-    def page(self, after: int, limit: int) -> tuple[int, int, list[tuple[int, bytes]]] | None:
+    def page(self, after: int, limit: int) -> tuple[int, list[tuple[int, bytes]]] | None:
         # The stream ids are not read: a listing needs only the summaries, and reading
         # them would cost as much again as the select of the head anchors.
         p = self._p
         ends, found = self._select(
-            f"SELECT (SELECT MAX(seen) FROM {self._table}), ({self._log_end})",
+            f"SELECT MAX(seen) FROM {self._table}",
             (),
             f"SELECT position, summary FROM {self._table} "
             f"WHERE position > {p} ORDER BY position LIMIT {p}",
@@ -93,7 +88,7 @@ class SQLSummaries(SQLSideTable, SummaryTable):
         )
         if found and type(found[-1][0]) is not int:  # the next page starts after it
             return None
-        return _position(ends[0][0]), _position(ends[0][1]), found
+        return _position(ends[0][0]), found
 
     def stream_at(self, position: int) -> Any:
         found = self._select(

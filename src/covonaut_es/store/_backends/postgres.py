@@ -592,7 +592,6 @@ class _PostgresBackend(RecorderAnchors):
     def summary_table(self, recorder: ApplicationRecorder) -> SummaryTable | None:
         if not (isinstance(recorder, PostgresApplicationRecorder) and recorder.keeps_summaries):
             return None
-        events = f'"{recorder.datastore.schema}"."{recorder.events_table_name}"'
         return _side_table(
             recorder,
             SQLSummaries,
@@ -601,7 +600,6 @@ class _PostgresBackend(RecorderAnchors):
             "NOT NULL UNIQUE, version BIGINT NOT NULL, seen BIGINT NOT NULL, "
             "summary BYTEA NOT NULL",
             indexed="seen",
-            log_end=f"SELECT MAX(notification_id) FROM {events}",
         )
 
     def outstanding_table(self, recorder: ApplicationRecorder) -> OutstandingTable | None:

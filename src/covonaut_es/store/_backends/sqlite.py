@@ -572,7 +572,6 @@ class _SQLiteBackend(RecorderAnchors):
             "position INTEGER PRIMARY KEY, originator_id TEXT NOT NULL UNIQUE, "
             "version INTEGER NOT NULL, seen INTEGER NOT NULL, summary BLOB NOT NULL",
             indexed="seen",
-            log_end=f"SELECT MAX(rowid) FROM {recorder.events_table_name}",
         )
 
     def outstanding_table(self, recorder: ApplicationRecorder) -> OutstandingTable | None:
