@@ -4,6 +4,9 @@ eventsourcing lends a connection of its pool (psycopg_pool's) for each read, thr
 context manager that opens the pool, registers type adapters and translates errors: in
 all, about a ninth of a short thread's restore. A store's recorder reads a thread's rows
 on a few connections of its own instead, lent and taken back without a lock.
+
+Also the statement reading the log's end with the last position its sequence issued
+(ADR 0113), through the pool as eventsourcing's read of the end is.
 """
 
 from __future__ import annotations
@@ -153,8 +156,8 @@ def log_end_sql(events: str) -> str:
     sequence (or the column has none), which then goes unchecked. One statement, as
     eventsourcing's read of the newest position is: a follower reads the end often."""
     return (
-        "SELECT max(notification_id), (SELECT CASE WHEN has_sequence_privilege(s, "
-        "'SELECT,USAGE') THEN coalesce(pg_sequence_last_value(s), 0) END FROM (SELECT "
-        "pg_get_serial_sequence(%s, 'notification_id')::regclass AS s) AS sequence) "
-        f"FROM {events}"
+        "SELECT max(notification_id) AS newest, (SELECT CASE WHEN has_sequence_privilege("
+        "s, 'SELECT,USAGE') THEN coalesce(pg_sequence_last_value(s), 0) END FROM (SELECT "
+        "pg_get_serial_sequence(%s, 'notification_id')::regclass AS s) AS sequence) AS "
+        f"issued FROM {events}"
     )

@@ -283,8 +283,11 @@ class _SequencedLog(CheckedLog, _AnchoringRecorder):
     @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
     def log_end(self) -> tuple[Any, int | None]:
         events = f'"{self.datastore.schema}"."{self.events_table_name}"'
-        [(newest, issued)] = self.reads.rows(log_end_sql(events), (events,))
-        return newest, issued
+        with self.datastore.get_connection() as conn, conn.cursor() as cursor:
+            cursor.execute(log_end_sql(events), (events,))
+            found = cursor.fetchone()
+        assert found is not None  # an aggregate gives one row
+        return found["newest"], found["issued"]
 
 
 class PostgresApplicationRecorder(KeyedLog, _SequencedLog):
