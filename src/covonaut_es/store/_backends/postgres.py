@@ -239,13 +239,15 @@ class _AnchoringRecorder(_CheckedRows, postgres.PostgresApplicationRecorder):
         check_fences(kwargs.get(FENCES, ()), token_of, holds_lock)
         table = f'"{self.datastore.schema}"."{heads_table(self)}"'
         for stream, version, chain in kwargs.get(HEADS, ()):
+            # RETURNING, as the count of an upsert in eventsourcing's pipeline of a
+            # process's tracking is unknown (-1) until the pipeline syncs.
             curs.execute(
                 f"INSERT INTO {table} (originator_id, version, chain) VALUES (%s, %s, %s) "
                 "ON CONFLICT (originator_id) DO UPDATE SET version = EXCLUDED.version, "
-                "chain = EXCLUDED.chain",
+                "chain = EXCLUDED.chain RETURNING 1",
                 (stream, version, chain),
             )
-            require_stored(heads_table(self), curs.rowcount, 1)
+            require_stored(heads_table(self), len(curs.fetchall()), 1)
 
     def _fetch_ids_after_insert_events(
         self, curs: Any, stored_events: Sequence[StoredEvent], **kwargs: Any
