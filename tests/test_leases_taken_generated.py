@@ -29,7 +29,7 @@ from hypothesis.stateful import (
 
 from covonaut_es import Store, open_store
 from covonaut_es.domain import thread_aggregate_id
-from covonaut_es.errors import LeaseLostError, ReadOnlyStoreError
+from covonaut_es.errors import LeaseLostError, ReadOnlyStoreError, StoreUnavailableError
 from covonaut_es.store import Lease
 from covonaut_es.store._heads import lease_table
 from lease_faults import APPLICATION_PREFIX, backends, lock_file, terminate
@@ -202,7 +202,8 @@ def test_a_role_that_may_not_write_the_lease_table_gets_no_lease_and_leaves_no_l
 @pytest.mark.postgres
 def test_a_take_whose_token_cannot_be_recorded_leaves_no_lock(postgres_database: str) -> None:
     """The token's insert fails after the session took the thread's lock (a trigger of
-    the database refuses it): the error is raised, the lock is let go, and another store
+    the database refuses it): the error is raised, typed (it was psycopg's own), the
+    lock is let go, and another store
     takes the thread once the insert may go through."""
     open_store(postgres_database).close()
     with psycopg.connect(postgres_database, autocommit=True) as admin:
@@ -215,7 +216,7 @@ def test_a_take_whose_token_cannot_be_recorded_leaves_no_lock(postgres_database:
             "FOR EACH ROW EXECUTE FUNCTION refuse()"
         )
     with open_store(postgres_database) as first, open_store(postgres_database) as second:
-        with pytest.raises(psycopg.Error, match="refused by a trigger"):
+        with pytest.raises(StoreUnavailableError, match="refused by a trigger"):
             first._leasing.leases.try_acquire("t")
         with psycopg.connect(postgres_database, autocommit=True) as admin:
             admin.execute("DROP TRIGGER refuse ON covonaut_events_leases")

@@ -8,8 +8,12 @@ from collections.abc import Iterator, Sequence
 
 from eventsourcing.persistence import (
     ConnectionUnavailableError,
+    DataError,
     InterfaceError,
+    InternalError,
+    NotSupportedError,
     OperationalError,
+    ProgrammingError,
 )
 
 from covonaut_es.errors import ReadOnlyStoreError, StoreLockedError, StoreUnavailableError
@@ -30,7 +34,8 @@ def database_errors_typed(where: str, unsaved: str) -> Iterator[None]:
             store waits.
         ReadOnlyStoreError: The database's file cannot be written.
         StoreUnavailableError: Any other failure (a full disk, an I/O error, a
-            connection lost): the transaction was rolled back.
+            connection lost, a statement the database refused): the transaction was
+            rolled back. A conflict (``IntegrityError``) is the caller's to tell.
     """
     try:
         yield
@@ -49,6 +54,12 @@ def database_errors_typed(where: str, unsaved: str) -> Iterator[None]:
         msg = (
             f"{where} failed ({exc}): {unsaved}; try again once the database answers "
             "(a full disk once it has room)"
+        )
+        raise StoreUnavailableError(msg) from exc
+    except (ProgrammingError, DataError, NotSupportedError, InternalError) as exc:
+        msg = (
+            f"{where} refused the store's statement ({exc}): {unsaved}; its tables were "
+            "changed around the library (a rule, a trigger, a column): restore them"
         )
         raise StoreUnavailableError(msg) from exc
 

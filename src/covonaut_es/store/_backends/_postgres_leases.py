@@ -228,6 +228,8 @@ class PostgresLeases(LeaseBackend):
                     f"{exc}; runs need a role that may write the store's lease table"
                 )
                 raise ReadOnlyStoreError(msg) from exc
+            if isinstance(exc, psycopg.Error):  # a rule or a change to the lease table
+                raise self._failed(exc) from exc
             raise
         locked, token = row.fetchone()
         if not locked:

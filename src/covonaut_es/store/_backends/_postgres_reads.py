@@ -152,12 +152,14 @@ class KeptReads:
 def log_end_sql(events: str) -> str:
     """The statement reading the newest position of the log ``events`` (its quoted
     name, the statement's one parameter) and the last position its column's sequence
-    issued: 0 when it issued none yet, NULL when the store's role may not read the
-    sequence (or the column has none), which then goes unchecked. One statement, as
+    issued: NULL, which goes unchecked, when the store's role may not read the sequence
+    (or the column has none), and when the sequence issued nothing since it was set
+    (``setval(..., false)``, ``ALTER SEQUENCE ... RESTART``: an operator's repair, whose
+    next position ``pg_sequence_last_value`` does not tell). One statement, as
     eventsourcing's read of the newest position is: a follower reads the end often."""
     return (
         "SELECT max(notification_id) AS newest, (SELECT CASE WHEN has_sequence_privilege("
-        "s, 'SELECT,USAGE') THEN coalesce(pg_sequence_last_value(s), 0) END FROM (SELECT "
+        "s, 'SELECT,USAGE') THEN pg_sequence_last_value(s) END FROM (SELECT "
         "pg_get_serial_sequence(%s, 'notification_id')::regclass AS s) AS sequence) AS "
         f"issued FROM {events}"
     )
