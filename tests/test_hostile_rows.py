@@ -37,9 +37,11 @@ from covonaut_es.domain import RunMode, thread_aggregate_id
 from covonaut_es.errors import StoredRowError, ThreadConflictError
 from covonaut_es.messages import Message, Role
 from covonaut_es.projections import ReviewQueue
+from covonaut_es.projections._items import QUEUE_EVENT_TYPES
 from covonaut_es.service import ThreadService, review_submission
 from covonaut_es.store._writer import SNAPSHOT_MIN_VERSION
-from covonaut_es.workers import Worker
+from covonaut_es.workers import NoticeSender, ReviewNotice, Worker
+from covonaut_es.workers._notices import NOTICE_EVENTS
 from support import converse, ticking_clock
 from test_abandoned_reviews import RITA, VERIFIER, paused, paying
 
@@ -700,11 +702,25 @@ def _listing_lists_the_new(store: Store, moved: Callable[[], None]) -> None:
     assert "v" in {summary.thread_id for summary in store.list_threads().threads}
 
 
+def _sender_notifies_the_new(store: Store, moved: Callable[[], None]) -> None:
+    """The review-notice sender, having sent before and after ``moved``, sends the notice
+    of a review asked afterwards."""
+    sent: list[ReviewNotice] = []
+    sender = NoticeSender(store, sent.append)
+    sender.send_pending()
+    moved()
+    sender.send_pending()
+    review_id = paused(store, "v")
+    sender.send_pending()
+    assert review_id in {notice.review_id for notice in sent}
+
+
 FOLLOWERS: dict[str, Callable[[Store, Callable[[], None]], None]] = {
     "listing": _listing_lists_the_new,
     "worker": _worker_runs_the_approved,
     "review queue": _queue_lists_the_new,
     "review index": _index_finds_the_new,
+    "notice sender": _sender_notifies_the_new,
 }
 """Each follower of the log, catching up before and after its second argument moves
 the row, then reading what was written afterwards."""
@@ -759,7 +775,7 @@ def test_a_row_moved_past_where_new_events_are_numbered_is_followed_or_refused(
 
     with (
         _store_copy(request, backend) as (url, conn),
-        open_store(url, create_tables=False) as store,  # open before: a worker running on
+        open_store(url) as store,  # open before: a worker running on (the tracking table made)
     ):
         if before_it_caught_up:
             move(conn)
@@ -777,6 +793,64 @@ def test_a_row_moved_past_where_new_events_are_numbered_is_followed_or_refused(
         if backend == "postgres" or moved_to[-1] == 2**63 - 1:
             with pytest.raises(StoredRowError, match="notification_id"):
                 open_store(url, create_tables=False)
+
+
+FOLLOWED_ONLY: dict[str, tuple[type[AgentThread.Event], ...]] = {
+    "notice sender": NOTICE_EVENTS,
+    "review queue": QUEUE_EVENT_TYPES,
+}
+"""The followers whose position passes only the events of these types; the others' passes
+every event up to the log's end."""
+
+_SEQUENCE_SET = {
+    "sqlite": None,  # SQLite numbers a new row past the newest rowid
+    "postgres": "SELECT setval('covonaut_events_notification_id_seq', %s)",
+}
+"""The position new events are numbered after set, on each back end that keeps one."""
+
+
+@pytest.mark.parametrize("follower", sorted(FOLLOWERS))
+@ON_EACH_BACKEND
+@settings(max_examples=4, deadline=None, suppress_health_check=COPIED_PER_EXAMPLE)
+@given(past=st.one_of(st.integers(1, 2**20), st.just(2**62)))
+@example(past=2**62)
+def test_a_row_moved_back_after_a_follower_passed_it_is_followed_or_refused(
+    request: pytest.FixtureRequest, backend: str, follower: str, past: int
+) -> None:
+    """A writer may give the newest row of the log a position past the others where new
+    events are then numbered after it (moving PostgreSQL's sequence with it), and give
+    it back its own (and the sequence its own) once a follower passed it: the follower's
+    durable position is then past the log's end, and new events are numbered before it.
+    Each follower that keeps a position (the worker's table, the index of review ids, the
+    listing's summaries, the review queue, the notice sender) sees what was written
+    afterwards, or refuses with a typed error naming the position it recorded."""
+    with (
+        _store_copy(request, backend) as (url, conn),
+        open_store(url) as store,  # the notice sender's tracking table made
+    ):
+        [(last,)] = conn.execute(_LAST_NUMBERED[backend]).fetchall()
+        column = "rowid" if backend == "sqlite" else "notification_id"
+        # The newest row the follower acts on: its position passes no other.
+        *_, newest = store._records.notifications(*FOLLOWED_ONLY.get(follower, ()))
+
+        def renumbered(old: int, new: int, numbered_after: int) -> None:
+            p = "?" if backend == "sqlite" else "%s"
+            conn.execute(
+                f"UPDATE {LAYOUT_EVENTS[backend]} SET {column} = {p} WHERE {column} = {p}",
+                (new, old),
+            )
+            if _SEQUENCE_SET[backend] is not None:
+                conn.execute(_SEQUENCE_SET[backend], (numbered_after,))
+
+        moved_to = past if past >= 2**62 else last + past
+        renumbered(newest.id, moved_to, moved_to)
+        try:
+            FOLLOWERS[follower](store, lambda: renumbered(moved_to, newest.id, last))
+        except StoredRowError as exc:
+            assert f"recorded log position {moved_to}, past the end" in str(exc), exc
+            assert follower in {"review queue", "notice sender"}, exc
+        except ThreadConflictError:  # numbered onto a row written while the row was moved
+            assert backend == "postgres" and past < 2**62
 
 
 NO_TOPIC: dict[str, dict[str, Any]] = {

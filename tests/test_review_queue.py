@@ -97,7 +97,7 @@ def test_queue_follows_interrupts_resumes_forks_and_abandons(store: Store) -> No
         "human review required",
         {"request_id": "r1"},
     )
-    assert not store._records.has_events_after(queue.position(), *QUEUE_EVENT_TYPES)
+    assert not store._records.has_events_after(queue.position(), *QUEUE_EVENT_TYPES, follower="q")
 
 
 def test_queue_restarts_where_it_stopped(store: Store) -> None:
@@ -221,7 +221,9 @@ def test_separate_process_projection_survives_sigkill(shared_url: str) -> None:
                 queue.wait_until_current(store, timeout=30)
                 follower.send_signal(signal.SIGKILL)
                 follower.wait(timeout=10)
-        assert store._records.has_events_after(queue.position())  # it really missed events
+        assert store._records.has_events_after(
+            queue.position(), follower="q"
+        )  # it really missed events
         follower = start_follower(shared_url)
         queue.wait_until_current(store, timeout=30)
     finally:

@@ -216,7 +216,7 @@ def test_a_batch_in_one_transaction_leaves_the_view_as_events_one_at_a_time(
     assert rebuilt.pending() == live.pending()
     assert listed(rebuilt) == expected(store)
     assert rebuilt.position() > 0
-    assert not store._records.has_events_after(rebuilt.position())
+    assert not store._records.has_events_after(rebuilt.position(), follower="q")
     live.close()
     rebuilt.close()
     store.close()

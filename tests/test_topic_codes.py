@@ -144,7 +144,9 @@ def test_old_rows_and_new_rows_are_read_filtered_and_queued_alike(tmp_path: Path
         pause(store, "new", "r-new")
         interrupts = list(store._records.notifications(AgentThread.Interrupted))
         assert {r.topic for r in interrupts} == {AgentThread.Interrupted.TOPIC, "14"}
-        assert store._records.has_events_after(interrupts[-1].id - 1, AgentThread.Interrupted)
+        assert store._records.has_events_after(
+            interrupts[-1].id - 1, AgentThread.Interrupted, follower="t"
+        )
         queue = ReviewQueue(store.url)
         with queue.follow() as runner:
             queue.wait_until_current(store, runner=runner)

@@ -50,7 +50,7 @@ from covonaut_es.projections import (
     QueuePage,
     ReviewQueue,
 )
-from covonaut_es.projections._items import QUEUE_EVENT_TYPES
+from covonaut_es.projections._items import QUEUE_EVENT_TYPES, QUEUE_FOLLOWER
 from covonaut_es.service import (
     Reviewer,
     ReviewerVerifier,
@@ -216,7 +216,9 @@ class ReviewDesk:
         position = self.queue.position()
         waiting = {key for key, at in recorded.items() if at > position}
         # The queue tracks its own events only: past the last of them, it is current.
-        if waiting and not self.store._records.has_events_after(position, *QUEUE_EVENT_TYPES):
+        if waiting and not self.store._records.has_events_after(
+            position, *QUEUE_EVENT_TYPES, follower=QUEUE_FOLLOWER
+        ):
             waiting = set()
         with self._lock:
             for key, at in recorded.items():

@@ -167,6 +167,10 @@ QUEUE_EVENT_TYPES: tuple[type[AgentThread.Event], ...] = (
 thread begun afresh is named when it first has something to list (:data:`NAMED_LATER`),
 not by its first event, which would cost the queue every thread the log began."""
 
+QUEUE_FOLLOWER = "the review queue (its own database's tracking table)"
+"""How a refusal of the queue's position names it (never by its URL, which may hold a
+password)."""
+
 SELF_NAMED = (AgentThread.StartedFromState, AgentThread.Forked)
 """The first events the queue follows, which name their thread themselves."""
 

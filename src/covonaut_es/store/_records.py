@@ -267,10 +267,15 @@ class StoredRecords:
             yield from snapshots.recorder.select_events(stream)
 
     def notifications(
-        self, *event_types: type, after: int | None = None, topicless: bool = False
+        self,
+        *event_types: type,
+        after: int | None = None,
+        stop: int | None = None,
+        topicless: bool = False,
     ) -> Iterator[Notification]:
-        """The log's records (of these event types, or all) after position ``after``,
-        in log order, read a page at a time and filtered in SQL; nothing is decoded.
+        """The log's records (of these event types, or all) after position ``after``
+        (and up to ``stop``, when given), in log order, read a page at a time and
+        filtered in SQL; nothing is decoded.
 
         ``topicless``: for a read that lists every thread of some kind, a row that holds
         no topic, which the filter would pass over, fails it instead, with
@@ -283,7 +288,7 @@ class StoredRecords:
         options = {"topicless": True} if topicless and isinstance(recorder, CheckedLog) else {}
         while True:
             batch = recorder.select_notifications(
-                after, _LOG_BATCH, topics=topics, inclusive_of_start=False, **options
+                after, _LOG_BATCH, stop, topics=topics, inclusive_of_start=False, **options
             )
             yield from batch
             if len(batch) < _LOG_BATCH:
@@ -364,16 +369,45 @@ class StoredRecords:
         """
         return self._app.recorder.max_notification_id() or 0
 
-    def has_events_after(self, position: int, *event_types: type[AgentThread.Event]) -> bool:
-        """Whether the log holds events (of these types, or any) after ``position``: read
-        past the log's end (:meth:`log_position`), which refuses one that new events
-        would be numbered before, as a follower asks this to know it caught up.
+    def end_for(self, follower: str, position: int) -> int:
+        """The log's end (:meth:`log_position`) for a follower whose recorded position
+        is ``position``: the one check that a position read back is not past it, which
+        the follower would otherwise take for caught up, passing over every event
+        written afterwards (numbered at the end, before it) without a word (ADR 0113).
+
+        Args:
+            follower: Names the follower and where its position is kept, for the error.
+            position: The position it recorded.
 
         Raises:
-            StoredRowError: The log's end is past the highest after which new events are
-                numbered.
+            StoredRowError: ``position`` is past the log's end (the newest row was moved
+                back, or the log restored, after the follower passed it), or the end is
+                refused (:meth:`log_position`).
         """
-        if position >= self.log_position():
+        end = self.log_position()
+        if position > end:
+            msg = (
+                f"{follower} recorded log position {position}, past the end of the "
+                f"store's log, its newest row at notification_id {end}: events written from "
+                "now on would be numbered before it and passed over; the newest row was "
+                "moved back, or the log restored, after it passed it: give the row back its "
+                "position, or record the follower's position again"
+            )
+            raise StoredRowError(msg)
+        return end
+
+    def has_events_after(
+        self, position: int, *event_types: type[AgentThread.Event], follower: str
+    ) -> bool:
+        """Whether the log holds events (of these types, or any) after ``position``, the
+        position ``follower`` recorded: read past the log's end (:meth:`end_for`), as a
+        follower asks this to know it caught up.
+
+        Raises:
+            StoredRowError: ``position`` is past the log's end, or the end past the
+                highest after which new events are numbered.
+        """
+        if position >= self.end_for(follower, position):
             return False
         topics = stored_forms(event_types)
         found = self._app.recorder.select_notifications(

@@ -579,13 +579,19 @@ class Store(Closing):
         return self._records.log_position()
 
     def log_position(self, consumer: str) -> int:
-        """The last log position ``consumer`` recorded as done (0 before any).
+        """The last log position ``consumer`` recorded as done (0 before any), checked
+        against the log's end (:meth:`last_log_position`, read as well).
 
         Raises:
             ConfigurationError: ``consumer`` is no str.
+            StoredRowError: The position is past the log's end (the newest row was moved
+                back, or the log restored, after the consumer passed it), where it would
+                pass over every event written afterwards; or the end is refused.
         """
         check_text("consumer", consumer)
-        return self._positions.log_position(consumer)
+        position = self._positions.log_position(consumer)
+        self._records.end_for(f"the consumer {consumer!r} (the store's tracking table)", position)
+        return position
 
     def record_log_position(self, consumer: str, position: int) -> None:
         """Record that ``consumer`` is done with the log up to ``position``.

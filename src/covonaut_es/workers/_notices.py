@@ -144,13 +144,19 @@ class NoticeSender:
         order; how many were sent.
 
         Raises:
+            StoredRowError: The position recorded is past the log's end, or the log's
+                end past where new events are numbered (ADR 0113).
             Exception: What the notifier raised for the first notice it could not
                 deliver; that notice and the ones after it are sent by the next call.
         """
         sent = 0
         mapper = self.store._records.mapper
         position = self.store.log_position(self.consumer)
-        for notification in self.store._records.notifications(*NOTICE_EVENTS, after=position):
+        # Read up to the end as checked (ADR 0113): a row moved past where new events are
+        # numbered is refused, not sent and recorded as the position.
+        end = self.store.last_log_position()
+        notifications = self.store._records.notifications(*NOTICE_EVENTS, after=position, stop=end)
+        for notification in notifications:
             try:
                 event = cast(AgentThread.Event, mapper.to_domain_event(notification))
             except CovonautError as exc:  # a record no notice can be made of
