@@ -391,7 +391,8 @@ class StoredRecords:
                 f"store's log, its newest row at notification_id {end}: events written from "
                 "now on would be numbered before it and passed over; the newest row was "
                 "moved back, or the log restored, after it passed it: give the row back its "
-                "position, or record the follower's position again"
+                "position, or remove the positions it recorded past the end (or the review "
+                "queue's database, which is made again)"
             )
             raise StoredRowError(msg)
         return end
