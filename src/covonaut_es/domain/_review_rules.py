@@ -55,19 +55,20 @@ def check_may_act_on_call(
             approved under four eyes.
     """
     naming = reviews.naming(tool_call_id)
-    approvals = [r for r in naming if r.approved]
-    binding = [r for r in (*approvals, *naming[-1:]) if r.request.rules is not None]
+    binding = [
+        (review, rules)
+        for review in (*(r for r in naming if r.approved), *naming[-1:])
+        if (rules := review.request.rules) is not None
+    ]
     refused = f"reviewer {reviewer!r} may not act on call {tool_call_id!r}"
-    for review in binding:
-        rules = review.request.rules
-        assert rules is not None
+    for review, rules in binding:
         if not may_decide(rules, scopes):
             needed = ", ".join(rules.scopes)
             msg = f"{refused}: its review needs one of the scopes {needed}; nothing was recorded"
             raise ReviewerNotPermittedError(msg)
         if review.approved:
             _check_limits(rules, review.approved_arguments, scopes, refused=refused)
-    if runs_again and any(r.request.rules and r.request.rules.four_eyes for r in binding):
+    if runs_again and any(rules.four_eyes for _, rules in binding):
         msg = (
             f"{refused}: its review needs the approval of two different reviewers, and a "
             "retry runs it again on one person's word; check the external system and "
