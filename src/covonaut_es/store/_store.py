@@ -588,10 +588,20 @@ class Store(Closing):
                 back, or the log restored, after the consumer passed it), where it would
                 pass over every event written afterwards; or the end is refused.
         """
+        return self._position_and_end(consumer)[0]
+
+    def _position_and_end(self, consumer: str) -> tuple[int, int]:
+        """As :meth:`log_position`, with the log's end it was checked against: a
+        consumer that reads on up to the end reads it once.
+
+        Raises:
+            ConfigurationError: ``consumer`` is no str.
+            StoredRowError: As :meth:`log_position`.
+        """
         check_text("consumer", consumer)
         position = self._positions.log_position(consumer)
-        self._records.end_for(f"the consumer {consumer!r} (the store's tracking table)", position)
-        return position
+        follower = f"the consumer {consumer!r} (the store's tracking table)"
+        return position, self._records.end_for(follower, position)
 
     def record_log_position(self, consumer: str, position: int) -> None:
         """Record that ``consumer`` is done with the log up to ``position``.

@@ -151,10 +151,9 @@ class NoticeSender:
         """
         sent = 0
         mapper = self.store._records.mapper
-        position = self.store.log_position(self.consumer)
         # Read up to the end as checked (ADR 0113): a row moved past where new events are
         # numbered is refused, not sent and recorded as the position.
-        end = self.store.last_log_position()
+        position, end = self.store._position_and_end(self.consumer)
         notifications = self.store._records.notifications(*NOTICE_EVENTS, after=position, stop=end)
         for notification in notifications:
             try:
