@@ -659,53 +659,99 @@ def _by_inbox(store: Store, command: str, token: str) -> bool:
 _SURFACES = {"service": _by_service, "cli": _by_cli, "inbox": _by_inbox}
 
 
-@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    surface=st.sampled_from(sorted(_SURFACES)),
-    command=st.sampled_from(("retry", "settle as run", "settle as not run", "give up")),
+@attrs.frozen
+class _ReviewedCall:
+    """A payment under a policy (its scopes, four eyes, a limit above 1000 that needs
+    ``payments:large``), approved with its amount perhaps edited, then in doubt; in a
+    fork whose own review of the call someone without the limit's scope rejected, or
+    not; and the scopes of the person who then acts on it."""
+
+    scoped: bool
+    four_eyes: bool
+    limited: bool
+    amount: int
+    edit: int | None
+    held: frozenset[str]
+    forked: bool
+
+    def set_up(self, store: Store) -> str:
+        """Thread ``t`` holding the call ``c1`` in doubt; the acting person's token."""
+        limits = (ReviewLimit("amount", 1000, ("payments:large",)),) if self.limited else ()
+        scopes = ("payments",) if self.scoped else ()
+        policy = ReviewPolicy(scopes=scopes, four_eyes=self.four_eyes, limits=limits)
+        if self.forked:
+            _in_doubt_under(store, policy, self.amount, self.edit, thread_id="p")
+            _forked_and_asked_again(store, policy)
+        else:
+            _in_doubt_under(store, policy, self.amount, self.edit)
+        return HEX_VERIFIER.issue_token("carol", 600, scopes=sorted(self.held))
+
+    @property
+    def may_settle(self) -> bool:
+        """Whether the person could have approved alone what the approval covered: a
+        scope of the review, and of the limit the approved amount exceeds."""
+        approved = self.amount if self.edit is None else self.edit
+        return (not self.scoped or "payments" in self.held) and (
+            not self.limited or approved <= 1000 or "payments:large" in self.held
+        )
+
+
+_REVIEWED_CALLS = st.builds(
+    _ReviewedCall,
     scoped=st.booleans(),
     four_eyes=st.booleans(),
     limited=st.booleans(),
     amount=st.sampled_from((500, 5000)),
     edit=st.sampled_from((None, 500, 5000)),
-    held=st.sets(st.sampled_from(("payments", "payments:large"))),
+    held=st.frozensets(st.sampled_from(("payments", "payments:large"))),
     forked=st.booleans(),
 )
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    surface=st.sampled_from(sorted(_SURFACES)),
+    command=st.sampled_from(("retry", "settle as run", "settle as not run", "give up")),
+    case=_REVIEWED_CALLS,
+)
 def test_acting_on_a_reviewed_call_needs_what_its_approval_needed(
-    surface: str,
-    command: str,
-    scoped: bool,
-    four_eyes: bool,
-    limited: bool,
-    amount: int,
-    edit: int | None,
-    held: set[str],
-    forked: bool,
+    surface: str, command: str, case: _ReviewedCall
 ) -> None:
-    """A call approved under a policy (its scopes, four eyes, a limit above 1000 that
-    needs ``payments:large``), its amount perhaps edited, then in doubt: on every
+    """A call approved under a policy, then in doubt (:class:`_ReviewedCall`): on every
     surface, a person's retry, settlement or giving up of its thread is accepted exactly
     when they could have approved alone what the approval covered (a scope of the
     review, and of the limit the approved amount exceeds), and a retry not under four
     eyes, which one person's word would undo; else nothing is recorded (ADR 0107). The
     same in a fork whose own review of the call was rejected by someone without the
     limit's scope: the parent's approval still binds (helper-135)."""
-    limits = (ReviewLimit("amount", 1000, ("payments:large",)),) if limited else ()
-    scopes = ("payments",) if scoped else ()
-    policy = ReviewPolicy(scopes=scopes, four_eyes=four_eyes, limits=limits)
-    approved = amount if edit is None else edit
-    may = (
-        (not scoped or "payments" in held)
-        and (not limited or approved <= 1000 or "payments:large" in held)
-        and not (command == "retry" and four_eyes)
-    )
+    may = case.may_settle and not (command == "retry" and case.four_eyes)
     with tempfile.TemporaryDirectory() as tmp, open_store(f"sqlite:///{tmp}/t.db") as store:
-        if forked:
-            _in_doubt_under(store, policy, amount, edit, thread_id="p")
-            _forked_and_asked_again(store, policy)
-        else:
-            _in_doubt_under(store, policy, amount, edit)
+        token = case.set_up(store)
         before = store.head_version("t")
-        token = HEX_VERIFIER.issue_token("carol", 600, scopes=sorted(held))
         assert _SURFACES[surface](store, command, token) is may
         assert (store.head_version("t") != before) is may
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=_REVIEWED_CALLS)
+def test_the_inbox_lists_a_call_in_doubt_exactly_to_whom_may_act_on_it(
+    case: _ReviewedCall,
+) -> None:
+    """The same calls in doubt, paused for a person: a reviewer's inbox lists the pause,
+    and shows its page, exactly when they may settle it, by the rule the commands
+    enforce; it listed the pause to anyone holding the governing review's scope, who
+    was then refused at every command."""
+    with tempfile.TemporaryDirectory() as tmp, open_store(f"sqlite:///{tmp}/t.db") as store:
+        token = case.set_up(store)
+        ThreadService(store).pause_calls_in_doubt("t", "its runner died")
+        app = create_inbox_app(store, HEX_VERIFIER)
+        with TestClient(app, base_url="http://inbox.test") as client:
+            desk = app.state.inbox.desk
+            desk.queue.wait_until_current(store)
+            listed = client.get("/api/pauses", headers={"Authorization": f"Bearer {token}"})
+            page = desk.pause("t", "c1", reviewer=desk.service.reviewer(token))
+        assert listed.status_code == 200, listed.text
+        shown = [(p["thread_id"], p["tool_call_id"]) for p in listed.json()]
+        assert (("t", "c1") in shown) is case.may_settle
+        assert (page is not None) is case.may_settle
+        assert _by_service(store, "settle as not run", token) is case.may_settle

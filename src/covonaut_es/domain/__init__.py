@@ -16,6 +16,7 @@ from covonaut_es.domain._ids import check_thread_id, check_thread_stream, thread
 from covonaut_es.domain._review_rules import (
     check_may_act_on_call,
     check_may_decide,
+    may_act_on_call,
     may_decide,
     same_reviewer,
 )
@@ -87,6 +88,7 @@ __all__ = [
     "check_may_decide",
     "check_thread_id",
     "check_thread_stream",
+    "may_act_on_call",
     "may_decide",
     "operation_digest",
     "requested_call",

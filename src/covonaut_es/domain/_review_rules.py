@@ -13,7 +13,7 @@ out of a reviewer's queue what the check would refuse them. Pure: no I/O, no clo
 from __future__ import annotations
 
 import unicodedata
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from covonaut_es.domain._canonical import canonical_json
@@ -42,59 +42,70 @@ def check_may_act_on_call(
 ) -> None:
     """Refuse a person's dealing with a reviewed call (answering, settling, giving up,
     or with ``runs_again`` running it again) unless they could have made the approvals
-    it acts on (ADR 0107): they hold one of the scopes of the review that governs it
-    now, and of each review that approved it (a fork's new review of a call its parent
-    approved does not stand in for the parent's approval, whatever its own decision),
-    with one of the scopes of each limit that approval's arguments exceed; and a call
-    approved under four eyes runs again only on two reviewers' word, never on one
-    person's retry. A call no review names is anyone's to deal with.
+    it acts on (ADR 0107): :func:`call_refusal` of the reviews naming the call.
 
     Raises:
         ReviewerNotPermittedError: They hold none of the review's scopes, or none of a
             limit's the approved arguments exceed; or they would run again a call
             approved under four eyes.
     """
-    naming = reviews.naming(tool_call_id)
+    reason = call_refusal(reviews.naming(tool_call_id), scopes, runs_again=runs_again)
+    if reason is not None:
+        msg = f"reviewer {reviewer!r} may not act on call {tool_call_id!r}: {reason}"
+        raise ReviewerNotPermittedError(msg)
+
+
+def may_act_on_call(naming: Sequence[Review], scopes: Collection[str]) -> bool:
+    """Whether a person holding ``scopes`` may deal with the call the reviews
+    ``naming`` name (:meth:`ReviewLedger.naming`): what a reviewer's queue shows them."""
+    return call_refusal(naming, scopes) is None
+
+
+def call_refusal(
+    naming: Sequence[Review], scopes: Collection[str], *, runs_again: bool = False
+) -> str | None:
+    """Why a person holding ``scopes`` may not deal with the call the reviews ``naming``
+    name (:meth:`ReviewLedger.naming`, oldest first), or None: they must hold one of
+    the scopes of the review that governs it now, and of each review that approved it
+    (a fork's new review of a call its parent approved does not stand in for the
+    parent's approval, whatever its own decision), with one of the scopes of each limit
+    that approval's arguments exceed; and a call approved under four eyes runs again
+    (``runs_again``) only on two reviewers' word, never on one person's retry. A call
+    no review names is anyone's to deal with."""
     binding = [
         (review, rules)
         for review in (*(r for r in naming if r.approved), *naming[-1:])
         if (rules := review.request.rules) is not None
     ]
-    refused = f"reviewer {reviewer!r} may not act on call {tool_call_id!r}"
     for review, rules in binding:
         if not may_decide(rules, scopes):
             needed = ", ".join(rules.scopes)
-            msg = f"{refused}: its review needs one of the scopes {needed}; nothing was recorded"
-            raise ReviewerNotPermittedError(msg)
+            return f"its review needs one of the scopes {needed}; nothing was recorded"
         if review.approved:
-            _check_limits(rules, review.approved_arguments, scopes, refused=refused)
+            exceeded = _limit_refusal(rules, review.approved_arguments, scopes)
+            if exceeded is not None:
+                return exceeded
     if runs_again and any(rules.four_eyes for _, rules in binding):
-        msg = (
-            f"{refused}: its review needs the approval of two different reviewers, and a "
-            "retry runs it again on one person's word; check the external system and "
-            "settle it instead; nothing was recorded"
+        return (
+            "its review needs the approval of two different reviewers, and a retry runs "
+            "it again on one person's word; check the external system and settle it "
+            "instead; nothing was recorded"
         )
-        raise ReviewerNotPermittedError(msg)
+    return None
 
 
-def _check_limits(
-    rules: ReviewRules, arguments: Mapping[str, Any], scopes: Collection[str], *, refused: str
-) -> None:
-    """Refuse, saying ``refused`` and why, a reviewer who lacks a scope one of the
-    rules' limits needs for ``arguments``.
-
-    Raises:
-        ReviewerNotPermittedError: ``arguments`` exceed a limit none of whose scopes
-            they hold.
-    """
+def _limit_refusal(
+    rules: ReviewRules, arguments: Mapping[str, Any], scopes: Collection[str]
+) -> str | None:
+    """Why a reviewer holding ``scopes`` may not approve ``arguments`` under the rules'
+    limits (one they exceed needs a scope the reviewer lacks), or None."""
     for limit in rules.limits:
         if limit.exceeded_by(arguments) and not any(s in scopes for s in limit.scopes):
-            msg = (
-                f"{refused}: {limit.argument!r} above {limit.maximum:g} needs one of the "
-                f"scopes {list(limit.scopes)}; ask a reviewer who holds one; nothing was "
-                "recorded"
+            return (
+                f"{limit.argument!r} above {limit.maximum:g} needs one of the scopes "
+                f"{list(limit.scopes)}; ask a reviewer who holds one; nothing was recorded"
             )
-            raise ReviewerNotPermittedError(msg)
+    return None
 
 
 def check_may_decide(review: Review, *, reviewer: str, scopes: Collection[str]) -> None:
@@ -177,8 +188,10 @@ def check_decision(
                 "approve those as requested, or reject; nothing was recorded"
             )
             raise DecisionNotAllowedError(msg)
-    refused = f"reviewer {reviewer!r} may not approve review {review_id!r}"
-    _check_limits(rules, approved, scopes, refused=refused)
+    exceeded = _limit_refusal(rules, approved, scopes)
+    if exceeded is not None:
+        msg = f"reviewer {reviewer!r} may not approve review {review_id!r}: {exceeded}"
+        raise ReviewerNotPermittedError(msg)
     if any(same_reviewer(a.reviewer, reviewer) for a in review.approvals):
         msg = (
             f"reviewer {reviewer!r} approved review {review_id!r} already: it needs the "

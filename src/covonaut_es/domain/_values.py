@@ -248,6 +248,12 @@ class ThreadState(msgspec.Struct, frozen=True):
         names."""
         return ReviewLedger(self.reviews).governing(tool_call_id)
 
+    def reviews_naming(self, tool_call_id: str) -> tuple[Review, ...]:
+        """Every review that held back the call, or whose approval it spent, oldest
+        first: those whose scopes and limits a person needs to act on the call
+        (:func:`~covonaut_es.domain.may_act_on_call`)."""
+        return ReviewLedger(self.reviews).naming(tool_call_id)
+
     @property
     def awaiting_person(self) -> tuple[Pause, ...]:
         """The pauses a person can still act on (see :func:`awaiting_a_person`)."""

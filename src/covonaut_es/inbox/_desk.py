@@ -22,9 +22,11 @@ from eventsourcing.projection import BaseProjectionRunner
 
 from covonaut_es.domain import (
     PauseKind,
+    Review,
     ReviewDecision,
     ReviewRules,
     ThreadState,
+    may_act_on_call,
     may_decide,
 )
 from covonaut_es.errors import (
@@ -69,9 +71,9 @@ _REVIEWS = QueueFilter(kind=PauseKind.REVIEW)
 RECENT_MESSAGES = 8
 """How many of a thread's last messages a review or pause page shows."""
 
-GOVERNING_KEPT = 65_536
-"""The pauses on calls whose governing review's rules a desk keeps, the least recently
-listed forgotten first."""
+CALLS_KEPT = 65_536
+"""The pauses on calls whose reviews a desk keeps, the least recently listed forgotten
+first."""
 
 
 class ReviewDesk:
@@ -96,8 +98,8 @@ class ReviewDesk:
         self._recorded: dict[tuple[str, str | None], int] = {}
         self._lock = threading.Lock()
         self._runner: BaseProjectionRunner[Any] | None = None
-        # (thread id, call id, paused at) -> the rules of the review governing the call
-        self._governing: OrderedDict[tuple[str, str, datetime], ReviewRules | None] = OrderedDict()
+        # (thread id, call id, paused at) -> the reviews naming the call
+        self._naming: OrderedDict[tuple[str, str, datetime], tuple[Review, ...]] = OrderedDict()
 
     def follow_with(self, runner: BaseProjectionRunner[Any]) -> None:
         """Check ``runner``, the one keeping the queue current, before every listing:
@@ -153,38 +155,38 @@ class ReviewDesk:
                 return True
             if item.review_id:
                 return may_decide(item.rules, reviewer.scopes)
-            # A call in doubt or a tool's pause shows its call: as its review would.
-            readable, rules = self._call_rules(item, states)
-            return readable and _allows(rules, reviewer)
+            # A call in doubt or a tool's pause shows its call: listed to whom may act on it.
+            naming = self._call_reviews(item, states)
+            return naming is not None and may_act_on_call(naming, reviewer.scopes)
 
         return self.queue.page(
             after=after, limit=limit, only=only, newest_first=newest_first, where=shown
         )
 
-    def _call_rules(
+    def _call_reviews(
         self, item: PendingReview, states: dict[str, ThreadState | None]
-    ) -> tuple[bool, ReviewRules | None]:
-        """Whether the thread of a pause on a call reads, and the rules of the review
-        that governs the call (None: no review names it, or none records rules). Kept
-        per pause, since no review of its call is asked while it waits: a listing
-        that counts every item loads each thread once, not at every request.
-        ``states``: the threads this listing has read."""
+    ) -> tuple[Review, ...] | None:
+        """The reviews naming the call a pause is on (:meth:`ThreadState.reviews_naming`),
+        or None when its thread does not read. Kept per pause, since no review of its
+        call is asked or decided while it waits: a listing that counts every item loads
+        each thread once, not at every request. ``states``: the threads this listing
+        has read."""
         key = (item.thread_id, item.item_id, item.requested_at)
         with self._lock:
-            if key in self._governing:
-                self._governing.move_to_end(key)
-                return True, self._governing[key]
+            if key in self._naming:
+                self._naming.move_to_end(key)
+                return self._naming[key]
         if item.thread_id not in states:
             states[item.thread_id] = self._readable(item.thread_id)
         state = states[item.thread_id]
         if state is None:
-            return False, None
-        rules = _governing_rules(state, item.tool_call_id)
+            return None
+        naming = state.reviews_naming(item.tool_call_id)
         with self._lock:
-            self._governing[key] = rules
-            if len(self._governing) > GOVERNING_KEPT:
-                self._governing.popitem(last=False)
-        return True, rules
+            self._naming[key] = naming
+            if len(self._naming) > CALLS_KEPT:
+                self._naming.popitem(last=False)
+        return naming
 
     def _readable(self, thread_id: str) -> ThreadState | None:
         """The thread's state, or None when it does not read (damaged): its pauses are
@@ -486,18 +488,12 @@ def _allows(rules: ReviewRules | None, reviewer: Reviewer) -> bool:
     return rules is None or may_decide(rules, reviewer.scopes)
 
 
-def _governing_rules(state: ThreadState, tool_call_id: str) -> ReviewRules | None:
-    """The rules of the review that governs the call; None when no review names it."""
-    review = state.governing_review(tool_call_id)
-    return None if review is None else review.request.rules
-
-
 def _may_see_call(state: ThreadState, tool_call_id: str, reviewer: Reviewer) -> bool:
     """Whether ``reviewer`` may see a pause on the call, which shows its operation: they
-    may decide the review that governs it (that holds it back, or whose approval it
-    spent), as they must to act on it (:func:`~covonaut_es.domain.check_may_act_on_call`);
-    a call no review names is anyone's."""
-    return _allows(_governing_rules(state, tool_call_id), reviewer)
+    may act on it (:func:`~covonaut_es.domain.may_act_on_call`, the rule
+    :func:`~covonaut_es.domain.check_may_act_on_call` enforces); a call no review names
+    is anyone's."""
+    return may_act_on_call(state.reviews_naming(tool_call_id), reviewer.scopes)
 
 
 def _recent_messages(state: ThreadState, reviewer: Reviewer) -> tuple[Message, ...] | None:
