@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 import worker_app
 from covonaut_es import AgentThread, Message, ReviewQueue, Role, Store, Worker, open_store
-from covonaut_es.errors import CovonautError, ForeignSchemaError
+from covonaut_es.errors import CovonautError, ForeignSchemaError, ThreadConflictError
 from shop_app import NOW, Shop
 from test_embedded_tools import (
     _postgres,
@@ -402,7 +402,9 @@ def test_a_save_killed_at_any_moment_leaves_events_and_anchor_alike(where: str) 
 
 
 # A save stores exactly its rows or fails whole (ADR 0109): a trigger that drops an
-# insert (or, on PostgreSQL, changes its row's id) makes each writing command raise.
+# insert (or, on PostgreSQL, changes its row's id) makes each writing command raise; so
+# does one that refuses the row ("abort": a trigger's RAISE; "check": a CHECK constraint
+# added on PostgreSQL), and that refusal is no conflict with another writer.
 
 _WRITTEN = {
     "sqlite": ("stored_events", "stored_events_heads", "stored_events_leases"),
@@ -410,22 +412,30 @@ _WRITTEN = {
 }
 # "negative id" and "same id" change a row of PostgreSQL's log; "rule" is a PostgreSQL
 # rule that does nothing instead of the insert (helper-137: an untyped NotSupportedError)
-_DROPS = ("drop", "negative id", "same id", "rule")
+_DROPS = ("drop", "negative id", "same id", "rule", "abort", "check")
 
 
 def _intercept(url: str, table: str, how: str) -> None:
-    """A trigger on ``table`` that drops each insert, or gives the row another id."""
-    if url.startswith("sqlite"):
+    """A trigger on ``table`` that drops each insert, gives the row another id, or
+    refuses it; or a rule, or a constraint, that does."""
+    if url.startswith("sqlite"):  # a CHECK cannot be added to a SQLite table: a RAISE
+        raised = "IGNORE" if how == "drop" else "ABORT, 'disk quota'"
         with contextlib.closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as db, db:
             db.execute(
-                f"CREATE TRIGGER intercept BEFORE INSERT ON {table} BEGIN SELECT RAISE(IGNORE); END"
+                f"CREATE TRIGGER intercept BEFORE INSERT ON {table} "
+                f"BEGIN SELECT RAISE({raised}); END"
             )
         return
-    if how == "rule":
+    if how in ("rule", "check"):
+        added = {
+            "rule": f"CREATE RULE intercept AS ON INSERT TO {table} DO INSTEAD NOTHING",
+            "check": f"ALTER TABLE {table} ADD CONSTRAINT intercept CHECK (false) NOT VALID",
+        }[how]
         with psycopg.connect(url, autocommit=True) as db:
-            db.execute(f"CREATE RULE intercept AS ON INSERT TO {table} DO INSTEAD NOTHING")
+            db.execute(added)
         return
     body = {
+        "abort": "RAISE EXCEPTION 'disk quota';",
         "drop": "RETURN NULL;",
         "negative id": "NEW.notification_id := -NEW.notification_id; RETURN NEW;",
         "same id": "NEW.notification_id := 1; RETURN NEW;",
@@ -473,7 +483,7 @@ def _command(store: Store, command: str, ledger: Path) -> None:
     "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 )
 @settings(
-    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=16, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(
     table=st.integers(0, 2),
@@ -493,9 +503,11 @@ def test_a_write_a_trigger_drops_or_changes_fails_whole(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A trigger that drops the inserts of a table a write makes (the log, the heads,
-    the leases), or changes the id of a row of the log: each command that writes the
-    table raises a CovonautError and stores nothing; a worker's step ends, its failure
-    logged, with the thread as it was; no payment runs."""
+    the leases), or changes the id of a row of the log, or a trigger or constraint that
+    refuses them: each command that writes the table raises a CovonautError and stores
+    nothing, never a conflict with another writer unless the id it gave is another
+    row's; a worker's step ends, its failure logged, with the thread as it was; no
+    payment runs."""
 
     tmp = tmp_path_factory.mktemp("dropped")
     if backend == "sqlite":
@@ -514,10 +526,12 @@ def test_a_write_a_trigger_drops_or_changes_fails_whole(
             decide(store, "paused")
         before = {t: store.load(t).version for t in store.thread_ids()}
         name = _WRITTEN[backend][table]
-        _intercept(url, name, how if name.endswith("_events") or how == "rule" else "drop")
+        log_only = ("negative id", "same id")
+        _intercept(url, name, "drop" if how in log_only and not name.endswith("_events") else how)
         try:
             _command(store, command, ledger)
-        except CovonautError:
+        except CovonautError as exc:
+            assert how == "same id" or not isinstance(exc, ThreadConflictError), exc
             assert {t: store.load(t).version for t in store.thread_ids()} == before
         else:  # a worker logs its step's failure; decide and fork take no lease
             assert command == "worker" or (name.endswith("_leases") and command != "run")

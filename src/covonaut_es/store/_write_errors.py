@@ -4,15 +4,18 @@
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 from collections.abc import Iterator, Sequence
 
 from eventsourcing.persistence import (
     ConnectionUnavailableError,
     DataError,
+    IntegrityError,
     InterfaceError,
     InternalError,
     NotSupportedError,
     OperationalError,
+    PersistenceError,
     ProgrammingError,
 )
 
@@ -34,13 +37,23 @@ def database_errors_typed(where: str, unsaved: str) -> Iterator[None]:
             store waits.
         ReadOnlyStoreError: The database's file cannot be written.
         StoreUnavailableError: Any other failure (a full disk, an I/O error, a
-            connection lost, a statement the database refused): the transaction was
-            rolled back. A conflict (``IntegrityError``) is the caller's to tell.
+            connection lost, a statement the database refused, a constraint or trigger
+            added to a table refusing a row): the transaction was rolled back. A
+            conflict (:func:`is_conflict`) stays an ``IntegrityError``, the caller's
+            to tell.
     """
     try:
         yield
     except ConnectionUnavailableError:
         raise  # a wait for this process's own writer, not the database's failure
+    except IntegrityError as exc:
+        if is_conflict(exc):
+            raise
+        msg = (
+            f"{where} refused a row of the store's ({exc}): {unsaved}; a constraint or "
+            "trigger was added to its tables around the library: remove it"
+        )
+        raise StoreUnavailableError(msg) from exc
     except (OperationalError, InterfaceError) as exc:
         if StoreLockedError.said_by(exc):
             msg = f"{where} is locked by another writer: {unsaved}; try again shortly"
@@ -62,6 +75,28 @@ def database_errors_typed(where: str, unsaved: str) -> Iterator[None]:
             "changed around the library (a rule, a trigger, a column): restore them"
         )
         raise StoreUnavailableError(msg) from exc
+
+
+_UNIQUE_SQLITE = frozenset({"SQLITE_CONSTRAINT_PRIMARYKEY", "SQLITE_CONSTRAINT_UNIQUE"})
+_UNIQUE_POSTGRESQL = "23505"  # unique_violation
+
+
+def is_conflict(exc: IntegrityError) -> bool:
+    """Whether a refused write met a row another writer stored first: a key already
+    taken (a stream's version, a snapshot's, a tracked position), which the library
+    raised itself or the database found unique. Any other refusal of a row (a CHECK or
+    NOT NULL constraint, a foreign key, a trigger's ``RAISE``) is no conflict: writing
+    again would meet it again."""
+    cause: BaseException | None = exc
+    seen: set[int] = set()  # a chain raised "from" itself would else be walked for ever
+    while isinstance(cause, PersistenceError) and id(cause) not in seen:
+        seen.add(id(cause))
+        cause = cause.__cause__  # eventsourcing wraps the driver's error
+    if cause is None or isinstance(cause, PersistenceError):
+        return True  # raised by the library (a stream that was to be new) or a recorder
+    if isinstance(cause, sqlite3.Error):
+        return getattr(cause, "sqlite_errorname", None) in _UNIQUE_SQLITE
+    return getattr(cause, "sqlstate", None) == _UNIQUE_POSTGRESQL
 
 
 def require_stored(table: str, stored: int, given: int, ids: Sequence[int] = ()) -> None:

@@ -203,7 +203,10 @@ class _AnchoringRecorder(_CheckedRows, postgres.PostgresApplicationRecorder):
                 kwargs.get(FENCES, ()),
             )
         except Exception as exc:
-            raise refusal_in(exc, kwargs.get(FENCES, ())) from exc
+            refusal = refusal_in(exc, kwargs.get(FENCES, ()))
+            if refusal is exc:
+                raise  # its cause, the driver's error, kept for is_conflict
+            raise refusal from exc
 
     def _insert_events(
         self, curs: Any, stored_events: Sequence[StoredEvent], **kwargs: Any
