@@ -4,9 +4,12 @@ names every field in which a snapshot differs from the replay, on every store.""
 
 from __future__ import annotations
 
+import contextlib
 import enum
+import hashlib
 import logging
 import shutil
+import sqlite3
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -18,7 +21,15 @@ from eventsourcing.persistence import StoredEvent
 from hypothesis import HealthCheck, assume, given, reject, settings
 from hypothesis import strategies as st
 
-from covonaut_es import Agent, Store, ThreadStatus, ToolContext, create_cipher_key, open_store
+from covonaut_es import (
+    Agent,
+    CovonautError,
+    Store,
+    ThreadStatus,
+    ToolContext,
+    create_cipher_key,
+    open_store,
+)
 from covonaut_es.domain import AgentThread, Label, RunMode, ThreadSnapshot
 from covonaut_es.domain._snapshot import differing_fields
 from covonaut_es.messages import Message
@@ -480,3 +491,96 @@ def test_the_store_restores_from_the_snapshots_it_sealed_under_each_key(
     assert "passed over" not in caplog.text
     report = store.verify("long")
     assert report.ok and report.snapshots_checked == 1, report.findings
+
+
+# Damage to a snapshot's bytes in a store without a key -----------------------------------
+
+
+class DamageTemplate:
+    """A SQLite store without a key holding thread ``long``, snapshotted with one event
+    after its snapshot: the stored snapshot, and what each read gives without it."""
+
+    def __init__(self, db: Path, snapshot: bytes, version: int, without: dict[str, Any]) -> None:
+        self.db, self.snapshot, self.version, self.without = db, snapshot, version, without
+
+    def __repr__(self) -> str:  # hypothesis prints the arguments of a failing example
+        return f"DamageTemplate({self.db.parent.name})"
+
+
+def damage_reads(db: Path, version: int) -> dict[str, Any]:
+    """What a load of the head, a state at the snapshot's version and the history give
+    on the store at ``db``: each result, or the type of its error."""
+    reads: dict[str, Callable[[Store], object]] = {
+        "load": lambda s: s.load("long").state,
+        "state_at": lambda s: s.state_at("long", version),
+        "history": lambda s: s.history("long"),
+    }
+    found: dict[str, Any] = {}
+    with open_store(f"sqlite:///{db}") as store:
+        for name, read in reads.items():
+            try:
+                found[name] = read(store)
+            except CovonautError as exc:
+                found[name] = type(exc)
+    return found
+
+
+@pytest.fixture(scope="module")
+def damage_template(tmp_path_factory: pytest.TempPathFactory) -> DamageTemplate:
+    """A thread whose messages are hashes, so that most of its snapshot's frame is
+    literal bytes, where a changed bit decodes to other text unless a checksum says so."""
+    db = tmp_path_factory.mktemp("undamaged") / "threads.db"
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    with open_store(f"sqlite:///{db}") as store:
+        thread = AgentThread.start("long", now=now)
+        thread.start_run(RunMode.CONTINUE, now=now)
+        for i in range(70):
+            text = hashlib.sha256(str(i).encode()).hexdigest()
+            thread.append_message(Message(role="user", content=text), now=now)
+        store.save(thread)
+        assert store.snapshot_if_due(thread)
+        version = thread.version
+        thread.append_message(Message(role="user", content="after the snapshot"), now=now)
+        store.save(thread)
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        [(snapshot,)] = conn.execute("SELECT state FROM stored_snapshots").fetchall()
+    bare = db.with_name("without-snapshots.db")
+    shutil.copyfile(db, bare)
+    with contextlib.closing(sqlite3.connect(bare)) as conn, conn:
+        conn.execute("DELETE FROM stored_snapshots")
+    return DamageTemplate(db, snapshot, version, damage_reads(bare, version))
+
+
+@settings(
+    max_examples=50,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    position=st.integers(0, 10**6),
+    change=st.tuples(st.just("flip bit"), st.integers(0, 7))
+    | st.tuples(st.just("set byte"), st.integers(0, 255)),
+)
+def test_one_damaged_byte_of_a_snapshot_in_a_store_without_a_key_is_never_served(
+    damage_template: DamageTemplate,
+    tmp_path_factory: pytest.TempPathFactory,
+    position: int,
+    change: tuple[str, int],
+) -> None:
+    """One bit flipped or one byte set anywhere in a new snapshot's stored bytes (its
+    seal, its frame's header, data or checksum), in a store with no key, as a failing
+    disk would: a load, a state at the snapshot's version and the history each give what
+    they give with no snapshot at all, or a typed error; never another thread. (A store
+    without a key trusts a forgery, which anyone can seal; damage its frame's checksum
+    finds.)"""
+    template = damage_template
+    stored = bytearray(template.snapshot)
+    index = position % len(stored)
+    kind, value = change
+    stored[index] = stored[index] ^ (1 << value) if kind == "flip bit" else value
+    db = tmp_path_factory.mktemp("damaged") / "threads.db"
+    shutil.copyfile(template.db, db)
+    with contextlib.closing(sqlite3.connect(db)) as conn, conn:
+        conn.execute("UPDATE stored_snapshots SET state = ?", (bytes(stored),))
+    found = damage_reads(db, template.version)
+    assert found == template.without, [n for n in found if found[n] != template.without[n]]

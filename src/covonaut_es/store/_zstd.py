@@ -2,9 +2,11 @@
 before it (ADR 0022): the rest of the store never knows which.
 
 Both write and read the same frame format, so a store written under one Python reads
-under the other. Snapshots are frames without a dictionary (:func:`compress`); event
-payloads are frames with one, which carry its id and a checksum of their content
-(:class:`Dictionary`, ADR 0061).
+under the other. Every frame written carries a checksum of its content, so that damage
+to its bytes fails its decompression rather than reading as other data. Snapshots are
+frames without a dictionary (:func:`compress`), read with or without a checksum, as
+frames written before it (ADR 0114); event payloads are frames with one, which carry its
+id and must carry the checksum (:class:`Dictionary`, ADR 0061).
 """
 
 from __future__ import annotations
@@ -21,14 +23,16 @@ if sys.version_info >= (3, 14):
     from compression import zstd
 
     class _Frames:
-        """Compression into frames, with ``dictionary`` when given, and back."""
+        """Compression into frames carrying a checksum of their content, with
+        ``dictionary`` when given, and back; bytes after a frame are refused when
+        ``whole``, ignored otherwise."""
 
-        def __init__(self, dictionary: bytes | None = None, *, checksum: bool = False) -> None:
+        def __init__(self, dictionary: bytes | None = None, *, whole: bool = False) -> None:
             self._dictionary = None if dictionary is None else zstd.ZstdDict(dictionary)
-            self.extra_allowed = not checksum
+            self.extra_allowed = not whole
             self._options = {
                 zstd.CompressionParameter.compression_level: _LEVEL,
-                zstd.CompressionParameter.checksum_flag: int(checksum),
+                zstd.CompressionParameter.checksum_flag: 1,
             }
 
         @property
@@ -66,17 +70,19 @@ else:
     import zstandard
 
     class _Frames(threading.local):
-        """Compression into frames, with ``dictionary`` when given, and back: a
-        compressor and a decompressor per thread, since zstandard's may not be used by
-        two threads at once (stores save and load in threads), and making them on every
-        call costs more than the compression of a small payload. (A ``threading.local``
-        runs this ``__init__`` again, with the same arguments, in each thread.)"""
+        """Compression into frames carrying a checksum of their content, with
+        ``dictionary`` when given, and back (bytes after a frame refused when ``whole``,
+        ignored otherwise): a compressor and a decompressor per thread, since
+        zstandard's may not be used by two threads at once (stores save and load in
+        threads), and making them on every call costs more than the compression of a
+        small payload. (A ``threading.local`` runs this ``__init__`` again, with the
+        same arguments, in each thread.)"""
 
-        def __init__(self, dictionary: bytes | None = None, *, checksum: bool = False) -> None:
+        def __init__(self, dictionary: bytes | None = None, *, whole: bool = False) -> None:
             loaded = None if dictionary is None else zstandard.ZstdCompressionDict(dictionary)
             self.dictionary_id = 0 if loaded is None else loaded.dict_id()
             self._compressor = zstandard.ZstdCompressor(
-                level=_LEVEL, dict_data=loaded, write_content_size=True, write_checksum=checksum
+                level=_LEVEL, dict_data=loaded, write_content_size=True, write_checksum=True
             )
             # The decompressor's own method, called positionally (max_output_size,
             # read_across_frames, allow_extra_data) by _checked: keywords, or a method
@@ -84,7 +90,7 @@ else:
             # paid once per event read.
             self._decompressor = zstandard.ZstdDecompressor(dict_data=loaded)
             self.decompress = self._decompressor.decompress
-            self.extra_allowed = not checksum
+            self.extra_allowed = not whole
 
         def compress(self, data: bytes) -> bytes:
             return self._compressor.compress(data)
@@ -119,7 +125,8 @@ _PLAIN = _Frames()
 
 
 def compress(data: bytes) -> bytes:
-    """One frame holding ``data``, its size declared in the frame header."""
+    """One frame holding ``data``, its size declared in the frame header and a checksum
+    of ``data`` after it."""
     return _PLAIN.compress(data)
 
 
@@ -129,10 +136,13 @@ def decompress(frame: bytes | memoryview, *, limit: int) -> bytes:
 
     A frame that declares its size (ours always do) is refused before anything is
     allocated when it declares more than ``limit``; one that does not is decompressed up
-    to ``limit`` bytes and refused beyond.
+    to ``limit`` bytes and refused beyond. A frame that carries a checksum (ours do since
+    ADR 0114) is refused when its content does not match it; one without (written before,
+    or by another zstd writer) is read as it decodes.
 
     Raises:
-        ValueError: The frame is damaged or truncated, or holds more than ``limit``.
+        ValueError: The frame is damaged or truncated, its checksum does not match, or
+            it holds more than ``limit``.
     """
     return _checked(frame, limit, _header(frame)[1], _PLAIN)
 
@@ -187,7 +197,7 @@ class Dictionary:
     """
 
     def __init__(self, content: bytes) -> None:
-        self._frames = _Frames(content, checksum=True)
+        self._frames = _Frames(content, whole=True)
         self.id: int = self._frames.dictionary_id
         """The dictionary's id, which every frame compressed with it names."""
 
