@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from decimal import Decimal
 from functools import singledispatchmethod
 from pathlib import Path
@@ -38,6 +41,7 @@ from eventsourcing.system import (
     SingleThreadedRunner,
     System,
 )
+from eventsourcing.utils import get_topic
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -50,7 +54,7 @@ from covonaut_es import (
 )
 from covonaut_es.errors import ConfigurationError
 from covonaut_es.store import AggregateSnapshot, event_mapper
-from covonaut_es.store._chain import chain_in
+from covonaut_es.store._chain import UNCHAINED, chain_in
 from embedded_system import SYSTEM, ApprovedByReviewer, Payment, Payments, sqlite_env
 
 TESTS = Path(__file__).parent
@@ -425,6 +429,165 @@ def test_an_altered_snapshot_never_changes_what_loads(data: st.DataObject) -> No
         loaded = payments.repository.get(payment_id)
         assert vars(loaded) == vars(Repository(event_store=payments.events).get(payment_id))
         payments.close()
+
+
+class Invoice(Aggregate):
+    """A payment whose id its payee decides (uuid5, as eventsourcing documents), so that
+    two stores, or a store and its backup, hold an invoice under the same id."""
+
+    payee: str
+    amount: Decimal
+    approved_by: str | None
+
+    class Snapshot(AggregateSnapshot):
+        """Its snapshots."""
+
+    @staticmethod
+    def create_id(payee: str, amount: Decimal) -> UUID:
+        """The same id for a payee in every store."""
+        return uuid.uuid5(uuid.NAMESPACE_URL, f"invoice/{payee}")
+
+    @event("Requested")
+    def __init__(self, payee: str, amount: Decimal) -> None:
+        self.payee, self.amount, self.approved_by = payee, amount, None
+
+    @event("Approved")
+    def approve(self, reviewer: str) -> None:
+        """Record the reviewer's approval."""
+        self.approved_by = reviewer
+
+
+class Invoices(AgentApplication):
+    """Invoices, snapshotted at their second event."""
+
+    aggregate_classes = (Invoice,)
+    snapshotting_intervals: ClassVar[dict[type, int]] = {Invoice: 2}
+
+
+class ChainKeyedInvoices(Invoices):
+    """Invoices in an application whose seals are keyed by a chain key."""
+
+    @property
+    def chain_key(self) -> bytes | None:
+        """The same chain key for every store of the test."""
+        return b"chain key shared by both stores"
+
+
+def invoice_env(path: Path, key: str) -> dict[str, str]:
+    """eventsourcing's SQLite settings for one store, with a cipher key if ``key`` says."""
+    env = {"PERSISTENCE_MODULE": "eventsourcing.sqlite", "SQLITE_DBNAME": str(path)}
+    if key == "cipher":
+        env |= {"CIPHER_TOPIC": "eventsourcing.cipher:AESCipher", "CIPHER_KEY": CIPHER_KEY}
+    return env
+
+
+def invoices(path: Path, key: str) -> Invoices:
+    """The invoices stored at ``path``, under ``key``: "cipher", "chain" or "none"."""
+    return (ChainKeyedInvoices if key == "chain" else Invoices)(env=invoice_env(path, key))
+
+
+def write_invoice(path: Path, key: str, amount: Decimal, reviewer: str | None) -> UUID:
+    """Request an invoice of ``amount`` to acme in the store at ``path``, approved by
+    ``reviewer`` if one is given (its second event: a snapshot is taken)."""
+    app = invoices(path, key)
+    try:
+        if reviewer is None:
+            invoice = Invoice("acme", amount)
+        else:
+            invoice = app.repository.get(Invoice.create_id("acme", amount))
+            invoice.approve(reviewer)
+        app.save(invoice)
+        return invoice.id
+    finally:
+        app.close()
+
+
+def snapshot_row(path: Path) -> tuple[Any, ...]:
+    """The one snapshot row of the store at ``path``."""
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        (row,) = db.execute("SELECT * FROM stored_snapshots").fetchall()
+        return tuple(row)
+
+
+def put_snapshot_row(path: Path, row: tuple[Any, ...]) -> None:
+    """Replace the snapshots of the store at ``path`` with ``row``."""
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        db.execute("DELETE FROM stored_snapshots")
+        db.execute("INSERT INTO stored_snapshots VALUES (?, ?, ?, ?)", row)
+
+
+amounts = st.decimals(allow_nan=False, allow_infinity=False, places=2, min_value=0, max_value=10**6)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    key=st.sampled_from(["cipher", "chain", "none"]),
+    source=st.sampled_from(["its own", "another store", "an older backup"]),
+    amount=amounts,
+    other_amount=amounts,
+    reviewers=st.lists(st.sampled_from(["maria", "li", "mallory"]), min_size=2, max_size=2),
+)
+def test_an_invoices_snapshot_is_trusted_only_by_the_store_whose_events_it_summarizes(
+    key: str, source: str, amount: Decimal, other_amount: Decimal, reviewers: list[str]
+) -> None:
+    """A store's own snapshot of an invoice is trusted; one sealed by another store under
+    the same key (the same invoice id), or by the same store before it was restored from
+    an older backup and written differently, is passed over: whatever the key, the
+    invoice loads as its events fold."""
+    mine, theirs = reviewers
+    with tempfile.TemporaryDirectory() as directory:
+        here, there = Path(directory, "here.db"), Path(directory, "there.db")
+        if source == "an older backup":
+            write_invoice(there, key, other_amount, None)
+            shutil.copy(there, here)  # the backup, before the approval
+            write_invoice(there, key, other_amount, theirs)
+        elif source == "another store":
+            write_invoice(there, key, other_amount, None)
+            write_invoice(there, key, other_amount, theirs)
+        if source != "an older backup":
+            write_invoice(here, key, amount, None)
+        invoice_id = write_invoice(here, key, amount, mine)
+        if source != "its own":
+            put_snapshot_row(here, snapshot_row(there))
+        app = invoices(here, key)
+        assert app.snapshots is not None
+        trusted = list(app.snapshots.get(invoice_id))
+        loaded = app.repository.get(invoice_id)
+        replayed = Repository(event_store=app.events).get(invoice_id)
+        app.close()
+    assert vars(loaded) == vars(replayed)
+    assert len(trusted) == (source == "its own")
+
+
+def test_an_invoices_snapshot_sealed_before_it_was_bound_is_taken_anew(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A snapshot sealed to its stream and version only (as before ADR 0115) is passed
+    over with an INFO line, the invoice rebuilt from its events, until its next
+    snapshot, which is bound to its event and trusted."""
+    path = tmp_path / "invoices.db"
+    write_invoice(path, "cipher", Decimal("10.00"), None)
+    invoice_id = write_invoice(path, "cipher", Decimal("10.00"), "maria")
+    app = invoices(path, "cipher")
+    assert app.snapshots is not None
+    (snapshot,) = app.snapshots.get(invoice_id)
+    legacy = app.snapshots._sealed(snapshot, get_topic(type(snapshot)), UNCHAINED)
+    put_snapshot_row(path, (invoice_id.hex, 2, legacy.topic, legacy.state))
+    with caplog.at_level(logging.INFO, logger="covonaut_es"):
+        assert list(app.snapshots.get(invoice_id)) == []
+        assert app.repository.get(invoice_id).approved_by == "maria"
+    passed_over = [r for r in caplog.records if "passed over" in r.getMessage()]
+    assert len(passed_over) == 2  # the snapshots' read, and the repository's
+    for record in passed_over:
+        assert record.levelno == logging.INFO
+        assert "sealed to its stream and version only" in record.getMessage()
+    invoice = app.repository.get(invoice_id)
+    invoice.approve("li")
+    invoice.approve("ming")
+    app.save(invoice)  # its fourth event: a snapshot is taken
+    (retaken,) = app.snapshots.get(invoice_id, gt=2)
+    assert retaken.state["approved_by"] == "ming"
+    app.close()
 
 
 # Durability through kills ---------------------------------------------------------------

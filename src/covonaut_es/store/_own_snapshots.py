@@ -8,8 +8,9 @@ An aggregate class may instead declare a snapshot class of its own, nested in it
 eventsourcing allows (``class Snapshot(AggregateSnapshot): pass``), which the
 application binds to it: its state fields are the attributes annotated on the aggregate
 class (as a dataclass-style eventsourcing aggregate declares them), decoded into their
-types, and each snapshot is sealed to its stream and version (and, with a cipher key,
-its bytes), so that a forged one is passed over. A state attribute without an
+types, and each snapshot is sealed to the stored row of the event at its version (and,
+with a key, its bytes; ADR 0115), so that a forged one, or one copied from another
+store or an older backup, is passed over. A state attribute without an
 annotation is refused before the events that make the snapshot due are stored.
 """
 

@@ -2,7 +2,9 @@
 
 A snapshot is trusted only when it is bound to the events it summarizes: its seal names
 the chain hash of the stored event at its version, its digest matches under the store's
-key, and its state's chain head is that hash. Anything else (forged, moved, altered,
+key, and its state's chain head is that hash. A snapshot of one of an application's own
+aggregates, whose events have no chain, is bound to a digest of the stored row of the
+event at its version instead (ADR 0115). Anything else (forged, moved, altered,
 undecodable, or unsealed in a store with a key) is passed over with a log line, and the
 thread is rebuilt from its events.
 """
@@ -30,7 +32,13 @@ from covonaut_es.store._codec import codec_for
 from covonaut_es.store._mapper import MsgspecMapper
 from covonaut_es.store._own_snapshots import AggregateSnapshot
 from covonaut_es.store._rows import row_damage, shown
-from covonaut_es.store._snapshot_seals import SealKey, chain_head_problem, unsealed
+from covonaut_es.store._snapshot_seals import (
+    Distrust,
+    SealKey,
+    chain_head_problem,
+    row_seal,
+    unsealed,
+)
 from covonaut_es.store._topic_codes import compact, full_topic
 
 logger = _logs.logger("covonaut_es")
@@ -100,10 +108,12 @@ class SnapshotCache(EventStore[UUID]):
     def stored(self, snapshot: DomainEventProtocol[UUID]) -> StoredEvent:
         """The record of a snapshot, sealed to the chain head its state holds (the seal
         of the event at its version, once the thread is saved); a snapshot of one of
-        the application's own aggregates, whose events have no chain, to its stream and
-        version (and under a key to its bytes too)."""
+        the application's own aggregates, whose events have no chain, to the stored row
+        of the event at its version, read now (see :func:`row_seal`)."""
         if isinstance(snapshot, AggregateSnapshot):
-            return self._sealed(snapshot, get_topic(type(snapshot)), UNCHAINED)
+            seal = self._own_seal(snapshot.originator_id, snapshot.originator_version)
+            # With no event at its version it is sealed to none, and never trusted.
+            return self._sealed(snapshot, get_topic(type(snapshot)), seal or UNCHAINED)
         if not isinstance(snapshot, ThreadSnapshot):
             return self._decoder.to_stored_event(snapshot)
         seal = str(snapshot.state.get("chain_head") or UNCHAINED)
@@ -242,7 +252,7 @@ class SnapshotCache(EventStore[UUID]):
 
     def _own(self, record: StoredEvent) -> Iterator[DomainEventProtocol[UUID]]:
         """The snapshot of one of the application's own aggregates that ``record`` holds,
-        if its seal binds it to its stream and version and it decodes; else nothing,
+        if its seal binds it to the stored event at its version and it decodes; else nothing,
         with a log line: the repository then replays the aggregate's events.
 
         Raises:
@@ -251,27 +261,30 @@ class SnapshotCache(EventStore[UUID]):
         stale = False
         try:
             plain = self._own_plain(record)
-            problem = self._own_problem(record, plain)
-            if problem is None:
+            distrust = self._own_problem(record, plain)
+            if distrust is None:
                 snapshot = self._decoder.decode_plain(record, plain)
         except NewerSchemaError:
             raise
         except ValueError as exc:  # a SerializationError, or a stream id that is no UUID
-            problem, stale = str(exc), isinstance(exc, StaleSnapshotError)
-        if problem is None:
+            distrust, stale = Distrust(str(exc)), isinstance(exc, StaleSnapshotError)
+        if distrust is None:
             yield snapshot
             return
+        quiet = stale or distrust.other_key  # expected after an upgrade
         logger.log(
-            logging.INFO if stale else logging.WARNING,  # expected after an upgrade
+            logging.INFO if quiet else logging.WARNING,
             "snapshot of stream %s at version %s passed over: %s; rebuilding the aggregate "
             "from its events",
             record.originator_id,
             record.originator_version,
-            problem,
+            distrust.reason,
         )
 
-    def _own_problem(self, record: StoredEvent, plain: bytes) -> str | None:
-        """Why an own aggregate's snapshot must not be trusted, or None.
+    def _own_problem(self, record: StoredEvent, plain: bytes) -> Distrust | None:
+        """Why an own aggregate's snapshot must not be trusted, or None: its seal must
+        be the digest of the stored row of the event at its version (read now), and its
+        digest match.
 
         Raises:
             ValueError: Its stream id is not a UUID.
@@ -279,10 +292,22 @@ class SnapshotCache(EventStore[UUID]):
         """
         seal, body = unsealed(plain)
         if seal is None:
-            return "it is not sealed"
-        stream = UUID(str(record.originator_id))
-        distrust = self._key.distrust(seal, body, stream, record.originator_version, UNCHAINED)
-        return None if distrust is None else distrust.reason
+            return Distrust("it is not sealed")
+        stream, version = UUID(str(record.originator_id)), record.originator_version
+        legacy = seal.seal == UNCHAINED
+        if legacy and self._key.distrust(seal, body, stream, version, UNCHAINED) is None:
+            return Distrust(
+                "sealed to its stream and version only, as before snapshots of an "
+                "application's aggregates were bound to the stored event at their version",
+                other_key=True,
+            )
+        return self._key.distrust(seal, body, stream, version, self._own_seal(stream, version))
+
+    def _own_seal(self, stream: UUID, version: int) -> str | None:
+        """The seal binding an own aggregate's snapshot to the stored event at
+        ``version``, read now; None if the stream has no event there."""
+        row = self._event_row(stream, version)
+        return None if row is None else row_seal(row)
 
     def _own_plain(self, record: StoredEvent) -> bytes:
         """An own aggregate's snapshot decrypted: the bytes its codec sealed.
@@ -304,9 +329,14 @@ class SnapshotCache(EventStore[UUID]):
     ) -> str | None:
         """The chain hash of the stream's stored event at ``version``, the first of
         ``events`` when given (else read now); None if it has none there."""
+        record = self._event_row(stream, version, events)
+        return None if record is None else chain_in(self._decoder.plain_payload(record))
+
+    def _event_row(
+        self, stream: UUID, version: int, events: Sequence[StoredEvent] | None = None
+    ) -> StoredEvent | None:
+        """The stream's stored event at ``version``, the first of ``events`` when given
+        (else read now: one select); None if it has none there."""
         if events is None:
             events = self._events.select_events(stream, gt=version - 1, lte=version, limit=1)
-        for record in events[:1]:
-            if record.originator_version == version:
-                return chain_in(self._decoder.plain_payload(record))
-        return None
+        return next((r for r in events[:1] if r.originator_version == version), None)

@@ -11,6 +11,10 @@ snapshot copied to another thread or version but not a forgery: anyone can compu
 so hashing the bytes would guard against nothing that ``verify``, comparing every field
 of the snapshot with the replay, does not find anyway (ADR 0038).
 
+An application's own aggregates have no chain: a snapshot of one is bound instead to a
+digest of the stored row of the event at its version (:func:`row_seal`), which under a
+cipher key differs from store to store, each encryption having its own nonce (ADR 0115).
+
 The seal travels in a zstd skippable frame before the snapshot's own bytes (RFC 8878:
 a frame any zstd reader skips), so a sealed snapshot is told apart from one written
 before seals by its first four bytes, as zstd snapshots are from JSON ones.
@@ -25,6 +29,7 @@ from typing import Literal
 from uuid import UUID
 
 import msgspec
+from eventsourcing.persistence import StoredEvent
 
 from covonaut_es.errors import SerializationError
 from covonaut_es.store._chain import UNCHAINED, same_seal
@@ -35,6 +40,7 @@ SEALED = b"\x5c\x2a\x4d\x18"
 
 _LENGTH = 4
 _CONTEXT = b"covonaut-es snapshot seal v1"
+_ROW_CONTEXT = b"covonaut-es own event row v1"
 
 Scheme = Literal["public", "chain", "cipher"]
 """What a seal's digest is keyed with: nothing, the chain key, or the cipher key."""
@@ -129,14 +135,26 @@ class SealKey:
         return None
 
 
+def row_seal(record: StoredEvent) -> str:
+    """The seal binding a snapshot of one of an application's own aggregates to the
+    stored event ``record`` at its version: SHA-256 of its topic and its state, exactly
+    as stored (encrypted, under a cipher key)."""
+    state = record.state
+    header = msgspec.msgpack.encode([_ROW_CONTEXT, record.topic, len(state)])
+    digest = hashlib.sha256(header)
+    digest.update(state)
+    return "r1." + base64.urlsafe_b64encode(digest.digest()).decode().rstrip("=")
+
+
 class Distrust(msgspec.Struct, frozen=True):
     """Why a snapshot is not trusted.
 
     Attributes:
         reason: What is wrong, for a log line or a finding.
         other_key: It was sealed under another key than the store is open with, or
-            written before seals: it is passed over, though nothing says it is wrong (a
-            store that adopted a key, or is read without it).
+            written before seals (an own aggregate's, before seals bound it to its
+            event): it is passed over, though nothing says it is wrong (a store that
+            adopted a key, or is read without it, or code that seals anew).
     """
 
     reason: str
