@@ -4,8 +4,11 @@ copied in or changed behind the library is refused by a load and by verify alike
 
 from __future__ import annotations
 
+import contextlib
+import io
 import sqlite3
 import tempfile
+from collections.abc import Callable
 from contextlib import closing
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,11 +21,29 @@ from eventsourcing.persistence import StoredEvent
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from covonaut_es import Message, Role, Store, open_store
+from covonaut_es import (
+    Agent,
+    AgentConfig,
+    CheckpointSettings,
+    Message,
+    Role,
+    ScriptedProvider,
+    Store,
+    Tool,
+    open_store,
+)
+from covonaut_es.cli import main as cli_main
 from covonaut_es.domain import AgentThread, ThreadSnapshot, ThreadState, thread_aggregate_id
-from covonaut_es.errors import CovonautError, MissingEventError, StoredRowError
+from covonaut_es.errors import (
+    CovonautError,
+    MissingEventError,
+    MissingFirstEventError,
+    StoredRowError,
+    ThreadNotFoundError,
+)
+from covonaut_es.runtime import HmacReviewerVerifier
 from covonaut_es.store._chain import UNCHAINED, chain_hash
-from support import sqlite_key
+from support import answer, call, postgres_database_of, sqlite_key
 from test_audit import conversation
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -401,3 +422,129 @@ def test_a_read_past_the_head_while_another_writer_appends_is_never_damage(
         appending.join()
         assert reads and not failures, failures[:3]
         assert reader.verify("t").ok
+
+
+def _delete_events(url: str, thread_id: str, after: int) -> None:
+    """Delete the thread's own events after version ``after`` behind the library, as a
+    careless or hostile writer could (or row-level security hide them)."""
+    stream = thread_aggregate_id(thread_id)
+    if url.startswith("sqlite:///"):
+        with closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as conn, conn:
+            conn.execute(
+                "DELETE FROM stored_events WHERE originator_id = ? AND originator_version > ?",
+                (sqlite_key(stream), after),
+            )
+        return
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        conn.execute(
+            "DELETE FROM covonaut_events WHERE originator_id = %s AND originator_version > %s",
+            (stream, after),
+        )
+
+
+def _paused(store: Store, thread_id: str) -> None:
+    """Thread ``thread_id``, paused on a review of a call."""
+    pay = Tool("pay", "Pay", {"type": "object"}, lambda c, a: "paid", requires_approval=True)
+    Agent(
+        AgentConfig(
+            provider=ScriptedProvider([call(("c1", "pay", "{}")), answer("done")]),
+            tools=[pay],
+            checkpoint=CheckpointSettings(store=store, thread_id=thread_id),
+            reviewer_verifier=HmacReviewerVerifier(b"k" * 32),
+        )
+    ).run("Pay.")
+
+
+def _replayed(url: str, thread_id: str) -> tuple[int, str]:
+    """``covonaut-es replay THREAD --verify``'s exit code and what it printed."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli_main(["replay", thread_id, "--verify", "--store", url])
+    return code, out.getvalue() + err.getvalue()
+
+
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def test_a_thread_whose_events_are_all_gone_is_never_reported_not_found(
+    request: pytest.FixtureRequest, backend: str
+) -> None:
+    """Generated (helper-139): a thread the store anchored (a plain one, one paused on a
+    review, a fork's parent) whose own event rows are all deleted behind the library, or
+    hidden from the reader, is refused by every read with MissingFirstEventError naming
+    it and the backup advice, never ThreadNotFoundError, and verify and ``replay
+    --verify`` (exit 1) report it; a listing (a cache of the log) is refused typed, or
+    each thread it still lists reads as it is or is refused typed. As a control, deleting
+    only its newest events gives a thread or a typed refusal too."""
+    server = request.getfixturevalue("postgres_url") if backend == "postgres" else None
+
+    @settings(max_examples=12, deadline=None)
+    @given(
+        kind=st.sampled_from(["plain", "paused", "fork's parent"]),
+        messages=st.integers(min_value=1, max_value=4),
+        every=st.booleans(),
+    )
+    def check(kind: str, messages: int, every: bool) -> None:
+        with contextlib.ExitStack() as stack:
+            if server is None:
+                directory = stack.enter_context(tempfile.TemporaryDirectory())
+                url = f"sqlite:///{Path(directory) / 'store.db'}"
+            else:
+                url = stack.enter_context(postgres_database_of(server))
+            with open_store(url) as store:
+                if kind == "paused":
+                    _paused(store, "t")
+                else:
+                    store.save(_thread("t", messages))
+                head = store.load("t").version
+                if kind == "fork's parent":
+                    store.fork("t", at_version=head, new_thread_id="f")
+            _delete_events(url, "t", 0 if every else head - 1)
+            with open_store(url) as store:
+                reads: dict[str, Callable[[], object]] = {
+                    "load": lambda: store.load("t"),
+                    "find": lambda: store.find("t"),
+                    "state_at": lambda: store.state_at("t", 1),
+                    "history": lambda: store.history("t"),
+                    "replay_state": lambda: store.replay_state("t"),
+                    "replay": lambda: list(store.replay("t")),
+                }
+                if kind == "fork's parent":
+                    reads["fork's load"] = lambda: store.load("f")
+                    reads["fork's history"] = lambda: store.history("f")
+                for name, read in reads.items():
+                    try:
+                        read()
+                    except ThreadNotFoundError as exc:
+                        pytest.fail(f"{name} says not found: {exc}")
+                    except MissingEventError as exc:
+                        assert exc.thread_id == "t", name
+                        assert "restore the store from a backup" in str(exc), name
+                        if every:
+                            assert isinstance(exc, MissingFirstEventError), name
+                            assert exc.version == head, name
+                    else:
+                        assert not every, name
+                report = store.verify("t")
+                assert not report.ok
+                assert "the newest events were deleted" in report.findings[-1].problem
+                try:  # made again from the threads the log names: a fork's load fails
+                    listed = [s.thread_id for s in store.list_threads().threads]
+                except MissingEventError as exc:
+                    assert exc.thread_id == "t"
+                    listed = []
+                for thread_id in listed:
+                    try:
+                        store.load(thread_id)
+                    except ThreadNotFoundError as exc:
+                        pytest.fail(f"listed thread {thread_id!r} is not found: {exc}")
+                    except MissingEventError:
+                        pass
+            code, printed = _replayed(url, "t")
+            assert code == 1, printed
+            assert "not found" not in printed
+            assert "the newest events were deleted" in printed
+
+    check()

@@ -106,7 +106,8 @@ class MissingEventError(CovonautError, LookupError):
     Attributes:
         thread_id: The damaged thread.
         version: The missing version (for a missing first event, the version the
-            stream starts at instead).
+            stream starts at instead, or, when none of the stream is left, the version
+            its head was anchored at).
     """
 
     def __init__(self, message: str, *, thread_id: str, version: int) -> None:
@@ -117,7 +118,8 @@ class MissingEventError(CovonautError, LookupError):
 
 class MissingFirstEventError(MissingEventError):
     """A thread's stream lacks its first event, so the thread cannot be rebuilt (nor
-    listed by ``thread_ids``, which reads first events)."""
+    listed by ``thread_ids``, which reads first events); or the store anchored the
+    thread's head, and none of its stream can be read."""
 
 
 class MissingToolCallError(CovonautError, LookupError):

@@ -129,7 +129,10 @@ class ThreadReader:
                 thread_id, aggregate_id, version, snapshot_migrators
             )
         if thread is None:
-            return self._inherited(thread_id, version, self.find)
+            thread = self._inherited(thread_id, version, self.find)
+            if thread is None:
+                self._refuse_lost_stream(thread_id)
+            return thread
         if whole and version is not None and thread.version < version:
             with self.reading(thread_id):
                 self._refuse_lost_after(thread_id, aggregate_id, thread.version)
@@ -160,6 +163,30 @@ class ThreadReader:
                 "from a backup"
             )
             raise MissingEventError(msg, thread_id=thread_id, version=head + 1)
+
+    def _refuse_lost_stream(self, thread_id: str) -> None:
+        """Refuse to report as missing a thread the store anchored: a read found none
+        of its events, while its head anchor (ADR 0013) says it had some, so they were
+        deleted behind the library, or are hidden from this connection (row-level
+        security). Asked only of a read that found nothing, so a load pays nothing for
+        it. The anchor is read first, then the stream once more: a thread written since
+        the read (its events and its anchor in one transaction) shows its events then,
+        and stays not found as of the read.
+
+        Raises:
+            MissingFirstEventError: Naming the thread and its anchored version.
+            StoredRowError: The thread's anchor row holds a value of the wrong type.
+        """
+        anchored = self._records.head_anchor(thread_id).version
+        if anchored is None or self.exists(thread_id):
+            return
+        msg = (
+            f"thread {thread_id!r} in store {self._url} has lost every event: its head "
+            f"was anchored at version {anchored}, but none of its stream can be read (the "
+            "rows were deleted, or are hidden from this connection); restore the store "
+            "from a backup"
+        )
+        raise MissingFirstEventError(msg, thread_id=thread_id, version=anchored)
 
     def _rebuild(
         self,
@@ -255,7 +282,10 @@ class ThreadReader:
         with self.reading(thread_id):
             events = self._app.events.get(thread_aggregate_id(thread_id), lte=version)
             thread = self.fold(None, events, thread_id, parent)
-        return thread or self._inherited(thread_id, version, self.replay)
+        thread = thread or self._inherited(thread_id, version, self.replay)
+        if thread is None:
+            self._refuse_lost_stream(thread_id)
+        return thread
 
     def fold(
         self,
@@ -421,6 +451,7 @@ class ThreadReader:
                 self._app.events.get(thread_aggregate_id(thread_id))  # type: ignore[arg-type]
             )
         if not own:
+            self._refuse_lost_stream(thread_id)
             msg = f"thread {thread_id!r} not found in store {self._url}"
             raise ThreadNotFoundError(msg)
         head: int | None = None

@@ -159,6 +159,9 @@ class Store(Closing):
 
         Raises:
             ThreadNotFoundError: The thread has no events (at that version).
+            MissingEventError: Events the thread's later ones follow were deleted;
+                ``MissingFirstEventError`` when its head was anchored and none of its
+                events can be read (deleted, or hidden from this connection).
             SerializationError: A stored event cannot be read.
             ConfigurationError: ``version`` is no whole number, or
                 ``snapshot_migrators`` no mapping.
