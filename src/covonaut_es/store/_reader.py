@@ -169,9 +169,9 @@ class ThreadReader:
         of its events, while its head anchor (ADR 0013) says it had some, so they were
         deleted behind the library, or are hidden from this connection (row-level
         security). Asked only of a read that found nothing, so a load pays nothing for
-        it. The anchor is read first, then the stream once more: a thread written since
-        the read (its events and its anchor in one transaction) shows its events then,
-        and stays not found as of the read.
+        it (ADR 0118). The anchor is read first, then the stream once more: a thread
+        written since the read (its events and its anchor in one transaction) shows its
+        events then, and stays not found as of the read.
 
         Raises:
             MissingFirstEventError: Naming the thread and its anchored version.
