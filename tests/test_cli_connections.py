@@ -7,12 +7,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -379,3 +384,92 @@ def test_a_client_that_reads_a_large_answer_slowly_gets_it_whole(port: int) -> N
             received += chunk
             time.sleep(DEADLINE / 50)
         assert received.endswith(BIG)
+
+
+STALL = 0.5
+"""The guarded server's request timeout: how long its writes may stay stalled."""
+GUARDED = Path(__file__).resolve().parent / "guarded_server.py"
+
+
+@attrs.frozen
+class Guarded:
+    """The server of ``guarded_server.py``, a process of its own: its port, process id
+    and open files while it holds no connection, and the file its ``/record`` appends
+    to."""
+
+    port: int
+    pid: int
+    idle_files: int
+    record: Path
+
+    def open_files(self) -> int:
+        return len(os.listdir(f"/proc/{self.pid}/fd"))
+
+    def idle_within(self, seconds: float) -> bool:
+        """Whether the server holds no connection's file within ``seconds``."""
+        stop = time.monotonic() + seconds
+        while self.open_files() != self.idle_files:
+            if time.monotonic() > stop:
+                return False
+            time.sleep(0.05)
+        return True
+
+
+@pytest.fixture(scope="module")
+def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Guarded]:
+    record = tmp_path_factory.mktemp("guarded") / "record"
+    record.touch()
+    chosen = free_port()
+    process = subprocess.Popen(
+        [sys.executable, str(GUARDED), str(chosen), str(STALL), str(record)],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    stop = time.monotonic() + 30
+    while True:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", chosen)):
+            break
+        assert process.poll() is None and time.monotonic() < stop
+        time.sleep(0.05)
+    time.sleep(0.5)  # the probe's connection is gone
+    yield Guarded(chosen, process.pid, len(os.listdir(f"/proc/{process.pid}/fd")), record)
+    process.terminate()
+    process.wait(10)
+
+
+def unread_client(source: str, receive_buffer: int) -> socket.socket:
+    """A connection from ``source`` whose kernel holds at most about ``receive_buffer``
+    bytes of what it is sent until it reads."""
+    connection = socket.socket()
+    connection.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+    connection.bind((source, 0))
+    connection.settimeout(10)
+    return connection
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    size=st.one_of(
+        st.integers(min_value=1, max_value=64 * 1024),
+        st.integers(min_value=64 * 1024, max_value=192 * 1024),
+        st.integers(min_value=192 * 1024, max_value=1024 * 1024),
+    ),
+    receive_buffer=st.sampled_from([2048, 8192, 65536]),
+    read=st.floats(min_value=0, max_value=0.9),
+    closing=st.booleans(),
+)
+def test_an_answer_a_client_stops_reading_never_holds_its_connection(
+    guarded: Guarded, size: int, receive_buffer: int, read: float, closing: bool
+) -> None:
+    """However large an answer a client asks for (within what the kernel holds, past it
+    by less than asyncio's 64 KiB write mark, or by more), and wherever it stops reading
+    it, keep-alive or not, the server lets go of the connection and its file within the
+    stall timeout and the idle second: a close waited for the unsent rest of an answer,
+    and a rest below the mark never counted as stalled (helper-140)."""
+    close = b"Connection: close\r\n" if closing else b""
+    with unread_client("127.0.0.11", receive_buffer) as connection:
+        connection.connect(("127.0.0.1", guarded.port))
+        connection.sendall(b"GET /size/%d HTTP/1.1\r\nHost: inbox\r\n%s\r\n" % (size, close))
+        received = 0
+        while received < read * size:
+            received += len(connection.recv(min(65536, int(read * size) - received + 1)))
+        assert guarded.idle_within(STALL + 1 + 3)

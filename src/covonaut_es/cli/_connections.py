@@ -7,12 +7,12 @@ else: its keep-alive timer runs only after a response, every byte received reset
 reviewers and attackers alike, and h11's incomplete-event size bounds only a header
 block still arriving (one that arrives whole in a read is parsed whatever its size).
 So :func:`guarded_protocol` extends uvicorn's h11 protocol with the bounds it lacks
-(ADR 0035, ADR 0101): a connection past the total or past its client address's share is
-answered 503 and closed at once, a request not wholly received within a deadline has
-its connection closed, and so does a client that stops reading its answer for as long
-(its writes stalled: a slow read holds the connection at no cost to the client); a
-request whose line and headers pass :data:`MAX_HEADER_BYTES` is answered 400 and
-closed, however it arrived.
+(ADR 0035, ADR 0101, ADR 0120): a connection past the total or past its client address's
+share is answered 503 and closed at once, a request not wholly received within a
+deadline has its connection closed, and so does a client that stops reading its answer
+for as long (its writes stalled: a slow read holds the connection at no cost to the
+client, and a close waits for the unsent answer); a request whose line and headers
+pass :data:`MAX_HEADER_BYTES` is answered 400 and closed, however it arrived.
 """
 
 from __future__ import annotations
@@ -155,6 +155,10 @@ def guarded_protocol(limits: ConnectionLimits) -> type[H11Protocol]:
                 return
             self.admitted_as = client
             super().connection_made(transport)
+            # Writes pause at the first byte the socket does not take, so every unsent
+            # answer is timed as a stalled write, a complete one too: closing waits for
+            # it to drain, for ever if the client never reads (ADR 0120).
+            transport.set_write_buffer_limits(high=0)
             self._watch()
 
         def connection_lost(self, exc: Exception | None) -> None:
