@@ -473,3 +473,39 @@ def test_an_answer_a_client_stops_reading_never_holds_its_connection(
         while received < read * size:
             received += len(connection.recv(min(65536, int(read * size) - received + 1)))
         assert guarded.idle_within(STALL + 1 + 3)
+
+
+REQUESTS = [
+    b"POST /record HTTP/1.1\r\nHost: inbox\r\nContent-Length: 9\r\n\r\ndecided-1",
+    b"POST /record HTTP/1.1\r\nHost: inbox\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
+    b"POST /record HTTP/1.0\r\nContent-Length: 3\r\n\r\nold",
+]
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    request=st.sampled_from(REQUESTS), cut=st.floats(min_value=0, max_value=1), pause=st.booleans()
+)
+def test_a_half_close_anywhere_in_a_request_applies_it_once_only_if_whole_and_answers_it(
+    guarded: Guarded, request: bytes, cut: float, pause: bool
+) -> None:
+    """A client that half-closes its connection (RFC 9112 allows it once its request is
+    sent) after a whole request has it applied exactly once and gets its answer, then
+    the connection closes; cut anywhere before its end, it is neither applied nor
+    answered. The connection dropped the answer, and whether the request was applied
+    depended on timing (helper-140)."""
+    sent = round(cut * len(request))
+    before = guarded.record.read_bytes().count(b"\n")
+    with connect(guarded.port, "127.0.0.12") as connection:
+        connection.sendall(request[:sent])
+        if pause:
+            time.sleep(0.05)  # the server has read what came before the end
+        connection.shutdown(socket.SHUT_WR)
+        answer = answer_until_closed(connection)
+    applied = guarded.record.read_bytes().count(b"\n") - before
+    if sent == len(request):
+        assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b"ok")
+        assert applied == 1
+    else:
+        assert (answer, applied) == (b"", 0)
+    assert guarded.idle_within(3)

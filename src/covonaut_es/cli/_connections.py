@@ -12,7 +12,8 @@ share is answered 503 and closed at once, a request not wholly received within a
 deadline has its connection closed, and so does a client that stops reading its answer
 for as long (its writes stalled: a slow read holds the connection at no cost to the
 client, and a close waits for the unsent answer); a request whose line and headers
-pass :data:`MAX_HEADER_BYTES` is answered 400 and closed, however it arrived.
+pass :data:`MAX_HEADER_BYTES` is answered 400 and closed, however it arrived; a client
+that half-closes after a whole request is answered, then closed.
 """
 
 from __future__ import annotations
@@ -110,6 +111,8 @@ def guarded_protocol(limits: ConnectionLimits) -> type[H11Protocol]:
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
     receiving = (h11.IDLE, h11.SEND_BODY)  # the client's request has not wholly arrived
+    arrived = (h11.DONE, h11.MUST_CLOSE)  # it has (MUST_CLOSE: it asked to close after)
+    answering = (h11.SEND_RESPONSE, h11.SEND_BODY)
     admission = Admission(limits)
 
     class HeaderBoundedConnection(h11.Connection):
@@ -169,6 +172,14 @@ def guarded_protocol(limits: ConnectionLimits) -> type[H11Protocol]:
             self._disarm()
             self._moving()
             super().connection_lost(exc)
+
+        def eof_received(self) -> bool | None:  # type: ignore[override]
+            """Keep a half-closed connection open for the answer to its whole request
+            (RFC 9112 section 9.6), then close it; close any other at once."""
+            if self.conn.their_state in arrived and self.conn.our_state in answering:
+                self.cycle.keep_alive = False
+                return True
+            return None
 
         def pause_writing(self) -> None:
             super().pause_writing()
