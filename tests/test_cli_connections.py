@@ -23,7 +23,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from covonaut_es.cli._connections import (
+    LINGER_SECONDS,
     MAX_HEADER_BYTES,
+    MAX_LINGERING,
     Admission,
     ConnectionLimits,
     client_of,
@@ -509,3 +511,85 @@ def test_a_half_close_anywhere_in_a_request_applies_it_once_only_if_whole_and_an
     else:
         assert (answer, applied) == (b"", 0)
     assert guarded.idle_within(3)
+
+
+def head_of(connection: socket.socket) -> bytes:
+    """The status line and headers the server sends, read until their end or its close."""
+    received = b""
+    while b"\r\n\r\n" not in received:
+        chunk = connection.recv(4096)
+        if not chunk:
+            break
+        received += chunk
+    return received
+
+
+@settings(max_examples=8, deadline=None)
+@given(
+    body=st.sampled_from([0, 100, 60 * 1024, 8 * 1024 * 1024]),
+    then=st.sampled_from(["close", "half-close", "hold"]),
+)
+def test_a_connection_past_its_share_is_answered_503_not_reset(
+    guarded: Guarded, body: int, then: str
+) -> None:
+    """A request sent at once (as every HTTP client does) on a connection past its
+    client's share gets the 503 and its Retry-After, then the connection's end, not a
+    reset, however long the request and however busy the server when it arrives; it is
+    not applied, and the refused connection's file is let go within about a second
+    whether the client then closes, half-closes or holds it. The refusal closed with
+    the request unread, so the kernel reset the connection: a client reading to the end
+    got ECONNRESET (39 times of 40, helper-140), one still sending its body a reset
+    before it read the answer."""
+    request = b"POST /record HTTP/1.1\r\nHost: inbox\r\nContent-Length: %d\r\n\r\n" % body
+    request += b"b" * body
+    before = guarded.record.read_bytes()
+    held = [connect(guarded.port, "127.0.0.13") for _ in range(3)]
+    refused: list[socket.socket] = []
+    try:
+        time.sleep(0.1)  # the server has taken them in
+        held[0].sendall(b"GET /block/300 HTTP/1.1\r\nHost: inbox\r\n\r\n")
+        time.sleep(0.15)  # the server is busy: the requests arrive before it takes them in
+        for _ in range(5):
+            connection = connect(guarded.port, "127.0.0.13")
+            refused.append(connection)
+            with contextlib.suppress(BrokenPipeError):  # the server half-closed first
+                connection.sendall(request)
+            if then == "half-close":
+                connection.shutdown(socket.SHUT_WR)
+        for connection in refused:
+            head = head_of(connection)
+            assert head.startswith(b"HTTP/1.1 503") and b"Retry-After: 1\r\n" in head
+            if then != "hold":
+                assert connection.recv(4096) == b""  # closed, not reset
+            if then == "close":
+                connection.close()
+    finally:
+        for connection in held:
+            connection.close()
+    assert guarded.idle_within(LINGER_SECONDS + 2)
+    for connection in refused:
+        connection.close()
+    assert guarded.record.read_bytes() == before
+
+
+def test_refused_connections_held_open_by_their_clients_are_bounded(guarded: Guarded) -> None:
+    """Refused connections kept open for their clients to read the refusal are at most
+    MAX_LINGERING at once, past it closed at once, and none is held past about a
+    second: refusals cannot themselves run the server out of open files."""
+    held = [connect(guarded.port, "127.0.0.14") for _ in range(3)]
+    refused: list[socket.socket] = []
+    try:
+        time.sleep(0.1)
+        for _ in range(MAX_LINGERING + 16):
+            connection = socket.socket()
+            connection.bind(("127.0.0.14", 0))
+            connection.connect(("127.0.0.1", guarded.port))
+            refused.append(connection)
+        time.sleep(0.3)
+        assert guarded.open_files() <= guarded.idle_files + len(held) + MAX_LINGERING
+        for connection in held:
+            connection.close()
+        assert guarded.idle_within(LINGER_SECONDS + 2)
+    finally:
+        for connection in [*held, *refused]:
+            connection.close()

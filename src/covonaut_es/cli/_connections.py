@@ -8,12 +8,13 @@ reviewers and attackers alike, and h11's incomplete-event size bounds only a hea
 block still arriving (one that arrives whole in a read is parsed whatever its size).
 So :func:`guarded_protocol` extends uvicorn's h11 protocol with the bounds it lacks
 (ADR 0035, ADR 0101, ADR 0120): a connection past the total or past its client address's
-share is answered 503 and closed at once, a request not wholly received within a
-deadline has its connection closed, and so does a client that stops reading its answer
-for as long (its writes stalled: a slow read holds the connection at no cost to the
-client, and a close waits for the unsent answer); a request whose line and headers
-pass :data:`MAX_HEADER_BYTES` is answered 400 and closed, however it arrived; a client
-that half-closes after a whole request is answered, then closed.
+share is answered 503 and closed once the client has had time to read it, a request
+not wholly received within a deadline has its connection closed, and so does a client
+that stops reading its answer for as long (its writes stalled: a slow read holds the
+connection at no cost to the client, and a close waits for the unsent answer); a
+request whose line and headers pass :data:`MAX_HEADER_BYTES` is answered 400 and
+closed, however it arrived; a client that half-closes after a whole request is
+answered, then closed.
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ REFUSAL = (
 """What a connection past a limit is sent before it is closed."""
 MAX_HEADER_BYTES = 16 * 1024
 """The largest request line and headers accepted, counted in bytes as received."""
+LINGER_SECONDS = 1.0
+"""How long a refused connection is kept open for its client to read the refusal."""
+MAX_LINGERING = 64
+"""Refused connections kept open at most at once; past it, one is closed at once."""
 
 
 @attrs.frozen
@@ -62,6 +67,7 @@ class Admission:
     def __init__(self, limits: ConnectionLimits) -> None:
         self.limits = limits
         self.open: Counter[str] = Counter()
+        self.lingering = 0
 
     def admit(self, client: str) -> bool:
         """Count a connection from ``client`` in, if the limits allow one more."""
@@ -77,6 +83,18 @@ class Admission:
         self.open[client] -= 1
         if self.open[client] <= 0:
             del self.open[client]
+
+    def linger(self) -> bool:
+        """Count a refused connection in among those kept open to read their refusal,
+        if fewer than :data:`MAX_LINGERING` are."""
+        if self.lingering >= MAX_LINGERING:
+            return False
+        self.lingering += 1
+        return True
+
+    def lingered(self) -> None:
+        """Count a refused connection kept open out."""
+        self.lingering -= 1
 
 
 def client_host(transport: asyncio.BaseTransport) -> str:
@@ -143,6 +161,7 @@ def guarded_protocol(limits: ConnectionLimits) -> type[H11Protocol]:
 
     class GuardedH11Protocol(H11Protocol):
         admitted_as: str | None = None
+        lingering = False  # refused, and kept open for its client to read the refusal
         deadline: asyncio.TimerHandle | None = None
         stalled: asyncio.TimerHandle | None = None  # the client stopped reading its answer
 
@@ -153,8 +172,7 @@ def guarded_protocol(limits: ConnectionLimits) -> type[H11Protocol]:
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             client = client_host(transport)
             if not admission.admit(client):
-                transport.write(REFUSAL)
-                transport.close()
+                self._refuse(transport)
                 return
             self.admitted_as = client
             super().connection_made(transport)
@@ -164,7 +182,25 @@ def guarded_protocol(limits: ConnectionLimits) -> type[H11Protocol]:
             transport.set_write_buffer_limits(high=0)
             self._watch()
 
+        def _refuse(self, transport: asyncio.Transport) -> None:
+            """Answer 503, and close once the client has had time to read it: closed
+            with the client's request unread, the connection is reset, and a client
+            meets the reset, not the answer, while it sends its body or reads on
+            (ADR 0120)."""
+            transport.write(REFUSAL)
+            if not admission.linger():  # refusals must not run the process out of files
+                transport.close()
+                return
+            self.lingering = True
+            transport.write_eof()
+            self.deadline = self.loop.call_later(LINGER_SECONDS, transport.abort)
+
         def connection_lost(self, exc: Exception | None) -> None:
+            if self.lingering:
+                admission.lingered()
+                self.lingering = False
+                self._disarm()
+                return
             if self.admitted_as is None:  # refused: uvicorn never saw it
                 return
             admission.release(self.admitted_as)
@@ -191,6 +227,8 @@ def guarded_protocol(limits: ConnectionLimits) -> type[H11Protocol]:
             self._moving()
 
         def data_received(self, data: bytes) -> None:
+            if self.lingering:  # a refused request: read only for the refusal to arrive
+                return
             super().data_received(data)
             self._watch()
 
