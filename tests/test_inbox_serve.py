@@ -4,6 +4,7 @@ clearly what is missing when the secret or the ``inbox`` extra is."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import signal
@@ -16,8 +17,9 @@ from pathlib import Path
 
 import httpx
 
-from covonaut_es import HmacReviewerVerifier, open_store
-from inbox_support import free_port
+from covonaut_es import AgentThread, HmacReviewerVerifier, open_store
+from inbox_support import free_port, paused
+from test_approvals import review_id
 
 SECRET = "s" * 40
 SRC = Path(__file__).resolve().parent.parent / "src"
@@ -265,3 +267,74 @@ def test_importing_the_inbox_without_its_extra_names_the_extra(tmp_path: Path) -
     )
     assert result.returncode == 1
     assert "pip install 'covonaut-es[inbox]'" in result.stderr.splitlines()[-1]
+
+
+def decided(url: str, thread_id: str) -> int:
+    with open_store(url) as store:
+        return sum(isinstance(e, AgentThread.ReviewDecided) for e in store.history(thread_id))
+
+
+def sockets_of(pid: int) -> int:
+    """How many sockets the process ``pid`` holds open (its store's files come and go)."""
+    held = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(FileNotFoundError):  # closed since listed
+            held += os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:")
+    return held
+
+
+def until_closed(connection: socket.socket) -> bytes:
+    """What the server sends until it ends the connection (a reset raises)."""
+    received = b""
+    while chunk := connection.recv(65536):
+        received += chunk
+    return received
+
+
+def test_serve_answers_a_half_closed_decision_and_refuses_past_a_share_with_its_503(
+    tmp_path: Path,
+) -> None:
+    """Against the real command: a decision whose client half-closes once it is sent is
+    applied once and answered (it went unanswered, and whether it was applied depended
+    on timing); a client past its share that sends its request at once gets the 503,
+    then the connection's end, not a reset, every time (39 of 40 were reset); and the
+    process holds no connection's socket once they are done (helper-140)."""
+    url = f"sqlite:///{tmp_path / 'threads.db'}"
+    with open_store(url) as store:
+        reviews = [review_id(paused(store, f"t{n}", [], [])) for n in range(3)]
+    port = free_port()
+    process = serve(
+        url, port, "--max-connections-per-client", "2",
+        env={"COVONAUT_ES_REVIEWER_SECRET": SECRET},
+    )  # fmt: skip
+    token = HmacReviewerVerifier(SECRET).issue_token("ann", ttl_seconds=600)
+    try:
+        assert healthy(process, f"http://127.0.0.1:{port}").status_code == 200
+        time.sleep(0.5)  # the health check's connection is gone
+        idle = sockets_of(process.pid)
+        for number, review in enumerate(reviews):
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as connection:
+                connection.sendall(
+                    f"POST /api/reviews/{review}/approve HTTP/1.1\r\nHost: inbox\r\n"
+                    f"Authorization: Bearer {token}\r\nContent-Type: application/json\r\n"
+                    "Content-Length: 2\r\n\r\n{}".encode()
+                )
+                connection.shutdown(socket.SHUT_WR)
+                assert until_closed(connection).startswith(b"HTTP/1.1 200")
+            assert decided(url, f"t{number}") == 1
+        held = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(2)]
+        time.sleep(0.2)  # the server has taken them in
+        for _ in range(40):
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as refused:
+                refused.sendall(b"GET /healthz HTTP/1.1\r\nHost: inbox\r\n\r\n")
+                answer = until_closed(refused)
+            assert answer.startswith(b"HTTP/1.1 503") and b"Retry-After: 1\r\n" in answer
+        for connection in held:
+            connection.close()
+        stop = time.monotonic() + 5
+        while sockets_of(process.pid) != idle:
+            assert time.monotonic() < stop, "the process holds a connection's socket"
+            time.sleep(0.05)
+    finally:
+        stopped(process)
+    assert process.returncode == 0
