@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import msgspec
 import pytest
@@ -20,11 +20,19 @@ from eventsourcing.domain import Aggregate, event
 from eventsourcing.persistence import StoredEvent
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from starlette.testclient import TestClient
 
 from covonaut_es import (
+    Agent,
+    AgentConfig,
     AgentThread,
+    CheckpointSettings,
+    ProviderRequest,
+    ProviderResponse,
     ReviewQueue,
     SerializationError,
+    Tool,
+    ToolContext,
     create_cipher_key,
     open_store,
 )
@@ -43,13 +51,17 @@ from covonaut_es.errors import (
     ThreadNotFoundError,
     TransferError,
 )
+from covonaut_es.inbox import create_app
 from covonaut_es.messages import Message, Role
+from covonaut_es.providers import ScriptedProvider
+from covonaut_es.service import HmacReviewerVerifier, ThreadService, review_submission
 from covonaut_es.store import AgentApplication, Store, _zstd
 from covonaut_es.store._dictionary import ZstdDictionaryCompressor, shipped_dictionary
 from covonaut_es.store._settings import SETTINGS_TABLE, settings_table
 from covonaut_es.store._url_secrets import redact
 from covonaut_es.store._urls import persistence_env, postgres_params
-from support import append_raw_event, sqlite_key
+from covonaut_es.workers import Worker
+from support import answer, append_raw_event, call, sqlite_key, ticking_clock
 from test_cli import ROOT, covonaut_es
 
 NOW = datetime(2026, 5, 6, tzinfo=UTC)
@@ -849,3 +861,187 @@ def test_the_command_line_refuses_a_fork_at_a_version_no_store_holds(tmp_path: P
     result = covonaut_es("fork", "v", "--at", "99999999999999999999999", "--store", url)
     assert result.returncode == 2, result.stderr
     assert len(result.stderr.splitlines()) == 1 and "cannot be forked" in result.stderr
+
+
+_DOCS = ROOT / "docs" / "operations.md"
+
+
+def _documented_grants(role: str, database: str) -> list[str]:
+    """The statements of the GRANT script docs/operations.md gives, for ``role`` on
+    ``database``."""
+    text = _DOCS.read_text()
+    script = text.split("```sql\n-- grants of an application role\n", 1)[1].split("```", 1)[0]
+    script = script.replace("covonaut_app", role).replace("DATABASE app ", f"DATABASE {database} ")
+    return [line for line in script.splitlines() if line and not line.startswith("--")]
+
+
+@contextlib.contextmanager
+def _roles(postgres_database: str) -> Iterator[tuple[str, str]]:
+    """The URLs of two roles of ``postgres_database``, neither a superuser: the owner
+    of its schema (who makes the store), and an application role granted exactly what
+    docs/operations.md says it needs, nothing on the schema but its use."""
+    import psycopg
+
+    suffix = uuid.uuid4().hex[:8]
+    owner, app = f"owner_{suffix}", f"app_{suffix}"
+    with psycopg.connect(postgres_database, autocommit=True) as admin:
+        for role in (owner, app):
+            admin.execute(f"CREATE ROLE {role} LOGIN NOSUPERUSER")
+        admin.execute(f"ALTER SCHEMA public OWNER TO {owner}")
+        admin.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
+    parts = urlsplit(postgres_database)
+
+    def url(role: str) -> str:
+        return parts._replace(netloc=f"{role}@{parts.hostname}:{parts.port}").geturl()
+
+    try:
+        yield url(owner), url(app)
+    finally:
+        with psycopg.connect(postgres_database, autocommit=True) as admin:
+            for role in (app, owner):
+                admin.execute(f"REASSIGN OWNED BY {role} TO postgres")
+                admin.execute(f"DROP OWNED BY {role}")
+                admin.execute(f"DROP ROLE {role}")
+
+
+_REVIEWER_SECRET = uuid.uuid4().hex * 2
+
+
+def _paying(store: Store, thread_id: str) -> Agent:
+    """An agent whose model asks to pay, a call a person must approve."""
+
+    def pay(ctx: ToolContext, args: dict[str, Any]) -> Any:
+        return {"paid": args["amount"]}
+
+    def model(request: ProviderRequest) -> ProviderResponse:
+        last = request.messages[-1]
+        if last.role is Role.TOOL:
+            return answer("paid")
+        return call(("p1", "pay", '{"amount": 40}'))
+
+    return Agent(
+        AgentConfig(
+            provider=ScriptedProvider(respond=model),
+            tools=[Tool("pay", "Pay", {"type": "object"}, pay, requires_approval=True)],
+            checkpoint=CheckpointSettings(store=store, thread_id=thread_id),
+            reviewer_verifier=HmacReviewerVerifier(_REVIEWER_SECRET.encode()),
+            clock=ticking_clock(),
+        )
+    )
+
+
+@pytest.mark.postgres
+def test_a_role_that_does_not_own_the_tables_uses_the_store_with_the_documented_grants(
+    postgres_database: str,
+) -> None:
+    """The owner's first open makes every table; a second role, no superuser, granted
+    exactly the documented privileges (no CREATE on the schema, owning nothing) runs
+    every command: open, a run that pauses, a decision and the resume, loads, listings,
+    verify, fork, a worker's step, the inbox's queue and the command line's threads,
+    reviews and approve; it sends no DDL, so it owns nothing afterwards."""
+    import psycopg
+
+    verifier = HmacReviewerVerifier(_REVIEWER_SECRET.encode())
+    rita = verifier.issue_token("rita", ttl_seconds=600)
+    with _roles(postgres_database) as (owner_url, app_url):
+        open_store(owner_url).close()
+        role = urlsplit(app_url).username
+        database = postgres_database.rsplit("/", 1)[1]
+        with psycopg.connect(owner_url, autocommit=True) as owner:
+            for statement in _documented_grants(str(role), database):
+                owner.execute(statement)
+        with open_store(app_url) as store:
+            agent = _paying(store, "t1")
+            assert agent.run("Pay.") == ""
+            (pending,) = agent.pending_reviews
+            service = ThreadService(store, verifier=verifier)
+            service.decide(
+                pending.review_id,
+                review_submission("approve"),
+                reviewer=service.reviewer(rita),
+                thread_id="t1",
+            )
+            assert _paying(store, "t1").resume() == "paid"
+            assert store.load("t1").version == len(store.history("t1"))
+            assert [t.thread_id for t in store.list_threads().threads] == ["t1"]
+            assert store.verify("t1").findings == ()
+            store.fork("t1")
+            _paying(store, "t2").run("Pay.")
+            Worker(store, lambda thread_id: _paying(store, thread_id).config).run(once=True)
+            with TestClient(create_app(store, verifier), base_url="http://inbox.test") as client:
+                desk = client.app.state.inbox.desk  # type: ignore[attr-defined]
+                desk.queue.wait_until_current(desk.store)
+                listed = client.get("/api/reviews", headers={"Authorization": f"Bearer {rita}"})
+            assert listed.status_code == 200 and "t2" in listed.text
+            (waiting,) = _paying(store, "t2").pending_reviews
+        env = {"COVONAUT_ES_REVIEWER_SECRET": _REVIEWER_SECRET}
+        for args in (
+            ("threads",),
+            ("reviews",),
+            ("approve", waiting.review_id, "--reviewer-token", rita),
+            ("workers",),
+        ):
+            result = covonaut_es(*args, "--store", app_url, env=env)
+            assert result.returncode == 0, (args, result.stderr)
+        with psycopg.connect(postgres_database) as admin:
+            owned = admin.execute(
+                "SELECT count(*) FROM pg_class WHERE relowner = "
+                "(SELECT oid FROM pg_roles WHERE rolname = %s)",
+                (role,),
+            ).fetchone()
+        assert owned == (0,)
+
+
+@pytest.mark.postgres
+def test_a_schema_first_on_the_roles_search_path_is_never_read_or_written(
+    postgres_database: str,
+) -> None:
+    """A schema earlier on the role's search_path than the store's, holding a table of
+    the same name as each of the store's (the worker registry with a live worker of its
+    own), is never read or written: runs, a worker's step, ``live_workers()`` and the
+    command line's ``workers`` use the store's own tables."""
+    import psycopg
+
+    with _roles(postgres_database) as (owner_url, _):
+        with open_store(owner_url) as store:
+            _paying(store, "t1").run("Pay.")
+            Worker(store, lambda thread_id: _paying(store, thread_id).config).run(once=True)
+        owner = urlsplit(owner_url).username
+        database = postgres_database.rsplit("/", 1)[1]
+        with psycopg.connect(postgres_database, autocommit=True) as admin:
+            tables = [
+                str(name)
+                for (name,) in admin.execute(
+                    "SELECT relname FROM pg_class WHERE relkind = 'r' AND relnamespace = "
+                    "'public'::regnamespace ORDER BY relname"
+                )
+            ]
+            admin.execute("CREATE SCHEMA evil")
+            for table in tables:
+                admin.execute(f"CREATE TABLE evil.{table} (LIKE public.{table})")
+            admin.execute(
+                "INSERT INTO evil.covonaut_workers VALUES ('fake-worker', 'evilhost', 1, "
+                "now(), now() + interval '1 day', '[\"t1\"]', '[]')"
+            )
+            admin.execute(f"GRANT ALL ON SCHEMA evil TO {owner}")
+            admin.execute(f"GRANT ALL ON ALL TABLES IN SCHEMA evil TO {owner}")
+            admin.execute(
+                f"ALTER ROLE {owner} IN DATABASE {database} SET search_path = evil, public"
+            )
+
+            def evil_rows() -> dict[str, list[Any]]:
+                return {
+                    table: admin.execute(f"SELECT * FROM evil.{table}").fetchall()
+                    for table in tables
+                }
+
+            before = evil_rows()
+            with open_store(owner_url) as store:
+                _paying(store, "t2").run("Pay.")
+                worker = Worker(store, lambda thread_id: _paying(store, thread_id).config)
+                worker.run(once=True)
+                assert store.live_workers() == ()
+                store.list_threads()
+            result = covonaut_es("workers", "--store", owner_url)
+            assert result.returncode == 0 and "fake-worker" not in result.stdout, result
+            assert evil_rows() == before

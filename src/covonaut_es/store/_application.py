@@ -41,7 +41,13 @@ from covonaut_es.errors import (
     ReadOnlyStoreError,
     StoreUnavailableError,
 )
-from covonaut_es.store._backend import Backend, backend_for_env, backend_of, construct_factory
+from covonaut_es.store._backend import (
+    TABLES_MADE,
+    Backend,
+    backend_for_env,
+    backend_of,
+    construct_factory,
+)
 from covonaut_es.store._backends._eventsourcing import (
     RebuildingRepository,
     RecordsProcessingEvents,
@@ -450,7 +456,8 @@ def open_application(url: str, env: Mapping[str, str]) -> AgentApplication:
     backend, shown = backend_for_env(env), redact(url)  # no message shows a password,
     with secrets_hidden(url):  # nor a driver's, about what it read from a malformed URL
         try:
-            with backend.opening(env, shown):
+            with backend.opening(env, shown) as opened:
+                env = opened
                 app = ThreadsApplication(env=dict(env))
                 try:
                     settled = as_recorded(env, check_settings(app, env, shown))
@@ -462,6 +469,8 @@ def open_application(url: str, env: Mapping[str, str]) -> AgentApplication:
                     key_stream_ids(app, f"store {shown}")  # as a new store has just recorded
                     writes = env.get("CREATE_TABLE") != "n" and env.get(SEALS_NOTHING) != "y"
                     check_chain_key(app, app.chain_key, shown, writes=writes)
+                    if env.get("CREATE_TABLE") != "n" and env.get(TABLES_MADE) != "y":
+                        app.backend.make_tables(app.recorder)
                 except BaseException:
                     app.close()
                     raise

@@ -34,6 +34,11 @@ if TYPE_CHECKING:
     from covonaut_es.store._summaries import SummaryTable
     from covonaut_es.store._thread_rows import ThreadRows
 
+TABLES_MADE = "COVONAUT_TABLES_MADE"
+"""Set ("y") by an open whose check of the database found every table of the store made
+in the library's form: the open sends no DDL, which only the tables' owner may send
+(ADR 0117)."""
+
 POLL_INTERVAL = 0.05
 """Seconds between polls of a back end that cannot notify (SQLite): the added lag of its
 projections, at most."""
@@ -67,10 +72,13 @@ class Backend(Protocol):
         """Check what ``env`` opens before eventsourcing opens (and writes) it; its
         errors name the store as ``shown`` (its URL, the password hidden)."""
 
-    def opening(self, env: Mapping[str, str], shown: str) -> AbstractContextManager[None]:
+    def opening(
+        self, env: Mapping[str, str], shown: str
+    ) -> AbstractContextManager[Mapping[str, str]]:
         """Held while an application of ``env`` opens and creates its tables, having
         checked what it opens as :meth:`check_file` does (on one connection, where the
-        back end has connections)."""
+        back end has connections); gives the settings to open it with: ``env``, and
+        :data:`TABLES_MADE` where the check found every table made (ADR 0117)."""
 
     def tables_lock(self, factory: InfrastructureFactory[Any]) -> AbstractContextManager[None]:
         """Held while ``factory`` makes a projection's tables: the lock of
@@ -154,6 +162,12 @@ class Backend(Protocol):
     def review_index_table(self, recorder: ApplicationRecorder) -> ReviewIndexTable | None:
         """The table of the review index beside ``recorder``'s head anchors (ADR 0078);
         None where it keeps no head anchors."""
+
+    def make_tables(self, recorder: ApplicationRecorder) -> None:
+        """Make the tables beside ``recorder``'s log that are otherwise made on first
+        use, for an open that made the store's tables: where only the tables' owner may
+        make a table (PostgreSQL), the role that does not own them then never has to
+        (ADR 0117)."""
 
 
 _STOCK_MODULES: Mapping[str, BackendName] = {

@@ -90,15 +90,20 @@ class SQLSettings(SettingsTable):
 
     def write(self, settings: Mapping[str, str]) -> None:
         p = self._placeholder
+        # Asked first: on PostgreSQL, DDL, even DDL that would change nothing, needs
+        # the table's owner (ADR 0117).
+        with self._datastore.transaction(commit=False) as cursor:
+            made = self._exists(cursor)
         # Two transactions, each opened by its write: in SQLite, a transaction whose
         # first statement only reads (CREATE TABLE IF NOT EXISTS on a table that exists)
         # fails with "database is locked" at its first write if another process wrote
         # meanwhile, where one opened by a write waits for the lock.
-        with self._datastore.transaction(commit=True) as cursor:
-            cursor.execute(
-                f"CREATE TABLE IF NOT EXISTS {self._name} "
-                "(name TEXT PRIMARY KEY, value TEXT NOT NULL)"
-            )
+        if not made:
+            with self._datastore.transaction(commit=True) as cursor:
+                cursor.execute(
+                    f"CREATE TABLE IF NOT EXISTS {self._name} "
+                    "(name TEXT PRIMARY KEY, value TEXT NOT NULL)"
+                )
         with self._datastore.transaction(commit=True) as cursor:
             for name, value in settings.items():
                 cursor.execute(

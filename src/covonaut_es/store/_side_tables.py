@@ -9,6 +9,7 @@ from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 from uuid import UUID
 
+from covonaut_es.store._settings_tables import column
 from covonaut_es.store._write_errors import database_errors_typed
 
 T = TypeVar("T")
@@ -22,6 +23,10 @@ class SQLSideTable:
         writing: Opens a transaction that commits (writes).
         table: The table's name, as SQL names it.
         create: The statements that create the table (and its indexes) if absent.
+        found: A statement whose one row's one column says whether the table and its
+            indexes exist, asked before ``create`` runs, which then runs only if not
+            (PostgreSQL: DDL, even DDL that would change nothing, needs the table's
+            owner, ADR 0117); by default, ``create`` always runs.
         placeholder: The driver's parameter placeholder.
         stored: A stream id as the table's column holds it.
         reading: Opens a cursor for reads that gives rows as tuples; by default, in a
@@ -38,6 +43,7 @@ class SQLSideTable:
         *,
         table: str,
         create: Sequence[str],
+        found: str | None = None,
         placeholder: str,
         stored: Callable[[UUID], Any],
         reading: Callable[[], AbstractContextManager[Any]] | None = None,
@@ -47,6 +53,7 @@ class SQLSideTable:
         self._writing = writing
         self._table = table
         self._create = create
+        self._found = found
         self._p = placeholder
         self._stored = stored
         self._reading = reading or (lambda: datastore.transaction(commit=False))
@@ -65,6 +72,10 @@ class SQLSideTable:
             found: T = self._retried(call)()
             return found
 
+    def make(self) -> None:
+        """Make the table if absent (see :meth:`_ensure`)."""
+        self._ensure()
+
     def _ensure(self) -> None:
         """Make the table if absent, once.
 
@@ -77,8 +88,12 @@ class SQLSideTable:
             return
 
         def create() -> None:
+            made = False
             with self._writing() as cursor:
-                for statement in self._create:
+                if self._found is not None:
+                    cursor.execute(self._found)
+                    made = bool(column(cursor.fetchone(), 0, "found"))
+                for statement in () if made else self._create:
                     cursor.execute(statement)
             self._made()
 

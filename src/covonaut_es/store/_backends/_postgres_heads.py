@@ -96,25 +96,26 @@ class _FenceRow(msgspec.Struct):
 
 def heads_tables(recorder: Any, *, create: bool) -> bool:
     """Whether the head table exists, creating it (anchoring the threads stored) and the
-    lease table if ``create``."""
+    lease table if ``create`` and the catalog shows them missing: DDL on a table, even
+    DDL that would change nothing, needs its owner (ADR 0117)."""
     schema = recorder.datastore.schema
     table = f'"{schema}"."{heads_table(recorder)}"'
+    leases = f'"{schema}"."{lease_table(recorder)}"'
     events = f'"{schema}"."{recorder.events_table_name}"'
     with recorder.datastore.transaction(commit=True) as curs:
-        if create:
-            # Processes of an application of the user's own, which creates its tables
-            # without a store's setup lock, may start at once.
-            curs.execute("SELECT pg_advisory_xact_lock(%s)", (_HEADS_LOCK_KEY,))
+        found = _tables_found(curs, table, leases)
+        if all(found) or not create:
+            return found[0]
+        # Processes of an application of the user's own, which creates its tables
+        # without a store's setup lock, may start at once: asked again under the lock.
+        curs.execute("SELECT pg_advisory_xact_lock(%s)", (_HEADS_LOCK_KEY,))
+        heads_found, leases_found = _tables_found(curs, table, leases)
+        if not leases_found:
             curs.execute(
-                f'CREATE TABLE IF NOT EXISTS "{schema}"."{lease_table(recorder)}" '
-                "(originator_id uuid PRIMARY KEY, token bigint NOT NULL)"
+                f"CREATE TABLE {leases} (originator_id uuid PRIMARY KEY, token bigint NOT NULL)"
             )
-        curs.execute("SELECT to_regclass(%s) AS found", (table,))
-        row = curs.fetchone()
-        if row is not None and row["found"] is not None:
+        if heads_found:
             return True
-        if not create:
-            return False
         curs.execute(
             f"CREATE TABLE {table} (originator_id uuid PRIMARY KEY, "
             "version bigint NOT NULL, chain text NOT NULL)"
@@ -126,36 +127,44 @@ def heads_tables(recorder: Any, *, create: bool) -> bool:
     return True
 
 
+def _tables_found(curs: Any, *tables: str) -> tuple[bool, ...]:
+    """Whether each of ``tables`` (quoted with their schema) exists, from the catalog."""
+    listed = ", ".join(f"to_regclass(%s) IS NOT NULL AS found_{i}" for i in range(len(tables)))
+    curs.execute(f"SELECT {listed}", tables)
+    return tuple(bool(found) for found in curs.fetchone().values())
+
+
 def insert_function_call(recorder: Any, *, create: bool) -> str | None:
-    """The call of the store's insert function, creating it if ``create``; None when it
-    is absent and may not be created."""
+    """The call of the store's insert function, (re)creating it if ``create`` and the
+    catalog shows it absent or of another body (one of an earlier version): replacing a
+    function needs its owner (ADR 0117); None when it is absent and may not be created.
+    """
     schema = Identifier(recorder.datastore.schema)
     name = f"{recorder.events_table_name}_insert"
     function = SQL("{schema}.{name}").format(schema=schema, name=Identifier(name))
     with recorder.datastore.transaction(commit=True) as curs:
-        if create:
+        curs.execute(
+            "SELECT p.prosrc FROM (SELECT to_regprocedure(%s) AS oid) AS f "
+            "LEFT JOIN pg_catalog.pg_proc AS p ON p.oid = f.oid",
+            (f'"{recorder.datastore.schema}"."{name}"(json, json, json, text)',),
+        )
+        body = curs.fetchone()["prosrc"]
+        made = SQL(_INSERT_FUNCTION).format(
+            function=function,
+            schema=schema,
+            events=Identifier(recorder.events_table_name),
+            heads=Identifier(heads_table(recorder)),
+            heads_name=Literal(heads_table(recorder)),
+            events_name=Literal(recorder.events_table_name),
+            leases=Identifier(lease_table(recorder)),
+            rows=select_rows(SQL("events"), recorder.datastore.originator_id_type),
+            channel=Identifier(recorder.channel_name),
+        )
+        if create and body != made.as_string(curs).split("$body$")[1]:
             curs.execute("SELECT pg_advisory_xact_lock(%s)", (_HEADS_LOCK_KEY,))
-            curs.execute(
-                SQL(_INSERT_FUNCTION).format(
-                    function=function,
-                    schema=schema,
-                    events=Identifier(recorder.events_table_name),
-                    heads=Identifier(heads_table(recorder)),
-                    heads_name=Literal(heads_table(recorder)),
-                    events_name=Literal(recorder.events_table_name),
-                    leases=Identifier(lease_table(recorder)),
-                    rows=select_rows(SQL("events"), recorder.datastore.originator_id_type),
-                    channel=Identifier(recorder.channel_name),
-                )
-            )
-        else:
-            curs.execute(
-                "SELECT to_regprocedure(%s) AS found",
-                (f'"{recorder.datastore.schema}"."{name}"(json, json, json, text)',),
-            )
-            row = curs.fetchone()
-            if row is None or row["found"] is None:
-                return None
+            curs.execute(made)
+        elif body is None:
+            return None
         # Rendered once: a composed query is rendered again on every execution.
         return (
             SQL(

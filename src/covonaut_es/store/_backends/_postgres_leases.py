@@ -26,29 +26,42 @@ from covonaut_es.store._write_errors import not_stored
 
 T = TypeVar("T")
 
-# The calls a worker runs were added later: a column of their own, added where missing.
-_ADD_CALLS = (
-    "ALTER TABLE covonaut_workers ADD COLUMN IF NOT EXISTS calls TEXT NOT NULL DEFAULT '[]'"
+WORKERS_TABLE = "covonaut_workers"
+"""The worker registry's table, in the store's schema."""
+
+# The registry is named with the store's schema ("{workers}" below), never found
+# through the role's search_path, where a same-named table of another schema would be
+# read and written instead.
+_WORKERS_FOUND = (
+    "SELECT c.oid IS NOT NULL, EXISTS (SELECT FROM pg_catalog.pg_attribute a "
+    "WHERE a.attrelid = c.oid AND a.attname = 'calls' AND NOT a.attisdropped) "
+    "FROM (SELECT to_regclass(%s) AS oid) AS c"
 )
-# Workers starting at once on a store no worker ran on make the table once: IF NOT
-# EXISTS does not hold against another session's creation under way (the loser fails on
-# pg_type's unique index). Sent as one query, the statements are one transaction, which
-# holds the lock to its end.
+"""Whether the registry exists, and whether it has the column of the calls a worker runs
+(added later), read from the catalog: a role that does not own the table may not
+send its DDL, even one that would change nothing (ADR 0117)."""
+_ADD_CALLS = "ALTER TABLE {workers} ADD COLUMN IF NOT EXISTS calls TEXT NOT NULL DEFAULT '[]'"
 _CREATE_WORKERS = (
     "SELECT pg_advisory_xact_lock(hashtext('covonaut_workers')); "
-    "CREATE TABLE IF NOT EXISTS covonaut_workers (worker_id TEXT PRIMARY KEY, "
+    "CREATE TABLE IF NOT EXISTS {workers} (worker_id TEXT PRIMARY KEY, "
     "host TEXT NOT NULL, pid INTEGER NOT NULL, started_at TIMESTAMPTZ NOT NULL, "
-    f"heartbeat_at TIMESTAMPTZ NOT NULL, threads TEXT NOT NULL); {_ADD_CALLS}"
+    "heartbeat_at TIMESTAMPTZ NOT NULL, threads TEXT NOT NULL); " + _ADD_CALLS
 )
+"""Make the worker registry ``{workers}`` (made by the open that makes a store's
+tables, or by the first worker of an application of the user's own). Workers starting
+at once on a store no worker ran on make the table once: IF NOT EXISTS does not hold
+against another session's creation under way (the loser fails on pg_type's unique
+index). Sent as one query, the statements are one transaction, which holds the lock to
+its end."""
 _UPSERT_WORKER = (
-    "INSERT INTO covonaut_workers "
+    "INSERT INTO {workers} "
     "(worker_id, host, pid, started_at, heartbeat_at, threads, calls) "
     "VALUES (%s, %s, %s, %s, now(), %s, %s) ON CONFLICT (worker_id) DO UPDATE SET "
     "heartbeat_at = now(), threads = excluded.threads, calls = excluded.calls"
 )
 _SELECT_WORKERS = (
     "SELECT worker_id, host, pid, started_at, heartbeat_at, threads, calls "
-    "FROM covonaut_workers WHERE heartbeat_at > now() - %s "
+    "FROM {workers} WHERE heartbeat_at > now() - %s "
     "ORDER BY started_at, worker_id"
 )
 _HOLDER = (
@@ -98,7 +111,8 @@ class PostgresLeases(LeaseBackend):
     The tokens (ADR 0025) are rows of ``token_table`` (the store's lease table, quoted
     with its schema; None for an application of the user's own, which keeps none),
     written and read on the lease connection itself: a lease is taken and its token
-    recorded in one statement, and a check reads the lock and the token in one.
+    recorded in one statement, and a check reads the lock and the token in one. The
+    worker registry is ``workers_table``, quoted with its schema too.
     """
 
     def __init__(
@@ -107,9 +121,11 @@ class PostgresLeases(LeaseBackend):
         connect_kwargs: dict[str, Any],
         token_table: str | None,
         stored: Callable[[UUID], UUID],
+        workers_table: str,
     ) -> None:
         super().__init__(holder, None)
         self._token_table = token_table
+        self._workers = workers_table
         self._stored = stored
         # The lease connection names itself after the holder, whatever the URL named
         # the store's own sessions: runners refused read the holder from it.
@@ -307,12 +323,25 @@ class PostgresLeases(LeaseBackend):
         names = [str(row[0]) for row in rows]
         return names[0].removeprefix(_APPLICATION_PREFIX) if names else None
 
+    def _workers_found(self) -> bool:
+        """Whether the worker registry exists, adding the column of its calls to a
+        table made before workers reported them (only then: that needs its owner)."""
+        if self._workers_table_ready:
+            return True
+        _, cursor = self._execute(_WORKERS_FOUND, (self._workers,))
+        exists, has_calls = cursor.fetchone()
+        if exists and not has_calls:
+            self._execute(_ADD_CALLS.format(workers=self._workers), None)
+        self._workers_table_ready = bool(exists)
+        return self._workers_table_ready
+
     def publish(self, record: WorkerRecord) -> None:
-        if not self._workers_table_ready:
-            self._execute(_CREATE_WORKERS, None)  # several statements: no parameters
+        if not self._workers_found():
+            # several statements: no parameters
+            self._execute(_CREATE_WORKERS.format(workers=self._workers), None)
             self._workers_table_ready = True
         self._execute(
-            _UPSERT_WORKER,
+            _UPSERT_WORKER.format(workers=self._workers),
             (
                 record.worker_id,
                 record.host,
@@ -324,16 +353,13 @@ class PostgresLeases(LeaseBackend):
         )
 
     def withdraw(self, worker_id: str) -> None:
-        self._execute("DELETE FROM covonaut_workers WHERE worker_id = %s", (worker_id,))
+        self._execute(f"DELETE FROM {self._workers} WHERE worker_id = %s", (worker_id,))
 
     def workers(self) -> tuple[WorkerRecord, ...]:
-        _, found = self._execute("SELECT to_regclass('covonaut_workers')", ())
-        if found.fetchone()[0] is None:
+        if not self._workers_found():
             return ()  # no worker ever ran here: reading creates no table
-        if not self._workers_table_ready:
-            self._execute(_ADD_CALLS, ())  # a table of code before calls were reported
-            self._workers_table_ready = True
-        rows = self._execute(_SELECT_WORKERS, (STALE_AFTER,))[1].fetchall()
+        _, cursor = self._execute(_SELECT_WORKERS.format(workers=self._workers), (STALE_AFTER,))
+        rows = cursor.fetchall()
         return tuple(
             WorkerRecord(
                 worker_id=row[0],
@@ -356,6 +382,15 @@ class PostgresLeases(LeaseBackend):
 
 
 _NOT_HELD = "its database session no longer holds the lock"
+
+
+def make_workers_table(cursor: Any, workers: str) -> None:
+    """Make the worker registry ``workers`` (quoted with its schema) through ``cursor``
+    where the catalog shows none: an open that makes a store's tables makes it, so that
+    a worker whose role does not own them need not (ADR 0117)."""
+    cursor.execute(_WORKERS_FOUND, (workers,))
+    if not next(iter(cursor.fetchone().values())):
+        cursor.execute(_CREATE_WORKERS.format(workers=workers))
 
 
 def _decoded(text: str, kind: type[tuple[T, ...]]) -> tuple[T, ...]:

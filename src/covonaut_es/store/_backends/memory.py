@@ -183,8 +183,8 @@ class _MemoryBackend(RecorderAnchors):
 
     def opening(
         self, env: Mapping[str, str], shown: str
-    ) -> contextlib.AbstractContextManager[None]:
-        return contextlib.nullcontext()
+    ) -> contextlib.AbstractContextManager[Mapping[str, str]]:
+        return contextlib.nullcontext(env)
 
     def tables_lock(
         self, factory: InfrastructureFactory[Any]
@@ -239,6 +239,9 @@ class _MemoryBackend(RecorderAnchors):
 
     def review_index_table(self, recorder: ApplicationRecorder) -> ReviewIndexTable | None:
         return None  # a lookup reads the log in memory
+
+    def make_tables(self, recorder: ApplicationRecorder) -> None:
+        return  # made on first use: the file's writer may make them
 
 
 BACKEND = _MemoryBackend()

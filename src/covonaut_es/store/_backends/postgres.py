@@ -40,7 +40,7 @@ from psycopg.sql import SQL, Identifier
 
 from covonaut_es.domain import ThreadSnapshot
 from covonaut_es.errors import ForeignSchemaError, StoreLockedError, StoreUnavailableError
-from covonaut_es.store._backend import BackendName
+from covonaut_es.store._backend import TABLES_MADE, BackendName
 from covonaut_es.store._backends._postgres_heads import (
     SESSION_HOLDS_LOCK,
     heads_tables,
@@ -48,7 +48,12 @@ from covonaut_es.store._backends._postgres_heads import (
     insert_in_one_statement,
     refusal_in,
 )
-from covonaut_es.store._backends._postgres_leases import PostgresLeases, lock_ids
+from covonaut_es.store._backends._postgres_leases import (
+    WORKERS_TABLE,
+    PostgresLeases,
+    lock_ids,
+    make_workers_table,
+)
 from covonaut_es.store._backends._postgres_reads import KeptReads, log_end_sql
 from covonaut_es.store._backends._postgres_rows import rows_json, select_rows
 from covonaut_es.store._heads import (
@@ -344,6 +349,12 @@ class Factory(postgres.PostgresFactory):
         assert isinstance(kwargs, dict)  # eventsourcing's pool passes its keywords as one
         kwargs.update(postgres_params(self.env))
 
+    def env_create_table(self) -> bool:
+        """As eventsourcing's, but never where the open found every table made
+        (:data:`TABLES_MADE`): its statements are DDL, even those that would change
+        nothing, and only the tables' owner may send them (ADR 0117)."""
+        return super().env_create_table() and self.env.get(TABLES_MADE) != "y"
+
 
 _STORE_EVENTS = "covonaut_events"  # named after the store's application, "covonaut"
 
@@ -374,6 +385,19 @@ catalog names it, and whether it holds NULL: those eventsourcing's statements an
 store's read. (The tables of listings' summaries and workers' outstanding threads are
 made again from the log when they cannot be read, as earlier versions' are.)"""
 
+_SUMMARIES, _OUTSTANDING, _REVIEWS = "summaries", "outstanding_v2", "reviews"
+"""The suffixes of the tables a store keeps beside its log, after its events table."""
+
+_MADE_TABLES = frozenset(
+    [
+        *_STORE_COLUMNS,
+        *(f"{_STORE_EVENTS}_{suffix}" for suffix in (_SUMMARIES, _OUTSTANDING, _REVIEWS)),
+        WORKERS_TABLE,
+    ]
+)
+"""Every table an open that makes a store's tables makes: where the catalog shows them
+all, an open sends no DDL (ADR 0117)."""
+
 _EVENT_COLUMNS = frozenset(_STORE_COLUMNS[_STORE_EVENTS])
 """The columns of eventsourcing's application recorder's table (named after its
 application: a table that has them all is an application's events)."""
@@ -395,10 +419,11 @@ views cost milliseconds to plan, on every open's new connection, and show neithe
 materialized view nor a table without columns."""
 
 
-def _check_tables(conn: psycopg.Connection[Any], env: Mapping[str, str], shown: str) -> None:
-    """See :meth:`_PostgresBackend.check_file` (ADR 0075)."""
+def _check_tables(conn: psycopg.Connection[Any], env: Mapping[str, str], shown: str) -> bool:
+    """See :meth:`_PostgresBackend.check_file` (ADR 0075); whether every table of the
+    store is made (ADR 0117)."""
     schema = env.get("POSTGRES_SCHEMA") or "public"
-    rows = conn.execute(_COLUMNS_READ, (schema, list(_STORE_COLUMNS), list(_EVENT_COLUMNS)))
+    rows = conn.execute(_COLUMNS_READ, (schema, sorted(_MADE_TABLES), list(_EVENT_COLUMNS)))
     columns: dict[str, dict[str, str]] = {}
     for table, name, kind in rows:
         found = columns.setdefault(str(table), {})
@@ -409,6 +434,7 @@ def _check_tables(conn: psycopg.Connection[Any], env: Mapping[str, str], shown: 
         shown_tables = ", ".join(repr(table[:63]) for table in tables[:5])
         refuse_application_tables(shown, f"event tables ({shown_tables})")
     _refuse_changed_tables(shown, columns)
+    return columns.keys() >= _MADE_TABLES
 
 
 def _refuse_changed_tables(shown: str, columns: Mapping[str, Mapping[str, str]]) -> None:
@@ -464,14 +490,20 @@ class _PostgresBackend(RecorderAnchors):
             _check_tables(conn, env, shown)
 
     @contextlib.contextmanager
-    def opening(self, env: Mapping[str, str], shown: str) -> Iterator[None]:
-        """Check the database as :meth:`check_file` does, and hold an advisory lock
-        while eventsourcing creates its tables (processes opening a new database at
-        the same moment otherwise fail with "tuple concurrently updated"), on one
-        connection: each costs the open milliseconds."""
-        with _connect(env) as conn, _schema_lock(conn):
-            _check_tables(conn, env, shown)
-            yield
+    def opening(self, env: Mapping[str, str], shown: str) -> Iterator[Mapping[str, str]]:
+        """Check the database as :meth:`check_file` does; where a table is yet to be
+        made, hold an advisory lock while eventsourcing creates its tables (processes
+        opening a new database at the same moment otherwise fail with "tuple
+        concurrently updated"), on one connection: each costs the open milliseconds.
+        Where every table is made, give ``env`` with :data:`TABLES_MADE`: the open
+        sends no DDL, which a role that does not own the tables may not send."""
+        with _connect(env) as conn:
+            if _check_tables(conn, env, shown):
+                yield {**env, TABLES_MADE: "y"}  # no lock: nothing is made
+                return
+            with _schema_lock(conn):
+                _check_tables(conn, env, shown)  # another session may have made them
+                yield env
 
     @contextlib.contextmanager
     def tables_lock(self, factory: InfrastructureFactory[Any]) -> Iterator[None]:
@@ -595,7 +627,8 @@ class _PostgresBackend(RecorderAnchors):
             token_table = f'"{factory.datastore.schema}"."{lease_table(recorder)}"'
         stored = lambda stream: stored_stream(recorder, stream)  # noqa: E731
         kwargs = dict(factory.datastore.pool.kwargs)  # type: ignore[arg-type]
-        return PostgresLeases(holder, kwargs, token_table, stored)
+        workers = f'"{factory.datastore.schema}".{WORKERS_TABLE}'
+        return PostgresLeases(holder, kwargs, token_table, stored, workers)
 
     def summary_table(self, recorder: ApplicationRecorder) -> SummaryTable | None:
         if not (isinstance(recorder, PostgresApplicationRecorder) and recorder.keeps_summaries):
@@ -603,7 +636,7 @@ class _PostgresBackend(RecorderAnchors):
         return _side_table(
             recorder,
             SQLSummaries,
-            "summaries",
+            _SUMMARIES,
             "position BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, originator_id uuid "
             "NOT NULL UNIQUE, version BIGINT NOT NULL, seen BIGINT NOT NULL, "
             "summary BYTEA NOT NULL",
@@ -614,7 +647,7 @@ class _PostgresBackend(RecorderAnchors):
         return _side_table(
             recorder,
             SQLOutstanding,
-            "outstanding_v2",  # ADR 0077: the rows of ADR 0054 meant more
+            _OUTSTANDING,  # ADR 0077: the rows of ADR 0054 meant more
             "originator_id uuid PRIMARY KEY, position BIGINT NOT NULL, state BYTEA NOT NULL",
         )
 
@@ -622,10 +655,22 @@ class _PostgresBackend(RecorderAnchors):
         return _side_table(
             recorder,
             SQLReviewIndex,
-            "reviews",
+            _REVIEWS,
             "review text NOT NULL, position BIGINT NOT NULL, state BYTEA NOT NULL, "
             "PRIMARY KEY (review, position)",
         )
+
+    def make_tables(self, recorder: ApplicationRecorder) -> None:
+        for table in (
+            self.summary_table(recorder),
+            self.outstanding_table(recorder),
+            self.review_index_table(recorder),
+        ):
+            if isinstance(table, SQLSideTable):
+                table.make()
+        if isinstance(recorder, PostgresApplicationRecorder):
+            with recorder.datastore.transaction(commit=True) as curs:
+                make_workers_table(curs, f'"{recorder.datastore.schema}".{WORKERS_TABLE}')
 
 
 _Table = TypeVar("_Table", bound=SQLSideTable)
@@ -653,13 +698,17 @@ def _side_table(
         f"SELECT pg_advisory_xact_lock(hashtext({_literal(f'{schema}.{name}')}))",
         f"CREATE TABLE IF NOT EXISTS {table} ({columns})",
     ]
+    made = [table]
     if indexed:
         create.append(f'CREATE INDEX IF NOT EXISTS "{name}_{indexed}" ON {table} ({indexed})')
+        made.append(f'"{schema}"."{name}_{indexed}"')
+    found = " AND ".join(f"to_regclass({_literal(each)}) IS NOT NULL" for each in made)
     return kind(
         recorder.datastore,
         lambda: recorder.datastore.transaction(commit=True),
         table=table,
         create=create,
+        found=f"SELECT {found} AS found",
         placeholder="%s",
         stored=lambda stream: stream,
         reading=lambda: _reading(recorder.datastore),
@@ -745,7 +794,7 @@ def _schema_lock(conn: psycopg.Connection[Any]) -> Iterator[None]:
 
 
 def _literal(text: str) -> str:
-    """``text`` as a SQL string literal (a name of ours: letters, digits, ``_``, ``.``)."""
+    """``text`` as a SQL string literal (a name of ours, its parts quoted or not)."""
     return "'" + text.replace("'", "''") + "'"
 
 

@@ -448,9 +448,9 @@ class _SQLiteBackend(RecorderAnchors):
 
     def opening(
         self, env: Mapping[str, str], shown: str
-    ) -> contextlib.AbstractContextManager[None]:
+    ) -> contextlib.AbstractContextManager[Mapping[str, str]]:
         self.check_file(env, shown)
-        return contextlib.nullcontext()  # SQLite creates tables under its file lock
+        return contextlib.nullcontext(env)  # SQLite creates tables under its file lock
 
     def tables_lock(
         self, factory: InfrastructureFactory[Any]
@@ -588,6 +588,9 @@ class _SQLiteBackend(RecorderAnchors):
             "review TEXT NOT NULL, position INTEGER NOT NULL, state BLOB NOT NULL, "
             "PRIMARY KEY (review, position)",
         )
+
+    def make_tables(self, recorder: ApplicationRecorder) -> None:
+        return  # made on first use: the file's writer may make them
 
 
 _Table = TypeVar("_Table", bound=SQLSideTable)
