@@ -61,7 +61,14 @@ from covonaut_es.store._settings import SETTINGS_TABLE, settings_table
 from covonaut_es.store._url_secrets import redact
 from covonaut_es.store._urls import persistence_env, postgres_params
 from covonaut_es.workers import Worker
-from support import answer, append_raw_event, call, sqlite_key, ticking_clock
+from support import (
+    answer,
+    append_raw_event,
+    call,
+    postgres_database_of,
+    sqlite_key,
+    ticking_clock,
+)
 from test_cli import ROOT, covonaut_es
 
 NOW = datetime(2026, 5, 6, tzinfo=UTC)
@@ -1045,3 +1052,58 @@ def test_a_schema_first_on_the_roles_search_path_is_never_read_or_written(
             result = covonaut_es("workers", "--store", owner_url)
             assert result.returncode == 0 and "fake-worker" not in result.stdout, result
             assert evil_rows() == before
+
+
+def _paused(store: Store, thread_id: str) -> str:
+    """Run a new thread to its pause: the review id it waits for."""
+    agent = _paying(store, thread_id)
+    agent.run("Pay.")
+    (pending,) = agent.pending_reviews
+    return pending.review_id
+
+
+def _decided_and_resumed(store: Store, thread_id: str) -> None:
+    verifier = HmacReviewerVerifier(_REVIEWER_SECRET.encode())
+    review_id = _paused(store, thread_id)
+    service = ThreadService(store, verifier=verifier)
+    rita = service.reviewer(verifier.issue_token("rita", ttl_seconds=600))
+    service.decide(review_id, review_submission("approve"), reviewer=rita, thread_id=thread_id)
+    assert _paying(store, thread_id).resume() == "paid"
+
+
+_ROLE_COMMANDS: dict[str, Callable[[Store, str], object]] = {
+    "run": _paused,
+    "decide and resume": _decided_and_resumed,
+    "load": lambda store, thread_id: (_paused(store, thread_id), store.load(thread_id)),
+    "history": lambda store, thread_id: (_paused(store, thread_id), store.history(thread_id)),
+    "verify": lambda store, thread_id: (_paused(store, thread_id), store.verify(thread_id)),
+    "fork": lambda store, thread_id: (_paused(store, thread_id), store.fork(thread_id)),
+    "list_threads": lambda store, _: store.list_threads(),
+    "live_workers": lambda store, _: store.live_workers(),
+    "worker step": lambda store, _: Worker(
+        store, lambda thread_id: _paying(store, thread_id).config
+    ).run(once=True),
+}
+
+
+@pytest.mark.postgres
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(commands=st.permutations(sorted(_ROLE_COMMANDS)))
+def test_every_command_in_any_order_runs_as_a_role_that_does_not_own_the_tables(
+    postgres_url: str, commands: list[str]
+) -> None:
+    """Whatever command a role granted the documented privileges runs first (a listing
+    or a worker before any run, a decision before a listing), none sends DDL: the owner's
+    first open made every table, those otherwise made on first use included."""
+    import psycopg
+
+    with postgres_database_of(postgres_url) as database_url, _roles(database_url) as urls:
+        owner_url, app_url = urls
+        open_store(owner_url).close()
+        role = str(urlsplit(app_url).username)
+        with psycopg.connect(owner_url, autocommit=True) as owner:
+            for statement in _documented_grants(role, database_url.rsplit("/", 1)[1]):
+                owner.execute(statement)
+        with open_store(app_url) as store:
+            for n, command in enumerate(commands):
+                _ROLE_COMMANDS[command](store, f"t{n}")
