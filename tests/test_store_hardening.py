@@ -999,20 +999,29 @@ def test_a_role_that_does_not_own_the_tables_uses_the_store_with_the_documented_
         assert owned == (0,)
 
 
+def _queued(store: Store) -> list[str]:
+    """The threads the reviewer queue kept in ``store``'s database lists, once current."""
+    with ReviewQueue(store.url) as queue, queue.follow() as runner:
+        queue.wait_until_current(store, runner=runner)
+        return sorted(item.thread_id for item in queue.pending())
+
+
 @pytest.mark.postgres
 def test_a_schema_first_on_the_roles_search_path_is_never_read_or_written(
     postgres_database: str,
 ) -> None:
     """A schema earlier on the role's search_path than the store's, holding a table of
     the same name as each of the store's (the worker registry with a live worker of its
-    own), is never read or written: runs, a worker's step, ``live_workers()`` and the
-    command line's ``workers`` use the store's own tables."""
+    own), is never read or written: runs, a worker's step, ``live_workers()``, the
+    reviewer queue kept in the store's database and the command line's ``workers`` use
+    the store's own tables."""
     import psycopg
 
     with _roles(postgres_database) as (owner_url, _):
         with open_store(owner_url) as store:
             _paying(store, "t1").run("Pay.")
             Worker(store, lambda thread_id: _paying(store, thread_id).config).run(once=True)
+            _queued(store)  # the view's tables, in the store's database
         owner = urlsplit(owner_url).username
         database = postgres_database.rsplit("/", 1)[1]
         with psycopg.connect(postgres_database, autocommit=True) as admin:
@@ -1049,6 +1058,7 @@ def test_a_schema_first_on_the_roles_search_path_is_never_read_or_written(
                 worker.run(once=True)
                 assert store.live_workers() == ()
                 store.list_threads()
+                assert _queued(store) == ["t1", "t2"]
             result = covonaut_es("workers", "--store", owner_url)
             assert result.returncode == 0 and "fake-worker" not in result.stdout, result
             assert evil_rows() == before

@@ -436,7 +436,7 @@ class SQLReviewQueueView(TrackedSQL, ReviewQueueView):
     def pending(self) -> tuple[PendingReview, ...]:
         rows = self.rows()
         with self.datastore.transaction(commit=False) as cursor:
-            cursor.execute(rows.select_pending)
+            cursor.execute(self._sql(rows.select_pending))
             return _in_order(rows.item(row) for row in cursor.fetchall())
 
     def thread_ids_of(self, aggregate_ids: Collection[str]) -> dict[str, str | None]:

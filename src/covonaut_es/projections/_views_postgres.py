@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -14,15 +15,25 @@ from covonaut_es.projections._views import (
     SQLReviewQueueView,
 )
 
+_QUEUE_TABLE = re.compile(r"\b(covonaut_(?:sealed_)?(?:pauses|queue_threads|queue_given_up))\b")
+"""A name of one of the queue's own tables in a statement (not an index's, which goes on
+with ``_by_``)."""
+
 
 class PostgresReviewQueueView(SQLReviewQueueView, PostgresTrackingRecorder):
-    """The queue in a PostgreSQL database (the store's own, or another)."""
+    """The queue in a PostgreSQL database (the store's own, or another), its tables named
+    with the datastore's schema, never found through the role's ``search_path``, where a
+    same-named table of another schema would be read and written instead."""
 
     PLACEHOLDER = "%s"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.sql_create_statements.extend(SQL(s).format() for s in self.queue_tables())
+        self.sql_create_statements.extend(SQL(self._sql(s)).format() for s in self.queue_tables())
+
+    def _sql(self, statement: str) -> str:
+        schema = self.datastore.schema.replace('"', '""')
+        return _QUEUE_TABLE.sub(rf'"{schema}".\1', super()._sql(statement))
 
     def queue_tables(self) -> Iterable[str]:
         """The statements that create the queue's own tables."""
