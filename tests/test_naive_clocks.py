@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from covonaut_es import Agent, AgentConfig, AgentThread, ScriptedProvider, Store, Worker, open_store
-from covonaut_es._clock import AwareClock
+from covonaut_es._clock import EARLIEST, LATEST, AwareClock
 from covonaut_es.errors import ConfigurationError
 from covonaut_es.service import ThreadService
 from test_review_deadlines import Clock, decisions, paused, paying
@@ -69,11 +69,15 @@ def test_a_store_opened_with_a_naive_clock_is_refused_when_a_service_reads_it() 
     )
 )
 def test_any_reading_is_given_back_when_aware_and_refused_when_naive(when: datetime) -> None:
-    """Property: a checked clock gives back exactly the time of an aware reading, and
-    refuses a naive one with the typed error; never another exception."""
+    """Property: a checked clock gives back exactly the time of an aware reading between
+    EARLIEST and LATEST, and refuses a naive one, or one nearer the ends of datetime's
+    range, with the typed error; never another exception."""
     clock = AwareClock(lambda: when)
     if when.utcoffset() is None:
         with pytest.raises(ConfigurationError, match="timezone-aware"):
+            clock()
+    elif not EARLIEST <= when <= LATEST:
+        with pytest.raises(ConfigurationError, match="overflow"):
             clock()
     else:
         assert clock() is when
@@ -103,3 +107,35 @@ def test_a_configs_clock_is_checked_and_compares_as_the_clock_it_wraps() -> None
     assert config != AgentConfig(provider=provider)
     with pytest.raises(ConfigurationError, match="naive_clock"):
         config.clock()
+
+
+# Readings near the ends of datetime's range ---------------------------------------------------
+
+NEAR_AN_END = st.one_of(
+    st.timedeltas(timedelta(0), timedelta(days=400 * 366)).map(
+        lambda d: datetime.min.replace(tzinfo=UTC) + d
+    ),
+    st.timedeltas(timedelta(0), timedelta(days=400 * 366)).map(
+        lambda d: datetime.max.replace(tzinfo=UTC) - d
+    ),
+)
+
+
+@settings(max_examples=50, deadline=None)
+@given(now=NEAR_AN_END)
+def test_a_runner_clock_near_the_ends_of_time_is_a_typed_error_never_an_overflow(
+    now: datetime,
+) -> None:
+    """A runner whose clock reads near datetime.min or datetime.max asks for a review with
+    a deadline, an hour or a century away: the run gives a ConfigurationError naming the
+    clock when the reading is outside EARLIEST..LATEST, and otherwise pauses for the
+    review; never a bare OverflowError."""
+    with open_store("memory://") as store:
+        agent = paying(store, Clock(now), deadline=lambda args: timedelta(days=36_525))
+        try:
+            agent.run("Pay bob 40.")
+        except ConfigurationError as exc:
+            assert "the clock" in str(exc) and "overflow" in str(exc)
+        else:
+            [request] = agent.pending_reviews
+            assert request.deadline == now + timedelta(days=36_525)

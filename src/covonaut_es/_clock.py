@@ -4,10 +4,34 @@ check that a caller's clock gives times that compare with the stored ones."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from covonaut_es._arguments import check_callable
 from covonaut_es.errors import ConfigurationError
+
+CLOCK_MARGIN = timedelta(days=200 * 366)
+"""How far from the ends of ``datetime``'s range a clock's reading must be: a deadline
+is at most a century after the time it is set at (``MAX_REVIEW_DEADLINE``), so a
+reading nearer either end would overflow the arithmetic of a deadline."""
+
+EARLIEST = datetime.min.replace(tzinfo=UTC) + CLOCK_MARGIN
+"""The earliest reading a clock may give."""
+
+LATEST = datetime.max.replace(tzinfo=UTC) - CLOCK_MARGIN
+"""The latest reading a clock may give."""
+
+
+CLOCK_SKEW_BOUND = timedelta(seconds=30)
+"""How far a process's clock may run ahead of the database's before it may record no
+expiry (ADR 0119)."""
+
+
+def ahead(now: datetime, database_now: datetime | None) -> timedelta | None:
+    """How far ``now`` runs ahead of the database's clock past :data:`CLOCK_SKEW_BOUND`;
+    None when it does not (or the database has no clock of its own)."""
+    if database_now is None or now - database_now <= CLOCK_SKEW_BOUND:
+        return None
+    return now - database_now
 
 
 def utc_now() -> datetime:
@@ -16,8 +40,10 @@ def utc_now() -> datetime:
 
 
 class AwareClock:
-    """A caller's clock whose every reading is checked to be a timezone-aware datetime:
-    a naive one cannot be compared with the deadlines and times a store holds.
+    """A caller's clock whose every reading is checked to be a timezone-aware datetime
+    between :data:`EARLIEST` and :data:`LATEST`: a naive one cannot be compared with the
+    deadlines and times a store holds, and one nearer the ends of ``datetime``'s range
+    would overflow the deadlines set from it.
 
     Args:
         clock: The clock to read.
@@ -46,14 +72,19 @@ class AwareClock:
         """The clock's time.
 
         Raises:
-            ConfigurationError: It is not a timezone-aware datetime; naming the clock.
+            ConfigurationError: It is not a timezone-aware datetime, or one outside
+                :data:`EARLIEST` to :data:`LATEST`; naming the clock.
         """
         now = self.clock()
         if not isinstance(now, datetime) or now.utcoffset() is None:
-            name = getattr(self.clock, "__qualname__", type(self.clock).__qualname__)
-            msg = (
-                f"the clock {name} returned {now!r}: expected a timezone-aware datetime, "
-                "e.g. datetime.now(UTC)"
+            expected = "a timezone-aware datetime, e.g. datetime.now(UTC)"
+        elif not EARLIEST <= now <= LATEST:
+            expected = (
+                f"a time from {EARLIEST.isoformat()} to {LATEST.isoformat()} (a deadline "
+                "set from one nearer the ends of datetime's range would overflow)"
             )
-            raise ConfigurationError(msg)
-        return now
+        else:
+            return now
+        name = getattr(self.clock, "__qualname__", type(self.clock).__qualname__)
+        msg = f"the clock {name} returned {now!r}: expected {expected}"
+        raise ConfigurationError(msg)
