@@ -27,6 +27,7 @@ from covonaut_es.domain._reviews import (
     ReviewLimit,
     ReviewRequest,
     ReviewRules,
+    near,
     operation_digest,
 )
 from covonaut_es.domain._snapshot import ThreadSnapshot
@@ -90,6 +91,7 @@ __all__ = [
     "check_thread_stream",
     "may_act_on_call",
     "may_decide",
+    "near",
     "operation_digest",
     "requested_call",
     "run_input",

@@ -309,9 +309,11 @@ class ReviewLedger(msgspec.Struct, frozen=True):
             )
             raise ReviewNotFoundError(msg)
         if review.decision is not None and review.decision.decision is Decision.EXPIRED:
+            by = review.decision.comment or "the sweeping clock"
             msg = (
                 f"review {review_id!r} of thread {thread_id!r} expired at "
-                f"{_deadline_text(review.request)} without a decision: it failed closed "
+                f"{_deadline_text(review.request)} without a decision (recorded at "
+                f"{review.decision.decided_at.isoformat()} by {by}): it failed closed "
                 "and decides nothing now; a new call of the operation, after new user "
                 "input, asks for a new review"
             )
@@ -344,7 +346,7 @@ class ReviewLedger(msgspec.Struct, frozen=True):
             if not r.warned
             and r.request.deadline is not None
             and not r.request.expired(now)
-            and now >= r.request.deadline - lead
+            and near(r.request.deadline, now, lead)
         )
 
     def awaiting(self, tool_call_id: str) -> Review | None:
@@ -475,6 +477,13 @@ DIGEST_PREFIX = "jcs-sha256:"
 """What an operation digest computed under ADR 0048 starts with: the SHA-256 of the RFC
 8785 canonical JSON of the operation, in hex. One recorded before has no prefix: the
 SHA-256 of msgspec's sorted JSON of it."""
+
+
+def near(deadline: datetime, now: datetime, lead: timedelta) -> bool:
+    """Whether ``deadline`` is at most ``lead`` away at ``now`` (or past): compared as a
+    difference, which no time of the log overflows, where ``deadline - lead`` overflows
+    near ``datetime.min``."""
+    return deadline - now <= lead
 
 
 def operation_digest(

@@ -14,7 +14,7 @@ from typing import Any
 
 import attrs
 
-from covonaut_es.domain import AgentThread, PauseKind
+from covonaut_es.domain import AgentThread, PauseKind, near
 
 DEADLINE_TRACKED: tuple[type, ...] = (
     AgentThread.Forked,
@@ -109,7 +109,8 @@ class ReviewDeadlines:
             thread_id
             for thread_id, waiting in self._waiting.items()
             if any(
-                now >= w.deadline or (lead is not None and not w.noted and now >= w.deadline - lead)
+                now >= w.deadline
+                or (lead is not None and not w.noted and near(w.deadline, now, lead))
                 for w in waiting.values()
             )
         )
@@ -118,7 +119,7 @@ class ReviewDeadlines:
         """A sweep of the thread at ``now`` went through: its reviews nearing their
         deadline need no other (a fork's may have been noted in its parent)."""
         for waiting in self._waiting.get(thread_id, {}).values():
-            if lead is not None and now >= waiting.deadline - lead:
+            if lead is not None and near(waiting.deadline, now, lead):
                 waiting.noted = True
 
     def _of(self, event: Any) -> dict[str, _Waiting]:
