@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import threading
+import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -37,7 +38,8 @@ from covonaut_es import (
     Worker,
     open_store,
 )
-from covonaut_es.domain import Decision
+from covonaut_es._clock import CLOCK_SKEW_BOUND
+from covonaut_es.domain import Decision, thread_aggregate_id
 from covonaut_es.service import ThreadService, review_submission
 from covonaut_es.workers import ReviewNotice
 from support import answer, call
@@ -543,3 +545,92 @@ def test_the_inbox_records_the_expiry_of_a_review_opened_past_its_deadline(
             assert client.get("/api/reviews", headers=auth).json() == []
         [expired] = decisions(store)
         assert isinstance(expired, AgentThread.ReviewExpired)
+
+
+# Clocks out of step, and deadlines near the ends of time -----------------------------------------
+
+
+def in_step_clock() -> Clock:
+    return Clock(datetime.now(UTC))
+
+
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(offset=st.integers(-2 * 86_400, 2 * 86_400))
+def test_generated_worker_clock_offsets_never_expire_a_review_before_its_deadline(
+    shared_url: str, offset: int
+) -> None:
+    """A runner in step with the database asks for a review due in an hour; a worker
+    whose clock is ``offset`` seconds off sweeps: no expiry is recorded before the
+    deadline by the database's clock (give or take CLOCK_SKEW_BOUND), and an approval
+    on time by it is recorded."""
+    thread_id = f"skew-{uuid.uuid4().hex[:8]}"
+    with open_store(shared_url) as store:
+        paused(store, in_step_clock(), deadline=timedelta(hours=1), thread_id=thread_id)
+
+        def make_config(name: str) -> AgentConfig:
+            agent = paying(store, in_step_clock(), thread_id=name)
+            return attrs.evolve(agent.config, checkpoint=None)
+
+        def skewed() -> datetime:
+            return datetime.now(UTC) + timedelta(seconds=offset)
+
+        Worker(store, make_config, clock=skewed, poll_interval=0.01).run(once=True)
+        database_now = store._records.database_now()
+        assert database_now is not None
+        for expired in decisions(store, thread_id):
+            assert expired.deadline is not None
+            assert expired.deadline <= database_now + CLOCK_SKEW_BOUND
+        [review] = store.load(thread_id).reviews.pending
+        commands = ThreadService(store, verifier=VERIFIER)
+        commands.decide(
+            review.request.review_id,
+            review_submission("approve"),
+            reviewer=commands.reviewer(RITA),
+        )
+
+
+def test_an_expiry_names_when_it_was_recorded_and_by_whose_clock(store: Store) -> None:
+    """A late decision is refused with a ReviewExpiredError naming the deadline, when
+    the expiry was recorded and whose clock recorded it."""
+    clock = Clock()
+    _, review_id = paused(store, clock)
+    store.name_lease_holder("worker w-1")
+    clock.advance(3600)
+    ThreadService(store, clock=clock).expire_reviews("t")
+    commands = ThreadService(store, verifier=VERIFIER, clock=clock)
+    with pytest.raises(ReviewExpiredError) as raised:
+        commands.decide(review_id, review_submission("approve"), reviewer=commands.reviewer(RITA))
+    assert "expired at 2026-03-01T09:30:00+00:00" in str(raised.value)
+    assert "recorded at 2026-03-01T10:00:00+00:00 by the clock of worker w-1" in str(raised.value)
+
+
+FAR = timedelta(days=400 * 366)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    deadline=st.one_of(
+        st.timedeltas(timedelta(0), FAR).map(lambda d: datetime.min.replace(tzinfo=UTC) + d),
+        st.timedeltas(timedelta(0), FAR).map(lambda d: datetime.max.replace(tzinfo=UTC) - d),
+    ),
+    lead=st.timedeltas(timedelta(seconds=1), timedelta(days=36_525)),
+)
+def test_generated_deadlines_near_the_ends_of_time_never_stop_a_worker(
+    deadline: datetime, lead: timedelta
+) -> None:
+    """A deadline from the log near datetime.min or datetime.max (another writer's), with
+    any notice lead, is compared without overflow: the worker's sweep goes on and
+    Worker.run returns; the thread's own reviews judge the same without overflow."""
+    with open_store("memory://") as store:
+        clock = Clock()
+        paused(store, clock)
+
+        def make_config(name: str) -> AgentConfig:
+            return attrs.evolve(paying(store, clock, thread_id=name).config, checkpoint=None)
+
+        worker = Worker(store, make_config, notice_lead=lead, clock=clock, poll_interval=0.01)
+        worker._follow()
+        worker._deadlines.restore(thread_aggregate_id("t"), "t", {"r-far": (deadline, False)})
+        assert worker.run(once=True).failed == ()

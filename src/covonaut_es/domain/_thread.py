@@ -1492,10 +1492,14 @@ class AgentThread(Aggregate, created_event_name="Started"):
         assert decided is not None and decided.decision is not None
         return decided.decision
 
-    def expire_reviews(self, *, now: datetime) -> tuple[ReviewDecision, ...]:
+    def expire_reviews(self, *, now: datetime, clock: str = "") -> tuple[ReviewDecision, ...]:
         """Expire every pending review whose deadline has passed at ``now``: each fails
         closed, its held-back call's result saying the operation did not run, as after
         a rejection. A thread given up expires nothing (it decides no review).
+
+        Args:
+            now: The time by the sweeping clock.
+            clock: Whose clock that is, kept as each expiry's comment.
         """
         if self.status is ThreadStatus.ABANDONED:
             return ()
@@ -1508,7 +1512,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
                 digest=request.digest,
                 reviewer="",
                 decision=Decision.EXPIRED,
-                comment="",
+                comment=clock,
                 deadline=request.deadline,
                 timestamp=now,
             )

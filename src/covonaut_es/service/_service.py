@@ -16,8 +16,9 @@ from typing import Any, Protocol, TypeVar
 
 import attrs
 
+from covonaut_es import _logs
 from covonaut_es._arguments import check_instance, check_text
-from covonaut_es._clock import AwareClock
+from covonaut_es._clock import CLOCK_SKEW_BOUND, AwareClock, ahead
 from covonaut_es._text import is_blank
 from covonaut_es.domain import (
     AgentThread,
@@ -53,6 +54,8 @@ from covonaut_es.service._submissions import (
 from covonaut_es.store import Store
 
 T = TypeVar("T")
+
+logger = _logs.logger("covonaut_es.service")
 
 _DECISIONS = {
     Action.APPROVE: Decision.APPROVED,
@@ -345,10 +348,29 @@ class ThreadService:
         Any number of workers may sweep one thread at once: each expiry is recorded
         once, since a second writer's save conflicts and its retry finds it decided.
 
+        A clock running more than ``CLOCK_SKEW_BOUND`` (30 s) ahead of the database's
+        (PostgreSQL's server; SQLite's, the machine the file is on) expires nothing: the
+        skew is logged as an error, and the reviews wait for a sweep by a clock in step
+        (ADR 0119). Each expiry names whose clock recorded it.
+
         Returns:
-            The expiries recorded now (none when nothing was due).
+            The expiries recorded now (none when nothing was due, or the clock is ahead).
         """
-        return self._change(thread_id, lambda t: t.expire_reviews(now=self._clock()))
+        now = self._clock()
+        skew = ahead(now, self.store._records.database_now())
+        if skew is not None:
+            logger.error(
+                "expiring the reviews of thread %r: this process's clock reads %s, %.0f s "
+                "ahead of the database's (more than %.0f s): nothing expired; set the "
+                "clock in step (NTP) so that reviews expire at their deadlines",
+                thread_id,
+                now.isoformat(),
+                skew.total_seconds(),
+                CLOCK_SKEW_BOUND.total_seconds(),
+            )
+            return ()
+        clock = f"the clock of {self.store._leasing.holder}"
+        return self._change(thread_id, lambda t: t.expire_reviews(now=now, clock=clock))
 
     def note_deadlines_near(self, thread_id: str, lead: timedelta) -> tuple[ReviewRequest, ...]:
         """Record, once per review, that a pending review of the thread expires within

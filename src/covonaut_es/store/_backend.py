@@ -16,6 +16,7 @@ import importlib
 import sys
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 from uuid import UUID
 
@@ -116,6 +117,11 @@ class Backend(Protocol):
         Raises:
             StoreUnavailableError: It did not answer.
         """
+
+    def database_now(self, recorder: ApplicationRecorder) -> datetime | None:
+        """The time by the database's own clock (the PostgreSQL server's; SQLite's, that
+        of the machine the file is on), to check a process's clock against; None where
+        there is no clock but the process's own (a store in memory)."""
 
     def select_thread(
         self,

@@ -81,13 +81,17 @@ class Leasing:
                 self._lease_backend.rename(holder)
 
     @property
+    def holder(self) -> str:
+        """The name of the holder of the leases taken from now on."""
+        return self._lease_holder or process_holder()
+
+    @property
     def leases(self) -> LeaseBackend:
         """The database's leases and worker registry, made on first use."""
         with _CREATE_LOCK:
             if self._lease_backend is None:
-                holder = self._lease_holder or process_holder()
                 self._lease_backend = self._backend.lease_backend(
-                    self._app.factory, self._app.recorder, holder
+                    self._app.factory, self._app.recorder, self.holder
                 )
             return self._lease_backend
 

@@ -13,6 +13,7 @@ import itertools
 import threading
 from collections.abc import Collection, Iterator, Sequence
 from contextvars import ContextVar
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -106,6 +107,11 @@ class StoredRecords:
         self._app = app
         self._backend = backend
         self._pinging = threading.Lock()
+
+    def database_now(self) -> datetime | None:
+        """The time by the database's own clock; None for a store in memory, which has
+        none but the process's."""
+        return self._backend.database_now(self._app.recorder)
 
     def forked_event(self, thread_id: str) -> AgentThread.Forked | None:
         """The event that started a fork's stream, or None for a root thread."""

@@ -20,6 +20,7 @@ import contextlib
 import threading
 import weakref
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -202,6 +203,9 @@ class _MemoryBackend(RecorderAnchors):
     def ping(self, recorder: ApplicationRecorder, timeout: float) -> None:
         # This process's memory, or a user's persistence module this port stands in for.
         recorder.max_notification_id()
+
+    def database_now(self, recorder: ApplicationRecorder) -> datetime | None:
+        return None  # this process's memory: its clock is the only one
 
     def select_thread(
         self,

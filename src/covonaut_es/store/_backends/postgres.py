@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterator, Mapping, Sequence
+from datetime import datetime
 from typing import Any, TypeVar
 from uuid import UUID
 
@@ -536,6 +537,17 @@ class _PostgresBackend(RecorderAnchors):
         events = f'"{datastore.schema}"."{recorder.events_table_name}"'
         with _connected(kwargs) as conn:
             conn.execute(f"SELECT max(notification_id) FROM {events}")
+
+    def database_now(self, recorder: ApplicationRecorder) -> datetime | None:
+        if not isinstance(recorder, postgres.PostgresApplicationRecorder):
+            return None
+        datastore = recorder.datastore
+        with datastore.get_connection() as conn, conn.cursor(row_factory=tuple_row) as curs:
+            curs.execute("SELECT clock_timestamp()")
+            row = curs.fetchone()
+        assert row is not None
+        now: datetime = row[0]
+        return now
 
     # Retried as eventsourcing's reads are.
     @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)

@@ -22,6 +22,7 @@ import contextlib
 import dataclasses
 import functools
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any, TypeVar
 from uuid import UUID
 
@@ -467,6 +468,15 @@ class _SQLiteBackend(RecorderAnchors):
     def ping(self, recorder: ApplicationRecorder, timeout: float) -> None:
         # A file of this machine: a read fails at once when it is gone or replaced.
         recorder.max_notification_id()
+
+    def database_now(self, recorder: ApplicationRecorder) -> datetime | None:
+        # SQLite reads the clock of the machine the file is on (a file its locks work on
+        # is local), past any clock a process was given.
+        pool = getattr(getattr(recorder, "datastore", None), "pool", None)
+        if not isinstance(pool, StatementKeepingPool):
+            return None
+        ((now,),) = pool.read("SELECT strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now')", ())
+        return datetime.fromisoformat(now)
 
     def select_thread(
         self,
