@@ -634,3 +634,22 @@ def test_generated_deadlines_near_the_ends_of_time_never_stop_a_worker(
         worker._follow()
         worker._deadlines.restore(thread_aggregate_id("t"), "t", {"r-far": (deadline, False)})
         assert worker.run(once=True).failed == ()
+
+
+def test_a_clock_ahead_of_the_databases_expires_nothing_and_says_so_once(
+    shared_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A service whose clock runs a day ahead of the database's sweeps a review due in an
+    hour: nothing is recorded, and the error naming the skew is logged once however
+    often a worker sweeps."""
+    with open_store(shared_url) as store:
+        paused(store, in_step_clock(), deadline=timedelta(hours=1))
+        before = store.head_version("t")
+        service = ThreadService(store, clock=lambda: datetime.now(UTC) + timedelta(days=1))
+        with caplog.at_level("ERROR", logger="covonaut_es.service"):
+            assert service.expire_reviews("t") == ()
+            assert service.expire_reviews("t") == ()
+        assert store.head_version("t") == before
+        [logged] = caplog.records
+        assert "ahead of the database's" in logged.getMessage()
+        assert "nothing expired" in logged.getMessage()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Protocol, TypeVar
@@ -56,6 +57,10 @@ from covonaut_es.store import Store
 T = TypeVar("T")
 
 logger = _logs.logger("covonaut_es.service")
+
+SKEW_LOG_INTERVAL = 60.0
+"""Seconds between the errors a service logs of its clock running ahead of the
+database's (``expire_reviews``)."""
 
 _DECISIONS = {
     Action.APPROVE: Decision.APPROVED,
@@ -175,6 +180,7 @@ class ThreadService:
         self.verifier = verifier
         self._clock = AwareClock(clock or store.clock)
         self.reviews = reviews
+        self._skew_logged = -SKEW_LOG_INTERVAL
 
     # Who acts -----------------------------------------------------------------------
 
@@ -359,6 +365,9 @@ class ThreadService:
         now = self._clock()
         skew = ahead(now, self.store._records.database_now())
         if skew is not None:
+            if time.monotonic() < self._skew_logged + SKEW_LOG_INTERVAL:
+                return ()  # said already: a sweeping worker asks every poll
+            self._skew_logged = time.monotonic()
             logger.error(
                 "expiring the reviews of thread %r: this process's clock reads %s, %.0f s "
                 "ahead of the database's (more than %.0f s): nothing expired; set the "
