@@ -6,10 +6,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from covonaut_es import (
     Agent,
@@ -20,6 +24,7 @@ from covonaut_es import (
 from covonaut_es.errors import ToolCallRunningError
 from covonaut_es.runtime import running_calls
 from covonaut_es.service import Settlement, ThreadService
+from covonaut_es.service._running import listed
 from hanging_tool import RITA, VERIFIER, Hanging, hanging_agent, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -126,3 +131,25 @@ def test_a_call_still_running_in_another_workers_process_is_not_settled(
         finally:
             worker.terminate()
             worker.wait(30)
+
+
+@settings(max_examples=30, deadline=None)
+@given(offset=st.integers(-2 * 86_400, 2 * 86_400))
+def test_generated_reader_clock_offsets_judge_a_call_hung_as_its_worker_measured_it(
+    offset: int,
+) -> None:
+    """Whatever the offset of a reader's clock from the worker's, a call well within its
+    timeout is not hung and one past it is, as the worker's listing (its heartbeat)
+    measured them; a timeout past the range of a datetime lists no deadline and no
+    OverflowError."""
+    reader_now = datetime.now(UTC) + timedelta(seconds=offset)
+    with (
+        listed("t", "fresh", "slow", 60),
+        listed("t", "endless", "slow", 1e300),
+        listed("t", "late", "slow", 0.001),
+    ):
+        time.sleep(0.005)
+        calls = {c.tool_call_id: c for c in running_calls()}
+    assert not calls["fresh"].hung(reader_now)
+    assert calls["late"].hung(reader_now)
+    assert calls["endless"].deadline is None and not calls["endless"].hung(reader_now)

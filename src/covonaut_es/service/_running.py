@@ -12,15 +12,18 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
+
+import msgspec
 
 from covonaut_es._clock import utc_now
 from covonaut_es.errors import ToolCallRunningError
 from covonaut_es.store import CallRunning, Store
 
 _LOCK = threading.Lock()
-_RUNNING: dict[int, CallRunning] = {}
+_RUNNING: dict[int, tuple[CallRunning, float, float | None]] = {}  # call, begun, timeout
 
 
 @contextlib.contextmanager
@@ -28,17 +31,17 @@ def listed(
     thread_id: str, tool_call_id: str, tool_name: str, timeout: float | None
 ) -> Iterator[None]:
     """List a call as running for the block."""
-    started = utc_now()
+    started, begun = utc_now(), time.monotonic()
     call = CallRunning(
         thread_id=thread_id,
         tool_call_id=tool_call_id,
         tool_name=tool_name,
         started_at=started,
-        deadline=None if timeout is None else started + timedelta(seconds=timeout),
+        deadline=None if timeout is None else _deadline(started, timeout),
     )
     key = id(call)
     with _LOCK:
-        _RUNNING[key] = call
+        _RUNNING[key] = (call, begun, timeout)
     try:
         yield
     finally:
@@ -47,10 +50,27 @@ def listed(
 
 
 def running_calls() -> tuple[CallRunning, ...]:
-    """The calls running in this process now, oldest first."""
+    """The calls running in this process now, oldest first, each with the seconds its
+    timeout has left now."""
     with _LOCK:
-        calls = list(_RUNNING.values())
+        running = list(_RUNNING.values())
+    now = time.monotonic()
+    calls = (
+        call
+        if timeout is None
+        else msgspec.structs.replace(call, seconds_left=timeout - (now - begun))
+        for call, begun, timeout in running
+    )
     return tuple(sorted(calls, key=lambda c: c.started_at))
+
+
+def _deadline(started: datetime, timeout: float) -> datetime | None:
+    """When a timeout started at ``started`` runs out; None past the range of a
+    datetime (a timeout any finite number of seconds long is allowed)."""
+    try:
+        return started + timedelta(seconds=timeout)
+    except OverflowError:
+        return None
 
 
 def refuse_while_running(store: Store, thread_id: str) -> None:
@@ -62,7 +82,7 @@ def refuse_while_running(store: Store, thread_id: str) -> None:
         ToolCallRunningError: A call of the thread runs; it names the oldest, and where.
     """
     with _LOCK:
-        calls = [call for call in _RUNNING.values() if call.thread_id == thread_id]
+        calls = [call for call, _, _ in _RUNNING.values() if call.thread_id == thread_id]
     where = "this process"
     if not calls:
         for worker in store.live_workers():

@@ -60,8 +60,12 @@ class CallRunning(msgspec.Struct, frozen=True, kw_only=True):
         thread_id: The call's thread.
         tool_call_id: The call.
         tool_name: Its tool.
-        started_at: When it started.
-        deadline: When its timeout ran out or runs out; None without a timeout.
+        started_at: When it started, by the worker's clock.
+        deadline: When its timeout ran out or runs out, by the worker's clock; None
+            without a timeout (or one past the range of a datetime).
+        seconds_left: The seconds its timeout had left when the worker listed it (at
+            its heartbeat), measured by the worker's monotonic clock; negative once
+            past; None without a timeout, or from a worker too old to report it.
     """
 
     thread_id: str
@@ -69,10 +73,15 @@ class CallRunning(msgspec.Struct, frozen=True, kw_only=True):
     tool_name: str
     started_at: datetime
     deadline: datetime | None = None
+    seconds_left: float | None = None
 
     def hung(self, now: datetime) -> bool:
         """Whether it runs on past its timeout (its thread was paused in doubt without
-        it; Python cannot stop a blocking function)."""
+        it; Python cannot stop a blocking function), as of the worker's heartbeat: by
+        ``seconds_left``, so that no reader compares its clock with the worker's; by
+        ``deadline`` against ``now`` only for a worker too old to report it."""
+        if self.seconds_left is not None:
+            return self.seconds_left <= 0
         return self.deadline is not None and now >= self.deadline
 
 
