@@ -28,7 +28,7 @@ from test_service import RITA, VERIFIER
 
 OBJECT: dict[str, Any] = {"type": "object"}
 SOON = datetime(2026, 1, 1, 0, 30, tzinfo=UTC)  # the agents' clock starts at midnight
-LATER = datetime(2027, 1, 1, tzinfo=UTC)
+LATER = datetime(2026, 6, 1, tzinfo=UTC)  # past the deadline, not ahead of the database
 
 DECISIONS = {
     "approve": ("approve", "fine"),

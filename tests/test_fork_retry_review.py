@@ -24,7 +24,7 @@ from test_run_on_approval import agent_of
 from test_service import RITA, VERIFIER
 
 SOON = datetime(2026, 1, 1, 0, 30, tzinfo=UTC)  # the agents' clocks start at midnight
-LATER = datetime(2027, 1, 1, tzinfo=UTC)
+LATER = datetime(2026, 6, 1, tzinfo=UTC)  # past the deadline, not ahead of the database
 
 
 def agent(store: Store, thread_id: str, script: list[Any], keys: list[str]) -> Agent:
