@@ -548,3 +548,37 @@ def test_a_thread_whose_events_are_all_gone_is_never_reported_not_found(
             assert "the newest events were deleted" in printed
 
     check()
+
+
+def test_an_anchor_written_for_a_thread_never_held_refuses_its_id_and_says_how_to_free_it(
+    tmp_path: Path,
+) -> None:
+    """A head anchor row a writer adds for an id the store never held (helper-153) makes
+    every read and a run that would make the thread refuse it, naming the row to delete
+    as well as the backup advice, since the anchor may be all that is left of events
+    that existed: a new thread is never made over it. Deleting the row frees the id."""
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    with open_store(url) as store:
+        store.save(_thread("other", 1))
+    stream = thread_aggregate_id("ticket-42")
+    with closing(sqlite3.connect(tmp_path / "store.db")) as conn, conn:
+        conn.execute(
+            "INSERT INTO stored_events_heads (originator_id, version, chain) VALUES (?, 5, ?)",
+            (sqlite_key(stream), "bogus"),
+        )
+    with open_store(url) as store:
+        agent = Agent(
+            AgentConfig(
+                provider=ScriptedProvider([answer("hi")]),
+                checkpoint=CheckpointSettings(store=store, thread_id="ticket-42"),
+            )
+        )
+        for attempt in (lambda: store.load("ticket-42"), lambda: agent.run("Hello.")):
+            with pytest.raises(MissingFirstEventError, match="delete that row") as refused:
+                attempt()
+            assert refused.value.thread_id == "ticket-42"
+        with closing(sqlite3.connect(tmp_path / "store.db")) as conn, conn:
+            conn.execute(
+                "DELETE FROM stored_events_heads WHERE originator_id = ?", (sqlite_key(stream),)
+            )
+        assert agent.run("Hello.") == "hi"

@@ -168,10 +168,13 @@ class ThreadReader:
         """Refuse to report as missing a thread the store anchored: a read found none
         of its events, while its head anchor (ADR 0013) says it had some, so they were
         deleted behind the library, or are hidden from this connection (row-level
-        security). Asked only of a read that found nothing, so a load pays nothing for
-        it (ADR 0118). The anchor is read first, then the stream once more: a thread
-        written since the read (its events and its anchor in one transaction) shows its
-        events then, and stays not found as of the read.
+        security), or the anchor row was written without them (a writer can so keep a
+        new thread from being made under that id, as any writer of the database can
+        deny it: it is refused, never made over events that may have existed). Asked
+        only of a read that found nothing, so a load pays nothing for it (ADR 0118).
+        The anchor is read first, then the stream once more: a thread written since the
+        read (its events and its anchor in one transaction) shows its events then, and
+        stays not found as of the read.
 
         Raises:
             MissingFirstEventError: Naming the thread and its anchored version.
@@ -184,7 +187,8 @@ class ThreadReader:
             f"thread {thread_id!r} in store {self._url} has lost every event: its head "
             f"was anchored at version {anchored}, but none of its stream can be read (the "
             "rows were deleted, or are hidden from this connection); restore the store "
-            "from a backup"
+            "from a backup. If the store never held this thread, its head anchor row was "
+            "written without it: delete that row, and the id is free again"
         )
         raise MissingFirstEventError(msg, thread_id=thread_id, version=anchored)
 
