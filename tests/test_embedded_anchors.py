@@ -26,7 +26,12 @@ from hypothesis import strategies as st
 
 import worker_app
 from covonaut_es import AgentThread, Message, ReviewQueue, Role, Store, Worker, open_store
-from covonaut_es.errors import CovonautError, ForeignSchemaError, ThreadConflictError
+from covonaut_es.errors import (
+    CovonautError,
+    ForeignSchemaError,
+    StoreUnavailableError,
+    ThreadConflictError,
+)
 from shop_app import NOW, Shop
 from test_embedded_tools import (
     _postgres,
@@ -538,3 +543,32 @@ def test_a_write_a_trigger_drops_or_changes_fails_whole(
         if command == "worker":
             assert {t: store.load(t).version for t in store.thread_ids()} == before
     assert payments(ledger) == {}
+
+
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def test_a_unique_index_added_to_the_log_refuses_a_write_as_no_conflict(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A unique index an operator adds to the log (helper-153) refuses a new thread's
+    first save with StoreUnavailableError naming it, not as a conflict with another
+    writer: that said "reload and try again", and the reload found no thread at all."""
+    if backend == "sqlite":
+        url = f"sqlite:///{tmp_path / 'threads.db'}"
+    else:
+        url = str(request.getfixturevalue("postgres_database"))
+    table = _WRITTEN[backend][0]
+    with open_store(url) as store:
+        pause(store, "paused")
+        before = {t: store.load(t).version for t in store.thread_ids()}
+        added = f"CREATE UNIQUE INDEX intercept ON {table} (originator_version, topic)"
+        if backend == "sqlite":
+            with contextlib.closing(sqlite3.connect(tmp_path / "threads.db")) as db, db:
+                db.execute(added)
+        else:
+            with psycopg.connect(url, autocommit=True) as db:
+                db.execute(added)
+        with pytest.raises(StoreUnavailableError, match=r"intercept|originator_version, "):
+            agent(store, "new").run("Pay 5.")
+        assert {t: store.load(t).version for t in store.thread_ids()} == before

@@ -50,8 +50,8 @@ def database_errors_typed(where: str, unsaved: str) -> Iterator[None]:
         if is_conflict(exc):
             raise
         msg = (
-            f"{where} refused a row of the store's ({exc}): {unsaved}; a constraint or "
-            "trigger was added to its tables around the library: remove it"
+            f"{where} refused a row of the store's ({exc}): {unsaved}; a constraint, "
+            "index or trigger added to its tables around the library refuses it: remove it"
         )
         raise StoreUnavailableError(msg) from exc
     except (OperationalError, InterfaceError) as exc:
@@ -77,16 +77,19 @@ def database_errors_typed(where: str, unsaved: str) -> Iterator[None]:
         raise StoreUnavailableError(msg) from exc
 
 
-_UNIQUE_SQLITE = frozenset({"SQLITE_CONSTRAINT_PRIMARYKEY", "SQLITE_CONSTRAINT_UNIQUE"})
 _UNIQUE_POSTGRESQL = "23505"  # unique_violation
+_KEYS_POSTGRESQL = ("_pkey", "_notification_id_idx")
+"""How the names of the unique constraints the store's PostgreSQL tables are made with
+end: their primary keys, and eventsourcing's index of the log's notification ids."""
 
 
 def is_conflict(exc: IntegrityError) -> bool:
-    """Whether a refused write met a row another writer stored first: a key already
-    taken (a stream's version, a snapshot's, a tracked position), which the library
-    raised itself or the database found unique. Any other refusal of a row (a CHECK or
-    NOT NULL constraint, a foreign key, a trigger's ``RAISE``) is no conflict: writing
-    again would meet it again."""
+    """Whether a refused write met a row another writer stored first: a key of the
+    store's own already taken (a stream's version, a snapshot's, a tracked position),
+    which the library raised itself or the database found in a key it was made with.
+    Any other refusal of a row (a unique index, CHECK or NOT NULL constraint or foreign
+    key added to a table, a trigger's ``RAISE``) is no conflict: writing again would
+    meet it again."""
     cause: BaseException | None = exc
     seen: set[int] = set()  # a chain raised "from" itself would else be walked for ever
     while isinstance(cause, PersistenceError) and id(cause) not in seen:
@@ -95,8 +98,15 @@ def is_conflict(exc: IntegrityError) -> bool:
     if cause is None or isinstance(cause, PersistenceError):
         return True  # raised by the library (a stream that was to be new) or a recorder
     if isinstance(cause, sqlite3.Error):
-        return getattr(cause, "sqlite_errorname", None) in _UNIQUE_SQLITE
-    return getattr(cause, "sqlstate", None) == _UNIQUE_POSTGRESQL
+        # Every unique key the store's SQLite tables are made with is a primary key; an
+        # index added to a table fails as SQLITE_CONSTRAINT_UNIQUE.
+        return getattr(cause, "sqlite_errorname", None) == "SQLITE_CONSTRAINT_PRIMARYKEY"
+    if getattr(cause, "sqlstate", None) != _UNIQUE_POSTGRESQL:
+        return False
+    constraint = getattr(getattr(cause, "diag", None), "constraint_name", None)
+    if constraint is None:
+        return True  # the store's insert function's own refusal of a stream now taken
+    return isinstance(constraint, str) and constraint.endswith(_KEYS_POSTGRESQL)
 
 
 def require_stored(table: str, stored: int, given: int, ids: Sequence[int] = ()) -> None:
