@@ -46,6 +46,7 @@ from covonaut_es.errors import (
     MissingEventError,
     MissingFirstEventError,
     ReadOnlyStoreError,
+    StoreOwnerRequiredError,
     StoreSettingsError,
     StoreURLError,
     ThreadNotFoundError,
@@ -1117,3 +1118,118 @@ def test_every_command_in_any_order_runs_as_a_role_that_does_not_own_the_tables(
         with open_store(app_url) as store:
             for n, command in enumerate(commands):
                 _ROLE_COMMANDS[command](store, f"t{n}")
+
+
+_STORE_INDEXES = (
+    "covonaut_events_pkey",
+    "covonaut_events_notification_id_idx",
+    "covonaut_snapshots_pkey",
+    "covonaut_events_heads_pkey",
+    "covonaut_events_leases_pkey",
+    "covonaut_settings_pkey",
+    "covonaut_events_summaries_pkey",
+    "covonaut_events_summaries_originator_id_key",
+    "covonaut_events_summaries_seen",
+    "covonaut_events_outstanding_v2_pkey",
+    "covonaut_events_reviews_pkey",
+    "covonaut_workers_pkey",
+)
+"""Every index the owner's first open of a store makes, as the catalog names it."""
+
+_DAMAGES = (
+    *(("index", name) for name in _STORE_INDEXES),
+    ("function", "missing"),
+    ("function", "old"),
+    ("table", "covonaut_events_reviews"),
+    ("table", "covonaut_events_summaries"),
+    ("column", "calls"),
+)
+
+
+def _damage(conn: Any, kind: str, name: str) -> str:
+    """Take one object of the store away, or give it an earlier version's form, as a
+    restore whose post-data section failed or an upgrade leaves it: what an open's
+    error names."""
+    if kind == "index":
+        key = conn.execute(
+            "SELECT conrelid::regclass::text FROM pg_constraint WHERE conname = %s", (name,)
+        ).fetchone()
+        if key is None:
+            conn.execute(f'DROP INDEX "{name}"')
+        else:
+            conn.execute(f'ALTER TABLE {key[0]} DROP CONSTRAINT "{name}"')
+        return f"index {name!r}"
+    if kind == "table":
+        conn.execute(f'DROP TABLE "{name}"')
+        return f"table {name!r}"
+    if kind == "column":
+        conn.execute(f"ALTER TABLE covonaut_workers DROP COLUMN {name}")
+        return f"column {name!r} of table 'covonaut_workers'"
+    signature = "covonaut_events_insert(json, json, json, text)"
+    if name == "missing":
+        conn.execute(f"DROP FUNCTION {signature}")
+    else:
+        (made,) = conn.execute(
+            "SELECT pg_get_functiondef(%s::regprocedure)", (signature,)
+        ).fetchone()
+        conn.execute(made.replace("$function$", "$function$ -- an earlier version\n", 1))
+    return "function 'covonaut_events_insert'"
+
+
+def _store_catalog(conn: Any) -> dict[str, Any]:
+    """What the catalog shows of a store: its tables' indexes as defined, every
+    table's columns, its functions' bodies."""
+    return {
+        "indexes": sorted(
+            conn.execute("SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'public'")
+        ),
+        "columns": sorted(
+            conn.execute(
+                "SELECT table_name, column_name, data_type FROM information_schema.columns "
+                "WHERE table_schema = 'public'"
+            )
+        ),
+        "functions": sorted(
+            conn.execute(
+                "SELECT proname, prosrc FROM pg_proc WHERE pronamespace = 'public'::regnamespace"
+            )
+        ),
+    }
+
+
+@pytest.mark.postgres
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(damage=st.sampled_from(_DAMAGES), who=st.sampled_from(["owner", "app"]))
+@example(damage=("index", "covonaut_events_notification_id_idx"), who="owner")
+@example(damage=("function", "old"), who="app")
+def test_an_open_finds_any_object_of_the_store_missing_or_old_and_only_the_owner_makes_it(
+    postgres_url: str, damage: tuple[str, str], who: str
+) -> None:
+    """Whatever the store lacks, or holds in an earlier version's form (an index or key,
+    the insert function, a side table, a column an earlier version lacked), the owner's
+    open makes it again as its first open did; an application role with the documented
+    grants is refused, typed, naming it and telling to open the store as the owner, and
+    nothing stored is lost."""
+    import psycopg
+
+    with postgres_database_of(postgres_url) as database_url, _roles(database_url) as urls:
+        owner_url, app_url = urls
+        with open_store(owner_url) as store:
+            _paying(store, "kept").run("Pay.")
+            stored = store.history("kept")
+        role = str(urlsplit(app_url).username)
+        with psycopg.connect(owner_url, autocommit=True) as owner:
+            for statement in _documented_grants(role, database_url.rsplit("/", 1)[1]):
+                owner.execute(statement)
+            made = _store_catalog(owner)
+            named = _damage(owner, *damage)
+            if who == "owner":
+                open_store(owner_url).close()
+                assert _store_catalog(owner) == made
+            else:
+                with pytest.raises(StoreOwnerRequiredError) as refused:
+                    open_store(app_url)
+                assert named in str(refused.value)
+                assert "open the store once as the owner of its tables" in str(refused.value)
+        with open_store(owner_url) as store:
+            assert store.history("kept") == stored

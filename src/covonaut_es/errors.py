@@ -77,6 +77,12 @@ class StoreLockedError(StoreUnavailableError):
         return "database is locked" in str(error)
 
 
+class StoreOwnerRequiredError(StoreUnavailableError, PermissionError):
+    """The store lacks a table, index, column or function of this version's (it is
+    missing, or an earlier version's), and the role that opened it may not make it:
+    open the store once as the owner of its tables (ADR 0117)."""
+
+
 class NotAStoreError(CovonautError, ValueError):
     """The database is not a covonaut-es store: a file that is not a database, or
     tables of another application under the names a store uses."""

@@ -11,12 +11,13 @@ from uuid import UUID
 import msgspec
 from eventsourcing.persistence import InterfaceError, OperationalError, StoredEvent
 from eventsourcing.utils import retry
-from psycopg.sql import SQL, Identifier, Literal
+from psycopg.sql import SQL, Composed, Identifier, Literal
 
 from covonaut_es.errors import LeaseLostError
 from covonaut_es.store._backends._postgres_leases import lock_ids
 from covonaut_es.store._backends._postgres_rows import encode_json, rows_json, select_rows
 from covonaut_es.store._heads import Fence, Head, heads_table, lease_lost, lease_table
+from covonaut_es.store._settings_tables import column
 from covonaut_es.store._write_errors import not_stored
 
 SESSION_HOLDS_LOCK = (
@@ -139,31 +140,15 @@ def insert_function_call(recorder: Any, *, create: bool) -> str | None:
     catalog shows it absent or of another body (one of an earlier version): replacing a
     function needs its owner (ADR 0117); None when it is absent and may not be created.
     """
-    schema = Identifier(recorder.datastore.schema)
-    name = f"{recorder.events_table_name}_insert"
-    function = SQL("{schema}.{name}").format(schema=schema, name=Identifier(name))
-    with recorder.datastore.transaction(commit=True) as curs:
-        curs.execute(
-            "SELECT p.prosrc FROM (SELECT to_regprocedure(%s) AS oid) AS f "
-            "LEFT JOIN pg_catalog.pg_proc AS p ON p.oid = f.oid",
-            (f'"{recorder.datastore.schema}"."{name}"(json, json, json, text)',),
-        )
-        body = curs.fetchone()["prosrc"]
-        made = SQL(_INSERT_FUNCTION).format(
-            function=function,
-            schema=schema,
-            events=Identifier(recorder.events_table_name),
-            heads=Identifier(heads_table(recorder)),
-            heads_name=Literal(heads_table(recorder)),
-            events_name=Literal(recorder.events_table_name),
-            leases=Identifier(lease_table(recorder)),
-            rows=select_rows(SQL("events"), recorder.datastore.originator_id_type),
-            channel=Identifier(recorder.channel_name),
-        )
-        if create and body != made.as_string(curs).split("$body$")[1]:
+    datastore = recorder.datastore
+    schema, events = datastore.schema, recorder.events_table_name
+    made = insert_function(schema, events, datastore.originator_id_type)
+    with datastore.transaction(commit=True) as curs:
+        current = insert_function_current(curs, schema, events, made)
+        if create and not current:
             curs.execute("SELECT pg_advisory_xact_lock(%s)", (_HEADS_LOCK_KEY,))
             curs.execute(made)
-        elif body is None:
+        elif current is None:
             return None
         # Rendered once: a composed query is rendered again on every execution.
         return (
@@ -171,9 +156,47 @@ def insert_function_call(recorder: Any, *, create: bool) -> str | None:
                 "SELECT notification_id FROM {function}(%s::json, %s::json, %s::json, %s) "
                 "AS notification_id"
             )
-            .format(function=function)
+            .format(function=_function_name(schema, events))
             .as_string(curs)
         )
+
+
+def insert_function(schema: str, events: str, id_type: str) -> Composed:
+    """The statement that makes (or replaces) the insert function of the store whose
+    events table is ``events`` in ``schema``, its stream ids of type ``id_type``."""
+    return SQL(_INSERT_FUNCTION).format(
+        function=_function_name(schema, events),
+        schema=Identifier(schema),
+        events=Identifier(events),
+        heads=Identifier(f"{events}_heads"),
+        heads_name=Literal(f"{events}_heads"),
+        events_name=Literal(events),
+        leases=Identifier(f"{events}_leases"),
+        rows=select_rows(SQL("events"), id_type),
+        channel=Identifier(events.replace(".", "_")),  # eventsourcing's channel name
+    )
+
+
+def insert_function_current(cursor: Any, schema: str, events: str, made: Composed) -> bool | None:
+    """Whether the catalog, read through ``cursor``, shows the insert function as
+    ``made`` (:func:`insert_function`) makes it; False for one of another body (an
+    earlier version's), None for none."""
+    cursor.execute(
+        "SELECT p.prosrc FROM (SELECT to_regprocedure(%s) AS oid) AS f "
+        "LEFT JOIN pg_catalog.pg_proc AS p ON p.oid = f.oid",
+        (f'"{schema}"."{events}_insert"(json, json, json, text)',),
+    )
+    body = column(cursor.fetchone(), 0, "prosrc")
+    if body is None:
+        return None
+    return bool(body == made.as_string(cursor.connection).split("$body$")[1])
+
+
+def _function_name(schema: str, events: str) -> Composed:
+    """The insert function's name, with its schema."""
+    return SQL("{schema}.{name}").format(
+        schema=Identifier(schema), name=Identifier(f"{events}_insert")
+    )
 
 
 _INSERT_FUNCTION = """

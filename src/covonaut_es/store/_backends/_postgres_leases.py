@@ -386,10 +386,11 @@ _NOT_HELD = "its database session no longer holds the lock"
 
 def make_workers_table(cursor: Any, workers: str) -> None:
     """Make the worker registry ``workers`` (quoted with its schema) through ``cursor``
-    where the catalog shows none: an open that makes a store's tables makes it, so that
-    a worker whose role does not own them need not (ADR 0117)."""
+    where the catalog shows none, or one without the column of its calls: an open that
+    makes a store's tables makes it, so that a worker whose role does not own them need
+    not (ADR 0117)."""
     cursor.execute(_WORKERS_FOUND, (workers,))
-    if not next(iter(cursor.fetchone().values())):
+    if not all(cursor.fetchone().values()):
         cursor.execute(_CREATE_WORKERS.format(workers=workers))
 
 

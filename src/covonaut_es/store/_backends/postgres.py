@@ -40,12 +40,19 @@ from psycopg.rows import tuple_row
 from psycopg.sql import SQL, Identifier
 
 from covonaut_es.domain import ThreadSnapshot
-from covonaut_es.errors import ForeignSchemaError, StoreLockedError, StoreUnavailableError
+from covonaut_es.errors import (
+    ForeignSchemaError,
+    StoreLockedError,
+    StoreOwnerRequiredError,
+    StoreUnavailableError,
+)
 from covonaut_es.store._backend import TABLES_MADE, BackendName
 from covonaut_es.store._backends._postgres_heads import (
     SESSION_HOLDS_LOCK,
     heads_tables,
+    insert_function,
     insert_function_call,
+    insert_function_current,
     insert_in_one_statement,
     refusal_in,
 )
@@ -399,6 +406,59 @@ _MADE_TABLES = frozenset(
 """Every table an open that makes a store's tables makes: where the catalog shows them
 all, an open sends no DDL (ADR 0117)."""
 
+_STORE_INDEXES: dict[str, tuple[str, bool, tuple[str, ...]]] = {
+    f"{_STORE_EVENTS}_pkey": (_STORE_EVENTS, True, ("originator_id", "originator_version")),
+    f"{_STORE_EVENTS}_notification_id_idx": (_STORE_EVENTS, True, ("notification_id",)),
+    "covonaut_snapshots_pkey": (
+        "covonaut_snapshots",
+        True,
+        ("originator_id", "originator_version"),
+    ),
+    f"{_STORE_EVENTS}_heads_pkey": (f"{_STORE_EVENTS}_heads", True, ("originator_id",)),
+    f"{_STORE_EVENTS}_leases_pkey": (f"{_STORE_EVENTS}_leases", True, ("originator_id",)),
+    "covonaut_settings_pkey": ("covonaut_settings", True, ("name",)),
+    f"{_STORE_EVENTS}_{_SUMMARIES}_pkey": (f"{_STORE_EVENTS}_{_SUMMARIES}", True, ("position",)),
+    f"{_STORE_EVENTS}_{_SUMMARIES}_originator_id_key": (
+        f"{_STORE_EVENTS}_{_SUMMARIES}",
+        True,
+        ("originator_id",),
+    ),
+    f"{_STORE_EVENTS}_{_SUMMARIES}_seen": (f"{_STORE_EVENTS}_{_SUMMARIES}", False, ("seen",)),
+    f"{_STORE_EVENTS}_{_OUTSTANDING}_pkey": (
+        f"{_STORE_EVENTS}_{_OUTSTANDING}",
+        True,
+        ("originator_id",),
+    ),
+    f"{_STORE_EVENTS}_{_REVIEWS}_pkey": (
+        f"{_STORE_EVENTS}_{_REVIEWS}",
+        True,
+        ("review", "position"),
+    ),
+    f"{WORKERS_TABLE}_pkey": (WORKERS_TABLE, True, ("worker_id",)),
+}
+"""The indexes the statements that make a store's tables make (each table's primary key
+and unique constraints, eventsourcing's index of notification ids, the summaries' index
+of positions seen): each one's table, whether it is unique, and its columns. An open
+that finds one missing makes it again, as a unique index where it was a key (ADR 0117)."""
+
+_ADDED_COLUMNS = {WORKERS_TABLE: ("calls",)}
+"""The columns a later version added to a table an earlier version made: an open that
+finds one missing adds it (those of :data:`_STORE_COLUMNS` missing are a change made
+around the library)."""
+
+_INDEXES_READ = (
+    "SELECT i.relname, t.relname, x.indisunique, x.indisvalid AND x.indpred IS NULL "
+    "AND x.indexprs IS NULL, ARRAY(SELECT a.attname::text FROM unnest(x.indkey::int2[]) "
+    "WITH ORDINALITY AS k(num, ord) JOIN pg_catalog.pg_attribute a ON a.attrelid = x.indrelid "
+    "AND a.attnum = k.num ORDER BY k.ord) "
+    "FROM pg_catalog.pg_index x JOIN pg_catalog.pg_class i ON i.oid = x.indexrelid "
+    "JOIN pg_catalog.pg_class t ON t.oid = x.indrelid "
+    "JOIN pg_catalog.pg_namespace n ON n.oid = i.relnamespace "
+    "WHERE n.nspname = %s AND i.relname = ANY(%s)"
+)
+"""Each of a schema's indexes named as one of :data:`_STORE_INDEXES`: its table, whether
+it is unique, whether it is whole (valid, of no predicate or expression), its columns."""
+
 _EVENT_COLUMNS = frozenset(_STORE_COLUMNS[_STORE_EVENTS])
 """The columns of eventsourcing's application recorder's table (named after its
 application: a table that has them all is an application's events)."""
@@ -420,9 +480,15 @@ views cost milliseconds to plan, on every open's new connection, and show neithe
 materialized view nor a table without columns."""
 
 
-def _check_tables(conn: psycopg.Connection[Any], env: Mapping[str, str], shown: str) -> bool:
-    """See :meth:`_PostgresBackend.check_file` (ADR 0075); whether every table of the
-    store is made (ADR 0117)."""
+def _check_tables(conn: psycopg.Connection[Any], env: Mapping[str, str], shown: str) -> list[str]:
+    """See :meth:`_PostgresBackend.check_file` (ADR 0075); what of the store is yet to be
+    made, each named ("index 'covonaut_events_pkey'"): a table, an index, a column an
+    earlier version lacked, the insert function (or an earlier version's); none where
+    the open sends no DDL (ADR 0117).
+
+    Raises:
+        ForeignSchemaError: A table or index was changed around the library.
+    """
     schema = env.get("POSTGRES_SCHEMA") or "public"
     rows = conn.execute(_COLUMNS_READ, (schema, sorted(_MADE_TABLES), list(_EVENT_COLUMNS)))
     columns: dict[str, dict[str, str]] = {}
@@ -435,7 +501,59 @@ def _check_tables(conn: psycopg.Connection[Any], env: Mapping[str, str], shown: 
         shown_tables = ", ".join(repr(table[:63]) for table in tables[:5])
         refuse_application_tables(shown, f"event tables ({shown_tables})")
     _refuse_changed_tables(shown, columns)
-    return columns.keys() >= _MADE_TABLES
+    missing = [f"table {table!r}" for table in sorted(_MADE_TABLES - columns.keys())]
+    missing += [
+        f"column {name!r} of table {table!r}"
+        for table, added in _ADDED_COLUMNS.items()
+        if table in columns
+        for name in added
+        if name not in columns[table]
+    ]
+    indexes = conn.execute(_INDEXES_READ, (schema, sorted(_STORE_INDEXES))).fetchall()
+    shapes = {
+        str(name): (str(table), bool(unique), bool(whole), tuple(cols))
+        for name, table, unique, whole, cols in indexes
+    }
+    for index, (table, unique, cols) in sorted(_STORE_INDEXES.items()):
+        if table not in columns:
+            continue  # made with its table
+        shape = shapes.get(index)
+        if shape is None:
+            missing.append(f"index {index!r}")
+        elif shape != (table, unique, True, cols):
+            _refuse_changed_index(shown, index, shape, (table, unique, True, cols))
+    if _STORE_EVENTS in columns:
+        made = insert_function(schema, _STORE_EVENTS, "uuid")
+        with conn.cursor() as cursor:
+            current = insert_function_current(cursor, schema, _STORE_EVENTS, made)
+        if not current:
+            missing.append(f"function '{_STORE_EVENTS}_insert'")
+    return missing
+
+
+def _refuse_changed_index(
+    shown: str,
+    index: str,
+    found: tuple[str, bool, bool, tuple[str, ...]],
+    expected: tuple[str, bool, bool, tuple[str, ...]],
+) -> None:
+    """Refuse a store whose index ``index`` has another form than ``expected`` (its
+    table, unique, whole, its columns).
+
+    Raises:
+        ForeignSchemaError: Always.
+    """
+
+    def form(table: str, unique: bool, whole: bool, cols: tuple[str, ...]) -> str:
+        kind = ("unique " if unique else "") + ("index" if whole else "partial or invalid index")
+        return f"a {kind} of {table!r} on ({', '.join(cols)})"
+
+    msg = (
+        f"store {shown}: index {index!r} was changed around the library: it is "
+        f"{form(*found)}, expected {form(*expected)}; drop it, and open the store as the "
+        "owner of its tables, which makes it again (nothing was read or written)"
+    )
+    raise ForeignSchemaError(msg)
 
 
 def _refuse_changed_tables(shown: str, columns: Mapping[str, Mapping[str, str]]) -> None:
@@ -496,15 +614,22 @@ class _PostgresBackend(RecorderAnchors):
         made, hold an advisory lock while eventsourcing creates its tables (processes
         opening a new database at the same moment otherwise fail with "tuple
         concurrently updated"), on one connection: each costs the open milliseconds.
-        Where every table is made, give ``env`` with :data:`TABLES_MADE`: the open
-        sends no DDL, which a role that does not own the tables may not send."""
+        Where every table, index, column and the insert function is made, give ``env``
+        with :data:`TABLES_MADE`: the open sends no DDL, which a role that does not own
+        the tables may not send.
+
+        Raises:
+            StoreOwnerRequiredError: Something is yet to be made, and the role may not
+                make it (ADR 0117).
+        """
         with _connect(env) as conn:
-            if _check_tables(conn, env, shown):
+            if not _check_tables(conn, env, shown):
                 yield {**env, TABLES_MADE: "y"}  # no lock: nothing is made
                 return
             with _schema_lock(conn):
-                _check_tables(conn, env, shown)  # another session may have made them
-                yield env
+                missing = _check_tables(conn, env, shown)  # another session may make them
+                with _made_by_the_owner(shown, missing):
+                    yield env
 
     @contextlib.contextmanager
     def tables_lock(self, factory: InfrastructureFactory[Any]) -> Iterator[None]:
@@ -673,6 +798,9 @@ class _PostgresBackend(RecorderAnchors):
         )
 
     def make_tables(self, recorder: ApplicationRecorder) -> None:
+        if isinstance(recorder, PostgresApplicationRecorder):
+            # First: the side tables' first writes need their keys (ON CONFLICT).
+            _make_indexes(recorder.datastore)
         for table in (
             self.summary_table(recorder),
             self.outstanding_table(recorder),
@@ -683,6 +811,30 @@ class _PostgresBackend(RecorderAnchors):
         if isinstance(recorder, PostgresApplicationRecorder):
             with recorder.datastore.transaction(commit=True) as curs:
                 make_workers_table(curs, f'"{recorder.datastore.schema}".{WORKERS_TABLE}')
+
+
+def _make_indexes(datastore: postgres.PostgresDatastore) -> None:
+    """Make each index of :data:`_STORE_INDEXES` that a table of the store that exists
+    lacks: a key or index lost from a table (a restore whose post-data section failed)
+    is left so by ``CREATE TABLE IF NOT EXISTS``; a table made later comes with its own."""
+    schema = datastore.schema
+    with datastore.transaction(commit=True) as curs:
+        curs.execute(
+            "SELECT c.relname FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n "
+            "ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = ANY(%s)",
+            (schema, sorted(_MADE_TABLES)),
+        )
+        tables = {row["relname"] for row in curs.fetchall()}
+        for index, (table, unique, cols) in _STORE_INDEXES.items():
+            if table in tables:
+                curs.execute(
+                    SQL("CREATE {unique}INDEX IF NOT EXISTS {index} ON {table} ({cols})").format(
+                        unique=SQL("UNIQUE " if unique else ""),
+                        index=Identifier(index),
+                        table=Identifier(schema, table),
+                        cols=SQL(", ").join(map(Identifier, cols)),
+                    )
+                )
 
 
 _Table = TypeVar("_Table", bound=SQLSideTable)
@@ -779,6 +931,39 @@ def _connected(kwargs: Mapping[str, Any]) -> Iterator[psycopg.Connection[Any]]:
         except psycopg.Error as exc:  # the server shut down, ended the session, or refused
             msg = f"the connection to PostgreSQL at {where} failed: {exc}"
             raise StoreUnavailableError(msg) from exc
+
+
+_INSUFFICIENT_PRIVILEGE = "42501"
+
+
+@contextlib.contextmanager
+def _made_by_the_owner(shown: str, missing: Sequence[str]) -> Iterator[None]:
+    """Refuse, typed, an open that was to make ``missing`` (what the catalog check found
+    yet to be made) and that the database refused for lack of privilege: the DDL that
+    makes a store's tables, indexes and insert function needs their owner (ADR 0117).
+
+    Raises:
+        StoreOwnerRequiredError: A statement of the block failed so (its cause, under
+            eventsourcing's or the library's errors, has SQLSTATE 42501).
+    """
+    try:
+        yield
+    except Exception as exc:
+        cause: BaseException | None = exc
+        seen: set[int] = set()  # a chain raised "from" itself would else be walked for ever
+        while cause is not None and id(cause) not in seen:
+            seen.add(id(cause))
+            if getattr(cause, "sqlstate", None) == _INSUFFICIENT_PRIVILEGE:
+                what = ", ".join(missing) or "a table, index or function"
+                msg = (
+                    f"store {shown}: this store's {what} is missing or of another "
+                    "version, and this role may not make it: open the store once as the "
+                    "owner of its tables (docs/operations.md, 'PostgreSQL roles'); nothing "
+                    "was written"
+                )
+                raise StoreOwnerRequiredError(msg) from exc
+            cause = cause.__cause__
+        raise
 
 
 @contextlib.contextmanager
