@@ -627,7 +627,10 @@ class _PostgresBackend(RecorderAnchors):
                 yield {**env, TABLES_MADE: "y"}  # no lock: nothing is made
                 return
             with _schema_lock(conn):
-                missing = _check_tables(conn, env, shown)  # another session may make them
+                missing = _check_tables(conn, env, shown)
+                if not missing:  # another session made them meanwhile
+                    yield {**env, TABLES_MADE: "y"}
+                    return
                 with _made_by_the_owner(shown, missing):
                     yield env
 
@@ -954,9 +957,8 @@ def _made_by_the_owner(shown: str, missing: Sequence[str]) -> Iterator[None]:
         while cause is not None and id(cause) not in seen:
             seen.add(id(cause))
             if getattr(cause, "sqlstate", None) == _INSUFFICIENT_PRIVILEGE:
-                what = ", ".join(missing) or "a table, index or function"
                 msg = (
-                    f"store {shown}: this store's {what} is missing or of another "
+                    f"store {shown}: this store's {', '.join(missing)} is missing or of another "
                     "version, and this role may not make it: open the store once as the "
                     "owner of its tables (docs/operations.md, 'PostgreSQL roles'); nothing "
                     "was written"
