@@ -1233,3 +1233,32 @@ def test_an_open_finds_any_object_of_the_store_missing_or_old_and_only_the_owner
                 assert "open the store once as the owner of its tables" in str(refused.value)
         with open_store(owner_url) as store:
             assert store.history("kept") == stored
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    "index",
+    [
+        'CREATE INDEX "covonaut_events_notification_id_idx" ON covonaut_events (notification_id)',
+        'CREATE UNIQUE INDEX "covonaut_events_notification_id_idx" ON covonaut_events '
+        "(notification_id) WHERE notification_id > 1",
+        'CREATE UNIQUE INDEX "covonaut_events_notification_id_idx" ON covonaut_events_heads '
+        "(originator_id)",
+    ],
+)
+def test_an_index_of_the_stores_name_in_another_form_is_refused_by_name(
+    postgres_database: str, index: str
+) -> None:
+    """The first open makes exactly the indexes the check asks for; one of them made
+    again in another form (not unique, partial, on another table) is refused with
+    ForeignSchemaError naming it, not taken for the store's."""
+    import psycopg
+
+    open_store(postgres_database).close()
+    with psycopg.connect(postgres_database, autocommit=True) as conn:
+        made = conn.execute("SELECT indexname FROM pg_indexes WHERE schemaname = 'public'")
+        assert sorted(name for (name,) in made) == sorted(_STORE_INDEXES)
+        conn.execute('DROP INDEX "covonaut_events_notification_id_idx"')
+        conn.execute(index)
+    with pytest.raises(ForeignSchemaError, match="covonaut_events_notification_id_idx"):
+        open_store(postgres_database)
