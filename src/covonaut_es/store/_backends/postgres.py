@@ -396,11 +396,18 @@ made again from the log when they cannot be read, as earlier versions' are.)"""
 _SUMMARIES, _OUTSTANDING, _REVIEWS = "summaries", "outstanding_v2", "reviews"
 """The suffixes of the tables a store keeps beside its log, after its events table."""
 
+_TRACKING = "covonaut_tracking"
+"""eventsourcing's tracking table of the store's application: how far each consumer of
+the log got (:class:`~covonaut_es.store._positions.LogPositions`). Its key is
+eventsourcing's to choose and migrate (one row per consumer, or one per position), so
+it is none of :data:`_STORE_INDEXES`."""
+
 _MADE_TABLES = frozenset(
     [
         *_STORE_COLUMNS,
         *(f"{_STORE_EVENTS}_{suffix}" for suffix in (_SUMMARIES, _OUTSTANDING, _REVIEWS)),
         WORKERS_TABLE,
+        _TRACKING,
     ]
 )
 """Every table an open that makes a store's tables makes: where the catalog shows them
@@ -814,6 +821,11 @@ class _PostgresBackend(RecorderAnchors):
         if isinstance(recorder, PostgresApplicationRecorder):
             with recorder.datastore.transaction(commit=True) as curs:
                 make_workers_table(curs, f'"{recorder.datastore.schema}".{WORKERS_TABLE}')
+            # Made by eventsourcing's factory on first use, which an open that found
+            # every table made tells to send no DDL (ADR 0117).
+            postgres.PostgresTrackingRecorder(
+                recorder.datastore, tracking_table_name=_TRACKING
+            ).create_table()
 
 
 def _make_indexes(datastore: postgres.PostgresDatastore) -> None:
