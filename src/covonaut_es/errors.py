@@ -96,7 +96,15 @@ class ForeignSchemaError(NotAStoreError):
 
 
 class ReadOnlyStoreError(CovonautError, PermissionError):
-    """The store cannot be written: its file is read-only, or it was opened read-only."""
+    """The store cannot be written: its file is read-only, it was opened read-only, or
+    its PostgreSQL session is read-only (a standby, ``default_transaction_read_only``)."""
+
+
+class StorePrivilegeError(ReadOnlyStoreError):
+    """The store's database refused a statement because the role the store connects as
+    lacks a privilege it needs on a table of the store (or a row-level security policy
+    refused its row): nothing was written. Grant the role what the operations guide
+    lists for an application role."""
 
 
 class StoreFileReplacedError(StoreUnavailableError):

@@ -5,26 +5,28 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+import sys
 from collections.abc import Iterator, Sequence
 
 from eventsourcing.persistence import (
     ConnectionUnavailableError,
-    DataError,
-    IntegrityError,
-    InterfaceError,
-    InternalError,
-    NotSupportedError,
-    OperationalError,
     PersistenceError,
-    ProgrammingError,
 )
 
-from covonaut_es.errors import ReadOnlyStoreError, StoreLockedError, StoreUnavailableError
+from covonaut_es.errors import (
+    CovonautError,
+    ReadOnlyStoreError,
+    StoreLockedError,
+    StorePrivilegeError,
+    StoreUnavailableError,
+)
 
 
 @contextlib.contextmanager
 def database_errors_typed(where: str, unsaved: str) -> Iterator[None]:
-    """Raise a typed error for a database's failure of a statement in the block.
+    """Raise a typed error for a database's failure of a statement in the block: an
+    error of eventsourcing's persistence module, or of psycopg's where a statement is
+    sent without eventsourcing (run leases, the worker registry).
 
     Args:
         where: What the statement ran on, as the message names it (the store's
@@ -33,9 +35,13 @@ def database_errors_typed(where: str, unsaved: str) -> Iterator[None]:
             saved").
 
     Raises:
+        ReadOnlyStoreError: The database's file cannot be written, or PostgreSQL's
+            session is read-only (SQLSTATE 25006: ``default_transaction_read_only``, a
+            standby).
+        StorePrivilegeError: The database's role lacks a privilege the statement
+            needed, or a row-level security policy refused its row (SQLSTATE 42501).
         StoreLockedError: Another connection held the write lock for longer than the
             store waits.
-        ReadOnlyStoreError: The database's file cannot be written.
         StoreUnavailableError: Any other failure (a full disk, an I/O error, a
             connection lost, a statement the database refused, a constraint or trigger
             added to a table refusing a row): the transaction was rolled back. A
@@ -44,37 +50,115 @@ def database_errors_typed(where: str, unsaved: str) -> Iterator[None]:
     """
     try:
         yield
-    except ConnectionUnavailableError:
-        raise  # a wait for this process's own writer, not the database's failure
-    except IntegrityError as exc:
-        if is_conflict(exc):
+    except Exception as exc:
+        typed = database_error(exc, where, unsaved)
+        if typed is None:
             raise
+        raise typed from exc
+
+
+_READ_ONLY = "25006"  # read_only_sql_transaction
+_NO_PRIVILEGE = "42501"  # insufficient_privilege, a row-level security policy's refusal too
+_CHANGED = frozenset({"ProgrammingError", "DataError", "NotSupportedError", "InternalError"})
+
+
+def database_error(exc: BaseException, where: str, unsaved: str) -> CovonautError | None:
+    """The typed error of a database's failure ``exc`` (see
+    :func:`database_errors_typed`, whose arguments ``where`` and ``unsaved`` are); None
+    for a conflict, a wait for this process's own connections, and what is no
+    database's failure. Told by the SQLSTATE of the
+    driver's error where it gives one, else by the error's class as PEP 249 names it
+    (eventsourcing's and psycopg's alike)."""
+    kind = _kind(exc)
+    if kind is None or (kind == "IntegrityError" and is_conflict(exc)):
+        return None
+    if isinstance(exc, ConnectionUnavailableError):
+        return None  # a wait for this process's own writer, not the database's failure
+    refused = refusal(exc, where, unsaved)
+    if refused is not None:
+        return refused
+    if kind == "IntegrityError":
         msg = (
             f"{where} refused a row of the store's ({exc}): {unsaved}; a constraint, "
             "index or trigger added to its tables around the library refuses it: remove it"
         )
-        raise StoreUnavailableError(msg) from exc
-    except (OperationalError, InterfaceError) as exc:
-        if StoreLockedError.said_by(exc):
-            msg = f"{where} is locked by another writer: {unsaved}; try again shortly"
-            raise StoreLockedError(msg) from exc
-        if "readonly" in str(exc):
-            msg = (
-                f"{where} is read-only: {unsaved}; make the file writable, or open it "
-                "without ?mode=ro"
-            )
-            raise ReadOnlyStoreError(msg) from exc
-        msg = (
-            f"{where} failed ({exc}): {unsaved}; try again once the database answers "
-            "(a full disk once it has room)"
-        )
-        raise StoreUnavailableError(msg) from exc
-    except (ProgrammingError, DataError, NotSupportedError, InternalError) as exc:
+        return StoreUnavailableError(msg)
+    if kind in _CHANGED:
         msg = (
             f"{where} refused the store's statement ({exc}): {unsaved}; its tables were "
             "changed around the library (a rule, a trigger, a column): restore them"
         )
-        raise StoreUnavailableError(msg) from exc
+        return StoreUnavailableError(msg)
+    if StoreLockedError.said_by(exc):
+        msg = f"{where} is locked by another writer: {unsaved}; try again shortly"
+        return StoreLockedError(msg)
+    if "readonly" in str(exc):
+        msg = (
+            f"{where} is read-only: {unsaved}; make the file writable, or open it without ?mode=ro"
+        )
+        return ReadOnlyStoreError(msg)
+    msg = (
+        f"{where} failed ({exc}): {unsaved}; try again once the database answers "
+        "(a full disk once it has room)"
+    )
+    return StoreUnavailableError(msg)
+
+
+def refusal(exc: BaseException, where: str, unsaved: str) -> CovonautError | None:
+    """The typed error of PostgreSQL's refusal ``exc`` of a statement by the session
+    or the role it runs as, told by its SQLSTATE (arguments as
+    :func:`database_errors_typed`'s); None for any other error.
+
+    Raises nothing: returns a ReadOnlyStoreError for a read-only session (a standby,
+    ``default_transaction_read_only``), a StorePrivilegeError for a role lacking a
+    privilege or a row refused by a row-level security policy.
+    """
+    driver = _driver_error(exc)
+    state = getattr(driver, "sqlstate", None)
+    if state not in (_READ_ONLY, _NO_PRIVILEGE):
+        return None
+    # The primary message names the table (or the statement): a statement run by a
+    # function adds its SQL, many lines of it.
+    said = getattr(getattr(driver, "diag", None), "message_primary", None) or str(exc)
+    if state == _READ_ONLY:
+        msg = (
+            f"{where} refused the store's statement: the session is read-only ({said}): "
+            f"{unsaved}; connect to a server that takes writes (not a standby), or unset "
+            "default_transaction_read_only for the role"
+        )
+        return ReadOnlyStoreError(msg)
+    msg = (
+        f"{where} refused the store's statement: the database role lacks a privilege "
+        f"it needs ({said}): {unsaved}; grant the role the privileges docs/operations.md "
+        "lists, and let no row-level security policy refuse the store's rows"
+    )
+    return StorePrivilegeError(msg)
+
+
+_KINDS = frozenset({"IntegrityError", "OperationalError", "InterfaceError", *_CHANGED})
+
+
+def _kind(exc: BaseException) -> str | None:
+    """The PEP 249 class of a database's error ``exc`` (``"OperationalError"``, ...):
+    an error of eventsourcing's persistence module, or of psycopg's, which is raised
+    only once psycopg is imported; None for any other exception."""
+    psycopg = sys.modules.get("psycopg")
+    if not isinstance(exc, PersistenceError) and not (
+        psycopg is not None and isinstance(exc, psycopg.Error)
+    ):
+        return None
+    return next((k.__name__ for k in type(exc).__mro__ if k.__name__ in _KINDS), None)
+
+
+def _driver_error(exc: BaseException) -> BaseException | None:
+    """The driver's error that eventsourcing's ``exc`` wraps (``exc`` itself if it is
+    the driver's), or None if the library or a recorder raised it."""
+    cause: BaseException | None = exc
+    seen: set[int] = set()  # a chain raised "from" itself would else be walked for ever
+    while isinstance(cause, PersistenceError) and id(cause) not in seen:
+        seen.add(id(cause))
+        cause = cause.__cause__  # eventsourcing wraps the driver's error
+    return None if isinstance(cause, PersistenceError) else cause
 
 
 _UNIQUE_POSTGRESQL = "23505"  # unique_violation
@@ -83,19 +167,15 @@ _KEYS_POSTGRESQL = ("_pkey", "_notification_id_idx")
 end: their primary keys, and eventsourcing's index of the log's notification ids."""
 
 
-def is_conflict(exc: IntegrityError) -> bool:
+def is_conflict(exc: BaseException) -> bool:
     """Whether a refused write met a row another writer stored first: a key of the
     store's own already taken (a stream's version, a snapshot's, a tracked position),
     which the library raised itself or the database found in a key it was made with.
     Any other refusal of a row (a unique index, CHECK or NOT NULL constraint or foreign
     key added to a table, a trigger's ``RAISE``) is no conflict: writing again would
     meet it again."""
-    cause: BaseException | None = exc
-    seen: set[int] = set()  # a chain raised "from" itself would else be walked for ever
-    while isinstance(cause, PersistenceError) and id(cause) not in seen:
-        seen.add(id(cause))
-        cause = cause.__cause__  # eventsourcing wraps the driver's error
-    if cause is None or isinstance(cause, PersistenceError):
+    cause = _driver_error(exc)
+    if cause is None:
         return True  # raised by the library (a stream that was to be new) or a recorder
     if isinstance(cause, sqlite3.Error):
         # Every unique key the store's SQLite tables are made with is a primary key; an

@@ -13,7 +13,7 @@ from uuid import UUID
 import msgspec
 
 from covonaut_es.domain import thread_aggregate_id
-from covonaut_es.errors import ReadOnlyStoreError, StoreUnavailableError
+from covonaut_es.errors import StoreUnavailableError
 from covonaut_es.store._leases import (
     STALE_AFTER,
     CallRunning,
@@ -22,7 +22,7 @@ from covonaut_es.store._leases import (
     WorkerRecord,
     newer_lease,
 )
-from covonaut_es.store._write_errors import not_stored
+from covonaut_es.store._write_errors import database_errors_typed, not_stored
 
 T = TypeVar("T")
 
@@ -136,6 +136,9 @@ class PostgresLeases(LeaseBackend):
             f"postgresql:{self._kwargs.get('host')}:{self._kwargs.get('port')}/"
             f"{self._kwargs.get('dbname')}"
         )
+        role = self._kwargs.get("user")
+        shown = self.database if role is None else f"{self.database}, role {role!r}"
+        self._where = f"the connection for run leases and the worker registry ({shown})"
         self._connection: Any = None
         self._sessions: dict[str, Any] = {}  # the connection each held lease was taken on
         self._workers_table_ready = False
@@ -182,42 +185,45 @@ class PostgresLeases(LeaseBackend):
             unconnected = self._connection is None or self._connection.closed
         if not unconnected:  # else the next connection is made under the new name
             self._execute(
-                "SELECT set_config('application_name', %s, false)", (self._application_name(),)
+                "SELECT set_config('application_name', %s, false)",
+                (self._application_name(),),
+                f"the lease connection was not renamed {holder!r}",
             )
 
-    def _execute(self, query: str, params: tuple[Any, ...] | None) -> tuple[Any, Any]:
+    def _execute(self, query: str, params: tuple[Any, ...] | None, unsaved: str) -> tuple[Any, Any]:
         """Run a query on the lease connection (every query of this class but the
         release of a lock, which belongs to its own session): the connection and its
-        cursor. A
-        session that ended unnoticed (nothing had asked it since) is found dead here:
-        the query runs once more on a new connection, which serves the leases taken
-        from now on; those taken on the old one stay lost.
+        cursor. A session that ended unnoticed (nothing had asked it since) is found
+        dead here: the query runs once more on a new connection, which serves the
+        leases taken from now on; those taken on the old one stay lost.
+
+        Args:
+            query: The query.
+            params: Its parameters.
+            unsaved: What did not happen if it fails, as a message says it.
 
         Raises:
             StoreUnavailableError: The query failed on a live connection (a timeout),
-                or on the new one too.
+                or on the new one too; a subclass, or ReadOnlyStoreError, as
+                :func:`~covonaut_es.store._write_errors.database_errors_typed` tells.
         """
         import psycopg
 
-        connection = self._conn()
-        try:
+        with database_errors_typed(self._where, unsaved):
+            connection = self._conn()
+            try:
+                return connection, connection.execute(query, params)
+            except psycopg.OperationalError:
+                if not (connection.broken or connection.closed):
+                    raise
+            connection = self._conn()
             return connection, connection.execute(query, params)
-        except psycopg.OperationalError as exc:
-            if not (connection.broken or connection.closed):
-                raise self._failed(exc) from exc
-        connection = self._conn()
-        try:
-            return connection, connection.execute(query, params)
-        except psycopg.OperationalError as exc:
-            raise self._failed(exc) from exc
-
-    def _failed(self, error: Exception) -> StoreUnavailableError:
-        msg = f"the connection to PostgreSQL for run leases ({self.database}) failed: {error}"
-        return StoreUnavailableError(msg)
 
     def _try_lock(self, thread_id: str) -> bool:
         connection, row = self._execute(
-            "SELECT pg_try_advisory_lock(%s)", (_key(self._stream(thread_id)),)
+            "SELECT pg_try_advisory_lock(%s)",
+            (_key(self._stream(thread_id)),),
+            f"the run lease of thread {thread_id!r} was not taken",
         )
         taken = bool(row.fetchone()[0])
         if taken:
@@ -228,24 +234,16 @@ class PostgresLeases(LeaseBackend):
     def _take(self, thread_id: str) -> int | None:
         if self._token_table is None:
             return super()._take(thread_id)
-        import psycopg
-
         stream = self._stream(thread_id)
         try:
             connection, row = self._execute(
-                _TAKE.format(table=self._token_table), (_key(stream), stream)
+                _TAKE.format(table=self._token_table),
+                (_key(stream), stream),
+                f"the run lease of thread {thread_id!r} was not taken",
             )
-        except Exception as exc:
+        except Exception:
             with contextlib.suppress(Exception):  # not held, or its session is gone
                 self._conn().execute("SELECT pg_advisory_unlock(%s)", (_key(stream),))
-            if isinstance(exc, psycopg.errors.InsufficientPrivilege):
-                msg = (
-                    f"cannot record the run lease of thread {thread_id!r} in {self.database}: "
-                    f"{exc}; runs need a role that may write the store's lease table"
-                )
-                raise ReadOnlyStoreError(msg) from exc
-            if isinstance(exc, psycopg.Error):  # a rule or a change to the lease table
-                raise self._failed(exc) from exc
             raise
         locked, token = row.fetchone()
         if not locked:
@@ -318,7 +316,9 @@ class PostgresLeases(LeaseBackend):
         return connection
 
     def holder_of(self, thread_id: str) -> str | None:
-        _, cursor = self._execute(_HOLDER, lock_ids(self._stream(thread_id)))
+        _, cursor = self._execute(
+            _HOLDER, lock_ids(self._stream(thread_id)), "the thread's runner was not read"
+        )
         rows = cursor.fetchall()
         names = [str(row[0]) for row in rows]
         return names[0].removeprefix(_APPLICATION_PREFIX) if names else None
@@ -328,17 +328,17 @@ class PostgresLeases(LeaseBackend):
         table made before workers reported them (only then: that needs its owner)."""
         if self._workers_table_ready:
             return True
-        _, cursor = self._execute(_WORKERS_FOUND, (self._workers,))
+        _, cursor = self._execute(_WORKERS_FOUND, (self._workers,), _UNREAD)
         exists, has_calls = cursor.fetchone()
         if exists and not has_calls:
-            self._execute(_ADD_CALLS.format(workers=self._workers), None)
+            self._execute(_ADD_CALLS.format(workers=self._workers), None, _UNRECORDED)
         self._workers_table_ready = bool(exists)
         return self._workers_table_ready
 
     def publish(self, record: WorkerRecord) -> None:
         if not self._workers_found():
             # several statements: no parameters
-            self._execute(_CREATE_WORKERS.format(workers=self._workers), None)
+            self._execute(_CREATE_WORKERS.format(workers=self._workers), None, _UNRECORDED)
             self._workers_table_ready = True
         self._execute(
             _UPSERT_WORKER.format(workers=self._workers),
@@ -350,15 +350,22 @@ class PostgresLeases(LeaseBackend):
                 msgspec.json.encode(record.threads).decode(),
                 msgspec.json.encode(record.calls).decode(),
             ),
+            _UNRECORDED,
         )
 
     def withdraw(self, worker_id: str) -> None:
-        self._execute(f"DELETE FROM {self._workers} WHERE worker_id = %s", (worker_id,))
+        self._execute(
+            f"DELETE FROM {self._workers} WHERE worker_id = %s",
+            (worker_id,),
+            f"worker {worker_id!r} was not withdrawn",
+        )
 
     def workers(self) -> tuple[WorkerRecord, ...]:
         if not self._workers_found():
             return ()  # no worker ever ran here: reading creates no table
-        _, cursor = self._execute(_SELECT_WORKERS.format(workers=self._workers), (STALE_AFTER,))
+        _, cursor = self._execute(
+            _SELECT_WORKERS.format(workers=self._workers), (STALE_AFTER,), _UNREAD
+        )
         rows = cursor.fetchall()
         return tuple(
             WorkerRecord(
@@ -382,6 +389,8 @@ class PostgresLeases(LeaseBackend):
 
 
 _NOT_HELD = "its database session no longer holds the lock"
+_UNREAD = "the worker registry was not read"
+_UNRECORDED = "the worker was not recorded in the worker registry"
 
 
 def make_workers_table(cursor: Any, workers: str) -> None:
