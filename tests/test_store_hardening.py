@@ -1266,3 +1266,171 @@ def test_an_index_of_the_stores_name_in_another_form_is_refused_by_name(
         conn.execute(index)
     with pytest.raises(ForeignSchemaError, match="covonaut_events_notification_id_idx"):
         open_store(postgres_database)
+
+
+_APP_PASSWORD = "pw_" + uuid.uuid4().hex
+"""The application role's password in the URLs below: no message may show it."""
+
+
+@pytest.fixture(scope="module")
+def granted_template(postgres_url: str) -> Iterator[tuple[str, str]]:
+    """A database to copy (its name) and the application role's URL template on it
+    (``{database}`` in place of the copy's name): its owner (no superuser) made the
+    store and left thread ``t1`` paused on a review and ``t2`` with its review
+    approved; the application role, no superuser and owning nothing, holds exactly
+    the documented grants and a password."""
+    import psycopg
+
+    with postgres_database_of(postgres_url) as database_url, _roles(database_url) as urls:
+        owner_url, app_url = urls
+        role = str(urlsplit(app_url).username)
+        database = database_url.rsplit("/", 1)[1]
+        verifier = HmacReviewerVerifier(_REVIEWER_SECRET.encode())
+        with open_store(owner_url) as store:
+            _paused(store, "t1")
+            review_id = _paused(store, "t2")
+            service = ThreadService(store, verifier=verifier)
+            rita = service.reviewer(verifier.issue_token("rita", ttl_seconds=600))
+            service.decide(review_id, review_submission("approve"), reviewer=rita, thread_id="t2")
+        with psycopg.connect(owner_url, autocommit=True) as owner:
+            for statement in _documented_grants(role, database):
+                owner.execute(statement)
+        with psycopg.connect(database_url, autocommit=True) as admin:
+            admin.execute(f"ALTER ROLE {role} PASSWORD '{_APP_PASSWORD}'")
+        parts = urlsplit(app_url)
+        netloc = f"{role}:{_APP_PASSWORD}@{parts.hostname}:{parts.port}"
+        yield database, parts._replace(netloc=netloc, path="/{database}").geturl()
+
+
+def _t1_review(store: Store) -> str:
+    (pending,) = _paying(store, "t1").pending_reviews
+    return pending.review_id
+
+
+def _decided(store: Store) -> object:
+    verifier = HmacReviewerVerifier(_REVIEWER_SECRET.encode())
+    service = ThreadService(store, verifier=verifier)
+    rita = service.reviewer(verifier.issue_token("rita", ttl_seconds=600))
+    return service.decide(
+        _t1_review(store), review_submission("approve"), reviewer=rita, thread_id="t1"
+    )
+
+
+_REFUSED_COMMANDS: dict[str, Callable[[Store], object]] = {
+    "open": lambda store: None,
+    "run that pauses": lambda store: _paused(store, "new"),
+    "load": lambda store: store.load("t1"),
+    "verify": lambda store: store.verify("t1"),
+    "decide": _decided,
+    "resume": lambda store: _paying(store, "t2").resume(),
+    "fork": lambda store: store.fork("t1"),
+    "worker step": lambda store: Worker(
+        store, lambda thread_id: _paying(store, thread_id).config
+    ).run(once=True),
+    "list_threads": lambda store: store.list_threads(),
+}
+_REFUSED_CLI = ("threads", "reviews", "approve", "workers")
+_REFUSALS = ("SELECT", "INSERT", "UPDATE", "DELETE", "row-level security")
+_FOUND_BY_HELPER_139 = {
+    "load": ("SELECT", "covonaut_snapshots"),
+    "verify": ("SELECT", "covonaut_events_heads"),
+    "worker step": ("INSERT", "covonaut_workers"),
+    "resume": ("read-only", ""),
+    "workers": ("SELECT", "covonaut_workers"),
+}
+"""The refusals that reached each command untyped before (``data`` None)."""
+
+
+def _stored_events(database_url: str) -> set[tuple[Any, ...]]:
+    import psycopg
+
+    with psycopg.connect(database_url) as admin:
+        rows = admin.execute("SELECT originator_id, originator_version FROM covonaut_events")
+        return set(rows.fetchall())
+
+
+@pytest.mark.postgres
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), command=st.sampled_from(sorted(_REFUSED_COMMANDS) + list(_REFUSED_CLI)))
+@example(data=None, command="load").via("helper-139: SELECT revoked on the snapshots")
+@example(data=None, command="verify").via("helper-139: SELECT revoked on the head anchors")
+@example(data=None, command="worker step").via("helper-139: INSERT revoked on the workers")
+@example(data=None, command="resume").via("helper-139: a read-only session")
+@example(data=None, command="workers").via("helper-139: the CLI's traceback")
+def test_a_refusal_of_a_privilege_or_a_read_only_session_is_typed_and_named(
+    postgres_url: str, granted_template: tuple[str, str], data: Any, command: str
+) -> None:
+    """Whatever privilege on whichever of the store's tables the application role
+    lacks (SELECT, INSERT, UPDATE or DELETE revoked, or a row-level security policy
+    refusing its new rows), or with its sessions read-only, every command it runs
+    (open, a run, load, verify, a decision, resume, fork, a worker's step, a listing,
+    the command line's threads, reviews, approve and workers) succeeds or fails with a
+    CovonautError (one line and exit 2 on the command line) naming the refusal, never
+    the tables changed around the library nor the role's password; nothing already
+    stored is lost."""
+    import psycopg
+
+    template, app_url = granted_template
+    database = f"e_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {database} TEMPLATE {template}")
+    database_url = postgres_url.rsplit("/", 1)[0] + f"/{database}"
+    url = app_url.format(database=database)
+    role = str(urlsplit(url).username)
+    try:
+        with psycopg.connect(database_url, autocommit=True) as admin:
+            tables = sorted(
+                str(name)
+                for (name,) in admin.execute(
+                    "SELECT relname FROM pg_class WHERE relkind = 'r' AND relnamespace = "
+                    "'public'::regnamespace"
+                )
+            )
+            if data is None:
+                refusal, table = _FOUND_BY_HELPER_139[command]
+            else:
+                refusal = data.draw(st.sampled_from((*_REFUSALS, "read-only")), label="refusal")
+                table = data.draw(st.sampled_from(tables), label="table")
+            if refusal == "read-only":
+                admin.execute(
+                    f"ALTER ROLE {role} IN DATABASE {database} "
+                    "SET default_transaction_read_only = on"
+                )
+            elif refusal == "row-level security":
+                admin.execute(f"ALTER TABLE {table} ENABLE ROW LEVEL SECURITY")
+                admin.execute(f"CREATE POLICY refuse ON {table} USING (true) WITH CHECK (false)")
+            else:
+                admin.execute(f"REVOKE {refusal} ON {table} FROM {role}")
+        before = _stored_events(database_url)
+        named = "the session is read-only" if refusal == "read-only" else "lacks a privilege"
+
+        def refused(message: str) -> None:
+            assert named in message, message
+            assert "changed around the library" not in message, message
+            assert _APP_PASSWORD not in message, message
+
+        if command in _REFUSED_CLI:
+            args: tuple[str, ...] = (command,)
+            if command == "approve":
+                with open_store(database_url) as store:
+                    review_id = _t1_review(store)
+                verifier = HmacReviewerVerifier(_REVIEWER_SECRET.encode())
+                token = verifier.issue_token("rita", ttl_seconds=600)
+                args = ("approve", review_id, "--reviewer-token", token)
+            env = {"COVONAUT_ES_REVIEWER_SECRET": _REVIEWER_SECRET}
+            result = covonaut_es(*args, "--store", url, env=env)
+            assert result.returncode in (0, 2), (refusal, table, result.stderr)
+            assert _APP_PASSWORD not in result.stdout + result.stderr
+            if result.returncode == 2:
+                assert len(result.stderr.splitlines()) == 1, result.stderr
+                refused(result.stderr)
+        else:
+            try:
+                with open_store(url) as store:
+                    _REFUSED_COMMANDS[command](store)
+            except CovonautError as exc:
+                refused(str(exc))
+        assert before <= _stored_events(database_url)
+    finally:
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")

@@ -68,6 +68,7 @@ from covonaut_es.store._settings import as_recorded, check_settings, key_stream_
 from covonaut_es.store._snapshot_cache import SnapshotCache
 from covonaut_es.store._snapshot_seals import SealKey
 from covonaut_es.store._url_secrets import redact, secrets_hidden
+from covonaut_es.store._write_errors import refusal
 
 logger = _logs.logger("covonaut_es")
 
@@ -497,5 +498,8 @@ def open_application(url: str, env: Mapping[str, str]) -> AgentApplication:
             if "not a database" in str(exc):
                 msg = f"store {shown} is not a SQLite database ({exc}); expected a store"
                 raise NotAStoreError(msg) from exc
+            refused = refusal(exc, f"store {shown}", "it was not opened")
+            if refused is not None:
+                raise refused from exc
             msg = f"cannot open store {shown}: {exc}"
             raise StoreUnavailableError(msg) from exc

@@ -267,8 +267,9 @@ def verify(store: _AuditedStore, thread_id: str) -> AuditReport:
     version as it is passed, so time is linear in the thread's length and memory holds
     one state, not one per checkpoint.
     """
-    audit = _Fold(store, thread_id)
-    audit.run()
+    with store._reader.reading(thread_id):  # a database's refusal of a read, typed
+        audit = _Fold(store, thread_id)
+        audit.run()
     return AuditReport(
         thread_id=thread_id,
         events=audit.events,

@@ -36,6 +36,7 @@ from covonaut_es.store._chain import chain_of
 from covonaut_es.store._records import OPENING_EVENTS, StoredRecords, following_fork, storable
 from covonaut_es.store._review_index import HOLDING, entries, holders
 from covonaut_es.store._snapshot_cache import SnapshotCache
+from covonaut_es.store._write_errors import database_error
 
 
 class _BaseLoader(Protocol):
@@ -180,9 +181,10 @@ class ThreadReader:
             MissingFirstEventError: Naming the thread and its anchored version.
             StoredRowError: The thread's anchor row holds a value of the wrong type.
         """
-        anchored = self._records.head_anchor(thread_id).version
-        if anchored is None or self.exists(thread_id):
-            return
+        with self.reading(thread_id):
+            anchored = self._records.head_anchor(thread_id).version
+            if anchored is None or self.exists(thread_id):
+                return
         msg = (
             f"thread {thread_id!r} in store {self._url} has lost every event: its head "
             f"was anchored at version {anchored}, but none of its stream can be read (the "
@@ -394,7 +396,8 @@ class ThreadReader:
 
     def reading(self, thread_id: str) -> _NamingThread:
         """Name the thread in a SerializationError raised while reading its stream (a
-        record knows only its stream's id)."""
+        record knows only its stream's id), and type a database's failure of the read
+        (:func:`~covonaut_es.store._write_errors.database_error`)."""
         return _NamingThread(thread_id, self._url)
 
     def check_follows(self, thread_id: str, head: int | None, event: Any) -> None:
@@ -546,7 +549,13 @@ class _NamingThread:
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: object
     ) -> None:
+        if exc is None:
+            return
         if not isinstance(exc, SerializationError):
+            unread = f"thread {self._thread_id!r} was not read"
+            typed = database_error(exc, f"store {self._url}", unread)
+            if typed is not None:
+                raise typed from exc
             return
         named = f"thread {self._thread_id!r}"
         if str(exc).startswith(named):

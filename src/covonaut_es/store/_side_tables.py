@@ -97,7 +97,9 @@ class SQLSideTable:
                     cursor.execute(statement)
             self._made()
 
-        self._run(create, "it is yet to be made, and nothing was written")
+        # It may exist already: this process had not yet checked it, nor written its
+        # first row.
+        self._run(create, "it was not made ready for use, and nothing was written")
         self._created = True
 
     def _made(self) -> None:
