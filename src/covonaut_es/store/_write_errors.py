@@ -58,7 +58,7 @@ def database_errors_typed(where: str, unsaved: str) -> Iterator[None]:
 
 
 _READ_ONLY = "25006"  # read_only_sql_transaction
-_NO_PRIVILEGE = "42501"  # insufficient_privilege, a row-level security policy's refusal too
+NO_PRIVILEGE = "42501"  # insufficient_privilege, a row-level security policy's refusal too
 _CHANGED = frozenset({"ProgrammingError", "DataError", "NotSupportedError", "InternalError"})
 
 
@@ -113,10 +113,10 @@ def refusal(exc: BaseException, where: str, unsaved: str) -> CovonautError | Non
     ``default_transaction_read_only``), a StorePrivilegeError for a role lacking a
     privilege or a row refused by a row-level security policy.
     """
-    driver = _driver_error(exc)
-    state = getattr(driver, "sqlstate", None)
-    if state not in (_READ_ONLY, _NO_PRIVILEGE):
+    state = sqlstate(exc)
+    if state not in (_READ_ONLY, NO_PRIVILEGE):
         return None
+    driver = _driver_error(exc)
     # The primary message names the table (or the statement): a statement run by a
     # function adds its SQL, many lines of it.
     said = getattr(getattr(driver, "diag", None), "message_primary", None) or str(exc)
@@ -148,6 +148,20 @@ def _kind(exc: BaseException) -> str | None:
     ):
         return None
     return next((k.__name__ for k in type(exc).__mro__ if k.__name__ in _KINDS), None)
+
+
+def sqlstate(exc: BaseException) -> str | None:
+    """The SQLSTATE of the driver's error a failure ``exc`` holds, under the errors
+    that wrapped it (eventsourcing's, the library's), or None where none gives one."""
+    cause: BaseException | None = exc
+    seen: set[int] = set()  # a chain raised "from" itself would else be walked for ever
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        state = getattr(cause, "sqlstate", None)
+        if isinstance(state, str):
+            return state
+        cause = cause.__cause__
+    return None
 
 
 def _driver_error(exc: BaseException) -> BaseException | None:

@@ -95,7 +95,7 @@ from covonaut_es.store._stream_ids import KeyedEvents, KeyedLog, stored_stream
 from covonaut_es.store._summaries import SQLSummaries, SummaryTable
 from covonaut_es.store._thread_rows import ThreadRows, thread_rows, thread_rows_sql
 from covonaut_es.store._urls import postgres_params
-from covonaut_es.store._write_errors import require_stored
+from covonaut_es.store._write_errors import NO_PRIVILEGE, require_stored, sqlstate
 
 NO_TOPIC = "topic IS NULL OR topic = ''"
 """The condition on a row whose topic names no event type."""
@@ -948,9 +948,6 @@ def _connected(kwargs: Mapping[str, Any]) -> Iterator[psycopg.Connection[Any]]:
             raise StoreUnavailableError(msg) from exc
 
 
-_INSUFFICIENT_PRIVILEGE = "42501"
-
-
 @contextlib.contextmanager
 def _made_by_the_owner(shown: str, missing: Sequence[str]) -> Iterator[None]:
     """Refuse, typed, an open that was to make ``missing`` (what the catalog check found
@@ -958,26 +955,20 @@ def _made_by_the_owner(shown: str, missing: Sequence[str]) -> Iterator[None]:
     makes a store's tables, indexes and insert function needs their owner (ADR 0117).
 
     Raises:
-        StoreOwnerRequiredError: A statement of the block failed so (its cause, under
-            eventsourcing's or the library's errors, has SQLSTATE 42501).
+        StoreOwnerRequiredError: A statement of the block failed so (SQLSTATE 42501,
+            under whatever errors wrapped it).
     """
     try:
         yield
     except Exception as exc:
-        cause: BaseException | None = exc
-        seen: set[int] = set()  # a chain raised "from" itself would else be walked for ever
-        while cause is not None and id(cause) not in seen:
-            seen.add(id(cause))
-            if getattr(cause, "sqlstate", None) == _INSUFFICIENT_PRIVILEGE:
-                msg = (
-                    f"store {shown}: this store's {', '.join(missing)} is missing or of another "
-                    "version, and this role may not make it: open the store once as the "
-                    "owner of its tables (docs/operations.md, 'PostgreSQL roles'); nothing "
-                    "was written"
-                )
-                raise StoreOwnerRequiredError(msg) from exc
-            cause = cause.__cause__
-        raise
+        if sqlstate(exc) != NO_PRIVILEGE:
+            raise
+        msg = (
+            f"store {shown}: this store's {', '.join(missing)} is missing or of another "
+            "version, and this role may not make it: open the store once as the owner of "
+            "its tables (docs/operations.md, 'PostgreSQL roles'); nothing was written"
+        )
+        raise StoreOwnerRequiredError(msg) from exc
 
 
 @contextlib.contextmanager
