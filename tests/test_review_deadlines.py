@@ -653,3 +653,23 @@ def test_a_clock_ahead_of_the_databases_expires_nothing_and_says_so_once(
         [logged] = caplog.records
         assert "ahead of the database's" in logged.getMessage()
         assert "nothing expired" in logged.getMessage()
+
+
+@pytest.mark.postgres
+def test_the_databases_clock_is_read_again_after_the_server_ended_a_session(
+    postgres_url: str, postgres_database: str
+) -> None:
+    """The read of PostgreSQL's clock is retried as the store's other reads are: after
+    the server ended the pool's sessions, the next sweep reads the time on a new one
+    instead of failing."""
+    import psycopg
+
+    with open_store(postgres_database) as store:
+        assert store._records.database_now() is not None  # a session of the pool is open
+        name = postgres_database.rsplit("/", 1)[1]
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+                (name,),
+            )
+        assert store._records.database_now() is not None

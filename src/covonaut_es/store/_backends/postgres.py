@@ -673,6 +673,8 @@ class _PostgresBackend(RecorderAnchors):
         with _connected(kwargs) as conn:
             conn.execute(f"SELECT max(notification_id) FROM {events}")
 
+    # Retried as eventsourcing's reads are.
+    @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
     def database_now(self, recorder: ApplicationRecorder) -> datetime | None:
         if not isinstance(recorder, postgres.PostgresApplicationRecorder):
             return None
