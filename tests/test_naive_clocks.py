@@ -139,3 +139,41 @@ def test_a_runner_clock_near_the_ends_of_time_is_a_typed_error_never_an_overflow
         else:
             [request] = agent.pending_reviews
             assert request.deadline == now + timedelta(days=36_525)
+
+
+# A time given to a command ------------------------------------------------------------------
+
+REFUSED_NOW = st.one_of(
+    st.datetimes(timezones=st.none()),
+    NEAR_AN_END.filter(lambda now: not EARLIEST <= now <= LATEST),
+    # An aware time whose UTC instant is past either end of datetime's range.
+    st.builds(
+        lambda hours, end: end.replace(tzinfo=timezone(timedelta(hours=hours))),
+        st.integers(-23, 23).filter(bool),
+        st.sampled_from([datetime.min, datetime.max]),
+    ),
+)
+
+
+@settings(max_examples=50, deadline=None)
+@given(now=REFUSED_NOW, command=st.sampled_from(["fork", "abandon", "label", "clock"]))
+def test_generated_times_no_clock_may_give_are_refused_by_every_command_taking_now(
+    tmp_path_factory: pytest.TempPathFactory, now: datetime, command: str
+) -> None:
+    """Property: Store.fork, abandon and label given a ``now`` a clock may not give
+    (naive, or outside EARLIEST..LATEST, its UTC instant past datetime's range
+    included), or a store whose own clock gives it, refuse it with a ConfigurationError
+    and record nothing: the store's threads are still listed."""
+    url = f"sqlite:///{tmp_path_factory.mktemp('now') / 'threads.db'}"
+    with open_store(url) as store:
+        store.save(AgentThread.start("t", now=datetime.now(UTC)))
+        if command == "clock":
+            with open_store(url, clock=lambda: now) as clocked, pytest.raises(ConfigurationError):
+                clocked.abandon("t", "gone")
+        else:
+            arguments = {"new_thread_id": "f"} if command == "fork" else {}
+            if command == "label":
+                arguments["label"] = "x"
+            with pytest.raises(ConfigurationError, match="now is"):
+                getattr(store, command)("t", now=now, **arguments)
+        assert [thread.thread_id for thread in store.list_threads().threads] == ["t"]

@@ -75,16 +75,31 @@ class AwareClock:
             ConfigurationError: It is not a timezone-aware datetime, or one outside
                 :data:`EARLIEST` to :data:`LATEST`; naming the clock.
         """
-        now = self.clock()
-        if not isinstance(now, datetime) or now.utcoffset() is None:
-            expected = "a timezone-aware datetime, e.g. datetime.now(UTC)"
-        elif not EARLIEST <= now <= LATEST:
-            expected = (
-                f"a time from {EARLIEST.isoformat()} to {LATEST.isoformat()} (a deadline "
-                "set from one nearer the ends of datetime's range would overflow)"
-            )
-        else:
-            return now
         name = getattr(self.clock, "__qualname__", type(self.clock).__qualname__)
-        msg = f"the clock {name} returned {now!r}: expected {expected}"
-        raise ConfigurationError(msg)
+        return checked_time(self.clock(), f"the clock {name} returned")
+
+
+def checked_time(now: object, what: str) -> datetime:
+    """``now``, checked to be a time an event may carry: a timezone-aware datetime
+    from :data:`EARLIEST` to :data:`LATEST` (the rule of every clock, and of every
+    ``now`` a caller gives a command).
+
+    Args:
+        now: The time.
+        what: What gave it, for the message (``"the clock f returned"``).
+
+    Raises:
+        ConfigurationError: It is not a timezone-aware datetime, or one outside
+            :data:`EARLIEST` to :data:`LATEST`.
+    """
+    if not isinstance(now, datetime) or now.utcoffset() is None:
+        expected = "a timezone-aware datetime, e.g. datetime.now(UTC)"
+    elif not EARLIEST <= now <= LATEST:
+        expected = (
+            f"a time from {EARLIEST.isoformat()} to {LATEST.isoformat()} (a deadline "
+            "set from one nearer the ends of datetime's range would overflow)"
+        )
+    else:
+        return now
+    msg = f"{what} {now!r}: expected {expected}"
+    raise ConfigurationError(msg)

@@ -22,7 +22,7 @@ from eventsourcing.application import Application
 
 from covonaut_es._aio import in_worker_thread
 from covonaut_es._arguments import check_instance, check_text, check_whole
-from covonaut_es._clock import utc_now
+from covonaut_es._clock import AwareClock, checked_time, utc_now
 from covonaut_es._closing import Closing
 from covonaut_es.domain import (
     AgentThread,
@@ -80,7 +80,7 @@ class Store(Closing):
         self.url = redact(url)
         self.read_only = env.get(READ_ONLY) == "y"
         self.max_checkpoints_per_thread = max_checkpoints_per_thread
-        self.clock = clock
+        self.clock = AwareClock(clock)
         self._owns_app = application is None
         app = self._app = application or open_application(self.url, env)
         backend = self._backend = (
@@ -93,7 +93,9 @@ class Store(Closing):
         self._leasing = Leasing(app, backend, guard)
         self._writer = ThreadWriter(app, backend, guard, self._leasing.held_lease)
         self._reader = ThreadReader(app, self._records, self.url, self._writer.remember_snapshot)
-        self._forks = Forks(app, backend, self._records, self._reader, self._writer, guard, clock)
+        self._forks = Forks(
+            app, backend, self._records, self._reader, self._writer, guard, self.clock
+        )
         self._submissions = Submissions(app)
         self._states = StoredStates(app, guard)
         self._listing = ThreadListing(app, backend, self._records, self._reader, guard)
@@ -371,7 +373,8 @@ class Store(Closing):
             ThreadConflictError: A thread with ``new_thread_id`` already exists.
             InvalidThreadIdError: ``new_thread_id`` is not a valid thread id.
             ConfigurationError: ``at_version`` or ``at_checkpoint`` is no whole number,
-                or ``now`` no datetime.
+                or ``now`` no time a clock may give (timezone-aware, within the range
+                of ``AwareClock``).
             StoreUnavailableError: The database failed the write; no fork was stored.
         """
         for name, number in (("at_version", at_version), ("at_checkpoint", at_checkpoint)):
@@ -391,7 +394,8 @@ class Store(Closing):
         starts on it again (a fork of it still can).
 
         Raises:
-            ConfigurationError: ``reason`` is no str, or ``now`` no datetime.
+            ConfigurationError: ``reason`` is no str, or ``now`` no time a clock may
+                give (as for :meth:`fork`).
         """
         check_text("reason", reason)
         _check_now(now)
@@ -404,7 +408,7 @@ class Store(Closing):
 
         Raises:
             ConfigurationError: ``label`` is no str, ``version`` no whole number, or
-                ``now`` no datetime.
+                ``now`` no time a clock may give (as for :meth:`fork`).
             ThreadStateError: The label is blank, or the thread has no such version.
         """
         _check_now(now)
@@ -645,6 +649,7 @@ def _check_read(version: object, snapshot_migrators: object) -> None:
 
 
 def _check_now(now: object) -> None:
-    """An event's ``now`` is None (the store's clock) or a datetime."""
+    """An event's ``now`` is None (the store's clock) or a time a clock may give
+    (:func:`~covonaut_es._clock.checked_time`)."""
     if now is not None:
-        check_instance("now", now, datetime, "a timezone-aware datetime or None")
+        checked_time(now, "now is")
