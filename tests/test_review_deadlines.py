@@ -40,6 +40,7 @@ from covonaut_es import (
 )
 from covonaut_es._clock import CLOCK_SKEW_BOUND
 from covonaut_es.domain import Decision, thread_aggregate_id
+from covonaut_es.errors import ClockOutOfStepError
 from covonaut_es.service import ThreadService, review_submission
 from covonaut_es.workers import ReviewNotice
 from support import answer, call
@@ -673,3 +674,86 @@ def test_the_databases_clock_is_read_again_after_the_server_ended_a_session(
                 (name,),
             )
         assert store._records.database_now() is not None
+
+
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(offset=st.integers(-2 * 86_400, 2 * 86_400))
+def test_generated_decider_clock_offsets_never_refuse_a_review_as_expired_before_its_deadline(
+    shared_url: str, offset: int
+) -> None:
+    """A runner in step with the database asks for a review due in an hour; a service
+    whose clock is ``offset`` seconds off approves it: the approval is recorded, or,
+    when only its clock has the deadline passed, refused with a ClockOutOfStepError
+    naming the skew and saying the review is still pending; never a ReviewExpiredError,
+    and a service in step then approves it."""
+    thread_id = f"decider-{uuid.uuid4().hex[:8]}"
+    with open_store(shared_url) as store:
+        _, review_id = paused(
+            store, in_step_clock(), deadline=timedelta(hours=1), thread_id=thread_id
+        )
+        skewed = ThreadService(
+            store,
+            verifier=VERIFIER,
+            clock=lambda: datetime.now(UTC) + timedelta(seconds=offset),
+        )
+        approve = review_submission("approve")
+        try:
+            skewed.decide(review_id, approve, reviewer=skewed.reviewer(RITA))
+        except ClockOutOfStepError as exc:
+            assert offset > 3600 - CLOCK_SKEW_BOUND.total_seconds()
+            assert "is still pending" in str(exc) and "ahead of the database's" in str(exc)
+            assert [r.request.review_id for r in store.load(thread_id).reviews.pending] == [
+                review_id
+            ]
+            in_step = ThreadService(store, verifier=VERIFIER)
+            in_step.decide(review_id, approve, reviewer=in_step.reviewer(RITA))
+        else:
+            assert offset <= 3600 + CLOCK_SKEW_BOUND.total_seconds()
+        assert store.load(thread_id).reviews.pending == ()
+
+
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(offset=st.integers(-2 * 86_400, 2 * 86_400) | st.integers(23 * 3600, 25 * 3600))
+def test_generated_worker_clock_offsets_never_note_a_deadline_near_before_its_lead(
+    shared_url: str, offset: int
+) -> None:
+    """A runner in step with the database asks for a review due in 25 hours; a service
+    whose clock is ``offset`` seconds off (a day ahead among them, which finds it near)
+    notes near deadlines two hours ahead: a ReviewDeadlineNear is recorded only within
+    the lead by the database's clock (give or take CLOCK_SKEW_BOUND)."""
+    thread_id = f"near-{uuid.uuid4().hex[:8]}"
+    lead = timedelta(hours=2)
+    with open_store(shared_url) as store:
+        paused(store, in_step_clock(), deadline=timedelta(hours=25), thread_id=thread_id)
+        skewed = ThreadService(store, clock=lambda: datetime.now(UTC) + timedelta(seconds=offset))
+        skewed.note_deadlines_near(thread_id, lead)
+        database_now = store._records.database_now()
+        assert database_now is not None
+        for near in store.history(thread_id):
+            if isinstance(near, AgentThread.ReviewDeadlineNear):
+                assert near.deadline - database_now <= lead + CLOCK_SKEW_BOUND
+
+
+def test_the_inbox_refuses_a_decision_its_clock_ahead_takes_for_late_as_unavailable(
+    shared_url: str,
+) -> None:
+    """An inbox whose clock runs two hours ahead of the database's, asked to approve a
+    review due in an hour: 503 naming the skew, the review still pending; nothing is
+    recorded, not even its expiry."""
+    from inbox_support import current, inbox_client
+
+    with open_store(shared_url) as store:
+        _, review_id = paused(store, in_step_clock(), deadline=timedelta(hours=1))
+        version = store.head_version("t")
+    ahead = lambda: datetime.now(UTC) + timedelta(hours=2)  # noqa: E731
+    with open_store(shared_url, clock=ahead) as store, inbox_client(store) as client:
+        current(client)
+        auth = {"Authorization": f"Bearer {ALICE}"}
+        refused = client.post(f"/api/reviews/{review_id}/approve", headers=auth, json={})
+        assert refused.status_code == 503, refused.text
+        assert "still pending" in refused.text and "ahead of the database's" in refused.text
+        assert store.head_version("t") == version

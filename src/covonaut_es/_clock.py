@@ -22,16 +22,24 @@ LATEST = datetime.max.replace(tzinfo=UTC) - CLOCK_MARGIN
 
 
 CLOCK_SKEW_BOUND = timedelta(seconds=30)
-"""How far a process's clock may run ahead of the database's before it may record no
-expiry (ADR 0119)."""
+"""How far a process's clock may be off the database's, either way, before it judges no
+deadline and sets none by its own reading (ADR 0119)."""
+
+
+def skew(now: datetime, database_now: datetime | None) -> timedelta | None:
+    """How far ``now`` is off the database's clock, ahead (positive) or behind, past
+    :data:`CLOCK_SKEW_BOUND`; None when it is not (or the database has no clock of its
+    own)."""
+    if database_now is None or abs(now - database_now) <= CLOCK_SKEW_BOUND:
+        return None
+    return now - database_now
 
 
 def ahead(now: datetime, database_now: datetime | None) -> timedelta | None:
     """How far ``now`` runs ahead of the database's clock past :data:`CLOCK_SKEW_BOUND`;
     None when it does not (or the database has no clock of its own)."""
-    if database_now is None or now - database_now <= CLOCK_SKEW_BOUND:
-        return None
-    return now - database_now
+    off = skew(now, database_now)
+    return off if off is not None and off > timedelta(0) else None
 
 
 def utc_now() -> datetime:

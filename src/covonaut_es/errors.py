@@ -273,6 +273,13 @@ class ReviewExpiredError(StaleReviewError):
     operation does not run), and no decision on it is recorded any more."""
 
 
+class ClockOutOfStepError(ConfigurationError):
+    """This process's clock runs ahead of the database's by more than the bound a
+    deadline is judged within (``CLOCK_SKEW_BOUND``, ADR 0119): a review it would take
+    for expired is still pending, and nothing was recorded. Set the clock in step (NTP),
+    or decide through a process whose clock is."""
+
+
 class NoticeDeliveryError(CovonautError, ConnectionError):
     """A review notice was not delivered: its receiver refused it or could not be
     reached. The notice is not lost: the sender tries it again, with the same

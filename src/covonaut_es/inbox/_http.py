@@ -18,6 +18,7 @@ from starlette.types import Scope
 from covonaut_es._text import whole_number
 from covonaut_es.errors import (
     AmbiguousReviewError,
+    ClockOutOfStepError,
     CovonautError,
     IdentityProviderUnavailableError,
     InvalidDecisionError,
@@ -90,6 +91,7 @@ _STATUSES: tuple[tuple[type[Exception], int], ...] = (
     (IdentityProviderUnavailableError, 503),  # before its base: the token is not at fault
     (ReadOnlyStoreError, 503),  # the store takes no writes now: the request is not at fault
     (StoreUnavailableError, 503),  # its database is down, or its file was replaced
+    (ClockOutOfStepError, 503),  # the server's clock is out of step; the review still waits
     (ReviewerNotVerifiedError, 401),
     (ReviewerNotPermittedError, 403),
     (InvalidDecisionError, 400),

@@ -32,6 +32,7 @@ from covonaut_es.domain import (
 )
 from covonaut_es.errors import (
     AmbiguousReviewError,
+    ClockOutOfStepError,
     ConfigurationError,
     InvalidDecisionError,
     ReviewerNotPermittedError,
@@ -60,7 +61,7 @@ logger = _logs.logger("covonaut_es.service")
 
 SKEW_LOG_INTERVAL = 60.0
 """Seconds between the errors a service logs of its clock running ahead of the
-database's (``expire_reviews``)."""
+database's (``expire_reviews``, ``note_deadlines_near``)."""
 
 _DECISIONS = {
     Action.APPROVE: Decision.APPROVED,
@@ -246,6 +247,9 @@ class ThreadService:
                 threads, none named).
             StaleReviewError: It was decided already (``ReviewExpiredError``: its
                 deadline passed, by the service's clock, so it decides nothing).
+            ClockOutOfStepError: Its deadline passed by the service's clock, which runs
+                more than ``CLOCK_SKEW_BOUND`` ahead of the database's: the review is
+                still pending, and nothing was recorded (ADR 0119).
             InvalidDecisionError: The decision names another operation digest than the
                 review's; nothing was recorded.
             DecisionNotAllowedError: The review's tool allows no such decision or edit.
@@ -332,6 +336,9 @@ class ThreadService:
                     "another operation; nothing was recorded"
                 )
                 raise InvalidDecisionError(msg)
+            now = self._clock()
+            if review.request.expired(now):
+                self._refuse_if_ahead(now, review.request, thread.thread_id)
             return thread.decide_review(
                 review_id,
                 decision,
@@ -339,7 +346,7 @@ class ThreadService:
                 scopes=reviewer.scopes,
                 comment=submission.text,
                 arguments=submission.arguments,
-                now=self._clock(),
+                now=now,
             )
 
         return decide
@@ -363,34 +370,72 @@ class ThreadService:
             The expiries recorded now (none when nothing was due, or the clock is ahead).
         """
         now = self._clock()
-        skew = ahead(now, self.store._records.database_now())
-        if skew is not None:
-            if time.monotonic() < self._skew_logged + SKEW_LOG_INTERVAL:
-                return ()  # said already: a sweeping worker asks every poll
-            self._skew_logged = time.monotonic()
-            logger.error(
-                "expiring the reviews of thread %r: this process's clock reads %s, %.0f s "
-                "ahead of the database's (more than %.0f s): nothing expired; set the "
-                "clock in step (NTP) so that reviews expire at their deadlines",
-                thread_id,
-                now.isoformat(),
-                skew.total_seconds(),
-                CLOCK_SKEW_BOUND.total_seconds(),
-            )
+        if self._ahead(now, f"expiring the reviews of thread {thread_id!r}", "nothing expired"):
             return ()
         clock = f"the clock of {self.store._leasing.holder}"
         return self._change(thread_id, lambda t: t.expire_reviews(now=now, clock=clock))
 
     def note_deadlines_near(self, thread_id: str, lead: timedelta) -> tuple[ReviewRequest, ...]:
         """Record, once per review, that a pending review of the thread expires within
-        ``lead`` by the service's clock; the notices follow these records.
+        ``lead`` by the service's clock; the notices follow these records. A clock
+        running ahead of the database's notes nothing, as :meth:`expire_reviews`
+        expires nothing.
 
         Returns:
-            The requests noted now (none when nothing was due).
+            The requests noted now (none when nothing was due, or the clock is ahead).
         """
-        return self._change(
-            thread_id, lambda t: t.note_deadlines_near(lead=lead, now=self._clock())
+        now = self._clock()
+        if self._ahead(now, f"noting the near deadlines of thread {thread_id!r}", "nothing noted"):
+            return ()
+        return self._change(thread_id, lambda t: t.note_deadlines_near(lead=lead, now=now))
+
+    def _ahead(self, now: datetime, doing: str, outcome: str) -> bool:
+        """Whether ``now`` runs more than ``CLOCK_SKEW_BOUND`` ahead of the database's
+        clock, so that no deadline may be judged by it (ADR 0119); if so, the skew is
+        logged as an error, at most once a :data:`SKEW_LOG_INTERVAL` (a worker asks at
+        every poll)."""
+        off = self._skew(now)
+        if off is None:
+            return False
+        if time.monotonic() >= self._skew_logged + SKEW_LOG_INTERVAL:
+            self._skew_logged = time.monotonic()
+            logger.error(
+                "%s: this process's clock reads %s, %.0f s ahead of the database's (more "
+                "than %.0f s): %s; set the clock in step (NTP) so that reviews expire at "
+                "their deadlines",
+                doing,
+                now.isoformat(),
+                off.total_seconds(),
+                CLOCK_SKEW_BOUND.total_seconds(),
+                outcome,
+            )
+        return True
+
+    def _refuse_if_ahead(self, now: datetime, request: ReviewRequest, thread_id: str) -> None:
+        """Refuse a decision on a review that ``now`` finds expired when that is only
+        because the clock runs ahead of the database's (ADR 0119).
+
+        Raises:
+            ClockOutOfStepError: It does; naming the skew. The review is still pending.
+        """
+        off = self._skew(now)
+        if off is None:
+            return
+        assert request.deadline is not None
+        msg = (
+            f"review {request.review_id!r} of thread {thread_id!r} is still pending: its "
+            f"deadline {request.deadline.isoformat()} has passed only by this process's "
+            f"clock, which reads {now.isoformat()}, {off.total_seconds():.0f} s ahead of "
+            f"the database's (more than {CLOCK_SKEW_BOUND.total_seconds():.0f} s); nothing "
+            "was recorded: set the clock in step (NTP), or decide through a process whose "
+            "clock is"
         )
+        raise ClockOutOfStepError(msg)
+
+    def _skew(self, now: datetime) -> timedelta | None:
+        """How far ``now`` runs ahead of the database's clock past ``CLOCK_SKEW_BOUND``:
+        the one check of a clock that judges deadlines."""
+        return ahead(now, self.store._records.database_now())
 
     # Pauses -------------------------------------------------------------------------
 
