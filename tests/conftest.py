@@ -123,3 +123,12 @@ def provider(wire: VendorWire, server: WireServer, sleeps: list[float]) -> Itera
     """The adapter of the test module's ``wire`` vendor, on ``server``; closed afterwards."""
     with wire.provider(server.url, sleep=sleeps.append) as provider:
         yield provider
+
+
+@pytest.fixture
+def simulated_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stores on disk read no clock of their own, as a store in memory: the test's
+    clock stands for every clock, its runner's deadlines and its sweeps (ADR 0119)."""
+    from covonaut_es.store._records import StoredRecords
+
+    monkeypatch.setattr(StoredRecords, "database_now", lambda self: None)

@@ -743,6 +743,7 @@ class DeadlineShop(Shop):
 
 
 @pytest.mark.parametrize("past_the_deadline", [False, True])
+@pytest.mark.usefixtures("simulated_time")
 def test_a_resume_judges_the_review_deadline_by_the_agents_clock(
     tmp_path: Path, past_the_deadline: bool
 ) -> None:

@@ -66,6 +66,7 @@ def fork_retrying(store: Store, service: ThreadService, keys: list[str]) -> str:
 
 
 @pytest.mark.parametrize("how", ["reject", "expire"])
+@pytest.mark.usefixtures("simulated_time")
 def test_a_retry_refused_in_a_fork_leaves_the_call_in_doubt(store: Store, how: str) -> None:
     """A rejection or expiry of the retry's review records no result for the call, which
     may have run: it is in doubt, paused for a person, who settles it."""

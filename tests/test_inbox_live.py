@@ -74,6 +74,7 @@ def test_the_review_status_says_who_decided_it_once_someone_did(store: Store) ->
         assert 'id="live-status"' not in client.get("/review", params=query).text
 
 
+@pytest.mark.usefixtures("simulated_time")
 def test_the_review_status_says_when_the_review_expired(store: Store) -> None:
     """A review past its deadline, expired by a sweep elsewhere: its open page learns
     it failed closed (an expiry has no reviewer to name)."""

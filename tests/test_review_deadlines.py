@@ -124,6 +124,7 @@ def decisions(store: Store, thread_id: str = "t") -> list[AgentThread.ReviewDeci
 # The deadline of a review -------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("simulated_time")
 def test_a_tools_deadline_is_recorded_with_the_review_and_shown_in_its_data(
     store: Store,
 ) -> None:
@@ -138,6 +139,7 @@ def test_a_tools_deadline_is_recorded_with_the_review_and_shown_in_its_data(
     assert shown == T0 + timedelta(minutes=30)
 
 
+@pytest.mark.usefixtures("simulated_time")
 def test_a_deadline_policy_decides_per_call_and_one_that_fails_expires_at_once(
     store: Store,
 ) -> None:
@@ -190,6 +192,7 @@ def test_a_tool_refuses_a_deadline_that_is_not_positive() -> None:
 # Expiry and late decisions ------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("simulated_time")
 def test_a_decision_after_the_deadline_is_refused_and_recorded_nowhere(store: Store) -> None:
     """Deciding at or past the deadline, by the service's clock, raises
     ReviewExpiredError (a StaleReviewError) naming both times; nothing is recorded."""
@@ -205,6 +208,7 @@ def test_a_decision_after_the_deadline_is_refused_and_recorded_nowhere(store: St
     assert store.head_version("t") == before and decisions(store) == []
 
 
+@pytest.mark.usefixtures("simulated_time")
 def test_expiry_fails_closed_and_the_thread_goes_on_as_after_a_rejection(store: Store) -> None:
     """The sweep records one ReviewExpired with the call's result saying it did not run;
     the resumed model's new call of the same operation is refused, not reviewed again,
@@ -247,6 +251,7 @@ def test_an_abandoned_thread_expires_nothing(store: Store) -> None:
     assert decisions(store) == []
 
 
+@pytest.mark.usefixtures("simulated_time")
 def test_a_fork_inherits_the_deadline_and_expires_on_its_own(store: Store) -> None:
     """A fork that inherited a pending review expires it in its own stream; the parent's
     review stays pending until swept itself."""
@@ -260,6 +265,7 @@ def test_a_fork_inherits_the_deadline_and_expires_on_its_own(store: Store) -> No
     assert decisions(store, "t") == [] and len(decisions(store, "f")) == 1
 
 
+@pytest.mark.usefixtures("simulated_time")
 def test_the_queue_shows_the_deadline_and_drops_the_review_once_expired(store: Store) -> None:
     """The reviewer queue's item carries the deadline; an expiry removes it, as any
     decision does."""
@@ -394,6 +400,7 @@ def sweep_together(stores: tuple[Store, Store], thread_id: str, clock: Clock) ->
     return recorded
 
 
+@pytest.mark.usefixtures("simulated_time")
 def test_concurrent_sweeps_record_each_expiry_once(shared_url: str) -> None:
     """Two services on two connections sweep a thread at the same moment: both load it
     before either saves, so one save conflicts and its retry from the head finds the
@@ -447,6 +454,7 @@ def test_two_worker_processes_expire_each_review_once_and_never_pay(
     assert not ledger.exists()
 
 
+@pytest.mark.usefixtures("simulated_time")
 def test_a_worker_notes_a_near_deadline_once_and_sends_both_notices(store: Store) -> None:
     """With ``notice_lead``, a worker records ReviewDeadlineNear once when the deadline
     is that near, and its notifier gets the request's notice and that one, in order,
@@ -491,6 +499,7 @@ def test_a_worker_notes_a_near_deadline_once_and_sends_both_notices(store: Store
 # The inbox ----------------------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("simulated_time")
 def test_the_inbox_shows_the_deadline_and_refuses_a_late_decision_over_http(
     shared_url: str,
 ) -> None:
@@ -526,6 +535,7 @@ def test_the_inbox_shows_the_deadline_and_refuses_a_late_decision_over_http(
         assert decisions(store) == [expired]
 
 
+@pytest.mark.usefixtures("simulated_time")
 def test_the_inbox_records_the_expiry_of_a_review_opened_past_its_deadline(
     shared_url: str,
 ) -> None:
@@ -592,6 +602,7 @@ def test_generated_worker_clock_offsets_never_expire_a_review_before_its_deadlin
         )
 
 
+@pytest.mark.usefixtures("simulated_time")
 def test_an_expiry_names_when_it_was_recorded_and_by_whose_clock(store: Store) -> None:
     """A late decision is refused with a ReviewExpiredError naming the deadline, when
     the expiry was recorded and whose clock recorded it."""
@@ -757,3 +768,45 @@ def test_the_inbox_refuses_a_decision_its_clock_ahead_takes_for_late_as_unavaila
         assert refused.status_code == 503, refused.text
         assert "still pending" in refused.text and "ahead of the database's" in refused.text
         assert store.head_version("t") == version
+
+
+@settings(
+    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    offset=st.integers(-2 * 86_400, 2 * 86_400),
+    wait=st.integers(60, 2 * 86_400),
+    parallel=st.booleans(),
+)
+def test_generated_runner_clock_offsets_never_set_a_deadline_its_wait_does_not_give(
+    shared_url: str, offset: int, wait: int, parallel: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A runner whose clock is ``offset`` seconds off the database's asks for a review
+    due in ``wait`` seconds: its deadline is ``wait`` after the request by the
+    database's clock (give or take CLOCK_SKEW_BOUND), so a sweep by a clock in step
+    expires nothing; a skew past the bound is logged as an error naming it."""
+    thread_id = f"runner-{uuid.uuid4().hex[:8]}"
+    with open_store(shared_url) as store:
+        before = store._records.database_now()
+        assert before is not None
+        agent = paying(
+            store,
+            Clock(datetime.now(UTC) + timedelta(seconds=offset)),
+            deadline=timedelta(seconds=wait),
+            thread_id=thread_id,
+        )
+        agent = Agent(attrs.evolve(agent.config, parallel_tools=parallel))
+        caplog.clear()
+        with caplog.at_level("ERROR", logger="covonaut_es.service"):
+            assert agent.run("Pay bob 40.") == ""
+        after = store._records.database_now()
+        assert after is not None
+        [request] = agent.pending_reviews
+        assert request.deadline is not None
+        asked = timedelta(seconds=wait)
+        assert before + asked - CLOCK_SKEW_BOUND <= request.deadline
+        assert request.deadline <= after + asked + CLOCK_SKEW_BOUND
+        assert ThreadService(store).expire_reviews(thread_id) == ()
+        skewed = abs(offset) > CLOCK_SKEW_BOUND.total_seconds() + 5
+        logged = [r.getMessage() for r in caplog.records]
+        assert not skewed or any("asking for a review" in m for m in logged), logged

@@ -40,6 +40,7 @@ def webhook(receiver: Receiver, sleeps: list[float] | None = None, **options: An
     return WebhookNotifier(receiver.url, SECRET, sleep=waits.append, **{"retry": FAST, **options})
 
 
+@pytest.mark.usefixtures("simulated_time")
 def test_a_notice_is_posted_signed_with_its_key_and_no_arguments(store: Store) -> None:
     """The receiver verifies the signature; the body names the review, its thread, tool
     and deadline, and carries no argument of the operation."""

@@ -59,7 +59,7 @@ COMMANDS: dict[str, Callable[[ThreadService, Any, str], object]] = {
 }
 """Every command of ThreadService that writes, run on a thread it would act on."""
 
-READERS = {"reviewer", "find_review"}
+READERS = {"reviewer", "find_review", "review_time"}
 
 
 def test_the_commands_cover_every_writing_method_of_the_service() -> None:
@@ -70,7 +70,7 @@ def test_the_commands_cover_every_writing_method_of_the_service() -> None:
 
 
 @pytest.fixture
-def read_only(tmp_path: Path) -> Iterator[tuple[Store, str]]:
+def read_only(tmp_path: Path, simulated_time: None) -> Iterator[tuple[Store, str]]:
     """A SQLite store with a review, a tool's pause, a call in doubt, a review past its
     deadline and one a day from it, opened read-only; and the first review's id."""
     url = f"sqlite:///{tmp_path / 'threads.db'}"

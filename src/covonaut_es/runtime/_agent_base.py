@@ -115,6 +115,7 @@ class AgentBase(Closing):
                 lambda c: self._commit(session, c),
                 session.check_lease,
                 self._delta_receiver(),
+                self._service.review_time,
             )
             trace = self._trace(session.thread, run)
             with self._failing(session, run):
@@ -145,7 +146,13 @@ class AgentBase(Closing):
                 async def guard() -> None:
                     await asyncio.to_thread(session.check_lease)
 
-                driver = AsyncDriver(self.config.provider, commit, guard, self._delta_receiver())
+                driver = AsyncDriver(
+                    self.config.provider,
+                    commit,
+                    guard,
+                    self._delta_receiver(),
+                    self._service.review_time,
+                )
                 trace = self._trace(session.thread, run)
                 async with self._afailing(session, run):
                     if trace is None:

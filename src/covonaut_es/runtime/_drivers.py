@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, wait
+from datetime import datetime
 
 from covonaut_es._aio import call_async, call_blocking, is_async_callable
 from covonaut_es.messages import Delta, ProviderRequest, ProviderResponse
@@ -26,6 +27,7 @@ from covonaut_es.runtime._loop import (
     NextToolReport,
     PreparedCall,
     Program,
+    ReviewTime,
     RunTool,
     StartTools,
     ToolReport,
@@ -55,6 +57,10 @@ def _no_guard() -> None:
     pass
 
 
+def _as_read(now: datetime) -> datetime:
+    return now
+
+
 class SyncDriver:
     """Performs effects with blocking calls; parallel tool calls run in threads.
 
@@ -65,6 +71,8 @@ class SyncDriver:
             (the run lease was lost).
         on_delta: Gets each piece of a turn's answer as it streams in; None: the
             answer is asked for in one piece.
+        review_time: Gives the time a review asked for at the runner's reading counts
+            its deadline from (``ReviewTime``); by default that reading.
     """
 
     def __init__(
@@ -73,11 +81,13 @@ class SyncDriver:
         commit: Callable[[Commit], None],
         guard: Callable[[], None] = _no_guard,
         on_delta: Callable[[Delta], None] | None = None,
+        review_time: Callable[[datetime], datetime] = _as_read,
     ):
         self._provider = provider
         self._commit = commit
         self._guard = guard
         self._on_delta = on_delta
+        self._review_time = review_time
         self._started: _Started | None = None
 
     def drive(self, program: Program) -> str:
@@ -101,6 +111,8 @@ class SyncDriver:
             case Commit():
                 self._commit(effect)
                 return None
+            case ReviewTime(now):
+                return self._review_time(now)
             case RunTool(prepared):
                 self._guard()
                 if prepared.timeout is None:
@@ -173,6 +185,7 @@ class AsyncDriver:
         guard: Awaited before any tool call starts; raises to stop the run instead.
         on_delta: Gets each piece of a turn's answer as it streams in, on the event
             loop; None: the answer is asked for in one piece.
+        review_time: As for :class:`SyncDriver`; called in a worker thread.
     """
 
     def __init__(
@@ -181,11 +194,13 @@ class AsyncDriver:
         commit: Callable[[Commit], Awaitable[None]],
         guard: Callable[[], Awaitable[None]] | None = None,
         on_delta: Callable[[Delta], None] | None = None,
+        review_time: Callable[[datetime], datetime] = _as_read,
     ):
         self._provider = provider
         self._commit = commit
         self._guard = guard
         self._on_delta = on_delta
+        self._review_time = review_time
         self._tasks: list[asyncio.Task[ToolReport]] = []
         self._pending: Iterator[Awaitable[ToolReport]] | None = None
 
@@ -216,6 +231,8 @@ class AsyncDriver:
             case Commit():
                 await self._commit(effect)
                 return None
+            case ReviewTime(now):
+                return await asyncio.to_thread(self._review_time, now)
             case RunTool(prepared):
                 if self._guard is not None:
                     await self._guard()

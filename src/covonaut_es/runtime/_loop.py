@@ -106,7 +106,16 @@ class NextToolReport:
     """Wait for the next started call to end; the driver sends back its ``ToolReport``."""
 
 
-Effect = Complete | Commit | RunTool | StartTools | NextToolReport
+@attrs.frozen
+class ReviewTime:
+    """The time a review asked for at ``now`` (the runner's clock) counts its deadline
+    from; the driver sends back ``now``, or the database's time when the runner's clock
+    is out of step with it (ADR 0119)."""
+
+    now: datetime
+
+
+Effect = Complete | Commit | RunTool | StartTools | NextToolReport | ReviewTime
 
 
 @attrs.frozen
@@ -431,12 +440,14 @@ def _run_tools(
         for index, call in enumerate(calls):
             # A call admitted after an earlier one paused the run does not execute.
             paused = bool(thread.interrupts)
-            admitted = _admitted(thread, config, call, trace_parent, paused=paused)
+            admitted = yield from _admitted(thread, config, call, trace_parent, paused=paused)
             ends = retain if index == last else None
             saved = yield from _execute(thread, config, admitted, trace_parent, ends)
         return saved
 
-    slots = [_admitted(thread, config, call, trace_parent) for call in calls]
+    slots: list[Admitted] = []
+    for call in calls:
+        slots.append((yield from _admitted(thread, config, call, trace_parent)))
     runnable = tuple(slot for slot in slots if isinstance(slot, PreparedCall))
     finished: dict[str, ToolReport] = {}
     saved = False
@@ -472,10 +483,10 @@ def _admitted(
     trace_parent: str,
     *,
     paused: bool = False,
-) -> Admitted:
+) -> Generator[Effect, Any, Admitted]:
     item = _prepare(thread, config, call)
     if isinstance(item, PreparedCall):
-        return _admit(thread, item, config.clock(), trace_parent, paused=paused)
+        return (yield from _admit(thread, item, config.clock(), trace_parent, paused=paused))
     return item
 
 
@@ -529,7 +540,7 @@ def _admit(
     trace_parent: str,
     *,
     paused: bool = False,
-) -> Admitted:
+) -> Generator[Effect, Any, Admitted]:
     """Let a prepared call run now, with the approval that authorizes it if its tool
     requires one; otherwise give the result saying why it does not run, or ask for its
     review (None).
@@ -550,6 +561,7 @@ def _admit(
         ) or thread.reviews.standing(digests, key, thread_id=thread.thread_id)
         if review is None:
             wait = item.tool.deadline_of(item.args)
+            deadline = None if wait is None else (yield ReviewTime(now)) + wait
             thread.request_review(
                 call,
                 item.args,
@@ -557,7 +569,7 @@ def _admit(
                 tool=pin,
                 trace_parent=trace_parent,
                 run_on_approval=item.tool.run_on_approval,
-                deadline=None if wait is None else now + wait,
+                deadline=deadline,
                 rules=item.tool.review_rules(item.args),
             )
             return None
@@ -591,7 +603,7 @@ def retry_program(
     """
     pending = thread.retry_tool_call(tool_call_id, now=config.clock())
     yield Commit()
-    admitted = _admitted(thread, config, pending.call, trace_parent)
+    admitted = yield from _admitted(thread, config, pending.call, trace_parent)
     if isinstance(admitted, ToolReport):
         reason = (
             f"call {tool_call_id!r} was not run again ({admitted.content}) and may have run "
@@ -631,7 +643,7 @@ def _run_approved_calls(
     for pending in thread.approved_calls:
         if pending.call.id not in thread.open_calls:
             continue  # an earlier call of the batch was the same call (never in practice)
-        admitted = _admitted(thread, config, pending.call, trace_parent)
+        admitted = yield from _admitted(thread, config, pending.call, trace_parent)
         yield from _execute(thread, config, admitted, trace_parent)
 
 

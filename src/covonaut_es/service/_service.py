@@ -19,7 +19,7 @@ import attrs
 
 from covonaut_es import _logs
 from covonaut_es._arguments import check_instance, check_text
-from covonaut_es._clock import CLOCK_SKEW_BOUND, AwareClock, ahead
+from covonaut_es._clock import CLOCK_SKEW_BOUND, AwareClock, ahead, skew
 from covonaut_es._text import is_blank
 from covonaut_es.domain import (
     AgentThread,
@@ -388,6 +388,29 @@ class ThreadService:
         if self._ahead(now, f"noting the near deadlines of thread {thread_id!r}", "nothing noted"):
             return ()
         return self._change(thread_id, lambda t: t.note_deadlines_near(lead=lead, now=now))
+
+    def review_time(self, now: datetime) -> datetime:
+        """The time a review a runner asks for at ``now`` (its clock's reading) counts
+        its deadline from: ``now``, or the database's time when ``now`` is more than
+        ``CLOCK_SKEW_BOUND`` off it either way, logged as an error (ADR 0119). A
+        deadline set by a clock a day behind would be past by the database's already,
+        and the first sweep by a clock in step would expire the review; one set by a
+        clock ahead would let the review outlive its wait."""
+        database_now = self.store._records.database_now()
+        off = skew(now, database_now)
+        if off is None or database_now is None:
+            return now
+        logger.error(
+            "asking for a review: this process's clock reads %s, %.0f s %s the "
+            "database's (more than %.0f s): its deadline counts from the database's "
+            "time, %s; set the clock in step (NTP)",
+            now.isoformat(),
+            abs(off.total_seconds()),
+            "ahead of" if off > timedelta(0) else "behind",
+            CLOCK_SKEW_BOUND.total_seconds(),
+            database_now.isoformat(),
+        )
+        return database_now
 
     def _ahead(self, now: datetime, doing: str, outcome: str) -> bool:
         """Whether ``now`` runs more than ``CLOCK_SKEW_BOUND`` ahead of the database's
