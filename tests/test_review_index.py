@@ -6,6 +6,7 @@ another writer does to its rows (a generated test): at worst the lookup reads th
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -203,13 +204,17 @@ def test_processes_making_the_index_at_once_on_postgresql_all_succeed(
     monkeypatch.setenv("WORKER_TEST_LEDGER", str(tmp_path / "ledger"))
     with open_store(postgres_database) as store:
         reviews = _scene(store)
-    with psycopg.connect(postgres_database) as first, open_store(postgres_database) as store:
+    with psycopg.connect(postgres_database, autocommit=True) as conn:
+        conn.execute("DROP TABLE covonaut_events_reviews")  # an open makes it (ADR 0117)
+    with contextlib.ExitStack() as stack:
+        first = stack.enter_context(psycopg.connect(postgres_database))
         first.execute(
             "CREATE TABLE covonaut_events_reviews (review text NOT NULL, position BIGINT NOT "
             "NULL, state BYTEA NOT NULL, PRIMARY KEY (review, position))"
         )
         first.commit()
         first.execute("INSERT INTO covonaut_events_reviews VALUES ('', 0, '')")  # uncommitted
+        store = stack.enter_context(open_store(postgres_database))
         found: list[Any] = []
         second = threading.Thread(
             target=lambda: found.append(store.threads_with_review(reviews["asked"]))

@@ -39,7 +39,7 @@ from eventsourcing.popo import POPOTrackingRecorder
 from eventsourcing.projection import ApplicationSubscription, BaseProjectionRunner
 
 from covonaut_es.errors import SerializationError
-from covonaut_es.store._write_errors import database_errors_typed
+from covonaut_es.store._write_errors import database_error, database_errors_typed
 
 TApplication = TypeVar("TApplication")
 
@@ -325,9 +325,22 @@ class BatchingProjectionRunner(BaseProjectionRunner[TApplication]):
         except BaseException as exc:
             found = runner()
             if found is not None:
-                found._thread_error = exc
+                found._thread_error = _typed(exc)
             else:  # as eventsourcing's own loop does
                 msg = f"projection runner deleted before its error was kept: {exc!r}"
                 warnings.warn(msg, RuntimeWarning, stacklevel=2)
         finally:
             is_stopping.set()
+
+
+def _typed(exc: BaseException) -> BaseException:
+    """What a follower's processing thread hands on of its failure ``exc``: a database's
+    failure typed (the subscription's session ended, say), which run_forever(), the
+    runner's exit and a wait for the view raise; anything else as it is."""
+    typed = database_error(
+        exc, "the subscription to the store's log", "the follower stopped; start it again"
+    )
+    if typed is None:
+        return exc
+    typed.__cause__ = exc
+    return typed
