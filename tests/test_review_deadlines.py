@@ -810,3 +810,19 @@ def test_generated_runner_clock_offsets_never_set_a_deadline_its_wait_does_not_g
         skewed = abs(offset) > CLOCK_SKEW_BOUND.total_seconds() + 5
         logged = [r.getMessage() for r in caplog.records]
         assert not skewed or any("asking for a review" in m for m in logged), logged
+
+
+def test_a_runner_clock_out_of_step_is_logged_once_for_many_reviews(
+    shared_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A runner a day behind that asks for many reviews (a batch of reviewed calls, a
+    worker resuming many threads) logs its skew once, not once a review (helper-156),
+    and each review still counts from the database's time."""
+    with open_store(shared_url) as store:
+        service = ThreadService(store)
+        behind = datetime.now(UTC) - timedelta(days=1)
+        with caplog.at_level("ERROR", logger="covonaut_es.service"):
+            times = [service.review_time(behind) for _ in range(5)]
+        logged = [r for r in caplog.records if "asking for a review" in r.getMessage()]
+        assert len(logged) == 1
+        assert all(t - behind > timedelta(hours=23) for t in times)

@@ -400,17 +400,26 @@ class ThreadService:
         off = skew(now, database_now)
         if off is None or database_now is None:
             return now
-        logger.error(
-            "asking for a review: this process's clock reads %s, %.0f s %s the "
-            "database's (more than %.0f s): its deadline counts from the database's "
-            "time, %s; set the clock in step (NTP)",
-            now.isoformat(),
-            abs(off.total_seconds()),
-            "ahead of" if off > timedelta(0) else "behind",
-            CLOCK_SKEW_BOUND.total_seconds(),
-            database_now.isoformat(),
-        )
+        if self._skew_to_log():
+            logger.error(
+                "asking for a review: this process's clock reads %s, %.0f s %s the "
+                "database's (more than %.0f s): its deadline counts from the database's "
+                "time, %s; set the clock in step (NTP)",
+                now.isoformat(),
+                abs(off.total_seconds()),
+                "ahead of" if off > timedelta(0) else "behind",
+                CLOCK_SKEW_BOUND.total_seconds(),
+                database_now.isoformat(),
+            )
         return database_now
+
+    def _skew_to_log(self) -> bool:
+        """Whether to log a clock's skew now: at most once a :data:`SKEW_LOG_INTERVAL`,
+        since a worker asks at every poll, and a run at every review it asks for."""
+        if time.monotonic() < self._skew_logged + SKEW_LOG_INTERVAL:
+            return False
+        self._skew_logged = time.monotonic()
+        return True
 
     def _ahead(self, now: datetime, doing: str, outcome: str) -> bool:
         """Whether ``now`` runs more than ``CLOCK_SKEW_BOUND`` ahead of the database's
@@ -420,8 +429,7 @@ class ThreadService:
         off = self._skew(now)
         if off is None:
             return False
-        if time.monotonic() >= self._skew_logged + SKEW_LOG_INTERVAL:
-            self._skew_logged = time.monotonic()
+        if self._skew_to_log():
             logger.error(
                 "%s: this process's clock reads %s, %.0f s ahead of the database's (more "
                 "than %.0f s): %s; set the clock in step (NTP) so that reviews expire at "

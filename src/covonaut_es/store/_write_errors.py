@@ -16,6 +16,7 @@ from eventsourcing.persistence import (
 from covonaut_es.errors import (
     CovonautError,
     ReadOnlyStoreError,
+    StoredRowError,
     StoreLockedError,
     StorePrivilegeError,
     StoreUnavailableError,
@@ -42,6 +43,8 @@ def database_errors_typed(where: str, unsaved: str) -> Iterator[None]:
             needed, or a row-level security policy refused its row (SQLSTATE 42501).
         StoreLockedError: Another connection held the write lock for longer than the
             store waits.
+        StoredRowError: PostgreSQL's log already holds the notification id its
+            sequence gave a new event (the sequence set back, ADR 0113).
         StoreUnavailableError: Any other failure (a full disk, an I/O error, a
             connection lost, a statement the database refused, a constraint or trigger
             added to a table refusing a row): the transaction was rolled back. A
@@ -77,6 +80,15 @@ def database_error(exc: BaseException, where: str, unsaved: str) -> CovonautErro
     refused = refusal(exc, where, unsaved)
     if refused is not None:
         return refused
+    if kind == "IntegrityError" and _numbered_twice(exc):
+        msg = (
+            f"{where} numbered a new event where the log holds a row already "
+            f"({_detail(exc)}): {unsaved}; the log's sequence numbers new events behind "
+            "rows already stored (it was set back, or a row moved past where it numbers "
+            "them): set it past the log's largest notification_id, or restore the store "
+            "from a backup"
+        )
+        return StoredRowError(msg)
     if kind == "IntegrityError":
         msg = (
             f"{where} refused a row of the store's ({exc}): {unsaved}; a constraint, "
@@ -176,9 +188,13 @@ def _driver_error(exc: BaseException) -> BaseException | None:
 
 
 _UNIQUE_POSTGRESQL = "23505"  # unique_violation
-_KEYS_POSTGRESQL = ("_pkey", "_notification_id_idx")
-"""How the names of the unique constraints the store's PostgreSQL tables are made with
-end: their primary keys, and eventsourcing's index of the log's notification ids."""
+_KEY_POSTGRESQL = "_pkey"
+"""How the names of the primary keys the store's PostgreSQL tables are made with end."""
+
+_NUMBERED_POSTGRESQL = "_notification_id_idx"
+"""How the name of eventsourcing's unique index of the log's notification ids ends: no
+two writers meet in it, since its sequence numbers each row once; a row already there
+is one the sequence was set back behind, or moved past where it numbers (ADR 0113)."""
 
 
 def is_conflict(exc: BaseException) -> bool:
@@ -200,7 +216,22 @@ def is_conflict(exc: BaseException) -> bool:
     constraint = getattr(getattr(cause, "diag", None), "constraint_name", None)
     if constraint is None:
         return True  # the store's insert function's own refusal of a stream now taken
-    return isinstance(constraint, str) and constraint.endswith(_KEYS_POSTGRESQL)
+    return isinstance(constraint, str) and constraint.endswith(_KEY_POSTGRESQL)
+
+
+def _numbered_twice(exc: BaseException) -> bool:
+    """Whether PostgreSQL refused a row of the log for a notification id already held."""
+    driver = _driver_error(exc)
+    constraint = getattr(getattr(driver, "diag", None), "constraint_name", None)
+    return sqlstate(exc) == _UNIQUE_POSTGRESQL and str(constraint).endswith(_NUMBERED_POSTGRESQL)
+
+
+def _detail(exc: BaseException) -> str:
+    """The driver's detail of a refusal ("Key (notification_id)=(2) already exists."),
+    or its message."""
+    driver = _driver_error(exc)
+    detail = getattr(getattr(driver, "diag", None), "message_detail", None)
+    return str(detail or exc).strip()
 
 
 def require_stored(table: str, stored: int, given: int, ids: Sequence[int] = ()) -> None:
