@@ -40,7 +40,7 @@ from covonaut_es import (
 )
 from covonaut_es._clock import CLOCK_SKEW_BOUND
 from covonaut_es.domain import Decision, thread_aggregate_id
-from covonaut_es.errors import ClockOutOfStepError
+from covonaut_es.errors import ClockOutOfStepError, StoreUnavailableError
 from covonaut_es.service import ThreadService, review_submission
 from covonaut_es.workers import ReviewNotice
 from support import answer, call
@@ -685,6 +685,24 @@ def test_the_databases_clock_is_read_again_after_the_server_ended_a_session(
                 (name,),
             )
         assert store._records.database_now() is not None
+
+
+def test_a_databases_clock_that_cannot_be_read_is_a_typed_error(
+    postgres_url: str, postgres_database: str
+) -> None:
+    """A database gone for good (dropped while the store is open) makes the read of its
+    clock, after its retries, a StoreUnavailableError (helper-156), so that a sweep, a
+    decision or a review's request that asks it fails typed."""
+    import psycopg
+
+    # Each of the read's attempts waits for a connection as long as connect_timeout.
+    with open_store(f"{postgres_database}?connect_timeout=1") as store:
+        assert store._records.database_now() is not None
+        name = postgres_database.rsplit("/", 1)[1]
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+        with pytest.raises(StoreUnavailableError, match="its clock was not read"):
+            store._records.database_now()
 
 
 @settings(

@@ -44,6 +44,7 @@ from covonaut_es.store._rows import LAST_VERSION, CheckedLog
 from covonaut_es.store._snapshot_cache import CheckedSnapshot, SnapshotCache
 from covonaut_es.store._thread_rows import ThreadRows
 from covonaut_es.store._topic_codes import compact, stored_forms
+from covonaut_es.store._write_errors import database_errors_typed
 
 OPENING_EVENTS = (AgentThread.Started, AgentThread.StartedWithInput)
 """The events a thread begun afresh opens its stream with, which name it (a start from a
@@ -110,8 +111,15 @@ class StoredRecords:
 
     def database_now(self) -> datetime | None:
         """The time by the database's own clock; None for a store in memory, which has
-        none but the process's."""
-        return self._backend.database_now(self._app.recorder)
+        none but the process's.
+
+        Raises:
+            StoreUnavailableError: The database did not answer (after the back end's
+                retries), as :func:`~covonaut_es.store._write_errors.database_errors_typed`
+                types it.
+        """
+        with database_errors_typed("the store's database", "its clock was not read"):
+            return self._backend.database_now(self._app.recorder)
 
     def forked_event(self, thread_id: str) -> AgentThread.Forked | None:
         """The event that started a fork's stream, or None for a root thread."""
