@@ -16,7 +16,6 @@ from typing import Any
 
 import psycopg
 import pytest
-from eventsourcing.persistence import OperationalError
 
 from covonaut_es import Store, open_store
 from covonaut_es.errors import ConfigurationError, StoreFileReplacedError, StoreUnavailableError
@@ -111,10 +110,10 @@ def test_healthz_asks_postgres_once_without_the_pool(
     retries (found by helper-87: 42 s with the reads' retries)."""
     name = postgres_database.rsplit("/", 1)[1]
     answers = []
-    # The queue's follower finds the database gone too, and says so as it stops.
+    # The queue's follower finds the database gone too, and says so, typed, as it stops.
     with (
         open_store(postgres_database) as store,
-        contextlib.suppress(OperationalError),
+        contextlib.suppress(StoreUnavailableError),
         inbox_client(store) as client,
     ):
         answers.append(client.get("/healthz").status_code)
