@@ -109,7 +109,7 @@ class SQLOutstanding(SQLSideTable, OutstandingTable):
     def advance(
         self, before: int, after: int, changes: Sequence[tuple[UUID, bytes | None]]
     ) -> bool:
-        self._ensure()
+        self.make()
         p = self._p
 
         def write() -> bool:  # retried whole, as the review index's advance
@@ -130,7 +130,7 @@ class SQLOutstanding(SQLSideTable, OutstandingTable):
         return self._run(write, f"its rows to log position {after} were not written")
 
     def clear(self) -> None:
-        self._ensure()
+        self.make()
 
         def write() -> None:
             with self._writing() as cursor:

@@ -65,7 +65,7 @@ class SQLReviewIndex(SQLSideTable, ReviewIndexTable):
         return [(position, state) for position, state in found]
 
     def advance(self, before: int, after: int, rows: Sequence[tuple[str, int, bytes]]) -> bool:
-        self._ensure()
+        self.make()
         p = self._p
 
         # Retried whole: a first try that committed unanswered leaves the position
@@ -85,7 +85,7 @@ class SQLReviewIndex(SQLSideTable, ReviewIndexTable):
         return self._run(write, f"its rows to log position {after} were not written")
 
     def clear(self) -> None:
-        self._ensure()
+        self.make()
 
         def write() -> None:
             with self._writing() as cursor:

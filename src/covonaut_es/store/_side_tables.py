@@ -73,10 +73,6 @@ class SQLSideTable:
             return found
 
     def make(self) -> None:
-        """Make the table if absent (see :meth:`_ensure`)."""
-        self._ensure()
-
-    def _ensure(self) -> None:
         """Make the table if absent, once.
 
         Raises:
@@ -107,7 +103,7 @@ class SQLSideTable:
 
     def _select(self, *statements: Any) -> list[list[Any]]:
         """The rows of each ``statement, parameters`` pair, read with one cursor."""
-        self._ensure()
+        self.make()
 
         def read() -> list[list[Any]]:
             found = []

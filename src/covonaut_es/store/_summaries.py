@@ -52,7 +52,7 @@ class SQLSummaries(SQLSideTable, SummaryTable):
     def write(self, rows: Sequence[tuple[UUID, int, int, bytes]]) -> None:
         if not rows:
             return
-        self._ensure()
+        self.make()
         p = self._p
 
         def write() -> None:

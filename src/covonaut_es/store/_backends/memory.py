@@ -245,7 +245,7 @@ class _MemoryBackend(RecorderAnchors):
         return None  # a lookup reads the log in memory
 
     def make_tables(self, recorder: ApplicationRecorder) -> None:
-        return  # made on first use: the file's writer may make them
+        return  # this process's memory, or a module it stands in for: made on first use
 
 
 BACKEND = _MemoryBackend()
