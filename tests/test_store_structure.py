@@ -9,6 +9,7 @@ import importlib
 import importlib.metadata
 import importlib.util
 import inspect
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -246,3 +247,21 @@ def test_each_back_end_module_using_them_names_the_version_checked() -> None:
         if uses and f"eventsourcing {version}." not in text:
             unnamed.append(f"{path.name}: {sorted(uses)}")
     assert unnamed == []
+
+
+def test_every_module_outside_the_store_is_forbidden_its_back_ends() -> None:
+    """The import contract that keeps the back ends the store's own names every module
+    and package of ``covonaut_es`` but the store: a module added beside them is checked
+    from its first commit, not once someone remembers to list it."""
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    [contract] = [
+        c
+        for c in contracts["contracts"]
+        if c.get("forbidden_modules") == ["covonaut_es.store._backends"]
+    ]
+    beside_the_store = {
+        f"covonaut_es.{path.stem if path.is_file() else path.name}"
+        for path in PACKAGE.iterdir()
+        if (path.suffix == ".py" and path.stem != "__init__") or (path / "__init__.py").is_file()
+    } - {"covonaut_es.store"}
+    assert beside_the_store <= set(contract["source_modules"])
