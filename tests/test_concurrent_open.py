@@ -142,11 +142,11 @@ def test_an_open_waits_a_bounded_time_for_a_session_stuck_making_tables(
     stuck halfway through its open) makes another open fail with StoreLockedError after
     the store's wait, not hang; once it lets go, the open succeeds."""
     from covonaut_es.errors import StoreLockedError
-    from covonaut_es.store._backends import postgres
+    from covonaut_es.store._backends import _postgres_schema
 
-    monkeypatch.setattr(postgres, "SCHEMA_LOCK_WAIT_S", 1)
+    monkeypatch.setattr(_postgres_schema, "SCHEMA_LOCK_WAIT_S", 1)
     with psycopg.connect(postgres_database, autocommit=True) as holder:
-        holder.execute("SELECT pg_advisory_lock(%s)", (postgres._SCHEMA_LOCK_KEY,))
+        holder.execute("SELECT pg_advisory_lock(%s)", (_postgres_schema.SCHEMA_LOCK_KEY,))
         with pytest.raises(StoreLockedError, match="pg_locks gives its pid"):
             open_store(postgres_database)
     with open_store(postgres_database) as store:
@@ -160,7 +160,7 @@ def test_an_open_whose_session_is_ended_while_it_waits_says_so(postgres_database
     import threading
 
     from covonaut_es.errors import StoreUnavailableError
-    from covonaut_es.store._backends import postgres
+    from covonaut_es.store._backends import _postgres_schema
 
     failures: list[BaseException] = []
 
@@ -171,7 +171,7 @@ def test_an_open_whose_session_is_ended_while_it_waits_says_so(postgres_database
             failures.append(exc)
 
     with psycopg.connect(postgres_database, autocommit=True) as holder:
-        holder.execute("SELECT pg_advisory_lock(%s)", (postgres._SCHEMA_LOCK_KEY,))
+        holder.execute("SELECT pg_advisory_lock(%s)", (_postgres_schema.SCHEMA_LOCK_KEY,))
         opener = threading.Thread(target=opening)
         opener.start()
         waiting: list[Any] = []
