@@ -432,7 +432,7 @@ def test_a_sealed_view_without_the_key_stops_instead_of_passing_records_over(
     from covonaut_es.errors import ConfigurationError
     from covonaut_es.projections._names import ThreadNames
     from covonaut_es.projections._queue import ReviewQueueProjection
-    from covonaut_es.projections._views import SealedSQLiteReviewQueueView
+    from covonaut_es.projections._views_sqlite import SealedSQLiteReviewQueueView
 
     env = {"PERSISTENCE_MODULE": "eventsourcing.sqlite", "SQLITE_DBNAME": str(tmp_path / "q.db")}
     factory = InfrastructureFactory.construct(env=Environment("review_queue", env))

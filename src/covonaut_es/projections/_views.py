@@ -1,4 +1,4 @@
-"""The reviewer queue's materialized view, on each back end.
+"""The reviewer queue's materialized view: what every back end's view shares.
 
 Each view is an eventsourcing tracking recorder: it applies a processed event's queue
 changes and records the event's position in one transaction, so a projection that is
@@ -12,7 +12,8 @@ earlier version left (the tables before pauses had a kind, ``covonaut_review_que
 ``covonaut_sealed_queue``, or a plain queue of a store encrypted later), which it never
 reads or rewrites.
 
-The view class of a back end is chosen by the name of the store's back end (its port,
+Each back end's view is a module of its own (:mod:`._views_memory`, :mod:`._views_sqlite`,
+:mod:`._views_postgres`), chosen by the name of the store's back end (its port,
 :mod:`covonaut_es.store._backend`). The views extend eventsourcing's tracking recorders
 through :mod:`covonaut_es.store._tracking`, which keeps what that takes of
 eventsourcing's private parts in the store's back ends.
@@ -26,8 +27,7 @@ from datetime import datetime
 from typing import Any, ClassVar
 
 import msgspec
-from eventsourcing.persistence import IntegrityError, Tracking, TrackingRecorder
-from eventsourcing.sqlite import SQLiteTrackingRecorder
+from eventsourcing.persistence import Tracking, TrackingRecorder
 
 from covonaut_es.domain import PauseKind
 from covonaut_es.errors import ConfigurationError
@@ -515,41 +515,9 @@ class SealedReviewQueueView(SQLReviewQueueView):
         return [statement.format(blob=cls.BLOB) for statement in SEALED_CREATE_STATEMENTS]
 
 
-class SQLiteReviewQueueView(SQLReviewQueueView, SQLiteTrackingRecorder):
-    """The queue in a SQLite file (the store's own, or another)."""
-
-    PLACEHOLDER = "?"
-
-    def construct_create_table_statements(self) -> list[str]:
-        return [*super().construct_create_table_statements(), *CREATE_STATEMENTS]
-
-    def create_table(self) -> None:
-        try:
-            super().create_table()
-        except IntegrityError:
-            # eventsourcing reads whether the tables exist, then makes them and records
-            # their migration in one transaction, which another process (a second queue
-            # started at once) committed in between: they are made now, and reading
-            # again finds them.
-            super().create_table()
-
-
-class SealedSQLiteReviewQueueView(SealedReviewQueueView, SQLiteReviewQueueView):
-    """The sealed queue of an encrypted store, in a SQLite file."""
-
-    BLOB = "BLOB"
-
-    def construct_create_table_statements(self) -> list[str]:
-        # Only the tracking table and the sealed tables: no plain queue table.
-        return [
-            *SQLiteTrackingRecorder.construct_create_table_statements(self),
-            *self.sealed_create_statements(),
-        ]
-
-
 VIEW_TOPICS: dict[str, str] = {
     "memory": "covonaut_es.projections._views_memory:MemoryReviewQueueView",
-    "sqlite": "covonaut_es.projections._views:SQLiteReviewQueueView",
+    "sqlite": "covonaut_es.projections._views_sqlite:SQLiteReviewQueueView",
     "postgres": "covonaut_es.projections._views_postgres:PostgresReviewQueueView",
 }
 """The view class for each back end (by its port's name), as topics: PostgreSQL's needs
@@ -557,7 +525,7 @@ psycopg."""
 
 SEALED_VIEW_TOPICS: dict[str, str] = {
     **VIEW_TOPICS,
-    "sqlite": "covonaut_es.projections._views:SealedSQLiteReviewQueueView",
+    "sqlite": "covonaut_es.projections._views_sqlite:SealedSQLiteReviewQueueView",
     "postgres": ("covonaut_es.projections._views_postgres:SealedPostgresReviewQueueView"),
 }
 """The view classes for an encrypted store: its queue in memory stays in this process,
