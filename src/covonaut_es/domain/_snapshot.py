@@ -3,53 +3,65 @@
 A :class:`ThreadSnapshot` holds the whole state of an
 :class:`~covonaut_es.domain.AgentThread` at one version, so that loading the thread
 folds only the events after it. The aggregate's module makes it its snapshot class.
+Its base, :class:`StateSnapshot`, is the store's snapshots of an application's own
+aggregates' too: one way of taking and rebuilding an aggregate's state.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 from eventsourcing.domain import Aggregate, Snapshot
 from eventsourcing.utils import get_topic, register_topic
+
+from covonaut_es.domain._eventsourcing import rebuild, state_of
 
 RESULT_CALL_IDS = "_result_call_ids_memo"
 """Where a thread keeps the call ids of its tool messages: derived from its messages,
 so no snapshot holds it."""
 
-_NOT_STATE = ("_id", "_version", "_pending_events", RESULT_CALL_IDS)
 
+class StateSnapshot(Snapshot):
+    """A snapshot whose state is its aggregate's own attributes, rebuilt into an
+    instance of :attr:`aggregate_class`. Its timestamp is the aggregate's last
+    modification, so taking it reads no clock.
 
-class ThreadSnapshot(Snapshot):
-    """A snapshot of an :class:`AgentThread`, decoded with the thread's own types.
-
-    Its timestamp is the thread's last modification, so taking it reads no clock.
+    A subclass binds :attr:`aggregate_class` and says the topic it records.
     """
+
+    aggregate_class: ClassVar[type]
+    DERIVED: ClassVar[tuple[str, ...]] = ()
+    """Attributes recomputed when asked, which a snapshot does not keep."""
+
+    @classmethod
+    def take(cls, aggregate: Any) -> Self:
+        return cls(
+            originator_id=aggregate.id,
+            originator_version=aggregate.version,
+            timestamp=aggregate.modified_on,
+            topic=cls.topic_of(aggregate),
+            state=state_of(aggregate, cls.DERIVED),
+        )
+
+    @classmethod
+    def topic_of(cls, aggregate: Any) -> str:
+        """The topic of ``aggregate``'s class, as the snapshot records it."""
+        return get_topic(type(aggregate))
+
+    def mutate(self, _: None) -> Any:
+        return rebuild(
+            self.aggregate_class, self.state, self.originator_id, self.originator_version
+        )
+
+
+class ThreadSnapshot(StateSnapshot):
+    """A snapshot of an :class:`AgentThread`, decoded with the thread's own types."""
 
     TOPIC = "covonaut.thread.Snapshot"
     # Set where the aggregate is defined with this class as its snapshot class (the
     # aggregate imports this module, so this module cannot name it).
     aggregate_class: ClassVar[type[Aggregate]]
-
-    @classmethod
-    def take(cls, aggregate: Any) -> ThreadSnapshot:
-        state = {k: v for k, v in vars(aggregate).items() if k not in _NOT_STATE}
-        return cls(
-            originator_id=aggregate.id,
-            originator_version=aggregate.version,
-            timestamp=aggregate.modified_on,
-            topic=get_topic(type(aggregate)),
-            state=state,
-        )
-
-    def mutate(self, _: None) -> Aggregate:
-        thread = object.__new__(self.aggregate_class)
-        thread.__dict__.update(
-            self.state,
-            _id=self.originator_id,
-            _version=self.originator_version,
-            _pending_events=[],
-        )
-        return thread
+    DERIVED = (RESULT_CALL_IDS,)
 
 
 register_topic(ThreadSnapshot.TOPIC, ThreadSnapshot)

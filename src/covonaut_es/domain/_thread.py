@@ -25,6 +25,7 @@ from eventsourcing.domain import Aggregate
 from covonaut_es._arguments import check_text, check_whole
 from covonaut_es.domain._calls import event_key, has_key_form, requested_call
 from covonaut_es.domain._canonical import json_data
+from covonaut_es.domain._eventsourcing import MODIFIED_ON, VERSION, move_to
 from covonaut_es.domain._ids import check_thread_id, check_thread_stream, thread_aggregate_id
 from covonaut_es.domain._pauses import (
     checked_kind,
@@ -173,8 +174,8 @@ class AgentThread(Aggregate, created_event_name="Started"):
                 # What eventsourcing's version and modified_on setters write, without
                 # two property calls on every event of a restore.
                 state = thread.__dict__
-                state["_version"] = self.originator_version
-                state["_modified_on"] = self.timestamp
+                state[VERSION] = self.originator_version
+                state[MODIFIED_ON] = self.timestamp
             else:
                 thread = super().mutate(thread)
             if abandoned:  # the last results of a run it stopped change nothing
@@ -677,13 +678,14 @@ class AgentThread(Aggregate, created_event_name="Started"):
                 raise ThreadStateError(msg)
             self.check_place()
             check_thread_stream(self.originator_id, self.thread_id)
-            base.__dict__.update(
-                _id=self.originator_id,
-                _version=self.originator_version,
-                _modified_on=self.timestamp,
-                thread_id=self.thread_id,
-                parent=ThreadParent(self.parent_thread_id, self.parent_version),
+            move_to(
+                base,
+                aggregate_id=self.originator_id,
+                version=self.originator_version,
+                modified_on=self.timestamp,
             )
+            base.thread_id = self.thread_id
+            base.parent = ThreadParent(self.parent_thread_id, self.parent_version)
             check_recorded_pauses(self.interrupts, base.pauses)
             return base
 

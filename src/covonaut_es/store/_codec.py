@@ -28,6 +28,7 @@ import msgspec
 from eventsourcing.domain import CanMutateAggregate, CanSnapshotAggregate
 
 from covonaut_es.domain import AgentThread, ThreadSnapshot
+from covonaut_es.domain._eventsourcing import TIMES
 from covonaut_es.domain._named_states import StateSaved
 from covonaut_es.domain._submissions import InputSubmitted, InputTaken
 from covonaut_es.errors import SerializationError, StaleSnapshotError
@@ -368,10 +369,7 @@ def _field_types(cls: type) -> list[tuple[str, Any] | tuple[str, Any, Any]]:
 def _aggregate_state_fields(aggregate_cls: type) -> list[tuple[str, Any, Any]]:
     hints = typing.get_type_hints(aggregate_cls)
     own = [name for name in aggregate_cls.__annotations__ if not name.isupper()]
-    fields: list[tuple[str, Any, Any]] = [
-        ("_created_on", datetime, msgspec.NODEFAULT),
-        ("_modified_on", datetime, msgspec.NODEFAULT),
-    ]
+    fields: list[tuple[str, Any, Any]] = [(name, datetime, msgspec.NODEFAULT) for name in TIMES]
     return fields + [(name, hints[name], _state_default(hints[name])) for name in own]
 
 

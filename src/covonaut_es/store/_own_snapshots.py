@@ -17,40 +17,36 @@ annotation is refused before the events that make the snapshot due are stored.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, ClassVar
+from typing import Any, Self
 
-from eventsourcing.domain import CanSnapshotAggregate, Snapshot
+from eventsourcing.domain import CanSnapshotAggregate
 
+from covonaut_es.domain._eventsourcing import TIMES, state_of
+from covonaut_es.domain._snapshot import StateSnapshot
 from covonaut_es.errors import ConfigurationError, SerializationError
 
-_NOT_STATE = frozenset({"_id", "_version", "_pending_events"})
-_TIMES = frozenset({"_created_on", "_modified_on"})  # every eventsourcing aggregate's
 
-
-class AggregateSnapshot(Snapshot):
+class AggregateSnapshot(StateSnapshot):
     """The base of an aggregate's snapshot class: nest ``class Snapshot(AggregateSnapshot):
     pass`` in an aggregate class of an :class:`~covonaut_es.AgentApplication`, and the
     application binds it to that class. Its state is decoded into the types the
     aggregate class annotates, and it rebuilds an instance of that class, whatever class
     its stored ``topic`` names."""
 
-    aggregate_class: ClassVar[type]
-
     @classmethod
-    def take(cls, aggregate: Any) -> AggregateSnapshot:
+    def take(cls, aggregate: Any) -> Self:
         """The snapshot of ``aggregate``'s state.
 
         Raises:
             SerializationError: The aggregate has attributes its class does not annotate.
         """
         check_annotated(aggregate)
-        return cls(
-            originator_id=aggregate.id,
-            originator_version=aggregate.version,
-            timestamp=aggregate.modified_on,  # as a thread's snapshot: no clock is read
-            topic=cls.topic_of_aggregate(),
-            state={k: v for k, v in vars(aggregate).items() if k not in _NOT_STATE},
-        )
+        return super().take(aggregate)
+
+    @classmethod
+    def topic_of(cls, aggregate: Any) -> str:
+        """The topic of the class this snapshot class is bound to."""
+        return cls.topic_of_aggregate()
 
     @classmethod
     def topic_of_aggregate(cls) -> str:
@@ -70,14 +66,7 @@ class AggregateSnapshot(Snapshot):
                 "the class its snapshot class holds"
             )
             raise SerializationError(msg)
-        aggregate: Any = object.__new__(self.aggregate_class)
-        aggregate.__dict__.update(
-            self.state,
-            _id=self.originator_id,
-            _version=self.originator_version,
-            _pending_events=[],
-        )
-        return aggregate
+        return super().mutate(None)
 
 
 def snapshot_class(aggregate_class: type) -> type[AggregateSnapshot]:
@@ -151,7 +140,7 @@ def check_annotated(aggregate: Any) -> None:
         SerializationError: Naming the class and the attributes.
     """
     cls = type(aggregate)
-    missing = sorted(set(vars(aggregate)) - _NOT_STATE - _TIMES - annotated(cls))
+    missing = sorted(state_of(aggregate).keys() - {*TIMES, *annotated(cls)})
     if missing:
         msg = (
             f"cannot snapshot {cls.__qualname__} {aggregate.id}: its attributes {missing} "
