@@ -7,44 +7,88 @@ the chain key the store adopted), forks by reference, named states, and the audi
 thread's own records (``Store.replay`` and ``Store.verify``). It may import
 the domain and the migrations, never the runtime or a layer above.
 
-Its modules (ADR 0028):
+Its modules (ADR 0028), one line each.
+
+Back ends, and what each one's recorders share:
 
 - ``_backends/``: one eventsourcing persistence module per back end, what
-  ``PERSISTENCE_MODULE`` names: ``memory``, ``sqlite`` (with ``_sqlite_connections``,
-  the pool and the saves' writer; ``_sqlite_polling``, subscriptions by polling;
-  ``_sqlite_leases``, ``flock`` leases) and ``postgres`` (with ``_postgres_rows``,
-  records sent as JSON; ``_postgres_leases``, advisory-lock leases). Each has one
-  factory, its own recorder classes, and a ``BACKEND``: its side of the port. Only
-  they use eventsourcing's private names, and nothing outside this package imports
-  them.
-- ``_backend``: the port (:class:`~covonaut_es.store._backend.Backend`), and the one
-  place a back end is chosen, from an environment or an open application's factory.
-- ``_rows``: the check that turns a stored row into a ``StoredEvent``, or a typed
-  error, shared by every back end's recorders.
-- ``_urls``: store URLs to eventsourcing environments, and redaction of passwords.
-- ``_open``: :func:`open_store`, and the log a follower (the reviewer queue) opens, a
-  store's or an application's of the user's own by its own settings; ``_application``:
-  the eventsourcing applications, the snapshot cache and the save that seals chains;
-  ``_settings`` (with ``_settings_tables``): the key and compression a store records
-  and each open checks.
-- ``_store``: :class:`Store`, composed of collaborators (ADR 0037): ``_records``
-  (stored records, the log, head anchors), ``_reader`` (loads, histories, replays),
-  ``_writer`` (saves, the snapshot schedule), ``_forks``, ``_leasing`` (with
-  ``_leases``, the lease protocol and the in-memory leases), ``_submissions``,
-  ``_positions`` (how far a consumer of the log got) and ``_states`` (named
-  states); ``_read_only`` refuses writes to a store opened read-only.
-- ``_tracking``: what the projections' views extend to be tracking recorders, from
-  the back ends' ``_eventsourcing`` (the store's uses of eventsourcing's private names
-  outside the recorders).
-- ``_listing`` (with ``_summaries``, the back ends' table of summaries): threads
-  listed a page at a time, from summaries checked against the head anchors.
+  ``PERSISTENCE_MODULE`` names; each has one factory, its own recorder classes and a
+  ``BACKEND``, its side of the port, and nothing outside this package imports them:
+    - ``memory``: stores in this process, which several applications can share;
+    - ``_memory_leases``: the in-memory store's run leases and worker registry;
+    - ``sqlite``: a store in one file;
+    - ``_sqlite_connections``: the pool, its connections and the saves' writer;
+    - ``_sqlite_polling``: the application recorder projections subscribe to, by polling;
+    - ``_sqlite_leases``: run leases by ``flock`` on files beside the database;
+    - ``_sqlite_keys``: whether a store's tables key streams as bytes or as hex;
+    - ``postgres``: a store in a PostgreSQL database;
+    - ``_postgres_rows``: records sent to PostgreSQL as one JSON document;
+    - ``_postgres_leases``: run leases by session-level advisory locks;
+    - ``_postgres_heads``: head anchors and lease fences, written with the events;
+    - ``_postgres_reads``: one-statement reads on connections kept for them;
+    - ``_eventsourcing``: the private parts of eventsourcing the store and the views use.
+- ``_backend``: the port (``Backend``), and the one place a back end is chosen.
+- ``_rows``: the check that turns a stored row into a ``StoredEvent``, or a typed error.
+- ``_stream_ids``: the stream ids a store writes, and the recorders' mapping to the domain's.
+- ``_thread_rows``: a thread's rows for a load (its snapshot and the events after it).
+- ``_openings``: the first record of several threads' streams, read in one statement.
+- ``_write_errors``: the one mapping of a database's refusal to a typed error.
+
+Opening a store:
+
+- ``_urls``: store URLs to eventsourcing environments;
+  ``_url_secrets``: what in a URL is secret, and its redaction.
+- ``_open``: :func:`open_store`, and the log a follower (the reviewer queue) opens.
+- ``_application``: the eventsourcing applications, and the save that seals chains.
+- ``_settings``: the key and compression a store records and each open checks;
+  ``_settings_tables``: where it records them.
+- ``_cipher_keys``: a store's cipher key, read once and strictly.
+- ``_chain_key``: the chain key a store adopted, and where its events must bear it.
+
+The store and its collaborators (ADR 0037):
+
+- ``_store``: :class:`Store`, composed of the modules below.
+- ``_records``: stored records, the log and head anchors, read raw.
+- ``_reader``: loads, histories and replays.
+- ``_writer``: saves, fenced by the run lease, and the snapshot schedule.
+- ``_forks``: forking, labelling and abandoning threads.
+- ``_leasing``: run leases as a store hands them out;
+  ``_leases``: the lease protocol, and the worker registry.
+- ``_submissions``: input handed to threads for workers to run.
+- ``_positions``: how far a consumer of the log got.
+- ``_states``: named states and the stores that keep them.
+- ``_read_only``: the check that refuses writes to a store opened read-only.
+
+Tables beside the log:
+
+- ``_side_tables``: where such a table is, how it is written and read, and its making.
+- ``_listing``: threads listed a page at a time, checked against the head anchors;
+  ``_summaries``: the table of summaries it reads.
+- ``_outstanding``: the table of threads with work outstanding that workers keep.
+- ``_review_index``: the threads that hold a review, looked up by key;
+  ``_review_index_table``: its table.
 - ``_heads``: head anchors and lease fences, as the back ends write and check them.
-- ``_mapper`` (with ``_zstd``, and ``_dictionary``: event payloads compressed with the
-  shipped zstd dictionary): the msgspec mapper; ``_following``: an application's
-  mapper class, which its followers in an eventsourcing ``System`` make theirs of it
-  from, and :func:`event_mapper` for applications that are none;
-  ``_own_snapshots``: snapshots of an application's own aggregates; ``_audit``:
-  replay and verify.
+- ``_tracking``: what the projections' views extend to be tracking recorders.
+
+Encoding, sealing and checking what is stored:
+
+- ``_mapper``: the msgspec mapper behind eventsourcing's ``Mapper``;
+  ``_codec``: each stored class's codec, generated from its annotations.
+- ``_payload_types``: what the mapper asks of a payload type before it uses it.
+- ``_read_back``: what an event holds that its reader would not read back as given.
+- ``_transcodings``: the application's own value types, through its transcodings.
+- ``_topic_codes``: the short code a stored row names a library class by.
+- ``_zstd``: zstd frames, from the standard library or ``zstandard``;
+  ``_dictionary``: payloads compressed with the shipped zstd dictionary.
+- ``_following``: an application's mapper class for its followers, and :func:`event_mapper`.
+- ``_own_snapshots``: snapshots of an application's own aggregates.
+- ``_snapshot_cache``: the snapshot store, read as a cache that cannot lie;
+  ``_snapshot_seals``: the seals that bind a snapshot to its events.
+- ``_chain``: the hash chain of each thread's events.
+- ``_audit``: replay and verify.
+
+The store uses eventsourcing's private names in ``_backends/`` only, each naming the
+version checked; its aggregate's are named in ``covonaut_es.domain._eventsourcing``.
 """
 
 from covonaut_es.store._application import AgentApplication
