@@ -26,6 +26,8 @@ Back ends, and what each one's recorders share:
     - ``_postgres_leases``: run leases by session-level advisory locks;
     - ``_postgres_heads``: head anchors and lease fences, written with the events;
     - ``_postgres_reads``: one-statement reads on connections kept for them;
+    - ``_postgres_schema``: its tables, indexes and columns, checked against the catalog
+      at open, and the lock under which they are made;
     - ``_eventsourcing``: the private parts of eventsourcing the store and the views use.
 - ``_backend``: the port (``Backend``), and the one place a back end is chosen.
 - ``_rows``: the check that turns a stored row into a ``StoredEvent``, or a typed error.
