@@ -40,6 +40,7 @@ PUBLIC_SIGNATURES = {
     "branch_points": "(self, root_thread_id: 'str') -> 'tuple[BranchPoint, ...]'",
     "checkpoints": "(self, thread_id: 'str') -> 'tuple[Checkpoint, ...]'",
     "children": "(self, thread_id: 'str') -> 'tuple[str, ...]'",
+    "database_now": "(self) -> 'datetime | None'",
     "close": "(self) -> 'None'",
     "events_after": "(self, thread_id: 'str', version: 'int') -> 'tuple[AgentThread.Event, ...]'",
     "exists": "(self, thread_id: 'str') -> 'bool'",
@@ -70,13 +71,24 @@ PUBLIC_SIGNATURES = {
     "state_at": "(self, thread_id: 'str', version: 'int | None' = None) -> 'ThreadState'",
     "submit": "(self, thread_id: 'str', text: 'str') -> 'int'",
     "thread_ids": "(self) -> 'Iterator[str]'",
+    "threads_held": "(self) -> 'tuple[str, ...]'",
     "threads_with_review": "(self, review_id: 'str') -> 'tuple[str, ...]'",
     "tree": "(self, root_thread_id: 'str') -> 'ThreadTree'",
     "tree_stats": "(self, root_thread_id: 'str') -> 'TreeStats'",
     "verify": "(self, thread_id: 'str') -> 'AuditReport'",
+    "withdraw_worker": "(self, worker_id: 'str') -> 'None'",
     "write_state": "(self, key: 'str', document: 'Mapping[str, Any]') -> 'None'",
 }
-PUBLIC_ATTRIBUTES = {"clock", "max_checkpoints_per_thread", "read_only", "url"}
+PUBLIC_ATTRIBUTES = {
+    "clock",
+    "lease_holder",
+    "log",
+    "max_checkpoints_per_thread",
+    "outstanding_threads",
+    "read_only",
+    "submissions",
+    "url",
+}
 
 
 def test_the_store_keeps_every_public_name_and_signature() -> None:
@@ -108,6 +120,32 @@ def test_the_store_is_composed_not_mixed_in() -> None:
 
 def _private(name: str) -> bool:
     return name.startswith("_") and not name.startswith("__")
+
+
+def _names_a_store(node: ast.expr) -> bool:
+    """Whether the expression is a store by its name: ``store``, ``self.store``,
+    ``self._store``."""
+    name = node.id if isinstance(node, ast.Name) else getattr(node, "attr", "")
+    return name.lstrip("_") == "store"
+
+
+def test_no_package_outside_the_store_reads_a_stores_private_attributes() -> None:
+    """The packages above the store reach its collaborators through its ports
+    (``store.log``, ``store.submissions``, ``store.outstanding_threads``) and public
+    methods, never through a private attribute such as ``store._records`` (ADR 0121)."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if PACKAGE / "store" in path.parents:
+            continue
+        tree = ast.parse(path.read_text(), filename=str(path))
+        found += [
+            f"{path.relative_to(ROOT)}:{node.lineno}: .{node.attr}"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute)
+            and _private(node.attr)
+            and _names_a_store(node.value)
+        ]
+    assert found == []
 
 
 ES_MODULES = ("domain", "application", "persistence", "popo", "sqlite", "postgres", "projection")

@@ -706,7 +706,7 @@ def test_a_runner_that_lost_its_lease_before_taking_input_takes_none(tmp_path: P
     assert isinstance(raised, LeaseLostError)
     assert runs == texts
     with open_store(f"sqlite:///{tmp_path / 'threads.db'}") as store:
-        stream = store._submissions.submitted("t").inputs[0].originator_id
+        stream = store.submissions.submitted("t").inputs[0].originator_id
         takes = [e for e in store._app.events.get(stream) if isinstance(e, InputTaken)]
         assert [e.submitted_version for e in takes] == [1, 2]  # B's two, none of A's
 
@@ -722,13 +722,13 @@ def test_a_take_recorded_out_of_date_moves_nothing_back(tmp_path: Path) -> None:
         store.submit("t", "two")
         Worker(store, make_config).run(once=True)
         stale = store._submissions._append(
-            store._submissions.submitted("t").inputs[0].originator_id,
+            store.submissions.submitted("t").inputs[0].originator_id,
             InputTaken,
             thread_id="t",
             submitted_version=1,
             thread_version=0,
         )
-        submitted = store._submissions.submitted("t")
+        submitted = store.submissions.submitted("t")
         assert submitted.version == stale
         assert submitted.taken is not None
         assert submitted.taken.submitted_version == 2

@@ -99,8 +99,8 @@ def check_store(
         The counts per type and version, and every failure.
     """
     checker = _Checker(store)
-    total = store._records.log_position()
-    for done, record in enumerate(store._records.all_stored_records(), start=1):
+    total = store.log.end()
+    for done, record in enumerate(store.log.all_stored_records(), start=1):
         checker.check(record)
         if progress is not None:
             progress(done, total)
@@ -124,7 +124,7 @@ class _Checker:
         version = self._stored_version(record)
         name = self._count(self._schema_of(record.topic), record.topic, version)
         try:
-            decoded = self.store._records.read_record(record)
+            decoded = self.store.log.read_record(record)
         except StaleSnapshotError:
             self.report.stale_snapshots[version] += 1
             return
@@ -175,13 +175,13 @@ class _Checker:
         """The schema of a stored topic, looked up in the store's allowlist: a row names
         a module, and reading it must not import that module."""
         try:
-            return schema_for(self.store._records.mapper.event_class(topic, where=topic))
+            return schema_for(self.store.log.mapper.event_class(topic, where=topic))
         except SerializationError:  # a type this code does not know: decoding reports it
             return None
 
     def _stored_version(self, record: StoredEvent) -> int | None:
         try:
-            version = stored_version(self.store._records.mapper.payload_fields(record))
+            version = stored_version(self.store.log.mapper.payload_fields(record))
         except Exception:  # unreadable: decoding it reports why
             return None
         return version if isinstance(version, int) and not isinstance(version, bool) else None

@@ -60,11 +60,11 @@ def export_thread(store: Store, thread_id: str, *, with_ancestors: bool = False)
         owners[thread_aggregate_id(ancestor.thread_id)] = ancestor.thread_id
         ancestor = store.parent(ancestor.thread_id)
     tally = Tally()
-    for record in store._records.stored_records(thread_id):
+    for record in store.log.stored_records(thread_id):
         owner = owners.get(record.originator_id)
         if owner is None:
             continue
-        payload = store._records.mapper.payload_fields(record)
+        payload = store.log.mapper.payload_fields(record)
         topic = full_topic(record.topic)  # the form every version reads
         line = ExportedEvent(owner, record.originator_version, topic, payload)
         tally.add(owner, payload)
@@ -112,8 +112,8 @@ def import_threads(
     chains: dict[str, dict[int, str]] = {}  # a fork's parent may come earlier in the file
     records: dict[str, list[StoredEvent]] = {}
     decoded: dict[str, list[Any]] = {}
-    adoption = store._records.chain_adoption()
-    keyed = store._records.chain_key is not None and adoption.adopted
+    adoption = store.log.chain_adoption()
+    keyed = store.log.chain_key is not None and adoption.adopted
     for thread_id, events in threads.items():
         chains[thread_id] = _check(
             store, thread_id, events, chains=chains, keyed=keyed, allow_unchained=allow_unchained
@@ -130,7 +130,7 @@ def import_threads(
     if keyed:
         _grant_points(adoption, chains)
     try:
-        store._records.insert_records([record for rs in records.values() for record in rs])
+        store.log.insert_records([record for rs in records.values() for record in rs])
     except ThreadConflictError as exc:
         taken = next((t for t in threads if store.head_version(t) is not None), exc.thread_id)
         msg = (
@@ -233,10 +233,10 @@ def _readable(
     )
     sealed = StoredEvent(
         record.originator_id, record.originator_version, record.topic,
-        store._records.mapper.stored_payload(record.state),
+        store.log.mapper.stored_payload(record.state),
     )  # fmt: skip
     try:
-        return record, store._records.mapper.decode(sealed)
+        return record, store.log.mapper.decode(sealed)
     except SerializationError as exc:
         msg = f"{where} does not decode: {exc}"
         raise TransferError(msg) from exc
@@ -258,7 +258,7 @@ def _folded(
 
     events = [e for e in decoded[thread_id] if version is None or e.originator_version <= version]
     try:
-        return store._reader.fold(None, events, thread_id, parent)
+        return store.log.fold(events, thread_id, parent)
     except CovonautError as exc:
         msg = f"thread {thread_id!r} does not fold into a thread: {exc}; nothing was written"
         raise TransferError(msg) from exc
@@ -302,7 +302,7 @@ def _check(
             msg = f"{where}: expected version {expected}; versions must be contiguous"
             raise TransferError(msg)
         try:
-            cls = store._records.mapper.event_class(event.topic, where=where)
+            cls = store.log.mapper.event_class(event.topic, where=where)
         except SerializationError as exc:
             msg = f"{where}: unknown event type {event.topic!r}"
             raise TransferError(msg) from exc
@@ -313,7 +313,7 @@ def _check(
             msg = f"{where}: {event.topic!r} is not an event of a thread"
             raise TransferError(msg)
         previous = _checked_link(
-            where, previous, event, store._records.chain_key, allow_unchained=allow_unchained
+            where, previous, event, store.log.chain_key, allow_unchained=allow_unchained
         )
         heads[event.version] = previous
     named = first.payload.get("thread_id")

@@ -237,7 +237,7 @@ def review_queue(args: argparse.Namespace, store: Store, *, view_url: str | None
     """The reviewer queue of the store the options name (``store``, open), its tables
     at ``view_url`` (default: the store's database)."""
     if args.application:
-        application = store._records.application
+        application = store.log.application
         assert isinstance(application, AgentApplication)  # the one _application_store made
         return ReviewQueue.from_application(application, view_url=view_url)
     return ReviewQueue(

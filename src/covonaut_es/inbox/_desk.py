@@ -218,7 +218,7 @@ class ReviewDesk:
         position = self.queue.position()
         waiting = {key for key, at in recorded.items() if at > position}
         # The queue tracks its own events only: past the last of them, it is current.
-        if waiting and not self.store._records.has_events_after(
+        if waiting and not self.store.log.has_events_after(
             position, *QUEUE_EVENT_TYPES, follower=QUEUE_FOLLOWER
         ):
             waiting = set()

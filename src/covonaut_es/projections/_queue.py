@@ -374,7 +374,7 @@ class ReviewQueue(Closing):
         # another process keeps is looked at again every tick.
         projection = runner.projection if isinstance(runner, QueueRunner) else None
         seen = 0 if projection is None else projection.batches_applied()
-        while store._records.has_events_after(
+        while store.log.has_events_after(
             self.position(), *QUEUE_EVENT_TYPES, follower=QUEUE_FOLLOWER
         ):
             if runner is not None and runner.is_interrupted.is_set():
@@ -437,7 +437,7 @@ class ReviewQueue(Closing):
         view = self.view()
         position = self.position()
         found = view.threads_with_review(review_id)
-        if store._records.has_events_after(position, *QUEUE_EVENT_TYPES, follower=QUEUE_FOLLOWER):
+        if store.log.has_events_after(position, *QUEUE_EVENT_TYPES, follower=QUEUE_FOLLOWER):
             return None
         return found
 

@@ -372,7 +372,7 @@ class ThreadService:
         now = self._clock()
         if self._ahead(now, f"expiring the reviews of thread {thread_id!r}", "nothing expired"):
             return ()
-        clock = f"the clock of {self.store._leasing.holder}"
+        clock = f"the clock of {self.store.lease_holder}"
         return self._change(thread_id, lambda t: t.expire_reviews(now=now, clock=clock))
 
     def note_deadlines_near(self, thread_id: str, lead: timedelta) -> tuple[ReviewRequest, ...]:
@@ -396,7 +396,7 @@ class ThreadService:
         deadline set by a clock a day behind would be past by the database's already,
         and the first sweep by a clock in step would expire the review; one set by a
         clock ahead would let the review outlive its wait."""
-        database_now = self.store._records.database_now()
+        database_now = self.store.database_now()
         off = skew(now, database_now)
         if off is None or database_now is None:
             return now
@@ -466,7 +466,7 @@ class ThreadService:
     def _skew(self, now: datetime) -> timedelta | None:
         """How far ``now`` runs ahead of the database's clock past ``CLOCK_SKEW_BOUND``:
         the one check of a clock that judges deadlines."""
-        return ahead(now, self.store._records.database_now())
+        return ahead(now, self.store.database_now())
 
     # Pauses -------------------------------------------------------------------------
 

@@ -57,6 +57,8 @@ The store and its collaborators (ADR 0037):
 - ``_leasing``: run leases as a store hands them out;
   ``_leases``: the lease protocol, and the worker registry.
 - ``_submissions``: input handed to threads for workers to run.
+- ``_log``: the port the packages above read the log and its records through
+  (``Store.log``, ADR 0121).
 - ``_positions``: how far a consumer of the log got.
 - ``_states``: named states and the stores that keep them.
 - ``_read_only``: the check that refuses writes to a store opened read-only.

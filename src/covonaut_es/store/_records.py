@@ -1,9 +1,10 @@
 """Raw access to a store's records, for audits, imports, migration checks and the
 readers of its log.
 
-A :class:`~covonaut_es.Store` holds one :class:`StoredRecords` (``store._records``): the
-library's other packages read records, the log and the chain key's adoption through it.
-Nothing here decodes more than it must.
+A :class:`~covonaut_es.Store` holds one :class:`StoredRecords`; the library's other
+packages read records, the log and the chain key's adoption through the store's port to
+it, :class:`~covonaut_es.store._log.StoreLog` (``store.log``). Nothing here decodes more
+than it must.
 """
 
 from __future__ import annotations

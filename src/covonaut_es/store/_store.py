@@ -6,8 +6,10 @@ A :class:`Store` wraps one eventsourcing ``Application`` configured for one back
 collaborators, each in a module of its own (ADR 0037), and its methods hand each call to
 one of them: ``_records`` (stored records and the log), ``_reader`` (loads, histories,
 replays), ``_writer`` (saves, snapshots), ``_forks``, ``_leasing``, ``_submissions`` and
-``_states`` (named states). The library's other packages use those collaborators'
-public methods; nothing reaches into their private names.
+``_states`` (named states). The library's other packages reach what they need of them
+through the store's ports: :attr:`Store.log` (the log and its records),
+:attr:`Store.submissions` and :attr:`Store.outstanding_threads`; never through a private
+attribute (ADR 0121).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from covonaut_es.store._forks import Forks
 from covonaut_es.store._leases import Lease, WorkerRecord
 from covonaut_es.store._leasing import Leasing
 from covonaut_es.store._listing import ThreadListing, ThreadPage
+from covonaut_es.store._log import StoreLog
 from covonaut_es.store._outstanding import OutstandingThreads
 from covonaut_es.store._positions import LogPositions
 from covonaut_es.store._read_only import WriteGuard
@@ -104,6 +107,9 @@ class Store(Closing):
         reviews = None if self.read_only else backend.review_index_table(app.recorder)
         self._review_index = None if reviews is None else ReviewIndex(app, reviews)
         self._positions = LogPositions(app, guard)
+        self.log = StoreLog(self._records, self._reader, self._positions)
+        """The store's log and its records as stored: what the workers, the review
+        queue and the audits read of them."""
         self._closed = False
 
     @classmethod
@@ -501,6 +507,17 @@ class Store(Closing):
         check_text("holder", holder)
         self._leasing.name_lease_holder(holder)
 
+    @property
+    def lease_holder(self) -> str:
+        """Who holds the leases this store takes from now on: the name
+        :meth:`name_lease_holder` gave, else this process's host and id."""
+        return self._leasing.holder
+
+    def threads_held(self) -> tuple[str, ...]:
+        """The threads whose run leases this store holds now, sorted: what a worker's
+        heartbeat says it runs."""
+        return self._leasing.leases.held()
+
     def publish_worker(self, record: WorkerRecord) -> None:
         """Write a live worker's record (its heartbeat) to the registry. In an
         encrypted store the threads it holds and the calls it runs are sealed under the
@@ -515,6 +532,17 @@ class Store(Closing):
     def live_workers(self) -> tuple[WorkerRecord, ...]:
         """The live workers' records, oldest first."""
         return self._leasing.live_workers()
+
+    def withdraw_worker(self, worker_id: str) -> None:
+        """Remove a stopping worker's record from the registry."""
+        self._leasing.leases.withdraw(worker_id)
+
+    @property
+    def outstanding_threads(self) -> OutstandingThreads | None:
+        """The store's table of the threads its workers may have to run, which a
+        starting worker reads instead of the whole log; None in a store opened
+        read-only, or whose back end keeps none."""
+        return self._outstanding
 
     # Input for workers, and named states ------------------------------------------
 
@@ -536,6 +564,13 @@ class Store(Closing):
         return self._submissions.submit(thread_id, text)
 
     asubmit = in_worker_thread(submit)
+
+    @property
+    def submissions(self) -> Submissions:
+        """The threads' submitted input, as workers read it; a runner records that it
+        takes one through :meth:`ThreadService.take_input
+        <covonaut_es.service.ThreadService.take_input>`."""
+        return self._submissions
 
     def write_state(self, key: str, document: Mapping[str, Any]) -> None:
         """Save a named state document under ``key``; the last save wins.
@@ -578,6 +613,15 @@ class Store(Closing):
             raise StoreUnavailableError(msg)
         self._records.ping(timeout)
 
+    def database_now(self) -> datetime | None:
+        """The time by the database's own clock; None for a store in memory, which has
+        none but the process's.
+
+        Raises:
+            StoreUnavailableError: The database did not answer.
+        """
+        return self._records.database_now()
+
     # Positions of the log's consumers ----------------------------------------------
 
     def last_log_position(self) -> int:
@@ -595,20 +639,7 @@ class Store(Closing):
                 back, or the log restored, after the consumer passed it), where it would
                 pass over every event written afterwards; or the end is refused.
         """
-        return self._position_and_end(consumer)[0]
-
-    def _position_and_end(self, consumer: str) -> tuple[int, int]:
-        """As :meth:`log_position`, with the log's end it was checked against: a
-        consumer that reads on up to the end reads it once.
-
-        Raises:
-            ConfigurationError: ``consumer`` is no str.
-            StoredRowError: As :meth:`log_position`.
-        """
-        check_text("consumer", consumer)
-        position = self._positions.log_position(consumer)
-        follower = f"the consumer {consumer!r} (the store's tracking table)"
-        return position, self._records.end_for(follower, position)
+        return self.log.position_and_end(consumer)[0]
 
     def record_log_position(self, consumer: str, position: int) -> None:
         """Record that ``consumer`` is done with the log up to ``position``.

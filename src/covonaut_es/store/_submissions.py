@@ -1,9 +1,10 @@
 """Input handed to threads for workers to run: the store's side.
 
-A :class:`~covonaut_es.Store` holds one :class:`Submissions` (``store._submissions``);
-workers read and take input through it. Each thread's submissions are a stream of
-their own (:mod:`covonaut_es.domain._submissions`), so submitting never conflicts with
-a run in progress; a worker reads it to find input not yet taken.
+A :class:`~covonaut_es.Store` holds one :class:`Submissions` (``store.submissions``);
+workers read input through it, and take it through the service
+(:meth:`~covonaut_es.service.ThreadService.take_input`). Each thread's submissions are a
+stream of their own (:mod:`covonaut_es.domain._submissions`), so submitting never
+conflicts with a run in progress; a worker reads it to find input not yet taken.
 """
 
 from __future__ import annotations

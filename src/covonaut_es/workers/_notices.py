@@ -150,11 +150,11 @@ class NoticeSender:
                 deliver; that notice and the ones after it are sent by the next call.
         """
         sent = 0
-        mapper = self.store._records.mapper
+        mapper = self.store.log.mapper
         # Read up to the end as checked (ADR 0113): a row moved past where new events are
         # numbered is refused, not sent and recorded as the position.
-        position, end = self.store._position_and_end(self.consumer)
-        notifications = self.store._records.notifications(*NOTICE_EVENTS, after=position, stop=end)
+        position, end = self.store.log.position_and_end(self.consumer)
+        notifications = self.store.log.notifications(*NOTICE_EVENTS, after=position, stop=end)
         for notification in notifications:
             try:
                 event = cast(AgentThread.Event, mapper.to_domain_event(notification))

@@ -74,7 +74,7 @@ def fold(ready: ReadyThreads, deadlines: ReviewDeadlines, event: Any) -> None:
 def events(store: Store, notifications: Iterable[Any], worker: str) -> Iterable[tuple[int, Any]]:
     """Each notification's position and event, passing over (with a warning) one that
     cannot be read."""
-    mapper = store._records.mapper
+    mapper = store.log.mapper
     for notification in notifications:
         try:
             yield notification.id, mapper.to_domain_event(notification)
@@ -135,15 +135,15 @@ def catch_up(store: Store, worker: str) -> None:
     """Fold the log's followed events after the table's position into its rows, until
     the table reaches the log's end (another worker's update counts as this one's); the
     position passes the events no worker follows too
-    (:meth:`~covonaut_es.store._records.StoredRecords.next_batch`)."""
-    table = store._outstanding
+    (:meth:`~covonaut_es.store.log.StoredRecords.next_batch`)."""
+    table = store.outstanding_threads
     assert table is not None
     while True:
-        before, end = table.position(), store._records.log_position()
+        before, end = table.position(), store.log.end()
         if before is None or before > end:
             table.clear()  # spoiled: a position beyond the log would hide new events
             before = 0
-        found, after = store._records.next_batch(*FOLLOWED, after=before, end=end, limit=BATCH)
+        found, after = store.log.next_batch(*FOLLOWED, after=before, end=end, limit=BATCH)
         if after == before:
             return
         read = [event for _, event in events(store, found, worker) if event is not None]

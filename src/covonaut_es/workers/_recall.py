@@ -20,7 +20,7 @@ def recalling(store: Store) -> Callable[[UUID], Summary | None]:
     one to look at when it cannot be loaded (the step then says why)."""
 
     def recall(stream: UUID) -> Summary | None:
-        thread_id = store._records.thread_id_of(stream)
+        thread_id = store.log.thread_id_of(stream)
         if thread_id is None:
             return None
         try:

@@ -40,7 +40,7 @@ class Action(enum.Enum):
 def step(store: Store, config: AgentConfig, thread_id: str) -> Action:
     """Run the thread if it is ready; the caller holds its lease."""
     thread = store.find(thread_id)
-    submitted = store._submissions.submitted(thread_id)
+    submitted = store.submissions.submitted(thread_id)
     agent = Agent(config)
     if thread is not None and thread.status is ThreadStatus.ABANDONED:
         return Action.NOTHING
@@ -63,7 +63,7 @@ def step(store: Store, config: AgentConfig, thread_id: str) -> Action:
     if waiting is None:
         return Action.NOTHING
     lease = store.held_lease(thread_id)
-    store._submissions.take(submitted, waiting, thread.version if thread else 0, lease)
+    store.submissions.take(submitted, waiting, thread.version if thread else 0, lease)
     agent.run(waiting.text)
     return Action.RAN_INPUT
 
@@ -80,4 +80,4 @@ def _started(store: Store, thread: AgentThread | None, taken: InputTaken) -> boo
     input was stored after the version the taker found."""
     if thread is None or thread.version <= taken.thread_version:
         return False
-    return store._submissions.run_started(taken)
+    return store.submissions.run_started(taken)

@@ -142,7 +142,7 @@ class Worker(Closing):
         )
         self._stopping = threading.Event()
         self._changed = threading.Event()
-        self._ready = ReadyThreads(store._records.thread_id_of, recalling(store))
+        self._ready = ReadyThreads(store.log.thread_id_of, recalling(store))
         self._candidates = Candidates(self._ready)
         self._deadlines = ReviewDeadlines()
         self.notice_lead = notice_lead
@@ -200,7 +200,7 @@ class Worker(Closing):
             heartbeat.join()
             if notices.is_alive():
                 notices.join()
-            self.store._leasing.leases.withdraw(self.worker_id)
+            self.store.withdraw_worker(self.worker_id)
             logger.info("worker %s: stopped", self.worker_id)
 
     def _loop(self, pool: ThreadPoolExecutor, *, once: bool) -> None:
@@ -237,7 +237,7 @@ class Worker(Closing):
 
     def _follow(self) -> None:
         """Fold the log's new events of the tracked types."""
-        found = self.store._records.notifications(*FOLLOWED, after=self._position)
+        found = self.store.log.notifications(*FOLLOWED, after=self._position)
         for position, event in events(self.store, found, self.worker_id):
             if event is not None:
                 fold(self._ready, self._deadlines, event)
@@ -247,14 +247,14 @@ class Worker(Closing):
         """Begin from the store's table of outstanding threads, brought up to date, and
         follow the log after its position; with no table (or one that cannot be read),
         from the start of the log."""
-        table = self.store._outstanding
+        table = self.store.outstanding_threads
         if table is None or self._position:
             return
         for _ in range(2):  # a table spoiled by another writer is made again once
             catch_up(self.store, self.worker_id)
             found = table.read()
             if found is not None:
-                names, recall = self.store._records.thread_id_of, recalling(self.store)
+                names, recall = self.store.log.thread_id_of, recalling(self.store)
                 ready, deadlines = ReadyThreads(names, recall), ReviewDeadlines()
                 if restore(found[1], ready, deadlines):
                     self._ready, self._deadlines, self._position = ready, deadlines, found[0]
@@ -265,7 +265,7 @@ class Worker(Closing):
     def _keep_table(self, now: float) -> None:
         """Bring the table of outstanding threads up to date, every
         :data:`CATCH_UP_INTERVAL`; a failure only leaves more for the next."""
-        if self.store._outstanding is None or now < self._table_due:
+        if self.store.outstanding_threads is None or now < self._table_due:
             return
         self._table_due = now + CATCH_UP_INTERVAL
         try:
@@ -367,9 +367,7 @@ class Worker(Closing):
             self._changed.wait(HEARTBEAT_INTERVAL)  # a beat, or the threads held changed
             self._changed.clear()
             try:
-                record = now_record(
-                    self._record, self.store._leasing.leases.held(), running_calls()
-                )
+                record = now_record(self._record, self.store.threads_held(), running_calls())
                 self.store.publish_worker(record)
             except StoreFileReplacedError as exc:  # it would follow the old file unseen
                 self._lost = exc
