@@ -35,6 +35,7 @@ from covonaut_es.domain import Decision, PauseKind
 from covonaut_es.errors import (
     AmbiguousReviewError,
     InvalidDecisionError,
+    LeaseLostError,
     ReviewNotFoundError,
     ThreadAbandonedError,
     ThreadBusyError,
@@ -511,3 +512,42 @@ def test_an_agent_behind_the_store_still_refuses_what_the_stored_thread_refuses(
     assert (
         store.history("t")[: len(before)] == before and len(store.history("t")) == len(before) + 1
     )
+
+
+# Submitted input --------------------------------------------------------------------------
+
+
+def test_a_runner_takes_the_next_submission_waiting_through_the_service(store: Store) -> None:
+    """Taking input under the thread's lease records the take of the first submission
+    waiting and returns it; the next one waits after it."""
+    store.submit("t", "one")
+    store.submit("t", "two")
+    with store.lease("t"):
+        taken = ThreadService(store).take_input(
+            "t", store.submissions.submitted("t"), thread_version=0
+        )
+    assert taken is not None
+    assert taken.text == "one"
+    submitted = store.submissions.submitted("t")
+    assert submitted.taken is not None
+    assert submitted.taken.submitted_version == taken.originator_version
+    waiting = submitted.waiting()
+    assert waiting is not None
+    assert waiting.text == "two"
+
+
+def test_a_take_after_another_runners_is_refused_and_none_waiting_takes_nothing(
+    store: Store,
+) -> None:
+    """A runner whose read of the submissions another runner's take followed is refused
+    with LeaseLostError, recording nothing; with none waiting, nothing is taken."""
+    store.submit("t", "one")
+    read = store.submissions.submitted("t")
+    commands = ThreadService(store)
+    commands.take_input("t", read, thread_version=0)
+    with pytest.raises(LeaseLostError):
+        commands.take_input("t", read, thread_version=0)
+    now = store.submissions.submitted("t")
+    assert now.version == read.version + 1
+    assert commands.take_input("t", now, thread_version=0) is None
+    assert store.submissions.submitted("t").version == now.version

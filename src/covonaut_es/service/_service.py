@@ -30,6 +30,7 @@ from covonaut_es.domain import (
     check_may_act_on_call,
     check_may_decide,
 )
+from covonaut_es.domain._submissions import InputSubmitted
 from covonaut_es.errors import (
     AmbiguousReviewError,
     ClockOutOfStepError,
@@ -54,6 +55,7 @@ from covonaut_es.service._submissions import (
     review_submission,
 )
 from covonaut_es.store import Store
+from covonaut_es.store._submissions import Submitted
 
 T = TypeVar("T")
 
@@ -644,6 +646,37 @@ class ThreadService:
             ThreadStateError: The name is blank or the version does not exist.
         """
         self._change(thread_id, lambda t: t.label(name, version=version, now=self._clock()))
+
+    # Submitted input ----------------------------------------------------------------
+
+    def take_input(
+        self, thread_id: str, submitted: Submitted, *, thread_version: int
+    ) -> InputSubmitted | None:
+        """Record that the runner holding the thread's lease takes the next submission
+        waiting, before it runs it: only if no other runner took one since it read
+        ``submitted`` (the thread's submissions, read under the lease), and fenced by the
+        lease as a save is (ADR 0105). Submissions appended since are followed, as a
+        save follows the events that commute with it: the one to run is the same.
+
+        Args:
+            thread_id: The thread.
+            submitted: Its submissions, from ``store.submissions.submitted(thread_id)``.
+            thread_version: The thread's version the runner found (0 before its first
+                event): a taker that dies is known by no run started after it.
+
+        Returns:
+            The submission taken, to run; None when none waits.
+
+        Raises:
+            LeaseLostError: Another runner took input since, or the lease was lost;
+                nothing was recorded.
+        """
+        waiting = submitted.waiting()
+        if waiting is None:
+            return None
+        lease = self.store.held_lease(thread_id)
+        self.store.submissions.take(submitted, waiting, thread_version, lease)
+        return waiting
 
     # Runs ---------------------------------------------------------------------------
 

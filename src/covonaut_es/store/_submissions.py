@@ -96,7 +96,8 @@ class Submissions:
         run, only if no other runner took one since the submissions were ``read``, and
         under ``lease``, the thread's, which the insert is fenced by as a thread's save
         is (ADR 0105). Submissions appended since are followed: the one to run next is
-        the same.
+        the same. A runner records it through the service's command,
+        :meth:`~covonaut_es.service.ThreadService.take_input`.
 
         Raises:
             LeaseLostError: Another runner took input since, or the lease was lost;

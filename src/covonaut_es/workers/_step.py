@@ -59,12 +59,13 @@ def step(store: Store, config: AgentConfig, thread_id: str) -> Action:
     if thread is not None and thread.status is ThreadStatus.ERROR and thread.retry_requested:
         agent.continue_run()
         return Action.RETRIED
-    waiting = submitted.waiting()
-    if waiting is None:
+    service = ThreadService(store, clock=config.clock)
+    taken_now = service.take_input(
+        thread_id, submitted, thread_version=thread.version if thread else 0
+    )
+    if taken_now is None:
         return Action.NOTHING
-    lease = store.held_lease(thread_id)
-    store.submissions.take(submitted, waiting, thread.version if thread else 0, lease)
-    agent.run(waiting.text)
+    agent.run(taken_now.text)
     return Action.RAN_INPUT
 
 
