@@ -8,7 +8,7 @@ import contextlib
 import logging
 import sqlite3
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import closing
 from datetime import UTC, datetime
 from pathlib import Path
@@ -31,11 +31,12 @@ from covonaut_es import (
     open_store,
 )
 from covonaut_es.domain import AgentThread, thread_aggregate_id
-from covonaut_es.errors import CovonautError
+from covonaut_es.errors import CovonautError, NewerSchemaError
 from covonaut_es.projections._items import QUEUE_EVENT_TYPES, pending_from
 from covonaut_es.store._application import AgentApplication
 from covonaut_es.store._topic_codes import compact, stored_forms
 from covonaut_es.store._urls import persistence_env
+from covonaut_es.workers import NoticeSender
 from support import append_raw_event, call, review_tool, sqlite_key
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -43,6 +44,7 @@ THREADS = ("a", "b", "c")
 QUEUE_TOPICS = sorted(stored_forms(QUEUE_EVENT_TYPES))
 PAUSE = compact(get_topic(AgentThread.Interrupted))
 STARTED = compact(get_topic(AgentThread.Started))
+REVIEW_REQUESTED = compact(get_topic(AgentThread.ReviewRequested))
 PASSED_OVER = "passing over the record at log position"
 FIRST_EVENT_PASSED_OVER = "of the threads' first events it read"
 
@@ -303,3 +305,51 @@ def test_a_first_event_the_queue_reads_from_its_stream_is_named_by_its_kind_alon
     stream = thread_aggregate_id("b")
     for shown in (str(stream), stream.hex, "'b'"):
         assert shown not in caplog.text
+
+
+_NEWER_RECORD = b'{"_v": 99, "key": "b"}'
+"""A record as a newer version of the library might write it: only an upgrade reads it."""
+
+
+def _run_worker(store: Store) -> None:
+    Worker(store, lambda thread_id: AgentConfig(ScriptedProvider([]))).run(once=True)
+
+
+def _send_notices(store: Store) -> None:
+    NoticeSender(store, lambda notice: None).send_pending()
+
+
+def _find_review(store: Store) -> None:
+    # The index passes the record over; the lookup, finding no thread in it, reads the
+    # log, which refuses it as every read of a thread does.
+    with pytest.raises(NewerSchemaError, match="upgrade covonaut-es to read it"):
+        store.threads_with_review("no such review")
+
+
+@pytest.mark.parametrize(
+    ("read", "topic"),
+    [
+        pytest.param(lambda store: _listed(store), PAUSE, id="queue in memory"),
+        pytest.param(
+            lambda store: _listed(store, ReviewQueue(store.url)), PAUSE, id="queue in store"
+        ),
+        pytest.param(_run_worker, PAUSE, id="worker"),
+        pytest.param(_send_notices, REVIEW_REQUESTED, id="review notices"),
+        pytest.param(_find_review, REVIEW_REQUESTED, id="review index"),
+    ],
+)
+def test_a_record_a_newer_version_wrote_is_passed_over_saying_to_upgrade(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, read: Callable[[Store], object], topic: str
+) -> None:
+    """A record that does not decode because it says a newer version of the library wrote
+    it is passed over as damage is (a row retitled reads alike, and must not stop a
+    reader of every thread), by each reader that passes over records; the warning says
+    to upgrade, not to repair the record."""
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    with open_store(url) as store:
+        _paused(store)
+        append_raw_event(store, "b", topic, _NEWER_RECORD)
+    with open_store(url) as store, _warnings(caplog):
+        read(store)
+    assert "NewerSchemaError: a newer version of covonaut-es wrote it" in caplog.text
+    assert "upgrade covonaut-es to read it" in caplog.text

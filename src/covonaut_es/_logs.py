@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 
 from covonaut_es._text import printable
+from covonaut_es.errors import NewerSchemaError
 
 
 class _OneLine(logging.Filter):
@@ -35,11 +36,21 @@ def pass_over(log: logging.Logger, reader: str, position: int, error: Exception,
     """Warn that ``reader`` passes over the record at log ``position``, which does not
     decode (``error``), and what ``then`` follows from it. The record is named by its
     position and the error by its class alone: the error's text names the record's
-    stream, whose unkeyed id an encrypted store keeps out of clear text."""
+    stream, whose unkeyed id an encrypted store keeps out of clear text. A record that
+    says a newer version of the library wrote it is passed over too (one row rewritten
+    so, by damage or by hand, must not stop a reader of every thread, ADR 0070), and
+    the warning says to upgrade: what ``then`` says to repair is repaired by that."""
+    why = (
+        "a newer version of covonaut-es wrote it, or it was retitled: upgrade covonaut-es "
+        "to read it"
+        if isinstance(error, NewerSchemaError)
+        else "it does not decode"
+    )
     log.warning(
-        "%s: passing over the record at log position %d (%s: it does not decode); %s",
+        "%s: passing over the record at log position %d (%s: %s); %s",
         reader,
         position,
         type(error).__name__,
+        why,
         then,
     )
