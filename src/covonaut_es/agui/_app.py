@@ -24,7 +24,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from covonaut_es import _logs
-from covonaut_es._text import whole_number
+from covonaut_es._request_bodies import RequestBodyRefusedError, bounded_body
 from covonaut_es.agui._events import (
     RunEvents,
     interrupts,
@@ -171,14 +171,10 @@ async def _run_input(request: Request) -> agui.RunAgentInput:
     if media_type.lower() != "application/json":
         msg = f"a run request is sent as application/json, not {media_type or 'untyped'!r}"
         raise _Refused(415, msg)
-    length = whole_number(request.headers.get("content-length", ""), most_digits=19)
-    if length is None:
-        raise _Refused(411, "a run request needs a Content-Length header")
-    if length > MAX_BODY_BYTES:
-        raise _Refused(413, f"the run request exceeds {MAX_BODY_BYTES} bytes")
-    body = await request.body()
-    if len(body) > MAX_BODY_BYTES:
-        raise _Refused(413, f"the run request exceeds {MAX_BODY_BYTES} bytes")
+    try:
+        body = await bounded_body(request, MAX_BODY_BYTES, name="run request")
+    except RequestBodyRefusedError as exc:
+        raise _Refused(exc.status, str(exc)) from exc
     try:
         value = parse_json(body, "the run request")
         return agui.RunAgentInput.model_validate(value)

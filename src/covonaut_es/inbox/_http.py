@@ -15,7 +15,7 @@ from starlette.routing import Match, Route
 from starlette.templating import Jinja2Templates
 from starlette.types import Scope
 
-from covonaut_es._text import whole_number
+from covonaut_es._request_bodies import RequestBodyRefusedError, bounded_body
 from covonaut_es.errors import (
     AmbiguousReviewError,
     ClockOutOfStepError,
@@ -129,15 +129,10 @@ async def blocking(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
 
 async def read_body(request: Request) -> bytes:
     """The request's body, at most :data:`MAX_BODY_BYTES`; it must say its length."""
-    length = whole_number(request.headers.get("content-length", ""), most_digits=19)
-    if length is None:
-        raise HttpError(411, "a request body needs a Content-Length header")
-    if length > MAX_BODY_BYTES:
-        raise HttpError(413, f"the request body exceeds {MAX_BODY_BYTES} bytes")
-    body = await request.body()
-    if len(body) > MAX_BODY_BYTES:
-        raise HttpError(413, f"the request body exceeds {MAX_BODY_BYTES} bytes")
-    return body
+    try:
+        return await bounded_body(request, MAX_BODY_BYTES, name="request body")
+    except RequestBodyRefusedError as exc:
+        raise HttpError(exc.status, str(exc)) from exc
 
 
 FORM_TYPE = "application/x-www-form-urlencoded"
