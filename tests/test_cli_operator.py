@@ -319,7 +319,27 @@ def test_reviews_of_an_empty_queue_prints_the_header(tmp_path: Path) -> None:
 def test_token_issue_refuses_a_ttl_that_is_no_lifetime(ttl: str) -> None:
     """--ttl must be a positive number of seconds up to a year and a day: exit 2."""
     result = covonaut("token", "issue", "--reviewer", "ann", "--ttl", ttl)
-    assert result.returncode == 2 and "--ttl needs a token's lifetime" in result.stderr
+    assert result.returncode == 2 and "--ttl" in result.stderr
+    assert "a token's lifetime is above 0" in result.stderr
+
+
+def test_token_issue_prints_the_scopes_the_token_holds() -> None:
+    """A scope given twice is held once, and --json prints the scopes the token holds:
+    it printed each --scope as given, the repeat too (helper-162)."""
+    scopes = ("--scope", "pay", "--scope", "ship", "--scope", "pay")
+    issued = covonaut("token", "issue", "--reviewer", "ann", "--ttl", "60", *scopes, "--json")
+    assert issued.returncode == 0, issued.stderr
+    value = json.loads(issued.stdout)
+    assert value["scopes"] == ["pay", "ship"]
+    held = HmacReviewerVerifier(SECRET).identify(value["token"]).scopes
+    assert held == ("pay", "ship")
+
+
+def test_token_issue_refuses_a_blank_scope_saying_so() -> None:
+    """An empty --scope is a usage error naming the scopes, and no token is printed."""
+    result = covonaut("token", "issue", "--reviewer", "ann", "--ttl", "60", "--scope", "")
+    assert result.returncode == 2 and result.stdout == ""
+    assert "--scope" in result.stderr and "non-empty strings" in result.stderr
 
 
 def test_token_issue_takes_a_secret_whose_bytes_are_no_utf8() -> None:

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from covonaut_es.cli._command import EXIT_OK, Subcommands, UsageError, add_command
 from covonaut_es.cli._output import add_json_option, emit_value
 from covonaut_es.runtime import HmacReviewerVerifier
-from covonaut_es.service._reviewers import MIN_SECRET_BYTES, reviewer_id_problem, token_ttl_problem
+from covonaut_es.service._reviewers import MIN_SECRET_BYTES
 
 REVIEWER_SECRET_ENV = "COVONAUT_ES_REVIEWER_SECRET"
 """The environment variable holding the secret reviewer tokens are signed with."""
@@ -87,26 +87,21 @@ def add_token_commands(subcommands: Subcommands) -> None:
 
 
 def issue(args: argparse.Namespace) -> int:
-    """``token issue --reviewer ID --ttl SECONDS [--scope SCOPE]...``: prints the token."""
-    if (problem := reviewer_id_problem(args.reviewer)) is not None:
-        msg = f"--reviewer needs a reviewer id: {problem}"
-        raise UsageError(msg)
-    if (problem := token_ttl_problem(args.ttl)) is not None:
-        msg = f"--ttl needs a token's lifetime: {problem}"
-        raise UsageError(msg)
-    if not all(args.scopes):
-        msg = "--scope needs a non-empty scope"
-        raise UsageError(msg)
+    """``token issue --reviewer ID --ttl SECONDS [--scope SCOPE]...``: prints the token
+    and, with ``--json``, the reviewer and the scopes it holds (each once)."""
     now = time.time()
-    token = reviewer_verifier(clock=now).issue_token(
-        args.reviewer, ttl_seconds=args.ttl, scopes=args.scopes
-    )
-    expires_at = datetime.fromtimestamp(now + args.ttl, tz=UTC)
+    verifier = reviewer_verifier(clock=now)
+    try:
+        token = verifier.issue_token(args.reviewer, ttl_seconds=args.ttl, scopes=args.scopes)
+    except ValueError as exc:  # the verifier's one check of the id, the lifetime, the scopes
+        msg = f"cannot sign a token with these --reviewer, --ttl and --scope values: {exc}"
+        raise UsageError(msg) from exc
+    holder = verifier.identify(token)
     value = {
         "token": token,
-        "reviewer": args.reviewer,
-        "scopes": args.scopes,
-        "expires_at": expires_at,
+        "reviewer": holder.id,
+        "scopes": list(holder.scopes),
+        "expires_at": datetime.fromtimestamp(now + args.ttl, tz=UTC),
     }
     emit_value(args, value, lambda v: [token])
     return EXIT_OK
