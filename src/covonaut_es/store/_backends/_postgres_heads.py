@@ -20,12 +20,6 @@ from covonaut_es.store._heads import Fence, Head, heads_table, lease_lost, lease
 from covonaut_es.store._settings_tables import column
 from covonaut_es.store._write_errors import not_stored
 
-SESSION_HOLDS_LOCK = (
-    "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND pid = %s "
-    "AND classid = %s AND objid = %s AND objsubid = 1"
-)
-"""Whether a backend process (the fence's session) holds a stream's advisory lock."""
-
 _HEADS_LOCK_KEY = 0x68656164  # "head": serializes the head tables' creation
 
 _LEASE_LOST = "covonaut lease lost"
@@ -199,6 +193,10 @@ def _function_name(schema: str, events: str) -> Composed:
     )
 
 
+# Its test of a fence's session holding the lock repeats SESSION_HOLDS_LOCK in PL/pgSQL,
+# kept as it is: the function's body is compared with the catalog's (ADR 0117), so a new
+# body is a function missing to every role that may not replace it, until its owner
+# opens the store.
 _INSERT_FUNCTION = """
 CREATE OR REPLACE FUNCTION {function}(events json, heads json, fences json, timeout text)
 RETURNS SETOF bigint LANGUAGE plpgsql AS $body$

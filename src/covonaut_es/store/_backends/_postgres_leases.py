@@ -70,10 +70,12 @@ _HOLDER = (
     "(SELECT oid FROM pg_database WHERE datname = current_database()) "
     "AND l.classid = %s AND l.objid = %s AND l.objsubid = 1"
 )
-_HOLDS_LOCK = (
-    "SELECT count(*) > 0 FROM pg_locks WHERE locktype = 'advisory' AND granted "
-    "AND pid = pg_backend_pid() AND classid = %s AND objid = %s AND objsubid = 1"
+SESSION_HOLDS_LOCK = (
+    "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND pid = %s "
+    "AND classid = %s AND objid = %s AND objsubid = 1"
 )
+"""A row if the backend process ``pid`` (a session) holds the advisory lock whose
+:func:`lock_ids` follow, else none: the one test of a lock's holder."""
 # A lease taken and its token recorded in one statement (one round trip, one commit):
 # the insert runs only once the lock is taken. A session-level lock outlives a failed
 # statement, so a failure lets the lock go (``_take``).
@@ -85,7 +87,9 @@ _TAKE = (
     "SELECT (SELECT locked FROM taken), (SELECT token FROM advanced)"
 )
 # A fenced lease's check before a tool call, in one round trip on its own session.
-_STANDS = "SELECT (" + _HOLDS_LOCK + "), (SELECT token FROM {table} WHERE originator_id = %s)"
+_STANDS = (
+    "SELECT (" + SESSION_HOLDS_LOCK + "), (SELECT token FROM {table} WHERE originator_id = %s)"
+)
 _APPLICATION_PREFIX = "covonaut-es "
 _KEEPALIVES = (
     "SET tcp_keepalives_idle = 10",
@@ -285,7 +289,7 @@ class PostgresLeases(LeaseBackend):
         if in_save:  # the save itself checks that the session holds the lock
             session = self._session(thread_id)
             return session if isinstance(session, str) else None
-        row = self._asked(thread_id, _HOLDS_LOCK, lock_ids(self._stream(thread_id)))
+        row = self._asked(thread_id, SESSION_HOLDS_LOCK, lock_ids(self._stream(thread_id)))
         if isinstance(row, str):
             return row
         return None if row is not None and row[0] else _NOT_HELD
@@ -294,12 +298,14 @@ class PostgresLeases(LeaseBackend):
         self, thread_id: str, query: str, params: tuple[Any, ...]
     ) -> tuple[Any, ...] | str | None:
         """The row ``query`` gives on the session holding the thread's lock (None: no
-        row), or why no session holds it (a string)."""
+        row), or why no session holds it (a string); the session's backend pid is the
+        query's first parameter, ``params`` the rest."""
         session = self._session(thread_id)
         if isinstance(session, str):
             return session
         try:
-            row: tuple[Any, ...] | None = session.execute(query, params).fetchone()
+            pid = session.info.backend_pid
+            row: tuple[Any, ...] | None = session.execute(query, (pid, *params)).fetchone()
         except Exception as exc:  # psycopg's errors of a dead session vary
             return f"its database session ended ({type(exc).__name__}: {exc})"
         return row

@@ -42,13 +42,13 @@ from psycopg.sql import SQL, Identifier
 from covonaut_es.domain import ThreadSnapshot
 from covonaut_es.store._backend import TABLES_MADE, BackendName
 from covonaut_es.store._backends._postgres_heads import (
-    SESSION_HOLDS_LOCK,
     heads_tables,
     insert_function_call,
     insert_in_one_statement,
     refusal_in,
 )
 from covonaut_es.store._backends._postgres_leases import (
+    SESSION_HOLDS_LOCK,
     WORKERS_TABLE,
     PostgresLeases,
     lock_ids,
