@@ -11,9 +11,9 @@ use, so that their SDKs stay optional extras. This module only gathers names: no
 in the library imports it.
 """
 
-import importlib
 from typing import TYPE_CHECKING
 
+from covonaut_es._extras import lazy_names
 from covonaut_es._review_policy import ReviewPolicy
 from covonaut_es.domain import (
     AgentThread,
@@ -139,21 +139,12 @@ __all__ = [
     "operation_digest",
 ]
 
-_LAZY_PROVIDERS = {
-    "AnthropicProvider": "covonaut_es.providers.anthropic",
-    "OpenAIProvider": "covonaut_es.providers.openai",
-}
-
-
-def __getattr__(name: str) -> object:
-    """Import a provider adapter on first access (PEP 562).
-
-    Raises:
-        ImportError: The adapter's SDK is not installed; the message names the extra.
-    """
-    if name not in _LAZY_PROVIDERS:
-        msg = f"module {__name__!r} has no attribute {name!r}"
-        raise AttributeError(msg)
-    value: object = getattr(importlib.import_module(_LAZY_PROVIDERS[name]), name)
-    globals()[name] = value
-    return value
+# The provider adapters are imported on first access: their SDKs are optional extras.
+__getattr__ = lazy_names(
+    __name__,
+    globals(),
+    {
+        "AnthropicProvider": "covonaut_es.providers.anthropic",
+        "OpenAIProvider": "covonaut_es.providers.openai",
+    },
+)

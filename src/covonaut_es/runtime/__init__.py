@@ -12,9 +12,9 @@ provider adapter. The reviewer verifiers are the service layer's, re-exported he
 (:class:`JwtReviewerVerifier` is imported on first use: it needs the ``inbox`` extra).
 """
 
-import importlib
 from typing import TYPE_CHECKING
 
+from covonaut_es._extras import lazy_names
 from covonaut_es.runtime._agent import Agent
 from covonaut_es.runtime._compaction import CompactionPlan, Compactor, SummarizingCompactor
 from covonaut_es.runtime._config import AgentConfig, CheckpointSettings, Durability
@@ -48,10 +48,6 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> object:
-    """``JwtReviewerVerifier``, which moved to :mod:`covonaut_es.service`, imported from
-    there on first access (PEP 562), since it needs the ``inbox`` extra."""
-    if name != "JwtReviewerVerifier":
-        msg = f"module {__name__!r} has no attribute {name!r}"
-        raise AttributeError(msg)
-    return getattr(importlib.import_module("covonaut_es.service"), name)
+# JwtReviewerVerifier moved to covonaut_es.service; imported from there on first access,
+# since it needs the inbox extra.
+__getattr__ = lazy_names(__name__, globals(), {"JwtReviewerVerifier": "covonaut_es.service"})

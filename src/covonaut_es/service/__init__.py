@@ -11,9 +11,9 @@ the workers all go through it. It may import the store, the domain and the layer
 them, never the runtime, a provider or a layer above.
 """
 
-import importlib
 from typing import TYPE_CHECKING
 
+from covonaut_es._extras import lazy_names
 from covonaut_es.service._pauses import listed_pause_tokens, pause_token, pending_pause_token
 from covonaut_es.service._reviewers import (
     HmacReviewerVerifier,
@@ -76,15 +76,5 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> object:
-    """Import :class:`JwtReviewerVerifier` on first access (PEP 562).
-
-    Raises:
-        ImportError: PyJWT is not installed; the message names the ``inbox`` extra.
-    """
-    if name != "JwtReviewerVerifier":
-        msg = f"module {__name__!r} has no attribute {name!r}"
-        raise AttributeError(msg)
-    value: object = importlib.import_module("covonaut_es.service._jwt").JwtReviewerVerifier
-    globals()[name] = value
-    return value
+# JwtReviewerVerifier is imported on first access: it needs PyJWT, of the inbox extra.
+__getattr__ = lazy_names(__name__, globals(), {"JwtReviewerVerifier": "covonaut_es.service._jwt"})
