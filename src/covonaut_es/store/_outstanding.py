@@ -23,7 +23,7 @@ from uuid import UUID
 
 from eventsourcing.application import Application
 
-from covonaut_es.store._side_tables import SQLSideTable
+from covonaut_es.store._side_tables import SQLTrackedTable
 from covonaut_es.store._stream_ids import KeyedEvents, stored_stream
 from covonaut_es.store._summaries import stream_in
 
@@ -61,28 +61,18 @@ class OutstandingTable(ABC):
         """Remove every row and go back to position 0."""
 
 
-class SQLOutstanding(SQLSideTable, OutstandingTable):
+class SQLOutstanding(SQLTrackedTable, OutstandingTable):
     """The table of outstanding threads in a SQL database (:class:`SQLSideTable`'s
     arguments), its tracking row made with it."""
 
-    def _made(self) -> None:
-        # A transaction of its own, opened by its write: in SQLite one whose first
-        # statement only read (the table existed) fails at its first write if another
-        # process wrote meanwhile, where one opened by a write waits.
-        with self._writing() as cursor:
-            cursor.execute(
-                f"INSERT INTO {self._table} (originator_id, position, state) "
-                f"VALUES ({self._p}, 0, {self._p}) ON CONFLICT (originator_id) DO NOTHING",
-                (self._stored(TRACKING), b""),
-            )
+    def _tracking_key(self) -> tuple[str, Any]:
+        return "originator_id", self._stored(TRACKING)
 
-    def _insert(self, cursor: Any, stream: Any, position: int, row: bytes) -> None:
-        p = self._p
+    def _add_tracking_row(self, cursor: Any) -> None:
         cursor.execute(
-            f"INSERT INTO {self._table} (originator_id, position, state) VALUES ({p}, {p}, "
-            f"{p}) ON CONFLICT (originator_id) DO UPDATE SET position = excluded.position, "
-            "state = excluded.state",
-            (stream, position, row),
+            f"INSERT INTO {self._table} (originator_id, position, state) "
+            f"VALUES ({self._p}, 0, {self._p}) ON CONFLICT (originator_id) DO NOTHING",
+            (self._stored(TRACKING), b""),
         )
 
     def read(self) -> list[tuple[Any, int, bytes]]:
@@ -109,35 +99,20 @@ class SQLOutstanding(SQLSideTable, OutstandingTable):
     def advance(
         self, before: int, after: int, changes: Sequence[tuple[UUID, bytes | None]]
     ) -> bool:
-        self.make()
         p = self._p
-
-        def write() -> bool:  # retried whole, as the review index's advance
-            with self._writing() as cursor:
-                tracking = self._stored(TRACKING)
-                if not self._moved(cursor, "originator_id", tracking, before, after):
-                    return False  # nothing written yet: the transaction ends empty
-                for stream, row in changes:
-                    if row is None:
-                        cursor.execute(
-                            f"DELETE FROM {self._table} WHERE originator_id = {p}",
-                            (self._stored(stream),),
-                        )
-                    else:
-                        self._insert(cursor, self._stored(stream), after, row)
-            return True
-
-        return self._run(write, f"its rows to log position {after} were not written")
-
-    def clear(self) -> None:
-        self.make()
-
-        def write() -> None:
-            with self._writing() as cursor:
-                cursor.execute(f"DELETE FROM {self._table}")
-                self._insert(cursor, self._stored(TRACKING), 0, b"")
-
-        self._run(write, "it was not cleared")
+        delete = f"DELETE FROM {self._table} WHERE originator_id = {p}"
+        upsert = (
+            f"INSERT INTO {self._table} (originator_id, position, state) VALUES ({p}, {p}, "
+            f"{p}) ON CONFLICT (originator_id) DO UPDATE SET position = excluded.position, "
+            "state = excluded.state"
+        )
+        statements = [
+            (delete, (self._stored(stream),))
+            if row is None
+            else (upsert, (self._stored(stream), after, row))
+            for stream, row in changes
+        ]
+        return self._advance(before, after, statements)
 
 
 class OutstandingThreads:

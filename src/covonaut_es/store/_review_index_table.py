@@ -8,7 +8,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any
 
-from covonaut_es.store._side_tables import SQLSideTable
+from covonaut_es.store._side_tables import SQLTrackedTable
 
 TRACKING = ""
 """The key of the row that holds the index's log position."""
@@ -37,19 +37,21 @@ class ReviewIndexTable(ABC):
         """Remove every row and go back to position 0."""
 
 
-class SQLReviewIndex(SQLSideTable, ReviewIndexTable):
+class SQLReviewIndex(SQLTrackedTable, ReviewIndexTable):
     """The review index in a SQL database (:class:`SQLSideTable`'s arguments; its
     ``stored`` is unused), its tracking row made with it."""
 
-    def _made(self) -> None:
+    def _tracking_key(self) -> tuple[str, Any]:
+        return "review", TRACKING
+
+    def _add_tracking_row(self, cursor: Any) -> None:
         p = self._p
-        with self._writing() as cursor:  # a transaction opened by a write (SQLite)
-            cursor.execute(
-                f"INSERT INTO {self._table} (review, position, state) SELECT {p}, 0, {p} "
-                f"WHERE NOT EXISTS (SELECT 1 FROM {self._table} WHERE review = {p}) "
-                "ON CONFLICT (review, position) DO NOTHING",  # another process made it first
-                (TRACKING, b"", TRACKING),
-            )
+        cursor.execute(
+            f"INSERT INTO {self._table} (review, position, state) SELECT {p}, 0, {p} "
+            f"WHERE NOT EXISTS (SELECT 1 FROM {self._table} WHERE review = {p}) "
+            "ON CONFLICT (review, position) DO NOTHING",  # another process made it first
+            (TRACKING, b"", TRACKING),
+        )
 
     def position(self) -> Any:
         (found,) = self._select(
@@ -65,35 +67,9 @@ class SQLReviewIndex(SQLSideTable, ReviewIndexTable):
         return [(position, state) for position, state in found]
 
     def advance(self, before: int, after: int, rows: Sequence[tuple[str, int, bytes]]) -> bool:
-        self.make()
         p = self._p
-
-        # Retried whole: a first try that committed unanswered leaves the position
-        # moved, and the second finds it so (False), as when another process moved it.
-        def write() -> bool:
-            with self._writing() as cursor:
-                if not self._moved(cursor, "review", TRACKING, before, after):
-                    return False
-                for row in rows:
-                    cursor.execute(
-                        f"INSERT INTO {self._table} (review, position, state) "
-                        f"VALUES ({p}, {p}, {p}) ON CONFLICT DO NOTHING",
-                        row,
-                    )
-            return True
-
-        return self._run(write, f"its rows to log position {after} were not written")
-
-    def clear(self) -> None:
-        self.make()
-
-        def write() -> None:
-            with self._writing() as cursor:
-                cursor.execute(f"DELETE FROM {self._table}")
-                cursor.execute(
-                    f"INSERT INTO {self._table} (review, position, state) VALUES "
-                    f"({self._p}, 0, {self._p}) ON CONFLICT (review, position) DO NOTHING",
-                    (TRACKING, b""),
-                )
-
-        self._run(write, "it was not cleared")
+        insert = (
+            f"INSERT INTO {self._table} (review, position, state) "
+            f"VALUES ({p}, {p}, {p}) ON CONFLICT DO NOTHING"
+        )
+        return self._advance(before, after, [(insert, row) for row in rows])

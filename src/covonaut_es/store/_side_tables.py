@@ -1,9 +1,11 @@
 """A table the store keeps beside its log in a SQL database (thread summaries, the
-threads with work outstanding): where it is, how to write and read it, and its
-creation on first use."""
+threads with work outstanding, the review index): where it is, how to write and read
+it, and its creation on first use; and the tracking row of a table made from the log,
+which holds the log position its rows were made to."""
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, TypeVar
@@ -115,14 +117,69 @@ class SQLSideTable:
 
         return self._run(read, "it was not read")
 
-    def _moved(self, cursor: Any, key_column: str, key: Any, before: int, after: int) -> bool:
-        """Move the position of the row ``key_column`` = ``key`` (a table's tracking
-        row) from ``before`` to ``after`` in ``cursor``'s transaction; False, nothing
-        written, if it is not at ``before``: another process moved it."""
+
+class SQLTrackedTable(SQLSideTable, ABC):
+    """A side table made from the log, with one row more, its tracking row, holding the
+    log position its rows were made to: made with the table, moved with each write of
+    rows, and alone after a clear. A subclass supplies the statements of its rows.
+    """
+
+    @abstractmethod
+    def _tracking_key(self) -> tuple[str, Any]:
+        """The tracking row's key column, and its key there."""
+
+    @abstractmethod
+    def _add_tracking_row(self, cursor: Any) -> None:
+        """Insert the tracking row at position 0, in ``cursor``'s transaction, unless
+        the table holds it (another process made it first)."""
+
+    def _made(self) -> None:
+        # A transaction of its own, opened by its write: in SQLite one whose first
+        # statement only read (the table existed) fails at its first write if another
+        # process wrote meanwhile, where one opened by a write waits.
+        with self._writing() as cursor:
+            self._add_tracking_row(cursor)
+
+    def _advance(self, before: int, after: int, statements: Sequence[tuple[str, Any]]) -> bool:
+        """Move the tracking row from position ``before`` to ``after`` and run each
+        ``statement, parameters`` pair, in one transaction; False, nothing written,
+        when the tracking row is not at ``before``: another process moved it.
+
+        Raises:
+            StoreUnavailableError: Its database failed it, each time.
+        """
+        self.make()
+        key_column, key = self._tracking_key()
         p = self._p
-        cursor.execute(
-            f"UPDATE {self._table} SET position = {p} "
-            f"WHERE {key_column} = {p} AND position = {p} RETURNING position",
-            (after, key, before),
-        )
-        return bool(cursor.fetchall())
+
+        # Retried whole: a first try that committed unanswered leaves the position
+        # moved, and the second finds it so (False), as when another process moved it.
+        def write() -> bool:
+            with self._writing() as cursor:
+                cursor.execute(
+                    f"UPDATE {self._table} SET position = {p} "
+                    f"WHERE {key_column} = {p} AND position = {p} RETURNING position",
+                    (after, key, before),
+                )
+                if not cursor.fetchall():
+                    return False  # nothing written yet: the transaction ends empty
+                for statement, parameters in statements:
+                    cursor.execute(statement, parameters)
+            return True
+
+        return self._run(write, f"its rows to log position {after} were not written")
+
+    def clear(self) -> None:
+        """Remove every row and go back to position 0.
+
+        Raises:
+            StoreUnavailableError: Its database failed it, each time.
+        """
+        self.make()
+
+        def write() -> None:
+            with self._writing() as cursor:
+                cursor.execute(f"DELETE FROM {self._table}")
+                self._add_tracking_row(cursor)
+
+        self._run(write, "it was not cleared")
