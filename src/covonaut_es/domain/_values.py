@@ -242,12 +242,6 @@ class ThreadState(msgspec.Struct, frozen=True):
         """The open calls in doubt (see :func:`calls_in_doubt`)."""
         return calls_in_doubt(self.open_calls, ReviewLedger(self.reviews))
 
-    def governing_review(self, tool_call_id: str) -> Review | None:
-        """The latest review that held back the call, or whose approval it spent: the
-        one whose scopes a person needs to act on the call; None for a call no review
-        names."""
-        return ReviewLedger(self.reviews).governing(tool_call_id)
-
     def reviews_naming(self, tool_call_id: str) -> tuple[Review, ...]:
         """Every review that held back the call, or whose approval it spent, oldest
         first: those whose scopes and limits a person needs to act on the call

@@ -124,11 +124,6 @@ class ScriptedProvider:
             return item
         return item(request)
 
-    @property
-    def remaining(self) -> int:
-        """Script items not yet played."""
-        return len(self._script)
-
 
 def _played(script: StreamScript) -> Iterator[StreamDelta]:
     for item in script:
