@@ -61,10 +61,10 @@ from covonaut_es.runtime import (
     AgentConfig,
     CheckpointSettings,
     CommittedEvent,
-    HmacReviewerVerifier,
     RunResult,
     StreamItem,
 )
+from covonaut_es.service import HmacReviewerVerifier
 from covonaut_es.store import (
     AgentApplication,
     FileStateStore,

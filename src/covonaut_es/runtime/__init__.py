@@ -19,9 +19,9 @@ from covonaut_es.runtime._agent import Agent
 from covonaut_es.runtime._compaction import CompactionPlan, Compactor, SummarizingCompactor
 from covonaut_es.runtime._config import AgentConfig, CheckpointSettings, Durability
 from covonaut_es.runtime._results import RunResult, RunStatus, Waiting, WaitsFor
-from covonaut_es.runtime._running import running_calls
 from covonaut_es.runtime._streaming import CommittedEvent, StreamItem
 from covonaut_es.service import HmacReviewerVerifier, ReviewerVerifier
+from covonaut_es.service._running import running_calls
 
 if TYPE_CHECKING:
     from covonaut_es.service import JwtReviewerVerifier as JwtReviewerVerifier

@@ -32,8 +32,8 @@ from covonaut_es.runtime._loop import (
     StartTools,
     ToolReport,
 )
-from covonaut_es.runtime._running import listed
 from covonaut_es.runtime._streaming import astream_answer, emit_whole, stream_answer, streams
+from covonaut_es.service._running import listed
 
 
 class _Cursor:
