@@ -53,9 +53,15 @@ from covonaut_es.errors import (
     ThreadStateError,
     ToolCallsInDoubtError,
 )
-from covonaut_es.runtime import Agent, AgentConfig, ReviewerVerifier, StreamItem
+from covonaut_es.runtime import Agent, AgentConfig, StreamItem
 from covonaut_es.runtime._config import bound_config
-from covonaut_es.service import Reviewer, ThreadService, parse_json, shown_message
+from covonaut_es.service import (
+    Reviewer,
+    ReviewerVerifier,
+    ThreadService,
+    parse_json,
+    shown_message,
+)
 from covonaut_es.store import Store
 
 logger = _logs.logger("covonaut_es.agui")

@@ -13,8 +13,7 @@ from typing import Any
 
 from covonaut_es.cli._command import UsageError
 from covonaut_es.cli._tokens import REVIEWER_SECRET_ENV, explain_secret, reviewer_verifier
-from covonaut_es.runtime import ReviewerVerifier
-from covonaut_es.service import Reviewer, ThreadService
+from covonaut_es.service import Reviewer, ReviewerVerifier, ThreadService
 from covonaut_es.store import Store
 
 _TOKEN_HELP = "a reviewer token, e.g. from `covonaut-es token issue`"
@@ -109,7 +108,7 @@ def reviewer_verifier_from(args: argparse.Namespace) -> ReviewerVerifier:
         msg = "JSON Web Tokens need the provider's keys: --jwt-jwks-url URL or --jwt-key-file PATH"
         raise UsageError(msg)
     try:
-        from covonaut_es.runtime import JwtReviewerVerifier
+        from covonaut_es.service import JwtReviewerVerifier
     except ImportError as exc:
         raise UsageError(str(exc)) from exc
     given: dict[str, Any] = {

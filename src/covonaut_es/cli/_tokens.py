@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 
 from covonaut_es.cli._command import EXIT_OK, Subcommands, UsageError, add_command
 from covonaut_es.cli._output import add_json_option, emit_value
-from covonaut_es.runtime import HmacReviewerVerifier
+from covonaut_es.service import HmacReviewerVerifier
 from covonaut_es.service._reviewers import MIN_SECRET_BYTES
 
 REVIEWER_SECRET_ENV = "COVONAUT_ES_REVIEWER_SECRET"

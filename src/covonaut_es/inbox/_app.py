@@ -31,7 +31,7 @@ from covonaut_es.inbox._http import Inbox
 from covonaut_es.inbox._pages import page_routes
 from covonaut_es.inbox._sessions import Sessions, checked_origin
 from covonaut_es.projections import ReviewQueue
-from covonaut_es.runtime import ReviewerVerifier
+from covonaut_es.service import ReviewerVerifier
 from covonaut_es.store import Store
 
 SECURITY_HEADERS = {
