@@ -158,12 +158,7 @@ class ThreadReader:
         """
         versions = {row.originator_version for row in self._app.recorder.select_events(stream)}
         if head + 1 not in versions and any(v > head for v in versions):
-            msg = (
-                f"thread {thread_id!r} in store {self._url} has lost its event at version "
-                f"{head + 1}: its stream goes on after version {head}; restore the store "
-                "from a backup"
-            )
-            raise MissingEventError(msg, thread_id=thread_id, version=head + 1)
+            raise self._lost_event(thread_id, head, f"goes on after version {head}")
 
     def _refuse_lost_stream(self, thread_id: str) -> None:
         """Refuse to report as missing a thread the store anchored: a read found none
@@ -414,12 +409,16 @@ class ThreadReader:
             )
             raise MissingFirstEventError(msg, thread_id=thread_id, version=version)
         if head is not None and version != head + 1:
-            msg = (
-                f"thread {thread_id!r} in store {self._url} has lost its event at version "
-                f"{head + 1}: its stream goes from version {head} to {version}; restore "
-                "the store from a backup"
-            )
-            raise MissingEventError(msg, thread_id=thread_id, version=head + 1)
+            raise self._lost_event(thread_id, head, f"goes from version {head} to {version}")
+
+    def _lost_event(self, thread_id: str, head: int, stream: str) -> MissingEventError:
+        """The error for the event at ``head + 1`` missing, saying how the ``stream``
+        goes on past it."""
+        msg = (
+            f"thread {thread_id!r} in store {self._url} has lost its event at version "
+            f"{head + 1}: its stream {stream}; restore the store from a backup"
+        )
+        return MissingEventError(msg, thread_id=thread_id, version=head + 1)
 
     def _inherited(
         self, thread_id: str, version: int | None, load_base: _BaseLoader
