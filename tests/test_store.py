@@ -32,6 +32,7 @@ from covonaut_es import (
 )
 from covonaut_es.domain import ThreadSnapshot
 from covonaut_es.errors import CipherKeyMismatchError, ConfigurationError, StaleSnapshotError
+from covonaut_es.service import ThreadService
 from covonaut_es.store import _zstd
 from covonaut_es.store._mapper import MsgspecMapper
 from covonaut_es.store._snapshot_seals import unsealed
@@ -160,6 +161,24 @@ def test_missing_thread_is_a_lookup_error(store: Store) -> None:
         store.history("ghost")
     assert store.find("ghost") is None
     assert not store.exists("ghost")
+
+
+def test_every_read_and_command_missing_a_thread_says_the_same(store: Store) -> None:
+    """Loading, reading the history, replaying, forking and a leased command of the
+    service all refuse an unknown thread with one message naming it and the store."""
+    misses: list[Callable[[], object]] = [
+        lambda: store.load("ghost"),
+        lambda: store.history("ghost"),
+        lambda: store.replay_state("ghost"),
+        lambda: store.fork("ghost"),
+        lambda: ThreadService(store).pause_calls_in_doubt("ghost"),
+    ]
+    for miss in misses:
+        with pytest.raises(ThreadNotFoundError) as raised:
+            miss()
+        assert str(raised.value) == f"thread 'ghost' not found in store {store.url}"
+    with pytest.raises(ThreadNotFoundError, match=r"'ghost' not found at version 2 in store"):
+        store.load("ghost", version=2)
 
 
 def test_history_lists_events_in_order_with_versions_and_times(store: Store) -> None:

@@ -157,6 +157,15 @@ class MissingToolCallError(CovonautError, LookupError):
 class ThreadNotFoundError(CovonautError, LookupError):
     """No thread with the given id exists in the store."""
 
+    @classmethod
+    def in_store(
+        cls, thread_id: str, store_url: str, *, version: int | None = None
+    ) -> ThreadNotFoundError:
+        """The error for a store (named by its URL) that holds no events of the thread,
+        or none up to ``version``: every read and command that misses one says it so."""
+        at = "" if version is None else f" at version {version}"
+        return cls(f"thread {thread_id!r} not found{at} in store {store_url}")
+
 
 class CheckpointNotFoundError(CovonautError, LookupError):
     """The thread has no (retained) checkpoint with that sequence number."""

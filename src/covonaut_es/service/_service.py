@@ -745,8 +745,7 @@ class ThreadService:
         """Load the thread, apply ``command`` and save; once more from the stored head if
         another writer got in between (so a thread is loaded at most twice)."""
         if leased and not self.store.exists(thread_id):  # no lease is taken of nothing
-            msg = f"thread {thread_id!r} not found in store {self.store.url}"
-            raise ThreadNotFoundError(msg)
+            raise ThreadNotFoundError.in_store(thread_id, self.store.url)
         if leased:
             refuse_while_running(self.store, thread_id)
         for attempt in range(2):

@@ -128,7 +128,7 @@ class Forks:
             thread_aggregate_id(thread_id), desc=True, limit=1
         )
         if not newest:
-            return ThreadNotFoundError(f"thread {thread_id!r} not found in store {self.url}")
+            return ThreadNotFoundError.in_store(thread_id, self.url)
         head = newest[0].originator_version
         return ThreadNotFoundError(
             f"thread {thread_id!r} has versions 1 to {head}; "

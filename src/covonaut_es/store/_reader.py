@@ -92,9 +92,7 @@ class ThreadReader:
         """As :meth:`covonaut_es.Store.load`."""
         thread = self.find(thread_id, version=version, snapshot_migrators=snapshot_migrators)
         if thread is None:
-            at = "" if version is None else f" at version {version}"
-            msg = f"thread {thread_id!r} not found{at} in store {self._url}"
-            raise ThreadNotFoundError(msg)
+            raise ThreadNotFoundError.in_store(thread_id, self._url, version=version)
         return thread
 
     def find(
@@ -458,8 +456,7 @@ class ThreadReader:
             )
         if not own:
             self._refuse_lost_stream(thread_id)
-            msg = f"thread {thread_id!r} not found in store {self._url}"
-            raise ThreadNotFoundError(msg)
+            raise ThreadNotFoundError.in_store(thread_id, self._url)
         head: int | None = None
         for event in own:
             self.check_follows(thread_id, head, event)

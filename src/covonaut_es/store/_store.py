@@ -276,8 +276,7 @@ class Store(Closing):
         """The thread's state rebuilt from its events alone, ignoring snapshots."""
         thread = self._reader.replay(thread_id)
         if thread is None:
-            msg = f"thread {thread_id!r} not found in store {self.url}"
-            raise ThreadNotFoundError(msg)
+            raise ThreadNotFoundError.in_store(thread_id, self.url)
         return thread.state
 
     aload = in_worker_thread(load)
