@@ -27,6 +27,7 @@ from covonaut_es import (
     ToolContext,
     open_store,
 )
+from covonaut_es.service import ThreadService
 
 VERIFIER = HmacReviewerVerifier(secrets.token_bytes(32))
 REVIEWER = VERIFIER.issue_token("rita@finance", ttl_seconds=600)
@@ -88,8 +89,9 @@ def main() -> None:
     print("Approved branch:", original.resume())
     print("Rejected branch:", branch.resume())
 
-    store.label("invoice-17", "approved")
-    store.label(branch_id, "rejected")
+    service = ThreadService(store)
+    service.label("invoice-17", "approved")
+    service.label(branch_id, "rejected")
     show(store.tree("invoice-17"))
 
 

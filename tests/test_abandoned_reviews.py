@@ -273,7 +273,7 @@ def test_every_reader_shows_a_thread_given_up_waiting_for_nobody(
     shown = {name for name, waiting in before.items() if waiting}
     reviews_only = {"Agent.pending_reviews", "inbox review"}
     assert shown == set(before) - (reviews_only if kind != "review" else set())
-    store.abandon(thread_id, "given up")
+    ThreadService(store).abandon(thread_id, "given up")
     after = waiting_as_each_reader_shows_it(store, thread_id)
     assert after == {
         name: (0, "") if name == "listing" else "" if name.endswith("waiting_for") else ()

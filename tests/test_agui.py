@@ -46,6 +46,7 @@ from covonaut_es.agui import create_agui_app
 from covonaut_es.domain import ThreadStatus
 from covonaut_es.messages import StreamDelta, ToolCallDelta
 from covonaut_es.runtime._config import bound_config
+from covonaut_es.service import ThreadService
 from hostile_text import hostile_text
 from support import HeldProvider, ticking_clock
 
@@ -408,7 +409,7 @@ def test_a_reload_of_a_thread_given_up_offers_no_decision(shop: Shop) -> None:
     with the reason, and no interrupt asks the front end for a decision that every
     command would refuse (it ended with both reviews as interrupts; helper-120)."""
     paused(shop)
-    shop.store.abandon("chat-1", "the customer withdrew")
+    ThreadService(shop.store).abandon("chat-1", "the customer withdrew")
     version = shop.version("chat-1")
 
     events = shop.run(user_says("chat-1", "Refund my two orders."))

@@ -32,6 +32,7 @@ from covonaut_es.errors import (
     TransferError,
 )
 from covonaut_es.messages import Message
+from covonaut_es.service import ThreadService
 from covonaut_es.store._chain import KEYED, PUBLIC, chain_hash, scheme_of
 from covonaut_es.store._chain_key import CHAIN_TABLE, chain_key_fingerprint
 from covonaut_es.store._settings import settings_table
@@ -328,7 +329,7 @@ def adopted_exports(
         written_thread(plain, "t", before)
         if fork:
             plain.fork("t", new_thread_id="f", now=NOW)
-            plain.label("f", "before the key", now=NOW)
+            ThreadService(plain, clock=lambda: NOW).label("f", "before the key")
         with open_store(url, chain_key=KEY) as store:
             for thread_id in threads:
                 thread = store.load(thread_id)
@@ -436,7 +437,7 @@ def test_a_fork_begun_before_the_key_exported_with_its_ancestors_names_the_way_t
         written_thread(plain, "t", 2)
         plain.fork("t", new_thread_id="f", now=NOW)
         with open_store(url, chain_key=KEY) as source:
-            source.label("f", "after the key", now=NOW)
+            ThreadService(source, clock=lambda: NOW).label("f", "after the key")
             lines = list(export_thread(source, "f", with_ancestors=True))
     with open_store("memory://", chain_key=KEY) as target:
         with pytest.raises(TransferError, match=r"thread 't'.*export and import it whole first"):
@@ -484,7 +485,7 @@ def test_a_shared_memory_store_adopts_its_key_and_refuses_writers_without_it() -
             open_store("memory://chain-adoption")
         with open_store("memory://chain-adoption", chain_key=KEY) as again:
             again.fork("t", at_version=3, new_thread_id="f")
-            again.label("f", "after the fork")
+            ThreadService(again).label("f", "after the fork")
             for thread_id in ("t", "f"):
                 report = again.verify(thread_id)
                 assert report.ok and report.chained == report.events, report.findings

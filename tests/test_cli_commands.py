@@ -23,6 +23,7 @@ from covonaut_es import (
     Tool,
     open_store,
 )
+from covonaut_es.service import ThreadService
 from covonaut_es.store._dictionary import ZstdDictionaryCompressor
 from support import answer, call, echo_tool, review_tool
 
@@ -175,7 +176,7 @@ def test_reviews_follow_prints_new_items(url: str) -> None:
         first = json.loads(follower.stdout.readline())
         assert len(first) == 2
         with open_store(url) as store:
-            store.abandon("paused")
+            ThreadService(store).abandon("paused")
         second = json.loads(follower.stdout.readline())
         assert [r["thread_id"] for r in second] == ["payment"]
     finally:

@@ -291,7 +291,7 @@ def test_every_refusal_exits_2_in_one_line_and_leaves_every_thread_as_it_was(
     ).run("Pay 7.")
     (review,) = store.state_at("pay-1").reviews
     review_id = review.request.review_id
-    store.abandon(store.fork("ask-1", new_thread_id="gone"))
+    ThreadService(store).abandon(store.fork("ask-1", new_thread_id="gone"))
     cases: list[tuple[tuple[str, ...], str]] = [
         (("approve", review_id, "--arguments", '{"amount": 1, "amount": 900}'), "twice"),
         (("approve", review_id, "--arguments", '{"amount": NaN}'), "NaN"),

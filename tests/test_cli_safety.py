@@ -27,6 +27,7 @@ from covonaut_es.cli import main
 from covonaut_es.domain import thread_aggregate_id
 from covonaut_es.providers import ScriptedProvider
 from covonaut_es.runtime import Agent, AgentConfig, CheckpointSettings, HmacReviewerVerifier
+from covonaut_es.service import ThreadService
 from support import answer, call, echo_tool, is_utf8
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -81,7 +82,7 @@ def url(tmp_path: Path) -> str:
                     checkpoint=CheckpointSettings(store=store, thread_id=thread_id),
                 )
             ).run(HOSTILE)
-        store.label("finished", HOSTILE)
+        ThreadService(store).label("finished", HOSTILE)
         forge_thread(store, HOSTILE)
     return url
 
@@ -400,7 +401,7 @@ def test_a_closed_pipe_ends_reviews_follow_quietly(url: str) -> None:
     assert process.stdout is not None
     process.stdout.close()
     with open_store(url) as store:
-        store.abandon("payment")  # the queue changes: the follower prints again
+        ThreadService(store).abandon("payment")  # the queue changes: the follower prints again
     assert process.stderr is not None
     with process.stderr:
         stderr = process.stderr.read()

@@ -22,6 +22,7 @@ from covonaut_es import (
 )
 from covonaut_es.domain import Label, ThreadParent
 from covonaut_es.errors import CheckpointNotFoundError, ConfigurationError, ThreadStateError
+from covonaut_es.service import ThreadService
 from support import agent_on, answer, call, call_intents, conversation, ticking_clock
 
 
@@ -200,8 +201,8 @@ def test_tree_queries_on_three_levels(store: Store) -> None:
     store.fork("a", new_thread_id="a1")
     store.fork("a", new_thread_id="a2")
     store.fork("a1", new_thread_id="a1x")
-    store.label("a1x", "best")
-    store.label("root", "v4", version=4)
+    ThreadService(store).label("a1x", "best")
+    ThreadService(store).label("root", "v4", version=4)
 
     assert store.children("root") == ("a", "b", "c")
     assert store.children("a") == ("a1", "a2")
@@ -237,12 +238,29 @@ def test_tree_queries_on_three_levels(store: Store) -> None:
 def test_labels_are_events_and_one_name_labels_one_thing(store: Store) -> None:
     """A label is an event of the labelled thread; relabelling moves the name."""
     conversation(store, "root", 1)
-    store.label("root", "draft", version=2)
-    store.label("root", "draft", version=3)
+    ThreadService(store).label("root", "draft", version=2)
+    ThreadService(store).label("root", "draft", version=3)
     assert store.state_at("root").labels == (Label("draft", 3),)
     assert isinstance(store.history("root")[-1], AgentThread.Labelled)
     with pytest.raises(Exception, match="cannot be labelled"):
-        store.label("root", "nope", version=999)
+        ThreadService(store).label("root", "nope", version=999)
+
+
+def test_the_store_s_abandon_and_label_still_work_and_warn_naming_the_service(
+    store: Store,
+) -> None:
+    """Store.label and Store.abandon, deprecated aliases of ThreadService's commands,
+    record their events as before and warn with a DeprecationWarning naming the
+    service's command, at the caller's line."""
+    conversation(store, "root", 1)
+    with pytest.warns(DeprecationWarning, match=r"ThreadService\(store\)\.label") as warned:
+        store.label("root", "draft", version=2)
+    assert warned[0].filename == __file__  # the caller's line, not the store's
+    with pytest.warns(DeprecationWarning, match=r"ThreadService\(store\)\.abandon"):
+        store.abandon("root", "wrong direction")
+    state = store.state_at("root")
+    assert state.labels == (Label("draft", 2),)
+    assert state.status is ThreadStatus.ABANDONED
 
 
 def test_a_fork_between_a_call_and_its_result_inherits_the_call_in_doubt(store: Store) -> None:
@@ -260,7 +278,7 @@ def test_an_abandoned_thread_is_forked_from_before_it_was_abandoned(store: Store
     """Forking at or after the abandonment is refused; an earlier version works."""
     conversation(store, "root", 1)
     before = store.state_at("root").version
-    store.abandon("root", "wrong direction")
+    ThreadService(store).abandon("root", "wrong direction")
     with pytest.raises(ThreadStateError, match="before it was abandoned"):
         store.fork("root")
     fork = store.fork("root", at_version=before)

@@ -22,6 +22,7 @@ from covonaut_es.audit import export_thread, import_threads
 from covonaut_es.audit._trailer import Tally
 from covonaut_es.cli import main
 from covonaut_es.errors import TransferError
+from covonaut_es.service import ThreadService
 from covonaut_es.store._chain import CHAIN_FIELD, UNCHAINED, chain_hash
 from test_transfer import NOW, converse
 
@@ -35,7 +36,7 @@ def _exported() -> tuple[dict[str, Any], ...]:
     with open_store("memory://") as store:
         converse(store, "t", review=True)
         store.fork("t", at_version=BRANCH, new_thread_id="t-b", now=NOW)
-        store.label("t-b", "the other way", now=NOW)
+        ThreadService(store, clock=lambda: NOW).label("t-b", "the other way")
         lines = [*list(export_thread(store, "t"))[:-1], *list(export_thread(store, "t-b"))[:-1]]
     return tuple(json.loads(line) for line in lines)
 

@@ -29,6 +29,7 @@ from covonaut_es import (
 )
 from covonaut_es.domain import thread_aggregate_id
 from covonaut_es.errors import ConfigurationError, StoredRowError
+from covonaut_es.service import ThreadService
 from covonaut_es.store import ThreadSummary
 from support import answer, call, converse, sqlite_key
 
@@ -91,7 +92,7 @@ def test_every_back_end_lists_each_thread_once_in_creation_order(
     for index in range(5):
         run(store, f"thread-{index}", pause=index % 2 == 1)
     store.fork("thread-0", at_version=2)
-    store.abandon("thread-3", "not needed")
+    ThreadService(store).abandon("thread-3", "not needed")
     assert listed(store, 2) == expected(store)
     assert [row[0] for row in listed(store, 100)] == list(store.thread_ids())
     run(store, "thread-0")  # changed since the last listing
@@ -135,7 +136,7 @@ def test_a_listing_always_says_what_the_threads_say(
             elif action == "fork" and exists:
                 store.fork(thread_id, at_version=1)
             elif action == "abandon" and state is not None and state.status.value != "abandoned":
-                store.abandon(thread_id, "given up")
+                ThreadService(store).abandon(thread_id, "given up")
             elif action == "list":
                 assert listed(store, limit) == expected(store)
         assert listed(store, 2) == expected(store)

@@ -4,6 +4,7 @@ compared with it or an event records it; never a bare TypeError from the sweep."
 
 from __future__ import annotations
 
+import contextlib
 from datetime import UTC, datetime, timedelta, timezone
 
 import attrs
@@ -160,20 +161,22 @@ REFUSED_NOW = st.one_of(
 def test_generated_times_no_clock_may_give_are_refused_by_every_command_taking_now(
     tmp_path_factory: pytest.TempPathFactory, now: datetime, command: str
 ) -> None:
-    """Property: Store.fork, abandon and label given a ``now`` a clock may not give
-    (naive, or outside EARLIEST..LATEST, its UTC instant past datetime's range
-    included), or a store whose own clock gives it, refuse it with a ConfigurationError
-    and record nothing: the store's threads are still listed."""
+    """Property: Store.fork, and the deprecated Store.abandon and label, given a ``now``
+    a clock may not give (naive, or outside EARLIEST..LATEST, its UTC instant past
+    datetime's range included), or a store whose own clock gives it, refuse it with a
+    ConfigurationError and record nothing: the store's threads are still listed."""
     url = f"sqlite:///{tmp_path_factory.mktemp('now') / 'threads.db'}"
     with open_store(url) as store:
         store.save(AgentThread.start("t", now=datetime.now(UTC)))
         if command == "clock":
             with open_store(url, clock=lambda: now) as clocked, pytest.raises(ConfigurationError):
-                clocked.abandon("t", "gone")
+                ThreadService(clocked).abandon("t", "gone")
         else:
             arguments = {"new_thread_id": "f"} if command == "fork" else {}
             if command == "label":
                 arguments["label"] = "x"
-            with pytest.raises(ConfigurationError, match="now is"):
+            alias = command != "fork"
+            warns = pytest.warns(DeprecationWarning) if alias else contextlib.nullcontext()
+            with warns, pytest.raises(ConfigurationError, match="now is"):
                 getattr(store, command)("t", now=now, **arguments)
         assert [thread.thread_id for thread in store.list_threads().threads] == ["t"]

@@ -30,6 +30,7 @@ from covonaut_es import (
     open_store,
 )
 from covonaut_es.domain import thread_aggregate_id
+from covonaut_es.service import ThreadService
 from covonaut_es.workers import _outstanding as outstanding
 from covonaut_es.workers._deadlines import ReviewDeadlines
 from covonaut_es.workers._outstanding import FOLLOWED, catch_up, events, fold
@@ -60,7 +61,7 @@ def threads(store: Store) -> None:
     finished and submitted input for a new one."""
     pause(store, "waiting", "decided", "finished", "given-up")
     decide(store, "decided", "finished")
-    store.abandon("given-up", "no longer needed")
+    ThreadService(store).abandon("given-up", "no longer needed")
     store.submit("walk-in", "Pay 5.")
 
 
@@ -346,7 +347,7 @@ def test_an_altered_table_never_makes_a_worker_act_on_a_thread_not_ready(
         decide(store, "finished")
         agent(store, "finished").resume()
         decide(store, "decided")
-        store.abandon("given-up", "no longer needed")
+        ThreadService(store).abandon("given-up", "no longer needed")
         catch_up(store, "test")
         before = {t: store.state_at(t).version for t in ("waiting", "finished", "given-up")}
     with sqlite3.connect(path) as database:

@@ -27,6 +27,7 @@ import psycopg
 import pytest
 
 from covonaut_es import Store, open_store
+from covonaut_es.service import ThreadService
 from support import agent_on, answer, call, conversation
 
 pytestmark = pytest.mark.postgres
@@ -54,9 +55,9 @@ COMMANDS: dict[str, Callable[[Store], Any]] = {
     "parent": lambda store: store.parent("done"),
     "path_to_root": lambda store: store.path_to_root("done"),
     "fork": lambda store: store.fork("done", at_version=3),
-    "label": lambda store: store.label("done", "seen"),
+    "label": lambda store: ThreadService(store).label("done", "seen"),
     "submit": lambda store: store.submit("done", "and then?"),
-    "abandon": lambda store: store.abandon("paused", "no longer needed"),
+    "abandon": lambda store: ThreadService(store).abandon("paused", "no longer needed"),
 }
 
 

@@ -395,15 +395,16 @@ _ENTRIES: dict[str, Entry] = {
         },
         {"new_thread_id": "thread_id"},
     ),
-    "Store.abandon": Entry(
-        lambda w, **a: ROOT(w) or w.store.abandon(**a),
-        {"thread_id": "t", "reason": "gone", "now": NOW},
-        {"reason": EMPTY, "now": OPTIONAL},
+    "ThreadService.abandon": Entry(
+        lambda w, **a: ROOT(w) or ThreadService(w.store).abandon(**a),
+        {"thread_id": "t", "reason": "gone"},
+        {"reason": EMPTY},
     ),
-    "Store.label": Entry(
-        lambda w, **a: ROOT(w) or w.store.label(**a),
-        {"thread_id": "t", "label": "good", "version": 1, "now": NOW},
-        {"version": OPTIONAL, "now": OPTIONAL},
+    "ThreadService.label": Entry(
+        lambda w, **a: ROOT(w) or ThreadService(w.store).label(**a),
+        {"thread_id": "t", "name": "good", "version": 1},
+        {"version": OPTIONAL},
+        {"name": "label"},
     ),
     "Store.parent": Entry(lambda w, **a: ROOT(w) or w.store.parent(**a), {"thread_id": "t"}),
     "Store.children": Entry(lambda w, **a: ROOT(w) or w.store.children(**a), {"thread_id": "t"}),
@@ -469,8 +470,8 @@ _ENTRIES: dict[str, Entry] = {
     ),
 }
 """Every public constructor and method of Store, Agent, AgentConfig, CheckpointSettings,
-Tool, Worker, ReviewQueue and ThreadService's decisions that takes an argument, with a
-valid call."""
+Tool, Worker, ReviewQueue and ThreadService's decisions and thread commands that takes an
+argument, with a valid call."""
 
 
 def _valid_args(world: World, entry: Entry) -> dict[str, Any]:

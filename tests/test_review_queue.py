@@ -33,6 +33,7 @@ from covonaut_es import (
 )
 from covonaut_es.projections._items import QUEUE_EVENT_TYPES
 from covonaut_es.projections._views import SQLReviewQueueView
+from covonaut_es.service import ThreadService
 from covonaut_es.store._codec import aggregate_event_classes
 from support import answer, call, review_tool
 
@@ -85,7 +86,7 @@ def test_queue_follows_interrupts_resumes_forks_and_abandons(store: Store) -> No
         resumed.steer("approved")
         resumed.resume()
         store.fork("a", new_thread_id="a-branch")
-        store.abandon("c", "customer left")
+        ThreadService(store).abandon("c", "customer left")
         queue.wait_until_current(store)
     items = {(i.thread_id, i.item_id): i for i in queue.pending()}
     assert set(items) == {("a", "r1"), ("a", "r2"), ("a-branch", "r1"), ("a-branch", "r2")}
@@ -180,7 +181,7 @@ def test_rebuilding_from_zero_equals_following_incrementally(
             elif action == "fork" and state is not None and state.status.value != "abandoned":
                 store.fork(thread_id)
             elif action == "abandon" and state is not None and state.status.value != "abandoned":
-                store.abandon(thread_id)
+                ThreadService(store).abandon(thread_id)
             incremental.wait_until_current(store)
     rebuilt = ReviewQueue(store.url, view_url=f"sqlite:///{folder / 'rebuilt.db'}")
     with rebuilt.follow():
@@ -294,7 +295,7 @@ def test_a_thread_id_written_behind_the_rules_back_is_listed_as_it_is(
         {hostile: hostile},
     )
     pause(store, "after", "r2")  # while nobody follows
-    store.abandon(hostile)
+    ThreadService(store).abandon(hostile)
     with queue.follow():
         queue.wait_until_current(store)
     assert keys(queue) == {("before", "r1"), ("after", "r2")} == expected_queue(store)

@@ -99,7 +99,7 @@ class Reviews:
         if thread_id is not None and self.store.state_at(thread_id).status is not (
             ThreadStatus.ABANDONED
         ):
-            self.store.abandon(thread_id, "gone")
+            ThreadService(self.store).abandon(thread_id, "gone")
 
 
 indexes = st.integers(0, 9)

@@ -178,7 +178,7 @@ def test_one_decision_verifies_once_and_loads_the_thread_once(
         thread = load(self, thread_id, **options)
         if thread_id == "u" and loads.count("u") == 1:
             writing.append(True)
-            other.label("u", "meanwhile")  # another writer, between load and save
+            ThreadService(other).label("u", "meanwhile")  # another writer, between load and save
             writing.clear()
         return thread
 
@@ -506,7 +506,7 @@ def test_an_agent_behind_the_store_still_refuses_what_the_stored_thread_refuses(
     stored thread itself (its review still pending) is refused, and nothing is stored."""
     agent, _ = paused(store)
     before = store.history("t")
-    store.label("t", "meanwhile")
+    ThreadService(store).label("t", "meanwhile")
     with pytest.raises(ThreadStateError, match="awaiting a decision"):
         agent.resume()
     assert (

@@ -32,6 +32,7 @@ from covonaut_es.errors import (
     StoreFileReplacedError,
 )
 from covonaut_es.messages import Message, Role
+from covonaut_es.service import ThreadService
 from covonaut_es.store import _urls
 from covonaut_es.store._writer import SNAPSHOT_MIN_VERSION
 from support import WriteFaults, agent_on, echo_script, run_python
@@ -209,8 +210,8 @@ WRITES: dict[str, Any] = {
     "save": _save,
     "start": lambda store: store.save(AgentThread.start("new", now=NOW)),
     "fork": lambda store: store.fork("t", new_thread_id="f", now=NOW),
-    "label": lambda store: store.label("t", "here", now=NOW),
-    "abandon": lambda store: store.abandon("t", "gone", now=NOW),
+    "label": lambda store: ThreadService(store, clock=lambda: NOW).label("t", "here"),
+    "abandon": lambda store: ThreadService(store, clock=lambda: NOW).abandon("t", "gone"),
     "write_state": lambda store: store.write_state("k", {"a": 1}),
     "submit": lambda store: store.submit("t", "do it"),
     "lease": _lease,

@@ -36,6 +36,7 @@ from covonaut_es.errors import (
     TransferError,
 )
 from covonaut_es.messages import Message
+from covonaut_es.service import ThreadService
 from support import answer, call, echo_tool, review_tool, ticking_clock
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,7 +79,7 @@ def source_export(keyed: bool) -> str:
     with open_store("memory://", chain_key="k" * 32 if keyed else None) as store:
         converse(store, "t")
         store.fork("t", at_version=5, new_thread_id="t-b", now=NOW)
-        store.label("t-b", "the other way", now=NOW)
+        ThreadService(store, clock=lambda: NOW).label("t-b", "the other way")
         text = "".join(line + "\n" for line in export_thread(store, "t-b", with_ancestors=True))
     return text
 

@@ -37,6 +37,7 @@ from covonaut_es.domain import CheckpointReason, ThreadStatus, ToolOutcome
 from covonaut_es.domain._tool_pins import ToolPin
 from covonaut_es.errors import ProviderError, ThreadAbandonedError
 from covonaut_es.messages import Message, Role
+from covonaut_es.service import ThreadService
 from support import GOLDEN, OBJECT_SCHEMA, answer, ticking_clock
 
 NOTE, FAILING, PAUSING, REVIEWED, PINNED = "note", "failing", "pausing", "reviewed", "pinned"
@@ -98,7 +99,7 @@ def _abandoning(store: Store, item: Any) -> Any:
 
     def respond(request: Any) -> Any:
         if store.exists("t1"):
-            store.abandon("t1", "the customer left")
+            ThreadService(store).abandon("t1", "the customer left")
         if isinstance(item, Exception):
             raise item
         return item

@@ -1,4 +1,4 @@
-"""Forking, labelling and abandoning threads: the store's side of the session tree.
+"""Forking threads and reading their forks: the store's side of the session tree.
 
 A :class:`~covonaut_es.Store` holds one :class:`Forks` (``store._forks``). A fork reads
 only the tail of its parent's stream and writes one ``Forked`` event (ADR 0009); the
@@ -47,18 +47,16 @@ from covonaut_es.store._read_only import WriteGuard
 from covonaut_es.store._reader import ThreadReader, check_first_event
 from covonaut_es.store._records import StoredRecords, storable
 from covonaut_es.store._write_errors import database_errors_typed
-from covonaut_es.store._writer import ThreadWriter
 
 
 class Forks:
-    """Fork a thread at any version; label it; abandon it; list the forks.
+    """Fork a thread at any version; list the forks.
 
     Args:
         app: The store's application.
         backend: The port of its back end (whether it guards new streams).
         records: The store's records and log.
-        reader: Loads the threads forked, labelled or abandoned.
-        writer: Saves labels and abandonments.
+        reader: Loads the threads forked and tells whether a fork's id is taken.
         guard: Refuses writes to a store opened read-only.
         clock: The time of the events written when a call passes no ``now``.
     """
@@ -69,7 +67,6 @@ class Forks:
         backend: Backend,
         records: StoredRecords,
         reader: ThreadReader,
-        writer: ThreadWriter,
         guard: WriteGuard,
         clock: Callable[[], datetime],
     ) -> None:
@@ -77,7 +74,6 @@ class Forks:
         self._backend = backend
         self._records = records
         self._reader = reader
-        self._writer = writer
         self._guard = guard
         self.url = guard.url
         self.clock = clock
@@ -197,25 +193,6 @@ class Forks:
         except IntegrityError as exc:
             raise ThreadConflictError(taken, thread_id=new_thread_id, expected_version=0) from exc
         return new_thread_id
-
-    def abandon(self, thread_id: str, reason: str = "", *, now: datetime | None = None) -> None:
-        """As :meth:`covonaut_es.Store.abandon`."""
-        thread = self._reader.load(thread_id)
-        thread.abandon(reason, now=now or self.clock())
-        self._writer.save(thread)
-
-    def label(
-        self,
-        thread_id: str,
-        label: str,
-        *,
-        version: int | None = None,
-        now: datetime | None = None,
-    ) -> None:
-        """As :meth:`covonaut_es.Store.label`."""
-        thread = self._reader.load(thread_id)
-        thread.label(label, version=version, now=now or self.clock())
-        self._writer.save(thread)
 
     def _checkpoint_version(self, thread_id: str, sequence: int) -> int:
         checkpoints = self._reader.load(thread_id).checkpoints

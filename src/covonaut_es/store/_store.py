@@ -15,6 +15,7 @@ attribute (ADR 0121).
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from datetime import datetime
 from typing import Any
@@ -96,9 +97,7 @@ class Store(Closing):
         self._leasing = Leasing(app, backend, guard)
         self._writer = ThreadWriter(app, backend, guard, self._leasing.held_lease)
         self._reader = ThreadReader(app, self._records, self.url, self._writer.remember_snapshot)
-        self._forks = Forks(
-            app, backend, self._records, self._reader, self._writer, guard, self.clock
-        )
+        self._forks = Forks(app, backend, self._records, self._reader, guard, self.clock)
         self._submissions = Submissions(app)
         self._states = StoredStates(app, guard)
         self._listing = ThreadListing(app, backend, self._records, self._reader, guard)
@@ -398,26 +397,41 @@ class Store(Closing):
         """Give a thread up: its pending reviews leave the reviewer queue and no run
         starts on it again (a fork of it still can).
 
+        Deprecated: use :meth:`ThreadService(store).abandon
+        <covonaut_es.service.ThreadService.abandon>`, which retries once on a conflict,
+        checks the pause a person gave it up from and their scopes. This alias loads,
+        abandons and saves, as before; the store cannot call the service above it.
+
         Raises:
             ConfigurationError: ``reason`` is no str, or ``now`` no time a clock may
                 give (as for :meth:`fork`).
         """
+        _deprecated("abandon")
         check_text("reason", reason)
         _check_now(now)
-        self._forks.abandon(thread_id, reason, now=now)
+        thread = self.load(thread_id)
+        thread.abandon(reason, now=now or self.clock())
+        self.save(thread)
 
     def label(
         self, thread_id: str, label: str, *, version: int | None = None, now: datetime | None = None
     ) -> None:
         """Label a thread, or one of its versions; labels are events of the thread.
 
+        Deprecated: use :meth:`ThreadService(store).label
+        <covonaut_es.service.ThreadService.label>`, which retries once on a conflict.
+        This alias loads, labels and saves, as before.
+
         Raises:
             ConfigurationError: ``label`` is no str, ``version`` no whole number, or
                 ``now`` no time a clock may give (as for :meth:`fork`).
             ThreadStateError: The label is blank, or the thread has no such version.
         """
+        _deprecated("label")
         _check_now(now)
-        self._forks.label(thread_id, label, version=version, now=now)
+        thread = self.load(thread_id)
+        thread.label(label, version=version, now=now or self.clock())
+        self.save(thread)
 
     def forks(self) -> tuple[ForkRecord, ...]:
         """Every fork in the store, read from the event log.
@@ -676,6 +690,15 @@ def _check_read(version: object, snapshot_migrators: object) -> None:
     if version is not None:
         check_whole("version", version)
     check_instance("snapshot_migrators", snapshot_migrators, Mapping, "a mapping of upcasters")
+
+
+def _deprecated(command: str) -> None:
+    """Warn that ``Store.<command>`` is an alias of the service's command."""
+    msg = (
+        f"Store.{command} is deprecated: use "
+        f"covonaut_es.service.ThreadService(store).{command}, the one {command} command"
+    )
+    warnings.warn(msg, DeprecationWarning, stacklevel=3)
 
 
 def _check_now(now: object) -> None:
