@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from covonaut_es._extras import lazy_names
 from covonaut_es.service._pauses import listed_pause_tokens, pause_token, pending_pause_token
+from covonaut_es.service._review_lookup import FoundReview, ReviewIndex
 from covonaut_es.service._reviewers import (
     HmacReviewerVerifier,
     Reviewer,
@@ -23,13 +24,7 @@ from covonaut_es.service._reviewers import (
     verified_reviewer,
 )
 from covonaut_es.service._runs import RunSession
-from covonaut_es.service._service import (
-    FoundReview,
-    PauseAnswer,
-    ReviewIndex,
-    Settlement,
-    ThreadService,
-)
+from covonaut_es.service._service import PauseAnswer, Settlement, ThreadService
 from covonaut_es.service._shown import shown_message
 from covonaut_es.service._submissions import (
     MAX_TEXT_CHARS,

@@ -10,21 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import attrs
 
-from covonaut_es import _logs
 from covonaut_es._arguments import check_instance, check_text
-from covonaut_es._clock import CLOCK_SKEW_BOUND, AwareClock, ahead, skew
+from covonaut_es._clock import AwareClock
 from covonaut_es._text import is_blank
 from covonaut_es.domain import (
     AgentThread,
     Decision,
-    Review,
     ReviewDecision,
     ReviewRequest,
     check_may_act_on_call,
@@ -32,25 +29,28 @@ from covonaut_es.domain import (
 )
 from covonaut_es.domain._submissions import InputSubmitted
 from covonaut_es.errors import (
-    AmbiguousReviewError,
-    ClockOutOfStepError,
     ConfigurationError,
     InvalidDecisionError,
     ReviewerNotPermittedError,
-    ReviewNotFoundError,
     ThreadConflictError,
     ThreadNotFoundError,
 )
 from covonaut_es.migrations import Upcaster
 from covonaut_es.migrations._upcasting import NO_MIGRATORS
+from covonaut_es.service._clock_guard import ClockGuard
 from covonaut_es.service._pauses import check_pause
+from covonaut_es.service._review_lookup import (
+    FoundReview,
+    ReviewIndex,
+    no_review,
+    thread_of_review,
+)
 from covonaut_es.service._reviewers import Reviewer, ReviewerVerifier, verified_reviewer
 from covonaut_es.service._running import refuse_while_running
 from covonaut_es.service._runs import RunSession
 from covonaut_es.service._submissions import (
     Action,
     ReviewSubmission,
-    is_text,
     person_text,
     review_submission,
 )
@@ -58,12 +58,6 @@ from covonaut_es.store import Store
 from covonaut_es.store._submissions import Submitted
 
 T = TypeVar("T")
-
-logger = _logs.logger("covonaut_es.service")
-
-SKEW_LOG_INTERVAL = 60.0
-"""Seconds between the errors a service logs of its clock running ahead of the
-database's (``expire_reviews``, ``note_deadlines_near``)."""
 
 _DECISIONS = {
     Action.APPROVE: Decision.APPROVED,
@@ -82,24 +76,6 @@ NOT_RUN_RESULT = "Not executed: a person checked and found that the call did not
 
 
 @attrs.frozen
-class FoundReview:
-    """A review and the thread it was found in.
-
-    Attributes:
-        thread_id: The thread that holds it (for a review a fork inherited pending, the
-            fork it is pending in).
-        review: The review as that thread records it now.
-        awaiting: Whether a person can still decide it (the thread's
-            ``reviews_awaiting`` holds it): False once decided, or once the thread is
-            abandoned.
-    """
-
-    thread_id: str
-    review: Review
-    awaiting: bool
-
-
-@attrs.frozen
 class PauseAnswer:
     """A person's answer to a tool's pause, as :meth:`ThreadService.answer` takes it.
 
@@ -112,15 +88,6 @@ class PauseAnswer:
     tool_call_id: str
     text: object
     pause: object = None
-
-
-class ReviewIndex(Protocol):
-    """Finds the threads where a review is pending by its id, without reading the log:
-    the reviewer queue (:class:`~covonaut_es.projections.ReviewQueue`) is one."""
-
-    def threads_with_review(self, review_id: str, store: Store) -> tuple[str, ...] | None:
-        """The threads of ``store`` where the review is pending; None when the index is
-        behind the store's log and cannot tell."""
 
 
 @attrs.frozen
@@ -183,7 +150,7 @@ class ThreadService:
         self.verifier = verifier
         self._clock = AwareClock(clock or store.clock)
         self.reviews = reviews
-        self._skew_logged = -SKEW_LOG_INTERVAL
+        self._clock_guard = ClockGuard(store)
 
     # Who acts -----------------------------------------------------------------------
 
@@ -218,10 +185,10 @@ class ThreadService:
             AmbiguousReviewError: It is pending in several threads (forks inherit
                 pending reviews) and none was named.
         """
-        thread = self.store.load(self._thread_of_review(review_id, thread_id))
+        thread = self.store.load(thread_of_review(self.store, self.reviews, review_id, thread_id))
         review = thread.reviews.get(review_id)
         if review is None:
-            raise self._no_review(review_id, thread.thread_id)
+            raise no_review(self.store, review_id, thread.thread_id)
         return FoundReview(thread.thread_id, review, review in thread.reviews_awaiting)
 
     def decide(
@@ -263,7 +230,9 @@ class ThreadService:
         ``partial`` is true and the review stays pending for a second reviewer.
         """
         command = self._deciding(review_id, submission, reviewer)
-        return self._change(self._thread_of_review(review_id, thread_id), command)
+        return self._change(
+            thread_of_review(self.store, self.reviews, review_id, thread_id), command
+        )
 
     def decide_together(
         self,
@@ -340,7 +309,7 @@ class ThreadService:
                 raise InvalidDecisionError(msg)
             now = self._clock()
             if review.request.expired(now):
-                self._refuse_if_ahead(now, review.request, thread.thread_id)
+                self._clock_guard.refuse_if_ahead(now, review.request, thread.thread_id)
             return thread.decide_review(
                 review_id,
                 decision,
@@ -372,7 +341,9 @@ class ThreadService:
             The expiries recorded now (none when nothing was due, or the clock is ahead).
         """
         now = self._clock()
-        if self._ahead(now, f"expiring the reviews of thread {thread_id!r}", "nothing expired"):
+        if self._clock_guard.runs_ahead(
+            now, f"expiring the reviews of thread {thread_id!r}", "nothing expired"
+        ):
             return ()
         clock = f"the clock of {self.store.lease_holder}"
         return self._change(thread_id, lambda t: t.expire_reviews(now=now, clock=clock))
@@ -387,88 +358,17 @@ class ThreadService:
             The requests noted now (none when nothing was due, or the clock is ahead).
         """
         now = self._clock()
-        if self._ahead(now, f"noting the near deadlines of thread {thread_id!r}", "nothing noted"):
+        if self._clock_guard.runs_ahead(
+            now, f"noting the near deadlines of thread {thread_id!r}", "nothing noted"
+        ):
             return ()
         return self._change(thread_id, lambda t: t.note_deadlines_near(lead=lead, now=now))
 
     def review_time(self, now: datetime) -> datetime:
         """The time a review a runner asks for at ``now`` (its clock's reading) counts
         its deadline from: ``now``, or the database's time when ``now`` is more than
-        ``CLOCK_SKEW_BOUND`` off it either way, logged as an error (ADR 0119). A
-        deadline set by a clock a day behind would be past by the database's already,
-        and the first sweep by a clock in step would expire the review; one set by a
-        clock ahead would let the review outlive its wait."""
-        database_now = self.store.database_now()
-        off = skew(now, database_now)
-        if off is None or database_now is None:
-            return now
-        if self._skew_to_log():
-            logger.error(
-                "asking for a review: this process's clock reads %s, %.0f s %s the "
-                "database's (more than %.0f s): its deadline counts from the database's "
-                "time, %s; set the clock in step (NTP)",
-                now.isoformat(),
-                abs(off.total_seconds()),
-                "ahead of" if off > timedelta(0) else "behind",
-                CLOCK_SKEW_BOUND.total_seconds(),
-                database_now.isoformat(),
-            )
-        return database_now
-
-    def _skew_to_log(self) -> bool:
-        """Whether to log a clock's skew now: at most once a :data:`SKEW_LOG_INTERVAL`,
-        since a worker asks at every poll, and a run at every review it asks for."""
-        if time.monotonic() < self._skew_logged + SKEW_LOG_INTERVAL:
-            return False
-        self._skew_logged = time.monotonic()
-        return True
-
-    def _ahead(self, now: datetime, doing: str, outcome: str) -> bool:
-        """Whether ``now`` runs more than ``CLOCK_SKEW_BOUND`` ahead of the database's
-        clock, so that no deadline may be judged by it (ADR 0119); if so, the skew is
-        logged as an error, at most once a :data:`SKEW_LOG_INTERVAL` (a worker asks at
-        every poll)."""
-        off = self._skew(now)
-        if off is None:
-            return False
-        if self._skew_to_log():
-            logger.error(
-                "%s: this process's clock reads %s, %.0f s ahead of the database's (more "
-                "than %.0f s): %s; set the clock in step (NTP) so that reviews expire at "
-                "their deadlines",
-                doing,
-                now.isoformat(),
-                off.total_seconds(),
-                CLOCK_SKEW_BOUND.total_seconds(),
-                outcome,
-            )
-        return True
-
-    def _refuse_if_ahead(self, now: datetime, request: ReviewRequest, thread_id: str) -> None:
-        """Refuse a decision on a review that ``now`` finds expired when that is only
-        because the clock runs ahead of the database's (ADR 0119).
-
-        Raises:
-            ClockOutOfStepError: It does; naming the skew. The review is still pending.
-        """
-        off = self._skew(now)
-        if off is None:
-            return
-        assert request.deadline is not None
-        msg = (
-            f"review {request.review_id!r} of thread {thread_id!r} is still pending: its "
-            f"deadline {request.deadline.isoformat()} has passed only by this process's "
-            f"clock, which reads {now.isoformat()}, {off.total_seconds():.0f} s ahead of "
-            f"the database's (more than {CLOCK_SKEW_BOUND.total_seconds():.0f} s); nothing "
-            "was recorded: set the clock in step (NTP), or decide through a process whose "
-            "clock is"
-        )
-        raise ClockOutOfStepError(msg)
-
-    def _skew(self, now: datetime) -> timedelta | None:
-        """How far ``now`` runs ahead of the database's clock past ``CLOCK_SKEW_BOUND``:
-        the one check of a clock that judges deadlines."""
-        return ahead(now, self.store.database_now())
+        ``CLOCK_SKEW_BOUND`` off it either way, logged as an error (ADR 0119)."""
+        return self._clock_guard.review_time(now)
 
     # Pauses -------------------------------------------------------------------------
 
@@ -762,33 +662,6 @@ class ThreadService:
                 return result
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _thread_of_review(self, review_id: str, thread_id: str | None) -> str:
-        if thread_id is not None:
-            return thread_id
-        if not is_text(review_id):  # a lone surrogate (a byte of argv not UTF-8): no id has one
-            raise self._no_review(review_id, None)
-        index = self.reviews
-        # Pending: one lookup in the index. Decided, expired or unknown (or the index
-        # cannot tell): the log's review requests and forks say who asked for it.
-        indexed = None if index is None else index.threads_with_review(review_id, self.store)
-        holders = indexed or self.store.threads_with_review(review_id)
-        if not holders:
-            raise self._no_review(review_id, None)
-        if len(holders) == 1:
-            return holders[0]
-        pending = _pending_in(self.store, review_id, holders)
-        if len(pending) > 1:
-            msg = (
-                f"review {review_id!r} is pending in several threads ({', '.join(pending)}): "
-                "a fork inherits its parent's pending reviews; name the thread to decide it on"
-            )
-            raise AmbiguousReviewError(msg, thread_ids=tuple(pending))
-        return (pending or holders)[0]
-
-    def _no_review(self, review_id: str, thread_id: str | None) -> ReviewNotFoundError:
-        where = f"thread {thread_id!r}" if thread_id else f"any thread of {self.store.url}"
-        return ReviewNotFoundError(f"no review {review_id!r} in {where}")
-
 
 def _check(
     thread: AgentThread,
@@ -828,17 +701,6 @@ def _check_may_give_up(thread: AgentThread, reviewer: Reviewer) -> None:
         except ReviewerNotPermittedError as exc:
             msg = f"thread {thread.thread_id!r} cannot be given up by this reviewer: {exc}"
             raise ReviewerNotPermittedError(msg) from exc
-
-
-def _pending_in(store: Store, review_id: str, thread_ids: Sequence[str]) -> list[str]:
-    """The threads where the review still waits for a decision: a thread given up
-    decides none of its reviews, so it holds none that waits."""
-    pending = []
-    for thread_id in thread_ids:
-        awaiting = store.load(thread_id).reviews_awaiting
-        if any(review.request.review_id == review_id for review in awaiting):
-            pending.append(thread_id)
-    return pending
 
 
 def _check_reviewer(reviewer: object) -> None:
