@@ -41,6 +41,7 @@ from covonaut_es.errors import (
     ThreadStateError,
 )
 from covonaut_es.service._reviewers import MAX_TOKEN_TTL_SECONDS
+from hostile_text import hostile_text, spoiled_tokens
 from support import answer, call, echo_tool, ticking_clock
 
 SECRET = secrets.token_bytes(32)
@@ -578,6 +579,18 @@ def test_hmac_verifier_refuses_what_is_not_a_token(credential: Any) -> None:
     """Anything but a well-formed, signed token raises ReviewerNotVerifiedError."""
     with pytest.raises(ReviewerNotVerifiedError):
         VERIFIER.verify(credential)
+
+
+@settings(max_examples=50, deadline=None)
+@given(credential=spoiled_tokens(ALICE) | hostile_text(min_size=1, max_size=12))
+def test_hmac_verifier_refuses_text_no_token_holds_before_encoding_it(credential: str) -> None:
+    """Property: a token with a character no token holds (a lone surrogate, which a
+    command line makes of a byte that is no UTF-8, a control, a space, a non-ASCII
+    letter) is refused with ReviewerNotVerifiedError, not echoed: a surrogate raised
+    a UnicodeEncodeError from ``identify`` (helper-158)."""
+    with pytest.raises(ReviewerNotVerifiedError) as refused:
+        VERIFIER.identify(credential)
+    assert credential not in str(refused.value) and refused.value.__cause__ is None
 
 
 def test_hmac_issue_token_refuses_an_empty_reviewer_id() -> None:

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 from covonaut_es import (
     Agent,
@@ -25,6 +27,7 @@ from covonaut_es import (
 )
 from covonaut_es.service import ThreadService
 from covonaut_es.store._dictionary import ZstdDictionaryCompressor
+from hostile_text import no_token_character
 from support import answer, call, echo_tool, review_tool
 
 SECRET = secrets.token_hex(32)
@@ -235,6 +238,35 @@ def test_a_bad_token_is_refused_first_and_records_nothing(url: str, decision: tu
     result = covonaut(command, review_id(url), *options, "--reviewer-token", forged, store=url)
     assert result.returncode == 2
     assert "signature does not match" in result.stderr, result.stderr
+    assert len(json.loads(covonaut("reviews", "--json", store=url).stdout)) == 2
+
+
+@settings(
+    max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@example(spoil=("approve", "signature", "\udcff"))
+@example(spoil=("answer", "claims", "\udcff"))
+@given(
+    spoil=st.tuples(
+        st.sampled_from(["approve", "answer"]),
+        st.sampled_from(["claims", "signature"]),
+        no_token_character(argv=True),
+    )
+)
+def test_a_token_with_a_byte_no_token_holds_is_refused_in_one_line(
+    url: str, spoil: tuple[str, str, str]
+) -> None:
+    """Property: ``--reviewer-token`` with a byte that is no UTF-8 (a lone surrogate in
+    Python's argv), a control, a space or a non-ASCII letter in its claims or its
+    signature exits 2 in one line, and decides nothing: it was a UnicodeEncodeError
+    traceback, exit 1 (helper-158)."""
+    command, part, char = spoil
+    claims, signature = token("alice").split(".")
+    spoiled = f"{claims}{char}.{signature}" if part == "claims" else f"{claims}.{signature}{char}"
+    target = [review_id(url)] if command == "approve" else ["paused", "r1", "--answer", "x"]
+    result = covonaut(command, *target, "--reviewer-token", spoiled, store=url)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert "reviewer token" in result.stderr and "Traceback" not in result.stderr
     assert len(json.loads(covonaut("reviews", "--json", store=url).stdout)) == 2
 
 

@@ -22,6 +22,7 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+from hypothesis import given, settings
 from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 from jwt.warnings import InsecureKeyLengthWarning
 
@@ -41,6 +42,7 @@ from covonaut_es.cli._command import UsageError
 from covonaut_es.cli._identity import add_reviewer_options, reviewer_verifier_from
 from covonaut_es.errors import ConfigurationError, IdentityProviderUnavailableError
 from covonaut_es.runtime import JwtReviewerVerifier
+from hostile_text import spoiled_tokens
 from support import answer, call, ticking_clock
 
 ISSUER = "https://id.example.com/"
@@ -319,6 +321,17 @@ def test_credentials_that_are_not_strings_or_too_long_are_refused(jwks: Jwks) ->
         with pytest.raises(ReviewerNotVerifiedError, match="expected a JSON Web Token"):
             verifier.verify(credential)
     assert jwks.fetches == 0
+
+
+@settings(max_examples=50, deadline=None)
+@given(credential=spoiled_tokens(mint()))
+def test_a_token_with_a_character_no_jwt_holds_is_refused(credential: str) -> None:
+    """Property: a token with a lone surrogate (what a command line makes of a byte that
+    is no UTF-8), a control, a space or a non-ASCII letter put in is refused with
+    ReviewerNotVerifiedError, never echoed: a surrogate raised a UnicodeEncodeError
+    from PyJWT (helper-158)."""
+    verifier = JwtReviewerVerifier(ISSUER, AUDIENCE, key=PUBLIC_PEM, clock=lambda: NOW)
+    refusal(verifier, credential)
 
 
 # Configuration ------------------------------------------------------------------------

@@ -258,13 +258,21 @@ class JwtReviewerVerifier:
                 algorithm or key, names an unknown key id, was issued by another issuer
                 or for another audience, is expired or not yet valid, lacks a required
                 claim, or holds scopes that are neither a string nor a list of strings.
-                The message names the cause, never the token.
+                A credential that is no ASCII text of at most 16,384 characters is
+                refused before it is parsed. The message names the cause, never the
+                token.
             IdentityProviderUnavailableError: The provider's keys could not be fetched.
         """
-        if not isinstance(credential, str) or not 0 < len(credential) <= _MAX_TOKEN_CHARS:
+        # A JWT is ASCII: other text (a lone surrogate, from a byte of a command line
+        # that is no UTF-8) is refused before PyJWT encodes it, which raised.
+        if (
+            not isinstance(credential, str)
+            or not 0 < len(credential) <= _MAX_TOKEN_CHARS
+            or not credential.isascii()
+        ):
             msg = (
-                f"expected a JSON Web Token of at most {_MAX_TOKEN_CHARS} characters from "
-                f"the identity provider, got a {type(credential).__name__} that is not one"
+                f"expected a JSON Web Token of at most {_MAX_TOKEN_CHARS} ASCII characters "
+                f"from the identity provider, got a {type(credential).__name__} that is not one"
             )
             raise ReviewerNotVerifiedError(msg)
         header = self._header(credential)

@@ -13,6 +13,7 @@ import base64
 import binascii
 import contextlib
 import hmac
+import re
 import time
 import unicodedata
 from collections.abc import Callable, Iterable
@@ -197,6 +198,11 @@ def _epoch_seconds() -> float:
     return time.time()  # looked up per call, so tests may patch time.time
 
 
+_TOKEN_SHAPE = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
+"""What :meth:`HmacReviewerVerifier.issue_token` writes: the claims and the signature,
+base64url without padding."""
+
+
 def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 
@@ -259,10 +265,13 @@ class HmacReviewerVerifier:
         verifier's secret signed.
 
         Raises:
-            ReviewerNotVerifiedError: The token is malformed, tampered with, signed
-                under another secret or expired.
+            ReviewerNotVerifiedError: The token is malformed (anything but two segments
+                of ASCII base64url joined by a dot), tampered with, signed under
+                another secret or expired.
         """
-        if not isinstance(credential, str) or credential.count(".") != 1:
+        # Checked before anything is encoded: a lone surrogate (a byte of a command
+        # line that is no UTF-8) made the encoder raise.
+        if not isinstance(credential, str) or not _TOKEN_SHAPE.fullmatch(credential):
             msg = (
                 "expected a reviewer token as issued by HmacReviewerVerifier.issue_token, "
                 f"got a {type(credential).__name__} that is not one; sign in again"
