@@ -14,6 +14,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+from hypothesis import example, given, settings
 
 from covonaut_es import (
     ProviderRequest,
@@ -32,6 +33,7 @@ from support import call, converse
 from test_cli import covonaut_es
 from test_cli_commands import SECRET, covonaut, review_id, token, url  # noqa: F401  (url is a fixture)
 from test_cli_pauses import run_dies_in_charge
+from test_reviewer_ids import unshowable_ids
 
 
 def test_show_labels_a_call_held_for_review_as_never_ran(url: str) -> None:  # noqa: F811
@@ -339,7 +341,31 @@ def test_token_issue_refuses_a_blank_scope_saying_so() -> None:
     """An empty --scope is a usage error naming the scopes, and no token is printed."""
     result = covonaut("token", "issue", "--reviewer", "ann", "--ttl", "60", "--scope", "")
     assert result.returncode == 2 and result.stdout == ""
-    assert "--scope" in result.stderr and "non-empty strings" in result.stderr
+    assert "--scope" in result.stderr and "a scope has 1 to 200 characters" in result.stderr
+
+
+def carried_by_argv(text: str) -> bool:
+    """Whether a command line can hold ``text``: no NUL, and no surrogate but those a
+    byte that is no UTF-8 decodes to."""
+    try:
+        return b"\x00" not in os.fsencode(text)
+    except UnicodeEncodeError:
+        return False
+
+
+@settings(max_examples=4, deadline=None)
+@example(scope="s\udcff")
+@example(scope="pay\x1b[2J")
+@given(scope=unshowable_ids().filter(carried_by_argv))
+def test_token_issue_refuses_a_scope_no_reviewer_id_could_be(scope: str) -> None:
+    """Property: --scope follows --reviewer's rule: a byte that is no UTF-8, a control,
+    a blank or a padded scope exits 2 in one line naming the scope, and no token is
+    printed. A byte that is no UTF-8 was a UnicodeEncodeError traceback, exit 1, and a
+    blank or control scope was signed (helper-158)."""
+    result = covonaut("token", "issue", "--reviewer", "ann", "--ttl", "60", "--scope", scope)
+    assert result.returncode == 2 and result.stdout == "", result.stderr
+    assert result.stderr.count("\n") == 1 and "--scope values: " in result.stderr
+    assert "scope" in result.stderr.partition("--scope values: ")[2]
 
 
 def test_token_issue_takes_a_secret_whose_bytes_are_no_utf8() -> None:

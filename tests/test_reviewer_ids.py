@@ -14,7 +14,7 @@ from unittest.mock import patch
 import attrs
 import msgspec
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from covonaut_es import HmacReviewerVerifier, open_store
@@ -25,8 +25,8 @@ from covonaut_es.service._reviewers import _b64, reviewer_id_problem
 
 VERIFIER = HmacReviewerVerifier(b"r" * 40)
 
-HIDDEN = st.characters(categories=["Cc", "Cf", "Zl", "Zp"]) | st.sampled_from(
-    ["\u200b", "\u202e", "\n", "\x00", "\u2028", "\ufeff"]
+HIDDEN = st.characters(categories=["Cc", "Cf", "Cs", "Zl", "Zp"]) | st.sampled_from(
+    ["\u200b", "\u202e", "\n", "\x00", "\u2028", "\ufeff", "\udcff"]
 )
 VISIBLE = st.text(
     st.characters(categories=["L", "N", "P"], exclude_characters="\u115f\u1160\u3164\uffa0"),
@@ -77,6 +77,25 @@ def test_a_visible_id_is_issued_and_verified_as_itself(reviewer_id: str) -> None
     token = VERIFIER.issue_token(reviewer_id, ttl_seconds=60)
     service = ThreadService(open_store("memory://ids"), verifier=VERIFIER)
     assert service.reviewer(token).id == reviewer_id
+
+
+@settings(max_examples=50, deadline=None)
+@given(unshowable_ids() | st.sampled_from([1, None, b"pay", ("pay",)]))
+def test_a_scope_is_issued_by_the_rule_of_reviewer_ids(scope: Any) -> None:
+    """Property: a scope that shows nothing, hides a character (a lone surrogate, ESC, a
+    newline) or has a space at an end, or is no text, is a ValueError naming the scope,
+    as such a reviewer id is: a blank or control scope was signed, and a surrogate
+    raised a UnicodeEncodeError (helper-158)."""
+    with pytest.raises(ValueError, match="scope"):
+        VERIFIER.issue_token("rita", ttl_seconds=60, scopes=["payments", scope])
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(VISIBLE, max_size=3))
+def test_visible_scopes_are_issued_and_identified_as_themselves(scopes: list[str]) -> None:
+    """Letters, digits and punctuation are scopes, each held once."""
+    token = VERIFIER.issue_token("rita", ttl_seconds=60, scopes=scopes)
+    assert VERIFIER.identify(token).scopes == tuple(dict.fromkeys(scopes))
 
 
 def signed_before_the_rule(reviewer_id: str) -> str:

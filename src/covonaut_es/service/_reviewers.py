@@ -82,7 +82,7 @@ class ScopedReviewerVerifier(ReviewerVerifier, Protocol):
 
 
 MAX_REVIEWER_ID_LENGTH = 200
-"""The longest reviewer id a token may name, in characters."""
+"""The longest reviewer id (or scope) a token may name, in characters."""
 
 
 def reviewer_id_problem(reviewer_id: object) -> str | None:
@@ -96,16 +96,26 @@ def reviewer_id_problem(reviewer_id: object) -> str | None:
     is all there is. (An identity provider may spell one account in composed or
     decomposed form: such ids are accepted, and four eyes tells them apart by NFKC.)
     """
-    if not isinstance(reviewer_id, str):
-        return f"a reviewer id must be text, got {type(reviewer_id).__name__}"
-    if not 1 <= len(reviewer_id) <= MAX_REVIEWER_ID_LENGTH:
-        return f"a reviewer id has 1 to {MAX_REVIEWER_ID_LENGTH} characters, got {len(reviewer_id)}"
-    if is_blank(reviewer_id) or reviewer_id != reviewer_id.strip():
-        return f"reviewer id {reviewer_id!r} shows nothing, or begins or ends with a space"
-    for position, char in enumerate(reviewer_id):
+    return _shown_name_problem("reviewer id", reviewer_id)
+
+
+def scope_problem(scope: object) -> str | None:
+    """What is wrong with ``scope`` as a scope a reviewer token grants, or None:
+    :func:`reviewer_id_problem`'s rule, applied where a token is issued."""
+    return _shown_name_problem("scope", scope)
+
+
+def _shown_name_problem(what: str, name: object) -> str | None:
+    if not isinstance(name, str):
+        return f"a {what} must be text, got {type(name).__name__}"
+    if not 1 <= len(name) <= MAX_REVIEWER_ID_LENGTH:
+        return f"a {what} has 1 to {MAX_REVIEWER_ID_LENGTH} characters, got {len(name)}"
+    if is_blank(name) or name != name.strip():
+        return f"{what} {name!r} shows nothing, or begins or ends with a space"
+    for position, char in enumerate(name):
         if unicodedata.category(char) in _HIDDEN:
             return (
-                f"reviewer id {reviewer_id!r} has the control, format or separator "
+                f"{what} {name!r} has the control, format or separator "
                 f"character {char!r} at position {position}: it may hold visible text only"
             )
     return None
@@ -237,17 +247,21 @@ class HmacReviewerVerifier:
 
         Raises:
             ValueError: ``reviewer_id`` breaks :func:`reviewer_id_problem`'s rule,
-                ``ttl_seconds`` :func:`token_ttl_problem`'s, or a scope is no non-empty
-                string.
+                ``ttl_seconds`` :func:`token_ttl_problem`'s, ``scopes`` is no
+                collection, or a scope breaks :func:`scope_problem`'s rule.
         """
         if (problem := reviewer_id_problem(reviewer_id)) is not None:
             raise ValueError(problem)
         if (problem := token_ttl_problem(ttl_seconds)) is not None:
             raise ValueError(problem)
-        granted = () if isinstance(scopes, str) else tuple(dict.fromkeys(scopes))
-        if isinstance(scopes, str) or not all(isinstance(s, str) and s for s in granted):
+        if isinstance(scopes, str | bytes) or not isinstance(scopes, Iterable):
             msg = f"scopes must be a collection of non-empty strings, got {scopes!r}"
             raise ValueError(msg)
+        listed = tuple(scopes)
+        for scope in listed:
+            if (problem := scope_problem(scope)) is not None:
+                raise ValueError(problem)
+        granted = tuple(dict.fromkeys(listed))
         claims = _TokenClaims(sub=reviewer_id, exp=self.clock() + ttl_seconds, scopes=granted)
         payload = _b64(msgspec.json.encode(claims))
         return f"{payload}.{_b64(self._sign(payload))}"
