@@ -20,12 +20,13 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from covonaut_es import Store, create_cipher_key, open_store
 from covonaut_es.audit import export_thread, import_threads
 from covonaut_es.audit._trailer import Tally
+from covonaut_es.cli import main
 from covonaut_es.cli._output import print_json
 from covonaut_es.domain import AgentThread, RunMode, thread_aggregate_id
 from covonaut_es.domain._named_states import StateSaved
@@ -445,6 +446,101 @@ def test_an_export_to_a_file_that_finds_no_room_keeps_the_file_there_before(
     fresh = covonaut("export", "t-b", "-o", str(tmp_path / "new.jsonl"), "--store", ro)
     assert fresh.returncode == 0, fresh.stderr
     assert (tmp_path / "new.jsonl").stat().st_mode & 0o777 == 0o600
+
+
+_DATABASE_FILES = [
+    f"{name}{journal}"
+    for name in ("threads.db", "other.db")
+    for journal in ("", "-wal", "-shm", "-journal")
+]
+"""The store's file and another SQLite database, each with the files SQLite keeps
+beside it (which may not exist yet)."""
+
+
+@pytest.fixture
+def beside_a_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A working directory holding a store (``threads.db``) of two threads, another
+    application's SQLite database (``other.db``), a link to each file of
+    :data:`_DATABASE_FILES` (``link-NAME``), a folder, and a link to the directory."""
+    with open_store(f"sqlite:///{tmp_path / 'threads.db'}") as store:
+        converse(store, "t")
+        converse(store, "u", review=True)
+    with contextlib.closing(sqlite3.connect(tmp_path / "other.db")) as other:
+        other.execute("CREATE TABLE parcels (id INTEGER PRIMARY KEY)")
+        other.commit()
+    for name in _DATABASE_FILES:
+        (tmp_path / f"link-{name}").symlink_to(name)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "here").symlink_to(tmp_path, target_is_directory=True)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _as_found(folder: Path) -> dict[str, bytes | str]:
+    """Each entry of ``folder``: a link's target, a file's bytes."""
+    return {
+        p.name: os.readlink(p) if p.is_symlink() else p.read_bytes()
+        for p in folder.iterdir()
+        if p.is_symlink() or p.is_file()
+    }
+
+
+_SPELLINGS = st.sampled_from(
+    [
+        lambda folder, name: name,
+        lambda folder, name: f"./{name}",
+        lambda folder, name: f"././{name}",
+        lambda folder, name: str(folder / name),
+        lambda folder, name: f"sub/../{name}",
+        lambda folder, name: f"{folder}/sub/../{name}",
+        lambda folder, name: f"here/{name}",
+        lambda folder, name: f"here/sub/../here/{name}",
+        lambda folder, name: f"link-{name}",
+        lambda folder, name: f"./here/link-{name}",
+        lambda folder, name: str(folder / f"link-{name}"),
+    ]
+)
+"""Ways of writing the same path: relative, absolute, through ``..``, through a link to
+its directory or to the file itself."""
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(name=st.sampled_from(_DATABASE_FILES), spelling=_SPELLINGS)
+def test_an_export_never_replaces_a_sqlite_database_however_the_output_is_spelled(
+    beside_a_store: Path,
+    capsys: pytest.CaptureFixture[str],
+    name: str,
+    spelling: Callable[[Path, str], str],
+) -> None:
+    """``export --output`` naming the store's own file, another SQLite database, or a
+    journal SQLite keeps beside either (there or not), however the path is written:
+    exit 2 in one line naming the path, and no file changes; the store still lists both
+    threads, one of them waiting for a person."""
+    output = spelling(beside_a_store, name)
+    before = _as_found(beside_a_store)
+    status = main(["export", "t", "--store", "sqlite:///threads.db", "--output", output])
+    stderr = capsys.readouterr().err
+    assert status == 2, stderr
+    assert f"--output {output!r} is " in stderr and "nothing was written" in stderr
+    assert len(stderr.splitlines()) == 1, stderr
+    assert _as_found(beside_a_store) == before
+    with open_store("sqlite:///threads.db", create_tables=False) as store:
+        assert sorted(store.thread_ids()) == ["t", "u"]
+        assert store.state_at("u").status.value == "interrupted"
+
+
+def test_an_export_still_writes_a_file_beside_the_store(
+    beside_a_store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A file that is no database, beside the store or named like its journals without
+    being one (``threads.db.jsonl``, ``notes-wal``), is written as before."""
+    (beside_a_store / "notes-wal").write_text("an old export\n")
+    for output in ("threads.db.jsonl", "notes-wal", "sub/threads.db"):
+        status = main(["export", "t", "--store", "sqlite:///threads.db", "--output", output])
+        assert status == 0, capsys.readouterr().err
+        assert (beside_a_store / output).read_text().startswith('{"thread_id":"t"')
 
 
 @settings(max_examples=60, deadline=None)

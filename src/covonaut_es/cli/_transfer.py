@@ -103,8 +103,14 @@ def _write_file(path: str, text: str) -> None:
     nor destroys the file that was there before. A new file is readable by its owner
     only (it holds the threads decrypted); one written over keeps its mode. A path that
     is no regular file (a pipe, ``/dev/stdout``) is written as it is: there is nothing
-    to rename over."""
+    to rename over.
+
+    Raises:
+        UsageError: ``path`` is a SQLite database or one's journal (:func:`_refuse_database`),
+            or cannot be written.
+    """
     target = Path(os.path.realpath(path))
+    _refuse_database(path, target)
     partial: Path | None = None
     try:
         if target.exists() and not target.is_file():
@@ -127,6 +133,48 @@ def _write_file(path: str, text: str) -> None:
                 partial.unlink()
         msg = f"cannot write --output {path!r}: {exc.strerror or exc} (nothing was written)"
         raise UsageError(msg) from exc
+
+
+_SQLITE_HEADER = b"SQLite format 3\x00"
+_SQLITE_JOURNALS = ("-wal", "-shm", "-journal")
+"""What SQLite names the files it keeps beside a database: written over, they lose the
+database's latest transactions or corrupt it."""
+
+
+def _refuse_database(path: str, target: Path) -> None:
+    """Refuse to write an export over a SQLite database (the store's own file, reached
+    by any spelling or link, or another) or over a journal beside one, existing or not
+    yet: renamed over it, the export would replace every thread it holds.
+
+    Args:
+        path: ``--output`` as given, for the message.
+        target: Where it leads (its real path).
+
+    Raises:
+        UsageError: It is such a file; nothing is written.
+    """
+    journal = next((s for s in _SQLITE_JOURNALS if target.name.endswith(s)), None)
+    database = target if journal is None else target.with_name(target.name[: -len(journal)])
+    if not _is_sqlite_database(database):
+        return
+    what = "a SQLite database" if journal is None else f"the {journal} file of SQLite database"
+    found = "" if journal is None else f" {str(database)!r}"
+    msg = (
+        f"--output {path!r} is {what}{found} (a store?): an export never replaces one, "
+        "which would lose what it holds; name another file (nothing was written)"
+    )
+    raise UsageError(msg)
+
+
+def _is_sqlite_database(path: Path) -> bool:
+    """Whether ``path`` is a regular file that begins as every SQLite database does."""
+    if not path.is_file():  # absent, or a pipe a read would wait on
+        return False
+    try:
+        with open(path, "rb") as file:
+            return file.read(len(_SQLITE_HEADER)) == _SQLITE_HEADER
+    except OSError:  # unreadable: no database this user's export reads from either
+        return False
 
 
 def import_(args: argparse.Namespace) -> int:
