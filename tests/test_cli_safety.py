@@ -225,6 +225,22 @@ def test_a_database_that_is_not_a_store_gets_no_store_tables(url: str, tmp_path:
             assert empty.stat().st_size == 0, args
 
 
+@pytest.mark.parametrize("follow", [(), ("--follow",)], ids=["once", "follow"])
+def test_a_view_that_is_no_database_is_refused_in_one_line(
+    url: str, tmp_path: Path, follow: tuple[str, ...]
+) -> None:
+    """``reviews --view`` naming a text file or a directory: exit 2, one line naming
+    the view's file, no traceback; the file is left as it was."""
+    text = tmp_path / "view.db"
+    text.write_text("not a database\n")
+    for view, said in ((text, "is not a SQLite database"), (tmp_path, "is a directory")):
+        result = run("reviews", *follow, "--store", url, "--view", f"sqlite:///{view}")
+        assert result.returncode == 2, result.stderr
+        assert len(result.stderr.splitlines()) == 1, result.stderr
+        assert said in result.stderr and str(view) in result.stderr
+    assert text.read_text() == "not a database\n"
+
+
 def test_listing_reviews_leaves_the_store_file_unchanged(url: str, tmp_path: Path) -> None:
     """reviews builds its one-shot queue in memory: the store's file keeps its bytes."""
     before = listing(tmp_path)

@@ -3,6 +3,7 @@ and rebuilt from zero."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import secrets
 import signal
@@ -501,6 +502,46 @@ def test_a_read_only_store_is_followed_into_a_view_kept_elsewhere(
             pass
     queue.close()
     read_only.close()
+
+
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+NO_DATABASES = st.one_of(
+    st.binary(min_size=2, max_size=600).filter(lambda data: not data.startswith(_SQLITE_HEADER)),
+    st.text(min_size=2, max_size=200).map(str.encode),
+    st.binary(max_size=200).map(gzip.compress),
+    st.binary(max_size=5000).map(lambda data: _SQLITE_HEADER + data),
+)
+"""Files that are no SQLite database: text, any bytes, a compressed file, a header
+followed by garbage. (SQLite reads a file of one byte as an empty database.)"""
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=NO_DATABASES)
+def test_a_view_in_a_file_that_is_no_database_is_refused_as_a_store_there_is(
+    tmp_path: Path, data: bytes
+) -> None:
+    """A view URL naming a file that is no SQLite database: listing and following the
+    queue raise NotAStoreError naming the file, as opening a store on it does, and the
+    file is left as it was, with no journal beside it."""
+    from covonaut_es.errors import NotAStoreError
+
+    store_url = f"sqlite:///{tmp_path / 'threads.db'}"
+    open_store(store_url).close()
+    bad = tmp_path / "view.db"
+    bad.write_bytes(data)
+    with pytest.raises(NotAStoreError, match="not a SQLite database"):
+        open_store(f"sqlite:///{bad}", create_tables=False)
+    queue = ReviewQueue(store_url, view_url=f"sqlite:///{bad}")
+    with pytest.raises(NotAStoreError, match=f"view sqlite:///{bad}: the file .* not a SQLite"):
+        queue.pending()
+    with pytest.raises(NotAStoreError, match="not a SQLite database"), queue.follow():
+        pass
+    queue.close()
+    assert bad.read_bytes() == data
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("view")) == ["view.db"]
 
 
 @pytest.mark.parametrize("encrypted", [False, True], ids=["plain", "encrypted"])

@@ -300,6 +300,7 @@ class ReviewQueue(Closing):
         # store's setting must not reach a view kept elsewhere, nor an application's
         # opened without creating its own tables reach the view's).
         view_env = {**view_env, "CREATE_TABLE": "n" if self._view_read_only else "y"}
+        self._view_env = view_env
         key = queue_key(source.env) if source.cipher_key is not None else None
         self._sealer = QueueSealer(key) if key is not None else None
         topics = VIEW_TOPICS if self._sealer is None else SEALED_VIEW_TOPICS
@@ -321,9 +322,15 @@ class ReviewQueue(Closing):
         does not follow the store.
 
         Raises:
-            StoreUnavailableError: Its database failed to make its tables.
+            StoreUnavailableError: Its database failed to make its tables, or its file
+                cannot be opened or read now.
+            NotAStoreError: Its file is not a SQLite database.
+            ReadOnlyStoreError: Its file is read-only, and the view was to be written.
         """
         if self._view is None:
+            shown = redact(self._view_url) if self._view_url else self.store_url
+            where = f"the review queue's view {shown}"
+            backend_for_env(self._view_env).check_projection_file(self._view_env, where)
             self._factory = InfrastructureFactory.construct(env=Environment(VIEW_NAME, self._env))
             # Queues started at once on a database no queue ran on make its tables once.
             with (

@@ -81,6 +81,11 @@ class Backend(Protocol):
         back end has connections); gives the settings to open it with: ``env``, and
         :data:`TABLES_MADE` where the check found every table made (ADR 0117)."""
 
+    def check_projection_file(self, env: Mapping[str, str], where: str) -> None:
+        """Check what ``env`` opens before a projection's tables are made or read there,
+        as :meth:`check_file` checks the file, but never which tables it holds: a
+        projection's tables live beside any. Its errors name it as ``where``."""
+
     def tables_lock(self, factory: InfrastructureFactory[Any]) -> AbstractContextManager[None]:
         """Held while ``factory`` makes a projection's tables: the lock of
         :meth:`opening`, taken with the factory's own connection settings."""

@@ -1,5 +1,6 @@
 """What an open checks before it hands out a store: that a SQLite file is a store
-(:func:`check_sqlite_file`), and its encryption and compression, recorded when it is
+(:func:`check_sqlite_file`), or at least a database (:func:`check_sqlite_database`, for
+a projection's tables), and its encryption and compression, recorded when it is
 created (:func:`check_settings`).
 
 Without this check a process with a wrong key, or none, would write new threads into
@@ -26,11 +27,12 @@ is written to it, since its data must never be changed behind its owner's back.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import os
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from uuid import UUID
 
@@ -91,52 +93,23 @@ def check_sqlite_file(path: str, url: str, *, writable: bool) -> None:
             no store: a reader would write to it (put it in WAL mode) before finding so.
         ForeignSchemaError: A table under a store's name has other columns.
         ReadOnlyStoreError: ``writable`` is asked for and the file is read-only.
+        StoreUnavailableError: The file cannot be opened, or read now.
     """
-    file = Path(path)
-    if not file.is_file():
-        return
-    if file.stat().st_size == 0:
-        if not writable:
-            _refuse_no_store(url, path, "is empty")
-        return
-    if writable and not os.access(file, os.W_OK):
-        msg = (
-            f"store {url}: the file {path!r} is read-only; make it writable, or add "
-            "?mode=ro to the URL to read it"
-        )
-        raise ReadOnlyStoreError(msg)
-    try:
-        conn = sqlite3.connect(read_only_uri(file), uri=True)
-        try:
-            found = {
-                table: {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
-                for table in _TABLE_COLUMNS
-            }
-            # Only a file without a store's settings is read further (a scan of its
-            # events, which every store since settings were recorded is spared).
-            events = _TABLE_COLUMNS["stored_events"] <= found["stored_events"]
-            if not writable and not found["stored_events"]:
-                _refuse_no_store(url, path, "has no table 'stored_events'")
-            foreign = _foreign_topic(conn) if events and not found[SETTINGS_TABLE] else None
-        finally:
-            conn.close()
-    except sqlite3.DatabaseError as exc:
-        code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
-        if code not in (sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT, *_CANNOT_OPEN):
-            msg = (
-                f"store {url}: the file {path!r} cannot be read now ({exc}): the disk or "
-                "its file system failed (full, or an I/O error); nothing was written"
-            )
-            raise StoreUnavailableError(msg) from exc
-        if code in _CANNOT_OPEN:
-            msg = (
-                f"store {url}: the file {path!r} cannot be opened ({exc}): it is not readable "
-                "by this user, or it lies in a directory this user may not write to with "
-                "its write-ahead log beside it (copy both to a writable directory)"
-            )
-            raise StoreUnavailableError(msg) from exc
-        msg = f"store {url}: the file {path!r} is not a SQLite database ({exc}); expected a store"
-        raise NotAStoreError(msg) from exc
+    with _sqlite_file(path, f"store {url}", "a store", writable=writable) as conn:
+        if conn is None:
+            if not writable and Path(path).is_file():
+                _refuse_no_store(url, path, "is empty")
+            return
+        found = {
+            table: {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+            for table in _TABLE_COLUMNS
+        }
+        # Only a file without a store's settings is read further (a scan of its
+        # events, which every store since settings were recorded is spared).
+        events = _TABLE_COLUMNS["stored_events"] <= found["stored_events"]
+        if not writable and not found["stored_events"]:
+            _refuse_no_store(url, path, "has no table 'stored_events'")
+        foreign = _foreign_topic(conn) if events and not found[SETTINGS_TABLE] else None
     for table, columns in found.items():
         if columns and not _TABLE_COLUMNS[table] <= columns:
             msg = (
@@ -147,6 +120,71 @@ def check_sqlite_file(path: str, url: str, *, writable: bool) -> None:
             raise ForeignSchemaError(msg)
     if foreign is not None:
         refuse_application_tables(url, f"table 'stored_events' (an event of topic {foreign!r})")
+
+
+def check_sqlite_database(path: str, where: str, *, writable: bool) -> None:
+    """Check that an existing file is a SQLite database this process may read (and
+    write, if ``writable``), whatever tables it holds, before eventsourcing opens it: a
+    projection's tables may live in any database, and its opening would otherwise fail
+    on the file with SQLite's own error. The same checks as :func:`check_sqlite_file`'s
+    of the file.
+
+    Args:
+        path: The file; none there, or an empty one, is a new database.
+        where: What the file is, as the messages name it ("the review queue's view
+            URL").
+        writable: Whether it is opened to be written.
+
+    Raises:
+        NotAStoreError: The file is not a SQLite database.
+        ReadOnlyStoreError: ``writable`` is asked for and the file is read-only.
+        StoreUnavailableError: The file cannot be opened, or read now.
+    """
+    with _sqlite_file(
+        path, where, "a SQLite database, or a file that does not exist yet", writable=writable
+    ) as conn:
+        if conn is not None:
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+
+
+@contextlib.contextmanager
+def _sqlite_file(
+    path: str, where: str, expected: str, *, writable: bool
+) -> Iterator[sqlite3.Connection | None]:
+    """A connection that reads the SQLite file at ``path`` and never writes it (None
+    where there is no file, or an empty one); SQLite's failures to read it, in the
+    block too, raise the typed errors :func:`check_sqlite_database` lists, naming it as
+    ``where`` and saying it is ``expected`` there."""
+    file = Path(path)
+    if not file.is_file() or file.stat().st_size == 0:
+        yield None
+        return
+    if writable and not os.access(file, os.W_OK):
+        msg = (
+            f"{where}: the file {path!r} is read-only; make it writable, or add "
+            "?mode=ro to the URL to read it"
+        )
+        raise ReadOnlyStoreError(msg)
+    try:
+        with contextlib.closing(sqlite3.connect(read_only_uri(file), uri=True)) as conn:
+            yield conn
+    except sqlite3.DatabaseError as exc:
+        code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
+        if code not in (sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT, *_CANNOT_OPEN):
+            msg = (
+                f"{where}: the file {path!r} cannot be read now ({exc}): the disk or "
+                "its file system failed (full, or an I/O error); nothing was written"
+            )
+            raise StoreUnavailableError(msg) from exc
+        if code in _CANNOT_OPEN:
+            msg = (
+                f"{where}: the file {path!r} cannot be opened ({exc}): it is not readable "
+                "by this user, or it lies in a directory this user may not write to with "
+                "its write-ahead log beside it (copy both to a writable directory)"
+            )
+            raise StoreUnavailableError(msg) from exc
+        msg = f"{where}: the file {path!r} is not a SQLite database ({exc}); expected {expected}"
+        raise NotAStoreError(msg) from exc
 
 
 _CANNOT_OPEN = (sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY)

@@ -182,6 +182,9 @@ class _MemoryBackend(RecorderAnchors):
     def check_file(self, env: Mapping[str, str], shown: str) -> None:
         return
 
+    def check_projection_file(self, env: Mapping[str, str], where: str) -> None:
+        return
+
     def opening(
         self, env: Mapping[str, str], shown: str
     ) -> contextlib.AbstractContextManager[Mapping[str, str]]:

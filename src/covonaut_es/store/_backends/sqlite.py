@@ -78,7 +78,7 @@ from covonaut_es.store._rows import (
     checked_records,
     log_sql,
 )
-from covonaut_es.store._settings import check_sqlite_file
+from covonaut_es.store._settings import check_sqlite_database, check_sqlite_file
 from covonaut_es.store._settings_tables import SettingsTable, SQLSettings
 from covonaut_es.store._side_tables import SQLSideTable
 from covonaut_es.store._snapshot_cache import SnapshotCache
@@ -446,6 +446,11 @@ class _SQLiteBackend(RecorderAnchors):
         sqlite_file = env.get(SQLITE_PATH, env.get("SQLITE_DBNAME"))
         if sqlite_file:
             check_sqlite_file(sqlite_file, shown, writable=env.get("CREATE_TABLE") != "n")
+
+    def check_projection_file(self, env: Mapping[str, str], where: str) -> None:
+        sqlite_file = env.get(SQLITE_PATH, env.get("SQLITE_DBNAME"))
+        if sqlite_file:
+            check_sqlite_database(sqlite_file, where, writable=env.get("CREATE_TABLE") != "n")
 
     def opening(
         self, env: Mapping[str, str], shown: str
