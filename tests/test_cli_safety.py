@@ -566,6 +566,49 @@ def as_a_user(*args: str) -> subprocess.CompletedProcess[str]:
     return run(*args, program=(*drop, "--", sys.executable, "-m", "covonaut_es"), via="setpriv")
 
 
+READERS_OF_A_READ_ONLY_FILE = [
+    ("show", "finished"),
+    ("history", "finished"),
+    ("export", "finished"),
+    ("migrate", "--check"),
+    ("reviews",),
+    ("reviews", "--json"),
+    ("reviews", "--view", "memory://one-shot"),
+]
+"""Commands that only read the store, each of which reads a file this user may not
+write, opened without ``?mode=ro``."""
+
+
+def test_a_read_only_store_file_is_read_and_each_refusal_advises_by_its_url(
+    url: str, tmp_path: Path
+) -> None:
+    """A store file this user may only read: every reading command reads it (the
+    one-shot ``reviews`` too, which keeps its queue in memory). ``threads``, which would
+    make its table of summaries, is refused advising ``?mode=ro``, which the URL lacked;
+    ``reviews --follow`` with ``?mode=ro`` is refused naming ``--view``, not the
+    library's ``view_url=``. The file keeps its bytes."""
+    path = Path(url.removeprefix("sqlite:///"))
+    path.chmod(0o444)
+    before = path.read_bytes()
+    try:
+        for args in READERS_OF_A_READ_ONLY_FILE:
+            result = as_a_user(*args, "--store", url)
+            assert result.returncode == 0, (args, result.stderr)
+        threads = as_a_user("threads", "--store", url)
+        listed = as_a_user("threads", "--store", f"{url}?mode=ro")
+        follow = as_a_user("reviews", "--follow", "--store", f"{url}?mode=ro")
+    finally:
+        path.chmod(0o644)
+    assert threads.returncode == 2, threads.stderr
+    assert "add ?mode=ro to the URL" in threads.stderr, threads.stderr
+    assert "without ?mode=ro" not in threads.stderr
+    assert listed.returncode == 0, listed.stderr
+    assert follow.returncode == 2, follow.stderr
+    assert "--view URL" in follow.stderr and "view_url" not in follow.stderr, follow.stderr
+    assert len(follow.stderr.splitlines()) == 1, follow.stderr
+    assert path.read_bytes() == before
+
+
 def test_a_store_on_read_only_media_is_read_and_an_unreadable_one_named(
     url: str, tmp_path: Path
 ) -> None:

@@ -544,6 +544,28 @@ def test_a_view_in_a_file_that_is_no_database_is_refused_as_a_store_there_is(
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("view")) == ["view.db"]
 
 
+def test_a_queue_that_creates_no_table_reads_the_store_and_creates_no_file(
+    tmp_path: Path,
+) -> None:
+    """``create_tables=False`` follows an existing store into a view kept elsewhere, as
+    ``open_store(create_tables=False)`` reads it; a mistyped path is refused naming it,
+    and no file appears there."""
+    from covonaut_es.errors import StoreUnavailableError
+
+    url = f"sqlite:///{tmp_path / 'threads.db'}"
+    with open_store(url) as store:
+        pause(store, "a", "r1")
+        queue = ReviewQueue(url, view_url="memory://", create_tables=False)
+        with queue.follow() as runner:
+            queue.wait_until_current(store, runner=runner)
+        assert keys(queue) == {("a", "r1")}
+        queue.close()
+    missing = tmp_path / "mistyped.db"
+    with pytest.raises(StoreUnavailableError, match="there is no SQLite file"):
+        ReviewQueue(f"sqlite:///{missing}", view_url="memory://", create_tables=False)
+    assert not missing.exists()
+
+
 @pytest.mark.parametrize("encrypted", [False, True], ids=["plain", "encrypted"])
 def test_a_queue_given_no_compression_follows_a_compressed_store(
     shared_url: str, encrypted: bool

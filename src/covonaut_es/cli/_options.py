@@ -233,9 +233,12 @@ def _application_class(spec: str) -> type[AgentApplication]:
     return found
 
 
-def review_queue(args: argparse.Namespace, store: Store, *, view_url: str | None) -> ReviewQueue:
+def review_queue(
+    args: argparse.Namespace, store: Store, *, view_url: str | None, writes: bool = True
+) -> ReviewQueue:
     """The reviewer queue of the store the options name (``store``, open), its tables
-    at ``view_url`` (default: the store's database)."""
+    at ``view_url`` (default: the store's database); one that does not ``writes`` reads
+    the store's log only, creating none of its tables (a read-only file is read)."""
     if args.application:
         application = store.log.application
         assert isinstance(application, AgentApplication)  # the one _application_store made
@@ -245,6 +248,7 @@ def review_queue(args: argparse.Namespace, store: Store, *, view_url: str | None
         view_url=view_url,
         cipher_key=cipher_key(args),
         compress=args.compressed,
+        create_tables=writes,
     )
 
 

@@ -36,7 +36,7 @@ from covonaut_es.cli._json import (
 )
 from covonaut_es.cli._options import add_store_command, open_from, review_queue
 from covonaut_es.cli._output import check_reader_present, emit, print_json
-from covonaut_es.errors import AmbiguousReviewError
+from covonaut_es.errors import AmbiguousReviewError, ReadOnlyStoreError
 from covonaut_es.projections import PendingReview
 from covonaut_es.service import (
     Action,
@@ -115,7 +115,17 @@ def reviews(args: argparse.Namespace) -> int:
     if view is None and not args.follow:
         view = f"memory://covonaut-es-reviews-{uuid.uuid4().hex}"
     with open_from(args, writes=args.follow) as store:  # its view is written to
-        queue = review_queue(args, store, view_url=view)
+        queue = review_queue(args, store, view_url=view, writes=args.follow)
+        try:
+            queue.check_can_follow()
+        except ReadOnlyStoreError as exc:
+            kept = "the store's database" if view is None else "the --view database"
+            msg = (
+                f"the review queue of {queue.store_url} would be kept in {kept}, opened "
+                "read-only (?mode=ro), and cannot follow the store there: name a writable "
+                "database with --view URL (or --view memory://NAME, kept in this process)"
+            )
+            raise UsageError(msg) from exc
         shown: object = None
         read_at = -1
         with queue.follow() as runner:

@@ -235,10 +235,16 @@ class ReviewQueue(Closing):
             encrypted store is then sealed under the same key: its tables hold no thread
             id, reason or tool argument in clear.
         compress: Whether the store is compressed; default: as the store records it.
+        create_tables: Create the store's tables (and a SQLite file) when they are
+            missing, as :func:`~covonaut_es.open_store` does; pass False to follow an
+            existing store without writing to it (its file may then be read-only), with
+            the view kept elsewhere.
 
     Raises:
         ConfigurationError: ``store_url`` or ``view_url`` is no str, or the store's URL
             is an application's (``StoreURLError``: a URL that is not understood).
+        StoreUnavailableError: Without ``create_tables``, there is no SQLite file at
+            the store's path.
     """
 
     def __init__(
@@ -248,6 +254,7 @@ class ReviewQueue(Closing):
         view_url: str | None = None,
         cipher_key: str | None = None,
         compress: bool | None = None,
+        create_tables: bool = True,
     ) -> None:
         check_text("ReviewQueue(store_url)", store_url)
         if store_url.startswith("application:"):  # the url of Store.from_application's
@@ -257,7 +264,9 @@ class ReviewQueue(Closing):
             )
             raise ConfigurationError(msg)
         with secrets_hidden(store_url):
-            env = store_env(store_url, cipher_key=cipher_key, compress=compress)
+            env = store_env(
+                store_url, cipher_key=cipher_key, compress=compress, create_tables=create_tables
+            )
             source = store_log(store_url, env)
         self._configure(source, view_url)
 
@@ -448,12 +457,13 @@ class ReviewQueue(Closing):
             return None
         return found
 
-    @contextmanager
-    def follow(self) -> Iterator[BaseProjectionRunner[AgentApplication]]:
-        """Run the projection in this process until the block exits.
+    def check_can_follow(self) -> None:
+        """Refuse to follow the store into a view kept in a database opened read-only
+        (``?mode=ro``), where the projection could record nothing: what :meth:`follow`
+        asks first, and a caller may ask before, to say in its own words what to do.
 
-        ``wait_until_current(store)`` blocks until the view has caught up; the
-        runner's ``run_forever()`` blocks until it is stopped.
+        Raises:
+            ReadOnlyStoreError: The view's database was opened read-only.
         """
         if self._view_read_only:
             msg = (
@@ -462,6 +472,18 @@ class ReviewQueue(Closing):
                 "database (or memory://) to follow a read-only store"
             )
             raise ReadOnlyStoreError(msg)
+
+    @contextmanager
+    def follow(self) -> Iterator[BaseProjectionRunner[AgentApplication]]:
+        """Run the projection in this process until the block exits.
+
+        ``wait_until_current(store)`` blocks until the view has caught up; the
+        runner's ``run_forever()`` blocks until it is stopped.
+
+        Raises:
+            ReadOnlyStoreError: As :meth:`check_can_follow`.
+        """
+        self.check_can_follow()
         view, source = self.view(), self._source
         if not source.opens_store:
             with QueueRunner(view, source.application_class, self._env) as runner:

@@ -30,10 +30,8 @@ from covonaut_es.store._cipher_keys import AES_KEY_SIZES
 from covonaut_es.store._store import Store
 from covonaut_es.store._url_secrets import redact, secrets_hidden
 from covonaut_es.store._urls import (
-    SQLITE_PATH,
     Compression,
     canonical_url,
-    require_sqlite_file,
     store_env,
 )
 
@@ -105,12 +103,9 @@ def open_store(
     """
     check_text("open_store(url)", url)
     with secrets_hidden(url):  # the store is given the URL as its messages show it
-        env = store_env(url, cipher_key=cipher_key, compress=compress)
+        env = store_env(url, cipher_key=cipher_key, compress=compress, create_tables=create_tables)
         if chain_key is not None:
             env[CHAIN_KEY_ENV] = checked_chain_key(chain_key)
-        if not create_tables:
-            env["CREATE_TABLE"] = "n"
-            require_sqlite_file(env.get(SQLITE_PATH), f"store {redact(url)}")
         return Store(
             canonical_url(url, env),
             env,

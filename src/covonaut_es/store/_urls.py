@@ -229,18 +229,28 @@ def postgres_params(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def store_env(
-    url: str, *, cipher_key: str | None = None, compress: bool | Compression | None = False
+    url: str,
+    *,
+    cipher_key: str | None = None,
+    compress: bool | Compression | None = False,
+    create_tables: bool = True,
 ) -> dict[str, str]:
     """The eventsourcing environment of a store: its URL's settings, plus encryption
     (AES-GCM under ``cipher_key``) and the compression asked for (``True`` is zlib,
     ``False`` none, as before stores recorded zstd); with ``compress=None``, the
     compression the store records (see
-    :func:`~covonaut_es.store._settings.check_settings`), zstd for a new one.
+    :func:`~covonaut_es.store._settings.check_settings`), zstd for a new one. Without
+    ``create_tables``, an existing store's, opened to be read: no table is created.
 
     Raises:
         ConfigurationError: ``compress`` names no compression.
+        StoreUnavailableError: Without ``create_tables``, there is no SQLite file at
+            the URL's path.
     """
     env = persistence_env(url)
+    if not create_tables:
+        env["CREATE_TABLE"] = "n"
+        require_sqlite_file(env.get(SQLITE_PATH), f"store {redact(url)}")
     if cipher_key is not None:
         env["CIPHER_TOPIC"] = "eventsourcing.cryptography:AESCipher"
         env["CIPHER_KEY"] = cipher_key

@@ -36,9 +36,9 @@ def database_errors_typed(where: str, unsaved: str) -> Iterator[None]:
             saved").
 
     Raises:
-        ReadOnlyStoreError: The database's file cannot be written, or PostgreSQL's
-            session is read-only (SQLSTATE 25006: ``default_transaction_read_only``, a
-            standby).
+        ReadOnlyStoreError: The database's file cannot be written (by this user: it
+            was not opened with ``?mode=ro``), or PostgreSQL's session is read-only
+            (SQLSTATE 25006: ``default_transaction_read_only``, a standby).
         StorePrivilegeError: The database's role lacks a privilege the statement
             needed, or a row-level security policy refused its row (SQLSTATE 42501).
         StoreLockedError: Another connection held the write lock for longer than the
@@ -105,8 +105,11 @@ def database_error(exc: BaseException, where: str, unsaved: str) -> CovonautErro
         msg = f"{where} is locked by another writer: {unsaved}; try again shortly"
         return StoreLockedError(msg)
     if "readonly" in str(exc):
+        # Opened without ?mode=ro: a store opened with it refuses each write before
+        # (WriteGuard), and a view kept there is never written.
         msg = (
-            f"{where} is read-only: {unsaved}; make the file writable, or open it without ?mode=ro"
+            f"{where} is read-only: {unsaved}; make the file and its directory writable "
+            "(SQLite keeps its journal beside the file), or add ?mode=ro to the URL to read it"
         )
         return ReadOnlyStoreError(msg)
     msg = (
