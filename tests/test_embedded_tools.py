@@ -6,6 +6,7 @@ tables, with snapshotting on or off, and never create a store's tables beside th
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import sqlite3
 import subprocess
@@ -23,6 +24,9 @@ from hypothesis import strategies as st
 
 from covonaut_es import Store, create_cipher_key
 from covonaut_es.audit import check_store
+from covonaut_es.cli._app import build_parser
+from covonaut_es.cli._command import UsageError
+from covonaut_es.cli._options import APPLICATION_ENV, STORE_ENV, application_spec, store_url
 from covonaut_es.domain import AgentThread
 from covonaut_es.errors import ConfigurationError
 from covonaut_es.projections import ReviewQueue
@@ -305,6 +309,61 @@ def test_the_command_line_refuses_store_options_with_an_application(tmp_path: Pa
     assert "takes MODULE:CLASS" in missing.stderr
     assert not (tmp_path / "other.db").exists()
     assert not (tmp_path / "shop.db").exists()
+
+
+_GIVEN = ("typed", "exported", "absent")
+"""How ``--store`` or ``--application`` may be given: on the command line, by its
+variable in the environment, or not at all."""
+
+
+@pytest.mark.parametrize(("store", "application"), list(itertools.product(_GIVEN, _GIVEN)))
+def test_what_is_typed_wins_over_the_environment(
+    store: str, application: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each of ``--store`` and ``--application`` typed, exported or absent: a typed one
+    is read whatever the other's variable holds; both typed are refused; neither typed,
+    the one variable set is read, and both set are refused naming the two variables.
+    ``--application`` typed with ``$COVONAUT_ES_STORE`` exported was refused as though
+    ``--store`` had been typed."""
+    url, spec = "sqlite:///elsewhere.db", "shop_app:Shop"
+    words = ["threads"]
+    for how, option, variable, value in (
+        (store, "--store", STORE_ENV, url),
+        (application, "--application", APPLICATION_ENV, spec),
+    ):
+        monkeypatch.delenv(variable, raising=False)
+        if how == "typed":
+            words += [option, value]
+        elif how == "exported":
+            monkeypatch.setenv(variable, value)
+    args = build_parser().parse_args(words)
+    if store == application == "typed":
+        with pytest.raises(UsageError, match="--store cannot be given with it"):
+            application_spec(args)
+    elif store == application == "exported":
+        with pytest.raises(UsageError, match=rf"both \${STORE_ENV} and \${APPLICATION_ENV}"):
+            application_spec(args)
+    elif store == "typed" or (store == "exported" and application == "absent"):
+        assert (application_spec(args), store_url(args)) == (None, url)
+    elif application != "absent":
+        assert application_spec(args) == spec
+    else:
+        with pytest.raises(UsageError, match="no store"):
+            store_url(args)
+
+
+def test_an_exported_store_leaves_a_typed_application_to_be_read(tmp_path: Path) -> None:
+    """An operator whose shell exports ``$COVONAUT_ES_STORE`` lists an application's
+    threads with ``--application``: it is read, and the store the variable names is
+    neither refused nor created."""
+    env = shop_env(str(tmp_path / "shop.db"))
+    with configured(env), Shop() as app, Store.from_application(app) as store:
+        _, thread_id = paused_order(app, store)
+    with configured({**env, STORE_ENV: f"sqlite:///{tmp_path / 'other.db'}"}):
+        listed = cli("threads")
+    assert listed.returncode == 0, listed.stderr
+    assert thread_id in listed.stdout
+    assert not (tmp_path / "other.db").exists()
 
 
 def test_a_queue_by_url_of_an_applications_store_names_the_way_to_open_it(

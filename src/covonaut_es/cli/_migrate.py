@@ -11,7 +11,7 @@ from eventsourcing.persistence import PersistenceError
 from covonaut_es.audit import check_store, format_report
 from covonaut_es.cli._command import EXIT_FAILURES, EXIT_OK, Subcommands, UsageError, add_command
 from covonaut_es.cli._json import migration_report
-from covonaut_es.cli._options import add_store_options, open_from, store_url
+from covonaut_es.cli._options import add_store_options, application_spec, open_from, store_url
 from covonaut_es.cli._output import add_json_option, print_json, terminal_progress
 from covonaut_es.errors import CovonautError
 from covonaut_es.store import FileStateStore
@@ -53,7 +53,8 @@ def migrate(args: argparse.Namespace) -> int:
     if args.states is not None and not args.states.is_dir():
         msg = f"--states {str(args.states)!r} is not a directory"
         raise UsageError(msg)
-    shown = f"application:{args.application}" if args.application else redact(store_url(args))
+    application = application_spec(args)
+    shown = f"application:{application}" if application else redact(store_url(args))
     try:
         with open_from(args) as store, terminal_progress() as progress:  # never writes
             shown = store.url

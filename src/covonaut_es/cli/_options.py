@@ -7,7 +7,9 @@ every subcommand, and every subcommand that prints rows also takes ``--json``
 (:func:`add_store_command`). ``--application MODULE:CLASS`` (default
 ``$COVONAUT_ES_APPLICATION``) names the user's own eventsourcing application instead: it
 is opened as it opens itself, with its own settings from the environment, and the
-command reads the threads in its tables (never a store's tables beside them).
+command reads the threads in its tables (never a store's tables beside them). Which of
+the two a command reads is decided once, by :func:`_source`: what is typed wins over
+either variable.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import re
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
+import attrs
 from eventsourcing.utils import Environment, TopicError, resolve_topic
 
 from covonaut_es.cli._command import Command, Subcommands, UsageError, add_command
@@ -41,13 +44,11 @@ def add_store_options(parser: argparse.ArgumentParser) -> None:
     ``--chain-key-env`` and ``--compressed`` on a subcommand."""
     parser.add_argument(
         "--store",
-        default=os.environ.get(STORE_ENV),
         metavar="URL",
         help=f"memory://NAME, sqlite:///path or postgresql://... (default: ${STORE_ENV})",
     )
     parser.add_argument(
         "--application",
-        default=os.environ.get(APPLICATION_ENV),
         metavar="MODULE:CLASS",
         help=(
             "instead of --store: your eventsourcing application (a subclass of "
@@ -87,16 +88,76 @@ def add_store_command(
     return parser
 
 
+@attrs.frozen
+class _Source:
+    """What a command reads: a store by URL, or an application by class (one of them),
+    and how it was named (``--store``, ``$COVONAUT_ES_APPLICATION``...) for errors."""
+
+    url: str | None
+    application: str | None
+    named_by: str
+
+
+def _source(args: argparse.Namespace) -> _Source:
+    """The store or application the command reads: ``--store`` or ``--application`` as
+    typed (not both), else the one of ``$COVONAUT_ES_STORE`` and
+    ``$COVONAUT_ES_APPLICATION`` that is set.
+
+    Raises:
+        UsageError: Both options are typed, or neither is and both variables are set;
+            or an application is named beside an option only a store takes.
+    """
+    given = []
+    if args.store is not None and args.application is not None:
+        source, given = _Source(None, args.application, "--application"), ["--store"]
+    elif args.store is not None:
+        return _Source(args.store, None, "--store")
+    elif args.application is not None:
+        source = _Source(None, args.application, "--application")
+    else:
+        url, application = os.environ.get(STORE_ENV), os.environ.get(APPLICATION_ENV)
+        if url and application:
+            msg = (
+                f"both ${STORE_ENV} and ${APPLICATION_ENV} are set, and each names what "
+                "to read: unset one, or type --store URL or --application MODULE:CLASS, "
+                "which wins over both"
+            )
+            raise UsageError(msg)
+        if not application:
+            return _Source(url or None, None, f"${STORE_ENV}")
+        source = _Source(None, application, f"${APPLICATION_ENV}")
+    given += [option for option, name in _STORE_ONLY.items() if getattr(args, name)]
+    if given:
+        msg = (
+            f"{source.named_by} names an application, which takes its settings from its "
+            f"environment: {', '.join(given)} cannot be given with it (set the "
+            "application's own CIPHER_KEY, COMPRESSOR_TOPIC or store setting instead)"
+        )
+        raise UsageError(msg)
+    return source
+
+
 def store_url(args: argparse.Namespace) -> str:
-    """The store's URL; a usage error when neither ``--store`` nor the variable gives one."""
-    if not args.store:
+    """The store's URL, from ``--store`` or ``$COVONAUT_ES_STORE``.
+
+    Raises:
+        UsageError: Neither gives one.
+    """
+    url = _source(args).url
+    if not url:
         msg = (
             f"no store: pass --store URL or set ${STORE_ENV}, or name your application "
             f"with --application MODULE:CLASS (or ${APPLICATION_ENV})"
         )
         raise UsageError(msg)
-    url: str = args.store
     return url
+
+
+def application_spec(args: argparse.Namespace) -> str | None:
+    """The ``MODULE:CLASS`` of the application the command reads, from
+    ``--application`` or ``$COVONAUT_ES_APPLICATION``; None when it reads a store by
+    URL."""
+    return _source(args).application
 
 
 def cipher_key(args: argparse.Namespace) -> str | None:
@@ -147,8 +208,9 @@ def open_from(
     opens it as a writer, so that a cipher key or compression other than the store's is
     refused before anything is written. With ``--application``, the store is the
     application's threads, the application opened as it configures itself."""
-    if args.application:
-        with _application_store(args, create=create) as store:
+    application = application_spec(args)
+    if application is not None:
+        with _application_store(application, create=create) as store:
             yield store
         return
     url = store_url(args)
@@ -176,24 +238,15 @@ def open_from(
 
 
 @contextlib.contextmanager
-def _application_store(args: argparse.Namespace, *, create: bool) -> Iterator[Store]:
-    """The threads of the application ``--application`` names, which creates its tables
-    only with ``create``."""
-    given = ["--store"] if args.store else []
-    given += [option for option, name in _STORE_ONLY.items() if getattr(args, name)]
-    if given:
-        msg = (
-            "--application takes the application's settings from its environment: "
-            f"{', '.join(given)} cannot be given with it (set the application's own "
-            "CIPHER_KEY, COMPRESSOR_TOPIC or store setting instead)"
-        )
-        raise UsageError(msg)
-    application_class = _application_class(args.application)
+def _application_store(spec: str, *, create: bool) -> Iterator[Store]:
+    """The threads of the application ``spec`` (``MODULE:CLASS``) names, which creates
+    its tables only with ``create``."""
+    application_class = _application_class(spec)
     if not create:
         # The settings as the application will read them (eventsourcing's construct_env).
         settings = Environment(application_class.name, {**application_class.env, **os.environ})
         if settings.get("PERSISTENCE_MODULE") == "eventsourcing.sqlite":
-            where = f"--application {args.application}"
+            where = f"--application {spec}"
             require_sqlite_file(settings.get("SQLITE_DBNAME"), where)
     keys = Environment(application_class.name).create_keys("CREATE_TABLE")
     application = application_class(env={} if create else dict.fromkeys(keys, "n"))
@@ -239,7 +292,7 @@ def review_queue(
     """The reviewer queue of the store the options name (``store``, open), its tables
     at ``view_url`` (default: the store's database); one that does not ``writes`` reads
     the store's log only, creating none of its tables (a read-only file is read)."""
-    if args.application:
+    if application_spec(args) is not None:
         application = store.log.application
         assert isinstance(application, AgentApplication)  # the one _application_store made
         return ReviewQueue.from_application(application, view_url=view_url)

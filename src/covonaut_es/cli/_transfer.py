@@ -25,6 +25,7 @@ from covonaut_es.cli._json import emit_records
 from covonaut_es.cli._options import (
     add_store_command,
     add_store_options,
+    application_spec,
     open_from,
     store_url,
 )
@@ -183,7 +184,11 @@ def import_(args: argparse.Namespace) -> int:
     if not any(line.strip() for line in lines):
         msg = f"nothing to import: {args.input or 'standard input'} holds no events"
         raise UsageError(msg)
-    created = contextlib.nullcontext() if args.application else _created_only_if_imported(args)
+    created = (
+        contextlib.nullcontext()
+        if application_spec(args) is not None
+        else _created_only_if_imported(args)
+    )
     with created, open_from(args, create=True) as store:
         imported = import_threads(
             store,
