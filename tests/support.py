@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import shutil
 import subprocess
@@ -14,6 +15,7 @@ from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from unittest import mock
 from uuid import UUID
 
 from eventsourcing.persistence import StoredEvent
@@ -36,7 +38,7 @@ from covonaut_es import (
     ToolContext,
     open_store,
 )
-from covonaut_es.domain import RunMode, thread_aggregate_id
+from covonaut_es.domain import RunMode, _thread, check_thread_id, thread_aggregate_id
 from covonaut_es.errors import CovonautError
 from covonaut_es.messages import Role, StreamDelta, Usage
 from covonaut_es.providers._protocol import Responder, ScriptItem
@@ -47,6 +49,17 @@ OBJECT_SCHEMA: dict[str, Any] = {"type": "object"}
 
 GOLDEN = Path(__file__).parent / "fixtures" / "golden"
 """Data written by older code, which the tests read and never change."""
+
+
+@contextlib.contextmanager
+def earlier_thread_id_rule() -> Iterator[None]:
+    """Threads start under ids as earlier versions let them, as a store they wrote
+    holds: a space other than ASCII's, a separator, a filler, a private-use code point
+    (ADR 0126)."""
+    with mock.patch.object(
+        _thread, "check_thread_id", functools.partial(check_thread_id, new=False)
+    ):
+        yield
 
 
 @contextlib.contextmanager

@@ -425,8 +425,9 @@ def test_a_reload_of_a_thread_given_up_offers_no_decision(shop: Shop) -> None:
 
 def test_a_request_that_is_no_run_input_is_refused_before_anything_runs(shop: Shop) -> None:
     """A body that is no RunAgentInput, JSON that names a key twice, a thread id that
-    is none, and a new message that is not text are refused (422, or RUN_ERROR naming
-    the error); nothing is stored."""
+    is none (a new thread's id with a space other than ASCII's too), and a new message
+    that is not text are refused (422, or RUN_ERROR naming the error); nothing is
+    stored."""
     missing = shop.client.post("/", json={"threadId": "chat-1"})
     assert missing.status_code == 422
     assert "RunAgentInput" in missing.json()["error"]
@@ -436,6 +437,10 @@ def test_a_request_that_is_no_run_input_is_refused_before_anything_runs(shop: Sh
     assert "twice" in repeated.json()["error"]
     bad_id = shop.client.post("/", json=user_says("bad\nid", "hi"))
     assert bad_id.status_code == 422
+    hidden_space = shop.run(user_says("chat\u00a01", "hi"))  # shows as "chat 1"
+    assert isinstance(hidden_space[-1], agui.RunErrorEvent)
+    assert hidden_space[-1].code == "InvalidThreadIdError"
+    assert not shop.store.exists("chat\u00a01")
     image = {"type": "image", "source": {"type": "url", "value": "https://example.com/a.png"}}
     events = shop.run(user_says("chat-1", [image]))  # type: ignore[arg-type]
     assert isinstance(events[-1], agui.RunErrorEvent)

@@ -36,7 +36,7 @@ from covonaut_es.service import ThreadService
 from covonaut_es.store._chain import KEYED, PUBLIC, chain_hash, scheme_of
 from covonaut_es.store._chain_key import CHAIN_TABLE, chain_key_fingerprint
 from covonaut_es.store._settings import settings_table
-from support import agent_on, answer, call, sqlite_key
+from support import agent_on, answer, call, earlier_thread_id_rule, sqlite_key
 
 GOLDEN = Path(__file__).parent / "fixtures" / "golden" / "v4-chain"
 MANIFEST: dict[str, Any] = json.loads((GOLDEN / "manifest.json").read_text())
@@ -518,7 +518,8 @@ def test_events_sealed_at_save_verify_whatever_text_they_hold(
     id and its messages, with and without a chain key."""
     url = f"sqlite:///{tmp_path_factory.mktemp('seal')}/store.db"
     with open_store(url, chain_key=key) as store:
-        thread = AgentThread.start(thread_id, now=NOW)
+        with earlier_thread_id_rule():  # a private-use id: a thread of an earlier version
+            thread = AgentThread.start(thread_id, now=NOW)
         store.save(thread)
         for content in contents:
             thread.append_message(Message(role="user", content=content, name=content), now=NOW)

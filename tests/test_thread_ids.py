@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import enum
+import json
+import re
 import unicodedata
 from datetime import UTC, datetime
 from typing import Any
@@ -12,9 +14,11 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from covonaut_es import CheckpointSettings, Store, open_store
+from covonaut_es._text import printable
+from covonaut_es.audit import export_thread, import_threads
 from covonaut_es.domain import AgentThread, check_thread_id
 from covonaut_es.errors import InvalidThreadIdError
-from support import converse
+from support import agent_on, answer, conversation, converse, earlier_thread_id_rule
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 NO_DOCUMENT: Any = None  # never read: the id is checked first
@@ -33,6 +37,16 @@ BAD_IDS = [
     pytest.param("txt.\u202eexe", id="bidi-override"),
     pytest.param("\ufeffbom", id="byte-order-mark"),
     pytest.param("Zoe\u0308", id="decomposed"),
+    pytest.param("pay\u00a0ment", id="no-break-space"),
+    pytest.param("pay\u3000ment", id="ideographic-space"),
+    pytest.param("pay\u2028ment", id="line-separator"),
+    pytest.param("pay\u2029ment", id="paragraph-separator"),
+    pytest.param("payment\u3164", id="hangul-filler"),
+    pytest.param("pay\u2800ment", id="braille-blank"),
+    pytest.param("pay\ufe0fment", id="variation-selector"),
+    pytest.param("pay\ue000ment", id="private-use"),
+    pytest.param("pay\U000e0001ment", id="language-tag"),
+    pytest.param("pay\u0378ment", id="unassigned"),
 ]
 
 
@@ -66,10 +80,42 @@ def test_ids_that_look_alike_are_one_id_or_none_is_accepted(text: str) -> None:
         assert "thread id" in str(exc)
         return
     assert unicodedata.is_normalized("NFC", accepted)
-    assert not any(unicodedata.category(char) == "Cf" for char in accepted)
+    assert printable(accepted) == accepted  # shows as itself: nothing hidden, nothing escaped
     for look_alike in {unicodedata.normalize("NFD", accepted), accepted + "\u200b"} - {accepted}:
         with pytest.raises(InvalidThreadIdError):
             check_thread_id(look_alike)
+
+
+HIDDEN = st.one_of(
+    st.characters(categories=["Zs", "Zl", "Zp", "Cf", "Cc", "Co", "Cn"]).filter(
+        lambda char: char != " "
+    ),
+    st.sampled_from("\u115f\u1160\u3164\uffa0\u2800\u034f\ufe0f\U000e0100"),
+)
+"""Characters that show nothing or are not printable, ASCII's space aside: spaces,
+separators, controls, format, private-use and unassigned code points, the Hangul
+fillers, the Braille blank and default-ignorable marks."""
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    st.text(st.characters(categories=["L", "N"]), min_size=1, max_size=8),
+    HIDDEN,
+    st.integers(min_value=0, max_value=8),
+)
+def test_no_new_id_holds_a_character_that_shows_nothing(
+    visible: str, hidden: str, where: int
+) -> None:
+    """A character that shows nothing or is not printable, anywhere in an id, makes it
+    no new thread's id, and the error names the character and its position: a no-break
+    space, a line separator, an ideographic space and a trailing Hangul filler were
+    accepted, so two new threads could be named alike."""
+    visible = unicodedata.normalize("NFC", visible)
+    where = min(where, len(visible))
+    thread_id = visible[:where] + hidden + visible[where:]
+    assume(unicodedata.is_normalized("NFC", thread_id))
+    with pytest.raises(InvalidThreadIdError, match=f"{re.escape(repr(hidden))} at position"):
+        check_thread_id(thread_id)
 
 
 def test_the_error_names_the_problem_and_its_place() -> None:
@@ -95,16 +141,41 @@ def test_a_fork_cannot_take_a_bad_id(store: Store) -> None:
 
 def test_an_import_cannot_bring_in_a_bad_id(store: Store) -> None:
     """Importing an export whose thread id breaks the rule writes nothing."""
-    import json
-
-    from covonaut_es.audit import export_thread, import_threads
-
     converse(store, "good")
     lines = [json.loads(line) for line in list(export_thread(store, "good"))[:-1]]
     hostile = [json.dumps({**line, "thread_id": "bad\nid"}) for line in lines]
     with pytest.raises(InvalidThreadIdError, match=r"'\\n' at position 3"):
         import_threads(store, hostile)
     assert list(store.thread_ids()) == ["good"]
+
+
+LEGACY_IDS = ["pay\u00a0ment", "pay\u2028ment", "payment\u3164", "pay\ue000ment"]
+"""Ids earlier versions let a new thread take, which no new thread may take now."""
+
+
+@pytest.mark.parametrize("thread_id", LEGACY_IDS)
+def test_a_thread_stored_under_an_id_accepted_before_still_works(
+    store: Store, thread_id: str
+) -> None:
+    """A thread an earlier version started under an id the rule now refuses loads,
+    is listed, runs on, verifies, exports, takes submissions and forks under a new id; only a
+    new thread (started, forked or imported) under such an id is refused."""
+    with earlier_thread_id_rule():
+        conversation(store, thread_id, 1)
+    agent_on(store, thread_id, [answer("again")]).run("more")  # a run goes on with it
+    assert store.load(thread_id).thread_id == thread_id
+    assert thread_id in list(store.thread_ids())
+    assert store.verify(thread_id).ok
+    lines = list(export_thread(store, thread_id))
+    assert store.submit(thread_id, "again") == 1
+    store.fork(thread_id, new_thread_id="payment-2")
+    assert store.load("payment-2").thread_id == "payment-2"
+    with pytest.raises(InvalidThreadIdError, match="a new thread's id"):
+        store.fork("payment-2", new_thread_id=thread_id + "2")
+    with pytest.raises(InvalidThreadIdError, match="a new thread's id"):
+        store.submit(thread_id + "2", "hi")
+    with open_store("memory://") as other, pytest.raises(InvalidThreadIdError):
+        import_threads(other, lines)
 
 
 class _ThreadId(str):

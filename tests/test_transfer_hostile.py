@@ -39,7 +39,7 @@ from covonaut_es.errors import (
 )
 from covonaut_es.messages import Message
 from covonaut_es.store._chain import CHAIN_FIELD, chain_hash
-from support import sqlite_key
+from support import earlier_thread_id_rule, sqlite_key
 from test_transfer import NOW, ROOT, converse, covonaut, source_export
 
 CHILD_ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
@@ -570,14 +570,16 @@ def _printed(value: object) -> str:
 def test_an_export_holding_separators_and_overrides_is_one_line_per_event(
     tmp_path: Path,
 ) -> None:
-    """A thread whose id holds line and paragraph separators, and whose messages hold
-    bidirectional overrides, separators and C1 controls: its export is printable,
-    splits into exactly its lines however it is split, and imports; ``threads --json``
-    shows the id escaped."""
+    """A thread an earlier version stored under an id holding line and paragraph
+    separators, whose messages hold bidirectional overrides, separators and C1
+    controls: its export is printable and splits into exactly its lines however it is
+    split; imported, it would be a new thread under an id no new thread may take, so it
+    is refused (ADR 0126); ``threads --json`` shows the id escaped."""
     thread_id = "t\u2029evil\u2028"
     url = f"sqlite:///{tmp_path / 'source.db'}"
     with open_store(url) as store:
-        thread = AgentThread.start(thread_id, now=NOW)
+        with earlier_thread_id_rule():
+            thread = AgentThread.start(thread_id, now=NOW)
         thread.start_run(RunMode.CONTINUE, now=NOW)
         thread.append_message(Message(role="user", content=UNSAFE), now=NOW)
         store.save(thread)
@@ -585,8 +587,11 @@ def test_an_export_holding_separators_and_overrides_is_one_line_per_event(
     text = "".join(line + "\n" for line in lines)
     assert not any(_unsafe(line) for line in lines)
     assert text.splitlines() == lines
-    with open_store("memory://") as target:
-        assert import_threads(target, text.splitlines()) == [thread_id]
+    with (
+        open_store("memory://") as target,
+        pytest.raises(InvalidThreadIdError, match="a new thread's id"),
+    ):
+        import_threads(target, text.splitlines())
     listed = covonaut("threads", "--json", "--store", url)
     assert listed.returncode == 0, listed.stderr
     assert not _unsafe(listed.stdout[:-1]) and "t\\u2029evil\\u2028" in listed.stdout

@@ -13,6 +13,8 @@ writes those as JSON escapes, which decode to the same value.
 
 :func:`shows_nothing` is the one rule of what shows nothing: these escapes use it, and
 :func:`is_blank` (a reason, an answer, a reviewer id that shows nothing is refused).
+:func:`shown_escaped` says which characters the escapes take; a new thread's id may hold
+none of them (:func:`covonaut_es.domain.check_thread_id`).
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ def is_blank(text: str) -> bool:
     return all(shows_nothing(char) or unicodedata.category(char) in _MARKS for char in text)
 
 
-def _hidden(char: str) -> bool:
+def shown_escaped(char: str) -> bool:
     """Whether ``char`` is written as an escape for a person to see it: it shows nothing
     (ASCII's space aside), or is no printable character (a private-use or unassigned
     code point, which a font may draw as anything or nothing)."""
@@ -80,7 +82,7 @@ def printable(text: str) -> str:
 
 
 def _escaped(char: str) -> str:
-    if not _hidden(char):
+    if not shown_escaped(char):
         return char
     if char in _NAMED:
         return _NAMED[char]
@@ -104,7 +106,7 @@ def json_printable(text: str) -> str:
 
 
 def _json_escaped(char: str) -> str:
-    if not _hidden(char):
+    if not shown_escaped(char):
         return char
     code = ord(char)
     if code <= 0xFFFF:

@@ -122,7 +122,9 @@ def create_agui_app(
     async def run(request: Request) -> Response:
         try:
             run_input = await _run_input(request)
-            check_thread_id(run_input.thread_id)  # before the application's factory sees it
+            # Before the application's factory sees it; a thread stored under an id
+            # earlier versions accepted runs on, a new one's is refused as it starts.
+            check_thread_id(run_input.thread_id, new=False)
             reviewer = await _reviewer(service, request) if run_input.resume else None
             config = bound_config(
                 make_config, store, run_input.thread_id, server="the AG-UI endpoint"

@@ -6,6 +6,7 @@ import functools
 import unicodedata
 from uuid import UUID, uuid5
 
+from covonaut_es._text import shown_escaped
 from covonaut_es.errors import InvalidThreadIdError, ThreadStateError
 
 THREAD_NAMESPACE = UUID("6f1d2a8e-5b7c-4c39-9a51-2f0e8c4d7b13")
@@ -16,14 +17,26 @@ MAX_THREAD_ID_LENGTH = 200
 """The longest thread id a new thread may have, in characters."""
 
 
-def check_thread_id(thread_id: str) -> str:
-    """Return ``thread_id`` if a new thread may have it, on every back end alike.
+def check_thread_id(thread_id: str, *, new: bool = True) -> str:
+    """Return ``thread_id`` if a new thread may have it, on every back end alike; with
+    ``new`` false, if a thread stored by an earlier version may have it.
 
     A thread id is 1 to 200 characters in Unicode's composed form (NFC), none of them
     a control character (NUL, tab, newline, ...: Unicode category Cc), an invisible
     format character (zero-width space and joiners, bidi overrides, ...: Cf) or a lone
     surrogate (Cs): two ids that look alike are then the same id, or differ in
-    something a person can see.
+    something a person can see. A new thread's id (started, forked, imported) also
+    shows as itself: it holds no character that shows nothing or that Python does not
+    call printable (a space other than ASCII's, a line or paragraph separator, a Hangul
+    filler, the Braille blank, a private-use or unassigned code point), the characters
+    :func:`covonaut_es._text.printable` shows as escapes. Earlier versions accepted
+    those, so a thread already stored under such an id is still read, run and
+    submitted to (ADR 0126).
+
+    Args:
+        thread_id: The id.
+        new: Whether a new thread is to take the id. False where the id names a thread
+            that may be stored already (its submissions, a run of a thread that exists).
 
     Raises:
         InvalidThreadIdError: It is not such an id.
@@ -40,6 +53,14 @@ def check_thread_id(thread_id: str) -> str:
             msg = (
                 f"thread id {thread_id!r} has the control, format or surrogate character "
                 f"{char!r} at position {position}: thread ids may hold visible text only"
+            )
+            raise InvalidThreadIdError(msg)
+        if new and shown_escaped(char):
+            msg = (
+                f"thread id {thread_id!r} has {char!r} at position {position}, a character "
+                "that shows nothing or is not printable (a space other than ASCII's, a "
+                "separator, a filler, a private-use or unassigned code point): a new "
+                "thread's id may hold visible text only"
             )
             raise InvalidThreadIdError(msg)
     if not unicodedata.is_normalized("NFC", thread_id):

@@ -23,8 +23,9 @@ change it."""
 
 
 def submission_stream_id(thread_id: str) -> UUID:
-    """The id of the stream of inputs submitted to ``thread_id``."""
-    return uuid5(SUBMISSION_NAMESPACE, check_thread_id(thread_id))
+    """The id of the stream of inputs submitted to ``thread_id``, which may be a thread
+    stored under an id earlier versions accepted."""
+    return uuid5(SUBMISSION_NAMESPACE, check_thread_id(thread_id, new=False))
 
 
 @dataclass(frozen=True)  # also applied by eventsourcing's metaclass; spelled out for mypy

@@ -37,6 +37,7 @@ from covonaut_es.domain import (
     ThreadState,
     ThreadTree,
     TreeStats,
+    check_thread_id,
 )
 from covonaut_es.errors import ConfigurationError, StoreUnavailableError, ThreadNotFoundError
 from covonaut_es.migrations import Upcaster
@@ -571,9 +572,12 @@ class Store(Closing):
             The submission's number in the thread's stream of submissions (1, 2, ...).
 
         Raises:
-            InvalidThreadIdError: The thread id is not allowed.
+            InvalidThreadIdError: The thread id is not allowed: for a thread the store
+                does not hold, the rule a new thread's id follows.
             InvalidSubmissionError: ``text`` is not a string that can be stored.
         """
+        if not self.exists(thread_id):  # the worker is to start it: refused now, not then
+            check_thread_id(thread_id)
         return self._submissions.submit(thread_id, text)
 
     asubmit = in_worker_thread(submit)
