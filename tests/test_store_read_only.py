@@ -162,3 +162,20 @@ def test_a_file_that_fails_to_open_is_named_by_its_cause(
     with pytest.raises(refused) as raised:
         open_store(url, create_tables=False)
     assert ("not a SQLite database" in str(raised.value)) is (refused is NotAStoreError)
+
+
+@pytest.mark.parametrize("create_tables", [True, False])
+def test_a_read_only_open_of_a_missing_file_names_the_file(
+    tmp_path: Path, create_tables: bool
+) -> None:
+    """``?mode=ro`` on a file that does not exist is refused naming the store and the
+    file, as an open that creates no tables is, whether or not tables may be created
+    (``import`` may): it gave SQLite's bare "unable to open database file"."""
+    url = f"sqlite:///{tmp_path / 'missing.db'}?mode=ro"
+    with pytest.raises(StoreUnavailableError) as raised:
+        open_store(url, create_tables=create_tables)
+    assert str(raised.value) == (
+        f"store {url}: there is no SQLite file {str(tmp_path / 'missing.db')!r} to open; "
+        "check its name"
+    )
+    assert list(tmp_path.iterdir()) == []

@@ -244,12 +244,13 @@ def store_env(
 
     Raises:
         ConfigurationError: ``compress`` names no compression.
-        StoreUnavailableError: Without ``create_tables``, there is no SQLite file at
-            the URL's path.
+        StoreUnavailableError: Without ``create_tables``, or read-only (``?mode=ro``),
+            there is no SQLite file at the URL's path.
     """
     env = persistence_env(url)
     if not create_tables:
         env["CREATE_TABLE"] = "n"
+    if not create_tables or env.get(READ_ONLY) == "y":  # ?mode=ro creates no file either
         require_sqlite_file(env.get(SQLITE_PATH), f"store {redact(url)}")
     if cipher_key is not None:
         env["CIPHER_TOPIC"] = "eventsourcing.cryptography:AESCipher"
