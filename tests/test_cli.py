@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import functools
 import importlib
 import os
@@ -9,7 +10,7 @@ import pty
 import subprocess
 import sys
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import msgspec
@@ -22,6 +23,7 @@ from covonaut_es import AgentThread, create_cipher_key, open_store
 from covonaut_es._text import printable
 from covonaut_es.audit import check_store, format_report
 from covonaut_es.cli import main
+from covonaut_es.cli._app import build_parser
 from covonaut_es.runtime import HmacReviewerVerifier
 from support import append_raw_event, converse
 
@@ -29,18 +31,34 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def covonaut_es(
-    *args: str, env: dict[str, str] | None = None, stderr: int = subprocess.PIPE
+    *args: str,
+    env: dict[str, str] | None = None,
+    stderr: int = subprocess.PIPE,
+    stdout: int = subprocess.PIPE,
 ) -> subprocess.CompletedProcess[str]:
     """Run ``python -m covonaut_es`` with this checkout's sources."""
     return subprocess.run(
         [sys.executable, "-m", "covonaut_es", *args],
-        stdout=subprocess.PIPE,
+        stdout=stdout,
         stderr=stderr,
         text=True,
         timeout=120,
         env={**os.environ, "PYTHONPATH": str(ROOT / "src"), **(env or {})},
         check=False,
     )
+
+
+def exit_status_in(directory: Path, args: list[str]) -> object:
+    """The exit status of the command line run in-process with ``args`` in ``directory``
+    (argparse's refusals exit through SystemExit)."""
+    cwd = Path.cwd()
+    os.chdir(directory)
+    try:
+        with pytest.raises(SystemExit) as exit_:
+            raise SystemExit(main(args))
+    finally:
+        os.chdir(cwd)
+    return exit_.value.code
 
 
 def fingerprint(url: str) -> object:
@@ -291,14 +309,7 @@ def test_usage_errors_exit_2_and_create_nothing(
 ) -> None:
     """Bad arguments or an unopenable store exit 2 with a message, writing nothing."""
     os.environ.pop("UNSET_KEY_VAR", None)
-    cwd = Path.cwd()
-    os.chdir(tmp_path)
-    try:
-        with pytest.raises(SystemExit) as exit_:
-            raise SystemExit(main(args))
-    finally:
-        os.chdir(cwd)
-    assert exit_.value.code == 2
+    assert exit_status_in(tmp_path, args) == 2
     assert message in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
 
@@ -307,10 +318,81 @@ def test_a_postgres_database_without_tables_is_not_written(postgres_database: st
     """Checking a database that has no covonaut tables exits 2 and creates none."""
     result = covonaut_es("migrate", "--check", "--store", postgres_database)
     assert result.returncode == 2
-    assert "cannot read store" in result.stderr
+    assert result.stderr.startswith("covonaut-es migrate: ")
     with psycopg.connect(postgres_database) as conn:
         tables = conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
         assert tables.fetchall() == []
+
+
+def _subcommands(
+    parser: argparse.ArgumentParser, words: tuple[str, ...] = ()
+) -> Iterator[tuple[str, argparse.ArgumentParser]]:
+    """Every command the program runs, by the words that reach it, and its parser."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                nested = list(_subcommands(sub, (*words, name)))
+                yield from nested or [(" ".join((*words, name)), sub)]
+
+
+@pytest.mark.parametrize(("command", "parser"), list(_subcommands(build_parser())))
+def test_every_command_names_itself_in_its_errors(
+    command: str, parser: argparse.ArgumentParser
+) -> None:
+    """Every command's errors begin ``covonaut-es COMMAND:``, those it reports and those
+    argparse does, an argument left over included: ``migrate`` began its own with
+    ``covonaut-es:``, and a word no parser took was reported by the program's parser,
+    which names no command."""
+    assert parser.prog == parser.get_default("error_prefix") == f"covonaut-es {command}"
+    assert parser.get_default("subcommand_parser") is parser
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (
+            ["migrate", "--check", "--store", "sqlite:///missing.db"],
+            "covonaut-es migrate: store sqlite:///missing.db: there is no SQLite file "
+            "'missing.db' to open; check its name",
+        ),
+        (
+            ["threads", "--store", "sqlite:///missing.db"],
+            "covonaut-es threads: store sqlite:///missing.db: there is no SQLite file "
+            "'missing.db' to open; check its name",
+        ),
+        (
+            ["threads", "--store", "memory://", "surplus"],
+            "covonaut-es threads: error: unrecognized arguments: surplus",
+        ),
+        (
+            ["token", "issue", "--reviewer", "a", "--ttl", "60", "surplus"],
+            "covonaut-es token issue: error: unrecognized arguments: surplus",
+        ),
+    ],
+)
+def test_an_error_names_the_command_and_the_store_once(
+    args: list[str], line: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``migrate`` reports a store it cannot open as every command does, naming the
+    store once (it printed "covonaut-es: cannot read store X: store X: ..."), and a
+    word left over is reported by the command it was given to."""
+    assert exit_status_in(tmp_path, args) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == line
+
+
+@pytest.mark.parametrize(
+    "args", [["--help"], ["--version"], ["threads", "--help"], ["token", "issue", "--help"]]
+)
+def test_help_and_the_version_into_a_closed_pipe_exit_141(args: list[str]) -> None:
+    """Help and the version written into a pipe whose reader went away end as every
+    command's output does, with 141 and nothing on stderr: they exited 0."""
+    reader, writer = os.pipe()
+    os.close(reader)
+    try:
+        result = covonaut_es(*args, stdout=writer)
+    finally:
+        os.close(writer)
+    assert (result.returncode, result.stderr) == (141, "")
 
 
 def test_progress_bar_on_a_terminal(tmp_path: Path) -> None:

@@ -67,7 +67,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         store that cannot be opened or read, output that found no room), 130 when
         interrupted (Ctrl-C) and 141 when stdout was closed by its reader.
     """
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except BrokenPipeError:  # --help or --version into a closed pipe
+        return _stdout_closed()
     command: Command = args.command
     try:
         status = command(args)
@@ -83,12 +86,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C, e.g. ending ``reviews --follow``: no traceback
         return EXIT_INTERRUPTED
     except BrokenPipeError as exc:  # the reader went away (``| head``): stop quietly
-        # Python flushes stdout again at exit, which would fail once more: point it at
-        # devnull (the recipe of the signal module's documentation).
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         if isinstance(exc, OutputClosedError):  # output that had to arrive whole
             _report(args, str(exc))
-        return EXIT_BROKEN_PIPE
+        return _stdout_closed()
     except OSError as exc:
         if exc.errno not in _OUT_OF_SPACE:
             raise
@@ -103,6 +103,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             "make room, or write it elsewhere, and run the command again",
         )
     return status
+
+
+def _stdout_closed() -> int:
+    """Stop quietly once stdout's reader went away: exit status 141."""
+    # Python flushes stdout again at exit, which would fail once more: point it at
+    # devnull (the recipe of the signal module's documentation).
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return EXIT_BROKEN_PIPE
 
 
 _OUT_OF_SPACE = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT})

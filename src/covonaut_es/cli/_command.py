@@ -46,8 +46,9 @@ _OPTION_WITHOUT_VALUE = re.compile(r"argument (-[^/:\s]+)[^:]*: expected one arg
 
 class CommandParser(argparse.ArgumentParser):
     """The parser of the program and (argparse makes them of its class) of each
-    subcommand: its usage errors also say when a word that begins with ``-`` was read as
-    an option.
+    subcommand: its usage errors name the subcommand and also say when a word that
+    begins with ``-`` was read as an option; help and the version into a closed stdout
+    raise :class:`BrokenPipeError`, as any command's output does.
 
     A thread id, a call id or a fork's id may begin with ``-``, and so may a reason or an
     answer; argparse takes such a word for an option and then reports a missing
@@ -63,6 +64,26 @@ class CommandParser(argparse.ArgumentParser):
     ) -> tuple[argparse.Namespace, list[str]]:
         self._words = list(sys.argv[1:] if args is None else args)
         return super().parse_known_args(args, namespace)
+
+    def parse_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> argparse.Namespace:
+        """As argparse's, but words no parser took are reported by the subcommand's
+        parser, whose errors name it (``covonaut-es threads: error: ...``), not by the
+        program's."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            parser: argparse.ArgumentParser = getattr(parsed, "subcommand_parser", self)
+            parser.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed
+
+    def _print_message(self, message: str, file: Any = None) -> None:  # a text stream
+        # argparse passes over a failed write of help or the version and exits 0; a
+        # stdout its reader closed ends these as it ends every command (141).
+        if message:
+            stream = file or sys.stderr
+            stream.write(message)
+            stream.flush()
 
     def error(self, message: str) -> NoReturn:
         taken = self._taken_for_options(message)
@@ -112,17 +133,13 @@ def add_command(
     *,
     help_: str,
     description: str | None = None,
-    name_in_errors: bool = True,
 ) -> argparse.ArgumentParser:
     """Declare the subcommand ``name``, run by ``command``; returns its parser for its
-    own arguments.
-
-    Its errors read ``covonaut-es NAME: ...``, or ``covonaut-es: ...`` without
-    ``name_in_errors``.
-    """
+    own arguments. Its errors, argparse's and the command's, read
+    ``covonaut-es NAME: ...``."""
     parser: argparse.ArgumentParser = subcommands.add_parser(
         name, help=help_, description=help_ if description is None else description
     )
-    prefix = f"covonaut-es {name}" if name_in_errors else "covonaut-es"
-    parser.set_defaults(command=command, error_prefix=prefix)
+    # prog is the words that reach it: "covonaut-es token issue" for a nested one.
+    parser.set_defaults(command=command, error_prefix=parser.prog, subcommand_parser=parser)
     return parser

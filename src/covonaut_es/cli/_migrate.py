@@ -6,16 +6,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from eventsourcing.persistence import PersistenceError
-
 from covonaut_es.audit import check_store, format_report
 from covonaut_es.cli._command import EXIT_FAILURES, EXIT_OK, Subcommands, UsageError, add_command
 from covonaut_es.cli._json import migration_report
-from covonaut_es.cli._options import add_store_options, application_spec, open_from, store_url
+from covonaut_es.cli._options import add_store_options, open_from
 from covonaut_es.cli._output import add_json_option, print_json, terminal_progress
-from covonaut_es.errors import CovonautError
 from covonaut_es.store import FileStateStore
-from covonaut_es.store._url_secrets import redact
 
 
 def add_migrate_command(subcommands: Subcommands) -> None:
@@ -31,7 +27,6 @@ def add_migrate_command(subcommands: Subcommands) -> None:
             "record that does not upgrade. Stored data is never rewritten: upcasting "
             "happens on read, so checking is the only mode."
         ),
-        name_in_errors=False,
     )
     parser.add_argument(
         "--check",
@@ -53,16 +48,11 @@ def migrate(args: argparse.Namespace) -> int:
     if args.states is not None and not args.states.is_dir():
         msg = f"--states {str(args.states)!r} is not a directory"
         raise UsageError(msg)
-    application = application_spec(args)
-    shown = f"application:{application}" if application else redact(store_url(args))
-    try:
-        with open_from(args) as store, terminal_progress() as progress:  # never writes
-            shown = store.url
-            states = None if args.states is None else FileStateStore(args.states)
-            report = check_store(store, state_files=states, progress=progress)
-    except (CovonautError, PersistenceError) as exc:
-        msg = f"cannot read store {shown}: {exc}"
-        raise UsageError(msg) from exc
+    # Failures name the store themselves, and main reports them as every command's.
+    with open_from(args) as store, terminal_progress() as progress:  # never writes
+        shown = store.url
+        states = None if args.states is None else FileStateStore(args.states)
+        report = check_store(store, state_files=states, progress=progress)
     if args.json:
         print_json(migration_report(report, source=shown))
     else:

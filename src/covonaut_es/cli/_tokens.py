@@ -69,7 +69,6 @@ def add_token_commands(subcommands: Subcommands) -> None:
     parser = add_command(
         actions, "issue", issue, help_="sign a reviewer token for approve and reject"
     )
-    parser.set_defaults(error_prefix="covonaut-es token issue")
     explain_secret(parser)
     parser.add_argument("--reviewer", required=True, metavar="ID", help="the reviewer's id")
     parser.add_argument(
