@@ -15,10 +15,11 @@ from typing import Any
 
 import pytest
 
-from covonaut_es import Store, open_store
+from covonaut_es import Message, Store, open_store
 from covonaut_es.errors import NotAStoreError, ReadOnlyStoreError, StoreUnavailableError
 from covonaut_es.service import Settlement, ThreadService, review_submission
 from covonaut_es.store import _settings
+from covonaut_es.store._leases import WorkerRecord
 from inbox_support import current, in_doubt, inbox_client, paused_on_tool
 from test_approvals import ALICE
 from test_review_deadlines import Clock
@@ -52,6 +53,9 @@ COMMANDS: dict[str, Callable[[ThreadService, Any, str], object]] = {
     "request_retry": lambda s, who, _: s.request_retry("doubt", "c1", reviewer=who),
     "abandon": lambda s, who, _: s.abandon("review", "gone", reviewer=who),
     "label": lambda s, who, _: s.label("review", "seen"),
+    "take_input": lambda s, who, _: s.take_input(
+        "tool", s.store.submissions.submitted("tool"), thread_version=0
+    ),
     "expire_reviews": lambda s, who, _: s.expire_reviews("late"),
     "note_deadlines_near": lambda s, who, _: s.note_deadlines_near("near", timedelta(days=2)),
     "session": lambda s, who, _: _session(s),
@@ -69,6 +73,103 @@ def test_the_commands_cover_every_writing_method_of_the_service() -> None:
     assert public - READERS == set(COMMANDS)
 
 
+def _save(store: Store) -> None:
+    thread = store.load("tool")
+    thread.append_message(Message(role="user", content="more"), now=datetime.now(UTC))
+    store.save(thread)
+
+
+def _snapshot(store: Store) -> None:
+    thread = store.load("tool")
+    for n in range(70):
+        thread.append_message(Message(role="user", content=f"more {n}"), now=datetime.now(UTC))
+    store.snapshot_if_due(thread)
+
+
+def _lease(store: Store) -> None:
+    with store.lease("tool"):
+        pass
+
+
+def _alease(store: Store) -> None:
+    async def run() -> None:
+        async with store.alease("tool"):
+            pass
+
+    asyncio.run(run())
+
+
+def _take(store: Store) -> None:
+    submitted = store.submissions.submitted("tool")
+    waiting = submitted.waiting()
+    assert waiting is not None
+    store.submissions.take(submitted, waiting, 0, None)
+
+
+STORE_WRITERS: dict[str, Callable[[Store], object]] = {
+    "save": _save,
+    "snapshot_if_due": _snapshot,
+    "fork": lambda store: store.fork("tool"),
+    "abandon": lambda store: store.abandon("tool", "gone"),
+    "label": lambda store: store.label("tool", "seen"),
+    "submit": lambda store: store.submit("tool", "and more"),
+    "asubmit": lambda store: asyncio.run(store.asubmit("tool", "and more")),
+    "submissions": _take,
+    "lease": _lease,
+    "alease": _alease,
+    "write_state": lambda store: store.write_state("key", {}),
+    "record_log_position": lambda store: store.record_log_position("consumer", 1),
+    "withdraw_worker": lambda store: store.withdraw_worker("w1"),
+    "publish_worker": lambda store: store.publish_worker(
+        WorkerRecord(
+            worker_id="w1",
+            host="here",
+            pid=1,
+            started_at=datetime.now(UTC),
+            heartbeat_at=datetime.now(UTC),
+        )
+    ),
+}
+"""Every method of Store that writes (or, for ``submissions``, whose object does),
+run on a thread it would act on."""
+
+STORE_READERS = {
+    "acheckpoints", "aexists", "afind", "ahistory", "aload", "areplay_state", "astate_at",
+    "branch_points", "checkpoints", "children", "close", "database_now", "events_after",
+    "exists", "find", "forks", "from_application", "head_version", "held_lease", "history",
+    "last_log_position", "lease_holder", "leaves", "list_threads", "live_workers", "load",
+    "log_position", "parent", "path_to_root", "ping", "read_state", "replay",
+    "replay_state", "session_tree", "state_at", "thread_ids", "threads_held",
+    "threads_with_review", "tree", "tree_stats", "verify", "outstanding_threads",
+    "name_lease_holder",  # in this process only: a worker's name for its leases
+}  # fmt: skip
+
+
+def test_every_writing_method_of_the_store_is_tried_read_only() -> None:
+    """Each public name of Store is a reader or in STORE_WRITERS, so a new writing
+    method cannot escape the read-only test."""
+    public = {n for n, _ in inspect.getmembers(Store) if not n.startswith("_")}
+    assert public - STORE_READERS == set(STORE_WRITERS)
+
+
+@pytest.mark.parametrize("write", list(STORE_WRITERS))
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # abandon and label, as before
+def test_a_read_only_store_refuses_every_write_of_its_own_typed(
+    read_only: tuple[Store, str], tmp_path: Path, write: str
+) -> None:
+    """Every writing method of the store raises ReadOnlyStoreError naming the store's
+    mode, and writes nothing: no event, no submission taken, no file beside it."""
+    store, _ = read_only
+    before = {t: store.history(t) for t in ("review", "tool", "doubt")}
+    submitted = store.submissions.submitted("tool")
+    files = sorted(p.name for p in tmp_path.rglob("*"))
+    with pytest.raises(ReadOnlyStoreError, match=r"read-only.*without \?mode=ro"):
+        STORE_WRITERS[write](store)
+    assert {t: store.history(t) for t in before} == before
+    assert store.submissions.submitted("tool") == submitted
+    assert sorted(p.name for p in tmp_path.rglob("*")) == files
+
+
 @pytest.fixture
 def read_only(tmp_path: Path, simulated_time: None) -> Iterator[tuple[Store, str]]:
     """A SQLite store with a review, a tool's pause, a call in doubt, a review past its
@@ -77,6 +178,7 @@ def read_only(tmp_path: Path, simulated_time: None) -> Iterator[tuple[Store, str
     with open_store(url) as writable:
         _, review_id = paused(writable, "review")
         paused_on_tool(writable, "tool")
+        writable.submit("tool", "and then?")  # input waiting, for a runner to take
         in_doubt(writable, "doubt")
         paused_with_deadline(writable, Clock(), thread_id="late")
         now = Clock(datetime.now(UTC))

@@ -162,12 +162,20 @@ class Leasing:
 
     def publish_worker(self, record: WorkerRecord) -> None:
         """As :meth:`covonaut_es.Store.publish_worker`."""
+        self._guard.refuse_if_read_only(
+            f"the record of worker {record.worker_id!r} was not written"
+        )
         cipher = self._app.mapper.cipher
         if cipher is not None and (record.threads or record.calls):
             sealed = cipher.encrypt(msgspec.json.encode(_Held(record.threads, record.calls)))
             threads = (_SEALED + base64.b64encode(sealed).decode(),)
             record = msgspec.structs.replace(record, threads=threads, calls=())
         self.leases.publish(record)
+
+    def withdraw_worker(self, worker_id: str) -> None:
+        """As :meth:`covonaut_es.Store.withdraw_worker`."""
+        self._guard.refuse_if_read_only(f"the record of worker {worker_id!r} was not removed")
+        self.leases.withdraw(worker_id)
 
     def live_workers(self) -> tuple[WorkerRecord, ...]:
         """As :meth:`covonaut_es.Store.live_workers`."""

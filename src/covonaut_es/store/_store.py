@@ -99,7 +99,7 @@ class Store(Closing):
         self._writer = ThreadWriter(app, backend, guard, self._leasing.held_lease)
         self._reader = ThreadReader(app, self._records, self.url, self._writer.remember_snapshot)
         self._forks = Forks(app, backend, self._records, self._reader, guard, self.clock)
-        self._submissions = Submissions(app)
+        self._submissions = Submissions(app, guard)
         self._states = StoredStates(app, guard)
         self._listing = ThreadListing(app, backend, self._records, self._reader, guard)
         outstanding = None if self.read_only else backend.outstanding_table(app.recorder)
@@ -539,6 +539,7 @@ class Store(Closing):
 
         Raises:
             ConfigurationError: ``record`` is no WorkerRecord.
+            ReadOnlyStoreError: The store was opened read-only.
         """
         check_instance("record", record, WorkerRecord, "a WorkerRecord")
         self._leasing.publish_worker(record)
@@ -548,8 +549,12 @@ class Store(Closing):
         return self._leasing.live_workers()
 
     def withdraw_worker(self, worker_id: str) -> None:
-        """Remove a stopping worker's record from the registry."""
-        self._leasing.leases.withdraw(worker_id)
+        """Remove a stopping worker's record from the registry.
+
+        Raises:
+            ReadOnlyStoreError: The store was opened read-only.
+        """
+        self._leasing.withdraw_worker(worker_id)
 
     @property
     def outstanding_threads(self) -> OutstandingThreads | None:

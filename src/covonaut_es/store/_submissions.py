@@ -26,6 +26,7 @@ from covonaut_es.domain._submissions import (
 )
 from covonaut_es.errors import InvalidSubmissionError, LeaseLostError
 from covonaut_es.store._leases import Lease
+from covonaut_es.store._read_only import WriteGuard
 
 
 @attrs.frozen
@@ -56,10 +57,16 @@ class Submitted:
 
 
 class Submissions:
-    """Submit input to a thread; read and take what was submitted."""
+    """Submit input to a thread; read and take what was submitted.
 
-    def __init__(self, app: Application[UUID]) -> None:
+    Args:
+        app: The store's application.
+        guard: Refuses submissions and takes on a store opened read-only.
+    """
+
+    def __init__(self, app: Application[UUID], guard: WriteGuard) -> None:
         self._app = app
+        self._guard = guard
 
     def submit(self, thread_id: str, text: str) -> int:
         """As :meth:`covonaut_es.Store.submit`."""
@@ -72,6 +79,7 @@ class Submissions:
             msg = f"submitted input to thread {thread_id!r} is not valid text: {exc}"
             raise InvalidSubmissionError(msg) from exc
         stream = submission_stream_id(thread_id)
+        self._guard.refuse_if_read_only(f"the input to thread {thread_id!r} was not submitted")
         return self._append(stream, InputSubmitted, thread_id=thread_id, text=text)
 
     def submitted(self, thread_id: str) -> Submitted:
@@ -104,6 +112,7 @@ class Submissions:
                 nothing was recorded.
         """
         thread_id = taken.thread_id
+        self._guard.refuse_if_read_only(f"the input to thread {thread_id!r} was not taken")
         if lease is not None:
             lease.check_before_save()
         stream = submission_stream_id(thread_id)

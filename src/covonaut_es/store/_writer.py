@@ -112,6 +112,10 @@ class ThreadWriter:
             return False  # an application of the caller's, with snapshotting off
         if at_rest and not self._backend.keeps_one_snapshot:
             return False
+        self._guard.refuse_if_read_only(
+            f"the snapshot of thread {thread.thread_id!r} at version {thread.version} was not "
+            "stored"
+        )
         snapshot = ThreadSnapshot.take(thread)
         try:
             with contextlib.suppress(IntegrityError):  # another writer stored this very one
