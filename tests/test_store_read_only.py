@@ -9,6 +9,7 @@ import inspect
 import os
 import sqlite3
 from collections.abc import Callable, Iterator
+from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -27,9 +28,11 @@ from test_review_deadlines import paused as paused_with_deadline
 from test_service import RITA, VERIFIER, paused
 
 
-def _asession(service: ThreadService) -> None:
+def _entered(context: Callable[[], AbstractAsyncContextManager[object]]) -> None:
+    """Enter and leave the asynchronous context ``context`` makes."""
+
     async def run() -> None:
-        async with service.asession("review"):
+        async with context():
             pass
 
     asyncio.run(run())
@@ -59,7 +62,7 @@ COMMANDS: dict[str, Callable[[ThreadService, Any, str], object]] = {
     "expire_reviews": lambda s, who, _: s.expire_reviews("late"),
     "note_deadlines_near": lambda s, who, _: s.note_deadlines_near("near", timedelta(days=2)),
     "session": lambda s, who, _: _session(s),
-    "asession": lambda s, who, _: _asession(s),
+    "asession": lambda s, who, _: _entered(lambda: s.asession("review")),
 }
 """Every command of ThreadService that writes, run on a thread it would act on."""
 
@@ -91,14 +94,6 @@ def _lease(store: Store) -> None:
         pass
 
 
-def _alease(store: Store) -> None:
-    async def run() -> None:
-        async with store.alease("tool"):
-            pass
-
-    asyncio.run(run())
-
-
 def _take(store: Store) -> None:
     submitted = store.submissions.submitted("tool")
     waiting = submitted.waiting()
@@ -116,7 +111,7 @@ STORE_WRITERS: dict[str, Callable[[Store], object]] = {
     "asubmit": lambda store: asyncio.run(store.asubmit("tool", "and more")),
     "submissions": _take,
     "lease": _lease,
-    "alease": _alease,
+    "alease": lambda store: _entered(lambda: store.alease("tool")),
     "write_state": lambda store: store.write_state("key", {}),
     "record_log_position": lambda store: store.record_log_position("consumer", 1),
     "withdraw_worker": lambda store: store.withdraw_worker("w1"),
