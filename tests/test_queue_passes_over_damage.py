@@ -30,6 +30,7 @@ from covonaut_es import (
     create_cipher_key,
     open_store,
 )
+from covonaut_es.cli import main
 from covonaut_es.domain import AgentThread, thread_aggregate_id
 from covonaut_es.errors import CovonautError, NewerSchemaError
 from covonaut_es.projections._items import QUEUE_EVENT_TYPES, pending_from
@@ -353,3 +354,38 @@ def test_a_record_a_newer_version_wrote_is_passed_over_saying_to_upgrade(
         read(store)
     assert "NewerSchemaError: a newer version of covonaut-es wrote it" in caplog.text
     assert "upgrade covonaut-es to read it" in caplog.text
+
+
+@pytest.mark.parametrize("record", [_NEWER_RECORD, b'{"key": "b", "state": {}}'])
+def test_a_listing_that_passed_over_a_record_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], record: bytes
+) -> None:
+    """A queue counts the records it passed over; the one-shot ``reviews`` lists what it
+    could and exits 1, saying in one line that the list may lack what they hold (a
+    record a newer version wrote, or a damaged one), where it exited 0 as if complete.
+    A queue that passed over nothing counts none, and the command exits 0."""
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    with open_store(url) as store:
+        _paused(store)
+        queue = ReviewQueue(url, view_url="memory://")
+        _listed(store, queue)
+        assert queue.records_passed_over() == 0
+        assert main(["reviews", "--store", url]) == 0
+        append_raw_event(store, "b", PAUSE, record)
+        queue = ReviewQueue(url, view_url="memory://")
+        listed = _listed(store, queue)
+        assert queue.records_passed_over() == 1
+    assert ("a", _item_of_url(url, "a")) in listed
+    capsys.readouterr()
+    assert main(["reviews", "--store", url, "--json"]) == 1
+    out, err = capsys.readouterr()
+    assert '"thread_id":"a"' in out
+    assert err.splitlines()[-1] == (
+        "covonaut-es reviews: 1 record(s) of the log were passed over (see the warnings "
+        "above): what waits in their threads may be missing from this list"
+    )
+
+
+def _item_of_url(url: str, thread_id: str) -> str:
+    with open_store(url) as store:
+        return _item_of(store, thread_id)

@@ -19,7 +19,7 @@ import time
 import uuid
 from collections.abc import Sequence
 
-from covonaut_es.cli._command import EXIT_OK, Subcommands, UsageError
+from covonaut_es.cli._command import EXIT_FAILURES, EXIT_OK, Subcommands, UsageError
 from covonaut_es.cli._identity import (
     acting_reviewer,
     add_reviewer_arguments,
@@ -139,9 +139,23 @@ def reviews(args: argparse.Namespace) -> int:
                         sys.stdout.flush()
                         shown = pending
                 if not args.follow:
-                    return EXIT_OK
+                    return _incomplete(args, queue.records_passed_over())
                 check_reader_present()
                 time.sleep(0.2)
+
+
+def _incomplete(args: argparse.Namespace, passed_over: int) -> int:
+    """The exit status of a listing that passed over ``passed_over`` records of the log
+    (each warned of as it was read): 1, saying so in one line on stderr, when the list
+    may lack what they hold (a record a newer version wrote, or a damaged one)."""
+    if not passed_over:
+        return EXIT_OK
+    print(
+        f"{args.error_prefix}: {passed_over} record(s) of the log were passed over (see "
+        "the warnings above): what waits in their threads may be missing from this list",
+        file=sys.stderr,
+    )
+    return EXIT_FAILURES
 
 
 def _review_row(item: PendingReview) -> dict[str, str]:

@@ -91,6 +91,7 @@ class ReviewQueueProjection(Projection[ReviewQueueView]):
         super().__init__(view=view)
         self._names = names
         self._batches = 0
+        self._passed_over = 0
         self._advanced = threading.Condition()
 
     def process_events(self, batch: Sequence[tuple[Any, Tracking]]) -> None:
@@ -108,6 +109,15 @@ class ReviewQueueProjection(Projection[ReviewQueueView]):
         with self._advanced:
             return self._batches
 
+    def records_passed_over(self) -> int:
+        """How many records of the log it has passed over so far, each with a warning."""
+        with self._advanced:
+            return self._passed_over
+
+    def _pass_over(self, count: int = 1) -> None:
+        with self._advanced:
+            self._passed_over += count
+
     def wait_for_batch(self, seen: int, timeout: float) -> None:
         """Block until a batch after the first ``seen`` is applied, or ``timeout``
         seconds pass."""
@@ -115,7 +125,8 @@ class ReviewQueueProjection(Projection[ReviewQueueView]):
             self._advanced.wait_for(lambda: self._batches != seen, timeout)
 
     def _apply(self, batch: Sequence[tuple[Any, Tracking]]) -> None:
-        changes = self._changes([e for e, t in batch if not _passed_over(e, t)])
+        readable = [e for e, t in batch if not _passed_over(e, t)]
+        changes = self._changes(readable)
         try:
             self.view.apply(changes, batch[-1][1])
         except UNSTORABLE as exc:
@@ -123,6 +134,8 @@ class ReviewQueueProjection(Projection[ReviewQueueView]):
                 raise  # the view is misconfigured: no record could be stored
             for domain_event, tracking in batch:
                 self.process_event(domain_event, tracking)
+            return
+        self._pass_over(len(batch) - len(readable))
 
     def _changes(self, events: Sequence[Any]) -> list[QueueChange]:
         """The queue changes of ``events`` in turn. Their threads' names are read in one
@@ -160,6 +173,7 @@ class ReviewQueueProjection(Projection[ReviewQueueView]):
         """
         if isinstance(domain_event, UnreadableRecord):
             self.view.apply((), tracking)  # warned of already, as the batch was read
+            self._pass_over()
             return
         changes = self._changes([domain_event])
         try:
@@ -176,6 +190,7 @@ class ReviewQueueProjection(Projection[ReviewQueueView]):
                 exc,
             )
             self.view.apply((), tracking)
+            self._pass_over()
 
 
 def _passed_over(event: Any, tracking: Tracking) -> bool:
@@ -319,6 +334,7 @@ class ReviewQueue(Closing):
         self._env = {**source.env, **{prefix + k: v for k, v in view_env.items()}}
         self._factory: InfrastructureFactory[Any] | None = None
         self._view: ReviewQueueView | None = None
+        self._followed: list[ReviewQueueProjection] = []
 
     @property
     def view_class(self) -> type[ReviewQueueView]:
@@ -487,6 +503,7 @@ class ReviewQueue(Closing):
         view, source = self.view(), self._source
         if not source.opens_store:
             with QueueRunner(view, source.application_class, self._env) as runner:
+                self._followed.append(runner.projection)
                 yield runner
             return
         # Opened as a store is (its tables created, its settings checked and taken, such
@@ -499,7 +516,15 @@ class ReviewQueue(Closing):
             opened.close()
             raise
         with runner:
+            self._followed.append(runner.projection)
             yield runner
+
+    def records_passed_over(self) -> int:
+        """How many records of the store's log this queue's projection passed over (each
+        with a warning) while it followed the log in this process (:meth:`follow`):
+        records that do not decode, or whose changes its view cannot hold. Their
+        threads' items may be missing from what it lists (ADR 0070)."""
+        return sum(projection.records_passed_over() for projection in self._followed)
 
     def run_forever(self) -> None:
         """Follow the store until the process is stopped (for a separate process)."""

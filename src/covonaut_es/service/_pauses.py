@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 from covonaut_es.domain import AgentThread, Pause, PauseKind, ThreadState
-from covonaut_es.errors import InvalidDecisionError, StalePauseError, StoredRowError
+from covonaut_es.errors import InvalidDecisionError, SerializationError, StalePauseError
 from covonaut_es.messages import Message, Role
 from covonaut_es.store import Store
 
@@ -61,16 +61,17 @@ class Listed(Protocol):
 def listed_pause_tokens(store: Store, items: Iterable[Listed]) -> list[str]:
     """The token of each queue item as its thread records it now (one load per thread),
     for a listing: "" for an item its thread does not hold, and for every item of a
-    thread whose stored rows do not fold (:class:`~covonaut_es.errors.StoredRowError`):
-    nothing can be decided on that thread, and one altered thread does not stop the
-    listing of every other."""
+    thread whose stored records do not read (:class:`~covonaut_es.errors.SerializationError`:
+    a row that does not fold, a payload that does not decode or that a newer version
+    wrote): nothing can be decided on that thread, and one altered thread does not stop
+    the listing of every other."""
     states: dict[str, ThreadState | None] = {}
     tokens = []
     for item in items:
         if item.thread_id not in states:
             try:
                 states[item.thread_id] = store.state_at(item.thread_id)
-            except StoredRowError:
+            except SerializationError:
                 states[item.thread_id] = None
         state = states[item.thread_id]
         tokens.append(
