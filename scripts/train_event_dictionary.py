@@ -52,6 +52,7 @@ from covonaut_es import (
     open_store,
 )
 from covonaut_es.messages import Usage
+from covonaut_es.service import ThreadService
 from covonaut_es.store._dictionary import DICTIONARY_FILE
 
 DICTIONARY_ID = 610_001
@@ -187,7 +188,7 @@ def run_threads(store: Store, gen: Generated, threads: int) -> None:
             steered.steer(gen.text())
             steered.continue_run()
         elif shape == 2:  # labelled and forked
-            store.label(thread_id, gen.word())
+            ThreadService(store).label(thread_id, gen.word())
             fork = store.fork(thread_id, new_thread_id=f"{thread_id}-fork")
             agent(fork, [respond()]).run(gen.text())
 
