@@ -37,6 +37,7 @@ from covonaut_es.errors import (
     ConfigurationError,
     MissingToolCallError,
     StoredRowError,
+    ThreadConflictError,
     TransferError,
 )
 from covonaut_es.messages import Message
@@ -835,3 +836,24 @@ def test_verify_reports_every_deletion_and_never_raises(
     )  # fmt: skip
     assert result.returncode == 1, result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_the_imports_write_appends_to_no_thread_and_keeps_each_record_in_its_stream(
+    store: Store,
+) -> None:
+    """``store.log.insert_threads``, the import's write, writes new threads only:
+    records that would append to a stored thread (whose lease another runner may hold)
+    are refused with ThreadConflictError, and a record outside its thread's stream with
+    TransferError naming it; nothing is written (helper-167)."""
+    conversation(store, "t1", turns=1)
+    head = store.head_version("t1")
+    assert head is not None
+    topic = store.log.stored_records("t1")[-1].topic
+    end = store.last_log_position()
+    appended = StoredEvent(thread_aggregate_id("t1"), head + 1, topic, b"{}")
+    with pytest.raises(ThreadConflictError, match="nothing was written"):
+        store.log.insert_threads({"t1": [appended]})
+    with pytest.raises(TransferError, match=r"'t2'.*not the thread's"):
+        store.log.insert_threads({"t2": [appended]})
+    assert store.head_version("t1") == head
+    assert store.last_log_position() == end

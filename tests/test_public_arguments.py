@@ -6,8 +6,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import inspect
 import math
 import secrets
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -38,6 +40,7 @@ from covonaut_es.service import (
     review_submission,
 )
 from covonaut_es.store._leases import WorkerRecord
+from covonaut_es.store._log import StoreLog
 from support import OBJECT_SCHEMA, answer, call, echo_tool, ticking_clock
 
 
@@ -566,3 +569,97 @@ def test_a_submission_made_directly_is_read_by_the_one_reader(
         with pytest.raises(InvalidDecisionError):
             ThreadService(world.store).decide(world.review_id, submission, reviewer=RITA)
         assert world.store.load("t").version == before
+
+
+HOSTILE: dict[str, object] = {
+    "None": None,
+    "True": True,
+    "-1": -1,
+    "2**63": 2**63,
+    "2**70": 2**70,
+    "1.5": 1.5,
+    "'x'": "x",
+    "'\\ud800'": "\ud800",
+    "b'x'": b"x",
+    "[1]": [1],
+    "object()": object(),
+}
+"""Hostile values tried in the place of each argument of the store's log port."""
+
+_LOG_CALLS: dict[str, tuple[Callable[..., object], dict[str, Any]]] = {
+    "position_and_end": (lambda s, **a: s.log.position_and_end(**a), {"consumer": "c"}),
+    "notifications": (
+        lambda s, **a: list(s.log.notifications(**a)),
+        {"after": 0, "stop": 10},
+    ),
+    "next_batch": (
+        lambda s, **a: s.log.next_batch(**a),
+        {"after": 0, "end": 0, "limit": 10},
+    ),
+    "has_events_after": (
+        lambda s, **a: s.log.has_events_after(**a),
+        {"position": 0, "follower": "f"},
+    ),
+    "thread_id_of": (lambda s, **a: s.log.thread_id_of(**a), {"stream": uuid.uuid4()}),
+    "stored_records": (lambda s, **a: s.log.stored_records(**a), {"thread_id": "t"}),
+    "read_record": (lambda s, **a: s.log.read_record(**a), {"record": None}),
+    "fold": (
+        lambda s, **a: s.log.fold(**a),
+        {"events": (), "thread_id": "t", "parent": lambda _: None},
+    ),
+    "insert_threads": (lambda s, **a: s.log.insert_threads(**a), {"records": {}}),
+    "record_log_position": (
+        lambda s, **a: s.record_log_position(**a),
+        {"consumer": "c", "position": 1},
+    ),
+    "log_position": (lambda s, **a: s.log_position(**a), {"consumer": "c"}),
+}
+"""Every public method of ``store.log`` that takes an argument, and the store's
+methods of consumers' positions, with a valid call."""
+
+_TAKEN_AS_DOCUMENTED = {
+    ("notifications", "after", "None"),
+    ("notifications", "stop", "None"),
+    ("stored_records", "thread_id", "'x'"),
+    ("fold", "thread_id", "'x'"),
+    ("position_and_end", "consumer", "'x'"),
+    ("log_position", "consumer", "'x'"),
+    ("has_events_after", "follower", "'x'"),
+    ("record_log_position", "consumer", "'x'"),
+}
+
+
+def test_every_method_of_the_log_port_taking_an_argument_is_tried() -> None:
+    """The hostile-value test below covers each public method of StoreLog that takes
+    an argument, so a new one cannot escape it."""
+    public = {
+        name
+        for name, member in inspect.getmembers(StoreLog, inspect.isfunction)
+        if not name.startswith("_") and len(inspect.signature(member).parameters) > 1
+    }
+    assert public <= set(_LOG_CALLS), public - set(_LOG_CALLS)
+
+
+@pytest.mark.parametrize(
+    ("name", "argument"), sorted((n, a) for n, (_, args) in _LOG_CALLS.items() for a in args)
+)
+@settings(max_examples=len(HOSTILE), deadline=None)
+@given(label=st.sampled_from(sorted(HOSTILE)))
+def test_the_log_port_refuses_a_hostile_argument_typed(
+    name: str, argument: str, label: str
+) -> None:
+    """Each argument of each public method of ``store.log``, and of the store's
+    consumers' positions, given a hostile value (None, a bool, -1, past 2**63-1, a
+    float, text where a number goes, a lone surrogate, bytes, a list, an object), is
+    taken as documented or refused with a CovonautError: never a TypeError,
+    OverflowError, UnicodeEncodeError or AttributeError from deep inside, nor a
+    position -1 read as one before the log (helper-167)."""
+    call, args = _LOG_CALLS[name]
+    with open_store("memory://") as store:
+        store.submit("t", "hi")
+        try:
+            call(store, **{**args, argument: HOSTILE[label]})
+        except CovonautError:
+            pass
+        else:
+            assert (name, argument, label) in _TAKEN_AS_DOCUMENTED, f"{name}({argument}={label})"

@@ -12,6 +12,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from covonaut_es import (
     Agent,
@@ -30,10 +32,12 @@ from covonaut_es import (
     Tool,
     ToolContext,
     Worker,
+    open_store,
 )
 from covonaut_es.domain import Decision, PauseKind
 from covonaut_es.errors import (
     AmbiguousReviewError,
+    ConfigurationError,
     InvalidDecisionError,
     LeaseLostError,
     ReviewNotFoundError,
@@ -550,10 +554,68 @@ def test_a_take_after_another_runners_is_refused_and_none_waiting_takes_nothing(
     store.submit("t", "one")
     read = store.submissions.submitted("t")
     commands = ThreadService(store)
-    commands.take_input("t", read, thread_version=0)
-    with pytest.raises(LeaseLostError):
+    with store.lease("t"):
         commands.take_input("t", read, thread_version=0)
-    now = store.submissions.submitted("t")
-    assert now.version == read.version + 1
-    assert commands.take_input("t", now, thread_version=0) is None
+        with pytest.raises(LeaseLostError):
+            commands.take_input("t", read, thread_version=0)
+        now = store.submissions.submitted("t")
+        assert now.version == read.version + 1
+        assert commands.take_input("t", now, thread_version=0) is None
     assert store.submissions.submitted("t").version == now.version
+
+
+def test_a_take_without_the_threads_lease_is_refused_recording_nothing(store: Store) -> None:
+    """A take by a task that holds no lease of the thread (none at all, or another
+    thread's: as while another process holds the thread's) is refused with
+    LeaseLostError naming the thread, and records nothing (helper-167)."""
+    store.submit("t", "one")
+    read = store.submissions.submitted("t")
+    commands = ThreadService(store)
+    with pytest.raises(LeaseLostError, match=r"'t'.*holds none"):
+        commands.take_input("t", read, thread_version=0)
+    with store.lease("u"), pytest.raises(LeaseLostError, match="'t'"):
+        commands.take_input("t", read, thread_version=0)
+    assert store.submissions.submitted("t") == read
+
+
+def test_a_take_of_another_threads_submissions_is_refused_recording_nothing(
+    store: Store,
+) -> None:
+    """Under thread a's lease, a take given thread b's submissions is refused with
+    ConfigurationError naming both, and neither thread's input is taken (helper-167)."""
+    store.submit("a", "for a")
+    store.submit("b", "for b")
+    of_b = store.submissions.submitted("b")
+    with store.lease("a"), pytest.raises(ConfigurationError, match=r"'a'.*'b'"):
+        ThreadService(store).take_input("a", of_b, thread_version=0)
+    assert store.submissions.submitted("a").taken is None
+    assert store.submissions.submitted("b") == of_b
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    argument=st.sampled_from(["submitted", "thread_version"]),
+    value=st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(max_value=-1),
+        st.integers(min_value=2**63),
+        st.floats(),
+        st.text(max_size=3),
+        st.dictionaries(st.text(max_size=2), st.integers(), max_size=2),
+    ),
+)
+def test_a_take_given_a_wrong_argument_is_refused_typed_recording_nothing(
+    argument: str, value: object
+) -> None:
+    """Whatever the wrong value of ``submitted`` or ``thread_version`` (None, a bool, a
+    negative or past 2**63-1, a float, text, a dict), a take under the lease raises
+    ConfigurationError naming the argument, never an AttributeError, OverflowError or
+    a take recorded at a version no thread has (helper-167)."""
+    with open_store("memory://") as store:
+        store.submit("t", "one")
+        args: dict[str, Any] = {"submitted": store.submissions.submitted("t"), "version": 0}
+        args["version" if argument == "thread_version" else argument] = value
+        with store.lease("t"), pytest.raises(ConfigurationError, match=argument):
+            ThreadService(store).take_input("t", args["submitted"], thread_version=args["version"])
+        assert store.submissions.submitted("t").taken is None

@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from eventsourcing.persistence import StoredEvent
 
 from covonaut_es import Message, Store, open_store
+from covonaut_es.domain import thread_aggregate_id
 from covonaut_es.errors import NotAStoreError, ReadOnlyStoreError, StoreUnavailableError
 from covonaut_es.service import Settlement, ThreadService, review_submission
 from covonaut_es.store import _settings
@@ -96,9 +98,8 @@ def _lease(store: Store) -> None:
 
 def _take(store: Store) -> None:
     submitted = store.submissions.submitted("tool")
-    waiting = submitted.waiting()
-    assert waiting is not None
-    store.submissions.take(submitted, waiting, 0, None)
+    assert submitted.waiting() is not None
+    store.submissions.take("tool", submitted, 0)
 
 
 STORE_WRITERS: dict[str, Callable[[Store], object]] = {
@@ -276,3 +277,28 @@ def test_a_read_only_open_of_a_missing_file_names_the_file(
         "check its name"
     )
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_read_only_store_refuses_the_imports_write_typed(
+    read_only: tuple[Store, str],
+) -> None:
+    """The import's write through ``store.log`` raises ReadOnlyStoreError, not the
+    database's raw OperationalError, and writes nothing (helper-167)."""
+    store, _ = read_only
+    end = store.last_log_position()
+    record = StoredEvent(thread_aggregate_id("new"), 1, "covonaut.x", b"{}")
+    with pytest.raises(ReadOnlyStoreError, match=r"read-only.*without \?mode=ro"):
+        store.log.insert_threads({"new": [record]})
+    assert store.last_log_position() == end
+
+
+def test_a_read_only_store_that_never_recorded_a_position_reads_0(tmp_path: Path) -> None:
+    """A consumer's position on a read-only store whose database has no tracking table
+    yet (none was ever recorded) is 0, as on a writable one, not a raw
+    OperationalError "no such table" (helper-167)."""
+    url = f"sqlite:///{tmp_path / 'threads.db'}"
+    with open_store(url) as writable:
+        writable.submit("t", "hi")
+    with open_store(url + "?mode=ro") as store:
+        assert store.log_position("notices") == 0
+        assert store.log.position_and_end("notices") == (0, store.last_log_position())

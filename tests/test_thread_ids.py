@@ -178,6 +178,43 @@ def test_a_thread_stored_under_an_id_accepted_before_still_works(
         import_threads(other, lines)
 
 
+@settings(max_examples=50, deadline=None)
+@given(
+    st.text(st.characters(categories=["L", "N"]), min_size=1, max_size=8),
+    HIDDEN,
+    st.sampled_from(["Store.submit", "store.submissions.submit", "store.log.insert_threads"]),
+)
+def test_every_door_to_a_new_thread_refuses_a_bad_id_alike(
+    visible: str, hidden: str, door: str
+) -> None:
+    """A submission to a thread the store does not hold, through the store or its
+    ``submissions`` port, and the write of an import through its ``log`` port, refuse
+    an id no new thread may have, and write nothing: the port took it, and a worker then
+    failed on it at every step (helper-167)."""
+    thread_id = unicodedata.normalize("NFC", visible + hidden)
+    with open_store("memory://") as store:
+        converse(store, "good")
+        records, end = store.log.stored_records("good"), store.last_log_position()
+        doors = {
+            "Store.submit": lambda: store.submit(thread_id, "hi"),
+            "store.submissions.submit": lambda: store.submissions.submit(thread_id, "hi"),
+            "store.log.insert_threads": lambda: store.log.insert_threads({thread_id: records}),
+        }
+        with pytest.raises(InvalidThreadIdError, match="thread id"):
+            doors[door]()
+        assert store.last_log_position() == end
+
+
+def test_the_submissions_port_takes_input_for_a_thread_stored_under_an_earlier_id(
+    store: Store,
+) -> None:
+    """``store.submissions.submit`` checks a new thread's id only: a thread an earlier
+    version stored under an id the rule now refuses still takes submissions."""
+    with earlier_thread_id_rule():
+        conversation(store, LEGACY_IDS[0], 1)
+    assert store.submissions.submit(LEGACY_IDS[0], "again") == 1
+
+
 class _ThreadId(str):
     """A subclass of str, which no event can hold."""
 

@@ -85,6 +85,39 @@ def check_whole(name: str, value: object, *, least: int | None = None) -> None:
         refuse(name, expected, value)
 
 
+LAST_POSITION = 2**63 - 1
+"""The highest log position or version a store keeps: a signed 64-bit column's."""
+
+
+def check_position(name: str, value: object, *, least: int = 0) -> None:
+    """``value`` of argument ``name`` is a position in a store's log, a version or a
+    count a store reads by: a whole number from ``least`` to :data:`LAST_POSITION`,
+    which past it the database's driver refuses with an OverflowError.
+
+    Raises:
+        ConfigurationError: It is not.
+    """
+    expected = f"a whole number from {least} to {LAST_POSITION}"
+    check_instance(name, value, int, expected)
+    if not least <= value <= LAST_POSITION:  # type: ignore[operator]  # an int, checked above
+        refuse(name, expected, value)
+
+
+def check_name(name: str, value: object) -> None:
+    """``value`` of argument ``name`` is a str a store can keep as a key (a consumer's
+    name): it holds no lone surrogate, which no database encodes.
+
+    Raises:
+        ConfigurationError: It is not.
+    """
+    check_text(name, value)
+    try:
+        value.encode("utf-8")  # type: ignore[attr-defined]  # a str, checked above
+    except UnicodeEncodeError as exc:
+        msg = f"{name} must be text, found a lone surrogate at index {exc.start}"
+        raise ConfigurationError(msg) from None
+
+
 def positive_seconds(name: str, value: object) -> None:
     """``value`` of argument ``name`` is a positive, finite number of seconds.
 

@@ -130,7 +130,7 @@ def import_threads(
     if keyed:
         _grant_points(adoption, chains)
     try:
-        store.log.insert_records([record for rs in records.values() for record in rs])
+        store.log.insert_threads(records)
     except ThreadConflictError as exc:
         taken = next((t for t in threads if store.head_version(t) is not None), exc.thread_id)
         msg = (

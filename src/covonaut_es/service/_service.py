@@ -568,15 +568,14 @@ class ThreadService:
             The submission taken, to run; None when none waits.
 
         Raises:
-            LeaseLostError: Another runner took input since, or the lease was lost;
-                nothing was recorded.
+            InvalidThreadIdError: ``thread_id`` is no thread's id.
+            ConfigurationError: ``submitted`` is no Submitted or holds another thread's
+                submissions, or ``thread_version`` is no whole number from 0 to 2**63-1.
+            ReadOnlyStoreError: The store was opened read-only.
+            LeaseLostError: The current task holds no lease of the thread, another
+                runner took input since, or the lease was lost; nothing was recorded.
         """
-        waiting = submitted.waiting()
-        if waiting is None:
-            return None
-        lease = self.store.held_lease(thread_id)
-        self.store.submissions.take(submitted, waiting, thread_version, lease)
-        return waiting
+        return self.store.submissions.take(thread_id, submitted, thread_version)
 
     # Runs ---------------------------------------------------------------------------
 

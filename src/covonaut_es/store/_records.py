@@ -38,7 +38,7 @@ from covonaut_es.errors import (
 from covonaut_es.store._application import ThreadsApplication
 from covonaut_es.store._backend import Backend
 from covonaut_es.store._chain_key import ChainAdoption
-from covonaut_es.store._heads import HEADS, HeadAnchor, heads_of_records
+from covonaut_es.store._heads import HEADS, NEW_STREAMS, HeadAnchor, heads_of_records
 from covonaut_es.store._mapper import MsgspecMapper
 from covonaut_es.store._openings import OPENING_VERSION, Openings
 from covonaut_es.store._rows import LAST_VERSION, CheckedLog
@@ -205,8 +205,21 @@ class StoredRecords:
     def insert_records(self, records: Sequence[StoredEvent]) -> None:
         """Write records whose payloads are plain JSON, compressed and encrypted as this
         store is configured, and their topics as codes where they have one, in one
-        transaction. For imports; see :func:`covonaut_es.audit.import_threads`."""
+        transaction, each into a stream that holds none yet: no record is appended to a
+        thread another runner may be saving under its lease. For imports; see
+        :func:`covonaut_es.audit.import_threads`.
+
+        Raises:
+            ThreadConflictError: A record's stream holds events already, or a record
+                conflicts with one stored meanwhile; nothing was written.
+        """
         mapper = self.mapper
+        streams = {UUID(str(r.originator_id)) for r in records}
+        # Where the back end does not guard new streams, checked here, then written.
+        if not self._backend.guards_new_streams(self._app.recorder):
+            for stream in streams:
+                if self._app.recorder.select_events(stream, limit=1):
+                    raise _conflict(str(stream))
         sealed = [
             StoredEvent(
                 r.originator_id,
@@ -217,11 +230,11 @@ class StoredRecords:
             for r in records
         ]
         try:
-            self._app.recorder.insert_events(sealed, **{HEADS: heads_of_records(records)})
+            self._app.recorder.insert_events(
+                sealed, **{HEADS: heads_of_records(records), NEW_STREAMS: streams}
+            )
         except IntegrityError as exc:
-            thread = str(sealed[0].originator_id) if sealed else "?"
-            msg = f"records for {thread} conflict with stored ones; nothing was written"
-            raise ThreadConflictError(msg, thread_id=thread, expected_version=0) from exc
+            raise _conflict(str(sealed[0].originator_id) if sealed else "?") from exc
 
     @property
     def chain_key(self) -> bytes | None:
@@ -430,3 +443,8 @@ class StoredRecords:
             position, 1, topics=topics, inclusive_of_start=False
         )
         return bool(found)
+
+
+def _conflict(stream: str) -> ThreadConflictError:
+    msg = f"records for stream {stream} conflict with stored ones; nothing was written"
+    return ThreadConflictError(msg, thread_id=stream, expected_version=0)

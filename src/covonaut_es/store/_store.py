@@ -37,7 +37,6 @@ from covonaut_es.domain import (
     ThreadState,
     ThreadTree,
     TreeStats,
-    check_thread_id,
 )
 from covonaut_es.errors import ConfigurationError, StoreUnavailableError, ThreadNotFoundError
 from covonaut_es.migrations import Upcaster
@@ -99,7 +98,7 @@ class Store(Closing):
         self._writer = ThreadWriter(app, backend, guard, self._leasing.held_lease)
         self._reader = ThreadReader(app, self._records, self.url, self._writer.remember_snapshot)
         self._forks = Forks(app, backend, self._records, self._reader, guard, self.clock)
-        self._submissions = Submissions(app, guard)
+        self._submissions = Submissions(app, guard, self._reader.exists, self._leasing.held_lease)
         self._states = StoredStates(app, guard)
         self._listing = ThreadListing(app, backend, self._records, self._reader, guard)
         outstanding = None if self.read_only else backend.outstanding_table(app.recorder)
@@ -107,7 +106,7 @@ class Store(Closing):
         reviews = None if self.read_only else backend.review_index_table(app.recorder)
         self._review_index = None if reviews is None else ReviewIndex(app, reviews)
         self._positions = LogPositions(app, guard)
-        self.log = StoreLog(self._records, self._reader, self._positions)
+        self.log = StoreLog(self._records, self._reader, self._positions, guard)
         """The store's log and its records as stored: what the workers, the review
         queue and the audits read of them."""
         self._closed = False
@@ -581,8 +580,6 @@ class Store(Closing):
                 does not hold, the rule a new thread's id follows.
             InvalidSubmissionError: ``text`` is not a string that can be stored.
         """
-        if not self.exists(thread_id):  # the worker is to start it: refused now, not then
-            check_thread_id(thread_id)
         return self._submissions.submit(thread_id, text)
 
     asubmit = in_worker_thread(submit)
@@ -656,7 +653,7 @@ class Store(Closing):
         against the log's end (:meth:`last_log_position`, read as well).
 
         Raises:
-            ConfigurationError: ``consumer`` is no str.
+            ConfigurationError: ``consumer`` is no str or holds a lone surrogate.
             StoredRowError: The position is past the log's end (the newest row was moved
                 back, or the log restored, after the consumer passed it), where it would
                 pass over every event written afterwards; or the end is refused.
@@ -670,11 +667,9 @@ class Store(Closing):
             ReadOnlyStoreError: The store was opened read-only.
             IntegrityError: The position was recorded already (another process of the
                 same consumer got there first).
-            ConfigurationError: ``consumer`` is no str, or ``position`` no whole number
-                of at least 0.
+            ConfigurationError: ``consumer`` is no str or holds a lone surrogate, or
+                ``position`` is no whole number from 0 to 2**63-1.
         """
-        check_text("consumer", consumer)
-        check_whole("position", position, least=0)
         self._positions.record_log_position(consumer, position)
 
     # Lifecycle --------------------------------------------------------------------

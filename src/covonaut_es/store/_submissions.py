@@ -10,6 +10,7 @@ conflicts with a run in progress; a worker reads it to find input not yet taken.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from typing import Any
 from uuid import UUID
 
@@ -17,14 +18,15 @@ import attrs
 from eventsourcing.application import Application
 from eventsourcing.persistence import IntegrityError
 
-from covonaut_es.domain import AgentThread, RunMode, thread_aggregate_id
+from covonaut_es._arguments import check_instance, check_position
+from covonaut_es.domain import AgentThread, RunMode, check_thread_id, thread_aggregate_id
 from covonaut_es.domain._submissions import (
     InputSubmitted,
     InputTaken,
     submission_stream_id,
     takes_further,
 )
-from covonaut_es.errors import InvalidSubmissionError, LeaseLostError
+from covonaut_es.errors import ConfigurationError, InvalidSubmissionError, LeaseLostError
 from covonaut_es.store._leases import Lease
 from covonaut_es.store._read_only import WriteGuard
 
@@ -34,12 +36,14 @@ class Submitted:
     """A thread's submissions as read at one version of their stream.
 
     Attributes:
+        thread_id: The thread whose submissions they are.
         inputs: The submissions, oldest first.
         taken: The take that counts: the one of the latest submission taken.
         version: The stream's version read (0: it holds nothing), which a take is
             conditional on.
     """
 
+    thread_id: str
     inputs: tuple[InputSubmitted, ...]
     taken: InputTaken | None
     version: int
@@ -57,16 +61,28 @@ class Submitted:
 
 
 class Submissions:
-    """Submit input to a thread; read and take what was submitted.
+    """Submit input to a thread; read and take what was submitted. The one place that
+    checks a submission and a take, for the store's methods, the service's command and
+    whoever calls ``store.submissions`` itself.
 
     Args:
         app: The store's application.
         guard: Refuses submissions and takes on a store opened read-only.
+        exists: Whether the store holds a thread (a new one's id follows the rule).
+        held_lease: The lease of a thread the current task holds, if any.
     """
 
-    def __init__(self, app: Application[UUID], guard: WriteGuard) -> None:
+    def __init__(
+        self,
+        app: Application[UUID],
+        guard: WriteGuard,
+        exists: Callable[[str], bool],
+        held_lease: Callable[[str], Lease | None],
+    ) -> None:
         self._app = app
         self._guard = guard
+        self._exists = exists
+        self._held_lease = held_lease
 
     def submit(self, thread_id: str, text: str) -> int:
         """As :meth:`covonaut_es.Store.submit`."""
@@ -79,6 +95,8 @@ class Submissions:
             msg = f"submitted input to thread {thread_id!r} is not valid text: {exc}"
             raise InvalidSubmissionError(msg) from exc
         stream = submission_stream_id(thread_id)
+        if not self._exists(thread_id):  # the worker is to start it: refused now, not then
+            check_thread_id(thread_id)
         self._guard.refuse_if_read_only(f"the input to thread {thread_id!r} was not submitted")
         return self._append(stream, InputSubmitted, thread_id=thread_id, text=text)
 
@@ -95,49 +113,69 @@ class Submissions:
                 event, taken.submitted_version if taken else 0
             ):
                 taken = event
-        return Submitted(tuple(inputs), taken, version)
+        return Submitted(thread_id, tuple(inputs), taken, version)
 
-    def take(
-        self, read: Submitted, taken: InputSubmitted, thread_version: int, lease: Lease | None
-    ) -> None:
-        """Record that a runner takes the submission ``taken``, before it starts the
-        run, only if no other runner took one since the submissions were ``read``, and
-        under ``lease``, the thread's, which the insert is fenced by as a thread's save
-        is (ADR 0105). Submissions appended since are followed: the one to run next is
-        the same. A runner records it through the service's command,
-        :meth:`~covonaut_es.service.ThreadService.take_input`.
-
-        Raises:
-            LeaseLostError: Another runner took input since, or the lease was lost;
-                nothing was recorded.
+    def take(self, thread_id: str, read: Submitted, thread_version: int) -> InputSubmitted | None:
+        """As :meth:`covonaut_es.service.ThreadService.take_input`, the command a runner
+        takes input with, which says what it raises. This is where every take is
+        checked, whoever calls it: the thread's lease must be held by the current task,
+        and ``read`` be that thread's submissions.
         """
-        thread_id = taken.thread_id
-        self._guard.refuse_if_read_only(f"the input to thread {thread_id!r} was not taken")
-        if lease is not None:
-            lease.check_before_save()
         stream = submission_stream_id(thread_id)
+        check_instance("submitted", read, Submitted, "a Submitted")
+        check_position("thread_version", thread_version)
+        waiting = read.waiting()
+        if read.thread_id != thread_id or (waiting and waiting.thread_id != thread_id):
+            msg = (
+                f"the submissions given to take input to thread {thread_id!r} are those "
+                f"of thread {read.thread_id!r}: read the thread's own; nothing was recorded"
+            )
+            raise ConfigurationError(msg)
+        if waiting is None:
+            return None
+        self._guard.refuse_if_read_only(f"the input to thread {thread_id!r} was not taken")
+        lease = self._held_lease(thread_id)
+        if lease is None:
+            msg = (
+                f"input to thread {thread_id!r} is taken by the runner holding its run "
+                "lease, and this task holds none: take it inside store.lease (a worker's "
+                "step does); nothing was recorded"
+            )
+            raise LeaseLostError(msg, token=0)
+        lease.check_before_save()
+        self._record_take(stream, read, waiting, thread_version, lease)
+        return waiting
+
+    def _record_take(
+        self,
+        stream: UUID,
+        read: Submitted,
+        taken: InputSubmitted,
+        thread_version: int,
+        lease: Lease,
+    ) -> None:
         version = read.version
         while True:
             event = _event(
                 InputTaken,
                 stream,
                 version + 1,
-                thread_id=thread_id,
+                thread_id=read.thread_id,
                 submitted_version=taken.originator_version,
                 thread_version=thread_version,
             )
             try:
-                self._app.events.put([event], **(lease.fences() if lease else {}))
+                self._app.events.put([event], **lease.fences())
                 return
             except IntegrityError:
                 since = list(self._app.events.get(stream, gt=version))
             if not since or any(isinstance(e, InputTaken) for e in since):
                 msg = (
-                    f"input to thread {thread_id!r} was taken by another runner since this "
-                    f"one read its submissions (at version {read.version}), so its run "
+                    f"input to thread {read.thread_id!r} was taken by another runner since "
+                    f"this one read its submissions (at version {read.version}), so its run "
                     "lease no longer stands; nothing was recorded or run"
                 )
-                raise LeaseLostError(msg, token=lease.fence_token if lease else 0)
+                raise LeaseLostError(msg, token=lease.fence_token)
             version = since[-1].originator_version
 
     def run_started(self, taken: InputTaken) -> bool:
