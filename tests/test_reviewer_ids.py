@@ -8,6 +8,7 @@ import contextlib
 import io
 import os
 import time
+import unicodedata
 from typing import Any
 from unittest.mock import patch
 
@@ -25,7 +26,8 @@ from covonaut_es.service._reviewers import _b64, reviewer_id_problem
 
 VERIFIER = HmacReviewerVerifier(b"r" * 40)
 
-HIDDEN = st.characters(categories=["Cc", "Cf", "Cs", "Zl", "Zp"]) | st.sampled_from(
+HIDDEN_CATEGORIES = ("Cc", "Cf", "Cs", "Zl", "Zp")
+HIDDEN = st.characters(categories=HIDDEN_CATEGORIES) | st.sampled_from(
     ["\u200b", "\u202e", "\n", "\x00", "\u2028", "\ufeff", "\udcff"]
 )
 VISIBLE = st.text(
@@ -33,6 +35,11 @@ VISIBLE = st.text(
     min_size=1,
     max_size=20,
 )  # less the letters drawn as empty space
+
+
+SURROUNDING = st.lists(st.sampled_from([" ", "\u00a0", "\u3164"]) | VISIBLE, max_size=3).map(
+    "".join
+)  # visible text, or spaces and fillers that show nothing
 
 
 @st.composite
@@ -88,6 +95,28 @@ def test_a_scope_is_issued_by_the_rule_of_reviewer_ids(scope: Any) -> None:
     raised a UnicodeEncodeError (helper-158)."""
     with pytest.raises(ValueError, match="scope"):
         VERIFIER.issue_token("rita", ttl_seconds=60, scopes=["payments", scope])
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    SURROUNDING,
+    HIDDEN,
+    SURROUNDING,
+)
+def test_a_hidden_character_is_named_whatever_surrounds_it(
+    before: str, hidden: str, after: str
+) -> None:
+    """Property: a scope or reviewer id holding a control, format, surrogate or separator
+    character, even one that shows nothing else (a lone surrogate alone, as
+    ``--scope $'\\xff'`` gives), is refused naming the first such character: the lone
+    surrogate was reported as showing nothing or beginning with a space (helper-167)."""
+    name = before + hidden + after
+    first = next(c for c in name if unicodedata.category(c) in HIDDEN_CATEGORIES)
+    problem = reviewer_id_problem(name)
+    assert problem is not None
+    assert f"character {first!r} at position {name.index(first)}" in problem
+    with pytest.raises(ValueError, match="surrogate or separator character"):
+        VERIFIER.issue_token("rita", ttl_seconds=60, scopes=[name])
 
 
 @settings(max_examples=50, deadline=None)

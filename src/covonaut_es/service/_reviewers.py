@@ -110,14 +110,16 @@ def _shown_name_problem(what: str, name: object) -> str | None:
         return f"a {what} must be text, got {type(name).__name__}"
     if not 1 <= len(name) <= MAX_REVIEWER_ID_LENGTH:
         return f"a {what} has 1 to {MAX_REVIEWER_ID_LENGTH} characters, got {len(name)}"
-    if is_blank(name) or name != name.strip():
-        return f"{what} {name!r} shows nothing, or begins or ends with a space"
+    # Hidden characters first: a name of them alone (a lone surrogate) is blank too,
+    # and the message should name the character.
     for position, char in enumerate(name):
         if unicodedata.category(char) in _HIDDEN:
             return (
-                f"{what} {name!r} has the control, format or separator "
+                f"{what} {name!r} has the control, format, surrogate or separator "
                 f"character {char!r} at position {position}: it may hold visible text only"
             )
+    if is_blank(name) or name != name.strip():
+        return f"{what} {name!r} shows nothing, or begins or ends with a space"
     return None
 
 
