@@ -519,29 +519,76 @@ followed by garbage. (SQLite reads a file of one byte as an empty database.)"""
 @settings(
     max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(data=NO_DATABASES)
+@given(data=NO_DATABASES, journal=st.sampled_from([None, "-wal", "-shm", "-journal"]))
 def test_a_view_in_a_file_that_is_no_database_is_refused_as_a_store_there_is(
-    tmp_path: Path, data: bytes
+    tmp_path: Path, data: bytes, journal: str | None
 ) -> None:
-    """A view URL naming a file that is no SQLite database: listing and following the
-    queue raise NotAStoreError naming the file, as opening a store on it does, and the
-    file is left as it was, with no journal beside it."""
+    """A view URL naming a file that is no SQLite database, or a journal SQLite keeps
+    beside the store's database (there or not yet): listing and following the queue
+    raise NotAStoreError naming the file, as opening a store on it does, and the file is
+    left as it was (no database is made in a journal's name). A view named as the
+    store's journal was made a database there, after which the store no longer opened
+    (helper-167)."""
     from covonaut_es.errors import NotAStoreError
 
     store_url = f"sqlite:///{tmp_path / 'threads.db'}"
     open_store(store_url).close()
-    bad = tmp_path / "view.db"
-    bad.write_bytes(data)
-    with pytest.raises(NotAStoreError, match="not a SQLite database"):
-        open_store(f"sqlite:///{bad}", create_tables=False)
+    if journal is None:
+        bad, problem = tmp_path / "view.db", "not a SQLite database"
+        bad.write_bytes(data)
+        with pytest.raises(NotAStoreError, match=problem):
+            open_store(f"sqlite:///{bad}", create_tables=False)
+    else:
+        bad, problem = tmp_path / f"threads.db{journal}", f"the {journal} file of SQLite database"
+        with pytest.raises(NotAStoreError, match=problem):
+            open_store(f"sqlite:///{bad}")
     queue = ReviewQueue(store_url, view_url=f"sqlite:///{bad}")
-    with pytest.raises(NotAStoreError, match=f"view sqlite:///{bad}: the file .* not a SQLite"):
+    with pytest.raises(NotAStoreError, match=f"view sqlite:///{bad}: the file .*{problem}"):
         queue.pending()
-    with pytest.raises(NotAStoreError, match="not a SQLite database"), queue.follow():
+    with pytest.raises(NotAStoreError, match=problem), queue.follow():
         pass
     queue.close()
-    assert bad.read_bytes() == data
-    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("view")) == ["view.db"]
+    if journal is None:
+        assert bad.read_bytes() == data
+        view_files = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("view"))
+        assert view_files == ["view.db"]
+    else:
+        assert not bad.exists() or not bad.read_bytes().startswith(_SQLITE_HEADER)
+    with open_store(store_url, create_tables=False) as store:
+        assert list(store.thread_ids()) == []
+
+
+def test_checking_a_views_file_keeps_the_locks_this_process_holds_on_a_database(
+    tmp_path: Path,
+) -> None:
+    """Checking a view's file named as a database's journal reads that database through
+    SQLite, never ``open()``: closing a descriptor of the file drops every POSIX lock
+    this process's connections hold on it (a follower, its store open, then never
+    caught up), so another process reading it meanwhile would not wait for this one's
+    transaction."""
+    from covonaut_es.errors import NotAStoreError
+
+    database = tmp_path / "other.db"  # in rollback mode: its locks keep readers out
+    holder = sqlite3.connect(database, isolation_level=None)
+    holder.execute("CREATE TABLE parcels (id INTEGER PRIMARY KEY)")
+    holder.execute("BEGIN EXCLUSIVE")
+    probe = (
+        "import sqlite3, sys\n"
+        "try:\n"
+        f"    sqlite3.connect({str(database)!r}, timeout=0).execute('SELECT * FROM parcels')\n"
+        "except sqlite3.OperationalError:\n"
+        "    sys.exit(3)\n"
+    )
+    try:
+        store_url = f"sqlite:///{tmp_path / 'threads.db'}"
+        open_store(store_url).close()
+        queue = ReviewQueue(store_url, view_url=f"sqlite:///{database}-journal")
+        with pytest.raises(NotAStoreError, match="the -journal file of SQLite database"):
+            queue.pending()
+        queue.close()
+        assert subprocess.run([sys.executable, "-c", probe], check=False).returncode == 3
+    finally:
+        holder.close()
 
 
 def test_a_queue_that_creates_no_table_reads_the_store_and_creates_no_file(

@@ -516,8 +516,9 @@ def test_an_export_never_replaces_a_sqlite_database_however_the_output_is_spelle
 ) -> None:
     """``export --output`` naming the store's own file, another SQLite database, or a
     journal SQLite keeps beside either (there or not), however the path is written:
-    exit 2 in one line naming the path, and no file changes; the store still lists both
-    threads, one of them waiting for a person."""
+    exit 2 in one line naming the path, and no file changes; so does ``reviews --view``
+    naming such a journal; the store still lists both threads, one of them waiting for a
+    person."""
     output = spelling(beside_a_store, name)
     before = _as_found(beside_a_store)
     status = main(["export", "t", "--store", "sqlite:///threads.db", "--output", output])
@@ -526,6 +527,17 @@ def test_an_export_never_replaces_a_sqlite_database_however_the_output_is_spelle
     assert f"--output {output!r} is " in stderr and "nothing was written" in stderr
     assert len(stderr.splitlines()) == 1, stderr
     assert _as_found(beside_a_store) == before
+    if name.endswith(("-wal", "-shm", "-journal")):
+        # The view's file is checked by the same rule: a journal made a database lost
+        # the store (helper-167).
+        status = main(
+            ["reviews", "--store", "sqlite:///threads.db", "--view", f"sqlite:///{output}"]
+        )
+        stderr = capsys.readouterr().err
+        assert status == 2, stderr
+        assert "file of SQLite database" in stderr and "nothing was written" in stderr
+        assert len(stderr.splitlines()) == 1, stderr
+        assert _as_found(beside_a_store) == before
     with open_store("sqlite:///threads.db", create_tables=False) as store:
         assert sorted(store.thread_ids()) == ["t", "u"]
         assert store.state_at("u").status.value == "interrupted"

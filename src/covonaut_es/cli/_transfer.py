@@ -30,6 +30,7 @@ from covonaut_es.cli._options import (
     store_url,
 )
 from covonaut_es.cli._output import with_progress, write_whole
+from covonaut_es.store._settings import is_sqlite_database, sqlite_journal_of
 from covonaut_es.store._urls import SQLITE_PATH, persistence_env
 
 
@@ -110,8 +111,8 @@ def _write_file(path: str, text: str) -> None:
         UsageError: ``path`` is a SQLite database or one's journal (:func:`_refuse_database`),
             or cannot be written.
     """
+    _refuse_database(path)
     target = Path(os.path.realpath(path))
-    _refuse_database(path, target)
     partial: Path | None = None
     try:
         if target.exists() and not target.is_file():
@@ -136,46 +137,31 @@ def _write_file(path: str, text: str) -> None:
         raise UsageError(msg) from exc
 
 
-_SQLITE_HEADER = b"SQLite format 3\x00"
-_SQLITE_JOURNALS = ("-wal", "-shm", "-journal")
-"""What SQLite names the files it keeps beside a database: written over, they lose the
-database's latest transactions or corrupt it."""
-
-
-def _refuse_database(path: str, target: Path) -> None:
+def _refuse_database(path: str) -> None:
     """Refuse to write an export over a SQLite database (the store's own file, reached
     by any spelling or link, or another) or over a journal beside one, existing or not
-    yet: renamed over it, the export would replace every thread it holds.
+    yet (:func:`~covonaut_es.store._settings.sqlite_journal_of`): renamed over it, the
+    export would replace every thread it holds.
 
     Args:
-        path: ``--output`` as given, for the message.
-        target: Where it leads (its real path).
+        path: ``--output`` as given.
 
     Raises:
         UsageError: It is such a file; nothing is written.
     """
-    journal = next((s for s in _SQLITE_JOURNALS if target.name.endswith(s)), None)
-    database = target if journal is None else target.with_name(target.name[: -len(journal)])
-    if not _is_sqlite_database(database):
+    found = sqlite_journal_of(path)
+    if found is not None:
+        database, journal = found
+        what = f"the {journal} file of SQLite database {database!r}"
+    elif is_sqlite_database(Path(os.path.realpath(path))):
+        what = "a SQLite database"
+    else:
         return
-    what = "a SQLite database" if journal is None else f"the {journal} file of SQLite database"
-    found = "" if journal is None else f" {str(database)!r}"
     msg = (
-        f"--output {path!r} is {what}{found} (a store?): an export never replaces one, "
+        f"--output {path!r} is {what} (a store?): an export never replaces one, "
         "which would lose what it holds; name another file (nothing was written)"
     )
     raise UsageError(msg)
-
-
-def _is_sqlite_database(path: Path) -> bool:
-    """Whether ``path`` is a regular file that begins as every SQLite database does."""
-    if not path.is_file():  # absent, or a pipe a read would wait on
-        return False
-    try:
-        with open(path, "rb") as file:
-            return file.read(len(_SQLITE_HEADER)) == _SQLITE_HEADER
-    except OSError:  # unreadable: no database this user's export reads from either
-        return False
 
 
 def import_(args: argparse.Namespace) -> int:

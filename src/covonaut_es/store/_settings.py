@@ -155,6 +155,14 @@ def _sqlite_file(
     where there is no file, or an empty one); SQLite's failures to read it, in the
     block too, raise the typed errors :func:`check_sqlite_database` lists, naming it as
     ``where`` and saying it is ``expected`` there."""
+    database, journal = sqlite_journal_of(path) or (None, None)
+    if journal is not None:
+        msg = (
+            f"{where}: the file {path!r} is the {journal} file of SQLite database "
+            f"{database!r}: made a database, or written, it would lose or corrupt what that "
+            f"one holds; expected {expected} under another name (nothing was written)"
+        )
+        raise NotAStoreError(msg)
     file = Path(path)
     if not file.is_file() or file.stat().st_size == 0:
         yield None
@@ -188,6 +196,50 @@ def _sqlite_file(
 
 
 _CANNOT_OPEN = (sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY)
+
+SQLITE_JOURNALS = ("-wal", "-shm", "-journal")
+"""What SQLite names the files it keeps beside a database: written over, or made a
+database of their own, they lose the database's latest transactions or corrupt it."""
+
+
+def sqlite_journal_of(path: str) -> tuple[str, str] | None:
+    """The SQLite database whose journal ``path`` names, existing or not yet, and the
+    journal's suffix (``"-wal"``); None when it names none. Both the name as given and
+    the real path are asked (SQLite names a journal after the name it opened). The one
+    rule of the files no command writes or makes as anything else: an export's output,
+    a view's file, a store's file (ADR 0125).
+    """
+    for named in dict.fromkeys((Path(path), Path(os.path.realpath(path)))):
+        journal = next((s for s in SQLITE_JOURNALS if named.name.endswith(s)), None)
+        if journal is None:
+            continue
+        database = named.with_name(named.name[: -len(journal)])
+        if is_sqlite_database(database):
+            return str(database), journal
+    return None
+
+
+def is_sqlite_database(path: Path) -> bool:
+    """Whether ``path`` is a file SQLite reads as a database (a file of one byte is an
+    empty one), or may be one it cannot read now (locked, damaged); not one it cannot
+    open at all.
+
+    SQLite itself is asked, never ``open()``: closing a descriptor of a database file
+    drops every POSIX lock this process's connections to it hold.
+    """
+    try:
+        if not path.is_file() or path.stat().st_size == 0:  # absent, a pipe, or new
+            return False
+        # Immutable: read as it is, making no journal or shared memory beside it.
+        uri = f"{path.resolve().as_uri()}?mode=ro&immutable=1"
+        with contextlib.closing(sqlite3.connect(uri, uri=True)) as conn:
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except OSError:
+        return False
+    except sqlite3.DatabaseError as exc:
+        code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
+        return code not in (sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CANTOPEN)
+    return True
 
 
 def _refuse_no_store(url: str, path: str, why: str) -> None:
