@@ -23,6 +23,8 @@ from typing import Any
 import attrs
 import jsonschema
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import worker_app
 from covonaut_es import (
@@ -47,10 +49,12 @@ from covonaut_es import (
 from covonaut_es.cli._json import SCHEMAS
 from covonaut_es.domain import PauseKind, RunMode
 from covonaut_es.domain._submissions import InputTaken
-from covonaut_es.errors import InvalidSubmissionError, LeaseLostError
+from covonaut_es.errors import ConfigurationError, InvalidSubmissionError, LeaseLostError
 from covonaut_es.runtime._config import bound_config
 from covonaut_es.store import WorkerRecord
+from covonaut_es.store._backends._memory_leases import MemoryLeases
 from covonaut_es.store._backends._sqlite_leases import lease_directory
+from covonaut_es.store._leases import MAX_WORKER_ID_BYTES
 from covonaut_es.workers import _candidates
 from covonaut_es.workers._step import step
 from support import answer, call, echo_tool
@@ -748,3 +752,152 @@ def test_a_runner_paused_anywhere_in_its_step_while_its_lease_is_lost_runs_nothi
     run exactly once, and no model call is made twice."""
     texts, runs, _ = _run_with_a_stale_runner(tmp_path, point, inputs, late)
     assert runs == texts
+
+
+HOSTILE_WORKER_IDS = st.one_of(
+    st.sampled_from(
+        [
+            "../../victim",
+            "../victim",
+            "..",
+            ".",
+            "",
+            "a/b",
+            "/etc/passwd",
+            "w\\..\\x",
+            "w\x00",
+            "w\n1",
+            "\u202ew1",
+            "\udcff",
+            "x" * (MAX_WORKER_ID_BYTES + 1),
+            "é" * (MAX_WORKER_ID_BYTES // 2 + 1),
+            "x" * 10_000_000,
+        ]
+    ),
+    st.builds(
+        lambda before, bad, after: before + bad + after,
+        st.text("w1.-", max_size=5),
+        st.sampled_from(["/", "\\"]) | st.characters(categories=["Cc", "Cf", "Cs", "Zl", "Zp"]),
+        st.text("w1.-", max_size=5),
+    ),
+    st.sampled_from([None, 5, b"w1", ("w1",)]),
+)
+"""Worker ids no back end may take: paths, dot-segments, hidden characters, too long, no
+text at all."""
+
+
+@settings(
+    max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(worker_id=HOSTILE_WORKER_IDS)
+def test_a_worker_id_is_checked_by_one_rule_wherever_it_enters(
+    tmp_path: Path, worker_id: Any
+) -> None:
+    """Property: an id that is a path, a dot-segment, holds a hidden character, is too
+    long or is no text is a ConfigurationError naming the argument, from
+    ``withdraw_worker``, ``publish_worker`` and ``Worker(worker_id=...)`` alike, and no
+    file outside the registry changes: ``withdraw_worker("../../victim")`` deleted one,
+    and ``None``, ``5`` or a 10 MB id were taken or failed untyped (helper-167)."""
+    folder = tmp_path / "ids"
+    folder.mkdir(exist_ok=True)
+    victims = {folder / "victim.json": b"{}", folder / "victim.lock": b"held"}
+    for path, data in victims.items():
+        path.write_bytes(data)
+    with open_store(f"sqlite:///{folder / 'threads.db'}") as store:
+        store.publish_worker(_record("w1"))  # the registry exists
+        with pytest.raises(ConfigurationError, match=r"^worker_id "):
+            store.withdraw_worker(worker_id)
+        with pytest.raises(ConfigurationError, match=r"^record\.worker_id "):
+            store.publish_worker(_record(worker_id))
+        if worker_id is not None:  # None: the default id
+            with pytest.raises(ConfigurationError, match=r"^Worker\(worker_id\) "):
+                Worker(store, _answering([]), worker_id=worker_id)
+        assert [w.worker_id for w in store.live_workers()] == ["w1"]
+    assert {path: path.read_bytes() for path in victims} == victims
+
+
+WORKER_IDS = st.text(
+    st.characters(categories=["L", "N", "P", "S"], exclude_characters="/\\"),
+    min_size=1,
+    max_size=30,
+).filter(lambda text: text not in (".", ".."))
+
+
+def _record(worker_id: Any) -> WorkerRecord:
+    now = datetime.now(UTC)
+    return WorkerRecord(worker_id=worker_id, host="h", pid=1, started_at=now, heartbeat_at=now)
+
+
+def _died(url: str, store: Store, worker_id: str) -> None:
+    """The worker that ``store`` published as ``worker_id`` dies: its process ends (on
+    SQLite its record's lock goes with it), or its heartbeat stops (on PostgreSQL)."""
+    store.close()
+    if url.startswith("postgres"):
+        import psycopg
+
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(
+                "UPDATE covonaut_workers SET heartbeat_at = now() - interval '1 hour' "
+                "WHERE worker_id = %s",
+                (worker_id,),
+            )
+
+
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(worker_id=WORKER_IDS, whose=st.sampled_from(["own", "another live", "a dead"]))
+def test_a_store_withdraws_its_own_or_a_dead_workers_record_never_a_live_ones(
+    shared_url: str, worker_id: str, whose: str
+) -> None:
+    """Property: of a worker id published by this store (own), by another store whose
+    worker lives, or by one whose worker died, ``withdraw_worker`` removes the first
+    and the last, and refuses the live one's, which stays listed and its id taken; the
+    withdrawing store's own record stays listed whichever it names. Another store
+    removed a live worker's record and lock file (and closed its own record's lock),
+    after which a third could publish under the live worker's id (helper-167)."""
+    with open_store(shared_url) as other, open_store(shared_url) as third:
+        # A store publishes one worker's record: its own is the-other, or the id named.
+        own = worker_id if whose == "own" else "the-other"
+        other.publish_worker(_record(own))
+        publisher = other if whose == "own" else open_store(shared_url)
+        publisher.publish_worker(_record(worker_id))
+        if whose == "a dead":
+            _died(shared_url, publisher, worker_id)
+        if whose == "another live":
+            with pytest.raises(ConfigurationError, match="is live"):
+                other.withdraw_worker(worker_id)
+            assert worker_id in [w.worker_id for w in third.live_workers()]
+            if shared_url.startswith("sqlite"):  # PostgreSQL's registry is by heartbeat
+                with pytest.raises(ConfigurationError, match="taken by a live worker"):
+                    third.publish_worker(_record(worker_id))
+            publisher.withdraw_worker(worker_id)  # its own store still can
+            publisher.close()
+        else:
+            other.withdraw_worker(worker_id)
+        listed = [w.worker_id for w in third.live_workers()]
+        assert worker_id not in listed
+        assert whose == "own" or "the-other" in listed
+        third.publish_worker(_record(worker_id))  # the id is free again
+        third.withdraw_worker(worker_id)
+        if whose != "own":
+            other.withdraw_worker("the-other")
+
+
+def test_a_memory_store_withdraws_no_record_another_open_store_published() -> None:
+    """Two stores on one in-memory recorder: one's live worker's record is not removed
+    by the other, until the store that published it is closed."""
+
+    class Recorder:
+        pass
+
+    recorder = Recorder()
+    first = MemoryLeases("first", recorder, None)
+    second = MemoryLeases("second", recorder, None)
+    first.publish(_record("w1"))
+    with pytest.raises(ConfigurationError, match="is live"):
+        second.withdraw("w1")
+    assert [w.worker_id for w in second.workers()] == ["w1"]
+    first.close()
+    second.withdraw("w1")
+    assert second.workers() == ()

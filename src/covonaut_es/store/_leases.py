@@ -29,6 +29,7 @@ on SQLite (liveness by the lock), a table in this process for memory.
 from __future__ import annotations
 
 import threading
+import unicodedata
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -39,9 +40,10 @@ import attrs
 import msgspec
 
 from covonaut_es import _logs
+from covonaut_es._arguments import check_text
 from covonaut_es._clock import utc_now
 from covonaut_es.domain import thread_aggregate_id
-from covonaut_es.errors import LeaseLostError
+from covonaut_es.errors import ConfigurationError, LeaseLostError
 from covonaut_es.store._heads import FENCES, Fence
 
 logger = _logs.logger("covonaut_es")
@@ -106,6 +108,39 @@ class WorkerRecord(msgspec.Struct, frozen=True, kw_only=True):
     heartbeat_at: datetime
     threads: tuple[str, ...] = ()
     calls: tuple[CallRunning, ...] = ()
+
+
+MAX_WORKER_ID_BYTES = 200
+"""The longest worker id, in bytes of UTF-8: a SQLite store names files after it."""
+
+_HIDDEN_IN_IDS = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+
+
+def check_worker_id(name: str, worker_id: object) -> None:
+    """``worker_id``, argument ``name``, is a worker id on every back end: text of 1 to
+    :data:`MAX_WORKER_ID_BYTES` bytes of UTF-8, no control, format, surrogate or line
+    separating character, no path separator (``/``, ``\\``), and not ``.`` or ``..``:
+    a SQLite store names the worker's record and lock files after it, in its registry.
+
+    Raises:
+        ConfigurationError: It is not such an id, naming the argument and what is wrong.
+    """
+    check_text(name, worker_id)
+    assert isinstance(worker_id, str)  # checked above, for mypy
+    shown = repr(worker_id[:40]) + ("..." if len(worker_id) > 40 else "")
+    for position, char in enumerate(worker_id):
+        if unicodedata.category(char) in _HIDDEN_IN_IDS or char in "/\\":
+            msg = (
+                f"{name} {shown} has {char!r} at position {position}: a worker id is visible "
+                "text without control, format, surrogate or separator characters, nor / or \\"
+            )
+            raise ConfigurationError(msg)
+    if not 1 <= len(worker_id.encode()) <= MAX_WORKER_ID_BYTES or worker_id in (".", ".."):
+        msg = (
+            f"{name} {shown} is no worker id: one has 1 to {MAX_WORKER_ID_BYTES} bytes "
+            f"of UTF-8 (found {len(worker_id.encode())}), and is neither '.' nor '..'"
+        )
+        raise ConfigurationError(msg)
 
 
 class LeaseTokens(Protocol):
@@ -352,7 +387,12 @@ class LeaseBackend(ABC):
 
     @abstractmethod
     def withdraw(self, worker_id: str) -> None:
-        """Remove a stopping worker's record."""
+        """Remove a worker's record: the one this back end published, or one whose
+        worker is dead; never a live worker's.
+
+        Raises:
+            ConfigurationError: The worker lives, its record published elsewhere.
+        """
 
     @abstractmethod
     def workers(self) -> tuple[WorkerRecord, ...]:

@@ -46,7 +46,7 @@ from covonaut_es.store._application import AgentApplication, ThreadsApplication,
 from covonaut_es.store._audit import AuditEntry, AuditReport
 from covonaut_es.store._backend import backend_of
 from covonaut_es.store._forks import Forks
-from covonaut_es.store._leases import Lease, WorkerRecord
+from covonaut_es.store._leases import Lease, WorkerRecord, check_worker_id
 from covonaut_es.store._leasing import Leasing
 from covonaut_es.store._listing import ThreadListing, ThreadPage
 from covonaut_es.store._log import StoreLog
@@ -537,10 +537,13 @@ class Store(Closing):
         store's key.
 
         Raises:
-            ConfigurationError: ``record`` is no WorkerRecord.
+            ConfigurationError: ``record`` is no WorkerRecord, or its ``worker_id`` is no
+                worker id (:func:`~covonaut_es.store._leases.check_worker_id`), or is
+                taken by a live worker.
             ReadOnlyStoreError: The store was opened read-only.
         """
         check_instance("record", record, WorkerRecord, "a WorkerRecord")
+        check_worker_id("record.worker_id", record.worker_id)
         self._leasing.publish_worker(record)
 
     def live_workers(self) -> tuple[WorkerRecord, ...]:
@@ -548,11 +551,18 @@ class Store(Closing):
         return self._leasing.live_workers()
 
     def withdraw_worker(self, worker_id: str) -> None:
-        """Remove a stopping worker's record from the registry.
+        """Remove a stopping worker's record from the registry: the one this store
+        published, or that of a worker that is dead (on SQLite, whose process holds its
+        record's lock no more; on PostgreSQL, whose heartbeat is stale). A live worker's
+        record, published by another store, is kept.
 
         Raises:
+            ConfigurationError: ``worker_id`` is no worker id
+                (:func:`~covonaut_es.store._leases.check_worker_id`), or names a live
+                worker whose record another store published.
             ReadOnlyStoreError: The store was opened read-only.
         """
+        check_worker_id("worker_id", worker_id)
         self._leasing.withdraw_worker(worker_id)
 
     @property

@@ -18,7 +18,6 @@ from covonaut_es import _logs
 from covonaut_es._arguments import (
     check_callable,
     check_instance,
-    check_text,
     check_whole,
     positive_seconds,
     refuse,
@@ -35,7 +34,12 @@ from covonaut_es.runtime._config import bound_config
 from covonaut_es.service import ThreadService
 from covonaut_es.store import Store
 from covonaut_es.store._backend import POLL_INTERVAL
-from covonaut_es.store._leases import HEARTBEAT_INTERVAL, WorkerRecord, now_record
+from covonaut_es.store._leases import (
+    HEARTBEAT_INTERVAL,
+    WorkerRecord,
+    check_worker_id,
+    now_record,
+)
 from covonaut_es.workers._candidates import Candidates
 from covonaut_es.workers._deadlines import ReviewDeadlines
 from covonaut_es.workers._notices import NoticeSender, ReviewNotifier
@@ -88,7 +92,8 @@ class Worker(Closing):
         concurrency: How many threads this worker runs at once.
         poll_interval: Seconds between reads of the store's log.
         worker_id: The worker's id in the registry; by default host, process id and
-            a random suffix.
+            a random suffix. Visible text of at most 200 bytes, without ``/``
+            (:func:`~covonaut_es.store._leases.check_worker_id`).
         notifier: Delivers the review notices, e.g. a
             :class:`~covonaut_es.workers.WebhookNotifier`; None sends none.
         notice_lead: How long before a review's deadline its notice is recorded; None
@@ -119,7 +124,7 @@ class Worker(Closing):
         check_whole("Worker(concurrency)", concurrency, least=1)
         positive_seconds("Worker(poll_interval)", poll_interval)
         if worker_id is not None:
-            check_text("Worker(worker_id)", worker_id)
+            check_worker_id("Worker(worker_id)", worker_id)
         if notice_lead is not None:
             check_instance("Worker(notice_lead)", notice_lead, timedelta, "a timedelta")
             if notice_lead <= timedelta(0):

@@ -9,6 +9,7 @@ from typing import Any
 
 import attrs
 
+from covonaut_es.errors import ConfigurationError
 from covonaut_es.store._leases import LeaseBackend, LeaseTokens, WorkerRecord
 
 
@@ -22,6 +23,7 @@ class _MemoryTables:
         self.lock = threading.Lock()
         self.leases: dict[str, _Mark] = {}
         self.workers: dict[str, WorkerRecord] = {}
+        self.publishers: dict[str, MemoryLeases] = {}  # the open back end of each record
 
 
 _MEMORY: weakref.WeakKeyDictionary[Any, _MemoryTables] = weakref.WeakKeyDictionary()
@@ -67,11 +69,27 @@ class MemoryLeases(LeaseBackend):
     def publish(self, record: WorkerRecord) -> None:
         with self._tables.lock:
             self._tables.workers[record.worker_id] = record
+            self._tables.publishers[record.worker_id] = self
 
     def withdraw(self, worker_id: str) -> None:
         with self._tables.lock:
+            publisher = self._tables.publishers.get(worker_id)
+            if publisher not in (None, self):
+                msg = (
+                    f"worker {worker_id!r} is live (another open store published its "
+                    "record): only that store withdraws it (nothing was removed)"
+                )
+                raise ConfigurationError(msg)
             self._tables.workers.pop(worker_id, None)
+            self._tables.publishers.pop(worker_id, None)
 
     def workers(self) -> tuple[WorkerRecord, ...]:
         with self._tables.lock:
             return tuple(self._tables.workers.values())
+
+    def close(self) -> None:
+        super().close()
+        with self._tables.lock:  # its workers' records stay listed, withdrawable by any
+            for worker_id, publisher in list(self._tables.publishers.items()):
+                if publisher is self:
+                    del self._tables.publishers[worker_id]

@@ -13,7 +13,7 @@ from uuid import UUID
 import msgspec
 
 from covonaut_es.domain import thread_aggregate_id
-from covonaut_es.errors import StoreUnavailableError
+from covonaut_es.errors import ConfigurationError, StoreUnavailableError
 from covonaut_es.store._leases import (
     STALE_AFTER,
     CallRunning,
@@ -64,6 +64,14 @@ _SELECT_WORKERS = (
     "FROM {workers} WHERE heartbeat_at > now() - %s "
     "ORDER BY started_at, worker_id"
 )
+_WITHDRAW_WORKER = (
+    "WITH gone AS (DELETE FROM {workers} WHERE worker_id = %s "
+    "AND (%s OR heartbeat_at <= now() - %s) RETURNING 1) "
+    "SELECT EXISTS (SELECT FROM {workers} WHERE worker_id = %s) AND NOT EXISTS (SELECT FROM gone)"
+)
+"""Remove a worker's row: this back end's own (the second parameter true), or one whose
+heartbeat is stale; true when a live worker's row was kept (the outer query sees the
+table as before the delete)."""
 _HOLDER = (
     "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
     "WHERE l.locktype = 'advisory' AND l.granted AND l.database = "
@@ -146,6 +154,7 @@ class PostgresLeases(LeaseBackend):
         self._connection: Any = None
         self._sessions: dict[str, Any] = {}  # the connection each held lease was taken on
         self._workers_table_ready = False
+        self._published: set[str] = set()  # the worker ids of the rows this back end wrote
         self._connect_lock = threading.Lock()
 
     def _conn(self) -> Any:
@@ -358,13 +367,25 @@ class PostgresLeases(LeaseBackend):
             ),
             _UNRECORDED,
         )
+        self._published.add(record.worker_id)
 
     def withdraw(self, worker_id: str) -> None:
-        self._execute(
-            f"DELETE FROM {self._workers} WHERE worker_id = %s",
-            (worker_id,),
+        if not self._workers_found():
+            return  # no worker ever ran here
+        own = worker_id in self._published
+        _, cursor = self._execute(
+            _WITHDRAW_WORKER.format(workers=self._workers),
+            (worker_id, own, STALE_AFTER, worker_id),
             f"worker {worker_id!r} was not withdrawn",
         )
+        self._published.discard(worker_id)
+        if cursor.fetchone()[0]:
+            msg = (
+                f"worker {worker_id!r} is live (its heartbeat is fresh, written by another "
+                "store): only the store that published its record withdraws it (nothing "
+                "was removed)"
+            )
+            raise ConfigurationError(msg)
 
     def workers(self) -> tuple[WorkerRecord, ...]:
         if not self._workers_found():

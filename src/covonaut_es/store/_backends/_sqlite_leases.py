@@ -76,7 +76,8 @@ class FileLeases(LeaseBackend):
         self._file = StoreFile(database_file)
         self._file.note()
         self._files: dict[str, tuple[int, Path]] = {}  # each held lock, and its path
-        self._record_fd: int | None = None
+        self._record_fd: int | None = None  # the lock of the record this store published
+        self._record_id: str | None = None  # whose record that is
 
     def _path(self, thread_id: str) -> Path:
         return self.directory / f"{self._stored(thread_aggregate_id(thread_id)).hex}.lock"
@@ -160,13 +161,14 @@ class FileLeases(LeaseBackend):
             # Removed (the whole directory, by a cleaner of temporary files, say): made
             # again, or the worker would run calls that no listing says it runs.
             os.close(self._record_fd)
-            self._record_fd = None
+            self._record_fd, self._record_id = None, None
         if self._record_fd is None:
             records.mkdir(parents=True, exist_ok=True)
             self._record_fd = _locked_file(lock)
             if self._record_fd is None:
                 msg = f"worker id {record.worker_id!r} is taken by a live worker: choose another"
                 raise ConfigurationError(msg)
+            self._record_id = record.worker_id
         # Written aside and renamed over the record: a listing reads the old record or
         # the new one, never one cut short by the rewrite.
         written = records / f".{record.worker_id}.{os.getpid()}.tmp"
@@ -174,12 +176,29 @@ class FileLeases(LeaseBackend):
         os.replace(written, records / f"{record.worker_id}.json")
 
     def withdraw(self, worker_id: str) -> None:
-        for suffix in (".json", ".lock"):
-            with contextlib.suppress(FileNotFoundError):
-                (self._records() / f"{worker_id}{suffix}").unlink()
-        if self._record_fd is not None:
-            os.close(self._record_fd)
-            self._record_fd = None
+        records = self._records()
+        lock = records / f"{worker_id}.lock"
+        if self._record_fd is not None and worker_id == self._record_id:
+            fd, self._record_fd, self._record_id = self._record_fd, None, None
+        elif not records.is_dir():
+            return
+        else:
+            # Made if missing: a worker publishing under the id meanwhile waits for it.
+            taken = _locked_file(lock)
+            if taken is None:
+                msg = (
+                    f"worker {worker_id!r} is live (its process holds its record's lock): "
+                    "only the store that published its record withdraws it (nothing was removed)"
+                )
+                raise ConfigurationError(msg)
+            fd = taken
+        try:
+            if _still_at(fd, lock):  # else removed or made again by another: not this record
+                with contextlib.suppress(FileNotFoundError):
+                    (records / f"{worker_id}.json").unlink()
+                lock.unlink()  # still locked: nobody publishes under the id meanwhile
+        finally:
+            os.close(fd)
 
     def workers(self) -> tuple[WorkerRecord, ...]:
         found = []
@@ -197,7 +216,7 @@ class FileLeases(LeaseBackend):
         super().close()
         if self._record_fd is not None:
             os.close(self._record_fd)
-            self._record_fd = None
+            self._record_fd, self._record_id = None, None
 
 
 def _locked_file(path: Path, *, create: bool = True) -> int | None:
