@@ -3,6 +3,7 @@ and rebuilt from zero."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import secrets
@@ -10,6 +11,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -556,6 +558,74 @@ def test_a_view_in_a_file_that_is_no_database_is_refused_as_a_store_there_is(
         assert not bad.exists() or not bad.read_bytes().startswith(_SQLITE_HEADER)
     with open_store(store_url, create_tables=False) as store:
         assert list(store.thread_ids()) == []
+
+
+_NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+@settings(
+    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    journal=st.sampled_from(["-wal", "-shm", "-journal"]),
+    first=st.sampled_from(["store", "view"]),
+    link=st.booleans(),
+)
+def test_a_store_or_view_whose_journal_would_be_a_database_is_refused(
+    tmp_path: Path, journal: str, first: str, link: bool
+) -> None:
+    """The reverse order: a store, or a view, made first at ``threads.db-wal`` (or
+    ``-shm``, ``-journal``); then a store or a view at ``threads.db``, named as given or
+    through a link, is refused naming the database its journal would be, and nothing is
+    made there. SQLite took the first file as the second store's journal and deleted it
+    on close: a store lost (helper-170)."""
+    from covonaut_es.errors import NotAStoreError
+
+    folder = tmp_path / f"{journal}-{first}-{link}"
+    folder.mkdir()
+    kept = folder / f"threads.db{journal}"
+    if first == "store":
+        with open_store(f"sqlite:///{kept}") as store:
+            store.save(AgentThread.start("kept", now=_NOW))
+    else:
+        ReviewQueue(f"sqlite:///{folder / 'source.db'}", view_url=f"sqlite:///{kept}").close()
+        with contextlib.closing(sqlite3.connect(kept)) as view:
+            view.execute("CREATE TABLE IF NOT EXISTS marker (id INTEGER)")
+            view.commit()
+    before = kept.read_bytes()
+    target = folder / "threads.db"
+    if link:
+        (folder / "sub").mkdir()
+        (folder / "sub" / "link.db").symlink_to(target)
+        target = folder / "sub" / "link.db"
+    problem = f"named so that its {journal} file is SQLite database"
+    with pytest.raises(NotAStoreError, match=problem):
+        open_store(f"sqlite:///{target}")
+    queue = ReviewQueue(f"sqlite:///{folder / 'source.db'}", view_url=f"sqlite:///{target}")
+    with pytest.raises(NotAStoreError, match=problem):
+        queue.pending()
+    queue.close()
+    assert not (folder / "threads.db").exists()
+    assert kept.read_bytes() == before
+    if first == "store":
+        with open_store(f"sqlite:///{kept}", create_tables=False) as store:
+            assert list(store.thread_ids()) == ["kept"]
+
+
+def test_a_store_opens_beside_its_own_journals(tmp_path: Path) -> None:
+    """A live store's own -wal and -shm hold no database header: the rule that refuses
+    a database as another's journal opens a second store and a view on the store while
+    they are there."""
+    url = f"sqlite:///{tmp_path / 'threads.db'}"
+    with open_store(url) as store:
+        store.save(AgentThread.start("t", now=_NOW))
+        assert (tmp_path / "threads.db-wal").stat().st_size > 0
+        assert (tmp_path / "threads.db-shm").exists()
+        with open_store(url) as again:
+            assert list(again.thread_ids()) == ["t"]
+        queue = ReviewQueue(url, view_url=f"sqlite:///{tmp_path / 'view.db'}")
+        assert list(queue.pending()) == []
+        queue.close()
 
 
 def test_checking_a_views_file_keeps_the_locks_this_process_holds_on_a_database(

@@ -452,15 +452,17 @@ _DATABASE_FILES = [
     f"{name}{journal}"
     for name in ("threads.db", "other.db")
     for journal in ("", "-wal", "-shm", "-journal")
-]
+] + ["first.db"]
 """The store's file and another SQLite database, each with the files SQLite keeps
-beside it (which may not exist yet)."""
+beside it (which may not exist yet), and a name whose -wal file is a database made
+first (``first.db-wal``)."""
 
 
 @pytest.fixture
 def beside_a_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A working directory holding a store (``threads.db``) of two threads, another
-    application's SQLite database (``other.db``), a link to each file of
+    application's SQLite database (``other.db``), one made at ``first.db-wal``, a link to
+    each file of
     :data:`_DATABASE_FILES` (``link-NAME``), a folder, and a link to the directory."""
     with open_store(f"sqlite:///{tmp_path / 'threads.db'}") as store:
         converse(store, "t")
@@ -468,6 +470,9 @@ def beside_a_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     with contextlib.closing(sqlite3.connect(tmp_path / "other.db")) as other:
         other.execute("CREATE TABLE parcels (id INTEGER PRIMARY KEY)")
         other.commit()
+    with contextlib.closing(sqlite3.connect(tmp_path / "first.db-wal")) as first:
+        first.execute("CREATE TABLE parcels (id INTEGER PRIMARY KEY)")
+        first.commit()
     for name in _DATABASE_FILES:
         (tmp_path / f"link-{name}").symlink_to(name)
     (tmp_path / "sub").mkdir()
@@ -515,10 +520,11 @@ def test_an_export_never_replaces_a_sqlite_database_however_the_output_is_spelle
     spelling: Callable[[Path, str], str],
 ) -> None:
     """``export --output`` naming the store's own file, another SQLite database, or a
-    journal SQLite keeps beside either (there or not), however the path is written:
-    exit 2 in one line naming the path, and no file changes; so does ``reviews --view``
-    naming such a journal; the store still lists both threads, one of them waiting for a
-    person."""
+    journal SQLite keeps beside either (there or not), or a name whose journal is a
+    database already, however the path is written: exit 2 in one line naming the path,
+    and no file changes; so does ``reviews --view`` naming such a journal or name; the
+    store still lists both threads, one of them waiting for a person. A view made at
+    ``first.db`` took ``first.db-wal`` as its journal and deleted it (helper-170)."""
     output = spelling(beside_a_store, name)
     before = _as_found(beside_a_store)
     status = main(["export", "t", "--store", "sqlite:///threads.db", "--output", output])
@@ -527,15 +533,16 @@ def test_an_export_never_replaces_a_sqlite_database_however_the_output_is_spelle
     assert f"--output {output!r} is " in stderr and "nothing was written" in stderr
     assert len(stderr.splitlines()) == 1, stderr
     assert _as_found(beside_a_store) == before
-    if name.endswith(("-wal", "-shm", "-journal")):
+    if name.endswith(("-wal", "-shm", "-journal")) or name == "first.db":
         # The view's file is checked by the same rule: a journal made a database lost
-        # the store (helper-167).
+        # the store (helper-167), and so did a database whose journal was one.
         status = main(
             ["reviews", "--store", "sqlite:///threads.db", "--view", f"sqlite:///{output}"]
         )
         stderr = capsys.readouterr().err
         assert status == 2, stderr
-        assert "file of SQLite database" in stderr and "nothing was written" in stderr
+        assert " file is SQLite database " in stderr or "file of SQLite database" in stderr
+        assert "nothing was written" in stderr
         assert len(stderr.splitlines()) == 1, stderr
         assert _as_found(beside_a_store) == before
     with open_store("sqlite:///threads.db", create_tables=False) as store:

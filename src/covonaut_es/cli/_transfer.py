@@ -139,8 +139,9 @@ def _write_file(path: str, text: str) -> None:
 
 def _refuse_database(path: str) -> None:
     """Refuse to write an export over a SQLite database (the store's own file, reached
-    by any spelling or link, or another) or over a journal beside one, existing or not
-    yet (:func:`~covonaut_es.store._settings.sqlite_journal_of`): renamed over it, the
+    by any spelling or link, or another), over a journal beside one, existing or not
+    yet, or where a database's journal would be one already
+    (:func:`~covonaut_es.store._settings.sqlite_journal_of`): renamed over it, the
     export would replace every thread it holds.
 
     Args:
@@ -149,13 +150,10 @@ def _refuse_database(path: str) -> None:
     Raises:
         UsageError: It is such a file; nothing is written.
     """
-    found = sqlite_journal_of(path)
-    if found is not None:
-        database, journal = found
-        what = f"the {journal} file of SQLite database {database!r}"
-    elif is_sqlite_database(Path(os.path.realpath(path))):
+    what = sqlite_journal_of(path)
+    if what is None and is_sqlite_database(Path(os.path.realpath(path))):
         what = "a SQLite database"
-    else:
+    if what is None:
         return
     msg = (
         f"--output {path!r} is {what} (a store?): an export never replaces one, "

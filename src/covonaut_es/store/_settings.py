@@ -155,12 +155,12 @@ def _sqlite_file(
     where there is no file, or an empty one); SQLite's failures to read it, in the
     block too, raise the typed errors :func:`check_sqlite_database` lists, naming it as
     ``where`` and saying it is ``expected`` there."""
-    database, journal = sqlite_journal_of(path) or (None, None)
-    if journal is not None:
+    clash = sqlite_journal_of(path)
+    if clash is not None:
         msg = (
-            f"{where}: the file {path!r} is the {journal} file of SQLite database "
-            f"{database!r}: made a database, or written, it would lose or corrupt what that "
-            f"one holds; expected {expected} under another name (nothing was written)"
+            f"{where}: the file {path!r} is {clash}: made a database, or written, it would "
+            "lose or corrupt what that one holds; expected "
+            f"{expected} under another name (nothing was written)"
         )
         raise NotAStoreError(msg)
     file = Path(path)
@@ -202,20 +202,27 @@ SQLITE_JOURNALS = ("-wal", "-shm", "-journal")
 database of their own, they lose the database's latest transactions or corrupt it."""
 
 
-def sqlite_journal_of(path: str) -> tuple[str, str] | None:
-    """The SQLite database whose journal ``path`` names, existing or not yet, and the
-    journal's suffix (``"-wal"``); None when it names none. Both the name as given and
-    the real path are asked (SQLite names a journal after the name it opened). The one
-    rule of the files no command writes or makes as anything else: an export's output,
-    a view's file, a store's file (ADR 0125).
+def sqlite_journal_of(path: str) -> str | None:
+    """What makes ``path`` one of the files beside a SQLite database, as a phrase
+    ("the -wal file of SQLite database '/x/threads.db'"); None when it is not. It is
+    such a file either way round: named as a journal (``-wal``, ``-shm``, ``-journal``)
+    of a database, existing or not yet, or named as a database whose journal's name
+    is a database already, which SQLite would take as its journal and delete. Both the
+    name as given and the real path are asked (SQLite names a journal after the name
+    it opened). The one rule of the files no command writes or makes as anything else:
+    an export's output, a view's file, a store's file (ADR 0125).
     """
     for named in dict.fromkeys((Path(path), Path(os.path.realpath(path)))):
         journal = next((s for s in SQLITE_JOURNALS if named.name.endswith(s)), None)
-        if journal is None:
-            continue
-        database = named.with_name(named.name[: -len(journal)])
-        if is_sqlite_database(database):
-            return str(database), journal
+        if journal is not None:
+            database = named.with_name(named.name[: -len(journal)])
+            if is_sqlite_database(database):
+                return f"the {journal} file of SQLite database {str(database)!r}"
+        for suffix in SQLITE_JOURNALS:
+            beside = named.with_name(named.name + suffix)
+            # A live database's own -wal, -shm or -journal is no database: no header.
+            if is_sqlite_database(beside):
+                return f"named so that its {suffix} file is SQLite database {str(beside)!r}"
     return None
 
 
