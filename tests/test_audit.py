@@ -3,6 +3,7 @@ shows tampering, checkpoints and snapshots checked against a replay."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sqlite3
@@ -848,12 +849,75 @@ def test_the_imports_write_appends_to_no_thread_and_keeps_each_record_in_its_str
     conversation(store, "t1", turns=1)
     head = store.head_version("t1")
     assert head is not None
-    topic = store.log.stored_records("t1")[-1].topic
+    last = store.log.stored_records("t1")[-1]
     end = store.last_log_position()
-    appended = StoredEvent(thread_aggregate_id("t1"), head + 1, topic, b"{}")
+    plain = store.log.mapper.plain_payload(last)
+    appended = StoredEvent(thread_aggregate_id("t1"), head + 1, last.topic, plain)
     with pytest.raises(ThreadConflictError, match="nothing was written"):
         store.log.insert_threads({"t1": [appended]})
     with pytest.raises(TransferError, match=r"'t2'.*not the thread's"):
         store.log.insert_threads({"t2": [appended]})
     assert store.head_version("t1") == head
     assert store.last_log_position() == end
+
+
+_HOSTILE_FIELDS = st.one_of(
+    st.tuples(
+        st.just("originator_id"),
+        st.one_of(st.none(), st.text(max_size=40), st.integers(), st.uuids(), st.binary()),
+    ),
+    st.tuples(
+        st.just("originator_version"),
+        st.one_of(
+            st.none(),
+            st.text(max_size=5),
+            st.booleans(),
+            st.floats(),
+            st.integers(max_value=0),
+            st.integers(min_value=2**63),
+        ),
+    ),
+    st.tuples(
+        st.just("topic"),
+        st.one_of(
+            st.none(), st.binary(max_size=20), st.text(max_size=40), st.just("\ud800"), st.just("")
+        ),
+    ),
+    st.tuples(
+        st.just("state"),
+        st.one_of(st.none(), st.text(max_size=20), st.binary(max_size=40), st.integers()),
+    ),
+)
+"""A column of a record and a value no record of a thread may hold there: no stream,
+no version from 1 to 2**63-1, no event type, no payload's bytes of the event."""
+
+
+@settings(
+    max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(hostile=_HOSTILE_FIELDS, spoiled=st.integers(min_value=0, max_value=5))
+def test_the_imports_write_refuses_a_record_no_read_could_decode(
+    store: Store, hostile: tuple[str, object], spoiled: int
+) -> None:
+    """``store.log.insert_threads`` given a thread's records, one of which holds a value
+    no record may hold in one column (a stream that is no UUID, a version that is no
+    integer from 1 to 2**63-1, a topic that is no event type, a payload that is no bytes
+    of the event's JSON), raises TransferError naming the thread, and writes none of
+    them. It raised ValueError, TypeError, AttributeError, OverflowError and
+    UnicodeEncodeError, or wrote version "1", version 0, a payload that was no JSON or
+    no topic, a thread every read then refused (helper-170, helper-171)."""
+    if store.head_version("t1") is None:
+        conversation(store, "t1", turns=1)
+    stream = thread_aggregate_id("copy")
+    records = [
+        StoredEvent(stream, r.originator_version, r.topic, store.log.mapper.plain_payload(r))
+        for r in store.log.stored_records("t1")
+    ]
+    index = spoiled % len(records)
+    column, value = hostile
+    records[index] = dataclasses.replace(records[index], **{column: value})
+    end = store.last_log_position()
+    with pytest.raises(TransferError, match=r"'copy'.*nothing was written"):
+        store.log.insert_threads({"copy": records})
+    assert store.last_log_position() == end
+    assert "copy" not in set(store.thread_ids())

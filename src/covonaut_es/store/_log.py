@@ -12,6 +12,7 @@ checks the store's own writes make.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 from uuid import UUID
@@ -21,13 +22,14 @@ from eventsourcing.persistence import Notification, StoredEvent
 
 from covonaut_es._arguments import check_callable, check_instance, check_name, check_position
 from covonaut_es.domain import AgentThread, check_thread_id, thread_aggregate_id
-from covonaut_es.errors import TransferError
+from covonaut_es.errors import SerializationError, TransferError
 from covonaut_es.store._chain_key import ChainAdoption
 from covonaut_es.store._mapper import MsgspecMapper
 from covonaut_es.store._positions import LogPositions
 from covonaut_es.store._read_only import WriteGuard
 from covonaut_es.store._reader import ParentOf, ThreadReader
 from covonaut_es.store._records import StoredRecords
+from covonaut_es.store._rows import row_damage, shown
 
 
 class StoreLog:
@@ -167,6 +169,38 @@ class StoreLog:
         check_instance("record", record, StoredEvent, "a StoredEvent")
         return self._records.read_record(record)
 
+    def _check_new_record(self, thread_id: str, stream: UUID, record: StoredEvent) -> None:
+        """Refuse a record of a new thread that is not in its stream, holds a column of
+        the wrong type (the store's row check, from version 1), or does not read back
+        as a load would read it once sealed: written, every read of the thread would
+        refuse it.
+
+        Raises:
+            TransferError: It is such a record.
+        """
+        where = f"a record of thread {thread_id!r}"
+        try:
+            found: UUID | None = UUID(str(record.originator_id))
+        except ValueError:
+            found = None
+        if found != stream:
+            msg = (
+                f"{where} is in stream {shown(record.originator_id)}, not the thread's "
+                f"({stream}); nothing was written"
+            )
+            raise TransferError(msg)
+        damage = row_damage(record, lowest=1)
+        if damage is not None:
+            column, value, expected = damage
+            msg = f"{where} holds {column} {shown(value)}: expected {expected}; nothing was written"
+            raise TransferError(msg)
+        sealed = dataclasses.replace(record, state=self.mapper.stored_payload(record.state))
+        try:
+            self._records.read_record(sealed)
+        except SerializationError as exc:
+            msg = f"{where} does not decode: {exc}; nothing was written"
+            raise TransferError(msg) from exc
+
     @property
     def chain_key(self) -> bytes | None:
         """The key the store seals its chains with, if it was opened with one."""
@@ -209,7 +243,8 @@ class StoreLog:
         Raises:
             ConfigurationError: ``records`` is no mapping of str to StoredEvents.
             InvalidThreadIdError: An id breaks the rule new threads follow.
-            TransferError: A record is not in its thread's stream.
+            TransferError: A record is not in its thread's stream, holds a column of
+                the wrong type or a version below 1, or does not decode.
             ReadOnlyStoreError: The store was opened read-only.
             ThreadConflictError: A thread's stream holds events already, or a record
                 conflicts with one stored meanwhile; nothing was written.
@@ -223,12 +258,7 @@ class StoreLog:
                 check_instance(
                     f"each of records[{thread_id!r}]", record, StoredEvent, "a StoredEvent"
                 )
-                if UUID(str(record.originator_id)) != stream:
-                    msg = (
-                        f"a record of thread {thread_id!r} is in stream "
-                        f"{record.originator_id}, not the thread's ({stream}); nothing was written"
-                    )
-                    raise TransferError(msg)
+                self._check_new_record(thread_id, stream, record)
                 rows.append(record)
         self._guard.refuse_if_read_only(f"the {len(records)} threads imported were not written")
         self._records.insert_records(rows)
