@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from covonaut_es import (
@@ -26,12 +26,13 @@ from covonaut_es import (
     HmacReviewerVerifier,
     ReviewQueue,
     ScriptedProvider,
+    Store,
     Tool,
     ToolContext,
     Worker,
     open_store,
 )
-from covonaut_es.errors import CovonautError, InvalidDecisionError
+from covonaut_es.errors import ConfigurationError, CovonautError, InvalidDecisionError
 from covonaut_es.service import (
     Action,
     Reviewer,
@@ -663,3 +664,34 @@ def test_the_log_port_refuses_a_hostile_argument_typed(
             pass
         else:
             assert (name, argument, label) in _TAKEN_AS_DOCUMENTED, f"{name}({argument}={label})"
+
+
+_NAME_CALLS: dict[str, Callable[[Store, str], object]] = {
+    "record_log_position": lambda store, name: store.record_log_position(name, 0),
+    "log_position": lambda store, name: store.log_position(name),
+    "position_and_end": lambda store, name: store.log.position_and_end(name),
+    "has_events_after": lambda store, name: store.log.has_events_after(0, follower=name),
+}
+"""Every call taking a consumer's or a follower's name (``check_name``)."""
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    call=st.sampled_from(sorted(_NAME_CALLS)),
+    before=st.text(st.characters(exclude_categories=("Cc", "Cs")), max_size=8),
+    hidden=st.characters(categories=("Cc", "Cs")),
+    after=st.text(max_size=8),
+)
+def test_a_consumers_name_with_a_control_character_is_refused_naming_its_index(
+    store: Store, call: str, before: str, hidden: str, after: str
+) -> None:
+    """A consumer's or follower's name holding a control character (NUL among them) or a
+    lone surrogate is refused on every back end with ConfigurationError naming the
+    character and its index; a name of visible text is kept. PostgreSQL raised its raw
+    DataError on a NUL (helper-170, helper-171)."""
+    name = before + hidden + after
+    with pytest.raises(ConfigurationError, match=rf"at index {len(before)}: "):
+        _NAME_CALLS[call](store, name)
+    _NAME_CALLS[call](store, before + secrets.token_hex(4))  # a position is recorded once

@@ -6,6 +6,7 @@ or is silently taken for another value: a version 1.5 read as 1)."""
 from __future__ import annotations
 
 import math
+import unicodedata
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
@@ -105,17 +106,21 @@ def check_position(name: str, value: object, *, least: int = 0) -> None:
 
 def check_name(name: str, value: object) -> None:
     """``value`` of argument ``name`` is a str a store can keep as a key (a consumer's
-    name): it holds no lone surrogate, which no database encodes.
+    name): it holds no control character (PostgreSQL keeps no NUL in text) and no lone
+    surrogate (no database encodes one).
 
     Raises:
-        ConfigurationError: It is not.
+        ConfigurationError: It is not, naming the character and its index.
     """
     check_text(name, value)
-    try:
-        value.encode("utf-8")  # type: ignore[attr-defined]  # a str, checked above
-    except UnicodeEncodeError as exc:
-        msg = f"{name} must be text, found a lone surrogate at index {exc.start}"
-        raise ConfigurationError(msg) from None
+    assert isinstance(value, str)  # checked above, for mypy
+    for index, char in enumerate(value):
+        if unicodedata.category(char) in ("Cc", "Cs"):
+            msg = (
+                f"{name} has {char!r} at index {index}: a name is text without control or "
+                "lone surrogate characters"
+            )
+            raise ConfigurationError(msg)
 
 
 def positive_seconds(name: str, value: object) -> None:
