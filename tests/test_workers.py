@@ -855,7 +855,9 @@ def test_a_store_withdraws_its_own_or_a_dead_workers_record_never_a_live_ones(
     and the last, and refuses the live one's, which stays listed and its id taken; the
     withdrawing store's own record stays listed whichever it names. Another store
     removed a live worker's record and lock file (and closed its own record's lock),
-    after which a third could publish under the live worker's id (helper-167)."""
+    after which a third could publish under the live worker's id (helper-167); on
+    PostgreSQL a third's publish overwrote the live worker's row, and its withdraw then
+    removed it as its own (helper-170)."""
     with open_store(shared_url) as other, open_store(shared_url) as third:
         # A store publishes one worker's record: its own is the-other, or the id named.
         own = worker_id if whose == "own" else "the-other"
@@ -868,9 +870,11 @@ def test_a_store_withdraws_its_own_or_a_dead_workers_record_never_a_live_ones(
             with pytest.raises(ConfigurationError, match="is live"):
                 other.withdraw_worker(worker_id)
             assert worker_id in [w.worker_id for w in third.live_workers()]
-            if shared_url.startswith("sqlite"):  # PostgreSQL's registry is by heartbeat
-                with pytest.raises(ConfigurationError, match="taken by a live worker"):
-                    third.publish_worker(_record(worker_id))
+            with pytest.raises(ConfigurationError, match="taken by a live worker"):
+                third.publish_worker(_record(worker_id))
+            with pytest.raises(ConfigurationError, match="is live"):  # not made its own
+                third.withdraw_worker(worker_id)
+            assert worker_id in [w.worker_id for w in other.live_workers()]
             publisher.withdraw_worker(worker_id)  # its own store still can
             publisher.close()
         else:
@@ -885,8 +889,8 @@ def test_a_store_withdraws_its_own_or_a_dead_workers_record_never_a_live_ones(
 
 
 def test_a_memory_store_withdraws_no_record_another_open_store_published() -> None:
-    """Two stores on one in-memory recorder: one's live worker's record is not removed
-    by the other, until the store that published it is closed."""
+    """Two stores on one in-memory recorder: one's live worker's record is not removed,
+    nor overwritten, by the other, until the store that published it is closed."""
 
     class Recorder:
         pass
@@ -897,6 +901,8 @@ def test_a_memory_store_withdraws_no_record_another_open_store_published() -> No
     first.publish(_record("w1"))
     with pytest.raises(ConfigurationError, match="is live"):
         second.withdraw("w1")
+    with pytest.raises(ConfigurationError, match="taken by a live worker"):
+        second.publish(_record("w1"))
     assert [w.worker_id for w in second.workers()] == ["w1"]
     first.close()
     second.withdraw("w1")

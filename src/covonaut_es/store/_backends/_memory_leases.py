@@ -68,6 +68,9 @@ class MemoryLeases(LeaseBackend):
 
     def publish(self, record: WorkerRecord) -> None:
         with self._tables.lock:
+            if self._tables.publishers.get(record.worker_id) not in (None, self):
+                msg = f"worker id {record.worker_id!r} is taken by a live worker: choose another"
+                raise ConfigurationError(msg)
             self._tables.workers[record.worker_id] = record
             self._tables.publishers[record.worker_id] = self
 

@@ -57,8 +57,12 @@ _UPSERT_WORKER = (
     "INSERT INTO {workers} "
     "(worker_id, host, pid, started_at, heartbeat_at, threads, calls) "
     "VALUES (%s, %s, %s, %s, now(), %s, %s) ON CONFLICT (worker_id) DO UPDATE SET "
-    "heartbeat_at = now(), threads = excluded.threads, calls = excluded.calls"
+    "host = excluded.host, pid = excluded.pid, started_at = excluded.started_at, "
+    "heartbeat_at = now(), threads = excluded.threads, calls = excluded.calls "
+    "WHERE %s OR {workers}.heartbeat_at <= now() - %s RETURNING 1"
 )
+"""Write a worker's row: a new one, this back end's own (the seventh parameter true),
+or one whose heartbeat is stale; no row returned when a live worker's was kept."""
 _SELECT_WORKERS = (
     "SELECT worker_id, host, pid, started_at, heartbeat_at, threads, calls "
     "FROM {workers} WHERE heartbeat_at > now() - %s "
@@ -355,7 +359,7 @@ class PostgresLeases(LeaseBackend):
             # several statements: no parameters
             self._execute(_CREATE_WORKERS.format(workers=self._workers), None, _UNRECORDED)
             self._workers_table_ready = True
-        self._execute(
+        _, cursor = self._execute(
             _UPSERT_WORKER.format(workers=self._workers),
             (
                 record.worker_id,
@@ -364,9 +368,14 @@ class PostgresLeases(LeaseBackend):
                 record.started_at,
                 msgspec.json.encode(record.threads).decode(),
                 msgspec.json.encode(record.calls).decode(),
+                record.worker_id in self._published,
+                STALE_AFTER,
             ),
             _UNRECORDED,
         )
+        if cursor.fetchone() is None:
+            msg = f"worker id {record.worker_id!r} is taken by a live worker: choose another"
+            raise ConfigurationError(msg)
         self._published.add(record.worker_id)
 
     def withdraw(self, worker_id: str) -> None:
