@@ -11,6 +11,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -35,6 +36,7 @@ from covonaut_es import (
     open_store,
 )
 from covonaut_es.domain import Decision, PauseKind
+from covonaut_es.domain._submissions import InputSubmitted, InputTaken, submission_stream_id
 from covonaut_es.errors import (
     AmbiguousReviewError,
     ConfigurationError,
@@ -619,3 +621,65 @@ def test_a_take_given_a_wrong_argument_is_refused_typed_recording_nothing(
         with store.lease("t"), pytest.raises(ConfigurationError, match=argument):
             ThreadService(store).take_input("t", args["submitted"], thread_version=args["version"])
         assert store.submissions.submitted("t").taken is None
+
+
+def _forged(store: Store, edit: str, number: int) -> tuple[Any, int]:
+    """The thread's submissions read from ``store`` edited by ``edit`` (a field set to
+    ``number`` or an event made up at it), and the thread version to take at."""
+    read = store.submissions.submitted("t")
+    stream = submission_stream_id("t")
+    if edit == "version":
+        return attrs.evolve(read, version=read.version + number), 0
+    if edit == "made-up input":
+        made_up = InputSubmitted(
+            originator_id=stream,
+            originator_version=number,
+            timestamp=InputSubmitted.create_timestamp(),
+            thread_id="t",
+            text="never submitted",
+        )
+        return attrs.evolve(read, inputs=(*read.inputs, made_up)), 0
+    if edit == "inputs dropped":
+        return attrs.evolve(read, inputs=read.inputs[number % len(read.inputs) + 1 :]), 0
+    if edit == "made-up take":
+        take = InputTaken(
+            originator_id=stream,
+            originator_version=read.version,
+            timestamp=InputTaken.create_timestamp(),
+            thread_id="t",
+            submitted_version=number % read.version,
+            thread_version=0,
+        )
+        return attrs.evolve(read, taken=take), 0
+    return read, number  # a thread version past the thread's (it has none)
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    submitted=st.integers(min_value=1, max_value=4),
+    edit=st.sampled_from(
+        ["version", "made-up input", "inputs dropped", "made-up take", "thread_version"]
+    ),
+    number=st.integers(min_value=1, max_value=99),
+)
+def test_a_take_of_submissions_the_stream_never_held_is_refused_recording_nothing(
+    submitted: int, edit: str, number: int
+) -> None:
+    """Submissions built or edited by hand (a version the stream is not at, a
+    submission never made, some dropped, a take never recorded), or a thread version
+    past the thread's, are refused with ConfigurationError, and nothing is recorded: a
+    made-up submission at version 99 was taken, so every real one before it was never
+    run, and a read set to a later version took a submission twice (helper-170)."""
+    with open_store("memory://") as store:
+        for n in range(submitted):
+            store.submit("t", f"input {n}")
+        before = store.submissions.submitted("t")
+        read, thread_version = _forged(store, edit, number)
+        with store.lease("t"):
+            try:
+                taken = ThreadService(store).take_input("t", read, thread_version=thread_version)
+            except ConfigurationError as exc:
+                assert "nothing was recorded" in str(exc)
+            else:
+                assert taken is None  # nothing waits in it: nothing to refuse
+        assert store.submissions.submitted("t") == before

@@ -569,8 +569,10 @@ class ThreadService:
 
         Raises:
             InvalidThreadIdError: ``thread_id`` is no thread's id.
-            ConfigurationError: ``submitted`` is no Submitted or holds another thread's
-                submissions, or ``thread_version`` is no whole number from 0 to 2**63-1.
+            ConfigurationError: ``submitted`` is no Submitted, holds another thread's
+                submissions, or is not the thread's as stored up to its version (built
+                or edited by hand), or ``thread_version`` is no whole number from 0 to
+                2**63-1 or is past the thread's latest version.
             ReadOnlyStoreError: The store was opened read-only.
             LeaseLostError: The current task holds no lease of the thread, another
                 runner took input since, or the lease was lost; nothing was recorded.

@@ -98,7 +98,9 @@ class Store(Closing):
         self._writer = ThreadWriter(app, backend, guard, self._leasing.held_lease)
         self._reader = ThreadReader(app, self._records, self.url, self._writer.remember_snapshot)
         self._forks = Forks(app, backend, self._records, self._reader, guard, self.clock)
-        self._submissions = Submissions(app, guard, self._reader.exists, self._leasing.held_lease)
+        self._submissions = Submissions(
+            app, guard, self._reader.exists, self._leasing.held_lease, self._reader.head_version
+        )
         self._states = StoredStates(app, guard)
         self._listing = ThreadListing(app, backend, self._records, self._reader, guard)
         outstanding = None if self.read_only else backend.outstanding_table(app.recorder)

@@ -70,6 +70,7 @@ class Submissions:
         guard: Refuses submissions and takes on a store opened read-only.
         exists: Whether the store holds a thread (a new one's id follows the rule).
         held_lease: The lease of a thread the current task holds, if any.
+        head_version: A thread's latest version stored (None: it has no event).
     """
 
     def __init__(
@@ -78,11 +79,13 @@ class Submissions:
         guard: WriteGuard,
         exists: Callable[[str], bool],
         held_lease: Callable[[str], Lease | None],
+        head_version: Callable[[str], int | None],
     ) -> None:
         self._app = app
         self._guard = guard
         self._exists = exists
         self._held_lease = held_lease
+        self._head_version = head_version
 
     def submit(self, thread_id: str, text: str) -> int:
         """As :meth:`covonaut_es.Store.submit`."""
@@ -102,10 +105,14 @@ class Submissions:
 
     def submitted(self, thread_id: str) -> Submitted:
         """The thread's submissions, the take that counts, and the version read."""
+        return self._submitted_until(thread_id, None)
+
+    def _submitted_until(self, thread_id: str, last: int | None) -> Submitted:
+        """The thread's submissions as stored up to version ``last`` (None: all)."""
         inputs: list[InputSubmitted] = []
         taken: InputTaken | None = None
         version = 0
-        for event in self._app.events.get(submission_stream_id(thread_id)):
+        for event in self._app.events.get(submission_stream_id(thread_id), lte=last):
             version = event.originator_version
             if isinstance(event, InputSubmitted):
                 inputs.append(event)
@@ -119,7 +126,8 @@ class Submissions:
         """As :meth:`covonaut_es.service.ThreadService.take_input`, the command a runner
         takes input with, which says what it raises. This is where every take is
         checked, whoever calls it: the thread's lease must be held by the current task,
-        and ``read`` be that thread's submissions.
+        ``read`` be that thread's submissions as stored (up to its version: a stale read
+        is one), and ``thread_version`` no later than the thread's latest version.
         """
         stream = submission_stream_id(thread_id)
         check_instance("submitted", read, Submitted, "a Submitted")
@@ -143,8 +151,35 @@ class Submissions:
             )
             raise LeaseLostError(msg, token=0)
         lease.check_before_save()
+        self._check_as_stored(read, thread_version)
         self._record_take(stream, read, waiting, thread_version, lease)
         return waiting
+
+    def _check_as_stored(self, read: Submitted, thread_version: int) -> None:
+        """Refuse a take from submissions the stream never held (built or edited by
+        hand), or past the thread's latest version: a take that names a submission
+        never made, or is conditional on a version the stream is not at, skips or
+        repeats input.
+
+        Raises:
+            ConfigurationError: ``read`` is not the thread's submissions as stored up
+                to its version, or ``thread_version`` is past the thread's latest.
+        """
+        thread_id = read.thread_id
+        if read != self._submitted_until(thread_id, read.version):
+            msg = (
+                f"the submissions given to take input to thread {thread_id!r} are not "
+                f"those stored up to their version {read.version}: read them with "
+                "store.submissions.submitted; nothing was recorded"
+            )
+            raise ConfigurationError(msg)
+        head = self._head_version(thread_id) or 0
+        if thread_version > head:
+            msg = (
+                f"thread_version {thread_version} given to take input to thread "
+                f"{thread_id!r} is past its latest version ({head}); nothing was recorded"
+            )
+            raise ConfigurationError(msg)
 
     def _record_take(
         self,
