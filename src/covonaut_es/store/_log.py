@@ -250,6 +250,7 @@ class StoreLog:
                 conflicts with one stored meanwhile; nothing was written.
         """
         check_instance("records", records, Mapping, "a mapping of thread ids to records")
+        self._guard.refuse_if_read_only(f"the {len(records)} threads imported were not written")
         rows: list[StoredEvent] = []
         for thread_id, thread_records in records.items():
             stream = thread_aggregate_id(check_thread_id(thread_id))
@@ -260,5 +261,4 @@ class StoreLog:
                 )
                 self._check_new_record(thread_id, stream, record)
                 rows.append(record)
-        self._guard.refuse_if_read_only(f"the {len(records)} threads imported were not written")
         self._records.insert_records(rows)
