@@ -231,12 +231,8 @@ def _readable(
         topic=event.topic,
         state=msgspec.json.encode(event.payload),
     )
-    sealed = StoredEvent(
-        record.originator_id, record.originator_version, record.topic,
-        store.log.mapper.stored_payload(record.state),
-    )  # fmt: skip
     try:
-        return record, store.log.mapper.decode(sealed)
+        return record, store.log.mapper.decode_plain(record, record.state)
     except SerializationError as exc:
         msg = f"{where} does not decode: {exc}"
         raise TransferError(msg) from exc
