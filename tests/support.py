@@ -19,6 +19,7 @@ from unittest import mock
 from uuid import UUID
 
 from eventsourcing.persistence import StoredEvent
+from hypothesis import strategies as st
 
 from covonaut_es import (
     Agent,
@@ -49,6 +50,16 @@ OBJECT_SCHEMA: dict[str, Any] = {"type": "object"}
 
 GOLDEN = Path(__file__).parent / "fixtures" / "golden"
 """Data written by older code, which the tests read and never change."""
+
+HIDDEN = st.one_of(
+    st.characters(categories=["Zs", "Zl", "Zp", "Cf", "Cc", "Co", "Cn"]).filter(
+        lambda char: char != " "
+    ),
+    st.sampled_from("\u115f\u1160\u3164\uffa0\u2800\u034f\ufe0f\U000e0100"),
+)
+"""Characters that show nothing or are not printable, ASCII's space aside: spaces,
+separators, controls, format, private-use and unassigned code points, the Hangul
+fillers, the Braille blank and default-ignorable marks; no new thread's id holds one."""
 
 
 @contextlib.contextmanager

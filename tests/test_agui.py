@@ -11,9 +11,11 @@ import asyncio
 import contextlib
 import copy
 import json
+import logging
 import re
 import tempfile
 import threading
+import unicodedata
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -22,7 +24,7 @@ import ag_ui.core as agui
 import attrs
 import pydantic
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
@@ -48,7 +50,7 @@ from covonaut_es.messages import StreamDelta, ToolCallDelta
 from covonaut_es.runtime._config import bound_config
 from covonaut_es.service import ThreadService
 from hostile_text import hostile_text
-from support import HeldProvider, ticking_clock
+from support import HIDDEN, HeldProvider, conversation, earlier_thread_id_rule, ticking_clock
 
 SECRET = b"a reviewer secret of at least 32 bytes"
 EVENTS: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(agui.Event)
@@ -425,9 +427,9 @@ def test_a_reload_of_a_thread_given_up_offers_no_decision(shop: Shop) -> None:
 
 def test_a_request_that_is_no_run_input_is_refused_before_anything_runs(shop: Shop) -> None:
     """A body that is no RunAgentInput, JSON that names a key twice, a thread id that
-    is none (a new thread's id with a space other than ASCII's too), and a new message
-    that is not text are refused (422, or RUN_ERROR naming the error); nothing is
-    stored."""
+    is none (a new thread's id with a space other than ASCII's too, 422 before the
+    stream), and a new message that is not text are refused (422, or RUN_ERROR naming
+    the error); nothing is stored."""
     missing = shop.client.post("/", json={"threadId": "chat-1"})
     assert missing.status_code == 422
     assert "RunAgentInput" in missing.json()["error"]
@@ -437,15 +439,48 @@ def test_a_request_that_is_no_run_input_is_refused_before_anything_runs(shop: Sh
     assert "twice" in repeated.json()["error"]
     bad_id = shop.client.post("/", json=user_says("bad\nid", "hi"))
     assert bad_id.status_code == 422
-    hidden_space = shop.run(user_says("chat\u00a01", "hi"))  # shows as "chat 1"
-    assert isinstance(hidden_space[-1], agui.RunErrorEvent)
-    assert hidden_space[-1].code == "InvalidThreadIdError"
+    hidden_space = shop.post(user_says("chat\u00a01", "hi"))  # shows as "chat 1"
+    assert hidden_space.status_code == 422
+    assert "'\\xa0' at position 4" in hidden_space.json()["error"]
     assert not shop.store.exists("chat\u00a01")
     image = {"type": "image", "source": {"type": "url", "value": "https://example.com/a.png"}}
     events = shop.run(user_says("chat-1", [image]))  # type: ignore[arg-type]
     assert isinstance(events[-1], agui.RunErrorEvent)
     assert events[-1].code == "InvalidRunInputError"
     assert not shop.store.exists("chat-1")
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.text(st.characters(categories=["L", "N"]), min_size=1, max_size=8), HIDDEN)
+def test_a_new_threads_id_that_hides_a_character_is_the_clients_error(
+    shop: Shop, caplog: pytest.LogCaptureFixture, visible: str, hidden: str
+) -> None:
+    """A new thread's id holding a character that shows nothing or is not printable is
+    refused with 422 naming the character, before the stream starts and with nothing
+    logged at ERROR; a thread stored under such an id by an earlier version runs on.
+    It was told as a run that failed on the server, its traceback logged (helper-175)."""
+    thread_id = unicodedata.normalize("NFC", visible + hidden)
+    assume(unicodedata.is_normalized("NFC", thread_id) and len(thread_id) > len(visible))
+    caplog.clear()
+    response = shop.post(user_says(thread_id, "hi"))
+    assert response.status_code == 422, response.text
+    assert repr(hidden) in response.json()["error"]
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not shop.store.exists(thread_id)
+
+
+def test_a_thread_stored_under_an_id_accepted_before_runs_through_the_endpoint(
+    shop: Shop,
+) -> None:
+    """The endpoint runs a thread an earlier version started under an id a new thread
+    may no longer take (ADR 0126)."""
+    with earlier_thread_id_rule():
+        conversation(shop.store, "chat\u00a01", 1)
+    events = shop.run(user_says("chat\u00a01", "Refund my two orders.", message_id="u-9"))
+    assert isinstance(events[-1], agui.RunFinishedEvent), events[-1]
+    assert len(shop.store.load("chat\u00a01").messages) > 4
 
 
 def valid_resume(shop: Shop) -> tuple[dict[str, Any], int]:

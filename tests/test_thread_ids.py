@@ -18,7 +18,7 @@ from covonaut_es._text import printable
 from covonaut_es.audit import export_thread, import_threads
 from covonaut_es.domain import AgentThread, check_thread_id
 from covonaut_es.errors import InvalidThreadIdError
-from support import agent_on, answer, conversation, converse, earlier_thread_id_rule
+from support import HIDDEN, agent_on, answer, conversation, converse, earlier_thread_id_rule
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 NO_DOCUMENT: Any = None  # never read: the id is checked first
@@ -84,17 +84,6 @@ def test_ids_that_look_alike_are_one_id_or_none_is_accepted(text: str) -> None:
     for look_alike in {unicodedata.normalize("NFD", accepted), accepted + "\u200b"} - {accepted}:
         with pytest.raises(InvalidThreadIdError):
             check_thread_id(look_alike)
-
-
-HIDDEN = st.one_of(
-    st.characters(categories=["Zs", "Zl", "Zp", "Cf", "Cc", "Co", "Cn"]).filter(
-        lambda char: char != " "
-    ),
-    st.sampled_from("\u115f\u1160\u3164\uffa0\u2800\u034f\ufe0f\U000e0100"),
-)
-"""Characters that show nothing or are not printable, ASCII's space aside: spaces,
-separators, controls, format, private-use and unassigned code points, the Hangul
-fillers, the Braille blank and default-ignorable marks."""
 
 
 @settings(max_examples=50, deadline=None)

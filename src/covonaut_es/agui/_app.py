@@ -36,7 +36,7 @@ from covonaut_es.agui._events import (
     state_snapshot,
 )
 from covonaut_es.agui._resume import checked, record
-from covonaut_es.domain import Pause, ThreadStatus, check_thread_id
+from covonaut_es.domain import Pause, ThreadStatus, check_thread_id_or_stored
 from covonaut_es.errors import (
     CovonautError,
     IdentityProviderUnavailableError,
@@ -122,9 +122,11 @@ def create_agui_app(
     async def run(request: Request) -> Response:
         try:
             run_input = await _run_input(request)
-            # Before the application's factory sees it; a thread stored under an id
-            # earlier versions accepted runs on, a new one's is refused as it starts.
-            check_thread_id(run_input.thread_id, new=False)
+            # Before the application's factory sees it, and before the stream starts: a
+            # thread stored under an id earlier versions accepted runs on.
+            await asyncio.to_thread(
+                check_thread_id_or_stored, run_input.thread_id, stored=store.exists
+            )
             reviewer = await _reviewer(service, request) if run_input.resume else None
             config = bound_config(
                 make_config, store, run_input.thread_id, server="the AG-UI endpoint"

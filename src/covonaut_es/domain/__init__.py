@@ -12,7 +12,12 @@ domain classes and msgspec), never a layer above it.
 
 from covonaut_es.domain._calls import requested_call
 from covonaut_es.domain._canonical import canonical_json
-from covonaut_es.domain._ids import check_thread_id, check_thread_stream, thread_aggregate_id
+from covonaut_es.domain._ids import (
+    check_thread_id,
+    check_thread_id_or_stored,
+    check_thread_stream,
+    thread_aggregate_id,
+)
 from covonaut_es.domain._review_rules import (
     check_may_act_on_call,
     check_may_decide,
@@ -88,6 +93,7 @@ __all__ = [
     "check_may_act_on_call",
     "check_may_decide",
     "check_thread_id",
+    "check_thread_id_or_stored",
     "check_thread_stream",
     "may_act_on_call",
     "may_decide",

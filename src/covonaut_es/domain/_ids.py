@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import unicodedata
+from collections.abc import Callable
 from uuid import UUID, uuid5
 
 from covonaut_es._text import shown_escaped
@@ -71,6 +72,30 @@ def check_thread_id(thread_id: str, *, new: bool = True) -> str:
         )
         raise InvalidThreadIdError(msg)
     return thread_id
+
+
+def check_thread_id_or_stored(thread_id: str, *, stored: Callable[[str], bool]) -> str:
+    """Return ``thread_id`` if a request may name it where a thread is started unless
+    it is stored (a run, a submission): a new thread's id by the whole rule of
+    :func:`check_thread_id`, a stored thread's by the rule earlier versions applied.
+
+    Args:
+        thread_id: The id.
+        stored: Whether a thread is stored under an id; asked only of an id that
+            follows the earlier rule but not a new thread's.
+
+    Raises:
+        InvalidThreadIdError: It is no thread's id, or no new thread's and no thread is
+            stored under it.
+    """
+    try:
+        return check_thread_id(thread_id)
+    except InvalidThreadIdError as exc:
+        refused = exc
+    check_thread_id(thread_id, new=False)  # no thread's id at all: stored by none
+    if stored(thread_id):
+        return thread_id
+    raise refused
 
 
 def thread_aggregate_id(thread_id: str) -> UUID:

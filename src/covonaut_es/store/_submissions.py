@@ -19,7 +19,12 @@ from eventsourcing.application import Application
 from eventsourcing.persistence import IntegrityError
 
 from covonaut_es._arguments import check_instance, check_position
-from covonaut_es.domain import AgentThread, RunMode, check_thread_id, thread_aggregate_id
+from covonaut_es.domain import (
+    AgentThread,
+    RunMode,
+    check_thread_id_or_stored,
+    thread_aggregate_id,
+)
 from covonaut_es.domain._submissions import (
     InputSubmitted,
     InputTaken,
@@ -97,9 +102,8 @@ class Submissions:
         except UnicodeEncodeError as exc:
             msg = f"submitted input to thread {thread_id!r} is not valid text: {exc}"
             raise InvalidSubmissionError(msg) from exc
-        stream = submission_stream_id(thread_id)
-        if not self._exists(thread_id):  # the worker is to start it: refused now, not then
-            check_thread_id(thread_id)
+        # A worker is to start a thread not stored: its id is refused now, not then.
+        stream = submission_stream_id(check_thread_id_or_stored(thread_id, stored=self._exists))
         self._guard.refuse_if_read_only(f"the input to thread {thread_id!r} was not submitted")
         return self._append(stream, InputSubmitted, thread_id=thread_id, text=text)
 
