@@ -5,6 +5,8 @@ run that paused."""
 from __future__ import annotations
 
 import asyncio
+import logging
+import re
 import secrets
 import subprocess
 import sys
@@ -15,6 +17,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import attrs
 import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -23,9 +26,10 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased, Sampler
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, ParentBased, Sampler
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes
 from opentelemetry.semconv.schemas import Schemas
+from starlette.testclient import TestClient
 
 import anthropic_wire
 import openai_wire
@@ -41,6 +45,7 @@ from covonaut_es import (
     ToolContext,
     open_store,
 )
+from covonaut_es.agui import create_agui_app
 from covonaut_es.domain import Interrupt, ThreadStatus
 from covonaut_es.errors import ConfigurationError, CovonautError, ProviderError
 from covonaut_es.messages import ProviderRequest, ProviderResponse, Role, ToolCall, Usage
@@ -912,3 +917,247 @@ def test_a_typed_answer_is_traced_as_asked_for_in_json(
     first, second = by_name(exporter.get_finished_spans())["chat m-1"]
     assert dict(first.attributes or {})["gen_ai.output.type"] == "json"
     assert "gen_ai.output.type" not in dict(second.attributes or {})
+
+
+# A tracer that fails never changes a run -----------------------------------------------
+
+SPAN_KINDS = ("invoke_agent", "chat", "execute_tool")
+TRACER_SECRET = "sk-tracer-" + secrets.token_hex(8)  # what a failing hook's text may quote
+
+
+class TracerFault(Exception):
+    """What a failing tracer raises; its text quotes a secret no log may show."""
+
+
+class Fault:
+    """Where the tracer fails: the ``nth`` span of ``kind`` (counted over the test's
+    runs) raises in ``hook``; ``fired`` counts the times it did."""
+
+    def __init__(self, hook: str, kind: str, nth: int) -> None:
+        self.hook, self.kind, self.nth = hook, kind, nth
+        self.seen = self.fired = 0
+
+    def strike(self, hook: str, name: str) -> None:
+        if hook != self.hook or not name.startswith(self.kind):
+            return
+        self.seen += 1
+        if self.seen > self.nth:
+            self.fired += 1
+            raise TracerFault(f"exporter refused {TRACER_SECRET}")
+
+
+class FaultyProcessor(SpanProcessor):
+    def __init__(self, fault: Fault) -> None:
+        self.fault = fault
+
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        self.fault.strike("on_start", span.name)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        self.fault.strike("on_end", span.name)
+
+
+class FaultySampler(Sampler):
+    def __init__(self, fault: Fault) -> None:
+        self.fault = fault
+
+    def should_sample(self, parent_context: Any, trace_id: int, name: str, *args: Any) -> Any:
+        self.fault.strike("should_sample", name)
+        return ALWAYS_ON.should_sample(parent_context, trace_id, name, *args)
+
+    def get_description(self) -> str:
+        return "faulty"
+
+
+class AttributeRefusingSpan(trace.NonRecordingSpan):
+    """A recording span of a custom tracer whose attributes fail to be set."""
+
+    def __init__(self, name: str, fault: Fault) -> None:
+        ids = secrets.randbits(64) | 1
+        super().__init__(trace.SpanContext(ids, ids, False, trace.TraceFlags(1)))
+        self.name, self.fault = name, fault
+
+    def is_recording(self) -> bool:
+        return True
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        self.fault.strike("set_attribute", self.name)
+
+    def set_attributes(self, attributes: Any) -> None:
+        self.fault.strike("set_attribute", self.name)
+
+
+class FaultyTracerProvider:
+    """A tracer provider of its own: ``get_tracer`` fails, or its spans' attributes."""
+
+    def __init__(self, fault: Fault) -> None:
+        self.fault = fault
+
+    def get_tracer(self, *args: Any, **kwargs: Any) -> Any:
+        self.fault.strike("get_tracer", "")
+        return self
+
+    def start_span(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        return AttributeRefusingSpan(name, self.fault)
+
+
+def faulty_tracer_provider(fault: Fault) -> Any:
+    if fault.hook in ("get_tracer", "set_attribute"):
+        return FaultyTracerProvider(fault)
+    if fault.hook == "should_sample":
+        return TracerProvider(sampler=FaultySampler(fault))
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(FaultyProcessor(fault))
+    return tracer_provider
+
+
+FAULTS = st.one_of(
+    st.builds(Fault, st.just("get_tracer"), st.just(""), st.integers(0, 1)),
+    st.builds(
+        Fault,
+        st.sampled_from(["on_start", "on_end", "should_sample", "set_attribute"]),
+        st.sampled_from(SPAN_KINDS),
+        st.integers(0, 1),
+    ),
+)
+
+
+def comparable(events: Sequence[Any]) -> list[tuple[str, Any]]:
+    """The events' types and payloads, without what differs from one run to the next
+    of the same script (times, the traced run's context, and the chain's seals over
+    them)."""
+
+    def kept(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {
+                key: kept(item)
+                for key, item in value.items()
+                if key not in ("timestamp", "trace_parent", "chain")
+            }
+        if isinstance(value, list):
+            return [kept(item) for item in value]
+        return value
+
+    return [
+        (type(event).__name__, kept(msgspec.to_builtins(vars(event), enc_hook=repr)))
+        for event in events
+    ]
+
+
+def _scripted_run(
+    path: str, fails: bool, tracer_provider: Any, tmp_path: Path
+) -> tuple[Any, list[Any], int]:
+    """Drive ``path`` (run, resume after a review, astream, the AG-UI endpoint) of the
+    same script, whose last model call ``fails`` or answers, traced by
+    ``tracer_provider``: what it returned or raised, the stored events, and how many
+    times its tool ran."""
+    runs: list[ToolContext] = []
+    review = path == "resume"
+    script = [call(("c1", "pay", '{"amount": 40, "to": "bob"}'))]
+    if review:  # after the approval the model calls the tool again
+        script.append(call(("c2", "pay", '{"amount": 40, "to": "bob"}')))
+    script.append(ValueError("the model is down") if fails else answer("paid"))
+    tool = pay_tool(runs)
+    if not review:
+        tool = attrs.evolve(tool, requires_approval=False)
+    store = open_store(f"sqlite:///{tmp_path / 'threads.db'}")
+    settings_ = CheckpointSettings(store=store, thread_id="t")
+
+    def make_config(thread_id: str) -> AgentConfig:
+        return AgentConfig(
+            provider=ScriptedProvider(script),
+            model="m-1",
+            name="clerk",
+            tools=[tool],
+            checkpoint=settings_,
+            reviewer_verifier=VERIFIER,
+            tracer_provider=tracer_provider,
+            clock=ticking_clock(),
+        )
+
+    agent = Agent(make_config("t"))
+    outcome: Any
+    try:
+        if path == "run":
+            outcome = agent.run("pay bob")
+        elif path == "resume":
+            agent.run("pay bob")
+            agent.approve(str(agent.pending_reviews[0].review_id), reviewer=ALICE)
+            outcome = agent.resume()
+        elif path == "astream":
+
+            async def consume() -> list[str]:
+                return [type(item).__name__ async for item in agent.astream("pay bob")]
+
+            outcome = asyncio.run(consume())
+        else:
+            app = create_agui_app(store, make_config, VERIFIER)
+            body = {
+                "threadId": "t",
+                "runId": "r",
+                "messages": [{"id": "u", "role": "user", "content": "pay bob"}],
+            }
+            with TestClient(app) as client:
+                response = client.post("/", json=body)
+            outcome = (response.status_code, re.findall(r'"type":"(\w+)"', response.text))
+    except Exception as exc:
+        outcome = repr(exc)
+    events = comparable(store.history("t"))
+    agent.close()
+    store.close()
+    return outcome, events, len(runs)
+
+
+@settings(
+    max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    fault=FAULTS, path=st.sampled_from(["run", "resume", "astream", "agui"]), fails=st.booleans()
+)
+def test_a_run_whose_tracer_fails_goes_on_as_an_untraced_one(
+    tmp_path_factory: pytest.TempPathFactory,
+    caplog: pytest.LogCaptureFixture,
+    fault: Fault,
+    path: str,
+    fails: bool,
+) -> None:
+    """Property: whichever OpenTelemetry hook raises (the tracer provider's get_tracer,
+    a sampler, a span processor's on_start or on_end, a span's set_attribute) on
+    whichever span (the run's, a model call's, a tool call's), a run, a resume after a
+    review, a stream and a run of the AG-UI endpoint return or raise and store what they
+    do untraced, and the tool's effect is recorded; each failure is one warning naming
+    its step, without the exception's text. A span processor raising in on_end after
+    a tool ran failed the run and left the call in doubt (helper-175)."""
+    untraced = _scripted_run(path, fails, None, tmp_path_factory.mktemp("untraced"))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="covonaut_es"):
+        traced = _scripted_run(
+            path, fails, faulty_tracer_provider(fault), tmp_path_factory.mktemp("traced")
+        )
+    assert traced == untraced
+    assert untraced[2] == 1  # the tool ran once, and its result is stored
+    warnings = [r for r in caplog.records if r.name == "covonaut_es.tracing"]
+    assert len(warnings) == fault.fired
+    for record in caplog.records:
+        assert TRACER_SECRET not in record.getMessage()
+    for record in warnings:
+        assert record.levelno == logging.WARNING
+        assert "tracing of its run stopped" in record.getMessage()
+        assert "TracerFault" in record.getMessage()
+
+
+@pytest.mark.parametrize("hook", ["on_start", "on_end"])
+def test_a_run_that_dies_is_not_told_as_its_tracers_failure(hook: str) -> None:
+    """A crash the driver lets through (no ``Exception``) is the run's outcome when the
+    tracer fails as the tool's span starts or as the run's span ends with the crash:
+    the tracer's exception replaced it (helper-175)."""
+
+    def die(ctx: ToolContext, args: dict[str, Any]) -> Any:
+        raise ProcessDied
+
+    tool = Tool("die", "Dies", {"type": "object"}, die)
+    fault = Fault(hook, "execute_tool" if hook == "on_start" else "invoke_agent", 0)
+    agent = Agent(config(faulty_tracer_provider(fault), [call(("c1", "die", "{}"))], tools=[tool]))
+    with pytest.raises(ProcessDied):
+        agent.run("go")
+    assert fault.fired == 1

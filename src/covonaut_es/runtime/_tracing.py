@@ -16,6 +16,11 @@ committed. Message contents, tool arguments and results are attributes only when
 
 A pause records the run's W3C ``traceparent`` (``Interrupt.trace_parent``); the run that
 resumes it, days later maybe, starts a new trace with a link to each paused run's span.
+
+Tracing never changes a run (ADR 0131): every call to OpenTelemetry goes through the run's
+:class:`_Guard`, so that an exception from the tracer provider, a sampler, a span
+processor or an exporter hook is logged once, as a warning naming the step, and tracing
+stops for the rest of the run, which goes on as it would untraced.
 """
 
 from __future__ import annotations
@@ -23,11 +28,12 @@ from __future__ import annotations
 import contextlib
 import json
 import traceback
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import msgspec
 
+from covonaut_es import _logs
 from covonaut_es._text import encodable
 from covonaut_es.domain import AgentThread, Interrupt, PauseKind, RunMode
 from covonaut_es.messages import Message, ProviderRequest, ProviderResponse, Role
@@ -52,9 +58,16 @@ except ImportError:  # the otel extra is not installed: nothing is ever traced
     trace = None  # type: ignore[assignment]
 
 if TYPE_CHECKING:
+    from contextvars import Token
+
     from opentelemetry.context import Context
     from opentelemetry.trace import Link, Span, Tracer
     from opentelemetry.util.types import AttributeValue
+
+logger = _logs.logger("covonaut_es.tracing")
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 SEMCONV_VERSION = "1.37.0"
 """The version of the OpenTelemetry semantic conventions the spans follow."""
@@ -88,6 +101,10 @@ TOOL_ARGUMENTS = "gen_ai.tool.call.arguments"
 TOOL_RESULT = "gen_ai.tool.call.result"
 ERROR_TYPE = "error.type"
 
+# The guard's steps (_Guard) that start and end the spans of an effect.
+_STARTING_CHAT, _ENDING_CHAT = "starting a model call's span", "ending a model call's span"
+_STARTING_TOOL, _ENDING_TOOL = "starting a tool call's span", "ending a tool call's span"
+
 _PROVIDERS = {
     "covonaut_es.providers.openai": "openai",
     "covonaut_es.providers.anthropic": "anthropic",
@@ -95,14 +112,18 @@ _PROVIDERS = {
 
 
 def start_run(config: AgentConfig, thread: AgentThread, mode: RunMode) -> RunTrace | None:
-    """The trace of a run that starts now on ``thread``, or None when nothing traces."""
-    tracer = _tracer(config.tracer_provider)
-    return None if tracer is None else RunTrace(tracer, config, thread, mode)
+    """The trace of a run that starts now on ``thread``, or None when nothing traces
+    (nor when its tracer, or its span, failed to start: the run goes on untraced)."""
+    if trace is None:
+        return None
+    guard = _Guard(thread.thread_id)
+    tracer = guard.call("getting the tracer", _tracer, config.tracer_provider)
+    if tracer is None:
+        return None
+    return guard.call("starting the run's span", RunTrace, tracer, config, thread, mode, guard)
 
 
 def _tracer(provider: Any) -> Tracer | None:
-    if trace is None:
-        return None
     if provider is None:
         provider = trace.get_tracer_provider()
     if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
@@ -120,6 +141,49 @@ def provider_name(provider: object) -> str:
     return _PROVIDERS.get(type(provider).__module__, "_OTHER")
 
 
+class _Guard:
+    """The one way a run's tracing calls OpenTelemetry. The first exception a call raises
+    (of the tracer provider, a sampler, a span processor, an exporter's hook) is logged
+    as a warning naming the step, by the exception's type alone (its text may quote
+    what a span holds); from then on the run's tracing calls nothing (ADR 0131)."""
+
+    def __init__(self, thread_id: str) -> None:
+        self._thread_id = thread_id
+        self.stopped = False
+
+    def call(
+        self, step: str, action: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs
+    ) -> T | None:
+        """``action(*args, **kwargs)``, or None once tracing has stopped or when it raises
+        an ``Exception`` (which stops it)."""
+        if self.stopped:
+            return None
+        try:
+            return action(*args, **kwargs)
+        except Exception as exc:
+            self._stop(step, exc)
+            return None
+
+    def detach(self, token: Token[Context]) -> None:
+        """Restore the context ``token`` was given for, even once tracing has stopped: a
+        span left current would be the parent of what the driving thread does next."""
+        try:
+            otel_context.detach(token)
+        except Exception as exc:
+            self._stop("restoring the context", exc)
+
+    def _stop(self, step: str, error: Exception) -> None:
+        if not self.stopped:
+            self.stopped = True
+            logger.warning(
+                "thread %r: tracing of its run stopped %s (OpenTelemetry raised %s); "
+                "the run goes on untraced",
+                self._thread_id,
+                step,
+                type(error).__qualname__,
+            )
+
+
 class RunTrace:
     """The spans of one run: its ``invoke_agent`` span, started on construction and
     ended when the program it traces ends.
@@ -129,9 +193,15 @@ class RunTrace:
     """
 
     def __init__(
-        self, tracer: Tracer, config: AgentConfig, thread: AgentThread, mode: RunMode
+        self,
+        tracer: Tracer,
+        config: AgentConfig,
+        thread: AgentThread,
+        mode: RunMode,
+        guard: _Guard,
     ) -> None:
         self._tracer = tracer
+        self._guard = guard
         self._thread = thread
         self._content = config.trace_content
         settings = config.checkpoint
@@ -180,15 +250,19 @@ class RunTrace:
         provider's client or a tool makes on the driving thread belong to its trace; and
         end the trace with any exception the driver lets through (one that is no
         ``Exception``, never thrown into the program)."""
-        # Failures are recorded by _end(), which knows whether content may be.
-        with trace.use_span(
-            self._span, end_on_exit=False, record_exception=False, set_status_on_exception=False
-        ):
-            try:
-                yield
-            except BaseException as exc:
-                self._end(exc)
-                raise
+        # As trace.use_span does; failures are recorded by _end(), which knows whether
+        # content may be.
+        token = self._guard.call(
+            "making the run's span current", otel_context.attach, self._context
+        )
+        try:
+            yield
+        except BaseException as exc:
+            self._end(exc)
+            raise
+        finally:
+            if token is not None:
+                self._guard.detach(token)
 
     def traced(self, program: Program) -> Program:
         """``program``, observed: it yields the same effects and gets the same results,
@@ -197,9 +271,10 @@ class RunTrace:
         A run its sampler left out is not observed: the SDK's samplers leave its calls
         out too (they follow the parent's decision or the trace id's), and starting
         their spans would cost every turn for nothing recorded (ADR 0039)."""
-        if not self._span.is_recording():
+        if not self._guard.call("asking whether the run is sampled", self._span.is_recording):
             self._ended = True
             return (yield from program)
+        guard = self._guard
         reply: Any = None
         error: Exception | None = None
         try:
@@ -214,23 +289,31 @@ class RunTrace:
                 # without the calls the other effects go through.
                 commit = type(effect) is Commit
                 if commit:
-                    self._note_events()
+                    guard.call("noting the thread's events", self._note_events)
                     current = None
                 else:
-                    current = self._before(effect)
+                    chat = type(effect) is Complete
+                    current = guard.call(
+                        _STARTING_CHAT if chat else _STARTING_TOOL, self._before, effect
+                    )
                 # The span of a model call or of a lone tool call is the current one while
                 # the driver performs it, so that the spans its client or the tool makes
                 # on the driving thread (or a task or worker thread it starts) are its
                 # children. Not detached on a BaseException: driving() resets the context.
-                token = None if current is None else otel_context.attach(current)
+                token = (
+                    None
+                    if current is None
+                    else guard.call("making a call's span current", otel_context.attach, current)
+                )
                 try:
                     reply, error = (yield effect), None
                 except Exception as exc:  # the effect failed: the program decides what then
                     reply, error = None, exc
                 if token is not None:
-                    otel_context.detach(token)
+                    guard.detach(token)
                 if not commit:
-                    self._after(effect, reply, error)
+                    step = _ENDING_CHAT if chat else _ENDING_TOOL
+                    guard.call(step, self._after, effect, reply, error)
         except BaseException as exc:
             self._end(exc)
             raise
@@ -380,6 +463,9 @@ class RunTrace:
         if self._ended:  # by the driver's exception, then by closing the program
             return
         self._ended = True
+        self._guard.call("ending the run's spans", self._close, error)
+
+    def _close(self, error: BaseException | None) -> None:
         self._note_events()
         unfinished = error or _Unfinished("the run ended before this operation did")
         if self._chat is not None:
