@@ -40,6 +40,7 @@ from covonaut_es.errors import (
     ScriptExhaustedError,
     ThreadStateError,
     ToolArgumentsLimitError,
+    ToolInDoubtError,
 )
 from covonaut_es.messages import ToolCall, Usage
 from covonaut_es.runtime import SummarizingCompactor
@@ -661,3 +662,80 @@ def test_a_tool_returning_a_str_subclass_is_recorded_as_its_text() -> None:
     assert agent.run("go") == "done"
     (result,) = [m for m in store.load("t").messages if m.tool_call_id == "c1"]
     assert type(result.content) is str and result.content == "<b>ok</b>"
+
+
+_TEXT_FAULTS = st.sampled_from(
+    [
+        *(RuntimeError, TypeError, ValueError, KeyError, AttributeError, RecursionError),
+        *(MemoryError, UnicodeError, ZeroDivisionError, OSError, ProviderError, ToolInDoubtError),
+    ]
+)
+
+
+def _unshowable(base: type[Exception], fault: type[Exception] | None) -> Exception:
+    """An instance of a subclass of ``base`` whose ``__str__`` and ``__repr__`` raise
+    ``fault``, or give no string if ``fault`` is None."""
+
+    def text(self: Exception) -> Any:
+        if fault is None:
+            return 42
+        raise fault("the text exploded")
+
+    return type("Unshowable", (base,), {"__str__": text, "__repr__": text})()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    fault=st.none() | _TEXT_FAULTS,
+    base=st.sampled_from([RuntimeError, ValueError, ToolInDoubtError]),
+    parallel=st.booleans(),
+    bad_first=st.booleans(),
+)
+def test_a_tool_exception_whose_text_raises_is_still_its_error_result(
+    fault: type[Exception] | None, base: type[Exception], parallel: bool, bad_first: bool
+) -> None:
+    """Property: a tool exception whose __str__ raises (any kind of exception) or gives no
+    string is recorded as the call's error, named by its class, and the other call's
+    result is kept, in sequential and parallel mode. Its text was formatted unguarded: run()
+    raised the formatting error untyped, and both calls were left in doubt, the one that
+    never ran and, in parallel mode, the one whose result had come back (helper-173)."""
+    store = open_store("memory://")
+    ran: list[str] = []
+
+    def bad(ctx: ToolContext, args: dict[str, Any]) -> Any:
+        raise _unshowable(base, fault)
+
+    def good(ctx: ToolContext, args: dict[str, Any]) -> Any:
+        ran.append(ctx.tool_call_id)
+        return "ok"
+
+    calls = [("c1", "bad", "{}"), ("c2", "good", "{}")]
+    tools = [Tool("bad", "Bad", OBJECT_SCHEMA, bad), Tool("good", "Good", OBJECT_SCHEMA, good)]
+    script = [call(*(calls if bad_first else calls[::-1])), answer("done")]
+    agent = agent_on(store, script, tools=tools, parallel_tools=parallel)
+    if base is ToolInDoubtError:  # the run pauses on the call in doubt; a later one waits
+        agent.run("go")
+        assert [c.call.id for c in agent.in_doubt] == ["c1"]
+        assert ran == (["c2"] if parallel or not bad_first else [])
+        assert outcomes(store) == {"c2": ToolOutcome.SUCCEEDED if ran else ToolOutcome.NOT_EXECUTED}
+        return
+    assert agent.run("go") == "done"
+    assert agent.in_doubt == ()
+    assert "Unshowable whose text cannot be shown" in tool_results(agent)["c1"]
+    assert ran == ["c2"] and tool_results(agent)["c2"] == "ok"
+
+
+@settings(max_examples=20, deadline=None)
+@given(fault=st.none() | _TEXT_FAULTS)
+def test_a_provider_exception_whose_text_raises_fails_the_run_typed(
+    fault: type[Exception] | None,
+) -> None:
+    """Property: a provider exception whose __str__ raises or gives no string fails the run
+    with ProviderError, recorded as a RunFailed naming its class; the formatting error
+    escaped untyped, and the failure went unrecorded (helper-173)."""
+    store = open_store("memory://")
+    agent = agent_on(store, [_unshowable(RuntimeError, fault)])
+    with pytest.raises(ProviderError, match="Unshowable whose text cannot be shown"):
+        agent.run("go")
+    (failed,) = [e for e in store.history("t") if isinstance(e, AgentThread.RunFailed)]
+    assert failed.error_type == "Unshowable"

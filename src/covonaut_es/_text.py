@@ -135,3 +135,23 @@ def whole_number(text: str, *, most_digits: int) -> int | None:
     if not (text.isascii() and text.isdigit()) or len(text) > most_digits:
         return None
     return int(text)
+
+
+def exception_text(error: BaseException) -> str:
+    """The text of ``error``, an exception from code outside the library (a tool, a
+    provider, an upcaster, a callback): its ``__str__`` is that code too, and may raise
+    or give something other than a string. Such an exception is named by its class, so
+    that telling what went wrong never raises in its place (a KeyboardInterrupt or
+    SystemExit from it goes on)."""
+    try:
+        return str.__str__(str(error))
+    except Exception as exc:
+        return (
+            f"<{type(error).__qualname__} whose text cannot be shown: its __str__ raised "
+            f"{type(exc).__qualname__}>"
+        )
+
+
+def exception_line(error: BaseException) -> str:
+    """``error`` as ``"ClassName: text"``, its text as :func:`exception_text` gives it."""
+    return f"{type(error).__name__}: {exception_text(error)}"

@@ -16,6 +16,7 @@ from typing import Any
 
 import attrs
 
+from covonaut_es._text import exception_line
 from covonaut_es.errors import (
     ConfigurationError,
     CovonautError,
@@ -182,7 +183,7 @@ class Schema:
         except Exception as exc:
             msg = (
                 f"{where}: the {self.name} upcaster for {step} -> {step + 1} failed: "
-                f"{type(exc).__name__}: {exc}"
+                f"{exception_line(exc)}"
             )
             raise UpcasterError(msg) from exc
         if not isinstance(upgraded, dict):

@@ -16,6 +16,7 @@ from typing import Any
 import attrs
 import msgspec
 
+from covonaut_es._text import exception_line, exception_text
 from covonaut_es.domain import (
     AgentThread,
     CheckpointReason,
@@ -154,7 +155,8 @@ class ToolReport:
         error result the model reads."""
         call = prepared.call
         if isinstance(error, ToolInDoubtError):
-            return cls(call.id, ToolOutcome.FAILED, "", in_doubt=str(error) or "no reason given")
+            reason = exception_text(error) or "no reason given"
+            return cls(call.id, ToolOutcome.FAILED, "", in_doubt=reason)
         if isinstance(error, InterruptError):
             try:
                 # Round-trip the data so the live state equals the state replayed later;
@@ -170,7 +172,7 @@ class ToolReport:
                 "decision; you will be told the outcome."
             )
             return cls(call.id, ToolOutcome.INTERRUPTED, content, interrupt)
-        content = f"Error: tool {call.name!r} failed: {type(error).__name__}: {error}"
+        content = f"Error: tool {call.name!r} failed: {exception_line(error)}"
         # An exception's text may hold a lone surrogate, which could not be stored.
         content = content.encode("utf-8", "backslashreplace").decode("utf-8")
         return cls(call.id, ToolOutcome.FAILED, content, error_type=type(error).__qualname__)
@@ -352,7 +354,7 @@ def _ask(
         yield from _record_failure(thread, exc, clock, unstarted=unstarted)
         if isinstance(exc, CovonautError):
             raise
-        msg = f"the model provider failed: {type(exc).__name__}: {exc}"
+        msg = f"the model provider failed: {exception_line(exc)}"
         raise ProviderError(msg) from exc
     return response
 
@@ -383,7 +385,7 @@ def _record_failure(
     counts."""
     if unstarted:
         thread.start_turn(now=clock())
-    thread.fail(type(exc).__name__, str(exc), now=clock())
+    thread.fail(type(exc).__name__, exception_text(exc), now=clock())
     yield Commit(always=True)
 
 

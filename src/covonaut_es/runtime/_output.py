@@ -18,6 +18,7 @@ import msgspec
 
 from covonaut_es._schema import ArgumentsValidator, compile_schema, validation_error
 from covonaut_es._strict_json import FOR_THE_MODEL, strict_loads
+from covonaut_es._text import exception_text
 from covonaut_es.domain import TypedOutput
 from covonaut_es.errors import ConfigurationError, OutputValidationError
 from covonaut_es.messages import JsonValue, OutputSpec
@@ -126,7 +127,7 @@ class OutputShape:
         try:
             value = msgspec.to_builtins(self._converted(value))
         except (msgspec.MsgspecError, TypeError, ValueError) as exc:
-            msg = _clipped(f"the answer does not match the schema: {exc}")
+            msg = _clipped(f"the answer does not match the schema: {exception_text(exc)}")
             raise AnswerRefused(msg) from exc
         _check_recordable(value)
         recorded = TypedOutput(value)
@@ -154,7 +155,7 @@ class OutputShape:
                 return value
             reason = invalid
         except (msgspec.MsgspecError, TypeError, ValueError) as exc:
-            reason = str(exc)
+            reason = exception_text(exc)
         msg = (
             f"the recorded output does not fit AgentConfig.output_type {self._type_name()}: "
             f"{_clipped(reason)}; read it as JSON data from state.output, or configure the "

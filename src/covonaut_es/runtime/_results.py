@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 import attrs
 
+from covonaut_es._text import exception_line
 from covonaut_es.domain import AgentThread, PauseKind, awaiting_a_person
 
 RunStatus = Literal["finished", "paused", "failed"]
@@ -84,7 +85,7 @@ def failed(thread: AgentThread | None, error: Exception) -> RunResult:
     """The result of a run command that raised ``error``; ``thread``, if still held,
     says what waits (calls in doubt that kept the run from starting, say)."""
     waiting = waiting_in(thread) if thread is not None else ()
-    return RunResult("failed", waiting=waiting, error=f"{type(error).__name__}: {error}")
+    return RunResult("failed", waiting=waiting, error=exception_line(error))
 
 
 def waiting_in(thread: AgentThread) -> tuple[Waiting, ...]:

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 import msgspec
 
 from covonaut_es import _logs
-from covonaut_es._text import encodable
+from covonaut_es._text import encodable, exception_text
 from covonaut_es.domain import AgentThread, Interrupt, PauseKind, RunMode
 from covonaut_es.messages import Message, ProviderRequest, ProviderResponse, Role
 from covonaut_es.runtime._config import AgentConfig
@@ -498,7 +498,7 @@ def _fail(span: Span, error: BaseException, *, content: bool) -> None:
     if content:  # an exception's text may quote the model, the arguments or a result
         # As record_exception records it, each text as UTF-8 can carry it: an error may
         # quote a lone surrogate the model sent.
-        text = encodable(str(error))
+        text = encodable(exception_text(error))
         span.add_event(
             "exception",
             {

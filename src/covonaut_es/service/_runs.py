@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import cast
 
+from covonaut_es._text import exception_text
 from covonaut_es.domain import AgentThread, ThreadStatus
 from covonaut_es.errors import (
     LeaseLostError,
@@ -141,7 +142,7 @@ class RunSession:
         thread = self.thread
         if thread.status is not ThreadStatus.RUNNING or thread.version <= self._began:
             return []
-        thread.fail(type(error).__name__, str(error), now=now)
+        thread.fail(type(error).__name__, exception_text(error), now=now)
         return self.commit()
 
     def rest(self) -> None:
