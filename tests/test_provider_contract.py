@@ -8,15 +8,23 @@ What only one vendor does is tested in that vendor's own test file.
 
 from __future__ import annotations
 
+import copy
 import importlib
+import logging
+import re
 import socket
+import string
 import subprocess
 import sys
+import traceback
 from types import ModuleType
 from typing import Any
+from urllib.parse import quote, quote_plus
 
 import msgspec
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import anthropic_wire
 import covonaut_es
@@ -24,6 +32,7 @@ import openai_wire
 from covonaut_es import (
     Agent,
     AgentConfig,
+    CheckpointSettings,
     Message,
     ProviderResponse,
     RetryPolicy,
@@ -31,19 +40,22 @@ from covonaut_es import (
     TextDelta,
     Tool,
     ToolCallDelta,
+    open_store,
 )
 from covonaut_es.errors import (
     ConfigurationError,
     ProviderConnectionError,
+    ProviderError,
     ProviderRateLimitError,
     ProviderRequestError,
     ProviderServerError,
 )
 from covonaut_es.messages import StreamDelta
 from covonaut_es.providers import collect_stream
+from covonaut_es.providers._secrets import Secrets
 from covonaut_es.tools import ToolContext
 from provider_wire import SYSTEM, WEATHER, WEATHER_BY_CITY, WEATHER_SCHEMA, VendorWire, ask
-from wire_server import WireServer, json_reply
+from wire_server import WireServer, json_reply, sse_reply
 
 
 @pytest.fixture(params=[openai_wire, anthropic_wire], ids=["openai", "anthropic"])
@@ -395,3 +407,91 @@ def test_an_agent_streams_each_turn_through_the_adapter(
         (streamed.content, streamed.tool_calls),
         (output, ()),
     ]
+
+
+# Secrets -------------------------------------------------------------------------------
+
+_KEY_ALPHABET = string.ascii_letters + string.digits + "-_.~+/="
+
+
+def _shown(key: str, form: str, piece: tuple[int, int]) -> str:
+    """The key as an API might echo it: as sent, percent-encoded, or a piece of it."""
+    start = piece[0] % (len(key) - 8)
+    return {
+        "raw": key,
+        "quoted": quote(key, safe=""),
+        "quoted-lower": re.sub("%..", lambda m: m.group().lower(), quote(key, safe="")),
+        "quoted-plus": quote_plus(key),
+        "piece": key[start : start + 8 + piece[1] % (len(key) - start - 7)],
+    }[form]
+
+
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    key=st.text(_KEY_ALPHABET, min_size=16, max_size=48).map(lambda tail: f"sk-{tail}"),
+    form=st.sampled_from(["raw", "quoted", "quoted-lower", "quoted-plus", "piece"]),
+    piece=st.tuples(st.integers(0, 99), st.integers(0, 99)),
+    status=st.sampled_from([401, 403, 429, 500, None]),
+)
+def test_an_api_key_the_vendor_echoes_is_hidden_everywhere(
+    wire: VendorWire,
+    caplog: pytest.LogCaptureFixture,
+    key: str,
+    form: str,
+    piece: tuple[int, int],
+    status: int | None,
+) -> None:
+    """Property: an API key the vendor repeats in its error (a 401, 403, 429 or 500 body,
+    or an error event in a stream, None here), as sent, percent-encoded or in part, is
+    in no text of the raised error's chain, no log record and no stored event. It went
+    verbatim into the typed error, the retry warning and the thread's RunFailed
+    (helper-173)."""
+    caplog.clear()
+    shown = _shown(key, form, piece)
+    body = copy.deepcopy(wire.RATE_LIMITED)
+    body["error"]["message"] = f"Incorrect API key provided: {shown}."
+    if status is None:  # an error event in a stream
+        reply = sse_reply([("error" if wire.SDK == "anthropic" else None, body)])
+    else:
+        reply = json_reply(body, status=status)
+    store = open_store("memory://")
+    with WireServer() as server, caplog.at_level(logging.DEBUG, logger="covonaut_es"):
+        server.reply(reply, reply)
+        retry = RetryPolicy(max_attempts=2)
+        with wire.provider(server.url, api_key=key, retry=retry, sleep=lambda _: None) as p:
+            agent = Agent(
+                AgentConfig(
+                    provider=p,
+                    model=wire.MODEL,
+                    checkpoint=CheckpointSettings(store=store, thread_id="t"),
+                    on_delta=(lambda _: None) if status is None else None,
+                )
+            )
+            with pytest.raises(ProviderError) as caught:
+                agent.run("hi")
+    chain = "".join(traceback.format_exception(caught.value))
+    stored = [repr(vars(event)) for event in store.history("t")]
+    logged = [record.getMessage() for record in caplog.records]
+    assert any("Incorrect API key" in text for text in stored)
+    for text in (chain, *logged, *stored):
+        assert key not in text and shown not in text
+    assert "Incorrect API key provided: ***" in str(caught.value)
+
+
+def test_the_secrets_of_a_clients_base_url_and_headers_are_hidden() -> None:
+    """A password or a query value in the client's base URL, and a header the caller
+    gave that looks like a credential, are hidden like the API key (helper-173)."""
+    import openai
+
+    client = openai.OpenAI(
+        api_key="sk-the-api-key-1",
+        base_url="https://gw:url-password-2@gateway.example/v1?api-key=query-key-3",
+        default_headers={"X-Gateway-Token": "header-token-4", "X-Trace": "trace-value-5"},
+    )
+    secrets = Secrets.of_client(client)
+    text = "sk-the-api-key-1 url-password-2 query-key-3 header-token-4 trace-value-5"
+    assert secrets.hide(text) == "*** *** *** *** trace-value-5"

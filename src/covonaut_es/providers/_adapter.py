@@ -24,6 +24,7 @@ from covonaut_es.providers._retry import (
     connection_error,
     error_for_status,
 )
+from covonaut_es.providers._secrets import Secrets
 
 T = TypeVar("T")
 StatusErrorT = TypeVar("StatusErrorT", bound=Exception)
@@ -88,21 +89,23 @@ class Vendor(Generic[StatusErrorT]):
         return self.finish_reasons.get(reason, reason)
 
     @contextlib.contextmanager
-    def translated_errors(self) -> Iterator[None]:
-        """Raise the SDK's errors as the library's typed provider errors."""
-        try:
-            yield
-        except self.errors.status as exc:
-            failure = self.http_failure(exc)
-            raise error_for_status(
-                self.name, failure.status_code, failure.detail, failure.headers
-            ) from exc
-        except self.errors.connection as exc:
-            # The SDKs' errors carry their message as their only argument.
-            raise connection_error(self.name, str(exc)) from exc
-        except self.errors.base as exc:
-            msg = f"the {self.name} SDK failed: {type(exc).__name__}: {exc}"
-            raise ProviderError(msg) from exc
+    def translated_errors(self, secrets: Secrets) -> Iterator[None]:
+        """Raise the SDK's errors as the library's typed provider errors, ``secrets``
+        hidden in their text and in that of the SDK's errors they are raised from."""
+        with secrets.hidden():
+            try:
+                yield
+            except self.errors.status as exc:
+                failure = self.http_failure(exc)
+                raise error_for_status(
+                    self.name, failure.status_code, failure.detail, failure.headers
+                ) from exc
+            except self.errors.connection as exc:
+                # The SDKs' errors carry their message as their only argument.
+                raise connection_error(self.name, str(exc)) from exc
+            except self.errors.base as exc:
+                msg = f"the {self.name} SDK failed: {type(exc).__name__}: {exc}"
+                raise ProviderError(msg) from exc
 
     def tool_call_id(self, message: Message, answered: str) -> str:
         """The id of the call a tool message answers.
@@ -192,15 +195,16 @@ class SdkAdapter(Closing, Generic[ClientT]):
         self._owns_client = client is None
         if client is None:
             self._client = _build(vendor, sdk_client, settings)
-            return
-        if settings != ClientSettings(None, None, None):
+        elif settings != ClientSettings(None, None, None):
             msg = (
                 f"{type(self).__name__} got a client and also api_key, base_url or timeout: "
                 "configure the client itself, or pass the settings without a client"
             )
             raise ConfigurationError(msg)
-        # A copy that shares the caller's connections but never retries by itself.
-        self._client = client.with_options(max_retries=0)
+        else:
+            # A copy that shares the caller's connections but never retries by itself.
+            self._client = client.with_options(max_retries=0)
+        self._secrets = Secrets.of_client(self._client)
 
     def close(self) -> None:
         """Close the client's connections, unless the client was passed in."""
@@ -211,10 +215,15 @@ class SdkAdapter(Closing, Generic[ClientT]):
         """Make one API call under the retry policy, with the SDK's errors typed."""
 
         def attempt() -> T:
-            with self._vendor.translated_errors():
+            with self._translated_errors():
                 return call()
 
         return call_with_retry(attempt, self.retry, sleep=self._sleep)
+
+    def _translated_errors(self) -> contextlib.AbstractContextManager[None]:
+        """The SDK's errors raised as typed provider errors, the client's secrets hidden
+        in their text (see :meth:`Vendor.translated_errors`)."""
+        return self._vendor.translated_errors(self._secrets)
 
 
 def _build(

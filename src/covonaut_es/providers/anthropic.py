@@ -199,7 +199,7 @@ class AnthropicProvider(SdkAdapter[anthropic.Anthropic]):
         model = ""
         with (
             self._call(create) as events,
-            _VENDOR.translated_errors(),
+            self._translated_errors(),
         ):
             for event in events:
                 if event.type == "message_start":

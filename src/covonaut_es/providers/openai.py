@@ -178,7 +178,7 @@ class OpenAIProvider(SdkAdapter[openai.OpenAI]):
         model = ""
         with (
             self._call(create) as chunks,
-            _VENDOR.translated_errors(),
+            self._translated_errors(),
         ):
             for chunk in chunks:
                 usage = _usage(chunk.usage) or usage

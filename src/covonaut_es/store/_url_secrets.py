@@ -24,9 +24,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from urllib.parse import unquote
 
+from covonaut_es._text import exception_text
 from covonaut_es.errors import CovonautError
 
 _URL_DELIMITERS = re.compile(r"[@/?#&=,:\s]+")  # ":" ends a host before its port
@@ -60,8 +61,8 @@ def scrub(text: str, url: str) -> str:
 def secrets_hidden(url: str) -> Iterator[None]:
     """Around an open of ``url``: an error whose message, or that of an error it was
     raised from or during, shows a secret of the URL (a driver's text about a host or an
-    option it read from a malformed URL) has its text scrubbed before it goes on, as
-    each error of its chain does (one whose text cannot be replaced is cut from it).
+    option it read from a malformed URL) has its chain scrubbed before it goes on (see
+    :func:`scrub_chain`).
 
     Raises:
         CovonautError: What the open raised, scrubbed.
@@ -69,17 +70,23 @@ def secrets_hidden(url: str) -> Iterator[None]:
     try:
         yield
     except CovonautError as exc:
-        earlier: BaseException | None = None
-        link: BaseException | None = exc
-        while link is not None:
-            if (scrubbed := scrub(str(link), url)) != str(link):
-                link.args = (scrubbed,)
-                if earlier is not None and scrub(str(link), url) != str(link):
-                    # Its text is not its args: the chain ends before it.
-                    earlier.__cause__, earlier.__suppress_context__ = None, True
-                    break
-            earlier, link = link, link.__cause__ or link.__context__
+        scrub_chain(exc, functools.partial(scrub, url=url))
         raise
+
+
+def scrub_chain(error: BaseException, scrubbed: Callable[[str], str]) -> None:
+    """Replace the text of ``error``, and of each error it was raised from or during, by
+    ``scrubbed`` of it, where that differs; an error whose text is not its args (its
+    text cannot be replaced) is cut from the chain, with the errors behind it."""
+    earlier: BaseException | None = None
+    link: BaseException | None = error
+    while link is not None:
+        if (hidden := scrubbed(exception_text(link))) != exception_text(link):
+            link.args = (hidden,)
+            if earlier is not None and scrubbed(exception_text(link)) != exception_text(link):
+                earlier.__cause__, earlier.__suppress_context__ = None, True
+                break
+        earlier, link = link, link.__cause__ or link.__context__
 
 
 def _hidden(text: str, url: str) -> str:
