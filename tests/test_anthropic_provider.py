@@ -14,7 +14,7 @@ from pydantic import TypeAdapter
 import anthropic_wire
 from anthropic_wire import PARIS, block_start, block_stop, message, partial_json, usage_body
 from covonaut_es import Agent, AgentConfig, Message, Role, Tool, ToolContext
-from covonaut_es.errors import ProviderServerError
+from covonaut_es.errors import ProviderError, ProviderServerError
 from covonaut_es.messages import OutputSpec, Usage
 from covonaut_es.providers import collect_stream
 from covonaut_es.providers.anthropic import AnthropicProvider
@@ -69,6 +69,28 @@ def test_usage_counts_cached_input(server: WireServer, provider: AnthropicProvid
     tokens["cache_creation_input_tokens"] = 20
     server.reply(json_reply(message([{"type": "text", "text": "Hi"}], "end_turn", tokens)))
     assert provider.complete(ask(anthropic_wire)).usage == Usage(input_tokens=420, output_tokens=7)
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["complete", "stream"])
+@pytest.mark.parametrize("field", ["cache_read_input_tokens", "cache_creation_input_tokens"])
+def test_a_negative_cache_count_refuses_the_response(
+    server: WireServer, provider: AnthropicProvider, field: str, streamed: bool
+) -> None:
+    """A negative count of cached prompt tokens refuses the response with ProviderError
+    naming it; it was subtracted from the input tokens, unseen (helper-173)."""
+    tokens = usage_body(100, 7)
+    tokens[field] = -30
+    answer = message([{"type": "text", "text": "Hi"}], "end_turn", tokens)
+    if streamed:
+        start = {**answer, "content": [], "stop_reason": None}
+        server.reply(sse_reply([("message_start", {"type": "message_start", "message": start})]))
+    else:
+        server.reply(json_reply(answer))
+    with pytest.raises(ProviderError, match=f"-30 as usage.{field}"):
+        if streamed:
+            collect_stream(provider.stream(ask(anthropic_wire)))
+        else:
+            provider.complete(ask(anthropic_wire))
 
 
 def test_max_tokens_defaults_to_the_providers(server: WireServer) -> None:

@@ -50,7 +50,7 @@ from covonaut_es.errors import (
     ProviderRequestError,
     ProviderServerError,
 )
-from covonaut_es.messages import StreamDelta
+from covonaut_es.messages import MAX_TOKEN_COUNT, StreamDelta, Usage
 from covonaut_es.providers import collect_stream
 from covonaut_es.providers._secrets import Secrets
 from covonaut_es.tools import ToolContext
@@ -495,3 +495,32 @@ def test_the_secrets_of_a_clients_base_url_and_headers_are_hidden() -> None:
     secrets = Secrets.of_client(client)
     text = "sk-the-api-key-1 url-password-2 query-key-3 header-token-4 trace-value-5"
     assert secrets.hide(text) == "*** *** *** *** trace-value-5"
+
+
+# Usage ---------------------------------------------------------------------------------
+
+_COUNTS = (
+    st.integers(0, MAX_TOKEN_COUNT)
+    | st.integers(-(2**70), -1)
+    | st.integers(MAX_TOKEN_COUNT + 1, 2**70)
+    | st.sampled_from([-1, 0, MAX_TOKEN_COUNT, MAX_TOKEN_COUNT + 1, 2**64])
+)
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(counts=st.tuples(_COUNTS, _COUNTS))
+def test_a_token_count_out_of_bounds_refuses_the_response(
+    wire: VendorWire, server: WireServer, provider: Any, counts: tuple[Any, Any]
+) -> None:
+    """Property: a response whose token counts are whole numbers from 0 to MAX_TOKEN_COUNT
+    is taken with them; any other count (negative, past the bound, not a whole number)
+    refuses it with ProviderError naming the field. A negative count was recorded as
+    given, and the thread's total went negative (helper-173)."""
+    server.reply(wire.finished(wire.FINISH_REASONS["stop"][0], counts))
+    if all(0 <= count <= MAX_TOKEN_COUNT for count in counts):
+        assert provider.complete(ask(wire)).usage == Usage(*counts)
+        return
+    with pytest.raises(ProviderError, match=r"as usage\.\w+_tokens; a token count is"):
+        provider.complete(ask(wire))

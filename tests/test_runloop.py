@@ -42,7 +42,7 @@ from covonaut_es.errors import (
     ToolArgumentsLimitError,
     ToolInDoubtError,
 )
-from covonaut_es.messages import ToolCall, Usage
+from covonaut_es.messages import MAX_TOKEN_COUNT, ToolCall, Usage
 from covonaut_es.runtime import SummarizingCompactor
 from covonaut_es.runtime._compaction import SUMMARY_PREFIX, context_messages
 from covonaut_es.runtime._loop import FINAL_TURN_INSTRUCTION
@@ -309,6 +309,31 @@ def test_usage_accumulates(store: Store) -> None:
     agent.run("two")
     assert agent.usage == Usage(7, 7)
     assert agent.usage.total_tokens == 14
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    counts=st.tuples(
+        st.integers(-(2**70), 2**70) | st.sampled_from([-1, MAX_TOKEN_COUNT, MAX_TOKEN_COUNT + 1]),
+        st.integers(0, 100),
+    )
+)
+def test_a_providers_token_count_out_of_bounds_fails_the_run(counts: tuple[int, int]) -> None:
+    """Property: whatever provider answers, a response whose token counts are from 0 to
+    MAX_TOKEN_COUNT is recorded with them; one with a count below or past them fails the
+    run with ProviderError, recorded, and the thread's total never goes negative. It was
+    recorded as given (helper-173)."""
+    store = open_store("memory://")
+    usage = Usage(*counts)
+    agent = agent_on(store, [ProviderResponse(content="hi", usage=usage, finish_reason="stop")])
+    if 0 <= counts[0] <= MAX_TOKEN_COUNT:
+        assert agent.run("go") == "hi"
+        assert agent.usage == usage
+        return
+    with pytest.raises(ProviderError, match="input_tokens"):
+        agent.run("go")
+    assert agent.usage == Usage()
+    assert isinstance(store.history("t")[-1], AgentThread.RunFailed)
 
 
 def test_compaction_summarizes_without_destroying_history(store: Store) -> None:

@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from covonaut_es.errors import ProviderError
+
 JsonValue = Any
 """A value that ``msgspec.json`` can encode: None, bool, int, float, str, list, dict."""
 
@@ -59,8 +61,34 @@ class Message(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     usage: Usage | None = None
 
 
+MAX_TOKEN_COUNT = 2**53 - 1
+"""The largest token count one response may report: the largest whole number every JSON
+reader holds exactly, so that a thread's total stays storable."""
+
+
+def token_count(value: object, field: str) -> int:
+    """``value``, a token count a provider reported as ``field``, once it is known to be
+    a whole number from 0 to :data:`MAX_TOKEN_COUNT`.
+
+    Raises:
+        ProviderError: It is not: the response is refused, as a provider's failure.
+    """
+    if type(value) is int and 0 <= value <= MAX_TOKEN_COUNT:
+        return value
+    if type(value) is not int:
+        shown = f"a value of type {type(value).__name__}"
+    else:  # a number too long for str() to convert is named by its size
+        shown = str(value) if value.bit_length() <= 64 else f"a {value.bit_length()}-bit number"
+    msg = (
+        f"the model provider reported {shown} as {field}; a token count is a whole number "
+        f"from 0 to {MAX_TOKEN_COUNT}, so the response is refused"
+    )
+    raise ProviderError(msg)
+
+
 class Usage(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
-    """Token usage reported by a provider; usages add up."""
+    """Token usage reported by a provider; usages add up. A provider's response holds
+    counts from 0 to :data:`MAX_TOKEN_COUNT` (see :func:`token_count`)."""
 
     input_tokens: int = 0
     output_tokens: int = 0

@@ -25,6 +25,7 @@ from covonaut_es.messages import (
     ToolCallDelta,
     ToolSpec,
     Usage,
+    token_count,
 )
 from covonaut_es.providers._adapter import (
     ClientSettings,
@@ -38,6 +39,7 @@ from covonaut_es.providers._retry import RetryPolicy
 if TYPE_CHECKING:
     from anthropic.types import Message as AnthropicMessage
     from anthropic.types import (
+        MessageDeltaUsage,
         MessageParam,
         RawMessageStreamEvent,
         TextBlockParam,
@@ -174,7 +176,7 @@ class AnthropicProvider(SdkAdapter[anthropic.Anthropic]):
         return ProviderResponse(
             content="".join(text),
             tool_calls=tuple(calls),
-            usage=Usage(_input_tokens(message.usage), message.usage.output_tokens),
+            usage=Usage(_input_tokens(message.usage), _output_tokens(message.usage)),
             finish_reason=_VENDOR.finish_reason(message.stop_reason),
             model=message.model or "",
         )
@@ -204,7 +206,7 @@ class AnthropicProvider(SdkAdapter[anthropic.Anthropic]):
             for event in events:
                 if event.type == "message_start":
                     input_tokens = _input_tokens(event.message.usage)
-                    output_tokens = event.message.usage.output_tokens
+                    output_tokens = _output_tokens(event.message.usage)
                     model = event.message.model or ""
                 elif event.type == "content_block_start":
                     block = event.content_block
@@ -237,7 +239,7 @@ class AnthropicProvider(SdkAdapter[anthropic.Anthropic]):
                         calls.append(ToolCall(call_id, name, _streamed_arguments(pieces)))
                 elif event.type == "message_delta":
                     # The usage in message_delta is cumulative.
-                    output_tokens = event.usage.output_tokens
+                    output_tokens = _output_tokens(event.usage)
                     finish_reason = _VENDOR.finish_reason(event.delta.stop_reason) or finish_reason
         usage = None if input_tokens is None else Usage(input_tokens, output_tokens)
         yield StreamDelta(
@@ -373,7 +375,11 @@ def _streamed_arguments(pieces: Sequence[str]) -> str:
 def _input_tokens(usage: AnthropicUsage) -> int:
     # Anthropic counts cached prompt tokens apart from input_tokens (OpenAI's prompt
     # tokens include them); older SDKs lack the fields, hence getattr.
-    cached = (getattr(usage, "cache_creation_input_tokens", None) or 0) + (
-        getattr(usage, "cache_read_input_tokens", None) or 0
-    )
-    return usage.input_tokens + int(cached)
+    counts = {"input_tokens": usage.input_tokens}
+    for field in ("cache_creation_input_tokens", "cache_read_input_tokens"):
+        counts[field] = getattr(usage, field, None) or 0
+    return sum(token_count(count, f"usage.{field}") for field, count in counts.items())
+
+
+def _output_tokens(usage: AnthropicUsage | MessageDeltaUsage) -> int:
+    return token_count(usage.output_tokens, "usage.output_tokens")

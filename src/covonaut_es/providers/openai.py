@@ -28,6 +28,7 @@ from covonaut_es.messages import (
     ToolCallDelta,
     ToolSpec,
     Usage,
+    token_count,
 )
 from covonaut_es.providers._adapter import (
     ClientSettings,
@@ -292,4 +293,7 @@ def _piece(fragment: ChoiceDeltaToolCall) -> ToolCallDelta:
 def _usage(usage: CompletionUsage | None) -> Usage | None:
     if usage is None:
         return None
-    return Usage(input_tokens=usage.prompt_tokens, output_tokens=usage.completion_tokens)
+    return Usage(
+        input_tokens=token_count(usage.prompt_tokens, "usage.prompt_tokens"),
+        output_tokens=token_count(usage.completion_tokens, "usage.completion_tokens"),
+    )

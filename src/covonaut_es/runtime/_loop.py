@@ -40,7 +40,14 @@ from covonaut_es.errors import (
     ToolResultError,
     ToolServerError,
 )
-from covonaut_es.messages import Message, ProviderRequest, ProviderResponse, Role, ToolCall
+from covonaut_es.messages import (
+    Message,
+    ProviderRequest,
+    ProviderResponse,
+    Role,
+    ToolCall,
+    token_count,
+)
 from covonaut_es.runtime._compaction import CompactionPlan, context_messages
 from covonaut_es.runtime._config import AgentConfig
 from covonaut_es.runtime._output import AnswerRefused
@@ -399,13 +406,17 @@ def _checked_response(value: object) -> ProviderResponse:
         )
         raise ProviderError(msg)
     try:
-        return msgspec.json.decode(msgspec.json.encode(value), type=ProviderResponse)
+        response = msgspec.json.decode(msgspec.json.encode(value), type=ProviderResponse)
     except (TypeError, ValueError, RecursionError, msgspec.MsgspecError) as exc:
         msg = (
             f"the model provider returned a ProviderResponse that cannot be stored: {exc}; "
             "its fields must have their declared types and hold valid text"
         )
         raise ProviderError(msg) from exc
+    if response.usage is not None:
+        token_count(response.usage.input_tokens, "usage.input_tokens")
+        token_count(response.usage.output_tokens, "usage.output_tokens")
+    return response
 
 
 def _compact(
