@@ -41,12 +41,18 @@ from covonaut_es.errors import (
     ThreadStateError,
     ToolArgumentsLimitError,
     ToolInDoubtError,
+    ToolResultError,
 )
 from covonaut_es.messages import MAX_TOKEN_COUNT, ToolCall, Usage
 from covonaut_es.runtime import SummarizingCompactor
 from covonaut_es.runtime._compaction import SUMMARY_PREFIX, context_messages
 from covonaut_es.runtime._loop import FINAL_TURN_INSTRUCTION
-from covonaut_es.tools import MAX_ARGUMENTS_BYTES, MAX_ARGUMENTS_DEPTH, check_arguments_limits
+from covonaut_es.tools import (
+    MAX_ARGUMENTS_BYTES,
+    MAX_ARGUMENTS_DEPTH,
+    check_arguments_limits,
+    result_text,
+)
 from hostile_text import hostile_text
 from support import OBJECT_SCHEMA, answer, call, call_intents, echo_tool, ticking_clock
 
@@ -486,8 +492,14 @@ def _recursive() -> list[Any]:
         (float("nan"), "nan is not a JSON number"),
         ({"total": float("inf")}, "inf is not a JSON number"),
         ([float("-inf")], "-inf is not a JSON number"),
+        (b"%PDF-1.7", "bytes is not text"),
+        ({"page": [bytearray(b"\x00")]}, "bytearray is not text"),
+        (memoryview(b"ok"), "memoryview is not text"),
     ],
-    ids=["surrogate", "nested-surrogate", "recursive", "object", "nan", "inf", "-inf"],
+    ids=[
+        *("surrogate", "nested-surrogate", "recursive", "object", "nan", "inf", "-inf"),
+        *("bytes", "nested-bytearray", "memoryview"),
+    ],
 )
 def test_a_result_that_cannot_be_recorded_is_the_calls_error(
     store: Store, value: Any, found: str
@@ -505,6 +517,41 @@ def test_a_result_that_cannot_be_recorded_is_the_calls_error(
     assert found in result
     assert outcomes(store) == {"c1": ToolOutcome.FAILED}
     assert agent.in_doubt == ()
+
+
+_JSON_LEAVES = st.none() | st.booleans() | st.integers(-9, 9) | st.text(max_size=3)
+_BINARY = st.binary(max_size=3).flatmap(lambda b: st.sampled_from([b, bytearray(b), memoryview(b)]))
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    value=st.recursive(
+        _JSON_LEAVES | _BINARY,
+        lambda inner: (
+            st.lists(inner, max_size=3)
+            | st.tuples(inner, inner)
+            | st.dictionaries(st.text(max_size=3), inner, max_size=3)
+        ),
+        max_leaves=8,
+    )
+)
+def test_a_result_holding_bytes_anywhere_is_refused(value: Any) -> None:
+    """Property: a tool result is refused with ToolResultError if it holds bytes, a
+    bytearray or a memoryview anywhere, and recorded as JSON otherwise. Bytes were written
+    as base64 text, which the model read as the result (helper-173)."""
+
+    def binary(item: Any) -> bool:
+        if isinstance(item, bytes | bytearray | memoryview):
+            return True
+        if isinstance(item, dict):
+            return any(binary(v) for v in item.values())
+        return isinstance(item, list | tuple) and any(binary(v) for v in item)
+
+    if binary(value):
+        with pytest.raises(ToolResultError, match="is not text"):
+            result_text([value])
+    else:
+        assert result_text([value]) == msgspec.json.encode([value]).decode()
 
 
 @pytest.mark.parametrize("data", [object(), {"x": float("nan")}, "\ud800"])

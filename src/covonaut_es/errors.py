@@ -428,8 +428,8 @@ class NotJSONDataError(CovonautError, ValueError):
 
 class ToolResultError(CovonautError, ValueError):
     """A tool's return value cannot be recorded as JSON text (an unsupported type, a
-    recursive structure, NaN or infinity, a lone surrogate): the call ran, so this is
-    recorded as its error result."""
+    recursive structure, NaN or infinity, bytes, a lone surrogate): the call ran, so
+    this is recorded as its error result."""
 
 
 class ToolInDoubtError(CovonautError, RuntimeError):

@@ -352,19 +352,42 @@ def json_limits_problem(text: str) -> str | None:
     return None
 
 
+_BINARY = (bytes, bytearray, memoryview)
+
+
+def _refuse_binary(plain: Any) -> None:
+    """Refuse bytes anywhere in ``plain`` (a value msgspec made plain, bytes kept)."""
+    if isinstance(plain, _BINARY):
+        msg = (
+            f"{type(plain).__name__} is not text; decode it (or encode it as base64) and "
+            "return the text"
+        )
+        raise TypeError(msg)
+    if isinstance(plain, dict):
+        for key, item in plain.items():
+            _refuse_binary(key)
+            _refuse_binary(item)
+    elif isinstance(plain, list | tuple):
+        for item in plain:
+            _refuse_binary(item)
+
+
 def result_text(value: Any) -> str:
     """A tool's return value as the text the model reads: a string as it is, anything
     else as JSON.
 
     Raises:
         ToolResultError: The value cannot be recorded faithfully: it is of a type JSON
-            cannot carry, recursive, holds NaN or infinity, or a lone surrogate.
+            cannot carry, recursive, holds NaN or infinity, bytes, or a lone surrogate.
     """
     try:
         if isinstance(value, str):
             text = str.__str__(value)  # a subclass of str, which no event holds, as str
         else:
-            plain = msgspec.to_builtins(value)
+            # Kept as they are, to be refused: msgspec would write them as base64 text,
+            # which the model would read as the result.
+            plain = msgspec.to_builtins(value, builtin_types=_BINARY)
+            _refuse_binary(plain)
             refuse_non_finite(plain)
             text = msgspec.json.encode(plain).decode()
         text.encode("utf-8")  # a lone surrogate could not be stored
