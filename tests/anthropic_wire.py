@@ -203,8 +203,10 @@ TOOL_CALL_RESPONSE = ProviderResponse(
 )
 ANSWER_REPLY = json_reply(ANSWER_MESSAGE)
 ANSWER_USAGE = Usage(512, 21)
+TEXT_STREAM_EVENTS = TEXT_STREAM
 TEXT_STREAM_REPLY = sse_reply(TEXT_STREAM)
 TEXT_PIECES = ("Paris: 18°C", " and sunny.", " Lyon: 21°C and cloudy.")
+TOOL_CALL_STREAM_EVENTS = TOOL_USE_STREAM
 TOOL_CALL_STREAM_REPLY = sse_reply(TOOL_USE_STREAM)
 # The streamed calls equal the same calls answered in one piece.
 STREAMED_TOOL_CALL_RESPONSE = TOOL_CALL_RESPONSE

@@ -237,9 +237,11 @@ TOOL_CALL_RESPONSE = ProviderResponse(
 )
 ANSWER_REPLY = json_reply(ANSWER_COMPLETION)
 ANSWER_USAGE = Usage(120, 11)
-TEXT_STREAM_REPLY = sse_reply((None, data) for data in TEXT_STREAM)
+TEXT_STREAM_EVENTS = [(None, data) for data in TEXT_STREAM]
+TEXT_STREAM_REPLY = sse_reply(TEXT_STREAM_EVENTS)
 TEXT_PIECES = ("It's", " 18°C", " and sunny", " in Paris.")
-TOOL_CALL_STREAM_REPLY = sse_reply((None, data) for data in TOOL_CALL_STREAM)
+TOOL_CALL_STREAM_EVENTS = [(None, data) for data in TOOL_CALL_STREAM]
+TOOL_CALL_STREAM_REPLY = sse_reply(TOOL_CALL_STREAM_EVENTS)
 LYON_CALL = ToolCall("call_o9AqCYvlHxxNe2dVvVeT1Jkf", "get_weather", '{"city":"Lyon"}')
 STREAMED_TOOL_CALL_RESPONSE = ProviderResponse(
     tool_calls=(CALL, LYON_CALL),

@@ -57,8 +57,10 @@ class VendorWire(Protocol):
         ANSWER_REPLY: The recorded final answer.
         ANSWER: Its text.
         ANSWER_USAGE: Its usage.
+        TEXT_STREAM_EVENTS: The ``(event name or None, data)`` pairs of that stream.
         TEXT_STREAM_REPLY: The final answer, streamed.
         TEXT_PIECES: The text of each of its deltas.
+        TOOL_CALL_STREAM_EVENTS: The ``(event name or None, data)`` pairs of that stream.
         TOOL_CALL_STREAM_REPLY: A streamed answer that calls tools.
         STREAMED_TOOL_CALL_RESPONSE: What the deltas of that stream add up to.
         RATE_LIMITED: The body of a 429.
@@ -89,8 +91,10 @@ class VendorWire(Protocol):
     ANSWER_REPLY: Reply
     ANSWER: str
     ANSWER_USAGE: Any
+    TEXT_STREAM_EVENTS: list[tuple[str | None, Any]]
     TEXT_STREAM_REPLY: Reply
     TEXT_PIECES: tuple[str, ...]
+    TOOL_CALL_STREAM_EVENTS: list[tuple[str | None, Any]]
     TOOL_CALL_STREAM_REPLY: Reply
     STREAMED_TOOL_CALL_RESPONSE: ProviderResponse
     RATE_LIMITED: Any

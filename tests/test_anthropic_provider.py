@@ -194,3 +194,33 @@ def test_a_streamed_typed_answer_is_text(server: WireServer, provider: Any) -> N
     request = ask(anthropic_wire, output=OutputSpec("final_answer", {"type": "object"}))
     response = collect_stream(provider.stream(request))
     assert (response.content, response.tool_calls) == ('{"city": "Paris", "temp_c": 18}', ())
+
+
+def test_a_content_block_started_twice_is_refused(server: WireServer, provider: Any) -> None:
+    """A content_block_start repeating an open block's index would replace the call whose
+    pieces were already shown: the stream is refused instead."""
+    events = [
+        anthropic_wire.message_start(10),
+        anthropic_wire.block_start(0, anthropic_wire.tool_use(anthropic_wire.PARIS, {})),
+        anthropic_wire.partial_json(0, '{"city":"Paris"}'),
+        anthropic_wire.block_start(0, anthropic_wire.tool_use(anthropic_wire.LYON, {})),
+        anthropic_wire.block_stop(0),
+        *anthropic_wire.message_end("tool_use", 5),
+    ]
+    server.reply(sse_reply(events))
+    with pytest.raises(ProviderError, match="started content block 0 twice"):
+        list(provider.stream(ask(anthropic_wire)))
+
+
+def test_a_tool_use_block_never_closed_is_refused(server: WireServer, provider: Any) -> None:
+    """A stream that ends with a tool_use block still open is refused, not answered
+    without that call (or, were it the only one, with it rebuilt from its pieces)."""
+    events = [
+        anthropic_wire.message_start(10),
+        anthropic_wire.block_start(0, anthropic_wire.tool_use(anthropic_wire.PARIS, {})),
+        anthropic_wire.partial_json(0, '{"city":"Paris"}'),
+        *anthropic_wire.message_end("tool_use", 5),
+    ]
+    server.reply(sse_reply(events))
+    with pytest.raises(ProviderError, match=r"tool_use block\(s\) \[0\] never closed"):
+        list(provider.stream(ask(anthropic_wire)))

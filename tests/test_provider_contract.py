@@ -8,6 +8,7 @@ What only one vendor does is tested in that vendor's own test file.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import importlib
 import logging
@@ -152,7 +153,7 @@ def test_streamed_text(wire: VendorWire, server: WireServer, provider: Any) -> N
     deltas = list(provider.stream(ask(wire)))
     assert [delta.content for delta in deltas] == [*wire.TEXT_PIECES, ""]
     assert deltas[-1] == StreamDelta(
-        usage=wire.ANSWER_USAGE, finish_reason="stop", model=wire.ANSWERED_MODEL
+        usage=wire.ANSWER_USAGE, finish_reason="stop", model=wire.ANSWERED_MODEL, final=True
     )
     assert {name: server.bodies[0].get(name) for name in wire.STREAM_FIELDS} == wire.STREAM_FIELDS
 
@@ -524,3 +525,64 @@ def test_a_token_count_out_of_bounds_refuses_the_response(
         return
     with pytest.raises(ProviderError, match=r"as usage\.\w+_tokens; a token count is"):
         provider.complete(ask(wire))
+
+
+def _ended(events: list[tuple[str | None, Any]]) -> bool:
+    """Whether a stream's events hold the vendor's end: Anthropic's ``message_stop``, or
+    an OpenAI choice's ``finish_reason``."""
+    return any(
+        name == "message_stop"
+        or (isinstance(data, dict) and any(c.get("finish_reason") for c in data.get("choices", ())))
+        for name, data in events
+    )
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    vendor=st.sampled_from([openai_wire, anthropic_wire]),
+    calls=st.booleans(),
+    cut=st.integers(0, 12),
+    streaming=st.sampled_from(["run", "astream"]),
+)
+def test_a_stream_cut_before_its_end_is_a_connection_error_and_nothing_runs(
+    vendor: Any, calls: bool, cut: int, streaming: str
+) -> None:
+    """Property: a stream closed cleanly anywhere before the vendor's end marker fails
+    the run with a ProviderConnectionError (retryable); no call from it runs and nothing
+    is recorded as the answer. A stream cut after the end marker is whole."""
+    events = vendor.TOOL_CALL_STREAM_EVENTS if calls else vendor.TEXT_STREAM_EVENTS
+    events = events[: cut % (len(events) + 1)]
+    ran: list[dict[str, Any]] = []
+
+    def get_weather(ctx: ToolContext, args: dict[str, Any]) -> Any:
+        ran.append(args)
+        return WEATHER_BY_CITY[args["city"]]
+
+    tool = Tool("get_weather", WEATHER.description, WEATHER_SCHEMA, get_weather)
+    with WireServer() as server:
+        server.reply(sse_reply(events), vendor.TEXT_STREAM_REPLY)
+        config = AgentConfig(
+            provider=vendor.provider(server.url, sleep=lambda _: None),
+            model=vendor.MODEL,
+            tools=[tool],
+            on_delta=lambda _: None,
+        )
+        with Agent(config) as agent:
+            try:
+                if streaming == "run":
+                    agent.run(vendor.QUESTION)
+                else:
+
+                    async def consume() -> None:
+                        async for _ in agent.astream(vendor.QUESTION):
+                            pass
+
+                    asyncio.run(consume())
+            except ProviderConnectionError as exc:
+                assert not _ended(events)
+                assert "closed before the answer ended" in str(exc)
+                assert ran == []
+                assert [m.role for m in agent.messages] == [Role.USER]
+                return
+        assert _ended(events)
+        assert len(ran) == (2 if calls else 0)

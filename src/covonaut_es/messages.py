@@ -217,6 +217,8 @@ class StreamDelta(msgspec.Struct, frozen=True, kw_only=True):
     Text arrives in ``content`` pieces, tool calls in ``tool_call_deltas`` pieces;
     ``tool_calls`` (the assembled calls, when the provider assembles them), ``usage``,
     ``finish_reason`` and ``model`` (the model that answered) arrive with the last delta.
+    A provider marks that delta ``final`` once its vendor said the answer ended: its
+    ``tool_calls`` are then the answer's calls, none if empty, whatever the pieces held.
     """
 
     content: str = ""
@@ -225,6 +227,7 @@ class StreamDelta(msgspec.Struct, frozen=True, kw_only=True):
     finish_reason: str | None = None
     tool_call_deltas: tuple[ToolCallDelta, ...] = ()
     model: str = ""
+    final: bool = False
 
     def pieces(self) -> tuple[Delta, ...]:
         """What a consumer of the stream sees of this delta: its text, then its pieces

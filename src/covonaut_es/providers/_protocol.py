@@ -7,7 +7,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Protocol, runtime_checkable
 
-from covonaut_es.errors import ScriptExhaustedError
+from covonaut_es.errors import ProviderConnectionError, ScriptExhaustedError
 from covonaut_es.messages import (
     ProviderRequest,
     ProviderResponse,
@@ -104,6 +104,7 @@ class ScriptedProvider:
             finish_reason=item.finish_reason,
             tool_call_deltas=whole_pieces(item.tool_calls),
             model=item.model,
+            final=True,
         )
 
     def _next(self, request: ProviderRequest) -> ProviderResponse | StreamScript:
@@ -135,8 +136,9 @@ def _played(script: StreamScript) -> Iterator[StreamDelta]:
 def collect_stream(deltas: Iterable[StreamDelta]) -> ProviderResponse:
     """Assemble streamed deltas into the response they add up to.
 
-    The tool calls are those the deltas carry whole, if any does (an adapter assembles
-    them in the vendor's canonical form); otherwise those their pieces add up to.
+    The tool calls are those the deltas carry whole, if any does or a delta is marked
+    ``final`` (an adapter assembles them in the vendor's canonical form, and leaves out
+    what it refused); otherwise those their pieces add up to.
     """
     content: list[str] = []
     tool_calls: list[ToolCall] = []
@@ -144,7 +146,9 @@ def collect_stream(deltas: Iterable[StreamDelta]) -> ProviderResponse:
     usage: Usage | None = None
     finish_reason: str | None = None
     model = ""
+    final = False
     for delta in deltas:
+        final = final or delta.final
         content.append(delta.content)
         tool_calls.extend(delta.tool_calls)
         pieces.extend(delta.tool_call_deltas)
@@ -153,10 +157,49 @@ def collect_stream(deltas: Iterable[StreamDelta]) -> ProviderResponse:
         model = delta.model or model
     return ProviderResponse(
         content="".join(content),
-        tool_calls=tuple(tool_calls) or assembled_calls(pieces),
+        tool_calls=tuple(tool_calls) if final else tuple(tool_calls) or assembled_calls(pieces),
         usage=usage,
         finish_reason=finish_reason,
         model=model,
+    )
+
+
+def final_delta(
+    api: str,
+    end: str,
+    ended: bool,
+    *,
+    tool_calls: tuple[ToolCall, ...],
+    usage: Usage | None,
+    finish_reason: str | None,
+    model: str,
+) -> StreamDelta:
+    """The last delta of a stream that ``api`` said it ended, marked ``final``.
+
+    A stream closed before its vendor's end marker (a proxy or server cut it cleanly)
+    holds part of an answer: its text is cut off and its calls may be incomplete, so it
+    is refused rather than taken for the whole answer.
+
+    Args:
+        api: The API's name in the message, e.g. ``"OpenAI"``.
+        end: The vendor's end marker, named in the message, e.g. ``"message_stop"``.
+        ended: Whether the stream carried it.
+        tool_calls: The answer's calls, assembled by the adapter.
+        usage: The answer's token usage, if reported.
+        finish_reason: Why the model stopped, in the common vocabulary.
+        model: The model that answered.
+
+    Raises:
+        ProviderConnectionError: The stream closed without ``end``.
+    """
+    if not ended:
+        msg = (
+            f"the {api} stream closed before the answer ended (no {end}): the partial "
+            "answer is not used; try again"
+        )
+        raise ProviderConnectionError(msg)
+    return StreamDelta(
+        tool_calls=tool_calls, usage=usage, finish_reason=finish_reason, model=model, final=True
     )
 
 

@@ -14,6 +14,7 @@ except ModuleNotFoundError as exc:
     raise missing_sdk(exc, "anthropic", "anthropic") from exc
 import msgspec
 
+from covonaut_es.errors import ProviderError
 from covonaut_es.messages import (
     Message,
     OutputSpec,
@@ -34,6 +35,7 @@ from covonaut_es.providers._adapter import (
     SdkErrors,
     Vendor,
 )
+from covonaut_es.providers._protocol import final_delta
 from covonaut_es.providers._retry import RetryPolicy
 
 if TYPE_CHECKING:
@@ -194,6 +196,8 @@ class AnthropicProvider(SdkAdapter[anthropic.Anthropic]):
         open_calls: dict[int, tuple[str, str, list[str]]] = {}
         answer, answers = _answer_name(request), set[int]()  # the typed answer's blocks
         positions: dict[int, int] = {}  # a tool_use block's index -> the call's position
+        started = set[int]()  # every block's index
+        stopped = False  # message_stop, the stream's end, was seen
         calls: list[ToolCall] = []
         input_tokens: int | None = None
         output_tokens = 0
@@ -210,6 +214,10 @@ class AnthropicProvider(SdkAdapter[anthropic.Anthropic]):
                     model = event.message.model or ""
                 elif event.type == "content_block_start":
                     block = event.content_block
+                    if event.index in started:
+                        msg = f"the {_VENDOR.name} stream started content block {event.index} twice"
+                        raise ProviderError(msg)
+                    started.add(event.index)
                     if block.type == "tool_use" and block.name == answer:
                         answers.add(event.index)
                     elif block.type == "tool_use":
@@ -241,9 +249,23 @@ class AnthropicProvider(SdkAdapter[anthropic.Anthropic]):
                     # The usage in message_delta is cumulative.
                     output_tokens = _output_tokens(event.usage)
                     finish_reason = _VENDOR.finish_reason(event.delta.stop_reason) or finish_reason
+                elif event.type == "message_stop":
+                    stopped = True
+        if stopped and open_calls:
+            msg = (
+                f"the {_VENDOR.name} stream ended with tool_use block(s) "
+                f"{sorted(open_calls)} never closed: their calls may be incomplete"
+            )
+            raise ProviderError(msg)
         usage = None if input_tokens is None else Usage(input_tokens, output_tokens)
-        yield StreamDelta(
-            tool_calls=tuple(calls), usage=usage, finish_reason=finish_reason, model=model
+        yield final_delta(
+            _VENDOR.name,
+            "message_stop",
+            stopped,
+            tool_calls=tuple(calls),
+            usage=usage,
+            finish_reason=finish_reason,
+            model=model,
         )
 
     def _params(self, request: ProviderRequest) -> MessageCreateParamsBase:

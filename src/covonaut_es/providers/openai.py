@@ -37,7 +37,7 @@ from covonaut_es.providers._adapter import (
     SdkErrors,
     Vendor,
 )
-from covonaut_es.providers._protocol import assembled_calls
+from covonaut_es.providers._protocol import assembled_calls, final_delta
 from covonaut_es.providers._retry import RetryPolicy
 
 if TYPE_CHECKING:
@@ -198,7 +198,15 @@ class OpenAIProvider(SdkAdapter[openai.OpenAI]):
                         pieces.extend(fragments)
                         yield StreamDelta(tool_call_deltas=fragments)
         calls = tuple(call for call in assembled_calls(pieces) if call.name)
-        yield StreamDelta(tool_calls=calls, usage=usage, finish_reason=finish_reason, model=model)
+        yield final_delta(
+            _VENDOR.name,
+            "finish_reason",
+            finish_reason is not None,
+            tool_calls=calls,
+            usage=usage,
+            finish_reason=finish_reason,
+            model=model,
+        )
 
     def _params(self, request: ProviderRequest) -> CompletionCreateParamsBase:
         params: CompletionCreateParamsBase = {
