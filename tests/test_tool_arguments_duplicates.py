@@ -5,19 +5,22 @@ the tool does not run, whichever provider brought the call."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import re
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import anthropic_wire
 import openai_wire
-from covonaut_es import Agent, AgentConfig, Role, Tool
+from covonaut_es import Agent, AgentConfig, ProviderResponse, Role, ScriptedProvider, Tool
 from covonaut_es.messages import ToolCall
 from covonaut_es.tools import ArgumentsError, ToolContext, parse_arguments
 from provider_wire import SYSTEM, WEATHER, WEATHER_SCHEMA
-from wire_server import WireServer, json_reply
+from wire_server import Reply, WireServer, json_reply, sse_reply
 
 OPEN = Tool("any", "Takes anything", {"type": "object"}, lambda ctx, args: "ok")
 
@@ -69,9 +72,7 @@ def test_a_key_twice_from_the_openai_wire_is_refused_and_the_tool_does_not_run(
     server: WireServer, sleeps: list[float]
 ) -> None:
     """Through the OpenAI adapter, whose arguments come as the model's text: a call
-    naming a key twice reaches the model as an error result, and the tool never runs.
-    (Anthropic's SDK hands the adapter the call's input already parsed, so a key given
-    twice there is resolved by the SDK before covonaut_es sees it.)"""
+    naming a key twice reaches the model as an error result, and the tool never runs."""
     completion = json.loads(json.dumps(openai_wire.TOOL_CALL_COMPLETION))
     function = completion["choices"][0]["message"]["tool_calls"][0]["function"]
     function["arguments"] = '{"city": "Paris", "city": "Lyon"}'
@@ -93,3 +94,94 @@ def test_a_key_twice_from_the_openai_wire_is_refused_and_the_tool_does_not_run(
     assert ran == []
     assert len(results) == 1
     assert "'city' appears more than once" in results[0]
+
+
+_VALUES = st.sampled_from(["1", "1000", '"x"', "NaN", "Infinity", "-Infinity", "1e999"])
+
+
+def _replies(path: str, text: str) -> list[Reply]:
+    """The vendor's answers, on ``path``, that call the tool ``any`` with ``text``,
+    then answer."""
+    call = ToolCall("toolu_1", "any", "")
+    if path == "openai complete":
+        function = {"name": "any", "arguments": text}
+        calls = [{"id": "c1", "type": "function", "function": function}]
+        body = openai_wire.completion({"content": None, "tool_calls": calls}, "tool_calls", (1, 1))
+        return [json_reply(body), openai_wire.ANSWER_REPLY]
+    if path == "openai stream":
+        function = {"name": "any", "arguments": text}
+        fragment = {"index": 0, "id": "c1", "type": "function", "function": function}
+        chunks = [
+            openai_wire.chunk(openai_wire.delta({"tool_calls": [fragment]})),
+            openai_wire.chunk(openai_wire.delta({}, "tool_calls")),
+        ]
+        return [sse_reply((None, c) for c in chunks), openai_wire.TEXT_STREAM_REPLY]
+    if path == "anthropic complete":
+        usage = anthropic_wire.usage_body(1, 1)
+        body = anthropic_wire.message([anthropic_wire.tool_use(call, {})], "tool_use", usage)
+        # The input spliced in as the model wrote it, which json.dumps could not write.
+        raw = json.dumps(body).replace('"input": {}', f'"input": {text}').encode()
+        return [Reply(body=raw), anthropic_wire.ANSWER_REPLY]
+    events = [
+        anthropic_wire.message_start(1),
+        anthropic_wire.block_start(0, anthropic_wire.tool_use(call, {})),
+        anthropic_wire.partial_json(0, text),
+        anthropic_wire.block_stop(0),
+        *anthropic_wire.message_end("tool_use", 1),
+    ]
+    return [sse_reply(events), anthropic_wire.TEXT_STREAM_REPLY]
+
+
+def _tool_result(path: str, text: str) -> tuple[str, list[dict[str, Any]]]:
+    """What the tool's result says when the model calls it with ``text`` on ``path``,
+    and the arguments the tool ran with."""
+    ran: list[dict[str, Any]] = []
+    tool = Tool("any", "Takes anything", {"type": "object"}, lambda ctx, a: ran.append(a) or "ok")
+    streams = path.endswith("stream")
+    with contextlib.ExitStack() as stack:
+        if path == "scripted":
+            provider: Any = ScriptedProvider(
+                [ProviderResponse(tool_calls=(ToolCall("c1", "any", text),)), ProviderResponse()]
+            )
+        else:
+            wire: Any = openai_wire if path.startswith("openai") else anthropic_wire
+            server = stack.enter_context(WireServer())
+            server.reply(*_replies(path, text))
+            provider = stack.enter_context(wire.provider(server.url, sleep=lambda _: None))
+        config = AgentConfig(
+            provider=provider,
+            model="m",
+            tools=[tool],
+            on_delta=(lambda _: None) if streams else None,
+        )
+        with Agent(config) as agent:
+            agent.run("go")
+            results = [m.content for m in agent.messages if m.role is Role.TOOL]
+    assert len(results) == 1
+    return results[0], ran
+
+
+@settings(max_examples=30, deadline=None)
+@given(pairs=st.lists(st.tuples(st.sampled_from(["a", "b"]), _VALUES), min_size=1, max_size=3))
+def test_arguments_are_refused_alike_whichever_path_brought_the_call(
+    pairs: list[tuple[str, str]],
+) -> None:
+    """Property: arguments naming a key twice or holding a number that is not finite
+    are refused with the same words, and the tool does not run, whether the call came
+    from OpenAI or Anthropic, answered whole or streamed, or from the scripted provider.
+    (Anthropic's SDK reads a key given twice and NaN leniently; the adapter reads the
+    input as the model wrote it.)"""
+    text = "{" + ", ".join(f'"{key}": {value}' for key, value in pairs) + "}"
+    keys = [key for key, _ in pairs]
+    refused = len(set(keys)) < len(keys) or any(
+        value in {"NaN", "Infinity", "-Infinity", "1e999"} for _, value in pairs
+    )
+    paths = ["scripted", "openai complete", "openai stream"]
+    paths += ["anthropic complete", "anthropic stream"]
+    outcomes = {path: _tool_result(path, text) for path in paths}
+    # Anthropic's whole answer is re-read without its whitespace: offsets may differ.
+    results = {re.sub(r"byte \d+", "byte N", result) for result, _ in outcomes.values()}
+    assert len(results) == 1, outcomes
+    for result, ran in outcomes.values():
+        assert (result != "ok") == refused
+        assert ran == ([] if refused else [json.loads(text)])

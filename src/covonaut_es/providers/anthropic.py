@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Literal
@@ -14,6 +15,7 @@ except ModuleNotFoundError as exc:
     raise missing_sdk(exc, "anthropic", "anthropic") from exc
 import msgspec
 
+from covonaut_es._strict_json import FOR_THE_MODEL, strict_loads
 from covonaut_es.errors import ProviderError
 from covonaut_es.messages import (
     Message,
@@ -39,6 +41,7 @@ from covonaut_es.providers._protocol import final_delta
 from covonaut_es.providers._retry import RetryPolicy
 
 if TYPE_CHECKING:
+    from anthropic import APIResponse
     from anthropic.types import Message as AnthropicMessage
     from anthropic.types import (
         MessageDeltaUsage,
@@ -161,10 +164,14 @@ class AnthropicProvider(SdkAdapter[anthropic.Anthropic]):
         params = self._params(request)
         extra_body = _extra_body(request)
 
-        def create() -> AnthropicMessage:
-            return self._client.messages.create(**params, extra_body=extra_body)
+        def create() -> APIResponse[AnthropicMessage]:
+            # Raw, for each tool_use input as the model wrote it (the SDK's JSON reader
+            # keeps the last of a key given twice and reads NaN).
+            return self._client.messages.with_raw_response.create(**params, extra_body=extra_body)
 
-        message = self._call(create)
+        raw = self._call(create)
+        message = raw.parse()
+        inputs = iter(_inputs_as_written(raw.http_response.content))
         text: list[str] = []
         calls: list[ToolCall] = []
         answer = _answer_name(request)
@@ -172,9 +179,9 @@ class AnthropicProvider(SdkAdapter[anthropic.Anthropic]):
             if block.type == "text":
                 text.append(block.text)
             elif block.type == "tool_use" and block.name == answer:
-                text.append(_compact_json(block.input))
+                text.append(_arguments(next(inputs)))
             elif block.type == "tool_use":
-                calls.append(ToolCall(block.id, block.name, _compact_json(block.input)))
+                calls.append(ToolCall(block.id, block.name, _arguments(next(inputs))))
         return ProviderResponse(
             content="".join(text),
             tool_calls=tuple(calls),
@@ -244,7 +251,7 @@ class AnthropicProvider(SdkAdapter[anthropic.Anthropic]):
                 elif event.type == "content_block_stop":
                     if event.index in open_calls:
                         call_id, name, pieces = open_calls.pop(event.index)
-                        calls.append(ToolCall(call_id, name, _streamed_arguments(pieces)))
+                        calls.append(ToolCall(call_id, name, _arguments("".join(pieces))))
                 elif event.type == "message_delta":
                     # The usage in message_delta is cumulative.
                     output_tokens = _output_tokens(event.usage)
@@ -380,18 +387,49 @@ def _extra_body(request: ProviderRequest) -> dict[str, object] | None:
     return {"temperature": request.temperature}
 
 
-def _compact_json(value: object) -> str:
-    return msgspec.json.encode(value).decode()
-
-
-def _streamed_arguments(pieces: Sequence[str]) -> str:
-    """The streamed input JSON, re-encoded compactly so that a streamed call equals the
-    same call answered in one piece; kept as sent if it does not parse."""
-    text = "".join(pieces) or "{}"
+def _arguments(text: str) -> str:
+    """A tool_use input's JSON text, re-encoded compactly so that a streamed call equals
+    the same call answered in one piece; kept as written where it does not parse or the
+    strict reader refuses it (a key given twice, a number that is not finite), so that
+    reading the call's arguments refuses what the model wrote, not one reading of it."""
+    text = text or "{}"
     try:
-        return _compact_json(msgspec.json.decode(text))
-    except msgspec.DecodeError:
+        strict_loads(text, FOR_THE_MODEL)
+        return msgspec.json.encode(msgspec.json.decode(text)).decode()
+    except (ValueError, RecursionError):  # msgspec.DecodeError and JsonRefused included
         return text
+
+
+class _Written(str):
+    """A JSON number or constant (``NaN``) as written."""
+
+    __slots__ = ()
+
+
+def _inputs_as_written(body: bytes) -> list[str]:
+    """The input of each tool_use block of a Messages API answer, as JSON text that
+    keeps what the model wrote: a key given twice, a number as spelt (``1e999``,
+    ``NaN``); whitespace aside."""
+
+    def written(value: object) -> str:
+        if isinstance(value, _Written):
+            return str(value)
+        if isinstance(value, tuple):  # an object's pairs, in order
+            return "{" + ",".join(f"{written(k)}:{written(v)}" for k, v in value) + "}"
+        if isinstance(value, list):
+            return "[" + ",".join(map(written, value)) + "]"
+        return json.dumps(value, ensure_ascii=False)
+
+    parsed = json.loads(
+        body,
+        object_pairs_hook=tuple,
+        parse_float=_Written,
+        parse_int=_Written,
+        parse_constant=_Written,
+    )
+    content = dict(parsed).get("content") if isinstance(parsed, tuple) else None
+    blocks = [dict(block) for block in content or () if isinstance(block, tuple)]
+    return [written(block.get("input", ())) for block in blocks if block.get("type") == "tool_use"]
 
 
 def _input_tokens(usage: AnthropicUsage) -> int:
