@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import importlib
+import json
 import logging
 import re
 import socket
@@ -18,13 +20,14 @@ import string
 import subprocess
 import sys
 import traceback
+from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
 from urllib.parse import quote, quote_plus
 
 import msgspec
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import anthropic_wire
@@ -586,3 +589,64 @@ def test_a_stream_cut_before_its_end_is_a_connection_error_and_nothing_runs(
                 return
         assert _ended(events)
         assert len(ran) == (2 if calls else 0)
+
+
+def _paths(value: Any, path: tuple[str | int, ...] = ()) -> Iterator[tuple[str | int, ...]]:
+    """The path of every field and item inside ``value``, parents first."""
+    if isinstance(value, dict):
+        items: Any = value.items()
+    else:
+        items = enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        yield (*path, key)
+        yield from _paths(item, (*path, key))
+
+
+def _replaced(value: Any, path: tuple[str | int, ...], new: Any) -> Any:
+    """A copy of ``value`` with the field at ``path`` set to ``new``."""
+    copy = json.loads(json.dumps(value))
+    parent = copy
+    for key in path[:-1]:
+        parent = parent[key]
+    parent[path[-1]] = new
+    return copy
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    vendor=st.sampled_from([openai_wire, anthropic_wire]), streamed=st.booleans(), data=st.data()
+)
+def test_a_malformed_answer_is_a_provider_error_naming_the_field(
+    vendor: Any, streamed: bool, data: st.DataObject
+) -> None:
+    """Property: an answer (whole, or one event of a stream) with any field replaced by
+    a value of another shape is read, or refused with a ProviderError naming that field
+    (``$.choices[0].message``) or one inside it; no other exception escapes the adapter."""
+    bodies = {
+        openai_wire: openai_wire.TOOL_CALL_COMPLETION,
+        anthropic_wire: anthropic_wire.TOOL_USE_MESSAGE,
+    }
+    events = list(vendor.TOOL_CALL_STREAM_EVENTS)
+    position = data.draw(st.integers(0, len(events) - 1)) if streamed else 0
+    body = events[position][1] if streamed else bodies[vendor]
+    assume(isinstance(body, dict))
+    path = data.draw(st.sampled_from(list(_paths(body))))
+    new = data.draw(st.sampled_from([None, "x", 7, [], {}]))
+    assume(new != functools.reduce(lambda value, key: value[key], path, body))
+    with WireServer() as server, vendor.provider(server.url, sleep=lambda _: None) as provider:
+        try:
+            if streamed:
+                events[position] = (events[position][0], _replaced(body, path, new))
+                server.reply(sse_reply(events))
+                list(provider.stream(ask(vendor)))
+            else:
+                server.reply(json_reply(_replaced(body, path, new)))
+                provider.complete(ask(vendor))
+        except ProviderError as exc:
+            if "malformed" in str(exc):
+                # The SDK picks a block's or event's model by its type: a changed type
+                # may leave a sibling field missing.
+                within = path[:-1] if path[-1] == "type" else path
+                named = "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in within)
+                # That field, or one inside it (an object replaced by {} lacks them).
+                assert re.search(rf"at `\${re.escape(named)}[.\[`]", str(exc)), exc

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Literal
@@ -30,6 +29,7 @@ from covonaut_es.messages import (
     Usage,
     token_count,
 )
+from covonaut_es.providers import _anthropic_answers as shapes
 from covonaut_es.providers._adapter import (
     ClientSettings,
     HttpFailure,
@@ -39,12 +39,12 @@ from covonaut_es.providers._adapter import (
 )
 from covonaut_es.providers._protocol import final_delta
 from covonaut_es.providers._retry import RetryPolicy
+from covonaut_es.providers._wire import read_answer
 
 if TYPE_CHECKING:
     from anthropic import APIResponse
     from anthropic.types import Message as AnthropicMessage
     from anthropic.types import (
-        MessageDeltaUsage,
         MessageParam,
         RawMessageStreamEvent,
         TextBlockParam,
@@ -53,7 +53,6 @@ if TYPE_CHECKING:
         ToolResultBlockParam,
         ToolUseBlockParam,
     )
-    from anthropic.types import Usage as AnthropicUsage
     from anthropic.types.message_create_params import MessageCreateParamsBase
 
     _Block = TextBlockParam | ToolUseBlockParam | ToolResultBlockParam
@@ -170,8 +169,8 @@ class AnthropicProvider(SdkAdapter[anthropic.Anthropic]):
             return self._client.messages.with_raw_response.create(**params, extra_body=extra_body)
 
         raw = self._call(create)
-        message = raw.parse()
-        inputs = iter(_inputs_as_written(raw.http_response.content))
+        message = read_answer(_VENDOR.name, "message", raw.parse(), shapes.Message)
+        inputs = iter(shapes.inputs_as_written(raw.http_response.content))
         text: list[str] = []
         calls: list[ToolCall] = []
         answer = _answer_name(request)
@@ -214,12 +213,17 @@ class AnthropicProvider(SdkAdapter[anthropic.Anthropic]):
             self._call(create) as events,
             self._translated_errors(),
         ):
-            for event in events:
-                if event.type == "message_start":
+            for sent in events:
+                kind = read_answer(_VENDOR.name, "stream event", sent, shapes.Kind)
+                shape = shapes.EVENTS.get(kind.type)
+                if shape is None:
+                    continue  # ping, and events added since
+                event = read_answer(_VENDOR.name, "stream event", sent, shape)
+                if isinstance(event, shapes.MessageStart):
                     input_tokens = _input_tokens(event.message.usage)
                     output_tokens = _output_tokens(event.message.usage)
                     model = event.message.model or ""
-                elif event.type == "content_block_start":
+                elif isinstance(event, shapes.BlockStart):
                     block = event.content_block
                     if event.index in started:
                         msg = f"the {_VENDOR.name} stream started content block {event.index} twice"
@@ -234,7 +238,7 @@ class AnthropicProvider(SdkAdapter[anthropic.Anthropic]):
                             index=positions[event.index], id=block.id, name=block.name
                         )
                         yield StreamDelta(tool_call_deltas=(opened,))
-                elif event.type == "content_block_delta":
+                elif isinstance(event, shapes.BlockDelta):
                     delta = event.delta
                     if delta.type == "text_delta" and delta.text:
                         yield StreamDelta(content=delta.text)
@@ -248,16 +252,16 @@ class AnthropicProvider(SdkAdapter[anthropic.Anthropic]):
                                 index=positions[event.index], arguments=delta.partial_json
                             )
                             yield StreamDelta(tool_call_deltas=(piece,))
-                elif event.type == "content_block_stop":
+                elif isinstance(event, shapes.BlockStop):
                     if event.index in open_calls:
                         call_id, name, pieces = open_calls.pop(event.index)
                         calls.append(ToolCall(call_id, name, _arguments("".join(pieces))))
-                elif event.type == "message_delta":
+                elif isinstance(event, shapes.MessageDelta):
                     # The usage in message_delta is cumulative.
                     output_tokens = _output_tokens(event.usage)
                     finish_reason = _VENDOR.finish_reason(event.delta.stop_reason) or finish_reason
-                elif event.type == "message_stop":
-                    stopped = True
+                else:
+                    stopped = True  # message_stop
         if stopped and open_calls:
             msg = (
                 f"the {_VENDOR.name} stream ended with tool_use block(s) "
@@ -400,46 +404,16 @@ def _arguments(text: str) -> str:
         return text
 
 
-class _Written(str):
-    """A JSON number or constant (``NaN``) as written."""
-
-    __slots__ = ()
-
-
-def _inputs_as_written(body: bytes) -> list[str]:
-    """The input of each tool_use block of a Messages API answer, as JSON text that
-    keeps what the model wrote: a key given twice, a number as spelt (``1e999``,
-    ``NaN``); whitespace aside."""
-
-    def written(value: object) -> str:
-        if isinstance(value, _Written):
-            return str(value)
-        if isinstance(value, tuple):  # an object's pairs, in order
-            return "{" + ",".join(f"{written(k)}:{written(v)}" for k, v in value) + "}"
-        if isinstance(value, list):
-            return "[" + ",".join(map(written, value)) + "]"
-        return json.dumps(value, ensure_ascii=False)
-
-    parsed = json.loads(
-        body,
-        object_pairs_hook=tuple,
-        parse_float=_Written,
-        parse_int=_Written,
-        parse_constant=_Written,
-    )
-    content = dict(parsed).get("content") if isinstance(parsed, tuple) else None
-    blocks = [dict(block) for block in content or () if isinstance(block, tuple)]
-    return [written(block.get("input", ())) for block in blocks if block.get("type") == "tool_use"]
-
-
-def _input_tokens(usage: AnthropicUsage) -> int:
+def _input_tokens(usage: shapes.Usage) -> int:
     # Anthropic counts cached prompt tokens apart from input_tokens (OpenAI's prompt
-    # tokens include them); older SDKs lack the fields, hence getattr.
-    counts = {"input_tokens": usage.input_tokens}
-    for field in ("cache_creation_input_tokens", "cache_read_input_tokens"):
-        counts[field] = getattr(usage, field, None) or 0
+    # tokens include them), each count checked before it is added.
+    counts = {
+        "input_tokens": usage.input_tokens,
+        "cache_creation_input_tokens": usage.cache_creation_input_tokens or 0,
+        "cache_read_input_tokens": usage.cache_read_input_tokens or 0,
+    }
     return sum(token_count(count, f"usage.{field}") for field, count in counts.items())
 
 
-def _output_tokens(usage: AnthropicUsage | MessageDeltaUsage) -> int:
+def _output_tokens(usage: shapes.Usage | shapes.OutputUsage) -> int:
     return token_count(usage.output_tokens, "usage.output_tokens")

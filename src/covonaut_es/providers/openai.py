@@ -16,6 +16,7 @@ try:
     import openai
 except ModuleNotFoundError as exc:
     raise missing_sdk(exc, "openai", "openai") from exc
+import msgspec
 
 from covonaut_es.errors import ProviderError
 from covonaut_es.messages import (
@@ -39,9 +40,9 @@ from covonaut_es.providers._adapter import (
 )
 from covonaut_es.providers._protocol import assembled_calls, final_delta
 from covonaut_es.providers._retry import RetryPolicy
+from covonaut_es.providers._wire import read_answer
 
 if TYPE_CHECKING:
-    from openai.types import CompletionUsage
     from openai.types.chat import (
         ChatCompletion,
         ChatCompletionAssistantMessageParam,
@@ -51,7 +52,6 @@ if TYPE_CHECKING:
         ChatCompletionSystemMessageParam,
         ChatCompletionUserMessageParam,
     )
-    from openai.types.chat.chat_completion_chunk import ChoiceDeltaToolCall
     from openai.types.chat.completion_create_params import (
         CompletionCreateParamsBase,
         CompletionCreateParamsStreaming,
@@ -141,7 +141,7 @@ class OpenAIProvider(SdkAdapter[openai.OpenAI]):
         def create() -> ChatCompletion:
             return self._client.chat.completions.create(**params)
 
-        completion = self._call(create)
+        completion = read_answer(_VENDOR.name, "completion", self._call(create), _Completion)
         if not completion.choices:
             msg = f"the {_VENDOR.name} API answered with no choices (completion {completion.id})"
             raise ProviderError(msg)
@@ -150,7 +150,7 @@ class OpenAIProvider(SdkAdapter[openai.OpenAI]):
         calls = tuple(
             ToolCall(call.id, call.function.name, call.function.arguments or "{}")
             for call in message.tool_calls or ()
-            if call.type == "function"
+            if isinstance(call, _FunctionCall)
         )
         return ProviderResponse(
             content=message.content or message.refusal or "",
@@ -181,19 +181,21 @@ class OpenAIProvider(SdkAdapter[openai.OpenAI]):
             self._call(create) as chunks,
             self._translated_errors(),
         ):
-            for chunk in chunks:
+            for sent in chunks:
+                chunk = read_answer(_VENDOR.name, "stream chunk", sent, _Chunk)
                 usage = _usage(chunk.usage) or usage
                 model = chunk.model or model
                 for choice in chunk.choices:
                     if choice.index != 0:
                         continue
                     finish_reason = _VENDOR.finish_reason(choice.finish_reason) or finish_reason
-                    text = choice.delta.content or choice.delta.refusal
+                    delta = choice.delta or _ChunkDelta()
+                    text = delta.content or delta.refusal
                     if text:
                         yield StreamDelta(content=text)
                     # The first fragment of a call names it; the rest carry pieces of its
                     # arguments. Some servers repeat the id and name.
-                    fragments = tuple(_piece(f) for f in choice.delta.tool_calls or ())
+                    fragments = tuple(_piece(f) for f in delta.tool_calls or ())
                     if fragments:
                         pieces.extend(fragments)
                         yield StreamDelta(tool_call_deltas=fragments)
@@ -288,7 +290,77 @@ def _tool(spec: ToolSpec) -> ChatCompletionFunctionToolParam:
     }
 
 
-def _piece(fragment: ChoiceDeltaToolCall) -> ToolCallDelta:
+class _Function(msgspec.Struct):
+    name: str
+    arguments: str | None = None
+
+
+class _FunctionCall(msgspec.Struct, tag="function", tag_field="type"):
+    id: str
+    function: _Function
+
+
+class _CustomCall(msgspec.Struct, tag="custom", tag_field="type"):
+    """A call of a custom (free-form) tool, which the library never offers."""
+
+
+class _AnswerMessage(msgspec.Struct):
+    content: str | None = None
+    refusal: str | None = None
+    tool_calls: list[_FunctionCall | _CustomCall] | None = None
+
+
+class _Choice(msgspec.Struct):
+    message: _AnswerMessage
+    finish_reason: str | None = None
+
+
+class _Usage(msgspec.Struct):
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class _Completion(msgspec.Struct):
+    """What the adapter reads of a ``chat.completion``."""
+
+    choices: list[_Choice]
+    id: str = ""
+    usage: _Usage | None = None
+    model: str | None = None
+
+
+class _FragmentFunction(msgspec.Struct):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class _Fragment(msgspec.Struct):
+    index: int
+    id: str | None = None
+    function: _FragmentFunction | None = None
+
+
+class _ChunkDelta(msgspec.Struct):
+    content: str | None = None
+    refusal: str | None = None
+    tool_calls: list[_Fragment] | None = None
+
+
+class _ChunkChoice(msgspec.Struct):
+    index: int
+    delta: _ChunkDelta | None = None
+    finish_reason: str | None = None
+
+
+class _Chunk(msgspec.Struct):
+    """What the adapter reads of a ``chat.completion.chunk``."""
+
+    choices: list[_ChunkChoice]
+    usage: _Usage | None = None
+    model: str | None = None
+
+
+def _piece(fragment: _Fragment) -> ToolCallDelta:
     function = fragment.function
     return ToolCallDelta(
         index=fragment.index,
@@ -298,7 +370,7 @@ def _piece(fragment: ChoiceDeltaToolCall) -> ToolCallDelta:
     )
 
 
-def _usage(usage: CompletionUsage | None) -> Usage | None:
+def _usage(usage: _Usage | None) -> Usage | None:
     if usage is None:
         return None
     return Usage(
