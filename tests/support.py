@@ -389,3 +389,43 @@ def postgres_database_of(url: str) -> Iterator[str]:
     finally:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def subclasses(cls: type[Exception]) -> Iterator[type[Exception]]:
+    """``cls`` and every class below it, each once."""
+    seen: set[type[Exception]] = set()
+    pending = [cls]
+    while pending:
+        found = pending.pop()
+        if found not in seen:
+            seen.add(found)
+            pending.extend(found.__subclasses__())
+            yield found
+
+
+BUILTIN_ERRORS = (
+    Exception,
+    ValueError,
+    TypeError,
+    KeyError,
+    IndexError,
+    AttributeError,
+    LookupError,
+    ArithmeticError,
+    ZeroDivisionError,
+    RuntimeError,
+    RecursionError,
+    NotImplementedError,
+    AssertionError,
+    OSError,
+    UnicodeError,
+)
+"""Builtin errors an application's code may raise, for tests over every kind."""
+
+ERROR_KINDS = (*BUILTIN_ERRORS, *sorted(subclasses(CovonautError), key=lambda cls: cls.__name__))
+"""Every kind of error an application's code may raise: builtins, and covonaut-es's own."""
+
+
+def error_of(kind: type[Exception], message: str) -> Exception:
+    """An error of ``kind`` with ``message``, whatever its ``__init__`` asks for."""
+    return kind.__new__(kind, message)

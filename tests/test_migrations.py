@@ -42,7 +42,7 @@ from covonaut_es.migrations._registry import event_classes, registry
 from covonaut_es.store import StateStore
 from covonaut_es.store._mapper import MsgspecMapper
 from covonaut_es.store._topic_codes import full_topic
-from support import answer, put_raw_snapshot
+from support import ERROR_KINDS, answer, error_of, put_raw_snapshot
 
 
 def test_the_librarys_registry_has_every_step() -> None:
@@ -326,6 +326,22 @@ def test_a_checkpoint_migrator_returning_another_version_passes_the_snapshot_ove
     agent = Agent(AgentConfig(provider=ScriptedProvider([]), checkpoint=settings))
     agent.restore_latest_checkpoint()
     assert agent.state == golden_v1.replay_state("golden-long")
+
+
+def test_a_checkpoint_migrator_failing_with_any_error_passes_the_snapshot_over(
+    golden_v1: Store,
+) -> None:
+    """A snapshot migrator that raises any error, one of covonaut-es's own included (a
+    ConfigurationError, say), cannot upgrade its snapshot: it is passed over and the
+    thread rebuilt from its events, as the docs promise; the load does not fail."""
+    replayed = golden_v1.replay_state("golden-long")
+    for kind in ERROR_KINDS:
+
+        def fails(state: dict[str, Any], kind: type[Exception] = kind) -> dict[str, Any]:
+            raise error_of(kind, "this migrator cannot read it")
+
+        restored = golden_v1.load("golden-long", snapshot_migrators={1: fails})
+        assert restored.state == replayed, kind
 
 
 def test_migrate_check_passes_on_the_golden_store(golden_v1: Store) -> None:

@@ -5,15 +5,19 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from covonaut_es import SchemaVersionError
 from covonaut_es.errors import (
     ConfigurationError,
     MissingUpcasterError,
     NewerSchemaError,
+    StaleSnapshotError,
     UpcasterError,
 )
 from covonaut_es.migrations import Schema
+from support import ERROR_KINDS, error_of
 
 
 def add_step(step: int, field: str) -> Any:
@@ -114,6 +118,29 @@ def test_an_upcaster_that_fails_is_named_and_chained() -> None:
     with pytest.raises(UpcasterError, match=r"Broken upcaster for 1 -> 2 failed: KeyError") as info:
         schema.upgrade({"_v": 1}, where="test")
     assert isinstance(info.value.__cause__, KeyError)
+
+
+@settings(max_examples=50, deadline=None)
+@given(kind=st.sampled_from(ERROR_KINDS), own=st.booleans(), text=st.text(max_size=20))
+def test_every_error_an_upcaster_raises_names_the_record(
+    kind: type[Exception], own: bool, text: str
+) -> None:
+    """Whatever an upcaster raises (a builtin, or one of covonaut-es's errors), the error
+    that comes out names the record and the step and chains it: a StaleSnapshotError
+    stays one (a cache passes its snapshot over), any other is an UpcasterError."""
+    raised = error_of(kind, text)
+
+    def fails(document: dict[str, Any]) -> dict[str, Any]:
+        raise raised
+
+    expected = StaleSnapshotError if kind is StaleSnapshotError else UpcasterError
+    with pytest.raises(expected) as info:
+        Schema("Failing", 2, {1: fails}, own=own).upgrade({"_v": 1}, where="record 7")
+    assert type(info.value) is expected
+    assert str(info.value).startswith("record 7: ")
+    assert info.value.__cause__ is raised
+    if expected is UpcasterError:
+        assert f"Failing upcaster for 1 -> 2 failed: {kind.__name__}" in str(info.value)
 
 
 def test_an_upcaster_must_return_a_dict() -> None:

@@ -19,10 +19,10 @@ import attrs
 from covonaut_es._text import exception_line
 from covonaut_es.errors import (
     ConfigurationError,
-    CovonautError,
     MissingUpcasterError,
     NewerSchemaError,
     SchemaVersionError,
+    StaleSnapshotError,
     UpcasterError,
 )
 
@@ -120,7 +120,9 @@ class Schema:
             SchemaVersionError: Its version is not a version, or an upcaster returned
                 another version than the next one.
             MissingUpcasterError: A step has no upcaster.
-            UpcasterError: An upcaster failed or returned something other than a dict.
+            StaleSnapshotError: An upcaster raised it (a snapshot it cannot upgrade).
+            UpcasterError: An upcaster failed with any other error (covonaut-es's
+                included) or returned something other than a dict.
         """
         stored = stored_version(document)
         if not isinstance(stored, int) or isinstance(stored, bool) or stored < 0:
@@ -178,8 +180,12 @@ class Schema:
             raise MissingUpcasterError(msg)
         try:
             upgraded = upcaster(document)
-        except CovonautError:
-            raise
+        except StaleSnapshotError as exc:
+            # The one error that keeps its class: it asks for the snapshot to be passed
+            # over and its thread rebuilt. Any other, the library's own included, is an
+            # UpcasterError naming the record, so that a cache passes it over too.
+            msg = f"{where}: {exc}"
+            raise StaleSnapshotError(msg) from exc
         except Exception as exc:
             msg = (
                 f"{where}: the {self.name} upcaster for {step} -> {step + 1} failed: "
