@@ -363,6 +363,35 @@ def test_an_upcast_method_beyond_the_class_version_is_refused(version: int, step
 
 @settings(max_examples=50, deadline=None)
 @given(
+    version=st.integers(1, 4),
+    step=st.integers(1, 6),
+    attribute=st.one_of(
+        st.integers(),
+        st.floats(allow_nan=False),
+        st.text(max_size=3),
+        st.booleans(),
+        st.binary(max_size=3),
+        st.lists(st.integers(), max_size=2),
+        st.tuples(st.integers()),
+        st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+    ),
+)
+def test_an_upcast_attribute_that_is_not_callable_is_refused(
+    version: int, step: int, attribute: object
+) -> None:
+    """An ``upcast_vN_vN+1`` attribute that is no method (a number, text, a list) is
+    a ConfigurationError naming the class, the attribute and its type, as the
+    application opens, for a step below the class's version and beyond it alike;
+    it never waits for old data to be read."""
+    name = f"upcast_v{step}_v{step + 1}"
+    cls = type("Crated", (), {"class_version": version, name: attribute})
+    named = rf"Crated\.{name} is not callable \(it is of type {type(attribute).__name__}\)"
+    with pytest.raises(ConfigurationError, match=named):
+        schema_for(cls)
+
+
+@settings(max_examples=50, deadline=None)
+@given(
     returned=st.one_of(
         st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
         st.integers(),

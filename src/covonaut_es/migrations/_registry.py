@@ -19,7 +19,7 @@ import attrs
 from covonaut_es.domain import AgentThread, PauseKind, StateDocument, ThreadSnapshot
 from covonaut_es.domain._named_states import StateSaved
 from covonaut_es.domain._submissions import InputSubmitted, InputTaken
-from covonaut_es.errors import MissingUpcasterError, StaleSnapshotError
+from covonaut_es.errors import ConfigurationError, MissingUpcasterError, StaleSnapshotError
 from covonaut_es.migrations._upcasting import VERSION_KEY, Schema, Upcaster
 
 # Version 2: per-message usage. An assistant message carries the usage the provider
@@ -192,7 +192,7 @@ def schema_for(cls: type) -> Schema:
 
     Raises:
         ConfigurationError: A class defines an ``upcast_vN_vN+1`` method for a step at
-            or beyond its ``class_version``.
+            or beyond its ``class_version``, or one that is not callable.
     """
     if issubclass(cls, ThreadSnapshot):
         return thread_snapshot_schema()
@@ -212,7 +212,7 @@ def aggregate_schema(cls: type) -> Schema:
 
     Raises:
         ConfigurationError: It has an ``upcast_vN_vN+1`` method for a step at or beyond
-            its ``class_version``.
+            its ``class_version``, or one that is not callable.
     """
     return Schema(cls.__qualname__, class_version(cls), convention_upcasters(cls), own=True)
 
@@ -223,13 +223,26 @@ def convention_upcasters(cls: type) -> dict[int, Upcaster]:
     state it is given to the next version. Each becomes an upcaster of our rules (one
     step, checked): it sees the stored fields without ``"_v"``. One for a later step is
     taken too, for its :class:`Schema` to refuse (its ``class_version`` was not raised
-    with it), unless it is inherited from a class of another version."""
+    with it), unless it is inherited from a class of another version.
+
+    Raises:
+        ConfigurationError: An ``upcast_vN_vN+1`` attribute is not callable (a number,
+            say): wrapped, it would fail only when old data is first read.
+    """
     steps: dict[int, Upcaster] = {}
     for step in sorted({*range(1, class_version(cls)), *_later_steps(cls)}):
         name = convention_name(step)
         method = getattr(cls, name, None)
-        if method is not None:
-            steps[step] = _from_convention(method, step, f"{cls.__qualname__}.{name}")
+        if method is None:
+            continue
+        if not callable(method):
+            msg = (
+                f"{cls.__qualname__}.{name} is not callable (it is of type "
+                f"{type(method).__name__}); define it as a static method {name}(state) "
+                "that changes the state it is given in place"
+            )
+            raise ConfigurationError(msg)
+        steps[step] = _from_convention(method, step, f"{cls.__qualname__}.{name}")
     return steps
 
 
