@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import shutil
@@ -172,6 +173,106 @@ def test_the_bases_may_come_in_either_order() -> None:
     finally:
         runner.stop()
     assert FollowsFirst.approved == [("li", Decimal("3.30"))]
+
+
+class Note(Aggregate):
+    """One of a leader's aggregates."""
+
+    @event("Written")
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+class Memo(Aggregate):
+    """Another of a leader's aggregates."""
+
+    @event("Filed")
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+class Tally(Aggregate):
+    """A third, the one every follower below lists."""
+
+    @event("Counted")
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+class Desk(AgentApplication):
+    """A leader storing the events of three aggregate classes."""
+
+    aggregate_classes = (Note, Memo, Tally)
+
+
+LEADERS_CLASSES = {"note": Note, "memo": Memo, "tally": Tally}
+
+
+def keep_text(self: Any, domain_event: Any, processing_event: ProcessingEvent[UUID]) -> None:
+    """A policy keeping the text of every event it is given."""
+    self.seen.append(domain_event.text)
+
+
+@functools.cache
+def reader_of(listed: tuple[type, ...], *, agent_first: bool) -> type[Any]:
+    """A follower listing ``listed``, with AgentApplication before or after
+    ProcessApplication in its bases, whose policy keeps every event it is given (one
+    class each, as eventsourcing registers each class's topic once)."""
+    bases = (AgentApplication, ProcessApplication)
+    name = "_".join(["Reader", *(cls.__name__ for cls in listed), str(agent_first)])
+    body = {"aggregate_classes": listed, "seen": [], "policy": keep_text, "__qualname__": name}
+    return type(name, bases if agent_first else bases[::-1], body)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    saves=st.lists(st.sampled_from(sorted(LEADERS_CLASSES)), min_size=1, max_size=6),
+    listed=st.sets(st.sampled_from(["note", "memo"])),
+    agent_first=st.booleans(),
+)
+def test_a_follower_passes_over_the_leaders_records_of_classes_it_does_not_list(
+    saves: list[str], listed: set[str], agent_first: bool
+) -> None:
+    """A follower listing some of its leader's aggregate classes is given the events of
+    those, in order, and passes the others by: the leader's saves never fail (under a
+    single-threaded runner they run the follower), and it follows to the log's end.
+    Refused, the first record of a class it did not list stopped it there for good
+    and failed every later save of the leader, though each was stored."""
+    classes = (Tally, *(LEADERS_CLASSES[name] for name in sorted(listed)))
+    reader = reader_of(classes, agent_first=agent_first)
+    reader.seen.clear()
+    runner: SingleThreadedRunner[UUID] = SingleThreadedRunner(System([[Desk, reader]]))
+    runner.start()
+    try:
+        desk = runner.get(Desk)
+        for number, name in enumerate(saves):
+            desk.save(LEADERS_CLASSES[name](f"{name} {number}"))
+        expected = [f"{n} {i}" for i, n in enumerate(saves) if LEADERS_CLASSES[n] in classes]
+        assert runner.get(reader).seen == expected
+    finally:
+        runner.stop()
+
+
+class NotesOnly(AgentApplication, ProcessApplication[UUID]):
+    """A follower listing two of the leader's classes and following one's topic."""
+
+    aggregate_classes = (Note, Tally)
+    follow_topics: ClassVar[list[str]] = [get_topic(Note.Written)]
+    seen: ClassVar[list[str]] = []
+    policy = keep_text
+
+
+def test_a_follower_that_names_its_topics_keeps_them() -> None:
+    """A follower naming the topics it follows (eventsourcing's ``follow_topics``) is
+    given those only, as eventsourcing gives them."""
+    NotesOnly.seen.clear()
+    runner: SingleThreadedRunner[UUID] = SingleThreadedRunner(System([[Desk, NotesOnly]]))
+    runner.start()
+    try:
+        runner.get(Desk).save(Note("kept"), Tally("not followed"), Memo("not listed"))
+        assert NotesOnly.seen == ["kept"]
+    finally:
+        runner.stop()
 
 
 class StockAudit(ProcessApplication[UUID]):

@@ -30,6 +30,7 @@ from eventsourcing.persistence import (
     Recording,
     StoredEvent,
 )
+from eventsourcing.projection import EventSourcedProjection
 from eventsourcing.utils import Environment, EnvType, strtobool
 
 from covonaut_es import _logs
@@ -56,7 +57,12 @@ from covonaut_es.store._backends._eventsourcing import (
 )
 from covonaut_es.store._chain import UNCHAINED, chain_in, chain_of
 from covonaut_es.store._chain_key import SEALS_NOTHING, check_chain_key, sealed_predecessor
-from covonaut_es.store._following import ApplicationMapper, ApplicationTranscoder, cipher_of
+from covonaut_es.store._following import (
+    ApplicationMapper,
+    ApplicationTranscoder,
+    cipher_of,
+    follow_readable,
+)
 from covonaut_es.store._heads import HEADS, NEW_STREAMS, Head
 from covonaut_es.store._mapper import MsgspecMapper
 from covonaut_es.store._own_snapshots import (
@@ -96,8 +102,9 @@ class AgentApplication(RecordsProcessingEvents, Application[UUID]):
 
     List your aggregate classes in ``aggregate_classes``: the mapper reads and writes
     only the events of those and of agent threads (a follower lists those of its
-    leaders whose events it reads too). A stored topic is looked up in that list and
-    never imported, so a record naming some other module cannot run its code.
+    leaders whose events it reads too, and is given only those, ADR 0129). A stored
+    topic is looked up in that list and never imported, so a record naming some other
+    module cannot run its code.
 
     Raises:
         ConfigurationError: ``snapshotting_intervals`` names a class the application
@@ -113,6 +120,9 @@ class AgentApplication(RecordsProcessingEvents, Application[UUID]):
     def __init__(self, env: EnvType | None = None) -> None:
         check_intervals(self.snapshotting_intervals, self.aggregate_classes, (AgentThread,))
         super().__init__(env)
+        if isinstance(self, EventSourcedProjection):
+            assert isinstance(self.mapper, MsgspecMapper)
+            follow_readable(self, self.mapper)
         # Its recorder writes each saved thread's head anchor too where it can (ADR
         # 0052), creating the head table unless CREATE_TABLE is off.
         create = bool(strtobool(self.env.get("CREATE_TABLE") or "yes"))

@@ -23,6 +23,7 @@ from eventsourcing.persistence import (
     Transcoder,
 )
 from eventsourcing.popo import POPOFactory
+from eventsourcing.projection import EventSourcedProjection
 from eventsourcing.utils import Environment, TopicError
 
 from covonaut_es.errors import ConfigurationError
@@ -69,6 +70,20 @@ class ApplicationMapper(MsgspecMapper):
             cipher,
             aggregate_classes=classes,
         )
+
+
+def follow_readable(follower: EventSourcedProjection[Any], mapper: MsgspecMapper) -> None:
+    """Have ``follower`` follow only the records ``mapper`` reads, unless it names the
+    topics it follows itself (eventsourcing's ``topics`` or ``follow_topics``).
+
+    Its mapper of each leader reads what it lists (the library's classes and its
+    ``aggregate_classes``) and refuses any other type, importing nothing. A leader's
+    record of another type passes it by, as one outside eventsourcing's ``topics`` does:
+    refused, it stopped the follower at that record for good, and under a
+    single-threaded runner failed every later save of the leader (ADR 0129).
+    """
+    if not follower.topics:
+        follower.topics = mapper.topics
 
 
 def cipher_of(factory: InfrastructureFactory[Any]) -> Cipher | None:

@@ -155,6 +155,12 @@ class MsgspecMapper(Mapper[UUID]):
         self._library = frozenset(library_event_classes())
         self._readers: dict[str, _Reader] = {}  # what _reader found, by topic
 
+    @property
+    def topics(self) -> tuple[str, ...]:
+        """Every stored topic this mapper reads: the library's classes' (under their
+        codes too) and those of the classes it was given, their events and snapshots."""
+        return tuple(self._classes)
+
     def codec(self, cls: type) -> Codec:
         """The codec of a stored class: one that applies the application's
         transcodings for its own event classes, if it registers any."""
