@@ -27,7 +27,7 @@ import msgspec
 import psycopg
 import pytest
 from eventsourcing import utils
-from eventsourcing.application import Repository
+from eventsourcing.application import Application, Repository
 from eventsourcing.domain import Aggregate, event
 from eventsourcing.persistence import JSONTranscoder, Mapper, StoredEvent, Transcoder, Transcoding
 from eventsourcing.tests import application as es_application
@@ -408,6 +408,59 @@ def test_an_upcast_method_that_returns_a_value_is_refused(returned: object) -> N
     named = r"record 7: the Crated upcaster for 1 -> 2 failed: .*Crated.upcast_v1_v2 returned a"
     with pytest.raises(UpcasterError, match=named):
         schema_for(cls).upgrade({"_v": 1}, where="record 7")
+
+
+UPCAST: list[dict[str, Any]] = []
+"""The states the upcasters of ``Bill.Raised`` were given."""
+
+
+class Bill(Aggregate):
+    """Issued at version 1 of its event, raised at version 3 of another."""
+
+    class Raised(Aggregate.Event):
+        class_version = 3
+        amount: Decimal
+        upcast_v1_v2 = staticmethod(UPCAST.append)
+        upcast_v2_v3 = staticmethod(UPCAST.append)
+
+    @event("Issued")
+    def __init__(self, amount: Decimal) -> None:
+        self.amount = amount
+
+    @event(Raised)
+    def raise_by(self, amount: Decimal) -> None:
+        self.amount += amount
+
+
+class Bills(AgentApplication):
+    """The application the bills' stock one became."""
+
+    aggregate_classes = (Bill,)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.decimals(places=2, min_value=-1000, max_value=1000), min_size=1, max_size=4))
+def test_a_record_eventsourcings_own_mapper_wrote_is_named_as_such(amounts: list[Decimal]) -> None:
+    """A record eventsourcing's stock mapper wrote (an application that became an
+    AgentApplication), at any class version, is refused with a SerializationError saying
+    so and what to do, before any upcaster runs: it keeps its version under
+    "class_version", not "_v", and a version-3 record was called "schema version 0"
+    and would have been upcast from 1 again."""
+    UPCAST.clear()
+    bill = Bill(amounts[0])
+    for amount in amounts[1:]:
+        bill.raise_by(amount)
+    stock = Application[uuid.UUID]().mapper
+    mapper = Bills().mapper
+    for domain_event in bill.collect_events():
+        record = stock.to_stored_event(domain_event)
+        with pytest.raises(SerializationError) as refused:
+            mapper.to_domain_event(record)
+        message = str(refused.value)
+        assert f"{type(domain_event).__qualname__} data was written by eventsourcing's" in message
+        assert "docs/embedding.md" in message
+        assert "schema version 0" not in message
+    assert UPCAST == []
 
 
 def test_the_stock_mapper_upcasts_a_thread_event_of_version_1() -> None:

@@ -175,6 +175,7 @@ class Codec:
         """The fields of a payload read by :meth:`decode_untyped` (which upcasters may
         change), upcast to today's shape and typed, or a
         :class:`~covonaut_es.errors.SerializationError` naming ``where``."""
+        refuse_stock_mapper_data(state, name=self.schema.name, where=where)
         stored = stored_version(state)
         state = self._upgrade(state, where, migrators)
         try:
@@ -322,6 +323,35 @@ class DeclaredSnapshotCodec(SnapshotCodec):
             )
             raise StaleSnapshotError(msg)
         return super()._upgrade(payload, where, migrators)
+
+
+def refuse_stock_mapper_data(state: Mapping[str, Any], *, name: str, where: str) -> None:
+    """Refuse a payload that eventsourcing's own mapper wrote (an application that was
+    a stock ``Application`` before it became an ``AgentApplication``): its version is
+    under ``"class_version"``, not ``"_v"``, so it would be read as version 0 and upcast
+    again, and its timestamp is tagged by eventsourcing's transcoder.
+
+    Raises:
+        SerializationError: It has no ``"_v"``, and a ``"class_version"`` or a tagged
+            timestamp, naming ``where`` and what to do.
+    """
+    if VERSION_KEY in state:
+        return
+    timestamp = state.get("timestamp")
+    if _CLASS_VERSION in state:
+        found = f"'{_CLASS_VERSION}': {state[_CLASS_VERSION]!r} where this store writes '_v'"
+    elif isinstance(timestamp, dict) and "_type_" in timestamp:
+        found = "a timestamp tagged by eventsourcing's transcoder where this store writes text"
+    else:
+        return
+    msg = (
+        f"{where}: {name} data was written by eventsourcing's own mapper ({found}), which "
+        "an AgentApplication's mapper does not read; read it with the stock Application, "
+        "or copy its events into a new AgentApplication's database by saving each one "
+        "the stock application reads (see 'Your own eventsourcing application' in "
+        "docs/embedding.md)"
+    )
+    raise SerializationError(msg)
 
 
 def decode_object(data: bytes | memoryview, *, where: str, hint: str = "") -> dict[str, Any]:
