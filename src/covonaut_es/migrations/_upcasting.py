@@ -183,7 +183,8 @@ class Schema:
         except StaleSnapshotError as exc:
             # The one error that keeps its class: it asks for the snapshot to be passed
             # over and its thread rebuilt. Any other, the library's own included, is an
-            # UpcasterError naming the record, so that a cache passes it over too.
+            # UpcasterError naming the record, so that a cache passes it over too
+            # (ADR 0130).
             msg = f"{where}: {exc}"
             raise StaleSnapshotError(msg) from exc
         except Exception as exc:
