@@ -11,6 +11,7 @@ for both drivers, and one server's connection is shared by every agent that list
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import functools
 import json
@@ -19,12 +20,14 @@ import shlex
 import sys
 import threading
 import urllib.parse
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Coroutine, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import CancelledError
 from typing import Any, Self, TypeVar
 
+import attrs
 import httpx2
 import mcp_types
+import msgspec
 from mcp import Client, MCPError
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
@@ -38,7 +41,12 @@ from covonaut_es._arguments import (
     check_whole,
     positive_seconds,
 )
-from covonaut_es.errors import ConfigurationError, ToolInDoubtError, ToolServerError
+from covonaut_es.errors import (
+    ConfigurationError,
+    MCPToolError,
+    ToolInDoubtError,
+    ToolServerError,
+)
 from covonaut_es.mcp._policy import (
     MAX_RESULT_BYTES,
     MAX_TOOLS,
@@ -132,6 +140,47 @@ def _unconnected_keys(exc: BaseException) -> set[str]:
     return keys
 
 
+def _secrets_of(parts: urllib.parse.SplitResult, headers: Mapping[str, str]) -> list[str]:
+    """Every secret a connection to the URL of ``parts`` sends: its user information
+    (each part, and the basic-auth header made of it), its query and each value in it,
+    and each header's value and the credentials after its scheme (``Bearer <token>``)."""
+    secrets = [parts.netloc.rpartition("@")[0], parts.query]
+    secrets += [value for _, value in urllib.parse.parse_qsl(parts.query, keep_blank_values=True)]
+    basic = _basic_auth(parts)
+    if basic is not None:
+        user, password = basic
+        pair = f"{user}:{password}"
+        secrets += [user, password, pair, "Basic " + base64.b64encode(pair.encode()).decode()]
+    for value in headers.values():
+        secrets += [value, value.strip().partition(" ")[2].strip()]
+    return secrets
+
+
+def _basic_auth(parts: urllib.parse.SplitResult) -> tuple[str, str] | None:
+    """The user and password of the URL's user information, decoded; None without."""
+    if parts.username is None and parts.password is None:
+        return None
+    user, password = (urllib.parse.unquote(p or "") for p in (parts.username, parts.password))
+    return user, password
+
+
+def _hidden_forms(secrets: Iterable[str]) -> tuple[str, ...]:
+    """Each secret as a message may quote it: as given, percent-decoded and -encoded,
+    in base64 and escaped as in JSON; longest first, so a secret that holds another is
+    hidden whole."""
+    forms: set[str] = set()
+    for secret in filter(None, secrets):
+        for text in {secret, urllib.parse.unquote(secret), urllib.parse.unquote_plus(secret)}:
+            forms |= {
+                text,
+                urllib.parse.quote(text, safe=""),
+                urllib.parse.quote_plus(text),
+                base64.b64encode(text.encode()).decode(),
+                msgspec.json.encode(text).decode()[1:-1],
+            }
+    return tuple(sorted(filter(None, forms), key=len, reverse=True))
+
+
 class MCPServer:
     """An MCP server whose tools an agent may call (``AgentConfig(mcp_servers=[...])``).
 
@@ -194,7 +243,7 @@ class MCPServer:
         self._timeout = timeout
         self._connect_timeout = connect_timeout
         self._max_result_bytes = max_result_bytes
-        self._hidden: tuple[str, ...] = ()  # parts of the address no message shows
+        self._hidden: tuple[str, ...] = ()  # the connection's secrets: no message shows one
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -221,7 +270,8 @@ class MCPServer:
         """A server run as a subprocess, spoken to over its stdin and stdout.
 
         ``env`` is added to a minimal environment (the SDK's); it is not part of the
-        server's identity, so it may hold secrets. ``options`` are the constructor's.
+        server's identity, so it may hold secrets: no value of it shows in what the
+        server says to the thread. ``options`` are the constructor's.
 
         Raises:
             ConfigurationError: An argument of the wrong type, naming it.
@@ -240,7 +290,9 @@ class MCPServer:
 
         origin = "stdio:" + shlex.join([command, *args])
         name = os.path.basename(command) if name is None else name
-        return cls(name=name, origin=origin, connect=connect, **options)
+        server = cls(name=name, origin=origin, connect=connect, **options)
+        server._hidden = _hidden_forms((env or {}).values())
+        return server
 
     @classmethod
     def http(
@@ -254,7 +306,9 @@ class MCPServer:
         """A server reached over streamable HTTP at ``url``.
 
         ``headers`` (an ``Authorization`` token, say) go with every request; they and
-        the URL's credentials and query are not part of the server's identity. The
+        the URL's credentials and query are not part of the server's identity, and
+        none of them (nor its bearer token, basic-auth form, percent or base64
+        encoding) shows in what the server says to the thread, its errors or our logs. The
         URL's user information is sent as basic auth; a token in its query is not
         hidden from the SDK's own DEBUG log, which shows the URL: pass it in
         ``headers``.
@@ -282,12 +336,8 @@ class MCPServer:
         origin = f"http:{parts.scheme}://{host}{parts.path}"
         # The URL's user information goes as basic auth (as httpx would send it), not
         # in the URL: the SDK logs the URL it connects to at DEBUG.
-        auth = None
-        if parts.username is not None or parts.password is not None:
-            user, password = (
-                urllib.parse.unquote(p or "") for p in (parts.username, parts.password)
-            )
-            auth = httpx2.BasicAuth(user, password)
+        basic = _basic_auth(parts)
+        auth = None if basic is None else httpx2.BasicAuth(*basic)
         address = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
 
         @contextlib.asynccontextmanager
@@ -300,10 +350,7 @@ class MCPServer:
                 yield streams
 
         server = cls(name=host if name is None else name, origin=origin, connect=connect, **options)
-        userinfo = parts.netloc.rpartition("@")[0]
-        hidden = {userinfo, parts.password or "", parts.query}
-        hidden |= {urllib.parse.unquote(text) for text in hidden}
-        server._hidden = tuple(sorted(filter(None, hidden), key=len, reverse=True))
+        server._hidden = _hidden_forms(_secrets_of(parts, headers or {}))
         return server
 
     @property
@@ -367,15 +414,16 @@ class MCPServer:
         """
         listing = self._listing
         if listing is None or listing[0] != self._epoch:
-            epoch, listed = self._run(self._listed(), self._connect_timeout, "list its tools")
-            check_overrides(self._name, self._overrides, listed, self._prefix)
-            listing = (epoch, tuple(self._tool(epoch, item) for item in listed))
+            with self._hiding():
+                epoch, listed = self._run(self._listed(), self._connect_timeout, "list its tools")
+                check_overrides(self._name, self._overrides, listed, self._prefix)
+                listing = (epoch, tuple(self._tool(epoch, item) for item in listed))
             self._listing = listing
         return listing[1]
 
     def _tool(self, epoch: int, listing: Listing) -> Tool:
         return to_tool(
-            listing,
+            attrs.evolve(listing, description=self._hide(listing.description)),
             server=self._name,
             origin=self.origin,
             prefix=self._prefix,
@@ -387,8 +435,10 @@ class MCPServer:
         """Run one tool on the server, blocking, with the call's idempotency key in the
         request's ``_meta``; ``epoch`` is that of the listing that ``offered`` it."""
         called = self._called(epoch, offered, args, ctx.idempotency_key)
-        result = self._run(called, None, "call " + offered.name)
-        return result_value(result, tool=offered.name, max_bytes=self._max_result_bytes)
+        with self._hiding():
+            result = self._run(called, None, "call " + offered.name)
+            text = result_value(result, tool=offered.name, max_bytes=self._max_result_bytes)
+        return self._hide(text)
 
     # On the server's loop -------------------------------------------------------------
 
@@ -439,9 +489,8 @@ class MCPServer:
                 )
             except MCPError as exc:
                 if exc.code in _REFUSED_CODES:
-                    raise ToolServerError(
-                        f"MCP server {self._name!r} refused the call: {exc}"
-                    ) from exc
+                    msg = f"MCP server {self._name!r} refused the call: {self._hide(str(exc))}"
+                    raise ToolServerError(msg) from exc
                 failure: Exception = exc
             except Exception as exc:  # a dropped connection, an answer that is not MCP
                 failure = exc
@@ -453,7 +502,8 @@ class MCPServer:
                 )
                 raise ToolServerError(msg) from failure
             if isinstance(failure, MCPError):
-                msg = f"MCP server {self._name!r} failed during the call: {failure.error.message}"
+                said = self._hide(failure.error.message)
+                msg = f"MCP server {self._name!r} failed during the call: {said}"
             else:
                 msg = f"MCP server {self._name!r} gave no usable answer: {type(failure).__name__}"
             raise ToolInDoubtError(msg) from failure
@@ -542,14 +592,32 @@ class MCPServer:
             await asyncio.wait(others, timeout=5)
 
     def _described(self, exc: BaseException) -> str:
-        """What went wrong, each exception of a group named, the address's secrets
+        """What went wrong, each exception of a group named, the connection's secrets
         hidden."""
-        text = "; ".join(
-            dict.fromkeys(f"{type(leaf).__name__}: {leaf}".rstrip(": ") for leaf in _leaves(exc))
+        return self._hide(
+            "; ".join(
+                dict.fromkeys(
+                    f"{type(leaf).__name__}: {leaf}".rstrip(": ") for leaf in _leaves(exc)
+                )
+            )
         )
+
+    def _hide(self, text: str) -> str:
+        """``text`` with each of the connection's secrets, in each form, as ``***``:
+        everything the server says passes here before a message, a record, a log or
+        the model has it."""
         for secret in self._hidden:
             text = text.replace(secret, "***")
         return text
+
+    @contextlib.contextmanager
+    def _hiding(self) -> Iterator[None]:
+        """Each error raised inside, again with its text hidden and without its cause:
+        a traceback prints a cause's text (the server's, a URL) as it is (ADR 0133)."""
+        try:
+            yield
+        except (ToolServerError, ToolInDoubtError, MCPToolError, ConfigurationError) as exc:
+            raise type(exc)(self._hide(str(exc))) from None
 
     def _run(self, work: Coroutine[Any, Any, _T], timeout: float | None, what: str) -> _T:
         """Run ``work`` on the server's loop and wait for it; past ``timeout``, cancel it
