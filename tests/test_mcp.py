@@ -744,3 +744,26 @@ def test_without_the_extra_the_import_names_it() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=False
     )
     assert result.returncode == 1 and "pip install 'covonaut-es[mcp]'" in result.stderr
+
+
+@pytest.mark.parametrize("output", [False, True])
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"$ref": "#"},
+        {"allOf": [{"$ref": "#"}]},
+        {"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}},
+        {"$dynamicAnchor": "x", "$dynamicRef": "#x"},
+        {"$schema": "http://json-schema.org/draft-04/schema#", "$ref": "#"},
+    ],
+)
+def test_a_schema_whose_references_loop_refuses_the_listing(
+    schema: dict[str, object], output: bool
+) -> None:
+    """A loop of references in the input schema (checked as any tool's) or the output
+    schema (which the SDK checks each result against) refuses the listing, naming the
+    tool, before a call could recurse without end."""
+    refused = r"tool 't'.* schema (whose references|with references that) loop"
+    with pytest.raises(ToolServerError, match=refused):
+        for item in checked_listing("s", [_listed_tool(schema, output=output)]):
+            to_tool(item, server="s", origin="o", prefix="", override=None, func=print)

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
+import jsonschema
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from covonaut_es import Agent, AgentConfig, CheckpointSettings, ScriptedProvider, Store, Tool
+from covonaut_es._schema import validation_error
 from covonaut_es.errors import ConfigurationError
 from covonaut_es.messages import Role, ToolCall
 from covonaut_es.tools import ArgumentsError, ToolContext, parse_arguments
@@ -110,3 +115,94 @@ def test_a_schema_refused_in_a_run_reaches_the_model(store: Store) -> None:
     (result,) = [m.content for m in agent.messages if m.role is Role.TOOL]
     assert result.startswith("Error: arguments for 'order' are invalid: $.sku: 'x' does not match")
     assert ran == []
+
+
+# A loop of schemas applied to one value: each link a keyword that applies its schema
+# to the value itself, or a reference; drafts keep their definitions under their names.
+_IN_PLACE_LINKS = st.sampled_from(["$ref", "allOf", "anyOf", "oneOf", "not", "if", "then"])
+_DRAFTS = st.sampled_from(
+    [
+        (None, "$defs"),
+        ("https://json-schema.org/draft/2020-12/schema", "$defs"),
+        ("http://json-schema.org/draft-07/schema#", "definitions"),
+        ("http://json-schema.org/draft-04/schema#", "definitions"),
+    ]
+)
+
+
+def _link(keyword: str, ref: str) -> dict[str, Any]:
+    target = {"$ref": ref}
+    if keyword == "$ref":
+        return target
+    if keyword in ("allOf", "anyOf", "oneOf"):
+        return {keyword: [{"type": "object"}, target]}
+    return {keyword: target}
+
+
+@st.composite
+def _looping_schemas(draw: st.DrawFn) -> tuple[dict[str, Any], bool]:
+    """A schema with a chain of definitions, the last pointing back into the chain (or
+    to the root); True when the loop applies schemas to one value without end, False
+    when the loop passes through a property (a tree: valid)."""
+    dialect, defs = draw(_DRAFTS)
+    links = draw(st.lists(_IN_PLACE_LINKS, min_size=1, max_size=4))
+    back = draw(st.integers(-1, len(links) - 1))  # -1: back to the root
+    nested = draw(st.booleans())  # the chain reached through a property, not the root
+    through_a_property = draw(st.booleans())
+    refs = [f"#/{defs}/d{i}" for i in range(len(links))]
+    chain = {}
+    for i, keyword in enumerate(links):
+        ref = refs[i + 1] if i + 1 < len(links) else (refs[back] if back >= 0 else "#")
+        chain[f"d{i}"] = _link(keyword, ref)
+    if through_a_property:
+        chain["d0"] = {"type": "object", "properties": {"child": chain["d0"]}}
+    start = {"$ref": refs[0]}
+    schema: dict[str, Any] = {defs: chain, "type": "object"}
+    schema |= {"properties": {"p": start}} if nested else start
+    if dialect is not None:
+        schema["$schema"] = dialect
+    # The loop holds d0 when it goes back to d0 or to the root; back to the root, it
+    # passes through the property the chain hangs under, if any.
+    return schema, not (through_a_property and back <= 0) and not (nested and back == -1)
+
+
+@settings(max_examples=50, deadline=None)
+@given(_looping_schemas())
+def test_a_schema_whose_references_loop_on_one_value_is_refused_when_the_tool_is_made(
+    drawn: tuple[dict[str, Any], bool],
+) -> None:
+    """A loop of $ref, allOf, not, if... that never reaches a property or an item
+    refuses the tool, naming it (every draft; from the root or under a property); a
+    loop through a property is a tree, and its calls are validated without error."""
+    schema, loops = drawn
+    if loops:
+        with pytest.raises(ConfigurationError, match=r"tool 'walk' has a parameters schema whose"):
+            Tool("walk", "Walks", schema, _noop)
+        return
+    tool = Tool("walk", "Walks", schema, _noop)
+    with contextlib.suppress(ArgumentsError):
+        parse_arguments(tool, ToolCall("c1", "walk", '{"p": {"child": {"child": {}}}}'))
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "object", "$ref": "#"},
+        {"$dynamicAnchor": "x", "$dynamicRef": "#x"},
+        {"$anchor": "x", "$ref": "#x"},
+        {
+            "$id": "http://e/x",
+            "properties": {"q": {"$ref": "a.json"}},
+            "$defs": {"a": {"$id": "a.json", "$ref": "a.json"}},
+        },
+    ],
+)
+def test_a_loop_the_schema_check_let_through_is_a_refused_call_not_a_crash(
+    schema: dict[str, Any],
+) -> None:
+    """A looping validator (a tool made before loops were refused, replayed) gives the
+    model a refusal, as an unresolvable $ref does, never a RecursionError."""
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    assert validation_error(validator, {"q": 1}) == (
+        "the tool's schema cannot be applied: its references loop without end"
+    )
