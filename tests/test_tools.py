@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import contextlib
+import string
 from typing import Any
 
 import jsonschema
+import mcp_types
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from covonaut_es import Agent, AgentConfig, CheckpointSettings, ScriptedProvider, Store, Tool
 from covonaut_es._schema import validation_error
-from covonaut_es.errors import ConfigurationError
+from covonaut_es.errors import ConfigurationError, ToolServerError
+from covonaut_es.mcp._policy import checked_listing, to_tool
 from covonaut_es.messages import Role, ToolCall
 from covonaut_es.tools import ArgumentsError, ToolContext, parse_arguments
 from support import answer, call, ticking_clock
@@ -206,3 +209,58 @@ def test_a_loop_the_schema_check_let_through_is_a_refused_call_not_a_crash(
     assert validation_error(validator, {"q": 1}) == (
         "the tool's schema cannot be applied: its references loop without end"
     )
+
+
+_NAME_CHARACTERS = string.ascii_letters + string.digits + "_-"
+# Names near the rule's edges: look-alikes and other scripts, marks, spaces, dots.
+_NAMES = st.text(
+    st.sampled_from([*_NAME_CHARACTERS, "\u0435", "\u540d", "\u00b2", "\u0661", ".", " ", "\u200b"])
+    | st.characters(),
+    max_size=70,
+)
+
+
+@settings(max_examples=50, deadline=None)
+@given(name=_NAMES, prefix=st.sampled_from(["", "srv_", "\u0455rv_"]))
+def test_a_tool_name_is_what_every_provider_accepts_for_local_and_server_tools(
+    name: str, prefix: str
+) -> None:
+    """A name of 1 to 64 ASCII letters, digits, '_' or '-' makes a tool; any other (a
+    Cyrillic look-alike, another script, a superscript, a dot, over 64 characters) is
+    refused naming it: for the application's tool a ConfigurationError, for a server's
+    (its tool_prefix counted) the listing's ToolServerError."""
+    accepted = 1 <= len(name) <= 64 and all(c in _NAME_CHARACTERS for c in name)
+    if accepted:
+        assert Tool(name, "d", {"type": "object"}, _noop).name == name
+    else:
+        with pytest.raises(ConfigurationError, match="a tool's name must be 1 to 64 ASCII"):
+            Tool(name, "d", {"type": "object"}, _noop)
+    listed = mcp_types.Tool.model_construct(
+        name=name, description="d", input_schema={"type": "object"}, annotations=None
+    )
+    full = prefix + name
+    served = 1 <= len(full) <= 64 and all(c in _NAME_CHARACTERS for c in full)
+    try:
+        (item,) = checked_listing("s", [listed])
+        tool = to_tool(item, server="s", origin="o", prefix=prefix, override=None, func=_noop)
+    except ToolServerError:
+        assert not served
+    else:
+        assert served and tool.name == full
+
+
+def test_a_thread_that_recorded_a_name_now_refused_stays_readable(store: Store) -> None:
+    """The rule is for new tools: a thread whose model called a name outside it (as an
+    older version's tool could be named) is stored, read and resumed as it was."""
+    agent = Agent(
+        AgentConfig(
+            provider=ScriptedProvider([call(("c1", "d\u0435lete_\u540d", "{}")), answer("ok")]),
+            tools=[rich_tool()],
+            checkpoint=CheckpointSettings(store=store, thread_id="t"),
+            clock=ticking_clock(),
+        )
+    )
+    assert agent.run("go") == "ok"
+    names = [getattr(e, "tool_name", None) for e in store.history("t")]
+    assert "d\u0435lete_\u540d" in names
+    assert list(store.load("t").messages) == list(agent.messages)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from datetime import timedelta
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 import attrs
 import msgspec
@@ -104,10 +104,20 @@ def _check_deadline(_: Any, __: attrs.Attribute[Any], value: object) -> None:
     )
 
 
+# What OpenAI and Anthropic accept as a tool's name: ASCII only, so no look-alike
+# (a Cyrillic U+0435 for the "e" of "delete") names a tool a reviewer reads as another.
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
 def _check_name(name: str, value: object) -> None:
     check_text(name, value)
-    if not value or not value.replace("_", "").replace("-", "").isalnum():  # type: ignore[attr-defined]
-        msg = f"tool name must be letters, digits, '_' or '-', got {value!r}"
+    text = cast(str, value)
+    if not _TOOL_NAME.fullmatch(text):
+        shown = repr(text[:64]) + (f"... ({len(text)} characters)" if len(text) > 64 else "")
+        msg = (
+            "a tool's name must be 1 to 64 ASCII letters, digits, '_' or '-' (what model "
+            f"providers accept), got {shown}; rename the tool"
+        )
         raise ConfigurationError(msg)
 
 
@@ -134,7 +144,9 @@ class Tool:
     """A function the model may call.
 
     Attributes:
-        name: The name the model uses.
+        name: The name the model uses: 1 to 64 ASCII letters, digits, ``_`` or ``-``
+            (what OpenAI and Anthropic accept; a server tool's ``tool_prefix`` counts).
+            Stored threads keep the names they recorded.
         description: What the tool does, for the model.
         parameters: JSON Schema of the arguments object (draft 2020-12 unless its
             ``$schema`` names another); it is checked when the tool is made, and

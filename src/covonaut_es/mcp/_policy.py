@@ -297,19 +297,22 @@ def to_tool(
     from hints and override, pinned to the server and the listing.
 
     Raises:
-        ToolServerError: The name is not one our tools may have, or the schema is not
-            a valid JSON Schema.
+        ToolServerError: The name is not one our tools may have, the listing holds
+            text UTF-8 cannot (a lone surrogate), or the schema is not a valid JSON
+            Schema.
     """
     policy = effective_policy(listing.hints, override)
     parameters: Mapping[str, JsonValue] = listing.parameters
-    pin = ToolPin.of(
-        server=server,
-        origin=origin,
-        tool=listing.name,
-        description=listing.description,
-        parameters=listing.parameters,
-    )
     try:
+        # A lone surrogate in the listing fails the pin's encoding (a ValueError): the
+        # tool is refused as one whose name breaks the rule is.
+        pin = ToolPin.of(
+            server=server,
+            origin=origin,
+            tool=listing.name,
+            description=listing.description,
+            parameters=listing.parameters,
+        )
         return Tool(
             prefix + listing.name,
             listing.description,
