@@ -470,3 +470,24 @@ def test_no_secret_of_the_connection_reaches_the_thread_an_error_a_log_or_the_mo
     sent = [token, key, value, *([user, password, f"{user}:{password}"] if basic else [])]
     forms = {_encoded(s, e) for s in sent for e in ("plain", "percent", "base64")}
     assert seen and not [form for form in forms for text in seen if form in text]
+
+
+def test_a_stdio_servers_env_values_are_hidden_in_its_results_errors_and_descriptions(
+    tmp_path: Path, store: Store
+) -> None:
+    """The values of a stdio server's ``env`` (which may hold secrets) are hidden in a
+    tool's description, its result, and its error, as an HTTP server's credentials are."""
+    env = {"MCP_TEST_VARIANT": "", "WORD": "contents", "OTHER": "fire", "THIRD": "a file"}
+    args = [str(Path(__file__).with_name("mcp_server.py")), str(tmp_path / "log")]
+    policy = {"fail": ToolPolicy(requires_approval=False)}
+    with MCPServer.stdio(sys.executable, args, env, name="files", overrides=policy) as server:
+        described = {tool.name: tool.description for tool in server.tools()}
+        script = [call(("c1", "read", '{"path": "a"}'), ("c2", "fail", "{}")), answer("ok")]
+        agent_of(store, server, script).run("go")
+    assert described["read"] == "Read ***."
+    results = {
+        e.tool_call_id: e.content
+        for e in events(store)
+        if isinstance(e, AgentThread.ToolResultRecorded)
+    }
+    assert results["c1"] == "*** of a" and "disk on ***" in results["c2"]
