@@ -763,7 +763,18 @@ def test_a_schema_whose_references_loop_refuses_the_listing(
     """A loop of references in the input schema (checked as any tool's) or the output
     schema (which the SDK checks each result against) refuses the listing, naming the
     tool, before a call could recurse without end."""
-    refused = r"tool 't'.* schema (whose references|with references that) loop"
+    refused = r"tool 't'.* schema of tool 't' has references that loop"
     with pytest.raises(ToolServerError, match=refused):
         for item in checked_listing("s", [_listed_tool(schema, output=output)]):
             to_tool(item, server="s", origin="o", prefix="", override=None, func=print)
+
+
+@pytest.mark.parametrize("schema", [{"type": "intger"}, {"$schema": 5}, {"required": "x"}])
+def test_an_output_schema_that_is_not_json_schema_refuses_the_listing(
+    schema: dict[str, object],
+) -> None:
+    """The SDK checks each result against the output schema: one that is not valid
+    JSON Schema refuses the listing with ToolServerError naming the tool, as an input
+    schema does."""
+    with pytest.raises(ToolServerError, match=r"tool 't' has an invalid output schema"):
+        checked_listing("s", [_listed_tool(schema, output=True)])

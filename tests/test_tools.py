@@ -75,7 +75,14 @@ def test_the_model_reads_the_best_matching_error() -> None:
 
 
 @pytest.mark.parametrize(
-    "schema", [{"type": "intger"}, {"type": "object", "required": "name"}, {"minimum": "1"}]
+    "schema",
+    [
+        {"type": "intger"},
+        {"type": "object", "required": "name"},
+        {"minimum": "1"},
+        {"$schema": 5},
+        {"$id": 5},
+    ],
 )
 def test_an_invalid_schema_is_refused_when_the_tool_is_made(schema: dict[str, Any]) -> None:
     """A schema that is not valid JSON Schema raises ConfigurationError naming the tool."""
@@ -179,7 +186,8 @@ def test_a_schema_whose_references_loop_on_one_value_is_refused_when_the_tool_is
     loop through a property is a tree, and its calls are validated without error."""
     schema, loops = drawn
     if loops:
-        with pytest.raises(ConfigurationError, match=r"tool 'walk' has a parameters schema whose"):
+        refused = r"parameters schema of tool 'walk' has references that loop"
+        with pytest.raises(ConfigurationError, match=refused):
             Tool("walk", "Walks", schema, _noop)
         return
     tool = Tool("walk", "Walks", schema, _noop)

@@ -38,17 +38,28 @@ _DATA_KEYWORDS = frozenset({"enum", "const", "default", "examples"})
 _NAME_MAPS = frozenset({"properties", "patternProperties", "$defs", "definitions"})
 
 
-def compile_schema(tool_name: str, schema: Mapping[str, Any]) -> ArgumentsValidator:
+def compile_schema(
+    tool_name: str, schema: Mapping[str, Any], what: str = "parameters"
+) -> ArgumentsValidator:
     """Check ``schema`` against its draft's meta-schema (2020-12 unless ``$schema``
-    names another) and return its validator.
+    names another) and for references that loop on one value, and return its
+    validator; ``what`` names the schema in messages ("parameters", "output").
 
     Raises:
-        ConfigurationError: The schema is not a valid JSON Schema.
+        ConfigurationError: The schema is not a valid JSON Schema, or its references
+            loop on one value (see :func:`reference_loop`).
     """
     if not isinstance(schema, Mapping):
         msg = (
-            f"tool {tool_name!r} needs a JSON Schema object as its parameters, got "
+            f"tool {tool_name!r} needs a JSON Schema object as its {what}, got "
             f"{type(schema).__name__}; pass e.g. {{'type': 'object', 'properties': {{...}}}}"
+        )
+        raise ConfigurationError(msg)
+    dialect = schema.get("$schema")
+    if dialect is not None and not isinstance(dialect, str):  # validator_for reads it unchecked
+        msg = (
+            f"tool {tool_name!r} has an invalid {what} schema: at $['$schema']: a "
+            f"{type(dialect).__name__}, not a URI; name a draft, or leave $schema out"
         )
         raise ConfigurationError(msg)
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
@@ -57,14 +68,14 @@ def compile_schema(tool_name: str, schema: Mapping[str, Any]) -> ArgumentsValida
     except jsonschema.exceptions.SchemaError as exc:
         path = exc.json_path
         msg = (
-            f"tool {tool_name!r} has an invalid parameters schema: at {path}: {exc.message}; "
+            f"tool {tool_name!r} has an invalid {what} schema: at {path}: {exc.message}; "
             "fix the schema so it is valid JSON Schema"
         )
         raise ConfigurationError(msg) from exc
     loop = reference_loop(schema)
     if loop is not None:
         msg = (
-            f"tool {tool_name!r} has a parameters schema whose references loop: {loop} "
+            f"the {what} schema of tool {tool_name!r} has references that loop: {loop} "
             "applies the schema it is in to the same value again, so no value could be "
             "checked; make each reference reach a property or an item first"
         )
@@ -122,7 +133,10 @@ def _applied(
     the resolver of its references; those it applies to a part of its value (a
     property, an item) are added to ``inner``, to be searched from in their turn."""
     node, path, resolver = at
-    resolver = resolver.in_subresource(spec.create_resource(node))  # its own $id, if any
+    try:
+        resolver = resolver.in_subresource(spec.create_resource(node))  # its own $id, if any
+    except ValueError:  # an $id that is no URI: resolving under it is validation's fault
+        resolver = None
     same: list[tuple[Any, str]] = []
     for key, value in node.items():
         if key in _DATA_KEYWORDS or key in _REFERENCES:
@@ -140,11 +154,11 @@ def _applied(
     applied = [(item, where, resolver) for item, where in same if isinstance(item, Mapping)]
     for key in _REFERENCES:
         ref = node.get(key)
-        if not isinstance(ref, str):
+        if not isinstance(ref, str) or resolver is None:
             continue
         try:
             resolved = resolver.lookup(ref)
-        except referencing.exceptions.Unresolvable:
+        except (referencing.exceptions.Unresolvable, ValueError):
             continue
         if isinstance(resolved.contents, Mapping):
             applied.append((resolved.contents, f"{key} {ref!r} at {path}", resolved.resolver))

@@ -16,7 +16,7 @@ import attrs
 import msgspec
 
 from covonaut_es._arguments import instance_of, positive_seconds, validated
-from covonaut_es._schema import reference_loop
+from covonaut_es._schema import compile_schema
 from covonaut_es.domain import ToolPin, canonical_json
 from covonaut_es.errors import ConfigurationError, MCPToolError, ToolResultError, ToolServerError
 from covonaut_es.messages import JsonValue
@@ -141,8 +141,8 @@ def checked_listing(server: str, tools: list[Any]) -> list[Listing]:
 
     Raises:
         ToolServerError: Too many tools, a name listed twice, a description or a schema
-            too large, a schema that is not a JSON object, or an output schema whose
-            references loop.
+            too large, a schema that is not a JSON object, or an output schema that is
+            not valid JSON Schema or whose references loop.
     """
     if len(tools) > MAX_TOOLS:
         msg = (
@@ -174,7 +174,7 @@ def checked_listing(server: str, tools: list[Any]) -> list[Listing]:
         # The SDK checks each result against the output schema: a regex there runs on
         # what the server answers, as one in the input schema on the model's arguments.
         for kind, checked in (("input", schema), ("output", tool.output_schema or {})):
-            refused = _refusal_of(kind, checked) if isinstance(checked, dict) else None
+            refused = _refusal_of(name, kind, checked) if isinstance(checked, dict) else None
             if refused is not None:
                 msg = f"MCP server {server!r} gives tool {name!r} an {kind} schema with {refused}"
                 raise ToolServerError(msg)
@@ -206,10 +206,11 @@ def check_overrides(
         raise ConfigurationError(msg)
 
 
-def _refusal_of(kind: str, schema: dict[str, Any]) -> str | None:
-    """Why a listed tool's ``kind`` ("input" or "output") schema refuses the listing:
-    a regular expression, or (output only: the input schema's loops refuse it as any
-    tool's, in ``compile_schema``) references that loop on one value; None if neither."""
+def _refusal_of(name: str, kind: str, schema: dict[str, Any]) -> str | None:
+    """Why tool ``name``'s ``kind`` ("input" or "output") schema refuses the listing:
+    a regular expression, or (output only: the input schema is checked as any tool's,
+    by ``compile_schema`` when the tool is made) what ``compile_schema`` refuses, an
+    invalid schema or references that loop on one value; None if neither."""
     found = _regex_in(schema)
     if found is not None:
         return (
@@ -217,12 +218,11 @@ def _refusal_of(kind: str, schema: dict[str, Any]) -> str | None:
             "so none is run and the listing is refused; ask for the tool without pattern "
             "and patternProperties"
         )
-    loop = reference_loop(schema) if kind == "output" else None
-    if loop is not None:
-        return (
-            f"references that loop: {loop} applies the schema it is in to the same value "
-            "again, so no result could be checked, and the listing is refused"
-        )
+    if kind == "output":
+        try:
+            compile_schema(name, schema, "output")
+        except ConfigurationError as exc:
+            return f"a fault, so no result could be checked and the listing is refused: {exc}"
     return None
 
 
