@@ -56,7 +56,7 @@ from covonaut_es.errors import (
 )
 from covonaut_es.messages import MAX_TOKEN_COUNT, StreamDelta, Usage
 from covonaut_es.providers import collect_stream
-from covonaut_es.providers._secrets import Secrets
+from covonaut_es.providers._secrets import client_secrets
 from covonaut_es.tools import ToolContext
 from provider_wire import SYSTEM, WEATHER, WEATHER_BY_CITY, WEATHER_SCHEMA, VendorWire, ask
 from wire_server import WireServer, json_reply, sse_reply
@@ -496,7 +496,7 @@ def test_the_secrets_of_a_clients_base_url_and_headers_are_hidden() -> None:
         base_url="https://gw:url-password-2@gateway.example/v1?api-key=query-key-3",
         default_headers={"X-Gateway-Token": "header-token-4", "X-Trace": "trace-value-5"},
     )
-    secrets = Secrets.of_client(client)
+    secrets = client_secrets(client)
     text = "sk-the-api-key-1 url-password-2 query-key-3 header-token-4 trace-value-5"
     assert secrets.hide(text) == "*** *** *** *** trace-value-5"
 

@@ -11,7 +11,6 @@ for both drivers, and one server's connection is shared by every agent that list
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import functools
 import json
@@ -20,14 +19,13 @@ import shlex
 import sys
 import threading
 import urllib.parse
-from collections.abc import Coroutine, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Coroutine, Iterator, Mapping, Sequence
 from concurrent.futures import CancelledError
 from typing import Any, Self, TypeVar
 
 import attrs
 import httpx2
 import mcp_types
-import msgspec
 from mcp import Client, MCPError
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
@@ -41,6 +39,7 @@ from covonaut_es._arguments import (
     check_whole,
     positive_seconds,
 )
+from covonaut_es._secrets import Secrets, credential
 from covonaut_es.errors import (
     ConfigurationError,
     MCPToolError,
@@ -142,18 +141,16 @@ def _unconnected_keys(exc: BaseException) -> set[str]:
 
 def _secrets_of(parts: urllib.parse.SplitResult, headers: Mapping[str, str]) -> list[str]:
     """Every secret a connection to the URL of ``parts`` sends: its user information
-    (each part, and the basic-auth header made of it), its query and each value in it,
-    and each header's value and the credentials after its scheme (``Bearer <token>``)."""
+    (each part, and the pair the basic-auth header encodes), its query and each value in
+    it, and each header's credential (:class:`~covonaut_es._secrets.Secrets` adds the
+    forms they are sent in: the pair's base64 among them)."""
     secrets = [parts.netloc.rpartition("@")[0], parts.query]
     secrets += [value for _, value in urllib.parse.parse_qsl(parts.query, keep_blank_values=True)]
     basic = _basic_auth(parts)
     if basic is not None:
         user, password = basic
-        pair = f"{user}:{password}"
-        secrets += [user, password, pair, "Basic " + base64.b64encode(pair.encode()).decode()]
-    for value in headers.values():
-        secrets += [value, value.strip().partition(" ")[2].strip()]
-    return secrets
+        secrets += [user, password, f"{user}:{password}"]
+    return [*secrets, *(credential(value) for value in headers.values())]
 
 
 def _basic_auth(parts: urllib.parse.SplitResult) -> tuple[str, str] | None:
@@ -162,23 +159,6 @@ def _basic_auth(parts: urllib.parse.SplitResult) -> tuple[str, str] | None:
         return None
     user, password = (urllib.parse.unquote(p or "") for p in (parts.username, parts.password))
     return user, password
-
-
-def _hidden_forms(secrets: Iterable[str]) -> tuple[str, ...]:
-    """Each secret as a message may quote it: as given, percent-decoded and -encoded,
-    in base64 and escaped as in JSON; longest first, so a secret that holds another is
-    hidden whole."""
-    forms: set[str] = set()
-    for secret in filter(None, secrets):
-        for text in {secret, urllib.parse.unquote(secret), urllib.parse.unquote_plus(secret)}:
-            forms |= {
-                text,
-                urllib.parse.quote(text, safe=""),
-                urllib.parse.quote_plus(text),
-                base64.b64encode(text.encode()).decode(),
-                msgspec.json.encode(text).decode()[1:-1],
-            }
-    return tuple(sorted(filter(None, forms), key=len, reverse=True))
 
 
 class MCPServer:
@@ -243,7 +223,7 @@ class MCPServer:
         self._timeout = timeout
         self._connect_timeout = connect_timeout
         self._max_result_bytes = max_result_bytes
-        self._hidden: tuple[str, ...] = ()  # the connection's secrets: no message shows one
+        self._secrets = Secrets()  # the connection's: no message shows one
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -291,7 +271,7 @@ class MCPServer:
         origin = "stdio:" + shlex.join([command, *args])
         name = os.path.basename(command) if name is None else name
         server = cls(name=name, origin=origin, connect=connect, **options)
-        server._hidden = _hidden_forms((env or {}).values())
+        server._secrets = Secrets.of((env or {}).values())
         return server
 
     @classmethod
@@ -350,7 +330,7 @@ class MCPServer:
                 yield streams
 
         server = cls(name=host if name is None else name, origin=origin, connect=connect, **options)
-        server._hidden = _hidden_forms(_secrets_of(parts, headers or {}))
+        server._secrets = Secrets.of(_secrets_of(parts, headers or {}))
         return server
 
     @property
@@ -606,9 +586,7 @@ class MCPServer:
         """``text`` with each of the connection's secrets, in each form, as ``***``:
         everything the server says passes here before a message, a record, a log or
         the model has it."""
-        for secret in self._hidden:
-            text = text.replace(secret, "***")
-        return text
+        return self._secrets.hide(text)
 
     @contextlib.contextmanager
     def _hiding(self) -> Iterator[None]:

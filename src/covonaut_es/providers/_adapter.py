@@ -16,6 +16,7 @@ import attrs
 
 from covonaut_es._closing import Closing
 from covonaut_es._extras import missing_extra
+from covonaut_es._secrets import Secrets
 from covonaut_es.errors import ConfigurationError, ProviderError, ProviderRequestError
 from covonaut_es.messages import Message
 from covonaut_es.providers._retry import (
@@ -24,7 +25,7 @@ from covonaut_es.providers._retry import (
     connection_error,
     error_for_status,
 )
-from covonaut_es.providers._secrets import Secrets
+from covonaut_es.providers._secrets import client_secrets
 
 T = TypeVar("T")
 StatusErrorT = TypeVar("StatusErrorT", bound=Exception)
@@ -204,7 +205,7 @@ class SdkAdapter(Closing, Generic[ClientT]):
         else:
             # A copy that shares the caller's connections but never retries by itself.
             self._client = client.with_options(max_retries=0)
-        self._secrets = Secrets.of_client(self._client)
+        self._secrets = client_secrets(self._client)
 
     def close(self) -> None:
         """Close the client's connections, unless the client was passed in."""

@@ -24,10 +24,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from urllib.parse import unquote
 
-from covonaut_es._text import exception_text
+from covonaut_es._secrets import scrub_chain
 from covonaut_es.errors import CovonautError
 
 _URL_DELIMITERS = re.compile(r"[@/?#&=,:\s]+")  # ":" ends a host before its port
@@ -72,21 +72,6 @@ def secrets_hidden(url: str) -> Iterator[None]:
     except CovonautError as exc:
         scrub_chain(exc, functools.partial(scrub, url=url))
         raise
-
-
-def scrub_chain(error: BaseException, scrubbed: Callable[[str], str]) -> None:
-    """Replace the text of ``error``, and of each error it was raised from or during, by
-    ``scrubbed`` of it, where that differs; an error whose text is not its args (its
-    text cannot be replaced) is cut from the chain, with the errors behind it."""
-    earlier: BaseException | None = None
-    link: BaseException | None = error
-    while link is not None:
-        if (hidden := scrubbed(exception_text(link))) != exception_text(link):
-            link.args = (hidden,)
-            if earlier is not None and scrubbed(exception_text(link)) != exception_text(link):
-                earlier.__cause__, earlier.__suppress_context__ = None, True
-                break
-        earlier, link = link, link.__cause__ or link.__context__
 
 
 def _hidden(text: str, url: str) -> str:

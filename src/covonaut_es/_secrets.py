@@ -1,0 +1,145 @@
+"""Secrets in text: each in the forms a message may quote it, and that text shown
+without them.
+
+A service the library talks to may repeat what it was sent in its error (a model API
+that quotes its key in a 401, a gateway or an MCP server that quotes the request): the
+error's text would carry the secret on into a log, a retry warning, a tool's result and
+a thread's record for good. Who knows what is secret makes its :class:`Secrets` (the
+model providers from their SDK client, an MCP server from its URL, headers and
+environment); :meth:`Secrets.hide` hides each secret, in each form, and each piece of one
+at least :data:`SHORTEST_PIECE` characters long; :func:`scrub_chain` does so in the
+text of every error of a raised error's chain (a store's URL uses it too).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import re
+from collections.abc import Callable, Iterable, Iterator
+from urllib.parse import quote, quote_plus, unquote, unquote_plus
+
+import attrs
+
+from covonaut_es._text import exception_text
+from covonaut_es.errors import CovonautError
+
+SHORTEST_PIECE = 8
+"""A piece of a secret this long is hidden wherever it stands (an API that quotes a part
+of the key); a secret shorter than this is hidden only whole."""
+SHORTEST_HIDDEN = 3
+"""A shorter value (``"x"`` for a local server that checks no key) is no secret: hidden
+everywhere, it would make every message noise."""
+
+_HIDDEN = "***"
+_SCHEME = re.compile(r"[A-Za-z][\w.+-]*\s+(\S+)")
+
+
+@attrs.frozen
+class Secrets:
+    """The forms in which some secrets may be quoted, and how a text is shown without
+    them.
+
+    Attributes:
+        forms: Each secret as given, percent-decoded, percent-encoded (escapes in either
+            case), JSON-escaped and in base64; shortest first.
+    """
+
+    forms: tuple[str, ...] = ()
+    _pieces: dict[int, frozenset[str]] = attrs.field(factory=dict, eq=False, repr=False)
+
+    @classmethod
+    def of(cls, secrets: Iterable[str]) -> Secrets:
+        """The forms of ``secrets`` (of a header's value, give :func:`credential` of it)."""
+        texts = set(secrets)
+        forms = sorted(
+            {form for text in texts for form in _forms(text) if len(form) >= SHORTEST_HIDDEN},
+            key=len,
+        )
+        pieces: dict[int, set[str]] = {}
+        for form in forms:
+            size = min(len(form), SHORTEST_PIECE)
+            found = pieces.setdefault(size, set())
+            found.update(form[start : start + size] for start in range(len(form) - size + 1))
+        return cls(tuple(forms), {size: frozenset(found) for size, found in pieces.items()})
+
+    def hide(self, text: str) -> str:
+        """``text`` with every form of a secret, and every piece of one at least
+        :data:`SHORTEST_PIECE` characters long, replaced by ``***``."""
+        if not self._pieces:
+            return text
+        hidden = bytearray(len(text))
+        for size, pieces in self._pieces.items():
+            for start in range(len(text) - size + 1):
+                if text[start : start + size] in pieces:
+                    hidden[start : start + size] = b"\x01" * size
+        if not any(hidden):
+            return text
+        shown: list[str] = []
+        for index, character in enumerate(text):
+            if not hidden[index]:
+                shown.append(character)
+            elif index == 0 or not hidden[index - 1]:
+                shown.append(_HIDDEN)
+        return "".join(shown)
+
+    @contextlib.contextmanager
+    def hidden(self) -> Iterator[None]:
+        """Around a call to a service: the library's error raised in it has the secrets
+        hidden in its text and in the text of each error it was raised from or during.
+
+        Raises:
+            CovonautError: What the call raised, its chain scrubbed.
+        """
+        try:
+            yield
+        except CovonautError as exc:
+            if self.forms:
+                scrub_chain(exc, self.hide)
+            raise
+
+
+def scrub_chain(error: BaseException, scrubbed: Callable[[str], str]) -> None:
+    """Replace the text of ``error``, and of each error it was raised from or during, by
+    ``scrubbed`` of it, where that differs; an error whose text is not its args (its
+    text cannot be replaced) is cut from the chain, with the errors behind it."""
+    earlier: BaseException | None = None
+    link: BaseException | None = error
+    while link is not None:
+        if (hidden := scrubbed(exception_text(link))) != exception_text(link):
+            link.args = (hidden,)
+            if earlier is not None and scrubbed(exception_text(link)) != exception_text(link):
+                earlier.__cause__, earlier.__suppress_context__ = None, True
+                break
+        earlier, link = link, link.__cause__ or link.__context__
+
+
+def credential(header_value: str) -> str:
+    """The secret of a header's value: the credential after its scheme (``Bearer
+    <key>``: the scheme is no secret, and its pieces would hide the words around the
+    key wherever it is quoted), else the whole value."""
+    scheme = _SCHEME.fullmatch(header_value.strip())
+    return header_value if scheme is None else scheme[1]
+
+
+def _forms(secret: str) -> set[str]:
+    """``secret`` as given and percent-decoded, each as is, percent-encoded (escapes in
+    either case), JSON-escaped and in base64."""
+    forms: set[str] = set()
+    for text in {secret, unquote(secret), unquote_plus(secret)}:
+        encoded = {quote(text, safe=""), quote(text), quote_plus(text)}
+        forms |= encoded | {_lower_escapes(form) for form in encoded}
+        forms |= {
+            text,
+            json.dumps(text)[1:-1],
+            json.dumps(text, ensure_ascii=False)[1:-1],
+            base64.b64encode(text.encode("utf-8", "surrogatepass")).decode(),
+        }
+    return forms
+
+
+def _lower_escapes(text: str) -> str:
+    """``text`` with each percent escape's hex digits in lower case."""
+    parts = text.split("%")
+    return parts[0] + "".join(f"%{part[:2].lower()}{part[2:]}" for part in parts[1:])
