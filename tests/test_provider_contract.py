@@ -46,6 +46,7 @@ from covonaut_es import (
     ToolCallDelta,
     open_store,
 )
+from covonaut_es._secrets import Secrets
 from covonaut_es.errors import (
     ConfigurationError,
     ProviderConnectionError,
@@ -499,6 +500,38 @@ def test_the_secrets_of_a_clients_base_url_and_headers_are_hidden() -> None:
     secrets = client_secrets(client)
     text = "sk-the-api-key-1 url-password-2 query-key-3 header-token-4 trace-value-5"
     assert secrets.hide(text) == "*** *** *** *** trace-value-5"
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    secret=st.text(string.ascii_letters + string.digits, min_size=3, max_size=7),
+    before=st.text(string.ascii_letters, min_size=1, max_size=3),
+    after=st.text(string.ascii_letters, min_size=1, max_size=3),
+)
+def test_a_short_secret_is_hidden_where_it_stands_apart_and_no_word_is_cut(
+    secret: str, before: str, after: str
+) -> None:
+    """Property: a secret under eight characters (``"unused"``, a query's ``json``) is
+    hidden where it stands apart from letters and digits, never inside a word, whose
+    other letters would be mangled around a ``***`` (helper-182)."""
+    secrets = Secrets.of([secret])
+    assert secrets.hide(f"key {secret}.") == "key ***."
+    word = f"{before}{secret}{after}"
+    assert secrets.hide(f"the {word} here") == f"the {word} here"
+
+
+def test_a_base_urls_settings_are_no_secrets() -> None:
+    """A query parameter of the base URL that names a setting (Azure's ``api-version``,
+    a ``format``) is not hidden in every message that repeats its value; one that names
+    a credential is (helper-182)."""
+    import openai
+
+    client = openai.OpenAI(
+        api_key="no-key-checked",
+        base_url="https://gateway.example/v1?api-version=2024-06-01&format=json&sig=abc123",
+    )
+    text = "api-version 2024-06-01 is not json; sig abc123"
+    assert client_secrets(client).hide(text) == "api-version 2024-06-01 is not json; sig ***"
 
 
 # Usage ---------------------------------------------------------------------------------

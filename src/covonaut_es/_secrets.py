@@ -33,6 +33,7 @@ SHORTEST_HIDDEN = 3
 everywhere, it would make every message noise."""
 
 _HIDDEN = "***"
+_CREDENTIAL_NAME = re.compile(r"auth|key|token|secret|cookie|password|signature|sig", re.I)
 _SCHEME = re.compile(r"[A-Za-z][\w.+-]*\s+(\S+)")
 
 
@@ -66,13 +67,18 @@ class Secrets:
 
     def hide(self, text: str) -> str:
         """``text`` with every form of a secret, and every piece of one at least
-        :data:`SHORTEST_PIECE` characters long, replaced by ``***``."""
+        :data:`SHORTEST_PIECE` characters long, replaced by ``***``; a shorter secret only
+        where it stands apart from letters and digits (``"json"`` of a URL's
+        ``?format=json`` is no reason to hide every word "json")."""
         if not self._pieces:
             return text
         hidden = bytearray(len(text))
         for size, pieces in self._pieces.items():
+            whole = size < SHORTEST_PIECE
             for start in range(len(text) - size + 1):
-                if text[start : start + size] in pieces:
+                if text[start : start + size] in pieces and (
+                    not whole or _apart(text, start, start + size)
+                ):
                     hidden[start : start + size] = b"\x01" * size
         if not any(hidden):
             return text
@@ -113,6 +119,19 @@ def scrub_chain(error: BaseException, scrubbed: Callable[[str], str]) -> None:
                 earlier.__cause__, earlier.__suppress_context__ = None, True
                 break
         earlier, link = link, link.__cause__ or link.__context__
+
+
+def looks_secret(name: str) -> bool:
+    """Whether a header or a URL's query parameter of this name carries a credential (an
+    ``Authorization``, an ``api-key``, a ``token``), rather than a setting (an
+    ``api-version``, a ``format``) whose value words in any message may repeat."""
+    return _CREDENTIAL_NAME.search(name) is not None
+
+
+def _apart(text: str, start: int, end: int) -> bool:
+    """Whether ``text[start:end]`` has no letter or digit right before or after it."""
+    before = start == 0 or not text[start - 1].isalnum()
+    return before and (end == len(text) or not text[end].isalnum())
 
 
 def credential(header_value: str) -> str:

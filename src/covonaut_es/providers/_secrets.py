@@ -10,13 +10,10 @@ query values of its base URL; :class:`~covonaut_es._secrets.Secrets` hides them.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from urllib.parse import parse_qsl, urlsplit
 
-from covonaut_es._secrets import Secrets, credential
-
-_CREDENTIAL_HEADER = re.compile(r"auth|key|token|secret|cookie|password|signature", re.I)
+from covonaut_es._secrets import Secrets, credential, looks_secret
 
 
 def client_secrets(client: object) -> Secrets:
@@ -28,7 +25,7 @@ def client_secrets(client: object) -> Secrets:
             values += [
                 credential(v)
                 for k, v in mapping.items()
-                if isinstance(v, str) and _CREDENTIAL_HEADER.search(str(k))
+                if isinstance(v, str) and looks_secret(str(k))
             ]
     base_url = getattr(client, "base_url", None)
     if base_url is not None:
@@ -37,13 +34,14 @@ def client_secrets(client: object) -> Secrets:
 
 
 def _url_secrets(url: str) -> list[str]:
-    """A base URL's password and query values (a gateway's key is often one)."""
+    """A base URL's password and the values of its query parameters that carry a
+    credential (a gateway's key is often one)."""
     try:
         parts = urlsplit(url)
         password = parts.password
     except ValueError:  # an unreadable URL: the client would not have taken it
         return []
-    values = [value for _, value in parse_qsl(parts.query, keep_blank_values=False)]
+    values = [v for k, v in parse_qsl(parts.query, keep_blank_values=False) if looks_secret(k)]
     if password:
         values.append(password)
     return values

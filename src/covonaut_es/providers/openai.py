@@ -102,7 +102,7 @@ class OpenAIProvider(SdkAdapter[openai.OpenAI]):
 
     Args:
         api_key: The API key; defaults to ``$OPENAI_API_KEY``. A server that needs no
-            key still needs some value here, e.g. ``"unused"``.
+            key still needs some value here, e.g. ``"no-key-checked"``.
         base_url: The API's URL up to ``/v1``, e.g. ``"http://localhost:11434/v1"``;
             defaults to ``$OPENAI_BASE_URL``, else OpenAI's.
         timeout: Seconds one attempt may take; None keeps the SDK's default.
