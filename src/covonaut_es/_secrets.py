@@ -33,6 +33,7 @@ SHORTEST_HIDDEN = 3
 everywhere, it would make every message noise."""
 
 _HIDDEN = "***"
+_BLOCK = SHORTEST_PIECE // 2
 _CREDENTIAL_NAME = re.compile(r"auth|key|token|secret|cookie|password|signature|sig", re.I)
 _SCHEME = re.compile(r"[A-Za-z][\w.+-]*\s+(\S+)")
 
@@ -48,7 +49,9 @@ class Secrets:
     """
 
     forms: tuple[str, ...] = ()
-    _pieces: dict[int, frozenset[str]] = attrs.field(factory=dict, eq=False, repr=False)
+    _short: tuple[str, ...] = attrs.field(default=(), eq=False, repr=False)
+    _blocks: frozenset[str] = attrs.field(factory=frozenset, eq=False, repr=False)
+    _pieces: frozenset[str] = attrs.field(factory=frozenset, eq=False, repr=False)
 
     @classmethod
     def of(cls, secrets: Iterable[str]) -> Secrets:
@@ -58,36 +61,56 @@ class Secrets:
             {form for text in texts for form in _forms(text) if len(form) >= SHORTEST_HIDDEN},
             key=len,
         )
-        pieces: dict[int, set[str]] = {}
-        for form in forms:
-            size = min(len(form), SHORTEST_PIECE)
-            found = pieces.setdefault(size, set())
-            found.update(form[start : start + size] for start in range(len(form) - size + 1))
-        return cls(tuple(forms), {size: frozenset(found) for size, found in pieces.items()})
+        long = [form for form in forms if len(form) >= SHORTEST_PIECE]
+        return cls(
+            tuple(forms),
+            tuple(form for form in forms if len(form) < SHORTEST_PIECE),
+            frozenset(
+                form[start : start + _BLOCK]
+                for form in long
+                for start in range(0, len(form) - _BLOCK + 1, _BLOCK)
+            ),
+            frozenset(
+                form[start : start + SHORTEST_PIECE]
+                for form in long
+                for start in range(len(form) - SHORTEST_PIECE + 1)
+            ),
+        )
 
     def hide(self, text: str) -> str:
         """``text`` with every form of a secret, and every piece of one at least
         :data:`SHORTEST_PIECE` characters long, replaced by ``***``; a shorter secret only
         where it stands apart from letters and digits (``"json"`` of a URL's
-        ``?format=json`` is no reason to hide every word "json")."""
-        if not self._pieces:
-            return text
-        hidden = bytearray(len(text))
-        for size, pieces in self._pieces.items():
-            whole = size < SHORTEST_PIECE
-            for start in range(len(text) - size + 1):
-                if text[start : start + size] in pieces and (
-                    not whole or _apart(text, start, start + size)
-                ):
-                    hidden[start : start + size] = b"\x01" * size
-        if not any(hidden):
+        ``?format=json`` is no reason to hide every word "json"). Its time is linear in
+        the text's length: a piece is looked for only around a block of a secret found
+        by ``str.find``."""
+        spans: list[tuple[int, int]] = []
+        for form in self._short:
+            spans += [
+                (start, start + len(form))
+                for start in _found(text, form)
+                if _apart(text, start, start + len(form))
+            ]
+        # Each piece holds a whole block of its form (blocks are cut every _BLOCK
+        # characters, half a piece): it stands within _BLOCK characters before one.
+        for block in self._blocks:
+            for found in _found(text, block):
+                spans += [
+                    (start, start + SHORTEST_PIECE)
+                    for start in range(max(0, found - _BLOCK), found + 1)
+                    if text[start : start + SHORTEST_PIECE] in self._pieces
+                ]
+        if not spans:
             return text
         shown: list[str] = []
-        for index, character in enumerate(text):
-            if not hidden[index]:
-                shown.append(character)
-            elif index == 0 or not hidden[index - 1]:
+        shown_to = 0
+        for start, end in sorted(spans):
+            if start > shown_to:
+                shown += [text[shown_to:start], _HIDDEN]
+            elif not shown:
                 shown.append(_HIDDEN)
+            shown_to = max(shown_to, end)
+        shown.append(text[shown_to:])
         return "".join(shown)
 
     @contextlib.contextmanager
@@ -126,6 +149,14 @@ def looks_secret(name: str) -> bool:
     ``Authorization``, an ``api-key``, a ``token``), rather than a setting (an
     ``api-version``, a ``format``) whose value words in any message may repeat."""
     return _CREDENTIAL_NAME.search(name) is not None
+
+
+def _found(text: str, part: str) -> Iterator[int]:
+    """Where ``part`` starts in ``text``, each place, overlapping ones too."""
+    start = text.find(part)
+    while start != -1:
+        yield start
+        start = text.find(part, start + 1)
 
 
 def _apart(text: str, start: int, end: int) -> bool:
