@@ -484,7 +484,8 @@ def test_an_api_key_the_vendor_echoes_is_hidden_everywhere(
     assert any("Incorrect API key" in text for text in stored)
     for text in (chain, *logged, *stored):
         assert key not in text and shown not in text
-    assert "Incorrect API key provided: ***" in str(caught.value)
+    # The form a "+" decodes to a space in may take the space before the key with it.
+    assert re.search(r"Incorrect API key provided: ?\*\*\*", str(caught.value))
 
 
 def test_the_secrets_of_a_clients_base_url_and_headers_are_hidden() -> None:

@@ -3,12 +3,13 @@ providers, MCP servers and a store's URL alike."""
 
 from __future__ import annotations
 
+import base64
 import string
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from covonaut_es._secrets import SHORTEST_PIECE, Secrets, _apart
+from covonaut_es._secrets import SHORTEST_PIECE, Secrets, _apart, credentials
 
 
 def _hidden_by_definition(secrets: Secrets, text: str) -> str:
@@ -63,3 +64,37 @@ def test_hide_is_its_definition_on_text_that_quotes_pieces_of_secrets(
 def test_no_secrets_hide_nothing() -> None:
     assert Secrets().hide("any text at all") == "any text at all"
     assert Secrets.of(["ab"]).hide("ab cd") == "ab cd"  # under three characters: no secret
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    secret=st.binary(min_size=8, max_size=40),
+    before=st.binary(max_size=20),
+    after=st.binary(max_size=20),
+    url_safe=st.booleans(),
+)
+def test_a_secret_in_base64_is_hidden_wherever_it_stands_in_what_was_encoded(
+    secret: bytes, before: bytes, after: bytes, url_safe: bool
+) -> None:
+    """Property: base64 of a text that holds a secret (a server echoing its request's
+    headers encoded: ``Authorization: Bearer <token>``) shows no piece of the characters
+    the secret alone determines, whatever its offset from a 3-byte boundary; it was
+    hidden only at offset 0 (helper-186)."""
+    encode = base64.urlsafe_b64encode if url_safe else base64.b64encode
+    text = secret.decode("latin-1")  # any bytes, as the text of one secret
+    encoded = encode(before + text.encode() + after).decode()
+    offset, size = len(before), len(text.encode())
+    own = encoded[-(-8 * offset // 6) : 8 * (offset + size) // 6]
+    shown = Secrets.of([text]).hide(encoded)
+    assert not any(own[i : i + SHORTEST_PIECE] in shown for i in range(len(own) - 7))
+
+
+def test_a_basic_headers_user_password_and_pair_are_its_secrets() -> None:
+    """A ``Basic`` header's credentials are hidden decoded, as a URL's user information
+    is: a gateway may quote the user or the password it read (helper-186)."""
+    header = "Basic " + base64.b64encode(b"alice:s3cret-pass").decode()
+    assert credentials(header)[1:] == ["alice:s3cret-pass", "alice", "s3cret-pass"]
+    hider = Secrets.of(credentials(header))
+    assert hider.hide("user alice, password s3cret-pass") == "user ***, password ***"
+    assert credentials("Bearer tok-123456") == ["tok-123456"]
+    assert credentials("a whole value") == ["a whole value"]

@@ -33,9 +33,10 @@ SHORTEST_HIDDEN = 3
 everywhere, it would make every message noise."""
 
 _HIDDEN = "***"
-_BLOCK = SHORTEST_PIECE // 2
+_QUARTER = SHORTEST_PIECE // 2
+_URL_SAFE = str.maketrans("+/", "-_")
 _CREDENTIAL_NAME = re.compile(r"auth|key|token|secret|cookie|password|signature|sig", re.I)
-_SCHEME = re.compile(r"[A-Za-z][\w.+-]*\s+(\S+)")
+_SCHEME = re.compile(r"([A-Za-z][\w.+-]*)\s+(\S+)")
 
 
 @attrs.frozen
@@ -50,12 +51,12 @@ class Secrets:
 
     forms: tuple[str, ...] = ()
     _short: tuple[str, ...] = attrs.field(default=(), eq=False, repr=False)
-    _blocks: frozenset[str] = attrs.field(factory=frozenset, eq=False, repr=False)
+    _quarters: frozenset[str] = attrs.field(factory=frozenset, eq=False, repr=False)
     _pieces: frozenset[str] = attrs.field(factory=frozenset, eq=False, repr=False)
 
     @classmethod
     def of(cls, secrets: Iterable[str]) -> Secrets:
-        """The forms of ``secrets`` (of a header's value, give :func:`credential` of it)."""
+        """The forms of ``secrets`` (of a header's value, give its :func:`credentials`)."""
         texts = set(secrets)
         forms = sorted(
             {form for text in texts for form in _forms(text) if len(form) >= SHORTEST_HIDDEN},
@@ -66,9 +67,9 @@ class Secrets:
             tuple(forms),
             tuple(form for form in forms if len(form) < SHORTEST_PIECE),
             frozenset(
-                form[start : start + _BLOCK]
+                form[start : start + _QUARTER]
                 for form in long
-                for start in range(0, len(form) - _BLOCK + 1, _BLOCK)
+                for start in range(len(form) - _QUARTER + 1)
             ),
             frozenset(
                 form[start : start + SHORTEST_PIECE]
@@ -82,8 +83,7 @@ class Secrets:
         :data:`SHORTEST_PIECE` characters long, replaced by ``***``; a shorter secret only
         where it stands apart from letters and digits (``"json"`` of a URL's
         ``?format=json`` is no reason to hide every word "json"). Its time is linear in
-        the text's length: a piece is looked for only around a block of a secret found
-        by ``str.find``."""
+        the text's length, a step of it every four characters."""
         spans: list[tuple[int, int]] = []
         for form in self._short:
             spans += [
@@ -91,15 +91,16 @@ class Secrets:
                 for start in _found(text, form)
                 if _apart(text, start, start + len(form))
             ]
-        # Each piece holds a whole block of its form (blocks are cut every _BLOCK
-        # characters, half a piece): it stands within _BLOCK characters before one.
-        for block in self._blocks:
-            for found in _found(text, block):
-                spans += [
-                    (start, start + SHORTEST_PIECE)
-                    for start in range(max(0, found - _BLOCK), found + 1)
-                    if text[start : start + SHORTEST_PIECE] in self._pieces
-                ]
+        # A piece's eight characters hold the four of the text from a multiple of
+        # four, which are four of its form's: only there can a piece stand, within
+        # four characters before them.
+        quarters = range(0, len(text) - _QUARTER + 1, _QUARTER)
+        for found in [at for at in quarters if text[at : at + _QUARTER] in self._quarters]:
+            spans += [
+                (start, start + SHORTEST_PIECE)
+                for start in range(max(0, found - _QUARTER), found + 1)
+                if text[start : start + SHORTEST_PIECE] in self._pieces
+            ]
         if not spans:
             return text
         shown: list[str] = []
@@ -165,27 +166,48 @@ def _apart(text: str, start: int, end: int) -> bool:
     return before and (end == len(text) or not text[end].isalnum())
 
 
-def credential(header_value: str) -> str:
-    """The secret of a header's value: the credential after its scheme (``Bearer
+def credentials(header_value: str) -> list[str]:
+    """The secrets of a header's value: the credential after its scheme (``Bearer
     <key>``: the scheme is no secret, and its pieces would hide the words around the
-    key wherever it is quoted), else the whole value."""
+    key wherever it is quoted), and of a ``Basic`` one also the user, the password and
+    the pair it encodes; else the whole value."""
     scheme = _SCHEME.fullmatch(header_value.strip())
-    return header_value if scheme is None else scheme[1]
+    if scheme is None:
+        return [header_value]
+    found = [scheme[2]]
+    if scheme[1].lower() == "basic":
+        try:
+            pair = base64.b64decode(scheme[2], validate=True).decode()
+        except (ValueError, UnicodeDecodeError):
+            return found
+        user, _, password = pair.partition(":")
+        found += [pair, user, password]
+    return found
 
 
 def _forms(secret: str) -> set[str]:
     """``secret`` as given and percent-decoded, each as is, percent-encoded (escapes in
-    either case), JSON-escaped and in base64."""
+    either case), JSON-escaped and in base64 (:func:`_base64_forms`)."""
     forms: set[str] = set()
     for text in {secret, unquote(secret), unquote_plus(secret)}:
         encoded = {quote(text, safe=""), quote(text), quote_plus(text)}
         forms |= encoded | {_lower_escapes(form) for form in encoded}
-        forms |= {
-            text,
-            json.dumps(text)[1:-1],
-            json.dumps(text, ensure_ascii=False)[1:-1],
-            base64.b64encode(text.encode("utf-8", "surrogatepass")).decode(),
-        }
+        forms |= {text, json.dumps(text)[1:-1], json.dumps(text, ensure_ascii=False)[1:-1]}
+        forms |= _base64_forms(text.encode("utf-8", "surrogatepass"))
+    return forms
+
+
+def _base64_forms(secret: bytes) -> set[str]:
+    """The characters of base64 (and its URL-safe alphabet) that ``secret`` alone
+    determines, wherever it stands in the text encoded: at each of the three offsets
+    from a 3-byte boundary (``Basic`` of ``user:key``, a header echoed whole), the
+    characters that also hold bits of the bytes around it are left out."""
+    forms = set()
+    for offset in range(3):
+        encoded = base64.b64encode(bytes(offset) + secret).decode()
+        start, end = -(-8 * offset // 6), 8 * (offset + len(secret)) // 6
+        own = encoded[start:end]
+        forms |= {own, own.translate(_URL_SAFE)}
     return forms
 
 

@@ -39,7 +39,7 @@ from covonaut_es._arguments import (
     check_whole,
     positive_seconds,
 )
-from covonaut_es._secrets import Secrets, credential
+from covonaut_es._secrets import Secrets, credentials
 from covonaut_es.errors import (
     ConfigurationError,
     MCPToolError,
@@ -150,7 +150,7 @@ def _secrets_of(parts: urllib.parse.SplitResult, headers: Mapping[str, str]) -> 
     if basic is not None:
         user, password = basic
         secrets += [user, password, f"{user}:{password}"]
-    return [*secrets, *(credential(value) for value in headers.values())]
+    return [*secrets, *(secret for value in headers.values() for secret in credentials(value))]
 
 
 def _basic_auth(parts: urllib.parse.SplitResult) -> tuple[str, str] | None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from urllib.parse import parse_qsl, urlsplit
 
-from covonaut_es._secrets import Secrets, credential, looks_secret
+from covonaut_es._secrets import Secrets, credentials, looks_secret
 
 
 def client_secrets(client: object) -> Secrets:
@@ -23,9 +23,10 @@ def client_secrets(client: object) -> Secrets:
     for mapping in headers:
         if isinstance(mapping, Mapping):
             values += [
-                credential(v)
+                secret
                 for k, v in mapping.items()
                 if isinstance(v, str) and looks_secret(str(k))
+                for secret in credentials(v)
             ]
     base_url = getattr(client, "base_url", None)
     if base_url is not None:
