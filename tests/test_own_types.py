@@ -14,6 +14,7 @@ import logging
 import os
 import shutil
 import sqlite3
+import subprocess
 import sys
 import tempfile
 import uuid
@@ -317,6 +318,54 @@ def test_version_1_parcels_read_through_their_upcasters(
         assert b'"_v":2' in newest.state
     finally:
         app.close()
+
+
+GIVING_UP = """
+from covonaut_es.errors import StaleSnapshotError
+
+
+def _give_up(state: dict[str, Any]) -> None:
+    raise StaleSnapshotError("grams cannot be converted")
+
+
+Parcel.Registered.upcast_v1_v2 = staticmethod(_give_up)
+"""
+"""Appended to the parcels application: its ``Registered`` upcaster gives up on
+version-1 data with a StaleSnapshotError, as though the event were a snapshot."""
+
+
+def test_migrate_check_fails_on_an_event_whose_upcaster_raises_stale_snapshot(
+    tmp_path: Path,
+) -> None:
+    """``migrate --check --application`` on the golden parcels, read by code whose
+    event upcaster raises StaleSnapshotError, names each such event as a record that
+    does not upgrade (an UpcasterError, as a load raises) and exits non-zero; it
+    counted them as stale snapshots, to be rebuilt, and reported OK (helper-183)."""
+    copy = tmp_path / "parcels.db"
+    shutil.copy(GOLDEN / "own-v1" / "parcels.db", copy)
+    code = tmp_path / "code"
+    code.mkdir()
+    parcels = Path(sys.modules[Parcels.__module__].__file__ or "")
+    (code / "parcels.py").write_text(parcels.read_text() + GIVING_UP)
+    manifest = json.loads((GOLDEN / "own-v1" / "manifest.json").read_text())
+    command = ("migrate", "--check", "--application", "parcels:Parcels")
+    result = subprocess.run(
+        [sys.executable, "-m", "covonaut_es", *command],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={
+            **os.environ,
+            **sqlite_env(copy),
+            "PYTHONPATH": os.pathsep.join([str(code), *sys.path]),
+        },
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    failed = "(Parcel.Registered, schema v1): UpcasterError:"
+    assert result.stdout.count(failed) == len(manifest["parcels"]), result.stdout
+    assert "grams cannot be converted" in result.stdout
+    assert "cannot be upgraded and will be rebuilt" not in result.stdout
 
 
 class Crate(Aggregate):

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
+from eventsourcing.domain import Aggregate
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from covonaut_es import SchemaVersionError
+from covonaut_es.domain import AgentThread, ThreadSnapshot
 from covonaut_es.errors import (
     ConfigurationError,
     MissingUpcasterError,
@@ -16,7 +19,7 @@ from covonaut_es.errors import (
     StaleSnapshotError,
     UpcasterError,
 )
-from covonaut_es.migrations import Schema
+from covonaut_es.migrations import Schema, aggregate_schema, schema_for
 from support import ERROR_KINDS, error_of
 
 
@@ -120,27 +123,90 @@ def test_an_upcaster_that_fails_is_named_and_chained() -> None:
     assert isinstance(info.value.__cause__, KeyError)
 
 
+Failing = Callable[[dict[str, Any]], Any]
+
+
+def _parcel(fails: Failing) -> type[Aggregate]:
+    """An application's aggregate at version 2 whose upcasters, its own (for its
+    snapshots) and its event's, are ``fails``."""
+
+    class Parcel(Aggregate):
+        class_version = 2
+        upcast_v1_v2 = staticmethod(fails)
+
+        class Registered(Aggregate.Created):
+            class_version = 2
+            upcast_v1_v2 = staticmethod(fails)
+
+    return Parcel
+
+
+STORED: dict[str, Callable[[Failing, bool], tuple[Schema, bool, int, dict[int, Failing]]]] = {
+    # what is read: its schema, whether it is a snapshot's, the step that fails, and
+    # the migrators that make it fail (none where the schema's own upcaster does)
+    "a schema": lambda fails, own: (Schema("Failing", 2, {1: fails}, own=own), False, 1, {}),
+    "a snapshot's schema": lambda fails, own: (
+        Schema("Failing", 2, {1: fails}, own=own, snapshot=True),
+        True,
+        1,
+        {},
+    ),
+    "the thread's event": lambda fails, own: (
+        schema_for(AgentThread.MessageAppended),
+        False,
+        1,
+        {1: fails},
+    ),
+    "the thread's snapshot": lambda fails, own: (schema_for(ThreadSnapshot), True, 2, {2: fails}),
+    "an application's event": lambda fails, own: (
+        schema_for(_parcel(fails).Registered),
+        False,
+        1,
+        {},
+    ),
+    "an application's snapshot": lambda fails, own: (
+        aggregate_schema(_parcel(fails)),
+        True,
+        1,
+        {},
+    ),
+}
+
+
 @settings(max_examples=50, deadline=None)
-@given(kind=st.sampled_from(ERROR_KINDS), own=st.booleans(), text=st.text(max_size=20))
+@given(
+    kind=st.sampled_from(ERROR_KINDS),
+    own=st.booleans(),
+    text=st.text(max_size=20),
+    stored=st.sampled_from(sorted(STORED)),
+    migrator=st.booleans(),
+)
 def test_every_error_an_upcaster_raises_names_the_record(
-    kind: type[Exception], own: bool, text: str
+    kind: type[Exception], own: bool, text: str, stored: str, migrator: bool
 ) -> None:
-    """Whatever an upcaster raises (a builtin, or one of covonaut-es's errors), the error
-    that comes out names the record and the step and chains it: a StaleSnapshotError
-    stays one (a cache passes its snapshot over), any other is an UpcasterError."""
+    """Whatever an upcaster raises (a builtin, or one of covonaut-es's errors), be it
+    the schema's own or an application's migrator, of an event or of a snapshot, the
+    error that comes out names the record and the step and chains it: a
+    StaleSnapshotError of a snapshot's stays one (a cache passes its snapshot over),
+    any other, an event's StaleSnapshotError included, is an UpcasterError."""
     raised = error_of(kind, text)
 
-    def fails(document: dict[str, Any]) -> dict[str, Any]:
+    def fails(document: dict[str, Any]) -> Any:
         raise raised
 
-    expected = StaleSnapshotError if kind is StaleSnapshotError else UpcasterError
+    schema, snapshot, step, migrators = STORED[stored](fails, own)
+    stale = kind is StaleSnapshotError and snapshot
+    expected = StaleSnapshotError if stale else UpcasterError
     with pytest.raises(expected) as info:
-        Schema("Failing", 2, {1: fails}, own=own).upgrade({"_v": 1}, where="record 7")
+        schema.upgrade(
+            {"_v": step}, where="record 7", migrators={step: fails} if migrator else migrators
+        )
     assert type(info.value) is expected
     assert str(info.value).startswith("record 7: ")
     assert info.value.__cause__ is raised
     if expected is UpcasterError:
-        assert f"Failing upcaster for 1 -> 2 failed: {kind.__name__}" in str(info.value)
+        failed = f"{schema.name} upcaster for {step} -> {step + 1} failed: {kind.__name__}"
+        assert failed in str(info.value)
 
 
 def test_an_upcaster_must_return_a_dict() -> None:

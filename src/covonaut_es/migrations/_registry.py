@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import attrs
+from eventsourcing.domain import CanSnapshotAggregate
 
 from covonaut_es.domain import AgentThread, PauseKind, StateDocument, ThreadSnapshot
 from covonaut_es.domain._named_states import StateSaved
@@ -203,7 +204,13 @@ def schema_for(cls: type) -> Schema:
     upcasters = EVENT_UPCASTERS.get(cls)
     if upcasters is not None or cls in _LIBRARY_CLASSES:
         return Schema(cls.__qualname__, class_version(cls), upcasters or {})
-    return Schema(cls.__qualname__, class_version(cls), convention_upcasters(cls), own=True)
+    return Schema(
+        cls.__qualname__,
+        class_version(cls),
+        convention_upcasters(cls),
+        own=True,
+        snapshot=issubclass(cls, CanSnapshotAggregate),
+    )
 
 
 def aggregate_schema(cls: type) -> Schema:
@@ -214,7 +221,9 @@ def aggregate_schema(cls: type) -> Schema:
         ConfigurationError: It has an ``upcast_vN_vN+1`` method for a step at or beyond
             its ``class_version``, or one that is not callable.
     """
-    return Schema(cls.__qualname__, class_version(cls), convention_upcasters(cls), own=True)
+    return Schema(
+        cls.__qualname__, class_version(cls), convention_upcasters(cls), own=True, snapshot=True
+    )
 
 
 def convention_upcasters(cls: type) -> dict[int, Upcaster]:
@@ -311,7 +320,12 @@ for _cls, _steps in EVENT_UPCASTERS.items():
 
 def thread_snapshot_schema() -> Schema:
     """The schema of the thread's snapshots: the aggregate's state."""
-    return Schema(ThreadSnapshot.__qualname__, class_version(AgentThread), SNAPSHOT_UPCASTERS)
+    return Schema(
+        ThreadSnapshot.__qualname__,
+        class_version(AgentThread),
+        SNAPSHOT_UPCASTERS,
+        snapshot=True,
+    )
 
 
 def state_document_schema() -> Schema:

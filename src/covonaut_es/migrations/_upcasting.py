@@ -58,12 +58,17 @@ class Schema:
         own: It is a class of the application's, versioned by its ``class_version`` and
             upcast by its ``upcast_vN_vN+1`` methods; its messages say what to change
             there rather than in covonaut-es.
+        snapshot: It is a snapshot's state (the thread's, or an aggregate's of the
+            application's), a cache that is rebuilt from its events when it cannot be
+            upgraded; its upcasters may raise
+            :class:`~covonaut_es.errors.StaleSnapshotError` to ask for that.
     """
 
     name: str
     version: int
     upcasters: Mapping[int, Upcaster] = attrs.field(default=NO_MIGRATORS, converter=frozen_steps)
     own: bool = False
+    snapshot: bool = False
 
     def __attrs_post_init__(self) -> None:
         self.check_steps(self.upcasters, what=f"{self.name} upcasters")
@@ -120,9 +125,11 @@ class Schema:
             SchemaVersionError: Its version is not a version, or an upcaster returned
                 another version than the next one.
             MissingUpcasterError: A step has no upcaster.
-            StaleSnapshotError: An upcaster raised it (a snapshot it cannot upgrade).
+            StaleSnapshotError: An upcaster of a snapshot's schema raised it (a snapshot
+                it cannot upgrade).
             UpcasterError: An upcaster failed with any other error (covonaut-es's
-                included) or returned something other than a dict.
+                included, and a StaleSnapshotError of any schema but a snapshot's) or
+                returned something other than a dict.
         """
         stored = stored_version(document)
         if not isinstance(stored, int) or isinstance(stored, bool) or stored < 0:
@@ -180,14 +187,15 @@ class Schema:
             raise MissingUpcasterError(msg)
         try:
             upgraded = upcaster(document)
-        except StaleSnapshotError as exc:
-            # The one error that keeps its class: it asks for the snapshot to be passed
-            # over and its thread rebuilt. Any other, the library's own included, is an
-            # UpcasterError naming the record, so that a cache passes it over too
-            # (ADR 0130).
-            msg = f"{where}: {exc}"
-            raise StaleSnapshotError(msg) from exc
         except Exception as exc:
+            if self.snapshot and isinstance(exc, StaleSnapshotError):
+                # The one error that keeps its class, and only from a snapshot's
+                # upcaster: it asks for the snapshot to be passed over and its thread
+                # rebuilt. Any other, the library's own included, is an UpcasterError
+                # naming the record, so that a cache passes it over too; an event has
+                # nothing to be rebuilt from (ADR 0130).
+                msg = f"{where}: {exc}"
+                raise StaleSnapshotError(msg) from exc
             msg = (
                 f"{where}: the {self.name} upcaster for {step} -> {step + 1} failed: "
                 f"{exception_line(exc)}"
