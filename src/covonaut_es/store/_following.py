@@ -12,7 +12,8 @@ one with :func:`event_mapper`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import functools
+from collections.abc import Iterable, Iterator, Mapping, Sequence, Set
 from typing import Any
 
 from eventsourcing.persistence import (
@@ -20,15 +21,20 @@ from eventsourcing.persistence import (
     Compressor,
     InfrastructureFactory,
     JSONTranscoder,
+    Notification,
     Transcoder,
 )
 from eventsourcing.popo import POPOFactory
 from eventsourcing.projection import EventSourcedProjection
+from eventsourcing.system import Follower
 from eventsourcing.utils import Environment, TopicError
 
+from covonaut_es import _logs
 from covonaut_es.errors import ConfigurationError
 from covonaut_es.store._cipher_keys import key_material
 from covonaut_es.store._mapper import MsgspecMapper
+
+logger = _logs.logger("covonaut_es")
 
 
 class ApplicationTranscoder(JSONTranscoder):
@@ -78,12 +84,61 @@ def follow_readable(follower: EventSourcedProjection[Any], mapper: MsgspecMapper
 
     Its mapper of each leader reads what it lists (the library's classes and its
     ``aggregate_classes``) and refuses any other type, importing nothing. A leader's
-    record of another type passes it by, as one outside eventsourcing's ``topics`` does:
-    refused, it stopped the follower at that record for good, and under a
-    single-threaded runner failed every later save of the leader (ADR 0129).
+    record of another type passes it by: refused, it stopped the follower at that
+    record for good, and under a single-threaded runner failed every later save of the
+    leader (ADR 0129). A follower pulls its leaders' records unfiltered and passes over
+    those of another type with a warning, once per topic (:func:`pull_readable`), not in
+    the database's select, where a row's topic changed to one it does not follow was
+    passed over unseen; the recordings a leader sends it in memory are filtered by
+    ``topics``, as eventsourcing filters them.
     """
-    if not follower.topics:
-        follower.topics = mapper.topics
+    if follower.topics:
+        return
+    follower.topics = mapper.topics
+    if isinstance(follower, Follower):
+        # An instance's, so that it is the follower's whichever of AgentApplication and
+        # ProcessApplication comes first in its bases.
+        pull = functools.partial(pull_readable, follower, frozenset(mapper.topics), set())
+        follower.pull_notifications = pull  # type: ignore[method-assign]
+
+
+def pull_readable(
+    follower: Follower[Any],
+    readable: Set[str],
+    warned: set[str],
+    leader_name: str,
+    start: int | None,
+    stop: int | None = None,
+    *,
+    inclusive_of_start: bool = True,
+) -> Iterator[Sequence[Notification]]:
+    """``follower``'s ``pull_notifications``: the batches of ``leader_name``'s
+    notifications, each without those whose topic is not one of ``readable``, and a
+    warning naming the first such notification of each topic (``warned`` holds the
+    topics already named). A batch it leaves empty is not given: a runner reads the
+    last notification of each. The follower's position moves past a record passed
+    over with the next record it processes.
+    """
+    for notifications in follower.readers[leader_name].select(
+        start=start, stop=stop, inclusive_of_start=inclusive_of_start
+    ):
+        kept = []
+        for notification in notifications:
+            if notification.topic in readable:
+                kept.append(notification)
+            elif notification.topic not in warned:
+                warned.add(notification.topic)
+                logger.warning(
+                    "%s passes over %s's notification %s, and any other of its topic %r: "
+                    "its mapper reads no such type; list the aggregate class in "
+                    "aggregate_classes if its policy needs it",
+                    follower.name,
+                    leader_name,
+                    notification.id,
+                    notification.topic,
+                )
+        if kept:
+            yield kept
 
 
 def cipher_of(factory: InfrastructureFactory[Any]) -> Cipher | None:
