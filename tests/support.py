@@ -7,6 +7,7 @@ import contextlib
 import functools
 import itertools
 import shutil
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -50,6 +51,17 @@ OBJECT_SCHEMA: dict[str, Any] = {"type": "object"}
 
 GOLDEN = Path(__file__).parent / "fixtures" / "golden"
 """Data written by older code, which the tests read and never change."""
+
+
+@contextlib.contextmanager
+def golden_database(path: Path) -> Iterator[sqlite3.Connection]:
+    """A connection that reads a golden SQLite file as it is, and writes nothing beside
+    it: a plain connection to a file in WAL mode makes its ``-wal`` and ``-shm`` in the
+    fixtures' directory, which a test in another worker, reading the same file,
+    deleted or locked under it."""
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)) as db:
+        yield db
+
 
 HIDDEN = st.one_of(
     st.characters(categories=["Zs", "Zl", "Zp", "Cf", "Cc", "Co", "Cn"]).filter(

@@ -21,12 +21,10 @@ each store holds. Each test works on a copy in ``tmp_path``.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import math
 import shutil
-import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -50,6 +48,7 @@ from covonaut_es.cli import main
 from covonaut_es.domain import Decision, ThreadStatus
 from covonaut_es.store import _zstd
 from covonaut_es.store._dictionary import shipped_dictionary
+from support import golden_database
 
 GOLDENS = {
     version: Path(__file__).parent / "fixtures" / "golden" / version
@@ -362,7 +361,7 @@ def test_golden_exports_import_into_an_empty_store_and_verify(
 
 def stored_rows(path: Path) -> set[tuple[Any, ...]]:
     """Every event row of a SQLite store file, read behind the library's back."""
-    with contextlib.closing(sqlite3.connect(path)) as db:
+    with golden_database(path) as db:
         return set(
             db.execute("SELECT originator_id, originator_version, topic, state FROM stored_events")
         )
@@ -418,7 +417,7 @@ def test_a_golden_store_keeps_reading_with_the_compression_it_recorded(
     """Each golden store is read with the compression it recorded, whatever a new store
     records now; the event payloads of a zstd store are frames naming the dictionary
     this version ships (a later dictionary must keep reading them)."""
-    with contextlib.closing(sqlite3.connect(golden["original"])) as db:
+    with golden_database(golden["original"]) as db:
         (recorded,) = db.execute(
             "SELECT value FROM covonaut_settings WHERE name = 'compression'"
         ).fetchone()

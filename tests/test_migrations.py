@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-import sqlite3
 import tempfile
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -42,7 +41,7 @@ from covonaut_es.migrations._registry import event_classes, registry
 from covonaut_es.store import StateStore
 from covonaut_es.store._mapper import MsgspecMapper
 from covonaut_es.store._topic_codes import full_topic
-from support import ERROR_KINDS, answer, error_of, put_raw_snapshot
+from support import ERROR_KINDS, answer, error_of, golden_database, put_raw_snapshot
 
 
 def test_the_librarys_registry_has_every_step() -> None:
@@ -370,7 +369,7 @@ def test_every_golden_idempotency_key_is_the_one_tool_called_v2_derives(name: st
     """ToolCalled v2 stores no key: each key the older code stored is the one derived
     from its thread, its version and the call id, so tools see the same key after the
     upgrade."""
-    with sqlite3.connect(GOLDEN / name / "threads.db") as db:
+    with golden_database(GOLDEN / name / "threads.db") as db:
         rows = db.execute(
             "SELECT originator_id, originator_version, topic, state FROM stored_events "
             "ORDER BY originator_id, originator_version"

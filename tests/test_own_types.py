@@ -52,7 +52,7 @@ from covonaut_es.store._codec import codec_for, payload_type
 from covonaut_es.store._mapper import MsgspecMapper
 from covonaut_es.store._own_snapshots import snapshot_class
 from parcels import Parcels
-from support import agent_on, answer
+from support import agent_on, answer, golden_database
 
 
 class AgentBankAccounts(AgentApplication, es_application.BankAccounts):
@@ -515,7 +515,7 @@ def test_a_record_eventsourcings_own_mapper_wrote_is_named_as_such(amounts: list
 def test_the_stock_mapper_upcasts_a_thread_event_of_version_1() -> None:
     """eventsourcing's stock ``Mapper`` reads a thread event stored at version 1 through
     our upcaster (as an ``upcast_v1_v2`` method), as plain JSON values."""
-    with sqlite3.connect(GOLDEN / "v1" / "threads.db") as conn:
+    with golden_database(GOLDEN / "v1" / "threads.db") as conn:
         row = conn.execute(
             "SELECT originator_id, originator_version, topic, state FROM stored_events "
             "WHERE topic = ? AND CAST(state AS TEXT) LIKE ? LIMIT 1",
