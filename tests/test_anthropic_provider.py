@@ -9,6 +9,8 @@ from typing import Any
 import msgspec
 import pytest
 from anthropic.types import ToolChoiceParam, ToolParam
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import TypeAdapter
 
 import anthropic_wire
@@ -224,3 +226,39 @@ def test_a_tool_use_block_never_closed_is_refused(server: WireServer, provider: 
     server.reply(sse_reply(events))
     with pytest.raises(ProviderError, match=r"tool_use block\(s\) \[0\] never closed"):
         list(provider.stream(ask(anthropic_wire)))
+
+
+def _open_at(events: list[tuple[str, Any]], position: int) -> set[int]:
+    """The content blocks open before ``events[position]``."""
+    opened = set[int]()
+    for name, data in events[:position]:
+        if name == "content_block_start":
+            opened.add(data["index"])
+        elif name == "content_block_stop":
+            opened.discard(data["index"])
+    return opened
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_a_piece_or_stop_of_a_block_not_open_is_refused(data: st.DataObject) -> None:
+    """Property: a content_block_delta or content_block_stop, anywhere in a stream, for a
+    block index that is not open (never started, or already stopped) is a ProviderError.
+    A text delta for a block never started was taken into the answer (helper-182)."""
+    events = list(anthropic_wire.TOOL_USE_STREAM)
+    position = data.draw(st.integers(1, len(events) - 1))  # after message_start
+    index = data.draw(st.integers(0, 5).filter(lambda i: i not in _open_at(events, position)))
+    event = data.draw(
+        st.sampled_from(
+            [
+                anthropic_wire.text(index, "ghost"),
+                anthropic_wire.partial_json(index, '{"city":"Lyon"}'),
+                block_stop(index),
+            ]
+        )
+    )
+    events.insert(position, event)
+    with WireServer() as server, anthropic_wire.provider(server.url) as provider:
+        server.reply(sse_reply(events))
+        with pytest.raises(ProviderError, match=f"for content block {index}, which was never"):
+            list(provider.stream(ask(anthropic_wire)))

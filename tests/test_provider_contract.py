@@ -574,6 +574,24 @@ def _ended(events: list[tuple[str | None, Any]]) -> bool:
     )
 
 
+def _weather_agent(vendor: Any, server: WireServer, ran: list[dict[str, Any]]) -> Agent:
+    """A streaming agent on ``server`` whose weather tool records each call's arguments
+    in ``ran``."""
+
+    def get_weather(ctx: ToolContext, args: dict[str, Any]) -> Any:
+        ran.append(args)
+        return WEATHER_BY_CITY[args["city"]]
+
+    tool = Tool("get_weather", WEATHER.description, WEATHER_SCHEMA, get_weather)
+    config = AgentConfig(
+        provider=vendor.provider(server.url, sleep=lambda _: None),
+        model=vendor.MODEL,
+        tools=[tool],
+        on_delta=lambda _: None,
+    )
+    return Agent(config)
+
+
 @settings(max_examples=40, deadline=None)
 @given(
     vendor=st.sampled_from([openai_wire, anthropic_wire]),
@@ -590,21 +608,9 @@ def test_a_stream_cut_before_its_end_is_a_connection_error_and_nothing_runs(
     events = vendor.TOOL_CALL_STREAM_EVENTS if calls else vendor.TEXT_STREAM_EVENTS
     events = events[: cut % (len(events) + 1)]
     ran: list[dict[str, Any]] = []
-
-    def get_weather(ctx: ToolContext, args: dict[str, Any]) -> Any:
-        ran.append(args)
-        return WEATHER_BY_CITY[args["city"]]
-
-    tool = Tool("get_weather", WEATHER.description, WEATHER_SCHEMA, get_weather)
     with WireServer() as server:
         server.reply(sse_reply(events), vendor.TEXT_STREAM_REPLY)
-        config = AgentConfig(
-            provider=vendor.provider(server.url, sleep=lambda _: None),
-            model=vendor.MODEL,
-            tools=[tool],
-            on_delta=lambda _: None,
-        )
-        with Agent(config) as agent:
+        with _weather_agent(vendor, server, ran) as agent:
             try:
                 if streaming == "run":
                     agent.run(vendor.QUESTION)
@@ -623,6 +629,59 @@ def test_a_stream_cut_before_its_end_is_a_connection_error_and_nothing_runs(
                 return
         assert _ended(events)
         assert len(ran) == (2 if calls else 0)
+
+
+def _adds_to_the_answer(event: tuple[str | None, Any]) -> bool:
+    """Whether a stream event adds to the answer: not a keep-alive (Anthropic's
+    ``ping``), an OpenAI chunk with nothing for a choice (a role, usage) or its end."""
+    name, data = event
+    if name == "ping":
+        return False
+    if name is not None:  # an Anthropic event
+        return True
+    return any(
+        choice.get("finish_reason") or any(choice["delta"].get(k) for k in _OPENAI_DELTA)
+        for choice in data["choices"]
+    )
+
+
+_OPENAI_DELTA = ("content", "refusal", "tool_calls")
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    vendor=st.sampled_from([openai_wire, anthropic_wire]),
+    calls=st.booleans(),
+    data=st.data(),
+)
+def test_an_event_after_the_end_marker_is_refused_and_nothing_runs(
+    vendor: Any, calls: bool, data: st.DataObject
+) -> None:
+    """Property: after the vendor's end marker only keep-alives and usage may come; any
+    other event (text, a call, a block, another finish reason) fails the run with a
+    ProviderError, and no call from the stream runs. A tool_use block sent after
+    message_stop, or a call after an OpenAI finish_reason "stop", ran (helper-182)."""
+    events = list(vendor.TOOL_CALL_STREAM_EVENTS if calls else vendor.TEXT_STREAM_EVENTS)
+    end = max(i for i in range(len(events)) if _ended(events[i : i + 1]))
+    every = [
+        e for e in vendor.TOOL_CALL_STREAM_EVENTS + vendor.TEXT_STREAM_EVENTS if e[1] != "[DONE]"
+    ]
+    added = data.draw(st.lists(st.sampled_from(every), min_size=1, max_size=3))
+    last = len(events) - (events[-1][1] == "[DONE]")  # the SDK reads nothing after [DONE]
+    at = data.draw(st.integers(end + 1, last))
+    events[at:at] = added
+    ran: list[dict[str, Any]] = []
+    with WireServer() as server:
+        server.reply(sse_reply(events), vendor.TEXT_STREAM_REPLY)
+        with _weather_agent(vendor, server, ran) as agent:
+            if not any(map(_adds_to_the_answer, added)):
+                agent.run(vendor.QUESTION)
+                assert len(ran) == (2 if calls else 0)
+                return
+            with pytest.raises(ProviderError, match="went on after its end"):
+                agent.run(vendor.QUESTION)
+            assert ran == []
+            assert [m.role for m in agent.messages] == [Role.USER]
 
 
 def _paths(value: Any, path: tuple[str | int, ...] = ()) -> Iterator[tuple[str | int, ...]]:

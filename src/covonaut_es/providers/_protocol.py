@@ -7,7 +7,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Protocol, runtime_checkable
 
-from covonaut_es.errors import ProviderConnectionError, ScriptExhaustedError
+from covonaut_es.errors import ProviderConnectionError, ProviderError, ScriptExhaustedError
 from covonaut_es.messages import (
     ProviderRequest,
     ProviderResponse,
@@ -201,6 +201,29 @@ def final_delta(
     return StreamDelta(
         tool_calls=tool_calls, usage=usage, finish_reason=finish_reason, model=model, final=True
     )
+
+
+def after_end(api: str, end: str, ended: bool, what: str) -> None:
+    """Refuse ``what``, an event that adds to the answer, if the stream had ended.
+
+    Only keep-alives and usage may follow a vendor's end marker: anything else (a tool
+    call, more text, another finish reason) is not part of the answer the vendor said
+    was whole, so the stream is refused rather than the event taken or passed over.
+
+    Args:
+        api: The API's name in the message, e.g. ``"OpenAI"``.
+        end: The vendor's end marker, named in the message, e.g. ``"message_stop"``.
+        ended: Whether the stream had carried it.
+        what: What the event is, in the message, e.g. ``"content_block_start event"``.
+
+    Raises:
+        ProviderError: ``ended`` is true.
+    """
+    if ended:
+        msg = (
+            f"the {api} stream went on after its end ({end}) with a {what}: the answer is not used"
+        )
+        raise ProviderError(msg)
 
 
 def whole_pieces(calls: Sequence[ToolCall]) -> tuple[ToolCallDelta, ...]:

@@ -37,7 +37,7 @@ from covonaut_es.providers._adapter import (
     SdkErrors,
     Vendor,
 )
-from covonaut_es.providers._protocol import final_delta
+from covonaut_es.providers._protocol import after_end, final_delta
 from covonaut_es.providers._retry import RetryPolicy
 from covonaut_es.providers._wire import read_answer
 
@@ -203,6 +203,7 @@ class AnthropicProvider(SdkAdapter[anthropic.Anthropic]):
         answer, answers = _answer_name(request), set[int]()  # the typed answer's blocks
         positions: dict[int, int] = {}  # a tool_use block's index -> the call's position
         started = set[int]()  # every block's index
+        open_blocks = set[int]()  # the blocks started and not yet stopped
         stopped = False  # message_stop, the stream's end, was seen
         calls: list[ToolCall] = []
         input_tokens: int | None = None
@@ -215,9 +216,12 @@ class AnthropicProvider(SdkAdapter[anthropic.Anthropic]):
         ):
             for sent in events:
                 kind = read_answer(_VENDOR.name, "stream event", sent, shapes.Kind)
+                if kind.type == "ping":
+                    continue
+                after_end(_VENDOR.name, "message_stop", stopped, f"{kind.type[:40]!r} event")
                 shape = shapes.EVENTS.get(kind.type)
                 if shape is None:
-                    continue  # ping, and events added since
+                    continue  # events added since
                 event = read_answer(_VENDOR.name, "stream event", sent, shape)
                 if isinstance(event, shapes.MessageStart):
                     input_tokens = _input_tokens(event.message.usage)
@@ -229,6 +233,7 @@ class AnthropicProvider(SdkAdapter[anthropic.Anthropic]):
                         msg = f"the {_VENDOR.name} stream started content block {event.index} twice"
                         raise ProviderError(msg)
                     started.add(event.index)
+                    open_blocks.add(event.index)
                     if block.type == "tool_use" and block.name == answer:
                         answers.add(event.index)
                     elif block.type == "tool_use":
@@ -239,6 +244,7 @@ class AnthropicProvider(SdkAdapter[anthropic.Anthropic]):
                         )
                         yield StreamDelta(tool_call_deltas=(opened,))
                 elif isinstance(event, shapes.BlockDelta):
+                    _check_open(open_blocks, event.index, "a content_block_delta")
                     delta = event.delta
                     if delta.type == "text_delta" and delta.text:
                         yield StreamDelta(content=delta.text)
@@ -253,6 +259,8 @@ class AnthropicProvider(SdkAdapter[anthropic.Anthropic]):
                             )
                             yield StreamDelta(tool_call_deltas=(piece,))
                 elif isinstance(event, shapes.BlockStop):
+                    _check_open(open_blocks, event.index, "a content_block_stop")
+                    open_blocks.remove(event.index)
                     if event.index in open_calls:
                         call_id, name, pieces = open_calls.pop(event.index)
                         calls.append(ToolCall(call_id, name, _arguments("".join(pieces))))
@@ -340,6 +348,21 @@ def _turn(message: Message) -> tuple[_Role, list[_Block]]:
     for call in message.tool_calls:
         blocks.append({"type": "tool_use", "id": call.id, "name": call.name, "input": _input(call)})
     return "assistant", blocks
+
+
+def _check_open(open_blocks: set[int], index: int, what: str) -> None:
+    """Refuse ``what`` (a piece or the end of content block ``index``) unless the block
+    is open: a piece of a block never started belongs to no part of the answer.
+
+    Raises:
+        ProviderError: Block ``index`` was never started, or was already stopped.
+    """
+    if index not in open_blocks:
+        msg = (
+            f"the {_VENDOR.name} stream sent {what} for content block {index}, which was "
+            "never started or was already stopped"
+        )
+        raise ProviderError(msg)
 
 
 def _input(call: ToolCall) -> dict[str, object]:

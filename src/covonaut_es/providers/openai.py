@@ -38,7 +38,7 @@ from covonaut_es.providers._adapter import (
     SdkErrors,
     Vendor,
 )
-from covonaut_es.providers._protocol import assembled_calls, final_delta
+from covonaut_es.providers._protocol import after_end, assembled_calls, final_delta
 from covonaut_es.providers._retry import RetryPolicy
 from covonaut_es.providers._wire import read_answer
 
@@ -188,8 +188,11 @@ class OpenAIProvider(SdkAdapter[openai.OpenAI]):
                 for choice in chunk.choices:
                     if choice.index != 0:
                         continue
-                    finish_reason = _VENDOR.finish_reason(choice.finish_reason) or finish_reason
                     delta = choice.delta or _ChunkDelta()
+                    if delta.content or delta.refusal or delta.tool_calls or choice.finish_reason:
+                        ended = finish_reason is not None
+                        after_end(_VENDOR.name, "finish_reason", ended, "choice 0 delta")
+                    finish_reason = _VENDOR.finish_reason(choice.finish_reason) or finish_reason
                     text = delta.content or delta.refusal
                     if text:
                         yield StreamDelta(content=text)
