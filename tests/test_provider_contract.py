@@ -60,7 +60,7 @@ from covonaut_es.providers import collect_stream
 from covonaut_es.providers._secrets import client_secrets
 from covonaut_es.tools import ToolContext
 from provider_wire import SYSTEM, WEATHER, WEATHER_BY_CITY, WEATHER_SCHEMA, VendorWire, ask
-from wire_server import WireServer, json_reply, sse_reply
+from wire_server import Reply, WireServer, json_reply, sse_reply
 
 
 @pytest.fixture(params=[openai_wire, anthropic_wire], ids=["openai", "anthropic"])
@@ -743,3 +743,51 @@ def test_a_malformed_answer_is_a_provider_error_naming_the_field(
                 named = "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in within)
                 # That field, or one inside it (an object replaced by {} lacks them).
                 assert re.search(rf"at `\${re.escape(named)}[.\[`]", str(exc)), exc
+
+
+def _unreadable(body: bytes, corruption: str, at: int, size: int) -> bytes:
+    """``body`` made unreadable as JSON at byte ``at`` (not the first): cut there, a byte
+    that is not UTF-8 put there, a value nested ``size`` deep put there, or an integer
+    of ``size`` digits (past Python's limit of 4,300) in place of a value."""
+    at = 1 + at % (len(body) - 1)
+    head, tail = body[:at], body[at:]
+    if corruption == "cut":
+        return head
+    if corruption == "not UTF-8":
+        return head + b"\xff" + tail
+    value = b"[" * size + b"]" * size if corruption == "deep" else b"9" * size
+    return body.replace(b'"object"', value, 1) if b'"object"' in body else b'{"a":' + value + b"}"
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    vendor=st.sampled_from([openai_wire, anthropic_wire]),
+    streamed=st.booleans(),
+    corruption=st.sampled_from(["cut", "not UTF-8", "deep", "big integer"]),
+    at=st.integers(0, 10_000),
+    size=st.integers(4_400, 6_000),
+)
+def test_a_body_that_is_not_readable_json_is_a_provider_error(
+    vendor: Any, streamed: bool, corruption: str, at: int, size: int
+) -> None:
+    """Property: an answer (whole, or one event of a stream) that is not readable JSON
+    (cut short, not UTF-8, nested past the recursion limit, an integer past the digit
+    limit) is a ProviderError, its cause not chained; no other exception escapes the
+    adapter. JSONDecodeError, UnicodeDecodeError, RecursionError and ValueError escaped
+    both adapters' complete() and stream() bare (helper-182)."""
+    reply = vendor.TOOL_CALL_REPLY
+    body = _unreadable(reply.body or b"{}", corruption, at, size)
+    if streamed:
+        name = b"event: message_start\n" if vendor is anthropic_wire else b""
+        reply = Reply(events=(name + b"data: " + body + b"\n\n",))
+    else:
+        reply = Reply(body=body)
+    with WireServer() as server, vendor.provider(server.url, sleep=lambda _: None) as provider:
+        server.reply(reply)
+        with pytest.raises(ProviderError) as caught:
+            if streamed:
+                list(provider.stream(ask(vendor)))
+            else:
+                provider.complete(ask(vendor))
+    assert "is not readable JSON" in str(caught.value)
+    assert caught.value.__cause__ is None

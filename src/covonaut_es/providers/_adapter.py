@@ -17,7 +17,12 @@ import attrs
 from covonaut_es._closing import Closing
 from covonaut_es._extras import missing_extra
 from covonaut_es._secrets import Secrets
-from covonaut_es.errors import ConfigurationError, ProviderError, ProviderRequestError
+from covonaut_es.errors import (
+    ConfigurationError,
+    CovonautError,
+    ProviderError,
+    ProviderRequestError,
+)
 from covonaut_es.messages import Message
 from covonaut_es.providers._retry import (
     RetryPolicy,
@@ -92,7 +97,12 @@ class Vendor(Generic[StatusErrorT]):
     @contextlib.contextmanager
     def translated_errors(self, secrets: Secrets) -> Iterator[None]:
         """Raise the SDK's errors as the library's typed provider errors, ``secrets``
-        hidden in their text and in that of the SDK's errors they are raised from."""
+        hidden in their text and in that of the SDK's errors they are raised from.
+
+        Raises:
+            ProviderError: Or one of its subclasses, for an SDK's error; for a body the
+                SDK could not read as JSON; for a header it could not encode.
+        """
         with secrets.hidden():
             try:
                 yield
@@ -107,6 +117,20 @@ class Vendor(Generic[StatusErrorT]):
             except self.errors.base as exc:
                 msg = f"the {self.name} SDK failed: {type(exc).__name__}: {exc}"
                 raise ProviderError(msg) from exc
+            except CovonautError:
+                raise
+            except UnicodeEncodeError:
+                # Its args hold the whole header it could not encode, a key among them.
+                msg = f"the {self.name} request was not sent: a header value is not ASCII"
+                raise ProviderError(msg) from None
+            except (ValueError, RecursionError) as exc:
+                # The SDK's JSON reader, on a body that is not JSON or not UTF-8, nested
+                # past the recursion limit, or with an integer past Python's digit limit.
+                msg = (
+                    f"the {self.name} API answered a body that is not readable JSON "
+                    f"({type(exc).__name__})"
+                )
+                raise ProviderError(msg) from None
 
     def tool_call_id(self, message: Message, answered: str) -> str:
         """The id of the call a tool message answers.

@@ -169,8 +169,9 @@ class AnthropicProvider(SdkAdapter[anthropic.Anthropic]):
             return self._client.messages.with_raw_response.create(**params, extra_body=extra_body)
 
         raw = self._call(create)
-        message = read_answer(_VENDOR.name, "message", raw.parse(), shapes.Message)
-        inputs = iter(shapes.inputs_as_written(raw.http_response.content))
+        with self._translated_errors():
+            message = read_answer(_VENDOR.name, "message", raw.parse(), shapes.Message)
+            inputs = iter(shapes.inputs_as_written(raw.http_response.content))
         text: list[str] = []
         calls: list[ToolCall] = []
         answer = _answer_name(request)
