@@ -49,6 +49,7 @@ from covonaut_es import (
 from covonaut_es._secrets import Secrets
 from covonaut_es.errors import (
     ConfigurationError,
+    CovonautError,
     ProviderConnectionError,
     ProviderError,
     ProviderRateLimitError,
@@ -533,6 +534,55 @@ def test_a_base_urls_settings_are_no_secrets() -> None:
     )
     text = "api-version 2024-06-01 is not json; sig abc123"
     assert client_secrets(client).hide(text) == "api-version 2024-06-01 is not json; sig ***"
+
+
+def _chain(error: BaseException | None) -> Iterator[BaseException]:
+    """``error`` and each error it was raised from or during."""
+    while error is not None:
+        yield error
+        error = error.__cause__ or error.__context__
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    tail=st.text(_KEY_ALPHABET, min_size=16, max_size=40),
+    bad=st.characters(exclude_categories=["Cs"]).filter(lambda c: not " " <= c <= "~"),
+    at=st.integers(0, 99),
+    via=st.sampled_from(["api_key", "client header", "changed after"]),
+)
+def test_a_key_that_is_not_printable_ascii_is_refused_and_never_shown(
+    wire: VendorWire, tail: str, bad: str, at: int, via: str
+) -> None:
+    """Property: an API key or credential header with one character that is not
+    printable ASCII, anywhere in it, is refused when the adapter is built with a
+    ConfigurationError naming its position and code point; one set on the client after
+    that is a ProviderError when a request is made. The key is in no args or repr of
+    the raised error or its chain. OpenAI raised a bare UnicodeEncodeError whose args
+    held 'Bearer <key>' (helper-182)."""
+    good = f"sk-{tail}"
+    position = at % (len(good) + 1)
+    key = good[:position] + bad + good[position:]
+    url = "http://127.0.0.1:9"  # never reached: the request is refused before it is sent
+    refused: type[Exception] = ConfigurationError
+    with pytest.raises(CovonautError) as caught:
+        if via == "api_key":
+            wire.provider(url, api_key=key)
+        elif via == "client header":
+            headers = {"X-Gateway-Token": key}
+            adapter_class(wire)(client=wire.client(url, default_headers=headers))
+        else:
+            refused = ProviderError
+            with wire.provider(url, api_key=good, sleep=lambda _: None) as provider:
+                provider._client.api_key = key
+                provider.complete(ask(wire))
+    assert isinstance(caught.value, refused)
+    if refused is ConfigurationError:
+        assert f"U+{ord(bad):04X} at position {position}" in str(caught.value)
+    for link in _chain(caught.value):
+        assert key not in repr(link) and not any(key in repr(arg) for arg in link.args)
+        assert key not in "".join(traceback.format_exception(link))
 
 
 # Usage ---------------------------------------------------------------------------------

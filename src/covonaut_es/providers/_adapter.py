@@ -119,8 +119,10 @@ class Vendor(Generic[StatusErrorT]):
                 raise ProviderError(msg) from exc
             except CovonautError:
                 raise
-            except UnicodeEncodeError:
-                # Its args hold the whole header it could not encode, a key among them.
+            except UnicodeEncodeError as exc:
+                # A header changed since the client was checked. The error holds the whole
+                # header, a key among them, and stays the new one's context: emptied.
+                exc.object, exc.args = "", ()
                 msg = f"the {self.name} request was not sent: a header value is not ASCII"
                 raise ProviderError(msg) from None
             except (ValueError, RecursionError) as exc:
@@ -200,8 +202,9 @@ class SdkAdapter(Closing, Generic[ClientT]):
         retry: The retry policy.
 
     Raises:
-        ConfigurationError: ``client`` was combined with client settings, or the SDK
-            could not build its client (e.g. it found no API key).
+        ConfigurationError: ``client`` was combined with client settings, the SDK could
+            not build its client (e.g. it found no API key), or the client's key or one
+            of its headers holds a character that is not printable ASCII.
     """
 
     def __init__(
@@ -229,6 +232,11 @@ class SdkAdapter(Closing, Generic[ClientT]):
         else:
             # A copy that shares the caller's connections but never retries by itself.
             self._client = client.with_options(max_retries=0)
+        try:
+            _check_sendable(self._client)
+        except ConfigurationError:
+            self.close()
+            raise
         self._secrets = client_secrets(self._client)
 
     def close(self) -> None:
@@ -266,3 +274,30 @@ def _build(
             "environment variable the SDK names"
         )
         raise ConfigurationError(msg) from exc
+
+
+def _check_sendable(client: object) -> None:
+    """Refuse a key or header value ``client`` could not send: HTTP sends header values
+    as ASCII, and the error for one that is not quotes the whole header, key included.
+
+    Raises:
+        ConfigurationError: The API key, the token or a header value holds a character
+            that is not printable ASCII; the message names which, the character's
+            position and its code point, never the value.
+    """
+    values = {"api_key": getattr(client, "api_key", None)}
+    values["auth_token"] = getattr(client, "auth_token", None)
+    for attribute in ("auth_headers", "default_headers"):
+        headers = getattr(client, attribute, None)
+        if isinstance(headers, Mapping):
+            values.update({f"header {str(name)[:40]!r}": v for name, v in headers.items()})
+    for what, value in values.items():
+        if not isinstance(value, str):
+            continue
+        for position, char in enumerate(value):
+            if not " " <= char <= "~":
+                msg = (
+                    f"the client's {what} holds U+{ord(char):04X} at position {position}, "
+                    "which is not printable ASCII: HTTP cannot send it"
+                )
+                raise ConfigurationError(msg)
