@@ -15,9 +15,9 @@ from pydantic import TypeAdapter
 
 import anthropic_wire
 from anthropic_wire import PARIS, block_start, block_stop, message, partial_json, usage_body
-from covonaut_es import Agent, AgentConfig, Message, Role, Tool, ToolContext
+from covonaut_es import Agent, AgentConfig, Message, ProviderResponse, Role, Tool, ToolContext
 from covonaut_es.errors import ProviderError, ProviderServerError
-from covonaut_es.messages import OutputSpec, Usage
+from covonaut_es.messages import MAX_TOKEN_COUNT, OutputSpec, Usage
 from covonaut_es.providers import collect_stream
 from covonaut_es.providers.anthropic import AnthropicProvider
 from provider_wire import PARIS_RESULT, SYSTEM, WEATHER, WEATHER_BY_CITY, WEATHER_SCHEMA, ask
@@ -93,6 +93,38 @@ def test_a_negative_cache_count_refuses_the_response(
             collect_stream(provider.stream(ask(anthropic_wire)))
         else:
             provider.complete(ask(anthropic_wire))
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    counts=st.tuples(*[st.integers(0, MAX_TOKEN_COUNT)] * 3),
+    streamed=st.booleans(),
+)
+def test_input_tokens_summed_past_the_bound_refuse_the_response(
+    counts: tuple[int, int, int], streamed: bool
+) -> None:
+    """Property: the input tokens and the two cache counts, each within bounds, are
+    taken as their sum when it is within MAX_TOKEN_COUNT, and refuse the response
+    otherwise. The sum left the adapter past the bound (helper-182)."""
+    tokens = usage_body(counts[0], 7, cache_read=counts[1])
+    tokens["cache_creation_input_tokens"] = counts[2]
+    answer = message([{"type": "text", "text": "Hi"}], "end_turn", tokens)
+    start = {**answer, "content": [], "stop_reason": None}
+    events = [("message_start", {"type": "message_start", "message": start})]
+    events += anthropic_wire.message_end("end_turn", 7)
+    with WireServer() as server, anthropic_wire.provider(server.url) as provider:
+        server.reply(sse_reply(events) if streamed else json_reply(answer))
+
+        def answered() -> ProviderResponse:
+            if streamed:
+                return collect_stream(provider.stream(ask(anthropic_wire)))
+            return provider.complete(ask(anthropic_wire))
+
+        if sum(counts) > MAX_TOKEN_COUNT:
+            with pytest.raises(ProviderError, match=r"as usage\.input_tokens with its cache"):
+                answered()
+            return
+        assert answered().usage == Usage(sum(counts), 7)
 
 
 def test_max_tokens_defaults_to_the_providers(server: WireServer) -> None:

@@ -841,3 +841,57 @@ def test_a_body_that_is_not_readable_json_is_a_provider_error(
                 provider.complete(ask(vendor))
     assert "is not readable JSON" in str(caught.value)
     assert caught.value.__cause__ is None
+
+
+_READ_COUNTS = {
+    "prompt_tokens",
+    "completion_tokens",
+    "input_tokens",
+    "output_tokens",
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+}
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    vendor=st.sampled_from([openai_wire, anthropic_wire]),
+    streamed=st.booleans(),
+    count=st.sampled_from([True, False, 3.0, 0.0, "5", "0", 1e3]) | st.floats(0, 1e6),
+    data=st.data(),
+)
+def test_a_token_count_that_is_not_an_integer_is_refused_on_every_path(
+    vendor: Any, streamed: bool, count: Any, data: st.DataObject
+) -> None:
+    """Property: a token count that is not a JSON integer (true, 3.0, "5"), in a whole
+    answer or a streamed one, refuses the response with a ProviderError naming it. The
+    SDKs' lenient reading recorded true, 3.0 and "5" as 1, 3 and 5 on OpenAI's
+    complete() and Anthropic's stream(), but not on the other two paths (helper-182)."""
+    bodies = {
+        openai_wire: openai_wire.ANSWER_COMPLETION,
+        anthropic_wire: anthropic_wire.TOOL_USE_MESSAGE,
+    }
+    events = list(vendor.TEXT_STREAM_EVENTS)
+    answers = [data for _, data in events] if streamed else [bodies[vendor]]
+    counts = [
+        (position, path)
+        for position, answer in enumerate(answers)
+        if isinstance(answer, dict)
+        for path in _paths(answer)
+        if path[-1] in _READ_COUNTS and path[-2] == "usage"
+    ]
+    position, path = data.draw(st.sampled_from(counts))
+    changed = _replaced(answers[position], path, count)
+    if streamed:
+        events[position] = (events[position][0], changed)
+    reply = sse_reply(events) if streamed else json_reply(changed)
+    with (
+        WireServer() as server,
+        vendor.provider(server.url, sleep=lambda _: None) as provider,
+        pytest.raises(ProviderError, match=re.escape(str(path[-1]))),
+    ):
+        server.reply(reply)
+        if streamed:
+            list(provider.stream(ask(vendor)))
+        else:
+            provider.complete(ask(vendor))

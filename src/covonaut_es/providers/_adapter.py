@@ -188,7 +188,10 @@ class SdkAdapter(Closing, Generic[ClientT]):
 
     It builds the client, or borrows the caller's, with the SDK's retries off; makes
     each API call under the retry policy with the SDK's errors typed; and closes the
-    client if it built it.
+    client if it built it. Adapters read each answer, and each streamed event, as the
+    JSON the API sent (the SDK's raw response parsed ``to=object``), never from the
+    SDK's answer objects, whose lenient reading turns ``true``, ``3.0`` or ``"5"`` into
+    a count on some paths and not others.
 
     Args:
         vendor: The vendor of the API.

@@ -46,7 +46,6 @@ if TYPE_CHECKING:
     from anthropic.types import Message as AnthropicMessage
     from anthropic.types import (
         MessageParam,
-        RawMessageStreamEvent,
         TextBlockParam,
         ToolChoiceParam,
         ToolParam,
@@ -170,7 +169,8 @@ class AnthropicProvider(SdkAdapter[anthropic.Anthropic]):
 
         raw = self._call(create)
         with self._translated_errors():
-            message = read_answer(_VENDOR.name, "message", raw.parse(), shapes.Message)
+            sent = raw.parse(to=object)  # the JSON as sent (see SdkAdapter)
+            message = read_answer(_VENDOR.name, "message", sent, shapes.Message)
             inputs = iter(shapes.inputs_as_written(raw.http_response.content))
         text: list[str] = []
         calls: list[ToolCall] = []
@@ -196,8 +196,12 @@ class AnthropicProvider(SdkAdapter[anthropic.Anthropic]):
         params = self._params(request)
         extra_body = _extra_body(request)
 
-        def create() -> anthropic.Stream[RawMessageStreamEvent]:
-            return self._client.messages.create(**params, stream=True, extra_body=extra_body)
+        def create() -> anthropic.Stream[object]:
+            # Each event's JSON as sent (see SdkAdapter).
+            response = self._client.messages.with_raw_response.create(
+                **params, stream=True, extra_body=extra_body
+            )
+            return response.parse(to=anthropic.Stream[object])
 
         # Open tool_use blocks by index: (id, name, pieces of the input's JSON text).
         open_calls: dict[int, tuple[str, str, list[str]]] = {}
@@ -430,13 +434,14 @@ def _arguments(text: str) -> str:
 
 def _input_tokens(usage: shapes.Usage) -> int:
     # Anthropic counts cached prompt tokens apart from input_tokens (OpenAI's prompt
-    # tokens include them), each count checked before it is added.
+    # tokens include them), each count checked before it is added, and their sum after.
     counts = {
         "input_tokens": usage.input_tokens,
         "cache_creation_input_tokens": usage.cache_creation_input_tokens or 0,
         "cache_read_input_tokens": usage.cache_read_input_tokens or 0,
     }
-    return sum(token_count(count, f"usage.{field}") for field, count in counts.items())
+    total = sum(token_count(count, f"usage.{field}") for field, count in counts.items())
+    return token_count(total, "usage.input_tokens with its cache counts")
 
 
 def _output_tokens(usage: shapes.Usage | shapes.OutputUsage) -> int:

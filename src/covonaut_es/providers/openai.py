@@ -44,9 +44,7 @@ from covonaut_es.providers._wire import read_answer
 
 if TYPE_CHECKING:
     from openai.types.chat import (
-        ChatCompletion,
         ChatCompletionAssistantMessageParam,
-        ChatCompletionChunk,
         ChatCompletionFunctionToolParam,
         ChatCompletionMessageParam,
         ChatCompletionSystemMessageParam,
@@ -138,8 +136,9 @@ class OpenAIProvider(SdkAdapter[openai.OpenAI]):
         """Ask for the whole answer in one response."""
         params = self._params(request)
 
-        def create() -> ChatCompletion:
-            return self._client.chat.completions.create(**params)
+        def create() -> object:
+            # The JSON as sent (see SdkAdapter).
+            return self._client.chat.completions.with_raw_response.create(**params).parse(to=object)
 
         completion = read_answer(_VENDOR.name, "completion", self._call(create), _Completion)
         if not completion.choices:
@@ -170,8 +169,10 @@ class OpenAIProvider(SdkAdapter[openai.OpenAI]):
             "stream_options": {"include_usage": True},
         }
 
-        def create() -> openai.Stream[ChatCompletionChunk]:
-            return self._client.chat.completions.create(**params)
+        def create() -> openai.Stream[object]:
+            # Each chunk's JSON as sent (see SdkAdapter).
+            response = self._client.chat.completions.with_raw_response.create(**params)
+            return response.parse(to=openai.Stream[object])
 
         pieces: list[ToolCallDelta] = []
         usage: Usage | None = None
