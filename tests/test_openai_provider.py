@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import json
 from types import ModuleType
 from typing import Any
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from openai.types.shared import ResponseFormatJSONSchema
 
 import openai_wire
 from covonaut_es import Agent, AgentConfig
 from covonaut_es.errors import ConfigurationError
+from covonaut_es.providers import collect_stream
 from covonaut_es.providers.openai import OpenAIProvider
 from provider_wire import ask
 from wire_server import WireServer, json_reply, sse_reply
@@ -102,3 +106,43 @@ def test_a_schema_strict_mode_cannot_take_is_sent_without_strict(
     body = server.bodies[0]
     assert body["response_format"]["json_schema"]["strict"] is False
     assert body["stream"] is True
+
+
+def _split(text: str, at: int) -> tuple[str, str]:
+    """``text`` cut at its UTF-16 code unit ``at``, which may fall inside a surrogate
+    pair: each half then holds one lone surrogate, as a JSON string escapes it."""
+    units = text.encode("utf-16-le", "surrogatepass")
+    at = 2 * (at % (len(units) // 2 + 1))
+    head, tail = units[:at], units[at:]
+    return head.decode("utf-16-le", "surrogatepass"), tail.decode("utf-16-le", "surrogatepass")
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    city=st.text(st.characters(min_codepoint=0x20, exclude_categories=["Cs"]), max_size=6).map(
+        lambda city: city + "\N{GRINNING FACE}"
+    ),
+    at=st.integers(0, 99),
+)
+def test_a_character_split_between_stream_pieces_is_whole_again(city: str, at: int) -> None:
+    """Property: a call's arguments and the answer's text, cut into two stream pieces at
+    any UTF-16 code unit (inside a surrogate pair included), stream to what they were
+    and can be stored. An emoji split between two fragments became two lone surrogates
+    that no store could encode (helper-182)."""
+    arguments = json.dumps({"city": city}, ensure_ascii=False)
+    first, second = _split(arguments, at)
+    text_first, text_second = _split(city, at)
+    events = [
+        openai_wire.chunk(openai_wire.delta({"content": text_first})),
+        openai_wire.chunk(openai_wire.delta({"content": text_second})),
+        openai_wire.first_fragment(0, "call_1"),
+        openai_wire.tool_fragment(0, function={"arguments": first}),
+        openai_wire.tool_fragment(0, function={"arguments": second}),
+        openai_wire.chunk(openai_wire.delta({}, "tool_calls")),
+        "[DONE]",
+    ]
+    with WireServer() as server, openai_wire.provider(server.url) as provider:
+        server.reply(sse_reply([(None, event) for event in events]))
+        response = collect_stream(provider.stream(ask(openai_wire)))
+    assert (response.content, response.tool_calls[0].arguments) == (city, arguments)
+    msgspec.json.encode(response)  # storable: no lone surrogate left

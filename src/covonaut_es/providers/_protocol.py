@@ -156,7 +156,7 @@ def collect_stream(deltas: Iterable[StreamDelta]) -> ProviderResponse:
         finish_reason = delta.finish_reason or finish_reason
         model = delta.model or model
     return ProviderResponse(
-        content="".join(content),
+        content=joined(content),
         tool_calls=tuple(tool_calls) if final else tuple(tool_calls) or assembled_calls(pieces),
         usage=usage,
         finish_reason=finish_reason,
@@ -226,6 +226,15 @@ def after_end(api: str, end: str, ended: bool, what: str) -> None:
         raise ProviderError(msg)
 
 
+def joined(pieces: Iterable[str]) -> str:
+    """Streamed pieces of text joined, a character the stream split between two pieces
+    made whole again: a JSON string may escape a character beyond U+FFFF as a surrogate
+    pair, and a vendor may cut a fragment between its halves, each of which then reads
+    as a lone surrogate that no store can encode."""
+    text = "".join(pieces)
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
+
+
 def whole_pieces(calls: Sequence[ToolCall]) -> tuple[ToolCallDelta, ...]:
     """Each of ``calls`` as one piece that holds all of it."""
     return tuple(
@@ -247,6 +256,6 @@ def assembled_calls(pieces: Sequence[ToolCallDelta]) -> tuple[ToolCall, ...]:
             names.setdefault(piece.index, piece.name)
         arguments.setdefault(piece.index, []).append(piece.arguments)
     return tuple(
-        ToolCall(ids.get(index, ""), names.get(index, ""), "".join(arguments[index]) or "{}")
+        ToolCall(ids.get(index, ""), names.get(index, ""), joined(arguments[index]) or "{}")
         for index in sorted(arguments)
     )

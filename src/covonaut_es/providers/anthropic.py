@@ -37,7 +37,7 @@ from covonaut_es.providers._adapter import (
     SdkErrors,
     Vendor,
 )
-from covonaut_es.providers._protocol import after_end, final_delta
+from covonaut_es.providers._protocol import after_end, final_delta, joined
 from covonaut_es.providers._retry import RetryPolicy
 from covonaut_es.providers._wire import read_answer
 
@@ -268,7 +268,7 @@ class AnthropicProvider(SdkAdapter[anthropic.Anthropic]):
                     open_blocks.remove(event.index)
                     if event.index in open_calls:
                         call_id, name, pieces = open_calls.pop(event.index)
-                        calls.append(ToolCall(call_id, name, _arguments("".join(pieces))))
+                        calls.append(ToolCall(call_id, name, _arguments(joined(pieces))))
                 elif isinstance(event, shapes.MessageDelta):
                     # The usage in message_delta is cumulative.
                     output_tokens = _output_tokens(event.usage)
