@@ -14,6 +14,7 @@ import functools
 import importlib
 import json
 import logging
+import math
 import re
 import socket
 import string
@@ -294,6 +295,36 @@ def test_client_and_settings_conflict(wire: VendorWire, setting: str) -> None:
         pytest.raises(ConfigurationError, match="configure the client itself"),
     ):
         adapter_class(wire)(client=client, **{setting: values[setting]})
+
+
+_URL_FAULTS = ["[::1", "h\x00", "h:port", "[zz]", "h\x7f"]
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    fault=st.sampled_from(_URL_FAULTS),
+    password=st.text(string.ascii_letters + string.digits, min_size=8, max_size=16),
+    query=st.text(string.ascii_letters + string.digits, min_size=8, max_size=16),
+    timeout=st.sampled_from(["30", b"30", True, 0, -1, 0.0, math.inf, math.nan, [30]]),
+    bad=st.sampled_from(["base_url", "timeout"]),
+)
+def test_a_setting_the_sdk_cannot_take_is_a_configuration_error(
+    wire: VendorWire, fault: str, password: str, query: str, timeout: Any, bad: str
+) -> None:
+    """Property: a base URL the SDK's HTTP library cannot read, or a timeout that is not
+    a positive number of seconds, is a ConfigurationError naming it, with nothing
+    chained and the URL's password and query values in no text of it. Both escaped the
+    constructors as httpx's InvalidURL or a TypeError (helper-182)."""
+    url = f"http://user:{password}@{fault}/v1?key={query}"
+    settings_ = {"base_url": url} if bad == "base_url" else {"timeout": timeout}
+    with pytest.raises(ConfigurationError) as caught:
+        adapter_class(wire)(api_key="k", **settings_)
+    text = "".join(traceback.format_exception(caught.value))
+    assert caught.value.__cause__ is None
+    assert password not in text and query not in text
+    assert ("base URL" if bad == "base_url" else "timeout must be") in str(caught.value)
 
 
 # The package ---------------------------------------------------------------------------

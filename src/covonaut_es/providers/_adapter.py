@@ -14,6 +14,7 @@ from typing import Any, Generic, Protocol, Self, TypeVar
 
 import attrs
 
+from covonaut_es._arguments import positive_seconds
 from covonaut_es._closing import Closing
 from covonaut_es._extras import missing_extra
 from covonaut_es._secrets import Secrets
@@ -31,6 +32,7 @@ from covonaut_es.providers._retry import (
     error_for_status,
 )
 from covonaut_es.providers._secrets import client_secrets
+from covonaut_es.store._url_secrets import redact
 
 T = TypeVar("T")
 StatusErrorT = TypeVar("StatusErrorT", bound=Exception)
@@ -176,11 +178,24 @@ class ClientSettings:
         api_key: The API key; None lets the SDK read its environment variable.
         base_url: The API's URL; None lets the SDK read its environment variable.
         timeout: Seconds one attempt may take; None keeps the SDK's default.
+
+    Raises:
+        ConfigurationError: ``timeout`` is not a positive, finite number of seconds.
     """
 
     api_key: str | None
     base_url: str | None
-    timeout: float | None
+    timeout: float | None = attrs.field(validator=lambda _, __, value: _check_timeout(value))
+
+
+def _check_timeout(timeout: object) -> None:
+    """Check a client setting's ``timeout``, named as the adapters' argument.
+
+    Raises:
+        ConfigurationError: It is neither None nor a positive, finite number of seconds.
+    """
+    if timeout is not None:
+        positive_seconds("timeout", timeout)
 
 
 class SdkAdapter(Closing, Generic[ClientT]):
@@ -277,6 +292,20 @@ def _build(
             "environment variable the SDK names"
         )
         raise ConfigurationError(msg) from exc
+    except Exception as exc:
+        # Building a client does no I/O: what it raises is a setting it cannot take, a
+        # base URL its HTTP library cannot read (httpx's and httpx2's InvalidURL, neither
+        # a ValueError). That error may quote the URL, password and all: the URL is
+        # shown redacted, without its query (a gateway's key is often there), and the
+        # error is not chained.
+        url = settings.base_url
+        shown = "" if url is None else f" {redact(str(url).partition('?')[0])!r}"
+        msg = (
+            f"cannot create the {vendor.name} client: its base URL{shown} is not one the SDK "
+            f"can read ({type(exc).__name__}); check base_url= or the environment variable "
+            "the SDK reads it from"
+        )
+        raise ConfigurationError(msg) from None
 
 
 def _check_sendable(client: object) -> None:
