@@ -769,6 +769,26 @@ def test_a_schema_whose_references_loop_refuses_the_listing(
             to_tool(item, server="s", origin="o", prefix="", override=None, func=print)
 
 
+def _nested(keyword: str, depth: int) -> dict[str, object]:
+    schema: dict[str, object] = {"type": "string"}
+    for _ in range(depth):
+        schema = {keyword: [schema] if keyword == "allOf" else schema}
+    return schema
+
+
+@pytest.mark.parametrize("output", [False, True])
+@pytest.mark.parametrize("keyword", ["not", "allOf"])
+def test_a_schema_nested_too_deep_to_check_refuses_the_listing(keyword: str, output: bool) -> None:
+    """A finite input or output schema nested deeper than jsonschema can check (180
+    levels of "not" or allOf) refuses the listing with ToolServerError naming the tool,
+    not a bare RecursionError that ended the run. (helper-186)"""
+    schema = {"properties": {"q": _nested(keyword, 180)}}
+    refused = r"tool 't' has an invalid (parameters|output) schema: it nests too deep"
+    with pytest.raises(ToolServerError, match=refused):
+        for item in checked_listing("s", [_listed_tool(schema, output=output)]):
+            to_tool(item, server="s", origin="o", prefix="", override=None, func=print)
+
+
 @pytest.mark.parametrize("schema", [{"type": "intger"}, {"$schema": 5}, {"required": "x"}])
 def test_an_output_schema_that_is_not_json_schema_refuses_the_listing(
     schema: dict[str, object],

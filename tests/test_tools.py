@@ -219,6 +219,39 @@ def test_a_loop_the_schema_check_let_through_is_a_refused_call_not_a_crash(
     )
 
 
+# Keywords that hold a schema one level down, in place or under a part of the value.
+_NESTING = st.sampled_from(["not", "allOf", "anyOf", "oneOf", "if", "then", "items", "properties"])
+
+
+def _nest(keyword: str, inner: dict[str, Any]) -> dict[str, Any]:
+    if keyword in ("allOf", "anyOf", "oneOf"):
+        return {keyword: [inner]}
+    if keyword == "properties":
+        return {keyword: {"p": inner}}
+    return {keyword: inner}
+
+
+@settings(max_examples=50, deadline=None)
+@given(keywords=st.lists(_NESTING, min_size=1, max_size=4), depth=st.integers(1, 300))
+def test_a_schema_nested_too_deep_to_check_is_refused_when_the_tool_is_made(
+    keywords: list[str], depth: int
+) -> None:
+    """A finite schema nested deeper than jsonschema can check ("not" in "not", allOf
+    chains... a hundred levels or so) refuses the tool with ConfigurationError naming
+    it, never a bare RecursionError; one shallow enough is made, and its calls are
+    validated without error. (helper-186)"""
+    schema: dict[str, Any] = {"type": "object"}
+    for level in range(depth):
+        schema = _nest(keywords[level % len(keywords)], schema)
+    try:
+        tool = Tool("deep", "Nests", schema, _noop)
+    except ConfigurationError as exc:
+        assert "tool 'deep' has an invalid parameters schema: it nests too deep" in str(exc)
+        return
+    with contextlib.suppress(ArgumentsError):
+        parse_arguments(tool, ToolCall("c1", "deep", '{"p": {"p": [1]}}'))
+
+
 _NAME_CHARACTERS = string.ascii_letters + string.digits + "_-"
 # Names near the rule's edges: look-alikes and other scripts, marks, spaces, dots.
 _NAMES = st.text(

@@ -46,8 +46,9 @@ def compile_schema(
     validator; ``what`` names the schema in messages ("parameters", "output").
 
     Raises:
-        ConfigurationError: The schema is not a valid JSON Schema, or its references
-            loop on one value (see :func:`reference_loop`).
+        ConfigurationError: The schema is not a valid JSON Schema, nests too deep for
+            ``jsonschema`` to check, or its references loop on one value (see
+            :func:`reference_loop`).
     """
     if not isinstance(schema, Mapping):
         msg = (
@@ -65,11 +66,18 @@ def compile_schema(
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
     try:
         cls.check_schema(dict(schema))
+        validator = cls(schema, registry=_NO_REMOTE_SCHEMAS)
     except jsonschema.exceptions.SchemaError as exc:
         path = exc.json_path
         msg = (
             f"tool {tool_name!r} has an invalid {what} schema: at {path}: {exc.message}; "
             "fix the schema so it is valid JSON Schema"
+        )
+        raise ConfigurationError(msg) from exc
+    except RecursionError as exc:  # jsonschema checks a schema recursively
+        msg = (
+            f"tool {tool_name!r} has an invalid {what} schema: it nests too deep for "
+            "jsonschema to check (a hundred levels or so); flatten the schema"
         )
         raise ConfigurationError(msg) from exc
     loop = reference_loop(schema)
@@ -80,7 +88,7 @@ def compile_schema(
             "checked; make each reference reach a property or an item first"
         )
         raise ConfigurationError(msg)
-    return cls(schema, registry=_NO_REMOTE_SCHEMAS)
+    return validator
 
 
 def reference_loop(schema: Mapping[str, Any]) -> str | None:
