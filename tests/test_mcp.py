@@ -755,6 +755,11 @@ def test_without_the_extra_the_import_names_it() -> None:
         {"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}},
         {"$dynamicAnchor": "x", "$dynamicRef": "#x"},
         {"$schema": "http://json-schema.org/draft-04/schema#", "$ref": "#"},
+        {"dependentSchemas": {"a": {"$ref": "#"}}},
+        {
+            "$schema": "http://json-schema.org/draft-07/schema#",
+            "dependencies": {"a": {"$ref": "#"}},
+        },
     ],
 )
 def test_a_schema_whose_references_loop_refuses_the_listing(
@@ -766,6 +771,23 @@ def test_a_schema_whose_references_loop_refuses_the_listing(
     refused = r"tool 't'.* schema of tool 't' has references that loop"
     with pytest.raises(ToolServerError, match=refused):
         for item in checked_listing("s", [_listed_tool(schema, output=output)]):
+            to_tool(item, server="s", origin="o", prefix="", override=None, func=print)
+
+
+@pytest.mark.parametrize("output", [False, True])
+def test_an_id_that_is_not_text_refuses_the_listing_only_where_a_reference_reaches_it(
+    output: bool,
+) -> None:
+    """A listed schema with an $id that is not text under an unknown keyword (which the
+    meta-schema does not check, and no validator reads) is listed; reached by a $ref,
+    it refuses the listing with ToolServerError naming the tool. (Both escaped the
+    listing as a bare AttributeError from referencing: helper-186.)"""
+    meta = {"x-meta": {"$id": 5}}
+    (listed,) = checked_listing("s", [_listed_tool({"properties": {"q": meta}}, output=output)])
+    to_tool(listed, server="s", origin="o", prefix="", override=None, func=print)
+    reached = {"properties": {"q": {"$ref": "#/x-meta"}}, **meta}
+    with pytest.raises(ToolServerError, match=r"tool 't'.* has an \$id that is not text"):
+        for item in checked_listing("s", [_listed_tool(reached, output=output)]):
             to_tool(item, server="s", origin="o", prefix="", override=None, func=print)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import string
 from typing import Any
 
@@ -129,7 +130,11 @@ def test_a_schema_refused_in_a_run_reaches_the_model(store: Store) -> None:
 
 # A loop of schemas applied to one value: each link a keyword that applies its schema
 # to the value itself, or a reference; drafts keep their definitions under their names.
-_IN_PLACE_LINKS = st.sampled_from(["$ref", "allOf", "anyOf", "oneOf", "not", "if", "then"])
+# "dependent": a map of names to schemas applied to the value (dependentSchemas, or
+# draft 7's and 4's dependencies).
+_IN_PLACE_LINKS = st.sampled_from(
+    ["$ref", "allOf", "anyOf", "oneOf", "not", "if", "then", "dependent"]
+)
 _DRAFTS = st.sampled_from(
     [
         (None, "$defs"),
@@ -140,30 +145,33 @@ _DRAFTS = st.sampled_from(
 )
 
 
-def _link(keyword: str, ref: str) -> dict[str, Any]:
+def _link(keyword: str, ref: str, defs: str) -> dict[str, Any]:
     target = {"$ref": ref}
     if keyword == "$ref":
         return target
     if keyword in ("allOf", "anyOf", "oneOf"):
         return {keyword: [{"type": "object"}, target]}
+    if keyword == "dependent":
+        return {"dependentSchemas" if defs == "$defs" else "dependencies": {"p": target}}
     return {keyword: target}
 
 
 @st.composite
-def _looping_schemas(draw: st.DrawFn) -> tuple[dict[str, Any], bool]:
+def _looping_schemas(draw: st.DrawFn, under: str = "") -> tuple[dict[str, Any], bool]:
     """A schema with a chain of definitions, the last pointing back into the chain (or
     to the root); True when the loop applies schemas to one value without end, False
-    when the loop passes through a property (a tree: valid)."""
+    when the loop passes through a property (a tree: valid). ``under``: the JSON
+    pointer of the place the schema is put at, which its references point into."""
     dialect, defs = draw(_DRAFTS)
     links = draw(st.lists(_IN_PLACE_LINKS, min_size=1, max_size=4))
     back = draw(st.integers(-1, len(links) - 1))  # -1: back to the root
     nested = draw(st.booleans())  # the chain reached through a property, not the root
     through_a_property = draw(st.booleans())
-    refs = [f"#/{defs}/d{i}" for i in range(len(links))]
+    refs = [f"#{under}/{defs}/d{i}" for i in range(len(links))]
     chain = {}
     for i, keyword in enumerate(links):
-        ref = refs[i + 1] if i + 1 < len(links) else (refs[back] if back >= 0 else "#")
-        chain[f"d{i}"] = _link(keyword, ref)
+        ref = refs[i + 1] if i + 1 < len(links) else (refs[back] if back >= 0 else f"#{under}")
+        chain[f"d{i}"] = _link(keyword, ref, defs)
     if through_a_property:
         chain["d0"] = {"type": "object", "properties": {"child": chain["d0"]}}
     start = {"$ref": refs[0]}
@@ -172,8 +180,11 @@ def _looping_schemas(draw: st.DrawFn) -> tuple[dict[str, Any], bool]:
     if dialect is not None:
         schema["$schema"] = dialect
     # The loop holds d0 when it goes back to d0 or to the root; back to the root, it
-    # passes through the property the chain hangs under, if any.
-    return schema, not (through_a_property and back <= 0) and not (nested and back == -1)
+    # passes through the property the chain hangs under, if any. Draft 4 has no "if"
+    # (nor "then"): a link of those is never applied, and the loop is broken.
+    ignored = "draft-04" in str(dialect) and {"if", "then"} & set(links[max(back, 0) :])
+    through = (through_a_property and back <= 0) or (nested and back == -1)
+    return schema, not ignored and not through
 
 
 @settings(max_examples=50, deadline=None)
@@ -181,9 +192,10 @@ def _looping_schemas(draw: st.DrawFn) -> tuple[dict[str, Any], bool]:
 def test_a_schema_whose_references_loop_on_one_value_is_refused_when_the_tool_is_made(
     drawn: tuple[dict[str, Any], bool],
 ) -> None:
-    """A loop of $ref, allOf, not, if... that never reaches a property or an item
-    refuses the tool, naming it (every draft; from the root or under a property); a
-    loop through a property is a tree, and its calls are validated without error."""
+    """A loop of $ref, allOf, not, if, dependentSchemas... that never reaches a property
+    or an item refuses the tool, naming it (every draft; from the root or under a
+    property); a loop through a property is a tree, and its calls are validated without
+    error. (A loop through dependentSchemas or dependencies was let through: helper-186.)"""
     schema, loops = drawn
     if loops:
         refused = r"parameters schema of tool 'walk' has references that loop"
@@ -193,6 +205,75 @@ def test_a_schema_whose_references_loop_on_one_value_is_refused_when_the_tool_is
     tool = Tool("walk", "Walks", schema, _noop)
     with contextlib.suppress(ArgumentsError):
         parse_arguments(tool, ToolCall("c1", "walk", '{"p": {"child": {"child": {}}}}'))
+
+
+@settings(max_examples=50, deadline=None)
+@given(data=st.data(), drawn=_looping_schemas(under="/x-doc"), nested=st.booleans())
+def test_a_loop_under_a_keyword_the_draft_does_not_apply_is_accepted(
+    data: st.DataObject, drawn: tuple[dict[str, Any], bool], nested: bool
+) -> None:
+    """A loop-shaped schema (looping or not) under a keyword the draft does not know,
+    which jsonschema never applies and no reference reaches, leaves the tool made and
+    its calls validated without error. (helper-186)"""
+    schema, _ = drawn
+    dialect = schema.pop("$schema", None)
+    legacy = dialect is not None and "2020-12" not in dialect  # draft 7 or 4
+    unknown = data.draw(st.sampled_from(["x-doc", "meta", *(["dependentSchemas"] * legacy)]))
+    text = json.dumps(schema).replace('"#/x-doc', f'"#/{unknown}')
+    holder: dict[str, Any] = {"type": "object", unknown: json.loads(text)}
+    wrapped = {"type": "object", "properties": {"p": holder}} if nested else holder
+    if dialect is not None:
+        wrapped["$schema"] = dialect
+    tool = Tool("walk", "Walks", wrapped, _noop)
+    with contextlib.suppress(ArgumentsError):
+        parse_arguments(tool, ToolCall("c1", "walk", '{"p": {"p": 1, "child": {}}}'))
+
+
+# Drafts and the keyword each reads a schema's identifier from.
+_ID_KEYWORDS = st.sampled_from(
+    [
+        (None, "$id"),
+        ("https://json-schema.org/draft/2020-12/schema", "$id"),
+        ("http://json-schema.org/draft-07/schema#", "$id"),
+        ("http://json-schema.org/draft-04/schema#", "id"),
+    ]
+)
+_NOT_TEXT = (
+    st.integers()
+    | st.booleans()
+    | st.floats(allow_nan=False)
+    | st.lists(st.integers(), max_size=2)
+    | st.dictionaries(st.text(max_size=3), st.integers(), max_size=2)
+)
+
+
+@settings(max_examples=50, deadline=None)
+@given(draft=_ID_KEYWORDS, value=_NOT_TEXT, nested=st.booleans(), referenced=st.booleans())
+def test_an_id_that_is_not_text_is_refused_only_where_a_reference_reaches_it(
+    draft: tuple[str | None, str], value: Any, nested: bool, referenced: bool
+) -> None:
+    """An identifier that is not text under a keyword the draft does not know is never
+    read (the tool is made, its calls validated); reached by a $ref, it refuses the
+    tool with ConfigurationError naming it, never a bare AttributeError from
+    referencing. (Both escaped Tool() and an MCP listing: helper-186.)"""
+    dialect, id_keyword = draft
+    holder: dict[str, Any] = {"type": "string", "x-meta": {"inner": {id_keyword: value}}}
+    if referenced:
+        holder = {"$ref": "#/properties/p/x-meta/inner"} | {"x-meta": holder["x-meta"]}
+    schema: dict[str, Any] = {"type": "object", "properties": {"p": holder}}
+    if nested:
+        schema = {"type": "object", "properties": {"q": schema}}
+        if referenced:
+            holder["$ref"] = "#/properties/q/properties/p/x-meta/inner"
+    if dialect is not None:
+        schema["$schema"] = dialect
+    if referenced:
+        with pytest.raises(ConfigurationError, match=r"tool 'ids'.* has an \$id that is not"):
+            Tool("ids", "Ids", schema, _noop)
+        return
+    tool = Tool("ids", "Ids", schema, _noop)
+    with contextlib.suppress(ArgumentsError):
+        parse_arguments(tool, ToolCall("c1", "ids", '{"p": "x", "q": {"p": "x"}}'))
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import attrs
 import jsonschema
 import jsonschema.exceptions
 import jsonschema.validators
@@ -27,15 +28,29 @@ ArgumentsValidator = jsonschema.protocols.Validator
 # error rather than a network request made while validating a model's arguments.
 _NO_REMOTE_SCHEMAS: referencing.Registry[Any] = referencing.Registry()
 
-# Keywords that apply a schema to the very value the schema applies to: a loop through
-# these alone never reaches a smaller value, so validating by it recurses without end.
-_IN_PLACE = ("not", "if", "then", "else")
-_IN_PLACE_LISTS = ("allOf", "anyOf", "oneOf")
-_IN_PLACE_MAPS = ("dependentSchemas", "dependencies")
+# Keywords that apply a schema (or each of a list or a map of them) to the very value
+# the schema applies to: a loop through these alone never reaches a smaller value, so
+# validating by it recurses without end. ("type", "extends", "disallow": draft 3.)
+_IN_PLACE = frozenset(
+    {"not", "if", "then", "else", "allOf", "anyOf", "oneOf", "dependentSchemas"}
+    | {"dependencies", "type", "extends", "disallow"}
+)
+# Keywords that apply a schema to a part of the value (a property, an item, a name).
+_IN_PARTS = frozenset(
+    {"properties", "patternProperties", "additionalProperties", "unevaluatedProperties"}
+    | {"propertyNames", "items", "prefixItems", "additionalItems", "unevaluatedItems"}
+    | {"contains"}
+)
 _REFERENCES = ("$ref", "$dynamicRef", "$recursiveRef")
-# Values that are data, never applied (walked past), and maps whose keys are names.
-_DATA_KEYWORDS = frozenset({"enum", "const", "default", "examples"})
-_NAME_MAPS = frozenset({"properties", "patternProperties", "$defs", "definitions"})
+# Definitions are applied only through a reference, but are schemas: searched too.
+_DEFINITIONS = ("$defs", "definitions")
+# Maps whose keys are names (of properties, definitions), each value a schema.
+_NAME_MAPS = frozenset({"properties", "patternProperties", "dependentSchemas", "dependencies"})
+
+
+class _IdNotText(Exception):
+    """A schema whose ``$id`` ``referencing`` cannot read (it reads one as text,
+    unchecked); its argument names the schema."""
 
 
 def compile_schema(
@@ -80,7 +95,14 @@ def compile_schema(
             "jsonschema to check (a hundred levels or so); flatten the schema"
         )
         raise ConfigurationError(msg) from exc
-    loop = reference_loop(schema)
+    try:
+        loop = reference_loop(schema)
+    except _IdNotText as exc:  # under a keyword the meta-schema does not check
+        msg = (
+            f"tool {tool_name!r} has an invalid {what} schema: {exc} has an $id that is not "
+            "text, so its references cannot be resolved; make each $id a URI string"
+        )
+        raise ConfigurationError(msg) from exc
     if loop is not None:
         msg = (
             f"the {what} schema of tool {tool_name!r} has references that loop: {loop} "
@@ -96,12 +118,19 @@ def reference_loop(schema: Mapping[str, Any]) -> str | None:
     to one value (through ``$ref``, ``$dynamicRef``, ``$recursiveRef``, ``allOf``,
     ``not``...), or None when every loop passes through a property or an item.
 
-    A reference that does not resolve is left to validation, which refuses it.
+    Only the keywords the schema's draft applies are followed (an unknown keyword's
+    value is a schema only where a reference reaches it). A reference that does not
+    resolve is left to validation, which refuses it.
+
+    Raises:
+        _IdNotText: A schema reached has an ``$id`` that is not text.
     """
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
     spec = referencing.jsonschema.specification_with(
         cls.META_SCHEMA.get("$schema", ""), default=referencing.jsonschema.DRAFT202012
     )
+    applies = set(cls.VALIDATORS) | ({"then", "else"} if "if" in cls.VALIDATORS else set())
+    walk = _Walk(spec, frozenset(applies & (_IN_PLACE | _IN_PARTS | set(_REFERENCES))))
     root = dict(schema)
     starts: list[_Applied] = [
         (root, "$", _NO_REMOTE_SCHEMAS.resolver_with_root(spec.create_resource(root)))
@@ -114,7 +143,7 @@ def reference_loop(schema: Mapping[str, Any]) -> str | None:
         if id(first[0]) in done:
             continue
         on_path = {id(first[0])}
-        stack = [(id(first[0]), iter(_applied(first, spec, starts)))]
+        stack = [(id(first[0]), iter(_applied(first, walk, starts)))]
         while stack:
             seen, pending = stack[-1]
             step = next(pending, None)
@@ -126,7 +155,7 @@ def reference_loop(schema: Mapping[str, Any]) -> str | None:
                 return step[1]
             elif id(step[0]) not in done:
                 on_path.add(id(step[0]))
-                stack.append((id(step[0]), iter(_applied(step, spec, starts))))
+                stack.append((id(step[0]), iter(_applied(step, walk, starts))))
     return None
 
 
@@ -134,40 +163,57 @@ def reference_loop(schema: Mapping[str, Any]) -> str | None:
 _Applied = tuple[Mapping[str, Any], str, Any]
 
 
-def _applied(
-    at: _Applied, spec: referencing.Specification[Any], inner: list[_Applied]
-) -> list[_Applied]:
+@attrs.frozen
+class _Walk:
+    """How the schemas of one draft are walked: its ``referencing`` specification, and
+    the keywords by which its validator applies schemas."""
+
+    spec: referencing.Specification[Any]
+    keywords: frozenset[str]
+
+
+def _applied(at: _Applied, walk: _Walk, inner: list[_Applied]) -> list[_Applied]:
     """The schemas the schema ``at`` applies to its own value, each with its path and
     the resolver of its references; those it applies to a part of its value (a
-    property, an item) are added to ``inner``, to be searched from in their turn."""
+    property, an item) and its definitions are added to ``inner``, to be searched from
+    in their turn.
+
+    Raises:
+        _IdNotText: ``at``, or a schema a reference of it passes through, has an
+            ``$id`` that is not text.
+    """
     node, path, resolver = at
     try:
-        resolver = resolver.in_subresource(spec.create_resource(node))  # its own $id, if any
+        resolver = resolver.in_subresource(walk.spec.create_resource(node))  # its own $id
     except ValueError:  # an $id that is no URI: resolving under it is validation's fault
         resolver = None
-    same: list[tuple[Any, str]] = []
+    except (TypeError, AttributeError) as exc:
+        raise _IdNotText(f"the schema at {path}") from exc
+    applied: list[_Applied] = []
     for key, value in node.items():
-        if key in _DATA_KEYWORDS or key in _REFERENCES:
+        if key not in walk.keywords and key not in _DEFINITIONS:
             continue
         if isinstance(value, list):
             found = [(item, f"{path}.{key}[{i}]") for i, item in enumerate(value)]
-        elif isinstance(value, Mapping) and key in _NAME_MAPS:
+        elif isinstance(value, Mapping) and (key in _NAME_MAPS or key in _DEFINITIONS):
             found = [(item, f"{path}.{key}[{name!r}]") for name, item in value.items()]
         else:
             found = [(value, f"{path}.{key}")]
-        if key in _IN_PLACE or key in _IN_PLACE_LISTS or key in _IN_PLACE_MAPS:
-            same += found
+        schemas = [(item, where, resolver) for item, where in found if isinstance(item, Mapping)]
+        if key in _IN_PLACE:
+            applied += schemas
         else:
-            inner += [(item, where, resolver) for item, where in found if isinstance(item, Mapping)]
-    applied = [(item, where, resolver) for item, where in same if isinstance(item, Mapping)]
+            inner += schemas
     for key in _REFERENCES:
         ref = node.get(key)
-        if not isinstance(ref, str) or resolver is None:
+        if key not in walk.keywords or not isinstance(ref, str) or resolver is None:
             continue
         try:
             resolved = resolver.lookup(ref)
         except (referencing.exceptions.Unresolvable, ValueError):
             continue
+        except (TypeError, AttributeError) as exc:
+            raise _IdNotText(f"a schema on the way of {key} {ref!r} at {path}") from exc
         if isinstance(resolved.contents, Mapping):
             applied.append((resolved.contents, f"{key} {ref!r} at {path}", resolved.resolver))
     return applied
