@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 
 from covonaut_es import Store, ToolServerError, open_store
 from covonaut_es.domain import AgentThread
+from covonaut_es.errors import ConfigurationError
 from covonaut_es.mcp import MCPServer, ToolPolicy
 from covonaut_es.tools import ToolContext
 from support import answer, call
@@ -404,6 +405,7 @@ class _Echo(_Proxy):
             "api-key": self.headers.get("X-Api-Key", ""),
             "query": query,
             "query-value": urllib.parse.unquote(query.partition("=")[2]),
+            "path": self.path.partition("?")[0],
         }[self.where]
 
 
@@ -411,6 +413,27 @@ class _Echo(_Proxy):
 def echoing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with _before_the_server(_Echo, tmp_path_factory.mktemp("echoing") / "log") as address:
         yield address
+
+
+_PUT = {"put": ToolPolicy(requires_approval=False)}
+
+
+def _seen_in_a_run(server: MCPServer, path: Path, caplog: pytest.LogCaptureFixture) -> list[str]:
+    """What a run calling ``put`` on ``server`` (in a store at ``path``) shows: the
+    listing's error, the stored events, the requests to the model, our log records."""
+    caplog.clear()
+    caplog.set_level(logging.DEBUG, logger="covonaut_es")
+    seen: list[str] = []
+    with open_store(f"sqlite:///{path}") as opened, contextlib.closing(server):
+        agent = agent_of(opened, server, [call(("c1", "put", '{"path": "a"}')), answer("end")])
+        try:
+            agent.run("go")
+        except ToolServerError as exc:  # the listing's error: the run failed
+            seen.append(str(exc))
+        seen += [repr(vars(event)) for event in opened.history("t")]
+        seen += [repr(request) for request in agent.config.provider.requests]  # type: ignore[attr-defined]
+    formatter = logging.Formatter()
+    return seen + [formatter.format(r) for r in caplog.records if r.name.startswith("covonaut_es")]
 
 
 # Marked, so that no secret is a piece of the record's own words (a topic, an id).
@@ -454,25 +477,59 @@ def test_no_secret_of_the_connection_reaches_the_thread_an_error_a_log_or_the_mo
     userinfo = f"{urllib.parse.quote(user, safe='')}:{urllib.parse.quote(password, safe='')}@"
     url = f"http://{userinfo if basic else ''}{echoing}?key={urllib.parse.quote(value, safe='')}"
     headers = {"Authorization": f"Bearer {token}", "X-Api-Key": key}
-    caplog.clear()
-    caplog.set_level(logging.DEBUG, logger="covonaut_es")
-    policy = {"put": ToolPolicy(requires_approval=False)}
-    server = MCPServer.http(url, headers, name="web", connect_timeout=5, overrides=policy)
+    server = MCPServer.http(url, headers, name="web", connect_timeout=5, overrides=_PUT)
     path = tmp_path / f"{abs(hash((secrets, basic, method, where, encoding, kind)))}.db"
-    seen: list[str] = []
-    with open_store(f"sqlite:///{path}") as opened, contextlib.closing(server):
-        agent = agent_of(opened, server, [call(("c1", "put", '{"path": "a"}')), answer("end")])
-        try:
-            agent.run("go")
-        except ToolServerError as exc:  # the listing's error: the run failed
-            seen.append(str(exc))
-        seen += [repr(vars(event)) for event in opened.history("t")]
-        seen += [repr(request) for request in agent.config.provider.requests]  # type: ignore[attr-defined]
-    formatter = logging.Formatter()
-    seen += [formatter.format(r) for r in caplog.records if r.name.startswith("covonaut_es")]
+    seen = _seen_in_a_run(server, path, caplog)
     sent = [token, key, value, *([user, password, f"{user}:{password}"] if basic else [])]
     forms = {_encoded(s, e) for s in sent for e in ("plain", "percent", "base64")}
     assert seen and not [form for form in forms for text in seen if form in text]
+
+
+# Runs through a real server: slow, and the server a fixture shared by the examples.
+_THROUGH_A_SERVER = settings(
+    deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
+
+
+@settings(_THROUGH_A_SERVER, max_examples=20)
+@given(
+    token=_SECRET,
+    method=st.sampled_from(["tools/call", "tools/list"]),
+    encoding=st.sampled_from(["plain", "percent", "base64"]),
+    kind=st.sampled_from(["error:-32603", "isError", "text", "structured"]),
+)
+def test_a_secret_path_reaches_no_event_error_log_or_model(
+    echoing: str,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    token: str,
+    method: str,
+    encoding: str,
+    kind: str,
+) -> None:
+    """With secret_path, a token in the URL's path (a hosted service's URL) is in no
+    tool's pin (the origin shows the path as /***), and whatever of the path the server
+    echoes, however encoded, in whichever error or result, no store event, error, log
+    record of ours or request to the model holds it. (It was in every pin and error:
+    helper-186.)"""
+    _Echo.method, _Echo.where, _Echo.encoding, _Echo.kind = method, "path", encoding, kind
+    host = echoing.partition("/")[0]
+    url = f"http://{host}/api/mcp/s/{urllib.parse.quote(token, safe='')}/mcp"
+    server = MCPServer.http(url, name="web", connect_timeout=5, overrides=_PUT, secret_path=True)
+    assert server.origin == f"http:http://{host}/***"
+    path = tmp_path / f"{abs(hash((token, method, encoding, kind)))}.db"
+    seen = [server.origin, repr(server), *_seen_in_a_run(server, path, caplog)]
+    forms = {_encoded(token, e) for e in ("plain", "percent", "base64")}
+    assert len(seen) > 2 and not [form for form in forms for text in seen if form in text]
+
+
+def test_without_secret_path_the_path_is_the_servers_identity() -> None:
+    """By default the URL's path is the server's identity, in its origin; secret_path
+    must be True or False."""
+    server = MCPServer.http("http://127.0.0.1:1/api/mcp", name="web")
+    assert server.origin == "http:http://127.0.0.1:1/api/mcp"
+    with pytest.raises(ConfigurationError, match=r"secret_path must be True or False"):
+        MCPServer.http("http://127.0.0.1:1/api/mcp", secret_path="yes")  # type: ignore[arg-type]
 
 
 def test_a_stdio_servers_env_values_are_hidden_in_its_results_errors_and_descriptions(

@@ -139,12 +139,16 @@ def _unconnected_keys(exc: BaseException) -> set[str]:
     return keys
 
 
-def _secrets_of(parts: urllib.parse.SplitResult, headers: Mapping[str, str]) -> list[str]:
+def _secrets_of(
+    parts: urllib.parse.SplitResult, headers: Mapping[str, str], *, secret_path: bool
+) -> list[str]:
     """Every secret a connection to the URL of ``parts`` sends: its user information
     (each part, and the pair the basic-auth header encodes), its query and each value in
-    it, and each header's credential (:class:`~covonaut_es._secrets.Secrets` adds the
-    forms they are sent in: the pair's base64 among them)."""
-    secrets = [parts.netloc.rpartition("@")[0], parts.query]
+    it, its path if ``secret_path``, and each header's credential
+    (:class:`~covonaut_es._secrets.Secrets` adds the forms they are sent in: the pair's
+    base64 among them, and each piece of a long one, so a token that is a segment of
+    the path is hidden when it shows alone)."""
+    secrets = [parts.netloc.rpartition("@")[0], parts.query, *([parts.path] * secret_path)]
     secrets += [value for _, value in urllib.parse.parse_qsl(parts.query, keep_blank_values=True)]
     basic = _basic_auth(parts)
     if basic is not None:
@@ -175,8 +179,11 @@ class MCPServer:
 
     Args:
         name: The name shown in reviews and errors.
-        origin: How the server is reached, without credentials: covered by every tool
-            digest, so an approval never runs another server's tool of the same name.
+        origin: How the server is reached, its identity: recorded in every tool's pin
+            and covered by its digest, so an approval never runs another server's tool
+            of the same name. It holds a stdio server's command and arguments, and an
+            HTTP server's URL without user information and query, its path included
+            unless ``secret_path``: never put a key there.
         connect: Opens the transport (an async context manager of the SDK's streams).
         overrides: By tool name (the server's, without ``tool_prefix``), the
             application's policy; it always wins over the server's hints. A key that
@@ -251,7 +258,9 @@ class MCPServer:
 
         ``env`` is added to a minimal environment (the SDK's); it is not part of the
         server's identity, so it may hold secrets: no value of it shows in what the
-        server says to the thread. ``options`` are the constructor's.
+        server says to the thread. ``command`` and ``args`` are the server's identity,
+        recorded in every tool's pin and shown in errors: pass a key in ``env``, never
+        in ``args``. ``options`` are the constructor's.
 
         Raises:
             ConfigurationError: An argument of the wrong type, naming it.
@@ -281,6 +290,7 @@ class MCPServer:
         headers: Mapping[str, str] | None = None,
         *,
         name: str | None = None,
+        secret_path: bool = False,
         **options: Any,
     ) -> MCPServer:
         """A server reached over streamable HTTP at ``url``.
@@ -293,11 +303,18 @@ class MCPServer:
         hidden from the SDK's own DEBUG log, which shows the URL: pass it in
         ``headers``.
 
+        The URL's path is the server's identity, recorded in every tool's pin and shown
+        in errors, unless ``secret_path`` is True (a hosted service's URL with a token
+        in its path, ``https://mcp.example/api/mcp/s/<token>/mcp``): then the origin
+        shows the path as ``/***`` and the path is one of the connection's secrets,
+        hidden as the query is (and, like it, not from the SDK's own logs).
+
         Raises:
             ConfigurationError: An argument of the wrong type, or a URL that is not
                 http(s) with a host.
         """
         check_text("MCPServer.http url", url)
+        check_instance("MCPServer.http secret_path", secret_path, bool, "True or False")
         if headers is not None:
             check_mapping("MCPServer.http headers", headers, str, "a str")
         try:
@@ -313,7 +330,7 @@ class MCPServer:
             msg = f"MCPServer.http needs an http:// or https:// URL, got {parts.scheme!r} URL"
             raise ConfigurationError(msg)
         host = parts.hostname + (f":{parts.port}" if parts.port else "")
-        origin = f"http:{parts.scheme}://{host}{parts.path}"
+        origin = f"http:{parts.scheme}://{host}{'/***' if secret_path else parts.path}"
         # The URL's user information goes as basic auth (as httpx would send it), not
         # in the URL: the SDK logs the URL it connects to at DEBUG.
         basic = _basic_auth(parts)
@@ -330,7 +347,7 @@ class MCPServer:
                 yield streams
 
         server = cls(name=host if name is None else name, origin=origin, connect=connect, **options)
-        server._secrets = Secrets.of(_secrets_of(parts, headers or {}))
+        server._secrets = Secrets.of(_secrets_of(parts, headers or {}, secret_path=secret_path))
         return server
 
     @property
