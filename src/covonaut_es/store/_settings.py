@@ -218,6 +218,8 @@ def sqlite_journal_of(path: str) -> str | None:
             database = named.with_name(named.name[: -len(journal)])
             if is_sqlite_database(database):
                 return f"the {journal} file of SQLite database {str(database)!r}"
+        if named.is_file() and named.stat().st_size > 0:
+            continue  # a database's files beside it are its own (a racer's, mid-write)
         for suffix in SQLITE_JOURNALS:
             beside = named.with_name(named.name + suffix)
             # A live database's own -wal, -shm or -journal is no database: no header.
@@ -245,7 +247,9 @@ def is_sqlite_database(path: Path) -> bool:
         return False
     except sqlite3.DatabaseError as exc:
         code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
-        return code not in (sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CANTOPEN)
+        # A read that failed (another process truncating its journal as it commits) says
+        # nothing of what the file is.
+        return code not in (sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_IOERR)
     return True
 
 
