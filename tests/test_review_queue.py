@@ -7,10 +7,12 @@ import contextlib
 import gzip
 import json
 import secrets
+import shutil
 import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -570,19 +572,21 @@ _NOW = datetime(2026, 1, 1, tzinfo=UTC)
     journal=st.sampled_from(["-wal", "-shm", "-journal"]),
     first=st.sampled_from(["store", "view"]),
     link=st.booleans(),
+    there=st.sampled_from(["nothing", "one byte", "a database copied in"]),
 )
 def test_a_store_or_view_whose_journal_would_be_a_database_is_refused(
-    tmp_path: Path, journal: str, first: str, link: bool
+    tmp_path: Path, journal: str, first: str, link: bool, there: str
 ) -> None:
     """The reverse order: a store, or a view, made first at ``threads.db-wal`` (or
-    ``-shm``, ``-journal``); then a store or a view at ``threads.db``, named as given or
-    through a link, is refused naming the database its journal would be, and nothing is
-    made there. SQLite took the first file as the second store's journal and deleted it
-    on close: a store lost (helper-170)."""
+    ``-shm``, ``-journal``); then a store or a view at ``threads.db`` (absent, a file of
+    one byte, which SQLite reads as an empty database, or a database copied in), named
+    as given or through a link, is refused naming the database its journal would be,
+    and nothing is made or changed there. SQLite took the first file as the second
+    store's journal and deleted it on close: a store lost (helper-170; with a file at
+    ``threads.db``, helper-188)."""
     from covonaut_es.errors import NotAStoreError
 
-    folder = tmp_path / f"{journal}-{first}-{link}"
-    folder.mkdir()
+    folder = Path(tempfile.mkdtemp(dir=tmp_path))  # hypothesis may run an example again
     kept = folder / f"threads.db{journal}"
     if first == "store":
         with open_store(f"sqlite:///{kept}") as store:
@@ -594,6 +598,13 @@ def test_a_store_or_view_whose_journal_would_be_a_database_is_refused(
             view.commit()
     before = kept.read_bytes()
     target = folder / "threads.db"
+    if there == "one byte":
+        target.write_bytes(b"\0")
+    elif there == "a database copied in":
+        with contextlib.closing(sqlite3.connect(folder / "copied.db")) as copied:
+            copied.execute("CREATE TABLE copied (id INTEGER)")
+        shutil.copyfile(folder / "copied.db", target)
+    placed = target.read_bytes() if target.exists() else None
     if link:
         (folder / "sub").mkdir()
         (folder / "sub" / "link.db").symlink_to(target)
@@ -605,7 +616,10 @@ def test_a_store_or_view_whose_journal_would_be_a_database_is_refused(
     with pytest.raises(NotAStoreError, match=problem):
         queue.pending()
     queue.close()
-    assert not (folder / "threads.db").exists()
+    assert (folder / "threads.db").exists() is (placed is not None)
+    if placed is not None:
+        assert (folder / "threads.db").read_bytes() == placed
+        (folder / "threads.db").unlink()  # beside it, the kept store is its journal's name
     assert kept.read_bytes() == before
     if first == "store":
         with open_store(f"sqlite:///{kept}", create_tables=False) as store:

@@ -90,11 +90,13 @@ def test_a_secret_in_base64_is_hidden_wherever_it_stands_in_what_was_encoded(
 
 
 def test_a_basic_headers_user_password_and_pair_are_its_secrets() -> None:
-    """A ``Basic`` header's credentials are hidden decoded, as a URL's user information
-    is: a gateway may quote the user or the password it read (helper-186)."""
+    """A ``Basic`` header's password and pair are hidden decoded, as a URL's are: a
+    gateway may quote what it read (helper-186). The user's name alone is no secret: a
+    short one (``api``, Mailgun's) hid that word in every message (helper-188)."""
     header = "Basic " + base64.b64encode(b"alice:s3cret-pass").decode()
-    assert credentials(header)[1:] == ["alice:s3cret-pass", "alice", "s3cret-pass"]
+    assert credentials(header)[1:] == ["alice:s3cret-pass", "s3cret-pass"]
     hider = Secrets.of(credentials(header))
-    assert hider.hide("user alice, password s3cret-pass") == "user ***, password ***"
+    assert hider.hide("user alice, password s3cret-pass") == "user alice, password ***"
+    assert hider.hide("alice:s3cret-pass") == "***"
     assert credentials("Bearer tok-123456") == ["tok-123456"]
     assert credentials("a whole value") == ["a whole value"]

@@ -169,8 +169,9 @@ def _apart(text: str, start: int, end: int) -> bool:
 def credentials(header_value: str) -> list[str]:
     """The secrets of a header's value: the credential after its scheme (``Bearer
     <key>``: the scheme is no secret, and its pieces would hide the words around the
-    key wherever it is quoted), and of a ``Basic`` one also the user, the password and
-    the pair it encodes; else the whole value."""
+    key wherever it is quoted), and of a ``Basic`` one also the password and the
+    ``user:password`` pair it encodes (a user's name alone is no secret, and hidden it
+    would hide that word wherever it stands); else the whole value."""
     scheme = _SCHEME.fullmatch(header_value.strip())
     if scheme is None:
         return [header_value]
@@ -180,8 +181,7 @@ def credentials(header_value: str) -> list[str]:
             pair = base64.b64decode(scheme[2], validate=True).decode()
         except (ValueError, UnicodeDecodeError):
             return found
-        user, _, password = pair.partition(":")
-        found += [pair, user, password]
+        found += [pair, pair.partition(":")[2]]
     return found
 
 

@@ -143,7 +143,7 @@ def _secrets_of(
     parts: urllib.parse.SplitResult, headers: Mapping[str, str], *, secret_path: bool
 ) -> list[str]:
     """Every secret a connection to the URL of ``parts`` sends: its user information
-    (each part, and the pair the basic-auth header encodes), its query and each value in
+    (its password, and the pair the basic-auth header encodes), its query and each value in
     it, its path if ``secret_path``, and each header's credential
     (:class:`~covonaut_es._secrets.Secrets` adds the forms they are sent in: the pair's
     base64 among them, and each piece of a long one, so a token that is a segment of
@@ -153,7 +153,7 @@ def _secrets_of(
     basic = _basic_auth(parts)
     if basic is not None:
         user, password = basic
-        secrets += [user, password, f"{user}:{password}"]
+        secrets += [password, f"{user}:{password}"]
     return [*secrets, *(secret for value in headers.values() for secret in credentials(value))]
 
 

@@ -218,8 +218,6 @@ def sqlite_journal_of(path: str) -> str | None:
             database = named.with_name(named.name[: -len(journal)])
             if is_sqlite_database(database):
                 return f"the {journal} file of SQLite database {str(database)!r}"
-        if named.is_file() and named.stat().st_size > 0:
-            continue  # a database's files beside it are its own (a racer's, mid-write)
         for suffix in SQLITE_JOURNALS:
             beside = named.with_name(named.name + suffix)
             # A live database's own -wal, -shm or -journal is no database: no header.
