@@ -96,7 +96,7 @@ def compile_schema(
         )
         raise ConfigurationError(msg) from exc
     try:
-        loop = reference_loop(schema)
+        loop = reference_loop(schema, cls)
     except _IdNotText as exc:  # under a keyword the meta-schema does not check
         msg = (
             f"tool {tool_name!r} has an invalid {what} schema: {exc} has an $id that is not "
@@ -113,10 +113,11 @@ def compile_schema(
     return validator
 
 
-def reference_loop(schema: Mapping[str, Any]) -> str | None:
+def reference_loop(schema: Mapping[str, Any], cls: type[ArgumentsValidator]) -> str | None:
     """The reference (named with its JSON path) that closes a loop of schemas applied
     to one value (through ``$ref``, ``$dynamicRef``, ``$recursiveRef``, ``allOf``,
-    ``not``...), or None when every loop passes through a property or an item.
+    ``not``...), or None when every loop passes through a property or an item;
+    ``cls`` is the validator of the schema's draft.
 
     Only the keywords the schema's draft applies are followed (an unknown keyword's
     value is a schema only where a reference reaches it). A reference that does not
@@ -125,7 +126,6 @@ def reference_loop(schema: Mapping[str, Any]) -> str | None:
     Raises:
         _IdNotText: A schema reached has an ``$id`` that is not text.
     """
-    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
     spec = referencing.jsonschema.specification_with(
         cls.META_SCHEMA.get("$schema", ""), default=referencing.jsonschema.DRAFT202012
     )

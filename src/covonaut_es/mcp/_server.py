@@ -486,7 +486,7 @@ class MCPServer:
                 )
             except MCPError as exc:
                 if exc.code in _REFUSED_CODES:
-                    msg = f"MCP server {self._name!r} refused the call: {self._hide(str(exc))}"
+                    msg = f"MCP server {self._name!r} refused the call: {exc}"
                     raise ToolServerError(msg) from exc
                 failure: Exception = exc
             except Exception as exc:  # a dropped connection, an answer that is not MCP
@@ -499,8 +499,7 @@ class MCPServer:
                 )
                 raise ToolServerError(msg) from failure
             if isinstance(failure, MCPError):
-                said = self._hide(failure.error.message)
-                msg = f"MCP server {self._name!r} failed during the call: {said}"
+                msg = f"MCP server {self._name!r} failed during the call: {failure.error.message}"
             else:
                 msg = f"MCP server {self._name!r} gave no usable answer: {type(failure).__name__}"
             raise ToolInDoubtError(msg) from failure

@@ -31,7 +31,7 @@ from covonaut_es.providers._retry import (
     connection_error,
     error_for_status,
 )
-from covonaut_es.providers._secrets import client_secrets
+from covonaut_es.providers._secrets import check_sendable, client_secrets
 from covonaut_es.store._url_secrets import redact
 
 T = TypeVar("T")
@@ -251,7 +251,7 @@ class SdkAdapter(Closing, Generic[ClientT]):
             # A copy that shares the caller's connections but never retries by itself.
             self._client = client.with_options(max_retries=0)
         try:
-            _check_sendable(self._client)
+            check_sendable(self._client)
         except ConfigurationError:
             self.close()
             raise
@@ -306,30 +306,3 @@ def _build(
             "the SDK reads it from"
         )
         raise ConfigurationError(msg) from None
-
-
-def _check_sendable(client: object) -> None:
-    """Refuse a key or header value ``client`` could not send: HTTP sends header values
-    as ASCII, and the error for one that is not quotes the whole header, key included.
-
-    Raises:
-        ConfigurationError: The API key, the token or a header value holds a character
-            that is not printable ASCII; the message names which, the character's
-            position and its code point, never the value.
-    """
-    values = {"api_key": getattr(client, "api_key", None)}
-    values["auth_token"] = getattr(client, "auth_token", None)
-    for attribute in ("auth_headers", "default_headers"):
-        headers = getattr(client, attribute, None)
-        if isinstance(headers, Mapping):
-            values.update({f"header {str(name)[:40]!r}": v for name, v in headers.items()})
-    for what, value in values.items():
-        if not isinstance(value, str):
-            continue
-        for position, char in enumerate(value):
-            if not " " <= char <= "~":
-                msg = (
-                    f"the client's {what} holds U+{ord(char):04X} at position {position}, "
-                    "which is not printable ASCII: HTTP cannot send it"
-                )
-                raise ConfigurationError(msg)
