@@ -197,7 +197,10 @@ def _sqlite_file(
 
 _CANNOT_OPEN = (sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY)
 
-SQLITE_JOURNALS = ("-wal", "-shm", "-journal")
+SQLITE_SHARED_MEMORY = "-shm"
+"""What SQLite names the shared memory it keeps beside a database in WAL mode."""
+
+SQLITE_JOURNALS = ("-wal", SQLITE_SHARED_MEMORY, "-journal")
 """What SQLite names the files it keeps beside a database: written over, or made a
 database of their own, they lose the database's latest transactions or corrupt it."""
 
@@ -211,6 +214,11 @@ def sqlite_journal_of(path: str) -> str | None:
     name as given and the real path are asked (SQLite names a journal after the name
     it opened). The one rule of the files no command writes or makes as anything else:
     an export's output, a view's file, a store's file (ADR 0125).
+
+    A ``-shm`` file is never read (:func:`is_sqlite_database`), so a name ending so is
+    refused whatever is there: a database there could not be told from the shared
+    memory of one, nor found later, when a database at the name without the suffix is
+    opened and SQLite resets it.
     """
     for named in dict.fromkeys((Path(path), Path(os.path.realpath(path)))):
         journal = next((s for s in SQLITE_JOURNALS if named.name.endswith(s)), None)
@@ -218,6 +226,9 @@ def sqlite_journal_of(path: str) -> str | None:
             database = named.with_name(named.name[: -len(journal)])
             if is_sqlite_database(database):
                 return f"the {journal} file of SQLite database {str(database)!r}"
+            if journal == SQLITE_SHARED_MEMORY:
+                where = str(database)
+                return f"named as the {journal} file SQLite keeps beside a database at {where!r}"
         for suffix in SQLITE_JOURNALS:
             beside = named.with_name(named.name + suffix)
             # A live database's own -wal, -shm or -journal is no database: no header.
@@ -229,11 +240,18 @@ def sqlite_journal_of(path: str) -> str | None:
 def is_sqlite_database(path: Path) -> bool:
     """Whether ``path`` is a file SQLite reads as a database (a file of one byte is an
     empty one), or may be one it cannot read now (locked, damaged); not one it cannot
-    open at all.
+    open at all, and never a ``-shm`` file.
 
     SQLite itself is asked, never ``open()``: closing a descriptor of a database file
-    drops every POSIX lock this process's connections to it hold.
+    drops every POSIX lock this process's connections hold on it, and SQLite defers
+    closing its own while they hold some. It knows nothing of that kind of a ``-shm``
+    file, the shared memory of a database in WAL mode: closing one it had opened as a
+    database would drop the locks of this process's connections on that memory, and the
+    next process to open the database would reset it under them (a crash, or a reader
+    seeing another snapshot). So a ``-shm`` file is not read, and counts as none.
     """
+    if path.name.endswith(SQLITE_SHARED_MEMORY):
+        return False
     try:
         if not path.is_file() or path.stat().st_size == 0:  # absent, a pipe, or new
             return False

@@ -1,0 +1,168 @@
+"""The shared memory SQLite keeps beside a database in WAL mode (its ``-shm`` file) is
+never opened by the rule that checks what a file is (ADR 0125): closing a descriptor of
+it drops the POSIX locks this process's connections hold there, and the next process to
+open the database then resets it under them (a process killed by SIGBUS in the middle
+of a save, helper-190). So no command makes or writes a file at a ``-shm`` name."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from covonaut_es import ReviewQueue, open_store
+from covonaut_es.cli import main
+from covonaut_es.domain import AgentThread
+from covonaut_es.errors import NotAStoreError
+
+pytestmark = pytest.mark.skipif(
+    not Path("/proc/locks").exists(), reason="reads this process's locks in /proc/locks"
+)
+
+_NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def locks_held_on(path: Path) -> list[str]:
+    """This process's POSIX locks on ``path``'s file, as /proc/locks lists them (its
+    kind, mode and byte range)."""
+    inode = f":{path.stat().st_ino} "
+    pid = f" {os.getpid()} "
+    with open("/proc/locks") as locks:
+        return sorted(
+            " ".join(line.split()[1:4] + line.split()[-2:])
+            for line in locks
+            if inode in line and pid in line
+        )
+
+
+def _open_again(folder: Path, url: str) -> None:
+    open_store(url).close()
+
+
+def _open_read_only(folder: Path, url: str) -> None:
+    with open_store(f"{url}?mode=ro") as store:
+        store.load("t")
+
+
+def _view_beside(folder: Path, url: str) -> None:
+    queue = ReviewQueue(url, view_url=f"sqlite:///{folder / 'view.db'}")
+    list(queue.pending())
+    queue.close()
+
+
+def _command(*args: str) -> Callable[[Path, str], None]:
+    def run(folder: Path, url: str) -> None:
+        main([*(a.format(folder=folder) for a in args), "--store", url])
+
+    run.__name__ = args[0]
+    return run
+
+
+# Every way a process that has a store open asks the rule about files beside it: its
+# own file again, a view, an export's output, each command's store.
+OPENINGS = [
+    _open_again,
+    _open_read_only,
+    _view_beside,
+    _command("threads"),
+    _command("export", "t", "--output", "{folder}/threads.db-shm"),
+    _command("export", "t", "--output", "{folder}/out.jsonl"),
+    _command("reviews", "--view", "sqlite:///{folder}/threads.db-shm"),
+    _command("show", "t"),
+]
+
+
+@settings(
+    max_examples=24, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(openings=st.lists(st.sampled_from(OPENINGS), min_size=1, max_size=3))
+def test_opening_a_store_again_keeps_the_locks_this_process_holds_on_its_shared_memory(
+    tmp_path: Path, openings: list[Callable[[Path, str], None]]
+) -> None:
+    """While a store is open and reading, any command of the same process that opens
+    it again, or names a file beside it, leaves every lock the store's connections hold
+    on its ``-shm`` file and on its database as it was."""
+    folder = Path(os.path.realpath(tmp_path)) / f"run-{len(list(tmp_path.iterdir()))}"
+    folder.mkdir()
+    url = f"sqlite:///{folder / 'threads.db'}"
+    with open_store(url) as store:
+        store.save(AgentThread.start("t", now=_NOW))
+        store.load("t")
+        shared, database = folder / "threads.db-shm", folder / "threads.db"
+        before = locks_held_on(shared), locks_held_on(database)
+        assert before[0], "a store in WAL mode holds a lock on its shared memory"
+        for opening in openings:
+            with contextlib.suppress(SystemExit):
+                opening(folder, url)
+            assert (locks_held_on(shared), locks_held_on(database)) == before, opening
+        store.load("t")
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    beside=st.sampled_from(["nothing", "one byte", "a database", "a store"]),
+    there=st.sampled_from(["nothing", "an empty file", "a database"]),
+    made=st.sampled_from(["store", "view", "export"]),
+    link=st.booleans(),
+)
+def test_no_database_is_made_or_written_at_a_shm_name(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    beside: str,
+    there: str,
+    made: str,
+    link: bool,
+) -> None:
+    """A store, a view or an export named ``X-shm`` (or through a link to that name),
+    whatever is at ``X`` and at ``X-shm``, is refused in one typed error naming the
+    ``-shm`` file, and no file in the folder is made or changed: a database there could
+    not be told from the shared memory of one without opening it."""
+    folder = Path(os.path.realpath(tmp_path)) / f"run-{len(list(tmp_path.iterdir()))}"
+    folder.mkdir()
+    with open_store(f"sqlite:///{folder / 'source.db'}") as source:
+        source.save(AgentThread.start("t", now=_NOW))
+    database = folder / "threads.db"
+    if beside == "one byte":
+        database.write_bytes(b"\0")
+    elif beside == "a database":
+        with contextlib.closing(sqlite3.connect(database)) as connection:
+            connection.execute("CREATE TABLE notes (text TEXT)")
+    elif beside == "a store":
+        open_store(f"sqlite:///{database}").close()
+    shared = folder / "threads.db-shm"
+    if there == "an empty file":
+        shared.touch()
+    elif there == "a database":
+        with contextlib.closing(sqlite3.connect(shared)) as connection:
+            connection.execute("CREATE TABLE kept (id INTEGER)")
+    target = shared
+    if link:
+        target = folder / "link.db"
+        target.symlink_to(shared)
+    before = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+    source_url = f"sqlite:///{folder / 'source.db'}"
+    if made == "store":
+        with pytest.raises(NotAStoreError, match="-shm file"):
+            open_store(f"sqlite:///{target}")
+    elif made == "view":
+        queue = ReviewQueue(source_url, view_url=f"sqlite:///{target}")
+        with pytest.raises(NotAStoreError, match="-shm file"):
+            list(queue.pending())
+        queue.close()
+    else:
+        assert main(["export", "t", "--output", str(target), "--store", source_url]) == 2
+        refusal = capsys.readouterr().err
+        assert "-shm file" in refusal and len(refusal.splitlines()) == 1, refusal
+    after = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+    after = {name: data for name, data in after.items() if not name.startswith("source.db")}
+    before = {name: data for name, data in before.items() if not name.startswith("source.db")}
+    assert after == before
