@@ -3,7 +3,7 @@ file identity in ``test_leases_fenced.py``.
 
 Usage: ``python lease_holder.py DATABASE THREAD``
 
-Opens the store at DATABASE (any name of the file: a symbolic or a hard link) and takes
+Opens the store at DATABASE (any name of the file: a symbolic link) and takes
 the thread's lease. Prints ``held TOKEN`` and holds the lease until a line arrives on
 standard input, then releases it and prints ``released``; or prints ``busy HOLDER`` and
 exits when another runner holds it.

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -32,14 +32,39 @@ _NOW = datetime(2026, 1, 1, tzinfo=UTC)
 def locks_held_on(path: Path) -> list[str]:
     """This process's POSIX locks on ``path``'s file, as /proc/locks lists them (its
     kind, mode and byte range)."""
-    inode = f":{path.stat().st_ino} "
-    pid = f" {os.getpid()} "
+    found = path.stat()
+    device = f"{os.major(found.st_dev):02x}:{os.minor(found.st_dev):02x}:{found.st_ino}"
     with open("/proc/locks") as locks:
-        return sorted(
-            " ".join(line.split()[1:4] + line.split()[-2:])
-            for line in locks
-            if inode in line and pid in line
-        )
+        fields = [line.split() for line in locks]
+    return sorted(
+        " ".join(f[1:4] + f[-2:]) for f in fields if f[-4] == str(os.getpid()) and f[-3] == device
+    )
+
+
+def fresh_folder(tmp_path: Path) -> Path:
+    """A new folder for one example (hypothesis runs several in one ``tmp_path``)."""
+    folder = Path(os.path.realpath(tmp_path)) / f"run-{len(list(tmp_path.iterdir()))}"
+    folder.mkdir()
+    return folder
+
+
+@contextlib.contextmanager
+def live_store(tmp_path: Path) -> Iterator[tuple[Path, str]]:
+    """A store at ``threads.db`` in a fresh folder, open and reading (its connections
+    lock its ``-shm`` file) for the block; its folder and URL. The store still reads
+    after the block."""
+    folder = fresh_folder(tmp_path)
+    url = f"sqlite:///{folder / 'threads.db'}"
+    with open_store(url) as store:
+        store.save(AgentThread.start("t", now=_NOW))
+        store.load("t")
+        yield folder, url
+        store.load("t")
+
+
+def store_locks(folder: Path) -> tuple[list[str], list[str]]:
+    """This process's locks on the store's shared memory and on its database."""
+    return locks_held_on(folder / "threads.db-shm"), locks_held_on(folder / "threads.db")
 
 
 def _open_again(folder: Path, url: str) -> None:
@@ -89,20 +114,13 @@ def test_opening_a_store_again_keeps_the_locks_this_process_holds_on_its_shared_
     """While a store is open and reading, any command of the same process that opens
     it again, or names a file beside it, leaves every lock the store's connections hold
     on its ``-shm`` file and on its database as it was."""
-    folder = Path(os.path.realpath(tmp_path)) / f"run-{len(list(tmp_path.iterdir()))}"
-    folder.mkdir()
-    url = f"sqlite:///{folder / 'threads.db'}"
-    with open_store(url) as store:
-        store.save(AgentThread.start("t", now=_NOW))
-        store.load("t")
-        shared, database = folder / "threads.db-shm", folder / "threads.db"
-        before = locks_held_on(shared), locks_held_on(database)
+    with live_store(tmp_path) as (folder, url):
+        before = store_locks(folder)
         assert before[0], "a store in WAL mode holds a lock on its shared memory"
         for opening in openings:
             with contextlib.suppress(SystemExit):
                 opening(folder, url)
-            assert (locks_held_on(shared), locks_held_on(database)) == before, opening
-        store.load("t")
+            assert store_locks(folder) == before, opening
 
 
 @settings(
@@ -126,8 +144,7 @@ def test_no_database_is_made_or_written_at_a_shm_name(
     whatever is at ``X`` and at ``X-shm``, is refused in one typed error naming the
     ``-shm`` file, and no file in the folder is made or changed: a database there could
     not be told from the shared memory of one without opening it."""
-    folder = Path(os.path.realpath(tmp_path)) / f"run-{len(list(tmp_path.iterdir()))}"
-    folder.mkdir()
+    folder = fresh_folder(tmp_path)
     with open_store(f"sqlite:///{folder / 'source.db'}") as source:
         source.save(AgentThread.start("t", now=_NOW))
     database = folder / "threads.db"
@@ -166,3 +183,82 @@ def test_no_database_is_made_or_written_at_a_shm_name(
     after = {name: data for name, data in after.items() if not name.startswith("source.db")}
     before = {name: data for name, data in before.items() if not name.startswith("source.db")}
     assert after == before
+
+
+@settings(
+    max_examples=24, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    linked=st.sampled_from(["threads.db", "threads.db-wal", "threads.db-shm"]),
+    made=st.sampled_from(["store", "view", "export"]),
+)
+def test_a_second_name_of_a_live_stores_file_is_refused_unread(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], linked: str, made: str
+) -> None:
+    """A hard link, under a plain name, to a live store's database, write-ahead log or
+    shared memory: a store, a view or an export there is refused in one typed error
+    naming the hard links, the file is not read (the store's locks stay as they were),
+    and nothing in the folder changes. A store reached through a second name kept a
+    second write-ahead log, and what it wrote was lost (helper-194)."""
+    with live_store(tmp_path) as (folder, url):
+        second = folder / "notes.db"
+        os.link(folder / linked, second)
+        locks = store_locks(folder)
+        before = {p.name: p.stat().st_mtime_ns for p in folder.iterdir()}
+        if made == "store":
+            with pytest.raises(NotAStoreError, match="hard links"):
+                open_store(f"sqlite:///{second}")
+        elif made == "view":
+            with pytest.raises(NotAStoreError, match="hard links"):  # the store's, or the view's
+                queue = ReviewQueue(url, view_url=f"sqlite:///{second}")
+                try:
+                    list(queue.pending())
+                finally:
+                    queue.close()
+        else:
+            assert main(["export", "t", "--output", str(second), "--store", url]) == 2
+            refusal = capsys.readouterr().err
+            assert "hard links" in refusal and len(refusal.splitlines()) == 1, refusal
+        assert store_locks(folder) == locks
+        assert {p.name: p.stat().st_mtime_ns for p in folder.iterdir()} == before
+
+
+def test_a_store_file_of_two_names_is_refused_by_both(tmp_path: Path) -> None:
+    """A store's file given a second name (a hard link) opens by neither: SQLite keeps
+    a write-ahead log per name, and two processes writing through the two names lost one
+    of their writes without an error."""
+    database = tmp_path / "threads.db"
+    with open_store(f"sqlite:///{database}") as store:
+        store.save(AgentThread.start("t", now=_NOW))
+    os.link(database, tmp_path / "other.db")
+    for name in ("threads.db", "other.db"):
+        with pytest.raises(NotAStoreError, match="a file of 2 names"):
+            open_store(f"sqlite:///{tmp_path / name}")
+    (tmp_path / "other.db").unlink()
+    with open_store(f"sqlite:///{database}") as store:
+        assert list(store.thread_ids()) == ["t"]
+
+
+@pytest.mark.parametrize("name", ["-shm", "-wal", "-journal"])
+def test_a_file_named_only_as_a_journal_is_refused_in_one_typed_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    """A store, a view or an export at a file named exactly ``-shm``, ``-wal`` or
+    ``-journal`` gets a typed refusal or opens, never an error about a name (it was a
+    ``ValueError`` the store's open took for a bad cipher key; helper-194)."""
+    source = f"sqlite:///{tmp_path / 'source.db'}"
+    with open_store(source) as store:
+        store.save(AgentThread.start("t", now=_NOW))
+    for folder in ("store", "view", "out"):
+        (tmp_path / folder).mkdir()
+    try:
+        open_store(f"sqlite:///{tmp_path / 'store' / name}").close()
+    except NotAStoreError as refused:
+        assert name in str(refused)
+    queue = ReviewQueue(source, view_url=f"sqlite:///{tmp_path / 'view' / name}")
+    with contextlib.suppress(NotAStoreError):
+        list(queue.pending())
+    queue.close()
+    status = main(["export", "t", "--output", str(tmp_path / "out" / name), "--store", source])
+    assert status in (0, 2), capsys.readouterr().err
+    assert "Traceback" not in capsys.readouterr().err

@@ -218,13 +218,20 @@ def sqlite_journal_of(path: str) -> str | None:
     A ``-shm`` file is never read (:func:`is_sqlite_database`), so a name ending so is
     refused whatever is there: a database there could not be told from the shared
     memory of one, nor found later, when a database at the name without the suffix is
-    opened and SQLite resets it.
+    opened and SQLite resets it. Nor is a file of several names (hard links): another
+    name of a live store's ``-shm`` is that shared memory.
     """
+    names = _hard_links(Path(path))
+    if names > 1:
+        return (
+            f"a file of {names} names (hard links), which SQLite keeps a journal beside "
+            "each of, so that what one name writes the other loses"
+        )
     for named in dict.fromkeys((Path(path), Path(os.path.realpath(path)))):
         journal = next((s for s in SQLITE_JOURNALS if named.name.endswith(s)), None)
         if journal is not None:
-            database = named.with_name(named.name[: -len(journal)])
-            if is_sqlite_database(database):
+            database = named.parent / named.name[: -len(journal)]
+            if is_sqlite_database(database) or _hard_links(database) > 1:
                 return f"the {journal} file of SQLite database {str(database)!r}"
             if journal == SQLITE_SHARED_MEMORY:
                 where = str(database)
@@ -248,9 +255,12 @@ def is_sqlite_database(path: Path) -> bool:
     file, the shared memory of a database in WAL mode: closing one it had opened as a
     database would drop the locks of this process's connections on that memory, and the
     next process to open the database would reset it under them (a crash, or a reader
-    seeing another snapshot). So a ``-shm`` file is not read, and counts as none.
+    seeing another snapshot). So a ``-shm`` file is not read, and counts as none; nor
+    is a file of several names (hard links), which may be another name of one.
     """
     if path.name.endswith(SQLITE_SHARED_MEMORY):
+        return False
+    if _hard_links(path) > 1:  # perhaps another name of a -shm
         return False
     try:
         if not path.is_file() or path.stat().st_size == 0:  # absent, a pipe, or new
@@ -267,6 +277,15 @@ def is_sqlite_database(path: Path) -> bool:
         # nothing of what the file is.
         return code not in (sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_IOERR)
     return True
+
+
+def _hard_links(path: Path) -> int:
+    """How many names the file at ``path`` has (0: there is none), asked without
+    opening it."""
+    try:
+        return path.stat().st_nlink if path.is_file() else 0
+    except OSError:
+        return 0
 
 
 def _refuse_no_store(url: str, path: str, why: str) -> None:

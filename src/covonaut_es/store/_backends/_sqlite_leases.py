@@ -23,7 +23,8 @@ from covonaut_es.store._write_errors import database_errors_typed
 def lease_directory(database_file: str) -> Path:
     """Where the leases of a SQLite database live: named after the file itself (its
     device and inode), beside its resolved path, so that every name of the file (a
-    symbolic link; a hard link in the same directory) shares one set of leases."""
+    symbolic link) shares one set of leases. (A file of several hard links is no store:
+    ``sqlite_journal_of`` refuses it.)"""
     resolved = Path(os.path.realpath(database_file))
     found = resolved.stat()
     return resolved.parent / f".covonaut-leases-{found.st_dev:x}-{found.st_ino:x}"
