@@ -243,6 +243,25 @@ def test_the_readme_is_a_short_entry_into_the_site() -> None:
         assert f"]({page}" in text, page
 
 
+def _blocks(path: Path) -> list[str]:
+    """The page's fenced code blocks and, between them, its runs of non-blank lines."""
+    return re.findall(r"```.*?```|(?:(?!```)[^\n]+\n?)+", path.read_text(), flags=re.S)
+
+
+@pytest.mark.parametrize(
+    "path", [README, *sorted((ROOT / "docs").glob("*.md"))], ids=lambda path: path.name
+)
+def test_no_paragraph_begins_in_the_middle_of_a_sentence(path: Path) -> None:
+    """A paragraph that begins in lower case or with punctuation continues the sentence
+    a code block, table or heading before it interrupted, never a paragraph of prose:
+    docs/providers.md had a paragraph begin with a stray "status 529)." (helper-190)."""
+    previous = ""
+    for block in _blocks(path):
+        if re.match(r"[a-z),.;:]", block):
+            assert previous.lstrip().startswith(("```", "|", "#")), block[:80]
+        previous = block
+
+
 def make_variable(name: str) -> str:
     """The default the Makefile gives ``name`` (``NAME ?= value``)."""
     match = re.search(rf"^{name}\s*\?=\s*(\S+)$", MAKEFILE.read_text(), flags=re.M)
