@@ -616,6 +616,43 @@ def test_a_key_that_is_not_printable_ascii_is_refused_and_never_shown(
         assert key not in "".join(traceback.format_exception(link))
 
 
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    tail=st.text(_KEY_ALPHABET, min_size=16, max_size=40),
+    spaces=st.tuples(st.integers(0, 2), st.integers(0, 2)),
+    via=st.sampled_from(["api_key", "client header"]),
+)
+def test_a_key_sent_with_a_space_at_an_end_is_refused_and_never_shown(
+    wire: VendorWire, tail: str, spaces: tuple[int, int], via: str
+) -> None:
+    """Property: a key that would go out in a header value beginning or ending with a
+    space (given with one at its end, or at either end as a header of the client) is
+    refused when the adapter is built with a ConfigurationError that shows no key; any
+    other is sent and answered. HTTP cannot send such a value: every request failed as
+    a ProviderConnectionError, after the retries (helper-191)."""
+    key = " " * spaces[0] + f"sk-{tail}" + " " * spaces[1]
+    # The key goes out as "Bearer <key>" or as the header's whole value.
+    padded = spaces[1] > 0 or (via == "client header" and spaces[0] > 0)
+    with WireServer() as server:
+        server.reply(wire.ANSWER_REPLY)
+        try:
+            if via == "api_key":
+                provider = wire.provider(server.url, api_key=key)
+            else:
+                client = wire.client(server.url, default_headers={"X-Gateway-Token": key})
+                provider = adapter_class(wire)(client=client)
+        except ConfigurationError as exc:
+            assert padded
+            assert "begins or ends with a space" in str(exc)
+            assert key.strip() not in "".join(traceback.format_exception(exc))
+        else:
+            assert not padded
+            with provider:
+                assert provider.complete(ask(wire)).content == wire.ANSWER
+
+
 # Usage ---------------------------------------------------------------------------------
 
 _COUNTS = (

@@ -34,14 +34,18 @@ def client_secrets(client: object) -> Secrets:
 
 def check_sendable(client: object) -> None:
     """Refuse a key or header value ``client`` could not send: HTTP sends header values
-    as ASCII, and the error for one that is not quotes the whole header, key included.
+    as ASCII, and the error for one that is not quotes the whole header, key included;
+    nor does it send a header value that begins or ends with a space (an empty key sent
+    as ``Bearer ``, a key pasted with a space), which failed each request as a
+    connection error.
 
     Raises:
         ConfigurationError: The API key, the token or a header value holds a character
-            that is not printable ASCII; the message names which, the character's
-            position and its code point, never the value.
+            that is not printable ASCII, or a header value begins or ends with a space;
+            the message names which (and the character's position and code point),
+            never the value.
     """
-    for what, _, value in _sent(client):
+    for what, header, value in _sent(client):
         if not isinstance(value, str):
             continue
         for position, char in enumerate(value):
@@ -51,6 +55,12 @@ def check_sendable(client: object) -> None:
                     "which is not printable ASCII: HTTP cannot send it"
                 )
                 raise ConfigurationError(msg)
+        if header is not None and value != value.strip(" "):
+            msg = (
+                f"the client's {what} begins or ends with a space, which HTTP cannot send: "
+                "is its key empty, or pasted with a space?"
+            )
+            raise ConfigurationError(msg)
 
 
 def _sent(client: object) -> Iterator[tuple[str, str | None, object]]:
