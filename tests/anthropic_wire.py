@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import anthropic
+from anthropic.lib.credentials import StaticToken
 
 from covonaut_es import Message, ProviderResponse, Role, ToolCall
 from covonaut_es.messages import Usage
@@ -23,6 +24,9 @@ MODEL = "claude-wire-test"
 ANSWERED_MODEL = "claude-sonnet-4-6"
 QUESTION = "What's the weather in Paris and Lyon?"
 API_KEY = "sk-ant-test"
+KEY_VARIABLES = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
+# A provider of tokens, as a profile or workload identity federation gives.
+OTHER_CREDENTIAL = {"api_key": None, "credentials": StaticToken(API_KEY)}
 PARIS = ToolCall("toolu_01A09q90qw90lq917835lq9", "get_weather", '{"city":"Paris"}')
 LYON = ToolCall("toolu_01XNxb5Xr4r3BNCbXVEvzA3S", "get_weather", '{"city":"Lyon"}')
 ANSWER = "Paris: 18°C and sunny. Lyon: 21°C and cloudy."
@@ -34,7 +38,14 @@ def provider(url: str, **options: Any) -> AnthropicProvider:
 
 
 def client(url: str, **options: Any) -> anthropic.Anthropic:
-    return anthropic.Anthropic(api_key=API_KEY, base_url=url, **options)
+    options.setdefault("api_key", API_KEY)
+    return anthropic.Anthropic(base_url=url, **options)
+
+
+def sdk_ask(client: anthropic.Anthropic) -> None:
+    client.messages.create(
+        model=MODEL, max_tokens=64, messages=[{"role": "user", "content": QUESTION}]
+    )
 
 
 # Recorded answers ----------------------------------------------------------------------

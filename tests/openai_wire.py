@@ -21,6 +21,9 @@ MODEL = "gpt-4o-mini"
 ANSWERED_MODEL = "gpt-4o-mini-2024-07-18"
 QUESTION = "What's the weather in Paris?"
 API_KEY = "sk-test"
+KEY_VARIABLES = ("OPENAI_API_KEY",)
+# A key the SDK asks a callable for before each request.
+OTHER_CREDENTIAL = {"api_key": lambda: API_KEY}
 
 
 def provider(url: str, **options: Any) -> OpenAIProvider:
@@ -29,7 +32,12 @@ def provider(url: str, **options: Any) -> OpenAIProvider:
 
 
 def client(url: str, **options: Any) -> openai.OpenAI:
-    return openai.OpenAI(api_key=API_KEY, base_url=f"{url}/v1", **options)
+    options.setdefault("api_key", API_KEY)
+    return openai.OpenAI(base_url=f"{url}/v1", **options)
+
+
+def sdk_ask(client: openai.OpenAI) -> None:
+    client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": QUESTION}])
 
 
 # Requests ------------------------------------------------------------------------------

@@ -42,6 +42,9 @@ class VendorWire(Protocol):
         ANSWERED_MODEL: The model the recorded answers say answered.
         QUESTION: The user's question the recorded answers answer.
         API_KEY: The key the tests' providers use.
+        KEY_VARIABLES: The environment variables the SDK reads a key or token from.
+        OTHER_CREDENTIAL: Options that give the SDK's client a credential in a way of
+            its own (not a key as text, nor a header).
         PATH: The URL path the adapter posts to.
         HEADERS: Headers every request carries, with their values (None: any value).
         MAX_TOKENS_FIELD: The request field that carries ``max_tokens``.
@@ -77,6 +80,8 @@ class VendorWire(Protocol):
     ANSWERED_MODEL: str
     QUESTION: str
     API_KEY: str
+    KEY_VARIABLES: tuple[str, ...]
+    OTHER_CREDENTIAL: Mapping[str, Any]
     PATH: str
     HEADERS: Mapping[str, str | None]
     MAX_TOKENS_FIELD: str
@@ -108,7 +113,12 @@ class VendorWire(Protocol):
         ...
 
     def client(self, url: str, **options: Any) -> Any:
-        """The SDK's own client on the server at ``url``, with the test key."""
+        """The SDK's own client on the server at ``url``, with the test key unless one
+        is given."""
+        ...
+
+    def sdk_ask(self, client: Any) -> None:
+        """Ask the question through the SDK's ``client`` itself, as the adapter would."""
         ...
 
     def finished(self, reason: str, usage: tuple[int, int]) -> Reply:

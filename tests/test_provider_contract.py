@@ -15,6 +15,7 @@ import importlib
 import json
 import logging
 import math
+import os
 import re
 import socket
 import string
@@ -295,6 +296,104 @@ def test_client_and_settings_conflict(wire: VendorWire, setting: str) -> None:
         pytest.raises(ConfigurationError, match="configure the client itself"),
     ):
         adapter_class(wire)(client=client, **{setting: values[setting]})
+
+
+_NO_SECRET = "sk-no-secret-here"
+_AUTHENTICATING = ("authorization", "x-api-key")
+
+
+@settings(
+    max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    data=st.data(),
+    given_to=st.sampled_from(["provider", "client", "client, the SDK's own way"]),
+    api_key=st.sampled_from([_NO_SECRET, "", None]),
+    header=st.none()
+    | st.tuples(
+        st.sampled_from(["Authorization", "X-Api-Key", "X-Gateway-Token"]),
+        st.sampled_from([f"Bearer {_NO_SECRET}", "", "omit"]),
+    ),
+)
+def test_a_client_with_no_credential_is_refused_when_the_provider_is_built(
+    tmp_path_factory: pytest.TempPathFactory,
+    wire: VendorWire,
+    data: st.DataObject,
+    given_to: str,
+    api_key: str | None,
+    header: tuple[str, str] | None,
+) -> None:
+    """Property: over the ways of giving a credential or none (api_key=, each of the
+    vendor's variables set, empty or not, a header given to the client or in the SDK's
+    custom-headers variable, the SDK's own way such as a provider of tokens) to the
+    client the provider builds or is given, the provider is built exactly when the
+    SDK's client would send a request with a credential (or without the Authorization
+    header the caller omitted); else it is refused with a ConfigurationError that names
+    the vendor's variables. An Anthropic provider with no credential was built, and
+    failed every run with a ProviderError quoting the SDK's TypeError (helper-190)."""
+    sdk = importlib.import_module(wire.SDK)
+    sdk_error: type[Exception] = sdk.OpenAIError if wire.SDK == "openai" else sdk.AnthropicError
+    variables = {
+        name: data.draw(st.sampled_from([None, "", _NO_SECRET]), label=name)
+        for name in wire.KEY_VARIABLES
+    }
+    options: dict[str, Any] = {"api_key": api_key}
+    headers = {}
+    if header is not None:
+        name, value = header
+        headers[name] = sdk.Omit() if value == "omit" else value
+        if given_to == "provider":
+            # The SDK reads headers for the client it builds from one variable.
+            assume(value != "omit")
+            variables[f"{wire.SDK.upper()}_CUSTOM_HEADERS"] = f"{name}: {value}"
+    if given_to == "client":
+        options["default_headers"] = headers
+    elif given_to != "provider":
+        # Alone: with a header too, the header decides for one SDK and not the other.
+        options.update(wire.OTHER_CREDENTIAL)
+    with pytest.MonkeyPatch.context() as env, WireServer() as server:
+        for name in [n for n in os.environ if n.startswith(("ANTHROPIC_", "OPENAI_"))]:
+            env.delenv(name)
+        env.setenv("HOME", str(tmp_path_factory.mktemp("home")))  # no profile on disk
+        for name, value in variables.items():
+            if value is not None:
+                env.setenv(name, value)
+        try:
+            client = wire.client(server.url, **options)
+        except sdk_error:
+            client = None
+        sendable = False
+        if client is not None:
+            server.reply(wire.ANSWER_REPLY)
+            try:
+                wire.sdk_ask(client.with_options(max_retries=0))
+            except (TypeError, sdk.APIConnectionError):
+                pass  # no authentication method, or a header HTTP cannot send
+            else:
+                # Sent with a credential, or without the header the caller omitted.
+                sent = server.requests[0].headers
+                omitted = given_to == "client" and header == ("Authorization", "omit")
+                sendable = omitted or any(sent.get(name) for name in _AUTHENTICATING)
+        if given_to != "provider" and client is None:
+            return  # the caller's own client was refused: there is no provider to build
+        try:
+            if given_to != "provider":
+                provider = adapter_class(wire)(client=client)
+            else:
+                provider = wire.provider(server.url, api_key=api_key)
+        except ConfigurationError as exc:
+            assert not sendable
+            assert _NO_SECRET not in str(exc)
+            # An empty key beside a credential header is refused as a header HTTP
+            # cannot send ("Bearer "); no credential at all, by naming the variables.
+            if "begins or ends with a space" not in str(exc):
+                assert "pass api_key=" in str(exc)
+                assert all(name in str(exc) for name in wire.KEY_VARIABLES)
+        else:
+            assert sendable
+            with provider:
+                server.reply(wire.ANSWER_REPLY)
+                assert provider.complete(ask(wire)).content == wire.ANSWER
 
 
 _URL_FAULTS = ["[::1", "h\x00", "h:port", "[zz]", "h\x7f"]

@@ -31,7 +31,7 @@ from covonaut_es.providers._retry import (
     connection_error,
     error_for_status,
 )
-from covonaut_es.providers._secrets import check_sendable, client_secrets
+from covonaut_es.providers._secrets import Credentials, check_sendable, client_secrets
 from covonaut_es.store._url_secrets import redact
 
 T = TypeVar("T")
@@ -83,12 +83,35 @@ class Vendor(Generic[StatusErrorT]):
         finish_reasons: The vendor's finish reasons in the common vocabulary.
         errors: The SDK's error classes.
         http_failure: Reads the SDK's error for an HTTP error answer.
+        credentials: Where the SDK's client keeps its credentials.
     """
 
     name: str
     finish_reasons: Mapping[str, str]
     errors: SdkErrors[StatusErrorT]
     http_failure: Callable[[StatusErrorT], HttpFailure]
+    credentials: Credentials
+
+    def refused_client(self, reason: str) -> ConfigurationError:
+        """The error for a client the SDK would not build, or that has no credential:
+        ``reason`` says why, and the message how to give it one."""
+        variables = " or ".join(self.credentials.variables)
+        msg = (
+            f"cannot create the {self.name} client: {reason}; pass api_key= or set the "
+            f"environment variable {variables}"
+        )
+        return ConfigurationError(msg)
+
+    def check_credentials(self, client: object) -> None:
+        """Refuse a client, built or the caller's, that has no credential: the SDK
+        would refuse each of its requests, or send them to be refused.
+
+        Raises:
+            ConfigurationError: The client has none (see
+                :meth:`~covonaut_es.providers._secrets.Credentials.held_by`).
+        """
+        if not self.credentials.held_by(client):
+            raise self.refused_client("it has no API key, token or credential header")
 
     def finish_reason(self, reason: str | None) -> str | None:
         """The common name of ``reason``; a reason the table lacks passes through."""
@@ -221,8 +244,9 @@ class SdkAdapter(Closing, Generic[ClientT]):
 
     Raises:
         ConfigurationError: ``client`` was combined with client settings, the SDK could
-            not build its client (e.g. it found no API key), or the client's key or one
-            of its headers holds a character that is not printable ASCII.
+            not build its client, the client (built or given) has no credential, or its
+            key or one of its headers holds a character that is not printable ASCII, or
+            a header value begins or ends with a space.
     """
 
     def __init__(
@@ -248,9 +272,9 @@ class SdkAdapter(Closing, Generic[ClientT]):
             )
             raise ConfigurationError(msg)
         else:
-            # A copy that shares the caller's connections but never retries by itself.
-            self._client = client.with_options(max_retries=0)
+            self._client = _copied(vendor, client)
         try:
+            vendor.check_credentials(self._client)
             check_sendable(self._client)
         except ConfigurationError:
             self.close()
@@ -287,11 +311,7 @@ def _build(
             api_key=settings.api_key, base_url=settings.base_url, max_retries=0, **timeout
         )
     except vendor.errors.base as exc:
-        msg = (
-            f"cannot create the {vendor.name} client: {exc}; pass api_key= or set the "
-            "environment variable the SDK names"
-        )
-        raise ConfigurationError(msg) from exc
+        raise vendor.refused_client(str(exc)) from exc
     except Exception as exc:
         # Building a client does no I/O: what it raises is a setting it cannot take, a
         # base URL its HTTP library cannot read (httpx's and httpx2's InvalidURL, neither
@@ -306,3 +326,12 @@ def _build(
             "the SDK reads it from"
         )
         raise ConfigurationError(msg) from None
+
+
+def _copied(vendor: Vendor[Any], client: ClientT) -> ClientT:
+    """A copy of the caller's client that shares its connections but never retries by
+    itself. The SDK builds the copy anew, checking its credentials again."""
+    try:
+        return client.with_options(max_retries=0)
+    except vendor.errors.base as exc:
+        raise vendor.refused_client(str(exc)) from exc

@@ -1,5 +1,5 @@
-"""What a provider's SDK client sends of its own: which of it is secret, and whether
-HTTP can send it.
+"""What a provider's SDK client sends of its own: which of it is secret, whether HTTP
+can send it, and whether it authenticates at all.
 
 An API may repeat the key it was sent in its error (a 401 that quotes it, a gateway's
 429, an error event in a stream), and the SDK's error, and so the adapter's, would carry
@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from urllib.parse import parse_qsl, urlsplit
+
+import attrs
 
 from covonaut_es._secrets import Secrets, credentials, looks_secret
 from covonaut_es.errors import ConfigurationError
@@ -45,7 +47,7 @@ def check_sendable(client: object) -> None:
             the message names which (and the character's position and code point),
             never the value.
     """
-    for what, header, value in _sent(client):
+    for what, _, value in _sent(client):
         if not isinstance(value, str):
             continue
         for position, char in enumerate(value):
@@ -55,12 +57,55 @@ def check_sendable(client: object) -> None:
                     "which is not printable ASCII: HTTP cannot send it"
                 )
                 raise ConfigurationError(msg)
-        if header is not None and value != value.strip(" "):
+    for what, value in _headers(client).values():
+        if isinstance(value, str) and value != value.strip(" "):
             msg = (
                 f"the client's {what} begins or ends with a space, which HTTP cannot send: "
                 "is its key empty, or pasted with a space?"
             )
             raise ConfigurationError(msg)
+
+
+@attrs.frozen
+class Credentials:
+    """Where a vendor SDK's client keeps what it authenticates with.
+
+    Attributes:
+        variables: The environment variables the SDK reads a key or token from.
+        headers: The names, in lower case, of the headers a request authenticates with;
+            the SDK puts its client's key or token in one of them.
+        attributes: The client's attributes for a credential the SDK adds to each
+            request itself (a provider of tokens, a key given as a callable), any one
+            of which, set, authenticates the client.
+        omittable: Whether the SDK sends the requests of a client that explicitly
+            omits its ``Authorization`` header (``Omit``): the caller authenticates
+            them past the SDK.
+    """
+
+    variables: tuple[str, ...]
+    headers: tuple[str, ...]
+    attributes: tuple[str, ...] = ()
+    omittable: bool = False
+
+    def held_by(self, client: object) -> bool:
+        """Whether ``client`` has something to authenticate with, as its SDK judges
+        before it sends a request: an attribute set, or a header with a value (an empty
+        key is none), or ``Authorization`` omitted where the SDK allows it."""
+        if any(getattr(client, name, None) for name in self.attributes):
+            return True
+        return any(
+            _carries_credential(value)
+            if isinstance(value, str)
+            else self.omittable and name == "authorization"
+            for name, (_, value) in _headers(client).items()
+            if name in self.headers
+        )
+
+
+def _carries_credential(value: str) -> bool:
+    """Whether a header's value has a credential in it: the SDKs send an empty key as
+    ``Bearer ``, which authenticates nothing (and which HTTP cannot send)."""
+    return bool(value.removeprefix("Bearer ").strip())
 
 
 def _sent(client: object) -> Iterator[tuple[str, str | None, object]]:
@@ -73,6 +118,14 @@ def _sent(client: object) -> Iterator[tuple[str, str | None, object]]:
         if isinstance(headers, Mapping):
             for name, value in headers.items():
                 yield f"header {str(name)[:40]!r}", str(name), value
+
+
+def _headers(client: object) -> dict[str, tuple[str, object]]:
+    """The headers ``client`` sends, by their names in lower case, each as (what it is, in
+    a message; the value): the SDK merges its own and the caller's as they come, the
+    later of one name (in any case) winning, so an omitted Authorization header is not
+    sent with the key."""
+    return {header.lower(): (what, value) for what, header, value in _sent(client) if header}
 
 
 def _url_secrets(url: str) -> list[str]:

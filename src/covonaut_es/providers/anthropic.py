@@ -39,6 +39,7 @@ from covonaut_es.providers._adapter import (
 )
 from covonaut_es.providers._protocol import after_end, final_delta, joined
 from covonaut_es.providers._retry import RetryPolicy
+from covonaut_es.providers._secrets import Credentials
 from covonaut_es.providers._wire import read_answer
 
 if TYPE_CHECKING:
@@ -106,6 +107,13 @@ _VENDOR = Vendor(
     FINISH_REASONS,
     SdkErrors(anthropic.AnthropicError, anthropic.APIStatusError, anthropic.APIConnectionError),
     _http_failure,
+    # ``credentials`` is a provider of tokens (a profile, workload identity federation).
+    Credentials(
+        ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"),
+        ("authorization", "x-api-key"),
+        ("credentials",),
+        omittable=True,
+    ),
 )
 _Role = Literal["user", "assistant"]
 
@@ -128,7 +136,8 @@ class AnthropicProvider(SdkAdapter[anthropic.Anthropic]):
     it in a ``with`` block) to release the connections of the client it built.
 
     Args:
-        api_key: The API key; defaults to ``$ANTHROPIC_API_KEY``.
+        api_key: The API key; defaults to ``$ANTHROPIC_API_KEY``, else the SDK's other
+            credentials (``$ANTHROPIC_AUTH_TOKEN``, a profile).
         base_url: The API's URL, without ``/v1``; defaults to ``$ANTHROPIC_BASE_URL``,
             else Anthropic's.
         timeout: Seconds one attempt may take; None keeps the SDK's default.
@@ -139,7 +148,9 @@ class AnthropicProvider(SdkAdapter[anthropic.Anthropic]):
         sleep: Waits between attempts; tests inject a no-op.
 
     Raises:
-        ConfigurationError: ``client`` was combined with the other client settings.
+        ConfigurationError: ``client`` was combined with the other client settings, or
+            the client (built or given) has no credential: no API key, token or
+            credentials provider, and no ``Authorization`` or ``X-Api-Key`` header.
     """
 
     def __init__(

@@ -40,6 +40,7 @@ from covonaut_es.providers._adapter import (
 )
 from covonaut_es.providers._protocol import after_end, assembled_calls, final_delta
 from covonaut_es.providers._retry import RetryPolicy
+from covonaut_es.providers._secrets import Credentials
 from covonaut_es.providers._wire import read_answer
 
 if TYPE_CHECKING:
@@ -84,6 +85,14 @@ _VENDOR = Vendor(
     FINISH_REASONS,
     SdkErrors(openai.OpenAIError, openai.APIStatusError, openai.APIConnectionError),
     _http_failure,
+    # The SDK keeps a key given as a callable, and a provider's set-up (Bedrock, Vertex),
+    # in attributes of its own; it refuses every request of a client that omits its
+    # Authorization header.
+    Credentials(
+        ("OPENAI_API_KEY",),
+        ("authorization",),
+        ("workload_identity", "_api_key_provider", "_provider_runtime"),
+    ),
 )
 
 
@@ -114,7 +123,7 @@ class OpenAIProvider(SdkAdapter[openai.OpenAI]):
 
     Raises:
         ConfigurationError: ``client`` was combined with the other client settings, or
-            the SDK found no API key.
+            the client (built or given) has no credential.
     """
 
     def __init__(
