@@ -838,26 +838,58 @@ def test_the_command_line_import_runs_no_module_a_line_names(
 
 
 @settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(version=st.one_of(st.integers(), st.integers(min_value=2**62, max_value=2**80)))
-def test_any_version_asked_for_reads_or_is_refused_by_type(store: Store, version: int) -> None:
-    """A version far beyond what any back end stores (past 2**63) reads as the head
-    does, and a fork there is refused as a version the thread does not have, on every
-    store: never the driver's OverflowError."""
+@given(
+    thread_id=st.sampled_from(["v", "vf"]),
+    version=st.one_of(
+        st.integers(min_value=-2, max_value=7),
+        st.integers(),
+        st.integers(min_value=2**62, max_value=2**80),
+    ),
+)
+@example(thread_id="v", version=5)  # one past the head
+@example(thread_id="vf", version=6)
+@example(thread_id="vf", version=2)  # the fork's branch point, its parent's version
+@example(thread_id="vf", version=0)
+def test_a_read_at_any_version_gives_it_or_names_the_versions_the_thread_has(
+    store: Store, thread_id: str, version: int
+) -> None:
+    """Generated (helper-189): a plain thread (versions 1 to 4) or a fork of it at 2 (its
+    own from 3 to 5) read at a version it has gives that version; at any other, below 1,
+    past its head or past what any back end stores (2**63), a load and ``state_at`` are
+    refused as a fork there is, with ThreadNotFoundError naming the versions the thread
+    has, and ``find`` gives None, on every store: never the head given for a version
+    past it, nor the driver's OverflowError."""
     if not store.exists("v"):
         three_messages(store, "v")
-    head = store.state_at("v").version
-    if version < 1:
-        with pytest.raises(ThreadNotFoundError):
-            store.load("v", version=version)
+        store.fork("v", at_version=2, new_thread_id="vf")
+        fork = store.load("vf")
+        for text in ("four", "five"):
+            fork.steer(Message(Role.USER, text), now=NOW)
+        store.save(fork)
+    head = store.state_at(thread_id).version
+    assert head == {"v": 4, "vf": 5}[thread_id]
+    if 1 <= version <= head:
+        assert store.load(thread_id, version=version).version == version
+        assert store.state_at(thread_id, version).version == version
+        found = store.find(thread_id, version=version)
+        assert found is not None and found.version == version
     else:
-        assert store.load("v", version=version).version == min(version, head)
-        assert store.state_at("v", version).version == min(version, head)
-    if version != head and not 1 <= version <= head:
-        with pytest.raises(ThreadNotFoundError, match="cannot be forked at version"):
-            store.fork("v", at_version=version)
-    if version >= 0:  # past 2**63 SQLite's driver raised OverflowError (helper-114)
+        refusals = {
+            "load": ("read", lambda: store.load(thread_id, version=version)),
+            "state_at": ("read", lambda: store.state_at(thread_id, version)),
+            "fork": ("forked", lambda: store.fork(thread_id, at_version=version)),
+        }
+        for name, (doing, refused) in refusals.items():
+            with pytest.raises(ThreadNotFoundError) as raised:
+                refused()
+            assert str(raised.value) == (
+                f"thread {thread_id!r} has versions 1 to {head}; "
+                f"it cannot be {doing} at version {version}"
+            ), name
+        assert store.find(thread_id, version=version) is None
+    if version >= 0 and thread_id == "v":  # past 2**63 SQLite's driver raised OverflowError
         assert len(store.events_after("v", version)) == max(0, head - version)
 
 

@@ -36,7 +36,6 @@ from covonaut_es.errors import (
     ConfigurationError,
     SerializationError,
     ThreadConflictError,
-    ThreadNotFoundError,
     ThreadStateError,
 )
 from covonaut_es.store._application import AgentApplication
@@ -115,21 +114,9 @@ class Forks:
             if newest is None and version is not None and version >= 1:
                 forked = self._records.forked_event(thread_id)
             if forked is None:
-                raise self._no_such_version(requested, version)
+                raise self._reader.not_found_at(requested, version, "forked")
             # Below the fork's own first version: inherited, so branch from its owner.
             thread_id = forked.parent_thread_id
-
-    def _no_such_version(self, thread_id: str, version: int | None) -> ThreadNotFoundError:
-        newest = self._app.recorder.select_events(
-            thread_aggregate_id(thread_id), desc=True, limit=1
-        )
-        if not newest:
-            return ThreadNotFoundError.in_store(thread_id, self.url)
-        head = newest[0].originator_version
-        return ThreadNotFoundError(
-            f"thread {thread_id!r} has versions 1 to {head}; "
-            f"it cannot be forked at version {version}"
-        )
 
     def fork(
         self,

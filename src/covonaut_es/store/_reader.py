@@ -92,8 +92,29 @@ class ThreadReader:
         """As :meth:`covonaut_es.Store.load`."""
         thread = self.find(thread_id, version=version, snapshot_migrators=snapshot_migrators)
         if thread is None:
-            raise ThreadNotFoundError.in_store(thread_id, self._url, version=version)
+            raise self.not_found_at(thread_id, version, "read")
         return thread
+
+    def not_found_at(self, thread_id: str, version: int | None, doing: str) -> ThreadNotFoundError:
+        """The error for a read or a fork of the thread at ``version`` (None: its head)
+        that found nothing there: the one check of the versions a thread has. A version
+        outside them, below 1 or past its head (a fork's go on from its parent's), is
+        refused naming them; a thread with no events, or one that has reached the
+        version since the read, is not found (at that version) (ADR 0143).
+
+        Args:
+            thread_id: The thread read.
+            version: The version asked for.
+            doing: What the thread cannot be at that version ("read", "forked").
+        """
+        head = self.head_version(thread_id)
+        if head is not None and version is not None and not 1 <= version <= head:
+            msg = (
+                f"thread {thread_id!r} has versions 1 to {head}; "
+                f"it cannot be {doing} at version {version}"
+            )
+            return ThreadNotFoundError(msg)
+        return ThreadNotFoundError.in_store(thread_id, self._url, version=version)
 
     def find(
         self,
@@ -103,7 +124,8 @@ class ThreadReader:
         snapshot_migrators: Mapping[int, Upcaster] = NO_MIGRATORS,
     ) -> AgentThread | None:
         """As :meth:`covonaut_es.Store.find`; a read up to ``version`` that ends below it
-        while the thread's stream goes on is refused (:meth:`_refuse_lost_after`)."""
+        finds nothing (the thread has no such version), unless the thread's stream goes
+        on there, which is refused (:meth:`_refuse_lost_after`)."""
         return self._find(thread_id, version, snapshot_migrators, whole=True)
 
     def _grafted_onto(self, thread_id: str, *, version: int | None = None) -> AgentThread | None:
@@ -135,6 +157,7 @@ class ThreadReader:
         if whole and version is not None and thread.version < version:
             with self.reading(thread_id):
                 self._refuse_lost_after(thread_id, aggregate_id, thread.version)
+            return None  # past the head: the thread has no such version
         if snapshot_version is not None and version is None:
             self._snapshot_seen(aggregate_id, snapshot_version)
         return thread
@@ -144,11 +167,12 @@ class ThreadReader:
         stream holds events after ``head`` but none at ``head + 1``: that one was lost
         (or given another version), and the read would give the thread as it stood
         before it. Events another writer appended since the read begin at ``head + 1``
-        (a save writes a thread's next versions in one transaction): the read stands,
-        as of its moment. Every row of the stream is read, each checked: a row at no
-        version (NULL, text) meets no bound, and an application of the user's own reads
-        through eventsourcing's bounded statement. (Asked only of a read that ended
-        below its version: one past the head, or of a damaged stream.)
+        (a save writes a thread's next versions in one transaction): the version was
+        past the head as of the read, which finds nothing. Every row of the stream is
+        read, each checked: a row at no version (NULL, text) meets no bound, and an
+        application of the user's own reads through eventsourcing's bounded statement.
+        (Asked only of a read that ended below its version: one past the head, or of a
+        damaged stream.)
 
         Raises:
             MissingEventError: Naming the version lost.

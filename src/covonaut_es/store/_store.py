@@ -167,7 +167,9 @@ class Store(Closing):
                 from its events.
 
         Raises:
-            ThreadNotFoundError: The thread has no events (at that version).
+            ThreadNotFoundError: The thread has no events, or no such version: one
+                below 1 or past its head (a fork's go on from its parent's) is refused
+                naming the versions it has, as a fork at it is.
             MissingEventError: Events the thread's later ones follow were deleted;
                 ``MissingFirstEventError`` when its head was anchored and none of its
                 events can be read (deleted, or hidden from this connection).
@@ -185,7 +187,8 @@ class Store(Closing):
         version: int | None = None,
         snapshot_migrators: Mapping[int, Upcaster] = NO_MIGRATORS,
     ) -> AgentThread | None:
-        """Like :meth:`load`, but None when the thread does not exist."""
+        """Like :meth:`load`, but None when the thread does not exist (at that
+        version)."""
         _check_read(version, snapshot_migrators)
         return self._reader.find(thread_id, version=version, snapshot_migrators=snapshot_migrators)
 
@@ -270,7 +273,8 @@ class Store(Closing):
         return self._reader.history(thread_id)
 
     def state_at(self, thread_id: str, version: int | None = None) -> ThreadState:
-        """The thread's state as of ``version`` (default: the head), read-only."""
+        """The thread's state as of ``version`` (default: the head), read-only; a
+        version the thread does not have is refused as by :meth:`load`."""
         return self.load(thread_id, version=version).state
 
     def replay_state(self, thread_id: str) -> ThreadState:
