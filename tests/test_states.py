@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import string
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from covonaut_es import (
     Agent,
@@ -231,6 +234,48 @@ def test_keys_are_checked_alike_by_every_state_store(kind: str, key: Any, tmp_pa
     with pytest.raises(InvalidStateKeyError):
         stores[kind].read_state(key)
     assert [p.name for p in tmp_path.iterdir()] == []
+
+
+_ALNUM = string.ascii_letters + string.digits
+_CONCEPTS = Path(__file__).resolve().parent.parent / "docs" / "concepts.md"
+
+
+def test_the_key_rule_docs_concepts_states_is_the_one_checked() -> None:
+    """docs/concepts.md states the whole rule a state key is checked by, and each key it
+    names as refused is (helper-189: it left out the first character's rule and that
+    letters are ASCII)."""
+    text = " ".join(_CONCEPTS.read_text().split())
+    rule = (
+        "Keys are 1 to 128 ASCII letters, digits, `.`, `_` and `-`, starting with a "
+        "letter or digit, in every state store alike ("
+    )
+    assert rule in text
+    named = text.split(rule, 1)[1].split(" are refused with `InvalidStateKeyError`", 1)[0]
+    keys = named.replace(" and ", ", ").split(", ")
+    assert keys == ["`_draft`", "`-v2`", "`.cfg`", "`é`"]
+    for key in keys:
+        with pytest.raises(InvalidStateKeyError):
+            MemoryStateStore().write_state(key.strip("`"), {"_v": 1})
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    key=st.one_of(
+        st.text(st.sampled_from([*_ALNUM[::7], ".", "_", "-", "é", "٣", "/", " "]), max_size=6),
+        st.builds(str.__mul__, st.sampled_from(["a", "7", "_", "é"]), st.integers(126, 130)),
+    )
+)
+def test_a_state_key_is_allowed_exactly_as_docs_concepts_says(key: str) -> None:
+    """Generated (helper-189): a key is allowed exactly when it is 1 to 128 ASCII letters,
+    digits, '.', '_' and '-', the first an ASCII letter or digit, as docs/concepts.md
+    says (other scripts' letters and digits, and a leading '.', '_' or '-', refused)."""
+    documented = 1 <= len(key) <= 128 and key[0] in _ALNUM and set(key) <= set(_ALNUM + "._-")
+    try:
+        MemoryStateStore().write_state(key, {"_v": 1})
+    except InvalidStateKeyError:
+        assert not documented, key
+    else:
+        assert documented, key
 
 
 def test_file_writes_are_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
