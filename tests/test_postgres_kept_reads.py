@@ -8,6 +8,7 @@ import threading
 import time
 import uuid
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -17,11 +18,14 @@ from hypothesis import strategies as st
 
 from covonaut_es import Store, open_store
 from covonaut_es.domain import AgentThread
+from covonaut_es.store import AgentApplication
 from covonaut_es.store._backends import _postgres_reads
+from test_own_types import user_env
 
 pytestmark = pytest.mark.postgres
 
 NOW = datetime(2026, 12, 5, tzinfo=UTC)
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "operations.md"
 
 
 def sessions(postgres_url: str, database: str) -> int:
@@ -90,6 +94,33 @@ def test_reads_beyond_the_connections_kept_go_through_the_pool(postgres_database
         found = in_threads(limit + 3, lambda: reads.rows("SELECT 1 FROM pg_sleep(0.3)", ()))
         assert found == [[(1,)]] * (limit + 3)
         assert reads._open == len(reads._idle) == limit
+
+
+def test_a_store_keeps_as_many_connections_for_restores_as_docs_operations_says(
+    postgres_database: str,
+) -> None:
+    """A store opened by URL keeps 1 connection for restores (``POSTGRES_POOL_SIZE``
+    1), and an application of the user's own that sets none eventsourcing's 5, as
+    docs/operations.md says in both places it counts them (helper-190: one said 5 by
+    default)."""
+    text = " ".join(DOCS.read_text().split())
+    assert "`POSTGRES_POOL_SIZE`: 1 for a store opened by URL" in text
+    assert "(`Store.from_application`) that sets none has eventsourcing's default of 5" in text
+    assert "`POSTGRES_POOL_SIZE`, 1 for a store opened by URL; 5 for an application" in text
+    assert "5 by default" not in text
+    with open_store(postgres_database) as store:
+        saved(store, "t")
+        in_threads(4, lambda: store.load("t"))
+        assert store._app.recorder.datastore.pool.min_size == 1  # type: ignore[attr-defined]
+        assert kept(store)._open == 1
+    app = AgentApplication(env=user_env(postgres_database))
+    try:
+        with Store.from_application(app) as store:
+            saved(store, "own")
+            assert store.load("own").version == 1
+            assert app.recorder.datastore.pool.min_size == 5  # type: ignore[attr-defined]
+    finally:
+        app.close()
 
 
 def test_closing_ends_every_session_a_read_in_flight_finishing_first(
