@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 from covonaut_es import open_store
 from covonaut_es.domain import AgentThread, RunMode
-from covonaut_es.messages import Message
+from covonaut_es.messages import Message, Role
 
 
 def main(url: str, key: str, name: str) -> None:
@@ -21,7 +21,7 @@ def main(url: str, key: str, name: str) -> None:
                 thread = store.load(thread_id)
             else:
                 thread = AgentThread.start(thread_id, now=now)
-                thread.start_run(RunMode.CONTINUE, now=now)
+                thread.start_run(RunMode.RUN, now=now, given=Message(Role.USER, "begin"))
             for i in range(40):
                 thread.append_message(Message(role="user", content=f"{round_} {i}" * 20), now=now)
             store.save(thread)

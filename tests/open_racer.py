@@ -10,7 +10,7 @@ from typing import Any
 
 from covonaut_es import open_store
 from covonaut_es.domain import AgentThread, RunMode
-from covonaut_es.messages import Message
+from covonaut_es.messages import Message, Role
 from covonaut_es.projections import ReviewQueue
 from covonaut_es.store import WorkerRecord
 from covonaut_es.store._chain import scheme_of
@@ -25,8 +25,7 @@ def open_and_save(
         barrier.wait(timeout=60)
         with open_store(url, **options) as store:
             thread = AgentThread.start(f"racer-{racer}", now=_now())
-            thread.start_run(RunMode.CONTINUE, now=_now())
-            thread.append_message(Message(role="user", content=f"from {racer}"), now=_now())
+            thread.start_run(RunMode.RUN, now=_now(), given=Message(Role.USER, f"from {racer}"))
             store.save(thread)
             assert options.get("chain_key") is None or scheme_of(str(thread.chain_head)).keyed
         results.put(("ok", racer))

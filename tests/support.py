@@ -270,11 +270,18 @@ def put_raw_snapshot(store: Store, record: StoredEvent) -> None:
     store._app.snapshots.recorder.insert_events([record])
 
 
+def start_bare_run(thread: AgentThread, *, now: datetime) -> None:
+    """Start a run on ``thread`` before it holds any message, as a continue of the code
+    before ADR 0142 did: the first events of the threads these tests grow a message at
+    a time, which ``start_run`` now refuses to a continue."""
+    thread.trigger_event(AgentThread.RunStarted, mode=RunMode.CONTINUE, timestamp=now)
+
+
 def snapshotted_thread(store: Store, thread_id: str = "long", *, text: str = "hi") -> AgentThread:
     """A thread long enough for a snapshot, saved with one."""
     now = datetime(2026, 1, 1, tzinfo=UTC)
     thread = AgentThread.start(thread_id, now=now)
-    thread.start_run(RunMode.CONTINUE, now=now)
+    start_bare_run(thread, now=now)
     for i in range(70):
         thread.append_message(Message(role="user", content=f"{text} {i}"), now=now)
     store.save(thread)

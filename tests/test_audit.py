@@ -33,7 +33,7 @@ from covonaut_es import (
     open_store,
 )
 from covonaut_es.audit import export_thread, import_threads
-from covonaut_es.domain import AgentThread, CheckpointReason, RunMode, thread_aggregate_id
+from covonaut_es.domain import AgentThread, CheckpointReason, thread_aggregate_id
 from covonaut_es.errors import (
     ConfigurationError,
     MissingToolCallError,
@@ -53,6 +53,7 @@ from support import (
     echo_tool,
     review_tool,
     sqlite_key,
+    start_bare_run,
     ticking_clock,
 )
 
@@ -90,7 +91,7 @@ def long_thread(store: Store, thread_id: str, messages: int) -> AgentThread:
     of 50 and snapshotted as a run would be, built without a model."""
     now = datetime.now(UTC)
     thread = AgentThread.start(thread_id, now=now)
-    thread.start_run(RunMode.CONTINUE, now=now)
+    start_bare_run(thread, now=now)
     for i in range(1, messages + 1):
         thread.append_message(Message(role="user", content=f"message {i}"), now=now)
         if i % 10 == 0:

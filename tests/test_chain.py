@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from covonaut_es import Store, create_cipher_key, open_store
 from covonaut_es.audit import export_thread, import_threads
-from covonaut_es.domain import AgentThread, RunMode, thread_aggregate_id
+from covonaut_es.domain import AgentThread, thread_aggregate_id
 from covonaut_es.errors import (
     BrokenChainError,
     ChainKeyMismatchError,
@@ -36,7 +36,7 @@ from covonaut_es.service import ThreadService
 from covonaut_es.store._chain import KEYED, PUBLIC, chain_hash, scheme_of
 from covonaut_es.store._chain_key import CHAIN_TABLE, chain_key_fingerprint
 from covonaut_es.store._settings import settings_table
-from support import agent_on, answer, call, earlier_thread_id_rule, sqlite_key
+from support import agent_on, answer, call, earlier_thread_id_rule, sqlite_key, start_bare_run
 
 GOLDEN = Path(__file__).parent / "fixtures" / "golden" / "v4-chain"
 MANIFEST: dict[str, Any] = json.loads((GOLDEN / "manifest.json").read_text())
@@ -141,7 +141,7 @@ def launder(
 def written_thread(store: Store, thread_id: str, messages: int) -> None:
     """A keyed thread of ``messages`` messages, saved in batches of three."""
     thread = AgentThread.start(thread_id, now=NOW)
-    thread.start_run(RunMode.CONTINUE, now=NOW)
+    start_bare_run(thread, now=NOW)
     for i in range(messages):
         thread.append_message(Message(role="user", content=f"message {i}"), now=NOW)
         if i % 3 == 2:

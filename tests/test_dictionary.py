@@ -16,7 +16,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from covonaut_es import AgentThread, Store, open_store
-from covonaut_es.domain import RunMode
 from covonaut_es.errors import CompressionDictionaryError, ConfigurationError, SerializationError
 from covonaut_es.messages import Message, Role
 from covonaut_es.store import _dictionary, _zstd
@@ -25,7 +24,7 @@ from covonaut_es.store._dictionary import (
     ZstdDictionaryCompressor,
     shipped_dictionary,
 )
-from support import append_raw_event, conversation, run_python
+from support import append_raw_event, conversation, run_python, start_bare_run
 
 ROOT = Path(__file__).resolve().parents[1]
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -108,7 +107,7 @@ def test_messages_of_any_text_read_back_from_a_zstd_store(
     if zstd_store.exists(thread_id):
         return
     thread = AgentThread.start(thread_id, now=NOW)
-    thread.start_run(RunMode.CONTINUE, now=NOW)
+    start_bare_run(thread, now=NOW)
     for text in texts:
         thread.append_message(Message(role=Role.USER, content=text), now=NOW)
     zstd_store.save(thread)
@@ -197,7 +196,7 @@ def test_a_payload_beyond_the_limit_is_refused_when_written_and_when_read(
     monkeypatch.setattr(_dictionary, "PAYLOAD_SIZE_LIMIT", 4096)
     with open_store(f"sqlite:///{tmp_path / 'big.db'}") as store:
         thread = AgentThread.start("big", now=NOW)
-        thread.start_run(RunMode.CONTINUE, now=NOW)
+        start_bare_run(thread, now=NOW)
         thread.append_message(Message(role=Role.USER, content="x" * 5000), now=NOW)
         with pytest.raises(SerializationError, match="larger than the 4096 a store reads back"):
             store.save(thread)

@@ -32,11 +32,11 @@ from covonaut_es import (
     open_store,
     operation_digest,
 )
-from covonaut_es.domain import Interrupt, PauseKind, RunMode, ToolOutcome
+from covonaut_es.domain import Interrupt, PauseKind, ToolOutcome
 from covonaut_es.errors import ThreadStateError
 from covonaut_es.messages import Message
 from covonaut_es.service import Settlement, ThreadService
-from support import answer, call
+from support import answer, call, start_bare_run
 from test_migrations import GOLDEN, golden_store
 
 OBJECT: dict[str, Any] = {"type": "object"}
@@ -280,7 +280,7 @@ def test_an_in_doubt_claim_on_a_call_its_tool_paused_reads_as_a_tools_pause() ->
     says its tool paused: it waits for a person's answer, not for a runner."""
     now = datetime(2026, 1, 1, tzinfo=UTC)
     thread = AgentThread.start("legacy", now=now)
-    thread.start_run(RunMode.CONTINUE, now=now)
+    start_bare_run(thread, now=now)
     asked = ToolCall("a1", "ask", '{"in_doubt": true}')
     thread.append_message(Message(Role.ASSISTANT, "", tool_calls=(asked,)), now=now)
     thread.call_tools([asked], now=now)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import shutil
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -22,22 +23,28 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from starlette.testclient import TestClient
 
 from covonaut_es import (
     Agent,
     AgentConfig,
     AgentThread,
     CheckpointSettings,
+    ProviderRequest,
+    ProviderResponse,
     ScriptedProvider,
     Store,
     Tool,
     open_store,
 )
+from covonaut_es.agui import create_agui_app
 from covonaut_es.domain import RunMode
-from covonaut_es.errors import InvalidRunInputError
+from covonaut_es.errors import InvalidRunInputError, ThreadNotFoundError, ThreadStateError
 from covonaut_es.messages import Message, Role
+from covonaut_es.service import ThreadService
+from covonaut_es.workers._step import step
 from support import GOLDEN, answer, call, ticking_clock
-from test_approvals import PAY_40, VERIFIER
+from test_approvals import ALICE, PAY_40, VERIFIER
 from test_run_on_approval import agent_of, decide, pay_tool
 
 ANSWER, PAUSE, CONTINUE = "answer", "pause", "continue"
@@ -80,6 +87,11 @@ def test_each_input_is_stored_once_with_its_runs_start_where_nothing_comes_betwe
         for n, step in enumerate(plan):
             if step == CONTINUE:
                 agent = _agent(store, [answer(f"on {n}")], system_prompt=system_prompt)
+                if not inputs:  # nothing stored to go on from: refused, nothing recorded
+                    with pytest.raises(ThreadNotFoundError, match=r"start it with run\(input\)"):
+                        agent.continue_run()
+                    assert store.find("t") is None
+                    continue
                 assert agent.continue_run() == f"on {n}"
                 continue
             inputs.append(f"question {n}")
@@ -92,6 +104,8 @@ def test_each_input_is_stored_once_with_its_runs_start_where_nothing_comes_betwe
                 decide(store, request.review_id, decisions[n], **reason)
                 agent = _agent(store, [answer(f"after {n}")], system_prompt=system_prompt)
                 assert agent.resume() == f"after {n}"
+        if not inputs:
+            return
         assert agent is not None
         history = store.history("t")
 
@@ -111,7 +125,7 @@ def test_each_input_is_stored_once_with_its_runs_start_where_nothing_comes_betwe
                 # or the first command is not a run.
                 assert not isinstance(after, AgentThread.RunStartedWithInput), history
         assert isinstance(history[0], AgentThread.Started)
-        created_with_input = plan[0] != CONTINUE and system_prompt is None
+        created_with_input = system_prompt is None  # a continue before any run stores nothing
         assert (type(history[0]) is AgentThread.StartedWithInput) is created_with_input
         assert [type(e) for e in history].count(AgentThread.StartedWithInput) <= 1
         system = [
@@ -245,13 +259,11 @@ def test_a_new_threads_creation_carries_its_first_run_only_while_unsaved() -> No
             AgentThread.Started,
             AgentThread.RunStartedWithInput,
         ]
-    for mode, message in ((RunMode.CONTINUE, None), (RunMode.RUN, Message(Role.USER, "hi"))):
-        plain = AgentThread.start("p", now=now())
-        plain.start_run(mode, now=now(), given=message, apart=True)
-        assert [type(e) for e in plain.pending_events] == [
-            AgentThread.Started,
-            AgentThread.RunStarted,
-        ]
+    plain = AgentThread.start("p", now=now())
+    with pytest.raises(ThreadNotFoundError):  # a continue has nothing to go on from
+        plain.start_run(RunMode.CONTINUE, now=now())
+    plain.start_run(RunMode.RUN, now=now(), given=Message(Role.USER, "hi"), apart=True)
+    assert [type(e) for e in plain.pending_events] == [AgentThread.Started, AgentThread.RunStarted]
 
 
 @pytest.mark.parametrize(
@@ -362,3 +374,151 @@ def test_the_thread_refuses_a_run_without_a_users_text(given_input: Message | No
     with pytest.raises(InvalidRunInputError, match=r"run\(input\)"):
         thread.start_run(RunMode.RUN, now=now(), given=given_input, apart=True)
     assert (thread.version, thread.messages) == (1, [])
+
+
+ABSENT, CREATED, STRAY_START, SYSTEM_ONLY, FAILED_EMPTY = (
+    "absent",
+    "created",
+    "stray start",
+    "system prompt only",
+    "failed empty",
+)
+CUT_SHORT, FAILED_AFTER_INPUT = "cut short", "failed after input"
+NOTHING_TO_GO_ON_FROM = (ABSENT, CREATED, STRAY_START, SYSTEM_ONLY, FAILED_EMPTY)
+"""States of thread ``t`` with no message but system prompts: absent; created with no
+run; running with no message (a continue of the code before started it); running with
+only the system prompt (a fork taken between a run's start and its input); failed with
+no message, its retry asked for (a tool server down before the first run's input)."""
+CONTINUE_ENTRIES = ("continue_run", "acontinue_run", "astream_continue", "worker", "agui")
+
+
+def _stored(store: Store, state: str, *, retry_asked: bool = True) -> None:
+    """Store thread ``t`` in ``state`` (a failed run's retry asked for, unless not
+    ``retry_asked``); the events no command records any more (a run's start with no
+    message, a retry asked of it) are triggered as the code before did."""
+    if state == ABSENT:
+        return
+    now = ticking_clock()
+    thread = AgentThread.start("t", now=now())
+    if state in (CUT_SHORT, FAILED_AFTER_INPUT):
+        thread.start_run(RunMode.RUN, now=now(), given=Message(Role.USER, "Pay amy 20."))
+    elif state != CREATED:
+        thread.trigger_event(AgentThread.RunStarted, mode=RunMode.CONTINUE, timestamp=now())
+    if state == SYSTEM_ONLY:
+        thread.append_message(Message(Role.SYSTEM, "You help with payments."), now=now())
+    if state in (FAILED_EMPTY, FAILED_AFTER_INPUT):
+        thread.fail("ProviderError", "the provider was down", now=now())
+    if state in (FAILED_EMPTY, FAILED_AFTER_INPUT) and retry_asked:
+        thread.trigger_event(
+            AgentThread.RetryRequested, tool_call_id="", requested_by="alice", timestamp=now()
+        )
+    store.save(thread)
+
+
+def _continued(store: Store, entry: str, config: AgentConfig) -> None:
+    """Start a run on from thread ``t``'s history through ``entry``."""
+    if entry == "worker":
+        with store.lease("t"):
+            step(store, config, "t")
+    elif entry == "agui":
+        app = create_agui_app(store, lambda _: config, VERIFIER)
+        body = {"threadId": "t", "runId": "r", "messages": []}
+        with TestClient(app) as client:
+            client.post("/", json=body)
+    elif entry == "continue_run":
+        Agent(config).continue_run()
+    elif entry == "acontinue_run":
+        asyncio.run(Agent(config).acontinue_run())
+    else:
+
+        async def drain() -> None:
+            async for _ in Agent(config).astream_continue():
+                pass
+
+        asyncio.run(drain())
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    entry=st.sampled_from(CONTINUE_ENTRIES),
+    kind=st.sampled_from(("memory", "sqlite")),
+    state=st.sampled_from((*NOTHING_TO_GO_ON_FROM, CUT_SHORT, FAILED_AFTER_INPUT)),
+)
+def test_a_continue_with_no_message_to_go_on_from_is_refused_before_the_model_is_asked(
+    entry: str, kind: str, state: str
+) -> None:
+    """Every entry that runs on from a thread's history (the agent's three, a worker
+    taking a thread over or retrying it, the AG-UI endpoint picking up a run cut short)
+    refuses a thread with no message but system prompts: no model call, no event stored,
+    where it used to ask the model about nothing and store the answer as a new thread.
+    A thread holding a user's message runs on."""
+    with tempfile.TemporaryDirectory() as folder:
+        url = "memory://" if kind == "memory" else f"sqlite:///{Path(folder) / 'threads.db'}"
+        with open_store(url) as store:
+            _stored(store, state)
+            before = store.history("t") if store.exists("t") else []
+            asked: list[tuple[Message, ...]] = []
+
+            def respond(request: ProviderRequest) -> ProviderResponse:
+                asked.append(request.messages)
+                return answer("Paid.")
+
+            config = AgentConfig(
+                provider=ScriptedProvider(respond=respond),
+                checkpoint=CheckpointSettings(store=store, thread_id="t"),
+                system_prompt="You help with payments.",
+                clock=ticking_clock(),
+            )
+            refused: Exception | None = None
+            try:
+                _continued(store, entry, config)
+            except (ThreadNotFoundError, ThreadStateError) as exc:
+                refused = exc
+            goes_on = state == CUT_SHORT or (state == FAILED_AFTER_INPUT and entry != "agui")
+            if not goes_on:
+                assert asked == []
+                assert (store.history("t") if store.exists("t") else []) == before
+                if entry not in ("worker", "agui"):
+                    expected = ThreadNotFoundError if state == ABSENT else ThreadStateError
+                    assert type(refused) is expected, refused
+                    assert "run(input)" in str(refused)
+                return
+            assert refused is None
+            assert len(asked) == 1
+            assert Message(Role.USER, "Pay amy 20.") in asked[0]
+            assert store.state_at("t").messages[-1].content == "Paid."
+
+
+def test_continue_run_on_a_thread_no_store_holds_asks_no_model_and_stores_nothing() -> None:
+    """``continue_run()`` on a mistyped thread id raises ``ThreadNotFoundError`` naming
+    the thread and ``run(input)``: it used to call the model with no message and store
+    a new thread holding only the model's answer."""
+    with open_store("memory://") as store:
+        agent = _agent(store, [answer("I was asked nothing.")], system_prompt=None)
+        with pytest.raises(ThreadNotFoundError, match=r"'t' not found.*run\(input\)"):
+            agent.continue_run()
+        assert store.find("t") is None
+        assert agent.run("Pay amy 20.") == "I was asked nothing."  # the script was not spent
+        again = _agent(store, [answer("Both paid.")], system_prompt=None)
+        again.steer("And bob 40.")
+        assert again.continue_run() == "Both paid."
+        assert store.state_at("t").messages[-2] == Message(Role.USER, "And bob 40.")
+
+
+@pytest.mark.parametrize("state", [FAILED_EMPTY, FAILED_AFTER_INPUT])
+def test_a_retry_of_a_failed_run_with_no_message_to_go_on_from_is_refused(state: str) -> None:
+    """A person's retry of a failed run whose thread holds no message (its first run
+    failed before its input was recorded) is refused by the rule of a continue, with
+    nothing recorded, so no worker asks the model about nothing; a run that failed
+    after a user's message is retried."""
+    with open_store("memory://") as store:
+        _stored(store, state, retry_asked=False)
+        service = ThreadService(store, verifier=VERIFIER)
+        before = store.history("t")
+        if state == FAILED_AFTER_INPUT:
+            service.request_retry("t", reviewer=service.reviewer(ALICE))
+            assert store.load("t").retry_requested
+            return
+        with pytest.raises(ThreadStateError, match=r"a retry of its failed run.*run\(input\)"):
+            service.request_retry("t", reviewer=service.reviewer(ALICE))
+        assert store.history("t") == before

@@ -50,6 +50,7 @@ from covonaut_es.store._chain import chain_hash, chain_of
 from covonaut_es.store._codec import codec_for
 from covonaut_es.store._dictionary import ZstdDictionaryCompressor
 from covonaut_es.store._mapper import MsgspecMapper
+from support import start_bare_run
 
 NOW = datetime(2026, 3, 4, 5, 6, 7, 890123, tzinfo=UTC)
 ID = thread_aggregate_id("t")
@@ -302,7 +303,7 @@ def test_named_state_record_round_trip_keeps_the_document_as_given(compress: boo
 def test_snapshot_round_trip_restores_the_typed_thread() -> None:
     """A snapshot decodes to a thread whose state equals the original, types included."""
     thread = AgentThread.start("t", now=NOW)
-    thread.start_run(RunMode.CONTINUE, now=NOW)
+    start_bare_run(thread, now=NOW)
     thread.append_message(Message(Role.USER, "hi"), now=NOW)
     thread.append_message(
         Message(Role.ASSISTANT, tool_calls=(ToolCall("c1", "echo", "{}"),), usage=Usage(1, 2)),
@@ -443,7 +444,7 @@ def test_snapshot_migrators_see_the_thread_state_with_its_version() -> None:
 
 def talked_thread() -> AgentThread:
     thread = AgentThread.start("t", now=NOW)
-    thread.start_run(RunMode.CONTINUE, now=NOW)
+    start_bare_run(thread, now=NOW)
     for i in range(20):
         thread.append_message(Message(Role.USER, f"message {i} " * 20), now=NOW)
     return thread
@@ -480,7 +481,7 @@ def test_a_snapshot_is_one_zstd_frame_and_one_written_as_json_still_reads(compre
 def test_a_state_msgpack_cannot_hold_is_stored_as_json() -> None:
     """An integer beyond 64 bits in a JSON value is kept by a JSON snapshot."""
     thread = AgentThread.start("t", now=NOW)
-    thread.start_run(RunMode.CONTINUE, now=NOW)
+    start_bare_run(thread, now=NOW)
     thread.interrupt(Interrupt("why", {"n": 2**70}), now=NOW)
     mapper = MsgspecMapper()
     record = mapper.to_stored_event(ThreadSnapshot.take(thread))
@@ -599,7 +600,7 @@ def test_the_chain_hash_sealed_once_is_stored_with_the_bytes_it_covers(key: byte
     """A sealed event's hash is stored with it and decoded back, and it is the hash of
     the payload as stored: an audit recomputing it from the record agrees."""
     thread = AgentThread.start("t", now=NOW)
-    thread.start_run(RunMode.CONTINUE, now=NOW)
+    start_bare_run(thread, now=NOW)
     mapper = MsgspecMapper()
     previous = ""
     for event in thread.collect_events():

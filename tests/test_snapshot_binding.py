@@ -30,13 +30,13 @@ from covonaut_es import (
     create_cipher_key,
     open_store,
 )
-from covonaut_es.domain import AgentThread, Label, RunMode, ThreadSnapshot
+from covonaut_es.domain import AgentThread, Label, ThreadSnapshot
 from covonaut_es.domain._snapshot import differing_fields
 from covonaut_es.messages import Message
 from covonaut_es.store._mapper import MsgspecMapper
 from covonaut_es.store._snapshot_cache import SnapshotCache
 from covonaut_es.store._snapshot_seals import SEALED, Seal, SealKey, unsealed
-from support import answer, call, put_raw_snapshot, snapshotted_thread
+from support import answer, call, put_raw_snapshot, snapshotted_thread, start_bare_run
 from test_approvals import ALICE, PAY_40, make_agent, review_id
 from test_migrations import GOLDEN
 
@@ -354,7 +354,7 @@ def unsnapshotted(store: Store, thread_id: str, messages: int = 70) -> AgentThre
     """A thread long enough for a snapshot, saved without one."""
     now = datetime(2026, 1, 1, tzinfo=UTC)
     thread = AgentThread.start(thread_id, now=now)
-    thread.start_run(RunMode.CONTINUE, now=now)
+    start_bare_run(thread, now=now)
     for i in range(messages):
         thread.append_message(Message(role="user", content=f"{thread_id} {i}"), now=now)
     store.save(thread)
@@ -533,7 +533,7 @@ def damage_template(tmp_path_factory: pytest.TempPathFactory) -> DamageTemplate:
     now = datetime(2026, 1, 1, tzinfo=UTC)
     with open_store(f"sqlite:///{db}") as store:
         thread = AgentThread.start("long", now=now)
-        thread.start_run(RunMode.CONTINUE, now=now)
+        start_bare_run(thread, now=now)
         for i in range(70):
             text = hashlib.sha256(str(i).encode()).hexdigest()
             thread.append_message(Message(role="user", content=text), now=now)

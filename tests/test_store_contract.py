@@ -35,7 +35,7 @@ from covonaut_es import (
     open_store,
 )
 from covonaut_es.audit import export_thread
-from covonaut_es.domain import CheckpointReason, RunMode, thread_aggregate_id
+from covonaut_es.domain import CheckpointReason, thread_aggregate_id
 from covonaut_es.errors import InvalidStateKeyError
 from covonaut_es.messages import Message, Role
 from covonaut_es.store import Compression
@@ -46,6 +46,7 @@ from support import (
     conversation,
     echo_script,
     raw_records,
+    start_bare_run,
     ticking_clock,
 )
 
@@ -121,7 +122,7 @@ def test_a_new_snapshot_replaces_the_older_ones_and_time_travel_still_works(
     keeps them all, ADR 0014); the state at any version, below it or above it, is still
     the one the thread had then."""
     thread = AgentThread.start("long", now=NOW)
-    thread.start_run(RunMode.CONTINUE, now=NOW)
+    start_bare_run(thread, now=NOW)
     states = {}
     written = 0
     for i in range(1, 301):
@@ -165,7 +166,7 @@ def test_at_rest_a_snapshot_is_due_once_its_tail_is_a_sixty_fourth_of_the_thread
     checkpoint waits for a sixteenth and at least 64; no thread under 64 events has one.
     A store in memory, which keeps every snapshot, writes none at rest."""
     thread = AgentThread.start("rest", now=NOW)
-    thread.start_run(RunMode.CONTINUE, now=NOW)
+    start_bare_run(thread, now=NOW)
     grown(store, thread, 61)
     assert thread.version == 63
     assert not store.snapshot_if_due(thread, at_rest=True)
@@ -239,7 +240,7 @@ def test_a_load_at_any_version_starts_from_the_newest_snapshot_at_or_below_it(
     one statement of the snapshot at or below it and the events after it."""
     thread_id = f"long{next(_longs)}"  # one store for every example: a new thread each
     thread = AgentThread.start(thread_id, now=NOW)
-    thread.start_run(RunMode.CONTINUE, now=NOW)
+    start_bare_run(thread, now=NOW)
     states = {}
     for index, count in enumerate(saves):
         for i in range(count * 4):

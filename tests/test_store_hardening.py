@@ -37,7 +37,7 @@ from covonaut_es import (
     open_store,
 )
 from covonaut_es.audit import export_thread, import_threads
-from covonaut_es.domain import RunMode, thread_aggregate_id
+from covonaut_es.domain import thread_aggregate_id
 from covonaut_es.errors import (
     CipherKeyMismatchError,
     CompressionMismatchError,
@@ -68,6 +68,7 @@ from support import (
     call,
     postgres_database_of,
     sqlite_key,
+    start_bare_run,
     ticking_clock,
 )
 from test_cli import ROOT, covonaut_es
@@ -256,7 +257,7 @@ def test_an_open_that_names_no_compression_takes_the_stores(reopenable_url: str)
         first.save(AgentThread.start("t", now=NOW))
         with open_store(reopenable_url) as writer:
             thread = writer.load("t")
-            thread.start_run(RunMode.CONTINUE, now=NOW)
+            start_bare_run(thread, now=NOW)
             writer.save(thread)
             [*_, newest] = writer._app.recorder.select_notifications(None, 10)
             assert msgspec.json.decode(zlib.decompress(newest.state))["mode"] == "continue"

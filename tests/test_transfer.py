@@ -28,7 +28,7 @@ from covonaut_es import (
     open_store,
 )
 from covonaut_es.audit import export_thread, import_threads
-from covonaut_es.domain import AgentThread, RunMode
+from covonaut_es.domain import AgentThread
 from covonaut_es.errors import (
     ConfigurationError,
     IncompleteExportError,
@@ -37,7 +37,7 @@ from covonaut_es.errors import (
 )
 from covonaut_es.messages import Message
 from covonaut_es.service import ThreadService
-from support import answer, call, echo_tool, review_tool, ticking_clock
+from support import answer, call, echo_tool, review_tool, start_bare_run, ticking_clock
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "tests" / "fixtures" / "golden" / "v4-export"
@@ -294,7 +294,7 @@ def _large_store(path: Path) -> str:
     pipe holds."""
     url = f"sqlite:///{path}"
     thread = AgentThread.start("big", now=NOW)
-    thread.start_run(RunMode.CONTINUE, now=NOW)
+    start_bare_run(thread, now=NOW)
     for i in range(1, 2001):
         thread.append_message(Message(role="user", content=f"{i} " + "x" * 400), now=NOW)
     with open_store(url) as store:

@@ -28,7 +28,7 @@ from covonaut_es.audit import export_thread, import_threads
 from covonaut_es.audit._trailer import Tally
 from covonaut_es.cli import main
 from covonaut_es.cli._output import print_json
-from covonaut_es.domain import AgentThread, RunMode, thread_aggregate_id
+from covonaut_es.domain import AgentThread, thread_aggregate_id
 from covonaut_es.domain._named_states import StateSaved
 from covonaut_es.domain._submissions import InputSubmitted
 from covonaut_es.errors import (
@@ -39,7 +39,7 @@ from covonaut_es.errors import (
 )
 from covonaut_es.messages import Message
 from covonaut_es.store._chain import CHAIN_FIELD, chain_hash
-from support import earlier_thread_id_rule, sqlite_key
+from support import earlier_thread_id_rule, sqlite_key, start_bare_run
 from test_transfer import NOW, ROOT, converse, covonaut, source_export
 
 CHILD_ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
@@ -240,7 +240,7 @@ def _fork_with_a_long_tail(url: str) -> None:
         converse(store, "t")
         store.fork("t", at_version=1, new_thread_id="t-b", now=NOW)
         thread = store.load("t-b")
-        thread.start_run(RunMode.CONTINUE, now=NOW)
+        start_bare_run(thread, now=NOW)
         for i in range(2500):
             thread.append_message(Message(role="user", content=f"{i} " + "x" * 400), now=NOW)
         store.save(thread)
@@ -599,7 +599,7 @@ def test_an_export_holding_separators_and_overrides_is_one_line_per_event(
     with open_store(url) as store:
         with earlier_thread_id_rule():
             thread = AgentThread.start(thread_id, now=NOW)
-        thread.start_run(RunMode.CONTINUE, now=NOW)
+        start_bare_run(thread, now=NOW)
         thread.append_message(Message(role="user", content=UNSAFE), now=NOW)
         store.save(thread)
         lines = list(export_thread(store, thread_id))
@@ -648,7 +648,7 @@ def test_an_export_read_while_its_thread_grows_imports_as_one_state_of_it(
     url = f"sqlite:///{tmp_path / 'threads.db'}"
     with open_store(url) as store:
         thread = AgentThread.start("grows", now=NOW)
-        thread.start_run(RunMode.CONTINUE, now=NOW)
+        start_bare_run(thread, now=NOW)
         for i in range(700):
             thread.append_message(Message(role="user", content=f"{i}"), now=NOW)
         store.save(thread)

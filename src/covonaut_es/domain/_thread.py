@@ -74,6 +74,7 @@ from covonaut_es.errors import (
     NotInterruptedError,
     ReviewExpiredError,
     ReviewPendingError,
+    ThreadNotFoundError,
     ThreadStateError,
     ToolCallsInDoubtError,
 )
@@ -941,14 +942,18 @@ class AgentThread(Aggregate, created_event_name="Started"):
         Raises:
             InvalidRunInputError: A ``run`` was given no user's message of text, or
                 another mode was given one; nothing was recorded.
-            ThreadStateError: The thread was abandoned, or the mode does not fit its
-                interrupts.
+            ThreadNotFoundError: A ``continue`` of a thread no store holds (only its
+                unsaved creation); nothing was recorded.
+            ThreadStateError: The thread was abandoned, the mode does not fit its
+                interrupts, or a ``continue`` found no message to go on from.
         """
         if (problem := run_input_problem(mode, given)) is not None:
             raise InvalidRunInputError(problem)
         if self.status is ThreadStatus.ABANDONED:
             msg = f"thread {self.thread_id!r} was abandoned: fork it to go on from any version"
             raise ThreadStateError(msg)
+        if mode is RunMode.CONTINUE:
+            self._refuse_nothing_to_continue("continue_run()")
         self._refuse_calls_in_doubt()
         if mode is RunMode.RESUME:
             self._refuse_pending_reviews()
@@ -1124,7 +1129,8 @@ class AgentThread(Aggregate, created_event_name="Started"):
 
         Raises:
             ThreadStateError: The call is not in doubt, or its retry is already asked
-                for; with no call, the thread's last run did not fail.
+                for; with no call, the thread's last run did not fail, or the thread
+                holds no message a retry could go on from.
         """
         self._refuse_if_abandoned("a retry")
         if not tool_call_id:
@@ -1137,6 +1143,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
             if self.retry_requested:
                 msg = f"a retry of thread {self.thread_id!r}'s failed run is already asked for"
                 raise ThreadStateError(msg)
+            self._refuse_nothing_to_continue("a retry of its failed run")
         else:
             self._call_in_doubt(tool_call_id)
             if tool_call_id in self.retries_requested:
@@ -1730,6 +1737,25 @@ class AgentThread(Aggregate, created_event_name="Started"):
                 "pauses are never decided); fork it to go on from any version"
             )
             raise ThreadStateError(msg)
+
+    def _refuse_nothing_to_continue(self, what: str) -> None:
+        """Refuse ``what``, a run on from the history, on a thread whose history holds
+        no message but system prompts: it would call the model on nothing anyone said
+        (ADR 0142). The one rule of a ``continue`` and of a retry of a failed run."""
+        if any(message.role is not Role.SYSTEM for message in self.messages):
+            return
+        if self._only_created():
+            msg = (
+                f"thread {self.thread_id!r} not found: no store holds it, so {what} has "
+                "nothing to go on from; start it with run(input)"
+            )
+            raise ThreadNotFoundError(msg)
+        msg = (
+            f"thread {self.thread_id!r} holds no message to go on from (status "
+            f"{self.status}), so {what} would ask the model about nothing; give it the "
+            "user's message with run(input)"
+        )
+        raise ThreadStateError(msg)
 
     def _refuse_pending_reviews(self) -> None:
         if self.reviews.pending:

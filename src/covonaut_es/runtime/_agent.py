@@ -160,7 +160,14 @@ class Agent(ReviewCommands, StateCommands):
         return self._drive(RunMode.RUN, run_input(input))
 
     def continue_run(self) -> str:
-        """Run on from the history without new input."""
+        """Run on from the history without new input.
+
+        Raises:
+            ThreadNotFoundError: No store holds the thread; nothing was recorded and the
+                model was not called.
+            ThreadStateError: The thread holds no message but system prompts, nothing
+                to go on from (start it with ``run(input)``); nothing was recorded.
+        """
         return self._drive(RunMode.CONTINUE, None)
 
     def resume(self) -> str:
@@ -181,7 +188,12 @@ class Agent(ReviewCommands, StateCommands):
         return await self._adrive(RunMode.RUN, run_input(input))
 
     async def acontinue_run(self) -> str:
-        """Like :meth:`continue_run`, awaited."""
+        """Like :meth:`continue_run`, awaited.
+
+        Raises:
+            ThreadNotFoundError: No store holds the thread; nothing was recorded.
+            ThreadStateError: The thread holds no message to go on from.
+        """
         return await self._adrive(RunMode.CONTINUE, None)
 
     async def aresume(self) -> str:
@@ -211,7 +223,13 @@ class Agent(ReviewCommands, StateCommands):
         return self._astream(RunMode.RUN, run_input(input))
 
     def astream_continue(self) -> AsyncGenerator[StreamItem, None]:
-        """Like :meth:`acontinue_run`, yielding the run as :meth:`astream` does."""
+        """Like :meth:`acontinue_run`, yielding the run as :meth:`astream` does.
+
+        Raises:
+            ThreadNotFoundError: No store holds the thread (on the first item).
+            ThreadStateError: The thread holds no message to go on from (on the first
+                item).
+        """
         return self._astream(RunMode.CONTINUE, None)
 
     def astream_resume(self) -> AsyncGenerator[StreamItem, None]:
