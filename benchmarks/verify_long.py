@@ -12,16 +12,17 @@ from datetime import UTC, datetime
 
 from covonaut_es import AgentThread, open_store
 from covonaut_es.domain import CheckpointReason, RunMode
-from covonaut_es.messages import Message
+from covonaut_es.messages import Message, Role
 
 url, n = sys.argv[1], int(sys.argv[2])
 now = datetime.now(UTC)
 with open_store(url) as store:
     if not store.exists("long"):
         thread = AgentThread.start("long", now=now)
-        thread.start_run(RunMode.RUN, now=now)
+        first = Message(role=Role.USER, content="message 0 " + "x" * 200)
+        thread.start_run(RunMode.RUN, now=now, given=first)  # a run starts with its input
         for batch in range(0, n, 500):  # one save per 500 messages, as long runs do
-            for i in range(batch, min(n, batch + 500)):
+            for i in range(max(batch, 1), min(n, batch + 500)):
                 text = f"message {i} " + "x" * 200
                 thread.append_message(Message(role="user", content=text), now=now)
                 if i % 10 == 9:

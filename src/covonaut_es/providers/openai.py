@@ -86,8 +86,9 @@ _VENDOR = Vendor(
     SdkErrors(openai.OpenAIError, openai.APIStatusError, openai.APIConnectionError),
     _http_failure,
     # The SDK keeps a key given as a callable, and a provider's set-up (Bedrock, Vertex),
-    # in attributes of its own; it refuses every request of a client that omits its
-    # Authorization header.
+    # in attributes of its own (private names, the only ones of the SDK this library
+    # reads; checked against openai 3.63.0); it refuses every request of a client that
+    # omits its Authorization header.
     Credentials(
         ("OPENAI_API_KEY",),
         ("authorization",),
