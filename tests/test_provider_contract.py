@@ -27,7 +27,9 @@ from types import ModuleType
 from typing import Any
 from urllib.parse import quote, quote_plus
 
+import anthropic
 import msgspec
+import openai
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -61,6 +63,8 @@ from covonaut_es.errors import (
 from covonaut_es.messages import MAX_TOKEN_COUNT, StreamDelta, Usage
 from covonaut_es.providers import collect_stream
 from covonaut_es.providers._secrets import client_secrets
+from covonaut_es.providers.anthropic import AnthropicProvider
+from covonaut_es.providers.openai import OpenAIProvider
 from covonaut_es.tools import ToolContext
 from provider_wire import SYSTEM, WEATHER, WEATHER_BY_CITY, WEATHER_SCHEMA, VendorWire, ask
 from wire_server import Reply, WireServer, json_reply, sse_reply
@@ -397,6 +401,38 @@ def test_a_client_with_no_credential_is_refused_when_the_provider_is_built(
 
 
 _URL_FAULTS = ["[::1", "h\x00", "h:port", "[zz]", "h\x7f"]
+
+
+_PLATFORM_ENDPOINT = {"api_version": "2024-06-01", "azure_endpoint": "https://x.openai.azure.com"}
+# Each cloud platform's client, given a credential its own way (the SDK refuses one built
+# without), which sends no header the vendor's own client would.
+_PLATFORM_CLIENTS = {
+    "Azure OpenAI, api_key": lambda: openai.AzureOpenAI(api_key=_NO_SECRET, **_PLATFORM_ENDPOINT),
+    "Azure OpenAI, a token provider": lambda: openai.AzureOpenAI(
+        azure_ad_token_provider=lambda: _NO_SECRET, **_PLATFORM_ENDPOINT
+    ),
+    "Bedrock": lambda: anthropic.AnthropicBedrock(
+        aws_access_key="AKIAEXAMPLE", aws_secret_key=_NO_SECRET, aws_region="us-east-1"
+    ),
+    "Vertex": lambda: anthropic.AnthropicVertex(
+        region="us-east5", project_id="p", access_token=_NO_SECRET
+    ),
+    "Foundry": lambda: anthropic.AnthropicFoundry(api_key=_NO_SECRET, resource="r"),
+}
+
+
+@pytest.mark.parametrize("platform", sorted(_PLATFORM_CLIENTS))
+def test_a_cloud_platforms_client_with_its_credential_is_accepted(
+    platform: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client of a cloud platform (Azure OpenAI, Bedrock, Vertex, Foundry) keeps its
+    credential where the vendor's own client does not: the provider builds on it, as it
+    did before the credential check, which refused them all (helper-195)."""
+    for variable in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"):
+        monkeypatch.delenv(variable, raising=False)
+    client = _PLATFORM_CLIENTS[platform]()
+    provider_class = OpenAIProvider if isinstance(client, openai.OpenAI) else AnthropicProvider
+    provider_class(client=client).close()
 
 
 @settings(

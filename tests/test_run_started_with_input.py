@@ -522,3 +522,18 @@ def test_a_retry_of_a_failed_run_with_no_message_to_go_on_from_is_refused(state:
         with pytest.raises(ThreadStateError, match=r"a retry of its failed run.*run\(input\)"):
             service.request_retry("t", reviewer=service.reviewer(ALICE))
         assert store.history("t") == before
+
+
+@pytest.mark.parametrize("role", [Role.SYSTEM, "system"], ids=["enum", "text"])
+def test_a_system_prompt_given_by_its_roles_text_is_no_message_to_continue_from(
+    role: Any,
+) -> None:
+    """A thread driven directly, whose only message is a system prompt built with the
+    role's text (``Message(role="system")``, as embedding code may write it), is refused
+    a continue as one built with ``Role.SYSTEM`` is: the rule compared the role by
+    identity, which only the decoded enum passes (helper-195)."""
+    now = ticking_clock()
+    thread = AgentThread.start("t", now=now())
+    thread.append_message(Message(role=role, content="Be brief."), now=now())
+    with pytest.raises(ThreadStateError, match="no message to go on from"):
+        thread.start_run(RunMode.CONTINUE, now=now())

@@ -1742,7 +1742,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
         """Refuse ``what``, a run on from the history, on a thread whose history holds
         no message but system prompts: it would call the model on nothing anyone said
         (ADR 0142). The one rule of a ``continue`` and of a retry of a failed run."""
-        if any(message.role is not Role.SYSTEM for message in self.messages):
+        if any(message.role != Role.SYSTEM for message in self.messages):  # or its text
             return
         if self._only_created():
             msg = (

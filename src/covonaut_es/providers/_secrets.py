@@ -71,6 +71,10 @@ class Credentials:
     """Where a vendor SDK's client keeps what it authenticates with.
 
     Attributes:
+        client: The SDK's own client class, whose credentials the others describe. A
+            client of another class (a cloud platform's: Azure, Bedrock, Vertex,
+            Foundry) authenticates its platform's way, which its SDK checks when the
+            client is built.
         variables: The environment variables the SDK reads a key or token from.
         headers: The names, in lower case, of the headers a request authenticates with;
             the SDK puts its client's key or token in one of them.
@@ -82,6 +86,7 @@ class Credentials:
             them past the SDK.
     """
 
+    client: type
     variables: tuple[str, ...]
     headers: tuple[str, ...]
     attributes: tuple[str, ...] = ()
@@ -90,7 +95,10 @@ class Credentials:
     def held_by(self, client: object) -> bool:
         """Whether ``client`` has something to authenticate with, as its SDK judges
         before it sends a request: an attribute set, or a header with a value (an empty
-        key is none), or ``Authorization`` omitted where the SDK allows it."""
+        key is none), or ``Authorization`` omitted where the SDK allows it; a client of
+        a platform's class, always."""
+        if type(client) is not self.client:
+            return True
         if any(getattr(client, name, None) for name in self.attributes):
             return True
         return any(

@@ -109,6 +109,7 @@ _VENDOR = Vendor(
     _http_failure,
     # ``credentials`` is a provider of tokens (a profile, workload identity federation).
     Credentials(
+        anthropic.Anthropic,
         ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"),
         ("authorization", "x-api-key"),
         ("credentials",),

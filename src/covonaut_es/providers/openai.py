@@ -90,6 +90,7 @@ _VENDOR = Vendor(
     # reads; checked against openai 3.63.0); it refuses every request of a client that
     # omits its Authorization header.
     Credentials(
+        openai.OpenAI,
         ("OPENAI_API_KEY",),
         ("authorization",),
         ("workload_identity", "_api_key_provider", "_provider_runtime"),
