@@ -619,6 +619,25 @@ def _shown_anywhere(error: BaseException) -> str:
     percent_encoded=False,
     as_the_view=False,
 )
+# Found by a CI run (2026-12-06): a raw "/" then "&" (or "?") and "=" before the "@",
+# which the rule read as a query parameter holding the "@", so it found no password to
+# hide, and libpq read the piece before the "/" as the port (or a parameter's name).
+@example(
+    place="postgresql://postgres:{secret}@{server}/{db}",
+    key="password",
+    pieces=["Sekret0", "Sekret0", "Sekret0"],
+    joints=["/", "&", "="],
+    percent_encoded=False,
+    as_the_view=False,
+)
+@example(
+    place="postgresql://postgres:{secret}@{server}/{db}",
+    key="password",
+    pieces=["Sekret0", "Sekret0", "Sekret0"],
+    joints=["/", "?", "="],
+    percent_encoded=False,
+    as_the_view=False,
+)
 # Found by a fresh attack (helper-103): short pieces joined by "#", which libpq does not
 # cut at, before a "/", which it does: the run was shown as the port.
 @example(

@@ -133,16 +133,21 @@ def _secret_spans(url: str) -> tuple[tuple[int, int], ...]:
 
 def _end_of_user_information(url: str) -> int | None:
     """The position of the ``@`` that ends the user information: the last one that is not
-    in a query parameter's value (``/db?user=ann@corp``), if any. A query begins after
-    the path: a ``?`` before the first ``/`` after the scheme is a password's own
-    character (``pw@x?y=@host``), so the ``@`` after it may still end the password."""
+    in a query parameter's value (``/db?user=ann@corp``), if any. A query begins at the
+    first ``?`` after the path, and only where an ``@`` stands before the path (libpq
+    reads user information there only): a ``?`` before the first ``/`` after the scheme
+    is a password's own character (``pw@x?y=@host``), and so is a ``?``, ``&`` or ``=``
+    after a raw ``/`` in a password (``pw/x?y=@host``, which libpq reads as a host, a
+    port and a query), so the ``@`` after them may still end the password."""
     scheme = _SCHEME.match(url)
-    path = url.find("/", scheme.end() if scheme else 0)
+    start = scheme.end() if scheme else 0
+    path = url.find("/", start)
+    query = url.find("?", path) if path >= 0 and "@" in url[start:path] else -1
     at = len(url)
     while (at := url.rfind("@", 0, at)) >= 0:
         parameter_start = max(url.rfind("?", 0, at), url.rfind("&", 0, at))
-        in_a_query = parameter_start >= 0 and "=" in url[parameter_start:at]
-        if not in_a_query or not 0 <= path < parameter_start:
+        in_a_query = 0 <= query <= parameter_start and "=" in url[parameter_start:at]
+        if not in_a_query:
             return at
     return None
 
