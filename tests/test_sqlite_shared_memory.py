@@ -22,8 +22,8 @@ from covonaut_es.cli import main
 from covonaut_es.domain import AgentThread
 from covonaut_es.errors import NotAStoreError
 
-if not Path("/proc/locks").exists():
-    reason = "reads this process's locks in /proc/locks (Linux)"
+if not Path("/proc/self/fdinfo").exists():
+    reason = "reads this process's locks in /proc/self/fdinfo (Linux)"
     if os.environ.get("CI"):
         pytest.fail(f"{reason}: CI runs on Linux", pytrace=False)
     pytest.skip(reason, allow_module_level=True)
@@ -32,15 +32,24 @@ _NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def locks_held_on(path: Path) -> list[str]:
-    """This process's POSIX locks on ``path``'s file, as /proc/locks lists them (its
-    kind, mode and byte range)."""
+    """This process's POSIX locks on ``path``'s file (their kind, mode and byte range),
+    as the kernel lists them beside each of the process's descriptors of that file.
+
+    Not read from /proc/locks: the kernel hands that list out a page per read, counting
+    its place by position, so while other processes (the other test workers) take and
+    drop locks, a reader sees some lock twice or misses one."""
     found = path.stat()
-    device = f"{os.major(found.st_dev):02x}:{os.minor(found.st_dev):02x}:{found.st_ino}"
-    with open("/proc/locks") as locks:
-        fields = [line.split() for line in locks]
-    return sorted(
-        " ".join(f[1:4] + f[-2:]) for f in fields if f[-4] == str(os.getpid()) and f[-3] == device
-    )
+    held: list[str] = []
+    for descriptor in os.listdir("/proc/self/fd"):
+        try:
+            opened = os.stat(f"/proc/self/fd/{descriptor}")
+            with open(f"/proc/self/fdinfo/{descriptor}") as info:
+                lines = [line.split() for line in info if line.startswith("lock:")]
+        except OSError:  # closed since the listing, or the listing's own descriptor
+            continue
+        if (opened.st_dev, opened.st_ino) == (found.st_dev, found.st_ino):
+            held += [" ".join(f[2:5] + f[-2:]) for f in lines]
+    return sorted(held)
 
 
 def fresh_folder(tmp_path: Path) -> Path:
