@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from covonaut_es import AgentThread, create_cipher_key, open_store
-from covonaut_es._text import printable
+from covonaut_es._text import printable, shown_escaped
 from covonaut_es.audit import check_store, format_report
 from covonaut_es.cli import main
 from covonaut_es.cli._app import build_parser
@@ -333,6 +333,54 @@ def _subcommands(
             for name, sub in action.choices.items():
                 nested = list(_subcommands(sub, (*words, name)))
                 yield from nested or [(" ".join((*words, name)), sub)]
+
+
+def _escaped_words() -> st.SearchStrategy[str]:
+    """A word a command line can carry holding a character a terminal must not get raw
+    (an escape sequence's ESC, DEL, a C1 control, a bidirectional override, a byte that
+    is no UTF-8); no space, which argparse never reads as an option."""
+    plain = st.text(st.characters(exclude_characters="\x00 "), max_size=6)
+    shown = st.characters(exclude_characters="\x00 ").filter(shown_escaped)
+    return st.tuples(plain, shown | st.sampled_from(["\udcff", "\udc80"]), plain).map("".join)
+
+
+def _words_refused_by_argparse(
+    command: str, parser: argparse.ArgumentParser, word: str, option: int
+) -> list[list[str]]:
+    """Command lines of ``command`` that argparse refuses while quoting ``word``: as an
+    option no parser knows, and as the value of the ``option``-th (modulo their number)
+    of its options that take one, given after a space (so taken for an option)."""
+    words = command.split()
+    taking = [a.option_strings[-1] for a in parser._actions if a.option_strings and a.nargs != 0]
+    lines = [[*words, f"-{word}"], [*words, f"--{word}"]]
+    if taking:
+        lines.append([*words, taking[option % len(taking)], f"-{word}"])
+    return lines
+
+
+@pytest.mark.parametrize(("command", "parser"), list(_subcommands(build_parser())))
+@settings(
+    max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(word=_escaped_words(), option=st.integers(min_value=0, max_value=99))
+def test_a_usage_error_shows_every_word_it_quotes_escaped(
+    command: str,
+    parser: argparse.ArgumentParser,
+    word: str,
+    option: int,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Property: whatever a refused command line holds, every command's usage error
+    (argparse's, and the advice on a word read as an option) reaches the terminal with
+    every control, format or undecodable character escaped, one line per message. The
+    advice to write ``OPTION=VALUE`` printed the value raw (a DEL, found in CI)."""
+    for line in _words_refused_by_argparse(command, parser, word, option):
+        with pytest.raises(SystemExit) as refused:
+            main(line)
+        captured = capsys.readouterr()
+        assert refused.value.code == 2 and captured.out == "", line
+        assert ": error: " in captured.err.splitlines()[-1], (line, captured.err)
+        assert not any(shown_escaped(char) for char in captured.err.replace("\n", "")), line
 
 
 @pytest.mark.parametrize(("command", "parser"), list(_subcommands(build_parser())))

@@ -356,13 +356,15 @@ def carried_by_argv(text: str) -> bool:
 @settings(max_examples=4, deadline=None)
 @example(scope="s\udcff")
 @example(scope="pay\x1b[2J")
+@example(scope="-\x7f")
 @given(scope=unshowable_ids().filter(carried_by_argv))
 def test_token_issue_refuses_a_scope_no_reviewer_id_could_be(scope: str) -> None:
     """Property: --scope follows --reviewer's rule: a byte that is no UTF-8, a control,
     a blank or a padded scope exits 2 in one line naming the scope, and no token is
     printed. A byte that is no UTF-8 was a UnicodeEncodeError traceback, exit 1, and a
-    blank or control scope was signed (helper-158)."""
-    result = covonaut("token", "issue", "--reviewer", "ann", "--ttl", "60", "--scope", scope)
+    blank or control scope was signed (helper-158). The scope is given as
+    ``--scope=VALUE``, the form that carries one beginning with ``-``."""
+    result = covonaut("token", "issue", "--reviewer", "ann", "--ttl", "60", f"--scope={scope}")
     assert result.returncode == 2 and result.stdout == "", result.stderr
     assert result.stderr.count("\n") == 1 and "--scope values: " in result.stderr
     assert "scope" in result.stderr.partition("--scope values: ")[2]

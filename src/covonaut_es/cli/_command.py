@@ -15,6 +15,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
+from covonaut_es._text import printable
+
 EXIT_OK = 0
 EXIT_FAILURES = 1
 """The command ran and found problems (``replay --verify``, ``migrate --check``)."""
@@ -102,7 +104,9 @@ class CommandParser(argparse.ArgumentParser):
                     f"(`... -- {taken[-1]}`), and an option's value as OPTION={taken[0]}"
                 )
             message = f"{message} ({shown} {were}: {how})"
-        super().error(message)
+        # argparse quotes the words it refused, and the advice repeats one as given: a
+        # word may hold an escape sequence (an id a script took from a thread).
+        super().error(printable(message))
 
     def _taken_for_options(self, message: str) -> list[str]:
         """The words before ``--`` that begin with ``-`` and name no option of this
