@@ -59,10 +59,13 @@ docs: $(STAMP)
 # workers left the cores idle for a third of the run (ADR 0051, amended).
 TEST_WORKERS ?= 4
 
-# The checks before the suite run side by side, each one's output printed whole.
+# The checks before the suite run side by side, each one's output printed whole. The
+# suite writes bytecode even where the environment asks Python not to
+# (PYTHONDONTWRITEBYTECODE): it starts the command line about a thousand times, and
+# each start compiled the whole library again (ADR 0051, amended).
 test: $(STAMP) $(NODE_TOOLS)
 	$(MAKE) --no-print-directory --jobs=3 --output-sync=target lint typecheck docs-build
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # The demo's store is kept in $(DEMO_DB), for the command line and the inbox to look at
 # afterwards: a review waits in it.
