@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 
 from covonaut_es import AgentThread, HmacReviewerVerifier, open_store
+from covonaut_es._text import shown_escaped
 from inbox_support import free_port, paused
 from test_approvals import review_id
 
@@ -338,3 +339,37 @@ def test_serve_answers_a_half_closed_decision_and_refuses_past_a_share_with_its_
     finally:
         stopped(process)
     assert process.returncode == 0
+
+
+def test_serve_logs_no_byte_a_request_held_raw(tmp_path: Path) -> None:
+    """Every byte a header may carry that a terminal must not get raw (each C0 control
+    a header line can hold, DEL, each byte above 0x7f alone, and in UTF-8 the C1
+    controls, bidirectional overrides, line separators and invisible characters), sent
+    as X-Forwarded-For: serve's output holds none of them raw, and names the connection's
+    own address. uvicorn
+    took X-Forwarded-For from any local client for the client's address and logged it
+    raw (helper-196)."""
+    url = f"sqlite:///{tmp_path / 'threads.db'}"
+    open_store(url).close()
+    port = free_port()
+    process = serve(url, port, env={"COVONAUT_ES_REVIEWER_SECRET": SECRET})
+    hostile = [bytes([b]) for b in (*range(1, 32), *range(127, 256)) if b not in b"\t\n\r"]
+    hostile += [c.encode() for c in "\x85\x9b\u202e\u2028\u200b\u3164\ufeff"]
+    try:
+        healthy(process, f"http://127.0.0.1:{port}")
+        for value in hostile:
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as client:
+                client.sendall(
+                    b"GET /healthz HTTP/1.1\r\nHost: inbox\r\n"
+                    b"X-Forwarded-For: a" + value + b"\r\nConnection: close\r\n\r\n"
+                )
+                while client.recv(65536):
+                    pass
+    finally:
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=30)
+    logged = [line for line in out.splitlines() if "GET /healthz" in line]
+    assert len(logged) > len(hostile) // 2, out  # a header h11 refuses is answered 400
+    assert all(line.split()[1].startswith("127.0.0.1:") for line in logged), out
+    shown = (out + err).replace("\n", "")
+    assert not [char for char in shown if shown_escaped(char)], (out, err)

@@ -14,22 +14,58 @@ import logging
 from covonaut_es._text import printable
 from covonaut_es.errors import NewerSchemaError
 
+_TRACEBACKS = logging.Formatter()
+
 
 class _OneLine(logging.Filter):
+    """The record's message, with the traceback and stack it carries, as one line: an
+    exception's text (a provider's error body, a tool's) is outside text too."""
+
     def filter(self, record: logging.LogRecord) -> bool:
-        record.msg, record.args = printable(record.getMessage()), None
+        message = record.getMessage()
+        if record.exc_info:
+            message += "\n" + _TRACEBACKS.formatException(record.exc_info)
+        elif record.exc_text:
+            message += "\n" + record.exc_text
+        if record.stack_info:
+            message += "\n" + _TRACEBACKS.formatStack(record.stack_info)
+        record.msg, record.args = printable(message), None
+        record.exc_info, record.exc_text, record.stack_info = None, None, None
+        return True
+
+
+class _EscapedArguments(logging.Filter):
+    """Each of the record's arguments escaped, their tuple kept: for a formatter that
+    reads them one by one (uvicorn's access log)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(printable(a) if isinstance(a, str) else a for a in record.args)
         return True
 
 
 _ONE_LINE = _OneLine()
+_ESCAPED_ARGUMENTS = _EscapedArguments()
 
 
 def logger(name: str) -> logging.Logger:
-    """The logger ``name`` (``covonaut_es`` or one below it), its records made safe."""
+    """The logger ``name`` (``covonaut_es`` or one below it), its records made safe.
+    A filter sees only the records logged to its own logger, so each module's logger
+    is made here."""
     log = logging.getLogger(name)
     if _ONE_LINE not in log.filters:
         log.addFilter(_ONE_LINE)
     return log
+
+
+def escape_uvicorn_records() -> None:
+    """uvicorn's log lines made safe as the package's, once uvicorn has set its logging
+    up: its error log's records one line each (a traceback quotes what a request held),
+    its access log's arguments each escaped."""
+    logger("uvicorn.error")
+    access = logging.getLogger("uvicorn.access")
+    if _ESCAPED_ARGUMENTS not in access.filters:
+        access.addFilter(_ESCAPED_ARGUMENTS)
 
 
 def pass_over(log: logging.Logger, reader: str, position: int, error: Exception, then: str) -> None:

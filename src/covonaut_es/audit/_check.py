@@ -45,8 +45,10 @@ class Failure:
 
     def __str__(self) -> str:
         version = "?" if self.stored_version is None else self.stored_version
-        owner, type_name, error = map(printable, (self.owner, self.type_name, self.error))
-        return f"{owner}, {self.position} ({type_name}, schema v{version}): {error}"
+        owner, position, type_name, error = map(
+            printable, (self.owner, self.position, self.type_name, self.error)
+        )
+        return f"{owner}, {position} ({type_name}, schema v{version}): {error}"
 
 
 @attrs.define
@@ -189,7 +191,7 @@ class _Checker:
 
 def format_report(report: MigrationReport, *, source: str) -> Iterable[str]:
     """The report as lines of text, as ``migrate --check`` prints it."""
-    yield f"Checked {report.records} records in {source}; nothing was written."
+    yield f"Checked {report.records} records in {printable(source)}; nothing was written."
     rows = sorted(report.counts.items(), key=lambda item: (item[0][0], item[0][1] or -1))
     width = max((len(printable(name)) for (name, _), _ in rows), default=4)
     yield f"  {'type':<{width}}  stored  current  records"

@@ -21,6 +21,7 @@ import socket
 import sys
 import uuid
 
+from covonaut_es import _logs
 from covonaut_es.cli._command import EXIT_OK, Subcommands, UsageError, add_command
 from covonaut_es.cli._connections import ConnectionLimits
 from covonaut_es.cli._identity import add_reviewer_options, reviewer_verifier_from
@@ -115,7 +116,11 @@ def serve(args: argparse.Namespace) -> int:
             backlog=BACKLOG,
             timeout_keep_alive=KEEP_ALIVE_SECONDS,
             timeout_graceful_shutdown=2,
+            # A client is its connection's address: X-Forwarded-For from any local
+            # client would otherwise name it, in the access log among other places.
+            proxy_headers=False,
         )
+        _logs.escape_uvicorn_records()
         bound_host, bound_port = listening.getsockname()[:2]
         shown = f"[{bound_host}]" if ":" in bound_host else bound_host
         # uvicorn names the address only of the sockets it binds itself.
@@ -140,9 +145,9 @@ def listening_on(host: str, port: int) -> socket.socket:
     try:
         listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listening.bind((host, port))
-    except OSError as exc:
+    except (OSError, TypeError, UnicodeError) as exc:  # TypeError: a name IDNA cannot encode
         listening.close()
-        reason = exc.strerror or str(exc)
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         msg = f"cannot listen on {host} port {port}: {reason}; choose another --host or --port"
         raise UsageError(msg) from None
     return listening

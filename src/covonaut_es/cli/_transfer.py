@@ -13,6 +13,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from covonaut_es._text import printable
 from covonaut_es.audit import export_thread, import_threads
 from covonaut_es.cli._command import (
     EXIT_OK,
@@ -85,7 +86,8 @@ def export(args: argparse.Namespace) -> int:
     if args.output is not None:
         _write_file(args.output, text)
         noun = "event" if events == 1 else "events"
-        print(f"exported {events} {noun} of {args.thread!r} to {args.output}", file=sys.stderr)
+        said = f"exported {events} {noun} of {args.thread!r} to {args.output}"
+        print(printable(said), file=sys.stderr)
         return EXIT_OK
     try:
         write_whole(text)

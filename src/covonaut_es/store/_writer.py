@@ -8,7 +8,6 @@ chain is sealed and each event encoded by the application's save
 from __future__ import annotations
 
 import contextlib
-import logging
 import threading
 from collections.abc import Callable
 from uuid import UUID
@@ -16,6 +15,7 @@ from uuid import UUID
 from eventsourcing.application import Application
 from eventsourcing.persistence import IntegrityError, InterfaceError, OperationalError
 
+from covonaut_es import _logs
 from covonaut_es.domain import AgentThread, ThreadSnapshot
 from covonaut_es.errors import ThreadConflictError
 from covonaut_es.store._backend import Backend
@@ -24,7 +24,7 @@ from covonaut_es.store._read_only import WriteGuard
 from covonaut_es.store._snapshot_cache import SnapshotCache
 from covonaut_es.store._write_errors import database_errors_typed
 
-logger = logging.getLogger(__name__)
+logger = _logs.logger(__name__)
 
 SNAPSHOT_MIN_VERSION = 64
 """No snapshot is written for a thread shorter than this: replaying it is cheap."""
