@@ -32,7 +32,6 @@ from test_approvals import ALICE, BOB, VERIFIER, make_agent, review_id
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 ROOT = Path(__file__).resolve().parent.parent
-IMAGES = ROOT / "docs" / "images"
 AXE = ROOT / "node_modules" / "axe-core" / "axe.min.js"
 WAIT_SECONDS = 15
 PHONE = 400
@@ -242,8 +241,17 @@ def decisions(store: Store, thread_id: str) -> list[AgentThread.ReviewDecided]:
     return [e for e in store.history(thread_id) if isinstance(e, AgentThread.ReviewDecided)]
 
 
+def screenshots(tmp_path: Path) -> Path:
+    """Where a test saves what the browser shows: the test's own folder, so that a run
+    leaves the checkout as it was, or the folder ``COVONAUT_ES_DOCS_IMAGES`` names
+    (``docs/images`` refreshes the documentation's pictures)."""
+    folder = Path(os.environ.get("COVONAUT_ES_DOCS_IMAGES") or tmp_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
 def test_a_new_review_appears_live_and_hostile_arguments_stay_text(
-    store: Store, inbox: str, browsers: tuple[Any, Any]
+    store: Store, inbox: str, browsers: tuple[Any, Any], tmp_path: Path
 ) -> None:
     """Signed in, the open inbox shows a review an agent asks for without a reload; a
     <script> in its arguments is shown as text and never runs."""
@@ -262,12 +270,11 @@ def test_a_new_review_appears_live_and_hostile_arguments_stay_text(
     assert alice.title.endswith("covonaut-es") and "pwned" not in alice.title
     with pytest.raises(NoAlertPresentException):
         alice.switch_to.alert.text  # noqa: B018
-    IMAGES.mkdir(parents=True, exist_ok=True)
-    alice.save_screenshot(str(IMAGES / "inbox.png"))
+    assert alice.save_screenshot(str(screenshots(tmp_path) / "inbox.png"))
 
 
 def test_approve_with_edited_arguments_shows_edit_and_reviewer_in_the_history(
-    store: Store, inbox: str, browsers: tuple[Any, Any]
+    store: Store, inbox: str, browsers: tuple[Any, Any], tmp_path: Path
 ) -> None:
     """The edit is approved; the tool runs with exactly the edit; the thread page's
     history names the edit and alice."""
@@ -275,7 +282,7 @@ def test_approve_with_edited_arguments_shows_edit_and_reviewer_in_the_history(
     runs: list[ToolContext] = []
     paused(store, "edited", [], runs)
     open_review(alice, inbox, "edited")
-    alice.save_screenshot(str(IMAGES / "review.png"))
+    assert alice.save_screenshot(str(screenshots(tmp_path) / "review.png"))
     edited = alice.find_element(By.ID, "edited-arguments")
     edited.clear()
     edited.send_keys('{"amount": 25, "to": "bob"}')
