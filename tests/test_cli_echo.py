@@ -143,28 +143,66 @@ def test_every_logger_of_the_package_makes_its_records_one_escaped_line() -> Non
     text=st.text(max_size=12) | st.just("\x1b]0;PWNED\x07\x1b[2J\n2026-01-01 INFO forged"),
     argument=st.text(max_size=12),
     with_stack=st.booleans(),
+    formats=st.booleans(),
+    foreign=st.booleans(),
 )
-def test_a_logged_record_is_one_escaped_line_with_its_traceback(
-    text: str, argument: str, with_stack: bool
+def test_a_logged_record_shows_only_escaped_text_and_keeps_its_exception(
+    text: str, argument: str, with_stack: bool, formats: bool, foreign: bool
 ) -> None:
-    """Property: a package logger's record, with its message's arguments, the traceback
-    of the exception it carries and the stack, is written as one line with nothing
-    raw. The traceback was written as it came (a provider's error body holding an
-    escape sequence and a newline forged a log line)."""
-    log = _logs.logger("covonaut_es.test_echo")
+    """Property: a record of a package logger, or of another library's logger through a
+    handler the command line escapes, is written as its message, its traceback and its
+    stack, one escaped line each, and keeps its exception for handlers that read it; a
+    message whose arguments do not format is written, not raised at the call. The
+    traceback was written as it came (a provider's error body holding an escape sequence
+    and a newline forged a log line), and only the package's loggers were escaped (an
+    MCP SDK's record under ``covonaut-es worker`` quoted a server raw)."""
     written = io.StringIO()
     handler = logging.StreamHandler(written)
+    if foreign:
+        log = logging.getLogger("some.sdk")
+        _logs.escape_handlers(handler)
+    else:
+        log = _logs.logger("covonaut_es.test_echo")
+    kept: list[logging.LogRecord] = []
     log.addHandler(handler)
+    log.addHandler(KeptRecords(kept))
     try:
         try:
             raise RuntimeError(text)
         except RuntimeError:
-            log.warning("failed %s: %r", argument, text, exc_info=True, stack_info=with_stack)
+            template = "failed %s: %r" if formats else "failed %s: %r %d"
+            log.warning(template, argument, text, exc_info=True, stack_info=with_stack)
     finally:
         log.removeHandler(handler)
-    line = written.getvalue()
-    assert line.count("\n") == 1 and line.endswith("\n"), line
-    assert not raw_in(line) and "RuntimeError" in line, line
+        log.handlers.clear()
+    lines = written.getvalue().splitlines()
+    assert len(lines) == 2 + with_stack, lines
+    assert not raw_in(written.getvalue()) and "RuntimeError" in lines[1], lines
+    assert kept[0].exc_info is not None and isinstance(kept[0].exc_info[1], RuntimeError)
+
+
+class KeptRecords(logging.Handler):
+    def __init__(self, kept: list[logging.LogRecord]) -> None:
+        super().__init__()
+        self.kept = kept
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.kept.append(record)
+
+
+def test_uvicorns_coloured_lines_keep_their_arguments(capsys: pytest.CaptureFixture[str]) -> None:
+    """uvicorn's coloured server log fills a record's ``color_message`` from its
+    arguments: once escaped, the record has its message whole and no such template
+    (``Started server process [%d]`` printed its ``%d``, helper-197)."""
+    import uvicorn
+
+    uvicorn.Config(app=None, use_colors=True)  # sets uvicorn's logging up
+    _logs.escape_uvicorn_records()
+    logging.getLogger("uvicorn.error").info(
+        "Started server process [%d]", 4321, extra={"color_message": "Started [%d] \x1b[36m"}
+    )
+    said = capsys.readouterr().err
+    assert "Started server process [4321]" in said and "%d" not in said, said
 
 
 @settings(max_examples=20, deadline=None)

@@ -1,10 +1,14 @@
-"""The package's loggers, whose every record is one line of what is stored.
+"""The package's loggers, whose every record shows only escaped text.
 
 Log messages carry text from outside the process (thread ids, a tool's reason for
 pausing, a provider's or a database's error): a newline in it would forge a log line,
 an escape sequence would reach the operator's terminal. Each logger here renders the
 whole message through :func:`~covonaut_es._text.printable` before any handler sees it,
-so no call site has to remember to.
+so no call site has to remember to; the traceback and stack a record carries are
+escaped too, each one line after the message, and the exception stays on the record
+for handlers that read it (an error tracker). The command line puts the same filter on
+the handlers it sets up, which see other libraries' records too (an MCP SDK's quoting
+what a server sent).
 """
 
 from __future__ import annotations
@@ -18,19 +22,20 @@ _TRACEBACKS = logging.Formatter()
 
 
 class _OneLine(logging.Filter):
-    """The record's message, with the traceback and stack it carries, as one line: an
-    exception's text (a provider's error body, a tool's) is outside text too."""
-
     def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        if record.exc_info:
-            message += "\n" + _TRACEBACKS.formatException(record.exc_info)
-        elif record.exc_text:
-            message += "\n" + record.exc_text
-        if record.stack_info:
-            message += "\n" + _TRACEBACKS.formatStack(record.stack_info)
+        try:
+            message = record.getMessage()
+        except Exception as exc:  # past a filter, logging would let it reach the caller
+            template = record.msg if isinstance(record.msg, str) else type(record.msg).__name__
+            message = f"{template} (its arguments do not format: {type(exc).__name__})"
         record.msg, record.args = printable(message), None
-        record.exc_info, record.exc_text, record.stack_info = None, None, None
+        record.__dict__.pop("color_message", None)  # uvicorn's, filled from the arguments
+        if record.exc_info and not record.exc_text:
+            record.exc_text = _TRACEBACKS.formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = printable(record.exc_text)
+        if record.stack_info:
+            record.stack_info = printable(record.stack_info)
         return True
 
 
@@ -48,24 +53,36 @@ _ONE_LINE = _OneLine()
 _ESCAPED_ARGUMENTS = _EscapedArguments()
 
 
+def _add(holder: logging.Filterer, escaping: logging.Filter) -> None:
+    if escaping not in holder.filters:
+        holder.addFilter(escaping)
+
+
 def logger(name: str) -> logging.Logger:
     """The logger ``name`` (``covonaut_es`` or one below it), its records made safe.
-    A filter sees only the records logged to its own logger, so each module's logger
-    is made here."""
+    A logger's filter sees only the records logged to it, so each module's logger is
+    made here."""
     log = logging.getLogger(name)
-    if _ONE_LINE not in log.filters:
-        log.addFilter(_ONE_LINE)
+    _add(log, _ONE_LINE)
     return log
 
 
+def escape_handlers(*handlers: logging.Handler | None) -> None:
+    """Make safe every record ``handlers`` write, whichever library logged it: for the
+    handlers the command line sets up (None, as ``logging.lastResort`` may be, is
+    passed over)."""
+    for handler in handlers:
+        if handler is not None:
+            _add(handler, _ONE_LINE)
+
+
 def escape_uvicorn_records() -> None:
-    """uvicorn's log lines made safe as the package's, once uvicorn has set its logging
-    up: its error log's records one line each (a traceback quotes what a request held),
-    its access log's arguments each escaped."""
-    logger("uvicorn.error")
-    access = logging.getLogger("uvicorn.access")
-    if _ESCAPED_ARGUMENTS not in access.filters:
-        access.addFilter(_ESCAPED_ARGUMENTS)
+    """uvicorn's log lines made safe, once uvicorn has set its logging up: its server
+    log's records as the package's, its access log's arguments each escaped (its
+    formatter reads them one by one)."""
+    escape_handlers(*logging.getLogger("uvicorn").handlers)
+    for handler in logging.getLogger("uvicorn.access").handlers:
+        _add(handler, _ESCAPED_ARGUMENTS)
 
 
 def pass_over(log: logging.Logger, reader: str, position: int, error: Exception, then: str) -> None:

@@ -25,6 +25,7 @@ from starlette.routing import Route
 
 from covonaut_es import _logs
 from covonaut_es._request_bodies import RequestBodyRefusedError, bounded_body
+from covonaut_es._text import exception_line
 from covonaut_es.agui._events import (
     RunEvents,
     interrupts,
@@ -160,7 +161,7 @@ def _told(exc: Exception, store: Store) -> str:
     (a provider's error may quote a key, a store's names its host)."""
     if isinstance(exc, CovonautError) and _requests(exc):
         return shown_message(exc, store)
-    logger.error("the AG-UI endpoint's run failed: %s: %s", type(exc).__name__, exc, exc_info=exc)
+    logger.error("the AG-UI endpoint's run failed: %s", exception_line(exc), exc_info=exc)
     return f"the run failed on the server ({type(exc).__name__}); the server's log has the details"
 
 

@@ -12,12 +12,14 @@ import argparse
 import contextlib
 import errno
 import importlib.metadata
+import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
 
 from eventsourcing.persistence import PersistenceError
 
+from covonaut_es import _logs
 from covonaut_es._text import printable
 from covonaut_es.cli._command import (
     EXIT_BROKEN_PIPE,
@@ -67,6 +69,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         store that cannot be opened or read, output that found no room), 130 when
         interrupted (Ctrl-C) and 141 when stdout was closed by its reader.
     """
+    # What reaches stderr with no handler set up, another library's records included.
+    _logs.escape_handlers(logging.lastResort)
     try:
         args = build_parser().parse_args(argv)
     except BrokenPipeError:  # --help or --version into a closed pipe

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
+from covonaut_es import _logs
 from covonaut_es._text import printable
 from covonaut_es.cli._command import EXIT_FAILURES, EXIT_OK, Subcommands, UsageError, add_command
 from covonaut_es.cli._json import emit_records, utc
@@ -95,6 +96,7 @@ def worker(args: argparse.Namespace) -> int:
         logging.basicConfig(
             level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
         )
+        _logs.escape_handlers(*logging.getLogger().handlers)
     notifier = _notifier(args)
     lead = None
     if args.notice_lead is not None:
