@@ -12,6 +12,8 @@ import os
 import pkgutil
 import shutil
 import socket
+import subprocess
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -138,6 +140,14 @@ def test_every_logger_of_the_package_makes_its_records_one_escaped_line() -> Non
         assert _logs._ONE_LINE in log.filters, log.name
 
 
+class UnformattableError(RuntimeError):
+    """An exception whose attributes raise what ``traceback`` does not expect (one
+    that looks its attributes up in a dict)."""
+
+    def __getattr__(self, name: str) -> object:
+        raise KeyError(name)
+
+
 @settings(max_examples=30, deadline=None)
 @given(
     text=st.text(max_size=12) | st.just("\x1b]0;PWNED\x07\x1b[2J\n2026-01-01 INFO forged"),
@@ -145,9 +155,15 @@ def test_every_logger_of_the_package_makes_its_records_one_escaped_line() -> Non
     with_stack=st.booleans(),
     formats=st.booleans(),
     foreign=st.booleans(),
+    failing=st.sampled_from([RuntimeError, UnformattableError]),
 )
 def test_a_logged_record_shows_only_escaped_text_and_keeps_its_exception(
-    text: str, argument: str, with_stack: bool, formats: bool, foreign: bool
+    text: str,
+    argument: str,
+    with_stack: bool,
+    formats: bool,
+    foreign: bool,
+    failing: type[RuntimeError],
 ) -> None:
     """Property: a record of a package logger, or of another library's logger through a
     handler the command line escapes, is written as its message, its traceback and its
@@ -155,7 +171,8 @@ def test_a_logged_record_shows_only_escaped_text_and_keeps_its_exception(
     message whose arguments do not format is written, not raised at the call. The
     traceback was written as it came (a provider's error body holding an escape sequence
     and a newline forged a log line), and only the package's loggers were escaped (an
-    MCP SDK's record under ``covonaut-es worker`` quoted a server raw)."""
+    MCP SDK's record under ``covonaut-es worker`` quoted a server raw); nor is a
+    traceback that does not format (an exception whose attributes raise, helper-198)."""
     written = io.StringIO()
     handler = logging.StreamHandler(written)
     if foreign:
@@ -168,7 +185,7 @@ def test_a_logged_record_shows_only_escaped_text_and_keeps_its_exception(
     log.addHandler(KeptRecords(kept))
     try:
         try:
-            raise RuntimeError(text)
+            raise failing(text)
         except RuntimeError:
             template = "failed %s: %r" if formats else "failed %s: %r %d"
             log.warning(template, argument, text, exc_info=True, stack_info=with_stack)
@@ -177,8 +194,37 @@ def test_a_logged_record_shows_only_escaped_text_and_keeps_its_exception(
         log.handlers.clear()
     lines = written.getvalue().splitlines()
     assert len(lines) == 2 + with_stack, lines
-    assert not raw_in(written.getvalue()) and "RuntimeError" in lines[1], lines
-    assert kept[0].exc_info is not None and isinstance(kept[0].exc_info[1], RuntimeError)
+    assert not raw_in(written.getvalue()) and failing.__name__ in lines[1], lines
+    assert kept[0].exc_info is not None and isinstance(kept[0].exc_info[1], failing)
+
+
+def test_a_worker_escapes_what_its_application_logs_while_it_is_imported(
+    tmp_path: Path,
+) -> None:
+    """``covonaut-es worker`` sets its escaping handler up before it imports the
+    application: a module-level ``logging.warning`` in it (an SDK's) made a root handler
+    of logging's own, which nothing escaped (helper-198)."""
+    (tmp_path / "noisy_app.py").write_text(
+        "import logging\n"
+        "logging.warning('imported \\x1b]0;owned\\x07 \\u2028forged')\n"
+        "from pauses_app import make_config\n"
+    )
+    store = f"sqlite:///{tmp_path / 'threads.db'}"
+    open_store(store).close()
+    tests = Path(__file__).resolve().parent
+    command = [sys.executable, "-m", "covonaut_es", "worker", "--app", "noisy_app:make_config"]
+    ran = subprocess.run(
+        [*command, "--once", "--store", store],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(tmp_path), str(tests), str(tests.parent / "src")]),
+        },
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert "imported \\x1b]0;owned" in ran.stderr and not raw_in(ran.stderr), ran.stderr
 
 
 class KeptRecords(logging.Handler):

@@ -31,12 +31,24 @@ class _OneLine(logging.Filter):
         record.msg, record.args = printable(message), None
         record.__dict__.pop("color_message", None)  # uvicorn's, filled from the arguments
         if record.exc_info and not record.exc_text:
-            record.exc_text = _TRACEBACKS.formatException(record.exc_info)
+            record.exc_text = _traceback_of(record)
         if record.exc_text:
             record.exc_text = printable(record.exc_text)
         if record.stack_info:
             record.stack_info = printable(record.stack_info)
         return True
+
+
+def _traceback_of(record: logging.LogRecord) -> str:
+    """The traceback ``record`` carries, as ``logging`` writes it, or a line naming the
+    exception's class where it does not format (an exception whose attributes raise):
+    past a filter, the error would reach the code that logged."""
+    assert record.exc_info  # a record with an exception
+    try:
+        return _TRACEBACKS.formatException(record.exc_info)
+    except Exception as exc:
+        raised = type(record.exc_info[1]).__name__
+        return f"{raised} (its traceback does not format: {type(exc).__name__})"
 
 
 class _EscapedArguments(logging.Filter):

@@ -88,15 +88,17 @@ def add_worker_commands(subcommands: Subcommands) -> None:
 
 def worker(args: argparse.Namespace) -> int:
     """``worker --app MODULE:FACTORY``: follow the store, run ready threads, log each step."""
-    make_config = _factory(args.app)
-    if args.concurrency < 1:
-        msg = f"--concurrency must be at least 1, got {args.concurrency}"
-        raise UsageError(msg)
+    # Before the application is imported: a module-level logging.warning() in it (an
+    # SDK's) would set up a root handler of logging's own, which nothing escapes.
     if not logging.getLogger().handlers:
         logging.basicConfig(
             level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
         )
         _logs.escape_handlers(*logging.getLogger().handlers)
+    make_config = _factory(args.app)
+    if args.concurrency < 1:
+        msg = f"--concurrency must be at least 1, got {args.concurrency}"
+        raise UsageError(msg)
     notifier = _notifier(args)
     lead = None
     if args.notice_lead is not None:
