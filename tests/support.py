@@ -40,6 +40,7 @@ from covonaut_es import (
     ToolContext,
     open_store,
 )
+from covonaut_es._text import shown_escaped
 from covonaut_es.domain import RunMode, _thread, check_thread_id, thread_aggregate_id
 from covonaut_es.errors import CovonautError
 from covonaut_es.messages import Role, StreamDelta, Usage
@@ -307,6 +308,12 @@ def run_python(
     )
     assert result.returncode == 0, result.stderr
     return result
+
+
+def raw_in(text: str) -> list[str]:
+    """The characters of ``text`` a terminal would get raw (each one
+    :func:`~covonaut_es._text.shown_escaped` names), a line's end aside."""
+    return [char for char in text.replace("\n", "") if shown_escaped(char)]
 
 
 def is_utf8(data: bytes) -> bool:

@@ -29,6 +29,7 @@ from covonaut_es.cli._command import UsageError
 from covonaut_es.cli._names import name_threads
 from covonaut_es.cli._serve import listening_on
 from covonaut_es.domain import AgentThread
+from support import raw_in
 
 _NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -43,11 +44,6 @@ def names() -> st.SearchStrategy[str]:
     shown = st.characters(exclude_characters="\x00/", codec="utf-8").filter(shown_escaped)
     quoted = st.sampled_from(["", "thread '", "'", "\\N", "\\x"])
     return st.tuples(quoted, plain, shown | UNDECODABLE, plain, quoted).map("".join)
-
-
-def raw_in(text: str) -> list[str]:
-    """The characters of ``text`` a terminal would get raw, a line's end aside."""
-    return [char for char in text.replace("\n", "") if shown_escaped(char)]
 
 
 @pytest.fixture(scope="module")

@@ -18,8 +18,8 @@ from pathlib import Path
 import httpx
 
 from covonaut_es import AgentThread, HmacReviewerVerifier, open_store
-from covonaut_es._text import shown_escaped
 from inbox_support import free_port, paused
+from support import raw_in
 from test_approvals import review_id
 
 SECRET = "s" * 40
@@ -371,5 +371,4 @@ def test_serve_logs_no_byte_a_request_held_raw(tmp_path: Path) -> None:
     logged = [line for line in out.splitlines() if "GET /healthz" in line]
     assert len(logged) > len(hostile) // 2, out  # a header h11 refuses is answered 400
     assert all(line.split()[1].startswith("127.0.0.1:") for line in logged), out
-    shown = (out + err).replace("\n", "")
-    assert not [char for char in shown if shown_escaped(char)], (out, err)
+    assert not raw_in(out + err), (out, err)
