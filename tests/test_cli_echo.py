@@ -27,7 +27,7 @@ from covonaut_es._text import shown_escaped
 from covonaut_es.cli import main
 from covonaut_es.cli._command import UsageError
 from covonaut_es.cli._names import name_threads
-from covonaut_es.cli._serve import listening_on
+from covonaut_es.cli._serve import escape_server_logs, listening_on
 from covonaut_es.domain import AgentThread
 from support import raw_in
 
@@ -239,7 +239,7 @@ def test_uvicorns_coloured_lines_keep_their_arguments(capsys: pytest.CaptureFixt
     import uvicorn
 
     uvicorn.Config(app=None, use_colors=True)  # sets uvicorn's logging up
-    _logs.escape_uvicorn_records()
+    escape_server_logs()
     logging.getLogger("uvicorn.error").info(
         "Started server process [%d]", 4321, extra={"color_message": "Started [%d] \x1b[36m"}
     )

@@ -88,12 +88,10 @@ def escape_handlers(*handlers: logging.Handler | None) -> None:
             _add(handler, _ONE_LINE)
 
 
-def escape_uvicorn_records() -> None:
-    """uvicorn's log lines made safe, once uvicorn has set its logging up: its server
-    log's records as the package's, its access log's arguments each escaped (its
-    formatter reads them one by one)."""
-    escape_handlers(*logging.getLogger("uvicorn").handlers)
-    for handler in logging.getLogger("uvicorn.access").handlers:
+def escape_arguments(*handlers: logging.Handler) -> None:
+    """Make safe the arguments of every record ``handlers`` write, each escaped and
+    their tuple kept: for a handler whose formatter reads them one by one."""
+    for handler in handlers:
         _add(handler, _ESCAPED_ARGUMENTS)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import math
 import resource
 import socket
@@ -120,7 +121,7 @@ def serve(args: argparse.Namespace) -> int:
             # client would otherwise name it, in the access log among other places.
             proxy_headers=False,
         )
-        _logs.escape_uvicorn_records()
+        escape_server_logs()
         bound_host, bound_port = listening.getsockname()[:2]
         shown = f"[{bound_host}]" if ":" in bound_host else bound_host
         # uvicorn names the address only of the sockets it binds itself.
@@ -130,6 +131,14 @@ def serve(args: argparse.Namespace) -> int:
         with contextlib.suppress(KeyboardInterrupt):
             uvicorn.Server(config).run(sockets=[listening])
     return EXIT_OK
+
+
+def escape_server_logs() -> None:
+    """uvicorn's log lines made safe, once ``uvicorn.Config`` has set its logging up:
+    its server log's records as the package's, its access log's arguments each escaped
+    (its formatter reads them one by one)."""
+    _logs.escape_handlers(*logging.getLogger("uvicorn").handlers)
+    _logs.escape_arguments(*logging.getLogger("uvicorn.access").handlers)
 
 
 def listening_on(host: str, port: int) -> socket.socket:
