@@ -6,8 +6,10 @@ import asyncio
 import contextlib
 import functools
 import itertools
+import os
 import shutil
 import sqlite3
+import stat
 import subprocess
 import sys
 import threading
@@ -314,6 +316,24 @@ def raw_in(text: str) -> list[str]:
     """The characters of ``text`` a terminal would get raw (each one
     :func:`~covonaut_es._text.shown_escaped` names), a line's end aside."""
     return [char for char in text.replace("\n", "") if shown_escaped(char)]
+
+
+def entries_under(*folders: Path) -> dict[str, tuple[bytes | str | None, int, int]]:
+    """Every entry under ``folders`` and the folders themselves: a link's target, a
+    file's bytes or None for a directory, with its mode and its owner; for telling that
+    nothing there changed."""
+    found: dict[str, tuple[bytes | str | None, int, int]] = {}
+    for path in (entry for folder in folders for entry in [folder, *folder.rglob("*")]):
+        info = path.lstat()
+        content = (
+            os.readlink(path)
+            if stat.S_ISLNK(info.st_mode)
+            else path.read_bytes()
+            if stat.S_ISREG(info.st_mode)
+            else None
+        )
+        found[str(path)] = (content, stat.S_IMODE(info.st_mode), info.st_uid)
+    return found
 
 
 def is_utf8(data: bytes) -> bool:

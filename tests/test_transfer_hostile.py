@@ -10,13 +10,16 @@ import json
 import os
 import resource
 import sqlite3
+import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import unicodedata
 from collections.abc import Callable
 from pathlib import Path
+from unittest import mock
 
 import msgspec
 import pytest
@@ -39,7 +42,7 @@ from covonaut_es.errors import (
 )
 from covonaut_es.messages import Message
 from covonaut_es.store._chain import CHAIN_FIELD, chain_hash
-from support import earlier_thread_id_rule, sqlite_key, start_bare_run
+from support import earlier_thread_id_rule, entries_under, sqlite_key, start_bare_run
 from test_transfer import NOW, ROOT, converse, covonaut, source_export
 
 CHILD_ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
@@ -560,6 +563,87 @@ def test_an_export_still_writes_a_file_beside_the_store(
         status = main(["export", "t", "--store", "sqlite:///threads.db", "--output", output])
         assert status == 0, capsys.readouterr().err
         assert (beside_a_store / output).read_text().startswith('{"thread_id":"t"')
+
+
+_ANOTHER_USER = 65534  # nobody, as Debian has it
+
+_PLANTED = [
+    "nothing",
+    "own file",
+    "own link",
+    "another user's file",
+    "another user's link",
+    "the directory owner's link",
+]
+"""What may stand at an export's ``--output`` in a directory others write in: the last
+three need another user, so only root can make them."""
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    planted=st.sampled_from(_PLANTED if os.geteuid() == 0 else _PLANTED[:3]),
+    mode=st.integers(0, 0o777),
+    shared=st.booleans(),
+)
+def test_an_export_is_written_only_where_its_own_user_decides(
+    beside_a_store: Path,
+    capsys: pytest.CaptureFixture[str],
+    planted: str,
+    mode: int,
+    shared: bool,
+) -> None:
+    """``export --output`` into a directory others write in (``shared``: sticky and
+    world-writable, as ``/tmp``), where another user may have put a file or a link:
+    it writes through its own user's links and the directory owner's only, and over its
+    own user's files only, keeping their mode; a new file is its owner's only, and so is
+    the file being written until it is whole. Anything else is refused in one line and
+    nothing changes, here or where a link leads. Before, a link another user planted made
+    an export of an encrypted store overwrite any file, and a file of another user's,
+    mode 0666, gave the decrypted export that mode (helper-200)."""
+    folder = Path(tempfile.mkdtemp(dir=beside_a_store))
+    elsewhere = Path(tempfile.mkdtemp(dir=beside_a_store))
+    precious = elsewhere / "precious.conf"
+    precious.write_text("precious\n")
+    precious.chmod(0o600)
+    if shared:
+        folder.chmod(0o1777)
+    if planted == "the directory owner's link":
+        os.chown(folder, _ANOTHER_USER, _ANOTHER_USER)
+    output = folder / "export.jsonl"
+    if planted.endswith("file"):
+        output.write_text("planted\n")
+        output.chmod(mode)
+    elif planted.endswith("link"):
+        output.symlink_to(precious)
+    if planted.startswith(("another", "the directory")):
+        os.lchown(output, _ANOTHER_USER, _ANOTHER_USER)
+    before = entries_under(folder, elsewhere)
+    real_fsync = os.fsync
+
+    def whole_only_when_synced(fd: int) -> None:
+        assert stat.S_IMODE(os.fstat(fd).st_mode) == 0o600  # nobody else reads a part
+        real_fsync(fd)
+
+    with mock.patch("os.fsync", whole_only_when_synced):
+        status = main(["export", "t", "--store", "sqlite:///threads.db", "--output", str(output)])
+    stderr = capsys.readouterr().err
+    if planted.startswith("another"):
+        assert status == 2, stderr
+        assert "another user" in stderr and "nothing was written" in stderr, stderr
+        assert len(stderr.splitlines()) == 1, stderr
+        assert entries_under(folder, elsewhere) == before
+        return
+    assert status == 0, stderr
+    written = precious if planted.endswith("link") else output
+    info = written.stat()
+    assert info.st_uid == os.geteuid()
+    assert stat.S_IMODE(info.st_mode) == (mode if planted == "own file" else 0o600)
+    assert written.read_text().startswith('{"thread_id":"t"')
+    after = entries_under(folder, elsewhere)
+    changed = {path for path in {*before, *after} if before.get(path) != after.get(path)}
+    assert changed == {str(written)}
 
 
 @settings(max_examples=60, deadline=None)

@@ -7,11 +7,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import stat
 import sys
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 
 from covonaut_es._text import printable
 from covonaut_es.audit import export_thread, import_threads
@@ -31,7 +28,7 @@ from covonaut_es.cli._options import (
     store_url,
 )
 from covonaut_es.cli._output import with_progress, write_whole
-from covonaut_es.store._settings import is_sqlite_database, sqlite_journal_of
+from covonaut_es.cli._output_file import write_output
 from covonaut_es.store._urls import SQLITE_PATH, persistence_env
 
 
@@ -84,7 +81,7 @@ def export(args: argparse.Namespace) -> int:
     text = "".join(line + "\n" for line in lines)
     events = len(lines) - 1  # the last line is the trailer
     if args.output is not None:
-        _write_file(args.output, text)
+        write_output(args.output, text)
         noun = "event" if events == 1 else "events"
         said = f"exported {events} {noun} of {args.thread!r} to {args.output}"
         print(printable(said), file=sys.stderr)
@@ -99,69 +96,6 @@ def export(args: argparse.Namespace) -> int:
         )
         raise OutputClosedError(msg) from exc
     return EXIT_OK
-
-
-def _write_file(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` whole or not at all: into a new file beside it, then
-    renamed over it, so that a full disk or a kill never leaves half an export there,
-    nor destroys the file that was there before. A new file is readable by its owner
-    only (it holds the threads decrypted); one written over keeps its mode. A path that
-    is no regular file (a pipe, ``/dev/stdout``) is written as it is: there is nothing
-    to rename over.
-
-    Raises:
-        UsageError: ``path`` is a SQLite database or one's journal (:func:`_refuse_database`),
-            or cannot be written.
-    """
-    _refuse_database(path)
-    target = Path(os.path.realpath(path))
-    partial: Path | None = None
-    try:
-        if target.exists() and not target.is_file():
-            with open(target, "w", encoding="utf-8") as stream:
-                stream.write(text)
-            return
-        with tempfile.NamedTemporaryFile(
-            "w", encoding="utf-8", dir=target.parent, prefix=f".{target.name}.", delete=False
-        ) as file:
-            partial = Path(file.name)
-            if target.exists():  # keeps the mode it was given; a new export is 0600
-                partial.chmod(stat.S_IMODE(target.stat().st_mode))
-            file.write(text)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(partial, target)
-    except OSError as exc:
-        if partial is not None:
-            with contextlib.suppress(OSError):
-                partial.unlink()
-        msg = f"cannot write --output {path!r}: {exc.strerror or exc} (nothing was written)"
-        raise UsageError(msg) from exc
-
-
-def _refuse_database(path: str) -> None:
-    """Refuse to write an export over a SQLite database (the store's own file, reached
-    by any spelling or link, or another), over a journal beside one, existing or not
-    yet, or where a database's journal would be one already
-    (:func:`~covonaut_es.store._settings.sqlite_journal_of`): renamed over it, the
-    export would replace every thread it holds.
-
-    Args:
-        path: ``--output`` as given.
-
-    Raises:
-        UsageError: It is such a file; nothing is written.
-    """
-    what = sqlite_journal_of(path)
-    if what is None and is_sqlite_database(Path(os.path.realpath(path))):
-        what = "a SQLite database"
-    if what is None:
-        return
-    msg = (
-        f"--output {path!r} is {what} (a store?): an export never replaces one, "
-        "which would lose what it holds; name another file (nothing was written)"
-    )
-    raise UsageError(msg)
 
 
 def import_(args: argparse.Namespace) -> int:
