@@ -5,17 +5,23 @@ holder's own, even read while a shorter name is written over a longer one."""
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from covonaut_es import ThreadBusyError, open_store
+from covonaut_es import Store, ThreadBusyError, open_store
+from covonaut_es.errors import UntrustedLeaseDirectoryError
+from covonaut_es.store import WorkerRecord
 from covonaut_es.store._backends._sqlite_leases import lease_directory
+from support import entries_under
 
 ROOT = Path(__file__).resolve().parents[1]
 WAIT = 60
@@ -124,3 +130,93 @@ def test_a_busy_thread_names_its_holder_while_the_name_is_written(
     finally:
         writing.kill()
         writing.communicate(timeout=WAIT)  # closes its pipes
+
+
+_ANOTHER_USER = 65534  # nobody, as Debian has it
+
+_PLANTED = [
+    "nothing",
+    "this user's directory",
+    "a link to this user's directory",
+    "a file",
+    "a directory every user may write",
+    "another user's directory",
+]
+"""What may stand at a store's lease directory's name beside a store in ``/tmp``: the
+last needs another user, so only root can make it."""
+
+_UNTRUSTED = {_PLANTED[2], _PLANTED[3], _PLANTED[4], _PLANTED[5]}
+
+
+def _record(worker_id: str) -> WorkerRecord:
+    now = datetime.now(UTC)
+    return WorkerRecord(
+        worker_id=worker_id, host="h", pid=1, started_at=now, heartbeat_at=now, threads=()
+    )
+
+
+def _take(store: Store) -> None:
+    with store.lease("t"):
+        pass
+
+
+_USES: dict[str, Callable[[Store], object]] = {
+    "take a lease": _take,
+    "publish a worker": lambda store: store.publish_worker(_record("w-1")),
+    "list live workers": lambda store: store.live_workers(),
+    "withdraw a worker": lambda store: store.withdraw_worker("w-2"),
+}
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    planted=st.sampled_from(_PLANTED if os.geteuid() == 0 else _PLANTED[:-1]),
+    use=st.sampled_from(sorted(_USES)),
+)
+def test_a_store_uses_only_a_lease_directory_its_own_users_made(
+    tmp_path_factory: pytest.TempPathFactory, planted: str, use: str
+) -> None:
+    """Property: beside a store in a directory every user writes in (sticky, as
+    ``/tmp``), whatever another local user put first at the name of its lease directory
+    (whose name anyone can work out from the file), each use of the leases either
+    refuses it, typed, with nothing read, written or changed there nor where a link
+    leads, or works in a directory of this user's that no other user may write in.
+    Before, a link planted there made a run overwrite a file of the operator's, a file
+    locked there by another user made the run busy under a holder's name of its
+    choosing, and worker records were written through its links (helper-200)."""
+    shared = tmp_path_factory.mktemp("shared")
+    shared.chmod(0o1777)
+    elsewhere = tmp_path_factory.mktemp("elsewhere")
+    (elsewhere / "precious.conf").write_text("precious\n")
+    url = f"sqlite:///{shared / 's.db'}"
+    open_store(url).close()
+    directory = lease_directory(str(shared / "s.db"))
+    if planted == "a link to this user's directory":
+        directory.symlink_to(elsewhere, target_is_directory=True)
+    elif planted == "a file":
+        directory.write_text("x")
+    elif planted != "nothing":
+        directory.mkdir()
+        if planted == "a directory every user may write":
+            directory.chmod(0o777)
+        elif planted == "another user's directory":
+            os.chown(directory, _ANOTHER_USER, _ANOTHER_USER)
+    before = {
+        **entries_under(elsewhere),
+        **(entries_under(directory) if planted != "nothing" else {}),
+    }
+    with open_store(url) as store:
+        if planted in _UNTRUSTED:
+            with pytest.raises(UntrustedLeaseDirectoryError, match="the lease directory "):
+                _USES[use](store)
+            after = {**entries_under(elsewhere), **entries_under(directory)}
+            assert after == before
+            return
+        _USES[use](store)
+    if directory.exists():
+        info = directory.lstat()
+        assert stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid()
+        assert not info.st_mode & stat.S_IWOTH
+    assert entries_under(elsewhere) == {
+        k: v for k, v in before.items() if k.startswith(str(elsewhere))
+    }

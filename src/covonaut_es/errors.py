@@ -83,6 +83,13 @@ class StoreOwnerRequiredError(StoreUnavailableError, PermissionError):
     open the store once as the owner of its tables (ADR 0117)."""
 
 
+class UntrustedLeaseDirectoryError(StoreUnavailableError):
+    """The directory beside a SQLite store that holds its run leases and worker records
+    could have been made, or can be written, by a local user other than the store's: it
+    is a link, belongs to another user, or is writable by every user. Nothing in it was
+    used; remove it and the store makes it again."""
+
+
 class NotAStoreError(CovonautError, ValueError):
     """The database is not a covonaut-es store: a file that is not a database, or
     tables of another application under the names a store uses."""

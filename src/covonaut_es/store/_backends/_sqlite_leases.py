@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
@@ -14,7 +15,12 @@ from uuid import UUID
 import msgspec
 
 from covonaut_es.domain import thread_aggregate_id
-from covonaut_es.errors import ConfigurationError, ReadOnlyStoreError, StoreUnavailableError
+from covonaut_es.errors import (
+    ConfigurationError,
+    ReadOnlyStoreError,
+    StoreUnavailableError,
+    UntrustedLeaseDirectoryError,
+)
 from covonaut_es.store._backends._sqlite_connections import StoreFile
 from covonaut_es.store._leases import LeaseBackend, LeaseTokens, WorkerRecord
 from covonaut_es.store._write_errors import database_errors_typed
@@ -72,6 +78,8 @@ class FileLeases(LeaseBackend):
         self._stored = stored
         self.directory = lease_directory(database_file)
         self.database = f"sqlite:{self.directory}"
+        # Who may have made the directory and what is in it: this user, or the file's.
+        self._owners = frozenset({os.geteuid(), os.stat(database_file).st_uid})
         # The leases and worker records are the opened file's (named by its inode):
         # once another file takes its name, a worker's beat says so instead.
         self._file = StoreFile(database_file)
@@ -86,11 +94,13 @@ class FileLeases(LeaseBackend):
     def _try_lock(self, thread_id: str) -> bool:
         path = self._path(thread_id)
         try:
-            self.directory.mkdir(exist_ok=True)
+            self._trusted(self.directory)
             fd = _locked_file(path)
             while fd is not None and not _still_at(fd, path):  # removed by its last holder
                 os.close(fd)
                 fd = _locked_file(path)
+        except UntrustedLeaseDirectoryError:
+            raise  # an OSError too (a ConnectionError), told as itself
         except OSError as exc:
             msg = (
                 f"cannot take the run lease of thread {thread_id!r} in {self.directory}: "
@@ -154,6 +164,38 @@ class FileLeases(LeaseBackend):
     def _records(self) -> Path:
         return self.directory / "workers"
 
+    def _trusted(self, directory: Path, *, make: bool = True) -> bool:
+        """Whether ``directory`` is there, made first when ``make``; refused unless only
+        the store's own users could have made it and can write in it: another local user
+        who made it (in ``/tmp``, beside a store there) would hold its threads' locks,
+        name their holders, and plant links for the store's process to write through.
+
+        Raises:
+            UntrustedLeaseDirectoryError: It is a link or no directory, another user's, or
+                writable by every user; nothing in it was used.
+        """
+        if make:
+            with contextlib.suppress(FileExistsError):
+                directory.mkdir()
+        try:
+            found = os.lstat(directory)
+        except FileNotFoundError:
+            return False
+        if not stat.S_ISDIR(found.st_mode):
+            problem = "is no directory (a link, or a file)"
+        elif found.st_uid not in self._owners:
+            problem = f"belongs to another user (uid {found.st_uid}) than the store's"
+        elif found.st_mode & stat.S_IWOTH:
+            problem = "is writable by every user"
+        else:
+            return True
+        msg = (
+            f"the lease directory {directory} {problem}: another local user could block "
+            "this store's runs or make it write through links there; remove it, and the "
+            "store makes it again (nothing in it was used)"
+        )
+        raise UntrustedLeaseDirectoryError(msg)
+
     def publish(self, record: WorkerRecord) -> None:
         self._file.check()
         records = self._records()
@@ -164,7 +206,8 @@ class FileLeases(LeaseBackend):
             os.close(self._record_fd)
             self._record_fd, self._record_id = None, None
         if self._record_fd is None:
-            records.mkdir(parents=True, exist_ok=True)
+            self._trusted(self.directory)
+            self._trusted(records)
             self._record_fd = _locked_file(lock)
             if self._record_fd is None:
                 msg = f"worker id {record.worker_id!r} is taken by a live worker: choose another"
@@ -181,7 +224,7 @@ class FileLeases(LeaseBackend):
         lock = records / f"{worker_id}.lock"
         if self._record_fd is not None and worker_id == self._record_id:
             fd, self._record_fd, self._record_id = self._record_fd, None, None
-        elif not records.is_dir():
+        elif not (self._trusted(self.directory, make=False) and self._trusted(records, make=False)):
             return
         else:
             # Made if missing: a worker publishing under the id meanwhile waits for it.
@@ -204,7 +247,8 @@ class FileLeases(LeaseBackend):
     def workers(self) -> tuple[WorkerRecord, ...]:
         found = []
         records = self._records()
-        for path in sorted(records.glob("*.json")) if records.is_dir() else ():
+        listed = self._trusted(self.directory, make=False) and self._trusted(records, make=False)
+        for path in sorted(records.glob("*.json")) if listed else ():
             probe = _locked_file(path.with_suffix(".lock"), create=False)
             if probe is not None:  # nobody holds it: its worker died
                 os.close(probe)
@@ -224,7 +268,7 @@ def _locked_file(path: Path, *, create: bool = True) -> int | None:
     """A descriptor of ``path`` under an exclusive ``flock``; None when another
     descriptor holds it (or, without ``create``, when it is gone)."""
     try:
-        fd = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o600)
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | (os.O_CREAT if create else 0), 0o600)
     except FileNotFoundError:
         return None
     try:
