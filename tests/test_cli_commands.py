@@ -164,6 +164,61 @@ def test_reviews_then_approve_and_reject(url: str) -> None:
     assert [r["thread_id"] for r in listed] == ["paused"]
 
 
+@pytest.mark.parametrize(
+    "decision",
+    [("approve",), ("reject", "--reason", "no"), ("respond", "--answer", "paid already")],
+    ids=["approve", "reject", "respond"],
+)
+def test_a_reviewer_token_from_a_variable_decides_as_the_token_given(
+    url: str, monkeypatch: pytest.MonkeyPatch, decision: tuple[str, ...]
+) -> None:
+    """``--reviewer-token-env VAR`` reads the token from the environment, so that no
+    other local user reads it in the command line (``ps``): the decision is the same as
+    with ``--reviewer-token``, recorded as the token's reviewer (helper-200)."""
+    monkeypatch.setenv("ANN_TOKEN", token("ann"))
+    command, *options = decision
+    review = review_id(url)
+    decided = covonaut(
+        command, review, "--reviewer-token-env", "ANN_TOKEN", *options, "--json", store=url
+    )
+    assert decided.returncode == 0, decided.stderr
+    row = json.loads(decided.stdout)
+    assert (row["reviewer"], row["thread_id"]) == ("ann", "payment")
+    assert review not in {
+        r["review_id"] for r in json.loads(covonaut("reviews", "--json", store=url).stdout)
+    }
+
+
+@pytest.mark.parametrize(
+    "given",
+    ["a variable not set", "an empty variable", "the token in the variable's place", "both"],
+)
+def test_a_reviewer_token_variable_that_gives_no_token_is_refused_unshown(
+    url: str, monkeypatch: pytest.MonkeyPatch, given: str
+) -> None:
+    """``--reviewer-token-env`` naming a variable that is not set or is empty, the token
+    itself given in the variable's name's place, or both token options at once: exit 2
+    with an error that never shows the token, in one line (after the usage, for both),
+    and nothing is decided."""
+    issued = token("ann")
+    monkeypatch.setenv("EMPTY_TOKEN", "")
+    monkeypatch.delenv("NO_TOKEN", raising=False)
+    options = {
+        "a variable not set": ("--reviewer-token-env", "NO_TOKEN"),
+        "an empty variable": ("--reviewer-token-env", "EMPTY_TOKEN"),
+        "the token in the variable's place": ("--reviewer-token-env", issued),
+        "both": ("--reviewer-token-env", "EMPTY_TOKEN", "--reviewer-token", issued),
+    }[given]
+    refused = covonaut("approve", review_id(url), *options, store=url)
+    assert refused.returncode == 2, refused.stderr
+    if given == "both":  # argparse's usage error: the usage, then the error's line
+        assert "not allowed with argument" in refused.stderr.splitlines()[-1]
+    else:
+        assert len(refused.stderr.splitlines()) == 1, refused.stderr
+    assert issued not in refused.stderr and issued.split(".")[1] not in refused.stderr
+    assert len(json.loads(covonaut("reviews", "--json", store=url).stdout)) == 2
+
+
 def test_reviews_follow_prints_new_items(url: str) -> None:
     """reviews --follow keeps running and prints the queue when it changes."""
     env = {**os.environ, "COVONAUT_ES_STORE": url}

@@ -1,8 +1,9 @@
-"""How a command that a person runs learns who the person is: ``--reviewer-token`` and
-the ``--jwt-*`` options, declared once (:func:`add_reviewer_arguments`), select JSON Web
-Tokens from an organisation's identity provider; without them, reviewer tokens are HMAC
-tokens signed with ``$COVONAUT_ES_REVIEWER_SECRET``. :func:`acting_reviewer` verifies the
-token once and gives the service the command runs through.
+"""How a command that a person runs learns who the person is: ``--reviewer-token-env``
+(or ``--reviewer-token``) and the ``--jwt-*`` options, declared once
+(:func:`add_reviewer_arguments`), select JSON Web Tokens from an organisation's identity
+provider; without them, reviewer tokens are HMAC tokens signed with
+``$COVONAUT_ES_REVIEWER_SECRET``. :func:`acting_reviewer` verifies the token once and
+gives the service the command runs through.
 """
 
 from __future__ import annotations
@@ -12,11 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from covonaut_es.cli._command import UsageError
+from covonaut_es.cli._options import secret_from_variable
 from covonaut_es.cli._tokens import REVIEWER_SECRET_ENV, explain_secret, reviewer_verifier
 from covonaut_es.service import Reviewer, ReviewerVerifier, ThreadService
 from covonaut_es.store import Store
-
-_TOKEN_HELP = "a reviewer token, e.g. from `covonaut-es token issue`"
 
 _JWT_OPTIONS = (
     "jwt_issuer",
@@ -35,20 +35,40 @@ def add_reviewer_arguments(parser: argparse.ArgumentParser) -> None:
     command a person runs, and end its ``--help`` with how the reviewer secret is made."""
     explain_secret(parser)
     add_reviewer_options(parser)
-    parser.add_argument("--reviewer-token", required=True, metavar="TOKEN", help=_TOKEN_HELP)
+    token = parser.add_mutually_exclusive_group(required=True)
+    token.add_argument(
+        "--reviewer-token-env",
+        metavar="VAR",
+        help="the environment variable holding your reviewer token, e.g. from "
+        "`covonaut-es token issue`",
+    )
+    token.add_argument(
+        "--reviewer-token",
+        metavar="TOKEN",
+        help="the token itself, which other local users can read while the command runs "
+        "(ps): prefer --reviewer-token-env",
+    )
 
 
 def acting_reviewer(
     args: argparse.Namespace, store: Store, verifier: ReviewerVerifier
 ) -> tuple[ThreadService, Reviewer]:
-    """The service of ``store`` and the reviewer ``--reviewer-token`` verifies as (once),
-    for a command a person runs.
+    """The service of ``store`` and the reviewer the token verifies as (once), for a
+    command a person runs: the token in the variable ``--reviewer-token-env`` names, or
+    ``--reviewer-token`` itself.
 
     Raises:
+        UsageError: ``--reviewer-token-env`` names no variable, or one that is not set.
         ReviewerNotVerifiedError: The token does not verify; nothing is recorded.
     """
+    token = args.reviewer_token
+    if token is None:
+        token = secret_from_variable("--reviewer-token-env", args.reviewer_token_env)
+    if token is None:
+        msg = "--reviewer-token-env needs the name of the environment variable holding the token"
+        raise UsageError(msg)
     service = ThreadService(store, verifier=verifier)
-    return service, service.reviewer(args.reviewer_token)
+    return service, service.reviewer(token)
 
 
 def add_reviewer_options(parser: argparse.ArgumentParser) -> None:

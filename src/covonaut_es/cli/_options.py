@@ -162,28 +162,30 @@ def application_spec(args: argparse.Namespace) -> str | None:
 
 def cipher_key(args: argparse.Namespace) -> str | None:
     """The cipher key from the variable ``--cipher-key-env`` names, if it names one."""
-    return _key_from_variable("--cipher-key-env", args.cipher_key_env)
+    return secret_from_variable("--cipher-key-env", args.cipher_key_env)
 
 
 def chain_key(args: argparse.Namespace) -> str | None:
     """The chain key from the variable ``--chain-key-env`` names, if it names one."""
-    return _key_from_variable("--chain-key-env", args.chain_key_env)
+    return secret_from_variable("--chain-key-env", args.chain_key_env)
 
 
 def webhook_secret(args: argparse.Namespace) -> str | None:
     """The webhook's signing secret from the variable ``--webhook-secret-env`` names."""
-    return _key_from_variable("--webhook-secret-env", args.webhook_secret_env)
+    return secret_from_variable("--webhook-secret-env", args.webhook_secret_env)
 
 
-def _key_from_variable(option: str, name: str | None) -> str | None:
-    """The secret in the environment variable ``name`` that ``option`` gave, if any."""
+def secret_from_variable(option: str, name: str | None) -> str | None:
+    """The secret in the environment variable ``name`` that ``option`` gave, if any: a
+    secret is never given on the command line itself, where every local user reads it
+    (``ps``, ``/proc/PID/cmdline``)."""
     if not name:
         return None
     if not _VARIABLE_NAME.fullmatch(name):
         # Shown back, it would print a key passed by mistake in the variable's place.
         msg = (
             f"{option} takes the name of an environment variable (letters, digits "
-            "and _), not the key itself; what was given is not shown"
+            "and _), not the secret itself; what was given is not shown"
         )
         raise UsageError(msg)
     key = os.environ.get(name)
