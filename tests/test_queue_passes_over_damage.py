@@ -389,3 +389,39 @@ def test_a_listing_that_passed_over_a_record_says_so(
 def _item_of_url(url: str, thread_id: str) -> str:
     with open_store(url) as store:
         return _item_of(store, thread_id)
+
+
+_LOG_READERS: dict[str, tuple[type, Callable[[Store], object]]] = {
+    "the fork index": (AgentThread.Forked, lambda store: store.children("a")),
+    "the review index": (
+        AgentThread.ReviewRequested,
+        lambda store: store.threads_with_review(
+            store.load("a").reviews_awaiting[0].request.review_id
+        ),
+    ),
+}
+"""Readers that index the whole log, each with an event type it reads and a call that
+brings it up to date."""
+
+
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(reader=st.sampled_from(sorted(_LOG_READERS)), payload=st.binary(max_size=40))
+def test_every_reader_of_the_log_says_which_record_it_passed_over(
+    caplog: pytest.LogCaptureFixture, reader: str, payload: bytes
+) -> None:
+    """Property: a record that does not decode, of an event type an index of the whole
+    log reads, is passed over with a warning naming the reader and its log position,
+    and the reader answers on. The fork index passed over such a record in silence, so
+    a fork left every tree with nothing in the logs (helper-199)."""
+    event_type, read = _LOG_READERS[reader]
+    folder = tempfile.mkdtemp()  # a SQLite store keeps a review index; memory does not
+    with open_store(f"sqlite:///{folder}/threads.db") as store:
+        _paused(store)
+        store.fork("a", new_thread_id="a-fork")
+        append_raw_event(store, "b", compact(get_topic(event_type)), payload)
+        position = store.log.end()
+        with _warnings(caplog):
+            read(store)
+    assert f"{reader}: {PASSED_OVER} {position} " in caplog.text

@@ -14,9 +14,11 @@ what a server sent).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable, Iterator
+from typing import Protocol, TypeVar
 
 from covonaut_es._text import printable
-from covonaut_es.errors import NewerSchemaError
+from covonaut_es.errors import CovonautError, NewerSchemaError
 
 _TRACEBACKS = logging.Formatter()
 
@@ -93,6 +95,37 @@ def escape_arguments(*handlers: logging.Handler) -> None:
     their tuple kept: for a handler whose formatter reads them one by one."""
     for handler in handlers:
         _add(handler, _ESCAPED_ARGUMENTS)
+
+
+class _Positioned(Protocol):
+    @property
+    def id(self) -> int: ...
+
+
+R = TypeVar("R", bound=_Positioned)
+T = TypeVar("T")
+
+
+def passing_over(
+    log: logging.Logger,
+    records: Iterable[R],
+    read: Callable[[R], T],
+    *,
+    reader: str,
+    then: str,
+) -> Iterator[tuple[R, T | None]]:
+    """Each of the log's ``records`` with what ``read`` makes of it; for one it cannot
+    read (a :class:`~covonaut_es.errors.CovonautError`), None, after warning that
+    ``reader`` passes it over and what ``then`` follows (:func:`pass_over`): one
+    damaged record never stops a reader of every thread, nor goes unsaid."""
+    for record in records:
+        try:
+            found = read(record)
+        except CovonautError as exc:
+            pass_over(log, reader, record.id, exc, then)
+            yield record, None
+        else:
+            yield record, found
 
 
 def pass_over(log: logging.Logger, reader: str, position: int, error: Exception, then: str) -> None:

@@ -21,6 +21,7 @@ from uuid import UUID
 from eventsourcing.application import Application
 from eventsourcing.persistence import IntegrityError
 
+from covonaut_es import _logs
 from covonaut_es.domain import (
     AgentThread,
     ForkRecord,
@@ -34,7 +35,6 @@ from covonaut_es.domain._forks import fork_event, fork_point
 from covonaut_es.errors import (
     CheckpointNotFoundError,
     ConfigurationError,
-    SerializationError,
     ThreadConflictError,
     ThreadStateError,
 )
@@ -46,6 +46,8 @@ from covonaut_es.store._read_only import WriteGuard
 from covonaut_es.store._reader import ThreadReader, check_first_event
 from covonaut_es.store._records import StoredRecords, storable
 from covonaut_es.store._write_errors import database_errors_typed
+
+logger = _logs.logger("covonaut_es.store")
 
 
 class Forks:
@@ -241,19 +243,30 @@ class Forks:
         top = self._records.log_position()
         if top <= self._indexed_to:
             return
-        for notification in self._records.notifications(AgentThread.Forked, after=self._indexed_to):
-            # A fork's first event that does not decode, or was moved out of its stream, is
-            # left out: the fork does not load, and the trees of the others are read on
-            # (forks() refuses it).
-            try:
-                event = self._app.mapper.to_domain_event(notification)
-                fork = _record(event) if isinstance(event, AgentThread.Forked) else None
-            except (SerializationError, ThreadStateError):
-                continue
+        # A fork's first event that does not decode, or was moved out of its stream, is
+        # left out, with a warning: the fork does not load, and the trees of the others
+        # are read on (forks() refuses it).
+        for notification, fork in _logs.passing_over(
+            logger,
+            self._records.notifications(AgentThread.Forked, after=self._indexed_to),
+            self._fork_of,
+            reader="the fork index",
+            then="its fork is left out of its parent's tree",
+        ):
             if fork is not None:
                 self._children.setdefault(fork.parent.thread_id, []).append(fork)
             top = max(top, notification.id)
         self._indexed_to = top
+
+    def _fork_of(self, notification: Any) -> ForkRecord | None:
+        """The fork a ``Forked`` record of the log records.
+
+        Raises:
+            SerializationError: It does not decode.
+            ThreadStateError: Its row was moved out of its stream.
+        """
+        event = self._app.mapper.to_domain_event(notification)
+        return _record(event) if isinstance(event, AgentThread.Forked) else None
 
     def parent(self, thread_id: str) -> ThreadParent | None:
         """As :meth:`covonaut_es.Store.parent`."""

@@ -29,7 +29,6 @@ from eventsourcing.application import Application
 
 from covonaut_es import _logs
 from covonaut_es.domain import AgentThread, PauseKind
-from covonaut_es.errors import CovonautError
 from covonaut_es.store._records import StoredRecords
 from covonaut_es.store._review_index_table import ReviewIndexTable
 from covonaut_es.store._stream_ids import stored_stream
@@ -127,14 +126,14 @@ class ReviewIndex:
             if after == before:
                 return
             rows = []
-            for notification in batch:
-                try:
-                    event = mapper.to_domain_event(notification)
-                except CovonautError as exc:
-                    then = "the reviews it names are not found through the index"
-                    _logs.pass_over(logger, "the review index", notification.id, exc, then)
-                    continue
-                for review_id, entry in entries(event):
+            for notification, event in _logs.passing_over(
+                logger,
+                batch,
+                mapper.to_domain_event,
+                reader="the review index",
+                then="the reviews it names are not found through the index",
+            ):
+                for review_id, entry in entries(event) if event is not None else ():
                     rows.append((self._key(review_id), notification.id, self._sealed(entry)))
             if self._table.advance(before, after, rows) and after >= end:
                 return

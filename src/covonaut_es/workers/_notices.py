@@ -19,7 +19,6 @@ import attrs
 
 from covonaut_es import _logs
 from covonaut_es.domain import AgentThread
-from covonaut_es.errors import CovonautError
 from covonaut_es.store import Store
 
 logger = _logs.logger("covonaut_es.workers")
@@ -155,15 +154,15 @@ class NoticeSender:
         # numbered is refused, not sent and recorded as the position.
         position, end = self.store.log.position_and_end(self.consumer)
         notifications = self.store.log.notifications(*NOTICE_EVENTS, after=position, stop=end)
-        for notification in notifications:
-            try:
-                event = cast(AgentThread.Event, mapper.to_domain_event(notification))
-            except CovonautError as exc:  # a record no notice can be made of
-                _logs.pass_over(
-                    logger, "review notices", notification.id, exc, "no notice is made of it"
-                )
-            else:
-                self.notifier(notice_of(event, notification.id))
+        for notification, event in _logs.passing_over(
+            logger,
+            notifications,
+            mapper.to_domain_event,
+            reader="review notices",
+            then="no notice is made of it",
+        ):
+            if event is not None:
+                self.notifier(notice_of(cast(AgentThread.Event, event), notification.id))
                 sent += 1
             self.store.record_log_position(self.consumer, notification.id)
         return sent

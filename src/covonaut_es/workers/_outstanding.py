@@ -24,7 +24,6 @@ from uuid import UUID
 import msgspec
 
 from covonaut_es import _logs
-from covonaut_es.errors import CovonautError
 from covonaut_es.store import Store
 from covonaut_es.workers._deadlines import DEADLINE_TRACKED, ReviewDeadlines
 from covonaut_es.workers._ready import TRACKED, ReadyThreads, Summary, stream_of
@@ -74,19 +73,14 @@ def fold(ready: ReadyThreads, deadlines: ReviewDeadlines, event: Any) -> None:
 def events(store: Store, notifications: Iterable[Any], worker: str) -> Iterable[tuple[int, Any]]:
     """Each notification's position and event, passing over (with a warning) one that
     cannot be read."""
-    mapper = store.log.mapper
-    for notification in notifications:
-        try:
-            yield notification.id, mapper.to_domain_event(notification)
-        except CovonautError as exc:
-            _logs.pass_over(
-                logger,
-                f"worker {worker}",
-                notification.id,
-                exc,
-                "whether its thread is ready is not read from it",
-            )
-            yield notification.id, None
+    for notification, event in _logs.passing_over(
+        logger,
+        notifications,
+        store.log.mapper.to_domain_event,
+        reader=f"worker {worker}",
+        then="whether its thread is ready is not read from it",
+    ):
+        yield notification.id, event
 
 
 def restore(rows: dict[UUID, bytes], ready: ReadyThreads, deadlines: ReviewDeadlines) -> bool:
