@@ -447,9 +447,12 @@ def test_the_worker_commands_refuse_bad_input_in_one_line(tmp_path: Path) -> Non
     missing = f"sqlite:///{tmp_path / 'missing.db'}"
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     for args, expected in (
-        (["worker", "--app", "worker_app"], "is not MODULE:FACTORY"),
-        (["worker", "--app", "no_such_module:make"], "cannot import module 'no_such_module'"),
-        (["worker", "--app", "json:no_such_factory"], "has no function 'no_such_factory'"),
+        (["worker", "--app", "worker_app"], "takes MODULE:FACTORY"),
+        (
+            ["worker", "--app", "no_such_module:make"],
+            "its module 'no_such_module' cannot be imported",
+        ),
+        (["worker", "--app", "json:no_such_factory"], "has no 'no_such_factory'"),
         (["workers"], "there is no SQLite file"),
     ):
         result = subprocess.run(
@@ -464,6 +467,47 @@ def test_the_worker_commands_refuse_bad_input_in_one_line(tmp_path: Path) -> Non
         assert expected in result.stderr and "Traceback" not in result.stderr
         assert len(result.stderr.splitlines()) == 1
     assert list(tmp_path.iterdir()) == []
+
+
+_USER_MODULES = {
+    "a module that raises": "raise RuntimeError('config missing')\n",
+    "a module without the name": "OTHER = 1\n",
+    "a module whose name is no class or function": "App = 1\nmake = 1\n",
+    "a module that does not parse": "def (:\n",
+}
+"""Code of the user's a command may be named to import, each wrong in its own way."""
+
+
+@pytest.mark.parametrize("module", sorted(_USER_MODULES))
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["threads", "--application", "usermod:App"],
+        ["worker", "--app", "usermod:make", "--store", "memory://x"],
+    ],
+    ids=["--application", "worker --app"],
+)
+def test_the_users_code_named_wrong_is_refused_alike_by_every_command(
+    tmp_path: Path, module: str, command: list[str]
+) -> None:
+    """``--application MODULE:CLASS`` and ``worker --app MODULE:FACTORY`` import the
+    user's code alike, from the working directory first, as ``python -m`` does: a module
+    that raises or does not parse, a name it lacks, or one of the wrong kind exits 2 in
+    one line naming the option, never a traceback. ``--application`` gave a module's own
+    error as a traceback and did not look in the working directory (helper-199)."""
+    (tmp_path / "usermod.py").write_text(_USER_MODULES[module])
+    result = subprocess.run(
+        [sys.executable, "-m", "covonaut_es", *command],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) == 1
+    assert f": {command[1]} 'usermod:" in result.stderr, result.stderr
 
 
 class _Crash(BaseException):

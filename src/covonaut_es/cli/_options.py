@@ -22,9 +22,10 @@ from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 import attrs
-from eventsourcing.utils import Environment, TopicError, resolve_topic
+from eventsourcing.utils import Environment
 
 from covonaut_es.cli._command import Command, Subcommands, UsageError, add_command
+from covonaut_es.cli._imports import imported
 from covonaut_es.cli._output import add_json_option
 from covonaut_es.projections import ReviewQueue
 from covonaut_es.store import AgentApplication, Store, open_store
@@ -269,16 +270,8 @@ _STORE_ONLY = {
 
 def _application_class(spec: str) -> type[AgentApplication]:
     """The class ``--application MODULE:CLASS`` names, imported: the user names the
-    code to run, as ``python -m`` would."""
-    module, colon, name = spec.partition(":")
-    if not (colon and module and name):
-        msg = f"--application takes MODULE:CLASS, e.g. myshop.app:ShopApplication; got {spec!r}"
-        raise UsageError(msg)
-    try:
-        found = resolve_topic(spec)
-    except (TopicError, ImportError) as exc:
-        msg = f"--application {spec!r} cannot be imported ({exc}); is its module on PYTHONPATH?"
-        raise UsageError(msg) from exc
+    code to run, as ``python -m`` would (:func:`~covonaut_es.cli._imports.imported`)."""
+    found = imported("--application", spec, form="MODULE:CLASS, e.g. myshop.app:ShopApplication")
     if not (isinstance(found, type) and issubclass(found, AgentApplication)):
         msg = (
             f"--application {spec!r} is not a subclass of covonaut_es.AgentApplication, "

@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import logging
-import os
 import signal
 import sys
 from collections.abc import Callable, Iterator
@@ -26,6 +24,7 @@ from typing import Any
 from covonaut_es import _logs
 from covonaut_es._text import printable
 from covonaut_es.cli._command import EXIT_FAILURES, EXIT_OK, Subcommands, UsageError, add_command
+from covonaut_es.cli._imports import imported
 from covonaut_es.cli._json import emit_records, utc
 from covonaut_es.cli._options import (
     add_store_command,
@@ -165,20 +164,9 @@ def _stopping_on_signals(running: Worker) -> Iterator[None]:
 def _factory(spec: str) -> Callable[[str], AgentConfig]:
     """The config factory ``MODULE:FACTORY`` names, imported from the working directory
     or the import path."""
-    module_name, sep, name = spec.partition(":")
-    if not sep or not module_name or not name:
-        msg = f"--app {spec!r} is not MODULE:FACTORY, e.g. myapp.agents:make_config"
-        raise UsageError(msg)
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:  # the application's own import may fail in any way
-        msg = f"--app: cannot import module {module_name!r}: {type(exc).__name__}: {exc}"
-        raise UsageError(msg) from exc
-    factory = getattr(module, name, None)
+    factory = imported("--app", spec, form="MODULE:FACTORY, e.g. myapp.agents:make_config")
     if not callable(factory):
-        msg = f"--app: module {module_name!r} has no function {name!r}"
+        msg = f"--app {spec!r} is no function: {type(factory).__name__}"
         raise UsageError(msg)
     made: Callable[[str], AgentConfig] = factory
     return made

@@ -1,0 +1,48 @@
+"""The user's code a command runs, named ``MODULE:NAME`` (``--application``, ``worker
+--app``): imported as ``python -m`` finds a module, from the working directory first,
+then the import path."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+from covonaut_es.cli._command import UsageError
+
+
+def imported(option: str, spec: str, *, form: str) -> object:
+    """What ``spec``, ``MODULE:NAME`` (``NAME`` may be dotted, an attribute of an
+    attribute), names, its module imported.
+
+    Args:
+        option: The option that gave ``spec``, for the errors.
+        spec: As given.
+        form: The option's form with an example, for the error of a ``spec`` not of it
+            (``"MODULE:CLASS, e.g. myshop.app:ShopApplication"``).
+
+    Raises:
+        UsageError: ``spec`` is not of the form, its module does not import (the
+            application's own import may fail in any way: the error is named), or it
+            has no such name.
+    """
+    module_name, colon, name = spec.partition(":")
+    if not (colon and module_name and name):
+        msg = f"{option} takes {form}; got {spec!r}"
+        raise UsageError(msg)
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        found: object = importlib.import_module(module_name)
+    except Exception as exc:
+        msg = (
+            f"{option} {spec!r}: its module {module_name!r} cannot be imported "
+            f"({type(exc).__name__}: {exc}); is it in the working directory or on PYTHONPATH?"
+        )
+        raise UsageError(msg) from exc
+    for part in name.split("."):
+        if not hasattr(found, part):
+            msg = f"{option} {spec!r}: module {module_name!r} has no {name!r}"
+            raise UsageError(msg)
+        found = getattr(found, part)
+    return found
