@@ -6,15 +6,31 @@ pages, the JSON API and a real ``covonaut-es serve`` process."""
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from covonaut_es import AgentThread, HmacReviewerVerifier, ReviewPolicy, Store, open_store
-from covonaut_es.domain import ReviewLimit
+from covonaut_es.domain import (
+    Decision,
+    Review,
+    ReviewDecision,
+    ReviewLimit,
+    ReviewRequest,
+    ReviewRules,
+    operation_digest,
+)
+from covonaut_es.domain._review_rules import check_decision
+from covonaut_es.domain._reviews import ALL_DECISIONS
+from covonaut_es.errors import DecisionNotAllowedError, ReviewerNotPermittedError
+from covonaut_es.inbox._items import ReviewItem
 from covonaut_es.projections._paging import QueueKey, encode_cursor
+from covonaut_es.service import FoundReview, Reviewer
 from inbox_support import HOSTILE, current, free_port, inbox_client, sign_in
 from support import call
 from test_approvals import make_agent
@@ -246,3 +262,84 @@ def test_a_reviewer_gives_up_no_thread_waiting_on_a_review_outside_their_scopes(
         )
         assert given_up.status_code == 200, given_up.text
     assert store.state_at("t").status == "abandoned"
+
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+_EDITABLE = st.sampled_from([None, (), ("amount",), ("to",), ("amount", "to")])
+_APPROVED_IN_PART_BY = st.sampled_from([None, "ann", "bob"])
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    decisions=st.sets(st.sampled_from(ALL_DECISIONS), min_size=1),
+    editable=_EDITABLE,
+    may_have_run=st.booleans(),
+    four_eyes=st.booleans(),
+    approved_in_part_by=_APPROVED_IN_PART_BY,
+)
+def test_the_forms_a_review_page_offers_are_the_decisions_the_service_accepts(
+    decisions: set[Decision],
+    editable: tuple[str, ...] | None,
+    may_have_run: bool,
+    four_eyes: bool,
+    approved_in_part_by: str | None,
+) -> None:
+    """Property: for any review (its policy's decisions and editable arguments, four
+    eyes and a first approval in part, a retry of a call that may have run), the review
+    page offers a reviewer a form exactly when the domain's one check accepts that
+    decision from them (an edit: one that changes an argument the policy lets them
+    edit). The page offered an edit box on a retry of a call that may have run, which
+    the check always refuses (helper-199)."""
+    arguments = {"amount": 5, "to": "bob"}
+    digest = operation_digest("pay", arguments)
+    rules = ReviewRules(decisions=tuple(decisions), editable=editable, four_eyes=four_eyes)
+    request = ReviewRequest(
+        review_id="r1",
+        thread_id="t",
+        tool_name="pay",
+        arguments=arguments,
+        digest=digest,
+        tool_call_id="c1",
+        rules=rules,
+        may_have_run=may_have_run,
+        run_on_approval=may_have_run,
+    )
+    approvals: tuple[ReviewDecision, ...] = ()
+    if approved_in_part_by is not None and four_eyes and Decision.APPROVED in decisions:
+        first = ReviewDecision(
+            review_id="r1",
+            digest=digest,
+            decision=Decision.APPROVED,
+            reviewer=approved_in_part_by,
+            comment="",
+            decided_at=NOW,
+            thread_id="t",
+            partial=True,
+        )
+        approvals = (first,)
+    review = Review(request=request, approvals=approvals)
+    ann = Reviewer("ann")
+    offered = ReviewItem.recorded(FoundReview("t", review, awaiting=True), None).actions(ann)
+    edited = {**arguments, (editable or ("amount",))[0]: 7}
+    submissions = {
+        "approve": (Decision.APPROVED, None, digest),
+        "approve-edited": (Decision.APPROVED, edited, operation_digest("pay", edited)),
+        "reject": (Decision.REJECTED, None, digest),
+        "respond": (Decision.RESPONDED, None, digest),
+    }
+    for form, (decision, edit, covered) in submissions.items():
+        try:
+            check_decision(
+                review,
+                decision,
+                reviewer=ann.id,
+                scopes=ann.scopes,
+                arguments=edit,
+                digest=covered,
+            )
+        except (DecisionNotAllowedError, ReviewerNotPermittedError):
+            accepted = False
+        else:
+            accepted = True
+        assert (form in offered) == accepted, (form, offered)

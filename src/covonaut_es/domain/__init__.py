@@ -23,6 +23,7 @@ from covonaut_es.domain._review_rules import (
     check_may_decide,
     may_act_on_call,
     may_decide,
+    may_offer_edit,
     same_reviewer,
 )
 from covonaut_es.domain._reviews import (
@@ -97,6 +98,7 @@ __all__ = [
     "check_thread_stream",
     "may_act_on_call",
     "may_decide",
+    "may_offer_edit",
     "near",
     "operation_digest",
     "requested_call",

@@ -208,6 +208,17 @@ def check_decision(
         raise DecisionNotAllowedError(msg)
 
 
+def may_offer_edit(review: Review) -> bool:
+    """Whether a reviewer may be offered to approve ``review`` with arguments of their
+    own, the offer :func:`check_decision` would not refuse for the edit itself: its
+    rules leave some argument editable, nobody approved it in part (the second approval
+    covers the first's very operation), and its call cannot have run already (an
+    approval runs it again under the same idempotency key, as requested)."""
+    return (
+        rules_of(review).editable != () and not review.approvals and not review.request.may_have_run
+    )
+
+
 def _edits(requested: Mapping[str, Any], edited: Mapping[str, Any]) -> bool:
     """Whether ``edited`` changes any argument of ``requested``."""
     return any(_changed(name, requested, edited) for name in set(requested) | set(edited))

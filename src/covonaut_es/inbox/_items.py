@@ -21,6 +21,7 @@ from covonaut_es.domain import (
     ThreadTree,
     ToolPin,
     may_decide,
+    may_offer_edit,
     same_reviewer,
 )
 from covonaut_es.domain._reviews import DEFAULT_RULES, review_reason
@@ -39,7 +40,9 @@ class ReviewItem:
     ``rules`` are what its tool's review policy allows; ``approvals``, under four eyes,
     the first reviewer's approval in part while the review waits for a second;
     ``run_on_approval``, whether an approval runs the call itself when the thread next
-    runs (no model call in between).
+    runs (no model call in between); ``edit_offered``, whether an approval may edit the
+    arguments (:func:`~covonaut_es.domain.may_offer_edit`), known from the thread's own
+    record of the review (False for a queue item).
     """
 
     review_id: str
@@ -58,6 +61,7 @@ class ReviewItem:
     approvals: tuple[ReviewDecision, ...] = ()
     run_on_approval: bool = False
     given_up: bool = False
+    edit_offered: bool = False
 
     @classmethod
     def pending(cls, item: PendingReview) -> ReviewItem:
@@ -104,6 +108,7 @@ class ReviewItem:
             approvals=review.approvals,
             run_on_approval=request.run_on_approval,
             given_up=review.pending and not found.awaiting,
+            edit_offered=may_offer_edit(review),
         )
 
     def actions(self, reviewer: Reviewer) -> frozenset[str]:
@@ -119,7 +124,7 @@ class ReviewItem:
             same_reviewer(a.reviewer, reviewer.id) for a in self.approvals
         ):
             actions.discard("approve")  # a second, different reviewer approves
-        if "approve" in actions and rules.editable != () and not self.approvals:
+        if "approve" in actions and self.edit_offered:
             actions.add("approve-edited")
         return frozenset(actions)
 
