@@ -657,17 +657,23 @@ def test_an_api_key_the_vendor_echoes_is_hidden_everywhere(
 
 def test_the_secrets_of_a_clients_base_url_and_headers_are_hidden() -> None:
     """A password or a query value in the client's base URL, and a header the caller
-    gave that looks like a credential, are hidden like the API key (helper-173)."""
+    gave that looks like a credential, are hidden like the API key (helper-173): an
+    Azure function's ``code``, an S3 ``X-Amz-Credential`` and a ``pwd`` too
+    (helper-199)."""
     import openai
 
     client = openai.OpenAI(
         api_key="sk-the-api-key-1",
-        base_url="https://gw:url-password-2@gateway.example/v1?api-key=query-key-3",
+        base_url="https://gw:url-password-2@gateway.example/v1?api-key=query-key-3"
+        "&code=function-key-6&X-Amz-Credential=amz-credential-7&pwd=query-pwd-8",
         default_headers={"X-Gateway-Token": "header-token-4", "X-Trace": "trace-value-5"},
     )
     secrets = client_secrets(client)
-    text = "sk-the-api-key-1 url-password-2 query-key-3 header-token-4 trace-value-5"
-    assert secrets.hide(text) == "*** *** *** *** trace-value-5"
+    text = (
+        "sk-the-api-key-1 url-password-2 query-key-3 header-token-4 trace-value-5 "
+        "function-key-6 amz-credential-7 query-pwd-8"
+    )
+    assert secrets.hide(text) == "*** *** *** *** trace-value-5 *** *** ***"
 
 
 @settings(max_examples=50, deadline=None)

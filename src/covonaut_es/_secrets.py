@@ -35,7 +35,9 @@ everywhere, it would make every message noise."""
 _HIDDEN = "***"
 _QUARTER = SHORTEST_PIECE // 2
 _URL_SAFE = str.maketrans("+/", "-_")
-_CREDENTIAL_NAME = re.compile(r"auth|key|token|secret|cookie|password|signature|sig", re.I)
+_CREDENTIAL_NAME = re.compile(
+    r"auth|key|token|secret|cookie|password|pwd|credential|signature|sig|code", re.I
+)
 _SCHEME = re.compile(r"([A-Za-z][\w.+-]*)\s+(\S+)")
 
 
@@ -147,8 +149,9 @@ def scrub_chain(error: BaseException, scrubbed: Callable[[str], str]) -> None:
 
 def looks_secret(name: str) -> bool:
     """Whether a header or a URL's query parameter of this name carries a credential (an
-    ``Authorization``, an ``api-key``, a ``token``), rather than a setting (an
-    ``api-version``, a ``format``) whose value words in any message may repeat."""
+    ``Authorization``, an ``api-key``, a ``token``, an Azure function's ``code``, an
+    S3 ``X-Amz-Credential``), rather than a setting (an ``api-version``, a ``format``)
+    whose value words in any message may repeat."""
     return _CREDENTIAL_NAME.search(name) is not None
 
 
