@@ -9,6 +9,7 @@ from typing import Any
 
 import ag_ui.core as agui
 import attrs
+import pytest
 
 from covonaut_es import AgentConfig, AgentThread, ReviewPolicy, Tool
 from test_agui import Shop, approvals, assert_refused_and_nothing_recorded, paused, user_says
@@ -72,3 +73,26 @@ def test_under_four_eyes_the_first_resume_waits_and_the_second_runs(tmp_path: Pa
     second = shop.run(body, shop.scoped("bob"))
     assert isinstance(second[-1], agui.RunFinishedEvent)
     assert sorted(r["order"] for r in shop.refunded) == ["A-1", "B-2"]
+
+
+@pytest.mark.parametrize("digest", ["as shown", "a guess"])
+def test_a_reviewer_outside_the_scopes_learns_nothing_from_a_digest(
+    tmp_path: Path, digest: str
+) -> None:
+    """A reviewer whose scopes do not cover a review is refused for the scopes whatever
+    digest the resume carries, as on every other surface: the endpoint compared digests
+    first, so a refused guess told such a reviewer which operation the review was not
+    about (helper-199)."""
+    shop = PolicedShop(tmp_path, by_amount)
+    interrupts = paused(shop)
+    entries = approvals(interrupts)
+    if digest == "a guess":  # on the large refund's, which the reviewer may not decide
+        (large,) = [
+            e for e, i in zip(entries, interrupts, strict=True) if i.tool_call_id == "call-B-2"
+        ]
+        large["payload"]["digest"] = "jcs-sha256:" + "0" * 64
+    body = {**user_says("chat-1", "Refund my two orders."), "resume": entries}
+    version = shop.version("chat-1")
+    response = shop.post(body, shop.scoped("carol", "refunds"))
+    assert_refused_and_nothing_recorded(shop, response, version)
+    assert "ReviewerNotPermittedError" in response.text

@@ -33,7 +33,6 @@ from covonaut_es.agui._events import (
     messages_snapshot,
     open_interrupt_ids,
     results_of,
-    review_requests,
     state_snapshot,
 )
 from covonaut_es.agui._resume import checked, record
@@ -291,7 +290,7 @@ async def _decided(
 ) -> list[agui.BaseEvent]:
     """Check the resume whole, record its answers, and reload the agent's thread; the
     results the decisions recorded for the reviewed calls."""
-    answers = checked(entries, open_pauses, review_requests(agent), agent.thread_id)
+    answers = checked(entries, open_pauses, agent.thread_id)
     await asyncio.to_thread(record, service, agent.thread_id, answers, reviewer)
     agent.close()  # the decisions are stored: read the thread again
     await asyncio.to_thread(open_interrupt_ids, agent)

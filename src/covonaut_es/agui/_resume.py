@@ -4,10 +4,11 @@ verified decisions.
 Each entry answers one open interrupt by its id: a review by its review id, a tool's
 pause by its pause token. Every entry is checked before anything is recorded (ids known,
 open and each answered once, every open interrupt answered, each payload read by the
-service layer's one reader of what people submit, each review's decision bound to the
-digest of the operation it was shown), then each is recorded through
+service layer's one reader of what people submit, each review's decision carrying the
+digest of the operation it was shown), then all are recorded together through
 :class:`~covonaut_es.service.ThreadService` under the reviewer the request's credential
-verifies as (ADR 0034).
+verifies as (ADR 0034), which checks each decision as every surface's is: the
+reviewer's scopes, then the digest, so that a refused digest confirms no guess.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 import ag_ui.core as agui
 import attrs
 
-from covonaut_es.domain import Pause, PauseKind, ReviewRequest
+from covonaut_es.domain import Pause, PauseKind
 from covonaut_es.errors import InvalidDecisionError
 from covonaut_es.service import (
     TEXT_FIELD,
@@ -50,7 +51,6 @@ class Answer:
 def checked(
     entries: Sequence[agui.ResumeEntry],
     open_pauses: Mapping[str, Pause],
-    requests: Mapping[str, ReviewRequest],
     thread_id: str,
 ) -> list[Answer]:
     """The entries, each checked, or the first refusal; nothing is recorded here.
@@ -58,8 +58,6 @@ def checked(
     Args:
         entries: The resume entries of the run request.
         open_pauses: The thread's pauses waiting for a person, by interrupt id.
-        requests: The thread's pending review requests, by review id: the operations
-            the reviews' interrupts showed.
         thread_id: The thread, for the messages.
 
     Raises:
@@ -78,7 +76,7 @@ def checked(
     if left := sorted(set(open_pauses) - set(ids)):
         msg = f"the resume must answer every open interrupt of the run; it leaves out {left}"
         raise InvalidDecisionError(msg)
-    return [_answer(entry, open_pauses[entry.interrupt_id], requests) for entry in entries]
+    return [_answer(entry, open_pauses[entry.interrupt_id]) for entry in entries]
 
 
 def record(
@@ -98,7 +96,7 @@ def record(
     )
 
 
-def _answer(entry: agui.ResumeEntry, pause: Pause, requests: Mapping[str, ReviewRequest]) -> Answer:
+def _answer(entry: agui.ResumeEntry, pause: Pause) -> Answer:
     where = f"the payload of interrupt {entry.interrupt_id!r}"
     if pause.kind is PauseKind.IN_DOUBT:
         msg = (
@@ -118,15 +116,10 @@ def _answer(entry: agui.ResumeEntry, pause: Pause, requests: Mapping[str, Review
         _refuse_other_keys(payload, {"answer"}, where)
         answer = person_text(payload.get("answer"), "answer", required=True)
         return Answer(entry.interrupt_id, pause, answer=answer)
-    submission = _decision(payload, cancelled=cancelled, where=where)
-    digest = requests[entry.interrupt_id].digest
-    if submission.digest != digest:
-        msg = (
-            f"{where} is bound to operation digest {submission.digest!r}, but the review asks "
-            f"about {digest!r}: the reviewer saw another operation; nothing was recorded"
-        )
-        raise InvalidDecisionError(msg)
-    return Answer(entry.interrupt_id, pause, submission=submission)
+    # Its digest is checked where every surface's is, after the reviewer's scopes.
+    return Answer(
+        entry.interrupt_id, pause, submission=_decision(payload, cancelled=cancelled, where=where)
+    )
 
 
 def _decision(payload: dict[str, Any], *, cancelled: bool, where: str) -> ReviewSubmission:
