@@ -24,6 +24,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from covonaut_es import _logs
+from covonaut_es._bearer import bearer_token
 from covonaut_es._request_bodies import RequestBodyRefusedError, bounded_body
 from covonaut_es._text import exception_line
 from covonaut_es.agui._events import (
@@ -201,12 +202,12 @@ async def _run_input(request: Request) -> agui.RunAgentInput:
 
 async def _reviewer(service: ThreadService, request: Request) -> Reviewer:
     """The reviewer the request's bearer token verifies as, verified once."""
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
+    token = bearer_token(request.headers.get("authorization", ""))
+    if token is None:
         msg = "a resume decides reviews: send Authorization: Bearer <reviewer token>"
         raise _Refused(401, msg)
     try:
-        return await asyncio.to_thread(service.reviewer, token.strip())
+        return await asyncio.to_thread(service.reviewer, token)
     except IdentityProviderUnavailableError as exc:  # before its base: not the token's fault
         raise _Refused(503, _told(exc, service.store)) from exc
     except ReviewerNotVerifiedError as exc:

@@ -25,6 +25,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from covonaut_es._bearer import bearer_token
 from covonaut_es._text import whole_number
 from covonaut_es.errors import CovonautError, InvalidDecisionError, InvalidPageRequestError
 from covonaut_es.inbox._http import (
@@ -61,10 +62,10 @@ async def _credential(inbox: Inbox, request: Request, *, changes: bool) -> Revie
     once."""
     authorization = request.headers.get("authorization")
     if authorization is not None:
-        scheme, _, token = authorization.partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
+        token = bearer_token(authorization)
+        if token is None:
             raise HttpError(401, "expected the header Authorization: Bearer <reviewer token>")
-        credential = token.strip()
+        credential = token
     else:
         session = inbox.sessions.get(request.cookies.get(SESSION_COOKIE))
         if session is None:
@@ -107,22 +108,20 @@ async def _body(request: Request, fields: Collection[str]) -> dict[str, Any]:
 def _thread_named(request: Request) -> str | None:
     """The thread ``?thread=ID`` names, if any; named twice, refused (either one kept
     would decide on a thread the client may not have meant)."""
-    named = request.query_params.getlist("thread")
-    if len(named) > 1:
-        msg = f"?thread= is given {len(named)} times: name the review's thread once"
-        raise InvalidDecisionError(msg)
-    return named[0] if named else None
+    return _query_once(request, "thread", refused=InvalidDecisionError)
 
 
 # Reviews ------------------------------------------------------------------------------
 
 
-def _query_once(request: Request, name: str) -> str | None:
-    """The query parameter ``name``, if given; given twice, refused."""
+def _query_once(
+    request: Request, name: str, *, refused: type[CovonautError] = InvalidPageRequestError
+) -> str | None:
+    """The query parameter ``name``, if given; given twice, ``refused``."""
     given = request.query_params.getlist(name)
     if len(given) > 1:
         msg = f"?{name}= is given {len(given)} times: give it once"
-        raise InvalidPageRequestError(msg)
+        raise refused(msg)
     return given[0] if given else None
 
 
