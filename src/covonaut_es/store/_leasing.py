@@ -34,6 +34,7 @@ from covonaut_es.store._leases import (
     WorkerRecord,
 )
 from covonaut_es.store._read_only import WriteGuard
+from covonaut_es.store._side_tables import opened_row, sealed_row
 
 _HELD: ContextVar[Mapping[tuple[str, str], Lease]] = ContextVar(
     "covonaut_es_leases_held", default=MappingProxyType({})
@@ -50,6 +51,11 @@ class _Held(msgspec.Struct, frozen=True):
 
     threads: tuple[str, ...]
     calls: tuple[CallRunning, ...] = ()
+
+
+_HELD_DECODER = msgspec.json.Decoder(_Held | tuple[str, ...])
+"""A sealed record's threads and calls; a bare tuple of threads was sealed by code before
+calls were reported."""
 
 
 def process_holder() -> str:
@@ -167,7 +173,7 @@ class Leasing:
         )
         cipher = self._app.mapper.cipher
         if cipher is not None and (record.threads or record.calls):
-            sealed = cipher.encrypt(msgspec.json.encode(_Held(record.threads, record.calls)))
+            sealed = sealed_row(cipher, msgspec.json.encode(_Held(record.threads, record.calls)))
             threads = (_SEALED + base64.b64encode(sealed).decode(),)
             record = msgspec.structs.replace(record, threads=threads, calls=())
         self.leases.publish(record)
@@ -187,8 +193,10 @@ class Leasing:
             return record
         try:
             sealed = base64.b64decode(record.threads[0].removeprefix(_SEALED))
-            held = msgspec.json.decode(cipher.decrypt(sealed), type=_Held | tuple[str, ...])
-        except Exception:  # spoiled by another writer: the cipher's errors vary
+        except ValueError:  # spoiled by another writer
+            sealed = b""
+        held = opened_row(cipher, sealed, _HELD_DECODER.decode)
+        if held is None:
             held = _Held(("(unreadable)",))
         if not isinstance(held, _Held):  # sealed by code before calls were reported
             held = _Held(held)

@@ -23,11 +23,13 @@ from __future__ import annotations
 import functools
 import itertools
 from datetime import datetime
+from typing import cast
 from uuid import UUID
 
 import msgspec
 from eventsourcing.application import Application
 
+from covonaut_es._arguments import check_position
 from covonaut_es.domain import (
     AgentThread,
     ThreadParent,
@@ -40,6 +42,7 @@ from covonaut_es.store._backend import Backend
 from covonaut_es.store._read_only import WriteGuard
 from covonaut_es.store._reader import ThreadReader
 from covonaut_es.store._records import StoredRecords
+from covonaut_es.store._side_tables import opened_row, sealed_row
 from covonaut_es.store._stream_ids import KeyedEvents, stored_stream
 from covonaut_es.store._summaries import SummaryTable, stream_in
 
@@ -57,9 +60,6 @@ threads written since a position."""
 
 MAX_PAGE = 10_000
 """The most threads one page lists."""
-
-LAST_AFTER = 2**63 - 1
-"""The largest position a page may follow: the largest integer the databases store."""
 
 
 class ThreadSummary(msgspec.Struct, frozen=True, kw_only=True, gc=False):
@@ -150,17 +150,11 @@ class ThreadListing:
 
     def page(self, *, after: int | None = None, limit: int = 1000) -> ThreadPage:
         """As :meth:`covonaut_es.Store.list_threads`."""
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+        if type(limit) is not int or not 1 <= limit <= MAX_PAGE:
             msg = f"a page lists 1 to {MAX_PAGE} threads, got limit={limit!r}"
             raise ConfigurationError(msg)
-        if after is not None and (
-            isinstance(after, bool) or not isinstance(after, int) or not 0 <= after <= LAST_AFTER
-        ):
-            msg = (
-                f"after must be the next_after of a page (a whole number from 0 to "
-                f"{LAST_AFTER}) or None, got {after!r}"
-            )
-            raise ConfigurationError(msg)
+        if after is not None:  # the next_after of a page
+            check_position("after", after)
         start = after or 0
         table = None if self._guard.read_only else self._summaries()
         if table is None:
@@ -189,14 +183,10 @@ class ThreadListing:
         return ThreadPage(tuple(threads), rows[limit - 1][0] if more else None)
 
     def _opened_page(self, sealed: list[bytes]) -> list[ThreadSummary] | None:
-        """Every summary of a page, opened in one pass; None if any cannot be."""
+        """Every summary of a page, opened; None if any cannot be."""
         cipher, decode = self._app.mapper.cipher, _DECODER.decode
-        try:
-            if cipher is None:
-                return [decode(encoded) for encoded in sealed]
-            return [decode(cipher.decrypt(encoded)) for encoded in sealed]
-        except Exception:  # spoiled by another writer: the cipher's errors vary
-            return None
+        opened = [opened_row(cipher, row, decode) for row in sealed]
+        return None if any(o is None for o in opened) else cast("list[ThreadSummary]", opened)
 
     def _remade_page(
         self, table: SummaryTable, rows: list[tuple[int, bytes]]
@@ -273,7 +263,7 @@ class ThreadListing:
                 f"version, say): a row was altered behind the library ({exc})"
             )
             raise StoredRowError(msg) from exc
-        sealed = encoded if cipher is None else cipher.encrypt(encoded)
+        sealed = sealed_row(cipher, encoded)
         return stored_stream(self._app.recorder, stream), summary.version, seen, sealed
 
     def _summary(self, stream: UUID) -> ThreadSummary | None:
@@ -289,11 +279,7 @@ class ThreadListing:
         return ThreadSummary.of(thread, first.timestamp, activity)
 
     def _opened(self, sealed: bytes) -> ThreadSummary | None:
-        cipher = self._app.mapper.cipher
-        try:
-            return _DECODER.decode(sealed if cipher is None else cipher.decrypt(sealed))
-        except Exception:  # spoiled by another writer: the cipher's errors vary
-            return None
+        return opened_row(self._app.mapper.cipher, sealed, _DECODER.decode)
 
     def _domain(self, stored: UUID) -> UUID:
         recorder = self._app.recorder

@@ -23,7 +23,7 @@ from uuid import UUID
 
 from eventsourcing.application import Application
 
-from covonaut_es.store._side_tables import SQLTrackedTable
+from covonaut_es.store._side_tables import SQLTrackedTable, opened_row, sealed_row
 from covonaut_es.store._stream_ids import KeyedEvents, stored_stream
 from covonaut_es.store._summaries import stream_in
 
@@ -164,11 +164,10 @@ class OutstandingThreads:
     def advance(self, before: int, after: int, changes: dict[UUID, bytes | None]) -> bool:
         """As :meth:`OutstandingTable.advance`, by domain stream id."""
         cipher = self._app.mapper.cipher
-        sealed = []
-        for stream, row in changes.items():
-            if row is not None and cipher is not None:
-                row = cipher.encrypt(row)
-            sealed.append((self._stored(stream), row))
+        sealed = [
+            (self._stored(stream), None if row is None else sealed_row(cipher, row))
+            for stream, row in changes.items()
+        ]
         return self._table.advance(before, after, sealed)
 
     def clear(self) -> None:
@@ -179,13 +178,14 @@ class OutstandingThreads:
         return stored_stream(self._app.recorder, stream)
 
     def _opened(self, stored: UUID | None, sealed: Any) -> tuple[UUID, bytes] | None:
-        if stored is None or not isinstance(sealed, bytes):
+        row = opened_row(self._app.mapper.cipher, sealed, bytes)
+        if stored is None or row is None:
             return None
-        recorder, cipher = self._app.recorder, self._app.mapper.cipher
+        recorder = self._app.recorder
         try:
             stream = (
                 recorder.stream_ids.domain(stored) if isinstance(recorder, KeyedEvents) else stored
             )
-            return stream, sealed if cipher is None else cipher.decrypt(sealed)
         except Exception:  # spoiled by another writer: the cipher's errors vary
             return None
+        return stream, row

@@ -31,6 +31,7 @@ from covonaut_es import _logs
 from covonaut_es.domain import AgentThread, PauseKind
 from covonaut_es.store._records import StoredRecords
 from covonaut_es.store._review_index_table import ReviewIndexTable
+from covonaut_es.store._side_tables import opened_row, sealed_row
 from covonaut_es.store._stream_ids import stored_stream
 
 logger = _logs.logger("covonaut_es.store")
@@ -142,14 +143,7 @@ class ReviewIndex:
         return stored_stream(self._app.recorder, uuid.uuid5(_NAMESPACE, review_id)).hex
 
     def _sealed(self, entry: Entry) -> bytes:
-        row = _ENCODER.encode(entry)
-        cipher = self._app.mapper.cipher
-        return row if cipher is None else cipher.encrypt(row)
+        return sealed_row(self._app.mapper.cipher, _ENCODER.encode(entry))
 
     def _opened(self, sealed: Any) -> Entry | None:
-        cipher = self._app.mapper.cipher
-        try:
-            row = bytes(sealed) if cipher is None else cipher.decrypt(bytes(sealed))
-            return _DECODER.decode(row)
-        except Exception:  # spoiled by another writer: the cipher's errors vary
-            return None
+        return opened_row(self._app.mapper.cipher, sealed, _DECODER.decode)

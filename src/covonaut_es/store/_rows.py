@@ -20,9 +20,10 @@ from uuid import UUID
 
 from eventsourcing.persistence import ApplicationRecorder, Notification, StoredEvent
 
+from covonaut_es._arguments import LAST_POSITION
 from covonaut_es.errors import StoredRowError
 
-LAST_VERSION = 2**63 - 1
+LAST_VERSION = LAST_POSITION
 """The highest version any back end can store (SQLite's INTEGER, PostgreSQL's BIGINT):
 a read up to a higher one asks for no more than a read up to this, and the drivers
 refuse the number itself."""

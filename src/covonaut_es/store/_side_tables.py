@@ -1,7 +1,8 @@
 """A table the store keeps beside its log in a SQL database (thread summaries, the
 threads with work outstanding, the review index): where it is, how to write and read
-it, and its creation on first use; and the tracking row of a table made from the log,
-which holds the log position its rows were made to."""
+it, and its creation on first use; the tracking row of a table made from the log,
+which holds the log position its rows were made to; and its rows sealed with the
+store's cipher and opened again."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 from uuid import UUID
+
+from eventsourcing.persistence import Cipher
 
 from covonaut_es.store._settings_tables import column
 from covonaut_es.store._write_errors import database_errors_typed
@@ -183,3 +186,22 @@ class SQLTrackedTable(SQLSideTable, ABC):
                 self._add_tracking_row(cursor)
 
         self._run(write, "it was not cleared")
+
+
+def sealed_row(cipher: Cipher | None, row: bytes) -> bytes:
+    """A side table's row as stored: encrypted with the store's ``cipher``, if it has
+    one (rows name threads and what they wait for)."""
+    return row if cipher is None else cipher.encrypt(row)
+
+
+def opened_row(cipher: Cipher | None, stored: object, decode: Callable[[bytes], T]) -> T | None:
+    """What ``decode`` makes of a side table's row as stored (:func:`sealed_row`); None
+    when it is no driver's bytes, or does not decrypt or decode: another writer spoiled
+    it (the cipher's errors vary)."""
+    if not isinstance(stored, bytes | memoryview):
+        return None
+    try:
+        row = bytes(stored)
+        return decode(row if cipher is None else cipher.decrypt(row))
+    except Exception:
+        return None
