@@ -11,13 +11,22 @@ from psycopg.sql import SQL
 
 from covonaut_es.projections._views import (
     CREATE_STATEMENTS,
+    SEALED_CREATE_STATEMENTS,
     SealedReviewQueueView,
     SQLReviewQueueView,
 )
 
-_QUEUE_TABLE = re.compile(r"\b(covonaut_(?:sealed_)?(?:pauses|queue_threads|queue_given_up))\b")
-"""A name of one of the queue's own tables in a statement (not an index's, which goes on
-with ``_by_``)."""
+_QUEUE_TABLE = re.compile(
+    r"\b("
+    + "|".join(
+        re.escape(name)
+        for statement in (*CREATE_STATEMENTS, *SEALED_CREATE_STATEMENTS)
+        for name in re.findall(r"^CREATE TABLE IF NOT EXISTS (\w+)", statement)
+    )
+    + r")\b"
+)
+"""A name of one of the queue's own tables in a statement, each one a statement of the
+views creates (not an index's, which goes on with ``_by_``)."""
 
 
 class PostgresReviewQueueView(SQLReviewQueueView, PostgresTrackingRecorder):
