@@ -1,4 +1,4 @@
-"""The private attributes of an eventsourcing aggregate, named here and nowhere else.
+"""The private names of an eventsourcing aggregate, named here and nowhere else.
 
 An eventsourcing ``Aggregate`` keeps its id, version, times and unsaved events in
 attributes of its own ``__dict__``, behind read-only properties. Snapshots read and
@@ -15,11 +15,16 @@ from datetime import datetime
 from typing import Any, TypeVar
 from uuid import UUID
 
+from eventsourcing.domain import Aggregate
+
 T = TypeVar("T")
 
 # eventsourcing 9.5.6 (pinned below 9.6): Aggregate.__base_init__ sets _id, _version,
 # _created_on, _modified_on and _pending_events, which its properties of those names
-# (less the underscore) read.
+# (less the underscore) read; Aggregate._create makes an aggregate by a created event of
+# the caller's choice.
+
+A = TypeVar("A", bound=Aggregate)
 
 NOT_STATE = frozenset({"_id", "_version", "_pending_events"})
 """An aggregate's attributes that are no part of its state: a snapshot records the id
@@ -56,3 +61,15 @@ def move_to(aggregate: Any, *, aggregate_id: UUID, version: int, modified_on: da
     """Make ``aggregate`` the aggregate ``aggregate_id`` at ``version``, last modified
     at ``modified_on``, its state otherwise kept."""
     aggregate.__dict__.update(_id=aggregate_id, _version=version, _modified_on=modified_on)
+
+
+def created(cls: type[A], event_class: type[Any], **fields: Any) -> A:
+    """A new aggregate of ``cls``, its creation recorded by the event ``event_class``
+    (one of ``cls``'s created events) with ``fields``."""
+    return cls._create(event_class, **fields)
+
+
+def become(aggregate: Any, other: Any) -> None:
+    """Make ``aggregate`` be ``other``: its id, version, state and unsaved events."""
+    aggregate.__dict__.clear()
+    aggregate.__dict__.update(other.__dict__)

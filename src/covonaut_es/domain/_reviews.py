@@ -282,11 +282,6 @@ class ReviewLedger(msgspec.Struct, frozen=True):
         """The review with that id, if this thread has one."""
         return next((r for r in self.reviews if r.request.review_id == review_id), None)
 
-    def governing(self, tool_call_id: str) -> Review | None:
-        """The latest review that held back the call, or whose approval it spent."""
-        naming = self.naming(tool_call_id)
-        return naming[-1] if naming else None
-
     def naming(self, tool_call_id: str) -> tuple[Review, ...]:
         """Every review that held back the call, or whose approval it spent, oldest
         first: a fork asked to run again a call its parent approved asks a review of its

@@ -25,7 +25,7 @@ from eventsourcing.domain import Aggregate
 from covonaut_es._arguments import check_text, check_whole
 from covonaut_es.domain._calls import event_key, has_key_form, requested_call
 from covonaut_es.domain._canonical import json_data
-from covonaut_es.domain._eventsourcing import MODIFIED_ON, VERSION, move_to
+from covonaut_es.domain._eventsourcing import MODIFIED_ON, VERSION, become, created, move_to
 from covonaut_es.domain._ids import check_thread_id, check_thread_stream, thread_aggregate_id
 from covonaut_es.domain._pauses import (
     checked_kind,
@@ -881,7 +881,8 @@ class AgentThread(Aggregate, created_event_name="Started"):
         Raises:
             InvalidThreadIdError: ``thread_id`` breaks the rule of :func:`check_thread_id`.
         """
-        thread = cls._create(
+        thread = created(
+            cls,
             cls.Started,
             id=thread_aggregate_id(check_thread_id(thread_id)),
             thread_id=thread_id,
@@ -905,7 +906,8 @@ class AgentThread(Aggregate, created_event_name="Started"):
         Raises:
             InvalidThreadIdError: ``thread_id`` breaks the rule of :func:`check_thread_id`.
         """
-        thread = cls._create(
+        thread = created(
+            cls,
             cls.StartedFromState,
             id=thread_aggregate_id(check_thread_id(thread_id)),
             thread_id=thread_id,
@@ -1634,12 +1636,10 @@ class AgentThread(Aggregate, created_event_name="Started"):
         pending = self.pending_events
         return self.version == 1 and len(pending) == 1 and type(pending[0]) is self.Started
 
-    def _create_again(self, created: type[AgentThread.Started], **fields: Any) -> None:
-        """Become this thread created by ``created`` instead of its unsaved ``Started``
+    def _create_again(self, event: type[AgentThread.Started], **fields: Any) -> None:
+        """Become this thread created by ``event`` instead of its unsaved ``Started``
         (see :meth:`_only_created`), with the same id and name."""
-        again = self._create(created, id=self.id, thread_id=self.thread_id, **fields)
-        self.__dict__.clear()
-        self.__dict__.update(again.__dict__)
+        become(self, created(type(self), event, id=self.id, thread_id=self.thread_id, **fields))
 
     # Rebasing ---------------------------------------------------------------------
 
@@ -1677,8 +1677,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
                 head.trigger_event(type(event), timestamp=event.timestamp, **fields)
         except Exception:  # an unsaved event that does not apply after the head
             return False
-        self.__dict__.clear()
-        self.__dict__.update(head.__dict__)
+        become(self, head)
         return True
 
     def _open_call(self, tool_call_id: str) -> PendingToolCall:

@@ -358,7 +358,10 @@ class MsgspecMapper(Mapper[UUID]):
             originator_id if isinstance(originator_id, UUID) else UUID(originator_id)
         )
         state["originator_version"] = stored_event.originator_version
-        # Annotated, not typing.cast: that is a call of its own on every event read.
+        # Made as eventsourcing's mapper makes an event, without its __init__: its event
+        # classes are frozen dataclasses without slots, their fields in the instance's
+        # __dict__ (eventsourcing 9.5.6). Annotated, not typing.cast: that is a call of
+        # its own on every event read.
         event: DomainEventProtocol[UUID] = object.__new__(reader.cls)
         object.__setattr__(event, "__dict__", state)
         return event
