@@ -710,3 +710,29 @@ def test_a_call_id_repeated_in_one_response_spends_the_approval_once(
     assert "already used by call c1-2" in results["c1-3"]
     assert event_kinds(store).count("ApprovalUsed") == 1
     assert agent.in_doubt == ()
+
+
+@pytest.mark.parametrize("decide", ["areject", "arespond"])
+def test_an_async_rejection_or_response_is_its_blocking_twins(store: Store, decide: str) -> None:
+    """``areject`` and ``arespond`` record the decision ``reject`` and ``respond``
+    record, from an event loop: the held-back call does not run, and the model reads
+    the reason or the answer as its result."""
+    runs: list[ToolContext] = []
+    agent = paused_on_review(store, [answer("Understood.")], runs)
+    rid = review_id(agent)
+    text = "unknown payee" if decide == "areject" else "paid by hand"
+
+    async def decide_and_resume() -> str:
+        if decide == "areject":
+            await agent.areject(rid, reviewer=BOB, reason=text)
+        else:
+            await agent.arespond(rid, reviewer=BOB, answer=text)
+        return await agent.aresume()
+
+    assert asyncio.run(decide_and_resume()) == "Understood."
+    (review,) = agent.state.reviews
+    assert review.decision is not None and review.decision.reviewer == "bob"
+    assert review.decision.decision is (
+        Decision.REJECTED if decide == "areject" else Decision.RESPONDED
+    )
+    assert runs == [] and text in tool_results(agent)["c1"]

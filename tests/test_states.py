@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import string
@@ -323,3 +324,21 @@ def test_documents_are_copied_not_shared() -> None:
     assert loaded is not None
     loaded["usage"] = None
     assert states.read_state("k") == {"_v": 1, "usage": {"input_tokens": 1}}
+
+
+def test_the_async_save_and_load_of_a_state_are_their_blocking_twins(
+    store: Store, state_store: StateStore
+) -> None:
+    """``asave_state`` and ``aload_state`` save and continue from a state as
+    ``save_state`` and ``load_state`` do, from an event loop."""
+    source = interrupted_agent(store, state_store)
+    agent = make_agent(store, state_store, [answer("Paid after review.")], thread_id="other")
+
+    async def save_then_load() -> tuple[StateDocument, Any]:
+        saved = await source.asave_state("k")
+        return saved, await agent.aload_state("k", thread_id="continued")
+
+    saved, state = asyncio.run(save_then_load())
+    assert (saved.thread_id, saved.version) == ("t", source.state.version)
+    assert state.thread_id == "continued" and state.messages == source.state.messages
+    assert agent.resume() == "Paid after review."
