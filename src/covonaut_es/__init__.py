@@ -140,11 +140,12 @@ __all__ = [
 ]
 
 # The provider adapters are imported on first access: their SDKs are optional extras.
-__getattr__ = lazy_names(
-    __name__,
-    globals(),
-    {
-        "AnthropicProvider": "covonaut_es.providers.anthropic",
-        "OpenAIProvider": "covonaut_es.providers.openai",
-    },
-)
+if not TYPE_CHECKING:  # a type checker sees the names above, and no other
+    __getattr__ = lazy_names(
+        __name__,
+        globals(),
+        {
+            "AnthropicProvider": "covonaut_es.providers.anthropic",
+            "OpenAIProvider": "covonaut_es.providers.openai",
+        },
+    )

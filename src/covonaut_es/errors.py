@@ -372,8 +372,9 @@ class ProviderError(CovonautError, RuntimeError):
     """The model provider failed; the thread records the failure and can continue."""
 
 
-class _ProviderCallError(ProviderError):
-    """A call to a model provider's API failed (internal base of the four below).
+class ProviderCallError(ProviderError):
+    """A call to a model provider's API failed: the base of the four below, which catches
+    them all.
 
     Attributes:
         status_code: The HTTP status the API answered with; for an error reported
@@ -391,23 +392,23 @@ class _ProviderCallError(ProviderError):
         self.retry_after = retry_after
 
 
-class ProviderRateLimitError(_ProviderCallError):
+class ProviderRateLimitError(ProviderCallError):
     """The provider's API refused the call for now: too many requests or tokens (429).
 
     Retried with backoff by the provider adapters (see :class:`~covonaut_es.RetryPolicy`).
     """
 
 
-class ProviderServerError(_ProviderCallError):
+class ProviderServerError(ProviderCallError):
     """The provider's API failed on its side (5xx, overloaded). Retried with backoff."""
 
 
-class ProviderRequestError(_ProviderCallError):
+class ProviderRequestError(ProviderCallError):
     """The provider's API rejected the call itself: bad request, authentication,
     permission, unknown model (4xx other than 429). Never retried: fix the request."""
 
 
-class ProviderConnectionError(_ProviderCallError):
+class ProviderConnectionError(ProviderCallError):
     """The provider's API could not be reached or did not answer in time. Retried with
     backoff."""
 

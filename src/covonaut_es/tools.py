@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, Protocol, cast, runtime_checkable
 
@@ -284,7 +284,7 @@ class ToolSource(Protocol):
     def name(self) -> str:
         """The name the application gave the source, for messages and reviews."""
 
-    def tools(self) -> tuple[Tool, ...]:
+    def tools(self) -> Sequence[Tool]:
         """The source's tools, as the model is offered them."""
 
 

@@ -50,4 +50,5 @@ __all__ = [
 
 # JwtReviewerVerifier moved to covonaut_es.service; imported from there on first access,
 # since it needs the inbox extra.
-__getattr__ = lazy_names(__name__, globals(), {"JwtReviewerVerifier": "covonaut_es.service"})
+if not TYPE_CHECKING:  # a type checker sees the names above, and no other
+    __getattr__ = lazy_names(__name__, globals(), {"JwtReviewerVerifier": "covonaut_es.service"})

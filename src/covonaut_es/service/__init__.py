@@ -72,4 +72,7 @@ __all__ = [
 
 
 # JwtReviewerVerifier is imported on first access: it needs PyJWT, of the inbox extra.
-__getattr__ = lazy_names(__name__, globals(), {"JwtReviewerVerifier": "covonaut_es.service._jwt"})
+if not TYPE_CHECKING:  # a type checker sees the names above, and no other
+    __getattr__ = lazy_names(
+        __name__, globals(), {"JwtReviewerVerifier": "covonaut_es.service._jwt"}
+    )

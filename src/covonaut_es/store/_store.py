@@ -115,7 +115,7 @@ class Store(Closing):
 
     @classmethod
     def from_application(
-        cls, application: Application[UUID], *, max_checkpoints_per_thread: int = 0
+        cls, application: AgentApplication, *, max_checkpoints_per_thread: int = 0
     ) -> Store:
         """A store of the threads kept in your own eventsourcing application.
 

@@ -86,7 +86,7 @@ class ReviewNotifier(Protocol):
     ``idempotency_key``.
     """
 
-    def __call__(self, notice: ReviewNotice) -> None:
+    def __call__(self, notice: ReviewNotice, /) -> None:
         """Deliver ``notice``, or raise."""
 
 
