@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from covonaut_es import AgentConfig, ScriptedProvider, Tool, ToolContext, open_store
 from covonaut_es.errors import ProviderCallError, ProviderError
+from covonaut_es.messages import ProviderRequest, ProviderResponse
 from covonaut_es.store import Store
 from covonaut_es.workers import ReviewNotice, Worker
 
@@ -19,6 +20,16 @@ def to_slack(n: ReviewNotice) -> None:
 
 def make_config(thread_id: str) -> AgentConfig:
     return AgentConfig(provider=ScriptedProvider(), tools=[])
+
+
+class CompleteOnly:
+    """A blocking provider that answers in one piece only."""
+
+    def complete(self, request: ProviderRequest) -> ProviderResponse:
+        return ProviderResponse(content="hi")
+
+
+AgentConfig(provider=CompleteOnly())
 
 
 Worker(open_store("memory://"), make_config, notifier=to_slack)

@@ -12,6 +12,7 @@ from covonaut_es.providers._protocol import (
     AsyncProvider,
     Provider,
     ScriptedProvider,
+    StreamingProvider,
     StreamScript,
     collect_stream,
 )
@@ -23,5 +24,6 @@ __all__ = [
     "RetryPolicy",
     "ScriptedProvider",
     "StreamScript",
+    "StreamingProvider",
     "collect_stream",
 ]

@@ -23,12 +23,20 @@ class Provider(Protocol):
     """A model behind an API: given the context and tools, it answers.
 
     Implementations raise :class:`~covonaut_es.errors.ProviderError` (or any exception, which
-    the agent wraps in one) when the model cannot answer.
+    the agent wraps in one) when the model cannot answer. One that can also answer piece
+    by piece is a :class:`StreamingProvider`.
     """
 
     def complete(self, request: ProviderRequest) -> ProviderResponse:
         """Answer the request in one piece."""
         ...
+
+
+@runtime_checkable
+class StreamingProvider(Provider, Protocol):
+    """A :class:`Provider` that can also answer piece by piece: a streaming run
+    (``Agent.stream``, the AG-UI endpoint) reads its answer as the pieces come; a
+    provider without ``stream`` is asked with ``complete`` and its answer given whole."""
 
     def stream(self, request: ProviderRequest) -> Iterator[StreamDelta]:
         """Answer the request piece by piece."""

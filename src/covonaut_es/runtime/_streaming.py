@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable, Iterator
+from typing import TypeGuard
 
 import attrs
 
@@ -25,7 +26,7 @@ from covonaut_es.messages import (
     TextDelta,
     ToolCallDelta,
 )
-from covonaut_es.providers import AsyncProvider, Provider, collect_stream
+from covonaut_es.providers import AsyncProvider, Provider, StreamingProvider, collect_stream
 from covonaut_es.providers._protocol import whole_pieces
 
 
@@ -53,7 +54,7 @@ class _Stopped(Exception):
     """The consumer went away: stop reading the provider's stream."""
 
 
-def streams(provider: Provider | AsyncProvider) -> bool:
+def streams(provider: Provider | AsyncProvider) -> TypeGuard[StreamingProvider]:
     """Whether ``provider`` answers piece by piece (has a ``stream()`` method)."""
     return callable(getattr(provider, "stream", None))
 
@@ -86,7 +87,7 @@ def stream_answer(
     """
     if not streams(provider):
         return emit_whole(call_blocking(provider.complete, request), emit)
-    deltas: Iterator[StreamDelta] = provider.stream(request)  # type: ignore[union-attr]
+    deltas: Iterator[StreamDelta] = provider.stream(request)
     received: list[StreamDelta] = []
     try:
         for delta in deltas:
