@@ -571,19 +571,21 @@ _PLANTED = [
     "nothing",
     "own file",
     "own link",
+    "own pipe",
     "another user's file",
     "another user's link",
+    "another user's pipe",
     "the directory owner's link",
 ]
-"""What may stand at an export's ``--output`` in a directory others write in: the last
-three need another user, so only root can make them."""
+"""What may stand at an export's ``--output`` in a directory others write in: those of
+another user need one, so only root can make them."""
 
 
 @settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(
-    planted=st.sampled_from(_PLANTED if os.geteuid() == 0 else _PLANTED[:3]),
+    planted=st.sampled_from(_PLANTED if os.geteuid() == 0 else _PLANTED[:4]),
     mode=st.integers(0, 0o777),
     shared=st.booleans(),
 )
@@ -597,11 +599,12 @@ def test_an_export_is_written_only_where_its_own_user_decides(
     """``export --output`` into a directory others write in (``shared``: sticky and
     world-writable, as ``/tmp``), where another user may have put a file or a link:
     it writes through its own user's links and the directory owner's only, and over its
-    own user's files only, keeping their mode; a new file is its owner's only, and so is
-    the file being written until it is whole. Anything else is refused in one line and
-    nothing changes, here or where a link leads. Before, a link another user planted made
-    an export of an encrypted store overwrite any file, and a file of another user's,
-    mode 0666, gave the decrypted export that mode (helper-200)."""
+    own user's files and pipes only, keeping a file's mode; a new file is its owner's
+    only, and so is the file being written until it is whole. Anything else is refused
+    in one line and nothing changes, here or where a link leads. Before, a link another
+    user planted made an export of an encrypted store overwrite any file, a file of
+    another user's, mode 0666, gave the decrypted export that mode (helper-200), and
+    another user's pipe read it (helper-201)."""
     folder = Path(tempfile.mkdtemp(dir=beside_a_store))
     elsewhere = Path(tempfile.mkdtemp(dir=beside_a_store))
     precious = elsewhere / "precious.conf"
@@ -617,18 +620,34 @@ def test_an_export_is_written_only_where_its_own_user_decides(
         output.chmod(mode)
     elif planted.endswith("link"):
         output.symlink_to(precious)
+    elif planted.endswith("pipe"):
+        os.mkfifo(output, 0o600)
     if planted.startswith(("another", "the directory")):
         os.lchown(output, _ANOTHER_USER, _ANOTHER_USER)
     before = entries_under(folder, elsewhere)
+    received: list[bytes] = []
+    if planted == "own pipe":
+        reader = threading.Thread(target=lambda: received.append(output.read_bytes()))
+        reader.start()
     real_fsync = os.fsync
 
     def whole_only_when_synced(fd: int) -> None:
         assert stat.S_IMODE(os.fstat(fd).st_mode) == 0o600  # nobody else reads a part
         real_fsync(fd)
 
-    with mock.patch("os.fsync", whole_only_when_synced):
+    with (
+        mock.patch("os.fsync", whole_only_when_synced),
+        # A mode given by name would follow a link put where the file was (helper-201).
+        mock.patch("os.chmod", side_effect=AssertionError("a mode set by the file's name")),
+    ):
         status = main(["export", "t", "--store", "sqlite:///threads.db", "--output", str(output)])
     stderr = capsys.readouterr().err
+    if planted == "own pipe":
+        reader.join(timeout=30)
+        assert status == 0, stderr
+        assert received and received[0].startswith(b'{"thread_id":"t"')
+        assert entries_under(folder, elsewhere) == before
+        return
     if planted.startswith("another"):
         assert status == 2, stderr
         assert "another user" in stderr and "nothing was written" in stderr, stderr
@@ -644,6 +663,52 @@ def test_an_export_is_written_only_where_its_own_user_decides(
     after = entries_under(folder, elsewhere)
     changed = {path for path in {*before, *after} if before.get(path) != after.get(path)}
     assert changed == {str(written)}
+
+
+@pytest.mark.parametrize("output", [".", "..", "/", "sub/", "sub/..", "absent/", "threads.db/"])
+def test_an_export_to_a_directorys_name_is_refused(
+    beside_a_store: Path, capsys: pytest.CaptureFixture[str], output: str
+) -> None:
+    """``--output`` naming a directory, however spelled (a trailing ``/`` included, which
+    a file of the name without it took), exits 2 in one line and writes nothing; ``.``
+    and ``/`` were a traceback (helper-201)."""
+    before = _as_found(beside_a_store)
+    status = main(["export", "t", "--store", "sqlite:///threads.db", "--output", output])
+    stderr = capsys.readouterr().err
+    assert status == 2, stderr
+    assert "names a directory" in stderr and len(stderr.splitlines()) == 1, stderr
+    assert _as_found(beside_a_store) == before
+    assert not (beside_a_store / "absent").exists()
+
+
+@pytest.mark.parametrize("output", ["/dev/stdout", "/proc/self/fd/1", "/dev/fd/1"])
+@pytest.mark.parametrize("stdout", ["a file appended to", "a pipe"])
+def test_an_export_to_its_own_standard_output_is_written_as_the_shell_opened_it(
+    beside_a_store: Path, output: str, stdout: str
+) -> None:
+    """``--output /dev/stdout`` (or the descriptor's other names) writes to the
+    command's standard output as the shell opened it: appended to a file opened with
+    ``>>``, keeping what it held, and into a pipe. It replaced the file, losing its
+    lines, and failed on a pipe (helper-201)."""
+    command = [sys.executable, "-m", "covonaut_es", "export", "t", "--output", output]
+    command += ["--store", "sqlite:///threads.db"]
+    if stdout == "a pipe":
+        result = subprocess.run(
+            command, cwd=beside_a_store, env=CHILD_ENV, capture_output=True, timeout=120
+        )
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.startswith(b'{"thread_id":"t"')
+        return
+    audit = beside_a_store / "audit.jsonl"
+    audit.write_text("first\nsecond\n")
+    with open(audit, "a") as appended:
+        result = subprocess.run(
+            command, cwd=beside_a_store, env=CHILD_ENV, stdout=appended,
+            stderr=subprocess.PIPE, timeout=120,
+        )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    lines = audit.read_text().splitlines()
+    assert lines[:2] == ["first", "second"] and lines[2].startswith('{"thread_id":"t"')
 
 
 @settings(max_examples=60, deadline=None)

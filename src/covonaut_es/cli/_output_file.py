@@ -4,8 +4,10 @@ An export holds its threads decrypted, and operators export into shared director
 such as ``/tmp``. So the file is written only where its own user decides what it is:
 through symbolic links that user or the link's directory's owner made (the rule of
 Linux's ``fs.protected_symlinks``, kept whatever the machine sets, since a path resolved
-in user space passes the kernel's check), over a regular file of that user only (whose
-mode it keeps), and never over a SQLite database or its journal.
+in user space passes the kernel's check), over that user's own files only (a regular
+file, whose mode it keeps, or a pipe; any user's device), and never over a SQLite
+database or its journal. A descriptor of the process (``/dev/stdout``,
+``/proc/self/fd/N``) is written as the shell opened it: appended to, never replaced.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import os
 import stat
 import tempfile
 from pathlib import Path
+from typing import NamedTuple
 
 from covonaut_es.cli._command import UsageError
 from covonaut_es.store._settings import is_sqlite_database, sqlite_journal_of
@@ -23,38 +26,49 @@ from covonaut_es.store._settings import is_sqlite_database, sqlite_journal_of
 _MOST_LINKS = 40  # as Linux's path walk: beyond, ELOOP
 
 
+class _Target(NamedTuple):
+    """Where an export goes: ``path`` with its last part's links followed, what stands
+    there (None: nothing yet), and whether it is a descriptor of this process."""
+
+    path: Path
+    found: os.stat_result | None
+    descriptor: bool
+
+
 def write_output(path: str, text: str) -> None:
     """Write ``text`` to ``path`` whole or not at all: into a new file beside it, readable
     by its owner only until it is whole, then renamed over it, so that a full disk or a
     kill never leaves half an export there, nor destroys the file that was there before,
     nor shows a reader a part of it. A new file stays readable by its owner only; one
-    written over keeps its mode. A path that is no regular file (a pipe,
+    written over keeps its mode. A path that is no regular file (a pipe, a device,
     ``/dev/stdout``) is written as it is: there is nothing to rename over.
 
     Raises:
-        UsageError: ``path`` is a SQLite database or one's journal, goes through a link
-            another user made, names another user's file, or cannot be written; nothing
-            was written.
+        UsageError: ``path`` names a directory, is a SQLite database or one's journal,
+            goes through a link another user made, names another user's file or pipe,
+            or cannot be written; nothing was written.
     """
+    _refuse_directory(path)
     _refuse_database(path)
     partial: Path | None = None
     try:
-        target = _followed(Path(path))
-        found = _existing(target)
-        if found is not None and not stat.S_ISREG(found.st_mode):
-            with open(target, "w", encoding="utf-8") as stream:
-                stream.write(text)
+        target = _target(Path(path))
+        if target.descriptor or (
+            target.found is not None and not stat.S_ISREG(target.found.st_mode)
+        ):
+            _write_in_place(target, text)
             return
         with tempfile.NamedTemporaryFile(
-            "w", encoding="utf-8", dir=target.parent, prefix=f".{target.name}.", delete=False
-        ) as file:
+            "w", encoding="utf-8", dir=target.path.parent, prefix=f".{target.path.name}.",
+            delete=False,
+        ) as file:  # fmt: skip
             partial = Path(file.name)
             file.write(text)
             file.flush()
             os.fsync(file.fileno())
-        if found is not None:
-            partial.chmod(stat.S_IMODE(found.st_mode))
-        os.replace(partial, target)
+            if target.found is not None:  # the file itself: its name may be swapped
+                os.fchmod(file.fileno(), stat.S_IMODE(target.found.st_mode))
+        os.replace(partial, target.path)
     except OSError as exc:
         if partial is not None:
             with contextlib.suppress(OSError):
@@ -63,22 +77,45 @@ def write_output(path: str, text: str) -> None:
         raise UsageError(msg) from exc
 
 
-def _followed(path: Path) -> Path:
-    """``path`` with the links of its last part followed, each one its reader's own or
-    its directory owner's; its directories are left to the kernel (and its
-    ``fs.protected_symlinks``, where set).
+def _write_in_place(target: _Target, text: str) -> None:
+    """Write ``text`` into what stands at the target, no regular file, or a descriptor
+    of this process (appended to, as the shell opened it): the very one checked, never
+    a link put in its place since.
 
     Raises:
-        UsageError: A link another user made.
+        OSError: It cannot be written, or it was replaced since it was checked.
+    """
+    if target.descriptor:
+        fd = os.open(target.path, os.O_WRONLY | os.O_APPEND)
+    else:
+        fd = os.open(target.path, os.O_WRONLY | os.O_NOFOLLOW)
+        opened, found = os.fstat(fd), target.found
+        if found is None or (opened.st_dev, opened.st_ino) != (found.st_dev, found.st_ino):
+            os.close(fd)
+            raise OSError(errno.ESTALE, "it was replaced while it was checked")
+    with open(fd, "w", encoding="utf-8") as stream:
+        stream.write(text)
+
+
+def _target(path: Path) -> _Target:
+    """Where ``path`` leads: the links of its last part followed, each one its reader's
+    own or its directory owner's (its directories are left to the kernel, and its
+    ``fs.protected_symlinks`` where set), up to a descriptor of this process, or to what
+    stands there, its reader's own unless it is a device.
+
+    Raises:
+        UsageError: A link another user made, or another user's file or pipe.
         OSError: Too many links, or one that cannot be read.
     """
     for _ in range(_MOST_LINKS):
         try:
             found = os.lstat(path)
         except FileNotFoundError:
-            return path
+            return _Target(path, None, descriptor=False)
         if not stat.S_ISLNK(found.st_mode):
-            return path
+            return _Target(path, _owned(path, found), descriptor=False)
+        if os.path.realpath(path.parent).startswith("/proc/"):
+            return _Target(path, None, descriptor=True)  # /proc/self/fd/1, say
         owners = {os.geteuid(), os.stat(path.parent).st_uid}
         if found.st_uid not in owners:
             msg = (
@@ -91,25 +128,33 @@ def _followed(path: Path) -> Path:
     raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(path))
 
 
-def _existing(target: Path) -> os.stat_result | None:
-    """What ``target`` is, if it is anything; None when nothing is there.
+def _owned(path: Path, found: os.stat_result) -> os.stat_result:
+    """``found``, what stands at ``path``, if its reader may write an export there.
 
     Raises:
-        UsageError: It is a regular file another user owns: its mode would be given to
+        UsageError: It is a file or a pipe of another user: its mode would be given to
             the export, or its owner could read or change it as it is written.
     """
-    try:
-        found = os.stat(target)
-    except FileNotFoundError:
-        return None
-    if stat.S_ISREG(found.st_mode) and found.st_uid != os.geteuid():
-        msg = (
-            f"--output {str(target)!r} is a file of another user (uid {found.st_uid}): "
-            "an export writes over its own user's files only; remove it or name another "
-            "(nothing was written)"
-        )
+    if stat.S_ISCHR(found.st_mode) or found.st_uid == os.geteuid():
+        return found
+    msg = (
+        f"--output {str(path)!r} is a file of another user (uid {found.st_uid}): "
+        "an export writes over its own user's files only; remove it or name another "
+        "(nothing was written)"
+    )
+    raise UsageError(msg)
+
+
+def _refuse_directory(path: str) -> None:
+    """Refuse a ``path`` that names a directory (``.``, ``/``, one ending in ``/``),
+    however it is spelled: an export is a file.
+
+    Raises:
+        UsageError: It does.
+    """
+    if path.endswith(os.sep) or Path(path).name in ("", ".", ".."):
+        msg = f"--output {path!r} names a directory: name the file to write (nothing was written)"
         raise UsageError(msg)
-    return found
 
 
 def _refuse_database(path: str) -> None:
