@@ -510,6 +510,46 @@ def test_the_users_code_named_wrong_is_refused_alike_by_every_command(
     assert f": {command[1]} 'usermod:" in result.stderr, result.stderr
 
 
+@pytest.mark.parametrize(
+    "shared", [True, False], ids=["a directory all may write", "a private one"]
+)
+@pytest.mark.parametrize("installed", [True, False], ids=["installed too", "only there"])
+def test_the_users_code_is_imported_from_the_working_directory_only_if_its_own(
+    tmp_path: Path, shared: bool, installed: bool
+) -> None:
+    """The console script imports ``--application``'s module from the import path
+    first, then from the working directory, unless every user may write in it
+    (``/tmp``): a module another user planted there never runs as the operator, even
+    under the name of one on the import path. ``--application`` ran such a module
+    (helper-201); a module that exits while imported is a usage error, not a silent
+    exit 0."""
+    here = tmp_path / "here"
+    here.mkdir()
+    here.chmod(0o1777 if shared else 0o755)
+    marker = tmp_path / "ran"
+    (here / "usermod.py").write_text(f"open({str(marker)!r}, 'w').close()\nraise SystemExit(0)\n")
+    path = [str(ROOT / "src")]
+    if installed:
+        (tmp_path / "site").mkdir()
+        (tmp_path / "site" / "usermod.py").write_text("App = 1\n")
+        path.append(str(tmp_path / "site"))
+    script = Path(sys.executable).parent / "covonaut-es"
+    result = subprocess.run(
+        [str(script), "threads", "--application", "usermod:App"],
+        cwd=here,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2 and len(result.stderr.splitlines()) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    assert marker.exists() == (not shared and not installed), result.stderr
+    if marker.exists():
+        assert "SystemExit" in result.stderr
+
+
 class _Crash(BaseException):
     """Stands for the death of the runner's process inside a tool."""
 

@@ -1,11 +1,13 @@
 """The user's code a command runs, named ``MODULE:NAME`` (``--application``, ``worker
---app``): imported as ``python -m`` finds a module, from the working directory first,
-then the import path."""
+--app``): imported from the import path, then from the working directory, unless other
+users may write in it (``/tmp``): a module another user put there would run as the
+operator, and the import path's modules win over one of the same name there."""
 
 from __future__ import annotations
 
 import importlib
 import os
+import stat
 import sys
 
 from covonaut_es.cli._command import UsageError
@@ -30,11 +32,10 @@ def imported(option: str, spec: str, *, form: str) -> object:
     if not (colon and module_name and name):
         msg = f"{option} takes {form}; got {spec!r}"
         raise UsageError(msg)
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
+    _look_in_working_directory()
     try:
         found: object = importlib.import_module(module_name)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # the application's own import, any way
         msg = (
             f"{option} {spec!r}: its module {module_name!r} cannot be imported "
             f"({type(exc).__name__}: {exc}); is it in the working directory or on PYTHONPATH?"
@@ -46,3 +47,12 @@ def imported(option: str, spec: str, *, form: str) -> object:
             raise UsageError(msg)
         found = getattr(found, part)
     return found
+
+
+def _look_in_working_directory() -> None:
+    """Put the working directory last on the import path, unless a user other than its
+    owner and group may write in it."""
+    here = os.getcwd()
+    if here in sys.path or os.stat(here).st_mode & stat.S_IWOTH:
+        return
+    sys.path.append(here)
