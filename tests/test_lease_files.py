@@ -4,6 +4,7 @@ holder's own, even read while a shorter name is written over a longer one."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import subprocess
@@ -18,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from covonaut_es import Store, ThreadBusyError, open_store
+from covonaut_es.domain import thread_aggregate_id
 from covonaut_es.errors import UntrustedLeaseDirectoryError
 from covonaut_es.store import WorkerRecord
 from covonaut_es.store._backends._sqlite_leases import lease_directory
@@ -141,9 +143,10 @@ _PLANTED = [
     "a file",
     "a directory every user may write",
     "another user's directory",
+    "a directory of a member of the store's group",
 ]
 """What may stand at a store's lease directory's name beside a store in ``/tmp``: the
-last needs another user, so only root can make it."""
+last two need another user, so only root can make them."""
 
 _UNTRUSTED = {_PLANTED[2], _PLANTED[3], _PLANTED[4], _PLANTED[5]}
 
@@ -170,7 +173,7 @@ _USES: dict[str, Callable[[Store], object]] = {
 
 @settings(max_examples=30, deadline=None)
 @given(
-    planted=st.sampled_from(_PLANTED if os.geteuid() == 0 else _PLANTED[:-1]),
+    planted=st.sampled_from(_PLANTED if os.geteuid() == 0 else _PLANTED[:-2]),
     use=st.sampled_from(sorted(_USES)),
 )
 def test_a_store_uses_only_a_lease_directory_its_own_users_made(
@@ -201,6 +204,9 @@ def test_a_store_uses_only_a_lease_directory_its_own_users_made(
             directory.chmod(0o777)
         elif planted == "another user's directory":
             os.chown(directory, _ANOTHER_USER, _ANOTHER_USER)
+        elif planted == "a directory of a member of the store's group":
+            (shared / "s.db").chmod(0o660)  # the store is its group's to write
+            os.chown(directory, _ANOTHER_USER, (shared / "s.db").stat().st_gid)
     before = {
         **entries_under(elsewhere),
         **(entries_under(directory) if planted != "nothing" else {}),
@@ -215,8 +221,59 @@ def test_a_store_uses_only_a_lease_directory_its_own_users_made(
         _USES[use](store)
     if directory.exists():
         info = directory.lstat()
-        assert stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid()
-        assert not info.st_mode & stat.S_IWOTH
+        assert stat.S_ISDIR(info.st_mode) and not info.st_mode & stat.S_IWOTH
+        assert info.st_uid == os.geteuid() or info.st_gid == (shared / "s.db").stat().st_gid
     assert entries_under(elsewhere) == {
         k: v for k, v in before.items() if k.startswith(str(elsewhere))
     }
+
+
+_PLANTED_INSIDE = {
+    "a link at the thread's lock file": "LOCK",
+    "a link at the worker's lock file": "workers/w-1.lock",
+    "a pipe at a worker's record": "workers/w-9.json",
+}
+"""What a user who may write in a store's lease directory (a member of a group-shared
+store's group) may put in it; ``LOCK`` stands for thread ``t``'s lock file."""
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    planted=st.sampled_from(sorted(_PLANTED_INSIDE)),
+    use=st.sampled_from(sorted(_USES)),
+    umask=st.sampled_from([0o022, 0o002, 0o000]),
+)
+def test_nothing_planted_in_a_lease_directory_is_written_through_or_waited_on(
+    tmp_path_factory: pytest.TempPathFactory, planted: str, use: str, umask: int
+) -> None:
+    """Property: a link or a pipe put in a store's own lease directory (under any umask,
+    which never makes the directory every user's) is never written through nor waited
+    on: each use works or is refused with ``UntrustedLeaseDirectoryError``, and the
+    file a link leads to is unchanged. A worker's record was written through a link at
+    its temporary file's name, a pipe at a record hung the listing of live workers, and
+    under umask 000 the store refused the directory it had just made (helper-201)."""
+    folder = tmp_path_factory.mktemp("store")
+    elsewhere = tmp_path_factory.mktemp("elsewhere")
+    precious = elsewhere / "precious.conf"
+    precious.write_text("precious\n")
+    url = f"sqlite:///{folder / 's.db'}"
+    open_store(url).close()
+    directory = lease_directory(str(folder / "s.db"))
+    previous = os.umask(umask)
+    try:
+        with open_store(url) as store:
+            store.publish_worker(_record("w-0"))  # makes the directories, under the umask
+            name = _PLANTED_INSIDE[planted]
+            lock = f"{thread_aggregate_id('t').hex}.lock"  # a plain store keys none
+            where = directory / (lock if name == "LOCK" else name)
+            if planted.endswith("record"):
+                os.mkfifo(where)
+            else:
+                where.symlink_to(precious)
+            before = entries_under(elsewhere)
+            with contextlib.suppress(UntrustedLeaseDirectoryError):
+                _USES[use](store)
+    finally:
+        os.umask(previous)
+    assert entries_under(elsewhere) == before
+    assert not directory.stat().st_mode & stat.S_IWOTH

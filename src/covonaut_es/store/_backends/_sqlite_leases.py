@@ -4,8 +4,10 @@ the database (ADR 0016, ADR 0025)."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
+import secrets
 import stat
 from collections.abc import Callable
 from pathlib import Path
@@ -78,8 +80,11 @@ class FileLeases(LeaseBackend):
         self._stored = stored
         self.directory = lease_directory(database_file)
         self.database = f"sqlite:{self.directory}"
-        # Who may have made the directory and what is in it: this user, or the file's.
-        self._owners = frozenset({os.geteuid(), os.stat(database_file).st_uid})
+        # Who may have made the directory and what is in it: this user, the file's owner,
+        # or, where the file is its group's to write, a member of that group.
+        store = os.stat(database_file)
+        self._owners = frozenset({os.geteuid(), store.st_uid})
+        self._group = store.st_gid if store.st_mode & stat.S_IWGRP else None
         # The leases and worker records are the opened file's (named by its inode):
         # once another file takes its name, a worker's beat says so instead.
         self._file = StoreFile(database_file)
@@ -154,7 +159,7 @@ class FileLeases(LeaseBackend):
 
     def holder_of(self, thread_id: str) -> str | None:
         try:
-            text = self._path(thread_id).read_text(errors="replace")
+            text = _read_regular(self._path(thread_id)).decode(errors="replace")
         except OSError:
             return None
         # The name ends at its newline: a longer name written before may follow it
@@ -176,15 +181,15 @@ class FileLeases(LeaseBackend):
         """
         if make:
             with contextlib.suppress(FileExistsError):
-                directory.mkdir()
+                directory.mkdir(mode=0o775)  # never every user's, whatever the umask
         try:
             found = os.lstat(directory)
         except FileNotFoundError:
             return False
         if not stat.S_ISDIR(found.st_mode):
             problem = "is no directory (a link, or a file)"
-        elif found.st_uid not in self._owners:
-            problem = f"belongs to another user (uid {found.st_uid}) than the store's"
+        elif found.st_uid not in self._owners and found.st_gid != self._group:
+            problem = f"belongs to a user (uid {found.st_uid}) who is not the store's owner"
         elif found.st_mode & stat.S_IWOTH:
             problem = "is writable by every user"
         else:
@@ -213,10 +218,13 @@ class FileLeases(LeaseBackend):
                 msg = f"worker id {record.worker_id!r} is taken by a live worker: choose another"
                 raise ConfigurationError(msg)
             self._record_id = record.worker_id
-        # Written aside and renamed over the record: a listing reads the old record or
-        # the new one, never one cut short by the rewrite.
-        written = records / f".{record.worker_id}.{os.getpid()}.tmp"
-        written.write_bytes(msgspec.json.encode(record))
+        # Written aside, into a new file of its own (never through a name another
+        # member of the store's group could have linked elsewhere), and renamed over the
+        # record: a listing reads the old record or the new one, never one cut short.
+        written = records / f".{record.worker_id}.{secrets.token_hex(8)}.tmp"
+        fd = os.open(written, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
+        with open(fd, "wb") as file:
+            file.write(msgspec.json.encode(record))
         os.replace(written, records / f"{record.worker_id}.json")
 
     def withdraw(self, worker_id: str) -> None:
@@ -254,7 +262,7 @@ class FileLeases(LeaseBackend):
                 os.close(probe)
                 continue
             with contextlib.suppress(OSError, msgspec.DecodeError):
-                found.append(msgspec.json.decode(path.read_bytes(), type=WorkerRecord))
+                found.append(msgspec.json.decode(_read_regular(path), type=WorkerRecord))
         return tuple(found)
 
     def close(self) -> None:
@@ -266,17 +274,43 @@ class FileLeases(LeaseBackend):
 
 def _locked_file(path: Path, *, create: bool = True) -> int | None:
     """A descriptor of ``path`` under an exclusive ``flock``; None when another
-    descriptor holds it (or, without ``create``, when it is gone)."""
+    descriptor holds it (or, without ``create``, when it is gone).
+
+    Raises:
+        UntrustedLeaseDirectoryError: A link stands at ``path``.
+    """
     try:
         fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | (os.O_CREAT if create else 0), 0o600)
     except FileNotFoundError:
         return None
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        msg = (
+            f"a link stands where the lock file {path} goes: someone who may write in its "
+            "directory planted it; remove it (nothing was written through it)"
+        )
+        raise UntrustedLeaseDirectoryError(msg) from exc
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
         return None
     return fd
+
+
+def _read_regular(path: Path) -> bytes:
+    """What the regular file ``path`` holds, never read through a link nor waited on (a
+    pipe put in its place).
+
+    Raises:
+        OSError: It is gone, a link, or no regular file.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with open(fd, "rb") as file:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        return file.read()
 
 
 def _still_at(fd: int, path: Path) -> bool:
