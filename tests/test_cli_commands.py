@@ -175,7 +175,7 @@ def test_a_reviewer_token_from_a_variable_decides_as_the_token_given(
     """``--reviewer-token-env VAR`` reads the token from the environment, so that no
     other local user reads it in the command line (``ps``): the decision is the same as
     with ``--reviewer-token``, recorded as the token's reviewer (helper-200)."""
-    monkeypatch.setenv("ANN_TOKEN", token("ann"))
+    monkeypatch.setenv("ANN_TOKEN", token("ann") + "\n")  # as a file read into it ends
     command, *options = decision
     review = review_id(url)
     decided = covonaut(
