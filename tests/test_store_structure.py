@@ -47,7 +47,7 @@ PUBLIC_SIGNATURES = {
     "find": "(self, thread_id: 'str', *, version: 'int | None' = None, snapshot_migrators: 'Mapping[int, Upcaster]' = mappingproxy({})) -> 'AgentThread | None'",  # noqa: E501
     "fork": "(self, thread_id: 'str', *, at_version: 'int | None' = None, at_checkpoint: 'int | None' = None, new_thread_id: 'str | None' = None, now: 'datetime | None' = None) -> 'str'",  # noqa: E501
     "forks": "(self) -> 'tuple[ForkRecord, ...]'",
-    "from_application": "(application: 'Application[UUID]', *, max_checkpoints_per_thread: 'int' = 0) -> 'Store'",  # noqa: E501
+    "from_application": "(application: 'AgentApplication', *, max_checkpoints_per_thread: 'int' = 0) -> 'Store'",  # noqa: E501
     "head_version": "(self, thread_id: 'str') -> 'int | None'",
     "held_lease": "(self, thread_id: 'str') -> 'Lease | None'",
     "history": "(self, thread_id: 'str') -> 'tuple[AgentThread.Event, ...]'",
