@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from covonaut_es import Store, ThreadBusyError, open_store
 from covonaut_es.domain import thread_aggregate_id
-from covonaut_es.errors import UntrustedLeaseDirectoryError
+from covonaut_es.errors import StoreUnavailableError, UntrustedLeaseDirectoryError
 from covonaut_es.store import WorkerRecord
 from covonaut_es.store._backends._sqlite_leases import lease_directory
 from support import entries_under
@@ -135,6 +135,8 @@ def test_a_busy_thread_names_its_holder_while_the_name_is_written(
 
 
 _ANOTHER_USER = 65534  # nobody, as Debian has it
+_ANOTHER_GROUP = 65534  # nogroup, nobody's primary group
+_OUTSIDER = 2  # bin, who is in no group nogroup
 
 _PLANTED = [
     "nothing",
@@ -144,11 +146,12 @@ _PLANTED = [
     "a directory every user may write",
     "another user's directory",
     "a directory of a member of the store's group",
+    "a directory of the store's group made by a user outside it",
 ]
 """What may stand at a store's lease directory's name beside a store in ``/tmp``: the
-last two need another user, so only root can make them."""
+last three need another user, so only root can make them."""
 
-_UNTRUSTED = {_PLANTED[2], _PLANTED[3], _PLANTED[4], _PLANTED[5]}
+_UNTRUSTED = {_PLANTED[2], _PLANTED[3], _PLANTED[4], _PLANTED[5], _PLANTED[7]}
 
 
 def _record(worker_id: str) -> WorkerRecord:
@@ -173,7 +176,7 @@ _USES: dict[str, Callable[[Store], object]] = {
 
 @settings(max_examples=30, deadline=None)
 @given(
-    planted=st.sampled_from(_PLANTED if os.geteuid() == 0 else _PLANTED[:-2]),
+    planted=st.sampled_from(_PLANTED if os.geteuid() == 0 else _PLANTED[:-3]),
     use=st.sampled_from(sorted(_USES)),
 )
 def test_a_store_uses_only_a_lease_directory_its_own_users_made(
@@ -205,8 +208,15 @@ def test_a_store_uses_only_a_lease_directory_its_own_users_made(
         elif planted == "another user's directory":
             os.chown(directory, _ANOTHER_USER, _ANOTHER_USER)
         elif planted == "a directory of a member of the store's group":
-            (shared / "s.db").chmod(0o660)  # the store is its group's to write
-            os.chown(directory, _ANOTHER_USER, (shared / "s.db").stat().st_gid)
+            # The store is the group's to write, whose member (here by their primary
+            # group) made the directory.
+            os.chown(shared / "s.db", -1, _ANOTHER_GROUP)
+            (shared / "s.db").chmod(0o660)
+            os.chown(directory, _ANOTHER_USER, _ANOTHER_GROUP)
+        elif planted == "a directory of the store's group made by a user outside it":
+            os.chown(shared / "s.db", -1, _ANOTHER_GROUP)
+            (shared / "s.db").chmod(0o660)
+            os.chown(directory, _OUTSIDER, _ANOTHER_GROUP)  # as a setgid folder makes it
     before = {
         **entries_under(elsewhere),
         **(entries_under(directory) if planted != "nothing" else {}),
@@ -222,7 +232,7 @@ def test_a_store_uses_only_a_lease_directory_its_own_users_made(
     if directory.exists():
         info = directory.lstat()
         assert stat.S_ISDIR(info.st_mode) and not info.st_mode & stat.S_IWOTH
-        assert info.st_uid == os.geteuid() or info.st_gid == (shared / "s.db").stat().st_gid
+        assert info.st_uid == os.geteuid() or info.st_gid == _ANOTHER_GROUP
     assert entries_under(elsewhere) == {
         k: v for k, v in before.items() if k.startswith(str(elsewhere))
     }
@@ -232,6 +242,7 @@ _PLANTED_INSIDE = {
     "a link at the thread's lock file": "LOCK",
     "a link at the worker's lock file": "workers/w-1.lock",
     "a pipe at a worker's record": "workers/w-9.json",
+    "a directory at a worker's record": "workers/w-1.json",
 }
 """What a user who may write in a store's lease directory (a member of a group-shared
 store's group) may put in it; ``LOCK`` stands for thread ``t``'s lock file."""
@@ -248,10 +259,12 @@ def test_nothing_planted_in_a_lease_directory_is_written_through_or_waited_on(
 ) -> None:
     """Property: a link or a pipe put in a store's own lease directory (under any umask,
     which never makes the directory every user's) is never written through nor waited
-    on: each use works or is refused with ``UntrustedLeaseDirectoryError``, and the
-    file a link leads to is unchanged. A worker's record was written through a link at
-    its temporary file's name, a pipe at a record hung the listing of live workers, and
-    under umask 000 the store refused the directory it had just made (helper-201)."""
+    on: each use works or is refused, typed (``UntrustedLeaseDirectoryError`` for a
+    link), leaving no temporary file, and the file a link leads to is unchanged. A
+    worker's record was written through a link at its temporary file's name, a pipe at a
+    record hung the listing of live workers, and under umask 000 the store refused the
+    directory it had just made (helper-201); a directory at a record's name left a
+    temporary file at every heartbeat, refused untyped (helper-203)."""
     folder = tmp_path_factory.mktemp("store")
     elsewhere = tmp_path_factory.mktemp("elsewhere")
     precious = elsewhere / "precious.conf"
@@ -266,14 +279,17 @@ def test_nothing_planted_in_a_lease_directory_is_written_through_or_waited_on(
             name = _PLANTED_INSIDE[planted]
             lock = f"{thread_aggregate_id('t').hex}.lock"  # a plain store keys none
             where = directory / (lock if name == "LOCK" else name)
-            if planted.endswith("record"):
+            if planted.startswith("a pipe"):
                 os.mkfifo(where)
+            elif planted.startswith("a directory"):
+                where.mkdir()
             else:
                 where.symlink_to(precious)
             before = entries_under(elsewhere)
-            with contextlib.suppress(UntrustedLeaseDirectoryError):
+            with contextlib.suppress(StoreUnavailableError):  # Untrusted... among them
                 _USES[use](store)
     finally:
         os.umask(previous)
     assert entries_under(elsewhere) == before
     assert not directory.stat().st_mode & stat.S_IWOTH
+    assert not list((directory / "workers").glob("*.tmp"))  # none left by a failed write

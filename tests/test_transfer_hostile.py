@@ -665,7 +665,9 @@ def test_an_export_is_written_only_where_its_own_user_decides(
     assert changed == {str(written)}
 
 
-@pytest.mark.parametrize("output", [".", "..", "/", "sub/", "sub/..", "absent/", "threads.db/"])
+@pytest.mark.parametrize(
+    "output", [".", "..", "/", "sub/", "sub/..", "absent/", "threads.db/", "notes-wal/.", "x/."]
+)
 def test_an_export_to_a_directorys_name_is_refused(
     beside_a_store: Path, capsys: pytest.CaptureFixture[str], output: str
 ) -> None:

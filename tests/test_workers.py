@@ -510,24 +510,24 @@ def test_the_users_code_named_wrong_is_refused_alike_by_every_command(
     assert f": {command[1]} 'usermod:" in result.stderr, result.stderr
 
 
-@pytest.mark.parametrize(
-    "shared", [True, False], ids=["a directory all may write", "a private one"]
-)
+@pytest.mark.parametrize("where", ["a directory all may write", "another user's", "my own"])
 @pytest.mark.parametrize("installed", [True, False], ids=["installed too", "only there"])
 def test_the_users_code_is_imported_from_the_working_directory_only_if_its_own(
-    tmp_path: Path, shared: bool, installed: bool
+    tmp_path: Path, where: str, installed: bool
 ) -> None:
     """The console script imports ``--application``'s module from the import path
-    first, then from the working directory, unless every user may write in it
-    (``/tmp``): a module another user planted there never runs as the operator, even
-    under the name of one on the import path. ``--application`` ran such a module
-    (helper-201); a module that exits while imported is a usage error, not a silent
-    exit 0."""
+    first, then from the working directory only if it is the user's own and not every
+    user may write in it (``/tmp``): a module another user planted there, or in a folder
+    they made, never runs as the operator, even under the name of one on the import
+    path. ``--application`` ran such a module (helpers 201, 203); a module that exits
+    while imported is a usage error, not a silent exit 0."""
     here = tmp_path / "here"
     here.mkdir()
-    here.chmod(0o1777 if shared else 0o755)
+    here.chmod(0o1777 if where == "a directory all may write" else 0o755)
     marker = tmp_path / "ran"
     (here / "usermod.py").write_text(f"open({str(marker)!r}, 'w').close()\nraise SystemExit(0)\n")
+    if where == "another user's":  # made in /tmp by someone else, say
+        os.chown(here, 65534, 65534)
     path = [str(ROOT / "src")]
     if installed:
         (tmp_path / "site").mkdir()
@@ -545,9 +545,30 @@ def test_the_users_code_is_imported_from_the_working_directory_only_if_its_own(
     )
     assert result.returncode == 2 and len(result.stderr.splitlines()) == 1, result.stderr
     assert "Traceback" not in result.stderr
-    assert marker.exists() == (not shared and not installed), result.stderr
+    assert marker.exists() == (where == "my own" and not installed), result.stderr
     if marker.exists():
         assert "SystemExit" in result.stderr
+
+
+def test_a_working_directory_the_user_cannot_read_is_passed_over(tmp_path: Path) -> None:
+    """A command run from a working directory its user cannot look at (``sudo -u`` from
+    root's home), or one since removed, imports the user's code from the import path
+    as ever: it was a PermissionError traceback (helper-203)."""
+    here = tmp_path / "gone"
+    here.mkdir()
+    script = Path(sys.executable).parent / "covonaut-es"
+    code = (
+        "import os, sys, subprocess; os.chdir(sys.argv[1]); os.rmdir(sys.argv[1]); "
+        "sys.exit(subprocess.run(sys.argv[2:]).returncode)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(here), str(script), "threads", "--application",
+         "json:JSONDecoder"],
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert "not a subclass of covonaut_es.AgentApplication" in result.stderr
 
 
 class _Crash(BaseException):

@@ -1,7 +1,9 @@
 """The user's code a command runs, named ``MODULE:NAME`` (``--application``, ``worker
---app``): imported from the import path, then from the working directory, unless other
-users may write in it (``/tmp``): a module another user put there would run as the
-operator, and the import path's modules win over one of the same name there."""
+--app``): imported from the import path, then from the working directory if it is this
+user's and not every user may write in it (not ``/tmp``, nor a folder another user made
+there): a module another user put there would run as the operator, and the import
+path's modules win over one of the same name there. (``python -m`` puts the working
+directory first itself: ``python -P -m covonaut_es`` does not.)"""
 
 from __future__ import annotations
 
@@ -50,9 +52,14 @@ def imported(option: str, spec: str, *, form: str) -> object:
 
 
 def _look_in_working_directory() -> None:
-    """Put the working directory last on the import path, unless a user other than its
-    owner and group may write in it."""
-    here = os.getcwd()
-    if here in sys.path or os.stat(here).st_mode & stat.S_IWOTH:
+    """Put the working directory last on the import path, if it is this user's (or
+    root's) and not every user may write in it; not one this user cannot read."""
+    try:
+        here = os.getcwd()
+        found = os.stat(here)
+    except OSError:  # gone, or not this user's to look at (sudo -u from root's home)
         return
-    sys.path.append(here)
+    if here in sys.path or found.st_uid not in (os.geteuid(), 0):
+        return
+    if not found.st_mode & stat.S_IWOTH:
+        sys.path.append(here)

@@ -146,13 +146,14 @@ def _owned(path: Path, found: os.stat_result) -> os.stat_result:
 
 
 def _refuse_directory(path: str) -> None:
-    """Refuse a ``path`` that names a directory (``.``, ``/``, one ending in ``/``),
-    however it is spelled: an export is a file.
+    """Refuse a ``path`` that names a directory (``.``, ``/``, one ending in ``/``,
+    ``/.`` or ``/..``), however it is spelled: an export is a file.
 
     Raises:
         UsageError: It does.
     """
-    if path.endswith(os.sep) or Path(path).name in ("", ".", ".."):
+    # os.path, not pathlib, which reads "name/." as "name".
+    if path.endswith(os.sep) or os.path.basename(path) in ("", ".", ".."):
         msg = f"--output {path!r} names a directory: name the file to write (nothing was written)"
         raise UsageError(msg)
 

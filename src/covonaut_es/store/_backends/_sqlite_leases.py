@@ -6,7 +6,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import grp
 import os
+import pwd
 import secrets
 import stat
 from collections.abc import Callable
@@ -85,6 +87,8 @@ class FileLeases(LeaseBackend):
         store = os.stat(database_file)
         self._owners = frozenset({os.geteuid(), store.st_uid})
         self._group = store.st_gid if store.st_mode & stat.S_IWGRP else None
+        # The files made here: the store's group's to read and write if it is theirs.
+        self._mode = 0o664 if self._group is not None else 0o644
         # The leases and worker records are the opened file's (named by its inode):
         # once another file takes its name, a worker's beat says so instead.
         self._file = StoreFile(database_file)
@@ -100,10 +104,10 @@ class FileLeases(LeaseBackend):
         path = self._path(thread_id)
         try:
             self._trusted(self.directory)
-            fd = _locked_file(path)
+            fd = _locked_file(path, self._mode)
             while fd is not None and not _still_at(fd, path):  # removed by its last holder
                 os.close(fd)
-                fd = _locked_file(path)
+                fd = _locked_file(path, self._mode)
         except UntrustedLeaseDirectoryError:
             raise  # an OSError too (a ConnectionError), told as itself
         except OSError as exc:
@@ -181,17 +185,20 @@ class FileLeases(LeaseBackend):
         """
         if make:
             with contextlib.suppress(FileExistsError):
-                directory.mkdir(mode=0o775)  # never every user's, whatever the umask
+                directory.mkdir()
+                self._give_mode(directory)
         try:
             found = os.lstat(directory)
         except FileNotFoundError:
             return False
         if not stat.S_ISDIR(found.st_mode):
             problem = "is no directory (a link, or a file)"
-        elif found.st_uid not in self._owners and found.st_gid != self._group:
+        elif found.st_uid not in self._owners and not self._in_group(found):
             problem = f"belongs to a user (uid {found.st_uid}) who is not the store's owner"
         elif found.st_mode & stat.S_IWOTH:
             problem = "is writable by every user"
+        elif found.st_mode & stat.S_IWGRP and found.st_gid != self._group:
+            problem = f"is writable by a group (gid {found.st_gid}) that may not write the store"
         else:
             return True
         msg = (
@@ -200,6 +207,30 @@ class FileLeases(LeaseBackend):
             "store makes it again (nothing in it was used)"
         )
         raise UntrustedLeaseDirectoryError(msg)
+
+    def _give_mode(self, directory: Path) -> None:
+        """Make a directory this store just made its users' to write, whatever the
+        umask: its owner's, and its group's (setgid, so that what is made in it is the
+        group's too) where the store is its group's to write and this user one of it;
+        never every user's."""
+        mode = 0o755
+        if self._group is not None:
+            with contextlib.suppress(OSError):  # not a member: the owner's alone
+                os.chown(directory, -1, self._group)
+                mode = 0o2775
+        os.chmod(directory, mode)
+
+    def _in_group(self, found: os.stat_result) -> bool:
+        """Whether ``found`` is of the store's group, where the store is its group's to
+        write, and its owner a member: a directory made in a setgid folder takes the
+        folder's group whoever made it."""
+        if self._group is None or found.st_gid != self._group:
+            return False
+        try:
+            owner = pwd.getpwuid(found.st_uid)
+            return owner.pw_gid == self._group or owner.pw_name in grp.getgrgid(self._group).gr_mem
+        except KeyError:  # a user or group this machine does not name
+            return False
 
     def publish(self, record: WorkerRecord) -> None:
         self._file.check()
@@ -213,7 +244,7 @@ class FileLeases(LeaseBackend):
         if self._record_fd is None:
             self._trusted(self.directory)
             self._trusted(records)
-            self._record_fd = _locked_file(lock)
+            self._record_fd = _locked_file(lock, self._mode)
             if self._record_fd is None:
                 msg = f"worker id {record.worker_id!r} is taken by a live worker: choose another"
                 raise ConfigurationError(msg)
@@ -222,10 +253,17 @@ class FileLeases(LeaseBackend):
         # member of the store's group could have linked elsewhere), and renamed over the
         # record: a listing reads the old record or the new one, never one cut short.
         written = records / f".{record.worker_id}.{secrets.token_hex(8)}.tmp"
-        fd = os.open(written, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
-        with open(fd, "wb") as file:
-            file.write(msgspec.json.encode(record))
-        os.replace(written, records / f"{record.worker_id}.json")
+        fd = os.open(written, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            os.fchmod(fd, self._mode)  # readable by whoever lists workers, whatever the umask
+            with open(fd, "wb") as file:
+                file.write(msgspec.json.encode(record))
+            os.replace(written, records / f"{record.worker_id}.json")
+        except OSError as exc:  # a full disk, or a directory put at the record's name
+            with contextlib.suppress(OSError):
+                written.unlink()
+            msg = f"the record of worker {record.worker_id!r} was not written in {records}: {exc}"
+            raise StoreUnavailableError(msg) from exc
 
     def withdraw(self, worker_id: str) -> None:
         records = self._records()
@@ -236,7 +274,7 @@ class FileLeases(LeaseBackend):
             return
         else:
             # Made if missing: a worker publishing under the id meanwhile waits for it.
-            taken = _locked_file(lock)
+            taken = _locked_file(lock, self._mode)
             if taken is None:
                 msg = (
                     f"worker {worker_id!r} is live (its process holds its record's lock): "
@@ -257,7 +295,7 @@ class FileLeases(LeaseBackend):
         records = self._records()
         listed = self._trusted(self.directory, make=False) and self._trusted(records, make=False)
         for path in sorted(records.glob("*.json")) if listed else ():
-            probe = _locked_file(path.with_suffix(".lock"), create=False)
+            probe = _locked_file(path.with_suffix(".lock"), self._mode, create=False)
             if probe is not None:  # nobody holds it: its worker died
                 os.close(probe)
                 continue
@@ -272,15 +310,19 @@ class FileLeases(LeaseBackend):
             self._record_fd, self._record_id = None, None
 
 
-def _locked_file(path: Path, *, create: bool = True) -> int | None:
+def _locked_file(path: Path, mode: int, *, create: bool = True) -> int | None:
     """A descriptor of ``path`` under an exclusive ``flock``; None when another
-    descriptor holds it (or, without ``create``, when it is gone).
+    descriptor holds it (or, without ``create``, when it is gone). A file of this
+    user's gets ``mode``'s read and write bits (a store its group writes: the group's
+    too, so that its members take the same locks), whatever the umask.
 
     Raises:
         UntrustedLeaseDirectoryError: A link stands at ``path``.
     """
     try:
         fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | (os.O_CREAT if create else 0), 0o600)
+        if create and os.fstat(fd).st_uid == os.geteuid():
+            os.fchmod(fd, mode & 0o660)
     except FileNotFoundError:
         return None
     except OSError as exc:
@@ -310,7 +352,12 @@ def _read_regular(path: Path) -> bytes:
     with open(fd, "rb") as file:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(errno.EINVAL, "not a regular file", str(path))
-        return file.read()
+        return file.read(_MOST_READ)
+
+
+_MOST_READ = 64 * 1024
+"""The most of a lock or record file read: a holder's name or a worker's record is far
+less, and one planted larger is read no further."""
 
 
 def _still_at(fd: int, path: Path) -> bool:
