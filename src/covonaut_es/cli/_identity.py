@@ -63,12 +63,13 @@ def acting_reviewer(
     """
     token = args.reviewer_token
     if token is None:
-        token = secret_from_variable("--reviewer-token-env", args.reviewer_token_env)
-        # As an Authorization header's: a file read into the variable ends in a newline.
-        token = None if token is None else token.strip()
-    if token is None:
-        msg = "--reviewer-token-env needs the name of the environment variable holding the token"
-        raise UsageError(msg)
+        found = secret_from_variable("--reviewer-token-env", args.reviewer_token_env)
+        if found is None:
+            msg = (
+                "--reviewer-token-env needs the name of the environment variable holding the token"
+            )
+            raise UsageError(msg)
+        token = found.strip()  # as an Authorization header's: a file read ends in a newline
     service = ThreadService(store, verifier=verifier)
     return service, service.reviewer(token)
 

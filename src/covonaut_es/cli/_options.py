@@ -269,8 +269,8 @@ _STORE_ONLY = {
 
 
 def _application_class(spec: str) -> type[AgentApplication]:
-    """The class ``--application MODULE:CLASS`` names, imported: the user names the
-    code to run, as ``python -m`` would (:func:`~covonaut_es.cli._imports.imported`)."""
+    """The class ``--application MODULE:CLASS`` names, imported
+    (:func:`~covonaut_es.cli._imports.imported`)."""
     found = imported("--application", spec, form="MODULE:CLASS, e.g. myshop.app:ShopApplication")
     if not (isinstance(found, type) and issubclass(found, AgentApplication)):
         msg = (

@@ -162,8 +162,8 @@ def _stopping_on_signals(running: Worker) -> Iterator[None]:
 
 
 def _factory(spec: str) -> Callable[[str], AgentConfig]:
-    """The config factory ``MODULE:FACTORY`` names, imported from the working directory
-    or the import path."""
+    """The config factory ``MODULE:FACTORY`` names, imported
+    (:func:`~covonaut_es.cli._imports.imported`)."""
     factory = imported("--app", spec, form="MODULE:FACTORY, e.g. myapp.agents:make_config")
     if not callable(factory):
         msg = f"--app {spec!r} is no function: {type(factory).__name__}"

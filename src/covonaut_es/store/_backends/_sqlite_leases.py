@@ -208,6 +208,13 @@ class FileLeases(LeaseBackend):
         )
         raise UntrustedLeaseDirectoryError(msg)
 
+    def _records_trusted(self, *, make: bool) -> bool:
+        """Whether the worker records' directory is there, within the lease directory,
+        both made first when ``make``; as :meth:`_trusted` refuses either."""
+        return self._trusted(self.directory, make=make) and self._trusted(
+            self._records(), make=make
+        )
+
     def _give_mode(self, directory: Path) -> None:
         """Make a directory this store just made its users' to write, whatever the
         umask: its owner's, and its group's (setgid, so that what is made in it is the
@@ -242,8 +249,7 @@ class FileLeases(LeaseBackend):
             os.close(self._record_fd)
             self._record_fd, self._record_id = None, None
         if self._record_fd is None:
-            self._trusted(self.directory)
-            self._trusted(records)
+            self._records_trusted(make=True)
             self._record_fd = _locked_file(lock, self._mode)
             if self._record_fd is None:
                 msg = f"worker id {record.worker_id!r} is taken by a live worker: choose another"
@@ -270,7 +276,7 @@ class FileLeases(LeaseBackend):
         lock = records / f"{worker_id}.lock"
         if self._record_fd is not None and worker_id == self._record_id:
             fd, self._record_fd, self._record_id = self._record_fd, None, None
-        elif not (self._trusted(self.directory, make=False) and self._trusted(records, make=False)):
+        elif not self._records_trusted(make=False):
             return
         else:
             # Made if missing: a worker publishing under the id meanwhile waits for it.
@@ -293,7 +299,7 @@ class FileLeases(LeaseBackend):
     def workers(self) -> tuple[WorkerRecord, ...]:
         found = []
         records = self._records()
-        listed = self._trusted(self.directory, make=False) and self._trusted(records, make=False)
+        listed = self._records_trusted(make=False)
         for path in sorted(records.glob("*.json")) if listed else ():
             probe = _locked_file(path.with_suffix(".lock"), self._mode, create=False)
             if probe is not None:  # nobody holds it: its worker died
