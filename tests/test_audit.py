@@ -594,6 +594,29 @@ def test_a_short_chain_key_is_refused() -> None:
         open_store("memory://", chain_key="short")
 
 
+@settings(max_examples=40, deadline=None)
+@given(
+    key=st.one_of(
+        st.binary(min_size=16),
+        st.integers(),
+        st.lists(st.text(min_size=16), max_size=2),
+        st.builds(
+            lambda text, at: text[:at] + "\udcff" + text[at:],
+            st.text(min_size=16, max_size=40),
+            st.integers(0, 40),
+        ),
+    )
+)
+def test_a_chain_key_that_is_no_text_is_refused_by_name_and_never_shown(key: object) -> None:
+    """A chain key of another type, or a str holding a lone surrogate (bytes that are
+    no UTF-8, read from a variable), is a ConfigurationError naming ``chain_key``,
+    never the cipher key's error or an untyped one, and the key is never shown."""
+    with pytest.raises(ConfigurationError, match=r"^chain_key ") as refused:
+        open_store("memory://", chain_key=key)  # type: ignore[arg-type]  # what is tried
+    if isinstance(key, str | bytes):
+        assert str(key)[:16] not in str(refused.value)
+
+
 MESSAGE_TOPICS = (AgentThread.MessageAppended.TOPIC, AgentThread.TurnAnswered.TOPIC)
 
 

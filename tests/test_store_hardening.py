@@ -509,6 +509,12 @@ _URLS_THAT_DO_NOT_OPEN = (
     "postgresql://app:{secret}@db.internal/app?sslmode=%",
     "postgresql://app@db.internal/app?password={secret}&sslmode=%",
     "sqlite://app:{secret}@db.internal/threads.db",
+    # A key, or another credential, given as a parameter of the URL by mistake.
+    "sqlite:///threads.db?cipher_key={secret}",
+    "sqlite:///threads.db?mode=ro&key={secret}",
+    "sqlite:///threads.db#chain_key={secret}",
+    "postgresql://app@db.internal/app?cipher_key={secret}=",
+    "postgresql://app@db.internal/app?api_token={secret}&sslmode=%",
 )
 # Characters that end a URL's user information in some reading of it: a password that
 # holds one raw is not the same password to every parser.

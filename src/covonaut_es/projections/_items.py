@@ -174,10 +174,6 @@ password)."""
 SELF_NAMED = (AgentThread.StartedFromState, AgentThread.Forked)
 """The first events the queue follows, which name their thread themselves."""
 
-NAMED_LATER: tuple[type[AgentThread.Event], ...] = (AgentThread.Interrupted,)
-"""The events whose thread the queue names from the store when its view has no name
-for it, nor keeps it as given up: they list a pause."""
-
 
 def pending_from(
     interrupt: Interrupt, thread_id: str, at: datetime, branch_parent: str | None = None
@@ -222,6 +218,18 @@ _DEALT_WITH = (
 )
 """A person (or the application) dealt with the pause on a call: answered, settled or
 sent to run again."""
+
+NAMED_LATER: tuple[type[AgentThread.Event], ...] = (
+    AgentThread.Interrupted,
+    AgentThread.ReviewDecided,
+    *_DEALT_WITH,
+    AgentThread.Resumed,
+    AgentThread.Abandoned,
+)
+"""The events whose thread the queue names from the store when its view has no name
+for it, nor keeps it as given up: they list a pause, or take one off (the view's name
+of a thread with pauses listed may have been deleted, or damaged, by a writer of its
+table: the pauses still leave)."""
 
 
 def changes_for(event: Any, thread_id_of: Callable[[str], str | None]) -> list[QueueChange]:

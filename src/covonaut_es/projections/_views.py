@@ -29,7 +29,8 @@ from typing import Any, ClassVar
 import msgspec
 from eventsourcing.persistence import Tracking, TrackingRecorder
 
-from covonaut_es.domain import PauseKind
+from covonaut_es import _logs
+from covonaut_es.domain import PauseKind, thread_aggregate_id
 from covonaut_es.errors import ConfigurationError
 from covonaut_es.projections._items import (
     ItemAdded,
@@ -100,6 +101,12 @@ SEALED_TRACKING_SUFFIX = "+sealed_pauses"
 """Appended to the application name in the sealed view's tracking rows, so that it
 starts from position zero beside a plain queue of the same database."""
 
+
+log = _logs.logger(__name__)
+
+_DAMAGED = (ValueError, TypeError, KeyError)
+"""What reading a row a writer damaged raises: its text, JSON or seal does not read
+(msgspec's and the cipher's errors are ValueErrors), or a column holds another type."""
 
 _IDS_PER_QUERY = 400
 """Aggregate ids looked up in one query (SQLite allows 999 parameters before 3.32)."""
@@ -234,6 +241,41 @@ class PlainRows:
     def thread_id(self, row: Any) -> str:
         return self.untext(row["thread_id"])
 
+    def read_item(self, row: Any) -> PendingReview | None:
+        """The item ``row`` holds; None, after a warning, for a row a writer damaged,
+        or moved to another thread's or item's keys: one bad row never stops a reader
+        of the queue, nor lists an item where it is not."""
+        try:
+            return self.item(row)
+        except _DAMAGED as exc:
+            _pass_over("an item", exc)
+            return None
+
+    def named(self, row: Any, aggregate_id: str) -> str | None:
+        """The thread id ``row`` names for ``aggregate_id``; None, after a warning, when
+        it does not read, or names a thread whose aggregate id is another (a row moved
+        to another aggregate's): the queue then asks the store, as for a thread it
+        never named."""
+        try:
+            thread_id = self.thread_id(row)
+            if thread_aggregate_id(thread_id).hex == aggregate_id:
+                return thread_id
+            msg = "the thread id it names is another aggregate's"
+            raise ValueError(msg)
+        except _DAMAGED as exc:
+            _pass_over("a thread's name", exc)
+            return None
+
+
+def _pass_over(what: str, error: Exception) -> None:
+    # Named by the error's class alone: its text may quote what the row holds.
+    log.warning(
+        "review queue: passing over %s in the view that does not read (%s); rebuild the "
+        "view from the log (a view URL of its own) if it stays",
+        what,
+        type(error).__name__,
+    )
+
 
 class SealedRows(PlainRows):
     """The queue's rows of an encrypted store: each item encrypted whole, thread ids
@@ -256,7 +298,8 @@ class SealedRows(PlainRows):
         "ON CONFLICT (aggregate_id) DO NOTHING"
     )
     select_pending = (
-        "SELECT item FROM covonaut_sealed_pauses ORDER BY requested_at, thread_key, item_key"
+        "SELECT thread_key, item_key, item FROM covonaut_sealed_pauses "
+        "ORDER BY requested_at, thread_key, item_key"
     )
     select_thread_ids = (
         "SELECT aggregate_id, thread_id FROM covonaut_sealed_queue_threads "
@@ -268,7 +311,7 @@ class SealedRows(PlainRows):
     select_items = "SELECT thread_key, item_key, requested_at, item FROM covonaut_sealed_pauses"
     key_columns = ("requested_at", "thread_key", "item_key")
     select_review = (
-        "SELECT item FROM covonaut_sealed_pauses WHERE item_key = %s "
+        "SELECT thread_key, item_key, item FROM covonaut_sealed_pauses WHERE item_key = %s "
         "ORDER BY requested_at, thread_key, item_key"
     )
 
@@ -308,7 +351,14 @@ class SealedRows(PlainRows):
         )
 
     def item(self, row: Any) -> PendingReview:
-        return msgspec.json.decode(self._sealer.open(row["item"]), type=PendingReview)
+        item = msgspec.json.decode(self._sealer.open(row["item"]), type=PendingReview)
+        if (self.key(item.thread_id), self.key(item.item_id)) != (
+            row["thread_key"],
+            row["item_key"],
+        ):
+            msg = "the sealed item names another thread or item than its row's keys"
+            raise ValueError(msg)
+        return item
 
     def thread_id(self, row: Any) -> str:
         return self._sealer.open(row["thread_id"]).decode()
@@ -347,10 +397,11 @@ class ReviewQueueView(TrackingRecorder, ABC):
     @abstractmethod
     def items_after(
         self, key: QueueKey | None, limit: int, only: QueueFilter, newest_first: bool
-    ) -> list[tuple[QueueKey, PendingReview]]:
+    ) -> list[tuple[QueueKey, PendingReview | None]]:
         """At most ``limit`` items past ``key`` (None: from the start) in the view's
         order (or its reverse), with their keys; those ``only`` lists, as far as the
-        view's index can tell (the caller checks the rest)."""
+        view's index can tell (the caller checks the rest). A row that does not read
+        is None, so that the caller pages on past it."""
 
     def page(
         self,
@@ -374,9 +425,9 @@ class ReviewQueueView(TrackingRecorder, ABC):
         while len(found) <= limit:
             chunk = self.items_after(key, limit + 1, only, newest_first)
             found.extend(
-                entry
-                for entry in chunk
-                if only.matches(entry[1]) and (where is None or where(entry[1]))
+                (at, item)
+                for at, item in chunk
+                if item is not None and only.matches(item) and (where is None or where(item))
             )
             if len(chunk) <= limit:
                 break
@@ -437,7 +488,8 @@ class SQLReviewQueueView(TrackedSQL, ReviewQueueView):
         rows = self.rows()
         with self.datastore.transaction(commit=False) as cursor:
             cursor.execute(self._sql(rows.select_pending))
-            return _in_order(rows.item(row) for row in cursor.fetchall())
+            items = [rows.read_item(row) for row in cursor.fetchall()]
+        return _in_order(item for item in items if item is not None)
 
     def thread_ids_of(self, aggregate_ids: Collection[str]) -> dict[str, str | None]:
         rows = self.rows()
@@ -450,7 +502,10 @@ class SQLReviewQueueView(TrackedSQL, ReviewQueueView):
             with self.datastore.transaction(commit=False) as cursor:
                 cursor.execute(self._sql(rows.select_thread_ids.format(marks)), tuple(keys))
                 for row in cursor.fetchall():
-                    found.setdefault(keys[row["aggregate_id"]], rows.thread_id(row))
+                    aggregate_id = keys[row["aggregate_id"]]
+                    thread_id = rows.named(row, aggregate_id)
+                    if thread_id is not None:
+                        found.setdefault(aggregate_id, thread_id)
                 cursor.execute(self._sql(rows.select_given_up.format(marks)), tuple(keys))
                 found.update(dict.fromkeys(keys[row["aggregate_id"]] for row in cursor.fetchall()))
         return found
@@ -459,12 +514,14 @@ class SQLReviewQueueView(TrackedSQL, ReviewQueueView):
         rows = self.rows()
         with self.datastore.transaction(commit=False) as cursor:
             cursor.execute(self._sql(rows.select_review), rows.review_key(review_id))
-            items = [rows.item(row) for row in cursor.fetchall()]
-        return tuple(dict.fromkeys(i.thread_id for i in items if i.review_id == review_id))
+            items = [rows.read_item(row) for row in cursor.fetchall()]
+        return tuple(
+            dict.fromkeys(i.thread_id for i in items if i is not None and i.review_id == review_id)
+        )
 
     def items_after(
         self, key: QueueKey | None, limit: int, only: QueueFilter, newest_first: bool
-    ) -> list[tuple[QueueKey, PendingReview]]:
+    ) -> list[tuple[QueueKey, PendingReview | None]]:
         rows = self.rows()
         clauses, params = rows.where(only)
         if key is not None:  # a row value: the index on the key columns finds it
@@ -476,7 +533,7 @@ class SQLReviewQueueView(TrackedSQL, ReviewQueueView):
         statement = f"{rows.select_items}{where} ORDER BY {order} LIMIT %s"
         with self.datastore.transaction(commit=False) as cursor:
             cursor.execute(self._sql(statement), (*params, limit))
-            return [(rows.sort_key(row), rows.item(row)) for row in cursor.fetchall()]
+            return [(rows.sort_key(row), rows.read_item(row)) for row in cursor.fetchall()]
 
     TRACKING_SUFFIX: ClassVar[str] = TRACKING_SUFFIX
     """Names this layout's tracking rows apart from other layouts' in one database."""

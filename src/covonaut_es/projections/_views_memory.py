@@ -114,7 +114,7 @@ class MemoryReviewQueueView(MemoryTracking, ReviewQueueView):
 
     def items_after(
         self, key: QueueKey | None, limit: int, only: QueueFilter, newest_first: bool
-    ) -> list[tuple[QueueKey, PendingReview]]:
+    ) -> list[tuple[QueueKey, PendingReview | None]]:
         with self.locked():
             keys = self._keys_after(key, only, newest_first)
             return [(QueueKey(*k), self._item(k)) for k in itertools.islice(keys, limit)]

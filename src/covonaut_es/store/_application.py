@@ -34,6 +34,7 @@ from eventsourcing.projection import EventSourcedProjection
 from eventsourcing.utils import Environment, EnvType, strtobool
 
 from covonaut_es import _logs
+from covonaut_es._arguments import refuse
 from covonaut_es.domain import AgentThread, ThreadSnapshot
 from covonaut_es.errors import (
     ConfigurationError,
@@ -364,12 +365,23 @@ CHAIN_KEY_ENV = "COVONAUT_CHAIN_KEY"
 _MIN_CHAIN_KEY = 16
 
 
-def checked_chain_key(key: str) -> str:
-    """``key`` if it is long enough to be a secret.
+def checked_chain_key(key: object) -> str:
+    """``key`` if it is text long enough to be a secret.
 
     Raises:
-        ConfigurationError: It is shorter than 16 characters.
+        ConfigurationError: It is no str, holds a lone surrogate (no text: bytes that
+            are no UTF-8, read from a command line), or is shorter than 16 characters.
     """
+    if type(key) is not str:
+        refuse("chain_key", "a str", key)
+    try:
+        key.encode()
+    except UnicodeEncodeError as exc:
+        msg = (
+            f"chain_key holds a lone surrogate at position {exc.start}, which is no text "
+            "(bytes that are not UTF-8); use e.g. secrets.token_urlsafe(32)"
+        )
+        raise ConfigurationError(msg) from None
     if len(key) < _MIN_CHAIN_KEY:
         msg = (
             f"chain_key: expected a secret of at least {_MIN_CHAIN_KEY} characters, found "

@@ -399,6 +399,16 @@ def check_settings(app: Application[UUID], env: Mapping[str, str], url: str) -> 
             f"of {list(COMPRESSIONS)}; its settings were altered (nothing was read or written)"
         )
         raise StoreSettingsError(msg)
+    if recorded and "cipher" not in recorded:
+        # Every store that records its settings records its cipher, "none" included:
+        # read as none, a deleted record would have keyless opens write plain text into
+        # an encrypted store.
+        msg = (
+            f"store {url} records its settings but not whether it is encrypted ('cipher'): "
+            "its settings were altered (nothing was read or written); restore table "
+            f"{SETTINGS_TABLE!r} from a backup"
+        )
+        raise StoreSettingsError(msg)
     if env.get("CREATE_TABLE") == "n":
         # An open that must not write checks what the store recorded, and records
         # nothing; a store that recorded nothing reports each record that does not

@@ -6,7 +6,8 @@ one leaves a secret, or a piece of one, in sight:
 - the user information ends at the last ``@`` that is not in a query parameter (libpq
   ends it at the first: a password holding a raw ``@`` is read into the host), after a
   scheme however mistyped (``postgresql:/``, ``postgresql//``);
-- a ``password=`` (or ``sslpassword=``, ``oauth_client_secret=``, a SCRAM key) anywhere
+- a ``password=`` (or ``sslpassword=``, ``oauth_client_secret=``, a SCRAM key, or any
+  parameter whose name says it carries a credential: a ``cipher_key``, a ``token``) anywhere
   (a key=value string, a mistyped scheme), under a key that may be percent-encoded
   (``pass%77ord``), runs to the next ``&`` that starts a parameter libpq takes (the rest
   of a password holding a raw ``&``), or, in a key=value string, to the end;
@@ -27,7 +28,7 @@ import re
 from collections.abc import Iterator
 from urllib.parse import unquote
 
-from covonaut_es._secrets import scrub_chain
+from covonaut_es._secrets import looks_secret, scrub_chain
 from covonaut_es.errors import CovonautError
 
 _URL_DELIMITERS = re.compile(r"[@/?#&=,:\s]+")  # ":" ends a host before its port
@@ -118,7 +119,7 @@ def _secret_spans(url: str) -> tuple[tuple[int, int], ...]:
             spans.append((colon + 1, at))
     for key in _PARAMETER_KEY.finditer(url):
         name = unquote(key.group(1)).lower()
-        if name.endswith("password") or name in _SECRET_PARAMETERS:
+        if name.endswith("password") or name in _SECRET_PARAMETERS or looks_secret(name):
             in_a_query = url[key.start() - 1 : key.start()] in ("?", "&")
             value = _password_value(url[key.end() :], in_a_query=in_a_query)
             spans.append((key.end(), key.end() + len(value)))

@@ -1,0 +1,148 @@
+"""The reviewer queue's stored view against a hostile writer of its tables: any one cell
+of its items' or its thread names' rows set to another value, or to another row's, on a
+plain and on an encrypted store. Reading the queue (every pending item, a page, a
+review's lookup) and following the store on from there never raise; a row that does not
+read is passed over with a warning; a thread's name moved to another thread's row is
+never used (the store is asked instead); and a sealed item is listed only where it is
+pending, under its own thread."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from covonaut_es import ReviewQueue, create_cipher_key, open_store
+from covonaut_es.projections._items import pending_from
+from covonaut_es.service import ThreadService
+from test_queue_passes_over_damage import NOW, THREADS, _paused
+
+KEY = create_cipher_key()
+TABLES = {
+    False: {"items": "covonaut_pauses", "names": "covonaut_queue_threads"},
+    True: {"items": "covonaut_sealed_pauses", "names": "covonaut_sealed_queue_threads"},
+}
+
+
+def _queue(store_path: Path, view_path: Path, encrypted: bool) -> ReviewQueue:
+    return ReviewQueue(
+        f"sqlite:///{store_path}",
+        view_url=f"sqlite:///{view_path}",
+        cipher_key=KEY if encrypted else None,
+    )
+
+
+def _followed(queue: ReviewQueue, store_path: Path, encrypted: bool) -> None:
+    url, key = f"sqlite:///{store_path}", KEY if encrypted else None
+    with closing(open_store(url, cipher_key=key)) as store, queue.follow() as runner:
+        queue.wait_until_current(store, runner=runner)
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory: pytest.TempPathFactory) -> dict[bool, tuple[Path, Path]]:
+    found = {}
+    for encrypted in (False, True):
+        folder = tmp_path_factory.mktemp("queue")
+        store_path, view_path = folder / "threads.db", folder / "view.db"
+        with closing(
+            open_store(f"sqlite:///{store_path}", cipher_key=KEY if encrypted else None)
+        ) as store:
+            _paused(store)
+        queue = _queue(store_path, view_path, encrypted)
+        try:
+            _followed(queue, store_path, encrypted)
+            assert len(queue.pending()) == len(THREADS)
+        finally:
+            queue.close()
+        found[encrypted] = (store_path, view_path)
+    return found
+
+
+_VALUES = st.one_of(
+    st.binary(max_size=60),
+    st.text(max_size=30),
+    st.integers(-(2**63), 2**63 - 1),
+    st.just("another row's"),  # the same column of another row
+)
+
+
+def _spoil(view: Path, table: str, nth: int, column_nth: int, value: object) -> None:
+    with closing(sqlite3.connect(view)) as conn, conn:
+        columns = [row[1] for row in conn.execute(f"PRAGMA table_info({table})")]
+        rows = conn.execute(f"SELECT rowid, * FROM {table} ORDER BY rowid").fetchall()
+        rowid, *cells = rows[nth % len(rows)]
+        column = columns[column_nth % len(columns)]
+        if value == "another row's":
+            other_rowid, *other = rows[(nth + 1) % len(rows)]
+            value = other[columns.index(column)]
+            conn.execute(
+                f"UPDATE {table} SET {column} = ? WHERE rowid = ?",
+                (cells[columns.index(column)], other_rowid),
+            )
+        conn.execute(f"UPDATE {table} SET {column} = ? WHERE rowid = ?", (value, rowid))
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    encrypted=st.booleans(),
+    which=st.sampled_from(("items", "names")),
+    nth=st.integers(0, 5),
+    column_nth=st.integers(0, 9),
+    value=_VALUES,
+)
+def test_a_hostile_cell_of_the_stored_view_never_stops_the_queue_nor_misplaces_an_item(
+    made: dict[bool, tuple[Path, Path]],
+    tmp_path_factory: pytest.TempPathFactory,
+    caplog: pytest.LogCaptureFixture,
+    encrypted: bool,
+    which: str,
+    nth: int,
+    column_nth: int,
+    value: object,
+) -> None:
+    folder = tmp_path_factory.mktemp("spoiled")
+    store_path, view_path = folder / "threads.db", folder / "view.db"
+    shutil.copy(made[encrypted][0], store_path)
+    shutil.copy(made[encrypted][1], view_path)
+    try:
+        _spoil(view_path, TABLES[encrypted][which], nth, column_nth, value)
+    except sqlite3.IntegrityError:
+        event("refused by the table")
+        return  # the table's own constraints refuse it: nothing to read
+    event(f"{which} spoiled")
+    url = f"sqlite:///{store_path}"
+    caplog.clear()
+    queue = _queue(store_path, view_path, encrypted)
+    with closing(open_store(url, cipher_key=KEY if encrypted else None)) as store:
+        ThreadService(store).abandon("a", "left")  # named later: its name is looked up
+        pending = {
+            (t, pending_from(p.interrupt, t, NOW).item_id)
+            for t in THREADS
+            if t != "a"
+            for p in store.load(t).pauses
+        }
+        try:
+            with caplog.at_level(logging.WARNING, logger="covonaut_es"):
+                _followed(queue, store_path, encrypted)
+                listed = {(i.thread_id, i.item_id) for i in queue.pending()}
+                paged = {(i.thread_id, i.item_id) for i in queue.page(limit=1).items}
+                looked_up = {
+                    (thread_id, item_id): queue.threads_with_review(item_id, store)
+                    for thread_id, item_id in pending
+                }
+        finally:
+            queue.close()
+    assert paged <= listed
+    if encrypted or which == "names":  # a plain item's columns are what it holds
+        assert listed <= pending
+        for (thread_id, _), found in looked_up.items():
+            assert found is None or set(found) <= {thread_id}
+    assert all("Traceback" not in r.getMessage() for r in caplog.records)
