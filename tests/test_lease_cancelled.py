@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -24,6 +27,17 @@ def lease_is_free(store: Store, thread_id: str) -> bool:
             return True
     except ThreadBusyError:
         return False
+
+
+async def cancelled(task: asyncio.Task[None], times: int, *, then: threading.Event) -> None:
+    """Cancel ``task`` ``times``, one loop turn apart, set ``then``, and wait until it
+    ends."""
+    for _ in range(times):
+        task.cancel()
+        await asyncio.sleep(0)
+    then.set()
+    await asyncio.wait([task], timeout=10)
+    assert task.done()
 
 
 async def hold_then_cancel(store: Store, thread_id: str, cancels: int, busy: bool) -> None:
@@ -43,12 +57,7 @@ async def hold_then_cancel(store: Store, thread_id: str, cancels: int, busy: boo
     blocker = threading.Event()
     if busy:
         taken = loop.run_in_executor(None, blocker.wait, 10)
-    for _ in range(cancels):
-        task.cancel()
-        await asyncio.sleep(0)
-    blocker.set()
-    await asyncio.wait([task], timeout=10)
-    assert task.done()
+    await cancelled(task, cancels, then=blocker)
     if busy:
         await taken
     await asyncio.to_thread(lambda: None)  # whatever was queued before has run
@@ -68,3 +77,63 @@ def test_a_lease_is_let_go_however_often_its_task_is_cancelled(
     with open_store(f"sqlite:///{tmp_path / 'threads.db'}") as store:
         asyncio.run(hold_then_cancel(store, "t", cancels, busy))
         assert lease_is_free(store, "t")
+
+
+async def cancel_while_taking(store: Store, thread_id: str, when: str, cancels: int) -> None:
+    """Cancel a task ``cancels`` times while it takes the lease: ``before`` its worker
+    thread starts, ``during`` (the thread holds the database's lock, not yet the lease
+    returned), or ``after`` the thread returned it and before the task resumes."""
+    leases = store._leasing.leases  # the backend every acquisition of the store goes through
+    taking, go_on = threading.Event(), threading.Event()
+    original = leases.try_acquire
+
+    def try_acquire(thread_id: str) -> Any:
+        taking.set()
+        go_on.wait(10)
+        return original(thread_id)
+
+    leases.try_acquire = try_acquire  # type: ignore[method-assign]  # the window, held open
+    try:
+        task = asyncio.create_task(_take(store, thread_id))
+        if when != "before":
+            await asyncio.to_thread(taking.wait, 10)
+        if when == "after":
+            go_on.set()
+            await asyncio.sleep(0.01)  # the thread returns the lease to the event loop
+        await cancelled(task, cancels, then=go_on)
+        # The release the cancelled acquisition left to a worker thread, once it returns.
+        free = await asyncio.to_thread(_until, lambda: lease_is_free(store, thread_id))
+        assert free, "the lease taken for the cancelled task was never let go"
+    finally:
+        leases.try_acquire = original  # type: ignore[method-assign]
+
+
+async def _take(store: Store, thread_id: str) -> None:
+    async with store.alease(thread_id):
+        await asyncio.Event().wait()  # until cancelled
+
+
+def _until(ready: Callable[[], bool], seconds: float = 5.0) -> bool:
+    """Whether ``ready`` becomes true within ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while not ready():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
+@settings(
+    max_examples=12,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(when=st.sampled_from(("before", "during", "after")), cancels=st.integers(1, 3))
+def test_a_lease_taken_for_a_task_cancelled_while_taking_it_is_let_go(
+    tmp_path: Path, when: str, cancels: int
+) -> None:
+    """A task cancelled while its worker thread takes the run lease (an ``arun`` under
+    ``asyncio.wait_for``, a client that left) leaves the lease free for the next runner:
+    the thread, which cannot be stopped, lets go what it took."""
+    with open_store(f"sqlite:///{tmp_path / 'threads.db'}") as store:
+        asyncio.run(cancel_while_taking(store, "t", when, cancels))

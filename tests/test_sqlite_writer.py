@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from eventsourcing.persistence import ConnectionPoolClosedError, ConnectionUnavailableError
+from eventsourcing.persistence import ConnectionPoolClosedError
 from eventsourcing.sqlite import SQLiteCursor
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -30,6 +30,7 @@ from covonaut_es.errors import (
     LeaseLostError,
     ReadOnlyStoreError,
     StoreFileReplacedError,
+    StoreLockedError,
 )
 from covonaut_es.messages import Message, Role
 from covonaut_es.service import ThreadService
@@ -319,19 +320,21 @@ def test_a_save_interrupted_just_after_its_transaction_began_leaves_the_writer_u
     store.close()
 
 
-def test_a_save_waiting_behind_a_stuck_one_times_out_as_the_pools_writer_did(
+def test_a_save_waiting_behind_a_stuck_one_times_out_as_the_stuck_one_does(
     tmp_path: Path,
 ) -> None:
+    """A save waiting for another thread's, which waits for the file's lock, waits as
+    long as a save waits for that lock (here cut short), then is refused as locked."""
     path = tmp_path / "threads.db"
     store = open_store(f"sqlite:///{path}")
-    store._app.recorder.datastore.pool.pool_timeout = 0.3  # type: ignore[attr-defined]
+    store._app.recorder.datastore.pool.lock_timeout = 0.3  # type: ignore[attr-defined]
     first, second = AgentThread.start("first", now=NOW), AgentThread.start("second", now=NOW)
     blocker = sqlite3.connect(path, isolation_level=None)
     blocker.execute("BEGIN IMMEDIATE")  # another process's write, holding the file
     stuck = threading.Thread(target=store.save, args=(first,))
     stuck.start()
     time.sleep(0.2)  # the first save now waits for SQLite's busy timeout, holding the writer
-    with pytest.raises(ConnectionUnavailableError, match="Timed out waiting"):
+    with pytest.raises(StoreLockedError, match=r"locked by another writer.*try again"):
         store.save(second)
     blocker.execute("ROLLBACK")  # the first save then goes through
     stuck.join()
@@ -340,6 +343,41 @@ def test_a_save_waiting_behind_a_stuck_one_times_out_as_the_pools_writer_did(
     assert store.find("second") is None
     store.save(second)
     store.close()
+
+
+@settings(max_examples=5, deadline=None)
+@given(savers=st.integers(2, 4), held=st.floats(0.3, 0.6))
+def test_saves_from_many_threads_wait_for_a_writer_as_saves_one_after_another_do(
+    tmp_path_factory: pytest.TempPathFactory, savers: int, held: float
+) -> None:
+    """Another connection holds the file's write lock for longer than the pool waits
+    for a connection (cut short here), shorter than a save waits for the lock: saves
+    from several threads at once all land once it lets go, as the same saves one after
+    another do; none fails on another thread's save holding the process's writer."""
+    path = tmp_path_factory.mktemp("writers") / "threads.db"
+    with open_store(f"sqlite:///{path}") as store:
+        store._app.recorder.datastore.pool.pool_timeout = 0.1  # type: ignore[attr-defined]
+        threads = [AgentThread.start(f"t{n}", now=NOW) for n in range(savers)]
+        blocker = sqlite3.connect(path, isolation_level=None)
+        blocker.execute("BEGIN IMMEDIATE")
+        errors: list[BaseException] = []
+
+        def save(thread: AgentThread) -> None:
+            try:
+                store.save(thread)
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        running = [threading.Thread(target=save, args=(t,)) for t in threads]
+        for each in running:
+            each.start()
+        time.sleep(held)
+        blocker.execute("ROLLBACK")
+        blocker.close()
+        for each in running:
+            each.join(30)
+        assert not errors, errors[:1]
+        assert all(store.load(f"t{n}").version == 1 for n in range(savers))
 
 
 def test_a_lease_check_reads_the_token_in_one_statement_on_the_saves_connection(

@@ -123,7 +123,14 @@ class Leasing:
         if held is not None:
             yield held
             return
-        lease = await asyncio.to_thread(self._acquire, thread_id)
+        # Awaited shielded: a worker thread cannot be stopped, and one that takes the
+        # lease after its task was cancelled must let it go, or no runner ever could.
+        acquiring = asyncio.ensure_future(asyncio.to_thread(self._acquire, thread_id))
+        try:
+            lease = await asyncio.shield(acquiring)
+        except asyncio.CancelledError:
+            acquiring.add_done_callback(self._release_unclaimed)
+            raise
         _HELD.set(self._with_held(lease))
         try:
             yield lease
@@ -133,6 +140,13 @@ class Leasing:
             # cancel at every await; a stream's consumer leaving cancels its run) would
             # cancel the release before a worker thread took it, and keep the lease.
             await asyncio.shield(asyncio.to_thread(self.leases.release, lease))
+
+    def _release_unclaimed(self, acquiring: asyncio.Future[Lease]) -> None:
+        """Let go, in a worker thread, the lease a cancelled task was taking, if it was
+        taken."""
+        if not acquiring.cancelled() and acquiring.exception() is None:
+            loop = asyncio.get_running_loop()
+            loop.run_in_executor(None, self.leases.release, acquiring.result())
 
     def held_lease(self, thread_id: str) -> Lease | None:
         """As :meth:`covonaut_es.Store.held_lease`; every lease is looked up here first,

@@ -39,6 +39,10 @@ class SQLSideTable:
         retried: Wraps a function to call it again when its statements fail as the
             back end retries its log's (PostgreSQL: on a session ended); by default,
             called once.
+        serialized: A statement that a transaction writing several rows runs first,
+            so that two such writers never lock the same rows in two orders and
+            deadlock (PostgreSQL: a lock on the table for the transaction); by
+            default, none (SQLite has one writer at a time).
     """
 
     def __init__(
@@ -53,6 +57,7 @@ class SQLSideTable:
         stored: Callable[[UUID], Any],
         reading: Callable[[], AbstractContextManager[Any]] | None = None,
         retried: Callable[[Callable[[], Any]], Callable[[], Any]] = lambda call: call,
+        serialized: str | None = None,
     ) -> None:
         self._datastore = datastore
         self._writing = writing
@@ -63,6 +68,7 @@ class SQLSideTable:
         self._stored = stored
         self._reading = reading or (lambda: datastore.transaction(commit=False))
         self._retried = retried
+        self._serialized = serialized
         self._created = False
 
     def _run(self, call: Callable[[], T], unsaved: str) -> T:

@@ -55,14 +55,20 @@ class SQLSummaries(SQLSideTable, SummaryTable):
         self.make()
         p = self._p
 
+        table = self._table
+
         def write() -> None:
             with self._writing() as cursor:
+                if self._serialized is not None:
+                    cursor.execute(self._serialized)
                 for stream, version, seen, summary in rows:
+                    # A summary made as of an earlier position (a listing that read the
+                    # log before another and wrote after it) never replaces a newer one.
                     cursor.execute(
-                        f"INSERT INTO {self._table} (originator_id, version, seen, summary) "
+                        f"INSERT INTO {table} (originator_id, version, seen, summary) "
                         f"VALUES ({p}, {p}, {p}, {p}) ON CONFLICT (originator_id) DO UPDATE "
                         "SET version = excluded.version, seen = excluded.seen, "
-                        "summary = excluded.summary",
+                        f"summary = excluded.summary WHERE {table}.seen <= excluded.seen",
                         (self._stored(stream), version, seen, summary),
                     )
 

@@ -68,15 +68,17 @@ _CHANGED = frozenset({"ProgrammingError", "DataError", "NotSupportedError", "Int
 def database_error(exc: BaseException, where: str, unsaved: str) -> CovonautError | None:
     """The typed error of a database's failure ``exc`` (see
     :func:`database_errors_typed`, whose arguments ``where`` and ``unsaved`` are); None
-    for a conflict, a wait for this process's own connections, and what is no
-    database's failure. Told by the SQLSTATE of the
+    for a conflict and what is no database's failure. Told by the SQLSTATE of the
     driver's error where it gives one, else by the error's class as PEP 249 names it
     (eventsourcing's and psycopg's alike)."""
     kind = _kind(exc)
     if kind is None or (kind == "IntegrityError" and is_conflict(exc)):
         return None
     if isinstance(exc, ConnectionUnavailableError):
-        return None  # a wait for this process's own writer, not the database's failure
+        # Another thread's save held this process's writer, waiting for the file's lock
+        # as long as a save waits: to the caller, the lock it waited for.
+        msg = f"{where} is locked by another writer: {unsaved}; try again shortly"
+        return StoreLockedError(msg)
     refused = refusal(exc, where, unsaved)
     if refused is not None:
         return refused

@@ -359,7 +359,8 @@ class SQLiteWriter:
             ConnectionPoolClosedError: The store is closed.
             StoreFileReplacedError: The store's file was replaced or deleted.
             ConnectionUnavailableError: Another thread's save held the connection for
-                longer than the pool's timeout, as the pool's writer would have.
+                longer than a save waits for the file's lock (typed as
+                ``StoreLockedError`` by :func:`database_errors_typed`).
         """
         with self._held(synced=synced) as connection:
             if connection is None:  # in memory: another connection, another database
@@ -396,7 +397,10 @@ class SQLiteWriter:
         if pool.is_sqlite_memory_mode:
             yield None
             return
-        if not self._lock.acquire(timeout=pool.pool_timeout):
+        # As long as the save holding it may wait for the file's lock (SQLite's busy
+        # timeout), not the pool's shorter wait for a connection: saves from threads of
+        # one process wait for one another as one after another would.
+        if not self._lock.acquire(timeout=pool.lock_timeout or SQLITE3_DEFAULT_LOCK_TIMEOUT):
             msg = "Timed out waiting for return of writer"  # the pool's words
             raise ConnectionUnavailableError(msg)
         try:

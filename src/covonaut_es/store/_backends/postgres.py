@@ -649,6 +649,7 @@ def _side_table(
         stored=lambda stream: stream,
         reading=lambda: _reading(recorder.datastore),
         retried=retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2),
+        serialized=create[0],  # the lock its creation takes, held to the commit
         **options,
     )
 
