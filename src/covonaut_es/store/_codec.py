@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 import decimal
 import inspect
+import re
 import typing
 from collections.abc import Iterator, Mapping
 from datetime import datetime
@@ -164,10 +165,39 @@ class Codec:
     ) -> dict[str, Any]:
         """The fields of a payload that :meth:`decode_current` did not read: upcast to
         today's shape, or a :class:`~covonaut_es.errors.SerializationError` naming
-        ``where``."""
+        ``where``. One of the library's own types that says it is of today's version
+        is damaged: it is refused with the typed decoder's error, never decoded untyped,
+        which would build whatever its bytes hold for upcasters it does not need. (An
+        application's own event may hold, where its annotation names another type, a
+        value its transcoder reads, which only the untyped read finds.)"""
+        version = None if self.schema.own else self.version_of(data)
+        if version == self.schema.version and (problem := self.typed_problem(data)):
+            msg = (
+                f"{where}: {self.schema.name} data (schema version {version}) does not "
+                f"decode: {problem}"
+            )
+            raise SerializationError(msg)
         return self.upgraded(
             self.decode_untyped(data, where=where), where=where, migrators=migrators
         )
+
+    def version_of(self, data: bytes | memoryview) -> object:
+        """The schema version a payload says it was written at, read alone (None when
+        it says none, or does not read)."""
+        try:
+            return _VERSION_OF_JSON.decode(data).version
+        except (msgspec.DecodeError, RecursionError):
+            return None
+
+    def typed_problem(self, data: bytes | memoryview) -> str | None:
+        """Why the typed decoder refuses ``data``; None when it reads it (a payload of
+        today's shape that a codec reads otherwise, as one without its class's
+        version)."""
+        try:
+            self.decoder.decode(data)
+        except (msgspec.DecodeError, RecursionError) as exc:
+            return str(exc) or type(exc).__name__
+        return None
 
     def upgraded(
         self, state: dict[str, Any], *, where: str, migrators: Mapping[int, Upcaster]
@@ -196,17 +226,52 @@ class Codec:
         return self._fields(msgspec.convert(state, self.payload_type))
 
     def decode_untyped(self, data: bytes | memoryview, *, where: str) -> dict[str, Any]:
-        """The payload as plain JSON values, for upcasters and version checks.
+        """The payload as plain JSON values, for upcasters and version checks: one of at
+        most :data:`MOST_UNTYPED_CONTAINERS` arrays and objects, which no payload this
+        library writes comes near, so that a planted one never builds millions of them.
 
         Raises:
-            SerializationError: It is not an object of this codec's format.
+            SerializationError: It is not an object of this codec's format, or holds
+                more arrays and objects.
         """
+        containers = _containers(bytes(data))
+        if containers > MOST_UNTYPED_CONTAINERS:
+            msg = (
+                f"{where}: stored payload holds {containers} arrays and objects, more than "
+                f"the {MOST_UNTYPED_CONTAINERS} an older payload may: it was altered"
+            )
+            raise SerializationError(msg)
         return decode_object(data, where=where, hint=_UNREADABLE_HINT)
+
+
+class _VersionOf(msgspec.Struct):
+    version: Any = msgspec.field(default=None, name=VERSION_KEY)
+
+
+_VERSION_OF_JSON = msgspec.json.Decoder(_VersionOf)
+_VERSION_OF_PACKED = msgspec.msgpack.Decoder(_VersionOf)
+"""Read a payload's schema version alone: msgspec passes over its other fields without
+building them."""
+
+MOST_UNTYPED_CONTAINERS = 1_000_000
+"""The most arrays and objects a payload decoded untyped (to upcast it) may hold."""
+
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+
+
+def _containers(data: bytes) -> int:
+    """The arrays and objects of JSON ``data``: its brackets outside strings."""
+    bare = _JSON_STRING.sub(b"", data)
+    return bare.count(b"[") + bare.count(b"{")
 
 
 SNAPSHOT_SIZE_LIMIT = 256 * 1024 * 1024
 """The most bytes a compressed snapshot may hold once decompressed: a larger state is
 stored as JSON, so that a damaged or hostile frame never makes a reader allocate more."""
+
+MOST_UNTYPED_SNAPSHOT = 1024 * 1024
+"""The most bytes an older compressed snapshot, decoded untyped to upcast it, may hold
+once decompressed (see :meth:`SnapshotCodec.decode_untyped`)."""
 
 
 class SnapshotCodec(Codec):
@@ -246,6 +311,27 @@ class SnapshotCodec(Codec):
             return None
         return self._current_fields(payload)
 
+    def version_of(self, data: bytes | memoryview) -> object:
+        try:
+            body = unsealed(data)[1]
+            if body[:4] != _zstd.MAGIC:
+                return super().version_of(body)
+            return _VERSION_OF_PACKED.decode(
+                _zstd.decompress(body, limit=SNAPSHOT_SIZE_LIMIT)
+            ).version
+        except (SerializationError, ValueError, RecursionError):  # DecodeError among them
+            return None
+
+    def typed_problem(self, data: bytes | memoryview) -> str | None:
+        body = unsealed(data)[1]  # read by version_of already
+        if body[:4] != _zstd.MAGIC:
+            return super().typed_problem(body)
+        try:
+            self.packed_decoder.decode(_zstd.decompress(body, limit=SNAPSHOT_SIZE_LIMIT))
+        except (ValueError, RecursionError) as exc:
+            return str(exc) or type(exc).__name__
+        return None
+
     def decode_untyped(self, data: bytes | memoryview, *, where: str) -> dict[str, Any]:
         try:
             body = unsealed(data)[1]
@@ -255,7 +341,10 @@ class SnapshotCodec(Codec):
         if body[:4] != _zstd.MAGIC:
             return super().decode_untyped(body, where=where)
         try:
-            decoded = msgspec.msgpack.decode(_zstd.decompress(body, limit=SNAPSHOT_SIZE_LIMIT))
+            # An older snapshot past the limit is passed over (the thread rebuilt from
+            # its events): msgpack holds an empty array in one byte, which decodes to a
+            # Python list fifty times its size.
+            decoded = msgspec.msgpack.decode(_zstd.decompress(body, limit=MOST_UNTYPED_SNAPSHOT))
             # Through JSON (datetimes become text), so that upcasters see a snapshot
             # alike whichever format it was written in; only older snapshots come here.
             as_json = msgspec.json.encode(decoded)
