@@ -820,3 +820,22 @@ def test_an_output_schema_that_is_not_json_schema_refuses_the_listing(
     schema does."""
     with pytest.raises(ToolServerError, match=r"tool 't' has an invalid output schema"):
         checked_listing("s", [_listed_tool(schema, output=True)])
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(schema=CLEAN_SCHEMAS, data=st.data(), output=st.booleans())
+def test_unique_items_refuses_an_output_schema_and_is_checked_linearly_in_an_input_one(
+    schema: dict[str, object], data: st.DataObject, output: bool
+) -> None:
+    """``uniqueItems`` put at any subschema of a server's output schema refuses the
+    listing, naming it: the SDK checks each result against it with jsonschema, which
+    compares every pair of items. In an input schema it is listed: the library checks
+    a model's arguments against it in linear time."""
+    at = data.draw(st.sampled_from(_positions(schema)))
+    at["uniqueItems"] = True
+    if not output:
+        (listed,) = checked_listing("s", [_listed_tool(schema, output=False)])
+        to_tool(listed, server="s", origin="stdio:x", prefix="", override=None, func=print)
+        return
+    with pytest.raises(ToolServerError, match=r"tool 't' .*'uniqueItems' at \$"):
+        checked_listing("s", [_listed_tool(schema, output=True)])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import string
+import unittest.mock
 from typing import Any
 
 import jsonschema
@@ -386,3 +387,38 @@ def test_a_thread_that_recorded_a_name_now_refused_stays_readable(store: Store) 
     names = [getattr(e, "tool_name", None) for e in store.history("t")]
     assert "d\u0435lete_\u540d" in names
     assert list(store.load("t").messages) == list(agent.messages)
+
+
+_JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-3, 3)
+    | st.sampled_from([0.0, 1.0, 2.5])
+    | st.text(max_size=2),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=2), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(items=st.lists(_JSON_VALUES, max_size=6))
+def test_unique_items_is_judged_as_jsonschema_judges_it_without_comparing_pairs(
+    items: list[Any],
+) -> None:
+    """A tool's ``uniqueItems`` accepts and refuses exactly the arrays jsonschema's own
+    check does (``1`` and ``1.0`` alike, ``true`` and ``1`` not, objects in any key
+    order), and never through jsonschema's check, which compares every pair of items:
+    4,000 small objects a model sent held the process for 23 seconds."""
+    schema = {"type": "object", "properties": {"x": {"type": "array", "uniqueItems": True}}}
+    expected = jsonschema.Draft202012Validator(schema).is_valid({"x": items})
+    tool = Tool("t", "d", schema, _noop)
+    with unittest.mock.patch.object(jsonschema._keywords, "uniq", _never):
+        found = validation_error(tool._validator, {"x": items})
+    assert (found is None) is expected
+    assert found is None or found == "$.x: has non-unique elements"
+
+
+def _never(container: object) -> bool:
+    raise AssertionError("jsonschema's pairwise uniqueItems check ran")

@@ -218,11 +218,27 @@ def _refusal_of(name: str, kind: str, schema: dict[str, Any]) -> str | None:
             "so none is run and the listing is refused; ask for the tool without pattern "
             "and patternProperties"
         )
+    if kind == "output" and (unique := _unique_items_in(schema)) is not None:
+        # The SDK checks each result against the output schema with jsonschema, whose
+        # uniqueItems compares every pair of items: quadratic in a result's length.
+        return (
+            f"'uniqueItems' at {unique}: the MCP SDK checks every result against it in "
+            "time that grows with the square of its length, so the listing is refused; "
+            "ask for the tool's output schema without uniqueItems"
+        )
     if kind == "output":
         try:
             compile_schema(name, schema, "output")
         except ConfigurationError as exc:
             return f"a fault, so no result could be checked and the listing is refused: {exc}"
+    return None
+
+
+def _unique_items_in(schema: Any) -> str | None:
+    """Where a schema asks for ``uniqueItems``, by its JSON path; None when nowhere."""
+    for path, node in _schema_positions(schema):
+        if node.get("uniqueItems") is True:
+            return path
     return None
 
 
