@@ -57,7 +57,7 @@ from covonaut_es.store._backends._eventsourcing import (
     take_snapshots,
 )
 from covonaut_es.store._chain import UNCHAINED, chain_in, chain_of
-from covonaut_es.store._chain_key import SEALS_NOTHING, check_chain_key, sealed_predecessor
+from covonaut_es.store._chain_key import SEALS_NOTHING, SealedPoints, check_chain_key, sealed_tail
 from covonaut_es.store._following import (
     ApplicationMapper,
     ApplicationTranscoder,
@@ -120,6 +120,8 @@ class AgentApplication(RecordsProcessingEvents, Application[UUID]):
 
     def __init__(self, env: EnvType | None = None) -> None:
         check_intervals(self.snapshotting_intervals, self.aggregate_classes, (AgentThread,))
+        self.sealed_points = SealedPoints()
+        """Where each thread object's stream is known to be its own."""
         super().__init__(env)
         if isinstance(self, EventSourcedProjection):
             assert isinstance(self.mapper, MsgspecMapper)
@@ -227,7 +229,9 @@ class AgentApplication(RecordsProcessingEvents, Application[UUID]):
             events, bases, tracking=processing_event.tracking, **processing_event.saved_kwargs
         )
         for thread, _ in saved:
-            thread.chain_head = heads[thread.id][2]
+            _, version, chain = heads[thread.id]
+            thread.chain_head = chain
+            self.sealed_points.note(thread, (version, chain))
         if self.repository.cache and not self.repository.fastforward:
             for aggregate_id, aggregate in aggregates.items():
                 self.repository.cache.put(aggregate_id, aggregate)
@@ -423,12 +427,15 @@ class ThreadsApplication(AgentApplication):
         return key.encode() if key else None
 
     def chain_base(self, thread: AgentThread, first: int) -> str:
-        """As :class:`AgentApplication`'s; with a chain key, the hash stored before
-        version ``first``, whatever the thread was loaded with."""
+        """As :class:`AgentApplication`'s; with a chain key or a cipher key, the hash
+        stored before version ``first``, whatever the thread was loaded with, once every
+        link since the point of its stream this process knows to be its own verifies
+        (:func:`~covonaut_es.store._chain_key.sealed_tail`)."""
         key = self.chain_key
-        if key is None or first == 1:
+        if first == 1 or (key is None and self.mapper.cipher is None):
             return super().chain_base(thread, first)
-        return sealed_predecessor(self, key, thread.thread_id, thread.id, first - 1)
+        trusted = self.sealed_points.get(thread)
+        return sealed_tail(self, key, thread.thread_id, thread.id, first - 1, trusted)
 
 
 def project_chained(aggregate: Any, events: Iterable[Any]) -> Any:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 from uuid import UUID
@@ -297,6 +298,87 @@ def sealed_predecessor(
         f"thread {thread_id!r}: its stored event at version {version} does not verify "
         f"under the store's chain key ({problem}); nothing was sealed after it. Run verify "
         "on the thread and restore it from a backup"
+    )
+    raise BrokenChainError(msg, thread_id=thread_id, version=version)
+
+
+SealedPoint = tuple[int, str]
+"""A version of a thread's stream and the chain hash stored with its event there."""
+
+
+class SealedPoints:
+    """For each thread object of this process, the point of its stream known to be its
+    own: the snapshot under a key it was loaded from, or its last save; forgotten with
+    the object. (Kept by the object's identity: eventsourcing's aggregates refuse to be
+    hashed.)"""
+
+    def __init__(self) -> None:
+        self._points: dict[int, tuple[weakref.ref[AgentThread], SealedPoint]] = {}
+
+    def get(self, thread: AgentThread) -> SealedPoint | None:
+        """The point noted for ``thread``, if any."""
+        entry = self._points.get(id(thread))
+        return entry[1] if entry is not None and entry[0]() is thread else None
+
+    def note(self, thread: AgentThread, point: SealedPoint) -> None:
+        """Note ``point`` for ``thread``."""
+        key, points = id(thread), self._points
+        points[key] = (weakref.ref(thread, lambda _: points.pop(key, None)), point)
+
+
+def sealed_tail(
+    app: Application[UUID],
+    key: bytes | None,
+    thread_id: str,
+    stream: UUID,
+    through: int,
+    trusted: SealedPoint | None,
+) -> str:
+    """The chain hash stored with ``stream``'s event at version ``through``, the one a
+    new event is to be sealed after, once each stored link after ``trusted`` (a point
+    this process knows to be the stream's own: a snapshot sealed under the store's key,
+    or its own last save; None: the stream's start) verifies, under ``key`` or, in a
+    store that encrypts without one, as the public hash: rows copied in from another
+    stream (another thread's encrypted approval, a run of them) break a link there,
+    which no writer without the keys can mend.
+
+    Raises:
+        BrokenChainError: An event is missing, or a link does not verify (or is not
+            keyed above the stream's adoption point).
+    """
+    start, previous = trusted if trusted is not None else (0, None)
+    if start == through and previous is not None:
+        return previous
+    mapper = app.mapper
+    assert isinstance(mapper, MsgspecMapper)
+    adoption = None if key is None else ChainAdoption(app, key)
+    expected = start + 1 if trusted is not None else None
+    problem: str | None = "it is missing: events were deleted"
+    version = start
+    for record in app.recorder.select_events(stream, gt=start, lte=through):
+        version = record.originator_version
+        if expected is not None and version != expected:
+            version, problem = expected, "it is missing: events were deleted"
+            break
+        payload = mapper.payload_fields(record)
+        stored = str(payload.get(CHAIN_FIELD, UNCHAINED))
+        if previous is None:  # the stream's first: of a new thread, or a fork's
+            previous = _before(app, mapper, [record], payload)
+        problem = link_problem(stored, previous, record.topic, version, payload, key)
+        if problem is None and adoption is not None and not scheme_of(stored).keyed:
+            problem = adoption.problem(stream, version, stored)
+        if problem is not None:
+            break
+        previous, expected = stored, version + 1
+    else:
+        if version == through and previous is not None:
+            return previous
+        version = through
+    under = "the store's chain key" if key is not None else "its public hash"
+    msg = (
+        f"thread {thread_id!r}: its stored event at version {version} does not verify "
+        f"under {under} ({problem}); nothing was sealed after it. Run verify on the thread "
+        "and restore it from a backup"
     )
     raise BrokenChainError(msg, thread_id=thread_id, version=version)
 

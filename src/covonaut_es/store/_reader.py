@@ -31,6 +31,7 @@ from covonaut_es.errors import (
 )
 from covonaut_es.migrations import Upcaster
 from covonaut_es.migrations._upcasting import NO_MIGRATORS
+from covonaut_es.store._application import AgentApplication
 from covonaut_es.store._backends._eventsourcing import RebuildingRepository, Rebuilt
 from covonaut_es.store._chain import chain_of
 from covonaut_es.store._records import OPENING_EVENTS, StoredRecords, following_fork, storable
@@ -296,7 +297,17 @@ class ThreadReader:
         if snapshot is not None:
             events = itertools.chain((snapshot,), events)
         folded = self.fold(None, events, thread_id, parent)
-        return folded, None if snapshot is None else snapshot.originator_version
+        if snapshot is None:
+            return folded, None
+        chain = snapshot.state.get("chain_head")
+        # Trusted, it was sealed to its event's chain hash: the thread's own from there.
+        if (
+            folded is not None
+            and isinstance(chain, str)
+            and isinstance(self._app, AgentApplication)
+        ):
+            self._app.sealed_points.note(folded, (snapshot.originator_version, chain))
+        return folded, snapshot.originator_version
 
     def replay(self, thread_id: str, *, version: int | None = None) -> AgentThread | None:
         """The thread rebuilt from its events alone, ignoring snapshots; None when it
