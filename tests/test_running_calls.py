@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -17,15 +18,20 @@ from hypothesis import strategies as st
 
 from covonaut_es import (
     Agent,
+    AgentConfig,
+    ScriptedProvider,
     Store,
     ThreadStatus,
+    Tool,
     open_store,
 )
 from covonaut_es.errors import ToolCallRunningError
 from covonaut_es.runtime import running_calls
 from covonaut_es.service import Settlement, ThreadService
 from covonaut_es.service._running import listed
-from hanging_tool import RITA, VERIFIER, Hanging, hanging_agent, wait_for
+from covonaut_es.workers import Worker
+from hanging_tool import OBJECT, RITA, VERIFIER, Hanging, hanging_agent, wait_for
+from support import answer, call
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = (sys.executable, "-m", "covonaut_es", "worker")
@@ -153,3 +159,45 @@ def test_generated_reader_clock_offsets_judge_a_call_hung_as_its_worker_measured
     assert not calls["fresh"].hung(reader_now)
     assert calls["late"].hung(reader_now)
     assert calls["endless"].deadline is None and not calls["endless"].hung(reader_now)
+
+
+def test_a_worker_lists_a_call_still_running_before_it_lets_the_thread_go(
+    shared_url: str,
+) -> None:
+    """A worker whose step ends with a call still running past its timeout publishes
+    its record listing the call before it lets the thread's lease go: a person's settle
+    or retry from another process, which takes the lease and then reads the registry,
+    finds the call listed however soon it comes (the next heartbeat came too late: a
+    call settled "not run" ran, or ran twice)."""
+    tool = Hanging()
+    with open_store(shared_url) as store:
+        store.submit("t", "Go.")
+        order: list[str] = []
+        publish, leases = store.publish_worker, store._leasing.leases
+        release = leases.release
+
+        def published(record: Any) -> None:
+            if any(call.thread_id == "t" for call in record.calls):
+                order.append("listed")
+            publish(record)
+
+        def released(lease: Any) -> None:
+            order.append("let go")
+            release(lease)
+
+        store.publish_worker = published  # type: ignore[method-assign]  # observed
+        leases.release = released  # type: ignore[method-assign]
+
+        def make_config(thread_id: str) -> AgentConfig:
+            return AgentConfig(
+                provider=ScriptedProvider([call(("h1", "hang", "{}")), answer("done")]),
+                tools=[Tool("hang", "Hang", OBJECT, tool, timeout=0.3)],
+            )
+
+        try:
+            Worker(store, make_config, poll_interval=0.05).run(once=True)
+            assert "let go" in order
+            assert "listed" in order[: order.index("let go")], order
+        finally:
+            tool.release.set()
+            tool.returned.wait(10)

@@ -603,8 +603,9 @@ class ThreadService:
             ThreadBusyError: Another runner holds the lease (``ToolCallRunningError``: a
                 tool call of the thread still runs in this process, past its timeout).
         """
-        refuse_while_running(self.store, thread_id)
         with self.store.lease(thread_id) as lease:
+            # Under the lease: a runner may have let it go with a call still running.
+            refuse_while_running(self.store, thread_id)
             session = RunSession(self.store, lease, self._current(thread_id, thread, migrators))
             yield session
             session.rest()  # not after an error: the run did not come to rest
@@ -618,8 +619,8 @@ class ThreadService:
         migrators: Mapping[int, Upcaster] = NO_MIGRATORS,
     ) -> AsyncIterator[RunSession]:
         """Like :meth:`session`, for asyncio: the store is asked in worker threads."""
-        refuse_while_running(self.store, thread_id)
         async with self.store.alease(thread_id) as lease:
+            await asyncio.to_thread(refuse_while_running, self.store, thread_id)
             current = await asyncio.to_thread(self._current, thread_id, thread, migrators)
             session = RunSession(self.store, lease, current)
             yield session
@@ -647,11 +648,11 @@ class ThreadService:
         another writer got in between (so a thread is loaded at most twice)."""
         if leased and not self.store.exists(thread_id):  # no lease is taken of nothing
             raise ThreadNotFoundError.in_store(thread_id, self.store.url)
-        if leased:
-            refuse_while_running(self.store, thread_id)
         for attempt in range(2):
             lease = self.store.lease(thread_id) if leased else contextlib.nullcontext()
             with lease:
+                if leased:  # under the lease: a runner may have let go with a call running
+                    refuse_while_running(self.store, thread_id)
                 thread = self.store.load(thread_id)
                 result = command(thread)
                 try:

@@ -329,7 +329,10 @@ class Worker(Closing):
             with self.store.lease(thread_id):
                 held = True
                 self._changed.set()  # the registry lists the thread now held
-                action = self._run(thread_id)
+                try:
+                    action = self._run(thread_id)
+                finally:
+                    self._report_still_running(thread_id)
         except ThreadBusyError:
             return None
         except Exception:
@@ -367,13 +370,23 @@ class Worker(Closing):
             )
             return Action.PAUSED_IN_DOUBT
 
+    def _report_still_running(self, thread_id: str) -> None:
+        """Publish the worker's record now if a call of the thread still runs (past its
+        timeout), before the lease is let go: a person's settle or retry of it, which
+        takes the lease, then finds it listed, where the next beat would come too late."""
+        if any(call.thread_id == thread_id for call in running_calls()):
+            self._publish()
+
+    def _publish(self) -> None:
+        record = now_record(self._record, self.store.threads_held(), running_calls())
+        self.store.publish_worker(record)
+
     def _beat(self) -> None:
         while not self._stopping.is_set():
             self._changed.wait(HEARTBEAT_INTERVAL)  # a beat, or the threads held changed
             self._changed.clear()
             try:
-                record = now_record(self._record, self.store.threads_held(), running_calls())
-                self.store.publish_worker(record)
+                self._publish()
             except StoreFileReplacedError as exc:  # it would follow the old file unseen
                 self._lost = exc
                 self.stop()
