@@ -10,6 +10,7 @@ the one behind :func:`~covonaut_es.open_store`.
 from __future__ import annotations
 
 import binascii
+import copy
 import functools
 import sqlite3
 from collections.abc import Iterable, Mapping, Set
@@ -233,8 +234,10 @@ class AgentApplication(RecordsProcessingEvents, Application[UUID]):
             thread.chain_head = chain
             self.sealed_points.note(thread, (version, chain))
         if self.repository.cache and not self.repository.fastforward:
+            # A copy, as eventsourcing's repository copies what it gives: the caller goes
+            # on changing the object it saved, while other threads copy the cached one.
             for aggregate_id, aggregate in aggregates.items():
-                self.repository.cache.put(aggregate_id, aggregate)
+                self.repository.cache.put(aggregate_id, copy.deepcopy(aggregate))
         return recordings
 
     def _check_snapshots_due(self, processing_event: ProcessingEvent[UUID]) -> None:
