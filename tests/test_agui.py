@@ -806,3 +806,37 @@ def test_a_resume_judges_the_review_deadline_by_the_agents_clock(
         events = events_of(response.text)
         assert isinstance(events[-1], agui.RunFinishedEvent), events[-1]
         assert sorted(r["order"] for r in shop.refunded) == ["A-1", "B-2"]
+
+
+async def _sent(events: list[agui.BaseEvent]) -> list[dict[str, Any]]:
+    from ag_ui.encoder import EventEncoder
+
+    from covonaut_es.agui._app import _encoded
+
+    async def given() -> Any:
+        for event in events:
+            yield event
+
+    frames = [frame async for frame in _encoded(EventEncoder(), given())]
+    return [json.loads(frame.removeprefix("data: ")) for frame in frames]
+
+
+@settings(max_examples=12, deadline=None)
+@given(depth=st.integers(1, 400))
+def test_a_value_the_encoder_cannot_write_ends_the_run_in_an_error(depth: int) -> None:
+    """A state nested past what the protocol's encoder writes (an imported thread's, a
+    row a writer of the database changed) ends the stream with RUN_ERROR naming it,
+    never with the stream stopped and nothing said."""
+    nested: Any = "leaf"
+    for _ in range(depth):
+        nested = [nested]
+    events = [
+        agui.RunStartedEvent(thread_id="t", run_id="r"),
+        agui.StateSnapshotEvent(snapshot={"value": nested}),
+        agui.RunFinishedEvent(thread_id="t", run_id="r"),
+    ]
+    sent = asyncio.run(_sent(events))
+    assert sent[0]["type"] == "RUN_STARTED"
+    assert sent[-1]["type"] in ("RUN_FINISHED", "RUN_ERROR")
+    if sent[-1]["type"] == "RUN_ERROR":
+        assert "StateSnapshotEvent could not be sent" in sent[-1]["message"]

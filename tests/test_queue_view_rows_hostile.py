@@ -8,6 +8,7 @@ pending, under its own thread."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
 import sqlite3
@@ -18,9 +19,19 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from covonaut_es import ReviewQueue, create_cipher_key, open_store
+from covonaut_es import (
+    Agent,
+    AgentConfig,
+    CheckpointSettings,
+    ReviewQueue,
+    ScriptedProvider,
+    Tool,
+    create_cipher_key,
+    open_store,
+)
 from covonaut_es.projections._items import pending_from
 from covonaut_es.service import ThreadService
+from support import call
 from test_queue_passes_over_damage import NOW, THREADS, _paused
 
 KEY = create_cipher_key()
@@ -63,6 +74,8 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> dict[bool, tuple[Path, Pat
         found[encrypted] = (store_path, view_path)
     return found
 
+
+PAY = Tool("pay", "Pay", {"type": "object"}, lambda ctx, args: "paid", requires_approval=True)
 
 _VALUES = st.one_of(
     st.binary(max_size=60),
@@ -146,3 +159,39 @@ def test_a_hostile_cell_of_the_stored_view_never_stops_the_queue_nor_misplaces_a
         for (thread_id, _), found in looked_up.items():
             assert found is None or set(found) <= {thread_id}
     assert all("Traceback" not in r.getMessage() for r in caplog.records)
+
+
+@settings(
+    max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(followers=st.integers(2, 3), threads=st.integers(4, 10))
+def test_followers_of_one_stored_view_each_go_on_and_agree(
+    tmp_path_factory: pytest.TempPathFactory, followers: int, threads: int
+) -> None:
+    """Several followers of the same stored view (two `reviews --follow`), while pauses
+    are listed and decided: none stops on a position another recorded first, and the
+    view lists what the threads wait on."""
+    folder = tmp_path_factory.mktemp("followers")
+    store_path, view_path = folder / "threads.db", folder / "view.db"
+    url = f"sqlite:///{store_path}"
+    queues = [_queue(store_path, view_path, False) for _ in range(followers)]
+    with closing(open_store(url)) as store, contextlib.ExitStack() as following:
+        runners = [following.enter_context(queue.follow()) for queue in queues]
+        for n in range(threads):
+            thread_id = f"t{n}"
+            Agent(
+                AgentConfig(
+                    provider=ScriptedProvider([call(("k1", "pay", '{"amount": 40}'))]),
+                    tools=[PAY],
+                    checkpoint=CheckpointSettings(store=store, thread_id=thread_id),
+                )
+            ).run("go")
+            if n % 2:
+                ThreadService(store).abandon(thread_id, "left")
+        for queue, runner in zip(queues, runners, strict=True):
+            queue.wait_until_current(store, runner=runner)
+            runner.run_forever(timeout=0.01)  # raises what stopped its thread, if anything
+        listed = {item.thread_id for item in queues[0].pending()}
+        assert listed == {f"t{n}" for n in range(threads) if not n % 2}
+    for queue in queues:
+        queue.close()

@@ -51,6 +51,7 @@ from covonaut_es.domain import PauseKind, RunMode
 from covonaut_es.domain._submissions import InputTaken
 from covonaut_es.errors import ConfigurationError, InvalidSubmissionError, LeaseLostError
 from covonaut_es.runtime._config import bound_config
+from covonaut_es.service import ThreadService
 from covonaut_es.store import WorkerRecord
 from covonaut_es.store._backends._memory_leases import MemoryLeases
 from covonaut_es.store._backends._sqlite_leases import lease_directory
@@ -1012,3 +1013,35 @@ def test_a_memory_store_withdraws_no_record_another_open_store_published() -> No
     first.close()
     second.withdraw("w1")
     assert second.workers() == ()
+
+
+@pytest.mark.parametrize("durability", ["step", "checkpoint"])
+def test_a_thread_given_up_during_its_step_is_no_failed_step(
+    shared_url: str, durability: str
+) -> None:
+    """A person abandons the thread while the worker's run of it goes on (here, from
+    inside its tool): the step ends as given up, the results of what ran recorded, and
+    ``--once`` reports no failure (it logged a traceback and exited 1, and the thread
+    was stepped again)."""
+    ran: list[str] = []
+    with open_store(shared_url) as store:
+
+        def pay(ctx: ToolContext, args: dict[str, Any]) -> str:
+            ran.append(ctx.tool_call_id)
+            ThreadService(store).abandon("t", "the customer withdrew")
+            return "paid"
+
+        def make_config(thread_id: str) -> AgentConfig:
+            return AgentConfig(
+                provider=ScriptedProvider([call(("c1", "pay", "{}")), answer("done")]),
+                tools=[Tool("pay", "Pay", {"type": "object"}, pay)],
+                checkpoint=CheckpointSettings(
+                    store=store, thread_id=thread_id, durability=durability
+                ),
+            )
+
+        store.submit("t", "Pay.")
+        summary = Worker(store, make_config).run(once=True)
+        assert summary.failed == ()
+        assert ran == ["c1"]
+        assert store.load("t").status is ThreadStatus.ABANDONED

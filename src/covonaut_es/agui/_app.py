@@ -219,7 +219,19 @@ async def _encoded(
 ) -> AsyncGenerator[str, None]:
     async with contextlib.aclosing(events):
         async for event in events:
-            yield encoder.encode(event)
+            try:
+                encoded = encoder.encode(event)
+            except (ValueError, RecursionError) as exc:  # pydantic's serialization error
+                # A value the protocol's encoder cannot write (nested past its depth,
+                # from an import or a writer of the database): the run is said to end
+                # in an error, rather than the stream stopping without a word.
+                message = (
+                    f"the run's {type(event).__name__} could not be sent "
+                    f"({type(exc).__name__}); read the thread from the store"
+                )
+                yield encoder.encode(agui.RunErrorEvent(message=message, code=type(exc).__name__))
+                return
+            yield encoded
 
 
 async def _run(

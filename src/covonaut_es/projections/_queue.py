@@ -18,7 +18,7 @@ from typing import Any, cast
 from uuid import UUID
 
 import msgspec
-from eventsourcing.persistence import DataError, InfrastructureFactory, Tracking
+from eventsourcing.persistence import DataError, InfrastructureFactory, IntegrityError, Tracking
 from eventsourcing.projection import BaseProjectionRunner, Projection
 from eventsourcing.utils import Environment, resolve_topic
 
@@ -125,10 +125,20 @@ class ReviewQueueProjection(Projection[ReviewQueueView]):
             self._advanced.wait_for(lambda: self._batches != seen, timeout)
 
     def _apply(self, batch: Sequence[tuple[Any, Tracking]]) -> None:
+        batch = self._unapplied(batch)
+        if not batch:
+            return
         readable = [e for e, t in batch if not _passed_over(e, t)]
         changes = self._changes(readable)
         try:
             self.view.apply(changes, batch[-1][1])
+        except IntegrityError:
+            # Another follower of the same view recorded a position of the batch first,
+            # having made the same changes: go on from where it got to.
+            if len(self._unapplied(batch)) == len(batch):
+                raise
+            self._apply(batch)
+            return
         except UNSTORABLE as exc:
             if isinstance(exc, CovonautError):
                 raise  # the view is misconfigured: no record could be stored
@@ -136,6 +146,14 @@ class ReviewQueueProjection(Projection[ReviewQueueView]):
                 self.process_event(domain_event, tracking)
             return
         self._pass_over(len(batch) - len(readable))
+
+    def _unapplied(self, batch: Sequence[tuple[Any, Tracking]]) -> Sequence[tuple[Any, Tracking]]:
+        """The events of ``batch`` past the position the view records: another follower
+        of the same view (a second ``reviews --follow``) may have applied some."""
+        position = self.view.max_tracking_id(batch[0][1].application_name) or 0
+        if batch[0][1].notification_id > position:
+            return batch
+        return [item for item in batch if item[1].notification_id > position]
 
     def _changes(self, events: Sequence[Any]) -> list[QueueChange]:
         """The queue changes of ``events`` in turn. Their threads' names are read in one
@@ -165,12 +183,23 @@ class ReviewQueueProjection(Projection[ReviewQueueView]):
         return changes
 
     def process_event(self, domain_event: Any, tracking: Tracking) -> None:
-        """Apply the event's queue changes and its position in one transaction.
+        """Apply the event's queue changes and its position in one transaction, unless
+        another follower of the same view has.
 
         A record whose changes the view cannot hold (written behind the library's back,
         or by code older than the thread-id rule) is passed over with a warning: its
         position alone is recorded, so one bad record never stops the queue.
         """
+        item = [(domain_event, tracking)]
+        if not self._unapplied(item):
+            return
+        try:
+            self._apply_one(domain_event, tracking)
+        except IntegrityError:
+            if self._unapplied(item):
+                raise
+
+    def _apply_one(self, domain_event: Any, tracking: Tracking) -> None:
         if isinstance(domain_event, UnreadableRecord):
             self.view.apply((), tracking)  # warned of already, as the batch was read
             self._pass_over()

@@ -30,6 +30,9 @@ class Action(enum.Enum):
     PAUSED_IN_DOUBT = "paused on calls in doubt"
     """Its runner died leaving calls in doubt that no runner may retry: paused with an
     interrupt per call, for a person to settle; once all are settled it is resumed."""
+    ABANDONED = "given up while it ran"
+    """A person gave the thread up during the run: the results of the calls that ran
+    are recorded, and nothing more runs."""
     NOTHING = "nothing"
     """Nothing to run (already run by another worker, or waiting for a person)."""
     FAILED = "failed"

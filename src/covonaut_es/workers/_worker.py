@@ -26,6 +26,7 @@ from covonaut_es._clock import AwareClock, utc_now
 from covonaut_es._closing import Closing
 from covonaut_es.errors import (
     StoreFileReplacedError,
+    ThreadAbandonedError,
     ThreadBusyError,
     ToolCallsInDoubtError,
 )
@@ -359,6 +360,8 @@ class Worker(Closing):
         config = bound_config(self.make_config, self.store, thread_id)
         try:
             return step(self.store, config, thread_id)
+        except ThreadAbandonedError:  # what a person asked for: no failure of the step
+            return Action.ABANDONED
         except ToolCallsInDoubtError as exc:
             pause_in_doubt(self.store, config, thread_id)
             logger.warning(
