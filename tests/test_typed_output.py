@@ -302,6 +302,8 @@ def test_any_text_is_a_refusal_or_a_value_that_reads_back(case: tuple[object, st
     event("accepted")
     encoded = msgspec.json.encode(recorded)
     assert msgspec.json.decode(encoded, type=TypedOutput) == recorded
+    # An export carries it (and every store imports it): integers within 64 bits.
+    msgspec.msgpack.encode(recorded)
     value = shape.typed(recorded)
     if isinstance(output_type, dict):
         assert value == json.loads(text)

@@ -44,9 +44,14 @@ FOR_THE_MODEL = Wording(
     twice="the key {key!r} appears more than once in an object",
     constant="{name} is not a JSON number",
     too_large="{text} is too large for a JSON number",
+    wide_integer=(
+        "the integer {text} is beyond the 64 bits a stored number can carry; send it as "
+        "a string"
+    ),
 )
 """How a refusal is worded to the model: of its typed answer, or of a tool call's
-arguments."""
+arguments. An integer past 64 bits is refused as a person's is: stored, it would make
+the thread's export one that no store imports."""
 
 
 def strict_loads(text: str, wording: Wording) -> Any:
