@@ -45,8 +45,7 @@ FOR_THE_MODEL = Wording(
     constant="{name} is not a JSON number",
     too_large="{text} is too large for a JSON number",
     wide_integer=(
-        "the integer {text} is beyond the 64 bits a stored number can carry; send it as "
-        "a string"
+        "the integer {text} is beyond the 64 bits a stored number can carry; send it as a string"
     ),
 )
 """How a refusal is worded to the model: of its typed answer, or of a tool call's

@@ -19,7 +19,9 @@ none of them (:func:`covonaut_es.domain.check_thread_id`).
 
 from __future__ import annotations
 
+import json
 import unicodedata
+from typing import Any
 
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
@@ -113,6 +115,34 @@ def _json_escaped(char: str) -> str:
         return f"\\u{code:04x}"
     high, low = divmod(code - 0x10000, 0x400)  # JSON escapes the rest as a UTF-16 pair
     return f"\\u{0xD800 + high:04x}\\u{0xDC00 + low:04x}"
+
+
+INDENTED_LEVELS = 8
+"""How deep :func:`indented_json` lays a value out on lines of their own."""
+
+
+def indented_json(value: Any) -> str:
+    """``value`` as JSON (keys sorted, text as it is), each array and object of the top
+    :data:`INDENTED_LEVELS` levels on lines of its own, two spaces a level; those below
+    on one line: a value nested deep, laid out whole, took each of its lines twice its
+    depth in spaces (a megabyte of a model's arguments made a page of 137 MB)."""
+    return _indented(value, 0)
+
+
+def _indented(value: Any, level: int) -> str:
+    compact = level >= INDENTED_LEVELS or not isinstance(value, dict | list) or not value
+    if compact:
+        separators = (", ", ": ")
+        return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=separators)
+    inner = "\n" + "  " * (level + 1)
+    if isinstance(value, list):
+        items = [_indented(item, level + 1) for item in value]
+        return "[" + inner + ("," + inner).join(items) + "\n" + "  " * level + "]"
+    pairs = [
+        json.dumps(key, ensure_ascii=False) + ": " + _indented(value[key], level + 1)
+        for key in sorted(value)
+    ]
+    return "{" + inner + ("," + inner).join(pairs) + "\n" + "  " * level + "}"
 
 
 def encodable(text: str) -> str:

@@ -4,7 +4,6 @@ application runs."""
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import AsyncIterator, Iterable
 from contextlib import ExitStack, asynccontextmanager
@@ -22,7 +21,7 @@ from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from covonaut_es._logs import logger
-from covonaut_es._text import printable
+from covonaut_es._text import indented_json, printable
 from covonaut_es.domain import PauseKind
 from covonaut_es.errors import ConfigurationError
 from covonaut_es.inbox._api import api_routes
@@ -106,7 +105,7 @@ class _SecurityHeaders:
 
 
 def _pretty(value: Any) -> str:
-    return printable_lines(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False))
+    return printable_lines(indented_json(value))
 
 
 def _shown(value: Any) -> str:

@@ -10,7 +10,6 @@ command of the request records the reviewer it verified as.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import urlsplit
@@ -19,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from covonaut_es._text import json_printable, whole_number
+from covonaut_es._text import indented_json, json_printable, whole_number
 from covonaut_es.domain import PauseKind, ThreadStatus, canonical_json
 from covonaut_es.errors import (
     CovonautError,
@@ -426,8 +425,7 @@ def _editable_json(value: Any) -> str:
     """``value`` as indented JSON, each line through :func:`json_printable`: what shows
     nothing (a Hangul filler, a bidirectional override, a C1 control) is written as a
     JSON escape, so the edit box shows what is stored and parses back to exactly it."""
-    text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
-    return "\n".join(json_printable(line) for line in text.split("\n"))
+    return "\n".join(json_printable(line) for line in indented_json(value).split("\n"))
 
 
 def _next_review(
