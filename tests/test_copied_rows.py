@@ -11,6 +11,7 @@ import json
 import secrets
 import sqlite3
 from contextlib import closing
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from hypothesis import strategies as st
 
 from covonaut_es import (
     Agent,
+    AgentApplication,
     AgentConfig,
     CheckpointSettings,
     HmacReviewerVerifier,
@@ -28,11 +30,13 @@ from covonaut_es import (
     open_store,
 )
 from covonaut_es.errors import BrokenChainError
+from covonaut_es.messages import Message
 from covonaut_es.store import Store
 from covonaut_es.store._stream_ids import stored_stream
 from covonaut_es.tools import Tool
-from support import answer, call
+from support import answer, call, snapshotted_thread
 
+NOW = datetime(2026, 12, 1, tzinfo=UTC)
 CIPHER = create_cipher_key()
 CHAIN = "a chain key of the store, 32 characters"
 VERIFIER = HmacReviewerVerifier(secrets.token_bytes(32))
@@ -40,7 +44,25 @@ KEYS = {
     "cipher": {"cipher_key": CIPHER},
     "chain": {"chain_key": CHAIN},
     "both": {"cipher_key": CIPHER, "chain_key": CHAIN},
+    "embedded": {},  # an application of the user's own, with eventsourcing's cipher
 }
+
+
+class Embedded(AgentApplication):
+    """An application of the user's own."""
+
+
+def _open(keys: str, path: Path) -> Store:
+    if keys != "embedded":
+        return open_store(f"sqlite:///{path}", **KEYS[keys])
+    env = {
+        "PERSISTENCE_MODULE": "eventsourcing.sqlite",
+        "SQLITE_DBNAME": str(path),
+        "CIPHER_TOPIC": "eventsourcing.cryptography:AESCipher",
+        "CIPHER_KEY": CIPHER,
+        "IS_SNAPSHOTTING_ENABLED": "y",
+    }
+    return Store.from_application(Embedded(env=env))
 
 
 def _agent(store: Store, thread_id: str, paid: list[str], script: list[Any]) -> Agent:
@@ -64,10 +86,10 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, int,
     """Per keys: a store where A paid once on its approval, and B, forked from A while
     the review was pending, still waits on it; B's head, and A's version at the fork."""
     found = {}
-    for name, keys in KEYS.items():
+    for name in KEYS:
         path = tmp_path_factory.mktemp(name) / "threads.db"
         paid: list[str] = []
-        with open_store(f"sqlite:///{path}", **keys) as store:
+        with _open(name, path) as store:
             arguments = json.dumps({"amount": 500, "to": "mallory"})
             a = _agent(store, "A", paid, [call(("c1", "pay", arguments)), answer("done")])
             a.run("pay mallory 500")
@@ -99,25 +121,26 @@ def test_a_run_of_another_threads_rows_copied_in_never_makes_a_fork_pay(
     source, head, forked_at = made[keys]
     path = tmp_path_factory.mktemp("copied") / "threads.db"
     path.write_bytes(source.read_bytes())
-    url = f"sqlite:///{path}"
-    with open_store(url, **KEYS[keys]) as store:
+    with _open(keys, path) as store:
         recorder = store._app.recorder
         a, b = (stored_stream(recorder, store.load(t).id) for t in ("A", "B"))
+    # As the tables key a stream: 16 bytes in a store's, text in eventsourcing's own.
+    keyed = {s: s.hex if keys == "embedded" else s.bytes for s in (a, b)}
     with closing(sqlite3.connect(path)) as conn, conn:
         rows = conn.execute(
             "SELECT topic, state FROM stored_events WHERE originator_id = ? "
             "AND originator_version > ? ORDER BY originator_version",
-            (a.bytes, forked_at),
+            (keyed[a], forked_at),
         ).fetchall()
         copied = rows[(first - 1) % len(rows) :][:count]
         for offset, (topic, state) in enumerate(copied, start=1):
             conn.execute(
                 "INSERT INTO stored_events (originator_id, originator_version, topic, state) "
                 "VALUES (?, ?, ?, ?)",
-                (b.bytes, head + offset, topic, state),
+                (keyed[b], head + offset, topic, state),
             )
     paid: list[str] = []
-    with open_store(url, **KEYS[keys]) as store:
+    with _open(keys, path) as store:
         try:
             _agent(store, "B", paid, [answer("done B")]).resume()
         except BrokenChainError:
@@ -126,3 +149,27 @@ def test_a_run_of_another_threads_rows_copied_in_never_makes_a_fork_pay(
             pass
         assert paid == []
         assert not store.verify("B").ok
+
+
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(keys=st.sampled_from(sorted(KEYS)), after=st.integers(0, 4), back=st.integers(0, 6))
+def test_a_fork_of_a_snapshotted_thread_saves_in_a_keyed_store(
+    tmp_path_factory: pytest.TempPathFactory, keys: str, after: int, back: int
+) -> None:
+    """A fork of a thread long enough for a snapshot, with events past it or not, at its
+    head or a version before, is saved: its point is never its parent's snapshot (the
+    fork's stream starts past it, and was refused as missing the events between)."""
+    path = tmp_path_factory.mktemp("forked") / "threads.db"
+    with _open(keys, path) as store:
+        long = snapshotted_thread(store, "long")
+        for n in range(after):  # events past the snapshot
+            long.append_message(Message(role="user", content=f"later {n}"), now=NOW)
+            store.save(long)
+        at = max(2, long.version - back)
+        store.fork("long", new_thread_id="branch", at_version=at)
+        branch = store.load("branch")
+        branch.append_message(Message(role="user", content="on the branch"), now=NOW)
+        store.save(branch)
+        assert store.verify("branch").ok

@@ -79,7 +79,7 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> Path:
     target=st.sampled_from(("snapshot", "event")),
     version=st.sampled_from(sorted(_VERSIONS)),
     count=st.sampled_from((300_000, 1_200_000, 2_000_000)),
-    fill=st.sampled_from(("arrays", "objects", "nulls")),
+    fill=st.sampled_from(("arrays", "objects", "nulls", "quotes")),
 )
 def test_a_planted_payload_never_makes_a_reader_build_what_it_holds(
     made: Path,
@@ -94,7 +94,7 @@ def test_a_planted_payload_never_makes_a_reader_build_what_it_holds(
     stamp = _VERSIONS[version]
     with open_store(f"sqlite:///{path}") as store:
         if target == "snapshot":
-            packed = {"arrays": b"\x90", "objects": b"\x80", "nulls": b"\xc0"}[fill]
+            packed = {"arrays": b"\x90", "objects": b"\x80"}.get(fill, b"\xc0")
             frame = zstandard.ZstdCompressor(level=19, write_checksum=True).compress(
                 _packed_bomb(stamp, count, packed)
             )
@@ -104,10 +104,12 @@ def test_a_planted_payload_never_makes_a_reader_build_what_it_holds(
                 seal = bytes(state[: start + int.from_bytes(state[len(SEALED) : start], "little")])
                 conn.execute("UPDATE stored_snapshots SET state = ?", (seal + frame,))
         else:
-            text = {"arrays": b"[]", "objects": b"{}", "nulls": b"null"}[fill]
-            append_raw_event(
-                store, "long", AgentThread.Labelled.TOPIC, _json_bomb(stamp, count, text)
-            )
+            if fill == "quotes":  # a string never closed, of escaped quotes
+                payload = b'{"x":"' + b'\\"' * count
+            else:
+                text = {"arrays": b"[]", "objects": b"{}", "nulls": b"null"}[fill]
+                payload = _json_bomb(stamp, count, text)
+            append_raw_event(store, "long", AgentThread.Labelled.TOPIC, payload)
     with open_store(f"sqlite:///{path}") as store:
         for read in (
             lambda: store.load("long"),

@@ -513,6 +513,8 @@ _URLS_THAT_DO_NOT_OPEN = (
     "sqlite:///threads.db?cipher_key={secret}",
     "sqlite:///threads.db?mode=ro&key={secret}",
     "sqlite:///threads.db#chain_key={secret}",
+    "sqlite:///threads.db?passwd={secret}",
+    "sqlite:///threads.db?mode=ro&passphrase={secret}",
     "postgresql://app@db.internal/app?cipher_key={secret}=",
     "postgresql://app@db.internal/app?api_token={secret}&sslmode=%",
 )

@@ -36,7 +36,7 @@ _HIDDEN = "***"
 _QUARTER = SHORTEST_PIECE // 2
 _URL_SAFE = str.maketrans("+/", "-_")
 _CREDENTIAL_NAME = re.compile(
-    r"auth|key|token|secret|cookie|password|pwd|credential|signature|sig|code", re.I
+    r"auth|key|token|secret|cookie|pass|pwd|credential|signature|sig|code", re.I
 )
 _SCHEME = re.compile(r"([A-Za-z][\w.+-]*)\s+(\S+)")
 

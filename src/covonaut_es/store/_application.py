@@ -283,9 +283,16 @@ class AgentApplication(RecordsProcessingEvents, Application[UUID]):
 
     def chain_base(self, thread: AgentThread, first: int) -> str:
         """The chain hash the thread's new event at version ``first`` is sealed after:
-        the one its load or last save gave it."""
+        the one its load or last save gave it; with a chain key or a cipher key, the one
+        stored before that version, once every link since the point of the thread this
+        process knows to be its own verifies
+        (:func:`~covonaut_es.store._chain_key.sealed_tail`, ADR 0144)."""
         if first == 1:
             return UNCHAINED
+        key = self.chain_key
+        if key is not None or self.mapper.cipher is not None:
+            trusted = self.sealed_points.get(thread)
+            return sealed_tail(self, key, thread.thread_id, thread.id, first - 1, trusted)
         if thread.chain_head is not None:
             return thread.chain_head
         return self.stored_chain(thread.id, first - 1)
@@ -428,17 +435,6 @@ class ThreadsApplication(AgentApplication):
         read once: the settings of an open store do not change."""
         key = self.env.get(CHAIN_KEY_ENV)
         return key.encode() if key else None
-
-    def chain_base(self, thread: AgentThread, first: int) -> str:
-        """As :class:`AgentApplication`'s; with a chain key or a cipher key, the hash
-        stored before version ``first``, whatever the thread was loaded with, once every
-        link since the point of its stream this process knows to be its own verifies
-        (:func:`~covonaut_es.store._chain_key.sealed_tail`)."""
-        key = self.chain_key
-        if first == 1 or (key is None and self.mapper.cipher is None):
-            return super().chain_base(thread, first)
-        trusted = self.sealed_points.get(thread)
-        return sealed_tail(self, key, thread.thread_id, thread.id, first - 1, trusted)
 
 
 def project_chained(aggregate: Any, events: Iterable[Any]) -> Any:

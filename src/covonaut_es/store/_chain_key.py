@@ -320,9 +320,13 @@ class SealedPoints:
         entry = self._points.get(id(thread))
         return entry[1] if entry is not None and entry[0]() is thread else None
 
-    def note(self, thread: AgentThread, point: SealedPoint) -> None:
-        """Note ``point`` for ``thread``."""
+    def note(self, thread: AgentThread, point: SealedPoint | None) -> None:
+        """Note ``point`` for ``thread``; None: it has none (a fork grafted onto the
+        object its parent's load made, whose point is the parent's)."""
         key, points = id(thread), self._points
+        if point is None:
+            points.pop(key, None)
+            return
         points[key] = (weakref.ref(thread, lambda _: points.pop(key, None)), point)
 
 

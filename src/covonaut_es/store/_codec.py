@@ -256,13 +256,18 @@ building them."""
 MOST_UNTYPED_CONTAINERS = 1_000_000
 """The most arrays and objects a payload decoded untyped (to upcast it) may hold."""
 
-_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_JSON_TOKENS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"?|[\[{]')
+"""A string (to its end, or to the end of the text when it has none) or an opening
+bracket: read left to right, each byte once."""
 
 
 def _containers(data: bytes) -> int:
-    """The arrays and objects of JSON ``data``: its brackets outside strings."""
-    bare = _JSON_STRING.sub(b"", data)
-    return bare.count(b"[") + bare.count(b"{")
+    """The arrays and objects of JSON ``data``: its opening brackets outside strings,
+    counted in one pass (a pattern that skipped strings by substitution tried each
+    quote of an unterminated one again, in time quadratic in its length)."""
+    return sum(
+        1 for token in _JSON_TOKENS.finditer(data) if len(token[0]) == 1 and token[0] != b'"'
+    )
 
 
 SNAPSHOT_SIZE_LIMIT = 256 * 1024 * 1024

@@ -297,16 +297,22 @@ class ThreadReader:
         if snapshot is not None:
             events = itertools.chain((snapshot,), events)
         folded = self.fold(None, events, thread_id, parent)
+        # Trusted, a snapshot was sealed to its event's chain hash: the thread's own from
+        # there. Without one, the object may be a fork grafted onto its parent's, whose
+        # point is the parent's.
+        chain = None if snapshot is None else snapshot.state.get("chain_head")
+        if folded is not None and isinstance(self._app, AgentApplication):
+            point = (
+                None
+                if snapshot is None or not isinstance(chain, str)
+                else (
+                    snapshot.originator_version,
+                    chain,
+                )
+            )
+            self._app.sealed_points.note(folded, point)
         if snapshot is None:
             return folded, None
-        chain = snapshot.state.get("chain_head")
-        # Trusted, it was sealed to its event's chain hash: the thread's own from there.
-        if (
-            folded is not None
-            and isinstance(chain, str)
-            and isinstance(self._app, AgentApplication)
-        ):
-            self._app.sealed_points.note(folded, (snapshot.originator_version, chain))
         return folded, snapshot.originator_version
 
     def replay(self, thread_id: str, *, version: int | None = None) -> AgentThread | None:
