@@ -603,8 +603,9 @@ class ThreadService:
             ThreadBusyError: Another runner holds the lease (``ToolCallRunningError``: a
                 tool call of the thread still runs in this process, past its timeout).
         """
+        refuse_while_running(self.store, thread_id)  # no lease is taken then
         with self.store.lease(thread_id) as lease:
-            # Under the lease: a runner may have let it go with a call still running.
+            # Again under it: a runner may have let it go with a call still running.
             refuse_while_running(self.store, thread_id)
             session = RunSession(self.store, lease, self._current(thread_id, thread, migrators))
             yield session
@@ -619,6 +620,7 @@ class ThreadService:
         migrators: Mapping[int, Upcaster] = NO_MIGRATORS,
     ) -> AsyncIterator[RunSession]:
         """Like :meth:`session`, for asyncio: the store is asked in worker threads."""
+        refuse_while_running(self.store, thread_id)  # no lease is taken then
         async with self.store.alease(thread_id) as lease:
             await asyncio.to_thread(refuse_while_running, self.store, thread_id)
             current = await asyncio.to_thread(self._current, thread_id, thread, migrators)
