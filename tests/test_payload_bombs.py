@@ -18,7 +18,7 @@ from pathlib import Path
 import msgspec
 import pytest
 import zstandard
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from covonaut_es import open_store
@@ -81,6 +81,8 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> Path:
     count=st.sampled_from((300_000, 1_200_000, 2_000_000)),
     fill=st.sampled_from(("arrays", "objects", "nulls", "quotes")),
 )
+# Found by CI: the pattern that counts brackets kept state for each escape of a string.
+@example(target="event", version="none", count=1_200_000, fill="quotes")
 def test_a_planted_payload_never_makes_a_reader_build_what_it_holds(
     made: Path,
     tmp_path_factory: pytest.TempPathFactory,
