@@ -171,7 +171,8 @@ class Codec:
         application's own event may hold, where its annotation names another type, a
         value its transcoder reads, which only the untyped read finds.)"""
         version = None if self.schema.own else self.version_of(data)
-        if version == self.schema.version and (problem := self.typed_problem(data)):
+        current = type(version) is int and version == self.schema.version  # not True
+        if current and (problem := self.typed_problem(data)):
             msg = (
                 f"{where}: {self.schema.name} data (schema version {version}) does not "
                 f"decode: {problem}"
