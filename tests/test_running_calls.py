@@ -25,7 +25,7 @@ from covonaut_es import (
     Tool,
     open_store,
 )
-from covonaut_es.errors import ToolCallRunningError
+from covonaut_es.errors import ConfigurationError, ToolCallRunningError
 from covonaut_es.runtime import running_calls
 from covonaut_es.service import Settlement, ThreadService
 from covonaut_es.service._running import listed
@@ -150,9 +150,9 @@ def test_generated_reader_clock_offsets_judge_a_call_hung_as_its_worker_measured
     OverflowError."""
     reader_now = datetime.now(UTC) + timedelta(seconds=offset)
     with (
-        listed("t", "fresh", "slow", 60),
-        listed("t", "endless", "slow", 1e300),
-        listed("t", "late", "slow", 0.001),
+        listed("memory:x", "t", "fresh", "slow", 60),
+        listed("memory:x", "t", "endless", "slow", 1e300),
+        listed("memory:x", "t", "late", "slow", 0.001),
     ):
         time.sleep(0.005)
         calls = {c.tool_call_id: c for c in running_calls()}
@@ -201,3 +201,67 @@ def test_a_worker_lists_a_call_still_running_before_it_lets_the_thread_go(
         finally:
             tool.release.set()
             tool.returned.wait(10)
+
+
+def _in_doubt(store: Store) -> None:
+    """Leave thread ``t`` of ``store`` paused on call ``h1`` in doubt, its tool returned."""
+    tool = Hanging()
+    agent = hanging_agent(store, tool)
+    agent.run("hi")
+    agent.run("go")
+    tool.release.set()
+    assert tool.returned.wait(30)
+    wait_for(lambda: not [c for c in running_calls(store) if c.thread_id == "t"], "the tool")
+
+
+def test_a_call_still_running_refuses_only_its_own_stores_thread(
+    store: Store, other: Store, tmp_path: Path
+) -> None:
+    """Calls are listed by the database they run in: while a call of thread ``t`` of one
+    store still runs past its timeout, a second store object of the same database
+    refuses to settle it, but every command on a thread ``t`` of another database
+    succeeds, and neither that store's listing nor its worker's record shows the call
+    (a multi-tenant process told one tenant's running call to another, in clear)."""
+    tool = Hanging()
+    agent = hanging_agent(store, tool)
+    agent.run("hi")
+    assert agent.run("go") == ""
+    try:
+        assert [c.tool_call_id for c in running_calls(store)] == ["h1"]
+        assert [c.tool_call_id for c in running_calls(other)] == ["h1"]
+        with pytest.raises(ToolCallRunningError, match="'h1'"):
+            COMMANDS["service retry"](ThreadService(other, verifier=VERIFIER), agent)
+        for n, command in enumerate(sorted(COMMANDS)):
+            with open_store(f"sqlite:///{tmp_path / f'tenant-{n}.db'}") as tenant:
+                _in_doubt(tenant)
+                assert running_calls(tenant) == ()
+                before = tenant.history("t")
+                COMMANDS[command](
+                    ThreadService(tenant, verifier=VERIFIER), hanging_agent(tenant, Hanging())
+                )
+                assert tenant.history("t") != before, command
+        with open_store(f"sqlite:///{tmp_path / 'worker.db'}") as tenant:
+            tenant.submit("t", "Go.")
+            published: list[Any] = []
+            publish = tenant.publish_worker
+
+            def observed(record: Any) -> None:
+                published.append(record)
+                publish(record)
+
+            tenant.publish_worker = observed  # type: ignore[method-assign]  # observed
+
+            def make_config(thread_id: str) -> AgentConfig:
+                return AgentConfig(provider=ScriptedProvider([answer("done")]))
+
+            Worker(tenant, make_config, poll_interval=0.05).run(once=True)
+            assert published and not [c for record in published for c in record.calls]
+    finally:
+        tool.release.set()
+        assert tool.returned.wait(30)
+
+
+def test_running_calls_refuses_what_is_no_store() -> None:
+    """``running_calls(store)`` names the argument that is no Store."""
+    with pytest.raises(ConfigurationError, match="store"):
+        running_calls("memory://")  # type: ignore[arg-type]

@@ -81,6 +81,7 @@ PUBLIC_SIGNATURES = {
 }
 PUBLIC_ATTRIBUTES = {
     "clock",
+    "database",
     "lease_holder",
     "log",
     "max_checkpoints_per_thread",

@@ -112,6 +112,7 @@ class AgentBase(Closing):
             self._bind_session(session)
             driver = SyncDriver(
                 self.config.provider,
+                session.lease.database,
                 lambda c: self._commit(session, c),
                 session.check_lease,
                 self._delta_receiver(),
@@ -148,6 +149,7 @@ class AgentBase(Closing):
 
                 driver = AsyncDriver(
                     self.config.provider,
+                    session.lease.database,
                     commit,
                     guard,
                     self._delta_receiver(),

@@ -17,6 +17,8 @@ from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from datetime import datetime
 
+import attrs
+
 from covonaut_es._aio import call_async, call_blocking, is_async_callable
 from covonaut_es.messages import Delta, ProviderRequest, ProviderResponse
 from covonaut_es.providers import AsyncProvider, Provider
@@ -66,6 +68,8 @@ class SyncDriver:
 
     Args:
         provider: The model provider; an ``async def complete`` is run to completion.
+        database: Names the database of the run's lease, where its calls are listed as
+            running (:func:`covonaut_es.runtime.running_calls`).
         commit: Commits a step boundary.
         guard: Called before any tool call starts; raises to stop the run instead
             (the run lease was lost).
@@ -78,12 +82,14 @@ class SyncDriver:
     def __init__(
         self,
         provider: Provider | AsyncProvider,
+        database: str,
         commit: Callable[[Commit], None],
         guard: Callable[[], None] = _no_guard,
         on_delta: Callable[[Delta], None] | None = None,
         review_time: Callable[[datetime], datetime] = _as_read,
     ):
         self._provider = provider
+        self._tools = _ToolRunner(database)
         self._commit = commit
         self._guard = guard
         self._on_delta = on_delta
@@ -116,11 +122,11 @@ class SyncDriver:
             case RunTool(prepared):
                 self._guard()
                 if prepared.timeout is None:
-                    return run_tool(prepared)
-                return _Started((prepared,)).next_report()
+                    return self._tools.run(prepared)
+                return _Started(self._tools, (prepared,)).next_report()
             case StartTools(calls):
                 self._guard()
-                self._started = _Started(calls)
+                self._started = _Started(self._tools, calls)
                 return None
             case NextToolReport():
                 assert self._started is not None
@@ -135,12 +141,12 @@ class _Started:
     own, and does not keep the process from exiting.
     """
 
-    def __init__(self, calls: tuple[PreparedCall, ...]) -> None:
+    def __init__(self, tools: _ToolRunner, calls: tuple[PreparedCall, ...]) -> None:
         now = time.monotonic()
         self._calls: dict[Future[ToolReport], tuple[PreparedCall, float]] = {}
         for prepared in calls:
             deadline = math.inf if prepared.timeout is None else now + prepared.timeout
-            self._calls[_in_thread(prepared)] = (prepared, deadline)
+            self._calls[tools.in_thread(prepared)] = (prepared, deadline)
 
     def next_report(self) -> ToolReport:
         """How the next call ended: the first to return, or the first past its deadline."""
@@ -158,20 +164,6 @@ class _Started:
                     return ToolReport.expired(prepared)
 
 
-def _in_thread(prepared: PreparedCall) -> Future[ToolReport]:
-    future: Future[ToolReport] = Future()
-
-    def target() -> None:
-        try:
-            future.set_result(run_tool(prepared))
-        except BaseException as exc:  # as an executor's worker reports it
-            future.set_exception(exc)
-
-    name = f"tool {prepared.call.name} {prepared.call.id}"
-    threading.Thread(target=target, name=name, daemon=True).start()
-    return future
-
-
 class AsyncDriver:
     """Performs effects with ``await``; parallel tool calls run as concurrent tasks.
 
@@ -181,6 +173,7 @@ class AsyncDriver:
     Args:
         provider: The model provider: its ``acomplete`` if it has one, else its
             ``complete`` (awaited if ``async def``, else in a worker thread).
+        database: As for :class:`SyncDriver`.
         commit: Commits a step boundary.
         guard: Awaited before any tool call starts; raises to stop the run instead.
         on_delta: Gets each piece of a turn's answer as it streams in, on the event
@@ -191,12 +184,14 @@ class AsyncDriver:
     def __init__(
         self,
         provider: Provider | AsyncProvider,
+        database: str,
         commit: Callable[[Commit], Awaitable[None]],
         guard: Callable[[], Awaitable[None]] | None = None,
         on_delta: Callable[[Delta], None] | None = None,
         review_time: Callable[[datetime], datetime] = _as_read,
     ):
         self._provider = provider
+        self._tools = _ToolRunner(database)
         self._commit = commit
         self._guard = guard
         self._on_delta = on_delta
@@ -236,11 +231,11 @@ class AsyncDriver:
             case RunTool(prepared):
                 if self._guard is not None:
                     await self._guard()
-                return await _timed(prepared)
+                return await self._tools.timed(prepared)
             case StartTools(calls):
                 if self._guard is not None:
                     await self._guard()
-                self._tasks = [asyncio.create_task(_timed(prepared)) for prepared in calls]
+                self._tasks = [asyncio.create_task(self._tools.timed(p)) for p in calls]
                 self._pending = asyncio.as_completed(self._tasks)
                 return None
             case NextToolReport():
@@ -256,39 +251,64 @@ class AsyncDriver:
         return await call_async(self._provider.complete, request)
 
 
-def run_tool(prepared: PreparedCall) -> ToolReport:
-    """Execute a call, blocking; an ``async def`` tool runs in an event loop of its own."""
-    with _listed(prepared):
+@attrs.frozen
+class _ToolRunner:
+    """Executes tool calls, each listed as running in ``database`` until it returns."""
+
+    database: str
+
+    def run(self, prepared: PreparedCall) -> ToolReport:
+        """Execute a call, blocking; an ``async def`` tool runs in an event loop of its
+        own."""
+        with self._listed(prepared):
+            try:
+                value = call_blocking(prepared.tool.func, prepared.context, prepared.args)
+            except Exception as exc:
+                return ToolReport.raised(prepared, exc)
+        return ToolReport.returned(prepared, value)
+
+    async def arun(self, prepared: PreparedCall) -> ToolReport:
+        """Execute a call: an ``async def`` tool is awaited, a blocking one runs in a
+        thread."""
+        if not is_async_callable(prepared.tool.func):
+            return await asyncio.to_thread(self.run, prepared)  # listed until it returns
+        with self._listed(prepared):
+            try:
+                value = await call_async(prepared.tool.func, prepared.context, prepared.args)
+            except Exception as exc:
+                return ToolReport.raised(prepared, exc)
+        return ToolReport.returned(prepared, value)
+
+    async def timed(self, prepared: PreparedCall) -> ToolReport:
+        """:meth:`arun`, or its expiry once the call outruns its timeout (an ``async
+        def`` tool is cancelled; a blocking one is left to finish in its thread)."""
+        if prepared.timeout is None:
+            return await self.arun(prepared)
         try:
-            value = call_blocking(prepared.tool.func, prepared.context, prepared.args)
-        except Exception as exc:
-            return ToolReport.raised(prepared, exc)
-    return ToolReport.returned(prepared, value)
+            return await asyncio.wait_for(self.arun(prepared), prepared.timeout)
+        except TimeoutError:
+            return ToolReport.expired(prepared)
 
+    def in_thread(self, prepared: PreparedCall) -> Future[ToolReport]:
+        """:meth:`run` in a daemon thread of its own."""
+        future: Future[ToolReport] = Future()
 
-async def arun_tool(prepared: PreparedCall) -> ToolReport:
-    """Execute a call: an ``async def`` tool is awaited, a blocking one runs in a thread."""
-    if not is_async_callable(prepared.tool.func):
-        return await asyncio.to_thread(run_tool, prepared)  # listed until it returns
-    with _listed(prepared):
-        try:
-            value = await call_async(prepared.tool.func, prepared.context, prepared.args)
-        except Exception as exc:
-            return ToolReport.raised(prepared, exc)
-    return ToolReport.returned(prepared, value)
+        def target() -> None:
+            try:
+                future.set_result(self.run(prepared))
+            except BaseException as exc:  # as an executor's worker reports it
+                future.set_exception(exc)
 
+        name = f"tool {prepared.call.name} {prepared.call.id}"
+        threading.Thread(target=target, name=name, daemon=True).start()
+        return future
 
-async def _timed(prepared: PreparedCall) -> ToolReport:
-    """:func:`arun_tool`, or its expiry once the call outruns its timeout (an ``async
-    def`` tool is cancelled; a blocking one is left to finish in its thread)."""
-    if prepared.timeout is None:
-        return await arun_tool(prepared)
-    try:
-        return await asyncio.wait_for(arun_tool(prepared), prepared.timeout)
-    except TimeoutError:
-        return ToolReport.expired(prepared)
-
-
-def _listed(prepared: PreparedCall) -> contextlib.AbstractContextManager[None]:
-    context = prepared.context
-    return listed(context.thread_id, context.tool_call_id, context.tool_name, prepared.timeout)
+    def _listed(self, prepared: PreparedCall) -> contextlib.AbstractContextManager[None]:
+        context = prepared.context
+        return listed(
+            self.database,
+            context.thread_id,
+            context.tool_call_id,
+            context.tool_name,
+            prepared.timeout,
+        )

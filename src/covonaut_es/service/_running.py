@@ -1,6 +1,11 @@
 """The tool calls running in this process: what a worker's heartbeat reports, and what
 keeps a call in doubt from being settled or run again while its tool still runs.
 
+Each call is listed under the database of the store its run holds the lease in
+(:attr:`covonaut_es.store.Lease.database`): a process may serve many stores, and a call of
+one store's thread neither refuses a thread of the same id in another, nor is reported in
+another store's worker records.
+
 A call is listed from the moment its function starts until it returns, also after its
 timeout ran out and its run went on without it (Python cannot stop a blocking function,
 so such a call keeps its thread): a liveness probe then sees it past its deadline. The
@@ -15,22 +20,33 @@ import threading
 import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 import msgspec
 
+from covonaut_es._arguments import check_instance
 from covonaut_es._clock import utc_now
 from covonaut_es.errors import ToolCallRunningError
 from covonaut_es.store import CallRunning, Store
 
 _LOCK = threading.Lock()
-_RUNNING: dict[int, tuple[CallRunning, float, float | None]] = {}  # call, begun, timeout
+
+
+class _Running(NamedTuple):
+    database: str
+    call: CallRunning
+    begun: float  # time.monotonic() when it began
+    timeout: float | None
+
+
+_RUNNING: dict[int, _Running] = {}
 
 
 @contextlib.contextmanager
 def listed(
-    thread_id: str, tool_call_id: str, tool_name: str, timeout: float | None
+    database: str, thread_id: str, tool_call_id: str, tool_name: str, timeout: float | None
 ) -> Iterator[None]:
-    """List a call as running for the block."""
+    """List a call as running in ``database`` (its lease's) for the block."""
     started, begun = utc_now(), time.monotonic()
     call = CallRunning(
         thread_id=thread_id,
@@ -41,7 +57,7 @@ def listed(
     )
     key = id(call)
     with _LOCK:
-        _RUNNING[key] = (call, begun, timeout)
+        _RUNNING[key] = _Running(database, call, begun, timeout)
     try:
         yield
     finally:
@@ -49,19 +65,33 @@ def listed(
             del _RUNNING[key]
 
 
-def running_calls() -> tuple[CallRunning, ...]:
+def running_calls(store: Store | None = None) -> tuple[CallRunning, ...]:
     """The calls running in this process now, oldest first, each with the seconds its
-    timeout has left now."""
-    with _LOCK:
-        running = list(_RUNNING.values())
+    timeout has left now.
+
+    Args:
+        store: Only the calls of threads of this store's database; None: of every store.
+
+    Raises:
+        ConfigurationError: ``store`` is neither a Store nor None.
+    """
+    if store is not None:
+        check_instance("store", store, Store, "a Store")
+    running = _listed_in(None if store is None else store.database)
     now = time.monotonic()
     calls = (
-        call
-        if timeout is None
-        else msgspec.structs.replace(call, seconds_left=timeout - (now - begun))
-        for call, begun, timeout in running
+        entry.call
+        if entry.timeout is None
+        else msgspec.structs.replace(entry.call, seconds_left=entry.timeout - (now - entry.begun))
+        for entry in running
     )
     return tuple(sorted(calls, key=lambda c: c.started_at))
+
+
+def _listed_in(database: str | None) -> list[_Running]:
+    """The calls listed in ``database``; None: in any."""
+    with _LOCK:
+        return [e for e in _RUNNING.values() if database is None or e.database == database]
 
 
 def _deadline(started: datetime, timeout: float) -> datetime | None:
@@ -81,8 +111,8 @@ def refuse_while_running(store: Store, thread_id: str) -> None:
     Raises:
         ToolCallRunningError: A call of the thread runs; it names the oldest, and where.
     """
-    with _LOCK:
-        calls = [call for call, _, _ in _RUNNING.values() if call.thread_id == thread_id]
+    listed_here = _listed_in(store.database)
+    calls = [entry.call for entry in listed_here if entry.call.thread_id == thread_id]
     where = "this process"
     if not calls:
         for worker in store.live_workers():

@@ -184,6 +184,12 @@ class Lease:
         return self._token
 
     @property
+    def database(self) -> str:
+        """Names the database the lease is held in, alike through every store of it
+        (no credential is in the name)."""
+        return self._backend.database
+
+    @property
     def fence_token(self) -> int:
         """The token as the store records it, durable or not yet: what a save under the
         lease carries (its synced commit makes it durable) and a check compares. Never

@@ -532,6 +532,12 @@ class Store(Closing):
         :meth:`name_lease_holder` gave, else this process's host and id."""
         return self._leasing.holder
 
+    @property
+    def database(self) -> str:
+        """Names the store's database, alike through every store opened on it (its
+        leases know each other by it); no credential is in the name."""
+        return self._leasing.leases.database
+
     def threads_held(self) -> tuple[str, ...]:
         """The threads whose run leases this store holds now, sorted: what a worker's
         heartbeat says it runs."""

@@ -377,11 +377,11 @@ class Worker(Closing):
         """Publish the worker's record now if a call of the thread still runs (past its
         timeout), before the lease is let go: a person's settle or retry of it, which
         takes the lease, then finds it listed, where the next beat would come too late."""
-        if any(call.thread_id == thread_id for call in running_calls()):
+        if any(call.thread_id == thread_id for call in running_calls(self.store)):
             self._publish()
 
     def _publish(self) -> None:
-        record = now_record(self._record, self.store.threads_held(), running_calls())
+        record = now_record(self._record, self.store.threads_held(), running_calls(self.store))
         self.store.publish_worker(record)
 
     def _beat(self) -> None:
