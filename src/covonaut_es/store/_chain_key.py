@@ -27,7 +27,7 @@ import hashlib
 import hmac
 import re
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 from uuid import UUID
 
@@ -274,32 +274,20 @@ def sealed_predecessor(
     app: Application[UUID], key: bytes, thread_id: str, stream: UUID, version: int
 ) -> str:
     """The chain hash stored with ``stream``'s event at ``version``, the one a new event
-    is to be sealed after, once that event's own seal verifies under ``key``.
+    (a fork's) is to be sealed after, once that event's own link verifies under ``key``:
+    :func:`sealed_tail` from the hash stored before it.
 
     Raises:
-        BrokenChainError: The stored event is missing, or its seal does not verify (or
-            is not keyed above the stream's adoption point).
+        BrokenChainError: As :func:`sealed_tail`.
     """
-    mapper = app.mapper
-    assert isinstance(mapper, MsgspecMapper)
-    records = app.recorder.select_events(stream, lte=version, desc=True, limit=2)
-    stored = UNCHAINED
-    problem: str | None = "it is missing: events were deleted"
-    if records and records[0].originator_version == version:
-        payload = mapper.payload_fields(records[0])
-        stored = str(payload.get(CHAIN_FIELD, UNCHAINED))
-        previous = _before(app, mapper, records, payload)
-        problem = link_problem(stored, previous, records[0].topic, version, payload, key)
-        if problem is None and not scheme_of(stored).keyed:  # a keyed link is past it
-            problem = ChainAdoption(app, key).problem(stream, version, stored)
-    if problem is None:
-        return stored
-    msg = (
-        f"thread {thread_id!r}: its stored event at version {version} does not verify "
-        f"under the store's chain key ({problem}); nothing was sealed after it. Run verify "
-        "on the thread and restore it from a backup"
-    )
-    raise BrokenChainError(msg, thread_id=thread_id, version=version)
+    trusted: SealedPoint | None = None
+    if version > 1:
+        mapper = app.mapper
+        assert isinstance(mapper, MsgspecMapper)
+        before = app.recorder.select_events(stream, gt=version - 2, lte=version - 1)
+        if before:
+            trusted = (version - 1, chain_in(mapper.plain_payload(before[0])))
+    return sealed_tail(app, key, thread_id, stream, version, trusted)
 
 
 SealedPoint = tuple[int, str]
@@ -367,7 +355,7 @@ def sealed_tail(
         payload = mapper.payload_fields(record)
         stored = str(payload.get(CHAIN_FIELD, UNCHAINED))
         if previous is None:  # the stream's first: of a new thread, or a fork's
-            previous = _before(app, mapper, [record], payload)
+            previous = _before(app, mapper, record, payload)
         problem = link_problem(stored, previous, record.topic, version, payload, key)
         if problem is None and adoption is not None and not scheme_of(stored).keyed:
             problem = adoption.problem(stream, version, stored)
@@ -388,15 +376,11 @@ def sealed_tail(
 
 
 def _before(
-    app: Application[UUID],
-    mapper: MsgspecMapper,
-    records: Sequence[StoredEvent],
-    payload: Mapping[str, Any],
+    app: Application[UUID], mapper: MsgspecMapper, record: StoredEvent, payload: Mapping[str, Any]
 ) -> str:
-    """The chain hash the newest of ``records`` (newest first) was sealed after."""
-    if len(records) > 1:
-        return chain_in(mapper.plain_payload(records[1]))
-    if full_topic(records[0].topic) != AgentThread.Forked.TOPIC:
+    """The chain hash a stream's first stored event was sealed after: none, unless it is
+    a fork's, which is sealed after its parent's event at the fork's version."""
+    if full_topic(record.topic) != AgentThread.Forked.TOPIC:
         return UNCHAINED
     parent, at = payload.get("parent_thread_id"), payload.get("parent_version")
     if not isinstance(parent, str) or not isinstance(at, int):
