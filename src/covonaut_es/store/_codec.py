@@ -170,9 +170,8 @@ class Codec:
         which would build whatever its bytes hold for upcasters it does not need. (An
         application's own event may hold, where its annotation names another type, a
         value its transcoder reads, which only the untyped read finds.)"""
-        version = None if self.schema.own else self.version_of(data)
-        current = type(version) is int and version == self.schema.version  # not True
-        if current and (problem := self.typed_problem(data)):
+        version, problem = (None, None) if self.schema.own else self.current_problem(data)
+        if problem is not None:
             msg = (
                 f"{where}: {self.schema.name} data (schema version {version}) does not "
                 f"decode: {problem}"
@@ -182,23 +181,27 @@ class Codec:
             self.decode_untyped(data, where=where), where=where, migrators=migrators
         )
 
-    def version_of(self, data: bytes | memoryview) -> object:
-        """The schema version a payload says it was written at, read alone (None when
-        it says none, or does not read)."""
-        try:
-            return _VERSION_OF_JSON.decode(data).version
-        except (msgspec.DecodeError, RecursionError):
-            return None
+    def current_problem(self, data: bytes | memoryview) -> tuple[object, str | None]:
+        """The schema version a payload says it was written at, read alone (None when it
+        says none, or does not read), and, when that is today's, why the typed decoder
+        refuses the payload (None when it reads it: a payload of today's shape that a
+        codec reads otherwise, as one without its class's version)."""
+        return self._current_problem(data, _VERSION_OF_JSON, self.decoder)
 
-    def typed_problem(self, data: bytes | memoryview) -> str | None:
-        """Why the typed decoder refuses ``data``; None when it reads it (a payload of
-        today's shape that a codec reads otherwise, as one without its class's
-        version)."""
+    def _current_problem(
+        self, body: bytes | memoryview, versions: _Decoder, typed: _Decoder
+    ) -> tuple[object, str | None]:
         try:
-            self.decoder.decode(data)
+            version = versions.decode(body).version
+        except (msgspec.DecodeError, RecursionError):
+            return None, None
+        if type(version) is not int or version != self.schema.version:  # not True
+            return version, None
+        try:
+            typed.decode(body)
         except (msgspec.DecodeError, RecursionError) as exc:
-            return str(exc) or type(exc).__name__
-        return None
+            return version, str(exc) or type(exc).__name__
+        return version, None
 
     def upgraded(
         self, state: dict[str, Any], *, where: str, migrators: Mapping[int, Upcaster]
@@ -249,6 +252,7 @@ class _VersionOf(msgspec.Struct):
     version: Any = msgspec.field(default=None, name=VERSION_KEY)
 
 
+_Decoder = msgspec.json.Decoder[Any] | msgspec.msgpack.Decoder[Any]
 _VERSION_OF_JSON = msgspec.json.Decoder(_VersionOf)
 _VERSION_OF_PACKED = msgspec.msgpack.Decoder(_VersionOf)
 """Read a payload's schema version alone: msgspec passes over its other fields without
@@ -316,26 +320,15 @@ class SnapshotCodec(Codec):
             return None
         return self._current_fields(payload)
 
-    def version_of(self, data: bytes | memoryview) -> object:
+    def current_problem(self, data: bytes | memoryview) -> tuple[object, str | None]:
         try:
             body = unsealed(data)[1]
             if body[:4] != _zstd.MAGIC:
-                return super().version_of(body)
-            return _VERSION_OF_PACKED.decode(
-                _zstd.decompress(body, limit=SNAPSHOT_SIZE_LIMIT)
-            ).version
-        except (SerializationError, ValueError, RecursionError):  # DecodeError among them
-            return None
-
-    def typed_problem(self, data: bytes | memoryview) -> str | None:
-        body = unsealed(data)[1]  # read by version_of already
-        if body[:4] != _zstd.MAGIC:
-            return super().typed_problem(body)
-        try:
-            self.packed_decoder.decode(_zstd.decompress(body, limit=SNAPSHOT_SIZE_LIMIT))
-        except (ValueError, RecursionError) as exc:
-            return str(exc) or type(exc).__name__
-        return None
+                return super().current_problem(body)
+            packed = _zstd.decompress(body, limit=SNAPSHOT_SIZE_LIMIT)
+        except (SerializationError, ValueError):
+            return None, None
+        return self._current_problem(packed, _VERSION_OF_PACKED, self.packed_decoder)
 
     def decode_untyped(self, data: bytes | memoryview, *, where: str) -> dict[str, Any]:
         try:
