@@ -125,20 +125,29 @@ class ReviewQueueProjection(Projection[ReviewQueueView]):
             self._advanced.wait_for(lambda: self._batches != seen, timeout)
 
     def _apply(self, batch: Sequence[tuple[Any, Tracking]]) -> None:
-        batch = self._unapplied(batch)
-        if not batch:
-            return
+        self._unless_applied(batch, self._apply_batch)
+
+    def _unless_applied(
+        self,
+        batch: Sequence[tuple[Any, Tracking]],
+        apply: Callable[[Sequence[tuple[Any, Tracking]]], None],
+    ) -> None:
+        """``apply`` the events of ``batch`` past the position the view records. When
+        another follower of the same view records a position of them first, having
+        made the same changes, go on from where it got to."""
+        while batch := self._unapplied(batch):
+            try:
+                apply(batch)
+                return
+            except IntegrityError:
+                if len(self._unapplied(batch)) == len(batch):
+                    raise
+
+    def _apply_batch(self, batch: Sequence[tuple[Any, Tracking]]) -> None:
         readable = [e for e, t in batch if not _passed_over(e, t)]
         changes = self._changes(readable)
         try:
             self.view.apply(changes, batch[-1][1])
-        except IntegrityError:
-            # Another follower of the same view recorded a position of the batch first,
-            # having made the same changes: go on from where it got to.
-            if len(self._unapplied(batch)) == len(batch):
-                raise
-            self._apply(batch)
-            return
         except UNSTORABLE as exc:
             if isinstance(exc, CovonautError):
                 raise  # the view is misconfigured: no record could be stored
@@ -190,16 +199,10 @@ class ReviewQueueProjection(Projection[ReviewQueueView]):
         or by code older than the thread-id rule) is passed over with a warning: its
         position alone is recorded, so one bad record never stops the queue.
         """
-        item = [(domain_event, tracking)]
-        if not self._unapplied(item):
-            return
-        try:
-            self._apply_one(domain_event, tracking)
-        except IntegrityError:
-            if self._unapplied(item):
-                raise
+        self._unless_applied([(domain_event, tracking)], self._apply_one)
 
-    def _apply_one(self, domain_event: Any, tracking: Tracking) -> None:
+    def _apply_one(self, item: Sequence[tuple[Any, Tracking]]) -> None:
+        ((domain_event, tracking),) = item
         if isinstance(domain_event, UnreadableRecord):
             self.view.apply((), tracking)  # warned of already, as the batch was read
             self._pass_over()
