@@ -12,11 +12,12 @@ import contextlib
 import logging
 import shutil
 import sqlite3
+import tracemalloc
 from contextlib import closing
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from covonaut_es import (
@@ -104,6 +105,7 @@ def _spoil(view: Path, table: str, nth: int, column_nth: int, value: object) -> 
 @settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
+@example(encrypted=True, which="names", nth=2, column_nth=7, value=1_087_771_797)
 @given(
     encrypted=st.booleans(),
     which=st.sampled_from(("items", "names")),
@@ -159,6 +161,37 @@ def test_a_hostile_cell_of_the_stored_view_never_stops_the_queue_nor_misplaces_a
         for (thread_id, _), found in looked_up.items():
             assert found is None or set(found) <= {thread_id}
     assert all("Traceback" not in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("count", [1_087_771_797, 2**62])
+def test_an_integer_in_every_sealed_cell_is_passed_over_without_building_its_bytes(
+    made: dict[bool, tuple[Path, Path]], tmp_path_factory: pytest.TempPathFactory, count: int
+) -> None:
+    """Every sealed cell of an encrypted store's view (an item, a thread's name) set to
+    an integer: the queue passes each over, with the memory of a few rows, and goes on
+    (``bytes()`` of the integer built a gigabyte of zeros for each read, or stopped the
+    queue with a MemoryError)."""
+    folder = tmp_path_factory.mktemp("integers")
+    store_path, view_path = folder / "threads.db", folder / "view.db"
+    shutil.copy(made[True][0], store_path)
+    shutil.copy(made[True][1], view_path)
+    tables = TABLES[True]
+    with closing(sqlite3.connect(view_path)) as conn, conn:
+        conn.execute(f"UPDATE {tables['names']} SET thread_id = ?", (count,))
+        conn.execute(f"UPDATE {tables['items']} SET item = ?", (count,))
+    queue = _queue(store_path, view_path, True)
+    tracemalloc.start()
+    try:
+        with closing(open_store(f"sqlite:///{store_path}", cipher_key=KEY)) as store:
+            for thread_id in THREADS:
+                ThreadService(store).abandon(thread_id, "left")  # names looked up
+        _followed(queue, store_path, True)
+        assert queue.pending() == ()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+        queue.close()
+    assert peak < 64 * 2**20, f"{peak:,} bytes"
 
 
 @settings(

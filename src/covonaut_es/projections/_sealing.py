@@ -54,10 +54,15 @@ class QueueSealer:
         """Encrypt ``plaintext`` (a fresh nonce each time)."""
         return self._cipher.encrypt(plaintext)
 
-    def open(self, sealed: bytes) -> bytes:
-        """Decrypt what :meth:`seal` made.
+    def open(self, sealed: object) -> bytes:
+        """Decrypt what :meth:`seal` made, as a driver reads it back.
 
         Raises:
-            ValueError: The bytes were sealed under another key or were altered.
+            ValueError: It is no bytes (a SQLite cell holds whatever a writer put in it:
+                ``bytes()`` of an integer would build that many zero bytes), or was
+                sealed under another key, or was altered.
         """
+        if not isinstance(sealed, bytes | memoryview):
+            msg = f"a sealed value is bytes, not {type(sealed).__name__}"
+            raise ValueError(msg)
         return self._cipher.decrypt(bytes(sealed))
