@@ -114,6 +114,12 @@ class StorePrivilegeError(ReadOnlyStoreError):
     lists for an application role."""
 
 
+class StoreClosedError(StoreUnavailableError):
+    """The store was closed (:meth:`covonaut_es.Store.close`): open it again to use its
+    database. Also eventsourcing's ``ConnectionPoolClosedError``, which a closed SQLite
+    store raised before, for code that catches that."""
+
+
 class StoreFileReplacedError(StoreUnavailableError):
     """A SQLite store's file was replaced or deleted while the store was open (a backup
     restored with ``mv``, say): its writes would go on into the old file, lost, and its

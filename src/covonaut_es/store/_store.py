@@ -15,6 +15,8 @@ attribute (ADR 0121).
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import warnings
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from datetime import datetime
@@ -22,6 +24,7 @@ from typing import Any
 from uuid import UUID
 
 from eventsourcing.application import Application
+from eventsourcing.persistence import ConnectionPoolClosedError
 
 from covonaut_es._aio import in_worker_thread
 from covonaut_es._arguments import check_instance, check_text, check_whole
@@ -38,7 +41,11 @@ from covonaut_es.domain import (
     ThreadTree,
     TreeStats,
 )
-from covonaut_es.errors import ConfigurationError, StoreUnavailableError, ThreadNotFoundError
+from covonaut_es.errors import (
+    ConfigurationError,
+    StoreClosedError,
+    ThreadNotFoundError,
+)
 from covonaut_es.migrations import Upcaster
 from covonaut_es.migrations._upcasting import NO_MIGRATORS
 from covonaut_es.store import _audit
@@ -63,12 +70,43 @@ from covonaut_es.store._urls import READ_ONLY
 from covonaut_es.store._writer import ThreadWriter
 
 
+class _StoreClosedError(StoreClosedError, ConnectionPoolClosedError):
+    """What a closed store raises: eventsourcing's error too, as before it was typed."""
+
+
+def _refused_once_closed(method: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def checked(self: Store, /, *args: Any, **kwargs: Any) -> Any:
+        if not self._closed:
+            try:
+                return method(self, *args, **kwargs)
+            except StoreClosedError:
+                raise
+            except ConnectionPoolClosedError as exc:  # closed while the call ran
+                raise _StoreClosedError(f"store {self.url} is closed") from exc
+        raise _StoreClosedError(f"store {self.url} is closed")
+
+    return checked
+
+
+def _usable_until_closed(cls: type[Store]) -> type[Store]:
+    """Make each public method of ``cls`` but ``close`` refuse a closed store: one in
+    memory went on reading and writing tables it no longer held, and a closed SQLite
+    store raised eventsourcing's untyped pool error."""
+    for name, member in list(vars(cls).items()):
+        if not name.startswith("_") and name != "close" and inspect.isfunction(member):
+            setattr(cls, name, _refused_once_closed(member))
+    return cls
+
+
+@_usable_until_closed
 class Store(Closing):
     """Threads' event streams, snapshots and checkpoints in one back end.
 
     Create one with :func:`open_store`. A store is safe to share between agents and
     threads of one process; several processes may open the same SQLite file or
     PostgreSQL database, and optimistic concurrency keeps each thread's stream whole.
+    Once closed, each of its methods raises ``StoreClosedError``.
     """
 
     def __init__(
@@ -649,9 +687,6 @@ class Store(Closing):
                 (``StoreFileReplacedError`` for a SQLite file removed or replaced since
                 the store opened it).
         """
-        if self._closed:
-            msg = f"store {self.url} is closed"
-            raise StoreUnavailableError(msg)
         self._records.ping(timeout)
 
     def database_now(self) -> datetime | None:

@@ -1,0 +1,49 @@
+"""A closed store refuses every method with StoreClosedError, on every back end, and what
+it stored before stays stored."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+from eventsourcing.persistence import ConnectionPoolClosedError
+
+from covonaut_es import Store, open_store
+from covonaut_es.errors import StoreClosedError, StoreUnavailableError
+
+
+def _public_methods() -> list[str]:
+    return sorted(
+        name
+        for name, member in vars(Store).items()
+        if not name.startswith("_") and name != "close" and inspect.isfunction(member)
+    )
+
+
+def test_every_public_method_of_a_closed_store_is_refused(store_url: str) -> None:
+    """Each public method but ``close``, whatever its arguments, raises StoreClosedError
+    (a StoreUnavailableError) naming the closed store: one in memory went on reading and
+    writing (its threads gone), and a closed SQLite store raised eventsourcing's untyped
+    ``ConnectionPoolClosedError``, which the error still is, for code that caught that.
+    Reopened, the store still holds what it stored."""
+    store = open_store(store_url)
+    store.write_state("kept", {"a": 1})
+    store.close()
+    methods = _public_methods()
+    assert {"exists", "submit", "lease", "alease", "fork", "ping", "thread_ids"} <= set(methods)
+    for name in methods:
+        parameters = inspect.signature(getattr(Store, name)).parameters.values()
+        required = [
+            p
+            for p in parameters
+            if p.name != "self" and p.default is inspect.Parameter.empty and p.kind != p.VAR_KEYWORD
+        ]
+        positional = ["t" for p in required if p.kind != p.KEYWORD_ONLY]
+        keywords = {p.name: "t" for p in required if p.kind == p.KEYWORD_ONLY}
+        with pytest.raises(StoreClosedError, match="is closed") as refused:
+            getattr(store, name)(*positional, **keywords)
+        assert isinstance(refused.value, StoreUnavailableError | ConnectionPoolClosedError)
+    store.close()  # closing again is allowed
+    if not store_url.startswith("memory"):
+        with open_store(store_url) as reopened:
+            assert reopened.read_state("kept") == {"a": 1}
