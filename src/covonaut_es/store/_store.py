@@ -759,7 +759,8 @@ def _deprecated(command: str) -> None:
         f"Store.{command} is deprecated: use "
         f"covonaut_es.service.ThreadService(store).{command}, the one {command} command"
     )
-    warnings.warn(msg, DeprecationWarning, stacklevel=3)
+    # The caller's line: past this function, the method and its closed-store check.
+    warnings.warn(msg, DeprecationWarning, stacklevel=4)
 
 
 def _check_now(now: object) -> None:
