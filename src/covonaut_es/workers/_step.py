@@ -51,10 +51,12 @@ def step(store: Store, config: AgentConfig, thread_id: str) -> Action:
     if taken is not None and not _started(store, thread, taken):
         agent.run(submitted.taken_input().text)  # its taker died before the run started
         return Action.RAN_INPUT
-    if thread is not None and thread.status is ThreadStatus.RUNNING:
+    if thread is not None and thread.status is ThreadStatus.RUNNING and not thread.interrupts:
         agent.continue_run()
         return Action.TOOK_OVER
-    if thread is not None and thread.status is ThreadStatus.INTERRUPTED:
+    # Running over interrupts: a resume that stopped before it took them off (a fork at
+    # its start), which only a resume goes on from.
+    if thread is not None and thread.status in (ThreadStatus.INTERRUPTED, ThreadStatus.RUNNING):
         if not thread.pauses or not all(pause.resolved for pause in thread.pauses):
             return Action.NOTHING  # a person has yet to deal with a pause
         agent.resume()
