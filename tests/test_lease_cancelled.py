@@ -137,3 +137,62 @@ def test_a_lease_taken_for_a_task_cancelled_while_taking_it_is_let_go(
     the thread, which cannot be stopped, lets go what it took."""
     with open_store(f"sqlite:///{tmp_path / 'threads.db'}") as store:
         asyncio.run(cancel_while_taking(store, "t", when, cancels))
+
+
+async def end_loop_while_taking(store: Store, thread_id: str, when: str, taking: Any) -> None:
+    """Start a task that takes the lease, and end the event loop (return from the main
+    coroutine, so that ``asyncio.run`` cancels the task) ``before`` its worker thread
+    starts, ``during`` its taking, or ``after`` it took the lease, before the task
+    resumed."""
+    taking.task = asyncio.create_task(_take(store, thread_id))  # left to asyncio.run's end
+    if when == "before":
+        threading.Timer(0.05, taking.go_on.set).start()
+        return
+    await asyncio.to_thread(taking.started.wait, 10)
+    if when == "during":
+        threading.Timer(0.05, taking.go_on.set).start()  # as the loop shuts down
+        return
+    taking.go_on.set()
+    await asyncio.to_thread(taking.returned.wait, 10)
+
+
+class _HeldOpen:
+    """The window of a lease's taking, held open: ``started`` once the worker thread is
+    in it, until ``go_on``; ``returned`` once the lease is taken."""
+
+    def __init__(self, store: Store) -> None:
+        self.started, self.go_on, self.returned = (threading.Event() for _ in range(3))
+        self.leases = store._leasing.leases
+        self.original = self.leases.try_acquire
+        self.task: asyncio.Task[None] | None = None
+
+    def try_acquire(self, thread_id: str) -> Any:
+        self.started.set()
+        self.go_on.wait(10)
+        try:
+            return self.original(thread_id)
+        finally:
+            self.returned.set()
+
+
+@settings(
+    max_examples=9,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(when=st.sampled_from(("before", "during", "after")))
+def test_a_lease_taken_for_a_task_whose_event_loop_ended_is_let_go(
+    tmp_path: Path, when: str
+) -> None:
+    """The event loop of a task taking the run lease ends (``asyncio.run`` returns, and
+    cancels the task) before, while or after its worker thread takes the lease: the
+    lease is let go (it was kept by this process until it exited, when the loop ended
+    while the thread took it)."""
+    with open_store(f"sqlite:///{tmp_path / 'threads.db'}") as store:
+        taking = _HeldOpen(store)
+        taking.leases.try_acquire = taking.try_acquire  # type: ignore[method-assign]
+        try:
+            asyncio.run(end_loop_while_taking(store, "t", when, taking))
+        finally:
+            taking.leases.try_acquire = taking.original  # type: ignore[method-assign]
+        assert _until(lambda: lease_is_free(store, "t")), "the lease was never let go"

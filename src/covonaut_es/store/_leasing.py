@@ -13,10 +13,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import os
 import socket
 import threading
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextvars import ContextVar
 from types import MappingProxyType
 from uuid import UUID
@@ -123,13 +124,11 @@ class Leasing:
         if held is not None:
             yield held
             return
-        # Awaited shielded: a worker thread cannot be stopped, and one that takes the
-        # lease after its task was cancelled must let it go, or no runner ever could.
-        acquiring = asyncio.ensure_future(asyncio.to_thread(self._acquire, thread_id))
+        taking = _Taking(functools.partial(self._acquire, thread_id), self.leases.release)
         try:
-            lease = await asyncio.shield(acquiring)
+            lease = await asyncio.to_thread(taking.take)
         except asyncio.CancelledError:
-            acquiring.add_done_callback(self._release_unclaimed)
+            taking.abandon()
             raise
         _HELD.set(self._with_held(lease))
         try:
@@ -140,13 +139,6 @@ class Leasing:
             # cancel at every await; a stream's consumer leaving cancels its run) would
             # cancel the release before a worker thread took it, and keep the lease.
             await asyncio.shield(asyncio.to_thread(self.leases.release, lease))
-
-    def _release_unclaimed(self, acquiring: asyncio.Future[Lease]) -> None:
-        """Let go, in a worker thread, the lease a cancelled task was taking, if it was
-        taken."""
-        if not acquiring.cancelled() and acquiring.exception() is None:
-            loop = asyncio.get_running_loop()
-            loop.run_in_executor(None, self.leases.release, acquiring.result())
 
     def held_lease(self, thread_id: str) -> Lease | None:
         """As :meth:`covonaut_es.Store.held_lease`; every lease is looked up here first,
@@ -222,3 +214,36 @@ class Leasing:
             backend, self._lease_backend = self._lease_backend, None
         if backend is not None:
             backend.close()
+
+
+class _Taking:
+    """A lease taken in a worker thread for a task that may stop waiting for it (it was
+    cancelled, or its event loop ended): the thread cannot be stopped, so whichever of
+    the two comes last lets the lease go, and no runner is locked out."""
+
+    def __init__(self, acquire: Callable[[], Lease], release: Callable[[Lease], None]) -> None:
+        self._acquire = acquire
+        self._release = release
+        self._lock = threading.Lock()
+        self._abandoned = False
+        self._taken: Lease | None = None  # taken, and not yet the task's
+
+    def take(self) -> Lease:
+        """Take the lease, in the worker thread; let it go at once if the task has
+        stopped waiting."""
+        lease = self._acquire()
+        with self._lock:
+            if not self._abandoned:
+                self._taken = lease
+                return lease
+        self._release(lease)
+        return lease
+
+    def abandon(self) -> None:
+        """The task stopped waiting: let go, in a thread of its own, the lease if it was
+        taken already (the thread lets go one it takes later)."""
+        with self._lock:
+            self._abandoned = True
+            taken, self._taken = self._taken, None
+        if taken is not None:
+            threading.Thread(target=self._release, args=(taken,), name="lease-release").start()
