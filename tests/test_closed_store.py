@@ -4,6 +4,8 @@ it stored before stays stored."""
 from __future__ import annotations
 
 import inspect
+import threading
+from typing import Any
 
 import pytest
 from eventsourcing.persistence import ConnectionPoolClosedError
@@ -47,3 +49,38 @@ def test_every_public_method_of_a_closed_store_is_refused(store_url: str) -> Non
     if not store_url.startswith("memory"):
         with open_store(store_url) as reopened:
             assert reopened.read_state("kept") == {"a": 1}
+
+
+def test_a_lease_being_taken_when_its_store_is_closed_is_let_go(shared_url: str) -> None:
+    """A store closed while a thread takes a run lease through it: the taking raises
+    StoreClosedError, and the lease is free for another store at once (the lock was
+    kept, by a back end nobody would close again, until the process exited)."""
+    store = open_store(shared_url)
+    leases = store._leasing.leases
+    original = leases.try_acquire
+    started, go_on = threading.Event(), threading.Event()
+
+    def held_open(thread_id: str) -> Any:
+        started.set()
+        go_on.wait(10)
+        return original(thread_id)
+
+    leases.try_acquire = held_open  # type: ignore[method-assign]  # the window, held open
+    outcome: list[BaseException | None] = []
+
+    def take() -> None:
+        try:
+            with store.lease("t"):
+                outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    taker = threading.Thread(target=take)
+    taker.start()
+    assert started.wait(10)
+    store.close()
+    go_on.set()
+    taker.join(10)
+    assert len(outcome) == 1 and isinstance(outcome[0], StoreClosedError), outcome
+    with open_store(shared_url) as other, other.lease("t"):
+        pass

@@ -43,7 +43,7 @@ from covonaut_es import _logs
 from covonaut_es._arguments import check_text
 from covonaut_es._clock import utc_now
 from covonaut_es.domain import thread_aggregate_id
-from covonaut_es.errors import ConfigurationError, LeaseLostError
+from covonaut_es.errors import ConfigurationError, LeaseLostError, StoreClosedError
 from covonaut_es.store._heads import FENCES, Fence
 
 logger = _logs.logger("covonaut_es")
@@ -255,6 +255,7 @@ class LeaseBackend(ABC):
         # How to sync the token of each thread whose lease's token is not durable yet.
         self._unsynced: dict[str, Callable[[], None]] = {}
         self._lock = threading.Lock()
+        self._closed = False
 
     def rename(self, holder: str) -> None:
         """Name the holder of the leases taken from now on."""
@@ -263,20 +264,29 @@ class LeaseBackend(ABC):
     def try_acquire(self, thread_id: str) -> Lease | None:
         """Take the thread's lease if no runner holds it; None when another does."""
         with self._lock:
+            if self._closed:
+                raise _closed(thread_id)
             if thread_id in self._held:
                 return None
             self._held[thread_id] = None
         try:
             token = self._take(thread_id)
-        except BaseException:
+        except BaseException as exc:
             self._forget(thread_id)
+            if self._closed:  # its connection closed under it
+                raise _closed(thread_id) from exc
             raise
         if token is None:
             self._forget(thread_id)
             return None
         lease = Lease(thread_id, token, backend=self, session=self._session_of(thread_id))
         with self._lock:
-            self._held[thread_id] = lease
+            closed = self._closed
+            if not closed:
+                self._held[thread_id] = lease
+        if closed:  # while it was taken: no one else would let it go
+            self.release(lease)
+            raise _closed(thread_id)
         return lease
 
     def release(self, lease: Lease) -> None:
@@ -405,11 +415,18 @@ class LeaseBackend(ABC):
         """The live workers' records."""
 
     def close(self) -> None:
-        """Release every lease and the back end's connection or files."""
+        """Release every lease and the back end's connection or files; a lease being
+        taken meanwhile is let go as soon as it is taken."""
         with self._lock:
+            self._closed = True
             leases = [lease for lease in self._held.values() if lease is not None]
         for lease in leases:
             self.release(lease)
+
+
+def _closed(thread_id: str) -> StoreClosedError:
+    msg = f"the store was closed: the run lease of thread {thread_id!r} was not taken"
+    return StoreClosedError(msg)
 
 
 def newer_lease(lease: Lease, stored: int | None) -> str | None:

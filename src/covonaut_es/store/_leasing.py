@@ -109,13 +109,14 @@ class Leasing:
         if held is not None:
             yield held
             return
-        lease = self._acquire(thread_id)
+        leases = self.leases  # the one that grants the lease lets it go, closed or not
+        lease = self._acquire(leases, thread_id)
         _HELD.set(self._with_held(lease))
         try:
             yield lease
         finally:
             _HELD.set(self._without_held(lease))
-            self.leases.release(lease)
+            leases.release(lease)
 
     @contextlib.asynccontextmanager
     async def alease(self, thread_id: str) -> AsyncIterator[Lease]:
@@ -124,7 +125,8 @@ class Leasing:
         if held is not None:
             yield held
             return
-        taking = _Taking(functools.partial(self._acquire, thread_id), self.leases.release)
+        leases = self.leases
+        taking = _Taking(functools.partial(self._acquire, leases, thread_id), leases.release)
         try:
             lease = await asyncio.to_thread(taking.take)
         except asyncio.CancelledError:
@@ -138,7 +140,7 @@ class Leasing:
             # Shielded: a task cancelled again while it lets go (anyio's cancel scopes
             # cancel at every await; a stream's consumer leaving cancels its run) would
             # cancel the release before a worker thread took it, and keep the lease.
-            await asyncio.shield(asyncio.to_thread(self.leases.release, lease))
+            await asyncio.shield(asyncio.to_thread(leases.release, lease))
 
     def held_lease(self, thread_id: str) -> Lease | None:
         """As :meth:`covonaut_es.Store.held_lease`; every lease is looked up here first,
@@ -159,12 +161,12 @@ class Leasing:
         held.pop((self.leases.database, lease.thread_id), None)
         return MappingProxyType(held)
 
-    def _acquire(self, thread_id: str) -> Lease:
+    def _acquire(self, leases: LeaseBackend, thread_id: str) -> Lease:
         self._guard.refuse_if_read_only(f"the run lease of thread {thread_id!r} was not taken")
-        lease = self.leases.try_acquire(thread_id)
+        lease = leases.try_acquire(thread_id)
         if lease is not None:
             return lease
-        holder = self.leases.holder_of(thread_id)
+        holder = leases.holder_of(thread_id)
         by = f" by {holder}" if holder else ""
         msg = (
             f"thread {thread_id!r} in store {self._guard.url} is being run{by}: one runner at a "
