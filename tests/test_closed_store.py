@@ -3,6 +3,7 @@ it stored before stays stored."""
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import threading
 from typing import Any
@@ -23,7 +24,8 @@ def _public_methods() -> list[str]:
 
 
 def test_every_public_method_of_a_closed_store_is_refused(store_url: str) -> None:
-    """Each public method but ``close``, whatever its arguments, raises StoreClosedError
+    """Each public method but ``close``, whatever its arguments, and each property
+    raises StoreClosedError
     (a StoreUnavailableError) naming the closed store: one in memory went on reading and
     writing (its threads gone), and a closed SQLite store raised eventsourcing's untyped
     ``ConnectionPoolClosedError``, which the error still is, for code that caught that.
@@ -42,9 +44,24 @@ def test_every_public_method_of_a_closed_store_is_refused(store_url: str) -> Non
         ]
         positional = ["t" for p in required if p.kind != p.KEYWORD_ONLY]
         keywords = {p.name: "t" for p in required if p.kind == p.KEYWORD_ONLY}
+        method = getattr(Store, name)
+        assert inspect.iscoroutinefunction(method) == inspect.iscoroutinefunction(
+            method.__wrapped__
+        ), name
         with pytest.raises(StoreClosedError, match="is closed") as refused:
-            getattr(store, name)(*positional, **keywords)
+            called = getattr(store, name)(*positional, **keywords)
+            if inspect.iscoroutine(called):
+                asyncio.run(called)
         assert isinstance(refused.value, StoreUnavailableError | ConnectionPoolClosedError)
+    properties = sorted(
+        name
+        for name, member in vars(Store).items()
+        if not name.startswith("_") and isinstance(member, property)
+    )
+    assert {"database", "lease_holder", "submissions"} <= set(properties)
+    for name in properties:
+        with pytest.raises(StoreClosedError, match="is closed"):
+            getattr(store, name)
     store.close()  # closing again is allowed
     if not store_url.startswith("memory"):
         with open_store(store_url) as reopened:

@@ -131,7 +131,8 @@ run on a thread it would act on."""
 
 STORE_READERS = {
     "acheckpoints", "aexists", "afind", "ahistory", "aload", "areplay_state", "astate_at",
-    "branch_points", "checkpoints", "children", "close", "database_now", "events_after",
+    "branch_points", "checkpoints", "children", "close", "database", "database_now",
+    "events_after",
     "exists", "find", "forks", "from_application", "head_version", "held_lease", "history",
     "last_log_position", "lease_holder", "leaves", "list_threads", "live_workers", "load",
     "log_position", "parent", "path_to_root", "ping", "read_state", "replay",

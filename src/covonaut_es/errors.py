@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from eventsourcing.persistence import ConnectionPoolClosedError
+
 
 class CovonautError(Exception):
     """Base class of every error raised by covonaut-es."""
@@ -114,7 +116,7 @@ class StorePrivilegeError(ReadOnlyStoreError):
     lists for an application role."""
 
 
-class StoreClosedError(StoreUnavailableError):
+class StoreClosedError(StoreUnavailableError, ConnectionPoolClosedError):
     """The store was closed (:meth:`covonaut_es.Store.close`): open it again to use its
     database. Also eventsourcing's ``ConnectionPoolClosedError``, which a closed SQLite
     store raised before, for code that catches that."""

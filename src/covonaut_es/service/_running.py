@@ -2,9 +2,11 @@
 keeps a call in doubt from being settled or run again while its tool still runs.
 
 Each call is listed under the database of the store its run holds the lease in
-(:attr:`covonaut_es.store.Lease.database`): a process may serve many stores, and a call of
-one store's thread neither refuses a thread of the same id in another, nor is reported in
-another store's worker records.
+(:attr:`covonaut_es.store.Lease.database`): a process may serve many stores, and a
+worker's records report only the calls of its own store's database. A call still refuses
+a thread of the same id in every store of the process: two URLs of one PostgreSQL database
+(``localhost`` and ``127.0.0.1``) name it differently, and a refusal missed runs a call
+twice, where one made in excess only waits.
 
 A call is listed from the moment its function starts until it returns, also after its
 timeout ran out and its run went on without it (Python cannot stop a blocking function,
@@ -111,8 +113,7 @@ def refuse_while_running(store: Store, thread_id: str) -> None:
     Raises:
         ToolCallRunningError: A call of the thread runs; it names the oldest, and where.
     """
-    listed_here = _listed_in(store.database)
-    calls = [entry.call for entry in listed_here if entry.call.thread_id == thread_id]
+    calls = [entry.call for entry in _listed_in(None) if entry.call.thread_id == thread_id]
     where = "this process"
     if not calls:
         for worker in store.live_workers():

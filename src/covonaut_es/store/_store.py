@@ -70,32 +70,38 @@ from covonaut_es.store._urls import READ_ONLY
 from covonaut_es.store._writer import ThreadWriter
 
 
-class _StoreClosedError(StoreClosedError, ConnectionPoolClosedError):
-    """What a closed store raises: eventsourcing's error too, as before it was typed."""
-
-
 def _refused_once_closed(method: Callable[..., Any]) -> Callable[..., Any]:
+    if inspect.iscoroutinefunction(method):
+
+        @functools.wraps(method)
+        async def acheck(self: Store, /, *args: Any, **kwargs: Any) -> Any:
+            self._refuse_if_closed()
+            with self._closed_typed():
+                return await method(self, *args, **kwargs)
+
+        return acheck
+
     @functools.wraps(method)
     def checked(self: Store, /, *args: Any, **kwargs: Any) -> Any:
-        if not self._closed:
-            try:
-                return method(self, *args, **kwargs)
-            except StoreClosedError:
-                raise
-            except ConnectionPoolClosedError as exc:  # closed while the call ran
-                raise _StoreClosedError(f"store {self.url} is closed") from exc
-        raise _StoreClosedError(f"store {self.url} is closed")
+        self._refuse_if_closed()
+        with self._closed_typed():
+            return method(self, *args, **kwargs)
 
     return checked
 
 
 def _usable_until_closed(cls: type[Store]) -> type[Store]:
-    """Make each public method of ``cls`` but ``close`` refuse a closed store: one in
-    memory went on reading and writing tables it no longer held, and a closed SQLite
-    store raised eventsourcing's untyped pool error."""
+    """Make each public method and property of ``cls`` but ``close`` refuse a closed
+    store: one in memory went on reading and writing tables it no longer held, and a
+    closed SQLite store raised eventsourcing's untyped pool error."""
     for name, member in list(vars(cls).items()):
-        if not name.startswith("_") and name != "close" and inspect.isfunction(member):
+        if name.startswith("_") or name == "close":
+            continue
+        if inspect.isfunction(member):
             setattr(cls, name, _refused_once_closed(member))
+        elif isinstance(member, property) and member.fget is not None:
+            checked = _refused_once_closed(member.fget)
+            setattr(cls, name, property(checked, member.fset, member.fdel, member.__doc__))
     return cls
 
 
@@ -106,7 +112,7 @@ class Store(Closing):
     Create one with :func:`open_store`. A store is safe to share between agents and
     threads of one process; several processes may open the same SQLite file or
     PostgreSQL database, and optimistic concurrency keeps each thread's stream whole.
-    Once closed, each of its methods raises ``StoreClosedError``.
+    Once closed, each of its methods and properties raises ``StoreClosedError``.
     """
 
     def __init__(
@@ -572,8 +578,10 @@ class Store(Closing):
 
     @property
     def database(self) -> str:
-        """Names the store's database, alike through every store opened on it (its
-        leases know each other by it); no credential is in the name."""
+        """Names the store's database as its URL locates it, which its leases know each
+        other by: a SQLite file by its device and inode; a PostgreSQL database by the
+        host, port and database its URL spells, and the store's schema and table (two
+        spellings of one host name it twice). No credential is in the name."""
         return self._leasing.leases.database
 
     def threads_held(self) -> tuple[str, ...]:
@@ -730,6 +738,20 @@ class Store(Closing):
         self._positions.record_log_position(consumer, position)
 
     # Lifecycle --------------------------------------------------------------------
+
+    def _refuse_if_closed(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"store {self.url} is closed")
+
+    @contextlib.contextmanager
+    def _closed_typed(self) -> Iterator[None]:
+        """Eventsourcing's error of a pool closed while the block ran, as the store's."""
+        try:
+            yield
+        except StoreClosedError:
+            raise
+        except ConnectionPoolClosedError as exc:
+            raise StoreClosedError(f"store {self.url} is closed") from exc
 
     def close(self) -> None:
         """Release connections. The store cannot be used afterwards.

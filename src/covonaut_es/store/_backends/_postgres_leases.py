@@ -128,7 +128,8 @@ class PostgresLeases(LeaseBackend):
     with its schema; None for an application of the user's own, which keeps none),
     written and read on the lease connection itself: a lease is taken and its token
     recorded in one statement, and a check reads the lock and the token in one. The
-    worker registry is ``workers_table``, quoted with its schema too.
+    worker registry is ``workers_table``, quoted with its schema too. ``store_tables``
+    names the store's events table and its schema: stores in one database differ by them.
     """
 
     def __init__(
@@ -138,6 +139,7 @@ class PostgresLeases(LeaseBackend):
         token_table: str | None,
         stored: Callable[[UUID], UUID],
         workers_table: str,
+        store_tables: str,
     ) -> None:
         super().__init__(holder, None)
         self._token_table = token_table
@@ -148,12 +150,13 @@ class PostgresLeases(LeaseBackend):
         self._kwargs = {
             k: v for k, v in connect_kwargs.items() if k not in ("row_factory", "application_name")
         }
-        self.database = (
+        server = (
             f"postgresql:{self._kwargs.get('host')}:{self._kwargs.get('port')}/"
             f"{self._kwargs.get('dbname')}"
         )
+        self.database = f"{server}/{store_tables}"
         role = self._kwargs.get("user")
-        shown = self.database if role is None else f"{self.database}, role {role!r}"
+        shown = server if role is None else f"{server}, role {role!r}"
         self._where = f"the connection for run leases and the worker registry ({shown})"
         self._connection: Any = None
         self._sessions: dict[str, Any] = {}  # the connection each held lease was taken on

@@ -556,7 +556,9 @@ class _PostgresBackend(RecorderAnchors):
         stored = lambda stream: stored_stream(recorder, stream)  # noqa: E731
         kwargs = dict(factory.datastore.pool.kwargs)  # type: ignore[arg-type]
         workers = f'"{factory.datastore.schema}".{WORKERS_TABLE}'
-        return PostgresLeases(holder, kwargs, token_table, stored, workers)
+        events = recorder.events_table_name  # type: ignore[attr-defined]
+        tables = f"{factory.datastore.schema}.{events}"
+        return PostgresLeases(holder, kwargs, token_table, stored, workers, tables)
 
     def summary_table(self, recorder: ApplicationRecorder) -> SummaryTable | None:
         if not (isinstance(recorder, PostgresApplicationRecorder) and recorder.keeps_summaries):
