@@ -13,6 +13,7 @@ from eventsourcing.persistence import ConnectionPoolClosedError
 
 from covonaut_es import Store, open_store
 from covonaut_es.errors import StoreClosedError, StoreUnavailableError
+from support import conversation
 
 
 def _public_methods() -> list[str]:
@@ -66,6 +67,24 @@ def test_every_public_method_of_a_closed_store_is_refused(store_url: str) -> Non
     if not store_url.startswith("memory"):
         with open_store(store_url) as reopened:
             assert reopened.read_state("kept") == {"a": 1}
+
+
+@pytest.mark.parametrize("count", [3, 700])
+def test_a_listing_begun_before_its_store_was_closed_is_refused_as_it_goes_on(
+    store_url: str, count: int
+) -> None:
+    """``thread_ids()`` begun before ``close()``: the next id read raises StoreClosedError
+    (a SQLite store's read of its next page raised eventsourcing's untyped error, and a
+    store in memory went on listing)."""
+    store = open_store(store_url)
+    conversation(store, "t0", 1)
+    for n in range(1, count):
+        store.fork("t0", new_thread_id=f"t{n}")
+    ids = store.thread_ids()
+    assert next(ids) == "t0"
+    store.close()
+    with pytest.raises(StoreClosedError, match="is closed"):
+        list(ids)
 
 
 def test_a_lease_being_taken_when_its_store_is_closed_is_let_go(shared_url: str) -> None:

@@ -85,7 +85,8 @@ def _refused_once_closed(method: Callable[..., Any]) -> Callable[..., Any]:
     def checked(self: Store, /, *args: Any, **kwargs: Any) -> Any:
         self._refuse_if_closed()
         with self._closed_typed():
-            return method(self, *args, **kwargs)
+            result = method(self, *args, **kwargs)
+        return self._while_open(result) if isinstance(result, Iterator) else result
 
     return checked
 
@@ -752,6 +753,13 @@ class Store(Closing):
             raise
         except ConnectionPoolClosedError as exc:
             raise StoreClosedError(f"store {self.url} is closed") from exc
+
+    def _while_open(self, items: Iterator[Any]) -> Iterator[Any]:
+        """``items`` (a listing read as it goes), refused once the store is closed."""
+        with self._closed_typed():
+            for item in items:
+                self._refuse_if_closed()
+                yield item
 
     def close(self) -> None:
         """Release connections. The store cannot be used afterwards.
