@@ -120,3 +120,16 @@ def test_a_lease_being_taken_when_its_store_is_closed_is_let_go(shared_url: str)
     assert len(outcome) == 1 and isinstance(outcome[0], StoreClosedError), outcome
     with open_store(shared_url) as other, other.lease("t"):
         pass
+
+
+def test_a_part_of_a_closed_store_kept_past_close_writes_nothing(store_url: str) -> None:
+    """The store's submissions, kept past ``close()``, refuse a write with
+    StoreClosedError (a store in memory took it), and the store, reopened, holds none."""
+    store = open_store(store_url)
+    submissions = store.submissions
+    store.close()
+    with pytest.raises(StoreClosedError, match="is closed"):
+        submissions.submit("t", "Go.")
+    if not store_url.startswith("memory"):
+        with open_store(store_url) as reopened:
+            assert reopened.submissions.submitted("t").waiting() is None

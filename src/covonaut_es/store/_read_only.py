@@ -1,29 +1,46 @@
-"""The one check every write of a store opened read-only meets first."""
+"""The one check every write of a store opened read-only, or closed, meets first."""
 
 from __future__ import annotations
 
-from covonaut_es.errors import ReadOnlyStoreError
+from covonaut_es.errors import ReadOnlyStoreError, StoreClosedError
 
 
 class WriteGuard:
-    """Refuses writes to a store opened read-only (``?mode=ro``).
+    """Refuses writes to a store opened read-only (``?mode=ro``), and any use of a
+    closed one.
 
     Args:
         url: The store's redacted URL, for messages.
         read_only: Whether the store was opened read-only.
+
+    Attributes:
+        closed: Whether the store was closed.
     """
 
     def __init__(self, url: str, *, read_only: bool) -> None:
         self.url = url
         self.read_only = read_only
+        self.closed = False
+
+    def refuse_if_closed(self) -> None:
+        """Refuse any use of a closed store: its methods ask here, and so does every
+        write of a part of it (its submissions, its log's positions) kept past close.
+
+        Raises:
+            StoreClosedError: The store was closed.
+        """
+        if self.closed:
+            raise StoreClosedError(f"store {self.url} is closed")
 
     def refuse_if_read_only(self, refused: str) -> None:
         """Refuse a write before anything is done, on a store opened read-only: every
         write (a save, a lease, a fork, a named state, a submission) asks here first.
 
         Raises:
+            StoreClosedError: The store was closed.
             ReadOnlyStoreError: The store was opened read-only.
         """
+        self.refuse_if_closed()
         if self.read_only:
             msg = (
                 f"{self.url} was opened read-only: {refused}, and nothing was written; "

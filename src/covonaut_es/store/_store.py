@@ -137,7 +137,7 @@ class Store(Closing):
             if isinstance(app, ThreadsApplication)
             else backend_of(app.factory)  # a user's application
         )
-        guard = WriteGuard(self.url, read_only=self.read_only)
+        guard = self._guard = WriteGuard(self.url, read_only=self.read_only)
         self._records = StoredRecords(app, backend)
         self._leasing = Leasing(app, backend, guard)
         self._writer = ThreadWriter(app, backend, guard, self._leasing.held_lease)
@@ -156,7 +156,6 @@ class Store(Closing):
         self.log = StoreLog(self._records, self._reader, self._positions, guard)
         """The store's log and its records as stored: what the workers, the review
         queue and the audits read of them."""
-        self._closed = False
 
     @classmethod
     def from_application(
@@ -741,8 +740,7 @@ class Store(Closing):
     # Lifecycle --------------------------------------------------------------------
 
     def _refuse_if_closed(self) -> None:
-        if self._closed:
-            raise StoreClosedError(f"store {self.url} is closed")
+        self._guard.refuse_if_closed()
 
     @contextlib.contextmanager
     def _closed_typed(self) -> Iterator[None]:
@@ -766,7 +764,7 @@ class Store(Closing):
 
         A store made by :meth:`from_application` leaves the application open.
         """
-        self._closed = True
+        self._guard.closed = True
         self._leasing.close()
         if self._owns_app:
             self._app.close()
