@@ -1,8 +1,16 @@
-"""The one check every write of a store opened read-only, or closed, meets first."""
+"""The one check every write of a store opened read-only meets first, and every use of
+a closed store."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import TypeVar
+
+from eventsourcing.persistence import ConnectionPoolClosedError
+
 from covonaut_es.errors import ReadOnlyStoreError, StoreClosedError
+
+T = TypeVar("T")
 
 
 class WriteGuard:
@@ -30,7 +38,27 @@ class WriteGuard:
             StoreClosedError: The store was closed.
         """
         if self.closed:
-            raise StoreClosedError(f"store {self.url} is closed")
+            raise self.closed_error()
+
+    def closed_error(self) -> StoreClosedError:
+        """The error of a use of the closed store."""
+        return StoreClosedError(f"store {self.url} is closed")
+
+    def while_open(self, items: Iterator[T]) -> Iterator[T]:
+        """``items`` (a listing read as it goes), each refused once the store is closed,
+        as is eventsourcing's error of a pool closed meanwhile.
+
+        Raises:
+            StoreClosedError: The store was closed.
+        """
+        try:
+            for item in items:
+                self.refuse_if_closed()
+                yield item
+        except StoreClosedError:
+            raise
+        except ConnectionPoolClosedError as exc:
+            raise self.closed_error() from exc
 
     def refuse_if_read_only(self, refused: str) -> None:
         """Refuse a write before anything is done, on a store opened read-only: every

@@ -20,6 +20,7 @@ import inspect
 import warnings
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from datetime import datetime
+from types import GeneratorType
 from typing import Any
 from uuid import UUID
 
@@ -75,18 +76,29 @@ def _refused_once_closed(method: Callable[..., Any]) -> Callable[..., Any]:
 
         @functools.wraps(method)
         async def acheck(self: Store, /, *args: Any, **kwargs: Any) -> Any:
-            self._refuse_if_closed()
-            with self._closed_typed():
+            guard = self._guard
+            guard.refuse_if_closed()
+            try:
                 return await method(self, *args, **kwargs)
+            except StoreClosedError:
+                raise
+            except ConnectionPoolClosedError as exc:  # closed while the call ran
+                raise guard.closed_error() from exc
 
         return acheck
 
     @functools.wraps(method)
     def checked(self: Store, /, *args: Any, **kwargs: Any) -> Any:
-        self._refuse_if_closed()
-        with self._closed_typed():
+        guard = self._guard
+        guard.refuse_if_closed()
+        try:
             result = method(self, *args, **kwargs)
-        return self._while_open(result) if isinstance(result, Iterator) else result
+        except StoreClosedError:
+            raise
+        except ConnectionPoolClosedError as exc:  # closed while the call ran
+            raise guard.closed_error() from exc
+        # A listing, read as it goes, is checked at each item too.
+        return guard.while_open(result) if isinstance(result, GeneratorType) else result
 
     return checked
 
@@ -738,26 +750,6 @@ class Store(Closing):
         self._positions.record_log_position(consumer, position)
 
     # Lifecycle --------------------------------------------------------------------
-
-    def _refuse_if_closed(self) -> None:
-        self._guard.refuse_if_closed()
-
-    @contextlib.contextmanager
-    def _closed_typed(self) -> Iterator[None]:
-        """Eventsourcing's error of a pool closed while the block ran, as the store's."""
-        try:
-            yield
-        except StoreClosedError:
-            raise
-        except ConnectionPoolClosedError as exc:
-            raise StoreClosedError(f"store {self.url} is closed") from exc
-
-    def _while_open(self, items: Iterator[Any]) -> Iterator[Any]:
-        """``items`` (a listing read as it goes), refused once the store is closed."""
-        with self._closed_typed():
-            for item in items:
-                self._refuse_if_closed()
-                yield item
 
     def close(self) -> None:
         """Release connections. The store cannot be used afterwards.
