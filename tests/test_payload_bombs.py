@@ -78,7 +78,7 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @given(
     target=st.sampled_from(("snapshot", "event")),
     version=st.sampled_from(sorted(_VERSIONS)),
-    count=st.sampled_from((300_000, 1_200_000, 2_000_000)),
+    count=st.sampled_from((300_000, 1_200_000)),  # under and over the bounds
     fill=st.sampled_from(("arrays", "objects", "nulls", "quotes")),
 )
 # Found by CI: the pattern that counts brackets kept state for each escape of a string.
