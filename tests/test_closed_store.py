@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -87,37 +88,48 @@ def test_a_listing_begun_before_its_store_was_closed_is_refused_as_it_goes_on(
         list(ids)
 
 
+def closed_during(store: Store, part: Any, name: str, call: Callable[[], object]) -> object:
+    """What ``call`` gives (or raises), run in a thread while ``store`` is closed: its
+    ``part.name`` is held open until the store is."""
+    original = getattr(part, name)
+    entered, go_on = threading.Event(), threading.Event()
+
+    def held_open(*args: Any) -> Any:
+        entered.set()
+        go_on.wait(10)
+        return original(*args)
+
+    setattr(part, name, held_open)
+    outcome: list[object] = []
+
+    def run() -> None:
+        try:
+            outcome.append(call())
+        except BaseException as exc:
+            outcome.append(exc)
+
+    runner = threading.Thread(target=run)
+    runner.start()
+    assert entered.wait(10)
+    store.close()
+    go_on.set()
+    runner.join(10)
+    (found,) = outcome
+    return found
+
+
 def test_a_lease_being_taken_when_its_store_is_closed_is_let_go(shared_url: str) -> None:
     """A store closed while a thread takes a run lease through it: the taking raises
     StoreClosedError, and the lease is free for another store at once (the lock was
     kept, by a back end nobody would close again, until the process exited)."""
     store = open_store(shared_url)
-    leases = store._leasing.leases
-    original = leases.try_acquire
-    started, go_on = threading.Event(), threading.Event()
-
-    def held_open(thread_id: str) -> Any:
-        started.set()
-        go_on.wait(10)
-        return original(thread_id)
-
-    leases.try_acquire = held_open  # type: ignore[method-assign]  # the window, held open
-    outcome: list[BaseException | None] = []
 
     def take() -> None:
-        try:
-            with store.lease("t"):
-                outcome.append(None)
-        except BaseException as exc:
-            outcome.append(exc)
+        with store.lease("t"):
+            pass
 
-    taker = threading.Thread(target=take)
-    taker.start()
-    assert started.wait(10)
-    store.close()
-    go_on.set()
-    taker.join(10)
-    assert len(outcome) == 1 and isinstance(outcome[0], StoreClosedError), outcome
+    found = closed_during(store, store._leasing.leases, "try_acquire", take)
+    assert isinstance(found, StoreClosedError), found
     with open_store(shared_url) as other, other.lease("t"):
         pass
 
@@ -133,3 +145,13 @@ def test_a_part_of_a_closed_store_kept_past_close_writes_nothing(store_url: str)
     if not store_url.startswith("memory"):
         with open_store(store_url) as reopened:
             assert reopened.submissions.submitted("t").waiting() is None
+
+
+def test_a_call_the_store_is_closed_under_raises_store_closed_error(shared_url: str) -> None:
+    """A read under way when another thread closes the store raises StoreClosedError,
+    whichever error its back end's closed pool gave (eventsourcing's untyped
+    ``ConnectionPoolClosedError`` on SQLite, an ``OperationalError`` on PostgreSQL)."""
+    store = open_store(shared_url)
+    store.submit("t", "Go.")
+    found = closed_during(store, store._records, "log_position", store.last_log_position)
+    assert isinstance(found, StoreClosedError), found

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -95,7 +96,7 @@ def test_a_call_still_running_in_another_workers_process_is_not_settled(
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests")]),
-        "HANG_SECONDS": "6",
+        "HANG_SECONDS": "10",  # past the refusals below, on a loaded machine too
         "HANG_DONE": str(done),
     }
     with open_store(shared_url) as store:
@@ -128,7 +129,7 @@ def test_a_call_still_running_in_another_workers_process_is_not_settled(
                     command()
                 assert refused.value.tool_call_id == "h1"
             assert not done.exists() and store.history("t") == before
-            wait_for(done.exists, "the tool to return")
+            wait_for(done.exists, "the tool to return", timeout=60)
             wait_for(
                 lambda: not any(c.thread_id == "t" for w in store.live_workers() for c in w.calls),
                 "the heartbeat to drop the call",
@@ -209,8 +210,8 @@ def test_a_call_still_running_refuses_every_stores_thread_and_is_reported_by_its
 ) -> None:
     """A call of thread ``t`` of one store still runs past its timeout: settling it or
     running ``t`` is refused through a second store object of its database (on
-    PostgreSQL, one whose URL spells the host otherwise, which names the database
-    otherwise), and through a store of another database too (a refusal in excess only
+    PostgreSQL, one whose URL spells the host otherwise too, which names the database
+    alike), and through a store of another database too (a refusal in excess only
     waits; one missed ran a call twice); but neither that store's listing nor its
     worker's records show the call (a multi-tenant process published one tenant's
     running call into another's database, in clear)."""
@@ -225,12 +226,15 @@ def test_a_call_still_running_refuses_every_stores_thread_and_is_reported_by_its
         if "@127.0.0.1:" in store.url:
             spellings.append(open_store(store.url.replace("@127.0.0.1:", "@localhost:")))
         for same in spellings:
+            assert same.database == store.database  # whatever the URL calls its host
+            assert [c.tool_call_id for c in running_calls(same)] == ["h1"]
             with pytest.raises(ToolCallRunningError, match="'h1'"):
                 COMMANDS["service retry"](ThreadService(same, verifier=VERIFIER), agent)
         with open_store(f"sqlite:///{tmp_path / 'tenant.db'}") as tenant:
             assert running_calls(tenant) == ()
-            with pytest.raises(ToolCallRunningError, match="'h1'"):
+            with pytest.raises(ToolCallRunningError, match="in another store") as refused:
                 hanging_agent(tenant, Hanging()).run("hi")
+            assert "h1" not in str(refused.value) and "hang" not in str(refused.value)
             tenant.submit("u", "Go.")
             published: list[Any] = []
             publish = tenant.publish_worker
@@ -252,6 +256,32 @@ def test_a_call_still_running_refuses_every_stores_thread_and_is_reported_by_its
         assert tool.returned.wait(30)
         for spelled in spellings[1:]:
             spelled.close()
+
+
+def test_a_call_still_running_is_neither_settled_nor_run_again_in_a_fork(store: Store) -> None:
+    """A thread forked while a call of its parent still runs holds the call in doubt
+    too: settling it or asking for it to run again in the fork is refused until the
+    parent's tool returns (a retry in the fork ran the call a second time, at once)."""
+    tool = Hanging()
+    agent = hanging_agent(store, tool)
+    agent.run("hi")
+    assert agent.run("go") == ""
+    service = ThreadService(store, verifier=VERIFIER)
+    rita = service.reviewer(RITA)
+    try:
+        fork = store.fork("t", new_thread_id="f")
+        for command in (
+            lambda: service.request_retry(fork, "h1", reviewer=rita),
+            lambda: service.settle(fork, "h1", Settlement.not_run("no"), reviewer=rita),
+        ):
+            with pytest.raises(ToolCallRunningError, match="'h1' of tool 'hang' of thread 't'"):
+                command()
+        assert tool.keys == [tool.keys[0]]
+    finally:
+        tool.release.set()
+        assert tool.returned.wait(30)
+    wait_for(lambda: not running_calls(store), "the tool to end")
+    service.settle(fork, "h1", Settlement.not_run("no"), reviewer=rita)
 
 
 def test_running_calls_refuses_what_is_no_store() -> None:
@@ -294,3 +324,28 @@ def test_stores_in_two_schemas_of_one_postgresql_database_are_named_apart(
 
 class _TenantApplication(AgentApplication):
     """An application of a tenant's own."""
+
+
+@pytest.mark.postgres
+def test_a_postgresql_database_that_keeps_its_identifier_from_a_role_is_named_by_its_url(
+    postgres_database: str,
+) -> None:
+    """A role that may not read the cluster's identifier (``pg_control_system()``
+    revoked) names the database by its URL's host, port and database, and still runs:
+    leases are taken and let go."""
+    import psycopg
+
+    role = f"r_{uuid.uuid4().hex[:12]}"
+    dbname = postgres_database.rsplit("/", 1)[1]
+    with psycopg.connect(postgres_database, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN")
+        conn.execute(f"ALTER DATABASE {dbname} OWNER TO {role}")
+        conn.execute(f"ALTER SCHEMA public OWNER TO {role}")
+        conn.execute("REVOKE EXECUTE ON FUNCTION pg_control_system() FROM PUBLIC")
+    url = postgres_database.replace("//postgres@", f"//{role}@")
+    with open_store(url) as store:
+        assert store.database.startswith("postgresql:127.0.0.1:"), store.database
+        with store.lease("t") as lease:
+            assert lease.database == store.database
+        with store.lease("t"):
+            pass

@@ -106,29 +106,52 @@ def _deadline(started: datetime, timeout: float) -> datetime | None:
 
 
 def refuse_while_running(store: Store, thread_id: str) -> None:
-    """Raise if a tool call of the thread still runs, in this process or in a live
-    worker's (as its heartbeat reports): one past its timeout is in doubt, and settling
-    it ("did not run") or running it again before its tool returns could run it twice.
+    """Raise if a tool call of the thread, or of a thread it was forked from, still
+    runs, in this process or in a live worker's (as its heartbeat reports): one past its
+    timeout is in doubt, and settling it ("did not run") or running it again before its
+    tool returns could run it twice (a fork made while it ran holds it in doubt too).
 
     Raises:
         ToolCallRunningError: A call of the thread runs; it names the oldest, and where.
     """
-    calls = [entry.call for entry in _listed_in(None) if entry.call.thread_id == thread_id]
+    lineage = _Lineage(store, thread_id)
+    listed = [entry for entry in _listed_in(None) if lineage.holds(entry.call.thread_id)]
+    calls = [entry.call for entry in listed]
     where = "this process"
     if not calls:
         for worker in store.live_workers():
-            calls = [call for call in worker.calls if call.thread_id == thread_id]
+            calls = [call for call in worker.calls if lineage.holds(call.thread_id)]
             if calls:
                 where = f"worker {worker.worker_id!r} (pid {worker.pid} on {worker.host!r})"
                 break
     if not calls:
         return
     call = min(calls, key=lambda c: c.started_at)
+    if listed and not any(e.database == store.database for e in listed if e.call is call):
+        what = f"a tool call of thread {call.thread_id!r} in another store of this process"
+    else:
+        what = f"call {call.tool_call_id!r} of tool {call.tool_name!r} of thread {call.thread_id!r}"
     msg = (
-        f"call {call.tool_call_id!r} of tool {call.tool_name!r} of thread {thread_id!r} "
-        f"started at {call.started_at.isoformat()} and its tool still runs in {where} "
-        "(it may have outrun its timeout): nothing settles the call or runs it again, and "
-        "nothing else runs on the thread, until it returns or that process is gone; "
-        "running_calls() there lists it till then"
+        f"{what} started at {call.started_at.isoformat()} and its tool still runs in "
+        f"{where} (it may have outrun its timeout): nothing settles the call or runs it "
+        f"again, and nothing else runs on thread {thread_id!r}, until it returns or that "
+        "process is gone; running_calls() there lists it till then"
     )
     raise ToolCallRunningError(msg, thread_id=thread_id, tool_call_id=call.tool_call_id)
+
+
+class _Lineage:
+    """A thread and those it was forked from, read from the store only when a running
+    call names another thread."""
+
+    def __init__(self, store: Store, thread_id: str) -> None:
+        self._store = store
+        self._thread_id = thread_id
+        self._ancestors: frozenset[str] | None = None
+
+    def holds(self, thread_id: str) -> bool:
+        if thread_id == self._thread_id:
+            return True
+        if self._ancestors is None:
+            self._ancestors = frozenset(self._store.path_to_root(self._thread_id))
+        return thread_id in self._ancestors

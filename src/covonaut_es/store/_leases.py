@@ -186,7 +186,7 @@ class Lease:
     @property
     def database(self) -> str:
         """Names the database the lease is held in, alike through every store of it
-        (no credential is in the name)."""
+        (no credential is in the name): see :attr:`covonaut_es.Store.database`."""
         return self._backend.database
 
     @property
@@ -238,15 +238,22 @@ class Lease:
 
 
 class LeaseBackend(ABC):
-    """Leases and worker records in one database. Safe to share between threads.
+    """Leases and worker records in one database. Safe to share between threads."""
 
-    Attributes:
-        database: Names the database, so that a lease taken through one store is
-            known to be held when another store of the same database asks again in
-            the same task.
-    """
+    _database: str | None = None  # a back end that knows its name at once sets it
 
-    database: str
+    @property
+    def database(self) -> str:
+        """Names the database, so that a lease taken through one store is known to be
+        held when another store of the same database asks again in the same task, and
+        a running call is reported by its own database's workers only."""
+        if self._database is None:
+            self._database = self._named()
+        return self._database
+
+    def _named(self) -> str:
+        """The database's name, asked of it once (a back end that sets none)."""
+        raise NotImplementedError
 
     def __init__(self, holder: str, tokens: LeaseTokens | None) -> None:
         self.holder = holder
@@ -255,7 +262,7 @@ class LeaseBackend(ABC):
         # How to sync the token of each thread whose lease's token is not durable yet.
         self._unsynced: dict[str, Callable[[], None]] = {}
         self._lock = threading.Lock()
-        self._closed = False
+        self._shut = False
 
     def rename(self, holder: str) -> None:
         """Name the holder of the leases taken from now on."""
@@ -264,7 +271,7 @@ class LeaseBackend(ABC):
     def try_acquire(self, thread_id: str) -> Lease | None:
         """Take the thread's lease if no runner holds it; None when another does."""
         with self._lock:
-            if self._closed:
+            if self._shut:
                 raise _closed(thread_id)
             if thread_id in self._held:
                 return None
@@ -273,7 +280,7 @@ class LeaseBackend(ABC):
             token = self._take(thread_id)
         except BaseException as exc:
             self._forget(thread_id)
-            if self._closed:  # its connection closed under it
+            if self._shut:  # its connection closed under it
                 raise _closed(thread_id) from exc
             raise
         if token is None:
@@ -281,7 +288,7 @@ class LeaseBackend(ABC):
             return None
         lease = Lease(thread_id, token, backend=self, session=self._session_of(thread_id))
         with self._lock:
-            closed = self._closed
+            closed = self._shut
             if not closed:
                 self._held[thread_id] = lease
         if closed:  # while it was taken: no one else would let it go
@@ -418,7 +425,7 @@ class LeaseBackend(ABC):
         """Release every lease and the back end's connection or files; a lease being
         taken meanwhile is let go as soon as it is taken."""
         with self._lock:
-            self._closed = True
+            self._shut = True
             leases = [lease for lease in self._held.values() if lease is not None]
         for lease in leases:
             self.release(lease)

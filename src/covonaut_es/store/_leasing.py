@@ -150,7 +150,7 @@ class Leasing:
 
     def _with_held(self, lease: Lease) -> Mapping[tuple[str, str], Lease]:
         held = dict(_HELD.get())
-        held[self.leases.database, lease.thread_id] = lease
+        held[lease.database, lease.thread_id] = lease
         return MappingProxyType(held)
 
     def _without_held(self, lease: Lease) -> Mapping[tuple[str, str], Lease]:
@@ -158,7 +158,7 @@ class Leasing:
         # ExitStack may be let go in any order, and a reset would bring back, or drop,
         # the leases taken or let go in between.
         held = dict(_HELD.get())
-        held.pop((self.leases.database, lease.thread_id), None)
+        held.pop((lease.database, lease.thread_id), None)
         return MappingProxyType(held)
 
     def _acquire(self, leases: LeaseBackend, thread_id: str) -> Lease:

@@ -6,8 +6,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TypeVar
 
-from eventsourcing.persistence import ConnectionPoolClosedError
-
 from covonaut_es.errors import ReadOnlyStoreError, StoreClosedError
 
 T = TypeVar("T")
@@ -38,15 +36,22 @@ class WriteGuard:
             StoreClosedError: The store was closed.
         """
         if self.closed:
-            raise self.closed_error()
+            raise StoreClosedError(f"store {self.url} is closed")
 
-    def closed_error(self) -> StoreClosedError:
-        """The error of a use of the closed store."""
-        return StoreClosedError(f"store {self.url} is closed")
+    def refuse_if_closed_under(self, error: Exception) -> None:
+        """Raise StoreClosedError, from ``error``, if the store was closed while the call
+        that raised ``error`` ran (a back end's error of its pool or connection closed
+        under it: eventsourcing's ``ConnectionPoolClosedError`` on SQLite, an
+        ``OperationalError`` on PostgreSQL).
+
+        Raises:
+            StoreClosedError: The store was closed.
+        """
+        if self.closed and not isinstance(error, StoreClosedError):
+            raise StoreClosedError(f"store {self.url} is closed") from error
 
     def while_open(self, items: Iterator[T]) -> Iterator[T]:
-        """``items`` (a listing read as it goes), each refused once the store is closed,
-        as is eventsourcing's error of a pool closed meanwhile.
+        """``items`` (a listing read as it goes), each refused once the store is closed.
 
         Raises:
             StoreClosedError: The store was closed.
@@ -55,10 +60,9 @@ class WriteGuard:
             for item in items:
                 self.refuse_if_closed()
                 yield item
-        except StoreClosedError:
+        except Exception as exc:
+            self.refuse_if_closed_under(exc)
             raise
-        except ConnectionPoolClosedError as exc:
-            raise self.closed_error() from exc
 
     def refuse_if_read_only(self, refused: str) -> None:
         """Refuse a write before anything is done, on a store opened read-only: every

@@ -25,7 +25,6 @@ from typing import Any
 from uuid import UUID
 
 from eventsourcing.application import Application
-from eventsourcing.persistence import ConnectionPoolClosedError
 
 from covonaut_es._aio import in_worker_thread
 from covonaut_es._arguments import check_instance, check_text, check_whole
@@ -44,7 +43,6 @@ from covonaut_es.domain import (
 )
 from covonaut_es.errors import (
     ConfigurationError,
-    StoreClosedError,
     ThreadNotFoundError,
 )
 from covonaut_es.migrations import Upcaster
@@ -80,10 +78,9 @@ def _refused_once_closed(method: Callable[..., Any]) -> Callable[..., Any]:
             guard.refuse_if_closed()
             try:
                 return await method(self, *args, **kwargs)
-            except StoreClosedError:
+            except Exception as exc:
+                guard.refuse_if_closed_under(exc)
                 raise
-            except ConnectionPoolClosedError as exc:  # closed while the call ran
-                raise guard.closed_error() from exc
 
         return acheck
 
@@ -93,10 +90,9 @@ def _refused_once_closed(method: Callable[..., Any]) -> Callable[..., Any]:
         guard.refuse_if_closed()
         try:
             result = method(self, *args, **kwargs)
-        except StoreClosedError:
+        except Exception as exc:
+            guard.refuse_if_closed_under(exc)
             raise
-        except ConnectionPoolClosedError as exc:  # closed while the call ran
-            raise guard.closed_error() from exc
         # A listing, read as it goes, is checked at each item too.
         return guard.while_open(result) if isinstance(result, GeneratorType) else result
 
@@ -590,10 +586,11 @@ class Store(Closing):
 
     @property
     def database(self) -> str:
-        """Names the store's database as its URL locates it, which its leases know each
-        other by: a SQLite file by its device and inode; a PostgreSQL database by the
-        host, port and database its URL spells, and the store's schema and table (two
-        spellings of one host name it twice). No credential is in the name."""
+        """Names the store's database, alike through every store opened on it, which its
+        leases know each other by: a SQLite file by its device and inode; a PostgreSQL
+        database by its cluster's system identifier and its oid, with the store's
+        schema and events table (by the host, port and database its URL spells where
+        the server does not tell its identifier). No credential is in the name."""
         return self._leasing.leases.database
 
     def threads_held(self) -> tuple[str, ...]:

@@ -38,7 +38,7 @@ class MemoryLeases(LeaseBackend):
         self._taken: dict[str, object] = {}  # this holder's mark in the table, by thread
         with _MEMORY_LOCK:
             self._tables = _MEMORY.setdefault(recorder, _MemoryTables())
-        self.database = f"memory:{id(self._tables)}"
+        self._database = f"memory:{id(self._tables)}"
 
     def _try_lock(self, thread_id: str) -> bool:
         with self._tables.lock:

@@ -154,7 +154,7 @@ class PostgresLeases(LeaseBackend):
             f"postgresql:{self._kwargs.get('host')}:{self._kwargs.get('port')}/"
             f"{self._kwargs.get('dbname')}"
         )
-        self.database = f"{server}/{store_tables}"
+        self._server, self._store_tables = server, store_tables
         role = self._kwargs.get("user")
         shown = server if role is None else f"{server}, role {role!r}"
         self._where = f"the connection for run leases and the worker registry ({shown})"
@@ -187,12 +187,29 @@ class PostgresLeases(LeaseBackend):
                 except psycopg.Error as exc:
                     if connection is not None:  # its session ended as it was set up
                         connection.close()
-                    msg = f"cannot connect to PostgreSQL for run leases ({self.database}): {exc}"
+                    msg = f"cannot connect to PostgreSQL for run leases ({self._server}): {exc}"
                     raise StoreUnavailableError(msg) from exc
                 # A store left unclosed still closes its lease connection when collected.
                 weakref.finalize(self, connection.close)
                 self._connection = connection
             return self._connection
+
+    def _named(self) -> str:
+        """The database as its server names it: its cluster's system identifier and its
+        own oid, whatever host name, address or socket the URL reaches it by, with the
+        store's schema and events table; the URL's host, port and database where the
+        server does not tell its identifier."""
+        import psycopg
+
+        connection = self._conn()
+        try:
+            system, oid = connection.execute(_IDENTITY).fetchone()
+        except (psycopg.errors.InsufficientPrivilege, psycopg.errors.UndefinedFunction):
+            return f"{self._server}/{self._store_tables}"
+        except psycopg.Error as exc:
+            msg = f"cannot name the PostgreSQL database of run leases ({self._server}): {exc}"
+            raise StoreUnavailableError(msg) from exc
+        return f"postgresql:{system}/{oid}/{self._store_tables}"
 
     def _application_name(self) -> str:
         # PostgreSQL keeps 63 bytes of it.
@@ -234,8 +251,8 @@ class PostgresLeases(LeaseBackend):
             try:
                 return connection, connection.execute(query, params)
             except psycopg.OperationalError:
-                if not (connection.broken or connection.closed):
-                    raise
+                if not (connection.broken or connection.closed) or self._shut:
+                    raise  # a back end closed meanwhile connects no more
             connection = self._conn()
             return connection, connection.execute(query, params)
 
@@ -426,6 +443,13 @@ class PostgresLeases(LeaseBackend):
                 self._connection.close()
                 self._connection = None
 
+
+_IDENTITY = (
+    "SELECT system_identifier, (SELECT oid FROM pg_database WHERE datname = "
+    "current_database()) FROM pg_control_system()"
+)
+"""The cluster's identifier and the database's oid: together, the database, however
+it is reached."""
 
 _NOT_HELD = "its database session no longer holds the lock"
 _UNREAD = "the worker registry was not read"

@@ -81,7 +81,7 @@ class FileLeases(LeaseBackend):
         self._later_tokens = tokens
         self._stored = stored
         self.directory = lease_directory(database_file)
-        self.database = f"sqlite:{self.directory}"
+        self._database = f"sqlite:{self.directory}"
         # Who may have made the directory and what is in it: this user, the file's owner,
         # or, where the file is its group's to write, a member of that group.
         store = os.stat(database_file)
