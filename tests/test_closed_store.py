@@ -10,10 +10,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from eventsourcing.persistence import ConnectionPoolClosedError
+from eventsourcing.persistence import ConnectionPoolClosedError, OperationalError
 
 from covonaut_es import Store, open_store
-from covonaut_es.errors import StoreClosedError, StoreUnavailableError
+from covonaut_es.errors import StoreClosedError, StoreUnavailableError, ThreadConflictError
+from covonaut_es.store._read_only import WriteGuard
 from support import conversation
 
 
@@ -155,3 +156,31 @@ def test_a_call_the_store_is_closed_under_raises_store_closed_error(shared_url: 
     store.submit("t", "Go.")
     found = closed_during(store, store._records, "log_position", store.last_log_position)
     assert isinstance(found, StoreClosedError), found
+
+
+def test_a_lease_entered_after_its_store_was_closed_is_refused(store_url: str) -> None:
+    """A lease asked for before ``close()`` and entered after it raises StoreClosedError,
+    and no back end of leases is made again (on PostgreSQL it connected anew, and could
+    hang on a server that did not answer)."""
+    store = open_store(store_url)
+    asked = store.lease("t")
+    store.close()
+    with pytest.raises(StoreClosedError, match="is closed"), asked:
+        pass
+    assert store._leasing._lease_backend is None
+
+
+@pytest.mark.parametrize(
+    "error",
+    [ThreadConflictError("taken", thread_id="t", expected_version=0), ValueError("bad")],
+)
+def test_an_error_of_a_call_itself_is_never_taken_for_the_close(error: Exception) -> None:
+    """An error of the call's own (a conflict, a bad value) raised after the store was
+    closed stays what it is; only a back end's failure to reach its database becomes
+    StoreClosedError."""
+    guard = WriteGuard("memory://", read_only=False)
+    guard.closed = True
+    guard.refuse_if_closed_under(error)  # returns: the caller raises the error itself
+    with pytest.raises(StoreClosedError) as refused:
+        guard.refuse_if_closed_under(OperationalError("the pool was closed"))
+    assert isinstance(refused.value.__cause__, OperationalError)

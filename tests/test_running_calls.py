@@ -33,7 +33,7 @@ from covonaut_es.service._running import listed
 from covonaut_es.store import AgentApplication
 from covonaut_es.workers import Worker
 from hanging_tool import OBJECT, RITA, VERIFIER, Hanging, hanging_agent, wait_for
-from support import answer, call
+from support import agent_on, answer, call
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = (sys.executable, "-m", "covonaut_es", "worker")
@@ -282,6 +282,42 @@ def test_a_call_still_running_is_neither_settled_nor_run_again_in_a_fork(store: 
         assert tool.returned.wait(30)
     wait_for(lambda: not running_calls(store), "the tool to end")
     service.settle(fork, "h1", Settlement.not_run("no"), reviewer=rita)
+
+
+def test_a_fork_made_before_a_call_started_runs_while_the_call_still_runs(
+    store: Store,
+) -> None:
+    """A fork of a thread made before its call started does not hold that call: it
+    runs while the parent's tool still does (every fork of the thread was refused,
+    whatever it held, until the tool returned)."""
+    tool = Hanging()
+    agent = hanging_agent(store, tool)
+    agent.run("hi")
+    early = store.fork("t", new_thread_id="early")
+    assert agent.run("go") == ""
+    try:
+        assert agent_on(store, early, [answer("still here")]).run("and you?") == "still here"
+    finally:
+        tool.release.set()
+        assert tool.returned.wait(30)
+
+
+@pytest.mark.postgres
+def test_a_role_s_search_path_does_not_rename_its_database(postgres_database: str) -> None:
+    """A store whose session puts a schema of its own before pg_catalog, with a
+    ``current_database()`` that names another database, still names its own (a tenant
+    could otherwise take another tenant's name, and read its running calls)."""
+    import psycopg
+
+    with psycopg.connect(postgres_database, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA shadow")
+        conn.execute(
+            "CREATE FUNCTION shadow.current_database() RETURNS name "
+            "LANGUAGE sql AS $$ SELECT 'postgres'::name $$"
+        )
+    shadowed = f"{postgres_database}?options=-csearch_path%3Dshadow%2Cpg_catalog%2Cpublic"
+    with open_store(postgres_database) as plain, open_store(shadowed) as other:
+        assert other.database == plain.database
 
 
 def test_running_calls_refuses_what_is_no_store() -> None:

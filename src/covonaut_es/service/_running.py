@@ -106,21 +106,21 @@ def _deadline(started: datetime, timeout: float) -> datetime | None:
 
 
 def refuse_while_running(store: Store, thread_id: str) -> None:
-    """Raise if a tool call of the thread, or of a thread it was forked from, still
-    runs, in this process or in a live worker's (as its heartbeat reports): one past its
-    timeout is in doubt, and settling it ("did not run") or running it again before its
-    tool returns could run it twice (a fork made while it ran holds it in doubt too).
+    """Raise if a tool call of the thread still runs, in this process or in a live
+    worker's (as its heartbeat reports), or one of a thread it was forked from that it
+    holds open too: one past its timeout is in doubt, and settling it ("did not run") or
+    running it again before its tool returns could run it twice.
 
     Raises:
         ToolCallRunningError: A call of the thread runs; it names the oldest, and where.
     """
-    lineage = _Lineage(store, thread_id)
-    listed = [entry for entry in _listed_in(None) if lineage.holds(entry.call.thread_id)]
+    held = _Held(store, thread_id)
+    listed = [entry for entry in _listed_in(None) if held.by_thread(entry.call)]
     calls = [entry.call for entry in listed]
     where = "this process"
     if not calls:
         for worker in store.live_workers():
-            calls = [call for call in worker.calls if lineage.holds(call.thread_id)]
+            calls = [call for call in worker.calls if held.by_thread(call)]
             if calls:
                 where = f"worker {worker.worker_id!r} (pid {worker.pid} on {worker.host!r})"
                 break
@@ -140,18 +140,26 @@ def refuse_while_running(store: Store, thread_id: str) -> None:
     raise ToolCallRunningError(msg, thread_id=thread_id, tool_call_id=call.tool_call_id)
 
 
-class _Lineage:
-    """A thread and those it was forked from, read from the store only when a running
-    call names another thread."""
+class _Held:
+    """Whether a running call holds a thread: it is the thread's own, or one of a thread
+    it was forked from that the thread holds open too (forked while the call ran). The
+    thread's ancestors and open calls are read from the store only for a call of
+    another thread."""
 
     def __init__(self, store: Store, thread_id: str) -> None:
         self._store = store
         self._thread_id = thread_id
-        self._ancestors: frozenset[str] | None = None
+        self._inherited: tuple[frozenset[str], frozenset[str]] | None = None
 
-    def holds(self, thread_id: str) -> bool:
-        if thread_id == self._thread_id:
+    def by_thread(self, call: CallRunning) -> bool:
+        if call.thread_id == self._thread_id:
             return True
-        if self._ancestors is None:
-            self._ancestors = frozenset(self._store.path_to_root(self._thread_id))
-        return thread_id in self._ancestors
+        if self._inherited is None:
+            thread = self._store.find(self._thread_id)
+            ancestors = frozenset(self._store.path_to_root(self._thread_id)) if thread else None
+            self._inherited = (
+                ancestors or frozenset(),
+                frozenset(thread.open_calls) if thread else frozenset(),
+            )
+        ancestors, open_calls = self._inherited
+        return call.thread_id in ancestors and call.tool_call_id in open_calls

@@ -94,7 +94,9 @@ class Leasing:
 
     @property
     def leases(self) -> LeaseBackend:
-        """The database's leases and worker registry, made on first use."""
+        """The database's leases and worker registry, made on first use; never again
+        once the store is closed."""
+        self._guard.refuse_if_closed()
         with _CREATE_LOCK:
             if self._lease_backend is None:
                 self._lease_backend = self._backend.lease_backend(

@@ -6,9 +6,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TypeVar
 
-from covonaut_es.errors import ReadOnlyStoreError, StoreClosedError
+from eventsourcing.persistence import ConnectionPoolClosedError, InterfaceError, OperationalError
+
+from covonaut_es.errors import ReadOnlyStoreError, StoreClosedError, StoreUnavailableError
 
 T = TypeVar("T")
+
+_UNREACHED = (ConnectionPoolClosedError, OperationalError, InterfaceError, StoreUnavailableError)
+"""What a back end raises when its pool or connection was closed under a call."""
 
 
 class WriteGuard:
@@ -39,15 +44,19 @@ class WriteGuard:
             raise StoreClosedError(f"store {self.url} is closed")
 
     def refuse_if_closed_under(self, error: Exception) -> None:
-        """Raise StoreClosedError, from ``error``, if the store was closed while the call
-        that raised ``error`` ran (a back end's error of its pool or connection closed
-        under it: eventsourcing's ``ConnectionPoolClosedError`` on SQLite, an
-        ``OperationalError`` on PostgreSQL).
+        """Raise StoreClosedError, from ``error``, if ``error`` is the back end's failure
+        to reach its database and the store was closed while the call that raised it ran
+        (eventsourcing's ``ConnectionPoolClosedError`` on SQLite, its ``OperationalError``
+        on PostgreSQL); any other error (a conflict, a damaged row) is the call's own.
 
         Raises:
             StoreClosedError: The store was closed.
         """
-        if self.closed and not isinstance(error, StoreClosedError):
+        if (
+            self.closed
+            and isinstance(error, _UNREACHED)
+            and not isinstance(error, StoreClosedError)
+        ):
             raise StoreClosedError(f"store {self.url} is closed") from error
 
     def while_open(self, items: Iterator[T]) -> Iterator[T]:

@@ -13,7 +13,7 @@ from uuid import UUID
 import msgspec
 
 from covonaut_es.domain import thread_aggregate_id
-from covonaut_es.errors import ConfigurationError, StoreUnavailableError
+from covonaut_es.errors import ConfigurationError, StoreClosedError, StoreUnavailableError
 from covonaut_es.store._leases import (
     STALE_AFTER,
     CallRunning,
@@ -166,13 +166,16 @@ class PostgresLeases(LeaseBackend):
 
     def _conn(self) -> Any:
         with self._connect_lock:
+            if self._shut:  # a back end closed connects no more
+                msg = f"the store was closed: its run leases connect no more ({self._server})"
+                raise StoreClosedError(msg)
             if self._connection is None or self._connection.closed or self._connection.broken:
                 import psycopg
 
                 connection = None
                 try:
                     connection = psycopg.connect(
-                        **self._kwargs,
+                        **{"connect_timeout": _CONNECT_TIMEOUT, **self._kwargs},
                         autocommit=True,
                         application_name=self._application_name(),
                         keepalives=1,
@@ -195,21 +198,21 @@ class PostgresLeases(LeaseBackend):
             return self._connection
 
     def _named(self) -> str:
-        """The database as its server names it: its cluster's system identifier and its
-        own oid, whatever host name, address or socket the URL reaches it by, with the
-        store's schema and events table; the URL's host, port and database where the
-        server does not tell its identifier."""
+        """The database as its server names it: its cluster's system identifier, when
+        the server started, and its own oid, whatever host name, address or socket the
+        URL reaches it by, with the store's schema and events table; the URL's host,
+        port and database where the server does not tell its identifier."""
         import psycopg
 
         connection = self._conn()
         try:
-            system, oid = connection.execute(_IDENTITY).fetchone()
+            system, started, oid = connection.execute(_IDENTITY).fetchone()
         except (psycopg.errors.InsufficientPrivilege, psycopg.errors.UndefinedFunction):
             return f"{self._server}/{self._store_tables}"
         except psycopg.Error as exc:
             msg = f"cannot name the PostgreSQL database of run leases ({self._server}): {exc}"
             raise StoreUnavailableError(msg) from exc
-        return f"postgresql:{system}/{oid}/{self._store_tables}"
+        return f"postgresql:{system}@{started.isoformat()}/{oid}/{self._store_tables}"
 
     def _application_name(self) -> str:
         # PostgreSQL keeps 63 bytes of it.
@@ -251,8 +254,8 @@ class PostgresLeases(LeaseBackend):
             try:
                 return connection, connection.execute(query, params)
             except psycopg.OperationalError:
-                if not (connection.broken or connection.closed) or self._shut:
-                    raise  # a back end closed meanwhile connects no more
+                if not (connection.broken or connection.closed):
+                    raise
             connection = self._conn()
             return connection, connection.execute(query, params)
 
@@ -445,11 +448,17 @@ class PostgresLeases(LeaseBackend):
 
 
 _IDENTITY = (
-    "SELECT system_identifier, (SELECT oid FROM pg_database WHERE datname = "
-    "current_database()) FROM pg_control_system()"
+    "SELECT s.system_identifier, pg_catalog.pg_postmaster_start_time(), d.oid "
+    "FROM pg_catalog.pg_control_system() AS s, pg_catalog.pg_database AS d "
+    "WHERE d.datname = pg_catalog.current_database()"
 )
-"""The cluster's identifier and the database's oid: together, the database, however
-it is reached."""
+"""The cluster's identifier, when its server started (a copy of the cluster keeps the
+identifier), and the database's oid: together, the database, however it is reached.
+Each name is qualified: a role's search_path may put a function of its own first."""
+
+_CONNECT_TIMEOUT = 10
+"""Seconds the lease connection waits to connect, unless the URL says otherwise: a
+server that does not answer fails a lease, or the naming of its database, in time."""
 
 _NOT_HELD = "its database session no longer holds the lock"
 _UNREAD = "the worker registry was not read"
