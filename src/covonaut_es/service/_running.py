@@ -4,9 +4,10 @@ keeps a call in doubt from being settled or run again while its tool still runs.
 Each call is listed under the database of the store its run holds the lease in
 (:attr:`covonaut_es.store.Lease.database`): a process may serve many stores, and a
 worker's records report only the calls of its own store's database. A call still refuses
-a thread of the same id in every store of the process: two URLs of one PostgreSQL database
-(``localhost`` and ``127.0.0.1``) name it differently, and a refusal missed runs a call
-twice, where one made in excess only waits.
+a thread of the same id in every store of the process, and a fork of its thread that
+holds it open: a refusal missed runs a call twice, where one made in excess only waits,
+and where a PostgreSQL server keeps its identifier from the store's role, two URLs of one
+database (``localhost`` and ``127.0.0.1``) name it differently (ADR 0145).
 
 A call is listed from the moment its function starts until it returns, also after its
 timeout ran out and its run went on without it (Python cannot stop a blocking function,
