@@ -750,6 +750,8 @@ _NEWEST_MOVED = {
     before_it_caught_up=st.booleans(),
 )
 @example(past=1, before_it_caught_up=True)
+# Found by CI: a worker's step wrote two events past the move, the second onto the row.
+@example(past=2, before_it_caught_up=False)
 @example(past=2**62, before_it_caught_up=False)
 @example(past=2**63 - 1, before_it_caught_up=False)
 def test_a_row_moved_past_where_new_events_are_numbered_is_followed_or_refused(
@@ -784,8 +786,10 @@ def test_a_row_moved_past_where_new_events_are_numbered_is_followed_or_refused(
             FOLLOWERS[follower](store, nothing if before_it_caught_up else lambda: move(conn))
         except StoredRowError as exc:
             [position] = moved_to
-            if "where the log holds a row already" in str(exc):  # the sequence's next value
-                assert backend == "postgres" and past == 1 and not before_it_caught_up
+            if "where the log holds a row already" in str(exc):  # the sequence reached it
+                # within the events the follower writes after the move (a worker's step
+                # writes several), so a small move only
+                assert backend == "postgres" and past < 2**62 and not before_it_caught_up
                 assert f"(notification_id)=({position})" in str(exc)
             else:
                 assert f"({LAYOUT_EVENTS[backend]!r}) is at notification_id {position}" in str(exc)
