@@ -157,10 +157,10 @@ class _Held:
             return True
         if self._inherited is None:
             thread = self._store.find(self._thread_id)
-            ancestors = frozenset(self._store.path_to_root(self._thread_id)) if thread else None
             self._inherited = (
-                ancestors or frozenset(),
-                frozenset(thread.open_calls) if thread else frozenset(),
+                (frozenset(self._store.path_to_root(self._thread_id)), frozenset(thread.open_calls))
+                if thread is not None
+                else (frozenset(), frozenset())
             )
         ancestors, open_calls = self._inherited
         return call.thread_id in ancestors and call.tool_call_id in open_calls

@@ -300,20 +300,12 @@ class ThreadReader:
         # Trusted, a snapshot was sealed to its event's chain hash: the thread's own from
         # there. Without one, the object may be a fork grafted onto its parent's, whose
         # point is the parent's.
+        at = None if snapshot is None else snapshot.originator_version
         chain = None if snapshot is None else snapshot.state.get("chain_head")
         if folded is not None and isinstance(self._app, AgentApplication):
-            point = (
-                None
-                if snapshot is None or not isinstance(chain, str)
-                else (
-                    snapshot.originator_version,
-                    chain,
-                )
-            )
+            point = (at, chain) if at is not None and isinstance(chain, str) else None
             self._app.sealed_points.note(folded, point)
-        if snapshot is None:
-            return folded, None
-        return folded, snapshot.originator_version
+        return folded, at
 
     def replay(self, thread_id: str, *, version: int | None = None) -> AgentThread | None:
         """The thread rebuilt from its events alone, ignoring snapshots; None when it

@@ -41,10 +41,7 @@ from covonaut_es.domain import (
     ThreadTree,
     TreeStats,
 )
-from covonaut_es.errors import (
-    ConfigurationError,
-    ThreadNotFoundError,
-)
+from covonaut_es.errors import ConfigurationError, ThreadNotFoundError
 from covonaut_es.migrations import Upcaster
 from covonaut_es.migrations._upcasting import NO_MIGRATORS
 from covonaut_es.store import _audit
