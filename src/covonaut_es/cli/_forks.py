@@ -6,10 +6,12 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterator
 
+import msgspec
+
+from covonaut_es._text import json_printable, printable
 from covonaut_es.cli._command import EXIT_OK, Subcommands
 from covonaut_es.cli._json import emit_record
 from covonaut_es.cli._options import add_store_command, open_from, read_thread
-from covonaut_es.cli._output import emit_value
 from covonaut_es.domain import ThreadTree
 from covonaut_es.store import Store
 
@@ -38,13 +40,43 @@ def fork(args: argparse.Namespace) -> int:
 
 def tree(args: argparse.Namespace) -> int:
     """``tree THREAD``: the forks under a thread, indented, with labels."""
-    emit_value(args, read_thread(args, Store.tree), _tree_lines)
+    root = read_thread(args, Store.tree)
+    if args.json:
+        print(json_printable(_tree_json(root)))
+        return EXIT_OK
+    for line in _tree_lines(root):
+        print(printable(line))
     return EXIT_OK
 
 
-def _tree_lines(node: ThreadTree, indent: str = "") -> Iterator[str]:
-    at = "" if node.parent_version is None else f" @{node.parent_version}"
-    labels = "".join(f" [{label.name}]" for label in node.labels)
-    yield f"{indent}{node.thread_id}{at}{labels}"
-    for child in node.children:
-        yield from _tree_lines(child, indent + "  ")
+def _tree_json(root: ThreadTree) -> str:
+    """The tree as msgspec writes a :class:`ThreadTree`, its forks nested in each one's
+    ``children``; written in a loop, since msgspec's own recursion ends short of the
+    forks a chain may hold."""
+    parts: list[str] = []
+    stack: list[ThreadTree | str] = [root]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            parts.append(item)
+            continue
+        alone = msgspec.json.encode(msgspec.structs.replace(item, children=())).decode()
+        parts.append(alone.removesuffix("[]}") + "[")
+        stack.append("]}")
+        for index in reversed(range(len(item.children))):
+            stack.append(item.children[index])
+            if index:
+                stack.append(",")
+    return "".join(parts)
+
+
+def _tree_lines(root: ThreadTree) -> Iterator[str]:
+    """A line per thread, each fork under its parent, indented one step further (in a
+    loop: a chain of forks may be of any depth)."""
+    stack = [(root, "")]
+    while stack:
+        node, indent = stack.pop()
+        at = "" if node.parent_version is None else f" @{node.parent_version}"
+        labels = "".join(f" [{label.name}]" for label in node.labels)
+        yield f"{indent}{node.thread_id}{at}{labels}"
+        stack.extend((child, indent + "  ") for child in reversed(node.children))

@@ -66,6 +66,7 @@ from covonaut_es.domain._values import (
     TypedOutput,
     awaiting_a_person,
     calls_in_doubt,
+    relabelled,
 )
 from covonaut_es.errors import (
     InterruptPendingError,
@@ -715,8 +716,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
         label: Label
 
         def apply(self, thread: AgentThread) -> None:
-            thread.labels = [label for label in thread.labels if label.name != self.label.name]
-            thread.labels.append(self.label)
+            thread.labels = relabelled(thread.labels, self.label)
 
     class ReviewRequested(Event):
         """A call needs an approval that is not on record: a person must review its

@@ -112,25 +112,26 @@ class SessionTree:
     def tree(
         self, root_thread_id: str, labels_of: Callable[[str], tuple[Label, ...]]
     ) -> ThreadTree:
-        """The nested tree under the root, with each thread's labels."""
-
-        def node(thread_id: str) -> ThreadTree:
+        """The nested tree under the root, with each thread's labels; built from the
+        leaves up in one loop, so that a chain of forks may be of any depth."""
+        built: dict[str, ThreadTree] = {}
+        for thread_id in reversed(self.descendants(root_thread_id)):  # forks first
             parent = self._parents.get(thread_id)
-            return ThreadTree(
+            built[thread_id] = ThreadTree(
                 thread_id=thread_id,
                 parent_version=parent.version if parent and thread_id != root_thread_id else None,
                 labels=labels_of(thread_id),
-                children=tuple(node(child) for child in self.children(thread_id)),
+                children=tuple(built[child] for child in self.children(thread_id)),
             )
-
-        return node(root_thread_id)
+        return built[root_thread_id]
 
     def stats(self, root_thread_id: str) -> TreeStats:
         """How many threads, forks, leaves and branch points, and how deep."""
         threads = self.descendants(root_thread_id)
-        depth = max(
-            len(self.path_to_root(t)) - len(self.path_to_root(root_thread_id)) for t in threads
-        )
+        depths = {root_thread_id: 0}
+        for thread_id in threads:  # each parent before its forks
+            depths.update((child, depths[thread_id] + 1) for child in self.children(thread_id))
+        depth = max(depths.values())
         return TreeStats(
             threads=len(threads),
             forks=len(threads) - 1,

@@ -182,6 +182,12 @@ class Label(msgspec.Struct, frozen=True, omit_defaults=True):
     version: int | None = None
 
 
+def relabelled(labels: Iterable[Label], label: Label) -> list[Label]:
+    """``labels`` with ``label`` given: a name labels one thing, so a label of the same
+    name is taken off, and the new one comes last."""
+    return [*(given for given in labels if given.name != label.name), label]
+
+
 class TypedOutput(msgspec.Struct, frozen=True):
     """The validated value of a run's typed final answer, as JSON data: what was
     checked against ``AgentConfig.output_type`` and recorded with the answer.

@@ -3,6 +3,7 @@ page, and a page of the list, each made from the queue or a thread's record."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
@@ -313,3 +314,15 @@ class ThreadView:
     checkpoints: tuple[Checkpoint, ...]
     tree: ThreadTree
     audit: AuditReport
+
+    def tree_walk(self) -> Iterator[ThreadTree | None]:
+        """The tree's threads in the order the page lists them, each fork after its
+        parent, and None where the list of a thread's forks ends: the page nests them
+        in one loop, since a chain of forks may be deeper than a template can recurse."""
+        stack: list[ThreadTree | None] = [self.tree]
+        while stack:
+            node = stack.pop()
+            yield node
+            if node is not None and node.children:
+                stack.append(None)
+                stack.extend(reversed(node.children))

@@ -17,7 +17,6 @@ from eventsourcing.persistence import StoredEvent
 from covonaut_es.domain import (
     AgentThread,
     Checkpoint,
-    ThreadParent,
     canonical_json,
     requested_call,
     thread_aggregate_id,
@@ -34,8 +33,9 @@ from covonaut_es.errors import (
 from covonaut_es.messages import Message
 from covonaut_es.store._chain import CHAIN_FIELD, UNCHAINED, link_problem
 from covonaut_es.store._chain_key import head_problem
+from covonaut_es.store._lineage import ancestry
 from covonaut_es.store._reader import ThreadReader
-from covonaut_es.store._records import StoredRecords, refuse_fork_loop
+from covonaut_es.store._records import StoredRecords
 from covonaut_es.store._snapshot_cache import CheckedSnapshot
 
 
@@ -45,7 +45,6 @@ class _AuditedStore(Protocol):
     url: str
 
     def history(self, thread_id: str) -> tuple[AgentThread.Event, ...]: ...
-    def parent(self, thread_id: str) -> ThreadParent | None: ...
     def checkpoints(self, thread_id: str) -> tuple[Checkpoint, ...]: ...
     def load(self, thread_id: str) -> AgentThread: ...
     @property
@@ -251,11 +250,7 @@ def replay(store: _AuditedStore, thread_id: str) -> Iterator[AuditEntry]:
 
 
 def _ancestry(store: _AuditedStore, thread_id: str) -> list[str]:
-    threads = [thread_id]
-    while (parent := store.parent(threads[-1])) is not None:
-        refuse_fork_loop(threads[-1], parent.thread_id, tuple(threads), store.url)
-        threads.append(parent.thread_id)
-    return threads
+    return [owner for owner, _ in ancestry(thread_id, None, store._records.forked_event, store.url)]
 
 
 def verify(store: _AuditedStore, thread_id: str) -> AuditReport:

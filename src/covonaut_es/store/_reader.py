@@ -8,19 +8,23 @@ checks that each event follows the one before and grafts a fork onto its parent.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, Protocol, cast
+from typing import Any, cast
 from uuid import UUID
 
 from eventsourcing.application import AggregateNotFoundError, Application
 
 from covonaut_es.domain import (
     AgentThread,
+    Label,
+    SessionTree,
     ThreadSnapshot,
     check_thread_stream,
     thread_aggregate_id,
 )
+from covonaut_es.domain._values import relabelled
 from covonaut_es.errors import (
     CovonautError,
     MissingEventError,
@@ -34,15 +38,12 @@ from covonaut_es.migrations._upcasting import NO_MIGRATORS
 from covonaut_es.store._application import AgentApplication
 from covonaut_es.store._backends._eventsourcing import RebuildingRepository, Rebuilt
 from covonaut_es.store._chain import chain_of
-from covonaut_es.store._records import OPENING_EVENTS, StoredRecords, following_fork, storable
+from covonaut_es.store._lineage import Lineage, forks_followed, refuse_fork_loop
+from covonaut_es.store._records import OPENING_EVENTS, StoredRecords, storable
 from covonaut_es.store._review_index import HOLDING, entries, holders
 from covonaut_es.store._snapshot_cache import SnapshotCache
+from covonaut_es.store._topic_codes import stored_forms
 from covonaut_es.store._write_errors import database_error
-
-
-class _BaseLoader(Protocol):
-    def __call__(self, thread_id: str, *, version: int | None = None) -> AgentThread | None: ...
-
 
 ParentOf = Callable[[AgentThread.Forked], AgentThread | None]
 """What :meth:`ThreadReader.fold` grafts a fork's first event onto: the fork's parent as
@@ -56,6 +57,8 @@ _STARTS = (ThreadSnapshot, *_FIRST_EVENTS)
 """What :meth:`ThreadReader.fold` starts a thread from."""
 _THREAD_EVENTS = (AgentThread.Event, ThreadSnapshot)
 """What a thread's stream holds."""
+_LABELLED = frozenset(stored_forms([AgentThread.Labelled]))
+"""The topics a ``Labelled`` event is stored under."""
 _STARTING: dict[type, bool] = {}
 """Whether each class of event read so far is one of :data:`_STARTS`."""
 
@@ -82,6 +85,8 @@ class ThreadReader:
         self._records = records
         self._url = url
         self._snapshot_seen = snapshot_seen
+        self._loads = Lineage(self._grafted_onto, self.find, records.forked_event, url)
+        self._replays = Lineage(self.replay, self.replay, records.forked_event, url)
 
     def load(
         self,
@@ -151,7 +156,7 @@ class ThreadReader:
                 thread_id, aggregate_id, version, snapshot_migrators
             )
         if thread is None:
-            thread = self._inherited(thread_id, version, self.find)
+            thread = self._inherited(thread_id, version, self._loads)
             if thread is None:
                 self._refuse_lost_stream(thread_id)
             return thread
@@ -230,7 +235,7 @@ class ThreadReader:
         and one that keeps no sealed snapshots is read by its repository.
         """
         snapshots, repository = self._app.snapshots, self._app.repository
-        parent = self.parent_loader(thread_id, self._grafted_onto)
+        parent = self.parent_loader(thread_id, self._loads)
         if not isinstance(snapshots, SnapshotCache):
             seen: list[int] = []
 
@@ -310,11 +315,11 @@ class ThreadReader:
     def replay(self, thread_id: str, *, version: int | None = None) -> AgentThread | None:
         """The thread rebuilt from its events alone, ignoring snapshots; None when it
         has none (at that version)."""
-        parent = self.parent_loader(thread_id, self.replay)
+        parent = self.parent_loader(thread_id, self._replays)
         with self.reading(thread_id):
             events = self._app.events.get(thread_aggregate_id(thread_id), lte=version)
             thread = self.fold(None, events, thread_id, parent)
-        thread = thread or self._inherited(thread_id, version, self.replay)
+        thread = thread or self._inherited(thread_id, version, self._replays)
         if thread is None:
             self._refuse_lost_stream(thread_id)
         return thread
@@ -374,12 +379,13 @@ class ThreadReader:
             thread.chain_head = chain_of(event)
         return thread
 
-    def parent_loader(self, thread_id: str, load_base: _BaseLoader) -> ParentOf:
-        """The :data:`ParentOf` of a fork read alone: its parent as ``load_base`` reads it."""
+    def parent_loader(self, thread_id: str, lineage: Lineage) -> ParentOf:
+        """The :data:`ParentOf` of a fork read alone: its parent as ``lineage`` reads
+        the parent a fork's first event is grafted onto."""
 
         def parent(forked: AgentThread.Forked) -> AgentThread | None:
-            with following_fork(thread_id, forked.parent_thread_id, self._url):
-                return load_base(forked.parent_thread_id, version=forked.parent_version)
+            at, parent_id = forked.parent_version, forked.parent_thread_id
+            return lineage.read_parent(thread_id, parent_id, at, lineage.grafted)
 
         return parent
 
@@ -452,7 +458,7 @@ class ThreadReader:
         return MissingEventError(msg, thread_id=thread_id, version=head + 1)
 
     def _inherited(
-        self, thread_id: str, version: int | None, load_base: _BaseLoader
+        self, thread_id: str, version: int | None, lineage: Lineage
     ) -> AgentThread | None:
         """A fork's versions up to its branch point are its parent's."""
         if version is None:  # the thread has no events at all: nothing to inherit
@@ -460,8 +466,8 @@ class ThreadReader:
         forked = self._records.forked_event(thread_id)
         if forked is None or version > forked.parent_version:
             return None
-        with following_fork(thread_id, forked.parent_thread_id, self._url):
-            return load_base(forked.parent_thread_id, version=version)
+        parent_id = forked.parent_thread_id
+        return lineage.read_parent(thread_id, parent_id, version, lineage.inherited)
 
     def exists(self, thread_id: str) -> bool:
         """As :meth:`covonaut_es.Store.exists`."""
@@ -482,10 +488,33 @@ class ThreadReader:
             return tuple(cast(AgentThread.Event, event) for event in events)
 
     def history(self, thread_id: str) -> tuple[AgentThread.Event, ...]:
-        """As :meth:`covonaut_es.Store.history`."""
+        """As :meth:`covonaut_es.Store.history`: the thread's own events after those its
+        ancestors' hold up to where each branched, read from the thread up to its root
+        (a loop, not a recursion: a chain of forks may be of any depth)."""
+        owned: list[tuple[AgentThread.Event, ...]] = []
+        descendants = set(forks_followed())
+        owner, last = thread_id, None
+        while True:
+            own = self._own_events(owner, last)
+            owned.append(own)
+            first = own[0]
+            if not isinstance(first, AgentThread.Forked):
+                return tuple(itertools.chain.from_iterable(reversed(owned)))
+            first.check_place()
+            refuse_fork_loop(owner, first.parent_thread_id, descendants, self._url)
+            descendants.add(owner)
+            owner, last = first.parent_thread_id, first.parent_version
+
+    def _own_events(self, thread_id: str, last: int | None) -> tuple[AgentThread.Event, ...]:
+        """The events of the thread's own stream up to version ``last`` (None: every
+        one), each checked to follow the one before.
+
+        Raises:
+            ThreadNotFoundError: The stream holds none.
+        """
         with self.reading(thread_id):
             own: tuple[AgentThread.Event, ...] = tuple(
-                self._app.events.get(thread_aggregate_id(thread_id))  # type: ignore[arg-type]
+                self._app.events.get(thread_aggregate_id(thread_id), lte=last)  # type: ignore[arg-type]
             )
         if not own:
             self._refuse_lost_stream(thread_id)
@@ -494,13 +523,47 @@ class ThreadReader:
         for event in own:
             self.check_follows(thread_id, head, event)
             head = event.originator_version
-        if isinstance(own[0], AgentThread.Forked):
-            own[0].check_place()
-            parent = own[0].parent_thread_id
-            with following_fork(thread_id, parent, self._url):
-                inherited = self.history(parent)[: own[0].parent_version]
-            return inherited + own
         return own
+
+    def labels_under(self, tree: SessionTree, root_thread_id: str) -> dict[str, tuple[Label, ...]]:
+        """The labels of the root and of each thread forked from it in ``tree``, as a load
+        of each gives them: a fork's are its parent's as of where it branched, then its
+        own ``Labelled`` events'. Each thread's own stream is read once, where a load of
+        each would read its ancestors' again (a chain of n forks, n times over).
+
+        Raises:
+            ThreadNotFoundError: The root has no events.
+            SerializationError: A ``Labelled`` event does not decode.
+        """
+        root = self.load(root_thread_id)
+        inherited: dict[str, list[Label]] = {root_thread_id: []}
+        if root.parent is not None:
+            branched = self.load(root.parent.thread_id, version=root.parent.version)
+            inherited[root_thread_id] = branched.labels
+        own: dict[str, list[AgentThread.Labelled]] = {}
+        labels: dict[str, tuple[Label, ...]] = {}
+        for thread_id in tree.descendants(root_thread_id):  # each parent before its forks
+            parent = tree.parent(thread_id)
+            if thread_id != root_thread_id and parent is not None:
+                given = (
+                    e.label for e in own[parent.thread_id] if e.originator_version <= parent.version
+                )
+                inherited[thread_id] = functools.reduce(
+                    relabelled, given, inherited[parent.thread_id]
+                )
+            own[thread_id] = self._own_labelled(thread_id)
+            mine = (e.label for e in own[thread_id])
+            labels[thread_id] = tuple(functools.reduce(relabelled, mine, inherited[thread_id]))
+        return labels
+
+    def _own_labelled(self, thread_id: str) -> list[AgentThread.Labelled]:
+        """The ``Labelled`` events of the thread's own stream, in order."""
+        with self.reading(thread_id):
+            return [
+                cast(AgentThread.Labelled, self._app.mapper.to_domain_event(record))
+                for record in self._records.own_records(thread_id)
+                if record.topic in _LABELLED
+            ]
 
     def thread_ids(self) -> Iterator[str]:
         """As :meth:`covonaut_es.Store.thread_ids`.

@@ -9,11 +9,9 @@ than it must.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import threading
 from collections.abc import Collection, Iterator, Sequence
-from contextvars import ContextVar
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -33,12 +31,12 @@ from covonaut_es.errors import (
     StoredRowError,
     StoreUnavailableError,
     ThreadConflictError,
-    ThreadNotFoundError,
 )
 from covonaut_es.store._application import ThreadsApplication
 from covonaut_es.store._backend import Backend
 from covonaut_es.store._chain_key import ChainAdoption
 from covonaut_es.store._heads import HEADS, NEW_STREAMS, HeadAnchor, heads_of_records
+from covonaut_es.store._lineage import ancestry
 from covonaut_es.store._mapper import MsgspecMapper
 from covonaut_es.store._openings import OPENING_VERSION, Openings
 from covonaut_es.store._rows import LAST_VERSION, CheckedLog
@@ -55,46 +53,6 @@ MAX_PING_S = 3600
 """The longest :meth:`StoredRecords.ping` may be told to wait, in seconds."""
 
 _LOG_BATCH = 500
-
-
-_FOLLOWED: ContextVar[tuple[str, ...]] = ContextVar("covonaut_es_forks_followed", default=())
-"""The forks whose parents are being read, innermost last."""
-
-
-@contextlib.contextmanager
-def following_fork(thread_id: str, parent_id: str, store: str) -> Iterator[None]:
-    """Read a fork's parent inside this block, refusing a parent whose own ancestry
-    leads back to the fork (stored first events altered into a loop), which would
-    otherwise be followed without end.
-
-    Raises:
-        ThreadNotFoundError: The parent is the fork, or one of the forks it descends from.
-    """
-    followed = _FOLLOWED.get()
-    refuse_fork_loop(thread_id, parent_id, followed, store)
-    token = _FOLLOWED.set((*followed, thread_id))
-    try:
-        yield
-    finally:
-        _FOLLOWED.reset(token)
-
-
-def refuse_fork_loop(
-    thread_id: str, parent_id: str, descendants: tuple[str, ...], store: str
-) -> None:
-    """Refuse to follow a fork to its parent when the parent is the fork itself or one
-    of the forks ``thread_id`` descends from.
-
-    Raises:
-        ThreadNotFoundError: The forks' first events were altered into a loop.
-    """
-    if parent_id == thread_id or parent_id in descendants:
-        msg = (
-            f"fork {thread_id!r} in store {store} branches from {parent_id!r}, whose history "
-            f"leads back to {thread_id!r}: the forks' first events were altered; restore the "
-            "store from a backup"
-        )
-        raise ThreadNotFoundError(msg)
 
 
 def storable(version: int | None) -> int | None:
@@ -181,20 +139,22 @@ class StoredRecords:
         return tuple(self.iter_stored_records(thread_id))
 
     def iter_stored_records(
-        self, thread_id: str, *, lte: int | None = None, _descendants: tuple[str, ...] = ()
+        self, thread_id: str, *, lte: int | None = None
     ) -> Iterator[StoredEvent]:
         """As :meth:`stored_records` up to version ``lte``, read a page at a time so
-        that an audit of a long thread holds one page of records, not the stream."""
-        forked = self.forked_event(thread_id)
-        if forked is not None:
-            inherited = forked.parent_version if lte is None else min(lte, forked.parent_version)
-            parent = forked.parent_thread_id
-            # Not following_fork: a generator cannot hold a context variable while suspended.
-            refuse_fork_loop(thread_id, parent, _descendants, "this store")
-            descendants = (*_descendants, thread_id)
-            yield from self.iter_stored_records(parent, lte=inherited, _descendants=descendants)
-        recorder, stream = self._app.recorder, thread_aggregate_id(thread_id)
-        after: int | None = None
+        that an audit of a long thread holds one page of records, not the stream.
+
+        Raises:
+            ThreadNotFoundError: The forks' first events were altered into a loop.
+        """
+        chain = ancestry(thread_id, lte, self.forked_event, "this store")
+        for owner, last in reversed(chain):
+            yield from self.own_records(owner, lte=last)
+
+    def own_records(self, thread_id: str, *, lte: int | None = None) -> Iterator[StoredEvent]:
+        """The records of the thread's own stream up to version ``lte``, a page at a
+        time (a fork's inherited ones are its ancestors')."""
+        recorder, stream, after = self._app.recorder, thread_aggregate_id(thread_id), None
         while True:
             page = recorder.select_events(stream, gt=after, lte=lte, limit=_LOG_BATCH)
             yield from page

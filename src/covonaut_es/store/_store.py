@@ -524,11 +524,9 @@ class Store(Closing):
     def tree(self, root_thread_id: str) -> ThreadTree:
         """The nested tree of forks under the root, with every thread's labels."""
 
-        def labels_of(thread_id: str) -> tuple[Any, ...]:
-            return tuple(self.load(thread_id).labels)
-
-        labels_of(root_thread_id)  # a clear error for an unknown root
-        return self._forks.under(root_thread_id).tree(root_thread_id, labels_of)
+        tree = self._forks.under(root_thread_id)
+        labels = self._reader.labels_under(tree, root_thread_id)
+        return tree.tree(root_thread_id, labels.__getitem__)
 
     def tree_stats(self, root_thread_id: str) -> TreeStats:
         """Counts over the tree under the root: threads, forks, depth, leaves, branch

@@ -1,0 +1,329 @@
+"""Chains of forks of any depth: a fork of a fork of a fork... reads as its root does.
+
+A fork's read grafts its first event onto its parent as of the version it branches
+from, and that parent's read does the same; past a few forks followed one inside the
+other, a read reads the rest of the chain from its oldest thread down, so no depth of
+chain meets Python's recursion limit. Here a chain far deeper than the call stack
+allows is read by every command (the store's reads, the audit, the command line's tree,
+the inbox's thread page), and generated trees of forks and labels, intact or with
+stored rows damaged as a hostile database writer would, read the same whether every
+fork is followed inside its child's read or every one is read ahead of it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import sqlite3
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import msgspec
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from covonaut_es import Store, open_store
+from covonaut_es.cli import main
+from covonaut_es.cli._forks import _tree_json
+from covonaut_es.domain import ThreadTree, thread_aggregate_id
+from covonaut_es.service import ThreadService
+from covonaut_es.store import _lineage
+from inbox_support import inbox_client, sign_in
+from support import sqlite_key
+from test_approvals import ALICE
+from test_audit import long_thread
+
+DEPTH = 600
+"""Forks in the deep chain: past the call stack's limit for a read that followed each
+inside the one before (about 15 frames each), and past msgspec's for the nested tree."""
+
+
+@contextlib.contextmanager
+def followed_at_once(forks: int) -> Iterator[None]:
+    """Reads follow at most ``forks`` forks one inside the other, then read ahead."""
+    with mock.patch.object(_lineage, "FOLLOWED_AT_ONCE", forks):
+        yield
+
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Store]]:
+    """A SQLite store holding a root of 12 messages and a chain of :data:`DEPTH` forks
+    of it, each forked at its parent's head and labelled; the store's URL and the store."""
+    url = f"sqlite:///{tmp_path_factory.mktemp('chain') / 'threads.db'}"
+    with open_store(url) as store:
+        long_thread(store, "root", 12)
+        service, parent = ThreadService(store), "root"
+        for depth in range(1, DEPTH + 1):
+            parent = store.fork(parent, new_thread_id=f"f{depth}")
+            if depth % 100 == 0:
+                service.label(parent, f"depth {depth}")
+        yield url, store
+
+
+def test_the_deepest_fork_of_a_chain_reads_as_its_root(chain: tuple[str, Store]) -> None:
+    """Every read of the deepest fork gives the root's messages and the chain's
+    versions; the audit finds nothing; the tree nests every fork with its labels."""
+    _, store = chain
+    assert sys.getrecursionlimit() <= 3000  # else the chain would not be deep enough
+    deepest, root = f"f{DEPTH}", store.load("root")
+    thread = store.load(deepest)
+    head = root.version + DEPTH + DEPTH // 100
+    assert thread.version == head
+    assert thread.state.messages == root.state.messages
+    assert [label.name for label in thread.labels] == [f"depth {d}" for d in range(100, 601, 100)]
+    assert store.find(deepest, version=root.version).state == root.state  # inherited
+    assert store.replay_state(deepest) == thread.state
+    assert [e.originator_version for e in store.history(deepest)] == list(range(1, head + 1))
+    assert len(list(store.replay(deepest))) == head
+    assert store.verify(deepest).ok
+    assert store.path_to_root(deepest)[-1] == "root"
+    assert store.tree_stats("root").depth == DEPTH
+    node, depth = store.tree("root"), 0
+    while node.children:
+        (node,) = node.children
+        depth += 1
+        assert node.thread_id == f"f{depth}"
+        if depth % 150 == 0:
+            assert node.labels == tuple(store.load(node.thread_id).labels)
+    assert depth == DEPTH
+    assert node.labels == tuple(thread.labels)
+
+
+def test_the_tree_of_a_deep_chain_prints_and_serves(
+    chain: tuple[str, Store], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``tree`` prints every fork indented under its parent, and as the nested JSON of a
+    ``ThreadTree``; the inbox's page of the deepest fork lists the whole chain."""
+    url, store = chain
+    assert main(["tree", "root", "--store", url]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == DEPTH + 1
+    assert lines[-1].startswith(" " * 2 * DEPTH + f"f{DEPTH} @")
+    assert main(["tree", "root", "--store", url, "--json"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count('"thread_id"') == DEPTH + 1
+    assert printed.rstrip().endswith("]}" * (DEPTH + 1))
+    with inbox_client(store) as client:
+        sign_in(client, ALICE)
+        page = client.get("/thread", params={"id": f"f{DEPTH}"})
+    assert page.status_code == 200
+    assert page.text.count("<ul>") == DEPTH
+    assert all(f">f{depth}</a>" in page.text for depth in range(1, DEPTH + 1))
+
+
+trees = st.lists(
+    st.one_of(
+        st.tuples(st.just("fork"), st.integers(0, 10**6), st.integers(0, 10**6)),
+        st.tuples(
+            st.just("label"),
+            st.integers(0, 10**6),
+            st.sampled_from(["a", "b", "c"]),
+            st.none() | st.integers(0, 10**6),
+        ),
+    ),
+    max_size=24,
+)
+
+
+def grown(store: Store, operations: list[tuple[Any, ...]]) -> list[str]:
+    """A root of 8 messages grown by ``operations``: forks of a thread (by index) at one
+    of its versions, and labels of a thread or one of its versions. Its threads."""
+    long_thread(store, "root", 8)
+    threads, service = ["root"], ThreadService(store)
+    for kind, which, *rest in operations:
+        thread_id = threads[which % len(threads)]
+        head = store.head_version(thread_id)
+        assert head is not None
+        if kind == "fork":
+            version = rest[0] % head + 1
+            threads.append(
+                store.fork(thread_id, at_version=version, new_thread_id=f"t{len(threads)}")
+            )
+        else:
+            name, version = rest
+            at = None if version is None else version % head + 1
+            service.label(thread_id, name, version=at)
+    return threads
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(operations=trees)
+def test_generated_trees_read_the_same_followed_or_read_ahead(
+    operations: list[tuple[Any, ...]],
+) -> None:
+    """Every thread of a generated tree, at its head and at every version, loads to the
+    same state whether reads follow every fork inside its child's read or read every
+    ancestor ahead; its history is versions 1 to its head; its labels in the tree are
+    those a load gives; the tree prints as msgspec writes it."""
+    with (
+        tempfile.TemporaryDirectory() as directory,
+        open_store(f"sqlite:///{directory}/threads.db") as store,
+    ):
+        threads = grown(store, operations)
+        tree = store.tree("root")
+        labels = dict(walk(tree))
+        for thread_id in threads:
+            head = store.head_version(thread_id)
+            assert head is not None
+            for version in [None, *range(1, head + 1)]:
+                read = functools.partial(store.load, thread_id, version=version)
+                followed = outcome(read)
+                with followed_at_once(0):
+                    assert outcome(read) == followed
+            with followed_at_once(0):
+                assert store.replay_state(thread_id) == store.load(thread_id).state
+            versions = [e.originator_version for e in store.history(thread_id)]
+            assert versions == list(range(1, head + 1))
+            assert labels[thread_id] == tuple(store.load(thread_id).labels)
+        assert _tree_json(tree) == msgspec.json.encode(tree).decode()
+
+
+def walk(tree: ThreadTree) -> Iterator[tuple[str, tuple[Any, ...]]]:
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        yield node.thread_id, node.labels
+        stack.extend(node.children)
+
+
+def outcome(read: Callable[[], Any]) -> Any:
+    """What ``read`` gives, or the type and text of what it raises."""
+    try:
+        return read()
+    except Exception as exc:
+        return type(exc).__name__, str(exc)
+
+
+CHAIN = ("root", "f1", "f2", "f3", "f4")
+STREAMS = tuple(sqlite_key(thread_aggregate_id(t)) for t in CHAIN)
+
+
+@pytest.fixture(scope="module")
+def damaged_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A store of a snapshotted root and a chain of four forks of it, each of the one
+    before and labelled once, two of them forked below their parent's head."""
+    db = tmp_path_factory.mktemp("template") / "threads.db"
+    with open_store(f"sqlite:///{db}") as store:
+        long_thread(store, "root", 80)  # long enough for a snapshot
+        service = ThreadService(store)
+        for child, (parent, at) in zip(
+            CHAIN[1:], [("root", 70), ("f1", None), ("f2", 73), ("f3", None)], strict=True
+        ):
+            store.fork(parent, at_version=at, new_thread_id=child)
+            service.label(child, child)
+    return db
+
+
+damage = st.tuples(
+    st.sampled_from(["delete", "bytes", "topic", "version", "move", "parent"]),
+    st.sampled_from(STREAMS),
+    st.integers(0, 200),
+    st.binary(max_size=24) | st.sampled_from([b"", b"{}", b'{"_v": 99}']),
+    st.sampled_from(STREAMS),
+)
+
+
+def damage_row(db: Path, change: tuple[Any, ...]) -> None:
+    """Damage one row of ``db`` as ``change`` says: delete it, change its bytes, its
+    topic or its version, move it to another stream, or point a fork's first event at
+    another thread's stream; a change the schema refuses changes nothing."""
+    kind, stream, index, data, other = change
+    with sqlite3.connect(db) as conn:
+        versions = [
+            v
+            for (v,) in conn.execute(
+                "SELECT originator_version FROM stored_events WHERE originator_id = ? "
+                "ORDER BY originator_version",
+                (stream,),
+            )
+        ]
+        if not versions:
+            return
+        version = versions[0] if kind == "parent" else versions[index % len(versions)]
+        key = "WHERE originator_id = ? AND originator_version = ?"
+        statements = {
+            "delete": (f"DELETE FROM stored_events {key}", ()),
+            "bytes": (f"UPDATE stored_events SET state = ? {key}", (data,)),
+            "topic": (f"UPDATE stored_events SET topic = 'covonaut.thread.Forked' {key}", ()),
+            "version": (f"UPDATE stored_events SET originator_version = ? {key}", (index,)),
+            "move": (f"UPDATE stored_events SET originator_id = ? {key}", (other,)),
+            "parent": (f"UPDATE stored_events SET state = ? {key}", (forked_state(conn, other),)),
+        }
+        statement, values = statements[kind]
+        with contextlib.suppress(sqlite3.IntegrityError):
+            conn.execute(statement, (*values, stream, version))
+
+
+def forked_state(conn: sqlite3.Connection, stream: bytes) -> bytes:
+    """The stored bytes of ``stream``'s first event (another fork's ``Forked``, or the
+    root's start): copied over a fork's first event, they make it name another parent."""
+    row = conn.execute(
+        "SELECT state FROM stored_events WHERE originator_id = ? ORDER BY originator_version "
+        "LIMIT 1",
+        (stream,),
+    ).fetchone()
+    return b"" if row is None else bytes(row[0])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(changes=st.lists(damage, min_size=1, max_size=3))
+def test_damaged_chains_read_the_same_followed_or_read_ahead(
+    damaged_template: Path, changes: list[tuple[Any, ...]]
+) -> None:
+    """After one to three damaged rows anywhere in the chain, every read of every fork
+    (load at its head and at each version, replay, history) gives the same state, or
+    raises the same error with the same message, whether forks are followed inside
+    their children's reads or read ahead of them."""
+    with tempfile.TemporaryDirectory() as directory:
+        db = Path(directory) / "threads.db"
+        db.write_bytes(damaged_template.read_bytes())
+        for change in changes:
+            damage_row(db, change)
+        with open_store(f"sqlite:///{db}") as store:
+            reads: list[Callable[[], Any]] = []
+            for thread_id in CHAIN:
+                reads += [
+                    lambda t=thread_id: store.load(t).state,  # type: ignore[misc]
+                    lambda t=thread_id: store.replay_state(t),  # type: ignore[misc]
+                    lambda t=thread_id: len(store.history(t)),  # type: ignore[misc]
+                ]
+                reads += [
+                    lambda t=thread_id, v=v: store.load(t, version=v).state  # type: ignore[misc]
+                    for v in (1, 40, 69, 70, 71, 72, 75, 85)
+                ]
+            followed = [outcome(read) for read in reads]
+            with followed_at_once(0):
+                assert [outcome(read) for read in reads] == followed
+
+
+def test_a_loop_of_forks_met_while_reading_ahead_is_refused(damaged_template: Path) -> None:
+    """A fork's first event rewritten (and stored as the library stores it) to branch
+    from a fork of its fork: every read of a thread below the loop refuses it by type, and with the
+    same message, whether it follows each fork or reads ahead."""
+    with tempfile.TemporaryDirectory() as directory:
+        db = Path(directory) / "threads.db"
+        db.write_bytes(damaged_template.read_bytes())
+        with open_store(f"sqlite:///{db}") as store:
+            (record,) = store._app.recorder.select_events(thread_aggregate_id("f2"), limit=1)
+            mapper = store._app.mapper
+            plain = bytes(mapper.plain_payload(record))  # type: ignore[attr-defined]
+            looped = plain.replace(b'"parent_thread_id":"f1"', b'"parent_thread_id":"f4"')
+            assert looped != plain
+            stored = mapper.stored_payload(looped)  # type: ignore[attr-defined]
+        with sqlite3.connect(db) as conn:
+            conn.execute(
+                "UPDATE stored_events SET state = ? WHERE originator_id = ? AND "
+                "originator_version = ?",
+                (stored, STREAMS[2], record.originator_version),
+            )
+        with open_store(f"sqlite:///{db}") as store:
+            reads = [lambda t=t: store.load(t).version for t in ("f2", "f3", "f4")]  # type: ignore[misc]
+            followed = [outcome(read) for read in reads]
+            with followed_at_once(0):
+                assert [outcome(read) for read in reads] == followed
+    assert all(kind == "ThreadNotFoundError" and "leads back" in text for kind, text in followed)
