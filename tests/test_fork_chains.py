@@ -5,9 +5,10 @@ from, and that parent's read does the same; past a few forks followed one inside
 other, a read reads the rest of the chain from its oldest thread down, so no depth of
 chain meets Python's recursion limit. Here a chain far deeper than the call stack
 allows is read by every command (the store's reads, the audit, the command line's tree,
-the inbox's thread page), and generated trees of forks and labels, intact or with
-stored rows damaged as a hostile database writer would, read the same whether every
-fork is followed inside its child's read or every one is read ahead of it.
+the inbox's thread page, an export and its import), and generated trees of forks and
+labels, intact or with stored rows damaged as a hostile database writer would, read the
+same whether every fork is followed inside its child's read or every one is read ahead
+of it.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from covonaut_es import Store, open_store
+from covonaut_es.audit import export_thread, import_threads
 from covonaut_es.cli import main
 from covonaut_es.cli._forks import _tree_json
 from covonaut_es.domain import ThreadTree, thread_aggregate_id
@@ -116,6 +118,18 @@ def test_the_tree_of_a_deep_chain_prints_and_serves(
     assert all(f">f{depth}</a>" in page.text for depth in range(1, DEPTH + 1))
 
 
+def test_a_deep_chain_exports_and_imports(chain: tuple[str, Store]) -> None:
+    """The deepest fork exported with its ancestors imports into an empty store, each
+    fork folded onto its parent from the file, and loads there as here."""
+    _, store = chain
+    deepest = f"f{DEPTH}"
+    lines = list(export_thread(store, deepest, with_ancestors=True))
+    with open_store("memory://") as copy:
+        assert len(import_threads(copy, lines)) == DEPTH + 1
+        assert copy.load(deepest).state == store.load(deepest).state
+        assert copy.verify(deepest).ok
+
+
 trees = st.lists(
     st.one_of(
         st.tuples(st.just("fork"), st.integers(0, 10**6), st.integers(0, 10**6)),
@@ -159,7 +173,8 @@ def test_generated_trees_read_the_same_followed_or_read_ahead(
     """Every thread of a generated tree, at its head and at every version, loads to the
     same state whether reads follow every fork inside its child's read or read every
     ancestor ahead; its history is versions 1 to its head; its labels in the tree are
-    those a load gives; the tree prints as msgspec writes it."""
+    those a load gives; exported with its ancestors, it imports into an empty store as
+    the same state; the tree prints as msgspec writes it."""
     with (
         tempfile.TemporaryDirectory() as directory,
         open_store(f"sqlite:///{directory}/threads.db") as store,
@@ -180,6 +195,9 @@ def test_generated_trees_read_the_same_followed_or_read_ahead(
             versions = [e.originator_version for e in store.history(thread_id)]
             assert versions == list(range(1, head + 1))
             assert labels[thread_id] == tuple(store.load(thread_id).labels)
+            with open_store("memory://") as copy:
+                import_threads(copy, export_thread(store, thread_id, with_ancestors=True))
+                assert copy.load(thread_id).state == store.load(thread_id).state
         assert _tree_json(tree) == msgspec.json.encode(tree).decode()
 
 

@@ -12,6 +12,7 @@ short (a full disk, a kill, another writer creating one of its threads) writes n
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -111,7 +112,7 @@ def import_threads(
     threads, tally, (trailer, last) = _parsed(lines)
     chains: dict[str, dict[int, str]] = {}  # a fork's parent may come earlier in the file
     records: dict[str, list[StoredEvent]] = {}
-    decoded: dict[str, list[Any]] = {}
+    folds = _Folds(store)
     adoption = store.log.chain_adoption()
     keyed = store.log.chain_key is not None and adoption.adopted
     for thread_id, events in threads.items():
@@ -120,8 +121,7 @@ def import_threads(
         )
         read = [_readable(store, thread_id, number, e) for number, e in events]
         records[thread_id] = [record for record, _ in read]
-        decoded[thread_id] = [event for _, event in read]
-        _folded(store, thread_id, decoded)
+        folds.add(thread_id, [event for _, event in read])
     # Last, so that a line's own problem is reported as such in any export.
     if trailer is not None:
         tally.check(trailer, last)
@@ -238,26 +238,49 @@ def _readable(
         raise TransferError(msg) from exc
 
 
-def _folded(
-    store: Store, thread_id: str, decoded: Mapping[str, list[Any]], version: int | None = None
-) -> AgentThread | None:
-    """The thread ``decoded`` holds the events of, folded up to ``version`` by the
-    store's one fold (each line decoding alone is not enough: events that do not fold
-    into a thread would break every listing of the store, as a stored thread that does
-    not load does); a fork's parent comes from the file or the store."""
+class _Folds:
+    """The threads of an import, each folded as it is read by the store's one fold (each
+    line decoding alone is not enough: events that do not fold into a thread would break
+    every listing of the store, as a stored thread that does not load does), a fork onto
+    its parent as of the version it branches from, found earlier in the file or in the
+    store. A parent of the file is folded again up to that version from a copy of what
+    it was itself grafted onto, kept when it was folded, so that a fork's fold costs its
+    parent's own events, not its whole chain's: a chain of forks of any depth imports in
+    time and stack in proportion to it."""
 
-    def parent(forked: AgentThread.Forked) -> AgentThread | None:
-        at = forked.parent_version
-        if forked.parent_thread_id in decoded:
-            return _folded(store, forked.parent_thread_id, decoded, at)
-        return store.find(forked.parent_thread_id, version=at)
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._events: dict[str, list[Any]] = {}
+        self._bases: dict[str, AgentThread | None] = {}
 
-    events = [e for e in decoded[thread_id] if version is None or e.originator_version <= version]
-    try:
-        return store.log.fold(events, thread_id, parent)
-    except CovonautError as exc:
-        msg = f"thread {thread_id!r} does not fold into a thread: {exc}; nothing was written"
-        raise TransferError(msg) from exc
+    def add(self, thread_id: str, events: list[Any]) -> None:
+        """Fold the thread's events, and keep them for its forks further in the file.
+
+        Raises:
+            TransferError: They do not fold into a thread; nothing was written.
+        """
+        grafted_onto: list[AgentThread | None] = [None]
+
+        def parent(forked: AgentThread.Forked) -> AgentThread | None:
+            base = self._parent(forked)
+            grafted_onto[0] = copy.deepcopy(base)  # the fold changes base itself
+            return base
+
+        try:
+            self._store.log.fold(events, thread_id, parent)
+        except CovonautError as exc:
+            msg = f"thread {thread_id!r} does not fold into a thread: {exc}; nothing was written"
+            raise TransferError(msg) from exc
+        self._events[thread_id], self._bases[thread_id] = events, grafted_onto[0]
+
+    def _parent(self, forked: AgentThread.Forked) -> AgentThread | None:
+        """The parent a fork's first event names, as of the version it branches from."""
+        parent_id, version = forked.parent_thread_id, forked.parent_version
+        if parent_id not in self._events:
+            return self._store.find(parent_id, version=version)
+        events = [e for e in self._events[parent_id] if e.originator_version <= version]
+        base = self._bases[parent_id]
+        return self._store.log.fold(events, parent_id, lambda _: copy.deepcopy(base))
 
 
 def _check(

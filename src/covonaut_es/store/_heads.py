@@ -19,6 +19,7 @@ library), not a return to the state before anchors.
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ClassVar
 from uuid import UUID
@@ -151,9 +152,9 @@ def refuse_taken_streams(
 ) -> None:
     """Raise unless each stream in :data:`NEW_STREAMS` holds only the events inserted,
     ``count`` giving how many a stream holds now (after the insert, under its lock)."""
+    inserted = collections.Counter(UUID(str(e.originator_id)) for e in stored_events)
     for stream in kwargs.get(NEW_STREAMS, ()):
-        inserted = sum(1 for e in stored_events if UUID(str(e.originator_id)) == stream)
-        if count(stream) != inserted:
+        if count(stream) != inserted[stream]:
             raise taken(stream)
 
 
