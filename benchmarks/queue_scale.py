@@ -13,7 +13,10 @@ review's threads by id (``ReviewQueue.threads_with_review``, the index ``approve
 (``Store.threads_with_review``, which reads every review request); one thread cleared from
 the in-memory view (``MemoryReviewQueueView.apply`` of one ``ThreadCleared``, as a resume
 does); one thread's fork tree (``Store.tree(root)``, through the index of forks by parent
-after its first read), beside ``Store.session_tree()``, which reads every fork; and, in
+after its first read), beside ``Store.session_tree()``, which reads every fork; a chain of
+N/10 forks, each of the one before (ADR 0147): the deepest one's load and the chain's
+tree, each per fork of the chain (a read of a fork reads its ancestors: its own work);
+and, in
 events per second, the queue rebuilt from the log (every event of N or 10N threads)
 beside the raw read of the log, and the SQLite view applying the same events in batches
 of 500 per transaction beside one commit per event, as before.
@@ -117,7 +120,22 @@ def measure(workdir: Path, count: int) -> dict[str, float]:
         store.tree("thread-000000")  # the index's first read: every fork, once
         found["tree_index"] = _median(lambda: store.tree("thread-000000"))
         found["tree_log"] = _median(store.session_tree, 3)
+    found.update(_chain_costs(workdir, max(count // 10, 3)))
     return found
+
+
+def _chain_costs(workdir: Path, depth: int) -> dict[str, float]:
+    """A chain of ``depth`` forks of a root, each forked at the head of the one before:
+    the time per fork of loading the deepest, and of the root's tree."""
+    with open_store(f"sqlite:///{workdir / f'chain-{depth}.db'}") as store:
+        store.save(AgentThread.start("chain", now=T0))
+        deepest = "chain"
+        for index in range(depth):
+            deepest = store.fork(deepest, new_thread_id=f"chain-{index:06d}")
+        return {
+            "chain_load": _median(lambda: store.load(deepest), 5) / depth,
+            "chain_tree": _median(lambda: store.tree("chain"), 5) / depth,
+        }
 
 
 def _clear_time(queue: ReviewQueue) -> float:
@@ -168,6 +186,8 @@ ROWS = [
     ("one thread cleared, memory view", "clear_memory", seconds, True),
     ("one thread's fork tree, by the index", "tree_index", seconds, True),
     ("every fork read from the log (before)", "tree_log", seconds, False),
+    ("the deepest fork of a chain of N/10 loaded, per fork", "chain_load", seconds, True),
+    ("the tree of a chain of N/10 forks, per fork", "chain_tree", seconds, True),
     ("queue rebuilt from the log, SQLite view (events/s)", "rebuild_sqlite", rate, None),
     ("queue rebuilt from the log, memory view (events/s)", "rebuild_memory", rate, None),
     ("SQLite view applying batches of 500 (events/s)", "apply_batches", rate, None),
@@ -205,7 +225,8 @@ def run(ctx: Context) -> list[Section]:
     section.tables.append(table)
     ok = None if ctx.quick else worst < MAX_GROWTH
     ctx.targets["queue_scale"] = target = Target(
-        "no quadratic path: a page, a review's lookup, a clear and one thread's fork tree "
+        "no quadratic path: a page, a review's lookup, a clear, one thread's fork tree and a "
+        "chain of forks "
         f"cost their own work (growth from N to 10N under {MAX_GROWTH:g}x)",
         f"worst growth {times(worst)}",
         status(ok),

@@ -174,13 +174,13 @@ class Lineage:
         above it made first, from the oldest down, each one's parent taken from the read
         before: the call stack then holds one of them at a time."""
         reads = self._ancestors(read)
+        threads = tuple(thread_id for _, thread_id, _ in reads)
         ahead: dict[_Read, AgentThread | Exception | None] = {}
         token = _READ_AHEAD.set(ahead)
         try:
             for depth in reversed(range(len(reads))):
                 loader, thread_id, version = reads[depth]
-                below = tuple(fork for _, fork, _ in reads[:depth])
-                with following_forks(below):
+                with following_forks(threads[:depth]):  # the forks below, as if followed
                     try:
                         ahead[reads[depth]] = loader(thread_id, version=version)
                     except Exception as exc:  # raised if the read below asks for it
