@@ -20,21 +20,22 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from unittest import mock
 
 import msgspec
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from covonaut_es import Store, open_store
 from covonaut_es.audit import export_thread, import_threads
 from covonaut_es.cli import main
 from covonaut_es.cli._forks import _tree_json
-from covonaut_es.domain import ThreadTree, thread_aggregate_id
+from covonaut_es.domain import AgentThread, ThreadTree, thread_aggregate_id
 from covonaut_es.service import ThreadService
 from covonaut_es.store import _lineage
+from covonaut_es.store._lineage import refuse_fork_loop
 from inbox_support import inbox_client, sign_in
 from support import sqlite_key
 from test_approvals import ALICE
@@ -209,31 +210,58 @@ def walk(tree: ThreadTree) -> Iterator[tuple[str, tuple[Any, ...]]]:
         stack.extend(node.children)
 
 
+class Raised(NamedTuple):
+    """What a read raised: the error's type and text."""
+
+    kind: str
+    text: str
+
+
 def outcome(read: Callable[[], Any]) -> Any:
-    """What ``read`` gives, or the type and text of what it raises."""
+    """What ``read`` gives, or what it raises."""
     try:
         return read()
     except Exception as exc:
-        return type(exc).__name__, str(exc)
+        return Raised(type(exc).__name__, str(exc))
 
 
-CHAIN = ("root", "f1", "f2", "f3", "f4")
+CHAIN = ("root", "f1", "f2", "f3", "f4", "f5")
 STREAMS = tuple(sqlite_key(thread_aggregate_id(t)) for t in CHAIN)
+
+
+def reparented(db: Path, fork: str, parent: str, new_parent: str) -> None:
+    """Rewrite ``fork``'s first event to name ``new_parent`` where it names ``parent``,
+    stored as the library stores an event (a writer of the database who can)."""
+    with open_store(f"sqlite:///{db}") as store:
+        (record,) = store._app.recorder.select_events(thread_aggregate_id(fork), limit=1)
+        mapper = store._app.mapper
+        plain = bytes(mapper.plain_payload(record))  # type: ignore[attr-defined]
+        named = f'"parent_thread_id":"{parent}"'.encode()
+        assert named in plain
+        changed = plain.replace(named, f'"parent_thread_id":"{new_parent}"'.encode())
+        stored = mapper.stored_payload(changed)  # type: ignore[attr-defined]
+    with sqlite3.connect(db) as conn:
+        conn.execute(
+            "UPDATE stored_events SET state = ? WHERE originator_id = ? AND originator_version = ?",
+            (stored, sqlite_key(thread_aggregate_id(fork)), record.originator_version),
+        )
 
 
 @pytest.fixture(scope="module")
 def damaged_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A store of a snapshotted root and a chain of four forks of it, each of the one
-    before and labelled once, two of them forked below their parent's head."""
+    """A store of a snapshotted root, a chain of four forks of it, each of the one before
+    and labelled once, two of them forked below their parent's head, and a fifth whose
+    first event names a fork as its parent at a version that fork inherits (as no fork
+    names it now, but a store or an import may hold)."""
     db = tmp_path_factory.mktemp("template") / "threads.db"
     with open_store(f"sqlite:///{db}") as store:
         long_thread(store, "root", 80)  # long enough for a snapshot
         service = ThreadService(store)
-        for child, (parent, at) in zip(
-            CHAIN[1:], [("root", 70), ("f1", None), ("f2", 73), ("f3", None)], strict=True
-        ):
+        branches = [("root", 70), ("f1", None), ("f2", 73), ("f3", None), ("root", 70)]
+        for child, (parent, at) in zip(CHAIN[1:], branches, strict=True):
             store.fork(parent, at_version=at, new_thread_id=child)
             service.label(child, child)
+    reparented(db, "f5", "root", "f2")
     return db
 
 
@@ -290,6 +318,7 @@ def forked_state(conn: sqlite3.Connection, stream: bytes) -> bytes:
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(changes=st.lists(damage, min_size=1, max_size=3))
+@example(changes=[("parent", STREAMS[1], 0, b"", STREAMS[5])])  # f1 made a copy of f5: a loop
 def test_damaged_chains_read_the_same_followed_or_read_ahead(
     damaged_template: Path, changes: list[tuple[Any, ...]]
 ) -> None:
@@ -317,31 +346,60 @@ def test_damaged_chains_read_the_same_followed_or_read_ahead(
             followed = [outcome(read) for read in reads]
             with followed_at_once(0):
                 assert [outcome(read) for read in reads] == followed
+            for thread_id in CHAIN:
+                walked = outcome(functools.partial(store.history, thread_id))
+                recursed = outcome(functools.partial(recursive_history, store, thread_id))
+                if isinstance(recursed, Raised) or whole(recursed):
+                    assert walked == recursed
+                else:  # cut by count past a lost event: the walk refuses it by version
+                    assert isinstance(walked, Raised)
+                    assert walked.kind == "MissingEventError"
+
+
+def whole(history: tuple[Any, ...]) -> bool:
+    """Whether a history holds versions 1 to its last, each once."""
+    return [e.originator_version for e in history] == list(range(1, len(history) + 1))
+
+
+def recursive_history(store: Store, thread_id: str, below: tuple[str, ...] = ()) -> tuple[Any, ...]:
+    """A thread's history as the store read it by recursion before chains of forks were
+    walked in loops: the parent's whole history cut at the branch point by count (past
+    a lost event, a version twice), then its own; a loop of forks refused."""
+    own = store._reader._own_events(thread_id)
+    first = own[0]
+    if not isinstance(first, AgentThread.Forked):
+        return own
+    first.check_place()
+    parent = first.parent_thread_id
+    refuse_fork_loop(thread_id, parent, below, store.url)
+    return recursive_history(store, parent, (*below, thread_id))[: first.parent_version] + own
 
 
 def test_a_loop_of_forks_met_while_reading_ahead_is_refused(damaged_template: Path) -> None:
-    """A fork's first event rewritten (and stored as the library stores it) to branch
-    from a fork of its fork: every read of a thread below the loop refuses it by type, and with the
-    same message, whether it follows each fork or reads ahead."""
+    """A fork's first event rewritten to branch from a fork of its fork: every read of
+    a thread below the loop (a load, its history, its path to the root, its tree, its
+    export) refuses it by type, and a load with the same message whether it follows each
+    fork or reads ahead; the session tree's walks end."""
     with tempfile.TemporaryDirectory() as directory:
         db = Path(directory) / "threads.db"
         db.write_bytes(damaged_template.read_bytes())
+        reparented(db, "f2", "f1", "f4")
         with open_store(f"sqlite:///{db}") as store:
-            (record,) = store._app.recorder.select_events(thread_aggregate_id("f2"), limit=1)
-            mapper = store._app.mapper
-            plain = bytes(mapper.plain_payload(record))  # type: ignore[attr-defined]
-            looped = plain.replace(b'"parent_thread_id":"f1"', b'"parent_thread_id":"f4"')
-            assert looped != plain
-            stored = mapper.stored_payload(looped)  # type: ignore[attr-defined]
-        with sqlite3.connect(db) as conn:
-            conn.execute(
-                "UPDATE stored_events SET state = ? WHERE originator_id = ? AND "
-                "originator_version = ?",
-                (stored, STREAMS[2], record.originator_version),
-            )
-        with open_store(f"sqlite:///{db}") as store:
-            reads = [lambda t=t: store.load(t).version for t in ("f2", "f3", "f4")]  # type: ignore[misc]
+            reads = [functools.partial(store.load, t) for t in ("f2", "f3", "f4")]
             followed = [outcome(read) for read in reads]
             with followed_at_once(0):
                 assert [outcome(read) for read in reads] == followed
-    assert all(kind == "ThreadNotFoundError" and "leads back" in text for kind, text in followed)
+            others = [
+                functools.partial(store.history, "f3"),
+                functools.partial(store.path_to_root, "f3"),
+                functools.partial(store.tree, "f2"),
+                lambda: list(export_thread(store, "f3", with_ancestors=True)),
+            ]
+            followed += [outcome(read) for read in others]
+            session = store.session_tree()
+            assert set(session.descendants("f2")) == {"f2", "f3", "f4", "f5"}
+            assert set(session.path_to_root("f2")) == {"f2", "f3", "f4"}
+            assert store.tree_stats("f2").threads == 4
+    for raised in followed:
+        assert raised.kind == "ThreadNotFoundError"
+        assert "leads back" in raised.text

@@ -76,21 +76,32 @@ class SessionTree:
         return tuple(self._children.get(thread_id, ()))
 
     def path_to_root(self, thread_id: str) -> tuple[str, ...]:
-        """The thread, its parent, and so on up to the root."""
-        path = [thread_id]
+        """The thread, its parent, and so on up to the root (or, where forks were
+        altered into a loop, up to the last thread before it comes round again)."""
+        path, seen = [thread_id], {thread_id}
         while (parent := self._parents.get(path[-1])) is not None:
+            if parent.thread_id in seen:
+                break
             path.append(parent.thread_id)
+            seen.add(parent.thread_id)
         return tuple(path)
 
     def descendants(self, root_thread_id: str) -> tuple[str, ...]:
         """The root and every thread forked from it, directly or not, depth first."""
-        found: list[str] = []
-        stack = [root_thread_id]
+        return tuple(self._walk(root_thread_id))
+
+    def _walk(self, root_thread_id: str) -> dict[str, list[str]]:
+        """The root and every thread under it, depth first, each with its forks met
+        first under it: every thread once, where forks altered into a loop would
+        otherwise be met again and again."""
+        walked: dict[str, list[str]] = {}
+        seen, stack = {root_thread_id}, [root_thread_id]
         while stack:
             thread_id = stack.pop()
-            found.append(thread_id)
-            stack.extend(reversed(self.children(thread_id)))
-        return tuple(found)
+            walked[thread_id] = [c for c in self.children(thread_id) if c not in seen]
+            seen.update(walked[thread_id])
+            stack.extend(reversed(walked[thread_id]))
+        return walked
 
     def leaves(self, root_thread_id: str) -> tuple[str, ...]:
         """Threads under the root (the root included) that have no forks."""
@@ -115,22 +126,24 @@ class SessionTree:
         """The nested tree under the root, with each thread's labels; built from the
         leaves up in one loop, so that a chain of forks may be of any depth."""
         built: dict[str, ThreadTree] = {}
-        for thread_id in reversed(self.descendants(root_thread_id)):  # forks first
+        walked = self._walk(root_thread_id)
+        for thread_id in reversed(walked):  # forks first
             parent = self._parents.get(thread_id)
             built[thread_id] = ThreadTree(
                 thread_id=thread_id,
                 parent_version=parent.version if parent and thread_id != root_thread_id else None,
                 labels=labels_of(thread_id),
-                children=tuple(built[child] for child in self.children(thread_id)),
+                children=tuple(built[child] for child in walked[thread_id]),
             )
         return built[root_thread_id]
 
     def stats(self, root_thread_id: str) -> TreeStats:
         """How many threads, forks, leaves and branch points, and how deep."""
-        threads = self.descendants(root_thread_id)
+        walked = self._walk(root_thread_id)
+        threads = tuple(walked)
         depths = {root_thread_id: 0}
-        for thread_id in threads:  # each parent before its forks
-            depths.update((child, depths[thread_id] + 1) for child in self.children(thread_id))
+        for thread_id, forks in walked.items():  # each parent before its forks
+            depths.update((fork, depths[thread_id] + 1) for fork in forks)
         depth = max(depths.values())
         return TreeStats(
             threads=len(threads),

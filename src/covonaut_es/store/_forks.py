@@ -219,24 +219,6 @@ class Forks:
                         stack.append(fork.thread_id)
         return SessionTree(records)
 
-    def lineage(self, thread_id: str) -> SessionTree:
-        """The tree of the thread and its ancestors, read from each one's first event:
-        it costs the thread's depth.
-
-        Raises:
-            InvalidThreadIdError: The id is no str.
-        """
-        thread_aggregate_id(thread_id)  # before it is a key of the ids seen
-        records: list[ForkRecord] = []
-        seen = {thread_id}
-        while (forked := self._records.forked_event(thread_id)) is not None:
-            thread_id = forked.parent_thread_id
-            records.append(_record(forked))
-            if thread_id in seen:  # forks altered into a loop end here
-                break
-            seen.add(thread_id)
-        return SessionTree(records)
-
     def _catch_up(self) -> None:
         """Add the forks the log recorded since the index last read it (the first call
         reads every fork once); the caller holds the index's lock."""

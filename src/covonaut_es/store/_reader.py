@@ -405,15 +405,11 @@ class ThreadReader:
                     f"version {event.parent_version}, which is missing from {self._url}"
                 )
                 raise ThreadNotFoundError(msg)
-            parent_id, lost = event.parent_thread_id, base.version + 1
-            if base.thread_id == parent_id and lost <= event.parent_version:
-                msg = (
-                    f"thread {parent_id!r} in store {self._url} has lost its events from "
-                    f"version {lost}: its fork {thread_id!r} branches from it at version "
-                    f"{event.parent_version}, past its last at {base.version}; restore the "
-                    "store from a backup"
+            parent_id = event.parent_thread_id
+            if base.thread_id == parent_id and base.version < event.parent_version:
+                raise self._lost_before_fork(
+                    parent_id, thread_id, event.parent_version, base.version
                 )
-                raise MissingEventError(msg, thread_id=parent_id, version=lost)
             folded = event.graft(base)
         else:
             folded = event.mutate(thread)
@@ -425,6 +421,18 @@ class ThreadReader:
             )
             raise StoredRowError(msg)
         return folded
+
+    def _lost_before_fork(
+        self, parent_id: str, fork_id: str, branch: int, last: int
+    ) -> MissingEventError:
+        """The error of a parent whose events end at ``last``, below the version
+        ``branch`` its fork branches from."""
+        msg = (
+            f"thread {parent_id!r} in store {self._url} has lost its events from version "
+            f"{last + 1}: its fork {fork_id!r} branches from it at version {branch}, past "
+            f"its last at {last}; restore the store from a backup"
+        )
+        return MissingEventError(msg, thread_id=parent_id, version=last + 1)
 
     def reading(self, thread_id: str) -> _NamingThread:
         """Name the thread in a SerializationError raised while reading its stream (a
@@ -488,33 +496,51 @@ class ThreadReader:
             return tuple(cast(AgentThread.Event, event) for event in events)
 
     def history(self, thread_id: str) -> tuple[AgentThread.Event, ...]:
-        """As :meth:`covonaut_es.Store.history`: the thread's own events after those its
-        ancestors' hold up to where each branched, read from the thread up to its root
-        (a loop, not a recursion: a chain of forks may be of any depth)."""
-        owned: list[tuple[AgentThread.Event, ...]] = []
+        """As :meth:`covonaut_es.Store.history`: each ancestor's events up to where the
+        thread's history leaves it, then the thread's own, read from the thread up to
+        its root (a loop, not a recursion: a chain of forks may be of any depth). Every
+        event of each stream read is checked, those past the branch point too, and an
+        ancestor whose events end below it is refused as a load refuses it.
+
+        Raises:
+            MissingEventError: An ancestor's events end below where its fork branches.
+        """
+        kept: list[tuple[str, list[AgentThread.Event], int | None, str]] = []
         descendants = set(forks_followed())
-        owner, last = thread_id, None
+        owner, last, fork = thread_id, None, thread_id  # the fork that cut the history last
         while True:
-            own = self._own_events(owner, last)
-            owned.append(own)
+            own = self._own_events(owner)
+            kept.append(
+                (
+                    owner,
+                    [e for e in own if last is None or e.originator_version <= last],
+                    last,
+                    fork,
+                )
+            )
             first = own[0]
             if not isinstance(first, AgentThread.Forked):
-                return tuple(itertools.chain.from_iterable(reversed(owned)))
+                break
             first.check_place()
             refuse_fork_loop(owner, first.parent_thread_id, descendants, self._url)
             descendants.add(owner)
-            owner, last = first.parent_thread_id, first.parent_version
+            if last is None or first.parent_version < last:
+                last, fork = first.parent_version, owner
+            owner = first.parent_thread_id
+        for owner, events, last, fork in reversed(kept):  # the oldest's loss first
+            if events and last is not None and events[-1].originator_version < last:
+                raise self._lost_before_fork(owner, fork, last, events[-1].originator_version)
+        return tuple(itertools.chain.from_iterable(events for _, events, _, _ in reversed(kept)))
 
-    def _own_events(self, thread_id: str, last: int | None) -> tuple[AgentThread.Event, ...]:
-        """The events of the thread's own stream up to version ``last`` (None: every
-        one), each checked to follow the one before.
+    def _own_events(self, thread_id: str) -> tuple[AgentThread.Event, ...]:
+        """The events of the thread's own stream, each checked to follow the one before.
 
         Raises:
             ThreadNotFoundError: The stream holds none.
         """
         with self.reading(thread_id):
             own: tuple[AgentThread.Event, ...] = tuple(
-                self._app.events.get(thread_aggregate_id(thread_id), lte=last)  # type: ignore[arg-type]
+                self._app.events.get(thread_aggregate_id(thread_id))  # type: ignore[arg-type]
             )
         if not own:
             self._refuse_lost_stream(thread_id)

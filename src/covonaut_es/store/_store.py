@@ -51,6 +51,7 @@ from covonaut_es.store._backend import backend_of
 from covonaut_es.store._forks import Forks
 from covonaut_es.store._leases import Lease, WorkerRecord, check_worker_id
 from covonaut_es.store._leasing import Leasing
+from covonaut_es.store._lineage import ancestry
 from covonaut_es.store._listing import ThreadListing, ThreadPage
 from covonaut_es.store._log import StoreLog
 from covonaut_es.store._outstanding import OutstandingThreads
@@ -510,8 +511,13 @@ class Store(Closing):
         return self._forks.under(thread_id).children(thread_id)
 
     def path_to_root(self, thread_id: str) -> tuple[str, ...]:
-        """The thread, its parent, and so on up to the root."""
-        return self._forks.lineage(thread_id).path_to_root(thread_id)
+        """The thread, its parent, and so on up to the root.
+
+        Raises:
+            ThreadNotFoundError: The forks' first events were altered into a loop.
+        """
+        chain = ancestry(thread_id, None, self._records.forked_event, self.url)
+        return tuple(owner for owner, _ in chain)
 
     def leaves(self, root_thread_id: str) -> tuple[str, ...]:
         """Threads under the root (the root included) that have no forks."""
