@@ -18,6 +18,7 @@ import functools
 import sqlite3
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -403,3 +404,60 @@ def test_a_loop_of_forks_met_while_reading_ahead_is_refused(damaged_template: Pa
     for raised in followed:
         assert raised.kind == "ThreadNotFoundError"
         assert "leads back" in raised.text
+
+
+def finished(read: Callable[[], Any], seconds: float = 60) -> Any:
+    """``read``'s outcome, which must come within ``seconds`` (a read that loops
+    without end fails the test instead of hanging the suite)."""
+    results: list[Any] = []
+    worker = threading.Thread(target=lambda: results.append(outcome(read)), daemon=True)
+    worker.start()
+    worker.join(seconds)
+    assert results, f"{read} did not return within {seconds} s"
+    return results[0]
+
+
+def test_a_loop_of_forks_behind_a_snapshot_ends_every_walk(damaged_template: Path) -> None:
+    """A fork's first event rewritten to name itself, behind a snapshot of it past its
+    branch point, so that it and its forks still load: its path to the root, its export
+    with its ancestors and its inbox page are refused or answered, never a walk without
+    end (each grew its list until memory ran out)."""
+    with tempfile.TemporaryDirectory() as directory:
+        db = Path(directory) / "threads.db"
+        db.write_bytes(damaged_template.read_bytes())
+        with open_store(f"sqlite:///{db}") as store:
+            assert store.snapshot_if_due(store.load("f1"))
+        reparented(db, "f1", "root", "f1")
+        with open_store(f"sqlite:///{db}") as store:
+            assert store.load("f2").version == 74
+            for read in (
+                functools.partial(store.path_to_root, "f2"),
+                lambda: list(export_thread(store, "f2", with_ancestors=True)),
+            ):
+                raised = finished(read)
+                assert isinstance(raised, Raised)
+                assert raised.kind == "ThreadNotFoundError"
+                assert "leads back" in raised.text
+            with inbox_client(store) as client:
+                sign_in(client, ALICE)
+                page = finished(lambda: client.get("/thread", params={"id": "f2"}))
+            assert page.status_code == 404
+
+
+def test_the_tree_of_a_fork_that_loads_reads_no_more_of_its_ancestors(
+    damaged_template: Path,
+) -> None:
+    """The tree under a fork whose snapshot covers its branch point, with its parent's
+    events all deleted: it is made as the fork loads, each thread with the labels a load
+    gives, without reading the parent a load does not read."""
+    with tempfile.TemporaryDirectory() as directory:
+        db = Path(directory) / "threads.db"
+        db.write_bytes(damaged_template.read_bytes())
+        with open_store(f"sqlite:///{db}") as store:
+            assert store.snapshot_if_due(store.load("f3"))
+        with sqlite3.connect(db) as conn:
+            conn.execute("DELETE FROM stored_events WHERE originator_id = ?", (STREAMS[2],))
+        with open_store(f"sqlite:///{db}") as store:
+            tree = store.tree("f3")
+            assert [t for t, _ in walk(tree)] == ["f3", "f4"]
+            assert dict(walk(tree)) == {t: tuple(store.load(t).labels) for t in ("f3", "f4")}

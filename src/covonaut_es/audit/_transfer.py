@@ -55,11 +55,8 @@ def export_thread(store: Store, thread_id: str, *, with_ancestors: bool = False)
     the export imports alone into an empty store.
     """
     store.load(thread_id)  # a clear error for an unknown thread
-    owners: dict[object, str] = {thread_aggregate_id(thread_id): thread_id}
-    ancestor = store.parent(thread_id) if with_ancestors else None
-    while ancestor is not None:
-        owners[thread_aggregate_id(ancestor.thread_id)] = ancestor.thread_id
-        ancestor = store.parent(ancestor.thread_id)
+    threads = store.path_to_root(thread_id) if with_ancestors else (thread_id,)
+    owners: dict[object, str] = {thread_aggregate_id(owner): owner for owner in threads}
     tally = Tally()
     for record in store.log.stored_records(thread_id):
         owner = owners.get(record.originator_id)

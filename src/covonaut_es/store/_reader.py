@@ -545,6 +545,7 @@ class ThreadReader:
         if not own:
             self._refuse_lost_stream(thread_id)
             raise ThreadNotFoundError.in_store(thread_id, self._url)
+        refuse_out_of_place(None, own[0], thread_id)
         head: int | None = None
         for event in own:
             self.check_follows(thread_id, head, event)
@@ -553,24 +554,29 @@ class ThreadReader:
 
     def labels_under(self, tree: SessionTree, root_thread_id: str) -> dict[str, tuple[Label, ...]]:
         """The labels of the root and of each thread forked from it in ``tree``, as a load
-        of each gives them: a fork's are its parent's as of where it branched, then its
-        own ``Labelled`` events'. Each thread's own stream is read once, where a load of
+        of each gives them: the root's and those of the root its forks branch from by
+        loads of it; a deeper fork's its parent's as of where it branched, then its own
+        ``Labelled`` events'. Each thread's own stream is read once, where a load of
         each would read its ancestors' again (a chain of n forks, n times over).
 
         Raises:
             ThreadNotFoundError: The root has no events.
             SerializationError: A ``Labelled`` event does not decode.
         """
-        root = self.load(root_thread_id)
-        inherited: dict[str, list[Label]] = {root_thread_id: []}
-        if root.parent is not None:
-            branched = self.load(root.parent.thread_id, version=root.parent.version)
-            inherited[root_thread_id] = branched.labels
+        labels = {root_thread_id: tuple(self.load(root_thread_id).labels)}
+        inherited: dict[str, list[Label]] = {}
         own: dict[str, list[AgentThread.Labelled]] = {}
-        labels: dict[str, tuple[Label, ...]] = {}
-        for thread_id in tree.descendants(root_thread_id):  # each parent before its forks
+
+        @functools.cache
+        def root_at(version: int) -> list[Label]:
+            return self.load(root_thread_id, version=version).labels
+
+        for thread_id in tree.descendants(root_thread_id)[1:]:  # each parent before its forks
             parent = tree.parent(thread_id)
-            if thread_id != root_thread_id and parent is not None:
+            assert parent is not None  # a fork under the root
+            if parent.thread_id == root_thread_id:
+                inherited[thread_id] = root_at(parent.version)
+            else:
                 given = (
                     e.label for e in own[parent.thread_id] if e.originator_version <= parent.version
                 )
