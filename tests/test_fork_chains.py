@@ -461,3 +461,34 @@ def test_the_tree_of_a_fork_that_loads_reads_no_more_of_its_ancestors(
             tree = store.tree("f3")
             assert [t for t, _ in walk(tree)] == ["f3", "f4"]
             assert dict(walk(tree)) == {t: tuple(store.load(t).labels) for t in ("f3", "f4")}
+
+
+def test_a_start_copied_over_a_forks_first_event_is_refused_by_its_history(
+    damaged_template: Path,
+) -> None:
+    """The root's ``Started`` copied over a fork's first event (its topic and bytes, at
+    the fork's version): the fork's history refuses it as a load does, where it was
+    taken for the fork's own start."""
+    with tempfile.TemporaryDirectory() as directory:
+        db = Path(directory) / "threads.db"
+        db.write_bytes(damaged_template.read_bytes())
+        with sqlite3.connect(db) as conn:
+            first = "ORDER BY originator_version LIMIT 1"
+            topic, state = conn.execute(
+                f"SELECT topic, state FROM stored_events WHERE originator_id = ? {first}",
+                (STREAMS[0],),
+            ).fetchone()
+            (version,) = conn.execute(
+                f"SELECT originator_version FROM stored_events WHERE originator_id = ? {first}",
+                (STREAMS[1],),
+            ).fetchone()
+            conn.execute(
+                "UPDATE stored_events SET topic = ?, state = ? WHERE originator_id = ? "
+                "AND originator_version = ?",
+                (topic, state, STREAMS[1], version),
+            )
+        with open_store(f"sqlite:///{db}") as store:
+            history = outcome(functools.partial(store.history, "f1"))
+            assert isinstance(history, Raised)
+            assert history.kind == "StoredRowError"
+            assert isinstance(outcome(functools.partial(store.load, "f1")), Raised)
