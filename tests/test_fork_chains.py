@@ -34,10 +34,11 @@ from covonaut_es.audit import export_thread, import_threads
 from covonaut_es.cli import main
 from covonaut_es.cli._forks import _tree_json
 from covonaut_es.domain import AgentThread, ThreadTree, thread_aggregate_id
+from covonaut_es.errors import TransferError
 from covonaut_es.service import ThreadService
 from covonaut_es.store import _lineage
 from covonaut_es.store._lineage import refuse_fork_loop
-from inbox_support import inbox_client, sign_in
+from inbox_support import inbox_client, paused_on_tool, sign_in
 from support import sqlite_key
 from test_approvals import ALICE
 from test_audit import long_thread
@@ -492,3 +493,30 @@ def test_a_start_copied_over_a_forks_first_event_is_refused_by_its_history(
             assert isinstance(history, Raised)
             assert history.kind == "StoredRowError"
             assert isinstance(outcome(functools.partial(store.load, "f1")), Raised)
+
+
+@pytest.mark.parametrize("depth", [40, 400])
+def test_an_export_of_forks_of_deeply_nested_data_imports_or_is_refused_by_type(
+    depth: int,
+) -> None:
+    """A thread paused on a tool's data nested ``depth`` deep, a fork of it and a fork
+    of the fork, exported with the ancestors: the import writes all three as they were,
+    or refuses by type, writing nothing; imported a thread at a time, they all import."""
+    data: Any = "leaf"
+    for _ in range(depth):
+        data = [data]
+    with open_store("memory://") as store:
+        paused_on_tool(store, "t", data=data)
+        store.fork("t", new_thread_id="t1")
+        store.fork("t1", new_thread_id="t2")
+        whole = list(export_thread(store, "t2", with_ancestors=True))
+        with open_store("memory://") as copy:
+            try:
+                assert import_threads(copy, whole) == ["t", "t1", "t2"]
+            except TransferError as exc:
+                assert depth > 40, exc
+                assert "nested too deeply" in str(exc)
+                assert not copy.exists("t")
+                for thread_id in ("t", "t1", "t2"):
+                    import_threads(copy, export_thread(store, thread_id))
+            assert copy.load("t2").state == store.load("t2").state

@@ -34,6 +34,7 @@ from covonaut_es.store import AgentApplication
 from covonaut_es.workers import Worker
 from hanging_tool import OBJECT, RITA, VERIFIER, Hanging, hanging_agent, wait_for
 from support import agent_on, answer, call
+from test_lease_cancelled import lease_is_free
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = (sys.executable, "-m", "covonaut_es", "worker")
@@ -118,6 +119,9 @@ def test_a_call_still_running_in_another_workers_process_is_not_settled(
                 ),
                 "the pause in doubt",
             )
+            # The worker lets the thread go once its step ends, a moment after the pause
+            # is stored (on a loaded machine, later than the reads above).
+            wait_for(lambda: lease_is_free(store, "t"), "the worker to let the thread go")
             service = ThreadService(store, verifier=VERIFIER)
             rita = service.reviewer(RITA)
             before = store.history("t")

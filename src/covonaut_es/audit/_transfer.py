@@ -109,7 +109,7 @@ def import_threads(
     threads, tally, (trailer, last) = _parsed(lines)
     chains: dict[str, dict[int, str]] = {}  # a fork's parent may come earlier in the file
     records: dict[str, list[StoredEvent]] = {}
-    folds = _Folds(store)
+    folds = _Folds(store, _forks_of(threads))
     adoption = store.log.chain_adoption()
     keyed = store.log.chain_key is not None and adoption.adopted
     for thread_id, events in threads.items():
@@ -241,12 +241,18 @@ class _Folds:
     every listing of the store, as a stored thread that does not load does), a fork onto
     its parent as of the version it branches from, found earlier in the file or in the
     store. A parent of the file is folded again up to that version from a copy of what
-    it was itself grafted onto, kept when it was folded, so that a fork's fold costs its
-    parent's own events, not its whole chain's: a chain of forks of any depth imports in
-    time and stack in proportion to it."""
+    it was itself grafted onto, kept from its own fold until its last fork in the file
+    took it, so that a fork's fold costs its parent's own events, not its whole chain's:
+    a chain of forks of any depth imports without recursion.
 
-    def __init__(self, store: Store) -> None:
+    Args:
+        store: The store the threads are imported into.
+        forks_of: How many threads of the file name each thread as their parent.
+    """
+
+    def __init__(self, store: Store, forks_of: Mapping[str, int]) -> None:
         self._store = store
+        self._forks_left = dict(forks_of)
         self._events: dict[str, list[Any]] = {}
         self._bases: dict[str, AgentThread | None] = {}
 
@@ -256,11 +262,13 @@ class _Folds:
         Raises:
             TransferError: They do not fold into a thread; nothing was written.
         """
+        kept = thread_id in self._forks_left
         grafted_onto: list[AgentThread | None] = [None]
 
         def parent(forked: AgentThread.Forked) -> AgentThread | None:
             base = self._parent(forked)
-            grafted_onto[0] = copy.deepcopy(base)  # the fold changes base itself
+            if kept:
+                grafted_onto[0] = _copied(base, thread_id)  # the fold changes base itself
             return base
 
         try:
@@ -268,7 +276,8 @@ class _Folds:
         except CovonautError as exc:
             msg = f"thread {thread_id!r} does not fold into a thread: {exc}; nothing was written"
             raise TransferError(msg) from exc
-        self._events[thread_id], self._bases[thread_id] = events, grafted_onto[0]
+        if kept:
+            self._events[thread_id], self._bases[thread_id] = events, grafted_onto[0]
 
     def _parent(self, forked: AgentThread.Forked) -> AgentThread | None:
         """The parent a fork's first event names, as of the version it branches from."""
@@ -277,7 +286,38 @@ class _Folds:
             return self._store.find(parent_id, version=version)
         events = [e for e in self._events[parent_id] if e.originator_version <= version]
         base = self._bases[parent_id]
-        return self._store.log.fold(events, parent_id, lambda _: copy.deepcopy(base))
+        self._forks_left[parent_id] -= 1
+        if not self._forks_left[parent_id]:  # its last fork: its own base is taken
+            del self._events[parent_id], self._bases[parent_id]
+            return self._store.log.fold(events, parent_id, lambda _: base)
+        return self._store.log.fold(events, parent_id, lambda _: _copied(base, parent_id))
+
+
+def _copied(thread: AgentThread | None, thread_id: str) -> AgentThread | None:
+    """A copy of ``thread`` that a fold may change.
+
+    Raises:
+        TransferError: It holds values nested deeper than a copy can go.
+    """
+    try:
+        return copy.deepcopy(thread)
+    except RecursionError:
+        msg = (
+            f"thread {thread_id!r} holds values nested too deeply to fold its forks from "
+            "this file: import it alone first; nothing was written"
+        )
+        raise TransferError(msg) from None
+
+
+def _forks_of(threads: Mapping[str, list[tuple[int, ExportedEvent]]]) -> dict[str, int]:
+    """How many threads of an export name each thread as their parent in their first
+    line (read before the lines are checked: a count too high keeps a copy longer)."""
+    named: dict[str, int] = {}
+    for events in threads.values():
+        parent = events[0][1].payload.get("parent_thread_id") if events else None
+        if isinstance(parent, str):
+            named[parent] = named.get(parent, 0) + 1
+    return named
 
 
 def _check(

@@ -98,7 +98,8 @@ class SessionTree:
         seen, stack = {root_thread_id}, [root_thread_id]
         while stack:
             thread_id = stack.pop()
-            walked[thread_id] = [c for c in self.children(thread_id) if c not in seen]
+            forks = dict.fromkeys(self.children(thread_id))  # a fork listed twice, once
+            walked[thread_id] = [fork for fork in forks if fork not in seen]
             seen.update(walked[thread_id])
             stack.extend(reversed(walked[thread_id]))
         return walked
