@@ -12,6 +12,7 @@ short (a full disk, a kill, another writer creating one of its threads) writes n
 
 from __future__ import annotations
 
+import collections
 import copy
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -312,12 +313,8 @@ def _copied(thread: AgentThread | None, thread_id: str) -> AgentThread | None:
 def _forks_of(threads: Mapping[str, list[tuple[int, ExportedEvent]]]) -> dict[str, int]:
     """How many threads of an export name each thread as their parent in their first
     line (read before the lines are checked: a count too high keeps a copy longer)."""
-    named: dict[str, int] = {}
-    for events in threads.values():
-        parent = events[0][1].payload.get("parent_thread_id") if events else None
-        if isinstance(parent, str):
-            named[parent] = named.get(parent, 0) + 1
-    return named
+    parents = (lines[0][1].payload.get("parent_thread_id") for lines in threads.values() if lines)
+    return collections.Counter(parent for parent in parents if isinstance(parent, str))
 
 
 def _check(

@@ -33,7 +33,6 @@ from covonaut_es.errors import (
 from covonaut_es.messages import Message
 from covonaut_es.store._chain import CHAIN_FIELD, UNCHAINED, link_problem
 from covonaut_es.store._chain_key import head_problem
-from covonaut_es.store._lineage import ancestry
 from covonaut_es.store._reader import ThreadReader
 from covonaut_es.store._records import StoredRecords
 from covonaut_es.store._snapshot_cache import CheckedSnapshot
@@ -45,6 +44,7 @@ class _AuditedStore(Protocol):
     url: str
 
     def history(self, thread_id: str) -> tuple[AgentThread.Event, ...]: ...
+    def path_to_root(self, thread_id: str) -> tuple[str, ...]: ...
     def checkpoints(self, thread_id: str) -> tuple[Checkpoint, ...]: ...
     def load(self, thread_id: str) -> AgentThread: ...
     @property
@@ -233,7 +233,7 @@ def summarize(event: Any, messages: list[Message] | None = None) -> str:
 
 def replay(store: _AuditedStore, thread_id: str) -> Iterator[AuditEntry]:
     """Each event of the thread with its version, time and a readable summary."""
-    owners = {thread_aggregate_id(t): t for t in _ancestry(store, thread_id)}
+    owners = {thread_aggregate_id(t): t for t in store.path_to_root(thread_id)}
     messages: list[Message] = []  # those that can ask for calls
     for event in store.history(thread_id):
         if isinstance(event, AgentThread.MessageAppended | AgentThread.Steered):
@@ -247,10 +247,6 @@ def replay(store: _AuditedStore, thread_id: str) -> Iterator[AuditEntry]:
             kind=type(event).__name__,
             summary=summarize(event, messages),
         )
-
-
-def _ancestry(store: _AuditedStore, thread_id: str) -> list[str]:
-    return [owner for owner, _ in ancestry(thread_id, None, store._records.forked_event, store.url)]
 
 
 def verify(store: _AuditedStore, thread_id: str) -> AuditReport:
@@ -318,7 +314,7 @@ class _Fold:
         snapshots = self._snapshots()
         snapshot = next(snapshots, None)
         try:
-            self.owners = {thread_aggregate_id(t): t for t in _ancestry(store, self.thread_id)}
+            self.owners = {thread_aggregate_id(t): t for t in store.path_to_root(self.thread_id)}
             for record in store._records.iter_stored_records(self.thread_id):
                 self.events += 1
                 if not self._holds(record):

@@ -47,21 +47,17 @@ _READ_AHEAD: ContextVar[dict[_Read, AgentThread | Exception | None] | None] = Co
 read gave or raised; taken once each."""
 
 
-@contextlib.contextmanager
-def following_fork(thread_id: str, parent_id: str, store: str) -> Iterator[None]:
+def following_fork(
+    thread_id: str, parent_id: str, store: str
+) -> contextlib.AbstractContextManager[None]:
     """Read a fork's parent inside this block, refusing a parent whose own ancestry
     leads back to the fork.
 
     Raises:
         ThreadNotFoundError: The parent is the fork, or one of the forks it descends from.
     """
-    followed = _FOLLOWED.get()
-    refuse_fork_loop(thread_id, parent_id, followed, store)
-    token = _FOLLOWED.set((*followed, thread_id))
-    try:
-        yield
-    finally:
-        _FOLLOWED.reset(token)
+    refuse_fork_loop(thread_id, parent_id, _FOLLOWED.get(), store)
+    return following_forks((thread_id,))
 
 
 @contextlib.contextmanager
