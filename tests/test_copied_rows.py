@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 import secrets
 import sqlite3
-from contextlib import closing
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -52,9 +53,15 @@ class Embedded(AgentApplication):
     """An application of the user's own."""
 
 
-def _open(keys: str, path: Path) -> Store:
+@contextmanager
+def _open(keys: str, path: Path) -> Iterator[Store]:
+    """The store of ``keys`` on ``path``, closed with its application on leaving: a
+    store made from an application leaves it open, and the file it copies from holds
+    its rows only once every connection has closed (they wait in the write-ahead log)."""
     if keys != "embedded":
-        return open_store(f"sqlite:///{path}", **KEYS[keys])
+        with open_store(f"sqlite:///{path}", **KEYS[keys]) as store:
+            yield store
+        return
     env = {
         "PERSISTENCE_MODULE": "eventsourcing.sqlite",
         "SQLITE_DBNAME": str(path),
@@ -62,7 +69,12 @@ def _open(keys: str, path: Path) -> Store:
         "CIPHER_KEY": CIPHER,
         "IS_SNAPSHOTTING_ENABLED": "y",
     }
-    return Store.from_application(Embedded(env=env))
+    application = Embedded(env=env)
+    try:
+        with Store.from_application(application) as store:
+            yield store
+    finally:
+        application.close()
 
 
 def _agent(store: Store, thread_id: str, paid: list[str], script: list[Any]) -> Agent:
