@@ -11,7 +11,7 @@ from typing import Any
 import jsonschema
 import mcp_types
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from covonaut_es import Agent, AgentConfig, CheckpointSettings, ScriptedProvider, Store, Tool
@@ -418,6 +418,51 @@ def test_unique_items_is_judged_as_jsonschema_judges_it_without_comparing_pairs(
         found = validation_error(tool._validator, {"x": items})
     assert (found is None) is expected
     assert found is None or found == "$.x: has non-unique elements"
+
+
+# Schemas that JSON writes alike though Python tells them apart (a tuple for an
+# array, ``1`` for ``1.0`` or ``true``), and keywords whose values jsonschema checks.
+_TWINNED = st.sampled_from([1, 1.0, True, 0, "1", None])
+_SCHEMAS = st.fixed_dictionaries(
+    {},
+    optional={
+        "type": st.sampled_from(["integer", "number", "string", "array", "object"]),
+        "minimum": _TWINNED,
+        "const": _TWINNED | _JSON_VALUES,
+        "enum": st.lists(_TWINNED, min_size=1, max_size=3).flatmap(
+            lambda items: st.sampled_from([items, tuple(items)])
+        ),
+        "required": st.sampled_from([["a"], ("a",), [], "a"]),
+        "uniqueItems": _TWINNED,
+    },
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    schemas=st.lists(_SCHEMAS, min_size=1, max_size=4), values=st.lists(_JSON_VALUES, max_size=4)
+)
+@example(schemas=[{"required": ["a"]}, {"required": ("a",)}], values=[{}])
+@example(schemas=[{"const": 1}, {"const": True}, {"const": 1.0}], values=[1, True, 1.0])
+def test_a_schema_checked_once_is_judged_as_a_fresh_check_judges_it(
+    schemas: list[dict[str, Any]], values: list[Any]
+) -> None:
+    """Tools made again with an equal schema share the validator checked the first time
+    (the check costs milliseconds; an application makes its tools for each agent), yet
+    each tool is refused, and judges arguments, exactly as jsonschema's own check of
+    its schema made afresh does: a schema is never taken for one JSON writes alike, a
+    tuple for an array or ``true`` for ``1``."""
+    for schema in schemas + schemas:  # the second time from the validators kept
+        try:
+            jsonschema.Draft202012Validator.check_schema(schema)
+            fresh = jsonschema.Draft202012Validator(schema)
+        except jsonschema.SchemaError:
+            with pytest.raises(ConfigurationError, match="has an invalid parameters schema"):
+                Tool("t", "d", schema, _noop)
+            continue
+        tool = Tool("t", "d", schema, _noop)
+        for value in values:
+            assert (validation_error(tool._validator, value) is None) is fresh.is_valid(value)
 
 
 def _never(container: object) -> bool:

@@ -9,6 +9,7 @@ instead of letting every argument through.
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -49,6 +50,11 @@ _DEFINITIONS = ("$defs", "definitions")
 _NAME_MAPS = frozenset({"properties", "patternProperties", "dependentSchemas", "dependencies"})
 
 
+class _ReferencesLoop(Exception):
+    """A schema whose references loop on one value; its argument names the reference
+    that closes the loop."""
+
+
 class _IdNotText(Exception):
     """A schema whose ``$id`` ``referencing`` cannot read (it reads one as text,
     unchecked); its argument names the schema."""
@@ -79,12 +85,9 @@ def compile_schema(
             f"{type(dialect).__name__}, not a URI; name a draft, or leave $schema out"
         )
         raise ConfigurationError(msg)
-    cls = _linear(
-        jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    )
     try:
-        cls.check_schema(dict(schema))
-        validator = cls(schema, registry=_NO_REMOTE_SCHEMAS)
+        text = _canonical_text(schema)
+        return _checked(schema) if text is None else _checked_text(text)
     except jsonschema.exceptions.SchemaError as exc:
         path = exc.json_path
         msg = (
@@ -98,21 +101,65 @@ def compile_schema(
             "jsonschema to check (a hundred levels or so); flatten the schema"
         )
         raise ConfigurationError(msg) from exc
-    try:
-        loop = reference_loop(schema, cls)
     except _IdNotText as exc:  # under a keyword the meta-schema does not check
         msg = (
             f"tool {tool_name!r} has an invalid {what} schema: {exc} has an $id that is not "
             "text, so its references cannot be resolved; make each $id a URI string"
         )
         raise ConfigurationError(msg) from exc
-    if loop is not None:
+    except _ReferencesLoop as exc:
         msg = (
-            f"the {what} schema of tool {tool_name!r} has references that loop: {loop} "
+            f"the {what} schema of tool {tool_name!r} has references that loop: {exc} "
             "applies the schema it is in to the same value again, so no value could be "
             "checked; make each reference reach a property or an item first"
         )
-        raise ConfigurationError(msg)
+        raise ConfigurationError(msg) from exc
+
+
+# The longest schema, as canonical JSON, whose validator is kept once checked: a server
+# of tools sending ever new schemas keeps at most _KEPT_SCHEMAS of this size alive.
+_LONGEST_KEPT = 64 * 1024
+_KEPT_SCHEMAS = 256
+
+
+def _canonical_text(schema: Mapping[str, Any]) -> str | None:
+    """``schema`` as canonical JSON, when it is short enough to keep and JSON reads it
+    back equal (a tuple, a key that is no text or a NaN is not), else None."""
+    try:
+        text = json.dumps(schema, sort_keys=True, separators=(",", ":"), allow_nan=False)
+        if len(text) > _LONGEST_KEPT or json.loads(text) != schema:
+            return None
+    except (TypeError, ValueError, RecursionError):
+        return None
+    return text
+
+
+@functools.lru_cache(maxsize=_KEPT_SCHEMAS)
+def _checked_text(text: str) -> ArgumentsValidator:
+    """The validator of the schema written as ``text``: checking a schema against its
+    meta-schema costs milliseconds, and an application builds its tools again for each
+    agent it makes (each thread a worker or the inbox resumes). A refusal is not kept."""
+    return _checked(json.loads(text))
+
+
+def _checked(schema: Mapping[str, Any]) -> ArgumentsValidator:
+    """The validator of ``schema``, checked against its draft's meta-schema and for
+    references that loop on one value.
+
+    Raises:
+        jsonschema.exceptions.SchemaError: The schema is not valid JSON Schema.
+        RecursionError: It nests too deep for ``jsonschema`` to check.
+        _IdNotText: A schema in it has an ``$id`` that is not text.
+        _ReferencesLoop: Its references loop on one value.
+    """
+    cls = _linear(
+        jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    )
+    cls.check_schema(dict(schema))
+    validator = cls(schema, registry=_NO_REMOTE_SCHEMAS)
+    loop = reference_loop(schema, cls)
+    if loop is not None:
+        raise _ReferencesLoop(loop)
     return validator
 
 
