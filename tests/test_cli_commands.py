@@ -25,6 +25,7 @@ from covonaut_es import (
     Tool,
     open_store,
 )
+from covonaut_es.cli import main
 from covonaut_es.service import ThreadService
 from covonaut_es.store._dictionary import ZstdDictionaryCompressor
 from hostile_text import no_token_character
@@ -404,16 +405,20 @@ def test_bad_input_is_a_clear_error(url: str, args: tuple[str, ...], message: st
     assert message in result.stderr
 
 
-def test_every_command_has_help() -> None:
-    """--help works for each command without a store."""
+def test_every_command_has_help(capsys: pytest.CaptureFixture[str]) -> None:
+    """--help works for each command without a store: through the installed script for
+    one, through the same parser in this process for every command."""
+    result = covonaut("threads", "--help")
+    assert result.returncode == 0 and "threads" in result.stdout
     for command in (
         *("threads", "show", "history", "replay", "reviews", "approve", "reject", "respond"),
         *("answer", "settle", "abandon", "retry", "worker", "workers"),
+        *("fork", "tree", "export", "import", "migrate"),
     ):
-        result = covonaut(command, "--help")
-        assert result.returncode == 0 and command in result.stdout
-    for command in ("fork", "tree", "export", "import", "migrate"):
-        assert covonaut(command, "--help").returncode == 0
+        with pytest.raises(SystemExit) as exited:
+            main([command, "--help"])
+        assert exited.value.code == 0
+        assert f"covonaut-es {command}" in capsys.readouterr().out.replace("\n", " ")
 
 
 def test_approve_with_edited_arguments(url: str) -> None:
