@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import enum
 import json
 import string
 import unittest.mock
@@ -14,6 +15,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+import covonaut_es._schema
 from covonaut_es import Agent, AgentConfig, CheckpointSettings, ScriptedProvider, Store, Tool
 from covonaut_es._schema import validation_error
 from covonaut_es.errors import ConfigurationError, ToolServerError
@@ -420,9 +422,14 @@ def test_unique_items_is_judged_as_jsonschema_judges_it_without_comparing_pairs(
     assert found is None or found == "$.x: has non-unique elements"
 
 
+class _Number(enum.IntEnum):
+    ONE = 1
+
+
 # Schemas that JSON writes alike though Python tells them apart (a tuple for an
-# array, ``1`` for ``1.0`` or ``true``), and keywords whose values jsonschema checks.
-_TWINNED = st.sampled_from([1, 1.0, True, 0, "1", None])
+# array, ``1`` for ``1.0``, ``true`` or an enum's member, keys in another order, one
+# dict twice), and keywords whose values jsonschema checks.
+_TWINNED = st.sampled_from([1, 1.0, True, 0, "1", None, _Number.ONE])
 _SCHEMAS = st.fixed_dictionaries(
     {},
     optional={
@@ -434,35 +441,102 @@ _SCHEMAS = st.fixed_dictionaries(
         ),
         "required": st.sampled_from([["a"], ("a",), [], "a"]),
         "uniqueItems": _TWINNED,
+        "pattern": st.sampled_from(["^a", "^b"]),
+        "minLength": st.sampled_from([2, 5]),
+        "properties": st.just({"a": {"type": "integer"}}),
     },
-)
+).flatmap(lambda schema: st.permutations(list(schema.items())).map(dict))
 
 
-@settings(max_examples=100, deadline=None)
+def _shared(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` with one dict under two keys."""
+    inner = {"type": "integer"}
+    return {**schema, "properties": {"a": inner, "b": inner}}
+
+
+def _never_kept(schema: object) -> None:
+    return None
+
+
+def _made(schema: dict[str, Any]) -> tuple[str, Tool | None]:
+    try:
+        return "", Tool("t", "d", schema, _noop)
+    except ConfigurationError as refused:
+        return str(refused), None
+
+
+@settings(max_examples=150, deadline=None)
 @given(
-    schemas=st.lists(_SCHEMAS, min_size=1, max_size=4), values=st.lists(_JSON_VALUES, max_size=4)
+    schemas=st.lists(_SCHEMAS | _SCHEMAS.map(_shared), min_size=1, max_size=4),
+    values=st.lists(_JSON_VALUES, max_size=4),
 )
 @example(schemas=[{"required": ["a"]}, {"required": ("a",)}], values=[{}])
-@example(schemas=[{"const": 1}, {"const": True}, {"const": 1.0}], values=[1, True, 1.0])
+@example(schemas=[{"const": 1}, {"const": True}, {"const": _Number.ONE}], values=[1, True, 2])
+@example(
+    schemas=[{"pattern": "^a", "minLength": 5}, {"minLength": 5, "pattern": "^a"}], values=["b"]
+)
 def test_a_schema_checked_once_is_judged_as_a_fresh_check_judges_it(
     schemas: list[dict[str, Any]], values: list[Any]
 ) -> None:
     """Tools made again with an equal schema share the validator checked the first time
     (the check costs milliseconds; an application makes its tools for each agent), yet
-    each tool is refused, and judges arguments, exactly as jsonschema's own check of
-    its schema made afresh does: a schema is never taken for one JSON writes alike, a
-    tuple for an array or ``true`` for ``1``."""
+    each tool is refused with the message, and judges arguments with the messages, that
+    a check of its own schema made afresh gives: a schema is never taken for one JSON
+    writes alike (a tuple for an array, ``true`` for ``1``, keys in another order)."""
     for schema in schemas + schemas:  # the second time from the validators kept
-        try:
-            jsonschema.Draft202012Validator.check_schema(schema)
-            fresh = jsonschema.Draft202012Validator(schema)
-        except jsonschema.SchemaError:
-            with pytest.raises(ConfigurationError, match="has an invalid parameters schema"):
-                Tool("t", "d", schema, _noop)
-            continue
-        tool = Tool("t", "d", schema, _noop)
-        for value in values:
-            assert (validation_error(tool._validator, value) is None) is fresh.is_valid(value)
+        kept_message, kept = _made(schema)
+        with unittest.mock.patch.object(covonaut_es._schema, "_kept_text", _never_kept):
+            fresh_message, fresh = _made(schema)
+        assert kept_message == fresh_message
+        if kept is not None and fresh is not None:
+            for value in values:
+                judged = validation_error(kept._validator, value)
+                assert judged == validation_error(fresh._validator, value)
+        for earlier in schemas:  # what the next schema finds kept
+            _made(earlier)
+
+
+@pytest.mark.parametrize("size", [100, 100_000])
+def test_a_schema_changed_after_its_tool_is_made_changes_nothing_of_the_tool(size: int) -> None:
+    """A tool keeps a copy of its schema, kept validator or not (a long one is checked
+    afresh): what the model is told and what is validated stay what it was made with."""
+    schema: dict[str, Any] = {
+        "type": "object",
+        "description": "x" * size,
+        "properties": {"n": {"type": "integer", "maximum": 100}},
+    }
+    tool = Tool("t", "d", schema, _noop)
+    schema["properties"]["n"]["maximum"] = 10
+    assert tool.spec.parameters["properties"]["n"]["maximum"] == 100
+    assert validation_error(tool._validator, {"n": 50}) is None
+
+
+_DRAFT_3_TYPES = st.lists(
+    st.sampled_from(["integer", "string", "object", "array", "null", "any"])
+    | st.fixed_dictionaries({"type": st.sampled_from(["string", "integer"])}),
+    min_size=1,
+    max_size=3,
+    unique_by=json.dumps,
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(types=_DRAFT_3_TYPES, value=_JSON_VALUES)
+@example(types=["integer", {"type": "string"}], value=1.5)
+def test_arguments_against_any_draft_3_type_are_judged_or_refused_never_a_crash(
+    types: list[Any], value: Any
+) -> None:
+    """A draft-3 ``type`` may list schemas beside names (a server may send one): the
+    model's arguments are taken or refused with ``ArgumentsError``, never another error
+    out of the run (jsonschema's ``best_match`` hashed such a type)."""
+    schema = {
+        "$schema": "http://json-schema.org/draft-03/schema#",
+        "type": "object",
+        "properties": {"a": {"type": types}},
+    }
+    tool = Tool("t", "d", schema, _noop)
+    with contextlib.suppress(ArgumentsError):
+        parse_arguments(tool, ToolCall("c1", "t", json.dumps({"a": value})))
 
 
 def _never(container: object) -> bool:

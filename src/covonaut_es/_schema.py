@@ -8,8 +8,10 @@ instead of letting every argument through.
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
+import math
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -86,8 +88,8 @@ def compile_schema(
         )
         raise ConfigurationError(msg)
     try:
-        text = _canonical_text(schema)
-        return _checked(schema) if text is None else _checked_text(text)
+        text = _kept_text(schema)
+        return _checked(copy.deepcopy(schema)) if text is None else _checked_text(text)
     except jsonschema.exceptions.SchemaError as exc:
         path = exc.json_path
         msg = (
@@ -116,22 +118,43 @@ def compile_schema(
         raise ConfigurationError(msg) from exc
 
 
-# The longest schema, as canonical JSON, whose validator is kept once checked: a server
-# of tools sending ever new schemas keeps at most _KEPT_SCHEMAS of this size alive.
-_LONGEST_KEPT = 64 * 1024
-_KEPT_SCHEMAS = 256
+# The longest schema, as JSON, whose validator is kept once checked, and how many are
+# kept: a server of tools sending ever new schemas holds at most 512 KiB of them, some
+# 16 MiB as Python objects (tools' schemas are mostly well under 4 KiB).
+_LONGEST_KEPT = 4 * 1024
+_KEPT_SCHEMAS = 128
 
 
-def _canonical_text(schema: Mapping[str, Any]) -> str | None:
-    """``schema`` as canonical JSON, when it is short enough to keep and JSON reads it
-    back equal (a tuple, a key that is no text or a NaN is not), else None."""
-    try:
-        text = json.dumps(schema, sort_keys=True, separators=(",", ":"), allow_nan=False)
-        if len(text) > _LONGEST_KEPT or json.loads(text) != schema:
+def _kept_text(schema: Mapping[str, Any]) -> str | None:
+    """``schema`` as JSON, when JSON reads it back as the very same values: plain dicts
+    keyed by text, lists, text, finite numbers, booleans and nulls, no dict or list in
+    it twice, at most ``_LONGEST_KEPT`` long; else None. A tuple, an enum's member or a
+    shared dict is told apart from its JSON by Python, and so by jsonschema's verdicts,
+    messages or references."""
+    seen: set[int] = set()
+    pending: list[object] = [schema]
+    while pending:
+        value = pending.pop()
+        if type(value) is dict or type(value) is list:
+            if id(value) in seen or len(seen) >= _LONGEST_KEPT:
+                return None
+            seen.add(id(value))
+            if type(value) is dict:
+                if any(type(key) is not str for key in value):
+                    return None
+                pending.extend(value.values())
+            else:
+                pending.extend(value)
+        elif type(value) is float:
+            if not math.isfinite(value):
+                return None
+        elif type(value) not in (str, int, bool, type(None)):
             return None
-    except (TypeError, ValueError, RecursionError):
+    try:
+        text = json.dumps(schema, separators=(",", ":"))
+    except (ValueError, RecursionError):  # an int too long to write, nesting too deep
         return None
-    return text
+    return text if len(text) <= _LONGEST_KEPT else None
 
 
 @functools.lru_cache(maxsize=_KEPT_SCHEMAS)
@@ -143,8 +166,8 @@ def _checked_text(text: str) -> ArgumentsValidator:
 
 
 def _checked(schema: Mapping[str, Any]) -> ArgumentsValidator:
-    """The validator of ``schema``, checked against its draft's meta-schema and for
-    references that loop on one value.
+    """The validator of ``schema`` (a copy of the caller's, which it keeps), checked
+    against its draft's meta-schema and for references that loop on one value.
 
     Raises:
         jsonschema.exceptions.SchemaError: The schema is not valid JSON Schema.
@@ -315,7 +338,10 @@ def validation_error(validator: ArgumentsValidator, value: Any) -> str | None:
     """The best-matching way ``value`` violates the schema, with its JSON path, or None
     when it conforms."""
     try:
-        error = jsonschema.exceptions.best_match(validator.iter_errors(value))
+        try:
+            error = jsonschema.exceptions.best_match(validator.iter_errors(value))
+        except TypeError:  # jsonschema 4.26 hashes a draft-3 "type" that is a schema
+            error = next(validator.iter_errors(value), None)
     except referencing.exceptions.Unresolvable as exc:
         # Found only when a value reaches the "$ref": the call is refused, not run.
         return f"the tool's schema cannot be applied: {exc}; its $ref must point inside it"

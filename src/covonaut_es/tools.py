@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
@@ -151,7 +152,9 @@ class Tool:
         parameters: JSON Schema of the arguments object (draft 2020-12 unless its
             ``$schema`` names another); it is checked when the tool is made, and
             arguments are validated against it with ``jsonschema`` before ``func``
-            runs. ``$ref`` resolves within the schema only.
+            runs. ``$ref`` resolves within the schema only. The tool keeps a copy: a
+            change to the mapping afterwards changes neither what the model is told
+            nor what is validated.
         func: ``func(ctx, args)`` returning a JSON-encodable value (a string is passed
             to the model as is). Raise ``InterruptError`` to pause the run.
         idempotent: Running the call twice is harmless, so a call left in doubt by a
@@ -217,6 +220,8 @@ class Tool:
             )
             raise ConfigurationError(msg)
         object.__setattr__(self, "_validator", compile_schema(self.name, self.parameters))
+        # What the model is told and what is pinned stay what the validator holds.
+        object.__setattr__(self, "parameters", copy.deepcopy(self.parameters))
 
     @property
     def spec(self) -> ToolSpec:
