@@ -23,7 +23,6 @@ from __future__ import annotations
 import functools
 import itertools
 from datetime import datetime
-from typing import cast
 from uuid import UUID
 
 import msgspec
@@ -42,7 +41,7 @@ from covonaut_es.store._backend import Backend
 from covonaut_es.store._read_only import WriteGuard
 from covonaut_es.store._reader import ThreadReader
 from covonaut_es.store._records import StoredRecords
-from covonaut_es.store._side_tables import opened_row, sealed_row
+from covonaut_es.store._side_tables import opened_row, opened_rows, sealed_row
 from covonaut_es.store._stream_ids import KeyedEvents, stored_stream
 from covonaut_es.store._summaries import SummaryTable, stream_in
 
@@ -184,9 +183,7 @@ class ThreadListing:
 
     def _opened_page(self, sealed: list[bytes]) -> list[ThreadSummary] | None:
         """Every summary of a page, opened; None if any cannot be."""
-        cipher, decode = self._app.mapper.cipher, _DECODER.decode
-        opened = [opened_row(cipher, row, decode) for row in sealed]
-        return None if any(o is None for o in opened) else cast("list[ThreadSummary]", opened)
+        return opened_rows(self._app.mapper.cipher, sealed, _DECODER.decode)
 
     def _remade_page(
         self, table: SummaryTable, rows: list[tuple[int, bytes]]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 from uuid import UUID
 
 from eventsourcing.persistence import Cipher
@@ -200,14 +200,31 @@ def sealed_row(cipher: Cipher | None, row: bytes) -> bytes:
     return row if cipher is None else cipher.encrypt(row)
 
 
-def opened_row(cipher: Cipher | None, stored: object, decode: Callable[[bytes], T]) -> T | None:
+def opened_row(
+    cipher: Cipher | None, stored: object, decode: Callable[[bytes | memoryview], T]
+) -> T | None:
     """What ``decode`` makes of a side table's row as stored (:func:`sealed_row`); None
     when it is no driver's bytes, or does not decrypt or decode: another writer spoiled
     it (the cipher's errors vary)."""
-    if not isinstance(stored, bytes | memoryview):
+    opened = opened_rows(cipher, (stored,), decode)
+    return None if opened is None else opened[0]
+
+
+_DRIVER_BYTES = frozenset({bytes, memoryview})
+"""The types a driver gives a side table's row in."""
+
+
+def opened_rows(
+    cipher: Cipher | None, stored: Sequence[object], decode: Callable[[bytes | memoryview], T]
+) -> list[T] | None:
+    """What ``decode`` makes of each of a page of rows, as :func:`opened_row` does, in
+    one pass (a listing opens thousands); None when any cannot be opened."""
+    if not {*map(type, stored)} <= _DRIVER_BYTES:
         return None
+    rows = cast("Sequence[bytes | memoryview]", stored)
     try:
-        row = bytes(stored)
-        return decode(row if cipher is None else cipher.decrypt(row))
+        if cipher is None:
+            return [decode(row) for row in rows]
+        return [decode(cipher.decrypt(bytes(row))) for row in rows]
     except Exception:
         return None
