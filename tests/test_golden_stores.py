@@ -24,7 +24,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -81,19 +80,18 @@ def fingerprints(*, by_content: bool = True) -> dict[str, object]:
     time of change), and every directory (no new file appears beside the stores, such
     as a journal or a leases directory)."""
     return {
-        str(path.relative_to(directory.parent)): (
-            "directory"
-            if not path.is_file()
-            else hashlib.sha256(path.read_bytes()).hexdigest()
-            if by_content
-            else _changed(path.stat())
-        )
+        str(path.relative_to(directory.parent)): _fingerprint(path, by_content=by_content)
         for directory in GOLDENS.values()
         for path in sorted(directory.rglob("*"))
     }
 
 
-def _changed(stat: os.stat_result) -> tuple[int, ...]:
+def _fingerprint(path: Path, *, by_content: bool) -> object:
+    if not path.is_file():
+        return "directory"
+    if by_content:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    stat = path.stat()
     return (stat.st_size, stat.st_ino, stat.st_mtime_ns, stat.st_ctime_ns)
 
 

@@ -338,10 +338,7 @@ def validation_error(validator: ArgumentsValidator, value: Any) -> str | None:
     """The best-matching way ``value`` violates the schema, with its JSON path, or None
     when it conforms."""
     try:
-        try:
-            error = jsonschema.exceptions.best_match(validator.iter_errors(value))
-        except TypeError:  # jsonschema 4.26 hashes a draft-3 "type" that is a schema
-            error = next(validator.iter_errors(value), None)
+        error = _best_error(validator, value)
     except referencing.exceptions.Unresolvable as exc:
         # Found only when a value reaches the "$ref": the call is refused, not run.
         return f"the tool's schema cannot be applied: {exc}; its $ref must point inside it"
@@ -352,3 +349,15 @@ def validation_error(validator: ArgumentsValidator, value: Any) -> str | None:
     if error is None:
         return None
     return f"{error.json_path}: {error.message}"
+
+
+def _best_error(
+    validator: ArgumentsValidator, value: Any
+) -> jsonschema.exceptions.ValidationError | None:
+    """The error jsonschema judges most relevant of those ``value`` makes, or None."""
+    found: jsonschema.exceptions.ValidationError | None
+    try:
+        found = jsonschema.exceptions.best_match(validator.iter_errors(value))
+    except TypeError:  # jsonschema 4.26 hashes a draft-3 "type" that is a schema
+        found = next(iter(validator.iter_errors(value)), None)
+    return found
