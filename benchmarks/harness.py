@@ -121,8 +121,9 @@ class Postgres:
     """One PostgreSQL server for the whole run, with a fresh database per measurement.
 
     It is ``$COVONAUT_ES_TEST_POSTGRES_URL`` when set, otherwise a throwaway server from
-    ``tests/postgres_server.py``, which runs with ``fsync=off``. Every benchmark
-    database gets ``synchronous_commit = on``, so a commit waits for its WAL write.
+    ``tests/postgres_server.py``, which runs with ``fsync=off``, its files on disk (not
+    in memory, as the tests' servers). Every benchmark database gets
+    ``synchronous_commit = on``, so a commit waits for its WAL write.
     """
 
     def __init__(self, admin_url: str, server: Any | None) -> None:
@@ -140,7 +141,7 @@ class Postgres:
         external = os.environ.get(helper.URL_ENV, "").strip()
         if external:
             return cls(external, None)
-        server = helper.PostgresServer(durable=durable)
+        server = helper.PostgresServer(durable=durable, on_disk=True)
         try:
             return cls(server.start(), server)
         except helper.PostgresUnavailable as exc:

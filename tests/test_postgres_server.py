@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -50,3 +52,22 @@ def test_throwaway_server_starts_serves_and_is_removed_on_stop() -> None:
     assert not server.running
     assert not server.base_dir.exists()
     server.stop()  # idempotent
+
+
+def test_a_throwaway_server_keeps_its_files_in_memory_unless_it_must_be_on_disk() -> None:
+    """The tests' servers are in memory where every user may write there; a durable
+    server, and one the benchmarks ask to be on disk, are not."""
+    shared_memory = Path("/dev/shm")
+    if not shared_memory.is_dir() or shared_memory.stat().st_mode & 0o1777 != 0o1777:
+        pytest.skip("no shared memory folder every user may write in")
+    placed = {}
+    for name, server in {
+        "default": PostgresServer(),
+        "on disk": PostgresServer(on_disk=True),
+        "durable": PostgresServer(durable=True),
+    }.items():
+        server._prepare_base_dir()
+        placed[name] = server.base_dir.parent
+        shutil.rmtree(server.base_dir)
+    assert placed["default"] == shared_memory
+    assert shared_memory not in (placed["on disk"], placed["durable"])
