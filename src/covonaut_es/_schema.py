@@ -4,6 +4,10 @@
 whole specification (``$ref``, ``pattern``, ``allOf``, ``uniqueItems``...) and checks
 the schema itself, so a typo such as ``{"type": "intger"}`` fails when the tool is made
 instead of letting every argument through.
+
+``jsonschema`` (with ``referencing``) is imported by the functions that use it, on the
+first schema checked: importing it took a tenth of every command line's start-up, and
+most commands check no schema.
 """
 
 from __future__ import annotations
@@ -13,24 +17,19 @@ import functools
 import json
 import math
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import attrs
-import jsonschema
-import jsonschema.exceptions
-import jsonschema.validators
-import referencing
-import referencing.exceptions
-import referencing.jsonschema
 
 from covonaut_es.errors import ConfigurationError
 
-ArgumentsValidator = jsonschema.protocols.Validator
-"""A compiled validator of one tool's arguments."""
+if TYPE_CHECKING:
+    import jsonschema.exceptions
+    import jsonschema.protocols
+    import referencing
 
-# An empty registry: a "$ref" resolves inside the schema itself, and a remote one is an
-# error rather than a network request made while validating a model's arguments.
-_NO_REMOTE_SCHEMAS: referencing.Registry[Any] = referencing.Registry()
+    ArgumentsValidator: TypeAlias = jsonschema.protocols.Validator
+    """A compiled validator of one tool's arguments."""
 
 # Keywords that apply a schema (or each of a list or a map of them) to the very value
 # the schema applies to: a loop through these alone never reaches a smaller value, so
@@ -87,6 +86,8 @@ def compile_schema(
             f"{type(dialect).__name__}, not a URI; name a draft, or leave $schema out"
         )
         raise ConfigurationError(msg)
+    import jsonschema.exceptions
+
     try:
         text = _kept_text(schema)
         return _checked(copy.deepcopy(schema)) if text is None else _checked_text(text)
@@ -175,15 +176,28 @@ def _checked(schema: Mapping[str, Any]) -> ArgumentsValidator:
         _IdNotText: A schema in it has an ``$id`` that is not text.
         _ReferencesLoop: Its references loop on one value.
     """
+    import jsonschema.validators
+
     cls = _linear(
-        jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+        jsonschema.validators.validator_for(
+            schema, default=jsonschema.validators.Draft202012Validator
+        )
     )
     cls.check_schema(dict(schema))
-    validator = cls(schema, registry=_NO_REMOTE_SCHEMAS)
+    validator = cls(schema, registry=_no_remote_schemas())
     loop = reference_loop(schema, cls)
     if loop is not None:
         raise _ReferencesLoop(loop)
     return validator
+
+
+@functools.cache
+def _no_remote_schemas() -> referencing.Registry[Any]:
+    """An empty registry: a "$ref" resolves inside the schema itself, and a remote one is
+    an error rather than a network request made while validating a model's arguments."""
+    import referencing
+
+    return referencing.Registry()
 
 
 def reference_loop(schema: Mapping[str, Any], cls: type[ArgumentsValidator]) -> str | None:
@@ -199,6 +213,8 @@ def reference_loop(schema: Mapping[str, Any], cls: type[ArgumentsValidator]) -> 
     Raises:
         _IdNotText: A schema reached has an ``$id`` that is not text.
     """
+    import referencing.jsonschema
+
     spec = referencing.jsonschema.specification_with(
         cls.META_SCHEMA.get("$schema", ""), default=referencing.jsonschema.DRAFT202012
     )
@@ -206,7 +222,7 @@ def reference_loop(schema: Mapping[str, Any], cls: type[ArgumentsValidator]) -> 
     walk = _Walk(spec, frozenset(applies & (_IN_PLACE | _IN_PARTS | set(_REFERENCES))))
     root = dict(schema)
     starts: list[_Applied] = [
-        (root, "$", _NO_REMOTE_SCHEMAS.resolver_with_root(spec.create_resource(root)))
+        (root, "$", _no_remote_schemas().resolver_with_root(spec.create_resource(root)))
     ]
     done: set[int] = set()
     # Depth first from each schema, iteratively (a hostile schema may nest deeper than
@@ -255,6 +271,8 @@ def _applied(at: _Applied, walk: _Walk, inner: list[_Applied]) -> list[_Applied]
         _IdNotText: ``at``, or a schema a reference of it passes through, has an
             ``$id`` that is not text.
     """
+    import referencing.exceptions
+
     node, path, resolver = at
     try:
         resolver = resolver.in_subresource(walk.spec.create_resource(node))  # its own $id
@@ -297,6 +315,8 @@ def _linear(cls: type[ArgumentsValidator]) -> type[ArgumentsValidator]:
     """``cls`` with ``uniqueItems`` checked in time linear in the array's length:
     jsonschema compares every pair of items that are arrays or objects, and a model's
     4,000 small objects held the process for 23 seconds, outside any tool's timeout."""
+    import jsonschema.validators
+
     if "uniqueItems" not in cls.VALIDATORS:  # draft 3 has it; every later draft too
         return cls
     extended: type[ArgumentsValidator] = jsonschema.validators.extend(  # type: ignore[no-untyped-call]
@@ -308,6 +328,8 @@ def _linear(cls: type[ArgumentsValidator]) -> type[ArgumentsValidator]:
 def _unique_items(
     validator: ArgumentsValidator, unique: Any, instance: Any, schema: Mapping[str, Any]
 ) -> Iterator[jsonschema.exceptions.ValidationError]:
+    import jsonschema.exceptions
+
     if not (unique and validator.is_type(instance, "array")):
         return
     seen: set[Any] = set()
@@ -337,6 +359,8 @@ def _equality_key(value: Any) -> Any:
 def validation_error(validator: ArgumentsValidator, value: Any) -> str | None:
     """The best-matching way ``value`` violates the schema, with its JSON path, or None
     when it conforms."""
+    import referencing.exceptions
+
     try:
         error = _best_error(validator, value)
     except referencing.exceptions.Unresolvable as exc:
@@ -355,6 +379,8 @@ def _best_error(
     validator: ArgumentsValidator, value: Any
 ) -> jsonschema.exceptions.ValidationError | None:
     """The error jsonschema judges most relevant of those ``value`` makes, or None."""
+    import jsonschema.exceptions
+
     found: jsonschema.exceptions.ValidationError | None
     try:
         found = jsonschema.exceptions.best_match(validator.iter_errors(value))
