@@ -544,12 +544,14 @@ def _never(container: object) -> bool:
 
 
 def test_the_schema_checker_is_imported_by_the_first_schema_checked() -> None:
-    """Importing the library and its command line imports neither ``jsonschema`` nor
-    ``referencing`` (a tenth of a command's start-up); making a tool does."""
+    """Importing the library and its command line, and resolving a tool's type hints,
+    imports neither ``jsonschema`` nor ``referencing`` (a tenth of a command's
+    start-up); making a tool does."""
     checker = "sorted({m.partition('.')[0] for m in sys.modules} & {'jsonschema', 'referencing'})"
     printed = run_python(
         "-c",
-        f"import sys, covonaut_es, covonaut_es.cli; print({checker}); "
+        "import sys, typing, covonaut_es, covonaut_es.cli; "
+        f"typing.get_type_hints(covonaut_es.Tool); print({checker}); "
         "covonaut_es.Tool('t', 't', {'type': 'object'}, lambda ctx, args: 1); "
         f"print({checker})",
     ).stdout

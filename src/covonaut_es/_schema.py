@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 
     ArgumentsValidator: TypeAlias = jsonschema.protocols.Validator
     """A compiled validator of one tool's arguments."""
+else:
+    ArgumentsValidator = Any  # what ``typing.get_type_hints`` finds, jsonschema unimported
 
 # Keywords that apply a schema (or each of a list or a map of them) to the very value
 # the schema applies to: a loop through these alone never reaches a smaller value, so

@@ -6,7 +6,7 @@ import copy
 import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 import attrs
 import msgspec
@@ -21,15 +21,12 @@ from covonaut_es._arguments import (
     validated,
 )
 from covonaut_es._review_policy import ReviewPolicy, ReviewPolicyFunction, review_rules
-from covonaut_es._schema import compile_schema, validation_error
+from covonaut_es._schema import ArgumentsValidator, compile_schema, validation_error
 from covonaut_es._strict_json import FOR_THE_MODEL, JsonRefused, strict_loads
 from covonaut_es.domain import ReviewDecision, ReviewRules, ToolPin
 from covonaut_es.domain._canonical import refuse_non_finite
 from covonaut_es.errors import ConfigurationError, ToolArgumentsLimitError, ToolResultError
 from covonaut_es.messages import JsonValue, ToolCall, ToolSpec
-
-if TYPE_CHECKING:
-    from covonaut_es._schema import ArgumentsValidator
 
 ToolFunction = Callable[["ToolContext", dict[str, Any]], Any]
 """``func(ctx, args)``: returns any JSON-encodable value, or raises ``InterruptError``."""

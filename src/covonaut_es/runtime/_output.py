@@ -11,21 +11,18 @@ the aggregate stays pure and a replay needs no application class to read the thr
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 import msgspec
 
-from covonaut_es._schema import compile_schema, validation_error
+from covonaut_es._schema import ArgumentsValidator, compile_schema, validation_error
 from covonaut_es._strict_json import FOR_THE_MODEL, strict_loads
 from covonaut_es._text import exception_text
 from covonaut_es.domain import TypedOutput
 from covonaut_es.errors import ConfigurationError, OutputValidationError
 from covonaut_es.messages import JsonValue, OutputSpec
 from covonaut_es.tools import json_limits_problem
-
-if TYPE_CHECKING:
-    from covonaut_es._schema import ArgumentsValidator
 
 OUTPUT_NAME = "final_answer"
 """The name the model knows the answer's shape by: the OpenAI response format's, the
