@@ -22,7 +22,7 @@ from covonaut_es.errors import ConfigurationError, ToolServerError
 from covonaut_es.mcp._policy import checked_listing, to_tool
 from covonaut_es.messages import Role, ToolCall
 from covonaut_es.tools import ArgumentsError, ToolContext, parse_arguments
-from support import answer, call, run_python, ticking_clock
+from support import answer, call, ticking_clock
 
 RICH_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -541,18 +541,3 @@ def test_arguments_against_any_draft_3_type_are_judged_or_refused_never_a_crash(
 
 def _never(container: object) -> bool:
     raise AssertionError("jsonschema's pairwise uniqueItems check ran")
-
-
-def test_the_schema_checker_is_imported_by_the_first_schema_checked() -> None:
-    """Importing the library and its command line, and resolving a tool's type hints,
-    imports neither ``jsonschema`` nor ``referencing`` (a tenth of a command's
-    start-up); making a tool does."""
-    checker = "sorted({m.partition('.')[0] for m in sys.modules} & {'jsonschema', 'referencing'})"
-    printed = run_python(
-        "-c",
-        "import sys, typing, covonaut_es, covonaut_es.cli; "
-        f"typing.get_type_hints(covonaut_es.Tool); print({checker}); "
-        "covonaut_es.Tool('t', 't', {'type': 'object'}, lambda ctx, args: 1); "
-        f"print({checker})",
-    ).stdout
-    assert printed.splitlines() == ["[]", "['jsonschema', 'referencing']"]

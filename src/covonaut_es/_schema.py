@@ -4,10 +4,6 @@
 whole specification (``$ref``, ``pattern``, ``allOf``, ``uniqueItems``...) and checks
 the schema itself, so a typo such as ``{"type": "intger"}`` fails when the tool is made
 instead of letting every argument through.
-
-``jsonschema`` (with ``referencing``) is imported by the functions that use it, on the
-first schema checked: importing it took a tenth of every command line's start-up, and
-most commands check no schema.
 """
 
 from __future__ import annotations
@@ -17,21 +13,24 @@ import functools
 import json
 import math
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import Any
 
 import attrs
+import jsonschema
+import jsonschema.exceptions
+import jsonschema.validators
+import referencing
+import referencing.exceptions
+import referencing.jsonschema
 
 from covonaut_es.errors import ConfigurationError
 
-if TYPE_CHECKING:
-    import jsonschema.exceptions
-    import jsonschema.protocols
-    import referencing
+ArgumentsValidator = jsonschema.protocols.Validator
+"""A compiled validator of one tool's arguments."""
 
-    ArgumentsValidator: TypeAlias = jsonschema.protocols.Validator
-    """A compiled validator of one tool's arguments."""
-else:
-    ArgumentsValidator = Any  # what ``typing.get_type_hints`` finds, jsonschema unimported
+# An empty registry: a "$ref" resolves inside the schema itself, and a remote one is an
+# error rather than a network request made while validating a model's arguments.
+_NO_REMOTE_SCHEMAS: referencing.Registry[Any] = referencing.Registry()
 
 # Keywords that apply a schema (or each of a list or a map of them) to the very value
 # the schema applies to: a loop through these alone never reaches a smaller value, so
@@ -88,8 +87,6 @@ def compile_schema(
             f"{type(dialect).__name__}, not a URI; name a draft, or leave $schema out"
         )
         raise ConfigurationError(msg)
-    import jsonschema.exceptions
-
     try:
         text = _kept_text(schema)
         return _checked(copy.deepcopy(schema)) if text is None else _checked_text(text)
@@ -178,28 +175,15 @@ def _checked(schema: Mapping[str, Any]) -> ArgumentsValidator:
         _IdNotText: A schema in it has an ``$id`` that is not text.
         _ReferencesLoop: Its references loop on one value.
     """
-    import jsonschema.validators
-
     cls = _linear(
-        jsonschema.validators.validator_for(
-            schema, default=jsonschema.validators.Draft202012Validator
-        )
+        jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
     )
     cls.check_schema(dict(schema))
-    validator = cls(schema, registry=_no_remote_schemas())
+    validator = cls(schema, registry=_NO_REMOTE_SCHEMAS)
     loop = reference_loop(schema, cls)
     if loop is not None:
         raise _ReferencesLoop(loop)
     return validator
-
-
-@functools.cache
-def _no_remote_schemas() -> referencing.Registry[Any]:
-    """An empty registry: a "$ref" resolves inside the schema itself, and a remote one is
-    an error rather than a network request made while validating a model's arguments."""
-    import referencing
-
-    return referencing.Registry()
 
 
 def reference_loop(schema: Mapping[str, Any], cls: type[ArgumentsValidator]) -> str | None:
@@ -215,8 +199,6 @@ def reference_loop(schema: Mapping[str, Any], cls: type[ArgumentsValidator]) -> 
     Raises:
         _IdNotText: A schema reached has an ``$id`` that is not text.
     """
-    import referencing.jsonschema
-
     spec = referencing.jsonschema.specification_with(
         cls.META_SCHEMA.get("$schema", ""), default=referencing.jsonschema.DRAFT202012
     )
@@ -224,7 +206,7 @@ def reference_loop(schema: Mapping[str, Any], cls: type[ArgumentsValidator]) -> 
     walk = _Walk(spec, frozenset(applies & (_IN_PLACE | _IN_PARTS | set(_REFERENCES))))
     root = dict(schema)
     starts: list[_Applied] = [
-        (root, "$", _no_remote_schemas().resolver_with_root(spec.create_resource(root)))
+        (root, "$", _NO_REMOTE_SCHEMAS.resolver_with_root(spec.create_resource(root)))
     ]
     done: set[int] = set()
     # Depth first from each schema, iteratively (a hostile schema may nest deeper than
@@ -273,8 +255,6 @@ def _applied(at: _Applied, walk: _Walk, inner: list[_Applied]) -> list[_Applied]
         _IdNotText: ``at``, or a schema a reference of it passes through, has an
             ``$id`` that is not text.
     """
-    import referencing.exceptions
-
     node, path, resolver = at
     try:
         resolver = resolver.in_subresource(walk.spec.create_resource(node))  # its own $id
@@ -317,8 +297,6 @@ def _linear(cls: type[ArgumentsValidator]) -> type[ArgumentsValidator]:
     """``cls`` with ``uniqueItems`` checked in time linear in the array's length:
     jsonschema compares every pair of items that are arrays or objects, and a model's
     4,000 small objects held the process for 23 seconds, outside any tool's timeout."""
-    import jsonschema.validators
-
     if "uniqueItems" not in cls.VALIDATORS:  # draft 3 has it; every later draft too
         return cls
     extended: type[ArgumentsValidator] = jsonschema.validators.extend(  # type: ignore[no-untyped-call]
@@ -330,8 +308,6 @@ def _linear(cls: type[ArgumentsValidator]) -> type[ArgumentsValidator]:
 def _unique_items(
     validator: ArgumentsValidator, unique: Any, instance: Any, schema: Mapping[str, Any]
 ) -> Iterator[jsonschema.exceptions.ValidationError]:
-    import jsonschema.exceptions
-
     if not (unique and validator.is_type(instance, "array")):
         return
     seen: set[Any] = set()
@@ -361,8 +337,6 @@ def _equality_key(value: Any) -> Any:
 def validation_error(validator: ArgumentsValidator, value: Any) -> str | None:
     """The best-matching way ``value`` violates the schema, with its JSON path, or None
     when it conforms."""
-    import referencing.exceptions
-
     try:
         error = _best_error(validator, value)
     except referencing.exceptions.Unresolvable as exc:
@@ -381,8 +355,6 @@ def _best_error(
     validator: ArgumentsValidator, value: Any
 ) -> jsonschema.exceptions.ValidationError | None:
     """The error jsonschema judges most relevant of those ``value`` makes, or None."""
-    import jsonschema.exceptions
-
     found: jsonschema.exceptions.ValidationError | None
     try:
         found = jsonschema.exceptions.best_match(validator.iter_errors(value))
