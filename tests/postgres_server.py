@@ -3,9 +3,9 @@
 `PostgresServer` runs ``initdb`` into a fresh temporary directory, starts the
 server with ``pg_ctl`` on a free loopback port (durability switched off, which is
 fine for tests), creates the database ``covonaut_test`` and hands out its URL.
-That directory is in memory (``/dev/shm``) unless the server is durable or asked to
-be on disk: every test on PostgreSQL creates a database, which copies its template,
-and on this machine's disk that took ten times as long (ADR 0148).
+That directory is in memory (``/dev/shm``, where there is room) unless the server is
+durable or asked to be on disk: every test on PostgreSQL creates a database, which
+copies its template, and on this machine's disk that took ten times as long (ADR 0148).
 `PostgresServer.stop` shuts the server down and deletes the directory; an
 ``atexit`` hook does the same if a test run ends without calling it.
 
@@ -35,6 +35,7 @@ import shlex
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -62,7 +63,10 @@ SERVER_OS_USER = "postgres"
 _COMMAND_TIMEOUT = 60.0
 _START_ATTEMPTS = 3
 _MEMORY = Path("/dev/shm")
-"""Where a server that need not last keeps its files, when every user may write there."""
+"""Where a server that need not last keeps its files (see :func:`memory_folder`)."""
+_MEMORY_ROOM = 1024**3
+"""The free bytes that folder needs: a server takes 40-80 MB there, and the suite runs
+four, each with the databases of its tests (a container's default is 64 MB)."""
 
 
 class PostgresUnavailable(RuntimeError):
@@ -123,6 +127,18 @@ def find_binaries() -> PostgresBinaries:
         "PostgreSQL server binaries (initdb, pg_ctl, postgres) not found on PATH "
         "or under /usr/lib/postgresql/*/bin"
     )
+
+
+def memory_folder() -> Path | None:
+    """``/dev/shm`` where it is a folder every user may write in (sticky, as ``/tmp``)
+    with room for the suite's servers; else None."""
+    try:
+        info = _MEMORY.stat()
+        room = os.statvfs(_MEMORY)
+    except OSError:
+        return None
+    usable = stat.S_ISDIR(info.st_mode) and info.st_mode & 0o1777 == 0o1777
+    return _MEMORY if usable and room.f_bavail * room.f_frsize >= _MEMORY_ROOM else None
 
 
 def free_port() -> int:
@@ -283,12 +299,9 @@ class PostgresServer:
         self._base_dir = base
 
     def _parent(self) -> Path | None:
-        """The in-memory folder for a server that need not last, when it is a folder
-        every user may write in (sticky, as ``/tmp``); None: the temporary folder."""
-        if self.on_disk or not _MEMORY.is_dir():
-            return None
-        mode = _MEMORY.stat().st_mode
-        return _MEMORY if mode & 0o1777 == 0o1777 else None
+        """The in-memory folder for a server that need not last; None: the temporary
+        folder."""
+        return None if self.on_disk else memory_folder()
 
     def _initdb(self) -> None:
         assert self._binaries is not None

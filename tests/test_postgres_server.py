@@ -10,11 +10,13 @@ from pathlib import Path
 import psycopg
 import pytest
 
+import postgres_server
 from postgres_server import (
     URL_ENV,
     PostgresServer,
     PostgresUnavailable,
     find_binaries,
+    memory_folder,
     start_or_unavailable,
 )
 
@@ -55,11 +57,11 @@ def test_throwaway_server_starts_serves_and_is_removed_on_stop() -> None:
 
 
 def test_a_throwaway_server_keeps_its_files_in_memory_unless_it_must_be_on_disk() -> None:
-    """The tests' servers are in memory where every user may write there; a durable
-    server, and one the benchmarks ask to be on disk, are not."""
-    shared_memory = Path("/dev/shm")
-    if not shared_memory.is_dir() or shared_memory.stat().st_mode & 0o1777 != 0o1777:
-        pytest.skip("no shared memory folder every user may write in")
+    """The tests' servers are in memory where every user may write there and there is
+    room; a durable server, and one the benchmarks ask to be on disk, are not."""
+    shared_memory = memory_folder()
+    if shared_memory is None:
+        pytest.skip("no shared memory folder every user may write in, with room")
     placed = {}
     for name, server in {
         "default": PostgresServer(),
@@ -71,3 +73,16 @@ def test_a_throwaway_server_keeps_its_files_in_memory_unless_it_must_be_on_disk(
         shutil.rmtree(server.base_dir)
     assert placed["default"] == shared_memory
     assert shared_memory not in (placed["on disk"], placed["durable"])
+
+
+def test_a_memory_folder_without_room_for_the_servers_is_passed_over(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A shared memory folder too small for the suite's servers (a container's 64 MB)
+    is not used: its servers would fail their writes."""
+    monkeypatch.setattr(postgres_server, "_MEMORY_ROOM", 2**62)
+    assert memory_folder() is None
+    server = PostgresServer()
+    server._prepare_base_dir()
+    shutil.rmtree(server.base_dir)
+    assert server.base_dir.parent != Path("/dev/shm")
