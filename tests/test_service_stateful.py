@@ -54,6 +54,7 @@ from covonaut_es.errors import (
     ThreadConflictError,
     ThreadStateError,
 )
+from covonaut_es.runtime import running_calls
 from covonaut_es.service import Action, Settlement, ThreadService, review_submission
 from covonaut_es.store._backends._memory_leases import _MEMORY
 from covonaut_es.store._backends._postgres_leases import _key
@@ -302,10 +303,28 @@ class TwoProcesses(RuleBasedStateMachine):
 
     # Rules --------------------------------------------------------------------------------
 
+    def _held(self, thread_id: str) -> bool:
+        """Whether the blocked runner's call holds the thread: the runner's own, or a fork
+        of it, at any depth, made while the call ran, which holds the call open too (ADR
+        0145)."""
+        blocked = self.blocked
+        if blocked is None:
+            return False
+        if thread_id == blocked.thread_id:
+            return True
+        store = self.stores["A"]
+        running = {c.tool_call_id for c in running_calls() if c.thread_id == blocked.thread_id}
+        state = store.state_at(thread_id)
+        held_open = {pending.call.id for pending in state.open_calls}
+        parent = state.parent if running & held_open else None
+        while parent is not None and parent.thread_id != blocked.thread_id:
+            parent = store.state_at(parent.thread_id).parent
+        return parent is not None
+
     def _free(self, thread_id: str) -> bool:
         """Whether a run with new input may start on the thread now."""
         state = self.stores["A"].state_at(thread_id)
-        held = self.blocked is not None and self.blocked.thread_id == thread_id
+        held = self._held(thread_id)
         return not (held or state.interrupts or state.open_calls) and state.status in (
             ThreadStatus.FINISHED,
             ThreadStatus.ERROR,
@@ -462,7 +481,7 @@ class TwoProcesses(RuleBasedStateMachine):
         ready = (
             state.status is ThreadStatus.INTERRUPTED and state.waiting_for == "runner" and not stuck
         )
-        held = self.blocked is not None and self.blocked.thread_id == thread_id
+        held = self._held(thread_id)
         try:
             self.agent(process, thread_id).resume()
         except (ThreadStateError, ThreadBusyError) as exc:
@@ -587,7 +606,7 @@ class TwoProcesses(RuleBasedStateMachine):
             else:
                 commands.pause_calls_in_doubt(thread_id, "checking")
         except ThreadBusyError:
-            assert self.blocked is not None and self.blocked.thread_id == thread_id
+            assert self._held(thread_id)
         except ThreadStateError:
             given_up = store.state_at(thread_id).status is ThreadStatus.ABANDONED
             assert given_up or how == "retry"  # given up, or its retry asked for already
