@@ -282,6 +282,7 @@ class PostgresServer:
     # -- steps --------------------------------------------------------------------
 
     def _prepare_base_dir(self) -> None:
+        memory = None if self.on_disk else memory_folder()
         if os.geteuid() == 0:
             try:
                 entry = pwd.getpwnam(SERVER_OS_USER)
@@ -292,16 +293,11 @@ class PostgresServer:
                 ) from None
             self._run_as = (entry.pw_uid, entry.pw_gid)
             # /tmp rather than $TMPDIR: every user can traverse /tmp.
-            base = Path(tempfile.mkdtemp(prefix="covonaut-pg-", dir=self._parent() or "/tmp"))
+            base = Path(tempfile.mkdtemp(prefix="covonaut-pg-", dir=memory or "/tmp"))
             os.chown(base, entry.pw_uid, entry.pw_gid)
         else:
-            base = Path(tempfile.mkdtemp(prefix="covonaut-pg-", dir=self._parent()))
+            base = Path(tempfile.mkdtemp(prefix="covonaut-pg-", dir=memory))
         self._base_dir = base
-
-    def _parent(self) -> Path | None:
-        """The in-memory folder for a server that need not last; None: the temporary
-        folder."""
-        return None if self.on_disk else memory_folder()
 
     def _initdb(self) -> None:
         assert self._binaries is not None
