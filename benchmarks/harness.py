@@ -212,7 +212,9 @@ class Context:
     commands: list[str] = field(default_factory=list)
     targets: dict[str, report.Target] = field(default_factory=dict)
     """Targets by key, for the diagnosis to explain the missed ones."""
-    _runs: dict[tuple[str, int, bool | None], list[dict[str, Any]]] = field(default_factory=dict)
+    _runs: dict[tuple[str, int, bool | None, bool], list[dict[str, Any]]] = field(
+        default_factory=dict
+    )
     _memo: dict[Any, Any] = field(default_factory=dict)
 
     def memo(self, key: Any, compute: Callable[[], Any]) -> Any:
@@ -259,18 +261,26 @@ class Context:
             return False
         return len(runs) < (1 if self.quick else REPEATS)
 
-    def step(self, backend: str, turns: int, delta: bool | None = None) -> None:
-        """One more run of ours (``delta`` None) or of a LangGraph configuration, if it
-        needs one. Callers interleave the systems' runs with it, so that changes in the
-        machine's load during a benchmark touch every system alike."""
-        runs = self._runs.setdefault((backend, turns, delta), [])
+    def step(
+        self, backend: str, turns: int, delta: bool | None = None, *, read_only: bool = False
+    ) -> None:
+        """One more run of ours (``delta`` None; its lookup declared read-only if
+        ``read_only``) or of a LangGraph configuration, if it needs one. Callers
+        interleave the systems' runs with it, so that changes in the machine's load
+        during a benchmark touch every system alike."""
+        runs = self._runs.setdefault((backend, turns, delta, read_only), [])
         if not self._wanted(runs):
             return
-        index, ours = len(runs), delta is None
-        system = "ours" if ours else f"langgraph_{'delta' if delta else 'default'}"
+        index, ours, kept = len(runs), delta is None, delta is None and not read_only
+        if ours:
+            system = "ours_read_only" if read_only else "ours"
+        else:
+            system = f"langgraph_{'delta' if delta else 'default'}"
         name = f"{system}_{backend}_{turns}_{index}"
         kwargs: dict[str, Any] = {"delta": delta, "fork": index == 0}
-        if ours:
+        if read_only:
+            kwargs = {"read_only": True}
+        elif ours:
             kwargs = {
                 "raw_target": self.target(backend, f"{name}_raw"),
                 "paced_target": self.target(backend, f"{name}_paced"),
@@ -282,14 +292,14 @@ class Context:
             BUDGET_S,
             target=target,
             turns=turns,
-            history=index == 0 and (ours or turns <= PEER_HISTORY_MAX_T),
+            history=index == 0 and (kept or (not ours and turns <= PEER_HISTORY_MAX_T)),
             **kwargs,
         )
         result["target"] = target
-        if ours:
+        if kept:
             self.discard(backend, f"{name}_raw")
             self.discard(backend, f"{name}_paced")
-        if index or not ours:  # our first store is kept for the figures that read it
+        if index or not kept:  # our first store is kept for the figures that read it
             self.discard(backend, name)
         if "error" in result or "timed_out" in result:
             log(f"{system} {backend} T={turns}: {result.get('error') or 'over the budget'}")
@@ -298,15 +308,22 @@ class Context:
     def ours(self, backend: str, turns: int) -> list[dict[str, Any]]:
         """Our runs of the workload (run now if not yet); the first run's store is kept
         until the end, for the figures that read it."""
-        while self._wanted(self._runs.get((backend, turns, None), [])):
+        while self._wanted(self._runs.get((backend, turns, None, False), [])):
             self.step(backend, turns)
-        return self._runs[backend, turns, None]
+        return self._runs[backend, turns, None, False]
+
+    def ours_read_only(self, backend: str, turns: int) -> list[dict[str, Any]]:
+        """Our runs of the workload with its lookup declared read-only (run now if not
+        yet); their stores are not kept."""
+        while self._wanted(self._runs.get((backend, turns, None, True), [])):
+            self.step(backend, turns, read_only=True)
+        return self._runs[backend, turns, None, True]
 
     def langgraph(self, backend: str, delta: bool, turns: int) -> list[dict[str, Any]]:
         """LangGraph's runs of the workload (run now if not yet)."""
-        while self._wanted(self._runs.get((backend, turns, delta), [])):
+        while self._wanted(self._runs.get((backend, turns, delta, False), [])):
             self.step(backend, turns, delta)
-        return self._runs[backend, turns, delta]
+        return self._runs[backend, turns, delta, False]
 
     def close(self) -> None:
         """Stop the server and delete the working directory."""

@@ -431,16 +431,23 @@ class Model:
         return ProviderResponse(content=answer(turn))
 
 
-def lookup_tool(result: Callable[[dict[str, Any]], str]) -> Tool:
-    """The workload's ``lookup`` tool, answering a call with ``result(args)``."""
+def lookup_tool(result: Callable[[dict[str, Any]], str], *, read_only: bool = False) -> Tool:
+    """The workload's ``lookup`` tool, answering a call with ``result(args)``; declared
+    ``read_only`` (it is: it changes nothing), its calls need no write-ahead."""
 
     def lookup(ctx: ToolContext, args: dict[str, Any]) -> str:
         return result(args)
 
-    return Tool(TOOL_NAME, "Look up a fact", TOOL_SCHEMA, lookup)
+    return Tool(TOOL_NAME, "Look up a fact", TOOL_SCHEMA, lookup, read_only=read_only)
 
 
-LOOKUP = lookup_tool(lambda args: tool_result(int(args["n"])))
+def _looked_up(args: dict[str, Any]) -> str:
+    return tool_result(int(args["n"]))
+
+
+LOOKUP = lookup_tool(_looked_up)
+READ_ONLY_LOOKUP = lookup_tool(_looked_up, read_only=True)
+"""The same tool declared read-only: a turn commits once, not twice (ADR 0150)."""
 
 
 def scripted_agent(
@@ -464,9 +471,13 @@ def scripted_agent(
     )
 
 
-def agent_config(store: Store, model: Model, thread_id: str = THREAD_ID) -> AgentConfig:
-    """Our agent for the workload; one ``run()`` does all of the model's turns."""
-    return scripted_agent(store, model, thread_id, max_turns=model.turns + 1)
+def agent_config(
+    store: Store, model: Model, thread_id: str = THREAD_ID, *, read_only: bool = False
+) -> AgentConfig:
+    """Our agent for the workload; one ``run()`` does all of the model's turns, calling
+    :data:`READ_ONLY_LOOKUP` if ``read_only``."""
+    tool = READ_ONLY_LOOKUP if read_only else LOOKUP
+    return scripted_agent(store, model, thread_id, tools=(tool,), max_turns=model.turns + 1)
 
 
 class PersistenceTimer:
@@ -516,12 +527,13 @@ def run_ours(
     compress: Compression | None = None,
     raw_target: str | None = None,
     paced_target: str | None = None,
+    read_only: bool = False,
 ) -> None:
     """One thread of ``turns`` turns in our store at ``target`` (compressed as a new
-    store is unless ``compress`` says otherwise); then, into
-    ``raw_target`` at once (so that both see the same disk and load), the write limit
-    for the same rows, back to back, and into ``paced_target`` paced as our run's
-    transactions were; then the store's size, restore and history times."""
+    store is unless ``compress`` says otherwise), its lookup declared ``read_only`` or
+    not; then, into ``raw_target`` at once (so that both see the same disk and load),
+    the write limit for the same rows, back to back, and into ``paced_target`` paced as
+    our run's transactions were; then the store's size, restore and history times."""
     with closing(open_store("memory://")) as warm:
         Agent(agent_config(warm, Model(WARMUP_TURNS))).run(PROMPT)
     prepare(turns)
@@ -529,7 +541,7 @@ def run_ours(
     timer = PersistenceTimer(store)
     model = Model(turns)
     start = time.perf_counter()
-    Agent(agent_config(store, model)).run(PROMPT)
+    Agent(agent_config(store, model, read_only=read_only)).run(PROMPT)
     wall = time.perf_counter() - start
     first, last, flat = flatness(model.stamps)
     store.close()

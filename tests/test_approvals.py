@@ -62,7 +62,11 @@ class ProcessDied(BaseException):
 
 
 def pay_tool(
-    runs: list[ToolContext], *, requires_approval: Any = True, crash: bool = False
+    runs: list[ToolContext],
+    *,
+    requires_approval: Any = True,
+    crash: bool = False,
+    read_only: bool = False,
 ) -> Tool:
     """``pay``: records each execution's context; ``crash`` dies after the first."""
 
@@ -72,7 +76,14 @@ def pay_tool(
             raise ProcessDied
         return {"paid": args["amount"]}
 
-    return Tool("pay", "Send a payment", PAY_SCHEMA, pay, requires_approval=requires_approval)
+    return Tool(
+        "pay",
+        "Send a payment",
+        PAY_SCHEMA,
+        pay,
+        requires_approval=requires_approval,
+        read_only=read_only,
+    )
 
 
 def make_agent(
@@ -528,6 +539,27 @@ def test_crash_after_the_approved_tool_ran_leaves_the_call_in_doubt(
     assert restored.continue_run() == "Stopped."
     assert [r.tool_call_id for r in runs] == ["c2"]
     assert "already used by call c2" in tool_results(restored)["c3"]
+
+
+def test_a_read_only_call_spends_its_approval_in_the_store_before_it_runs(store: Store) -> None:
+    """A read-only call needs no write-ahead, but the approval it spends is committed
+    before it runs, as any call's: after a crash in it the call is in doubt on its spent
+    approval, and the run retries it (harmless, being read-only) with the same key."""
+    runs: list[ToolContext] = []
+    tool = pay_tool(runs, crash=True, read_only=True)
+    first = paused_on_review(store, [call(("c2", "pay", PAY_40))], runs, tool=tool)
+    first.approve(review_id(first), reviewer=ALICE)
+    with pytest.raises(ProcessDied):
+        first.resume()
+
+    restored = make_agent(store, [answer("Looked.")], runs, tool=tool)
+    restored.restore_latest_checkpoint()
+    assert [p.call.id for p in restored.in_doubt] == ["c2"]
+    assert restored.state.reviews[0].used_by == "c2"
+    assert restored.continue_run() == "Looked."
+    assert [r.tool_call_id for r in runs] == ["c2", "c2"]
+    assert runs[0].idempotency_key == runs[1].idempotency_key
+    assert event_kinds(store).count("ApprovalUsed") == 1
 
 
 def test_retrying_an_approved_call_in_doubt_runs_it_on_its_approval(store: Store) -> None:

@@ -128,3 +128,139 @@ def test_a_finished_call_of_a_batch_is_committed_before_the_process_dies_in_the_
     restored.restore_latest_checkpoint()
     assert [p.call.id for p in restored.in_doubt] == ["c2"]
     assert restored.messages[-1].tool_call_id == "c1"
+
+
+def lookup_tool(log: list[str]) -> Tool:
+    """``lookup``: read-only; logs each execution."""
+
+    def lookup(ctx: ToolContext, args: dict[str, Any]) -> Any:
+        log.append(ctx.tool_call_id)
+        return {"found": ctx.tool_call_id}
+
+    return Tool("lookup", "Look something up", OBJECT_SCHEMA, lookup, read_only=True)
+
+
+@pytest.mark.parametrize("parallel", [False, True], ids=["sequential", "parallel"])
+def test_a_turn_of_read_only_calls_commits_once(
+    store: Store, monkeypatch: pytest.MonkeyPatch, parallel: bool
+) -> None:
+    """Calls that are all of read-only tools need no write-ahead: the response, its
+    calls and their results are committed with the turn's checkpoint. A response that
+    also calls another tool commits its write-ahead as before."""
+    commits = record_commits(store, monkeypatch)
+    script = [
+        call(("c1", "lookup", "{}"), ("c2", "lookup", "{}")),
+        call(("c3", "lookup", "{}"), ("c4", "echo", '{"text": "a"}')),
+        answer("done"),
+    ]
+    tools = [lookup_tool([]), echo_tool()]
+    assert agent_on(store, script, tools=tools, parallel_tools=parallel).run("go") == "done"
+    assert commits == [
+        ["StartedWithInput"],
+        ["TurnAnsweredWithCalls", "ToolResultRecorded", "ToolResultCheckpointed"],
+        ["TurnAnsweredWithCalls"],
+        ["ToolResultRecorded"],
+        ["ToolResultCheckpointed"],
+        ["TurnAnswered", "RunFinishedCheckpointed"],
+    ]
+
+
+READ_ONLY_FLOW = [
+    call(("r1", "lookup", "{}"), ("r2", "lookup", "{}")),
+    call(("p1", "pay", "{}"), ("r3", "lookup", "{}")),
+    answer("done"),
+]
+"""Two read-only calls; a payment beside a read-only call; the answer."""
+
+
+class KilledFlow:
+    """:data:`READ_ONLY_FLOW` on thread ``thread_id``, the process dying at its
+    ``kill``-th step (a commit that returned, or a call that did its work), counted
+    from 1; 0 never dies. ``ran`` lists every call that did its work, ``paid`` every
+    payment's idempotency key, across the processes."""
+
+    def __init__(self, store: Store, thread_id: str, kill: int, parallel: bool) -> None:
+        self.store, self.thread_id, self.kill, self.parallel = store, thread_id, kill, parallel
+        self.steps = 0
+        self.ran: list[str] = []
+        self.paid: list[str] = []
+
+    def step(self) -> None:
+        self.steps += 1
+        if self.steps == self.kill:
+            raise Killed
+
+    def agent(self) -> Agent:
+        def lookup(ctx: ToolContext, args: dict[str, Any]) -> Any:
+            self.ran.append(ctx.tool_call_id)
+            self.step()
+            return {"found": ctx.tool_call_id}
+
+        def pay(ctx: ToolContext, args: dict[str, Any]) -> Any:
+            self.ran.append(ctx.tool_call_id)
+            self.paid.append(ctx.idempotency_key)
+            self.step()
+            return {"paid": ctx.idempotency_key}
+
+        def model(request: Any) -> Any:  # as a real model, it answers the history
+            return READ_ONLY_FLOW[sum(m.role.value == "assistant" for m in request.messages)]
+
+        agent = Agent(
+            AgentConfig(
+                provider=ScriptedProvider(respond=model),
+                tools=[
+                    Tool("lookup", "Look up", OBJECT_SCHEMA, lookup, read_only=True),
+                    Tool("pay", "Pay", OBJECT_SCHEMA, pay),
+                ],
+                checkpoint=CheckpointSettings(store=self.store, thread_id=self.thread_id),
+                clock=ticking_clock(),
+                parallel_tools=self.parallel,
+            )
+        )
+        save = self.store.save
+
+        def save_and_step(thread: Any) -> None:
+            committing = bool(thread.pending_events)
+            save(thread)
+            if committing:
+                self.step()
+
+        self.store.save = save_and_step  # type: ignore[method-assign]
+        return agent
+
+
+@pytest.mark.parametrize("parallel", [False, True], ids=["sequential", "parallel"])
+def test_a_process_dying_at_any_step_of_read_only_calls_leaves_none_in_doubt(
+    store: Store, parallel: bool
+) -> None:
+    """Wherever the process dies, no call of the turn of read-only calls alone is left
+    in doubt (that turn was not stored: it runs again from the model call); a payment,
+    and the read-only call written ahead with it, may be; settled from what it did, the
+    payment is made exactly once, and the read-only call is run again by the run
+    itself."""
+    reference = KilledFlow(store, "reference", 0, parallel)
+    assert reference.agent().run("go") == "done"
+    assert reference.steps == 10  # 6 commits and 4 calls
+    for kill in range(1, reference.steps + 1):
+        flow = KilledFlow(store, f"killed-{kill}", kill, parallel)
+        with pytest.raises(Killed):
+            flow.agent().run("go")
+        agent = flow.agent()
+        if not store.exists(flow.thread_id):
+            assert agent.run("go") == "done"
+        else:
+            agent.restore_latest_checkpoint()
+            doubted = [pending.call.id for pending in agent.in_doubt]
+            assert set(doubted) <= {"p1", "r3"}, (kill, doubted)
+            for pending in agent.in_doubt:
+                if pending.call.id == "r3":
+                    continue  # read-only: the run retries it on its own
+                if pending.idempotency_key in flow.paid:
+                    agent.settle(pending.call.id, result="paid (found in the ledger)")
+                else:
+                    agent.settle(pending.call.id, retry=True)
+            assert store.replay_state(flow.thread_id) == store.state_at(flow.thread_id)
+            if agent.status.value != "finished":
+                assert agent.continue_run() == "done", kill
+        assert len(flow.paid) == len(set(flow.paid)) == 1, (kill, flow.paid)
+        assert agent.messages[-1].content == "done"

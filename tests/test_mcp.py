@@ -468,6 +468,7 @@ OVERRIDES = st.none() | st.builds(
     st.none() | st.booleans(),
     st.none() | st.booleans(),
     run_on_approval=st.none() | st.booleans(),
+    read_only=st.none() | st.booleans(),
 )
 
 
@@ -484,6 +485,10 @@ def test_hints_never_lower_a_policy_the_application_set(
         assert policy.requires_approval is (hints.destructive or not hints.read_only)
     if override is not None and override.idempotent is not None:
         assert policy.idempotent is override.idempotent
+    if override is not None and override.read_only is not None:
+        assert policy.read_only is override.read_only
+    else:
+        assert policy.read_only is (hints.read_only and not hints.destructive)
     runs = override is not None and bool(override.run_on_approval)
     assert policy.run_on_approval is (runs and policy.requires_approval is not False)
 

@@ -297,12 +297,16 @@ def run_program(
             return response.content
         # Write-ahead, in every durability mode: a tool gets its idempotency key only
         # once the record it derives from is stored, or a restore could call it anew
-        # under another key.
-        yield Commit(always=True)
+        # under another key. Calls that change nothing outside need none (ADR 0150):
+        # a process dying in them leaves nothing to lose, as in the model call.
+        write_ahead = not _all_read_only(config, calls)
+        if write_ahead:
+            yield Commit(always=True)
 
         if final_turn:
             yield from _refuse_calls_on_final_turn(thread, config, calls)
-        if (yield from _run_tools(thread, config, calls, trace_parent, _turn_end(settings))):
+        retain = _turn_end(settings)
+        if (yield from _run_tools(thread, config, calls, trace_parent, retain, write_ahead)):
             yield Commit(checkpoint=True)  # the last result saved the turn's checkpoint
             continue
         if thread.interrupts:
@@ -436,17 +440,25 @@ def _compact(
     thread.compact(Compaction(summary, plan.first_kept), usage=usage, now=config.clock())
 
 
+def _all_read_only(config: AgentConfig, calls: Sequence[ToolCall]) -> bool:
+    """Whether every call is of a read-only tool (``Tool.read_only``)."""
+    return all((tool := config.tool(call.name)) is not None and tool.read_only for call in calls)
+
+
 def _run_tools(
     thread: AgentThread,
     config: AgentConfig,
     calls: Sequence[ToolCall],
     trace_parent: str,
     retain: int | None,
+    write_ahead: bool,
 ) -> Generator[Effect, Any, bool]:
     """Run a response's calls and record every result in the order the model asked.
     The last result saves the turn's checkpoint with it (``retain`` says how many are
     kept; None: the turn saves none) unless the run is paused; returns whether it did.
-    The last result is committed with the end of the turn."""
+    The last result is committed with the end of the turn. Without ``write_ahead``
+    (every call read-only), nothing is committed before a call runs but an approval
+    it spends."""
     last = len(calls) - 1
     if not (config.parallel_tools and len(calls) > 1):
         saved = False
@@ -455,7 +467,9 @@ def _run_tools(
             paused = bool(thread.interrupts)
             admitted = yield from _admitted(thread, config, call, trace_parent, paused=paused)
             ends = retain if index == last else None
-            saved = yield from _execute(thread, config, admitted, trace_parent, ends)
+            saved = yield from _execute(
+                thread, config, admitted, trace_parent, ends, write_ahead=write_ahead
+            )
         return saved
 
     slots: list[Admitted] = []
@@ -470,9 +484,11 @@ def _run_tools(
             # What is recorded (the approvals used, the results before this call) is
             # committed before any call runs, and before waiting for a running one.
             if slot is runnable[0]:
-                yield Commit(always=any(_authorized(item) for item in runnable))
+                authorized = any(_authorized(item) for item in runnable)
+                if write_ahead or authorized:
+                    yield Commit(always=authorized)
                 yield StartTools(runnable)
-            else:
+            elif write_ahead:
                 yield Commit()
             while slot.call.id not in finished:  # the calls end in any order
                 report: ToolReport = yield NextToolReport()
@@ -509,16 +525,21 @@ def _execute(
     item: Admitted,
     trace_parent: str,
     retain: int | None = None,
+    *,
+    write_ahead: bool = True,
 ) -> Generator[Effect, Any, bool]:
     """Run an admitted call and record its result, or record a result known without
     running it; as :func:`_record` with ``retain``, return whether the result saved
     the turn's checkpoint. The result is left to the next commit: the one before the
     next call runs, or the end of the turn's. Whatever was recorded before the call
-    runs (an earlier call's result, its approval marked used) is committed first."""
+    runs (an earlier call's result, its approval marked used) is committed first;
+    without ``write_ahead``, only an approval it spends."""
     if item is None:
         return False
     if isinstance(item, PreparedCall):
-        yield Commit(always=_authorized(item))
+        authorized = _authorized(item)
+        if write_ahead or authorized:
+            yield Commit(always=authorized)
         item = yield RunTool(item)
     assert isinstance(item, ToolReport)
     return _record(thread, item, config.clock(), trace_parent, retain)
@@ -662,11 +683,11 @@ def _run_approved_calls(
 
 def _retry_calls(thread: AgentThread, config: AgentConfig, trace_parent: str) -> Program:
     """Run again the calls in doubt that may run again: a person asked for it, or the
-    tool is idempotent."""
+    tool is idempotent or read-only."""
     for pending in thread.in_doubt:
         tool = config.tool(pending.call.name)
         asked = pending.call.id in thread.retries_requested
-        if asked or (tool is not None and tool.idempotent):
+        if asked or (tool is not None and tool.may_run_again):
             yield from retry_program(thread, config, pending.call.id, trace_parent)
     return ""
 
