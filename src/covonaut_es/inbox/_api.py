@@ -47,6 +47,7 @@ from covonaut_es.service import (
     Reviewer,
     Settlement,
     json_object,
+    sent_pause,
     submitted_review,
 )
 
@@ -188,7 +189,7 @@ async def _answer(inbox: Inbox, request: Request) -> Any:
     reviewer = await _credential(inbox, request, changes=True)
     body = await _body(request, ("answer", "pause"))
     thread_id, call_id = request.path_params["thread_id"], request.path_params["tool_call_id"]
-    text, pause = body.get("answer", ""), body.get("pause")
+    text, pause = body.get("answer", ""), sent_pause(body)
     await blocking(inbox.desk.answer, thread_id, call_id, text, reviewer=reviewer, pause=pause)
     return _recorded(thread_id, call_id, "answer", reviewer)
 
@@ -196,7 +197,7 @@ async def _answer(inbox: Inbox, request: Request) -> Any:
 async def _settle(inbox: Inbox, request: Request) -> Any:
     reviewer = await _credential(inbox, request, changes=True)
     body = await _body(request, ("ran", "result", "note", "pause"))
-    settlement = _settlement(body)
+    settlement, pause = _settlement(body), sent_pause(body)
     thread_id, call_id = request.path_params["thread_id"], request.path_params["tool_call_id"]
     await blocking(
         inbox.desk.settle,
@@ -204,7 +205,7 @@ async def _settle(inbox: Inbox, request: Request) -> Any:
         call_id,
         settlement,
         reviewer=reviewer,
-        pause=body.get("pause"),
+        pause=pause,
     )
     return {**_recorded(thread_id, call_id, "settle", reviewer), "ran": settlement.ran}
 
@@ -234,7 +235,7 @@ async def _retry(inbox: Inbox, request: Request) -> Any:
     reviewer = await _credential(inbox, request, changes=True)
     body = await _body(request, ("pause",))
     thread_id, call_id = request.path_params["thread_id"], request.path_params["tool_call_id"]
-    pause = body.get("pause")
+    pause = sent_pause(body)
     await blocking(inbox.desk.request_retry, thread_id, call_id, reviewer=reviewer, pause=pause)
     return _recorded(thread_id, call_id, "retry", reviewer)
 
@@ -243,10 +244,8 @@ async def _abandon(inbox: Inbox, request: Request) -> Any:
     reviewer = await _credential(inbox, request, changes=True)
     body = await _body(request, ("reason", "pause"))
     thread_id = request.path_params["thread_id"]
-    reason = body.get("reason", "")
-    await blocking(
-        inbox.desk.abandon, thread_id, reason, reviewer=reviewer, pause=body.get("pause")
-    )
+    reason, pause = body.get("reason", ""), sent_pause(body)
+    await blocking(inbox.desk.abandon, thread_id, reason, reviewer=reviewer, pause=pause)
     return {"thread_id": thread_id, "action": "abandon", "reviewer": reviewer.id, "reason": reason}
 
 

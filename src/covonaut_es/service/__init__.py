@@ -35,6 +35,7 @@ from covonaut_es.service._submissions import (
     parse_json,
     person_text,
     review_submission,
+    sent_pause,
     submitted_review,
 )
 
@@ -65,6 +66,7 @@ __all__ = [
     "pending_pause_token",
     "person_text",
     "review_submission",
+    "sent_pause",
     "shown_message",
     "submitted_review",
     "verified_reviewer",

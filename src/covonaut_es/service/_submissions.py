@@ -147,6 +147,24 @@ def submitted_review(
     )
 
 
+def sent_pause(fields: Mapping[str, object]) -> object:
+    """The pause token a command's fields name (``pause``), None when left out: the
+    command then acts on whatever pause is pending, unchecked.
+
+    Raises:
+        InvalidDecisionError: The token was sent as null: read as left out, it would
+            skip the check that the pause is still the one the person saw.
+    """
+    if "pause" in fields and fields["pause"] is None:
+        msg = (
+            "the pause is null: send the token of the pause you act on, as GET /api/pauses "
+            "lists it (a pause listed with none was dealt with: reload the list), or leave "
+            "the field out to act on whatever pause is pending"
+        )
+        raise InvalidDecisionError(msg)
+    return fields.get("pause")
+
+
 def person_text(value: object, name: str, *, required: bool = False) -> str:
     """A comment, reason, answer or result a person submitted, checked.
 
