@@ -8,11 +8,14 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from covonaut_es import (
     Agent,
@@ -329,3 +332,37 @@ def test_the_result_says_finished_paused_for_whom_or_failed(store: Store) -> Non
         failing.run("hello")
     assert failing.result is not None and failing.result.status == "failed"
     assert "model down" in failing.result.error and failing.result.output is None
+
+
+EDITS = st.fixed_dictionaries(
+    {},
+    optional={
+        "amount": st.integers(-5, 5) | st.text(max_size=3) | st.none() | st.booleans(),
+        "to": st.text(max_size=3) | st.integers(0, 3),
+    },
+)
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(edit=EDITS)
+def test_the_result_says_ran_with_the_edit_exactly_when_the_tool_ran(
+    tmp_path: Path, edit: dict[str, Any]
+) -> None:
+    """Whatever edit a reviewer approves, on resume the tool runs with it only if the
+    tool's schema takes it, and the recorded result says it ran with the approved
+    arguments exactly when it did: an edit the schema refuses did not run."""
+    with open_store(f"sqlite:///{tmp_path / f'{uuid.uuid4().hex}.db'}") as store:
+        runs: list[tuple[ToolContext, dict[str, Any]]] = []
+        script = [call(("c1", "pay", PAY_40)), lambda request: answer("over")]
+        agent = agent_of(store, script, pay_tool(runs))
+        agent.run("Pay bob 40.")
+        (request,) = agent.pending_reviews
+        decide(store, request.review_id, "approve", arguments=json.dumps(edit))
+        agent.resume()
+        (result,) = [m.content for m in agent.messages if m.tool_call_id == "c1"]
+        ran = bool(runs)
+        assert ran == (type(edit.get("amount")) is int and isinstance(edit.get("to"), str))
+        assert result.startswith("Ran with the arguments alice approved") == ran, result
+        assert result.startswith("Did not run with the arguments alice approved") != ran, result

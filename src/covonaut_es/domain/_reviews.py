@@ -571,17 +571,19 @@ def decision_text(review: Review) -> str:
     )
 
 
-def ran_text(review: Review, content: str) -> str:
-    """The result of a call an approval ran: the tool's own, after a note of the
-    reviewer's edit when the arguments were edited, so the model knows what ran."""
+def ran_text(review: Review, content: str, *, ran: bool = True) -> str:
+    """The result of a call an approval runs: the tool's own, after a note of the
+    reviewer's edit when the arguments were edited, so the model knows what ran, or
+    (not ``ran``: the approved arguments were refused, say) that they did not run."""
     decided = review.decision
     if decided is None or decided.arguments is None:
         return content
     edited = canonical_json(decided.arguments).decode()
-    return (
-        f"Ran with the arguments {decided.reviewer} approved in review {decided.review_id} "
-        f"instead of the requested ones: {edited}. Result:\n{content}"
+    note = (
+        f"with the arguments {decided.reviewer} approved in review {decided.review_id} "
+        f"instead of the requested ones: {edited}."
     )
+    return f"Ran {note} Result:\n{content}" if ran else f"Did not run {note} {content}"
 
 
 def refusal_text(review: Review) -> str:

@@ -128,7 +128,8 @@ Effect = Complete | Commit | RunTool | StartTools | NextToolReport | ReviewTime
 
 @attrs.frozen
 class ToolReport:
-    """How one executed tool call ended; ``expired_after``: it outran its timeout of
+    """How one tool call ended; ``ran``: its tool ran (made by the class methods), not
+    a result known without running it; ``expired_after``: it outran its timeout of
     that many seconds and may or may not have done its work; ``error_type``: the name of
     the exception the tool raised; ``in_doubt``: the tool said it cannot tell whether its
     operation happened, and why."""
@@ -140,12 +141,14 @@ class ToolReport:
     expired_after: float | None = None
     error_type: str = ""
     in_doubt: str = ""
+    ran: bool = False
 
     @classmethod
     def expired(cls, prepared: PreparedCall) -> ToolReport:
         """The call ran past its timeout; nothing is known of its result."""
         assert prepared.timeout is not None
-        return cls(prepared.call.id, ToolOutcome.FAILED, "", expired_after=prepared.timeout)
+        call_id, timeout = prepared.call.id, prepared.timeout
+        return cls(call_id, ToolOutcome.FAILED, "", expired_after=timeout, ran=True)
 
     @classmethod
     def returned(cls, prepared: PreparedCall, value: Any) -> ToolReport:
@@ -154,7 +157,7 @@ class ToolReport:
             content = result_text(value)
         except ToolResultError as exc:
             return cls.raised(prepared, exc)
-        return cls(prepared.call.id, ToolOutcome.SUCCEEDED, content)
+        return cls(prepared.call.id, ToolOutcome.SUCCEEDED, content, ran=True)
 
     @classmethod
     def raised(cls, prepared: PreparedCall, error: BaseException) -> ToolReport:
@@ -163,7 +166,7 @@ class ToolReport:
         call = prepared.call
         if isinstance(error, ToolInDoubtError):
             reason = exception_text(error) or "no reason given"
-            return cls(call.id, ToolOutcome.FAILED, "", in_doubt=reason)
+            return cls(call.id, ToolOutcome.FAILED, "", in_doubt=reason, ran=True)
         if isinstance(error, InterruptError):
             try:
                 # Round-trip the data so the live state equals the state replayed later;
@@ -178,11 +181,12 @@ class ToolReport:
                 f"Paused for review: {reason}. The operation waits for a person's "
                 "decision; you will be told the outcome."
             )
-            return cls(call.id, ToolOutcome.INTERRUPTED, content, interrupt)
+            return cls(call.id, ToolOutcome.INTERRUPTED, content, interrupt, ran=True)
         content = f"Error: tool {call.name!r} failed: {exception_line(error)}"
         # An exception's text may hold a lone surrogate, which could not be stored.
         content = content.encode("utf-8", "backslashreplace").decode("utf-8")
-        return cls(call.id, ToolOutcome.FAILED, content, error_type=type(error).__qualname__)
+        error_type = type(error).__qualname__
+        return cls(call.id, ToolOutcome.FAILED, content, error_type=error_type, ran=True)
 
 
 # The program --------------------------------------------------------------------------
@@ -720,7 +724,7 @@ def _record(
         interrupt = msgspec.structs.replace(report.interrupt, trace_parent=trace_parent)
         thread.interrupt(interrupt, now=now)
     elif (review := thread.reviews.of_call(report.tool_call_id)) is not None and review.runs_call:
-        content = ran_text(review, content)
+        content = ran_text(review, content, ran=report.ran)
     if retain is not None and not thread.interrupts:
         thread.record_tool_result_checkpointed(
             report.tool_call_id, content, report.outcome, retain=retain, now=now
