@@ -204,7 +204,7 @@ def test_a_decision_after_the_deadline_is_refused_and_recorded_nowhere(store: St
     with pytest.raises(ReviewExpiredError, match="expired at 2026-03-01T09:30:00") as raised:
         commands.decide(review_id, review_submission("approve"), reviewer=commands.reviewer(RITA))
     assert isinstance(raised.value, StaleReviewError)
-    assert "nothing was recorded" in str(raised.value)
+    assert "this decision was not recorded" in str(raised.value)
     assert store.head_version("t") == before and decisions(store) == []
 
 
@@ -521,7 +521,7 @@ def test_the_inbox_shows_the_deadline_and_refuses_a_late_decision_over_http(
             late = client.post(f"/api/reviews/{review_id}/approve", headers=auth, json={})
             assert late.status_code == 409, late.text
             assert "expired at 2026-03-01T09:30:00" in late.text
-            assert "nothing was recorded" in late.text
+            assert "this decision was not recorded" in late.text
             [expired] = decisions(store)
             assert isinstance(expired, AgentThread.ReviewExpired)
             assert store.state_at("t").version > version

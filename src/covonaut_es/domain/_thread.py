@@ -1455,9 +1455,10 @@ class AgentThread(Aggregate, created_event_name="Started"):
             msg = (
                 f"review {review_id!r} of thread {self.thread_id!r} expired at "
                 f"{review.request.deadline.isoformat()}, before this decision at "
-                f"{now.isoformat()}: it failed closed and nothing was recorded; the "
-                "operation does not run unless the model asks again and a new review "
-                "approves it"
+                f"{now.isoformat()}: it failed closed and this decision was not recorded "
+                "(the expiry is, by the first command or worker sweep that finds it "
+                "due); the operation does not run unless the model asks again and a new "
+                "review approves it"
             )
             raise ReviewExpiredError(msg)
         request = review.request

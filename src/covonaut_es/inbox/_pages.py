@@ -2,7 +2,8 @@
 review with its actions, one pause with its actions (each with a live status that tells
 an open page when someone else dealt with it), and one thread.
 
-No page changes anything on GET. Every POST must come from this origin and carry the
+No page records a decision on GET (reading a review past its deadline records its
+expiry, as a worker's sweep would). Every POST must come from this origin and carry the
 session's CSRF token; the reviewer's credential is verified once per request, and every
 command of the request records the reviewer it verified as.
 """
