@@ -13,6 +13,7 @@ import textwrap
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import IO
 
 import pytest
 from hypothesis import given, settings
@@ -36,6 +37,13 @@ def _python(code: str, **kwargs: object) -> subprocess.Popen[str]:
         text=True,
         **kwargs,  # type: ignore[call-overload]
     )
+
+
+def _talking(code: str) -> tuple[subprocess.Popen[str], IO[str], IO[str]]:
+    """:func:`_python` with a pipe to its standard input and one from its output."""
+    process = _python(code, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert process.stdin is not None and process.stdout is not None
+    return process, process.stdin, process.stdout
 
 
 def test_a_take_whose_holder_cannot_be_written_lets_the_lock_go(tmp_path: Path) -> None:
@@ -101,7 +109,7 @@ def test_a_busy_thread_names_its_holder_while_the_name_is_written(
         """
     )
     killed.wait(timeout=WAIT)
-    writing = _python(
+    writing, to_writing, from_writing = _talking(
         f"""
         import os, sys
         from covonaut_es import open_store
@@ -116,19 +124,16 @@ def test_a_busy_thread_names_its_holder_while_the_name_is_written(
         with store.lease("t"):
             print("held", flush=True)
             sys.stdin.readline()
-        """,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
+        """
     )
-    assert writing.stdout is not None and writing.stdin is not None
     try:
-        assert writing.stdout.readline() == "written\n"
+        assert from_writing.readline() == "written\n"
         with open_store(url) as store, pytest.raises(ThreadBusyError) as busy, store.lease("t"):
             pass
         assert busy.value.holder == holder
-        writing.stdin.write("\n")
-        writing.stdin.flush()
-        assert writing.stdout.readline() == "held\n"
+        to_writing.write("\n")
+        to_writing.flush()
+        assert from_writing.readline() == "held\n"
     finally:
         writing.kill()
         writing.communicate(timeout=WAIT)  # closes its pipes
@@ -293,3 +298,85 @@ def test_nothing_planted_in_a_lease_directory_is_written_through_or_waited_on(
     assert entries_under(elsewhere) == before
     assert not directory.stat().st_mode & stat.S_IWOTH
     assert not list((directory / "workers").glob("*.tmp"))  # none left by a failed write
+
+
+def test_the_next_worker_to_start_removes_what_dead_runners_and_workers_left(
+    tmp_path: Path,
+) -> None:
+    """A runner killed holding the lease of a thread nobody runs again, and a worker
+    killed with its record published, leave their files; the next worker to publish its
+    record removes them, and keeps a live holder's lock file and a live worker's record
+    (lease files do not accumulate, nor records of dead workers)."""
+    database = tmp_path / "s.db"
+    url = f"sqlite:///{database}"
+    open_store(url).close()
+    alive, _, from_alive = _talking(
+        f"""
+        import sys
+        from datetime import UTC, datetime
+        from covonaut_es import open_store
+        from covonaut_es.store import WorkerRecord
+        store = open_store({url!r})
+        store.name_lease_holder("alive")
+        now = datetime.now(UTC)
+        store.publish_worker(WorkerRecord(
+            worker_id="alive", host="h", pid=1, started_at=now, heartbeat_at=now, threads=()))
+        with store.lease("running"):
+            print("held", flush=True)
+            sys.stdin.readline()
+        """
+    )
+    directory = lease_directory(str(database))
+
+    def holders() -> list[str]:
+        return sorted(p.read_text().partition("\n")[0] for p in directory.glob("*.lock"))
+
+    try:
+        assert from_alive.readline() == "held\n"
+        for died in ("the-runner", "the-worker"):
+            killed = _python(
+                f"""
+                import os, signal
+                from datetime import UTC, datetime
+                from covonaut_es import open_store
+                from covonaut_es.store import WorkerRecord
+                store = open_store({url!r})
+                store.name_lease_holder({died!r})
+                now = datetime.now(UTC)
+                if {died!r} == "the-worker":
+                    store.publish_worker(WorkerRecord(
+                        worker_id="dead", host="h", pid=1, started_at=now, heartbeat_at=now,
+                        threads=()))
+                with store.lease("finished"):
+                    os.kill(os.getpid(), signal.SIGKILL)
+                """
+            )
+            killed.wait(timeout=WAIT)
+        assert holders() == ["alive", "the-worker"]  # the runner's file, taken again
+        assert {p.name for p in (directory / "workers").iterdir()} == {
+            "dead.json",
+            "dead.lock",
+            "alive.json",
+            "alive.lock",
+        }
+        with open_store(url) as store:
+            store.publish_worker(_record("next"))
+            assert holders() == ["alive"]
+            assert {p.name for p in (directory / "workers").iterdir()} == {
+                "alive.json",
+                "alive.lock",
+                "next.json",
+                "next.lock",
+            }
+            assert sorted(w.worker_id for w in store.live_workers()) == ["alive", "next"]
+            with pytest.raises(ThreadBusyError):
+                _lease_of(store, "running")
+            _lease_of(store, "finished")  # taken again, on a file made anew
+    finally:
+        alive.kill()
+        alive.communicate(timeout=WAIT)
+
+
+def _lease_of(store: Store, thread_id: str) -> None:
+    with store.lease(thread_id):
+        pass

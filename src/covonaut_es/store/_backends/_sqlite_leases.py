@@ -60,8 +60,9 @@ class FileLeases(LeaseBackend):
     its holder's name while locked. Its holder removes it on release, while still
     holding the lock; a runner that locked a file after it was removed finds the name
     no longer leads to it and tries again, so two runners never hold two files of one
-    name, and lock files do not pile up (a runner that died leaves its file, which the
-    next holder removes).
+    name, and lock files do not pile up: a runner that died leaves its file, which the
+    next holder removes, or (a thread nobody runs again) the next worker to start, with
+    the records of workers that died (:meth:`_sweep`).
 
     A lease's token is committed without waiting for the disk (ADR 0062): every
     connection sees it at once, so saves under an older lease are refused from then on,
@@ -250,7 +251,11 @@ class FileLeases(LeaseBackend):
             self._record_fd, self._record_id = None, None
         if self._record_fd is None:
             self._records_trusted(make=True)
+            self._sweep()
             self._record_fd = _locked_file(lock, self._mode)
+            while self._record_fd is not None and not _still_at(self._record_fd, lock):
+                os.close(self._record_fd)  # removed meanwhile by a sweep or a withdrawal
+                self._record_fd = _locked_file(lock, self._mode)
             if self._record_fd is None:
                 msg = f"worker id {record.worker_id!r} is taken by a live worker: choose another"
                 raise ConfigurationError(msg)
@@ -288,13 +293,24 @@ class FileLeases(LeaseBackend):
                 )
                 raise ConfigurationError(msg)
             fd = taken
-        try:
-            if _still_at(fd, lock):  # else removed or made again by another: not this record
-                with contextlib.suppress(FileNotFoundError):
-                    (records / f"{worker_id}.json").unlink()
-                lock.unlink()  # still locked: nobody publishes under the id meanwhile
-        finally:
-            os.close(fd)
+        _remove_locked(fd, lock, records / f"{worker_id}.json")
+
+    def _sweep(self) -> None:
+        """Remove what runners and workers that died left, and nobody holds: a thread's
+        lock file (of a thread no runner took again, having finished) and a worker's
+        record, each under its lock. A runner or worker that locks the same file just
+        after finds its name no longer leads to it, and makes it again. What cannot be
+        removed (another user's file) stays, as harmless as before."""
+        leftovers: list[tuple[Path, tuple[Path, ...]]]
+        leftovers = [(path, ()) for path in self.directory.glob("*.lock")]
+        leftovers += [
+            (lock, (lock.with_suffix(".json"),)) for lock in self._records().glob("*.lock")
+        ]
+        for path, beside in leftovers:
+            with contextlib.suppress(OSError):  # a link planted there among them
+                fd = _locked_file(path, self._mode, create=False)
+                if fd is not None:
+                    _remove_locked(fd, path, *beside)
 
     def workers(self) -> tuple[WorkerRecord, ...]:
         found = []
@@ -345,6 +361,20 @@ def _locked_file(path: Path, mode: int, *, create: bool = True) -> int | None:
         os.close(fd)
         return None
     return fd
+
+
+def _remove_locked(fd: int, path: Path, *beside: Path) -> None:
+    """Remove ``path``, locked as ``fd``, and the files ``beside`` it, if the name
+    still leads to the file locked (else another made it again: not this one); then
+    let the lock go. Nobody takes the name's lock meanwhile."""
+    try:
+        if _still_at(fd, path):
+            for other in beside:
+                with contextlib.suppress(FileNotFoundError):
+                    other.unlink()
+            path.unlink()
+    finally:
+        os.close(fd)
 
 
 def _read_regular(path: Path) -> bytes:
