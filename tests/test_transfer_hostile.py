@@ -965,3 +965,58 @@ def test_the_command_line_refuses_an_export_on_standard_input_that_is_no_utf8(
     assert done.returncode == 2, done.stderr
     assert b"is not UTF-8 text" in done.stderr and len(done.stderr.splitlines()) == 1
     assert not (tmp_path / "threads.db").exists()
+
+
+@pytest.mark.parametrize("import_fails", [True, False], ids=["fails", "succeeds"])
+def test_an_import_into_a_new_file_never_takes_or_removes_a_store_made_meanwhile(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    import_fails: bool,
+) -> None:
+    """An import into a SQLite file that does not exist fills a hidden file beside it,
+    put at the path only once it succeeded and only if no other process made a store
+    there meanwhile: another writer's store, made and filled while the import ran, is
+    kept as that writer left it whether the import fails (it used to be removed with
+    the failed import's file) or succeeds (refused, exit 2, nothing imported into it),
+    and nothing of the import is left beside it."""
+    path = tmp_path / "new.db"
+    export = tmp_path / "t.jsonl"
+    export.write_text(source_export(keyed=False))
+    real_import = import_threads
+
+    def another_writer_meanwhile(store: Store, *args: object, **kwargs: object) -> object:
+        with open_store(f"sqlite:///{path}") as other:
+            converse(other, "theirs")
+        if import_fails:
+            raise TransferError("the import fails after the other writer stored its thread")
+        return real_import(store, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr("covonaut_es.cli._transfer.import_threads", another_writer_meanwhile)
+    status = main(["import", str(export), "--store", f"sqlite:///{path}"])
+    assert status == 2
+    err = capsys.readouterr().err
+    assert ("the import fails" if import_fails else "made by another process") in err
+    with open_store(f"sqlite:///{path}") as kept:
+        assert list(kept.thread_ids()) == ["theirs"]
+        assert kept.verify("theirs").ok
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".covonaut")) == [
+        "new.db",
+        "t.jsonl",
+    ]
+
+
+def test_an_import_into_a_new_file_puts_a_whole_store_there(tmp_path: Path) -> None:
+    """Succeeding, the import's store is at the path, whole (every thread verifies), with
+    nothing left beside it but the store's own lease directory."""
+    path = tmp_path / "new.db"
+    export = tmp_path / "t.jsonl"
+    export.write_text(source_export(keyed=False))
+    assert main(["import", str(export), "--store", f"sqlite:///{path}"]) == 0
+    with open_store(f"sqlite:///{path}") as store:
+        assert sorted(store.thread_ids()) == ["t", "t-b"]
+        assert all(store.verify(t).ok for t in ("t", "t-b"))
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".covonaut")) == [
+        "new.db",
+        "t.jsonl",
+    ]

@@ -7,8 +7,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import secrets
 import sys
 from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import quote, urlsplit
 
 from covonaut_es._text import printable
 from covonaut_es.audit import export_thread, import_threads
@@ -29,6 +32,7 @@ from covonaut_es.cli._options import (
 )
 from covonaut_es.cli._output import with_progress, write_whole
 from covonaut_es.cli._output_file import write_output
+from covonaut_es.errors import StoreUnavailableError
 from covonaut_es.store._urls import SQLITE_PATH, persistence_env
 
 
@@ -104,12 +108,7 @@ def import_(args: argparse.Namespace) -> int:
     if not any(line.strip() for line in lines):
         msg = f"nothing to import: {args.input or 'standard input'} holds no events"
         raise UsageError(msg)
-    created = (
-        contextlib.nullcontext()
-        if application_spec(args) is not None
-        else _created_only_if_imported(args)
-    )
-    with created, open_from(args, create=True) as store:
+    with _staged(args) as staged, open_from(staged, create=True) as store:
         imported = import_threads(
             store,
             with_progress(lines, len(lines)),
@@ -122,19 +121,60 @@ def import_(args: argparse.Namespace) -> int:
 
 
 @contextlib.contextmanager
-def _created_only_if_imported(args: argparse.Namespace) -> Iterator[None]:
-    """Remove the SQLite file an import created, with its journal, when the import
-    fails: a failed import leaves no store behind where there was none."""
-    path = persistence_env(store_url(args)).get(SQLITE_PATH)
-    new = path is not None and not os.path.exists(path)
+def _staged(args: argparse.Namespace) -> Iterator[argparse.Namespace]:
+    """The options an import opens its store with. Into a SQLite file that does not
+    exist yet, they name a new hidden file beside it, put at the file's path once the
+    import succeeded and the store is closed, and only if no other process made a file
+    there meanwhile: a failed import leaves no store behind, and never removes one
+    that another process made, or filled, while it ran."""
+    path = None if application_spec(args) is not None else _new_sqlite_file(args)
+    if path is None:
+        yield args
+        return
+    staged = path.with_name(f".{path.name}.importing-{secrets.token_hex(4)}")
+    query = urlsplit(store_url(args)).query  # the same options (a mode, say)
+    url = f"sqlite:///{quote(str(staged))}" + (f"?{query}" if query else "")
     try:
-        yield
-    except BaseException:
-        if new and path is not None:
-            for leftover in (path, f"{path}-wal", f"{path}-shm", f"{path}-journal"):
-                with contextlib.suppress(FileNotFoundError):
-                    os.remove(leftover)
-        raise
+        yield argparse.Namespace(**{**vars(args), "store": url})
+        _put_in_place(staged, path)
+    finally:
+        for leftover in (staged, *(Path(f"{staged}{end}") for end in _SQLITE_SIDE_FILES)):
+            with contextlib.suppress(FileNotFoundError):
+                leftover.unlink()
+
+
+_SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
+
+
+def _new_sqlite_file(args: argparse.Namespace) -> Path | None:
+    """The absolute path of the SQLite file the options name, if there is none yet."""
+    path = persistence_env(store_url(args)).get(SQLITE_PATH)
+    if path is None or os.path.lexists(path):
+        return None
+    return Path(path).absolute()
+
+
+def _put_in_place(staged: Path, path: Path) -> None:
+    """Give the closed store ``staged`` the name ``path``, unless a file took it.
+
+    Raises:
+        UsageError: Another process made a file at ``path`` meanwhile.
+        StoreUnavailableError: The store was not closed whole.
+    """
+    if Path(f"{staged}-wal").exists():
+        # Closed, the store left its log checkpointed and removed: a log still there
+        # would hold what a link of the file alone leaves behind.
+        msg = f"the new store {path} was not closed whole (its write-ahead log is left)"
+        raise StoreUnavailableError(msg)
+    try:
+        os.link(staged, path)  # never over a file: fails if one took the name
+    except FileExistsError:
+        msg = (
+            f"{path} was made by another process while this import ran: nothing was "
+            "imported into it, and it was left as it is; run the import again to import "
+            "into that store"
+        )
+        raise UsageError(msg) from None
 
 
 def _read_lines(path: str | None) -> list[str]:
