@@ -180,7 +180,7 @@ def test_an_error_of_a_call_itself_is_never_taken_for_the_close(error: Exception
     StoreClosedError."""
     guard = WriteGuard("memory://", read_only=False)
     guard.closed = True
-    guard.refuse_if_closed_under(error)  # returns: the caller raises the error itself
+    guard.refuse_under(error, "the call")  # returns: the caller raises the error itself
     with pytest.raises(StoreClosedError) as refused:
-        guard.refuse_if_closed_under(OperationalError("the pool was closed"))
+        guard.refuse_under(OperationalError("the pool was closed"), "the call")
     assert isinstance(refused.value.__cause__, OperationalError)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import sqlite3
 import traceback
@@ -37,6 +38,7 @@ from covonaut_es import (
     open_store,
 )
 from covonaut_es.audit import export_thread, import_threads
+from covonaut_es.cli import main as cli_main
 from covonaut_es.domain import thread_aggregate_id
 from covonaut_es.errors import (
     CipherKeyMismatchError,
@@ -1494,3 +1496,66 @@ def test_a_refusal_of_a_privilege_or_a_read_only_session_is_typed_and_named(
     finally:
         with psycopg.connect(postgres_url, autocommit=True) as admin:
             admin.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+
+
+@pytest.fixture(scope="module")
+def stored_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The bytes of a SQLite store holding a few threads, one forked, checkpointed into
+    the file whole (no write-ahead log beside it)."""
+    path = tmp_path_factory.mktemp("whole") / "s.db"
+    with open_store(f"sqlite:///{path}") as store:
+        for index in range(3):
+            three_messages(store, f"t{index}")
+        store.fork("t0", at_version=2, new_thread_id="t0-b", now=NOW)
+    return path
+
+
+_READS: dict[str, Callable[[Store], object]] = {
+    "thread ids": lambda store: list(store.thread_ids()),
+    "load": lambda store: [store.load(t) for t in ("t0", "t1", "t0-b")],
+    "history": lambda store: store.history("t2"),
+    "state at": lambda store: store.state_at("t1", 2),
+    "replay": lambda store: store.replay_state("t0-b"),
+    "verify": lambda store: store.verify("t0"),
+    "checkpoints": lambda store: store.checkpoints("t1"),
+    "log position": lambda store: store.last_log_position(),
+    "export": lambda store: list(export_thread(store, "t0-b", with_ancestors=True)),
+}
+_COMMANDS = (("threads",), ("show", "t1"), ("replay", "--verify", "t0"), ("export", "t2"))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    page=st.integers(0, 63), offset=st.integers(0, 4080), garbage=st.binary(min_size=1, max_size=16)
+)
+@example(page=2, offset=0, garbage=b"X" * 16)  # the first events index (helper-217)
+def test_a_damaged_page_of_a_sqlite_file_gives_typed_errors_only(
+    stored_file: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    page: int,
+    offset: int,
+    garbage: bytes,
+) -> None:
+    """Bytes of any page of a store's file overwritten (a failing disk, a bad copy):
+    every read of the library and every reading command either works or fails with
+    the library's typed error (the command line: one line, exit 2), never the
+    driver's own error."""
+    damaged = bytearray(stored_file.read_bytes())
+    page %= len(damaged) // 4096
+    start = page * 4096 + (max(offset, 100) if page == 0 else offset)  # not the header
+    damaged[start : start + len(garbage)] = garbage
+    path = tmp_path_factory.mktemp("damaged") / "s.db"
+    path.write_bytes(bytes(damaged))
+    url = f"sqlite:///{path}"
+    for name, read in _READS.items():
+        try:
+            with open_store(url, create_tables=False) as store:
+                read(store)
+        except CovonautError:
+            pass
+        except Exception as exc:  # the point: nothing else
+            raise AssertionError(f"{name}: {type(exc).__module__}.{exc!r}") from exc
+    for command in _COMMANDS:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            status = cli_main([*command, "--store", url])
+        assert status in (0, 1, 2), command

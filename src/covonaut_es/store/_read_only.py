@@ -9,6 +9,7 @@ from typing import TypeVar
 from eventsourcing.persistence import ConnectionPoolClosedError, InterfaceError, OperationalError
 
 from covonaut_es.errors import ReadOnlyStoreError, StoreClosedError, StoreUnavailableError
+from covonaut_es.store._write_errors import database_error
 
 T = TypeVar("T")
 
@@ -43,14 +44,18 @@ class WriteGuard:
         if self.closed:
             raise StoreClosedError(f"store {self.url} is closed")
 
-    def refuse_if_closed_under(self, error: Exception) -> None:
-        """Raise StoreClosedError, from ``error``, if ``error`` is the back end's failure
-        to reach its database and the store was closed while the call that raised it ran
-        (eventsourcing's ``ConnectionPoolClosedError`` on SQLite, its ``OperationalError``
-        on PostgreSQL); any other error (a conflict, a damaged row) is the call's own.
+    def refuse_under(self, error: Exception, call: str) -> None:
+        """Raise the store's typed error for ``error``, which the call named ``call``
+        raised: StoreClosedError, from it, if it is the back end's failure to reach its
+        database and the store was closed while the call ran (eventsourcing's
+        ``ConnectionPoolClosedError`` on SQLite, its ``OperationalError`` on
+        PostgreSQL); the database's failure typed (:func:`database_error`) if no layer
+        under the call typed it (a damaged file read by a listing, say). Returns for any
+        other error (a conflict, a damaged row: the call's own), for the caller to raise.
 
         Raises:
             StoreClosedError: The store was closed.
+            CovonautError: The database failed the call.
         """
         if (
             self.closed
@@ -58,6 +63,9 @@ class WriteGuard:
             and not isinstance(error, StoreClosedError)
         ):
             raise StoreClosedError(f"store {self.url} is closed") from error
+        typed = database_error(error, f"store {self.url}", f"{call} did not complete")
+        if typed is not None:
+            raise typed from error
 
     def while_open(self, items: Iterator[T]) -> Iterator[T]:
         """``items`` (a listing read as it goes), each refused once the store is closed.
@@ -70,7 +78,7 @@ class WriteGuard:
                 self.refuse_if_closed()
                 yield item
         except Exception as exc:
-            self.refuse_if_closed_under(exc)
+            self.refuse_under(exc, "the listing")
             raise
 
     def refuse_if_read_only(self, refused: str) -> None:

@@ -77,7 +77,7 @@ def _refused_once_closed(method: Callable[..., Any]) -> Callable[..., Any]:
             try:
                 return await method(self, *args, **kwargs)
             except Exception as exc:
-                guard.refuse_if_closed_under(exc)
+                guard.refuse_under(exc, f"Store.{method.__name__}()")
                 raise
 
         return acheck
@@ -89,7 +89,7 @@ def _refused_once_closed(method: Callable[..., Any]) -> Callable[..., Any]:
         try:
             result = method(self, *args, **kwargs)
         except Exception as exc:
-            guard.refuse_if_closed_under(exc)
+            guard.refuse_under(exc, f"Store.{method.__name__}()")
             raise
         # A listing, read as it goes, is checked at each item too.
         return guard.while_open(result) if isinstance(result, GeneratorType) else result

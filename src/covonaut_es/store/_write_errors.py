@@ -61,6 +61,7 @@ def database_errors_typed(where: str, unsaved: str) -> Iterator[None]:
 
 
 _READ_ONLY = "25006"  # read_only_sql_transaction
+_DAMAGED_SQLITE = frozenset({"SQLITE_CORRUPT", "SQLITE_NOTADB"})
 NO_PRIVILEGE = "42501"  # insufficient_privilege, a row-level security policy's refusal too
 _CHANGED = frozenset({"ProgrammingError", "DataError", "NotSupportedError", "InternalError"})
 
@@ -106,6 +107,12 @@ def database_error(exc: BaseException, where: str, unsaved: str) -> CovonautErro
     if StoreLockedError.said_by(exc):
         msg = f"{where} is locked by another writer: {unsaved}; try again shortly"
         return StoreLockedError(msg)
+    if getattr(_driver_error(exc), "sqlite_errorname", None) in _DAMAGED_SQLITE:
+        msg = (
+            f"{where} is damaged ({exc}): {unsaved}; restore the file from a backup "
+            "(`sqlite3 FILE 'PRAGMA integrity_check'` names what is damaged)"
+        )
+        return StoreUnavailableError(msg)
     if "readonly" in str(exc):
         # Opened without ?mode=ro: a store opened with it refuses each write before
         # (WriteGuard), and a view kept there is never written.
@@ -152,15 +159,20 @@ def refusal(exc: BaseException, where: str, unsaved: str) -> CovonautError | Non
     return StorePrivilegeError(msg)
 
 
-_KINDS = frozenset({"IntegrityError", "OperationalError", "InterfaceError", *_CHANGED})
+_KINDS = frozenset(
+    {"IntegrityError", "OperationalError", "InterfaceError", *_CHANGED, "DatabaseError"}
+)
+"""The PEP 249 classes told apart; ``DatabaseError`` is what is none of the others (a
+damaged file), which the search in the class's order reaches last."""
 
 
 def _kind(exc: BaseException) -> str | None:
     """The PEP 249 class of a database's error ``exc`` (``"OperationalError"``, ...):
-    an error of eventsourcing's persistence module, or of psycopg's, which is raised
-    only once psycopg is imported; None for any other exception."""
+    an error of eventsourcing's persistence module, of ``sqlite3`` (the store's own
+    reads of a SQLite file), or of psycopg's, which is raised only once psycopg is
+    imported; None for any other exception."""
     psycopg = sys.modules.get("psycopg")
-    if not isinstance(exc, PersistenceError) and not (
+    if not isinstance(exc, PersistenceError | sqlite3.Error) and not (
         psycopg is not None and isinstance(exc, psycopg.Error)
     ):
         return None
