@@ -264,3 +264,97 @@ def test_a_process_dying_at_any_step_of_read_only_calls_leaves_none_in_doubt(
                 assert agent.continue_run() == "done", kill
         assert len(flow.paid) == len(set(flow.paid)) == 1, (kill, flow.paid)
         assert agent.messages[-1].content == "done"
+
+
+@pytest.mark.parametrize("lost_turn", [1, 2], ids=["first-turn", "later-turn"])
+@pytest.mark.parametrize("durability", ["step", "checkpoint"])
+def test_no_call_after_a_crash_gets_the_key_a_lost_read_only_call_was_given(
+    store: Store, durability: str, lost_turn: int
+) -> None:
+    """A model may give its calls the same ids again (positional ids): a read-only call
+    of a turn the process died in, which nothing stored, and the payment the model asks
+    for instead after the restart, under the same call id, get different idempotency
+    keys, in every durability, whichever turn of the run was lost. (A key is the
+    thread's, the version of the call's record and the call's id; the run's start,
+    stored before a read-only turn, sets the next run's records apart.)"""
+    keys: dict[str, list[str]] = {"lookup": [], "pay": []}
+    restarted = False
+
+    def tool(name: str, **options: Any) -> Tool:
+        def run(ctx: ToolContext, args: dict[str, Any]) -> Any:
+            keys[name].append(ctx.idempotency_key)
+            if name == "lookup" and not restarted:
+                raise Killed
+            return name
+
+        return Tool(name, name, OBJECT_SCHEMA, run, **options)
+
+    def model(request: Any) -> Any:
+        turn = sum(m.role.value == "assistant" for m in request.messages) + 1
+        if turn < lost_turn:
+            return call((f"p{turn}", "pay", "{}"))
+        if turn == lost_turn:
+            return call(("x", "pay" if restarted else "lookup", "{}"))
+        return answer("done")
+
+    def agent() -> Agent:
+        return Agent(
+            AgentConfig(
+                provider=ScriptedProvider(respond=model),
+                tools=[tool("lookup", read_only=True), tool("pay")],
+                checkpoint=CheckpointSettings(store=store, thread_id="t", durability=durability),  # type: ignore[arg-type]
+                clock=ticking_clock(),
+            )
+        )
+
+    with pytest.raises(Killed):
+        agent().run("go")
+    restarted = True
+    again = agent()
+    if store.exists("t"):
+        again.restore_latest_checkpoint()
+        assert again.continue_run() == "done"  # a lookup written ahead: run again
+    else:
+        assert again.run("go") == "done"
+    assert not set(keys["lookup"]) & set(keys["pay"]), keys
+
+
+class Relisting:
+    """A server of tools (``ToolSource``) whose ``touch`` is read-only until ``arm``
+    runs, and lists it as changing something from then on."""
+
+    name = "relisting"
+
+    def __init__(self, store: Store) -> None:
+        self.armed = False
+        self.stored_when_touched: list[list[str]] = []
+        self.store = store
+
+    def tools(self) -> list[Tool]:
+        def arm(ctx: ToolContext, args: dict[str, Any]) -> Any:
+            self.armed = True
+            return "armed"
+
+        def touch(ctx: ToolContext, args: dict[str, Any]) -> Any:
+            state = self.store.state_at("t") if self.store.exists("t") else None
+            open_calls = [] if state is None else [p.call.id for p in state.open_calls]
+            self.stored_when_touched.append(open_calls)
+            return "touched"
+
+        return [
+            Tool("arm", "Arm", OBJECT_SCHEMA, arm, read_only=True),
+            Tool("touch", "Touch", OBJECT_SCHEMA, touch, read_only=not self.armed),
+        ]
+
+
+def test_a_call_is_written_ahead_by_the_tool_it_runs_not_the_one_the_response_named(
+    store: Store,
+) -> None:
+    """A response judged all read-only when it came may run a tool that is not: a
+    server's listing changed while its calls ran. The call is written ahead before it
+    runs, as the tool it runs requires."""
+    source = Relisting(store)
+    script = [call(("a1", "arm", "{}"), ("t1", "touch", "{}")), answer("done")]
+    agent = agent_on(store, script, tools=[], mcp_servers=[source])
+    assert agent.run("go") == "done"
+    assert source.stored_when_touched == [["t1"]]

@@ -489,6 +489,10 @@ def test_hints_never_lower_a_policy_the_application_set(
         assert policy.read_only is override.read_only
     else:
         assert policy.read_only is (hints.read_only and not hints.destructive)
+    # The tool made takes the policy's word, a retry of a call in doubt included.
+    listed = Listing("t", "d", {"type": "object"}, hints)
+    tool = to_tool(listed, server="s", origin="o", prefix="", override=override, func=print)
+    assert (tool.idempotent, tool.read_only) == (policy.idempotent, policy.read_only)
     runs = override is not None and bool(override.run_on_approval)
     assert policy.run_on_approval is (runs and policy.requires_approval is not False)
 

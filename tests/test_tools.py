@@ -541,3 +541,16 @@ def test_arguments_against_any_draft_3_type_are_judged_or_refused_never_a_crash(
 
 def _never(container: object) -> bool:
     raise AssertionError("jsonschema's pairwise uniqueItems check ran")
+
+
+@pytest.mark.parametrize("idempotent", [None, True, False])
+@pytest.mark.parametrize("read_only", [True, False])
+def test_a_read_only_tool_is_idempotent_unless_it_says_otherwise(
+    read_only: bool, idempotent: bool | None
+) -> None:
+    """Running a read-only call twice is harmless, so one left in doubt runs again by
+    default; a tool that says it is not idempotent is taken at its word."""
+    options = {} if idempotent is None else {"idempotent": idempotent}
+    tool = Tool("t", "T", {"type": "object"}, lambda ctx, args: "", read_only=read_only, **options)
+    assert tool.read_only is read_only
+    assert tool.idempotent is (read_only if idempotent is None else idempotent)

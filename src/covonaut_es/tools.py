@@ -157,14 +157,14 @@ class Tool:
             nor what is validated.
         func: ``func(ctx, args)`` returning a JSON-encodable value (a string is passed
             to the model as is). Raise ``InterruptError`` to pause the run.
-        idempotent: Running the call twice is harmless, so a call left in doubt by a
-            crash is retried automatically with the same idempotency key.
         read_only: A call changes nothing outside the program (a search, a lookup),
             so it needs no write-ahead: a response whose calls are all of read-only
             tools is committed with their results, one commit for the turn instead of
             two, and a process that dies while they run restarts the turn from the
-            model call, with nothing in doubt (ADR 0150). Running such a call twice is
-            harmless too, so one left in doubt is retried as an idempotent call is.
+            model call, with nothing in doubt (ADR 0150).
+        idempotent: Running the call twice is harmless, so a call left in doubt by a
+            crash is retried automatically with the same idempotency key. Unset: as
+            ``read_only``.
         requires_approval: ``True``, or a policy ``policy(args) -> bool`` deciding per
             call: such a call runs only with an unused approval of its exact operation
             on record; without one, the run pauses for a review.
@@ -195,8 +195,12 @@ class Tool:
     description: str = attrs.field(validator=validated(check_text))
     parameters: Mapping[str, JsonValue]
     func: ToolFunction = attrs.field(validator=validated(check_callable))
-    idempotent: bool = attrs.field(kw_only=True, default=False, validator=_A_BOOL)
     read_only: bool = attrs.field(kw_only=True, default=False, validator=_A_BOOL)
+    idempotent: bool = attrs.field(
+        kw_only=True,
+        default=attrs.Factory(lambda tool: tool.read_only, takes_self=True),
+        validator=_A_BOOL,
+    )
     requires_approval: bool | ApprovalPolicy = attrs.field(
         kw_only=True, default=False, validator=validated(check_approval)
     )
@@ -229,12 +233,6 @@ class Tool:
         object.__setattr__(self, "_validator", compile_schema(self.name, self.parameters))
         # What the model is told and what is pinned stay what the validator holds.
         object.__setattr__(self, "parameters", copy.deepcopy(self.parameters))
-
-    @property
-    def may_run_again(self) -> bool:
-        """Whether a call left in doubt may run again without a person deciding:
-        running it twice is harmless."""
-        return self.idempotent or self.read_only
 
     @property
     def spec(self) -> ToolSpec:

@@ -214,7 +214,8 @@ class Agent(ReviewCommands, StateCommands):
         Leaving the iteration early (``break`` inside ``contextlib.aclosing``, or
         cancelling the task) stops the run where it stands; what is stored resumes
         cleanly, as after any crash, with ``continue_run()`` or ``resume()``. A tool never
-        starts before its call is committed, streamed or not.
+        starts before its call is committed, streamed or not, but for read-only tools
+        (``Tool.read_only``), whose calls are committed with their results.
 
         Raises:
             InvalidRunInputError: ``input`` is not a str (when called); nothing was

@@ -248,6 +248,7 @@ def run_program(
     refusals = 0
     for turn_in_run in range(1, config.max_turns + 1):
         final_turn = turn_in_run == config.max_turns
+        before_turn = thread.version
         steered = steering()
         # A turn start with nothing of its own to record before the answer is recorded
         # with the answer, in one event (ADR 0071); steering, a compaction and a
@@ -303,14 +304,14 @@ def run_program(
         # once the record it derives from is stored, or a restore could call it anew
         # under another key. Calls that change nothing outside need none (ADR 0150):
         # a process dying in them leaves nothing to lose, as in the model call.
-        write_ahead = not _all_read_only(config, calls)
-        if write_ahead:
+        ahead = WriteAhead(done=not _read_only_turn(thread, config, calls, before_turn))
+        if ahead.done:
             yield Commit(always=True)
 
         if final_turn:
             yield from _refuse_calls_on_final_turn(thread, config, calls)
         retain = _turn_end(settings)
-        if (yield from _run_tools(thread, config, calls, trace_parent, retain, write_ahead)):
+        if (yield from _run_tools(thread, config, calls, trace_parent, retain, ahead)):
             yield Commit(checkpoint=True)  # the last result saved the turn's checkpoint
             continue
         if thread.interrupts:
@@ -444,9 +445,43 @@ def _compact(
     thread.compact(Compaction(summary, plan.first_kept), usage=usage, now=config.clock())
 
 
-def _all_read_only(config: AgentConfig, calls: Sequence[ToolCall]) -> bool:
-    """Whether every call is of a read-only tool (``Tool.read_only``)."""
+def _read_only_turn(
+    thread: AgentThread, config: AgentConfig, calls: Sequence[ToolCall], before_turn: int
+) -> bool:
+    """Whether a turn's ``calls`` need no write-ahead (ADR 0150): each is of a
+    read-only tool (``Tool.read_only``), and the thread holds nothing unsaved from
+    before the turn (the thread's version ``before_turn``). Else something must be
+    saved before they run: a keyed save checks every link since the point this process
+    knows before anything acts on the thread (ADR 0144), and a run saved from its
+    start never gives a call's idempotency key again to another call after a crash,
+    its start standing between the turn lost and the next run's."""
+    pending = thread.pending_events
+    if pending and pending[0].originator_version <= before_turn:
+        return False
     return all((tool := config.tool(call.name)) is not None and tool.read_only for call in calls)
+
+
+@attrs.define
+class WriteAhead:
+    """Whether a turn's calls are stored (``done``): before the first that runs, unless
+    every call is read-only (ADR 0150). A call is judged by the tool it runs, which a
+    server's new listing may have changed since the response was judged."""
+
+    done: bool
+
+    def before(self, calls: Sequence[PreparedCall]) -> Commit | None:
+        """The commit before ``calls`` start, if one is needed: the turn's write-ahead
+        when one of them is not read-only and it was not written yet, the approvals
+        they spend, or what was recorded before them in a turn written ahead."""
+        unwritten = not self.done and any(not call.tool.read_only for call in calls)
+        self.done = self.done or unwritten
+        always = unwritten or any(_authorized(call) for call in calls)
+        return Commit(always=always) if always or self.done else None
+
+    def waiting(self) -> Commit | None:
+        """The commit before waiting for a running call: the results recorded so far,
+        in a turn written ahead."""
+        return Commit() if self.done else None
 
 
 def _run_tools(
@@ -455,14 +490,13 @@ def _run_tools(
     calls: Sequence[ToolCall],
     trace_parent: str,
     retain: int | None,
-    write_ahead: bool,
+    ahead: WriteAhead,
 ) -> Generator[Effect, Any, bool]:
     """Run a response's calls and record every result in the order the model asked.
     The last result saves the turn's checkpoint with it (``retain`` says how many are
     kept; None: the turn saves none) unless the run is paused; returns whether it did.
-    The last result is committed with the end of the turn. Without ``write_ahead``
-    (every call read-only), nothing is committed before a call runs but an approval
-    it spends."""
+    The last result is committed with the end of the turn; what is committed before a
+    call runs, ``ahead`` says."""
     last = len(calls) - 1
     if not (config.parallel_tools and len(calls) > 1):
         saved = False
@@ -471,9 +505,7 @@ def _run_tools(
             paused = bool(thread.interrupts)
             admitted = yield from _admitted(thread, config, call, trace_parent, paused=paused)
             ends = retain if index == last else None
-            saved = yield from _execute(
-                thread, config, admitted, trace_parent, ends, write_ahead=write_ahead
-            )
+            saved = yield from _execute(thread, config, admitted, trace_parent, ends, ahead)
         return saved
 
     slots: list[Admitted] = []
@@ -487,13 +519,11 @@ def _run_tools(
         if isinstance(slot, PreparedCall):
             # What is recorded (the approvals used, the results before this call) is
             # committed before any call runs, and before waiting for a running one.
+            commit = ahead.before(runnable) if slot is runnable[0] else ahead.waiting()
+            if commit is not None:
+                yield commit
             if slot is runnable[0]:
-                authorized = any(_authorized(item) for item in runnable)
-                if write_ahead or authorized:
-                    yield Commit(always=authorized)
                 yield StartTools(runnable)
-            elif write_ahead:
-                yield Commit()
             while slot.call.id not in finished:  # the calls end in any order
                 report: ToolReport = yield NextToolReport()
                 finished[report.tool_call_id] = report
@@ -529,21 +559,20 @@ def _execute(
     item: Admitted,
     trace_parent: str,
     retain: int | None = None,
-    *,
-    write_ahead: bool = True,
+    ahead: WriteAhead | None = None,
 ) -> Generator[Effect, Any, bool]:
     """Run an admitted call and record its result, or record a result known without
     running it; as :func:`_record` with ``retain``, return whether the result saved
     the turn's checkpoint. The result is left to the next commit: the one before the
-    next call runs, or the end of the turn's. Whatever was recorded before the call
-    runs (an earlier call's result, its approval marked used) is committed first;
-    without ``write_ahead``, only an approval it spends."""
+    next call runs, or the end of the turn's. Before the call runs, what ``ahead``
+    says is committed (an earlier call's result, its approval marked used); without
+    it, the call was stored before (an approved call run on resume, a retry)."""
     if item is None:
         return False
     if isinstance(item, PreparedCall):
-        authorized = _authorized(item)
-        if write_ahead or authorized:
-            yield Commit(always=authorized)
+        commit = (ahead or WriteAhead(done=True)).before((item,))
+        if commit is not None:
+            yield commit
         item = yield RunTool(item)
     assert isinstance(item, ToolReport)
     return _record(thread, item, config.clock(), trace_parent, retain)
@@ -640,7 +669,7 @@ def retry_program(
     again, for a person to settle.
     """
     pending = thread.retry_tool_call(tool_call_id, now=config.clock())
-    yield Commit()
+    yield Commit(always=True)  # its write-ahead, in every durability mode
     admitted = yield from _admitted(thread, config, pending.call, trace_parent)
     if isinstance(admitted, ToolReport):
         reason = (
@@ -687,11 +716,11 @@ def _run_approved_calls(
 
 def _retry_calls(thread: AgentThread, config: AgentConfig, trace_parent: str) -> Program:
     """Run again the calls in doubt that may run again: a person asked for it, or the
-    tool is idempotent or read-only."""
+    tool is idempotent (a read-only tool is, unless it says otherwise)."""
     for pending in thread.in_doubt:
         tool = config.tool(pending.call.name)
         asked = pending.call.id in thread.retries_requested
-        if asked or (tool is not None and tool.may_run_again):
+        if asked or (tool is not None and tool.idempotent):
             yield from retry_program(thread, config, pending.call.id, trace_parent)
     return ""
 
