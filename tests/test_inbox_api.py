@@ -37,6 +37,7 @@ from covonaut_es.errors import SerializationError, StoreFileReplacedError
 from covonaut_es.inbox import create_app
 from covonaut_es.inbox._http import quoted
 from covonaut_es.projections import ReviewQueue
+from covonaut_es.projections._queue import ReviewQueueProjection
 from inbox_support import (
     HOSTILE,
     ask_tool,
@@ -934,3 +935,38 @@ def test_the_pause_page_forms_answer_settle_retry_and_abandon(store: Store) -> N
     ]
     (not_run,) = settled_events
     assert not_run.content.startswith("Not executed") and not_run.settled_by == "bob"
+
+
+def test_a_queue_that_stopped_on_an_error_is_503_at_every_listing_and_at_healthz(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The follower keeping the inbox's queue current stops on an error (a damaged page
+    of a SQLite file, say) while the store still answers: every listing after it
+    answers 503 naming the stop, not the first alone and then a queue that no longer
+    changes (eventsourcing's runner gives its error once), and ``/healthz`` says the
+    queue stopped (503) though the store is reachable."""
+    paused(store, "t", [], [])
+    with inbox_client(store) as client:
+        current(client)
+        assert len(client.get("/api/reviews", headers=bearer(ALICE)).json()) == 1
+
+        def fails(self: Any, batch: Any) -> None:
+            raise RuntimeError("a page of the log could not be read")
+
+        monkeypatch.setattr(ReviewQueueProjection, "process_events", fails)
+        paused(store, "u", [], [])  # the follower meets it, and stops
+        for _ in range(300):
+            response = client.get("/api/reviews", headers=bearer(ALICE))
+            if response.status_code != 200:
+                break
+            time.sleep(0.1)
+        for _ in range(3):
+            assert response.status_code == 503, response.text
+            assert "stopped following the store" in response.text
+            assert "could not be read" in response.text
+            response = client.get("/api/pauses", headers=bearer(ALICE))
+        health = client.get("/healthz")
+        assert (health.status_code, health.json()) == (
+            503,
+            {"store": "reachable", "queue": "stopped"},
+        )

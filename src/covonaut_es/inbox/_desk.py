@@ -34,6 +34,7 @@ from covonaut_es.errors import (
     ReadOnlyStoreError,
     ReviewExpiredError,
     ReviewNotFoundError,
+    StoreUnavailableError,
     ThreadNotFoundError,
 )
 from covonaut_es.inbox._items import (
@@ -61,6 +62,7 @@ from covonaut_es.service import (
     ThreadService,
     listed_pause_tokens,
     pause_token,
+    shown_message,
 )
 from covonaut_es.store import Store
 
@@ -98,19 +100,39 @@ class ReviewDesk:
         self._recorded: dict[tuple[str, str | None], int] = {}
         self._lock = threading.Lock()
         self._runner: BaseProjectionRunner[Any] | None = None
+        self._stopped: Exception | None = None  # what stopped the runner, once seen
         # (thread id, call id, paused at) -> the reviews naming the call
         self._naming: OrderedDict[tuple[str, str, datetime], tuple[Review, ...]] = OrderedDict()
 
     def follow_with(self, runner: BaseProjectionRunner[Any]) -> None:
         """Check ``runner``, the one keeping the queue current, before every listing:
-        once it has stopped on an error (the store's file replaced, say), the listings
-        raise that error instead of showing a queue that no longer changes."""
+        once it has stopped on an error (the store's file replaced, a damaged page),
+        every listing raises that it stopped instead of showing a queue that no longer
+        changes, and :meth:`following` says so."""
         self._runner = runner
 
+    def following(self) -> Exception | None:
+        """What stopped the runner keeping the queue current, if it stopped on an error:
+        kept once seen, since the runner gives its error only once."""
+        with self._lock:
+            runner = self._runner
+            if self._stopped is None and runner is not None and runner.is_interrupted.is_set():
+                try:
+                    runner.run_forever(timeout=0)  # raises what stopped it, if anything did
+                except Exception as exc:
+                    self._stopped = exc
+            return self._stopped
+
     def _check_following(self) -> None:
-        runner = self._runner
-        if runner is not None and runner.is_interrupted.is_set():
-            runner.run_forever(timeout=0)  # raises what stopped it, if anything did
+        stopped = self.following()
+        if stopped is not None:
+            msg = (
+                f"the reviewer queue stopped following the store "
+                f"({shown_message(stopped, self.store)}): "
+                "what it lists would no longer change; restart the inbox once the store "
+                "answers"
+            )
+            raise StoreUnavailableError(msg) from stopped
 
     # Reading ------------------------------------------------------------------------
 

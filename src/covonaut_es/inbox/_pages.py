@@ -351,8 +351,11 @@ def page_routes(inbox: Inbox) -> list[Route]:
 
     async def healthz(request: Request) -> Response:
         reachable = await blocking(inbox.desk.reachable)
-        return JSONResponse({"store": "reachable" if reachable else "unreachable"},
-                            200 if reachable else 503)  # fmt: skip
+        health = {"store": "reachable" if reachable else "unreachable"}
+        if inbox.desk.following() is not None:
+            health["queue"] = "stopped"  # its listings would no longer change
+        healthy = reachable and "queue" not in health
+        return JSONResponse(health, 200 if healthy else 503)
 
     return [
         Route("/", _for_reviewers(inbox, home), name="inbox", methods=["GET"]),
