@@ -7,8 +7,10 @@ import functools
 import importlib
 import os
 import pty
+import signal
 import subprocess
 import sys
+import time
 import tomllib
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -487,3 +489,62 @@ def test_the_module_runs_as_a_program() -> None:
     result = covonaut_es("--help")
     assert result.returncode == 0
     assert "migrate" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("settings", "named"),
+    [
+        ({"PERSISTENCE_MODULE": "bogus.module"}, "bogus.module"),
+        ({"PERSISTENCE_MODULE": "eventsourcing"}, "infrastructure factory"),
+        ({"PERSISTENCE_MODULE": "eventsourcing.postgres"}, "POSTGRES_DBNAME"),
+    ],
+)
+def test_an_application_its_settings_cannot_make_is_one_line_and_exit_2(
+    settings: dict[str, str], named: str
+) -> None:
+    """``--application`` whose persistence settings in the environment are wrong (a typo
+    of the module, a missing database name) says which, in one line, exit 2, no
+    traceback."""
+    result = covonaut_es(
+        "threads", env={"COVONAUT_ES_APPLICATION": "covonaut_es:AgentApplication", **settings}
+    )
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) == 1
+    assert "could not be made" in result.stderr and named in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("typed", "meant"), [("--jsno", "--json"), ("--limt=3", "--limit"), ("--stor", "--store")]
+)
+def test_a_mistyped_option_is_named_with_the_option_it_is_close_to(
+    typed: str, meant: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A long option that is a typo of one the command takes gets that option as the
+    hint, not the advice about ids that begin with '-'."""
+    with pytest.raises(SystemExit) as exited:
+        main(["threads", typed, "--store", "memory://"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert f"did you mean {meant}?" in err and "after '--'" not in err
+
+
+def test_sigterm_stops_a_command_after_its_clean_ups_with_exit_143(tmp_path: Path) -> None:
+    """``SIGTERM`` (``timeout``, ``docker stop``) stops a command as Ctrl-C does: no
+    traceback, its clean-ups run, and the exit status says the signal (143)."""
+    url = f"sqlite:///{tmp_path / 'threads.db'}"
+    open_store(url).close()
+    following = subprocess.Popen(
+        [sys.executable, "-m", "covonaut_es", "reviews", "--follow", "--store", url],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+    )
+    try:
+        time.sleep(3)  # it follows the log
+        following.send_signal(signal.SIGTERM)
+        _, err = following.communicate(timeout=60)
+    finally:
+        following.kill()
+    assert following.returncode == 143, err
+    assert "Traceback" not in err

@@ -14,8 +14,10 @@ import errno
 import importlib.metadata
 import logging
 import os
+import signal
 import sys
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 
 from eventsourcing.persistence import PersistenceError
 
@@ -24,6 +26,7 @@ from covonaut_es._text import printable
 from covonaut_es.cli._command import (
     EXIT_BROKEN_PIPE,
     EXIT_INTERRUPTED,
+    EXIT_TERMINATED,
     EXIT_USAGE,
     Command,
     CommandParser,
@@ -67,7 +70,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         The exit status: 0 for success, 1 when the command found problems (a failed
         check or verification), 2 when it could not run (bad arguments or input, a
         store that cannot be opened or read, output that found no room), 130 when
-        interrupted (Ctrl-C) and 141 when stdout was closed by its reader.
+        interrupted (Ctrl-C), 143 when asked to stop (``SIGTERM``) and 141 when stdout
+        was closed by its reader.
     """
     # What reaches stderr with no handler set up, another library's records included.
     _logs.escape_handlers(logging.lastResort)
@@ -77,8 +81,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _stdout_closed()
     command: Command = args.command
     try:
-        status = command(args)
+        with _terminated_as_an_exception():
+            status = command(args)
         sys.stdout.flush()  # here, where a failure is reported, not at exit
+    except _Terminated:
+        return EXIT_TERMINATED
     except (UsageError, CovonautError) as exc:
         return _report(args, str(exc))
     except PersistenceError as exc:  # not (wholly) a store, or a disk that failed a write
@@ -107,6 +114,34 @@ def main(argv: Sequence[str] | None = None) -> int:
             "make room, or write it elsewhere, and run the command again",
         )
     return status
+
+
+class _Terminated(BaseException):
+    """``SIGTERM`` arrived: raised where the command stands, so that its clean-ups run
+    (an import's unfinished file removed, an export's temporary one)."""
+
+
+@contextlib.contextmanager
+def _terminated_as_an_exception() -> Iterator[None]:
+    """Within the block, ``SIGTERM`` raises :class:`_Terminated` in the main thread,
+    where the signal's default would end the process at once; a command that handles
+    it itself (``worker``, ``serve``) puts its own handler in place meanwhile."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous is not signal.SIG_DFL:
+        yield
+        return
+
+    def terminated(signum: int, frame: object) -> None:
+        raise _Terminated
+
+    signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _stdout_closed() -> int:

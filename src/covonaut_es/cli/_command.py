@@ -10,6 +10,7 @@ an exit status from it; :mod:`covonaut_es.cli._app` runs the one chosen and repo
 from __future__ import annotations
 
 import argparse
+import difflib
 import re
 import sys
 from collections.abc import Callable, Sequence
@@ -24,6 +25,9 @@ EXIT_USAGE = 2
 """The command could not run: bad arguments, a store that cannot be opened or read."""
 EXIT_INTERRUPTED = 130
 """Interrupted by Ctrl-C (128 + SIGINT, as a shell reports it); nothing is printed."""
+EXIT_TERMINATED = 143
+"""Asked to stop (``SIGTERM``: ``timeout``, ``docker stop``, systemd): 128 + SIGTERM,
+once the command's clean-ups ran."""
 EXIT_BROKEN_PIPE = 141
 """The reader of stdout went away (``| head``): 128 + SIGPIPE, as a shell reports a
 program the signal ended; nothing is printed, unless the output had to arrive whole
@@ -96,7 +100,10 @@ class CommandParser(argparse.ArgumentParser):
             shown = " and ".join(repr(word) for word in taken)
             were = "was read as an option" if len(taken) == 1 else "were read as options"
             option = _OPTION_WITHOUT_VALUE.match(message)
-            if option:
+            close = self._option_like(taken[0])
+            if close is not None:
+                how = f"no option is named so: did you mean {close}?"
+            elif option:
                 words = list(self._words)
                 given = option[1] in words and words.index(option[1]) + 1 < len(words)
                 value = words[words.index(option[1]) + 1] if given else taken[0]
@@ -110,6 +117,15 @@ class CommandParser(argparse.ArgumentParser):
         # argparse quotes the words it refused, and the advice repeats one as given: a
         # word may hold an escape sequence (an id a script took from a thread).
         super().error(printable(message))
+
+    def _option_like(self, word: str) -> str | None:
+        """This parser's long option that ``word`` (``--name``, or ``--name=value``) is
+        most likely a typo of, if one is close."""
+        if not word.startswith("--"):
+            return None
+        options = [name for name in self._option_string_actions if name.startswith("--")]
+        close = difflib.get_close_matches(word.split("=", 1)[0], options, n=1, cutoff=0.75)
+        return close[0] if close else None
 
     def _taken_for_options(self, message: str) -> list[str]:
         """The words before ``--`` that begin with ``-`` and name no option of this

@@ -27,6 +27,7 @@ from eventsourcing.utils import Environment
 from covonaut_es.cli._command import Command, Subcommands, UsageError, add_command
 from covonaut_es.cli._imports import imported
 from covonaut_es.cli._output import add_json_option
+from covonaut_es.errors import CovonautError
 from covonaut_es.projections import ReviewQueue
 from covonaut_es.store import AgentApplication, Store, open_store
 from covonaut_es.store._urls import require_sqlite_file
@@ -252,7 +253,17 @@ def _application_store(spec: str, *, create: bool) -> Iterator[Store]:
             where = f"--application {spec}"
             require_sqlite_file(settings.get("SQLITE_DBNAME"), where)
     keys = Environment(application_class.name).create_keys("CREATE_TABLE")
-    application = application_class(env={} if create else dict.fromkeys(keys, "n"))
+    try:
+        application = application_class(env={} if create else dict.fromkeys(keys, "n"))
+    except (CovonautError, UsageError):
+        raise
+    except Exception as exc:  # its settings, read from the environment, are the user's
+        msg = (
+            f"--application {spec} could not be made ({type(exc).__name__}: {exc}); check "
+            "its persistence settings in the environment (PERSISTENCE_MODULE, and the "
+            "module's own: SQLITE_DBNAME, POSTGRES_DBNAME, ...)"
+        )
+        raise UsageError(msg) from exc
     try:
         with Store.from_application(application) as store:
             yield store

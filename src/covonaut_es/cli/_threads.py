@@ -54,7 +54,9 @@ def add_thread_commands(subcommands: Subcommands) -> None:
     )
     parser.add_argument("thread")
     parser.add_argument(
-        "--verify", action="store_true", help="also check the hash chain and the checkpoints"
+        "--verify",
+        action="store_true",
+        help="also check the hash chain, the checkpoints and the snapshots",
     )
 
 

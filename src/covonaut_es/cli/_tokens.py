@@ -67,7 +67,10 @@ def add_token_commands(subcommands: Subcommands) -> None:
     explain_secret(token)
     actions = token.add_subparsers(title="commands", metavar="COMMAND", required=True)
     parser = add_command(
-        actions, "issue", issue, help_="sign a reviewer token for approve and reject"
+        actions,
+        "issue",
+        issue,
+        help_="sign a reviewer token for the commands that decide (approve, reject, ...)",
     )
     explain_secret(parser)
     parser.add_argument("--reviewer", required=True, metavar="ID", help="the reviewer's id")
