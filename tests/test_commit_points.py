@@ -266,19 +266,22 @@ def test_a_process_dying_at_any_step_of_read_only_calls_leaves_none_in_doubt(
         assert agent.messages[-1].content == "done"
 
 
+@pytest.mark.parametrize("steered", [False, True], ids=["plain", "steered"])
 @pytest.mark.parametrize("lost_turn", [1, 2], ids=["first-turn", "later-turn"])
 @pytest.mark.parametrize("durability", ["step", "checkpoint"])
 def test_no_call_after_a_crash_gets_the_key_a_lost_read_only_call_was_given(
-    store: Store, durability: str, lost_turn: int
+    store: Store, durability: str, lost_turn: int, steered: bool
 ) -> None:
     """A model may give its calls the same ids again (positional ids): a read-only call
-    of a turn the process died in, which nothing stored, and the payment the model asks
-    for instead after the restart, under the same call id, get different idempotency
-    keys, in every durability, whichever turn of the run was lost. (A key is the
-    thread's, the version of the call's record and the call's id; the run's start,
-    stored before a read-only turn, sets the next run's records apart.)"""
+    of a turn the process died in, and the payment the model asks for instead after
+    the restart, under the same call id, get different idempotency keys, in every
+    durability, whichever turn of the run was lost, and whether that turn began with
+    steering (stored before the model call) or not. (A key is the thread's, the version
+    of the call's record and the call's id: a read-only turn goes unsaved only when its
+    call record is the first event unsaved, the version the next run's start takes.)"""
     keys: dict[str, list[str]] = {"lookup": [], "pay": []}
     restarted = False
+    running: list[Agent] = []
 
     def tool(name: str, **options: Any) -> Tool:
         def run(ctx: ToolContext, args: dict[str, Any]) -> Any:
@@ -291,6 +294,8 @@ def test_no_call_after_a_crash_gets_the_key_a_lost_read_only_call_was_given(
 
     def model(request: Any) -> Any:
         turn = sum(m.role.value == "assistant" for m in request.messages) + 1
+        if steered and not restarted and turn == lost_turn - 1:
+            running[0].steer("Mind the budget.")  # taken at the lost turn's start
         if turn < lost_turn:
             return call((f"p{turn}", "pay", "{}"))
         if turn == lost_turn:
@@ -307,8 +312,11 @@ def test_no_call_after_a_crash_gets_the_key_a_lost_read_only_call_was_given(
             )
         )
 
+    running.append(agent())
+    if steered and lost_turn == 1:
+        running[0].steer("Mind the budget.")
     with pytest.raises(Killed):
-        agent().run("go")
+        running[0].run("go")
     restarted = True
     again = agent()
     if store.exists("t"):

@@ -468,7 +468,6 @@ OVERRIDES = st.none() | st.builds(
     st.none() | st.booleans(),
     st.none() | st.booleans(),
     run_on_approval=st.none() | st.booleans(),
-    read_only=st.none() | st.booleans(),
 )
 
 
@@ -485,14 +484,11 @@ def test_hints_never_lower_a_policy_the_application_set(
         assert policy.requires_approval is (hints.destructive or not hints.read_only)
     if override is not None and override.idempotent is not None:
         assert policy.idempotent is override.idempotent
-    if override is not None and override.read_only is not None:
-        assert policy.read_only is override.read_only
-    else:
-        assert policy.read_only is (hints.read_only and not hints.destructive)
-    # The tool made takes the policy's word, a retry of a call in doubt included.
+    # The tool made takes the policy's word on a retry of a call in doubt; a server's
+    # tool is never read-only, since each call's pin is recorded apart (ADR 0150).
     listed = Listing("t", "d", {"type": "object"}, hints)
     tool = to_tool(listed, server="s", origin="o", prefix="", override=override, func=print)
-    assert (tool.idempotent, tool.read_only) == (policy.idempotent, policy.read_only)
+    assert (tool.idempotent, tool.read_only) == (policy.idempotent, False)
     runs = override is not None and bool(override.run_on_approval)
     assert policy.run_on_approval is (runs and policy.requires_approval is not False)
 

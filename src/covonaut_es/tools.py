@@ -158,13 +158,13 @@ class Tool:
         func: ``func(ctx, args)`` returning a JSON-encodable value (a string is passed
             to the model as is). Raise ``InterruptError`` to pause the run.
         read_only: A call changes nothing outside the program (a search, a lookup),
-            so it needs no write-ahead: a response whose calls are all of read-only
+            so it needs no write-ahead: a plain turn whose calls are all of read-only
             tools is committed with their results, one commit for the turn instead of
             two, and a process that dies while they run restarts the turn from the
             model call, with nothing in doubt (ADR 0150).
         idempotent: Running the call twice is harmless, so a call left in doubt by a
             crash is retried automatically with the same idempotency key. Unset: as
-            ``read_only``.
+            ``read_only`` when the tool is made (``attrs.evolve`` keeps the value).
         requires_approval: ``True``, or a policy ``policy(args) -> bool`` deciding per
             call: such a call runs only with an unused approval of its exact operation
             on record; without one, the run pauses for a review.

@@ -69,9 +69,6 @@ class ToolPolicy:
         run_on_approval: An approved call runs on resume with the reviewer's edits,
             without another model call (see ``Tool.run_on_approval``); it applies to
             the calls that need approval. Unset: False.
-        read_only: Whether a call changes nothing outside, so it needs no write-ahead
-            (see ``Tool.read_only``). Unset: the server's ``readOnlyHint``, unless it
-            also marks the tool destructive (as for ``requires_approval``).
 
     Raises:
         ConfigurationError: A field is neither None nor of its type (a timeout of no
@@ -86,7 +83,6 @@ class ToolPolicy:
         default=None, validator=validated(positive_seconds, optional=True)
     )
     run_on_approval: bool | None = attrs.field(default=None, validator=_OPTIONAL_BOOL)
-    read_only: bool | None = attrs.field(default=None, validator=_OPTIONAL_BOOL)
 
 
 @attrs.frozen
@@ -116,20 +112,18 @@ class Hints:
 
 def effective_policy(hints: Hints, override: ToolPolicy | None) -> ToolPolicy:
     """The policy a tool runs under: the override's fields, and the hints' defaults for
-    those it leaves unset. A tool marked read-only (and not also destructive) needs no
-    approval and no write-ahead; ``idempotentHint`` (or read-only) allows a retry."""
+    those it leaves unset. A tool needs approval unless it is marked read-only (and
+    not also destructive); ``idempotentHint`` (or read-only) allows a retry."""
     override = override or ToolPolicy()
-    harmless = hints.read_only and not hints.destructive
     requires = override.requires_approval
     if requires is None:
-        requires = not harmless
+        requires = hints.destructive or not hints.read_only
     idempotent = override.idempotent
     if idempotent is None:
         idempotent = hints.idempotent or hints.read_only
-    read_only = harmless if override.read_only is None else override.read_only
     # No hint says whether an approval runs the call: only the application does.
     runs = bool(override.run_on_approval) and requires is not False
-    return ToolPolicy(requires, idempotent, override.timeout, runs, read_only)
+    return ToolPolicy(requires, idempotent, override.timeout, runs)
 
 
 @attrs.frozen
@@ -341,7 +335,6 @@ def to_tool(
             parameters,
             func,
             idempotent=bool(policy.idempotent),
-            read_only=bool(policy.read_only),
             requires_approval=True
             if policy.requires_approval is None
             else policy.requires_approval,

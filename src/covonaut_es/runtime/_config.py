@@ -147,8 +147,8 @@ class CheckpointSettings:
             intent to call a tool is stored before the tool runs; ``"checkpoint"``
             commits when a checkpoint is saved and, in every mode, a turn's calls
             before any of them runs (a tool's idempotency key is always stored), but
-            for a turn whose calls are all read-only (``Tool.read_only``), which is
-            committed with their results once the run stored its start.
+            for a plain turn whose calls are all read-only (``Tool.read_only``), which
+            is committed with their results.
         migrators: Upcasters for the thread's snapshots, keyed by the schema version
             they upgrade from; each replaces the library's own for that step. A
             snapshot that cannot be upgraded is passed over and the thread rebuilt from

@@ -248,7 +248,6 @@ def run_program(
     refusals = 0
     for turn_in_run in range(1, config.max_turns + 1):
         final_turn = turn_in_run == config.max_turns
-        before_turn = thread.version
         steered = steering()
         # A turn start with nothing of its own to record before the answer is recorded
         # with the answer, in one event (ADR 0071); steering, a compaction and a
@@ -304,7 +303,7 @@ def run_program(
         # once the record it derives from is stored, or a restore could call it anew
         # under another key. Calls that change nothing outside need none (ADR 0150):
         # a process dying in them leaves nothing to lose, as in the model call.
-        ahead = WriteAhead(done=not _read_only_turn(thread, config, calls, before_turn))
+        ahead = WriteAhead(done=not _read_only_turn(thread, config, calls))
         if ahead.done:
             yield Commit(always=True)
 
@@ -445,18 +444,23 @@ def _compact(
     thread.compact(Compaction(summary, plan.first_kept), usage=usage, now=config.clock())
 
 
-def _read_only_turn(
-    thread: AgentThread, config: AgentConfig, calls: Sequence[ToolCall], before_turn: int
-) -> bool:
+def _read_only_turn(thread: AgentThread, config: AgentConfig, calls: Sequence[ToolCall]) -> bool:
     """Whether a turn's ``calls`` need no write-ahead (ADR 0150): each is of a
-    read-only tool (``Tool.read_only``), and the thread holds nothing unsaved from
-    before the turn (the thread's version ``before_turn``). Else something must be
-    saved before they run: a keyed save checks every link since the point this process
-    knows before anything acts on the thread (ADR 0144), and a run saved from its
-    start never gives a call's idempotency key again to another call after a crash,
-    its start standing between the turn lost and the next run's."""
+    read-only tool (``Tool.read_only``), and the one event the thread holds unsaved is
+    the one that records them all (the answer with its calls, ADR 0072).
+
+    Else something must be saved before they run. A keyed save checks every link since
+    the point this process knows before anything acts on the thread (ADR 0144). And a
+    call's idempotency key is the thread's, the version of its record and its id, which
+    a model may give again: after a crash, the next run records its start at the first
+    version the crash lost, so only a call recorded at that very version cannot meet
+    its key again in a later call (a turn's start or steering stored before the answer,
+    a call's pin after it, or anything unsaved before the turn, would each move the
+    next run's calls onto the versions the lost ones held)."""
     pending = thread.pending_events
-    if pending and pending[0].originator_version <= before_turn:
+    if len(pending) != 1 or not isinstance(recorded := pending[0], AgentThread.Event):
+        return False
+    if set(recorded.intended_calls) != {call.id for call in calls}:
         return False
     return all((tool := config.tool(call.name)) is not None and tool.read_only for call in calls)
 
