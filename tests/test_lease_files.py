@@ -380,3 +380,59 @@ def test_the_next_worker_to_start_removes_what_dead_runners_and_workers_left(
 def _lease_of(store: Store, thread_id: str) -> None:
     with store.lease(thread_id):
         pass
+
+
+def test_a_sweep_never_makes_a_take_or_a_worker_start_fail(tmp_path: Path) -> None:
+    """Workers starting (each sweeping the lease directory) while a runner takes and
+    releases a thread's lease, and while workers restart under their own ids leaving
+    their records as a crash does: the sweep holds a file it removes for a moment, and
+    no take is refused as busy, nor any worker's id as taken by a live worker."""
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    open_store(url).close()
+    seconds = 3.0
+    taker = _python(
+        f"""
+        import time
+        from covonaut_es import ThreadBusyError, open_store
+        store = open_store({url!r})
+        busy = taken = 0
+        end = time.monotonic() + {seconds}
+        while time.monotonic() < end:
+            try:
+                with store.lease("t"):
+                    taken += 1
+            except ThreadBusyError:
+                busy += 1
+        print(busy, taken)
+        """,
+        stdout=subprocess.PIPE,
+    )
+    starters = [
+        _python(
+            f"""
+            import time
+            from datetime import UTC, datetime
+            from covonaut_es import open_store
+            from covonaut_es.errors import ConfigurationError
+            from covonaut_es.store import WorkerRecord
+            refused = started = 0
+            end = time.monotonic() + {seconds}
+            while time.monotonic() < end:
+                now = datetime.now(UTC)
+                record = WorkerRecord(worker_id="w{n}", host="h", pid=1, started_at=now,
+                                      heartbeat_at=now, threads=())
+                with open_store({url!r}) as store:  # closed unwithdrawn, as a crash leaves it
+                    try:
+                        store.publish_worker(record)
+                        started += 1
+                    except ConfigurationError:
+                        refused += 1
+            print(refused, started)
+            """,
+            stdout=subprocess.PIPE,
+        )
+        for n in (1, 2)
+    ]
+    outputs = [p.communicate(timeout=WAIT)[0].split() for p in (taker, *starters)]
+    assert all(int(taken) > 0 for _, taken in outputs), outputs
+    assert [int(refused) for refused, _ in outputs] == [0, 0, 0], outputs

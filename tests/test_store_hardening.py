@@ -1520,6 +1520,12 @@ _READS: dict[str, Callable[[Store], object]] = {
     "checkpoints": lambda store: store.checkpoints("t1"),
     "log position": lambda store: store.last_log_position(),
     "export": lambda store: list(export_thread(store, "t0-b", with_ancestors=True)),
+    "log batch": lambda store: store.log.next_batch(after=0, end=store.log.end(), limit=50),
+    "log records": lambda store: list(store.log.notifications()),
+    "submissions": lambda store: store.submissions.submitted("t1"),
+    "worker": lambda store: Worker(
+        store, lambda thread_id: AgentConfig(provider=ScriptedProvider([]))
+    ).run(once=True),
 }
 _COMMANDS = (("threads",), ("show", "t1"), ("replay", "--verify", "t0"), ("export", "t2"))
 

@@ -279,7 +279,8 @@ def test_an_import_that_finds_no_room_halfway_leaves_the_store_as_it_was(
     )
     assert result.returncode == 2, result.stderr
     [line] = result.stderr.splitlines()
-    assert line.startswith("covonaut-es import: the store's database failed")
+    assert line.startswith("covonaut-es import: store ") and "did not complete" in line
+    assert "a full disk once it has room" in line
     with open_store(f"sqlite:///{target}") as store:
         assert list(store.thread_ids()) == ["before"]
         assert store.verify("before").ok
@@ -1006,10 +1007,13 @@ def test_an_import_into_a_new_file_never_takes_or_removes_a_store_made_meanwhile
     ]
 
 
-def test_an_import_into_a_new_file_puts_a_whole_store_there(tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", ["new.db", "n" * 244 + ".db"], ids=["short", "long"])
+def test_an_import_into_a_new_file_puts_a_whole_store_there(tmp_path: Path, name: str) -> None:
     """Succeeding, the import's store is at the path, whole (every thread verifies), with
-    nothing left beside it but the store's own lease directory."""
-    path = tmp_path / "new.db"
+    nothing left beside it but the store's own lease directory, whatever the length of
+    the file's name (247 bytes: SQLite's "-journal" beside it makes 255, the most a
+    name may have; the hidden file's name does not grow with it)."""
+    path = tmp_path / name
     export = tmp_path / "t.jsonl"
     export.write_text(source_export(keyed=False))
     assert main(["import", str(export), "--store", f"sqlite:///{path}"]) == 0
@@ -1017,6 +1021,6 @@ def test_an_import_into_a_new_file_puts_a_whole_store_there(tmp_path: Path) -> N
         assert sorted(store.thread_ids()) == ["t", "t-b"]
         assert all(store.verify(t).ok for t in ("t", "t-b"))
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".covonaut")) == [
-        "new.db",
+        name,
         "t.jsonl",
     ]

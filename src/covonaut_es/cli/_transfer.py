@@ -131,7 +131,9 @@ def _staged(args: argparse.Namespace) -> Iterator[argparse.Namespace]:
     if path is None:
         yield args
         return
-    staged = path.with_name(f".{path.name}.importing-{secrets.token_hex(4)}")
+    # A name of its own length, whatever the path's (a long name with more after it
+    # would pass the file system's limit).
+    staged = path.with_name(f".covonaut-import-{secrets.token_hex(4)}")
     query = urlsplit(store_url(args)).query  # the same options (a mode, say)
     url = f"sqlite:///{quote(str(staged))}" + (f"?{query}" if query else "")
     try:
@@ -139,7 +141,7 @@ def _staged(args: argparse.Namespace) -> Iterator[argparse.Namespace]:
         _put_in_place(staged, path)
     finally:
         for leftover in (staged, *(Path(f"{staged}{end}") for end in _SQLITE_SIDE_FILES)):
-            with contextlib.suppress(FileNotFoundError):
+            with contextlib.suppress(OSError):  # never over the error the import raised
                 leftover.unlink()
 
 
@@ -168,6 +170,7 @@ def _put_in_place(staged: Path, path: Path) -> None:
         raise StoreUnavailableError(msg)
     try:
         os.link(staged, path)  # never over a file: fails if one took the name
+        staged.unlink()  # at once: a store of two names is refused until one goes
     except FileExistsError:
         msg = (
             f"{path} was made by another process while this import ran: nothing was "

@@ -25,12 +25,13 @@ from covonaut_es.errors import SerializationError, TransferError
 from covonaut_es.store._chain_key import ChainAdoption
 from covonaut_es.store._mapper import MsgspecMapper
 from covonaut_es.store._positions import LogPositions
-from covonaut_es.store._read_only import WriteGuard
+from covonaut_es.store._read_only import WriteGuard, guarded
 from covonaut_es.store._reader import ParentOf, ThreadReader
 from covonaut_es.store._records import StoredRecords
 from covonaut_es.store._rows import row_damage, shown
 
 
+@guarded("Store.log")
 class StoreLog:
     """A store's log, its records as stored, and how far its consumers got.
 

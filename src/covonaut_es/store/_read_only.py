@@ -3,8 +3,11 @@ a closed store."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TypeVar
+import functools
+import inspect
+from collections.abc import Callable, Iterator
+from types import GeneratorType
+from typing import Any, TypeVar
 
 from eventsourcing.persistence import ConnectionPoolClosedError, InterfaceError, OperationalError
 
@@ -12,6 +15,7 @@ from covonaut_es.errors import ReadOnlyStoreError, StoreClosedError, StoreUnavai
 from covonaut_es.store._write_errors import database_error
 
 T = TypeVar("T")
+C = TypeVar("C", bound=type)
 
 _UNREACHED = (ConnectionPoolClosedError, OperationalError, InterfaceError, StoreUnavailableError)
 """What a back end raises when its pool or connection was closed under a call."""
@@ -96,3 +100,56 @@ class WriteGuard:
                 "open it without ?mode=ro to change it"
             )
             raise ReadOnlyStoreError(msg)
+
+
+def guarded(name: str) -> Callable[[C], C]:
+    """Make each public method and property of a class whose instances hold their
+    store's guard as ``_guard`` (``close`` aside) refuse a closed store, and type a
+    database's failure that no layer under it typed (:meth:`WriteGuard.refuse_under`),
+    naming the method as ``name.method()``: a store in memory went on reading and
+    writing tables it no longer held, a closed SQLite store raised eventsourcing's
+    untyped pool error, and a damaged file the driver's own error."""
+
+    def guard_methods(cls: C) -> C:
+        for attribute, member in list(vars(cls).items()):
+            if attribute.startswith("_") or attribute == "close":
+                continue
+            if inspect.isfunction(member):
+                setattr(cls, attribute, _guarded(member, name))
+            elif isinstance(member, property) and member.fget is not None:
+                checked = _guarded(member.fget, name)
+                setattr(cls, attribute, property(checked, member.fset, member.fdel, member.__doc__))
+        return cls
+
+    return guard_methods
+
+
+def _guarded(method: Callable[..., Any], name: str) -> Callable[..., Any]:
+    call = f"{name}.{method.__name__}()"
+    if inspect.iscoroutinefunction(method):
+
+        @functools.wraps(method)
+        async def acheck(self: Any, /, *args: Any, **kwargs: Any) -> Any:
+            guard: WriteGuard = self._guard
+            guard.refuse_if_closed()
+            try:
+                return await method(self, *args, **kwargs)
+            except Exception as exc:
+                guard.refuse_under(exc, call)
+                raise
+
+        return acheck
+
+    @functools.wraps(method)
+    def checked(self: Any, /, *args: Any, **kwargs: Any) -> Any:
+        guard: WriteGuard = self._guard
+        guard.refuse_if_closed()
+        try:
+            result = method(self, *args, **kwargs)
+        except Exception as exc:
+            guard.refuse_under(exc, call)
+            raise
+        # A listing, read as it goes, is checked at each item too.
+        return guard.while_open(result) if isinstance(result, GeneratorType) else result
+
+    return checked

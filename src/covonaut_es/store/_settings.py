@@ -225,7 +225,9 @@ def sqlite_journal_of(path: str) -> str | None:
     if names > 1:
         return (
             f"a file of {names} names (hard links), which SQLite keeps a journal beside "
-            "each of, so that what one name writes the other loses"
+            "each of, so that what one name writes the other loses (an import killed as "
+            "it finished leaves a second name, .covonaut-import-XXXXXXXX, beside the "
+            "store: remove that one)"
         )
     for named in dict.fromkeys((Path(path), Path(os.path.realpath(path)))):
         journal = next((s for s in SQLITE_JOURNALS if named.name.endswith(s)), None)

@@ -15,12 +15,9 @@ attribute (ADR 0121).
 from __future__ import annotations
 
 import contextlib
-import functools
-import inspect
 import warnings
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from datetime import datetime
-from types import GeneratorType
 from typing import Any
 from uuid import UUID
 
@@ -56,7 +53,7 @@ from covonaut_es.store._listing import ThreadListing, ThreadPage
 from covonaut_es.store._log import StoreLog
 from covonaut_es.store._outstanding import OutstandingThreads
 from covonaut_es.store._positions import LogPositions
-from covonaut_es.store._read_only import WriteGuard
+from covonaut_es.store._read_only import WriteGuard, guarded
 from covonaut_es.store._reader import ThreadReader
 from covonaut_es.store._records import StoredRecords
 from covonaut_es.store._review_index import ReviewIndex
@@ -67,52 +64,7 @@ from covonaut_es.store._urls import READ_ONLY
 from covonaut_es.store._writer import ThreadWriter
 
 
-def _refused_once_closed(method: Callable[..., Any]) -> Callable[..., Any]:
-    if inspect.iscoroutinefunction(method):
-
-        @functools.wraps(method)
-        async def acheck(self: Store, /, *args: Any, **kwargs: Any) -> Any:
-            guard = self._guard
-            guard.refuse_if_closed()
-            try:
-                return await method(self, *args, **kwargs)
-            except Exception as exc:
-                guard.refuse_under(exc, f"Store.{method.__name__}()")
-                raise
-
-        return acheck
-
-    @functools.wraps(method)
-    def checked(self: Store, /, *args: Any, **kwargs: Any) -> Any:
-        guard = self._guard
-        guard.refuse_if_closed()
-        try:
-            result = method(self, *args, **kwargs)
-        except Exception as exc:
-            guard.refuse_under(exc, f"Store.{method.__name__}()")
-            raise
-        # A listing, read as it goes, is checked at each item too.
-        return guard.while_open(result) if isinstance(result, GeneratorType) else result
-
-    return checked
-
-
-def _usable_until_closed(cls: type[Store]) -> type[Store]:
-    """Make each public method and property of ``cls`` but ``close`` refuse a closed
-    store: one in memory went on reading and writing tables it no longer held, and a
-    closed SQLite store raised eventsourcing's untyped pool error."""
-    for name, member in list(vars(cls).items()):
-        if name.startswith("_") or name == "close":
-            continue
-        if inspect.isfunction(member):
-            setattr(cls, name, _refused_once_closed(member))
-        elif isinstance(member, property) and member.fget is not None:
-            checked = _refused_once_closed(member.fget)
-            setattr(cls, name, property(checked, member.fset, member.fdel, member.__doc__))
-    return cls
-
-
-@_usable_until_closed
+@guarded("Store")
 class Store(Closing):
     """Threads' event streams, snapshots and checkpoints in one back end.
 

@@ -33,7 +33,7 @@ from covonaut_es.domain._submissions import (
 )
 from covonaut_es.errors import ConfigurationError, InvalidSubmissionError, LeaseLostError
 from covonaut_es.store._leases import Lease
-from covonaut_es.store._read_only import WriteGuard
+from covonaut_es.store._read_only import WriteGuard, guarded
 
 
 @attrs.frozen
@@ -65,6 +65,7 @@ class Submitted:
         return next(s for s in self.inputs if s.originator_version == version)
 
 
+@guarded("Store.submissions")
 class Submissions:
     """Submit input to a thread; read and take what was submitted. The one place that
     checks a submission and a take, for the store's methods, the service's command and

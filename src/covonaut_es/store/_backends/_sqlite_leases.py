@@ -11,6 +11,7 @@ import os
 import pwd
 import secrets
 import stat
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
@@ -105,10 +106,10 @@ class FileLeases(LeaseBackend):
         path = self._path(thread_id)
         try:
             self._trusted(self.directory)
-            fd = _locked_file(path, self._mode)
+            fd = _locked_patiently(path, self._mode)
             while fd is not None and not _still_at(fd, path):  # removed by its last holder
                 os.close(fd)
-                fd = _locked_file(path, self._mode)
+                fd = _locked_patiently(path, self._mode)
         except UntrustedLeaseDirectoryError:
             raise  # an OSError too (a ConnectionError), told as itself
         except OSError as exc:
@@ -252,10 +253,10 @@ class FileLeases(LeaseBackend):
         if self._record_fd is None:
             self._records_trusted(make=True)
             self._sweep()
-            self._record_fd = _locked_file(lock, self._mode)
+            self._record_fd = _locked_patiently(lock, self._mode)
             while self._record_fd is not None and not _still_at(self._record_fd, lock):
                 os.close(self._record_fd)  # removed meanwhile by a sweep or a withdrawal
-                self._record_fd = _locked_file(lock, self._mode)
+                self._record_fd = _locked_patiently(lock, self._mode)
             if self._record_fd is None:
                 msg = f"worker id {record.worker_id!r} is taken by a live worker: choose another"
                 raise ConfigurationError(msg)
@@ -361,6 +362,34 @@ def _locked_file(path: Path, mode: int, *, create: bool = True) -> int | None:
         os.close(fd)
         return None
     return fd
+
+
+_SWEEP_WAITS = (0.001, 0.004, 0.016)
+"""How long a taker waits, in turn, before it takes a lock file held by whoever names
+no holder in it for a holder's: another worker's sweep holds a file it removes for the
+few system calls that takes (:meth:`FileLeases._sweep`)."""
+
+
+def _locked_patiently(path: Path, mode: int) -> int | None:
+    """As :func:`_locked_file`, trying again a few times while the file is held and
+    names no holder (a sweep may hold it for a moment): a live holder of a thread's
+    lease writes its name at once, so only a sweep, or a take between its lock and its
+    name, is waited for; a worker record's lock names no one, and is waited for too."""
+    fd = _locked_file(path, mode)
+    for wait in _SWEEP_WAITS:
+        if fd is not None or _names_a_holder(path):
+            return fd
+        time.sleep(wait)
+        fd = _locked_file(path, mode)
+    return fd
+
+
+def _names_a_holder(path: Path) -> bool:
+    """Whether the lock file ``path`` holds a name (its holder's)."""
+    try:
+        return bool(_read_regular(path).strip())
+    except OSError:
+        return False
 
 
 def _remove_locked(fd: int, path: Path, *beside: Path) -> None:
