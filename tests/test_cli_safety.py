@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from covonaut_es import Store, Tool, create_cipher_key, open_store
 from covonaut_es._text import json_printable, printable, shows_nothing
 from covonaut_es.cli import main
+from covonaut_es.cli._output_file import write_output
 from covonaut_es.domain import thread_aggregate_id
 from covonaut_es.providers import ScriptedProvider
 from covonaut_es.runtime import Agent, AgentConfig, CheckpointSettings, HmacReviewerVerifier
@@ -634,3 +635,20 @@ def test_a_store_on_read_only_media_is_read_and_an_unreadable_one_named(
         media.chmod(0o755)
         unreadable.chmod(0o644)
     assert sorted(p.name for p in media.iterdir()) == ["threads.db"]  # nothing written
+
+
+def test_an_output_file_stopped_while_written_leaves_no_copy_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A command stopped while it writes its ``--output`` (Ctrl-C, SIGTERM, which the
+    command line raises as an exception) removes the hidden file it was writing: an
+    export's is the thread's whole history, decrypted."""
+    target = tmp_path / "out.jsonl"
+
+    def stopped(fd: int) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "fsync", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        write_output(str(target), "the history\n")
+    assert list(tmp_path.iterdir()) == []

@@ -19,6 +19,8 @@ from covonaut_es import (
     Tool,
     ToolContext,
 )
+from covonaut_es.errors import ThreadAbandonedError
+from covonaut_es.service import HmacReviewerVerifier, ThreadService
 from support import OBJECT_SCHEMA, answer, call, echo_tool, ticking_clock
 
 
@@ -366,3 +368,83 @@ def test_a_call_is_written_ahead_by_the_tool_it_runs_not_the_one_the_response_na
     agent = agent_on(store, script, tools=[], mcp_servers=[source])
     assert agent.run("go") == "done"
     assert source.stored_when_touched == [["t1"]]
+
+
+@pytest.mark.parametrize("meanwhile", ["label", "abandon"])
+@pytest.mark.parametrize("read_only", [True, False], ids=["read-only", "other"])
+def test_a_label_or_an_abandon_while_a_call_runs_is_put_before_its_turn(
+    store: Store, meanwhile: str, read_only: bool
+) -> None:
+    """Another writer labels the thread, or a person gives it up, while a call of the
+    turn runs: the run's save puts its events after theirs, a read-only turn's unsaved
+    calls too (they take later versions, and other keys, which a read-only call has no
+    use for, ADR 0150), so a label leaves the run to finish and an abandon stops it with
+    the call's result recorded, as for any call."""
+    other = ThreadService(store)
+
+    def lookup(ctx: ToolContext, args: dict[str, Any]) -> Any:
+        if meanwhile == "label":
+            other.label("t", "looked at")
+        else:
+            other.abandon("t", "not needed any more")
+        return "found"
+
+    tool = Tool("lookup", "Look up", OBJECT_SCHEMA, lookup, read_only=read_only)
+    agent = agent_on(store, [call(("c1", "lookup", "{}")), answer("done")], tools=[tool])
+    if meanwhile == "label":
+        assert agent.run("go") == "done"
+        assert store.state_at("t").labels[-1].name == "looked at"
+    else:
+        with pytest.raises(ThreadAbandonedError):
+            agent.run("go")
+    stored = store.state_at("t")
+    assert [m.content for m in stored.messages if m.tool_call_id == "c1"] == ["found"]
+    assert store.replay_state("t") == stored
+
+
+@pytest.mark.parametrize("read_only", [True, False], ids=["read-only", "other"])
+def test_a_turn_whose_first_call_spends_an_approval_commits_each_result_after_it(
+    store: Store, read_only: bool
+) -> None:
+    """A turn of read-only calls whose first call spends an approval is stored by that
+    approval's commit, so it goes on as a turn written ahead: the first call's result
+    is committed before the next call runs, and the process dying in that one leaves
+    only that one in doubt."""
+    verifier = HmacReviewerVerifier(b"k" * 32)
+    dying = [True]
+
+    def look(ctx: ToolContext, args: dict[str, Any]) -> Any:
+        if dying[0]:
+            raise Killed
+        return "found"
+
+    def model(request: Any) -> Any:
+        answered = sum(m.role.value == "assistant" for m in request.messages)
+        if answered == 0:
+            return call(("a", "fetch", "{}"))
+        if answered == 1:
+            return call(("b", "fetch", "{}"), ("c", "look", "{}"))
+        return answer("done")
+
+    gated = {"read_only": read_only, "idempotent": False, "requires_approval": True}
+    fetch = Tool("fetch", "Fetch a private report", OBJECT_SCHEMA, lambda c, a: "report", **gated)
+
+    def agent() -> Agent:
+        return Agent(
+            AgentConfig(
+                provider=ScriptedProvider(respond=model),
+                tools=[fetch, Tool("look", "Look", OBJECT_SCHEMA, look, read_only=True)],
+                checkpoint=CheckpointSettings(store=store, thread_id="t"),
+                clock=ticking_clock(),
+                reviewer_verifier=verifier,
+            )
+        )
+
+    first = agent()
+    first.run("go")
+    first.approve(first.pending_reviews[0].review_id, reviewer=verifier.issue_token("ann", 60))
+    with pytest.raises(Killed):
+        agent().resume()
+    restored = agent()
+    restored.restore_latest_checkpoint()
+    assert [pending.call.id for pending in restored.in_doubt] == ["c"]

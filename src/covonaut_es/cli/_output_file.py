@@ -69,10 +69,12 @@ def write_output(path: str, text: str) -> None:
             if target.found is not None:  # the file itself: its name may be swapped
                 os.fchmod(file.fileno(), stat.S_IMODE(target.found.st_mode))
         os.replace(partial, target.path)
-    except OSError as exc:
+    except BaseException as exc:  # stopped too (Ctrl-C, SIGTERM): leave no copy behind
         if partial is not None:
             with contextlib.suppress(OSError):
                 partial.unlink()
+        if not isinstance(exc, OSError):
+            raise
         msg = f"cannot write --output {path!r}: {exc.strerror or exc} (nothing was written)"
         raise UsageError(msg) from exc
 

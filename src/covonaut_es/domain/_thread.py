@@ -13,7 +13,7 @@ explicit ``TOPIC``, never where its class lives.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from types import MappingProxyType
 from typing import Any, cast
@@ -1649,6 +1649,8 @@ class AgentThread(Aggregate, created_event_name="Started"):
         head: AgentThread,
         tail: Sequence[AgentThread.Event],
         unsaved: Sequence[AgentThread.Event],
+        *,
+        movable: Collection[str] = (),
     ) -> bool:
         """Put this thread's ``unsaved`` events (a save that failed took them from its
         pending events) after ``head``, the stored thread, which moved on by the events
@@ -1657,10 +1659,11 @@ class AgentThread(Aggregate, created_event_name="Started"):
         It can when every event of ``tail`` commutes with a run (a label, a review's
         decision with its call's result, an answer to a pause, the thread given up), no
         unsaved call has its result already or is in doubt (its idempotency key, which
-        derives from its version, would change after its tool started) and each unsaved
-        event applies after
-        ``head``. Then this thread becomes ``head`` with the events triggered again, sealed
-        and numbered after it, pending; otherwise it is left as it was.
+        derives from its version, would change after its tool started), but for the
+        calls ``movable`` (read-only calls that ran unsaved, whose keys nothing keeps),
+        and each unsaved event applies after ``head``. Then this thread becomes ``head``
+        with the events triggered again, sealed and numbered after it, pending;
+        otherwise it is left as it was.
         """
         # A call whose tool started (its result, or its pause in doubt after a timeout,
         # is among the unsaved events) keeps the key it was given: it is not renumbered.
@@ -1670,6 +1673,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
             for e in unsaved
             if isinstance(e, AgentThread.Interrupted) and e.interrupt.kind is PauseKind.IN_DOUBT
         }
+        ran -= set(movable)
         if not _commute(tail, head) or any(not ran.isdisjoint(e.intended_calls) for e in unsaved):
             return False
         try:

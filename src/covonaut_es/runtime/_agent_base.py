@@ -255,7 +255,7 @@ class AgentBase(Closing):
         if not (step.checkpoint or step.always or durability == "step"):
             return [cast(AgentThread.Event, e) for e in session.thread.pending_events]
         try:
-            return session.commit(snapshot=step.checkpoint)
+            return session.commit(snapshot=step.checkpoint, movable=step.movable)
         except BaseException:
             self._thread = None  # a failed save took the events: reload what is stored
             raise

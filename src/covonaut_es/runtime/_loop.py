@@ -81,6 +81,10 @@ class Commit:
 
     checkpoint: bool = False
     always: bool = False
+    movable: frozenset[str] = frozenset()
+    """The calls of a read-only turn that ran unsaved (ADR 0150): put after another
+    writer's events, they may take other versions, and so other keys, which a read-only
+    call has no use for."""
 
 
 @attrs.frozen
@@ -311,12 +315,14 @@ def run_program(
             yield from _refuse_calls_on_final_turn(thread, config, calls)
         retain = _turn_end(settings)
         if (yield from _run_tools(thread, config, calls, trace_parent, retain, ahead)):
-            yield Commit(checkpoint=True)  # the last result saved the turn's checkpoint
+            # The last result saved the turn's checkpoint.
+            yield Commit(checkpoint=True, movable=ahead.movable(calls))
             continue
         if thread.interrupts:
-            yield from _checkpoint(thread, settings, CheckpointReason.INTERRUPT, now())
+            interrupt = CheckpointReason.INTERRUPT
+            yield from _checkpoint(thread, settings, interrupt, now(), ahead.movable(calls))
             return ""
-        yield from _end_of_turn(thread, settings, now())
+        yield from _end_of_turn(thread, settings, now(), ahead.movable(calls))
     raise AssertionError("unreachable: the final turn returns or raises")  # pragma: no cover
 
 
@@ -478,9 +484,15 @@ class WriteAhead:
         when one of them is not read-only and it was not written yet, the approvals
         they spend, or what was recorded before them in a turn written ahead."""
         unwritten = not self.done and any(not call.tool.read_only for call in calls)
-        self.done = self.done or unwritten
         always = unwritten or any(_authorized(call) for call in calls)
-        return Commit(always=always) if always or self.done else None
+        if not (always or self.done):
+            return None
+        self.done = True  # committed now: the turn's calls are stored, as written ahead
+        return Commit(always=always)
+
+    def movable(self, calls: Sequence[ToolCall]) -> frozenset[str]:
+        """The ``calls`` that ran unsaved, if the turn was never written ahead."""
+        return frozenset() if self.done else frozenset(call.id for call in calls)
 
     def waiting(self) -> Commit | None:
         """The commit before waiting for a running call: the results recorded so far,
@@ -821,14 +833,17 @@ def _turn_end(settings: RunSettings) -> int | None:
 
 
 def _end_of_turn(
-    thread: AgentThread, settings: RunSettings, now: datetime
+    thread: AgentThread,
+    settings: RunSettings,
+    now: datetime,
+    movable: frozenset[str] = frozenset(),
 ) -> Generator[Effect, Any, None]:
     retain = _turn_end(settings)
     if retain is None:
-        yield Commit()
+        yield Commit(movable=movable)
         return
     thread.save_checkpoint(CheckpointReason.TURN_END, retain=retain, now=now)
-    yield Commit(checkpoint=True)
+    yield Commit(checkpoint=True, movable=movable)
 
 
 def _finish(
@@ -850,10 +865,14 @@ def _finish(
 
 
 def _checkpoint(
-    thread: AgentThread, settings: RunSettings, reason: CheckpointReason, now: datetime
+    thread: AgentThread,
+    settings: RunSettings,
+    reason: CheckpointReason,
+    now: datetime,
+    movable: frozenset[str] = frozenset(),
 ) -> Generator[Effect, Any, None]:
     if not settings.checkpointing:
-        yield Commit()
+        yield Commit(movable=movable)
         return
     thread.save_checkpoint(reason, retain=settings.retain, now=now)
-    yield Commit(checkpoint=True)
+    yield Commit(checkpoint=True, movable=movable)

@@ -6,6 +6,7 @@ a :class:`RunSession`; the runtime's run loop changes its thread and commits thr
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime
 from typing import cast
 
@@ -56,9 +57,12 @@ class RunSession:
         """
         self.lease.check()
 
-    def commit(self, *, snapshot: bool = False) -> list[AgentThread.Event]:
+    def commit(
+        self, *, snapshot: bool = False, movable: Collection[str] = ()
+    ) -> list[AgentThread.Event]:
         """Save the thread's new events, fenced by the lease, then store a snapshot if
-        ``snapshot`` and one is due.
+        ``snapshot`` and one is due. ``movable``: calls that ran whose records may still
+        take other versions (:meth:`AgentThread.rebase`).
 
         Returns:
             The events saved (renumbered, if they were put after other writers' events).
@@ -87,7 +91,7 @@ class RunSession:
                 base = pending[0].originator_version - 1
                 tail = self._store.events_after(thread.thread_id, base)
                 head = self._store.load(thread.thread_id)
-                if not thread.rebase(head, tail, pending):
+                if not thread.rebase(head, tail, pending, movable=movable):
                     raise
                 if any(isinstance(event, AgentThread.Abandoned) for event in tail):
                     self._abandoned = True

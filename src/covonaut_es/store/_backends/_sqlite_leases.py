@@ -364,32 +364,23 @@ def _locked_file(path: Path, mode: int, *, create: bool = True) -> int | None:
     return fd
 
 
-_SWEEP_WAITS = (0.001, 0.004, 0.016)
-"""How long a taker waits, in turn, before it takes a lock file held by whoever names
-no holder in it for a holder's: another worker's sweep holds a file it removes for the
-few system calls that takes (:meth:`FileLeases._sweep`)."""
+_SWEEP_WAITS = (0.0005, 0.002, 0.008)
+"""How long a taker waits, in turn, before it takes a held lock file for a holder's:
+another worker's sweep holds a file it removes (which may still name the dead runner
+that left it) for the few system calls that takes (:meth:`FileLeases._sweep`)."""
 
 
 def _locked_patiently(path: Path, mode: int) -> int | None:
-    """As :func:`_locked_file`, trying again a few times while the file is held and
-    names no holder (a sweep may hold it for a moment): a live holder of a thread's
-    lease writes its name at once, so only a sweep, or a take between its lock and its
-    name, is waited for; a worker record's lock names no one, and is waited for too."""
+    """As :func:`_locked_file`, trying again a few times, for about 10 ms, while the
+    file is held: a sweep may hold it for a moment. A lease really held is reported
+    busy after that."""
     fd = _locked_file(path, mode)
     for wait in _SWEEP_WAITS:
-        if fd is not None or _names_a_holder(path):
+        if fd is not None:
             return fd
         time.sleep(wait)
         fd = _locked_file(path, mode)
     return fd
-
-
-def _names_a_holder(path: Path) -> bool:
-    """Whether the lock file ``path`` holds a name (its holder's)."""
-    try:
-        return bool(_read_regular(path).strip())
-    except OSError:
-        return False
 
 
 def _remove_locked(fd: int, path: Path, *beside: Path) -> None:
