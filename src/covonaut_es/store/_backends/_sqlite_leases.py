@@ -11,7 +11,6 @@ import os
 import pwd
 import secrets
 import stat
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
@@ -106,10 +105,11 @@ class FileLeases(LeaseBackend):
         path = self._path(thread_id)
         try:
             self._trusted(self.directory)
-            fd = _locked_patiently(path, self._mode)
+            sweeping = self.directory / _SWEEPING
+            fd = _locked_patiently(path, self._mode, sweeping)
             while fd is not None and not _still_at(fd, path):  # removed by its last holder
                 os.close(fd)
-                fd = _locked_patiently(path, self._mode)
+                fd = _locked_patiently(path, self._mode, sweeping)
         except UntrustedLeaseDirectoryError:
             raise  # an OSError too (a ConnectionError), told as itself
         except OSError as exc:
@@ -253,10 +253,11 @@ class FileLeases(LeaseBackend):
         if self._record_fd is None:
             self._records_trusted(make=True)
             self._sweep()
-            self._record_fd = _locked_patiently(lock, self._mode)
+            sweeping = self.directory / _SWEEPING
+            self._record_fd = _locked_patiently(lock, self._mode, sweeping)
             while self._record_fd is not None and not _still_at(self._record_fd, lock):
                 os.close(self._record_fd)  # removed meanwhile by a sweep or a withdrawal
-                self._record_fd = _locked_patiently(lock, self._mode)
+                self._record_fd = _locked_patiently(lock, self._mode, sweeping)
             if self._record_fd is None:
                 msg = f"worker id {record.worker_id!r} is taken by a live worker: choose another"
                 raise ConfigurationError(msg)
@@ -302,16 +303,25 @@ class FileLeases(LeaseBackend):
         record, each under its lock. A runner or worker that locks the same file just
         after finds its name no longer leads to it, and makes it again. What cannot be
         removed (another user's file) stays, as harmless as before."""
-        leftovers: list[tuple[Path, tuple[Path, ...]]]
-        leftovers = [(path, ()) for path in self.directory.glob("*.lock")]
-        leftovers += [
-            (lock, (lock.with_suffix(".json"),)) for lock in self._records().glob("*.lock")
-        ]
-        for path, beside in leftovers:
-            with contextlib.suppress(OSError):  # a link planted there among them
-                fd = _locked_file(path, self._mode, create=False)
-                if fd is not None:
-                    _remove_locked(fd, path, *beside)
+        try:
+            sweeping = _locked_file(self.directory / _SWEEPING, self._mode)
+        except OSError:  # another user's, or a link planted there: no sweep
+            return
+        if sweeping is None:
+            return  # another worker sweeps now, or a taker waits on a held file
+        try:
+            leftovers: list[tuple[Path, tuple[Path, ...]]]
+            leftovers = [(path, ()) for path in self.directory.glob("*.lock")]
+            leftovers += [
+                (lock, (lock.with_suffix(".json"),)) for lock in self._records().glob("*.lock")
+            ]
+            for path, beside in leftovers:
+                with contextlib.suppress(OSError):  # a link planted there among them
+                    fd = _locked_file(path, self._mode, create=False)
+                    if fd is not None:
+                        _remove_locked(fd, path, *beside)
+        finally:
+            os.close(sweeping)
 
     def workers(self) -> tuple[WorkerRecord, ...]:
         found = []
@@ -364,23 +374,28 @@ def _locked_file(path: Path, mode: int, *, create: bool = True) -> int | None:
     return fd
 
 
-_SWEEP_WAITS = (0.0005, 0.002, 0.008)
-"""How long a taker waits, in turn, before it takes a held lock file for a holder's:
-another worker's sweep holds a file it removes (which may still name the dead runner
-that left it) for the few system calls that takes (:meth:`FileLeases._sweep`)."""
+_SWEEPING = ".sweeping"
+"""The file of a lease directory that a sweep holds exclusively while it runs, and that
+a taker which found a lock file held shares, so that it waits out a sweep, never more."""
 
 
-def _locked_patiently(path: Path, mode: int) -> int | None:
-    """As :func:`_locked_file`, trying again a few times, for about 10 ms, while the
-    file is held: a sweep may hold it for a moment. A lease really held is reported
-    busy after that."""
+def _locked_patiently(path: Path, mode: int, sweeping: Path) -> int | None:
+    """As :func:`_locked_file`, told apart from a sweep: a file found held is tried
+    again once no sweep runs (:meth:`FileLeases._sweep` locks the files it removes only
+    while it holds ``sweeping`` exclusively), so a lease really held is reported busy at
+    once, and one a sweep held for a moment is taken."""
     fd = _locked_file(path, mode)
-    for wait in _SWEEP_WAITS:
-        if fd is not None:
-            return fd
-        time.sleep(wait)
-        fd = _locked_file(path, mode)
-    return fd
+    if fd is not None:
+        return fd
+    try:
+        shared = os.open(sweeping, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW, mode & 0o660)
+    except OSError:  # a link planted there: the file is held, as found
+        return None
+    try:
+        fcntl.flock(shared, fcntl.LOCK_SH)  # waits for a sweep under way to end
+        return _locked_file(path, mode)
+    finally:
+        os.close(shared)
 
 
 def _remove_locked(fd: int, path: Path, *beside: Path) -> None:
