@@ -33,6 +33,7 @@ from covonaut_es.cli._options import (
 from covonaut_es.cli._output import with_progress, write_whole
 from covonaut_es.cli._output_file import write_output
 from covonaut_es.errors import StoreUnavailableError
+from covonaut_es.store._settings import SQLITE_JOURNALS
 from covonaut_es.store._urls import SQLITE_PATH, persistence_env
 
 
@@ -140,12 +141,9 @@ def _staged(args: argparse.Namespace) -> Iterator[argparse.Namespace]:
         yield argparse.Namespace(**{**vars(args), "store": url})
         _put_in_place(staged, path)
     finally:
-        for leftover in (staged, *(Path(f"{staged}{end}") for end in _SQLITE_SIDE_FILES)):
+        for leftover in (staged, *(Path(f"{staged}{end}") for end in SQLITE_JOURNALS)):
             with contextlib.suppress(OSError):  # never over the error the import raised
                 leftover.unlink()
-
-
-_SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
 
 
 def _new_sqlite_file(args: argparse.Namespace) -> Path | None:

@@ -105,11 +105,7 @@ class FileLeases(LeaseBackend):
         path = self._path(thread_id)
         try:
             self._trusted(self.directory)
-            sweeping = self.directory / _SWEEPING
-            fd = _locked_patiently(path, self._mode, sweeping)
-            while fd is not None and not _still_at(fd, path):  # removed by its last holder
-                os.close(fd)
-                fd = _locked_patiently(path, self._mode, sweeping)
+            fd = _taken(path, self._mode, self.directory / _SWEEPING)
         except UntrustedLeaseDirectoryError:
             raise  # an OSError too (a ConnectionError), told as itself
         except OSError as exc:
@@ -253,11 +249,7 @@ class FileLeases(LeaseBackend):
         if self._record_fd is None:
             self._records_trusted(make=True)
             self._sweep()
-            sweeping = self.directory / _SWEEPING
-            self._record_fd = _locked_patiently(lock, self._mode, sweeping)
-            while self._record_fd is not None and not _still_at(self._record_fd, lock):
-                os.close(self._record_fd)  # removed meanwhile by a sweep or a withdrawal
-                self._record_fd = _locked_patiently(lock, self._mode, sweeping)
+            self._record_fd = _taken(lock, self._mode, self.directory / _SWEEPING)
             if self._record_fd is None:
                 msg = f"worker id {record.worker_id!r} is taken by a live worker: choose another"
                 raise ConfigurationError(msg)
@@ -396,6 +388,17 @@ def _locked_patiently(path: Path, mode: int, sweeping: Path) -> int | None:
         return _locked_file(path, mode)
     finally:
         os.close(shared)
+
+
+def _taken(path: Path, mode: int, sweeping: Path) -> int | None:
+    """The lock of the file at ``path`` (:func:`_locked_patiently`), taken again while
+    the file locked is no longer the one the name leads to (its last holder, a sweep or
+    a withdrawal removed it meanwhile); None when it is held."""
+    fd = _locked_patiently(path, mode, sweeping)
+    while fd is not None and not _still_at(fd, path):
+        os.close(fd)
+        fd = _locked_patiently(path, mode, sweeping)
+    return fd
 
 
 def _remove_locked(fd: int, path: Path, *beside: Path) -> None:
