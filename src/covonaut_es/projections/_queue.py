@@ -25,7 +25,13 @@ from eventsourcing.utils import Environment, resolve_topic
 from covonaut_es import _logs
 from covonaut_es._arguments import check_callable, check_instance, check_text, positive_seconds
 from covonaut_es._closing import Closing
-from covonaut_es.errors import ConfigurationError, CovonautError, ReadOnlyStoreError
+from covonaut_es.errors import (
+    ConfigurationError,
+    CovonautError,
+    ReadOnlyStoreError,
+    StoredRowError,
+    StoreUnavailableError,
+)
 from covonaut_es.projections._items import (
     NAMED_LATER,
     QUEUE_EVENT_TYPES,
@@ -349,6 +355,14 @@ class ReviewQueue(Closing):
         self._source = source
         self.store_url = source.shown
         self._view_url = view_url
+        shown = redact(view_url) if view_url else self.store_url
+        self._view_where = f"the review queue's view {shown}"
+        self._rebuilt = (
+            "; a view kept apart holds only what the store's log holds: delete it, and it is "
+            "built again from the log"
+            if view_url
+            else ""
+        )
         with secrets_hidden(view_url or ""):
             view_env = persistence_env(view_url) if view_url else source.env
         self._view_read_only = view_env.get(READ_ONLY) == "y"
@@ -385,19 +399,24 @@ class ReviewQueue(Closing):
             ReadOnlyStoreError: Its file is read-only, and the view was to be written.
         """
         if self._view is None:
-            shown = redact(self._view_url) if self._view_url else self.store_url
-            where = f"the review queue's view {shown}"
+            where = self._view_where
             backend_for_env(self._view_env).check_projection_file(self._view_env, where)
             self._factory = InfrastructureFactory.construct(env=Environment(VIEW_NAME, self._env))
             # Queues started at once on a database no queue ran on make its tables once.
             with (
-                database_errors_typed(
-                    f"the review queue of {self.store_url}", "its tables were not made"
-                ),
+                database_errors_typed(where, f"its tables were not made{self._rebuilt}"),
                 secrets_hidden(self._view_url or ""),
                 backend_of(self._factory).tables_lock(self._factory),
             ):
-                view = cast(ReviewQueueView, self._factory.tracking_recorder(self.view_class))
+                try:
+                    view = cast(ReviewQueueView, self._factory.tracking_recorder(self.view_class))
+                except TypeError as exc:
+                    # eventsourcing 9.5.6 carries an older tracking table's rows over as it
+                    # opens one: a damaged file's row reads as None where a name was.
+                    msg = (
+                        f"{where} does not read as a view ({exc}): nothing was read{self._rebuilt}"
+                    )
+                    raise StoreUnavailableError(msg) from exc
             if isinstance(view, SealedReviewQueueView) and self._sealer is not None:
                 view.seal_with(self._sealer)
             self._view = view
@@ -410,8 +429,24 @@ class ReviewQueue(Closing):
         self._factory, self._view = None, None
 
     def position(self) -> int:
-        """The store log position the view has processed (0 before the first event)."""
-        return self.view().max_tracking_id(self._source.name) or 0
+        """The store log position the view has processed (0 before the first event).
+
+        Raises:
+            StoreUnavailableError: The view's database failed the read (as
+                :meth:`pending`).
+        """
+        with self._reading("its position"):
+            return self.view().max_tracking_id(self._source.name) or 0
+
+    @contextmanager
+    def _reading(self, what: str) -> Iterator[None]:
+        """The view's database failing a read of ``what`` in the block, typed (a damaged
+        file among the failures: the view is rebuilt from the log, never repaired)."""
+        try:
+            with database_errors_typed(self._view_where, f"{what} was not read{self._rebuilt}"):
+                yield
+        except StoredRowError as exc:  # a text column's bytes not UTF-8, say
+            raise StoredRowError(f"{self._view_where}: {exc}{self._rebuilt}") from exc
 
     def wait_until_current(
         self,
@@ -455,8 +490,14 @@ class ReviewQueue(Closing):
 
     def pending(self) -> tuple[PendingReview, ...]:
         """Every pending item, oldest first: one query on the view's index. A listing
-        that may be long reads :meth:`page` by page instead."""
-        return self.view().pending()
+        that may be long reads :meth:`page` by page instead.
+
+        Raises:
+            StoreUnavailableError: The view's database failed the read (its file damaged
+                among the failures).
+        """
+        with self._reading("the queue"):
+            return self.view().pending()
 
     def page(
         self,
@@ -482,13 +523,15 @@ class ReviewQueue(Closing):
         Raises:
             InvalidPageRequestError: The cursor or the limit is not one the queue serves.
             ConfigurationError: ``newest_first`` is no bool, or ``where`` not callable.
+            StoreUnavailableError: As :meth:`pending`.
         """
         check_instance("newest_first", newest_first, bool, "True or False")
         if where is not None:
             check_callable("where", where)
-        return self.view().page(
-            after=after, limit=limit, only=only, newest_first=newest_first, where=where
-        )
+        with self._reading("the page"):
+            return self.view().page(
+                after=after, limit=limit, only=only, newest_first=newest_first, where=where
+            )
 
     def threads_with_review(self, review_id: str, store: Store) -> tuple[str, ...] | None:
         """The threads where the review is pending, from the view's index of review ids;
@@ -496,11 +539,12 @@ class ReviewQueue(Closing):
 
         Raises:
             ConfigurationError: ``review_id`` is no str.
+            StoreUnavailableError: As :meth:`pending`.
         """
         check_text("review_id", review_id)
-        view = self.view()
-        position = self.position()
-        found = view.threads_with_review(review_id)
+        with self._reading("the review's threads"):
+            position = self.position()
+            found = self.view().threads_with_review(review_id)
         if store.log.has_events_after(position, *QUEUE_EVENT_TYPES, follower=QUEUE_FOLLOWER):
             return None
         return found

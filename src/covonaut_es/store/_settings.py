@@ -178,7 +178,7 @@ def _sqlite_file(
             yield conn
     except sqlite3.DatabaseError as exc:
         code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
-        if code not in (sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT, *_CANNOT_OPEN):
+        if code not in (*_NOT_A_DATABASE, *_CANNOT_OPEN):
             msg = (
                 f"{where}: the file {path!r} cannot be read now ({exc}): the disk or "
                 "its file system failed (full, or an I/O error); nothing was written"
@@ -193,9 +193,21 @@ def _sqlite_file(
             raise StoreUnavailableError(msg) from exc
         msg = f"{where}: the file {path!r} is not a SQLite database ({exc}); expected {expected}"
         raise NotAStoreError(msg) from exc
+    except UnicodeDecodeError as exc:
+        # sqlite3 decodes SQLite's message as UTF-8: a message naming a damaged schema's
+        # table ("malformed database schema (...)") fails that instead of being raised.
+        msg = (
+            f"{where}: the file {path!r} is not a SQLite database (its schema does not "
+            f"read: {exc}); expected {expected}"
+        )
+        raise NotAStoreError(msg) from exc
 
 
 _CANNOT_OPEN = (sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY)
+_NOT_A_DATABASE = (sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_ERROR)
+"""SQLite's codes for a file whose bytes are no database it reads; SQLITE_ERROR, its
+generic code, answers the check's one fixed statement only for its header's format
+numbers damaged ("unsupported file format")."""
 
 SQLITE_SHARED_MEMORY = "-shm"
 """What SQLite names the shared memory it keeps beside a database in WAL mode."""
