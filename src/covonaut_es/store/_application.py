@@ -13,7 +13,7 @@ import binascii
 import copy
 import functools
 import sqlite3
-from collections.abc import Iterable, Mapping, Set
+from collections.abc import Iterable, Mapping, Sequence, Set
 from typing import Any, ClassVar
 from uuid import UUID
 
@@ -79,6 +79,10 @@ from covonaut_es.store._url_secrets import redact, secrets_hidden
 from covonaut_es.store._write_errors import refusal
 
 logger = _logs.logger("covonaut_es")
+
+
+_UNSEALED: Mapping[UUID, str] = {}
+"""No stream sealed into a chain: the bases of events that are no thread's."""
 
 
 class AgentApplication(RecordsProcessingEvents, Application[UUID]):
@@ -343,19 +347,41 @@ class AgentApplication(RecordsProcessingEvents, Application[UUID]):
             heads[stream] = (stream, version, previous)
         anchoring = self._anchoring(heads, new | new_streams)
         ids = self.recorder.insert_events(stored, **anchoring, **kwargs)
-        if not ids:  # a recorder that keeps no log (an aggregate recorder's)
-            return [], heads
-        recordings = [
-            Recording(
-                event,
-                Notification(
-                    id=n, originator_id=s.originator_id, originator_version=s.originator_version,
-                    topic=s.topic, state=s.state,
-                ),
-            )
-            for event, s, n in zip(events, stored, ids, strict=True)
-        ]  # fmt: skip
-        return recordings, heads
+        # None or nothing: a recorder that keeps no log (an aggregate recorder's)
+        return _recordings(events, stored, ids or []), heads
+
+    def put_and_tell(
+        self,
+        events: list[Any],
+        bases: Mapping[UUID, str] = _UNSEALED,
+        /,
+        **kwargs: Any,
+    ) -> list[Recording[UUID]]:
+        """Store ``events`` outside a save (a fork's, a named state's, a submission's,
+        an input taken), as :meth:`put_sealed` does, and tell the application's
+        followers of them as a save does: a system's runner that trusts each notice's
+        account of the log (eventsourcing's ``NewSingleThreadedRunner``) passed over
+        events stored without one for good.
+
+        Raises:
+            IntegrityError: A stream already holds an event at a version given.
+        """
+        recordings, _ = self.put_sealed(events, bases, **kwargs)
+        notify(self, recordings)
+        return recordings
+
+    def insert_and_tell(self, stored: list[StoredEvent], **kwargs: Any) -> None:
+        """Insert records stored elsewhere (an import's), and tell the application's
+        followers of them as :meth:`put_and_tell` does, each decoded before any is
+        written.
+
+        Raises:
+            IntegrityError: A stream already holds an event at a record's version.
+            SerializationError: A record does not decode; nothing was written.
+        """
+        events = [self.mapper.to_domain_event(record) for record in stored]
+        ids = self.recorder.insert_events(stored, **kwargs)
+        notify(self, _recordings(events, stored, ids or []))
 
     def _anchoring(self, heads: Mapping[UUID, Head], new: Set[UUID]) -> dict[str, Any]:
         """What ``insert_events`` is given to anchor the saved threads' heads and keep
@@ -371,6 +397,24 @@ class AgentApplication(RecordsProcessingEvents, Application[UUID]):
         chain_key = self.chain_key
         key = SealKey(chain_key=chain_key.decode() if chain_key else None, cipher_key=cipher_key)
         return SnapshotCache(self.mapper, recorder, events=self.recorder, key=key)
+
+
+def _recordings(
+    events: Sequence[Any], stored: Sequence[StoredEvent], ids: Sequence[int]
+) -> list[Recording[UUID]]:
+    """What a save tells followers of: each event with its record's notification."""
+    if not ids:
+        return []
+    return [
+        Recording(
+            event,
+            Notification(
+                id=n, originator_id=s.originator_id, originator_version=s.originator_version,
+                topic=s.topic, state=s.state,
+            ),
+        )
+        for event, s, n in zip(events, stored, ids, strict=True)
+    ]  # fmt: skip
 
 
 CHAIN_KEY_ENV = "COVONAUT_CHAIN_KEY"

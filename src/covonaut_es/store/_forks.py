@@ -176,7 +176,7 @@ class Forks:
             with database_errors_typed(
                 f"store {self._guard.url}", f"thread {thread_id!r} was not forked"
             ):
-                app.put_sealed(
+                app.put_and_tell(
                     [event], {event.originator_id: base}, new_streams={event.originator_id}
                 )
         except IntegrityError as exc:

@@ -16,7 +16,6 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from eventsourcing.application import Application
 from eventsourcing.persistence import (
     ConnectionPoolClosedError,
     IntegrityError,
@@ -32,7 +31,7 @@ from covonaut_es.errors import (
     StoreUnavailableError,
     ThreadConflictError,
 )
-from covonaut_es.store._application import ThreadsApplication
+from covonaut_es.store._application import AgentApplication, ThreadsApplication
 from covonaut_es.store._backend import Backend
 from covonaut_es.store._chain_key import ChainAdoption
 from covonaut_es.store._heads import HEADS, NEW_STREAMS, HeadAnchor, heads_of_records
@@ -63,7 +62,7 @@ def storable(version: int | None) -> int | None:
 class StoredRecords:
     """A store's records exactly as its database holds them, and its log."""
 
-    def __init__(self, app: Application[UUID], backend: Backend) -> None:
+    def __init__(self, app: AgentApplication, backend: Backend) -> None:
         self._app = app
         self._backend = backend
         self._pinging = threading.Lock()
@@ -190,7 +189,7 @@ class StoredRecords:
             for r in records
         ]
         try:
-            self._app.recorder.insert_events(
+            self._app.insert_and_tell(
                 sealed, **{HEADS: heads_of_records(records), NEW_STREAMS: streams}
             )
         except IntegrityError as exc:
@@ -230,7 +229,7 @@ class StoredRecords:
         return self._backend.read_head(recorder, thread_aggregate_id(thread_id))
 
     @property
-    def application(self) -> Application[UUID]:
+    def application(self) -> AgentApplication:
         """The eventsourcing application whose records these are: for a follower of its
         log, which opens another of the same class and settings."""
         return self._app

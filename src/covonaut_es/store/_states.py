@@ -17,10 +17,8 @@ from collections.abc import Iterator, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
-from uuid import UUID
 
 import msgspec
-from eventsourcing.application import Application
 from eventsourcing.persistence import IntegrityError
 
 from covonaut_es.domain import StateDocument, ThreadState
@@ -29,6 +27,7 @@ from covonaut_es.errors import SerializationError, StoredRowError, ToolCallsInDo
 from covonaut_es.migrations import VERSION_KEY, Upcaster, stored_version
 from covonaut_es.migrations._registry import state_document_schema
 from covonaut_es.migrations._upcasting import NO_MIGRATORS
+from covonaut_es.store._application import AgentApplication
 from covonaut_es.store._codec import decode_object
 from covonaut_es.store._read_only import WriteGuard
 
@@ -137,7 +136,7 @@ class StoredStates:
         guard: Refuses saves to a store opened read-only.
     """
 
-    def __init__(self, app: Application[UUID], guard: WriteGuard) -> None:
+    def __init__(self, app: AgentApplication, guard: WriteGuard) -> None:
         self._app = app
         self._guard = guard
 
@@ -157,7 +156,7 @@ class StoredStates:
                 document=msgspec.json.decode(msgspec.json.encode(document)),
             )
             with contextlib.suppress(IntegrityError):  # another writer saved first: go after it
-                self._app.events.put([saved])
+                self._app.put_and_tell([saved])
                 return
 
     def read_state(self, key: str) -> dict[str, Any] | None:

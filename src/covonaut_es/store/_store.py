@@ -19,9 +19,6 @@ import warnings
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from datetime import datetime
 from typing import Any
-from uuid import UUID
-
-from eventsourcing.application import Application
 
 from covonaut_es._aio import in_worker_thread
 from covonaut_es._arguments import check_instance, check_text, check_whole
@@ -80,7 +77,7 @@ class Store(Closing):
         env: Mapping[str, str],
         *,
         max_checkpoints_per_thread: int = 0,
-        application: Application[UUID] | None = None,
+        application: AgentApplication | None = None,
         clock: Callable[[], datetime] = utc_now,
     ) -> None:
         check_whole("max_checkpoints_per_thread", max_checkpoints_per_thread, least=0)

@@ -15,7 +15,6 @@ from typing import Any
 from uuid import UUID
 
 import attrs
-from eventsourcing.application import Application
 from eventsourcing.persistence import IntegrityError
 
 from covonaut_es._arguments import check_instance, check_position
@@ -32,6 +31,7 @@ from covonaut_es.domain._submissions import (
     takes_further,
 )
 from covonaut_es.errors import ConfigurationError, InvalidSubmissionError, LeaseLostError
+from covonaut_es.store._application import AgentApplication
 from covonaut_es.store._leases import Lease
 from covonaut_es.store._read_only import WriteGuard, guarded
 
@@ -81,7 +81,7 @@ class Submissions:
 
     def __init__(
         self,
-        app: Application[UUID],
+        app: AgentApplication,
         guard: WriteGuard,
         exists: Callable[[str], bool],
         held_lease: Callable[[str], Lease | None],
@@ -205,7 +205,7 @@ class Submissions:
                 thread_version=thread_version,
             )
             try:
-                self._app.events.put([event], **lease.fences())
+                self._app.put_and_tell([event], **lease.fences())
                 return
             except IntegrityError:
                 since = list(self._app.events.get(stream, gt=version))
@@ -233,7 +233,7 @@ class Submissions:
             version = last[0].originator_version + 1 if last else 1
             event = _event(event_class, stream, version, **fields)
             with contextlib.suppress(IntegrityError):  # another writer went first: follow it
-                self._app.events.put([event])
+                self._app.put_and_tell([event])
                 return version
 
 
