@@ -5,7 +5,8 @@ streamable HTTP on 127.0.0.1:PORT. Every call appends one JSON line to LOG (the 
 its arguments and the idempotency key from the request's ``_meta``) before it acts, so
 a test sees which calls reached the server. ``MCP_TEST_VARIANT=changed`` lists
 ``delete`` with another schema; ``MCP_TEST_VARIANT=hostile`` adds tools that answer
-huge, never, or with a line that is not JSON; ``MCP_TEST_VARIANT=redos`` adds ``find``,
+huge, never, or with a line that is not JSON; ``MCP_TEST_VARIANT=errors`` adds
+``refuse``, answering a JSON-RPC error; ``MCP_TEST_VARIANT=redos`` adds ``find``,
 whose argument has a catastrophic ``pattern``; ``MCP_TEST_VARIANT=second`` lists the
 first schema in its first process (counted in LOG.starts) and the other one after, and
 adds ``crash``, which ends the first process; ``MCP_TEST_VARIANT=armed`` adds ``arm``,
@@ -24,6 +25,7 @@ from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.shared.exceptions import MCPError
 from mcp_types import ToolAnnotations
 from pydantic import Field
 
@@ -140,6 +142,15 @@ if VARIANT == "hostile":
         _log("hang", {}, ctx)
         time.sleep(3600)
         return "never"
+
+
+if VARIANT == "errors":
+
+    @app.tool(annotations=ToolAnnotations(read_only_hint=True))
+    def refuse(code: int, ctx: Context) -> str:
+        """Answer with a JSON-RPC error of the given code, as a busy server may."""
+        _log("refuse", {"code": code}, ctx)
+        raise MCPError(code, f"refused with {code}")
 
 
 if VARIANT == "redos":

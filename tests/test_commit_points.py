@@ -357,17 +357,23 @@ class Relisting:
         ]
 
 
-def test_a_call_is_written_ahead_by_the_tool_it_runs_not_the_one_the_response_named(
+def test_a_turns_calls_run_the_tools_the_model_was_offered_written_ahead_as_those_say(
     store: Store,
 ) -> None:
-    """A response judged all read-only when it came may run a tool that is not: a
-    server's listing changed while its calls ran. The call is written ahead before it
-    runs, as the tool it runs requires."""
+    """A source that lists ``touch`` anew, as changing something, once ``arm`` ran:
+    the turn's ``touch`` runs the tool as the turn listed it and the model was
+    offered it, read-only, so it is not written ahead; the next turn is offered the
+    new listing, whose call is. (A server's own tools refuse a call their server
+    changed since it was offered: ``test_mcp_connections.py``.)"""
     source = Relisting(store)
-    script = [call(("a1", "arm", "{}"), ("t1", "touch", "{}")), answer("done")]
+    script = [
+        call(("a1", "arm", "{}"), ("t1", "touch", "{}")),
+        call(("t2", "touch", "{}")),
+        answer("done"),
+    ]
     agent = agent_on(store, script, tools=[], mcp_servers=[source])
     assert agent.run("go") == "done"
-    assert source.stored_when_touched == [["t1"]]
+    assert source.stored_when_touched == [[], ["t2"]]
 
 
 @pytest.mark.parametrize("meanwhile", ["label", "abandon"])

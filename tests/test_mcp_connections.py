@@ -21,11 +21,12 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import mcp_types
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from covonaut_es import Store, ToolServerError, open_store
+from covonaut_es import Store, ToolInDoubtError, ToolServerError, open_store
 from covonaut_es.domain import AgentThread
 from covonaut_es.errors import ConfigurationError
 from covonaut_es.mcp import MCPServer, ToolPolicy
@@ -111,6 +112,112 @@ def test_a_tool_changed_in_place_is_not_called_from_its_old_listing(tmp_path: Pa
         (again,) = [tool for tool in server.tools() if tool.name == "delete"]
         assert again.pin != delete.pin and again.description == "Delete a whole tree."
     assert [entry["tool"] for entry in logged(log)] == ["arm"]
+
+
+@pytest.fixture(scope="module")
+def erring(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[MCPServer, Path]]:
+    """A server whose ``refuse`` answers a JSON-RPC error, shared by the examples."""
+    log = tmp_path_factory.mktemp("erring") / "log"
+    with stdio(log, "errors", overrides={"slow": ToolPolicy(requires_approval=False)}) as server:
+        yield server, log
+
+
+@settings(
+    max_examples=6,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    failure=st.one_of(
+        st.just("timeout"),
+        st.integers(-32768, 32767).filter(
+            lambda code: code not in (-32601, -32602, mcp_types.CONNECTION_CLOSED)
+        ),
+    )
+)
+@example(failure=-32603)  # helper-220: "internal error: busy"
+@example(failure="timeout")
+def test_one_calls_error_or_timeout_leaves_the_connection_to_the_others(
+    erring: tuple[MCPServer, Path], failure: int | str
+) -> None:
+    """A call answered with a JSON-RPC error, or past its timeout (the SDK cancels it on
+    the server), is in doubt alone: a call in flight beside it on the same connection
+    gets its answer, and the stdio server goes on (each dropped the connection every
+    call shared, putting them all in doubt and stopping the server mid-call)."""
+    server, _ = erring
+    tools = {tool.name: tool for tool in server.tools()}
+    before = set(_children())
+    answers: list[object] = []
+
+    def in_flight() -> None:
+        context = ToolContext("t", "c1", "slow", f"k-{failure}-slow")
+        answers.append(tools["slow"].func(context, {"seconds": 1.0}))
+
+    beside = threading.Thread(target=in_flight)
+    beside.start()
+    try:
+        if failure == "timeout":
+            context = ToolContext("t", "c2", "slow", f"k-{failure}", timeout=0.3)
+            call_args: tuple[str, dict[str, object]] = ("slow", {"seconds": 3.0})
+        else:
+            context = ToolContext("t", "c2", "refuse", f"k-{failure}")
+            call_args = ("refuse", {"code": failure})
+        with pytest.raises(ToolInDoubtError):
+            tools[call_args[0]].func(context, call_args[1])
+    finally:
+        beside.join(10)
+    assert answers == ["slept"] and set(_children()) == before
+
+
+@pytest.mark.parametrize("ending", [signal.SIGKILL, signal.SIGTERM])
+def test_a_stdio_server_that_ended_while_idle_is_started_again(
+    tmp_path: Path, ending: signal.Signals
+) -> None:
+    """A stdio server that ends while no call is in flight (nothing tells the
+    connection) is started again by the next call, which is not sent (its listing
+    belonged to the old connection), and the calls after it run: it was never reached
+    again, each call failing for the life of the server object."""
+    log = tmp_path / "log"
+    others = set(_children())
+    with stdio(log) as server:
+        (read,) = [tool for tool in server.tools() if tool.name == "read"]
+        for pid in set(_children()) - others:
+            os.kill(pid, ending)
+        with pytest.raises(ToolServerError, match="not sent"):
+            read.func(ToolContext("t", "c1", "read", "k1"), {"path": "x"})
+        (again,) = [tool for tool in server.tools() if tool.name == "read"]
+        assert again.func(ToolContext("t", "c2", "read", "k2"), {"path": "x"}) == "contents of x"
+    assert [entry["key"] for entry in logged(log)] == ["k2"]
+
+
+_ARMED_ARGUMENTS = {"read": '{"path": "x"}', "arm": "{}", "delete": '{"path": "/srv"}'}
+
+
+@settings(
+    max_examples=8,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    batch=st.lists(st.sampled_from(sorted(_ARMED_ARGUMENTS)), min_size=2, max_size=4).filter(
+        lambda names: "delete" in names[names.index("arm") + 1 :] if "arm" in names else False
+    ),
+)
+@example(batch=["arm", "delete"])  # helper-220's two calls
+def test_a_call_never_runs_a_tool_its_server_changed_after_the_model_was_offered_it(
+    tmp_path: Path, batch: list[str]
+) -> None:
+    """In a batch where ``arm`` swaps ``delete`` for one that deletes a whole tree, a
+    later ``delete`` of the batch, which needs no approval here, never runs the new
+    tool: each call of a turn runs the tool the model was offered (a later call
+    looked its tool up again, found the new one, and ran it). Calls run in parallel
+    have no order: the server's own decides which ``delete`` a concurrent one meets."""
+    log = tmp_path / f"log-{len(list(tmp_path.iterdir()))}"
+    overrides = {"delete": ToolPolicy(requires_approval=False)}
+    calls = [(f"c{i}", name, _ARMED_ARGUMENTS[name]) for i, name in enumerate(batch)]
+    with stdio(log, "armed", overrides=overrides) as server, open_store("memory://") as store:
+        agent_of(store, server, [call(*calls), answer("end")]).run("go")
+    assert not [entry for entry in logged(log) if entry["args"].get("tree")]
 
 
 @pytest.mark.parametrize("transport", ["stdio", "http"])

@@ -60,6 +60,10 @@ class ToolContext:
         approval: For a tool that requires approval, the recorded decision that
             authorized this very call (its ``digest`` is this call's operation digest);
             None otherwise.
+        timeout: Seconds the call may run (its tool's ``timeout``, else
+            ``AgentConfig.tool_timeout``), after which the run stops waiting for it and
+            records it in doubt; None: no limit. A tool that can stop its own work then
+            (a server's request, cancelled) reads it here.
     """
 
     thread_id: str
@@ -67,6 +71,7 @@ class ToolContext:
     tool_name: str
     idempotency_key: str
     approval: ReviewDecision | None = None
+    timeout: float | None = None
 
 
 def check_timeout(_: Any, attribute: attrs.Attribute[float | None], value: object) -> None:

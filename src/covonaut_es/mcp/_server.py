@@ -419,7 +419,7 @@ class MCPServer:
         return listing[1]
 
     def _tool(self, epoch: int, listing: Listing) -> Tool:
-        return to_tool(
+        tool = to_tool(
             attrs.evolve(listing, description=self._hide(listing.description)),
             server=self._name,
             origin=self.origin,
@@ -427,11 +427,17 @@ class MCPServer:
             override=self._overrides.get(listing.name),
             func=functools.partial(self._call, epoch, listing),
         )
+        if tool.timeout is None and self._timeout is not None:
+            return attrs.evolve(tool, timeout=self._timeout)  # the override's wins
+        return tool
 
     def _call(self, epoch: int, offered: Listing, ctx: ToolContext, args: dict[str, Any]) -> str:
         """Run one tool on the server, blocking, with the call's idempotency key in the
-        request's ``_meta``; ``epoch`` is that of the listing that ``offered`` it."""
-        called = self._called(epoch, offered, args, ctx.idempotency_key)
+        request's ``_meta``; ``epoch`` is that of the listing that ``offered`` it. Past
+        the call's timeout the request is cancelled on the server's loop (the SDK
+        tells the server), and the call is in doubt."""
+        timeout = ctx.timeout if ctx.timeout is not None else self._timeout
+        called = self._called(epoch, offered, args, ctx.idempotency_key, timeout)
         with self._hiding():
             result = self._run(called, None, "call " + offered.name)
             text = result_value(result, tool=offered.name, max_bytes=self._max_result_bytes)
@@ -441,29 +447,49 @@ class MCPServer:
 
     async def _listed(self) -> tuple[int, list[Listing]]:
         """The connection's epoch and the tools it lists."""
-        client = (await self._connected()).client
-        epoch = self._epoch
+        _, epoch, listed = await self._linked_listing()
+        return epoch, listed
+
+    async def _linked_listing(self) -> tuple[_Link, int, list[Listing]]:
+        """The connection, its epoch and the tools it lists. A connection found closed
+        (a stdio server that ended while idle: nothing tells the link) is left, and the
+        tools are listed on a new one."""
+        link = await self._connected()
+        try:
+            return link, self._epoch, await self._tools_of(link)
+        except MCPError as exc:
+            if exc.code != mcp_types.CONNECTION_CLOSED:
+                raise
+        await self._drop(link)
+        link = await self._connected()
+        return link, self._epoch, await self._tools_of(link)
+
+    async def _tools_of(self, link: _Link) -> list[Listing]:
         tools: list[Any] = []
         cursor = None
         while True:
-            page = await client.list_tools(cursor=cursor)
+            page = await link.client.list_tools(cursor=cursor)
             tools.extend(page.tools)
             cursor = page.next_cursor
             if cursor is None or len(tools) > MAX_TOOLS:
-                return epoch, checked_listing(self._name, tools)
+                return checked_listing(self._name, tools)
 
-    async def _called(self, epoch: int, offered: Listing, args: dict[str, Any], key: str) -> Any:
+    async def _called(
+        self, epoch: int, offered: Listing, args: dict[str, Any], key: str, timeout: float | None
+    ) -> Any:
         """Call the ``offered`` tool; a call that was not sent raises ``ToolServerError``
-        (it never ran), one whose answer is lost or is not MCP ``ToolInDoubtError``."""
+        (it never ran), one whose answer is lost, is not MCP, is an error or does not
+        come within ``timeout`` ``ToolInDoubtError``."""
         tool = offered.name
         self._handed.discard(key)
         self._unsent.discard(key)
         try:
             try:
-                link = await asyncio.wait_for(self._connected(), self._connect_timeout)
                 # Listed again first: a server at a protocol version whose change notices
                 # need a subscription tells this client nothing when its tools change.
-                listed = await asyncio.wait_for(self._listed(), self._connect_timeout)
+                link, _, listed = await asyncio.wait_for(
+                    self._linked_listing(), self._connect_timeout
+                )
             except ToolServerError:
                 raise
             except Exception as exc:  # nothing was sent
@@ -472,7 +498,7 @@ class MCPServer:
                     f"{self._described(exc)}"
                 )
                 raise ToolServerError(msg) from exc
-            if offered not in listed[1]:
+            if offered not in listed:
                 self._epoch += 1  # the tools are listed again before they are offered again
             if epoch != self._epoch:
                 msg = (
@@ -482,7 +508,7 @@ class MCPServer:
                 raise ToolServerError(msg)
             try:
                 return await link.client.call_tool(
-                    tool, args, read_timeout_seconds=self._timeout, meta={IDEMPOTENCY_KEY_META: key}
+                    tool, args, read_timeout_seconds=timeout, meta={IDEMPOTENCY_KEY_META: key}
                 )
             except MCPError as exc:
                 if exc.code in _REFUSED_CODES:
@@ -491,7 +517,10 @@ class MCPServer:
                 failure: Exception = exc
             except Exception as exc:  # a dropped connection, an answer that is not MCP
                 failure = exc
-            await self._drop(link)
+            if not isinstance(failure, MCPError) or failure.code == mcp_types.CONNECTION_CLOSED:
+                # An answer that is an error, or a call past its timeout (which the SDK
+                # cancels on the server), leaves the connection to the other calls.
+                await self._drop(link)
             if key not in self._handed or key in self._unsent:
                 msg = (
                     f"MCP server {self._name!r} could not be reached, so {tool!r} was not "

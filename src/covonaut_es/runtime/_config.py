@@ -334,6 +334,19 @@ class AgentConfig:
             raise ToolServerError(msg)
         return tuple(offered)
 
+    def listed(self) -> AgentConfig:
+        """This configuration with its servers' tools fixed as they are listed now:
+        what one turn offers the model and runs the model's calls with. A call then
+        runs the very tool it was offered, which its server refuses to send once its
+        tools changed, never one the server listed since.
+
+        Raises:
+            ToolServerError: As :meth:`offered_tools`.
+        """
+        if not self.mcp_servers:
+            return self
+        return attrs.evolve(self, tools=self.offered_tools(), mcp_servers=())
+
     def tool(self, name: str) -> Tool | None:
         """The tool with that name, if configured (a server's tools included)."""
         return next((tool for tool in self.offered_tools() if tool.name == name), None)

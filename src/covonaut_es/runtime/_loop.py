@@ -277,11 +277,12 @@ def run_program(
                 # response.
                 yield Commit()
 
-        request = build_request(thread, config, final_turn=final_turn)
+        offered = config.listed()  # the turn's calls run the tools the model was offered
+        request = build_request(thread, offered, final_turn=final_turn)
         response = yield from _ask(thread, request, now, answer=True, unstarted=not started)
         calls = thread.unique_calls(response.tool_calls)
         answer = Message(Role.ASSISTANT, response.content, tool_calls=calls, usage=response.usage)
-        pins = _pins(config)
+        pins = _pins(offered)
         if started:
             thread.append_message(answer, now=now())
             thread.call_tools(calls, now=now(), pins=pins)
@@ -307,14 +308,14 @@ def run_program(
         # once the record it derives from is stored, or a restore could call it anew
         # under another key. Calls that change nothing outside need none (ADR 0150):
         # a process dying in them leaves nothing to lose, as in the model call.
-        ahead = WriteAhead(done=not _read_only_turn(thread, config, calls))
+        ahead = WriteAhead(done=not _read_only_turn(thread, offered, calls))
         if ahead.done:
             yield Commit(always=True)
 
         if final_turn:
-            yield from _refuse_calls_on_final_turn(thread, config, calls)
+            yield from _refuse_calls_on_final_turn(thread, offered, calls)
         retain = _turn_end(settings)
-        if (yield from _run_tools(thread, config, calls, trace_parent, retain, ahead)):
+        if (yield from _run_tools(thread, offered, calls, trace_parent, retain, ahead)):
             # The last result saved the turn's checkpoint.
             yield Commit(checkpoint=True, movable=ahead.movable(calls))
             continue
@@ -611,9 +612,9 @@ def _prepare(thread: AgentThread, config: AgentConfig, call: ToolCall) -> Prepar
         return ToolReport(call.id, ToolOutcome.FAILED, f"Error: {exc}")
     except ToolArgumentsLimitError as exc:  # refused before running: not in doubt
         return ToolReport(call.id, ToolOutcome.NOT_EXECUTED, f"Not executed: {exc}")
-    key = thread.open_calls[call.id].idempotency_key
-    context = ToolContext(thread.thread_id, call.id, call.name, key)
-    return PreparedCall(tool, call, args, context, config.timeout_of(tool))
+    key, timeout = thread.open_calls[call.id].idempotency_key, config.timeout_of(tool)
+    context = ToolContext(thread.thread_id, call.id, call.name, key, timeout=timeout)
+    return PreparedCall(tool, call, args, context, timeout)
 
 
 def _admit(
