@@ -51,6 +51,10 @@ class Message(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
         tool_call_id: For a tool message, the call it answers.
         name: For a tool message, the tool's name; otherwise an optional author name.
         usage: For an assistant message, the tokens the provider reported for it.
+        id: For a user's message, the id its sender gave it (``run(..., message_id=)``,
+            an AG-UI client's message id): a thread holds each id once, so the same
+            message sent again, as a retried request sends it, is refused, not run
+            twice. Stored only when given.
     """
 
     role: Role
@@ -59,6 +63,7 @@ class Message(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     tool_call_id: str | None = None
     name: str | None = None
     usage: Usage | None = None
+    id: str | None = None
 
 
 MAX_TOKEN_COUNT = 2**53 - 1

@@ -37,7 +37,7 @@ from covonaut_es.agui._events import (
     state_snapshot,
 )
 from covonaut_es.agui._resume import checked, record
-from covonaut_es.domain import Pause, ThreadStatus, check_thread_id_or_stored
+from covonaut_es.domain import Pause, ThreadStatus, check_thread_id_or_stored, message_id_problem
 from covonaut_es.errors import (
     CovonautError,
     IdentityProviderUnavailableError,
@@ -54,6 +54,7 @@ from covonaut_es.errors import (
     ThreadStateError,
     ToolCallsInDoubtError,
 )
+from covonaut_es.messages import Message, Role
 from covonaut_es.runtime import Agent, AgentConfig, StreamItem
 from covonaut_es.runtime._config import bound_config
 from covonaut_es.service import (
@@ -123,6 +124,7 @@ def create_agui_app(
     async def run(request: Request) -> Response:
         try:
             run_input = await _run_input(request)
+            _check_last_message_id(run_input)
             # Before the application's factory sees it, and before the stream starts: a
             # thread stored under an id earlier versions accepted runs on.
             await asyncio.to_thread(
@@ -314,9 +316,11 @@ def _started(
     agent: Agent, run_input: agui.RunAgentInput, open_pauses: Mapping[str, Pause]
 ) -> AsyncGenerator[StreamItem, None] | None:
     """The stream a request without a resume starts, or None when nothing is to run."""
-    text = _new_text(run_input, len(agent.messages))
-    if text is not None:
-        return agent.astream(text)  # refused by the thread while it is paused
+    new = _new_message(run_input, agent.messages)
+    if new is not None:
+        # Refused by the thread while it is paused, or once it holds the id (a retried
+        # request that a run of this one's raced).
+        return agent.astream(new.content, message_id=new.id)
     if agent.interrupts and not open_pauses:
         return agent.astream_resume()  # decided elsewhere meanwhile
     if agent.status is ThreadStatus.RUNNING:
@@ -324,20 +328,36 @@ def _started(
     return None
 
 
-def _new_text(run_input: agui.RunAgentInput, stored: int) -> str | None:
-    """The text of the request's new user message: its last message, when it is a
-    user's that the thread does not hold yet (the messages the endpoint sent carry their
-    positions as ids)."""
+def _new_message(run_input: agui.RunAgentInput, stored: Sequence[Message]) -> Message | None:
+    """The request's new user message, with the id its client gave it: its last
+    message, when it is a user's whose id the thread does not hold yet (the messages
+    the endpoint sent carry their positions as ids; the ones it ran, their clients')."""
     if not run_input.messages:
         return None
     last = run_input.messages[-1]
     if not isinstance(last, agui.UserMessage):
         return None
-    if last.id in {message_id(position) for position in range(stored)}:
-        return None
+    held = {message_id(position) for position in range(len(stored))}
+    held.update(message.id for message in stored if message.id is not None)
+    if last.id in held:
+        return None  # sent before: a retried request, or a reload's history
     if isinstance(last.content, str):
-        return last.content
-    if all(isinstance(part, agui.TextPart) for part in last.content):
-        return "".join(part.text for part in last.content if isinstance(part, agui.TextPart))
-    msg = "the new user message holds parts that are not text; this endpoint takes text only"
-    raise InvalidRunInputError(msg)
+        text = last.content
+    elif all(isinstance(part, agui.TextPart) for part in last.content):
+        text = "".join(part.text for part in last.content if isinstance(part, agui.TextPart))
+    else:
+        msg = "the new user message holds parts that are not text; this endpoint takes text only"
+        raise InvalidRunInputError(msg)
+    return Message(Role.USER, text, id=last.id)
+
+
+def _check_last_message_id(run_input: agui.RunAgentInput) -> None:
+    """Refuse, before anything runs, a last user message whose id no message may keep.
+
+    Raises:
+        InvalidRunInputError: Naming the rule, not the id.
+    """
+    last = run_input.messages[-1] if run_input.messages else None
+    problem = message_id_problem(last.id) if isinstance(last, agui.UserMessage) else None
+    if problem is not None:
+        raise InvalidRunInputError(f"the last user message's id is refused: {problem}")

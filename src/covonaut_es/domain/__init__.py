@@ -37,7 +37,7 @@ from covonaut_es.domain._reviews import (
     operation_digest,
 )
 from covonaut_es.domain._snapshot import ThreadSnapshot
-from covonaut_es.domain._thread import AgentThread, run_input
+from covonaut_es.domain._thread import AgentThread, message_id_problem, run_input
 from covonaut_es.domain._tool_pins import ToolPin
 from covonaut_es.domain._tree import BranchPoint, ForkRecord, SessionTree, ThreadTree, TreeStats
 from covonaut_es.domain._values import (
@@ -99,6 +99,7 @@ __all__ = [
     "may_act_on_call",
     "may_decide",
     "may_offer_edit",
+    "message_id_problem",
     "near",
     "operation_digest",
     "requested_call",

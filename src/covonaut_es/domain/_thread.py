@@ -943,7 +943,8 @@ class AgentThread(Aggregate, created_event_name="Started"):
 
         Raises:
             InvalidRunInputError: A ``run`` was given no user's message of text, or
-                another mode was given one; nothing was recorded.
+                another mode was given one, or a message whose id the thread holds;
+                nothing was recorded.
             ThreadNotFoundError: A ``continue`` of a thread no store holds (only its
                 unsaved creation); nothing was recorded.
             ThreadStateError: The thread was abandoned, the mode does not fit its
@@ -951,6 +952,13 @@ class AgentThread(Aggregate, created_event_name="Started"):
         """
         if (problem := run_input_problem(mode, given)) is not None:
             raise InvalidRunInputError(problem)
+        if given is not None and given.id is not None and self.holds_message(given.id):
+            msg = (
+                f"thread {self.thread_id!r} holds a message of id {given.id!r} already: "
+                "it was given before (a retried request sends it again); nothing was "
+                "recorded"
+            )
+            raise InvalidRunInputError(msg)
         if self.status is ThreadStatus.ABANDONED:
             msg = f"thread {self.thread_id!r} was abandoned: fork it to go on from any version"
             raise ThreadStateError(msg)
@@ -988,6 +996,11 @@ class AgentThread(Aggregate, created_event_name="Started"):
             msg = "tool messages are recorded with record_tool_result(), not append_message()"
             raise ThreadStateError(msg)
         self.trigger_event(self.MessageAppended, message=message, timestamp=now)
+
+    def holds_message(self, message_id: str) -> bool:
+        """Whether one of the thread's messages has the id ``message_id`` its sender
+        gave it (``Message.id``)."""
+        return any(message.id == message_id for message in self.messages)
 
     def unique_calls(self, calls: Sequence[ToolCall]) -> tuple[ToolCall, ...]:
         """``calls`` with ids unique in this thread, for :meth:`call_tools`.
@@ -1933,16 +1946,38 @@ def run_input_problem(mode: RunMode, message: Message | None) -> str | None:
             "a run started with input is a run given a user's message, not a "
             f"{mode} given a {message.role} one"
         )
+    return message_id_problem(message.id)
+
+
+MAX_MESSAGE_ID = 256
+"""The longest id a sender may give a message, in characters."""
+
+
+def message_id_problem(message_id: object) -> str | None:
+    """Why ``message_id`` cannot be a message's id, or None: it is None, or text of 1
+    to :data:`MAX_MESSAGE_ID` printable characters."""
+    if message_id is None:
+        return None
+    if type(message_id) is not str:
+        return f"a message id is a str, got {type(message_id).__name__}"
+    if not 0 < len(message_id) <= MAX_MESSAGE_ID or not message_id.isprintable():
+        return (
+            f"a message id is 1 to {MAX_MESSAGE_ID} printable characters, got one of "
+            f"{len(message_id)} characters"
+        )
     return None
 
 
-def run_input(text: object) -> Message:
-    """The user's message a ``run`` starts with, made of the ``text`` it was given.
+def run_input(text: object, message_id: str | None = None) -> Message:
+    """The user's message a ``run`` starts with, made of the ``text`` it was given and
+    the id its sender gave it, if any.
 
     Raises:
-        InvalidRunInputError: ``text`` is not a str; nothing was recorded.
+        InvalidRunInputError: ``text`` is not a str, or ``message_id`` no id a message
+            may have; nothing was recorded.
     """
-    message = Message(Role.USER, cast(str, text))  # the rule checks that it is one
+    # The rule checks that they are what they claim.
+    message = Message(Role.USER, cast(str, text), id=message_id)
     if (problem := run_input_problem(RunMode.RUN, message)) is not None:
         raise InvalidRunInputError(problem)
     return message

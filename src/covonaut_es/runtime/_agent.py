@@ -151,13 +151,21 @@ class Agent(ReviewCommands, StateCommands):
 
     # Running ----------------------------------------------------------------------
 
-    def run(self, input: str) -> str:
+    def run(self, input: str, *, message_id: str | None = None) -> str:
         """Append a user message and run until an answer or an interrupt.
 
+        Args:
+            input: The user's message.
+            message_id: An id its sender gave the message (kept as ``Message.id``): a
+                message whose id the thread holds is refused, so a request retried
+                with it runs once.
+
         Raises:
-            InvalidRunInputError: ``input`` is not a str; nothing was recorded.
+            InvalidRunInputError: ``input`` is not a str, ``message_id`` is no text of
+                1 to 256 printable characters, or the thread holds a message of that
+                id; nothing was recorded.
         """
-        return self._drive(RunMode.RUN, run_input(input))
+        return self._drive(RunMode.RUN, run_input(input, message_id))
 
     def continue_run(self) -> str:
         """Run on from the history without new input.
@@ -179,13 +187,13 @@ class Agent(ReviewCommands, StateCommands):
         """
         return self._drive(RunMode.RESUME, None)
 
-    async def arun(self, input: str) -> str:
+    async def arun(self, input: str, *, message_id: str | None = None) -> str:
         """Like :meth:`run`, awaited.
 
         Raises:
-            InvalidRunInputError: ``input`` is not a str; nothing was recorded.
+            InvalidRunInputError: As :meth:`run`; nothing was recorded.
         """
-        return await self._adrive(RunMode.RUN, run_input(input))
+        return await self._adrive(RunMode.RUN, run_input(input, message_id))
 
     async def acontinue_run(self) -> str:
         """Like :meth:`continue_run`, awaited.
@@ -204,7 +212,9 @@ class Agent(ReviewCommands, StateCommands):
         """
         return await self._adrive(RunMode.RESUME, None)
 
-    def astream(self, input: str) -> AsyncGenerator[StreamItem, None]:
+    def astream(
+        self, input: str, *, message_id: str | None = None
+    ) -> AsyncGenerator[StreamItem, None]:
         """Like :meth:`arun`, yielding the run as it happens: each piece of the model's
         answers (:class:`~covonaut_es.TextDelta`, :class:`~covonaut_es.ToolCallDelta`) as
         the provider streams it and, at each commit point, the events committed
@@ -218,10 +228,11 @@ class Agent(ReviewCommands, StateCommands):
         (``Tool.read_only``), whose calls are committed with their results.
 
         Raises:
-            InvalidRunInputError: ``input`` is not a str (when called); nothing was
-                recorded.
+            InvalidRunInputError: ``input`` or ``message_id`` is not what :meth:`run`
+                takes (when called), or the thread holds a message of that id (on the
+                first item); nothing was recorded.
         """
-        return self._astream(RunMode.RUN, run_input(input))
+        return self._astream(RunMode.RUN, run_input(input, message_id))
 
     def astream_continue(self) -> AsyncGenerator[StreamItem, None]:
         """Like :meth:`acontinue_run`, yielding the run as :meth:`astream` does.

@@ -1,0 +1,145 @@
+"""A run request sent again (a client's retry after a lost response, a reload of a
+stream cut short) runs its message once: the thread keeps the id the client gave each
+message it ran (``Message.id``), and a message whose id it holds is not run again
+(helper-220: the same request charged a card twice)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+from starlette.testclient import TestClient
+
+from covonaut_es import (
+    Agent,
+    AgentConfig,
+    CheckpointSettings,
+    HmacReviewerVerifier,
+    ProviderRequest,
+    ProviderResponse,
+    Role,
+    ScriptedProvider,
+    Store,
+    Tool,
+    ToolCall,
+    ToolContext,
+    open_store,
+)
+from covonaut_es.agui import create_agui_app
+from covonaut_es.domain._thread import MAX_MESSAGE_ID
+from covonaut_es.errors import InvalidRunInputError
+from covonaut_es.messages import Message
+from hostile_text import hostile_text
+
+_OBJECT = {"type": "object"}
+
+
+class Till:
+    """An endpoint whose model charges the card once for each user message, and the
+    charges its tool made."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.charged: list[str] = []
+        self.client = TestClient(
+            create_agui_app(store, self.make_config, HmacReviewerVerifier(b"k" * 32))
+        )
+
+    @staticmethod
+    def respond(request: ProviderRequest) -> ProviderResponse:
+        last = request.messages[-1]
+        if last.role is Role.USER:
+            arguments = json.dumps({"for": last.content})
+            return ProviderResponse(tool_calls=(ToolCall("c1", "charge", arguments),))
+        return ProviderResponse(content="Charged.")
+
+    def charge(self, ctx: ToolContext, args: dict[str, Any]) -> str:
+        self.charged.append(args["for"])
+        return "ok"
+
+    def make_config(self, thread_id: str) -> AgentConfig:
+        tool = Tool("charge", "Charge the card", _OBJECT, self.charge)
+        return AgentConfig(provider=ScriptedProvider(respond=self.respond), tools=[tool])
+
+    def post(self, message_id: Any, text: str) -> Any:
+        body = {
+            "threadId": "t",
+            "runId": f"run-{len(self.charged)}",
+            "messages": [{"id": message_id, "role": "user", "content": text}],
+        }
+        # Escaped, so that a lone surrogate travels as JSON's \ud800 does.
+        headers = {"content-type": "application/json"}
+        return self.client.post("/", content=json.dumps(body), headers=headers)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(sent=st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=6))
+@example(sent=["a", "a"])  # helper-220: a retry after the response was lost
+@example(sent=["a", "b", "a"])  # a reload sending an earlier message last
+def test_each_message_a_client_sends_runs_once_however_often_it_is_sent(
+    tmp_path_factory: pytest.TempPathFactory, sent: list[str]
+) -> None:
+    """Requests whose last user messages carry the ids ``sent``, each sent as many
+    times as it appears: each id's message is stored and charged once, in the order
+    first sent, and every request ends its stream as the protocol says."""
+    folder = tmp_path_factory.mktemp("till")
+    with open_store(f"sqlite:///{folder / 'threads.db'}") as store:
+        till = Till(store)
+        for message_id in sent:
+            response = till.post(message_id, f"pay for {message_id}")
+            assert response.status_code == 200, response.text
+            assert '"type":"RUN_FINISHED"' in response.text.replace(" ", ""), response.text
+        first_sent = list(dict.fromkeys(sent))
+        assert till.charged == [f"pay for {message_id}" for message_id in first_sent]
+        users = [m for m in store.load("t").messages if m.role is Role.USER]
+        assert [m.id for m in users] == first_sent
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(message_id=hostile_text(max_size=8) | st.text(min_size=250, max_size=300))
+def test_a_message_id_is_kept_as_sent_or_refused_with_nothing_recorded(
+    tmp_path_factory: pytest.TempPathFactory, message_id: str
+) -> None:
+    """Whatever id a client gives its message: text of 1 to 256 printable characters is
+    run and kept exactly; any other is refused (400; 422 for a lone surrogate, no
+    text) before anything is recorded, and never echoed."""
+    folder = tmp_path_factory.mktemp("ids")
+    with open_store(f"sqlite:///{folder / 'threads.db'}") as store:
+        till = Till(store)
+        response = till.post(message_id, "pay")
+        if 0 < len(message_id) <= MAX_MESSAGE_ID and message_id.isprintable():
+            assert response.status_code == 200, response.text
+            (user,) = [m for m in store.load("t").messages if m.role is Role.USER]
+            assert user.id == message_id and till.charged == ["pay"]
+        else:
+            assert response.status_code in (400, 422), response.text  # 422: not text
+            assert not store.exists("t") and till.charged == []
+            if len(message_id) > 3:
+                assert message_id not in response.text
+
+
+def test_a_run_given_a_message_id_the_thread_holds_is_refused_with_nothing_recorded() -> None:
+    """The library's own runs: ``run(text, message_id=)`` keeps the id with the message,
+    and the same id given again is refused before anything is recorded."""
+    with open_store("memory://") as store:
+        provider = ScriptedProvider([ProviderResponse(content="hello")] * 2)
+        settings_ = CheckpointSettings(store=store, thread_id="t")
+        agent = Agent(AgentConfig(provider=provider, checkpoint=settings_))
+        assert agent.run("hi", message_id="m-1") == "hello"
+        version = store.load("t").version
+        with pytest.raises(InvalidRunInputError, match="holds a message of id 'm-1'"):
+            agent.run("hi again", message_id="m-1")
+        assert store.load("t").version == version
+        assert store.replay_state("t") == store.state_at("t")
+
+
+def test_a_message_without_an_id_is_encoded_as_before() -> None:
+    """A message given no id is encoded byte for byte as before ``Message.id``, so
+    nothing stored changes, and a stored message reads with none."""
+    before = b'{"role":"user","content":"hi"}'
+    assert msgspec.json.encode(Message(Role.USER, "hi")) == before
+    assert msgspec.json.decode(before, type=Message) == Message(Role.USER, "hi", id=None)
