@@ -31,12 +31,19 @@ def message_id(position: int) -> str:
 
 @attrs.define
 class _StreamedCall:
-    """A tool call as its pieces streamed: the id the front end was told, its name, its
-    argument fragments."""
+    """A tool call as its pieces streamed: the first id and name they gave (as the
+    provider assembles the call), its argument fragments, and the id the front end was
+    told once the call was started (its name known: AG-UI starts a call with it)."""
 
-    id: str
-    name: str
+    sent: str = ""
+    name: str = ""
     arguments: list[str] = attrs.Factory(list)
+    id: str | None = None
+
+    def add(self, piece: ToolCallDelta) -> None:
+        self.sent = self.sent or piece.id
+        self.name = self.name or piece.name
+        self.arguments.append(piece.arguments)
 
     def is_(self, call: ToolCall) -> bool:
         """Whether ``call``, as committed, is this call: same name, same arguments."""
@@ -92,7 +99,7 @@ class RunEvents:
         if self._text is not None:
             events.append(agui.TextMessageEndEvent(message_id=self._text))
             self._text = None
-        events += [agui.ToolCallEndEvent(tool_call_id=c.id) for c in self._calls.values()]
+        events += [agui.ToolCallEndEvent(tool_call_id=c.id) for c in self._calls.values() if c.id]
         self._calls = {}
         return events
 
@@ -103,22 +110,26 @@ class RunEvents:
         return [agui.TextMessageStartEvent(message_id=self._text, role="assistant")]
 
     def _call_piece(self, piece: ToolCallDelta) -> list[agui.BaseEvent]:
-        events: list[agui.BaseEvent] = []
-        call = self._calls.get(piece.index)
-        if call is None:
-            call = _StreamedCall(self._new_id(encodable(piece.id)), piece.name)
-            self._calls[piece.index] = call
-            events.append(
-                agui.ToolCallStartEvent(
-                    tool_call_id=call.id,
-                    tool_call_name=encodable(piece.name),
-                    parent_message_id=message_id(self._next),
-                )
+        call = self._calls.setdefault(piece.index, _StreamedCall())
+        call.add(piece)
+        if call.id is None:
+            return self._started(call) if call.name else []
+        if not piece.arguments:
+            return []
+        return [agui.ToolCallArgsEvent(tool_call_id=call.id, delta=encodable(piece.arguments))]
+
+    def _started(self, call: _StreamedCall) -> list[agui.BaseEvent]:
+        """Start ``call`` under a new id, its name, and the arguments streamed so far."""
+        call.id = self._new_id(encodable(call.sent))
+        events: list[agui.BaseEvent] = [
+            agui.ToolCallStartEvent(
+                tool_call_id=call.id,
+                tool_call_name=encodable(call.name),
+                parent_message_id=message_id(self._next),
             )
-        call.arguments.append(piece.arguments)
-        if piece.arguments:
-            delta = encodable(piece.arguments)
-            events.append(agui.ToolCallArgsEvent(tool_call_id=call.id, delta=delta))
+        ]
+        if arguments := "".join(call.arguments):
+            events.append(agui.ToolCallArgsEvent(tool_call_id=call.id, delta=encodable(arguments)))
         return events
 
     def _new_id(self, sent: str) -> str:
@@ -135,14 +146,22 @@ class RunEvents:
             case AgentThread.MessageAppended(message=message) if message.role is Role.ASSISTANT:
                 streamed = dict(self._calls)
                 for index, call in enumerate(message.tool_calls):
-                    # The same position first, else the streamed call that holds it.
+                    # The same position first, else the streamed call that holds it; a
+                    # call that streamed as none is told now, whole.
                     order = [index, *(i for i in streamed if i != index)]
                     match = next(
                         (i for i in order if i in streamed and streamed[i].is_(call)), None
                     )
-                    self._names[call.id] = streamed.pop(match).id if match is not None else call.id
+                    told = streamed.pop(match) if match is not None else None
+                    if told is None:
+                        told = _StreamedCall(call.id, call.name, [call.arguments])
+                        self._calls[-1 - index] = told  # ended with the others
+                    if told.id is None:
+                        events += self._started(told)
+                    assert told.id is not None
+                    self._names[call.id] = told.id
                     self._told.add(call.id)
-                events = self.closed()
+                events += self.closed()
             case AgentThread.ToolResultRecorded(tool_call_id=call_id, content=content):
                 result = agui.ToolCallResultEvent(
                     message_id=message_id(self._next),
