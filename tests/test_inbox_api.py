@@ -38,6 +38,7 @@ from covonaut_es.inbox import create_app
 from covonaut_es.inbox._http import quoted
 from covonaut_es.projections import ReviewQueue
 from covonaut_es.projections._queue import ReviewQueueProjection
+from covonaut_es.store._heads import HEADS, NEW_STREAMS, heads_of_records
 from inbox_support import (
     HOSTILE,
     ask_tool,
@@ -274,7 +275,9 @@ def test_healthz_reads_no_thread(store: Store) -> None:
     first row that no longer decodes (written behind the library) does not make the
     probe fail, and no thread's first input is read to answer it."""
     stream = thread_aggregate_id("damaged")
-    store._records.insert_records([StoredEvent(stream, 1, "40", b"not an event")])
+    record = StoredEvent(stream, 1, "40", store._app.mapper.stored_payload(b"not an event"))  # type: ignore[attr-defined]
+    heads = {HEADS: heads_of_records([record]), NEW_STREAMS: {stream}}
+    store._app.recorder.insert_events([record], **heads)
     with pytest.raises(SerializationError):
         list(store.thread_ids())
     with inbox_client(store) as client:

@@ -25,7 +25,7 @@ from covonaut_es._text import indented_json, printable
 from covonaut_es.domain import PauseKind
 from covonaut_es.errors import ConfigurationError
 from covonaut_es.inbox._api import api_routes
-from covonaut_es.inbox._desk import ReviewDesk
+from covonaut_es.inbox._desk import QueueFollower, ReviewDesk
 from covonaut_es.inbox._http import Inbox
 from covonaut_es.inbox._pages import page_routes
 from covonaut_es.inbox._sessions import Sessions, checked_origin
@@ -212,7 +212,10 @@ def create_app(
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         with ExitStack() as stack:
             stack.callback(following.close)  # after the runner stopped writing its view
-            inbox.desk.follow_with(stack.enter_context(following.follow()))
+            follower = QueueFollower(following)
+            follower.start()
+            stack.callback(follower.stop)
+            inbox.desk.follow_with(follower)
             yield
 
     static = StaticFiles(packages=[("covonaut_es.inbox", "static")])

@@ -11,15 +11,20 @@ method blocks; the web layer runs them in worker threads.
 
 from __future__ import annotations
 
+import contextlib
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from datetime import datetime
 from typing import Any, TypeVar
 
 import attrs
 from eventsourcing.projection import BaseProjectionRunner
 
+from covonaut_es import _logs
+from covonaut_es._text import exception_line
 from covonaut_es.domain import (
     PauseKind,
     Review,
@@ -78,6 +83,79 @@ CALLS_KEPT = 65_536
 first."""
 
 
+log = _logs.logger(__name__)
+
+RESTART_SECONDS = 5.0
+"""How long after its runner stopped on an error a follower starts a new one."""
+
+
+class QueueFollower:
+    """The runner keeping a reviewer queue current, started again when it stopped on
+    an error: a database session that ended (a failover, a server's restart, an idle
+    timeout) stops eventsourcing's runner for good, and a queue that is never followed
+    again would leave the inbox answering 503 until a person restarted it.
+
+    Args:
+        queue: The queue to follow, its view kept across runners (the next takes up
+            where the last stopped).
+        clock: Seconds, monotonic.
+    """
+
+    def __init__(self, queue: ReviewQueue, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._queue = queue
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._running: ExitStack | None = None
+        self._runner: BaseProjectionRunner[Any] | None = None
+        self._stopped: Exception | None = None  # what stopped the runner, once seen
+        self._stopped_at = 0.0
+
+    def start(self) -> None:
+        """Start a runner following the queue's store.
+
+        Raises:
+            CovonautError: As :meth:`ReviewQueue.follow`, its first read of the store.
+        """
+        running = ExitStack()
+        self._runner = running.enter_context(self._queue.follow())
+        self._running, self._stopped = running, None
+
+    def stop(self) -> None:
+        """Stop the runner, if one runs; what stopped it is no longer told."""
+        running, self._running, self._runner = self._running, None, None
+        if running is not None:
+            with contextlib.suppress(Exception):  # its error, told before, or none
+                running.close()
+
+    def stopped(self) -> Exception | None:
+        """What stopped the runner, while it is stopped on an error (kept once seen,
+        since the runner gives its error only once); once :data:`RESTART_SECONDS`
+        passed since it was seen, a new runner is started first."""
+        with self._lock:
+            runner = self._runner
+            if self._stopped is None and runner is not None and runner.is_interrupted.is_set():
+                try:
+                    runner.run_forever(timeout=0)  # raises what stopped it, if anything did
+                except Exception as exc:
+                    self._seen_stop(exc)
+            if self._stopped is not None and self._clock() - self._stopped_at >= RESTART_SECONDS:
+                self.stop()
+                try:
+                    self.start()
+                    log.info("the reviewer queue follows the store again")
+                except Exception as exc:
+                    self._seen_stop(exc)
+            return self._stopped
+
+    def _seen_stop(self, error: Exception) -> None:
+        self._stopped, self._stopped_at = error, self._clock()
+        log.warning(
+            "the reviewer queue stopped following the store (%s); it starts again in %g s",
+            exception_line(error),
+            RESTART_SECONDS,
+        )
+
+
 class ReviewDesk:
     """Reads the queue and the store, and records what verified reviewers do.
 
@@ -99,38 +177,30 @@ class ReviewDesk:
         # (thread id, item id, or None for every item of the thread) -> log position
         self._recorded: dict[tuple[str, str | None], int] = {}
         self._lock = threading.Lock()
-        self._runner: BaseProjectionRunner[Any] | None = None
-        self._stopped: Exception | None = None  # what stopped the runner, once seen
+        self._follower: QueueFollower | None = None
         # (thread id, call id, paused at) -> the reviews naming the call
         self._naming: OrderedDict[tuple[str, str, datetime], tuple[Review, ...]] = OrderedDict()
 
-    def follow_with(self, runner: BaseProjectionRunner[Any]) -> None:
-        """Check ``runner``, the one keeping the queue current, before every listing:
-        once it has stopped on an error (the store's file replaced, a damaged page),
-        every listing raises that it stopped instead of showing a queue that no longer
-        changes, and :meth:`following` says so."""
-        self._runner = runner
+    def follow_with(self, follower: QueueFollower) -> None:
+        """Check ``follower``, the one keeping the queue current, before every listing:
+        while its runner is stopped on an error (a database session ended, the store's
+        file replaced, a damaged page), every listing raises that it stopped instead of
+        showing a queue that no longer changes, and :meth:`following` says so."""
+        self._follower = follower
 
     def following(self) -> Exception | None:
-        """What stopped the runner keeping the queue current, if it stopped on an error:
-        kept once seen, since the runner gives its error only once."""
-        with self._lock:
-            runner = self._runner
-            if self._stopped is None and runner is not None and runner.is_interrupted.is_set():
-                try:
-                    runner.run_forever(timeout=0)  # raises what stopped it, if anything did
-                except Exception as exc:
-                    self._stopped = exc
-            return self._stopped
+        """What stopped the runner keeping the queue current, while it is stopped on an
+        error (see :meth:`QueueFollower.stopped`)."""
+        return None if self._follower is None else self._follower.stopped()
 
     def _check_following(self) -> None:
         stopped = self.following()
         if stopped is not None:
             msg = (
                 f"the reviewer queue stopped following the store "
-                f"({shown_message(stopped, self.store)}): "
-                "what it lists would no longer change; restart the inbox once the store "
-                "answers"
+                f"({shown_message(stopped, self.store)}), so what it lists would no longer "
+                f"change; it starts following again every {RESTART_SECONDS:g} s: try again "
+                "shortly"
             )
             raise StoreUnavailableError(msg) from stopped
 

@@ -56,6 +56,9 @@ class SQLSettings(SettingsTable):
         qualified_name: The table's name, as SQL names it there.
         placeholder: The driver's parameter placeholder.
         exists: Whether the table exists, asked through a cursor.
+        retried: Wraps a function to call it again when its statements fail as the
+            back end retries its log's (PostgreSQL: on a session the server ended); by
+            default, called once.
     """
 
     def __init__(
@@ -64,13 +67,19 @@ class SQLSettings(SettingsTable):
         qualified_name: str,
         placeholder: str,
         exists: Callable[[Any], bool],
+        retried: Callable[[Callable[[], Any]], Callable[[], Any]] = lambda call: call,
     ) -> None:
         self._datastore = datastore
         self._name = qualified_name
         self._placeholder = placeholder
         self._exists = exists
+        self._retried = retried
 
     def read(self) -> dict[str, str]:
+        found: dict[str, str] = self._retried(self._read)()
+        return found
+
+    def _read(self) -> dict[str, str]:
         with self._datastore.transaction(commit=False) as cursor:
             if not self._exists(cursor):
                 return {}
@@ -79,6 +88,10 @@ class SQLSettings(SettingsTable):
         return {column(row, 0, "name"): column(row, 1, "value") for row in rows}
 
     def get(self, name: str) -> str | None:
+        found: str | None = self._retried(lambda: self._get(name))()
+        return found
+
+    def _get(self, name: str) -> str | None:
         with self._datastore.transaction(commit=False) as cursor:
             if not self._exists(cursor):
                 return None
@@ -89,6 +102,10 @@ class SQLSettings(SettingsTable):
         return None if row is None else str(column(row, 0, "value"))
 
     def write(self, settings: Mapping[str, str]) -> None:
+        # Written again whole after a session ended: its rows are kept if present.
+        self._retried(lambda: self._write(settings))()
+
+    def _write(self, settings: Mapping[str, str]) -> None:
         p = self._placeholder
         # Asked first: on PostgreSQL, DDL, even DDL that would change nothing, needs
         # the table's owner (ADR 0117).

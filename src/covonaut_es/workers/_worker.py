@@ -26,6 +26,8 @@ from covonaut_es._clock import AwareClock, utc_now
 from covonaut_es._closing import Closing
 from covonaut_es.errors import (
     StoreFileReplacedError,
+    StoreLockedError,
+    StoreUnavailableError,
     ThreadAbandonedError,
     ThreadBusyError,
     ToolCallsInDoubtError,
@@ -67,6 +69,11 @@ class WorkerSummary:
 
     steps: int = 0
     failed: tuple[str, ...] = ()
+
+
+_PASSING = (StoreUnavailableError, StoreLockedError)
+"""The failures of a read of the log that pass, when the database answers again; its
+other kinds (a file replaced, a store closed, a role that may not make a table) stay."""
 
 
 class Worker(Closing):
@@ -206,14 +213,28 @@ class Worker(Closing):
             heartbeat.join()
             if notices.is_alive():
                 notices.join()
-            self.store.withdraw_worker(self.worker_id)
+            self._withdraw()
             logger.info("worker %s: stopped", self.worker_id)
+
+    def _withdraw(self) -> None:
+        """Withdraw the worker's record; one that cannot be withdrawn (its database
+        down) lapses with its heartbeat, and must not hide why the worker stopped."""
+        try:
+            self.store.withdraw_worker(self.worker_id)
+        except Exception as exc:
+            logger.warning(
+                "worker %s: its record was not withdrawn (%s); it lapses once its heartbeat stops",
+                self.worker_id,
+                exc,
+            )
 
     def _loop(self, pool: ThreadPoolExecutor, *, once: bool) -> None:
         running: dict[Future[Action | None], tuple[UUID, str]] = {}
         self._start()
         while not self._stopping.is_set():
-            self._follow()
+            if not self._followed(once=once):
+                self._stopping.wait(self.poll_interval)
+                continue
             self._keep_table(time.monotonic())
             if self._sweep():
                 continue  # the expired threads are ready: follow their events first
@@ -240,6 +261,25 @@ class Worker(Closing):
                     self._steps += 1
         for future in list(running):  # stopping: finish the steps under way
             future.result()
+
+    def _followed(self, *, once: bool) -> bool:
+        """Fold the log's new events of the tracked types; False when the database did
+        not answer (a failover, a restart: eventsourcing's retries of the read ran out),
+        which is logged, and asked again at the next step, as long as the worker runs
+        (a run ``once`` raises it)."""
+        try:
+            self._follow()
+        except StoreUnavailableError as exc:
+            if once or type(exc) not in _PASSING:
+                raise
+            if not self._stopping.is_set():
+                logger.warning(
+                    "worker %s: the store's log was not read (%s); reading it again",
+                    self.worker_id,
+                    exc,
+                )
+            return False
+        return True
 
     def _follow(self) -> None:
         """Fold the log's new events of the tracked types."""

@@ -100,6 +100,11 @@ from covonaut_es.store._thread_rows import ThreadRows, thread_rows, thread_rows_
 from covonaut_es.store._urls import postgres_params
 from covonaut_es.store._write_errors import require_stored
 
+RETRIED = retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
+"""Calls a function again when its statement fails on a session the server ended (a
+failover, a restart, ``pg_terminate_backend``), as eventsourcing retries the log's:
+each of the store's own statements, reads and idempotent writes."""
+
 NO_TOPIC = "topic IS NULL OR topic = ''"
 """The condition on a row whose topic names no event type."""
 
@@ -150,7 +155,7 @@ class _AnchoringRecorder(_CheckedRows, postgres.PostgresApplicationRecorder):
         """The connections a restore reads its thread's rows through."""
 
     # Retried as eventsourcing's reads are.
-    @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
+    @RETRIED
     def select_notifications(
         self,
         start: int | None,
@@ -277,7 +282,7 @@ class _AnchoringRecorder(_CheckedRows, postgres.PostgresApplicationRecorder):
         return ids
 
     # The run leases record new tokens on their own connection (``PostgresLeases``).
-    @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
+    @RETRIED
     def lease_token(self, stream: UUID) -> int | None:
         """The token of ``stream``'s newest run lease; None before its first."""
         table = f'"{self.datastore.schema}"."{lease_table(self)}"'
@@ -286,6 +291,7 @@ class _AnchoringRecorder(_CheckedRows, postgres.PostgresApplicationRecorder):
             row = curs.fetchone()
             return None if row is None else int(row["token"])
 
+    @RETRIED
     def read_head(self, stream: UUID) -> HeadAnchor:
         """What the head table says of ``stream``."""
         if not self.anchoring:
@@ -301,7 +307,7 @@ class _SequencedLog(CheckedLog, _AnchoringRecorder):
     """A log whose end is read with the last position its sequence issued."""
 
     # Retried as eventsourcing's reads are.
-    @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
+    @RETRIED
     def log_end(self) -> tuple[Any, int | None]:
         events = f'"{self.datastore.schema}"."{self.events_table_name}"'
         with self.datastore.get_connection() as conn, conn.cursor() as cursor:
@@ -453,7 +459,7 @@ class _PostgresBackend(RecorderAnchors):
             conn.execute(f"SELECT max(notification_id) FROM {events}")
 
     # Retried as eventsourcing's reads are.
-    @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
+    @RETRIED
     def database_now(self, recorder: ApplicationRecorder) -> datetime | None:
         if not isinstance(recorder, postgres.PostgresApplicationRecorder):
             return None
@@ -466,7 +472,7 @@ class _PostgresBackend(RecorderAnchors):
         return now
 
     # Retried as eventsourcing's reads are.
-    @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
+    @RETRIED
     def select_thread(
         self,
         events: ApplicationRecorder,
@@ -495,7 +501,7 @@ class _PostgresBackend(RecorderAnchors):
             return thread_rows(rows, stream, reading=reading, state=bytes)
 
     # Retried as eventsourcing's reads are.
-    @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
+    @RETRIED
     def select_openings(
         self, events: ApplicationRecorder, streams: Sequence[UUID], topics: Sequence[str]
     ) -> Openings | None:
@@ -520,7 +526,7 @@ class _PostgresBackend(RecorderAnchors):
             row = cursor.fetchone()
             return row is not None and column(row, 0, "found") is not None
 
-        return SQLSettings(datastore, name, "%s", exists)
+        return SQLSettings(datastore, name, "%s", exists, retried=RETRIED)
 
     def replace_snapshot(self, snapshots: SnapshotCache, snapshot: ThreadSnapshot) -> None:
         """Store ``snapshot``, then delete its thread's older snapshots (a reader in
@@ -650,7 +656,7 @@ def _side_table(
         placeholder="%s",
         stored=lambda stream: stream,
         reading=lambda: _reading(recorder.datastore),
-        retried=retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2),
+        retried=RETRIED,
         serialized=create[0],  # the lock its creation takes, held to the commit
         **options,
     )
