@@ -21,7 +21,7 @@ import uuid
 from decimal import Decimal
 from functools import singledispatchmethod
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 from uuid import UUID
 
 import pytest
@@ -525,6 +525,82 @@ def test_an_attribute_without_annotation_is_refused_before_its_events_are_stored
     with pytest.raises(AggregateNotFoundError):
         app.repository.get(aggregate.id)
     app.close()
+
+
+class Counter(Aggregate):
+    """An aggregate of an eventsourcing application, annotating nothing, snapshotted as
+    eventsourcing snapshots it (no ``Snapshot`` class of ours)."""
+
+    @event("Started")
+    def __init__(self, name: str) -> None:
+        self.name, self.count = name, 0
+
+    @event("Counted")
+    def count_one(self) -> None:
+        self.count += 1
+
+
+@settings(max_examples=10, deadline=None)
+@given(interval=st.integers(1, 3), counts=st.integers(0, 6))
+def test_an_aggregate_snapshotted_as_eventsourcing_does_needs_no_annotations(
+    interval: int, counts: int
+) -> None:
+    """An existing eventsourcing application moved onto AgentApplication keeps its
+    stock snapshots of aggregates that annotate nothing: every save at a snapshot's
+    interval is stored (each was refused for the annotations a declared snapshot
+    needs: helper-221), and the aggregate loads as it was saved."""
+
+    class Counters(AgentApplication):
+        aggregate_classes = (Counter,)
+        snapshotting_intervals: ClassVar[dict[type, int]] = {Counter: interval}
+
+    app = Counters()
+    try:
+        counter = Counter("visits")
+        app.save(counter)
+        for _ in range(counts):
+            counter.count_one()
+            app.save(counter)
+        loaded = app.repository.get(counter.id)
+        assert (loaded.name, loaded.count, loaded.version) == ("visits", counts, counts + 1)
+        assert app.snapshots is not None
+        taken = list(app.snapshots.get(counter.id))
+        assert len(taken) == (counts + 1) // interval
+    finally:
+        app.close()
+
+
+if TYPE_CHECKING:
+    from decimal import Decimal as OnlyWhenChecked  # not there when the code runs
+
+
+class Refund(Aggregate):
+    """An aggregate whose event annotates a type imported for the type checker only."""
+
+    @event("Asked")
+    def __init__(self, amount: OnlyWhenChecked) -> None:
+        self.amount = amount
+
+
+@pytest.mark.parametrize("classes", [("shop:Order",), "shop:Order", 3, (Payment, None)], ids=repr)
+def test_aggregate_classes_that_are_no_classes_are_refused_naming_them(classes: object) -> None:
+    """aggregate_classes holding a topic, or being one, or no iterable, is refused when
+    the application is made, saying what it holds (an AttributeError before)."""
+    listed = type("Listed", (AgentApplication,), {"aggregate_classes": classes})
+    with pytest.raises(ConfigurationError, match=r"Listed\.aggregate_classes"):
+        listed()
+
+
+def test_an_event_annotation_that_does_not_resolve_is_refused_naming_it() -> None:
+    """An event class annotating a type imported only under TYPE_CHECKING is refused
+    with a SerializationError naming the event and the name, before anything is stored
+    (a bare NameError before)."""
+
+    class Refunds(AgentApplication):
+        aggregate_classes = (Refund,)
+
+    with pytest.raises(SerializationError, match=r"Refund\.Asked .*OnlyWhenChecked"):
+        Refunds().save(Refund(Decimal(1)))  # type: ignore[arg-type]
 
 
 def test_a_snapshot_moved_to_another_aggregate_is_passed_over(configured: dict[str, str]) -> None:

@@ -68,6 +68,7 @@ from covonaut_es.store._following import (
 from covonaut_es.store._heads import HEADS, NEW_STREAMS, Head
 from covonaut_es.store._mapper import MsgspecMapper
 from covonaut_es.store._own_snapshots import (
+    AggregateSnapshot,
     check_annotated,
     check_intervals,
     declared_snapshots,
@@ -79,6 +80,25 @@ from covonaut_es.store._url_secrets import redact, secrets_hidden
 from covonaut_es.store._write_errors import refusal
 
 logger = _logs.logger("covonaut_es")
+
+
+def _check_aggregate_classes(application: str, classes: object) -> None:
+    """Refuse ``aggregate_classes`` that is no iterable of classes, before anything is
+    made of it (a topic given for a class failed with an AttributeError).
+
+    Raises:
+        ConfigurationError: Naming the application and what it holds.
+    """
+    where = f"{application}.aggregate_classes"
+    if isinstance(classes, str | bytes) or not isinstance(classes, Iterable):
+        refuse(where, "a tuple of aggregate classes", classes)
+    for cls in classes:
+        if not isinstance(cls, type):
+            msg = (
+                f"{where} holds {cls!r}, which is no class: list the aggregate classes "
+                "themselves (a topic such as 'shop:Order' is not resolved)"
+            )
+            raise ConfigurationError(msg)
 
 
 _UNSEALED: Mapping[UUID, str] = {}
@@ -124,6 +144,7 @@ class AgentApplication(RecordsProcessingEvents, Application[UUID]):
     """The port of its database's back end (ADR 0028)."""
 
     def __init__(self, env: EnvType | None = None) -> None:
+        _check_aggregate_classes(type(self).__qualname__, self.aggregate_classes)
         check_intervals(self.snapshotting_intervals, self.aggregate_classes, (AgentThread,))
         self.sealed_points = SealedPoints()
         """Where each thread object's stream is known to be its own."""
@@ -256,9 +277,16 @@ class AgentApplication(RecordsProcessingEvents, Application[UUID]):
             if (
                 interval
                 and event.originator_version % interval == 0
-                and type(aggregate) is not AgentThread
+                and self._declared_snapshot(type(aggregate)) is not None
             ):
                 check_annotated(aggregate)
+
+    def _declared_snapshot(self, cls: type) -> type[AggregateSnapshot] | None:
+        """The snapshot class one of ``aggregate_classes`` declares, which decodes its
+        state by its class's annotations; None for a class snapshotted as eventsourcing
+        does (a stock snapshot, which needs none)."""
+        declared = declared_snapshots([cls]) if cls in self.aggregate_classes else []
+        return declared[0] if declared else None
 
     def take_snapshot(
         self,
@@ -278,12 +306,11 @@ class AgentApplication(RecordsProcessingEvents, Application[UUID]):
             super().take_snapshot(aggregate_id, version, projector_func)
             return
         aggregate: Any = self.repository.get(aggregate_id, version=version)
-        cls = type(aggregate)
-        declared = declared_snapshots([cls]) if cls in self.aggregate_classes else []
-        if not declared:
+        declared = self._declared_snapshot(type(aggregate))
+        if declared is None:
             super().take_snapshot(aggregate_id, version, projector_func)
             return
-        self.snapshots.put([declared[0].take(aggregate)])
+        self.snapshots.put([declared.take(aggregate)])
 
     def chain_base(self, thread: AgentThread, first: int) -> str:
         """The chain hash the thread's new event at version ``first`` is sealed after:

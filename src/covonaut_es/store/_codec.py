@@ -462,7 +462,7 @@ def _field_types(cls: type) -> list[tuple[str, Any] | tuple[str, Any, Any]]:
     """Each field of an event class with its type, and its default when it has one: a
     field added with a default (the schema evolution that needs no version) reads as
     that default from records written before it."""
-    hints = typing.get_type_hints(cls)
+    hints = _resolved_hints(cls, "event")
     fields: list[tuple[str, Any] | tuple[str, Any, Any]] = [
         (f.name, hints.get(f.name, inspect.Parameter.empty))
         if f.default is dataclasses.MISSING
@@ -483,8 +483,28 @@ def _field_types(cls: type) -> list[tuple[str, Any] | tuple[str, Any, Any]]:
     return fields
 
 
+def _resolved_hints(cls: type, kind: str) -> dict[str, Any]:
+    """The annotations of ``cls``, a ``kind`` class, resolved as the mapper decodes by.
+
+    Raises:
+        SerializationError: One names a type that is not there when the code runs (one
+            imported under ``typing.TYPE_CHECKING``, with ``from __future__ import
+            annotations``); nothing was stored.
+    """
+    try:
+        return typing.get_type_hints(cls)
+    except (NameError, TypeError, AttributeError) as exc:
+        msg = (
+            f"{kind} {cls.__qualname__} has an annotation that does not resolve when the "
+            f"code runs ({type(exc).__name__}: {exc}); the msgspec mapper decodes by "
+            "these types, so import each where the class is defined (not only under "
+            "typing.TYPE_CHECKING)"
+        )
+        raise SerializationError(msg) from exc
+
+
 def _aggregate_state_fields(aggregate_cls: type) -> list[tuple[str, Any, Any]]:
-    hints = typing.get_type_hints(aggregate_cls)
+    hints = _resolved_hints(aggregate_cls, "aggregate")
     own = [name for name in aggregate_cls.__annotations__ if not name.isupper()]
     fields: list[tuple[str, Any, Any]] = [(name, datetime, msgspec.NODEFAULT) for name in TIMES]
     return fields + [(name, hints[name], _state_default(hints[name])) for name in own]

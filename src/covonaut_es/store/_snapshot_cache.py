@@ -161,9 +161,7 @@ class SnapshotCache(EventStore[UUID]):
             yield from self._own(record)
             return
         if self._decoder.names_stock_snapshot(record.topic):
-            # One of the application's aggregates snapshotted as eventsourcing does:
-            # no seal binds it, so it is read as eventsourcing reads it.
-            yield self._decoder.to_domain_event(record)
+            yield from self._stock(record)
             return
         # A thread's snapshot, or a row naming no snapshot (an event's, copied in):
         # either is judged as a thread's, and only a sealed snapshot is trusted.
@@ -250,6 +248,23 @@ class SnapshotCache(EventStore[UUID]):
             return CheckedSnapshot(version, snapshot)
         return CheckedSnapshot(version, snapshot, distrust.reason, other_key=distrust.other_key)
 
+    def _stock(self, record: StoredEvent) -> Iterator[DomainEventProtocol[UUID]]:
+        """The snapshot of one of the application's aggregates snapshotted as
+        eventsourcing does, which no seal binds, read as eventsourcing reads it; one
+        that does not read or upgrade is passed over as a declared one is (:meth:`_own`).
+
+        Raises:
+            NewerSchemaError: It was written by newer code.
+        """
+        try:
+            snapshot = self._decoder.to_domain_event(record)
+        except NewerSchemaError:
+            raise
+        except ValueError as exc:  # a SerializationError: an upcaster's among them
+            _passed_over(record, Distrust(str(exc)), stale=isinstance(exc, StaleSnapshotError))
+            return
+        yield snapshot
+
     def _own(self, record: StoredEvent) -> Iterator[DomainEventProtocol[UUID]]:
         """The snapshot of one of the application's own aggregates that ``record`` holds,
         if its seal binds it to the stored event at its version and it decodes; else nothing,
@@ -271,15 +286,7 @@ class SnapshotCache(EventStore[UUID]):
         if distrust is None:
             yield snapshot
             return
-        quiet = stale or distrust.other_key  # expected after an upgrade
-        logger.log(
-            logging.INFO if quiet else logging.WARNING,
-            "snapshot of stream %s at version %s passed over: %s; rebuilding the aggregate "
-            "from its events",
-            record.originator_id,
-            record.originator_version,
-            distrust.reason,
-        )
+        _passed_over(record, distrust, stale=stale)
 
     def _own_problem(self, record: StoredEvent, plain: bytes) -> Distrust | None:
         """Why an own aggregate's snapshot must not be trusted, or None: its seal must
@@ -340,3 +347,16 @@ class SnapshotCache(EventStore[UUID]):
         if events is None:
             events = self._events.select_events(stream, gt=version - 1, lte=version, limit=1)
         return next((r for r in events[:1] if r.originator_version == version), None)
+
+
+def _passed_over(record: StoredEvent, distrust: Distrust, *, stale: bool) -> None:
+    """Log that the snapshot of one of the application's aggregates in ``record`` is
+    passed over, and why: quietly when expected after an upgrade."""
+    logger.log(
+        logging.INFO if stale or distrust.other_key else logging.WARNING,
+        "snapshot of stream %s at version %s passed over: %s; rebuilding the aggregate "
+        "from its events",
+        record.originator_id,
+        record.originator_version,
+        distrust.reason,
+    )
