@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import io
+import os
 import sqlite3
 from pathlib import Path
 
@@ -15,7 +17,8 @@ from eventsourcing.utils import Environment
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from covonaut_es import AgentApplication, ReviewQueue, Store, create_cipher_key
+from covonaut_es import AgentApplication, ReviewQueue, Store, create_cipher_key, open_store
+from covonaut_es.cli import main as cli_main
 from covonaut_es.errors import ConfigurationError
 from covonaut_es.store._urls import persistence_env
 from test_embedded_tools import Shop, cli, configured, paused_order, shop_env
@@ -163,3 +166,37 @@ def test_an_encrypted_applications_queue_is_sealed_whatever_made_its_cipher(
         for table in (t for t in tables if t.startswith("covonaut_")):
             for row in conn.execute(f"SELECT * FROM {table}"):
                 assert "pay" not in repr(row), (table, row)
+
+
+_BAD_KEYS = (
+    st.text(max_size=60)
+    | st.binary(max_size=40).map(lambda b: base64.b64encode(b).decode())
+    | st.tuples(_AES_KEYS, st.integers(0, 44), st.sampled_from([" ", "!", "-", "é"])).map(
+        lambda k: k[0][: k[1]] + k[2] + k[0][k[1] :]
+    )
+).filter(lambda key: "\x00" not in key and _opened(key, None) is not None)
+
+
+@settings(max_examples=25, deadline=None)
+@given(key=_BAD_KEYS)
+def test_a_bad_key_is_refused_naming_where_it_was_given_without_quoting_it(key: str) -> None:
+    """A key open_store is given, or the variable ``--cipher-key-env`` names holds, that
+    the cipher does not take is refused naming where it was given, not the
+    application's setting CIPHER_KEY, which that operator never set (helper-223), and
+    quoting nothing of it."""
+    with pytest.raises(ConfigurationError, match=r"the cipher key \(open_store\(cipher_key=\)\)"):
+        open_store("memory://", cipher_key=key)
+    os.environ["COVONAUT_TEST_KEY"] = key
+    try:
+        with contextlib.redirect_stderr(io.StringIO()) as said:
+            status = cli_main(
+                ["threads", "--store", "memory://", "--cipher-key-env", "COVONAUT_TEST_KEY"]
+            )
+    finally:
+        del os.environ["COVONAUT_TEST_KEY"]
+    told = said.getvalue()
+    assert status == 2, told
+    assert "the cipher key (the variable --cipher-key-env names)" in told
+    assert "CIPHER_KEY" not in told and len(told.splitlines()) == 1
+    if len(key) >= 4:
+        assert key not in told

@@ -26,6 +26,7 @@ from covonaut_es._text import printable, shown_escaped
 from covonaut_es.audit import check_store, format_report
 from covonaut_es.cli import main
 from covonaut_es.cli._app import build_parser
+from covonaut_es.errors import StoreUnavailableError
 from covonaut_es.runtime import HmacReviewerVerifier
 from support import append_raw_event, converse, raw_in
 
@@ -395,6 +396,23 @@ def test_every_command_names_itself_in_its_errors(
     which names no command."""
     assert parser.prog == parser.get_default("error_prefix") == f"covonaut-es {command}"
     assert parser.get_default("subcommand_parser") is parser
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("command", [["threads"], ["reviews"], ["show", "t"], ["export", "t"]])
+def test_a_postgresql_database_that_holds_no_store_is_said_to_hold_none(
+    postgres_database: str, command: list[str]
+) -> None:
+    """A reading command on a PostgreSQL database without a store's tables (a new one,
+    a misspelt name) says the database holds no store, in one line, exit 2: it said its
+    tables were changed around the library, to be restored (helper-223); the library's
+    open without creating tables raises the same."""
+    result = covonaut_es(*command, "--store", postgres_database)
+    assert result.returncode == 2, result.stderr
+    assert "holds no store (no table 'covonaut_events' in schema 'public')" in result.stderr
+    assert len(result.stderr.splitlines()) == 1 and "restore" not in result.stderr
+    with pytest.raises(StoreUnavailableError, match="holds no store"):
+        open_store(postgres_database, create_tables=False)
 
 
 @pytest.mark.parametrize(

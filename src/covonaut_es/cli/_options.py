@@ -30,6 +30,7 @@ from covonaut_es.cli._output import add_json_option
 from covonaut_es.errors import CovonautError
 from covonaut_es.projections import ReviewQueue
 from covonaut_es.store import AgentApplication, Store, open_store
+from covonaut_es.store._cipher_keys import aes_key
 from covonaut_es.store._urls import require_sqlite_file
 
 T = TypeVar("T")
@@ -163,8 +164,16 @@ def application_spec(args: argparse.Namespace) -> str | None:
 
 
 def cipher_key(args: argparse.Namespace) -> str | None:
-    """The cipher key from the variable ``--cipher-key-env`` names, if it names one."""
-    return secret_from_variable("--cipher-key-env", args.cipher_key_env)
+    """The cipher key from the variable ``--cipher-key-env`` names, if it names one.
+
+    Raises:
+        ConfigurationError: It is no key the cipher takes (neither the key nor the
+            variable's name is shown: a key given in the name's place would be).
+    """
+    key = secret_from_variable("--cipher-key-env", args.cipher_key_env)
+    if key is not None:
+        aes_key(key, named="the variable --cipher-key-env names")
+    return key
 
 
 def chain_key(args: argparse.Namespace) -> str | None:

@@ -77,6 +77,7 @@ from covonaut_es.store._settings import as_recorded, check_settings, key_stream_
 from covonaut_es.store._snapshot_cache import SnapshotCache
 from covonaut_es.store._snapshot_seals import SealKey
 from covonaut_es.store._url_secrets import redact, secrets_hidden
+from covonaut_es.store._urls import unwritable_sqlite_directory
 from covonaut_es.store._write_errors import refusal
 
 logger = _logs.logger("covonaut_es")
@@ -588,10 +589,10 @@ def open_application(url: str, env: Mapping[str, str]) -> AgentApplication:
             )
             raise ConfigurationError(msg) from exc
         except (PersistenceError, sqlite3.DatabaseError) as exc:
-            if "readonly" in str(exc):
+            if "readonly" in str(exc) or unwritable_sqlite_directory(env):
                 msg = (
-                    f"store {shown} is read-only ({exc}); make it writable, or add ?mode=ro "
-                    "to read it"
+                    f"store {shown} is read-only ({exc}); make it and its directory "
+                    "writable, or add ?mode=ro to read it"
                 )
                 raise ReadOnlyStoreError(msg) from exc
             if "not a database" in str(exc):

@@ -70,8 +70,10 @@ def key_material(env: Mapping[str, str]) -> bytes | None:
     return key.encode("utf-8", "surrogatepass")
 
 
-def aes_key(cipher_key: str) -> bytes:
-    """The AES key that ``cipher_key`` is the base64 of.
+def aes_key(cipher_key: str, *, named: str = "CIPHER_KEY") -> bytes:
+    """The AES key that ``cipher_key`` is the base64 of; ``named`` says where it was
+    given, as a refusal names it (an application's setting, an argument, the variable
+    an option names).
 
     Raises:
         ConfigurationError: It is not text, not base64 (strictly: only the alphabet and its
@@ -79,25 +81,25 @@ def aes_key(cipher_key: str) -> bytes:
             not shown.
     """
     if not isinstance(cipher_key, str):
-        raise _refused(f"it is a {type(cipher_key).__name__}, not text")
+        raise _refused(f"it is a {type(cipher_key).__name__}, not text", named)
     try:
         key = base64.b64decode(cipher_key, validate=True)
     except (binascii.Error, ValueError):  # ValueError: text that is no ASCII
-        raise _refused("it is not base64") from None
+        raise _refused("it is not base64", named) from None
     if len(key) not in AES_KEY_SIZES:
-        raise _refused("it is not 16, 24 or 32 bytes long") from None
+        raise _refused("it is not 16, 24 or 32 bytes long", named) from None
     if base64.b64encode(key).decode() != cipher_key:
         # Another text of the same bytes (its last character's unused bits set): what
         # is keyed on the text, a snapshot's seal, would differ.
-        raise _refused("it is not base64 as create_cipher_key() writes it")
+        raise _refused("it is not base64 as create_cipher_key() writes it", named)
     return key
 
 
-def _refused(found: str) -> ConfigurationError:
-    """The error refusing a cipher key for what was ``found`` wrong with it; raise it
-    unchained, since a decoder's own message may quote the key."""
+def _refused(found: str, named: str = "CIPHER_KEY") -> ConfigurationError:
+    """The error refusing a cipher key given as ``named`` for what was ``found`` wrong
+    with it; raise it unchained, since a decoder's own message may quote the key."""
     return ConfigurationError(
-        f"the cipher key (CIPHER_KEY) is not one the cipher takes: {found}; expected "
+        f"the cipher key ({named}) is not one the cipher takes: {found}; expected "
         "the base64 of 16, 24 or 32 bytes, as create_cipher_key() returns (its alphabet "
         "and padding only: no space or line end)"
     )

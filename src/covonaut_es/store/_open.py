@@ -26,7 +26,7 @@ from covonaut_es.store._application import (
 )
 from covonaut_es.store._backend import MODULES, backend_for_env, backend_of
 from covonaut_es.store._chain_key import SEALS_NOTHING
-from covonaut_es.store._cipher_keys import AES_KEY_SIZES
+from covonaut_es.store._cipher_keys import AES_KEY_SIZES, aes_key
 from covonaut_es.store._store import Store
 from covonaut_es.store._url_secrets import redact, secrets_hidden
 from covonaut_es.store._urls import (
@@ -102,6 +102,8 @@ def open_store(
         StoreUnavailableError: The database cannot be reached.
     """
     check_text("open_store(url)", url)
+    if cipher_key is not None:
+        aes_key(cipher_key, named="open_store(cipher_key=)")
     with secrets_hidden(url):  # the store is given the URL as its messages show it
         env = store_env(url, cipher_key=cipher_key, compress=compress, create_tables=create_tables)
         if chain_key is not None:

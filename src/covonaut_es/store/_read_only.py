@@ -96,8 +96,9 @@ class WriteGuard:
         self.refuse_if_closed()
         if self.read_only:
             msg = (
-                f"{self.url} was opened read-only: {refused}, and nothing was written; "
-                "open it without ?mode=ro to change it"
+                f"{self.url} was opened read-only (?mode=ro, or a file whose directory "
+                f"cannot be written, opened to be read): {refused}, and nothing was "
+                "written; open it writable, without ?mode=ro, to change it"
             )
             raise ReadOnlyStoreError(msg)
 

@@ -125,6 +125,16 @@ def _sqlite_env(url: str, rest: str) -> dict[str, str]:
     return env
 
 
+def unwritable_sqlite_directory(env: Mapping[str, str]) -> bool:
+    """Whether ``env`` opens a SQLite file that exists in a directory this process may
+    not write to, with no write-ahead log beside it: SQLite can then only read it as
+    :func:`read_only_uri` says."""
+    path = env.get(SQLITE_PATH)
+    if not path or not os.path.isfile(path) or os.path.exists(f"{path}-wal"):
+        return False
+    return not os.access(Path(path).resolve().parent, os.W_OK)
+
+
 def read_only_uri(path: Path) -> str:
     """The URI sqlite3 opens a SQLite file with to read it and never write it.
 
@@ -252,6 +262,11 @@ def store_env(
         env["CREATE_TABLE"] = "n"
     if not create_tables or env.get(READ_ONLY) == "y":  # ?mode=ro creates no file either
         require_sqlite_file(env.get(SQLITE_PATH), f"store {redact(url)}")
+    if not create_tables and unwritable_sqlite_directory(env):
+        # Read as ?mode=ro reads it: SQLite cannot make the shared-memory file it
+        # reads a WAL-mode file with there (a backup's read-only media).
+        env["SQLITE_DBNAME"] = read_only_uri(Path(env[SQLITE_PATH]))
+        env[READ_ONLY] = "y"
     if cipher_key is not None:
         env["CIPHER_TOPIC"] = "eventsourcing.cryptography:AESCipher"
         env["CIPHER_KEY"] = cipher_key

@@ -40,6 +40,7 @@ from psycopg.rows import tuple_row
 from psycopg.sql import SQL, Identifier
 
 from covonaut_es.domain import ThreadSnapshot
+from covonaut_es.errors import StoreUnavailableError
 from covonaut_es.store._backend import TABLES_MADE, BackendName
 from covonaut_es.store._backends._postgres_heads import (
     heads_tables,
@@ -59,6 +60,7 @@ from covonaut_es.store._backends._postgres_rows import rows_json, select_rows
 from covonaut_es.store._backends._postgres_schema import (
     OUTSTANDING,
     REVIEWS,
+    STORE_EVENTS,
     SUMMARIES,
     TRACKING_TABLE,
     check_tables,
@@ -415,9 +417,18 @@ class _PostgresBackend(RecorderAnchors):
                 make it (ADR 0117).
         """
         with connect(env) as conn:
-            if not check_tables(conn, env, shown):
+            missing = check_tables(conn, env, shown)
+            if not missing:
                 yield {**env, TABLES_MADE: "y"}  # no lock: nothing is made
                 return
+            if env.get("CREATE_TABLE") == "n" and f"table {STORE_EVENTS!r}" in missing:
+                schema = env.get("POSTGRES_SCHEMA") or "public"
+                msg = (
+                    f"{shown}: the database holds no store (no table {STORE_EVENTS!r} in "
+                    f"schema {schema!r}); check the database and schema the URL names, or "
+                    "make the store by writing to it first"
+                )
+                raise StoreUnavailableError(msg)
             with schema_lock(conn):
                 missing = check_tables(conn, env, shown)
                 if not missing:  # another session made them meanwhile
