@@ -39,9 +39,11 @@ from covonaut_es.errors import (
     MissingToolCallError,
     StoredRowError,
     ThreadConflictError,
+    ToolCallsInDoubtError,
     TransferError,
 )
 from covonaut_es.messages import Message
+from covonaut_es.service import ThreadService
 from covonaut_es.store import _zstd
 from covonaut_es.store._chain import UNCHAINED, chain_hash, scheme_of
 from covonaut_es.store._snapshot_seals import unsealed
@@ -492,6 +494,46 @@ def test_deleting_the_newest_events_is_found_against_the_head_anchor(shared_url:
         f"stream ends at version {kept} but its head was anchored at version {head}: "
         "the newest events were deleted"
     )
+
+
+_WRITES_AFTER_A_DELETION: dict[str, Callable[[Store, str], object]] = {
+    "label": lambda store, thread: ThreadService(store).label(thread, "later"),
+    "abandon": lambda store, thread: ThreadService(store).abandon(thread, "not needed"),
+    "run": lambda store, thread: Agent(
+        AgentConfig(
+            provider=ScriptedProvider([answer("again")]),
+            checkpoint=CheckpointSettings(store=store, thread_id=thread),
+        )
+    ).run("once more"),
+}
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+@given(deleted=st.integers(1, 3), write=st.sampled_from(sorted(_WRITES_AFTER_A_DELETION)))
+def test_no_save_hides_a_deletion_of_the_newest_events(
+    shared_url: str, deleted: int, write: str
+) -> None:
+    """The newest events of a thread deleted behind the library (a recorded rejection
+    or abandonment among them), then any write of the thread: it is refused naming the
+    stream and both versions, nothing is written, and verify still finds the deletion
+    (the save moved the anchor to its own head, and the thread verified intact:
+    helper-222)."""
+    thread = f"t-{uuid.uuid4().hex[:8]}"
+    with open_store(shared_url) as store:
+        conversation(store, thread)
+        head = store.state_at(thread).version
+    kept = head - deleted
+    stream = str(thread_aggregate_id(thread))
+    delete_sql(shared_url, "events", f"AND originator_version > {kept}", stream)
+    refused = f"anchored at version {head}, but its stored events end at version {kept}"
+    with open_store(shared_url) as store:
+        # A thread left with a call in doubt is refused by the thread itself first.
+        with pytest.raises((StoredRowError, ToolCallsInDoubtError)) as raised:
+            _WRITES_AFTER_A_DELETION[write](store, thread)
+        if isinstance(raised.value, StoredRowError):
+            assert refused in str(raised.value)
+        assert store.state_at(thread).version == kept
+        assert not store.verify(thread).ok
 
 
 def test_deleting_a_threads_head_anchor_is_found_not_taken_for_an_old_store(

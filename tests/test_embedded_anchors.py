@@ -29,6 +29,7 @@ from covonaut_es import AgentThread, Message, ReviewQueue, Role, Store, Worker, 
 from covonaut_es.errors import (
     CovonautError,
     ForeignSchemaError,
+    StoredRowError,
     StoreUnavailableError,
     ThreadConflictError,
 )
@@ -266,7 +267,8 @@ def check_truncations(
     where: str, operations: list[tuple[str, int, int]], snapshotting: bool
 ) -> None:
     """After saves and tail deletions of two threads in any order, verify finds exactly
-    the threads whose tail was deleted since their last save."""
+    the threads whose tail was deleted; a save after a deletion is refused, since its
+    anchor would hide the deletion (helper-222), and stores nothing."""
     env = shop_env(where, snapshotting=snapshotting)
     names = ("a", "b")
     truncated = {name: False for name in names}
@@ -275,8 +277,12 @@ def check_truncations(
         for operation, which, count in operations:
             name = names[which]
             if operation == "save":
-                app.save(steered(store, name, count))
-                truncated[name] = False
+                thread = steered(store, name, count)
+                if truncated[name]:
+                    with pytest.raises(StoredRowError, match="newest events were removed"):
+                        app.save(thread)
+                else:
+                    app.save(thread)
                 continue
             head = store.head_version(name) or 1
             keep = max(1, head - count)

@@ -27,7 +27,7 @@ from uuid import UUID
 import msgspec
 from eventsourcing.persistence import ApplicationRecorder, IntegrityError, StoredEvent
 
-from covonaut_es.errors import LeaseLostError
+from covonaut_es.errors import LeaseLostError, StoredRowError
 from covonaut_es.store._chain import UNCHAINED, chain_in
 from covonaut_es.store._rows import checked_head
 
@@ -138,6 +138,43 @@ def check_fences(
             raise lease_lost(stream, token, f"the store records {found}")
         if session and not holds_lock(stream, session):
             raise lease_lost(stream, token, f"database session {session} holds its lock no more")
+
+
+def check_heads_follow(
+    heads: Iterable[Head],
+    stored_events: Sequence[StoredEvent],
+    anchored: Callable[[UUID], int | None],
+) -> None:
+    """Refuse an insert whose events follow a version below their stream's anchor (its
+    newest events were deleted behind the library): the insert's anchor would hide the
+    deletion that :meth:`~covonaut_es.Store.verify` reports, a recorded rejection among
+    what it removed. Asked after the events were inserted, in the same transaction, so
+    that a conflict stays a conflict; ``anchored`` reads a stream's anchored version
+    (None: none).
+
+    Raises:
+        StoredRowError: Naming the stream and both versions; nothing is stored.
+    """
+    first: dict[Any, int] = {}
+    for record in stored_events:
+        first.setdefault(record.originator_id, record.originator_version)
+    for stream, _, _ in heads:
+        version = first.get(stream)
+        at = None if version is None else anchored(stream)
+        if at is not None and version is not None and at >= version:
+            raise head_ahead(stream, at, version - 1)
+
+
+def head_ahead(stream: object, anchored: int, follows: int) -> StoredRowError:
+    """The refusal of a save that follows version ``follows`` of ``stream``, whose head
+    is anchored at ``anchored``."""
+    msg = (
+        f"stream {stream}: its head is anchored at version {anchored}, but its stored "
+        f"events end at version {follows}: its newest events were removed behind the "
+        "library, which this save would hide; nothing was saved: `verify` names what is "
+        "missing; restore the store from a backup"
+    )
+    return StoredRowError(msg)
 
 
 def taken(stream: UUID) -> IntegrityError:

@@ -252,16 +252,17 @@ def sqlite_journal_of(path: str) -> str | None:
                 return f"named as the {journal} file SQLite keeps beside a database at {where!r}"
         for suffix in SQLITE_JOURNALS:
             beside = named.with_name(named.name + suffix)
-            # A live database's own -wal, -shm or -journal is no database: no header.
-            if is_sqlite_database(beside):
+            # A live database's own -wal, -shm or -journal is no database: no header;
+            # one truncated as it is read reads as an empty one, which holds no page.
+            if is_sqlite_database(beside, empty=False):
                 return f"named so that its {suffix} file is SQLite database {str(beside)!r}"
     return None
 
 
-def is_sqlite_database(path: Path) -> bool:
+def is_sqlite_database(path: Path, *, empty: bool = True) -> bool:
     """Whether ``path`` is a file SQLite reads as a database (a file of one byte is an
-    empty one), or may be one it cannot read now (locked, damaged); not one it cannot
-    open at all, and never a ``-shm`` file.
+    empty one, unless not ``empty``), or may be one it cannot read now (locked,
+    damaged); not one it cannot open at all, and never a ``-shm`` file.
 
     SQLite itself is asked, never ``open()``: closing a descriptor of a database file
     drops every POSIX lock this process's connections hold on it, and SQLite defers
@@ -283,6 +284,8 @@ def is_sqlite_database(path: Path) -> bool:
         uri = f"{path.resolve().as_uri()}?mode=ro&immutable=1"
         with contextlib.closing(sqlite3.connect(uri, uri=True)) as conn:
             conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            if not empty and not conn.execute("PRAGMA page_count").fetchone()[0]:
+                return False
     except OSError:
         return False
     except sqlite3.DatabaseError as exc:

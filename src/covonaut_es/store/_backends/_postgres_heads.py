@@ -16,7 +16,14 @@ from psycopg.sql import SQL, Composed, Identifier, Literal
 from covonaut_es.errors import LeaseLostError
 from covonaut_es.store._backends._postgres_leases import lock_ids
 from covonaut_es.store._backends._postgres_rows import encode_json, rows_json, select_rows
-from covonaut_es.store._heads import Fence, Head, heads_table, lease_lost, lease_table
+from covonaut_es.store._heads import (
+    Fence,
+    Head,
+    head_ahead,
+    heads_table,
+    lease_lost,
+    lease_table,
+)
 from covonaut_es.store._settings_tables import column
 from covonaut_es.store._write_errors import not_stored
 
@@ -25,15 +32,23 @@ _HEADS_LOCK_KEY = 0x68656164  # "head": serializes the head tables' creation
 _LEASE_LOST = "covonaut lease lost"
 """Starts the message the insert function raises for a fence that no longer stands."""
 
+_HEAD_AHEAD = "covonaut head ahead"
+"""Starts the message the insert function raises for a stream whose head is anchored
+past the version its saved events follow: ``stream S anchored A follows F``."""
+
 _NOT_STORED = "covonaut rows not stored"
 """Starts the message the insert function raises for a table that stored other rows
 than it was given: the table, the rows stored, the rows given."""
 
 
 def refusal_in(exc: Exception, fences: Sequence[Fence]) -> Exception:
-    """A typed error for the insert function's refusal (a :class:`LeaseLostError`, or
-    a :class:`StoreUnavailableError` for a table that stored other rows than the call
-    gave it); else ``exc``."""
+    """A typed error for the insert function's refusal (a :class:`LeaseLostError`, a
+    :class:`StoreUnavailableError` for a table that stored other rows than the call
+    gave it, a :class:`StoredRowError` for a head anchored past what the save
+    follows); else ``exc``."""
+    if _HEAD_AHEAD in str(exc):
+        words = str(exc).partition(_HEAD_AHEAD + ": ")[2].splitlines()[0].split()
+        return head_ahead(words[1], int(words[3]), int(words[5]))
     if _NOT_STORED in str(exc):
         said = str(exc).partition(_NOT_STORED + ": ")[2].splitlines()[0]
         table, stored, given = said.rsplit(" ", 2)
@@ -167,6 +182,7 @@ def insert_function(schema: str, events: str, id_type: str) -> Composed:
         events_name=Literal(events),
         leases=Identifier(f"{events}_leases"),
         rows=select_rows(SQL("events"), id_type),
+        id_type=Identifier(id_type),
         channel=Identifier(events.replace(".", "_")),  # eventsourcing's channel name
     )
 
@@ -206,6 +222,9 @@ DECLARE
     held bigint;
     stored bigint;
     ids bigint[];
+    anchored bigint;
+    follows bigint;
+    ahead text;
 BEGIN
     PERFORM set_config('lock_timeout', timeout, true);
     LOCK TABLE {schema}.{events} IN EXCLUSIVE MODE;
@@ -238,6 +257,18 @@ BEGIN
         ) THEN
             RAISE unique_violation USING MESSAGE = 'a new stream already has events';
         END IF;
+        -- A head anchored at or past the first version saved: the stream's newest
+        -- events were deleted, which the new anchor would hide. Told once the events'
+        -- insert has not conflicted (a conflict stays one).
+        SELECT a.version INTO anchored FROM {schema}.{heads} AS a
+            WHERE a.originator_id = head.originator_id;
+        SELECT min(r.originator_version) - 1 INTO follows
+            FROM json_to_recordset(events) AS r(originator_id {id_type}, originator_version bigint)
+            WHERE r.originator_id = head.originator_id;
+        IF ahead IS NULL AND anchored > follows THEN
+            ahead := format('stream %s anchored %s follows %s',
+                head.originator_id, anchored, follows);
+        END IF;
     END LOOP;
     NOTIFY {channel};
     INSERT INTO {schema}.{heads} (originator_id, version, chain)
@@ -257,6 +288,9 @@ BEGIN
         {rows}
         RETURNING notification_id
     ) SELECT array_agg(notification_id ORDER BY notification_id) INTO ids FROM inserted;
+    IF ahead IS NOT NULL THEN
+        RAISE EXCEPTION 'covonaut head ahead: %', ahead;
+    END IF;
     SELECT count(DISTINCT i) FILTER (WHERE i > 0) INTO stored FROM unnest(ids) AS i;
     IF stored <> json_array_length(events) OR cardinality(ids) <> stored THEN
         RAISE EXCEPTION 'covonaut rows not stored: % % %',

@@ -44,6 +44,7 @@ from covonaut_es.store._heads import (
     RecorderAnchors,
     anchor_in,
     check_fences,
+    check_heads_follow,
     taken,
 )
 from covonaut_es.store._leases import LeaseBackend
@@ -97,11 +98,17 @@ class _AnchoringRecorder(POPOApplicationRecorder):
             return self.lease_tokens.get(stream)
 
     def _update_table(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Any:
+        if self.anchoring:  # before the events: this back end has no transaction to undo
+            check_heads_follow(kwargs.get(HEADS, ()), stored_events, self._anchored)
         ids = super()._update_table(stored_events, **kwargs)  # under the database lock
         if self.anchoring:
             for stream, version, chain in kwargs.get(HEADS, ()):
                 self.thread_heads[stream] = (version, chain)
         return ids
+
+    def _anchored(self, stream: UUID) -> int | None:
+        head = self.thread_heads.get(stream)
+        return None if head is None else head[0]
 
     def read_head(self, stream: UUID) -> HeadAnchor:
         """What the head anchors say of ``stream``."""

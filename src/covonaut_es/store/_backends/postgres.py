@@ -77,6 +77,7 @@ from covonaut_es.store._heads import (
     HeadAnchor,
     RecorderAnchors,
     check_fences,
+    check_heads_follow,
     head_in_row,
     head_sql,
     heads_table,
@@ -264,6 +265,20 @@ class _AnchoringRecorder(_CheckedRows, postgres.PostgresApplicationRecorder):
 
         check_fences(kwargs.get(FENCES, ()), token_of, holds_lock)
         table = f'"{self.datastore.schema}"."{heads_table(self)}"'
+
+        def anchored_past_its_events(stream: UUID) -> int | None:
+            # Asked before the events' insert: an anchor at the stream's last event is a
+            # conflict with another writer's save, which that insert reports.
+            curs.execute(
+                f"SELECT a.version FROM {table} AS a WHERE a.originator_id = %s AND "
+                f"a.version > (SELECT coalesce(max(e.originator_version), 0) FROM {events} "
+                "AS e WHERE e.originator_id = a.originator_id)",
+                (stream,),
+            )
+            row = curs.fetchone()
+            return None if row is None else int(row["version"])
+
+        check_heads_follow(kwargs.get(HEADS, ()), stored_events, anchored_past_its_events)
         for stream, version, chain in kwargs.get(HEADS, ()):
             # RETURNING, as the count of an upsert in eventsourcing's pipeline of a
             # process's tracking is unknown (-1) until the pipeline syncs.

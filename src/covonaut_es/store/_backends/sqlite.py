@@ -61,6 +61,7 @@ from covonaut_es.store._heads import (
     HeadAnchor,
     RecorderAnchors,
     check_fences,
+    check_heads_follow,
     head_in_row,
     head_sql,
     heads_table,
@@ -276,6 +277,13 @@ class _AnchoringRecorder(SQLiteAggregateRecorder, PollingSQLiteApplicationRecord
 
         refuse_taken_streams(kwargs, stored_events, count)
         check_fences(kwargs.get(FENCES, ()), lambda stream: self._lease_token(c, stream))
+
+        def anchored(stream: UUID) -> int | None:
+            c.execute(self._anchored_version, (self.stream_key(stream),))
+            row = c.fetchone()
+            return None if row is None else int(row[0])
+
+        check_heads_follow(kwargs.get(HEADS, ()), stored_events, anchored)
         rows = [(self.stream_key(h[0]), h[1], h[2]) for h in kwargs.get(HEADS, ())]
         upsert = self._upsert_head
         if len(rows) == 1:  # a save of one thread: one statement, as for the others
@@ -284,6 +292,10 @@ class _AnchoringRecorder(SQLiteAggregateRecorder, PollingSQLiteApplicationRecord
             c.executemany(upsert, rows)
         require_stored(heads_table(self), c.sqlite_cursor.rowcount, len(rows))
         return ids
+
+    @functools.cached_property
+    def _anchored_version(self) -> str:
+        return f"SELECT version FROM {heads_table(self)} WHERE originator_id = ?"
 
     @functools.cached_property
     def _upsert_head(self) -> str:
