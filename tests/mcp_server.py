@@ -6,7 +6,8 @@ its arguments and the idempotency key from the request's ``_meta``) before it ac
 a test sees which calls reached the server. ``MCP_TEST_VARIANT=changed`` lists
 ``delete`` with another schema; ``MCP_TEST_VARIANT=hostile`` adds tools that answer
 huge, never, or with a line that is not JSON; ``MCP_TEST_VARIANT=errors`` adds
-``refuse``, answering a JSON-RPC error; ``MCP_TEST_VARIANT=redos`` adds ``find``,
+``refuse``, answering a JSON-RPC error; ``MCP_TEST_VARIANT=wedged`` adds ``freeze``,
+which blocks the server's loop; ``MCP_TEST_VARIANT=redos`` adds ``find``,
 whose argument has a catastrophic ``pattern``; ``MCP_TEST_VARIANT=second`` lists the
 first schema in its first process (counted in LOG.starts) and the other one after, and
 adds ``crash``, which ends the first process; ``MCP_TEST_VARIANT=armed`` adds ``arm``,
@@ -141,6 +142,17 @@ if VARIANT == "hostile":
         """Never answers."""
         _log("hang", {}, ctx)
         time.sleep(3600)
+        return "never"
+
+
+if VARIANT == "wedged":
+
+    @app.tool(annotations=ToolAnnotations(read_only_hint=True))
+    async def freeze(ctx: Context) -> str:
+        """Look something up, blocking the server's loop (a blocking call inside an
+        async tool: a common server bug) for ten minutes."""
+        _log("freeze", {}, ctx)
+        time.sleep(600)
         return "never"
 
 

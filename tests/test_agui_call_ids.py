@@ -38,7 +38,9 @@ def _streamed_answer(draw: st.DrawFn) -> tuple[StreamDelta, ...]:
     for index in range(calls):
         call_id = draw(st.sampled_from(["", "c1", "c1-2", "call", "call-2"]))
         name = draw(st.sampled_from(_NAMES))
-        text = json.dumps({"v": draw(st.integers(0, 2))})
+        # No arguments streamed at all, as Anthropic streams a call of a tool without
+        # parameters: the provider commits "{}".
+        text = draw(st.sampled_from(["", json.dumps({"v": draw(st.integers(0, 2))})]))
         cut = draw(st.integers(0, len(text)))
         late = draw(st.booleans())
         first.append(
@@ -92,7 +94,8 @@ def test_every_call_is_started_named_once_and_its_result_told_under_its_id(
 ) -> None:
     """Each call started once, under an id no other started call has, with its name
     and the arguments it committed; each result told under a started call's id, one
-    result per id, and that call is the one the result answers."""
+    result per id, and that call is the one the result answers; no call started that
+    gets no result (one streamed with no arguments was started twice: helper-224)."""
     started: dict[str, str] = {}
     arguments: dict[str, str] = {}
     results: list[agui.ToolCallResultEvent] = []
@@ -108,7 +111,8 @@ def test_every_call_is_started_named_once_and_its_result_told_under_its_id(
             results.append(event)
     told = [result.tool_call_id for result in results]
     assert len(told) == len(set(told)), told
+    assert set(told) == set(started), (told, started)  # no call told that never answers
     for result in results:
         name, args = result.content.split(" ", 1)
         assert started[result.tool_call_id] == name, (result, started)
-        assert json.loads(arguments[result.tool_call_id]) == json.loads(args), result
+        assert json.loads(arguments[result.tool_call_id] or "{}") == json.loads(args), result

@@ -24,6 +24,7 @@ from covonaut_es import (
     Role,
     ScriptedProvider,
     Store,
+    ThreadStatus,
     Tool,
     ToolCall,
     ToolContext,
@@ -31,7 +32,7 @@ from covonaut_es import (
 )
 from covonaut_es.agui import create_agui_app
 from covonaut_es.domain._thread import MAX_MESSAGE_ID
-from covonaut_es.errors import InvalidRunInputError
+from covonaut_es.errors import InvalidRunInputError, ProviderServerError
 from covonaut_es.messages import Message
 from hostile_text import hostile_text
 
@@ -143,3 +144,38 @@ def test_a_message_without_an_id_is_encoded_as_before() -> None:
     before = b'{"role":"user","content":"hi"}'
     assert msgspec.json.encode(Message(Role.USER, "hi")) == before
     assert msgspec.json.decode(before, type=Message) == Message(Role.USER, "hi", id=None)
+
+
+def test_a_request_whose_run_failed_runs_again_when_sent_again(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """The provider fails the first run; the client sends the same request again, as
+    it would after any error: the thread goes on from its message, once stored, and
+    answers (it was read as a retry of a message already run, and reported success
+    with no answer: helper-224)."""
+    asked = [0]
+
+    def respond(request: ProviderRequest) -> ProviderResponse:
+        asked[0] += 1
+        if asked[0] == 1:
+            raise ProviderServerError("the provider answered 503")
+        return ProviderResponse(content="Here is your answer.")
+
+    folder = tmp_path_factory.mktemp("failed")
+    with open_store(f"sqlite:///{folder / 'threads.db'}") as store:
+        config = AgentConfig(provider=ScriptedProvider(respond=respond))
+        client = TestClient(
+            create_agui_app(store, lambda t: config, HmacReviewerVerifier(b"k" * 32))
+        )
+        body = {
+            "threadId": "t",
+            "runId": "r",
+            "messages": [{"id": "u-1", "role": "user", "content": "hello"}],
+        }
+        first = client.post("/", json=body)
+        assert '"RUN_ERROR"' in first.text.replace(" ", "")
+        second = client.post("/", json=body)
+        assert "Here is your answer." in second.text
+        thread = store.load("t")
+        assert thread.status is ThreadStatus.FINISHED and asked[0] == 2
+        assert [m.id for m in thread.messages if m.role is Role.USER] == ["u-1"]

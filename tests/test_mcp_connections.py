@@ -130,12 +130,11 @@ def erring(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[MCPServer
 @given(
     failure=st.one_of(
         st.just("timeout"),
-        st.integers(-32768, 32767).filter(
-            lambda code: code not in (-32601, -32602, mcp_types.CONNECTION_CLOSED)
-        ),
+        st.integers(-32768, 32767).filter(lambda code: code not in (-32601, -32602)),
     )
 )
 @example(failure=-32603)  # helper-220: "internal error: busy"
+@example(failure=mcp_types.CONNECTION_CLOSED)  # a server's own -32000 (helper-224)
 @example(failure="timeout")
 def test_one_calls_error_or_timeout_leaves_the_connection_to_the_others(
     erring: tuple[MCPServer, Path], failure: int | str
@@ -167,6 +166,25 @@ def test_one_calls_error_or_timeout_leaves_the_connection_to_the_others(
     finally:
         beside.join(10)
     assert answers == ["slept"] and set(_children()) == before
+
+
+def test_a_stdio_server_stuck_after_a_call_timed_out_is_started_again(tmp_path: Path) -> None:
+    """A call past its timeout on a server whose loop is stuck leaves its connection to
+    the other calls; the next listing gets no answer within ``connect_timeout``, so the
+    connection is left and the server started again: later calls run (each failed for
+    the life of the server object: helper-224)."""
+    log = tmp_path / "log"
+    with stdio(log, "wedged", connect_timeout=3, timeout=0.5) as server:
+        (freeze,) = [tool for tool in server.tools() if tool.name == "freeze"]
+        with pytest.raises(ToolInDoubtError):
+            freeze.func(ToolContext("t", "c1", "freeze", "k1", timeout=0.5), {})
+        answers = []
+        for attempt in range(3):
+            with contextlib.suppress(ToolServerError):  # the listing stuck: not sent
+                (read,) = [tool for tool in server.tools() if tool.name == "read"]
+                context = ToolContext("t", f"c{attempt}", "read", f"k-read-{attempt}")
+                answers.append(read.func(context, {"path": "x"}))
+        assert answers and answers[-1] == "contents of x", answers
 
 
 @pytest.mark.parametrize("ending", [signal.SIGKILL, signal.SIGTERM])

@@ -325,7 +325,17 @@ def _started(
         return agent.astream_resume()  # decided elsewhere meanwhile
     if agent.status is ThreadStatus.RUNNING:
         return agent.astream_continue()  # a run cut short (a reload) goes on
+    if agent.status is ThreadStatus.ERROR and _resent(run_input, agent.messages):
+        return agent.astream_continue()  # the request whose run failed, sent again
     return None
+
+
+def _resent(run_input: agui.RunAgentInput, stored: Sequence[Message]) -> bool:
+    """Whether the request's last message is the thread's last user message, sent again
+    under the id the thread keeps (a client retrying a request whose run failed)."""
+    last = run_input.messages[-1] if run_input.messages else None
+    asked = next((m for m in reversed(stored) if m.role is Role.USER), None)
+    return isinstance(last, agui.UserMessage) and asked is not None and asked.id == last.id
 
 
 def _new_message(run_input: agui.RunAgentInput, stored: Sequence[Message]) -> Message | None:

@@ -46,13 +46,15 @@ class _StreamedCall:
         self.arguments.append(piece.arguments)
 
     def is_(self, call: ToolCall) -> bool:
-        """Whether ``call``, as committed, is this call: same name, same arguments."""
+        """Whether ``call``, as committed, is this call: same name, same arguments (none
+        streamed are the ``{}`` a provider commits for them)."""
         if call.name != self.name:
             return False
+        streamed = "".join(self.arguments) or "{}"
         try:
-            return bool(json.loads("".join(self.arguments)) == json.loads(call.arguments))
+            return bool(json.loads(streamed) == json.loads(call.arguments))
         except ValueError:
-            return "".join(self.arguments) == call.arguments
+            return streamed == call.arguments
 
 
 class RunEvents:

@@ -952,13 +952,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
         """
         if (problem := run_input_problem(mode, given)) is not None:
             raise InvalidRunInputError(problem)
-        if given is not None and given.id is not None and self.holds_message(given.id):
-            msg = (
-                f"thread {self.thread_id!r} holds a message of id {given.id!r} already: "
-                "it was given before (a retried request sends it again); nothing was "
-                "recorded"
-            )
-            raise InvalidRunInputError(msg)
+        self.refuse_given_before(given)
         if self.status is ThreadStatus.ABANDONED:
             msg = f"thread {self.thread_id!r} was abandoned: fork it to go on from any version"
             raise ThreadStateError(msg)
@@ -1001,6 +995,21 @@ class AgentThread(Aggregate, created_event_name="Started"):
         """Whether one of the thread's messages has the id ``message_id`` its sender
         gave it (``Message.id``)."""
         return any(message.id == message_id for message in self.messages)
+
+    def refuse_given_before(self, given: Message | None) -> None:
+        """Refuse a run's input whose id one of the thread's messages has: asked when
+        the run starts, and by the run loop before it does anything else.
+
+        Raises:
+            InvalidRunInputError: Naming the id; nothing was recorded.
+        """
+        if given is not None and given.id is not None and self.holds_message(given.id):
+            msg = (
+                f"thread {self.thread_id!r} holds a message of id {given.id!r} already: "
+                "it was given before (a retried request sends it again); nothing was "
+                "recorded"
+            )
+            raise InvalidRunInputError(msg)
 
     def unique_calls(self, calls: Sequence[ToolCall]) -> tuple[ToolCall, ...]:
         """``calls`` with ids unique in this thread, for :meth:`call_tools`.

@@ -75,6 +75,13 @@ _REFUSED_CODES = frozenset({mcp_types.METHOD_NOT_FOUND, mcp_types.INVALID_PARAMS
 _UNCONNECTED = (httpx2.ConnectError, httpx2.ConnectTimeout)
 
 
+def _connection_closed(error: MCPError) -> bool:
+    """Whether ``error`` is the SDK's word that the connection closed, not a server's
+    own error answer of the same code (-32000, "server error", which gateways send)."""
+    # mcp 2.3.0: the dispatcher raises MCPError(CONNECTION_CLOSED, "Connection closed").
+    return error.code == mcp_types.CONNECTION_CLOSED and error.error.message == "Connection closed"
+
+
 class _Link:
     """One connection to the server: its client (once connected), the event that ends
     it, and the task that holds it open."""
@@ -412,7 +419,9 @@ class MCPServer:
         listing = self._listing
         if listing is None or listing[0] != self._epoch:
             with self._hiding():
-                epoch, listed = self._run(self._listed(), self._connect_timeout, "list its tools")
+                # A connection and a listing, each bounded by connect_timeout.
+                bound = 2 * self._connect_timeout
+                epoch, listed = self._run(self._listed(), bound, "list its tools")
                 check_overrides(self._name, self._overrides, listed, self._prefix)
                 listing = (epoch, tuple(self._tool(epoch, item) for item in listed))
             self._listing = listing
@@ -453,16 +462,29 @@ class MCPServer:
     async def _linked_listing(self) -> tuple[_Link, int, list[Listing]]:
         """The connection, its epoch and the tools it lists. A connection found closed
         (a stdio server that ended while idle: nothing tells the link) is left, and the
-        tools are listed on a new one."""
-        link = await self._connected()
-        try:
-            return link, self._epoch, await self._tools_of(link)
-        except MCPError as exc:
-            if exc.code != mcp_types.CONNECTION_CLOSED:
+        tools are listed on a new one; one whose listing does not come within
+        ``connect_timeout`` (a server stuck, after a call that timed out) is left too,
+        so that the next call starts the server again.
+
+        Raises:
+            TimeoutError: The listing did not come in time.
+        """
+        for _ in range(2):
+            link = await asyncio.wait_for(self._connected(), self._connect_timeout)
+            epoch = self._epoch
+            try:
+                listed = await asyncio.wait_for(self._tools_of(link), self._connect_timeout)
+            except TimeoutError:
+                await self._drop(link)
                 raise
-        await self._drop(link)
-        link = await self._connected()
-        return link, self._epoch, await self._tools_of(link)
+            except MCPError as exc:
+                if not _connection_closed(exc):
+                    raise
+                await self._drop(link)  # then listed on a new connection, once
+                continue
+            return link, epoch, listed
+        msg = f"MCP server {self._name!r} closed two connections as its tools were listed"
+        raise ToolServerError(msg)
 
     async def _tools_of(self, link: _Link) -> list[Listing]:
         tools: list[Any] = []
@@ -487,9 +509,7 @@ class MCPServer:
             try:
                 # Listed again first: a server at a protocol version whose change notices
                 # need a subscription tells this client nothing when its tools change.
-                link, _, listed = await asyncio.wait_for(
-                    self._linked_listing(), self._connect_timeout
-                )
+                link, _, listed = await self._linked_listing()  # each step bounded
             except ToolServerError:
                 raise
             except Exception as exc:  # nothing was sent
@@ -517,7 +537,7 @@ class MCPServer:
                 failure: Exception = exc
             except Exception as exc:  # a dropped connection, an answer that is not MCP
                 failure = exc
-            if not isinstance(failure, MCPError) or failure.code == mcp_types.CONNECTION_CLOSED:
+            if not isinstance(failure, MCPError) or _connection_closed(failure):
                 # An answer that is an error, or a call past its timeout (which the SDK
                 # cancels on the server), leaves the connection to the other calls.
                 await self._drop(link)

@@ -227,6 +227,7 @@ def run_program(
     ``config.output_retries`` times.
     """
     now = config.clock
+    thread.refuse_given_before(user_input)  # before a retry or a server's failure records
     yield from _reach_tool_servers(thread, config)
     paused = len(thread.interrupts)
     yield from _retry_calls(thread, config, trace_parent)
