@@ -30,6 +30,7 @@ from covonaut_es import (
     create_cipher_key,
     open_store,
 )
+from covonaut_es.errors import StoredRowError
 from covonaut_es.projections._items import pending_from
 from covonaut_es.service import ThreadService
 from support import call
@@ -227,4 +228,45 @@ def test_followers_of_one_stored_view_each_go_on_and_agree(
         listed = {item.thread_id for item in queues[0].pending()}
         assert listed == {f"t{n}" for n in range(threads) if not n % 2}
     for queue in queues:
+        queue.close()
+
+
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    encrypted=st.booleans(),
+    nth=st.integers(0, 3),
+    position=st.sampled_from([None, 0, 1, -5, 10**9]),
+)
+def test_a_hostile_tracking_row_of_the_stored_view_is_followed_or_named(
+    made: dict[bool, tuple[Path, Path]],
+    tmp_path_factory: pytest.TempPathFactory,
+    encrypted: bool,
+    nth: int,
+    position: int | None,
+) -> None:
+    """Any one row of the view's tracking table given another position (none at all
+    among them): following the store on either works, or stops with the library's
+    typed error naming the row and how to rebuild the view; never eventsourcing's
+    IntegrityError (helper-222: a NULL position stopped the queue untyped)."""
+    folder = tmp_path_factory.mktemp("tracked")
+    store_path, view_path = folder / "threads.db", folder / "view.db"
+    shutil.copy(made[encrypted][0], store_path)
+    shutil.copy(made[encrypted][1], view_path)
+    with closing(sqlite3.connect(view_path)) as conn, conn:
+        names = conn.execute("SELECT application_name FROM tracking ORDER BY 1").fetchall()
+        (name,) = names[nth % len(names)]
+        statement = "UPDATE tracking SET notification_id = ? WHERE application_name = ?"
+        conn.execute(statement, (position, name))
+    url = f"sqlite:///{store_path}"
+    with closing(open_store(url, cipher_key=KEY if encrypted else None)) as store:
+        ThreadService(store).abandon("a", "left")  # an event the view follows
+    queue = _queue(store_path, view_path, encrypted)
+    try:
+        _followed(queue, store_path, encrypted)
+    except StoredRowError as exc:
+        named = "holds no position it records" in str(exc) and "built again" in str(exc)
+        assert named or "past the end of the store's log" in str(exc), exc
+    finally:
         queue.close()

@@ -59,7 +59,11 @@ from covonaut_es.store._cipher_keys import queue_key
 from covonaut_es.store._open import LogSource, log_source, store_log
 from covonaut_es.store._records import StoredRecords
 from covonaut_es.store._topic_codes import stored_forms
-from covonaut_es.store._tracking import BatchingProjectionRunner, UnreadableRecord
+from covonaut_es.store._tracking import (
+    BatchingProjectionRunner,
+    UnreadableRecord,
+    altered_tracking_row,
+)
 from covonaut_es.store._url_secrets import redact, secrets_hidden
 from covonaut_es.store._urls import (
     READ_ONLY,
@@ -434,9 +438,14 @@ class ReviewQueue(Closing):
         Raises:
             StoreUnavailableError: The view's database failed the read (as
                 :meth:`pending`).
+            StoredRowError: Its tracking row holds a position below the log's start.
         """
         with self._reading("its position"):
-            return self.view().max_tracking_id(self._source.name) or 0
+            view = self.view()
+            position = view.max_tracking_id(self._source.name) or 0
+        if position < 0:
+            raise altered_tracking_row(self._source.name)
+        return position
 
     @contextmanager
     def _reading(self, what: str) -> Iterator[None]:

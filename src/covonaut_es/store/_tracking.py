@@ -11,6 +11,7 @@ from covonaut_es.store._backends._eventsourcing import (
     MemoryTracking,
     TrackedSQL,
     UnreadableRecord,
+    altered_tracking_row,
 )
 
 __all__ = [
@@ -18,4 +19,5 @@ __all__ = [
     "MemoryTracking",
     "TrackedSQL",
     "UnreadableRecord",
+    "altered_tracking_row",
 ]

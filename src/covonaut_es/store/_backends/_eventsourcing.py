@@ -28,6 +28,7 @@ from eventsourcing.application import (
     Repository,
 )
 from eventsourcing.persistence import (
+    IntegrityError,
     ListenNotifySubscription,
     Notification,
     Recording,
@@ -38,7 +39,7 @@ from eventsourcing.persistence import (
 from eventsourcing.popo import POPOTrackingRecorder
 from eventsourcing.projection import ApplicationSubscription, BaseProjectionRunner
 
-from covonaut_es.errors import SerializationError
+from covonaut_es.errors import SerializationError, StoredRowError
 from covonaut_es.store._write_errors import database_error, database_errors_typed
 
 TApplication = TypeVar("TApplication")
@@ -174,7 +175,17 @@ class TrackedSQL:
     # migration carries over included.
     def _insert_tracking(self, cursor: Any, tracking: Tracking) -> None:
         named = Tracking(self._named(tracking.application_name), tracking.notification_id)
-        super()._insert_tracking(cursor, named)  # type: ignore[misc]
+        try:
+            super()._insert_tracking(cursor, named)  # type: ignore[misc]
+        except IntegrityError:
+            # A later position recorded by another runner is a conflict, the caller's
+            # to tell; a row holding no position, or a bookkeeping row eventsourcing
+            # cannot move on from, was altered behind the library.
+            name = named.application_name
+            bookkeeping = name == getattr(self, "table_migration_identifier", None)
+            if not bookkeeping and super().max_tracking_id(name) is not None:  # type: ignore[misc]
+                raise
+            raise altered_tracking_row(name) from None
 
     def _named(self, application_name: str) -> str:
         # eventsourcing 9.5.6: table_migration_identifier names the recorder's own
@@ -182,6 +193,16 @@ class TrackedSQL:
         if application_name == getattr(self, "table_migration_identifier", None):
             return application_name
         return self.tracked_name(application_name)
+
+
+def altered_tracking_row(name: str) -> StoredRowError:
+    """The refusal of a view's tracking row ``name`` that holds no position it records
+    (none, or below the log's start): a writer altered it behind the library."""
+    msg = (
+        f"the view's tracking row {name!r} holds no position it records: it was altered "
+        "behind the library; delete that row, and the view is built again from the log"
+    )
+    return StoredRowError(msg)
 
 
 class MemoryTracking(POPOTrackingRecorder):
