@@ -26,7 +26,7 @@ from covonaut_es._text import printable, shown_escaped
 from covonaut_es.audit import check_store, format_report
 from covonaut_es.cli import main
 from covonaut_es.cli._app import build_parser
-from covonaut_es.errors import StoreUnavailableError
+from covonaut_es.errors import NotAStoreError
 from covonaut_es.runtime import HmacReviewerVerifier
 from support import append_raw_event, converse, raw_in
 
@@ -411,7 +411,7 @@ def test_a_postgresql_database_that_holds_no_store_is_said_to_hold_none(
     assert result.returncode == 2, result.stderr
     assert "holds no store (no table 'covonaut_events' in schema 'public')" in result.stderr
     assert len(result.stderr.splitlines()) == 1 and "restore" not in result.stderr
-    with pytest.raises(StoreUnavailableError, match="holds no store"):
+    with pytest.raises(NotAStoreError, match="holds no store"):
         open_store(postgres_database, create_tables=False)
 
 

@@ -83,6 +83,8 @@ def test_a_runner_stopped_by_failures_that_pass_is_started_again(
             statuses = _answering(client, {"t", "u"})
             assert set(statuses) <= {200, 503} and left == [0]
             assert client.get("/healthz").status_code == 200
+            queue = client.app.state.inbox.desk.queue  # type: ignore[attr-defined]
+            assert len(queue._followed) == 1  # no stopped runner kept (helper-225)
 
 
 @pytest.mark.postgres

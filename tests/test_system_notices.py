@@ -6,17 +6,20 @@ trusts each notice's account of the log (``NewSingleThreadedRunner``,
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, ClassVar
 from uuid import UUID
 
+import pytest
 from eventsourcing.application import ProcessingEvent
 from eventsourcing.domain import Aggregate, event
+from eventsourcing.persistence import IntegrityError
 from eventsourcing.system import (
     MultiThreadedRunner,
     NewMultiThreadedRunner,
@@ -39,6 +42,7 @@ from covonaut_es import (
     open_store,
 )
 from covonaut_es.audit import export_thread, import_threads
+from covonaut_es.errors import FollowerError
 from covonaut_es.workers import Worker
 from support import answer
 
@@ -94,6 +98,28 @@ def _imported(store: Store, count: int) -> None:
     import_threads(store, lines)
 
 
+@contextlib.contextmanager
+def _running(
+    runner_class: type[Runner[UUID]], follower: type[AgentApplication]
+) -> Iterator[tuple[Runner[UUID], Store]]:
+    """A system of the leader and ``follower`` on SQLite files, run by
+    ``runner_class``, and the leader's store holding thread ``t``, run once."""
+    folder = Path(tempfile.mkdtemp(prefix="covonaut-notices-"))
+    env = {
+        "PERSISTENCE_MODULE": "eventsourcing.sqlite",
+        "CLAIMS_SQLITE_DBNAME": str(folder / "claims.db"),
+        f"{follower.__name__.upper()}_SQLITE_DBNAME": str(folder / "follower.db"),
+    }
+    runner = runner_class(System([[Claims, follower]]), env=env)
+    runner.start()
+    try:
+        store = Store.from_application(runner.get(Claims))
+        Agent(_config(store, "t")).run("first")  # the thread every command names
+        yield runner, store
+    finally:
+        runner.stop()
+
+
 _WRITES: dict[str, Callable[[Claims, Store, int], object]] = {
     "save": lambda app, store, n: app.save(Claim(Decimal(n))),
     "run": lambda app, store, n: Agent(_config(store, "t")).run(f"turn {n}"),
@@ -123,18 +149,8 @@ def test_a_follower_is_told_of_every_event_its_leader_stores(
     log once, in order, and nothing else: without waiting for a save to tell it of
     the ones before (the stock runners only pulled them then)."""
     Watcher.seen.clear()
-    folder = Path(tempfile.mkdtemp(prefix="covonaut-notices-"))
-    env = {
-        "PERSISTENCE_MODULE": "eventsourcing.sqlite",
-        "CLAIMS_SQLITE_DBNAME": str(folder / "claims.db"),
-        "WATCHER_SQLITE_DBNAME": str(folder / "watcher.db"),
-    }
-    runner = runner_class(System([[Claims, Watcher]]), env=env)
-    runner.start()
-    try:
+    with _running(runner_class, Watcher) as (runner, store):
         leader, watcher = runner.get(Claims), runner.get(Watcher)
-        store = Store.from_application(leader)
-        Agent(_config(store, "t")).run("first")  # the thread every command names
         for count, write in enumerate(writes):
             _WRITES[write](leader, store, count)
         logged = [n.id for n in leader.recorder.select_notifications(start=None, limit=1000)]
@@ -144,5 +160,31 @@ def test_a_follower_is_told_of_every_event_its_leader_stores(
             time.sleep(0.01)
         with Watcher.lock:
             assert Watcher.seen == logged
-    finally:
-        runner.stop()
+
+
+class Refuser(AgentApplication, ProcessApplication[UUID]):
+    """A follower whose policy fails with its own IntegrityError on every event of a
+    named state or a submission: a conflict of the follower's own, say."""
+
+    aggregate_classes = (Claim,)
+
+    def policy(self, domain_event: Any, processing_event: ProcessingEvent[UUID]) -> None:
+        if type(domain_event).__name__ in ("StateSaved", "InputSubmitted"):
+            raise IntegrityError("the follower's own conflict")
+
+
+@pytest.mark.parametrize("runner_class", [SingleThreadedRunner, NewSingleThreadedRunner])
+@pytest.mark.parametrize("write", ["state", "submit"])
+def test_a_followers_failure_is_told_as_its_own_and_the_write_made_once(
+    runner_class: type[Runner[UUID]], write: str
+) -> None:
+    """A follower run in the writer's thread fails on the event a named state or a
+    submission stored: the write raises FollowerError, its event stored once (the
+    follower's IntegrityError was taken for another writer's conflict, and the event
+    written again, thousands of times: helper-225)."""
+    with _running(runner_class, Refuser) as (runner, store):
+        leader = runner.get(Claims)
+        before = leader.recorder.max_notification_id()
+        with pytest.raises(FollowerError, match="the follower's own conflict"):
+            _WRITES[write](leader, store, 1)
+        assert leader.recorder.max_notification_id() == before + 1  # stored once

@@ -62,6 +62,14 @@ class BrokenChainError(CovonautError, RuntimeError):
         self.version = version
 
 
+class FollowerError(CovonautError):
+    """A follower of the application (a process application of an eventsourcing
+    ``System`` run in the writer's thread) failed on events a command stored outside a
+    save (a fork, a named state, a submission, an input taken, an import): the events
+    are stored; the follower's error is its cause. Typed apart, so that a follower's
+    own conflict is never taken for another writer's."""
+
+
 class StoreUnavailableError(CovonautError, ConnectionError):
     """The store's database cannot be reached or refused the connection, or failed a
     statement (a full disk, a session the server ended): a write it failed was rolled

@@ -109,6 +109,7 @@ class QueueFollower:
         self._runner: BaseProjectionRunner[Any] | None = None
         self._stopped: Exception | None = None  # what stopped the runner, once seen
         self._stopped_at = 0.0
+        self._ended = False  # stopped for good: never started again
 
     def start(self) -> None:
         """Start a runner following the queue's store.
@@ -121,7 +122,13 @@ class QueueFollower:
         self._running, self._stopped = running, None
 
     def stop(self) -> None:
-        """Stop the runner, if one runs; what stopped it is no longer told."""
+        """Stop the runner, if one runs, for good: a restart under way when it is
+        asked (by a request, as the server shuts down) is waited for, and none follows."""
+        with self._lock:
+            self._ended = True
+            self._stop_runner()
+
+    def _stop_runner(self) -> None:
         running, self._running, self._runner = self._running, None, None
         if running is not None:
             with contextlib.suppress(Exception):  # its error, told before, or none
@@ -138,8 +145,9 @@ class QueueFollower:
                     runner.run_forever(timeout=0)  # raises what stopped it, if anything did
                 except Exception as exc:
                     self._seen_stop(exc)
-            if self._stopped is not None and self._clock() - self._stopped_at >= RESTART_SECONDS:
-                self.stop()
+            due = self._clock() - self._stopped_at >= RESTART_SECONDS
+            if self._stopped is not None and due and not self._ended:
+                self._stop_runner()
                 try:
                     self.start()
                     log.info("the reviewer queue follows the store again")

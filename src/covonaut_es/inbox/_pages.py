@@ -352,7 +352,7 @@ def page_routes(inbox: Inbox) -> list[Route]:
     async def healthz(request: Request) -> Response:
         reachable = await blocking(inbox.desk.reachable)
         health = {"store": "reachable" if reachable else "unreachable"}
-        if inbox.desk.following() is not None:
+        if await blocking(inbox.desk.following) is not None:  # may start a runner
             health["queue"] = "stopped"  # its listings would no longer change
         healthy = reachable and "queue" not in health
         return JSONResponse(health, 200 if healthy else 503)

@@ -385,6 +385,7 @@ class ReviewQueue(Closing):
         self._factory: InfrastructureFactory[Any] | None = None
         self._view: ReviewQueueView | None = None
         self._followed: list[ReviewQueueProjection] = []
+        self._passed_over_before = 0  # by the projections that stopped
 
     @property
     def view_class(self) -> type[ReviewQueueView]:
@@ -587,8 +588,10 @@ class ReviewQueue(Closing):
         self.check_can_follow()
         view, source = self.view(), self._source
         if not source.opens_store:
-            with QueueRunner(view, source.application_class, self._env) as runner:
-                self._followed.append(runner.projection)
+            with (
+                QueueRunner(view, source.application_class, self._env) as runner,
+                self._counted(runner.projection),
+            ):
                 yield runner
             return
         # Opened as a store is (its tables created, its settings checked and taken, such
@@ -600,16 +603,27 @@ class ReviewQueue(Closing):
         except BaseException:
             opened.close()
             raise
-        with runner:
-            self._followed.append(runner.projection)
+        with runner, self._counted(runner.projection):
             yield runner
+
+    @contextmanager
+    def _counted(self, projection: ReviewQueueProjection) -> Iterator[None]:
+        """Count what ``projection`` passes over while it follows, and keep its count,
+        not it, once it stopped (a follower started again holds no runner it left)."""
+        self._followed.append(projection)
+        try:
+            yield
+        finally:
+            self._followed.remove(projection)
+            self._passed_over_before += projection.records_passed_over()
 
     def records_passed_over(self) -> int:
         """How many records of the store's log this queue's projection passed over (each
         with a warning) while it followed the log in this process (:meth:`follow`):
         records that do not decode, or whose changes its view cannot hold. Their
         threads' items may be missing from what it lists (ADR 0070)."""
-        return sum(projection.records_passed_over() for projection in self._followed)
+        live = sum(projection.records_passed_over() for projection in self._followed)
+        return self._passed_over_before + live
 
     def run_forever(self) -> None:
         """Follow the store until the process is stopped (for a separate process)."""

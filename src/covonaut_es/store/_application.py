@@ -40,6 +40,7 @@ from covonaut_es.domain import AgentThread, ThreadSnapshot
 from covonaut_es.errors import (
     ConfigurationError,
     CovonautError,
+    FollowerError,
     NotAStoreError,
     ReadOnlyStoreError,
     StoreUnavailableError,
@@ -77,7 +78,7 @@ from covonaut_es.store._settings import as_recorded, check_settings, key_stream_
 from covonaut_es.store._snapshot_cache import SnapshotCache
 from covonaut_es.store._snapshot_seals import SealKey
 from covonaut_es.store._url_secrets import redact, secrets_hidden
-from covonaut_es.store._urls import unwritable_sqlite_directory
+from covonaut_es.store._urls import on_read_only_media
 from covonaut_es.store._write_errors import refusal
 
 logger = _logs.logger("covonaut_es")
@@ -393,10 +394,25 @@ class AgentApplication(RecordsProcessingEvents, Application[UUID]):
 
         Raises:
             IntegrityError: A stream already holds an event at a version given.
+            FollowerError: A follower failed on the events, which are stored.
         """
         recordings, _ = self.put_sealed(events, bases, **kwargs)
-        notify(self, recordings)
+        self._tell(recordings)
         return recordings
+
+    def _tell(self, recordings: list[Recording[UUID]]) -> None:
+        """Tell the followers of ``recordings``, stored already.
+
+        Raises:
+            FollowerError: A follower failed on them (its error the cause): never its
+                own ``IntegrityError``, which a caller retrying a write on another
+                writer's conflict would take for one, and write again.
+        """
+        try:
+            notify(self, recordings)
+        except Exception as exc:
+            msg = f"a follower of {self.name} failed on events stored: {exc}"
+            raise FollowerError(msg) from exc
 
     def insert_and_tell(self, stored: list[StoredEvent], **kwargs: Any) -> None:
         """Insert records stored elsewhere (an import's), and tell the application's
@@ -406,10 +422,11 @@ class AgentApplication(RecordsProcessingEvents, Application[UUID]):
         Raises:
             IntegrityError: A stream already holds an event at a record's version.
             SerializationError: A record does not decode; nothing was written.
+            FollowerError: A follower failed on the events, which are stored.
         """
         events = [self.mapper.to_domain_event(record) for record in stored]
         ids = self.recorder.insert_events(stored, **kwargs)
-        notify(self, _recordings(events, stored, ids or []))
+        self._tell(_recordings(events, stored, ids or []))
 
     def _anchoring(self, heads: Mapping[UUID, Head], new: Set[UUID]) -> dict[str, Any]:
         """What ``insert_events`` is given to anchor the saved threads' heads and keep
@@ -589,7 +606,7 @@ def open_application(url: str, env: Mapping[str, str]) -> AgentApplication:
             )
             raise ConfigurationError(msg) from exc
         except (PersistenceError, sqlite3.DatabaseError) as exc:
-            if "readonly" in str(exc) or unwritable_sqlite_directory(env):
+            if "readonly" in str(exc) or on_read_only_media(env):
                 msg = (
                     f"store {shown} is read-only ({exc}); make it and its directory "
                     "writable, or add ?mode=ro to read it"

@@ -125,14 +125,19 @@ def _sqlite_env(url: str, rest: str) -> dict[str, str]:
     return env
 
 
-def unwritable_sqlite_directory(env: Mapping[str, str]) -> bool:
-    """Whether ``env`` opens a SQLite file that exists in a directory this process may
-    not write to, with no write-ahead log beside it: SQLite can then only read it as
-    :func:`read_only_uri` says."""
+def on_read_only_media(env: Mapping[str, str]) -> bool:
+    """Whether ``env`` opens a SQLite file that exists on a file system mounted
+    read-only (a backup's media), with no write-ahead log beside it: no one can change
+    it, and SQLite can only read it as :func:`read_only_uri` says. A directory only this
+    process may not write to is not such: another user may be writing the file."""
     path = env.get(SQLITE_PATH)
     if not path or not os.path.isfile(path) or os.path.exists(f"{path}-wal"):
         return False
-    return not os.access(Path(path).resolve().parent, os.W_OK)
+    try:
+        flags = os.statvfs(Path(path).resolve().parent).f_flag
+    except OSError:
+        return False
+    return bool(flags & os.ST_RDONLY)
 
 
 def read_only_uri(path: Path) -> str:
@@ -262,7 +267,7 @@ def store_env(
         env["CREATE_TABLE"] = "n"
     if not create_tables or env.get(READ_ONLY) == "y":  # ?mode=ro creates no file either
         require_sqlite_file(env.get(SQLITE_PATH), f"store {redact(url)}")
-    if not create_tables and unwritable_sqlite_directory(env):
+    if not create_tables and on_read_only_media(env):
         # Read as ?mode=ro reads it: SQLite cannot make the shared-memory file it
         # reads a WAL-mode file with there (a backup's read-only media).
         env["SQLITE_DBNAME"] = read_only_uri(Path(env[SQLITE_PATH]))

@@ -40,7 +40,7 @@ from psycopg.rows import tuple_row
 from psycopg.sql import SQL, Identifier
 
 from covonaut_es.domain import ThreadSnapshot
-from covonaut_es.errors import StoreUnavailableError
+from covonaut_es.errors import NotAStoreError
 from covonaut_es.store._backend import TABLES_MADE, BackendName
 from covonaut_es.store._backends._postgres_heads import (
     heads_tables,
@@ -443,7 +443,7 @@ class _PostgresBackend(RecorderAnchors):
                     f"schema {schema!r}); check the database and schema the URL names, or "
                     "make the store by writing to it first"
                 )
-                raise StoreUnavailableError(msg)
+                raise NotAStoreError(msg)
             with schema_lock(conn):
                 missing = check_tables(conn, env, shown)
                 if not missing:  # another session made them meanwhile
