@@ -35,7 +35,7 @@ from eventsourcing.projection import EventSourcedProjection
 from eventsourcing.utils import Environment, EnvType, strtobool
 
 from covonaut_es import _logs
-from covonaut_es._arguments import refuse
+from covonaut_es._arguments import check_instance, refuse
 from covonaut_es.domain import AgentThread, ThreadSnapshot
 from covonaut_es.errors import (
     ConfigurationError,
@@ -94,13 +94,8 @@ def _check_aggregate_classes(application: str, classes: object) -> None:
     where = f"{application}.aggregate_classes"
     if isinstance(classes, str | bytes) or not isinstance(classes, Iterable):
         refuse(where, "a tuple of aggregate classes", classes)
-    for cls in classes:
-        if not isinstance(cls, type):
-            msg = (
-                f"{where} holds {cls!r}, which is no class: list the aggregate classes "
-                "themselves (a topic such as 'shop:Order' is not resolved)"
-            )
-            raise ConfigurationError(msg)
+    for cls in classes:  # a topic such as 'shop:Order' is not resolved
+        check_instance(f"an item of {where}", cls, type, "an aggregate class")
 
 
 _UNSEALED: Mapping[UUID, str] = {}

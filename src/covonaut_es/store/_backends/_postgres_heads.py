@@ -63,7 +63,13 @@ def refusal_in(exc: Exception, fences: Sequence[Fence]) -> Exception:
     return lease_lost(stream, token, problem.removeprefix(f"stream {stream}: "))
 
 
-@retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)  # as eventsourcing's
+RETRIED = retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
+"""Calls a function again when its statement fails on a session the server ended (a
+failover, a restart, ``pg_terminate_backend``), as eventsourcing retries the log's:
+each of the store's own statements, reads and idempotent writes."""
+
+
+@RETRIED
 def insert_in_one_statement(
     recorder: Any,
     stored_events: Sequence[StoredEvent],

@@ -30,12 +30,9 @@ from eventsourcing.persistence import (
     AggregateRecorder,
     ApplicationRecorder,
     InfrastructureFactory,
-    InterfaceError,
     Notification,
-    OperationalError,
     StoredEvent,
 )
-from eventsourcing.utils import retry
 from psycopg.rows import tuple_row
 from psycopg.sql import SQL, Identifier
 
@@ -43,6 +40,7 @@ from covonaut_es.domain import ThreadSnapshot
 from covonaut_es.errors import NotAStoreError
 from covonaut_es.store._backend import TABLES_MADE, BackendName
 from covonaut_es.store._backends._postgres_heads import (
+    RETRIED,
     heads_tables,
     insert_function_call,
     insert_in_one_statement,
@@ -102,11 +100,6 @@ from covonaut_es.store._summaries import SQLSummaries, SummaryTable
 from covonaut_es.store._thread_rows import ThreadRows, thread_rows, thread_rows_sql
 from covonaut_es.store._urls import postgres_params
 from covonaut_es.store._write_errors import require_stored
-
-RETRIED = retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
-"""Calls a function again when its statement fails on a session the server ended (a
-failover, a restart, ``pg_terminate_backend``), as eventsourcing retries the log's:
-each of the store's own statements, reads and idempotent writes."""
 
 NO_TOPIC = "topic IS NULL OR topic = ''"
 """The condition on a row whose topic names no event type."""
