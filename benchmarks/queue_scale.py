@@ -4,7 +4,12 @@ Each operation is timed at a size N and at 10N (full run: N = 1,000 pending revi
 as many threads; quick: 30), on SQLite files, with the same code path the inbox, the
 command line and the workers take; the time of one operation at 10N over its time at N
 is its growth, 1 when it costs only its own work (``< 2`` is the target, which leaves
-room for the logarithm of an index's depth).
+room for the logarithm of an index's depth). Both sizes are written first, then timed
+side by side: 21 rounds (the scans of the whole log: 3), each timing every operation at N
+and at 10N in turn, the order of the sizes alternating, and each figure is the median of
+its rounds (until 2026-12-07 each size was timed in a block of its own, minutes apart,
+the median of 5 to 21, and the machine's load at those moments moved a growth by up to
+2x).
 
 Measured: a page of 50 in the middle of the queue (``ReviewQueue.page(after=cursor,
 limit=50)``) on the SQLite and the in-memory view; one thread's items (``only=``); a
@@ -24,12 +29,16 @@ of 500 per transaction beside one commit per event, as before.
 
 from __future__ import annotations
 
+import itertools
+import statistics
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import attrs
 from eventsourcing.persistence import Tracking
 from harness import Context, cli, log
 from report import Section, Table, Target, intro, rate, seconds, status, times
@@ -47,8 +56,22 @@ QUICK_N = 30
 PAGE = 50
 BATCH = 500
 REPEATS = 21
+QUICK_REPEATS = 3
+SCAN_REPEATS = 3
+SCANS = frozenset({"lookup_log", "tree_log"})
+"""The operations that scan the whole log (the paths the indexes replaced): timed fewer
+times, since each takes far longer than the others."""
 MAX_GROWTH = 2.0
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+@attrs.frozen
+class Operation:
+    """What one timing runs, and the units of work it does (its time is divided by
+    them)."""
+
+    run: Callable[[], Any]
+    units: int = 1
 
 
 def _fill(store: Store, count: int) -> None:
@@ -65,15 +88,6 @@ def _fill(store: Store, count: int) -> None:
             store.fork(thread.thread_id, at_version=1, new_thread_id=f"thread-{index:06d}~a")
 
 
-def _median(operation: Callable[[], Any], repeats: int = REPEATS) -> float:
-    times_s = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        operation()
-        times_s.append(time.perf_counter() - start)
-    return sorted(times_s)[len(times_s) // 2]
-
-
 def _middle_cursor(queue: ReviewQueue, count: int) -> str | None:
     """The cursor of the page that starts halfway down the queue."""
     after = None
@@ -82,72 +96,108 @@ def _middle_cursor(queue: ReviewQueue, count: int) -> str | None:
     return after
 
 
-def measure(workdir: Path, count: int) -> dict[str, float]:
-    """Every figure at one size."""
-    found: dict[str, float] = {}
+def prepared(
+    workdir: Path, count: int, stack: ExitStack
+) -> tuple[dict[str, Operation], dict[str, float]]:
+    """A store of ``count`` threads and its queues, kept open on ``stack``: the
+    operations to time at this size, by figure key, and the rates measured once."""
+    rates: dict[str, float] = {}
+    operations: dict[str, Operation] = {}
     url = f"sqlite:///{workdir / f'queue-{count}.db'}"
-    with open_store(url) as store:
+    store = stack.enter_context(open_store(url))
+    started = time.perf_counter()
+    _fill(store, count)
+    log(f"queue scale: {count} threads written in {time.perf_counter() - started:.1f} s")
+    events = store._records.log_position()
+    views = {
+        "sqlite": f"sqlite:///{workdir / f'view-{count}.db'}",
+        "memory": f"memory://queue-scale-{count}",
+    }
+    for name, view in views.items():
+        queue = ReviewQueue(url, view_url=view)
+        stack.callback(queue.close)
         started = time.perf_counter()
-        _fill(store, count)
-        log(f"queue scale: {count} threads written in {time.perf_counter() - started:.1f} s")
-        events = store._records.log_position()
-        views = {
-            "sqlite": f"sqlite:///{workdir / f'view-{count}.db'}",
-            "memory": f"memory://queue-scale-{count}",
-        }
-        for name, view in views.items():
-            queue = ReviewQueue(url, view_url=view)
-            started = time.perf_counter()
-            with queue.follow() as runner:
-                queue.wait_until_current(store, timeout=3600, runner=runner)
-            found[f"rebuild_{name}"] = events / (time.perf_counter() - started)
-            cursor = _middle_cursor(queue, count)
-            found[f"page_{name}"] = _median(lambda q=queue, c=cursor: q.page(after=c, limit=PAGE))
-            one = f"thread-{count // 2:06d}"
-            only = QueueFilter(thread_id=one)
-            found[f"thread_page_{name}"] = _median(lambda q=queue, o=only: q.page(only=o))
-            review_id = queue.page(only=only).items[0].review_id or ""
-            found[f"lookup_{name}"] = _median(
-                lambda q=queue, r=review_id: q.threads_with_review(r, store)
-            )
-            if name == "memory":
-                found["clear_memory"] = _clear_time(queue)
-            queue.close()
-        found["lookup_log"] = _median(lambda: store.threads_with_review(review_id), 3)
-        found["apply_batches"] = _apply_rate(workdir, url, store, BATCH)
-        found["apply_per_event"] = _apply_rate(workdir, url, store, 1)
-        found["raw_read"] = _raw_read_rate(store)
-        store.tree("thread-000000")  # the index's first read: every fork, once
-        found["tree_index"] = _median(lambda: store.tree("thread-000000"))
-        found["tree_log"] = _median(store.session_tree, 3)
-    found.update(_chain_costs(workdir, max(count // 10, 3)))
-    return found
+        with queue.follow() as runner:
+            queue.wait_until_current(store, timeout=3600, runner=runner)
+        rates[f"rebuild_{name}"] = events / (time.perf_counter() - started)
+        cursor = _middle_cursor(queue, count)
+        operations[f"page_{name}"] = Operation(
+            lambda q=queue, c=cursor: q.page(after=c, limit=PAGE)
+        )
+        one = f"thread-{count // 2:06d}"
+        only = QueueFilter(thread_id=one)
+        operations[f"thread_page_{name}"] = Operation(lambda q=queue, o=only: q.page(only=o))
+        review_id = queue.page(only=only).items[0].review_id or ""
+        operations[f"lookup_{name}"] = Operation(
+            lambda q=queue, r=review_id: q.threads_with_review(r, store)
+        )
+    operations["clear_memory"] = _clearing(
+        store, url, f"memory://queue-scale-{count}-clears", stack
+    )
+    operations["lookup_log"] = Operation(lambda: store.threads_with_review(review_id))
+    rates["apply_batches"] = _apply_rate(workdir, url, store, BATCH)
+    rates["apply_per_event"] = _apply_rate(workdir, url, store, 1)
+    rates["raw_read"] = _raw_read_rate(store)
+    store.tree("thread-000000")  # the index's first read: every fork, once
+    operations["tree_index"] = Operation(lambda: store.tree("thread-000000"))
+    operations["tree_log"] = Operation(store.session_tree)
+    operations.update(_chain(workdir, max(count // 10, 3), stack))
+    return operations, rates
 
 
-def _chain_costs(workdir: Path, depth: int) -> dict[str, float]:
+def _chain(workdir: Path, depth: int, stack: ExitStack) -> dict[str, Operation]:
     """A chain of ``depth`` forks of a root, each forked at the head of the one before:
-    the time per fork of loading the deepest, and of the root's tree."""
-    with open_store(f"sqlite:///{workdir / f'chain-{depth}.db'}") as store:
-        store.save(AgentThread.start("chain", now=T0))
-        deepest = "chain"
-        for index in range(depth):
-            deepest = store.fork(deepest, new_thread_id=f"chain-{index:06d}")
-        return {
-            "chain_load": _median(lambda: store.load(deepest), 5) / depth,
-            "chain_tree": _median(lambda: store.tree("chain"), 5) / depth,
-        }
+    loading the deepest, and the root's tree, each timed per fork of the chain."""
+    store = stack.enter_context(open_store(f"sqlite:///{workdir / f'chain-{depth}.db'}"))
+    store.save(AgentThread.start("chain", now=T0))
+    deepest = "chain"
+    for index in range(depth):
+        deepest = store.fork(deepest, new_thread_id=f"chain-{index:06d}")
+    return {
+        "chain_load": Operation(lambda: store.load(deepest), units=depth),
+        "chain_tree": Operation(lambda: store.tree("chain"), units=depth),
+    }
 
 
-def _clear_time(queue: ReviewQueue) -> float:
-    """One thread's items cleared from the in-memory view (a resume), applied directly."""
+def _clearing(store: Store, url: str, view_url: str, stack: ExitStack) -> Operation:
+    """One thread's items cleared from an in-memory view (a resume), applied directly:
+    each call clears the next of every tenth pending item. The view is one of its own,
+    whose tracking these clears move past the log's end, which the other queues'
+    lookups would refuse."""
+    queue = ReviewQueue(url, view_url=view_url)
+    stack.callback(queue.close)
+    with queue.follow() as runner:
+        queue.wait_until_current(store, timeout=3600, runner=runner)
     view, position = queue.view(), queue.position()
-    times_s = []
-    for offset, item in enumerate(queue.pending()[: REPEATS * 10 : 10]):
-        tracking = Tracking(STORE_APPLICATION_NAME, position + offset + 1)
-        start = time.perf_counter()
-        view.apply([ThreadCleared(item.thread_id)], tracking)
-        times_s.append(time.perf_counter() - start)
-    return sorted(times_s)[len(times_s) // 2]
+    items = iter(queue.pending()[::10])
+    offsets = itertools.count(1)
+
+    def clear() -> None:
+        tracking = Tracking(STORE_APPLICATION_NAME, position + next(offsets))
+        view.apply([ThreadCleared(next(items).thread_id)], tracking)
+
+    return Operation(clear)
+
+
+def timed(sizes: list[dict[str, Operation]], repeats: int) -> list[dict[str, float]]:
+    """The median time of each operation at each size, per unit of its work, taken in
+    ``repeats`` rounds that time each operation at every size in turn (the order of the
+    sizes alternating from round to round), so that the machine's load meets both sizes
+    alike; the scans of the whole log, slow, only in the first :data:`SCAN_REPEATS`."""
+    times_s: list[dict[str, list[float]]] = [{key: [] for key in ops} for ops in sizes]
+    for round_ in range(repeats):
+        order = list(zip(sizes, times_s, strict=True))
+        if round_ % 2:
+            order.reverse()
+        for key in sizes[0]:
+            if key in SCANS and round_ >= SCAN_REPEATS:
+                continue
+            for operations, found in order:
+                operation = operations[key]
+                start = time.perf_counter()
+                operation.run()
+                found[key].append((time.perf_counter() - start) / operation.units)
+    return [{key: statistics.median(values) for key, values in size.items()} for size in times_s]
 
 
 def _apply_rate(workdir: Path, url: str, store: Store, batch: int) -> float:
@@ -201,7 +251,12 @@ def run(ctx: Context) -> list[Section]:
     section = Section("14. Reviewer queue, reviews and forks at two sizes", intro(__doc__))
     small = QUICK_N if ctx.quick else FULL_N
     log(f"queue scale N={small} and {10 * small}")
-    at_n, at_10n = measure(ctx.workdir, small), measure(ctx.workdir, 10 * small)
+    with ExitStack() as stack:
+        (ops_n, rates_n), (ops_10n, rates_10n) = (
+            prepared(ctx.workdir, size, stack) for size in (small, 10 * small)
+        )
+        times_n, times_10n = timed([ops_n, ops_10n], QUICK_REPEATS if ctx.quick else REPEATS)
+    at_n, at_10n = {**times_n, **rates_n}, {**times_10n, **rates_10n}
     table = Table(
         f"each operation at N = {small:,} and 10N = {10 * small:,} pending reviews",
         ["operation", "at N", "at 10N", "growth (10N / N)", "kind"],
