@@ -11,6 +11,7 @@ from typing import Any
 
 from harness import BUDGET_S, PEER_HISTORY_MAX_T, REPEATS, Context, cli, log
 from report import MISSED, Section, Table, Target, ratio, seconds, size, status, times
+from workload import REPEAT_LOADS
 
 Runs = list[dict[str, Any]]
 REFERENCE_T = 200
@@ -439,14 +440,15 @@ def restore(ctx: Context, results: Results) -> Section:
     section = Section(
         "3. Restore the latest state, list the full history",
         "Restore: `store.load(thread_id)` (what `Agent.restore_latest_checkpoint` does) "
-        "against LangGraph's `graph.get_state(config)`, each the median of 11 on a freshly "
-        "opened store. The strict limit is one `msgspec.msgpack.decode` of the final "
-        "messages as plain data (lists, dicts, strings), already in memory, timed 11 times "
-        "right after the restores. The softer limit (the target's until 2026-12-02) is "
-        "decoding the latest typed `ThreadState` once from its msgspec "
-        "JSON, already in memory; the 11 decodes alternate with our 11 restores, each "
-        "result dropped after its timing (until 2026-12-01: 5 of each, one after the other, "
-        "our restore freeing the one before inside its timing); LangGraph's restores are "
+        f"against LangGraph's `graph.get_state(config)`, each the median of {REPEAT_LOADS} "
+        "on a freshly opened store. The strict limit is one `msgspec.msgpack.decode` of the "
+        "final messages as plain data (lists, dicts, strings), already in memory. The softer "
+        "limit (the target's until 2026-12-02) is decoding the latest typed `ThreadState` "
+        "once from its msgspec JSON, already in memory. Each of our restores is timed in "
+        "turn with one decode of each limit, each result dropped after its timing (until "
+        "2026-12-07 the strict limit's 11 decodes were timed after the 11 restores; until "
+        "2026-12-01 the softer limit's 5, one after the other, our restore freeing the one "
+        "before inside its timing); LangGraph's restores are "
         "timed alike, after one untimed. History: `store.history(thread_id)` (every event) "
         "against iterating `graph.get_state_history(config)` (every "
         "checkpoint's state), once (LangGraph's only up to "

@@ -56,7 +56,7 @@ TOOL_NAME = "lookup"
 PROMPT = "Research the history of the printing press and report what you find."
 THREAD_ID = "t"
 WARMUP_TURNS = 3
-REPEAT_LOADS = 11
+REPEAT_LOADS = 21
 """Restores per measurement; the median is reported."""
 
 _TEXT = (
@@ -397,20 +397,6 @@ def zstd_whole(data: bytes) -> bytes:
     return _zstd.compress(data)
 
 
-def decode_time(plain: bytes) -> float:
-    """The median time of one ``msgspec.msgpack.decode`` of ``plain`` into plain data
-    (lists, dicts, strings): the strict reference of a restore. Timed as many times as a
-    restore, each result dropped after its timing."""
-    decoder = msgspec.msgpack.Decoder()
-    times = []
-    for _ in range(REPEAT_LOADS):
-        start = time.perf_counter()
-        decoded = decoder.decode(plain)
-        times.append(time.perf_counter() - start)
-        del decoded
-    return median(times)
-
-
 # Our side ------------------------------------------------------------------------------
 
 
@@ -565,10 +551,16 @@ def run_ours(
         state = thread.state
         encoded = msgspec.json.encode(state)
         decoder = msgspec.json.Decoder(ThreadState)
-        loads, decodes = [], []
-        # Alternating, so that both meet the machine's same moments; each result is
-        # dropped after its timing, so that neither pays for freeing the one before.
+        plain = msgspec.msgpack.encode(msgspec.to_builtins(state.messages))
+        plain_decoder = msgspec.msgpack.Decoder()
+        loads, decodes, plain_decodes = [], [], []
+        # In turn, so that all three meet the machine's same moments; each result is
+        # dropped after its timing, so that none pays for freeing the one before.
         for _ in range(REPEAT_LOADS):
+            start = time.perf_counter()
+            decoded = plain_decoder.decode(plain)
+            plain_decodes.append(time.perf_counter() - start)
+            del decoded
             start = time.perf_counter()
             decoded = decoder.decode(encoded)
             decodes.append(time.perf_counter() - start)
@@ -577,7 +569,6 @@ def run_ours(
             loaded = store.load(THREAD_ID)
             loads.append(time.perf_counter() - start)
             del loaded
-        plain = msgspec.msgpack.encode(msgspec.to_builtins(state.messages))
         progress.update(
             events=state.version,
             messages=len(state.messages),
@@ -587,7 +578,7 @@ def run_ours(
             state_bytes=len(encoded),
             restore_s=median(loads),
             decode_latest_s=median(decodes),
-            decode_plain_s=decode_time(plain),
+            decode_plain_s=median(plain_decodes),
         )
         if history:
             start = time.perf_counter()
