@@ -1,13 +1,16 @@
-"""``GET /api/reviews`` in pages: a bounded page by default, the next page named by a
-cursor in the ``Link`` and ``X-Next-Cursor`` headers, the pages together the whole
-listing in order; a cursor or size that no page gave answers 400."""
+"""``GET /api/reviews`` and ``GET /api/pauses`` in pages: a bounded page by default, the
+next page named by a cursor in the ``Link`` and ``X-Next-Cursor`` headers, the pages
+together the whole listing in order; a cursor or size that no page gave answers 400."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from covonaut_es import open_store
 from covonaut_es.inbox._api import REVIEWS_PAGE_SIZE
@@ -16,13 +19,40 @@ from inbox_support import current, inbox_client
 from test_approvals import ALICE
 from test_review_queue_pages import Reviews
 
+LISTINGS = ["/api/reviews", "/api/pauses"]
+
 
 def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
-def test_the_reviews_come_in_pages_that_together_are_the_whole_listing(tmp_path: Path) -> None:
-    """Walking the pages by their Link headers lists every review once, oldest first,
+def key(item: dict[str, Any]) -> tuple[str, str]:
+    """What names one listed item: its thread and its call (a review's call)."""
+    return item["thread_id"], item.get("tool_call_id") or item["review_id"]
+
+
+def walked(client: Any, url: str, size: int) -> tuple[list[dict[str, Any]], int]:
+    """Every item of the listing at ``url``, read page by page by the ``Link`` headers,
+    each page at most ``size`` long; and the number of pages."""
+    found, pages = [], 0
+    while url:
+        response = client.get(url, headers=bearer(ALICE))
+        assert response.status_code == 200, response.text
+        assert len(response.json()) <= size
+        found.extend(response.json())
+        pages += 1
+        link = response.headers.get("link")
+        named = re.fullmatch(r'<([^>]+)>; rel="next"', link) if link else None
+        url = named.group(1) if named else ""
+        assert (named is None) == ("x-next-cursor" not in response.headers)
+    return found, pages
+
+
+@pytest.mark.parametrize("listing", LISTINGS)
+def test_the_items_come_in_pages_that_together_are_the_whole_listing(
+    tmp_path: Path, listing: str
+) -> None:
+    """Walking the pages by their Link headers lists every item once, oldest first,
     as one page of the largest size does; the last page has no next link."""
     with open_store(f"sqlite:///{tmp_path / 'threads.db'}") as store:
         reviews = Reviews(store)
@@ -30,27 +60,45 @@ def test_the_reviews_come_in_pages_that_together_are_the_whole_listing(tmp_path:
             reviews.open(minute % 3, ("pay", "ask"), deadline=False)
         with inbox_client(store) as client:
             current(client)
-            whole = client.get(f"/api/reviews?limit={MAX_PAGE_SIZE}", headers=bearer(ALICE))
+            whole = client.get(f"{listing}?limit={MAX_PAGE_SIZE}", headers=bearer(ALICE))
             assert whole.status_code == 200, whole.text
             assert "link" not in whole.headers
             assert len(whole.json()) == 14
-            walked, url, pages = [], "/api/reviews?limit=3", 0
-            while url:
-                response = client.get(url, headers=bearer(ALICE))
-                assert response.status_code == 200, response.text
-                assert len(response.json()) <= 3
-                walked.extend(response.json())
-                pages += 1
-                link = response.headers.get("link")
-                found = re.fullmatch(r'<([^>]+)>; rel="next"', link) if link else None
-                url = found.group(1) if found else ""
-                assert (found is None) == ("x-next-cursor" not in response.headers)
+            found, pages = walked(client, f"{listing}?limit=3", 3)
             assert pages == 5
-            assert walked == whole.json()
-            assert len({(r["thread_id"], r["review_id"]) for r in walked}) == 14
+            assert found == whole.json()
+            assert len({key(item) for item in found}) == 14
 
 
-def test_the_default_page_is_bounded(tmp_path: Path) -> None:
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    threads=st.lists(st.integers(min_value=0, max_value=3), min_size=0, max_size=8),
+    size=st.integers(min_value=1, max_value=6),
+    listing=st.sampled_from(LISTINGS),
+)
+def test_pages_of_any_size_list_every_item_once_in_order(
+    tmp_path_factory: pytest.TempPathFactory, threads: list[int], size: int, listing: str
+) -> None:
+    """Over any queue (threads opening reviews at tied or distinct times) and any page
+    size, the pages walked by their links are the whole listing, each item once."""
+    path = tmp_path_factory.mktemp("pages") / "threads.db"
+    with open_store(f"sqlite:///{path}") as store:
+        reviews = Reviews(store)
+        for minute in threads:
+            reviews.open(minute, ("pay", "ask", "pay")[: minute % 3 + 1], deadline=False)
+        with inbox_client(store) as client:
+            current(client)
+            whole = client.get(f"{listing}?limit={MAX_PAGE_SIZE}", headers=bearer(ALICE)).json()
+            found, pages = walked(client, f"{listing}?limit={size}", size)
+            assert found == whole
+            assert len({key(item) for item in found}) == len(found)
+            assert pages == max(1, -(-len(whole) // size))
+
+
+@pytest.mark.parametrize("listing", LISTINGS)
+def test_the_default_page_is_bounded(tmp_path: Path, listing: str) -> None:
     """Without ?limit=, a page holds at most the default size, and names the next."""
     with open_store(f"sqlite:///{tmp_path / 'threads.db'}") as store:
         reviews = Reviews(store)
@@ -58,7 +106,7 @@ def test_the_default_page_is_bounded(tmp_path: Path) -> None:
             reviews.open(minute, ("pay", "ask", "pay"), deadline=False)
         with inbox_client(store) as client:
             current(client)
-            response = client.get("/api/reviews", headers=bearer(ALICE))
+            response = client.get(listing, headers=bearer(ALICE))
             assert len(response.json()) == REVIEWS_PAGE_SIZE
             assert response.headers["x-next-cursor"]
 
@@ -76,12 +124,15 @@ def test_the_default_page_is_bounded(tmp_path: Path) -> None:
         "?after=a&after=b",
     ],
 )
-def test_a_cursor_or_size_no_page_gave_answers_400(tmp_path: Path, query: str) -> None:
+@pytest.mark.parametrize("listing", LISTINGS)
+def test_a_cursor_or_size_no_page_gave_answers_400(
+    tmp_path: Path, query: str, listing: str
+) -> None:
     """A refused page request says what was wrong, with 400, and lists nothing."""
     with open_store(f"sqlite:///{tmp_path / 'threads.db'}") as store:
         Reviews(store).open(0, ("pay",), deadline=False)
         with inbox_client(store) as client:
             current(client)
-            response = client.get(f"/api/reviews{query}", headers=bearer(ALICE))
+            response = client.get(f"{listing}{query}", headers=bearer(ALICE))
             assert response.status_code == 400, response.text
             assert "error" in response.json()

@@ -52,7 +52,8 @@ from covonaut_es.service import (
 )
 
 REVIEWS_PAGE_SIZE = 100
-"""How many reviews ``GET /api/reviews`` lists when ``?limit=`` does not say."""
+"""How many items ``GET /api/reviews`` and ``GET /api/pauses`` list when ``?limit=``
+does not say."""
 
 NEXT_CURSOR = "X-Next-Cursor"
 """The header that gives the next page's cursor (``?after=``), beside ``Link``."""
@@ -138,15 +139,26 @@ def _page_size(request: Request) -> int:
     return size
 
 
-async def _reviews(inbox: Inbox, request: Request) -> Any:
-    reviewer = await _credential(inbox, request, changes=False)
-    limit, after = _page_size(request), _query_once(request, "after")
-    reviews, next_cursor = await blocking(inbox.desk.reviews, reviewer, after=after, limit=limit)
+def _page_asked(request: Request) -> tuple[str | None, int]:
+    """The cursor (``?after=``) and the size (``?limit=``) of the page a listing asks
+    for."""
+    return _query_once(request, "after"), _page_size(request)
+
+
+def _page(request: Request, items: list[Any], next_cursor: str | None, limit: int) -> Response:
+    """A listing's page: a list of ``items``, the next page named in the headers."""
     headers = {}
     if next_cursor is not None:  # RFC 8288: the next page, as a reference to this path
         query = urlencode({"after": next_cursor, "limit": limit})
         headers = {"Link": f'<{request.url.path}?{query}>; rel="next"', NEXT_CURSOR: next_cursor}
-    return JSONResponse([review.to_json() for review in reviews], headers=headers)
+    return JSONResponse(items, headers=headers)
+
+
+async def _reviews(inbox: Inbox, request: Request) -> Any:
+    reviewer = await _credential(inbox, request, changes=False)
+    after, limit = _page_asked(request)
+    reviews, next_cursor = await blocking(inbox.desk.reviews, reviewer, after=after, limit=limit)
+    return _page(request, [review.to_json() for review in reviews], next_cursor, limit)
 
 
 async def _review(inbox: Inbox, request: Request) -> Any:
@@ -181,8 +193,9 @@ def _decider(action: Action) -> Callable[[Inbox, Request], Awaitable[Any]]:
 
 async def _pauses(inbox: Inbox, request: Request) -> Any:
     reviewer = await _credential(inbox, request, changes=False)
-    pauses = await blocking(inbox.desk.pauses, reviewer)
-    return [pause.to_json() for pause in pauses]
+    after, limit = _page_asked(request)
+    pauses, next_cursor = await blocking(inbox.desk.pauses, reviewer, after=after, limit=limit)
+    return _page(request, [pause.to_json() for pause in pauses], next_cursor, limit)
 
 
 async def _answer(inbox: Inbox, request: Request) -> Any:

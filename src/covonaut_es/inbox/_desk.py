@@ -336,16 +336,20 @@ class ReviewDesk:
         page = self.listing(reviewer, after=after, limit=limit, only=_REVIEWS)
         return tuple(ReviewItem.pending(i) for i in page.items), page.next_cursor
 
-    def pauses(self, reviewer: Reviewer) -> tuple[PendingItem, ...]:
-        """Every pause waiting for a person, of every kind, oldest first (reviews only
-        if ``reviewer`` may decide them), each with its token as its thread records it
-        now (one load per thread)."""
-        pending = tuple(self.pending(reviewer))
-        tokens = listed_pause_tokens(self.store, pending)
-        return tuple(
+    def pauses(
+        self, reviewer: Reviewer, *, after: str | None = None, limit: int = MAX_PAGE_SIZE
+    ) -> tuple[tuple[PendingItem, ...], str | None]:
+        """One page of the pauses waiting for a person, of every kind, oldest first
+        (reviews only if ``reviewer`` may decide them), each with its token as its
+        thread records it now (one load per thread of the page), and the cursor of the
+        next page (None on the last)."""
+        page = self.listing(reviewer, after=after, limit=limit)
+        tokens = listed_pause_tokens(self.store, page.items)
+        items = tuple(
             attrs.evolve(PendingItem.queued(i), pause=t)
-            for i, t in zip(pending, tokens, strict=True)
+            for i, t in zip(page.items, tokens, strict=True)
         )
+        return items, page.next_cursor
 
     def page(
         self, reviewer: Reviewer, *, thread: str = "", tool: str = "", kind: str = "",
