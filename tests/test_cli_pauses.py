@@ -160,6 +160,24 @@ def last_message(store: Store, thread_id: str) -> str:
     return store.state_at(thread_id).messages[-1].content
 
 
+def test_a_worker_run_from_another_thread_resumes_and_leaves_the_signals_alone(
+    cli: Cli, store: Store
+) -> None:
+    """``main(["worker", ...])`` called from a thread other than the main one (an
+    application embedding the command, a test runner) works: only the main thread may
+    set signal handlers, so the worker leaves the process's own in place."""
+    agent(store, "ask-1").run("Pay me.")
+    cli.acting("answer", "ask-1", "a1", "--answer", "DE89 3704 0044")
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    statuses: list[int] = []
+    worker = threading.Thread(target=lambda: statuses.append(cli("worker", "--once", *APP).status))
+    worker.start()
+    worker.join(120)
+    assert statuses == [0]
+    assert store.state_at("ask-1").status is ThreadStatus.FINISHED
+    assert {signum: signal.getsignal(signum) for signum in handlers} == handlers
+
+
 def test_an_answer_to_a_tools_pause_is_what_the_model_reads_once_a_worker_resumes(
     cli: Cli, store: Store
 ) -> None:

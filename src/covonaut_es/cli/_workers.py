@@ -17,6 +17,7 @@ import contextlib
 import logging
 import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from typing import Any
@@ -150,7 +151,12 @@ def _notifier(args: argparse.Namespace) -> ReviewNotifier | None:
 @contextlib.contextmanager
 def _stopping_on_signals(running: Worker) -> Iterator[None]:
     """Make SIGTERM and SIGINT stop the worker gracefully for the block; the handlers
-    they had before are put back after it (``main`` may run in a longer process)."""
+    they had before are put back after it (``main`` may run in a longer process). Only
+    the main thread may set a handler: run in another thread, the worker leaves the
+    signals to the process's own handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
     previous = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
     for signum in previous:
         signal.signal(signum, lambda *_: running.stop())
