@@ -343,3 +343,51 @@ def test_the_forms_a_review_page_offers_are_the_decisions_the_service_accepts(
         else:
             accepted = True
         assert (form in offered) == accepted, (form, offered)
+
+
+SEEN_BY = [
+    ("/api/reviews/{id}", {}),
+    ("/review", {"id": "{id}"}),
+    ("/review/status", {"id": "{id}"}),
+]
+"""Where a reviewer asks of one review by its id: its JSON, its page, its status."""
+
+
+def asked_of(
+    client: Any, seen_by: tuple[str, dict[str, str]], review_id: str, thread: str | None
+) -> Any:
+    """What ``client``, signed in outside the review's scopes, is answered at
+    ``seen_by`` about ``review_id`` (in ``thread``, when named)."""
+    path, params = seen_by
+    query = {name: value.format(id=review_id) for name, value in params.items()}
+    if thread is not None:
+        query["thread"] = thread
+    return client.get(path.format(id=review_id), params=query, headers=bearer(NO_SCOPE))
+
+
+@pytest.mark.parametrize("forked", [False, True])
+def test_a_review_outside_the_reviewers_scopes_reads_as_an_id_no_review_has(
+    store: Store, forked: bool
+) -> None:
+    """Whatever a reviewer outside a review's scopes asks of it by its id (its JSON,
+    its page, its status; naming its thread, its fork's, another thread or none, the
+    review pending in a fork too or not), the answer is the one a made-up id of the
+    same length gets, byte for byte once the id is swapped: nothing says that it
+    exists, nor which threads hold it."""
+    guarded = paused_on(store, "t", GUARDED)
+    paused_on(store, "u", None)
+    if forked:
+        store.fork("t", new_thread_id="t-fork")
+    made_up = "r" * len(guarded)
+    with inbox_client(store) as client:
+        current(client)
+        sign_in(client, NO_SCOPE)
+        for seen_by in SEEN_BY:
+            for thread in (None, "t", "t-fork", "u", "nope"):
+                hidden = asked_of(client, seen_by, guarded, thread)
+                unknown = asked_of(client, seen_by, made_up, thread)
+                where = (seen_by[0], thread)
+                assert hidden.status_code == unknown.status_code == 404, where
+                assert hidden.text.replace(guarded, made_up) == unknown.text, where
+        allowed = client.get(f"/api/reviews/{guarded}", headers=bearer(PAYMENTS))
+        assert allowed.status_code == (400 if forked else 200), allowed.text

@@ -35,6 +35,7 @@ from covonaut_es.domain import (
     may_decide,
 )
 from covonaut_es.errors import (
+    AmbiguousReviewError,
     CovonautError,
     ReadOnlyStoreError,
     ReviewExpiredError,
@@ -383,13 +384,25 @@ class ReviewDesk:
         decide it: one outside their scopes is shown them no more than it is listed.
 
         Raises:
-            ReviewNotFoundError: No such review (in that thread) that they may see.
-            AmbiguousReviewError: Pending in several threads and none named.
+            ReviewNotFoundError: No such review (in that thread) that they may see: the
+                same error, whether the review, or the thread named, exists or not.
+            AmbiguousReviewError: Pending in several threads and none named, for a
+                review they may decide.
         """
-        found = self.service.find_review(review_id, thread_id=thread_id)
+        hidden = ReviewNotFoundError(
+            f"no review {review_id!r} that reviewer {reviewer.id!r} may decide"
+        )
+        try:
+            found = self.service.find_review(review_id, thread_id=thread_id)
+        except AmbiguousReviewError as exc:  # which threads hold it, told only to whom may see it
+            held = self.store.load(exc.thread_ids[0]).reviews.get(review_id)
+            if held is None or not _allows(held.request.rules, reviewer):
+                raise hidden from None
+            raise
+        except (ReviewNotFoundError, ThreadNotFoundError):
+            raise hidden from None
         if not _allows(found.review.request.rules, reviewer):
-            msg = f"no review {review_id!r} that reviewer {reviewer.id!r} may decide"
-            raise ReviewNotFoundError(msg)
+            raise hidden
         pending = found.review.decision is None
         if pending and found.review.request.deadline and self._expire_due(found.thread_id):
             found = self.service.find_review(review_id, thread_id=found.thread_id)
