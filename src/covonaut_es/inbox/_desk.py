@@ -389,8 +389,9 @@ class ReviewDesk:
             AmbiguousReviewError: Pending in several threads and none named, for a
                 review they may decide.
         """
+        where = "" if thread_id is None else f" in thread {thread_id!r}"
         hidden = ReviewNotFoundError(
-            f"no review {review_id!r} that reviewer {reviewer.id!r} may decide"
+            f"no review {review_id!r}{where} that reviewer {reviewer.id!r} may decide"
         )
         try:
             found = self.service.find_review(review_id, thread_id=thread_id)
