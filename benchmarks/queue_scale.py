@@ -4,27 +4,30 @@ Each operation is timed at a size N and at 10N (full run: N = 1,000 pending revi
 as many threads; quick: 30), on SQLite files, with the same code path the inbox, the
 command line and the workers take; the time of one operation at 10N over its time at N
 is its growth, 1 when it costs only its own work (``< 2`` is the target, which leaves
-room for the logarithm of an index's depth). Both sizes are written first, then timed
-side by side: 21 rounds (the scans of the whole log: 3), each timing every operation at N
-and at 10N in turn, the order of the sizes alternating, and each figure is the median of
-its rounds (until 2026-12-07 each size was timed in a block of its own, minutes apart,
-the median of 5 to 21, and the machine's load at those moments moved a growth by up to
-2x).
+room for the logarithm of an index's depth). Both sizes are written first, then each
+operation is timed side by side: in rounds (21 in a full run, 3 with ``--quick``; the
+scans of the whole log in 3), each timing every operation at N and at 10N in turn, the
+order of the sizes alternating, and each figure is the median of its rounds (until
+2026-12-07 each size was timed in a block of its own, minutes apart, the median of 5 to
+21, and the machine's load at those moments moved a growth by up to 2x). The rates are
+one measurement at each size, taken as that size is prepared.
 
 Measured: a page of 50 in the middle of the queue (``ReviewQueue.page(after=cursor,
 limit=50)``) on the SQLite and the in-memory view; one thread's items (``only=``); a
-review's threads by id (``ReviewQueue.threads_with_review``, the index ``approve`` without
-``--thread`` and the inbox use), beside the log scan it replaces
-(``Store.threads_with_review``, which reads every review request); one thread cleared from
-the in-memory view (``MemoryReviewQueueView.apply`` of one ``ThreadCleared``, as a resume
-does); one thread's fork tree (``Store.tree(root)``, through the index of forks by parent
-after its first read), beside ``Store.session_tree()``, which reads every fork; a chain of
-N/10 forks, each of the one before (ADR 0147): the deepest one's load and the chain's
-tree, each per fork of the chain (a read of a fork reads its ancestors: its own work);
-and, in
-events per second, the queue rebuilt from the log (every event of N or 10N threads)
-beside the raw read of the log, and the SQLite view applying the same events in batches
-of 500 per transaction beside one commit per event, as before.
+review's threads by id: ``ReviewQueue.threads_with_review``, the index ``approve`` without
+``--thread`` and the inbox use, and ``Store.threads_with_review``, the store's own index
+of review requests (ADR 0078), beside the log scan they replace (the store's reading of
+every review request, as ``Store.threads_with_review`` does without its index); one
+thread cleared from the in-memory view (``MemoryReviewQueueView.apply`` of one
+``ThreadCleared``, as a resume does, on a view of its own); one thread's fork tree
+(``Store.tree(root)``, through the index of forks by parent after its first read),
+beside ``Store.session_tree()``, which reads every fork; a chain of N/10 forks, each of
+the one before (ADR 0147): the deepest one's load and the chain's tree, each per fork of
+the chain (a read of a fork reads its ancestors: its own work); and, in events per
+second, the queue rebuilt from the log (every event of N or 10N threads) beside the raw
+read of the log, and the SQLite view applying the same events in batches of 500 per
+transaction beside one commit per event, as before. Until 2026-12-07 the log scan's row
+timed ``Store.threads_with_review``, which had come to read the store's index.
 """
 
 from __future__ import annotations
@@ -134,7 +137,8 @@ def prepared(
     operations["clear_memory"] = _clearing(
         store, url, f"memory://queue-scale-{count}-clears", stack
     )
-    operations["lookup_log"] = Operation(lambda: store.threads_with_review(review_id))
+    operations["lookup_store"] = Operation(lambda: store.threads_with_review(review_id))
+    operations["lookup_log"] = Operation(lambda: store._reader.threads_with_review(review_id))
     rates["apply_batches"] = _apply_rate(workdir, url, store, BATCH)
     rates["apply_per_event"] = _apply_rate(workdir, url, store, 1)
     rates["raw_read"] = _raw_read_rate(store)
@@ -232,6 +236,7 @@ ROWS = [
     ("one thread's items (filter), SQLite view", "thread_page_sqlite", seconds, True),
     ("a review's threads by id: the index, SQLite", "lookup_sqlite", seconds, True),
     ("a review's threads by id: the index, memory", "lookup_memory", seconds, True),
+    ("a review's threads by id: the store's own index, SQLite", "lookup_store", seconds, True),
     ("a review's threads by id: the log scan (before)", "lookup_log", seconds, False),
     ("one thread cleared, memory view", "clear_memory", seconds, True),
     ("one thread's fork tree, by the index", "tree_index", seconds, True),
