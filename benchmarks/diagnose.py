@@ -199,7 +199,8 @@ def what_if_layouts(target: str) -> list[tuple[str, int]]:
 
 def _median_load(store: Store) -> float:
     """The median time of the thread's restores, each dropped after its timing, as in
-    figure 3."""
+    figure 3, but back to back (figure 3 takes each in turn with the limits' decodes):
+    warmer, they may read a few percent faster than figure 3's."""
     loads = []
     for _ in range(workload.REPEAT_LOADS):
         start = time.perf_counter()
@@ -436,7 +437,8 @@ def restore(ctx: Context) -> list[Table]:
                 "(ADR 0014), and decompressing the whole state takes about as long as the "
                 "reference decode at every zstd level: uncompressed snapshots would meet the "
                 "strict limit and miss storage's strict one by more (ADR 0080 has the numbers "
-                "and keeps them compressed). In the diagnosis run a restore took "
+                "and keeps them compressed). In the diagnosis run a restore (timed back to "
+                "back) took "
                 f"{times(ratio(now, decode))} the decode time, "
                 f"{times(ratio(rest, decode))} with the longest tail after a run that ended, "
                 f"and {times(ratio(longest, decode))} after an error. See Diagnosis."
