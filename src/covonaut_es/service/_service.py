@@ -29,6 +29,7 @@ from covonaut_es.domain import (
 )
 from covonaut_es.domain._submissions import InputSubmitted
 from covonaut_es.errors import (
+    AmbiguousReviewError,
     ConfigurationError,
     InvalidDecisionError,
     ReviewerNotPermittedError,
@@ -230,9 +231,16 @@ class ThreadService:
         ``partial`` is true and the review stays pending for a second reviewer.
         """
         command = self._deciding(review_id, submission, reviewer)
-        return self._change(
-            thread_of_review(self.store, self.reviews, review_id, thread_id), command
-        )
+        try:
+            found = thread_of_review(self.store, self.reviews, review_id, thread_id)
+        except AmbiguousReviewError as exc:
+            # The threads that hold it, told only to whom may decide it: another is
+            # refused as naming any one of them would be.
+            asked = self.store.load(exc.thread_ids[0]).reviews.get(review_id)
+            if asked is not None:
+                check_may_decide(asked, reviewer=reviewer.id, scopes=reviewer.scopes)
+            raise
+        return self._change(found, command)
 
     def decide_together(
         self,
@@ -532,9 +540,9 @@ class ThreadService:
         by = reviewer.id if reviewer else ""
 
         def abandon(thread: AgentThread) -> None:
-            _check(thread, pause, None, None)
-            if reviewer is not None:
+            if reviewer is not None:  # first: a stale pause's refusal says what is pending
                 _check_may_give_up(thread, reviewer)
+            _check(thread, pause, None, None)
             thread.abandon(text, by=by, now=self._clock())
 
         self._change(thread_id, abandon)
@@ -675,11 +683,10 @@ def _check(
     *,
     runs_again: bool = False,
 ) -> None:
-    """Refuse a person's command on a pause unless the pause it names (if any) is still
-    pending, and the call's review (if any) lets them act on it, ``runs_again`` or not
-    (the application itself, no reviewer, may)."""
-    if pause is not None:
-        check_pause(thread, pause, tool_call_id)
+    """Refuse a person's command on a pause unless the call's review (if any) lets them
+    act on it, ``runs_again`` or not (the application itself, no reviewer, may), and the
+    pause it names (if any) is still pending: in that order, since a stale pause's
+    refusal says what is pending on the thread now."""
     if reviewer is not None and tool_call_id:
         check_may_act_on_call(
             thread.reviews,
@@ -688,6 +695,8 @@ def _check(
             scopes=reviewer.scopes,
             runs_again=runs_again,
         )
+    if pause is not None:
+        check_pause(thread, pause, tool_call_id)
 
 
 def _check_may_give_up(thread: AgentThread, reviewer: Reviewer) -> None:
