@@ -40,6 +40,7 @@ from covonaut_es.errors import (
     ReadOnlyStoreError,
     ReviewExpiredError,
     ReviewNotFoundError,
+    SerializationError,
     StoreUnavailableError,
     ThreadNotFoundError,
 )
@@ -255,7 +256,7 @@ class ReviewDesk:
             if reviewer is None:
                 return True
             if item.review_id:
-                return may_decide(item.rules, reviewer.scopes)
+                return item.listed_to(reviewer.scopes)
             # A call in doubt or a tool's pause shows its call: listed to whom may act on it.
             naming = self._call_reviews(item, states)
             return naming is not None and may_act_on_call(naming, reviewer.scopes)
@@ -402,6 +403,9 @@ class ReviewDesk:
             raise
         except (ReviewNotFoundError, ThreadNotFoundError):
             raise hidden from None
+        except SerializationError as exc:  # its rows name the review: told the operator
+            log.warning("review %r: its thread does not read: %s", review_id, exc)
+            raise hidden from None
         if not _allows(found.review.request.rules, reviewer):
             raise hidden
         pending = found.review.decision is None
@@ -419,16 +423,28 @@ class ReviewDesk:
 
     def pause(self, thread_id: str, tool_call_id: str, *, reviewer: Reviewer) -> PauseView | None:
         """The pending pause on that call, as the thread records it now (one load);
-        None when the thread has none (it resumed, or never paused there), or when its
-        call is governed by a review outside ``reviewer``'s scopes, shown them no more
-        than it is listed (:func:`_may_see_call`).
+        None when the thread has none (it resumed, or never paused there) and
+        ``reviewer`` may see it.
 
         Raises:
-            ThreadNotFoundError: No such thread.
+            ThreadNotFoundError: No such thread; or the call is governed by a review
+                outside ``reviewer``'s scopes (:func:`_may_see_call`), or the thread has
+                no pause on it and they may not see the thread (:func:`may_see`): the
+                same error, so that they learn of neither the thread nor the review.
         """
+        hidden = ThreadNotFoundError(
+            f"no pause on call {tool_call_id!r} of thread {thread_id!r} that reviewer "
+            f"{reviewer.id!r} may see"
+        )
+        if not self.store.exists(thread_id):
+            raise hidden
         state = self.store.state_at(thread_id)
+        if not _may_see_call(state, tool_call_id, reviewer):
+            raise hidden
         on_call = [p for p in state.pauses if p.interrupt.tool_call_id == tool_call_id]
         if not on_call:
+            if not may_see(state, reviewer):
+                raise hidden
             return None
         # A call held for review that is also a tool's pause is answered here first.
         pause = next((p for p in on_call if p.kind is not PauseKind.REVIEW), on_call[0])
@@ -442,7 +458,7 @@ class ReviewDesk:
             token=pause_token(state.messages, pause),
             actionable=pause in state.awaiting_person,
         )
-        return view if _may_see_call(state, tool_call_id, reviewer) else None
+        return view
 
     def thread(self, thread_id: str, *, reviewer: Reviewer) -> ThreadView:
         """The thread page's content, if ``reviewer`` may decide every review the

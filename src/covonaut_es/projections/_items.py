@@ -7,13 +7,14 @@ tracking position in one transaction.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from datetime import datetime
 from typing import Any
 
 import msgspec
 
 from covonaut_es.domain import AgentThread, Interrupt, PauseKind, ReviewRules, ToolPin
+from covonaut_es.domain._review_rules import may_decide
 from covonaut_es.domain._reviews import DEFAULT_RULES
 from covonaut_es.domain._shown import shown_operation_fits
 from covonaut_es.messages import JsonValue
@@ -91,14 +92,28 @@ class PendingReview(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def rules(self) -> ReviewRules:
         """For a review, what its tool's policy allows (the defaults for data that
-        records none): for what a surface shows; the thread's record is the authority."""
+        records none, or rules that do not read): for what a surface shows; the
+        thread's record is the authority."""
+        return self._recorded_rules() or DEFAULT_RULES
+
+    def listed_to(self, scopes: Collection[str]) -> bool:
+        """Whether a reviewer holding ``scopes`` is listed this review: they may decide
+        it (:func:`~covonaut_es.domain.may_decide`) by the rules it records, or it
+        records none. Rules that do not read (an altered row, or one a later version
+        wrote) list it to no one whose scopes are checked."""
+        rules = self._recorded_rules()
+        return rules is not None and may_decide(rules, scopes)
+
+    def _recorded_rules(self) -> ReviewRules | None:
+        """The rules the data records (the defaults when it records none); None when
+        they do not read."""
         found = self.data.get("rules") if isinstance(self.data, dict) else None
         # Converted to the struct itself: a conversion to a union analyses the union
         # anew at each call, six times the cost, paid for every item of a listing.
         try:
             return DEFAULT_RULES if found is None else msgspec.convert(found, ReviewRules)
         except msgspec.ValidationError:
-            return DEFAULT_RULES
+            return None
 
 
 def tool_json(tool: ToolPin) -> dict[str, Any]:
