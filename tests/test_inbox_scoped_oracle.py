@@ -363,6 +363,25 @@ def test_thread_keyed_surfaces_read_as_a_made_up_thread(memory: Callable[[], Sto
             assert (real.status_code, swapped) == (fake.status_code, fake.text), path
 
 
+def test_a_visible_threads_fork_tree_names_no_thread_it_may_not_see(
+    memory: Callable[[], Store],
+) -> None:
+    """An early fork of t (before its review) holds no review, so NO_SCOPE may see its
+    page: its tree of forks lists t, the thread whose review they may not see, unnamed
+    and unlinked; a reviewer who may decide it sees it named."""
+    store = memory()
+    world(store, "pending")
+    store.fork("t", new_thread_id="t-early", at_version=1)
+    with signed_in_outside(store) as (client, _):
+        assert client.get("/thread", params={"id": "t"}).status_code == 404
+        page = client.get("/thread", params={"id": "t-early"})
+        assert page.status_code == 200
+        assert "?id=t&" not in page.text and '?id=t"' not in page.text
+        assert ">t<" not in page.text and "a thread you may not see" in page.text
+        sign_in(client, PAYMENTS)
+        assert ">t<" in client.get("/thread", params={"id": "t-early"}).text
+
+
 # 5. A thread that does not load -------------------------------------------------------
 
 

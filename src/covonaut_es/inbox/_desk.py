@@ -31,6 +31,7 @@ from covonaut_es.domain import (
     ReviewDecision,
     ReviewRules,
     ThreadState,
+    ThreadTree,
     may_act_on_call,
     may_decide,
 )
@@ -474,14 +475,22 @@ class ReviewDesk:
                 f"no thread {thread_id!r} that reviewer {reviewer.id!r} may see"
             )
         root = self.store.path_to_root(thread_id)[-1]
+        tree = self.store.tree(root)
         return ThreadView(
             thread_id=thread_id,
             status=str(state.status),
             timeline=tuple(self.store.replay(thread_id)),
             checkpoints=state.checkpoints,
-            tree=self.store.tree(root),
+            tree=tree,
             audit=self.store.verify(thread_id),
+            hidden=frozenset(t for t in _threads_of(tree) if not self._may_see(t, reviewer)),
         )
+
+    def _may_see(self, thread_id: str, reviewer: Reviewer) -> bool:
+        """Whether ``reviewer`` may see the thread (:func:`may_see`): not if it does not
+        read."""
+        state = self._readable(thread_id)
+        return state is not None and may_see(state, reviewer)
 
     def reachable(self) -> bool:
         """Whether the store answers a read of its log's end within a few seconds
@@ -607,6 +616,15 @@ class ReviewDesk:
         with self._lock:
             key = (thread_id, item_id)
             self._recorded[key] = max(position, self._recorded.get(key, 0))
+
+
+def _threads_of(tree: ThreadTree) -> Iterator[str]:
+    """Every thread of ``tree``, each before its forks."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        yield node.thread_id
+        stack.extend(reversed(node.children))
 
 
 def may_see(state: ThreadState, reviewer: Reviewer) -> bool:

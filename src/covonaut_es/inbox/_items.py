@@ -314,6 +314,8 @@ class ThreadView:
     checkpoints: tuple[Checkpoint, ...]
     tree: ThreadTree
     audit: AuditReport
+    hidden: frozenset[str] = frozenset()
+    """The threads of the tree the reviewer may not see: listed unnamed."""
 
     def tree_walk(self) -> Iterator[ThreadTree | None]:
         """The tree's threads in the order the page lists them, each fork after its
