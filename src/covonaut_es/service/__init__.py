@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from covonaut_es._extras import lazy_names
 from covonaut_es.service._pauses import listed_pause_tokens, pause_token, pending_pause_token
-from covonaut_es.service._review_lookup import FoundReview, ReviewIndex
+from covonaut_es.service._review_lookup import FoundReview, ReviewIndex, held_review
 from covonaut_es.service._reviewers import (
     HmacReviewerVerifier,
     Reviewer,
@@ -59,6 +59,7 @@ __all__ = [
     "ScopedReviewerVerifier",
     "Settlement",
     "ThreadService",
+    "held_review",
     "json_object",
     "listed_pause_tokens",
     "parse_json",

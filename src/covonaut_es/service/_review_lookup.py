@@ -78,6 +78,13 @@ def thread_of_review(
     return (pending or holders)[0]
 
 
+def held_review(store: Store, review_id: str, ambiguous: AmbiguousReviewError) -> Review | None:
+    """The review an ``ambiguous`` lookup found in several threads, as the first of them
+    records it: what says whom its threads may be told (the forks hold the parent's
+    request, its rules the same)."""
+    return store.load(ambiguous.thread_ids[0]).reviews.get(review_id)
+
+
 def no_review(store: Store, review_id: str, thread_id: str | None) -> ReviewNotFoundError:
     """The error of a review not found in ``thread_id``, or in any thread of ``store``."""
     where = f"thread {thread_id!r}" if thread_id else f"any thread of {store.url}"

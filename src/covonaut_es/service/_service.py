@@ -27,6 +27,7 @@ from covonaut_es.domain import (
     check_may_act_on_call,
     check_may_decide,
 )
+from covonaut_es.domain._review_rules import call_refusal
 from covonaut_es.domain._submissions import InputSubmitted
 from covonaut_es.errors import (
     AmbiguousReviewError,
@@ -43,6 +44,7 @@ from covonaut_es.service._pauses import check_pause
 from covonaut_es.service._review_lookup import (
     FoundReview,
     ReviewIndex,
+    held_review,
     no_review,
     thread_of_review,
 )
@@ -236,7 +238,7 @@ class ThreadService:
         except AmbiguousReviewError as exc:
             # The threads that hold it, told only to whom may decide it: another is
             # refused as naming any one of them would be.
-            asked = self.store.load(exc.thread_ids[0]).reviews.get(review_id)
+            asked = held_review(self.store, review_id, exc)
             if asked is not None:
                 check_may_decide(asked, reviewer=reviewer.id, scopes=reviewer.scopes)
             raise
@@ -707,13 +709,15 @@ def _check_may_give_up(thread: AgentThread, reviewer: Reviewer) -> None:
     waiting += [review.request.tool_call_id for review in thread.reviews.pending]
     waiting += [pending.call.id for pending in thread.in_doubt]
     for tool_call_id in dict.fromkeys(waiting):
-        try:
-            check_may_act_on_call(
-                thread.reviews, tool_call_id, reviewer=reviewer.id, scopes=reviewer.scopes
+        # Why, as deciding says it (the scopes needed), but not which call: its id is
+        # not theirs to learn (ADR 0152).
+        reason = call_refusal(thread.reviews.naming(tool_call_id), reviewer.scopes)
+        if reason is not None:
+            msg = (
+                f"thread {thread.thread_id!r} cannot be given up by reviewer "
+                f"{reviewer.id!r}: it waits on a call they may not act on: {reason}"
             )
-        except ReviewerNotPermittedError as exc:
-            msg = f"thread {thread.thread_id!r} cannot be given up by this reviewer: {exc}"
-            raise ReviewerNotPermittedError(msg) from exc
+            raise ReviewerNotPermittedError(msg)
 
 
 def _check_reviewer(reviewer: object) -> None:
