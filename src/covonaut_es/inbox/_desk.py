@@ -68,6 +68,7 @@ from covonaut_es.service import (
     ReviewSubmission,
     Settlement,
     ThreadService,
+    held_review,
     listed_pause_tokens,
     pause_token,
     shown_message,
@@ -398,13 +399,15 @@ class ReviewDesk:
         try:
             found = self.service.find_review(review_id, thread_id=thread_id)
         except AmbiguousReviewError as exc:  # which threads hold it, told only to whom may see it
-            held = self.store.load(exc.thread_ids[0]).reviews.get(review_id)
+            held = held_review(self.store, review_id, exc)
             if held is None or not _allows(held.request.rules, reviewer):
                 raise hidden from None
             raise
         except (ReviewNotFoundError, ThreadNotFoundError):
             raise hidden from None
-        except SerializationError as exc:  # its rows name the review: told the operator
+        except SerializationError as exc:  # its rows name the review
+            if self._listed(review_id, thread_id, reviewer):  # they know of it already
+                raise
             log.warning("review %r: its thread does not read: %s", review_id, exc)
             raise hidden from None
         if not _allows(found.review.request.rules, reviewer):
@@ -423,23 +426,21 @@ class ReviewDesk:
         return _recent_messages(self.store.state_at(thread_id), reviewer)
 
     def pause(self, thread_id: str, tool_call_id: str, *, reviewer: Reviewer) -> PauseView | None:
-        """The pending pause on that call, as the thread records it now (one load);
-        None when the thread has none (it resumed, or never paused there) and
-        ``reviewer`` may see it.
+        """The pending pause on that call, as the thread records it now; None when the
+        thread has none (it resumed, or never paused there) and ``reviewer`` may see it.
 
         Raises:
-            ThreadNotFoundError: No such thread; or the call is governed by a review
-                outside ``reviewer``'s scopes (:func:`_may_see_call`), or the thread has
-                no pause on it and they may not see the thread (:func:`may_see`): the
-                same error, so that they learn of neither the thread nor the review.
+            ThreadNotFoundError: No such thread, or one that does not read; or the call
+                is governed by a review outside ``reviewer``'s scopes
+                (:func:`_may_see_call`), or the thread has no pause on it and they may
+                not see the thread (:func:`may_see`): the same error, so that they learn
+                of neither the thread nor the review.
         """
         hidden = ThreadNotFoundError(
             f"no pause on call {tool_call_id!r} of thread {thread_id!r} that reviewer "
             f"{reviewer.id!r} may see"
         )
-        if not self.store.exists(thread_id):
-            raise hidden
-        state = self.store.state_at(thread_id)
+        state = self._shown_state(thread_id, hidden)
         if not _may_see_call(state, tool_call_id, reviewer):
             raise hidden
         on_call = [p for p in state.pauses if p.interrupt.tool_call_id == tool_call_id]
@@ -469,11 +470,12 @@ class ReviewDesk:
         Raises:
             ThreadNotFoundError: No such thread that they may see.
         """
-        state = self.store.state_at(thread_id) if self.store.exists(thread_id) else None
-        if state is None or not may_see(state, reviewer):
-            raise ThreadNotFoundError(
-                f"no thread {thread_id!r} that reviewer {reviewer.id!r} may see"
-            )
+        hidden = ThreadNotFoundError(
+            f"no thread {thread_id!r} that reviewer {reviewer.id!r} may see"
+        )
+        state = self._shown_state(thread_id, hidden)
+        if not may_see(state, reviewer):
+            raise hidden
         root = self.store.path_to_root(thread_id)[-1]
         tree = self.store.tree(root)
         return ThreadView(
@@ -485,6 +487,35 @@ class ReviewDesk:
             audit=self.store.verify(thread_id),
             hidden=frozenset(t for t in _threads_of(tree) if not self._may_see(t, reviewer)),
         )
+
+    def _listed(self, review_id: str, thread_id: str | None, reviewer: Reviewer) -> bool:
+        """Whether the queue lists the review (in ``thread_id``, when named) to
+        ``reviewer``, by its copy of the review's pause."""
+        threads = (
+            (thread_id,) if thread_id else self.queue.threads_with_review(review_id, self.store)
+        )
+        return any(
+            item.review_id == review_id and item.listed_to(reviewer.scopes)
+            for thread in threads or ()
+            for item in self.queue.page(
+                only=QueueFilter(thread_id=thread, kind=PauseKind.REVIEW)
+            ).items
+        )
+
+    def _shown_state(self, thread_id: str, hidden: ThreadNotFoundError) -> ThreadState:
+        """The thread's state, for a page that shows it; ``hidden`` for a thread that
+        does not exist or does not read (its refusal names its rows, the operator's
+        to read in the log), so that neither tells a reviewer it exists.
+
+        Raises:
+            ThreadNotFoundError: ``hidden``.
+        """
+        try:
+            if self.store.exists(thread_id):
+                return self.store.state_at(thread_id)
+        except SerializationError as exc:
+            log.warning("thread %r does not read: %s", thread_id, exc)
+        raise hidden
 
     def _may_see(self, thread_id: str, reviewer: Reviewer) -> bool:
         """Whether ``reviewer`` may see the thread (:func:`may_see`): not if it does not

@@ -27,6 +27,7 @@ from covonaut_es.errors import (
     ReviewerNotVerifiedError,
     ReviewExpiredError,
     StaleReviewError,
+    ThreadNotFoundError,
 )
 from covonaut_es.inbox._http import (
     HttpError,
@@ -480,12 +481,12 @@ def _pause_status(
 ) -> dict[str, Any]:
     """What an open pause page's live status shows: nothing while the pause it was
     loaded for (``token``) waits; once it was dealt with or its thread given up, that,
-    and the next review.
-
-    Raises:
-        ThreadNotFoundError: No such thread.
-    """
-    view = inbox.desk.pause(thread_id, call_id, reviewer=reviewer)
+    and the next review. A pause no longer shown to ``reviewer`` (its thread moved on
+    to what they may not see) was dealt with; so, alike, is one no thread has."""
+    try:
+        view = inbox.desk.pause(thread_id, call_id, reviewer=reviewer)
+    except ThreadNotFoundError:
+        view = None
     if view is not None and view.status == ThreadStatus.ABANDONED:
         state = "abandoned"
     elif view is None or view.token != token or view.pause.resolved:

@@ -13,8 +13,14 @@ from typing import Any
 
 import msgspec
 
-from covonaut_es.domain import AgentThread, Interrupt, PauseKind, ReviewRules, ToolPin
-from covonaut_es.domain._review_rules import may_decide
+from covonaut_es.domain import (
+    AgentThread,
+    Interrupt,
+    PauseKind,
+    ReviewRules,
+    ToolPin,
+    may_decide,
+)
 from covonaut_es.domain._reviews import DEFAULT_RULES
 from covonaut_es.domain._shown import shown_operation_fits
 from covonaut_es.messages import JsonValue
