@@ -382,6 +382,28 @@ def test_a_visible_threads_fork_tree_names_no_thread_it_may_not_see(
         assert ">t<" in client.get("/thread", params={"id": "t-early"}).text
 
 
+def test_a_visible_forks_page_names_no_thread_it_may_not_see_in_its_history(
+    memory: Callable[[], Store],
+) -> None:
+    """A fork's history opens with its ancestors' first events and its own ``Forked``,
+    whose summaries name the thread that started and the parent it came from: on the
+    page of a fork a reviewer may see, a parent they may not see is named in neither,
+    at any depth."""
+    store = memory()
+    world(store, "pending")
+    store.fork("t", new_thread_id="t-early", at_version=1)
+    store.fork("t-early", new_thread_id="t-early-2")
+    named = ("&#39;t&#39;", ">t<", "?id=t&", '?id=t"')
+    with signed_in_outside(store) as (client, _):
+        for fork in ("t-early", "t-early-2"):
+            page = client.get("/thread", params={"id": fork})
+            assert page.status_code == 200
+            assert "started" in page.text and "a thread you may not see" in page.text
+            assert not [n for n in named if n in page.text], fork
+        sign_in(client, PAYMENTS)
+        assert "&#39;t&#39;" in client.get("/thread", params={"id": "t-early"}).text
+
+
 # 5. A thread that does not load -------------------------------------------------------
 
 

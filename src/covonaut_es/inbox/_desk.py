@@ -21,6 +21,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 import attrs
+import msgspec
 from eventsourcing.projection import BaseProjectionRunner
 
 from covonaut_es import _logs
@@ -73,7 +74,7 @@ from covonaut_es.service import (
     pause_token,
     shown_message,
 )
-from covonaut_es.store import Store
+from covonaut_es.store import AuditEntry, Store
 
 T = TypeVar("T")
 
@@ -478,14 +479,15 @@ class ReviewDesk:
             raise hidden
         root = self.store.path_to_root(thread_id)[-1]
         tree = self.store.tree(root)
+        unseen = frozenset(t for t in _threads_of(tree) if not self._may_see(t, reviewer))
         return ThreadView(
             thread_id=thread_id,
             status=str(state.status),
-            timeline=tuple(self.store.replay(thread_id)),
+            timeline=tuple(_unnamed(e, unseen) for e in self.store.replay(thread_id)),
             checkpoints=state.checkpoints,
             tree=tree,
             audit=self.store.verify(thread_id),
-            hidden=frozenset(t for t in _threads_of(tree) if not self._may_see(t, reviewer)),
+            hidden=unseen,
         )
 
     def _listed(self, review_id: str, thread_id: str | None, reviewer: Reviewer) -> bool:
@@ -647,6 +649,22 @@ class ReviewDesk:
         with self._lock:
             key = (thread_id, item_id)
             self._recorded[key] = max(position, self._recorded.get(key, 0))
+
+
+_UNSEEN = "a thread you may not see"
+
+
+def _unnamed(entry: AuditEntry, hidden: frozenset[str]) -> AuditEntry:
+    """``entry`` of a thread's history, naming none of the ``hidden`` threads: a fork's
+    history opens with its ancestors' first events and its own ``Forked``, whose
+    summaries name the thread they started or the parent it came from."""
+    for thread in hidden:
+        for named in (f"thread {thread!r} started", f"forked from {thread!r} at"):
+            if entry.summary.startswith(named):
+                unnamed = named.replace(f"thread {thread!r}", _UNSEEN.capitalize())
+                unnamed = unnamed.replace(repr(thread), _UNSEEN)
+                return msgspec.structs.replace(entry, summary=unnamed + entry.summary[len(named) :])
+    return entry
 
 
 def _threads_of(tree: ThreadTree) -> Iterator[str]:
