@@ -38,10 +38,13 @@ from covonaut_es.domain import (
 )
 from covonaut_es.errors import (
     AmbiguousReviewError,
+    CompressionDictionaryError,
     CovonautError,
+    MissingUpcasterError,
     ReadOnlyStoreError,
     ReviewExpiredError,
     ReviewNotFoundError,
+    SchemaVersionError,
     SerializationError,
     StoreUnavailableError,
     ThreadNotFoundError,
@@ -441,7 +444,7 @@ class ReviewDesk:
             f"no pause on call {tool_call_id!r} of thread {thread_id!r} that reviewer "
             f"{reviewer.id!r} may see"
         )
-        state = self._shown_state(thread_id, hidden)
+        state = self._shown_state(thread_id, hidden, reviewer)
         if not _may_see_call(state, tool_call_id, reviewer):
             raise hidden
         on_call = [p for p in state.pauses if p.interrupt.tool_call_id == tool_call_id]
@@ -474,7 +477,7 @@ class ReviewDesk:
         hidden = ThreadNotFoundError(
             f"no thread {thread_id!r} that reviewer {reviewer.id!r} may see"
         )
-        state = self._shown_state(thread_id, hidden)
+        state = self._shown_state(thread_id, hidden, reviewer)
         if not may_see(state, reviewer):
             raise hidden
         root = self.store.path_to_root(thread_id)[-1]
@@ -491,31 +494,38 @@ class ReviewDesk:
         )
 
     def _listed(self, review_id: str, thread_id: str | None, reviewer: Reviewer) -> bool:
-        """Whether the queue lists the review (in ``thread_id``, when named) to
-        ``reviewer``, by its copy of the review's pause."""
+        """Whether ``reviewer``'s queue lists the review (in ``thread_id``, when
+        named)."""
         threads = (
             (thread_id,) if thread_id else self.queue.threads_with_review(review_id, self.store)
         )
         return any(
-            item.review_id == review_id and item.listed_to(reviewer.scopes)
+            item.review_id == review_id
             for thread in threads or ()
-            for item in self.queue.page(
-                only=QueueFilter(thread_id=thread, kind=PauseKind.REVIEW)
-            ).items
+            for item in self.listing(reviewer, only=QueueFilter(thread_id=thread)).items
         )
 
-    def _shown_state(self, thread_id: str, hidden: ThreadNotFoundError) -> ThreadState:
-        """The thread's state, for a page that shows it; ``hidden`` for a thread that
-        does not exist or does not read (its refusal names its rows, the operator's
-        to read in the log), so that neither tells a reviewer it exists.
+    def _shown_state(
+        self, thread_id: str, hidden: ThreadNotFoundError, reviewer: Reviewer
+    ) -> ThreadState:
+        """The thread's state, for a page that shows it to ``reviewer``; ``hidden`` for a
+        thread that does not exist, or that does not read and whose pauses their queue
+        does not list (its refusal names its rows, the operator's to read in the log),
+        so that neither tells them it exists.
 
         Raises:
             ThreadNotFoundError: ``hidden``.
+            SerializationError: The thread does not read, and their queue lists a pause
+                of it, or a later version wrote it (which says nothing of a review).
         """
         try:
             if self.store.exists(thread_id):
                 return self.store.state_at(thread_id)
+        except (SchemaVersionError, MissingUpcasterError, CompressionDictionaryError):
+            raise
         except SerializationError as exc:
+            if self.listing(reviewer, only=QueueFilter(thread_id=thread_id), limit=1).items:
+                raise  # they are shown its pause: told why it does not open
             log.warning("thread %r does not read: %s", thread_id, exc)
         raise hidden
 
