@@ -482,7 +482,9 @@ class ReviewDesk:
             raise hidden
         root = self.store.path_to_root(thread_id)[-1]
         tree = self.store.tree(root)
-        unseen = frozenset(t for t in _threads_of(tree) if not self._may_see(t, reviewer))
+        unseen = frozenset(  # the thread itself they may see: loaded once, above
+            t for t in _threads_of(tree) if t != thread_id and not self._may_see(t, reviewer)
+        )
         return ThreadView(
             thread_id=thread_id,
             status=str(state.status),
@@ -661,19 +663,18 @@ class ReviewDesk:
             self._recorded[key] = max(position, self._recorded.get(key, 0))
 
 
-_UNSEEN = "a thread you may not see"
-
-
 def _unnamed(entry: AuditEntry, hidden: frozenset[str]) -> AuditEntry:
     """``entry`` of a thread's history, naming none of the ``hidden`` threads: a fork's
     history opens with its ancestors' first events and its own ``Forked``, whose
-    summaries name the thread they started or the parent it came from."""
+    summaries begin by naming the thread they started or the parent it came from."""
     for thread in hidden:
-        for named in (f"thread {thread!r} started", f"forked from {thread!r} at"):
+        for named, unnamed in (
+            (f"thread {thread!r} started", "A thread you may not see started"),
+            (f"forked from {thread!r} at", "forked from a thread you may not see at"),
+        ):
             if entry.summary.startswith(named):
-                unnamed = named.replace(f"thread {thread!r}", _UNSEEN.capitalize())
-                unnamed = unnamed.replace(repr(thread), _UNSEEN)
-                return msgspec.structs.replace(entry, summary=unnamed + entry.summary[len(named) :])
+                rest = entry.summary[len(named) :]
+                return msgspec.structs.replace(entry, summary=unnamed + rest)
     return entry
 
 
