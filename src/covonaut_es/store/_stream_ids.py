@@ -153,7 +153,12 @@ def first_stream_keyed(
 
 def mapped_ids(records: Sequence[_R], to: Any) -> list[_R]:
     """``records``, each under ``to`` of its stream id (as a UUID)."""
-    return [dataclasses.replace(r, originator_id=to(UUID(str(r.originator_id)))) for r in records]
+    return [dataclasses.replace(r, originator_id=to(_uuid(r.originator_id))) for r in records]
+
+
+def _uuid(stream: UUID | str) -> UUID:
+    """A stream id as a UUID; one already (a save's records) is not parsed again."""
+    return stream if isinstance(stream, UUID) else UUID(str(stream))
 
 
 def _stored_kwargs(ids: StreamIds, kwargs: dict[str, Any]) -> dict[str, Any]:
