@@ -100,6 +100,67 @@ def test_each_message_a_client_sends_runs_once_however_often_it_is_sent(
         assert [m.id for m in users] == first_sent
 
 
+_ACTIONS = st.lists(
+    st.one_of(
+        st.tuples(st.just("new"), st.sampled_from(["a", "b", "msg-0", "msg-1", "msg-3", "msg-4"])),
+        st.tuples(st.sampled_from(["retry", "reload"]), st.integers(0, 5)),
+    ),
+    min_size=1,
+    max_size=6,
+)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(actions=_ACTIONS)
+@example(actions=[("new", "a"), ("new", "msg-0")])  # the endpoint's id of "a"'s position
+@example(actions=[("new", "a"), ("new", "msg-4")])  # the next user message's position
+@example(actions=[("new", "a"), ("reload", 0), ("new", "msg-0"), ("reload", 1)])
+def test_a_new_message_runs_whatever_its_id_and_one_sent_again_never_does(
+    tmp_path_factory: pytest.TempPathFactory, actions: list[tuple[str, Any]]
+) -> None:
+    """A client sends new messages under ids of its own, some of the endpoint's form
+    (``msg-N``, as the thread's messages are named in a snapshot); retries one under its
+    id; or, after a reload, sends one again under the id a snapshot named it by. Each new
+    message is charged once and keeps its id (a client id of the endpoint's form was read
+    as a message sent before, and dropped unrun); nothing sent again is charged again."""
+    folder = tmp_path_factory.mktemp("ids")
+    with open_store(f"sqlite:///{folder / 'threads.db'}") as store:
+        till = Till(store)
+        sent: list[tuple[str, str]] = []  # (the client's id, the text) of each new message
+        for action, value in actions:
+            if action == "new":
+                if value in {message_id for message_id, _ in sent}:
+                    continue  # a client names each of its messages once
+                sent.append((value, f"pay for message {len(sent)}"))
+                message_id, text = sent[-1]
+            elif not sent:
+                continue
+            elif action == "retry":
+                message_id, text = sent[value % len(sent)]
+            else:  # a reload: the thread's user message as the snapshot names it
+                snapshot = till.post(*sent[-1]).text  # sent again, so charges nothing
+                named = _snapshot_user_messages(snapshot)
+                message_id, text = named[value % len(named)]
+            response = till.post(message_id, text)
+            assert response.status_code == 200, response.text
+            assert '"type":"RUN_FINISHED"' in response.text.replace(" ", ""), response.text
+        assert till.charged == [text for _, text in sent]
+        if sent:
+            users = [m for m in store.load("t").messages if m.role is Role.USER]
+            assert [(m.id, m.content) for m in users] == sent
+
+
+def _snapshot_user_messages(stream: str) -> list[tuple[str, str]]:
+    """The (id, text) of each user message in the stream's last ``MESSAGES_SNAPSHOT``."""
+    snapshots = [
+        json.loads(line.removeprefix("data:"))
+        for line in stream.splitlines()
+        if line.startswith("data:") and '"MESSAGES_SNAPSHOT"' in line.replace(" ", "")
+    ]
+    messages = snapshots[-1]["messages"]
+    return [(m["id"], m["content"]) for m in messages if m["role"] == "user"]
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(message_id=hostile_text(max_size=8) | st.text(min_size=250, max_size=300))
 def test_a_message_id_is_kept_as_sent_or_refused_with_nothing_recorded(

@@ -332,33 +332,54 @@ def _started(
 
 def _resent(run_input: agui.RunAgentInput, stored: Sequence[Message]) -> bool:
     """Whether the request's last message is the thread's last user message, sent again
-    under the id the thread keeps (a client retrying a request whose run failed)."""
-    last = run_input.messages[-1] if run_input.messages else None
-    asked = next((m for m in reversed(stored) if m.role is Role.USER), None)
-    return isinstance(last, agui.UserMessage) and asked is not None and asked.id == last.id
+    (a client retrying a request whose run failed)."""
+    last = _last_user_message(run_input)
+    asked = [position for position, message in enumerate(stored) if message.role is Role.USER]
+    return last is not None and bool(asked) and _stored_at(last, stored) == asked[-1]
 
 
 def _new_message(run_input: agui.RunAgentInput, stored: Sequence[Message]) -> Message | None:
     """The request's new user message, with the id its client gave it: its last
-    message, when it is a user's whose id the thread does not hold yet (the messages
-    the endpoint sent carry their positions as ids; the ones it ran, their clients')."""
-    if not run_input.messages:
-        return None
-    last = run_input.messages[-1]
-    if not isinstance(last, agui.UserMessage):
-        return None
-    held = {message_id(position) for position in range(len(stored))}
-    held.update(message.id for message in stored if message.id is not None)
-    if last.id in held:
+    message, when it is a user's that the thread does not hold yet."""
+    last = _last_user_message(run_input)
+    if last is None or _stored_at(last, stored) is not None:
         return None  # sent before: a retried request, or a reload's history
-    if isinstance(last.content, str):
-        text = last.content
-    elif all(isinstance(part, agui.TextPart) for part in last.content):
-        text = "".join(part.text for part in last.content if isinstance(part, agui.TextPart))
-    else:
+    text = _text(last)
+    if text is None:
         msg = "the new user message holds parts that are not text; this endpoint takes text only"
         raise InvalidRunInputError(msg)
     return Message(Role.USER, text, id=last.id)
+
+
+def _stored_at(sent: agui.UserMessage, stored: Sequence[Message]) -> int | None:
+    """The position of the thread's message that ``sent`` is, sent again; None when it
+    is a new one. It is the message that keeps ``sent``'s id, which its client gave it;
+    or, for a history read from a snapshot, the user's message the endpoint names by
+    that id (its position), holding the same text. A client's own id may have the
+    endpoint's form: a message of other text under it is new, not dropped as sent."""
+    named = None
+    for position, message in enumerate(stored):
+        if message.id == sent.id:  # the thread holds each id a client gave once
+            return position
+        if named is None and message.role is Role.USER and message_id(position) == sent.id:
+            named = position
+    if named is not None and _text(sent) == stored[named].content:
+        return named
+    return None
+
+
+def _last_user_message(run_input: agui.RunAgentInput) -> agui.UserMessage | None:
+    last = run_input.messages[-1] if run_input.messages else None
+    return last if isinstance(last, agui.UserMessage) else None
+
+
+def _text(message: agui.UserMessage) -> str | None:
+    """A user message's text; None when it holds parts that are not text."""
+    if isinstance(message.content, str):
+        return message.content
+    if all(isinstance(part, agui.TextPart) for part in message.content):
+        return "".join(part.text for part in message.content if isinstance(part, agui.TextPart))
+    return None
 
 
 def _check_last_message_id(run_input: agui.RunAgentInput) -> None:
@@ -367,7 +388,7 @@ def _check_last_message_id(run_input: agui.RunAgentInput) -> None:
     Raises:
         InvalidRunInputError: Naming the rule, not the id.
     """
-    last = run_input.messages[-1] if run_input.messages else None
-    problem = message_id_problem(last.id) if isinstance(last, agui.UserMessage) else None
+    last = _last_user_message(run_input)
+    problem = None if last is None else message_id_problem(last.id)
     if problem is not None:
         raise InvalidRunInputError(f"the last user message's id is refused: {problem}")
