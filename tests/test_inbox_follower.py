@@ -2,7 +2,7 @@
 a database session that ended (a failover, a restart, ``idle_session_timeout``)
 stopped eventsourcing's runner for good, and the inbox answered 503 until a person
 restarted it (helper-223). While stopped, every listing is 503; a new runner starts
-:data:`~covonaut_es.inbox._desk.RESTART_SECONDS` after the stop was seen."""
+:data:`~covonaut_es.projections._follower.RESTART_SECONDS` after the stop was seen."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
 from covonaut_es import open_store
-from covonaut_es.inbox import _desk
+from covonaut_es.projections import _follower
 from covonaut_es.projections._queue import ReviewQueueProjection
 from inbox_support import current, inbox_client, paused
 from test_approvals import ALICE
@@ -45,7 +45,7 @@ def _answering(client: TestClient, threads: set[str]) -> list[int]:
 
 @pytest.fixture
 def quick_restarts(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setattr(_desk, "RESTART_SECONDS", _RESTART)
+    monkeypatch.setattr(_follower, "RESTART_SECONDS", _RESTART)
     yield
 
 

@@ -36,8 +36,9 @@ from covonaut_es.cli._json import (
 )
 from covonaut_es.cli._options import add_store_command, open_from, review_queue
 from covonaut_es.cli._output import check_reader_present, emit, print_json
-from covonaut_es.errors import AmbiguousReviewError, ReadOnlyStoreError
+from covonaut_es.errors import AmbiguousReviewError, ReadOnlyStoreError, StoreUnavailableError
 from covonaut_es.projections import PendingReview
+from covonaut_es.projections._follower import QueueFollower
 from covonaut_es.service import (
     Action,
     ReviewSubmission,
@@ -45,6 +46,7 @@ from covonaut_es.service import (
     submitted_review,
 )
 from covonaut_es.store import Store
+from covonaut_es.store._write_errors import passes_when_answered
 
 _THREAD_HELP = (
     "the thread to decide the review on (default: the one thread where it is pending); "
@@ -128,20 +130,33 @@ def reviews(args: argparse.Namespace) -> int:
             raise UsageError(msg) from exc
         shown: object = None
         read_at = -1
-        with queue.follow() as runner:
+        follower = QueueFollower(queue, restarts=passes_when_answered)
+        follower.start()
+        try:
             while True:
-                queue.wait_until_current(store, timeout=60, runner=runner)
-                position = queue.position()
-                if position != read_at:  # the queue is read again only once it changed
-                    read_at, pending = position, queue.pending()
-                    if pending != shown:
-                        _print_reviews(args, pending, store)
-                        sys.stdout.flush()
-                        shown = pending
+                # Following, a runner stopped by a database's failure that passes (a
+                # restart) is started again once due, the failure shown as a warning
+                # meanwhile; any other failure, and any in a listing, ends the command.
+                if not args.follow or follower.stopped() is None:
+                    try:
+                        queue.wait_until_current(store, timeout=60, runner=follower.runner)
+                        position = queue.position()
+                        if position != read_at:  # the queue is read again once it changed
+                            read_at, pending = position, queue.pending()
+                            if pending != shown:
+                                _print_reviews(args, pending, store)
+                                sys.stdout.flush()
+                                shown = pending
+                    except StoreUnavailableError as exc:
+                        if not (args.follow and passes_when_answered(exc)):
+                            raise
+                        follower.stopped_on(exc)
                 if not args.follow:
                     return _incomplete(args, queue.records_passed_over())
                 check_reader_present()
                 time.sleep(0.2)
+        finally:
+            follower.stop()
 
 
 def _incomplete(args: argparse.Namespace, passed_over: int) -> int:

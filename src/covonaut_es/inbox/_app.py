@@ -25,11 +25,12 @@ from covonaut_es._text import indented_json, printable
 from covonaut_es.domain import PauseKind
 from covonaut_es.errors import ConfigurationError
 from covonaut_es.inbox._api import api_routes
-from covonaut_es.inbox._desk import QueueFollower, ReviewDesk
+from covonaut_es.inbox._desk import ReviewDesk
 from covonaut_es.inbox._http import Inbox
 from covonaut_es.inbox._pages import page_routes
 from covonaut_es.inbox._sessions import Sessions, checked_origin
 from covonaut_es.projections import ReviewQueue
+from covonaut_es.projections._follower import QueueFollower
 from covonaut_es.service import ReviewerVerifier
 from covonaut_es.store import Store
 

@@ -11,21 +11,16 @@ method blocks; the web layer runs them in worker threads.
 
 from __future__ import annotations
 
-import contextlib
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack
 from datetime import datetime
 from typing import Any, TypeVar
 
 import attrs
 import msgspec
-from eventsourcing.projection import BaseProjectionRunner
 
 from covonaut_es import _logs
-from covonaut_es._text import exception_line
 from covonaut_es.domain import (
     PauseKind,
     Review,
@@ -65,6 +60,7 @@ from covonaut_es.projections import (
     QueuePage,
     ReviewQueue,
 )
+from covonaut_es.projections._follower import QueueFollower
 from covonaut_es.projections._items import QUEUE_EVENT_TYPES, QUEUE_FOLLOWER
 from covonaut_es.service import (
     Reviewer,
@@ -92,84 +88,6 @@ first."""
 
 
 log = _logs.logger(__name__)
-
-RESTART_SECONDS = 5.0
-"""How long after its runner stopped on an error a follower starts a new one."""
-
-
-class QueueFollower:
-    """The runner keeping a reviewer queue current, started again when it stopped on
-    an error: a database session that ended (a failover, a server's restart, an idle
-    timeout) stops eventsourcing's runner for good, and a queue that is never followed
-    again would leave the inbox answering 503 until a person restarted it.
-
-    Args:
-        queue: The queue to follow, its view kept across runners (the next takes up
-            where the last stopped).
-        clock: Seconds, monotonic.
-    """
-
-    def __init__(self, queue: ReviewQueue, *, clock: Callable[[], float] = time.monotonic) -> None:
-        self._queue = queue
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._running: ExitStack | None = None
-        self._runner: BaseProjectionRunner[Any] | None = None
-        self._stopped: Exception | None = None  # what stopped the runner, once seen
-        self._stopped_at = 0.0
-        self._ended = False  # stopped for good: never started again
-
-    def start(self) -> None:
-        """Start a runner following the queue's store.
-
-        Raises:
-            CovonautError: As :meth:`ReviewQueue.follow`, its first read of the store.
-        """
-        running = ExitStack()
-        self._runner = running.enter_context(self._queue.follow())
-        self._running, self._stopped = running, None
-
-    def stop(self) -> None:
-        """Stop the runner, if one runs, for good: a restart under way when it is
-        asked (by a request, as the server shuts down) is waited for, and none follows."""
-        with self._lock:
-            self._ended = True
-            self._stop_runner()
-
-    def _stop_runner(self) -> None:
-        running, self._running, self._runner = self._running, None, None
-        if running is not None:
-            with contextlib.suppress(Exception):  # its error, told before, or none
-                running.close()
-
-    def stopped(self) -> Exception | None:
-        """What stopped the runner, while it is stopped on an error (kept once seen,
-        since the runner gives its error only once); once :data:`RESTART_SECONDS`
-        passed since it was seen, a new runner is started first."""
-        with self._lock:
-            runner = self._runner
-            if self._stopped is None and runner is not None and runner.is_interrupted.is_set():
-                try:
-                    runner.run_forever(timeout=0)  # raises what stopped it, if anything did
-                except Exception as exc:
-                    self._seen_stop(exc)
-            due = self._clock() - self._stopped_at >= RESTART_SECONDS
-            if self._stopped is not None and due and not self._ended:
-                self._stop_runner()
-                try:
-                    self.start()
-                    log.info("the reviewer queue follows the store again")
-                except Exception as exc:
-                    self._seen_stop(exc)
-            return self._stopped
-
-    def _seen_stop(self, error: Exception) -> None:
-        self._stopped, self._stopped_at = error, self._clock()
-        log.warning(
-            "the reviewer queue stopped following the store (%s); it starts again in %g s",
-            exception_line(error),
-            RESTART_SECONDS,
-        )
 
 
 class ReviewDesk:
@@ -212,10 +130,12 @@ class ReviewDesk:
     def _check_following(self) -> None:
         stopped = self.following()
         if stopped is not None:
+            assert self._follower is not None  # only a follower tells of a stop
             msg = (
                 f"the reviewer queue stopped following the store "
                 f"({shown_message(stopped, self.store)}), so what it lists would no longer "
-                f"change; it starts following again every {RESTART_SECONDS:g} s: try again "
+                f"change; it starts following again every {self._follower.restart_seconds:g} s: "
+                "try again "
                 "shortly"
             )
             raise StoreUnavailableError(msg) from stopped

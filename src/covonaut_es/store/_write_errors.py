@@ -214,6 +214,14 @@ two writers meet in it, since its sequence numbers each row once; a row already 
 is one the sequence was set back behind, or moved past where it numbers (ADR 0113)."""
 
 
+def passes_when_answered(error: BaseException) -> bool:
+    """Whether ``error`` is a database's failure that passes once it answers again (a
+    failover, a restart, a session it ended, its write lock held too long): what a
+    follower of the log waits out, then reads again. Its other kinds stay: a SQLite
+    file replaced (a follower would go on following the old file), a store closed."""
+    return type(error) in (StoreUnavailableError, StoreLockedError)
+
+
 def is_conflict(exc: BaseException) -> bool:
     """Whether a refused write met a row another writer stored first: a key of the
     store's own already taken (a stream's version, a snapshot's, a tracked position),

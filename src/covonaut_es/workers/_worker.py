@@ -26,7 +26,6 @@ from covonaut_es._clock import AwareClock, utc_now
 from covonaut_es._closing import Closing
 from covonaut_es.errors import (
     StoreFileReplacedError,
-    StoreLockedError,
     StoreUnavailableError,
     ThreadAbandonedError,
     ThreadBusyError,
@@ -43,6 +42,7 @@ from covonaut_es.store._leases import (
     check_worker_id,
     now_record,
 )
+from covonaut_es.store._write_errors import passes_when_answered
 from covonaut_es.workers._candidates import Candidates
 from covonaut_es.workers._deadlines import ReviewDeadlines
 from covonaut_es.workers._notices import NoticeSender, ReviewNotifier
@@ -69,11 +69,6 @@ class WorkerSummary:
 
     steps: int = 0
     failed: tuple[str, ...] = ()
-
-
-_PASSING = (StoreUnavailableError, StoreLockedError)
-"""The failures of a read of the log that pass, when the database answers again; its
-other kinds (a file replaced, a store closed, a role that may not make a table) stay."""
 
 
 class Worker(Closing):
@@ -270,7 +265,7 @@ class Worker(Closing):
         try:
             self._follow()
         except StoreUnavailableError as exc:
-            if once or type(exc) not in _PASSING:
+            if once or not passes_when_answered(exc):
                 raise
             if not self._stopping.is_set():
                 logger.warning(
