@@ -6,6 +6,7 @@ message it ran (``Message.id``), and a message whose id it holds is not run agai
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgspec
@@ -43,8 +44,9 @@ class Till:
     """An endpoint whose model charges the card once for each user message, and the
     charges its tool made."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, *, system_prompt: str = "") -> None:
         self.store = store
+        self.system_prompt = system_prompt
         self.charged: list[str] = []
         self.client = TestClient(
             create_agui_app(store, self.make_config, HmacReviewerVerifier(b"k" * 32))
@@ -64,14 +66,16 @@ class Till:
 
     def make_config(self, thread_id: str) -> AgentConfig:
         tool = Tool("charge", "Charge the card", _OBJECT, self.charge)
-        return AgentConfig(provider=ScriptedProvider(respond=self.respond), tools=[tool])
+        provider = ScriptedProvider(respond=self.respond)
+        return AgentConfig(provider=provider, tools=[tool], system_prompt=self.system_prompt)
 
     def post(self, message_id: Any, text: str) -> Any:
-        body = {
-            "threadId": "t",
-            "runId": f"run-{len(self.charged)}",
-            "messages": [{"id": message_id, "role": "user", "content": text}],
-        }
+        """A run request whose one message is the user's ``text`` under ``message_id``."""
+        return self.send([{"id": message_id, "role": "user", "content": text}])
+
+    def send(self, messages: Sequence[Any]) -> Any:
+        """A run request of ``messages`` (the protocol's objects, the user's last)."""
+        body = {"threadId": "t", "runId": f"run-{len(self.charged)}", "messages": list(messages)}
         # Escaped, so that a lone surrogate travels as JSON's \ud800 does.
         headers = {"content-type": "application/json"}
         return self.client.post("/", content=json.dumps(body), headers=headers)
@@ -102,63 +106,80 @@ def test_each_message_a_client_sends_runs_once_however_often_it_is_sent(
 
 _ACTIONS = st.lists(
     st.one_of(
-        st.tuples(st.just("new"), st.sampled_from(["a", "b", "msg-0", "msg-1", "msg-3", "msg-4"])),
-        st.tuples(st.sampled_from(["retry", "reload"]), st.integers(0, 5)),
+        st.tuples(
+            st.just("new"),
+            st.sampled_from(["a", "b", "msg-0", "msg-1", "msg-2", "msg-3", "msg-4", "msg-5"]),
+            st.sampled_from(["yes", "pay"]),  # texts repeat, as "yes" does in a chat
+        ),
+        st.tuples(st.sampled_from(["retry", "reload", "reload alone"]), st.integers(0, 5)),
     ),
     min_size=1,
     max_size=6,
 )
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(actions=_ACTIONS)
-@example(actions=[("new", "a"), ("new", "msg-0")])  # the endpoint's id of "a"'s position
-@example(actions=[("new", "a"), ("new", "msg-4")])  # the next user message's position
-@example(actions=[("new", "a"), ("reload", 0), ("new", "msg-0"), ("reload", 1)])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(actions=_ACTIONS, system_prompt=st.sampled_from(["", "Be brief."]))
+@example(actions=[("new", "a", "yes"), ("new", "msg-0", "pay")], system_prompt="")
+@example(actions=[("new", "msg-0", "yes"), ("new", "msg-1", "yes")], system_prompt="Be brief.")
+@example(actions=[("new", "a", "yes"), ("reload", 0), ("new", "msg-0", "yes")], system_prompt="")
+@example(actions=[("new", "msg-2", "yes"), ("new", "b", "pay"), ("reload", 1)], system_prompt="")
 def test_a_new_message_runs_whatever_its_id_and_one_sent_again_never_does(
-    tmp_path_factory: pytest.TempPathFactory, actions: list[tuple[str, Any]]
+    tmp_path_factory: pytest.TempPathFactory,
+    actions: list[tuple[Any, ...]],
+    system_prompt: str,
 ) -> None:
-    """A client sends new messages under ids of its own, some of the endpoint's form
-    (``msg-N``, as the thread's messages are named in a snapshot); retries one under its
-    id; or, after a reload, sends one again under the id a snapshot named it by. Each new
-    message is charged once and keeps its id (a client id of the endpoint's form was read
-    as a message sent before, and dropped unrun); nothing sent again is charged again."""
+    """A client keeps the thread as each response's snapshot gives it (every message
+    named ``msg-N`` by its position) and sends new messages after it, under ids of its
+    own, some of that very form, some repeating the text of one before; sends a request
+    again whole (a retry after a lost response); or sends one of the thread's user
+    messages again under the id the snapshot gave it, after the history before it or
+    alone (a reload). Each new message is charged once and keeps its id (a client id of
+    the endpoint's form was read as a message sent before, and dropped unrun); nothing
+    sent again is charged again."""
     folder = tmp_path_factory.mktemp("ids")
     with open_store(f"sqlite:///{folder / 'threads.db'}") as store:
-        till = Till(store)
+        till = Till(store, system_prompt=system_prompt)
         sent: list[tuple[str, str]] = []  # (the client's id, the text) of each new message
-        for action, value in actions:
+        requests: list[list[Any]] = []  # the messages of each request sent
+        thread: list[Any] = []  # the client's messages: the last snapshot's
+        for action, *values in actions:
             if action == "new":
-                if value in {message_id for message_id, _ in sent}:
+                message_id, text = values
+                if message_id in {sent_id for sent_id, _ in sent}:
                     continue  # a client names each of its messages once
-                sent.append((value, f"pay for message {len(sent)}"))
-                message_id, text = sent[-1]
-            elif not sent:
-                continue
+                sent.append((message_id, text))
+                messages = [*thread, {"id": message_id, "role": "user", "content": text}]
             elif action == "retry":
-                message_id, text = sent[value % len(sent)]
-            else:  # a reload: the thread's user message as the snapshot names it
-                snapshot = till.post(*sent[-1]).text  # sent again, so charges nothing
-                named = _snapshot_user_messages(snapshot)
-                message_id, text = named[value % len(named)]
-            response = till.post(message_id, text)
+                if not requests:
+                    continue
+                messages = requests[values[0] % len(requests)]
+            else:
+                users = [n for n, m in enumerate(thread) if m["role"] == "user"]
+                if not users:
+                    continue
+                last = users[values[0] % len(users)]
+                first = last if action == "reload alone" else 0
+                messages = thread[first : last + 1]
+            requests.append(messages)
+            response = till.send(messages)
             assert response.status_code == 200, response.text
             assert '"type":"RUN_FINISHED"' in response.text.replace(" ", ""), response.text
+            thread = _snapshot(response.text)
         assert till.charged == [text for _, text in sent]
         if sent:
             users = [m for m in store.load("t").messages if m.role is Role.USER]
             assert [(m.id, m.content) for m in users] == sent
 
 
-def _snapshot_user_messages(stream: str) -> list[tuple[str, str]]:
-    """The (id, text) of each user message in the stream's last ``MESSAGES_SNAPSHOT``."""
+def _snapshot(stream: str) -> list[Any]:
+    """The messages of the stream's last ``MESSAGES_SNAPSHOT``, as a client keeps them."""
     snapshots = [
         json.loads(line.removeprefix("data:"))
         for line in stream.splitlines()
         if line.startswith("data:") and '"MESSAGES_SNAPSHOT"' in line.replace(" ", "")
     ]
-    messages = snapshots[-1]["messages"]
-    return [(m["id"], m["content"]) for m in messages if m["role"] == "user"]
+    return list(snapshots[-1]["messages"])
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -224,19 +245,48 @@ def test_a_request_whose_run_failed_runs_again_when_sent_again(
 
     folder = tmp_path_factory.mktemp("failed")
     with open_store(f"sqlite:///{folder / 'threads.db'}") as store:
-        config = AgentConfig(provider=ScriptedProvider(respond=respond))
-        client = TestClient(
-            create_agui_app(store, lambda t: config, HmacReviewerVerifier(b"k" * 32))
-        )
-        body = {
-            "threadId": "t",
-            "runId": "r",
-            "messages": [{"id": "u-1", "role": "user", "content": "hello"}],
-        }
-        first = client.post("/", json=body)
-        assert '"RUN_ERROR"' in first.text.replace(" ", "")
-        second = client.post("/", json=body)
-        assert "Here is your answer." in second.text
+        send = _sender(store, AgentConfig(provider=ScriptedProvider(respond=respond)), "hello")
+        assert '"RUN_ERROR"' in send().text.replace(" ", "")
+        assert "Here is your answer." in send().text
         thread = store.load("t")
         assert thread.status is ThreadStatus.FINISHED and asked[0] == 2
         assert [m.id for m in thread.messages if m.role is Role.USER] == ["u-1"]
+
+
+class _Count(msgspec.Struct):
+    n: int
+
+
+def test_a_request_whose_run_failed_after_a_correction_runs_again_when_sent_again(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """The model's typed answer is refused, which adds the correction as a user message
+    of the run's own (no id), then the provider fails: the client's request sent again
+    goes on from the thread, once (it was taken for an older message than the run's, and
+    nothing ran, with the run reported finished; helper-230)."""
+    asked = [0]
+
+    def respond(request: ProviderRequest) -> ProviderResponse:
+        asked[0] += 1
+        if asked[0] == 2:
+            raise ProviderServerError("the provider answered 503")
+        return ProviderResponse(content="not a count" if asked[0] == 1 else '{"n": 1}')
+
+    folder = tmp_path_factory.mktemp("corrected")
+    with open_store(f"sqlite:///{folder / 'threads.db'}") as store:
+        config = AgentConfig(provider=ScriptedProvider(respond=respond), output_type=_Count)
+        send = _sender(store, config, "count")
+        assert '"RUN_ERROR"' in send().text.replace(" ", "")
+        assert store.load("t").status is ThreadStatus.ERROR
+        send()
+        thread = store.load("t")
+        assert thread.status is ThreadStatus.FINISHED and asked[0] == 3
+        assert [m.id for m in thread.messages if m.role is Role.USER] == ["u-1", None]
+
+
+def _sender(store: Store, config: AgentConfig, text: str) -> Callable[[], Any]:
+    """Sends, each time it is called, the one request of user message ``u-1`` of
+    ``text`` to an endpoint running every thread with ``config``."""
+    client = TestClient(create_agui_app(store, lambda t: config, HmacReviewerVerifier(b"k" * 32)))
+    messages = [{"id": "u-1", "role": "user", "content": text}]
+    return lambda: client.post("/", json={"threadId": "t", "runId": "r", "messages": messages})

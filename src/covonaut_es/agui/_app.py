@@ -331,18 +331,21 @@ def _started(
 
 
 def _resent(run_input: agui.RunAgentInput, stored: Sequence[Message]) -> bool:
-    """Whether the request's last message is the thread's last user message, sent again
-    (a client retrying a request whose run failed)."""
-    last = _last_user_message(run_input)
-    asked = [position for position, message in enumerate(stored) if message.role is Role.USER]
-    return last is not None and bool(asked) and _stored_at(last, stored) == asked[-1]
+    """Whether the request's last message is the one the thread's failed run was given,
+    sent again (a client retrying a request whose run failed): a user's message the
+    thread holds, after which no client sent another (those the run added itself, such
+    as a typed answer's correction, carry no id)."""
+    position = _stored_at(run_input, stored)
+    if position is None:
+        return False
+    return all(m.id is None for m in stored[position + 1 :] if m.role is Role.USER)
 
 
 def _new_message(run_input: agui.RunAgentInput, stored: Sequence[Message]) -> Message | None:
     """The request's new user message, with the id its client gave it: its last
     message, when it is a user's that the thread does not hold yet."""
     last = _last_user_message(run_input)
-    if last is None or _stored_at(last, stored) is not None:
+    if last is None or _stored_at(run_input, stored) is not None:
         return None  # sent before: a retried request, or a reload's history
     text = _text(last)
     if text is None:
@@ -351,21 +354,29 @@ def _new_message(run_input: agui.RunAgentInput, stored: Sequence[Message]) -> Me
     return Message(Role.USER, text, id=last.id)
 
 
-def _stored_at(sent: agui.UserMessage, stored: Sequence[Message]) -> int | None:
-    """The position of the thread's message that ``sent`` is, sent again; None when it
-    is a new one. It is the message that keeps ``sent``'s id, which its client gave it;
-    or, for a history read from a snapshot, the user's message the endpoint names by
-    that id (its position), holding the same text. A client's own id may have the
-    endpoint's form: a message of other text under it is new, not dropped as sent."""
-    named = None
+def _stored_at(run_input: agui.RunAgentInput, stored: Sequence[Message]) -> int | None:
+    """The position of the thread's message that the request's last one is, sent
+    again; None when it is a new one (or no user's).
+
+    It is the message that keeps its id, which its client gave it, with its text; or,
+    for a history read from a snapshot, the user's message at the position the snapshot
+    names by its id (``msg-N``), holding its text, where the history has it (a client
+    may leave the system's messages out of it), or sent alone. A client's own ids may
+    have the endpoint's form: a message under one is new unless all of that holds.
+    """
+    sent = _last_user_message(run_input)
+    if sent is None:
+        return None
+    text = _text(sent)
     for position, message in enumerate(stored):
-        if message.id == sent.id:  # the thread holds each id a client gave once
+        if message.id == sent.id and message.content == text:
             return position
-        if named is None and message.role is Role.USER and message_id(position) == sent.id:
-            named = position
-    if named is not None and _text(sent) == stored[named].content:
-        return named
-    return None
+    named = next((p for p in range(len(stored)) if message_id(p) == sent.id), None)
+    if named is None or stored[named].role is not Role.USER or stored[named].content != text:
+        return None
+    at = len(run_input.messages) - 1
+    system = sum(1 for message in stored[:named] if message.role is Role.SYSTEM)
+    return named if at in (0, named, named - system) else None
 
 
 def _last_user_message(run_input: agui.RunAgentInput) -> agui.UserMessage | None:
