@@ -7,8 +7,10 @@ import os
 import secrets
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -245,6 +247,42 @@ def test_reviews_follow_prints_new_items(url: str) -> None:
             follower.stdout.close()
 
 
+def _following(url: str) -> subprocess.Popen[str]:
+    """``reviews --follow --json`` on ``url``, its first listing (two items) read."""
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "covonaut_es", "reviews", "--follow", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "COVONAUT_ES_STORE": url},
+    )
+    assert follower.stdout is not None
+    assert len(json.loads(follower.stdout.readline())) == 2
+    return follower
+
+
+def test_reviews_follow_stops_in_one_line_once_its_sqlite_file_is_damaged(url: str) -> None:
+    """The store's file damaged past its first page while ``reviews --follow`` runs: it
+    exits 2 with one line saying so, instead of waiting, for ever, for a database that
+    answers (helper-231: it took the damage for an outage that passes)."""
+    path = Path(url.removeprefix("sqlite:///"))
+    follower = _following(url)
+    try:
+        with closing(sqlite3.connect(path, isolation_level=None)) as conn:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        with path.open("r+b") as file:
+            file.seek(4096)
+            file.write(b"\xff" * (path.stat().st_size - 4096))
+        with closing(sqlite3.connect(path, isolation_level=None)) as conn:
+            conn.execute("CREATE TABLE after_the_damage (x)")  # a new event for the log
+        _, stderr = follower.communicate(timeout=60)
+    finally:
+        follower.kill()
+        follower.wait(timeout=10)
+    assert follower.returncode == 2, stderr
+    assert "is damaged" in stderr and len(stderr.splitlines()) == 1, stderr
+
+
 def test_reviews_follow_stops_in_one_line_once_its_sqlite_file_is_replaced(
     url: str, tmp_path: Path
 ) -> None:
@@ -253,17 +291,8 @@ def test_reviews_follow_stops_in_one_line_once_its_sqlite_file_is_replaced(
     ever."""
     path = Path(url.removeprefix("sqlite:///"))
     shutil.copyfile(path, tmp_path / "backup.db")
-    env = {**os.environ, "COVONAUT_ES_STORE": url}
-    follower = subprocess.Popen(
-        [sys.executable, "-m", "covonaut_es", "reviews", "--follow", "--json"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
+    follower = _following(url)
     try:
-        assert follower.stdout is not None
-        assert len(json.loads(follower.stdout.readline())) == 2
         os.replace(tmp_path / "backup.db", path)
         _, stderr = follower.communicate(timeout=60)
     finally:

@@ -130,6 +130,14 @@ class StoreClosedError(StoreUnavailableError, ConnectionPoolClosedError):
     store raised before, for code that catches that."""
 
 
+class StoreDamagedError(StoreUnavailableError):
+    """The store's database holds what the library cannot use, and will on every try: a
+    damaged SQLite file, tables changed around the library (a rule, a trigger, a column,
+    a constraint or index that refuses its rows). Nothing was written. Restore the file or
+    the tables from a backup, or remove what was added; a follower of the log stops on
+    it rather than wait for a database that answers."""
+
+
 class StoreFileReplacedError(StoreUnavailableError):
     """A SQLite store's file was replaced or deleted while the store was open (a backup
     restored with ``mv``, say): its writes would go on into the old file, lost, and its

@@ -16,6 +16,7 @@ from eventsourcing.persistence import (
 from covonaut_es.errors import (
     CovonautError,
     ReadOnlyStoreError,
+    StoreDamagedError,
     StoredRowError,
     StoreLockedError,
     StorePrivilegeError,
@@ -45,9 +46,12 @@ def database_errors_typed(where: str, unsaved: str) -> Iterator[None]:
             store waits.
         StoredRowError: PostgreSQL's log already holds the notification id its
             sequence gave a new event (the sequence set back, ADR 0113).
+        StoreDamagedError: A damaged SQLite file, or tables changed around the
+            library (a constraint, index or trigger added refusing a row, a rule, a
+            column): trying again meets it again.
         StoreUnavailableError: Any other failure (a full disk, an I/O error, a
-            connection lost, a statement the database refused, a constraint or trigger
-            added to a table refusing a row): the transaction was rolled back. A
+            connection lost, a statement the database refused): the transaction was
+            rolled back. A
             conflict (:func:`is_conflict`) stays an ``IntegrityError``, the caller's
             to tell.
     """
@@ -97,13 +101,13 @@ def database_error(exc: BaseException, where: str, unsaved: str) -> CovonautErro
             f"{where} refused a row of the store's ({exc}): {unsaved}; a constraint, "
             "index or trigger added to its tables around the library refuses it: remove it"
         )
-        return StoreUnavailableError(msg)
+        return StoreDamagedError(msg)
     if kind in _CHANGED:
         msg = (
             f"{where} refused the store's statement ({exc}): {unsaved}; its tables were "
             "changed around the library (a rule, a trigger, a column): restore them"
         )
-        return StoreUnavailableError(msg)
+        return StoreDamagedError(msg)
     if StoreLockedError.said_by(exc):
         msg = f"{where} is locked by another writer: {unsaved}; try again shortly"
         return StoreLockedError(msg)
@@ -112,7 +116,7 @@ def database_error(exc: BaseException, where: str, unsaved: str) -> CovonautErro
             f"{where} is damaged ({exc}): {unsaved}; restore the file from a backup "
             "(`sqlite3 FILE 'PRAGMA integrity_check'` names what is damaged)"
         )
-        return StoreUnavailableError(msg)
+        return StoreDamagedError(msg)
     if "readonly" in str(exc):
         # Opened without ?mode=ro: a store opened with it refuses each write before
         # (WriteGuard), and a view kept there is never written.
@@ -217,8 +221,9 @@ is one the sequence was set back behind, or moved past where it numbers (ADR 011
 def passes_when_answered(error: BaseException) -> bool:
     """Whether ``error`` is a database's failure that passes once it answers again (a
     failover, a restart, a session it ended, its write lock held too long): what a
-    follower of the log waits out, then reads again. Its other kinds stay: a SQLite
-    file replaced (a follower would go on following the old file), a store closed."""
+    follower of the log waits out, then reads again. Its other kinds stay: a damaged
+    store (:class:`~covonaut_es.errors.StoreDamagedError`), a SQLite file replaced (a
+    follower would go on following the old file), a store closed."""
     return type(error) in (StoreUnavailableError, StoreLockedError)
 
 
@@ -274,7 +279,7 @@ def require_stored(table: str, stored: int, given: int, ids: Sequence[int] = ())
             must be positive and distinct.
 
     Raises:
-        StoreUnavailableError: Another number of rows was stored, or an id is not
+        StoreDamagedError: Another number of rows was stored, or an id is not
             positive or repeats another.
     """
     if ids and (any(i < 1 for i in ids) or len(set(ids)) < len(ids)):
@@ -283,11 +288,11 @@ def require_stored(table: str, stored: int, given: int, ids: Sequence[int] = ())
         raise not_stored(table, f"{stored} rows", given)
 
 
-def not_stored(table: str, found: str, given: int) -> StoreUnavailableError:
+def not_stored(table: str, found: str, given: int) -> StoreDamagedError:
     """The error of a write whose ``table`` stored ``found`` for ``given`` rows."""
     msg = (
         f"table {table!r} stored {found} for the {given} rows a write gave it (a trigger "
         "or rule on the table drops or changes its inserts): nothing was saved; remove "
         "what intercepts the table's inserts"
     )
-    return StoreUnavailableError(msg)
+    return StoreDamagedError(msg)
