@@ -43,6 +43,7 @@ from covonaut_es.errors import (
     FollowerError,
     NotAStoreError,
     ReadOnlyStoreError,
+    StoreDamagedError,
     StoreUnavailableError,
 )
 from covonaut_es.store._backend import (
@@ -79,7 +80,7 @@ from covonaut_es.store._snapshot_cache import SnapshotCache
 from covonaut_es.store._snapshot_seals import SealKey
 from covonaut_es.store._url_secrets import redact, secrets_hidden
 from covonaut_es.store._urls import on_read_only_media
-from covonaut_es.store._write_errors import refusal
+from covonaut_es.store._write_errors import database_error, refusal
 
 logger = _logs.logger("covonaut_es")
 
@@ -564,6 +565,8 @@ def open_application(url: str, env: Mapping[str, str]) -> AgentApplication:
         NotAStoreError: The database is not a store (``ForeignSchemaError``: another
             application's tables).
         ReadOnlyStoreError: The store's file is read-only and the open may write.
+        StoreDamagedError: The store's SQLite file is damaged, or its tables were
+            changed around the library.
         StoreUnavailableError: The database cannot be reached.
     """
     backend, shown = backend_for_env(env), redact(url)  # no message shows a password,
@@ -613,5 +616,8 @@ def open_application(url: str, env: Mapping[str, str]) -> AgentApplication:
             refused = refusal(exc, f"store {shown}", "it was not opened")
             if refused is not None:
                 raise refused from exc
+            typed = database_error(exc, f"store {shown}", "it was not opened")
+            if isinstance(typed, StoreDamagedError):  # no follower waits it out
+                raise typed from exc
             msg = f"cannot open store {shown}: {exc}"
             raise StoreUnavailableError(msg) from exc
