@@ -90,3 +90,31 @@ def test_what_a_damaged_file_raises_is_never_waited_out(
         assert not passes_when_answered(exc), exc
     except CovonautError:
         pass  # damage read as damage: a row, a record, not a store (never an outage)
+
+
+def _tables(path: Path) -> list[str]:
+    with closing(sqlite3.connect(path)) as conn:
+        rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+    return sorted(name for (name,) in rows)
+
+
+@_DAMAGES
+@given(read=st.sampled_from(sorted(_READS)), data=st.data())
+def test_what_a_table_dropped_under_an_open_store_raises_is_never_waited_out(
+    template: Path, tmp_path: Path, read: str, data: st.DataObject
+) -> None:
+    """One of the store's tables dropped by another connection while the store is open
+    (its tables made): the read succeeds, or raises a typed error no follower waits out
+    (SQLite's "no such table" read as an outage that passes)."""
+    path = tmp_path / f"{read.replace(' ', '-')}.db"
+    shutil.copyfile(template, path)
+    table = data.draw(st.sampled_from(_tables(path)), label="table")
+    with open_store(f"sqlite:///{path}") as store:
+        with closing(sqlite3.connect(path, isolation_level=None)) as conn:
+            conn.execute(f'DROP TABLE "{table}"')
+        try:
+            _READS[read](store)
+        except StoreUnavailableError as exc:
+            assert not passes_when_answered(exc), exc
+        except CovonautError:
+            pass  # read as damage: a row, a record (never an outage)

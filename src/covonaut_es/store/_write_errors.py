@@ -102,7 +102,7 @@ def database_error(exc: BaseException, where: str, unsaved: str) -> CovonautErro
             "index or trigger added to its tables around the library refuses it: remove it"
         )
         return StoreDamagedError(msg)
-    if kind in _CHANGED:
+    if kind in _CHANGED or _schema_gone(exc):
         msg = (
             f"{where} refused the store's statement ({exc}): {unsaved}; its tables were "
             "changed around the library (a rule, a trigger, a column): restore them"
@@ -168,6 +168,18 @@ _KINDS = frozenset(
 )
 """The PEP 249 classes told apart; ``DatabaseError`` is what is none of the others (a
 damaged file), which the search in the class's order reaches last."""
+
+
+_SCHEMA_GONE = ("no such table:", "no such column:")
+"""How SQLite says a statement named a table or column that is not there (it has no code
+of its own for it); PostgreSQL's SQLSTATE makes such an error a ``ProgrammingError``."""
+
+
+def _schema_gone(exc: BaseException) -> bool:
+    """Whether SQLite refused a statement of the store's for a table or column that is not
+    there: one dropped or changed around the library, since the store made them."""
+    driver = _driver_error(exc)
+    return isinstance(driver, sqlite3.Error) and str(driver).startswith(_SCHEMA_GONE)
 
 
 def _kind(exc: BaseException) -> str | None:
