@@ -18,6 +18,10 @@ import sys
 import time
 import uuid
 from collections.abc import Sequence
+from typing import Any
+
+import attrs
+from eventsourcing.projection import BaseProjectionRunner
 
 from covonaut_es.cli._command import EXIT_FAILURES, EXIT_OK, Subcommands, UsageError
 from covonaut_es.cli._identity import (
@@ -37,7 +41,7 @@ from covonaut_es.cli._json import (
 from covonaut_es.cli._options import add_store_command, open_from, review_queue
 from covonaut_es.cli._output import check_reader_present, emit, print_json
 from covonaut_es.errors import AmbiguousReviewError, ReadOnlyStoreError, StoreUnavailableError
-from covonaut_es.projections import PendingReview
+from covonaut_es.projections import PendingReview, ReviewQueue
 from covonaut_es.projections._follower import QueueFollower
 from covonaut_es.service import (
     Action,
@@ -128,8 +132,7 @@ def reviews(args: argparse.Namespace) -> int:
                 "database with --view URL (or --view memory://NAME, kept in this process)"
             )
             raise UsageError(msg) from exc
-        shown: object = None
-        read_at = -1
+        printed = _Printed(args, store, queue)
         follower = QueueFollower(queue, restarts=passes_when_answered)
         follower.start()
         try:
@@ -139,14 +142,7 @@ def reviews(args: argparse.Namespace) -> int:
                 # meanwhile; any other failure, and any in a listing, ends the command.
                 if not args.follow or follower.stopped() is None:
                     try:
-                        queue.wait_until_current(store, timeout=60, runner=follower.runner)
-                        position = queue.position()
-                        if position != read_at:  # the queue is read again once it changed
-                            read_at, pending = position, queue.pending()
-                            if pending != shown:
-                                _print_reviews(args, pending, store)
-                                sys.stdout.flush()
-                                shown = pending
+                        printed.update(follower.runner)
                     except StoreUnavailableError as exc:
                         if not (args.follow and passes_when_answered(exc)):
                             raise
@@ -157,6 +153,30 @@ def reviews(args: argparse.Namespace) -> int:
                 time.sleep(0.2)
         finally:
             follower.stop()
+
+
+@attrs.define
+class _Printed:
+    """The queue as ``reviews`` last printed it, printed again when it changed."""
+
+    args: argparse.Namespace
+    store: Store
+    queue: ReviewQueue
+    position: int = -1  # the queue's, when it was last read
+    pending: object = None
+
+    def update(self, runner: BaseProjectionRunner[Any] | None) -> None:
+        """Wait for the queue to catch up with the store (ending the wait when
+        ``runner`` stopped), and print it if it changed."""
+        self.queue.wait_until_current(self.store, timeout=60, runner=runner)
+        position = self.queue.position()
+        if position == self.position:  # the queue is read again once it changed
+            return
+        self.position, pending = position, self.queue.pending()
+        if pending != self.pending:
+            _print_reviews(self.args, pending, self.store)
+            sys.stdout.flush()
+            self.pending = pending
 
 
 def _incomplete(args: argparse.Namespace, passed_over: int) -> int:

@@ -135,8 +135,7 @@ class ReviewDesk:
                 f"the reviewer queue stopped following the store "
                 f"({shown_message(stopped, self.store)}), so what it lists would no longer "
                 f"change; it starts following again every {self._follower.restart_seconds:g} s: "
-                "try again "
-                "shortly"
+                "try again shortly"
             )
             raise StoreUnavailableError(msg) from stopped
 

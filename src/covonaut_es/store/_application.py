@@ -43,7 +43,6 @@ from covonaut_es.errors import (
     FollowerError,
     NotAStoreError,
     ReadOnlyStoreError,
-    StoreDamagedError,
     StoreUnavailableError,
 )
 from covonaut_es.store._backend import (
@@ -80,7 +79,7 @@ from covonaut_es.store._snapshot_cache import SnapshotCache
 from covonaut_es.store._snapshot_seals import SealKey
 from covonaut_es.store._url_secrets import redact, secrets_hidden
 from covonaut_es.store._urls import on_read_only_media
-from covonaut_es.store._write_errors import database_error, refusal
+from covonaut_es.store._write_errors import database_error
 
 logger = _logs.logger("covonaut_es")
 
@@ -565,6 +564,8 @@ def open_application(url: str, env: Mapping[str, str]) -> AgentApplication:
         NotAStoreError: The database is not a store (``ForeignSchemaError``: another
             application's tables).
         ReadOnlyStoreError: The store's file is read-only and the open may write.
+        StorePrivilegeError: PostgreSQL's role may not read or make the store's tables.
+        StoreLockedError: Another connection held the file's write lock too long.
         StoreDamagedError: The store's SQLite file is damaged, or its tables were
             changed around the library.
         StoreUnavailableError: The database cannot be reached.
@@ -613,11 +614,8 @@ def open_application(url: str, env: Mapping[str, str]) -> AgentApplication:
             if "not a database" in str(exc):
                 msg = f"store {shown} is not a SQLite database ({exc}); expected a store"
                 raise NotAStoreError(msg) from exc
-            refused = refusal(exc, f"store {shown}", "it was not opened")
-            if refused is not None:
-                raise refused from exc
             typed = database_error(exc, f"store {shown}", "it was not opened")
-            if isinstance(typed, StoreDamagedError):  # no follower waits it out
-                raise typed from exc
+            if typed is not None and type(typed) is not StoreUnavailableError:
+                raise typed from exc  # a kind of its own: refused, locked, damaged
             msg = f"cannot open store {shown}: {exc}"
             raise StoreUnavailableError(msg) from exc

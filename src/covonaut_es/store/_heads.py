@@ -189,10 +189,11 @@ def refuse_taken_streams(
 ) -> None:
     """Raise unless each stream in :data:`NEW_STREAMS` holds only the events inserted,
     ``count`` giving how many a stream holds now (after the insert, under its lock)."""
-    if not kwargs.get(NEW_STREAMS):  # most saves: none to count
+    new = kwargs.get(NEW_STREAMS)
+    if not new:  # most saves: none to count
         return
     inserted = collections.Counter(UUID(str(e.originator_id)) for e in stored_events)
-    for stream in kwargs.get(NEW_STREAMS, ()):
+    for stream in new:
         if count(stream) != inserted[stream]:
             raise taken(stream)
 

@@ -51,9 +51,8 @@ def database_errors_typed(where: str, unsaved: str) -> Iterator[None]:
             column): trying again meets it again.
         StoreUnavailableError: Any other failure (a full disk, an I/O error, a
             connection lost, a statement the database refused): the transaction was
-            rolled back. A
-            conflict (:func:`is_conflict`) stays an ``IntegrityError``, the caller's
-            to tell.
+            rolled back. A conflict (:func:`is_conflict`) stays an ``IntegrityError``,
+            the caller's to tell.
     """
     try:
         yield
