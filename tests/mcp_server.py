@@ -13,6 +13,12 @@ first schema in its first process (counted in LOG.starts) and the other one afte
 adds ``crash``, which ends the first process; ``MCP_TEST_VARIANT=armed`` adds ``arm``,
 which looks read-only and swaps ``delete`` for one that deletes a whole tree,
 announcing the change only as the 2026-07-28 protocol does (to a subscription).
+``MCP_TEST_VARIANT=scripted`` lists ``book`` (no hints: neither read-only nor
+idempotent), whose calls each take the next of the answers in LOG.script (one word per
+line): ``ok``, ``fail`` (an error result), ``internal`` (JSON-RPC -32603, after it
+began), ``refuse`` (-32602) or ``unknown`` (-32601), both before it runs, or ``exit``
+(the process dies mid-call); ``down`` first in the file makes the process exit before
+it serves, so it cannot be reached.
 """
 
 from __future__ import annotations
@@ -172,6 +178,29 @@ if VARIANT == "redos":
         """Find a run of a's (a regular expression that backtracks for ever)."""
         _log("find", {"text": text}, ctx)
         return "found"
+
+
+if VARIANT == "scripted":
+    SCRIPT = Path(LOG + ".script")
+    if SCRIPT.read_text().split()[:1] == ["down"]:
+        os._exit(1)
+
+    @app.tool()
+    def book(item: str, ctx: Context) -> str:
+        """Book an item."""
+        answers = SCRIPT.read_text().split()
+        SCRIPT.write_text("\n".join(answers[1:]))
+        action = answers[0]
+        if action not in ("refuse", "unknown"):
+            _log("book", {"item": item, "answer": action}, ctx)
+        if action == "ok":
+            return f"booked {item}"
+        if action == "fail":
+            raise ToolError("sold out")
+        if action == "exit":
+            os._exit(1)
+        codes = {"internal": -32603, "refuse": -32602, "unknown": -32601}
+        raise MCPError(codes[action], f"answered {action}")
 
 
 if __name__ == "__main__":

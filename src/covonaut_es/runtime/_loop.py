@@ -166,7 +166,8 @@ class ToolReport:
     @classmethod
     def raised(cls, prepared: PreparedCall, error: BaseException) -> ToolReport:
         """The tool raised; an ``InterruptError`` pauses the run, anything else is an
-        error result the model reads."""
+        error result the model reads. A ``ToolServerError`` says the call was never
+        sent (its server refused it or could not be reached): the tool did not run."""
         call = prepared.call
         if isinstance(error, ToolInDoubtError):
             reason = exception_text(error) or "no reason given"
@@ -189,8 +190,8 @@ class ToolReport:
         content = f"Error: tool {call.name!r} failed: {exception_line(error)}"
         # An exception's text may hold a lone surrogate, which could not be stored.
         content = content.encode("utf-8", "backslashreplace").decode("utf-8")
-        error_type = type(error).__qualname__
-        return cls(call.id, ToolOutcome.FAILED, content, error_type=error_type, ran=True)
+        error_type, ran = type(error).__qualname__, not isinstance(error, ToolServerError)
+        return cls(call.id, ToolOutcome.FAILED, content, error_type=error_type, ran=ran)
 
 
 # The program --------------------------------------------------------------------------
@@ -585,15 +586,25 @@ def _execute(
     next call runs, or the end of the turn's. Before the call runs, what ``ahead``
     says is committed (an earlier call's result, its approval marked used); without
     it, the call was stored before (an approved call run on resume, a retry)."""
-    if item is None:
+    report = yield from _report(item, ahead)
+    if report is None:
         return False
+    return _record(thread, report, config.clock(), trace_parent, retain)
+
+
+def _report(
+    item: Admitted, ahead: WriteAhead | None = None
+) -> Generator[Effect, Any, ToolReport | None]:
+    """How an admitted call ended: run once what ``ahead`` says is committed (as
+    :func:`_execute`), or the result known without running it; None for a call held
+    back for a review."""
     if isinstance(item, PreparedCall):
         commit = (ahead or WriteAhead(done=True)).before((item,))
         if commit is not None:
             yield commit
-        item = yield RunTool(item)
-    assert isinstance(item, ToolReport)
-    return _record(thread, item, config.clock(), trace_parent, retain)
+        report: ToolReport = yield RunTool(item)
+        return report
+    return item
 
 
 def _prepare(thread: AgentThread, config: AgentConfig, call: ToolCall) -> PreparedCall | ToolReport:
@@ -681,22 +692,24 @@ def retry_program(
     """Run a call in doubt again with its idempotency key and record the result.
 
     A call whose tool requires approval is admitted as any call is: the approval it
-    used authorizes it again, since it is the same call. A retry refused before it runs
-    (a standing rejection, arguments a tool no longer takes) records no result, which
-    would say the call did not run: it may have run before, so it is paused in doubt
-    again, for a person to settle.
+    used authorizes it again, since it is the same call. A retry that does not run
+    records no result, which would say the call did not run: refused before it runs (a
+    standing rejection, arguments a tool no longer takes) or never sent (its server
+    refused it or could not be reached), it may have run before, so it is paused in
+    doubt again, for a person to settle.
     """
     pending = thread.retry_tool_call(tool_call_id, now=config.clock())
     yield Commit(always=True)  # its write-ahead, in every durability mode
     admitted = yield from _admitted(thread, config, pending.call, trace_parent)
-    if isinstance(admitted, ToolReport):
+    report = yield from _report(admitted)
+    if report is not None and not report.ran:
         reason = (
-            f"call {tool_call_id!r} was not run again ({admitted.content}) and may have run "
+            f"call {tool_call_id!r} was not run again ({report.content}) and may have run "
             "before; check the external system, then settle it"
         )
         thread.pause_in_doubt(tool_call_id, reason, now=config.clock(), trace_parent=trace_parent)
-    else:
-        yield from _execute(thread, config, admitted, trace_parent)
+    elif report is not None:
+        _record(thread, report, config.clock(), trace_parent)
     yield Commit()
     return ""
 
