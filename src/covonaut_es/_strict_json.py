@@ -53,6 +53,17 @@ arguments. An integer past 64 bits is refused as a person's is: stored, it would
 the thread's export one that no store imports."""
 
 
+FOR_A_TOOL = attrs.evolve(
+    FOR_THE_MODEL,
+    wide_integer=(
+        "the integer {text} is beyond the 64 bits a stored number can carry; give it as a string"
+    ),
+)
+"""How a refusal is worded of the data a tool's ``InterruptError`` carries, which the
+thread records as its pause's: written as JSON first, so only its integers can be
+refused here."""
+
+
 def strict_loads(text: str, wording: Wording) -> Any:
     """The JSON value of ``text``, read strictly.
 

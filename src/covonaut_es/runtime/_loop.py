@@ -16,6 +16,7 @@ from typing import Any
 import attrs
 import msgspec
 
+from covonaut_es._strict_json import FOR_A_TOOL, JsonRefused, strict_loads
 from covonaut_es._text import exception_line, exception_text
 from covonaut_es.domain import (
     AgentThread,
@@ -176,9 +177,9 @@ class ToolReport:
             try:
                 # Round-trip the data so the live state equals the state replayed later;
                 # wrapped in a list so a string is encoded too and checked like a result.
-                (data,) = msgspec.json.decode(result_text([error.data]))
+                (data,) = strict_loads(result_text([error.data]), FOR_A_TOOL)
                 reason = result_text(error.reason)
-            except ToolResultError as exc:
+            except (ToolResultError, JsonRefused, RecursionError) as exc:
                 msg = f"the tool's InterruptError carries data that cannot be recorded: {exc}"
                 return cls.raised(prepared, ToolResultError(msg))
             interrupt = Interrupt(reason, data, call.id, call.name)
