@@ -652,3 +652,26 @@ def test_an_output_file_stopped_while_written_leaves_no_copy_behind(
     with pytest.raises(KeyboardInterrupt):
         write_output(str(target), "the history\n")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_ctrl_c_while_the_arguments_are_read_exits_130_without_a_traceback(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A Ctrl-C that comes while ``main`` builds its parser or reads the line (a cold
+    start imports every command's module) is exit status 130, as one that comes while
+    the command runs: it escaped ``main`` as a traceback (helper-233)."""
+    from covonaut_es.cli import _app
+
+    real = _app.build_parser
+
+    def interrupted_parser() -> argparse.ArgumentParser:
+        parser = real()
+
+        def parse_args(*args: object, **kwargs: object) -> argparse.Namespace:
+            raise KeyboardInterrupt  # Ctrl-C here, as it may come at any bytecode
+
+        parser.parse_args = parse_args  # type: ignore[method-assign]
+        return parser
+
+    monkeypatch.setattr(_app, "build_parser", interrupted_parser)
+    assert main(["threads", "--store", "memory://"]) == 130

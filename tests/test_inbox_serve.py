@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from covonaut_es import AgentThread, HmacReviewerVerifier, open_store
 from inbox_support import free_port, paused
@@ -372,3 +373,36 @@ def test_serve_logs_no_byte_a_request_held_raw(tmp_path: Path) -> None:
     assert len(logged) > len(hostile) // 2, out  # a header h11 refuses is answered 400
     assert all(line.split()[1].startswith("127.0.0.1:") for line in logged), out
     assert not raw_in(out + err), (out, err)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("when", ["as it starts serving", "0.1 s later", "once it answers"])
+def test_serve_stops_gracefully_on_ctrl_c_or_sigterm_at_any_point_and_exits_0(
+    tmp_path: Path, signum: signal.Signals, when: str
+) -> None:
+    """Ctrl-C and SIGTERM (systemd, ``docker stop``) stop ``serve`` gracefully, exit 0
+    and no traceback, whether they come as it starts (before uvicorn takes the signals,
+    or while it does) or while it serves. SIGTERM exited 143 once uvicorn raised it
+    again after its shutdown (helper-233), which a service manager reads as failed; and
+    one that came while uvicorn imported was dropped, raised in an import's callback,
+    and serving went on."""
+    url = f"sqlite:///{tmp_path / 'threads.db'}"
+    open_store(url).close()
+    port = free_port()
+    process = serve(url, port, env={"COVONAUT_ES_REVIEWER_SECRET": SECRET})
+    try:
+        assert process.stderr is not None
+        while "the inbox is at" not in (line := process.stderr.readline()):
+            assert line, "serve ended before it served"
+        if when == "0.1 s later":
+            time.sleep(0.1)
+        elif when == "once it answers":
+            assert healthy(process, f"http://127.0.0.1:{port}").status_code == 200
+        process.send_signal(signum)
+        _, stderr = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert "Traceback" not in stderr
+    assert process.returncode == 0

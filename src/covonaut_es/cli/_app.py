@@ -79,6 +79,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except BrokenPipeError:  # --help or --version into a closed pipe
         return _stdout_closed()
+    except KeyboardInterrupt:  # Ctrl-C while the commands' modules load: no traceback
+        return EXIT_INTERRUPTED
     command: Command = args.command
     try:
         with _terminated_as_an_exception():

@@ -10,10 +10,13 @@ an exit status from it; :mod:`covonaut_es.cli._app` runs the one chosen and repo
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import re
+import signal
 import sys
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NoReturn
 
 from covonaut_es._text import printable
@@ -35,6 +38,28 @@ program the signal ended; nothing is printed, unless the output had to arrive wh
 
 Command = Callable[[argparse.Namespace], int]
 Subcommands = Any  # argparse's _SubParsersAction, which it does not export
+
+
+@contextlib.contextmanager
+def stopping_gracefully(stop: Callable[[], None]) -> Iterator[None]:
+    """Make SIGTERM and SIGINT call ``stop`` for the block, which asks a long-running
+    command to end gracefully (exit 0); the handlers they had before are put back after
+    it (``main`` may run in a longer process). The handler raises nothing: an exception
+    from a signal handler that lands in a callback (an import's, a finalizer's) is
+    printed and dropped, and the signal with it. Only the main thread may set a
+    handler: run in another thread, the block leaves the signals to the process's own
+    handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    for signum in previous:
+        signal.signal(signum, lambda *_: stop())
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 class UsageError(Exception):

@@ -14,7 +14,7 @@ and headers; the total is kept within the process's open-file limit.
 from __future__ import annotations
 
 import argparse
-import contextlib
+import functools
 import logging
 import math
 import resource
@@ -23,7 +23,13 @@ import sys
 import uuid
 
 from covonaut_es import _logs
-from covonaut_es.cli._command import EXIT_OK, Subcommands, UsageError, add_command
+from covonaut_es.cli._command import (
+    EXIT_OK,
+    Subcommands,
+    UsageError,
+    add_command,
+    stopping_gracefully,
+)
 from covonaut_es.cli._connections import ConnectionLimits
 from covonaut_es.cli._identity import add_reviewer_options, reviewer_verifier_from
 from covonaut_es.cli._options import add_store_options, open_from, review_queue
@@ -124,12 +130,14 @@ def serve(args: argparse.Namespace) -> int:
         escape_server_logs()
         bound_host, bound_port = listening.getsockname()[:2]
         shown = f"[{bound_host}]" if ":" in bound_host else bound_host
-        # uvicorn names the address only of the sockets it binds itself.
-        print(f"covonaut-es serve: the inbox is at http://{shown}:{bound_port}/", file=sys.stderr)
-        # Ctrl-C ends serving, as uvicorn.run takes it: the server re-raises the signal
-        # once it has shut down.
-        with contextlib.suppress(KeyboardInterrupt):
-            uvicorn.Server(config).run(sockets=[listening])
+        address = f"http://{shown}:{bound_port}/"
+        server = uvicorn.Server(config)
+        # Ctrl-C and SIGTERM end serving, whenever they come: uvicorn takes them while
+        # it serves, then raises them again once it has shut down, here let pass.
+        with stopping_gracefully(functools.partial(setattr, server, "should_exit", True)):
+            # uvicorn names the address only of the sockets it binds itself.
+            print(f"covonaut-es serve: the inbox is at {address}", file=sys.stderr)
+            server.run(sockets=[listening])
     return EXIT_OK
 
 

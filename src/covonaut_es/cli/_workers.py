@@ -13,18 +13,22 @@ exits 1 when a step failed, naming the threads on stderr, so that cron or a test
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
-import signal
 import sys
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
 from covonaut_es import _logs
 from covonaut_es._text import printable
-from covonaut_es.cli._command import EXIT_FAILURES, EXIT_OK, Subcommands, UsageError, add_command
+from covonaut_es.cli._command import (
+    EXIT_FAILURES,
+    EXIT_OK,
+    Subcommands,
+    UsageError,
+    add_command,
+    stopping_gracefully,
+)
 from covonaut_es.cli._imports import imported
 from covonaut_es.cli._json import emit_records, utc
 from covonaut_es.cli._options import (
@@ -114,7 +118,7 @@ def worker(args: argparse.Namespace) -> int:
             notifier=notifier,
             notice_lead=lead,
         )
-        with _stopping_on_signals(running):
+        with stopping_gracefully(running.stop):
             summary = running.run(once=args.once)
     if args.once and summary.failed:
         failed = list(dict.fromkeys(summary.failed))
@@ -146,25 +150,6 @@ def _notifier(args: argparse.Namespace) -> ReviewNotifier | None:
         return WebhookNotifier(args.webhook, secret)
     except ConfigurationError as exc:
         raise UsageError(str(exc)) from exc
-
-
-@contextlib.contextmanager
-def _stopping_on_signals(running: Worker) -> Iterator[None]:
-    """Make SIGTERM and SIGINT stop the worker gracefully for the block; the handlers
-    they had before are put back after it (``main`` may run in a longer process). Only
-    the main thread may set a handler: run in another thread, the worker leaves the
-    signals to the process's own handlers."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
-    for signum in previous:
-        signal.signal(signum, lambda *_: running.stop())
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
 
 
 def _factory(spec: str) -> Callable[[str], AgentConfig]:
