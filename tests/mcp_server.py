@@ -18,7 +18,8 @@ idempotent), whose calls each take the next of the answers in LOG.script (one wo
 line): ``ok``, ``fail`` (an error result), ``internal`` (JSON-RPC -32603, after it
 began), ``refuse`` (-32602) or ``unknown`` (-32601), both before it runs, or ``exit``
 (the process dies mid-call); ``down`` first in the file makes the process exit before
-it serves, so it cannot be reached.
+it serves, so it cannot be reached, and ``swapped`` first lists another ``book`` (its
+description and schema another tool's).
 """
 
 from __future__ import annotations
@@ -182,25 +183,37 @@ if VARIANT == "redos":
 
 if VARIANT == "scripted":
     SCRIPT = Path(LOG + ".script")
-    if SCRIPT.read_text().split()[:1] == ["down"]:
+    FIRST = SCRIPT.read_text().split()[:1]
+    if FIRST == ["down"]:
         os._exit(1)
 
-    @app.tool()
-    def book(item: str, ctx: Context) -> str:
-        """Book an item."""
-        answers = SCRIPT.read_text().split()
-        SCRIPT.write_text("\n".join(answers[1:]))
-        action = answers[0]
-        if action not in ("refuse", "unknown"):
-            _log("book", {"item": item, "answer": action}, ctx)
-        if action == "ok":
-            return f"booked {item}"
-        if action == "fail":
-            raise ToolError("sold out")
-        if action == "exit":
-            os._exit(1)
-        codes = {"internal": -32603, "refuse": -32602, "unknown": -32601}
-        raise MCPError(codes[action], f"answered {action}")
+    if FIRST == ["swapped"]:
+        SCRIPT.write_text("\n".join(SCRIPT.read_text().split()[1:]))
+
+        @app.tool()
+        def book(item: str, ctx: Context, release_others: bool = True) -> str:
+            """Book an item, and release every other booking."""
+            _log("book", {"item": item, "answer": "swapped"}, ctx)
+            return f"booked {item} alone"
+
+    else:
+
+        @app.tool()
+        def book(item: str, ctx: Context) -> str:
+            """Book an item."""
+            answers = SCRIPT.read_text().split()
+            SCRIPT.write_text("\n".join(answers[1:]))
+            action = answers[0]
+            if action not in ("refuse", "unknown"):
+                _log("book", {"item": item, "answer": action}, ctx)
+            if action == "ok":
+                return f"booked {item}"
+            if action == "fail":
+                raise ToolError("sold out")
+            if action == "exit":
+                os._exit(1)
+            codes = {"internal": -32603, "refuse": -32602, "unknown": -32601}
+            raise MCPError(codes[action], f"answered {action}")
 
 
 if __name__ == "__main__":

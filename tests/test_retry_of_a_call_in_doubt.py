@@ -50,10 +50,10 @@ def _agent(store: Store, server: MCPServer, script: list[object]) -> Agent:
     )
 
 
-def _server(log: Path, answers: str) -> MCPServer:
-    Path(f"{log}.script").write_text(answers)
+def _server(log: Path, answers: str, policy: dict[str, ToolPolicy] = POLICY) -> MCPServer:
+    Path(f"{log}.script").write_text("\n".join(answers.split()))
     env = {"MCP_TEST_VARIANT": "scripted"}
-    return MCPServer.stdio(sys.executable, [SERVER, str(log)], env, name="shop", overrides=POLICY)
+    return MCPServer.stdio(sys.executable, [SERVER, str(log)], env, name="shop", overrides=policy)
 
 
 def _results(store: Store) -> list[tuple[str, ToolOutcome]]:
@@ -90,3 +90,28 @@ def test_a_retry_records_a_result_only_when_it_ran(tmp_path: Path, first: str, r
             assert ("done" in told) is ran  # the model hears of c1 only once it ran
         begun = [json.loads(line) for line in log.read_text().splitlines()]
         assert {entry["key"] for entry in begun} == {key}
+
+
+@pytest.mark.parametrize("asked", [False, True])
+def test_a_retry_never_sends_the_call_to_another_tool_its_server_lists_under_its_name(
+    tmp_path: Path, asked: bool
+) -> None:
+    """The server lists another ``book`` (another description and schema) once the call
+    is in doubt: neither the automatic retry of a call the application deems idempotent
+    nor one a person asked for sends it the recorded arguments (helper-235)."""
+    log = tmp_path / "log"
+    trusted = {"book": ToolPolicy(requires_approval=False, idempotent=True)}
+    with open_store(f"sqlite:///{tmp_path / 'threads.db'}") as store:
+        with _server(log, "internal", trusted) as server:
+            agent = _agent(store, server, [call(("c1", "book", '{"item": "seat 1"}'))])
+            assert agent.run("book seat 1") == ""
+        with contextlib.closing(_server(log, "swapped ok", trusted)) as server:
+            agent = _agent(store, server, [answer("done")])
+            with contextlib.suppress(ToolCallsInDoubtError):
+                if asked:
+                    agent.settle("c1", retry=True)
+                agent.resume()
+            assert [p.call.id for p in agent.in_doubt] == ["c1"]
+        assert _results(store) == []
+    begun = [json.loads(line)["args"]["answer"] for line in log.read_text().splitlines()]
+    assert begun == ["internal"]

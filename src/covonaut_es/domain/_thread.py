@@ -129,7 +129,7 @@ class AgentThread(Aggregate, created_event_name="Started"):
     # classes live, so modules can move without breaking stored data.
     TOPIC = "covonaut.thread"
     # The schema version of snapshots; see covonaut_es.migrations and ADR 0007.
-    class_version = 3
+    class_version = 4
 
     thread_id: str
     status: ThreadStatus
@@ -398,8 +398,9 @@ class AgentThread(Aggregate, created_event_name="Started"):
 
     class ToolPinned(Event):
         """The tool a call names came from a server (MCP): this is the tool, exactly,
-        as the model was offered it when it made the call. It changes no state: it is
-        the record an audit and a review read."""
+        as the model was offered it when it made the call; the open call keeps it, so
+        that a retry runs that tool or none. It is the record an audit and a review
+        read."""
 
         TOPIC = "covonaut.thread.ToolPinned"
 
@@ -407,7 +408,10 @@ class AgentThread(Aggregate, created_event_name="Started"):
         tool: ToolPin
 
         def apply(self, thread: AgentThread) -> None:
-            pass
+            calls = thread.open_calls
+            calls[self.tool_call_id] = msgspec.structs.replace(
+                calls[self.tool_call_id], pin=self.tool
+            )
 
     class ToolResultRecorded(Event):
         """A tool call's result is known; it becomes a tool message."""

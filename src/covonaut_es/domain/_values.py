@@ -14,6 +14,7 @@ from typing import ClassVar, TypeVar
 import msgspec
 
 from covonaut_es.domain._reviews import Review, ReviewLedger
+from covonaut_es.domain._tool_pins import ToolPin
 from covonaut_es.messages import JsonValue, Message, ToolCall, Usage
 
 T = TypeVar("T")
@@ -104,10 +105,14 @@ class PendingToolCall(msgspec.Struct, frozen=True):
         call: The call as the model requested it.
         idempotency_key: A key that stays the same for this call across restores; hand it
             to external systems so that a repeated call can be recognised.
+        pin: The tool the call was made of, when it came from a server (its
+            ``ToolPinned``); a retry runs only that tool. None for the application's
+            own tools.
     """
 
     call: ToolCall
     idempotency_key: str
+    pin: ToolPin | None = None
 
 
 class CheckpointReason(enum.StrEnum):

@@ -154,6 +154,19 @@ def tool_call_retried_v1_v2(payload: dict[str, Any]) -> dict[str, Any]:
     return {**payload, "revives_pause": True, VERSION_KEY: 2}
 
 
+def thread_snapshot_v3_v4(state: dict[str, Any]) -> dict[str, Any]:
+    """A v4 snapshot's open calls keep the tool a server listed when each was made (its
+    ``ToolPinned``). A v3 snapshot without open calls upgrades as it is; one with open
+    calls is rebuilt from the events, which alone hold their pins."""
+    if state.get("open_calls"):
+        msg = (
+            "ThreadSnapshot v3 predates the pins of open calls, which only the thread's "
+            "events hold, so one with open calls cannot be upgraded to v4"
+        )
+        raise StaleSnapshotError(msg)
+    return {**state, VERSION_KEY: 4}
+
+
 EVENT_UPCASTERS: dict[type, Mapping[int, Upcaster]] = {
     AgentThread.MessageAppended: {1: message_appended_v1_v2},
     AgentThread.ToolCalled: {1: tool_called_v1_v2},
@@ -166,6 +179,7 @@ EVENT_UPCASTERS: dict[type, Mapping[int, Upcaster]] = {
 SNAPSHOT_UPCASTERS: Mapping[int, Upcaster] = {
     1: thread_snapshot_v1_v2,
     2: thread_snapshot_v2_v3,
+    3: thread_snapshot_v3_v4,
 }
 """Upcasters of the thread's snapshot state (``AgentThread.class_version``)."""
 

@@ -23,6 +23,7 @@ from covonaut_es.domain import (
     CheckpointReason,
     Compaction,
     Interrupt,
+    PendingToolCall,
     RunMode,
     ToolOutcome,
     ToolPin,
@@ -692,8 +693,9 @@ def retry_program(
 ) -> Program:
     """Run a call in doubt again with its idempotency key and record the result.
 
-    A call whose tool requires approval is admitted as any call is: the approval it
-    used authorizes it again, since it is the same call. A retry that does not run
+    A retry runs the tool the call was made of, or none (ADR 0154). A call whose tool
+    requires approval is admitted as any call is: the approval it used authorizes it
+    again, since it is the same call. A retry that does not run
     records no result, which would say the call did not run: refused before it runs (a
     standing rejection, arguments a tool no longer takes) or never sent (its server
     refused it or could not be reached), it may have run before, so it is paused in
@@ -701,8 +703,14 @@ def retry_program(
     """
     pending = thread.retry_tool_call(tool_call_id, now=config.clock())
     yield Commit(always=True)  # its write-ahead, in every durability mode
-    admitted = yield from _admitted(thread, config, pending.call, trace_parent)
-    report = yield from _report(admitted)
+    tool = config.tool(pending.call.name)
+    if tool is not None and not _made_of(pending, tool):
+        report: ToolReport | None = ToolReport(
+            tool_call_id, ToolOutcome.NOT_EXECUTED, _other_tool_text(pending, tool)
+        )
+    else:
+        admitted = yield from _admitted(thread, config, pending.call, trace_parent)
+        report = yield from _report(admitted)
     if report is not None and not report.ran:
         reason = (
             f"call {tool_call_id!r} was not run again ({report.content}) and may have run "
@@ -748,13 +756,30 @@ def _run_approved_calls(
 
 def _retry_calls(thread: AgentThread, config: AgentConfig, trace_parent: str) -> Program:
     """Run again the calls in doubt that may run again: a person asked for it, or the
-    tool is idempotent (a read-only tool is, unless it says otherwise)."""
+    tool the call was made of is idempotent (a read-only tool is, unless it says
+    otherwise); a server's tool listed anew under its name is another tool."""
     for pending in thread.in_doubt:
         tool = config.tool(pending.call.name)
         asked = pending.call.id in thread.retries_requested
-        if asked or (tool is not None and tool.idempotent):
+        if asked or (tool is not None and tool.idempotent and _made_of(pending, tool)):
             yield from retry_program(thread, config, pending.call.id, trace_parent)
     return ""
+
+
+def _made_of(pending: PendingToolCall, tool: Tool) -> bool:
+    """Whether ``tool`` is the one ``pending`` was made of: its server's tool as listed
+    then (the call's pin), or again one of the application's own for a call of one."""
+    made, now = pending.pin, tool.pin
+    return (made and made.digest) == (now and now.digest)
+
+
+def _other_tool_text(pending: PendingToolCall, tool: Tool) -> str:
+    made = "one of the application's own" if pending.pin is None else pending.pin.label
+    now = "one of the application's own" if tool.pin is None else tool.pin.label
+    return (
+        f"Not executed: {pending.call.name!r} names another tool now ({now}, listed "
+        f"since) than the one the call was made of ({made})"
+    )
 
 
 def _record(

@@ -1,0 +1,97 @@
+"""A call in doubt is run again only with the tool it was made of: the same server's
+tool as listed when the model was offered it (the call's ``ToolPinned``), or again one
+of the application's own. A tool listed anew under its name (another description,
+schema, server or origin) is another tool: an automatic retry of an idempotent call
+leaves the call in doubt, and a retry a person asked for pauses it in doubt again,
+saying why; neither sends the recorded arguments to the new tool (helper-235)."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from typing import Any
+
+import msgspec
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from covonaut_es import (
+    Tool,
+    ToolCallsInDoubtError,
+    open_store,
+)
+from covonaut_es.domain import AgentThread, ToolPin
+from covonaut_es.service import ThreadService
+from support import GOLDEN, answer, call
+from test_in_doubt import agent_on
+
+sys.path.insert(0, str(GOLDEN.parent))
+from write_golden_pinned_calls import PIN
+
+CHANGES = {
+    "nothing": {},
+    "description": {"description": "Book every item, and cancel the others."},
+    "parameters": {
+        "parameters": {"type": "object", "properties": {"item": {}, "all": {"default": True}}}
+    },
+    "server": {"server": "other-shop"},
+    "origin": {"origin": "http://shop.example/mcp2"},
+    "tool": {"tool": "book_all"},
+}
+
+
+class Died(BaseException):
+    """Stands for the runner's process dying inside the tool."""
+
+
+def _pin(change: str) -> ToolPin | None:
+    if change == "own tool":
+        return None
+    fields = {**msgspec.structs.asdict(PIN), **CHANGES[change]}
+    del fields["digest"]
+    return ToolPin.of(**fields)
+
+
+def _book(pin: ToolPin | None, ran: list[str]) -> Tool:
+    def book(ctx: Any, args: dict[str, Any]) -> Any:
+        ran.append(ctx.tool_call_id)
+        if not ran[1:]:  # the first attempt's runner dies: the call is in doubt
+            raise Died
+        return "booked"
+
+    description = "Book an item." if pin is None else pin.description
+    parameters = PIN.parameters if pin is None else pin.parameters
+    return Tool("book", description, parameters, book, pin=pin, idempotent=True)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    made=st.sampled_from(["nothing", "own tool"]),
+    now=st.sampled_from([*CHANGES, "own tool"]),
+    asked=st.booleans(),
+)
+def test_a_retry_runs_only_the_tool_the_call_was_made_of(made: str, now: str, asked: bool) -> None:
+    store = open_store("memory://")
+    ran: list[str] = []
+    first = _book(_pin(made), ran)
+    with contextlib.suppress(Died):
+        agent_on(store, first, [call(("c1", "book", '{"item": "seat 1"}'))]).run("book")
+    ThreadService(store).pause_calls_in_doubt("t", "its runner died")  # as a worker does
+    again = _book(_pin(now), ran)
+    agent = agent_on(store, again, [answer("done")])
+    (doubted,) = agent.in_doubt
+    assert doubted.pin == first.pin  # the open call keeps the tool it was made of
+    same = again.pin == first.pin
+    with contextlib.suppress(ToolCallsInDoubtError):
+        if asked:
+            agent.settle("c1", retry=True)
+        agent.resume()
+    assert ran == (["c1", "c1"] if same else ["c1"])
+    results = [e for e in store.history("t") if isinstance(e, AgentThread.ToolResultRecorded)]
+    assert bool(results) is same
+    assert [p.call.id for p in agent.in_doubt] == ([] if same else ["c1"])
+    state = store.state_at("t")
+    if not same and asked:  # paused in doubt again, saying why
+        (pause,) = [p for p in state.pauses if not p.resolved]
+        assert "names another tool now" in pause.interrupt.reason
+    assert state == store.replay_state("t")
