@@ -33,6 +33,7 @@ from covonaut_es.errors import (
 from covonaut_es.messages import Message
 from covonaut_es.store._chain import CHAIN_FIELD, UNCHAINED, link_problem
 from covonaut_es.store._chain_key import head_problem
+from covonaut_es.store._heads import HeadAnchor
 from covonaut_es.store._reader import ThreadReader
 from covonaut_es.store._records import StoredRecords
 from covonaut_es.store._snapshot_cache import CheckedSnapshot
@@ -46,7 +47,7 @@ class _AuditedStore(Protocol):
     def history(self, thread_id: str) -> tuple[AgentThread.Event, ...]: ...
     def path_to_root(self, thread_id: str) -> tuple[str, ...]: ...
     def checkpoints(self, thread_id: str) -> tuple[Checkpoint, ...]: ...
-    def load(self, thread_id: str) -> AgentThread: ...
+    def load(self, thread_id: str, *, version: int | None = None) -> AgentThread: ...
     @property
     def _records(self) -> StoredRecords: ...
     @property
@@ -306,16 +307,21 @@ class _Fold:
             )
 
     def run(self) -> None:
+        """One pass up to the head anchored when it starts: what a save commits meanwhile
+        (its events and its anchor, in one transaction) is left to the next audit, so a
+        thread written during the pass reads as it stood, not as damaged."""
         store = self.store
+        anchor = self._anchor()
+        bound = None if anchor is None else anchor.version
         try:
             checkpoints = {c.version: c for c in store.checkpoints(self.thread_id)}
         except _DAMAGE:
             checkpoints = {}  # the pass reports the record that a load cannot read
-        snapshots = self._snapshots()
+        snapshots = self._snapshots(bound)
         snapshot = next(snapshots, None)
         try:
             self.owners = {thread_aggregate_id(t): t for t in store.path_to_root(self.thread_id)}
-            for record in store._records.iter_stored_records(self.thread_id):
+            for record in store._records.iter_stored_records(self.thread_id, lte=bound):
                 self.events += 1
                 if not self._holds(record):
                     return
@@ -332,27 +338,53 @@ class _Fold:
         for beyond in itertools.chain((snapshot,) if snapshot else (), snapshots):
             self._compare_snapshot(beyond)
         self._compare_load()
-        self._check_head()
+        if anchor is not None:
+            self._check_head(anchor)
         self._check_key()
 
-    def _snapshots(self) -> Iterator[CheckedSnapshot]:
-        """The thread's snapshots as a load checks them; one written by newer code, or a
-        snapshot row that is damaged, is a finding, and ends the snapshots (it says
-        nothing of those after it)."""
+    def _anchor(self) -> HeadAnchor | None:
+        """What the head table says of the thread, None when that is a finding or a
+        note: then the pass goes to the stream's end."""
         try:
-            yield from self.store._records.checked_snapshots(self.thread_id)
+            anchor = self.store._records.head_anchor(self.thread_id)
+        except StoredRowError as exc:
+            self.findings.append(AuditFinding(0, f"the head anchor does not read: {exc}"))
+            return None
+        if anchor.unkept:
+            self.notes.append(
+                f"no head anchor for thread {self.thread_id!r}, so the deletion of its "
+                f"newest events cannot be detected: {anchor.unkept}"
+            )
+            return None
+        if anchor.version is None and not anchor.store_anchors:
+            self.notes.append(
+                "no head anchor: the store was written before heads were anchored, so the "
+                "deletion of the newest events cannot be detected"
+            )
+            return None
+        return anchor
+
+    def _snapshots(self, bound: int | None) -> Iterator[CheckedSnapshot]:
+        """The thread's snapshots up to version ``bound`` as a load checks them; one
+        written by newer code, or a snapshot row that is damaged, is a finding, and ends
+        the snapshots (it says nothing of those after it)."""
+        try:
+            for checked in self.store._records.checked_snapshots(self.thread_id):
+                if bound is not None and checked.version > bound:
+                    return  # taken after the pass began, of events it does not read
+                yield checked
         except SerializationError as exc:  # SchemaVersionError, StoredRowError among them
             self.findings.append(
                 AuditFinding(self.last_version, f"a snapshot does not load: {exc}")
             )
 
     def _compare_load(self) -> None:
-        """Compare the state a load gives with the replay; a load that fails is a
-        finding too."""
+        """Compare the state a load gives at the version the replay reached (the head,
+        as the pass began) with the replay; a load that fails is a finding too."""
         if self.thread is None:
             return
         try:
-            loaded = self.store.load(self.thread_id)
+            loaded = self.store.load(self.thread_id, version=self.thread.version)
         except _DAMAGE as exc:
             self.findings.append(
                 AuditFinding(self.thread.version, f"the thread does not load: {exc}")
@@ -377,26 +409,11 @@ class _Fold:
             )
             self.findings.append(AuditFinding(self.last_version, problem))
 
-    def _check_head(self) -> None:
-        """Compare where the stream ends with where its head was anchored."""
+    def _check_head(self, anchor: HeadAnchor) -> None:
+        """Compare where the stream ends with where its head was anchored when the pass
+        began; events past that version are the library's if the anchor read now
+        reaches them (a save writes both in one transaction)."""
         last = self.last_version
-        try:
-            anchor = self.store._records.head_anchor(self.thread_id)
-        except StoredRowError as exc:
-            self.findings.append(AuditFinding(last, f"the head anchor does not read: {exc}"))
-            return
-        if anchor.unkept:
-            self.notes.append(
-                f"no head anchor for thread {self.thread_id!r}, so the deletion of its "
-                f"newest events cannot be detected: {anchor.unkept}"
-            )
-            return
-        if anchor.version is None and not anchor.store_anchors:
-            self.notes.append(
-                "no head anchor: the store was written before heads were anchored, so the "
-                "deletion of the newest events cannot be detected"
-            )
-            return
         if anchor.version is None:
             problem = (
                 "head anchor missing: this store anchors every thread's head but has no "
@@ -408,19 +425,33 @@ class _Fold:
                 f"stream ends at version {last} but its head was anchored at version "
                 f"{anchor.version}: the newest events were deleted"
             )
-        elif last > anchor.version:
-            problem = (
-                f"stream goes on to version {last} beyond its anchored head at version "
-                f"{anchor.version}: events were written around the library"
-            )
         elif anchor.chain not in (UNCHAINED, self.previous):
             problem = (
                 f"the anchored head's chain hash {anchor.chain} differs from the stream's "
                 f"{self.previous or '(none)'}: the stream was rewritten"
             )
         else:
+            self._check_beyond(anchor.version)
             return
         self.findings.append(AuditFinding(last, problem))
+
+    def _check_beyond(self, anchored: int) -> None:
+        """Report events past the anchored head that no anchor covers: written around
+        the library. The stream's end is read first, then the anchor again."""
+        newest = self.store._records.newest_version(self.thread_id)
+        if newest is None or newest <= anchored:
+            return
+        try:
+            now = self.store._records.head_anchor(self.thread_id).version
+        except StoredRowError as exc:
+            self.findings.append(AuditFinding(anchored, f"the head anchor does not read: {exc}"))
+            return
+        if now is None or newest > now:
+            problem = (
+                f"stream goes on to version {newest} beyond its anchored head at version "
+                f"{anchored if now is None else now}: events were written around the library"
+            )
+            self.findings.append(AuditFinding(newest, problem))
 
     def _holds(self, record: StoredEvent) -> bool:
         """Fold one record's event as a load folds it, then check its link in the chain;
