@@ -838,8 +838,9 @@ def test_unique_items_refuses_an_output_schema_and_is_checked_linearly_in_an_inp
     a model's arguments against it in linear time."""
     at = data.draw(st.sampled_from(_positions(schema)))
     at["uniqueItems"] = True
-    if not output:
-        (listed,) = checked_listing("s", [_listed_tool(schema, output=False)])
+    if not output:  # an input schema describes an object: the one generated is a property
+        arguments = {"type": "object", "properties": {"value": schema}}
+        (listed,) = checked_listing("s", [_listed_tool(arguments, output=False)])
         to_tool(listed, server="s", origin="stdio:x", prefix="", override=None, func=print)
         return
     with pytest.raises(ToolServerError, match=r"tool 't' .*'uniqueItems' at \$"):

@@ -33,6 +33,7 @@ from covonaut_es import (
     open_store,
 )
 from covonaut_es.errors import ConfigurationError, CovonautError, InvalidDecisionError
+from covonaut_es.providers import RetryPolicy
 from covonaut_es.service import (
     Action,
     Reviewer,
@@ -205,6 +206,11 @@ _ENTRIES: dict[str, Entry] = {
             "review": OPTIONAL,
             "pin": OPTIONAL,
         },
+    ),
+    "RetryPolicy": Entry(
+        lambda w, **a: RetryPolicy(**a),
+        {"max_attempts": 3, "initial_delay": 0.5, "max_delay": 8.0, "multiplier": 2.0},
+        {"initial_delay": ("0", "1.5"), "max_delay": ("0", "1.5"), "multiplier": ("1.5",)},
     ),
     "CheckpointSettings": Entry(
         lambda w, **a: CheckpointSettings(**a),

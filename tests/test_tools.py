@@ -554,3 +554,44 @@ def test_a_read_only_tool_is_idempotent_unless_it_says_otherwise(
     tool = Tool("t", "T", {"type": "object"}, lambda ctx, args: "", read_only=read_only, **options)
     assert tool.read_only is read_only
     assert tool.idempotent is (read_only if idempotent is None else idempotent)
+
+
+_TYPES = ("object", "string", "number", "integer", "boolean", "array", "null")
+
+
+@given(
+    kind=st.none()
+    | st.sampled_from(_TYPES)
+    | st.lists(st.sampled_from(_TYPES), min_size=1, max_size=3, unique=True),
+    from_server=st.booleans(),
+)
+@example(kind="string", from_server=False)
+def test_a_tool_is_made_only_with_parameters_that_describe_an_object(
+    kind: str | list[str] | None, from_server: bool
+) -> None:
+    """A call's arguments are a JSON object, and the model APIs take only object schemas:
+    parameters whose ``type`` is anything but ``"object"`` (or absent) are refused when
+    the tool is made, naming it, as ``output_type`` refuses such a schema; a server's
+    listing of one is refused with ``ToolServerError``. Such a tool was made, and no
+    call of it could ever run (helper-232)."""
+    schema: dict[str, Any] = {} if kind is None else {"type": kind}
+    refused = kind not in (None, "object")
+    if from_server:
+        listed = mcp_types.Tool(name="lookup", description="Look up", inputSchema=schema)
+        made: Any = contextlib.nullcontext()
+        with pytest.raises(ToolServerError, match="lookup") if refused else made:
+            (listing,) = checked_listing("s", [listed])
+            to_tool(listing, server="s", origin="stdio:x", prefix="", override=None, func=print)
+        return
+    with pytest.raises(ConfigurationError, match="lookup") if refused else contextlib.nullcontext():
+        tool = Tool("lookup", "Look up", schema, lambda ctx, args: "found")
+        assert parse_arguments(tool, ToolCall("c1", "lookup", "{}")) == {}
+
+
+def test_two_tools_of_one_name_are_a_configuration_error_naming_the_setting() -> None:
+    """Tools of one name would be one to the model: refused with ``ConfigurationError``
+    naming ``AgentConfig.tools`` and the name, as every setting's (it was a bare
+    ``ValueError``, helper-232)."""
+    tool = Tool("lookup", "Look up", {"type": "object"}, lambda ctx, args: "found")
+    with pytest.raises(ConfigurationError, match=r"AgentConfig\.tools .*'lookup'"):
+        AgentConfig(provider=ScriptedProvider([]), tools=[tool, tool])

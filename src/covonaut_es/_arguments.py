@@ -133,6 +133,20 @@ def positive_seconds(name: str, value: object) -> None:
         refuse(name, "a positive number of seconds", value)
 
 
+def check_number(name: str, value: object, *, least: float) -> None:
+    """``value`` of argument ``name`` is a finite real number (an int or a float, not a
+    bool) of at least ``least``: NaN passes every comparison's refusal, and an infinity
+    waits for ever.
+
+    Raises:
+        ConfigurationError: It is not.
+    """
+    expected = f"a finite number of at least {least:g}"
+    check_instance(name, value, (int, float), expected)
+    if not least <= value < math.inf:  # type: ignore[operator]  # a number, checked above
+        refuse(name, expected, value)
+
+
 def validated(check: Callable[[str, Any], None], *, optional: bool = False) -> Any:
     """An attrs validator running ``check(name, value)``, the name being the class's
     and the attribute's (``AgentConfig.clock``); with ``optional``, None passes."""

@@ -226,8 +226,8 @@ class Tool:
         """Check the parameters schema once, so a bad one fails here, naming the tool.
 
         Raises:
-            ConfigurationError: ``parameters`` is not a valid JSON Schema, or
-                ``run_on_approval`` is set on a tool that never requires approval.
+            ConfigurationError: ``parameters`` is not a valid JSON Schema of an object,
+                or ``run_on_approval`` is set on a tool that never requires approval.
         """
         if self.run_on_approval and self.requires_approval is False:
             msg = (
@@ -236,6 +236,14 @@ class Tool:
             )
             raise ConfigurationError(msg)
         object.__setattr__(self, "_validator", compile_schema(self.name, self.parameters))
+        kind = self.parameters.get("type", "object")
+        if kind != "object":
+            msg = (
+                f"tool {self.name!r} has parameters whose schema describes no JSON object "
+                f"(its 'type' is {kind!r}): a call's arguments are an object, and the model "
+                "APIs take only object schemas; put the value in an object with one property"
+            )
+            raise ConfigurationError(msg)
         # What the model is told and what is pinned stay what the validator holds.
         object.__setattr__(self, "parameters", copy.deepcopy(self.parameters))
 

@@ -13,11 +13,12 @@ import random
 import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import attrs
 
 from covonaut_es import _logs
+from covonaut_es._arguments import check_number, check_whole, validated
 from covonaut_es.errors import (
     ProviderConnectionError,
     ProviderRateLimitError,
@@ -33,6 +34,11 @@ TRANSIENT_ERRORS = (ProviderRateLimitError, ProviderServerError, ProviderConnect
 """The errors worth another attempt; anything else is raised at once."""
 
 
+def _at_least(least: float) -> Any:
+    """An attrs validator: the setting is a finite number of at least ``least``."""
+    return validated(lambda name, value: check_number(name, value, least=least))
+
+
 @attrs.frozen(kw_only=True)
 class RetryPolicy:
     """How a provider adapter retries rate limits, server errors and connection errors.
@@ -43,6 +49,8 @@ class RetryPolicy:
     replaces the computed wait; one longer than ``max_delay`` is not waited for: the
     error is raised at once.
 
+    Each setting that is not what it takes raises ``ConfigurationError`` naming it.
+
     Attributes:
         max_attempts: Calls in all, the first included; 1 means never retry.
         initial_delay: Seconds before the first retry, before jitter.
@@ -50,10 +58,12 @@ class RetryPolicy:
         multiplier: Growth of the wait from one retry to the next.
     """
 
-    max_attempts: int = attrs.field(default=4, validator=attrs.validators.ge(1))
-    initial_delay: float = attrs.field(default=0.5, validator=attrs.validators.ge(0))
-    max_delay: float = attrs.field(default=8.0, validator=attrs.validators.ge(0))
-    multiplier: float = attrs.field(default=2.0, validator=attrs.validators.ge(1))
+    max_attempts: int = attrs.field(
+        default=4, validator=validated(lambda name, value: check_whole(name, value, least=1))
+    )
+    initial_delay: float = attrs.field(default=0.5, validator=_at_least(0))
+    max_delay: float = attrs.field(default=8.0, validator=_at_least(0))
+    multiplier: float = attrs.field(default=2.0, validator=_at_least(1))
 
     def delay(self, retry: int, rand: Callable[[], float] = random.random) -> float:
         """Seconds to wait before retry number ``retry`` (1 for the first), jittered.

@@ -94,8 +94,8 @@ def _unique_tools(
     names = [tool.name for tool in tools]
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
-        msg = f"tool names must be unique, these repeat: {duplicates}"
-        raise ValueError(msg)
+        msg = f"AgentConfig.tools must have unique names, these repeat: {duplicates}"
+        raise ConfigurationError(msg)
 
 
 def _durability(name: str, value: object) -> None:
