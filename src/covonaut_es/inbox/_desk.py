@@ -186,9 +186,28 @@ class ReviewDesk:
             naming = self._call_reviews(item, states)
             return naming is not None and may_act_on_call(naming, reviewer.scopes)
 
-        return self.queue.page(
+        page = self.queue.page(
             after=after, limit=limit, only=only, newest_first=newest_first, where=shown
         )
+        if reviewer is None:
+            return page
+        items = tuple(self._parent_shown(item, reviewer, states) for item in page.items)
+        return msgspec.structs.replace(page, items=items)
+
+    def _parent_shown(
+        self, item: PendingReview, reviewer: Reviewer, states: dict[str, ThreadState | None]
+    ) -> PendingReview:
+        """``item``, the thread a fork inherited it from left unnamed if ``reviewer``
+        may not see that thread (:func:`may_see`), as the fork's page leaves it."""
+        parent = item.branch_parent
+        if parent is None:
+            return item
+        if parent not in states:
+            states[parent] = self._readable(parent)
+        state = states[parent]
+        if state is not None and may_see(state, reviewer):
+            return item
+        return msgspec.structs.replace(item, branch_parent=None)
 
     def _call_reviews(
         self, item: PendingReview, states: dict[str, ThreadState | None]
@@ -359,10 +378,7 @@ class ReviewDesk:
                 not see the thread (:func:`may_see`): the same error, so that they learn
                 of neither the thread nor the review.
         """
-        hidden = ThreadNotFoundError(
-            f"no pause on call {tool_call_id!r} of thread {thread_id!r} that reviewer "
-            f"{reviewer.id!r} may see"
-        )
+        hidden = _no_pause(thread_id, tool_call_id, reviewer)
         state = self._shown_state(thread_id, hidden, reviewer)
         if not _may_see_call(state, tool_call_id, reviewer):
             raise hidden
@@ -501,6 +517,7 @@ class ReviewDesk:
         <covonaut_es.service.ThreadService.answer>`): the pause ``pause`` names, if
         given."""
         service = self.service
+        self._check_shown(thread_id, tool_call_id, reviewer)
         self._recording(
             thread_id,
             tool_call_id,
@@ -518,6 +535,7 @@ class ReviewDesk:
     ) -> None:
         """Record what a person found of a call in doubt (:meth:`ThreadService.settle
         <covonaut_es.service.ThreadService.settle>`)."""
+        self._check_shown(thread_id, tool_call_id, reviewer)
         self._recording(
             thread_id,
             tool_call_id,
@@ -531,6 +549,7 @@ class ReviewDesk:
     ) -> None:
         """Ask for a call in doubt to run again (:meth:`ThreadService.request_retry
         <covonaut_es.service.ThreadService.request_retry>`)."""
+        self._check_shown(thread_id, tool_call_id, reviewer)
         self._recording(
             thread_id,
             tool_call_id,
@@ -560,6 +579,23 @@ class ReviewDesk:
         result = command()
         self._remember(thread_id, item_id)
         return result
+
+    def _check_shown(self, thread_id: str, tool_call_id: str, reviewer: Reviewer) -> None:
+        """Refuse a command on a call that has no pause, in a thread ``reviewer`` may not
+        see, as :meth:`pause` reads it: as a thread no one made. The service's refusal
+        would name the thread's open calls, or tell its state (given up, the call
+        settled). A call a review outside their scopes governs is left to the service,
+        whose refusal says they are not permitted (ADR 0152).
+
+        Raises:
+            ThreadNotFoundError: As :meth:`pause` raises it.
+        """
+        hidden = _no_pause(thread_id, tool_call_id, reviewer)
+        state = self._shown_state(thread_id, hidden, reviewer)
+        if any(p.interrupt.tool_call_id == tool_call_id for p in state.pauses):
+            return  # the service checks who may act on the pause
+        if _may_see_call(state, tool_call_id, reviewer) and not may_see(state, reviewer):
+            raise hidden
 
     def _expire_due(self, thread_id: str) -> bool:
         """Record the expiry of the thread's reviews past their deadline, as a worker's
@@ -604,6 +640,15 @@ def _threads_of(tree: ThreadTree) -> Iterator[str]:
         node = stack.pop()
         yield node.thread_id
         stack.extend(reversed(node.children))
+
+
+def _no_pause(thread_id: str, tool_call_id: str, reviewer: Reviewer) -> ThreadNotFoundError:
+    """What a reviewer is told of a call whose pause they may not see, or that has none
+    in a thread they may not see: what a thread no one made would tell."""
+    return ThreadNotFoundError(
+        f"no pause on call {tool_call_id!r} of thread {thread_id!r} that reviewer "
+        f"{reviewer.id!r} may see"
+    )
 
 
 def may_see(state: ThreadState, reviewer: Reviewer) -> bool:

@@ -1,0 +1,52 @@
+"""A fork inherits a tool's pause (anyone's to answer); its parent then asks for a
+review outside a reviewer's scopes, so the reviewer may not see the parent: its page
+answers as for a thread no one made, the fork's page leaves it unnamed, and so do the
+listings, which named it as the pause's ``branch_parent`` ("inherited from ...",
+helper-234)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+
+from covonaut_es import Store, open_store
+from covonaut_es.service import ThreadService
+from inbox_support import current, inbox_client, paused_on_tool, sign_in
+from support import call
+from test_approvals import VERIFIER, make_agent
+from test_inbox_review_policy import GUARDED, bearer
+from test_review_policy import NO_SCOPE, PAY_5000, PAYMENTS, pay
+
+PARENT = "customer-42-dispute"
+
+
+@pytest.fixture
+def store() -> Iterator[Store]:
+    with open_store("memory://") as opened:
+        yield opened
+
+
+def _parent_hidden_after_the_fork(store: Store) -> None:
+    paused_on_tool(store, PARENT)  # a tool's pause on c1: anyone's to answer
+    store.fork(PARENT, new_thread_id="f")  # the fork inherits that pause
+    service = ThreadService(store, verifier=VERIFIER)
+    service.answer(PARENT, "c1", "acct 1", reviewer=service.reviewer(PAYMENTS))
+    make_agent(store, [call(("c9", "pay", PAY_5000))], [], thread_id=PARENT,
+               tool=pay([], GUARDED)).resume()  # fmt: skip
+
+
+def test_a_listed_forks_pause_names_no_parent_the_reviewer_may_not_see(store: Store) -> None:
+    _parent_hidden_after_the_fork(store)
+    with inbox_client(store) as client:
+        current(client)
+        listed = client.get("/api/pauses", headers=bearer(NO_SCOPE))
+        assert [item["thread_id"] for item in listed.json()] == ["f"]
+        sign_in(client, NO_SCOPE)
+        # The reviewer may not see the parent: its page reads as a thread no one made.
+        assert client.get("/thread", params={"id": PARENT}).status_code == 404
+        assert PARENT not in client.get("/thread", params={"id": "f"}).text
+        assert PARENT not in listed.text, listed.text
+        rows = client.get("/")
+        assert PARENT not in rows.text, re.findall(r"inherited from[^<]*", rows.text)
