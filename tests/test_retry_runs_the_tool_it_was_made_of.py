@@ -11,11 +11,16 @@ import contextlib
 import sys
 from typing import Any
 
+import attrs
 import msgspec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from covonaut_es import (
+    Agent,
+    AgentConfig,
+    CheckpointSettings,
+    ScriptedProvider,
     Tool,
     ToolCallsInDoubtError,
     open_store,
@@ -95,3 +100,55 @@ def test_a_retry_runs_only_the_tool_the_call_was_made_of(made: str, now: str, as
         (pause,) = [p for p in state.pauses if not p.resolved]
         assert "names another tool now" in pause.interrupt.reason
     assert state == store.replay_state("t")
+
+
+class _Shop:
+    """A ``ToolSource`` whose listing of ``book`` changes to another tool after
+    ``listings`` listings, as a server's ``tools/list_changed`` arriving during a retry
+    makes it."""
+
+    name = "shop"
+
+    def __init__(self, listings: int) -> None:
+        self.listings = listings
+        self.ran: list[str] = []
+
+    def tools(self) -> tuple[Tool, ...]:
+        self.listings -= 1
+        pin = PIN if self.listings >= 0 else _pin("description")
+        assert pin is not None
+
+        def book(ctx: Any, args: dict[str, Any]) -> Any:
+            self.ran.append(pin.description)
+            if len(self.ran) == 1:
+                raise Died
+            return "booked"
+
+        return (Tool("book", pin.description, pin.parameters, book, pin=pin, idempotent=True),)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(listings=st.integers(min_value=0, max_value=6), asked=st.booleans())
+def test_a_retry_runs_the_tool_it_checked_whenever_its_source_lists_another(
+    listings: int, asked: bool
+) -> None:
+    """However many listings the source gives before it lists another ``book``, the
+    retry runs the tool it checked against the call's pin, or none: it looked the tool
+    up twice, and ran the second (helper-236)."""
+    store = open_store("memory://")
+    shop = _Shop(listings=10**6)
+    made = AgentConfig(
+        provider=ScriptedProvider([call(("c1", "book", '{"item": "seat 1"}'))]),
+        mcp_servers=[shop],
+        checkpoint=CheckpointSettings(store=store, thread_id="t"),
+    )
+    with contextlib.suppress(Died):
+        Agent(made).run("book")
+    ThreadService(store).pause_calls_in_doubt("t", "its runner died")
+    shop.listings = listings
+    agent = Agent(attrs.evolve(made, provider=ScriptedProvider([answer("done")])))
+    with contextlib.suppress(ToolCallsInDoubtError):
+        if asked:
+            agent.settle("c1", retry=True)
+        agent.resume()
+    assert shop.ran[1:] in ([], [PIN.description]), shop.ran

@@ -701,6 +701,7 @@ def retry_program(
     refused it or could not be reached), it may have run before, so it is paused in
     doubt again, for a person to settle.
     """
+    config = config.listed()  # the tool checked below is the one that runs
     pending = thread.retry_tool_call(tool_call_id, now=config.clock())
     yield Commit(always=True)  # its write-ahead, in every durability mode
     tool = config.tool(pending.call.name)
@@ -758,6 +759,7 @@ def _retry_calls(thread: AgentThread, config: AgentConfig, trace_parent: str) ->
     """Run again the calls in doubt that may run again: a person asked for it, or the
     tool the call was made of is idempotent (a read-only tool is, unless it says
     otherwise); a server's tool listed anew under its name is another tool."""
+    config = config.listed()  # judged and run with the same tools
     for pending in thread.in_doubt:
         tool = config.tool(pending.call.name)
         asked = pending.call.id in thread.retries_requested
