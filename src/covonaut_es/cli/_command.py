@@ -40,23 +40,46 @@ Command = Callable[[argparse.Namespace], int]
 Subcommands = Any  # argparse's _SubParsersAction, which it does not export
 
 
+class StopAsked:
+    """Whether a stop signal asked a long-running command (``worker``, ``serve``) to end
+    gracefully, noted from the command's start and passed on to what runs once it is
+    made (:meth:`goes_to`): one that came while the command started stops it as soon
+    as it runs."""
+
+    def __init__(self) -> None:
+        self._asked = False
+        self._stop: Callable[[], None] | None = None
+
+    def __call__(self) -> None:
+        self._asked = True
+        if self._stop is not None:
+            self._stop()
+
+    def goes_to(self, stop: Callable[[], None]) -> None:
+        """From now on ``stop`` is called when a stop is asked, at once if one was."""
+        self._stop = stop
+        if self._asked:
+            stop()
+
+
 @contextlib.contextmanager
-def stopping_gracefully(stop: Callable[[], None]) -> Iterator[None]:
-    """Make SIGTERM and SIGINT call ``stop`` for the block, which asks a long-running
-    command to end gracefully (exit 0); the handlers they had before are put back after
-    it (``main`` may run in a longer process). The handler raises nothing: an exception
-    from a signal handler that lands in a callback (an import's, a finalizer's) is
-    printed and dropped, and the signal with it. Only the main thread may set a
-    handler: run in another thread, the block leaves the signals to the process's own
-    handlers."""
+def stopping_gracefully() -> Iterator[StopAsked]:
+    """Make SIGTERM and SIGINT ask the command to end gracefully (exit 0) for the block,
+    through the :class:`StopAsked` it gives; the handlers they had before are put back
+    after it (``main`` may run in a longer process). The handler raises nothing: an
+    exception from a signal handler that lands in a callback (an import's, a
+    finalizer's) is printed and dropped, and the signal with it. Only the main thread
+    may set a handler: run in another thread, the block leaves the signals to the
+    process's own handlers."""
+    asked = StopAsked()
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield asked
         return
     previous = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
     for signum in previous:
-        signal.signal(signum, lambda *_: stop())
+        signal.signal(signum, lambda *_: asked())
     try:
-        yield
+        yield asked
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)

@@ -25,6 +25,7 @@ import uuid
 from covonaut_es import _logs
 from covonaut_es.cli._command import (
     EXIT_OK,
+    StopAsked,
     Subcommands,
     UsageError,
     add_command,
@@ -97,7 +98,14 @@ def add_serve_command(subcommands: Subcommands) -> None:
 
 
 def serve(args: argparse.Namespace) -> int:
-    """``serve --store URL [--host H] [--port P]``: until interrupted."""
+    """``serve --store URL [--host H] [--port P]``: until interrupted. Ctrl-C and
+    SIGTERM end it gracefully, exit 0, whenever they come: uvicorn takes them while it
+    serves, then raises them again once it has shut down, here let pass."""
+    with stopping_gracefully() as asked:
+        return _serve(args, asked)
+
+
+def _serve(args: argparse.Namespace, asked: StopAsked) -> int:
     if not 0 <= args.port <= MAX_PORT:
         msg = f"--port must be a TCP port, 0 to {MAX_PORT} (0: any free one), got {args.port}"
         raise UsageError(msg)
@@ -132,12 +140,10 @@ def serve(args: argparse.Namespace) -> int:
         shown = f"[{bound_host}]" if ":" in bound_host else bound_host
         address = f"http://{shown}:{bound_port}/"
         server = uvicorn.Server(config)
-        # Ctrl-C and SIGTERM end serving, whenever they come: uvicorn takes them while
-        # it serves, then raises them again once it has shut down, here let pass.
-        with stopping_gracefully(functools.partial(setattr, server, "should_exit", True)):
-            # uvicorn names the address only of the sockets it binds itself.
-            print(f"covonaut-es serve: the inbox is at {address}", file=sys.stderr)
-            server.run(sockets=[listening])
+        asked.goes_to(functools.partial(setattr, server, "should_exit", True))
+        # uvicorn names the address only of the sockets it binds itself.
+        print(f"covonaut-es serve: the inbox is at {address}", file=sys.stderr)
+        server.run(sockets=[listening])
     return EXIT_OK
 
 

@@ -24,6 +24,7 @@ from covonaut_es._text import printable
 from covonaut_es.cli._command import (
     EXIT_FAILURES,
     EXIT_OK,
+    StopAsked,
     Subcommands,
     UsageError,
     add_command,
@@ -91,7 +92,14 @@ def add_worker_commands(subcommands: Subcommands) -> None:
 
 
 def worker(args: argparse.Namespace) -> int:
-    """``worker --app MODULE:FACTORY``: follow the store, run ready threads, log each step."""
+    """``worker --app MODULE:FACTORY``: follow the store, run ready threads, log each step.
+    SIGTERM and Ctrl-C stop it gracefully, exit 0, whenever they come: one that comes
+    while it starts (its application imported) stops it as soon as it runs."""
+    with stopping_gracefully() as asked:
+        return _work(args, asked)
+
+
+def _work(args: argparse.Namespace, asked: StopAsked) -> int:
     # Before the application is imported: a module-level logging.warning() in it (an
     # SDK's) would set up a root handler of logging's own, which nothing escapes.
     if not logging.getLogger().handlers:
@@ -118,8 +126,8 @@ def worker(args: argparse.Namespace) -> int:
             notifier=notifier,
             notice_lead=lead,
         )
-        with stopping_gracefully(running.stop):
-            summary = running.run(once=args.once)
+        asked.goes_to(running.stop)
+        summary = running.run(once=args.once)
     if args.once and summary.failed:
         failed = list(dict.fromkeys(summary.failed))
         names = ", ".join(printable(repr(thread_id)) for thread_id in failed)
