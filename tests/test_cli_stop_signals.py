@@ -19,12 +19,23 @@ from covonaut_es import open_store
 from covonaut_es.cli import _serve, _workers, main
 
 SIGNALS = [signal.SIGTERM, signal.SIGINT]
-WORKER_STEPS = ["_factory", "_notifier", "open_from", "Worker"]
-SERVE_STEPS = ["reviewer_verifier_from", "listening_on", "open_from", "review_queue"]
+STEPS = [
+    *((_workers, step) for step in ("_factory", "_notifier", "open_from", "Worker")),
+    *(
+        (_serve, step)
+        for step in ("reviewer_verifier_from", "listening_on", "open_from", "review_queue")
+    ),
+]
+"""Each step of each command's start, by the module that names it."""
 
 
-def _signalled(module: Any, step: str, signum: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``module.step`` sends ``signum`` to the process, then does what it did."""
+@pytest.mark.parametrize("signum", SIGNALS)
+@pytest.mark.parametrize(("module", "step"), STEPS, ids=lambda v: getattr(v, "__name__", v))
+def test_a_worker_or_serve_stopped_at_any_step_of_its_start_exits_0(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, module: Any, step: str, signum: int
+) -> None:
+    url = f"sqlite:///{tmp_path / 'threads.db'}"
+    open_store(url).close()
     real: Callable[..., Any] = getattr(module, step)
 
     def step_with_a_signal(*args: Any, **kwargs: Any) -> Any:
@@ -32,26 +43,9 @@ def _signalled(module: Any, step: str, signum: int, monkeypatch: pytest.MonkeyPa
         return real(*args, **kwargs)
 
     monkeypatch.setattr(module, step, step_with_a_signal)
-
-
-@pytest.mark.parametrize("signum", SIGNALS)
-@pytest.mark.parametrize("step", WORKER_STEPS)
-def test_a_worker_stopped_at_any_step_of_its_start_exits_0(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: str, signum: int
-) -> None:
-    url = f"sqlite:///{tmp_path / 'threads.db'}"
-    open_store(url).close()
-    _signalled(_workers, step, signum, monkeypatch)
-    assert main(["worker", "--app", "worker_app:make_config", "--store", url]) == 0
-
-
-@pytest.mark.parametrize("signum", SIGNALS)
-@pytest.mark.parametrize("step", SERVE_STEPS)
-def test_serve_stopped_at_any_step_of_its_start_exits_0(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: str, signum: int
-) -> None:
-    url = f"sqlite:///{tmp_path / 'threads.db'}"
-    open_store(url).close()
-    _signalled(_serve, step, signum, monkeypatch)
     monkeypatch.setenv("COVONAUT_ES_REVIEWER_SECRET", "s" * 40)
-    assert main(["serve", "--store", url, "--port", "0"]) == 0
+    if module is _workers:
+        argv = ["worker", "--app", "worker_app:make_config", "--store", url]
+    else:
+        argv = ["serve", "--store", url, "--port", "0"]
+    assert main(argv) == 0
