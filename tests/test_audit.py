@@ -3,6 +3,7 @@ shows tampering, checkpoints and snapshots checked against a replay."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -988,3 +989,27 @@ def test_the_imports_write_refuses_a_record_no_read_could_decode(
         store.log.insert_threads({"copy": records})
     assert store.last_log_position() == end
     assert "copy" not in set(store.thread_ids())
+
+
+@pytest.mark.parametrize("past", [1, 12])
+def test_a_snapshot_row_planted_past_the_head_is_reported(tmp_path: Path, past: int) -> None:
+    """A snapshot row written around the library past the thread's head is reported
+    (it matches no event): the pass reads snapshots up to the head anchored as it began,
+    and passes over one past it only if the stream, read again, reaches its version (a
+    snapshot a save took meanwhile). It was passed over whatever its version
+    (helper-236)."""
+    db = tmp_path / "threads.db"
+    with open_store(f"sqlite:///{db}") as store:
+        conversation(store, turns=40)
+        head = store.head_version("t")
+        assert store.verify("t").findings == ()
+    with contextlib.closing(sqlite3.connect(db)) as conn, conn:
+        conn.execute(
+            "INSERT INTO stored_snapshots SELECT originator_id, ?, topic, state "
+            "FROM stored_snapshots WHERE originator_version = "
+            "(SELECT max(originator_version) FROM stored_snapshots)",
+            (head + past,),
+        )
+    with open_store(f"sqlite:///{db}") as store:
+        report = store.verify("t")
+    assert head + past in {finding.version for finding in report.findings}, report

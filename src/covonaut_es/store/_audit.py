@@ -365,13 +365,17 @@ class _Fold:
         return anchor
 
     def _snapshots(self, bound: int | None) -> Iterator[CheckedSnapshot]:
-        """The thread's snapshots up to version ``bound`` as a load checks them; one
-        written by newer code, or a snapshot row that is damaged, is a finding, and ends
-        the snapshots (it says nothing of those after it)."""
+        """The thread's snapshots up to version ``bound`` as a load checks them, and one
+        past it of a version the stream, read again, does not reach (written around the
+        library); one written by newer code, or a snapshot row that is damaged, is a
+        finding, and ends the snapshots (it says nothing of those after it)."""
+        records = self.store._records
         try:
-            for checked in self.store._records.checked_snapshots(self.thread_id):
+            for checked in records.checked_snapshots(self.thread_id):
                 if bound is not None and checked.version > bound:
-                    return  # taken after the pass began, of events it does not read
+                    newest = records.newest_version(self.thread_id)
+                    if newest is not None and newest >= checked.version:
+                        return  # taken after the pass began, of events it does not read
                 yield checked
         except SerializationError as exc:  # SchemaVersionError, StoredRowError among them
             self.findings.append(
