@@ -16,7 +16,7 @@ import re
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NoReturn
 
 from covonaut_es._text import printable
@@ -44,13 +44,21 @@ class StopAsked:
     """Whether a stop signal asked a long-running command (``worker``, ``serve``) to end
     gracefully, noted from the command's start and passed on to what runs once it is
     made (:meth:`goes_to`): one that came while the command started stops it as soon
-    as it runs."""
+    as it runs. A second signal forces the stop: it goes to the handler the process had
+    before (Ctrl-C's ``KeyboardInterrupt``, exit 130; SIGTERM's, exit 143), for a step
+    that hangs (a start that waits on a database, a tool that never returns)."""
 
-    def __init__(self) -> None:
+    def __init__(self, previous: Mapping[signal.Signals, Any]) -> None:
+        self._previous = previous
         self._asked = False
         self._stop: Callable[[], None] | None = None
 
-    def __call__(self) -> None:
+    def __call__(self, signum: int, frame: object = None) -> None:
+        if self._asked:
+            for number, handler in self._previous.items():
+                signal.signal(number, signal.SIG_DFL if handler is None else handler)
+            signal.raise_signal(signum)
+            return
         self._asked = True
         if self._stop is not None:
             self._stop()
@@ -66,23 +74,23 @@ class StopAsked:
 def stopping_gracefully() -> Iterator[StopAsked]:
     """Make SIGTERM and SIGINT ask the command to end gracefully (exit 0) for the block,
     through the :class:`StopAsked` it gives; the handlers they had before are put back
-    after it (``main`` may run in a longer process). The handler raises nothing: an
-    exception from a signal handler that lands in a callback (an import's, a
-    finalizer's) is printed and dropped, and the signal with it. Only the main thread
+    after it (``main`` may run in a longer process). The first signal's handler raises
+    nothing: an exception from a signal handler that lands in a callback (an import's,
+    a finalizer's) is printed and dropped, and the signal with it. Only the main thread
     may set a handler: run in another thread, the block leaves the signals to the
     process's own handlers."""
-    asked = StopAsked()
+    previous = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    asked = StopAsked(previous)
     if threading.current_thread() is not threading.main_thread():
         yield asked
         return
-    previous = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
     for signum in previous:
-        signal.signal(signum, lambda *_: asked())
+        signal.signal(signum, asked)
     try:
         yield asked
     finally:
         for signum, handler in previous.items():
-            signal.signal(signum, handler)
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
 
 
 class UsageError(Exception):
