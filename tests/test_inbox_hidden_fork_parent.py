@@ -12,11 +12,11 @@ from collections.abc import Iterator
 import pytest
 
 from covonaut_es import Store, open_store
-from covonaut_es.service import ThreadService
+from covonaut_es.service import ThreadService, review_submission
 from inbox_support import current, inbox_client, paused_on_tool, sign_in
-from support import call
+from support import answer, call
 from test_approvals import VERIFIER, make_agent
-from test_inbox_review_policy import GUARDED, bearer
+from test_inbox_review_policy import GUARDED, bearer, paused_on
 from test_review_policy import NO_SCOPE, PAY_5000, PAYMENTS, pay
 
 PARENT = "customer-42-dispute"
@@ -50,3 +50,25 @@ def test_a_listed_forks_pause_names_no_parent_the_reviewer_may_not_see(store: St
         assert PARENT not in listed.text, listed.text
         rows = client.get("/")
         assert PARENT not in rows.text, re.findall(r"inherited from[^<]*", rows.text)
+
+
+def test_a_listed_forks_review_names_no_parent_the_reviewer_may_not_see() -> None:
+    """The fork inherits a review anyone may decide; its listed request data named the
+    hidden parent as the thread it was asked in (helper-237): it names the fork."""
+    with open_store("memory://") as store:
+        rid = paused_on(store, PARENT, None)  # a review anyone may decide
+        store.fork(PARENT, new_thread_id="f")  # the fork inherits it
+        service = ThreadService(store, verifier=VERIFIER)
+        service.decide(rid, review_submission("reject", text="no"),
+                       reviewer=service.reviewer(PAYMENTS), thread_id=PARENT)  # fmt: skip
+        script = [call(("c9", "pay", PAY_5000.replace("5000", "4000"))), answer("x")]
+        make_agent(store, script, [], thread_id=PARENT, tool=pay([], GUARDED)).resume()
+        with inbox_client(store) as client:
+            current(client)
+            listed = client.get("/api/pauses", headers=bearer(NO_SCOPE))
+            assert [item["thread_id"] for item in listed.json()] == ["f"]
+            assert [item["branch_parent"] for item in listed.json()] == [None]
+            sign_in(client, NO_SCOPE)
+            # The reviewer may not see the parent: its page reads as a thread no one made.
+            assert client.get("/thread", params={"id": PARENT}).status_code == 404
+            assert PARENT not in listed.text, listed.json()[0]["data"]

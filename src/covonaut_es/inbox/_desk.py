@@ -22,6 +22,7 @@ import msgspec
 
 from covonaut_es import _logs
 from covonaut_es.domain import (
+    Pause,
     PauseKind,
     Review,
     ReviewDecision,
@@ -198,7 +199,8 @@ class ReviewDesk:
         self, item: PendingReview, reviewer: Reviewer, states: dict[str, ThreadState | None]
     ) -> PendingReview:
         """``item``, the thread a fork inherited it from left unnamed if ``reviewer``
-        may not see that thread (:func:`may_see`), as the fork's page leaves it."""
+        may not see that thread (:func:`may_see`), as the fork's page leaves it: a
+        review's request data names the fork instead, the thread it waits in."""
         parent = item.branch_parent
         if parent is None:
             return item
@@ -207,7 +209,10 @@ class ReviewDesk:
         state = states[parent]
         if state is not None and may_see(state, reviewer):
             return item
-        return msgspec.structs.replace(item, branch_parent=None)
+        data = item.data
+        if isinstance(data, dict) and data.get("thread_id") == parent:  # a review's request
+            data = {**data, "thread_id": item.thread_id}
+        return msgspec.structs.replace(item, branch_parent=None, data=data)
 
     def _call_reviews(
         self, item: PendingReview, states: dict[str, ThreadState | None]
@@ -382,7 +387,7 @@ class ReviewDesk:
         state = self._shown_state(thread_id, hidden, reviewer)
         if not _may_see_call(state, tool_call_id, reviewer):
             raise hidden
-        on_call = [p for p in state.pauses if p.interrupt.tool_call_id == tool_call_id]
+        on_call = _pauses_shown(state, tool_call_id, reviewer)
         if not on_call:
             if not may_see(state, reviewer):
                 raise hidden
@@ -517,7 +522,7 @@ class ReviewDesk:
         <covonaut_es.service.ThreadService.answer>`): the pause ``pause`` names, if
         given."""
         service = self.service
-        self._check_shown(thread_id, tool_call_id, reviewer)
+        self._check_shown(thread_id, tool_call_id, PauseKind.INTERRUPT, reviewer)
         self._recording(
             thread_id,
             tool_call_id,
@@ -535,7 +540,7 @@ class ReviewDesk:
     ) -> None:
         """Record what a person found of a call in doubt (:meth:`ThreadService.settle
         <covonaut_es.service.ThreadService.settle>`)."""
-        self._check_shown(thread_id, tool_call_id, reviewer)
+        self._check_shown(thread_id, tool_call_id, PauseKind.IN_DOUBT, reviewer)
         self._recording(
             thread_id,
             tool_call_id,
@@ -549,7 +554,7 @@ class ReviewDesk:
     ) -> None:
         """Ask for a call in doubt to run again (:meth:`ThreadService.request_retry
         <covonaut_es.service.ThreadService.request_retry>`)."""
-        self._check_shown(thread_id, tool_call_id, reviewer)
+        self._check_shown(thread_id, tool_call_id, PauseKind.IN_DOUBT, reviewer)
         self._recording(
             thread_id,
             tool_call_id,
@@ -580,21 +585,24 @@ class ReviewDesk:
         self._remember(thread_id, item_id)
         return result
 
-    def _check_shown(self, thread_id: str, tool_call_id: str, reviewer: Reviewer) -> None:
-        """Refuse a command on a call that has no pause, in a thread ``reviewer`` may not
-        see, as :meth:`pause` reads it: as a thread no one made. The service's refusal
-        would name the thread's open calls, or tell its state (given up, the call
-        settled). A call a review outside their scopes governs is left to the service,
-        whose refusal says they are not permitted (ADR 0152).
+    def _check_shown(
+        self, thread_id: str, tool_call_id: str, kind: PauseKind, reviewer: Reviewer
+    ) -> None:
+        """Refuse a command acting on a pause of ``kind`` on a call, in a thread
+        ``reviewer`` may not see, unless such a pause awaits a person there: as
+        :meth:`pause` reads it, as a thread no one made. The service's refusal would
+        name the thread's open calls, or tell its state (given up, the call settled). A
+        call a review outside their scopes governs is left to the service, whose
+        refusal says they are not permitted (ADR 0152).
 
         Raises:
             ThreadNotFoundError: As :meth:`pause` raises it.
         """
         hidden = _no_pause(thread_id, tool_call_id, reviewer)
         state = self._shown_state(thread_id, hidden, reviewer)
-        if any(p.interrupt.tool_call_id == tool_call_id for p in state.pauses):
-            return  # the service checks who may act on the pause
-        if _may_see_call(state, tool_call_id, reviewer) and not may_see(state, reviewer):
+        if may_see(state, reviewer) or not _may_see_call(state, tool_call_id, reviewer):
+            return
+        if not any(p.kind is kind for p in _pauses_shown(state, tool_call_id, reviewer)):
             raise hidden
 
     def _expire_due(self, thread_id: str) -> bool:
@@ -649,6 +657,14 @@ def _no_pause(thread_id: str, tool_call_id: str, reviewer: Reviewer) -> ThreadNo
         f"no pause on call {tool_call_id!r} of thread {thread_id!r} that reviewer "
         f"{reviewer.id!r} may see"
     )
+
+
+def _pauses_shown(state: ThreadState, tool_call_id: str, reviewer: Reviewer) -> list[Pause]:
+    """The pauses on the call that ``reviewer`` is shown: every one in a thread they may
+    see; in another, those still awaiting a person (a pause dealt with would tell what
+    came of the thread since, which may be a review's doing they may not see)."""
+    shown = state.pauses if may_see(state, reviewer) else state.awaiting_person
+    return [p for p in shown if p.interrupt.tool_call_id == tool_call_id]
 
 
 def may_see(state: ThreadState, reviewer: Reviewer) -> bool:
