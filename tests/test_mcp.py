@@ -609,12 +609,13 @@ def _positions(schema: dict[str, object]) -> list[dict[str, object]]:
 
 
 def _listed_tool(schema: dict[str, object], *, output: bool = False) -> object:
-    """A listed tool ``t`` whose input (or output) schema is ``schema``."""
+    """A listed tool ``t`` whose input (or output) schema is ``schema``; an input schema
+    describes an object whatever type ``schema`` says, as a tool's parameters must."""
     typed = {"type": "object", **schema}
     return mcp_types.Tool.model_construct(
         name="t",
         description="d",
-        input_schema={"type": "object"} if output else typed,
+        input_schema={"type": "object"} if output else {**typed, "type": "object"},
         output_schema=typed if output else None,
         annotations=None,
     )
@@ -838,9 +839,8 @@ def test_unique_items_refuses_an_output_schema_and_is_checked_linearly_in_an_inp
     a model's arguments against it in linear time."""
     at = data.draw(st.sampled_from(_positions(schema)))
     at["uniqueItems"] = True
-    if not output:  # an input schema describes an object: the one generated is a property
-        arguments = {"type": "object", "properties": {"value": schema}}
-        (listed,) = checked_listing("s", [_listed_tool(arguments, output=False)])
+    if not output:
+        (listed,) = checked_listing("s", [_listed_tool(schema, output=False)])
         to_tool(listed, server="s", origin="stdio:x", prefix="", override=None, func=print)
         return
     with pytest.raises(ToolServerError, match=r"tool 't' .*'uniqueItems' at \$"):

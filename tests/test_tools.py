@@ -459,8 +459,10 @@ def _never_kept(schema: object) -> None:
 
 
 def _made(schema: dict[str, Any]) -> tuple[str, Tool | None]:
+    """A tool whose one property ``v`` has ``schema`` (its parameters describe an
+    object), or the message refusing it."""
     try:
-        return "", Tool("t", "d", schema, _noop)
+        return "", Tool("t", "d", {"type": "object", "properties": {"v": schema}}, _noop)
     except ConfigurationError as refused:
         return str(refused), None
 
@@ -490,8 +492,8 @@ def test_a_schema_checked_once_is_judged_as_a_fresh_check_judges_it(
         assert kept_message == fresh_message
         if kept is not None and fresh is not None:
             for value in values:
-                judged = validation_error(kept._validator, value)
-                assert judged == validation_error(fresh._validator, value)
+                judged = validation_error(kept._validator, {"v": value})
+                assert judged == validation_error(fresh._validator, {"v": value})
         for earlier in schemas:  # what the next schema finds kept
             _made(earlier)
 
