@@ -72,3 +72,32 @@ def test_a_listed_forks_review_names_no_parent_the_reviewer_may_not_see() -> Non
             # The reviewer may not see the parent: its page reads as a thread no one made.
             assert client.get("/thread", params={"id": PARENT}).status_code == 404
             assert PARENT not in listed.text, listed.json()[0]["data"]
+
+
+GRAND = "customer-42-dispute"
+
+
+def _grandparent_hidden(store) -> None:
+    rid = paused_on(store, GRAND, None)  # a review anyone may decide
+    store.fork(GRAND, new_thread_id="p")  # inherits it
+    store.fork("p", new_thread_id="f")  # and so does its fork
+    service = ThreadService(store, verifier=VERIFIER)
+    service.decide(rid, review_submission("reject", text="no"),
+                   reviewer=service.reviewer(PAYMENTS), thread_id=GRAND)  # fmt: skip
+    script = [call(("c9", "pay", PAY_5000.replace("5000", "4000"))), answer("x")]
+    make_agent(store, script, [], thread_id=GRAND, tool=pay([], GUARDED)).resume()
+
+
+def test_a_fork_of_a_fork_names_no_grandparent_the_reviewer_may_not_see() -> None:
+    with open_store("memory://") as store:
+        _grandparent_hidden(store)
+        with inbox_client(store) as client:
+            current(client)
+            listed = client.get("/api/pauses", headers=bearer(NO_SCOPE))
+            assert sorted(item["thread_id"] for item in listed.json()) == ["f", "p"]
+            sign_in(client, NO_SCOPE)
+            assert client.get("/thread", params={"id": GRAND}).status_code == 404
+            assert GRAND not in client.get("/thread", params={"id": "f"}).text
+            assert GRAND not in listed.text, [i["data"] for i in listed.json()]
+            reviews = client.get("/api/reviews", headers=bearer(NO_SCOPE))
+            assert GRAND not in reviews.text, reviews.json()

@@ -375,17 +375,21 @@ def test_serve_logs_no_byte_a_request_held_raw(tmp_path: Path) -> None:
     assert not raw_in(out + err), (out, err)
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize(
+    ("signum", "times"), [(signal.SIGINT, 1), (signal.SIGTERM, 1), (signal.SIGTERM, 2)]
+)
 @pytest.mark.parametrize("when", ["as it starts serving", "0.1 s later", "once it answers"])
 def test_serve_stops_gracefully_on_ctrl_c_or_sigterm_at_any_point_and_exits_0(
-    tmp_path: Path, signum: signal.Signals, when: str
+    tmp_path: Path, signum: signal.Signals, when: str, times: int
 ) -> None:
     """Ctrl-C and SIGTERM (systemd, ``docker stop``) stop ``serve`` gracefully, exit 0
     and no traceback, whether they come as it starts (before uvicorn takes the signals,
     or while it does) or while it serves. SIGTERM exited 143 once uvicorn raised it
     again after its shutdown (helper-233), which a service manager reads as failed; and
     one that came while uvicorn imported was dropped, raised in an import's callback,
-    and serving went on."""
+    and serving went on. SIGTERM sent twice (``docker stop``, then a service manager's
+    own) is uvicorn's while it serves: the second, raised again after its shutdown with
+    the first, forced exit 143 (helper-238). (A second Ctrl-C is uvicorn's forced exit.)"""
     url = f"sqlite:///{tmp_path / 'threads.db'}"
     open_store(url).close()
     port = free_port()
@@ -398,7 +402,9 @@ def test_serve_stops_gracefully_on_ctrl_c_or_sigterm_at_any_point_and_exits_0(
             time.sleep(0.1)
         elif when == "once it answers":
             assert healthy(process, f"http://127.0.0.1:{port}").status_code == 200
-        process.send_signal(signum)
+        for _ in range(times):
+            process.send_signal(signum)
+            time.sleep(0.02)
         _, stderr = process.communicate(timeout=30)
     finally:
         if process.poll() is None:

@@ -44,30 +44,41 @@ class StopAsked:
     """Whether a stop signal asked a long-running command (``worker``, ``serve``) to end
     gracefully, noted from the command's start and passed on to what runs once it is
     made (:meth:`goes_to`): one that came while the command started stops it as soon
-    as it runs. A second signal forces the stop: it goes to the handler the process had
-    before (Ctrl-C's ``KeyboardInterrupt``, exit 130; SIGTERM's, exit 143), for a step
-    that hangs (a start that waits on a database, a tool that never returns)."""
+    as it runs. A second signal forces the stop, for a step that hangs (a start that
+    waits on a database, a tool that never returns): as the command says, or through
+    the handler the process had before (Ctrl-C's ``KeyboardInterrupt``, exit 130;
+    SIGTERM's, exit 143)."""
 
     def __init__(self, previous: Mapping[signal.Signals, Any]) -> None:
         self._previous = previous
         self._asked = False
         self._stop: Callable[[], None] | None = None
+        self._force: Callable[[int], None] = self._as_before
 
     def __call__(self, signum: int, frame: object = None) -> None:
         if self._asked:
-            for number, handler in self._previous.items():
-                signal.signal(number, signal.SIG_DFL if handler is None else handler)
-            signal.raise_signal(signum)
+            self._force(signum)
             return
         self._asked = True
         if self._stop is not None:
             self._stop()
 
-    def goes_to(self, stop: Callable[[], None]) -> None:
-        """From now on ``stop`` is called when a stop is asked, at once if one was."""
+    def goes_to(
+        self, stop: Callable[[], None], *, force: Callable[[int], None] | None = None
+    ) -> None:
+        """From now on ``stop`` is called when a stop is asked, at once if one was, and
+        ``force`` (given the signal's number) when another signal comes after it; by
+        default that goes to the handler the process had before."""
         self._stop = stop
+        if force is not None:
+            self._force = force
         if self._asked:
             stop()
+
+    def _as_before(self, signum: int) -> None:
+        for number, handler in self._previous.items():
+            signal.signal(number, signal.SIG_DFL if handler is None else handler)
+        signal.raise_signal(signum)
 
 
 @contextlib.contextmanager

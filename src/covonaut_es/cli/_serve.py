@@ -140,7 +140,11 @@ def _serve(args: argparse.Namespace, asked: StopAsked) -> int:
         shown = f"[{bound_host}]" if ":" in bound_host else bound_host
         address = f"http://{shown}:{bound_port}/"
         server = uvicorn.Server(config)
-        asked.goes_to(functools.partial(setattr, server, "should_exit", True))
+        # uvicorn takes a second Ctrl-C itself while it serves, and raises the signals
+        # it took again once it has shut down: those are not another stop asked.
+        asked.goes_to(
+            functools.partial(setattr, server, "should_exit", True), force=lambda signum: None
+        )
         # uvicorn names the address only of the sockets it binds itself.
         print(f"covonaut-es serve: the inbox is at {address}", file=sys.stderr)
         server.run(sockets=[listening])

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -126,7 +127,7 @@ def _work(args: argparse.Namespace, asked: StopAsked) -> int:
             notifier=notifier,
             notice_lead=lead,
         )
-        asked.goes_to(running.stop)
+        asked.goes_to(running.stop, force=_stopped_at_once)
         summary = running.run(once=args.once)
     if args.once and summary.failed:
         failed = list(dict.fromkeys(summary.failed))
@@ -139,6 +140,21 @@ def _work(args: argparse.Namespace, asked: StopAsked) -> int:
         print(f"covonaut-es worker: {which}; the log above says why", file=sys.stderr)
         return EXIT_FAILURES
     return EXIT_OK
+
+
+def _stopped_at_once(signum: int) -> None:
+    """A second stop signal while steps run: end the process now (128 + the signal), as
+    SIGKILL would, since a step that hangs (a tool that never returns) is never left.
+    Its calls are in doubt, and its leases are let go by the database or lapse: another
+    worker takes its threads over, as it does a killed worker's."""
+    print(
+        "covonaut-es worker: stopped at once; the steps still running are left, and "
+        "their calls in doubt",
+        file=sys.stderr,
+        flush=True,
+    )
+    logging.shutdown()
+    os._exit(128 + signum)
 
 
 def _notifier(args: argparse.Namespace) -> ReviewNotifier | None:

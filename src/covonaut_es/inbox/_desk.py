@@ -198,21 +198,24 @@ class ReviewDesk:
     def _parent_shown(
         self, item: PendingReview, reviewer: Reviewer, states: dict[str, ThreadState | None]
     ) -> PendingReview:
-        """``item``, the thread a fork inherited it from left unnamed if ``reviewer``
-        may not see that thread (:func:`may_see`), as the fork's page leaves it: a
-        review's request data names the fork instead, the thread it waits in."""
-        parent = item.branch_parent
-        if parent is None:
+        """``item`` naming no thread ``reviewer`` may not see (:func:`may_see`), as the
+        fork's page names none: the thread a fork inherited it from is left out, and an
+        inherited review's request data, which names the thread it was asked in (a
+        parent, or further up), names the fork instead, the thread it waits in."""
+        if item.branch_parent is None:
             return item
-        if parent not in states:
-            states[parent] = self._readable(parent)
-        state = states[parent]
-        if state is not None and may_see(state, reviewer):
-            return item
+
+        def hidden(thread_id: str) -> bool:
+            if thread_id not in states:
+                states[thread_id] = self._readable(thread_id)
+            state = states[thread_id]
+            return state is None or not may_see(state, reviewer)
+
+        parent = None if hidden(item.branch_parent) else item.branch_parent
         data = item.data
-        if isinstance(data, dict) and data.get("thread_id") == parent:  # a review's request
+        if isinstance(data, dict) and _names_another(data, item.thread_id, hidden):
             data = {**data, "thread_id": item.thread_id}
-        return msgspec.structs.replace(item, branch_parent=None, data=data)
+        return msgspec.structs.replace(item, branch_parent=parent, data=data)
 
     def _call_reviews(
         self, item: PendingReview, states: dict[str, ThreadState | None]
@@ -657,6 +660,13 @@ def _no_pause(thread_id: str, tool_call_id: str, reviewer: Reviewer) -> ThreadNo
         f"no pause on call {tool_call_id!r} of thread {thread_id!r} that reviewer "
         f"{reviewer.id!r} may see"
     )
+
+
+def _names_another(data: dict[str, Any], thread_id: str, hidden: Callable[[str], bool]) -> bool:
+    """Whether a review's request ``data`` names, as the thread it was asked in, a
+    thread other than ``thread_id`` that is ``hidden``."""
+    asked_in = data.get("thread_id")
+    return isinstance(asked_in, str) and asked_in != thread_id and hidden(asked_in)
 
 
 def _pauses_shown(state: ThreadState, tool_call_id: str, reviewer: Reviewer) -> list[Pause]:
