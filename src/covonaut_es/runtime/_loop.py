@@ -695,11 +695,11 @@ def retry_program(
 
     A retry runs the tool the call was made of, or none (ADR 0154). A call whose tool
     requires approval is admitted as any call is: the approval it used authorizes it
-    again, since it is the same call. A retry that does not run
-    records no result, which would say the call did not run: refused before it runs (a
-    standing rejection, arguments a tool no longer takes) or never sent (its server
-    refused it or could not be reached), it may have run before, so it is paused in
-    doubt again, for a person to settle.
+    again, since it is the same call. A retry that does not run records no result,
+    which would say the call did not run: refused before it runs (a standing rejection,
+    arguments a tool no longer takes, another tool under its name) or never sent (its
+    server refused it or could not be reached), it may have run before, so it is paused
+    in doubt again, for a person to settle.
     """
     config = config.listed()  # the tool checked below is the one that runs
     pending = thread.retry_tool_call(tool_call_id, now=config.clock())
