@@ -21,17 +21,18 @@ from covonaut_es import (
     AgentConfig,
     CheckpointSettings,
     ScriptedProvider,
+    Store,
     Tool,
     ToolCallsInDoubtError,
     open_store,
 )
 from covonaut_es.domain import AgentThread, ToolPin
 from covonaut_es.service import ThreadService
-from support import GOLDEN, answer, call
+from support import GOLDEN, answer, call, call_intents
 from test_in_doubt import agent_on
 
 sys.path.insert(0, str(GOLDEN.parent))
-from write_golden_pinned_calls import PIN
+from write_golden_pinned_calls import PIN, book_tool, in_doubt
 
 CHANGES = {
     "nothing": {},
@@ -152,3 +153,38 @@ def test_a_retry_runs_the_tool_it_checked_whenever_its_source_lists_another(
             agent.settle("c1", retry=True)
         agent.resume()
     assert shop.ran[1:] in ([], [PIN.description]), shop.ran
+
+
+def test_a_fork_taken_between_a_call_and_its_pin_does_not_retry_it_on_its_own() -> None:
+    """A fork may branch between a call's record (``ToolCalled``) and its pin's
+    (``ToolPinned``), saved together: its open call has no pin, so which tool it was
+    made of is not in the fork's record. No retry runs a server's tool for it: the
+    automatic one is not begun, and one a person asks for pauses it in doubt again,
+    saying the record pins no tool (it said "one of the application's own",
+    helper-239). The person settles it."""
+    store = open_store("memory://")
+    in_doubt(store, "p")
+    intent = dict(call_intents(store.history("p")))["c1"]  # its ToolCalled
+    fork = store.fork("p", at_version=intent, new_thread_id="f")
+    ThreadService(store).pause_calls_in_doubt(fork, "its runner died")
+    ran: list[str] = []
+    agent = agent_on_thread(store, fork, book_tool(lambda ctx, args: ran.append("booked")))
+    (doubted,) = agent.in_doubt
+    assert doubted.pin is None
+    with contextlib.suppress(ToolCallsInDoubtError):
+        agent.resume()
+    with contextlib.suppress(ToolCallsInDoubtError):
+        agent.settle("c1", retry=True)
+    assert ran == []
+    (pause,) = [p for p in store.state_at(fork).pauses if not p.resolved]
+    assert "does not pin" in pause.interrupt.reason
+
+
+def agent_on_thread(store: Store, thread_id: str, tool: Tool) -> Agent:
+    return Agent(
+        AgentConfig(
+            provider=ScriptedProvider([answer("done")]),
+            tools=[tool],
+            checkpoint=CheckpointSettings(store=store, thread_id=thread_id),
+        )
+    )

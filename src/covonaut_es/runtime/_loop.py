@@ -776,11 +776,14 @@ def _made_of(pending: PendingToolCall, tool: Tool) -> bool:
 
 
 def _other_tool_text(pending: PendingToolCall, tool: Tool) -> str:
-    made = "one of the application's own" if pending.pin is None else pending.pin.label
+    """Why a retry does not run ``tool``: it is not the one ``pending`` was made of. A
+    call with no pin was made of one of the application's own tools, or its pin is not
+    in the thread's record (a fork taken between the call's record and its pin's)."""
+    made = "a tool the thread's record does not pin" if pending.pin is None else pending.pin.label
     now = "one of the application's own" if tool.pin is None else tool.pin.label
     return (
-        f"Not executed: {pending.call.name!r} names another tool now ({now}, listed "
-        f"since) than the one the call was made of ({made})"
+        f"Not executed: {pending.call.name!r} names another tool now ({now}) than the "
+        f"one the call was made of ({made})"
     )
 
 

@@ -280,7 +280,8 @@ stored as JSON, so that a damaged or hostile frame never makes a reader allocate
 
 MOST_UNTYPED_SNAPSHOT = 1024 * 1024
 """The most bytes an older compressed snapshot, decoded untyped to upcast it, may hold
-once decompressed (see :meth:`SnapshotCodec.decode_untyped`)."""
+once decompressed (see :meth:`SnapshotCodec.decode_untyped`); a larger one is stale, its
+thread rebuilt from the events."""
 
 
 class SnapshotCodec(Codec):
@@ -339,13 +340,22 @@ class SnapshotCodec(Codec):
         if body[:4] != _zstd.MAGIC:
             return super().decode_untyped(body, where=where)
         try:
-            # An older snapshot past the limit is passed over (the thread rebuilt from
-            # its events): msgpack holds an empty array in one byte, which decodes to a
-            # Python list fifty times its size.
-            decoded = msgspec.msgpack.decode(_zstd.decompress(body, limit=MOST_UNTYPED_SNAPSHOT))
+            packed = _zstd.decompress(body, limit=SNAPSHOT_SIZE_LIMIT)
+        except ValueError as exc:
+            msg = f"{where}: stored snapshot is not a readable compressed snapshot: {exc}"
+            raise SerializationError(msg) from exc
+        if len(packed) > MOST_UNTYPED_SNAPSHOT:
+            # Passed over, the thread rebuilt from its events: msgpack holds an empty
+            # array in one byte, which decodes to a Python list fifty times its size.
+            msg = (
+                f"{where}: an older snapshot of {len(packed)} bytes, more than the "
+                f"{MOST_UNTYPED_SNAPSHOT} one is decoded untyped to be upgraded"
+            )
+            raise StaleSnapshotError(msg)
+        try:
             # Through JSON (datetimes become text), so that upcasters see a snapshot
             # alike whichever format it was written in; only older snapshots come here.
-            as_json = msgspec.json.encode(decoded)
+            as_json = msgspec.json.encode(msgspec.msgpack.decode(packed))
         # msgspec.DecodeError is a ValueError; RecursionError: nested beyond its depth
         except (ValueError, TypeError, RecursionError) as exc:
             msg = f"{where}: stored snapshot is not a readable compressed snapshot: {exc}"
