@@ -76,9 +76,15 @@ class StopAsked:
             stop()
 
     def _as_before(self, signum: int) -> None:
-        for number, handler in self._previous.items():
-            signal.signal(number, signal.SIG_DFL if handler is None else handler)
+        _put_back(self._previous)
         signal.raise_signal(signum)
+
+
+def _put_back(handlers: Mapping[signal.Signals, Any]) -> None:
+    """Set the signals' ``handlers`` again, as ``signal.getsignal`` gave them (None: one
+    not set from Python, whose default is put back)."""
+    for signum, handler in handlers.items():
+        signal.signal(signum, signal.SIG_DFL if handler is None else handler)
 
 
 @contextlib.contextmanager
@@ -100,8 +106,7 @@ def stopping_gracefully() -> Iterator[StopAsked]:
     try:
         yield asked
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+        _put_back(previous)
 
 
 class UsageError(Exception):

@@ -369,11 +369,10 @@ class _Fold:
         past it of a version the stream, read again, does not reach (written around the
         library); one written by newer code, or a snapshot row that is damaged, is a
         finding, and ends the snapshots (it says nothing of those after it)."""
-        records = self.store._records
         try:
-            for checked in records.checked_snapshots(self.thread_id):
+            for checked in self.store._records.checked_snapshots(self.thread_id):
                 if bound is not None and checked.version > bound:
-                    newest = records.newest_version(self.thread_id)
+                    newest = self.store._reader.head_version(self.thread_id)
                     if newest is not None and newest >= checked.version:
                         return  # taken after the pass began, of events it does not read
                 yield checked
@@ -442,7 +441,7 @@ class _Fold:
     def _check_beyond(self, anchored: int) -> None:
         """Report events past the anchored head that no anchor covers: written around
         the library. The stream's end is read first, then the anchor again."""
-        newest = self.store._records.newest_version(self.thread_id)
+        newest = self.store._reader.head_version(self.thread_id)
         if newest is None or newest <= anchored:
             return
         try:

@@ -161,12 +161,6 @@ class StoredRecords:
                 return
             after = page[-1].originator_version
 
-    def newest_version(self, thread_id: str) -> int | None:
-        """The newest version of the thread's own stream; None when it has no events."""
-        stream = thread_aggregate_id(thread_id)
-        newest = self._app.recorder.select_events(stream, desc=True, limit=1)
-        return newest[0].originator_version if newest else None
-
     def insert_records(self, records: Sequence[StoredEvent]) -> None:
         """Write records whose payloads are plain JSON, compressed and encrypted as this
         store is configured, and their topics as codes where they have one, in one
