@@ -368,7 +368,32 @@ class ReviewDesk:
         only = QueueFilter(thread_id=found.thread_id, kind=PauseKind.REVIEW)
         in_thread = self.queue.page(only=only).items
         queued = next((item for item in in_thread if item.review_id == review_id), None)
-        return ReviewItem.recorded(found, queued)
+        return self._inherited_shown(ReviewItem.recorded(found, queued), reviewer)
+
+    def _inherited_shown(self, item: ReviewItem, reviewer: Reviewer) -> ReviewItem:
+        """``item`` naming no thread ``reviewer`` may not see, as :meth:`_parent_shown`
+        does for a listing: a decision or approval a fork inherited names the thread it
+        was recorded in (a parent, or further up), and names the fork instead, the thread
+        it is shown in; the fork's parent is left out."""
+        seen: dict[str, bool] = {item.thread_id: False}
+
+        def hidden(thread_id: str) -> bool:
+            if thread_id not in seen:
+                seen[thread_id] = not self._may_see(thread_id, reviewer)
+            return seen[thread_id]
+
+        def shown(decision: ReviewDecision) -> ReviewDecision:
+            if not hidden(decision.thread_id):
+                return decision
+            return msgspec.structs.replace(decision, thread_id=item.thread_id)
+
+        parent = item.branch_parent
+        return attrs.evolve(
+            item,
+            decision=None if item.decision is None else shown(item.decision),
+            approvals=tuple(shown(approval) for approval in item.approvals),
+            branch_parent=None if parent is None or hidden(parent) else parent,
+        )
 
     def messages(self, thread_id: str, *, reviewer: Reviewer) -> tuple[Message, ...] | None:
         """The thread's last messages, for context; None when they are hidden from
