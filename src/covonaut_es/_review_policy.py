@@ -17,6 +17,7 @@ from typing import Any
 import attrs
 
 from covonaut_es import _logs
+from covonaut_es._text import is_text
 from covonaut_es.domain import Decision, ReviewLimit, ReviewRules
 from covonaut_es.domain._reviews import ALL_DECISIONS, MAX_DESCRIPTION_CHARS
 
@@ -163,8 +164,6 @@ def _description(tool_name: str, policy: ReviewPolicy, args: dict[str, Any]) -> 
     if not isinstance(text, str):
         logger.error("review description of tool %r is no text", tool_name)
         return _FAILED_DESCRIPTION
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
+    if not is_text(text):
         return _FAILED_DESCRIPTION  # a lone surrogate could not be stored
     return text[:MAX_DESCRIPTION_CHARS]

@@ -145,6 +145,16 @@ def _indented(value: Any, level: int) -> str:
     return "{" + inner + ("," + inner).join(pairs) + "\n" + "  " * level + "}"
 
 
+def is_text(text: str) -> bool:
+    """Whether ``text`` is valid Unicode text, which UTF-8 and every store can carry: it
+    holds no lone surrogate."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def encodable(text: str) -> str:
     """``text`` as UTF-8 can carry it, to a front end or an exporter: a lone surrogate
     (a ``"\\ud800"`` escape a model's JSON held, decoded) made U+FFFD. Plain text comes

@@ -37,7 +37,12 @@ from covonaut_es.domain._reviews import (
     operation_digest,
 )
 from covonaut_es.domain._snapshot import ThreadSnapshot
-from covonaut_es.domain._thread import AgentThread, message_id_problem, run_input
+from covonaut_es.domain._thread import (
+    AgentThread,
+    message_id_problem,
+    run_input,
+    steering_problem,
+)
 from covonaut_es.domain._tool_pins import ToolPin
 from covonaut_es.domain._tree import BranchPoint, ForkRecord, SessionTree, ThreadTree, TreeStats
 from covonaut_es.domain._values import (
@@ -105,5 +110,6 @@ __all__ = [
     "requested_call",
     "run_input",
     "same_reviewer",
+    "steering_problem",
     "thread_aggregate_id",
 ]

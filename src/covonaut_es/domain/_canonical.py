@@ -115,8 +115,20 @@ def canonical_json(value: Any) -> bytes:
 
     Equal parsed values give equal bytes, whatever the key order and spacing of the
     text they were parsed from. Numbers keep their kind: ``40`` and ``40.0`` differ.
+
+    Raises:
+        NonFiniteNumberError: ``value`` holds NaN or an infinity, which msgspec writes
+            as null: the form of None.
+        NotJSONDataError: ``value`` holds an object msgspec cannot encode, or a lone
+            surrogate.
     """
-    return msgspec.json.encode(value, order="sorted")
+    try:
+        encoded = msgspec.json.encode(value, order="sorted")
+    except (TypeError, ValueError, msgspec.EncodeError) as exc:
+        raise NotJSONDataError(f"not JSON data ({exc})") from exc
+    if b"null" in encoded:  # a NaN written as null is told from None only by a walk
+        refuse_non_finite(value)
+    return encoded
 
 
 def es_number(value: float) -> str:

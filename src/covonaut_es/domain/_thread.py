@@ -23,6 +23,7 @@ import msgspec
 from eventsourcing.domain import Aggregate
 
 from covonaut_es._arguments import check_text, check_whole
+from covonaut_es._text import is_text
 from covonaut_es.domain._calls import event_key, has_key_form, requested_call
 from covonaut_es.domain._canonical import json_data
 from covonaut_es.domain._eventsourcing import MODIFIED_ON, VERSION, become, created, move_to
@@ -1271,7 +1272,14 @@ class AgentThread(Aggregate, created_event_name="Started"):
             )
 
     def steer(self, message: Message, *, now: datetime) -> None:
-        """Apply a steering message."""
+        """Apply a steering message.
+
+        Raises:
+            InvalidRunInputError: ``message`` may not steer a run
+                (:func:`steering_problem`); nothing was recorded.
+        """
+        if (problem := steering_problem(message)) is not None:
+            raise InvalidRunInputError(problem)
         self.trigger_event(self.Steered, message=message, timestamp=now)
 
     def start_turn(self, *, now: datetime) -> None:
@@ -1960,6 +1968,36 @@ def run_input_problem(mode: RunMode, message: Message | None) -> str | None:
             f"{mode} given a {message.role} one"
         )
     return message_id_problem(message.id)
+
+
+def steering_problem(message: object) -> str | None:
+    """Why ``message`` cannot steer a run, or None: a user's or a system's message of
+    valid text. It calls no tool and answers no call: a run records its calls and their
+    results itself, each call answered once, as every model's API requires of a
+    conversation. And it has no id: an id lets a run refuse its input given again, and
+    steering is no run's input. The one rule of ``Agent.steer`` and
+    :meth:`AgentThread.steer`."""
+    if not isinstance(message, Message) or type(message.content) is not str:
+        found = type(message.content if isinstance(message, Message) else message).__name__
+        return f"steer(message) takes a str or a Message of text, got {found}"
+    if message.role is not Role.USER and message.role is not Role.SYSTEM:
+        return f"a steering message is a user's or a system's, not one of role {message.role!r}"
+    if message.tool_calls or message.tool_call_id is not None or message.usage is not None:
+        return (
+            "a steering message calls no tool, answers no call and reports no usage: "
+            "the run records those itself"
+        )
+    if message.id is not None:
+        return "a steering message has no id: ids are for a run's input (run(message_id=))"
+    name = message.name
+    if not is_text(message.content) or (
+        name is not None and not (type(name) is str and is_text(name))
+    ):
+        return (
+            "a steering message's text, and its name if it has one, must be valid Unicode "
+            "text: a lone surrogate is none, and no store can keep it"
+        )
+    return None
 
 
 MAX_MESSAGE_ID = 256

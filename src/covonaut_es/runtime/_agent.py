@@ -23,6 +23,7 @@ from covonaut_es.domain import (
     ThreadState,
     ThreadStatus,
     run_input,
+    steering_problem,
 )
 from covonaut_es.errors import InvalidRunInputError, ThreadStateError
 from covonaut_es.messages import Message, Role, Usage
@@ -257,15 +258,15 @@ class Agent(ReviewCommands, StateCommands):
         prepared. A string is a user message.
 
         Raises:
-            InvalidRunInputError: ``message`` is not a str, nor a ``Message`` of text;
-                nothing was queued.
+            InvalidRunInputError: ``message`` is not a str, nor a user's or a system's
+                ``Message`` of valid text, without tool calls, a call it answers, usage
+                or an id (:func:`~covonaut_es.domain.steering_problem`); nothing was
+                queued.
         """
         if isinstance(message, str):
             message = Message(Role.USER, message)
-        if not isinstance(message, Message) or type(message.content) is not str:
-            found = type(message.content if isinstance(message, Message) else message)
-            msg = f"steer(message) takes a str or a Message of text, got {found.__name__}"
-            raise InvalidRunInputError(msg)
+        if (problem := steering_problem(message)) is not None:
+            raise InvalidRunInputError(problem)
         self._steering.append(message)
 
     def settle(

@@ -13,9 +13,9 @@ from typing import Protocol
 
 import attrs
 
+from covonaut_es._text import is_text
 from covonaut_es.domain import Review
 from covonaut_es.errors import AmbiguousReviewError, ReviewNotFoundError
-from covonaut_es.service._submissions import is_text
 from covonaut_es.store import Store
 
 

@@ -20,7 +20,7 @@ from typing import Any
 import attrs
 
 from covonaut_es._strict_json import JsonRefused, Wording, strict_loads
-from covonaut_es._text import is_blank
+from covonaut_es._text import is_blank, is_text
 from covonaut_es.errors import InvalidDecisionError
 from covonaut_es.tools import MAX_ARGUMENTS_DEPTH, json_depth
 
@@ -273,15 +273,6 @@ _SUBMITTED = Wording(
     too_large="holds the number {text}, which no stored JSON number can carry",
     wide_integer="holds the integer {text}, beyond the 64 bits a stored number can carry",
 )
-
-
-def is_text(text: str) -> bool:
-    """Whether ``text`` is valid Unicode text: it holds no lone surrogate."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _kind(value: Any) -> str:

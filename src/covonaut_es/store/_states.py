@@ -21,7 +21,9 @@ from typing import Any, Protocol, runtime_checkable
 import msgspec
 from eventsourcing.persistence import IntegrityError
 
+from covonaut_es._arguments import check_instance
 from covonaut_es.domain import StateDocument, ThreadState
+from covonaut_es.domain._canonical import json_data
 from covonaut_es.domain._named_states import StateSaved, check_state_key, state_stream_id
 from covonaut_es.errors import SerializationError, StoredRowError, ToolCallsInDoubtError
 from covonaut_es.migrations import VERSION_KEY, Upcaster, stored_version
@@ -45,6 +47,9 @@ class StateStore(Protocol):
 
         Raises:
             InvalidStateKeyError: The key is not allowed.
+            ConfigurationError: ``document`` is no mapping.
+            NonFiniteNumberError: It holds NaN or an infinity (:func:`plain_document`).
+            NotJSONDataError: It holds what else JSON cannot carry.
         """
 
     def read_state(self, key: str) -> dict[str, Any] | None:
@@ -56,6 +61,23 @@ class StateStore(Protocol):
         """
 
 
+def plain_document(key: str, document: Mapping[str, Any]) -> dict[str, Any]:
+    """``document`` as every state store keeps it under ``key``: the JSON object it
+    reads back as (lists for tuples, text for datetimes), so that what is read is what
+    was saved, and what would not read back alike is refused before anything is saved.
+
+    Raises:
+        ConfigurationError: ``document`` is no mapping.
+        NonFiniteNumberError: It holds NaN or an infinity, which msgspec would write
+            as null. Names the state.
+        NotJSONDataError: It holds what else JSON cannot carry: an object msgspec
+            cannot encode, a key that is no text, a lone surrogate. Names the state.
+    """
+    check_instance("document", document, Mapping, "a mapping of JSON values")
+    plain: dict[str, Any] = json_data(document, where=f"state {key!r}")
+    return plain
+
+
 class MemoryStateStore:
     """State documents in this process's memory, lost when it exits."""
 
@@ -64,7 +86,8 @@ class MemoryStateStore:
 
     def write_state(self, key: str, document: Mapping[str, Any]) -> None:
         # Kept encoded, so that later changes to the caller's objects change nothing.
-        self._documents[check_state_key(key)] = msgspec.json.encode(document)
+        encoded = msgspec.json.encode(plain_document(check_state_key(key), document))
+        self._documents[key] = encoded
 
     def read_state(self, key: str) -> dict[str, Any] | None:
         data = self._documents.get(check_state_key(key))
@@ -91,7 +114,8 @@ class FileStateStore:
 
     def write_state(self, key: str, document: Mapping[str, Any]) -> None:
         target = self._file(key)
-        data = msgspec.json.format(msgspec.json.encode(document), indent=2) + b"\n"
+        encoded = msgspec.json.encode(plain_document(key, document))
+        data = msgspec.json.format(encoded, indent=2) + b"\n"
         self.path.mkdir(parents=True, exist_ok=True)
         descriptor, temporary = tempfile.mkstemp(dir=self.path, prefix=f".{key}.", suffix=".tmp")
         try:
@@ -144,6 +168,7 @@ class StoredStates:
         """As :meth:`covonaut_es.Store.write_state`."""
         stream = state_stream_id(key)
         self._guard.refuse_if_read_only(f"state {key!r} was not saved")
+        plain = plain_document(key, document)
         while True:
             last = self._app.recorder.select_events(stream, desc=True, limit=1)
             saved = StateSaved(
@@ -151,9 +176,7 @@ class StoredStates:
                 originator_version=last[0].originator_version + 1 if last else 1,
                 timestamp=StateSaved.create_timestamp(),
                 key=key,
-                # As JSON reads it back (lists for tuples, text for datetimes): the
-                # mapper stores only what reads back alike.
-                document=msgspec.json.decode(msgspec.json.encode(document)),
+                document=plain,
             )
             with contextlib.suppress(IntegrityError):  # another writer saved first: go after it
                 self._app.put_and_tell([saved])

@@ -626,8 +626,11 @@ class Store(Closing):
         Raises:
             InvalidStateKeyError: The key is not allowed.
             ConfigurationError: ``document`` is no mapping.
+            NonFiniteNumberError: It holds NaN or an infinity; nothing was saved.
+            NotJSONDataError: It holds what else JSON cannot carry (an object msgspec
+                cannot encode, a key that is no text, a lone surrogate); nothing was
+                saved.
         """
-        check_instance("document", document, Mapping, "a mapping of JSON values")
         self._states.write_state(key, document)
 
     def read_state(self, key: str) -> dict[str, Any] | None:
