@@ -8,11 +8,13 @@ token, the other serves the inbox over the file; both carry the same freshly mad
 reviewer secret, which is good for this demo only.
 
 Run it with ``python examples/pending_review.py [path/to/threads.db]`` (``make demo``
-runs it on ``demo.db``).
+runs it on ``demo.db``); run again on the same file, it leaves another payment waiting,
+in a thread of its own (``supplier-payments-2``...).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import secrets
 import shlex
@@ -75,19 +77,21 @@ def main() -> None:
     )
     call = ToolCall("call-1", "send_payment", json.dumps(PAYMENT))
     with open_store(url) as store:
+        names = itertools.chain([THREAD], (f"{THREAD}-{n}" for n in itertools.count(2)))
+        thread_id = next(name for name in names if not store.exists(name))
         agent = Agent(
             AgentConfig(
                 model="offline",
                 provider=ScriptedProvider([ProviderResponse(tool_calls=(call,))]),
                 tools=[tool],
-                checkpoint=CheckpointSettings(store=store, thread_id=THREAD),
+                checkpoint=CheckpointSettings(store=store, thread_id=thread_id),
             )
         )
         agent.run("Pay Nordwind's invoice NW-2026-11-0042.")
         (review,) = agent.pending_reviews
     secret = f"COVONAUT_ES_REVIEWER_SECRET={secrets.token_urlsafe(32)}"
     print(f"A payment of {PAYMENT['amount']} {PAYMENT['currency']} waits for review")
-    print(f"(review {review.review_id} of thread {THREAD}, in {db}).")
+    print(f"(review {review.review_id} of thread {thread_id}, in {db}).")
     print("Open it in the reviewer inbox: sign a token, then serve the inbox,")
     print("browse to http://127.0.0.1:8700 and sign in with the token.")
     print()

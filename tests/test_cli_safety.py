@@ -189,6 +189,28 @@ def test_every_command_refuses_bad_input_in_one_line_and_writes_nothing(
         assert listing(tmp_path) == before, args
 
 
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        *[("--after", "-1"), ("--after", str(2**63)), ("--after", str(-(10**30)))],
+        *[("--limit", "0"), ("--limit", "-1"), ("--limit", str(10**30))],
+    ],
+)
+def test_a_page_option_out_of_range_is_refused_naming_the_option_and_the_range(
+    tmp_path: Path, option: str, value: str
+) -> None:
+    """``threads --after -1`` said "after must be a whole number from 0 to ..., found a
+    value of type int": the option was named as the library's argument, and the reason
+    given (its type) was the one thing right (helper-242)."""
+    url = f"sqlite:///{tmp_path / 'threads.db'}"
+    open_store(url).close()
+    result = run("threads", option, value, "--store", url)
+    assert result.returncode == 2, result.stderr
+    [line] = result.stderr.splitlines()
+    assert option in line or f"{option[2:]}={value}" in line, line
+    assert "of type" not in line, line
+
+
 def test_a_mistyped_sqlite_path_is_named_and_not_created(tmp_path: Path) -> None:
     """A reading command on a missing SQLite file names it and leaves no file there."""
     missing = tmp_path / "mistyped.db"

@@ -353,3 +353,24 @@ def test_typed_output_example_sends_a_refusal_back_and_restores_the_value() -> N
         "Restored output equal: True",
     ]
     assert lines[4].startswith("Audit: answered with the typed value")
+
+
+FILE_EXAMPLES = {
+    "pending_review.py": (),  # its default, threads.db in the working directory
+    "restart_recovery.py": ("threads.db",),
+    "embedded_domain_app.py": ("expenses.db",),
+    "embedded_system.py": ("stores",),
+}
+"""The examples that keep what they write in a file their arguments (or default) name."""
+
+
+@pytest.mark.parametrize("script", FILE_EXAMPLES)
+def test_an_example_run_again_on_the_file_it_left_runs_again(script: str, tmp_path: Path) -> None:
+    """A new user runs an example a second time, on the file the first run left (the
+    demo's last step again, for a fresh reviewer secret): it ran into its own thread
+    and ended in a traceback (helper-242); each run now starts where it should."""
+    if script == "embedded_system.py":
+        (tmp_path / "stores").mkdir()
+    for _ in range(2):
+        result = run_python(ROOT / "examples" / script, *FILE_EXAMPLES[script], cwd=tmp_path)
+        assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr

@@ -325,6 +325,9 @@ COMMANDS = [
     ["workers"],
     ["migrate", "--check"],
     ["export", "t"],
+    ["--help"],  # the parser's own output: a traceback on a full disk (helper-242)
+    ["--version"],
+    ["threads", "--help"],
 ]
 
 

@@ -20,10 +20,17 @@ def refuse(name: str, expected: str, value: object) -> NoReturn:
     ``expected``.
 
     Raises:
-        ConfigurationError: Always; naming the argument, what it takes and the type found.
+        ConfigurationError: Always; naming the argument, what it takes and the type found
+            (for a whole number: it, or at least its order past 20 digits).
     """
-    # The value is not shown: a secret given in the wrong place (a URL as bytes) would be.
-    msg = f"{name} must be {expected}, found a value of type {type(value).__name__}"
+    # The value is not shown, but a small whole number's: a secret given in the wrong
+    # place (a URL as bytes) would be.
+    if type(value) is int:
+        order = "at most -10**20" if value < 0 else "at least 10**20"
+        found = f"found {value}" if abs(value) < 10**20 else f"found a number of {order}"
+    else:
+        found = f"found a value of type {type(value).__name__}"
+    msg = f"{name} must be {expected}, {found}"
     raise ConfigurationError(msg)
 
 

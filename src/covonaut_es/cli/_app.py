@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import errno
 import importlib.metadata
 import logging
 import os
@@ -28,6 +27,7 @@ from covonaut_es.cli._command import (
     EXIT_INTERRUPTED,
     EXIT_TERMINATED,
     EXIT_USAGE,
+    OUT_OF_SPACE,
     Command,
     CommandParser,
     OutputClosedError,
@@ -81,6 +81,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _stdout_closed()
     except KeyboardInterrupt:  # Ctrl-C while the commands' modules load: no traceback
         return EXIT_INTERRUPTED
+    except OSError as exc:  # --help or --version finding no room
+        if exc.errno not in OUT_OF_SPACE:
+            raise
+        return _no_room(None, exc)
     command: Command = args.command
     try:
         with _terminated_as_an_exception():
@@ -103,19 +107,32 @@ def main(argv: Sequence[str] | None = None) -> int:
             _report(args, str(exc))
         return _stdout_closed()
     except OSError as exc:
-        if exc.errno not in _OUT_OF_SPACE:
+        if exc.errno not in OUT_OF_SPACE:
             raise
-        # A full disk, quota or file size limit: on stdout (a shell's redirection),
-        # which names no file, or on a file the command had no reason to expect it on.
-        with contextlib.suppress(OSError):
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        what = "the output" if exc.filename is None else repr(exc.filename)
-        return _report(
-            args,
-            f"cannot write {what}: {exc.strerror}; what was written is incomplete: "
-            "make room, or write it elsewhere, and run the command again",
-        )
+        return _no_room(args, exc)
     return status
+
+
+def _no_room(args: argparse.Namespace | None, exc: OSError) -> int:
+    """Report output that found no room (a full disk, quota or file size limit): on
+    stdout (a shell's redirection), which names no file, or on a file the command had
+    no reason to expect it on; what to do depends on whether the command recorded its
+    change before."""
+    with contextlib.suppress(OSError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    what = "the output" if exc.filename is None else repr(exc.filename)
+    if args is not None and args.recorded:
+        advice = (
+            "the store recorded the command's change before, and it stands: only its "
+            "output was lost (threads, show or history shows the change; running the "
+            "command again would be refused, or repeat it)"
+        )
+    else:
+        advice = (
+            "what was written is incomplete: make room, or write it elsewhere, and run "
+            "the command again"
+        )
+    return _report(args, f"cannot write {what}: {exc.strerror}; {advice}")
 
 
 class _Terminated(BaseException):
@@ -154,14 +171,14 @@ def _stdout_closed() -> int:
     return EXIT_BROKEN_PIPE
 
 
-_OUT_OF_SPACE = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT})
-"""The errors of a write that found no room: a full disk, a file size limit, a quota."""
-
-
-def _report(args: argparse.Namespace, message: str) -> int:
-    """Print ``message`` as one line on stderr, its control characters neutralised."""
+def _report(args: argparse.Namespace | None, message: str) -> int:
+    """Print ``message`` as one line on stderr, its control characters neutralised;
+    prefixed with the command's name (the program's before ``args`` were read)."""
     one_line = " ".join(part.strip() for part in message.splitlines())
-    print(f"{args.error_prefix}: {printable(name_threads(one_line, args))}", file=sys.stderr)
+    if args is None:
+        print(f"covonaut-es: {printable(one_line)}", file=sys.stderr)
+    else:
+        print(f"{args.error_prefix}: {printable(name_threads(one_line, args))}", file=sys.stderr)
     return EXIT_USAGE
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import difflib
+import errno
 import re
 import signal
 import sys
@@ -111,6 +112,10 @@ def stopping_gracefully() -> Iterator[StopAsked]:
 
 class UsageError(Exception):
     """Bad input: reported on stderr, exit status 2."""
+
+
+OUT_OF_SPACE = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT})
+"""The errors of a write that found no room: a full disk, a file size limit, a quota."""
 
 
 class OutputClosedError(BrokenPipeError):
@@ -236,5 +241,9 @@ def add_command(
         name, help=help_, description=help_ if description is None else description
     )
     # prog is the words that reach it: "covonaut-es token issue" for a nested one.
-    parser.set_defaults(command=command, error_prefix=parser.prog, subcommand_parser=parser)
+    # ``recorded``: whether the command's store took a change (see open_from), which
+    # tells a failure after it (output that found no room) from one before.
+    parser.set_defaults(
+        command=command, error_prefix=parser.prog, subcommand_parser=parser, recorded=False
+    )
     return parser

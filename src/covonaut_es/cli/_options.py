@@ -219,11 +219,15 @@ def open_from(
     mistyped path, or a database that is not a store, instead of giving it a store's
     tables. A command that ``writes`` (``fork``, ``approve``, ``reviews --follow``) then
     opens it as a writer, so that a cipher key or compression other than the store's is
-    refused before anything is written. With ``--application``, the store is the
+    refused before anything is written, and ``args.recorded`` tells whether the store
+    took a change. With ``--application``, the store is the
     application's threads, the application opened as it configures itself."""
     application = application_spec(args)
     if application is not None:
-        with _application_store(application, create=create) as store:
+        with (
+            _application_store(application, create=create) as store,
+            _changes_noted(store, args, writes=writes or create),
+        ):
             yield store
         return
     url = store_url(args)
@@ -246,8 +250,24 @@ def open_from(
         if writes:
             store.close()
             store = open_store(url, **options)
-    with store:
+    with store, _changes_noted(store, args, writes=writes or create):
         yield store
+
+
+@contextlib.contextmanager
+def _changes_noted(store: Store, args: argparse.Namespace, *, writes: bool) -> Iterator[None]:
+    """Note in ``args.recorded`` whether ``store``'s log grew in the block, for a
+    command that ``writes``: a failure after that (its output finding no room) must not
+    advise running the command again."""
+    if not writes:
+        yield
+        return
+    before = store.last_log_position()
+    try:
+        yield
+    finally:
+        with contextlib.suppress(Exception):  # a store that fails now: nothing known
+            args.recorded = args.recorded or store.last_log_position() != before
 
 
 @contextlib.contextmanager

@@ -11,6 +11,7 @@ from typing import Any
 
 import msgspec
 
+from covonaut_es._arguments import check_position
 from covonaut_es._text import printable
 from covonaut_es.cli._command import EXIT_FAILURES, EXIT_OK, Subcommands
 from covonaut_es.cli._json import emit_records, utc
@@ -67,6 +68,8 @@ DEFAULT_LIMIT = 1000
 def threads(args: argparse.Namespace) -> int:
     """``threads``: one row per thread, a page at a time; the position to pass as
     ``--after`` for the next page goes to standard error."""
+    if args.after is not None:
+        check_position("--after", args.after)  # the listing's rule, named as typed
     with open_from(args) as store:
         page = store.list_threads(after=args.after, limit=args.limit)
     rows = [
