@@ -30,9 +30,10 @@ def check_thread_id(thread_id: str, *, new: bool = True) -> str:
     shows as itself: it holds no character that shows nothing or that Python does not
     call printable (a space other than ASCII's, a line or paragraph separator, a Hangul
     filler, the Braille blank, a private-use or unassigned code point), the characters
-    :func:`covonaut_es._text.printable` shows as escapes. Earlier versions accepted
-    those, so a thread already stored under such an id is still read, run and
-    submitted to (ADR 0126).
+    :func:`covonaut_es._text.printable` shows as escapes, and it neither begins nor
+    ends with a space, which a table's padding hides. Earlier versions accepted those,
+    so a thread already stored under such an id is still read, run and submitted to
+    (ADR 0126).
 
     Args:
         thread_id: The id.
@@ -64,6 +65,12 @@ def check_thread_id(thread_id: str, *, new: bool = True) -> str:
                 "thread's id may hold visible text only"
             )
             raise InvalidThreadIdError(msg)
+    if new and (thread_id.startswith(" ") or thread_id.endswith(" ")):
+        msg = (
+            f"thread id {thread_id!r} begins or ends with a space, which a listing does "
+            "not show: a new thread's id may not"
+        )
+        raise InvalidThreadIdError(msg)
     if not unicodedata.is_normalized("NFC", thread_id):
         composed = unicodedata.normalize("NFC", thread_id)
         msg = (
