@@ -250,9 +250,21 @@ async def _run(
     translated: RunEvents | None = None
     try:
         open_pauses = await asyncio.to_thread(open_interrupt_ids, agent)  # loads the thread
-        yield state_snapshot(agent)  # what the run's state deltas apply to
+        stored = await asyncio.to_thread(store.exists, thread_id)
+        yield state_snapshot(agent, stored=stored)  # what the run's state deltas apply to
         if run_input.resume:
             assert reviewer is not None
+            new = _new_message(run_input, agent.messages)
+            if new is not None and not any(m.id == new.id for m in agent.messages):
+                # Run after the decisions, it would be a second run the client did not
+                # ask for by itself; dropped, it would be lost without a word. (One
+                # whose id the thread holds was sent before, its text changed since.)
+                msg = (
+                    "a resume records decisions and resumes the thread; it runs no new "
+                    "message: send the new user message in a request of its own once the "
+                    "resume has ended; nothing was recorded"
+                )
+                raise InvalidRunInputError(msg)
             decided = await _decided(agent, service, run_input.resume, open_pauses, reviewer)
             for event in decided:
                 yield event
@@ -280,7 +292,7 @@ async def _run(
         yield agui.RunErrorEvent(message=_told(exc, store), code=type(exc).__name__)
         return
     yield messages_snapshot(agent)
-    yield state_snapshot(agent)
+    yield state_snapshot(agent, stored=await asyncio.to_thread(store.exists, thread_id))
     outcome: agui.RunFinishedInterruptOutcome | agui.RunFinishedSuccessOutcome
     if waiting:
         outcome = agui.RunFinishedInterruptOutcome(interrupts=waiting)

@@ -189,10 +189,13 @@ def _version_delta(event: AgentThread.Event) -> agui.StateDeltaEvent:
 # The thread, from the store ------------------------------------------------------------
 
 
-def state_snapshot(agent: Agent) -> agui.StateSnapshotEvent:
-    """The thread's state as the front end keeps it: its id, version and status."""
+def state_snapshot(agent: Agent, *, stored: bool) -> agui.StateSnapshotEvent:
+    """The thread's state as the front end keeps it: its id, version and status, as
+    stored; version 0 while the store holds nothing of it (``stored`` false), though
+    the agent holds its start, not saved until a run records something."""
     state = agent.state
-    snapshot = {"thread_id": agent.thread_id, "version": state.version, "status": str(state.status)}
+    version = state.version if stored else 0
+    snapshot = {"thread_id": agent.thread_id, "version": version, "status": str(state.status)}
     return agui.StateSnapshotEvent(snapshot=snapshot)
 
 
