@@ -124,6 +124,17 @@ def _holds_non_finite(value: Any) -> bool:
     return False
 
 
+def _holds_a_wide_integer(value: Any) -> bool:
+    """Whether ``value`` holds an integer past 64 bits, which no import reads back."""
+    try:
+        msgspec.msgpack.encode(value)
+    except OverflowError:
+        return True
+    except (TypeError, ValueError):  # no data at all: refused for that
+        return False
+    return False
+
+
 def _state_stores(directory: Path) -> dict[str, Any]:
     return {
         "Store": open_store("memory://"),
@@ -146,10 +157,12 @@ def test_a_state_document_is_saved_as_it_reads_back_or_refused_with_nothing_save
     try:
         states.write_state("doc", document)
     except CovonautError:
-        assert _holds_non_finite(value) or not _round_trips(document)
+        refusable = _holds_non_finite(value) or _holds_a_wide_integer(value)
+        assert refusable or not _round_trips(document)
         assert states.read_state("doc") == {"kept": 1}  # nothing saved in its place
         return
     assert not _holds_non_finite(value)  # NaN is never saved as null
+    assert not _holds_a_wide_integer(value)  # nor what no import reads back
     assert states.read_state("doc") == msgspec.json.decode(msgspec.json.encode(document))
 
 

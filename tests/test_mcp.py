@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import html
 import json
+import math
 import os
 import signal
 import socket
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import jsonschema
 import mcp_types
+import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -498,7 +500,12 @@ def _nested(inner: st.SearchStrategy[object]) -> st.SearchStrategy[object]:
 
 
 JSON = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.text(max_size=8)
+    # What a thread cannot record, which the SDK reads from the wire (helper-244, -248).
+    | st.sampled_from([math.nan, math.inf, 2**64, -(2**63) - 1, 10**30, "lone\ud800"]),
     _nested,
     max_leaves=8,
 )
@@ -538,6 +545,8 @@ def test_a_hostile_tool_list_becomes_checked_tools_or_a_typed_error(listed: list
     except ToolServerError:
         return
     for tool, raw in zip(tools, listed, strict=True):
+        assert tool.pin is not None  # recorded as listed: an import reads it back
+        msgspec.msgpack.encode(tool.pin)  # as an import checks: no integer past 64 bits
         hints = raw.annotations  # type: ignore[attr-defined]
         read_only = hints.read_only_hint is True and hints.destructive_hint is not True
         assert tool.requires_approval is (not read_only)
@@ -560,8 +569,8 @@ IN_LIST = ("allOf", "anyOf", "oneOf", "prefixItems")
 IN_MAP = ("properties", "$defs", "dependentSchemas")
 REGEX = st.sampled_from(["^(a+)+$", "(x|x)*y", "pattern", "a{1,99}"])
 NAMES = st.sampled_from(["pattern", "patternProperties", "enum", "$ref", "p", "x"])
-DATA = st.recursive(
-    st.none() | st.booleans() | st.integers() | REGEX,
+DATA = st.recursive(  # values a schema may hold: what a thread records (ints of 64 bits)
+    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | REGEX,
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(NAMES | REGEX, inner, max_size=3),
     max_leaves=6,
 )

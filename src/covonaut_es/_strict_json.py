@@ -15,8 +15,7 @@ from typing import Any
 
 import attrs
 
-_INT_RANGE = range(-(2**63), 2**64)
-"""The integers a stored JSON value may hold (msgspec's range)."""
+from covonaut_es.messages import STORED_INTEGERS
 
 
 class JsonRefused(ValueError):
@@ -97,7 +96,7 @@ def strict_loads(text: str, wording: Wording) -> Any:
         # Beyond 21 characters no integer fits 64 bits, and beyond 4300 digits int()
         # refuses with a message that would call the text no JSON.
         value = int(number) if len(number) <= 21 else None
-        if value is None or value not in _INT_RANGE:
+        if value is None or value not in STORED_INTEGERS:
             raise JsonRefused(str(wide).format(text=number[:40]))
         return value
 

@@ -17,6 +17,10 @@ from covonaut_es.errors import ProviderError
 JsonValue = Any
 """A value that ``msgspec.json`` can encode: None, bool, int, float, str, list, dict."""
 
+STORED_INTEGERS = range(-(2**63), 2**64)
+"""The integers a stored JSON value may hold: what an import reads back (msgspec's
+range for a typed integer)."""
+
 
 class Role(enum.StrEnum):
     """Who wrote a message."""

@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 
 from covonaut_es.errors import NonFiniteNumberError, NotJSONDataError
+from covonaut_es.messages import STORED_INTEGERS
 
 
 def refuse_non_finite(value: Any, *, where: str = "") -> None:
@@ -26,7 +27,7 @@ def refuse_non_finite(value: Any, *, where: str = "") -> None:
         NonFiniteNumberError: Naming ``where`` (what the value is) and the number.
         NotJSONDataError: ``value`` holds itself.
     """
-    _Plain(where, text_keys=False).of(value)
+    _Plain(where, recorded=False).of(value)
 
 
 def json_data(value: Any, *, where: str) -> Any:
@@ -46,7 +47,7 @@ def json_data(value: Any, *, where: str) -> Any:
             operations), a structure that holds itself, an object msgspec cannot
             encode, an integer beyond 64 bits, a lone surrogate. Names ``where``.
     """
-    plain = _Plain(where, text_keys=True).of(value)
+    plain = _Plain(where, recorded=True).of(value)
     try:
         return msgspec.json.decode(msgspec.json.encode(plain))
     except (TypeError, ValueError, msgspec.EncodeError) as exc:
@@ -57,9 +58,11 @@ def json_data(value: Any, *, where: str) -> Any:
 class _Plain:
     """One walk of a value into plain data, refusing what JSON cannot carry."""
 
-    def __init__(self, where: str, *, text_keys: bool) -> None:
+    def __init__(self, where: str, *, recorded: bool) -> None:
+        # ``recorded``: the value becomes data a thread records, whose keys must be text
+        # and whose integers must fit the 64 bits every stored reader takes.
         self.where = where
-        self.text_keys = text_keys
+        self.recorded = recorded
         self.open: set[int] = set()  # the containers being walked: one met again holds itself
 
     def of(self, value: Any) -> Any:
@@ -75,6 +78,8 @@ class _Plain:
                 msg = f"{prefix}{value} is not a JSON number; give it as a string or None"
                 raise NonFiniteNumberError(msg)
             return value
+        if self.recorded and isinstance(value, int) and value not in STORED_INTEGERS:
+            raise self._refusal("an integer beyond the 64 bits a stored number can carry")
         if value is None or isinstance(value, str | int):
             return value
         if not isinstance(value, dict | list | tuple | set | frozenset):
@@ -100,7 +105,7 @@ class _Plain:
             self.open.discard(id(value))
 
     def _key(self, key: Any) -> Any:
-        if self.text_keys and not isinstance(key, str):
+        if self.recorded and not isinstance(key, str):
             raise self._refusal(f"keys must be text, not {type(key).__name__}")
         self._plain(key)
         return key

@@ -18,7 +18,15 @@ import msgspec
 from covonaut_es._arguments import instance_of, positive_seconds, validated
 from covonaut_es._schema import compile_schema
 from covonaut_es.domain import ToolPin, canonical_json
-from covonaut_es.errors import ConfigurationError, MCPToolError, ToolResultError, ToolServerError
+from covonaut_es.domain._canonical import json_data
+from covonaut_es.errors import (
+    ConfigurationError,
+    MCPToolError,
+    NonFiniteNumberError,
+    NotJSONDataError,
+    ToolResultError,
+    ToolServerError,
+)
 from covonaut_es.messages import JsonValue
 from covonaut_es.tools import ApprovalPolicy, Tool, ToolFunction, check_approval
 
@@ -141,8 +149,10 @@ def checked_listing(server: str, tools: list[Any]) -> list[Listing]:
 
     Raises:
         ToolServerError: Too many tools, a name listed twice, a description or a schema
-            too large, a schema that is not a JSON object, or an output schema that is
-            not valid JSON Schema or whose references loop.
+            too large, a schema that is not a JSON object or holds what a thread cannot
+            record (NaN, an infinity or an integer past 64 bits, which the SDK reads from
+            the wire, a lone surrogate), or an output schema that is not valid JSON
+            Schema or whose references loop.
     """
     if len(tools) > MAX_TOOLS:
         msg = (
@@ -163,17 +173,28 @@ def checked_listing(server: str, tools: list[Any]) -> list[Listing]:
                 f"characters, more than the {MAX_DESCRIPTION_CHARS} allowed"
             )
             raise ToolServerError(msg)
-        size = len(canonical_json(schema)) if isinstance(schema, dict) else 0
-        if not isinstance(schema, dict) or size > MAX_SCHEMA_BYTES:
+        if not isinstance(schema, dict):
             msg = (
-                f"MCP server {server!r} gives tool {name!r} an input schema of "
-                f"{size} bytes or not an object; expected a JSON object of at most "
-                f"{MAX_SCHEMA_BYTES} bytes"
+                f"MCP server {server!r} gives tool {name!r} an input schema that is not an "
+                f"object; expected a JSON object of at most {MAX_SCHEMA_BYTES} bytes"
             )
             raise ToolServerError(msg)
         # The SDK checks each result against the output schema: a regex there runs on
         # what the server answers, as one in the input schema on the model's arguments.
         for kind, checked in (("input", schema), ("output", tool.output_schema or {})):
+            try:  # pinned and recorded as it is: what no import reads is refused here
+                size = len(canonical_json(checked))
+                if kind == "input" and size > MAX_SCHEMA_BYTES:
+                    msg = (
+                        f"MCP server {server!r} gives tool {name!r} an input schema of "
+                        f"{size} bytes; expected a JSON object of at most {MAX_SCHEMA_BYTES} "
+                        "bytes"
+                    )
+                    raise ToolServerError(msg)
+                json_data(checked, where=f"its {kind} schema")
+            except (NonFiniteNumberError, NotJSONDataError) as exc:
+                msg = f"MCP server {server!r} gives tool {name!r} a schema no thread records: {exc}"
+                raise ToolServerError(msg) from exc
             refused = _refusal_of(name, kind, checked) if isinstance(checked, dict) else None
             if refused is not None:
                 msg = f"MCP server {server!r} gives tool {name!r} an {kind} schema with {refused}"

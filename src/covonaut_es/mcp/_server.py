@@ -18,6 +18,7 @@ import os
 import shlex
 import sys
 import threading
+import time
 import urllib.parse
 from collections.abc import Coroutine, Iterator, Mapping, Sequence
 from concurrent.futures import CancelledError
@@ -73,6 +74,11 @@ _REFUSED_CODES = frozenset({mcp_types.METHOD_NOT_FOUND, mcp_types.INVALID_PARAMS
 
 # An HTTP request that fails with these was never sent: no connection was made.
 _UNCONNECTED = (httpx2.ConnectError, httpx2.ConnectTimeout)
+
+
+def _left(deadline: float | None) -> float | None:
+    """Seconds left until ``deadline`` (of ``time.monotonic``); None: no limit."""
+    return None if deadline is None else deadline - time.monotonic()
 
 
 def _connection_closed(error: MCPError) -> bool:
@@ -442,11 +448,14 @@ class MCPServer:
 
     def _call(self, epoch: int, offered: Listing, ctx: ToolContext, args: dict[str, Any]) -> str:
         """Run one tool on the server, blocking, with the call's idempotency key in the
-        request's ``_meta``; ``epoch`` is that of the listing that ``offered`` it. Past
-        the call's timeout the request is cancelled on the server's loop (the SDK
-        tells the server), and the call is in doubt."""
+        request's ``_meta``; ``epoch`` is that of the listing that ``offered`` it. The
+        call's timeout bounds it all, from here: the listing that goes before the
+        request, and the request, which is never sent once its time is up (the run has
+        recorded the call in doubt by then) and is cancelled on the server's loop past
+        it (the SDK tells the server)."""
         timeout = ctx.timeout if ctx.timeout is not None else self._timeout
-        called = self._called(epoch, offered, args, ctx.idempotency_key, timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        called = self._called(epoch, offered, args, ctx.idempotency_key, deadline)
         with self._hiding():
             result = self._run(called, None, "call " + offered.name)
             text = result_value(result, tool=offered.name, max_bytes=self._max_result_bytes)
@@ -459,21 +468,24 @@ class MCPServer:
         _, epoch, listed = await self._linked_listing()
         return epoch, listed
 
-    async def _linked_listing(self) -> tuple[_Link, int, list[Listing]]:
+    async def _linked_listing(
+        self, deadline: float | None = None
+    ) -> tuple[_Link, int, list[Listing]]:
         """The connection, its epoch and the tools it lists. A connection found closed
         (a stdio server that ended while idle: nothing tells the link) is left, and the
         tools are listed on a new one; one whose listing does not come within
-        ``connect_timeout`` (a server stuck, after a call that timed out) is left too,
-        so that the next call starts the server again.
+        ``connect_timeout``, or by ``deadline`` (of ``time.monotonic``: a call's), is
+        left too (a server stuck, after a call that timed out), so that the next call
+        starts the server again.
 
         Raises:
             TimeoutError: The listing did not come in time.
         """
         for _ in range(2):
-            link = await asyncio.wait_for(self._connected(), self._connect_timeout)
+            link = await asyncio.wait_for(self._connected(), self._bound(deadline))
             epoch = self._epoch
             try:
-                listed = await asyncio.wait_for(self._tools_of(link), self._connect_timeout)
+                listed = await asyncio.wait_for(self._tools_of(link), self._bound(deadline))
             except TimeoutError:
                 await self._drop(link)
                 raise
@@ -486,6 +498,12 @@ class MCPServer:
         msg = f"MCP server {self._name!r} closed two connections as its tools were listed"
         raise ToolServerError(msg)
 
+    def _bound(self, deadline: float | None) -> float:
+        """Seconds a step of connecting or listing may take: ``connect_timeout``, or
+        what is left until ``deadline`` if less."""
+        left = _left(deadline)
+        return self._connect_timeout if left is None else min(self._connect_timeout, left)
+
     async def _tools_of(self, link: _Link) -> list[Listing]:
         tools: list[Any] = []
         cursor = None
@@ -497,11 +515,12 @@ class MCPServer:
                 return checked_listing(self._name, tools)
 
     async def _called(
-        self, epoch: int, offered: Listing, args: dict[str, Any], key: str, timeout: float | None
+        self, epoch: int, offered: Listing, args: dict[str, Any], key: str, deadline: float | None
     ) -> Any:
-        """Call the ``offered`` tool; a call that was not sent raises ``ToolServerError``
-        (it never ran), one whose answer is lost, is not MCP, is an error or does not
-        come within ``timeout`` ``ToolInDoubtError``."""
+        """Call the ``offered`` tool; a call that was not sent (its tools not listed by
+        ``deadline``, of ``time.monotonic``) raises ``ToolServerError`` (it never ran),
+        one whose answer is lost, is not MCP, is an error or does not come by
+        ``deadline`` ``ToolInDoubtError``."""
         tool = offered.name
         self._handed.discard(key)
         self._unsent.discard(key)
@@ -509,7 +528,8 @@ class MCPServer:
             try:
                 # Listed again first: a server at a protocol version whose change notices
                 # need a subscription tells this client nothing when its tools change.
-                link, _, listed = await self._linked_listing()  # each step bounded
+                # Each step is bounded, and all of them by the call's deadline.
+                link, _, listed = await self._linked_listing(deadline)
             except ToolServerError:
                 raise
             except Exception as exc:  # nothing was sent
@@ -526,9 +546,16 @@ class MCPServer:
                     "was offered, so the call was not sent; its tools are listed again"
                 )
                 raise ToolServerError(msg)
+            left = _left(deadline)
+            if left is not None and left <= 0:
+                msg = (
+                    f"MCP server {self._name!r} listed its tools past the call's timeout, "
+                    f"so {tool!r} was not called"
+                )
+                raise ToolServerError(msg)
             try:
                 return await link.client.call_tool(
-                    tool, args, read_timeout_seconds=timeout, meta={IDEMPOTENCY_KEY_META: key}
+                    tool, args, read_timeout_seconds=left, meta={IDEMPOTENCY_KEY_META: key}
                 )
             except MCPError as exc:
                 if exc.code in _REFUSED_CODES:
