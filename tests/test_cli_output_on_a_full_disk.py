@@ -9,12 +9,17 @@ Reading commands, and the parser's `--help` and `--version`:
 
 from __future__ import annotations
 
+import errno
+import io
 import sys
 from pathlib import Path
 
 import pytest
 
+from covonaut_es import Agent, AgentConfig, CheckpointSettings, ScriptedProvider, Tool, open_store
+from covonaut_es.audit import export_thread
 from covonaut_es.cli import main
+from support import answer, call
 from test_cli_chain_key import TOKEN, _dump, _token, keyed  # noqa: F401  # the fixture
 
 
@@ -52,3 +57,76 @@ def test_each_writing_command_that_recorded_says_its_change_stands(
         else:
             assert "run the command again" in line, (name, line)
     assert all(told.values()), told  # every command recorded its change
+
+
+def test_an_import_into_a_new_file_that_recorded_says_its_change_stands(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An import into a SQLite file that did not exist opens a staged copy of the
+    options: the note of its change was made on the copy (helper-246)."""
+    with open_store(f"sqlite:///{tmp_path / 'a.db'}") as source:
+        config = AgentConfig(
+            provider=ScriptedProvider([answer("hi")]),
+            checkpoint=CheckpointSettings(store=source, thread_id="t1"),
+        )
+        Agent(config).run("go")
+        (tmp_path / "t1.jsonl").write_text("\n".join(export_thread(source, "t1")))
+    new = f"sqlite:///{tmp_path / 'new.db'}"
+    capsys.readouterr()
+    status = _run_into_a_full_disk(
+        ["import", "--store", new, str(tmp_path / "t1.jsonl")], monkeypatch
+    )
+    [line] = capsys.readouterr().err.splitlines()
+    assert status == 2
+    with open_store(new) as store:
+        assert store.exists("t1")
+    assert "recorded the command's change before, and it stands" in line, line
+
+
+class _FullAfterAnotherWriter(io.StringIO):
+    """Standard output whose first flush goes through, after which another writer
+    records a review in the store; every later flush finds the disk full."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__()
+        self.url = url
+        self.flushed = False
+
+    def flush(self) -> None:
+        if not self.getvalue():
+            return
+        if self.flushed:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        self.flushed = True
+        self.seek(0)
+        self.truncate()
+        with open_store(self.url) as store:
+            pay = Tool(
+                "pay", "Pay", {"type": "object"}, lambda c, a: "paid", requires_approval=True
+            )
+            config = AgentConfig(
+                provider=ScriptedProvider([call(("p1", "pay", "{}"))]),
+                tools=[pay],
+                checkpoint=CheckpointSettings(store=store, thread_id="pay-1"),
+            )
+            Agent(config).run("Pay.")
+
+
+def test_following_the_store_records_no_change_of_its_own_whatever_others_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``reviews --follow`` writes only its view: the review another writer recorded
+    while it followed is not its change (helper-246: it said the change stands, and
+    not to run it again)."""
+    url = f"sqlite:///{tmp_path / 'threads.db'}"
+    with open_store(url) as store:
+        config = AgentConfig(
+            provider=ScriptedProvider([answer("hi")]),
+            checkpoint=CheckpointSettings(store=store, thread_id="t0"),
+        )
+        Agent(config).run("Hi.")
+    monkeypatch.setattr(sys, "stdout", _FullAfterAnotherWriter(url))
+    status = main(["reviews", "--follow", "--json", "--view", "memory://follow", "--store", url])
+    [line] = capsys.readouterr().err.splitlines()
+    assert status == 2 and "No space left on device" in line, line
+    assert "run the command again" in line, line

@@ -47,7 +47,9 @@ MESSAGES = st.builds(
     Message,
     role=st.one_of(st.sampled_from(Role), st.just("root"), st.just("user")),
     content=st.one_of(TEXT, st.integers(), st.none()),
-    tool_calls=st.one_of(st.just(()), st.just((ToolCall("q", "echo", "{}"),))),
+    tool_calls=st.one_of(
+        st.just(()), st.just((ToolCall("q", "echo", "{}"),)), st.sampled_from([None, [], ""])
+    ),
     tool_call_id=st.one_of(st.none(), st.just("zz"), st.just("c0")),
     name=st.one_of(st.none(), TEXT, st.integers()),
     usage=st.one_of(st.none(), st.just(Usage(1, 1))),

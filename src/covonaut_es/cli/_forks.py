@@ -29,7 +29,7 @@ def add_fork_commands(subcommands: Subcommands) -> None:
 
 def fork(args: argparse.Namespace) -> int:
     """``fork THREAD --at VERSION``: prints the new thread's id."""
-    with open_from(args, writes=True) as store:
+    with open_from(args, records=True) as store:
         new_id = store.fork(args.thread, at_version=args.at, new_thread_id=args.new_thread_id)
         parent = store.parent(new_id)
     assert parent is not None

@@ -212,21 +212,24 @@ _VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 
 @contextlib.contextmanager
 def open_from(
-    args: argparse.Namespace, *, writes: bool = False, create: bool = False
+    args: argparse.Namespace, *, writes: bool = False, create: bool = False, records: bool = False
 ) -> Iterator[Store]:
     """Open the store the options name for the block. Only with ``create`` (``import``)
     are a missing SQLite file and missing tables created: any other command refuses a
     mistyped path, or a database that is not a store, instead of giving it a store's
     tables. A command that ``writes`` (``fork``, ``approve``, ``reviews --follow``) then
     opens it as a writer, so that a cipher key or compression other than the store's is
-    refused before anything is written, and ``args.recorded`` tells whether the store
-    took a change. With ``--application``, the store is the
+    refused before anything is written. A command that ``records`` one change of its
+    own, then prints it (``approve``, ``fork``, ``import``), is a writer too, and
+    ``args.recorded`` tells whether the store took a change in the block: one that
+    follows the store (``reviews --follow``, ``serve``, ``worker``) sees others' changes
+    come in. With ``--application``, the store is the
     application's threads, the application opened as it configures itself."""
     application = application_spec(args)
     if application is not None:
         with (
             _application_store(application, create=create) as store,
-            _changes_noted(store, args, writes=writes or create),
+            _changes_noted(store, args, records=records),
         ):
             yield store
         return
@@ -247,19 +250,19 @@ def open_from(
         except BaseException:
             store.close()
             raise
-        if writes:
+        if writes or records:
             store.close()
             store = open_store(url, **options)
-    with store, _changes_noted(store, args, writes=writes or create):
+    with store, _changes_noted(store, args, records=records):
         yield store
 
 
 @contextlib.contextmanager
-def _changes_noted(store: Store, args: argparse.Namespace, *, writes: bool) -> Iterator[None]:
+def _changes_noted(store: Store, args: argparse.Namespace, *, records: bool) -> Iterator[None]:
     """Note in ``args.recorded`` whether ``store``'s log grew in the block, for a
-    command that ``writes``: a failure after that (its output finding no room) must not
-    advise running the command again."""
-    if not writes:
+    command that ``records`` a change: a failure after that (its output finding no
+    room) must not advise running the command again."""
+    if not records:
         yield
         return
     before = store.last_log_position()

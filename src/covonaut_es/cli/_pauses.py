@@ -157,7 +157,7 @@ def _acting(args: argparse.Namespace) -> Iterator[tuple[Store, ThreadService, Re
     """The store, opened as a writer, its service and the reviewer ``--reviewer-token``
     verifies as (once), for the block."""
     verifier = reviewer_verifier_from(args)
-    with open_from(args, writes=True) as store:
+    with open_from(args, records=True) as store:
         service, reviewer = acting_reviewer(args, store, verifier)
         yield store, service, reviewer
 

@@ -271,7 +271,7 @@ def _decide(args: argparse.Namespace, action: Action, **options: str | None) -> 
     the submission is read, as every other surface does: whoever cannot act is told
     nothing about what they submitted."""
     verifier = reviewer_verifier_from(args)
-    with open_from(args, writes=True) as store:
+    with open_from(args, records=True) as store:
         service, reviewer = acting_reviewer(args, store, verifier)  # refused: nothing written
         submission = _submitted(args, action, **options)
         try:

@@ -109,13 +109,14 @@ def import_(args: argparse.Namespace) -> int:
     if not any(line.strip() for line in lines):
         msg = f"nothing to import: {args.input or 'standard input'} holds no events"
         raise UsageError(msg)
-    with _staged(args) as staged, open_from(staged, create=True) as store:
+    with _staged(args) as staged, open_from(staged, create=True, records=True) as store:
         imported = import_threads(
             store,
             with_progress(lines, len(lines)),
             allow_unchained=args.allow_unchained,
             allow_untrailed=args.allow_untrailed,
         )
+    args.recorded = staged.recorded  # noted on the options the store was opened with
     records = [{"thread_id": thread_id} for thread_id in imported]
     emit_records(args, records, lambda r: {"imported": r["thread_id"]}, ["imported"])
     return EXIT_OK

@@ -23,7 +23,6 @@ import msgspec
 from eventsourcing.domain import Aggregate
 
 from covonaut_es._arguments import check_text, check_whole
-from covonaut_es._text import is_text
 from covonaut_es.domain._calls import event_key, has_key_form, requested_call
 from covonaut_es.domain._canonical import json_data
 from covonaut_es.domain._eventsourcing import MODIFIED_ON, VERSION, become, created, move_to
@@ -1989,13 +1988,15 @@ def steering_problem(message: object) -> str | None:
         )
     if message.id is not None:
         return "a steering message has no id: ids are for a run's input (run(message_id=))"
-    name = message.name
-    if not is_text(message.content) or (
-        name is not None and not (type(name) is str and is_text(name))
-    ):
+    try:  # what the thread records of it, read back: a field of another type, a lone
+        # surrogate (which no store keeps) would fail the save, the message dropped
+        kept = msgspec.json.decode(msgspec.json.encode(message), type=Message)
+    except (msgspec.MsgspecError, TypeError, ValueError):
+        kept = None
+    if kept != message:
         return (
-            "a steering message's text, and its name if it has one, must be valid Unicode "
-            "text: a lone surrogate is none, and no store can keep it"
+            "a steering message must read back as given: each field of the type Message "
+            "declares, its text valid Unicode (a lone surrogate is none)"
         )
     return None
 
