@@ -19,7 +19,7 @@ import pytest
 from covonaut_es import Agent, AgentConfig, CheckpointSettings, ScriptedProvider, Tool, open_store
 from covonaut_es.audit import export_thread
 from covonaut_es.cli import main
-from support import answer, call
+from support import call, converse
 from test_cli_chain_key import TOKEN, _dump, _token, keyed  # noqa: F401  # the fixture
 
 
@@ -65,11 +65,7 @@ def test_an_import_into_a_new_file_that_recorded_says_its_change_stands(
     """An import into a SQLite file that did not exist opens a staged copy of the
     options: the note of its change was made on the copy (helper-246)."""
     with open_store(f"sqlite:///{tmp_path / 'a.db'}") as source:
-        config = AgentConfig(
-            provider=ScriptedProvider([answer("hi")]),
-            checkpoint=CheckpointSettings(store=source, thread_id="t1"),
-        )
-        Agent(config).run("go")
+        converse(source, "t1")
         (tmp_path / "t1.jsonl").write_text("\n".join(export_thread(source, "t1")))
     new = f"sqlite:///{tmp_path / 'new.db'}"
     capsys.readouterr()
@@ -120,11 +116,7 @@ def test_following_the_store_records_no_change_of_its_own_whatever_others_record
     not to run it again)."""
     url = f"sqlite:///{tmp_path / 'threads.db'}"
     with open_store(url) as store:
-        config = AgentConfig(
-            provider=ScriptedProvider([answer("hi")]),
-            checkpoint=CheckpointSettings(store=store, thread_id="t0"),
-        )
-        Agent(config).run("Hi.")
+        converse(store, "t0")
     monkeypatch.setattr(sys, "stdout", _FullAfterAnotherWriter(url))
     status = main(["reviews", "--follow", "--json", "--view", "memory://follow", "--store", url])
     [line] = capsys.readouterr().err.splitlines()
