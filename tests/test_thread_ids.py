@@ -264,3 +264,22 @@ def test_an_id_that_is_no_str_is_refused_by_every_entry_naming_its_type(
         converse(store, "t")
         with pytest.raises(InvalidThreadIdError, match=type(thread_id).__name__):
             _READS[entry](store, thread_id)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.text(min_size=1, max_size=200) | st.sampled_from([" lead", "x" * 200, *LEGACY_IDS]))
+def test_a_fork_given_no_id_gets_a_new_threads_id_whatever_its_parents(text: str) -> None:
+    """Whatever id a thread is stored under (an earlier version's rule), a fork of it
+    given no id gets one a new thread may have: the default took the parent's id as it
+    was, so a parent whose id begins with a space, holds what shows nothing, or has 200
+    characters could not be forked without ``new_thread_id`` (helper-246)."""
+    try:
+        parent = check_thread_id(text, new=False)
+    except InvalidThreadIdError:
+        return
+    with open_store("memory://") as store:
+        with earlier_thread_id_rule():
+            conversation(store, parent, 1)
+        forked = store.fork(parent)
+        assert check_thread_id(forked) == forked
+        assert store.parent(forked).thread_id == parent  # type: ignore[union-attr]

@@ -16,6 +16,7 @@ from covonaut_es.domain._ids import (
     check_thread_id,
     check_thread_id_or_stored,
     check_thread_stream,
+    default_fork_id,
     thread_aggregate_id,
 )
 from covonaut_es.domain._review_rules import (
@@ -101,6 +102,7 @@ __all__ = [
     "check_thread_id",
     "check_thread_id_or_stored",
     "check_thread_stream",
+    "default_fork_id",
     "may_act_on_call",
     "may_decide",
     "may_offer_edit",

@@ -7,7 +7,7 @@ import unicodedata
 from collections.abc import Callable
 from uuid import UUID, uuid5
 
-from covonaut_es._text import shown_escaped
+from covonaut_es._text import printable, shown_escaped
 from covonaut_es.errors import InvalidThreadIdError, ThreadStateError
 
 THREAD_NAMESPACE = UUID("6f1d2a8e-5b7c-4c39-9a51-2f0e8c4d7b13")
@@ -103,6 +103,17 @@ def check_thread_id_or_stored(thread_id: str, *, stored: Callable[[str], bool]) 
     if stored(thread_id):
         return thread_id
     raise refused
+
+
+def default_fork_id(parent_id: str, token: str) -> str:
+    """The id of a fork of ``parent_id`` given none: the parent's id as it shows, then
+    ``~`` and ``token`` (a few random characters), cut to fit. A new thread's id, by
+    :func:`check_thread_id`, whatever id an earlier version stored the parent under
+    (ADR 0126): what shows nothing in it shown as an escape, a space at either end left
+    out."""
+    suffix = f"~{token}"
+    shown = printable(parent_id).strip()[: MAX_THREAD_ID_LENGTH - len(suffix)].rstrip()
+    return (shown or "fork") + suffix
 
 
 def thread_aggregate_id(thread_id: str) -> UUID:

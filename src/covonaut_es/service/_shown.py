@@ -16,4 +16,5 @@ def shown_message(exc: Exception, store: Store) -> str:
     text = str(exc)
     if isinstance(exc, ThreadBusyError) and exc.holder:
         text = text.replace(exc.holder, "another runner")
-    return text.replace(f"in store {url}", "in the store").replace(url, "the store")
+    # "store URL" first: the URL alone would make it "store the store".
+    return text.replace(f"store {url}", "the store").replace(url, "the store")

@@ -29,6 +29,7 @@ from covonaut_es.domain import (
     ThreadParent,
     check_thread_id,
     check_thread_stream,
+    default_fork_id,
     thread_aggregate_id,
 )
 from covonaut_es.domain._forks import fork_event, fork_point
@@ -143,7 +144,7 @@ class Forks:
             check_thread_stream(first.originator_id, first.thread_id)
         version = newest.originator_version
         if new_thread_id is None:  # an empty id is refused, not read as none given
-            new_thread_id = f"{thread_id}~{uuid.uuid4().hex[:8]}"
+            new_thread_id = default_fork_id(thread_id, uuid.uuid4().hex[:8])
         new_thread_id = check_thread_id(new_thread_id)
         taken = f"cannot fork {thread_id!r} as {new_thread_id!r}: that thread already exists"
         # Where the back end does not guard new streams, checked here, then written.
