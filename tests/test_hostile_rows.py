@@ -17,6 +17,7 @@ import io
 import json
 import logging
 import re
+import secrets
 import shutil
 import sqlite3
 import tempfile
@@ -29,12 +30,29 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from starlette.testclient import TestClient
 
-from covonaut_es import AgentApplication, AgentThread, CovonautError, Store, open_store
+from covonaut_es import (
+    Agent,
+    AgentApplication,
+    AgentConfig,
+    AgentThread,
+    CheckpointSettings,
+    CovonautError,
+    HmacReviewerVerifier,
+    ProviderRequest,
+    ProviderResponse,
+    ScriptedProvider,
+    Store,
+    Tool,
+    ToolContext,
+    open_store,
+)
 from covonaut_es.audit import check_store, export_thread
 from covonaut_es.cli import main
 from covonaut_es.domain import RunMode, thread_aggregate_id
-from covonaut_es.errors import StoredRowError
+from covonaut_es.errors import LeaseLostError, StoredRowError
+from covonaut_es.inbox import create_app
 from covonaut_es.messages import Message, Role
 from covonaut_es.projections import ReviewQueue
 from covonaut_es.projections._items import QUEUE_EVENT_TYPES
@@ -42,8 +60,12 @@ from covonaut_es.service import ThreadService, review_submission
 from covonaut_es.store._writer import SNAPSHOT_MIN_VERSION
 from covonaut_es.workers import NoticeSender, ReviewNotice, Worker
 from covonaut_es.workers._notices import NOTICE_EVENTS
-from support import converse, ticking_clock
+from inbox_support import current
+from inbox_support import paused as paused_in_inbox
+from support import answer, call, converse, ticking_clock
 from test_abandoned_reviews import RITA, VERIFIER, paused, paying
+from test_approvals import ALICE
+from test_approvals import VERIFIER as INBOX_VERIFIER
 
 RAW_CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 """A character no command may print raw (a newline may end a line)."""
@@ -266,6 +288,154 @@ def test_a_damaged_head_anchor_is_its_own_threads_finding_only(
             reports = {t: store.verify(t) for t in THREADS}
     damaged = [t for t, report in reports.items() if not report.ok]
     assert len(damaged) <= 1, reports
+
+
+# Writing commands read two stored values besides the events: a thread's head anchor (every
+# save checks it follows it) and its run lease's token (a run's take, and every fenced save).
+# A writer around the library leaves one of them hostile in every row (NULL once it rebuilt
+# the table without NOT NULL); the command gives a typed refusal and records nothing.
+
+SAVE_READ_SHAPES: dict[str, Any] = {
+    "text": "abc",
+    "blob": b"\x01",
+    "real": 1.5,
+    "NULL": None,
+    "negative": -5,
+    "huge": 2**63 - 1,
+    "beyond": 2.0**63,  # a REAL past any integer
+}
+
+SAVING_COMMANDS: dict[str, tuple[str, ...]] = {
+    # A decision and a fork take no lease (they commute with a run): they read no token.
+    "stored_events_leases.token": ("run", "run, hostile during it"),
+    "stored_events_heads.version": ("run", "run, hostile during it", "decision", "fork"),
+}
+
+
+def _charging(store: Store, during: Callable[[], None]) -> Agent:
+    """An agent on thread ``r`` whose model calls ``charge`` once per run, and whose
+    ``charge`` calls ``during`` first."""
+
+    def model(request: ProviderRequest) -> ProviderResponse:
+        if request.messages[-1].role is Role.TOOL:
+            return answer("done")
+        return call(("c1", "charge", "{}"))
+
+    def charge(ctx: ToolContext, args: dict[str, Any]) -> str:
+        during()
+        return "charged"
+
+    return Agent(
+        AgentConfig(
+            provider=ScriptedProvider(respond=model),
+            tools=[Tool("charge", "Charge", {"type": "object"}, charge)],
+            checkpoint=CheckpointSettings(store=store, thread_id="r"),
+            clock=ticking_clock(),
+        )
+    )
+
+
+class _HostileWriter:
+    """A writer around the library, on the store's file: it gives ``column`` of every
+    row of ``table`` a hostile value, then tells what it left."""
+
+    def __init__(self, path: Path, cell: str, shape: str) -> None:
+        self.path, self.value = path, SAVE_READ_SHAPES[shape]
+        self.table, self.column = cell.split(".")
+        self.events_then: int | None = None
+
+    def _query(self, statement: str, *params: object) -> list[tuple[Any, ...]]:
+        with contextlib.closing(sqlite3.connect(self.path)) as conn, conn:
+            return conn.execute(statement, params).fetchall()
+
+    def write(self, *, row_for: str | None = None) -> None:
+        """Give every row the value (and first add a row for thread ``row_for``, its
+        stream keyed as the table keys the others')."""
+        if self.value is None:
+            self._nullable()
+        if row_for is not None:
+            (kind,) = self._query(f"SELECT typeof(originator_id) FROM {self.table} LIMIT 1")[0]
+            stream = thread_aggregate_id(row_for)
+            key = stream.bytes if kind == "blob" else stream.hex
+            self._query(
+                f"INSERT INTO {self.table} SELECT ?, {self.column}, chain "
+                f"FROM {self.table} LIMIT 1",
+                key,
+            )
+        self._query(f"UPDATE {self.table} SET {self.column} = ?", self.value)
+        self.events_then = self._events()
+
+    def _nullable(self) -> None:
+        """Rebuild the table with its column allowing NULL."""
+        ((made,),) = self._query("SELECT sql FROM sqlite_master WHERE name = ?", self.table)
+        with contextlib.closing(sqlite3.connect(self.path)) as conn, conn:
+            conn.execute(f"ALTER TABLE {self.table} RENAME TO hostile_old")
+            conn.execute(made.replace(f"{self.column} INTEGER NOT NULL", f"{self.column} INTEGER"))
+            conn.execute(f"INSERT INTO {self.table} SELECT * FROM hostile_old")
+            conn.execute("DROP TABLE hostile_old")
+
+    def _events(self) -> int:
+        return int(self._query("SELECT count(*) FROM stored_events")[0][0])
+
+    def left_as_written(self) -> bool:
+        """No event was recorded since, and every row still holds the value."""
+        found = {row[0] for row in self._query(f"SELECT {self.column} FROM {self.table}")}
+        return self._events() == self.events_then and found == {self.value}
+
+
+def _run_with_hostile(store: Store, writer: _HostileWriter, *, during: bool) -> None:
+    _charging(store, lambda: None).run("Charge.")  # its lease row and anchor, as left
+    if not during:
+        writer.write()
+        _charging(store, lambda: None).run("Charge again.")
+        return
+    _charging(store, writer.write).run("Charge again.")
+
+
+def _decide_with_hostile(store: Store, writer: _HostileWriter) -> None:
+    review_id = paused(store, "w")
+    writer.write()
+    commands = ThreadService(store, verifier=VERIFIER)
+    reviewer = commands.reviewer(RITA)
+    commands.decide(review_id, review_submission("approve", text="ok"), reviewer=reviewer)
+
+
+def _fork_with_hostile(store: Store, writer: _HostileWriter) -> None:
+    converse(store, "a")
+    writer.write(row_for="a-fork")  # an anchor left for the thread the fork makes
+    store.fork("a", new_thread_id="a-fork", at_version=4)
+
+
+SAVES: dict[str, Callable[[Store, _HostileWriter], None]] = {
+    "run": functools.partial(_run_with_hostile, during=False),
+    "run, hostile during it": functools.partial(_run_with_hostile, during=True),
+    "decision": _decide_with_hostile,
+    "fork": _fork_with_hostile,
+}
+
+
+@pytest.mark.parametrize("shape", sorted(SAVE_READ_SHAPES))
+@pytest.mark.parametrize(
+    ("cell", "command"),
+    [(cell, command) for cell, commands in SAVING_COMMANDS.items() for command in commands],
+)
+def test_a_hostile_anchor_version_or_lease_token_refuses_a_save_typed(
+    tmp_path: Path, cell: str, command: str, shape: str
+) -> None:
+    """A head anchor's version or a lease's token made text, a blob, a real, NULL, a
+    negative or past any version (before a run takes its lease, while it holds it, before
+    a decision or a fork): the command is refused with a StoredRowError naming the column
+    (or, for an integer past the version saved or the lease held, as a head ahead of its
+    events or a lease lost), records nothing, and leaves the row as the writer left it
+    (a token 'abc' is not advanced to 1)."""
+    path = tmp_path / "threads.db"
+    writer = _HostileWriter(path, cell, shape)
+    with open_store(f"sqlite:///{path}") as store, pytest.raises(CovonautError) as raised:
+        SAVES[command](store, writer)
+    assert isinstance(raised.value, (StoredRowError, LeaseLostError)), repr(raised.value)
+    if isinstance(raised.value, StoredRowError):
+        assert writer.column in str(raised.value), raised.value  # names the column
+    assert writer.left_as_written()
 
 
 @pytest.mark.parametrize(
@@ -1499,3 +1669,54 @@ def test_a_postgresql_snapshot_row_made_hostile_in_any_column_serves_as_no_snaps
     found = _postgres_reads_after(postgres_url, pristine, review_id, *statements, params=params)
     if found is not None:
         assert found == without, [name for name in found if found[name] != without[name]]
+
+
+@pytest.mark.parametrize("shape", sorted(SAVE_READ_SHAPES))
+def test_a_decision_over_http_on_a_hostile_anchor_is_the_inboxs_typed_refusal(
+    tmp_path: Path, shape: str
+) -> None:
+    """A reviewer's approval in the inbox, on a thread whose head anchor's version a
+    writer made hostile: the inbox answers its typed error naming the column, not a bare
+    500, and records nothing."""
+    path = tmp_path / "threads.db"
+    writer = _HostileWriter(path, "stored_events_heads.version", shape)
+    auth = {"Authorization": f"Bearer {ALICE}"}
+    with open_store(f"sqlite:///{path}") as store:
+        paused_in_inbox(store, "t", [], [])
+        app = create_app(store, INBOX_VERIFIER)
+        with TestClient(app, base_url="http://inbox.test", raise_server_exceptions=False) as client:
+            current(client)
+            (review,) = client.get("/api/reviews", headers=auth).json()
+            writer.write()
+            response = client.post(
+                f"/api/reviews/{review['review_id']}/approve", headers=auth, json={}
+            )
+    assert response.status_code != 500, response.text
+    assert "version" in response.json()["error"], response.text
+    assert writer.left_as_written()
+
+
+@pytest.mark.parametrize("shape", sorted(SAVE_READ_SHAPES))
+def test_approve_on_a_hostile_anchor_is_one_line_not_a_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], shape: str
+) -> None:
+    """``covonaut-es approve`` on a thread whose head anchor's version a writer made
+    hostile: one line naming the column, a failing status, nothing recorded."""
+    secret = secrets.token_hex(32)
+    monkeypatch.setenv("COVONAUT_ES_REVIEWER_SECRET", secret)
+    path = tmp_path / "threads.db"
+    writer = _HostileWriter(path, "stored_events_heads.version", shape)
+    url = f"sqlite:///{path}"
+    with open_store(url) as store:
+        paused_in_inbox(store, "t", [], [])
+        (pending,) = store.state_at("t").pauses
+        review_id = pending.interrupt.data["review_id"]
+    writer.write()
+    token = HmacReviewerVerifier(secret.encode()).issue_token("rita", ttl_seconds=600)
+    capsys.readouterr()
+    status = main(
+        ["approve", review_id, "--thread", "t", "--reviewer-token", token, "--store", url]
+    )
+    err = capsys.readouterr().err
+    assert status != 0 and len(err.strip().splitlines()) == 1 and "version" in err, err
+    assert writer.left_as_written()

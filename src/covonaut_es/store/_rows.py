@@ -289,9 +289,57 @@ def checked_head(
         StoredRowError: It holds a value of the wrong type.
     """
     stream = checked_id(originator_id, kept=kept)
-    where = f"the head anchor of stream {stream}"
-    if type(version) is not int or not 0 <= version <= LAST_VERSION:
-        raise _damaged(where, "version", version, "a version")
+    anchored = checked_anchored_version(stream, version)
     if type(chain) is not str:
-        raise _damaged(where, "chain", chain, "a chain hash")
-    return stream, (version, chain)
+        raise _damaged(_anchor_of(stream), "chain", chain, "a chain hash")
+    return stream, (anchored, chain)
+
+
+def checked_anchored_version(stream: object, version: Any) -> int:
+    """The version a head anchor of ``stream`` holds, checked: read by every save of the
+    stream as by its reads, where a writer around the library may have left text, a
+    blob, a real or a number past any version.
+
+    Raises:
+        StoredRowError: Naming the stream and the column ``version``.
+    """
+    if type(version) is not int or not 0 <= version <= LAST_VERSION:
+        raise _damaged(_anchor_of(stream), "version", version, "a version")
+    return version
+
+
+def _anchor_of(stream: object) -> str:
+    return f"the head anchor of stream {stream}"
+
+
+def checked_lease_token(table: str, stream: object, token: Any) -> int:
+    """The token a run lease of ``stream`` holds in the lease table ``table``, checked:
+    only an integer from 1 (the first lease's) fences a save, where ``int()`` read text
+    as an error, a real 1.5 as lease 1, and a blob as nothing at all.
+
+    Raises:
+        StoredRowError: Naming the table, the stream and the column ``token``.
+    """
+    if type(token) is not int or not 1 <= token <= LAST_VERSION:
+        raise _damaged(_lease_of(table, stream), "token", token, "a lease token from 1")
+    return token
+
+
+def next_lease_token(table: str, stream: object, stored: int | None) -> int:
+    """The token of a new run lease of ``stream``, after the checked ``stored`` (None:
+    ``stream`` has had no lease).
+
+    Raises:
+        StoredRowError: ``stored`` is the highest integer the table holds; no token
+            follows it.
+    """
+    if stored is None:
+        return 1
+    if stored == LAST_VERSION:
+        expected = f"a lease token below {LAST_VERSION}"
+        raise _damaged(_lease_of(table, stream), "token", stored, expected)
+    return stored + 1
+
+
+def _lease_of(table: str, stream: object) -> str:
+    return f"the run lease of stream {stream} (table {table!r})"

@@ -89,6 +89,8 @@ from covonaut_es.store._review_index_table import ReviewIndexTable, SQLReviewInd
 from covonaut_es.store._rows import (
     CheckedLog,
     building_records,
+    checked_anchored_version,
+    checked_lease_token,
     checked_records,
     log_sql,
 )
@@ -250,7 +252,9 @@ class _AnchoringRecorder(_CheckedRows, postgres.PostgresApplicationRecorder):
                 f"SELECT token FROM {leases} WHERE originator_id = %s FOR SHARE", (stream,)
             )
             row = curs.fetchone()
-            return None if row is None else int(row["token"])
+            if row is None:
+                return None
+            return checked_lease_token(lease_table(self), stream, row["token"])
 
         def holds_lock(stream: UUID, session: int) -> bool:
             curs.execute(SESSION_HOLDS_LOCK, (session, *lock_ids(stream)))
@@ -269,7 +273,7 @@ class _AnchoringRecorder(_CheckedRows, postgres.PostgresApplicationRecorder):
                 (stream,),
             )
             row = curs.fetchone()
-            return None if row is None else int(row["version"])
+            return None if row is None else checked_anchored_version(stream, row["version"])
 
         check_heads_follow(kwargs.get(HEADS, ()), stored_events, anchored_past_its_events)
         for stream, version, chain in kwargs.get(HEADS, ()):
@@ -299,7 +303,9 @@ class _AnchoringRecorder(_CheckedRows, postgres.PostgresApplicationRecorder):
         with self.datastore.transaction(commit=False) as curs:
             curs.execute(f"SELECT token FROM {table} WHERE originator_id = %s", (stream,))
             row = curs.fetchone()
-            return None if row is None else int(row["token"])
+            if row is None:
+                return None
+            return checked_lease_token(lease_table(self), stream, row["token"])
 
     @RETRIED
     def read_head(self, stream: UUID) -> HeadAnchor:

@@ -75,9 +75,12 @@ from covonaut_es.store._review_index_table import ReviewIndexTable, SQLReviewInd
 from covonaut_es.store._rows import (
     LAST_VERSION,
     CheckedLog,
+    checked_anchored_version,
     checked_id,
+    checked_lease_token,
     checked_records,
     log_sql,
+    next_lease_token,
 )
 from covonaut_es.store._settings import check_sqlite_database, check_sqlite_file
 from covonaut_es.store._settings_tables import SettingsTable, SQLSettings
@@ -281,7 +284,7 @@ class _AnchoringRecorder(SQLiteAggregateRecorder, PollingSQLiteApplicationRecord
         def anchored(stream: UUID) -> int | None:
             c.execute(self._anchored_version, (self.stream_key(stream),))
             row = c.fetchone()
-            return None if row is None else int(row[0])
+            return None if row is None else checked_anchored_version(stream, row[0])
 
         check_heads_follow(kwargs.get(HEADS, ()), stored_events, anchored)
         rows = [(self.stream_key(h[0]), h[1], h[2]) for h in kwargs.get(HEADS, ())]
@@ -308,16 +311,33 @@ class _AnchoringRecorder(SQLiteAggregateRecorder, PollingSQLiteApplicationRecord
     def advance_lease_token(self, stream: UUID, *, synced: bool = True) -> int:
         """Record a new run lease of ``stream``: its token, one more than the last;
         ``synced``: wait for the disk before returning it (else see
-        :meth:`sync_lease_token`)."""
+        :meth:`sync_lease_token`).
+
+        Raises:
+            StoredRowError: The stored token is none a lease was given, or none follows it
+                (:func:`~covonaut_es.store._rows.next_lease_token`); nothing is written.
+        """
+        table, key = lease_table(self), self.stream_key(stream)
         with self.writer.transaction(synced=synced) as c:
+            # The first lease's row is inserted first, as a write takes the file's write
+            # lock: the token read next cannot change before it is written (a read first
+            # would fail the write as busy once another connection committed in between).
             c.execute(
-                f"INSERT INTO {lease_table(self)} (originator_id, token) VALUES (?, 1) "
-                "ON CONFLICT (originator_id) DO UPDATE SET token = token + 1 RETURNING token",
-                (self.stream_key(stream),),
+                f"INSERT INTO {table} (originator_id, token) VALUES (?, 1) "
+                "ON CONFLICT (originator_id) DO NOTHING RETURNING token",
+                (key,),
             )
-            row = c.fetchone()
-            require_stored(lease_table(self), 0 if row is None else 1, 1)
-            return int(row[0])
+            if c.fetchone() is not None:
+                return 1
+            token = next_lease_token(table, stream, self._lease_token(c, stream))
+            c.execute(  # an insert, as the first lease's: what refuses one refuses both
+                f"INSERT INTO {table} (originator_id, token) VALUES (?, ?) "
+                "ON CONFLICT (originator_id) DO UPDATE SET token = excluded.token "
+                "RETURNING token",
+                (key, token),
+            )
+            require_stored(table, 0 if c.fetchone() is None else 1, 1)
+            return token
 
     def sync_lease_token(self, stream: UUID) -> None:
         """Make the tokens recorded without waiting for the disk durable: a synced
@@ -343,7 +363,7 @@ class _AnchoringRecorder(SQLiteAggregateRecorder, PollingSQLiteApplicationRecord
             (self.stream_key(stream),),
         )
         row = c.fetchone()
-        return None if row is None else int(row[0])
+        return None if row is None else checked_lease_token(lease_table(self), stream, row[0])
 
     def read_head(self, stream: UUID) -> HeadAnchor:
         """What the head table says of ``stream``."""
