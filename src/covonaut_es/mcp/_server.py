@@ -81,6 +81,13 @@ def _left(deadline: float | None) -> float | None:
     return None if deadline is None else deadline - time.monotonic()
 
 
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    """Take the outcome of a listing no call waits for any longer, which asyncio would
+    otherwise log as never retrieved: its failure was told (or is not the call's)."""
+    if not task.cancelled():
+        task.exception()
+
+
 def _connection_closed(error: MCPError) -> bool:
     """Whether ``error`` is the SDK's word that the connection closed, not a server's
     own error answer of the same code (-32000, "server error", which gateways send)."""
@@ -468,24 +475,21 @@ class MCPServer:
         _, epoch, listed = await self._linked_listing()
         return epoch, listed
 
-    async def _linked_listing(
-        self, deadline: float | None = None
-    ) -> tuple[_Link, int, list[Listing]]:
+    async def _linked_listing(self) -> tuple[_Link, int, list[Listing]]:
         """The connection, its epoch and the tools it lists. A connection found closed
         (a stdio server that ended while idle: nothing tells the link) is left, and the
         tools are listed on a new one; one whose listing does not come within
-        ``connect_timeout``, or by ``deadline`` (of ``time.monotonic``: a call's), is
-        left too (a server stuck, after a call that timed out), so that the next call
-        starts the server again.
+        ``connect_timeout`` (a server stuck, after a call that timed out) is left too,
+        so that the next call starts the server again.
 
         Raises:
             TimeoutError: The listing did not come in time.
         """
         for _ in range(2):
-            link = await asyncio.wait_for(self._connected(), self._bound(deadline))
+            link = await asyncio.wait_for(self._connected(), self._connect_timeout)
             epoch = self._epoch
             try:
-                listed = await asyncio.wait_for(self._tools_of(link), self._bound(deadline))
+                listed = await asyncio.wait_for(self._tools_of(link), self._connect_timeout)
             except TimeoutError:
                 await self._drop(link)
                 raise
@@ -497,12 +501,6 @@ class MCPServer:
             return link, epoch, listed
         msg = f"MCP server {self._name!r} closed two connections as its tools were listed"
         raise ToolServerError(msg)
-
-    def _bound(self, deadline: float | None) -> float:
-        """Seconds a step of connecting or listing may take: ``connect_timeout``, or
-        what is left until ``deadline`` if less."""
-        left = _left(deadline)
-        return self._connect_timeout if left is None else min(self._connect_timeout, left)
 
     async def _tools_of(self, link: _Link) -> list[Listing]:
         tools: list[Any] = []
@@ -529,7 +527,12 @@ class MCPServer:
                 # Listed again first: a server at a protocol version whose change notices
                 # need a subscription tells this client nothing when its tools change.
                 # Each step is bounded, and all of them by the call's deadline.
-                link, _, listed = await self._linked_listing(deadline)
+                # The call stops waiting at its deadline; the listing goes on, bounded by
+                # connect_timeout, so that only a server stuck leaves the connection
+                # the calls in flight beside this one share.
+                listing = asyncio.ensure_future(self._linked_listing())
+                listing.add_done_callback(_retrieved)
+                link, _, listed = await asyncio.wait_for(asyncio.shield(listing), _left(deadline))
             except ToolServerError:
                 raise
             except Exception as exc:  # nothing was sent
