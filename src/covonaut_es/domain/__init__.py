@@ -42,7 +42,7 @@ from covonaut_es.domain._thread import (
     AgentThread,
     message_id_problem,
     run_input,
-    steering_problem,
+    steering_message,
 )
 from covonaut_es.domain._tool_pins import ToolPin
 from covonaut_es.domain._tree import BranchPoint, ForkRecord, SessionTree, ThreadTree, TreeStats
@@ -112,6 +112,6 @@ __all__ = [
     "requested_call",
     "run_input",
     "same_reviewer",
-    "steering_problem",
+    "steering_message",
     "thread_aggregate_id",
 ]

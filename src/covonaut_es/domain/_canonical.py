@@ -10,6 +10,7 @@ what texts shown to people and the pins of tools are made of.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import msgspec
@@ -82,7 +83,7 @@ class _Plain:
             raise self._refusal("an integer beyond the 64 bits a stored number can carry")
         if value is None or isinstance(value, str | int):
             return value
-        if not isinstance(value, dict | list | tuple | set | frozenset):
+        if not isinstance(value, Mapping | list | tuple | set | frozenset):
             try:
                 builtins = msgspec.to_builtins(value, order="deterministic")
             except (TypeError, ValueError, msgspec.EncodeError) as exc:
@@ -92,7 +93,7 @@ class _Plain:
             raise self._refusal("it holds itself")
         self.open.add(id(value))
         try:
-            if isinstance(value, dict):
+            if isinstance(value, Mapping):  # a dict, or any mapping the caller's own
                 return {self._key(key): self._plain(item) for key, item in value.items()}
             items = [self._plain(item) for item in value]
             if isinstance(value, set | frozenset):

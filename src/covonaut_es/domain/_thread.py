@@ -1275,11 +1275,9 @@ class AgentThread(Aggregate, created_event_name="Started"):
 
         Raises:
             InvalidRunInputError: ``message`` may not steer a run
-                (:func:`steering_problem`); nothing was recorded.
+                (:func:`steering_message`); nothing was recorded.
         """
-        if (problem := steering_problem(message)) is not None:
-            raise InvalidRunInputError(problem)
-        self.trigger_event(self.Steered, message=message, timestamp=now)
+        self.trigger_event(self.Steered, message=steering_message(message), timestamp=now)
 
     def start_turn(self, *, now: datetime) -> None:
         """Begin the next turn."""
@@ -1969,36 +1967,45 @@ def run_input_problem(mode: RunMode, message: Message | None) -> str | None:
     return message_id_problem(message.id)
 
 
-def steering_problem(message: object) -> str | None:
-    """Why ``message`` cannot steer a run, or None: a user's or a system's message of
-    valid text. It calls no tool and answers no call: a run records its calls and their
-    results itself, each call answered once, as every model's API requires of a
-    conversation. And it has no id: an id lets a run refuse its input given again, and
-    steering is no run's input. The one rule of ``Agent.steer`` and
-    :meth:`AgentThread.steer`."""
+def steering_message(message: object) -> Message:
+    """``message`` as a thread records it when it steers a run: a user's or a system's
+    message of valid text, read back from its JSON (a role given as its text is the
+    ``Role``, as a replay reads it). It calls no tool and answers no call: a run records
+    its calls and their results itself, each call answered once, as every model's API
+    requires of a conversation. And it has no id: an id lets a run refuse its input
+    given again, and steering is no run's input. The one rule of ``Agent.steer`` and
+    :meth:`AgentThread.steer` (ADR 0155).
+
+    Raises:
+        InvalidRunInputError: ``message`` may not steer a run, saying why.
+    """
     if not isinstance(message, Message) or type(message.content) is not str:
         found = type(message.content if isinstance(message, Message) else message).__name__
-        return f"steer(message) takes a str or a Message of text, got {found}"
-    if message.role is not Role.USER and message.role is not Role.SYSTEM:
-        return f"a steering message is a user's or a system's, not one of role {message.role!r}"
+        raise InvalidRunInputError(f"steer(message) takes a str or a Message of text, got {found}")
+    if message.role not in (Role.USER, Role.SYSTEM):
+        msg = f"a steering message is a user's or a system's, not one of role {message.role!r}"
+        raise InvalidRunInputError(msg)
     if message.tool_calls or message.tool_call_id is not None or message.usage is not None:
-        return (
-            "a steering message calls no tool, answers no call and reports no usage: "
-            "the run records those itself"
+        msg = (
+            "a steering message calls no tool, answers no call and reports no usage: the "
+            "run records those itself"
         )
+        raise InvalidRunInputError(msg)
     if message.id is not None:
-        return "a steering message has no id: ids are for a run's input (run(message_id=))"
+        msg = "a steering message has no id: ids are for a run's input (run(message_id=))"
+        raise InvalidRunInputError(msg)
     try:  # what the thread records of it, read back: a field of another type, a lone
         # surrogate (which no store keeps) would fail the save, the message dropped
         kept = msgspec.json.decode(msgspec.json.encode(message), type=Message)
     except (msgspec.MsgspecError, TypeError, ValueError):
         kept = None
     if kept != message:
-        return (
+        msg = (
             "a steering message must read back as given: each field of the type Message "
             "declares, its text valid Unicode (a lone surrogate is none)"
         )
-    return None
+        raise InvalidRunInputError(msg)
+    return kept
 
 
 MAX_MESSAGE_ID = 256

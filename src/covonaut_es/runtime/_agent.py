@@ -23,9 +23,9 @@ from covonaut_es.domain import (
     ThreadState,
     ThreadStatus,
     run_input,
-    steering_problem,
+    steering_message,
 )
-from covonaut_es.errors import InvalidRunInputError, ThreadStateError
+from covonaut_es.errors import ThreadStateError
 from covonaut_es.messages import Message, Role, Usage
 from covonaut_es.runtime._agent_base import DEFAULT_THREAD_ID as DEFAULT_THREAD_ID
 from covonaut_es.runtime._agent_base import MakeProgram
@@ -260,14 +260,12 @@ class Agent(ReviewCommands, StateCommands):
         Raises:
             InvalidRunInputError: ``message`` is not a str, nor a user's or a system's
                 ``Message`` of valid text, without tool calls, a call it answers, usage
-                or an id (:func:`~covonaut_es.domain.steering_problem`); nothing was
+                or an id (:func:`~covonaut_es.domain.steering_message`); nothing was
                 queued.
         """
         if isinstance(message, str):
             message = Message(Role.USER, message)
-        if (problem := steering_problem(message)) is not None:
-            raise InvalidRunInputError(problem)
-        self._steering.append(message)
+        self._steering.append(steering_message(message))
 
     def settle(
         self,
