@@ -513,17 +513,23 @@ def _resolved_hints(cls: type, kind: str) -> dict[str, Any]:
         raise SerializationError(msg) from exc
 
 
-def _aggregate_state_fields(aggregate_cls: type) -> list[tuple[str, Any, Any]]:
+def _aggregate_state_fields(aggregate_cls: type, *, defaults: bool) -> list[tuple[str, Any, Any]]:
+    """The fields of an aggregate's snapshot state; with ``defaults``, those that
+    :func:`_state_default` gives one may be missing from a snapshot."""
     hints = _resolved_hints(aggregate_cls, "aggregate")
     own = [name for name in aggregate_cls.__annotations__ if not name.isupper()]
     fields: list[tuple[str, Any, Any]] = [(name, datetime, msgspec.NODEFAULT) for name in TIMES]
-    return fields + [(name, hints[name], _state_default(hints[name])) for name in own]
+    default = _state_default if defaults else lambda annotation: msgspec.NODEFAULT
+    return fields + [(name, hints[name], default(hints[name])) for name in own]
 
 
 def _state_default(annotation: Any) -> Any:
     """Optional, collection and all-default Struct state fields default to empty, so
-    that snapshots written before such a field was added still decode; any other new
-    field needs a version."""
+    that a thread's snapshots written before such a field was added still decode (the
+    library gives each new field of a thread that start, or a new version); any other
+    new field needs a version. An application's own aggregate has none: its
+    ``__init__`` may start a new field otherwise, so a snapshot without the field does
+    not decode and is passed over, the aggregate rebuilt from its events."""
     origin = typing.get_origin(annotation) or annotation
     if origin in (list, dict) or _all_defaults(origin):
         return msgspec.field(default_factory=origin)
@@ -554,9 +560,10 @@ def codec_for(cls: type) -> Codec:
                 "(leave it out of snapshotting_intervals)"
             )
             raise SerializationError(msg)
-        state_type = msgspec.defstruct(
-            f"{aggregate_cls.__name__}State", _aggregate_state_fields(aggregate_cls), kw_only=True
+        state_fields = _aggregate_state_fields(
+            aggregate_cls, defaults=issubclass(cls, ThreadSnapshot)
         )
+        state_type = msgspec.defstruct(f"{aggregate_cls.__name__}State", state_fields, kw_only=True)
         fields: list[tuple[str, Any] | tuple[str, Any, Any]] = [
             ("timestamp", datetime),
             ("topic", str),
