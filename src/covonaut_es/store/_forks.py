@@ -38,6 +38,7 @@ from covonaut_es.errors import (
     ConfigurationError,
     ThreadConflictError,
     ThreadStateError,
+    ToolCallRunningError,
 )
 from covonaut_es.store._application import AgentApplication
 from covonaut_es.store._backend import Backend
@@ -183,6 +184,29 @@ class Forks:
         except IntegrityError as exc:
             raise ThreadConflictError(taken, thread_id=new_thread_id, expected_version=0) from exc
         return new_thread_id
+
+    def refuse_open_calls(
+        self, thread_id: str, at_version: int | None, at_checkpoint: int | None
+    ) -> None:
+        """Refuse a fork of a thread that a run holds now, at a version that holds calls
+        open: one of them may be running in that run (helper-253).
+
+        Raises:
+            ToolCallRunningError: Naming the first open call; nothing was stored.
+        """
+        if at_checkpoint is not None:
+            at_version = self._checkpoint_version(thread_id, at_checkpoint)
+        open_calls = self._reader.load(thread_id, version=at_version).open_calls
+        if not open_calls:
+            return
+        call_id = next(iter(open_calls))
+        msg = (
+            f"thread {thread_id!r} is being run, and at that version it holds call "
+            f"{call_id!r} open, which may be running there: a fork would hold it open "
+            "too, for a worker or a person to run again beside it; nothing was forked. "
+            "Fork it once that run pauses or ends, or at a version before the call"
+        )
+        raise ToolCallRunningError(msg, thread_id=thread_id, tool_call_id=call_id)
 
     def _checkpoint_version(self, thread_id: str, sequence: int) -> int:
         checkpoints = self._reader.load(thread_id).checkpoints

@@ -35,7 +35,7 @@ from covonaut_es.domain import (
     ThreadTree,
     TreeStats,
 )
-from covonaut_es.errors import ConfigurationError, ThreadNotFoundError
+from covonaut_es.errors import ConfigurationError, ThreadBusyError, ThreadNotFoundError
 from covonaut_es.migrations import Upcaster
 from covonaut_es.migrations._upcasting import NO_MIGRATORS
 from covonaut_es.store import _audit
@@ -385,18 +385,27 @@ class Store(Closing):
                 or ``now`` no time a clock may give (timezone-aware, within the range
                 of ``AwareClock``).
             StoreUnavailableError: The database failed the write; no fork was stored.
+            ToolCallRunningError: A run holds the parent's lease and the parent holds
+                calls open at that version: one may be running there, and the fork
+                would take it open, in doubt, for a worker or a person to run again
+                beside it. Nothing was stored.
         """
         for name, number in (("at_version", at_version), ("at_checkpoint", at_checkpoint)):
             if number is not None:
                 check_whole(name, number)
         _check_now(now)
-        return self._forks.fork(
-            thread_id,
-            at_version=at_version,
-            at_checkpoint=at_checkpoint,
-            new_thread_id=new_thread_id,
-            now=now,
-        )
+        with contextlib.ExitStack() as held:
+            try:  # held while it is forked: no run of the parent starts a call meanwhile
+                held.enter_context(self._leasing.lease(thread_id))
+            except ThreadBusyError:
+                self._forks.refuse_open_calls(thread_id, at_version, at_checkpoint)
+            return self._forks.fork(
+                thread_id,
+                at_version=at_version,
+                at_checkpoint=at_checkpoint,
+                new_thread_id=new_thread_id,
+                now=now,
+            )
 
     def abandon(self, thread_id: str, reason: str = "", *, now: datetime | None = None) -> None:
         """Give a thread up: its pending reviews leave the reviewer queue and no run
