@@ -532,6 +532,38 @@ def test_an_application_its_settings_cannot_make_is_one_line_and_exit_2(
 
 
 @pytest.mark.parametrize(
+    "command",
+    [
+        *[["threads"], ["show", "t"], ["export", "t"], ["import", "t.jsonl"]],
+        *[["migrate", "--check"], ["reviews"], ["replay", "t", "--verify"], ["fork", "t"]],
+    ],
+    ids=" ".join,
+)
+def test_an_application_its_environment_keeps_in_memory_is_refused(
+    command: list[str], tmp_path: Path
+) -> None:
+    """``--application`` whose environment names no persistence is eventsourcing's
+    default, an application in this process's memory: an ``import`` into it said
+    IMPORTED and kept nothing, ``migrate --check`` passed having read nothing
+    (helper-252). Every command refuses it in one line, exit 2, naming the setting."""
+    (tmp_path / "t.jsonl").write_text("{}\n")  # read only once the store is open
+    env = {k: v for k, v in os.environ.items() if "PERSISTENCE_MODULE" not in k}
+    env["COVONAUT_ES_APPLICATION"] = "covonaut_es:AgentApplication"
+    result = subprocess.run(
+        [sys.executable, "-m", "covonaut_es", *command],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**env, "PYTHONPATH": str(ROOT / "src")},
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 2, result.stderr
+    [line] = result.stderr.splitlines()
+    assert "in this process's memory" in line and "PERSISTENCE_MODULE" in line, line
+
+
+@pytest.mark.parametrize(
     ("typed", "meant"), [("--jsno", "--json"), ("--limt=3", "--limit"), ("--stor", "--store")]
 )
 def test_a_mistyped_option_is_named_with_the_option_it_is_close_to(

@@ -30,6 +30,7 @@ from covonaut_es.cli._output import add_json_option
 from covonaut_es.errors import CovonautError
 from covonaut_es.projections import ReviewQueue
 from covonaut_es.store import AgentApplication, Store, open_store
+from covonaut_es.store._backend import backend_of
 from covonaut_es.store._cipher_keys import aes_key
 from covonaut_es.store._urls import require_sqlite_file
 
@@ -297,6 +298,16 @@ def _application_store(spec: str, *, create: bool) -> Iterator[Store]:
         )
         raise UsageError(msg) from exc
     try:
+        if backend_of(application.factory).name == "memory":
+            # eventsourcing's default, where the environment names no persistence: what
+            # the command would read is empty, and what it would write, lost at its end.
+            msg = (
+                f"--application {spec} keeps its events in this process's memory: its "
+                "environment sets no PERSISTENCE_MODULE; set it (eventsourcing.sqlite or "
+                "eventsourcing.postgres) with the module's own settings (SQLITE_DBNAME, "
+                "POSTGRES_DBNAME, ...)"
+            )
+            raise UsageError(msg)
         with Store.from_application(application) as store:
             yield store
     finally:
