@@ -33,6 +33,7 @@ from covonaut_es import _logs
 from covonaut_es.errors import ConfigurationError
 from covonaut_es.store._cipher_keys import key_material
 from covonaut_es.store._mapper import MsgspecMapper
+from covonaut_es.store._topic_codes import compact
 
 logger = _logs.logger("covonaut_es")
 
@@ -90,9 +91,13 @@ def follow_readable(follower: EventSourcedProjection[Any], mapper: MsgspecMapper
     those of another type with a warning, once per topic (:func:`pull_readable`), not in
     the database's select, where a row's topic changed to one it does not follow was
     passed over unseen; the recordings a leader sends it in memory are filtered by
-    ``topics``, as eventsourcing filters them.
+    ``topics``, as eventsourcing filters them. A library class's topic it names has its
+    code beside it, under which the store writes its records (ADR 0064): named the
+    eventsourcing way (``get_topic``), it was given none of them.
     """
     if follower.topics:
+        named = follower.topics
+        follower.topics = list(dict.fromkeys([*named, *(compact(topic) for topic in named)]))
         return
     follower.topics = mapper.topics
     if isinstance(follower, Follower):

@@ -1,0 +1,65 @@
+"""A process application that names the topics it follows the eventsourcing way
+(``follow_topics = [get_topic(EventClass)]``) is given exactly the events of those
+classes: the store writes a library class's records under a short code (ADR 0064),
+which the topic named is not, and such a follower was given none (helper-252)."""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+import pytest
+from eventsourcing.application import ProcessingEvent
+from eventsourcing.system import ProcessApplication, SingleThreadedRunner, System
+from eventsourcing.utils import get_topic
+
+from covonaut_es import AgentApplication, AgentThread, Store
+from support import converse
+
+WRITTEN = [
+    AgentThread.StartedWithInput,
+    AgentThread.TurnAnsweredWithCalls,
+    AgentThread.ToolResultCheckpointed,
+    AgentThread.TurnAnswered,
+    AgentThread.RunFinishedCheckpointed,
+]
+"""Classes a run of :func:`~support.converse` writes."""
+
+
+class Desk(AgentApplication):
+    pass
+
+
+def _follower(followed: type) -> type:
+    """A process application following ``followed``'s topic, noting what it is given;
+    at module level, where eventsourcing finds it by its topic."""
+
+    def policy(self: Any, domain_event: Any, processing_event: ProcessingEvent[UUID]) -> None:
+        type(self).seen.append(type(domain_event).__qualname__)
+
+    name = f"Follows{followed.__name__}"
+    namespace = {"follow_topics": [get_topic(followed)], "policy": policy, "seen": []}
+    namespace |= {"__module__": __name__, "__qualname__": name}
+    cls = type(name, (AgentApplication, ProcessApplication), namespace)
+    globals()[name] = cls
+    return cls
+
+
+FOLLOWERS = {followed: _follower(followed) for followed in WRITTEN}
+
+
+@pytest.mark.parametrize("followed", WRITTEN, ids=lambda cls: cls.__qualname__)
+def test_a_follower_naming_a_thread_events_topic_is_given_exactly_those_events(
+    followed: type,
+) -> None:
+    follows = FOLLOWERS[followed]
+    runner: SingleThreadedRunner[UUID] = SingleThreadedRunner(System([[Desk, follows]]))
+    runner.start()
+    try:
+        threads = Store.from_application(runner.get(Desk))
+        converse(threads, "t-1")
+        written = [type(e).__qualname__ for e in threads.history("t-1")]
+        seen = follows.seen  # type: ignore[attr-defined]
+        assert seen and seen == [name for name in written if name == followed.__qualname__]
+    finally:
+        runner.stop()
