@@ -41,7 +41,7 @@ from covonaut_es.store._codec import (
 )
 from covonaut_es.store._own_snapshots import declared_snapshot, snapshot_classes
 from covonaut_es.store._snapshot_seals import SEALED
-from covonaut_es.store._topic_codes import TOPIC_CODES, compact, full_topic
+from covonaut_es.store._topic_codes import TOPIC_CODES, compact, full_topic, registered_object
 from covonaut_es.store._transcodings import OwnSnapshotCodec, TranscodedCodec, Transcodings
 
 
@@ -195,7 +195,7 @@ class MsgspecMapper(Mapper[UUID]):
         Raises:
             SerializationError: The topic is not one this mapper reads.
         """
-        cls = self._classes.get(topic)
+        cls = self._classes.get(topic) or self._moved(topic)
         if cls is None:
             msg = (
                 f"{where}: its type {topic!r} is unknown to this store (expected a "
@@ -205,6 +205,24 @@ class MsgspecMapper(Mapper[UUID]):
             )
             raise SerializationError(msg)
         return cls
+
+    def _creates_listed(self, topic: str) -> bool:
+        """Whether ``topic``, which a record says it creates an aggregate of, names one
+        of the listed aggregate classes: by its topic, or by one registered for it."""
+        if topic in self._aggregate_topics:
+            return True
+        found = registered_object(topic)
+        return isinstance(found, type) and get_topic(found) in self._aggregate_topics
+
+    def _moved(self, topic: str) -> type | None:
+        """The listed class that ``topic`` names by what eventsourcing's
+        ``register_topic`` registered for a class renamed or moved, remembered; None if
+        it names none of them (what it names is never imported)."""
+        found = registered_object(topic)
+        if not isinstance(found, type) or found not in self._classes.values():
+            return None
+        self._classes[topic] = found
+        return found
 
     def to_stored_event(self, domain_event: DomainEventProtocol[UUID]) -> StoredEvent:
         codec, topic = self._listed(domain_event)
@@ -346,7 +364,7 @@ class MsgspecMapper(Mapper[UUID]):
         decoded fields."""
         if reader.creates is not None:
             created = state.get(reader.creates)
-            if created is not None and created not in self._aggregate_topics:
+            if created is not None and not self._creates_listed(created):
                 msg = (
                     f"{_where(stored_event)}: it creates an aggregate of type {created!r}, "
                     "unknown to this store; it was not imported. Add the aggregate class to "

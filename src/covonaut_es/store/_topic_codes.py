@@ -9,7 +9,8 @@ topic is a code), so each row says which form it holds. A chain link covers the 
 topic, whichever form the row holds, and an export carries it. The table is the one
 place codes are given; a code, once given, names its topic for good: a class that is
 removed keeps its line, and a new class takes the next number. Classes of an
-application's own keep their full topics.
+application's own keep their full topics; one renamed or moved is found by the old topic
+that eventsourcing's ``register_topic`` registered for it (:func:`registered_object`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
-from eventsourcing.utils import get_topic
+# eventsourcing 9.5.6: utils._topic_cache holds what register_topic registered (read
+# only here, so that what a stored topic names is found without importing anything).
+from eventsourcing.utils import _topic_cache, get_topic
 
 _CODES = (
     ("1", "covonaut.thread.MessageAppended"),
@@ -86,3 +89,22 @@ def stored_forms(classes: Iterable[type]) -> tuple[str, ...]:
     it has one, its code, since rows written before codes keep their topics."""
     topics = [get_topic(cls) for cls in classes]
     return tuple(dict.fromkeys([*topics, *(compact(t) for t in topics)]))
+
+
+def registered_object(topic: str) -> object | None:
+    """What ``register_topic`` registered for ``topic`` (a class renamed or moved, its
+    old topic registered for it), found as ``resolve_topic`` finds it, but without
+    importing anything: the object registered under the topic itself, or under the
+    topic's module and a leading part of its path, then the rest of the path as
+    attributes of that object. None when nothing registered names it."""
+    if topic in _topic_cache:
+        return _topic_cache[topic]
+    module, _, path = topic.partition(":")
+    parts = path.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        found = _topic_cache.get(f"{module}:{'.'.join(parts[:cut])}")
+        if found is not None:
+            for name in parts[cut:]:
+                found = getattr(found, name, None)
+            return found
+    return None

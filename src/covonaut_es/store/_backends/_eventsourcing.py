@@ -7,7 +7,9 @@ dependency is pinned below 9.6 for them). Only the store's modules import this o
 recording of an application takes) and the repository's rebuild of an aggregate,
 :mod:`covonaut_es.store._reader` the projection that rebuilds a thread, and
 :mod:`covonaut_es.store._tracking` (which projections import) the tracking recorders and
-the batching projection runner.
+the batching projection runner. (The registry of topics, which the mapper reads for a
+class renamed or moved, is read in :mod:`covonaut_es.store._topic_codes`, which the
+mapper may import and this module's importers import.)
 """
 
 from __future__ import annotations
