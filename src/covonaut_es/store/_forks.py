@@ -135,7 +135,6 @@ class Forks:
         if at_version is not None and at_checkpoint is not None:
             msg = "fork() takes at_version or at_checkpoint, not both"
             raise ConfigurationError(msg)
-        self._guard.refuse_if_read_only(f"thread {thread_id!r} was not forked")
         if at_checkpoint is not None:
             at_version = self._checkpoint_version(thread_id, at_checkpoint)
         thread_id, newest_first = self._branch_point(thread_id, at_version)
@@ -185,20 +184,22 @@ class Forks:
             raise ThreadConflictError(taken, thread_id=new_thread_id, expected_version=0) from exc
         return new_thread_id
 
-    def refuse_open_calls(
+    def checked_version(
         self, thread_id: str, at_version: int | None, at_checkpoint: int | None
-    ) -> None:
-        """Refuse a fork of a thread that a run holds now, at a version that holds calls
-        open: one of them may be running in that run (helper-253).
+    ) -> int:
+        """The version to fork a thread that a run holds now at (its head when neither
+        is given), once it holds no call open: one may be running in that run
+        (helper-253, helper-254).
 
         Raises:
             ToolCallRunningError: Naming the first open call; nothing was stored.
         """
         if at_checkpoint is not None:
             at_version = self._checkpoint_version(thread_id, at_checkpoint)
-        open_calls = self._reader.load(thread_id, version=at_version).open_calls
+        thread = self._reader.load(thread_id, version=at_version)
+        open_calls = thread.open_calls
         if not open_calls:
-            return
+            return thread.version
         call_id = next(iter(open_calls))
         msg = (
             f"thread {thread_id!r} is being run, and at that version it holds call "

@@ -394,11 +394,19 @@ class Store(Closing):
             if number is not None:
                 check_whole(name, number)
         _check_now(now)
+        self._guard.refuse_if_read_only(f"thread {thread_id!r} was not forked")
         with contextlib.ExitStack() as held:
-            try:  # held while it is forked: no run of the parent starts a call meanwhile
+            # Held while it is forked: no run of the parent starts a call meanwhile. A
+            # run holds it (another's, or the caller's own): forked at the version whose
+            # open calls were checked, which that run may go on writing past.
+            running = self._leasing.held_lease(thread_id) is not None
+            try:
                 held.enter_context(self._leasing.lease(thread_id))
             except ThreadBusyError:
-                self._forks.refuse_open_calls(thread_id, at_version, at_checkpoint)
+                running = True
+            if running:
+                at_version = self._forks.checked_version(thread_id, at_version, at_checkpoint)
+                at_checkpoint = None
             return self._forks.fork(
                 thread_id,
                 at_version=at_version,
