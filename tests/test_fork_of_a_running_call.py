@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,34 @@ from support import answer, call
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def _charging(store: Store, charge: Callable[[Any, dict[str, Any]], str]) -> Agent:
+    """An agent whose thread ``t`` calls ``charge`` (idempotent) once, then answers."""
+    return Agent(
+        AgentConfig(
+            provider=ScriptedProvider([call(("c1", "charge", "{}")), answer("done")]),
+            tools=[Tool("charge", "Charge", {"type": "object"}, charge, idempotent=True)],
+            checkpoint=CheckpointSettings(store=store, thread_id="t"),
+        )
+    )
+
+
+def test_a_tool_forking_its_own_running_thread_at_its_head_is_refused(store: Store) -> None:
+    """The fork is taken inside the run that holds the parent, which is granted the
+    run's own lease again: it was not checked, and held the running call open, for a
+    worker to run again (helper-254)."""
+    outcome: dict[str, Any] = {}
+
+    def charge(ctx: Any, args: dict[str, Any]) -> str:
+        try:
+            outcome["fork"] = store.fork(ctx.thread_id, new_thread_id="f")
+        except ToolCallRunningError as exc:
+            outcome["refused"] = exc
+        return "charged"
+
+    _charging(store, charge).run("Charge.")
+    assert "refused" in outcome and not store.exists("f"), outcome
+
+
 def test_a_thread_whose_run_holds_an_open_call_is_forked_only_before_the_call(
     store: Store,
 ) -> None:
@@ -44,13 +73,7 @@ def test_a_thread_whose_run_holds_an_open_call_is_forked_only_before_the_call(
         release.wait(30)
         return "charged"
 
-    agent = Agent(
-        AgentConfig(
-            provider=ScriptedProvider([call(("c1", "charge", "{}")), answer("done")]),
-            tools=[Tool("charge", "Charge", {"type": "object"}, charge, idempotent=True)],
-            checkpoint=CheckpointSettings(store=store, thread_id="t"),
-        )
-    )
+    agent = _charging(store, charge)
     run = threading.Thread(target=agent.run, args=("Charge.",))
     run.start()
     try:
