@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 import attrs
+from eventsourcing.popo import POPOFactory
 from eventsourcing.utils import Environment
 
 from covonaut_es.cli._command import Command, Subcommands, UsageError, add_command
@@ -30,7 +31,6 @@ from covonaut_es.cli._output import add_json_option
 from covonaut_es.errors import CovonautError
 from covonaut_es.projections import ReviewQueue
 from covonaut_es.store import AgentApplication, Store, open_store
-from covonaut_es.store._backend import backend_of
 from covonaut_es.store._cipher_keys import aes_key
 from covonaut_es.store._urls import require_sqlite_file
 
@@ -298,7 +298,7 @@ def _application_store(spec: str, *, create: bool) -> Iterator[Store]:
         )
         raise UsageError(msg) from exc
     try:
-        if backend_of(application.factory).name == "memory":
+        if isinstance(application.factory, POPOFactory):
             # eventsourcing's default, where the environment names no persistence: what
             # the command would read is empty, and what it would write, lost at its end.
             msg = (
