@@ -1,10 +1,7 @@
 """``--application`` whose environment names a persistence module of the user's own
-(durable: its factory keeps the events in SQLite, but is no SQLiteFactory) is refused
-since f256216 as "keeps its events in this process's memory: its environment sets no
-PERSISTENCE_MODULE", which is false: ``backend_of`` gives every factory it does not
-know the in-memory back end's parts, and the command line took that for eventsourcing's
-POPO default (helper-254: refused as kept in memory). The store works with it (Store.from_application), as the
-command did before."""
+(durable: its factory keeps the events in SQLite, but is no SQLiteFactory) works, as
+it did: the refusal of an application kept in memory took every factory the store does
+not know for eventsourcing's in-memory default (helper-254)."""
 
 from __future__ import annotations
 
@@ -64,24 +61,20 @@ def test_an_application_on_its_own_durable_persistence_module_is_not_refused(
         "SQLITE_DBNAME": str(tmp_path / "d.db"),
         "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(tmp_path)]),
     }
-    made = subprocess.run(  # the application's tables, as it makes them itself
-        [sys.executable, "-c", "from h254_app import App; App().close()"],
+    made = _python(env, tmp_path, "-c", "from h254_app import App; App().close()")
+    assert made.returncode == 0, made.stderr  # the application's tables, as it makes them
+    listed = _python(env, tmp_path, "-m", "covonaut_es", "threads", "--application", "h254_app:App")
+    assert "sets no PERSISTENCE_MODULE" not in listed.stderr, listed.stderr
+    assert listed.returncode == 0, listed.stderr
+
+
+def _python(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, *args],
         capture_output=True,
         text=True,
-        cwd=tmp_path,
+        cwd=cwd,
         env=env,
         timeout=120,
         check=False,
     )
-    assert made.returncode == 0, made.stderr
-    result = subprocess.run(
-        [sys.executable, "-m", "covonaut_es", "threads", "--application", "h254_app:App"],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env=env,
-        timeout=120,
-        check=False,
-    )
-    assert "sets no PERSISTENCE_MODULE" not in result.stderr, result.stderr
-    assert result.returncode == 0, result.stderr
