@@ -364,7 +364,8 @@ class SnapshotCodec(Codec):
 
     def _fields(self, payload: msgspec.Struct) -> dict[str, Any]:
         fields = super()._fields(payload)
-        fields["state"] = msgspec.structs.asdict(fields["state"])
+        state = msgspec.structs.asdict(fields["state"])
+        fields["state"] = {name: v for name, v in state.items() if v is not msgspec.UNSET}
         return fields
 
     def _upgrade(
@@ -515,12 +516,26 @@ def _resolved_hints(cls: type, kind: str) -> dict[str, Any]:
 
 def _aggregate_state_fields(aggregate_cls: type, *, defaults: bool) -> list[tuple[str, Any, Any]]:
     """The fields of an aggregate's snapshot state; with ``defaults``, those that
-    :func:`_state_default` gives one may be missing from a snapshot."""
+    :func:`_state_default` gives one may be missing from a snapshot; else only those
+    the class gives a value of its own, which an aggregate that never set one does not
+    hold (:func:`_unset_unless_set`)."""
     hints = _resolved_hints(aggregate_cls, "aggregate")
     own = [name for name in aggregate_cls.__annotations__ if not name.isupper()]
     fields: list[tuple[str, Any, Any]] = [(name, datetime, msgspec.NODEFAULT) for name in TIMES]
-    default = _state_default if defaults else lambda annotation: msgspec.NODEFAULT
-    return fields + [(name, hints[name], default(hints[name])) for name in own]
+    if defaults:
+        return fields + [(name, hints[name], _state_default(hints[name])) for name in own]
+    return fields + [_unset_unless_set(aggregate_cls, name, hints[name]) for name in own]
+
+
+def _unset_unless_set(aggregate_cls: type, name: str, annotation: Any) -> tuple[str, Any, Any]:
+    """An application's aggregate's state field: one whose class gives it a value
+    (``note: str | None = None``) is missing from the state of an aggregate that never
+    set it, and stays missing (``UNSET``), so the class's value shows; any other is
+    required, and a snapshot without it (written before the class gained it) does not
+    decode and is passed over (helper-252, helper-254)."""
+    if any(name in vars(cls) for cls in aggregate_cls.__mro__[:-1]):
+        return name, typing.Union[annotation, msgspec.UnsetType], msgspec.UNSET  # noqa: UP007
+    return name, annotation, msgspec.NODEFAULT
 
 
 def _state_default(annotation: Any) -> Any:
