@@ -1,7 +1,9 @@
 """A process application that names the topics it follows the eventsourcing way
 (``follow_topics = [get_topic(EventClass)]``) is given exactly the events of those
-classes: the store writes a library class's records under a short code (ADR 0064),
-which the topic named is not, and such a follower was given none (helper-252)."""
+classes, also of a leader that names the topics it notifies of so
+(``notify_topics``): the store writes a library class's records under a short code
+(ADR 0064), which the topic named is not, and such a follower was given none
+(helper-252), nor such a leader's follower (helper-254)."""
 
 from __future__ import annotations
 
@@ -48,15 +50,30 @@ def _follower(followed: type) -> type:
 FOLLOWERS = {followed: _follower(followed) for followed in WRITTEN}
 
 
+def _notifying(followed: type) -> type:
+    """A leader that notifies its followers of ``followed``'s records only."""
+    name = f"Notifies{followed.__name__}"
+    namespace = {"notify_topics": [get_topic(followed)], "__module__": __name__}
+    cls = type(name, (AgentApplication,), namespace | {"__qualname__": name})
+    globals()[name] = cls
+    return cls
+
+
+LEADERS = {followed: _notifying(followed) for followed in WRITTEN}
+
+
+@pytest.mark.parametrize("notifying", [False, True], ids=["leader", "notifying leader"])
 @pytest.mark.parametrize("followed", WRITTEN, ids=lambda cls: cls.__qualname__)
 def test_a_follower_naming_a_thread_events_topic_is_given_exactly_those_events(
-    followed: type,
+    followed: type, notifying: bool
 ) -> None:
     follows = FOLLOWERS[followed]
-    runner: SingleThreadedRunner[UUID] = SingleThreadedRunner(System([[Desk, follows]]))
+    follows.seen.clear()  # type: ignore[attr-defined]
+    desk = LEADERS[followed] if notifying else Desk
+    runner: SingleThreadedRunner[UUID] = SingleThreadedRunner(System([[desk, follows]]))
     runner.start()
     try:
-        threads = Store.from_application(runner.get(Desk))
+        threads = Store.from_application(runner.get(desk))
         converse(threads, "t-1")
         written = [type(e).__qualname__ for e in threads.history("t-1")]
         seen = follows.seen  # type: ignore[attr-defined]

@@ -77,6 +77,7 @@ from covonaut_es.store._own_snapshots import (
 from covonaut_es.store._settings import as_recorded, check_settings, key_stream_ids
 from covonaut_es.store._snapshot_cache import SnapshotCache
 from covonaut_es.store._snapshot_seals import SealKey
+from covonaut_es.store._topic_codes import with_codes
 from covonaut_es.store._url_secrets import redact, secrets_hidden
 from covonaut_es.store._urls import on_read_only_media
 from covonaut_es.store._write_errors import database_error
@@ -146,6 +147,9 @@ class AgentApplication(RecordsProcessingEvents, Application[UUID]):
         self.sealed_points = SealedPoints()
         """Where each thread object's stream is known to be its own."""
         super().__init__(env)
+        # Named the eventsourcing way (get_topic), a library class's records are stored
+        # under its code (ADR 0064): a leader notified of none of them.
+        self.notify_topics = with_codes(self.notify_topics)
         if isinstance(self, EventSourcedProjection):
             assert isinstance(self.mapper, MsgspecMapper)
             follow_readable(self, self.mapper)

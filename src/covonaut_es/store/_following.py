@@ -33,7 +33,7 @@ from covonaut_es import _logs
 from covonaut_es.errors import ConfigurationError
 from covonaut_es.store._cipher_keys import key_material
 from covonaut_es.store._mapper import MsgspecMapper
-from covonaut_es.store._topic_codes import compact
+from covonaut_es.store._topic_codes import with_codes
 
 logger = _logs.logger("covonaut_es")
 
@@ -96,8 +96,7 @@ def follow_readable(follower: EventSourcedProjection[Any], mapper: MsgspecMapper
     eventsourcing way (``get_topic``), it was given none of them.
     """
     if follower.topics:
-        named = follower.topics
-        follower.topics = list(dict.fromkeys([*named, *(compact(topic) for topic in named)]))
+        follower.topics = with_codes(follower.topics)
         return
     follower.topics = mapper.topics
     if isinstance(follower, Follower):

@@ -84,6 +84,14 @@ def full_topic(stored: str) -> str:
     return TOPIC_CODES.get(stored, stored)
 
 
+def with_codes(topics: Iterable[str]) -> list[str]:
+    """``topics``, each a library class's with its code beside it: what a filter of
+    the records named by those topics (an application's ``notify_topics``, a follower's
+    ``follow_topics``, named the eventsourcing way) must name to find them."""
+    named = list(topics)
+    return list(dict.fromkeys([*named, *(compact(topic) for topic in named)]))
+
+
 def stored_forms(classes: Iterable[type]) -> tuple[str, ...]:
     """What a filter on the records of ``classes`` names: each one's topic and, when
     it has one, its code, since rows written before codes keep their topics."""
